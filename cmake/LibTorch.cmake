@@ -1,0 +1,47 @@
+# Locate LibTorch.
+#
+# Preferred: the PyPI torch wheel in the project's virtualenv (tools/setup.sh makes it); pass
+# -DDCPCTL_PYTHON=/path/to/.venv/bin/python and CMake asks torch.utils.cmake_prefix_path.
+# Fallback: Debian's libtorch-dev (1.13, CPU-only), found through the default prefix.
+#
+# Only c10 + torch_cpu are linked (serialization containers and the pickler). We do not call
+# find_package(Torch) with CUDA enabled: the wheel's config would drag in the CUDA build
+# machinery for libraries we never use; the CPU targets it defines are what we need.
+set(DCPCTL_PYTHON "" CACHE FILEPATH "Python interpreter whose torch provides LibTorch")
+
+if(DCPCTL_PYTHON)
+  execute_process(
+    COMMAND "${DCPCTL_PYTHON}" -c "import torch, torch.utils; print(torch.utils.cmake_prefix_path); print(torch.__version__.split('+')[0])"
+    OUTPUT_VARIABLE _dcpctl_torch_out
+    RESULT_VARIABLE _dcpctl_torch_rc
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT _dcpctl_torch_rc EQUAL 0)
+    message(FATAL_ERROR "DCPCTL_PYTHON=${DCPCTL_PYTHON} cannot import torch; run tools/setup.sh")
+  endif()
+  string(REPLACE "\n" ";" _dcpctl_torch_out "${_dcpctl_torch_out}")
+  list(GET _dcpctl_torch_out 0 _dcpctl_torch_prefix)
+  list(PREPEND CMAKE_PREFIX_PATH "${_dcpctl_torch_prefix}")
+  set(DCPCTL_LIBTORCH_SOURCE "PyPI wheel (${DCPCTL_PYTHON})")
+else()
+  set(DCPCTL_LIBTORCH_SOURCE "system")
+endif()
+
+# The Caffe2 config probes CUDA when the wheel was built with it; we only want the CPU side.
+set(USE_CUDA OFF CACHE BOOL "" FORCE)
+set(CAFFE2_USE_CUDNN OFF CACHE BOOL "" FORCE)
+find_package(Torch REQUIRED CONFIG)
+
+set(DCPCTL_LIBTORCH_VERSION "${Torch_VERSION}")
+message(STATUS "dcpctl: LibTorch ${DCPCTL_LIBTORCH_VERSION} from ${DCPCTL_LIBTORCH_SOURCE}")
+
+get_target_property(_c10_inc c10 INTERFACE_INCLUDE_DIRECTORIES)
+add_library(dcpctl_libtorch INTERFACE)
+target_link_libraries(dcpctl_libtorch INTERFACE torch_cpu c10)
+if(TORCH_INCLUDE_DIRS)
+  target_include_directories(dcpctl_libtorch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+endif()
+# The wheel's libraries carry the ABI flag in TORCH_CXX_FLAGS; we must compile with the same.
+if(TORCH_CXX_FLAGS)
+  separate_arguments(_dcpctl_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+  add_compile_options(${_dcpctl_torch_flags})
+endif()

@@ -1,0 +1,62 @@
+#include "cmd/app.h"
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cmd/commands.h"
+#include "cmd/version.h"
+#include "util/error.h"
+
+namespace dcpctl::cli {
+
+bool stderr_is_tty() { return ::isatty(2) == 1; }
+
+void build_app(CLI::App& app, RunFn& run) {
+  app.description(
+      "dcpctl: inspect, verify, consolidate and reshard PyTorch Distributed Checkpoint (DCP) "
+      "checkpoints without Python, a process group or a GPU.");
+  app.name("dcpctl");
+  app.require_subcommand(0, 1);
+  app.set_version_flag("-V,--version", version_text(), "Print dcpctl's version, the LibTorch version and whether CUDA is usable");
+  app.footer(
+      "Exit codes: 0 ok, 1 failure, 2 usage error, 3 checkpoint invalid or incomplete, 4 I/O error, "
+      "5 unsupported.");
+  for (const Command& c : commands()) c.setup(app, run);
+}
+
+int main(int argc, char** argv) {
+  CLI::App app;
+  RunFn run;
+  build_app(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return static_cast<int>(ExitCode::usage);
+  }
+  if (!run) {
+    std::cout << app.help();
+    return static_cast<int>(ExitCode::usage);
+  }
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::cerr << "dcpctl: error: " << e.what() << "\n";
+    return static_cast<int>(e.exit_code());
+  } catch (const std::bad_alloc&) {
+    std::cerr << "dcpctl: error: out of memory\n";
+    return static_cast<int>(ExitCode::failure);
+  } catch (const std::exception& e) {
+    std::cerr << "dcpctl: error: " << e.what() << "\n";
+    return static_cast<int>(ExitCode::failure);
+  }
+}
+
+}  // namespace dcpctl::cli

@@ -1,0 +1,15 @@
+#include "cmd/commands.h"
+
+#include "cmd/subcommands.h"
+
+namespace dcpctl::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> kCommands = {
+      {"inspect", setup_inspect},
+      {"generate", setup_generate},
+  };
+  return kCommands;
+}
+
+}  // namespace dcpctl::cli

@@ -1,0 +1,11 @@
+// One setup function per subcommand file (cmd/<name>.cpp).
+#pragma once
+
+#include "cmd/commands.h"
+
+namespace dcpctl::cli {
+
+void setup_inspect(CLI::App& parent, RunFn& run);
+void setup_generate(CLI::App& parent, RunFn& run);
+
+}  // namespace dcpctl::cli

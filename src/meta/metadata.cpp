@@ -1,0 +1,401 @@
+#include "meta/metadata.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "pickle/vm.h"
+
+namespace dcpctl {
+
+using pickle::Kind;
+using pickle::Value;
+
+uint64_t TensorMeta::numel() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+uint64_t TensorMeta::chunk_numel(size_t i) const {
+  uint64_t n = 1;
+  const int64_t* s = chunk_sizes(i);
+  for (size_t d = 0; d < ndim(); ++d) n *= static_cast<uint64_t>(s[d]);
+  return n;
+}
+
+uint64_t TensorMeta::nbytes() const { return dtype ? numel() * itemsize(*dtype) : 0; }
+
+const TensorMeta* Metadata::find_tensor(const std::string& fqn) const {
+  for (const auto& t : tensors)
+    if (t.fqn == fqn) return &t;
+  return nullptr;
+}
+
+std::string Metadata::writer_releases() const {
+  // Lower bound from what is present, upper bound from what is absent. Fields are written even
+  // when None (dataclass __dict__), so their presence dates the writer.
+  std::string lo = "1.13", hi;
+  bool legacy_shard = metadata_class.find("_shard.checkpoint") != std::string::npos;
+  if (legacy_shard) return "1.13 (torch.distributed._shard.checkpoint)";
+  lo = "2.0";
+  if (properties_class.find("checkpoint.metadata") != std::string::npos) lo = "2.3";
+  if (properties_class.find("sharded_tensor") != std::string::npos) hi = "2.2";
+  if (has_storage_meta_field) lo = "2.4";
+  else if (hi.empty()) hi = "2.3";
+  if (has_transform_field) lo = "2.7";
+  if (has_version_field) lo = "2.8";
+  else if (hi.empty() && has_storage_meta_field) hi = "2.8";
+  if (hi.empty()) return lo + " or newer";
+  if (hi == lo) return lo;
+  return lo + " to " + hi;
+}
+
+namespace {
+
+// The globals that DCP writers put in `.metadata`. Anything else is listed as unknown.
+bool known_global(std::string_view module, std::string_view name) {
+  static const char* kModules[] = {
+      "torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
+      "torch.distributed._shard.checkpoint.metadata", "torch.distributed._shard.checkpoint.filesystem",
+      "torch.distributed._shard.sharded_tensor.metadata", "torch.distributed.checkpoint._extension",
+  };
+  for (const char* m : kModules)
+    if (module == m) return true;
+  if (module == "torch") return name == "Size" || dtype_from_torch_name(name).has_value();
+  if (module == "torch.serialization") return name == "_get_layout";
+  if (module == "pathlib" || module == "pathlib._local")
+    return name == "PosixPath" || name == "WindowsPath" || name == "PurePosixPath";
+  if (module == "collections") return name == "OrderedDict";
+  return false;
+}
+
+class Mapper {
+ public:
+  Mapper(Metadata& md) : md_(md) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& msg) {
+    throw FormatError(Where(md_.source, std::nullopt, key), msg);
+  }
+
+  // The attribute dict of an object: BUILD state, or (dict, slots) from __getstate__.
+  const Value* state_dict(const Value& obj) {
+    if (obj.kind != Kind::Object) return nullptr;
+    const Value& st = obj.as_object().state;
+    if (st.kind == Kind::Dict) return &st;
+    if (st.kind == Kind::Tuple && st.len == 2 && st.items()[0].kind == Kind::Dict) return &st.items()[0];
+    return nullptr;
+  }
+  const Value* attr(const Value& obj, std::string_view name) {
+    const Value* d = state_dict(obj);
+    return d ? d->get(name) : nullptr;
+  }
+  static std::string class_name(const Value& obj) {
+    const Value& c = obj.kind == Kind::Object ? obj.as_object().callable : obj;
+    if (c.kind != Kind::Global) return std::string("<") + pickle::kind_name(c.kind) + ">";
+    return std::string(c.as_global().module) + "." + std::string(c.as_global().name);
+  }
+  static bool class_is(const Value& obj, std::string_view name) {
+    if (obj.kind != Kind::Object) return false;
+    const Value& c = obj.as_object().callable;
+    return c.kind == Kind::Global && c.as_global().name == name;
+  }
+
+  void dims(const Value* v, std::vector<int64_t>& out, const std::string& key, const char* what) {
+    if (!v || (v->kind != Kind::Size && v->kind != Kind::Tuple && v->kind != Kind::List))
+      fail(key, std::string(what) + " is " + (v ? pickle::kind_name(v->kind) : "missing") + ", expected torch.Size");
+    for (const Value& d : v->items()) {
+      if (d.kind != Kind::Int) fail(key, std::string(what) + " holds a " + pickle::kind_name(d.kind));
+      if (d.as_int() < 0) fail(key, std::string(what) + " holds a negative dimension " + std::to_string(d.as_int()));
+      out.push_back(d.as_int());
+    }
+  }
+
+  std::optional<std::string> opt_str(const Value* v) {
+    if (!v || v->kind == Kind::None) return std::nullopt;
+    if (v->kind == Kind::Str) return std::string(v->as_str());
+    // pathlib paths: REDUCE(PosixPath, (part, part, ...)).
+    if (v->kind == Kind::Object && v->as_object().args.kind == Kind::Tuple) {
+      std::string s;
+      for (const Value& p : v->as_object().args.items()) {
+        if (p.kind != Kind::Str) return "<" + class_name(*v) + ">";
+        std::string_view part = p.as_str();
+        if (!s.empty() && s.back() != '/') s += '/';
+        s += part;
+      }
+      return s;
+    }
+    return "<" + std::string(pickle::kind_name(v->kind)) + ">";
+  }
+
+  void properties(const Value& props, TensorMeta& t) {
+    md_.properties_class = class_name(props);
+    const Value* dtype = nullptr;
+    const Value* rg = nullptr;
+    const Value& st = props.kind == Kind::Object ? props.as_object().state : props;
+    if (st.kind == Kind::Tuple && st.len >= 1) {
+      dtype = &st.items()[0];
+      if (st.len >= 3) rg = &st.items()[2];
+    } else if (const Value* d = state_dict(props)) {
+      dtype = d->get("dtype");
+      rg = d->get("requires_grad");
+    }
+    if (!dtype || dtype->kind != Kind::Global)
+      fail(t.fqn, "tensor properties carry no dtype (" + class_name(props) + ")");
+    t.dtype_name = std::string(dtype->as_global().name);
+    t.dtype = dtype_from_torch_name(t.dtype_name);
+    t.requires_grad = rg && rg->kind == Kind::Bool && rg->as_bool();
+  }
+
+  void tensor(const std::string& fqn, const Value& v) {
+    TensorMeta t;
+    t.fqn = fqn;
+    const Value* props = attr(v, "properties");
+    if (!props) fail(fqn, "TensorStorageMetadata without properties");
+    properties(*props, t);
+    dims(attr(v, "size"), t.shape, fqn, "size");
+    const Value* chunks = attr(v, "chunks");
+    if (!chunks || chunks->kind != Kind::List) fail(fqn, "TensorStorageMetadata without a chunk list");
+    size_t nd = t.shape.size();
+    t.chunk_dims.reserve(chunks->items().size() * 2 * nd);
+    size_t i = 0;
+    for (const Value& c : chunks->items()) {
+      size_t before = t.chunk_dims.size();
+      std::string what = "chunk " + std::to_string(i);
+      dims(attr(c, "offsets"), t.chunk_dims, fqn, (what + " offsets").c_str());
+      if (t.chunk_dims.size() - before != nd)
+        fail(fqn, what + " has " + std::to_string(t.chunk_dims.size() - before) + " offsets for a " +
+                      std::to_string(nd) + "-d tensor");
+      dims(attr(c, "sizes"), t.chunk_dims, fqn, (what + " sizes").c_str());
+      if (t.chunk_dims.size() - before != 2 * nd)
+        fail(fqn, what + " has " + std::to_string(t.chunk_dims.size() - before - nd) + " sizes for a " +
+                      std::to_string(nd) + "-d tensor");
+      ++i;
+    }
+    t.storage.resize(i);
+    md_.tensors.push_back(std::move(t));
+  }
+
+  uint32_t file_index(const std::string& path) {
+    auto it = file_ids_.find(path);
+    if (it != file_ids_.end()) return it->second;
+    uint32_t id = static_cast<uint32_t>(md_.files.size());
+    md_.files.push_back(path);
+    file_ids_.emplace(path, id);
+    return id;
+  }
+
+  uint32_t transform_index(const Value* v, const std::string& key) {
+    if (!v || v->kind == Kind::None) return 0;
+    if (v->kind != Kind::List && v->kind != Kind::Tuple) fail(key, "transform_descriptors is not a list");
+    std::vector<std::string> set;
+    for (const Value& d : v->items()) {
+      if (d.kind != Kind::Str) fail(key, "transform descriptor is not a string");
+      set.emplace_back(d.as_str());
+    }
+    if (set.empty()) return 0;
+    for (size_t i = 1; i < md_.transform_sets.size(); ++i)
+      if (md_.transform_sets[i] == set) return static_cast<uint32_t>(i);
+    md_.transform_sets.push_back(std::move(set));
+    return static_cast<uint32_t>(md_.transform_sets.size() - 1);
+  }
+
+  void storage_entry(const Value& k, const Value& v) {
+    const Value* fqn_v = attr(k, "fqn");
+    if (!fqn_v || fqn_v->kind != Kind::Str) fail("", "storage_data key without an fqn (" + class_name(k) + ")");
+    std::string fqn(fqn_v->as_str());
+    StorageRef ref;
+    const Value* rp = attr(v, "relative_path");
+    const Value* off = attr(v, "offset");
+    const Value* len = attr(v, "length");
+    if (!rp || rp->kind != Kind::Str) fail(fqn, "storage entry without a relative_path");
+    if (!off || off->kind != Kind::Int || off->as_int() < 0) fail(fqn, "storage entry without a valid offset");
+    if (!len || len->kind != Kind::Int || len->as_int() < 0) fail(fqn, "storage entry without a valid length");
+    ref.file = file_index(std::string(rp->as_str()));
+    ref.offset = static_cast<uint64_t>(off->as_int());
+    ref.length = static_cast<uint64_t>(len->as_int());
+    if (const Value* td = attr(v, "transform_descriptors")) {
+      md_.has_transform_field = true;
+      ref.transforms = transform_index(td, fqn);
+    }
+
+    const Value* offset = attr(k, "offset");
+    if (!offset || offset->kind == Kind::None) {
+      auto it = bytes_ids_.find(fqn);
+      if (it == bytes_ids_.end()) {
+        orphan(fqn, "storage entry for a bytes item that state_dict_metadata does not list");
+        return;
+      }
+      StorageRef& slot = md_.bytes[it->second].storage;
+      if (slot.present()) duplicate(fqn);
+      slot = ref;
+      return;
+    }
+    auto it = tensor_ids_.find(fqn);
+    if (it == tensor_ids_.end()) {
+      orphan(fqn, "storage entry for a tensor that state_dict_metadata does not list");
+      return;
+    }
+    TensorMeta& t = md_.tensors[it->second];
+    std::vector<int64_t> want;
+    dims(offset, want, fqn, "storage key offset");
+    size_t nd = t.ndim();
+    auto matches = [&](size_t i) {
+      return want.size() == nd && std::equal(want.begin(), want.end(), t.chunk_offsets(i));
+    };
+    size_t hit = t.num_chunks();
+    const Value* index = attr(k, "index");
+    if (index && index->kind == Kind::Int && index->as_int() >= 0 &&
+        static_cast<uint64_t>(index->as_int()) < t.num_chunks() && matches(static_cast<size_t>(index->as_int()))) {
+      hit = static_cast<size_t>(index->as_int());
+    } else {
+      for (size_t i = 0; i < t.num_chunks(); ++i)
+        if (matches(i)) {
+          hit = i;
+          break;
+        }
+    }
+    if (hit == t.num_chunks()) {
+      orphan(fqn, "storage entry at offsets " + dims_text(want) + " matches no chunk");
+      return;
+    }
+    if (t.storage[hit].present()) duplicate(fqn);
+    t.storage[hit] = ref;
+  }
+
+  static std::string dims_text(const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  }
+  void orphan(const std::string& fqn, const std::string& msg) {
+    md_.problems.push_back({"orphan-storage", Where(md_.source, std::nullopt, fqn), msg});
+  }
+  void duplicate(const std::string& fqn) {
+    md_.problems.push_back({"duplicate-storage", Where(md_.source, std::nullopt, fqn), "more than one storage entry for the same chunk"});
+  }
+
+  void planner(const Value& pd) {
+    if (pd.kind == Kind::None) return;
+    if (pd.kind != Kind::Dict) {
+      md_.problems.push_back({"planner-data", Where(md_.source), std::string("planner_data is a ") + pickle::kind_name(pd.kind) + ", not a dict; nesting cannot be rebuilt"});
+      return;
+    }
+    md_.has_planner_data = true;
+    pickle::Items it = pd.items();
+    for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
+      if (it[i].kind != Kind::Str) continue;
+      const Value& path = it[i + 1];
+      if (path.kind != Kind::Tuple && path.kind != Kind::List) continue;
+      std::vector<PathElem> elems;
+      for (const Value& e : path.items()) {
+        PathElem pe;
+        if (e.kind == Kind::Str) {
+          pe.key = std::string(e.as_str());
+        } else if (e.kind == Kind::Int) {
+          pe.is_index = true;
+          pe.index = e.as_int();
+        } else {
+          pe.key = "<" + std::string(pickle::kind_name(e.kind)) + ">";
+        }
+        elems.push_back(std::move(pe));
+      }
+      md_.planner_data.emplace(std::string(it[i].as_str()), std::move(elems));
+    }
+  }
+
+  void storage_meta(const Value& sm) {
+    if (sm.kind == Kind::None) return;
+    StorageMetaInfo info;
+    info.checkpoint_id = opt_str(attr(sm, "checkpoint_id"));
+    info.save_id = opt_str(attr(sm, "save_id"));
+    info.load_id = opt_str(attr(sm, "load_id"));
+    if (const Value* mods = attr(sm, "modules"); mods && (mods->kind == Kind::List || mods->kind == Kind::Tuple))
+      for (const Value& m : mods->items())
+        if (m.kind == Kind::Str) info.modules.emplace_back(m.as_str());
+    md_.storage_meta = std::move(info);
+  }
+
+  void run(const pickle::Tree& tree) {
+    for (const auto* g : tree.globals()) {
+      std::string path = std::string(g->module) + "." + std::string(g->name);
+      md_.globals.push_back(path);
+      if (!known_global(g->module, g->name)) md_.unknown_globals.push_back(path);
+    }
+    const Value& root = tree.root;
+    if (!class_is(root, "Metadata"))
+      fail("", "the pickle holds a " + (root.kind == Kind::Object ? class_name(root) : std::string(pickle::kind_name(root.kind))) +
+                   ", not a DCP Metadata object");
+    md_.metadata_class = class_name(root);
+    const Value* st = state_dict(root);
+    if (!st) fail("", "Metadata object has no attribute dict");
+
+    static const char* kKnown[] = {"state_dict_metadata", "planner_data", "storage_data", "storage_meta", "version"};
+    pickle::Items fields = st->items();
+    for (uint64_t i = 0; i + 1 < fields.size(); i += 2) {
+      if (fields[i].kind != Kind::Str) continue;
+      std::string_view name = fields[i].as_str();
+      if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return name == k; }))
+        md_.extra_attributes.emplace_back(name);
+    }
+
+    const Value* sdm = st->get("state_dict_metadata");
+    if (!sdm || sdm->kind != Kind::Dict) fail("", "Metadata.state_dict_metadata is missing or not a dict");
+    pickle::Items items = sdm->items();
+    for (uint64_t i = 0; i + 1 < items.size(); i += 2) {
+      if (items[i].kind != Kind::Str) fail("", "state_dict_metadata has a non-string key");
+      std::string fqn(items[i].as_str());
+      const Value& v = items[i + 1];
+      if (tensor_ids_.count(fqn) || bytes_ids_.count(fqn)) fail(fqn, "listed twice in state_dict_metadata");
+      if (class_is(v, "BytesStorageMetadata")) {
+        bytes_ids_.emplace(fqn, md_.bytes.size());
+        md_.bytes.push_back(BytesMeta{fqn, {}});
+      } else if (attr(v, "chunks") || class_is(v, "TensorStorageMetadata")) {
+        tensor_ids_.emplace(fqn, md_.tensors.size());
+        tensor(fqn, v);
+      } else {
+        throw UnsupportedError(Where(md_.source, std::nullopt, fqn),
+                               "item of unknown kind " + class_name(v) + " in state_dict_metadata");
+      }
+    }
+
+    if (const Value* sd = st->get("storage_data"); sd && sd->kind == Kind::Dict) {
+      pickle::Items e = sd->items();
+      for (uint64_t i = 0; i + 1 < e.size(); i += 2) storage_entry(e[i], e[i + 1]);
+    } else if (sd && sd->kind != Kind::None) {
+      fail("", std::string("Metadata.storage_data is a ") + pickle::kind_name(sd->kind));
+    }
+    if (const Value* pd = st->get("planner_data")) planner(*pd);
+    if (const Value* sm = st->get("storage_meta")) {
+      md_.has_storage_meta_field = true;
+      storage_meta(*sm);
+    }
+    if (const Value* ver = st->get("version")) {
+      md_.has_version_field = true;
+      md_.version = opt_str(ver);
+    }
+  }
+
+ private:
+  Metadata& md_;
+  std::unordered_map<std::string, uint32_t> file_ids_;
+  std::unordered_map<std::string, size_t> tensor_ids_, bytes_ids_;
+};
+
+int pickle_protocol(ByteSpan b) { return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1); }
+
+}  // namespace
+
+Metadata parse_metadata(ByteSpan bytes, const std::string& source) {
+  Metadata md;
+  md.source = source;
+  md.pickle_protocol = pickle_protocol(bytes);
+  pickle::ParseOptions opts;
+  opts.source = source;
+  if (bytes.size == 0) throw FormatError(Where(source, 0), "file is empty");
+  std::unique_ptr<pickle::Tree> tree = pickle::parse(bytes, opts);
+  Mapper(md).run(*tree);
+  return md;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,111 @@
+// The typed model of a DCP checkpoint's `.metadata`, mapped from the pickle tree.
+//
+// `.metadata` is `pickle.dump(Metadata)` (see shared/docs/dcp-format.md §1):
+//   Metadata.__dict__ = {state_dict_metadata: {fqn: TensorStorageMetadata | BytesStorageMetadata},
+//                        planner_data: {fqn: (path, elems)} | None,
+//                        storage_data: {MetadataIndex(fqn, offset, index): _StorageInfo},
+//                        storage_meta: StorageMeta | None    (2.4+),
+//                        version: "1.0.0"                    (2.9+)}
+//   TensorStorageMetadata.__dict__ = {properties: TensorProperties, size: torch.Size,
+//                                     chunks: [ChunkStorageMetadata(offsets, sizes)]}
+//   TensorProperties: BUILD with the 5-tuple (dtype, layout, requires_grad, memory_format,
+//                     pin_memory) from __getstate__; an older dict state is accepted too.
+//   _StorageInfo.__dict__ = {relative_path, offset, length, transform_descriptors? (2.7+)}
+// Class paths differ by release (1.13 used torch.distributed._shard.checkpoint.*; TensorProperties
+// lived in _shard.sharded_tensor.metadata up to 2.2); any module path is accepted as long as the
+// class name and fields match. Unknown attributes are kept as names (extra_attributes) and unknown
+// globals are listed (unknown_globals), never executed and never fatal unless a needed field is
+// missing or has the wrong shape.
+//
+// Memory: chunk geometry is packed per tensor (offsets and sizes in one int64 array), storage
+// references are 24 bytes per chunk, so 5 million chunks cost a few hundred MB.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/dtype.h"
+#include "util/finding.h"
+#include "util/span_reader.h"
+
+namespace dcpctl {
+
+// Where one chunk's (or bytes item's) bytes live.
+struct StorageRef {
+  static constexpr uint32_t kNone = UINT32_MAX;
+  uint32_t file = kNone;    // index into Metadata::files; kNone: no storage_data entry
+  uint32_t transforms = 0;  // index into Metadata::transform_sets; 0 = no transforms
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool present() const { return file != kNone; }
+};
+
+struct TensorMeta {
+  std::string fqn;
+  std::string dtype_name;           // as pickled ("float32"); kept even when unknown to us
+  std::optional<DType> dtype;       // nullopt: a dtype this version does not know
+  bool requires_grad = false;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> chunk_dims;  // chunk i: offsets at [2*i*nd, +nd), sizes at [(2*i+1)*nd, +nd)
+  std::vector<StorageRef> storage;  // parallel to the chunks
+
+  size_t ndim() const { return shape.size(); }
+  size_t num_chunks() const { return storage.size(); }
+  const int64_t* chunk_offsets(size_t i) const { return chunk_dims.data() + 2 * i * ndim(); }
+  const int64_t* chunk_sizes(size_t i) const { return chunk_dims.data() + (2 * i + 1) * ndim(); }
+  uint64_t numel() const;
+  uint64_t chunk_numel(size_t i) const;
+  uint64_t nbytes() const;  // 0 when the dtype is unknown
+};
+
+struct BytesMeta {
+  std::string fqn;
+  StorageRef storage;
+};
+
+// One element of a planner_data path: a dict key or a list index.
+struct PathElem {
+  bool is_index = false;
+  std::string key;
+  int64_t index = 0;
+};
+
+struct StorageMetaInfo {
+  std::optional<std::string> checkpoint_id, save_id, load_id;
+  std::vector<std::string> modules;
+};
+
+struct Metadata {
+  std::string source;  // path of the .metadata file, for messages
+  int pickle_protocol = 0;
+  std::vector<TensorMeta> tensors;  // in state_dict_metadata order
+  std::vector<BytesMeta> bytes;     // in state_dict_metadata order
+  std::vector<std::string> files;   // relative paths named by storage_data
+  std::vector<std::vector<std::string>> transform_sets{{}};  // [0] is "none"
+
+  bool has_planner_data = false;
+  std::map<std::string, std::vector<PathElem>> planner_data;
+  std::optional<StorageMetaInfo> storage_meta;
+  bool has_storage_meta_field = false;
+  std::optional<std::string> version;
+  bool has_version_field = false;
+  bool has_transform_field = false;
+  std::string metadata_class;      // "torch.distributed.checkpoint.metadata.Metadata"
+  std::string properties_class;    // module.name of TensorProperties
+  std::vector<std::string> globals;          // every global the pickle named
+  std::vector<std::string> unknown_globals;  // those outside the set DCP writers use
+  std::vector<std::string> extra_attributes; // Metadata attributes beyond the known fields
+  Findings problems;  // non-fatal: orphan or duplicate storage entries, missing entries
+
+  // Which torch releases could have written this file, from the classes and fields present.
+  std::string writer_releases() const;
+  const TensorMeta* find_tensor(const std::string& fqn) const;
+};
+
+// Parses `.metadata` bytes. Throws FormatError (malformed) or UnsupportedError.
+Metadata parse_metadata(ByteSpan bytes, const std::string& source);
+
+}  // namespace dcpctl

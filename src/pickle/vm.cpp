@@ -1,0 +1,630 @@
+#include "pickle/vm.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pickle/opcodes.h"
+
+namespace dcpctl::pickle {
+namespace {
+
+// One decoded opcode argument. Views point into the input span.
+struct Arg {
+  int64_t i = 0;
+  uint64_t u = 0;
+  double f = 0;
+  std::string_view s, s2;
+  bool is_bool = false;   // protocol-0 INT spelled 00/01
+  bool is_big = false;    // LONG1/LONG4 that does not fit int64: s holds the bytes
+};
+
+// Python's int(line) for INT/LONG text opcodes, restricted to int64.
+int64_t parse_text_int(SpanReader& r, size_t op_pos, std::string_view s, const char* what) {
+  if (!s.empty() && s.back() == 'L') s.remove_suffix(1);
+  std::string tmp(s);
+  if (tmp.empty()) r.fail_at(op_pos, std::string(what) + " with an empty number");
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(tmp.c_str(), &end, 10);
+  if (end != tmp.c_str() + tmp.size())
+    r.fail_at(op_pos, std::string(what) + " with a malformed number '" + tmp.substr(0, 40) + "'");
+  if (errno == ERANGE)
+    throw UnsupportedError(Where(r.source(), r.abs_pos()), std::string(what) + " beyond 64 bits");
+  return v;
+}
+
+std::string latin1_to_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    }
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// UNICODE ('V'): raw-unicode-escape, i.e. latin-1 with \uXXXX and \UXXXXXXXX escapes.
+bool decode_raw_unicode_escape(std::string_view s, std::string& out) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\\' && i + 1 < s.size() && (s[i + 1] == 'u' || s[i + 1] == 'U')) {
+      size_t n = s[i + 1] == 'u' ? 4 : 8;
+      if (i + 2 + n > s.size()) return false;
+      uint32_t cp = 0;
+      for (size_t k = 0; k < n; ++k) {
+        int h = hexval(s[i + 2 + k]);
+        if (h < 0) return false;
+        cp = cp * 16 + static_cast<uint32_t>(h);
+      }
+      if (cp > 0x10FFFF) return false;
+      append_utf8(out, cp);
+      i += 1 + n;
+    } else {
+      append_utf8(out, c);
+    }
+  }
+  return true;
+}
+
+// STRING ('S'): a quoted Python 2 str literal with backslash escapes.
+bool decode_quoted(std::string_view s, std::string& out) {
+  if (s.size() < 2 || (s[0] != '\'' && s[0] != '"') || s.back() != s[0]) return false;
+  s = s.substr(1, s.size() - 2);
+  std::string raw;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\') {
+      raw.push_back(s[i]);
+      continue;
+    }
+    if (++i >= s.size()) return false;
+    switch (s[i]) {
+      case '\\': raw.push_back('\\'); break;
+      case '\'': raw.push_back('\''); break;
+      case '"': raw.push_back('"'); break;
+      case 'n': raw.push_back('\n'); break;
+      case 'r': raw.push_back('\r'); break;
+      case 't': raw.push_back('\t'); break;
+      case '0': raw.push_back('\0'); break;
+      case 'x': {
+        if (i + 2 >= s.size()) return false;
+        int h1 = hexval(s[i + 1]), h2 = hexval(s[i + 2]);
+        if (h1 < 0 || h2 < 0) return false;
+        raw.push_back(static_cast<char>(h1 * 16 + h2));
+        i += 2;
+        break;
+      }
+      default: return false;
+    }
+  }
+  out = latin1_to_utf8(raw);
+  return true;
+}
+
+// Reads the inline argument of `op`. Shared by the scan pass and the decode pass so the two
+// can never disagree about where an opcode ends.
+void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
+  switch (op) {
+    case PROTO: a.u = r.u8(); break;
+    case FRAME: {
+      a.u = r.u64le();
+      if (a.u > r.remaining())
+        r.fail_at(op_pos, "FRAME of " + std::to_string(a.u) + " bytes runs past the end of the data (" +
+                              std::to_string(r.remaining()) + " bytes left)");
+      break;
+    }
+    case BININT: a.i = r.i32le(); break;
+    case BININT1: a.i = r.u8(); break;
+    case BININT2: a.i = r.u16le(); break;
+    case LONG1:
+    case LONG4: {
+      uint64_t n = op == LONG1 ? r.u8() : r.u32le();
+      ByteSpan b = r.take(n, "LONG payload");
+      a.is_big = false;
+      if (n == 0) {
+        a.i = 0;
+      } else if (n <= 8) {
+        uint64_t v = 0;
+        for (size_t k = n; k-- > 0;) v = (v << 8) | b.data[k];
+        if (n < 8 && (b.data[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
+        a.i = static_cast<int64_t>(v);
+      } else {
+        // Fits in int64 if every byte above the 8th is pure sign extension.
+        bool neg = b.data[n - 1] & 0x80;
+        bool fits = ((b.data[7] & 0x80) != 0) == neg;
+        for (size_t k = 8; k < n && fits; ++k) fits = b.data[k] == (neg ? 0xFF : 0x00);
+        if (fits) {
+          uint64_t v = 0;
+          for (size_t k = 8; k-- > 0;) v = (v << 8) | b.data[k];
+          a.i = static_cast<int64_t>(v);
+        } else {
+          a.is_big = true;
+          a.s = b.view();
+        }
+      }
+      break;
+    }
+    case INT: {
+      std::string_view s = r.line("INT");
+      if (s == "00" || s == "01") {
+        a.is_bool = true;
+        a.i = s == "01";
+      } else {
+        a.is_bool = false;
+        a.i = parse_text_int(r, op_pos, s, "INT");
+      }
+      break;
+    }
+    case LONG: a.i = parse_text_int(r, op_pos, r.line("LONG"), "LONG"); break;
+    case FLOAT: {
+      std::string tmp(r.line("FLOAT"));
+      char* end = nullptr;
+      a.f = std::strtod(tmp.c_str(), &end);
+      if (tmp.empty() || end != tmp.c_str() + tmp.size())
+        r.fail_at(op_pos, "FLOAT with a malformed number '" + tmp.substr(0, 40) + "'");
+      break;
+    }
+    case BINFLOAT: a.f = r.f64be(); break;
+    case SHORT_BINUNICODE:
+    case SHORT_BINBYTES:
+    case SHORT_BINSTRING: a.s = r.take(r.u8(), "string").view(); break;
+    case BINUNICODE:
+    case BINBYTES: a.s = r.take(r.u32le(), "string").view(); break;
+    case BINSTRING: {
+      int32_t n = r.i32le();
+      if (n < 0) r.fail_at(op_pos, "BINSTRING with a negative length");
+      a.s = r.take(static_cast<uint64_t>(n), "string").view();
+      break;
+    }
+    case BINUNICODE8:
+    case BINBYTES8:
+    case BYTEARRAY8: a.s = r.take(r.u64le(), "string").view(); break;
+    case STRING: a.s = r.line("STRING"); break;
+    case UNICODE: a.s = r.line("UNICODE"); break;
+    case GLOBAL:
+    case INST:
+      a.s = r.line("module name");
+      a.s2 = r.line("class name");
+      break;
+    case PERSID: a.s = r.line("PERSID"); break;
+    case GET:
+    case PUT: {
+      std::string_view s = r.line("memo index");
+      int64_t v = parse_text_int(r, op_pos, s, "memo index");
+      if (v < 0) r.fail_at(op_pos, "negative memo index");
+      a.u = static_cast<uint64_t>(v);
+      break;
+    }
+    case BINGET:
+    case BINPUT: a.u = r.u8(); break;
+    case LONG_BINGET:
+    case LONG_BINPUT: a.u = r.u32le(); break;
+    case EXT1: a.u = r.u8(); break;
+    case EXT2: a.u = r.u16le(); break;
+    case EXT4: a.u = r.u32le(); break;
+    case MARK: case STOP: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID:
+    case REDUCE: case APPEND: case BUILD: case DICT: case EMPTY_DICT: case APPENDS: case LIST:
+    case EMPTY_LIST: case OBJ: case SETITEM: case TUPLE: case EMPTY_TUPLE: case SETITEMS:
+    case NEWOBJ: case TUPLE1: case TUPLE2: case TUPLE3: case NEWTRUE: case NEWFALSE:
+    case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
+    case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
+      break;
+    default: {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", op);
+      r.fail_at(op_pos, std::string("unknown pickle opcode ") + hex);
+    }
+  }
+}
+
+class Machine {
+ public:
+  Machine(ByteSpan data, const ParseOptions& opts)
+      : data_(data), opts_(opts), tree_(std::make_unique<Tree>()) {}
+
+  std::unique_ptr<Tree> run() {
+    scan();
+    decode();
+    return std::move(tree_);
+  }
+
+ private:
+  // Pass 1: walk the opcodes, collecting the memo indices that are ever read back.
+  void scan() {
+    SpanReader r(data_, opts_.source, opts_.base_offset);
+    Arg a;
+    while (!r.at_end()) {
+      size_t op_pos = r.pos();
+      uint8_t op = r.u8();
+      read_arg(op, r, op_pos, a);
+      if (op == GET || op == BINGET || op == LONG_BINGET) referenced_.push_back(a.u);
+      if (op == STOP) break;
+    }
+    std::sort(referenced_.begin(), referenced_.end());
+    referenced_.erase(std::unique(referenced_.begin(), referenced_.end()), referenced_.end());
+    memo_vals_.resize(referenced_.size());
+    memo_set_.assign(referenced_.size(), 0);
+  }
+
+  [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
+
+  void push(const Value& v) {
+    if (stack_.size() >= kMaxStack) fail("pickle stack exceeds " + std::to_string(kMaxStack) + " entries");
+    stack_.push_back(v);
+  }
+  Value pop() {
+    if (stack_.size() <= floor()) fail(std::string(op_name(op_)) + " on an empty stack");
+    Value v = stack_.back();
+    stack_.pop_back();
+    return v;
+  }
+  Value& top() {
+    if (stack_.size() <= floor()) fail(std::string(op_name(op_)) + " on an empty stack");
+    return stack_.back();
+  }
+  size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  size_t pop_mark() {
+    if (marks_.empty()) fail(std::string(op_name(op_)) + " without a MARK");
+    size_t m = marks_.back();
+    marks_.pop_back();
+    return m;
+  }
+
+  // A value leaving the stack for a container: freeze it if nothing can reach it again.
+  Value settle(const Value& v) { return tree_->freeze(v); }
+
+  void check_depth(uint32_t d) {
+    if (d > opts_.limits.max_depth)
+      fail("nesting deeper than " + std::to_string(opts_.limits.max_depth) + " levels");
+  }
+
+  Value frozen(Kind kind, size_t from) {
+    for (size_t i = from; i < stack_.size(); ++i) stack_[i] = settle(stack_[i]);
+    Value v = tree_->make_frozen(kind, stack_.data() + from, stack_.size() - from);
+    check_depth(v.depth);
+    stack_.resize(from);
+    return v;
+  }
+
+  // Appends stack_[from..] into the open container `target` (a List, Set or Dict).
+  void extend(Value& target, size_t from, Kind want) {
+    if (target.kind != want || !(target.flags & Value::kBoxed))
+      fail(std::string(op_name(op_)) + " on a " + kind_name(target.kind) + ", expected a " + kind_name(want));
+    if (want == Kind::Dict && (stack_.size() - from) % 2 != 0) fail("SETITEMS with an odd number of items");
+    auto& items = tree_->open(target).items;
+    for (size_t i = from; i < stack_.size(); ++i) {
+      Value v = settle(stack_[i]);
+      check_depth(v.depth + 1u);
+      target.depth = std::max<uint16_t>(target.depth, static_cast<uint16_t>(v.depth + 1));
+      items.push_back(v);
+    }
+    stack_.resize(from);
+  }
+
+  Value* memo_slot(uint64_t idx) {
+    auto it = std::lower_bound(referenced_.begin(), referenced_.end(), idx);
+    if (it == referenced_.end() || *it != idx) return nullptr;
+    return &memo_vals_[static_cast<size_t>(it - referenced_.begin())];
+  }
+
+  void memo_put(uint64_t idx) {
+    if (idx > opts_.limits.max_memo_index) fail("memo index " + std::to_string(idx) + " is absurdly large");
+    Value& v = top();
+    Value* slot = memo_slot(idx);
+    if (!slot) return;  // never read back: no need to keep it
+    if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
+    *slot = v;
+    memo_set_[static_cast<size_t>(slot - memo_vals_.data())] = 1;
+  }
+
+  void memo_get(uint64_t idx) {
+    Value* slot = memo_slot(idx);
+    if (!slot || !memo_set_[static_cast<size_t>(slot - memo_vals_.data())])
+      fail("memo entry " + std::to_string(idx) + " is read before it was stored");
+    push(*slot);
+  }
+
+  Value make_string(Kind kind, std::string_view s) {
+    if (s.size() > UINT32_MAX)
+      throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_), "string longer than 4 GiB");
+    return tree_->make_str(kind, s);
+  }
+
+  static Value make_int(int64_t i) {
+    Value v;
+    v.kind = Kind::Int;
+    v.bits = static_cast<uint64_t>(i);
+    return v;
+  }
+
+  Value reduce(const Value& callable, const Value& args) {
+    if (callable.kind == Kind::Global) {
+      const GlobalRef& g = callable.as_global();
+      if (g.module == "torch" && g.name == "Size" && args.kind == Kind::Tuple && args.len == 1 &&
+          args.items()[0].kind == Kind::Tuple) {
+        const Value& dims = args.items()[0];
+        bool all_int = true;
+        for (const Value& d : dims.items()) all_int = all_int && d.kind == Kind::Int;
+        if (all_int) {
+          Value v = dims;
+          v.kind = Kind::Size;
+          return v;
+        }
+      }
+      if (g.module == "collections" && g.name == "OrderedDict" && args.kind == Kind::Tuple && args.len == 0)
+        return tree_->make_open(Kind::Dict);
+    }
+    Value obj = tree_->make_object(callable, args);
+    check_depth(obj.depth);
+    return obj;
+  }
+
+  void build() {
+    Value state = settle(pop());
+    Value& obj = top();
+    if (obj.kind == Kind::Object) {
+      check_depth(state.depth + 2u);
+      const_cast<ObjectNode&>(obj.as_object()).state = state;
+      obj.depth = std::max<uint16_t>(obj.depth, static_cast<uint16_t>(state.depth + 1));
+    } else if (obj.kind == Kind::Dict && (obj.flags & Value::kBoxed) && state.kind == Kind::Dict) {
+      for (const Value& v : state.items()) tree_->open(obj).items.push_back(v);
+    } else {
+      fail(std::string("BUILD on a ") + kind_name(obj.kind));
+    }
+  }
+
+  // Pass 2: run the opcodes.
+  void decode() {
+    SpanReader r(data_, opts_.source, opts_.base_offset);
+    r_ = &r;
+    Arg a;
+    while (true) {
+      if (r.at_end()) r.fail("pickle ends without a STOP opcode");
+      op_pos_ = r.pos();
+      op_ = r.u8();
+      read_arg(op_, r, op_pos_, a);
+      switch (op_) {
+        case PROTO:
+          if (a.u > 5)
+            throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
+                                   "pickle protocol " + std::to_string(a.u) + " (5 is the newest known)");
+          break;
+        case FRAME: break;
+        case STOP:
+          if (stack_.empty()) fail("STOP on an empty stack");
+          tree_->root = stack_.back();
+          return;
+        case MARK:
+          if (marks_.size() >= opts_.limits.max_marks) fail("more than " + std::to_string(opts_.limits.max_marks) + " nested MARKs");
+          marks_.push_back(stack_.size());
+          break;
+        case POP:
+          if (stack_.size() > floor()) stack_.pop_back();
+          else marks_.empty() ? fail("POP on an empty stack") : (void)marks_.pop_back();  // pickle pops a mark too
+          break;
+        case POP_MARK: stack_.resize(pop_mark()); break;
+        case DUP: {
+          Value v = top();
+          if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
+          push(v);
+          break;
+        }
+        case NONE: push(Value{}); break;
+        case NEWTRUE:
+        case NEWFALSE: {
+          Value v;
+          v.kind = Kind::Bool;
+          v.bits = op_ == NEWTRUE;
+          push(v);
+          break;
+        }
+        case INT:
+          if (a.is_bool) {
+            Value v;
+            v.kind = Kind::Bool;
+            v.bits = static_cast<uint64_t>(a.i);
+            push(v);
+          } else {
+            push(make_int(a.i));
+          }
+          break;
+        case BININT: case BININT1: case BININT2: case LONG: push(make_int(a.i)); break;
+        case LONG1:
+        case LONG4:
+          if (a.is_big) {
+            push(make_string(Kind::BigInt, a.s));
+          } else {
+            push(make_int(a.i));
+          }
+          break;
+        case FLOAT:
+        case BINFLOAT: {
+          Value v;
+          v.kind = Kind::Float;
+          std::memcpy(&v.bits, &a.f, sizeof a.f);
+          push(v);
+          break;
+        }
+        case SHORT_BINUNICODE: case BINUNICODE: case BINUNICODE8: push(make_string(Kind::Str, a.s)); break;
+        case SHORT_BINBYTES: case BINBYTES: case BINBYTES8: case BYTEARRAY8: push(make_string(Kind::Bytes, a.s)); break;
+        case SHORT_BINSTRING: case BINSTRING: push(make_string(Kind::Str, latin1_to_utf8(a.s))); break;
+        case STRING: {
+          std::string out;
+          if (!decode_quoted(a.s, out)) fail("STRING with a malformed literal");
+          push(make_string(Kind::Str, out));
+          break;
+        }
+        case UNICODE: {
+          std::string out;
+          if (!decode_raw_unicode_escape(a.s, out)) fail("UNICODE with a malformed escape");
+          push(make_string(Kind::Str, out));
+          break;
+        }
+        case EMPTY_TUPLE: {
+          Value v;
+          v.kind = Kind::Tuple;
+          push(v);
+          break;
+        }
+        case TUPLE1: case TUPLE2: case TUPLE3: {
+          size_t n = static_cast<size_t>(op_ - TUPLE1 + 1);
+          if (stack_.size() < floor() + n) fail(std::string(op_name(op_)) + " with fewer than " + std::to_string(n) + " items on the stack");
+          push(frozen(Kind::Tuple, stack_.size() - n));
+          break;
+        }
+        case TUPLE: push(frozen(Kind::Tuple, pop_mark())); break;
+        case FROZENSET: push(frozen(Kind::Set, pop_mark())); break;
+        case EMPTY_LIST: push(tree_->make_open(Kind::List)); break;
+        case EMPTY_DICT: push(tree_->make_open(Kind::Dict)); break;
+        case EMPTY_SET: push(tree_->make_open(Kind::Set)); break;
+        case LIST:
+        case DICT: {
+          size_t m = pop_mark();
+          Value c = tree_->make_open(op_ == LIST ? Kind::List : Kind::Dict);
+          extend(c, m, c.kind);
+          push(c);
+          break;
+        }
+        case APPEND: {
+          if (stack_.size() < floor() + 2) fail("APPEND needs a list and an item");
+          extend(stack_[stack_.size() - 2], stack_.size() - 1, Kind::List);
+          break;
+        }
+        case APPENDS:
+        case SETITEMS:
+        case ADDITEMS: {
+          size_t m = pop_mark();
+          if (m <= floor() || m == 0) fail(std::string(op_name(op_)) + " with nothing below its MARK");
+          Kind want = op_ == APPENDS ? Kind::List : op_ == SETITEMS ? Kind::Dict : Kind::Set;
+          extend(stack_[m - 1], m, want);
+          break;
+        }
+        case SETITEM: {
+          if (stack_.size() < floor() + 3) fail("SETITEM needs a dict, a key and a value");
+          extend(stack_[stack_.size() - 3], stack_.size() - 2, Kind::Dict);
+          break;
+        }
+        case GLOBAL: push(tree_->make_global(a.s, a.s2)); break;
+        case STACK_GLOBAL: {
+          Value name = pop(), module = pop();
+          if (module.kind != Kind::Str || name.kind != Kind::Str) fail("STACK_GLOBAL with non-string module or name");
+          push(tree_->make_global(module.as_str(), name.as_str()));
+          break;
+        }
+        case REDUCE: {
+          Value args = settle(pop());
+          Value callable = settle(pop());
+          push(reduce(callable, args));
+          break;
+        }
+        case NEWOBJ: {
+          Value args = settle(pop());
+          Value cls = settle(pop());
+          Value obj = tree_->make_object(cls, args);
+          check_depth(obj.depth);
+          push(obj);
+          break;
+        }
+        case NEWOBJ_EX: {
+          Value kwargs = settle(pop());
+          Value args = settle(pop());
+          Value cls = settle(pop());
+          if (kwargs.kind == Kind::Dict && !kwargs.items().empty()) {
+            Value pair[2] = {args, kwargs};
+            args = tree_->make_frozen(Kind::Tuple, pair, 2);
+          }
+          Value obj = tree_->make_object(cls, args);
+          check_depth(obj.depth);
+          push(obj);
+          break;
+        }
+        case INST: {
+          Value args = frozen(Kind::Tuple, pop_mark());
+          push(tree_->make_object(tree_->make_global(a.s, a.s2), args));
+          break;
+        }
+        case OBJ: {
+          size_t m = pop_mark();
+          if (stack_.size() == m) fail("OBJ without a class");
+          Value cls = settle(stack_[m]);
+          Value args = frozen(Kind::Tuple, m + 1);
+          stack_.pop_back();  // the class
+          Value obj = tree_->make_object(cls, args);
+          check_depth(obj.depth);
+          push(obj);
+          break;
+        }
+        case BUILD: build(); break;
+        case PERSID: push(tree_->make_persid(make_string(Kind::Str, a.s))); break;
+        case BINPERSID: push(tree_->make_persid(settle(pop()))); break;
+        case GET: case BINGET: case LONG_BINGET: memo_get(a.u); break;
+        case PUT: case BINPUT: case LONG_BINPUT:
+          memo_put(a.u);
+          memo_len_ = std::max(memo_len_, a.u + 1);
+          break;
+        case MEMOIZE: memo_put(memo_len_++); break;
+        case EXT1: case EXT2: case EXT4:
+          throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
+                                 "pickle uses the copyreg extension registry (EXT opcodes)");
+        case NEXT_BUFFER: case READONLY_BUFFER:
+          throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
+                                 "pickle uses out-of-band buffers (protocol 5 NEXT_BUFFER)");
+        default: fail("unhandled opcode");
+      }
+    }
+  }
+
+  static constexpr size_t kMaxStack = size_t{1} << 26;
+
+  ByteSpan data_;
+  const ParseOptions& opts_;
+  std::unique_ptr<Tree> tree_;
+  SpanReader* r_ = nullptr;
+  size_t op_pos_ = 0;
+  uint8_t op_ = 0;
+  std::vector<Value> stack_;
+  std::vector<size_t> marks_;
+  std::vector<uint64_t> referenced_;
+  std::vector<Value> memo_vals_;
+  std::vector<uint8_t> memo_set_;
+  uint64_t memo_len_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts) { return Machine(data, opts).run(); }
+
+}  // namespace dcpctl::pickle

@@ -1,0 +1,52 @@
+// A restricted pickle virtual machine: decodes Python pickles (protocols 0-5) into a Tree of
+// Values without ever importing, calling or executing anything.
+//
+// Format (CPython Lib/pickletools.py is the reference): a stream of one-byte opcodes, each with
+// an inline argument of a fixed or length-prefixed size, operating on a stack, a mark stack and a
+// memo. Protocol 2 adds PROTO/NEWOBJ/TUPLEn/LONG1; 3 adds BINBYTES; 4 adds FRAME, MEMOIZE,
+// STACK_GLOBAL, SHORT_BINUNICODE, BINUNICODE8, NEWOBJ_EX, sets; 5 adds BYTEARRAY8 and out-of-band
+// buffers (NEXT_BUFFER/READONLY_BUFFER), which need a side channel and are refused.
+//
+// What "restricted" means here:
+//   GLOBAL/STACK_GLOBAL   push a Global naming (module, name); nothing is looked up.
+//   REDUCE/NEWOBJ/INST/OBJ build an Object {callable, args}; nothing is called. Two callables are
+//                         recognised as data: torch.Size(tuple) -> Size, OrderedDict() -> Dict.
+//   BUILD                 stores the state on the Object; no __setstate__ runs.
+//   PERSID/BINPERSID      push a PersId {pid}; torch uses these for tensor storages.
+//   EXT1/2/4              (copyreg extension registry) refused: UnsupportedError.
+//
+// Hostile input: every length is compared with what remains of the input before anything is
+// allocated, so memory stays proportional to the input; the mark stack, nesting depth and memo
+// indices are capped; every failure is a FormatError naming the source and absolute byte offset
+// of the offending opcode.
+//
+// Memory: a first pass over the opcodes collects the memo indices that are ever read back (GET).
+// Only those memo entries are kept, and containers nobody can reach again are moved into compact
+// frozen storage as soon as they are complete. This is what keeps a 5-million-chunk `.metadata`
+// within a small multiple of its file size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pickle/tree.h"
+#include "util/span_reader.h"
+
+namespace dcpctl::pickle {
+
+struct Limits {
+  uint32_t max_depth = 512;          // nesting of containers/objects in the result
+  uint64_t max_marks = 1u << 20;     // open MARKs at once
+  uint64_t max_memo_index = 1ull << 40;
+};
+
+struct ParseOptions {
+  std::string source;        // file name for error messages
+  uint64_t base_offset = 0;  // absolute offset of the pickle within that file
+  Limits limits;
+};
+
+std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts);
+
+}  // namespace dcpctl::pickle

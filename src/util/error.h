@@ -1,0 +1,78 @@
+// The library's small exception hierarchy. Every error names where it happened (file, byte
+// offset, tensor key) so that a user can find the bad bytes; the CLI maps each class to a
+// documented exit code (see exit_code()).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace dcpctl {
+
+// Exit codes are part of the interface (README, man page).
+enum class ExitCode : int {
+  ok = 0,
+  failure = 1,
+  usage = 2,
+  invalid = 3,      // checkpoint invalid or incomplete
+  io = 4,           // I/O error (missing file, read/write failure, disk full)
+  unsupported = 5,  // valid input we do not handle (or no GPU for a GPU command)
+};
+
+// Where an error was found. Every field is optional; what is known is printed.
+struct Where {
+  std::string file;
+  std::optional<uint64_t> offset;
+  std::string key;
+
+  Where() = default;
+  explicit Where(std::string f, std::optional<uint64_t> off = std::nullopt, std::string k = {})
+      : file(std::move(f)), offset(off), key(std::move(k)) {}
+  std::string describe() const;  // "ckpt/__0_0.distcp: offset 123: key 'w'"
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(Where where, const std::string& what);
+  const Where& where() const { return where_; }
+  const std::string& detail() const { return detail_; }
+  virtual ExitCode exit_code() const { return ExitCode::failure; }
+
+ private:
+  Where where_;
+  std::string detail_;
+};
+
+// The checkpoint (or a file in it) is malformed, inconsistent or incomplete.
+class FormatError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const override { return ExitCode::invalid; }
+};
+
+// The operating system refused: missing file, short read, failed write, full disk.
+class IoError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const override { return ExitCode::io; }
+};
+
+// Well-formed input that this version does not handle.
+class UnsupportedError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const override { return ExitCode::unsupported; }
+};
+
+// A caller asked for something impossible (bad dtype name, conflicting options).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const override { return ExitCode::usage; }
+};
+
+// errno text for IoError messages.
+std::string errno_text(int err);
+
+}  // namespace dcpctl

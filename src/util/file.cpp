@@ -1,0 +1,98 @@
+#include "util/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace dcpctl {
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(Where(path), "cannot open: " + errno_text(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw IoError(Where(path), "cannot stat: " + errno_text(e));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw IoError(Where(path), "is a directory, expected a file");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    addr_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (addr_ == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      addr_ = nullptr;
+      throw IoError(Where(path), "cannot map: " + errno_text(e));
+    }
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (addr_) ::munmap(addr_, size_);
+}
+
+ReadFile::ReadFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(Where(path), "cannot open: " + errno_text(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) {
+    int e = errno;
+    ::close(fd_);
+    throw IoError(Where(path), "cannot stat: " + errno_text(e));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd_);
+    throw IoError(Where(path), "is a directory, expected a file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+ReadFile::ReadFile(ReadFile&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_), size_(o.size_) { o.fd_ = -1; }
+
+ReadFile::~ReadFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {
+  if (offset > size_ || n > size_ - offset)
+    throw FormatError(Where(path_, offset, key), std::to_string(n) + " bytes run past the end of the file (" +
+                                                     std::to_string(size_) + " bytes)");
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(Where(path_, offset, key), "read failed: " + errno_text(errno));
+    }
+    if (got == 0) throw IoError(Where(path_, offset, key), "file shrank while reading");
+    p += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,180 @@
+// The restricted pickle VM on hand-made pickles: one test per opcode family, plus hostile input.
+// (Real `.metadata` files written by torch are covered by the fixture tests.)
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "pickle/repr.h"
+#include "pickle/vm.h"
+
+using namespace dcpctl;
+using namespace dcpctl::pickle;
+
+namespace {
+
+std::unique_ptr<Tree> run(const std::string& bytes) {
+  ParseOptions o;
+  o.source = "test.pkl";
+  return parse(ByteSpan(bytes), o);
+}
+
+std::string r(const std::string& bytes) { return repr(run(bytes)->root, 10000); }
+
+std::string bin(std::initializer_list<int> b) {
+  std::string s;
+  for (int c : b) s.push_back(static_cast<char>(c));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("scalars in every encoding") {
+  CHECK(r("N.") == "None");
+  CHECK(r(bin({0x80, 2, 0x88, '.'})) == "True");
+  CHECK(r(bin({0x80, 2, 0x89, '.'})) == "False");
+  CHECK(r("I00\n.") == "False");
+  CHECK(r("I42\n.") == "42");
+  CHECK(r("L-7L\n.") == "-7");
+  CHECK(r(bin({'K', 200, '.'})) == "200");
+  CHECK(r(bin({'M', 0x34, 0x12, '.'})) == "4660");
+  CHECK(r(bin({'J', 0xff, 0xff, 0xff, 0xff, '.'})) == "-1");
+  CHECK(r(bin({0x8a, 1, 0x80, '.'})) == "-128");
+  CHECK(r(bin({0x8a, 5, 0, 0, 0, 0, 1, '.'})) == "4294967296");
+  CHECK(r(bin({0x8a, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, '.'})) == "1");
+  CHECK(r(bin({0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, '.'})) == "<int of 72 bits>");
+  CHECK(r("F0.5\n.") == "0.5");
+  CHECK(r(bin({'G', 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, '.'})) == "1.5");
+}
+
+TEST_CASE("strings and bytes") {
+  CHECK(r(bin({0x8c, 3, 'a', 'b', 'c', '.'})) == "'abc'");
+  CHECK(r(bin({'X', 2, 0, 0, 0, 'h', 'i', '.'})) == "'hi'");
+  CHECK(r(bin({0x8d, 1, 0, 0, 0, 0, 0, 0, 0, 'z', '.'})) == "'z'");
+  CHECK(r(bin({'C', 2, 0, 0xff, '.'})) == "b'\\x00\\xff'");
+  CHECK(r(bin({'B', 1, 0, 0, 0, 'q', '.'})) == "b'q'");
+  CHECK(r(bin({0x96, 1, 0, 0, 0, 0, 0, 0, 0, 'y', '.'})) == "b'y'");
+  CHECK(r("S'it\\'s'\n.") == "'it\\'s'");
+  CHECK(r("Vcaf\\u00e9\n.") == "'caf\xc3\xa9'");
+  CHECK(r(bin({'U', 1, 0xe9, '.'})) == "'\xc3\xa9'");
+}
+
+TEST_CASE("containers") {
+  CHECK(r(").") == "()");
+  CHECK(r(bin({'K', 1, 'K', 2, 0x86, '.'})) == "(1, 2)");
+  CHECK(r(bin({'K', 1, 0x85, '.'})) == "(1,)");
+  CHECK(r("(I1\nI2\nI3\nI4\nt.") == "(1, 2, 3, 4)");
+  CHECK(r("]I1\na.") == "[1]");
+  CHECK(r("](I1\nI2\ne.") == "[1, 2]");
+  CHECK(r("(I1\nl.") == "[1]");
+  CHECK(r(bin({'}', 0x8c, 1, 'k', 'K', 1, 's', '.'})) == "{'k': 1}");
+  CHECK(r(bin({'}', '(', 0x8c, 1, 'a', 'K', 1, 0x8c, 1, 'b', 'K', 2, 'u', '.'})) == "{'a': 1, 'b': 2}");
+  CHECK(r("(S'a'\nI1\nd.") == "{'a': 1}");
+  CHECK(r(bin({0x8f, '(', 'K', 1, 0x90, '.'})) == "{1}");
+  CHECK(r(bin({'(', 'K', 1, 0x91, '.'})) == "{1}");
+}
+
+TEST_CASE("memo: MEMOIZE, PUT and GET share the object") {
+  // l = []; t = (l, l); l.append(7)  -> ([7], [7])
+  CHECK(r(bin({0x80, 4, ']', 0x94, 'h', 0, 'h', 0, 0x86, 'h', 0, 'K', 7, 'a', '0', '.'})) == "([7], [7])");
+  CHECK(r("]p0\ng0\n0.") == "[]");
+  CHECK(r(bin({']', 'q', 3, '0', 'h', 3, '.'})) == "[]");
+  CHECK(r(bin({']', 'r', 9, 0, 0, 0, '0', 'j', 9, 0, 0, 0, '.'})) == "[]");
+  CHECK(r(bin({'K', 1, '2', 0x86, '.'})) == "(1, 1)");  // DUP
+}
+
+TEST_CASE("globals and object construction never execute") {
+  // os.system('echo pwned') via REDUCE: becomes an inert Object.
+  auto t = run("cos\nsystem\n(S'echo pwned'\ntR.");
+  REQUIRE(t->root.kind == Kind::Object);
+  CHECK(t->root.as_object().callable.is_global("os", "system"));
+  CHECK(repr(t->root) == "os.system('echo pwned')");
+  REQUIRE(t->globals().size() == 1);
+  CHECK(t->globals()[0]->module == "os");
+
+  // STACK_GLOBAL + NEWOBJ + BUILD with a dict state.
+  std::string p = bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81, '}', 0x8c, 1, 'x', 'K', 5, 's', 'b', '.'});
+  auto o = run(p);
+  REQUIRE(o->root.kind == Kind::Object);
+  CHECK(o->root.as_object().state.get("x")->as_int() == 5);
+  CHECK(r("(I1\nim\nC\n.") == "m.C(1)");
+  CHECK(r("(cm\nC\nI1\no.") == "m.C(1)");
+}
+
+TEST_CASE("torch.Size and OrderedDict are recognised as data") {
+  CHECK(r("ctorch\nSize\n((I4\nI5\nttR.") == "torch.Size([4, 5])");
+  CHECK(run("ctorch\nSize\n((I4\nI5\nttR.")->root.kind == Kind::Size);
+  CHECK(r("ccollections\nOrderedDict\n)R.") == "{}");
+  CHECK(r("ccollections\nOrderedDict\n)R(S'a'\nI1\nu.") == "{'a': 1}");
+}
+
+TEST_CASE("persistent ids") {
+  CHECK(r(bin({0x8c, 1, 's', 0x85, 'Q', '.'})) == "persistent_id(('s',))");
+  CHECK(r("P7\n.") == "persistent_id('7')");
+}
+
+TEST_CASE("protocol framing") {
+  CHECK(r(bin({0x80, 4, 0x95, 2, 0, 0, 0, 0, 0, 0, 0, 'N', '.'})) == "None");
+  CHECK_THROWS_AS(run(bin({0x80, 6, 'N', '.'})), UnsupportedError);
+}
+
+TEST_CASE("hostile pickles give clean errors with offsets") {
+  auto msg = [](const std::string& p) -> std::string {
+    try {
+      run(p);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(msg("") == "test.pkl: offset 0: pickle ends without a STOP opcode");
+  CHECK(msg("N") == "test.pkl: offset 1: pickle ends without a STOP opcode");
+  CHECK(msg(".") == "test.pkl: offset 0: STOP on an empty stack");
+  CHECK(msg("a.") == "test.pkl: offset 0: APPEND needs a list and an item");
+  CHECK(msg(bin({0xff})) == "test.pkl: offset 0: unknown pickle opcode 0xff");
+  // BINUNICODE claiming 4 GiB with 2 bytes left: refused before any allocation.
+  CHECK(msg(bin({'X', 0xff, 0xff, 0xff, 0xff, 'a', '.'})) ==
+        "test.pkl: offset 5: string of 4294967295 bytes runs past the end of the data (2 bytes left)");
+  CHECK(msg(bin({0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '.'})).find("runs past the end") != std::string::npos);
+  CHECK(msg(bin({0x95, 0xff, 0, 0, 0, 0, 0, 0, 0, 'N', '.'})) ==
+        "test.pkl: offset 0: FRAME of 255 bytes runs past the end of the data (2 bytes left)");
+  CHECK(msg("h\x05.") == "test.pkl: offset 0: memo entry 5 is read before it was stored");
+  CHECK(msg("K\x01" "K\x02" "s.").find("SETITEM") != std::string::npos);
+  CHECK(msg("(I1\nI2\ne.").find("APPENDS") != std::string::npos);
+  CHECK(msg("t.").find("without a MARK") != std::string::npos);
+  CHECK(msg("I1x\n.").find("malformed number") != std::string::npos);
+  CHECK(msg(bin({0x82, 1, '.'})).find("extension registry") != std::string::npos);
+  CHECK(msg(bin({0x97, '.'})).find("out-of-band") != std::string::npos);
+  CHECK(msg("NNb.").find("BUILD on a None") != std::string::npos);
+}
+
+TEST_CASE("nesting depth is capped") {
+  std::string deep;
+  for (int i = 0; i < 600; ++i) deep += "]";
+  for (int i = 0; i < 599; ++i) deep += "a";
+  deep += ".";
+  try {
+    run(deep);
+    FAIL("no error");
+  } catch (const FormatError& e) {
+    CHECK(std::string(e.what()).find("nesting deeper than 512") != std::string::npos);
+  }
+  std::string ok;
+  for (int i = 0; i < 100; ++i) ok += "]";
+  for (int i = 0; i < 99; ++i) ok += "a";
+  ok += ".";
+  CHECK(run(ok)->root.depth == 99);
+}
+
+TEST_CASE("self-referencing list does not hang repr or json") {
+  // l = []; l.append(l)
+  auto t = run(bin({0x80, 4, ']', 0x94, 'h', 0, 'a', '.'}));
+  std::string s = repr(t->root, 100);
+  CHECK(s.size() <= 103);
+  nlohmann::json j;
+  CHECK_FALSE(to_json(t->root, j));
+}
+
+TEST_CASE("json conversion") {
+  nlohmann::json j;
+  REQUIRE(to_json(run("(S'a'\n(I1\nF2.5\nNtd.")->root, j));
+  CHECK(j.dump() == R"({"a":[1,2.5,null]})");
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# dcpctl's one entry point for a fresh machine. Every step is idempotent and quick the second time.
+#
+#   tools/dev.sh demo    set up, build, run dcpctl on the bundled sample checkpoint
+#   tools/dev.sh test    set up, build, run the whole test suite (CTest), then again under ASan+UBSan
+#   tools/dev.sh setup   only install what is missing (Debian packages, the Python virtualenv)
+#   tools/dev.sh build   setup + build (build/)
+#
+# Environment: DCPCTL_JOBS (parallel jobs, default nproc), DCPCTL_SKIP_ASAN=1 (test without the
+# sanitizer pass), DCPCTL_LIBTORCH=system (use Debian's libtorch-dev instead of the PyPI wheel).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+JOBS=${DCPCTL_JOBS:-$(nproc)}
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+
+APT_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev
+  python3 python3-venv mandoc shellcheck zsh fish time)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+setup_apt() {
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${DCPCTL_LIBTORCH:-wheel}" = system ]; then
+    dpkg-query -W -f='${Status}' libtorch-dev 2>/dev/null | grep -q "install ok installed" || missing+=(libtorch-dev)
+  fi
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+setup_venv() {
+  local want have=""
+  want=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+  [ -f "$VENV/.dcpctl-requirements" ] && have=$(cat "$VENV/.dcpctl-requirements")
+  [ "$want" = "$have" ] && [ -x "$PY" ] && return 0
+  log "creating the Python virtualenv (.venv) with pinned torch, safetensors, numpy"
+  [ -x "$PY" ] || python3 -m venv "$VENV"
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q -r tools/requirements.txt
+  echo "$want" >"$VENV/.dcpctl-requirements"
+}
+
+setup() {
+  setup_apt
+  setup_venv
+}
+
+configure() {  # configure <build dir> [cmake args...]
+  local dir=$1
+  shift
+  local torch_args=(-DDCPCTL_PYTHON="$PY")
+  [ "${DCPCTL_LIBTORCH:-wheel}" = system ] && torch_args=()
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    log "configuring $dir"
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" "$@" >/dev/null
+  fi
+}
+
+build() {  # build <build dir> [cmake args...]
+  configure "$@"
+  log "building $1"
+  cmake --build "$1" -j "$JOBS"
+}
+
+run_tests() {  # run_tests <build dir>
+  log "testing $1"
+  DCPCTL_VENV="$VENV" ctest --test-dir "$1" --output-on-failure -j "$JOBS"
+}
+
+cmd=${1:-}
+case "$cmd" in
+  setup) setup ;;
+  build)
+    setup
+    build build
+    ;;
+  demo)
+    setup
+    build build
+    sample=tests/fixtures/sample/ckpt
+    log "dcpctl inspect $sample"
+    build/cmd/dcpctl inspect "$sample"
+    ;;
+  test)
+    setup
+    build build
+    run_tests build
+    if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
+      build build-asan -DDCPCTL_SANITIZE=ON
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan
+    fi
+    ;;
+  *)
+    sed -n '2,12p' "$0" >&2
+    exit 2
+    ;;
+esac
