@@ -7,6 +7,7 @@ namespace dcpctl::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"inspect", setup_inspect},
+      {"verify", setup_verify},
       {"generate", setup_generate},
   };
   return kCommands;

@@ -6,6 +6,7 @@
 namespace dcpctl::cli {
 
 void setup_inspect(CLI::App& parent, RunFn& run);
+void setup_verify(CLI::App& parent, RunFn& run);
 void setup_generate(CLI::App& parent, RunFn& run);
 
 }  // namespace dcpctl::cli

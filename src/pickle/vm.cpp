@@ -70,6 +70,21 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
+// Inverse of latin1_to_utf8; false if a code point is above U+00FF or the UTF-8 is malformed.
+bool utf8_to_latin1(std::string_view s, std::string& out) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else if ((c == 0xC2 || c == 0xC3) && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) & 0xC0) == 0x80) {
+      out.push_back(static_cast<char>(((c & 0x03) << 6) | (static_cast<unsigned char>(s[++i]) & 0x3F)));
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -371,6 +386,7 @@ class Machine {
   }
 
   Value reduce(const Value& callable, const Value& args) {
+
     if (callable.kind == Kind::Global) {
       const GlobalRef& g = callable.as_global();
       if (g.module == "torch" && g.name == "Size" && args.kind == Kind::Tuple && args.len == 1 &&
@@ -386,6 +402,21 @@ class Machine {
       }
       if (g.module == "collections" && g.name == "OrderedDict" && args.kind == Kind::Tuple && args.len == 0)
         return tree_->make_open(Kind::Dict);
+      // Protocol 2 spells sets as set([...]) and bytes as _codecs.encode(latin-1 text, 'latin1').
+      if ((g.module == "builtins" || g.module == "__builtin__") && (g.name == "set" || g.name == "frozenset") &&
+          args.kind == Kind::Tuple && args.len == 1 &&
+          (args.items()[0].kind == Kind::List || args.items()[0].kind == Kind::Tuple)) {
+        Items it = args.items()[0].items();
+        Value v = tree_->make_frozen(Kind::Set, it.ptr, it.size());
+        check_depth(v.depth);
+        return v;
+      }
+      if (g.module == "_codecs" && g.name == "encode" && args.kind == Kind::Tuple && args.len == 2 &&
+          args.items()[0].kind == Kind::Str && args.items()[1].kind == Kind::Str &&
+          (args.items()[1].as_str() == "latin1" || args.items()[1].as_str() == "latin-1")) {
+        std::string raw;
+        if (utf8_to_latin1(args.items()[0].as_str(), raw)) return make_string(Kind::Bytes, raw);
+      }
     }
     Value obj = tree_->make_object(callable, args);
     check_depth(obj.depth);

@@ -1,0 +1,14 @@
+// Small formatting helpers shared by the human renderers of the subcommands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dcpctl::cli {
+
+std::string human_bytes(uint64_t n);                 // "1.5 MiB", "512 B"
+std::string dims_str(const std::vector<int64_t>& d);  // "[4, 5]"
+std::string pad(const std::string& s, size_t width);  // left-aligned, at least one space after
+
+}  // namespace dcpctl::cli

@@ -1,0 +1,281 @@
+// `dcpctl generate man`: the man(7) page dcpctl.1. It must pass `mandoc -T lint -W warning`
+// (tests/docs/lint_man.sh). Every piece of model text goes through roff_text() or roff_arg().
+#include <cctype>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "build_info.h"
+#include "cmd/exit_codes.h"
+#include "cmd/generate_model.h"
+
+namespace dcpctl::cli::gen {
+namespace {
+
+// Escapes text for roff: backslashes, hyphens as \- (so options copy and paste as ASCII
+// hyphen-minus), non-ASCII as \[uXXXX]. Line-start control characters are handled per line.
+std::string roff_escape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\e";
+    } else if (c == '-') {
+      out += "\\-";
+    } else if (c == '\n' || c == '\t') {
+      out += ' ';
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      // UTF-8 to a code point; a malformed sequence becomes U+FFFD.
+      int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      unsigned cp = len == 1 ? 0xFFFD : c & (0x7F >> len);
+      bool ok = len > 1 && i + len <= s.size();
+      for (int k = 1; ok && k < len; ++k) {
+        unsigned char d = static_cast<unsigned char>(s[i + k]);
+        ok = (d & 0xC0) == 0x80;
+        cp = (cp << 6) | (d & 0x3F);
+      }
+      if (!ok) {
+        cp = 0xFFFD;
+        len = 1;
+      }
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\[u%04X]", cp);
+      out += buf;
+      i += len - 1;
+    }
+  }
+  return out;
+}
+
+// An escaped text line made safe to start a line: no leading or trailing blanks (a leading
+// blank breaks the line), and a leading . or ' (control characters) made inert.
+std::string guard_line(const std::string& escaped) {
+  size_t start = escaped.find_first_not_of(' ');
+  if (start == std::string::npos) return {};
+  std::string t = escaped.substr(start);
+  while (t.back() == ' ') t.pop_back();
+  if (t[0] == '.' || t[0] == '\'') t = "\\&" + t;
+  return t;
+}
+
+std::string roff_text(const std::string& s) { return guard_line(roff_escape(s)); }
+
+// A quoted macro argument.
+std::string roff_arg(const std::string& s) {
+  std::string out = "\"";
+  for (char c : roff_escape(s)) out += c == '"' ? std::string("\\(dq") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string bold(const std::string& s) { return "\\fB" + roff_escape(s) + "\\fR"; }
+std::string italic(const std::string& s) { return "\\fI" + roff_escape(s) + "\\fR"; }
+
+std::string sentence(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+  if (!s.empty() && s.back() != '.' && s.back() != '!' && s.back() != '?') s += '.';
+  return s;
+}
+
+// Paragraph text, blank lines dropped (fill mode joins lines anyway), each input line escaped
+// and wrapped at spaces to 80 bytes (mandoc's style check; escapes never contain spaces).
+void text_lines(std::ostream& o, const std::string& s) {
+  constexpr size_t kWidth = 80;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) {
+    std::string t = roff_text(line);
+    while (t.size() > kWidth) {
+      size_t cut = t.rfind(' ', kWidth);
+      if (cut == std::string::npos || cut == 0) cut = t.find(' ', kWidth);
+      if (cut == std::string::npos) break;
+      o << t.substr(0, cut) << "\n";
+      t = guard_line(t.substr(cut + 1));
+    }
+    if (!t.empty()) o << t << "\n";
+  }
+}
+
+std::string value_of(const ArgDoc& a) { return italic(a.value_name.empty() ? "VALUE" : a.value_name); }
+
+// "\fBdcpctl inspect\fR [\fIOPTIONS\fR] \fIcheckpoint\fR": required options are spelled out.
+std::string synopsis(const CommandDoc& c) {
+  std::string s = bold(c.joined());
+  bool optional_options = false;
+  for (const ArgDoc& a : c.options) {
+    if (!a.required) {
+      optional_options = true;
+      continue;
+    }
+    s += " " + bold(a.names().back());
+    if (a.takes_value) s += " " + value_of(a);
+  }
+  if (optional_options) s += " [" + italic("OPTIONS") + "]";
+  for (const ArgDoc& a : c.positionals) {
+    std::string p = italic(a.positional);
+    if (a.max_values == ArgDoc::kUnbounded || a.max_values > 1) p += "\\ ...";
+    s += " " + (a.required ? p : "[" + p + "]");
+  }
+  if (!c.subcommands.empty()) s += " " + (c.needs_subcommand ? italic("COMMAND") : "[" + italic("COMMAND") + "]");
+  return s;
+}
+
+void arg_item(std::ostream& o, const ArgDoc& a) {
+  o << ".TP\n";
+  if (a.is_positional() && a.shorts.empty() && a.longs.empty()) {
+    o << italic(a.positional) << "\n";
+  } else {
+    std::string head;
+    for (const std::string& n : a.names()) head += (head.empty() ? "" : ", ") + bold(n);
+    if (a.takes_value) head += " " + value_of(a);
+    o << head << "\n";
+  }
+  std::string text = a.description.empty() ? "" : sentence(a.description);
+  auto add = [&](const std::string& s) { text += (text.empty() ? "" : " ") + s; };
+  if (!a.choices.empty()) {
+    std::string list;
+    for (const std::string& c : a.choices) list += (list.empty() ? "" : ", ") + c;
+    add("One of: " + list + ".");
+  }
+  if (!a.default_value.empty()) add("Default: " + a.default_value + ".");
+  if (a.required && !a.is_positional()) add("Required.");
+  if (a.repeatable && !a.is_positional() && a.takes_value && a.description.find("repeat") == std::string::npos)
+    add("May be given more than once.");
+  if (!a.envname.empty()) add("Environment: " + a.envname + ".");
+  text_lines(o, text.empty() ? "(no description)" : text);
+}
+
+// Examples are shown only while the commands and options they use exist in the model.
+struct Example {
+  std::vector<std::string> path;  // below the root
+  std::vector<std::string> options;
+  const char* command_line;
+  const char* explanation;
+};
+
+const CommandDoc* find(const CommandDoc& root, const std::vector<std::string>& path) {
+  const CommandDoc* c = &root;
+  for (const std::string& p : path) {
+    const CommandDoc* next = nullptr;
+    for (const CommandDoc& s : c->subcommands)
+      if (s.name() == p) next = &s;
+    if (!next) return nullptr;
+    c = next;
+  }
+  return c;
+}
+
+bool has_option(const CommandDoc& c, const std::string& name) {
+  for (const ArgDoc& a : c.options)
+    for (const std::string& n : a.names())
+      if (n == name) return true;
+  return false;
+}
+
+const Example kExamples[] = {
+    {{"inspect"}, {}, "dcpctl inspect ckpt/", "Show what the checkpoint in ckpt/ holds and how it is sharded."},
+    {{"inspect"}, {"--json"}, "dcpctl inspect --json ckpt/", "The same as JSON, for scripts."},
+    {{}, {"--version"}, "dcpctl --version", "Show the versions of dcpctl and LibTorch and whether CUDA is usable."},
+};
+
+// The .TH date. Empty, so that the page is byte-identical across builds and never goes stale;
+// mandoc's lint then says "missing date" (the one message tests/docs/lint_man.sh tolerates).
+// A fixed "YYYY-MM-DD" here would silence it, at the price of a date to bump by hand.
+constexpr const char* kManDate = "";
+
+}  // namespace
+
+std::string emit_man(const CommandDoc& root) {
+  std::ostringstream o;
+  std::string title;
+  for (char c : root.name()) title += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  o << ".\\\" " << generated_notice("man") << "\n"
+    << ".TH " << title << " 1 " << roff_arg(kManDate) << " " << roff_arg(root.name() + " " + DCPCTL_VERSION)
+    << " \"User Commands\"\n"
+    << ".nh\n";  // no hyphenation: option names and dtypes must not be split
+
+  // The description starts "dcpctl: ..."; NAME wants the part after the name.
+  std::string what = root.description;
+  if (what.rfind(root.name() + ":", 0) == 0) what = what.substr(root.name().size() + 1);
+  std::string summary = what.substr(0, what.find('\n'));
+  summary.erase(0, summary.find_first_not_of(' '));
+  while (!summary.empty() && (summary.back() == '.' || summary.back() == ' ')) summary.pop_back();
+  o << ".SH NAME\n";
+  text_lines(o, root.name() + " - " + summary);
+
+  o << ".SH SYNOPSIS\n";
+  bool first = true;
+  for_each_command(root, [&](const CommandDoc& c) {
+    if (!first) o << ".br\n";
+    first = false;
+    o << synopsis(c) << "\n";
+  });
+
+  o << ".SH DESCRIPTION\n";
+  text_lines(o, root.description);
+  if (!root.subcommands.empty()) {
+    o << ".PP\nEach command has its own options, listed under\n.B COMMANDS\nbelow and shown by\n"
+      << bold(root.name()) << " " << italic("COMMAND") << " " << bold("--help") << ".\n";
+  }
+
+  if (!root.subcommands.empty()) {
+    o << ".SH COMMANDS\n";
+    std::vector<const CommandDoc*> parents = {&root};
+    std::function<void(const CommandDoc&)> section = [&](const CommandDoc& c) {
+      o << ".SS " << roff_arg(c.joined()) << "\n" << synopsis(c) << "\n.PP\n";
+      text_lines(o, sentence(c.description.empty() ? "(no description)" : c.description));
+      for (const ArgDoc& a : c.positionals) arg_item(o, a);
+      for (const ArgDoc& a : c.options) arg_item(o, a);
+      // CLI11 subcommands inherit their parent's footer (the exit codes): print only new ones.
+      if (!c.footer.empty() && c.footer != parents.back()->footer) {
+        o << ".PP\n";
+        text_lines(o, c.footer);
+      }
+      parents.push_back(&c);
+      for (const CommandDoc& s : c.subcommands) section(s);
+      parents.pop_back();
+    };
+    for (const CommandDoc& c : root.subcommands) section(c);
+  }
+
+  if (!root.options.empty() || !root.positionals.empty()) {
+    o << ".SH GLOBAL OPTIONS\nThese come before the command.\n";
+    for (const ArgDoc& a : root.positionals) arg_item(o, a);
+    for (const ArgDoc& a : root.options) arg_item(o, a);
+  }
+
+  std::vector<const ArgDoc*> env;
+  for_each_command(root, [&](const CommandDoc& c) {
+    for (const ArgDoc& a : c.options)
+      if (!a.envname.empty()) env.push_back(&a);
+  });
+  if (!env.empty()) {
+    o << ".SH ENVIRONMENT\n";
+    for (const ArgDoc* a : env) {
+      o << ".TP\n" << bold(a->envname) << "\nSets " << bold(a->names().back()) << ".\n";
+    }
+  }
+
+  o << ".SH EXIT STATUS\n";
+  for (const ExitCodeDoc& e : kExitCodes) {
+    o << ".TP\n" << bold(std::to_string(static_cast<int>(e.code))) << "\n";
+    text_lines(o, e.meaning);
+  }
+
+  bool examples = false;
+  for (const Example& ex : kExamples) {
+    const CommandDoc* c = find(root, ex.path);
+    bool ok = c != nullptr;
+    for (const std::string& opt : ex.options) ok = ok && has_option(*c, opt);
+    if (!ok) continue;
+    if (!examples) o << ".SH EXAMPLES\n";
+    examples = true;
+    o << ".TP\n.B " << roff_arg(ex.command_line) << "\n";
+    text_lines(o, ex.explanation);
+  }
+
+  o << ".SH SEE ALSO\n.BR torchrun (1),\n.BR python3 (1)\n";
+  return o.str();
+}
+
+}  // namespace dcpctl::cli::gen

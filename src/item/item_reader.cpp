@@ -1,0 +1,140 @@
+#include "item/item_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "item/torch_zip.h"
+#include "item/transforms.h"
+#include "pickle/vm.h"
+
+namespace dcpctl {
+
+struct ItemReader::Opened {
+  Where where;
+  std::shared_ptr<const ByteSource> src;
+  std::unique_ptr<TorchZip> zip;
+};
+
+ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
+    : ck_(ck), limits_(limits), files_(ck.md.files.size()) {}
+
+ItemReader::~ItemReader() = default;
+
+const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!files_.at(index)) {
+    const DataFileInfo& fi = ck_.files.at(index);
+    if (!fi.size) throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
+    files_[index] = std::make_unique<ReadFile>(ck_.path_of(index));
+  }
+  return *files_[index];
+}
+
+ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& key) const {
+  if (!ref.present()) throw FormatError(Where(ck_.metadata_path, std::nullopt, key), "no storage_data entry");
+  Opened o;
+  o.where = Where(ck_.path_of(ref.file), ref.offset, key);
+  const ReadFile& f = file(ref.file, o.where);
+  if (ref.offset > f.size() || ref.length > f.size() - ref.offset)
+    throw FormatError(o.where, "item of " + std::to_string(ref.length) + " bytes runs past the end of the file (" +
+                                   std::to_string(f.size()) + " bytes)");
+  if (ref.transforms == 0) {
+    o.src = std::make_shared<FileWindow>(f, ref.offset, ref.length, key);
+  } else {
+    std::vector<uint8_t> raw(ref.length);
+    f.read_at(ref.offset, raw.data(), raw.size(), key);
+    o.src = std::make_shared<MemorySource>(
+        undo_transforms(std::move(raw), ck_.md.transform_sets.at(ref.transforms), limits_.max_decoded_item, o.where));
+  }
+  o.zip = std::make_unique<TorchZip>(o.src, o.where);
+  return o;
+}
+
+static std::string dims_text(const int64_t* d, size_t n) {
+  std::string s = "[";
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) const {
+  if (o.zip->has("byteorder")) {
+    std::vector<uint8_t> bo = o.zip->read_small("byteorder", 64);
+    if (std::string(bo.begin(), bo.end()) != "little")
+      throw UnsupportedError(o.where, "tensor saved in byte order '" + std::string(bo.begin(), bo.end()) + "'");
+  }
+  std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);
+  pickle::ParseOptions po;
+  po.source = o.where.file;
+  po.base_offset = o.where.offset.value_or(0);
+  std::unique_ptr<pickle::Tree> tree;
+  try {
+    tree = pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
+  } catch (const FormatError& e) {
+    throw FormatError(o.where, "data.pkl: " + e.detail());
+  }
+  TensorBlob b = interpret_tensor_pickle(tree->root, o.where);
+  if (t.dtype && b.dtype != *t.dtype)
+    throw FormatError(o.where, std::string("chunk ") + std::to_string(chunk) + " holds " + torch_name(b.dtype) +
+                                   " but .metadata says " + t.dtype_name);
+  if (b.size.size() != t.ndim() || !std::equal(b.size.begin(), b.size.end(), t.chunk_sizes(chunk)))
+    throw FormatError(o.where, "chunk " + std::to_string(chunk) + " holds shape " + dims_text(b.size.data(), b.size.size()) +
+                                   " but .metadata says " + dims_text(t.chunk_sizes(chunk), t.ndim()));
+  return b;
+}
+
+TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
+  Opened o = open(t.storage.at(chunk), t.fqn);
+  return check_blob(o, t, chunk);
+}
+
+// Copies a strided view out of `base` (its storage) into dense C order.
+static void gather(const uint8_t* base, const TensorBlob& b, size_t item, uint8_t* dst) {
+  size_t nd = b.size.size();
+  std::vector<int64_t> idx(nd, 0);
+  uint64_t n = b.numel();
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t off = static_cast<uint64_t>(b.storage_offset);
+    for (size_t d = 0; d < nd; ++d) off += static_cast<uint64_t>(idx[d] * b.stride[d]);
+    std::memcpy(dst + i * item, base + off * item, item);
+    for (size_t d = nd; d-- > 0;) {
+      if (++idx[d] < b.size[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const {
+  if (!t.dtype) throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
+  Opened o = open(t.storage.at(chunk), t.fqn);
+  TensorBlob b = check_blob(o, t, chunk);
+  size_t item = itemsize(b.dtype);
+  uint64_t numel = b.numel();
+  if (numel == 0) return;
+  RecordLocation rec = o.zip->locate("data/" + b.storage_key);
+  uint64_t extent = b.extent();
+  if (extent == UINT64_MAX || extent > rec.size / item)
+    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": the tensor view needs " + std::to_string(extent) +
+                                   " elements but its storage record holds " + std::to_string(rec.size / item));
+  if (b.contiguous()) {
+    o.src->read(rec.offset + static_cast<uint64_t>(b.storage_offset) * item, dst, numel * item);
+  } else {
+    std::vector<uint8_t> storage(extent * item);
+    o.src->read(rec.offset, storage.data(), storage.size());
+    gather(storage.data(), b, item, static_cast<uint8_t*>(dst));
+  }
+}
+
+std::unique_ptr<pickle::Tree> ItemReader::read_bytes(const BytesMeta& bm) const {
+  Opened o = open(bm.storage, bm.fqn);
+  std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);
+  pickle::ParseOptions po;
+  po.source = o.where.file;
+  po.base_offset = o.where.offset.value_or(0);
+  try {
+    return pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
+  } catch (const FormatError& e) {
+    throw FormatError(o.where, "data.pkl: " + e.detail());
+  }
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,56 @@
+// Reading items out of a checkpoint's .distcp files.
+//
+// An item is the byte window [offset, offset + length) of `relative_path` named by its
+// storage_data entry; after undoing its stream transforms (if any) it is a torch.save zip
+// (torch_zip.h). Tensor chunks are read straight from the file at their record's offset when the
+// item is untransformed; transformed items are decoded in memory (bounded by the item's size).
+// Every check compares what data.pkl says with what `.metadata` says (dtype, shape, byte counts)
+// and reports mismatches with file, offset and key. Safe to use from several threads.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "item/source.h"
+#include "item/tensor_blob.h"
+#include "meta/checkpoint.h"
+#include "pickle/tree.h"
+
+namespace dcpctl {
+
+class TorchZip;
+
+struct ItemLimits {
+  uint64_t max_pickle_bytes = 256ull << 20;     // data.pkl of one item
+  uint64_t max_decoded_item = 64ull << 30;      // a transformed item, once decoded
+};
+
+class ItemReader {
+ public:
+  explicit ItemReader(const Checkpoint& ck, ItemLimits limits = {});
+  ~ItemReader();
+
+  // Decodes chunk `chunk` of `t` into dst: C-contiguous, t.chunk_numel(chunk) * itemsize bytes.
+  void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;
+  // Parses the chunk's data.pkl and checks it against the metadata, without reading the data.
+  TensorBlob describe_chunk(const TensorMeta& t, size_t chunk) const;
+  // The object a bytes item holds (torch.save'd by DCP), decoded by the restricted VM.
+  std::unique_ptr<pickle::Tree> read_bytes(const BytesMeta& b) const;
+
+  const Checkpoint& checkpoint() const { return ck_; }
+
+ private:
+  struct Opened;
+  Opened open(const StorageRef& ref, const std::string& key) const;
+  TensorBlob check_blob(Opened& o, const TensorMeta& t, size_t chunk) const;
+  const ReadFile& file(uint32_t index, const Where& where) const;
+
+  const Checkpoint& ck_;
+  ItemLimits limits_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<ReadFile>> files_;
+};
+
+}  // namespace dcpctl

@@ -1,0 +1,52 @@
+// The torch.save zip inside each DCP item, read with LibTorch's PyTorchStreamReader (the reader
+// torch itself uses) over a ByteSource, so items are read in place without copying the window.
+//
+// Layout written by torch.save (checked against real files; see tests/fixtures/FORMAT_NOTES.md):
+// records under one archive folder ("archive/" in DCP items): data.pkl (pickle protocol 2),
+// .format_version, .storage_alignment ("64"), byteorder ("little"), data/<key> (raw storage bytes),
+// version ("3"), .data/serialization_id. Records are STORED (never deflated) and data records are
+// 64-byte aligned relative to the start of the blob, which is what lets us read tensor bytes
+// directly at their offset. A compressed record is refused rather than mis-read.
+//
+// This is the only translation unit that includes LibTorch headers for reading.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "item/source.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+struct RecordLocation {
+  uint64_t offset = 0;  // of the record's bytes within the source
+  uint64_t size = 0;
+};
+
+class TorchZip {
+ public:
+  // `where` names the item for errors (file, item offset, key).
+  TorchZip(std::shared_ptr<const ByteSource> src, Where where);
+  ~TorchZip();
+  TorchZip(const TorchZip&) = delete;
+  TorchZip& operator=(const TorchZip&) = delete;
+
+  std::vector<std::string> records();
+  bool has(const std::string& name);
+  // A small record's bytes (data.pkl, byteorder); refuses records larger than max_bytes.
+  std::vector<uint8_t> read_small(const std::string& name, uint64_t max_bytes);
+  // Where a record's bytes lie in the source; checks the record is stored uncompressed.
+  RecordLocation locate(const std::string& name);
+  const std::shared_ptr<const ByteSource>& source() const { return src_; }
+  const Where& where() const { return where_; }
+
+ private:
+  struct Impl;
+  std::shared_ptr<const ByteSource> src_;
+  Where where_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dcpctl

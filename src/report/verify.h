@@ -1,0 +1,29 @@
+// verify: every structural check on a checkpoint, collecting all problems instead of stopping at
+// the first. With `deep`, every item is also decoded and checked against the metadata.
+//
+// JSON schema, version 1:
+// {"schema_version": 1, "checkpoint", "ok": bool, "deep": bool,
+//  "checked": {"files", "tensors", "chunks", "bytes_items", "bytes_read"},
+//  "problems": [{"code", "file", "offset" (int|null), "key", "message"}],
+//  "warnings": [{"code", "file", "offset", "key", "message"}],
+//  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum)}
+// Problem codes: metadata-invalid, missing-file, window-out-of-file, window-overlap,
+// chunk-gap, chunk-overlap, chunk-out-of-bounds, missing-storage, orphan-storage,
+// duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace dcpctl {
+
+struct VerifyOptions {
+  bool deep = false;
+  bool checksum = false;  // implies deep
+  unsigned threads = 0;   // 0 = all cores
+};
+
+// Throws IoError only when the directory itself cannot be opened; everything else is a finding.
+nlohmann::json verify_checkpoint(const std::string& dir, const VerifyOptions& opts);
+
+}  // namespace dcpctl

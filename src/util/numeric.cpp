@@ -1,0 +1,192 @@
+#include "util/numeric.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace dcpctl {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::string fmt_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char b[40];
+  for (int p = 1; p <= 17; ++p) {
+    std::snprintf(b, sizeof b, "%.*g", p, v);
+    if (std::strtod(b, nullptr) == v) break;
+  }
+  return b;
+}
+
+// Shortest text that reads back as the same float (what Python prints for float32 values).
+std::string fmt_float(float v) {
+  if (std::isnan(v) || std::isinf(v)) return fmt_double(v);
+  char b[40];
+  for (int p = 1; p <= 9; ++p) {
+    std::snprintf(b, sizeof b, "%.*g", p, static_cast<double>(v));
+    if (std::strtof(b, nullptr) == v) break;
+  }
+  return b;
+}
+
+}  // namespace
+
+float bf16_to_f32(uint16_t h) { return from_bits(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t u = bits(f);
+  uint32_t bias = ((u >> 16) & 1) + 0x7FFF;
+  return static_cast<uint16_t>((u + bias) >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+  // fp16_ieee_to_fp32_value (FP16 library): exact for every half value.
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const uint32_t exp_offset = 0xE0u << 23;
+  const float exp_scale = from_bits(0x7800000u);
+  const float normalized = from_bits((two_w >> 4) + exp_offset) * exp_scale;
+  const uint32_t magic_mask = 126u << 23;
+  const float magic_bias = 0.5f;
+  const float denormalized = from_bits((two_w >> 17) | magic_mask) - magic_bias;
+  const uint32_t denormalized_cutoff = 1u << 27;
+  const uint32_t result = sign | (two_w < denormalized_cutoff ? bits(denormalized) : bits(normalized));
+  return from_bits(result);
+}
+
+uint16_t f32_to_f16(float f) {
+  const float scale_to_inf = from_bits(239u << 23);
+  const float scale_to_zero = from_bits(17u << 23);
+  float base = (std::fabs(f) * scale_to_inf) * scale_to_zero;
+  const uint32_t w = bits(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = from_bits((bias >> 1) + 0x07800000u) + base;
+  const uint32_t b = bits(base);
+  const uint32_t exp_bits = (b >> 13) & 0x00007C00u;
+  const uint32_t mantissa_bits = b & 0x00000FFFu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+float e4m3fn_to_f32(uint8_t x) {
+  // fp8e4m3fn_to_fp32_value
+  const uint32_t w = static_cast<uint32_t>(x) << 24;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t nonsign = w & 0x7FFFFFFFu;
+  uint32_t renorm_shift = static_cast<uint32_t>(nonsign ? __builtin_clz(nonsign) : 32);
+  renorm_shift = renorm_shift > 4 ? renorm_shift - 4 : 0;
+  const int32_t inf_nan_mask = (static_cast<int32_t>(nonsign + 0x01000000) >> 8) & 0x7F800000;
+  const int32_t zero_mask = static_cast<int32_t>(nonsign - 1) >> 31;
+  uint32_t result = sign | ((((nonsign << renorm_shift >> 4) + ((0x78 - renorm_shift) << 23)) |
+                             static_cast<uint32_t>(inf_nan_mask)) &
+                            ~static_cast<uint32_t>(zero_mask));
+  return from_bits(result);
+}
+
+uint8_t f32_to_e4m3fn(float f) {
+  constexpr uint32_t fp8_max = 1087u << 20;
+  constexpr uint32_t denorm_mask = 141u << 23;
+  uint32_t f_bits = bits(f);
+  uint8_t result = 0;
+  const uint32_t sign = f_bits & 0x80000000u;
+  f_bits ^= sign;
+  if (f_bits >= fp8_max) {
+    result = f_bits > 0x7F800000u ? 0x7f : 0x7e;
+  } else if (f_bits < (121u << 23)) {
+    f_bits = bits(from_bits(f_bits) + from_bits(denorm_mask));
+    result = static_cast<uint8_t>(f_bits - denorm_mask);
+  } else {
+    uint8_t mant_odd = (f_bits >> 20) & 1;
+    f_bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFF;
+    f_bits += mant_odd;
+    result = static_cast<uint8_t>(f_bits >> 20);
+    if (result == 0x7f) result = 0x7e;
+  }
+  return static_cast<uint8_t>(result | (sign >> 24));
+}
+
+float e5m2_to_f32(uint8_t x) { return f16_to_f32(static_cast<uint16_t>(x) << 8); }
+
+uint8_t f32_to_e5m2(float f) {
+  constexpr uint32_t fp32_inf = 255u << 23;
+  constexpr uint32_t fp8_max = 143u << 23;
+  constexpr uint32_t denorm_mask = 134u << 23;
+  uint32_t f_bits = bits(f);
+  uint8_t result = 0;
+  const uint32_t sign = f_bits & 0x80000000u;
+  f_bits ^= sign;
+  if (f_bits >= fp8_max) {
+    result = f_bits > fp32_inf ? 0x7F : 0x7C;
+  } else if (f_bits < (113u << 23)) {
+    f_bits = bits(from_bits(f_bits) + from_bits(denorm_mask));
+    result = static_cast<uint8_t>(f_bits - denorm_mask);
+  } else {
+    uint32_t mant_odd = (f_bits >> 21) & 1;
+    f_bits += (static_cast<uint32_t>(15 - 127) << 23) + 0xFFFFF;
+    f_bits += mant_odd;
+    result = static_cast<uint8_t>(f_bits >> 21);
+  }
+  return static_cast<uint8_t>(result | (sign >> 24));
+}
+
+std::string format_element(DType d, const uint8_t* p) {
+  auto load = [p](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (d) {
+    case DType::Float32: return fmt_float(load(float{}));
+    case DType::Float64: return fmt_double(load(double{}));
+    case DType::Float16: return fmt_float(f16_to_f32(load(uint16_t{})));
+    case DType::BFloat16: return fmt_float(bf16_to_f32(load(uint16_t{})));
+    case DType::Float8_E4M3FN: return fmt_float(e4m3fn_to_f32(*p));
+    case DType::Float8_E5M2: return fmt_float(e5m2_to_f32(*p));
+    case DType::Float8_E8M0FNU: return *p == 0xFF ? "nan" : fmt_double(std::ldexp(1.0, static_cast<int>(*p) - 127));
+    case DType::Int8: return std::to_string(load(int8_t{}));
+    case DType::Int16: return std::to_string(load(int16_t{}));
+    case DType::Int32: return std::to_string(load(int32_t{}));
+    case DType::Int64: return std::to_string(load(int64_t{}));
+    case DType::UInt8: return std::to_string(load(uint8_t{}));
+    case DType::UInt16: return std::to_string(load(uint16_t{}));
+    case DType::UInt32: return std::to_string(load(uint32_t{}));
+    case DType::UInt64: return std::to_string(load(uint64_t{}));
+    case DType::Bool: return *p ? "True" : "False";
+    case DType::Complex64: {
+      float re = load(float{}), im;
+      std::memcpy(&im, p + 4, 4);
+      return "(" + fmt_float(re) + (im < 0 ? "" : "+") + fmt_float(im) + "j)";
+    }
+    case DType::Complex128: {
+      double re = load(double{}), im;
+      std::memcpy(&im, p + 8, 8);
+      return "(" + fmt_double(re) + (im < 0 ? "" : "+") + fmt_double(im) + "j)";
+    }
+    default: {
+      std::string s = "0x";
+      char b[4];
+      for (size_t i = itemsize(d); i-- > 0;) {
+        std::snprintf(b, sizeof b, "%02x", p[i]);
+        s += b;
+      }
+      return s;
+    }
+  }
+}
+
+}  // namespace dcpctl

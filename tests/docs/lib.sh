@@ -1,0 +1,44 @@
+# Shared by the tests/docs scripts (sourced, not run).
+
+# need TOOL...: exits 77 (CTest: skipped) naming the first missing tool. tools/dev.sh installs them.
+need() {
+  local t
+  for t in "$@"; do
+    if ! command -v "$t" >/dev/null 2>&1; then
+      echo "SKIP: $t is not installed (tools/dev.sh setup installs it)"
+      exit 77
+    fi
+  done
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# has LIST WORD / lacks LIST WORD: whether the newline-separated LIST holds the line WORD.
+has() { printf '%s\n' "$1" | grep -qxF -- "$2"; }
+lacks() { ! has "$1" "$2"; }
+
+# bash_complete FILE WORD...: what FILE's completion offers for the command line WORD...,
+# completing the last WORD (pass "" to complete an empty word), one candidate per line.
+bash_complete() {
+  local file=$1
+  shift
+  bash --norc --noprofile -c '
+    source "$1" || exit 1
+    shift
+    COMP_WORDS=("$@")
+    COMP_CWORD=$(($# - 1))
+    COMP_LINE="$*"
+    COMP_POINT=${#COMP_LINE}
+    fn=$(complete -p dcpctl | sed -n "s/.*-F \([^ ]*\) .*/\1/p")
+    [ -n "$fn" ] || { echo "no complete -F for dcpctl" >&2; exit 1; }
+    "$fn" dcpctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+    printf "%s\n" "${COMPREPLY[@]}"' _ "$file" "$@"
+}
+
+# fish_complete FILE LINE: what FILE's completions offer for the command line LINE.
+fish_complete() {
+  fish --no-config -c 'source $argv[1]; complete -C $argv[2]' "$1" "$2" | cut -f1
+}
