@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cmd/commands.h"
+#include "cmd/exit_codes.h"
 #include "cmd/version.h"
 #include "util/error.h"
 
@@ -19,9 +20,7 @@ void build_app(CLI::App& app, RunFn& run) {
   app.name("dcpctl");
   app.require_subcommand(0, 1);
   app.set_version_flag("-V,--version", version_text(), "Print dcpctl's version, the LibTorch version and whether CUDA is usable");
-  app.footer(
-      "Exit codes: 0 ok, 1 failure, 2 usage error, 3 checkpoint invalid or incomplete, 4 I/O error, "
-      "5 unsupported.");
+  app.footer(exit_codes_summary());
   for (const Command& c : commands()) c.setup(app, run);
 }
 

@@ -8,7 +8,11 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"inspect", setup_inspect},
       {"verify", setup_verify},
+      {"consolidate", setup_consolidate},
+      {"reshard", setup_reshard},
+      {"cast", setup_cast},
       {"generate", setup_generate},
+      {"bench", setup_bench},
   };
   return kCommands;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <initializer_list>
+#include <sstream>
 
 namespace dcpctl::cli::gen {
 namespace {
@@ -68,26 +69,25 @@ std::vector<std::string> parse_choices(const std::string& desc) {
 }
 
 // Which values complete to file or directory names. In order:
-//  1. an explicit marker: CLI11's path validators (ExistingDirectory "DIR", ExistingFile "FILE",
-//     ExistingPath/NonexistentPath "PATH(...)") or ->type_name("DIR"/"FILE"/"PATH");
-//  2. numeric and boolean types are never paths;
-//  3. the last word of the name ("checkpoint", "output-dir", "metadata-file");
-//  4. the words of the description ("Checkpoint directory (holds .metadata)").
+//  1. CLI11's path validators: ExistingDirectory ("DIR"), ExistingFile ("FILE"), ExistingPath and
+//     NonexistentPath ("PATH(...)");
+//  2. the type name, when the command set one with ->type_name(): "DIR" is a directory, "FILE"
+//     and "PATH" a file, and any other ("N", "SIZE", "GLOB", "INT") is no path at all;
+//  3. only for CLI11's generic "TEXT": the last word of the name ("checkpoint", "output-dir"),
+//     then the words of the description, leaving out the names of other options ("--deep").
 // A mention of a file or path wins over directory words, because file completion also offers
-// directories: a wrong guess then only offers too much, never hides what the user wants.
-// DCP checkpoints are directories, so "checkpoint" counts as a directory word.
+// directories: a wrong guess then offers too much, never hides what the user wants. DCP
+// checkpoints are directories, so "checkpoint" counts as a directory word.
 ValueKind path_kind(const std::string& type, const std::vector<std::string>& vdescs, const std::string& name,
                     const std::string& description) {
   auto explicit_kind = [](const std::string& d) {
-    if (d == "DIR") return ValueKind::directory;
+    if (d == "DIR" || d == "DIRECTORY") return ValueKind::directory;
     if (d == "FILE" || d.rfind("PATH", 0) == 0) return ValueKind::file;
     return ValueKind::none;
   };
-  if (ValueKind k = explicit_kind(type); k != ValueKind::none) return k;
   for (const std::string& d : vdescs)
     if (ValueKind k = explicit_kind(d); k != ValueKind::none) return k;
-  for (const char* t : {"INT", "UINT", "FLOAT", "NUMBER", "BOOLEAN", "CHAR"})
-    if (type == t) return ValueKind::none;
+  if (type != "TEXT") return explicit_kind(type);
 
   auto classify = [](const std::vector<std::string>& words) {
     if (any_of_words(words, {"file", "files", "filename", "path", "paths"})) return ValueKind::file;
@@ -99,7 +99,14 @@ ValueKind path_kind(const std::string& type, const std::vector<std::string>& vde
   std::vector<std::string> name_words = words_of(name);
   if (!name_words.empty())
     if (ValueKind k = classify({name_words.back()}); k != ValueKind::none) return k;
-  return classify(words_of(description));
+  // Other options named in the description ("none with --from-checkpoint") say nothing of this one.
+  std::string prose;
+  std::istringstream in(description);
+  for (std::string w; in >> w;) {
+    size_t first = w.find_first_not_of("(\"'");
+    if (first != std::string::npos && w[first] != '-') prose += w + " ";
+  }
+  return classify(words_of(prose));
 }
 
 ArgDoc walk_option(CLI::Option& o, const std::string& group) {

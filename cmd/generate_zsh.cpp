@@ -100,6 +100,7 @@ void command_function(std::ostream& o, const CommandDoc& c) {
     for (char& ch : d)
       if (ch == '\n') ch = ' ';
     o << "    " << sq(spec_text(s.name()) + ":" + d) << "\n";
+    for (const std::string& al : s.aliases) o << "    " << sq(spec_text(al) + ":" + d) << "\n";
   }
   o << "  )\n  _describe -t commands " << sq(c.joined() + " command") << " commands\n}\n\n";
 }

@@ -7,6 +7,10 @@ namespace dcpctl::cli {
 
 void setup_inspect(CLI::App& parent, RunFn& run);
 void setup_verify(CLI::App& parent, RunFn& run);
+void setup_consolidate(CLI::App& parent, RunFn& run);
+void setup_reshard(CLI::App& parent, RunFn& run);
+void setup_cast(CLI::App& parent, RunFn& run);
 void setup_generate(CLI::App& parent, RunFn& run);
+void setup_bench(CLI::App& parent, RunFn& run);
 
 }  // namespace dcpctl::cli

@@ -7,8 +7,8 @@ _dcpctl_spec() {
     _dcpctl_subs=() _dcpctl_canon=() _dcpctl_opts=() _dcpctl_vals=()
     case $1 in
         'dcpctl')
-            _dcpctl_subs=('inspect' 'verify')
-            _dcpctl_canon=('inspect' 'verify')
+            _dcpctl_subs=('inspect' 'verify' 'consolidate' 'reshard' 'cast' 'bench')
+            _dcpctl_canon=('inspect' 'verify' 'consolidate' 'reshard' 'cast' 'bench')
             _dcpctl_opts=('-h' '--help' '-V' '--version')
             ;;
         'dcpctl inspect')
@@ -19,6 +19,27 @@ _dcpctl_spec() {
             _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads')
             _dcpctl_vals=('--threads')
             ;;
+        'dcpctl consolidate')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json')
+            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--threads' '--max-memory')
+            ;;
+        'dcpctl reshard')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-w' '--world-size' '--layout' '--dtype')
+            ;;
+        'dcpctl cast')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--dtype')
+            ;;
+        'dcpctl bench')
+            _dcpctl_subs=('staging')
+            _dcpctl_canon=('staging')
+            _dcpctl_opts=('-h' '--help')
+            ;;
+        'dcpctl bench staging')
+            _dcpctl_opts=('-h' '--help' '--sizes' '--iters' '--warmup' '--modes' '--streams' '--chunk' '--from-checkpoint' '--rank' '--write-to' '--fsync' '--host-only' '--json' '--device')
+            _dcpctl_vals=('--sizes' '--iters' '--warmup' '--modes' '--streams' '--chunk' '--from-checkpoint' '--rank' '--write-to' '--device')
+            ;;
     esac
 }
 
@@ -26,6 +47,14 @@ _dcpctl_spec() {
 _dcpctl_value() {
     _dcpctl_kind=none _dcpctl_choices=()
     case "$1|$2" in
+        'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
+        'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch') ;;
+        'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
+        'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
+        'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
+        'dcpctl bench staging|--modes') _dcpctl_kind='choice' _dcpctl_choices=('pinned' 'registered' 'pageable' 'cold') ;;
+        'dcpctl bench staging|--from-checkpoint') _dcpctl_kind='dir' ;;
+        'dcpctl bench staging|--write-to') _dcpctl_kind='dir' ;;
     esac
 }
 
@@ -40,6 +69,24 @@ _dcpctl_positional() {
             fi
             ;;
         'dcpctl verify')
+            if (($2 < 1)); then
+                _dcpctl_kind='dir'
+                return
+            fi
+            ;;
+        'dcpctl consolidate')
+            if (($2 < 1)); then
+                _dcpctl_kind='dir'
+                return
+            fi
+            ;;
+        'dcpctl reshard')
+            if (($2 < 1)); then
+                _dcpctl_kind='dir'
+                return
+            fi
+            ;;
+        'dcpctl cast')
             if (($2 < 1)); then
                 _dcpctl_kind='dir'
                 return

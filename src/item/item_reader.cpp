@@ -124,6 +124,28 @@ void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const 
   }
 }
 
+std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chunk) const {
+  if (!t.dtype) return std::nullopt;
+  const StorageRef& ref = t.storage.at(chunk);
+  if (ref.transforms != 0) return std::nullopt;
+  Opened o = open(ref, t.fqn);
+  TensorBlob b = check_blob(o, t, chunk);
+  if (!b.contiguous()) return std::nullopt;
+  size_t item = itemsize(b.dtype);
+  uint64_t numel = b.numel();
+  DirectRun run;
+  run.file = &file(ref.file, o.where);
+  run.bytes = numel * item;
+  if (numel == 0) return run;
+  RecordLocation rec = o.zip->locate("data/" + b.storage_key);
+  uint64_t extent = b.extent();
+  if (extent == UINT64_MAX || extent > rec.size / item)
+    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": the tensor view needs " + std::to_string(extent) +
+                                   " elements but its storage record holds " + std::to_string(rec.size / item));
+  run.offset = ref.offset + rec.offset + static_cast<uint64_t>(b.storage_offset) * item;
+  return run;
+}
+
 std::unique_ptr<pickle::Tree> ItemReader::read_bytes(const BytesMeta& bm) const {
   Opened o = open(bm.storage, bm.fqn);
   std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);

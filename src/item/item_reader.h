@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@
 namespace dcpctl {
 
 class TorchZip;
+
+// A chunk whose bytes sit contiguously, untransformed, in one data file (dense C order).
+struct DirectRun {
+  const ReadFile* file = nullptr;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
 
 struct ItemLimits {
   uint64_t max_pickle_bytes = 256ull << 20;     // data.pkl of one item
@@ -36,6 +44,9 @@ class ItemReader {
   void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;
   // Parses the chunk's data.pkl and checks it against the metadata, without reading the data.
   TensorBlob describe_chunk(const TensorMeta& t, size_t chunk) const;
+  // Where the chunk's bytes lie in its file, when they can be copied without decoding (the
+  // item is untransformed and its view contiguous); nullopt otherwise. Validates like read_chunk.
+  std::optional<DirectRun> direct_run(const TensorMeta& t, size_t chunk) const;
   // The object a bytes item holds (torch.save'd by DCP), decoded by the restricted VM.
   std::unique_ptr<pickle::Tree> read_bytes(const BytesMeta& b) const;
 

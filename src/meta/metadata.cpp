@@ -72,7 +72,19 @@ bool known_global(std::string_view module, std::string_view name) {
 
 class Mapper {
  public:
-  Mapper(Metadata& md) : md_(md) {}
+  // The pickle memo lets one small object be referenced many times (a chunk list shared by
+  // thousands of keys); copying it out per reference would turn a few hundred KB into GBs. In a
+  // real writer's file every chunk, dimension and path part costs bytes (torch's `.metadata` spends
+  // over 10 bytes on each), so everything copied out is charged against a budget of twice the
+  // input size.
+  Mapper(Metadata& md, size_t input_bytes) : md_(md), budget_(2 * static_cast<uint64_t>(input_bytes) + (1u << 20)) {}
+
+  void charge(uint64_t n, const std::string& key) {
+    if (n > budget_)
+      fail(key, "describes far more elements than a file of this size can hold (objects shared through the "
+                "pickle memo and repeated); refusing to expand it");
+    budget_ -= n;
+  }
 
   [[noreturn]] void fail(const std::string& key, const std::string& msg) {
     throw FormatError(Where(md_.source, std::nullopt, key), msg);
@@ -104,6 +116,7 @@ class Mapper {
   void dims(const Value* v, std::vector<int64_t>& out, const std::string& key, const char* what) {
     if (!v || (v->kind != Kind::Size && v->kind != Kind::Tuple && v->kind != Kind::List))
       fail(key, std::string(what) + " is " + (v ? pickle::kind_name(v->kind) : "missing") + ", expected torch.Size");
+    charge(v->items().size(), key);
     for (const Value& d : v->items()) {
       if (d.kind != Kind::Int) fail(key, std::string(what) + " holds a " + pickle::kind_name(d.kind));
       if (d.as_int() < 0) fail(key, std::string(what) + " holds a negative dimension " + std::to_string(d.as_int()));
@@ -157,6 +170,7 @@ class Mapper {
     const Value* chunks = attr(v, "chunks");
     if (!chunks || chunks->kind != Kind::List) fail(fqn, "TensorStorageMetadata without a chunk list");
     size_t nd = t.shape.size();
+    charge(chunks->items().size(), fqn);
     t.chunk_dims.reserve(chunks->items().size() * 2 * nd);
     size_t i = 0;
     for (const Value& c : chunks->items()) {
@@ -189,6 +203,7 @@ class Mapper {
     if (!v || v->kind == Kind::None) return 0;
     if (v->kind != Kind::List && v->kind != Kind::Tuple) fail(key, "transform_descriptors is not a list");
     std::vector<std::string> set;
+    charge(v->items().size(), key);
     for (const Value& d : v->items()) {
       if (d.kind != Kind::Str) fail(key, "transform descriptor is not a string");
       set.emplace_back(d.as_str());
@@ -248,12 +263,8 @@ class Mapper {
     if (index && index->kind == Kind::Int && index->as_int() >= 0 &&
         static_cast<uint64_t>(index->as_int()) < t.num_chunks() && matches(static_cast<size_t>(index->as_int()))) {
       hit = static_cast<size_t>(index->as_int());
-    } else {
-      for (size_t i = 0; i < t.num_chunks(); ++i)
-        if (matches(i)) {
-          hit = i;
-          break;
-        }
+    } else if (want.size() == nd) {
+      hit = chunk_by_offsets(it->second, want);
     }
     if (hit == t.num_chunks()) {
       orphan(fqn, "storage entry at offsets " + dims_text(want) + " matches no chunk");
@@ -261,6 +272,20 @@ class Mapper {
     }
     if (t.storage[hit].present()) duplicate(fqn);
     t.storage[hit] = ref;
+  }
+
+  // The first chunk of tensor `tid` at offsets `want` (num_chunks() if none). The index is built
+  // on the first key whose `index` does not name its chunk (some writers leave it None): a scan
+  // per key would be quadratic in the number of chunks.
+  size_t chunk_by_offsets(size_t tid, const std::vector<int64_t>& want) {
+    const TensorMeta& t = md_.tensors[tid];
+    size_t nd = t.ndim();
+    auto bytes = [nd](const int64_t* d) { return std::string(reinterpret_cast<const char*>(d), nd * sizeof(int64_t)); };
+    auto& index = chunk_index_[tid];
+    if (index.empty())
+      for (size_t i = 0; i < t.num_chunks(); ++i) index.emplace(bytes(t.chunk_offsets(i)), i);  // keeps the first
+    auto found = index.find(bytes(want.data()));
+    return found == index.end() ? t.num_chunks() : found->second;
   }
 
   static std::string dims_text(const std::vector<int64_t>& v) {
@@ -288,6 +313,7 @@ class Mapper {
       const Value& path = it[i + 1];
       if (path.kind != Kind::Tuple && path.kind != Kind::List) continue;
       std::vector<PathElem> elems;
+      charge(path.items().size(), std::string(it[i].as_str()));
       for (const Value& e : path.items()) {
         PathElem pe;
         if (e.kind == Kind::Str) {
@@ -310,9 +336,11 @@ class Mapper {
     info.checkpoint_id = opt_str(attr(sm, "checkpoint_id"));
     info.save_id = opt_str(attr(sm, "save_id"));
     info.load_id = opt_str(attr(sm, "load_id"));
-    if (const Value* mods = attr(sm, "modules"); mods && (mods->kind == Kind::List || mods->kind == Kind::Tuple))
+    if (const Value* mods = attr(sm, "modules"); mods && (mods->kind == Kind::List || mods->kind == Kind::Tuple)) {
+      charge(mods->items().size(), "");
       for (const Value& m : mods->items())
         if (m.kind == Kind::Str) info.modules.emplace_back(m.as_str());
+    }
     md_.storage_meta = std::move(info);
   }
 
@@ -349,9 +377,11 @@ class Mapper {
       if (tensor_ids_.count(fqn) || bytes_ids_.count(fqn)) fail(fqn, "listed twice in state_dict_metadata");
       if (class_is(v, "BytesStorageMetadata")) {
         bytes_ids_.emplace(fqn, md_.bytes.size());
+        md_.order.emplace_back(false, static_cast<uint32_t>(md_.bytes.size()));
         md_.bytes.push_back(BytesMeta{fqn, {}});
       } else if (attr(v, "chunks") || class_is(v, "TensorStorageMetadata")) {
         tensor_ids_.emplace(fqn, md_.tensors.size());
+        md_.order.emplace_back(true, static_cast<uint32_t>(md_.tensors.size()));
         tensor(fqn, v);
       } else {
         throw UnsupportedError(Where(md_.source, std::nullopt, fqn),
@@ -380,6 +410,8 @@ class Mapper {
   Metadata& md_;
   std::unordered_map<std::string, uint32_t> file_ids_;
   std::unordered_map<std::string, size_t> tensor_ids_, bytes_ids_;
+  std::unordered_map<size_t, std::unordered_map<std::string, size_t>> chunk_index_;
+  uint64_t budget_;
 };
 
 int pickle_protocol(ByteSpan b) { return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1); }
@@ -394,7 +426,7 @@ Metadata parse_metadata(ByteSpan bytes, const std::string& source) {
   opts.source = source;
   if (bytes.size == 0) throw FormatError(Where(source, 0), "file is empty");
   std::unique_ptr<pickle::Tree> tree = pickle::parse(bytes, opts);
-  Mapper(md).run(*tree);
+  Mapper(md, bytes.size).run(*tree);
   return md;
 }
 

@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "util/dtype.h"
@@ -83,6 +84,8 @@ struct Metadata {
   int pickle_protocol = 0;
   std::vector<TensorMeta> tensors;  // in state_dict_metadata order
   std::vector<BytesMeta> bytes;     // in state_dict_metadata order
+  // Every item in state_dict_metadata order: {is_tensor, index into tensors or bytes}.
+  std::vector<std::pair<bool, uint32_t>> order;
   std::vector<std::string> files;   // relative paths named by storage_data
   std::vector<std::vector<std::string>> transform_sets{{}};  // [0] is "none"
 

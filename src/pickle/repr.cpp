@@ -8,6 +8,9 @@ namespace dcpctl::pickle {
 namespace {
 
 constexpr int kMaxDepth = 64;
+// The memo lets a small pickle reference one object many times ((x, x) nested 60 deep names 2^60
+// leaves); repr is bounded by its output size, JSON by the number of values it visits.
+constexpr uint64_t kMaxJsonValues = uint64_t{1} << 22;
 
 class Printer {
  public:
@@ -119,8 +122,9 @@ class Printer {
   std::string out_;
 };
 
-bool json_value(const Value& v, nlohmann::json& out, int depth) {
-  if (depth > kMaxDepth) return false;
+bool json_value(const Value& v, nlohmann::json& out, int depth, uint64_t& budget) {
+  if (depth > kMaxDepth || budget == 0) return false;
+  --budget;
   switch (v.kind) {
     case Kind::None: out = nullptr; return true;
     case Kind::Bool: out = v.as_bool(); return true;
@@ -136,7 +140,7 @@ bool json_value(const Value& v, nlohmann::json& out, int depth) {
       out = nlohmann::json::array();
       for (const Value& e : v.items()) {
         nlohmann::json j;
-        if (!json_value(e, j, depth + 1)) return false;
+        if (!json_value(e, j, depth + 1, budget)) return false;
         out.push_back(std::move(j));
       }
       return true;
@@ -147,7 +151,7 @@ bool json_value(const Value& v, nlohmann::json& out, int depth) {
       for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
         if (it[i].kind != Kind::Str) return false;
         nlohmann::json j;
-        if (!json_value(it[i + 1], j, depth + 1)) return false;
+        if (!json_value(it[i + 1], j, depth + 1, budget)) return false;
         out[std::string(it[i].as_str())] = std::move(j);
       }
       return true;
@@ -164,6 +168,9 @@ std::string repr(const Value& v, size_t max_chars) {
   return p.take();
 }
 
-bool to_json(const Value& v, nlohmann::json& out) { return json_value(v, out, 0); }
+bool to_json(const Value& v, nlohmann::json& out) {
+  uint64_t budget = kMaxJsonValues;
+  return json_value(v, out, 0, budget);
+}
 
 }  // namespace dcpctl::pickle

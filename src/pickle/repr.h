@@ -13,7 +13,8 @@ namespace dcpctl::pickle {
 std::string repr(const Value& v, size_t max_chars = 200);
 
 // JSON for values JSON can hold exactly (None, bool, int, float, str, lists/tuples, dicts with
-// string keys). Returns false (and leaves `out` unspecified) for anything else.
+// string keys). Returns false (and leaves `out` unspecified) for anything else, and for values
+// that expand to more than 4 million JSON values (objects shared through the memo count each time).
 bool to_json(const Value& v, nlohmann::json& out);
 
 }  // namespace dcpctl::pickle

@@ -85,6 +85,33 @@ bool utf8_to_latin1(std::string_view s, std::string& out) {
   return true;
 }
 
+// What CPython's unpickler accepts for str: UTF-8 (RFC 3629), plus UTF-16 surrogates encoded as
+// three bytes (BINUNICODE decodes with 'surrogatepass'). Surrogates cannot be carried in the
+// strict UTF-8 that JSON and terminals need, so they are reported separately.
+enum class Utf8 { ok, invalid, surrogate };
+Utf8 check_utf8(std::string_view s) {
+  Utf8 result = Utf8::ok;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || len > n - i) return Utf8::invalid;
+    for (size_t k = 1; k < len; ++k)
+      if ((p[i + k] & 0xC0) != 0x80) return Utf8::invalid;
+    if (c == 0xE0 && p[i + 1] < 0xA0) return Utf8::invalid;                      // overlong
+    if (c == 0xF0 && p[i + 1] < 0x90) return Utf8::invalid;                      // overlong
+    if (c == 0xF4 && p[i + 1] > 0x8F) return Utf8::invalid;                      // > U+10FFFF
+    if (c == 0xED && p[i + 1] >= 0xA0) result = Utf8::surrogate;                 // U+D800..DFFF
+    i += len;
+  }
+  return result;
+}
+
 int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -375,7 +402,17 @@ class Machine {
   Value make_string(Kind kind, std::string_view s) {
     if (s.size() > UINT32_MAX)
       throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_), "string longer than 4 GiB");
+    if (kind == Kind::Str) check_text(s);
     return tree_->make_str(kind, s);
+  }
+
+  // Every str leaves the VM as strict UTF-8, so that reports (JSON, terminals) can show it.
+  void check_text(std::string_view s) {
+    Utf8 u = check_utf8(s);
+    if (u == Utf8::invalid) fail("string is not valid UTF-8");
+    if (u == Utf8::surrogate)
+      throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
+                             "string holds a UTF-16 surrogate (Python accepts it; dcpctl cannot show it)");
   }
 
   static Value make_int(int64_t i) {
@@ -568,7 +605,11 @@ class Machine {
           extend(stack_[stack_.size() - 3], stack_.size() - 2, Kind::Dict);
           break;
         }
-        case GLOBAL: push(tree_->make_global(a.s, a.s2)); break;
+        case GLOBAL:
+          check_text(a.s);
+          check_text(a.s2);
+          push(tree_->make_global(a.s, a.s2));
+          break;
         case STACK_GLOBAL: {
           Value name = pop(), module = pop();
           if (module.kind != Kind::Str || name.kind != Kind::Str) fail("STACK_GLOBAL with non-string module or name");
@@ -603,6 +644,8 @@ class Machine {
           break;
         }
         case INST: {
+          check_text(a.s);
+          check_text(a.s2);
           Value args = frozen(Kind::Tuple, pop_mark());
           push(tree_->make_object(tree_->make_global(a.s, a.s2), args));
           break;

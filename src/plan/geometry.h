@@ -19,6 +19,11 @@ namespace dcpctl {
 struct Box {
   std::vector<int64_t> offsets, sizes;
   std::string text() const;  // "[0:4, 2:5]"
+  uint64_t numel() const {
+    uint64_t n = 1;
+    for (int64_t s : sizes) n *= static_cast<uint64_t>(s);
+    return n;
+  }
 };
 
 struct Coverage {

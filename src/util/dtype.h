@@ -18,7 +18,8 @@ enum class DType : uint8_t {
 struct DTypeInfo {
   DType dtype;
   const char* torch_name;        // "float32" (torch.float32)
-  const char* storage_class;     // legacy typed storage ("FloatStorage"), "" if none
+  const char* storage_class;     // legacy typed storage ("FloatStorage"); "" where torch.save
+                                 // uses _rebuild_tensor_v3 + UntypedStorage (uint16/32/64, float8, ...)
   const char* safetensors_name;  // "F32", "" when safetensors has no such type
   uint8_t itemsize;
   bool floating;                 // real floating point (cast applies)

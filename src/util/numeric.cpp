@@ -45,7 +45,9 @@ std::string fmt_float(float v) {
 float bf16_to_f32(uint16_t h) { return from_bits(static_cast<uint32_t>(h) << 16); }
 
 uint16_t f32_to_bf16(float f) {
-  if (std::isnan(f)) return 0x7FC0;
+  // torch's CPU cast kernel (vectorized for every length) turns any NaN into 0xFFFF; the scalar
+  // c10::BFloat16 constructor would give 0x7FC0. We match Tensor.to(), which users compare with.
+  if (std::isnan(f)) return 0xFFFF;
   uint32_t u = bits(f);
   uint32_t bias = ((u >> 16) & 1) + 0x7FFF;
   return static_cast<uint16_t>((u + bias) >> 16);
@@ -187,6 +189,75 @@ std::string format_element(DType d, const uint8_t* p) {
       return s;
     }
   }
+}
+
+}  // namespace dcpctl
+
+namespace dcpctl {
+
+bool castable(DType d) { return info(d).floating && d != DType::Float8_E8M0FNU && d != DType::Float8_E4M3FNUZ && d != DType::Float8_E5M2FNUZ; }
+
+namespace {
+
+// Loads element i as float (or double for float64 sources, to keep f64 -> f64 exact).
+inline double load_elem(DType d, const uint8_t* p, size_t i) {
+  switch (d) {
+    case DType::Float32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    case DType::Float64: {
+      double f;
+      std::memcpy(&f, p + 8 * i, 8);
+      return f;
+    }
+    case DType::Float16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return f16_to_f32(h);
+    }
+    case DType::BFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    case DType::Float8_E4M3FN: return e4m3fn_to_f32(p[i]);
+    case DType::Float8_E5M2: return e5m2_to_f32(p[i]);
+    default: return 0;
+  }
+}
+
+inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
+  // torch converts double to the narrow types through float (c10's constructors take float).
+  float f = static_cast<float>(v);
+  switch (d) {
+    case DType::Float32: std::memcpy(p + 4 * i, &f, 4); break;
+    case DType::Float64: std::memcpy(p + 8 * i, &v, 8); break;
+    case DType::Float16: {
+      uint16_t h = f32_to_f16(f);
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case DType::BFloat16: {
+      uint16_t h = f32_to_bf16(f);
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case DType::Float8_E4M3FN: p[i] = f32_to_e4m3fn(f); break;
+    case DType::Float8_E5M2: p[i] = f32_to_e5m2(f); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void cast_elements(DType from, DType to, const uint8_t* src, uint8_t* dst, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, n * itemsize(from));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) store_elem(to, dst, i, load_elem(from, src, i));
 }
 
 }  // namespace dcpctl

@@ -1,6 +1,7 @@
 // Scalar conversions between float32 and the narrow float formats, bit-compatible with
-// torch's scalar conversions (ported from torch/headeronly/util/{Half,BFloat16,Float8_*}.h of the
-// pinned torch): round to nearest even; bfloat16 NaN becomes 0x7FC0; float8_e4m3fn saturates
+// torch's conversions (ported from torch/headeronly/util/{Half,BFloat16,Float8_*}.h of the
+// pinned torch, checked against Tensor.to() on the CPU): round to nearest even; a bfloat16 NaN
+// is 0xFFFF as torch's vectorized kernel writes it; float8_e4m3fn saturates
 // finite overflow and infinity to ±448 (0x7E), NaN to 0x7F; float8_e5m2 overflows to ±inf.
 // float64 inputs go through float32 first, as torch's own double -> half/bfloat16/float8 does.
 #pragma once
@@ -23,5 +24,14 @@ uint8_t f32_to_e5m2(float f);
 
 // One element rendered like torch prints it (roughly): "1.5", "-3", "True", "(1+2j)".
 std::string format_element(DType d, const uint8_t* p);
+
+}  // namespace dcpctl
+
+namespace dcpctl {
+
+// Whether --dtype applies to a tensor of this dtype (real floating point, not packed fp4).
+bool castable(DType d);
+// Converts n elements from `from` to `to` (both castable), as torch's Tensor.to(to) does.
+void cast_elements(DType from, DType to, const uint8_t* src, uint8_t* dst, size_t n);
 
 }  // namespace dcpctl

@@ -6,7 +6,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 need bash fish
-src=$1
+src=$(cd "$1" && pwd)
 bashf=$src/completions/dcpctl.bash
 fishf=$src/completions/dcpctl.fish
 tmp=$(mktemp -d)

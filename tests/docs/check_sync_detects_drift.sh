@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # docs-sync-detects-drift: check_sync.sh passes on an exact copy of the committed files and
 # fails, asking for tools/regen-docs.sh, when any one of them is edited or missing.
-#   check_sync_detects_drift.sh DCPCTL_BINARY SOURCE_DIR
+#   check_sync_detects_drift.sh DCPCTL_BINARY
+# It works on freshly generated copies, never on the repository's files.
 set -euo pipefail
 bin=$1
-src=$2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 tmp=$(mktemp -d)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the tests/docs scripts (sourced, not run).
 
 # need TOOL...: exits 77 (CTest: skipped) naming the first missing tool. tools/dev.sh installs them.
@@ -41,4 +42,25 @@ bash_complete() {
 # fish_complete FILE LINE: what FILE's completions offer for the command line LINE.
 fish_complete() {
   fish --no-config -c 'source $argv[1]; complete -C $argv[2]' "$1" "$2" | cut -f1
+}
+
+# zsh_complete FILE LINE...: what zsh offers for each LINE<TAB> with FILE installed as _dcpctl,
+# into the array ZR (ZR[i] for the i-th LINE, candidates one per line). One zsh serves all LINEs.
+zsh_complete() {
+  local d rc=0 block="" l
+  d=$(mktemp -d)
+  cp "$1" "$d/_dcpctl"
+  shift
+  ZR=()
+  zsh -f "$(dirname "${BASH_SOURCE[0]}")/zsh_complete.zsh" "$d" "$@" >"$d/out" || rc=$?
+  while IFS= read -r l; do
+    if [ "$l" = @@ ]; then
+      ZR+=("${block%$'\n'}")
+      block=""
+    else
+      block+=$l$'\n'
+    fi
+  done <"$d/out"
+  rm -rf "$d"
+  [ "$rc" -eq 0 ] && [ "${#ZR[@]}" -eq "$#" ] || fail "zsh_complete: zsh answered ${#ZR[@]} of $# lines (exit $rc)"
 }

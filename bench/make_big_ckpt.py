@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Write a large DCP checkpoint with real torch: 8 ranks (gloo, CPU, torch.multiprocessing),
+transformer-like DTensor Shard(0) parameters, bfloat16 and float32 mixed. For benchmarks only:
+the output is never committed.
+
+    .venv/bin/python bench/make_big_ckpt.py [OUT_DIR] [--layers N] [--ranks R] [--hidden H]
+
+OUT_DIR defaults to /tmp/dcpctl-bench/ckpt (it is replaced). With the defaults (hidden 4096,
+ffn 11008, vocab 32003, 10 layers) the checkpoint is ~4.6 GB: per layer q/k/v/o 4096x4096 and
+gate/up 11008x4096, down 4096x11008 in bf16, two norms in fp32; tok_embeddings 32003x4096 fp32
+(the largest tensor, 524 MB, sharded unevenly: vocab is not a multiple of 8), output 32003x4096
+bf16, norm fp32. Each rank only ever holds its own shards (~580 MB), never a full tensor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shapes(layers: int, hidden: int, ffn: int, vocab: int):
+    import torch
+
+    out = [("tok_embeddings.weight", (vocab, hidden), torch.float32)]
+    for i in range(layers):
+        p = f"layers.{i}."
+        out += [(p + "attention_norm.weight", (hidden,), torch.float32)]
+        for n in ("wq", "wk", "wv", "wo"):
+            out.append((p + f"attention.{n}.weight", (hidden, hidden), torch.bfloat16))
+        out += [(p + "ffn_norm.weight", (hidden,), torch.float32),
+                (p + "feed_forward.w1.weight", (ffn, hidden), torch.bfloat16),
+                (p + "feed_forward.w3.weight", (ffn, hidden), torch.bfloat16),
+                (p + "feed_forward.w2.weight", (hidden, ffn), torch.bfloat16)]
+    out += [("norm.weight", (hidden,), torch.float32), ("output.weight", (vocab, hidden), torch.bfloat16)]
+    return out
+
+
+def worker(rank: int, world: int, port: int, out: str, cfg: dict) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(1000 + rank)
+    sd = {}
+    for name, shape, dtype in shapes(cfg["layers"], cfg["hidden"], cfg["ffn"], cfg["vocab"]):
+        n = shape[0]
+        per = -(-n // world)  # torch.chunk semantics, as DTensor's Shard(0)
+        start, end = min(rank * per, n), min(rank * per + per, n)
+        local = torch.randn((end - start,) + tuple(shape[1:]), generator=g, dtype=torch.float32).to(dtype)
+        stride = tuple(int(torch.Size(shape)[i + 1:].numel()) for i in range(len(shape)))
+        sd[name] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape), stride=stride)
+    sd["step"] = 1000
+    dcp.save(sd, checkpoint_id=out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", nargs="?", default="/tmp/dcpctl-bench/ckpt")
+    ap.add_argument("--layers", type=int, default=10)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--ffn", type=int, default=11008)
+    ap.add_argument("--vocab", type=int, default=32003)
+    a = ap.parse_args()
+
+    import torch
+    import torch.multiprocessing as mp
+
+    cfg = {"layers": a.layers, "hidden": a.hidden, "ffn": a.ffn, "vocab": a.vocab}
+    total = sum(torch.Size(s).numel() * torch.empty(0, dtype=d).element_size()
+                for _, s, d in shapes(a.layers, a.hidden, a.ffn, a.vocab))
+    largest = max(torch.Size(s).numel() * torch.empty(0, dtype=d).element_size()
+                  for _, s, d in shapes(a.layers, a.hidden, a.ffn, a.vocab))
+    if os.path.exists(a.out):
+        shutil.rmtree(a.out)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    t = time.time()
+    mp.spawn(worker, args=(a.ranks, free_port(), a.out, cfg), nprocs=a.ranks, join=True)
+    info = {"ranks": a.ranks, **cfg, "tensor_bytes": total, "largest_tensor_bytes": largest,
+            "files": sorted(os.listdir(a.out)), "seconds": round(time.time() - t, 1), "torch": torch.__version__}
+    with open(os.path.join(os.path.dirname(os.path.abspath(a.out)), "ckpt_info.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+// dcpctl consolidate: one full-model file (safetensors, HF sharded safetensors, or .pt) from a
+// sharded checkpoint, streaming in bounded memory.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+
+#include "cmd/format.h"
+#include "cmd/subcommands.h"
+#include "meta/checkpoint.h"
+#include "util/error.h"
+#include "util/file.h"
+#include "util/numeric.h"
+#include "write/consolidate.h"
+#include "write/output.h"
+
+namespace dcpctl::cli {
+
+using nlohmann::json;
+
+struct ConsolidateCliOptions {
+  std::string checkpoint, output, format, max_shard_size, dtype, max_memory;
+  std::vector<std::string> include, exclude;
+  std::string select;
+  bool flat = false, force = false, dry_run = false, quiet = false, json = false, keep_unsafe = false;
+  unsigned threads = 4;
+};
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+OutputFormat pick_format(const ConsolidateCliOptions& o) {
+  if (!o.format.empty()) {
+    if (o.format == "safetensors") return OutputFormat::Safetensors;
+    if (o.format == "hf") return OutputFormat::HfDir;
+    if (o.format == "torch") return OutputFormat::Torch;
+    throw UsageError(Where(), "--format must be safetensors, hf or torch");
+  }
+  const std::string& out = o.output;
+  if (ends_with(out, "/") || is_directory(out) || !o.max_shard_size.empty()) return OutputFormat::HfDir;
+  if (ends_with(out, ".safetensors")) return OutputFormat::Safetensors;
+  if (ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin")) return OutputFormat::Torch;
+  throw UsageError(Where(out), "cannot tell the output format from the name: use a .safetensors, .pt/.pth/.bin "
+                               "or DIR/ output, or --format");
+}
+
+// Progress on stderr, only on a terminal, at most a few times a second.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool on) : on_(on), start_(std::chrono::steady_clock::now()) {}
+  void update(uint64_t done, uint64_t total) {
+    if (!on_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto now = std::chrono::steady_clock::now();
+    if (done < total && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    double secs = std::chrono::duration<double>(now - start_).count();
+    double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+    double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+    std::fprintf(stderr, "\r%s / %s  %s/s  ETA %.0fs   ", human_bytes(done).c_str(), human_bytes(total).c_str(),
+                 human_bytes(static_cast<uint64_t>(rate)).c_str(), eta);
+    dirty_ = true;
+  }
+  void finish() {
+    if (dirty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool on_, dirty_ = false;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+}  // namespace
+
+int run_consolidate(const ConsolidateCliOptions& o) {
+  install_cleanup_handlers();
+  ConsolidateOptions co;
+  co.output = o.output;
+  co.format = pick_format(o);
+  if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size);
+  if (!o.max_memory.empty()) co.max_memory = parse_size(o.max_memory);
+  co.selection.include = o.include;
+  co.selection.exclude = o.exclude;
+  co.selection.prefix = o.select;
+  if (!o.dtype.empty()) {
+    co.cast = dtype_from_user(o.dtype);
+    if (!co.cast || !castable(*co.cast))
+      throw UsageError(Where(), "--dtype " + o.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
+  }
+  co.flat = o.flat;
+  co.keep_unsafe_values = o.keep_unsafe;
+  co.force = o.force;
+  co.dry_run = o.dry_run;
+  co.threads = o.threads;
+  ProgressLine progress(!o.quiet && stderr_is_tty() && !o.dry_run);
+  co.progress = [&progress](uint64_t d, uint64_t t) { progress.update(d, t); };
+  co.note = [&o](const std::string& s) {
+    if (!o.quiet) std::cerr << "dcpctl: note: " << s << "\n";
+  };
+
+  Checkpoint ck = open_checkpoint(o.checkpoint);
+  json r = consolidate(ck, co);
+  progress.finish();
+  if (o.json) {
+    std::cout << r.dump(2) << "\n";
+    return 0;
+  }
+  if (o.dry_run) {
+    std::cout << "Plan (nothing written): " << r["tensors"].get<uint64_t>() << " tensors, "
+              << human_bytes(r["tensor_bytes"].get<uint64_t>()) << "\n";
+    for (const auto& f : r["files"])
+      std::cout << "  " << f["path"].get<std::string>()
+                << (f.contains("bytes") ? "  " + human_bytes(f["bytes"].get<uint64_t>()) + ", " +
+                                              std::to_string(f["tensors"].get<uint64_t>()) + " tensors"
+                                        : "")
+                << "\n";
+    for (const auto& k : r["plan"])
+      std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
+                << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>() << "\n";
+    return 0;
+  }
+  if (!o.quiet) {
+    std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors (" << human_bytes(r["tensor_bytes"].get<uint64_t>())
+              << ") to " << o.output;
+    if (r["files"].size() > 1) std::cerr << " (" << r["files"].size() << " files)";
+    char rate[64];
+    std::snprintf(rate, sizeof rate, " in %.2f s (%.2f GB/s)", r["seconds"].get<double>(), r["gb_per_s"].get<double>());
+    std::cerr << rate;
+    if (!r["cast"]["dtype"].is_null())
+      std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
+    std::cerr << "\n";
+  }
+  return 0;
+}
+
+void setup_consolidate(CLI::App& parent, RunFn& run) {
+  auto o = std::make_shared<ConsolidateCliOptions>();
+  auto* sub = parent.add_subcommand("consolidate", "Write one full-model file (.safetensors, HF sharded safetensors or .pt) from a sharded checkpoint");
+  sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
+  sub->add_option("-o,--output", o->output, "Output: FILE.safetensors, DIR/ (Hugging Face shards), or FILE.pt/.pth/.bin")
+      ->required()
+      ->type_name("PATH");
+  sub->add_option("--format", o->format, "Output format when the name does not tell: safetensors, hf or torch")
+      ->check(CLI::IsMember({"safetensors", "hf", "torch"}))
+      ->type_name("FORMAT");
+  sub->add_option("--max-shard-size", o->max_shard_size, "Largest shard of a DIR/ output (5GB decimal as Hugging Face, 4GiB, bytes; default 5GB)")
+      ->type_name("SIZE");
+  sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
+  sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable)")->type_name("GLOB");
+  sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
+  sub->add_option("--dtype", o->dtype, "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
+      ->type_name("DTYPE");
+  sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
+  sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
+                ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");
+  sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
+  sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
+      ->type_name("SIZE");
+  sub->add_flag("-f,--force", o->force, "Replace an existing output");
+  sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
+  sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");
+  sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  sub->callback([&run, o] { run = [o] { return run_consolidate(*o); }; });
+}
+
+}  // namespace dcpctl::cli

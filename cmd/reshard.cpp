@@ -1,0 +1,116 @@
+// dcpctl reshard / dcpctl cast: write a new DCP checkpoint for another world size or dtype.
+#include <cstdio>
+#include <iostream>
+
+#include "cmd/format.h"
+#include "cmd/subcommands.h"
+#include "meta/checkpoint.h"
+#include "util/error.h"
+#include "util/numeric.h"
+#include "write/consolidate.h"
+#include "write/output.h"
+#include "write/reshard.h"
+
+namespace dcpctl::cli {
+
+using nlohmann::json;
+
+struct ReshardCliOptions {
+  std::string checkpoint, output, layout = "fsdp", dtype, max_memory, select;
+  int world_size = 0;
+  std::vector<std::string> include, exclude;
+  bool force = false, dry_run = false, quiet = false, json = false;
+  unsigned threads = 4;
+  bool is_cast = false;
+};
+
+int run_reshard(const ReshardCliOptions& o) {
+  install_cleanup_handlers();
+  ReshardOptions ro;
+  ro.output = o.output;
+  ro.layout = o.is_cast || o.layout == "keep" ? Layout::Keep : Layout::Fsdp;
+  ro.world_size = o.world_size;
+  if (ro.layout == Layout::Fsdp && o.world_size < 1)
+    throw UsageError(Where(), "--world-size is required (or --layout keep)");
+  if (ro.layout == Layout::Keep && o.world_size > 0)
+    throw UsageError(Where(), "--world-size and --layout keep exclude each other");
+  ro.selection.include = o.include;
+  ro.selection.exclude = o.exclude;
+  ro.selection.prefix = o.select;
+  if (!o.dtype.empty()) {
+    ro.cast = dtype_from_user(o.dtype);
+    if (!ro.cast || !castable(*ro.cast))
+      throw UsageError(Where(), "--dtype " + o.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
+  } else if (o.is_cast) {
+    throw UsageError(Where(), "cast needs --dtype");
+  }
+  if (!o.max_memory.empty()) ro.max_memory = parse_size(o.max_memory);
+  ro.force = o.force;
+  ro.dry_run = o.dry_run;
+  ro.threads = o.threads;
+  Checkpoint ck = open_checkpoint(o.checkpoint);
+  json r = reshard(ck, ro);
+  if (o.json) {
+    std::cout << r.dump(2) << "\n";
+    return 0;
+  }
+  if (o.dry_run) {
+    std::cout << "Plan (nothing written): " << r["tensors"].get<uint64_t>() << " tensors ("
+              << human_bytes(r["tensor_bytes"].get<uint64_t>()) << ") over " << r["world_size"].get<int>() << " ranks, "
+              << r["non_tensor_items"].get<uint64_t>() << " non-tensor items\n";
+    for (const auto& rk : r["ranks"])
+      std::cout << "  rank " << rk["rank"].get<int>() << "  " << rk["file"].get<std::string>() << "  " << rk["chunks"].get<uint64_t>()
+                << " chunks, " << human_bytes(rk["tensor_bytes"].get<uint64_t>()) << "\n";
+    return 0;
+  }
+  if (!o.quiet) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, " in %.2f s (%.2f GB/s)", r["seconds"].get<double>(), r["gb_per_s"].get<double>());
+    std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors (" << human_bytes(r["tensor_bytes"].get<uint64_t>())
+              << ") over " << r["world_size"].get<int>() << " ranks to " << o.output << rate;
+    if (!r["cast"]["dtype"].is_null())
+      std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
+    std::cerr << "\n";
+  }
+  return 0;
+}
+
+static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOptions>& o) {
+  sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
+  sub->add_option("-o,--output", o->output, "Output checkpoint directory (must not exist unless --force)")->required()->type_name("DIR");
+  sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
+  sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable)")->type_name("GLOB");
+  sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
+  sub->add_option("--threads", o->threads, "Parallel writers (one per target rank at a time)")->capture_default_str()->type_name("N");
+  sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest chunk's need, at least 1GiB)")->type_name("SIZE");
+  sub->add_flag("-f,--force", o->force, "Replace an existing output directory");
+  sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
+  sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");
+  sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+}
+
+void setup_reshard(CLI::App& parent, RunFn& run) {
+  auto o = std::make_shared<ReshardCliOptions>();
+  auto* sub = parent.add_subcommand("reshard", "Write a new DCP checkpoint sharded for another world size (FSDP2 dim-0 layout)");
+  common_options(sub, o);
+  sub->add_option("-w,--world-size", o->world_size, "Target number of ranks")->type_name("N");
+  sub->add_option("--layout", o->layout, "fsdp: dim-0 shards over --world-size ranks; keep: the source's chunks")
+      ->check(CLI::IsMember({"fsdp", "keep"}))
+      ->capture_default_str()
+      ->type_name("LAYOUT");
+  sub->add_option("--dtype", o->dtype, "Also cast floating tensors (fp32, fp16, bf16, fp64, fp8_e4m3, fp8_e5m2)")->type_name("DTYPE");
+  sub->callback([&run, o] { run = [o] { return run_reshard(*o); }; });
+}
+
+void setup_cast(CLI::App& parent, RunFn& run) {
+  auto o = std::make_shared<ReshardCliOptions>();
+  o->is_cast = true;
+  auto* sub = parent.add_subcommand("cast", "Write a copy of a DCP checkpoint with floating tensors cast to another dtype");
+  common_options(sub, o);
+  sub->add_option("--dtype", o->dtype, "Target dtype: fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
+      ->required()
+      ->type_name("DTYPE");
+  sub->callback([&run, o] { run = [o] { return run_reshard(*o); }; });
+}
+
+}  // namespace dcpctl::cli

@@ -1,0 +1,557 @@
+#include "write/consolidate.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "item/item_reader.h"
+#include "plan/assemble.h"
+#include "plan/geometry.h"
+#include "util/numeric.h"
+#include "util/memory_gate.h"
+#include "util/parallel.h"
+#include "write/output.h"
+#include "write/pickler.h"
+#include "write/safetensors.h"
+#include "write/torch_save.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+uint64_t parse_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  std::string num = text.substr(0, i), unit = text.substr(i);
+  while (!unit.empty() && unit[0] == ' ') unit.erase(0, 1);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1},      {"b", 1},       {"kb", 1e3},   {"mb", 1e6},   {"gb", 1e9},   {"tb", 1e12},
+      {"k", 1e3},   {"m", 1e6},     {"g", 1e9},    {"t", 1e12},   {"kib", 1024.0}, {"mib", 1048576.0},
+      {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  auto u = kUnits.find(unit);
+  char* end = nullptr;
+  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+  if (u == kUnits.end() || num.empty() || end != num.c_str() + num.size() || v <= 0 || v * u->second > 1.8e19)
+    throw UsageError(Where(), "cannot read size '" + text + "' (examples: 5GB, 500MB, 4GiB, 1073741824)");
+  return static_cast<uint64_t>(v * u->second);
+}
+
+namespace {
+
+struct OutTensor {
+  const TensorMeta* t;
+  std::string key;
+  DType src, dst;
+  uint64_t out_bytes;
+  int file = 0;          // safetensors: output file index
+  uint64_t begin = 0;    // safetensors: offset in the data section
+  bool all_runs = true;  // every non-empty chunk is a contiguous run of the tensor
+  bool transformed = false;
+  uint64_t need = 0;     // bytes of buffers this tensor needs at once
+};
+
+// Copies [off, off+n) of `in` to `out` at out_off. copy_file_range lets the kernel move (or
+// reflink) the bytes; buffers are used when it is unavailable.
+void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_off, uint64_t n, uint8_t* buf,
+                uint64_t window, bool& use_cfr, int out_fd) {
+  while (n > 0 && use_cfr) {
+    loff_t io = static_cast<loff_t>(off), oo = static_cast<loff_t>(out_off);
+    ssize_t w = ::copy_file_range(in.fd(), &io, out_fd, &oo, n, 0);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF) {
+        use_cfr = false;
+        break;
+      }
+      throw IoError(Where(out.final_path(), out_off), "copy failed: " + errno_text(errno));
+    }
+    if (w == 0) throw IoError(Where(in.path(), off), "file shrank while reading");
+    off += static_cast<uint64_t>(w);
+    out_off += static_cast<uint64_t>(w);
+    n -= static_cast<uint64_t>(w);
+  }
+  while (n > 0) {
+    uint64_t k = std::min(n, window);
+    in.read_at(off, buf, k);
+    out.pwrite_all(buf, k, out_off);
+    off += k;
+    out_off += k;
+    n -= k;
+  }
+}
+
+struct Progress {
+  std::atomic<uint64_t> done{0};
+  uint64_t total = 0;
+  const ConsolidateOptions* o = nullptr;
+  void add(uint64_t n) {
+    uint64_t d = done.fetch_add(n) + n;
+    if (o->progress) o->progress(d, total);
+  }
+};
+
+// ---- torch output structure (format_utils.dcp_to_torch_save's set_element) ----
+struct PNode {
+  enum Kind { Empty, Dict, List, Tensor, Value } kind = Empty;
+  std::vector<std::pair<std::string, std::unique_ptr<PNode>>> dict;
+  std::vector<std::unique_ptr<PNode>> list;
+  size_t leaf = 0;  // index into tensors (Tensor) or values (Value)
+
+  PNode* dict_child(const std::string& k) {
+    for (auto& [name, n] : dict)
+      if (name == k) return n.get();
+    dict.emplace_back(k, std::make_unique<PNode>());
+    return dict.back().second.get();
+  }
+  PNode* list_child(size_t i) {
+    while (list.size() <= i) list.push_back(std::make_unique<PNode>());
+    return list[i].get();
+  }
+};
+
+void insert_path(PNode& root, const std::vector<PathElem>& path, PNode::Kind leaf_kind, size_t leaf, const std::string& key) {
+  PNode* cur = &root;
+  if (cur->kind == PNode::Empty) cur->kind = PNode::Dict;
+  for (size_t i = 0; i < path.size(); ++i) {
+    const PathElem& e = path[i];
+    PNode* next;
+    if (cur->kind == PNode::Dict) {
+      next = cur->dict_child(e.is_index ? std::to_string(e.index) : e.key);
+    } else if (cur->kind == PNode::List && e.is_index && e.index >= 0 && e.index < (1 << 24)) {
+      next = cur->list_child(static_cast<size_t>(e.index));
+    } else {
+      throw UnsupportedError(Where("", std::nullopt, key), "planner_data paths conflict; use --flat");
+    }
+    if (i + 1 == path.size()) {
+      if (next->kind != PNode::Empty) throw FormatError(Where("", std::nullopt, key), "two items share one planner_data path; use --flat");
+      next->kind = leaf_kind;
+      next->leaf = leaf;
+    } else if (next->kind == PNode::Empty) {
+      next->kind = path[i + 1].is_index ? PNode::List : PNode::Dict;
+    } else if (next->kind == PNode::Tensor || next->kind == PNode::Value) {
+      throw FormatError(Where("", std::nullopt, key), "an item sits where another item's path continues; use --flat");
+    }
+    cur = next;
+  }
+}
+
+void emit(Pickler& p, const PNode& n, const std::vector<OutTensor>& tensors,
+          const std::vector<std::unique_ptr<pickle::Tree>>& values) {
+  switch (n.kind) {
+    case PNode::Empty: p.none(); break;
+    case PNode::Dict:
+      p.empty_dict();
+      if (!n.dict.empty()) {
+        p.mark();
+        for (const auto& [k, c] : n.dict) {
+          p.str(k);
+          emit(p, *c, tensors, values);
+        }
+        p.setitems();
+      }
+      break;
+    case PNode::List:
+      p.empty_list();
+      if (!n.list.empty()) {
+        p.mark();
+        for (const auto& c : n.list) emit(p, *c, tensors, values);
+        p.appends();
+      }
+      break;
+    case PNode::Tensor: {
+      const OutTensor& t = tensors[n.leaf];
+      pickle_tensor(p, t.dst, t.t->shape, std::to_string(n.leaf));
+      break;
+    }
+    case PNode::Value: p.value(values[n.leaf]->root); break;
+  }
+}
+
+// Globals torch.load(weights_only=True) accepts in plain values (torch/_weights_only_unpickler.py).
+bool weights_only_global(std::string_view m, std::string_view n) {
+  if (m == "collections" && n == "OrderedDict") return true;
+  if (m == "torch" && (n == "Size" || dtype_from_torch_name(n))) return true;
+  if ((m == "builtins" || m == "__builtin__") && (n == "set" || n == "frozenset" || n == "bytearray" || n == "complex")) return true;
+  if (m == "_codecs" && n == "encode") return true;
+  return false;
+}
+
+bool tree_weights_only(const pickle::Tree& tree, std::string& bad) {
+  for (const auto* g : tree.globals())
+    if (!weights_only_global(g->module, g->name)) {
+      bad = std::string(g->module) + "." + std::string(g->name);
+      return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  const Metadata& md = ck.md;
+  std::vector<SelectedItem> items = select_items(md, o.selection);
+
+  // ---- plan: validate everything before writing anything ----
+  std::vector<OutTensor> tensors;
+  std::vector<const SelectedItem*> value_items;
+  std::vector<std::string> skipped_values, cast_keys, not_cast;
+  std::string holes;
+  size_t incomplete = 0;
+  for (const auto& it : items) {
+    if (!it.tensor) {
+      value_items.push_back(&it);
+      continue;
+    }
+    const TensorMeta& t = md.tensors[it.index];
+    if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
+    Coverage cov = check_coverage(t, 4);
+    bool missing = false;
+    for (size_t c = 0; c < t.num_chunks(); ++c) missing = missing || (!t.storage[c].present() && t.chunk_numel(c) > 0);
+    if (!cov.exact || missing) {
+      ++incomplete;
+      if (holes.size() < 2000) {
+        holes += "\n  " + t.fqn + ": ";
+        if (missing) holes += "chunk(s) without storage entry; ";
+        if (cov.missing_elements) {
+          holes += std::to_string(cov.missing_elements) + " elements missing, holes";
+          for (const auto& h : cov.holes) holes += " " + h.text();
+        }
+        if (cov.overlap_elements) holes += std::to_string(cov.overlap_elements) + " elements overlap";
+        if (!cov.out_of_bounds.empty()) holes += "chunk(s) out of bounds";
+      }
+      continue;
+    }
+    OutTensor ot;
+    ot.t = &t;
+    ot.key = it.key;
+    ot.src = ot.dst = *t.dtype;
+    if (o.cast && *o.cast != ot.src) {
+      if (castable(ot.src)) {
+        ot.dst = *o.cast;
+        cast_keys.push_back(it.key);
+      } else if (info(ot.src).floating) {
+        not_cast.push_back(it.key);
+      }
+    }
+    ot.out_bytes = t.numel() * itemsize(ot.dst);
+    uint64_t max_chunk = 0;
+    for (size_t c = 0; c < t.num_chunks(); ++c) {
+      if (t.chunk_numel(c) == 0) continue;
+      ot.all_runs = ot.all_runs && chunk_is_run(t, c);
+      ot.transformed = ot.transformed || t.storage[c].transforms != 0;
+      max_chunk = std::max(max_chunk, t.chunk_numel(c) * itemsize(ot.src));
+    }
+    uint64_t cast_extra = ot.dst != ot.src;
+    if (o.format == OutputFormat::Torch || !ot.all_runs)
+      ot.need = t.nbytes() + cast_extra * ot.out_bytes;
+    else if (ot.transformed)
+      ot.need = max_chunk * (1 + cast_extra);
+    else
+      ot.need = std::min(max_chunk, o.window) * (1 + cast_extra);
+    tensors.push_back(ot);
+  }
+  if (incomplete)
+    throw FormatError(Where(ck.dir), std::to_string(incomplete) + " selected tensor(s) are not fully covered by their chunks; refusing to write a partial model:" + holes);
+
+  bool to_safetensors = o.format != OutputFormat::Torch;
+  if (to_safetensors)
+    for (const auto& t : tensors)
+      if (!*info(t.dst).safetensors_name)
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.t->fqn),
+                               std::string("safetensors has no type for torch.") + torch_name(t.dst) +
+                                   "; exclude it (--exclude), cast it (--dtype) or write a .pt");
+  if (tensors.empty() && to_safetensors) throw UsageError(Where(ck.dir), "the selection holds no tensors; safetensors holds tensors only");
+
+  uint64_t largest = 0;
+  for (const auto& t : tensors) largest = std::max(largest, t.need);
+  uint64_t budget = o.max_memory ? o.max_memory : std::max<uint64_t>(largest, 1ull << 30);
+  if (largest > budget) {
+    const OutTensor* worst = nullptr;
+    for (const auto& t : tensors)
+      if (t.need == largest) worst = &t;
+    throw UsageError(Where(ck.metadata_path, std::nullopt, worst->t->fqn),
+                     "needs a buffer of " + std::to_string(largest) + " bytes, more than --max-memory " + std::to_string(budget));
+  }
+
+  // Layout.
+  struct OutFile {
+    std::string name;
+    std::vector<size_t> tensors;
+    uint64_t data_bytes = 0;
+    std::string header;
+  };
+  std::vector<OutFile> files;
+  uint64_t total_bytes = 0;
+  for (const auto& t : tensors) total_bytes += t.out_bytes;
+  if (to_safetensors) {
+    uint64_t cap = o.format == OutputFormat::HfDir ? o.max_shard_size : UINT64_MAX;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (files.empty() || (files.back().data_bytes + tensors[i].out_bytes > cap && !files.back().tensors.empty()))
+        files.emplace_back();
+      OutFile& f = files.back();
+      tensors[i].file = static_cast<int>(files.size() - 1);
+      tensors[i].begin = f.data_bytes;
+      f.data_bytes += tensors[i].out_bytes;
+      f.tensors.push_back(i);
+    }
+    for (size_t f = 0; f < files.size(); ++f) {
+      char name[64];
+      if (o.format == OutputFormat::HfDir && files.size() > 1)
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
+      else
+        std::snprintf(name, sizeof name, "model.safetensors");
+      files[f].name = name;
+      std::vector<SafetensorsEntry> entries;
+      for (size_t i : files[f].tensors)
+        entries.push_back({tensors[i].key, tensors[i].dst, tensors[i].t->shape, tensors[i].begin, tensors[i].begin + tensors[i].out_bytes});
+      files[f].header = safetensors_header(entries, {{"format", "pt"}});
+    }
+  } else {
+    files.push_back({"", {}, total_bytes, {}});
+  }
+
+  // Non-tensor values: safetensors cannot hold them; .pt re-pickles them.
+  ItemReader reader(ck);
+  std::vector<std::unique_ptr<pickle::Tree>> values;
+  std::vector<const SelectedItem*> kept_values;
+  if (!to_safetensors) {
+    for (const SelectedItem* it : value_items) {
+      const BytesMeta& b = md.bytes[it->index];
+      std::unique_ptr<pickle::Tree> tree = reader.read_bytes(b);
+      std::string bad;
+      if (!o.keep_unsafe_values && !tree_weights_only(*tree, bad)) {
+        skipped_values.push_back(it->key + " (holds " + bad + ", which torch.load(weights_only=True) refuses)");
+        continue;
+      }
+      Pickler trial(2);
+      if (!trial.value(tree->root)) {
+        skipped_values.push_back(it->key + " (holds tensors or nesting dcpctl cannot re-pickle)");
+        continue;
+      }
+      values.push_back(std::move(tree));
+      kept_values.push_back(it);
+    }
+  } else {
+    for (const SelectedItem* it : value_items) skipped_values.push_back(it->key);
+  }
+
+  json summary;
+  summary["schema_version"] = 1;
+  summary["checkpoint"] = ck.dir;
+  summary["output"] = o.output;
+  summary["format"] = o.format == OutputFormat::Torch ? "torch" : o.format == OutputFormat::HfDir ? "hf-safetensors" : "safetensors";
+  summary["tensors"] = tensors.size();
+  summary["tensor_bytes"] = total_bytes;
+  summary["non_tensor_included"] = kept_values.size();
+  summary["non_tensor_skipped"] = skipped_values;
+  summary["cast"] = {{"dtype", o.cast ? json(torch_name(*o.cast)) : json(nullptr)}, {"tensors", cast_keys.size()}, {"not_cast", not_cast}};
+  summary["max_memory"] = budget;
+  json fj = json::array();
+  for (const auto& f : files) {
+    std::string path = o.format == OutputFormat::HfDir ? o.output + "/" + f.name : o.output;
+    fj.push_back({{"path", path}, {"tensors", f.tensors.size()}, {"bytes", f.header.size() + f.data_bytes}});
+  }
+  if (o.format == OutputFormat::HfDir && files.size() > 1) fj.push_back({{"path", o.output + "/model.safetensors.index.json"}});
+  summary["files"] = fj;
+  summary["dry_run"] = o.dry_run;
+  if (o.dry_run) {
+    json keys = json::array();
+    for (const auto& t : tensors)
+      keys.push_back({{"key", t.key}, {"dtype", torch_name(t.dst)}, {"shape", t.t->shape}, {"bytes", t.out_bytes},
+                      {"file", to_safetensors ? files[static_cast<size_t>(t.file)].name : o.output}});
+    summary["plan"] = keys;
+    return summary;
+  }
+  if (o.note && !skipped_values.empty())
+    o.note(std::to_string(skipped_values.size()) + " non-tensor item(s) left out" +
+           (to_safetensors ? " (safetensors holds tensors only)" : "") + ": " + skipped_values.front() +
+           (skipped_values.size() > 1 ? ", ..." : ""));
+
+  // ---- write ----
+  check_output_path(o.output, o.force, ck.dir);
+  MemoryGate gate(budget);
+  Progress prog;
+  prog.total = total_bytes;
+  prog.o = &o;
+  unsigned threads = std::max(1u, o.threads);
+
+  if (to_safetensors) {
+    std::unique_ptr<OutputDir> dir;
+    if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
+    std::vector<std::unique_ptr<OutputFile>> outs;
+    std::vector<int> fds;
+    for (auto& f : files) {
+      outs.push_back(std::make_unique<OutputFile>(dir ? dir->path_of(f.name) : o.output));
+      outs.back()->reserve(f.header.size() + f.data_bytes);
+      outs.back()->pwrite_all(f.header.data(), f.header.size(), 0);
+    }
+    // Work items: (tensor, chunk) for tensors whose chunks are runs, (tensor, all) otherwise.
+    struct Work {
+      size_t tensor;
+      size_t chunk;  // SIZE_MAX: the whole tensor through a buffer
+    };
+    std::vector<Work> work;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].all_runs) {
+        for (size_t c = 0; c < tensors[i].t->num_chunks(); ++c)
+          if (tensors[i].t->chunk_numel(c) > 0) work.push_back({i, c});
+      } else {
+        work.push_back({i, SIZE_MAX});
+      }
+    }
+    std::atomic<bool> cfr_ok{true};
+    parallel_for(work.size(), threads, [&](size_t w) {
+      const OutTensor& ot = tensors[work[w].tensor];
+      const TensorMeta& t = *ot.t;
+      OutputFile& out = *outs[static_cast<size_t>(ot.file)];
+      uint64_t base = files[static_cast<size_t>(ot.file)].header.size() + ot.begin;
+      size_t si = itemsize(ot.src), di = itemsize(ot.dst);
+      bool cast = ot.src != ot.dst;
+      if (work[w].chunk == SIZE_MAX) {
+        GatedBuffer full(gate, t.nbytes());
+        read_full_tensor(reader, t, full.data(), 1);
+        if (cast) {
+          GatedBuffer conv(gate, ot.out_bytes);
+          cast_elements(ot.src, ot.dst, full.data(), conv.data(), t.numel());
+          out.pwrite_all(conv.data(), ot.out_bytes, base);
+        } else {
+          out.pwrite_all(full.data(), ot.out_bytes, base);
+        }
+        prog.add(ot.out_bytes);
+        return;
+      }
+      size_t c = work[w].chunk;
+      uint64_t n = t.chunk_numel(c);
+      uint64_t out_off = base + chunk_start(t, c) / si * di;
+      std::optional<DirectRun> run = reader.direct_run(t, c);
+      if (run && !cast) {
+        uint64_t win = std::min(run->bytes, o.window);
+        bool use_cfr = cfr_ok.load();
+        if (use_cfr) {
+          // copy_file_range needs no buffer; take one only if it turns out unavailable.
+          copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());
+          if (!use_cfr) cfr_ok = false;
+          else {
+            prog.add(run->bytes);
+            return;
+          }
+        }
+        GatedBuffer buf(gate, win);
+        bool no = false;
+        copy_range(*run->file, run->offset, out, out_off, run->bytes, buf.data(), win, no, -1);
+        prog.add(run->bytes);
+      } else if (run) {
+        uint64_t elems = std::max<uint64_t>(1, std::min(n, o.window / si));
+        GatedBuffer in(gate, elems * si), conv(gate, elems * di);
+        for (uint64_t e = 0; e < n; e += elems) {
+          uint64_t k = std::min(elems, n - e);
+          run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
+          cast_elements(ot.src, ot.dst, in.data(), conv.data(), k);
+          out.pwrite_all(conv.data(), k * di, out_off + e * di);
+          prog.add(k * di);
+        }
+      } else {
+        GatedBuffer in(gate, n * si);
+        reader.read_chunk(t, c, in.data());
+        if (cast) {
+          GatedBuffer conv(gate, n * di);
+          cast_elements(ot.src, ot.dst, in.data(), conv.data(), n);
+          out.pwrite_all(conv.data(), n * di, out_off);
+        } else {
+          out.pwrite_all(in.data(), n * si, out_off);
+        }
+        prog.add(n * di);
+      }
+    });
+    for (auto& f : outs) f->commit();
+    if (dir) {
+      if (files.size() > 1) {
+        nlohmann::ordered_json idx;
+        idx["metadata"] = {{"total_size", total_bytes}};
+        nlohmann::ordered_json wm = nlohmann::ordered_json::object();
+        for (const auto& t : tensors) wm[t.key] = files[static_cast<size_t>(t.file)].name;
+        idx["weight_map"] = wm;
+        std::string text = idx.dump(2) + "\n";
+        OutputFile f(dir->path_of("model.safetensors.index.json"));
+        f.append(text.data(), text.size());
+        f.commit();
+      }
+      dir->commit();
+    }
+  } else {
+    // .pt: data.pkl first (structure and tensor references), then each storage in order.
+    Pickler p(2);
+    if (o.flat) {
+      p.empty_dict();
+      p.mark();
+      size_t ti = 0, vi = 0;
+      for (const auto& it : items) {
+        if (it.tensor) {
+          if (ti < tensors.size() && tensors[ti].key == it.key) {
+            p.str(it.key);
+            pickle_tensor(p, tensors[ti].dst, tensors[ti].t->shape, std::to_string(ti));
+            ++ti;
+          }
+        } else if (vi < kept_values.size() && kept_values[vi] == &it) {
+          p.str(it.key);
+          p.value(values[vi]->root);
+          ++vi;
+        }
+      }
+      p.setitems();
+    } else {
+      PNode root;
+      root.kind = PNode::Dict;
+      size_t ti = 0, vi = 0;
+      for (const auto& it : items) {
+        if (it.tensor) {
+          if (ti < tensors.size() && tensors[ti].key == it.key) {
+            insert_path(root, it.path, PNode::Tensor, ti, it.key);
+            ++ti;
+          }
+        } else if (vi < kept_values.size() && kept_values[vi] == &it) {
+          insert_path(root, it.path, PNode::Value, vi, it.key);
+          ++vi;
+        }
+      }
+      emit(p, root, tensors, values);
+    }
+    p.stop();
+    OutputFile out(o.output);
+    TorchSaveWriter zw(out);
+    zw.write_pickle(p.data());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const OutTensor& ot = tensors[i];
+      GatedBuffer full(gate, ot.t->nbytes());
+      read_full_tensor(reader, *ot.t, full.data(), threads);
+      if (ot.src != ot.dst) {
+        GatedBuffer conv(gate, ot.out_bytes);
+        cast_elements(ot.src, ot.dst, full.data(), conv.data(), ot.t->numel());
+        zw.write_storage(std::to_string(i), conv.data(), ot.out_bytes);
+      } else {
+        zw.write_storage(std::to_string(i), full.data(), ot.out_bytes);
+      }
+      prog.add(ot.out_bytes);
+    }
+    zw.finish();
+    out.commit();
+  }
+
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary["seconds"] = secs;
+  summary["gb_per_s"] = secs > 0 ? static_cast<double>(total_bytes) / secs / 1e9 : 0.0;
+  summary["peak_rss_bytes"] = peak_rss_bytes();
+  return summary;
+}
+
+}  // namespace dcpctl

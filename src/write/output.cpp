@@ -1,0 +1,236 @@
+#include "write/output.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace dcpctl {
+namespace {
+
+// Temporaries to remove if a signal ends the process. Slots are claimed and released with
+// atomics so the handler only ever sees complete paths.
+constexpr int kSlots = 64;
+struct Slot {
+  std::atomic<int> state{0};  // 0 free, 1 claimed (writing path), 2 file, 3 directory
+  char path[PATH_MAX];
+};
+Slot g_slots[kSlots];
+
+int claim(const std::string& path, int kind) {
+  for (int i = 0; i < kSlots; ++i) {
+    int expect = 0;
+    if (g_slots[i].state.compare_exchange_strong(expect, 1)) {
+      std::snprintf(g_slots[i].path, sizeof g_slots[i].path, "%s", path.c_str());
+      g_slots[i].state.store(kind);
+      return i;
+    }
+  }
+  return -1;  // more temporaries than slots: still removed on normal failure paths
+}
+
+void release(int slot) {
+  if (slot >= 0) g_slots[slot].state.store(0);
+}
+
+// Async-signal-safe: unlink/rmdir of the recorded paths; a directory's entries are unlinked
+// with a fixed buffer via openat/getdents-free readdir replacement (rmdir after unlinking files).
+void remove_dir_signal_safe(const char* dir) {
+  DIR* d = ::opendir(dir);  // not strictly async-signal-safe, but the process is ending anyway
+  if (d) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+      ::unlinkat(::dirfd(d), e->d_name, 0);
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir);
+}
+
+extern "C" void on_signal(int sig) {
+  for (int i = 0; i < kSlots; ++i) {
+    int s = g_slots[i].state.load();
+    if (s == 2) ::unlink(g_slots[i].path);
+    if (s == 3) remove_dir_signal_safe(g_slots[i].path);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+std::string dirname_of(const std::string& p) {
+  size_t slash = p.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+std::string basename_of(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+std::string temp_name(const std::string& final_path) {
+  std::string f = final_path;
+  while (f.size() > 1 && f.back() == '/') f.pop_back();
+  return dirname_of(f) + "/." + basename_of(f) + ".dcpctl-tmp-" + std::to_string(::getpid());
+}
+
+std::string real(const std::string& p) {
+  char buf[PATH_MAX];
+  if (::realpath(p.c_str(), buf)) return buf;
+  return {};
+}
+
+}  // namespace
+
+void install_cleanup_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  // A file-size limit (ulimit -f) must give EFBIG, which we report, not kill us silently.
+  ::signal(SIGXFSZ, SIG_IGN);
+}
+
+void remove_tree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    if (DIR* d = ::opendir(path.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        std::string n = e->d_name;
+        if (n == "." || n == "..") continue;
+        remove_tree(path + "/" + n);
+      }
+      ::closedir(d);
+    }
+    ::rmdir(path.c_str());
+  } else {
+    ::unlink(path.c_str());
+  }
+}
+
+void check_output_path(const std::string& path_in, bool force, const std::string& protect_dir) {
+  std::string path = path_in;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::string parent = dirname_of(path);
+  struct stat st;
+  if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw IoError(Where(path), "output directory " + parent + " does not exist");
+  std::string rp = real(parent), rprot = real(protect_dir);
+  if (!rprot.empty() && !rp.empty() && (rp == rprot || rp.rfind(rprot + "/", 0) == 0))
+    throw UsageError(Where(path), "output would be written inside the checkpoint being read (" + protect_dir + ")");
+  if (::lstat(path.c_str(), &st) == 0) {
+    std::string rpath = real(path);
+    if (!rprot.empty() && rpath == rprot) throw UsageError(Where(path), "output is the checkpoint being read");
+    if (!force) throw UsageError(Where(path), "output exists; pass --force to replace it");
+  }
+}
+
+OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)), tmp_(temp_name(final_)) {
+  slot_ = claim(tmp_, 2);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    int e = errno;
+    release(slot_);
+    throw IoError(Where(tmp_), "cannot create: " + errno_text(e));
+  }
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+  release(slot_);
+}
+
+void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(Where(final_, offset), "write failed: " + errno_text(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+}
+
+void OutputFile::append(const void* data, size_t n) {
+  pwrite_all(data, n, pos_);
+  pos_ += n;
+}
+
+void OutputFile::reserve(uint64_t size) {
+  if (size == 0) return;
+  int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(size));
+  if (rc == EOPNOTSUPP || rc == EINVAL) {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+      throw IoError(Where(final_), "cannot size output to " + std::to_string(size) + " bytes: " + errno_text(errno));
+  } else if (rc != 0) {
+    throw IoError(Where(final_), "cannot reserve " + std::to_string(size) + " bytes: " + errno_text(rc));
+  }
+}
+
+void OutputFile::commit() {
+  if (::fsync(fd_) != 0) throw IoError(Where(final_), "fsync failed: " + errno_text(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    throw IoError(Where(final_), "close failed: " + errno_text(errno));
+  }
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), final_.c_str()) != 0)
+    throw IoError(Where(final_), "cannot rename " + tmp_ + " into place: " + errno_text(errno));
+  committed_ = true;
+}
+
+OutputDir::OutputDir(std::string final_path) : final_(std::move(final_path)), tmp_(temp_name(final_)) {
+  while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
+  slot_ = claim(tmp_, 3);
+  if (::mkdir(tmp_.c_str(), 0755) != 0) {
+    int e = errno;
+    release(slot_);
+    throw IoError(Where(tmp_), "cannot create directory: " + errno_text(e));
+  }
+}
+
+OutputDir::~OutputDir() {
+  if (!committed_) remove_tree(tmp_);
+  release(slot_);
+}
+
+std::string OutputDir::path_of(const std::string& name) const { return tmp_ + "/" + name; }
+
+void OutputDir::commit() {
+  if (int fd = ::open(tmp_.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  struct stat st;
+  std::string aside;
+  if (::lstat(final_.c_str(), &st) == 0) {
+    aside = temp_name(final_) + "-old";
+    if (::rename(final_.c_str(), aside.c_str()) != 0)
+      throw IoError(Where(final_), "cannot move the old output aside: " + errno_text(errno));
+  }
+  if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
+    int e = errno;
+    if (!aside.empty()) ::rename(aside.c_str(), final_.c_str());
+    throw IoError(Where(final_), "cannot rename " + tmp_ + " into place: " + errno_text(e));
+  }
+  committed_ = true;
+  if (!aside.empty()) remove_tree(aside);
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,70 @@
+// Outputs that appear only when complete.
+//
+// Every output is written under a temporary name next to its final place (same filesystem) and
+// renamed when complete; a failed run removes its temporaries, and so do SIGINT/SIGTERM/SIGHUP
+// (install_cleanup_handlers). Only SIGKILL or a power cut can leave a temporary behind, and it is
+// named `.<name>.dcpctl-tmp-<pid>`, never the final name. An existing output is replaced only with
+// `force`; a directory output is replaced by renaming the old one aside first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dcpctl {
+
+void install_cleanup_handlers();
+
+// Refuses (UsageError) when `path` exists and !force, or when it lies inside `protect_dir`
+// (outputs never go into the checkpoint being read).
+void check_output_path(const std::string& path, bool force, const std::string& protect_dir);
+
+class OutputFile {
+ public:
+  // Creates the temporary file. `final_path`'s directory must exist.
+  explicit OutputFile(std::string final_path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void pwrite_all(const void* data, size_t n, uint64_t offset);
+  void append(const void* data, size_t n);  // at the running end (sequential writers)
+  // Reserves `size` bytes so a full disk shows up before any work is done.
+  void reserve(uint64_t size);
+  uint64_t appended() const { return pos_; }
+  // fsync + rename onto the final name (replacing an existing file).
+  void commit();
+  const std::string& final_path() const { return final_; }
+  const std::string& temp_path() const { return tmp_; }
+  int fd() const { return fd_; }
+
+ private:
+  std::string final_, tmp_;
+  int fd_ = -1;
+  uint64_t pos_ = 0;
+  bool committed_ = false;
+  int slot_ = -1;
+};
+
+// A directory output: files are created inside a temporary directory, which replaces the final
+// directory on commit.
+class OutputDir {
+ public:
+  explicit OutputDir(std::string final_path);
+  ~OutputDir();
+  OutputDir(const OutputDir&) = delete;
+  OutputDir& operator=(const OutputDir&) = delete;
+  std::string path_of(const std::string& name) const;  // inside the temporary directory
+  void commit();
+  const std::string& final_path() const { return final_; }
+
+ private:
+  std::string final_, tmp_;
+  bool committed_ = false;
+  int slot_ = -1;
+};
+
+// Removes a directory tree (used for cleanup); ignores errors.
+void remove_tree(const std::string& path);
+
+}  // namespace dcpctl

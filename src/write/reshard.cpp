@@ -1,0 +1,350 @@
+#include "write/reshard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include "item/item_reader.h"
+#include "plan/assemble.h"
+#include "plan/geometry.h"
+#include "util/memory_gate.h"
+#include "util/numeric.h"
+#include "util/parallel.h"
+#include "write/dcp_metadata.h"
+#include "write/output.h"
+#include "write/torch_save.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+// One chunk to write: a box of a tensor, on a target rank.
+struct Job {
+  uint32_t tensor;  // index into plan tensors
+  uint32_t chunk;   // index into that tensor's out chunks
+};
+
+struct PlanTensor {
+  const TensorMeta* t;
+  std::string key;
+  DType src, dst;
+  std::vector<Box> boxes;       // target chunks
+  std::vector<uint32_t> ranks;  // rank of each target chunk
+};
+
+bool intersect(const Box& a, const Box& b, Box& out) {
+  size_t nd = a.offsets.size();
+  out.offsets.resize(nd);
+  out.sizes.resize(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    int64_t lo = std::max(a.offsets[d], b.offsets[d]);
+    int64_t hi = std::min(a.offsets[d] + a.sizes[d], b.offsets[d] + b.sizes[d]);
+    if (hi <= lo) return false;
+    out.offsets[d] = lo;
+    out.sizes[d] = hi - lo;
+  }
+  return true;
+}
+
+// Copies box `in` (global coordinates) from dense buffer `src` holding box `sb` to dense
+// buffer `dst` holding box `db`.
+void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item) {
+  size_t nd = in.offsets.size();
+  if (nd == 0) {
+    std::memcpy(dst, src, item);
+    return;
+  }
+  auto strides = [&](const Box& b) {
+    std::vector<uint64_t> s(nd, item);
+    for (size_t d = nd; d-- > 1;) s[d - 1] = s[d] * static_cast<uint64_t>(b.sizes[d]);
+    return s;
+  };
+  std::vector<uint64_t> ss = strides(sb), ds = strides(db);
+  uint64_t row = static_cast<uint64_t>(in.sizes[nd - 1]) * item;
+  std::vector<int64_t> idx(nd - 1, 0);
+  while (true) {
+    uint64_t so = 0, dof = 0;
+    for (size_t d = 0; d < nd; ++d) {
+      int64_t g = in.offsets[d] + (d + 1 < nd ? idx[d] : 0);
+      so += static_cast<uint64_t>(g - sb.offsets[d]) * ss[d];
+      dof += static_cast<uint64_t>(g - db.offsets[d]) * ds[d];
+    }
+    std::memcpy(dst + dof, src + so, row);
+    size_t d = nd - 1;
+    while (d-- > 0) {
+      if (++idx[d] < in.sizes[d]) break;
+      idx[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) break;
+  }
+}
+
+Box source_box(const TensorMeta& t, size_t c) {
+  return {std::vector<int64_t>(t.chunk_offsets(c), t.chunk_offsets(c) + t.ndim()),
+          std::vector<int64_t>(t.chunk_sizes(c), t.chunk_sizes(c) + t.ndim())};
+}
+
+// A box that spans every dimension after the first fully is one contiguous run of the tensor.
+bool is_run(const Box& b, const std::vector<int64_t>& shape) {
+  for (size_t d = 1; d < shape.size(); ++d)
+    if (b.sizes[d] != shape[d]) return false;
+  return true;
+}
+
+// Fills `dst` (dense, box `tb`, source dtype) from the source chunks that overlap it.
+void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, uint8_t* dst, MemoryGate& gate) {
+  size_t item = itemsize(*t.dtype);
+  if (tb.numel() == 0) return;
+  uint64_t row_bytes = item;
+  for (size_t d = 1; d < t.ndim(); ++d) row_bytes *= static_cast<uint64_t>(t.shape[d]);
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    if (t.chunk_numel(c) == 0) continue;
+    Box sb = source_box(t, c), in;
+    if (!intersect(sb, tb, in)) continue;
+    if (t.ndim() > 0 && is_run(sb, t.shape) && is_run(tb, t.shape)) {
+      if (std::optional<DirectRun> run = reader.direct_run(t, c)) {
+        uint64_t from = static_cast<uint64_t>(in.offsets[0] - sb.offsets[0]) * row_bytes;
+        uint64_t to = static_cast<uint64_t>(in.offsets[0] - tb.offsets[0]) * row_bytes;
+        run->file->read_at(run->offset + from, dst + to, static_cast<uint64_t>(in.sizes[0]) * row_bytes, t.fqn);
+        continue;
+      }
+    }
+    GatedBuffer tmp(gate, t.chunk_numel(c) * item);
+    reader.read_chunk(t, c, tmp.data());
+    copy_box(tmp.data(), sb, dst, tb, in, item);
+  }
+}
+
+}  // namespace
+
+json reshard(const Checkpoint& ck, const ReshardOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  const Metadata& md = ck.md;
+  std::vector<SelectedItem> items = select_items(md, o.selection);
+
+  // Target world size.
+  int world = o.world_size;
+  if (o.layout == Layout::Keep) {
+    world = 1;
+    for (const auto& f : md.files)
+      if (auto r = rank_of_file(f)) world = std::max(world, *r + 1);
+  }
+  if (world < 1 || world > 1 << 20) throw UsageError(Where(), "--world-size must be between 1 and 1048576");
+
+  // ---- plan ----
+  std::vector<PlanTensor> tensors;
+  std::vector<const SelectedItem*> bytes_items;
+  std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
+  std::string holes;
+  size_t incomplete = 0;
+  uint64_t total = 0, largest_need = 0;
+  std::vector<std::string> cast_keys, not_cast;
+  for (const auto& it : items) {
+    if (!it.tensor) {
+      bytes_items.push_back(&it);
+      continue;
+    }
+    const TensorMeta& t = md.tensors[it.index];
+    if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
+    Coverage cov = check_coverage(t, 4);
+    bool missing = false;
+    for (size_t c = 0; c < t.num_chunks(); ++c) missing = missing || (!t.storage[c].present() && t.chunk_numel(c) > 0);
+    if (!cov.exact || missing) {
+      ++incomplete;
+      if (holes.size() < 2000) {
+        holes += "\n  " + t.fqn + ":";
+        for (const auto& h : cov.holes) holes += " " + h.text();
+        if (missing) holes += " (chunks without storage entries)";
+      }
+      continue;
+    }
+    PlanTensor pt;
+    pt.t = &t;
+    pt.key = it.key;
+    pt.src = pt.dst = *t.dtype;
+    if (o.cast && *o.cast != pt.src) {
+      if (castable(pt.src)) {
+        pt.dst = *o.cast;
+        cast_keys.push_back(it.key);
+      } else if (info(pt.src).floating) {
+        not_cast.push_back(it.key);
+      }
+    }
+    size_t di = itemsize(pt.dst);
+    auto least_loaded = [&] {
+      return static_cast<uint32_t>(std::min_element(rank_bytes.begin(), rank_bytes.end()) - rank_bytes.begin());
+    };
+    if (o.layout == Layout::Keep) {
+      for (size_t c = 0; c < t.num_chunks(); ++c) {
+        pt.boxes.push_back(source_box(t, c));
+        auto r = t.storage[c].present() ? rank_of_file(md.files[t.storage[c].file]) : std::nullopt;
+        pt.ranks.push_back(static_cast<uint32_t>(r.value_or(0)));
+      }
+    } else if (t.ndim() == 0 || t.shape[0] == 0) {
+      pt.boxes.push_back({std::vector<int64_t>(t.ndim(), 0), t.shape});
+      pt.ranks.push_back(least_loaded());
+    } else {
+      int64_t n = t.shape[0];
+      int64_t cs = (n + world - 1) / world;
+      bool empty_done = false;
+      for (int r = 0; r < world; ++r) {
+        Box b{std::vector<int64_t>(t.ndim(), 0), t.shape};
+        int64_t start = static_cast<int64_t>(r) * cs;
+        if (start >= n) {
+          if (empty_done) continue;  // DCP records one empty shard per tensor
+          empty_done = true;
+          b.offsets[0] = n;
+          b.sizes[0] = 0;
+        } else {
+          b.offsets[0] = start;
+          b.sizes[0] = std::min(cs, n - start);
+        }
+        pt.boxes.push_back(b);
+        pt.ranks.push_back(static_cast<uint32_t>(r));
+      }
+    }
+    for (size_t c = 0; c < pt.boxes.size(); ++c) {
+      uint64_t nb = pt.boxes[c].numel() * di;
+      rank_bytes[pt.ranks[c]] += nb;
+      total += nb;
+      // A target chunk buffer (source dtype, plus the cast copy) and one source chunk at a time.
+      uint64_t src_chunk = 0;
+      for (size_t s = 0; s < t.num_chunks(); ++s) src_chunk = std::max(src_chunk, t.chunk_numel(s) * itemsize(pt.src));
+      uint64_t need = pt.boxes[c].numel() * itemsize(pt.src) + (pt.dst != pt.src ? nb : 0) + src_chunk;
+      largest_need = std::max(largest_need, need);
+    }
+    tensors.push_back(std::move(pt));
+  }
+  if (incomplete)
+    throw FormatError(Where(ck.dir), std::to_string(incomplete) +
+                                         " selected tensor(s) are not fully covered by their chunks; refusing to reshard:" + holes);
+  uint64_t budget = o.max_memory ? o.max_memory : std::max<uint64_t>(largest_need, 1ull << 30);
+  if (largest_need > budget)
+    throw UsageError(Where(ck.dir), "a chunk needs " + std::to_string(largest_need) + " bytes of buffers, more than --max-memory " +
+                                        std::to_string(budget) + "; raise it or use more target ranks");
+
+  // Jobs per rank, in checkpoint order.
+  std::vector<std::vector<Job>> jobs(static_cast<size_t>(world));
+  for (uint32_t i = 0; i < tensors.size(); ++i)
+    for (uint32_t c = 0; c < tensors[i].boxes.size(); ++c) jobs[tensors[i].ranks[c]].push_back({i, c});
+
+  json summary;
+  summary["schema_version"] = 1;
+  summary["checkpoint"] = ck.dir;
+  summary["output"] = o.output;
+  summary["layout"] = o.layout == Layout::Keep ? "keep" : "fsdp";
+  summary["world_size"] = world;
+  summary["tensors"] = tensors.size();
+  summary["non_tensor_items"] = bytes_items.size();
+  summary["tensor_bytes"] = total;
+  summary["cast"] = {{"dtype", o.cast ? json(torch_name(*o.cast)) : json(nullptr)}, {"tensors", cast_keys.size()}, {"not_cast", not_cast}};
+  json ranks = json::array();
+  for (int r = 0; r < world; ++r) {
+    uint64_t n = jobs[static_cast<size_t>(r)].size();
+    ranks.push_back({{"rank", r}, {"file", "__" + std::to_string(r) + "_0.distcp"}, {"chunks", n},
+                     {"tensor_bytes", rank_bytes[static_cast<size_t>(r)]}, {"non_tensor_items", r == 0 ? bytes_items.size() : 0}});
+  }
+  summary["ranks"] = ranks;
+  summary["dry_run"] = o.dry_run;
+  summary["max_memory"] = budget;
+  if (o.dry_run) return summary;
+
+  // ---- write ----
+  check_output_path(o.output, o.force, ck.dir);
+  OutputDir dir(o.output);
+  ItemReader reader(ck);
+  MemoryGate gate(budget);
+  std::atomic<uint64_t> done{0};
+
+  MetadataOut mo;
+  mo.save_id = uuid4();
+  mo.checkpoint_id = o.output;
+  for (int r = 0; r < world; ++r) mo.files.push_back("__" + std::to_string(r) + "_0.distcp");
+  mo.tensors.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    MetaTensorOut& mt = mo.tensors[i];
+    mt.fqn = tensors[i].key;
+    mt.dtype_name = torch_name(tensors[i].dst);
+    mt.requires_grad = tensors[i].t->requires_grad;
+    mt.shape = tensors[i].t->shape;
+    mt.chunks.resize(tensors[i].boxes.size());
+    for (size_t c = 0; c < tensors[i].boxes.size(); ++c) {
+      mt.chunks[c].offsets = tensors[i].boxes[c].offsets;
+      mt.chunks[c].sizes = tensors[i].boxes[c].sizes;
+      mt.chunks[c].file = tensors[i].ranks[c];
+    }
+  }
+  mo.bytes.resize(bytes_items.size());
+  {
+    size_t ti = 0, bi = 0;
+    for (const auto& it : items) {
+      if (it.tensor) {
+        if (ti < tensors.size() && tensors[ti].key == it.key) mo.order.emplace_back(true, static_cast<uint32_t>(ti++));
+      } else {
+        mo.order.emplace_back(false, static_cast<uint32_t>(bi++));
+      }
+      if (!it.path.empty() && md.has_planner_data) mo.planner_data[it.key] = it.path;
+    }
+  }
+
+  parallel_for(static_cast<size_t>(world), std::max(1u, o.threads), [&](size_t r) {
+    OutputFile out(dir.path_of(mo.files[r]));
+    if (r == 0) {
+      // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
+      for (size_t b = 0; b < bytes_items.size(); ++b) {
+        const BytesMeta& bm = md.bytes[bytes_items[b]->index];
+        MetaBytesOut& mb = mo.bytes[b];
+        mb.fqn = bytes_items[b]->key;
+        mb.file = 0;
+        mb.offset = out.appended();
+        mb.length = bm.storage.length;
+        mb.transforms = md.transform_sets.at(bm.storage.transforms);
+        const ReadFile in(ck.path_of(bm.storage.file));
+        GatedBuffer buf(gate, bm.storage.length);
+        in.read_at(bm.storage.offset, buf.data(), bm.storage.length, bm.fqn);
+        out.append(buf.data(), bm.storage.length);
+      }
+    }
+    for (const Job& j : jobs[r]) {
+      const PlanTensor& pt = tensors[j.tensor];
+      const Box& b = pt.boxes[j.chunk];
+      uint64_t n = b.numel();
+      GatedBuffer raw(gate, n * itemsize(pt.src));
+      assemble_box(reader, *pt.t, b, raw.data(), gate);
+      uint64_t start = out.appended();
+      if (pt.src != pt.dst) {
+        GatedBuffer conv(gate, n * itemsize(pt.dst));
+        cast_elements(pt.src, pt.dst, raw.data(), conv.data(), n);
+        write_tensor_blob(out, pt.dst, b.sizes, conv.data(), conv.size());
+      } else {
+        write_tensor_blob(out, pt.dst, b.sizes, raw.data(), raw.size());
+      }
+      MetaChunkOut& mc = mo.tensors[j.tensor].chunks[j.chunk];
+      mc.offset = start;
+      mc.length = out.appended() - start;
+      uint64_t d = done.fetch_add(n * itemsize(pt.dst)) + n * itemsize(pt.dst);
+      if (o.progress) o.progress(d, total);
+    }
+    out.commit();
+  });
+
+  // .metadata last: a checkpoint without it is visibly incomplete.
+  std::string pkl = metadata_pickle(mo);
+  {
+    OutputFile meta(dir.path_of(".metadata"));
+    meta.append(pkl.data(), pkl.size());
+    meta.commit();
+  }
+  dir.commit();
+
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary["seconds"] = secs;
+  summary["gb_per_s"] = secs > 0 ? static_cast<double>(total) / secs / 1e9 : 0.0;
+  summary["peak_rss_bytes"] = peak_rss_bytes();
+  return summary;
+}
+
+}  // namespace dcpctl

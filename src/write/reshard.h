@@ -1,0 +1,45 @@
+// reshard and cast: write a new DCP checkpoint for another world size or dtype.
+//
+// Layouts:
+//   Fsdp  every tensor is chunked the way FSDP2 / DTensor Shard(0) shards it over M ranks:
+//         dim 0 split with torch.chunk semantics (ceil(N/M) rows per rank, the last smaller);
+//         ranks past the end hold an empty shard, recorded once as DCP does (offset[0] == N,
+//         size[0] == 0); 0-d tensors and tensors with no rows are written once, on the rank
+//         with the fewest bytes so far (as DCP places replicated tensors).
+//   Keep  the source's chunks, each written by the rank whose file held it (cast only).
+// One `__{r}_0.distcp` per target rank holds exactly rank r's chunks (each a torch.save of a
+// contiguous CPU tensor, as torch writes them); non-tensor items are copied byte for byte (with
+// their transforms) into rank 0's file; `.metadata` (dcp_metadata.h) is written last, and the
+// whole directory appears only when complete (written under a temporary name, then renamed).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "meta/checkpoint.h"
+#include "plan/select.h"
+#include "util/dtype.h"
+
+namespace dcpctl {
+
+enum class Layout { Fsdp, Keep };
+
+struct ReshardOptions {
+  std::string output;
+  int world_size = 0;  // Fsdp: target ranks
+  Layout layout = Layout::Fsdp;
+  Selection selection;
+  std::optional<DType> cast;
+  bool force = false;
+  bool dry_run = false;
+  unsigned threads = 4;
+  uint64_t max_memory = 0;  // 0: automatic
+  std::function<void(uint64_t done, uint64_t total)> progress;
+  std::function<void(const std::string&)> note;
+};
+
+nlohmann::json reshard(const Checkpoint& ck, const ReshardOptions& opts);
+
+}  // namespace dcpctl

@@ -1,0 +1,52 @@
+// Writing torch.save zip archives (the `.pt` output, and each item of a DCP checkpoint) with
+// LibTorch's PyTorchStreamWriter, record by record, straight to an OutputFile.
+//
+// Records, in torch.save's order: data.pkl (pickle protocol 2), .format_version ("1"),
+// .storage_alignment ("64"), byteorder ("little"), data/<key> for each storage, then version
+// and .data/serialization_id (written by the writer at the end). Records are stored, 64-byte aligned.
+//
+// A tensor is pickled as torch.save pickles a contiguous CPU tensor:
+//   torch._utils._rebuild_tensor_v2(persid(('storage', torch.<X>Storage, key, 'cpu', numel)),
+//                                   0, size, stride, False, OrderedDict())
+// and, for dtypes without a legacy storage class (uint16/32/64, float8, ...),
+//   torch._utils._rebuild_tensor_v3(persid(('storage', torch.storage.UntypedStorage, key, 'cpu', nbytes)),
+//                                   0, size, stride, False, OrderedDict(), torch.<dtype>)
+// This file and item/torch_zip.cpp are the only ones that include LibTorch headers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/dtype.h"
+#include "write/output.h"
+#include "write/pickler.h"
+
+namespace dcpctl {
+
+// Emits the rebuild call for a contiguous tensor whose bytes are record data/<key>.
+void pickle_tensor(Pickler& p, DType dtype, const std::vector<int64_t>& shape, const std::string& key);
+
+class TorchSaveWriter {
+ public:
+  // Appends the archive to `out` (which must be empty).
+  explicit TorchSaveWriter(OutputFile& out);
+  ~TorchSaveWriter();
+  // data.pkl and the small header records; call first.
+  void write_pickle(const std::string& data_pkl);
+  void write_storage(const std::string& key, const void* data, size_t n);
+  void finish();
+
+  struct Impl;  // opaque; public so the in-memory blob writer can share it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// torch.save(tensor) of a contiguous CPU tensor, appended to `out` (a DCP item).
+void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
+
+// The same archive in memory.
+std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
+
+}  // namespace dcpctl

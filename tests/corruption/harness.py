@@ -1,0 +1,120 @@
+"""Shared helpers of the corruption tests: run the real dcpctl binary under limits and judge how it
+failed. Standard library only (the tests run without the virtualenv).
+
+A run "failed cleanly" when the process exited (no signal), printed no sanitizer report, stayed
+under the time and peak-RSS limits, and exited with the documented code the test expects.
+"""
+import hashlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+# dcpctl's documented exit codes (README, man page, cmd/exit_codes.h).
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INVALID, EXIT_IO, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5
+
+SANITIZER_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer", "runtime error:")
+
+
+class Result:
+    def __init__(self, args, rc, stdout, stderr, seconds, max_rss_mb):
+        self.args, self.rc, self.stdout, self.stderr = args, rc, stdout, stderr
+        self.seconds, self.max_rss_mb = seconds, max_rss_mb
+
+    def describe(self):
+        return (f"{' '.join(self.args)}: rc {self.rc}, {self.seconds:.2f} s, {self.max_rss_mb:.0f} MiB peak\n"
+                f"  stderr: {self.stderr.strip()[:600]}")
+
+
+class Checker:
+    """Collects failures instead of stopping at the first, like dcpctl verify."""
+
+    def __init__(self, sanitized):
+        self.sanitized = sanitized
+        self.failures = []
+        self.checks = 0
+        # ASan's shadow memory makes RLIMIT_AS useless and inflates RSS; LibTorch alone is ~160 MiB.
+        self.max_rss_mb = 1536 if sanitized else 512
+        self.address_space = None if sanitized else 2 << 30
+
+    def fail(self, msg):
+        self.failures.append(msg)
+        print("FAIL", msg, flush=True)
+
+    def expect(self, cond, msg):
+        self.checks += 1
+        if not cond:
+            self.fail(msg)
+        return cond
+
+    def run(self, args, timeout=60, cwd=None):
+        """Runs args; returns a Result with its exit status, output, time and peak RSS. Records a
+        failure for a signal, a sanitizer report, a hang or too much memory."""
+        limit = self.address_space
+
+        def preexec():
+            if limit:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            start = time.monotonic()
+            p = subprocess.Popen(args, stdout=out, stderr=err, cwd=cwd, preexec_fn=preexec)
+            # Reap the child ourselves: wait4 gives this child's own peak RSS.
+            while True:
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() - start > timeout:
+                    p.kill()
+                    pid, status, ru = os.wait4(p.pid, 0)
+                    self.fail(f"{' '.join(args)}: still running after {timeout} s (hang?)")
+                    break
+                time.sleep(0.005)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            seconds = time.monotonic() - start
+            out.seek(0)
+            err.seek(0)
+            res = Result(args, p.returncode, out.read().decode("utf-8", "replace"),
+                         err.read().decode("utf-8", "replace"), seconds, ru.ru_maxrss / 1024.0)
+        self.checks += 1
+        if res.rc < 0:
+            self.fail(f"killed by signal {signal.Signals(-res.rc).name}: {res.describe()}")
+        if any(m in res.stderr for m in SANITIZER_MARKERS):
+            self.fail(f"sanitizer report: {res.describe()}")
+        if res.max_rss_mb > self.max_rss_mb:
+            self.fail(f"peak RSS {res.max_rss_mb:.0f} MiB > {self.max_rss_mb} MiB: {res.describe()}")
+        return res
+
+
+def tree_digest(path):
+    """sha256 of every file under path (names, modes and contents), to prove inputs are unchanged."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files) + [d + "/" for d in dirs]:
+            full = os.path.join(root, name.rstrip("/"))
+            st = os.lstat(full)
+            h.update(f"{os.path.relpath(full, path)}\0{st.st_mode:o}\0{st.st_size}\0".encode())
+            if not name.endswith("/") and os.path.isfile(full):
+                with open(full, "rb") as f:
+                    h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def finish(checker, name):
+    print(f"{name}: {checker.checks} checks, {len(checker.failures)} failures")
+    return 1 if checker.failures else 0
+
+
+def parse_args(argv):
+    sanitized = "--sanitized" in argv
+    rest = [a for a in argv[1:] if a != "--sanitized"]
+    return rest, sanitized
+
+
+if __name__ == "__main__":
+    sys.exit("harness.py is a module")

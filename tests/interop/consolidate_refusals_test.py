@@ -1,0 +1,530 @@
+#!/usr/bin/env python3
+"""`dcpctl consolidate` refusals and failure paths (run with the project's venv python).
+
+    consolidate_refusals_test.py CASE DCPCTL FIXTURES_DIR
+
+Every case works on copies of real fixtures (or on a checkpoint written here by real torch) and
+checks, besides its own point, that the input checkpoint's files are unchanged (sha256 of every
+file before/after) and that no output or temporary (`.NAME.dcpctl-tmp-PID`) is left behind.
+
+CASE is one of:
+  incomplete   a chunk of a sharded tensor removed from a copy's .metadata (chunks list and
+               storage_data, re-pickled with torch's classes): exit 3, the key and the hole listed,
+               nothing written (also --dry-run, every output format); holes in two tensors: both
+               listed; a chunk whose storage entry alone is gone: exit 3; --exclude of the broken
+               keys: exit 0; a missing .distcp file: non-zero, nothing written.
+  overwrite    an existing output (file, HF dir) without --force: exit 2, output untouched;
+               --force replaces it with a correct output; an existing empty dir; a lone file where
+               a dir output goes.
+  dry-run      --dry-run writes nothing for every format (plan on stdout, --json plan).
+  inside       outputs inside the checkpoint, the checkpoint itself, a symlink to it, a path through
+               `..`, and a parent directory of the checkpoint: refused, checkpoint untouched.
+  full-disk    `ulimit -f 64` (file size limit 64 KiB; dcpctl ignores SIGXFSZ so writes fail with
+               EFBIG): exit 4 for every format, nothing left behind; an existing output replaced with
+               --force stays intact.
+  signals      SLOW. A ~320 MB checkpoint written by torch (dcp.save, one process); runs killed with
+               SIGTERM and SIGINT mid-write for every format (and over an existing output with
+               --force): the process dies of the signal, no output, no temporary, the old output
+               intact.
+Exit status: 0 pass, 1 failure, 77 skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SKIP = 77
+try:
+    import torch
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: {e}", file=sys.stderr)
+    sys.exit(SKIP)
+
+HERE = Path(__file__).resolve().parent
+FAILURES: list[str] = []
+DCPCTL = ""
+
+
+def fail(msg: str) -> None:
+    FAILURES.append(msg)
+    print("FAIL: " + msg, file=sys.stderr)
+
+
+def run(*args: str, timeout: int = 300, pre: str | None = None) -> tuple[int, str, str]:
+    cmd = [DCPCTL, "consolidate", *args]
+    if pre:
+        cmd = ["bash", "-c", pre + '; exec "$@"', "bash", *cmd]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """relative path -> sha256 (or 'dir'/'link') of everything under root, hidden files included."""
+    out = {}
+    for dp, dns, fns in os.walk(root):
+        for d in dns:
+            out[os.path.relpath(os.path.join(dp, d), root)] = "dir"
+        for f in fns:
+            p = os.path.join(dp, f)
+            if os.path.islink(p):
+                out[os.path.relpath(p, root)] = "link:" + os.readlink(p)
+                continue
+            h = hashlib.sha256()
+            with open(p, "rb") as fh:
+                for b in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(b)
+            out[os.path.relpath(p, root)] = h.hexdigest()
+    return out
+
+
+def listing(d: Path) -> list[str]:
+    return sorted(os.listdir(d))
+
+
+class Guard:
+    """Checks that the checkpoint is unchanged and `workdir` holds exactly what it held before."""
+
+    def __init__(self, ckpt: Path, workdir: Path, what: str):
+        self.ckpt, self.workdir, self.what = ckpt, workdir, what
+        self.before = tree_digest(ckpt)
+        self.list_before = listing(workdir)
+
+    def check(self, allow_new: list[str] = ()) -> None:
+        after = tree_digest(self.ckpt)
+        if after != self.before:
+            changed = sorted(k for k in set(after) | set(self.before) if after.get(k) != self.before.get(k))
+            fail(f"{self.what}: input checkpoint changed: {changed[:6]}")
+        now = listing(self.workdir)
+        extra = sorted(set(now) - set(self.list_before) - set(allow_new))
+        gone = sorted(set(self.list_before) - set(now))
+        if extra or gone:
+            fail(f"{self.what}: directory listing changed: new {extra}, gone {gone}")
+        tmps = [p for p in now if "dcpctl-tmp" in p]
+        if tmps:
+            fail(f"{self.what}: temporary left: {tmps}")
+
+
+def copy_fixture(fixtures: Path, case: str, dst: Path) -> Path:
+    shutil.copytree(fixtures / case / "ckpt", dst)
+    return dst
+
+
+FORMATS = [("st", "out.safetensors", []), ("hf", "outdir/", ["--max-shard-size", "20000"]),
+           ("pt", "out.pt", []), ("flat", "out_flat.pt", ["--flat"])]
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def case_incomplete(fixtures: Path, tmp: Path) -> None:
+    from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
+
+    work = tmp / "w"
+    work.mkdir()
+    ck = copy_fixture(fixtures, "sample", work / "ckpt")
+    with open(ck / ".metadata", "rb") as f:
+        md = pickle.load(f)  # trusted fixture (torch's own classes)
+    sharded = [k for k, v in md.state_dict_metadata.items()
+               if isinstance(v, TensorStorageMetadata) and sum(1 for c in v.chunks if all(s > 0 for s in c.sizes)) >= 2]
+    if len(sharded) < 2:
+        fail(f"sample has fewer than 2 sharded tensors: {sharded}")
+        return
+    k1, k2 = sharded[0], sharded[-1]
+
+    def drop_chunk(md, key, which, storage_only=False):
+        tm = md.state_dict_metadata[key]
+        ch = tm.chunks[which]
+        idx = MetadataIndex(key, ch.offsets)
+        sd = md.storage_data
+        match = [i for i in sd if i.fqn == key and tuple(i.offset) == tuple(ch.offsets)]
+        assert match, (key, ch.offsets)
+        for i in match:
+            del sd[i]
+        if not storage_only:
+            del tm.chunks[which]
+        return tuple(ch.offsets), tuple(ch.sizes), idx
+
+    orig = (ck / ".metadata").read_bytes()
+
+    # 1: the last chunk of k1 gone (metadata + storage)
+    off, sizes, _ = drop_chunk(md, k1, -1)
+    with open(ck / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    g = Guard(ck, work, "incomplete 1 hole")
+    for label, out, extra in FORMATS:
+        for dry in ([], ["--dry-run"]):
+            rc, outp, err = run(str(ck), "-o", str(work / out), *extra, *dry)
+            what = f"incomplete {label} {' '.join(dry)}"
+            if rc != 3:
+                fail(f"{what}: exit {rc}, want 3: {err.strip()[:300]}")
+            if k1 not in err:
+                fail(f"{what}: the incomplete key {k1} is not named: {err.strip()[:300]}")
+            # the hole: rows off[0]..off[0]+sizes[0] of dim 0
+            if str(off[0]) not in err:
+                fail(f"{what}: the hole (offsets {off}, sizes {sizes}) is not shown: {err.strip()[:300]}")
+    g.check()
+    print(f"1 hole: {err.strip()[:400]}")
+    # other keys are fine: excluding the broken one works
+    rc, _, err = run(str(ck), "-o", str(work / "ok.safetensors"), "--exclude", k1)
+    if rc != 0:
+        fail(f"incomplete: --exclude {k1}: exit {rc}: {err.strip()[:300]}")
+    (work / "ok.safetensors").unlink(missing_ok=True)
+
+    # 2: a hole in a second tensor too: both listed
+    drop_chunk(md, k2, 0)
+    with open(ck / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    g = Guard(ck, work, "incomplete 2 holes")
+    rc, _, err = run(str(ck), "-o", str(work / "out.safetensors"))
+    if rc != 3 or k1 not in err or k2 not in err:
+        fail(f"incomplete 2 holes: exit {rc} (want 3), names {k1}: {k1 in err}, {k2}: {k2 in err}: {err.strip()[:400]}")
+    g.check()
+    rc, _, err = run(str(ck), "-o", str(work / "ok.pt"), "--exclude", k1, "--exclude", k2)
+    if rc != 0:
+        fail(f"incomplete 2 holes: excluding both: exit {rc}: {err.strip()[:300]}")
+    (work / "ok.pt").unlink(missing_ok=True)
+
+    # 3: the chunk is listed but its storage entry is gone
+    (ck / ".metadata").write_bytes(orig)
+    with open(ck / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    drop_chunk(md, k1, 0, storage_only=True)
+    with open(ck / ".metadata", "wb") as f:
+        pickle.dump(md, f)
+    g = Guard(ck, work, "incomplete no storage entry")
+    for label, out, extra in FORMATS:
+        rc, _, err = run(str(ck), "-o", str(work / out), *extra)
+        if rc != 3 or k1 not in err:
+            fail(f"incomplete no storage entry {label}: exit {rc} (want 3), key named {k1 in err}: {err.strip()[:300]}")
+    g.check()
+    print(f"no storage entry: {err.strip()[:300]}")
+
+    # 4: a data file missing: a read failure, nothing written
+    (ck / ".metadata").write_bytes(orig)
+    victim = sorted(p for p in ck.iterdir() if p.suffix == ".distcp")[-1]
+    saved = victim.read_bytes()
+    victim.unlink()
+    g = Guard(ck, work, "missing .distcp")
+    for label, out, extra in FORMATS:
+        rc, _, err = run(str(ck), "-o", str(work / out), *extra)
+        if rc in (0,) or rc < 0:
+            fail(f"missing {victim.name} {label}: exit {rc}: {err.strip()[:300]}")
+        if victim.name not in err:
+            fail(f"missing {victim.name} {label}: file not named: {err.strip()[:300]}")
+    print(f"missing file: exit {rc}: {err.strip()[:300]}")
+    g.check()
+    victim.write_bytes(saved)
+
+
+def case_overwrite(fixtures: Path, tmp: Path) -> None:
+    import safetensors.torch as st
+
+    work = tmp / "w"
+    work.mkdir()
+    ck = copy_fixture(fixtures, "dtensor_shard0_uneven", work / "ckpt")
+    for label, out, extra in FORMATS:
+        p = work / out.rstrip("/")
+        if out.endswith("/"):
+            p.mkdir()
+            (p / "model.safetensors").write_bytes(b"old shard")
+            (p / "config.json").write_text("{}")
+        else:
+            p.write_bytes(b"old content")
+        before = tree_digest(work / "x") if False else None
+        snap = {q: q.read_bytes() for q in ([p] if p.is_file() else list(p.iterdir()))}
+        g = Guard(ck, work, f"overwrite {label}")
+        rc, _, err = run(str(ck), "-o", str(work / out), *extra)
+        if rc != 2:
+            fail(f"overwrite {label}: existing output without --force: exit {rc}, want 2: {err.strip()[:200]}")
+        if "force" not in err:
+            fail(f"overwrite {label}: message does not mention --force: {err.strip()[:200]}")
+        for q, b in snap.items():
+            if not q.exists() or q.read_bytes() != b:
+                fail(f"overwrite {label}: {q.name} changed without --force")
+        g.check()
+        # dry run with an existing output: writes nothing either way
+        rc, _, _ = run(str(ck), "-o", str(work / out), *extra, "--dry-run")
+        for q, b in snap.items():
+            if not q.exists() or q.read_bytes() != b:
+                fail(f"overwrite {label} --dry-run: {q.name} changed")
+        # --force replaces it
+        rc, _, err = run(str(ck), "-o", str(work / out), *extra, "--force")
+        if rc != 0:
+            fail(f"overwrite {label} --force: exit {rc}: {err.strip()[:200]}")
+            continue
+        g.check(allow_new=[])
+        if label in ("st",):
+            sd = st.load_file(str(p))
+        elif label == "hf":
+            names = listing(p)
+            if "config.json" in names:
+                pass
+            else:
+                print(f"NOTE: --force on an HF dir output removed the directory's other files (config.json)")
+            sd = {}
+            for n in names:
+                if n.endswith(".safetensors"):
+                    sd.update(st.load_file(str(p / n)))
+        else:
+            sd = torch.load(p, weights_only=True)
+        if not any(isinstance(v, torch.Tensor) for v in sd.values()):
+            fail(f"overwrite {label} --force: the replaced output holds no tensors")
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+    # an existing empty directory as a dir output
+    d = work / "emptydir"
+    d.mkdir()
+    rc, _, err = run(str(ck), "-o", str(d) + "/")
+    print(f"existing empty dir without --force: exit {rc}: {err.strip()[:200]}")
+    if rc not in (0, 2):
+        fail(f"existing empty dir: exit {rc}: {err.strip()[:200]}")
+    shutil.rmtree(d)
+    # a file where the dir output should go, without --force: refused, file intact
+    f = work / "afile"
+    f.write_bytes(b"keep me")
+    rc, _, err = run(str(ck), "-o", str(f) + "/")
+    if rc != 2 or f.read_bytes() != b"keep me":
+        fail(f"file in place of dir output: exit {rc} (want 2), intact {f.read_bytes() == b'keep me'}")
+    f.unlink()
+    # output's parent directory missing: exit 4 (I/O), nothing created
+    g = Guard(ck, work, "missing parent")
+    rc, _, err = run(str(ck), "-o", str(work / "nope" / "x.safetensors"))
+    if rc != 4:
+        fail(f"missing parent dir: exit {rc}, want 4: {err.strip()[:200]}")
+    g.check()
+
+
+def case_dry_run(fixtures: Path, tmp: Path) -> None:
+    import json
+
+    work = tmp / "w"
+    work.mkdir()
+    ck = copy_fixture(fixtures, "sample", work / "ckpt")
+    g = Guard(ck, work, "dry-run")
+    for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
+        for j in ([], ["--json"]):
+            rc, outp, err = run(str(ck), "-o", str(work / out), *extra, "--dry-run", *j)
+            if rc != 0:
+                fail(f"dry-run {label}: exit {rc}: {err.strip()[:200]}")
+                continue
+            if j:
+                s = json.loads(outp)
+                if not s.get("dry_run") or not s.get("plan"):
+                    fail(f"dry-run {label} --json: dry_run/plan missing: {list(s)}")
+            elif "nothing written" not in outp:
+                fail(f"dry-run {label}: no plan on stdout: {outp[:200]}")
+        g.check()
+
+
+def case_inside(fixtures: Path, tmp: Path) -> None:
+    work = tmp / "w"
+    work.mkdir()
+    ck = copy_fixture(fixtures, "plain_single", work / "ckpt")
+    (work / "link").symlink_to("ckpt")
+    outs = [
+        ([str(ck / "model.safetensors")], 2),
+        ([str(ck / "model.pt")], 2),
+        ([str(ck) + "/"], 2),
+        ([str(ck), "--force"], 2),
+        ([str(ck) + "/", "--force"], 2),
+        ([str(ck), "--force", "--format", "torch"], 2),
+        ([str(work / "link"), "--force"], 2),
+        ([str(work / "link") + "/", "--force", "--format", "hf"], 2),
+        ([str(work / "link" / "x.safetensors")], 2),
+        ([str(work / "w2" / ".." / "ckpt" / "x.pt")], None),  # w2 does not exist: 4 or 2
+        ([str(ck / "sub") + "/"], 2),
+        ([str(ck / "." / "m.safetensors")], 2),
+    ]
+    for args, want in outs:
+        g = Guard(ck, work, f"inside {args}")
+        rc, _, err = run(str(ck), "-o", *args)
+        if (want is not None and rc != want) or rc == 0:
+            fail(f"output {args}: exit {rc}, want {want}: {err.strip()[:200]}")
+        g.check()
+    # a directory holding the checkpoint, as an HF dir output with --force: replacing it would
+    # delete the input
+    parent = work / "parent"
+    parent.mkdir()
+    ck2 = copy_fixture(fixtures, "plain_single", parent / "ckpt")
+    before = tree_digest(ck2)
+    for args in ([str(parent) + "/", "--force"], [str(parent), "--force", "--format", "hf"]):
+        rc, _, err = run(str(ck2), "-o", *args)
+        if not ck2.exists() or tree_digest(ck2) != before:
+            fail(f"output {args} (the checkpoint's parent dir) with --force: exit {rc}; the input checkpoint "
+                 f"was {'deleted' if not ck2.exists() else 'changed'}")
+            if not ck2.exists():
+                shutil.rmtree(parent, ignore_errors=True)
+                parent.mkdir(exist_ok=True)
+                ck2 = copy_fixture(fixtures, "plain_single", parent / "ckpt")
+        elif rc == 0:
+            fail(f"output {args}: exit 0 but the checkpoint's parent was the output")
+    # same for .pt: a file output cannot contain the checkpoint, fine; the checkpoint's own
+    # .metadata or a data file as output
+    for target in (ck / ".metadata", sorted(ck.glob("*.distcp"))[0]):
+        g = Guard(ck, work, f"output {target.name}")
+        rc, _, err = run(str(ck), "-o", str(target), "--force", "--format", "torch")
+        if rc != 2:
+            fail(f"output {target} --force: exit {rc}, want 2: {err.strip()[:200]}")
+        g.check()
+
+
+def case_full_disk(fixtures: Path, tmp: Path) -> None:
+    work = tmp / "w"
+    work.mkdir()
+    ck = copy_fixture(fixtures, "sample", work / "ckpt")  # 548 KB of tensors > 64 KiB
+    lim = "ulimit -f 64"
+    for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
+        for threads in (["--threads", "1"], ["--threads", "4"]):
+            g = Guard(ck, work, f"full disk {label}")
+            rc, _, err = run(str(ck), "-o", str(work / out), *extra, *threads, pre=lim)
+            if rc != 4:
+                fail(f"full disk {label} {threads}: exit {rc}, want 4: {err.strip()[:300]}")
+            elif "File too large" not in err and "EFBIG" not in err and "too large" not in err.lower():
+                print(f"full disk {label}: message: {err.strip()[:200]}")
+            g.check()
+    print(f"full disk: {err.strip()[:300]}")
+    # an existing output stays intact when the --force replacement fails
+    p = work / "keep.safetensors"
+    p.write_bytes(b"previous good output")
+    rc, _, err = run(str(ck), "-o", str(p), "--force", pre=lim)
+    if rc != 4 or p.read_bytes() != b"previous good output":
+        fail(f"full disk --force over an existing file: exit {rc}, old output intact: {p.read_bytes() == b'previous good output'}")
+    d = work / "keepdir"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"old")
+    rc, _, err = run(str(ck), "-o", str(d) + "/", "--force", pre=lim)
+    if rc != 4 or listing(d) != ["model.safetensors"] or (d / "model.safetensors").read_bytes() != b"old":
+        fail(f"full disk --force over an existing dir: exit {rc}, dir now {listing(d)}")
+    if [x for x in listing(work) if "dcpctl-tmp" in x]:
+        fail(f"full disk: temporaries left: {listing(work)}")
+
+
+def make_big_ckpt(path: Path, mb: int) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    g = torch.Generator().manual_seed(7)
+    sd = {}
+    per = 32 << 20  # 32 MiB per tensor
+    n = max(1, (mb << 20) // per)
+    for i in range(n):
+        sd[f"layers.{i}.weight"] = torch.randn(per // 4 // 2048, 2048, generator=g)
+    sd["step"] = 5
+    dcp.save(sd, checkpoint_id=str(path))
+
+
+def case_signals(fixtures: Path, tmp: Path) -> None:
+    work = tmp / "w"
+    work.mkdir()
+    ck = work / "big"
+    t0 = time.time()
+    make_big_ckpt(ck, 320)
+    print(f"made a {sum(p.stat().st_size for p in ck.iterdir()) / 1e6:.0f} MB checkpoint in {time.time() - t0:.1f} s")
+    slow = ["--dtype", "bf16", "--threads", "1"]
+    formats = [("st", "out.safetensors", slow), ("st-copy", "copy.safetensors", []),
+               ("hf", "outdir/", ["--max-shard-size", "100MB"] + slow), ("pt", "out.pt", []),
+               ("pt-cast", "outc.pt", slow)]
+    # how long an uninterrupted run takes (the window to hit)
+    for label, out, extra in formats:
+        t = time.time()
+        rc, _, err = run(str(ck), "-o", str(work / out), *extra, "-q")
+        print(f"uninterrupted {label}: exit {rc} in {time.time() - t:.2f} s")
+        if rc != 0:
+            fail(f"uninterrupted {label}: exit {rc}: {err.strip()[:200]}")
+        p = work / out.rstrip("/")
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    g = Guard(ck, work, "signals")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        for label, out, extra in formats:
+            for existing in (False, True):
+                target = work / out.rstrip("/")
+                if existing:
+                    if out.endswith("/"):
+                        target.mkdir()
+                        (target / "model.safetensors").write_bytes(b"old")
+                    else:
+                        target.write_bytes(b"old")
+                hit = False
+                for attempt in range(5):
+                    before = listing(work)
+                    args = [DCPCTL, "consolidate", str(ck), "-o", str(work / out), *extra, "-q"]
+                    if existing:
+                        args.append("--force")
+                    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    # wait until the temporary exists (the write has started), plus a moment
+                    deadline = time.time() + 30
+                    while time.time() < deadline and p.poll() is None:
+                        if any("dcpctl-tmp" in x for x in os.listdir(work)):
+                            break
+                        time.sleep(0.001)
+                    time.sleep(0.02 * attempt)
+                    if p.poll() is not None:
+                        print(f"  {sig.name} {label}: run finished before the signal (attempt {attempt})")
+                        p.wait()
+                        q = work / out.rstrip("/")
+                        if not existing:
+                            shutil.rmtree(q) if q.is_dir() else q.unlink(missing_ok=True)
+                        elif q.is_dir():
+                            shutil.rmtree(q); q.mkdir(); (q / "model.safetensors").write_bytes(b"old")
+                        else:
+                            q.write_bytes(b"old")
+                        continue
+                    p.send_signal(sig)
+                    _, err = p.communicate(timeout=60)
+                    rc = p.returncode
+                    hit = True
+                    what = f"{sig.name} {label}{' over existing' if existing else ''}"
+                    if rc != -sig:
+                        fail(f"{what}: exit status {rc}, want death by {sig.name} ({-sig}): {err.decode()[:200]}")
+                    after = listing(work)
+                    if after != before:
+                        fail(f"{what}: directory listing changed: {before} -> {after}")
+                    if existing:
+                        ok = ((target / "model.safetensors").read_bytes() == b"old" and listing(target) == ["model.safetensors"]) \
+                            if target.is_dir() else target.read_bytes() == b"old"
+                        if not ok:
+                            fail(f"{what}: the old output was changed")
+                    elif target.exists():
+                        fail(f"{what}: output exists after the signal")
+                    break
+                if not hit:
+                    fail(f"{sig.name} {label}: could not signal a run while it was writing (5 attempts)")
+                t = work / out.rstrip("/")
+                if t.exists():
+                    shutil.rmtree(t) if t.is_dir() else t.unlink()
+    g.check()
+
+
+def main() -> int:
+    global DCPCTL
+    if len(sys.argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    case, DCPCTL, fixtures = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    fn = {"incomplete": case_incomplete, "overwrite": case_overwrite, "dry-run": case_dry_run,
+          "inside": case_inside, "full-disk": case_full_disk, "signals": case_signals}.get(case)
+    if fn is None:
+        print(f"unknown case {case}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="dcpctl-cons-refuse-") as t:
+        fn(fixtures, Path(t))
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
+        return 1
+    print(f"OK ({case})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
