@@ -6,7 +6,8 @@
 #   bench/consolidate.sh [WORKDIR]          (default /tmp/dcpctl-bench; needs ~25 GB free there)
 #
 # Environment: DCPCTL (default build/cmd/dcpctl), PYTHON (default .venv/bin/python),
-# VERIFY=0 to skip the final byte comparison, KEEP=1 to keep the outputs.
+# REPEAT (rounds, default 3: the table shows medians), VERIFY=0 to skip the final byte
+# comparison, KEEP=1 to keep the outputs.
 #
 # Runs, each under /usr/bin/time -v (wall clock, max RSS), page cache dropped before each when
 # /proc/sys/vm/drop_caches is writable (else every command runs once untimed first so all are warm):
@@ -59,39 +60,56 @@ if [ $cold = 0 ]; then
   for n in "${names[@]}"; do clean; bash -c "$(cmd_for "$n")" >/dev/null 2>&1; done
 fi
 
-echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg); page cache: $([ $cold = 1 ] && echo dropped before each run || echo warm)"
-for n in "${names[@]}"; do
-  # keep out.safetensors and out_torch.pt for the verification, remove the rest before each run
-  case $n in
-    a_*) rm -f "$work/out.safetensors" ;; b_*) rm -f "$work/out.pt" ;;
-    c_*) rm -f "$work/out_torch.pt" ;; *) rm -f "$work/cat.out" ;;
-  esac
-  [ $cold = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
-  c=$(cmd_for "$n")
-  echo "== $n: $c"
-  /usr/bin/time -v -o "$work/time_$n.txt" bash -c "$c"
+repeat=${REPEAT:-3}
+rm -f "$work"/time_*.txt
+echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
+     "page cache: $([ $cold = 1 ] && echo dropped before each run || echo warm)"
+for ((r = 1; r <= repeat; r++)); do
+  for ((i = 0; i < ${#names[@]}; i++)); do
+    n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
+    # keep out.safetensors and out_torch.pt for the verification, remove the rest before each run
+    case $n in
+      a_*) rm -f "$work/out.safetensors" ;; b_*) rm -f "$work/out.pt" ;;
+      c_*) rm -f "$work/out_torch.pt" ;; *) rm -f "$work/cat.out" ;;
+    esac
+    rm -f "$work/out.pt" "$work/cat.out"  # disk space: only the two verified outputs stay
+    [ $cold = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+    c=$(cmd_for "$n")
+    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
+    /usr/bin/time -v -o "$work/time_${n}_$r.txt" bash -c "$c"
+  done
 done
 rm -f "$work/cat.out"
 
-"$py" - "$work" "$ckpt" "$cold" <<'EOF'
-import json, os, re, sys
-work, ckpt, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+"$py" - "$work" "$ckpt" "$cold" "$repeat" <<'EOF'
+import json, os, re, statistics, sys
+work, ckpt, cold, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 data = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
 info = json.load(open(os.path.join(work, "ckpt_info.json"))) if os.path.exists(os.path.join(work, "ckpt_info.json")) else {}
 largest = info.get("largest_tensor_bytes", 0)
-def parse(n):
-    t = open(os.path.join(work, f"time_{n}.txt")).read()
+def parse1(n, r):
+    t = open(os.path.join(work, f"time_{n}_{r}.txt")).read()
     w = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
     parts = [float(x) for x in w.split(":")]
     secs = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
     rc = int(re.search(r"Exit status: (\d+)", t).group(1))
-    return secs, rss, rc
+    usr = float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1))
+    sys_ = float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1))
+    return secs, rss, rc, usr, sys_
+def parse(n):
+    runs = [parse1(n, r) for r in range(1, repeat + 1)]
+    med = statistics.median(x[0] for x in runs)
+    print(f"  {n:24} wall {' '.join(f'{x[0]:.2f}' for x in runs)} s; user {' '.join(f'{x[3]:.2f}' for x in runs)};"
+          f" sys {' '.join(f'{x[4]:.2f}' for x in runs)}; max RSS {' '.join(f'{x[1] >> 20}' for x in runs)} MiB")
+    return med, max(x[1] for x in runs), max(x[2] for x in runs)
+print("\nper run (in round order):")
 rows = {n: parse(n) for n in ["a_dcpctl_safetensors", "b_dcpctl_pt", "c_torch_dcp_to_torch", "d_cat", "e_cat_sync"]}
 torch_s, cat_s, catsync_s = rows["c_torch_dcp_to_torch"][0], rows["d_cat"][0], rows["e_cat_sync"][0]
 print()
 print(f"checkpoint: {ckpt}: {data/1e9:.2f} GB in {len(os.listdir(ckpt))-1} data files, "
       f"largest tensor {largest/2**20:.0f} MiB ({largest} bytes); page cache {'dropped before each run' if cold else 'warm (each run once untimed first)'}")
+print(f"median of {repeat} round(s); max RSS and exit: the worst round")
 print(f"{'run':24} {'exit':>4} {'seconds':>8} {'GB/s':>6} {'max RSS':>10} {'vs torch':>9} {'vs cat':>7} {'vs cat+sync':>11}")
 for n, (s, rss, rc) in rows.items():
     print(f"{n:24} {rc:>4} {s:8.2f} {data/1e9/s if s else 0:6.2f} {rss/2**20:8.0f} MiB "

@@ -76,16 +76,19 @@ namespace {
 
 void setup_staging(CLI::App& bench, RunFn& run) {
   auto o = std::make_shared<BenchStagingCliOptions>();
-  auto* sub = bench.add_subcommand(
-      "staging",
-      "Time GPU -> host staging as dcp.async_save does it: pinned, registered, pageable or cold buffers, a size sweep, a "
-      "checkpoint's own tensors, and writing the staged bytes out");
+  auto* sub = bench.add_subcommand("staging",
+                                   "Time GPU -> host staging as dcp.async_save does it: pinned, registered, pageable "
+                                   "or cold buffers, a size sweep, a "
+                                   "checkpoint's own tensors, and writing the staged bytes out");
   sub->footer(
-      "Copies into page-locked memory wait behind a gate until all are queued and are timed with CUDA events; the others "
-      "are timed with the host clock. Every measurement checks the copied bytes. Without a usable GPU it exits 5 unless "
+      "Copies into page-locked memory wait behind a gate until all are queued and are timed with CUDA events; the "
+      "others "
+      "are timed with the host clock. Every measurement checks the copied bytes. Without a usable GPU it exits 5 "
+      "unless "
       "--host-only is given; exit 1 means some copy delivered wrong bytes.");
-  sub->add_option("--sizes", o->sizes, "Buffer sizes to sweep, comma-separated: 4MiB, 1GiB (binary), 5GB (decimal) or bytes "
-                                       "(default 4MiB,64MiB,256MiB,1GiB; none with --from-checkpoint)")
+  sub->add_option("--sizes", o->sizes,
+                  "Buffer sizes to sweep, comma-separated: 4MiB, 1GiB (binary), 5GB (decimal) or bytes "
+                  "(default 4MiB,64MiB,256MiB,1GiB; none with --from-checkpoint)")
       ->delimiter(',')
       ->type_name("SIZE");
   sub->add_option("--iters", o->iters, "Timed iterations per measurement (median, min and max are reported)")
@@ -104,7 +107,8 @@ void setup_staging(CLI::App& bench, RunFn& run) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u))
       ->type_name("N");
-  sub->add_option("--chunk", o->chunk, "Split each copy into pieces of this size (default: whole, or one piece per stream)")
+  sub->add_option("--chunk", o->chunk,
+                  "Split each copy into pieces of this size (default: whole, or one piece per stream)")
       ->type_name("SIZE");
   sub->add_option("--from-checkpoint", o->checkpoint,
                   "Also copy the tensor chunks one rank of this checkpoint wrote, one copy each, next to one flat copy")
@@ -113,13 +117,17 @@ void setup_staging(CLI::App& bench, RunFn& run) {
                        ->capture_default_str()
                        ->check(CLI::Range(0, 100000000))
                        ->type_name("INT");
-  sub->add_option("--write-to", o->write_to, "Also time writing the staged bytes to a scratch copy in this directory (removed after)")
+  sub->add_option("--write-to", o->write_to,
+                  "Also time writing the staged bytes to a scratch copy in this directory (removed after)")
       ->type_name("DIR");
   sub->add_flag("--fsync", o->fsync, "With --write-to, also time writes made durable with fsync()");
   sub->add_flag("--host-only", o->host_only,
                 "Measure only the host side (memcpy into pinned or pageable memory, --write-to); runs without a GPU");
   sub->add_flag("--json", o->json, "Print the results as JSON (schema_version 1) on stdout");
-  sub->add_option("--device", o->device, "CUDA device index")->capture_default_str()->check(CLI::Range(0, 1023))->type_name("INT");
+  sub->add_option("--device", o->device, "CUDA device index")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023))
+      ->type_name("INT");
   sub->callback([&run, o] { run = [o] { return run_bench_staging(*o); }; });
 }
 

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
 
+#include "cmd/distributed.h"
 #include "cmd/format.h"
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
@@ -26,6 +28,7 @@ struct ConsolidateCliOptions {
   std::string select;
   bool flat = false, force = false, dry_run = false, quiet = false, json = false, keep_unsafe = false;
   unsigned threads = 4;
+  DistOptions dist;
 };
 
 namespace {
@@ -42,6 +45,9 @@ OutputFormat pick_format(const ConsolidateCliOptions& o) {
     throw UsageError(Where(), "--format must be safetensors, hf or torch");
   }
   const std::string& out = o.output;
+  bool file_name = ends_with(out, ".safetensors") || ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin");
+  if (!o.max_shard_size.empty() && file_name)
+    throw UsageError(Where(out), "--max-shard-size writes a directory of shards; give DIR/ as the output");
   if (ends_with(out, "/") || is_directory(out) || !o.max_shard_size.empty()) return OutputFormat::HfDir;
   if (ends_with(out, ".safetensors")) return OutputFormat::Safetensors;
   if (ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin")) return OutputFormat::Torch;
@@ -98,15 +104,19 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   co.force = o.force;
   co.dry_run = o.dry_run;
   co.threads = o.threads;
-  ProgressLine progress(!o.quiet && stderr_is_tty() && !o.dry_run);
+  ProgressLine progress(!o.quiet && stderr_is_tty() && !o.dry_run && std::getenv("RANK") == nullptr);
   co.progress = [&progress](uint64_t d, uint64_t t) { progress.update(d, t); };
   co.note = [&o](const std::string& s) {
     if (!o.quiet) std::cerr << "dcpctl: note: " << s << "\n";
   };
 
+  std::unique_ptr<Group> group = join_group(o.dist);
+  co.group = group.get();
+  bool quiet = o.quiet || (group && group->rank() != 0);
   Checkpoint ck = open_checkpoint(o.checkpoint);
   json r = consolidate(ck, co);
   progress.finish();
+  if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
     std::cout << r.dump(2) << "\n";
     return 0;
@@ -125,7 +135,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
                 << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>() << "\n";
     return 0;
   }
-  if (!o.quiet) {
+  if (!quiet) {
     std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors (" << human_bytes(r["tensor_bytes"].get<uint64_t>())
               << ") to " << o.output;
     if (r["files"].size() > 1) std::cerr << " (" << r["files"].size() << " files)";
@@ -166,6 +176,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  add_dist_options(sub, o->dist);
   sub->callback([&run, o] { run = [o] { return run_consolidate(*o); }; });
 }
 

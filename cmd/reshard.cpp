@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cmd/distributed.h"
 #include "cmd/format.h"
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
@@ -21,6 +22,7 @@ struct ReshardCliOptions {
   std::vector<std::string> include, exclude;
   bool force = false, dry_run = false, quiet = false, json = false;
   unsigned threads = 4;
+  DistOptions dist;
   bool is_cast = false;
 };
 
@@ -48,8 +50,11 @@ int run_reshard(const ReshardCliOptions& o) {
   ro.force = o.force;
   ro.dry_run = o.dry_run;
   ro.threads = o.threads;
+  std::unique_ptr<Group> group = join_group(o.dist);
+  ro.group = group.get();
   Checkpoint ck = open_checkpoint(o.checkpoint);
   json r = reshard(ck, ro);
+  if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
     std::cout << r.dump(2) << "\n";
     return 0;
@@ -87,6 +92,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  add_dist_options(sub, o->dist);
 }
 
 void setup_reshard(CLI::App& parent, RunFn& run) {

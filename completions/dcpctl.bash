@@ -20,16 +20,16 @@ _dcpctl_spec() {
             _dcpctl_vals=('--threads')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json')
-            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--threads' '--max-memory')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process')
+            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--threads' '--max-memory' '--timeout')
             ;;
         'dcpctl reshard')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '-w' '--world-size' '--layout' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--timeout' '-w' '--world-size' '--layout' '--dtype')
             ;;
         'dcpctl cast')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--timeout' '--dtype')
             ;;
         'dcpctl bench')
             _dcpctl_subs=('staging')

@@ -49,6 +49,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s f -l force -d
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s n -l dry-run -d 'Print the plan (keys, files, bytes) and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s q -l quiet -d 'No progress or notes on stderr'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l json -d 'Print a JSON summary on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l timeout -x -d 'Under torchrun: seconds a rank waits for the others before failing (naming the silent rank)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l single-process -d 'Ignore RANK/WORLD_SIZE from a launcher and run alone'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -a '(__fish_complete_directories)' -d 'checkpoint'
 
 # dcpctl reshard
@@ -63,6 +65,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s f -l force -d 'Re
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s n -l dry-run -d 'Print the plan per target rank and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s q -l quiet -d 'No summary on stderr'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l json -d 'Print a JSON summary on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l timeout -x -d 'Under torchrun: seconds a rank waits for the others before failing (naming the silent rank)'
+complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l single-process -d 'Ignore RANK/WORLD_SIZE from a launcher and run alone'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s w -l world-size -x -d 'Target number of ranks'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l layout -x -a 'fsdp keep' -d 'fsdp: dim-0 shards over --world-size ranks; keep: the source\'s chunks'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l dtype -x -d 'Also cast floating tensors (fp32, fp16, bf16, fp64, fp8_e4m3, fp8_e5m2)'
@@ -80,6 +84,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from cast' -s f -l force -d 'Repla
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -s n -l dry-run -d 'Print the plan per target rank and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -s q -l quiet -d 'No summary on stderr'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l json -d 'Print a JSON summary on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l timeout -x -d 'Under torchrun: seconds a rank waits for the others before failing (naming the silent rank)'
+complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l single-process -d 'Ignore RANK/WORLD_SIZE from a launcher and run alone'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l dtype -x -d 'Target dtype: fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -a '(__fish_complete_directories)' -d 'checkpoint'
 

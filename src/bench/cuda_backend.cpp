@@ -80,7 +80,9 @@ void cuda_host_register(void* p, uint64_t bytes) {
   }
 }
 
-void cuda_host_unregister(void* p) { check(cudaHostUnregister(p), "cudaHostUnregister"); }
+void cuda_host_unregister(void* p) {
+  check(cudaHostUnregister(p), "cudaHostUnregister");
+}
 
 struct DeviceSession::Impl {
   DeviceInfo info;
@@ -118,8 +120,8 @@ DeviceSession::DeviceSession(int device, unsigned nstreams) : impl_(std::make_un
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count)
-    throw UsageError(Where(), "no CUDA device " + std::to_string(device) + " (this machine has " + std::to_string(count) +
-                                  ": 0.." + std::to_string(count - 1) + ")");
+    throw UsageError(Where(), "no CUDA device " + std::to_string(device) + " (this machine has " +
+                                  std::to_string(count) + ": 0.." + std::to_string(count - 1) + ")");
   check(cudaSetDevice(device), "cudaSetDevice");
   try {
     cudaDeviceProp prop{};
@@ -160,11 +162,17 @@ DeviceSession::DeviceSession(int device, unsigned nstreams) : impl_(std::make_un
   }
 }
 
-DeviceSession::~DeviceSession() { impl_->destroy(); }
+DeviceSession::~DeviceSession() {
+  impl_->destroy();
+}
 
-const DeviceInfo& DeviceSession::info() const { return impl_->info; }
+const DeviceInfo& DeviceSession::info() const {
+  return impl_->info;
+}
 
-bool DeviceSession::gate_timed_out() const { return impl_->timed_out; }
+bool DeviceSession::gate_timed_out() const {
+  return impl_->timed_out;
+}
 
 void DeviceSession::prepare_source(uint64_t bytes) {
   Impl& m = *impl_;
@@ -194,7 +202,8 @@ double DeviceSession::copy(uint8_t* dst, const std::vector<Segment>& segs, bool 
   auto enqueue = [&] {
     for (size_t i = 0; i < segs.size(); ++i)
       if (segs[i].bytes)
-        check(cudaMemcpyAsync(dst + segs[i].offset, m.src + segs[i].offset, segs[i].bytes, cudaMemcpyDeviceToHost, m.streams[i % k]),
+        check(cudaMemcpyAsync(dst + segs[i].offset, m.src + segs[i].offset, segs[i].bytes, cudaMemcpyDeviceToHost,
+                              m.streams[i % k]),
               "cudaMemcpyAsync (device to host)");
   };
 

@@ -17,14 +17,14 @@
 namespace dcpctl::bench {
 
 struct CudaProbe {
-  bool compiled = false;     // built with the CUDA toolkit
-  bool kernels = false;      // the gate is a spin kernel (nvcc was available)
-  std::string toolkit;       // toolkit version at build time, "" when not compiled
-  int runtime_version = 0;   // 13000 = 13.0
-  int driver_version = 0;    // 0: no driver
+  bool compiled = false;    // built with the CUDA toolkit
+  bool kernels = false;     // the gate is a spin kernel (nvcc was available)
+  std::string toolkit;      // toolkit version at build time, "" when not compiled
+  int runtime_version = 0;  // 13000 = 13.0
+  int driver_version = 0;   // 0: no driver
   int device_count = 0;
-  bool usable = false;       // at least one device and a working driver
-  std::string reason;        // why not usable
+  bool usable = false;  // at least one device and a working driver
+  std::string reason;   // why not usable
 };
 
 // Never throws.
@@ -36,7 +36,7 @@ struct DeviceInfo {
   std::string pci_bus_id;  // as CUDA reports it
   uint64_t memory_bytes = 0;
   int cc_major = 0, cc_minor = 0;
-  int copy_engines = 0;    // asyncEngineCount
+  int copy_engines = 0;  // asyncEngineCount
 };
 
 // Page-locked host memory from the CUDA runtime. Throw dcpctl::Error on failure.

@@ -38,12 +38,15 @@ cudaError_t launch_fill(cudaStream_t s, uint8_t* dst, uint64_t bytes) {
     fill_pattern(host.data(), off, n);
     // Pageable source: the copy has finished with `host` when the call returns to the host, but
     // synchronize anyway so that the next window cannot overtake it.
-    if (cudaError_t e = cudaMemcpyAsync(dst + off, host.data(), n, cudaMemcpyHostToDevice, s); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaMemcpyAsync(dst + off, host.data(), n, cudaMemcpyHostToDevice, s); e != cudaSuccess)
+      return e;
     if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 
-bool gate_is_kernel() { return false; }
+bool gate_is_kernel() {
+  return false;
+}
 
 }  // namespace dcpctl::bench::detail

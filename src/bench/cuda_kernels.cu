@@ -46,7 +46,8 @@ cudaError_t launch_fill(cudaStream_t s, uint8_t* dst, uint64_t bytes) {
   const uint64_t words = bytes / 8;
   if (words) {
     const uint64_t blocks = (words + 255) / 256;
-    fill_words<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(reinterpret_cast<uint64_t*>(dst), words);
+    fill_words<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(reinterpret_cast<uint64_t*>(dst),
+                                                                                      words);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (bytes % 8) {
@@ -56,6 +57,8 @@ cudaError_t launch_fill(cudaStream_t s, uint8_t* dst, uint64_t bytes) {
   return cudaSuccess;
 }
 
-bool gate_is_kernel() { return true; }
+bool gate_is_kernel() {
+  return true;
+}
 
 }  // namespace dcpctl::bench::detail

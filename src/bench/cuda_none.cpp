@@ -18,20 +18,34 @@ CudaProbe cuda_probe() {
   return p;
 }
 
-void* cuda_pinned_alloc(uint64_t) { not_compiled(); }
+void* cuda_pinned_alloc(uint64_t) {
+  not_compiled();
+}
 void cuda_pinned_free(void*) {}
-void cuda_host_register(void*, uint64_t) { not_compiled(); }
+void cuda_host_register(void*, uint64_t) {
+  not_compiled();
+}
 void cuda_host_unregister(void*) {}
 
 struct DeviceSession::Impl {
   DeviceInfo info;
 };
 
-DeviceSession::DeviceSession(int, unsigned) { not_compiled(); }
+DeviceSession::DeviceSession(int, unsigned) {
+  not_compiled();
+}
 DeviceSession::~DeviceSession() = default;
-const DeviceInfo& DeviceSession::info() const { return impl_->info; }
-void DeviceSession::prepare_source(uint64_t) { not_compiled(); }
-double DeviceSession::copy(uint8_t*, const std::vector<Segment>&, bool) { not_compiled(); }
-bool DeviceSession::gate_timed_out() const { return false; }
+const DeviceInfo& DeviceSession::info() const {
+  return impl_->info;
+}
+void DeviceSession::prepare_source(uint64_t) {
+  not_compiled();
+}
+double DeviceSession::copy(uint8_t*, const std::vector<Segment>&, bool) {
+  not_compiled();
+}
+bool DeviceSession::gate_timed_out() const {
+  return false;
+}
 
 }  // namespace dcpctl::bench

@@ -47,9 +47,13 @@ std::string memlock_hint() {
 
 }  // namespace
 
-HostBuffer::~HostBuffer() { reset(); }
+HostBuffer::~HostBuffer() {
+  reset();
+}
 
-HostBuffer::HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+HostBuffer::HostBuffer(HostBuffer&& o) noexcept {
+  *this = std::move(o);
+}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   if (this != &o) {
@@ -139,7 +143,8 @@ void HostBuffer::unpin() {
 
 double host_copy(uint8_t* dst, const uint8_t* src, const std::vector<Segment>& segs, unsigned threads) {
   const auto t0 = std::chrono::steady_clock::now();
-  parallel_for(segs.size(), threads, [&](size_t i) { std::memcpy(dst + segs[i].offset, src + segs[i].offset, segs[i].bytes); });
+  parallel_for(segs.size(), threads,
+               [&](size_t i) { std::memcpy(dst + segs[i].offset, src + segs[i].offset, segs[i].bytes); });
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -39,9 +39,9 @@ class HostBuffer {
   static HostBuffer mlocked(uint64_t bytes);      // throws LockError
 
   // Pin existing pageable memory in place: cudaHostRegister, or mlock() for the stand-in.
-  void register_cuda();    // throws Error
-  void lock();             // throws LockError
-  void unpin();            // undoes either; no-op when not pinned
+  void register_cuda();  // throws Error
+  void lock();           // throws LockError
+  void unpin();          // undoes either; no-op when not pinned
 
   uint8_t* data() const { return p_; }
   uint64_t size() const { return n_; }
@@ -62,9 +62,9 @@ double host_copy(uint8_t* dst, const uint8_t* src, const std::vector<Segment>& s
 struct HostInfo {
   unsigned cpu_threads = 0;
   uint64_t page_size = 0;
-  uint64_t memory_bytes = 0;                 // physical RAM
-  std::optional<uint64_t> memlock_limit;     // RLIMIT_MEMLOCK soft limit; nullopt = unlimited
-  bool memlock_exempt = false;               // CAP_IPC_LOCK (root): the limit does not apply
+  uint64_t memory_bytes = 0;              // physical RAM
+  std::optional<uint64_t> memlock_limit;  // RLIMIT_MEMLOCK soft limit; nullopt = unlimited
+  bool memlock_exempt = false;            // CAP_IPC_LOCK (root): the limit does not apply
 };
 HostInfo host_info();
 

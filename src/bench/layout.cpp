@@ -52,14 +52,16 @@ RankTensors rank_tensors(const std::string& dir, int rank) {
       if (t.dtype) {
         const uint64_t numel = t.chunk_numel(i), item = itemsize(*t.dtype);
         if (numel > kMaxSize / item)
-          throw FormatError(Where(ck.metadata_path, std::nullopt, t.fqn), "chunk " + std::to_string(i) + " is larger than 16 TiB");
+          throw FormatError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                            "chunk " + std::to_string(i) + " is larger than 16 TiB");
         bytes = numel * item;
       } else {
         bytes = s.length;
         ++r.unknown_dtype_chunks;
       }
       if (bytes > kMaxSize - r.bytes)
-        throw UnsupportedError(Where(ck.metadata_path), "rank " + std::to_string(rank) + " holds more than 16 TiB of tensor data");
+        throw UnsupportedError(Where(ck.metadata_path),
+                               "rank " + std::to_string(rank) + " holds more than 16 TiB of tensor data");
       r.sizes.push_back(bytes);
       r.bytes += bytes;
       on_rank = true;

@@ -35,8 +35,8 @@ struct RankTensors {
   int rank = 0;
   std::vector<uint64_t> sizes;
   uint64_t bytes = 0;
-  uint64_t tensors = 0;             // distinct tensors (keys) with a chunk on this rank
-  std::vector<int> ranks;           // ranks that wrote tensor data
+  uint64_t tensors = 0;               // distinct tensors (keys) with a chunk on this rank
+  std::vector<int> ranks;             // ranks that wrote tensor data
   uint64_t unknown_dtype_chunks = 0;  // sized by their stored length instead
 };
 

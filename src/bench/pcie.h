@@ -11,7 +11,7 @@
 namespace dcpctl::bench {
 
 struct PcieLink {
-  std::string bus_id;  // "0000:19:00.0", lower case as sysfs names it
+  std::string bus_id;                              // "0000:19:00.0", lower case as sysfs names it
   std::optional<double> speed_gts, max_speed_gts;  // GT/s per lane
   std::optional<int> width, max_width;             // lanes
   std::optional<int> numa_node;

@@ -11,8 +11,12 @@ using nlohmann::json;
 
 namespace {
 
-json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-json opt(const std::optional<int>& v) { return v ? json(*v) : json(nullptr); }
+json opt(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+json opt(const std::optional<int>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 json summary_json(const Summary& s) {
   if (s.n == 0) return nullptr;
@@ -60,8 +64,12 @@ std::string rate_str(const std::optional<double>& v) {
   return fixed(*v, *v >= 100 ? 0 : *v >= 10 ? 1 : 2);
 }
 
-std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
-std::string rpad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : std::string(w - s.size(), ' ') + s + " "; }
+std::string pad(const std::string& s, size_t w) {
+  return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
+}
+std::string rpad(const std::string& s, size_t w) {
+  return s.size() >= w ? s + " " : std::string(w - s.size(), ' ') + s + " ";
+}
 
 }  // namespace
 
@@ -80,12 +88,17 @@ json staging_json(const StagingReport& r) {
   j["schema_version"] = 1;
   j["benchmark"] = "staging";
   j["host_only"] = r.host_only;
-  j["config"] = {{"sizes", r.sizes},       {"modes", r.modes},       {"iters", r.iters},        {"warmup", r.warmup},
-                 {"streams", r.streams},   {"chunk_bytes", r.chunk}, {"write_to", r.write_to.empty() ? json(nullptr) : json(r.write_to)},
+  j["config"] = {{"sizes", r.sizes},
+                 {"modes", r.modes},
+                 {"iters", r.iters},
+                 {"warmup", r.warmup},
+                 {"streams", r.streams},
+                 {"chunk_bytes", r.chunk},
+                 {"write_to", r.write_to.empty() ? json(nullptr) : json(r.write_to)},
                  {"fsync", r.fsync}};
   if (r.checkpoint) {
     const CheckpointSource& c = *r.checkpoint;
-    j["checkpoint"] = {{"path", c.path}, {"rank", c.rank}, {"chunks", c.chunks}, {"tensors", c.tensors},
+    j["checkpoint"] = {{"path", c.path},   {"rank", c.rank},       {"chunks", c.chunks}, {"tensors", c.tensors},
                        {"bytes", c.bytes}, {"span_bytes", c.span}, {"ranks", c.ranks}};
   } else {
     j["checkpoint"] = nullptr;
@@ -138,13 +151,15 @@ std::string staging_table(const StagingReport& r) {
   std::string out;
   const bool d2h = !r.host_only;
   out += std::string("Staging benchmark: ") + (d2h ? "GPU -> host" : "host side only (--host-only)") + ", " +
-         std::to_string(r.iters) + " timed iteration" + (r.iters == 1 ? "" : "s") + " after " + std::to_string(r.warmup) +
-         " warm-up, " + std::to_string(r.streams) + (d2h ? " stream" : " thread") + (r.streams == 1 ? "" : "s") + "\n";
+         std::to_string(r.iters) + " timed iteration" + (r.iters == 1 ? "" : "s") + " after " +
+         std::to_string(r.warmup) + " warm-up, " + std::to_string(r.streams) + (d2h ? " stream" : " thread") +
+         (r.streams == 1 ? "" : "s") + "\n";
   if (r.device) {
     const DeviceInfo& d = *r.device;
-    out += "GPU     " + d.name + " (device " + std::to_string(d.index) + (d.pci_bus_id.empty() ? "" : ", " + d.pci_bus_id) +
-           ", " + format_size(d.memory_bytes) + ", sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor) + ", " +
-           std::to_string(d.copy_engines) + " copy engine" + (d.copy_engines == 1 ? "" : "s") + ")\n";
+    out += "GPU     " + d.name + " (device " + std::to_string(d.index) +
+           (d.pci_bus_id.empty() ? "" : ", " + d.pci_bus_id) + ", " + format_size(d.memory_bytes) + ", sm_" +
+           std::to_string(d.cc_major) + std::to_string(d.cc_minor) + ", " + std::to_string(d.copy_engines) +
+           " copy engine" + (d.copy_engines == 1 ? "" : "s") + ")\n";
     if (r.pcie && r.pcie->known()) {
       const PcieLink& p = *r.pcie;
       std::string s = "PCIe    ";
@@ -158,17 +173,19 @@ std::string staging_table(const StagingReport& r) {
       if (p.numa_node) s += "; NUMA node " + std::to_string(*p.numa_node);
       out += s + "\n";
     } else {
-      out += "PCIe    link not readable from /sys/bus/pci/devices/" + (r.pcie ? r.pcie->bus_id : std::string("?")) + "\n";
+      out +=
+          "PCIe    link not readable from /sys/bus/pci/devices/" + (r.pcie ? r.pcie->bus_id : std::string("?")) + "\n";
     }
   }
   out += "CUDA    ";
-  if (!r.cuda.compiled) out += "not compiled in";
+  if (!r.cuda.compiled)
+    out += "not compiled in";
   else
     out += "toolkit " + r.cuda.toolkit + ", runtime " + version_str(r.cuda.runtime_version) + ", driver " +
            version_str(r.cuda.driver_version) + (r.cuda.usable ? "" : "; not usable: " + r.cuda.reason);
   out += "\n";
-  out += "Host    " + std::to_string(r.host.cpu_threads) + " CPU threads, " + format_size(r.host.memory_bytes) + " RAM, mlock limit " +
-         (r.host.memlock_limit ? format_size(*r.host.memlock_limit) : std::string("unlimited")) +
+  out += "Host    " + std::to_string(r.host.cpu_threads) + " CPU threads, " + format_size(r.host.memory_bytes) +
+         " RAM, mlock limit " + (r.host.memlock_limit ? format_size(*r.host.memlock_limit) : std::string("unlimited")) +
          (r.host.memlock_exempt && r.host.memlock_limit ? " (not enforced: CAP_IPC_LOCK)" : "") + "\n";
   if (r.checkpoint)
     out += "Ckpt    " + r.checkpoint->path + ", rank " + std::to_string(r.checkpoint->rank) + ": " +
@@ -179,12 +196,13 @@ std::string staging_table(const StagingReport& r) {
     size_t width;
     bool right;
   };
-  const Col cols[] = {{"MODE", 12, false},   {"SIZE", 10, false},     {"COPY", 7, false},     {"COPIES", 7, true},
-                      {"TIMING", 12, false}, {"MEDIAN", 10, true},    {"MIN", 10, true},      {"MAX", 10, true},
+  const Col cols[] = {{"MODE", 12, false},   {"SIZE", 10, false},      {"COPY", 7, false},    {"COPIES", 7, true},
+                      {"TIMING", 12, false}, {"MEDIAN", 10, true},     {"MIN", 10, true},     {"MAX", 10, true},
                       {"GB/s", 8, true},     {"(MIN-MAX)", 14, false}, {"PIN/GiB", 10, true}, {"CHECK", 6, false}};
   auto line = [&](const std::vector<std::string>& cells) {
     std::string s;
-    for (size_t i = 0; i < cells.size(); ++i) s += cols[i].right ? rpad(cells[i], cols[i].width) : pad(cells[i], cols[i].width);
+    for (size_t i = 0; i < cells.size(); ++i)
+      s += cols[i].right ? rpad(cells[i], cols[i].width) : pad(cells[i], cols[i].width);
     while (!s.empty() && s.back() == ' ') s.pop_back();
     return s + "\n";
   };
@@ -202,10 +220,11 @@ std::string staging_table(const StagingReport& r) {
     if (row.pin_seconds && row.pin_seconds->n)
       if (auto s = seconds_per_gib(row.bytes, row.pin_seconds->median)) pin = format_seconds(*s);
     std::string check = row.verified ? (*row.verified ? "ok" : "WRONG") : "-";
-    out += line({row.mode, row.label, row.direction, std::to_string(row.copies), row.timing, format_seconds(row.seconds.median),
-                 format_seconds(row.seconds.min), format_seconds(row.seconds.max), rate_str(g.median),
-                 "(" + rate_str(g.min) + "-" + rate_str(g.max) + ")", pin, check});
-    if (!row.reason.empty()) out += "    " + std::string(row.status == "failed" ? "FAILED: " : "note: ") + row.reason + "\n";
+    out += line({row.mode, row.label, row.direction, std::to_string(row.copies), row.timing,
+                 format_seconds(row.seconds.median), format_seconds(row.seconds.min), format_seconds(row.seconds.max),
+                 rate_str(g.median), "(" + rate_str(g.min) + "-" + rate_str(g.max) + ")", pin, check});
+    if (!row.reason.empty())
+      out += "    " + std::string(row.status == "failed" ? "FAILED: " : "note: ") + row.reason + "\n";
   }
 
   // What each mode's destination was, once per mode.
@@ -220,8 +239,9 @@ std::string staging_table(const StagingReport& r) {
     out += "\n";
     for (const std::string& n : r.notes) out += "Note: " + n + "\n";
   }
-  out += "\nGB/s = 10^9 bytes per second, from the median time (min-max from the slowest and fastest iteration); "
-         "PIN/GiB = median cost of allocating or pinning, per GiB.\n";
+  out +=
+      "\nGB/s = 10^9 bytes per second, from the median time (min-max from the slowest and fastest iteration); "
+      "PIN/GiB = median cost of allocating or pinning, per GiB.\n";
   return out;
 }
 

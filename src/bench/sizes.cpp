@@ -21,8 +21,8 @@ std::string trim(const std::string& s) {
 }
 
 [[noreturn]] void bad(const std::string& what, const std::string& text, const std::string& why) {
-  throw UsageError(Where(), what + " '" + text + "': " + why +
-                                " (write e.g. 4MiB, 1GiB, 5GB = 5*10^9 bytes, or a number of bytes)");
+  throw UsageError(
+      Where(), what + " '" + text + "': " + why + " (write e.g. 4MiB, 1GiB, 5GB = 5*10^9 bytes, or a number of bytes)");
 }
 
 uint64_t unit_multiplier(const std::string& unit, const std::string& what, const std::string& text) {
@@ -31,14 +31,9 @@ uint64_t unit_multiplier(const std::string& unit, const std::string& what, const
   static const struct {
     const char* name;
     uint64_t mult;
-  } kUnits[] = {{"kb", 1000ull},
-                {"mb", 1000ull * 1000},
-                {"gb", 1000ull * 1000 * 1000},
-                {"tb", 1000ull * 1000 * 1000 * 1000},
-                {"kib", 1ull << 10},
-                {"mib", 1ull << 20},
-                {"gib", 1ull << 30},
-                {"tib", 1ull << 40}};
+  } kUnits[] = {
+      {"kb", 1000ull},     {"mb", 1000ull * 1000}, {"gb", 1000ull * 1000 * 1000}, {"tb", 1000ull * 1000 * 1000 * 1000},
+      {"kib", 1ull << 10}, {"mib", 1ull << 20},    {"gib", 1ull << 30},           {"tib", 1ull << 40}};
   for (const auto& k : kUnits)
     if (u == k.name) return k.mult;
   if (u == "k" || u == "m" || u == "g" || u == "t")

@@ -15,7 +15,8 @@
 namespace dcpctl::bench {
 
 const std::vector<std::string> kStagingModes = {"pinned", "registered", "pageable", "cold"};
-const std::vector<uint64_t> kDefaultStagingSizes = {uint64_t(4) << 20, uint64_t(64) << 20, uint64_t(256) << 20, uint64_t(1) << 30};
+const std::vector<uint64_t> kDefaultStagingSizes = {uint64_t(4) << 20, uint64_t(64) << 20, uint64_t(256) << 20,
+                                                    uint64_t(1) << 30};
 
 size_t StagingReport::count(const std::string& status) const {
   return static_cast<size_t>(std::count_if(rows.begin(), rows.end(), [&](const Row& r) { return r.status == status; }));
@@ -25,7 +26,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes, so tensors of a
 // state dict start 512-byte aligned; the per-tensor layout does the same on both sides.
@@ -59,10 +62,14 @@ class Stager {
   Row mode(const std::string& m, const Layout& l, const std::string& label) {
     Row row = base(m, l, label);
     guarded(row, [&] {
-      if (m == "pinned") pinned(row, l);
-      else if (m == "registered") registered(row, l);
-      else if (m == "pageable") pageable(row, l);
-      else cold(row, l);
+      if (m == "pinned")
+        pinned(row, l);
+      else if (m == "registered")
+        registered(row, l);
+      else if (m == "pageable")
+        pageable(row, l);
+      else
+        cold(row, l);
     });
     return row;
   }
@@ -76,15 +83,16 @@ class Stager {
     std::string memory;
     try {
       dst = alloc_pinned(span);
-      memory = cuda_host_ ? "page-locked (cudaHostAlloc), cached" : "mlock()ed malloc memory, cached (stand-in: no CUDA driver)";
+      memory = cuda_host_ ? "page-locked (cudaHostAlloc), cached"
+                          : "mlock()ed malloc memory, cached (stand-in: no CUDA driver)";
     } catch (const LockError& e) {
       dst = HostBuffer::pageable(span);
       memory = std::string("pageable (malloc): ") + e.what();
     }
     for (const char* m : {"per-tensor", "flat"}) {
       const Layout& l = std::string(m) == "flat" ? flat : tensors;
-      progress(std::string(m) + " " + label + " (" + std::to_string(l.segments.size()) + " cop" + (l.segments.size() == 1 ? "y" : "ies") +
-               ", " + format_size(l.payload) + ")");
+      progress(std::string(m) + " " + label + " (" + std::to_string(l.segments.size()) + " cop" +
+               (l.segments.size() == 1 ? "y" : "ies") + ", " + format_size(l.payload) + ")");
       Row row = base(m, l, label);
       row.memory = memory;
       row.chunk_bytes = 0;
@@ -115,7 +123,8 @@ class Stager {
       progress(row.mode + " " + label);
       std::vector<double> t;
       for (unsigned i = 0; i < o_.warmup + o_.iters; ++i) {
-        Unlinker file{o_.write_to + "/.dcpctl-bench-" + std::to_string(::getpid()) + "-" + std::to_string(files_++) + ".tmp"};
+        Unlinker file{o_.write_to + "/.dcpctl-bench-" + std::to_string(::getpid()) + "-" + std::to_string(files_++) +
+                      ".tmp"};
         const double s = timed_file_write(file.path, data, bytes, sync);
         if (i >= o_.warmup) t.push_back(s);
         if (i + 1 == o_.warmup + o_.iters) {
@@ -170,8 +179,10 @@ class Stager {
     return cuda_host_ ? HostBuffer::cuda_pinned(bytes) : HostBuffer::mlocked(bytes);
   }
   void pin_in_place(HostBuffer& b) {
-    if (cuda_host_) b.register_cuda();
-    else b.lock();
+    if (cuda_host_)
+      b.register_cuda();
+    else
+      b.lock();
   }
 
   bool gate(const Layout& l, Row& row) const {
@@ -216,7 +227,8 @@ class Stager {
   }
 
   void pinned(Row& row, const Layout& l) {
-    row.memory = cuda_host_ ? "page-locked (cudaHostAlloc), cached" : "mlock()ed malloc memory, cached (stand-in: no CUDA driver)";
+    row.memory = cuda_host_ ? "page-locked (cudaHostAlloc), cached"
+                            : "mlock()ed malloc memory, cached (stand-in: no CUDA driver)";
     const auto t0 = Clock::now();
     HostBuffer dst = alloc_pinned(l.span);
     row.pin_seconds = summarize({since(t0)});  // once: the buffer is then reused by every save
@@ -225,8 +237,9 @@ class Stager {
   }
 
   void registered(Row& row, const Layout& l) {
-    row.memory = cuda_host_ ? "malloc memory pinned in place (cudaHostRegister), cached"
-                            : "malloc memory mlock()ed in place, cached (stand-in for cudaHostRegister: no CUDA driver)";
+    row.memory = cuda_host_
+                     ? "malloc memory pinned in place (cudaHostRegister), cached"
+                     : "malloc memory mlock()ed in place, cached (stand-in for cudaHostRegister: no CUDA driver)";
     HostBuffer buf = HostBuffer::pageable(l.span);
     std::memset(buf.data(), 0, l.span);  // existing memory, as a shared-memory segment would be
     std::vector<double> pin;
@@ -305,7 +318,8 @@ std::string no_gpu_message(const CudaProbe& p) {
 void check_options(const StagingOptions& o) {
   if (o.iters == 0) throw UsageError(Where(), "--iters must be at least 1");
   if (o.streams == 0 || o.streams > 64) throw UsageError(Where(), "--streams must be between 1 and 64");
-  if (o.sizes.empty() && o.checkpoint.empty()) throw UsageError(Where(), "nothing to measure: give --sizes or --from-checkpoint");
+  if (o.sizes.empty() && o.checkpoint.empty())
+    throw UsageError(Where(), "nothing to measure: give --sizes or --from-checkpoint");
   for (const std::string& m : o.modes)
     if (std::find(kStagingModes.begin(), kStagingModes.end(), m) == kStagingModes.end())
       throw UsageError(Where(), "unknown mode '" + m + "' (modes: pinned, registered, pageable, cold)");
@@ -334,24 +348,27 @@ void add_notes(StagingReport& r) {
                   ". So 'pinned', 'registered' and 'cold' use mlock()ed memory as a stand-in for page-locked memory, "
                   "and every copy is a host memcpy, so the rates are host memory bandwidth, not PCIe.");
   } else {
-    n.push_back("Copies into page-locked memory wait behind a gate until all are queued and are timed with CUDA events "
-                "(nvbandwidth's method); pageable, cold, per-tensor and flat copies are timed with the host clock from "
-                "the first queued copy until the streams finish, as a training step waits for them.");
+    n.push_back(
+        "Copies into page-locked memory wait behind a gate until all are queued and are timed with CUDA events "
+        "(nvbandwidth's method); pageable, cold, per-tensor and flat copies are timed with the host clock from "
+        "the first queued copy until the streams finish, as a training step waits for them.");
   }
   uint64_t locked = 0;
   for (const Row& row : r.rows)
     if (row.status == "ok") locked = std::max(locked, row.host_bytes_locked_between_saves);
   if (locked)
-    n.push_back("Host RAM: a cached pinned or registered buffer stays locked in RAM for the whole job (" + format_size(locked) +
+    n.push_back("Host RAM: a cached pinned or registered buffer stays locked in RAM for the whole job (" +
+                format_size(locked) +
                 " for the largest size here, per rank); 'cold' locks it only during a save but pays the pinning cost "
                 "(PIN column) every time.");
   if (r.count("skipped") && r.host.memlock_limit && !r.host.memlock_exempt)
     n.push_back("Some measurements were skipped: mlock() is limited to " + format_size(*r.host.memlock_limit) +
                 " here (RLIMIT_MEMLOCK); `ulimit -l unlimited` lifts it.");
   if (r.checkpoint)
-    n.push_back("Checkpoint: rank " + std::to_string(r.checkpoint->rank) + " wrote " + std::to_string(r.checkpoint->chunks) +
-                " tensor chunks (" + std::to_string(r.checkpoint->tensors) + " tensors, " + format_size(r.checkpoint->bytes) +
-                "). DCP saves replicated tensors from one rank only, so a rank's async_save may stage more than it wrote.");
+    n.push_back(
+        "Checkpoint: rank " + std::to_string(r.checkpoint->rank) + " wrote " + std::to_string(r.checkpoint->chunks) +
+        " tensor chunks (" + std::to_string(r.checkpoint->tensors) + " tensors, " + format_size(r.checkpoint->bytes) +
+        "). DCP saves replicated tensors from one rank only, so a rank's async_save may stage more than it wrote.");
 }
 
 }  // namespace

@@ -36,11 +36,11 @@
 namespace dcpctl::bench {
 
 // In the order they run and print.
-extern const std::vector<std::string> kStagingModes;  // pinned, registered, pageable, cold
+extern const std::vector<std::string> kStagingModes;      // pinned, registered, pageable, cold
 extern const std::vector<uint64_t> kDefaultStagingSizes;  // 4 MiB, 64 MiB, 256 MiB, 1 GiB
 
 struct StagingOptions {
-  std::vector<uint64_t> sizes;    // the sweep; may be empty when `checkpoint` is set
+  std::vector<uint64_t> sizes;     // the sweep; may be empty when `checkpoint` is set
   std::vector<std::string> modes;  // subset of kStagingModes; empty: all
   unsigned iters = 10;
   unsigned warmup = 2;

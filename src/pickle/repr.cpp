@@ -15,9 +15,16 @@ constexpr uint64_t kMaxJsonValues = uint64_t{1} << 22;
 class Printer {
  public:
   explicit Printer(size_t max) : max_(max) {}
-  bool full() const { return out_.size() >= max_; }
+  // True once the output is full; asking means there is more to print, so the cut is marked.
+  bool full() {
+    if (out_.size() >= max_) cut_ = true;
+    return cut_;
+  }
   void put(std::string_view s) {
-    if (!full()) out_.append(s.substr(0, max_ - out_.size() + 1));
+    if (s.empty() || full()) return;
+    size_t room = max_ - out_.size();
+    if (s.size() > room) cut_ = true;
+    out_.append(s.substr(0, room));
   }
 
   void str_lit(std::string_view s, bool bytes) {
@@ -112,14 +119,16 @@ class Printer {
   std::string take() {
     if (out_.size() > max_) {
       out_.resize(max_);
-      out_ += "...";
+      cut_ = true;
     }
+    if (cut_) out_ += "...";
     return std::move(out_);
   }
 
  private:
   size_t max_;
   std::string out_;
+  bool cut_ = false;
 };
 
 bool json_value(const Value& v, nlohmann::json& out, int depth, uint64_t& budget) {

@@ -112,6 +112,14 @@ Utf8 check_utf8(std::string_view s) {
   return result;
 }
 
+// Bits set in x (SWAR; __builtin_popcountll is a libgcc call without -mpopcnt).
+inline uint64_t popcount64(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (x * 0x0101010101010101ull) >> 56;
+}
+
 int hexval(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -304,7 +312,11 @@ class Machine {
   }
 
  private:
-  // Pass 1: walk the opcodes, collecting the memo indices that are ever read back.
+  // Pass 1: walk the opcodes, collecting the memo indices that are ever read back. A pickle reads
+  // the same few entries over and over (a 5-million-chunk `.metadata` has ~15 GETs per chunk of a
+  // few thousand distinct entries), so the set is a bitmap: indices below the input size (every
+  // index MEMOIZE can make, and those real picklers PUT) one bit each, bounding it to size/8
+  // bytes; larger ones, which only a hand-made PUT/GET names, in a sorted list.
   void scan() {
     SpanReader r(data_, opts_.source, opts_.base_offset);
     Arg a;
@@ -312,13 +324,28 @@ class Machine {
       size_t op_pos = r.pos();
       uint8_t op = r.u8();
       read_arg(op, r, op_pos, a);
-      if (op == GET || op == BINGET || op == LONG_BINGET) referenced_.push_back(a.u);
+      if (op == GET || op == BINGET || op == LONG_BINGET) {
+        if (a.u < data_.size) {
+          size_t w = static_cast<size_t>(a.u / 64);
+          if (w >= near_bits_.size()) near_bits_.resize(w + 1, 0);
+          near_bits_[w] |= uint64_t{1} << (a.u % 64);
+        } else {
+          far_.push_back(a.u);
+        }
+      }
       if (op == STOP) break;
     }
-    std::sort(referenced_.begin(), referenced_.end());
-    referenced_.erase(std::unique(referenced_.begin(), referenced_.end()), referenced_.end());
-    memo_vals_.resize(referenced_.size());
-    memo_set_.assign(referenced_.size(), 0);
+    std::sort(far_.begin(), far_.end());
+    far_.erase(std::unique(far_.begin(), far_.end()), far_.end());
+    near_rank_.resize(near_bits_.size());
+    uint64_t n = 0;
+    for (size_t w = 0; w < near_bits_.size(); ++w) {
+      near_rank_[w] = n;
+      n += popcount64(near_bits_[w]);
+    }
+    near_count_ = n;
+    memo_vals_.resize(static_cast<size_t>(n + far_.size()));
+    memo_set_.assign(memo_vals_.size(), 0);
   }
 
   [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
@@ -376,10 +403,20 @@ class Machine {
     stack_.resize(from);
   }
 
+  // Where memo entry `idx` is kept, or nullptr if nothing ever reads it back.
   Value* memo_slot(uint64_t idx) {
-    auto it = std::lower_bound(referenced_.begin(), referenced_.end(), idx);
-    if (it == referenced_.end() || *it != idx) return nullptr;
-    return &memo_vals_[static_cast<size_t>(it - referenced_.begin())];
+    uint64_t slot;
+    if (idx < data_.size) {
+      size_t w = static_cast<size_t>(idx / 64);
+      uint64_t bit = uint64_t{1} << (idx % 64);
+      if (w >= near_bits_.size() || !(near_bits_[w] & bit)) return nullptr;
+      slot = near_rank_[w] + popcount64(near_bits_[w] & (bit - 1));
+    } else {
+      auto it = std::lower_bound(far_.begin(), far_.end(), idx);
+      if (it == far_.end() || *it != idx) return nullptr;
+      slot = near_count_ + static_cast<uint64_t>(it - far_.begin());
+    }
+    return &memo_vals_[static_cast<size_t>(slot)];
   }
 
   void memo_put(uint64_t idx) {
@@ -468,7 +505,12 @@ class Machine {
       const_cast<ObjectNode&>(obj.as_object()).state = state;
       obj.depth = std::max<uint16_t>(obj.depth, static_cast<uint16_t>(state.depth + 1));
     } else if (obj.kind == Kind::Dict && (obj.flags & Value::kBoxed) && state.kind == Kind::Dict) {
-      for (const Value& v : state.items()) tree_->open(obj).items.push_back(v);
+      // Copied first: the state may be this very dict (`} DUP BUILD`), whose storage the
+      // appends reallocate.
+      Items add = state.items();
+      std::vector<Value> items(add.begin(), add.end());
+      auto& dst = tree_->open(obj).items;
+      dst.insert(dst.end(), items.begin(), items.end());
     } else {
       fail(std::string("BUILD on a ") + kind_name(obj.kind));
     }
@@ -691,8 +733,11 @@ class Machine {
   uint8_t op_ = 0;
   std::vector<Value> stack_;
   std::vector<size_t> marks_;
-  std::vector<uint64_t> referenced_;
-  std::vector<Value> memo_vals_;
+  std::vector<uint64_t> near_bits_;  // referenced memo indices < input size, one bit each
+  std::vector<uint64_t> near_rank_;  // set bits in the words before each word
+  uint64_t near_count_ = 0;
+  std::vector<uint64_t> far_;        // referenced indices >= input size, sorted
+  std::vector<Value> memo_vals_;     // one slot per referenced index: near ones by rank, then far
   std::vector<uint8_t> memo_set_;
   uint64_t memo_len_ = 0;
 };

@@ -15,6 +15,11 @@ class Sha256 {
   void update(const void* data, size_t n);
   std::array<uint8_t, 32> finish();
   std::string hex();  // finish() as lower-case hex
+  static std::string of(const std::string& data) {
+    Sha256 h;
+    h.update(data.data(), data.size());
+    return h.hex();
+  }
 
  private:
   void block(const uint8_t* p);

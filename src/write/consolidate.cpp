@@ -16,7 +16,10 @@
 #include "plan/assemble.h"
 #include "plan/geometry.h"
 #include "util/numeric.h"
+#include "dist/group.h"
+#include "util/failpoint.h"
 #include "util/memory_gate.h"
+#include "util/sha256.h"
 #include "util/parallel.h"
 #include "write/output.h"
 #include "write/pickler.h"
@@ -60,7 +63,8 @@ struct OutTensor {
 };
 
 // Copies [off, off+n) of `in` to `out` at out_off. copy_file_range lets the kernel move (or
-// reflink) the bytes; buffers are used when it is unavailable.
+// reflink) the bytes; when it is unavailable (another filesystem, an old kernel) it returns with
+// use_cfr false and the caller repeats the copy with a buffer.
 void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_off, uint64_t n, uint8_t* buf,
                 uint64_t window, bool& use_cfr, int out_fd) {
   while (n > 0 && use_cfr) {
@@ -69,8 +73,8 @@ void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF) {
-        use_cfr = false;
-        break;
+        use_cfr = false;  // the caller copies the whole range again through a buffer
+        return;
       }
       throw IoError(Where(out.final_path(), out_off), "copy failed: " + errno_text(errno));
     }
@@ -378,7 +382,28 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
            (skipped_values.size() > 1 ? ", ..." : ""));
 
   // ---- write ----
-  check_output_path(o.output, o.force, ck.dir);
+  Group* group = o.group;
+  bool leader = !group || group->rank() == 0;
+  if (group) {
+    // Same command and same checkpoint on every rank: the plan and the checkpoint's identity.
+    std::string save_id = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
+    group->agree("consolidate", Sha256::of(summary.dump() + "|" + std::to_string(ck.metadata_bytes) + "|" + save_id));
+  }
+  // Rank 0 prepares the outputs; the others learn where they are, or that preparing failed.
+  auto setup = [&](auto&& f) {
+    if (!group) return f();
+    std::string err;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      err = e.what();
+      if (leader) group->announce("setup", err);
+      throw;
+    }
+    if (leader) group->announce("setup", "");
+    group->await("setup");
+  };
+  if (leader) check_output_path(o.output, o.force, ck.dir);
   MemoryGate gate(budget);
   Progress prog;
   prog.total = total_bytes;
@@ -387,13 +412,25 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
 
   if (to_safetensors) {
     std::unique_ptr<OutputDir> dir;
-    if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
     std::vector<std::unique_ptr<OutputFile>> outs;
-    std::vector<int> fds;
-    for (auto& f : files) {
-      outs.push_back(std::make_unique<OutputFile>(dir ? dir->path_of(f.name) : o.output));
-      outs.back()->reserve(f.header.size() + f.data_bytes);
-      outs.back()->pwrite_all(f.header.data(), f.header.size(), 0);
+    setup([&] {
+      if (leader) {
+        if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
+        std::string paths;
+        for (auto& f : files) {
+          outs.push_back(std::make_unique<OutputFile>(dir ? dir->path_of(f.name) : o.output));
+          outs.back()->reserve(f.header.size() + f.data_bytes);
+          outs.back()->pwrite_all(f.header.data(), f.header.size(), 0);
+          paths += outs.back()->temp_path() + "\n";
+        }
+        if (group) group->publish("outputs", paths);
+      }
+    });
+    if (!leader) {
+      // Shared filesystem: write our share straight into rank 0's temporary files.
+      std::string paths = group->fetch("outputs");
+      for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1)
+        outs.push_back(OutputFile::open_shared(paths.substr(a, b - a)));
     }
     // Work items: (tensor, chunk) for tensors whose chunks are runs, (tensor, all) otherwise.
     struct Work {
@@ -409,7 +446,43 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
         work.push_back({i, SIZE_MAX});
       }
     }
+    if (group) {
+      // This rank's share: items dealt out by bytes, the same way on every rank.
+      std::vector<uint64_t> load(static_cast<size_t>(group->size()), 0);
+      std::vector<Work> mine;
+      for (const Work& w : work) {
+        const OutTensor& ot = tensors[w.tensor];
+        uint64_t bytes = w.chunk == SIZE_MAX ? ot.out_bytes : ot.t->chunk_numel(w.chunk) * itemsize(ot.dst);
+        size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[r] += bytes;
+        if (static_cast<int>(r) == group->rank()) mine.push_back(w);
+      }
+      work.swap(mine);
+    }
     std::atomic<bool> cfr_ok{true};
+    auto write_share = [&](auto&& body) {
+      if (!group) return body();
+      try {
+        body();
+      } catch (const std::exception& e) {
+        group->report("write", e.what());
+        if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
+        throw;
+      }
+      group->report("write", "");
+      if (!leader) {
+        group->await("commit");
+        return;
+      }
+      try {
+        group->collect("write");
+      } catch (const std::exception& e) {
+        group->announce("commit", e.what());
+        throw;
+      }
+    };
+    write_share([&] {
+    if (group) failpoint("consolidate-write", group->rank());
     parallel_for(work.size(), threads, [&](size_t w) {
       const OutTensor& ot = tensors[work[w].tensor];
       const TensorMeta& t = *ot.t;
@@ -473,6 +546,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
         prog.add(n * di);
       }
     });
+    });
+    if (!leader) {
+      summary["rank"] = group->rank();
+      return summary;
+    }
     for (auto& f : outs) f->commit();
     if (dir) {
       if (files.size() > 1) {
@@ -488,7 +566,13 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       }
       dir->commit();
     }
-  } else {
+    if (group) group->announce("commit", "");
+  } else if (!leader) {
+    // .pt archives are written in order by one process: rank 0 writes, the others wait.
+    group->await("commit");
+    summary["rank"] = group->rank();
+    return summary;
+  } else try {
     // .pt: data.pkl first (structure and tensor references), then each storage in order.
     Pickler p(2);
     if (o.flat) {
@@ -545,6 +629,10 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     }
     zw.finish();
     out.commit();
+    if (group) group->announce("commit", "");
+  } catch (const std::exception& e) {
+    if (group) group->announce("commit", std::string("rank 0 failed: ") + e.what());
+    throw;
   }
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

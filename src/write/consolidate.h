@@ -27,6 +27,8 @@
 
 namespace dcpctl {
 
+class Group;
+
 enum class OutputFormat { Safetensors, HfDir, Torch };
 
 struct ConsolidateOptions {
@@ -44,6 +46,9 @@ struct ConsolidateOptions {
   uint64_t window = 64ull << 20;
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
+  // Several processes (torchrun): each writes its share of safetensors outputs into rank 0's
+  // temporary files (shared filesystem); rank 0 commits. nullptr: one process.
+  Group* group = nullptr;
 };
 
 // Returns the summary (schema in README: "consolidate --json"). Throws on refusal or failure,

@@ -133,6 +133,9 @@ void check_output_path(const std::string& path_in, bool force, const std::string
   if (::lstat(path.c_str(), &st) == 0) {
     std::string rpath = real(path);
     if (!rprot.empty() && rpath == rprot) throw UsageError(Where(path), "output is the checkpoint being read");
+    // Replacing a directory that holds the checkpoint would delete the input.
+    if (!rprot.empty() && !rpath.empty() && rprot.rfind(rpath + "/", 0) == 0)
+      throw UsageError(Where(path), "output contains the checkpoint being read (" + protect_dir + "); choose another path");
     if (!force) throw UsageError(Where(path), "output exists; pass --force to replace it");
   }
 }
@@ -147,9 +150,18 @@ OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)), 
   }
 }
 
+std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
+  std::unique_ptr<OutputFile> f(new OutputFile());
+  f->final_ = f->tmp_ = temp_path;
+  f->owner_ = false;
+  f->fd_ = ::open(temp_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (f->fd_ < 0) throw IoError(Where(temp_path), "cannot open the shared output: " + errno_text(errno));
+  return f;
+}
+
 OutputFile::~OutputFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_.c_str());
+  if (!committed_ && owner_) ::unlink(tmp_.c_str());
   release(slot_);
 }
 
@@ -184,6 +196,10 @@ void OutputFile::reserve(uint64_t size) {
 }
 
 void OutputFile::commit() {
+  if (!owner_) {
+    if (::fsync(fd_) != 0) throw IoError(Where(final_), "fsync failed: " + errno_text(errno));
+    return;
+  }
   if (::fsync(fd_) != 0) throw IoError(Where(final_), "fsync failed: " + errno_text(errno));
   if (::close(fd_) != 0) {
     fd_ = -1;

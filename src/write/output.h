@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ class OutputFile {
  public:
   // Creates the temporary file. `final_path`'s directory must exist.
   explicit OutputFile(std::string final_path);
+  // Opens a temporary file another process created (distributed runs): this object writes into
+  // it but neither removes nor commits it; its creator does.
+  static std::unique_ptr<OutputFile> open_shared(const std::string& temp_path);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
@@ -43,7 +47,10 @@ class OutputFile {
   int fd_ = -1;
   uint64_t pos_ = 0;
   bool committed_ = false;
+  bool owner_ = true;
   int slot_ = -1;
+
+  OutputFile() = default;
 };
 
 // A directory output: files are created inside a temporary directory, which replaces the final
@@ -57,6 +64,7 @@ class OutputDir {
   std::string path_of(const std::string& name) const;  // inside the temporary directory
   void commit();
   const std::string& final_path() const { return final_; }
+  const std::string& temp_path() const { return tmp_; }
 
  private:
   std::string final_, tmp_;

@@ -8,7 +8,10 @@
 #include "item/item_reader.h"
 #include "plan/assemble.h"
 #include "plan/geometry.h"
+#include "dist/group.h"
+#include "util/failpoint.h"
 #include "util/memory_gate.h"
+#include "util/sha256.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
 #include "write/dcp_metadata.h"
@@ -253,8 +256,33 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   if (o.dry_run) return summary;
 
   // ---- write ----
-  check_output_path(o.output, o.force, ck.dir);
-  OutputDir dir(o.output);
+  Group* group = o.group;
+  bool leader = !group || group->rank() == 0;
+  if (group) {
+    std::string save_id = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
+    group->agree("reshard", Sha256::of(summary.dump() + "|" + std::to_string(ck.metadata_bytes) + "|" + save_id));
+  }
+  std::unique_ptr<OutputDir> dir;
+  std::string dir_path;  // the temporary directory every process writes into
+  {
+    std::string err;
+    try {
+      if (leader) {
+        check_output_path(o.output, o.force, ck.dir);
+        dir = std::make_unique<OutputDir>(o.output);
+        dir_path = dir->temp_path();
+        if (group) group->publish("outdir", dir_path);
+      }
+    } catch (const std::exception& e) {
+      if (group) group->announce("setup", e.what());
+      throw;
+    }
+    if (group) {
+      if (leader) group->announce("setup", "");
+      group->await("setup");
+      if (!leader) dir_path = group->fetch("outdir");
+    }
+  }
   ItemReader reader(ck);
   MemoryGate gate(budget);
   std::atomic<uint64_t> done{0};
@@ -290,55 +318,110 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
     }
   }
 
-  parallel_for(static_cast<size_t>(world), std::max(1u, o.threads), [&](size_t r) {
-    OutputFile out(dir.path_of(mo.files[r]));
-    if (r == 0) {
-      // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
-      for (size_t b = 0; b < bytes_items.size(); ++b) {
-        const BytesMeta& bm = md.bytes[bytes_items[b]->index];
-        MetaBytesOut& mb = mo.bytes[b];
-        mb.fqn = bytes_items[b]->key;
-        mb.file = 0;
-        mb.offset = out.appended();
-        mb.length = bm.storage.length;
-        mb.transforms = md.transform_sets.at(bm.storage.transforms);
-        const ReadFile in(ck.path_of(bm.storage.file));
-        GatedBuffer buf(gate, bm.storage.length);
-        in.read_at(bm.storage.offset, buf.data(), bm.storage.length, bm.fqn);
-        out.append(buf.data(), bm.storage.length);
+  // Target rank files are dealt out to the processes round-robin (all to this one alone).
+  std::vector<size_t> targets;
+  for (int r = 0; r < world; ++r)
+    if (!group || r % group->size() == group->rank()) targets.push_back(static_cast<size_t>(r));
+
+  auto write_files = [&] {
+    parallel_for(targets.size(), std::max(1u, o.threads), [&](size_t ti) {
+      size_t r = targets[ti];
+      OutputFile out(dir_path + "/" + mo.files[r]);
+      if (r == 0) {
+        // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
+        for (size_t b = 0; b < bytes_items.size(); ++b) {
+          const BytesMeta& bm = md.bytes[bytes_items[b]->index];
+          MetaBytesOut& mb = mo.bytes[b];
+          mb.fqn = bytes_items[b]->key;
+          mb.file = 0;
+          mb.offset = out.appended();
+          mb.length = bm.storage.length;
+          mb.transforms = md.transform_sets.at(bm.storage.transforms);
+          const ReadFile in(ck.path_of(bm.storage.file));
+          GatedBuffer buf(gate, bm.storage.length);
+          in.read_at(bm.storage.offset, buf.data(), bm.storage.length, bm.fqn);
+          out.append(buf.data(), bm.storage.length);
+        }
       }
-    }
-    for (const Job& j : jobs[r]) {
-      const PlanTensor& pt = tensors[j.tensor];
-      const Box& b = pt.boxes[j.chunk];
-      uint64_t n = b.numel();
-      GatedBuffer raw(gate, n * itemsize(pt.src));
-      assemble_box(reader, *pt.t, b, raw.data(), gate);
-      uint64_t start = out.appended();
-      if (pt.src != pt.dst) {
-        GatedBuffer conv(gate, n * itemsize(pt.dst));
-        cast_elements(pt.src, pt.dst, raw.data(), conv.data(), n);
-        write_tensor_blob(out, pt.dst, b.sizes, conv.data(), conv.size());
-      } else {
-        write_tensor_blob(out, pt.dst, b.sizes, raw.data(), raw.size());
+      for (const Job& j : jobs[r]) {
+        const PlanTensor& pt = tensors[j.tensor];
+        const Box& b = pt.boxes[j.chunk];
+        uint64_t n = b.numel();
+        GatedBuffer raw(gate, n * itemsize(pt.src));
+        assemble_box(reader, *pt.t, b, raw.data(), gate);
+        uint64_t start = out.appended();
+        if (pt.src != pt.dst) {
+          GatedBuffer conv(gate, n * itemsize(pt.dst));
+          cast_elements(pt.src, pt.dst, raw.data(), conv.data(), n);
+          write_tensor_blob(out, pt.dst, b.sizes, conv.data(), conv.size());
+        } else {
+          write_tensor_blob(out, pt.dst, b.sizes, raw.data(), raw.size());
+        }
+        MetaChunkOut& mc = mo.tensors[j.tensor].chunks[j.chunk];
+        mc.offset = start;
+        mc.length = out.appended() - start;
+        uint64_t d = done.fetch_add(n * itemsize(pt.dst)) + n * itemsize(pt.dst);
+        if (o.progress) o.progress(d, total);
       }
-      MetaChunkOut& mc = mo.tensors[j.tensor].chunks[j.chunk];
-      mc.offset = start;
-      mc.length = out.appended() - start;
-      uint64_t d = done.fetch_add(n * itemsize(pt.dst)) + n * itemsize(pt.dst);
-      if (o.progress) o.progress(d, total);
+      out.commit();
+    });
+  };
+
+  if (!group) {
+    write_files();
+  } else {
+    try {
+      failpoint("reshard-write", group->rank());
+      write_files();
+      if (!leader) {
+        // Tell rank 0 where this process's chunks landed: [tensor, chunk, offset, length].
+        json locs = json::array();
+        for (size_t r : targets)
+          for (const Job& j : jobs[r]) {
+            const MetaChunkOut& mc = mo.tensors[j.tensor].chunks[j.chunk];
+            locs.push_back({j.tensor, j.chunk, mc.offset, mc.length});
+          }
+        group->publish("locs/" + std::to_string(group->rank()), locs.dump());
+      }
+    } catch (const std::exception& e) {
+      group->report("write", e.what());
+      if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
+      throw;
     }
-    out.commit();
-  });
+    group->report("write", "");
+    if (!leader) {
+      group->await("commit");
+      summary["rank"] = group->rank();
+      return summary;
+    }
+    try {
+      group->collect("write");
+      for (int p = 1; p < group->size(); ++p)
+        for (const auto& l : json::parse(group->fetch("locs/" + std::to_string(p)))) {
+          MetaChunkOut& mc = mo.tensors.at(l[0].get<size_t>()).chunks.at(l[1].get<size_t>());
+          mc.offset = l[2].get<uint64_t>();
+          mc.length = l[3].get<uint64_t>();
+        }
+    } catch (const std::exception& e) {
+      group->announce("commit", e.what());
+      throw;
+    }
+  }
 
   // .metadata last: a checkpoint without it is visibly incomplete.
-  std::string pkl = metadata_pickle(mo);
-  {
-    OutputFile meta(dir.path_of(".metadata"));
-    meta.append(pkl.data(), pkl.size());
-    meta.commit();
+  try {
+    std::string pkl = metadata_pickle(mo);
+    {
+      OutputFile meta(dir_path + "/.metadata");
+      meta.append(pkl.data(), pkl.size());
+      meta.commit();
+    }
+    dir->commit();
+  } catch (const std::exception& e) {
+    if (group) group->announce("commit", e.what());
+    throw;
   }
-  dir.commit();
+  if (group) group->announce("commit", "");
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   summary["seconds"] = secs;

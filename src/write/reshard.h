@@ -24,6 +24,8 @@
 
 namespace dcpctl {
 
+class Group;
+
 enum class Layout { Fsdp, Keep };
 
 struct ReshardOptions {
@@ -38,6 +40,10 @@ struct ReshardOptions {
   uint64_t max_memory = 0;  // 0: automatic
   std::function<void(uint64_t done, uint64_t total)> progress;
   std::function<void(const std::string&)> note;
+  // Several processes (torchrun): target rank files are dealt out round-robin; each process
+  // writes its files into rank 0's temporary directory, rank 0 writes .metadata last and
+  // renames the directory. nullptr: one process.
+  Group* group = nullptr;
 };
 
 nlohmann::json reshard(const Checkpoint& ck, const ReshardOptions& opts);

@@ -15,6 +15,10 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
     h["__metadata__"] = m;
   }
   for (const auto& e : entries) {
+    if (e.name == "__metadata__")
+      throw UnsupportedError(Where("", std::nullopt, e.name),
+                             "a tensor named __metadata__ collides with the safetensors header's metadata entry; "
+                             "exclude or rename it (--select), or write a .pt");
     const char* st = info(e.dtype).safetensors_name;
     if (!*st)
       throw UnsupportedError(Where("", std::nullopt, e.name),

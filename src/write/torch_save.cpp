@@ -17,13 +17,17 @@ struct TorchSaveWriter::Impl {
 
   // PyTorchStreamWriter calls this through miniz (C): no exception may cross it.
   size_t sink(const void* data, size_t n) {
+    // After a failed write the archive is lost anyway: accept (and drop) everything else, so
+    // PyTorchStreamWriter's own bookkeeping, and its destructor, never throw; the first error is
+    // rethrown by guarded().
+    if (error) return n;
     try {
       if (out) out->append(data, n);
       else mem->insert(mem->end(), static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
       return n;
     } catch (...) {
       if (!error) error = std::current_exception();
-      return 0;
+      return n;
     }
   }
 

@@ -16,6 +16,9 @@ import time
 # dcpctl's documented exit codes (README, man page, cmd/exit_codes.h).
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INVALID, EXIT_IO, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5
 
+# Leaks inside LibTorch that dcpctl cannot avoid (see the file).
+LSAN_SUPPRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
+
 SANITIZER_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer", "runtime error:")
 
 
@@ -60,9 +63,12 @@ class Checker:
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
+        env = dict(os.environ)
+        lsan = env.get("LSAN_OPTIONS", "")
+        env["LSAN_OPTIONS"] = (lsan + ":" if lsan else "") + f"suppressions={LSAN_SUPPRESSIONS}:print_suppressions=0"
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             start = time.monotonic()
-            p = subprocess.Popen(args, stdout=out, stderr=err, cwd=cwd, preexec_fn=preexec)
+            p = subprocess.Popen(args, stdout=out, stderr=err, cwd=cwd, preexec_fn=preexec, env=env)
             # Reap the child ourselves: wait4 gives this child's own peak RSS.
             while True:
                 pid, status, ru = os.wait4(p.pid, os.WNOHANG)

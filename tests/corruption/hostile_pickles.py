@@ -153,6 +153,8 @@ def hostile_files(marker):
     f["negative dimension"] = (metadata(s("w") + tensor_md([-4], [chunk([0], [4])])), [EXIT_INVALID])
     f["dimension 2^62"] = (metadata(s("w") + tensor_md([2**62, 2**62], [chunk([0, 0], [2**62, 2**62])])),
                            [EXIT_OK, EXIT_INVALID])
+    # A dict BUILT with itself as its state: the VM must not read the items it is appending to.
+    f["dict BUILD with itself as state"] = (b"\x80\x04}(K\x01K\x02K\x03K\x04u2b.", [EXIT_INVALID])
     f["a Metadata that is a list"] = (b"\x80\x04]" + newobj(M, "Metadata") + b"a.", [EXIT_INVALID])
     return f
 

@@ -21,7 +21,7 @@ CASE is one of:
                `..`, and a parent directory of the checkpoint: refused, checkpoint untouched.
   full-disk    `ulimit -f 64` (file size limit 64 KiB; dcpctl ignores SIGXFSZ so writes fail with
                EFBIG): exit 4 for every format, nothing left behind; an existing output replaced with
-               --force stays intact.
+               --force stays intact. Then, where mounting is permitted, a 128 KiB tmpfs (ENOSPC).
   signals      SLOW. A ~320 MB checkpoint written by torch (dcp.save, one process); runs killed with
                SIGTERM and SIGINT mid-write for every format (and over an existing output with
                --force): the process dies of the signal, no output, no temporary, the old output
@@ -55,6 +55,7 @@ DCPCTL = ""
 
 
 def fail(msg: str) -> None:
+    msg = msg.replace("\n", " | ")
     FAILURES.append(msg)
     print("FAIL: " + msg, file=sys.stderr)
 
@@ -111,6 +112,14 @@ class Guard:
         tmps = [p for p in now if "dcpctl-tmp" in p]
         if tmps:
             fail(f"{self.what}: temporary left: {tmps}")
+            for t in tmps:  # so that later checks stay independent
+                q = self.workdir / t
+                shutil.rmtree(q) if q.is_dir() else q.unlink()
+
+
+def outp(work: Path, out: str) -> str:
+    """work/out as a string, keeping a trailing '/' (pathlib drops it; dcpctl reads DIR/ as an HF dir)."""
+    return str(work / out) + ("/" if out.endswith("/") else "")
 
 
 def copy_fixture(fixtures: Path, case: str, dst: Path) -> Path:
@@ -162,7 +171,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
     g = Guard(ck, work, "incomplete 1 hole")
     for label, out, extra in FORMATS:
         for dry in ([], ["--dry-run"]):
-            rc, outp, err = run(str(ck), "-o", str(work / out), *extra, *dry)
+            rc, _, err = run(str(ck), "-o", outp(work, out), *extra, *dry)
             what = f"incomplete {label} {' '.join(dry)}"
             if rc != 3:
                 fail(f"{what}: exit {rc}, want 3: {err.strip()[:300]}")
@@ -202,7 +211,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
         pickle.dump(md, f)
     g = Guard(ck, work, "incomplete no storage entry")
     for label, out, extra in FORMATS:
-        rc, _, err = run(str(ck), "-o", str(work / out), *extra)
+        rc, _, err = run(str(ck), "-o", outp(work, out), *extra)
         if rc != 3 or k1 not in err:
             fail(f"incomplete no storage entry {label}: exit {rc} (want 3), key named {k1 in err}: {err.strip()[:300]}")
     g.check()
@@ -215,7 +224,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
     victim.unlink()
     g = Guard(ck, work, "missing .distcp")
     for label, out, extra in FORMATS:
-        rc, _, err = run(str(ck), "-o", str(work / out), *extra)
+        rc, _, err = run(str(ck), "-o", outp(work, out), *extra)
         if rc in (0,) or rc < 0:
             fail(f"missing {victim.name} {label}: exit {rc}: {err.strip()[:300]}")
         if victim.name not in err:
@@ -239,10 +248,9 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
             (p / "config.json").write_text("{}")
         else:
             p.write_bytes(b"old content")
-        before = tree_digest(work / "x") if False else None
         snap = {q: q.read_bytes() for q in ([p] if p.is_file() else list(p.iterdir()))}
         g = Guard(ck, work, f"overwrite {label}")
-        rc, _, err = run(str(ck), "-o", str(work / out), *extra)
+        rc, _, err = run(str(ck), "-o", outp(work, out), *extra)
         if rc != 2:
             fail(f"overwrite {label}: existing output without --force: exit {rc}, want 2: {err.strip()[:200]}")
         if "force" not in err:
@@ -252,12 +260,12 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
                 fail(f"overwrite {label}: {q.name} changed without --force")
         g.check()
         # dry run with an existing output: writes nothing either way
-        rc, _, _ = run(str(ck), "-o", str(work / out), *extra, "--dry-run")
+        rc, _, _ = run(str(ck), "-o", outp(work, out), *extra, "--dry-run")
         for q, b in snap.items():
             if not q.exists() or q.read_bytes() != b:
                 fail(f"overwrite {label} --dry-run: {q.name} changed")
         # --force replaces it
-        rc, _, err = run(str(ck), "-o", str(work / out), *extra, "--force")
+        rc, _, err = run(str(ck), "-o", outp(work, out), *extra, "--force")
         if rc != 0:
             fail(f"overwrite {label} --force: exit {rc}: {err.strip()[:200]}")
             continue
@@ -266,10 +274,8 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
             sd = st.load_file(str(p))
         elif label == "hf":
             names = listing(p)
-            if "config.json" in names:
-                pass
-            else:
-                print(f"NOTE: --force on an HF dir output removed the directory's other files (config.json)")
+            if "config.json" not in names:
+                print("NOTE: --force on an HF dir output removed the directory's other files (config.json)")
             sd = {}
             for n in names:
                 if n.endswith(".safetensors"):
@@ -315,16 +321,16 @@ def case_dry_run(fixtures: Path, tmp: Path) -> None:
     g = Guard(ck, work, "dry-run")
     for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
         for j in ([], ["--json"]):
-            rc, outp, err = run(str(ck), "-o", str(work / out), *extra, "--dry-run", *j)
+            rc, stdout, err = run(str(ck), "-o", outp(work, out), *extra, "--dry-run", *j)
             if rc != 0:
                 fail(f"dry-run {label}: exit {rc}: {err.strip()[:200]}")
                 continue
             if j:
-                s = json.loads(outp)
+                s = json.loads(stdout)
                 if not s.get("dry_run") or not s.get("plan"):
                     fail(f"dry-run {label} --json: dry_run/plan missing: {list(s)}")
-            elif "nothing written" not in outp:
-                fail(f"dry-run {label}: no plan on stdout: {outp[:200]}")
+            elif "nothing written" not in stdout:
+                fail(f"dry-run {label}: no plan on stdout: {stdout[:200]}")
         g.check()
 
 
@@ -385,10 +391,13 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
     work.mkdir()
     ck = copy_fixture(fixtures, "sample", work / "ckpt")  # 548 KB of tensors > 64 KiB
     lim = "ulimit -f 64"
-    for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
+    # HF shards bigger than the 64 KiB limit (each file is limited, not the total)
+    full_formats = [f for f in FORMATS if f[0] != "hf"] + [("hf", "outdir/", ["--max-shard-size", "100000"]),
+                                                           ("hf-default", "hfdef/", [])]
+    for label, out, extra in full_formats:
         for threads in (["--threads", "1"], ["--threads", "4"]):
             g = Guard(ck, work, f"full disk {label}")
-            rc, _, err = run(str(ck), "-o", str(work / out), *extra, *threads, pre=lim)
+            rc, _, err = run(str(ck), "-o", outp(work, out), *extra, *threads, pre=lim)
             if rc != 4:
                 fail(f"full disk {label} {threads}: exit {rc}, want 4: {err.strip()[:300]}")
             elif "File too large" not in err and "EFBIG" not in err and "too large" not in err.lower():
@@ -409,6 +418,26 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
         fail(f"full disk --force over an existing dir: exit {rc}, dir now {listing(d)}")
     if [x for x in listing(work) if "dcpctl-tmp" in x]:
         fail(f"full disk: temporaries left: {listing(work)}")
+
+    # a really full filesystem (ENOSPC), where mounting a small tmpfs is permitted (root with
+    # CAP_SYS_ADMIN); the output is then on another filesystem than the checkpoint too
+    mnt = work / "small_fs"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        print("NOTE: cannot mount a small tmpfs here: the ENOSPC part is not run (EFBIG above is)")
+        return
+    try:
+        for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
+            g = Guard(ck, mnt, f"ENOSPC {label}")  # 128 KiB in all: small HF shards fill it too
+            rc, _, err = run(str(ck), "-o", outp(mnt, out), *extra)
+            if rc != 4:
+                fail(f"ENOSPC {label}: exit {rc}, want 4: {err.strip()[-300:]}")
+            elif "No space left" not in err:
+                print(f"ENOSPC {label}: message: {err.strip()[-200:]}")
+            g.check()
+    finally:
+        subprocess.run(["umount", str(mnt)])
 
 
 def make_big_ckpt(path: Path, mb: int) -> None:
@@ -438,7 +467,7 @@ def case_signals(fixtures: Path, tmp: Path) -> None:
     # how long an uninterrupted run takes (the window to hit)
     for label, out, extra in formats:
         t = time.time()
-        rc, _, err = run(str(ck), "-o", str(work / out), *extra, "-q")
+        rc, _, err = run(str(ck), "-o", outp(work, out), *extra, "-q")
         print(f"uninterrupted {label}: exit {rc} in {time.time() - t:.2f} s")
         if rc != 0:
             fail(f"uninterrupted {label}: exit {rc}: {err.strip()[:200]}")
@@ -458,7 +487,7 @@ def case_signals(fixtures: Path, tmp: Path) -> None:
                 hit = False
                 for attempt in range(5):
                     before = listing(work)
-                    args = [DCPCTL, "consolidate", str(ck), "-o", str(work / out), *extra, "-q"]
+                    args = [DCPCTL, "consolidate", str(ck), "-o", outp(work, out), *extra, "-q"]
                     if existing:
                         args.append("--force")
                     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

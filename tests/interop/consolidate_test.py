@@ -29,6 +29,12 @@ MODE is one of:
                 NaNs with many payloads, max/min finite, values above fp8/fp16 range, 2^16 random
                 bit patterns) and every bit pattern of float16/bfloat16/float8: dcpctl --dtype X
                 against torch's .to(X), bit for bit, for each X.
+  cross-fs      outputs on another filesystem than the checkpoint (/dev/shm or $DCPCTL_XDEV_DIR;
+                skips with 77 when there is none): copy_file_range fails with EXDEV there, so
+                the buffered copy path is the one checked (safetensors, HF dir, .pt, a cast).
+  edge          small checkpoints made here: a tensor named `__metadata__` (safetensors' header
+                entry) must not give an unloadable file with exit 0; `-o x.pt --max-shard-size`
+                must not write a directory named x.pt.
 
 NaN bit patterns: torch's CPU conversion kernels are vectorized, and the vector and scalar code
 paths of torch do not always give the same NaN bits (e.g. sign or payload). A mismatch where both
@@ -41,6 +47,7 @@ Exit status: 0 pass, 1 failure, 77 skip (torch/safetensors missing).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
 import json
 import math
@@ -90,9 +97,19 @@ SAFETENSORS_CANNOT = {torch.complex32, torch.complex128}
 DCPCTL_MAY_REFUSE = {torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.float4_e2m1fn_x2}
 
 DCPCTL = ""
+# dtype mode: fixtures also cast into .safetensors (every fixture is cast into .pt --flat)
+ST_CAST_FIXTURES = {"all_dtypes", "all_dtypes_sharded", "sample", "zstd"}
+# dtype mode: fixtures left out (same dtypes and layouts as others: multi_file, fsdp2_app_state)
+DTYPE_SKIP = {"one_file_per_item", "async_save", "torchtitan_style"}
+# cross-fs mode: the fixtures it runs on
+XDEV_FIXTURES = {"plain_single", "sample", "dtensor_shard0_uneven", "dtensor_2d_mesh", "all_dtypes",
+                 "all_dtypes_sharded", "zstd", "multi_file", "odd_keys_values"}
+# filters mode: the fixtures it runs on (glob matching does not depend on the fixture)
+FILTER_FIXTURES = {"fsdp2_app_state", "torchtitan_style", "sample", "odd_keys_values", "all_dtypes"}
 
 
 def fail(msg: str) -> None:
+    msg = msg.replace("\n", " | ")
     FAILURES.append(msg)
     print("FAIL: " + msg, file=sys.stderr)
 
@@ -422,7 +439,8 @@ def mode_formats(fixtures: list[Path], tmp: Path) -> None:
         o = Oracle(case, tmp)
         what = case.name
         print(f"== {what}: {len(o.tensors)} tensors, {len(o.values)} values, unsafe {sorted(o.unsafe)}", flush=True)
-        excl = safetensors_exclusions(o, tmp)
+        excl = (safetensors_exclusions(o, tmp)
+                if any(t.dtype in SAFETENSORS_CANNOT | DCPCTL_MAY_REFUSE for t in o.tensors.values()) else [])
         xargs = [a for k in excl for a in ("--exclude", glob_escape(k))]
         st_expect = {k: t for k, t in o.tensors.items() if k not in excl}
         total = sum(t.numel() * t.element_size() for t in st_expect.values())
@@ -489,9 +507,12 @@ def mode_formats(fixtures: list[Path], tmp: Path) -> None:
                 torch.load(out, weights_only=True)
             out.unlink()
 
-        # .pt --flat (and .pth / .bin / --format torch spellings)
-        for name, extra in ((f"{what}.pth", ["--flat"]), (f"{what}.bin", ["--flat"]),
-                            (f"{what}.flat", ["--flat", "--format", "torch"])):
+        # .pt --flat (and, on one fixture, the .pth / .bin / --format torch spellings)
+        flats = [(f"{what}.pt", ["--flat"])]
+        if what == "plain_single":
+            flats += [(f"{what}.pth", ["--flat"]), (f"{what}.bin", ["--flat"]),
+                      (f"{what}.flat", ["--flat", "--format", "torch"])]
+        for name, extra in flats:
             out = tmp / name
             rc, _, err = run(str(o.ckpt), "-o", str(out), *extra)
             if rc != 0:
@@ -606,6 +627,8 @@ def mode_filters(fixtures: list[Path], tmp: Path) -> None:
         (["--include", "*"], ["--exclude", "*?_*"]),
     ]
     for case in fixtures:
+        if case.name not in FILTER_FIXTURES:
+            continue
         o = Oracle(case, tmp)
         excl_dtypes = [k for k, t in o.tensors.items() if t.dtype in SAFETENSORS_CANNOT | DCPCTL_MAY_REFUSE]
         for inc, exc in cases:
@@ -713,13 +736,16 @@ def print_nan_report(nan_report: dict) -> None:
 def mode_dtype(fixtures: list[Path], tmp: Path) -> None:
     nan_report: dict = {}
     for case in fixtures:
+        if case.name in DTYPE_SKIP:
+            continue
         o = Oracle(case, tmp)
         if not any(t.dtype in CASTABLE for t in o.tensors.values()):
             continue
         excl = [k for k, t in o.tensors.items() if t.dtype in SAFETENSORS_CANNOT | DCPCTL_MAY_REFUSE]
         xs = [a for k in excl for a in ("--exclude", glob_escape(k))]
+        fmts = ("pt", "safetensors") if case.name in ST_CAST_FIXTURES else ("pt",)
         for name, dst in TARGETS.items():
-            for fmt in ("pt", "safetensors"):
+            for fmt in fmts:
                 out = tmp / f"cast.{fmt}"
                 args = [str(o.ckpt), "-o", str(out), "--dtype", name]
                 args += ["--flat"] if fmt == "pt" else xs
@@ -820,7 +846,6 @@ def mode_cast_special(tmp: Path) -> None:
     sd = special_tensors()
     ckpt = tmp / "special_ckpt"
     dcp.save(sd, checkpoint_id=str(ckpt))
-    o = Oracle.__new__(Oracle)
     nan_report: dict = {}
     # oracle: torch's own reading of the checkpoint
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -843,6 +868,107 @@ def mode_cast_special(tmp: Path) -> None:
     print_nan_report(nan_report)
 
 
+def mode_edge(tmp: Path) -> None:
+    """Small checkpoints made here with dcp.save for outputs that must not be silently wrong."""
+    import torch.distributed.checkpoint as dcp
+
+    # a tensor named like safetensors' header metadata entry
+    ck = tmp / "meta_key"
+    dcp.save({"__metadata__": torch.ones(2), "w": torch.arange(3, dtype=torch.float32)}, checkpoint_id=str(ck))
+    for name in ("m.safetensors", "mdir/"):
+        out = tmp / name
+        args = [str(ck), "-o", str(out) + ("/" if name.endswith("/") else "")]
+        if name.endswith("/"):
+            args += ["--max-shard-size", "8"]
+        rc, _, err = run(*args)
+        target = out / "model-00001-of-00002.safetensors" if name.endswith("/") else out
+        if rc == 0:
+            try:
+                got = {}
+                for f in ([target] if not name.endswith("/") else sorted(out.glob("*.safetensors"))):
+                    got.update(st.load_file(str(f)))
+                if set(got) != {"__metadata__", "w"}:
+                    fail(f"key __metadata__ -> {name}: exit 0 but keys {sorted(got)}")
+            except Exception as e:
+                fail(f"key __metadata__ -> {name}: exit 0 but safetensors cannot load the output: {str(e)[:160]}")
+        elif out.exists():
+            fail(f"key __metadata__ -> {name}: exit {rc} and an output was left")
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+
+    # --max-shard-size with a file name that says .pt: never a directory called x.pt
+    ck2 = tmp / "small"
+    dcp.save({"a": torch.ones(4), "b": torch.zeros(4)}, checkpoint_id=str(ck2))
+    out = tmp / "x.pt"
+    rc, _, err = run(str(ck2), "-o", str(out), "--max-shard-size", "1GB")
+    if out.is_dir():
+        fail(f"-o x.pt --max-shard-size 1GB: exit {rc}, wrote a directory named x.pt (want a usage error, exit 2)")
+    elif rc == 0:
+        try:
+            torch.load(out, weights_only=True)
+        except Exception as e:
+            fail(f"-o x.pt --max-shard-size: exit 0 but not a .pt: {e}")
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+
+
+def other_filesystem_dir(than: Path) -> Path | None:
+    """A writable directory on another filesystem than `than` ($DCPCTL_XDEV_DIR, else /dev/shm)."""
+    for c in (os.environ.get("DCPCTL_XDEV_DIR"), "/dev/shm"):
+        if c and os.path.isdir(c) and os.access(c, os.W_OK) and os.stat(c).st_dev != os.stat(than).st_dev:
+            return Path(c)
+    return None
+
+
+def mode_cross_fs(fixtures: list[Path], tmp: Path) -> int:
+    """Outputs on another filesystem than the checkpoint (copy_file_range gives EXDEV there, so
+    the buffered path runs): same checks as `formats` for safetensors, HF dir and .pt."""
+    base = other_filesystem_dir(fixtures[0])
+    if base is None:
+        print("SKIP: no writable directory on another filesystem than the fixtures "
+              "(set DCPCTL_XDEV_DIR, or provide /dev/shm)", file=sys.stderr)
+        return SKIP
+    with tempfile.TemporaryDirectory(prefix="dcpctl-xdev-", dir=base) as t:
+        x = Path(t)
+        for case in fixtures:
+            if case.name not in XDEV_FIXTURES:
+                continue
+            o = Oracle(case, tmp)
+            excl = [k for k, v in o.tensors.items() if v.dtype in SAFETENSORS_CANNOT | DCPCTL_MAY_REFUSE]
+            xargs = [a for k in excl for a in ("--exclude", glob_escape(k))]
+            st_expect = {k: v for k, v in o.tensors.items() if k not in excl}
+            what = f"{case.name} (output on {base})"
+            for threads in ("1", "4"):
+                out = x / "m.safetensors"
+                if run_ok(f"{what} .safetensors", str(o.ckpt), "-o", str(out), "--threads", threads, *xargs) is not None:
+                    check_safetensors_file(out, st_expect, f"{what} .safetensors")
+                    out.unlink()
+                d = x / "hf"
+                if run_ok(f"{what} hf", str(o.ckpt), "-o", str(d) + "/", "--max-shard-size", "1000",
+                          "--threads", threads, *xargs) is not None:
+                    check_hf_dir(d, st_expect, 1000, f"{what} hf", "any")
+                    subprocess.run(["rm", "-rf", str(d)], check=True)
+                out = x / "m.pt"
+                if run_ok(f"{what} .pt", str(o.ckpt), "-o", str(out), "--threads", threads) is not None:
+                    got = torch.load(out, weights_only=True)
+                    exp = without(o.nested, [o.path(k) for k in o.unsafe])
+                    for m in compare_tree(got, exp, "pt")[:10]:
+                        fail(f"{what} .pt: {m}")
+                    out.unlink()
+                # with a cast (the windowed cast path)
+                out = x / "c.safetensors"
+                if run_ok(f"{what} --dtype bf16", str(o.ckpt), "-o", str(out), "--dtype", "bf16", *xargs) is not None:
+                    got = st.load_file(str(out))
+                    for k, v in st_expect.items():
+                        want = v.to(torch.bfloat16) if v.dtype in CASTABLE else v
+                        if k in got and (got[k].dtype != want.dtype or not torch.equal(raw(got[k]), raw(want))):
+                            if not (torch.isnan(want.float()).any()):
+                                fail(f"{what} --dtype bf16: {k} differs")
+                    out.unlink()
+            left = os.listdir(x)
+            if left:
+                fail(f"{what}: left behind: {left}")
+    return 0
+
+
 def main() -> int:
     global DCPCTL
     if len(sys.argv) < 3:
@@ -854,6 +980,8 @@ def main() -> int:
     fixtures = sorted(p for p in fixtures_root.iterdir() if (p / "ckpt" / ".metadata").is_file())
     if only:
         fixtures = [p for p in fixtures if p.name in only]
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest()
+              for f in fixtures for p in sorted((f / "ckpt").iterdir())}
     with tempfile.TemporaryDirectory(prefix="dcpctl-consolidate-") as t:
         tmp = Path(t)
         if mode == "formats":
@@ -866,9 +994,18 @@ def main() -> int:
             mode_dtype(fixtures, tmp)
         elif mode == "cast-special":
             mode_cast_special(tmp)
+        elif mode == "edge":
+            mode_edge(tmp)
+        elif mode == "cross-fs":
+            if mode_cross_fs(fixtures, tmp) == SKIP:
+                return SKIP
         else:
             print(f"unknown mode {mode}", file=sys.stderr)
             return 2
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest()
+             for f in fixtures for p in sorted((f / "ckpt").iterdir())}
+    if after != before:
+        fail(f"the fixtures' checkpoint files changed: {sorted(str(p) for p in set(before) | set(after) if before.get(p) != after.get(p))[:5]}")
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
         return 1

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "bench/pcie.h"
 #include "bench/pattern.h"
+#include "bench/pcie.h"
 #include "bench/report.h"
 #include "bench/staging.h"
 
@@ -175,7 +175,7 @@ TEST_CASE("bench host: copies, files and their checks", "[bench]") {
   const std::string f = dir + "/staged";
   CHECK(timed_file_write(f, src.data(), n, true) > 0);
   CHECK(file_pattern_mismatch(f, n) == n);
-  CHECK(file_pattern_mismatch(f, n + 1) == n);  // shorter than expected
+  CHECK(file_pattern_mismatch(f, n + 1) == n);                          // shorter than expected
   CHECK_THROWS_AS(timed_file_write(f, src.data(), n, false), IoError);  // exists: never overwritten
   ::unlink(f.c_str());
   src.data()[77] ^= 1;
@@ -188,7 +188,8 @@ TEST_CASE("bench host: copies, files and their checks", "[bench]") {
   HostBuffer locked = HostBuffer::mlocked(4096);
   CHECK(locked.kind() == HostBuffer::Kind::mlocked);
   HostInfo h = host_info();
-  if (h.memlock_limit && !h.memlock_exempt && *h.memlock_limit < (uint64_t(1) << 30)) CHECK_THROWS_AS(HostBuffer::mlocked(2 * *h.memlock_limit + 4096), LockError);
+  if (h.memlock_limit && !h.memlock_exempt && *h.memlock_limit < (uint64_t(1) << 30))
+    CHECK_THROWS_AS(HostBuffer::mlocked(2 * *h.memlock_limit + 4096), LockError);
 }
 
 TEST_CASE("bench staging: host-only run measures and checks every row", "[bench]") {

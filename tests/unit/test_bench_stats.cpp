@@ -77,7 +77,8 @@ TEST_CASE("bench sizes: binary, decimal and plain bytes", "[bench]") {
 }
 
 TEST_CASE("bench sizes: lists and formatting", "[bench]") {
-  CHECK(parse_size_list({"4MiB,64MiB", "1GiB", "4MiB"}) == std::vector<uint64_t>{4u << 20, 64u << 20, uint64_t(1) << 30});
+  CHECK(parse_size_list({"4MiB,64MiB", "1GiB", "4MiB"}) ==
+        std::vector<uint64_t>{4u << 20, 64u << 20, uint64_t(1) << 30});
   CHECK_THROWS_AS(parse_size_list({"4MiB,,8MiB"}), UsageError);
   CHECK(parse_size_list({}).empty());
 

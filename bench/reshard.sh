@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Benchmark: `dcpctl reshard` against the torch way and a plain copy, on a >= 4 GB checkpoint
+# written by real torch with 8 ranks (bench/make_big_ckpt.py, defaults; generated on first use,
+# never committed), resharded to 2 ranks.
+#
+#   bench/reshard.sh [WORKDIR]          (default /tmp/dcpctl-bench; needs ~20 GB free there)
+#
+# Environment: DCPCTL (default build/cmd/dcpctl), PYTHON (default .venv/bin/python), WORLD (target
+# ranks, default 2), REPEAT (rounds, default 3, the order rotated each round: the table shows
+# medians), VERIFY=0 to skip the final comparison, KEEP=1 to keep the outputs.
+#
+# Runs, each under /usr/bin/time -v (wall clock, max RSS of the largest process), page cache
+# dropped before each when /proc/sys/vm/drop_caches is writable (else every command runs once
+# untimed first, so all of them run warm):
+#   (a) dcpctl reshard CKPT -o out_dcpctl -w 2
+#   (b) torch: 2 processes dcp.load into Shard(0) DTensors, then dcp.save (bench/torch_reshard.py)
+#   (c) cp -r CKPT copy                                  (the same bytes, plain copy)
+#   (d) cp -r CKPT copy && sync                          (the copy made durable: dcpctl fsyncs its
+#                                                         files before renaming; torch and cp do not)
+# /usr/bin/time's max RSS is the largest single process; for (b) the two ranks hold about the same,
+# so the torch total is ~2x the figure shown (also printed). Then a table (seconds, GB/s of tensor
+# data, max RSS, ratios) and the targets: dcpctl >= 3x faster than torch; dcpctl's peak RSS <= the
+# largest target chunk + 512 MiB (bounded, independent of the checkpoint size). Finally (VERIFY=1)
+# torch compares dcpctl's output with torch's own: chunk lists, chunk files, every byte.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${1:-/tmp/dcpctl-bench}
+py=${PYTHON:-$root/.venv/bin/python}
+dcpctl=${DCPCTL:-$root/build/cmd/dcpctl}
+world=${WORLD:-2}
+ckpt=$work/ckpt
+mkdir -p "$work"
+[ -x "$dcpctl" ] || { echo "no dcpctl at $dcpctl (set DCPCTL)" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 2; }
+
+if [ ! -f "$ckpt/.metadata" ]; then
+  echo "== generating the checkpoint under $ckpt (8 ranks, real torch)"
+  "$py" "$root/bench/make_big_ckpt.py" "$ckpt"
+fi
+
+cold=0
+if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=1; fi
+
+o_d=$work/reshard_dcpctl o_t=$work/reshard_torch o_c=$work/reshard_copy
+clean() { rm -rf "$o_d" "$o_t" "$o_c" "$work"/.reshard_*dcpctl-tmp*; }
+names=(a_dcpctl_reshard b_torch_load_save c_cp d_cp_sync)
+cmd_for() {
+  case $1 in
+    a_dcpctl_reshard) echo "'$dcpctl' reshard '$ckpt' -o '$o_d' -w $world -q" ;;
+    b_torch_load_save) echo "'$py' '$root/bench/torch_reshard.py' '$ckpt' '$o_t' -w $world > '$work/torch_phases.json'" ;;
+    c_cp) echo "cp -r '$ckpt' '$o_c'" ;;
+    d_cp_sync) echo "cp -r '$ckpt' '$o_c' && sync" ;;
+  esac
+}
+
+clean
+if [ $cold = 0 ]; then
+  echo "== cannot drop the page cache: running every command once untimed (all runs warm)"
+  for n in "${names[@]}"; do clean; bash -c "$(cmd_for "$n")" >/dev/null 2>&1; done
+fi
+
+repeat=${REPEAT:-3}
+rm -f "$work"/time_reshard_*.txt "$work"/torch_phases*.json
+echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
+     "page cache: $([ $cold = 1 ] && echo dropped before each run || echo warm)"
+for ((r = 1; r <= repeat; r++)); do
+  for ((i = 0; i < ${#names[@]}; i++)); do
+    n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
+    case $n in a_*) rm -rf "$o_d" ;; b_*) rm -rf "$o_t" ;; *) rm -rf "$o_c" ;; esac
+    rm -rf "$o_c"  # disk space: only the two compared outputs stay
+    [ $cold = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+    c=$(cmd_for "$n")
+    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
+    /usr/bin/time -v -o "$work/time_reshard_${n}_$r.txt" bash -c "$c"
+    [ "${n:0:1}" = b ] && cat "$work/torch_phases.json" | tail -n 1 > "$work/torch_phases_$r.json" || true
+  done
+done
+echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+rm -rf "$o_c"
+"$dcpctl" reshard "$ckpt" -o "$work/plan.unused" -w "$world" --dry-run --json > "$work/reshard_plan.json"
+
+"$py" - "$work" "$ckpt" "$cold" "$world" "$repeat" <<'EOF'
+import json, os, re, statistics, sys
+work, ckpt, cold, world, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+data = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
+plan = json.load(open(os.path.join(work, "reshard_plan.json")))
+tensor_bytes = plan["tensor_bytes"]
+try:
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+    md = FileSystemReader(ckpt).read_metadata()
+    largest_chunk = 0
+    for m in md.state_dict_metadata.values():
+        if hasattr(m, "size") and len(m.size):
+            n = m.size[0]
+            rows = -(-n // world)
+            largest_chunk = max(largest_chunk, rows * (m.size.numel() // n if n else 0) * torch.empty(0, dtype=m.properties.dtype).element_size())
+except Exception:
+    largest_chunk = 0
+phases = []
+for r in range(1, repeat + 1):
+    try:
+        phases.append(json.loads(open(os.path.join(work, f"torch_phases_{r}.json")).read().strip()))
+    except Exception:
+        pass
+def parse1(n, r):
+    t = open(os.path.join(work, f"time_reshard_{n}_{r}.txt")).read()
+    w = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
+    parts = [float(x) for x in w.split(":")]
+    secs = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
+    rc = int(re.search(r"Exit status: (\d+)", t).group(1))
+    usr = float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1))
+    sys_ = float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1))
+    return secs, rss, rc, usr, sys_
+def parse(n):
+    runs = [parse1(n, r) for r in range(1, repeat + 1)]
+    print(f"  {n:20} wall {' '.join(f'{x[0]:.2f}' for x in runs)} s; user {' '.join(f'{x[3]:.2f}' for x in runs)};"
+          f" sys {' '.join(f'{x[4]:.2f}' for x in runs)}; max RSS {' '.join(f'{x[1] >> 20}' for x in runs)} MiB")
+    return statistics.median(x[0] for x in runs), max(x[1] for x in runs), max(x[2] for x in runs)
+names = ["a_dcpctl_reshard", "b_torch_load_save", "c_cp", "d_cp_sync"]
+print("\nper run (in round order):")
+rows = {n: parse(n) for n in names}
+torch_s, cp_s, cps_s = rows["b_torch_load_save"][0], rows["c_cp"][0], rows["d_cp_sync"][0]
+print()
+print(f"checkpoint: {ckpt}: {data/1e9:.2f} GB in {len([f for f in os.listdir(ckpt) if f.endswith('.distcp')])} files "
+      f"({tensor_bytes/1e9:.2f} GB of tensors), resharded to {world} ranks; largest target chunk "
+      f"{largest_chunk/2**20:.0f} MiB; page cache {'dropped before each run' if cold else 'warm (each run once untimed first)'}")
+print(f"median of {repeat} round(s); max RSS and exit: the worst round")
+print(f"{'run':20} {'exit':>4} {'seconds':>8} {'GB/s':>6} {'max RSS':>10} {'vs torch':>9} {'vs cp':>6} {'vs cp+sync':>10}")
+for n, (s, rss, rc) in rows.items():
+    print(f"{n:20} {rc:>4} {s:8.2f} {tensor_bytes/1e9/s if s else 0:6.2f} {rss/2**20:8.0f} MiB "
+          f"{torch_s/s if s else 0:8.2f}x {s/cp_s if cp_s else 0:5.2f}x {s/cps_s if cps_s else 0:9.2f}x")
+for p in phases:
+    print(f"torch phases (rank 0): setup (spawn, import, process group) {p.get('setup_s')} s, "
+          f"dcp.load {p.get('load_s')} s, dcp.save {p.get('save_s')} s")
+if phases:
+    ls = statistics.median(p["load_s"] + p["save_s"] for p in phases)
+    print(f"torch's dcp.load + dcp.save alone (median, no process start-up): {ls:.2f} s; dcpctl's whole run is "
+          f"{ls / rows['a_dcpctl_reshard'][0]:.2f}x faster than that")
+print(f"torch's max RSS is one process's: {world} ranks together hold about "
+      f"{world * rows['b_torch_load_save'][1] / 2**30:.1f} GiB")
+print()
+s, rss, rc = rows["a_dcpctl_reshard"]
+limit = largest_chunk + (512 << 20)
+ok = True
+for what, good in (("exit 0", rc == 0), (f">= 3x faster than torch ({torch_s/s:.2f}x)", torch_s / s >= 3),
+                   (f"peak RSS <= largest target chunk + 512 MiB ({rss/2**20:.0f} <= {limit/2**20:.0f} MiB)", rss <= limit)):
+    print(f"  dcpctl reshard: {'PASS' if good else 'MISS'} {what}")
+    ok = ok and good
+print("targets:", "all met" if ok else "some missed")
+EOF
+
+if [ "${VERIFY:-1}" = 1 ]; then
+  echo "== comparing dcpctl's output with torch's own (torch reads both: chunk lists, files, every byte)"
+  "$py" "$root/bench/torch_reshard.py" --compare "$o_d" "$o_t"
+fi
+[ "${KEEP:-0}" = 1 ] || rm -rf "$o_d" "$o_t" "$work/plan.unused"

@@ -1,0 +1,51 @@
+// Running one job as several processes (torchrun, or any launcher that sets RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT). The processes meet through c10d's TCPStore, the store torchrun
+// itself uses: with TORCHELASTIC_USE_AGENT_STORE=True the launcher hosts it and every rank is a
+// client, otherwise rank 0 hosts it. Keys live under "dcpctl/<restart count>/".
+//
+// The Group is what the library's commands see: agreement on the plan, small values published
+// by one rank and read by others, and a status per rank so that a failure anywhere ends every
+// rank with a message naming the rank that failed (or did not answer within the timeout).
+// Bulk data never goes through the store: ranks write their share of the output files
+// themselves (a shared filesystem is required).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dcpctl {
+
+struct LaunchEnv {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  bool agent_store = false;
+  int restart_count = 0;
+  // From the environment; nullopt when WORLD_SIZE is unset or 1.
+  static std::optional<LaunchEnv> from_environment();
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Every rank passes the digest of its plan (command + checkpoint); all must be equal, else
+  // every rank throws UsageError naming the ranks that differ.
+  virtual void agree(const std::string& what, const std::string& digest) = 0;
+  virtual void publish(const std::string& key, const std::string& value) = 0;
+  virtual std::string fetch(const std::string& key) = 0;  // waits up to the timeout
+  // Each rank reports how its part of `phase` ended (empty error = success). report() does not
+  // wait; collect() (rank 0) waits for every rank and throws on the first failure or silence.
+  virtual void report(const std::string& phase, const std::string& error) = 0;
+  virtual void collect(const std::string& phase) = 0;
+  // Rank 0 announces the outcome of `phase`; the others wait for it (and throw on failure).
+  virtual void announce(const std::string& phase, const std::string& error) = 0;
+  virtual void await(const std::string& phase) = 0;
+};
+
+std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout);
+
+}  // namespace dcpctl

@@ -1,0 +1,18 @@
+// Failure injection for the fault tests of distributed runs: when DCPCTL_FAILPOINT equals
+// "<name>:<rank>", that rank kills itself with SIGKILL at that point (as a crashed or OOM-killed
+// worker would). Unset in normal use; costs one getenv per call site.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace dcpctl {
+
+inline void failpoint(const char* name, int rank) {
+  const char* fp = std::getenv("DCPCTL_FAILPOINT");
+  if (fp && std::string(fp) == std::string(name) + ":" + std::to_string(rank)) ::raise(SIGKILL);
+}
+
+}  // namespace dcpctl
