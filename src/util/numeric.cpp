@@ -45,9 +45,7 @@ std::string fmt_float(float v) {
 float bf16_to_f32(uint16_t h) { return from_bits(static_cast<uint32_t>(h) << 16); }
 
 uint16_t f32_to_bf16(float f) {
-  // torch's CPU cast kernel (vectorized for every length) turns any NaN into 0xFFFF; the scalar
-  // c10::BFloat16 constructor would give 0x7FC0. We match Tensor.to(), which users compare with.
-  if (std::isnan(f)) return 0xFFFF;
+  if (std::isnan(f)) return 0x7FC0;  // c10::BFloat16; casts pick torch's kernel NaNs (store_nan)
   uint32_t u = bits(f);
   uint32_t bias = ((u >> 16) & 1) + 0x7FFF;
   return static_cast<uint16_t>((u + bias) >> 16);
@@ -252,12 +250,49 @@ inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
 
 }  // namespace
 
+// NaNs as torch's CPU kernels write them (checked against Tensor.to() on x86-64, AVX2/F16C):
+// to bfloat16, float32 sources take the vectorized path (0xFFFF), the others the scalar one
+// (0x7FC0); to float16, F16C keeps sign and the top payload bits. float64 -> bfloat16 differs by
+// position inside torch itself (vector blocks 0xFFFF, tails and small tensors 0x7FC0); we write 0x7FC0.
+inline bool store_nan(DType from, DType to, uint8_t* p, size_t i, double v) {
+  if (!std::isnan(v)) return false;
+  float f = static_cast<float>(v);
+  uint32_t b = bits(f);
+  if (to == DType::BFloat16) {
+    uint16_t h = from == DType::Float32 ? 0xFFFF : 0x7FC0;
+    std::memcpy(p + 2 * i, &h, 2);
+    return true;
+  }
+  if (to == DType::Float16) {
+    uint16_t h = static_cast<uint16_t>(((b >> 16) & 0x8000u) | 0x7E00u | ((b & 0x7FFFFFu) >> 13));
+    std::memcpy(p + 2 * i, &h, 2);
+    return true;
+  }
+  return false;
+}
+
 void cast_elements(DType from, DType to, const uint8_t* src, uint8_t* dst, size_t n) {
   if (from == to) {
     std::memcpy(dst, src, n * itemsize(from));
     return;
   }
-  for (size_t i = 0; i < n; ++i) store_elem(to, dst, i, load_elem(from, src, i));
+  if (to == DType::Float32 && from != DType::Float64) {
+    // Widening to float32 is exact; going through double would quiet signalling NaNs.
+    for (size_t i = 0; i < n; ++i) {
+      float f = static_cast<float>(load_elem(from, src, i));
+      if (from == DType::BFloat16) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        f = bf16_to_f32(h);
+      }
+      std::memcpy(dst + 4 * i, &f, 4);
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    double v = load_elem(from, src, i);
+    if (!store_nan(from, to, dst, i, v)) store_elem(to, dst, i, v);
+  }
 }
 
 }  // namespace dcpctl

@@ -1,7 +1,7 @@
 // Scalar conversions between float32 and the narrow float formats, bit-compatible with
 // torch's conversions (ported from torch/headeronly/util/{Half,BFloat16,Float8_*}.h of the
-// pinned torch, checked against Tensor.to() on the CPU): round to nearest even; a bfloat16 NaN
-// is 0xFFFF as torch's vectorized kernel writes it; float8_e4m3fn saturates
+// pinned torch, checked against Tensor.to() on the CPU): round to nearest even; NaNs as the CPU kernels
+// write them (see store_nan in numeric.cpp); float8_e4m3fn saturates
 // finite overflow and infinity to ±448 (0x7E), NaN to 0x7F; float8_e5m2 overflows to ±inf.
 // float64 inputs go through float32 first, as torch's own double -> half/bfloat16/float8 does.
 #pragma once
