@@ -109,7 +109,8 @@ case "$cmd" in
       build build-asan -DDCPCTL_SANITIZE=ON
       # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs);
       # the tests labelled "torch" check outputs with real torch and ran in the first pass.
-      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan -LE torch
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0" run_tests build-asan -LE torch
     fi
     ;;
   *)
