@@ -4,7 +4,8 @@
 #   bench/inspect_5m.sh [DIR] [DCPCTL]
 #
 # DIR (default /tmp/dcpctl-bench/meta5m) is made by bench/make_big_metadata.py when it holds no
-# .metadata (10,000 tensors x 512 ranks = 5,120,000 chunks; several minutes and ~7 GB of RAM).
+# .metadata (10,000 tensors x 512 ranks = 5,120,000 chunks, 722 MB; 10-20 minutes and ~10 GB of
+# RAM). pickle.load of it needs another ~11 GB.
 # DCPCTL defaults to build/cmd/dcpctl. Each command runs once under /usr/bin/time -v after the
 # file is in the page cache; wall time and peak RSS are reported for:
 #   (a) dcpctl inspect --json DIR > /dev/null      (the whole process: LibTorch load included)

@@ -18,7 +18,10 @@
 // missing or has the wrong shape.
 //
 // Memory: chunk geometry is packed per tensor (offsets and sizes in one int64 array), storage
-// references are 24 bytes per chunk, so 5 million chunks cost a few hundred MB.
+// references are 24 bytes per chunk, so 5 million chunks cost a few hundred MB. Objects the
+// pickle shares through its memo (one chunk list under many keys) are copied out per use, so the
+// elements copied out are capped at about twice the file size (FormatError beyond): a small
+// hostile file cannot expand into gigabytes.
 #pragma once
 
 #include <cstdint>

@@ -58,6 +58,21 @@ class GatedBuffer {
   std::vector<uint8_t> data_;
 };
 
+// Holds `n` bytes of a gate's budget for its lifetime. A task takes everything it will need in
+// one reservation: taking a second piece while holding a first can deadlock two tasks that each
+// hold one piece and wait for another.
+class GateReservation {
+ public:
+  GateReservation(MemoryGate& g, uint64_t n) : g_(g), n_(n) { g_.acquire(n_); }
+  ~GateReservation() { g_.release(n_); }
+  GateReservation(const GateReservation&) = delete;
+  GateReservation& operator=(const GateReservation&) = delete;
+
+ private:
+  MemoryGate& g_;
+  uint64_t n_;
+};
+
 inline uint64_t peak_rss_bytes() {
   struct rusage ru;
   ::getrusage(RUSAGE_SELF, &ru);

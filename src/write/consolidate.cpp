@@ -491,10 +491,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       size_t si = itemsize(ot.src), di = itemsize(ot.dst);
       bool cast = ot.src != ot.dst;
       if (work[w].chunk == SIZE_MAX) {
-        GatedBuffer full(gate, t.nbytes());
+        GateReservation hold(gate, t.nbytes() + (cast ? ot.out_bytes : 0));
+        std::vector<uint8_t> full(t.nbytes());
         read_full_tensor(reader, t, full.data(), 1);
         if (cast) {
-          GatedBuffer conv(gate, ot.out_bytes);
+          std::vector<uint8_t> conv(ot.out_bytes);
           cast_elements(ot.src, ot.dst, full.data(), conv.data(), t.numel());
           out.pwrite_all(conv.data(), ot.out_bytes, base);
         } else {
@@ -525,7 +526,8 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
         prog.add(run->bytes);
       } else if (run) {
         uint64_t elems = std::max<uint64_t>(1, std::min(n, o.window / si));
-        GatedBuffer in(gate, elems * si), conv(gate, elems * di);
+        GateReservation hold(gate, elems * (si + di));
+        std::vector<uint8_t> in(elems * si), conv(elems * di);
         for (uint64_t e = 0; e < n; e += elems) {
           uint64_t k = std::min(elems, n - e);
           run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
@@ -534,10 +536,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
           prog.add(k * di);
         }
       } else {
-        GatedBuffer in(gate, n * si);
+        GateReservation hold(gate, n * si + (cast ? n * di : 0));
+        std::vector<uint8_t> in(n * si);
         reader.read_chunk(t, c, in.data());
         if (cast) {
-          GatedBuffer conv(gate, n * di);
+          std::vector<uint8_t> conv(n * di);
           cast_elements(ot.src, ot.dst, in.data(), conv.data(), n);
           out.pwrite_all(conv.data(), n * di, out_off);
         } else {
@@ -616,10 +619,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     zw.write_pickle(p.data());
     for (size_t i = 0; i < tensors.size(); ++i) {
       const OutTensor& ot = tensors[i];
-      GatedBuffer full(gate, ot.t->nbytes());
+      GateReservation hold(gate, ot.t->nbytes() + (ot.src != ot.dst ? ot.out_bytes : 0));
+      std::vector<uint8_t> full(ot.t->nbytes());
       read_full_tensor(reader, *ot.t, full.data(), threads);
       if (ot.src != ot.dst) {
-        GatedBuffer conv(gate, ot.out_bytes);
+        std::vector<uint8_t> conv(ot.out_bytes);
         cast_elements(ot.src, ot.dst, full.data(), conv.data(), ot.t->numel());
         zw.write_storage(std::to_string(i), conv.data(), ot.out_bytes);
       } else {

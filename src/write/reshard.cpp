@@ -98,7 +98,7 @@ bool is_run(const Box& b, const std::vector<int64_t>& shape) {
 }
 
 // Fills `dst` (dense, box `tb`, source dtype) from the source chunks that overlap it.
-void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, uint8_t* dst, MemoryGate& gate) {
+void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, uint8_t* dst) {
   size_t item = itemsize(*t.dtype);
   if (tb.numel() == 0) return;
   uint64_t row_bytes = item;
@@ -115,7 +115,7 @@ void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, 
         continue;
       }
     }
-    GatedBuffer tmp(gate, t.chunk_numel(c) * item);
+    std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the job's reservation
     reader.read_chunk(t, c, tmp.data());
     copy_box(tmp.data(), sb, dst, tb, in, item);
   }
@@ -347,11 +347,15 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         const PlanTensor& pt = tensors[j.tensor];
         const Box& b = pt.boxes[j.chunk];
         uint64_t n = b.numel();
-        GatedBuffer raw(gate, n * itemsize(pt.src));
-        assemble_box(reader, *pt.t, b, raw.data(), gate);
+        // One reservation for everything this chunk needs (see GateReservation).
+        uint64_t src_chunk = 0;
+        for (size_t s = 0; s < pt.t->num_chunks(); ++s) src_chunk = std::max(src_chunk, pt.t->chunk_numel(s) * itemsize(pt.src));
+        GateReservation hold(gate, n * itemsize(pt.src) + (pt.src != pt.dst ? n * itemsize(pt.dst) : 0) + src_chunk);
+        std::vector<uint8_t> raw(n * itemsize(pt.src));
+        assemble_box(reader, *pt.t, b, raw.data());
         uint64_t start = out.appended();
         if (pt.src != pt.dst) {
-          GatedBuffer conv(gate, n * itemsize(pt.dst));
+          std::vector<uint8_t> conv(n * itemsize(pt.dst));
           cast_elements(pt.src, pt.dst, raw.data(), conv.data(), n);
           write_tensor_blob(out, pt.dst, b.sizes, conv.data(), conv.size());
         } else {

@@ -47,19 +47,31 @@ void* checked_malloc(size_t n) {
 }
 }  // namespace
 
-void* operator new(size_t n) { return checked_malloc(n); }
-void* operator new[](size_t n) { return checked_malloc(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void* operator new(size_t n) {
+  return checked_malloc(n);
+}
+void* operator new[](size_t n) {
+  return checked_malloc(n);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
 using dcpctl::ByteSpan;
 
 constexpr size_t kMaxAlloc = size_t{256} << 20;  // inputs are < 64 KiB; 256 MiB is "huge"
-constexpr double kMaxSeconds = 2.0;             // one parse of a < 64 KiB file
+constexpr double kMaxSeconds = 2.0;              // one parse of a < 64 KiB file
 
 struct Tally {
   uint64_t ok = 0, format = 0, unsupported = 0;
@@ -119,7 +131,8 @@ void run_one(const std::string& bytes, const std::string& source, const std::str
     fail(label + ": unexpected dcpctl::Error subclass: " + e.what());
   } catch (const std::exception& e) {
     ++t.other;
-    fail(label + ": non-dcpctl exception " + typeid(e).name() + ": " + e.what() + " (input starts " + hex_prefix(bytes) + ")");
+    fail(label + ": non-dcpctl exception " + typeid(e).name() + ": " + e.what() + " (input starts " +
+         hex_prefix(bytes) + ")");
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   t.max_seconds = std::max(t.max_seconds, secs);
@@ -139,8 +152,8 @@ constexpr uint64_t kInteresting[] = {0,          1,          0x7f,       0x80,  
 
 // The opcodes a torch `.metadata` uses, plus a few it does not; swapping one for another keeps
 // the stream plausible enough to reach deep into the VM.
-constexpr uint8_t kOpcodes[] = {0x80, 0x95, 0x8c, 0x94, 0x93, ')', 0x81, '}', '(', 'u', 'b', 0x85, 0x86, 0x87,
-                                't',  'R',  'h',  'j',  'K',  'M', 'J',  0x89, 0x88, 'N', ']', 'a',  'e',  '.',
+constexpr uint8_t kOpcodes[] = {0x80, 0x95, 0x8c, 0x94, 0x93, ')', 0x81, '}',  '(',  'u',  'b',  0x85, 0x86, 0x87,
+                                't',  'R',  'h',  'j',  'K',  'M', 'J',  0x89, 0x88, 'N',  ']',  'a',  'e',  '.',
                                 'X',  0x8a, 0x8d, 's',  'q',  'r', 'g',  'p',  'c',  0x92, 0x8f, 0x90, 0x91, '0',
                                 '1',  '2',  'Q',  'P',  'l',  'd', 'o',  'i',  0x82, 0x97, 0x8e, 0x96, 'C'};
 
@@ -151,16 +164,24 @@ std::string mutate(const std::string& in, std::mt19937_64& rng) {
   for (int r = 0; r < rounds && !s.empty(); ++r) {
     size_t at = pick(s.size());
     switch (pick(9)) {
-      case 0: s[at] = static_cast<char>(s[at] ^ (1 << pick(8))); break;
-      case 1: s[at] = static_cast<char>(rng()); break;
-      case 2: s[at] = static_cast<char>(kInteresting[pick(5)]); break;
+      case 0:
+        s[at] = static_cast<char>(s[at] ^ (1 << pick(8)));
+        break;
+      case 1:
+        s[at] = static_cast<char>(rng());
+        break;
+      case 2:
+        s[at] = static_cast<char>(kInteresting[pick(5)]);
+        break;
       case 3: {  // a 1/2/4/8-byte little-endian length or index
         size_t w = size_t{1} << pick(4);
         uint64_t v = kInteresting[pick(std::size(kInteresting))];
         for (size_t k = 0; k < w && at + k < s.size(); ++k) s[at + k] = static_cast<char>(v >> (8 * k));
         break;
       }
-      case 4: s.erase(at, 1 + pick(16)); break;
+      case 4:
+        s.erase(at, 1 + pick(16));
+        break;
       case 5: {
         std::string ins(1 + pick(16), '\0');
         for (auto& c : ins) c = static_cast<char>(rng());
@@ -171,12 +192,18 @@ std::string mutate(const std::string& in, std::mt19937_64& rng) {
         size_t from = pick(s.size());
         size_t n = std::min<size_t>(1 + pick(64), s.size() - from);
         std::string piece = s.substr(from, n);
-        if (rng() & 1) s.insert(at, piece);
-        else s.replace(at, std::min(n, s.size() - at), piece);
+        if (rng() & 1)
+          s.insert(at, piece);
+        else
+          s.replace(at, std::min(n, s.size() - at), piece);
         break;
       }
-      case 7: s[at] = static_cast<char>(kOpcodes[pick(std::size(kOpcodes))]); break;
-      case 8: s.resize(at); break;
+      case 7:
+        s[at] = static_cast<char>(kOpcodes[pick(std::size(kOpcodes))]);
+        break;
+      case 8:
+        s.resize(at);
+        break;
     }
   }
   return s;
@@ -209,9 +236,12 @@ int main(int argc, char** argv) {
   std::string only;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--random") random_per_file = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--only") only = argv[i + 1];
+    if (a == "--random")
+      random_per_file = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--seed")
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--only")
+      only = argv[i + 1];
   }
 
   std::vector<std::string> cases = fixture_cases(root);
@@ -221,9 +251,11 @@ int main(int argc, char** argv) {
   }
   Tally total;
   uint64_t inputs = 0;
+  size_t done = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (const std::string& c : cases) {
     if (!only.empty() && c != only) continue;
+    ++done;
     std::string dir = root + "/" + c + "/ckpt";
     std::string path = dir + "/.metadata";
     std::ifstream f(path, std::ios::binary);
@@ -235,7 +267,8 @@ int main(int argc, char** argv) {
     run_one(orig, source, dir, c + " original", t);
     if (t.ok != 1) fail(c + ": the unmodified fixture does not parse");
 
-    for (size_t n = 0; n < orig.size(); ++n) run_one(orig.substr(0, n), source, dir, c + " cut at " + std::to_string(n), t);
+    for (size_t n = 0; n < orig.size(); ++n)
+      run_one(orig.substr(0, n), source, dir, c + " cut at " + std::to_string(n), t);
 
     std::string flipped = orig;
     for (size_t i = 0; i < orig.size(); ++i) {
@@ -246,13 +279,16 @@ int main(int argc, char** argv) {
 
     std::mt19937_64 rng(seed ^ std::hash<std::string>{}(c));
     for (uint64_t k = 0; k < random_per_file; ++k)
-      run_one(mutate(orig, rng), source, dir, c + " random mutation " + std::to_string(k) + " (seed " + std::to_string(seed) + ")", t);
+      run_one(mutate(orig, rng), source, dir,
+              c + " random mutation " + std::to_string(k) + " (seed " + std::to_string(seed) + ")", t);
 
     uint64_t n = t.ok + t.format + t.unsupported + t.other;
-    std::printf("%-24s %6zu bytes  %7llu inputs: %6llu ok  %7llu FormatError  %5llu UnsupportedError  %llu other  (slowest %.3f s)\n",
-                c.c_str(), orig.size(), static_cast<unsigned long long>(n), static_cast<unsigned long long>(t.ok),
-                static_cast<unsigned long long>(t.format), static_cast<unsigned long long>(t.unsupported),
-                static_cast<unsigned long long>(t.other), t.max_seconds);
+    std::printf(
+        "%-24s %6zu bytes  %7llu inputs: %6llu ok  %7llu FormatError  %5llu UnsupportedError  %llu other  (slowest "
+        "%.3f s)\n",
+        c.c_str(), orig.size(), static_cast<unsigned long long>(n), static_cast<unsigned long long>(t.ok),
+        static_cast<unsigned long long>(t.format), static_cast<unsigned long long>(t.unsupported),
+        static_cast<unsigned long long>(t.other), t.max_seconds);
     std::fflush(stdout);
     inputs += n;
     total.ok += t.ok;
@@ -261,14 +297,19 @@ int main(int argc, char** argv) {
     total.other += t.other;
     total.max_seconds = std::max(total.max_seconds, t.max_seconds);
   }
+  if (done == 0) {
+    std::fprintf(stderr, "no fixture named %s under %s\n", only.c_str(), root.c_str());
+    return 1;
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   struct rusage ru;
   ::getrusage(RUSAGE_SELF, &ru);
-  std::printf("total: %llu inputs in %.1f s: %llu ok, %llu FormatError, %llu UnsupportedError, %zu failures; "
-              "slowest input %.3f s; peak RSS %ld MiB\n",
-              static_cast<unsigned long long>(inputs), secs, static_cast<unsigned long long>(total.ok),
-              static_cast<unsigned long long>(total.format), static_cast<unsigned long long>(total.unsupported),
-              static_cast<size_t>(g_failure_count), total.max_seconds, ru.ru_maxrss / 1024);
+  std::printf(
+      "total: %llu inputs in %.1f s: %llu ok, %llu FormatError, %llu UnsupportedError, %zu failures; "
+      "slowest input %.3f s; peak RSS %ld MiB\n",
+      static_cast<unsigned long long>(inputs), secs, static_cast<unsigned long long>(total.ok),
+      static_cast<unsigned long long>(total.format), static_cast<unsigned long long>(total.unsupported),
+      static_cast<size_t>(g_failure_count), total.max_seconds, ru.ru_maxrss / 1024);
   for (const auto& f : g_failures) std::printf("FAIL %s\n", f.c_str());
   return g_failure_count == 0 ? 0 : 1;
 }
