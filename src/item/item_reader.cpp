@@ -41,10 +41,8 @@ ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& ke
   if (ref.transforms == 0) {
     o.src = std::make_shared<FileWindow>(f, ref.offset, ref.length, key);
   } else {
-    std::vector<uint8_t> raw(ref.length);
-    f.read_at(ref.offset, raw.data(), raw.size(), key);
-    o.src = std::make_shared<MemorySource>(
-        undo_transforms(std::move(raw), ck_.md.transform_sets.at(ref.transforms), limits_.max_decoded_item, o.where));
+    FileWindow encoded(f, ref.offset, ref.length, key);
+    o.src = undo_transforms(encoded, ck_.md.transform_sets.at(ref.transforms), limits_.max_decoded_item, o.where);
   }
   o.zip = std::make_unique<TorchZip>(o.src, o.where);
   return o;
@@ -104,23 +102,38 @@ static void gather(const uint8_t* base, const TensorBlob& b, size_t item, uint8_
 }
 
 void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const {
+  read_chunk_bytes(t, chunk, 0, UINT64_MAX, dst);
+}
+
+void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
   if (!t.dtype) throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
   Opened o = open(t.storage.at(chunk), t.fqn);
   TensorBlob b = check_blob(o, t, chunk);
   size_t item = itemsize(b.dtype);
   uint64_t numel = b.numel();
-  if (numel == 0) return;
+  uint64_t bytes = numel * item;
+  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+  if (from > bytes || n > bytes - from)
+    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" + std::to_string(n) +
+                                   ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+  if (n == 0) return;
   RecordLocation rec = o.zip->locate("data/" + b.storage_key);
   uint64_t extent = b.extent();
   if (extent == UINT64_MAX || extent > rec.size / item)
     throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": the tensor view needs " + std::to_string(extent) +
                                    " elements but its storage record holds " + std::to_string(rec.size / item));
   if (b.contiguous()) {
-    o.src->read(rec.offset + static_cast<uint64_t>(b.storage_offset) * item, dst, numel * item);
+    o.src->read(rec.offset + static_cast<uint64_t>(b.storage_offset) * item + from, dst, n);
   } else {
-    std::vector<uint8_t> storage(extent * item);
+    std::vector<uint8_t> storage(extent * item), dense;
     o.src->read(rec.offset, storage.data(), storage.size());
-    gather(storage.data(), b, item, static_cast<uint8_t*>(dst));
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    if (from != 0 || n != bytes) {
+      dense.resize(bytes);
+      out = dense.data();
+    }
+    gather(storage.data(), b, item, out);
+    if (!dense.empty()) std::memcpy(dst, dense.data() + from, n);
   }
 }
 

@@ -42,6 +42,9 @@ class ItemReader {
 
   // Decodes chunk `chunk` of `t` into dst: C-contiguous, t.chunk_numel(chunk) * itemsize bytes.
   void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;
+  // Bytes [from, from + n) of that dense chunk, read straight from the item when its view is
+  // contiguous (a decoded item is not copied whole first).
+  void read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   // Parses the chunk's data.pkl and checks it against the metadata, without reading the data.
   TensorBlob describe_chunk(const TensorMeta& t, size_t chunk) const;
   // Where the chunk's bytes lie in its file, when they can be copied without decoding (the

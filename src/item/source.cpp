@@ -1,5 +1,6 @@
 #include "item/source.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace dcpctl {
@@ -12,11 +13,43 @@ void FileWindow::read(uint64_t pos, void* buf, size_t n) const {
   file_.read_at(base_ + pos, buf, n, key_);
 }
 
+std::pair<uint8_t*, size_t> MemorySource::spare() {
+  if (blocks_.empty() || size_ == blocks_.back().start + blocks_.back().capacity) {
+    size_t cap = blocks_.empty() ? kFirstBlock : std::min(kMaxBlock, blocks_.back().capacity * 2);
+    blocks_.push_back({std::unique_ptr<uint8_t[]>(new uint8_t[cap]), size_, cap});
+  }
+  const Block& b = blocks_.back();
+  size_t used = static_cast<size_t>(size_ - b.start);
+  return {b.data.get() + used, b.capacity - used};
+}
+
+void MemorySource::append(const uint8_t* p, size_t n) {
+  while (n) {
+    auto [dst, room] = spare();
+    size_t k = std::min(room, n);
+    std::memcpy(dst, p, k);
+    grow(k);
+    p += k;
+    n -= k;
+  }
+}
+
 void MemorySource::read(uint64_t pos, void* buf, size_t n) const {
-  if (pos > bytes_.size() || n > bytes_.size() - pos)
+  if (pos > size_ || n > size_ - pos)
     throw FormatError(Where(), "read of " + std::to_string(n) + " bytes at " + std::to_string(pos) +
-                                   " runs past the decoded item (" + std::to_string(bytes_.size()) + " bytes)");
-  if (n) std::memcpy(buf, bytes_.data() + pos, n);
+                                   " runs past the decoded item (" + std::to_string(size_) + " bytes)");
+  if (n == 0) return;
+  auto* out = static_cast<uint8_t*>(buf);
+  // First block holding pos: blocks are in order of start.
+  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), pos, [](uint64_t p, const Block& b) { return p < b.start; });
+  for (--it; n; ++it) {
+    size_t off = static_cast<size_t>(pos - it->start);
+    size_t k = std::min(n, it->capacity - off);
+    std::memcpy(out, it->data.get() + off, k);
+    out += k;
+    pos += k;
+    n -= k;
+  }
 }
 
 }  // namespace dcpctl

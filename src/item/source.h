@@ -1,5 +1,5 @@
 // Byte sources an item can be read from: a window of a .distcp file (read in place with pread)
-// or a buffer in memory (an item decoded from a stream transform such as zstd).
+// or blocks in memory (an item decoded from a stream transform such as zstd).
 #pragma once
 
 #include <cstdint>
@@ -33,15 +33,30 @@ class FileWindow final : public ByteSource {
   std::string key_;
 };
 
+// Bytes in memory, grown block by block: a decoder appends without ever reallocating what it
+// already wrote, so an item of N bytes costs N bytes (plus under one block), never the 2-3x of a
+// doubling vector being copied. Blocks grow from 64 KiB to 8 MiB, so small items stay small.
 class MemorySource final : public ByteSource {
  public:
-  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
-  uint64_t size() const override { return bytes_.size(); }
+  MemorySource() = default;
+  explicit MemorySource(const std::vector<uint8_t>& bytes) { append(bytes.data(), bytes.size()); }
+  uint64_t size() const override { return size_; }
   void read(uint64_t pos, void* buf, size_t n) const override;
-  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+  // Room for at least one byte at the end; the caller writes into it and then calls grow().
+  std::pair<uint8_t*, size_t> spare();
+  void grow(size_t n) { size_ += n; }
+  void append(const uint8_t* p, size_t n);
 
  private:
-  std::vector<uint8_t> bytes_;
+  static constexpr size_t kFirstBlock = 64 << 10, kMaxBlock = 8 << 20;
+  struct Block {
+    std::unique_ptr<uint8_t[]> data;
+    uint64_t start;  // offset of data[0] in the whole
+    size_t capacity;
+  };
+  std::vector<Block> blocks_;
+  uint64_t size_ = 0;
 };
 
 }  // namespace dcpctl

@@ -2,52 +2,70 @@
 
 #include <zstd.h>
 
-#include <memory>
+#include <algorithm>
 
 namespace dcpctl {
 namespace {
 
-std::vector<uint8_t> zstd_decode(const std::vector<uint8_t>& in, uint64_t max_output, const Where& where) {
+constexpr size_t kInputBlock = 1 << 20;
+
+std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_output, const Where& where) {
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!ctx) throw std::bad_alloc();
-  std::vector<uint8_t> out;
-  ZSTD_inBuffer ib{in.data(), in.size(), 0};
-  const size_t chunk = ZSTD_DStreamOutSize();
+  auto out = std::make_unique<MemorySource>();
+  std::vector<uint8_t> inbuf(static_cast<size_t>(std::min<uint64_t>(kInputBlock, in.size())));
+  uint64_t consumed = 0;  // bytes of `in` handed to the decoder
+  ZSTD_inBuffer ib{inbuf.data(), 0, 0};
   size_t hint = 1;  // 0 once a frame is complete
   while (true) {
-    if (out.size() > max_output)
+    if (ib.pos == ib.size && consumed < in.size()) {
+      size_t k = static_cast<size_t>(std::min<uint64_t>(inbuf.size(), in.size() - consumed));
+      in.read(consumed, inbuf.data(), k);
+      consumed += k;
+      ib = {inbuf.data(), k, 0};
+    }
+    if (out->size() > max_output)
       throw FormatError(where, "zstd item decodes to more than " + std::to_string(max_output) + " bytes");
-    size_t old = out.size();
-    out.resize(old + chunk);
-    ZSTD_outBuffer ob{out.data() + old, chunk, 0};
+    auto [dst, room] = out->spare();
+    ZSTD_outBuffer ob{dst, room, 0};
     hint = ZSTD_decompressStream(ctx.get(), &ob, &ib);
-    out.resize(old + ob.pos);
+    out->grow(ob.pos);
     if (ZSTD_isError(hint))
-      throw FormatError(where, std::string("zstd stream is corrupt: ") + ZSTD_getErrorName(hint) +
-                                   " (near input byte " + std::to_string(ib.pos) + ")");
+      throw FormatError(where, std::string("zstd stream is corrupt: ") + ZSTD_getErrorName(hint) + " (near input byte " +
+                                   std::to_string(consumed - (ib.size - ib.pos)) + ")");
     // All input consumed and the output not full: the decoder holds nothing more back.
-    if (ib.pos == ib.size && ob.pos < chunk) break;
+    if (consumed == in.size() && ib.pos == ib.size && ob.pos < room) break;
   }
   if (hint != 0) throw FormatError(where, "zstd stream is truncated (its last frame does not end)");
-  if (out.size() > max_output)
+  if (out->size() > max_output)
     throw FormatError(where, "zstd item decodes to more than " + std::to_string(max_output) + " bytes");
   return out;
 }
 
 }  // namespace
 
-std::vector<uint8_t> undo_transforms(std::vector<uint8_t> data, const std::vector<std::string>& descriptors,
-                                     uint64_t max_output, const Where& where) {
+std::unique_ptr<MemorySource> undo_transforms(const ByteSource& encoded, const std::vector<std::string>& descriptors,
+                                              uint64_t max_output, const Where& where) {
+  std::unique_ptr<MemorySource> cur;
   for (const std::string& d : descriptors) {
     std::string name = d.substr(0, d.find('/'));
     std::string version = d.find('/') == std::string::npos ? "" : d.substr(d.find('/') + 1);
     if (name == "stream.zstd" && (version == "1" || version.empty())) {
-      data = zstd_decode(data, max_output, where);
+      cur = zstd_decode(cur ? static_cast<const ByteSource&>(*cur) : encoded, max_output, where);
     } else {
       throw UnsupportedError(where, "item uses stream transform '" + d + "', which dcpctl cannot undo");
     }
   }
-  return data;
+  if (!cur) {  // no transform at all: the bytes as they are
+    cur = std::make_unique<MemorySource>();
+    std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(kInputBlock, encoded.size())));
+    for (uint64_t pos = 0; pos < encoded.size(); pos += buf.size()) {
+      size_t k = static_cast<size_t>(std::min<uint64_t>(buf.size(), encoded.size() - pos));
+      encoded.read(pos, buf.data(), k);
+      cur->append(buf.data(), k);
+    }
+  }
+  return cur;
 }
 
 }  // namespace dcpctl

@@ -2,20 +2,24 @@
 //
 // A descriptor is "name[@domain]/version". torch's loader undoes them in list order. Known:
 //   stream.zstd/1   one zstd frame (or several concatenated) over the whole item
-// Decoding is bounded: the output may not exceed `max_output` bytes (a zip bomb gets an error,
-// not an allocation).
+// Decoding streams: the encoded item is read from its source a block at a time and the output is
+// grown block by block, so memory is the decoded size (plus a block), never the encoded + decoded
+// + reallocation copies. Decoding is bounded: the output may not exceed `max_output` bytes (a zip
+// bomb gets an error, not an allocation).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "item/source.h"
 #include "util/error.h"
 
 namespace dcpctl {
 
 // Throws UnsupportedError for unknown descriptors, FormatError for corrupt streams.
-std::vector<uint8_t> undo_transforms(std::vector<uint8_t> data, const std::vector<std::string>& descriptors,
-                                     uint64_t max_output, const Where& where);
+std::unique_ptr<MemorySource> undo_transforms(const ByteSource& encoded, const std::vector<std::string>& descriptors,
+                                              uint64_t max_output, const Where& where);
 
 }  // namespace dcpctl

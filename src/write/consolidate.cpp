@@ -256,12 +256,18 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       max_chunk = std::max(max_chunk, t.chunk_numel(c) * itemsize(ot.src));
     }
     uint64_t cast_extra = ot.dst != ot.src;
-    if (o.format == OutputFormat::Torch || !ot.all_runs)
-      ot.need = t.nbytes() + cast_extra * ot.out_bytes;
-    else if (ot.transformed)
-      ot.need = max_chunk * (1 + cast_extra);
-    else
+    if (o.format == OutputFormat::Torch || !ot.all_runs) {
+      // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd)
+      // and the dense copy a chunk that is not a run is placed from; the .pt writer reads its
+      // chunks on all threads at once.
+      uint64_t reads = o.format == OutputFormat::Torch ? std::min<uint64_t>(std::max(1u, o.threads), t.num_chunks()) : 1;
+      uint64_t copies = (ot.transformed ? 1 : 0) + (ot.all_runs ? 0 : 1);
+      ot.need = t.nbytes() + cast_extra * ot.out_bytes + reads * copies * max_chunk;
+    } else if (ot.transformed) {
+      ot.need = max_chunk * (2 + cast_extra);  // the decoded item, the chunk, its cast
+    } else {
       ot.need = std::min(max_chunk, o.window) * (1 + cast_extra);
+    }
     tensors.push_back(ot);
   }
   if (incomplete)
@@ -491,7 +497,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       size_t si = itemsize(ot.src), di = itemsize(ot.dst);
       bool cast = ot.src != ot.dst;
       if (work[w].chunk == SIZE_MAX) {
-        GateReservation hold(gate, t.nbytes() + (cast ? ot.out_bytes : 0));
+        GateReservation hold(gate, ot.need);
         std::vector<uint8_t> full(t.nbytes());
         read_full_tensor(reader, t, full.data(), 1);
         if (cast) {
@@ -536,7 +542,8 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
           prog.add(k * di);
         }
       } else {
-        GateReservation hold(gate, n * si + (cast ? n * di : 0));
+        // The decoded item (when transformed) is held while the chunk is read out of it.
+        GateReservation hold(gate, n * si * (ot.transformed ? 2 : 1) + (cast ? n * di : 0));
         std::vector<uint8_t> in(n * si);
         reader.read_chunk(t, c, in.data());
         if (cast) {
@@ -619,7 +626,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     zw.write_pickle(p.data());
     for (size_t i = 0; i < tensors.size(); ++i) {
       const OutTensor& ot = tensors[i];
-      GateReservation hold(gate, ot.t->nbytes() + (ot.src != ot.dst ? ot.out_bytes : 0));
+      GateReservation hold(gate, ot.need);
       std::vector<uint8_t> full(ot.t->nbytes());
       read_full_tensor(reader, *ot.t, full.data(), threads);
       if (ot.src != ot.dst) {

@@ -36,6 +36,11 @@ struct PlanTensor {
   DType src, dst;
   std::vector<Box> boxes;       // target chunks
   std::vector<uint32_t> ranks;  // rank of each target chunk
+  uint64_t read_need = 0;       // buffers reading one source chunk takes (see source_read_need)
+  uint64_t need(size_t c) const {  // everything target chunk c holds at once
+    uint64_t n = boxes[c].numel();
+    return n * itemsize(src) + (dst != src ? n * itemsize(dst) : 0) + read_need;
+  }
 };
 
 bool intersect(const Box& a, const Box& b, Box& out) {
@@ -97,6 +102,23 @@ bool is_run(const Box& b, const std::vector<int64_t>& shape) {
   return true;
 }
 
+// Buffers assemble_box takes to read one source chunk of `t` into target boxes `targets`: the
+// decoded item when the chunk is stream-transformed (zstd), plus a dense copy of the chunk when
+// its rows are not copied straight into place. Counted at least once, which also covers a chunk
+// saved as a non-contiguous view (gathered through a copy of its storage).
+uint64_t source_read_need(const TensorMeta& t, const std::vector<Box>& targets) {
+  bool runs = t.ndim() > 0;
+  for (size_t c = 0; runs && c < t.num_chunks(); ++c) runs = is_run(source_box(t, c), t.shape);
+  for (size_t c = 0; runs && c < targets.size(); ++c) runs = is_run(targets[c], t.shape);
+  uint64_t need = 0;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
+    uint64_t copies = (t.storage[c].transforms != 0 ? 1 : 0) + (runs ? 0 : 1);
+    need = std::max(need, bytes * std::max<uint64_t>(copies, 1));
+  }
+  return need;
+}
+
 // Fills `dst` (dense, box `tb`, source dtype) from the source chunks that overlap it.
 void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, uint8_t* dst) {
   size_t item = itemsize(*t.dtype);
@@ -108,12 +130,11 @@ void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, 
     Box sb = source_box(t, c), in;
     if (!intersect(sb, tb, in)) continue;
     if (t.ndim() > 0 && is_run(sb, t.shape) && is_run(tb, t.shape)) {
-      if (std::optional<DirectRun> run = reader.direct_run(t, c)) {
-        uint64_t from = static_cast<uint64_t>(in.offsets[0] - sb.offsets[0]) * row_bytes;
-        uint64_t to = static_cast<uint64_t>(in.offsets[0] - tb.offsets[0]) * row_bytes;
-        run->file->read_at(run->offset + from, dst + to, static_cast<uint64_t>(in.sizes[0]) * row_bytes, t.fqn);
-        continue;
-      }
+      // Rows of one run into rows of the other: read just them, from the file or the decoded item.
+      uint64_t from = static_cast<uint64_t>(in.offsets[0] - sb.offsets[0]) * row_bytes;
+      uint64_t to = static_cast<uint64_t>(in.offsets[0] - tb.offsets[0]) * row_bytes;
+      reader.read_chunk_bytes(t, c, from, static_cast<uint64_t>(in.sizes[0]) * row_bytes, dst + to);
+      continue;
     }
     std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the job's reservation
     reader.read_chunk(t, c, tmp.data());
@@ -209,15 +230,12 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         pt.ranks.push_back(static_cast<uint32_t>(r));
       }
     }
+    pt.read_need = source_read_need(t, pt.boxes);
     for (size_t c = 0; c < pt.boxes.size(); ++c) {
       uint64_t nb = pt.boxes[c].numel() * di;
       rank_bytes[pt.ranks[c]] += nb;
       total += nb;
-      // A target chunk buffer (source dtype, plus the cast copy) and one source chunk at a time.
-      uint64_t src_chunk = 0;
-      for (size_t s = 0; s < t.num_chunks(); ++s) src_chunk = std::max(src_chunk, t.chunk_numel(s) * itemsize(pt.src));
-      uint64_t need = pt.boxes[c].numel() * itemsize(pt.src) + (pt.dst != pt.src ? nb : 0) + src_chunk;
-      largest_need = std::max(largest_need, need);
+      largest_need = std::max(largest_need, pt.need(c));
     }
     tensors.push_back(std::move(pt));
   }
@@ -347,10 +365,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         const PlanTensor& pt = tensors[j.tensor];
         const Box& b = pt.boxes[j.chunk];
         uint64_t n = b.numel();
-        // One reservation for everything this chunk needs (see GateReservation).
-        uint64_t src_chunk = 0;
-        for (size_t s = 0; s < pt.t->num_chunks(); ++s) src_chunk = std::max(src_chunk, pt.t->chunk_numel(s) * itemsize(pt.src));
-        GateReservation hold(gate, n * itemsize(pt.src) + (pt.src != pt.dst ? n * itemsize(pt.dst) : 0) + src_chunk);
+        GateReservation hold(gate, pt.need(j.chunk));  // one reservation for all of it (see GateReservation)
         std::vector<uint8_t> raw(n * itemsize(pt.src));
         assemble_box(reader, *pt.t, b, raw.data());
         uint64_t start = out.appended();
