@@ -85,7 +85,9 @@ Checkpoint open_checkpoint(const std::string& dir) {
   {
     MappedFile mf(ck.metadata_path);
     ck.metadata_bytes = mf.size();
-    ck.md = parse_metadata(mf.span(), ck.metadata_path);
+    MetadataParseOptions po;
+    po.consumed = [&mf](uint64_t done) { mf.drop_before(done); };
+    ck.md = parse_metadata(mf.span(), ck.metadata_path, po);
   }
   for (const auto& rel : ck.md.files) {
     DataFileInfo fi;

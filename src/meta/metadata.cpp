@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <unordered_map>
 
+#include "meta/folder.h"
 #include "pickle/vm.h"
 
 namespace dcpctl {
@@ -53,6 +56,9 @@ std::string Metadata::writer_releases() const {
 
 namespace {
 
+using meta_detail::MetadataFolder;
+using meta_detail::Tables;
+
 // The globals that DCP writers put in `.metadata`. Anything else is listed as unknown.
 bool known_global(std::string_view module, std::string_view name) {
   static const char* kModules[] = {
@@ -77,18 +83,10 @@ class Mapper {
   // real writer's file every chunk, dimension and path part costs bytes (torch's `.metadata` spends
   // over 10 bytes on each), so everything copied out is charged against a budget of twice the
   // input size.
-  Mapper(Metadata& md, size_t input_bytes) : md_(md), budget_(2 * static_cast<uint64_t>(input_bytes) + (1u << 20)) {}
+  Mapper(Tables& tb, const MetadataFolder& folded) : md_(tb.md), tb_(tb), folded_(folded) {}
 
-  void charge(uint64_t n, const std::string& key) {
-    if (n > budget_)
-      fail(key, "describes far more elements than a file of this size can hold (objects shared through the "
-                "pickle memo and repeated); refusing to expand it");
-    budget_ -= n;
-  }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& msg) {
-    throw FormatError(Where(md_.source, std::nullopt, key), msg);
-  }
+  void charge(uint64_t n, const std::string& key) { tb_.charge(n, key); }
+  [[noreturn]] void fail(const std::string& key, const std::string& msg) { tb_.fail(key, msg); }
 
   // The attribute dict of an object: BUILD state, or (dict, slots) from __getstate__.
   const Value* state_dict(const Value& obj) {
@@ -103,6 +101,13 @@ class Mapper {
     return d ? d->get(name) : nullptr;
   }
   static std::string class_name(const Value& obj) {
+    if (obj.kind == Kind::Ext) {
+      switch (obj.len) {
+        case MetadataFolder::kChunk: return "ChunkStorageMetadata";
+        case MetadataFolder::kKey: return "MetadataIndex";
+        case MetadataFolder::kStorage: return "_StorageInfo";
+      }
+    }
     const Value& c = obj.kind == Kind::Object ? obj.as_object().callable : obj;
     if (c.kind != Kind::Global) return std::string("<") + pickle::kind_name(c.kind) + ">";
     return std::string(c.as_global().module) + "." + std::string(c.as_global().name);
@@ -174,6 +179,16 @@ class Mapper {
     t.chunk_dims.reserve(chunks->items().size() * 2 * nd);
     size_t i = 0;
     for (const Value& c : chunks->items()) {
+      if (c.kind == Kind::Ext && c.len == MetadataFolder::kChunk) {
+        const int64_t* d = folded_.dims.data() + c.bits;
+        if (static_cast<size_t>(d[0]) != nd)
+          fail(fqn, "chunk " + std::to_string(i) + " has " + std::to_string(d[0]) + " offsets for a " +
+                        std::to_string(nd) + "-d tensor");
+        charge(2 * nd, fqn);
+        t.chunk_dims.insert(t.chunk_dims.end(), d + 1, d + 1 + 2 * nd);
+        ++i;
+        continue;
+      }
       size_t before = t.chunk_dims.size();
       std::string what = "chunk " + std::to_string(i);
       dims(attr(c, "offsets"), t.chunk_dims, fqn, (what + " offsets").c_str());
@@ -190,15 +205,6 @@ class Mapper {
     md_.tensors.push_back(std::move(t));
   }
 
-  uint32_t file_index(const std::string& path) {
-    auto it = file_ids_.find(path);
-    if (it != file_ids_.end()) return it->second;
-    uint32_t id = static_cast<uint32_t>(md_.files.size());
-    md_.files.push_back(path);
-    file_ids_.emplace(path, id);
-    return id;
-  }
-
   uint32_t transform_index(const Value* v, const std::string& key) {
     if (!v || v->kind == Kind::None) return 0;
     if (v->kind != Kind::List && v->kind != Kind::Tuple) fail(key, "transform_descriptors is not a list");
@@ -208,89 +214,151 @@ class Mapper {
       if (d.kind != Kind::Str) fail(key, "transform descriptor is not a string");
       set.emplace_back(d.as_str());
     }
-    if (set.empty()) return 0;
-    for (size_t i = 1; i < md_.transform_sets.size(); ++i)
-      if (md_.transform_sets[i] == set) return static_cast<uint32_t>(i);
-    md_.transform_sets.push_back(std::move(set));
-    return static_cast<uint32_t>(md_.transform_sets.size() - 1);
+    return tb_.transform_set(std::move(set));
   }
 
+  // A storage_data key, from a folded record or a generic MetadataIndex object.
+  struct KeyView {
+    std::string_view fqn;
+    bool has_offset = false;
+    const int64_t* offset = nullptr;
+    size_t nd = 0;
+    int64_t index = -1;  // -1: None or absent
+    uint32_t folded_fqn = UINT32_MAX;
+  };
+
   void storage_entry(const Value& k, const Value& v) {
-    const Value* fqn_v = attr(k, "fqn");
-    if (!fqn_v || fqn_v->kind != Kind::Str) fail("", "storage_data key without an fqn (" + class_name(k) + ")");
-    std::string fqn(fqn_v->as_str());
-    StorageRef ref;
-    const Value* rp = attr(v, "relative_path");
-    const Value* off = attr(v, "offset");
-    const Value* len = attr(v, "length");
-    if (!rp || rp->kind != Kind::Str) fail(fqn, "storage entry without a relative_path");
-    if (!off || off->kind != Kind::Int || off->as_int() < 0) fail(fqn, "storage entry without a valid offset");
-    if (!len || len->kind != Kind::Int || len->as_int() < 0) fail(fqn, "storage entry without a valid length");
-    ref.file = file_index(std::string(rp->as_str()));
-    ref.offset = static_cast<uint64_t>(off->as_int());
-    ref.length = static_cast<uint64_t>(len->as_int());
-    if (const Value* td = attr(v, "transform_descriptors")) {
-      md_.has_transform_field = true;
-      ref.transforms = transform_index(td, fqn);
+    KeyView key;
+    std::vector<int64_t> want;
+    if (k.kind == Kind::Ext && k.len == MetadataFolder::kKey) {
+      const MetadataFolder::Key& fk = folded_.keys[k.bits];
+      key.fqn = folded_.fqns[fk.fqn];
+      key.folded_fqn = fk.fqn;
+      key.has_offset = fk.nd != MetadataFolder::kNoOffset;
+      if (key.has_offset) {
+        key.offset = folded_.dims.data() + fk.dims;
+        key.nd = fk.nd;
+      }
+      key.index = fk.index;
+    } else {
+      const Value* fqn_v = attr(k, "fqn");
+      if (!fqn_v || fqn_v->kind != Kind::Str) fail("", "storage_data key without an fqn (" + class_name(k) + ")");
+      key.fqn = fqn_v->as_str();
+      const Value* offset = attr(k, "offset");
+      if (offset && offset->kind != Kind::None) {
+        dims(offset, want, std::string(key.fqn), "storage key offset");
+        key.has_offset = true;
+        key.offset = want.data();
+        key.nd = want.size();
+      }
+      const Value* index = attr(k, "index");
+      if (index && index->kind == Kind::Int && index->as_int() >= 0) key.index = index->as_int();
     }
 
-    const Value* offset = attr(k, "offset");
-    if (!offset || offset->kind == Kind::None) {
+    StorageRef ref;
+    if (v.kind == Kind::Ext && v.len == MetadataFolder::kStorage) {
+      ref = folded_.storage[v.bits];
+      if (ref.transforms & MetadataFolder::kHasTransformField) md_.has_transform_field = true;
+      uint32_t ts = ref.transforms & ~MetadataFolder::kHasTransformField;
+      ref.transforms = ts ? tb_.transform_set(folded_.transform_sets[ts]) : 0;
+      if (folded_files_.size() <= ref.file) folded_files_.resize(ref.file + 1, StorageRef::kNone);
+      uint32_t& f = folded_files_[ref.file];
+      if (f == StorageRef::kNone) f = tb_.file_index(folded_.files[ref.file]);
+      ref.file = f;
+    } else {
+      std::string fqn(key.fqn);
+      const Value* rp = attr(v, "relative_path");
+      const Value* off = attr(v, "offset");
+      const Value* len = attr(v, "length");
+      if (!rp || rp->kind != Kind::Str) fail(fqn, "storage entry without a relative_path");
+      if (!off || off->kind != Kind::Int || off->as_int() < 0) fail(fqn, "storage entry without a valid offset");
+      if (!len || len->kind != Kind::Int || len->as_int() < 0) fail(fqn, "storage entry without a valid length");
+      ref.file = tb_.file_index(rp->as_str());
+      ref.offset = static_cast<uint64_t>(off->as_int());
+      ref.length = static_cast<uint64_t>(len->as_int());
+      if (const Value* td = attr(v, "transform_descriptors")) {
+        md_.has_transform_field = true;
+        ref.transforms = transform_index(td, fqn);
+      }
+    }
+    attach(key, ref);
+  }
+
+  // Which item an fqn names: tensor index, bytes index, or neither. Folded keys carry an interned
+  // fqn, so the string lookup is done once per distinct fqn, not once per chunk.
+  struct Target {
+    bool tensor = false;
+    size_t id = SIZE_MAX;
+  };
+  Target target(const KeyView& key) {
+    if (key.folded_fqn != UINT32_MAX && key.folded_fqn < folded_targets_.size() && folded_targets_[key.folded_fqn].second)
+      return folded_targets_[key.folded_fqn].first;
+    Target t;
+    std::string fqn(key.fqn);
+    if (key.has_offset) {
+      auto it = tensor_ids_.find(fqn);
+      if (it != tensor_ids_.end()) t = {true, it->second};
+    } else {
       auto it = bytes_ids_.find(fqn);
-      if (it == bytes_ids_.end()) {
-        orphan(fqn, "storage entry for a bytes item that state_dict_metadata does not list");
+      if (it != bytes_ids_.end()) t = {false, it->second};
+    }
+    if (key.folded_fqn != UINT32_MAX && key.has_offset) {  // bytes keys are rare: not cached
+      if (folded_targets_.size() <= key.folded_fqn) folded_targets_.resize(key.folded_fqn + 1);
+      folded_targets_[key.folded_fqn] = {t, true};
+    }
+    return t;
+  }
+
+  void attach(const KeyView& key, const StorageRef& ref) {
+    Target tg = target(key);
+    if (!key.has_offset) {
+      if (tg.id == SIZE_MAX) {
+        orphan(std::string(key.fqn), "storage entry for a bytes item that state_dict_metadata does not list");
         return;
       }
-      StorageRef& slot = md_.bytes[it->second].storage;
-      if (slot.present()) duplicate(fqn);
+      StorageRef& slot = md_.bytes[tg.id].storage;
+      if (slot.present()) duplicate(std::string(key.fqn));
       slot = ref;
       return;
     }
-    auto it = tensor_ids_.find(fqn);
-    if (it == tensor_ids_.end()) {
-      orphan(fqn, "storage entry for a tensor that state_dict_metadata does not list");
+    if (tg.id == SIZE_MAX) {
+      orphan(std::string(key.fqn), "storage entry for a tensor that state_dict_metadata does not list");
       return;
     }
-    TensorMeta& t = md_.tensors[it->second];
-    std::vector<int64_t> want;
-    dims(offset, want, fqn, "storage key offset");
+    TensorMeta& t = md_.tensors[tg.id];
     size_t nd = t.ndim();
-    auto matches = [&](size_t i) {
-      return want.size() == nd && std::equal(want.begin(), want.end(), t.chunk_offsets(i));
-    };
+    auto matches = [&](size_t i) { return key.nd == nd && std::equal(key.offset, key.offset + nd, t.chunk_offsets(i)); };
     size_t hit = t.num_chunks();
-    const Value* index = attr(k, "index");
-    if (index && index->kind == Kind::Int && index->as_int() >= 0 &&
-        static_cast<uint64_t>(index->as_int()) < t.num_chunks() && matches(static_cast<size_t>(index->as_int()))) {
-      hit = static_cast<size_t>(index->as_int());
-    } else if (want.size() == nd) {
-      hit = chunk_by_offsets(it->second, want);
+    if (key.index >= 0 && static_cast<uint64_t>(key.index) < t.num_chunks() && matches(static_cast<size_t>(key.index))) {
+      hit = static_cast<size_t>(key.index);
+    } else if (key.nd == nd) {
+      hit = chunk_by_offsets(tg.id, key.offset);
     }
     if (hit == t.num_chunks()) {
-      orphan(fqn, "storage entry at offsets " + dims_text(want) + " matches no chunk");
+      orphan(std::string(key.fqn), "storage entry at offsets " + dims_text(key.offset, key.nd) + " matches no chunk");
       return;
     }
-    if (t.storage[hit].present()) duplicate(fqn);
+    if (t.storage[hit].present()) duplicate(std::string(key.fqn));
     t.storage[hit] = ref;
   }
 
   // The first chunk of tensor `tid` at offsets `want` (num_chunks() if none). The index is built
   // on the first key whose `index` does not name its chunk (some writers leave it None): a scan
   // per key would be quadratic in the number of chunks.
-  size_t chunk_by_offsets(size_t tid, const std::vector<int64_t>& want) {
+  size_t chunk_by_offsets(size_t tid, const int64_t* want) {
     const TensorMeta& t = md_.tensors[tid];
     size_t nd = t.ndim();
     auto bytes = [nd](const int64_t* d) { return std::string(reinterpret_cast<const char*>(d), nd * sizeof(int64_t)); };
     auto& index = chunk_index_[tid];
     if (index.empty())
       for (size_t i = 0; i < t.num_chunks(); ++i) index.emplace(bytes(t.chunk_offsets(i)), i);  // keeps the first
-    auto found = index.find(bytes(want.data()));
+    auto found = index.find(bytes(want));
     return found == index.end() ? t.num_chunks() : found->second;
   }
 
-  static std::string dims_text(const std::vector<int64_t>& v) {
+  static std::string dims_text(const int64_t* v, size_t n) {
     std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s + "]";
   }
   void orphan(const std::string& fqn, const std::string& msg) {
@@ -352,7 +420,7 @@ class Mapper {
     }
     const Value& root = tree.root;
     if (!class_is(root, "Metadata"))
-      fail("", "the pickle holds a " + (root.kind == Kind::Object ? class_name(root) : std::string(pickle::kind_name(root.kind))) +
+      fail("", "the pickle holds a " + (root.kind == Kind::Object || root.kind == Kind::Ext ? class_name(root) : std::string(pickle::kind_name(root.kind))) +
                    ", not a DCP Metadata object");
     md_.metadata_class = class_name(root);
     const Value* st = state_dict(root);
@@ -408,25 +476,31 @@ class Mapper {
 
  private:
   Metadata& md_;
-  std::unordered_map<std::string, uint32_t> file_ids_;
+  Tables& tb_;
+  const MetadataFolder& folded_;
   std::unordered_map<std::string, size_t> tensor_ids_, bytes_ids_;
   std::unordered_map<size_t, std::unordered_map<std::string, size_t>> chunk_index_;
-  uint64_t budget_;
+  std::vector<std::pair<Target, bool>> folded_targets_;  // by folded fqn id: {target, known}
+  std::vector<uint32_t> folded_files_;                   // folded file id -> Metadata::files index
 };
 
 int pickle_protocol(ByteSpan b) { return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1); }
 
 }  // namespace
 
-Metadata parse_metadata(ByteSpan bytes, const std::string& source) {
+Metadata parse_metadata(ByteSpan bytes, const std::string& source, const MetadataParseOptions& options) {
   Metadata md;
   md.source = source;
   md.pickle_protocol = pickle_protocol(bytes);
+  if (bytes.size == 0) throw FormatError(Where(source, 0), "file is empty");
+  Tables tables{md, 2 * static_cast<uint64_t>(bytes.size) + (1u << 20), {}};
+  MetadataFolder folder(tables);
   pickle::ParseOptions opts;
   opts.source = source;
-  if (bytes.size == 0) throw FormatError(Where(source, 0), "file is empty");
+  if (options.fold) opts.folder = &folder;
+  opts.consumed = options.consumed;
   std::unique_ptr<pickle::Tree> tree = pickle::parse(bytes, opts);
-  Mapper(md, bytes.size).run(*tree);
+  Mapper(tables, folder).run(*tree);
   return md;
 }
 

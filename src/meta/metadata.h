@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -111,7 +112,15 @@ struct Metadata {
   const TensorMeta* find_tensor(const std::string& fqn) const;
 };
 
+struct MetadataParseOptions {
+  // Told as the parser finishes with the input (see pickle::ParseOptions::consumed).
+  std::function<void(uint64_t)> consumed;
+  // Fold chunks and storage entries into compact records while decoding (see MetadataFolder in
+  // metadata.cpp). Off only to check that both paths build the same model.
+  bool fold = true;
+};
+
 // Parses `.metadata` bytes. Throws FormatError (malformed) or UnsupportedError.
-Metadata parse_metadata(ByteSpan bytes, const std::string& source);
+Metadata parse_metadata(ByteSpan bytes, const std::string& source, const MetadataParseOptions& options = {});
 
 }  // namespace dcpctl

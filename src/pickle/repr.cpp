@@ -113,6 +113,7 @@ class Printer {
         put("persistent_id(");
         value(v.as_persid(), depth + 1);
         return put(")");
+      case Kind::Ext: return put("<record>");
     }
   }
 

@@ -22,6 +22,7 @@ const char* kind_name(Kind k) {
     case Kind::Object: return "object";
     case Kind::Size: return "torch.Size";
     case Kind::PersId: return "persistent id";
+    case Kind::Ext: return "object";  // a folded object is still one to whoever reads the pickle
   }
   return "?";
 }
@@ -114,6 +115,30 @@ Value Tree::freeze(const Value& v) {
   if (oc.items.capacity() > 64) oc.items.shrink_to_fit();
   free_open_.push_back(&oc);
   return f;
+}
+
+void Tree::discard(const Value& v) {
+  if ((v.flags & Value::kMemo) || v.bits == 0) return;
+  if (v.flags & Value::kBoxed) {
+    OpenContainer& oc = open(v);
+    if (oc.pinned) return;
+    oc.items.clear();
+    if (oc.items.capacity() > 64) oc.items.shrink_to_fit();
+    free_open_.push_back(&oc);
+    return;
+  }
+  switch (v.kind) {
+    case Kind::Str: case Kind::Bytes: case Kind::BigInt:
+      bytes_.release_tail(reinterpret_cast<char*>(v.bits), v.len ? v.len : 1);
+      break;
+    case Kind::Tuple: case Kind::List: case Kind::Dict: case Kind::Set: case Kind::Size:
+      values_.release_tail(reinterpret_cast<Value*>(v.bits), v.len ? v.len : 1);
+      break;
+    case Kind::Object:
+      objects_.release_tail(reinterpret_cast<ObjectNode*>(v.bits), 1);
+      break;
+    default: break;
+  }
 }
 
 Value Tree::make_global(std::string_view module, std::string_view name) {

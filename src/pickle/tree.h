@@ -33,6 +33,14 @@ class BlockArena {
     return p;
   }
   size_t bytes_reserved() const { return reserved_; }
+  // Gives back [p, p + n) if it is the most recent allocation (a value built and consumed at
+  // once, like the argument tuple of torch.Size); anything else stays until the arena goes.
+  void release_tail(T* p, size_t n) {
+    if (cur_ && p + n == cur_ && n <= static_cast<size_t>(cur_ - blocks_.back().get())) {
+      cur_ = p;
+      left_ += n;
+    }
+  }
 
  private:
   std::vector<std::unique_ptr<T[]>> blocks_;
@@ -70,6 +78,9 @@ class Tree {
   OpenContainer& open(const Value& v) { return *reinterpret_cast<OpenContainer*>(v.bits); }
   // Copies an unpinned open container into frozen storage and recycles its vector.
   Value freeze(const Value& v);
+  // `v` is no longer referenced by the caller: recycles an open container, or returns a frozen
+  // one's storage if it was the last thing allocated. Values held by the memo are left alone.
+  void discard(const Value& v);
 
  private:
   BlockArena<char> bytes_;

@@ -16,6 +16,8 @@
 //   torch.Size((d0, d1, ...))                     Size: the dims, as a tuple of Int
 //   collections.OrderedDict()                     Dict (it is one)
 //   persistent id (BINPERSID)                     PersId {pid}
+//   an object a Folder recognised (vm.h)          Ext {tag in len, payload in bits}: the Folder's
+//                                                 own compact record; the Tree holds nothing of it
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,7 @@ enum class Kind : uint8_t {
   Object,
   Size,
   PersId,
+  Ext,
 };
 
 const char* kind_name(Kind k);
@@ -56,12 +59,13 @@ struct ObjectNode;
 
 struct Value {
   Kind kind = Kind::None;
-  uint8_t flags = 0;   // kBoxed: containers whose items live in a growable vector
+  uint8_t flags = 0;   // kBoxed: items in a growable vector; kMemo: referenced from elsewhere too
   uint16_t depth = 0;  // nesting depth (leaves 0); capped by the VM
   uint32_t len = 0;    // strings/bytes: length; frozen containers: item count
   uint64_t bits = 0;   // inline payload or a pointer into the owning Tree's arenas
 
   static constexpr uint8_t kBoxed = 1;
+  static constexpr uint8_t kMemo = 2;  // also held by a memo entry that is read back (or DUP'd)
 
   bool is(Kind k) const { return kind == k; }
   bool is_none() const { return kind == Kind::None; }

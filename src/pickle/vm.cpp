@@ -320,8 +320,13 @@ class Machine {
   void scan() {
     SpanReader r(data_, opts_.source, opts_.base_offset);
     Arg a;
+    uint64_t next_report = kReportEvery;
     while (!r.at_end()) {
       size_t op_pos = r.pos();
+      if (op_pos >= next_report && opts_.consumed) {
+        opts_.consumed(op_pos);
+        next_report = op_pos + kReportEvery;
+      }
       uint8_t op = r.u8();
       read_arg(op, r, op_pos, a);
       if (op == GET || op == BINGET || op == LONG_BINGET) {
@@ -425,6 +430,7 @@ class Machine {
     Value* slot = memo_slot(idx);
     if (!slot) return;  // never read back: no need to keep it
     if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
+    v.flags |= Value::kMemo;
     *slot = v;
     memo_set_[static_cast<size_t>(slot - memo_vals_.data())] = 1;
   }
@@ -471,6 +477,7 @@ class Machine {
         if (all_int) {
           Value v = dims;
           v.kind = Kind::Size;
+          tree_->discard(args);  // the 1-tuple around the dims, usually the last allocation
           return v;
         }
       }
@@ -498,8 +505,26 @@ class Machine {
   }
 
   void build() {
-    Value state = settle(pop());
+    Value raw = pop();
     Value& obj = top();
+    if (opts_.folder && obj.kind == Kind::Object && !(obj.flags & Value::kMemo) &&
+        obj.as_object().callable.kind == Kind::Global) {
+      const ObjectNode& node = obj.as_object();
+      Value out;
+      if (opts_.folder->fold(node.callable.as_global(), node.args, raw, out)) {
+        // Give back what only this object held, newest first, so arena tails can be reused.
+        if (raw.kind == Kind::Dict || raw.kind == Kind::Tuple) {
+          Items it = raw.items();
+          for (uint64_t i = it.size(); i-- > 0;) tree_->discard(it[i]);
+        }
+        tree_->discard(raw);
+        tree_->discard(node.args);
+        tree_->discard(obj);
+        obj = out;
+        return;
+      }
+    }
+    Value state = settle(raw);
     if (obj.kind == Kind::Object) {
       check_depth(state.depth + 2u);
       const_cast<ObjectNode&>(obj.as_object()).state = state;
@@ -521,9 +546,14 @@ class Machine {
     SpanReader r(data_, opts_.source, opts_.base_offset);
     r_ = &r;
     Arg a;
+    uint64_t next_report = kReportEvery;
     while (true) {
       if (r.at_end()) r.fail("pickle ends without a STOP opcode");
       op_pos_ = r.pos();
+      if (op_pos_ >= next_report && opts_.consumed) {
+        opts_.consumed(op_pos_);
+        next_report = op_pos_ + kReportEvery;
+      }
       op_ = r.u8();
       read_arg(op_, r, op_pos_, a);
       switch (op_) {
@@ -547,6 +577,7 @@ class Machine {
           break;
         case POP_MARK: stack_.resize(pop_mark()); break;
         case DUP: {
+          top().flags |= Value::kMemo;
           Value v = top();
           if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
           push(v);
@@ -724,6 +755,7 @@ class Machine {
   }
 
   static constexpr size_t kMaxStack = size_t{1} << 26;
+  static constexpr uint64_t kReportEvery = uint64_t{64} << 20;
 
   ByteSpan data_;
   const ParseOptions& opts_;

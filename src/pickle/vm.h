@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,10 +42,28 @@ struct Limits {
   uint64_t max_memo_index = 1ull << 40;
 };
 
+// Folds objects of classes its owner knows into compact records while the pickle is decoded, so
+// that millions of small objects (a `.metadata`'s chunks and storage entries) never exist as
+// generic trees. At BUILD of an object made by NEWOBJ/REDUCE of a global, with its (still open)
+// state, fold() either declines (false: the generic Object is kept) or sets `out` to stand for the
+// object, normally an Ext value whose payload indexes the folder's own storage. Objects the memo
+// refers to again are never offered: every reference must see the same value. A folder must not
+// keep `state` or anything inside it: the VM reuses that memory right after.
+class Folder {
+ public:
+  virtual ~Folder() = default;
+  virtual bool fold(const GlobalRef& cls, const Value& args, const Value& state, Value& out) = 0;
+};
+
 struct ParseOptions {
   std::string source;        // file name for error messages
   uint64_t base_offset = 0;  // absolute offset of the pickle within that file
   Limits limits;
+  Folder* folder = nullptr;
+  // Told, every 64 MiB of input, that the pass under way is done with the bytes before this
+  // offset, so a caller reading a mapping can drop those pages (the second pass faults them back
+  // in from the page cache as it goes).
+  std::function<void(uint64_t)> consumed;
 };
 
 std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts);

@@ -5,9 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace dcpctl {
+
+void MappedFile::drop_before(uint64_t offset) const {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t n = std::min<uint64_t>(offset, size_) / page * page;
+  if (addr_ && n) ::madvise(addr_, n, MADV_DONTNEED);  // advisory: failure only costs memory
+}
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

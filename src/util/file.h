@@ -18,6 +18,9 @@ class MappedFile {
   ByteSpan span() const { return {static_cast<const uint8_t*>(addr_), size_}; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the resident pages before `offset` from this process (they stay in the page cache and
+  // fault back in if read again): a parser streaming through a large file keeps its RSS flat.
+  void drop_before(uint64_t offset) const;
 
  private:
   std::string path_;

@@ -262,6 +262,7 @@ bool Pickler::value(const Value& v, int depth) {
       return true;
     }
     case Kind::PersId: return false;
+    case Kind::Ext: return false;  // a parser's folded record: no pickle form of its own
   }
   return false;
 }

@@ -178,3 +178,79 @@ TEST_CASE("json conversion") {
   REQUIRE(to_json(run("(S'a'\n(I1\nF2.5\nNtd.")->root, j));
   CHECK(j.dump() == R"({"a":[1,2.5,null]})");
 }
+
+namespace {
+
+// Folds m.C objects whose state is {'x': int} into Ext(tag 7, x).
+struct FoldC final : Folder {
+  int offered = 0;
+  bool fold(const GlobalRef& cls, const Value&, const Value& state, Value& out) override {
+    ++offered;
+    const Value* x = state.kind == Kind::Dict ? state.get("x") : nullptr;
+    if (cls.module != "m" || cls.name != "C" || !x || x->kind != Kind::Int) return false;
+    out.kind = Kind::Ext;
+    out.len = 7;
+    out.bits = static_cast<uint64_t>(x->as_int());
+    return true;
+  }
+};
+
+std::unique_ptr<Tree> run_folded(const std::string& bytes, FoldC& f) {
+  ParseOptions o;
+  o.source = "test.pkl";
+  o.folder = &f;
+  return parse(ByteSpan(bytes), o);
+}
+
+// protocol 4: m.C() with BUILD {'x': 5}, optionally memoized (MEMOIZE) as entry 0
+std::string c_obj(int x, bool memoize) {
+  std::string s = bin({0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81});
+  if (memoize) s += bin({0x94});
+  return s + bin({'}', 0x8c, 1, 'x', 'K', x, 's', 'b'});
+}
+
+}  // namespace
+
+TEST_CASE("a Folder replaces the objects it knows, and only those nobody else references") {
+  FoldC f;
+  // [C(x=5), C(x=6)] -> two Ext values
+  auto t = run_folded(bin({0x80, 4, ']', '('}) + c_obj(5, false) + c_obj(6, false) + bin({'e', '.'}), f);
+  REQUIRE(t->root.kind == Kind::List);
+  REQUIRE(t->root.items().size() == 2);
+  CHECK(t->root.items()[0].kind == Kind::Ext);
+  CHECK(t->root.items()[0].bits == 5);
+  CHECK(t->root.items()[1].bits == 6);
+  CHECK(f.offered == 2);
+
+  // c = C(x=5) memoized and read back: (c, c) must stay one shared generic object.
+  FoldC g;
+  auto u = run_folded(bin({0x80, 4}) + c_obj(5, true) + bin({'h', 0, 0x86, '.'}), g);
+  REQUIRE(u->root.kind == Kind::Tuple);
+  CHECK(u->root.items()[0].kind == Kind::Object);
+  CHECK(&u->root.items()[0].as_object() == &u->root.items()[1].as_object());
+  CHECK(g.offered == 0);
+
+  // a state the folder declines keeps the generic object
+  FoldC h;
+  auto v = run_folded(bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81, '}', 0x8c, 1, 'y', 'K', 1, 's', 'b', '.'}), h);
+  CHECK(v->root.kind == Kind::Object);
+  CHECK(h.offered == 1);
+}
+
+TEST_CASE("memory given back early is never reused while still referenced") {
+  // torch.Size(t) where t = (4, 5) is memoized and read back: the Size and t share the dims.
+  CHECK(r(bin({0x80, 4, 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z', 'e', 0x93, 'K', 4, 'K', 5, 0x86, 0x94,
+               0x85, 'R', 'h', 0, 'K', 9, 'K', 9, 0x86, 0x87, '.'})) == "(torch.Size([4, 5]), (4, 5), (9, 9))");
+  // the args tuple ((4, 5),) memoized and read back after the REDUCE
+  CHECK(r(bin({0x80, 4, 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z', 'e', 0x93, 'K', 4, 'K', 5, 0x86, 0x85,
+               0x94, 'R', 'h', 0, 'K', 9, 'K', 9, 0x86, 0x87, '.'})) == "(torch.Size([4, 5]), ((4, 5),), (9, 9))");
+  // a folded object's state children held by the memo survive the fold: C with state
+  // {'x': 3, 'k': (1, 2)}, the tuple memoized and read back, then a new tuple is allocated
+  FoldC f;
+  std::string p = bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, ')', 0x81, '}', 0x8c, 1, 'x', 'K', 3, 's', 0x8c, 1, 'k',
+                       'K', 1, 'K', 2, 0x86, 0x94, 's', 'b', 'h', 0, 'K', 8, 'K', 8, 0x86, 0x87, '.'});
+  CHECK(r(p) == "(m.C() state={'x': 3, 'k': (1, 2)}, (1, 2), (8, 8))");
+  auto t = run_folded(p, f);
+  CHECK(t->root.items()[0].kind == Kind::Ext);
+  CHECK(repr(t->root, 1000) == "(<record>, (1, 2), (8, 8))");
+}
