@@ -249,4 +249,35 @@ void OutputDir::commit() {
   if (!aside.empty()) remove_tree(aside);
 }
 
+// Copies [off, off+n) of `in` to `out` at out_off. copy_file_range lets the kernel move (or
+// reflink) the bytes; when it is unavailable (another filesystem, an old kernel) it returns with
+// use_cfr false and the caller repeats the copy with a buffer.
+void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_off, uint64_t n, uint8_t* buf,
+                uint64_t window, bool& use_cfr, int out_fd) {
+  while (n > 0 && use_cfr) {
+    loff_t io = static_cast<loff_t>(off), oo = static_cast<loff_t>(out_off);
+    ssize_t w = ::copy_file_range(in.fd(), &io, out_fd, &oo, n, 0);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EBADF) {
+        use_cfr = false;  // the caller copies the whole range again through a buffer
+        return;
+      }
+      throw IoError(Where(out.final_path(), out_off), "copy failed: " + errno_text(errno));
+    }
+    if (w == 0) throw IoError(Where(in.path(), off), "file shrank while reading");
+    off += static_cast<uint64_t>(w);
+    out_off += static_cast<uint64_t>(w);
+    n -= static_cast<uint64_t>(w);
+  }
+  while (n > 0) {
+    uint64_t k = std::min(n, window);
+    in.read_at(off, buf, k);
+    out.pwrite_all(buf, k, out_off);
+    off += k;
+    out_off += k;
+    n -= k;
+  }
+}
+
 }  // namespace dcpctl

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "util/file.h"
+
 namespace dcpctl {
 
 void install_cleanup_handlers();
@@ -74,5 +76,11 @@ class OutputDir {
 
 // Removes a directory tree (used for cleanup); ignores errors.
 void remove_tree(const std::string& path);
+
+// Copies [off, off+n) of `in` to `out` at out_off. copy_file_range lets the kernel move (or
+// reflink) the bytes; when it is unavailable (another filesystem, an old kernel) it returns with
+// use_cfr false and the caller repeats the copy with a buffer (`buf`, `window` bytes).
+void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_off, uint64_t n, uint8_t* buf,
+                uint64_t window, bool& use_cfr, int out_fd);
 
 }  // namespace dcpctl

@@ -9,11 +9,66 @@
 
 namespace dcpctl {
 
+namespace {
+
+uint32_t le32(const uint8_t* p) { return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24; }
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+void put_le32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+constexpr uint32_t kDataDescriptor = 0x08074b50;  // after each stored payload: sig, crc32, sizes
+constexpr uint32_t kCentralEntry = 0x02014b50;    // crc32 at +16; name length +28, extra +30, comment +32
+
+}  // namespace
+
 struct TorchSaveWriter::Impl {
   OutputFile* out = nullptr;
   std::vector<uint8_t>* mem = nullptr;
   std::exception_ptr error;
   std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> writer;
+
+  // A streamed payload (write_tensor_blob_streamed): its record's name, the callback, its CRC and
+  // where the writer stands (before the payload, waiting for its data descriptor, done).
+  const std::function<uint32_t()>* payload = nullptr;
+  std::string payload_record;
+  uint32_t payload_crc = 0;
+  enum { kBefore, kDescriptor, kCentral, kDone } stage = kBefore;
+
+  // Puts the payload's CRC into the writes miniz made without it. Returns true if it wrote `data`.
+  bool streamed(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    if (stage == kBefore && !data && n > 0) {
+      payload_crc = (*payload)();
+      stage = kDescriptor;
+      return true;
+    }
+    if (stage == kDescriptor && data && n >= 8 && le32(p) == kDataDescriptor) {
+      std::vector<uint8_t> d(p, p + n);
+      put_le32(d.data() + 4, payload_crc);
+      out->append(d.data(), n);
+      stage = kCentral;
+      return true;
+    }
+    if (stage == kCentral && data && n >= 46 && le32(p) == kCentralEntry) {  // the whole central directory
+      std::vector<uint8_t> cd(p, p + n);
+      size_t at = 0;
+      while (at + 46 <= n && le32(cd.data() + at) == kCentralEntry) {
+        size_t nl = le16(cd.data() + at + 28), xl = le16(cd.data() + at + 30), cl = le16(cd.data() + at + 32);
+        if (at + 46 + nl > n) break;
+        std::string name(reinterpret_cast<const char*>(cd.data() + at + 46), nl);
+        if (name.size() >= payload_record.size() + 1 && name.compare(name.size() - payload_record.size() - 1, std::string::npos, "/" + payload_record) == 0) {
+          put_le32(cd.data() + at + 16, payload_crc);
+          stage = kDone;
+        }
+        at += 46 + nl + xl + cl;
+      }
+      if (stage != kDone) throw IoError(Where(out->final_path()), "writing torch.save archive: no central directory entry for " + payload_record);
+      out->append(cd.data(), n);
+      return true;
+    }
+    return false;
+  }
 
   // PyTorchStreamWriter calls this through miniz (C): no exception may cross it.
   size_t sink(const void* data, size_t n) {
@@ -22,6 +77,7 @@ struct TorchSaveWriter::Impl {
     // rethrown by guarded().
     if (error) return n;
     try {
+      if (payload && out && streamed(data, n)) return n;
       if (out) out->append(data, n);
       else mem->insert(mem->end(), static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
       return n;
@@ -95,6 +151,21 @@ void tensor_archive(TorchSaveWriter::Impl& impl, DType dtype, const std::vector<
 }
 
 }  // namespace
+
+void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, uint64_t n,
+                                const std::function<uint32_t()>& payload) {
+  if (n == 0) {  // nothing to stream: an ordinary empty record
+    write_tensor_blob(out, dtype, shape, nullptr, 0);
+    return;
+  }
+  TorchSaveWriter::Impl impl;
+  impl.out = &out;
+  impl.payload = &payload;
+  impl.payload_record = "data/0";
+  tensor_archive(impl, dtype, shape, nullptr, n);  // a null payload: miniz writes the metadata only
+  if (impl.stage != TorchSaveWriter::Impl::kDone)
+    throw IoError(Where(out.final_path()), "writing torch.save archive: the streamed record was not completed");
+}
 
 std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n) {
   std::vector<uint8_t> blob;

@@ -14,6 +14,7 @@
 // This file and item/torch_zip.cpp are the only ones that include LibTorch headers.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,16 @@ class TorchSaveWriter {
 
 // torch.save(tensor) of a contiguous CPU tensor, appended to `out` (a DCP item).
 void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
+
+// The same archive with the tensor's `n` bytes streamed rather than handed over in one buffer:
+// PyTorchStreamWriter lays out the records with the payload left to us (a null data pointer makes
+// miniz write the record's metadata only, and skip its CRC); when the writer reaches the payload,
+// `payload()` appends exactly `n` bytes to `out` and returns their CRC-32, which goes into the
+// record's data descriptor and central directory entry as miniz would have written it. So a chunk
+// of any size costs a window of memory, not a chunk. (torch's .data/serialization_id, a hash that
+// folds in each record's CRC as the writer saw it, hashes 0 for this record; nothing reads it back.)
+void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, uint64_t n,
+                                const std::function<uint32_t()>& payload);
 
 // The same archive in memory.
 std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
