@@ -22,6 +22,7 @@
 #include "util/sha256.h"
 #include "util/parallel.h"
 #include "write/output.h"
+#include "write/stream.h"
 #include "write/pickler.h"
 #include "write/safetensors.h"
 #include "write/torch_save.h"
@@ -61,6 +62,28 @@ struct OutTensor {
   bool transformed = false;
   uint64_t need = 0;     // bytes of buffers this tensor needs at once
 };
+
+// The pieces a whole tensor is made of, in order, when every non-empty chunk is a run of the
+// tensor whose bytes can be read in place; nullopt otherwise (see write/stream.h).
+std::optional<std::vector<Piece>> run_pieces(const ItemReader& reader, const TensorMeta& t) {
+  if (!t.dtype || t.nbytes() == 0) return std::nullopt;
+  std::vector<Piece> pieces;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    if (t.chunk_numel(c) == 0) continue;
+    if (!chunk_is_run(t, c)) return std::nullopt;
+    std::optional<DirectRun> run = reader.direct_run(t, c);
+    if (!run) return std::nullopt;
+    pieces.push_back({run->file, run->offset, run->bytes, chunk_start(t, c)});
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
+  uint64_t at = 0;
+  for (const Piece& p : pieces) {
+    if (p.to != at) return std::nullopt;
+    at += p.bytes;
+  }
+  if (at != t.nbytes()) return std::nullopt;
+  return pieces;
+}
 
 struct Progress {
   std::atomic<uint64_t> done{0};
@@ -593,8 +616,19 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     OutputFile out(o.output);
     TorchSaveWriter zw(out);
     zw.write_pickle(p.data());
+    // Windows for streamed tensors: 1 MiB of source elements (and their cast), outside the budget.
+    constexpr uint64_t kWindowBytes = 1 << 20;
+    std::unique_ptr<uint8_t[]> win_in(new uint8_t[kWindowBytes]), win_out(new uint8_t[kWindowBytes * 16]);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const OutTensor& ot = tensors[i];
+      // Dim-0 shards (every chunk a run read in place) stream straight into the record.
+      if (std::optional<std::vector<Piece>> pieces = run_pieces(reader, *ot.t)) {
+        zw.write_storage_streamed(std::to_string(i), ot.out_bytes, [&] {
+          return stream_pieces(out, *pieces, ot.src, ot.dst, win_in.get(), win_out.get(), kWindowBytes / itemsize(ot.src));
+        });
+        prog.add(ot.out_bytes);
+        continue;
+      }
       GateReservation hold(gate, ot.need);
       std::vector<uint8_t> full(ot.t->nbytes());
       read_full_tensor(reader, *ot.t, full.data(), threads);

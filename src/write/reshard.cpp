@@ -10,13 +10,13 @@
 #include "plan/geometry.h"
 #include "dist/group.h"
 #include "util/failpoint.h"
-#include "util/crc32.h"
 #include "util/memory_gate.h"
 #include "util/sha256.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
 #include "write/dcp_metadata.h"
 #include "write/output.h"
+#include "write/stream.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {
@@ -143,12 +143,6 @@ void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, 
   }
 }
 
-// A run of source bytes, read in place.
-struct Piece {
-  const ReadFile* file;
-  uint64_t offset, bytes, to;  // `to`: where it lands in the target chunk
-};
-
 // The pieces target box `tb` is made of, in order, when the box and every source chunk it takes
 // rows from are row runs whose bytes can be read in place (untransformed items, contiguous views):
 // such a chunk streams through a small window instead of being assembled in memory. nullopt when
@@ -178,30 +172,6 @@ std::optional<std::vector<Piece>> direct_pieces(const ItemReader& reader, const 
   }
   if (at != tb.numel() * item) return std::nullopt;
   return pieces;
-}
-
-// Appends the pieces to `out` a window at a time, cast from `src` to `dst` on the way, and returns
-// the CRC-32 of what it appended. The windows stay in cache: resharding 4.8 GB through whole-chunk
-// buffers spent most of its time copying into and out of cold memory.
-uint32_t stream_pieces(OutputFile& out, const std::vector<Piece>& pieces, DType src, DType dst, uint8_t* win_in,
-                       uint8_t* win_out, uint64_t window_elems) {
-  size_t si = itemsize(src), di = itemsize(dst);
-  uint32_t crc = 0;
-  for (const Piece& p : pieces) {
-    for (uint64_t done = 0; done < p.bytes;) {
-      uint64_t k = std::min(window_elems, (p.bytes - done) / si);
-      p.file->read_at(p.offset + done, win_in, k * si);
-      const uint8_t* data = win_in;
-      if (src != dst) {
-        cast_elements(src, dst, win_in, win_out, k);
-        data = win_out;
-      }
-      crc = crc32_update(crc, data, k * di);
-      out.append(data, k * di);
-      done += k * si;
-    }
-  }
-  return crc;
 }
 
 }  // namespace

@@ -28,43 +28,49 @@ struct TorchSaveWriter::Impl {
   std::exception_ptr error;
   std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> writer;
 
-  // A streamed payload (write_tensor_blob_streamed): its record's name, the callback, its CRC and
-  // where the writer stands (before the payload, waiting for its data descriptor, done).
+  // Streamed payloads (write_storage_streamed): the next record's callback and name, and the CRC
+  // of each record streamed so far, put into the writes miniz made without it.
   const std::function<uint32_t()>* payload = nullptr;
   std::string payload_record;
-  uint32_t payload_crc = 0;
-  enum { kBefore, kDescriptor, kCentral, kDone } stage = kBefore;
+  bool await_descriptor = false, central_patched = false;
+  std::vector<std::pair<std::string, uint32_t>> crcs;
 
-  // Puts the payload's CRC into the writes miniz made without it. Returns true if it wrote `data`.
+  // Returns true if it wrote `data` itself.
   bool streamed(const void* data, size_t n) {
     const auto* p = static_cast<const uint8_t*>(data);
-    if (stage == kBefore && !data && n > 0) {
-      payload_crc = (*payload)();
-      stage = kDescriptor;
+    if (payload && !data && n > 0) {
+      crcs.emplace_back(payload_record, (*payload)());
+      payload = nullptr;
+      await_descriptor = true;
       return true;
     }
-    if (stage == kDescriptor && data && n >= 8 && le32(p) == kDataDescriptor) {
+    if (await_descriptor && data && n >= 8 && le32(p) == kDataDescriptor) {
       std::vector<uint8_t> d(p, p + n);
-      put_le32(d.data() + 4, payload_crc);
+      put_le32(d.data() + 4, crcs.back().second);
       out->append(d.data(), n);
-      stage = kCentral;
+      await_descriptor = false;
       return true;
     }
-    if (stage == kCentral && data && n >= 46 && le32(p) == kCentralEntry) {  // the whole central directory
+    if (!crcs.empty() && data && n >= 46 && le32(p) == kCentralEntry) {  // the whole central directory
       std::vector<uint8_t> cd(p, p + n);
-      size_t at = 0;
+      size_t at = 0, patched = 0;
       while (at + 46 <= n && le32(cd.data() + at) == kCentralEntry) {
         size_t nl = le16(cd.data() + at + 28), xl = le16(cd.data() + at + 30), cl = le16(cd.data() + at + 32);
         if (at + 46 + nl > n) break;
         std::string name(reinterpret_cast<const char*>(cd.data() + at + 46), nl);
-        if (name.size() >= payload_record.size() + 1 && name.compare(name.size() - payload_record.size() - 1, std::string::npos, "/" + payload_record) == 0) {
-          put_le32(cd.data() + at + 16, payload_crc);
-          stage = kDone;
+        for (const auto& [record, crc] : crcs) {
+          std::string tail = "/" + record;
+          if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0) {
+            put_le32(cd.data() + at + 16, crc);
+            ++patched;
+          }
         }
         at += 46 + nl + xl + cl;
       }
-      if (stage != kDone) throw IoError(Where(out->final_path()), "writing torch.save archive: no central directory entry for " + payload_record);
+      if (patched != crcs.size())
+        throw IoError(Where(out->final_path()), "writing torch.save archive: the central directory lacks a streamed record");
       out->append(cd.data(), n);
+      central_patched = true;
       return true;
     }
     return false;
@@ -77,7 +83,7 @@ struct TorchSaveWriter::Impl {
     // rethrown by guarded().
     if (error) return n;
     try {
-      if (payload && out && streamed(data, n)) return n;
+      if (out && (payload || await_descriptor || !crcs.empty()) && streamed(data, n)) return n;
       if (out) out->append(data, n);
       else mem->insert(mem->end(), static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
       return n;
@@ -128,8 +134,22 @@ void TorchSaveWriter::write_storage(const std::string& key, const void* data, si
   impl_->guarded([&] { impl_->writer->writeRecord("data/" + key, data, n); });
 }
 
+void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload) {
+  if (n == 0) return write_storage(key, nullptr, 0);
+  impl_->payload = &payload;
+  impl_->payload_record = "data/" + key;
+  try {
+    impl_->guarded([&] { impl_->writer->writeRecord("data/" + key, nullptr, n); });  // metadata only: see streamed()
+  } catch (...) {
+    impl_->payload = nullptr;
+    throw;
+  }
+}
+
 void TorchSaveWriter::finish() {
   impl_->guarded([&] { impl_->writer->writeEndOfFile(); });
+  if (!impl_->crcs.empty() && !impl_->central_patched)
+    throw IoError(Where(impl_->out->final_path()), "writing torch.save archive: streamed records were not completed");
 }
 
 namespace {
@@ -163,7 +183,7 @@ void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<
   impl.payload = &payload;
   impl.payload_record = "data/0";
   tensor_archive(impl, dtype, shape, nullptr, n);  // a null payload: miniz writes the metadata only
-  if (impl.stage != TorchSaveWriter::Impl::kDone)
+  if (!impl.central_patched)
     throw IoError(Where(out.final_path()), "writing torch.save archive: the streamed record was not completed");
 }
 

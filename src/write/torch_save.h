@@ -36,6 +36,9 @@ class TorchSaveWriter {
   // data.pkl and the small header records; call first.
   void write_pickle(const std::string& data_pkl);
   void write_storage(const std::string& key, const void* data, size_t n);
+  // Record data/<key> of `n` bytes that `payload()` appends to the output itself, returning their
+  // CRC-32 (see write_tensor_blob_streamed).
+  void write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload);
   void finish();
 
   struct Impl;  // opaque; public so the in-memory blob writer can share it
