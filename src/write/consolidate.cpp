@@ -75,13 +75,7 @@ std::optional<std::vector<Piece>> run_pieces(const ItemReader& reader, const Ten
     if (!run) return std::nullopt;
     pieces.push_back({run->file, run->offset, run->bytes, chunk_start(t, c)});
   }
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
-  uint64_t at = 0;
-  for (const Piece& p : pieces) {
-    if (p.to != at) return std::nullopt;
-    at += p.bytes;
-  }
-  if (at != t.nbytes()) return std::nullopt;
+  if (!order_pieces(pieces, t.nbytes())) return std::nullopt;
   return pieces;
 }
 

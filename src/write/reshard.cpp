@@ -164,13 +164,7 @@ std::optional<std::vector<Piece>> direct_pieces(const ItemReader& reader, const 
                       static_cast<uint64_t>(in.sizes[0]) * row_bytes,
                       static_cast<uint64_t>(in.offsets[0] - tb.offsets[0]) * row_bytes});
   }
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
-  uint64_t at = 0;
-  for (const Piece& p : pieces) {
-    if (p.to != at) return std::nullopt;  // a gap or an overlap: leave it to assemble_box
-    at += p.bytes;
-  }
-  if (at != tb.numel() * item) return std::nullopt;
+  if (!order_pieces(pieces, tb.numel() * item)) return std::nullopt;  // a gap or an overlap: assemble_box
   return pieces;
 }
 

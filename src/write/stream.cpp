@@ -7,6 +7,16 @@
 
 namespace dcpctl {
 
+bool order_pieces(std::vector<Piece>& pieces, uint64_t total) {
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
+  uint64_t at = 0;
+  for (const Piece& p : pieces) {
+    if (p.to != at) return false;
+    at += p.bytes;
+  }
+  return at == total;
+}
+
 // The windows stay in cache: resharding 4.8 GB through whole-chunk buffers spent most of its time
 // copying into and out of cold memory.
 uint32_t stream_pieces(OutputFile& out, const std::vector<Piece>& pieces, DType src, DType dst, uint8_t* win_in,

@@ -18,6 +18,9 @@ struct Piece {
   uint64_t offset, bytes, to;  // `to`: where it lands in the target chunk
 };
 
+// Sorts pieces by where they land; true if they then tile [0, total) exactly (no gap, no overlap).
+bool order_pieces(std::vector<Piece>& pieces, uint64_t total);
+
 // Appends the pieces to `out` a window of `window_elems` source elements at a time, cast from
 // `src` to `dst` on the way (`win_in` holds window_elems source elements, `win_out` their cast),
 // and returns the CRC-32 of what it appended.
