@@ -27,6 +27,7 @@ struct ConsolidateCliOptions {
   std::vector<std::string> include, exclude;
   std::string select;
   bool flat = false, force = false, dry_run = false, quiet = false, json = false, keep_unsafe = false;
+  bool parallel_write = false;
   unsigned threads = 4;
   DistOptions dist;
 };
@@ -112,8 +113,13 @@ int run_consolidate(const ConsolidateCliOptions& o) {
 
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
+  co.local_files = o.dist.local_files;
+  co.parallel_write = o.parallel_write;
+  if (o.parallel_write && co.format != OutputFormat::HfDir)
+    throw UsageError(Where(o.output), "--parallel-write writes whole shards of a DIR/ (Hugging Face) output");
+  if (o.parallel_write && !group) throw UsageError(Where(), "--parallel-write needs several processes (launch with torchrun)");
   bool quiet = o.quiet || (group && group->rank() != 0);
-  Checkpoint ck = open_checkpoint(o.checkpoint);
+  Checkpoint ck = open_checkpoint_on(group.get(), o.dist, o.checkpoint);
   json r = consolidate(ck, co);
   progress.finish();
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
@@ -176,7 +182,9 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
-  add_dist_options(sub, o->dist);
+  add_dist_options(sub, o->dist, true);
+  sub->add_flag("--parallel-write", o->parallel_write,
+                "Under torchrun, DIR/ output: each rank writes whole shards itself (shared filesystem); rank 0 writes the index");
   sub->callback([&run, o] { run = [o] { return run_consolidate(*o); }; });
 }
 

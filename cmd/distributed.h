@@ -5,16 +5,25 @@
 #include <memory>
 
 #include "dist/group.h"
+#include "meta/checkpoint.h"
 
 namespace dcpctl::cli {
 
 struct DistOptions {
   unsigned timeout = 600;  // seconds a rank waits for another before giving up
   bool single = false;     // ignore RANK/WORLD_SIZE
+  std::string backend = "gloo";
+  bool local_files = false;  // consolidate: each rank reads the files in its own directory
 };
 
-void add_dist_options(CLI::App* sub, DistOptions& o);
+// --timeout, --single-process, and for commands that move bytes between ranks --backend (and,
+// with `local_files`, --local-files).
+void add_dist_options(CLI::App* sub, DistOptions& o, bool transport);
 // The group when RANK/WORLD_SIZE say this is one of several processes, else nullptr.
 std::unique_ptr<Group> join_group(const DistOptions& o);
+// The checkpoint, for this rank. Under torchrun with --local-files, `{rank}`, `{local_rank}` and
+// `{node_rank}` in the path name this rank's directory, and a rank whose directory lacks
+// .metadata gets the bytes from the lowest rank that has it.
+Checkpoint open_checkpoint_on(Group* group, const DistOptions& o, std::string dir);
 
 }  // namespace dcpctl::cli

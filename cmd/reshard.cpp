@@ -92,7 +92,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
-  add_dist_options(sub, o->dist);
+  add_dist_options(sub, o->dist, false);
 }
 
 void setup_reshard(CLI::App& parent, RunFn& run) {

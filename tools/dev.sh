@@ -49,9 +49,32 @@ setup_venv() {
   echo "$want" >"$VENV/.dcpctl-requirements"
 }
 
+# Gloo's headers: the torch wheel carries Gloo compiled into libtorch_cpu and c10d's
+# ProcessGroupGloo.hpp, but not the Gloo headers that header includes. Debian's libgloo-dev
+# provides them; only the headers are unpacked (into .deps/gloo, nothing installed system-wide).
+setup_gloo() {
+  local dest=$ROOT/.deps/gloo
+  [ -f "$dest/include/gloo/rendezvous/store.h" ] && return 0
+  log "unpacking Gloo headers from Debian's libgloo-dev into .deps/gloo"
+  local tmp
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download libgloo-dev >/dev/null 2>&1); then
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    "${sudo[@]}" apt-get update -qq
+    (cd "$tmp" && apt-get download libgloo-dev >/dev/null 2>&1)
+  fi
+  dpkg-deb -x "$tmp"/libgloo-dev_*.deb "$tmp/x"
+  mkdir -p "$dest/include"
+  rm -rf "$dest/include/gloo"
+  cp -r "$tmp/x/usr/include/gloo" "$dest/include/"
+  rm -rf "$tmp"
+}
+
 setup() {
   setup_apt
   setup_venv
+  setup_gloo
 }
 
 configure() {  # configure <build dir> [cmake args...]

@@ -1,11 +1,20 @@
 #include "dist/group.h"
 
+#include <c10/util/Logging.h>
+#include <dlfcn.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if DCPCTL_HAVE_GLOO
+#include <ATen/ops/from_blob.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
+#include "dist/transport.h"
 #include "util/error.h"
 
 namespace dcpctl {
@@ -31,9 +40,80 @@ int env_int(const char* name, int fallback) {
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
+// The first line of a c10d/Gloo message, without Gloo's boilerplate advice.
+std::string first_line(std::string s) {
+  if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+  if (auto advice = s.find(". This is typically caused"); advice != std::string::npos) s.resize(advice);
+  return s;
+}
+
+#if DCPCTL_HAVE_GLOO
+// Gloo over TCP: CPU tensors wrap the caller's bytes (no copy). Gloo matches messages by peer
+// and tag; the process group's calls are posted under a lock, the waits run unlocked.
+class GlooTransport final : public Transport {
+ public:
+  GlooTransport(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
+      : timeout_(timeout) {
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, c10d::ProcessGroupGloo::Options::create_default(timeout));
+  }
+  void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
+    std::vector<at::Tensor> t{wrap(const_cast<void*>(data), n)};
+    run([&] { return pg_->send(t, dst, static_cast<int>(tag)); });
+  }
+  void recv(int src, uint32_t tag, void* data, uint64_t n) override {
+    std::vector<at::Tensor> t{wrap(data, n)};
+    run([&] { return pg_->recv(t, src, static_cast<int>(tag)); });
+  }
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    for (auto& w : inflight_) w->abort();
+  }
+  bool has_tags() const override { return true; }
+  std::string name() const override { return "gloo"; }
+
+ private:
+  template <class Post>
+  void run(Post&& post) {
+    c10::intrusive_ptr<c10d::Work> w;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) throw std::runtime_error("transfers were cancelled (this rank is failing)");
+      w = post();
+      inflight_.push_back(w);
+    }
+    auto forget = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_.erase(std::find(inflight_.begin(), inflight_.end(), w));
+    };
+    try {
+      w->wait(timeout_);
+    } catch (...) {
+      forget();
+      throw;
+    }
+    forget();
+  }
+
+  static at::Tensor wrap(void* p, uint64_t n) {
+    static uint8_t empty;
+    return at::from_blob(n ? p : &empty, {static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte));
+  }
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  bool aborted_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> inflight_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+#endif
+
 class StoreGroup final : public Group {
  public:
-  StoreGroup(const LaunchEnv& e, std::chrono::seconds timeout) : env_(e), timeout_(timeout) {
+  StoreGroup(const LaunchEnv& e, std::chrono::seconds timeout, Backend backend)
+      : env_(e), timeout_(timeout), backend_(backend) {
+    // c10d logs a warning (with a C++ stack) for every socket a failed peer closes; dcpctl says
+    // what failed in one line itself. TORCH_CPP_LOG_LEVEL still chooses, when set.
+    if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 2);
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(e.master_port);
     opts.isServer = e.rank == 0 && !e.agent_store;
@@ -52,13 +132,19 @@ class StoreGroup final : public Group {
   // The process hosting the store must outlive every reader of the final outcome: the others
   // say goodbye, and the host waits (briefly) for them before closing the store.
   ~StoreGroup() override {
+    // Closing the process group first fails at once any peer still sending to or receiving from
+    // this rank (it would otherwise wait out its timeout).
+    transport_.reset();
     try {
       if (rank() != 0) {
         store_->set(prefix_ + "bye/" + std::to_string(rank()), bytes_of("bye"));
       } else if (!env_.agent_store) {
         std::vector<std::string> keys;
         for (int r = 1; r < size(); ++r) keys.push_back(prefix_ + "bye/" + std::to_string(r));
-        store_->wait(keys, std::chrono::milliseconds(std::min<int64_t>(10000, timeout_.count() * 1000)));
+        // After a failure a dead rank never says goodbye; the living learn the outcome at once
+        // (their transfers to this rank fail when the process group closes above).
+        int64_t ms = failed_ ? 3000 : std::min<int64_t>(10000, timeout_.count() * 1000);
+        store_->wait(keys, std::chrono::milliseconds(ms));
       }
     } catch (...) {
       // A rank that died never says goodbye; its failure was already reported.
@@ -96,15 +182,111 @@ class StoreGroup final : public Group {
   }
 
   void announce(const std::string& phase, const std::string& error) override {
+    failed_ = failed_ || !error.empty();
     set("outcome/" + phase, error.empty() ? "ok" : error);
   }
 
   void await(const std::string& phase) override { await_impl(phase, false); }
 
+  void connect_transport() override {
+    if (transport_) return;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout_);
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(prefix_ + "pg", store_);
+    std::string error;
+    try {
+      if (backend_ == Backend::Nccl) {
+        transport_ = load_nccl(store, ms);
+      } else {
+#if DCPCTL_HAVE_GLOO
+        transport_ = std::make_unique<GlooTransport>(store, rank(), size(), ms);
+#else
+        error = "this dcpctl was built without Gloo's headers (tools/dev.sh setup fetches them); "
+                "rebuild, or use --backend nccl";
+#endif
+      }
+    } catch (const std::exception& ex) {
+      error = first_line(ex.what());
+    }
+    if (!transport_)
+      throw IoError(Where(), "rank " + std::to_string(rank()) + ": cannot open the " + backend_name() +
+                                 " process group: " + error);
+  }
+
+  void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
+    try {
+      transport().send(dst, tag, data, n);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& ex) {
+      explain_transport_failure();
+      throw IoError(Where(), "rank " + std::to_string(rank()) + ": sending " + std::to_string(n) + " bytes to rank " +
+                                 std::to_string(dst) + " failed (" + backend_name() + "): " + first_line(ex.what()) +
+                                 "; rank " + std::to_string(dst) + " died or hung (see --timeout)");
+    }
+  }
+
+  void recv(int src, uint32_t tag, void* data, uint64_t n) override {
+    try {
+      transport().recv(src, tag, data, n);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& ex) {
+      explain_transport_failure();
+      throw IoError(Where(), "rank " + std::to_string(rank()) + ": receiving " + std::to_string(n) + " bytes from rank " +
+                                 std::to_string(src) + " failed (" + backend_name() + "): " + first_line(ex.what()) +
+                                 "; rank " + std::to_string(src) + " died or hung (see --timeout)");
+    }
+  }
+
+  std::string backend_name() const override { return backend_ == Backend::Nccl ? "nccl" : "gloo"; }
+  bool tagged() override { return transport().has_tags(); }
+  void abort_transfers() override {
+    if (transport_) transport_->abort();
+  }
+
  private:
-  static std::string first_line(std::string s) {
-    if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
-    return s;
+  // A peer closing the connection is usually rank 0 ending a failed run: say so when it did.
+  void explain_transport_failure() {
+    if (rank() == 0) return;
+    std::string key = prefix_ + "outcome/commit";
+    try {
+      if (!store_->check({key})) return;
+      std::string s = string_of(store_->get(key));
+      if (s != "ok") throw Error(Where(), "rank 0 ended the run: " + s);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception&) {
+      // The store is gone too: report the transport failure itself.
+    }
+  }
+
+  Transport& transport() {
+    if (!transport_) throw Error(Where(), "internal: bulk transfer before connect_transport()");
+    return *transport_;
+  }
+
+  // The NCCL transport is a plugin beside the executable (or on the library path).
+  std::unique_ptr<Transport> load_nccl(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds ms) {
+    std::string self;
+    {
+      char buf[4096];
+      ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+      if (n > 0) self.assign(buf, static_cast<size_t>(n));
+    }
+    std::string beside = self.substr(0, self.rfind('/') + 1) + kNcclPlugin;
+    void* h = ::dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = ::dlopen(kNcclPlugin, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = ::dlerror();
+      throw std::runtime_error(std::string(kNcclPlugin) + " is not available (this build has no CUDA/NCCL support, "
+                               "or it cannot load: " + (e ? e : "?") + ")");
+    }
+    auto make = reinterpret_cast<MakeTransportFn>(::dlsym(h, kNcclEntry));
+    if (!make) throw std::runtime_error(std::string(kNcclPlugin) + " lacks " + kNcclEntry);
+    char err[1024] = {0};
+    Transport* t = make(&store, rank(), size(), env_.local_rank, ms.count(), err, sizeof err);
+    if (!t) throw std::runtime_error(err);
+    return std::unique_ptr<Transport>(t);
   }
 
   void await_impl(const std::string& phase, bool usage) {
@@ -138,8 +320,11 @@ class StoreGroup final : public Group {
 
   LaunchEnv env_;
   std::chrono::seconds timeout_;
+  Backend backend_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::string prefix_;
+  std::unique_ptr<Transport> transport_;
+  bool failed_ = false;
 };
 
 }  // namespace
@@ -163,8 +348,8 @@ std::optional<LaunchEnv> LaunchEnv::from_environment() {
   return e;
 }
 
-std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout) {
-  return std::make_unique<StoreGroup>(env, timeout);
+std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend) {
+  return std::make_unique<StoreGroup>(env, timeout, backend);
 }
 
 }  // namespace dcpctl

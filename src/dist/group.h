@@ -6,8 +6,8 @@
 // The Group is what the library's commands see: agreement on the plan, small values published
 // by one rank and read by others, and a status per rank so that a failure anywhere ends every
 // rank with a message naming the rank that failed (or did not answer within the timeout).
-// Bulk data never goes through the store: ranks write their share of the output files
-// themselves (a shared filesystem is required).
+// Bulk data never goes through the store: it travels through a c10d process group (Gloo over
+// TCP by default, NCCL through the GPUs), opened by connect_transport() when a command needs it.
 #pragma once
 
 #include <chrono>
@@ -44,8 +44,24 @@ class Group {
   // Rank 0 announces the outcome of `phase`; the others wait for it (and throw on failure).
   virtual void announce(const std::string& phase, const std::string& error) = 0;
   virtual void await(const std::string& phase) = 0;
+
+  // Opens the process group that carries bulk bytes (collective: every rank calls it).
+  virtual void connect_transport() = 0;
+  // Bulk bytes. send() returns once the receiver has taken them; between two ranks, messages on
+  // one tag arrive in the order they were sent, and a recv must name the size that was sent.
+  // Safe from several threads (one message in flight per tag and peer). Throws IoError naming
+  // the peer when it fails, dies or stays silent past the timeout.
+  virtual void send(int dst, uint32_t tag, const void* data, uint64_t n) = 0;
+  virtual void recv(int src, uint32_t tag, void* data, uint64_t n) = 0;
+  virtual std::string backend_name() const = 0;
+  // Cancels this rank's transfers in flight and refuses new ones (see Transport::abort).
+  virtual void abort_transfers() = 0;
+  // False when the backend ignores tags (NCCL): keep one message in flight per pair of ranks.
+  virtual bool tagged() = 0;
 };
 
-std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout);
+enum class Backend { Gloo, Nccl };
+
+std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend = Backend::Gloo);
 
 }  // namespace dcpctl

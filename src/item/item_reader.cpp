@@ -20,6 +20,11 @@ ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
 
 ItemReader::~ItemReader() = default;
 
+void ItemReader::provide(const StorageRef& ref, std::shared_ptr<const ByteSource> raw) {
+  std::lock_guard<std::mutex> lock(mu_);
+  provided_[{ref.file, ref.offset}] = std::move(raw);
+}
+
 const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!files_.at(index)) {
@@ -34,6 +39,17 @@ ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& ke
   if (!ref.present()) throw FormatError(Where(ck_.metadata_path, std::nullopt, key), "no storage_data entry");
   Opened o;
   o.where = Where(ck_.path_of(ref.file), ref.offset, key);
+  std::shared_ptr<const ByteSource> provided;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = provided_.find({ref.file, ref.offset}); it != provided_.end()) provided = it->second;
+  }
+  if (provided) {
+    o.src = ref.transforms == 0 ? provided
+                                : undo_transforms(*provided, ck_.md.transform_sets.at(ref.transforms), limits_.max_decoded_item, o.where);
+    o.zip = std::make_unique<TorchZip>(o.src, o.where);
+    return o;
+  }
   const ReadFile& f = file(ref.file, o.where);
   if (ref.offset > f.size() || ref.length > f.size() - ref.offset)
     throw FormatError(o.where, "item of " + std::to_string(ref.length) + " bytes runs past the end of the file (" +

@@ -8,6 +8,7 @@
 // and reports mismatches with file, offset and key. Safe to use from several threads.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,9 @@ class ItemReader {
   std::unique_ptr<pickle::Tree> read_bytes(const BytesMeta& b) const;
 
   const Checkpoint& checkpoint() const { return ck_; }
+  // The raw (still transformed) bytes of the item at `ref`, got elsewhere (another rank read
+  // them): later reads of that item use them instead of the file.
+  void provide(const StorageRef& ref, std::shared_ptr<const ByteSource> raw);
 
  private:
   struct Opened;
@@ -65,6 +69,7 @@ class ItemReader {
   ItemLimits limits_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<ReadFile>> files_;
+  std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
 };
 
 }  // namespace dcpctl

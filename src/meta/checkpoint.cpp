@@ -70,7 +70,7 @@ bool ends_with(const std::string& s, const std::string& suf) {
 
 }  // namespace
 
-Checkpoint open_checkpoint(const std::string& dir) {
+Checkpoint open_checkpoint(const std::string& dir, const std::vector<uint8_t>* metadata) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) throw IoError(Where(dir), "cannot open checkpoint: " + errno_text(errno));
   if (!S_ISDIR(st.st_mode)) {
@@ -81,8 +81,11 @@ Checkpoint open_checkpoint(const std::string& dir) {
   Checkpoint ck;
   ck.dir = dir;
   ck.metadata_path = join_path(dir, ".metadata");
-  if (!path_exists(ck.metadata_path)) explain_missing_metadata(dir);
-  {
+  if (metadata) {
+    ck.metadata_bytes = metadata->size();
+    ck.md = parse_metadata(ByteSpan(metadata->data(), metadata->size()), ck.metadata_path + " (received from another rank)");
+  } else {
+    if (!path_exists(ck.metadata_path)) explain_missing_metadata(dir);
     MappedFile mf(ck.metadata_path);
     ck.metadata_bytes = mf.size();
     MetadataParseOptions po;

@@ -32,7 +32,9 @@ struct Checkpoint {
 
 // Throws IoError (not a directory, unreadable), FormatError (no or bad `.metadata`),
 // UnsupportedError (a format we recognise but do not read).
-Checkpoint open_checkpoint(const std::string& dir);
+// With `metadata`, those bytes stand for the directory's .metadata (a distributed run whose
+// node-local directory holds only data files got them from another rank).
+Checkpoint open_checkpoint(const std::string& dir, const std::vector<uint8_t>* metadata = nullptr);
 
 // The rank that wrote a data file, from its name `__{rank}_{n}.distcp` (nullopt if not that form).
 std::optional<int> rank_of_file(const std::string& relative_path);

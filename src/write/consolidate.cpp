@@ -21,6 +21,9 @@
 #include "util/memory_gate.h"
 #include "util/sha256.h"
 #include "util/parallel.h"
+#include "util/crc32.h"
+#include "write/exchange.h"
+#include <algorithm>
 #include "write/output.h"
 #include "write/stream.h"
 #include "write/pickler.h"
@@ -77,6 +80,37 @@ std::optional<std::vector<Piece>> run_pieces(const ItemReader& reader, const Ten
   }
   if (!order_pieces(pieces, t.nbytes())) return std::nullopt;
   return pieces;
+}
+
+// A safetensors output file: its tensors (indices into the plan), data size and header.
+struct OutFile {
+  std::string name;
+  std::vector<size_t> tensors;
+  uint64_t data_bytes = 0;
+  std::string header;
+};
+
+// Whether a .pt record streams (every non-empty chunk a run of the tensor, read in place, the runs
+// tiling it) rather than being assembled in a buffer; judged from .metadata alone so that every
+// rank of a distributed run agrees, and matching what run_pieces finds on DCP's own items.
+std::vector<uint32_t> streamed_order(const TensorMeta& t) {
+  if (!t.dtype || t.nbytes() == 0) return {};
+  std::vector<std::pair<uint64_t, uint32_t>> runs;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    if (t.chunk_numel(c) == 0) continue;
+    if (!chunk_is_run(t, c) || t.storage[c].transforms != 0) return {};
+    runs.emplace_back(chunk_start(t, c), static_cast<uint32_t>(c));
+  }
+  std::sort(runs.begin(), runs.end());
+  uint64_t at = 0, item = itemsize(*t.dtype);
+  std::vector<uint32_t> order;
+  for (const auto& [start, c] : runs) {
+    if (start != at) return {};
+    at += t.chunk_numel(c) * item;
+    order.push_back(c);
+  }
+  if (at != t.nbytes()) return {};
+  return order;
 }
 
 struct Progress {
@@ -184,11 +218,260 @@ bool tree_weights_only(const pickle::Tree& tree, std::string& bad) {
   return true;
 }
 
+// Several processes (torchrun): the ranks that can read each chunk push it to the rank that
+// writes it (rank 0, or with --parallel-write the rank a shard was dealt to), which writes exactly
+// what the single-process run writes. See write/exchange.h for the transfer protocol.
+struct DistributedWrite {
+  static constexpr uint64_t kTransferWindow = 16ull << 20;
+
+  const Checkpoint& ck;
+  const ConsolidateOptions& o;
+  const std::vector<OutTensor>& tensors;
+  const std::vector<OutFile>& files;
+  MemoryGate& gate;
+  Progress& prog;
+  const ItemReader& reader;
+  ChunkOwners& owners;
+
+  struct Item {
+    size_t tensor;                // index into tensors
+    std::vector<uint32_t> chunks;  // in the order the writer consumes them
+    bool whole;                   // assembled in a buffer (else each chunk goes straight out)
+    bool streamed;                // .pt: a record streamed chunk by chunk
+    int writer;
+    unsigned lane;
+  };
+
+  size_t meta_index(const OutTensor& ot) const { return static_cast<size_t>(ot.t - ck.md.tensors.data()); }
+
+  // Receives the chunks of a whole tensor into `full` (its dense bytes, source dtype).
+  void assemble(ChunkExchange& ex, unsigned lane, const Item& it, uint8_t* full) const {
+    const TensorMeta& t = *tensors[it.tensor].t;
+    size_t item = itemsize(*t.dtype);
+    std::vector<uint8_t> tmp;
+    for (uint32_t c : it.chunks) {
+      if (chunk_is_run(t, c)) {
+        uint8_t* at = full + chunk_start(t, c);
+        ex.receive(lane, meta_index(tensors[it.tensor]), c, [&](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(at + off, p, n); });
+      } else {
+        tmp.resize(t.chunk_numel(c) * item);
+        ex.receive(lane, meta_index(tensors[it.tensor]), c, [&](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(tmp.data() + off, p, n); });
+        place_chunk(t, c, item, tmp.data(), full);
+      }
+    }
+  }
+
+  // Window `p` (n source bytes) cast when needed; returns what to write.
+  static const uint8_t* cast_window(const OutTensor& ot, const uint8_t* p, uint64_t n, std::vector<uint8_t>& conv) {
+    if (ot.src == ot.dst) return p;
+    uint64_t elems = n / itemsize(ot.src);
+    conv.resize(elems * itemsize(ot.dst));
+    cast_elements(ot.src, ot.dst, p, conv.data(), elems);
+    return conv.data();
+  }
+
+  void write_safetensors_item(ChunkExchange& ex, const Item& it, OutputFile& out) const {
+    const OutTensor& ot = tensors[it.tensor];
+    uint64_t base = files[static_cast<size_t>(ot.file)].header.size() + ot.begin;
+    size_t si = itemsize(ot.src), di = itemsize(ot.dst);
+    std::vector<uint8_t> conv;
+    if (it.whole) {
+      GateReservation hold(gate, ot.need);
+      std::vector<uint8_t> full(ot.t->nbytes());
+      assemble(ex, it.lane, it, full.data());
+      const uint8_t* data = cast_window(ot, full.data(), full.size(), conv);
+      out.pwrite_all(data, ot.out_bytes, base);
+      prog.add(ot.out_bytes);
+      return;
+    }
+    uint32_t c = it.chunks.front();
+    uint64_t out_off = base + chunk_start(*ot.t, c) / si * di;
+    ex.receive(it.lane, meta_index(ot), c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
+      out.pwrite_all(cast_window(ot, p, n, conv), n / si * di, out_off + off / si * di);
+      prog.add(n / si * di);
+    });
+  }
+
+  void write_pt(ChunkExchange& ex, const std::vector<Item>& items, const std::string& pickle, OutputFile& out) const {
+    TorchSaveWriter zw(out);
+    zw.write_pickle(pickle);
+    std::vector<uint8_t> conv;
+    for (const Item& it : items) {
+      const OutTensor& ot = tensors[it.tensor];
+      std::string key = std::to_string(it.tensor);
+      if (it.streamed) {
+        zw.write_storage_streamed(key, ot.out_bytes, [&] {
+          uint32_t crc = 0;
+          for (uint32_t c : it.chunks)
+            ex.receive(0, meta_index(ot), c, [&](const uint8_t* p, uint64_t, uint64_t n) {
+              const uint8_t* data = cast_window(ot, p, n, conv);
+              uint64_t m = n / itemsize(ot.src) * itemsize(ot.dst);
+              crc = crc32_update(crc, data, m);
+              out.append(data, m);
+            });
+          return crc;
+        });
+      } else {
+        GateReservation hold(gate, ot.need);
+        std::vector<uint8_t> full(ot.t->nbytes());
+        assemble(ex, 0, it, full.data());
+        zw.write_storage(key, cast_window(ot, full.data(), full.size(), conv), ot.out_bytes);
+      }
+      prog.add(ot.out_bytes);
+    }
+    zw.finish();
+  }
+
+  void run(const std::function<std::string()>& pt_pickle, const std::function<void(OutputDir&)>& write_index, json& summary) const {
+    Group& g = *o.group;
+    const int me = g.rank(), world = g.size();
+    const bool leader = me == 0, to_st = o.format != OutputFormat::Torch;
+    // The same plan on every rank (the command was agreed on at the start; this catches two
+    // .metadata of one size and save id that differ), less what only rank 0 reads (the
+    // non-tensor values) and the directory, which --local-files lets differ.
+    json digest = summary;
+    for (const char* k : {"checkpoint", "non_tensor_included", "non_tensor_skipped"}) digest.erase(k);
+    g.agree("plan", Sha256::of(digest.dump()));
+
+    // Who writes which file, and in what order each writer's lanes take their items.
+    std::vector<int> writer_of(files.size(), 0);
+    if (o.parallel_write) {
+      std::vector<uint64_t> load(static_cast<size_t>(world), 0);
+      for (size_t f = 0; f < files.size(); ++f) {
+        size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        writer_of[f] = static_cast<int>(r);
+        load[r] += files[f].data_bytes;
+      }
+    }
+    const unsigned lanes = to_st && g.tagged() ? std::max(1u, o.threads) : 1;
+    std::vector<Item> items;
+    for (int w = 0; w < (to_st ? world : 1); ++w) {
+      unsigned next = 0;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const TensorMeta& t = *tensors[i].t;
+        if (to_st && writer_of[static_cast<size_t>(tensors[i].file)] != w) continue;
+        std::vector<uint32_t> nonempty;
+        for (size_t c = 0; c < t.num_chunks(); ++c)
+          if (t.chunk_numel(c) > 0) nonempty.push_back(static_cast<uint32_t>(c));
+        if (!to_st) {
+          std::vector<uint32_t> order = streamed_order(t);
+          bool streamed = !order.empty();
+          items.push_back({i, streamed ? order : nonempty, !streamed, streamed, 0, 0});
+        } else if (tensors[i].all_runs) {
+          for (uint32_t c : nonempty) items.push_back({i, {c}, false, false, w, next++ % lanes});
+        } else {
+          items.push_back({i, nonempty, true, false, w, next++ % lanes});
+        }
+      }
+    }
+    std::vector<Transfer> plan;
+    for (const Item& it : items)
+      for (uint32_t c : it.chunks)
+        plan.push_back({static_cast<uint32_t>(meta_index(tensors[it.tensor])), c,
+                        owners.owner(*tensors[it.tensor].t, c, it.writer, o.parallel_write), it.writer, it.lane});
+
+    // Rank 0 creates the outputs under temporary names; writers of other shards open them there
+    // (a shared filesystem, --parallel-write only).
+    std::unique_ptr<OutputDir> dir;
+    std::vector<std::unique_ptr<OutputFile>> outs(to_st ? files.size() : 1);
+    if (leader) {
+      std::exception_ptr failed;
+      std::string error;
+      try {
+        if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
+        std::string paths;
+        for (size_t f = 0; f < outs.size(); ++f) {
+          outs[f] = std::make_unique<OutputFile>(dir ? dir->path_of(files[f].name) : o.output);
+          if (to_st) {
+            outs[f]->reserve(files[f].header.size() + files[f].data_bytes);
+            outs[f]->pwrite_all(files[f].header.data(), files[f].header.size(), 0);
+          }
+          paths += outs[f]->temp_path() + "\n";
+        }
+        g.publish("outputs", paths);
+      } catch (const std::exception& e) {
+        error = e.what();
+        failed = std::current_exception();
+      }
+      g.announce("setup", error);
+      if (failed) std::rethrow_exception(failed);
+    }
+    g.await("setup");
+    if (!leader && o.parallel_write) {
+      std::string paths = g.fetch("outputs");
+      size_t f = 0;
+      for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
+        if (f < outs.size() && writer_of[f] == me) outs[f] = OutputFile::open_shared(paths.substr(a, b - a));
+    }
+
+    try {
+      failpoint("consolidate-write", me);
+      ChunkExchange ex(g, reader, std::move(plan), lanes, kTransferWindow);
+      ex.start_pushing();
+      try {
+        if (to_st) {
+          parallel_for(lanes, lanes, [&](size_t lane) {
+            try {
+              for (const Item& it : items)
+                if (it.writer == me && it.lane == lane) write_safetensors_item(ex, it, *outs[static_cast<size_t>(tensors[it.tensor].file)]);
+            } catch (...) {
+              ex.fail(std::current_exception());
+              throw;
+            }
+          });
+        } else if (leader) {
+          write_pt(ex, items, pt_pickle(), *outs[0]);
+        }
+      } catch (...) {
+        ex.fail(std::current_exception());
+        std::rethrow_exception(ex.first_error());
+      }
+      ex.finish_pushing();
+    } catch (const std::exception& e) {
+      g.report("write", e.what());
+      if (leader) g.announce("commit", std::string("rank 0 failed: ") + e.what());
+      throw;
+    }
+    g.report("write", "");
+    if (!leader) {
+      g.await("commit");
+      summary["rank"] = me;
+      return;
+    }
+    try {
+      g.collect("write");
+      for (auto& f : outs) f->commit();
+      if (dir) {
+        if (files.size() > 1) write_index(*dir);
+        dir->commit();
+      }
+    } catch (const std::exception& e) {
+      g.announce("commit", e.what());
+      throw;
+    }
+    g.announce("commit", "");
+    summary["ranks"] = world;
+    summary["backend"] = g.backend_name();
+  }
+};
+
 }  // namespace
 
 json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   const Metadata& md = ck.md;
+  if (o.group) {
+    // Every rank must be running the same command on the same checkpoint before anything else
+    // (the directory itself may differ: --local-files).
+    json cmd = {{"format", static_cast<int>(o.format)}, {"output", o.output}, {"max_shard_size", o.max_shard_size},
+                {"include", o.selection.include}, {"exclude", o.selection.exclude}, {"select", o.selection.prefix},
+                {"cast", o.cast ? static_cast<int>(*o.cast) : -1}, {"flat", o.flat}, {"keep_unsafe", o.keep_unsafe_values},
+                {"force", o.force}, {"dry_run", o.dry_run}, {"parallel_write", o.parallel_write},
+                {"local_files", o.local_files}, {"max_memory", o.max_memory},
+                {"metadata_bytes", ck.metadata_bytes},
+                {"save_id", md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : ""}};
+    o.group->agree("command", Sha256::of(cmd.dump()));
+  }
   std::vector<SelectedItem> items = select_items(md, o.selection);
 
   // ---- plan: validate everything before writing anything ----
@@ -280,12 +563,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   }
 
   // Layout.
-  struct OutFile {
-    std::string name;
-    std::vector<size_t> tensors;
-    uint64_t data_bytes = 0;
-    std::string header;
-  };
   std::vector<OutFile> files;
   uint64_t total_bytes = 0;
   for (const auto& t : tensors) total_bytes += t.out_bytes;
@@ -320,7 +597,18 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   ItemReader reader(ck);
   std::vector<std::unique_ptr<pickle::Tree>> values;
   std::vector<const SelectedItem*> kept_values;
-  if (!to_safetensors) {
+  // Under torchrun the bytes move through the process group; which rank sees which file.
+  std::unique_ptr<ChunkOwners> owners;
+  if (o.group && !o.dry_run) {
+    o.group->connect_transport();
+    owners = std::make_unique<ChunkOwners>(*o.group, ck, o.local_files);
+    if (!to_safetensors && o.local_files) {
+      std::vector<BytesMeta> raw;
+      for (const SelectedItem* it : value_items) raw.push_back(md.bytes[it->index]);
+      gather_raw_items(*o.group, *owners, reader, raw, 0);
+    }
+  }
+  if (!to_safetensors && (!o.group || o.group->rank() == 0)) {  // under torchrun, rank 0 alone writes
     for (const SelectedItem* it : value_items) {
       const BytesMeta& b = md.bytes[it->index];
       std::unique_ptr<pickle::Tree> tree = reader.read_bytes(b);
@@ -376,25 +664,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   // ---- write ----
   Group* group = o.group;
   bool leader = !group || group->rank() == 0;
-  if (group) {
-    // Same command and same checkpoint on every rank: the plan and the checkpoint's identity.
-    std::string save_id = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
-    group->agree("consolidate", Sha256::of(summary.dump() + "|" + std::to_string(ck.metadata_bytes) + "|" + save_id));
-  }
-  // Rank 0 prepares the outputs; the others learn where they are, or that preparing failed.
-  auto setup = [&](auto&& f) {
-    if (!group) return f();
-    std::string err;
-    try {
-      f();
-    } catch (const std::exception& e) {
-      err = e.what();
-      if (leader) group->announce("setup", err);
-      throw;
-    }
-    if (leader) group->announce("setup", "");
-    group->await("setup");
-  };
   if (leader) check_output_path(o.output, o.force, ck.dir);
   MemoryGate gate(budget);
   Progress prog;
@@ -402,27 +671,72 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   prog.o = &o;
   unsigned threads = std::max(1u, o.threads);
 
-  if (to_safetensors) {
+  // data.pkl of a .pt: the structure and the tensor references.
+  auto pt_pickle = [&] {
+    Pickler p(2);
+    if (o.flat) {
+      p.empty_dict();
+      p.mark();
+      size_t ti = 0, vi = 0;
+      for (const auto& it : items) {
+        if (it.tensor) {
+          if (ti < tensors.size() && tensors[ti].key == it.key) {
+            p.str(it.key);
+            pickle_tensor(p, tensors[ti].dst, tensors[ti].t->shape, std::to_string(ti));
+            ++ti;
+          }
+        } else if (vi < kept_values.size() && kept_values[vi] == &it) {
+          p.str(it.key);
+          p.value(values[vi]->root);
+          ++vi;
+        }
+      }
+      p.setitems();
+    } else {
+      PNode root;
+      root.kind = PNode::Dict;
+      size_t ti = 0, vi = 0;
+      for (const auto& it : items) {
+        if (it.tensor) {
+          if (ti < tensors.size() && tensors[ti].key == it.key) {
+            insert_path(root, it.path, PNode::Tensor, ti, it.key);
+            ++ti;
+          }
+        } else if (vi < kept_values.size() && kept_values[vi] == &it) {
+          insert_path(root, it.path, PNode::Value, vi, it.key);
+          ++vi;
+        }
+      }
+      emit(p, root, tensors, values);
+    }
+    p.stop();
+    return p.data();
+  };
+  // The HF index names every tensor's shard.
+  auto write_index = [&](OutputDir& dir) {
+    nlohmann::ordered_json idx;
+    idx["metadata"] = {{"total_size", total_bytes}};
+    nlohmann::ordered_json wm = nlohmann::ordered_json::object();
+    for (const auto& t : tensors) wm[t.key] = files[static_cast<size_t>(t.file)].name;
+    idx["weight_map"] = wm;
+    std::string text = idx.dump(2) + "\n";
+    OutputFile f(dir.path_of("model.safetensors.index.json"));
+    f.append(text.data(), text.size());
+    f.commit();
+  };
+
+  if (group) {
+    DistributedWrite dw{ck, o, tensors, files, gate, prog, reader, *owners};
+    dw.run(pt_pickle, write_index, summary);
+    if (!leader) return summary;
+  } else if (to_safetensors) {
     std::unique_ptr<OutputDir> dir;
     std::vector<std::unique_ptr<OutputFile>> outs;
-    setup([&] {
-      if (leader) {
-        if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
-        std::string paths;
-        for (auto& f : files) {
-          outs.push_back(std::make_unique<OutputFile>(dir ? dir->path_of(f.name) : o.output));
-          outs.back()->reserve(f.header.size() + f.data_bytes);
-          outs.back()->pwrite_all(f.header.data(), f.header.size(), 0);
-          paths += outs.back()->temp_path() + "\n";
-        }
-        if (group) group->publish("outputs", paths);
-      }
-    });
-    if (!leader) {
-      // Shared filesystem: write our share straight into rank 0's temporary files.
-      std::string paths = group->fetch("outputs");
-      for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1)
-        outs.push_back(OutputFile::open_shared(paths.substr(a, b - a)));
+    if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
+    for (auto& f : files) {
+      outs.push_back(std::make_unique<OutputFile>(dir ? dir->path_of(f.name) : o.output));
+      outs.back()->reserve(f.header.size() + f.data_bytes);
+      outs.back()->pwrite_all(f.header.data(), f.header.size(), 0);
     }
     // Work items: (tensor, chunk) for tensors whose chunks are runs, (tensor, all) otherwise.
     struct Work {
@@ -438,43 +752,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
         work.push_back({i, SIZE_MAX});
       }
     }
-    if (group) {
-      // This rank's share: items dealt out by bytes, the same way on every rank.
-      std::vector<uint64_t> load(static_cast<size_t>(group->size()), 0);
-      std::vector<Work> mine;
-      for (const Work& w : work) {
-        const OutTensor& ot = tensors[w.tensor];
-        uint64_t bytes = w.chunk == SIZE_MAX ? ot.out_bytes : ot.t->chunk_numel(w.chunk) * itemsize(ot.dst);
-        size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-        load[r] += bytes;
-        if (static_cast<int>(r) == group->rank()) mine.push_back(w);
-      }
-      work.swap(mine);
-    }
     std::atomic<bool> cfr_ok{true};
-    auto write_share = [&](auto&& body) {
-      if (!group) return body();
-      try {
-        body();
-      } catch (const std::exception& e) {
-        group->report("write", e.what());
-        if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
-        throw;
-      }
-      group->report("write", "");
-      if (!leader) {
-        group->await("commit");
-        return;
-      }
-      try {
-        group->collect("write");
-      } catch (const std::exception& e) {
-        group->announce("commit", e.what());
-        throw;
-      }
-    };
-    write_share([&] {
-    if (group) failpoint("consolidate-write", group->rank());
     parallel_for(work.size(), threads, [&](size_t w) {
       const OutTensor& ot = tensors[work[w].tensor];
       const TensorMeta& t = *ot.t;
@@ -542,74 +820,16 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
         prog.add(n * di);
       }
     });
-    });
-    if (!leader) {
-      summary["rank"] = group->rank();
-      return summary;
-    }
     for (auto& f : outs) f->commit();
     if (dir) {
-      if (files.size() > 1) {
-        nlohmann::ordered_json idx;
-        idx["metadata"] = {{"total_size", total_bytes}};
-        nlohmann::ordered_json wm = nlohmann::ordered_json::object();
-        for (const auto& t : tensors) wm[t.key] = files[static_cast<size_t>(t.file)].name;
-        idx["weight_map"] = wm;
-        std::string text = idx.dump(2) + "\n";
-        OutputFile f(dir->path_of("model.safetensors.index.json"));
-        f.append(text.data(), text.size());
-        f.commit();
-      }
+      if (files.size() > 1) write_index(*dir);
       dir->commit();
     }
-    if (group) group->announce("commit", "");
-  } else if (!leader) {
-    // .pt archives are written in order by one process: rank 0 writes, the others wait.
-    group->await("commit");
-    summary["rank"] = group->rank();
-    return summary;
-  } else try {
-    // .pt: data.pkl first (structure and tensor references), then each storage in order.
-    Pickler p(2);
-    if (o.flat) {
-      p.empty_dict();
-      p.mark();
-      size_t ti = 0, vi = 0;
-      for (const auto& it : items) {
-        if (it.tensor) {
-          if (ti < tensors.size() && tensors[ti].key == it.key) {
-            p.str(it.key);
-            pickle_tensor(p, tensors[ti].dst, tensors[ti].t->shape, std::to_string(ti));
-            ++ti;
-          }
-        } else if (vi < kept_values.size() && kept_values[vi] == &it) {
-          p.str(it.key);
-          p.value(values[vi]->root);
-          ++vi;
-        }
-      }
-      p.setitems();
-    } else {
-      PNode root;
-      root.kind = PNode::Dict;
-      size_t ti = 0, vi = 0;
-      for (const auto& it : items) {
-        if (it.tensor) {
-          if (ti < tensors.size() && tensors[ti].key == it.key) {
-            insert_path(root, it.path, PNode::Tensor, ti, it.key);
-            ++ti;
-          }
-        } else if (vi < kept_values.size() && kept_values[vi] == &it) {
-          insert_path(root, it.path, PNode::Value, vi, it.key);
-          ++vi;
-        }
-      }
-      emit(p, root, tensors, values);
-    }
-    p.stop();
+  } else {
+    // .pt: data.pkl first, then each storage in order.
     OutputFile out(o.output);
     TorchSaveWriter zw(out);
-    zw.write_pickle(p.data());
+    zw.write_pickle(pt_pickle());
     // Windows for streamed tensors: 1 MiB of source elements (and their cast), outside the budget.
     constexpr uint64_t kWindowBytes = 1 << 20;
     std::unique_ptr<uint8_t[]> win_in(new uint8_t[kWindowBytes]), win_out(new uint8_t[kWindowBytes * 16]);
@@ -637,10 +857,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     }
     zw.finish();
     out.commit();
-    if (group) group->announce("commit", "");
-  } catch (const std::exception& e) {
-    if (group) group->announce("commit", std::string("rank 0 failed: ") + e.what());
-    throw;
   }
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

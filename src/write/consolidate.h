@@ -8,6 +8,9 @@
 //   Torch        a torch.save zip that torch.load(weights_only=True) opens, nested as
 //                format_utils.dcp_to_torch_save nests it (from planner_data), or flat.
 //
+// Under torchrun (ConsolidateOptions::group), rank 0 writes the same bytes from chunks the ranks
+// push to it; rank 0's memory stays within the same budget plus one 16 MiB window per lane.
+//
 // Memory: safetensors outputs are laid out first (all offsets known from .metadata), then each
 // chunk that is one contiguous run of its tensor (FSDP's dim-0 shards) is copied from its item
 // straight to its place in the output in windows (copy_file_range when no cast), so memory does
@@ -46,9 +49,15 @@ struct ConsolidateOptions {
   uint64_t window = 64ull << 20;
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
-  // Several processes (torchrun): each writes its share of safetensors outputs into rank 0's
-  // temporary files (shared filesystem); rank 0 commits. nullptr: one process.
+  // Several processes (torchrun): the ranks read their share of the chunks and push it to rank 0,
+  // which writes the output (write/exchange.h). nullptr: one process.
   Group* group = nullptr;
+  // HfDir under torchrun: each rank writes whole shards itself (into rank 0's temporary
+  // directory, so a shared filesystem); rank 0 writes the index and commits.
+  bool parallel_write = false;
+  // Under torchrun: each rank reads only the data files it sees in its own checkpoint directory
+  // (node-local disks); every chunk must be visible to some rank.
+  bool local_files = false;
 };
 
 // Returns the summary (schema in README: "consolidate --json"). Throws on refusal or failure,

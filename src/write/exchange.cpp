@@ -1,0 +1,237 @@
+#include "write/exchange.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "dist/group.h"
+#include "util/dtype.h"
+#include "util/error.h"
+#include "util/failpoint.h"
+
+namespace dcpctl {
+
+ChunkOwners::ChunkOwners(Group& group, const Checkpoint& ck, bool local_files)
+    : ck_(ck), load_(static_cast<size_t>(group.size()), 0) {
+  size_t nf = ck.md.files.size();
+  sees_.assign(static_cast<size_t>(group.size()), std::vector<bool>(nf, true));
+  if (!local_files) return;
+  std::string mine(nf, '0');
+  for (size_t f = 0; f < nf; ++f)
+    if (ck.files[f].size) mine[f] = '1';
+  group.publish("sees/" + std::to_string(group.rank()), mine);
+  for (int r = 0; r < group.size(); ++r) {
+    std::string s = r == group.rank() ? mine : group.fetch("sees/" + std::to_string(r));
+    if (s.size() != nf) throw Error(Where(), "rank " + std::to_string(r) + " lists " + std::to_string(s.size()) + " data files, this rank " + std::to_string(nf));
+    for (size_t f = 0; f < nf; ++f) sees_[static_cast<size_t>(r)][f] = s[f] == '1';
+  }
+}
+
+int ChunkOwners::owner(const TensorMeta& t, size_t chunk, int writer, bool prefer_writer) {
+  uint32_t file = t.storage[chunk].file;
+  uint64_t bytes = t.chunk_numel(chunk) * itemsize(*t.dtype);
+  if (prefer_writer && sees(writer, file)) {
+    load_[static_cast<size_t>(writer)] += bytes;
+    return writer;
+  }
+  int best = -1;
+  for (size_t r = 0; r < load_.size(); ++r)
+    if (sees_[r][file] && (best < 0 || load_[r] < load_[static_cast<size_t>(best)])) best = static_cast<int>(r);
+  if (best < 0)
+    throw FormatError(Where(ck_.path_of(file), std::nullopt, t.fqn),
+                      "no rank can read this data file (--local-files: each rank sees only the files in its own directory)");
+  load_[static_cast<size_t>(best)] += bytes;
+  return best;
+}
+
+void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to) {
+  constexpr uint32_t kTag = 8;
+  constexpr uint64_t kPiece = 16ull << 20;
+  const Checkpoint& ck = reader.checkpoint();
+  int me = group.rank();
+  for (const BytesMeta& b : items) {
+    const StorageRef& ref = b.storage;
+    if (!ref.present() || owners.sees(to, ref.file)) continue;
+    int from = -1;
+    for (int r = 0; r < group.size() && from < 0; ++r)
+      if (owners.sees(r, ref.file)) from = r;
+    if (from < 0)
+      throw FormatError(Where(ck.path_of(ref.file), ref.offset, b.fqn), "no rank can read this data file (--local-files)");
+    if (me == from) {
+      ReadFile f(ck.path_of(ref.file));
+      std::vector<uint8_t> piece;
+      for (uint64_t at = 0; at < ref.length; at += kPiece) {
+        piece.resize(std::min(kPiece, ref.length - at));
+        f.read_at(ref.offset + at, piece.data(), piece.size(), b.fqn);
+        group.send(to, kTag, piece.data(), piece.size());
+      }
+    } else if (me == to) {
+      auto raw = std::make_shared<MemorySource>();
+      std::vector<uint8_t> piece;
+      for (uint64_t at = 0; at < ref.length; at += kPiece) {
+        piece.resize(std::min(kPiece, ref.length - at));
+        group.recv(from, kTag, piece.data(), piece.size());
+        raw->append(piece.data(), piece.size());
+      }
+      reader.provide(ref, raw);
+    }
+  }
+}
+
+ChunkExchange::ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes,
+                             uint64_t window)
+    : group_(group),
+      reader_(reader),
+      md_(reader.checkpoint().md),
+      plan_(std::move(plan)),
+      lanes_(std::max(1u, lanes)),
+      window_(window),
+      next_(lanes_, 0),
+      buffers_(lanes_) {}
+
+ChunkExchange::~ChunkExchange() {
+  stop_ = true;
+  for (auto& t : pushers_)
+    if (t.joinable()) t.join();
+}
+
+void ChunkExchange::start_pushing() {
+  for (unsigned l = 0; l < lanes_; ++l) {
+    bool any = false;
+    for (const Transfer& t : plan_) any = any || (t.lane == l && t.owner == group_.rank() && t.writer != group_.rank());
+    if (any) pushers_.emplace_back([this, l] {
+      try {
+        push_lane(l);
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    });
+  }
+}
+
+void ChunkExchange::finish_pushing() {
+  for (auto& t : pushers_) t.join();
+  pushers_.clear();
+  if (std::exception_ptr e = first_error()) std::rethrow_exception(e);
+}
+
+void ChunkExchange::fail(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_error_) return;
+    first_error_ = e;
+  }
+  stop_ = true;
+  group_.abort_transfers();
+}
+
+std::exception_ptr ChunkExchange::first_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_error_;
+}
+
+void ChunkExchange::read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn) {
+  const TensorMeta& t = md_.tensors[tensor];
+  uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
+  if (t.storage[chunk].transforms != 0) {
+    // A transformed item is decoded whole once; its windows come out of that copy.
+    std::unique_ptr<uint8_t[]> whole(new uint8_t[total]);
+    reader_.read_chunk(t, chunk, whole.get());
+    for (uint64_t off = 0; off < total; off += window_) {
+      uint64_t n = std::min(window_, total - off);
+      std::memcpy(buf + skip, whole.get() + off, n);
+      fn(buf + skip, off, n);
+    }
+    return;
+  }
+  for (uint64_t off = 0; off < total; off += window_) {
+    uint64_t n = std::min(window_, total - off);
+    reader_.read_chunk_bytes(t, chunk, off, n, buf + skip);
+    fn(buf + skip, off, n);
+  }
+}
+
+void ChunkExchange::push_lane(unsigned lane) {
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[sizeof(Header) + window_]);
+  int me = group_.rank();
+  uint64_t sent = 0;
+  for (const Transfer& tr : plan_) {
+    if (tr.lane != lane || tr.owner != me || tr.writer == me) continue;
+    if (stop_) return;
+    uint32_t index = 0;
+    bool sending = false;
+    auto send_window = [&](const uint8_t*, uint64_t, uint64_t n) {
+      Header h{0, tr.tensor, tr.chunk, index++};
+      std::memcpy(buf.get(), &h, sizeof h);
+      sending = true;
+      group_.send(tr.writer, kTagBase + lane, buf.get(), sizeof h + n);
+      sending = false;
+      if (++sent == 2) failpoint("exchange-push", me);  // dies mid-run, after sending some windows
+    };
+    try {
+      read_local(tr.tensor, tr.chunk, buf.get(), sizeof(Header), send_window);
+    } catch (const std::exception& e) {
+      if (sending) throw;  // the transport failed: the writer learns it from its own side
+      // The writer waits for this window: tell it to fetch our error rather than time out.
+      const auto* err = dynamic_cast<const Error*>(&e);
+      int code = static_cast<int>(err ? err->exit_code() : ExitCode::failure);
+      group_.publish("exchange-error/" + std::to_string(me), std::to_string(code) + "\n" + e.what());
+      const TensorMeta& t = md_.tensors[tr.tensor];
+      uint64_t total = t.chunk_numel(tr.chunk) * itemsize(*t.dtype);
+      uint64_t n = std::min(window_, total - std::min<uint64_t>(total, static_cast<uint64_t>(index) * window_));
+      Header h{1, tr.tensor, tr.chunk, index};
+      std::memcpy(buf.get(), &h, sizeof h);
+      try {
+        group_.send(tr.writer, kTagBase + lane, buf.get(), sizeof h + n);
+      } catch (const std::exception&) {
+        // The writer is gone too; our own error is what this rank reports.
+      }
+      throw;
+    }
+  }
+}
+
+void ChunkExchange::owner_failed(int owner) {
+  std::string why = group_.fetch("exchange-error/" + std::to_string(owner));
+  size_t nl = why.find('\n');
+  int code = nl == std::string::npos ? 1 : std::atoi(why.substr(0, nl).c_str());
+  throw_error(static_cast<ExitCode>(code), Where(),
+              "rank " + std::to_string(owner) + " could not read its share: " +
+                  (nl == std::string::npos ? why : why.substr(nl + 1)));
+}
+
+void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn) {
+  int me = group_.rank();
+  size_t& pos = next_[lane];
+  while (pos < plan_.size() && (plan_[pos].writer != me || plan_[pos].lane != lane)) ++pos;
+  if (pos == plan_.size() || plan_[pos].tensor != tensor || plan_[pos].chunk != chunk)
+    throw Error(Where("", std::nullopt, md_.tensors[tensor].fqn), "internal: lane " + std::to_string(lane) + " consumed chunk " +
+                                                                     std::to_string(chunk) + " out of plan order");
+  const Transfer tr = plan_[pos++];
+  if (!buffers_[lane]) buffers_[lane].reset(new uint8_t[sizeof(Header) + window_]);
+  uint8_t* buf = buffers_[lane].get();
+  if (tr.owner == me) {
+    read_local(tensor, chunk, buf, 0, fn);
+    return;
+  }
+  const TensorMeta& t = md_.tensors[tensor];
+  uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
+  uint32_t index = 0;
+  for (uint64_t off = 0; off < total; off += window_, ++index) {
+    if (stop_) throw Error(Where(), "stopped");
+    uint64_t n = std::min(window_, total - off);
+    group_.recv(tr.owner, kTagBase + lane, buf, sizeof(Header) + n);
+    Header h;
+    std::memcpy(&h, buf, sizeof h);
+    if (h.status != 0) owner_failed(tr.owner);
+    if (h.tensor != tr.tensor || h.chunk != tr.chunk || h.index != index)
+      throw Error(Where("", std::nullopt, t.fqn), "internal: rank " + std::to_string(tr.owner) + " sent window " +
+                                                      std::to_string(h.index) + " of chunk " + std::to_string(h.chunk) +
+                                                      " where window " + std::to_string(index) + " of chunk " +
+                                                      std::to_string(chunk) + " was expected");
+    fn(buf + sizeof h, off, n);
+  }
+}
+
+}  // namespace dcpctl

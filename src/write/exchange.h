@@ -1,0 +1,110 @@
+// Moving tensor chunks from the ranks that can read them to the ranks that write the output, for
+// consolidate under torchrun (rank 0 gathers; with --parallel-write every rank writes shards).
+//
+// Every rank builds the same plan: an ordered list of transfers, each one chunk that a writer
+// lane consumes next. The owner of a chunk (a rank that sees its .distcp file; work dealt out by
+// bytes) pushes it to the writer in windows; the writer's lane receives them in plan order. Per
+// lane, owners send and writers receive in the one global order, so the first unfinished
+// transfer can always move: no cycle can form, and each side holds one window per lane.
+//
+// Wire: one message per window on tag kTagBase + lane: a 16-byte header (status, tensor, chunk,
+// window index) followed by the window's bytes. An owner that cannot read a chunk publishes its
+// error in the store ("exchange-error/<rank>") and sends the header with status 1, so the writer
+// fails at once with the owner's message (file, offset, key) instead of waiting for a timeout.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "item/item_reader.h"
+
+namespace dcpctl {
+
+class Group;
+
+struct Transfer {
+  uint32_t tensor;  // index into Metadata::tensors
+  uint32_t chunk;
+  int owner, writer;
+  uint32_t lane;
+};
+
+// Which ranks can read each data file of the checkpoint (all of them unless --local-files), and
+// who owns each chunk: the writer itself when it can read the file and `prefer_writer`, else the
+// least-loaded rank (by bytes) among those that can. Throws FormatError naming a file nobody sees.
+class ChunkOwners {
+ public:
+  ChunkOwners(Group& group, const Checkpoint& ck, bool local_files);
+  int owner(const TensorMeta& t, size_t chunk, int writer, bool prefer_writer);
+  bool sees(int rank, uint32_t file) const { return sees_[static_cast<size_t>(rank)][file]; }
+
+ private:
+  const Checkpoint& ck_;
+  std::vector<std::vector<bool>> sees_;  // [rank][file]
+  std::vector<uint64_t> load_;
+};
+
+// Non-tensor items rank `to` must read but cannot see (--local-files): the lowest rank that sees
+// each item's file sends its raw bytes, and `reader` on rank `to` serves them as if read there.
+// Collective: every rank calls it with the same `refs`.
+void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to);
+
+class ChunkExchange {
+ public:
+  using WindowFn = std::function<void(const uint8_t* data, uint64_t offset, uint64_t n)>;
+
+  ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes, uint64_t window);
+  ~ChunkExchange();  // stops and joins the pushers
+  ChunkExchange(const ChunkExchange&) = delete;
+  ChunkExchange& operator=(const ChunkExchange&) = delete;
+
+  // Owner side: starts one thread per lane pushing this rank's chunks to other writers.
+  void start_pushing();
+  // Waits for the pushers; rethrows the first error.
+  void finish_pushing();
+  // Records the first failure on this rank and cancels every transfer in flight, so that no
+  // thread waits out the timeout for a run that has already failed.
+  void fail(std::exception_ptr e);
+  // The first failure recorded, if any (the others are its consequences).
+  std::exception_ptr first_error() const;
+
+  // Writer side, lane `lane`: the dense bytes of chunk `chunk` of tensor `tensor` (the lane's next
+  // transfer), window by window in order, read here or received from the owner.
+  void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn);
+
+  // Bytes of buffers the exchange holds on this rank at most (receive windows per lane, push
+  // windows per lane, and a decoded chunk per lane for transformed items).
+  uint64_t window() const { return window_; }
+
+ private:
+  struct Header {
+    uint32_t status, tensor, chunk, index;
+  };
+  static constexpr uint32_t kTagBase = 100;
+
+  void push_lane(unsigned lane);
+  // Reads the chunk here, a window at a time, into `buf` (window bytes) after `skip` bytes.
+  void read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn);
+  [[noreturn]] void owner_failed(int owner);
+
+  Group& group_;
+  const ItemReader& reader_;
+  const Metadata& md_;
+  std::vector<Transfer> plan_;
+  unsigned lanes_;
+  uint64_t window_;
+  std::vector<size_t> next_;  // per lane: position in plan_ of the writer's next transfer
+  std::vector<std::unique_ptr<uint8_t[]>> buffers_;  // per lane: the receive window
+  std::vector<std::thread> pushers_;
+  mutable std::mutex mu_;
+  std::exception_ptr first_error_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace dcpctl
