@@ -51,6 +51,9 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s q -l quiet -d
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l json -d 'Print a JSON summary on stdout'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l timeout -x -d 'Under torchrun: seconds a rank waits for the others before failing (naming the silent rank)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l single-process -d 'Ignore RANK/WORLD_SIZE from a launcher and run alone'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l backend -x -a 'gloo nccl' -d 'Under torchrun: process group moving the bytes: gloo (CPU, TCP) or nccl (GPUs)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l local-files -d 'Under torchrun: each rank reads only the .distcp files in its own directory (node-local disks); {rank}, {local_rank}, {node_rank} in the path name it'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l parallel-write -d 'Under torchrun, DIR/ output: each rank writes whole shards itself (shared filesystem); rank 0 writes the index'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -a '(__fish_complete_directories)' -d 'checkpoint'
 
 # dcpctl reshard

@@ -207,9 +207,11 @@ class StoreGroup final : public Group {
     } catch (const std::exception& ex) {
       error = first_line(ex.what());
     }
-    if (!transport_)
-      throw IoError(Where(), "rank " + std::to_string(rank()) + ": cannot open the " + backend_name() +
-                                 " process group: " + error);
+    if (!transport_) {
+      std::string what = "rank " + std::to_string(rank()) + ": cannot open the " + backend_name() + " process group: ";
+      if (error.rfind("unsupported: ", 0) == 0) throw UnsupportedError(Where(), what + error.substr(13));
+      throw IoError(Where(), what + error);
+    }
   }
 
   void send(int dst, uint32_t tag, const void* data, uint64_t n) override {

@@ -286,6 +286,8 @@ struct DistributedWrite {
     }
     uint32_t c = it.chunks.front();
     uint64_t out_off = base + chunk_start(*ot.t, c) / si * di;
+    // A zstd item read on this rank is decoded whole before its windows go out.
+    GateReservation hold(gate, ot.transformed ? ot.t->chunk_numel(c) * si : 0);
     ex.receive(it.lane, meta_index(ot), c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
       out.pwrite_all(cast_window(ot, p, n, conv), n / si * di, out_off + off / si * di);
       prog.add(n / si * di);

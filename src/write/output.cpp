@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,16 +43,32 @@ void release(int slot) {
   if (slot >= 0) g_slots[slot].state.store(0);
 }
 
-// Async-signal-safe: unlink/rmdir of the recorded paths; a directory's entries are unlinked
-// with a fixed buffer via openat/getdents-free readdir replacement (rmdir after unlinking files).
+// Async-signal-safe: only system calls, into a static buffer (opendir/readdir allocate, and a
+// signal that lands while another thread is inside malloc would corrupt the heap). The entries
+// of a temporary directory are read with getdents64 and unlinked, then the directory removed.
+struct LinuxDirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+alignas(8) char g_dirents[16384];
+
 void remove_dir_signal_safe(const char* dir) {
-  DIR* d = ::opendir(dir);  // not strictly async-signal-safe, but the process is ending anyway
-  if (d) {
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
-      ::unlinkat(::dirfd(d), e->d_name, 0);
+  int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    for (;;) {
+      long n = ::syscall(SYS_getdents64, fd, g_dirents, sizeof g_dirents);
+      if (n <= 0) break;
+      for (long at = 0; at < n;) {
+        auto* e = reinterpret_cast<LinuxDirent64*>(g_dirents + at);
+        at += e->d_reclen;
+        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+        ::unlinkat(fd, e->d_name, 0);
+      }
     }
-    ::closedir(d);
+    ::close(fd);
   }
   ::rmdir(dir);
 }

@@ -23,6 +23,19 @@ run_tr() { # run_tr NPROC ARGS... (dcpctl arguments)
 # As any other launcher would: RANK/WORLD_SIZE/MASTER_* set by hand, rank 0 hosts the store.
 # (torchrun costs ~10 s of Python start-up per launch on this machine; this keeps the suite short.)
 next_port=$((29300 + RANDOM % 200))
+run_tr3() { # run_tr3 NPROC ARGS...: torchrun with {rank} passed through to dcpctl
+  "$torchrun" --standalone --nproc-per-node "$1" --no-python "$dcpctl" "${@:2}" --timeout 60 >"$work/log" 2>&1
+}
+# expect_fail CODE TEXT COMMAND...: the command fails, rank 0 exits CODE and its log names TEXT.
+expect_fail() {
+  local code=$1 text=$2
+  shift 2
+  "$@" && return 1
+  local rc0
+  rc0=$(cat "$work/rc-0")
+  [ "$rc0" = "$code" ] || { echo "rank 0 exited $rc0, expected $code" >&2; cat "$work/log-0" >&2; return 1; }
+  grep -q "$text" "$work/log-0" || { cat "$work/log-0" >&2; return 1; }
+}
 run_env() { # run_env NPROC ARGS...
   local n=$1 r rc=0 pids=()
   shift
@@ -32,7 +45,12 @@ run_env() { # run_env NPROC ARGS...
       "$dcpctl" "$@" --timeout 60 >"$work/log-$r" 2>&1 &
     pids+=($!)
   done
-  for r in "${pids[@]}"; do wait "$r" || rc=1; done
+  for ((r = 0; r < n; r++)); do
+    local one=0
+    wait "${pids[$r]}" || one=$?
+    echo "$one" >"$work/rc-$r"
+    [ "$one" = 0 ] || rc=1
+  done
   return $rc
 }
 same_tree() { # same_tree A B: same files with the same bytes (.metadata holds a fresh save id)
@@ -55,8 +73,7 @@ for case in sample dtensor_2d_mesh all_dtypes_sharded; do
     check "$case hf identical x$n" diff -r "$work/s-$case-hf" "$work/d-$case-hf-$n"
     "$dcpctl" consolidate "$ck" -o "$work/s-$case.pt" -q --force
     check "$case consolidate pt x$n" $launch "$n" consolidate "$ck" -o "$work/d-$case-$n.pt" -q
-    check "$case pt identical x$n" cmp <(unzip -p "$work/s-$case.pt" '*/data.pkl' '*/data/*') \
-      <(unzip -p "$work/d-$case-$n.pt" '*/data.pkl' '*/data/*')
+    check "$case pt identical x$n" cmp "$work/s-$case.pt" "$work/d-$case-$n.pt"
     # reshard to 4 target ranks.
     "$dcpctl" reshard "$ck" -o "$work/s-$case-w4" -w 4 -q --force
     check "$case reshard x$n" $launch "$n" reshard "$ck" -o "$work/d-$case-w4-$n" -w 4 -q
@@ -64,6 +81,40 @@ for case in sample dtensor_2d_mesh all_dtypes_sharded; do
     check "$case reshard verifies x$n" "$dcpctl" verify --deep "$work/d-$case-w4-$n"
   done
 done
+
+# Casting on the way, and --parallel-write (each rank writes whole shards).
+ck=$fixtures/all_dtypes_sharded/ckpt
+"$dcpctl" consolidate "$ck" -o "$work/s-cast.safetensors" --dtype bf16 -q
+check "consolidate --dtype bf16 x3" run_env 3 consolidate "$ck" -o "$work/d-cast.safetensors" --dtype bf16 -q
+check "cast output identical x3" cmp "$work/s-cast.safetensors" "$work/d-cast.safetensors"
+for case in sample dtensor_2d_mesh; do
+  check "$case --parallel-write x3" run_env 3 consolidate "$fixtures/$case/ckpt" -o "$work/pw-$case/" --max-shard-size 20KB --parallel-write -q
+  check "$case --parallel-write identical" diff -r "$work/s-$case-hf" "$work/pw-$case"
+done
+
+# --local-files: the data files dealt out over per-rank directories, .metadata only in rank 0's
+# (the others receive it); every output format byte-identical to the single-process run.
+for case in sample dtensor_2d_mesh zstd; do
+  ck=$fixtures/$case/ckpt
+  split=$work/split-$case
+  mkdir -p "$split/r0" "$split/r1" "$split/r2"
+  cp "$ck/.metadata" "$split/r0/"
+  i=0
+  for f in "$ck"/*.distcp; do cp "$f" "$split/r$((i % 3))/"; i=$((i + 1)); done
+  for out in x.safetensors x.pt hf/; do
+    extra=()
+    [ $out = hf/ ] && extra=(--max-shard-size 20KB)
+    rm -rf "$work/lf-s" "$work/lf-d" && mkdir -p "$work/lf-s" "$work/lf-d"
+    "$dcpctl" consolidate "$ck" -o "$work/lf-s/$out" "${extra[@]}" -q
+    launch=run_env
+    [ $case = sample ] && [ $out = x.pt ] && launch=run_tr3
+    check "$case --local-files $out x3" $launch 3 consolidate "$split/r{rank}" --local-files -o "$work/lf-d/$out" "${extra[@]}" -q
+    check "$case --local-files $out identical" diff -r "$work/lf-s" "$work/lf-d"
+  done
+done
+# A file no rank can see is refused before anything is written.
+rm "$work/split-sample/r1/"*.distcp
+check "--local-files: a file nobody sees is refused" expect_fail 3 "no rank can read" run_env 3 consolidate "$work/split-sample/r{rank}" --local-files -o "$work/lf-missing.safetensors" -q
 
 # The resharded output loads in real torch (dcp_to_torch_save) like the single-process one.
 check "distributed reshard loads in torch" "$py" - "$work/s-sample-w4" "$work/d-sample-w4-3" <<'EOF'
@@ -103,6 +154,44 @@ for what in consolidate reshard; do
   check "$what: nothing left behind" test -z "$(find "$work" -maxdepth 1 -name "*fault-$what*" -o -maxdepth 1 -name ".*dcpctl-tmp*")"
   port=$((port + 1))
 done
+# Rank 1 dies mid-transfer (SIGKILL after pushing two windows to rank 0): rank 0 names it and
+# fails within seconds (the dead peer's connection closes; no --timeout wait), rank 2 learns
+# that rank 0 ended the run, and nothing is left behind.
+start=$SECONDS
+DCPCTL_FAILPOINT=exchange-push:1 run_env 3 consolidate "$fixtures/sample/ckpt" -o "$work/mid.safetensors" -q
+check "mid-run kill: rank 0 fails (rc $(cat "$work/rc-0"))" test "$(cat "$work/rc-0")" -ne 0
+check "mid-run kill: rank 2 fails (rc $(cat "$work/rc-2"))" test "$(cat "$work/rc-2")" -ne 0
+check "mid-run kill: rank 0 names rank 1" grep -q "rank 1 died" "$work/log-0"
+check "mid-run kill: rank 2 names rank 0's outcome" grep -q "rank 0 ended the run" "$work/log-2"
+check "mid-run kill: over in $((SECONDS - start)) s (< 30, the timeout is 60)" test $((SECONDS - start)) -lt 30
+check "mid-run kill: nothing left behind" test -z "$(find "$work" -maxdepth 1 -name "mid*" -o -maxdepth 1 -name ".*dcpctl-tmp*")"
+# A rank that cannot read its share (a truncated file) stops the run at once with its message
+# and the exit code of a broken checkpoint (3).
+cp -r "$fixtures/sample/ckpt" "$work/broken"
+truncate -s 3000 "$work/broken/__1_0.distcp"
+check "owner's read error reaches rank 0" expect_fail 3 "could not read its share: .*__1_0.distcp: offset" \
+  run_env 3 consolidate "$work/broken" -o "$work/broken.safetensors" -q
+check "owner's read error: nothing left behind" test ! -e "$work/broken.safetensors"
+# Ranks given different commands fail together (usage error) before any work.
+next_port=$((next_port + 1))
+for r in 0 1; do
+  dt=()
+  [ $r = 1 ] && dt=(--dtype bf16)
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$next_port "$dcpctl" consolidate "$fixtures/sample/ckpt" \
+    -o "$work/mismatch.safetensors" "${dt[@]}" -q --timeout 30 >"$work/log-$r" 2>&1 &
+  pids[$r]=$!
+done
+wait "${pids[0]}"; rc0=$?
+wait "${pids[1]}"; rc1=$?
+check "different commands: both exit 2 ($rc0, $rc1)" test "$rc0" = 2 -a "$rc1" = 2
+check "different commands: named" grep -q "different command" "$work/log-0"
+
+# --backend nccl: the plugin loads; on a machine without GPUs every rank refuses (exit 5).
+if [ -f "$(dirname "$dcpctl")/libdcpctl_nccl.so" ] && ! command -v nvidia-smi >/dev/null; then
+  check "--backend nccl without a GPU is refused" expect_fail 5 "has 0 GPU" \
+    run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/nccl.safetensors" --backend nccl -q
+fi
+
 # A second run succeeds.
 check "second run after a fault succeeds" run_tr 2 consolidate "$fixtures/sample/ckpt" -o "$work/after.safetensors" -q
 [ $fail -eq 0 ] && echo "torchrun tests passed" || echo "torchrun tests FAILED"
