@@ -215,29 +215,11 @@ class StoreGroup final : public Group {
   }
 
   void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
-    try {
-      transport().send(dst, tag, data, n);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& ex) {
-      explain_transport_failure();
-      throw IoError(Where(), "rank " + std::to_string(rank()) + ": sending " + std::to_string(n) + " bytes to rank " +
-                                 std::to_string(dst) + " failed (" + backend_name() + "): " + first_line(ex.what()) +
-                                 "; rank " + std::to_string(dst) + " died or hung (see --timeout)");
-    }
+    transfer("sending " + std::to_string(n) + " bytes to", dst, [&] { transport().send(dst, tag, data, n); });
   }
 
   void recv(int src, uint32_t tag, void* data, uint64_t n) override {
-    try {
-      transport().recv(src, tag, data, n);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& ex) {
-      explain_transport_failure();
-      throw IoError(Where(), "rank " + std::to_string(rank()) + ": receiving " + std::to_string(n) + " bytes from rank " +
-                                 std::to_string(src) + " failed (" + backend_name() + "): " + first_line(ex.what()) +
-                                 "; rank " + std::to_string(src) + " died or hung (see --timeout)");
-    }
+    transfer("receiving " + std::to_string(n) + " bytes from", src, [&] { transport().recv(src, tag, data, n); });
   }
 
   std::string backend_name() const override { return backend_ == Backend::Nccl ? "nccl" : "gloo"; }
@@ -247,6 +229,21 @@ class StoreGroup final : public Group {
   }
 
  private:
+  // Runs one transfer with `peer`; a backend failure becomes an IoError naming both ranks.
+  template <class F>
+  void transfer(const std::string& what, int peer, F&& f) {
+    try {
+      f();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& ex) {
+      explain_transport_failure();
+      throw IoError(Where(), "rank " + std::to_string(rank()) + ": " + what + " rank " + std::to_string(peer) + " failed (" +
+                                 backend_name() + "): " + first_line(ex.what()) + "; rank " + std::to_string(peer) +
+                                 " died or hung (see --timeout)");
+    }
+  }
+
   // A peer closing the connection is usually rank 0 ending a failed run: say so when it did.
   void explain_transport_failure() {
     if (rank() == 0) return;
