@@ -399,14 +399,14 @@ struct DistributedWrite {
       if (failed) std::rethrow_exception(failed);
     }
     g.await("setup");
-    if (!leader && o.parallel_write) {
-      std::string paths = g.fetch("outputs");
-      size_t f = 0;
-      for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
-        if (f < outs.size() && writer_of[f] == me) outs[f] = OutputFile::open_shared(paths.substr(a, b - a));
-    }
 
     try {
+      if (!leader && o.parallel_write) {
+        std::string paths = g.fetch("outputs");
+        size_t f = 0;
+        for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
+          if (f < outs.size() && writer_of[f] == me) outs[f] = OutputFile::open_shared(paths.substr(a, b - a));
+      }
       failpoint("consolidate-write", me);
       ChunkExchange ex(g, reader, std::move(plan), lanes, kTransferWindow);
       ex.start_pushing();
