@@ -346,6 +346,9 @@ struct DistributedWrite {
       }
     }
     const unsigned lanes = to_st && g.tagged() ? std::max(1u, o.threads) : 1;
+    // Items are listed writer by writer: the lowest writer with work left then always has every
+    // owner at its next transfer, so a lane waiting on its rank's memory budget waits only for
+    // lanes that are moving (write/exchange.h).
     std::vector<Item> items;
     for (int w = 0; w < (to_st ? world : 1); ++w) {
       unsigned next = 0;
