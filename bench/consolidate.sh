@@ -24,22 +24,8 @@
 # out.pt with torch's out_torch.pt, bit for bit (memory-mapped, one tensor at a time).
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=${1:-/tmp/dcpctl-bench}
-py=${PYTHON:-$root/.venv/bin/python}
-dcpctl=${DCPCTL:-$root/build/cmd/dcpctl}
-ckpt=$work/ckpt
-mkdir -p "$work"
-[ -x "$dcpctl" ] || { echo "no dcpctl at $dcpctl (set DCPCTL)" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 2; }
-
-if [ ! -f "$ckpt/.metadata" ]; then
-  echo "== generating the checkpoint under $ckpt (8 ranks, real torch)"
-  "$py" "$root/bench/make_big_ckpt.py" "$ckpt"
-fi
-
-cold=0
-if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=1; fi
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
 
 outs=("$work/out.safetensors" "$work/out.pt" "$work/out_torch.pt" "$work/cat.out")
 clean() { rm -rf "${outs[@]}" "$work"/.out*dcpctl-tmp*; }
@@ -73,7 +59,7 @@ for ((r = 1; r <= repeat; r++)); do
       c_*) rm -f "$work/out_torch.pt" ;; *) rm -f "$work/cat.out" ;;
     esac
     rm -f "$work/out.pt" "$work/cat.out"  # disk space: only the two verified outputs stay
-    [ $cold = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+    drop_cache
     c=$(cmd_for "$n")
     echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
     /usr/bin/time -v -o "$work/time_${n}_$r.txt" bash -c "$c"

@@ -24,23 +24,9 @@
 # torch compares dcpctl's output with torch's own: chunk lists, chunk files, every byte.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=${1:-/tmp/dcpctl-bench}
-py=${PYTHON:-$root/.venv/bin/python}
-dcpctl=${DCPCTL:-$root/build/cmd/dcpctl}
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
 world=${WORLD:-2}
-ckpt=$work/ckpt
-mkdir -p "$work"
-[ -x "$dcpctl" ] || { echo "no dcpctl at $dcpctl (set DCPCTL)" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 2; }
-
-if [ ! -f "$ckpt/.metadata" ]; then
-  echo "== generating the checkpoint under $ckpt (8 ranks, real torch)"
-  "$py" "$root/bench/make_big_ckpt.py" "$ckpt"
-fi
-
-cold=0
-if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=1; fi
 
 o_d=$work/reshard_dcpctl o_t=$work/reshard_torch o_c=$work/reshard_copy
 clean() { rm -rf "$o_d" "$o_t" "$o_c" "$work"/.reshard_*dcpctl-tmp*; }
@@ -69,7 +55,7 @@ for ((r = 1; r <= repeat; r++)); do
     n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
     case $n in a_*) rm -rf "$o_d" ;; b_*) rm -rf "$o_t" ;; *) rm -rf "$o_c" ;; esac
     rm -rf "$o_c"  # disk space: only the two compared outputs stay
-    [ $cold = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
+    drop_cache
     c=$(cmd_for "$n")
     echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
     /usr/bin/time -v -o "$work/time_reshard_${n}_$r.txt" bash -c "$c"
