@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -23,7 +24,6 @@
 #include "util/parallel.h"
 #include "util/crc32.h"
 #include "write/exchange.h"
-#include <algorithm>
 #include "write/output.h"
 #include "write/stream.h"
 #include "write/pickler.h"
