@@ -8,6 +8,9 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"inspect", setup_inspect},
       {"verify", setup_verify},
+      {"ls", setup_ls},
+      {"latest", setup_latest},
+      {"prune", setup_prune},
       {"consolidate", setup_consolidate},
       {"reshard", setup_reshard},
       {"cast", setup_cast},

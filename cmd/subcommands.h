@@ -7,6 +7,9 @@ namespace dcpctl::cli {
 
 void setup_inspect(CLI::App& parent, RunFn& run);
 void setup_verify(CLI::App& parent, RunFn& run);
+void setup_ls(CLI::App& parent, RunFn& run);
+void setup_latest(CLI::App& parent, RunFn& run);
+void setup_prune(CLI::App& parent, RunFn& run);
 void setup_consolidate(CLI::App& parent, RunFn& run);
 void setup_reshard(CLI::App& parent, RunFn& run);
 void setup_cast(CLI::App& parent, RunFn& run);

@@ -49,13 +49,14 @@ int run_verify(const VerifyCliOptions& o) {
     if (r["deep"].get<bool>()) std::cout << ", decoded " << human_bytes(c["bytes_read"].get<uint64_t>()) << " of tensor data";
     std::cout << "\n";
   }
+  if (r.value("unsupported", false)) return static_cast<int>(ExitCode::unsupported);
   return ok ? 0 : static_cast<int>(ExitCode::invalid);
 }
 
 void setup_verify(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<VerifyCliOptions>();
   auto* sub = parent.add_subcommand("verify", "Check a checkpoint for every problem: files, windows, chunk tiling; --deep decodes items");
-  sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
+  sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory or a .safetensors file")->required()->type_name("DIR");
   sub->add_flag("--json", o->json, "Print the report as JSON (schema_version 1) on stdout");
   sub->add_flag("--deep", o->deep, "Also decode every item and check its dtype, shape and length against .metadata");
   sub->add_flag("--checksum", o->checksum, "With --deep: print the SHA-256 of every full tensor (C order, little-endian)");

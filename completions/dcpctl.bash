@@ -7,8 +7,8 @@ _dcpctl_spec() {
     _dcpctl_subs=() _dcpctl_canon=() _dcpctl_opts=() _dcpctl_vals=()
     case $1 in
         'dcpctl')
-            _dcpctl_subs=('inspect' 'verify' 'consolidate' 'reshard' 'cast' 'bench')
-            _dcpctl_canon=('inspect' 'verify' 'consolidate' 'reshard' 'cast' 'bench')
+            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'bench')
+            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'bench')
             _dcpctl_opts=('-h' '--help' '-V' '--version')
             ;;
         'dcpctl inspect')
@@ -18,6 +18,16 @@ _dcpctl_spec() {
         'dcpctl verify')
             _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads')
             _dcpctl_vals=('--threads')
+            ;;
+        'dcpctl ls')
+            _dcpctl_opts=('-h' '--help' '--json')
+            ;;
+        'dcpctl latest')
+            _dcpctl_opts=('-h' '--help' '--json')
+            ;;
+        'dcpctl prune')
+            _dcpctl_opts=('-h' '--help' '--keep' '--incomplete' '--dry-run' '--json' '-q' '--quiet')
+            _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
@@ -72,6 +82,24 @@ _dcpctl_positional() {
         'dcpctl verify')
             if (($2 < 1)); then
                 _dcpctl_kind='dir'
+                return
+            fi
+            ;;
+        'dcpctl ls')
+            if (($2 < 1)); then
+                _dcpctl_kind='none'
+                return
+            fi
+            ;;
+        'dcpctl latest')
+            if (($2 < 1)); then
+                _dcpctl_kind='none'
+                return
+            fi
+            ;;
+        'dcpctl prune')
+            if (($2 < 1)); then
+                _dcpctl_kind='none'
                 return
             fi
             ;;

@@ -9,6 +9,9 @@ complete -c dcpctl -n '__fish_use_subcommand' -s h -l help -d 'Print this help m
 complete -c dcpctl -n '__fish_use_subcommand' -s V -l version -d 'Print dcpctl\'s version, the LibTorch version and whether CUDA is usable'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'inspect' -d 'Show what a checkpoint holds, how it is sharded and whether it is complete'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'verify' -d 'Check a checkpoint for every problem: files, windows, chunk tiling; --deep decodes items'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'ls' -d 'List the checkpoints of a run folder: step, layout, complete or not and why, size, content'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'latest' -d 'Print the path of a run folder\'s newest complete checkpoint (exit 3 when none is)'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'prune' -d 'Remove all but the N newest complete checkpoints of a run folder (never the newest, never one in flight)'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'consolidate' -d 'Write one full-model file (.safetensors, HF sharded safetensors or .pt) from a sharded checkpoint'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'reshard' -d 'Write a new DCP checkpoint sharded for another world size (FSDP2 dim-0 layout)'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'cast' -d 'Write a copy of a DCP checkpoint with floating tensors cast to another dtype'
@@ -31,6 +34,22 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also deco
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With --deep: print the SHA-256 of every full tensor (C order, little-endian)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'
+
+# dcpctl ls
+complete -c dcpctl -n '__fish_seen_subcommand_from ls' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from ls' -l json -d 'Print the list as JSON (schema_version 1) on stdout'
+
+# dcpctl latest
+complete -c dcpctl -n '__fish_seen_subcommand_from latest' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from latest' -l json -d 'Print path, step and layout as JSON (schema_version 1)'
+
+# dcpctl prune
+complete -c dcpctl -n '__fish_seen_subcommand_from prune' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from prune' -l keep -x -d 'How many of the newest complete checkpoints to keep (at least 1)'
+complete -c dcpctl -n '__fish_seen_subcommand_from prune' -l incomplete -d 'Also remove incomplete checkpoints older than the newest complete one'
+complete -c dcpctl -n '__fish_seen_subcommand_from prune' -l dry-run -d 'List what would be removed; remove nothing'
+complete -c dcpctl -n '__fish_seen_subcommand_from prune' -l json -d 'Print what was (or would be) removed and kept as JSON (schema_version 1)'
+complete -c dcpctl -n '__fish_seen_subcommand_from prune' -s q -l quiet -d 'Print nothing but errors'
 
 # dcpctl consolidate
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s h -l help -d 'Print this help message and exit'

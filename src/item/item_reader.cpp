@@ -35,7 +35,7 @@ const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
   return *files_[index];
 }
 
-ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& key) const {
+ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& key, uint64_t max_decoded) const {
   if (!ref.present()) throw FormatError(Where(ck_.metadata_path, std::nullopt, key), "no storage_data entry");
   Opened o;
   o.where = Where(ck_.path_of(ref.file), ref.offset, key);
@@ -46,22 +46,30 @@ ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& ke
   }
   if (provided) {
     o.src = ref.transforms == 0 ? provided
-                                : undo_transforms(*provided, ck_.md.transform_sets.at(ref.transforms), limits_.max_decoded_item, o.where);
-    o.zip = std::make_unique<TorchZip>(o.src, o.where);
-    return o;
-  }
-  const ReadFile& f = file(ref.file, o.where);
-  if (ref.offset > f.size() || ref.length > f.size() - ref.offset)
-    throw FormatError(o.where, "item of " + std::to_string(ref.length) + " bytes runs past the end of the file (" +
-                                   std::to_string(f.size()) + " bytes)");
-  if (ref.transforms == 0) {
-    o.src = std::make_shared<FileWindow>(f, ref.offset, ref.length, key);
+                                : undo_transforms(*provided, ck_.md.transform_sets.at(ref.transforms), max_decoded, o.where);
   } else {
-    FileWindow encoded(f, ref.offset, ref.length, key);
-    o.src = undo_transforms(encoded, ck_.md.transform_sets.at(ref.transforms), limits_.max_decoded_item, o.where);
+    const ReadFile& f = file(ref.file, o.where);
+    if (ref.offset > f.size() || ref.length > f.size() - ref.offset)
+      throw FormatError(o.where, "item of " + std::to_string(ref.length) + " bytes runs past the end of the file (" +
+                                     std::to_string(f.size()) + " bytes)");
+    if (ref.transforms == 0) {
+      o.src = std::make_shared<FileWindow>(f, ref.offset, ref.length, key);
+    } else {
+      FileWindow encoded(f, ref.offset, ref.length, key);
+      o.src = undo_transforms(encoded, ck_.md.transform_sets.at(ref.transforms), max_decoded, o.where);
+    }
   }
-  o.zip = std::make_unique<TorchZip>(o.src, o.where);
+  if (ref.format == ItemFormat::TorchSave) o.zip = std::make_unique<TorchZip>(o.src, o.where);
   return o;
+}
+
+ItemReader::Opened ItemReader::open_chunk(const TensorMeta& t, size_t chunk) const {
+  uint64_t cap = UINT64_MAX;
+  if (t.dtype) {
+    uint64_t bytes = t.chunk_numel(chunk) * itemsize(*t.dtype);
+    cap = bytes > UINT64_MAX - limits_.zip_overhead ? UINT64_MAX : bytes + limits_.zip_overhead;
+  }
+  return open(t.storage.at(chunk), t.fqn, cap);
 }
 
 static std::string dims_text(const int64_t* d, size_t n) {
@@ -71,6 +79,19 @@ static std::string dims_text(const int64_t* d, size_t n) {
 }
 
 TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) const {
+  if (!o.zip) {  // ItemFormat::Raw: the item is the chunk's dense bytes, as the header said
+    if (!t.dtype) throw UnsupportedError(o.where, "tensor of unknown dtype " + t.dtype_name);
+    TensorBlob b;
+    b.dtype = *t.dtype;
+    b.size.assign(t.chunk_sizes(chunk), t.chunk_sizes(chunk) + t.ndim());
+    b.stride.assign(t.ndim(), 1);
+    for (size_t d = t.ndim(); d-- > 1;) b.stride[d - 1] = b.stride[d] * std::max<int64_t>(b.size[d], 1);
+    b.storage_bytes = o.src->size();
+    if (b.numel() * itemsize(b.dtype) != o.src->size())
+      throw FormatError(o.where, "chunk " + std::to_string(chunk) + " needs " + std::to_string(b.numel() * itemsize(b.dtype)) +
+                                     " bytes but its item holds " + std::to_string(o.src->size()));
+    return b;
+  }
   if (o.zip->has("byteorder")) {
     std::vector<uint8_t> bo = o.zip->read_small("byteorder", 64);
     if (std::string(bo.begin(), bo.end()) != "little")
@@ -97,7 +118,7 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
 }
 
 TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
-  Opened o = open(t.storage.at(chunk), t.fqn);
+  Opened o = open_chunk(t, chunk);
   return check_blob(o, t, chunk);
 }
 
@@ -123,7 +144,7 @@ void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const 
 
 void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
   if (!t.dtype) throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
-  Opened o = open(t.storage.at(chunk), t.fqn);
+  Opened o = open_chunk(t, chunk);
   TensorBlob b = check_blob(o, t, chunk);
   size_t item = itemsize(b.dtype);
   uint64_t numel = b.numel();
@@ -133,6 +154,10 @@ void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t fr
     throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" + std::to_string(n) +
                                    ") asked of a chunk of " + std::to_string(bytes) + " bytes");
   if (n == 0) return;
+  if (!o.zip) {
+    o.src->read(from, dst, n);
+    return;
+  }
   RecordLocation rec = o.zip->locate("data/" + b.storage_key);
   uint64_t extent = b.extent();
   if (extent == UINT64_MAX || extent > rec.size / item)
@@ -157,7 +182,7 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
   if (!t.dtype) return std::nullopt;
   const StorageRef& ref = t.storage.at(chunk);
   if (ref.transforms != 0) return std::nullopt;
-  Opened o = open(ref, t.fqn);
+  Opened o = open_chunk(t, chunk);
   TensorBlob b = check_blob(o, t, chunk);
   if (!b.contiguous()) return std::nullopt;
   size_t item = itemsize(b.dtype);
@@ -166,6 +191,10 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
   run.file = &file(ref.file, o.where);
   run.bytes = numel * item;
   if (numel == 0) return run;
+  if (!o.zip) {
+    run.offset = ref.offset;
+    return run;
+  }
   RecordLocation rec = o.zip->locate("data/" + b.storage_key);
   uint64_t extent = b.extent();
   if (extent == UINT64_MAX || extent > rec.size / item)
@@ -176,7 +205,12 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
 }
 
 std::unique_ptr<pickle::Tree> ItemReader::read_bytes(const BytesMeta& bm) const {
-  Opened o = open(bm.storage, bm.fqn);
+  const StorageRef& ref = bm.storage;
+  uint64_t ratio_cap = ref.length > (UINT64_MAX - limits_.bytes_item_base) / limits_.bytes_item_ratio
+                           ? UINT64_MAX
+                           : limits_.bytes_item_base + ref.length * limits_.bytes_item_ratio;
+  Opened o = open(ref, bm.fqn, ratio_cap);
+  if (!o.zip) throw FormatError(o.where, "non-tensor item is not a torch.save archive");
   std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);
   pickle::ParseOptions po;
   po.source = o.where.file;

@@ -2,7 +2,7 @@
 //
 // An item is the byte window [offset, offset + length) of `relative_path` named by its
 // storage_data entry; after undoing its stream transforms (if any) it is a torch.save zip
-// (torch_zip.h). Tensor chunks are read straight from the file at their record's offset when the
+// (torch_zip.h), or for ItemFormat::Raw (safetensors layouts) the chunk's dense bytes. Tensor chunks are read straight from the file at their record's offset when the
 // item is untransformed; transformed items are decoded in memory (bounded by the item's size).
 // Every check compares what data.pkl says with what `.metadata` says (dtype, shape, byte counts)
 // and reports mismatches with file, offset and key. Safe to use from several threads.
@@ -31,9 +31,15 @@ struct DirectRun {
   uint64_t bytes = 0;
 };
 
+// A transformed (zstd) item is decoded in memory, so its decoded size is capped by what it can
+// legitimately hold: a tensor chunk's bytes plus the zip's small overhead (data.pkl, headers,
+// alignment), or for a non-tensor item a fixed allowance plus a ratio of its encoded size. A
+// small item that inflates past that is refused as invalid (exit 3) before it costs more memory.
 struct ItemLimits {
-  uint64_t max_pickle_bytes = 256ull << 20;     // data.pkl of one item
-  uint64_t max_decoded_item = 64ull << 30;      // a transformed item, once decoded
+  uint64_t max_pickle_bytes = 256ull << 20;  // data.pkl of one item
+  uint64_t zip_overhead = 1ull << 20;        // allowed beyond a tensor chunk's own bytes
+  uint64_t bytes_item_base = 256ull << 20;   // a decoded non-tensor item: this ...
+  uint64_t bytes_item_ratio = 64;            // ... plus this many times its encoded length
 };
 
 class ItemReader {
@@ -61,7 +67,9 @@ class ItemReader {
 
  private:
   struct Opened;
-  Opened open(const StorageRef& ref, const std::string& key) const;
+  // `max_decoded`: the cap on a transformed item's decoded size (see ItemLimits).
+  Opened open(const StorageRef& ref, const std::string& key, uint64_t max_decoded) const;
+  Opened open_chunk(const TensorMeta& t, size_t chunk) const;
   TensorBlob check_blob(Opened& o, const TensorMeta& t, size_t chunk) const;
   const ReadFile& file(uint32_t index, const Where& where) const;
 

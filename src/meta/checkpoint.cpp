@@ -3,11 +3,40 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <regex>
 
+#include "meta/layouts.h"
+#include "meta/run_folder.h"
 #include "util/file.h"
 
 namespace dcpctl {
+
+using meta_detail::ends_with;
+using meta_detail::list_dir;
+
+const char* layout_name(CheckpointLayout l) {
+  switch (l) {
+    case CheckpointLayout::Dcp: return "dcp";
+    case CheckpointLayout::DcpSafetensorsItems: return "dcp-safetensors-items";
+    case CheckpointLayout::DcpRankLocal: return "dcp-rank-local";
+    case CheckpointLayout::HfDcpShards: return "hf-dcp-shards";
+    case CheckpointLayout::HfSafetensors: return "hf-safetensors";
+  }
+  return "?";
+}
+
+const char* layout_description(CheckpointLayout l) {
+  switch (l) {
+    case CheckpointLayout::Dcp: return "DCP (.metadata + torch.save items)";
+    case CheckpointLayout::DcpSafetensorsItems: return "DCP with safetensors items (SerializationFormat.SAFETENSORS)";
+    case CheckpointLayout::DcpRankLocal: return "DCP with rank-local metadata (__R.metadata, use_collectives=False)";
+    case CheckpointLayout::HfDcpShards: return "HF-mode DCP, per-rank safetensors shards (HuggingFaceStorageWriter)";
+    case CheckpointLayout::HfSafetensors: return "Hugging Face safetensors (consolidated)";
+  }
+  return "?";
+}
 
 uint64_t Checkpoint::data_bytes() const {
   uint64_t n = 0;
@@ -30,14 +59,25 @@ std::optional<int> rank_of_file(const std::string& p) {
   return r;
 }
 
-namespace {
+void require_complete(const Checkpoint& ck) {
+  if (ck.incomplete.empty()) return;
+  std::string text;
+  for (const auto& f : ck.incomplete) text += "\n  " + f.text();
+  throw FormatError(Where(ck.dir), "the checkpoint is incomplete; refusing to write from it:" + text);
+}
+
+namespace meta_detail {
 
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;
   DIR* d = ::opendir(dir.c_str());
   if (!d) return names;
-  while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(std::move(n));
+  }
   ::closedir(d);
+  std::sort(names.begin(), names.end());
   return names;
 }
 
@@ -45,58 +85,13 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-[[noreturn]] void explain_missing_metadata(const std::string& dir) {
-  std::vector<std::string> names = list_dir(dir);
-  size_t distcp = 0, safet = 0, rank_md = 0;
-  for (const auto& n : names) {
-    if (ends_with(n, ".distcp")) ++distcp;
-    if (ends_with(n, ".safetensors")) ++safet;
-    if (n.size() > 2 && n.compare(0, 2, "__") == 0 && ends_with(n, ".metadata")) ++rank_md;
-  }
-  std::string path = join_path(dir, ".metadata");
-  if (rank_md > 0)
-    throw UnsupportedError(Where(path), "no .metadata, but " + std::to_string(rank_md) +
-                                            " per-rank __R.metadata files (saved with use_collectives=False); "
-                                            "reading those is not supported yet");
-  if (distcp > 0)
-    throw FormatError(Where(path), "missing, although the directory holds " + std::to_string(distcp) +
-                                       " .distcp files: the save did not finish (the coordinator writes "
-                                       ".metadata last), or this node lacks the shared filesystem copy");
-  if (safet > 0)
-    throw UnsupportedError(Where(path), "missing: the directory holds .safetensors files (Hugging Face format), "
-                                        "not a DCP checkpoint");
-  throw FormatError(Where(path), "missing: " + dir + " is not a DCP checkpoint directory");
-}
-
-}  // namespace
-
-Checkpoint open_checkpoint(const std::string& dir, const std::vector<uint8_t>* metadata) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) throw IoError(Where(dir), "cannot open checkpoint: " + errno_text(errno));
-  if (!S_ISDIR(st.st_mode)) {
-    if (ends_with(dir, ".metadata"))
-      throw UsageError(Where(dir), "give the checkpoint directory, not its .metadata file");
-    throw IoError(Where(dir), "not a directory: a DCP checkpoint is a directory holding .metadata");
-  }
-  Checkpoint ck;
-  ck.dir = dir;
-  ck.metadata_path = join_path(dir, ".metadata");
-  if (metadata) {
-    ck.metadata_bytes = metadata->size();
-    ck.md = parse_metadata(ByteSpan(metadata->data(), metadata->size()), ck.metadata_path + " (received from another rank)");
-  } else {
-    if (!path_exists(ck.metadata_path)) explain_missing_metadata(dir);
-    MappedFile mf(ck.metadata_path);
-    ck.metadata_bytes = mf.size();
-    MetadataParseOptions po;
-    po.consumed = [&mf](uint64_t done) { mf.drop_before(done); };
-    ck.md = parse_metadata(mf.span(), ck.metadata_path, po);
-  }
+void stat_data_files(Checkpoint& ck) {
+  ck.files.clear();
   for (const auto& rel : ck.md.files) {
     DataFileInfo fi;
     fi.relative_path = rel;
     struct stat fs;
-    std::string p = join_path(dir, rel);
+    std::string p = join_path(ck.dir, rel);
     if (rel.find("..") != std::string::npos || (!rel.empty() && rel[0] == '/')) {
       fi.error = "path leaves the checkpoint directory";
     } else if (::stat(p.c_str(), &fs) != 0) {
@@ -108,6 +103,80 @@ Checkpoint open_checkpoint(const std::string& dir, const std::vector<uint8_t>* m
     }
     ck.files.push_back(std::move(fi));
   }
+}
+
+}  // namespace meta_detail
+
+namespace {
+
+bool is_rank_metadata(const std::string& n) { return std::regex_match(n, std::regex(R"(__\d+\.metadata)")); }
+
+// The directory has no `.metadata`: find which other layout it holds, or say what it is not.
+Checkpoint open_without_metadata(const std::string& dir) {
+  std::vector<std::string> names = list_dir(dir);
+  std::vector<std::string> rank_md, safet;
+  size_t distcp = 0;
+  for (const auto& n : names) {
+    if (is_rank_metadata(n)) rank_md.push_back(n);
+    if (ends_with(n, ".safetensors")) safet.push_back(n);
+    if (ends_with(n, ".distcp")) ++distcp;
+  }
+  std::string index = join_path(dir, "model.safetensors.index.json");
+  if (!rank_md.empty()) return meta_detail::open_rank_local(dir, rank_md);
+  if (!safet.empty()) return meta_detail::open_safetensors_files(dir, safet, path_exists(index) ? index : "");
+  // HuggingFaceStorageWriter(enable_consolidation=True) writes the per-rank shards to sharded/
+  // and the consolidated files beside it; with only the shards left, read those.
+  std::string sharded = join_path(dir, "sharded");
+  if (is_directory(sharded)) {
+    std::vector<std::string> inner;
+    for (const auto& n : list_dir(sharded))
+      if (ends_with(n, ".safetensors")) inner.push_back("sharded/" + n);
+    if (!inner.empty()) return meta_detail::open_safetensors_files(dir, inner, "");
+  }
+  std::string path = join_path(dir, ".metadata");
+  if (distcp > 0)
+    throw FormatError(Where(path), "missing, although the directory holds " + std::to_string(distcp) +
+                                       " .distcp files: the save did not finish (the coordinator writes "
+                                       ".metadata last), or this node lacks the shared filesystem copy");
+  if (path_exists(index))
+    throw FormatError(Where(index), "names the model's files, but the directory holds no .safetensors file");
+  if (auto refusal = run_folder_refusal(dir)) throw UsageError(Where(dir), *refusal);
+  throw FormatError(Where(path), "missing: " + dir + " is not a DCP checkpoint directory");
+}
+
+}  // namespace
+
+Checkpoint open_checkpoint(const std::string& path, const std::vector<uint8_t>* metadata) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw IoError(Where(path), "cannot open checkpoint: " + errno_text(errno));
+  if (!S_ISDIR(st.st_mode)) {
+    if (ends_with(path, ".metadata"))
+      throw UsageError(Where(path), "give the checkpoint directory, not its .metadata file");
+    if (ends_with(path, ".safetensors")) {
+      size_t slash = path.find_last_of('/');
+      std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+      return meta_detail::open_safetensors_files(dir, {path.substr(slash + 1)}, "");
+    }
+    throw IoError(Where(path), "not a directory: a DCP checkpoint is a directory holding .metadata");
+  }
+  const std::string& dir = path;
+  Checkpoint ck;
+  ck.dir = dir;
+  ck.metadata_path = join_path(dir, ".metadata");
+  if (metadata) {
+    ck.metadata_bytes = metadata->size();
+    ck.md = parse_metadata(ByteSpan(metadata->data(), metadata->size()), ck.metadata_path + " (received from another rank)");
+  } else {
+    if (!path_exists(ck.metadata_path)) return open_without_metadata(dir);
+    MappedFile mf(ck.metadata_path);
+    ck.metadata_bytes = mf.size();
+    MetadataParseOptions po;
+    po.consumed = [&mf](uint64_t done) { mf.drop_before(done); };
+    ck.md = parse_metadata(mf.span(), ck.metadata_path, po);
+  }
+  ck.metadata_sources = {ck.metadata_path};
+  meta_detail::stat_data_files(ck);
+  meta_detail::resolve_safetensors_items(ck);
   return ck;
 }
 

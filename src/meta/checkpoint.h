@@ -1,9 +1,19 @@
-// Opening a checkpoint directory: find and parse `.metadata`, look at the data files it names.
+// Opening a checkpoint: every layout a trainer leaves behind, as one typed view (Metadata).
 //
-// Directory layout (shared/docs/dcp-format.md §0): `.metadata` (pickle) plus `__{rank}_{n}.distcp`
-// data files. Newer torch saved with use_collectives=False writes `__{rank}.metadata` per rank
-// instead; a DCP directory written by HuggingFaceStorageWriter holds safetensors files and no
-// pickle. Those cases get a clear message rather than a generic "file not found".
+// Layouts (shared/docs/dcp-format.md §0, §5, §9):
+// - DCP: `.metadata` (pickle) plus `__{rank}_{n}.distcp` data files of torch.save items.
+// - DCP, safetensors items: the same, saved with SerializationFormat.SAFETENSORS: each .distcp
+//   holds its non-tensor items, then ONE safetensors blob with the file's tensors; every tensor's
+//   _StorageInfo points at the blob's start. Resolved here to each tensor's own bytes (Raw items)
+//   through the blob's header (safetensors_items.cpp).
+// - DCP, rank-local metadata (use_collectives=False): no `.metadata`, one `__{rank}.metadata`
+//   per rank describing that rank's items; merged into one view (rank_local.cpp).
+// - HF-mode DCP (HuggingFaceStorageWriter): `*.safetensors` files whose `__metadata__` carries
+//   DCP_SHARDING_INFO (per-rank `shard-R-model-i-of-N` files, possibly under `sharded/`), or
+//   plain Hugging Face safetensors (`model-i-of-N.safetensors` + `model.safetensors.index.json`,
+//   or one `.safetensors` file): tensors are Raw items (hf_layout.cpp).
+// A run folder (a directory of checkpoints, run_folder.h) is refused with a usage error that
+// names the checkpoints inside and the newest complete one.
 #pragma once
 
 #include <optional>
@@ -14,6 +24,19 @@
 
 namespace dcpctl {
 
+enum class CheckpointLayout {
+  Dcp,                  // .metadata + torch.save items
+  DcpSafetensorsItems,  // .metadata + one safetensors blob per .distcp
+  DcpRankLocal,         // __R.metadata per rank, no .metadata
+  HfDcpShards,          // safetensors files with DCP_SHARDING_INFO (HuggingFaceStorageWriter)
+  HfSafetensors,        // plain Hugging Face safetensors (consolidated) or one .safetensors file
+};
+
+// Stable names for scripts ("dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp-shards",
+// "hf-safetensors") and a phrase for people.
+const char* layout_name(CheckpointLayout l);
+const char* layout_description(CheckpointLayout l);
+
 struct DataFileInfo {
   std::string relative_path;
   std::optional<uint64_t> size;  // nullopt: missing or unreadable
@@ -22,19 +45,28 @@ struct DataFileInfo {
 
 struct Checkpoint {
   std::string dir;
-  std::string metadata_path;
+  std::string metadata_path;  // .metadata, __0.metadata, the index, or the directory itself
+  std::vector<std::string> metadata_sources;  // every file the view was built from
   uint64_t metadata_bytes = 0;
+  CheckpointLayout layout = CheckpointLayout::Dcp;
   Metadata md;
   std::vector<DataFileInfo> files;  // parallel to md.files
+  // What makes the checkpoint incomplete beyond chunk tiling (a key the index promises that no
+  // file holds, a rank whose metadata is missing): verify reports them, writers refuse.
+  Findings incomplete;
   uint64_t data_bytes() const;      // total size of the data files present
   std::string path_of(uint32_t file) const;
 };
 
-// Throws IoError (not a directory, unreadable), FormatError (no or bad `.metadata`),
-// UnsupportedError (a format we recognise but do not read).
+// Throws IoError (not readable), FormatError (no or bad metadata), UnsupportedError (a format
+// we recognise but do not read), UsageError (a run folder, or the .metadata file itself).
+// `path` is a checkpoint directory or a single `.safetensors` file.
 // With `metadata`, those bytes stand for the directory's .metadata (a distributed run whose
 // node-local directory holds only data files got them from another rank).
-Checkpoint open_checkpoint(const std::string& dir, const std::vector<uint8_t>* metadata = nullptr);
+Checkpoint open_checkpoint(const std::string& path, const std::vector<uint8_t>* metadata = nullptr);
+
+// Throws FormatError naming every finding in ck.incomplete (writers call it before writing).
+void require_complete(const Checkpoint& ck);
 
 // The rank that wrote a data file, from its name `__{rank}_{n}.distcp` (nullopt if not that form).
 std::optional<int> rank_of_file(const std::string& relative_path);

@@ -38,6 +38,13 @@
 
 namespace dcpctl {
 
+// How an item's bytes encode it.
+enum class ItemFormat : uint8_t {
+  TorchSave,  // a torch.save zip (DCP's default SerializationFormat.TORCH_SAVE; bytes items)
+  Raw,        // the chunk's elements themselves, dense C order, little-endian: a tensor inside a
+              // safetensors file or blob (HF-mode DCP, SerializationFormat.SAFETENSORS)
+};
+
 // Where one chunk's (or bytes item's) bytes live.
 struct StorageRef {
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -45,6 +52,7 @@ struct StorageRef {
   uint32_t transforms = 0;  // index into Metadata::transform_sets; 0 = no transforms
   uint64_t offset = 0;
   uint64_t length = 0;
+  ItemFormat format = ItemFormat::TorchSave;
   bool present() const { return file != kNone; }
 };
 

@@ -463,6 +463,7 @@ struct DistributedWrite {
 }  // namespace
 
 json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
+  require_complete(ck);
   auto t0 = std::chrono::steady_clock::now();
   const Metadata& md = ck.md;
   if (o.group) {

@@ -171,6 +171,7 @@ std::optional<std::vector<Piece>> direct_pieces(const ItemReader& reader, const 
 }  // namespace
 
 json reshard(const Checkpoint& ck, const ReshardOptions& o) {
+  require_complete(ck);
   auto t0 = std::chrono::steady_clock::now();
   const Metadata& md = ck.md;
   std::vector<SelectedItem> items = select_items(md, o.selection);

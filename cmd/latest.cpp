@@ -1,0 +1,46 @@
+// dcpctl latest: the path of the newest complete checkpoint of a run folder, for scripts:
+//   dcpctl consolidate "$(dcpctl latest RUN)" -o model.safetensors
+#include <iostream>
+
+#include "cmd/subcommands.h"
+#include "meta/run_folder.h"
+#include "report/runs.h"
+#include "util/error.h"
+
+namespace dcpctl::cli {
+
+using nlohmann::json;
+
+RunFolder require_run_folder(const std::string& dir);  // cmd/ls.cpp
+
+struct LatestCliOptions {
+  std::string run;
+  bool json = false;
+};
+
+int run_latest(const LatestCliOptions& o) {
+  RunFolder rf = require_run_folder(o.run);
+  const RunEntry* e = rf.newest_complete();
+  if (!e) {
+    std::string why;
+    for (const auto& x : rf.entries) why += "\n  " + x.name + ": " + x.why_incomplete;
+    throw FormatError(Where(o.run), "no complete checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
+  }
+  if (o.json)
+    std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step},
+                      {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}}.dump(2)
+              << "\n";
+  else
+    std::cout << e->path << "\n";
+  return 0;
+}
+
+void setup_latest(CLI::App& parent, RunFn& run) {
+  auto o = std::make_shared<LatestCliOptions>();
+  auto* sub = parent.add_subcommand("latest", "Print the path of a run folder's newest complete checkpoint (exit 3 when none is)");
+  sub->add_option("run", o->run, "Run folder")->required()->type_name("RUN");
+  sub->add_flag("--json", o->json, "Print path, step and layout as JSON (schema_version 1)");
+  sub->callback([&run, o] { run = [o] { return run_latest(*o); }; });
+}
+
+}  // namespace dcpctl::cli

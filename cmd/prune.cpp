@@ -1,0 +1,80 @@
+// dcpctl prune: remove all but the N newest complete checkpoints of a run folder.
+#include <iostream>
+
+#include "cmd/format.h"
+#include "cmd/subcommands.h"
+#include "meta/run_folder.h"
+#include "report/runs.h"
+#include "util/error.h"
+#include "write/prune.h"
+
+namespace dcpctl::cli {
+
+using nlohmann::json;
+
+RunFolder require_run_folder(const std::string& dir);  // cmd/ls.cpp
+
+struct PruneCliOptions {
+  std::string run;
+  int keep = 0;
+  bool incomplete = false, dry_run = false, json = false, quiet = false;
+};
+
+int run_prune(const PruneCliOptions& o) {
+  RunFolder rf = require_run_folder(o.run);
+  std::vector<PruneDecision> plan = plan_prune(rf, o.keep, o.incomplete);
+  json removed = json::array(), kept = json::array();
+  uint64_t freed = 0;
+  auto row = [](const PruneDecision& d) { return json{{"name", d.entry->name}, {"path", d.entry->path}, {"reason", d.reason}}; };
+  for (const auto& d : plan)
+    if (!d.remove) kept.push_back(row(d));
+  auto report = [&] {
+    if (o.json) {
+      std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"dry_run", o.dry_run}, {"keep", o.keep},
+                        {"incomplete", o.incomplete}, {"removed", removed}, {"kept", kept}, {"bytes_freed", freed}}
+                       .dump(2)
+                << "\n";
+    } else if (!o.quiet) {
+      for (const auto& k : kept) std::cout << "keep    " << k["path"].get<std::string>() << "  (" << k["reason"].get<std::string>() << ")\n";
+      std::cout << (o.dry_run ? "would remove " : "removed ") << removed.size() << " checkpoint(s), " << human_bytes(freed) << "\n";
+    }
+  };
+  if (o.dry_run) {
+    for (const auto& d : plan)
+      if (d.remove) {
+        removed.push_back(row(d));
+        freed += d.entry->bytes;
+        if (!o.json && !o.quiet) std::cout << "remove  " << d.entry->path << "  (" << d.reason << ")\n";
+      }
+    report();
+    return 0;
+  }
+  try {
+    execute_prune(rf, plan, [&](const RunEntry& e) {
+      for (const auto& d : plan)
+        if (d.entry == &e) removed.push_back(row(d));
+      freed += e.bytes;
+      if (!o.json && !o.quiet) std::cout << "removed " << e.path << "\n";
+    });
+  } catch (const Error&) {
+    report();  // what was removed before the failure
+    throw;
+  }
+  report();
+  return 0;
+}
+
+void setup_prune(CLI::App& parent, RunFn& run) {
+  auto o = std::make_shared<PruneCliOptions>();
+  auto* sub = parent.add_subcommand(
+      "prune", "Remove all but the N newest complete checkpoints of a run folder (never the newest, never one in flight)");
+  sub->add_option("run", o->run, "Run folder")->required()->type_name("RUN");
+  sub->add_option("--keep", o->keep, "How many of the newest complete checkpoints to keep (at least 1)")->required()->type_name("N");
+  sub->add_flag("--incomplete", o->incomplete, "Also remove incomplete checkpoints older than the newest complete one");
+  sub->add_flag("--dry-run", o->dry_run, "List what would be removed; remove nothing");
+  sub->add_flag("--json", o->json, "Print what was (or would be) removed and kept as JSON (schema_version 1)");
+  sub->add_flag("-q,--quiet", o->quiet, "Print nothing but errors");
+  sub->callback([&run, o] { run = [o] { return run_prune(*o); }; });
+}
+
+}  // namespace dcpctl::cli

@@ -1,0 +1,28 @@
+// The layouts open_checkpoint() reads besides plain DCP (see checkpoint.h). Internal to meta/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "meta/checkpoint.h"
+
+namespace dcpctl::meta_detail {
+
+std::vector<std::string> list_dir(const std::string& dir);  // names, without . and ..
+bool ends_with(const std::string& s, const std::string& suffix);
+
+// Sizes of the data files md.files names (fills ck.files).
+void stat_data_files(Checkpoint& ck);
+
+// DCP saved with SerializationFormat.SAFETENSORS: points every tensor item of a file whose
+// items start with a safetensors blob at its own bytes (ItemFormat::Raw). Other files untouched.
+void resolve_safetensors_items(Checkpoint& ck);
+
+// `__R.metadata` files (names given) merged into one view.
+Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string>& rank_files);
+
+// Safetensors files `names` (relative to dir) as one view; `index` is the
+// model.safetensors.index.json path or empty.
+Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names, const std::string& index);
+
+}  // namespace dcpctl::meta_detail

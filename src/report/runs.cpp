@@ -1,0 +1,33 @@
+#include "report/runs.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+json run_entry_json(const RunEntry& e) {
+  return {{"name", e.name},
+          {"path", e.path},
+          {"step", e.step},
+          {"layout", e.layout ? json(layout_name(*e.layout)) : json(nullptr)},
+          {"complete", e.complete},
+          {"problems", e.problems},
+          {"why_incomplete", e.complete ? json(nullptr) : json(e.why_incomplete)},
+          {"bytes", e.bytes},
+          {"tensors", e.tensors},
+          {"dtypes", e.dtypes},
+          {"optimizer", e.optimizer},
+          {"mtime", e.mtime},
+          {"symlink", e.symlink}};
+}
+
+json run_folder_report(const RunFolder& rf) {
+  json list = json::array();
+  for (const auto& e : rf.entries) list.push_back(run_entry_json(e));
+  const RunEntry* newest = rf.newest_complete();
+  return {{"schema_version", 1},
+          {"run_folder", rf.dir},
+          {"newest_complete", newest ? json(newest->path) : json(nullptr)},
+          {"checkpoints", list}};
+}
+
+}  // namespace dcpctl

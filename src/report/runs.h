@@ -1,0 +1,25 @@
+// Run folders as JSON data (`dcpctl ls --json`, `latest --json`, `prune --json`).
+//
+// JSON schema, version 1:
+// ls:     {"schema_version": 1, "run_folder": "<dir>", "newest_complete": "<path>"|null,
+//          "checkpoints": [entry, ...]}                       ordered by step
+// entry:  {"name", "path", "step", "layout": "dcp"|"dcp-safetensors-items"|"dcp-rank-local"|
+//          "hf-dcp-shards"|"hf-safetensors"|null, "complete": bool, "problems": n,
+//          "why_incomplete": str|null, "bytes", "tensors", "dtypes": {dtype: tensors},
+//          "optimizer": bool, "mtime": seconds, "symlink": bool}
+// latest: {"schema_version": 1, "run_folder", "path", "step", "layout"}
+// prune:  {"schema_version": 1, "run_folder", "dry_run": bool, "keep", "incomplete": bool,
+//          "removed": [{"name", "path", "reason"}], "kept": [{"name", "path", "reason"}],
+//          "bytes_freed"}
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "meta/run_folder.h"
+
+namespace dcpctl {
+
+nlohmann::json run_entry_json(const RunEntry& e);
+nlohmann::json run_folder_report(const RunFolder& rf);
+
+}  // namespace dcpctl

@@ -1,0 +1,126 @@
+#include "write/prune.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "util/failpoint.h"
+#include "util/file.h"
+
+namespace dcpctl {
+
+std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomplete) {
+  if (keep < 1) throw UsageError(Where(), "--keep must be at least 1: the newest complete checkpoint is never removed");
+  const RunEntry* newest = rf.newest_complete();
+  if (!newest) throw FormatError(Where(rf.dir), "no checkpoint in the run folder is complete; nothing removed");
+  std::vector<PruneDecision> out;
+  int complete_seen = 0;
+  bool past_newest = false;
+  // Newest first, so that "the N newest complete" is a running count.
+  for (auto it = rf.entries.rbegin(); it != rf.entries.rend(); ++it) {
+    const RunEntry& e = *it;
+    if (&e == newest) past_newest = true;
+    PruneDecision d{&e, false, ""};
+    if (e.symlink) {
+      d.reason = "a symbolic link: never removed";
+    } else if (e.complete) {
+      ++complete_seen;
+      if (complete_seen <= keep) d.reason = &e == newest ? "the newest complete checkpoint" : "one of the " + std::to_string(keep) + " newest complete";
+      else d = {&e, true, "complete, older than the " + std::to_string(keep) + " kept"};
+    } else if (!past_newest) {
+      d.reason = "incomplete but newer than the newest complete checkpoint (a save may be in flight)";
+    } else if (incomplete) {
+      d = {&e, true, "incomplete, older than the newest complete checkpoint"};
+    } else {
+      d.reason = "incomplete (removed only with --incomplete)";
+    }
+    out.push_back(std::move(d));
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// Removes everything inside the directory open at `dfd`; links are unlinked, never followed.
+// Returns 0 or the errno of the first failure.
+int remove_contents(int dfd, int depth) {
+  if (depth > 64) return ELOOP;
+  int dup = ::dup(dfd);
+  if (dup < 0) return errno;
+  DIR* d = ::fdopendir(dup);
+  if (!d) {
+    int err = errno;
+    ::close(dup);
+    return err;
+  }
+  int err = 0;
+  std::vector<std::pair<std::string, bool>> names;  // name, is a directory
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    struct stat st;
+    if (::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    names.emplace_back(n, S_ISDIR(st.st_mode));
+  }
+  ::closedir(d);
+  for (const auto& [n, is_dir] : names) {
+    if (is_dir) {
+      int sub = ::openat(dfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) {
+        if (!err) err = errno;
+        continue;
+      }
+      int e = remove_contents(sub, depth + 1);
+      ::close(sub);
+      if (e && !err) err = e;
+      if (::unlinkat(dfd, n.c_str(), AT_REMOVEDIR) != 0 && !err && errno != ENOENT) err = errno;
+    } else if (::unlinkat(dfd, n.c_str(), 0) != 0 && !err && errno != ENOENT) {
+      err = errno;
+    }
+  }
+  return err;
+}
+
+}  // namespace
+
+void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
+                   const std::function<void(const RunEntry&)>& removed) {
+  for (const auto& d : plan) {
+    if (!d.remove) continue;
+    const RunEntry& e = *d.entry;
+    // Still the directory that was judged (not replaced by a link since)?
+    struct stat st;
+    if (::lstat(e.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw IoError(Where(e.path), "changed since the run folder was read (no longer a directory); nothing more removed");
+    std::string hidden = join_path(rf.dir, ".dcpctl-prune-" + e.name);
+    if (::rename(e.path.c_str(), hidden.c_str()) != 0)
+      throw IoError(Where(e.path), "cannot remove: " + errno_text(errno));
+    failpoint_stop("prune-renamed");  // tests: change the tree while the removal is under way
+    int err = 0;
+    for (int pass = 0; pass < 5; ++pass) {  // a file written meanwhile is removed on the next pass
+      int dfd = ::open(hidden.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (dfd < 0) {
+        err = errno;
+        break;
+      }
+      err = remove_contents(dfd, 0);
+      ::close(dfd);
+      if (err) break;
+      if (::rmdir(hidden.c_str()) == 0) break;
+      err = errno;
+      if (err != ENOTEMPTY && err != EEXIST) break;
+    }
+    if (err) {
+      std::string back = ::rename(hidden.c_str(), e.path.c_str()) == 0 ? e.path : hidden;
+      throw IoError(Where(e.path), "cannot remove: " + errno_text(err) + "; what is left stays at " + back);
+    }
+    removed(e);
+  }
+}
+
+}  // namespace dcpctl
