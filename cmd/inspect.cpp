@@ -91,9 +91,19 @@ void render_summary(const json& r) {
   const json& s = r["summary"];
   std::string ver = m["version"].is_null() ? "no format version" : "format version " + m["version"].get<std::string>();
   std::cout << "Checkpoint  " << r["checkpoint"].get<std::string>() << "\n";
-  std::cout << "Metadata    .metadata, " << human_bytes(m["bytes"].get<uint64_t>()) << ", pickle protocol "
-            << m["pickle_protocol"].get<int>() << ", " << ver << "; written by torch " << m["writer_releases"].get<std::string>()
-            << "\n";
+  std::string layout = r["layout"].get<std::string>();
+  if (layout != "dcp") std::cout << "Layout      " << layout << "\n";
+  if (layout.rfind("hf-", 0) == 0) {
+    std::cout << "Metadata    " << m["class"].get<std::string>() << ", " << human_bytes(m["bytes"].get<uint64_t>()) << ", "
+              << m["sources"].size() << " file(s)\n";
+  } else {
+    std::string name = m["path"].get<std::string>();
+    name = name.substr(name.find_last_of('/') + 1);
+    if (m["sources"].size() > 1) name = std::to_string(m["sources"].size()) + " rank-local __R.metadata";
+    std::cout << "Metadata    " << name << ", " << human_bytes(m["bytes"].get<uint64_t>()) << ", pickle protocol "
+              << m["pickle_protocol"].get<int>() << ", " << ver << "; written by torch " << m["writer_releases"].get<std::string>()
+              << "\n";
+  }
   if (!m["save_id"].is_null()) std::cout << "Save id     " << m["save_id"].get<std::string>() << "\n";
   std::string ranks;
   auto rv = s["ranks"].get<std::vector<int>>();
@@ -277,7 +287,7 @@ int show_value(const Checkpoint& ck, const InspectCliOptions& o) {
 
 }  // namespace
 
-int run_inspect(const InspectCliOptions& o) {
+static int inspect(const InspectCliOptions& o) {
   Checkpoint ck = open_checkpoint(o.checkpoint);
   if (!o.value_key.empty()) return show_value(ck, o);
   InspectOptions io;
@@ -297,10 +307,25 @@ int run_inspect(const InspectCliOptions& o) {
   return 0;
 }
 
+int run_inspect(const InspectCliOptions& o) {
+  if (!o.json) return inspect(o);
+  try {
+    return inspect(o);
+  } catch (const Error& e) {  // a script asked for JSON: it gets a JSON document, failures too
+    static const char* kKinds[] = {"ok", "failure", "usage", "invalid", "io", "unsupported"};
+    int code = static_cast<int>(e.exit_code());
+    json err = {{"exit_code", code}, {"kind", kKinds[code]}, {"file", e.where().file},
+                {"offset", e.where().offset ? json(*e.where().offset) : json(nullptr)}, {"key", e.where().key},
+                {"message", e.detail()}};
+    std::cout << json{{"schema_version", 1}, {"checkpoint", o.checkpoint}, {"error", err}}.dump(2) << "\n";
+    throw;
+  }
+}
+
 void setup_inspect(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<InspectCliOptions>();
   auto* sub = parent.add_subcommand("inspect", "Show what a checkpoint holds, how it is sharded and whether it is complete");
-  sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
+  sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory or a .safetensors file")->required()->type_name("DIR");
   sub->add_flag("--json", o->json, "Print the report as JSON (schema_version 1) on stdout");
   sub->add_flag("--flat", o->flat, "One row per key instead of a tree grouped by prefix");
   sub->add_flag("--chunks", o->chunks, "List every chunk with its offsets, sizes, file, offset and length");

@@ -27,7 +27,7 @@ int run_latest(const LatestCliOptions& o) {
     throw FormatError(Where(o.run), "no complete checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
   }
   if (o.json)
-    std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step},
+    std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step ? json(*e->step) : json(nullptr)},
                       {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}}.dump(2)
               << "\n";
   else

@@ -1,4 +1,5 @@
 // dcpctl ls: the checkpoints of a run folder, one row each, ordered by step.
+#include <algorithm>
 #include <ctime>
 #include <iostream>
 
@@ -44,12 +45,14 @@ int run_ls(const LsCliOptions& o) {
     std::cout << run_folder_report(rf).dump(2) << "\n";
     return 0;
   }
-  std::cout << pad("STEP", 8) << pad("NAME", 22) << pad("LAYOUT", 23) << pad("STATE", 11) << pad("SIZE", 11) << pad("TENSORS", 9)
+  size_t name_width = 6;
+  for (const auto& e : rf.entries) name_width = std::max(name_width, e.name.size() + 3);
+  std::cout << pad("STEP", 8) << pad("NAME", name_width) << pad("LAYOUT", 23) << pad("STATE", 11) << pad("SIZE", 11) << pad("TENSORS", 9)
             << pad("CONTENT", 17) << pad("MODIFIED (UTC)", 18) << "DTYPES\n";
   for (const auto& e : rf.entries) {
     std::string dtypes;
     for (const auto& [d, n] : e.dtypes) dtypes += (dtypes.empty() ? "" : ",") + d;
-    std::cout << pad(std::to_string(e.step), 8) << pad(e.name + (e.symlink ? "@" : ""), 22)
+    std::cout << pad(e.step ? std::to_string(*e.step) : "-", 8) << pad(e.name + (e.symlink ? "@" : ""), name_width)
               << pad(e.layout ? layout_name(*e.layout) : "-", 23) << pad(e.complete ? "complete" : "INCOMPLETE", 11)
               << pad(human_bytes(e.bytes), 11) << pad(std::to_string(e.tensors), 9)
               << pad(e.tensors == 0 ? "-" : e.optimizer ? "model+optimizer" : "model only", 17) << pad(date_text(e.mtime), 18)

@@ -21,7 +21,7 @@ const char* layout_name(CheckpointLayout l) {
     case CheckpointLayout::Dcp: return "dcp";
     case CheckpointLayout::DcpSafetensorsItems: return "dcp-safetensors-items";
     case CheckpointLayout::DcpRankLocal: return "dcp-rank-local";
-    case CheckpointLayout::HfDcpShards: return "hf-dcp-shards";
+    case CheckpointLayout::HfDcpShards: return "hf-dcp";
     case CheckpointLayout::HfSafetensors: return "hf-safetensors";
   }
   return "?";
@@ -32,7 +32,7 @@ const char* layout_description(CheckpointLayout l) {
     case CheckpointLayout::Dcp: return "DCP (.metadata + torch.save items)";
     case CheckpointLayout::DcpSafetensorsItems: return "DCP with safetensors items (SerializationFormat.SAFETENSORS)";
     case CheckpointLayout::DcpRankLocal: return "DCP with rank-local metadata (__R.metadata, use_collectives=False)";
-    case CheckpointLayout::HfDcpShards: return "HF-mode DCP, per-rank safetensors shards (HuggingFaceStorageWriter)";
+    case CheckpointLayout::HfDcpShards: return "HF-mode DCP (HuggingFaceStorageWriter safetensors with DCP_SHARDING_INFO)";
     case CheckpointLayout::HfSafetensors: return "Hugging Face safetensors (consolidated)";
   }
   return "?";

@@ -32,7 +32,7 @@ enum class CheckpointLayout {
   HfSafetensors,        // plain Hugging Face safetensors (consolidated) or one .safetensors file
 };
 
-// Stable names for scripts ("dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp-shards",
+// Stable names for scripts ("dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp",
 // "hf-safetensors") and a phrase for people.
 const char* layout_name(CheckpointLayout l);
 const char* layout_description(CheckpointLayout l);

@@ -88,7 +88,7 @@ Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std:
   for (uint32_t f = 0; f < md.files.size(); ++f) {
     if (!ck.files[f].size) continue;  // reported as a missing file
     std::string path = ck.path_of(f);
-    if (index.empty()) ck.metadata_sources.push_back(path);
+    ck.metadata_sources.push_back(path);
     SafetensorsHeader h;
     std::map<std::string, std::vector<int64_t>> offsets;
     try {

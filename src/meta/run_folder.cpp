@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <regex>
 
 #include "meta/layouts.h"
@@ -100,7 +101,17 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
     RunEntry e;
     e.name = n;
     e.path = p;
-    e.step = std::stoll(m[2]);
+    for (size_t i = 0; i < n.size();) {
+      if (!isdigit(static_cast<unsigned char>(n[i]))) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < n.size() && isdigit(static_cast<unsigned char>(n[j]))) ++j;
+      e.order.push_back(std::stoull(n.substr(i, std::min<size_t>(j - i, 18))));
+      i = j;
+    }
+    if (e.order.size() == 1) e.step = static_cast<int64_t>(e.order[0]);
     e.in_flight_name = m[3].length() > 0;
     e.symlink = S_ISLNK(lst.st_mode);
     if (!e.symlink) walk(p, 0, e.bytes, e.mtime);
@@ -108,7 +119,7 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
   }
   if (rf.entries.empty()) return std::nullopt;
   std::sort(rf.entries.begin(), rf.entries.end(), [](const RunEntry& a, const RunEntry& b) {
-    return a.step != b.step ? a.step < b.step : a.name < b.name;
+    return a.order != b.order ? a.order < b.order : a.name < b.name;
   });
   if (judge)
     for (auto& e : rf.entries) {

@@ -2,7 +2,8 @@
 //
 // torchtitan writes `<folder>/step-N/` (purging older ones with keep_latest_k, without checking
 // that they are complete); Ray Train `checkpoint_000N/`; others `checkpoint-N`, `ckpt_N`,
-// `global_step_N`, `iter_000N`. A subfolder is a checkpoint when its name ends in a number
+// `global_step_N`, `iter_000N`; Ray Train V2 `checkpoint_<YYYY-MM-DD_HH-MM-SS.ffffff>` (ordered
+// by every number in the name, so by time). A subfolder is a checkpoint when its name ends in a number
 // (optionally followed by a `.tmp`/`-tmp`/`.partial`/`.incomplete` marker of a save in flight)
 // and it holds checkpoint files (.metadata, __R.metadata, .distcp, .safetensors, an HF index, or a
 // `sharded/` folder of them). Anything else in the folder is never listed nor touched.
@@ -23,7 +24,8 @@ namespace dcpctl {
 struct RunEntry {
   std::string name;  // the subfolder's name
   std::string path;  // folder/name
-  int64_t step = 0;
+  std::optional<int64_t> step;  // the name's number; nullopt when it holds several (a timestamp)
+  std::vector<uint64_t> order;  // every number in the name: checkpoints sort by these, in turn
   bool in_flight_name = false;  // .tmp / .partial / ... marker
   bool symlink = false;         // the subfolder is a symbolic link
   std::optional<CheckpointLayout> layout;
@@ -39,7 +41,7 @@ struct RunEntry {
 
 struct RunFolder {
   std::string dir;
-  std::vector<RunEntry> entries;  // by step, then name
+  std::vector<RunEntry> entries;  // by the numbers in their names, then name
   const RunEntry* newest_complete() const;
 };
 

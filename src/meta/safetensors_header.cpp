@@ -8,7 +8,7 @@ namespace dcpctl {
 
 using nlohmann::json;
 
-const SafetensorsEntry* SafetensorsHeader::find(const std::string& key) const {
+const SafetensorsTensorInfo* SafetensorsHeader::find(const std::string& key) const {
   for (const auto& e : tensors)
     if (e.key == key) return &e;
   return nullptr;
@@ -73,7 +73,7 @@ class HeaderSax : public nlohmann::json_sax<json> {
     if (state_ == State::Root) {
       if (key_ == "__metadata__") return (state_ = State::Meta), true;
       if (!keys_.insert(key_).second) return fail("key '" + key_ + "' appears twice");
-      entry_ = SafetensorsEntry();
+      entry_ = SafetensorsTensorInfo();
       entry_.key = key_;
       have_dtype_ = have_shape_ = false;
       offsets_seen_ = 0;
@@ -128,7 +128,7 @@ class HeaderSax : public nlohmann::json_sax<json> {
   State state_ = State::Start;
   std::string key_, field_;
   std::set<std::string> keys_;
-  SafetensorsEntry entry_;
+  SafetensorsTensorInfo entry_;
   bool have_dtype_ = false, have_shape_ = false;
   int offsets_seen_ = 0;
 };

@@ -29,7 +29,7 @@
 
 namespace dcpctl {
 
-struct SafetensorsEntry {
+struct SafetensorsTensorInfo {
   std::string key;
   std::string dtype_name;      // as written ("BF16")
   std::optional<DType> dtype;  // nullopt: a name dcpctl does not know
@@ -41,9 +41,9 @@ struct SafetensorsHeader {
   uint64_t header_bytes = 0;   // N
   uint64_t data_start = 0;     // absolute offset of the data section in the file
   uint64_t data_bytes = 0;     // what the input holds after the header
-  std::vector<SafetensorsEntry> tensors;  // in header order
+  std::vector<SafetensorsTensorInfo> tensors;  // in header order
   std::map<std::string, std::string> metadata;  // __metadata__ (string values only)
-  const SafetensorsEntry* find(const std::string& key) const;
+  const SafetensorsTensorInfo* find(const std::string& key) const;
 };
 
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;

@@ -71,7 +71,7 @@ void resolve_safetensors_items(Checkpoint& ck) {
       if (!r.present() || !headers[r.file] || r.transforms != 0) continue;
       const SafetensorsHeader& h = *headers[r.file];
       Where where(ck.path_of(r.file), h.data_start, t.fqn);
-      const SafetensorsEntry* e = h.find(t.fqn);
+      const SafetensorsTensorInfo* e = h.find(t.fqn);
       std::string why;
       if (!e) {
         why = "the file's safetensors blob has no tensor of this name";

@@ -77,13 +77,17 @@ StructureReport check_structure(const Checkpoint& ck) {
     uint64_t size = *ck.files[f].size;
     auto& ws = windows[f];
     std::sort(ws.begin(), ws.end(), [](const Window& a, const Window& b) { return a.offset < b.offset; });
+    const Window* reach = nullptr;  // the window reaching furthest so far
     for (size_t i = 0; i < ws.size(); ++i) {
       if (ws[i].offset > size || ws[i].length > size - ws[i].offset)
         problem("window-out-of-file", Where(path, ws[i].offset, ws[i].key),
                 "item of " + std::to_string(ws[i].length) + " bytes runs past the end of the file (" + std::to_string(size) + " bytes)");
-      if (i > 0 && ws[i].offset < ws[i - 1].offset + ws[i - 1].length)
+      // An empty item (a zero-size shard stored raw) occupies no byte, so it overlaps nothing.
+      if (ws[i].length == 0) continue;
+      if (reach && ws[i].offset < reach->offset + reach->length)
         problem("window-overlap", Where(path, ws[i].offset, ws[i].key),
-                "item overlaps the item of '" + ws[i - 1].key + "' at offset " + std::to_string(ws[i - 1].offset));
+                "item overlaps the item of '" + reach->key + "' at offset " + std::to_string(reach->offset));
+      if (!reach || ws[i].offset + ws[i].length > reach->offset + reach->length) reach = &ws[i];
     }
   }
   return out;

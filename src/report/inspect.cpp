@@ -45,6 +45,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   json out;
   out["schema_version"] = 1;
   out["checkpoint"] = ck.dir;
+  out["layout"] = layout_name(ck.layout);
 
   json m;
   m["path"] = ck.metadata_path;
@@ -60,10 +61,13 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   m["has_planner_data"] = md.has_planner_data;
   m["unknown_globals"] = md.unknown_globals;
   m["extra_attributes"] = md.extra_attributes;
+  m["sources"] = ck.metadata_sources;
   out["metadata"] = m;
 
   json problems = json::array();
   for (const auto& p : md.problems) problems.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});
+  bool complete = ck.incomplete.empty();
+  for (const auto& p : ck.incomplete) problems.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.text()}});
 
   // Items per file, for the file table.
   std::vector<uint64_t> items_per_file(md.files.size(), 0);
@@ -73,7 +77,6 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
 
   json items = json::array();
   uint64_t chunks = 0, tensor_bytes = 0, n_tensors = 0, n_bytes = 0;
-  bool complete = true;
   std::map<std::string, std::pair<uint64_t, uint64_t>> dtypes;
   for (const auto& t : md.tensors) {
     for (const auto& r : t.storage) count_ref(r);

@@ -5,9 +5,11 @@
 // {
 //   "schema_version": 1,
 //   "checkpoint": "<dir>",
+//   "layout": "dcp" | "dcp-safetensors-items" | "dcp-rank-local" | "hf-dcp" | "hf-safetensors",
 //   "metadata": {"path", "bytes", "pickle_protocol", "class", "version" (str|null),
 //                "writer_releases", "checkpoint_id", "save_id", "load_id", "modules",
-//                "has_planner_data", "unknown_globals": [..], "extra_attributes": [..]},
+//                "has_planner_data", "unknown_globals": [..], "extra_attributes": [..],
+//                "sources": [every metadata file or header the view was built from]},
 //   "summary":  {"files", "files_missing", "data_bytes", "ranks": [..], "tensors", "bytes_items",
 //                "chunks", "tensor_bytes", "complete": bool,
 //                "dtypes": {"float32": {"tensors": n, "bytes": n}, ...}},
@@ -18,6 +20,9 @@
 //                {"key", "kind": "bytes", "path"?, "file", "offset", "length", "value"?, "repr"?}],
 //   "problems": [{"code", "key", "message"}]      structural problems seen without reading data
 // }
+// On failure, `dcpctl inspect --json` prints instead (and exits with the code):
+// {"schema_version": 1, "checkpoint": "<path>", "error": {"exit_code", "kind": "usage"|"invalid"|
+//  "io"|"unsupported"|"failure", "file", "offset" (int|null), "key", "message"}}
 // "path" is the nested location from planner_data (strings are dict keys, ints list indices).
 #pragma once
 

@@ -7,7 +7,7 @@ using nlohmann::json;
 json run_entry_json(const RunEntry& e) {
   return {{"name", e.name},
           {"path", e.path},
-          {"step", e.step},
+          {"step", e.step ? json(*e.step) : json(nullptr)},
           {"layout", e.layout ? json(layout_name(*e.layout)) : json(nullptr)},
           {"complete", e.complete},
           {"problems", e.problems},

@@ -3,8 +3,8 @@
 // JSON schema, version 1:
 // ls:     {"schema_version": 1, "run_folder": "<dir>", "newest_complete": "<path>"|null,
 //          "checkpoints": [entry, ...]}                       ordered by step
-// entry:  {"name", "path", "step", "layout": "dcp"|"dcp-safetensors-items"|"dcp-rank-local"|
-//          "hf-dcp-shards"|"hf-safetensors"|null, "complete": bool, "problems": n,
+// entry:  {"name", "path", "step" (int|null: several numbers in the name), "layout": "dcp"|"dcp-safetensors-items"|"dcp-rank-local"|
+//          "hf-dcp"|"hf-safetensors"|null, "complete": bool, "problems": n,
 //          "why_incomplete": str|null, "bytes", "tensors", "dtypes": {dtype: tensors},
 //          "optimizer": bool, "mtime": seconds, "symlink": bool}
 // latest: {"schema_version": 1, "run_folder", "path", "step", "layout"}
