@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Every layout a trainer leaves, read by dcpctl and checked by real torch (the project's venv).
+
+    layouts_test.py MODE DCPCTL FIXTURES_DIR
+
+Fixtures: tests/fixtures/layouts/<case>/ckpt, written by the real writers (torch 2.14.1's
+HuggingFaceStorageWriter in every mode, dcp.save(use_collectives=False), FileSystemWriter with
+SerializationFormat.SAFETENSORS, torch 2.6.0, torchtitan 0.3.0, Ray Train 2.60); each
+expected.json holds torch's own view of the values (see tests/fixtures/layouts/README.md).
+
+MODE is one of:
+  cases  for every checkpoint case: `inspect --json` (layout, keys, dtypes, shapes), `verify --deep
+         --checksum` (the SHA-256 of every full tensor equals torch's), `consolidate` to
+         .safetensors (the `safetensors` package loads it), to an HF directory (index + shards) and
+         to a flat .pt (`torch.load(weights_only=True)`), and `reshard -w 2` read back by torch's
+         own dcp_to_torch_save: every key, dtype, shape and byte equal to expected.json, non-tensor
+         values included. With DCPCTL_OLD_TORCH_PYTHON (tools/dev.sh sets it to a torch 2.6.0
+         venv) that older torch must load the .pt and the resharded checkpoint to the same values.
+  runs   the run folders (torchtitan step-N with keep_latest_k and a model-only bf16 last save,
+         torchtitan last_save_in_hf, Ray Train V1 checkpoint_00000N and V2 timestamped folders):
+         `latest` names the newest complete step; every step's tensors checksum equal to torch's;
+         the HF step's sharded/ shards read as HF-mode DCP; a command given the run folder exits 2.
+  broken incomplete inputs of each new layout (a rank's __R.metadata removed, a shard file
+         removed, a key dropped from an HF index, a safetensors blob header damaged): verify
+         exits 3 naming what is missing, consolidate and reshard exit 3 and write nothing.
+
+Exit status: 0 pass, 1 failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dcp_oracle  # noqa: E402
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+CASES = {  # case -> the layout dcpctl must report
+    "hf_sharded": "hf-dcp",
+    "hf_single": "hf-dcp",
+    "hf_consolidated": "hf-safetensors",
+    "rank_local": "dcp-rank-local",
+    "rank_local_3": "dcp-rank-local",
+    "safetensors_items": "dcp-safetensors-items",
+    "safetensors_items_threads": "dcp-safetensors-items",
+    "old_torch_2_6_plain": "dcp",
+    "old_torch_2_6_dtensor": "dcp",
+    "old_torch_2_6_fsdp2": "dcp",
+}
+
+FAILURES: list[str] = []
+CHECKS = 0
+
+
+def check(ok: bool, what: str) -> None:
+    global CHECKS
+    CHECKS += 1
+    if not ok:
+        FAILURES.append(what)
+        print(f"FAIL {what}", flush=True)
+
+
+def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
+    r = subprocess.run([dcpctl, *args], capture_output=True, text=True, timeout=600)
+    if r.returncode < 0:
+        FAILURES.append(f"dcpctl {' '.join(args)} died of signal {-r.returncode}: {r.stderr[-2000:]}")
+    return r
+
+
+def expect_rc(r: subprocess.CompletedProcess, rc: int, what: str, names: str = "") -> bool:
+    ok = r.returncode == rc and (not names or names in r.stderr)
+    check(ok, f"{what}: exit {r.returncode} (wanted {rc}{', naming ' + repr(names) if names else ''}): {r.stderr.strip()[-600:]}")
+    return ok
+
+
+def tensor_keys(expected: dict) -> dict:
+    return {k: v for k, v in expected["keys"].items() if v["kind"] == "tensor"}
+
+
+def compare(label: str, actual: dict, expected: dict, tensors_only: bool = False) -> None:
+    exp = {"keys": tensor_keys(expected)} if tensors_only else expected
+    msgs = dcp_oracle.compare_flat(actual, exp)
+    check(not msgs, f"{label}: {len(msgs)} mismatch(es) with torch's view: {msgs[:6]}")
+
+
+def old_torch_view(old_python: str, kind: str, path: Path) -> dict:
+    """The flat state an older torch reads from dcpctl's output, as expected.json entries."""
+    oracle_dir = Path(__file__).resolve().parent
+    code = f"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {str(oracle_dir)!r})
+import torch, dcp_oracle
+if {kind!r} == "pt":
+    flat = torch.load({str(path)!r}, weights_only=True)
+else:
+    flat = dcp_oracle.flat_state_from_dcp({str(path)!r})
+print(json.dumps({{k: dcp_oracle.describe_value(v) for k, v in flat.items()}}))
+"""
+    r = subprocess.run([old_python, "-c", code], capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0, f"older torch ({old_python}) reads {path}: {r.stderr[-1500:]}")
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def check_checkpoint(dcpctl: str, label: str, ckpt: Path, expected: dict, layout: str, tmp: Path, deep_outputs: bool) -> None:
+    r = run(dcpctl, "inspect", "--json", str(ckpt))
+    if expect_rc(r, 0, f"{label}: inspect"):
+        rep = json.loads(r.stdout)
+        check(rep["layout"] == layout, f"{label}: layout {rep['layout']} != {layout}")
+        check(rep["summary"]["complete"], f"{label}: inspect says incomplete: {rep['problems']}")
+        got = {i["key"]: i for i in rep["items"]}
+        for key, e in expected["keys"].items():
+            i = got.get(key)
+            check(i is not None, f"{label}: inspect lacks key {key}")
+            if i is not None and e["kind"] == "tensor":
+                check(i["dtype"] == e["dtype"] and i["shape"] == e["shape"],
+                      f"{label}: {key}: inspect says {i['dtype']} {i['shape']}, torch {e['dtype']} {e['shape']}")
+        check(set(got) == set(expected["keys"]), f"{label}: inspect keys differ: {sorted(set(got) ^ set(expected['keys']))[:6]}")
+
+    r = run(dcpctl, "verify", "--deep", "--checksum", "--json", str(ckpt))
+    if expect_rc(r, 0, f"{label}: verify --deep --checksum"):
+        sums = json.loads(r.stdout)["checksums"]
+        for key, e in tensor_keys(expected).items():
+            check(sums.get(key) == e["sha256"], f"{label}: {key}: sha256 {sums.get(key)} != torch's {e['sha256']}")
+    if not deep_outputs:
+        return
+
+    out = tmp / label.replace("/", "_")
+    out.mkdir(parents=True)
+    st = out / "model.safetensors"
+    if expect_rc(run(dcpctl, "consolidate", str(ckpt), "-o", str(st), "-q"), 0, f"{label}: consolidate .safetensors"):
+        compare(f"{label}: .safetensors", load_file(str(st)), expected, tensors_only=True)
+    hf = out / "hf"
+    if expect_rc(run(dcpctl, "consolidate", str(ckpt), "-o", f"{hf}/", "--max-shard-size", "300", "-q"), 0, f"{label}: consolidate HF dir"):
+        index = hf / "model.safetensors.index.json"  # absent when everything fits one shard
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+        flat = {}
+        for f in files:
+            flat.update(load_file(str(hf / f)))
+        compare(f"{label}: HF dir", flat, expected, tensors_only=True)
+    pt = out / "model.pt"
+    # A .pt leaves out (and names on stderr) values torch.load(weights_only=True) refuses: BytesIO.
+    safe = {"keys": {k: v for k, v in expected["keys"].items() if v.get("python_type") != "BytesIO"}}
+    r = run(dcpctl, "consolidate", str(ckpt), "-o", str(pt), "--flat")
+    if expect_rc(r, 0, f"{label}: consolidate .pt --flat"):
+        compare(f"{label}: .pt --flat", torch.load(str(pt), weights_only=True), safe)
+        for k in set(expected["keys"]) - set(safe["keys"]):
+            check(k in r.stderr, f"{label}: .pt left out {k} without saying so: {r.stderr}")
+    rs = out / "w2"
+    if expect_rc(run(dcpctl, "reshard", str(ckpt), "-o", str(rs), "-w", "2", "-q"), 0, f"{label}: reshard -w 2"):
+        compare(f"{label}: reshard -w 2 read by torch", dcp_oracle.flat_state_from_dcp(str(rs)), expected)
+    old = os.environ.get("DCPCTL_OLD_TORCH_PYTHON")
+    if old and pt.exists() and rs.exists():
+        compare(f"{label}: .pt read by older torch", old_torch_view(old, "pt", pt), safe)
+        compare(f"{label}: reshard -w 2 read by older torch", old_torch_view(old, "dcp", rs), expected)
+
+
+def mode_cases(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    if not os.environ.get("DCPCTL_OLD_TORCH_PYTHON"):
+        print("(DCPCTL_OLD_TORCH_PYTHON not set: outputs are checked with the pinned torch only)")
+    for case, layout in CASES.items():
+        d = fixtures / "layouts" / case
+        expected = json.loads((d / "expected.json").read_text())
+        check_checkpoint(dcpctl, case, d / "ckpt", expected, layout, tmp, deep_outputs=True)
+        print(f"{case}: checked", flush=True)
+    # The consolidated HF case also left torch's per-rank shards in sharded/: HF-mode DCP.
+    d = fixtures / "layouts" / "hf_consolidated"
+    expected = json.loads((d / "expected.json").read_text())
+    check_checkpoint(dcpctl, "hf_consolidated/sharded", d / "ckpt" / "sharded", {"keys": expected["sharded_keys"]},
+                     "hf-dcp", tmp, deep_outputs=True)
+
+
+def mode_runs(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    runs = {  # run folder -> (expected.json, its map of checkpoints, newest complete)
+        "run_torchtitan/run": ("run_torchtitan", "steps", "step-6"),
+        "run_torchtitan_hf/run": ("run_torchtitan_hf", "steps", "step-4"),
+        "run_ray/run": ("run_ray", "checkpoints", None),
+    }
+    ray_v1 = next((fixtures / "layouts" / "run_ray_v1" / "run").glob("TorchTrainer_*"))
+    runs[str(ray_v1.relative_to(fixtures / "layouts"))] = ("run_ray_v1", "checkpoints", "checkpoint_000002")
+    layouts = {"dcp": "dcp", "hf_safetensors_consolidated": "hf-safetensors"}
+    for rel, (case, field, newest) in runs.items():
+        folder = fixtures / "layouts" / rel
+        expected = json.loads((fixtures / "layouts" / case / "expected.json").read_text())
+        entries = {Path(k).name: v for k, v in expected[field].items() if v.get("metadata") is not None or v.get("index_json")}
+        if newest is None:  # Ray V2: the newest by the timestamp in the name
+            newest = sorted(n for n in entries if n.startswith("checkpoint_"))[-1]
+        r = run(dcpctl, "latest", str(folder))
+        if expect_rc(r, 0, f"{rel}: latest"):
+            check(r.stdout == f"{folder / newest}\n", f"{rel}: latest printed {r.stdout!r}, wanted {folder / newest}")
+        expect_rc(run(dcpctl, "inspect", str(folder)), 2, f"{rel}: inspect of the run folder", "is a run folder")
+        for name, e in entries.items():
+            layout = layouts.get(e["layout"], e["layout"])
+            check_checkpoint(dcpctl, f"{case}/{name}", folder / name, e, layout, tmp, deep_outputs=name == newest)
+            if (folder / name / "sharded").is_dir() and e.get("sharded_keys"):
+                check_checkpoint(dcpctl, f"{case}/{name}/sharded", folder / name / "sharded", {"keys": e["sharded_keys"]},
+                                 "hf-dcp", tmp, deep_outputs=False)
+        print(f"{rel}: checked {len(entries)} checkpoint(s)", flush=True)
+
+
+def broken_copy(src: Path, tmp: Path, name: str) -> Path:
+    dst = tmp / "broken" / name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def expect_refusals(dcpctl: str, label: str, ckpt: Path, names: str, tmp: Path) -> None:
+    r = run(dcpctl, "verify", str(ckpt))
+    expect_rc(r, 3, f"{label}: verify", "")
+    check(names in r.stdout, f"{label}: verify does not name {names!r}: {r.stdout[-800:]}")
+    for args in (["consolidate", str(ckpt), "-o", str(tmp / "x.safetensors")], ["reshard", str(ckpt), "-o", str(tmp / "x"), "-w", "2"]):
+        r = run(dcpctl, *args)
+        expect_rc(r, 3, f"{label}: {args[0]}", names)
+        check(not (tmp / "x.safetensors").exists() and not (tmp / "x").exists(), f"{label}: {args[0]} left an output")
+
+
+def mode_broken(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    L = fixtures / "layouts"
+    d = broken_copy(L / "rank_local_3" / "ckpt", tmp, "rank_local_missing")
+    (d / "__1.metadata").unlink()
+    expect_refusals(dcpctl, "rank-local without __1.metadata", d, "__1.metadata", tmp)
+
+    d = broken_copy(L / "hf_sharded" / "ckpt", tmp, "hf_missing_shard")
+    (d / "shard-00001-model-00001-of-00002.safetensors").unlink()
+    # Rank 0's rows are in no file left: the tiling check names the tensors with holes.
+    expect_refusals(dcpctl, "HF-mode DCP without a rank's shard", d, "model.embed_tokens.weight", tmp)
+    d = broken_copy(L / "hf_sharded" / "ckpt", tmp, "hf_missing_rank")
+    for f in d.glob("shard-00001-*.safetensors"):  # every file of rank 0, while rank 1's are there
+        f.unlink()
+    expect_refusals(dcpctl, "HF-mode DCP without rank 0's files", d, "shard 1", tmp)
+
+    d = broken_copy(L / "hf_single" / "ckpt", tmp, "hf_index_ghost")
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    first = sorted(index["weight_map"])[0]
+    other = [f for f in sorted(set(index["weight_map"].values())) if f != index["weight_map"][first]][0]
+    index["weight_map"][first] = other  # the index names the key in a file that does not hold it
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    expect_refusals(dcpctl, "HF index naming a key its file lacks", d, first, tmp)
+
+    d = broken_copy(L / "safetensors_items" / "ckpt", tmp, "st_items_damaged")
+    md = dcp_oracle.read_metadata(str(d))
+    infos = [v for k, v in md.storage_data.items() if k.fqn in md.state_dict_metadata and
+             type(md.state_dict_metadata[k.fqn]).__name__ == "TensorStorageMetadata" and v.relative_path == "__0_0.distcp"]
+    blob = min(i.offset for i in infos)
+    with open(d / "__0_0.distcp", "r+b") as f:  # a header length far past the file's end
+        f.seek(blob)
+        f.write((1 << 40).to_bytes(8, "little"))
+    r = run(dcpctl, "verify", "--deep", str(d))
+    expect_rc(r, 3, "safetensors items with a damaged blob header: verify --deep")
+    check("__0_0.distcp" in r.stdout, f"damaged blob header: verify names no file: {r.stdout[-600:]}")
+    r = run(dcpctl, "consolidate", str(d), "-o", str(tmp / "y.safetensors"))
+    expect_rc(r, 3, "safetensors items with a damaged blob header: consolidate", "__0_0.distcp")
+    check(not (tmp / "y.safetensors").exists(), "damaged blob header: consolidate left an output")
+
+
+def main() -> int:
+    mode, dcpctl, fixtures = sys.argv[1], os.path.abspath(sys.argv[2]), Path(sys.argv[3]).resolve()
+    with tempfile.TemporaryDirectory(prefix="dcpctl-layouts-") as t:
+        {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken}[mode](dcpctl, fixtures, Path(t))
+    print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
