@@ -49,6 +49,22 @@ setup_venv() {
   echo "$want" >"$VENV/.dcpctl-requirements"
 }
 
+# An older torch (tools/requirements-old-torch.txt) that the interop tests load dcpctl's outputs
+# with (DCPCTL_OLD_TORCH_PYTHON), so that what dcpctl writes is checked against the torch
+# releases users still run, not only the pinned one. Only `test` needs it.
+OLD_VENV=$ROOT/.venv-torch26
+setup_old_torch() {
+  local want have=""
+  want=$(sha256sum tools/requirements-old-torch.txt | cut -d' ' -f1)
+  [ -f "$OLD_VENV/.dcpctl-requirements" ] && have=$(cat "$OLD_VENV/.dcpctl-requirements")
+  [ "$want" = "$have" ] && [ -x "$OLD_VENV/bin/python" ] && return 0
+  log "creating the older-torch virtualenv (.venv-torch26: torch 2.6.0) for the interop tests"
+  [ -x "$OLD_VENV/bin/python" ] || python3 -m venv "$OLD_VENV"
+  "$OLD_VENV/bin/python" -m pip install -q -r tools/requirements-old-torch.txt
+  "$OLD_VENV/bin/python" -c "import torch; assert torch.__version__.startswith('2.6.')"
+  echo "$want" >"$OLD_VENV/.dcpctl-requirements"
+}
+
 # Gloo's headers: the torch wheel carries Gloo compiled into libtorch_cpu and c10d's
 # ProcessGroupGloo.hpp, but not the Gloo headers that header includes. Debian's libgloo-dev
 # provides them; only the headers are unpacked (into .deps/gloo, nothing installed system-wide).
@@ -98,7 +114,8 @@ run_tests() {  # run_tests <build dir> [ctest args...]
   local dir=$1
   shift
   log "testing $dir"
-  DCPCTL_VENV="$VENV" ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
+  DCPCTL_VENV="$VENV" DCPCTL_OLD_TORCH_PYTHON="${DCPCTL_OLD_TORCH_PYTHON:-$OLD_VENV/bin/python}" \
+    ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
 }
 
 cmd=${1:-}
@@ -126,6 +143,7 @@ case "$cmd" in
     ;;
   test)
     setup
+    setup_old_torch
     build build
     run_tests build
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
