@@ -9,6 +9,11 @@ namespace {
 
 constexpr size_t kInputBlock = 1 << 20;
 
+[[noreturn]] void too_large(const Where& where, uint64_t max_output) {
+  throw FormatError(where, "zstd item decodes to more than " + std::to_string(max_output) +
+                               " bytes, more than it can hold (its chunk and the zip's overhead, or a non-tensor item's cap)");
+}
+
 std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_output, const Where& where) {
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!ctx) throw std::bad_alloc();
@@ -25,7 +30,7 @@ std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_out
       ib = {inbuf.data(), k, 0};
     }
     if (out->size() > max_output)
-      throw FormatError(where, "zstd item decodes to more than " + std::to_string(max_output) + " bytes");
+      too_large(where, max_output);
     auto [dst, room] = out->spare();
     ZSTD_outBuffer ob{dst, room, 0};
     hint = ZSTD_decompressStream(ctx.get(), &ob, &ib);
@@ -38,7 +43,7 @@ std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_out
   }
   if (hint != 0) throw FormatError(where, "zstd stream is truncated (its last frame does not end)");
   if (out->size() > max_output)
-    throw FormatError(where, "zstd item decodes to more than " + std::to_string(max_output) + " bytes");
+    too_large(where, max_output);
   return out;
 }
 
