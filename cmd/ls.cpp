@@ -21,11 +21,12 @@ struct LsCliOptions {
 
 // The run folder at `dir`, or a usage error saying what `dir` is instead.
 RunFolder require_run_folder(const std::string& dir) {
+  if (!path_exists(dir)) throw IoError(Where(dir), "no such file or directory");
   if (!is_directory(dir)) throw IoError(Where(dir), "not a directory");
   if (holds_checkpoint_files(dir))
     throw UsageError(Where(dir), "is a checkpoint, not a run folder of checkpoints (dcpctl inspect shows it)");
   auto rf = scan_run_folder(dir);
-  if (!rf) throw UsageError(Where(dir), "holds no checkpoint (a subfolder whose name ends in a step number and that holds checkpoint files)");
+  if (!rf || rf->entries.empty()) throw UsageError(Where(dir), "holds no checkpoint (a subfolder whose name ends in a step number and that holds checkpoint files)");
   return std::move(*rf);
 }
 
@@ -59,6 +60,8 @@ int run_ls(const LsCliOptions& o) {
               << (dtypes.empty() ? "-" : dtypes) << "\n";
     if (!e.complete) std::cout << "        why: " << e.why_incomplete << "\n";
   }
+  for (const auto& left : rf.prune_leftovers)
+    std::cout << "note: " << left << " was left by an interrupted prune (the next prune removes it)\n";
   const RunEntry* newest = rf.newest_complete();
   std::cout << rf.entries.size() << " checkpoint(s); newest complete: " << (newest ? newest->path : std::string("none")) << "\n";
   return 0;

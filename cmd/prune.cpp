@@ -40,6 +40,10 @@ int run_prune(const PruneCliOptions& o) {
     }
   };
   if (o.dry_run) {
+    for (const auto& left : rf.prune_leftovers) {
+      removed.push_back({{"name", left.substr(left.find_last_of('/') + 1)}, {"path", left}, {"reason", "left by an interrupted prune"}});
+      if (!o.json && !o.quiet) std::cout << "remove  " << left << "  (left by an interrupted prune)\n";
+    }
     for (const auto& d : plan)
       if (d.remove) {
         removed.push_back(row(d));
@@ -50,11 +54,15 @@ int run_prune(const PruneCliOptions& o) {
     return 0;
   }
   try {
-    execute_prune(rf, plan, [&](const RunEntry& e) {
+    execute_prune(rf, plan, [&](const std::string& path) {
+      json r = {{"name", path.substr(path.find_last_of('/') + 1)}, {"path", path}, {"reason", "left by an interrupted prune"}};
       for (const auto& d : plan)
-        if (d.entry == &e) removed.push_back(row(d));
-      freed += e.bytes;
-      if (!o.json && !o.quiet) std::cout << "removed " << e.path << "\n";
+        if (d.entry->path == path) {
+          r = row(d);
+          freed += d.entry->bytes;
+        }
+      removed.push_back(r);
+      if (!o.json && !o.quiet) std::cout << "removed " << path << "\n";
     });
   } catch (const Error&) {
     report();  // what was removed before the failure

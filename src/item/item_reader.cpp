@@ -29,6 +29,10 @@ const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!files_.at(index)) {
     const DataFileInfo& fi = ck_.files.at(index);
+    // A referenced file that is not there makes the checkpoint incomplete (3), as verify says;
+    // one that is there but cannot be read is an I/O error (4).
+    if (!fi.size && fi.missing)
+      throw FormatError(Where(ck_.path_of(index), std::nullopt, where.key), "data file missing: the checkpoint is incomplete (" + fi.error + ")");
     if (!fi.size) throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
     files_[index] = std::make_unique<ReadFile>(ck_.path_of(index));
   }

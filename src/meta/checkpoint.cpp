@@ -95,6 +95,7 @@ void stat_data_files(Checkpoint& ck) {
     if (rel.find("..") != std::string::npos || (!rel.empty() && rel[0] == '/')) {
       fi.error = "path leaves the checkpoint directory";
     } else if (::stat(p.c_str(), &fs) != 0) {
+      fi.missing = errno == ENOENT;
       fi.error = errno_text(errno);
     } else if (!S_ISREG(fs.st_mode)) {
       fi.error = "not a regular file";

@@ -41,6 +41,7 @@ struct DataFileInfo {
   std::string relative_path;
   std::optional<uint64_t> size;  // nullopt: missing or unreadable
   std::string error;             // why size is missing
+  bool missing = false;          // the file does not exist (the checkpoint is incomplete)
 };
 
 struct Checkpoint {

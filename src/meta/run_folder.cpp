@@ -93,6 +93,11 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
   rf.dir = dir;
   for (const auto& n : list_dir(dir)) {
     std::smatch m;
+    // .dcpctl-prune-*: the remains of a prune that was interrupted; never a checkpoint to use.
+    if (n.rfind(".dcpctl-prune-", 0) == 0) {
+      rf.prune_leftovers.push_back(join_path(dir, n));
+      continue;
+    }
     if (!std::regex_match(n, m, kName) || m[2].length() > 18) continue;
     std::string p = join_path(dir, n);
     struct stat lst;
@@ -117,7 +122,7 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
     if (!e.symlink) walk(p, 0, e.bytes, e.mtime);
     rf.entries.push_back(std::move(e));
   }
-  if (rf.entries.empty()) return std::nullopt;
+  if (rf.entries.empty() && rf.prune_leftovers.empty()) return std::nullopt;
   std::sort(rf.entries.begin(), rf.entries.end(), [](const RunEntry& a, const RunEntry& b) {
     return a.order != b.order ? a.order < b.order : a.name < b.name;
   });
@@ -126,6 +131,7 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
       judge_entry(e);
       if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
         e.complete = false;
+        e.problems = 1;
         e.why_incomplete = "its name marks a save in flight";
       }
     }

@@ -42,6 +42,7 @@ struct RunEntry {
 struct RunFolder {
   std::string dir;
   std::vector<RunEntry> entries;  // by the numbers in their names, then name
+  std::vector<std::string> prune_leftovers;  // .dcpctl-prune-* left by an interrupted prune
   const RunEntry* newest_complete() const;
 };
 

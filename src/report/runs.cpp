@@ -27,7 +27,8 @@ json run_folder_report(const RunFolder& rf) {
   return {{"schema_version", 1},
           {"run_folder", rf.dir},
           {"newest_complete", newest ? json(newest->path) : json(nullptr)},
-          {"checkpoints", list}};
+          {"checkpoints", list},
+          {"prune_leftovers", rf.prune_leftovers}};
 }
 
 }  // namespace dcpctl

@@ -2,7 +2,8 @@
 //
 // JSON schema, version 1:
 // ls:     {"schema_version": 1, "run_folder": "<dir>", "newest_complete": "<path>"|null,
-//          "checkpoints": [entry, ...]}                       ordered by step
+//          "checkpoints": [entry, ...],                       ordered by the numbers in names
+//          "prune_leftovers": [path, ...]}                    .dcpctl-prune-* of an interrupted prune
 // entry:  {"name", "path", "step" (int|null: several numbers in the name), "layout": "dcp"|"dcp-safetensors-items"|"dcp-rank-local"|
 //          "hf-dcp"|"hf-safetensors"|null, "complete": bool, "problems": n,
 //          "why_incomplete": str|null, "bytes", "tensors", "dtypes": {dtype: tensors},

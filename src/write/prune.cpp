@@ -7,11 +7,63 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 
 #include "util/failpoint.h"
 #include "util/file.h"
 
 namespace dcpctl {
+
+namespace {
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+// Where the symbolic links below `dir` (and `dir` itself, if it is one) lead.
+void link_targets(const std::string& dir, int depth, std::vector<std::pair<std::string, std::string>>& out) {
+  struct stat st;
+  if (depth > 8 || ::lstat(dir.c_str(), &st) != 0) return;
+  if (S_ISLNK(st.st_mode)) {
+    out.emplace_back(real_path(dir), dir);
+    return;
+  }
+  if (!S_ISDIR(st.st_mode)) return;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d))
+    if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+  ::closedir(d);
+  for (const auto& n : names) link_targets(join_path(dir, n), depth + 1, out);
+}
+
+// A kept checkpoint may be a link to another, or hold links to files of another (a trainer that
+// links unchanged shards): whatever a kept checkpoint reaches is kept too, until nothing changes.
+void protect_link_targets(std::vector<PruneDecision>& plan) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<std::pair<std::string, std::string>> targets;  // real target, the link
+    for (const auto& d : plan)
+      if (!d.remove) link_targets(d.entry->path, 0, targets);
+    for (auto& d : plan) {
+      if (!d.remove) continue;
+      std::string victim = real_path(d.entry->path);
+      for (const auto& [target, link] : targets) {
+        if (victim.empty() || target.empty()) continue;
+        if (target == victim || target.compare(0, victim.size() + 1, victim + "/") == 0) {
+          d = {d.entry, false, "a kept checkpoint links into it (" + link + ")"};
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomplete) {
   if (keep < 1) throw UsageError(Where(), "--keep must be at least 1: the newest complete checkpoint is never removed");
@@ -41,6 +93,7 @@ std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomp
     out.push_back(std::move(d));
   }
   std::reverse(out.begin(), out.end());
+  protect_link_targets(out);
   return out;
 }
 
@@ -88,8 +141,29 @@ int remove_contents(int dfd, int depth) {
 
 }  // namespace
 
+// Removes the tree at `path` (already renamed to a hidden name). A file written into it meanwhile
+// is removed on the next pass. Returns 0 or the errno of the failure.
+static int remove_tree(const std::string& path) {
+  int err = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return errno;
+    err = remove_contents(dfd, 0);
+    ::close(dfd);
+    if (err) return err;
+    if (::rmdir(path.c_str()) == 0) return 0;
+    err = errno;
+    if (err != ENOTEMPTY && err != EEXIST) return err;
+  }
+  return err;
+}
+
 void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
-                   const std::function<void(const RunEntry&)>& removed) {
+                   const std::function<void(const std::string& path)>& removed) {
+  for (const auto& left : rf.prune_leftovers) {  // an interrupted prune had decided these already
+    if (int err = remove_tree(left)) throw IoError(Where(left), "cannot remove what an interrupted prune left: " + errno_text(err));
+    removed(left);
+  }
   for (const auto& d : plan) {
     if (!d.remove) continue;
     const RunEntry& e = *d.entry;
@@ -101,25 +175,11 @@ void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
     if (::rename(e.path.c_str(), hidden.c_str()) != 0)
       throw IoError(Where(e.path), "cannot remove: " + errno_text(errno));
     failpoint_stop("prune-renamed");  // tests: change the tree while the removal is under way
-    int err = 0;
-    for (int pass = 0; pass < 5; ++pass) {  // a file written meanwhile is removed on the next pass
-      int dfd = ::open(hidden.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (dfd < 0) {
-        err = errno;
-        break;
-      }
-      err = remove_contents(dfd, 0);
-      ::close(dfd);
-      if (err) break;
-      if (::rmdir(hidden.c_str()) == 0) break;
-      err = errno;
-      if (err != ENOTEMPTY && err != EEXIST) break;
-    }
-    if (err) {
+    if (int err = remove_tree(hidden)) {
       std::string back = ::rename(hidden.c_str(), e.path.c_str()) == 0 ? e.path : hidden;
       throw IoError(Where(e.path), "cannot remove: " + errno_text(err) + "; what is left stays at " + back);
     }
-    removed(e);
+    removed(e.path);
   }
 }
 

@@ -2,7 +2,8 @@
 //
 // Rules (plan_prune): keep the `keep` newest complete checkpoints; never remove the newest
 // complete one, an incomplete checkpoint newer than it (a save may be in flight), a checkpoint
-// that is a symbolic link, or anything that is not a checkpoint (run_folder.h); incomplete
+// that is a symbolic link, one that a kept checkpoint links into (or into a file of), or anything
+// that is not a checkpoint (run_folder.h); incomplete
 // checkpoints older than the newest complete one go only with `incomplete`.
 // Removal (execute_prune), per checkpoint: it is first renamed to a hidden name in the same
 // folder (`.dcpctl-prune-<name>`), so no reader ever sees a half-removed checkpoint under its own
@@ -29,9 +30,10 @@ struct PruneDecision {
 // Throws UsageError when keep < 1, FormatError when no checkpoint is complete.
 std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomplete);
 
-// Removes the checkpoints the plan marks. `removed` is told each one gone. Throws IoError on the
-// first that cannot be removed (earlier ones stay removed).
+// Removes what an interrupted prune left (rf.prune_leftovers), then the checkpoints the plan
+// marks. `removed` is told each path gone. Throws IoError on the first that cannot be removed
+// (earlier ones stay removed).
 void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
-                   const std::function<void(const RunEntry&)>& removed);
+                   const std::function<void(const std::string& path)>& removed);
 
 }  // namespace dcpctl

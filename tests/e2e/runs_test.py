@@ -35,10 +35,9 @@ def not_applicable(name, reason):
     print(f"N/A  {name}: {reason}", flush=True)
 
 
-def dc(name, args, rc=0, err=(), env=None, out=()):
+def dc(name, args, rc=0, err=(), out=()):
     """Runs dcpctl; one check: exit code `rc`, no crash, stderr naming each of `err`, stdout each of `out`."""
-    p = subprocess.run([DCPCTL, *args], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, **(env or {})))
+    p = subprocess.run([DCPCTL, *args], capture_output=True, text=True, timeout=300)
     if p.returncode < 0:
         check(name, False, f"dcpctl {' '.join(args)} crashed with signal {-p.returncode}\n{p.stderr}")
         return p
@@ -97,14 +96,22 @@ def put(run, name, src):
     return dst
 
 
+def write(path, data=b"x" * 1000):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def steps(run, *names):
+    for n in names:
+        put(run, n, sample())
+
+
 def not_checkpoints(run):
     """A logs folder whose name ends in a number, an empty step folder, a file named like a step."""
-    os.makedirs(os.path.join(run, "logs-2024"))
-    with open(os.path.join(run, "logs-2024", "train.txt"), "w") as f:
-        f.write("loss 1.0\n")
+    write(os.path.join(run, "logs-2024", "train.txt"), b"loss 1.0\n")
     os.makedirs(os.path.join(run, "step-30"))
-    with open(os.path.join(run, "step-40"), "w") as f:
-        f.write("not a checkpoint\n")
+    write(os.path.join(run, "step-40"), b"not a checkpoint\n")
 
 
 def hidden_leftovers(run):
@@ -229,10 +236,8 @@ def refusals(tmp):
 
 def naming_and_order(tmp):
     run = os.path.join(tmp, "names")
-    for n in ("step-10", "step-9", "step-100"):
-        put(run, n, sample())
-    for n in ("step-101.tmp", "step-102-tmp", "step-103.partial", "step-104.incomplete"):
-        put(run, n, sample())  # complete copies, named as saves in flight
+    steps(run, "step-10", "step-9", "step-100",  # and complete copies named as saves in flight:
+          "step-101.tmp", "step-102-tmp", "step-103.partial", "step-104.incomplete")
     not_checkpoints(run)
     doc = ls_json("names", run) or {"checkpoints": []}
     got = [(e["name"], e["step"]) for e in doc["checkpoints"]]
@@ -250,20 +255,17 @@ def naming_and_order(tmp):
           and "logs-2024" not in p.stdout and "step-30" not in p.stdout and "step-40" not in p.stdout, p.stdout)
 
 
-def damage_missing_distcp(d):
-    os.remove(os.path.join(d, "__1_0.distcp"))
-    return "__1_0.distcp"
+def remove(fname):
+    def damage(d):
+        os.remove(os.path.join(d, fname))
+        return fname
+    return damage
 
 
 def damage_truncated(d):
     p = os.path.join(d, "__0_0.distcp")
     os.truncate(p, os.path.getsize(p) - 100)
     return "__0_0.distcp"
-
-
-def damage_no_metadata(d):
-    os.remove(os.path.join(d, ".metadata"))
-    return ".metadata"
 
 
 def damage_hf_index(d):
@@ -274,18 +276,13 @@ def damage_hf_index(d):
     return "model.not_saved.weight"
 
 
-def damage_rank_local(d):
-    os.remove(os.path.join(d, "__1.metadata"))
-    return "__1.metadata"
-
-
 def incomplete_cases(tmp):
     hf_src = layout("run_torchtitan_hf", "run", "step-4")
-    cases = [("missing .distcp", sample(), damage_missing_distcp, "dcp"),
+    cases = [("missing .distcp", sample(), remove("__1_0.distcp"), "dcp"),
              ("truncated .distcp", sample(), damage_truncated, "dcp"),
-             ("missing .metadata", sample(), damage_no_metadata, None),
+             ("missing .metadata", sample(), remove(".metadata"), None),
              ("HF index names a key no file holds", hf_src, damage_hf_index, "hf-safetensors"),
-             ("rank-local without __1.metadata", layout("rank_local", "ckpt"), damage_rank_local, "dcp-rank-local")]
+             ("rank-local without __1.metadata", layout("rank_local", "ckpt"), remove("__1.metadata"), "dcp-rank-local")]
     good = [sample(), layout("hf_sharded", "ckpt"), layout("rank_local", "ckpt"), hf_src]
     for i, (what, src, damage, want_layout) in enumerate(cases):
         run = os.path.join(tmp, f"incomplete-{i}")
@@ -302,8 +299,8 @@ def incomplete_cases(tmp):
         latest_is(what, run, os.path.join(run, "step-1"))
     # Nothing complete at all.
     run = os.path.join(tmp, "none-complete")
-    damage_no_metadata(put(run, "step-1", sample()))
-    damage_missing_distcp(put(run, "step-2", sample()))
+    remove(".metadata")(put(run, "step-1", sample()))
+    remove("__1_0.distcp")(put(run, "step-2", sample()))
     before = tree_state(run)
     dc("nothing complete: latest exits 3 naming each step", ["latest", run], 3, [run, "step-1", "step-2", "no complete"])
     dc("nothing complete: prune exits 3", ["prune", "--keep", "1", "--incomplete", run], 3, [run, "complete"])
@@ -315,10 +312,9 @@ def incomplete_cases(tmp):
 
 def prune_rules(tmp):
     run, outside = os.path.join(tmp, "prune", "run"), os.path.join(tmp, "prune", "elsewhere")
-    damage_no_metadata(put(run, "step-1", sample()))  # old and incomplete
-    for n in ("step-2", "step-3", "step-4", "step-5", "step-6"):
-        put(run, n, sample())
-    damage_no_metadata(put(run, "step-7", sample()))  # newer than the newest complete: in flight
+    remove(".metadata")(put(run, "step-1", sample()))  # old and incomplete
+    steps(run, "step-2", "step-3", "step-4", "step-5", "step-6")
+    remove(".metadata")(put(run, "step-7", sample()))  # newer than the newest complete: in flight
     put(outside, "linked-ckpt", sample())
     os.symlink(os.path.join(outside, "linked-ckpt"), os.path.join(run, "step-0"))  # an old checkpoint, linked
     not_checkpoints(run)
@@ -363,10 +359,8 @@ def prune_rules(tmp):
 
 def symlinks_inside(tmp):
     run, outside = os.path.join(tmp, "links", "run"), os.path.join(tmp, "links", "outside")
-    os.makedirs(os.path.join(outside, "dir", "sub"))
     for rel in ("file.bin", "dir/a.bin", "dir/sub/b.bin"):
-        with open(os.path.join(outside, rel), "wb") as f:
-            f.write(os.urandom(4096))
+        write(os.path.join(outside, rel), os.urandom(4096))
     shutil.copy(os.path.join(sample(), "__0_0.distcp"), os.path.join(outside, "shared.distcp"))
     victim = put(run, "step-1", sample())
     os.remove(os.path.join(victim, "__0_0.distcp"))  # a data file that is a link to a file elsewhere
@@ -389,8 +383,7 @@ def symlinked_checkpoint(tmp):
     put(outside, "ckpt", sample())
     os.makedirs(run)
     os.symlink(os.path.join(outside, "ckpt"), os.path.join(run, "step-1"))
-    put(run, "step-2", sample())
-    put(run, "step-3", sample())
+    steps(run, "step-2", "step-3")
     before = tree_state(outside)
     p = dc("linked: prune --keep 1 --incomplete --json exits 0", ["prune", "--keep", "1", "--incomplete", "--json", run])
     doc = parse_json("linked", p) or {}
@@ -402,23 +395,24 @@ def symlinked_checkpoint(tmp):
 
 
 def newest_survives(name, run, *prune_args):
-    """prune never takes data the newest complete checkpoint needs: before and after, latest prints the
-    same path and verify passes on it."""
-    newest = subprocess.run([DCPCTL, "latest", run], capture_output=True, text=True).stdout.strip()
+    """prune never takes data the newest complete checkpoint needs: the path latest printed before
+    is printed after, and verify still passes on it."""
+    latest = lambda: subprocess.run([DCPCTL, "latest", run], capture_output=True, text=True, timeout=300)
+    before = latest().stdout
     dc(f"{name}: prune exits 0", ["prune", *prune_args, run])
-    latest_is(f"{name}: after prune", run, newest)
-    dc(f"{name}: the newest complete {os.path.basename(newest)} still verifies after prune", ["verify", newest])
+    after, ver = latest(), subprocess.run([DCPCTL, "verify", before.strip()], capture_output=True, text=True, timeout=300)
+    check(f"{name}: the newest complete survives prune", after.returncode == 0 and after.stdout == before
+          and ver.returncode == 0, f"latest was {before.strip()}; now exit {after.returncode} {after.stdout.strip()!r}"
+          f" {after.stderr.strip()!r}; verify on it exits {ver.returncode}: {(ver.stderr or ver.stdout).strip()[:300]}")
 
 
 def links_between_checkpoints(tmp):
     run = os.path.join(tmp, "alias")  # a checkpoint name that is a link to a sibling: the newest complete
-    for n in ("step-1", "step-2", "step-3"):
-        put(run, n, sample())
+    steps(run, "step-1", "step-2", "step-3")
     os.symlink("step-2", os.path.join(run, "step-99"))
     newest_survives("link to a sibling as newest (step-99 -> step-2)", run, "--keep", "1")
     run = os.path.join(tmp, "dedup")  # the newest shares an unchanged data file with an older one by a link
-    for n in ("step-1", "step-2", "step-3"):
-        put(run, n, sample())
+    steps(run, "step-1", "step-2", "step-3")
     os.remove(os.path.join(run, "step-3", "__0_0.distcp"))
     os.symlink(os.path.join("..", "step-2", "__0_0.distcp"), os.path.join(run, "step-3", "__0_0.distcp"))
     newest_survives("newest links a file of an older step (step-3/__0_0.distcp -> ../step-2/)", run, "--keep", "1")
@@ -429,12 +423,9 @@ def unremovable(tmp):
     run = os.path.join(tmp, "perm", "run")
     victim = put(run, "step-1", sample())
     pinned_dir = os.path.join(victim, "extra")
-    os.makedirs(pinned_dir)
     pinned = os.path.join(pinned_dir, "pinned.bin")
-    with open(pinned, "wb") as f:
-        f.write(b"x" * 1000)
-    put(run, "step-2", sample())
-    put(run, "step-3", sample())
+    write(pinned)
+    steps(run, "step-2", "step-3")
     if os.geteuid() != 0:
         os.chmod(pinned_dir, 0o555)
         undo = lambda: os.chmod(pinned_dir, 0o755)
@@ -476,25 +467,29 @@ def wait_state(pid, timeout=30):
 
 def mid_run_changes(tmp):
     run = os.path.join(tmp, "midrun")
-    for n in ("step-1", "step-2", "step-3"):
-        put(run, n, sample())
+    steps(run, "step-1", "step-2", "step-3")
     hidden = os.path.join(run, ".dcpctl-prune-step-1")
     proc = subprocess.Popen([DCPCTL, "prune", "--keep", "2", run], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=dict(os.environ, DCPCTL_FAILPOINT="prune-renamed:stop"))
+    try:
+        mid_run_steps(run, hidden, proc)
+    finally:  # never leave a stopped dcpctl behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def mid_run_steps(run, hidden, proc):
     st = wait_state(proc.pid)
     stopped = check("mid-run: prune stops itself after renaming the victim", st == "T" and os.path.isdir(hidden)
                     and not os.path.exists(os.path.join(run, "step-1")), f"state {st}, {os.listdir(run)}")
     new_state = None
     if stopped:
-        os.makedirs(os.path.join(hidden, "late_dir"))
         for rel in ("late.bin", "late_dir/late2.bin"):
-            with open(os.path.join(hidden, rel), "wb") as f:
-                f.write(b"written meanwhile")
-        put(run, "step-4", sample())
+            write(os.path.join(hidden, rel), b"written meanwhile")
+        steps(run, "step-4")
         new_state = tree_state(os.path.join(run, "step-4"))
-    while True:  # continue it at every stop (one per victim)
-        if proc.poll() is not None:
-            break
+    while proc.poll() is None:  # continue it at every stop (one per victim)
         os.kill(proc.pid, signal.SIGCONT)
         if wait_state(proc.pid, 60) in ("timeout", "Z"):
             break
@@ -515,9 +510,8 @@ def mid_run_changes(tmp):
 
 def save_in_flight(tmp):
     run = os.path.join(tmp, "inflight")
-    for n in ("step-1", "step-2"):
-        put(run, n, sample())
-    damage_no_metadata(put(run, "step-3", sample()))  # rank files written, .metadata not yet
+    steps(run, "step-1", "step-2")
+    remove(".metadata")(put(run, "step-3", sample()))  # rank files written, .metadata not yet
     put(run, "step-4.tmp", sample())
     keep = {n: tree_state(os.path.join(run, n)) for n in ("step-2", "step-3", "step-4.tmp")}
     p = dc("in flight: prune -q --keep 1 --incomplete exits 0", ["prune", "-q", "--keep", "1", "--incomplete", run])
@@ -537,7 +531,8 @@ def main():
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="dcpctl-runs-") as tmp:
         for scenario in (real_run_folders, refusals, naming_and_order, incomplete_cases, prune_rules,
-                         symlinks_inside, symlinked_checkpoint, links_between_checkpoints, unremovable, mid_run_changes, save_in_flight):
+                         symlinks_inside, symlinked_checkpoint, links_between_checkpoints, unremovable, mid_run_changes,
+                         save_in_flight):
             work = os.path.join(tmp, scenario.__name__)
             os.makedirs(work)
             try:
