@@ -508,6 +508,30 @@ def mid_run_steps(run, hidden, proc):
         latest_is("mid-run", run, os.path.join(run, "step-4"))
 
 
+def interrupted_prune(tmp):
+    """A prune killed right after renaming its victim leaves .dcpctl-prune-<name>: never listed as a
+    checkpoint (it would look complete), and the next prune finishes removing it."""
+    run = os.path.join(tmp, "interrupted")
+    steps(run, "step-1", "step-2", "step-3")
+    hidden = os.path.join(run, ".dcpctl-prune-step-1")
+    proc = subprocess.Popen([DCPCTL, "prune", "--keep", "2", run], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, DCPCTL_FAILPOINT="prune-renamed:stop"))
+    st = wait_state(proc.pid)
+    proc.kill()
+    proc.communicate()
+    if not check("interrupted: prune stopped after the rename, then killed", st == "T" and os.path.isdir(hidden), f"state {st}"):
+        return
+    doc = ls_json("interrupted: ls --json", run)
+    if doc is not None:
+        check("interrupted: the remains are no checkpoint, and are named as remains",
+              [c["name"] for c in doc["checkpoints"]] == ["step-2", "step-3"] and doc["prune_leftovers"] == [hidden],
+              json.dumps(doc)[:400])
+    dc("interrupted: ls names the remains", ["ls", run], out=(".dcpctl-prune-step-1",))
+    latest_is("interrupted", run, os.path.join(run, "step-3"))
+    dc("interrupted: the next prune finishes the removal", ["prune", "--keep", "2", run], out=(hidden,))
+    check("interrupted: nothing left but step-2 and step-3", sorted(os.listdir(run)) == ["step-2", "step-3"], repr(os.listdir(run)))
+
+
 def save_in_flight(tmp):
     run = os.path.join(tmp, "inflight")
     steps(run, "step-1", "step-2")
@@ -532,7 +556,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dcpctl-runs-") as tmp:
         for scenario in (real_run_folders, refusals, naming_and_order, incomplete_cases, prune_rules,
                          symlinks_inside, symlinked_checkpoint, links_between_checkpoints, unremovable, mid_run_changes,
-                         save_in_flight):
+                         interrupted_prune, save_in_flight):
             work = os.path.join(tmp, scenario.__name__)
             os.makedirs(work)
             try:
