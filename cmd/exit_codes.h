@@ -17,9 +17,12 @@ struct ExitCodeDoc {
 inline constexpr ExitCodeDoc kExitCodes[] = {
     {ExitCode::ok, "ok", "Success."},
     {ExitCode::failure, "failure", "Failure not covered below (for example out of memory)."},
-    {ExitCode::usage, "usage error", "Usage error: an unknown command or option, a missing or invalid argument."},
+    {ExitCode::usage, "usage error",
+     "Usage error: an unknown command or option, a missing or invalid argument, a run folder where a checkpoint "
+     "is expected (the message names the newest complete checkpoint in it)."},
     {ExitCode::invalid, "checkpoint invalid or incomplete",
-     "The checkpoint, or a file in it, is malformed, inconsistent or incomplete."},
+     "The checkpoint, or a file in it, is malformed, inconsistent or incomplete (a referenced file missing); latest "
+     "and prune: no checkpoint in the run folder is complete."},
     {ExitCode::io, "I/O error", "I/O error: a missing file, a short read, a failed write, a full disk."},
     {ExitCode::unsupported, "unsupported",
      "Unsupported: well-formed input that this version does not handle, or no usable GPU for a command that needs "

@@ -175,6 +175,15 @@ bool has_option(const CommandDoc& c, const std::string& name) {
 const Example kExamples[] = {
     {{"inspect"}, {}, "dcpctl inspect ckpt/", "Show what the checkpoint in ckpt/ holds and how it is sharded."},
     {{"inspect"}, {"--json"}, "dcpctl inspect --json ckpt/", "The same as JSON, for scripts."},
+    {{"consolidate"}, {}, "dcpctl consolidate hf-shards/ -o model.safetensors",
+     "Consolidate the per-rank safetensors shards of HuggingFaceStorageWriter (any layout dcpctl reads: DCP, DCP with "
+     "rank-local metadata or safetensors items, HF-mode DCP, Hugging Face safetensors)."},
+    {{"ls"}, {}, "dcpctl ls outputs/checkpoint", "List a run folder's checkpoints (step-N, checkpoint_N, ...): layout, "
+                                                  "complete or not and why, size, content."},
+    {{"latest"}, {}, "dcpctl consolidate \"$(dcpctl latest outputs/checkpoint)\" -o model.safetensors",
+     "Consolidate the newest complete checkpoint of a run folder; latest exits 3 when none is complete."},
+    {{"prune"}, {"--dry-run"}, "dcpctl prune outputs/checkpoint --keep 2 --dry-run",
+     "Show which checkpoints a prune keeping the 2 newest complete ones would remove; without --dry-run, remove them."},
     {{}, {"--version"}, "dcpctl --version", "Show the versions of dcpctl and LibTorch and whether CUDA is usable."},
 };
 
