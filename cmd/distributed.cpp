@@ -1,8 +1,11 @@
 #include "cmd/distributed.h"
 
+#include "meta/run_folder.h"
+
 #include <cstdlib>
 #include <cstring>
 
+#include "meta/run_folder.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -56,8 +59,17 @@ Checkpoint open_checkpoint_on(Group* group, const DistOptions& o, std::string di
     bool h = r == group->rank() ? have : group->fetch("has-metadata/" + std::to_string(r)) == "1";
     (h ? holders : lacking).push_back(r);
   }
-  if (holders.empty())
+  if (holders.empty()) {
+    // A layout without .metadata (HF-mode DCP, rank-local __R.metadata): each rank would build
+    // its view from different files, so it is read from a shared filesystem instead.
+    if (is_directory(dir) && holds_checkpoint_files(dir)) {
+      Checkpoint local = open_checkpoint(dir);
+      if (local.layout != CheckpointLayout::Dcp && local.layout != CheckpointLayout::DcpSafetensorsItems)
+        throw UnsupportedError(Where(dir), std::string("--local-files reads DCP checkpoints with a .metadata; this is ") +
+                                               layout_description(local.layout) + ": run without --local-files on a shared filesystem");
+    }
     throw UsageError(Where(join_path(dir, ".metadata")), "no rank's checkpoint directory holds .metadata");
+  }
   if (lacking.empty()) return open_checkpoint(dir);
   group->connect_transport();
   constexpr uint32_t kTag = 7;
