@@ -1,7 +1,5 @@
 #include "cmd/distributed.h"
 
-#include "meta/run_folder.h"
-
 #include <cstdlib>
 #include <cstring>
 
