@@ -140,7 +140,7 @@ SafetensorsHeader parse_json(std::string_view text, uint64_t base, uint64_t data
   h.data_start = base + 8 + text.size();
   h.data_bytes = data_bytes;
   HeaderSax sax(h);
-  bool ok = json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, false);
+  bool ok = json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, true);
   Where where(source, base + 8);
   if (!ok || !sax.error.empty())
     throw FormatError(where, "safetensors header: " + (sax.error.empty() ? std::string("not a JSON object") : sax.error));
