@@ -653,6 +653,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   if (o.format == OutputFormat::HfDir && files.size() > 1) fj.push_back({{"path", o.output + "/model.safetensors.index.json"}});
   summary["files"] = fj;
   summary["dry_run"] = o.dry_run;
+  // The output checks come before the plan is printed: a dry run that says OK must mean the
+  // real run would not refuse the output (exists without --force, inside the checkpoint).
+  Group* group = o.group;
+  bool leader = !group || group->rank() == 0;
+  if (leader) check_output_path(o.output, o.force, ck.dir);
   if (o.dry_run) {
     json keys = json::array();
     for (const auto& t : tensors)
@@ -667,9 +672,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
            (skipped_values.size() > 1 ? ", ..." : ""));
 
   // ---- write ----
-  Group* group = o.group;
-  bool leader = !group || group->rank() == 0;
-  if (leader) check_output_path(o.output, o.force, ck.dir);
   MemoryGate gate(budget);
   Progress prog;
   prog.total = total_bytes;

@@ -297,11 +297,16 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   summary["ranks"] = ranks;
   summary["dry_run"] = o.dry_run;
   summary["max_memory"] = budget;
-  if (o.dry_run) return summary;
-
-  // ---- write ----
   Group* group = o.group;
   bool leader = !group || group->rank() == 0;
+  if (o.dry_run) {
+    // What the real run would refuse, the dry run refuses too (exists without --force, inside
+    // the checkpoint).
+    if (leader) check_output_path(o.output, o.force, ck.dir);
+    return summary;
+  }
+
+  // ---- write ----
   if (group) {
     std::string save_id = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
     group->agree("reshard", Sha256::of(summary.dump() + "|" + std::to_string(ck.metadata_bytes) + "|" + save_id));
