@@ -49,6 +49,10 @@ uint64_t parse_size(const std::string& text) {
   double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
   if (u == kUnits.end() || num.empty() || end != num.c_str() + num.size() || v <= 0 || v * u->second > 1.8e19)
     throw UsageError(Where(), "cannot read size '" + text + "' (examples: 5GB, 500MB, 4GiB, 1073741824)");
+  // Fractions of a byte are dropped; a size that comes to no byte at all would read as 0, which
+  // the options take for "automatic" (--max-memory): refuse it rather than change its meaning.
+  if (v * u->second < 1)
+    throw UsageError(Where(), "size '" + text + "' is less than one byte (examples: 5GB, 500MB, 4GiB, 1073741824)");
   return static_cast<uint64_t>(v * u->second);
 }
 
