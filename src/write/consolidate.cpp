@@ -437,11 +437,11 @@ struct DistributedWrite {
       }
       ex.finish_pushing();
     } catch (const std::exception& e) {
-      g.report("write", e.what());
+      g.report("write", e.what(), exit_code_of(e));
       if (leader) g.announce("commit", std::string("rank 0 failed: ") + e.what());
       throw;
     }
-    g.report("write", "");
+    g.report("write", "", ExitCode::ok);
     if (!leader) {
       g.await("commit");
       summary["rank"] = me;

@@ -442,11 +442,11 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         group->publish("locs/" + std::to_string(group->rank()), locs.dump());
       }
     } catch (const std::exception& e) {
-      group->report("write", e.what());
+      group->report("write", e.what(), exit_code_of(e));
       if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
       throw;
     }
-    group->report("write", "");
+    group->report("write", "", ExitCode::ok);
     if (!leader) {
       group->await("commit");
       summary["rank"] = group->rank();
