@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # dcpctl's one entry point for a fresh machine. Every step is idempotent and quick the second time.
 #
-#   tools/dev.sh demo    set up, build, run dcpctl on the bundled sample checkpoint
-#   tools/dev.sh test    set up, build, run the whole test suite (CTest), then again under ASan+UBSan
-#   tools/dev.sh setup   only install what is missing (Debian packages, the Python virtualenv)
-#   tools/dev.sh build   setup + build (build/)
+#   tools/dev.sh demo       set up, build, run dcpctl on the bundled sample checkpoint
+#   tools/dev.sh test       set up, build (also the clang fuzz build), run the whole test suite
+#                           (CTest), then again under ASan+UBSan; what .ci/run runs
+#   tools/dev.sh test-fast  set up, build, run the fast tier only (ctest -L fast, a few minutes)
+#   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv)
+#   tools/dev.sh build      setup + build (build/)
 #
 # Environment: DCPCTL_JOBS (parallel jobs, default nproc), DCPCTL_SKIP_ASAN=1 (test without the
 # sanitizer pass), DCPCTL_LIBTORCH=system (use Debian's libtorch-dev instead of the PyPI wheel).
+# test and test-fast export DCPCTL_REQUIRE_VENV=1 (not with DCPCTL_LIBTORCH=system): what set-up
+# provides (the virtualenv, its torch, the Debian tools, the fuzz build) must be there, and a test
+# that would skip for want of it fails instead (tests/skip.sh); so does CI=true. Only what the
+# machine truly lacks (a GPU) still skips.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,12 +24,14 @@ PY=$VENV/bin/python
 
 APT_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev
   python3 python3-venv mandoc shellcheck zsh fish time)
+# The libFuzzer build (tools/fuzz.sh) of `test`: Debian 12's clang 14 and its runtime libraries.
+FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-setup_apt() {
+setup_apt() {  # setup_apt [extra packages...]
   local missing=() p
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "${APT_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ "${DCPCTL_LIBTORCH:-wheel}" = system ]; then
@@ -87,8 +95,8 @@ setup_gloo() {
   rm -rf "$tmp"
 }
 
-setup() {
-  setup_apt
+setup() {  # setup [extra Debian packages...]
+  setup_apt "$@"
   setup_venv
   setup_gloo
 }
@@ -118,6 +126,12 @@ run_tests() {  # run_tests <build dir> [ctest args...]
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
 }
 
+# The tests may not skip for want of what set-up provides (tests/skip.sh). With
+# DCPCTL_LIBTORCH=system the build has no virtualenv torch, and its torch tests skip as documented.
+require_venv() {
+  [ "${DCPCTL_LIBTORCH:-wheel}" = system ] || export DCPCTL_REQUIRE_VENV=1
+}
+
 cmd=${1:-}
 case "$cmd" in
   setup) setup ;;
@@ -142,20 +156,30 @@ case "$cmd" in
     build/cmd/dcpctl reshard "$sample" -o out/sample-w3 --world-size 3 --dtype bf16 --force
     ;;
   test)
-    setup
+    require_venv
+    setup "${FUZZ_PACKAGES[@]}"
     setup_old_torch
     build build
+    log "building the libFuzzer targets (clang, build-fuzz/)"
+    tools/fuzz.sh --build
     run_tests build
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
       build build-asan -DDCPCTL_SANITIZE=ON
       # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs);
-      # the tests labelled "torch" check outputs with real torch and ran in the first pass.
+      # the tests labelled "torch" check outputs with real torch and ran in the first pass, and
+      # the fuzz smoke run is already an ASan+UBSan build (build-fuzz).
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0" run_tests build-asan -LE torch
+        LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0" run_tests build-asan -LE 'torch|fuzz'
     fi
     ;;
+  test-fast)
+    require_venv
+    setup
+    build build
+    run_tests build -L fast
+    ;;
   *)
-    sed -n '2,12p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
     ;;
 esac

@@ -170,14 +170,24 @@ class StoreGroup final : public Group {
   void publish(const std::string& key, const std::string& value) override { set(key, value); }
   std::string fetch(const std::string& key) override { return get(key, -1); }
 
-  void report(const std::string& phase, const std::string& error) override {
-    set("status/" + phase + "/" + std::to_string(rank()), error.empty() ? "ok" : "error: " + error);
+  // A status is "ok" or "error <exit code>: <message>".
+  void report(const std::string& phase, const std::string& error, ExitCode code) override {
+    set("status/" + phase + "/" + std::to_string(rank()),
+        error.empty() ? "ok" : "error " + std::to_string(static_cast<int>(code)) + ": " + error);
   }
 
   void collect(const std::string& phase) override {
     for (int r = 1; r < size(); ++r) {
       std::string s = get("status/" + phase + "/" + std::to_string(r), r);
-      if (s != "ok") throw Error(Where(), "rank " + std::to_string(r) + " failed: " + s.substr(s.rfind("error: ", 0) == 0 ? 7 : 0));
+      if (s == "ok") continue;
+      int code = static_cast<int>(ExitCode::failure);
+      std::string why = s;
+      size_t colon = s.find(": ");
+      if (s.rfind("error ", 0) == 0 && colon != std::string::npos) {
+        code = std::atoi(s.substr(6, colon - 6).c_str());
+        why = s.substr(colon + 2);
+      }
+      throw_error(static_cast<ExitCode>(code), Where(), "rank " + std::to_string(r) + " failed: " + why);
     }
   }
 

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 
+#include "util/error.h"
+
 namespace dcpctl {
 
 struct LaunchEnv {
@@ -37,9 +39,11 @@ class Group {
   virtual void agree(const std::string& what, const std::string& digest) = 0;
   virtual void publish(const std::string& key, const std::string& value) = 0;
   virtual std::string fetch(const std::string& key) = 0;  // waits up to the timeout
-  // Each rank reports how its part of `phase` ended (empty error = success). report() does not
-  // wait; collect() (rank 0) waits for every rank and throws on the first failure or silence.
-  virtual void report(const std::string& phase, const std::string& error) = 0;
+  // Each rank reports how its part of `phase` ended (empty error = success) and the exit code its
+  // error maps to. report() does not wait; collect() (rank 0) waits for every rank and throws on
+  // the first failure, as the error class of that rank's exit code (so rank 0 exits with the
+  // code of the rank that failed), or on silence.
+  virtual void report(const std::string& phase, const std::string& error, ExitCode code) = 0;
   virtual void collect(const std::string& phase) = 0;
   // Rank 0 announces the outcome of `phase`; the others wait for it (and throw on failure).
   virtual void announce(const std::string& phase, const std::string& error) = 0;

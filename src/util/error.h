@@ -83,6 +83,12 @@ class UsageError : public Error {
   }
 }
 
+// The exit code an exception maps to (the CLI's mapping: an Error's own code, else failure).
+inline ExitCode exit_code_of(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  return err ? err->exit_code() : ExitCode::failure;
+}
+
 // errno text for IoError messages.
 std::string errno_text(int err);
 

@@ -49,6 +49,10 @@ uint64_t parse_size(const std::string& text) {
   double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
   if (u == kUnits.end() || num.empty() || end != num.c_str() + num.size() || v <= 0 || v * u->second > 1.8e19)
     throw UsageError(Where(), "cannot read size '" + text + "' (examples: 5GB, 500MB, 4GiB, 1073741824)");
+  // Fractions of a byte are dropped; a size that comes to no byte at all would read as 0, which
+  // the options take for "automatic" (--max-memory): refuse it rather than change its meaning.
+  if (v * u->second < 1)
+    throw UsageError(Where(), "size '" + text + "' is less than one byte (examples: 5GB, 500MB, 4GiB, 1073741824)");
   return static_cast<uint64_t>(v * u->second);
 }
 
@@ -433,11 +437,11 @@ struct DistributedWrite {
       }
       ex.finish_pushing();
     } catch (const std::exception& e) {
-      g.report("write", e.what());
+      g.report("write", e.what(), exit_code_of(e));
       if (leader) g.announce("commit", std::string("rank 0 failed: ") + e.what());
       throw;
     }
-    g.report("write", "");
+    g.report("write", "", ExitCode::ok);
     if (!leader) {
       g.await("commit");
       summary["rank"] = me;
@@ -654,6 +658,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   if (o.format == OutputFormat::HfDir && files.size() > 1) fj.push_back({{"path", o.output + "/model.safetensors.index.json"}});
   summary["files"] = fj;
   summary["dry_run"] = o.dry_run;
+  // The output checks come before the plan is printed: a dry run that says OK must mean the
+  // real run would not refuse the output (exists without --force, inside the checkpoint).
+  Group* group = o.group;
+  bool leader = !group || group->rank() == 0;
+  if (leader) check_output_path(o.output, o.force, ck.dir);
   if (o.dry_run) {
     json keys = json::array();
     for (const auto& t : tensors)
@@ -668,9 +677,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
            (skipped_values.size() > 1 ? ", ..." : ""));
 
   // ---- write ----
-  Group* group = o.group;
-  bool leader = !group || group->rank() == 0;
-  if (leader) check_output_path(o.output, o.force, ck.dir);
   MemoryGate gate(budget);
   Progress prog;
   prog.total = total_bytes;

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/failpoint.h"
 
 namespace dcpctl {
 namespace {
@@ -41,6 +42,27 @@ int claim(const std::string& path, int kind) {
 
 void release(int slot) {
   if (slot >= 0) g_slots[slot].state.store(0);
+}
+
+// The temporary in `slot` is now of another kind (2 file, 3 directory).
+void retag(int slot, int kind) {
+  if (slot >= 0) g_slots[slot].state.store(kind);
+}
+
+// renameat2(RENAME_EXCHANGE): swaps two existing paths atomically. False (nothing changed) where
+// the kernel or the filesystem does not offer it; throws on any other failure.
+bool rename_exchange(const std::string& a, const std::string& b) {
+#ifdef SYS_renameat2
+  constexpr unsigned kRenameExchange = 1u << 1;  // RENAME_EXCHANGE, <linux/fs.h>
+  if (::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), kRenameExchange) == 0) return true;
+  int e = errno;
+  if (e == EINVAL || e == ENOSYS || e == EOPNOTSUPP) return false;
+  throw IoError(Where(b), "cannot swap " + a + " into place: " + errno_text(e));
+#else
+  (void)a;
+  (void)b;
+  return false;
+#endif
 }
 
 // Async-signal-safe: only system calls, into a static buffer (opendir/readdir allocate, and a
@@ -251,11 +273,25 @@ void OutputDir::commit() {
     ::close(fd);
   }
   struct stat st;
+  if (::lstat(final_.c_str(), &st) == 0) {
+    // Replacing an existing output: one atomic swap, so that the final name always names a
+    // complete output (the old one, then the new one); the old one, now under the temporary name
+    // (still claimed for the signal handler), is removed after. Filesystems without
+    // RENAME_EXCHANGE take the two renames below, with their window.
+    if (rename_exchange(tmp_, final_)) {
+      committed_ = true;
+      if (::lstat(tmp_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) retag(slot_, 2);  // a file was replaced
+      failpoint("output-dir-commit", 0);  // tests: killed here, the new output is in place
+      remove_tree(tmp_);
+      return;
+    }
+  }
   std::string aside;
   if (::lstat(final_.c_str(), &st) == 0) {
     aside = temp_name(final_) + "-old";
     if (::rename(final_.c_str(), aside.c_str()) != 0)
       throw IoError(Where(final_), "cannot move the old output aside: " + errno_text(errno));
+    failpoint("output-dir-commit", 0);  // the window: no output under the final name
   }
   if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
     int e = errno;

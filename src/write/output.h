@@ -4,7 +4,10 @@
 // renamed when complete; a failed run removes its temporaries, and so do SIGINT/SIGTERM/SIGHUP
 // (install_cleanup_handlers). Only SIGKILL or a power cut can leave a temporary behind, and it is
 // named `.<name>.dcpctl-tmp-<pid>`, never the final name. An existing output is replaced only with
-// `force`; a directory output is replaced by renaming the old one aside first.
+// `force`; a directory output replaces the old one by an atomic swap (renameat2 RENAME_EXCHANGE)
+// and the old one is removed after, so the final name never goes missing; where the filesystem
+// cannot swap, the old one is renamed aside first (a window in which a signal leaves no output
+// under the final name, the old one under `.<name>.dcpctl-tmp-<pid>-old`).
 #pragma once
 
 #include <cstdint>

@@ -298,11 +298,16 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   summary["ranks"] = ranks;
   summary["dry_run"] = o.dry_run;
   summary["max_memory"] = budget;
-  if (o.dry_run) return summary;
-
-  // ---- write ----
   Group* group = o.group;
   bool leader = !group || group->rank() == 0;
+  if (o.dry_run) {
+    // What the real run would refuse, the dry run refuses too (exists without --force, inside
+    // the checkpoint).
+    if (leader) check_output_path(o.output, o.force, ck.dir);
+    return summary;
+  }
+
+  // ---- write ----
   if (group) {
     std::string save_id = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
     group->agree("reshard", Sha256::of(summary.dump() + "|" + std::to_string(ck.metadata_bytes) + "|" + save_id));
@@ -438,11 +443,11 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         group->publish("locs/" + std::to_string(group->rank()), locs.dump());
       }
     } catch (const std::exception& e) {
-      group->report("write", e.what());
+      group->report("write", e.what(), exit_code_of(e));
       if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
       throw;
     }
-    group->report("write", "");
+    group->report("write", "", ExitCode::ok);
     if (!leader) {
       group->await("commit");
       summary["rank"] = group->rank();

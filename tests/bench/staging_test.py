@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from skip import SKIP, skip_or_fail_code  # noqa: E402
 MODES = ["pinned", "registered", "pageable", "cold"]
 ROW_FIELDS = {"mode", "direction", "memory", "bytes", "copies", "streams", "chunk_bytes", "timing", "iters",
               "warmup", "seconds", "gbps", "pin_seconds", "pin_seconds_per_gib", "host_bytes",
@@ -287,8 +288,7 @@ def case_gpu(dcpctl, src):
 
 def case_no_driver_link(dcpctl, src):
     if not shutil.which("readelf"):
-        print("SKIP: readelf (binutils) is not installed", file=sys.stderr)
-        return SKIP
+        return skip_or_fail_code("readelf (binutils, installed with g++) is not installed")
     dyn = subprocess.run(["readelf", "-d", dcpctl], capture_output=True, text=True, check=True).stdout
     needed = [l.split("[", 1)[1].rstrip("]") for l in dyn.splitlines() if "(NEEDED)" in l]
     bad = [n for n in needed if n.startswith("libcuda.") or n.startswith("libcudart.")]

@@ -5,9 +5,9 @@
 # usage: torchrun_test.sh DCPCTL VENV_PYTHON FIXTURES_DIR
 set -uo pipefail
 dcpctl=$1 py=$2 fixtures=$3
+source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
 if [ -z "$py" ] || [ ! -x "$(dirname "$py")/torchrun" ]; then
-  echo "SKIP: no virtualenv torchrun (tools/dev.sh creates it)" >&2
-  exit 77
+  skip_or_fail "no virtualenv torchrun (tools/dev.sh creates it)"
 fi
 torchrun=$(dirname "$py")/torchrun
 work=$(mktemp -d)
@@ -26,19 +26,25 @@ next_port=$((29300 + RANDOM % 200))
 run_tr3() { # run_tr3 NPROC ARGS...: torchrun with {rank} passed through to dcpctl
   "$torchrun" --standalone --nproc-per-node "$1" --no-python "$dcpctl" "${@:2}" --timeout 60 >"$work/log" 2>&1
 }
-# expect_fail CODE TEXT COMMAND...: the command fails, rank 0 exits CODE and its log names TEXT.
+# expect_fail CODE OTHERS TEXT COMMAND...: the run_env command fails, rank 0 exits CODE exactly
+# and its log names TEXT, every other rank exits OTHERS exactly (so a crash, 134/137/139, fails).
 expect_fail() {
-  local code=$1 text=$2
-  shift 2
+  local code=$1 others=$2 text=$3 r rc
+  shift 3
   "$@" && return 1
-  local rc0
-  rc0=$(cat "$work/rc-0")
-  [ "$rc0" = "$code" ] || { echo "rank 0 exited $rc0, expected $code" >&2; cat "$work/log-0" >&2; return 1; }
+  for r in "$work"/rc-*; do
+    r=${r##*/rc-}
+    rc=$(cat "$work/rc-$r")
+    local want=$others
+    [ "$r" = 0 ] && want=$code
+    [ "$rc" = "$want" ] || { echo "rank $r exited $rc, expected $want" >&2; cat "$work/log-$r" >&2; return 1; }
+  done
   grep -q "$text" "$work/log-0" || { cat "$work/log-0" >&2; return 1; }
 }
-run_env() { # run_env NPROC ARGS...
+run_env() { # run_env NPROC ARGS... (each rank's exit code in $work/rc-RANK)
   local n=$1 r rc=0 pids=()
   shift
+  rm -f "$work"/rc-*
   next_port=$((next_port + 1))
   for ((r = 0; r < n; r++)); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$next_port \
@@ -114,7 +120,7 @@ for case in sample dtensor_2d_mesh zstd; do
 done
 # A file no rank can see is refused before anything is written.
 rm "$work/split-sample/r1/"*.distcp
-check "--local-files: a file nobody sees is refused" expect_fail 3 "no rank can read" run_env 3 consolidate "$work/split-sample/r{rank}" --local-files -o "$work/lf-missing.safetensors" -q
+check "--local-files: a file nobody sees is refused" expect_fail 3 3 "no rank can read" run_env 3 consolidate "$work/split-sample/r{rank}" --local-files -o "$work/lf-missing.safetensors" -q
 
 # The resharded output loads in real torch (dcp_to_torch_save) like the single-process one.
 check "distributed reshard loads in torch" "$py" - "$work/s-sample-w4" "$work/d-sample-w4-3" <<'EOF'
@@ -134,8 +140,8 @@ for k in fa:
 EOF
 
 # Faults: rank 1 dies (SIGKILL) before writing its share. Launched by hand (no torchrun agent
-# to tear the job down), rank 0 must give up after --timeout, name rank 1, exit non-zero, and
-# leave no output or temporary file behind.
+# to tear the job down), rank 0 must give up after --timeout, name rank 1, exit 4 (the lost peer
+# is an I/O error), and leave no output or temporary file behind.
 port=$((29600 + RANDOM % 300))
 for what in consolidate reshard; do
   out=$work/fault-$what
@@ -148,19 +154,21 @@ for what in consolidate reshard; do
   done
   wait "${pids[0]}"; rc0=$?
   wait "${pids[1]}"; rc1=$?
-  check "$what: surviving rank 0 fails (rc $rc0)" test "$rc0" -ne 0
-  check "$what: killed rank 1 (rc $rc1)" test "$rc1" -ne 0
+  check "$what: surviving rank 0 exits 4 (rc $rc0)" test "$rc0" = 4
+  check "$what: rank 1 killed by the failpoint's SIGKILL (rc $rc1)" test "$rc1" = 137
   check "$what: rank 0 names rank 1" grep -q "rank 1" "$work/fault-0.log"
   check "$what: nothing left behind" test -z "$(find "$work" -maxdepth 1 -name "*fault-$what*" -o -maxdepth 1 -name ".*dcpctl-tmp*")"
   port=$((port + 1))
 done
 # Rank 1 dies mid-transfer (SIGKILL after pushing two windows to rank 0): rank 0 names it and
-# fails within seconds (the dead peer's connection closes; no --timeout wait), rank 2 learns
-# that rank 0 ended the run, and nothing is left behind.
+# fails within seconds (the dead peer's connection closes; no --timeout wait) with exit 4, rank 2
+# learns that rank 0 ended the run (exit 1: a failure it did not see itself), and nothing is left
+# behind.
 start=$SECONDS
 DCPCTL_FAILPOINT=exchange-push:1 run_env 3 consolidate "$fixtures/sample/ckpt" -o "$work/mid.safetensors" -q
-check "mid-run kill: rank 0 fails (rc $(cat "$work/rc-0"))" test "$(cat "$work/rc-0")" -ne 0
-check "mid-run kill: rank 2 fails (rc $(cat "$work/rc-2"))" test "$(cat "$work/rc-2")" -ne 0
+check "mid-run kill: rank 0 exits 4 (rc $(cat "$work/rc-0"))" test "$(cat "$work/rc-0")" = 4
+check "mid-run kill: rank 1 killed by SIGKILL (rc $(cat "$work/rc-1"))" test "$(cat "$work/rc-1")" = 137
+check "mid-run kill: rank 2 exits 1 (rc $(cat "$work/rc-2"))" test "$(cat "$work/rc-2")" = 1
 check "mid-run kill: rank 0 names rank 1" grep -q "rank 1 died" "$work/log-0"
 check "mid-run kill: rank 2 names rank 0's outcome" grep -q "rank 0 ended the run" "$work/log-2"
 check "mid-run kill: over in $((SECONDS - start)) s (< 30, the timeout is 60)" test $((SECONDS - start)) -lt 30
@@ -169,9 +177,23 @@ check "mid-run kill: nothing left behind" test -z "$(find "$work" -maxdepth 1 -n
 # and the exit code of a broken checkpoint (3).
 cp -r "$fixtures/sample/ckpt" "$work/broken"
 truncate -s 3000 "$work/broken/__1_0.distcp"
-check "owner's read error reaches rank 0" expect_fail 3 "could not read its share: .*__1_0.distcp: offset" \
+check "owner's read error reaches rank 0" expect_fail 3 3 "could not read its share: .*__1_0.distcp: offset" \
   run_env 3 consolidate "$work/broken" -o "$work/broken.safetensors" -q
 check "owner's read error: nothing left behind" test ! -e "$work/broken.safetensors"
+# reshard: a target rank only process 1 writes reads a damaged item (the zip header of
+# tok_emb's second dim-0 shard, rows 48.. = target rank 1 of 2); rank 0 reports process 1's
+# failure with its exit code (3, a damaged checkpoint), not 1.
+cp -r "$fixtures/sample/ckpt" "$work/damaged"
+at=$("$dcpctl" inspect --json --chunks "$work/damaged" | python3 -c '
+import json, sys
+it = [i for i in json.load(sys.stdin)["items"] if i["key"] == "app.model.tok_emb.weight"][0]
+print(next(c["offset"] for c in it["chunk_list"] if c["offsets"][0] == 48 and c["file"] == "__1_0.distcp"))')
+printf '\0\0\0\0' | dd of="$work/damaged/__1_0.distcp" bs=1 seek="$at" conv=notrunc status=none
+check "reshard: rank 1's read error keeps its exit code on rank 0" \
+  expect_fail 3 3 "rank 1 failed: .*__1_0.distcp: offset $at: key 'app.model.tok_emb.weight'" \
+  run_env 2 reshard "$work/damaged" -o "$work/damaged-w2" -w 2 -q
+check "reshard: rank 1's read error: nothing left behind" \
+  test -z "$(find "$work" -maxdepth 1 -name "damaged-w2*" -o -maxdepth 1 -name ".damaged-w2*")"
 # Ranks given different commands fail together (usage error) before any work.
 next_port=$((next_port + 1))
 for r in 0 1; do
@@ -188,7 +210,7 @@ check "different commands: named" grep -q "different command" "$work/log-0"
 
 # --backend nccl: the plugin loads; on a machine without GPUs every rank refuses (exit 5).
 if [ -f "$(dirname "$dcpctl")/libdcpctl_nccl.so" ] && ! command -v nvidia-smi >/dev/null; then
-  check "--backend nccl without a GPU is refused" expect_fail 5 "has 0 GPU" \
+  check "--backend nccl without a GPU is refused" expect_fail 5 5 "has 0 GPU" \
     run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/nccl.safetensors" --backend nccl -q
 fi
 

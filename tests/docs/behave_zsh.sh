@@ -10,9 +10,9 @@ src=$(cd "$1" && pwd)
 gen=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# A machine (a container) without pseudo-terminals truly lacks what this test needs.
 if ! zsh -f -c 'zmodload zsh/zpty && zpty t true' >/dev/null 2>&1; then
-  echo "SKIP: zsh cannot open a pseudo-terminal (zsh/zpty) here"
-  exit 77
+  skip_absent "zsh cannot open a pseudo-terminal (zsh/zpty) here"
 fi
 mkdir -p "$tmp/w/ckpt_dir"
 touch "$tmp/w/ckpt_file"

@@ -1,14 +1,14 @@
 # shellcheck shell=bash
 # Shared by the tests/docs scripts (sourced, not run).
 
-# need TOOL...: exits 77 (CTest: skipped) naming the first missing tool. tools/dev.sh installs them.
+source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
+
+# need TOOL...: names the first missing tool and exits 77 (CTest: skipped), or 1 under CI /
+# DCPCTL_REQUIRE_VENV=1: tools/dev.sh installs every one of them (tests/skip.sh).
 need() {
   local t
   for t in "$@"; do
-    if ! command -v "$t" >/dev/null 2>&1; then
-      echo "SKIP: $t is not installed (tools/dev.sh setup installs it)"
-      exit 77
-    fi
+    command -v "$t" >/dev/null 2>&1 || skip_or_fail "$t is not installed (tools/dev.sh setup installs it)"
   done
 }
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # CTest fuzz-metadata-smoke: runs the libFuzzer target for a bounded time on the seed corpus.
-# Skips (77) when there is no fuzz build (tools/fuzz.sh makes one with clang).
+# Without a fuzz build it skips (77) on a developer's machine and fails under CI=true or
+# DCPCTL_REQUIRE_VENV=1: tools/dev.sh test builds it (tools/fuzz.sh --build, clang).
 # usage: smoke.sh FUZZ_BINARY CORPUS_DIR [SECONDS]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
 bin=$1 corpus=$2 secs=${3:-60}
 if [ ! -x "$bin" ]; then
-  echo "skipped: no fuzz build at $bin (run tools/fuzz.sh, or configure build-fuzz with CC=clang CXX=clang++ -DDCPCTL_FUZZ_ONLY=ON)"
-  exit 77
+  skip_or_fail "no fuzz build at $bin (tools/fuzz.sh --build makes one with clang; tools/dev.sh test runs it)"
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -52,7 +52,7 @@ class FakeGroup final : public Group {
       throw IoError(Where(), "fake: no " + key);
     return w_.kv[key];
   }
-  void report(const std::string&, const std::string&) override {}
+  void report(const std::string&, const std::string&, ExitCode) override {}
   void collect(const std::string&) override {}
   void announce(const std::string&, const std::string&) override {}
   void await(const std::string&) override {}

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Refusals of the write commands that need no torch, through the real binary (standard library).
+
+Every refusal must exit with its documented code exactly (a crash, a signal or another code
+fails) and name what was wrong on stderr; a refused run leaves the input and any existing output
+unchanged and no temporary behind.
+
+  dry-run      `--dry-run` makes the same output checks as the real run: an existing output
+               without --force (consolidate to .safetensors, .pt and DIR/, reshard, cast) and an
+               output inside the checkpoint are refused with exit 2; with --force the plan prints.
+  sizes        `--max-memory` / `--max-shard-size` values of less than one byte (`0.5`, `0.1B`)
+               are usage errors (exit 2) naming the option, not 0 ("automatic").
+  commit       replacing an existing directory output is one atomic swap: a run killed right
+               after it (DCPCTL_FAILPOINT=output-dir-commit:0, SIGKILL) leaves the complete new
+               output under the final name, never no output at all.
+
+usage: cli_refusals_test.py DCPCTL FIXTURES_DIR [--sanitized]
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corruption"))
+import harness  # noqa: E402
+from harness import EXIT_OK, EXIT_USAGE  # noqa: E402
+
+
+def listing(d):
+    return sorted(os.listdir(d))
+
+
+def refuses(chk, args, code, names, what):
+    """Runs dcpctl ARGS; it must exit `code` exactly and name every string of `names` on stderr."""
+    r = chk.run(args)
+    if chk.expect(r.rc == code, f"{what}: exit {r.rc}, want {code}: {r.describe()}"):
+        for n in names:
+            chk.expect(n in r.stderr, f"{what}: stderr does not name {n!r}: {r.stderr.strip()[:300]}")
+    return r
+
+
+def case_dry_run(chk, dcpctl, fixtures, work):
+    ck = os.path.join(work, "ckpt")
+    shutil.copytree(os.path.join(fixtures, "sample", "ckpt"), ck)
+    before = harness.tree_digest(ck)
+    runs = [
+        ("consolidate .safetensors", ["consolidate", ck, "-o"], "out.safetensors", []),
+        ("consolidate .pt", ["consolidate", ck, "-o"], "out.pt", []),
+        ("consolidate DIR/", ["consolidate", ck, "-o"], "hf/", ["--max-shard-size", "20KB"]),
+        ("reshard", ["reshard", ck, "-o"], "w2", ["-w", "2"]),
+        ("cast", ["cast", ck, "-o"], "bf16", ["--dtype", "bf16"]),
+    ]
+    for what, head, name, extra in runs:
+        out = os.path.join(work, name)
+        path = out.rstrip("/")
+        if name.endswith("/") or "." not in name:
+            os.mkdir(path)
+            with open(os.path.join(path, "keep.txt"), "w") as f:
+                f.write("user data")
+        else:
+            with open(path, "w") as f:
+                f.write("user data")
+        snap = harness.tree_digest(work)
+        # (each run starts LibTorch, ~0.7 s: the fast tier keeps the variants few)
+        for dry in (["--dry-run"], ["--dry-run", "--json"]) if what in ("consolidate DIR/", "cast") else (["--dry-run"],):
+            label = f"{what} over an existing output {' '.join(dry)}".rstrip()
+            refuses(chk, [dcpctl, *head, out, *extra, *dry], EXIT_USAGE, [path, "--force"], label)
+            chk.expect(harness.tree_digest(work) == snap, f"{label}: the existing output or the work dir changed")
+        r = chk.run([dcpctl, *head, out, *extra, "--dry-run", "--force"])
+        chk.expect(r.rc == EXIT_OK and "nothing written" in r.stdout,
+                   f"{what} --dry-run --force: exit {r.rc} (want 0 and a plan): {r.describe()}")
+        chk.expect(harness.tree_digest(work) == snap, f"{what} --dry-run --force: something was written")
+        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+    # inside the checkpoint: the dry run refuses it as the real run does
+    for what, head, extra in (("consolidate", ["consolidate", ck, "-o", os.path.join(ck, "m.safetensors")], []),
+                              ("reshard", ["reshard", ck, "-o", os.path.join(ck, "sub")], ["-w", "2"])):
+        refuses(chk, [dcpctl, *head, *extra, "--dry-run"], EXIT_USAGE, ["inside the checkpoint"],
+                f"{what} --dry-run into the checkpoint")
+    chk.expect(harness.tree_digest(ck) == before, "dry-run: the input checkpoint changed")
+    chk.expect(listing(work) == ["ckpt"], f"dry-run: left behind {listing(work)}")
+
+
+def case_sizes(chk, dcpctl, fixtures, work):
+    ck = os.path.join(fixtures, "sample", "ckpt")
+    for value, cmds in (("0.5", ("consolidate", "reshard", "cast")), ("0.1B", ("consolidate", "reshard")),
+                        ("0.0001KB", ("cast",))):
+        for what, args in (("consolidate", ["consolidate", ck, "-o", os.path.join(work, "m.safetensors")]),
+                           ("reshard", ["reshard", ck, "-o", os.path.join(work, "w2"), "-w", "2"]),
+                           ("cast", ["cast", ck, "-o", os.path.join(work, "c"), "--dtype", "bf16"])):
+            if what in cmds:
+                dry = ["--dry-run"] if what == "reshard" else []
+                refuses(chk, [dcpctl, *args, "--max-memory", value, *dry], EXIT_USAGE, ["--max-memory", value],
+                        f"{what} --max-memory {value} {' '.join(dry)}")
+        refuses(chk, [dcpctl, "consolidate", ck, "-o", os.path.join(work, "hf/"), "--max-shard-size", value],
+                EXIT_USAGE, ["--max-shard-size", value], f"consolidate --max-shard-size {value}")
+    # sizes of at least one byte still work, fractions included
+    r = chk.run([dcpctl, "consolidate", ck, "-o", os.path.join(work, "m.pt"), "--max-memory", "1.5GiB", "--dry-run"])
+    chk.expect(r.rc == EXIT_OK, f"--max-memory 1.5GiB --dry-run: {r.describe()}")
+    for value in ("1", "2.5KB"):
+        r = chk.run([dcpctl, "consolidate", ck, "-o", os.path.join(work, "hf/"), "--max-shard-size", value, "--dry-run"])
+        chk.expect(r.rc == EXIT_OK, f"--max-shard-size {value} --dry-run: {r.describe()}")
+    chk.expect(listing(work) == [], f"sizes: left behind {listing(work)}")
+
+
+def case_commit(chk, dcpctl, fixtures, work):
+    ck = os.path.join(fixtures, "sample", "ckpt")
+    env = dict(os.environ, DCPCTL_FAILPOINT="output-dir-commit:0")
+    for what, args, check in (
+            ("reshard", ["reshard", ck, "-w", "2"], lambda o: listing(o) == [".metadata", "__0_0.distcp", "__1_0.distcp"]),
+            ("consolidate DIR/", ["consolidate", ck, "--max-shard-size", "20KB"],
+             lambda o: "model.safetensors.index.json" in listing(o))):
+        out = os.path.join(work, "out")
+        os.mkdir(out)
+        with open(os.path.join(out, "old.txt"), "w") as f:
+            f.write("the previous output")
+        # killed between making the new output visible and removing the old one
+        p = subprocess.run([dcpctl, *args[:2], "-o", out + ("/" if what.startswith("consolidate") else ""), *args[2:],
+                            "--force", "-q"], env=env, capture_output=True, text=True, timeout=120)
+        chk.checks += 1
+        if p.returncode != -signal.SIGKILL:
+            chk.fail(f"{what}: the failpoint output-dir-commit did not fire (exit {p.returncode}): {p.stderr[:300]}")
+        elif not os.path.isdir(out):
+            chk.fail(f"{what}: killed while committing over an existing output: no output under the final name "
+                     f"(left: {listing(work)})")
+        else:
+            chk.expect(check(out) and "old.txt" not in listing(out),
+                       f"{what}: killed while committing: the final name holds {listing(out)}, not the new output")
+            if what == "reshard":
+                r = chk.run([dcpctl, "verify", "--deep", out])
+                chk.expect(r.rc == EXIT_OK, f"{what}: the output left by the kill does not verify: {r.describe()}")
+        # the kill (like a power cut) may leave the old output under its temporary name; nothing else
+        for n in listing(work):
+            if n != "out":
+                chk.expect(".dcpctl-tmp-" in n, f"{what}: unexpected {n} left")
+                q = os.path.join(work, n)
+                shutil.rmtree(q) if os.path.isdir(q) else os.unlink(q)
+        shutil.rmtree(out, ignore_errors=True)
+        # without the failpoint the replacement completes and leaves nothing else
+        os.mkdir(out)
+        r = chk.run([dcpctl, *args[:2], "-o", out + ("/" if what.startswith("consolidate") else ""), *args[2:],
+                     "--force", "-q"])
+        chk.expect(r.rc == EXIT_OK and check(out) and listing(work) == ["out"],
+                   f"{what} --force over an existing dir: exit {r.rc}, left {listing(work)}, output {listing(out)}")
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main():
+    args, sanitized = harness.parse_args(sys.argv)
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    dcpctl, fixtures = args
+    chk = harness.Checker(sanitized)
+    for name, fn in (("dry-run", case_dry_run), ("sizes", case_sizes), ("commit", case_commit)):
+        with tempfile.TemporaryDirectory(prefix=f"dcpctl-cli-{name}-") as work:
+            fn(chk, dcpctl, fixtures, work)
+    return harness.finish(chk, "cli refusals")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
