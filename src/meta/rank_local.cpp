@@ -30,6 +30,12 @@ struct RankFile {
 
 int rank_of_metadata(const std::string& name) { return std::stoi(name.substr(2, name.size() - 2 - 9)); }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
 }  // namespace
 
 Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string>& names) {
@@ -110,12 +116,8 @@ Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string
       TensorMeta& have = out.tensors[it->second];
       if (have.dtype_name != t.dtype_name || have.shape != t.shape) {
         if (n_disagree++ < 8)
-          disagreements += "\n  key '" + t.fqn + "': " + ranks[i].name + " says " + t.dtype_name + " of " +
-                           std::to_string(t.shape.size()) + " dims " + [&] {
-                             std::string s;
-                             for (auto d : t.shape) s += (s.empty() ? "" : "x") + std::to_string(d);
-                             return s;
-                           }() + ", " + first_seen[t.fqn] + " says " + have.dtype_name;
+          disagreements += "\n  key '" + t.fqn + "': " + ranks[i].name + " says " + t.dtype_name + " " + shape_text(t.shape) +
+                           ", " + first_seen[t.fqn] + " says " + have.dtype_name + " " + shape_text(have.shape);
         continue;
       }
       size_t nd = t.ndim();

@@ -227,6 +227,20 @@ def mode_broken(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     (d / "__1.metadata").unlink()
     expect_refusals(dcpctl, "rank-local without __1.metadata", d, "__1.metadata", tmp)
 
+    d = broken_copy(L / "rank_local" / "ckpt", tmp, "rank_local_disagree")
+    import pickle
+    with open(d / "__1.metadata", "rb") as f:
+        md = pickle.load(f)  # written by real torch: trusted here
+    key = "model.w_7x3"
+    md.state_dict_metadata[key].size = torch.Size([8, 3])  # rank 1 claims another global shape
+    with open(d / "__1.metadata", "wb") as f:
+        pickle.dump(md, f)
+    for args in (["inspect", str(d)], ["verify", str(d)]):
+        r = run(dcpctl, *args)
+        expect_rc(r, 3, f"ranks disagreeing on a shape: {args[0]}")
+        check(all(s in r.stdout + r.stderr for s in (key, "__0.metadata", "__1.metadata", "[8, 3]", "[7, 3]")),
+              f"ranks disagreeing on a shape: {args[0]} names neither both files nor both shapes: {(r.stdout + r.stderr)[-600:]}")
+
     d = broken_copy(L / "hf_sharded" / "ckpt", tmp, "hf_missing_shard")
     (d / "shard-00001-model-00001-of-00002.safetensors").unlink()
     # Rank 0's rows are in no file left: the tiling check names the tensors with holes.
