@@ -1,0 +1,94 @@
+#include "compare/stats_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace dcpctl {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+}
+
+void StatsAccumulator::add(const double* x, size_t count, uint64_t start) {
+  // Blocks small enough to stay in L1 for the second pass.
+  constexpr size_t kBlock = 2048;
+  for (size_t b = 0; b < count; b += kBlock) {
+    size_t m = std::min(kBlock, count - b);
+    const double* p = x + b;
+    StatsAccumulator s;
+    s.n = m;
+    double sum = 0, sq = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo, am = 0;
+    for (size_t i = 0; i < m; ++i) {
+      double v = p[i];
+      sum += v;
+      sq += v * v;
+      if (v == 0) ++s.zeros;
+      if (!std::isfinite(v)) {
+        if (std::isnan(v)) ++s.nan;
+        else if (v > 0) ++s.pos_inf;
+        else ++s.neg_inf;
+        if (s.first_nonfinite == UINT64_MAX) s.first_nonfinite = start + b + i;
+        if (std::isnan(v)) continue;
+      }
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+      am = std::max(am, std::fabs(v));
+    }
+    s.mean = sum / static_cast<double>(m);
+    double m2 = 0;
+    for (size_t i = 0; i < m; ++i) {
+      double d = p[i] - s.mean;
+      m2 += d * d;
+    }
+    s.m2 = m2;
+    s.min = lo;
+    s.max = hi;
+    s.abs_max = am;
+    s.sum_sq = sq;
+    merge(s);
+  }
+}
+
+void StatsAccumulator::merge(const StatsAccumulator& o) {
+  if (o.n == 0) return;
+  if (n == 0) {
+    *this = o;
+    return;
+  }
+  double na = static_cast<double>(n), nb = static_cast<double>(o.n), nn = na + nb;
+  double delta = o.mean - mean;
+  // mean + delta * nb / nn, written so that equal infinite means stay infinite.
+  double merged_mean = mean == o.mean ? mean : mean + delta * (nb / nn);
+  m2 = m2 + o.m2 + delta * delta * (na * nb / nn);
+  mean = merged_mean;
+  bool a_vals = n > nan, b_vals = o.n > o.nan;
+  if (a_vals && b_vals) {
+    min = std::min(min, o.min);
+    max = std::max(max, o.max);
+  } else if (b_vals) {
+    min = o.min;
+    max = o.max;
+  }
+  abs_max = std::max(abs_max, o.abs_max);
+  sum_sq += o.sum_sq;
+  n += o.n;
+  nan += o.nan;
+  pos_inf += o.pos_inf;
+  neg_inf += o.neg_inf;
+  zeros += o.zeros;
+  first_nonfinite = std::min(first_nonfinite, o.first_nonfinite);
+}
+
+double StatsAccumulator::min_value() const { return n == 0 || nan ? kNaN : min; }
+double StatsAccumulator::max_value() const { return n == 0 || nan ? kNaN : max; }
+double StatsAccumulator::mean_value() const { return n == 0 ? kNaN : mean; }
+double StatsAccumulator::std_value() const {
+  if (n < 2 || nan) return kNaN;
+  if (pos_inf || neg_inf) return kNaN;
+  return std::sqrt(std::max(0.0, m2) / static_cast<double>(n - 1));
+}
+double StatsAccumulator::abs_max_value() const { return nan ? kNaN : n == 0 ? 0.0 : abs_max; }
+double StatsAccumulator::l2_norm() const { return nan ? kNaN : std::sqrt(sum_sq); }
+
+}  // namespace dcpctl
