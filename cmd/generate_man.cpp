@@ -175,6 +175,13 @@ bool has_option(const CommandDoc& c, const std::string& name) {
 const Example kExamples[] = {
     {{"inspect"}, {}, "dcpctl inspect ckpt/", "Show what the checkpoint in ckpt/ holds and how it is sharded."},
     {{"inspect"}, {"--json"}, "dcpctl inspect --json ckpt/", "The same as JSON, for scripts."},
+    {{"diff"}, {"--select", "--quiet"}, "dcpctl diff ckpt/ export/ --select app.model --quiet",
+     "CI: exit 1 unless the exported model equals the model in the training checkpoint, bit for bit."},
+    {{"diff"}, {"--atol", "--rtol"}, "dcpctl diff ckpt-w8/ hf-model/ --atol 1e-6 --rtol 1e-5",
+     "Compare two differently sharded checkpoints with torch.allclose's rule, in float64."},
+    {{"stats"}, {"--check-finite"}, "dcpctl stats --check-finite -q \"$(dcpctl latest RUN)\"",
+     "CI: exit 3 naming every tensor of the newest checkpoint of a run that holds a NaN or an Inf."},
+    {{"stats"}, {"--depth"}, "dcpctl stats ckpt/ --depth 4", "Statistics per layer (keys grouped by their first 4 components)."},
     {{}, {"--version"}, "dcpctl --version", "Show the versions of dcpctl and LibTorch and whether CUDA is usable."},
 };
 
