@@ -35,17 +35,20 @@ std::string num(const json& v) {
 }
 
 void print_table(const json& rows, const char* key_field, bool with_type) {
-  size_t kw = 3;
-  for (const auto& r : rows) kw = std::max(kw, r[key_field].get<std::string>().size());
+  size_t kw = 3, dw = 5;
+  for (const auto& r : rows) {
+    kw = std::max(kw, r[key_field].get<std::string>().size());
+    if (with_type) dw = std::max(dw, r["dtype"].get<std::string>().size());
+  }
   kw = std::min<size_t>(kw, 60);
   std::cout << pad(std::string(key_field) == "prefix" ? "GROUP" : "KEY", kw + 1);
-  if (with_type) std::cout << pad("DTYPE", 10) << pad("SHAPE", 14);
+  if (with_type) std::cout << pad("DTYPE", dw + 1) << pad("SHAPE", 14);
   else std::cout << pad("TENSORS", 8);
   for (const char* h : {"NUMEL", "MIN", "MAX", "MEAN", "STD", "ABSMAX", "L2"}) std::cout << pad(h, 13);
   std::cout << "NAN INF ZEROS\n";
   for (const auto& r : rows) {
     std::cout << pad(r[key_field].get<std::string>(), kw + 1);
-    if (with_type) std::cout << pad(r["dtype"].get<std::string>(), 10) << pad(dims_str(r["shape"].get<std::vector<int64_t>>()), 14);
+    if (with_type) std::cout << pad(r["dtype"].get<std::string>(), dw + 1) << pad(dims_str(r["shape"].get<std::vector<int64_t>>()), 14);
     else std::cout << pad(std::to_string(r["tensors"].get<uint64_t>()), 8);
     for (const char* f : {"numel", "min", "max", "mean", "std", "abs_max", "l2_norm"}) std::cout << pad(num(r[f]), 13);
     std::cout << r["nan"].get<uint64_t>() << " " << r["pos_inf"].get<uint64_t>() + r["neg_inf"].get<uint64_t>() << " "

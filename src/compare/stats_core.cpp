@@ -18,10 +18,13 @@ void StatsAccumulator::add(const double* x, size_t count, uint64_t start) {
     const double* p = x + b;
     StatsAccumulator s;
     s.n = m;
+    // Summing deviations from the block's first value keeps the sum small, so a large common
+    // offset (weights near 1e9, or a bias of 1e4 with 1e-3 spread) costs no digits of the mean.
+    const double shift = std::isfinite(p[0]) ? p[0] : 0.0;
     double sum = 0, sq = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo, am = 0;
     for (size_t i = 0; i < m; ++i) {
       double v = p[i];
-      sum += v;
+      sum += v - shift;
       sq += v * v;
       if (v == 0) ++s.zeros;
       if (!std::isfinite(v)) {
@@ -35,10 +38,11 @@ void StatsAccumulator::add(const double* x, size_t count, uint64_t start) {
       hi = std::max(hi, v);
       am = std::max(am, std::fabs(v));
     }
+    s.base = shift;
     s.mean = sum / static_cast<double>(m);
     double m2 = 0;
     for (size_t i = 0; i < m; ++i) {
-      double d = p[i] - s.mean;
+      double d = (p[i] - shift) - s.mean;
       m2 += d * d;
     }
     s.m2 = m2;
@@ -57,11 +61,14 @@ void StatsAccumulator::merge(const StatsAccumulator& o) {
     return;
   }
   double na = static_cast<double>(n), nb = static_cast<double>(o.n), nn = na + nb;
-  double delta = o.mean - mean;
-  // mean + delta * nb / nn, written so that equal infinite means stay infinite.
-  double merged_mean = mean == o.mean ? mean : mean + delta * (nb / nn);
-  m2 = m2 + o.m2 + delta * delta * (na * nb / nn);
-  mean = merged_mean;
+  double ma = base + mean, mb = o.base + o.mean;
+  if (std::isinf(ma) && ma == mb) {
+    m2 = std::numeric_limits<double>::quiet_NaN();  // inf - inf: as torch, std of infinities is NaN
+  } else {
+    double delta = (o.base - base) + (o.mean - mean);
+    m2 = m2 + o.m2 + delta * delta * (na * nb / nn);
+    mean += delta * (nb / nn);
+  }
   bool a_vals = n > nan, b_vals = o.n > o.nan;
   if (a_vals && b_vals) {
     min = std::min(min, o.min);
@@ -82,7 +89,7 @@ void StatsAccumulator::merge(const StatsAccumulator& o) {
 
 double StatsAccumulator::min_value() const { return n == 0 || nan ? kNaN : min; }
 double StatsAccumulator::max_value() const { return n == 0 || nan ? kNaN : max; }
-double StatsAccumulator::mean_value() const { return n == 0 ? kNaN : mean; }
+double StatsAccumulator::mean_value() const { return n == 0 ? kNaN : base + mean; }
 double StatsAccumulator::std_value() const {
   if (n < 2 || nan) return kNaN;
   if (pos_inf || neg_inf) return kNaN;

@@ -18,7 +18,10 @@ namespace dcpctl {
 
 struct StatsAccumulator {
   uint64_t n = 0;
-  double mean = 0, m2 = 0;
+  // The mean is kept as base + mean: base is the first finite value seen (0 if none) and mean the
+  // small offset from it, so merging blocks whose means agree to 1e-12 relative (weights around a
+  // large common value) keeps the digits that tell them apart.
+  double base = 0, mean = 0, m2 = 0;
   double min = 0, max = 0;  // over the non-NaN values; meaningful when n > nan
   double abs_max = 0;       // over the non-NaN values
   double sum_sq = 0;        // for the L2 norm (accumulated per block, then summed)

@@ -115,7 +115,7 @@ class Flattener {
     if (extent == UINT64_MAX || extent > rec.size / item)
       throw FormatError(where, "the tensor view needs " + std::to_string(extent) + " elements but its storage record holds " +
                                    std::to_string(rec.size / item));
-    if (!b.contiguous())
+    if (!b.contiguous() && b.numel() != 0)
       throw UnsupportedError(where, "tensor saved as a non-contiguous view (stride " + dims(b.stride) + " for shape " +
                                         dims(b.size) + "); save tensor.contiguous() or convert with torch first");
     TensorMeta t;
