@@ -72,6 +72,7 @@ int run_diff(const DiffCliOptions& o) {
   d.equal_nan = o.equal_nan;
   d.ignore_dtype = o.ignore_dtype;
   d.threads = o.threads ? o.threads : 1;
+  d.stop_early = o.quiet;
   if (!o.max_memory.empty()) d.max_memory = parse_size(o.max_memory);
   auto a = open_input(o.a);
   auto b = open_input(o.b);
@@ -136,7 +137,7 @@ void setup_diff(CLI::App& parent, RunFn& run) {
   sub->add_flag("--json", o->json, "Print every key as JSON (schema_version 1) on stdout");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default 1GiB)")->type_name("SIZE");
-  sub->add_flag("-q,--quiet", o->quiet, "Print nothing; only the exit code (0 same, 1 different)");
+  sub->add_flag("-q,--quiet", o->quiet, "Print nothing and stop at the first difference; only the exit code (0 same, 1 different)");
   sub->footer("Exit codes: 0 same, 1 different, 2 usage error, 3 checkpoint invalid or incomplete, 4 I/O error, 5 unsupported.");
   sub->callback([&run, o] { run = [o] { return run_diff(*o); }; });
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "compare/buffers.h"
 #include "compare/stats.h"
 #include "compare/window.h"
 #include "util/elements.h"
@@ -170,24 +171,34 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
   }
 
   MemoryGate gate(o.max_memory);
+  BufferSlots slots(gate, threads);
   std::vector<DiffAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
+  std::atomic<bool> found{false};
+  if (o.stop_early)
+    for (const auto& k : r.keys)
+      if (!k.compared && k.status != DiffStatus::Identical) found = true;
   parallel_for(tasks.size(), threads, [&](size_t i) {
+    if (o.stop_early && found.load(std::memory_order_relaxed)) return;
     const Task& task = tasks[i];
     const KeyDiff& k = r.keys[task.key];
     DType da = *k.a->dtype, db = *k.b->dtype;
     size_t ia = itemsize(da), ib = itemsize(db);
     uint64_t n = task.w.numel;
-    GateReservation hold(gate, n * (ia + ib + std::max(ia, ib)) + 4 * kWiden * 8);
-    std::unique_ptr<uint8_t[]> ba(new uint8_t[n * ia]), bb(new uint8_t[n * ib]), scratch(new uint8_t[n * std::max(ia, ib)]);
-    std::unique_ptr<double[]> wa(new double[2 * kWiden]), wb(new double[2 * kWiden]);
-    fa[task.key]->fill(task.w, ba.get(), scratch.get());
-    fb[task.key]->fill(task.w, bb.get(), scratch.get());
+    BufferSlots::Lease buf(slots);
+    // a: both sides' window; b: the scratch (its pages are touched only for chunks that do not
+    // span the trailing dimensions). The float64 widening buffers are small and per thread.
+    buf->prepare(n * (ia + ib), n * std::max(ia, ib), 4 * kWiden * 8);
+    uint8_t* ba = buf->a();
+    uint8_t* bb = ba + n * ia;
+    thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
+    fa[task.key]->fill(task.w, ba, buf->b());
+    fb[task.key]->fill(task.w, bb, buf->b());
     for (uint64_t e = 0; e < n; e += kWiden) {
       size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
-      compare_elements(da, ba.get() + e * ia, db, bb.get() + e * ib, m, task.w.start + e, rules[task.key], wa.get(), wb.get(),
-                       partial[i]);
+      compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);
     }
+    if (partial[i].differ) found = true;
     uint64_t now = done.fetch_add(n * (ia + ib)) + n * (ia + ib);
     if (o.progress) o.progress(now, total);
   });
@@ -196,6 +207,7 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : DiffStatus::Identical;
     if (k.status != DiffStatus::Identical) r.same = false;
   }
+  if (found) r.same = false;
   std::stable_sort(r.keys.begin(), r.keys.end(), [](const KeyDiff& x, const KeyDiff& y) {
     int rx = rank(x), ry = rank(y);
     if (rx != ry) return rx < ry;

@@ -46,6 +46,9 @@ struct DiffOptions {
   unsigned threads = 4;
   uint64_t max_memory = 1ull << 30;
   uint64_t window_bytes = 32ull << 20;  // per side
+  // Only the verdict is wanted (--quiet): stop reading at the first difference found. The
+  // per-key results are then incomplete; `same` is exact.
+  bool stop_early = false;
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "compare/buffers.h"
 #include "compare/window.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
@@ -81,6 +82,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     total_bytes += t.nbytes();
   }
   MemoryGate gate(o.max_memory);
+  BufferSlots slots(gate, threads);
   std::vector<StatsAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
   parallel_for(tasks.size(), threads, [&](size_t i) {
@@ -89,15 +91,15 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     DType d = *t.dtype;
     size_t item = itemsize(d);
     uint64_t bytes = task.w.numel * item;
-    GateReservation hold(gate, 2 * bytes + kWiden * 8);
-    std::unique_ptr<uint8_t[]> buf(new uint8_t[bytes]), scratch(new uint8_t[bytes]);
-    std::unique_ptr<double[]> wide(new double[kWiden]);
-    fillers[filler_of[task.report]]->fill(task.w, buf.get(), scratch.get());
+    BufferSlots::Lease buf(slots);
+    buf->prepare(bytes, bytes, kWiden * 8);  // the window, the scratch (touched only when needed)
+    thread_local std::vector<double> wide(kWiden);
+    fillers[filler_of[task.report]]->fill(task.w, buf->a(), buf->b());
     StatsAccumulator& acc = partial[i];
     for (uint64_t e = 0; e < task.w.numel; e += kWiden) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(kWiden, task.w.numel - e));
-      widen(d, buf.get() + e * item, n, wide.get());
-      acc.add(wide.get(), n, task.w.start + e);
+      widen(d, buf->a() + e * item, n, wide.data());
+      acc.add(wide.data(), n, task.w.start + e);
     }
     uint64_t now = done.fetch_add(bytes) + bytes;
     if (o.progress) o.progress(now, total_bytes);
