@@ -14,6 +14,8 @@ const std::vector<Command>& commands() {
       {"consolidate", setup_consolidate},
       {"reshard", setup_reshard},
       {"cast", setup_cast},
+      {"diff", setup_diff},
+      {"stats", setup_stats},
       {"generate", setup_generate},
       {"bench", setup_bench},
   };

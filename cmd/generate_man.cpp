@@ -184,6 +184,13 @@ const Example kExamples[] = {
      "Consolidate the newest complete checkpoint of a run folder; latest exits 3 when none is complete."},
     {{"prune"}, {"--dry-run"}, "dcpctl prune outputs/checkpoint --keep 2 --dry-run",
      "Show which checkpoints a prune keeping the 2 newest complete ones would remove; without --dry-run, remove them."},
+    {{"diff"}, {"--select", "--quiet"}, "dcpctl diff ckpt/ export/ --select app.model --quiet",
+     "CI: exit 1 unless the exported model equals the model in the training checkpoint, bit for bit."},
+    {{"diff"}, {"--atol", "--rtol"}, "dcpctl diff ckpt-w8/ hf-model/ --atol 1e-6 --rtol 1e-5",
+     "Compare two differently sharded checkpoints with torch.allclose's rule, in float64."},
+    {{"stats"}, {"--check-finite"}, "dcpctl stats --check-finite -q \"$(dcpctl latest RUN)\"",
+     "CI: exit 3 naming every tensor of the newest checkpoint of a run that holds a NaN or an Inf."},
+    {{"stats"}, {"--depth"}, "dcpctl stats ckpt/ --depth 4", "Statistics per layer (keys grouped by their first 4 components)."},
     {{}, {"--version"}, "dcpctl --version", "Show the versions of dcpctl and LibTorch and whether CUDA is usable."},
 };
 

@@ -13,6 +13,8 @@ void setup_prune(CLI::App& parent, RunFn& run);
 void setup_consolidate(CLI::App& parent, RunFn& run);
 void setup_reshard(CLI::App& parent, RunFn& run);
 void setup_cast(CLI::App& parent, RunFn& run);
+void setup_diff(CLI::App& parent, RunFn& run);
+void setup_stats(CLI::App& parent, RunFn& run);
 void setup_generate(CLI::App& parent, RunFn& run);
 void setup_bench(CLI::App& parent, RunFn& run);
 

@@ -7,8 +7,8 @@ _dcpctl_spec() {
     _dcpctl_subs=() _dcpctl_canon=() _dcpctl_opts=() _dcpctl_vals=()
     case $1 in
         'dcpctl')
-            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'bench')
-            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'bench')
+            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'bench')
+            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'bench')
             _dcpctl_opts=('-h' '--help' '-V' '--version')
             ;;
         'dcpctl inspect')
@@ -40,6 +40,14 @@ _dcpctl_spec() {
         'dcpctl cast')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
             _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--timeout' '--dtype')
+            ;;
+        'dcpctl diff')
+            _dcpctl_opts=('-h' '--help' '--select' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
+            _dcpctl_vals=('--select' '--include' '--exclude' '--atol' '--rtol' '--threads' '--max-memory')
+            ;;
+        'dcpctl stats')
+            _dcpctl_opts=('-h' '--help' '--json' '--depth' '--filter' '--select' '--include' '--exclude' '--check-finite' '--check-zero' '--threads' '--max-memory' '-q' '--quiet')
+            _dcpctl_vals=('--depth' '--filter' '--select' '--include' '--exclude' '--threads' '--max-memory')
             ;;
         'dcpctl bench')
             _dcpctl_subs=('staging')
@@ -118,6 +126,22 @@ _dcpctl_positional() {
         'dcpctl cast')
             if (($2 < 1)); then
                 _dcpctl_kind='dir'
+                return
+            fi
+            ;;
+        'dcpctl diff')
+            if (($2 < 1)); then
+                _dcpctl_kind='none'
+                return
+            fi
+            if (($2 < 2)); then
+                _dcpctl_kind='none'
+                return
+            fi
+            ;;
+        'dcpctl stats')
+            if (($2 < 1)); then
+                _dcpctl_kind='file'
                 return
             fi
             ;;

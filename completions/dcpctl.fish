@@ -15,6 +15,8 @@ complete -c dcpctl -n '__fish_use_subcommand' -a 'prune' -d 'Remove all but the 
 complete -c dcpctl -n '__fish_use_subcommand' -a 'consolidate' -d 'Write one full-model file (.safetensors, HF sharded safetensors or .pt) from a sharded checkpoint'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'reshard' -d 'Write a new DCP checkpoint sharded for another world size (FSDP2 dim-0 layout)'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'cast' -d 'Write a copy of a DCP checkpoint with floating tensors cast to another dtype'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'diff' -d 'Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'stats' -d 'Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'bench' -d 'Measure how fast this machine moves checkpoint data'
 
 # dcpctl inspect
@@ -110,6 +112,36 @@ complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l timeout -x -d 'Under
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l single-process -d 'Ignore RANK/WORLD_SIZE from a launcher and run alone'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l dtype -x -d 'Target dtype: fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -a '(__fish_complete_directories)' -d 'checkpoint'
+
+# dcpctl diff
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l select -x -d 'Compare one subtree of each side that has it, prefix stripped (e.g. app.model)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l include -x -d 'Compare only keys matching this shell glob (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l exclude -x -d 'Leave out keys matching this shell glob (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l atol -x -d 'Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l rtol -x -d 'Relative tolerance (see --atol; the one not given is 0)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l equal-nan -d 'Count NaN equal to NaN'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l ignore-dtype -d 'Compare tensors of different dtypes by value in float64'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l all -d 'List identical keys too'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l json -d 'Print every key as JSON (schema_version 1) on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l threads -x -d 'Parallel readers'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l max-memory -x -d 'Cap on buffer memory (default 1GiB)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s q -l quiet -d 'Print nothing and stop at the first difference; only the exit code (0 same, 1 different)'
+
+# dcpctl stats
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l json -d 'Print the statistics as JSON (schema_version 1) on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l depth -x -d 'Group by the first N components of the key (e.g. 3: app.model.layers) and print the groups'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l filter -x -d 'Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l select -x -d 'Keep one subtree and strip its prefix (e.g. app.model)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l include -x -d 'Keep only keys matching this shell glob (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l exclude -x -d 'Drop keys matching this shell glob (repeatable)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l check-finite -d 'Exit 3 when a floating tensor holds a NaN or an Inf, naming each with its counts and first index'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l check-zero -d 'Exit 3 when a floating tensor is all zeros, naming each'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l threads -x -d 'Parallel readers'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l max-memory -x -d 'Cap on buffer memory (default 1GiB)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -s q -l quiet -d 'No table and no progress; only the exit code and gate failures on stderr'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -F -d 'checkpoint'
 
 # dcpctl bench
 complete -c dcpctl -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from staging' -s h -l help -d 'Print this help message and exit'

@@ -23,6 +23,7 @@ const char* layout_name(CheckpointLayout l) {
     case CheckpointLayout::DcpRankLocal: return "dcp-rank-local";
     case CheckpointLayout::HfDcpShards: return "hf-dcp";
     case CheckpointLayout::HfSafetensors: return "hf-safetensors";
+    case CheckpointLayout::TorchSave: return "torch-save";
   }
   return "?";
 }
@@ -34,6 +35,7 @@ const char* layout_description(CheckpointLayout l) {
     case CheckpointLayout::DcpRankLocal: return "DCP with rank-local metadata (__R.metadata, use_collectives=False)";
     case CheckpointLayout::HfDcpShards: return "HF-mode DCP (HuggingFaceStorageWriter safetensors with DCP_SHARDING_INFO)";
     case CheckpointLayout::HfSafetensors: return "Hugging Face safetensors (consolidated)";
+    case CheckpointLayout::TorchSave: return "torch.save file of a state_dict (.pt/.bin)";
   }
   return "?";
 }

@@ -30,10 +30,11 @@ enum class CheckpointLayout {
   DcpRankLocal,         // __R.metadata per rank, no .metadata
   HfDcpShards,          // safetensors files with DCP_SHARDING_INFO (HuggingFaceStorageWriter)
   HfSafetensors,        // plain Hugging Face safetensors (consolidated) or one .safetensors file
+  TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
 };
 
 // Stable names for scripts ("dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp",
-// "hf-safetensors") and a phrase for people.
+// "hf-safetensors", "torch-save") and a phrase for people.
 const char* layout_name(CheckpointLayout l);
 const char* layout_description(CheckpointLayout l);
 

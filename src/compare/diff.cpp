@@ -1,0 +1,266 @@
+#include "compare/diff.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "compare/buffers.h"
+#include "compare/stats.h"
+#include "compare/window.h"
+#include "util/elements.h"
+#include "util/memory_gate.h"
+#include "util/parallel.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kWiden = 1 << 15;  // elements compared in float64 at a time
+
+bool has_prefix(const Metadata& md, const std::string& prefix) {
+  for (const auto& t : md.tensors)
+    if (t.fqn.size() > prefix.size() && t.fqn.compare(0, prefix.size(), prefix) == 0 && t.fqn[prefix.size()] == '.') return true;
+  for (const auto& b : md.bytes)
+    if (b.fqn.size() > prefix.size() && b.fqn.compare(0, prefix.size(), prefix) == 0 && b.fqn[prefix.size()] == '.') return true;
+  return false;
+}
+
+int rank(const KeyDiff& k) {
+  switch (k.status) {
+    case DiffStatus::ValuesChanged: return 0;
+    case DiffStatus::KindChanged:
+    case DiffStatus::DtypeChanged:
+    case DiffStatus::ShapeChanged: return 1;
+    case DiffStatus::OnlyInA: return 2;
+    case DiffStatus::OnlyInB: return 3;
+    case DiffStatus::Identical: return 4;
+  }
+  return 5;
+}
+
+}  // namespace
+
+const char* status_name(DiffStatus s) {
+  switch (s) {
+    case DiffStatus::OnlyInA: return "only_in_a";
+    case DiffStatus::OnlyInB: return "only_in_b";
+    case DiffStatus::KindChanged: return "kind_changed";
+    case DiffStatus::DtypeChanged: return "dtype_changed";
+    case DiffStatus::ShapeChanged: return "shape_changed";
+    case DiffStatus::ValuesChanged: return "values_changed";
+    case DiffStatus::Identical: return "identical";
+  }
+  return "?";
+}
+
+size_t DiffResult::count(DiffStatus s) const {
+  return static_cast<size_t>(std::count_if(keys.begin(), keys.end(), [s](const KeyDiff& k) { return k.status == s; }));
+}
+
+DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string& prefix = o.selection.prefix;
+  bool pa = !prefix.empty() && has_prefix(a.ck.md, prefix), pb = !prefix.empty() && has_prefix(b.ck.md, prefix);
+  if (!prefix.empty() && !pa && !pb)
+    throw UsageError(Where(), "--select " + prefix + ": neither " + a.path + " nor " + b.path + " has keys under it");
+  auto select_side = [&](const Input& in, bool use_prefix) {
+    Selection s = o.selection;
+    if (!use_prefix) s.prefix.clear();
+    try {
+      return select_items(in.ck.md, s);
+    } catch (const UsageError&) {
+      return std::vector<SelectedItem>{};
+    }
+  };
+  std::vector<SelectedItem> sa = select_side(a, pa), sb = select_side(b, pb);
+  if (sa.empty() && sb.empty())
+    throw UsageError(Where(), "nothing selected on either side; see the keys with `dcpctl inspect --flat`");
+
+  DiffResult r;
+  std::map<std::string, size_t> in_b;
+  for (size_t i = 0; i < sb.size(); ++i) in_b.emplace(sb[i].key, i);
+  std::vector<bool> b_matched(sb.size(), false);
+  struct Pair {
+    size_t key;
+    const SelectedItem* ia;
+    const SelectedItem* ib;
+  };
+  std::vector<Pair> pairs;
+  for (const auto& ia : sa) {
+    KeyDiff k;
+    k.key = ia.key;
+    auto it = in_b.find(ia.key);
+    if (it == in_b.end()) {
+      k.status = DiffStatus::OnlyInA;
+      if (ia.tensor) k.a = &a.ck.md.tensors[ia.index];
+    } else {
+      b_matched[it->second] = true;
+      pairs.push_back({r.keys.size(), &ia, &sb[it->second]});
+    }
+    r.keys.push_back(std::move(k));
+  }
+  for (size_t i = 0; i < sb.size(); ++i) {
+    if (b_matched[i]) continue;
+    KeyDiff k;
+    k.key = sb[i].key;
+    k.status = DiffStatus::OnlyInB;
+    if (sb[i].tensor) k.b = &b.ck.md.tensors[sb[i].index];
+    r.keys.push_back(std::move(k));
+  }
+
+  struct Task {
+    size_t key;
+    Window w;
+  };
+  std::vector<Task> tasks;
+  std::vector<std::unique_ptr<WindowFiller>> fa(r.keys.size()), fb(r.keys.size());
+  std::vector<DiffRule> rules(r.keys.size());
+  uint64_t total = 0;
+  unsigned threads = std::max(1u, o.threads);
+  for (const Pair& p : pairs) {
+    KeyDiff& k = r.keys[p.key];
+    if (p.ia->tensor != p.ib->tensor) {
+      k.status = DiffStatus::KindChanged;
+      if (p.ia->tensor) k.a = &a.ck.md.tensors[p.ia->index];
+      if (p.ib->tensor) k.b = &b.ck.md.tensors[p.ib->index];
+      continue;
+    }
+    if (!p.ia->tensor) {
+      k.value_a = value_repr(a, a.ck.md.bytes[p.ia->index]);
+      k.value_b = value_repr(b, b.ck.md.bytes[p.ib->index]);
+      k.status = *k.value_a == *k.value_b ? DiffStatus::Identical : DiffStatus::ValuesChanged;
+      continue;
+    }
+    const TensorMeta& ta = a.ck.md.tensors[p.ia->index];
+    const TensorMeta& tb = b.ck.md.tensors[p.ib->index];
+    k.a = &ta;
+    k.b = &tb;
+    if (ta.shape != tb.shape) {
+      k.status = DiffStatus::ShapeChanged;
+      continue;
+    }
+    if (ta.dtype_name != tb.dtype_name && !o.ignore_dtype) {
+      k.status = DiffStatus::DtypeChanged;
+      continue;
+    }
+    for (const auto* t : {&ta, &tb})
+      if (!t->dtype) throw UnsupportedError(Where(t == &ta ? a.path : b.path, std::nullopt, k.key), "tensor of unknown dtype " + t->dtype_name);
+    DiffRule rule;
+    rule.exact = !o.atol && !o.rtol && *ta.dtype == *tb.dtype;
+    rule.atol = o.atol.value_or(0);
+    rule.rtol = o.rtol.value_or(0);
+    rule.equal_nan = o.equal_nan;
+    if (!rule.exact && (!decodable(*ta.dtype) || !decodable(*tb.dtype)))
+      throw UnsupportedError(Where(a.path, std::nullopt, k.key), "values of dtype " + ta.dtype_name + " / " + tb.dtype_name +
+                                                                     " are not decoded; compare them exactly (no --atol/--rtol)");
+    require_tiled(a, ta);
+    require_tiled(b, tb);
+    k.compared = true;
+    rules[p.key] = rule;
+    size_t ia = itemsize(*ta.dtype), ib = itemsize(*tb.dtype);
+    uint64_t per_elem = ia + ib + std::max(ia, ib);
+    uint64_t elems = std::min<uint64_t>(o.window_bytes / std::max(ia, ib), o.max_memory / (threads * per_elem + 1));
+    fa[p.key] = std::make_unique<WindowFiller>(*a.reader, ta);
+    fb[p.key] = std::make_unique<WindowFiller>(*b.reader, tb);
+    for (const Window& w : plan_windows(ta.shape, std::max<uint64_t>(elems, 1))) tasks.push_back({p.key, w});
+    total += ta.nbytes() + tb.nbytes();
+  }
+
+  MemoryGate gate(o.max_memory);
+  BufferSlots slots(gate, threads);
+  std::vector<DiffAccumulator> partial(tasks.size());
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> found{false};
+  if (o.stop_early)
+    for (const auto& k : r.keys)
+      if (!k.compared && k.status != DiffStatus::Identical) found = true;
+  parallel_for(tasks.size(), threads, [&](size_t i) {
+    if (o.stop_early && found.load(std::memory_order_relaxed)) return;
+    const Task& task = tasks[i];
+    const KeyDiff& k = r.keys[task.key];
+    DType da = *k.a->dtype, db = *k.b->dtype;
+    size_t ia = itemsize(da), ib = itemsize(db);
+    uint64_t n = task.w.numel;
+    BufferSlots::Lease buf(slots);
+    // a: both sides' window; b: the scratch (its pages are touched only for chunks that do not
+    // span the trailing dimensions). The float64 widening buffers are small and per thread.
+    buf->prepare(n * (ia + ib), n * std::max(ia, ib), 4 * kWiden * 8);
+    uint8_t* ba = buf->a();
+    uint8_t* bb = ba + n * ia;
+    thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
+    fa[task.key]->fill(task.w, ba, buf->b());
+    fb[task.key]->fill(task.w, bb, buf->b());
+    for (uint64_t e = 0; e < n; e += kWiden) {
+      size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
+      compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);
+    }
+    if (partial[i].differ) found = true;
+    uint64_t now = done.fetch_add(n * (ia + ib)) + n * (ia + ib);
+    if (o.progress) o.progress(now, total);
+  });
+  for (size_t i = 0; i < tasks.size(); ++i) r.keys[tasks[i].key].acc.merge(partial[i]);
+  for (auto& k : r.keys) {
+    if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : DiffStatus::Identical;
+    if (k.status != DiffStatus::Identical) r.same = false;
+  }
+  if (found) r.same = false;
+  std::stable_sort(r.keys.begin(), r.keys.end(), [](const KeyDiff& x, const KeyDiff& y) {
+    int rx = rank(x), ry = rank(y);
+    if (rx != ry) return rx < ry;
+    if (rx != 0) return false;
+    bool nx = x.acc.nan_mismatch > 0, ny = y.acc.nan_mismatch > 0;
+    if (nx != ny) return nx;
+    return x.acc.max_abs > y.acc.max_abs;
+  });
+  r.bytes_read = done.load();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOptions& o) {
+  json j;
+  j["schema_version"] = 1;
+  j["same"] = r.same;
+  j["a"] = {{"path", a.path}, {"layout", layout_name(a.ck.layout)}};
+  j["b"] = {{"path", b.path}, {"layout", layout_name(b.ck.layout)}};
+  j["rule"] = {{"exact", !o.atol && !o.rtol},
+               {"atol", o.atol.value_or(0)},
+               {"rtol", o.rtol.value_or(0)},
+               {"equal_nan", o.equal_nan},
+               {"ignore_dtype", o.ignore_dtype}};
+  json counts = json::object();
+  for (DiffStatus s : {DiffStatus::OnlyInA, DiffStatus::OnlyInB, DiffStatus::KindChanged, DiffStatus::DtypeChanged,
+                       DiffStatus::ShapeChanged, DiffStatus::ValuesChanged, DiffStatus::Identical})
+    counts[status_name(s)] = r.count(s);
+  j["counts"] = counts;
+  auto side = [](const TensorMeta* t, const std::optional<std::string>& v) -> json {
+    if (t) return {{"dtype", t->dtype_name}, {"shape", t->shape}};
+    if (v) return {{"value", *v}};
+    return nullptr;
+  };
+  j["keys"] = json::array();
+  for (const auto& k : r.keys) {
+    json e = {{"key", k.key}, {"status", status_name(k.status)}, {"a", side(k.a, k.value_a)}, {"b", side(k.b, k.value_b)}};
+    if (k.status == DiffStatus::OnlyInB) e["a"] = nullptr;
+    if (k.status == DiffStatus::OnlyInA) e["b"] = nullptr;
+    if (k.compared) {
+      e["numel"] = k.a->numel();
+      e["differing"] = k.acc.differ;
+      e["nan_mismatch"] = k.acc.nan_mismatch;
+      e["max_abs_diff"] = json_float(k.acc.max_abs);
+      e["max_rel_diff"] = json_float(k.acc.max_rel);
+      e["max_ulp_diff"] = k.acc.ulp_known ? json(k.acc.max_ulp) : json(nullptr);
+      e["first_index"] = k.acc.first == UINT64_MAX ? json(nullptr) : json(unravel(k.a->shape, k.acc.first));
+    }
+    j["keys"].push_back(e);
+  }
+  j["bytes_read"] = r.bytes_read;
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,80 @@
+// dcpctl diff: which keys two inputs share and whether their values agree, streamed window by
+// window from both sides at once (each side sharded however it is), in bounded memory.
+//
+// Keys are compared as flattened (DCP's "app.model.layers.0.w"). A --select prefix is applied
+// to each side that has keys under it (and stripped there), so a training checkpoint compares
+// with the model exported from it; --include/--exclude as plan/select.h. Per key:
+//   only_in_a, only_in_b    the key is on one side only
+//   kind_changed            a tensor on one side, a non-tensor value on the other
+//   dtype_changed           different dtypes (values are still compared with ignore_dtype)
+//   shape_changed           different shapes (never compared)
+//   values_changed          same dtype and shape (or ignore_dtype), some element differs
+//                           (compare/diff_core.h); non-tensor values: their reprs differ
+//   identical
+//
+// JSON (schema_version 1), built by diff_json():
+//   {"schema_version": 1, "same": bool,
+//    "a": {"path", "layout"}, "b": {...},
+//    "rule": {"exact": bool, "atol", "rtol", "equal_nan", "ignore_dtype"},
+//    "counts": {"only_in_a", "only_in_b", "kind_changed", "dtype_changed", "shape_changed",
+//               "values_changed", "identical"},
+//    "keys": [{"key", "status", "a": {"dtype", "shape"} | {"value"} | null, "b": ...,
+//              for compared tensors: "numel", "differing", "nan_mismatch", "max_abs_diff",
+//              "max_rel_diff", "max_ulp_diff" (null when not measurable), "first_index"}],
+//    "bytes_read", "seconds"}
+// keys: differing keys first, largest max_abs_diff first (NaN mismatches before all), then the
+// rest in A's order followed by B-only keys.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare/diff_core.h"
+#include "compare/input.h"
+#include "plan/select.h"
+
+namespace dcpctl {
+
+struct DiffOptions {
+  Selection selection;
+  std::optional<double> atol, rtol;
+  bool equal_nan = false;
+  bool ignore_dtype = false;
+  unsigned threads = 4;
+  uint64_t max_memory = 1ull << 30;
+  uint64_t window_bytes = 32ull << 20;  // per side
+  // Only the verdict is wanted (--quiet): stop reading at the first difference found. The
+  // per-key results are then incomplete; `same` is exact.
+  bool stop_early = false;
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+enum class DiffStatus { OnlyInA, OnlyInB, KindChanged, DtypeChanged, ShapeChanged, ValuesChanged, Identical };
+const char* status_name(DiffStatus s);  // "only_in_a", ...
+
+struct KeyDiff {
+  std::string key;
+  DiffStatus status = DiffStatus::Identical;
+  const TensorMeta* a = nullptr;  // tensors
+  const TensorMeta* b = nullptr;
+  std::optional<std::string> value_a, value_b;  // non-tensor values (repr)
+  bool compared = false;                        // tensor values were compared
+  DiffAccumulator acc;
+};
+
+struct DiffResult {
+  std::vector<KeyDiff> keys;  // in report order (see above)
+  bool same = true;
+  uint64_t bytes_read = 0;
+  double seconds = 0;
+  size_t count(DiffStatus s) const;
+};
+
+DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o);
+
+nlohmann::json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOptions& o);
+
+}  // namespace dcpctl

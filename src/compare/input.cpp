@@ -1,0 +1,50 @@
+#include "compare/input.h"
+
+#include <sys/stat.h>
+
+#include "item/torch_file.h"
+#include "pickle/repr.h"
+#include "plan/geometry.h"
+
+namespace dcpctl {
+
+std::unique_ptr<Input> open_input(const std::string& path) {
+  auto in = std::make_unique<Input>();
+  in->path = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && is_torch_file_name(path)) {
+    TorchFileView v = open_torch_file(path);
+    in->ck = std::move(v.ck);
+    in->inline_values = std::move(v.values);
+  } else {
+    in->ck = open_checkpoint(path);
+  }
+  if (!in->ck.incomplete.empty()) {
+    std::string text;
+    for (const auto& f : in->ck.incomplete) text += "\n  " + f.text();
+    throw FormatError(Where(path), "the checkpoint is incomplete:" + text);
+  }
+  in->reader = std::make_unique<ItemReader>(in->ck);
+  return in;
+}
+
+std::string value_repr(const Input& in, const BytesMeta& b) {
+  if (auto it = in.inline_values.find(b.fqn); it != in.inline_values.end()) return it->second;
+  std::unique_ptr<pickle::Tree> tree = in.reader->read_bytes(b);
+  return pickle::repr(tree->root, 1u << 20);
+}
+
+void require_tiled(const Input& in, const TensorMeta& t) {
+  for (size_t i = 0; i < t.num_chunks(); ++i)
+    if (!t.storage[i].present() && t.chunk_numel(i) > 0)
+      throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "chunk " + std::to_string(i) + " has no storage entry");
+  Coverage c = check_coverage(t, 1);
+  if (c.exact) return;
+  std::string why;
+  if (c.missing_elements) why = std::to_string(c.missing_elements) + " elements no chunk holds";
+  if (c.overlap_elements) why += std::string(why.empty() ? "" : ", ") + std::to_string(c.overlap_elements) + " elements held twice";
+  if (!c.out_of_bounds.empty()) why += std::string(why.empty() ? "" : ", ") + "a chunk outside the shape";
+  throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "the chunks do not tile the tensor: " + why);
+}
+
+}  // namespace dcpctl

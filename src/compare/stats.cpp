@@ -1,0 +1,190 @@
+#include "compare/stats.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "compare/buffers.h"
+#include "compare/window.h"
+#include "util/elements.h"
+#include "util/memory_gate.h"
+#include "util/parallel.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kWiden = 1 << 16;  // elements widened to float64 at a time
+
+std::string skip_reason(const TensorMeta& t) {
+  if (!t.dtype) return "dtype " + t.dtype_name + " unknown to this version";
+  if (info(*t.dtype).complex) return "complex (not summarised)";
+  if (!decodable(*t.dtype)) return "packed float4 (not decoded)";
+  return "";
+}
+
+}  // namespace
+
+std::string group_prefix(const std::string& key, int depth) {
+  size_t pos = 0;
+  for (int i = 0; i < depth; ++i) {
+    pos = key.find('.', pos);
+    if (pos == std::string::npos) return key;
+    if (i + 1 < depth) ++pos;
+  }
+  return key.substr(0, pos);
+}
+
+json json_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+StatsResult compute_stats(const Input& in, const StatsOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  StatsResult r;
+  const Metadata& md = in.ck.md;
+  std::vector<SelectedItem> items = select_items(md, o.selection);
+  struct Task {
+    size_t report;
+    Window w;
+  };
+  std::vector<Task> tasks;
+  std::vector<std::unique_ptr<WindowFiller>> fillers;
+  std::vector<size_t> filler_of;
+  uint64_t total_bytes = 0;
+  unsigned threads = std::max(1u, o.threads);
+  for (const auto& it : items) {
+    if (!it.tensor) {
+      ++r.values;
+      continue;
+    }
+    const TensorMeta& t = md.tensors[it.index];
+    TensorStatsReport rep;
+    rep.key = it.key;
+    rep.t = &t;
+    rep.skipped = skip_reason(t);
+    size_t ri = r.tensors.size();
+    r.tensors.push_back(std::move(rep));
+    filler_of.push_back(SIZE_MAX);
+    if (!r.tensors.back().skipped.empty()) continue;
+    require_tiled(in, t);
+    size_t item = itemsize(*t.dtype);
+    uint64_t per_elem = 2 * item;
+    uint64_t elems = std::min<uint64_t>(o.window_bytes / item, o.max_memory / (threads * per_elem + 1));
+    filler_of[ri] = fillers.size();
+    fillers.push_back(std::make_unique<WindowFiller>(*in.reader, t));
+    for (const Window& w : plan_windows(t.shape, std::max<uint64_t>(elems, 1))) tasks.push_back({ri, w});
+    total_bytes += t.nbytes();
+  }
+  MemoryGate gate(o.max_memory);
+  BufferSlots slots(gate, threads);
+  std::vector<StatsAccumulator> partial(tasks.size());
+  std::atomic<uint64_t> done{0};
+  parallel_for(tasks.size(), threads, [&](size_t i) {
+    const Task& task = tasks[i];
+    const TensorMeta& t = *r.tensors[task.report].t;
+    DType d = *t.dtype;
+    size_t item = itemsize(d);
+    uint64_t bytes = task.w.numel * item;
+    BufferSlots::Lease buf(slots);
+    buf->prepare(bytes, bytes, kWiden * 8);  // the window, the scratch (touched only when needed)
+    thread_local std::vector<double> wide(kWiden);
+    fillers[filler_of[task.report]]->fill(task.w, buf->a(), buf->b());
+    StatsAccumulator& acc = partial[i];
+    for (uint64_t e = 0; e < task.w.numel; e += kWiden) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kWiden, task.w.numel - e));
+      widen(d, buf->a() + e * item, n, wide.data());
+      acc.add(wide.data(), n, task.w.start + e);
+    }
+    uint64_t now = done.fetch_add(bytes) + bytes;
+    if (o.progress) o.progress(now, total_bytes);
+  });
+  for (size_t i = 0; i < tasks.size(); ++i) r.tensors[tasks[i].report].s.merge(partial[i]);
+  for (const auto& rep : r.tensors) {
+    if (!rep.skipped.empty()) continue;
+    // Zero-size tensors have no windows; their count is still their numel (0).
+    bool floating = is_real_float(*rep.t->dtype);
+    if (o.check_finite && floating && rep.s.nonfinite()) r.finite_ok = false;
+    if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) r.zero_ok = false;
+  }
+  r.bytes_read = done.load();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+static json stats_fields(const StatsAccumulator& s) {
+  json j;
+  j["numel"] = s.n;
+  bool empty = s.n == 0;
+  j["min"] = empty ? json(nullptr) : json_float(s.min_value());
+  j["max"] = empty ? json(nullptr) : json_float(s.max_value());
+  j["mean"] = empty ? json(nullptr) : json_float(s.mean_value());
+  j["std"] = s.n < 2 ? json(nullptr) : json_float(s.std_value());
+  j["abs_max"] = json_float(s.abs_max_value());
+  j["l2_norm"] = json_float(s.l2_norm());
+  j["nan"] = s.nan;
+  j["pos_inf"] = s.pos_inf;
+  j["neg_inf"] = s.neg_inf;
+  j["zeros"] = s.zeros;
+  return j;
+}
+
+json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
+  json j;
+  j["schema_version"] = 1;
+  j["checkpoint"] = in.path;
+  j["layout"] = layout_name(in.ck.layout);
+  j["tensors"] = json::array();
+  j["skipped"] = json::array();
+  std::vector<std::string> group_order;
+  std::map<std::string, std::pair<uint64_t, StatsAccumulator>> groups;
+  json finite_failures = json::array(), zero_failures = json::array();
+  for (const auto& rep : r.tensors) {
+    const TensorMeta& t = *rep.t;
+    if (!rep.skipped.empty()) {
+      j["skipped"].push_back({{"key", rep.key}, {"dtype", t.dtype_name}, {"reason", rep.skipped}});
+      continue;
+    }
+    json e = {{"key", rep.key}, {"dtype", t.dtype_name}, {"shape", t.shape}};
+    e.update(stats_fields(rep.s));
+    e["first_nonfinite_index"] = rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(t.shape, rep.s.first_nonfinite));
+    j["tensors"].push_back(e);
+    if (o.depth > 0) {
+      std::string g = group_prefix(rep.key, o.depth);
+      auto [it, added] = groups.emplace(g, std::make_pair(uint64_t{0}, StatsAccumulator{}));
+      if (added) group_order.push_back(g);
+      it->second.first++;
+      it->second.second.merge(rep.s);
+    }
+    bool floating = is_real_float(*t.dtype);
+    if (o.check_finite && floating && rep.s.nonfinite())
+      finite_failures.push_back({{"key", rep.key},
+                                 {"nan", rep.s.nan},
+                                 {"pos_inf", rep.s.pos_inf},
+                                 {"neg_inf", rep.s.neg_inf},
+                                 {"first_index", unravel(t.shape, rep.s.first_nonfinite)}});
+    if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) zero_failures.push_back({{"key", rep.key}});
+  }
+  if (o.depth > 0) {
+    j["groups"] = json::array();
+    for (const auto& g : group_order) {
+      json e = {{"prefix", g}, {"tensors", groups[g].first}};
+      e.update(stats_fields(groups[g].second));
+      j["groups"].push_back(e);
+    }
+  }
+  j["values"] = r.values;
+  j["checks"] = json::object();
+  if (o.check_finite) j["checks"]["finite"] = {{"ok", finite_failures.empty()}, {"failures", finite_failures}};
+  if (o.check_zero) j["checks"]["zero"] = {{"ok", zero_failures.empty()}, {"failures", zero_failures}};
+  j["bytes_read"] = r.bytes_read;
+  j["seconds"] = r.seconds;
+  return j;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,214 @@
+#include "item/torch_file.h"
+
+#include <memory>
+
+#include "item/tensor_blob.h"
+#include "item/torch_zip.h"
+#include "pickle/repr.h"
+#include "pickle/vm.h"
+#include "util/file.h"
+
+namespace dcpctl {
+
+using pickle::Kind;
+using pickle::Value;
+
+namespace {
+
+constexpr uint64_t kMaxPickleBytes = 1ull << 30;
+constexpr int kMaxDepth = 256;
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+bool is_tensor(const Value& v) {
+  return v.kind == Kind::Object &&
+         (v.is_global("torch._utils", "_rebuild_tensor_v2") || v.is_global("torch._utils", "_rebuild_tensor_v3") ||
+          v.is_global("torch._utils", "_rebuild_parameter") || v.is_global("torch._utils", "_rebuild_parameter_with_state"));
+}
+
+// What torch/_weights_only_unpickler.py allows in plain values.
+bool allowed_global(std::string_view m, std::string_view n) {
+  if (m == "collections" && n == "OrderedDict") return true;
+  if (m == "torch" && (n == "Size" || n == "device" || dtype_from_torch_name(n))) return true;
+  if ((m == "builtins" || m == "__builtin__") && (n == "set" || n == "frozenset" || n == "bytearray" || n == "complex"))
+    return true;
+  if (m == "_codecs" && n == "encode") return true;
+  return false;
+}
+
+// The first global in `v` torch.load(weights_only=True) would refuse, or "".
+std::string unsafe_global(const Value& v, int depth = 0) {
+  if (depth > kMaxDepth) return "";
+  switch (v.kind) {
+    case Kind::Global:
+      return allowed_global(v.as_global().module, v.as_global().name)
+                 ? ""
+                 : std::string(v.as_global().module) + "." + std::string(v.as_global().name);
+    case Kind::Object: {
+      const auto& o = v.as_object();
+      for (const Value* p : {&o.callable, &o.args, &o.state})
+        if (auto s = unsafe_global(*p, depth + 1); !s.empty()) return s;
+      return "";
+    }
+    case Kind::Tuple: case Kind::List: case Kind::Set: case Kind::Dict: case Kind::Size:
+      for (const Value& e : v.items())
+        if (auto s = unsafe_global(e, depth + 1); !s.empty()) return s;
+      return "";
+    case Kind::PersId: return "persistent id outside a tensor";
+    default: return "";
+  }
+}
+
+std::string key_text(const Value& k) {
+  switch (k.kind) {
+    case Kind::Str: return std::string(k.as_str());
+    case Kind::Int: return std::to_string(k.as_int());
+    case Kind::Bool: return k.as_bool() ? "True" : "False";
+    default: return pickle::repr(k, 1000);
+  }
+}
+
+// traverse_state_dict's _is_terminal: a list is traversed when it holds a tensor, or a dict, or
+// a list that is itself traversed; anything else that is not a dict is one value.
+bool terminal(const Value& v, int depth) {
+  if (v.kind == Kind::Dict) return false;
+  if (v.kind != Kind::List || depth > kMaxDepth) return true;
+  for (const Value& e : v.items()) {
+    if ((e.kind == Kind::Dict || e.kind == Kind::List) && !terminal(e, depth + 1)) return false;
+    if (is_tensor(e)) return false;
+  }
+  return true;
+}
+
+class Flattener {
+ public:
+  Flattener(TorchFileView& view, TorchZip& zip, const std::string& path) : v_(view), zip_(zip), path_(path) {}
+
+  void walk(const std::string& key, const Value& v, int depth) {
+    if (depth > kMaxDepth) throw UnsupportedError(Where(path_, std::nullopt, key), "nested deeper than " + std::to_string(kMaxDepth));
+    if (v.kind == Kind::Dict) {
+      pickle::Items it = v.items();
+      for (uint64_t i = 0; i + 1 < it.size(); i += 2) walk(join(key, key_text(it[i])), it[i + 1], depth + 1);
+    } else if (is_tensor(v)) {
+      tensor(key, v);
+    } else if (!terminal(v, 0)) {
+      uint64_t i = 0;
+      for (const Value& e : v.items()) walk(join(key, std::to_string(i++)), e, depth + 1);
+    } else {
+      value(key, v);
+    }
+  }
+
+ private:
+  static std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+
+  void tensor(const std::string& key, const Value& v) {
+    Where where(path_, std::nullopt, key);
+    if (auto bad = unsafe_global(v); !bad.empty() && bad.rfind("torch._utils.", 0) != 0 && bad.find("Storage") == std::string::npos)
+      throw UnsupportedError(where, "holds " + bad + ", which torch.load(weights_only=True) refuses");
+    TensorBlob b = interpret_tensor_pickle(v, where);
+    RecordLocation rec = zip_.locate("data/" + b.storage_key);
+    size_t item = itemsize(b.dtype);
+    uint64_t extent = b.extent();
+    if (extent == UINT64_MAX || extent > rec.size / item)
+      throw FormatError(where, "the tensor view needs " + std::to_string(extent) + " elements but its storage record holds " +
+                                   std::to_string(rec.size / item));
+    if (!b.contiguous() && b.numel() != 0)
+      throw UnsupportedError(where, "tensor saved as a non-contiguous view (stride " + dims(b.stride) + " for shape " +
+                                        dims(b.size) + "); save tensor.contiguous() or convert with torch first");
+    TensorMeta t;
+    t.fqn = key;
+    t.dtype = b.dtype;
+    t.dtype_name = torch_name(b.dtype);
+    t.shape = b.size;
+    t.chunk_dims.assign(t.ndim(), 0);
+    t.chunk_dims.insert(t.chunk_dims.end(), b.size.begin(), b.size.end());
+    StorageRef ref;
+    ref.file = 0;
+    ref.offset = rec.offset + static_cast<uint64_t>(b.storage_offset) * item;
+    ref.length = b.numel() * item;
+    ref.format = ItemFormat::Raw;
+    t.storage.push_back(ref);
+    add(true, static_cast<uint32_t>(v_.ck.md.tensors.size()), key);
+    v_.ck.md.tensors.push_back(std::move(t));
+  }
+
+  void value(const std::string& key, const Value& v) {
+    if (auto bad = unsafe_global(v); !bad.empty())
+      throw UnsupportedError(Where(path_, std::nullopt, key), "holds " + bad + ", which torch.load(weights_only=True) refuses");
+    BytesMeta b;
+    b.fqn = key;
+    add(false, static_cast<uint32_t>(v_.ck.md.bytes.size()), key);
+    v_.ck.md.bytes.push_back(std::move(b));
+    v_.values[key] = pickle::repr(v, 1u << 20);
+  }
+
+  void add(bool tensor, uint32_t index, const std::string& key) {
+    if (!seen_.emplace(key, true).second) throw FormatError(Where(path_, std::nullopt, key), "two values flatten to this key");
+    v_.ck.md.order.push_back({tensor, index});
+  }
+
+  static std::string dims(const std::vector<int64_t>& d) {
+    std::string s = "(";
+    for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+    return s + ")";
+  }
+
+  TorchFileView& v_;
+  TorchZip& zip_;
+  const std::string& path_;
+  std::map<std::string, bool> seen_;
+};
+
+}  // namespace
+
+bool is_torch_file_name(const std::string& p) { return ends_with(p, ".pt") || ends_with(p, ".pth") || ends_with(p, ".bin"); }
+
+TorchFileView open_torch_file(const std::string& path) {
+  TorchFileView view;
+  Checkpoint& ck = view.ck;
+  size_t slash = path.find_last_of('/');
+  ck.dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  ck.metadata_path = path;
+  ck.metadata_sources = {path};
+  ck.layout = CheckpointLayout::TorchSave;
+  ck.md.source = path;
+  ck.md.metadata_class = "torch.save archive";
+  ck.md.files = {path.substr(slash == std::string::npos ? 0 : slash + 1)};
+
+  auto file = std::make_shared<ReadFile>(path);
+  ck.files.push_back(DataFileInfo{ck.md.files[0], file->size(), ""});
+  uint8_t magic[4] = {0, 0, 0, 0};
+  if (file->size() >= 4) file->read_at(0, magic, 4);
+  if (!(magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)) {
+    if (magic[0] == 0x80)
+      throw UnsupportedError(Where(path), "a legacy (pre-1.6, non-zip) torch.save file; re-save it with a current torch");
+    throw FormatError(Where(path), "not a torch.save archive (no zip header)");
+  }
+  struct Whole final : ByteSource {
+    std::shared_ptr<ReadFile> f;
+    uint64_t size() const override { return f->size(); }
+    void read(uint64_t pos, void* buf, size_t n) const override { f->read_at(pos, buf, n); }
+  };
+  auto src = std::make_shared<Whole>();
+  src->f = file;
+  TorchZip zip(src, Where(path));
+  if (zip.has("byteorder")) {
+    std::vector<uint8_t> bo = zip.read_small("byteorder", 64);
+    if (std::string(bo.begin(), bo.end()) != "little")
+      throw UnsupportedError(Where(path), "saved in byte order '" + std::string(bo.begin(), bo.end()) + "'");
+  }
+  std::vector<uint8_t> pkl = zip.read_small("data.pkl", kMaxPickleBytes);
+  pickle::ParseOptions po;
+  po.source = path + ": data.pkl";
+  std::unique_ptr<pickle::Tree> tree = pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
+  Flattener fl(view, zip, path);
+  if (tree->root.kind == Kind::Dict) fl.walk("", tree->root, 0);
+  else if (is_tensor(tree->root)) throw UnsupportedError(Where(path), "holds one tensor, not a dict of tensors (a state_dict)");
+  else throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(tree->root.kind) + ", not a dict of tensors (a state_dict)");
+  return view;
+}
+
+}  // namespace dcpctl

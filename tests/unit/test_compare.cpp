@@ -1,0 +1,198 @@
+// The numeric core of diff and stats: float64 widening of every dtype, stable moments, ULP
+// distances, the exact and allclose rules, and window planning.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "compare/diff_core.h"
+#include "compare/stats_core.h"
+#include "compare/window.h"
+#include "util/elements.h"
+#include "util/numeric.h"
+
+using namespace dcpctl;
+
+namespace {
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+template <class T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+DiffAccumulator cmp(DType da, const std::vector<uint8_t>& a, DType db, const std::vector<uint8_t>& b, const DiffRule& r) {
+  size_t n = a.size() / itemsize(da);
+  std::vector<double> wa(2 * n), wb(2 * n);
+  DiffAccumulator acc;
+  compare_elements(da, a.data(), db, b.data(), n, 0, r, wa.data(), wb.data(), acc);
+  return acc;
+}
+}  // namespace
+
+TEST_CASE("widen decodes narrow floats exactly") {
+  double v;
+  uint16_t bf = 0x3FC0;  // 1.5
+  widen(DType::BFloat16, reinterpret_cast<uint8_t*>(&bf), 1, &v);
+  CHECK(v == 1.5);
+  uint16_t h = 0x0001;  // smallest fp16 subnormal
+  widen(DType::Float16, reinterpret_cast<uint8_t*>(&h), 1, &v);
+  CHECK(v == std::ldexp(1.0, -24));
+  uint8_t e4 = 0x7E;  // float8_e4m3fn max, 448
+  widen(DType::Float8_E4M3FN, &e4, 1, &v);
+  CHECK(v == 448.0);
+  e4 = 0x7F;
+  widen(DType::Float8_E4M3FN, &e4, 1, &v);
+  CHECK(std::isnan(v));
+  uint8_t e5 = 0x7C;  // float8_e5m2 +inf
+  widen(DType::Float8_E5M2, &e5, 1, &v);
+  CHECK(v == kInf);
+  CHECK(e4m3fnuz_to_f64(0x80) != e4m3fnuz_to_f64(0x80));  // NaN
+  CHECK(e4m3fnuz_to_f64(0x7F) == 240.0);                  // torch.finfo(float8_e4m3fnuz).max
+  CHECK(e5m2fnuz_to_f64(0x7F) == 57344.0);                // torch.finfo(float8_e5m2fnuz).max
+  CHECK(e8m0fnu_to_f64(127) == 1.0);
+  uint64_t big = 18446744073709551615ull;
+  widen(DType::UInt64, reinterpret_cast<uint8_t*>(&big), 1, &v);
+  CHECK(v == 18446744073709551616.0);
+  uint8_t b[2] = {0, 7};
+  double bv[2];
+  widen(DType::Bool, b, 2, bv);
+  CHECK((bv[0] == 0 && bv[1] == 1));
+}
+
+TEST_CASE("stats: stable moments, Bessel std, torch's NaN/Inf rules") {
+  // A large mean with a small spread: a naive sum of squares loses every digit here.
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> nd(0, 1e-3);
+  std::vector<double> x(100000);
+  for (auto& v : x) v = 1e9 + nd(rng);
+  StatsAccumulator s;
+  s.add(x.data(), x.size(), 0);
+  // The reference in long double (64-bit mantissa), two passes.
+  long double lmean = 0;
+  for (double v : x) lmean += v;
+  lmean /= static_cast<long double>(x.size());
+  long double lm2 = 0;
+  for (double v : x) lm2 += (v - lmean) * (v - lmean);
+  double mean = static_cast<double>(lmean);
+  double ref = static_cast<double>(std::sqrt(lm2 / static_cast<long double>(x.size() - 1)));
+  CHECK(s.std_value() == Approx(ref).epsilon(1e-9));
+  CHECK(s.mean_value() == Approx(mean).epsilon(1e-15));
+
+  // Merging in any split gives the same answer.
+  StatsAccumulator p1, p2;
+  p1.add(x.data() + 60000, 40000, 60000);
+  p2.add(x.data(), 60000, 0);
+  p1.merge(p2);
+  CHECK(p1.std_value() == Approx(ref).epsilon(1e-9));
+  CHECK(p1.n == x.size());
+
+  std::vector<double> y = {1, -2, 0, 0, kInf, 3};
+  StatsAccumulator t;
+  t.add(y.data(), y.size(), 10);
+  CHECK(t.min_value() == -2);
+  CHECK(t.max_value() == kInf);
+  CHECK(t.mean_value() == kInf);
+  CHECK(std::isnan(t.std_value()));
+  CHECK(t.zeros == 2);
+  CHECK(t.pos_inf == 1);
+  CHECK(t.first_nonfinite == 14);
+  std::vector<double> z = {1, kNaN, 2};
+  StatsAccumulator u;
+  u.add(z.data(), z.size(), 0);
+  CHECK(std::isnan(u.min_value()));
+  CHECK(std::isnan(u.mean_value()));
+  CHECK(u.nan == 1);
+  StatsAccumulator one;
+  double w = 5;
+  one.add(&w, 1, 0);
+  CHECK(std::isnan(one.std_value()));  // torch.std of one element
+  CHECK(one.l2_norm() == 5);
+}
+
+TEST_CASE("ULP distances count representable values") {
+  float a = 1.0f, b = std::nextafter(std::nextafter(1.0f, 2.0f), 2.0f);
+  CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&b)) - float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&a)) == 2);
+  float nz = -0.0f, pz = 0.0f;
+  CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&nz)) == float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&pz)));
+  CHECK(ulp_distance(DType::BFloat16, 1.0, 1.0078125) == 1);  // bf16 spacing at 1 is 2^-7
+  CHECK(ulp_distance(DType::BFloat16, -1e-40, 1e-40) > 0);
+  CHECK(ulp_distance(DType::Float64, 1.0, std::nextafter(1.0, 2.0)) == 1);
+  CHECK(ulp_distance(DType::Float16, kNaN, 1.0) == UINT64_MAX);
+  CHECK(ulp_dtype(DType::Float32, DType::BFloat16) == DType::BFloat16);
+  CHECK(ulp_dtype(DType::Int64, DType::Float16) == DType::Float16);
+  CHECK(!ulp_dtype(DType::Int8, DType::Int16));
+}
+
+TEST_CASE("exact rule: bit for bit") {
+  DiffRule exact;
+  std::vector<float> a = {1, 2, -0.0f, 4}, b = {1, 2, 0.0f, 4};
+  auto acc = cmp(DType::Float32, bytes_of(a), DType::Float32, bytes_of(b), exact);
+  CHECK(acc.differ == 1);  // -0 vs +0: torch.equal says equal, bits differ
+  CHECK(acc.first == 2);
+  CHECK(acc.max_abs == 0);
+  uint32_t n1 = 0x7FC00000, n2 = 0x7FC00001;
+  std::vector<uint32_t> na = {n1, n1}, nb = {n1, n2};
+  acc = cmp(DType::Float32, bytes_of(na), DType::Float32, bytes_of(nb), exact);
+  CHECK(acc.differ == 1);  // NaN payloads differ
+  CHECK(acc.nan_mismatch == 1);
+  DiffRule en = exact;
+  en.equal_nan = true;
+  CHECK(cmp(DType::Float32, bytes_of(na), DType::Float32, bytes_of(nb), en).differ == 0);
+  std::vector<float> c = {1, 2, 3, 4}, d = {1, 2.5f, 3, 0};
+  acc = cmp(DType::Float32, bytes_of(c), DType::Float32, bytes_of(d), exact);
+  CHECK(acc.differ == 2);
+  CHECK(acc.first == 1);
+  CHECK(acc.max_abs == 4);
+  CHECK(acc.max_rel == kInf);  // b == 0
+  CHECK(acc.ulp_known);
+}
+
+TEST_CASE("tolerance rule: torch.isclose on float64") {
+  DiffRule r;
+  r.exact = false;
+  r.atol = 1e-3;
+  r.rtol = 1e-2;
+  std::vector<double> a = {1.0, 100.0, kInf, kNaN, 0.0}, b = {1.0005, 101.0, kInf, kNaN, 0.002};
+  auto acc = cmp(DType::Float64, bytes_of(a), DType::Float64, bytes_of(b), r);
+  // 1 vs 1.0005: close; 100 vs 101: |1| <= 1e-3 + 1.01: close; inf == inf; NaN differs; 0 vs 0.002 differs
+  CHECK(acc.differ == 2);
+  CHECK(acc.nan_mismatch == 1);
+  CHECK(acc.first == 3);
+  CHECK(acc.max_abs == Approx(0.002));
+  r.equal_nan = true;
+  CHECK(cmp(DType::Float64, bytes_of(a), DType::Float64, bytes_of(b), r).differ == 1);
+  // Across dtypes: bf16 1.5 against float32 1.5 is equal in float64.
+  std::vector<uint16_t> bf = {0x3FC0};
+  std::vector<float> f = {1.5f};
+  DiffRule x;
+  x.exact = false;
+  CHECK(cmp(DType::BFloat16, bytes_of(bf), DType::Float32, bytes_of(f), x).differ == 0);
+  f[0] = 1.50390625f;  // next bf16 after 1.5 is 1.5078125: half a ULP
+  auto acc2 = cmp(DType::BFloat16, bytes_of(bf), DType::Float32, bytes_of(f), x);
+  CHECK(acc2.differ == 1);
+  CHECK(acc2.ulp_known);
+}
+
+TEST_CASE("windows cover a tensor in order, each within budget") {
+  for (auto shape : std::vector<std::vector<int64_t>>{{}, {0, 3}, {7}, {5, 3}, {3, 1000}, {2, 3, 4, 5}, {1, 1, 9}}) {
+    for (uint64_t max : {1ull, 2ull, 7ull, 12ull, 100ull, 1000000ull}) {
+      auto ws = plan_windows(shape, max);
+      uint64_t total = 1, next = 0;
+      for (auto s : shape) total *= static_cast<uint64_t>(s);
+      for (const auto& w : ws) {
+        CHECK(w.start == next);
+        CHECK(w.numel >= 1);
+        CHECK(w.numel <= std::max<uint64_t>(max, 1));
+        next += w.numel;
+      }
+      CHECK(next == total);
+    }
+  }
+  CHECK(unravel({2, 3, 4}, 23) == std::vector<int64_t>{1, 2, 3});
+}
