@@ -126,7 +126,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l all -d 'List identic
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l json -d 'Print every key as JSON (schema_version 1) on stdout'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l threads -x -d 'Parallel readers'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l max-memory -x -d 'Cap on buffer memory (default 1GiB)'
-complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s q -l quiet -d 'Print nothing; only the exit code (0 same, 1 different)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s q -l quiet -d 'Print nothing and stop at the first difference; only the exit code (0 same, 1 different)'
 
 # dcpctl stats
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -s h -l help -d 'Print this help message and exit'
