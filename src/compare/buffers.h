@@ -1,47 +1,39 @@
-// Window buffers reused from task to task: a fresh 32 MiB buffer per window costs a page fault and
-// a zero page per 4 KiB (about 2.4 million of each diffing 4.8 GB against its export). One slot per
-// worker; a slot's WorkerBuffers holds its gate reservation for exactly what it keeps, so idle
-// buffers still count against --max-memory.
+// Running window tasks on worker threads that keep their buffers from one task to the next: a
+// fresh 32 MiB buffer per window costs a page fault and a zero page per 4 KiB (about 2.4 million
+// of each diffing 4.8 GB against its export).
+//
+// Each worker owns one WorkerBuffers (util/memory_gate.h) for its whole life and drops it when it
+// runs out of tasks. A worker only ever waits on the gate holding nothing, and every reservation
+// belongs to a worker that is running a task or about to drop it, so a waiter always gets its turn:
+// no deadlock, and idle buffers are still counted against the budget.
 #pragma once
 
-#include <memory>
+#include <atomic>
+#include <cstddef>
+#include <exception>
 #include <mutex>
-#include <vector>
 
 #include "util/memory_gate.h"
+#include "util/parallel.h"
 
 namespace dcpctl {
 
-class BufferSlots {
- public:
-  BufferSlots(MemoryGate& g, unsigned n) {
-    for (unsigned i = 0; i < n; ++i) free_.push_back(std::make_unique<WorkerBuffers>(g));
-  }
-  // A slot for one task (at most n tasks at once: parallel_for runs at most n workers).
-  class Lease {
-   public:
-    Lease(BufferSlots& s) : s_(s) {
-      std::lock_guard<std::mutex> lock(s_.mu_);
-      w_ = std::move(s_.free_.back());
-      s_.free_.pop_back();
+// body(i, buffers) for i in [0, n), on `threads` workers. The first exception stops the others
+// from taking new tasks and is rethrown.
+template <class F>
+void run_tasks(size_t n, unsigned threads, MemoryGate& gate, F&& body) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n)));
+  parallel_for(threads, threads, [&](size_t) {
+    WorkerBuffers buffers(gate);
+    try {
+      for (size_t i; !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n;) body(i, buffers);
+    } catch (...) {
+      failed = true;
+      throw;
     }
-    ~Lease() {
-      std::lock_guard<std::mutex> lock(s_.mu_);
-      s_.free_.push_back(std::move(w_));
-    }
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    WorkerBuffers& operator*() { return *w_; }
-    WorkerBuffers* operator->() { return w_.get(); }
-
-   private:
-    BufferSlots& s_;
-    std::unique_ptr<WorkerBuffers> w_;
-  };
-
- private:
-  std::mutex mu_;
-  std::vector<std::unique_ptr<WorkerBuffers>> free_;
-};
+  });
+}
 
 }  // namespace dcpctl

@@ -171,29 +171,27 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
   }
 
   MemoryGate gate(o.max_memory);
-  BufferSlots slots(gate, threads);
   std::vector<DiffAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
   std::atomic<bool> found{false};
   if (o.stop_early)
     for (const auto& k : r.keys)
       if (!k.compared && k.status != DiffStatus::Identical) found = true;
-  parallel_for(tasks.size(), threads, [&](size_t i) {
+  run_tasks(tasks.size(), threads, gate, [&](size_t i, WorkerBuffers& buf) {
     if (o.stop_early && found.load(std::memory_order_relaxed)) return;
     const Task& task = tasks[i];
     const KeyDiff& k = r.keys[task.key];
     DType da = *k.a->dtype, db = *k.b->dtype;
     size_t ia = itemsize(da), ib = itemsize(db);
     uint64_t n = task.w.numel;
-    BufferSlots::Lease buf(slots);
     // a: both sides' window; b: the scratch (its pages are touched only for chunks that do not
     // span the trailing dimensions). The float64 widening buffers are small and per thread.
-    buf->prepare(n * (ia + ib), n * std::max(ia, ib), 4 * kWiden * 8);
-    uint8_t* ba = buf->a();
+    buf.prepare(n * (ia + ib), n * std::max(ia, ib), 4 * kWiden * 8);
+    uint8_t* ba = buf.a();
     uint8_t* bb = ba + n * ia;
     thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
-    fa[task.key]->fill(task.w, ba, buf->b());
-    fb[task.key]->fill(task.w, bb, buf->b());
+    fa[task.key]->fill(task.w, ba, buf.b());
+    fb[task.key]->fill(task.w, bb, buf.b());
     for (uint64_t e = 0; e < n; e += kWiden) {
       size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
       compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);

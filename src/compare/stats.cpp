@@ -82,23 +82,21 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     total_bytes += t.nbytes();
   }
   MemoryGate gate(o.max_memory);
-  BufferSlots slots(gate, threads);
   std::vector<StatsAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
-  parallel_for(tasks.size(), threads, [&](size_t i) {
+  run_tasks(tasks.size(), threads, gate, [&](size_t i, WorkerBuffers& buf) {
     const Task& task = tasks[i];
     const TensorMeta& t = *r.tensors[task.report].t;
     DType d = *t.dtype;
     size_t item = itemsize(d);
     uint64_t bytes = task.w.numel * item;
-    BufferSlots::Lease buf(slots);
-    buf->prepare(bytes, bytes, kWiden * 8);  // the window, the scratch (touched only when needed)
+    buf.prepare(bytes, bytes, kWiden * 8);  // the window, the scratch (touched only when needed)
     thread_local std::vector<double> wide(kWiden);
-    fillers[filler_of[task.report]]->fill(task.w, buf->a(), buf->b());
+    fillers[filler_of[task.report]]->fill(task.w, buf.a(), buf.b());
     StatsAccumulator& acc = partial[i];
     for (uint64_t e = 0; e < task.w.numel; e += kWiden) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(kWiden, task.w.numel - e));
-      widen(d, buf->a() + e * item, n, wide.data());
+      widen(d, buf.a() + e * item, n, wide.data());
       acc.add(wide.data(), n, task.w.start + e);
     }
     uint64_t now = done.fetch_add(bytes) + bytes;

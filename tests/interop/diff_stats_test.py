@@ -65,8 +65,13 @@ def check(ok: bool, what: str) -> bool:
 
 
 def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
-    r = subprocess.run([dcpctl, *map(str, args)], capture_output=True, text=True, timeout=900)
-    if r.returncode < 0 or r.returncode > 5:
+    try:
+        r = subprocess.run([dcpctl, *map(str, args)], capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:  # a hang (e.g. a memory-budget deadlock) fails, never stalls the suite
+        FAILURES.append(f"dcpctl {' '.join(map(str, args))} did not finish in 240 s")
+        print(f"FAIL hang: {' '.join(map(str, args))}", flush=True)
+        return subprocess.CompletedProcess(args, -9, "", "timeout")
+    if r.returncode > 5 or (r.returncode < 0 and r.returncode != -9):
         FAILURES.append(f"dcpctl {' '.join(map(str, args))} crashed (exit {r.returncode}): {r.stderr[-2000:]}")
         print(f"FAIL crash: {' '.join(map(str, args))}: {r.stderr[-600:]}", flush=True)
     return r
