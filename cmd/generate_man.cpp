@@ -272,6 +272,15 @@ std::string emit_man(const CommandDoc& root) {
     }
   }
 
+  o << ".SH INPUTS\n";
+  text_lines(o, "Every command that reads a checkpoint takes a DCP directory (.metadata and __R_N.distcp files, "
+                "torch.save or safetensors items, zstd too), a DCP directory saved with use_collectives=False "
+                "(one __R.metadata per rank, merged and checked), HF-mode DCP written by HuggingFaceStorageWriter "
+                "(shard-R-model-i-of-N.safetensors with DCP_SHARDING_INFO, or its sharded/ folder), a Hugging Face "
+                "safetensors directory (model-i-of-N.safetensors and model.safetensors.index.json) or one .safetensors "
+                "file; diff and stats also a torch.save .pt or .bin file. A run folder (step-N, checkpoint_N, ... "
+                "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest and prune; any other command "
+                "given one exits 2 naming its newest complete checkpoint.");
   o << ".SH EXIT STATUS\n";
   for (const ExitCodeDoc& e : kExitCodes) {
     o << ".TP\n" << bold(std::to_string(static_cast<int>(e.code))) << "\n";
