@@ -24,7 +24,7 @@ MODE is one of:
             spawned gloo ranks) equal to the single-process save; --select app.model against
             the exported model.
   refusals  exit codes: missing input (4), run folder (2), unknown option (2), truncated
-            safetensors (3), a tensor without its data file (4), a .pt with io.BytesIO (5), a .pt
+            safetensors (3), a tensor without its data file (3: incomplete), a .pt with io.BytesIO (5), a .pt
             with a non-contiguous view (5), a legacy (non-zip) torch.save (5).
 
 A dcpctl that dies of a signal fails the test. Prints `N passed, M failed`; exit 1 on failure.
@@ -550,8 +550,8 @@ def mode_refusals(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     broken = tmp / "broken"
     shutil.copytree(fixtures / "dtensor_shard0_uneven" / "ckpt", broken)
     (broken / "__1_0.distcp").unlink()
-    expect_rc(run(dcpctl, "diff", fixtures / "dtensor_shard0_uneven" / "ckpt", broken), 4, "a data file missing", "__1_0.distcp")
-    expect_rc(run(dcpctl, "stats", broken), 4, "stats with a data file missing", "__1_0.distcp")
+    expect_rc(run(dcpctl, "diff", fixtures / "dtensor_shard0_uneven" / "ckpt", broken), 3, "a data file missing (the checkpoint is incomplete)", "__1_0.distcp")
+    expect_rc(run(dcpctl, "stats", broken), 3, "stats with a data file missing (incomplete)", "__1_0.distcp")
 
     torch.save({"w": torch.ones(2), "buf": io.BytesIO(b"x")}, tmp / "unsafe.pt")
     expect_rc(run(dcpctl, "stats", tmp / "unsafe.pt"), 5, ".pt holding io.BytesIO", "buf")
