@@ -8,10 +8,14 @@
 # find_package(Torch) with CUDA enabled: the wheel's config would drag in the CUDA build
 # machinery for libraries we never use; the CPU targets it defines are what we need.
 set(DCPCTL_PYTHON "" CACHE FILEPATH "Python interpreter whose torch provides LibTorch")
+# pip install (scikit-build-core): the interpreter running the build, whose torch it is.
+if(NOT DCPCTL_PYTHON AND SKBUILD AND Python_EXECUTABLE)
+  set(DCPCTL_PYTHON "${Python_EXECUTABLE}")
+endif()
 
 if(DCPCTL_PYTHON)
   execute_process(
-    COMMAND "${DCPCTL_PYTHON}" -c "import torch, torch.utils; print(torch.utils.cmake_prefix_path); print(torch.__version__.split('+')[0])"
+    COMMAND "${DCPCTL_PYTHON}" -c "import sys, torch, torch.utils; print(torch.utils.cmake_prefix_path); print(torch.__version__.split('+')[0]); print(sys.prefix)"
     OUTPUT_VARIABLE _dcpctl_torch_out
     RESULT_VARIABLE _dcpctl_torch_rc
     OUTPUT_STRIP_TRAILING_WHITESPACE)
@@ -20,6 +24,7 @@ if(DCPCTL_PYTHON)
   endif()
   string(REPLACE "\n" ";" _dcpctl_torch_out "${_dcpctl_torch_out}")
   list(GET _dcpctl_torch_out 0 _dcpctl_torch_prefix)
+  list(GET _dcpctl_torch_out 2 DCPCTL_PYTHON_PREFIX)  # the environment a pip install goes into
   list(PREPEND CMAKE_PREFIX_PATH "${_dcpctl_torch_prefix}")
   set(DCPCTL_LIBTORCH_SOURCE "PyPI wheel (${DCPCTL_PYTHON})")
 else()

@@ -15,27 +15,12 @@
 #include <thread>
 
 #include "dist/transport.h"
+#include "torchlib/torchlib.h"
 #include "util/error.h"
 
 namespace dcpctl {
 
 namespace {
-
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
-}
-
-int env_int(const char* name, int fallback) {
-  auto v = env(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v->c_str(), &end, 10);
-  if (end != v->c_str() + v->size() || x < 0 || x > 1 << 24)
-    throw UsageError(Where(), std::string("environment variable ") + name + "='" + *v + "' is not a valid number");
-  return static_cast<int>(x);
-}
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
@@ -274,21 +259,22 @@ class StoreGroup final : public Group {
     return *transport_;
   }
 
-  // The NCCL transport is a plugin beside the executable (or on the library path).
+  // The NCCL transport is a plugin found where the LibTorch plugin is (torchlib::plugin_candidates).
   std::unique_ptr<Transport> load_nccl(c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds ms) {
-    std::string self;
-    {
-      char buf[4096];
-      ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-      if (n > 0) self.assign(buf, static_cast<size_t>(n));
+    void* h = nullptr;
+    std::string why;
+    for (const std::string& path : torchlib::plugin_candidates(kNcclPlugin)) {
+      h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (h) break;
+      const char* e = ::dlerror();
+      why = e ? e : "?";
     }
-    std::string beside = self.substr(0, self.rfind('/') + 1) + kNcclPlugin;
-    void* h = ::dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) h = ::dlopen(kNcclPlugin, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char* e = ::dlerror();
+      if (why.empty()) why = e ? e : "?";
       throw std::runtime_error(std::string(kNcclPlugin) + " is not available (this build has no CUDA/NCCL support, "
-                               "or it cannot load: " + (e ? e : "?") + ")");
+                               "or it cannot load: " + why + ")");
     }
     auto make = reinterpret_cast<MakeTransportFn>(::dlsym(h, kNcclEntry));
     if (!make) throw std::runtime_error(std::string(kNcclPlugin) + " lacks " + kNcclEntry);
@@ -338,26 +324,7 @@ class StoreGroup final : public Group {
 
 }  // namespace
 
-std::optional<LaunchEnv> LaunchEnv::from_environment() {
-  LaunchEnv e;
-  e.world_size = env_int("WORLD_SIZE", 1);
-  if (e.world_size <= 1) return std::nullopt;
-  e.rank = env_int("RANK", -1);
-  if (e.rank < 0 || e.rank >= e.world_size)
-    throw UsageError(Where(), "WORLD_SIZE=" + std::to_string(e.world_size) + " but RANK is missing or out of range");
-  e.local_rank = env_int("LOCAL_RANK", 0);
-  auto addr = env("MASTER_ADDR");
-  if (!addr) throw UsageError(Where(), "WORLD_SIZE > 1 but MASTER_ADDR is not set (launch with torchrun)");
-  e.master_addr = *addr;
-  e.master_port = env_int("MASTER_PORT", -1);
-  if (e.master_port <= 0 || e.master_port > 65535) throw UsageError(Where(), "WORLD_SIZE > 1 but MASTER_PORT is missing or invalid");
-  auto agent = env("TORCHELASTIC_USE_AGENT_STORE");
-  e.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
-  e.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
-  return e;
-}
-
-std::unique_ptr<Group> connect_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend) {
+std::unique_ptr<Group> torchlib::connect_store_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend) {
   return std::make_unique<StoreGroup>(env, timeout, backend);
 }
 

@@ -8,7 +8,7 @@
 // 64-byte aligned relative to the start of the blob, which is what lets us read tensor bytes
 // directly at their offset. A compressed record is refused rather than mis-read.
 //
-// This is the only translation unit that includes LibTorch headers for reading.
+// LibTorch's reader is reached through the plugin (torchlib/torchlib.h); this file has no LibTorch header.
 #pragma once
 
 #include <memory>

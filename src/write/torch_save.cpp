@@ -1,10 +1,8 @@
 #include "write/torch_save.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <c10/util/Exception.h>
-
 #include <exception>
 
+#include "torchlib/torchlib.h"
 #include "util/error.h"
 
 namespace dcpctl {
@@ -26,7 +24,7 @@ struct TorchSaveWriter::Impl {
   OutputFile* out = nullptr;
   std::vector<uint8_t>* mem = nullptr;
   std::exception_ptr error;
-  std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> writer;
+  std::unique_ptr<torchlib::ZipWriter> writer;  // PyTorchStreamWriter, in the LibTorch plugin
 
   // Streamed payloads (write_storage_streamed): the next record's callback and name, and the CRC
   // of each record streamed so far, put into the writes miniz made without it.
@@ -93,24 +91,22 @@ struct TorchSaveWriter::Impl {
     }
   }
 
+  Where where() const { return Where(out ? out->final_path() : "<memory>"); }
+
+  // The writer's own failure is an IoError; a failure of ours inside sink() wins over it.
   template <class F>
   void guarded(F&& f) {
     try {
       f();
-    } catch (const c10::Error& e) {
+    } catch (const Error&) {
       if (error) std::rethrow_exception(error);
-      std::string msg = e.what_without_backtrace();
-      if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-      throw IoError(Where(out ? out->final_path() : "<memory>"), "writing torch.save archive: " + msg);
+      throw;
     }
     if (error) std::rethrow_exception(error);
   }
 
   void start() {
-    guarded([&] {
-      writer = std::make_unique<caffe2::serialize::PyTorchStreamWriter>(
-          [this](const void* d, size_t n) { return sink(d, n); });
-    });
+    writer = torchlib::api().zip_writer([this](const void* d, size_t n) { return sink(d, n); }, where());
   }
 };
 
@@ -123,15 +119,15 @@ TorchSaveWriter::~TorchSaveWriter() = default;
 
 void TorchSaveWriter::write_pickle(const std::string& data_pkl) {
   impl_->guarded([&] {
-    impl_->writer->writeRecord("data.pkl", data_pkl.data(), data_pkl.size());
-    impl_->writer->writeRecord(".format_version", "1", 1);
-    impl_->writer->writeRecord(".storage_alignment", "64", 2);
-    impl_->writer->writeRecord("byteorder", "little", 6);
+    impl_->writer->record("data.pkl", data_pkl.data(), data_pkl.size());
+    impl_->writer->record(".format_version", "1", 1);
+    impl_->writer->record(".storage_alignment", "64", 2);
+    impl_->writer->record("byteorder", "little", 6);
   });
 }
 
 void TorchSaveWriter::write_storage(const std::string& key, const void* data, size_t n) {
-  impl_->guarded([&] { impl_->writer->writeRecord("data/" + key, data, n); });
+  impl_->guarded([&] { impl_->writer->record("data/" + key, data, n); });
 }
 
 void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload) {
@@ -139,7 +135,7 @@ void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n,
   impl_->payload = &payload;
   impl_->payload_record = "data/" + key;
   try {
-    impl_->guarded([&] { impl_->writer->writeRecord("data/" + key, nullptr, n); });  // metadata only: see streamed()
+    impl_->guarded([&] { impl_->writer->record("data/" + key, nullptr, n); });  // metadata only: see streamed()
   } catch (...) {
     impl_->payload = nullptr;
     throw;
@@ -147,7 +143,7 @@ void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n,
 }
 
 void TorchSaveWriter::finish() {
-  impl_->guarded([&] { impl_->writer->writeEndOfFile(); });
+  impl_->guarded([&] { impl_->writer->finish(); });
   if (!impl_->crcs.empty() && !impl_->central_patched)
     throw IoError(Where(impl_->out->final_path()), "writing torch.save archive: streamed records were not completed");
 }
@@ -161,12 +157,12 @@ void tensor_archive(TorchSaveWriter::Impl& impl, DType dtype, const std::vector<
   p.stop();
   impl.guarded([&] {
     const std::string& pkl = p.data();
-    impl.writer->writeRecord("data.pkl", pkl.data(), pkl.size());
-    impl.writer->writeRecord(".format_version", "1", 1);
-    impl.writer->writeRecord(".storage_alignment", "64", 2);
-    impl.writer->writeRecord("byteorder", "little", 6);
-    impl.writer->writeRecord("data/0", data, n);
-    impl.writer->writeEndOfFile();
+    impl.writer->record("data.pkl", pkl.data(), pkl.size());
+    impl.writer->record(".format_version", "1", 1);
+    impl.writer->record(".storage_alignment", "64", 2);
+    impl.writer->record("byteorder", "little", 6);
+    impl.writer->record("data/0", data, n);
+    impl.writer->finish();
   });
 }
 

@@ -11,7 +11,7 @@
 // and, for dtypes without a legacy storage class (uint16/32/64, float8, ...),
 //   torch._utils._rebuild_tensor_v3(persid(('storage', torch.storage.UntypedStorage, key, 'cpu', nbytes)),
 //                                   0, size, stride, False, OrderedDict(), torch.<dtype>)
-// This file and item/torch_zip.cpp are the only ones that include LibTorch headers.
+// PyTorchStreamWriter is reached through the LibTorch plugin (torchlib/torchlib.h).
 #pragma once
 
 #include <functional>

@@ -1,0 +1,133 @@
+// libdcpctl_torch.so: the LibTorch side of torchlib.h. Only caffe2's zip reader and writer are
+// here (and, in dist/group.cpp, c10d's process group); dcpctl's own logic stays out of the plugin.
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+
+#include "torchlib/torchlib.h"
+
+namespace dcpctl::torchlib {
+
+namespace {
+
+std::string first_line(const c10::Error& e) {
+  std::string msg = e.what_without_backtrace();
+  if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  return msg;
+}
+
+// PyTorchStreamReader reads through miniz, which is C: exceptions must not cross it. A failed
+// read is remembered and reported as a short read; the original error is rethrown afterwards.
+class Adapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit Adapter(std::shared_ptr<const ByteSource> src) : src_(std::move(src)) {}
+  size_t size() const override { return static_cast<size_t>(src_->size()); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    try {
+      uint64_t sz = src_->size();
+      if (pos >= sz) return 0;
+      if (n > sz - pos) n = static_cast<size_t>(sz - pos);
+      src_->read(pos, buf, n);
+      return n;
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
+      return 0;
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::shared_ptr<const ByteSource> src_;
+  mutable std::exception_ptr error_;
+};
+
+class TorchZipIndex final : public ZipIndex {
+ public:
+  TorchZipIndex(std::shared_ptr<const ByteSource> src, const Where& where)
+      : adapter_(std::make_shared<Adapter>(std::move(src))), where_(where) {
+    guarded("item is not a readable torch.save archive",
+            [&] { reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(adapter_); return 0; });
+  }
+  std::vector<std::string> records() override {
+    return guarded("cannot list the item's records", [&] { return reader_->getAllRecords(); });
+  }
+  bool has(const std::string& name) override {
+    return guarded("cannot list the item's records", [&] { return reader_->hasRecord(name); });
+  }
+  uint64_t size(const std::string& name) override {
+    return guarded("cannot read record " + name, [&] { return uint64_t{reader_->getRecordSize(name)}; });
+  }
+  uint64_t offset(const std::string& name) override {
+    return guarded("cannot locate record " + name, [&] { return uint64_t{reader_->getRecordOffset(name)}; });
+  }
+  uint64_t header_offset(const std::string& name) override {
+    return guarded("cannot locate record " + name, [&] { return uint64_t{reader_->getRecordHeaderOffset(name)}; });
+  }
+
+ private:
+  template <class F>
+  auto guarded(const std::string& what, F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const c10::Error& e) {
+      adapter_->rethrow();
+      throw FormatError(where_, what + ": " + first_line(e));
+    }
+  }
+
+  std::shared_ptr<Adapter> adapter_;
+  Where where_;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+};
+
+class TorchZipWriter final : public ZipWriter {
+ public:
+  TorchZipWriter(Sink sink, const Where& where) : where_(where) {
+    guarded([&] { writer_ = std::make_unique<caffe2::serialize::PyTorchStreamWriter>(std::move(sink)); });
+  }
+  void record(const std::string& name, const void* data, size_t n) override {
+    guarded([&] { writer_->writeRecord(name, data, n); });
+  }
+  void finish() override {
+    guarded([&] { writer_->writeEndOfFile(); });
+  }
+
+ private:
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      throw IoError(where_, "writing torch.save archive: " + first_line(e));
+    }
+  }
+
+  Where where_;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamWriter> writer_;
+};
+
+std::unique_ptr<ZipIndex> open_zip(std::shared_ptr<const ByteSource> src, const Where& where) {
+  return std::make_unique<TorchZipIndex>(std::move(src), where);
+}
+
+std::unique_ptr<ZipWriter> zip_writer(Sink sink, const Where& where) {
+  return std::make_unique<TorchZipWriter>(std::move(sink), where);
+}
+
+#ifndef DCPCTL_TORCH_VERSION
+#define DCPCTL_TORCH_VERSION "unknown"
+#endif
+
+const Api kApi{kAbiVersion, DCPCTL_TORCH_VERSION, &open_zip, &zip_writer, &connect_store_group};
+
+}  // namespace
+
+}  // namespace dcpctl::torchlib
+
+extern "C" __attribute__((visibility("default"))) const dcpctl::torchlib::Api* dcpctl_torchlib_api() {
+  return &dcpctl::torchlib::kApi;
+}
