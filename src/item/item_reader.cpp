@@ -6,6 +6,7 @@
 #include "item/torch_zip.h"
 #include "item/transforms.h"
 #include "pickle/vm.h"
+#include "torchlib/torchlib.h"
 
 namespace dcpctl {
 
@@ -16,7 +17,15 @@ struct ItemReader::Opened {
 };
 
 ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
-    : ck_(ck), limits_(limits), files_(ck.md.files.size()) {}
+    : ck_(ck), limits_(limits), files_(ck.md.files.size()) {
+  // torch.save items are read through the LibTorch plugin: load it now, so that a missing or
+  // broken plugin ends the command once (exit 5) rather than failing every item.
+  auto torch_save = [](const StorageRef& s) { return s.present() && s.format == ItemFormat::TorchSave; };
+  bool needs_torch = std::any_of(ck.md.bytes.begin(), ck.md.bytes.end(), [&](const BytesMeta& b) { return torch_save(b.storage); });
+  for (size_t i = 0; i < ck.md.tensors.size() && !needs_torch; ++i)
+    needs_torch = std::any_of(ck.md.tensors[i].storage.begin(), ck.md.tensors[i].storage.end(), torch_save);
+  if (needs_torch) torchlib::api();
+}
 
 ItemReader::~ItemReader() = default;
 

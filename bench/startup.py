@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Start-up cost of dcpctl, side by side with `python -c 'import torch'` (bench/startup.sh).
+
+Each command is run --runs times after --warmup runs (page cache warm: this measures start-up,
+not the disk); prints the median and 90th percentile wall time and the peak RSS of each. The
+commands that need only `.metadata` must not load LibTorch (src/torchlib/); `verify --deep`
+does, so the table also shows what loading it costs.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def run_once(argv):
+    start = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, os.environ,
+                         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+    _, status, ru = os.wait4(pid, 0)
+    seconds = time.perf_counter() - start
+    rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        sys.exit(f"{' '.join(argv)} exited {rc}")
+    return seconds, ru.ru_maxrss / 1024.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dcpctl", required=True)
+    ap.add_argument("--python", required=True)
+    ap.add_argument("--sample", required=True)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    a = ap.parse_args()
+    d, s = a.dcpctl, a.sample
+    cases = [
+        ("dcpctl --version", [d, "--version"]),
+        ("dcpctl --help", [d, "--help"]),
+        ("dcpctl inspect SAMPLE", [d, "inspect", s]),
+        ("dcpctl inspect --json SAMPLE", [d, "inspect", "--json", s]),
+        ("dcpctl verify SAMPLE", [d, "verify", s]),
+        ("dcpctl verify --deep SAMPLE (loads LibTorch)", [d, "verify", "--deep", s]),
+        ("python -c 'import torch' (anchor)", [a.python, "-c", "import torch"]),
+        ("/bin/true (the floor: one process start)", ["/bin/true"]),
+    ]
+    print(f"{'command':<46} {'median ms':>10} {'p90 ms':>8} {'peak RSS MiB':>13}")
+    for name, argv in cases:
+        for _ in range(a.warmup):
+            run_once(argv)
+        times, rss = [], 0.0
+        for _ in range(a.runs):
+            t, r = run_once(argv)
+            times.append(t * 1000)
+            rss = max(rss, r)
+        times.sort()
+        p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
+        print(f"{name:<46} {statistics.median(times):>10.1f} {p90:>8.1f} {rss:>13.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Instant start: what needs no item data never loads LibTorch (standard library only).
+
+dcpctl links no LibTorch; it loads its plugin libdcpctl_torch.so (src/torchlib/) when a command
+reads or writes a torch.save archive or joins a process group. This test proves it from outside:
+
+  linking     the binary's DT_NEEDED list names no LibTorch or CUDA library.
+  no-plugin   with DCPCTL_TORCH_PLUGIN naming a plugin that does not exist, every command that
+              needs only `.metadata` and file structure (--help, --version, inspect, inspect
+              --json/--flat/--chunks, verify, ls, latest; and verify --deep / inspect --value of a
+              safetensors layout, whose tensors are raw bytes) exits 0 with exactly the output it
+              gives with the plugin; so it never tried to load it.
+  refusal     a command that needs LibTorch then exits 5 once, naming the plugin, every place
+              looked, and DCPCTL_TORCH_PLUGIN; it writes nothing. A file that is not a loadable
+              library is refused the same way (exit 5, "does not load").
+
+usage: startup_test.py DCPCTL FIXTURES_DIR [--sanitized]
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corruption"))
+import harness  # noqa: E402
+from harness import EXIT_OK, EXIT_UNSUPPORTED  # noqa: E402
+
+
+def main():
+    dcpctl, fixtures = sys.argv[1], sys.argv[2]
+    chk = harness.Checker("--sanitized" in sys.argv[3:])
+    sample = os.path.join(fixtures, "sample", "ckpt")
+    layouts = os.path.join(fixtures, "layouts")
+    hf = os.path.join(layouts, "hf_sharded", "ckpt")
+    st_items = os.path.join(layouts, "safetensors_items", "ckpt")
+    run = os.path.join(layouts, "run_torchtitan", "run")
+    for p in (sample, hf, st_items, run):
+        if not os.path.isdir(p):
+            chk.fail(f"fixture {p} is missing")
+
+    # linking
+    dyn = subprocess.run(["readelf", "-d", dcpctl], capture_output=True, text=True, check=True).stdout
+    needed = [l.split("[", 1)[1].rstrip("]") for l in dyn.splitlines() if "(NEEDED)" in l]
+    chk.expect(needed, f"readelf -d {dcpctl} lists no NEEDED libraries at all: {dyn[:300]}")
+    for lib in needed:
+        chk.expect(not any(lib.startswith(p) for p in ("libtorch", "libc10", "libcuda", "libcudart", "libnccl")),
+                   f"dcpctl links {lib}: every start would load it")
+
+    # no-plugin
+    commands = [
+        ["--help"], ["--version"],
+        ["inspect", sample], ["inspect", "--json", sample], ["inspect", "--flat", sample], ["inspect", "--chunks", sample],
+        ["verify", sample], ["verify", "--json", sample],
+        ["inspect", hf], ["verify", hf], ["verify", "--deep", hf],
+        ["inspect", st_items], ["verify", st_items],
+        ["ls", run], ["ls", "--json", run], ["latest", run],
+    ]
+    first_key = None
+    flat = chk.run([dcpctl, "inspect", "--flat", hf])
+    for line in flat.stdout.splitlines():
+        parts = line.split()
+        if parts and "." in parts[0] and not parts[0].endswith(":"):
+            first_key = parts[0]
+            break
+    if chk.expect(first_key, f"no key found in `inspect --flat {hf}`: {flat.stdout[:300]}"):
+        commands.append(["inspect", "--value", first_key, hf])
+    missing = os.path.join(tempfile.gettempdir(), "dcpctl-no-such-dir", "libdcpctl_torch.so")
+    for args in commands:
+        os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
+        with_plugin = chk.run([dcpctl] + args)
+        os.environ["DCPCTL_TORCH_PLUGIN"] = missing
+        without = chk.run([dcpctl] + args)
+        what = "dcpctl " + " ".join(args)
+        chk.expect(with_plugin.rc == EXIT_OK, f"{what}: exit {with_plugin.rc}: {with_plugin.describe()}")
+        chk.expect(without.rc == EXIT_OK, f"{what} without the plugin: exit {without.rc}: {without.describe()}")
+        chk.expect(without.stdout == with_plugin.stdout,
+                   f"{what}: output differs without the plugin:\n{without.stdout[:400]}\nvs\n{with_plugin.stdout[:400]}")
+
+    # refusal
+    with tempfile.TemporaryDirectory() as tmp:
+        not_a_library = os.path.join(tmp, "libdcpctl_torch.so")
+        with open(not_a_library, "w") as f:
+            f.write("not an ELF file\n")
+        for plugin, why in ((missing, "was not found"), (not_a_library, "does not load")):
+            os.environ["DCPCTL_TORCH_PLUGIN"] = plugin
+            for args in (["consolidate", sample, "-o", os.path.join(tmp, "out.safetensors")],
+                         ["consolidate", sample, "-o", os.path.join(tmp, "out.pt")],
+                         ["reshard", sample, "-o", os.path.join(tmp, "out-w2"), "--world-size", "2"],
+                         ["verify", "--deep", sample], ["stats", sample]):
+                r = chk.run([dcpctl] + args)
+                what = f"dcpctl {' '.join(args)} (plugin {plugin})"
+                if chk.expect(r.rc == EXIT_UNSUPPORTED, f"{what}: exit {r.rc}, want 5: {r.describe()}"):
+                    for s in ("libdcpctl_torch.so", why, plugin, "DCPCTL_TORCH_PLUGIN"):
+                        chk.expect(s in r.stderr + r.stdout, f"{what}: does not say {s!r}: {r.stderr.strip()[:400]}")
+                    chk.expect(r.stderr.count("needs LibTorch") + r.stdout.count("needs LibTorch") == 1,
+                               f"{what}: the plugin failure must be reported once: {r.stderr[:600]}")
+                left = sorted(n for n in os.listdir(tmp) if n != "libdcpctl_torch.so")
+                chk.expect(not left, f"{what}: left {left} behind")
+    os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
+
+    print(f"{chk.checks} checks, {len(chk.failures)} failures")
+    return 1 if chk.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
