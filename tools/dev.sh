@@ -167,9 +167,10 @@ case "$cmd" in
       build build-asan -DDCPCTL_SANITIZE=ON
       # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs);
       # the tests labelled "torch" check outputs with real torch and ran in the first pass, and
-      # the fuzz smoke run is already an ASan+UBSan build (build-fuzz).
+      # the fuzz smoke run is already an ASan+UBSan build (build-fuzz); the install tests check
+      # packaging, which the first pass did.
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0" run_tests build-asan -LE 'torch|fuzz'
+        LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0" run_tests build-asan -LE 'torch|fuzz|install'
     fi
     ;;
   test-fast)
