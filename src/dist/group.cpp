@@ -39,7 +39,7 @@ class GlooTransport final : public Transport {
  public:
   GlooTransport(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout)
       : timeout_(timeout) {
-    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, c10d::ProcessGroupGloo::Options::create_default(timeout));
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options<c10d::ProcessGroupGloo>(timeout, 0));
   }
   void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
     std::vector<at::Tensor> t{wrap(const_cast<void*>(data), n)};
@@ -78,6 +78,19 @@ class GlooTransport final : public Transport {
       throw;
     }
     forget();
+  }
+
+  // Recent torch makes default options (a device, the thread count) with Options::create_default;
+  // older releases (2.6) have only Options::create, and the device is added by hand.
+  template <class PG>
+  static auto options(std::chrono::milliseconds timeout, int) -> decltype(PG::Options::create_default(timeout)) {
+    return PG::Options::create_default(timeout);
+  }
+  template <class PG>
+  static auto options(std::chrono::milliseconds timeout, long) {
+    auto o = PG::Options::create(timeout);
+    o->devices.push_back(PG::createDefaultDevice());
+    return o;
   }
 
   static at::Tensor wrap(void* p, uint64_t n) {

@@ -4,7 +4,9 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <exception>
+#include <vector>
 
 #include "torchlib/torchlib.h"
 
@@ -65,7 +67,7 @@ class TorchZipIndex final : public ZipIndex {
     return guarded("cannot locate record " + name, [&] { return uint64_t{reader_->getRecordOffset(name)}; });
   }
   uint64_t header_offset(const std::string& name) override {
-    return guarded("cannot locate record " + name, [&] { return uint64_t{reader_->getRecordHeaderOffset(name)}; });
+    return guarded("cannot locate record " + name, [&] { return local_header(*reader_, name, 0); });
   }
 
  private:
@@ -77,6 +79,31 @@ class TorchZipIndex final : public ZipIndex {
       adapter_->rethrow();
       throw FormatError(where_, what + ": " + first_line(e));
     }
+  }
+
+  // PyTorchStreamReader::getRecordHeaderOffset, where this torch has it (2.7 and later)...
+  template <class R>
+  static auto local_header(R& r, const std::string& name, int) -> decltype(uint64_t{r.getRecordHeaderOffset(name)}) {
+    return r.getRecordHeaderOffset(name);
+  }
+  // ... else found from the record's data offset: the local header (signature PK\3\4, 30 bytes,
+  // then the name and the extra field, whose lengths it gives) ends where the data begins. The
+  // extra field torch writes only pads to 64 bytes, so the header is within a few KiB before.
+  template <class R>
+  uint64_t local_header(R& r, const std::string& name, long) {
+    uint64_t data = r.getRecordOffset(name);
+    uint64_t span = std::min<uint64_t>(data, 4096 + 30);
+    std::vector<uint8_t> b(span);
+    adapter_->read(data - span, b.data(), span, "local header");
+    adapter_->rethrow();
+    for (uint64_t i = span; i-- > 0;) {
+      if (span - i < 30) continue;
+      const uint8_t* h = b.data() + i;
+      if (h[0] != 'P' || h[1] != 'K' || h[2] != 3 || h[3] != 4) continue;
+      uint64_t name_len = h[26] | (h[27] << 8), extra_len = h[28] | (h[29] << 8);
+      if (i + 30 + name_len + extra_len == span) return data - span + i;
+    }
+    throw FormatError(where_, "record '" + name + "' has no zip local header before its data");
   }
 
   std::shared_ptr<Adapter> adapter_;

@@ -900,7 +900,7 @@ OLD_TORCH_SCRIPT = r"""
 # Runs under an OLDER torch: dcp_to_torch_save of every directory, then a distributed dcp.load by
 # 2 processes into DTensor Shard(0) (torch.distributed._tensor, the 2.4 spelling) whose local
 # shards are saved per rank for the pinned torch to compare.
-import json, os, socket, sys, traceback, warnings
+import json, os, sys, traceback, warnings
 warnings.simplefilter("ignore")
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -912,16 +912,19 @@ def one(d, out):
     except BaseException as e:
         return f"{type(e).__name__}: " + " ".join(str(e).split())[-300:]
 
-def worker(rank, world, port, jobs, res):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+def worker(rank, world, store, jobs, res):
     warnings.simplefilter("ignore")
+    import datetime
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed._tensor import Shard, empty
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A FileStore, not a TCP port picked in advance: under a parallel CTest run another test can
+    # take a port between its pick and its use, and the ranks then wait for each other forever.
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=300))
     mesh = init_device_mesh("cpu", (world,))
     out = {}
     for d in jobs:
@@ -958,9 +961,8 @@ if __name__ == "__main__":
         result["convert"][d] = one(d, out)
     if job["dist"]:
         import torch.multiprocessing as mp
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-        mp.spawn(worker, args=(2, port, job["dist"], job["res"]), nprocs=2, join=True)
+        store = os.path.join(job["res"], "filestore")
+        mp.spawn(worker, args=(2, store, job["dist"], job["res"]), nprocs=2, join=True)
         for r in range(2):
             for d, v in json.load(open(os.path.join(job["res"], f"rank{r}.json"))).items():
                 result["dist"].setdefault(d, []).append(v)
@@ -981,8 +983,12 @@ def old_torch_check(old: str, pairs: list[tuple[Path, Path]], tmp: Path) -> None
            "res": str(res), "result": str(tmp / "old_result.json")}
     (tmp / "old_job.json").write_text(json.dumps(job))
     t = time.time()
-    p = subprocess.run([old, str(script), str(tmp / "old_job.json")], capture_output=True, text=True,
-                       timeout=1800, cwd=tmp)
+    try:
+        p = subprocess.run([old, str(script), str(tmp / "old_job.json")], capture_output=True, text=True,
+                           timeout=900, cwd=tmp)
+    except subprocess.TimeoutExpired as e:
+        fail(f"older torch ({old}) still running after 900 s: {(e.stderr or b'')[-1500:]!r}")
+        return
     if p.returncode != 0 or not (tmp / "old_result.json").exists():
         fail(f"older torch ({old}) exited {p.returncode}: {p.stderr[-1500:]}")
         return
