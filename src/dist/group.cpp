@@ -87,7 +87,7 @@ class GlooTransport final : public Transport {
     return PG::Options::create_default(timeout);
   }
   template <class PG>
-  static auto options(std::chrono::milliseconds timeout, long) {
+  static c10::intrusive_ptr<typename PG::Options> options(std::chrono::milliseconds timeout, long) {
     auto o = PG::Options::create(timeout);
     o->devices.push_back(PG::createDefaultDevice());
     return o;
