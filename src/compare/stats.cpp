@@ -17,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kWiden = 1 << 16;  // elements widened to float64 at a time
+constexpr size_t kDecodeBlock = 4096 * 8;  // stats_kernel.cpp's float64 block
 
 std::string skip_reason(const TensorMeta& t) {
   if (!t.dtype) return "dtype " + t.dtype_name + " unknown to this version";
@@ -90,15 +90,10 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     DType d = *t.dtype;
     size_t item = itemsize(d);
     uint64_t bytes = task.w.numel * item;
-    buf.prepare(bytes, bytes, kWiden * 8);  // the window, the scratch (touched only when needed)
-    thread_local std::vector<double> wide(kWiden);
+    // The window, the scratch (touched only when needed), the 32 KiB decode block on the stack.
+    buf.prepare(bytes, bytes, kDecodeBlock);
     fillers[filler_of[task.report]]->fill(task.w, buf.a(), buf.b());
-    StatsAccumulator& acc = partial[i];
-    for (uint64_t e = 0; e < task.w.numel; e += kWiden) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(kWiden, task.w.numel - e));
-      widen(d, buf.a() + e * item, n, wide.data());
-      acc.add(wide.data(), n, task.w.start + e);
-    }
+    partial[i].add_raw(d, buf.a(), static_cast<size_t>(task.w.numel), task.w.start);
     uint64_t now = done.fetch_add(bytes) + bytes;
     if (o.progress) o.progress(now, total_bytes);
   });
