@@ -21,12 +21,20 @@ constexpr size_t kDecodeBlock = 4096 * 8;  // stats_kernel.cpp's float64 block
 
 std::string skip_reason(const TensorMeta& t) {
   if (!t.dtype) return "dtype " + t.dtype_name + " unknown to this version";
-  if (info(*t.dtype).complex) return "complex (not summarised)";
   if (!decodable(*t.dtype)) return "packed float4 (not decoded)";
   return "";
 }
 
+// Tensors the gates look at: those that can hold NaN, Inf (real floating and complex).
+bool gated(DType d) { return is_real_float(d) || info(d).complex; }
+
 }  // namespace
+
+std::vector<int64_t> value_shape(const TensorMeta& t) {
+  std::vector<int64_t> s = t.shape;
+  if (t.dtype && info(*t.dtype).complex) s.push_back(2);
+  return s;
+}
 
 std::string group_prefix(const std::string& key, int depth) {
   size_t pos = 0;
@@ -101,7 +109,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
   for (const auto& rep : r.tensors) {
     if (!rep.skipped.empty()) continue;
     // Zero-size tensors have no windows; their count is still their numel (0).
-    bool floating = is_real_float(*rep.t->dtype);
+    bool floating = gated(*rep.t->dtype);
     if (o.check_finite && floating && rep.s.nonfinite()) r.finite_ok = false;
     if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) r.zero_ok = false;
   }
@@ -144,8 +152,12 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
       continue;
     }
     json e = {{"key", rep.key}, {"dtype", t.dtype_name}, {"shape", t.shape}};
+    // A complex tensor is summarised as torch.view_as_real(t): shape [..., 2], every count and
+    // index over those real values.
+    std::vector<int64_t> vshape = value_shape(t);
+    if (info(*t.dtype).complex) e["view_as_real"] = vshape;
     e.update(stats_fields(rep.s));
-    e["first_nonfinite_index"] = rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(t.shape, rep.s.first_nonfinite));
+    e["first_nonfinite_index"] = rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(vshape, rep.s.first_nonfinite));
     j["tensors"].push_back(e);
     if (o.depth > 0) {
       std::string g = group_prefix(rep.key, o.depth);
@@ -154,13 +166,13 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
       it->second.first++;
       it->second.second.merge(rep.s);
     }
-    bool floating = is_real_float(*t.dtype);
+    bool floating = gated(*t.dtype);
     if (o.check_finite && floating && rep.s.nonfinite())
       finite_failures.push_back({{"key", rep.key},
                                  {"nan", rep.s.nan},
                                  {"pos_inf", rep.s.pos_inf},
                                  {"neg_inf", rep.s.neg_inf},
-                                 {"first_index", unravel(t.shape, rep.s.first_nonfinite)}});
+                                 {"first_index", unravel(vshape, rep.s.first_nonfinite)}});
     if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) zero_failures.push_back({{"key", rep.key}});
   }
   if (o.depth > 0) {

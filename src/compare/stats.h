@@ -4,8 +4,9 @@
 // JSON (schema_version 1), built by stats_json():
 //   {"schema_version": 1, "checkpoint": path, "layout": "dcp" | ...,
 //    "tensors": [{"key", "dtype", "shape", "numel", "min", "max", "mean", "std", "abs_max",
-//                 "l2_norm", "nan", "pos_inf", "neg_inf", "zeros", "first_nonfinite_index"}],
-//    "skipped": [{"key", "dtype", "reason"}],        complex and packed fp4 tensors
+//                 "l2_norm", "nan", "pos_inf", "neg_inf", "zeros", "first_nonfinite_index",
+//                 "view_as_real" (complex only: the shape summarised, shape + [2])}],
+//    "skipped": [{"key", "dtype", "reason"}],        packed fp4 tensors, dtypes unknown
 //    "groups": [{"prefix", "tensors", <the same statistics>}]   with depth > 0
 //    "values": N,                                    non-tensor items (not summarised)
 //    "checks": {"finite": {"ok", "failures": [{"key", "nan", "pos_inf", "neg_inf", "first_index"}]},
@@ -13,6 +14,12 @@
 //    "bytes_read", "seconds"}
 // Floats that are not finite are written as the strings "nan", "inf", "-inf"; an empty tensor's
 // min/max/mean/std are null. first_nonfinite_index is a multi-index, or null.
+//
+// A complex tensor is summarised as torch.view_as_real(t) shows it: its real and imaginary parts
+// as one real tensor of shape [..., 2]. numel, every statistic and count, and
+// first_nonfinite_index are over those 2 * numel(t) values (so abs_max is the largest |re| or
+// |im|, and l2_norm equals torch.linalg.vector_norm(t)). The gates cover complex tensors as they
+// do real floating ones.
 #pragma once
 
 #include <functional>
@@ -52,6 +59,9 @@ struct StatsResult {
 };
 
 StatsResult compute_stats(const Input& in, const StatsOptions& o);
+
+// The shape of the values summarised: t.shape, with a trailing 2 for complex (view_as_real).
+std::vector<int64_t> value_shape(const TensorMeta& t);
 
 // "a.b.c" grouped at depth 2 -> "a.b"; keys with fewer components are their own group.
 std::string group_prefix(const std::string& key, int depth);

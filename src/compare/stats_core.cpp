@@ -18,8 +18,13 @@ void StatsAccumulator::merge(const StatsAccumulator& o) {
   }
   double na = static_cast<double>(n), nb = static_cast<double>(o.n), nn = na + nb;
   double ma = base + mean, mb = o.base + o.mean;
-  if (std::isinf(ma) && ma == mb) {
-    m2 = std::numeric_limits<double>::quiet_NaN();  // inf - inf: as torch, std of infinities is NaN
+  if (!std::isfinite(ma) || !std::isfinite(mb)) {
+    // An infinity (or NaN) on either side decides the mean as torch's sum would: +inf with
+    // finite values stays +inf, +inf with -inf is NaN. The update below would subtract the
+    // infinity from itself on the next finite block (inf - inf) and turn it into NaN. std is NaN.
+    base = (std::isfinite(ma) ? 0.0 : ma) + (std::isfinite(mb) ? 0.0 : mb);
+    mean = 0;
+    m2 = std::numeric_limits<double>::quiet_NaN();
   } else {
     double delta = (o.base - base) + (o.mean - mean);
     m2 = m2 + o.m2 + delta * delta * (na * nb / nn);

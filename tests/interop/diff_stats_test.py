@@ -8,9 +8,11 @@ MODE is one of:
             view of every tensor (the bytes of `dcpctl consolidate --flat -o x.pt` read back with
             torch.load(weights_only=True), each checked against the SHA-256 torch wrote in
             expected.json) gives min/max/mean/std/abs max/L2 in float64 (tight tolerance) and
-            NaN/+Inf/-Inf/zero counts (exact) equal to `dcpctl stats --json`; complex and packed
-            fp4 tensors are reported as skipped; --depth groups, --filter; --check-finite and
-            --check-zero exit 3 naming each tensor (count, first index), 0 on clean input.
+            NaN/+Inf/-Inf/zero counts (exact) equal to `dcpctl stats --json`; complex tensors as
+            torch.view_as_real(t) (fixtures, and complex64/128/32 made here with NaN/Inf parts,
+            across blocks and tiny windows); packed fp4 tensors are reported as skipped; --depth
+            groups, --filter; --check-finite and --check-zero exit 3 naming each tensor (count,
+            first index), 0 on clean input, complex included.
   diff      pairs made with torch in a temp dir: the same state saved twice, one element changed,
             one key dropped, a cast to bf16 (dtype changed; with --ignore-dtype and tolerances
             per-key agreement with torch.allclose on .double()), noise under several atol/rtol
@@ -169,11 +171,16 @@ def mode_stats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         got = {e["key"]: e for e in j["tensors"]}
         skipped = {e["key"]: e for e in j["skipped"]}
         for k, t in view.items():
-            if t.dtype in (torch.complex32, torch.complex64, torch.complex128, torch.float4_e2m1fn_x2):
+            if t.dtype == torch.float4_e2m1fn_x2:
                 check(k in skipped, f"{label}: {k} ({t.dtype}) reported as skipped")
                 continue
             if not check(k in got, f"{label}: {k} in stats"):
                 continue
+            if t.is_complex():  # summarised as torch.view_as_real(t)
+                t = torch.view_as_real(t)
+                check(got[k].get("view_as_real") == list(t.shape), f"{label}: {k}: view_as_real shape {list(t.shape)}")
+            else:
+                check("view_as_real" not in got[k], f"{label}: {k}: no view_as_real for a real tensor")
             g, ref = got[k], torch_stats(t)
             for f in ("numel", "nan", "pos_inf", "neg_inf", "zeros"):
                 check(g[f] == ref[f], f"{label}: {k}: {f} {g[f]} == torch's {ref[f]}")
@@ -233,6 +240,51 @@ def mode_stats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     f = j.get("checks", {}).get("finite", {})
     check(f.get("ok") is False and {x["key"] for x in f.get("failures", [])} == {"w", "h"}, "--json checks.finite")
     expect_rc(run(dcpctl, "stats", tmp / "bad"), 0, "stats without a gate exits 0 on NaN")
+
+    # complex: torch.view_as_real(t) is what is summarised (real and imaginary parts); NaN/Inf in
+    # either part counts, the first index is into view_as_real's shape; the gates cover complex
+    g = torch.Generator().manual_seed(4)
+    cx = {"z": torch.complex(torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)),
+          "zz": torch.zeros(5, dtype=torch.complex128),
+          "zh": torch.complex(torch.randn(7, generator=g), torch.randn(7, generator=g)).to(torch.complex32),
+          # blocks and windows: 3 x 5000 complex128 values around a large common offset
+          "big": torch.complex(1e4 + torch.randn(3, 5000, generator=g, dtype=torch.float64),
+                               -2.0 + 1e-3 * torch.randn(3, 5000, generator=g, dtype=torch.float64))}
+    cx_bad = {k: v.clone() for k, v in cx.items()}
+    torch.view_as_real(cx_bad["z"])[1, 2, 1] = math.nan
+    torch.view_as_real(cx_bad["z"])[2, 0, 0] = math.inf
+    torch.view_as_real(cx_bad["big"])[2, 4321, 1] = -math.inf
+    save_dcp(cx, tmp / "cx")
+    save_dcp(cx_bad, tmp / "cx_bad")
+    for name, sd in (("cx", cx), ("cx_bad", cx_bad)):
+        for extra in ((), ("--max-memory", "4096", "--threads", "3")):
+            j = run_json(dcpctl, "stats", tmp / name, *extra, what=f"stats of complex tensors {name} {extra}")
+            got = {e["key"]: e for e in j.get("tensors", [])}
+            check(not j.get("skipped"), f"{name}: no complex tensor skipped: {j.get('skipped')}")
+            for k, t in sd.items():
+                v = torch.view_as_real(t)
+                g_, ref = got.get(k, {}), torch_stats(v)
+                check(g_.get("view_as_real") == list(v.shape), f"{name}: {k}: view_as_real shape")
+                for f in ("numel", "nan", "pos_inf", "neg_inf", "zeros"):
+                    check(g_.get(f) == ref[f], f"{name} {extra}: {k}: {f} {g_.get(f)} == torch's {ref[f]} (view_as_real)")
+                for f in ("min", "max", "mean", "std", "abs_max", "l2_norm"):
+                    check(close(jf(g_.get(f)), ref[f], 1e-12, 1e-300), f"{name} {extra}: {k}: {f} {g_.get(f)} ~ torch's {ref[f]!r}")
+                if not torch.isnan(t).any() and not torch.isinf(t).any():
+                    check(close(jf(g_.get("l2_norm")), float(torch.linalg.vector_norm(t.to(torch.complex128))), 1e-12),
+                          f"{name}: {k}: l2_norm equals the complex tensor's norm")
+                if ref["nan"] + ref["pos_inf"] + ref["neg_inf"]:
+                    first = torch.nonzero(~torch.isfinite(v.to(torch.float64)).reshape(-1))[0].item()
+                    idx = [int(i) for i in torch.unravel_index(torch.tensor(first), v.shape)]
+                    check(g_.get("first_nonfinite_index") == idx, f"{name}: {k}: first non-finite {g_.get('first_nonfinite_index')} == {idx}")
+    r = run(dcpctl, "stats", "--check-finite", "-q", tmp / "cx_bad")
+    expect_rc(r, 3, "--check-finite on complex NaN/Inf")
+    check("z: 1 NaN, 1 +Inf, 0 -Inf; first at [1, 2, 1]" in r.stderr and "big: 0 NaN, 0 +Inf, 1 -Inf; first at [2, 4321, 1]" in r.stderr,
+          f"--check-finite names complex tensors with view_as_real indices: {r.stderr!r}")
+    r = run(dcpctl, "stats", "--check-zero", "-q", tmp / "cx")
+    expect_rc(r, 3, "--check-zero on an all-zero complex tensor", "all zeros: zz")
+    r = run(dcpctl, "stats", tmp / "cx")
+    check(r.returncode == 0 and "complex64*" in r.stdout and "[3, 4, 2]" in r.stdout and "view_as_real" in r.stdout,
+          f"table marks complex rows and their view_as_real shape: {r.stdout}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,6 +444,59 @@ def mode_diff(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     j = run_json(dcpctl, "diff", tmp / "u1", tmp / "u2", rc=1, what="ULP bump")
     e = j.get("keys", [{}])[0]
     check(e.get("max_ulp_diff") == 3 and e.get("first_index") == [2, 3], f"bf16 bumped by 3 ULP: {e}")
+
+    # complex: (re, im) pairs as torch.view_as_real shows them; with a tolerance an element is
+    # close when both parts are (torch.allclose on view_as_real), exact is bit for bit
+    g = torch.Generator().manual_seed(6)
+    za = {"z": torch.complex(torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)),
+          "zd": torch.complex(torch.randn(40, generator=g, dtype=torch.float64), torch.randn(40, generator=g, dtype=torch.float64))}
+    save_dcp(za, tmp / "za")
+    save_dcp({k: v.clone() for k, v in za.items()}, tmp / "za2")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "za", tmp / "za2"), 0, "complex: the same state twice")
+    zb = {k: v.clone() for k, v in za.items()}
+    torch.view_as_real(zb["z"])[2, 3, 1] += 0.5  # the imaginary part of one element
+    save_dcp(zb, tmp / "zb")
+    j = run_json(dcpctl, "diff", tmp / "za", tmp / "zb", rc=1, what="complex: one imaginary part changed")
+    e = next((x for x in j.get("keys", []) if x["key"] == "z"), {})
+    d = float((torch.view_as_real(za["z"]).double() - torch.view_as_real(zb["z"]).double()).abs().max())
+    check(verdicts(j).get("z") == "values_changed" and verdicts(j).get("zd") == "identical" and e.get("differing") == 1 and
+          e.get("first_index") == [2, 3] and close(jf(e.get("max_abs_diff")), d) and not torch.equal(za["z"], zb["z"]),
+          f"complex: one element differs at [2, 3] by {d} (torch.equal false): {e}")
+    zn = {k: torch.view_as_complex(torch.view_as_real(v) + 1e-3 * torch.randn(torch.view_as_real(v).shape, generator=g, dtype=torch.view_as_real(v).dtype))
+          for k, v in za.items()}
+    save_dcp(zn, tmp / "zn")
+    for atol, rtol in ((1e-2, 0.0), (1e-3, 1e-3), (0.0, 1e-2), (2e-3, 0.0), (1e-6, 1e-6)):
+        rr, rn = {k: torch.view_as_real(v).double() for k, v in za.items()}, {k: torch.view_as_real(v).double() for k, v in zn.items()}
+        want_all = all(torch.allclose(rn[k], rr[k], rtol=rtol, atol=atol) for k in za)
+        j = run_json(dcpctl, "diff", tmp / "zn", tmp / "za", "--atol", atol, "--rtol", rtol, rc=0 if want_all else 1,
+                     what=f"complex noise atol={atol} rtol={rtol}")
+        for e in j.get("keys", []):
+            k = e["key"]
+            bad = (~torch.isclose(rn[k], rr[k], rtol=rtol, atol=atol)).any(-1)  # per element: either part
+            want = "values_changed" if bad.any() else "identical"
+            check(e["status"] == want, f"complex noise atol={atol} rtol={rtol}: {k}: {e['status']} (torch.allclose on view_as_real: {want})")
+            if bad.any():
+                first = torch.nonzero(bad.reshape(-1))[0].item()
+                idx = [int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)]
+                check(e["differing"] == int(bad.sum()) and e["first_index"] == idx,
+                      f"complex noise atol={atol} rtol={rtol}: {k}: {e['differing']} differing (torch: {int(bad.sum())}), first {e['first_index']} == {idx}")
+    zc = {k: v.to(torch.complex128 if v.dtype == torch.complex64 else torch.complex64) for k, v in za.items()}
+    save_dcp(zc, tmp / "zc")
+    j = run_json(dcpctl, "diff", tmp / "za", tmp / "zc", rc=1, what="complex cast: dtype changed")
+    check(set(verdicts(j).values()) == {"dtype_changed"}, f"complex64 vs complex128: dtype_changed: {verdicts(j)}")
+    for atol, rtol in ((0.0, 0.0), (0.0, 1e-6)):
+        want = all(torch.allclose(torch.view_as_real(za[k]).double(), torch.view_as_real(zc[k]).double(), rtol=rtol, atol=atol) for k in za)
+        expect_rc(run(dcpctl, "diff", "-q", tmp / "za", tmp / "zc", "--ignore-dtype", "--atol", atol, "--rtol", rtol), 0 if want else 1,
+                  f"complex64 vs complex128 --ignore-dtype atol={atol} rtol={rtol} (torch.allclose: {want})")
+    zp1 = {"z": za["z"].clone()}
+    torch.view_as_real(zp1["z"])[0, 0, 1] = math.nan
+    zp2 = {"z": zp1["z"].clone()}
+    torch.view_as_real(zp2["z"]).view(torch.int32)[0, 0, 1] = 0x7FC00001  # another NaN payload
+    save_dcp(zp1, tmp / "zp1")
+    save_dcp(zp2, tmp / "zp2")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "zp1", tmp / "zp2"), 1, "complex NaN payloads differ bit for bit")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "zp1", tmp / "zp2", "--equal-nan"), 0, "complex: --equal-nan, NaN part equal to NaN")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "zp1", tmp / "za", "--equal-nan", "--include", "z"), 1, "complex: NaN vs a number differs")
 
     # shape change
     save_dcp({"w": a["w"].reshape(5, 6)}, tmp / "reshaped")

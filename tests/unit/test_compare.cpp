@@ -183,7 +183,7 @@ TEST_CASE("stats kernel: every bf16/fp16/fp8 bit pattern decodes as widen() does
   }
 }
 
-TEST_CASE("stats kernel: SIMD paths agree bit for bit; non-finite values located across blocks") {
+TEST_CASE("stats kernel: SIMD paths agree bit for bit, non-finite values located across blocks") {
   std::mt19937_64 rng(11);
   std::normal_distribution<float> nd(3, 2);
   for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{20011}}) {
@@ -206,10 +206,28 @@ TEST_CASE("stats kernel: SIMD paths agree bit for bit; non-finite values located
     b.add(w.data(), n, 100);
     CHECK(same_acc(r[0], b));
     if (n > 9000) {
+      CHECK(std::isnan(r[0].mean_value()));
       CHECK(r[0].nan == 1);
       CHECK(r[0].neg_inf == 1);
       CHECK(r[0].first_nonfinite == 9100);
     }
+  }
+  // An infinity in an early block is the mean after any number of finite blocks (as torch's
+  // mean), and +inf with -inf in different blocks is NaN; std is NaN either way.
+  for (StatsIsa isa : isas()) {
+    std::vector<double> y(3 * 4096 + 5, 0.5);
+    y[10] = kInf;
+    StatsAccumulator a;
+    stats_add_raw(a, isa, DType::Float64, reinterpret_cast<const uint8_t*>(y.data()), y.size(), 0);
+    CHECK(a.mean_value() == kInf);
+    CHECK(std::isnan(a.std_value()));
+    CHECK(a.max_value() == kInf);
+    CHECK(a.min_value() == 0.5);
+    y[3 * 4096 + 1] = -kInf;
+    StatsAccumulator b;
+    stats_add_raw(b, isa, DType::Float64, reinterpret_cast<const uint8_t*>(y.data()), y.size(), 0);
+    CHECK(std::isnan(b.mean_value()));
+    CHECK(b.first_nonfinite == 10);
   }
   // complex: (re, im) values, value indices (view_as_real): element 5's imaginary part is value 11
   std::vector<float> c(2 * 3000, 1.0f);
