@@ -62,6 +62,10 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     Window w;
   };
   std::vector<Task> tasks;
+  // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
+  // declared before the fillers, which give back what they hold when destroyed.
+  MemoryGate gate(o.max_memory);
+  const uint64_t buffer_budget = window_budget(md, o.max_memory);
   std::vector<std::unique_ptr<WindowFiller>> fillers;
   std::vector<size_t> filler_of;
   uint64_t total_bytes = 0;
@@ -83,13 +87,13 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     require_tiled(in, t);
     size_t item = itemsize(*t.dtype);
     uint64_t per_elem = 2 * item;
-    uint64_t elems = std::min<uint64_t>(o.window_bytes / item, o.max_memory / (threads * per_elem + 1));
+    uint64_t elems = std::min<uint64_t>(o.window_bytes / item, buffer_budget / (threads * per_elem + 1));
     filler_of[ri] = fillers.size();
-    fillers.push_back(std::make_unique<WindowFiller>(*in.reader, t));
-    for (const Window& w : plan_windows(t.shape, std::max<uint64_t>(elems, 1))) tasks.push_back({ri, w});
+    std::vector<Window> windows = plan_windows(t.shape, std::max<uint64_t>(elems, 1));
+    fillers.push_back(std::make_unique<WindowFiller>(*in.reader, t, &gate, windows));
+    for (const Window& w : windows) tasks.push_back({ri, w});
     total_bytes += t.nbytes();
   }
-  MemoryGate gate(o.max_memory);
   std::vector<StatsAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
   run_tasks(tasks.size(), threads, gate, [&](size_t i, WorkerBuffers& buf) {
@@ -114,6 +118,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) r.zero_ok = false;
   }
   r.bytes_read = done.load();
+  for (const auto& f : fillers) r.chunk_decodes += f->decodes();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -188,6 +193,7 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
   if (o.check_finite) j["checks"]["finite"] = {{"ok", finite_failures.empty()}, {"failures", finite_failures}};
   if (o.check_zero) j["checks"]["zero"] = {{"ok", zero_failures.empty()}, {"failures", zero_failures}};
   j["bytes_read"] = r.bytes_read;
+  j["chunk_decodes"] = r.chunk_decodes;
   j["seconds"] = r.seconds;
   return j;
 }

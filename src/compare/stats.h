@@ -11,7 +11,9 @@
 //    "values": N,                                    non-tensor items (not summarised)
 //    "checks": {"finite": {"ok", "failures": [{"key", "nan", "pos_inf", "neg_inf", "first_index"}]},
 //               "zero": {"ok", "failures": [{"key"}]}}     only the checks asked for
-//    "bytes_read", "seconds"}
+//    "bytes_read", "seconds",
+//    "chunk_decodes": chunks decoded in memory (zstd items, non-contiguous views): each once when
+//                     its windows share it within --max-memory (compare/window.h), else per window}
 // Floats that are not finite are written as the strings "nan", "inf", "-inf"; an empty tensor's
 // min/max/mean/std are null. first_nonfinite_index is a multi-index, or null.
 //
@@ -54,6 +56,7 @@ struct StatsResult {
   std::vector<TensorStatsReport> tensors;
   size_t values = 0;
   uint64_t bytes_read = 0;
+  uint64_t chunk_decodes = 0;  // chunks decoded in memory (zstd, non-contiguous views)
   double seconds = 0;
   bool finite_ok = true, zero_ok = true;
 };

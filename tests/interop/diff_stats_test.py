@@ -280,6 +280,33 @@ def mode_stats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     expect_rc(r, 3, "--check-finite on complex NaN/Inf")
     check("z: 1 NaN, 1 +Inf, 0 -Inf; first at [1, 2, 1]" in r.stderr and "big: 0 NaN, 0 +Inf, 1 -Inf; first at [2, 4321, 1]" in r.stderr,
           f"--check-finite names complex tensors with view_as_real indices: {r.stderr!r}")
+    # zstd items (FileSystemWriter(_extensions=[ZStandard()])): a chunk spanning many windows is
+    # decoded once (chunk_decodes), and per window when the memory budget cannot hold it
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    zs = {"w": torch.randn(512, 256, generator=g), "b": torch.randn(300, generator=g).to(torch.bfloat16)}
+    dcp.save(zs, storage_writer=FileSystemWriter(str(tmp / "zstd"), _extensions=[ZStandard()]), no_dist=True)
+    # 4 MiB, 4 threads: half the budget for window buffers (rows of w in 3 windows), the 512 KiB
+    # chunk of w decoded once, b (one window) once: 2. 4000 B, 1 thread: 2000 B for buffers, so
+    # windows of 222 elements (two per row of 256: 1024), no chunk fits beside them: decoded per
+    # window, 1024 + 1.
+    for budget, threads, want in (("4MiB", "4", 2), ("4000", "1", 1025)):
+        j = run_json(dcpctl, "stats", tmp / "zstd", "--max-memory", budget, "--threads", threads, what=f"stats zstd --max-memory {budget}")
+        got = {e["key"]: e for e in j.get("tensors", [])}
+        for k, t in zs.items():
+            ref = torch_stats(t)
+            check(close(jf(got.get(k, {}).get("mean")), ref["mean"]) and close(jf(got.get(k, {}).get("std")), ref["std"]),
+                  f"zstd --max-memory {budget}: {k}: mean/std equal torch's")
+        check(j.get("chunk_decodes") == want, f"zstd, --max-memory {budget}: {j.get('chunk_decodes')} chunk decodes, wanted {want}")
+    zs2 = {k: v.clone() for k, v in zs.items()}
+    zs2["w"][500, 3] += 1
+    dcp.save(zs2, storage_writer=FileSystemWriter(str(tmp / "zstd2"), _extensions=[ZStandard()]), no_dist=True)
+    j = run_json(dcpctl, "diff", tmp / "zstd", tmp / "zstd2", "--max-memory", "4MiB", rc=1, what="diff of zstd checkpoints")
+    e = next((x for x in j.get("keys", []) if x["key"] == "w"), {})
+    check(e.get("differing") == 1 and e.get("first_index") == [500, 3] and verdicts(j).get("b") == "identical",
+          f"diff of zstd checkpoints, chunks shared by windows: one element at [500, 3]: {e}")
+
     r = run(dcpctl, "stats", "--check-zero", "-q", tmp / "cx")
     expect_rc(r, 3, "--check-zero on an all-zero complex tensor", "all zeros: zz")
     r = run(dcpctl, "stats", tmp / "cx")

@@ -2,16 +2,22 @@
 // distances, the exact and allclose rules, and window planning.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "compare/diff_core.h"
 #include "compare/stats_core.h"
 #include "compare/window.h"
+#include "item/item_reader.h"
+#include "meta/checkpoint.h"
 #include "util/elements.h"
+#include "util/memory_gate.h"
 #include "util/numeric.h"
 
 using namespace dcpctl;
@@ -319,4 +325,63 @@ TEST_CASE("windows cover a tensor in order, each within budget") {
     }
   }
   CHECK(unravel({2, 3, 4}, 23) == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE("window filler decodes a zstd chunk once for all its windows, within the gate") {
+  // tests/fixtures/zstd: 2 ranks, every item a zstd frame, written by torch (FileSystemWriter
+  // with ZStandard); zeros_64x16 and rand_9x5 are in 2 chunks of rows each.
+  Checkpoint ck = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/zstd/ckpt");
+  ItemReader reader(ck);
+  for (const std::string key : {"rand_9x5", "zeros_64x16"}) {
+    INFO(key);
+    const TensorMeta* tp = nullptr;
+    for (const auto& t : ck.md.tensors)
+      if (t.fqn == key) tp = &t;
+    REQUIRE(tp);
+    const TensorMeta& t = *tp;
+    REQUIRE(t.num_chunks() == 2);
+    REQUIRE(t.storage[0].transforms != 0);
+    const uint64_t bytes = t.nbytes(), row = static_cast<uint64_t>(t.shape[1]);
+    // The reference: the whole tensor in one window, chunk by chunk.
+    std::vector<uint8_t> ref(bytes), scratch(bytes);
+    WindowFiller whole(reader, t);
+    whole.fill(Window{0, t.numel()}, ref.data(), scratch.data());
+    CHECK(whole.decodes() == 2);
+    // One window per row: every chunk is needed by several windows.
+    std::vector<Window> rows = plan_windows(t.shape, row);
+    REQUIRE(rows.size() == static_cast<size_t>(t.shape[0]));
+    auto walk = [&](WindowFiller& f, unsigned threads) {
+      std::vector<uint8_t> out(bytes);
+      std::atomic<size_t> next{0};
+      std::vector<std::thread> ts;
+      for (unsigned i = 0; i < threads; ++i)
+        ts.emplace_back([&] {
+          std::vector<uint8_t> s(bytes);
+          for (size_t w; (w = next++) < rows.size();) f.fill(rows[w], out.data() + rows[w].start * itemsize(*t.dtype), s.data());
+        });
+      for (auto& th : ts) th.join();
+      return out;
+    };
+    {
+      WindowFiller f(reader, t);  // no gate: every window decodes its chunk's item again
+      CHECK(walk(f, 1) == ref);
+      CHECK(f.decodes() == rows.size());
+    }
+    for (unsigned threads : {1u, 3u}) {
+      MemoryGate gate(1 << 20);
+      {
+        WindowFiller f(reader, t, &gate, rows);
+        CHECK(walk(f, threads) == ref);
+        CHECK(f.decodes() == 2);  // once per chunk
+      }
+      CHECK(gate.try_acquire(1 << 20));  // everything given back
+    }
+    {
+      MemoryGate gate(8);  // no chunk fits: decoded per window, as without a gate
+      WindowFiller f(reader, t, &gate, rows);
+      CHECK(walk(f, 2) == ref);
+      CHECK(f.decodes() == rows.size());
+      CHECK(gate.try_acquire(8));
+    }
+  }
 }
