@@ -20,7 +20,11 @@ MODE is one of:
             --exclude, --quiet, --json counts; each key's verdict equal to torch's (bitwise
             equality for the exact rule).
   formats   the same state as DCP, one .safetensors, an HF directory (index + 2 shards) and a
-            torch.save .pt compare equal to each other (exit 0); every fixture against
+            torch.save .pt compare equal to each other (exit 0); Hugging Face pytorch_model*.bin
+            directories written by transformers (tests/fixtures/hf_bin: sharded + index, single):
+            stats equal torch.load's, diff against the same tensors as safetensors/.pt (0), a bf16
+            export (per-key torch.allclose), a shard rewritten by torch (1), a missing shard or
+            an index naming a key its file lacks (3); every fixture against
             dcp_to_torch_save of itself (exit 0; exit 5 where the .pt holds what weights_only
             refuses); a reshard by torch (dcp.save of DTensors, Shard(0) and Shard(1), over 2
             spawned gloo ranks) equal to the single-process save; --select app.model against
@@ -629,6 +633,8 @@ def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         if k in got and "mean" in ref:
             check(close(jf(got[k]["mean"]), ref["mean"]) and got[k]["zeros"] == ref["zeros"], f"stats w2 {k} equal to torch")
 
+    hf_bin_dirs(dcpctl, fixtures, tmp)
+
     # every fixture against torch's own dcp_to_torch_save of it
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -655,6 +661,88 @@ def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         else:
             expect_rc(r, 5, f"{case.name} vs dcp_to_torch_save holding what weights_only refuses", "weights_only")
         pt.unlink()
+
+
+def torch_load_bin_dir(d: Path) -> dict:
+    """What transformers' loader reads from a pytorch_model*.bin directory: every file the index
+    names (or pytorch_model.bin), torch.load(weights_only=True), merged."""
+    index = d / "pytorch_model.bin.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["pytorch_model.bin"]
+    out = {}
+    for f in files:
+        out.update(torch.load(d / f, weights_only=True))
+    return out
+
+
+def hf_bin_dirs(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    """Hugging Face directories of torch.save files written by transformers 4.57.6
+    save_pretrained(safe_serialization=False) (tests/fixtures/hf_bin/README.md)."""
+    sharded, single = fixtures / "hf_bin" / "sharded", fixtures / "hf_bin" / "single"
+    views = {}
+    for d in (sharded, single):
+        view = views[d.name] = torch_load_bin_dir(d)
+        j = run_json(dcpctl, "stats", d, what=f"stats of hf_bin/{d.name}")
+        check(j.get("layout") == "torch-save", f"hf_bin/{d.name}: layout torch-save ({j.get('layout')})")
+        got = {e["key"]: e for e in j.get("tensors", [])}
+        check(set(got) == set(view), f"hf_bin/{d.name}: stats covers exactly torch's keys ({len(got)} vs {len(view)})")
+        for k, t in view.items():
+            g_, ref = got.get(k, {}), torch_stats(t)
+            check(g_.get("dtype") == str(t.dtype).removeprefix("torch.") and g_.get("shape") == list(t.shape),
+                  f"hf_bin/{d.name}: {k}: dtype and shape")
+            for f in ("numel", "nan", "zeros"):
+                check(g_.get(f) == ref[f], f"hf_bin/{d.name}: {k}: {f} {g_.get(f)} == torch's {ref[f]}")
+            for f in ("min", "max", "mean", "std", "l2_norm"):
+                check(close(jf(g_.get(f)), ref[f], 1e-12, 1e-300), f"hf_bin/{d.name}: {k}: {f} {g_.get(f)} ~ torch's {ref[f]!r}")
+    check(len({f for f in sharded.iterdir() if f.suffix == ".bin"}) == 3, "the sharded fixture has 3 .bin shards")
+
+    # the same tensors in other formats, written here by torch / safetensors
+    tensors = views["sharded"]
+    write_hf_dir(tensors, tmp / "bin_as_hf")
+    torch.save(tensors, tmp / "bin_as.pt")
+    for other in (tmp / "bin_as_hf", tmp / "bin_as.pt", sharded):
+        expect_rc(run(dcpctl, "diff", "-q", sharded, other), 0, f"hf_bin/sharded vs {other.name}: same")
+    # a bf16 export of the same model: dtype changed; by value within bf16's rounding
+    j = run_json(dcpctl, "diff", sharded, single, rc=1, what="hf_bin sharded vs single")
+    check(set(verdicts(j).values()) == {"dtype_changed"}, f"fp32 vs bf16 dirs: dtype_changed ({set(verdicts(j).values())})")
+    for rtol in (1e-2, 1e-4):
+        want = {k: torch.allclose(tensors[k].double(), views["single"][k].double(), rtol=rtol, atol=0) for k in tensors}
+        j = run_json(dcpctl, "diff", sharded, single, "--ignore-dtype", "--rtol", str(rtol), rc=0 if all(want.values()) else 1,
+                     what=f"hf_bin sharded vs single --ignore-dtype --rtol {rtol}")
+        v = verdicts(j)
+        check(all(v.get(k) == ("identical" if w else "values_changed") for k, w in want.items()),
+              f"--rtol {rtol}: every key's verdict equals torch.allclose")
+
+    # one shard rewritten by torch with one element changed
+    changed = tmp / "bin_changed"
+    shutil.copytree(sharded, changed)
+    shard = changed / "pytorch_model-00002-of-00003.bin"
+    sd = torch.load(shard, weights_only=True)
+    key = sorted(sd)[0]
+    sd[key] = sd[key].clone()
+    sd[key].view(-1)[5] += 1.0
+    torch.save(sd, shard)
+    j = run_json(dcpctl, "diff", sharded, changed, rc=1, what="hf_bin: one element changed in shard 2")
+    e = next((x for x in j.get("keys", []) if x["key"] == key), {})
+    check(e.get("status") == "values_changed" and e.get("differing") == 1 and j.get("counts", {}).get("values_changed") == 1,
+          f"hf_bin: {key} changed, nothing else: {e}")
+
+    # incomplete: a shard the index names is missing; the index names a key in a file without it
+    gone = tmp / "bin_gone"
+    shutil.copytree(sharded, gone)
+    (gone / "pytorch_model-00002-of-00003.bin").unlink()
+    expect_rc(run(dcpctl, "stats", gone), 3, "hf_bin: a shard missing", "pytorch_model-00002-of-00003.bin")
+    expect_rc(run(dcpctl, "diff", sharded, gone), 3, "hf_bin: diff with a shard missing", "pytorch_model-00002-of-00003.bin")
+    moved = tmp / "bin_moved"
+    shutil.copytree(sharded, moved)
+    idx = json.loads((moved / "pytorch_model.bin.index.json").read_text())
+    k0 = next(k for k, f in idx["weight_map"].items() if f.startswith("pytorch_model-00001"))
+    idx["weight_map"][k0] = "pytorch_model-00003-of-00003.bin"
+    (moved / "pytorch_model.bin.index.json").write_text(json.dumps(idx))
+    expect_rc(run(dcpctl, "stats", moved), 3, "hf_bin: index names a key in a file without it", k0)
+    single_only = tmp / "bin_single"
+    shutil.copytree(single, single_only)
+    (single_only / "pytorch_model.bin").write_bytes(b"not a zip")
+    expect_rc(run(dcpctl, "stats", single_only), 3, "hf_bin: pytorch_model.bin that is not a zip", "pytorch_model.bin")
 
 
 # ---------------------------------------------------------------------------------------------
