@@ -32,7 +32,9 @@ constexpr size_t kLanes = 8;  // value i of a block is summed in lane i % 8, on 
 
 // Every function taking or returning a vector is inlined (internal linkage, always_inline), so
 // GCC's note that such an ABI differs between targets concerns no call that exists.
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
