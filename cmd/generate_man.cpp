@@ -278,7 +278,8 @@ std::string emit_man(const CommandDoc& root) {
                 "(one __R.metadata per rank, merged and checked), HF-mode DCP written by HuggingFaceStorageWriter "
                 "(shard-R-model-i-of-N.safetensors with DCP_SHARDING_INFO, or its sharded/ folder), a Hugging Face "
                 "safetensors directory (model-i-of-N.safetensors and model.safetensors.index.json) or one .safetensors "
-                "file; diff and stats also a torch.save .pt or .bin file. A run folder (step-N, checkpoint_N, ... "
+                "file; diff and stats also a torch.save .pt or .bin file and a Hugging Face directory of torch.save "
+                "files (pytorch_model.bin.index.json and pytorch_model-i-of-N.bin, or one pytorch_model.bin). A run folder (step-N, checkpoint_N, ... "
                 "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest and prune; any other command "
                 "given one exits 2 naming its newest complete checkpoint.");
   o << ".SH EXIT STATUS\n";

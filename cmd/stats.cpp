@@ -38,7 +38,7 @@ void print_table(const json& rows, const char* key_field, bool with_type) {
   size_t kw = 3, dw = 5;
   for (const auto& r : rows) {
     kw = std::max(kw, r[key_field].get<std::string>().size());
-    if (with_type) dw = std::max(dw, r["dtype"].get<std::string>().size());
+    if (with_type) dw = std::max(dw, r["dtype"].get<std::string>().size() + 1);
   }
   kw = std::min<size_t>(kw, 60);
   std::cout << pad(std::string(key_field) == "prefix" ? "GROUP" : "KEY", kw + 1);
@@ -48,7 +48,12 @@ void print_table(const json& rows, const char* key_field, bool with_type) {
   std::cout << "NAN INF ZEROS\n";
   for (const auto& r : rows) {
     std::cout << pad(r[key_field].get<std::string>(), kw + 1);
-    if (with_type) std::cout << pad(r["dtype"].get<std::string>(), dw + 1) << pad(dims_str(r["shape"].get<std::vector<int64_t>>()), 14);
+    if (with_type) {
+      // complex: the values summarised are view_as_real's, shape [..., 2]
+      bool cx = r.contains("view_as_real");
+      std::cout << pad(r["dtype"].get<std::string>() + (cx ? "*" : ""), dw + 1)
+                << pad(dims_str(r[cx ? "view_as_real" : "shape"].get<std::vector<int64_t>>()), 14);
+    }
     else std::cout << pad(std::to_string(r["tensors"].get<uint64_t>()), 8);
     for (const char* f : {"numel", "min", "max", "mean", "std", "abs_max", "l2_norm"}) std::cout << pad(num(r[f]), 13);
     std::cout << r["nan"].get<uint64_t>() << " " << r["pos_inf"].get<uint64_t>() + r["neg_inf"].get<uint64_t>() << " "
@@ -81,6 +86,12 @@ int run_stats(const StatsCliOptions& o) {
   } else if (!o.quiet) {
     if (o.depth > 0) print_table(j["groups"], "prefix", false);
     else print_table(j["tensors"], "key", true);
+    if (o.depth == 0)
+      for (const auto& t : j["tensors"])
+        if (t.contains("view_as_real")) {
+          std::cout << "* complex: statistics of torch.view_as_real (real and imaginary parts), shape [..., 2]\n";
+          break;
+        }
     for (const auto& s : j["skipped"])
       std::cout << "skipped " << s["key"].get<std::string>() << " (" << s["dtype"].get<std::string>() << "): "
                 << s["reason"].get<std::string>() << "\n";
@@ -116,8 +127,8 @@ void setup_stats(CLI::App& parent, RunFn& run) {
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_flag("--check-finite", o->check_finite,
-                "Exit 3 when a floating tensor holds a NaN or an Inf, naming each with its counts and first index");
-  sub->add_flag("--check-zero", o->check_zero, "Exit 3 when a floating tensor is all zeros, naming each");
+                "Exit 3 when a floating or complex tensor holds a NaN or an Inf, naming each with its counts and first index");
+  sub->add_flag("--check-zero", o->check_zero, "Exit 3 when a floating or complex tensor is all zeros, naming each");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default 1GiB)")->type_name("SIZE");
   sub->add_flag("-q,--quiet", o->quiet, "No table and no progress; only the exit code and gate failures on stderr");

@@ -117,7 +117,11 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     Window w;
   };
   std::vector<Task> tasks;
+  // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
+  // declared before the fillers, which give back what they hold when destroyed.
+  MemoryGate gate(o.max_memory);
   std::vector<std::unique_ptr<WindowFiller>> fa(r.keys.size()), fb(r.keys.size());
+  const uint64_t buffer_budget = std::min(window_budget(a.ck.md, o.max_memory), window_budget(b.ck.md, o.max_memory));
   std::vector<DiffRule> rules(r.keys.size());
   uint64_t total = 0;
   unsigned threads = std::max(1u, o.threads);
@@ -163,14 +167,14 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     rules[p.key] = rule;
     size_t ia = itemsize(*ta.dtype), ib = itemsize(*tb.dtype);
     uint64_t per_elem = ia + ib + std::max(ia, ib);
-    uint64_t elems = std::min<uint64_t>(o.window_bytes / std::max(ia, ib), o.max_memory / (threads * per_elem + 1));
-    fa[p.key] = std::make_unique<WindowFiller>(*a.reader, ta);
-    fb[p.key] = std::make_unique<WindowFiller>(*b.reader, tb);
-    for (const Window& w : plan_windows(ta.shape, std::max<uint64_t>(elems, 1))) tasks.push_back({p.key, w});
+    uint64_t elems = std::min<uint64_t>(o.window_bytes / std::max(ia, ib), buffer_budget / (threads * per_elem + 1));
+    std::vector<Window> windows = plan_windows(ta.shape, std::max<uint64_t>(elems, 1));
+    fa[p.key] = std::make_unique<WindowFiller>(*a.reader, ta, &gate, windows);
+    fb[p.key] = std::make_unique<WindowFiller>(*b.reader, tb, &gate, windows);
+    for (const Window& w : windows) tasks.push_back({p.key, w});
     total += ta.nbytes() + tb.nbytes();
   }
 
-  MemoryGate gate(o.max_memory);
   std::vector<DiffAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
   std::atomic<bool> found{false};

@@ -6,7 +6,10 @@
 //   -0.0 == 0.0 equal and NaN unequal to itself.
 // - Tolerance (atol/rtol given, or dtypes compared across with ignore_dtype): values in float64,
 //   torch.isclose's rule on .double() inputs: a == b, or both NaN with equal_nan, or
-//   |a - b| finite and <= atol + rtol * |b|. Complex elements compare as their (re, im) pairs.
+//   |a - b| finite and <= atol + rtol * |b|.
+// - Complex elements compare as their (re, im) pairs, as torch.view_as_real shows them: close when
+//   both parts are (torch.allclose(view_as_real(a), view_as_real(b))), NaN equal with equal_nan
+//   part by part; the differences reported are of the worse part. ULPs are not measured.
 // For each differing element the core tracks the largest absolute difference |a - b|, the
 // largest relative difference |a - b| / |b| (infinite where b == 0), the largest distance in
 // ULPs of the narrower floating dtype, and the first differing flat index. Pairs involving NaN

@@ -12,8 +12,9 @@ std::unique_ptr<Input> open_input(const std::string& path) {
   auto in = std::make_unique<Input>();
   in->path = path;
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && is_torch_file_name(path)) {
-    TorchFileView v = open_torch_file(path);
+  bool file = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if ((file && is_torch_file_name(path)) || (!file && is_hf_torch_dir(path))) {
+    TorchFileView v = file ? open_torch_file(path) : open_hf_torch_dir(path);
     in->ck = std::move(v.ck);
     in->inline_values = std::move(v.values);
   } else {

@@ -17,16 +17,24 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kWiden = 1 << 16;  // elements widened to float64 at a time
+constexpr size_t kDecodeBlock = 4096 * 8;  // stats_kernel.cpp's float64 block
 
 std::string skip_reason(const TensorMeta& t) {
   if (!t.dtype) return "dtype " + t.dtype_name + " unknown to this version";
-  if (info(*t.dtype).complex) return "complex (not summarised)";
   if (!decodable(*t.dtype)) return "packed float4 (not decoded)";
   return "";
 }
 
+// Tensors the gates look at: those that can hold NaN, Inf (real floating and complex).
+bool gated(DType d) { return is_real_float(d) || info(d).complex; }
+
 }  // namespace
+
+std::vector<int64_t> value_shape(const TensorMeta& t) {
+  std::vector<int64_t> s = t.shape;
+  if (t.dtype && info(*t.dtype).complex) s.push_back(2);
+  return s;
+}
 
 std::string group_prefix(const std::string& key, int depth) {
   size_t pos = 0;
@@ -54,6 +62,10 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     Window w;
   };
   std::vector<Task> tasks;
+  // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
+  // declared before the fillers, which give back what they hold when destroyed.
+  MemoryGate gate(o.max_memory);
+  const uint64_t buffer_budget = window_budget(md, o.max_memory);
   std::vector<std::unique_ptr<WindowFiller>> fillers;
   std::vector<size_t> filler_of;
   uint64_t total_bytes = 0;
@@ -75,13 +87,13 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     require_tiled(in, t);
     size_t item = itemsize(*t.dtype);
     uint64_t per_elem = 2 * item;
-    uint64_t elems = std::min<uint64_t>(o.window_bytes / item, o.max_memory / (threads * per_elem + 1));
+    uint64_t elems = std::min<uint64_t>(o.window_bytes / item, buffer_budget / (threads * per_elem + 1));
     filler_of[ri] = fillers.size();
-    fillers.push_back(std::make_unique<WindowFiller>(*in.reader, t));
-    for (const Window& w : plan_windows(t.shape, std::max<uint64_t>(elems, 1))) tasks.push_back({ri, w});
+    std::vector<Window> windows = plan_windows(t.shape, std::max<uint64_t>(elems, 1));
+    fillers.push_back(std::make_unique<WindowFiller>(*in.reader, t, &gate, windows));
+    for (const Window& w : windows) tasks.push_back({ri, w});
     total_bytes += t.nbytes();
   }
-  MemoryGate gate(o.max_memory);
   std::vector<StatsAccumulator> partial(tasks.size());
   std::atomic<uint64_t> done{0};
   run_tasks(tasks.size(), threads, gate, [&](size_t i, WorkerBuffers& buf) {
@@ -90,15 +102,10 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     DType d = *t.dtype;
     size_t item = itemsize(d);
     uint64_t bytes = task.w.numel * item;
-    buf.prepare(bytes, bytes, kWiden * 8);  // the window, the scratch (touched only when needed)
-    thread_local std::vector<double> wide(kWiden);
+    // The window, the scratch (touched only when needed), the 32 KiB decode block on the stack.
+    buf.prepare(bytes, bytes, kDecodeBlock);
     fillers[filler_of[task.report]]->fill(task.w, buf.a(), buf.b());
-    StatsAccumulator& acc = partial[i];
-    for (uint64_t e = 0; e < task.w.numel; e += kWiden) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(kWiden, task.w.numel - e));
-      widen(d, buf.a() + e * item, n, wide.data());
-      acc.add(wide.data(), n, task.w.start + e);
-    }
+    partial[i].add_raw(d, buf.a(), static_cast<size_t>(task.w.numel), task.w.start);
     uint64_t now = done.fetch_add(bytes) + bytes;
     if (o.progress) o.progress(now, total_bytes);
   });
@@ -106,11 +113,12 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
   for (const auto& rep : r.tensors) {
     if (!rep.skipped.empty()) continue;
     // Zero-size tensors have no windows; their count is still their numel (0).
-    bool floating = is_real_float(*rep.t->dtype);
+    bool floating = gated(*rep.t->dtype);
     if (o.check_finite && floating && rep.s.nonfinite()) r.finite_ok = false;
     if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) r.zero_ok = false;
   }
   r.bytes_read = done.load();
+  for (const auto& f : fillers) r.chunk_decodes += f->decodes();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -149,8 +157,12 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
       continue;
     }
     json e = {{"key", rep.key}, {"dtype", t.dtype_name}, {"shape", t.shape}};
+    // A complex tensor is summarised as torch.view_as_real(t): shape [..., 2], every count and
+    // index over those real values.
+    std::vector<int64_t> vshape = value_shape(t);
+    if (info(*t.dtype).complex) e["view_as_real"] = vshape;
     e.update(stats_fields(rep.s));
-    e["first_nonfinite_index"] = rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(t.shape, rep.s.first_nonfinite));
+    e["first_nonfinite_index"] = rep.s.first_nonfinite == UINT64_MAX ? json(nullptr) : json(unravel(vshape, rep.s.first_nonfinite));
     j["tensors"].push_back(e);
     if (o.depth > 0) {
       std::string g = group_prefix(rep.key, o.depth);
@@ -159,13 +171,13 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
       it->second.first++;
       it->second.second.merge(rep.s);
     }
-    bool floating = is_real_float(*t.dtype);
+    bool floating = gated(*t.dtype);
     if (o.check_finite && floating && rep.s.nonfinite())
       finite_failures.push_back({{"key", rep.key},
                                  {"nan", rep.s.nan},
                                  {"pos_inf", rep.s.pos_inf},
                                  {"neg_inf", rep.s.neg_inf},
-                                 {"first_index", unravel(t.shape, rep.s.first_nonfinite)}});
+                                 {"first_index", unravel(vshape, rep.s.first_nonfinite)}});
     if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) zero_failures.push_back({{"key", rep.key}});
   }
   if (o.depth > 0) {
@@ -181,6 +193,7 @@ json stats_json(const Input& in, const StatsResult& r, const StatsOptions& o) {
   if (o.check_finite) j["checks"]["finite"] = {{"ok", finite_failures.empty()}, {"failures", finite_failures}};
   if (o.check_zero) j["checks"]["zero"] = {{"ok", zero_failures.empty()}, {"failures", zero_failures}};
   j["bytes_read"] = r.bytes_read;
+  j["chunk_decodes"] = r.chunk_decodes;
   j["seconds"] = r.seconds;
   return j;
 }

@@ -1,8 +1,8 @@
 // The numeric core of `dcpctl stats`: summary statistics of a stream of float64 values.
 //
 // Accumulation is in float64 and numerically stable in one pass over the data: values come in
-// blocks (a window of a tensor); each block's mean and sum of squared deviations are computed
-// exactly as a two-pass over the block (it is in cache), and blocks are merged with Chan et al.'s
+// blocks of 4096 (compare/stats_kernel.cpp, vectorised); each block's mean and sum of squared
+// deviations are computed as a two-pass over the block (it is in L1), and blocks are merged with Chan et al.'s
 // pairwise update (delta = mean_b - mean_a; M2 = M2_a + M2_b + delta^2 n_a n_b / n). Unlike a
 // running sum of squares this does not cancel catastrophically when the mean dwarfs the spread.
 //
@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "util/dtype.h"
 
 namespace dcpctl {
 
@@ -30,6 +32,11 @@ struct StatsAccumulator {
 
   // Adds values x[0..count) whose first one is flat element `start`.
   void add(const double* x, size_t count, uint64_t start);
+  // Adds `count` elements of dtype d (any decodable dtype, little-endian) at src, the first being
+  // flat element `start`, decoded exactly to float64 (compare/stats_kernel.cpp). A complex
+  // element is two values, its real and imaginary parts, as torch.view_as_real shows them:
+  // 2 * count values, the first being value 2 * start (first_nonfinite indexes those values).
+  void add_raw(DType d, const uint8_t* src, size_t count, uint64_t start);
   // Merges statistics of other elements (in any order: the result does not depend on it beyond
   // rounding; first_nonfinite takes the smaller index).
   void merge(const StatsAccumulator& o);
@@ -42,5 +49,11 @@ struct StatsAccumulator {
   double l2_norm() const;
   uint64_t nonfinite() const { return nan + pos_inf + neg_inf; }
 };
+
+// The SIMD paths stats_kernel.cpp compiles; add_raw uses the best the CPU has. They give
+// bit-identical results (tests run each).
+enum class StatsIsa { Baseline, Avx2 };
+bool stats_isa_available(StatsIsa isa);
+void stats_add_raw(StatsAccumulator& acc, StatsIsa isa, DType d, const uint8_t* src, size_t count, uint64_t start);
 
 }  // namespace dcpctl

@@ -17,6 +17,13 @@ uint64_t block(const std::vector<int64_t>& shape, size_t from) {
 
 }  // namespace
 
+uint64_t window_budget(const Metadata& md, uint64_t max_memory) {
+  for (const auto& t : md.tensors)
+    for (const auto& ref : t.storage)
+      if (ref.transforms != 0) return max_memory / 2;
+  return max_memory;
+}
+
 std::vector<Window> plan_windows(const std::vector<int64_t>& shape, uint64_t max_elems) {
   std::vector<Window> out;
   max_elems = std::max<uint64_t>(max_elems, 1);
@@ -45,37 +52,19 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i) {
   return idx;
 }
 
-WindowFiller::WindowFiller(const ItemReader& reader, const TensorMeta& t)
-    : reader_(reader), t_(t), item_(itemsize(*t.dtype)), runs_(t.num_chunks()) {}
+// One chunk's part of a window: chunk elements [from, from + n), rows [lo, hi) of the split
+// dimension k of a window box of rows [r0, r1) starting at multi-index `first`.
+struct WindowFiller::Part {
+  size_t chunk;
+  uint64_t from, n;
+  int64_t lo, hi;
+  bool spans;  // the chunk spans every trailing dimension: its part lands in one piece
+};
 
-void WindowFiller::read(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
-  std::optional<DirectRun> run;
-  bool known = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (runs_[chunk]) {
-      known = true;
-      run = *runs_[chunk];
-    }
-  }
-  if (!known) {
-    run = reader_.direct_run(t_, chunk);
-    std::lock_guard<std::mutex> lock(mu_);
-    runs_[chunk] = run;
-  }
-  if (run) run->file->read_at(run->offset + from, dst, n, t_.fqn);
-  else reader_.read_chunk_bytes(t_, chunk, from, n, dst);
-}
-
-void WindowFiller::fill(const Window& w, uint8_t* dst, uint8_t* scratch) {
+// The box geometry of fill(): f(part, k, r0, r1) for each chunk holding part of window w.
+template <class F>
+void WindowFiller::each_part(const Window& w, F&& f) const {
   const size_t nd = t_.ndim();
-  if (nd == 0) {
-    for (size_t c = 0; c < t_.num_chunks(); ++c) {
-      read(c, 0, item_, dst);
-      return;
-    }
-    throw FormatError(Where(reader_.checkpoint().metadata_path, std::nullopt, t_.fqn), "no chunk holds this 0-d tensor");
-  }
   const std::vector<int64_t>& shape = t_.shape;
   // Recover the window's box: the split dimension k is the first whose trailing block is at most
   // the window (windows either cover whole rows of k or are single rows of it).
@@ -84,7 +73,6 @@ void WindowFiller::fill(const Window& w, uint8_t* dst, uint8_t* scratch) {
   uint64_t inner = block(shape, k + 1);
   std::vector<int64_t> first = unravel(shape, w.start);
   int64_t r0 = first[k], r1 = r0 + static_cast<int64_t>(w.numel / inner);
-  uint64_t filled = 0;
   for (size_t c = 0; c < t_.num_chunks(); ++c) {
     const int64_t* off = t_.chunk_offsets(c);
     const int64_t* sz = t_.chunk_sizes(c);
@@ -107,34 +95,122 @@ void WindowFiller::fill(const Window& w, uint8_t* dst, uint8_t* scratch) {
       trailing *= static_cast<uint64_t>(sz[d]);
       spans = spans && sz[d] == shape[d];
     }
-    uint64_t n = static_cast<uint64_t>(hi - lo) * trailing;
-    uint64_t from = local;  // element offset in the chunk
-    if (spans) {
-      read(c, from * item_, n * item_, dst + static_cast<uint64_t>(lo - r0) * inner * item_);
+    f(Part{c, local, static_cast<uint64_t>(hi - lo) * trailing, lo, hi, spans}, k, r0, r1, inner);
+  }
+}
+
+WindowFiller::WindowFiller(const ItemReader& reader, const TensorMeta& t, MemoryGate* gate, const std::vector<Window>& windows)
+    : reader_(reader), t_(t), item_(itemsize(*t.dtype)), gate_(gate), runs_(t.num_chunks()) {
+  if (!gate_ || t_.ndim() == 0) return;
+  cache_.resize(t_.num_chunks());
+  for (auto& c : cache_) c = std::make_unique<Cached>();
+  for (const Window& w : windows)
+    each_part(w, [&](const Part& p, size_t, int64_t, int64_t, uint64_t) { cache_[p.chunk]->uses++; });
+}
+
+WindowFiller::~WindowFiller() {
+  for (auto& c : cache_)
+    if (c && c->charged) gate_->release(c->charged);
+}
+
+bool WindowFiller::read_cached(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
+  if (cache_.empty()) return false;
+  Cached& e = *cache_[chunk];
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (!e.data) {
+    if (e.uses < 2) return false;  // no later window needs it: decode this part alone
+    uint64_t bytes = t_.chunk_numel(chunk) * item_;
+    if (!gate_->try_acquire(bytes)) return false;
+    try {
+      e.data.reset(new uint8_t[bytes]);
+      reader_.read_chunk(t_, chunk, e.data.get());
+    } catch (...) {
+      e.data.reset();
+      gate_->release(bytes);
+      throw;
+    }
+    e.charged = bytes;
+    decodes_++;
+  }
+  std::memcpy(dst, e.data.get() + from, n);
+  return true;
+}
+
+void WindowFiller::part_done(size_t chunk) {
+  if (cache_.empty()) return;
+  Cached& e = *cache_[chunk];
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.uses && --e.uses == 0 && e.data) {
+    e.data.reset();
+    gate_->release(e.charged);
+    e.charged = 0;
+  }
+}
+
+void WindowFiller::read(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
+  std::optional<DirectRun> run;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runs_[chunk]) {
+      known = true;
+      run = *runs_[chunk];
+    }
+  }
+  if (!known) {
+    run = reader_.direct_run(t_, chunk);
+    std::lock_guard<std::mutex> lock(mu_);
+    runs_[chunk] = run;
+  }
+  if (run) {
+    run->file->read_at(run->offset + from, dst, n, t_.fqn);
+  } else if (!read_cached(chunk, from, n, dst)) {
+    decodes_++;
+    reader_.read_chunk_bytes(t_, chunk, from, n, dst);
+  }
+}
+
+void WindowFiller::fill(const Window& w, uint8_t* dst, uint8_t* scratch) {
+  const size_t nd = t_.ndim();
+  if (nd == 0) {
+    for (size_t c = 0; c < t_.num_chunks(); ++c) {
+      read(c, 0, item_, dst);
+      return;
+    }
+    throw FormatError(Where(reader_.checkpoint().metadata_path, std::nullopt, t_.fqn), "no chunk holds this 0-d tensor");
+  }
+  const std::vector<int64_t>& shape = t_.shape;
+  uint64_t filled = 0;
+  each_part(w, [&](const Part& p, size_t k, int64_t r0, int64_t r1, uint64_t inner) {
+    const int64_t* off = t_.chunk_offsets(p.chunk);
+    const int64_t* sz = t_.chunk_sizes(p.chunk);
+    if (p.spans) {
+      read(p.chunk, p.from * item_, p.n * item_, dst + static_cast<uint64_t>(p.lo - r0) * inner * item_);
     } else {
-      read(c, from * item_, n * item_, scratch);
+      read(p.chunk, p.from * item_, p.n * item_, scratch);
       // Scatter rows of the last dimension: the part is a box [lo, hi) x sz[k+1..] placed at
       // (lo - r0, off[k+1..]) of the window, which is a box [r1 - r0] x shape[k+1..].
       size_t last = nd - 1;
       uint64_t row = static_cast<uint64_t>(sz[last]) * item_;
-      uint64_t rows = n / static_cast<uint64_t>(sz[last]);
+      uint64_t rows = p.n / static_cast<uint64_t>(sz[last]);
       std::vector<int64_t> idx(nd, 0);  // position within the part, dims k..last-1
       for (uint64_t r = 0; r < rows; ++r) {
         uint64_t pos = 0;
         for (size_t d = k; d < nd; ++d) {
-          int64_t g = d == k ? lo - r0 + idx[d] : off[d] + (d == last ? 0 : idx[d]);
+          int64_t g = d == k ? p.lo - r0 + idx[d] : off[d] + (d == last ? 0 : idx[d]);
           pos = pos * static_cast<uint64_t>(d == k ? r1 - r0 : shape[d]) + static_cast<uint64_t>(g);
         }
         std::memcpy(dst + pos * item_, scratch + r * row, row);
         for (size_t d = last; d-- > k;) {
-          int64_t ext = d == k ? hi - lo : sz[d];
+          int64_t ext = d == k ? p.hi - p.lo : sz[d];
           if (++idx[d] < ext) break;
           idx[d] = 0;
         }
       }
     }
-    filled += n;
-  }
+    part_done(p.chunk);
+    filled += p.n;
+  });
   if (filled != w.numel)
     throw FormatError(Where(reader_.checkpoint().metadata_path, std::nullopt, t_.fqn),
                       "the chunks hold " + std::to_string(filled) + " of the " + std::to_string(w.numel) +

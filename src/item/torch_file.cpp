@@ -1,9 +1,12 @@
 #include "item/torch_file.h"
 
+#include <algorithm>
 #include <memory>
+#include <set>
 
 #include "item/tensor_blob.h"
 #include "item/torch_zip.h"
+#include "meta/layouts.h"
 #include "pickle/repr.h"
 #include "pickle/vm.h"
 #include "util/file.h"
@@ -84,7 +87,8 @@ bool terminal(const Value& v, int depth) {
 
 class Flattener {
  public:
-  Flattener(TorchFileView& view, TorchZip& zip, const std::string& path) : v_(view), zip_(zip), path_(path) {}
+  Flattener(TorchFileView& view, TorchZip& zip, const std::string& path, uint32_t file)
+      : v_(view), zip_(zip), path_(path), file_(file) {}
 
   void walk(const std::string& key, const Value& v, int depth) {
     if (depth > kMaxDepth) throw UnsupportedError(Where(path_, std::nullopt, key), "nested deeper than " + std::to_string(kMaxDepth));
@@ -126,7 +130,7 @@ class Flattener {
     t.chunk_dims.assign(t.ndim(), 0);
     t.chunk_dims.insert(t.chunk_dims.end(), b.size.begin(), b.size.end());
     StorageRef ref;
-    ref.file = 0;
+    ref.file = file_;
     ref.offset = rec.offset + static_cast<uint64_t>(b.storage_offset) * item;
     ref.length = b.numel() * item;
     ref.format = ItemFormat::Raw;
@@ -146,7 +150,11 @@ class Flattener {
   }
 
   void add(bool tensor, uint32_t index, const std::string& key) {
-    if (!seen_.emplace(key, true).second) throw FormatError(Where(path_, std::nullopt, key), "two values flatten to this key");
+    if (!v_.keys.emplace(key, file_).second) {
+      uint32_t other = v_.keys[key];
+      throw FormatError(Where(path_, std::nullopt, key), other == file_ ? "two values flatten to this key"
+                                                                         : "this key is also in " + v_.ck.md.files[other]);
+    }
     v_.ck.md.order.push_back({tensor, index});
   }
 
@@ -159,27 +167,12 @@ class Flattener {
   TorchFileView& v_;
   TorchZip& zip_;
   const std::string& path_;
-  std::map<std::string, bool> seen_;
+  uint32_t file_;
 };
 
-}  // namespace
-
-bool is_torch_file_name(const std::string& p) { return ends_with(p, ".pt") || ends_with(p, ".pth") || ends_with(p, ".bin"); }
-
-TorchFileView open_torch_file(const std::string& path) {
-  TorchFileView view;
-  Checkpoint& ck = view.ck;
-  size_t slash = path.find_last_of('/');
-  ck.dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  ck.metadata_path = path;
-  ck.metadata_sources = {path};
-  ck.layout = CheckpointLayout::TorchSave;
-  ck.md.source = path;
-  ck.md.metadata_class = "torch.save archive";
-  ck.md.files = {path.substr(slash == std::string::npos ? 0 : slash + 1)};
-
+// Flattens torch.save file number `f` of view.ck.md.files (at `path`) into the view.
+void add_torch_file(TorchFileView& view, const std::string& path, uint32_t f) {
   auto file = std::make_shared<ReadFile>(path);
-  ck.files.push_back(DataFileInfo{ck.md.files[0], file->size(), ""});
   uint8_t magic[4] = {0, 0, 0, 0};
   if (file->size() >= 4) file->read_at(0, magic, 4);
   if (!(magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)) {
@@ -204,10 +197,88 @@ TorchFileView open_torch_file(const std::string& path) {
   pickle::ParseOptions po;
   po.source = path + ": data.pkl";
   std::unique_ptr<pickle::Tree> tree = pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
-  Flattener fl(view, zip, path);
+  Flattener fl(view, zip, path, f);
   if (tree->root.kind == Kind::Dict) fl.walk("", tree->root, 0);
   else if (is_tensor(tree->root)) throw UnsupportedError(Where(path), "holds one tensor, not a dict of tensors (a state_dict)");
   else throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(tree->root.kind) + ", not a dict of tensors (a state_dict)");
+}
+
+constexpr const char* kHfIndex = "pytorch_model.bin.index.json";
+constexpr const char* kHfSingle = "pytorch_model.bin";
+
+}  // namespace
+
+bool is_torch_file_name(const std::string& p) { return ends_with(p, ".pt") || ends_with(p, ".pth") || ends_with(p, ".bin"); }
+
+TorchFileView open_torch_file(const std::string& path) {
+  TorchFileView view;
+  Checkpoint& ck = view.ck;
+  size_t slash = path.find_last_of('/');
+  ck.dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  ck.metadata_path = path;
+  ck.metadata_sources = {path};
+  ck.layout = CheckpointLayout::TorchSave;
+  ck.md.source = path;
+  ck.md.metadata_class = "torch.save archive";
+  ck.md.files = {path.substr(slash == std::string::npos ? 0 : slash + 1)};
+  ck.files.push_back(DataFileInfo{ck.md.files[0], ReadFile(path).size(), ""});
+  add_torch_file(view, path, 0);
+  return view;
+}
+
+bool is_hf_torch_dir(const std::string& dir) {
+  if (!is_directory(dir) || path_exists(join_path(dir, ".metadata"))) return false;
+  if (!path_exists(join_path(dir, kHfIndex)) && !path_exists(join_path(dir, kHfSingle))) return false;
+  for (const auto& n : meta_detail::list_dir(dir))  // transformers prefers safetensors, as we do
+    if (meta_detail::ends_with(n, ".safetensors")) return false;
+  return true;
+}
+
+TorchFileView open_hf_torch_dir(const std::string& dir) {
+  TorchFileView view;
+  Checkpoint& ck = view.ck;
+  Metadata& md = ck.md;
+  ck.dir = dir;
+  ck.layout = CheckpointLayout::TorchSave;
+  md.metadata_class = "Hugging Face torch.save shards";
+  std::string index = join_path(dir, kHfIndex);
+  std::map<std::string, std::string> weight_map;
+  if (path_exists(index)) {
+    weight_map = meta_detail::read_weight_map(index);
+    std::set<std::string> named;
+    for (const auto& [k, f] : weight_map) named.insert(f);
+    md.files.assign(named.begin(), named.end());
+    ck.metadata_path = index;
+    ck.metadata_sources.push_back(index);
+  } else {
+    md.files = {kHfSingle};
+    ck.metadata_path = join_path(dir, kHfSingle);
+  }
+  md.source = ck.metadata_path;
+  meta_detail::stat_data_files(ck);
+  for (uint32_t f = 0; f < md.files.size(); ++f) {
+    std::string path = ck.path_of(f);
+    if (!ck.files[f].size) {
+      ck.incomplete.push_back({"missing-file", Where(path), ck.files[f].missing ? "data file missing (the index names it)"
+                                                                              : "data file unavailable: " + ck.files[f].error});
+      continue;
+    }
+    ck.metadata_sources.push_back(path);
+    add_torch_file(view, path, f);
+  }
+  if (!weight_map.empty()) {
+    for (const auto& [key, file] : weight_map) {
+      uint32_t f = static_cast<uint32_t>(std::find(md.files.begin(), md.files.end(), file) - md.files.begin());
+      if (!ck.files[f].size) continue;  // the missing file is the finding
+      auto it = view.keys.find(key);
+      if (it == view.keys.end() || it->second != f)
+        ck.incomplete.push_back({"missing-key", Where(join_path(dir, file), std::nullopt, key),
+                                 "the index names this tensor in this file, which does not hold it"});
+    }
+    for (const auto& [key, f] : view.keys)
+      if (!weight_map.count(key))
+        md.problems.push_back({"unindexed-key", Where(ck.path_of(f), std::nullopt, key), "a value the file holds that the index does not name"});
+  }
   return view;
 }
 

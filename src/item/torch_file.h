@@ -27,11 +27,24 @@ namespace dcpctl {
 struct TorchFileView {
   Checkpoint ck;
   std::map<std::string, std::string> values;  // flat key -> Python repr of a non-tensor leaf
+  std::map<std::string, uint32_t> keys;       // flat key -> the file (ck.md.files) holding it
 };
 
 // Whether `path` names a torch.save file by its suffix (.pt, .pth, .bin).
 bool is_torch_file_name(const std::string& path);
 
 TorchFileView open_torch_file(const std::string& path);
+
+// A Hugging Face directory of torch.save files, as transformers' save_pretrained(...,
+// safe_serialization=False) writes it: `pytorch_model.bin.index.json` (its weight_map names each
+// key's file) + `pytorch_model-0000i-of-0000N.bin`, or one `pytorch_model.bin`. Every file is read
+// as open_torch_file() reads one (same refusals), into one view (layout torch-save), each tensor
+// one chunk in its own file. A file the index names that is missing, or a key the index names
+// that its file does not hold, makes the view incomplete (exit 3); a key in two files is
+// invalid; a key the index does not name is reported as a problem and still read.
+// is_hf_torch_dir: a directory without .metadata and without any .safetensors file (those are
+// read as DCP / Hugging Face safetensors, as transformers prefers them) holding either file.
+bool is_hf_torch_dir(const std::string& dir);
+TorchFileView open_hf_torch_dir(const std::string& dir);
 
 }  // namespace dcpctl

@@ -33,6 +33,8 @@ namespace {
 
 constexpr uint64_t kMaxIndexBytes = 64ull << 20;
 
+}  // namespace
+
 std::map<std::string, std::string> read_weight_map(const std::string& index) {
   ReadFile f(index);
   if (f.size() > kMaxIndexBytes)
@@ -52,8 +54,6 @@ std::map<std::string, std::string> read_weight_map(const std::string& index) {
   }
   return out;
 }
-
-}  // namespace
 
 Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names, const std::string& index) {
   Checkpoint ck;

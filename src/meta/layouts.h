@@ -1,6 +1,7 @@
 // The layouts open_checkpoint() reads besides plain DCP (see checkpoint.h). Internal to meta/.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,10 @@ namespace dcpctl::meta_detail {
 
 std::vector<std::string> list_dir(const std::string& dir);  // names, without . and ..
 bool ends_with(const std::string& s, const std::string& suffix);
+
+// A Hugging Face index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`): its
+// weight_map, key -> file name inside the directory (names leaving it are refused).
+std::map<std::string, std::string> read_weight_map(const std::string& index);
 
 // Sizes of the data files md.files names (fills ck.files).
 void stat_data_files(Checkpoint& ck);

@@ -21,6 +21,14 @@ class MemoryGate {
     cv_.wait(lock, [&] { return used_ + n <= cap_ || used_ == 0; });
     used_ += n;
   }
+  // Takes n bytes only if they fit now; never waits (for holders of other memory: see
+  // compare/window.h's chunk cache).
+  bool try_acquire(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (used_ + n > cap_) return false;
+    used_ += n;
+    return true;
+  }
   void release(uint64_t n) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -8,9 +8,11 @@ MODE is one of:
             view of every tensor (the bytes of `dcpctl consolidate --flat -o x.pt` read back with
             torch.load(weights_only=True), each checked against the SHA-256 torch wrote in
             expected.json) gives min/max/mean/std/abs max/L2 in float64 (tight tolerance) and
-            NaN/+Inf/-Inf/zero counts (exact) equal to `dcpctl stats --json`; complex and packed
-            fp4 tensors are reported as skipped; --depth groups, --filter; --check-finite and
-            --check-zero exit 3 naming each tensor (count, first index), 0 on clean input.
+            NaN/+Inf/-Inf/zero counts (exact) equal to `dcpctl stats --json`; complex tensors as
+            torch.view_as_real(t) (fixtures, and complex64/128/32 made here with NaN/Inf parts,
+            across blocks and tiny windows); packed fp4 tensors are reported as skipped; --depth
+            groups, --filter; --check-finite and --check-zero exit 3 naming each tensor (count,
+            first index), 0 on clean input, complex included.
   diff      pairs made with torch in a temp dir: the same state saved twice, one element changed,
             one key dropped, a cast to bf16 (dtype changed; with --ignore-dtype and tolerances
             per-key agreement with torch.allclose on .double()), noise under several atol/rtol
@@ -18,7 +20,11 @@ MODE is one of:
             --exclude, --quiet, --json counts; each key's verdict equal to torch's (bitwise
             equality for the exact rule).
   formats   the same state as DCP, one .safetensors, an HF directory (index + 2 shards) and a
-            torch.save .pt compare equal to each other (exit 0); every fixture against
+            torch.save .pt compare equal to each other (exit 0); Hugging Face pytorch_model*.bin
+            directories written by transformers (tests/fixtures/hf_bin: sharded + index, single):
+            stats equal torch.load's, diff against the same tensors as safetensors/.pt (0), a bf16
+            export (per-key torch.allclose), a shard rewritten by torch (1), a missing shard or
+            an index naming a key its file lacks (3); every fixture against
             dcp_to_torch_save of itself (exit 0; exit 5 where the .pt holds what weights_only
             refuses); a reshard by torch (dcp.save of DTensors, Shard(0) and Shard(1), over 2
             spawned gloo ranks) equal to the single-process save; --select app.model against
@@ -169,11 +175,16 @@ def mode_stats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         got = {e["key"]: e for e in j["tensors"]}
         skipped = {e["key"]: e for e in j["skipped"]}
         for k, t in view.items():
-            if t.dtype in (torch.complex32, torch.complex64, torch.complex128, torch.float4_e2m1fn_x2):
+            if t.dtype == torch.float4_e2m1fn_x2:
                 check(k in skipped, f"{label}: {k} ({t.dtype}) reported as skipped")
                 continue
             if not check(k in got, f"{label}: {k} in stats"):
                 continue
+            if t.is_complex():  # summarised as torch.view_as_real(t)
+                t = torch.view_as_real(t)
+                check(got[k].get("view_as_real") == list(t.shape), f"{label}: {k}: view_as_real shape {list(t.shape)}")
+            else:
+                check("view_as_real" not in got[k], f"{label}: {k}: no view_as_real for a real tensor")
             g, ref = got[k], torch_stats(t)
             for f in ("numel", "nan", "pos_inf", "neg_inf", "zeros"):
                 check(g[f] == ref[f], f"{label}: {k}: {f} {g[f]} == torch's {ref[f]}")
@@ -233,6 +244,78 @@ def mode_stats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     f = j.get("checks", {}).get("finite", {})
     check(f.get("ok") is False and {x["key"] for x in f.get("failures", [])} == {"w", "h"}, "--json checks.finite")
     expect_rc(run(dcpctl, "stats", tmp / "bad"), 0, "stats without a gate exits 0 on NaN")
+
+    # complex: torch.view_as_real(t) is what is summarised (real and imaginary parts); NaN/Inf in
+    # either part counts, the first index is into view_as_real's shape; the gates cover complex
+    g = torch.Generator().manual_seed(4)
+    cx = {"z": torch.complex(torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)),
+          "zz": torch.zeros(5, dtype=torch.complex128),
+          "zh": torch.complex(torch.randn(7, generator=g), torch.randn(7, generator=g)).to(torch.complex32),
+          # blocks and windows: 3 x 5000 complex128 values around a large common offset
+          "big": torch.complex(1e4 + torch.randn(3, 5000, generator=g, dtype=torch.float64),
+                               -2.0 + 1e-3 * torch.randn(3, 5000, generator=g, dtype=torch.float64))}
+    cx_bad = {k: v.clone() for k, v in cx.items()}
+    torch.view_as_real(cx_bad["z"])[1, 2, 1] = math.nan
+    torch.view_as_real(cx_bad["z"])[2, 0, 0] = math.inf
+    torch.view_as_real(cx_bad["big"])[2, 4321, 1] = -math.inf
+    save_dcp(cx, tmp / "cx")
+    save_dcp(cx_bad, tmp / "cx_bad")
+    for name, sd in (("cx", cx), ("cx_bad", cx_bad)):
+        for extra in ((), ("--max-memory", "4096", "--threads", "3")):
+            j = run_json(dcpctl, "stats", tmp / name, *extra, what=f"stats of complex tensors {name} {extra}")
+            got = {e["key"]: e for e in j.get("tensors", [])}
+            check(not j.get("skipped"), f"{name}: no complex tensor skipped: {j.get('skipped')}")
+            for k, t in sd.items():
+                v = torch.view_as_real(t)
+                g_, ref = got.get(k, {}), torch_stats(v)
+                check(g_.get("view_as_real") == list(v.shape), f"{name}: {k}: view_as_real shape")
+                for f in ("numel", "nan", "pos_inf", "neg_inf", "zeros"):
+                    check(g_.get(f) == ref[f], f"{name} {extra}: {k}: {f} {g_.get(f)} == torch's {ref[f]} (view_as_real)")
+                for f in ("min", "max", "mean", "std", "abs_max", "l2_norm"):
+                    check(close(jf(g_.get(f)), ref[f], 1e-12, 1e-300), f"{name} {extra}: {k}: {f} {g_.get(f)} ~ torch's {ref[f]!r}")
+                if not torch.isnan(t).any() and not torch.isinf(t).any():
+                    check(close(jf(g_.get("l2_norm")), float(torch.linalg.vector_norm(t.to(torch.complex128))), 1e-12),
+                          f"{name}: {k}: l2_norm equals the complex tensor's norm")
+                if ref["nan"] + ref["pos_inf"] + ref["neg_inf"]:
+                    first = torch.nonzero(~torch.isfinite(v.to(torch.float64)).reshape(-1))[0].item()
+                    idx = [int(i) for i in torch.unravel_index(torch.tensor(first), v.shape)]
+                    check(g_.get("first_nonfinite_index") == idx, f"{name}: {k}: first non-finite {g_.get('first_nonfinite_index')} == {idx}")
+    r = run(dcpctl, "stats", "--check-finite", "-q", tmp / "cx_bad")
+    expect_rc(r, 3, "--check-finite on complex NaN/Inf")
+    check("z: 1 NaN, 1 +Inf, 0 -Inf; first at [1, 2, 1]" in r.stderr and "big: 0 NaN, 0 +Inf, 1 -Inf; first at [2, 4321, 1]" in r.stderr,
+          f"--check-finite names complex tensors with view_as_real indices: {r.stderr!r}")
+    # zstd items (FileSystemWriter(_extensions=[ZStandard()])): a chunk spanning many windows is
+    # decoded once (chunk_decodes), and per window when the memory budget cannot hold it
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    zs = {"w": torch.randn(512, 256, generator=g), "b": torch.randn(300, generator=g).to(torch.bfloat16)}
+    dcp.save(zs, storage_writer=FileSystemWriter(str(tmp / "zstd"), _extensions=[ZStandard()]), no_dist=True)
+    # 4 MiB, 4 threads: half the budget for window buffers (rows of w in 3 windows), the 512 KiB
+    # chunk of w decoded once, b (one window) once: 2. 4000 B, 1 thread: 2000 B for buffers, so
+    # windows of 222 elements (two per row of 256: 1024), no chunk fits beside them: decoded per
+    # window, 1024 + 1.
+    for budget, threads, want in (("4MiB", "4", 2), ("4000", "1", 1025)):
+        j = run_json(dcpctl, "stats", tmp / "zstd", "--max-memory", budget, "--threads", threads, what=f"stats zstd --max-memory {budget}")
+        got = {e["key"]: e for e in j.get("tensors", [])}
+        for k, t in zs.items():
+            ref = torch_stats(t)
+            check(close(jf(got.get(k, {}).get("mean")), ref["mean"]) and close(jf(got.get(k, {}).get("std")), ref["std"]),
+                  f"zstd --max-memory {budget}: {k}: mean/std equal torch's")
+        check(j.get("chunk_decodes") == want, f"zstd, --max-memory {budget}: {j.get('chunk_decodes')} chunk decodes, wanted {want}")
+    zs2 = {k: v.clone() for k, v in zs.items()}
+    zs2["w"][500, 3] += 1
+    dcp.save(zs2, storage_writer=FileSystemWriter(str(tmp / "zstd2"), _extensions=[ZStandard()]), no_dist=True)
+    j = run_json(dcpctl, "diff", tmp / "zstd", tmp / "zstd2", "--max-memory", "4MiB", rc=1, what="diff of zstd checkpoints")
+    e = next((x for x in j.get("keys", []) if x["key"] == "w"), {})
+    check(e.get("differing") == 1 and e.get("first_index") == [500, 3] and verdicts(j).get("b") == "identical",
+          f"diff of zstd checkpoints, chunks shared by windows: one element at [500, 3]: {e}")
+
+    r = run(dcpctl, "stats", "--check-zero", "-q", tmp / "cx")
+    expect_rc(r, 3, "--check-zero on an all-zero complex tensor", "all zeros: zz")
+    r = run(dcpctl, "stats", tmp / "cx")
+    check(r.returncode == 0 and "complex64*" in r.stdout and "[3, 4, 2]" in r.stdout and "view_as_real" in r.stdout,
+          f"table marks complex rows and their view_as_real shape: {r.stdout}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,6 +476,59 @@ def mode_diff(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     e = j.get("keys", [{}])[0]
     check(e.get("max_ulp_diff") == 3 and e.get("first_index") == [2, 3], f"bf16 bumped by 3 ULP: {e}")
 
+    # complex: (re, im) pairs as torch.view_as_real shows them; with a tolerance an element is
+    # close when both parts are (torch.allclose on view_as_real), exact is bit for bit
+    g = torch.Generator().manual_seed(6)
+    za = {"z": torch.complex(torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)),
+          "zd": torch.complex(torch.randn(40, generator=g, dtype=torch.float64), torch.randn(40, generator=g, dtype=torch.float64))}
+    save_dcp(za, tmp / "za")
+    save_dcp({k: v.clone() for k, v in za.items()}, tmp / "za2")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "za", tmp / "za2"), 0, "complex: the same state twice")
+    zb = {k: v.clone() for k, v in za.items()}
+    torch.view_as_real(zb["z"])[2, 3, 1] += 0.5  # the imaginary part of one element
+    save_dcp(zb, tmp / "zb")
+    j = run_json(dcpctl, "diff", tmp / "za", tmp / "zb", rc=1, what="complex: one imaginary part changed")
+    e = next((x for x in j.get("keys", []) if x["key"] == "z"), {})
+    d = float((torch.view_as_real(za["z"]).double() - torch.view_as_real(zb["z"]).double()).abs().max())
+    check(verdicts(j).get("z") == "values_changed" and verdicts(j).get("zd") == "identical" and e.get("differing") == 1 and
+          e.get("first_index") == [2, 3] and close(jf(e.get("max_abs_diff")), d) and not torch.equal(za["z"], zb["z"]),
+          f"complex: one element differs at [2, 3] by {d} (torch.equal false): {e}")
+    zn = {k: torch.view_as_complex(torch.view_as_real(v) + 1e-3 * torch.randn(torch.view_as_real(v).shape, generator=g, dtype=torch.view_as_real(v).dtype))
+          for k, v in za.items()}
+    save_dcp(zn, tmp / "zn")
+    for atol, rtol in ((1e-2, 0.0), (1e-3, 1e-3), (0.0, 1e-2), (2e-3, 0.0), (1e-6, 1e-6)):
+        rr, rn = {k: torch.view_as_real(v).double() for k, v in za.items()}, {k: torch.view_as_real(v).double() for k, v in zn.items()}
+        want_all = all(torch.allclose(rn[k], rr[k], rtol=rtol, atol=atol) for k in za)
+        j = run_json(dcpctl, "diff", tmp / "zn", tmp / "za", "--atol", atol, "--rtol", rtol, rc=0 if want_all else 1,
+                     what=f"complex noise atol={atol} rtol={rtol}")
+        for e in j.get("keys", []):
+            k = e["key"]
+            bad = (~torch.isclose(rn[k], rr[k], rtol=rtol, atol=atol)).any(-1)  # per element: either part
+            want = "values_changed" if bad.any() else "identical"
+            check(e["status"] == want, f"complex noise atol={atol} rtol={rtol}: {k}: {e['status']} (torch.allclose on view_as_real: {want})")
+            if bad.any():
+                first = torch.nonzero(bad.reshape(-1))[0].item()
+                idx = [int(i) for i in torch.unravel_index(torch.tensor(first), bad.shape)]
+                check(e["differing"] == int(bad.sum()) and e["first_index"] == idx,
+                      f"complex noise atol={atol} rtol={rtol}: {k}: {e['differing']} differing (torch: {int(bad.sum())}), first {e['first_index']} == {idx}")
+    zc = {k: v.to(torch.complex128 if v.dtype == torch.complex64 else torch.complex64) for k, v in za.items()}
+    save_dcp(zc, tmp / "zc")
+    j = run_json(dcpctl, "diff", tmp / "za", tmp / "zc", rc=1, what="complex cast: dtype changed")
+    check(set(verdicts(j).values()) == {"dtype_changed"}, f"complex64 vs complex128: dtype_changed: {verdicts(j)}")
+    for atol, rtol in ((0.0, 0.0), (0.0, 1e-6)):
+        want = all(torch.allclose(torch.view_as_real(za[k]).double(), torch.view_as_real(zc[k]).double(), rtol=rtol, atol=atol) for k in za)
+        expect_rc(run(dcpctl, "diff", "-q", tmp / "za", tmp / "zc", "--ignore-dtype", "--atol", atol, "--rtol", rtol), 0 if want else 1,
+                  f"complex64 vs complex128 --ignore-dtype atol={atol} rtol={rtol} (torch.allclose: {want})")
+    zp1 = {"z": za["z"].clone()}
+    torch.view_as_real(zp1["z"])[0, 0, 1] = math.nan
+    zp2 = {"z": zp1["z"].clone()}
+    torch.view_as_real(zp2["z"]).view(torch.int32)[0, 0, 1] = 0x7FC00001  # another NaN payload
+    save_dcp(zp1, tmp / "zp1")
+    save_dcp(zp2, tmp / "zp2")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "zp1", tmp / "zp2"), 1, "complex NaN payloads differ bit for bit")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "zp1", tmp / "zp2", "--equal-nan"), 0, "complex: --equal-nan, NaN part equal to NaN")
+    expect_rc(run(dcpctl, "diff", "-q", tmp / "zp1", tmp / "za", "--equal-nan", "--include", "z"), 1, "complex: NaN vs a number differs")
+
     # shape change
     save_dcp({"w": a["w"].reshape(5, 6)}, tmp / "reshaped")
     j = run_json(dcpctl, "diff", tmp / "a", tmp / "reshaped", "--include", "w", rc=1, what="shape changed")
@@ -497,6 +633,8 @@ def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         if k in got and "mean" in ref:
             check(close(jf(got[k]["mean"]), ref["mean"]) and got[k]["zeros"] == ref["zeros"], f"stats w2 {k} equal to torch")
 
+    hf_bin_dirs(dcpctl, fixtures, tmp)
+
     # every fixture against torch's own dcp_to_torch_save of it
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -523,6 +661,88 @@ def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         else:
             expect_rc(r, 5, f"{case.name} vs dcp_to_torch_save holding what weights_only refuses", "weights_only")
         pt.unlink()
+
+
+def torch_load_bin_dir(d: Path) -> dict:
+    """What transformers' loader reads from a pytorch_model*.bin directory: every file the index
+    names (or pytorch_model.bin), torch.load(weights_only=True), merged."""
+    index = d / "pytorch_model.bin.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["pytorch_model.bin"]
+    out = {}
+    for f in files:
+        out.update(torch.load(d / f, weights_only=True))
+    return out
+
+
+def hf_bin_dirs(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    """Hugging Face directories of torch.save files written by transformers 4.57.6
+    save_pretrained(safe_serialization=False) (tests/fixtures/hf_bin/README.md)."""
+    sharded, single = fixtures / "hf_bin" / "sharded", fixtures / "hf_bin" / "single"
+    views = {}
+    for d in (sharded, single):
+        view = views[d.name] = torch_load_bin_dir(d)
+        j = run_json(dcpctl, "stats", d, what=f"stats of hf_bin/{d.name}")
+        check(j.get("layout") == "torch-save", f"hf_bin/{d.name}: layout torch-save ({j.get('layout')})")
+        got = {e["key"]: e for e in j.get("tensors", [])}
+        check(set(got) == set(view), f"hf_bin/{d.name}: stats covers exactly torch's keys ({len(got)} vs {len(view)})")
+        for k, t in view.items():
+            g_, ref = got.get(k, {}), torch_stats(t)
+            check(g_.get("dtype") == str(t.dtype).removeprefix("torch.") and g_.get("shape") == list(t.shape),
+                  f"hf_bin/{d.name}: {k}: dtype and shape")
+            for f in ("numel", "nan", "zeros"):
+                check(g_.get(f) == ref[f], f"hf_bin/{d.name}: {k}: {f} {g_.get(f)} == torch's {ref[f]}")
+            for f in ("min", "max", "mean", "std", "l2_norm"):
+                check(close(jf(g_.get(f)), ref[f], 1e-12, 1e-300), f"hf_bin/{d.name}: {k}: {f} {g_.get(f)} ~ torch's {ref[f]!r}")
+    check(len({f for f in sharded.iterdir() if f.suffix == ".bin"}) == 3, "the sharded fixture has 3 .bin shards")
+
+    # the same tensors in other formats, written here by torch / safetensors
+    tensors = views["sharded"]
+    write_hf_dir(tensors, tmp / "bin_as_hf")
+    torch.save(tensors, tmp / "bin_as.pt")
+    for other in (tmp / "bin_as_hf", tmp / "bin_as.pt", sharded):
+        expect_rc(run(dcpctl, "diff", "-q", sharded, other), 0, f"hf_bin/sharded vs {other.name}: same")
+    # a bf16 export of the same model: dtype changed; by value within bf16's rounding
+    j = run_json(dcpctl, "diff", sharded, single, rc=1, what="hf_bin sharded vs single")
+    check(set(verdicts(j).values()) == {"dtype_changed"}, f"fp32 vs bf16 dirs: dtype_changed ({set(verdicts(j).values())})")
+    for rtol in (1e-2, 1e-4):
+        want = {k: torch.allclose(tensors[k].double(), views["single"][k].double(), rtol=rtol, atol=0) for k in tensors}
+        j = run_json(dcpctl, "diff", sharded, single, "--ignore-dtype", "--rtol", str(rtol), rc=0 if all(want.values()) else 1,
+                     what=f"hf_bin sharded vs single --ignore-dtype --rtol {rtol}")
+        v = verdicts(j)
+        check(all(v.get(k) == ("identical" if w else "values_changed") for k, w in want.items()),
+              f"--rtol {rtol}: every key's verdict equals torch.allclose")
+
+    # one shard rewritten by torch with one element changed
+    changed = tmp / "bin_changed"
+    shutil.copytree(sharded, changed)
+    shard = changed / "pytorch_model-00002-of-00003.bin"
+    sd = torch.load(shard, weights_only=True)
+    key = sorted(sd)[0]
+    sd[key] = sd[key].clone()
+    sd[key].view(-1)[5] += 1.0
+    torch.save(sd, shard)
+    j = run_json(dcpctl, "diff", sharded, changed, rc=1, what="hf_bin: one element changed in shard 2")
+    e = next((x for x in j.get("keys", []) if x["key"] == key), {})
+    check(e.get("status") == "values_changed" and e.get("differing") == 1 and j.get("counts", {}).get("values_changed") == 1,
+          f"hf_bin: {key} changed, nothing else: {e}")
+
+    # incomplete: a shard the index names is missing; the index names a key in a file without it
+    gone = tmp / "bin_gone"
+    shutil.copytree(sharded, gone)
+    (gone / "pytorch_model-00002-of-00003.bin").unlink()
+    expect_rc(run(dcpctl, "stats", gone), 3, "hf_bin: a shard missing", "pytorch_model-00002-of-00003.bin")
+    expect_rc(run(dcpctl, "diff", sharded, gone), 3, "hf_bin: diff with a shard missing", "pytorch_model-00002-of-00003.bin")
+    moved = tmp / "bin_moved"
+    shutil.copytree(sharded, moved)
+    idx = json.loads((moved / "pytorch_model.bin.index.json").read_text())
+    k0 = next(k for k, f in idx["weight_map"].items() if f.startswith("pytorch_model-00001"))
+    idx["weight_map"][k0] = "pytorch_model-00003-of-00003.bin"
+    (moved / "pytorch_model.bin.index.json").write_text(json.dumps(idx))
+    expect_rc(run(dcpctl, "stats", moved), 3, "hf_bin: index names a key in a file without it", k0)
+    single_only = tmp / "bin_single"
+    shutil.copytree(single, single_only)
+    (single_only / "pytorch_model.bin").write_bytes(b"not a zip")
+    expect_rc(run(dcpctl, "stats", single_only), 3, "hf_bin: pytorch_model.bin that is not a zip", "pytorch_model.bin")
 
 
 # ---------------------------------------------------------------------------------------------

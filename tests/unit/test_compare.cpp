@@ -1,16 +1,23 @@
 // The numeric core of diff and stats: float64 widening of every dtype, stable moments, ULP
 // distances, the exact and allclose rules, and window planning.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "compare/diff_core.h"
 #include "compare/stats_core.h"
 #include "compare/window.h"
+#include "item/item_reader.h"
+#include "meta/checkpoint.h"
 #include "util/elements.h"
+#include "util/memory_gate.h"
 #include "util/numeric.h"
 
 using namespace dcpctl;
@@ -115,6 +122,129 @@ TEST_CASE("stats: stable moments, Bessel std, torch's NaN/Inf rules") {
   CHECK(one.l2_norm() == 5);
 }
 
+namespace {
+
+bool same_double(double a, double b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 8) == 0; }
+
+// Every field bit for bit (NaN equal to NaN).
+bool same_acc(const StatsAccumulator& a, const StatsAccumulator& b) {
+  return a.n == b.n && a.nan == b.nan && a.pos_inf == b.pos_inf && a.neg_inf == b.neg_inf && a.zeros == b.zeros &&
+         a.first_nonfinite == b.first_nonfinite && same_double(a.base, b.base) && same_double(a.mean, b.mean) &&
+         same_double(a.m2, b.m2) && same_double(a.min, b.min) && same_double(a.max, b.max) &&
+         same_double(a.abs_max, b.abs_max) && same_double(a.sum_sq, b.sum_sq);
+}
+
+std::vector<StatsIsa> isas() {
+  std::vector<StatsIsa> v = {StatsIsa::Baseline};
+  if (stats_isa_available(StatsIsa::Avx2)) v.push_back(StatsIsa::Avx2);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("stats kernel: every bf16/fp16/fp8 bit pattern decodes as widen() does, on every SIMD path") {
+  struct Case {
+    DType d;
+    uint32_t patterns;
+  };
+  for (Case c : {Case{DType::BFloat16, 65536}, Case{DType::Float16, 65536}, Case{DType::Float8_E4M3FN, 256},
+                 Case{DType::Float8_E5M2, 256}, Case{DType::Float8_E4M3FNUZ, 256}, Case{DType::Float8_E5M2FNUZ, 256},
+                 Case{DType::Float8_E8M0FNU, 256}, Case{DType::Int8, 256}, Case{DType::UInt8, 256},
+                 Case{DType::Int16, 65536}, Case{DType::UInt16, 65536}}) {
+    size_t item = itemsize(c.d);
+    std::vector<uint8_t> raw(c.patterns * item);
+    for (uint32_t i = 0; i < c.patterns; ++i) std::memcpy(raw.data() + i * item, &i, item);  // little-endian
+    std::vector<double> wide(c.patterns);
+    widen(c.d, raw.data(), c.patterns, wide.data());
+    for (StatsIsa isa : isas()) {
+      INFO("dtype " << info(c.d).torch_name << " isa " << static_cast<int>(isa));
+      // Groups of 8 (the vector body) and of 3 (the scalar tail): one value's decode differing
+      // from widen() changes the group's sums, extremes or counts.
+      bool all = true;
+      for (size_t g : {size_t{8}, size_t{3}})
+        for (uint32_t i = 0; i < c.patterns; i += static_cast<uint32_t>(g)) {
+          size_t n = std::min<size_t>(g, c.patterns - i);
+          StatsAccumulator a, b;
+          stats_add_raw(a, isa, c.d, raw.data() + i * item, n, i);
+          b.add(wide.data() + i, n, i);
+          all = all && same_acc(a, b);
+          if (!same_acc(a, b)) {
+            UNSCOPED_INFO("patterns from " << i);
+            break;
+          }
+        }
+      CHECK(all);
+    }
+  }
+  // float16 subnormals, infinities and NaN payloads by the bit path, one at a time against f16_to_f32
+  for (uint32_t h : {0x0001u, 0x03FFu, 0x8001u, 0x7C00u, 0xFC00u, 0x7E00u, 0x7C01u, 0xFFFFu, 0x8000u}) {
+    std::vector<uint16_t> v(8, static_cast<uint16_t>(h));
+    for (StatsIsa isa : isas()) {
+      StatsAccumulator a;
+      stats_add_raw(a, isa, DType::Float16, reinterpret_cast<const uint8_t*>(v.data()), 8, 0);
+      double ref = f16_to_f32(static_cast<uint16_t>(h));
+      if (std::isnan(ref)) CHECK(a.nan == 8);
+      else CHECK((a.min == ref && a.max == ref));
+    }
+  }
+}
+
+TEST_CASE("stats kernel: SIMD paths agree bit for bit, non-finite values located across blocks") {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> nd(3, 2);
+  for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{20011}}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    if (n > 9000) {
+      x[9000] = std::numeric_limits<float>::quiet_NaN();
+      x[n - 1] = -std::numeric_limits<float>::infinity();
+    }
+    std::vector<StatsAccumulator> r;
+    for (StatsIsa isa : isas()) {
+      StatsAccumulator a;
+      stats_add_raw(a, isa, DType::Float32, reinterpret_cast<const uint8_t*>(x.data()), n, 100);
+      r.push_back(a);
+    }
+    for (const auto& a : r) CHECK(same_acc(a, r[0]));
+    // and the same as widening first
+    std::vector<double> w(x.begin(), x.end());
+    StatsAccumulator b;
+    b.add(w.data(), n, 100);
+    CHECK(same_acc(r[0], b));
+    if (n > 9000) {
+      CHECK(std::isnan(r[0].mean_value()));
+      CHECK(r[0].nan == 1);
+      CHECK(r[0].neg_inf == 1);
+      CHECK(r[0].first_nonfinite == 9100);
+    }
+  }
+  // An infinity in an early block is the mean after any number of finite blocks (as torch's
+  // mean), and +inf with -inf in different blocks is NaN; std is NaN either way.
+  for (StatsIsa isa : isas()) {
+    std::vector<double> y(3 * 4096 + 5, 0.5);
+    y[10] = kInf;
+    StatsAccumulator a;
+    stats_add_raw(a, isa, DType::Float64, reinterpret_cast<const uint8_t*>(y.data()), y.size(), 0);
+    CHECK(a.mean_value() == kInf);
+    CHECK(std::isnan(a.std_value()));
+    CHECK(a.max_value() == kInf);
+    CHECK(a.min_value() == 0.5);
+    y[3 * 4096 + 1] = -kInf;
+    StatsAccumulator b;
+    stats_add_raw(b, isa, DType::Float64, reinterpret_cast<const uint8_t*>(y.data()), y.size(), 0);
+    CHECK(std::isnan(b.mean_value()));
+    CHECK(b.first_nonfinite == 10);
+  }
+  // complex: (re, im) values, value indices (view_as_real): element 5's imaginary part is value 11
+  std::vector<float> c(2 * 3000, 1.0f);
+  c[2 * 2500 + 1] = std::numeric_limits<float>::infinity();
+  StatsAccumulator a;
+  a.add_raw(DType::Complex64, reinterpret_cast<const uint8_t*>(c.data()), 3000, 7);
+  CHECK(a.n == 6000);
+  CHECK(a.pos_inf == 1);
+  CHECK(a.first_nonfinite == 2 * (7 + 2500) + 1);
+}
+
 TEST_CASE("ULP distances count representable values") {
   float a = 1.0f, b = std::nextafter(std::nextafter(1.0f, 2.0f), 2.0f);
   CHECK(float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&b)) - float_ordinal(DType::Float32, reinterpret_cast<uint8_t*>(&a)) == 2);
@@ -195,4 +325,63 @@ TEST_CASE("windows cover a tensor in order, each within budget") {
     }
   }
   CHECK(unravel({2, 3, 4}, 23) == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE("window filler decodes a zstd chunk once for all its windows, within the gate") {
+  // tests/fixtures/zstd: 2 ranks, every item a zstd frame, written by torch (FileSystemWriter
+  // with ZStandard); zeros_64x16 and rand_9x5 are in 2 chunks of rows each.
+  Checkpoint ck = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/zstd/ckpt");
+  ItemReader reader(ck);
+  for (const std::string key : {"rand_9x5", "zeros_64x16"}) {
+    INFO(key);
+    const TensorMeta* tp = nullptr;
+    for (const auto& t : ck.md.tensors)
+      if (t.fqn == key) tp = &t;
+    REQUIRE(tp);
+    const TensorMeta& t = *tp;
+    REQUIRE(t.num_chunks() == 2);
+    REQUIRE(t.storage[0].transforms != 0);
+    const uint64_t bytes = t.nbytes(), row = static_cast<uint64_t>(t.shape[1]);
+    // The reference: the whole tensor in one window, chunk by chunk.
+    std::vector<uint8_t> ref(bytes), scratch(bytes);
+    WindowFiller whole(reader, t);
+    whole.fill(Window{0, t.numel()}, ref.data(), scratch.data());
+    CHECK(whole.decodes() == 2);
+    // One window per row: every chunk is needed by several windows.
+    std::vector<Window> rows = plan_windows(t.shape, row);
+    REQUIRE(rows.size() == static_cast<size_t>(t.shape[0]));
+    auto walk = [&](WindowFiller& f, unsigned threads) {
+      std::vector<uint8_t> out(bytes);
+      std::atomic<size_t> next{0};
+      std::vector<std::thread> ts;
+      for (unsigned i = 0; i < threads; ++i)
+        ts.emplace_back([&] {
+          std::vector<uint8_t> s(bytes);
+          for (size_t w; (w = next++) < rows.size();) f.fill(rows[w], out.data() + rows[w].start * itemsize(*t.dtype), s.data());
+        });
+      for (auto& th : ts) th.join();
+      return out;
+    };
+    {
+      WindowFiller f(reader, t);  // no gate: every window decodes its chunk's item again
+      CHECK(walk(f, 1) == ref);
+      CHECK(f.decodes() == rows.size());
+    }
+    for (unsigned threads : {1u, 3u}) {
+      MemoryGate gate(1 << 20);
+      {
+        WindowFiller f(reader, t, &gate, rows);
+        CHECK(walk(f, threads) == ref);
+        CHECK(f.decodes() == 2);  // once per chunk
+      }
+      CHECK(gate.try_acquire(1 << 20));  // everything given back
+    }
+    {
+      MemoryGate gate(8);  // no chunk fits: decoded per window, as without a gate
+      WindowFiller f(reader, t, &gate, rows);
+      CHECK(walk(f, 2) == ref);
+      CHECK(f.decodes() == rows.size());
+      CHECK(gate.try_acquire(8));
+    }
+  }
 }
