@@ -338,11 +338,11 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         if (group) group->publish("outdir", dir_path);
       }
     } catch (const std::exception& e) {
-      if (group) group->announce("setup", e.what());
+      if (group) group->announce("setup", e.what(), exit_code_of(e));
       throw;
     }
     if (group) {
-      if (leader) group->announce("setup", "");
+      if (leader) group->announce("setup", "", ExitCode::ok);
       group->await("setup");
       if (!leader) dir_path = group->fetch("outdir");
     }
@@ -461,7 +461,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
       }
     } catch (const std::exception& e) {
       group->report("write", e.what(), exit_code_of(e));
-      if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
+      if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
       throw;
     }
     group->report("write", "", ExitCode::ok);
@@ -479,7 +479,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
           mc.length = l[3].get<uint64_t>();
         }
     } catch (const std::exception& e) {
-      group->announce("commit", e.what());
+      group->announce("commit", e.what(), exit_code_of(e));
       throw;
     }
   }
@@ -494,10 +494,10 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
     }
     dir->commit();
   } catch (const std::exception& e) {
-    if (group) group->announce("commit", e.what());
+    if (group) group->announce("commit", e.what(), exit_code_of(e));
     throw;
   }
-  if (group) group->announce("commit", "");
+  if (group) group->announce("commit", "", ExitCode::ok);
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   summary["seconds"] = secs;
