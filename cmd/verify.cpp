@@ -16,6 +16,7 @@ struct VerifyCliOptions {
   bool deep = false;
   bool checksum = false;
   unsigned threads = 0;
+  std::string max_memory;
 };
 
 static void print_findings(const json& list, const char* title) {
@@ -34,6 +35,7 @@ int run_verify(const VerifyCliOptions& o) {
   vo.deep = o.deep;
   vo.checksum = o.checksum;
   vo.threads = o.threads;
+  if (!o.max_memory.empty()) vo.max_memory = size_option("--max-memory", o.max_memory);
   json r = verify_checkpoint(o.checkpoint, vo);
   bool ok = r["ok"].get<bool>();
   if (o.json) {
@@ -61,6 +63,7 @@ void setup_verify(CLI::App& parent, RunFn& run) {
   sub->add_flag("--deep", o->deep, "Also decode every item and check its dtype, shape and length against .metadata");
   sub->add_flag("--checksum", o->checksum, "With --deep: print the SHA-256 of every full tensor (C order, little-endian)");
   sub->add_option("--threads", o->threads, "Reader threads for --deep (0 = all cores)")->capture_default_str()->type_name("N");
+  sub->add_option("--max-memory", o->max_memory, "Cap on --deep/--checksum buffer memory (default 1GiB)")->type_name("SIZE");
   sub->callback([&run, o] { run = [o] { return run_verify(*o); }; });
 }
 

@@ -16,8 +16,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--filter' '--value' '--max-values')
             ;;
         'dcpctl verify')
-            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads')
-            _dcpctl_vals=('--threads')
+            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory')
+            _dcpctl_vals=('--threads' '--max-memory')
             ;;
         'dcpctl ls')
             _dcpctl_opts=('-h' '--help' '--json')

@@ -35,6 +35,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l json -d 'Print the
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also decode every item and check its dtype, shape and length against .metadata'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With --deep: print the SHA-256 of every full tensor (C order, little-endian)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores)'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d 'Cap on --deep/--checksum buffer memory (default 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'
 
 # dcpctl ls

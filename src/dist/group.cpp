@@ -105,6 +105,20 @@ class GlooTransport final : public Transport {
 };
 #endif
 
+std::string status_text(const std::string& error, ExitCode code) {
+  return "error " + std::to_string(static_cast<int>(code)) + ": " + error;
+}
+
+// {exit code, message} of "error <code>: <message>"; anything else is a failure (1) as it is.
+std::pair<ExitCode, std::string> parse_status(const std::string& s) {
+  size_t colon = s.find(": ");
+  if (s.rfind("error ", 0) == 0 && colon != std::string::npos) {
+    int code = std::atoi(s.substr(6, colon - 6).c_str());
+    if (code >= 1 && code <= 5) return {static_cast<ExitCode>(code), s.substr(colon + 2)};
+  }
+  return {ExitCode::failure, s};
+}
+
 class StoreGroup final : public Group {
  public:
   StoreGroup(const LaunchEnv& e, std::chrono::seconds timeout, Backend backend)
@@ -160,7 +174,8 @@ class StoreGroup final : public Group {
         std::string d = get("agree/" + what + "/" + std::to_string(r), r);
         if (d != digest) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
       }
-      announce("agree/" + what, bad.empty() ? "" : "rank(s) " + bad + " were given a different command or see a different checkpoint than rank 0");
+      announce("agree/" + what, bad.empty() ? "" : "rank(s) " + bad + " were given a different command or see a different checkpoint than rank 0",
+               ExitCode::usage);
     }
     await_impl("agree/" + what, true);
   }
@@ -170,28 +185,22 @@ class StoreGroup final : public Group {
 
   // A status is "ok" or "error <exit code>: <message>".
   void report(const std::string& phase, const std::string& error, ExitCode code) override {
-    set("status/" + phase + "/" + std::to_string(rank()),
-        error.empty() ? "ok" : "error " + std::to_string(static_cast<int>(code)) + ": " + error);
+    set("status/" + phase + "/" + std::to_string(rank()), error.empty() ? "ok" : status_text(error, code));
   }
 
   void collect(const std::string& phase) override {
     for (int r = 1; r < size(); ++r) {
       std::string s = get("status/" + phase + "/" + std::to_string(r), r);
       if (s == "ok") continue;
-      int code = static_cast<int>(ExitCode::failure);
-      std::string why = s;
-      size_t colon = s.find(": ");
-      if (s.rfind("error ", 0) == 0 && colon != std::string::npos) {
-        code = std::atoi(s.substr(6, colon - 6).c_str());
-        why = s.substr(colon + 2);
-      }
-      throw_error(static_cast<ExitCode>(code), Where(), "rank " + std::to_string(r) + " failed: " + why);
+      auto [code, why] = parse_status(s);
+      throw_error(code, Where(), "rank " + std::to_string(r) + " failed: " + why);
     }
   }
 
-  void announce(const std::string& phase, const std::string& error) override {
+  // An outcome is "ok" or "error <exit code>: <message>", as a status.
+  void announce(const std::string& phase, const std::string& error, ExitCode code) override {
     failed_ = failed_ || !error.empty();
-    set("outcome/" + phase, error.empty() ? "ok" : error);
+    set("outcome/" + phase, error.empty() ? "ok" : status_text(error, code));
   }
 
   void await(const std::string& phase) override { await_impl(phase, false); }
@@ -259,7 +268,10 @@ class StoreGroup final : public Group {
     try {
       if (!store_->check({key})) return;
       std::string s = string_of(store_->get(key));
-      if (s != "ok") throw Error(Where(), "rank 0 ended the run: " + s);
+      if (s != "ok") {
+        auto [code, why] = parse_status(s);
+        throw_error(code, Where(), "rank 0 ended the run: " + why);
+      }
     } catch (const Error&) {
       throw;
     } catch (const std::exception&) {
@@ -301,8 +313,13 @@ class StoreGroup final : public Group {
     if (rank() == 0 && phase.rfind("agree/", 0) != 0) return;
     std::string s = get("outcome/" + phase, 0);
     if (s == "ok") return;
-    if (usage) throw UsageError(Where(), s);
-    throw Error(Where(), "rank 0 ended the run: " + s);
+    auto [code, why] = parse_status(s);
+    // An agreement that failed is a usage error (announced as such); rank 0 may also end the run
+    // at that point with a failure of its own, and its code.
+    if (usage) throw_error(code, Where(), why);
+    // Every rank ends with the exit code of the failure rank 0 announced (3 for an invalid
+    // checkpoint, 4 for I/O, ...), not a generic 1.
+    throw_error(code, Where(), "rank 0 ended the run: " + why);
   }
 
   void set(const std::string& key, const std::string& value) {

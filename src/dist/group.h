@@ -45,8 +45,10 @@ class Group {
   // code of the rank that failed), or on silence.
   virtual void report(const std::string& phase, const std::string& error, ExitCode code) = 0;
   virtual void collect(const std::string& phase) = 0;
-  // Rank 0 announces the outcome of `phase`; the others wait for it (and throw on failure).
-  virtual void announce(const std::string& phase, const std::string& error) = 0;
+  // Rank 0 announces the outcome of `phase` with the exit code its error maps to; the others wait
+  // for it and throw on failure as the error class of that code, so every rank exits with the
+  // code of the failure (3 for a damaged checkpoint, ...), not a generic 1.
+  virtual void announce(const std::string& phase, const std::string& error, ExitCode code) = 0;
   virtual void await(const std::string& phase) = 0;
 
   // Opens the process group that carries bulk bytes (collective: every rank calls it).

@@ -4,11 +4,14 @@
 #include <mutex>
 #include <vector>
 
+#include "compare/buffers.h"
+#include "compare/window.h"
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
 #include "meta/structure.h"
 #include "plan/assemble.h"
 #include "plan/geometry.h"
+#include "util/memory_gate.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
 
@@ -84,11 +87,39 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       uint64_t bytes_read = 0;
       unsigned threads = opts.threads ? opts.threads : default_threads();
       size_t n = md.tensors.size() + md.bytes.size();
-      parallel_for(n, threads, [&](size_t i) {
+      threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n)));
+      // Every buffer a worker holds is charged to the gate: windows of the full tensor (for
+      // --checksum, hashed in C order) or of a chunk's dense bytes, at most max_memory / threads
+      // each. A zstd item is decoded whole by the reader, so its decoded size is charged too. A
+      // single need above the budget runs alone (the gate admits it when nothing else is live).
+      MemoryGate gate(opts.max_memory);
+      const uint64_t per_worker = std::max<uint64_t>(opts.max_memory / threads, 1);
+      // What the reader allocates itself while reading one chunk: a zstd item is decoded whole; a
+      // non-contiguous view (a saved slice) is gathered from its whole storage into a dense copy.
+      auto reader_need = [&](const TensorMeta& t, size_t c) -> uint64_t {
+        uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
+        if (!t.storage[c].present()) return 0;
+        if (t.storage[c].transforms != 0) return bytes + ItemLimits{}.zip_overhead;
+        try {
+          TensorBlob b = reader.describe_chunk(t, c);
+          if (!b.contiguous()) return b.extent() * itemsize(b.dtype) + bytes;
+        } catch (const Error&) {
+          // Reported by the read itself.
+        }
+        return 0;
+      };
+      run_tasks(n, threads, gate, [&](size_t i, WorkerBuffers& buf) {
         if (i >= md.tensors.size()) {
           const BytesMeta& b = md.bytes[i - md.tensors.size()];
           if (!b.storage.present()) return;
           try {
+            // Decoding a non-tensor item holds its data.pkl and the VM's copy of what it holds
+            // (about twice its size), and a zstd item's decoded bytes too (up to the reader's cap).
+            ItemLimits lim;
+            uint64_t need = 2 * b.storage.length;
+            if (b.storage.transforms != 0)
+              need = 3 * std::min<uint64_t>(lim.bytes_item_base + b.storage.length * lim.bytes_item_ratio, lim.max_pickle_bytes);
+            buf.prepare(0, 0, need);
             reader.read_bytes(b);
           } catch (const Error& e) {
             col.from_error(e);
@@ -100,28 +131,58 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         size_t item = itemsize(*t.dtype);
         bool all_present = true;
         for (size_t c = 0; c < t.num_chunks(); ++c) all_present = all_present && (t.storage[c].present() || t.chunk_numel(c) == 0);
+        std::vector<uint64_t> needs(t.num_chunks());
+        uint64_t decoded = 0;
+        for (size_t c = 0; c < t.num_chunks(); ++c) decoded = std::max(decoded, needs[c] = reader_need(t, c));
+        uint64_t window_bytes = std::max<uint64_t>(per_worker > decoded ? (per_worker - decoded) / 2 : 0, item);
+        if (decoded != 0) {
+          // The reader decodes (or gathers) a chunk whole for every window touching it: windows
+          // of at least the largest chunk keep that to a few passes per chunk, at the cost of
+          // charging more than the budget share (a lone oversized need still runs, alone).
+          uint64_t largest = 0;
+          for (size_t c = 0; c < t.num_chunks(); ++c) largest = std::max(largest, t.chunk_numel(c) * item);
+          window_bytes = std::max(window_bytes, largest);
+        }
         if (opts.checksum && all_present && check_coverage(t, 1).exact) {
           try {
-            std::vector<uint8_t> full(t.nbytes());
-            read_full_tensor(reader, t, full.data());
+            // Hashed window by window, in order: the tensor is never held whole.
+            WindowFiller filler(reader, t);
             Sha256 h;
-            h.update(full.data(), full.size());
+            uint64_t done = 0;
+            for (const Window& w : plan_windows(t.shape, window_bytes / item)) {
+              uint64_t bytes = w.numel * item;
+              buf.prepare(bytes, bytes, decoded);
+              filler.fill(w, buf.a(), buf.b());
+              h.update(buf.a(), bytes);
+              done += bytes;
+            }
             std::lock_guard<std::mutex> lock(mu);
             checksums[t.fqn] = h.hex();
-            bytes_read += full.size();
+            bytes_read += done;
           } catch (const Error& e) {
             col.from_error(e);
           }
           return;
         }
-        std::vector<uint8_t> scratch;
         for (size_t c = 0; c < t.num_chunks(); ++c) {
           if (!t.storage[c].present()) continue;
           try {
-            scratch.resize(t.chunk_numel(c) * item);
-            reader.read_chunk(t, c, scratch.data());
+            uint64_t chunk_bytes = t.chunk_numel(c) * item;
+            if (needs[c] != 0) {
+              // Decoded or gathered whole by the reader anyway: one read, not one per window.
+              buf.prepare(chunk_bytes, 0, needs[c]);
+              reader.read_chunk(t, c, buf.a());
+            } else {
+              uint64_t step = std::max<uint64_t>(window_bytes / item, 1) * item;
+              if (chunk_bytes == 0) reader.describe_chunk(t, c);
+              for (uint64_t from = 0; from < chunk_bytes; from += step) {
+                uint64_t k = std::min(step, chunk_bytes - from);
+                buf.prepare(k, 0, 0);
+                reader.read_chunk_bytes(t, c, from, k, buf.a());
+              }
+            }
             std::lock_guard<std::mutex> lock(mu);
-            bytes_read += scratch.size();
+            bytes_read += chunk_bytes;
           } catch (const Error& e) {
             col.from_error(e);
           }

@@ -12,6 +12,7 @@
 // duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -21,6 +22,10 @@ struct VerifyOptions {
   bool deep = false;
   bool checksum = false;  // implies deep
   unsigned threads = 0;   // 0 = all cores
+  // --deep reads chunks, and --checksum hashes full tensors, in windows whose buffers (with what
+  // the reader decodes or gathers whole: zstd items, non-contiguous views) are charged to this
+  // budget; a single need larger than the budget runs alone.
+  uint64_t max_memory = 1ull << 30;
 };
 
 // Throws IoError only when the directory itself cannot be opened; everything else is a finding.

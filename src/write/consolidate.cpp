@@ -386,6 +386,7 @@ struct DistributedWrite {
     if (leader) {
       std::exception_ptr failed;
       std::string error;
+      ExitCode code = ExitCode::ok;
       try {
         if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
         std::string paths;
@@ -400,9 +401,10 @@ struct DistributedWrite {
         g.publish("outputs", paths);
       } catch (const std::exception& e) {
         error = e.what();
+        code = exit_code_of(e);
         failed = std::current_exception();
       }
-      g.announce("setup", error);
+      g.announce("setup", error, code);
       if (failed) std::rethrow_exception(failed);
     }
     g.await("setup");
@@ -438,7 +440,7 @@ struct DistributedWrite {
       ex.finish_pushing();
     } catch (const std::exception& e) {
       g.report("write", e.what(), exit_code_of(e));
-      if (leader) g.announce("commit", std::string("rank 0 failed: ") + e.what());
+      if (leader) g.announce("commit", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
       throw;
     }
     g.report("write", "", ExitCode::ok);
@@ -455,10 +457,10 @@ struct DistributedWrite {
         dir->commit();
       }
     } catch (const std::exception& e) {
-      g.announce("commit", e.what());
+      g.announce("commit", e.what(), exit_code_of(e));
       throw;
     }
-    g.announce("commit", "");
+    g.announce("commit", "", ExitCode::ok);
     summary["ranks"] = world;
     summary["backend"] = g.backend_name();
   }
@@ -662,7 +664,16 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   // real run would not refuse the output (exists without --force, inside the checkpoint).
   Group* group = o.group;
   bool leader = !group || group->rank() == 0;
-  if (leader) check_output_path(o.output, o.force, ck.dir);
+  if (leader) {
+    try {
+      check_output_path(o.output, o.force, ck.dir);
+    } catch (const std::exception& e) {
+      // The other ranks are about to agree on the plan (run()): they learn of this refusal
+      // there, with its exit code, instead of waiting for a rank 0 that is gone.
+      if (group && !o.dry_run) group->announce("agree/plan", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+      throw;
+    }
+  }
   if (o.dry_run) {
     json keys = json::array();
     for (const auto& t : tensors)

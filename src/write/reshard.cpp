@@ -104,9 +104,10 @@ bool is_run(const Box& b, const std::vector<int64_t>& shape) {
 }
 
 // Buffers assemble_box takes to read one source chunk of `t` into target boxes `targets`: the
-// decoded item when the chunk is stream-transformed (zstd), plus a dense copy of the chunk when
-// its rows are not copied straight into place. Counted at least once, which also covers a chunk
-// saved as a non-contiguous view (gathered through a copy of its storage).
+// decoded item when the chunk is stream-transformed (zstd: the chunk's bytes plus the zip around
+// them, which the reader's cap allows up to ItemLimits::zip_overhead), plus a dense copy of the
+// chunk when its rows are not copied straight into place. Counted at least once, which also
+// covers a chunk saved as a non-contiguous view (gathered through a copy of its storage).
 uint64_t source_read_need(const TensorMeta& t, const std::vector<Box>& targets) {
   bool runs = t.ndim() > 0;
   for (size_t c = 0; runs && c < t.num_chunks(); ++c) runs = is_run(source_box(t, c), t.shape);
@@ -114,8 +115,9 @@ uint64_t source_read_need(const TensorMeta& t, const std::vector<Box>& targets) 
   uint64_t need = 0;
   for (size_t c = 0; c < t.num_chunks(); ++c) {
     uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
-    uint64_t copies = (t.storage[c].transforms != 0 ? 1 : 0) + (runs ? 0 : 1);
-    need = std::max(need, bytes * std::max<uint64_t>(copies, 1));
+    bool decoded = t.storage[c].transforms != 0;
+    uint64_t copies = (decoded ? 1 : 0) + (runs ? 0 : 1);
+    need = std::max(need, bytes * std::max<uint64_t>(copies, 1) + (decoded ? ItemLimits{}.zip_overhead : 0));
   }
   return need;
 }
@@ -186,6 +188,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   if (world < 1 || world > 1 << 20) throw UsageError(Where(), "--world-size must be between 1 and 1048576");
 
   // ---- plan ----
+  ItemReader reader(ck);
   std::vector<PlanTensor> tensors;
   std::vector<const SelectedItem*> bytes_items;
   std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
@@ -262,7 +265,18 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
       uint64_t nb = pt.boxes[c].numel() * di;
       rank_bytes[pt.ranks[c]] += nb;
       total += nb;
-      largest_need = std::max(largest_need, pt.need(c));
+      // A target chunk whose pieces can be read in place streams through the 1 MiB windows
+      // (write_files) and holds no buffer: it needs nothing from the budget. Probed only when its
+      // worst case would not fit a given --max-memory (the probe reads each source item's
+      // data.pkl); an item that cannot be read counts in full here and fails when written.
+      uint64_t need = pt.need(c);
+      if (o.max_memory && need > o.max_memory) {
+        try {
+          if (direct_pieces(reader, t, pt.boxes[c])) need = 0;
+        } catch (const Error&) {
+        }
+      }
+      largest_need = std::max(largest_need, need);
     }
     tensors.push_back(std::move(pt));
   }
@@ -324,16 +338,15 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         if (group) group->publish("outdir", dir_path);
       }
     } catch (const std::exception& e) {
-      if (group) group->announce("setup", e.what());
+      if (group) group->announce("setup", e.what(), exit_code_of(e));
       throw;
     }
     if (group) {
-      if (leader) group->announce("setup", "");
+      if (leader) group->announce("setup", "", ExitCode::ok);
       group->await("setup");
       if (!leader) dir_path = group->fetch("outdir");
     }
   }
-  ItemReader reader(ck);
   MemoryGate gate(budget);
   std::atomic<uint64_t> done{0};
 
@@ -391,10 +404,14 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
           mb.offset = out.appended();
           mb.length = bm.storage.length;
           mb.transforms = md.transform_sets.at(bm.storage.transforms);
+          // Copied as they are (still encoded), a window at a time: a large non-tensor item
+          // costs no more memory than a small one.
           const ReadFile in(ck.path_of(bm.storage.file));
-          GatedBuffer buf(gate, bm.storage.length);
-          in.read_at(bm.storage.offset, buf.data(), bm.storage.length, bm.fqn);
-          out.append(buf.data(), bm.storage.length);
+          for (uint64_t pos = 0; pos < bm.storage.length; pos += kWindowBytes) {
+            uint64_t k = std::min<uint64_t>(kWindowBytes, bm.storage.length - pos);
+            in.read_at(bm.storage.offset + pos, win_in.get(), k, bm.fqn);
+            out.append(win_in.get(), k);
+          }
         }
       }
       for (const Job& j : jobs[r]) {
@@ -444,7 +461,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
       }
     } catch (const std::exception& e) {
       group->report("write", e.what(), exit_code_of(e));
-      if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what());
+      if (leader) group->announce("commit", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
       throw;
     }
     group->report("write", "", ExitCode::ok);
@@ -462,7 +479,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
           mc.length = l[3].get<uint64_t>();
         }
     } catch (const std::exception& e) {
-      group->announce("commit", e.what());
+      group->announce("commit", e.what(), exit_code_of(e));
       throw;
     }
   }
@@ -477,10 +494,10 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
     }
     dir->commit();
   } catch (const std::exception& e) {
-    if (group) group->announce("commit", e.what());
+    if (group) group->announce("commit", e.what(), exit_code_of(e));
     throw;
   }
-  if (group) group->announce("commit", "");
+  if (group) group->announce("commit", "", ExitCode::ok);
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   summary["seconds"] = secs;

@@ -162,13 +162,13 @@ for what in consolidate reshard; do
 done
 # Rank 1 dies mid-transfer (SIGKILL after pushing two windows to rank 0): rank 0 names it and
 # fails within seconds (the dead peer's connection closes; no --timeout wait) with exit 4, rank 2
-# learns that rank 0 ended the run (exit 1: a failure it did not see itself), and nothing is left
-# behind.
+# learns that rank 0 ended the run and exits with the same code (4: rank 0's announcement carries
+# it), and nothing is left behind.
 start=$SECONDS
 DCPCTL_FAILPOINT=exchange-push:1 run_env 3 consolidate "$fixtures/sample/ckpt" -o "$work/mid.safetensors" -q
 check "mid-run kill: rank 0 exits 4 (rc $(cat "$work/rc-0"))" test "$(cat "$work/rc-0")" = 4
 check "mid-run kill: rank 1 killed by SIGKILL (rc $(cat "$work/rc-1"))" test "$(cat "$work/rc-1")" = 137
-check "mid-run kill: rank 2 exits 1 (rc $(cat "$work/rc-2"))" test "$(cat "$work/rc-2")" = 1
+check "mid-run kill: rank 2 exits 4, rank 0's code (rc $(cat "$work/rc-2"))" test "$(cat "$work/rc-2")" = 4
 check "mid-run kill: rank 0 names rank 1" grep -q "rank 1 died" "$work/log-0"
 check "mid-run kill: rank 2 names rank 0's outcome" grep -q "rank 0 ended the run" "$work/log-2"
 check "mid-run kill: over in $((SECONDS - start)) s (< 30, the timeout is 60)" test $((SECONDS - start)) -lt 30
@@ -194,6 +194,21 @@ check "reshard: rank 1's read error keeps its exit code on rank 0" \
   run_env 2 reshard "$work/damaged" -o "$work/damaged-w2" -w 2 -q
 check "reshard: rank 1's read error: nothing left behind" \
   test -z "$(find "$work" -maxdepth 1 -name "damaged-w2*" -o -maxdepth 1 -name ".damaged-w2*")"
+# The same with a third process that writes no target rank: it learns of the failure only from
+# rank 0's announcement, and must exit with its code (3), not a generic 1.
+check "reshard: a bystander rank exits with the failure's code" \
+  expect_fail 3 3 "rank 1 failed: .*__1_0.distcp: offset $at: key 'app.model.tok_emb.weight'" \
+  run_env 3 reshard "$work/damaged" -o "$work/damaged-w2" -w 2 -q
+check "reshard: bystander: rank 2 says rank 0 ended the run" grep -q "rank 0 ended the run: .*rank 1 failed" "$work/log-2"
+# Rank 0's own failure in set-up (the output exists, no --force: a usage error) reaches the others
+# with its code: every rank exits 2.
+mkdir -p "$work/exists-out"
+check "setup failure: every rank exits rank 0's code 2" \
+  expect_fail 2 2 "exists" run_env 2 reshard "$fixtures/sample/ckpt" -o "$work/exists-out" -w 2 -q
+check "setup failure: rank 1 names rank 0's outcome" grep -q "rank 0 ended the run" "$work/log-1"
+check "setup failure: consolidate too" \
+  expect_fail 2 2 "exists" run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/exists-out" --format hf -q
+rmdir "$work/exists-out"
 # Ranks given different commands fail together (usage error) before any work.
 next_port=$((next_port + 1))
 for r in 0 1; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest fuzz-metadata-smoke: runs the libFuzzer target for a bounded time on the seed corpus.
+# CTest fuzz-*-smoke: runs one libFuzzer target for a bounded time on its seed corpus.
 # Without a fuzz build it skips (77) on a developer's machine and fails under CI=true or
 # DCPCTL_REQUIRE_VENV=1: tools/dev.sh test builds it (tools/fuzz.sh --build, clang).
 # usage: smoke.sh FUZZ_BINARY CORPUS_DIR [SECONDS]

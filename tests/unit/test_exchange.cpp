@@ -54,7 +54,7 @@ class FakeGroup final : public Group {
   }
   void report(const std::string&, const std::string&, ExitCode) override {}
   void collect(const std::string&) override {}
-  void announce(const std::string&, const std::string&) override {}
+  void announce(const std::string&, const std::string&, ExitCode) override {}
   void await(const std::string&) override {}
   void connect_transport() override {}
   void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
