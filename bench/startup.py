@@ -18,12 +18,21 @@ def run_once(argv):
     pid = os.posix_spawn(argv[0], argv, os.environ,
                          file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                                        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-    _, status, ru = os.wait4(pid, 0)
+    _, status, _ = os.wait4(pid, 0)
     seconds = time.perf_counter() - start
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         sys.exit(f"{' '.join(argv)} exited {rc}")
-    return seconds, ru.ru_maxrss / 1024.0
+    return seconds
+
+
+def peak_rss_mib(argv):
+    """GNU time's maximum resident set size (a spawned child's own ru_maxrss can include the
+    parent's memory from before exec)."""
+    import subprocess
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       text=True, check=True)
+    return int(r.stderr.strip().splitlines()[-1]) / 1024.0
 
 
 def main():
@@ -49,11 +58,8 @@ def main():
     for name, argv in cases:
         for _ in range(a.warmup):
             run_once(argv)
-        times, rss = [], 0.0
-        for _ in range(a.runs):
-            t, r = run_once(argv)
-            times.append(t * 1000)
-            rss = max(rss, r)
+        times = [run_once(argv) * 1000 for _ in range(a.runs)]
+        rss = peak_rss_mib(argv)
         times.sort()
         p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
         print(f"{name:<46} {statistics.median(times):>10.1f} {p90:>8.1f} {rss:>13.1f}", flush=True)
