@@ -232,10 +232,12 @@ struct DistributedWrite {
   const ConsolidateOptions& o;
   const std::vector<OutTensor>& tensors;
   const std::vector<OutFile>& files;
-  MemoryGate& gate;
+  uint64_t budget;   // --max-memory, or the automatic one (raised here for set-aside decodes)
+  uint64_t largest;  // the largest buffer any writer task takes
   Progress& prog;
   const ItemReader& reader;
   ChunkOwners& owners;
+  std::unique_ptr<MemoryGate> gate_ptr;  // made in run(), once the set-aside is known
 
   struct Item {
     size_t tensor;                // index into tensors
@@ -246,6 +248,7 @@ struct DistributedWrite {
     unsigned lane;
   };
 
+  MemoryGate& gate() const { return *gate_ptr; }
   size_t meta_index(const OutTensor& ot) const { return static_cast<size_t>(ot.t - ck.md.tensors.data()); }
 
   // Receives the chunks of a whole tensor into `full` (its dense bytes, source dtype).
@@ -280,7 +283,7 @@ struct DistributedWrite {
     size_t si = itemsize(ot.src), di = itemsize(ot.dst);
     std::vector<uint8_t> conv;
     if (it.whole) {
-      GateReservation hold(gate, ot.need);
+      GateReservation hold(gate(), ot.need);
       std::vector<uint8_t> full(ot.t->nbytes());
       assemble(ex, it.lane, it, full.data());
       const uint8_t* data = cast_window(ot, full.data(), full.size(), conv);
@@ -290,12 +293,12 @@ struct DistributedWrite {
     }
     uint32_t c = it.chunks.front();
     uint64_t out_off = base + chunk_start(*ot.t, c) / si * di;
-    // A zstd item read on this rank is decoded whole before its windows go out.
-    GateReservation hold(gate, ot.transformed ? ot.t->chunk_numel(c) * si : 0);
+    // A chunk read on this rank that must be decoded whole (zstd, a non-contiguous view) takes
+    // its memory from the gate; the lane holds nothing else.
     ex.receive(it.lane, meta_index(ot), c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
       out.pwrite_all(cast_window(ot, p, n, conv), n / si * di, out_off + off / si * di);
       prog.add(n / si * di);
-    });
+    }, &gate());
   }
 
   void write_pt(ChunkExchange& ex, const std::vector<Item>& items, const std::string& pickle, OutputFile& out) const {
@@ -314,11 +317,11 @@ struct DistributedWrite {
               uint64_t m = n / itemsize(ot.src) * itemsize(ot.dst);
               crc = crc32_update(crc, data, m);
               out.append(data, m);
-            });
+            }, &gate());
           return crc;
         });
       } else {
-        GateReservation hold(gate, ot.need);
+        GateReservation hold(gate(), ot.need);
         std::vector<uint8_t> full(ot.t->nbytes());
         assemble(ex, 0, it, full.data());
         zw.write_storage(key, cast_window(ot, full.data(), full.size(), conv), ot.out_bytes);
@@ -328,16 +331,13 @@ struct DistributedWrite {
     zw.finish();
   }
 
-  void run(const std::function<std::string()>& pt_pickle, const std::function<void(OutputDir&)>& write_index, json& summary) const {
+  void run(const std::function<std::string()>& pt_pickle, const std::function<void(OutputDir&)>& write_index, json& summary) {
     Group& g = *o.group;
     const int me = g.rank(), world = g.size();
     const bool leader = me == 0, to_st = o.format != OutputFormat::Torch;
     // The same plan on every rank (the command was agreed on at the start; this catches two
     // .metadata of one size and save id that differ), less what only rank 0 reads (the
     // non-tensor values) and the directory, which --local-files lets differ.
-    json digest = summary;
-    for (const char* k : {"checkpoint", "non_tensor_included", "non_tensor_skipped"}) digest.erase(k);
-    g.agree("plan", Sha256::of(digest.dump()));
 
     // Who writes which file, and in what order each writer's lanes take their items.
     std::vector<int> writer_of(files.size(), 0);
@@ -379,6 +379,45 @@ struct DistributedWrite {
         plan.push_back({static_cast<uint32_t>(meta_index(tensors[it.tensor])), c,
                         owners.owner(*tensors[it.tensor].t, c, it.writer, o.parallel_write), it.writer, it.lane});
 
+    // An owner decodes a zstd chunk it pushes whole, one per pushing lane at a time. That memory
+    // is set aside from its budget up front, and its lanes share the rest (write/exchange.h says
+    // why pushers do not wait on the gate). Every rank computes every rank's set-aside from the
+    // same plan, so a budget too small is refused alike everywhere, before any transfer.
+    std::vector<std::vector<uint64_t>> per_lane(static_cast<size_t>(world), std::vector<uint64_t>(lanes, 0));
+    for (const Transfer& tr : plan) {
+      const TensorMeta& t = ck.md.tensors[tr.tensor];
+      if (tr.owner == tr.writer || t.storage[tr.chunk].transforms == 0) continue;
+      uint64_t& m = per_lane[static_cast<size_t>(tr.owner)][tr.lane];
+      m = std::max(m, ChunkExchange::whole_chunk_need(t, tr.chunk));
+    }
+    // A rank's need: its set-aside, plus the largest writer buffer if it writes anything.
+    std::vector<bool> writes(static_cast<size_t>(world), false);
+    for (const Item& it : items) writes[static_cast<size_t>(it.writer)] = true;
+    uint64_t set_aside = 0, most = 0, most_set_aside = 0;
+    int most_rank = 0;
+    for (int r = 0; r < world; ++r) {
+      uint64_t sum = 0;
+      for (uint64_t m : per_lane[static_cast<size_t>(r)]) sum += m;
+      if (r == me) set_aside = sum;
+      uint64_t need = sum + (writes[static_cast<size_t>(r)] ? largest : 0);
+      if (need > most) most = need, most_rank = r, most_set_aside = sum;
+    }
+    if (!o.max_memory) budget = std::max(budget, most);
+    if (most > budget)
+      throw UsageError(Where(ck.metadata_path), "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
+                                                    std::to_string(lanes) + " lane(s) at once: it needs " + std::to_string(most_set_aside) +
+                                                    " bytes for them" + (writes[static_cast<size_t>(most_rank)] ? " beside its largest buffer (" + std::to_string(largest) + ")" : std::string()) +
+                                                    ", more than --max-memory " + std::to_string(budget) + "; raise --max-memory or lower --threads");
+    summary["max_memory"] = budget;
+    gate_ptr = std::make_unique<MemoryGate>(budget - set_aside);
+
+    // The same plan on every rank (the command was agreed on at the start; this catches two
+    // .metadata of one size and save id that differ), less what only rank 0 reads (the
+    // non-tensor values) and the directory, which --local-files lets differ.
+    json digest = summary;
+    for (const char* k : {"checkpoint", "non_tensor_included", "non_tensor_skipped"}) digest.erase(k);
+    g.agree("plan", Sha256::of(digest.dump()));
+
     // Rank 0 creates the outputs under temporary names; writers of other shards open them there
     // (a shared filesystem, --parallel-write only).
     std::unique_ptr<OutputDir> dir;
@@ -417,7 +456,7 @@ struct DistributedWrite {
           if (f < outs.size() && writer_of[f] == me) outs[f] = OutputFile::open_shared(paths.substr(a, b - a));
       }
       failpoint("consolidate-write", me);
-      ChunkExchange ex(g, reader, std::move(plan), lanes, kTransferWindow);
+      ChunkExchange ex(g, reader, std::move(plan), lanes, kTransferWindow, gate());
       ex.start_pushing();
       try {
         if (to_st) {
@@ -749,7 +788,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   };
 
   if (group) {
-    DistributedWrite dw{ck, o, tensors, files, gate, prog, reader, *owners};
+    DistributedWrite dw{ck, o, tensors, files, budget, largest, prog, reader, *owners, nullptr};
     dw.run(pt_pickle, write_index, summary);
     if (!leader) return summary;
   } else if (to_safetensors) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "dist/group.h"
 #include "util/dtype.h"
@@ -80,9 +81,10 @@ void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reade
 }
 
 ChunkExchange::ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes,
-                             uint64_t window)
+                             uint64_t window, MemoryGate& gate)
     : group_(group),
       reader_(reader),
+      gate_(gate),
       md_(reader.checkpoint().md),
       plan_(std::move(plan)),
       lanes_(std::max(1u, lanes)),
@@ -131,25 +133,36 @@ std::exception_ptr ChunkExchange::first_error() const {
   return first_error_;
 }
 
-void ChunkExchange::read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn) {
+void ChunkExchange::read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn,
+                               MemoryGate* reserve_from) {
   const TensorMeta& t = md_.tensors[tensor];
   uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
-  if (t.storage[chunk].transforms != 0) {
-    // A transformed item is decoded whole once; its windows come out of that copy.
-    std::unique_ptr<uint8_t[]> whole(new uint8_t[total]);
-    reader_.read_chunk(t, chunk, whole.get());
-    for (uint64_t off = 0; off < total; off += window_) {
-      uint64_t n = std::min(window_, total - off);
-      std::memcpy(buf + skip, whole.get() + off, n);
-      fn(buf + skip, off, n);
+  if (t.storage[chunk].transforms == 0) {
+    if (std::optional<DirectRun> run = reader_.direct_run(t, chunk)) {
+      // In place: the item is opened and checked once, then read a window at a time.
+      for (uint64_t off = 0; off < total; off += window_) {
+        uint64_t n = std::min(window_, total - off);
+        run->file->read_at(run->offset + off, buf + skip, n, t.fqn);
+        fn(buf + skip, off, n);
+      }
+      return;
     }
-    return;
   }
+  // A transformed item, or a saved view that is not contiguous, is decoded whole once (the
+  // decoded item or the view's storage, and the dense chunk); its windows come out of that copy.
+  std::optional<GateReservation> hold;
+  if (reserve_from) hold.emplace(*reserve_from, whole_chunk_need(t, chunk));
+  std::unique_ptr<uint8_t[]> whole(new uint8_t[total]);
+  reader_.read_chunk(t, chunk, whole.get());
   for (uint64_t off = 0; off < total; off += window_) {
     uint64_t n = std::min(window_, total - off);
-    reader_.read_chunk_bytes(t, chunk, off, n, buf + skip);
+    std::memcpy(buf + skip, whole.get() + off, n);
     fn(buf + skip, off, n);
   }
+}
+
+uint64_t ChunkExchange::whole_chunk_need(const TensorMeta& t, size_t chunk) {
+  return 2 * t.chunk_numel(chunk) * itemsize(*t.dtype);
 }
 
 void ChunkExchange::push_lane(unsigned lane) {
@@ -170,7 +183,10 @@ void ChunkExchange::push_lane(unsigned lane) {
       if (++sent == 2) failpoint("exchange-push", me);  // dies mid-run, after sending some windows
     };
     try {
-      read_local(tr.tensor, tr.chunk, buf.get(), sizeof(Header), send_window);
+      // A transformed chunk's decode was set aside from this rank's budget (see the header);
+      // a view found not to be contiguous takes its memory from the gate.
+      bool set_aside = md_.tensors[tr.tensor].storage[tr.chunk].transforms != 0;
+      read_local(tr.tensor, tr.chunk, buf.get(), sizeof(Header), send_window, set_aside ? nullptr : &gate_);
     } catch (const std::exception& e) {
       if (sending) throw;  // the transport failed: the writer learns it from its own side
       // The writer waits for this window: tell it to fetch our error rather than time out.
@@ -201,7 +217,7 @@ void ChunkExchange::owner_failed(int owner) {
                   (nl == std::string::npos ? why : why.substr(nl + 1)));
 }
 
-void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn) {
+void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) {
   int me = group_.rank();
   size_t& pos = next_[lane];
   while (pos < plan_.size() && (plan_[pos].writer != me || plan_[pos].lane != lane)) ++pos;
@@ -212,7 +228,7 @@ void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const Wi
   if (!buffers_[lane]) buffers_[lane].reset(new uint8_t[sizeof(Header) + window_]);
   uint8_t* buf = buffers_[lane].get();
   if (tr.owner == me) {
-    read_local(tensor, chunk, buf, 0, fn);
+    read_local(tensor, chunk, buf, 0, fn, reserve_from);
     return;
   }
   const TensorMeta& t = md_.tensors[tensor];

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "item/item_reader.h"
+#include "util/memory_gate.h"
 
 namespace dcpctl {
 
@@ -59,7 +60,13 @@ class ChunkExchange {
  public:
   using WindowFn = std::function<void(const uint8_t* data, uint64_t offset, uint64_t n)>;
 
-  ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes, uint64_t window);
+  // `gate`: this rank's memory budget, which pushers take a whole-chunk decode from when a view
+  // turns out not to be contiguous. The decodes of transformed (zstd) chunks this rank pushes are
+  // not taken from it: the caller sets them aside up front (whole_chunk_need per pushing lane),
+  // because lanes waiting on one gate for chunks that other ranks' lanes consume in their own
+  // order could wait on each other in a cycle.
+  ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes, uint64_t window,
+                MemoryGate& gate);
   ~ChunkExchange();  // stops and joins the pushers
   ChunkExchange(const ChunkExchange&) = delete;
   ChunkExchange& operator=(const ChunkExchange&) = delete;
@@ -76,7 +83,13 @@ class ChunkExchange {
 
   // Writer side, lane `lane`: the dense bytes of chunk `chunk` of tensor `tensor` (the lane's next
   // transfer), window by window in order, read here or received from the owner.
-  void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn);
+  // A chunk read on this rank that must be decoded whole takes whole_chunk_need from
+  // `reserve_from`; null when the caller's own reservation already counts it.
+  void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from = nullptr);
+
+  // Memory a chunk read here holds when it cannot be read in place: the decoded item (or a
+  // non-contiguous view's storage) and the dense chunk.
+  static uint64_t whole_chunk_need(const TensorMeta& t, size_t chunk);
 
   // Bytes of buffers the exchange holds on this rank at most (receive windows per lane, push
   // windows per lane, and a decoded chunk per lane for transformed items).
@@ -90,11 +103,14 @@ class ChunkExchange {
 
   void push_lane(unsigned lane);
   // Reads the chunk here, a window at a time, into `buf` (window bytes) after `skip` bytes.
-  void read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn);
+  // Untransformed contiguous chunks are read in place; others are decoded whole once, taking
+  // whole_chunk_need from `reserve_from` when it is not null.
+  void read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn, MemoryGate* reserve_from);
   [[noreturn]] void owner_failed(int owner);
 
   Group& group_;
   const ItemReader& reader_;
+  MemoryGate& gate_;
   const Metadata& md_;
   std::vector<Transfer> plan_;
   unsigned lanes_;

@@ -18,6 +18,7 @@
 #include "meta/checkpoint.h"
 #include "util/dtype.h"
 #include "util/error.h"
+#include "util/memory_gate.h"
 #include "write/exchange.h"
 
 using namespace dcpctl;
@@ -115,7 +116,8 @@ void run_exchange(const std::string& fixture, int world, unsigned lanes, uint64_
               plan.push_back({static_cast<uint32_t>(t), static_cast<uint32_t>(c), owners.owner(tm, c, writer, false), writer, lane});
         }
         std::vector<Transfer> mine_plan = plan;
-        ChunkExchange ex(g, reader, std::move(plan), lanes, window);
+        MemoryGate gate(1ull << 30);
+        ChunkExchange ex(g, reader, std::move(plan), lanes, window, gate);
         ex.start_pushing();
         std::vector<std::thread> lane_threads;
         std::mutex mu;
@@ -188,14 +190,16 @@ TEST_CASE("exchange: an owner's read error reaches the writer with its exit code
   std::thread owner([&] {
     FakeGroup g(wire, 1, 2);
     ItemReader reader(broken);
-    ChunkExchange ex(g, reader, plan, 1, 64);
+    MemoryGate gate(1ull << 30);
+    ChunkExchange ex(g, reader, plan, 1, 64, gate);
     ex.start_pushing();
     CHECK_THROWS_AS(ex.finish_pushing(), FormatError);
   });
   {
     FakeGroup g(wire, 0, 2);
     ItemReader reader(ck);
-    ChunkExchange ex(g, reader, plan, 1, 64);
+    MemoryGate gate(1ull << 30);
+    ChunkExchange ex(g, reader, plan, 1, 64, gate);
     try {
       ex.receive(0, ti, 0, [](const uint8_t*, uint64_t, uint64_t) {});
     } catch (const Error& e) {
