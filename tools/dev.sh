@@ -5,6 +5,9 @@
 #   tools/dev.sh test       set up, build (also the clang fuzz build), run the whole test suite
 #                           (CTest), then again under ASan+UBSan; what .ci/run runs
 #   tools/dev.sh test-fast  set up, build, run the fast tier only (ctest -L fast, a few minutes)
+#   tools/dev.sh tsan       ThreadSanitizer build (build-tsan/): the threaded unit tests (chunk
+#                           exchange, memory gate, window filler) and torchrun consolidates
+#                           (tests/dist/tsan_consolidate.sh); not part of `test` (build time)
 #   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv)
 #   tools/dev.sh build      setup + build (build/)
 #
@@ -165,17 +168,35 @@ case "$cmd" in
     run_tests build
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
       build build-asan -DDCPCTL_SANITIZE=ON
-      # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs);
-      # the tests labelled "torch" check outputs with real torch and ran in the first pass, and
-      # the fuzz smoke run is already an ASan+UBSan build (build-fuzz); the install tests check
-      # packaging, which the first pass did.
+      # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs),
+      # then the write paths of the tests labelled "torch" (label "sanitize": consolidate,
+      # reshard, the torchrun exchange). The other torch tests repeat those paths on more
+      # fixtures with more Python checks, and ran in the first pass; the fuzz smoke run is already
+      # an ASan+UBSan build (build-fuzz); the install tests check packaging.
       # intercept_tls_get_addr=0: GCC 12's LeakSanitizer guesses the extent of dlopen'd libraries'
       # dynamic TLS (the LibTorch plugin's) with a glibc-2.19 heuristic that misfires on glibc
       # 2.36 by address; its tracer then scans a bogus range and dies with "Tracer caught signal
       # 11" at exit, at random (google/sanitizers#1322; seen in CI on e2e-cli-refusals).
-      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 \
-        LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0" run_tests build-asan -LE 'torch|fuzz|install'
+      export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1
+      export LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0"
+      run_tests build-asan -LE 'torch|fuzz|install'
+      run_tests build-asan -L sanitize
     fi
+    ;;
+  tsan)
+    require_venv
+    setup
+    configure build-tsan -DDCPCTL_TSAN=ON
+    log "building build-tsan (dcpctl, its LibTorch plugin, the unit tests)"
+    cmake --build build-tsan -j "$JOBS" --target dcpctl dcpctl_torch unit_tests
+    # LibTorch is not instrumented: what it synchronises internally (Gloo, the TCPStore) is
+    # invisible to TSan, so reports from inside it are suppressed (tests/dist/tsan.supp); dcpctl's
+    # own threads, buffers and gates are all instrumented.
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/dist/tsan.supp"
+    log "unit tests under TSan: the chunk exchange, the memory gate, the window filler"
+    build-tsan/tests/unit_tests "[exchange],memory gate*,window*"
+    log "torchrun consolidates under TSan"
+    DCPCTL_VENV="$VENV" bash tests/dist/tsan_consolidate.sh build-tsan/cmd/dcpctl "$PY" tests/fixtures
     ;;
   test-fast)
     require_venv
