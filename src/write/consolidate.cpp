@@ -70,22 +70,6 @@ struct OutTensor {
   uint64_t need = 0;     // bytes of buffers this tensor needs at once
 };
 
-// The pieces a whole tensor is made of, in order, when every non-empty chunk is a run of the
-// tensor whose bytes can be read in place; nullopt otherwise (see write/stream.h).
-std::optional<std::vector<Piece>> run_pieces(const ItemReader& reader, const TensorMeta& t) {
-  if (!t.dtype || t.nbytes() == 0) return std::nullopt;
-  std::vector<Piece> pieces;
-  for (size_t c = 0; c < t.num_chunks(); ++c) {
-    if (t.chunk_numel(c) == 0) continue;
-    if (!chunk_is_run(t, c)) return std::nullopt;
-    std::optional<DirectRun> run = reader.direct_run(t, c);
-    if (!run) return std::nullopt;
-    pieces.push_back({run->file, run->offset, run->bytes, chunk_start(t, c)});
-  }
-  if (!order_pieces(pieces, t.nbytes())) return std::nullopt;
-  return pieces;
-}
-
 // A safetensors output file: its tensors (indices into the plan), data size and header.
 struct OutFile {
   std::string name;
@@ -94,9 +78,11 @@ struct OutFile {
   std::string header;
 };
 
-// Whether a .pt record streams (every non-empty chunk a run of the tensor, read in place, the runs
-// tiling it) rather than being assembled in a buffer; judged from .metadata alone so that every
-// rank of a distributed run agrees, and matching what run_pieces finds on DCP's own items.
+// Whether a .pt record streams (every non-empty chunk an untransformed run of the tensor, the runs
+// tiling it) rather than being assembled in a buffer, and the order of its chunks. The one rule for
+// both launchers: the zip record of a streamed storage differs from an assembled one (its CRC
+// comes after the data), so single-process and torchrun .pt files are byte-identical only because
+// both decide here, from .metadata alone (every rank agrees without reading an item).
 std::vector<uint32_t> streamed_order(const TensorMeta& t) {
   if (!t.dtype || t.nbytes() == 0) return {};
   std::vector<std::pair<uint64_t, uint32_t>> runs;
@@ -897,10 +883,33 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     std::unique_ptr<uint8_t[]> win_in(new uint8_t[kWindowBytes]), win_out(new uint8_t[kWindowBytes * 16]);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const OutTensor& ot = tensors[i];
-      // Dim-0 shards (every chunk a run read in place) stream straight into the record.
-      if (std::optional<std::vector<Piece>> pieces = run_pieces(reader, *ot.t)) {
+      // Dim-0 shards stream straight into the record, chunk by chunk: read in place a window at a
+      // time, or (a saved view that is not contiguous) decoded whole, inside the budget.
+      if (std::vector<uint32_t> order = streamed_order(*ot.t); !order.empty()) {
+        const TensorMeta& t = *ot.t;
+        size_t si = itemsize(ot.src), di = itemsize(ot.dst);
         zw.write_storage_streamed(std::to_string(i), ot.out_bytes, [&] {
-          return stream_pieces(out, *pieces, ot.src, ot.dst, win_in.get(), win_out.get(), kWindowBytes / itemsize(ot.src));
+          uint32_t crc = 0;
+          for (uint32_t c : order) {
+            if (std::optional<DirectRun> run = reader.direct_run(t, c)) {
+              crc = stream_pieces(out, {{run->file, run->offset, run->bytes, 0}}, ot.src, ot.dst, win_in.get(),
+                                  win_out.get(), kWindowBytes / si, crc);
+              continue;
+            }
+            uint64_t n = t.chunk_numel(c);
+            GateReservation hold(gate, ChunkExchange::whole_chunk_need(t, c) + (ot.src != ot.dst ? n * di : 0));
+            std::vector<uint8_t> in(n * si), conv;
+            reader.read_chunk(t, c, in.data());
+            const uint8_t* data = in.data();
+            if (ot.src != ot.dst) {
+              conv.resize(n * di);
+              cast_elements(ot.src, ot.dst, in.data(), conv.data(), n);
+              data = conv.data();
+            }
+            crc = crc32_update(crc, data, n * di);
+            out.append(data, n * di);
+          }
+          return crc;
         });
         prog.add(ot.out_bytes);
         continue;

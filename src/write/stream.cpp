@@ -20,9 +20,8 @@ bool order_pieces(std::vector<Piece>& pieces, uint64_t total) {
 // The windows stay in cache: resharding 4.8 GB through whole-chunk buffers spent most of its time
 // copying into and out of cold memory.
 uint32_t stream_pieces(OutputFile& out, const std::vector<Piece>& pieces, DType src, DType dst, uint8_t* win_in,
-                       uint8_t* win_out, uint64_t window_elems) {
+                       uint8_t* win_out, uint64_t window_elems, uint32_t crc) {
   size_t si = itemsize(src), di = itemsize(dst);
-  uint32_t crc = 0;
   for (const Piece& p : pieces) {
     for (uint64_t done = 0; done < p.bytes;) {
       uint64_t k = std::min(window_elems, (p.bytes - done) / si);

@@ -23,8 +23,8 @@ bool order_pieces(std::vector<Piece>& pieces, uint64_t total);
 
 // Appends the pieces to `out` a window of `window_elems` source elements at a time, cast from
 // `src` to `dst` on the way (`win_in` holds window_elems source elements, `win_out` their cast),
-// and returns the CRC-32 of what it appended.
+// and returns `crc` (the CRC-32 of what came before in the record) updated with what it appended.
 uint32_t stream_pieces(OutputFile& out, const std::vector<Piece>& pieces, DType src, DType dst, uint8_t* win_in,
-                       uint8_t* win_out, uint64_t window_elems);
+                       uint8_t* win_out, uint64_t window_elems, uint32_t crc = 0);
 
 }  // namespace dcpctl

@@ -93,6 +93,17 @@ ck=$fixtures/all_dtypes_sharded/ckpt
 "$dcpctl" consolidate "$ck" -o "$work/s-cast.safetensors" --dtype bf16 -q
 check "consolidate --dtype bf16 x3" run_env 3 consolidate "$ck" -o "$work/d-cast.safetensors" --dtype bf16 -q
 check "cast output identical x3" cmp "$work/s-cast.safetensors" "$work/d-cast.safetensors"
+# Saved views that are not contiguous (all_dtypes' layout.*): whether a .pt record streams is
+# decided by one rule for both launchers, so the files are byte-identical (they were not: the
+# single-process run assembled those records, torchrun streamed them).
+ck=$fixtures/all_dtypes/ckpt
+for dt in none bf16; do
+  extra=()
+  [ $dt = bf16 ] && extra=(--dtype bf16)
+  "$dcpctl" consolidate "$ck" -o "$work/s-views-$dt.pt" "${extra[@]}" -q
+  check "non-contiguous views .pt ($dt) x2" run_env 2 consolidate "$ck" -o "$work/d-views-$dt.pt" "${extra[@]}" -q
+  check "non-contiguous views .pt ($dt) identical" cmp "$work/s-views-$dt.pt" "$work/d-views-$dt.pt"
+done
 for case in sample dtensor_2d_mesh; do
   check "$case --parallel-write x3" run_env 3 consolidate "$fixtures/$case/ckpt" -o "$work/pw-$case/" --max-shard-size 20KB --parallel-write -q
   check "$case --parallel-write identical" diff -r "$work/s-$case-hf" "$work/pw-$case"
