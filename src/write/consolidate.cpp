@@ -15,6 +15,7 @@
 
 #include "item/item_reader.h"
 #include "plan/assemble.h"
+#include "plan/checks.h"
 #include "plan/geometry.h"
 #include "util/numeric.h"
 #include "dist/group.h"
@@ -514,9 +515,9 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   // ---- plan: validate everything before writing anything ----
   std::vector<OutTensor> tensors;
   std::vector<const SelectedItem*> value_items;
-  std::vector<std::string> skipped_values, cast_keys, not_cast;
-  std::string holes;
-  size_t incomplete = 0;
+  std::vector<std::string> skipped_values;
+  CoverageCheck coverage;
+  CastChoice cast(o.cast);
   for (const auto& it : items) {
     if (!it.tensor) {
       value_items.push_back(&it);
@@ -524,35 +525,12 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     }
     const TensorMeta& t = md.tensors[it.index];
     if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
-    Coverage cov = check_coverage(t, 4);
-    bool missing = false;
-    for (size_t c = 0; c < t.num_chunks(); ++c) missing = missing || (!t.storage[c].present() && t.chunk_numel(c) > 0);
-    if (!cov.exact || missing) {
-      ++incomplete;
-      if (holes.size() < 2000) {
-        holes += "\n  " + t.fqn + ": ";
-        if (missing) holes += "chunk(s) without storage entry; ";
-        if (cov.missing_elements) {
-          holes += std::to_string(cov.missing_elements) + " elements missing, holes";
-          for (const auto& h : cov.holes) holes += " " + h.text();
-        }
-        if (cov.overlap_elements) holes += std::to_string(cov.overlap_elements) + " elements overlap";
-        if (!cov.out_of_bounds.empty()) holes += "chunk(s) out of bounds";
-      }
-      continue;
-    }
+    if (!coverage.covered(t)) continue;
     OutTensor ot;
     ot.t = &t;
     ot.key = it.key;
-    ot.src = ot.dst = *t.dtype;
-    if (o.cast && *o.cast != ot.src) {
-      if (castable(ot.src)) {
-        ot.dst = *o.cast;
-        cast_keys.push_back(it.key);
-      } else if (info(ot.src).floating) {
-        not_cast.push_back(it.key);
-      }
-    }
+    ot.src = *t.dtype;
+    ot.dst = cast.target(ot.src, it.key);
     ot.out_bytes = t.numel() * itemsize(ot.dst);
     uint64_t max_chunk = 0;
     for (size_t c = 0; c < t.num_chunks(); ++c) {
@@ -576,8 +554,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     }
     tensors.push_back(ot);
   }
-  if (incomplete)
-    throw FormatError(Where(ck.dir), std::to_string(incomplete) + " selected tensor(s) are not fully covered by their chunks; refusing to write a partial model:" + holes);
+  coverage.refuse_if_incomplete(Where(ck.dir), "write a partial model");
 
   bool to_safetensors = o.format != OutputFormat::Torch;
   if (to_safetensors)
@@ -590,7 +567,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
 
   uint64_t largest = 0;
   for (const auto& t : tensors) largest = std::max(largest, t.need);
-  uint64_t budget = o.max_memory ? o.max_memory : std::max<uint64_t>(largest, 1ull << 30);
+  uint64_t budget = memory_budget(o.max_memory, largest);
   if (largest > budget) {
     const OutTensor* worst = nullptr;
     for (const auto& t : tensors)
@@ -675,7 +652,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   summary["tensor_bytes"] = total_bytes;
   summary["non_tensor_included"] = kept_values.size();
   summary["non_tensor_skipped"] = skipped_values;
-  summary["cast"] = {{"dtype", o.cast ? json(torch_name(*o.cast)) : json(nullptr)}, {"tensors", cast_keys.size()}, {"not_cast", not_cast}};
+  summary["cast"] = cast.summary();
   summary["max_memory"] = budget;
   json fj = json::array();
   for (const auto& f : files) {

@@ -7,6 +7,7 @@
 
 #include "item/item_reader.h"
 #include "plan/assemble.h"
+#include "plan/checks.h"
 #include "plan/geometry.h"
 #include "dist/group.h"
 #include "util/failpoint.h"
@@ -192,10 +193,9 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   std::vector<PlanTensor> tensors;
   std::vector<const SelectedItem*> bytes_items;
   std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
-  std::string holes;
-  size_t incomplete = 0;
+  CoverageCheck coverage;
+  CastChoice cast(o.cast);
   uint64_t total = 0, largest_need = 0;
-  std::vector<std::string> cast_keys, not_cast;
   for (const auto& it : items) {
     if (!it.tensor) {
       bytes_items.push_back(&it);
@@ -203,30 +203,12 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
     }
     const TensorMeta& t = md.tensors[it.index];
     if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
-    Coverage cov = check_coverage(t, 4);
-    bool missing = false;
-    for (size_t c = 0; c < t.num_chunks(); ++c) missing = missing || (!t.storage[c].present() && t.chunk_numel(c) > 0);
-    if (!cov.exact || missing) {
-      ++incomplete;
-      if (holes.size() < 2000) {
-        holes += "\n  " + t.fqn + ":";
-        for (const auto& h : cov.holes) holes += " " + h.text();
-        if (missing) holes += " (chunks without storage entries)";
-      }
-      continue;
-    }
+    if (!coverage.covered(t)) continue;
     PlanTensor pt;
     pt.t = &t;
     pt.key = it.key;
-    pt.src = pt.dst = *t.dtype;
-    if (o.cast && *o.cast != pt.src) {
-      if (castable(pt.src)) {
-        pt.dst = *o.cast;
-        cast_keys.push_back(it.key);
-      } else if (info(pt.src).floating) {
-        not_cast.push_back(it.key);
-      }
-    }
+    pt.src = *t.dtype;
+    pt.dst = cast.target(pt.src, it.key);
     size_t di = itemsize(pt.dst);
     auto least_loaded = [&] {
       return static_cast<uint32_t>(std::min_element(rank_bytes.begin(), rank_bytes.end()) - rank_bytes.begin());
@@ -280,10 +262,8 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
     }
     tensors.push_back(std::move(pt));
   }
-  if (incomplete)
-    throw FormatError(Where(ck.dir), std::to_string(incomplete) +
-                                         " selected tensor(s) are not fully covered by their chunks; refusing to reshard:" + holes);
-  uint64_t budget = o.max_memory ? o.max_memory : std::max<uint64_t>(largest_need, 1ull << 30);
+  coverage.refuse_if_incomplete(Where(ck.dir), "reshard");
+  uint64_t budget = memory_budget(o.max_memory, largest_need);
   if (largest_need > budget)
     throw UsageError(Where(ck.dir), "a chunk needs " + std::to_string(largest_need) + " bytes of buffers, more than --max-memory " +
                                         std::to_string(budget) + "; raise it or use more target ranks");
@@ -302,7 +282,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   summary["tensors"] = tensors.size();
   summary["non_tensor_items"] = bytes_items.size();
   summary["tensor_bytes"] = total;
-  summary["cast"] = {{"dtype", o.cast ? json(torch_name(*o.cast)) : json(nullptr)}, {"tensors", cast_keys.size()}, {"not_cast", not_cast}};
+  summary["cast"] = cast.summary();
   json ranks = json::array();
   for (int r = 0; r < world; ++r) {
     uint64_t n = jobs[static_cast<size_t>(r)].size();

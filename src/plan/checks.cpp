@@ -1,0 +1,49 @@
+#include "plan/checks.h"
+
+#include "plan/geometry.h"
+#include "util/numeric.h"
+
+namespace dcpctl {
+
+bool CoverageCheck::covered(const TensorMeta& t) {
+  Coverage cov = check_coverage(t, 4);
+  bool missing = false;
+  for (size_t c = 0; c < t.num_chunks(); ++c) missing = missing || (!t.storage[c].present() && t.chunk_numel(c) > 0);
+  if (cov.exact && !missing) return true;
+  ++incomplete_;
+  if (holes_.size() < 2000) {
+    holes_ += "\n  " + t.fqn + ": ";
+    if (missing) holes_ += "chunk(s) without storage entry; ";
+    if (cov.missing_elements) {
+      holes_ += std::to_string(cov.missing_elements) + " elements missing, holes";
+      for (const auto& h : cov.holes) holes_ += " " + h.text();
+    }
+    if (cov.overlap_elements) holes_ += std::to_string(cov.overlap_elements) + " elements overlap";
+    if (!cov.out_of_bounds.empty()) holes_ += "chunk(s) out of bounds";
+  }
+  return false;
+}
+
+void CoverageCheck::refuse_if_incomplete(const Where& where, const std::string& what) const {
+  if (incomplete_)
+    throw FormatError(where, std::to_string(incomplete_) + " selected tensor(s) are not fully covered by their chunks; refusing to " +
+                                 what + ":" + holes_);
+}
+
+DType CastChoice::target(DType src, const std::string& key) {
+  if (!cast_ || *cast_ == src) return src;
+  if (castable(src)) {
+    cast_keys_.push_back(key);
+    return *cast_;
+  }
+  if (info(src).floating) not_cast_.push_back(key);
+  return src;
+}
+
+nlohmann::json CastChoice::summary() const {
+  return {{"dtype", cast_ ? nlohmann::json(torch_name(*cast_)) : nlohmann::json(nullptr)},
+          {"tensors", cast_keys_.size()},
+          {"not_cast", not_cast_}};
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,58 @@
+// What consolidate and reshard decide alike about each selected tensor before any byte moves:
+// whether its chunks cover it (else the run is refused, naming every hole), which dtype it is
+// written in under --dtype, and the memory budget when --max-memory is not given.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/metadata.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+// Collects the tensors whose chunks do not tile them exactly (holes, overlaps, chunks out of
+// bounds, chunks without a storage entry), with a description of each (the first ~2000 chars).
+class CoverageCheck {
+ public:
+  // True if `t` is fully covered; otherwise records why and returns false.
+  bool covered(const TensorMeta& t);
+  // Throws FormatError (exit 3) at `where` if any tensor was not covered: "N selected tensor(s)
+  // are not fully covered by their chunks; refusing to <what>:" and the list.
+  void refuse_if_incomplete(const Where& where, const std::string& what) const;
+
+ private:
+  size_t incomplete_ = 0;
+  std::string holes_;
+};
+
+// --dtype: floating tensors that can be cast are written in the target dtype; floating tensors
+// that cannot (complex, or a dtype with no cast) are listed, and other dtypes are kept silently.
+class CastChoice {
+ public:
+  explicit CastChoice(std::optional<DType> cast) : cast_(cast) {}
+  // The dtype tensor `key` of dtype `src` is written in.
+  DType target(DType src, const std::string& key);
+  const std::vector<std::string>& cast_keys() const { return cast_keys_; }
+  const std::vector<std::string>& not_cast() const { return not_cast_; }
+  // The "cast" object of a --json summary: {"dtype", "tensors" (how many cast), "not_cast"}.
+  nlohmann::json summary() const;
+
+ private:
+  std::optional<DType> cast_;
+  std::vector<std::string> cast_keys_, not_cast_;
+};
+
+// The budget of buffers a write may hold at once: --max-memory when given (0: not given), else
+// the largest single need or 1 GiB, whichever is more.
+inline uint64_t memory_budget(uint64_t max_memory, uint64_t largest_need) {
+  return max_memory ? max_memory : std::max<uint64_t>(largest_need, 1ull << 30);
+}
+
+}  // namespace dcpctl
