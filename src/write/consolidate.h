@@ -64,8 +64,4 @@ struct ConsolidateOptions {
 // leaving no output behind.
 nlohmann::json consolidate(const Checkpoint& ck, const ConsolidateOptions& opts);
 
-// "5GB" (decimal, as Hugging Face), "4GiB", "512MiB", "1000" (bytes); fractions of a byte are
-// dropped. Throws UsageError, also for a size of less than one byte ("0.5", "0.1B").
-uint64_t parse_size(const std::string& text);
-
 }  // namespace dcpctl
