@@ -41,7 +41,7 @@ int run_bench_staging(const BenchStagingCliOptions& o) {
   so.iters = o.iters;
   so.warmup = o.warmup;
   so.streams = o.streams;
-  so.chunk = o.chunk.empty() ? 0 : bench::parse_size(o.chunk, "--chunk");
+  so.chunk = o.chunk.empty() ? 0 : bench::parse_buffer_size(o.chunk, "--chunk");
   so.checkpoint = o.checkpoint;
   so.rank = o.rank;
   so.write_to = o.write_to;

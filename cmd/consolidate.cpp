@@ -16,6 +16,7 @@
 #include "util/error.h"
 #include "util/file.h"
 #include "util/numeric.h"
+#include "util/size.h"
 #include "write/consolidate.h"
 #include "write/output.h"
 
@@ -65,8 +66,8 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   ConsolidateOptions co;
   co.output = o.output;
   co.format = pick_format(o);
-  if (!o.max_shard_size.empty()) co.max_shard_size = size_option("--max-shard-size", o.max_shard_size);
-  if (!o.max_memory.empty()) co.max_memory = size_option("--max-memory", o.max_memory);
+  if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
+  if (!o.max_memory.empty()) co.max_memory = parse_size(o.max_memory, "--max-memory");
   co.selection.include = o.include;
   co.selection.exclude = o.exclude;
   co.selection.prefix = o.select;

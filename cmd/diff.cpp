@@ -9,7 +9,7 @@
 #include "compare/diff.h"
 #include "compare/stats.h"
 #include "util/error.h"
-#include "write/consolidate.h"
+#include "util/size.h"
 
 namespace dcpctl::cli {
 
@@ -73,7 +73,7 @@ int run_diff(const DiffCliOptions& o) {
   d.ignore_dtype = o.ignore_dtype;
   d.threads = o.threads ? o.threads : 1;
   d.stop_early = o.quiet;
-  if (!o.max_memory.empty()) d.max_memory = parse_size(o.max_memory);
+  if (!o.max_memory.empty()) d.max_memory = parse_size(o.max_memory, "--max-memory");
   auto a = open_input(o.a);
   auto b = open_input(o.b);
   ProgressLine progress(!o.quiet && !o.json && stderr_is_tty());

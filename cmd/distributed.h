@@ -21,9 +21,8 @@ struct DistOptions {
 void add_dist_options(CLI::App* sub, DistOptions& o, bool transport);
 // The group when RANK/WORLD_SIZE say this is one of several processes, else nullptr.
 std::unique_ptr<Group> join_group(const DistOptions& o);
-// The checkpoint, for this rank. Under torchrun with --local-files, `{rank}`, `{local_rank}` and
-// `{node_rank}` in the path name this rank's directory, and a rank whose directory lacks
-// .metadata gets the bytes from the lowest rank that has it.
+// The checkpoint, for this rank: with --local-files under torchrun, this rank's own directory
+// (open_local_checkpoint in dist/local_files.h).
 Checkpoint open_checkpoint_on(Group* group, const DistOptions& o, std::string dir);
 
 }  // namespace dcpctl::cli

@@ -2,9 +2,6 @@
 
 #include <cstdio>
 
-#include "util/error.h"
-#include "write/consolidate.h"
-
 namespace dcpctl::cli {
 
 std::string human_bytes(uint64_t n) {
@@ -29,14 +26,6 @@ std::string dims_str(const std::vector<int64_t>& d) {
 
 std::string pad(const std::string& s, size_t width) {
   return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
-}
-
-uint64_t size_option(const std::string& option, const std::string& text) {
-  try {
-    return parse_size(text);
-  } catch (const UsageError& e) {
-    throw UsageError(Where(), option + ": " + e.detail());
-  }
 }
 
 }  // namespace dcpctl::cli

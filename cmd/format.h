@@ -10,7 +10,5 @@ namespace dcpctl::cli {
 std::string human_bytes(uint64_t n);                 // "1.5 MiB", "512 B"
 std::string dims_str(const std::vector<int64_t>& d);  // "[4, 5]"
 std::string pad(const std::string& s, size_t width);  // left-aligned, at least one space after
-// The value of a size option (`--max-memory 4GiB`); a UsageError names the option.
-uint64_t size_option(const std::string& option, const std::string& text);
 
 }  // namespace dcpctl::cli

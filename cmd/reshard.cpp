@@ -8,7 +8,7 @@
 #include "meta/checkpoint.h"
 #include "util/error.h"
 #include "util/numeric.h"
-#include "write/consolidate.h"
+#include "util/size.h"
 #include "write/output.h"
 #include "write/reshard.h"
 
@@ -46,7 +46,7 @@ int run_reshard(const ReshardCliOptions& o) {
   } else if (o.is_cast) {
     throw UsageError(Where(), "cast needs --dtype");
   }
-  if (!o.max_memory.empty()) ro.max_memory = size_option("--max-memory", o.max_memory);
+  if (!o.max_memory.empty()) ro.max_memory = parse_size(o.max_memory, "--max-memory");
   ro.force = o.force;
   ro.dry_run = o.dry_run;
   ro.threads = o.threads;

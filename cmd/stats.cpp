@@ -9,7 +9,7 @@
 #include "cmd/subcommands.h"
 #include "compare/stats.h"
 #include "util/error.h"
-#include "write/consolidate.h"
+#include "util/size.h"
 
 namespace dcpctl::cli {
 
@@ -72,7 +72,7 @@ int run_stats(const StatsCliOptions& o) {
   so.selection.include.insert(so.selection.include.end(), o.filters.begin(), o.filters.end());
   so.selection.exclude = o.exclude;
   so.threads = o.threads ? o.threads : 1;
-  if (!o.max_memory.empty()) so.max_memory = parse_size(o.max_memory);
+  if (!o.max_memory.empty()) so.max_memory = parse_size(o.max_memory, "--max-memory");
   so.depth = o.depth;
   so.check_finite = o.check_finite;
   so.check_zero = o.check_zero;

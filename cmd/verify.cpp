@@ -5,6 +5,7 @@
 #include "cmd/subcommands.h"
 #include "report/verify.h"
 #include "util/error.h"
+#include "util/size.h"
 
 namespace dcpctl::cli {
 
@@ -35,7 +36,7 @@ int run_verify(const VerifyCliOptions& o) {
   vo.deep = o.deep;
   vo.checksum = o.checksum;
   vo.threads = o.threads;
-  if (!o.max_memory.empty()) vo.max_memory = size_option("--max-memory", o.max_memory);
+  if (!o.max_memory.empty()) vo.max_memory = parse_size(o.max_memory, "--max-memory");
   json r = verify_checkpoint(o.checkpoint, vo);
   bool ok = r["ok"].get<bool>();
   if (o.json) {

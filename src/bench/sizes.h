@@ -1,5 +1,5 @@
-// Byte sizes as users type them on the command line: `4MiB` (binary), `5GB` (decimal, as Hugging
-// Face's `max_shard_size` spells it), `1.5GiB`, or a plain number of bytes.
+// Buffer sizes of the bench: read as every SIZE option is (util/size.h), within a bench's own
+// limit; lists of them, and their display.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +12,11 @@ namespace dcpctl::bench {
 // cannot overflow.
 constexpr uint64_t kMaxSize = uint64_t(1) << 44;  // 16 TiB
 
-// Units are case-insensitive: B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB (powers of 1024).
-// A fraction must come to a whole number of bytes. Throws UsageError naming `what`.
-uint64_t parse_size(const std::string& text, const std::string& what = "size");
+// parse_size (util/size.h), refusing more than kMaxSize. Throws UsageError naming `what`.
+uint64_t parse_buffer_size(const std::string& text, const std::string& what);
 
 // Each item may itself be a comma-separated list; order is kept and repeats are dropped.
-std::vector<uint64_t> parse_size_list(const std::vector<std::string>& items, const std::string& what = "size");
+std::vector<uint64_t> parse_size_list(const std::vector<std::string>& items, const std::string& what);
 
 // "4 MiB", "1.5 GiB", "512 B": exact binary units where they divide, else one decimal.
 std::string format_size(uint64_t bytes);

@@ -24,7 +24,7 @@
 #include "util/sha256.h"
 #include "util/parallel.h"
 #include "util/crc32.h"
-#include "write/exchange.h"
+#include "dist/exchange.h"
 #include "write/output.h"
 #include "write/stream.h"
 #include "write/pickler.h"
@@ -34,28 +34,6 @@
 namespace dcpctl {
 
 using nlohmann::json;
-
-uint64_t parse_size(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  std::string num = text.substr(0, i), unit = text.substr(i);
-  while (!unit.empty() && unit[0] == ' ') unit.erase(0, 1);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::map<std::string, double> kUnits = {
-      {"", 1},      {"b", 1},       {"kb", 1e3},   {"mb", 1e6},   {"gb", 1e9},   {"tb", 1e12},
-      {"k", 1e3},   {"m", 1e6},     {"g", 1e9},    {"t", 1e12},   {"kib", 1024.0}, {"mib", 1048576.0},
-      {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
-  auto u = kUnits.find(unit);
-  char* end = nullptr;
-  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
-  if (u == kUnits.end() || num.empty() || end != num.c_str() + num.size() || v <= 0 || v * u->second > 1.8e19)
-    throw UsageError(Where(), "cannot read size '" + text + "' (examples: 5GB, 500MB, 4GiB, 1073741824)");
-  // Fractions of a byte are dropped; a size that comes to no byte at all would read as 0, which
-  // the options take for "automatic" (--max-memory): refuse it rather than change its meaning.
-  if (v * u->second < 1)
-    throw UsageError(Where(), "size '" + text + "' is less than one byte (examples: 5GB, 500MB, 4GiB, 1073741824)");
-  return static_cast<uint64_t>(v * u->second);
-}
 
 namespace {
 

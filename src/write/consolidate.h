@@ -50,7 +50,7 @@ struct ConsolidateOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
   // Several processes (torchrun): the ranks read their share of the chunks and push it to rank 0,
-  // which writes the output (write/exchange.h). nullptr: one process.
+  // which writes the output (dist/exchange.h). nullptr: one process.
   Group* group = nullptr;
   // HfDir under torchrun: each rank writes whole shards itself (into rank 0's temporary
   // directory, so a shared filesystem); rank 0 writes the index and commits.
@@ -63,9 +63,5 @@ struct ConsolidateOptions {
 // Returns the summary (schema in README: "consolidate --json"). Throws on refusal or failure,
 // leaving no output behind.
 nlohmann::json consolidate(const Checkpoint& ck, const ConsolidateOptions& opts);
-
-// "5GB" (decimal, as Hugging Face), "4GiB", "512MiB", "1000" (bytes); fractions of a byte are
-// dropped. Throws UsageError, also for a size of less than one byte ("0.5", "0.1B").
-uint64_t parse_size(const std::string& text);
 
 }  // namespace dcpctl

@@ -1,4 +1,4 @@
-// The chunk exchange of distributed consolidate (write/exchange.h), with several ranks as threads
+// The chunk exchange of distributed consolidate (dist/exchange.h), with several ranks as threads
 // of one process over an in-memory Group whose send waits until the receiver has taken the
 // message, as Gloo's does. Tiny windows make every chunk travel in many messages; writers on
 // several ranks and lanes receive chunks read by other ranks, and every byte must match what
@@ -14,12 +14,12 @@
 #include <mutex>
 #include <thread>
 
+#include "dist/exchange.h"
 #include "dist/group.h"
 #include "meta/checkpoint.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/memory_gate.h"
-#include "write/exchange.h"
 
 using namespace dcpctl;
 

@@ -1,7 +1,6 @@
-// Float conversions (util/numeric) and size parsing (write/consolidate.h parse_size). Expected
-// bits were computed by real torch 2.14.1 on the CPU (Tensor.to() from float32 bit patterns made
-// with torch.tensor([...], dtype=torch.int32).view(torch.float32)); the command is quoted where
-// a value is not obvious.
+// Float conversions (util/numeric). Expected bits were computed by real torch 2.14.1 on the CPU
+// (Tensor.to() from float32 bit patterns made with torch.tensor([...], dtype=torch.int32)
+// .view(torch.float32)); the command is quoted where a value is not obvious.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,9 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "util/error.h"
 #include "util/numeric.h"
-#include "write/consolidate.h"
 
 using namespace dcpctl;
 
@@ -108,26 +105,4 @@ TEST_CASE("widening to float32 is exact and keeps signalling NaN payloads") {
   cast_elements(DType::BFloat16, DType::Float32, reinterpret_cast<const uint8_t*>(bf.data()), reinterpret_cast<uint8_t*>(out.data()),
                 bf.size());
   CHECK(out == std::vector<uint32_t>{0x7F810000, 0xFFC10000, 0x3F820000, 0x00010000});
-}
-
-TEST_CASE("parse_size: units, decimal and binary, fractions dropped, refusals") {
-  CHECK(parse_size("1000") == 1000u);
-  CHECK(parse_size("5GB") == 5000000000u);
-  CHECK(parse_size("5 gb") == 5000000000u);
-  CHECK(parse_size("4GiB") == 4294967296u);
-  CHECK(parse_size("512MiB") == 536870912u);
-  CHECK(parse_size("1.5KiB") == 1536u);
-  CHECK(parse_size("2.5") == 2u);
-  CHECK(parse_size("1k") == 1000u);
-  CHECK(parse_size("1TiB") == 1099511627776u);
-  for (const char* bad : {"", "0", "0.5", "0.1B", "-1", "1XB", "GB", "1.2.3", "1e3", "20000000000000000000"}) {
-    INFO(bad);
-    CHECK_THROWS_AS(parse_size(bad), UsageError);
-  }
-  try {
-    parse_size("0.5");
-    FAIL("no error");
-  } catch (const UsageError& e) {
-    CHECK(std::string(e.what()).find("less than one byte") != std::string::npos);
-  }
 }

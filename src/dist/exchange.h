@@ -1,5 +1,7 @@
 // Moving tensor chunks from the ranks that can read them to the ranks that write the output, for
 // consolidate under torchrun (rank 0 gathers; with --parallel-write every rank writes shards).
+// It is protocol between ranks, not writing: write/consolidate.cpp decides what each rank writes
+// and calls this to move the bytes.
 //
 // Every rank builds the same plan: an ordered list of transfers, each one chunk that a writer
 // lane consumes next. The owner of a chunk (a rank that sees its .distcp file; work dealt out by
@@ -7,10 +9,11 @@
 // lane, owners send and writers receive in the one global order, so the first unfinished
 // transfer can always move: no cycle can form, and each side holds one window per lane.
 //
-// Wire: one message per window on tag kTagBase + lane: a 16-byte header (status, tensor, chunk,
-// window index) followed by the window's bytes. An owner that cannot read a chunk publishes its
-// error in the store ("exchange-error/<rank>") and sends the header with status 1, so the writer
-// fails at once with the owner's message (file, offset, key) instead of waiting for a timeout.
+// Wire: one message per window on tag tag::kChunkLanes + lane (dist/tags.h): a 16-byte header
+// (status, tensor, chunk, window index) followed by the window's bytes. An owner that cannot read
+// a chunk publishes its error in the store ("exchange-error/<rank>") and sends the header with
+// status 1, so the writer fails at once with the owner's message (file, offset, key) instead of
+// waiting for a timeout.
 #pragma once
 
 #include <atomic>
@@ -99,8 +102,6 @@ class ChunkExchange {
   struct Header {
     uint32_t status, tensor, chunk, index;
   };
-  static constexpr uint32_t kTagBase = 100;
-
   void push_lane(unsigned lane);
   // Reads the chunk here, a window at a time, into `buf` (window bytes) after `skip` bytes.
   // Untransformed contiguous chunks are read in place; others are decoded whole once, taking

@@ -1,4 +1,4 @@
-#include "write/exchange.h"
+#include "dist/exchange.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "dist/group.h"
+#include "dist/tags.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/failpoint.h"
@@ -47,7 +48,6 @@ int ChunkOwners::owner(const TensorMeta& t, size_t chunk, int writer, bool prefe
 }
 
 void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to) {
-  constexpr uint32_t kTag = 8;
   constexpr uint64_t kPiece = 16ull << 20;
   const Checkpoint& ck = reader.checkpoint();
   int me = group.rank();
@@ -65,14 +65,14 @@ void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reade
       for (uint64_t at = 0; at < ref.length; at += kPiece) {
         piece.resize(std::min(kPiece, ref.length - at));
         f.read_at(ref.offset + at, piece.data(), piece.size(), b.fqn);
-        group.send(to, kTag, piece.data(), piece.size());
+        group.send(to, tag::kRawItems, piece.data(), piece.size());
       }
     } else if (me == to) {
       auto raw = std::make_shared<MemorySource>();
       std::vector<uint8_t> piece;
       for (uint64_t at = 0; at < ref.length; at += kPiece) {
         piece.resize(std::min(kPiece, ref.length - at));
-        group.recv(from, kTag, piece.data(), piece.size());
+        group.recv(from, tag::kRawItems, piece.data(), piece.size());
         raw->append(piece.data(), piece.size());
       }
       reader.provide(ref, raw);
@@ -178,7 +178,7 @@ void ChunkExchange::push_lane(unsigned lane) {
       Header h{0, tr.tensor, tr.chunk, index++};
       std::memcpy(buf.get(), &h, sizeof h);
       sending = true;
-      group_.send(tr.writer, kTagBase + lane, buf.get(), sizeof h + n);
+      group_.send(tr.writer, tag::kChunkLanes + lane, buf.get(), sizeof h + n);
       sending = false;
       if (++sent == 2) failpoint("exchange-push", me);  // dies mid-run, after sending some windows
     };
@@ -199,7 +199,7 @@ void ChunkExchange::push_lane(unsigned lane) {
       Header h{1, tr.tensor, tr.chunk, index};
       std::memcpy(buf.get(), &h, sizeof h);
       try {
-        group_.send(tr.writer, kTagBase + lane, buf.get(), sizeof h + n);
+        group_.send(tr.writer, tag::kChunkLanes + lane, buf.get(), sizeof h + n);
       } catch (const std::exception&) {
         // The writer is gone too; our own error is what this rank reports.
       }
@@ -237,7 +237,7 @@ void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const Wi
   for (uint64_t off = 0; off < total; off += window_, ++index) {
     if (stop_) throw Error(Where(), "stopped");
     uint64_t n = std::min(window_, total - off);
-    group_.recv(tr.owner, kTagBase + lane, buf, sizeof(Header) + n);
+    group_.recv(tr.owner, tag::kChunkLanes + lane, buf, sizeof(Header) + n);
     Header h;
     std::memcpy(&h, buf, sizeof h);
     if (h.status != 0) owner_failed(tr.owner);
