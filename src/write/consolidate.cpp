@@ -189,7 +189,7 @@ bool tree_weights_only(const pickle::Tree& tree, std::string& bad) {
 
 // Several processes (torchrun): the ranks that can read each chunk push it to the rank that
 // writes it (rank 0, or with --parallel-write the rank a shard was dealt to), which writes exactly
-// what the single-process run writes. See write/exchange.h for the transfer protocol.
+// what the single-process run writes. See dist/exchange.h for the transfer protocol.
 struct DistributedWrite {
   static constexpr uint64_t kTransferWindow = 16ull << 20;
 
@@ -317,7 +317,7 @@ struct DistributedWrite {
     const unsigned lanes = to_st && g.tagged() ? std::max(1u, o.threads) : 1;
     // Items are listed writer by writer: the lowest writer with work left then always has every
     // owner at its next transfer, so a lane waiting on its rank's memory budget waits only for
-    // lanes that are moving (write/exchange.h).
+    // lanes that are moving (dist/exchange.h).
     std::vector<Item> items;
     for (int w = 0; w < (to_st ? world : 1); ++w) {
       unsigned next = 0;
@@ -345,7 +345,7 @@ struct DistributedWrite {
                         owners.owner(*tensors[it.tensor].t, c, it.writer, o.parallel_write), it.writer, it.lane});
 
     // An owner decodes a zstd chunk it pushes whole, one per pushing lane at a time. That memory
-    // is set aside from its budget up front, and its lanes share the rest (write/exchange.h says
+    // is set aside from its budget up front, and its lanes share the rest (dist/exchange.h says
     // why pushers do not wait on the gate). Every rank computes every rank's set-aside from the
     // same plan, so a budget too small is refused alike everywhere, before any transfer.
     std::vector<std::vector<uint64_t>> per_lane(static_cast<size_t>(world), std::vector<uint64_t>(lanes, 0));
