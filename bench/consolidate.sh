@@ -41,54 +41,31 @@ cmd_for() {
   esac
 }
 
-if [ $cold = 0 ]; then
-  echo "== cannot drop the page cache: running every command once untimed (all runs warm)"
-  for n in "${names[@]}"; do clean; bash -c "$(cmd_for "$n")" >/dev/null 2>&1; done
-fi
-
+before_run() {
+  # keep out.safetensors and out_torch.pt for the verification; disk space: nothing else stays
+  case $1 in a_*) rm -f "$work/out.safetensors" ;; c_*) rm -f "$work/out_torch.pt" ;; esac
+  rm -f "$work/out.pt" "$work/cat.out"
+}
+warm_up
 repeat=${REPEAT:-3}
-rm -f "$work"/time_*.txt
-echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
-     "page cache: $([ $cold = 1 ] && echo dropped before each run || echo warm)"
-for ((r = 1; r <= repeat; r++)); do
-  for ((i = 0; i < ${#names[@]}; i++)); do
-    n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
-    # keep out.safetensors and out_torch.pt for the verification, remove the rest before each run
-    case $n in
-      a_*) rm -f "$work/out.safetensors" ;; b_*) rm -f "$work/out.pt" ;;
-      c_*) rm -f "$work/out_torch.pt" ;; *) rm -f "$work/cat.out" ;;
-    esac
-    rm -f "$work/out.pt" "$work/cat.out"  # disk space: only the two verified outputs stay
-    drop_cache
-    c=$(cmd_for "$n")
-    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
-    /usr/bin/time -v -o "$work/time_${n}_$r.txt" bash -c "$c"
-  done
-done
+run_rounds time
 rm -f "$work/cat.out"
 
-"$py" - "$work" "$ckpt" "$cold" "$repeat" <<'EOF'
-import json, os, re, statistics, sys
+"$py" - "$work" "$ckpt" "$cold" "$repeat" "$root/bench" <<'EOF'
+import json, os, sys
 work, ckpt, cold, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+sys.path.insert(0, sys.argv[5])
+from timing import runs, summary
 data = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
 info = json.load(open(os.path.join(work, "ckpt_info.json"))) if os.path.exists(os.path.join(work, "ckpt_info.json")) else {}
 largest = info.get("largest_tensor_bytes", 0)
-def parse1(n, r):
-    t = open(os.path.join(work, f"time_{n}_{r}.txt")).read()
-    w = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
-    parts = [float(x) for x in w.split(":")]
-    secs = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
-    rc = int(re.search(r"Exit status: (\d+)", t).group(1))
-    usr = float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1))
-    sys_ = float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1))
-    return secs, rss, rc, usr, sys_
 def parse(n):
-    runs = [parse1(n, r) for r in range(1, repeat + 1)]
-    med = statistics.median(x[0] for x in runs)
-    print(f"  {n:24} wall {' '.join(f'{x[0]:.2f}' for x in runs)} s; user {' '.join(f'{x[3]:.2f}' for x in runs)};"
-          f" sys {' '.join(f'{x[4]:.2f}' for x in runs)}; max RSS {' '.join(f'{x[1] >> 20}' for x in runs)} MiB")
-    return med, max(x[1] for x in runs), max(x[2] for x in runs)
+    rs = runs(work, "time", n, repeat)
+    col = lambda k, fmt: " ".join(fmt.format(x[k]) for x in rs)
+    print(f"  {n:24} wall {col('secs', '{:.2f}')} s; user {col('user', '{:.2f}')}; sys {col('sys', '{:.2f}')};"
+          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB")
+    m = summary(rs)
+    return m["secs"], m["rss"], m["rc"]
 print("\nper run (in round order):")
 rows = {n: parse(n) for n in ["a_dcpctl_safetensors", "b_dcpctl_pt", "c_torch_dcp_to_torch", "d_cat", "e_cat_sync"]}
 torch_s, cat_s, catsync_s = rows["c_torch_dcp_to_torch"][0], rows["d_cat"][0], rows["e_cat_sync"][0]

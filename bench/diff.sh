@@ -59,41 +59,21 @@ cmd_for() {
   esac
 }
 
-if [ $cold = 0 ]; then
-  echo "== cannot drop the page cache: running every command once untimed (all runs warm)"
-  for n in "${names[@]}"; do bash -c "$(cmd_for "$n")" >/dev/null 2>&1 || true; done
-fi
-
+warm_up
 repeat=${REPEAT:-1}
-rm -f "$work"/dtime_*.txt
-echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
-     "page cache: $([ $cold = 1 ] && echo dropped before each run || echo warm)"
-for ((r = 1; r <= repeat; r++)); do
-  for ((i = 0; i < ${#names[@]}; i++)); do
-    n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
-    drop_cache
-    c=$(cmd_for "$n")
-    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
-    /usr/bin/time -v -o "$work/dtime_${n}_$r.txt" bash -c "$c" || true
-  done
-done
+run_rounds dtime
 
-"$py" - "$work" "$ckpt" "$model" "$cold" "$repeat" <<'EOF'
-import os, re, statistics, sys
+"$py" - "$work" "$ckpt" "$model" "$cold" "$repeat" "$root/bench" <<'EOF'
+import os, sys
 work, ckpt, model, cold, repeat = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
+sys.path.insert(0, sys.argv[6])
+from timing import runs, summary
 a = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
 b = os.path.getsize(model)
-def parse1(n, r):
-    t = open(os.path.join(work, f"dtime_{n}_{r}.txt")).read()
-    w = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
-    secs = sum(float(p) * 60 ** i for i, p in enumerate(reversed(w.split(":"))))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
-    rc = int(re.search(r"Exit status: (\d+)", t).group(1))
-    return secs, rss, rc
 rows = {}
 for n in ["a_dcpctl_diff", "b_dcpctl_diff_allclose", "c_dcpctl_stats", "d_python_load_compare", "e_cat"]:
-    runs = [parse1(n, r) for r in range(1, repeat + 1)]
-    rows[n] = (statistics.median(x[0] for x in runs), max(x[1] for x in runs), max(x[2] for x in runs))
+    m = summary(runs(work, "dtime", n, repeat))
+    rows[n] = (m["secs"], m["rss"], m["rc"])
 py_s = rows["d_python_load_compare"][0]
 print()
 print(f"checkpoint {ckpt}: {a/1e9:.2f} GB; consolidated {model}: {b/1e9:.2f} GB; "

@@ -41,34 +41,23 @@ cmd_for() {
 }
 
 clean
-if [ $cold = 0 ]; then
-  echo "== cannot drop the page cache: running every command once untimed (all runs warm)"
-  for n in "${names[@]}"; do clean; bash -c "$(cmd_for "$n")" >/dev/null 2>&1; done
-fi
-
+before_run() {
+  case $1 in a_*) rm -rf "$o_d" ;; b_*) rm -rf "$o_t" ;; esac
+  rm -rf "$o_c"  # disk space: only the two compared outputs stay
+}
+after_run() { if [ "${1:0:1}" = b ]; then tail -n 1 "$work/torch_phases.json" > "$work/torch_phases_$2.json" || true; fi; }
+warm_up
 repeat=${REPEAT:-3}
-rm -f "$work"/time_reshard_*.txt "$work"/torch_phases*.json
-echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
-     "page cache: $([ $cold = 1 ] && echo dropped before each run || echo warm)"
-for ((r = 1; r <= repeat; r++)); do
-  for ((i = 0; i < ${#names[@]}; i++)); do
-    n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
-    case $n in a_*) rm -rf "$o_d" ;; b_*) rm -rf "$o_t" ;; *) rm -rf "$o_c" ;; esac
-    rm -rf "$o_c"  # disk space: only the two compared outputs stay
-    drop_cache
-    c=$(cmd_for "$n")
-    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
-    /usr/bin/time -v -o "$work/time_reshard_${n}_$r.txt" bash -c "$c"
-    [ "${n:0:1}" = b ] && cat "$work/torch_phases.json" | tail -n 1 > "$work/torch_phases_$r.json" || true
-  done
-done
-echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+rm -f "$work"/torch_phases*.json
+run_rounds time_reshard
 rm -rf "$o_c"
 "$dcpctl" reshard "$ckpt" -o "$work/plan.unused" -w "$world" --dry-run --json > "$work/reshard_plan.json"
 
-"$py" - "$work" "$ckpt" "$cold" "$world" "$repeat" <<'EOF'
-import json, os, re, statistics, sys
+"$py" - "$work" "$ckpt" "$cold" "$world" "$repeat" "$root/bench" <<'EOF'
+import json, os, statistics, sys
 work, ckpt, cold, world, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+sys.path.insert(0, sys.argv[6])
+from timing import runs, summary
 data = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
 plan = json.load(open(os.path.join(work, "reshard_plan.json")))
 tensor_bytes = plan["tensor_bytes"]
@@ -90,21 +79,13 @@ for r in range(1, repeat + 1):
         phases.append(json.loads(open(os.path.join(work, f"torch_phases_{r}.json")).read().strip()))
     except Exception:
         pass
-def parse1(n, r):
-    t = open(os.path.join(work, f"time_reshard_{n}_{r}.txt")).read()
-    w = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
-    parts = [float(x) for x in w.split(":")]
-    secs = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
-    rc = int(re.search(r"Exit status: (\d+)", t).group(1))
-    usr = float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1))
-    sys_ = float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1))
-    return secs, rss, rc, usr, sys_
 def parse(n):
-    runs = [parse1(n, r) for r in range(1, repeat + 1)]
-    print(f"  {n:20} wall {' '.join(f'{x[0]:.2f}' for x in runs)} s; user {' '.join(f'{x[3]:.2f}' for x in runs)};"
-          f" sys {' '.join(f'{x[4]:.2f}' for x in runs)}; max RSS {' '.join(f'{x[1] >> 20}' for x in runs)} MiB")
-    return statistics.median(x[0] for x in runs), max(x[1] for x in runs), max(x[2] for x in runs)
+    rs = runs(work, "time_reshard", n, repeat)
+    col = lambda k, fmt: " ".join(fmt.format(x[k]) for x in rs)
+    print(f"  {n:20} wall {col('secs', '{:.2f}')} s; user {col('user', '{:.2f}')}; sys {col('sys', '{:.2f}')};"
+          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB")
+    m = summary(rs)
+    return m["secs"], m["rss"], m["rc"]
 names = ["a_dcpctl_reshard", "b_torch_load_save", "c_cp", "d_cp_sync"]
 print("\nper run (in round order):")
 rows = {n: parse(n) for n in names}

@@ -40,51 +40,29 @@ cmd_for() {
   esac
 }
 
-if [ "$cold" = 0 ]; then
-  echo "== cannot drop the page cache: running every command once untimed (all runs warm)"
-  for n in "${names[@]}"; do bash -c "$(cmd_for "$n")" >/dev/null 2>&1 || true; done
-fi
-
-repeat=${REPEAT:-1}
-rm -f "$work"/stime_*.txt
-echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
-     "page cache: $([ "$cold" = 1 ] && echo dropped before each cold run || echo warm)"
-for ((r = 1; r <= repeat; r++)); do
-  for ((i = 0; i < ${#names[@]}; i++)); do
-    n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
-    drop_cache
-    c=$(cmd_for "$n")
-    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
-    /usr/bin/time -v -o "$work/stime_${n}_$r.txt" bash -c "$c" || true
-  done
+after_round() {
   # warm: the checkpoint read once more into the page cache, then stats without touching the disk
   cat "$ckpt"/*.distcp > /dev/null
-  for n in a_stats_warm ${other:+b_stats_other_warm}; do
-    c=$(cmd_for "$n")
-    echo "== round $r $n (load $(cut -d' ' -f1 /proc/loadavg)): $c"
-    /usr/bin/time -v -o "$work/stime_${n}_$r.txt" bash -c "$c" || true
-  done
-done
+  local n
+  for n in a_stats_warm ${other:+b_stats_other_warm}; do time_one stime "$n" "$1"; done
+}
+warm_up
+repeat=${REPEAT:-1}
+run_rounds stime
 rm -f "$out"
 
-"$py" - "$work" "$ckpt" "$cold" "$repeat" <<'EOF'
-import os, re, statistics, sys
+"$py" - "$work" "$ckpt" "$cold" "$repeat" "$root/bench" <<'EOF'
+import os, sys
 work, ckpt, cold, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+sys.path.insert(0, sys.argv[5])
+from timing import runs, summary
 a = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
-def parse1(n, r):
-    t = open(os.path.join(work, f"stime_{n}_{r}.txt")).read()
-    w = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
-    secs = sum(float(p) * 60 ** i for i, p in enumerate(reversed(w.split(":"))))
-    cpu = float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1)) + float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024
-    rc = int(re.search(r"Exit status: (\d+)", t).group(1))
-    return secs, cpu, rss, rc
 rows = {}
 for n in ["a_stats", "b_stats_other", "c_consolidate", "d_cat", "a_stats_warm", "b_stats_other_warm"]:
     if not os.path.exists(os.path.join(work, f"stime_{n}_1.txt")):
         continue
-    runs = [parse1(n, r) for r in range(1, repeat + 1)]
-    rows[n] = (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs), max(x[2] for x in runs), max(x[3] for x in runs))
+    m = summary(runs(work, "stime", n, repeat))
+    rows[n] = (m["secs"], m["cpu"], m["rss"], m["rc"])
 print()
 print(f"checkpoint {ckpt}: {a/1e9:.2f} GB of .distcp; page cache {'dropped before each cold run' if cold else 'warm'}; median of {repeat}")
 print(f"{'run':20} {'exit':>4} {'seconds':>8} {'GB/s':>6} {'CPU s':>6} {'max RSS':>10} {'vs cat':>7}")

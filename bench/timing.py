@@ -1,0 +1,30 @@
+"""Reading what bench/common.sh's run_rounds left: one GNU `time -v` file per command and round."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+
+
+def parse_time(path: str) -> dict:
+    """Wall seconds, user and system CPU seconds, max RSS (bytes) and exit status of one run."""
+    t = open(path).read()
+    wall = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
+    return {
+        "secs": sum(float(p) * 60 ** i for i, p in enumerate(reversed(wall.split(":")))),
+        "user": float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1)),
+        "sys": float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1)),
+        "rss": int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024,
+        "rc": int(re.search(r"Exit status: (\d+)", t).group(1)),
+    }
+
+
+def runs(work: str, tag: str, name: str, repeat: int) -> list[dict]:
+    return [parse_time(os.path.join(work, f"{tag}_{name}_{r}.txt")) for r in range(1, repeat + 1)]
+
+
+def summary(rs: list[dict]) -> dict:
+    """Median wall and CPU seconds over the rounds; the worst RSS and exit status."""
+    return {"secs": statistics.median(x["secs"] for x in rs), "cpu": statistics.median(x["user"] + x["sys"] for x in rs),
+            "rss": max(x["rss"] for x in rs), "rc": max(x["rc"] for x in rs)}
