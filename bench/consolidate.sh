@@ -55,17 +55,12 @@ rm -f "$work/cat.out"
 import json, os, sys
 work, ckpt, cold, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 sys.path.insert(0, sys.argv[5])
-from timing import runs, summary
+from timing import report
 data = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
 info = json.load(open(os.path.join(work, "ckpt_info.json"))) if os.path.exists(os.path.join(work, "ckpt_info.json")) else {}
 largest = info.get("largest_tensor_bytes", 0)
 def parse(n):
-    rs = runs(work, "time", n, repeat)
-    col = lambda k, fmt: " ".join(fmt.format(x[k]) for x in rs)
-    print(f"  {n:24} wall {col('secs', '{:.2f}')} s; user {col('user', '{:.2f}')}; sys {col('sys', '{:.2f}')};"
-          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB")
-    m = summary(rs)
-    return m["secs"], m["rss"], m["rc"]
+    return report(work, "time", n, repeat, 24)
 print("\nper run (in round order):")
 rows = {n: parse(n) for n in ["a_dcpctl_safetensors", "b_dcpctl_pt", "c_torch_dcp_to_torch", "d_cat", "e_cat_sync"]}
 torch_s, cat_s, catsync_s = rows["c_torch_dcp_to_torch"][0], rows["d_cat"][0], rows["e_cat_sync"][0]

@@ -57,7 +57,7 @@ rm -rf "$o_c"
 import json, os, statistics, sys
 work, ckpt, cold, world, repeat = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
 sys.path.insert(0, sys.argv[6])
-from timing import runs, summary
+from timing import report
 data = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt) if f.endswith(".distcp"))
 plan = json.load(open(os.path.join(work, "reshard_plan.json")))
 tensor_bytes = plan["tensor_bytes"]
@@ -80,12 +80,7 @@ for r in range(1, repeat + 1):
     except Exception:
         pass
 def parse(n):
-    rs = runs(work, "time_reshard", n, repeat)
-    col = lambda k, fmt: " ".join(fmt.format(x[k]) for x in rs)
-    print(f"  {n:20} wall {col('secs', '{:.2f}')} s; user {col('user', '{:.2f}')}; sys {col('sys', '{:.2f}')};"
-          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB")
-    m = summary(rs)
-    return m["secs"], m["rss"], m["rc"]
+    return report(work, "time_reshard", n, repeat, 20)
 names = ["a_dcpctl_reshard", "b_torch_load_save", "c_cp", "d_cp_sync"]
 print("\nper run (in round order):")
 rows = {n: parse(n) for n in names}

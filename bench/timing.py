@@ -28,3 +28,14 @@ def summary(rs: list[dict]) -> dict:
     """Median wall and CPU seconds over the rounds; the worst RSS and exit status."""
     return {"secs": statistics.median(x["secs"] for x in rs), "cpu": statistics.median(x["user"] + x["sys"] for x in rs),
             "rss": max(x["rss"] for x in rs), "rc": max(x["rc"] for x in rs)}
+
+
+def report(work: str, tag: str, name: str, repeat: int, width: int = 24) -> tuple[float, int, int]:
+    """Prints one line per command with every round's figures; returns (median seconds, worst RSS,
+    worst exit status)."""
+    rs = runs(work, tag, name, repeat)
+    col = lambda k, fmt: " ".join(fmt.format(x[k]) for x in rs)  # noqa: E731
+    print(f"  {name:{width}} wall {col('secs', '{:.2f}')} s; user {col('user', '{:.2f}')}; sys {col('sys', '{:.2f}')};"
+          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB")
+    m = summary(rs)
+    return m["secs"], m["rss"], m["rc"]
