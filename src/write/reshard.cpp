@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "item/decoded_chunks.h"
 #include "item/item_reader.h"
 #include "plan/assemble.h"
 #include "plan/checks.h"
@@ -123,8 +124,9 @@ uint64_t source_read_need(const TensorMeta& t, const std::vector<Box>& targets) 
   return need;
 }
 
-// Fills `dst` (dense, box `tb`, source dtype) from the source chunks that overlap it.
-void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, uint8_t* dst) {
+// Fills `dst` (dense, box `tb`, source dtype) from the source chunks that overlap it, one read of
+// each (what expect_reads announces to `chunks`).
+void assemble_box(DecodedChunks& chunks, const TensorMeta& t, const Box& tb, uint8_t* dst) {
   size_t item = itemsize(*t.dtype);
   if (tb.numel() == 0) return;
   uint64_t row_bytes = item;
@@ -137,12 +139,21 @@ void assemble_box(const ItemReader& reader, const TensorMeta& t, const Box& tb, 
       // Rows of one run into rows of the other: read just them, from the file or the decoded item.
       uint64_t from = static_cast<uint64_t>(in.offsets[0] - sb.offsets[0]) * row_bytes;
       uint64_t to = static_cast<uint64_t>(in.offsets[0] - tb.offsets[0]) * row_bytes;
-      reader.read_chunk_bytes(t, c, from, static_cast<uint64_t>(in.sizes[0]) * row_bytes, dst + to);
+      chunks.read(t, c, from, static_cast<uint64_t>(in.sizes[0]) * row_bytes, dst + to);
       continue;
     }
     std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the job's reservation
-    reader.read_chunk(t, c, tmp.data());
+    chunks.read(t, c, 0, tmp.size(), tmp.data());
     copy_box(tmp.data(), sb, dst, tb, in, item);
+  }
+}
+
+// Tells `chunks` of the reads assemble_box will make for target box `tb`.
+void expect_reads(DecodedChunks& chunks, const TensorMeta& t, const Box& tb) {
+  if (tb.numel() == 0) return;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    Box in;
+    if (t.chunk_numel(c) > 0 && intersect(source_box(t, c), tb, in)) chunks.expect(t, c);
   }
 }
 
@@ -366,6 +377,11 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   for (int r = 0; r < world; ++r)
     if (!group || r % group->size() == group->rank()) targets.push_back(static_cast<size_t>(r));
 
+  // A zstd source chunk read for several target chunks is decoded once (item/decoded_chunks.h).
+  DecodedChunks decoded(reader, gate);
+  for (size_t r : targets)
+    for (const Job& j : jobs[r]) expect_reads(decoded, *tensors[j.tensor].t, tensors[j.tensor].boxes[j.chunk]);
+
   auto write_files = [&] {
     parallel_for(targets.size(), std::max(1u, o.threads), [&](size_t ti) {
       size_t r = targets[ti];
@@ -409,7 +425,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
           // cast, and what reading a source chunk takes.
           uint64_t raw_bytes = n * itemsize(pt.src), conv_bytes = pt.src != pt.dst ? n * itemsize(pt.dst) : 0;
           scratch.prepare(raw_bytes, conv_bytes, pt.read_need);
-          assemble_box(reader, *pt.t, b, scratch.a());
+          assemble_box(decoded, *pt.t, b, scratch.a());
           if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, scratch.a(), scratch.b(), n);
           write_tensor_blob(out, pt.dst, b.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
         }
@@ -480,6 +496,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   if (group) group->announce("commit", "", ExitCode::ok);
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary["chunk_decodes"] = decoded.decodes();
   summary["seconds"] = secs;
   summary["gb_per_s"] = secs > 0 ? static_cast<double>(total) / secs / 1e9 : 0.0;
   summary["peak_rss_bytes"] = peak_rss_bytes();

@@ -71,6 +71,22 @@ def check_case(dcpctl, case_dir, failures):
     return len(keys)
 
 
+def check_zstd_reshard(dcpctl, case_dir, failures):
+    """Resharding the zstd fixture (9 zstd chunks) to 8 ranks reads most chunks for several target
+    chunks: each is decoded once (chunk_decodes), and the output holds torch's bytes."""
+    import tempfile
+    exp = json.load(open(os.path.join(case_dir, "expected.json")))["keys"]
+    with tempfile.TemporaryDirectory(prefix="dcpctl-e2e-") as tmp:
+        out = os.path.join(tmp, "w8")
+        rep = json.loads(run([dcpctl, "reshard", os.path.join(case_dir, "ckpt"), "-o", out, "-w", "8", "--json", "-q"]))
+        if rep.get("chunk_decodes") != 9:
+            failures.append(f"zstd reshard -w 8: {rep.get('chunk_decodes')} chunk decodes, want 9 (each zstd chunk once)")
+        ver = json.loads(run([dcpctl, "verify", "--deep", "--checksum", "--json", out]))
+        for k, e in exp.items():
+            if e["kind"] == "tensor" and ver["checksums"].get(k) != e["sha256"]:
+                failures.append(f"zstd reshard -w 8: {k}: sha256 {ver['checksums'].get(k)} != torch's {e['sha256']}")
+
+
 def main():
     dcpctl, fixtures = sys.argv[1], sys.argv[2]
     failures = []
@@ -81,6 +97,7 @@ def main():
     total = 0
     for c in cases:
         total += check_case(dcpctl, os.path.join(fixtures, c), failures)
+    check_zstd_reshard(dcpctl, os.path.join(fixtures, "zstd"), failures)
     for f in failures:
         print("FAIL", f)
     print(f"{len(cases)} fixtures, {total} keys checked against torch's expected.json: {len(failures)} failures")
