@@ -16,7 +16,7 @@ fail=0
 n=0
 # case NPROC FIXTURE OUTPUT-NAME [dcpctl options...]
 case_() {
-  local nproc=$1 ck=$fixtures/$2/ckpt out=$3
+  local nproc=$1 name=$2 ck=$fixtures/$2/ckpt out=$3
   shift 3
   n=$((n + 1))
   "$dcpctl" consolidate "$ck" -o "$work/single-$n-$out" "$@" -q >"$work/single.log" 2>&1 || {
@@ -24,9 +24,9 @@ case_() {
   if "$torchrun" --standalone --nproc-per-node "$nproc" --no-python "$dcpctl" consolidate "$ck" \
       -o "$work/tr-$n-$out" "$@" -q --timeout 120 >"$work/tr.log" 2>&1 &&
     ! grep -q "ThreadSanitizer" "$work/tr.log" && diff -r "$work/single-$n-$out" "$work/tr-$n-$out" >/dev/null; then
-    echo "ok   $nproc ranks: $2 -> $out $*"
+    echo "ok   $nproc ranks: $name -> $out $*"
   else
-    echo "FAIL $nproc ranks: $2 -> $out $*"
+    echo "FAIL $nproc ranks: $name -> $out $*"
     tail -60 "$work/tr.log"
     fail=1
   fi
