@@ -6,7 +6,8 @@
 #                           (CTest), then again under ASan+UBSan; what .ci/run runs
 #   tools/dev.sh test-fast  set up, build, run the fast tier only (ctest -L fast, a few minutes)
 #   tools/dev.sh tsan       ThreadSanitizer build (build-tsan/): the threaded unit tests (chunk
-#                           exchange, memory gate, window filler) and torchrun consolidates
+#                           exchange, memory gate, window filler), torchrun consolidates and
+#                           a threaded reshard
 #                           (tests/dist/tsan_consolidate.sh); not part of `test` (build time)
 #   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv)
 #   tools/dev.sh build      setup + build (build/)
