@@ -300,9 +300,6 @@ struct DistributedWrite {
     Group& g = *o.group;
     const int me = g.rank(), world = g.size();
     const bool leader = me == 0, to_st = o.format != OutputFormat::Torch;
-    // The same plan on every rank (the command was agreed on at the start; this catches two
-    // .metadata of one size and save id that differ), less what only rank 0 reads (the
-    // non-tensor values) and the directory, which --local-files lets differ.
 
     // Who writes which file, and in what order each writer's lanes take their items.
     std::vector<int> writer_of(files.size(), 0);
