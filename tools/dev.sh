@@ -6,9 +6,8 @@
 #                           (CTest), then again under ASan+UBSan; what .ci/run runs
 #   tools/dev.sh test-fast  set up, build, run the fast tier only (ctest -L fast, a few minutes)
 #   tools/dev.sh tsan       ThreadSanitizer build (build-tsan/): the threaded unit tests (chunk
-#                           exchange, memory gate, window filler), torchrun consolidates and
-#                           a threaded reshard
-#                           (tests/dist/tsan_consolidate.sh); not part of `test` (build time)
+#                           exchange, memory gate, window filler), torchrun consolidates and a
+#                           threaded reshard (tests/dist/tsan_consolidate.sh); not in `test`
 #   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv)
 #   tools/dev.sh build      setup + build (build/)
 #
@@ -206,7 +205,7 @@ case "$cmd" in
     run_tests build -L fast
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,/^set -euo/{/^set -euo/d;p}' "$0" >&2
     exit 2
     ;;
 esac
