@@ -100,52 +100,13 @@ void WindowFiller::each_part(const Window& w, F&& f) const {
 }
 
 WindowFiller::WindowFiller(const ItemReader& reader, const TensorMeta& t, MemoryGate* gate, const std::vector<Window>& windows)
-    : reader_(reader), t_(t), item_(itemsize(*t.dtype)), gate_(gate), runs_(t.num_chunks()) {
-  if (!gate_ || t_.ndim() == 0) return;
-  cache_.resize(t_.num_chunks());
-  for (auto& c : cache_) c = std::make_unique<Cached>();
+    : reader_(reader), t_(t), item_(itemsize(*t.dtype)), runs_(t.num_chunks()), decoded_(reader, gate) {
+  if (t_.ndim() == 0) return;
   for (const Window& w : windows)
-    each_part(w, [&](const Part& p, size_t, int64_t, int64_t, uint64_t) { cache_[p.chunk]->uses++; });
+    each_part(w, [&](const Part& p, size_t, int64_t, int64_t, uint64_t) { decoded_.expect(t_, p.chunk); });
 }
 
-WindowFiller::~WindowFiller() {
-  for (auto& c : cache_)
-    if (c && c->charged) gate_->release(c->charged);
-}
-
-bool WindowFiller::read_cached(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
-  if (cache_.empty()) return false;
-  Cached& e = *cache_[chunk];
-  std::lock_guard<std::mutex> lock(e.mu);
-  if (!e.data) {
-    if (e.uses < 2) return false;  // no later window needs it: decode this part alone
-    uint64_t bytes = t_.chunk_numel(chunk) * item_;
-    if (!gate_->try_acquire(bytes)) return false;
-    try {
-      e.data.reset(new uint8_t[bytes]);
-      reader_.read_chunk(t_, chunk, e.data.get());
-    } catch (...) {
-      e.data.reset();
-      gate_->release(bytes);
-      throw;
-    }
-    e.charged = bytes;
-    decodes_++;
-  }
-  std::memcpy(dst, e.data.get() + from, n);
-  return true;
-}
-
-void WindowFiller::part_done(size_t chunk) {
-  if (cache_.empty()) return;
-  Cached& e = *cache_[chunk];
-  std::lock_guard<std::mutex> lock(e.mu);
-  if (e.uses && --e.uses == 0 && e.data) {
-    e.data.reset();
-    gate_->release(e.charged);
-    e.charged = 0;
-  }
-}
+WindowFiller::~WindowFiller() = default;
 
 void WindowFiller::read(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
   std::optional<DirectRun> run;
@@ -162,12 +123,10 @@ void WindowFiller::read(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
     std::lock_guard<std::mutex> lock(mu_);
     runs_[chunk] = run;
   }
-  if (run) {
+  if (run)
     run->file->read_at(run->offset + from, dst, n, t_.fqn);
-  } else if (!read_cached(chunk, from, n, dst)) {
-    decodes_++;
-    reader_.read_chunk_bytes(t_, chunk, from, n, dst);
-  }
+  else
+    decoded_.read(t_, chunk, from, n, dst);
 }
 
 void WindowFiller::fill(const Window& w, uint8_t* dst, uint8_t* scratch) {
@@ -208,7 +167,7 @@ void WindowFiller::fill(const Window& w, uint8_t* dst, uint8_t* scratch) {
         }
       }
     }
-    part_done(p.chunk);
+    decoded_.done(t_, p.chunk);
     filled += p.n;
   });
   if (filled != w.numel)

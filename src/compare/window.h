@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "item/decoded_chunks.h"
 #include "item/item_reader.h"
 #include "util/memory_gate.h"
 
@@ -46,7 +47,8 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i);
 // gate, and frees it when the last of those windows has been filled; windows of the chunk arriving
 // meanwhile wait for that one decode. The memory is taken without waiting (the caller's window
 // buffers hold the rest of the budget, and a thread holding a buffer must not wait on the gate):
-// when it does not fit, that read decodes for its window only, as without a gate.
+// when it does not fit, that read decodes for its window only, as without a gate. The keeping is
+// item/decoded_chunks.h, which reshard uses too; each window part is one expected use.
 class WindowFiller {
  public:
   WindowFiller(const ItemReader& reader, const TensorMeta& t, MemoryGate* gate = nullptr,
@@ -59,31 +61,20 @@ class WindowFiller {
   void fill(const Window& w, uint8_t* dst, uint8_t* scratch);
   // Decodes of chunks that are not read in place: whole chunks kept for several windows, plus
   // single reads decoded for one window.
-  uint64_t decodes() const { return decodes_.load(); }
+  uint64_t decodes() const { return decoded_.decodes(); }
 
  private:
   struct Part;
   template <class F>
   void each_part(const Window& w, F&& f) const;
   void read(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
-  bool read_cached(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
-  void part_done(size_t chunk);
-
-  struct Cached {
-    std::mutex mu;
-    std::unique_ptr<uint8_t[]> data;  // the dense chunk, while windows still need it
-    uint64_t charged = 0;             // bytes of the gate `data` holds
-    uint64_t uses = 0;                // window parts not yet read
-  };
 
   const ItemReader& reader_;
   const TensorMeta& t_;
   size_t item_;
-  MemoryGate* gate_;
   std::mutex mu_;
   std::vector<std::optional<std::optional<DirectRun>>> runs_;  // per chunk, once looked up
-  std::vector<std::unique_ptr<Cached>> cache_;                // per chunk (with a gate)
-  std::atomic<uint64_t> decodes_{0};
+  DecodedChunks decoded_;  // chunks not read in place, each window part one expected use
 };
 
 }  // namespace dcpctl

@@ -1,13 +1,16 @@
 // Decoded chunks shared by the reads that need them.
 //
-// A chunk whose item is stream-transformed (zstd) is decoded whole for every read of any part of
-// it: resharding one zstd chunk into M target chunks decoded it M times. When the reads are known
-// in advance (expect, once per read to come), the first read decodes the chunk into memory taken
-// from the gate, the later ones copy out of it, and the last one frees it. The memory is taken
-// without waiting (try_acquire): the reading threads hold reservations of their own and must not
-// wait on the gate a second time. When it does not fit, each read decodes for itself, as without
-// this cache (the callers' reservations count that). Reads of one chunk arriving while it is
-// being decoded wait for that decode. Safe to use from several threads.
+// A chunk that cannot be read in place (a stream-transformed item such as zstd, or a saved view
+// that is not contiguous) is decoded whole for every read of any part of it: resharding one zstd
+// chunk into M target chunks decoded it M times, and stats decoded it once per window. When the
+// reads are known in advance (expect, once per use to come; done when that use is over), the
+// first read decodes the chunk into memory taken from the gate, the later ones copy out of it,
+// and the last done frees it. The memory is taken without waiting (try_acquire): the reading
+// threads hold reservations of their own and must not wait on the gate a second time. When it
+// does not fit, or there is no gate, each read decodes for itself (the callers' reservations
+// count that). Reads of one chunk arriving while it is being decoded wait for that decode. Safe
+// to use from several threads. Used by reshard (write/reshard.cpp) and by diff/stats windows
+// (compare/window.h).
 #pragma once
 
 #include <atomic>
@@ -24,31 +27,36 @@ namespace dcpctl {
 
 class DecodedChunks {
  public:
-  DecodedChunks(const ItemReader& reader, MemoryGate& gate) : reader_(reader), gate_(gate) {}
+  // `gate` null: nothing is kept, every read decodes for itself.
+  DecodedChunks(const ItemReader& reader, MemoryGate* gate) : reader_(reader), gate_(gate) {}
   ~DecodedChunks();
   DecodedChunks(const DecodedChunks&) = delete;
   DecodedChunks& operator=(const DecodedChunks&) = delete;
 
-  // One more read of chunk `chunk` of `t` will come. Only transformed chunks are kept; others are
-  // read in place, and expecting them is a no-op.
+  // One more use of chunk `chunk` of `t` will come (a use may read it several times).
   void expect(const TensorMeta& t, size_t chunk);
-  // Bytes [from, from + n) of the dense chunk into dst (as ItemReader::read_chunk_bytes), counting
-  // one expected read done.
+  // Bytes [from, from + n) of the dense chunk into dst, as ItemReader::read_chunk_bytes: from the
+  // kept copy, or by decoding it (kept when at least two uses remain and it fits in the gate).
+  // For chunks that cannot be read in place; an untransformed chunk nobody expected is read as
+  // read_chunk_bytes reads it.
   void read(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
-  // Whole decodes of transformed chunks so far (kept for several reads, or for one read alone).
+  // One expected use of the chunk is over; after the last, the kept copy is freed.
+  void done(const TensorMeta& t, size_t chunk);
+  // Whole decodes so far: chunks kept for several uses, plus reads that decoded for themselves
+  // (of transformed or expected chunks).
   uint64_t decodes() const { return decodes_.load(); }
 
  private:
   struct Entry {
     std::mutex mu;
-    uint64_t uses = 0;                // expected reads not yet done
-    std::unique_ptr<uint8_t[]> data;  // the dense chunk, while reads remain
+    uint64_t uses = 0;                // expected uses not yet done
+    std::unique_ptr<uint8_t[]> data;  // the dense chunk, while uses remain
     uint64_t charged = 0;             // bytes of the gate `data` holds
   };
   Entry* find(const TensorMeta& t, size_t chunk);
 
   const ItemReader& reader_;
-  MemoryGate& gate_;
+  MemoryGate* gate_;
   std::mutex mu_;
   std::map<std::pair<const TensorMeta*, size_t>, std::unique_ptr<Entry>> entries_;
   std::atomic<uint64_t> decodes_{0};

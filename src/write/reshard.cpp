@@ -140,20 +140,22 @@ void assemble_box(DecodedChunks& chunks, const TensorMeta& t, const Box& tb, uin
       uint64_t from = static_cast<uint64_t>(in.offsets[0] - sb.offsets[0]) * row_bytes;
       uint64_t to = static_cast<uint64_t>(in.offsets[0] - tb.offsets[0]) * row_bytes;
       chunks.read(t, c, from, static_cast<uint64_t>(in.sizes[0]) * row_bytes, dst + to);
-      continue;
+    } else {
+      std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the job's reservation
+      chunks.read(t, c, 0, tmp.size(), tmp.data());
+      copy_box(tmp.data(), sb, dst, tb, in, item);
     }
-    std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the job's reservation
-    chunks.read(t, c, 0, tmp.size(), tmp.data());
-    copy_box(tmp.data(), sb, dst, tb, in, item);
+    chunks.done(t, c);
   }
 }
 
-// Tells `chunks` of the reads assemble_box will make for target box `tb`.
+// Tells `chunks` of the reads of transformed (zstd) chunks assemble_box will make for target box
+// `tb`; the others are read in place.
 void expect_reads(DecodedChunks& chunks, const TensorMeta& t, const Box& tb) {
   if (tb.numel() == 0) return;
   for (size_t c = 0; c < t.num_chunks(); ++c) {
     Box in;
-    if (t.chunk_numel(c) > 0 && intersect(source_box(t, c), tb, in)) chunks.expect(t, c);
+    if (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0 && intersect(source_box(t, c), tb, in)) chunks.expect(t, c);
   }
 }
 
@@ -378,7 +380,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
     if (!group || r % group->size() == group->rank()) targets.push_back(static_cast<size_t>(r));
 
   // A zstd source chunk read for several target chunks is decoded once (item/decoded_chunks.h).
-  DecodedChunks decoded(reader, gate);
+  DecodedChunks decoded(reader, &gate);
   for (size_t r : targets)
     for (const Job& j : jobs[r]) expect_reads(decoded, *tensors[j.tensor].t, tensors[j.tensor].boxes[j.chunk]);
 
