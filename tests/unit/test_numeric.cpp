@@ -26,18 +26,15 @@ uint32_t bits_of(float x) {
   return b;
 }
 
-// cast_elements over float32 bit patterns, as consolidate --dtype does.
-std::vector<uint16_t> cast16(DType to, const std::vector<uint32_t>& in) {
-  std::vector<uint16_t> out(in.size());
+// cast_elements over float32 bit patterns, as consolidate --dtype does; T is the target's width.
+template <class T>
+std::vector<T> cast_bits(DType to, const std::vector<uint32_t>& in) {
+  std::vector<T> out(in.size());
   cast_elements(DType::Float32, to, reinterpret_cast<const uint8_t*>(in.data()), reinterpret_cast<uint8_t*>(out.data()), in.size());
   return out;
 }
-
-std::vector<uint8_t> cast8(DType to, const std::vector<uint32_t>& in) {
-  std::vector<uint8_t> out(in.size());
-  cast_elements(DType::Float32, to, reinterpret_cast<const uint8_t*>(in.data()), out.data(), in.size());
-  return out;
-}
+std::vector<uint16_t> cast16(DType to, const std::vector<uint32_t>& in) { return cast_bits<uint16_t>(to, in); }
+std::vector<uint8_t> cast8(DType to, const std::vector<uint32_t>& in) { return cast_bits<uint8_t>(to, in); }
 
 // The inputs, and what torch.to() gave for each:
 //   sNaN 0x7F800001, -NaN 0xFFC12345, qNaN 0x7FC00001, 1+2^-8 (tie, even below), 1+3*2^-8 (tie,
