@@ -3,6 +3,7 @@
 # written by real torch; generated on first use, never committed). Sets root, work ($1 of the
 # script, default /tmp/dcpctl-bench), py (PYTHON), dcpctl (DCPCTL), ckpt; checks the tools;
 # sets cold=1 when the page cache can be dropped, and drop_cache drops it (a no-op otherwise).
+# A script that makes its own checkpoints sets own_ckpt=1 before sourcing: no $work/ckpt then.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=${1:-/tmp/dcpctl-bench}
 py=${PYTHON:-$root/.venv/bin/python}
@@ -12,7 +13,7 @@ mkdir -p "$work"
 [ -x "$dcpctl" ] || { echo "no dcpctl at $dcpctl (set DCPCTL)" >&2; exit 2; }
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (GNU time)" >&2; exit 2; }
 
-if [ ! -f "$ckpt/.metadata" ]; then
+if [ "${own_ckpt:-0}" != 1 ] && [ ! -f "$ckpt/.metadata" ]; then
   echo "== generating the checkpoint under $ckpt (8 ranks, real torch)"
   "$py" "$root/bench/make_big_ckpt.py" "$ckpt"
 fi
@@ -20,6 +21,35 @@ fi
 cold=0
 if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=1; fi
 drop_cache() { if [ "$cold" = 1 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
+
+# Memory cgroups (root; the v1 memory controller, or v2 when that is what the machine mounts), for
+# runs that must be OOM-killed alone rather than take the machine down. cg_new NAME LIMIT makes a
+# fresh cgroup limited to LIMIT (IEC: 16G), swap included where the controller offers it, and
+# prints its path; a command joins it with `echo $$ > CG/cgroup.procs`. cg_peak CG prints its peak
+# usage in bytes (page cache included: the kernel reclaims it under the limit); cg_del CG removes it.
+cg_new() {
+  local v1=/sys/fs/cgroup/memory v2=/sys/fs/cgroup/unified cg bytes
+  bytes=$(numfmt --from=iec "$2")
+  if [ -w "$v1" ] && [ -f "$v1/memory.limit_in_bytes" ]; then
+    cg=$v1/dcpctl-bench-$1
+    rmdir "$cg" 2>/dev/null || true
+    mkdir -p "$cg"
+    echo "$bytes" > "$cg/memory.limit_in_bytes"
+    if [ -f "$cg/memory.memsw.limit_in_bytes" ]; then echo "$bytes" > "$cg/memory.memsw.limit_in_bytes"; fi
+  elif [ -w "$v2" ] && [ -f "$v2/cgroup.controllers" ] && grep -qw memory "$v2/cgroup.controllers"; then
+    cg=$v2/dcpctl-bench-$1
+    rmdir "$cg" 2>/dev/null || true
+    mkdir -p "$cg"
+    echo "$bytes" > "$cg/memory.max"
+    echo 0 > "$cg/memory.swap.max" 2>/dev/null || true
+  else
+    echo "no writable memory cgroup (v1 $v1 or v2 $v2): run as root on a machine that has one" >&2; return 2
+  fi
+  echo "$cg"
+}
+cg_peak() { cat "$1/memory.max_usage_in_bytes" 2>/dev/null || cat "$1/memory.peak" 2>/dev/null || echo 0; }
+# (rmdir fails while the last processes are still exiting: a few tries.)
+cg_del() { local i; for i in 1 2 3 4 5; do rmdir "$1" 2>/dev/null && return 0; sleep 1; done; return 0; }
 
 # The benchmark loop. A script defines `names` (its commands) and `cmd_for NAME` (the command line),
 # sets `repeat`, and may define hooks: before_run NAME (e.g. remove the previous output),

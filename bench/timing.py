@@ -8,15 +8,18 @@ import statistics
 
 
 def parse_time(path: str) -> dict:
-    """Wall seconds, user and system CPU seconds, max RSS (bytes) and exit status of one run."""
+    """Wall seconds, user and system CPU seconds, max RSS (bytes) and exit status of one run. A
+    command killed by a signal (GNU time: "Exit status: 0" after "Command terminated by signal N")
+    gets the shell's status 128 + N, e.g. 137 for the OOM killer's SIGKILL."""
     t = open(path).read()
+    sig = re.search(r"Command terminated by signal (\d+)", t)
     wall = re.search(r"Elapsed \(wall clock\) time.*: (.*)", t).group(1).strip()
     return {
         "secs": sum(float(p) * 60 ** i for i, p in enumerate(reversed(wall.split(":")))),
         "user": float(re.search(r"User time \(seconds\): ([\d.]+)", t).group(1)),
         "sys": float(re.search(r"System time \(seconds\): ([\d.]+)", t).group(1)),
         "rss": int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) * 1024,
-        "rc": int(re.search(r"Exit status: (\d+)", t).group(1)),
+        "rc": 128 + int(sig.group(1)) if sig else int(re.search(r"Exit status: (\d+)", t).group(1)),
     }
 
 

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Benchmark: how the cost grows with the checkpoint size. The same commands on checkpoints of
+# ~1, ~4.8 and ~16 GB written by real torch (bench/make_big_ckpt.py, 8 ranks; generated here,
+# never committed): time should grow linearly in bytes, dcpctl's peak RSS should stay flat.
+#
+#   bench/scaling.sh [WORKDIR]    (default /tmp/dcpctl-scaling; root; needs ~2.1x the largest
+#                                  checkpoint free there: ~34 GB for 38 layers)
+#
+# Environment: DCPCTL, PYTHON as in bench/common.sh (and DCPCTL_TORCH_PLUGIN, dcpctl's own, when the
+# binary lies apart from its libdcpctl_torch.so); LAYERS (make_big_ckpt.py --layers of each
+# size, default "1 10 38": 1.19, 4.83 and 16.17 GB; the embedding and output are a fixed 0.79 GB,
+# each layer 0.40 GB); RANKS (generator ranks, default 8); REUSE ("N:DIR ...": an existing
+# make_big_ckpt.py checkpoint of N layers used instead of generating one, and never deleted);
+# REPEAT (rounds, default 1: the 16 GB rounds are long); WORLD (reshard target, default 2);
+# GEN_LIMIT (memory cgroup of the generator, default 20G: its ranks hold every shard while torch
+# writes, and an OOM must kill the generator, not the machine); TORCH_LIMIT (memory cgroup of
+# dcp_to_torch, default 16G: it holds the whole model); KEEP=1 keeps the generated checkpoints.
+#
+# Per size, smallest first: the checkpoint is generated inside its cgroup (time and cgroup peak
+# recorded), then each of these runs under /usr/bin/time -v (wall clock, max RSS), page cache
+# dropped before each (bench/common.sh), its output deleted as soon as it is timed:
+#   a  dcpctl consolidate CKPT -o out.safetensors -q
+#   b  dcpctl consolidate CKPT -o out.pt -q
+#   c  dcpctl reshard CKPT -o out_reshard -w WORLD -q
+#   d  cat CKPT/*.distcp > cat.out                 (anchor of a, b, f: the same bytes, plain copy)
+#   e  cp -r CKPT copy                             (anchor of c)
+#   f  python -m torch.distributed.checkpoint.format_utils dcp_to_torch CKPT out_torch.pt, in a
+#      memory cgroup of TORCH_LIMIT (exit 137: killed by the OOM killer, a result, not an error)
+# Then one table (size = GB of .distcp data, exit, seconds, GB/s, peak RSS, ratio to cat / cp -r),
+# and per command the seconds per GB at each size (linearity: the spread, max/min) and the peak
+# RSS at each size (flatness). The table is also written to WORKDIR/scaling_results.txt.
+set -euo pipefail
+
+set -- "${1:-/tmp/dcpctl-scaling}"
+own_ckpt=1  # read by common.sh: no default checkpoint
+export own_ckpt
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
+layers=${LAYERS:-1 10 38}
+ranks=${RANKS:-8}
+world=${WORLD:-2}
+repeat=${REPEAT:-1}
+gen_limit=${GEN_LIMIT:-20G}
+torch_limit=${TORCH_LIMIT:-16G}
+
+outs=("$work/out.safetensors" "$work/out.pt" "$work/out_reshard" "$work/cat.out" "$work/copy" "$work/out_torch.pt")
+clean() { rm -rf "${outs[@]}" "$work"/.out*dcpctl-tmp*; }
+free_bytes() { df -B1 --output=avail "$work" | tail -n 1 | tr -d ' '; }
+
+names=(a_dcpctl_safetensors b_dcpctl_pt c_dcpctl_reshard d_cat e_cp f_torch_dcp_to_torch)
+cg_torch=
+cmd_for() {
+  case $1 in
+    a_dcpctl_safetensors) echo "'$dcpctl' consolidate '$ckpt' -o '$work/out.safetensors' -q" ;;
+    b_dcpctl_pt) echo "'$dcpctl' consolidate '$ckpt' -o '$work/out.pt' -q" ;;
+    c_dcpctl_reshard) echo "'$dcpctl' reshard '$ckpt' -o '$work/out_reshard' -w $world -q" ;;
+    d_cat) echo "cat '$ckpt'/*.distcp > '$work/cat.out'" ;;
+    e_cp) echo "cp -r '$ckpt' '$work/copy'" ;;
+    f_torch_dcp_to_torch) echo "echo \$\$ > '$cg_torch/cgroup.procs' && exec '$py' -m torch.distributed.checkpoint.format_utils dcp_to_torch '$ckpt' '$work/out_torch.pt'" ;;
+  esac
+}
+before_run() {
+  clean
+  if [ "${1:0:1}" = f ]; then cg_torch=$(cg_new scaling-torch "$torch_limit"); fi
+}
+after_run() {
+  # the output's size (a check that it was written whole), then it goes: disk space
+  { du -sb "${outs[@]}" 2>/dev/null || true; } | awk '{s += $1} END {printf "%.0f\n", s}' > "$work/${tag}_$1_$2.out_bytes"
+  if [ "${1:0:1}" = f ]; then cg_peak "$cg_torch" > "$work/${tag}_$1_$2.cg_peak"; cg_del "$cg_torch"; fi
+  clean
+}
+
+echo "== dcpctl $dcpctl; torch $("$py" -c 'import torch; print(torch.__version__)'); layers: $layers;" \
+     "$repeat round(s); work $work"
+: > "$work/sizes.tsv"
+for n in $layers; do
+  ckpt=$work/L$n/ckpt reused=0 gen_rc=0 gen_peak=0
+  for r in ${REUSE:-}; do if [ "${r%%:*}" = "$n" ]; then ckpt=${r#*:} reused=1; fi; done
+  clean
+  est=$("$py" - "$root/bench" "$n" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from make_big_ckpt import shapes
+print(sum(torch.Size(s).numel() * torch.empty(0, dtype=d).element_size() for _, s, d in shapes(int(sys.argv[2]), 4096, 11008, 32003)))
+EOF
+)
+  echo
+  echo "== $n layers: ~$((est / 1000000)) MB of tensors; $(df -h --output=avail,size "$work" | tail -n 1 | awk '{print $1 " free of " $2}') at $work"
+  if [ $reused = 1 ]; then
+    [ -f "$ckpt/.metadata" ] || { echo "REUSE $n:$ckpt has no .metadata" >&2; exit 2; }
+    echo "== reusing $ckpt"
+  else
+    need=$(( est * 21 / 10 ))
+    if [ "$(free_bytes)" -lt "$need" ]; then
+      echo "== SKIPPED $n layers: $(( $(free_bytes) >> 30 )) GiB free, needs ~$(( need >> 30 )) GiB (checkpoint + largest output)"
+      printf '%s\t%s\t0\tskipped-disk\t0\t0\t0\n' "$n" "$ckpt" >> "$work/sizes.tsv"
+      continue
+    fi
+    rm -rf "$work/L$n"
+    mkdir -p "$work/L$n"
+    cg=$(cg_new scaling-gen "$gen_limit")
+    drop_cache
+    echo "== generating $ckpt: $ranks ranks, real torch, in a memory cgroup of $gen_limit (load $(cut -d' ' -f1 /proc/loadavg))"
+    bash -c 'echo $$ > "$1/cgroup.procs"; shift; exec /usr/bin/time -v -o "$0" "$@"' "$work/gen_L$n.txt" "$cg" \
+      "$py" "$root/bench/make_big_ckpt.py" "$ckpt" --layers "$n" --ranks "$ranks" > "$work/L$n/gen.log" 2>&1 || gen_rc=$?
+    gen_peak=$(cg_peak "$cg")
+    cg_del "$cg"
+    echo "   exit $gen_rc, $(grep -o 'Elapsed.*' "$work/gen_L$n.txt" | sed 's/.*: //') wall, cgroup peak $((gen_peak >> 20)) MiB"
+    if [ $gen_rc != 0 ] || [ ! -f "$ckpt/.metadata" ]; then
+      echo "== SKIPPED $n layers: the generator failed (exit $gen_rc; 137 = OOM-killed at $gen_limit); its log:"
+      tail -n 5 "$work/L$n/gen.log" | sed 's/^/   /'
+      printf '%s\t%s\t0\tgen-failed-%s\t0\t%s\t0\n' "$n" "$ckpt" "$gen_rc" "$gen_peak" >> "$work/sizes.tsv"
+      rm -rf "$work/L$n/ckpt"
+      continue
+    fi
+  fi
+  data=$(du -cb "$ckpt"/*.distcp | tail -n 1 | cut -f1)
+  echo "== $ckpt: $data bytes of .distcp data; $(df -h --output=avail "$work" | tail -n 1 | tr -d ' ') free"
+  if [ "$(free_bytes)" -lt $(( data * 11 / 10 )) ]; then
+    echo "== SKIPPED $n layers: $(( $(free_bytes) >> 30 )) GiB free, the outputs need ~$(( data * 11 / 10 >> 30 )) GiB"
+    printf '%s\t%s\t0\tskipped-disk\t0\t0\t0\n' "$n" "$ckpt" >> "$work/sizes.tsv"
+    if [ $reused = 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$work/L$n/ckpt"; fi
+    continue
+  fi
+  tag=s$n
+  warm_up
+  run_rounds "$tag"
+  clean
+  gen_secs=0
+  if [ $reused = 0 ]; then gen_secs=$(grep -o 'Elapsed.*' "$work/gen_L$n.txt" | sed 's/.*: //'); fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$ckpt" "$data" ok "$gen_secs" "$gen_peak" "$reused" >> "$work/sizes.tsv"
+  if [ $reused = 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$work/L$n/ckpt"; fi
+done
+
+"$py" - "$work" "$repeat" "$root/bench" "$cold" "$torch_limit" <<'EOF' | tee "$work/scaling_results.txt"
+import os, sys
+work, repeat, cold, torch_limit = sys.argv[1], int(sys.argv[2]), sys.argv[4] == "1", sys.argv[5]
+sys.path.insert(0, sys.argv[3])
+from timing import runs, summary
+names = ["a_dcpctl_safetensors", "b_dcpctl_pt", "c_dcpctl_reshard", "d_cat", "e_cp", "f_torch_dcp_to_torch"]
+anchor = {"a_dcpctl_safetensors": "d_cat", "b_dcpctl_pt": "d_cat", "f_torch_dcp_to_torch": "d_cat", "d_cat": "d_cat",
+          "c_dcpctl_reshard": "e_cp", "e_cp": "e_cp"}
+sizes = [l.rstrip("\n").split("\t") for l in open(os.path.join(work, "sizes.tsv")) if l.strip()]
+def read(path, default=0):
+    try:
+        return int(float(open(path).read().split()[0]))
+    except Exception:
+        return default
+print(f"page cache {'dropped before each run' if cold else 'warm (each run once untimed first)'}; "
+      f"{repeat} round(s): median seconds, worst RSS and exit")
+res = {}  # (layers, name) -> (GB, summary)
+print(f"{'size GB':>7} {'layers':>6}  {'command':22} {'exit':>4} {'seconds':>8} {'GB/s':>6} {'peak RSS MiB':>12}  {'vs anchor':>12}  output bytes")
+for layers, ckpt, data, status, gen_secs, gen_peak, reused in sizes:
+    if status != "ok":
+        print(f"{'-':>7} {layers:>6}  {'(size not measured: ' + status + ', generator cgroup peak ' + str(int(gen_peak) >> 20) + ' MiB)'}")
+        continue
+    gb = int(data) / 1e9
+    m = {n: summary(runs(work, f"s{layers}", n, repeat)) for n in names}
+    for n in names:
+        s = m[n]
+        res[(int(layers), n)] = (gb, s)
+        a = m[anchor[n]]["secs"]
+        out = read(os.path.join(work, f"s{layers}_{n}_{repeat}.out_bytes"))
+        extra = ""
+        if n.startswith("f_"):
+            extra = f"  (cgroup {torch_limit}: peak {read(os.path.join(work, f's{layers}_{n}_{repeat}.cg_peak')) >> 20} MiB" + \
+                    (", OOM-killed)" if s["rc"] == 137 else ")")
+        rate = f"{gb / s['secs']:.2f}" if s["rc"] == 0 and s["secs"] else "-"
+        print(f"{gb:7.2f} {layers:>6}  {n:22} {s['rc']:>4} {s['secs']:8.2f} {rate:>6} "
+              f"{s['rss'] / 2**20:12.0f}  {s['secs'] / a if a else 0:6.2f}x {anchor[n][2:]:5} {out:>12}{extra}")
+    print(f"{'':7} {'':6}  generator: {'reused ' + ckpt if reused == '1' else f'{gen_secs} wall, cgroup peak {int(gen_peak) >> 20} MiB'}")
+print()
+done = sorted({l for l, _ in res})
+print("seconds per GB at each size (exit 0 runs only; spread = max/min over the sizes; linear in bytes = 1.00):")
+print(f"  {'command':22} " + " ".join(f"{res[(l, names[0])][0]:>7.2f}GB" for l in done) + "   spread")
+for n in names:
+    v = [res[(l, n)][1]["secs"] / res[(l, n)][0] if res[(l, n)][1]["rc"] == 0 else None for l in done]
+    ok = [x for x in v if x]
+    spread = f"{max(ok) / min(ok):6.2f}x" if len(ok) > 1 else "     -"
+    print(f"  {n:22} " + " ".join(f"{x:9.3f}" if x else f"{'exit ' + str(res[(l, n)][1]['rc']):>9}" for x, l in zip(v, done)) + f"   {spread}")
+print()
+print("peak RSS (MiB) at each size (spread = max/min; flat = 1.00):")
+print(f"  {'command':22} " + " ".join(f"{res[(l, names[0])][0]:>7.2f}GB" for l in done) + "   spread")
+for n in names:
+    v = [res[(l, n)][1]["rss"] / 2**20 for l in done]
+    mark = ["" if res[(l, n)][1]["rc"] == 0 else "*" for l in done]
+    print(f"  {n:22} " + " ".join(f"{x:8.0f}{k or ' '}" for x, k in zip(v, mark)) + f"   {max(v) / min(v) if min(v) else 0:6.2f}x")
+print("  (* the run did not exit 0: its peak is the RSS it reached before it ended)")
+EOF
+echo "== results in $work/scaling_results.txt"
