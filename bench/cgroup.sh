@@ -19,27 +19,12 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 limit=${LIMIT:-1G}
 
-v1=/sys/fs/cgroup/memory v2=/sys/fs/cgroup/unified
-if [ -w "$v1" ] && [ -f "$v1/memory.limit_in_bytes" ]; then mode=v1
-elif [ -w "$v2" ] && [ -f "$v2/cgroup.controllers" ] && grep -qw memory "$v2/cgroup.controllers"; then mode=v2
-else echo "no writable memory cgroup (v1 $v1 or v2 $v2): run as root on a machine that has one" >&2; exit 2; fi
-
-to_bytes() { numfmt --from=iec "$1"; }
-# in_cgroup NAME COMMAND...: runs COMMAND in a new cgroup limited to $limit; prints one line.
+# in_cgroup NAME COMMAND...: runs COMMAND in a new cgroup limited to $limit (common.sh's cg_new);
+# prints one line.
 in_cgroup() {
   local name=$1 cg
   shift
-  if [ $mode = v1 ]; then
-    cg=$v1/dcpctl-bench-$name
-    mkdir -p "$cg"
-    to_bytes "$limit" > "$cg/memory.limit_in_bytes"
-    if [ -f "$cg/memory.memsw.limit_in_bytes" ]; then to_bytes "$limit" > "$cg/memory.memsw.limit_in_bytes"; fi
-  else
-    cg=$v2/dcpctl-bench-$name
-    mkdir -p "$cg"
-    to_bytes "$limit" > "$cg/memory.max"
-    echo 0 > "$cg/memory.swap.max" 2>/dev/null || true
-  fi
+  cg=$(cg_new "$name" "$limit") || exit 2
   drop_cache
   local start rc=0 peak rss
   start=$(date +%s.%N)
@@ -48,14 +33,14 @@ in_cgroup() {
     "$work/cg-$name.rss" "$cg" "$@" > "$work/cg-$name.log" 2>&1 || rc=$?
   local secs
   secs=$(echo "$(date +%s.%N) - $start" | bc)
-  if [ $mode = v1 ]; then peak=$(cat "$cg/memory.max_usage_in_bytes"); else peak=$(cat "$cg/memory.peak" 2>/dev/null || echo 0); fi
+  peak=$(cg_peak "$cg")
   rss=$(tail -n 1 "$work/cg-$name.rss" 2>/dev/null | grep -E '^[0-9]+$' || echo 0)
   printf '%-24s exit %3d  %7.2f s  cgroup peak %6d MiB  process peak RSS %6d MiB\n' "$name" "$rc" "$secs" \
     $((peak >> 20)) $((rss >> 10))
-  rmdir "$cg" 2>/dev/null || true
+  cg_del "$cg"
 }
 
-echo "== $ckpt ($(du -sh "$ckpt" | cut -f1)) in a memory cgroup of $limit ($mode); page cache dropped before each"
+echo "== $ckpt ($(du -sh "$ckpt" | cut -f1)) in a memory cgroup of $limit; page cache dropped before each"
 echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 rm -rf "$work/cg-out.safetensors" "$work/cg-out.pt" "$work/cg-w2" "$work/cg-torch.pt"
 in_cgroup dcpctl_safetensors "$dcpctl" consolidate "$ckpt" -o "$work/cg-out.safetensors" -q
