@@ -11,6 +11,7 @@
 #include "cmd/distributed.h"
 #include "cmd/format.h"
 #include "cmd/progress.h"
+#include "cmd/write_options.h"
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
 #include "util/error.h"
@@ -24,14 +25,9 @@ namespace dcpctl::cli {
 
 using nlohmann::json;
 
-struct ConsolidateCliOptions {
-  std::string checkpoint, output, format, max_shard_size, dtype, max_memory;
-  std::vector<std::string> include, exclude;
-  std::string select;
-  bool flat = false, force = false, dry_run = false, quiet = false, json = false, keep_unsafe = false;
-  bool parallel_write = false;
-  unsigned threads = 4;
-  DistOptions dist;
+struct ConsolidateCliOptions : WriteCliOptions {
+  std::string format, max_shard_size;
+  bool flat = false, keep_unsafe = false, parallel_write = false;
 };
 
 namespace {
@@ -64,28 +60,12 @@ OutputFormat pick_format(const ConsolidateCliOptions& o) {
 int run_consolidate(const ConsolidateCliOptions& o) {
   install_cleanup_handlers();
   ConsolidateOptions co;
-  co.output = o.output;
+  ProgressLine progress(wants_progress(o));
+  to_write_options(o, co, progress);
   co.format = pick_format(o);
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
-  if (!o.max_memory.empty()) co.max_memory = parse_size(o.max_memory, "--max-memory");
-  co.selection.include = o.include;
-  co.selection.exclude = o.exclude;
-  co.selection.prefix = o.select;
-  if (!o.dtype.empty()) {
-    co.cast = dtype_from_user(o.dtype);
-    if (!co.cast || !castable(*co.cast))
-      throw UsageError(Where(), "--dtype " + o.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
-  }
   co.flat = o.flat;
   co.keep_unsafe_values = o.keep_unsafe;
-  co.force = o.force;
-  co.dry_run = o.dry_run;
-  co.threads = o.threads;
-  ProgressLine progress(!o.quiet && stderr_is_tty() && !o.dry_run && std::getenv("RANK") == nullptr);
-  co.progress = [&progress](uint64_t d, uint64_t t) { progress.update(d, t); };
-  co.note = [&o](const std::string& s) {
-    if (!o.quiet) std::cerr << "dcpctl: note: " << s << "\n";
-  };
 
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
@@ -114,7 +94,8 @@ int run_consolidate(const ConsolidateCliOptions& o) {
                 << "\n";
     for (const auto& k : r["plan"])
       std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
-                << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>() << "\n";
+                << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>()
+                << (k["streams"].get<bool>() ? "  (streamed)" : "  (buffer " + human_bytes(k["need"].get<uint64_t>()) + ")") << "\n";
     return 0;
   }
   if (!quiet) {

@@ -1,9 +1,12 @@
 // dcpctl reshard / dcpctl cast: write a new DCP checkpoint for another world size or dtype.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cmd/distributed.h"
 #include "cmd/format.h"
+#include "cmd/progress.h"
+#include "cmd/write_options.h"
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
 #include "util/error.h"
@@ -16,44 +19,29 @@ namespace dcpctl::cli {
 
 using nlohmann::json;
 
-struct ReshardCliOptions {
-  std::string checkpoint, output, layout = "fsdp", dtype, max_memory, select;
+struct ReshardCliOptions : WriteCliOptions {
+  std::string layout = "fsdp";
   int world_size = 0;
-  std::vector<std::string> include, exclude;
-  bool force = false, dry_run = false, quiet = false, json = false;
-  unsigned threads = 4;
-  DistOptions dist;
   bool is_cast = false;
 };
 
 int run_reshard(const ReshardCliOptions& o) {
   install_cleanup_handlers();
   ReshardOptions ro;
-  ro.output = o.output;
+  ProgressLine progress(wants_progress(o));
+  to_write_options(o, ro, progress);
   ro.layout = o.is_cast || o.layout == "keep" ? Layout::Keep : Layout::Fsdp;
   ro.world_size = o.world_size;
   if (ro.layout == Layout::Fsdp && o.world_size < 1)
     throw UsageError(Where(), "--world-size is required (or --layout keep)");
   if (ro.layout == Layout::Keep && o.world_size > 0)
     throw UsageError(Where(), "--world-size and --layout keep exclude each other");
-  ro.selection.include = o.include;
-  ro.selection.exclude = o.exclude;
-  ro.selection.prefix = o.select;
-  if (!o.dtype.empty()) {
-    ro.cast = dtype_from_user(o.dtype);
-    if (!ro.cast || !castable(*ro.cast))
-      throw UsageError(Where(), "--dtype " + o.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
-  } else if (o.is_cast) {
-    throw UsageError(Where(), "cast needs --dtype");
-  }
-  if (!o.max_memory.empty()) ro.max_memory = parse_size(o.max_memory, "--max-memory");
-  ro.force = o.force;
-  ro.dry_run = o.dry_run;
-  ro.threads = o.threads;
+  if (o.dtype.empty() && o.is_cast) throw UsageError(Where(), "cast needs --dtype");
   std::unique_ptr<Group> group = join_group(o.dist);
   ro.group = group.get();
   Checkpoint ck = open_checkpoint(o.checkpoint);
   json r = reshard(ck, ro);
+  progress.finish();
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
     std::cout << r.dump(2) << "\n";

@@ -8,6 +8,7 @@
 
 #include "dist/group.h"
 #include "dist/tags.h"
+#include "plan/plan.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/failpoint.h"
@@ -159,10 +160,6 @@ void ChunkExchange::read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t
     std::memcpy(buf + skip, whole.get() + off, n);
     fn(buf + skip, off, n);
   }
-}
-
-uint64_t ChunkExchange::whole_chunk_need(const TensorMeta& t, size_t chunk) {
-  return 2 * t.chunk_numel(chunk) * itemsize(*t.dtype);
 }
 
 void ChunkExchange::push_lane(unsigned lane) {

@@ -65,7 +65,7 @@ class ChunkExchange {
 
   // `gate`: this rank's memory budget, which pushers take a whole-chunk decode from when a view
   // turns out not to be contiguous. The decodes of transformed (zstd) chunks this rank pushes are
-  // not taken from it: the caller sets them aside up front (whole_chunk_need per pushing lane),
+  // not taken from it: the caller sets them aside up front (plan/plan.h's whole_chunk_need per pushing lane),
   // because lanes waiting on one gate for chunks that other ranks' lanes consume in their own
   // order could wait on each other in a cycle.
   ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes, uint64_t window,
@@ -89,10 +89,6 @@ class ChunkExchange {
   // A chunk read on this rank that must be decoded whole takes whole_chunk_need from
   // `reserve_from`; null when the caller's own reservation already counts it.
   void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from = nullptr);
-
-  // Memory a chunk read here holds when it cannot be read in place: the decoded item (or a
-  // non-contiguous view's storage) and the dense chunk.
-  static uint64_t whole_chunk_need(const TensorMeta& t, size_t chunk);
 
   // Bytes of buffers the exchange holds on this rank at most (receive windows per lane, push
   // windows per lane, and a decoded chunk per lane for transformed items).

@@ -7,15 +7,11 @@
 #include <cstdint>
 
 #include "meta/metadata.h"
+#include "plan/pieces.h"
 
 namespace dcpctl {
 
 class ItemReader;
-
-// Byte offset of the chunk's first element in the full tensor, and whether the chunk is one
-// contiguous run there.
-uint64_t chunk_start(const TensorMeta& t, size_t chunk);
-bool chunk_is_run(const TensorMeta& t, size_t chunk);
 
 // Copies a dense chunk into its place in a dense full tensor (both C order, `item` bytes each).
 void place_chunk(const TensorMeta& t, size_t chunk, size_t item, const uint8_t* src, uint8_t* full);

@@ -11,6 +11,7 @@
 // contiguous CPU tensor, as torch writes them); non-tensor items are copied byte for byte (with
 // their transforms) into rank 0's file; `.metadata` (dcp_metadata.h) is written last, and the
 // whole directory appears only when complete (written under a temporary name, then renamed).
+// The targets and their pieces are planned by plan/plan.h (Target::Dcp); this carries the plan out.
 #pragma once
 
 #include <functional>
@@ -19,31 +20,18 @@
 #include <string>
 
 #include "meta/checkpoint.h"
-#include "plan/select.h"
-#include "util/dtype.h"
+#include "write/run.h"
 
 namespace dcpctl {
 
-class Group;
-
 enum class Layout { Fsdp, Keep };
 
-struct ReshardOptions {
-  std::string output;
+// Under torchrun (WriteOptions::group): target rank files are dealt out round-robin; each process
+// writes its files into rank 0's temporary directory, rank 0 writes .metadata last and renames
+// the directory.
+struct ReshardOptions : WriteOptions {
   int world_size = 0;  // Fsdp: target ranks
   Layout layout = Layout::Fsdp;
-  Selection selection;
-  std::optional<DType> cast;
-  bool force = false;
-  bool dry_run = false;
-  unsigned threads = 4;
-  uint64_t max_memory = 0;  // 0: automatic
-  std::function<void(uint64_t done, uint64_t total)> progress;
-  std::function<void(const std::string&)> note;
-  // Several processes (torchrun): target rank files are dealt out round-robin; each process
-  // writes its files into rank 0's temporary directory, rank 0 writes .metadata last and
-  // renames the directory. nullptr: one process.
-  Group* group = nullptr;
 };
 
 nlohmann::json reshard(const Checkpoint& ck, const ReshardOptions& opts);

@@ -7,29 +7,19 @@
 
 namespace dcpctl {
 
-bool order_pieces(std::vector<Piece>& pieces, uint64_t total) {
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.to < b.to; });
-  uint64_t at = 0;
-  for (const Piece& p : pieces) {
-    if (p.to != at) return false;
-    at += p.bytes;
-  }
-  return at == total;
-}
-
-// The windows stay in cache: resharding 4.8 GB through whole-chunk buffers spent most of its time
-// copying into and out of cold memory.
-uint32_t stream_pieces(OutputFile& out, const std::vector<Piece>& pieces, DType src, DType dst, uint8_t* win_in,
-                       uint8_t* win_out, uint64_t window_elems, uint32_t crc) {
+// The window stays in cache: resharding 4.8 GB through whole-chunk buffers spent most of its
+// time copying into and out of cold memory.
+uint32_t stream_runs(OutputFile& out, const std::vector<FileRun>& runs, DType src, DType dst, StreamWindow& win, uint32_t crc) {
   size_t si = itemsize(src), di = itemsize(dst);
-  for (const Piece& p : pieces) {
-    for (uint64_t done = 0; done < p.bytes;) {
-      uint64_t k = std::min(window_elems, (p.bytes - done) / si);
-      p.file->read_at(p.offset + done, win_in, k * si);
-      const uint8_t* data = win_in;
+  uint64_t window_elems = StreamWindow::elems(src);
+  for (const FileRun& r : runs) {
+    for (uint64_t done = 0; done < r.bytes;) {
+      uint64_t k = std::min(window_elems, (r.bytes - done) / si);
+      r.file->read_at(r.offset + done, win.in.get(), k * si);
+      const uint8_t* data = win.in.get();
       if (src != dst) {
-        cast_elements(src, dst, win_in, win_out, k);
-        data = win_out;
+        cast_elements(src, dst, win.in.get(), win.out.get(), k);
+        data = win.out.get();
       }
       crc = crc32_update(crc, data, k * di);
       out.append(data, k * di);

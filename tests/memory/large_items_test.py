@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Peak memory of verify --deep [--checksum] and reshard on large items stays within --max-memory
-plus a constant (run with the venv).
+"""Peak memory of verify --deep [--checksum], consolidate (every format, plain and cast) and reshard
+on large items stays within --max-memory plus a constant (run with the venv).
 
     large_items_test.py DCPCTL [WORK_DIR]
 
@@ -8,6 +8,9 @@ Real torch writes (dcp.save) a checkpoint holding one 320 MiB float32 tensor and
 another holding the same plus a 160 MiB non-tensor item (a bytes object). With --max-memory 64MiB:
   verify --deep --checksum  (tensors only) the SHA-256 equals hashlib's over torch's bytes of it;
   verify --deep             (tensors only) exit 0;
+  consolidate               (tensors only) to .safetensors, .pt and an HF directory, plain and with
+                            --dtype bf16: exit 0, and the tensor equals torch's (Tensor.to for the
+                            cast), read back by the safetensors package and torch.load;
   reshard -w 2              (with the bytes) exit 0, and dcp.load of the output gives the same
                             tensor and bytes.
 Each run's peak RSS (VmHWM of dcpctl itself: /usr/bin/time's %M, whose own small process is what
@@ -67,6 +70,26 @@ def main() -> int:
         r, peak = run(dcpctl, ["verify", "--deep", *mm, str(ck_t)])
         check("verify --deep", r.returncode == 0, f"exit {r.returncode}")
         check("verify --deep", peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
+        # consolidate, every output format, plain and cast: the tensor is one chunk, copied in
+        # place (safetensors) or streamed into its zip record (.pt) through bounded windows.
+        from safetensors import safe_open
+        for name, extra in (("model.safetensors", []), ("model-bf16.safetensors", ["--dtype", "bf16"]), ("model.pt", []),
+                            ("model-bf16.pt", ["--dtype", "bf16"]), ("hf/", ["--max-shard-size", "200MB"])):
+            label = f"consolidate -o {name} {' '.join(extra)}".rstrip()
+            r, peak = run(dcpctl, ["consolidate", str(ck_t), "-o", str(tmp / name), *extra, *mm])
+            check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
+            check(label, peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
+            if r.returncode != 0:
+                continue
+            want_big = big.to(torch.bfloat16) if extra[:1] == ["--dtype"] else big
+            if name.endswith(".pt"):
+                got_big = torch.load(tmp / name, weights_only=True, mmap=True)["big"]
+            else:
+                path = tmp / name if name.endswith(".safetensors") else next(p for p in (tmp / name).glob("*.safetensors")
+                                                                           if "big" in safe_open(str(p), "pt").keys())
+                got_big = safe_open(str(path), "pt").get_tensor("big")
+            check(label, torch.equal(got_big, want_big), "the tensor equals torch's (cast by Tensor.to)")
+            del got_big
         out = tmp / "out"
         r, peak = run(dcpctl, ["reshard", str(ck), "-o", str(out), "-w", "2", *mm])
         check("reshard -w 2", r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")

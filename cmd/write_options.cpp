@@ -1,0 +1,36 @@
+#include "cmd/write_options.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "cmd/commands.h"
+#include "util/error.h"
+#include "util/numeric.h"
+#include "util/size.h"
+
+namespace dcpctl::cli {
+
+void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line) {
+  w.output = c.output;
+  w.selection.include = c.include;
+  w.selection.exclude = c.exclude;
+  w.selection.prefix = c.select;
+  if (!c.dtype.empty()) {
+    w.cast = dtype_from_user(c.dtype);
+    if (!w.cast || !castable(*w.cast))
+      throw UsageError(Where(), "--dtype " + c.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
+  }
+  if (!c.max_memory.empty()) w.max_memory = parse_size(c.max_memory, "--max-memory");
+  w.force = c.force;
+  w.dry_run = c.dry_run;
+  w.threads = c.threads;
+  w.progress = [&line](uint64_t d, uint64_t t) { line.update(d, t); };
+  bool quiet = c.quiet;
+  w.note = [quiet](const std::string& s) {
+    if (!quiet) std::cerr << "dcpctl: note: " << s << "\n";
+  };
+}
+
+bool wants_progress(const WriteCliOptions& c) { return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr; }
+
+}  // namespace dcpctl::cli

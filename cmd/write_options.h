@@ -1,0 +1,31 @@
+// What the write commands (consolidate, reshard, cast) share on the command line, and how it
+// becomes the library's WriteOptions (write/run.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cmd/distributed.h"
+#include "cmd/progress.h"
+#include "write/run.h"
+
+namespace dcpctl::cli {
+
+struct WriteCliOptions {
+  std::string checkpoint, output, dtype, max_memory, select;
+  std::vector<std::string> include, exclude;
+  bool force = false, dry_run = false, quiet = false, json = false;
+  unsigned threads = 4;
+  DistOptions dist;
+};
+
+// Fills `w` from `c`: the selection, --dtype and --max-memory checked (exit 2 naming the option),
+// progress drawn on `line` (which the caller creates with progress_line(c) and finishes), notes on
+// stderr unless --quiet.
+void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line);
+
+// A progress line shown only on a terminal, not for --quiet or --dry-run, and not under a launcher.
+bool wants_progress(const WriteCliOptions& c);
+
+}  // namespace dcpctl::cli

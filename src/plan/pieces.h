@@ -1,0 +1,68 @@
+// Pieces: what a written box of a tensor is made of.
+//
+// Every write dcpctl makes puts a box of a tensor somewhere: the whole tensor (a consolidated
+// safetensors or .pt file) or one target chunk (a resharded DCP checkpoint). The box is assembled
+// from pieces, each the part of one saved chunk that falls inside it. When the chunk and the box
+// are both contiguous runs of the tensor's C-order elements (FSDP's dim-0 shards, a whole tensor,
+// a chunk that spans every trailing dimension), a piece is one byte range of the chunk landing at
+// one byte range of the box, which can be read in place and written without a buffer. Otherwise
+// the piece is a region copied row by row out of the dense chunk (copy_box).
+//
+// This is the one place that decides "is this a contiguous run", "which bytes of which chunk go
+// where" and "do the runs tile the box": consolidate, reshard and the torchrun exchange all plan
+// from here (plan/plan.h), from .metadata alone, so every process and launcher decides alike.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "meta/metadata.h"
+#include "plan/geometry.h"
+
+namespace dcpctl {
+
+// Chunk `chunk` of `t` as a box, and the whole tensor as one.
+Box chunk_box(const TensorMeta& t, size_t chunk);
+Box whole_box(const TensorMeta& t);
+
+// The region both boxes hold; false when they do not meet (an empty box meets nothing).
+bool intersect(const Box& a, const Box& b, Box& out);
+
+// Whether box `b` of a tensor of `shape` is one contiguous run of the tensor's C-order elements:
+// leading dimensions of size 1, then one dimension of any size, then only full dimensions.
+// A 0-d box is a run.
+bool is_run(const Box& b, const std::vector<int64_t>& shape);
+
+// Index (C order) of the box's first element in the tensor.
+uint64_t first_element(const Box& b, const std::vector<int64_t>& shape);
+
+// Copies region `in` (global coordinates, inside both boxes) from dense buffer `src`, which holds
+// box `sb`, into dense buffer `dst`, which holds box `db`; elements are `item` bytes. Trailing
+// dimensions that all three boxes span alike are copied as one run.
+void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
+
+// The part of one source chunk inside a target box.
+struct Piece {
+  uint32_t chunk = 0;  // index of the source chunk in its tensor
+  // The chunk and the box are both runs: bytes [from, from + bytes) of the dense chunk land at
+  // bytes [to, to + bytes) of the box's dense bytes. Otherwise the region `in` is copied out of the
+  // dense chunk (copy_box); from/to/bytes still give the region's size in bytes.
+  bool run = false;
+  uint64_t from = 0, bytes = 0, to = 0;
+  Box in;  // the region, global coordinates
+};
+
+// The pieces box `target` of `t` is made of: one per non-empty chunk that meets it, ordered by
+// where they land when every piece is a run (else in chunk order). `t` must have a known dtype.
+std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target);
+
+// Whether the pieces (as plan_pieces orders them) are all runs that tile [0, total) exactly,
+// no gap and no overlap: the box can then be written front to back from its pieces alone.
+bool runs_tile(const std::vector<Piece>& pieces, uint64_t total);
+
+// Byte offset of chunk `chunk`'s first element in the dense tensor, and whether it is a run.
+uint64_t chunk_start(const TensorMeta& t, size_t chunk);
+bool chunk_is_run(const TensorMeta& t, size_t chunk);
+
+}  // namespace dcpctl

@@ -1,0 +1,252 @@
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "item/item_reader.h"  // ItemLimits: what decoding a zstd item may take beyond its bytes
+#include "util/error.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+bool to_safetensors(const Target& t) { return t.kind == Target::Safetensors || t.kind == Target::HfDir; }
+
+// The boxes a tensor is written as, and the rank of each (Dcp); one whole box otherwise.
+void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
+                  size_t out_item, std::vector<Box>& boxes, std::vector<uint32_t>& ranks) {
+  if (target.kind != Target::Dcp) {
+    boxes.push_back(whole_box(t));
+    ranks.push_back(0);
+    return;
+  }
+  if (target.keep_layout) {
+    for (size_t c = 0; c < t.num_chunks(); ++c) {
+      boxes.push_back(chunk_box(t, c));
+      auto r = t.storage[c].present() ? rank_of_file(ck.md.files[t.storage[c].file]) : std::nullopt;
+      ranks.push_back(static_cast<uint32_t>(r.value_or(0)));
+    }
+  } else if (t.ndim() == 0 || t.shape[0] == 0) {
+    // Written once, on the rank with the fewest bytes so far (as DCP places replicated tensors).
+    boxes.push_back(whole_box(t));
+    ranks.push_back(static_cast<uint32_t>(std::min_element(rank_bytes.begin(), rank_bytes.end()) - rank_bytes.begin()));
+  } else {
+    // FSDP2 / DTensor Shard(0): torch.chunk's ceil(N/M) rows per rank; ranks past the end hold
+    // an empty shard, recorded once (offset N, size 0) as DCP does.
+    int64_t n = t.shape[0];
+    int64_t cs = (n + world - 1) / world;
+    bool empty_done = false;
+    for (int r = 0; r < world; ++r) {
+      Box b = whole_box(t);
+      int64_t start = static_cast<int64_t>(r) * cs;
+      if (start >= n) {
+        if (empty_done) continue;
+        empty_done = true;
+        b.offsets[0] = n;
+        b.sizes[0] = 0;
+      } else {
+        b.offsets[0] = start;
+        b.sizes[0] = std::min(cs, n - start);
+      }
+      boxes.push_back(b);
+      ranks.push_back(static_cast<uint32_t>(r));
+    }
+  }
+  for (size_t c = 0; c < boxes.size(); ++c) rank_bytes[ranks[c]] += boxes[c].numel() * out_item;
+}
+
+// What assembling a DCP target chunk takes to read one source chunk of `t`: the decoded item
+// when the chunk is stream-transformed (zstd: its bytes plus the zip around them, which the
+// reader's cap allows up to ItemLimits::zip_overhead), plus a dense copy of the chunk when some
+// piece of it is not a run (copied out of it row by row). Counted at least once, which also
+// covers a chunk saved as a non-contiguous view (gathered through a copy of its storage).
+uint64_t source_read_need(const TensorMeta& t, const std::vector<Record>& records, const std::vector<size_t>& mine) {
+  std::vector<bool> copied(t.num_chunks(), false);
+  for (size_t r : mine)
+    for (const Piece& p : records[r].pieces)
+      if (!p.run) copied[p.chunk] = true;
+  uint64_t need = 0;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
+    bool decoded = t.storage[c].transforms != 0;
+    uint64_t copies = (decoded ? 1 : 0) + (copied[c] ? 1 : 0);
+    need = std::max(need, bytes * std::max<uint64_t>(copies, 1) + (decoded ? ItemLimits{}.zip_overhead : 0));
+  }
+  return need;
+}
+
+// What writing a whole-tensor record into a consolidated file holds at once (and, for a
+// safetensors run read in place, its copy window).
+uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record& r, const Target& target) {
+  uint64_t max_chunk = 0;
+  for (const Piece& p : r.pieces) max_chunk = std::max(max_chunk, t.chunk_numel(p.chunk) * itemsize(pt.src));
+  uint64_t cast = pt.dst != pt.src;
+  if (target.kind == Target::TorchZip || !r.runs) {
+    // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
+    // the dense copy a chunk that is not a run is placed from; the .pt writer reads its chunks on
+    // all threads at once.
+    uint64_t reads = target.kind == Target::TorchZip ? std::min<uint64_t>(std::max(1u, target.threads), t.num_chunks()) : 1;
+    uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs ? 0 : 1);
+    return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
+  }
+  if (pt.transformed) return max_chunk * (2 + cast);  // the decoded item, the chunk, its cast
+  // A window of source elements and its cast; smaller than Target::window when that would not fit.
+  uint64_t si = itemsize(pt.src), per = si + cast * itemsize(pt.dst);
+  uint64_t elems = std::min(max_chunk, target.window) / si;
+  if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
+  r.window_elems = std::max<uint64_t>(1, elems);
+  return elems * per;
+}
+
+}  // namespace
+
+WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::optional<DType> cast, const Target& target,
+                     const std::function<bool(const TensorMeta&, size_t)>& in_place) {
+  const Metadata& md = ck.md;
+  WritePlan plan;
+  plan.items = select_items(md, selection);
+  plan.cast = CastChoice(cast);
+
+  int world = 1;
+  if (target.kind == Target::Dcp) {
+    world = target.world_size;
+    if (target.keep_layout) {
+      world = 1;
+      for (const auto& f : md.files)
+        if (auto r = rank_of_file(f)) world = std::max(world, *r + 1);
+    }
+    if (world < 1 || world > 1 << 20) throw UsageError(Where(), "--world-size must be between 1 and 1048576");
+  }
+  std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
+
+  CoverageCheck coverage;
+  for (const auto& it : plan.items) {
+    if (!it.tensor) {
+      plan.values.push_back(&it);
+      continue;
+    }
+    const TensorMeta& t = md.tensors[it.index];
+    if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
+    if (!coverage.covered(t)) continue;
+    PlannedTensor pt;
+    pt.t = &t;
+    pt.key = it.key;
+    pt.src = *t.dtype;
+    pt.dst = plan.cast.target(pt.src, it.key);
+    for (size_t c = 0; c < t.num_chunks(); ++c) pt.transformed = pt.transformed || (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0);
+    std::vector<Box> boxes;
+    std::vector<uint32_t> ranks;
+    target_boxes(ck, t, target, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
+    size_t ti = plan.tensors.size();
+    for (size_t b = 0; b < boxes.size(); ++b) {
+      Record r;
+      r.tensor = ti;
+      r.box = std::move(boxes[b]);
+      r.dest = ranks[b];
+      r.pieces = plan_pieces(t, r.box);
+      r.out_bytes = r.box.numel() * itemsize(pt.dst);
+      r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
+      r.streams = r.out_bytes > 0 && runs_tile(r.pieces, r.box.numel() * itemsize(pt.src)) &&
+                  std::none_of(r.pieces.begin(), r.pieces.end(), [&](const Piece& p) { return t.storage[p.chunk].transforms != 0; });
+      pt.records.push_back(plan.records.size());
+      plan.total_bytes += r.out_bytes;
+      plan.records.push_back(std::move(r));
+    }
+    plan.tensors.push_back(std::move(pt));
+  }
+  coverage.refuse_if_incomplete(Where(ck.dir), target.kind == Target::Dcp ? "reshard" : "write a partial model");
+  if (to_safetensors(target)) {
+    for (const auto& pt : plan.tensors)
+      if (!*info(pt.dst).safetensors_name)
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, pt.t->fqn),
+                               std::string("safetensors has no type for torch.") + torch_name(pt.dst) +
+                                   "; exclude it (--exclude), cast it (--dtype) or write a .pt");
+    if (plan.tensors.empty()) throw UsageError(Where(ck.dir), "the selection holds no tensors; safetensors holds tensors only");
+  }
+
+  // What each record holds at once.
+  const Record* neediest = nullptr;
+  for (auto& pt : plan.tensors) {
+    const TensorMeta& t = *pt.t;
+    uint64_t read_need = target.kind == Target::Dcp ? source_read_need(t, plan.records, pt.records) : 0;
+    for (size_t ri : pt.records) {
+      Record& r = plan.records[ri];
+      if (target.kind == Target::Dcp) {
+        // The assembled chunk, its cast, and what reading a source chunk takes.
+        uint64_t n = r.box.numel();
+        r.need = n * itemsize(pt.src) + (pt.dst != pt.src ? n * itemsize(pt.dst) : 0) + read_need;
+      } else {
+        r.need = consolidated_need(t, pt, r, target);
+      }
+      // A streaming record (.pt, DCP) whose pieces can all be read in place goes out through the
+      // stream window and needs no buffer. Asked only when it would not fit (the answer reads each
+      // source item's data.pkl); a chunk that cannot be read counts in full here and fails when
+      // written.
+      bool streaming_writer = target.kind == Target::Dcp || target.kind == Target::TorchZip;
+      if (streaming_writer && target.max_memory && r.need > target.max_memory && r.streams && in_place) {
+        bool all = true;
+        try {
+          for (const Piece& p : r.pieces) all = all && in_place(t, p.chunk);
+        } catch (const Error&) {
+          all = false;
+        }
+        if (all) r.need = 0;
+      }
+      if (!neediest || r.need > neediest->need) neediest = &r;
+    }
+  }
+  plan.largest_need = neediest ? neediest->need : 0;
+  plan.budget = memory_budget(target.max_memory, plan.largest_need);
+  if (plan.largest_need > plan.budget)
+    throw UsageError(Where(ck.metadata_path, std::nullopt, plan.meta(*neediest).fqn),
+                     "writing " + neediest->box.text() + " needs " + std::to_string(plan.largest_need) +
+                         " bytes of buffers at once, more than --max-memory " + std::to_string(plan.budget) + "; raise --max-memory" +
+                         (target.kind == Target::Dcp ? " or use more target ranks" : ""));
+
+  // The files and the records each holds.
+  if (target.kind == Target::Dcp) {
+    for (int r = 0; r < world; ++r) plan.files.push_back({"__" + std::to_string(r) + "_0.distcp", {}, rank_bytes[static_cast<size_t>(r)]});
+    for (size_t i = 0; i < plan.records.size(); ++i) plan.files[plan.records[i].dest].records.push_back(i);
+  } else if (to_safetensors(target)) {
+    uint64_t cap = target.kind == Target::HfDir ? target.max_shard_size : UINT64_MAX;
+    for (size_t i = 0; i < plan.records.size(); ++i) {
+      Record& r = plan.records[i];
+      if (plan.files.empty() || (plan.files.back().data_bytes + r.out_bytes > cap && !plan.files.back().records.empty()))
+        plan.files.emplace_back();
+      PlannedFile& f = plan.files.back();
+      r.dest = static_cast<uint32_t>(plan.files.size() - 1);
+      r.offset = f.data_bytes;
+      f.data_bytes += r.out_bytes;
+      f.records.push_back(i);
+    }
+    for (size_t f = 0; f < plan.files.size(); ++f) {
+      char name[64];
+      if (target.kind == Target::HfDir && plan.files.size() > 1)
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, plan.files.size());
+      else
+        std::snprintf(name, sizeof name, "model.safetensors");
+      plan.files[f].name = name;
+    }
+  } else {
+    plan.files.push_back({"", {}, plan.total_bytes});
+    for (size_t i = 0; i < plan.records.size(); ++i) plan.files[0].records.push_back(i);
+  }
+  return plan;
+}
+
+json WritePlan::describe() const {
+  json out = json::array();
+  for (const Record& r : records) {
+    const PlannedTensor& pt = tensors[r.tensor];
+    json pieces = json::array();
+    for (const Piece& p : r.pieces)
+      pieces.push_back({{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
+    out.push_back({{"key", pt.key}, {"dtype", torch_name(pt.dst)}, {"shape", pt.t->shape}, {"box", r.box.text()}, {"file", files[r.dest].name},
+                   {"bytes", r.out_bytes}, {"streams", r.streams}, {"need", r.need}, {"pieces", pieces}});
+  }
+  return out;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,70 @@
+// What every writer shares while it carries out a plan (plan/plan.h): the windows bytes move
+// through, named once, and progress.
+//
+// The windows:
+//   stream window    (kStreamWindow, 1 MiB of source elements, and their cast): a streamed record
+//                    (a .pt storage, a DCP chunk) is read in place, cast, CRC'd and appended
+//                    through it; small enough to stay in cache. Per worker, outside the budget.
+//   copy window      (ConsolidateOptions::window, 64 MiB): a run copied in place into a
+//                    safetensors file when copy_file_range is unavailable, or cast on the way;
+//                    taken from the budget.
+//   transfer window  (kTransferWindow, 16 MiB): one message of a chunk pushed between ranks
+//                    under torchrun (dist/exchange.h); one per lane each way, outside the budget.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "plan/select.h"
+#include "util/dtype.h"
+
+namespace dcpctl {
+
+class Group;
+
+// What every write command (consolidate, reshard, cast) takes.
+struct WriteOptions {
+  std::string output;
+  Selection selection;
+  std::optional<DType> cast;  // --dtype: floating tensors are written in it (plan/checks.h)
+  bool force = false;         // replace an existing output
+  bool dry_run = false;       // plan and check the output, write nothing
+  unsigned threads = 4;
+  uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
+  std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
+  std::function<void(const std::string&)> note;                 // one-line notices (stderr)
+  // Several processes (torchrun); nullptr: one process.
+  Group* group = nullptr;
+};
+
+constexpr uint64_t kStreamWindow = 1ull << 20;
+constexpr uint64_t kTransferWindow = 16ull << 20;
+
+// A worker's stream window: kStreamWindow bytes of source elements and room for their cast (up
+// to 16 bytes per element).
+struct StreamWindow {
+  std::unique_ptr<uint8_t[]> in{new uint8_t[kStreamWindow]}, out{new uint8_t[kStreamWindow * 16]};
+  static uint64_t elems(DType src) { return kStreamWindow / itemsize(src); }
+};
+
+// Bytes written so far out of the plan's total, reported from any worker thread.
+class WriteProgress {
+ public:
+  WriteProgress(uint64_t total, std::function<void(uint64_t done, uint64_t total)> report)
+      : total_(total), report_(std::move(report)) {}
+  void add(uint64_t n) {
+    uint64_t d = done_.fetch_add(n) + n;
+    if (report_) report_(d, total_);
+  }
+
+ private:
+  std::atomic<uint64_t> done_{0};
+  uint64_t total_;
+  std::function<void(uint64_t, uint64_t)> report_;
+};
+
+}  // namespace dcpctl
