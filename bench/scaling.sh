@@ -22,8 +22,10 @@
 #   a  dcpctl consolidate CKPT -o out.safetensors -q
 #   b  dcpctl consolidate CKPT -o out.pt -q
 #   c  dcpctl reshard CKPT -o out_reshard -w WORLD -q
-#   d  cat CKPT/*.distcp > cat.out                 (anchor of a, b, f: the same bytes, plain copy)
-#   e  cp -r CKPT copy                             (anchor of c)
+#   d  cat CKPT/*.distcp > cat.out && sync         (anchor of a, b, f: the same bytes, plain copy,
+#                                                  made durable as dcpctl makes its outputs: without
+#                                                  the sync a 1 GB copy ends in the page cache)
+#   e  cp -r CKPT copy && sync                     (anchor of c)
 #   f  python -m torch.distributed.checkpoint.format_utils dcp_to_torch CKPT out_torch.pt, in a
 #      memory cgroup of TORCH_LIMIT (exit 137: killed by the OOM killer, a result, not an error)
 # Then one table (size = GB of .distcp data, exit, seconds, GB/s, peak RSS, ratio to cat / cp -r),
@@ -54,8 +56,8 @@ cmd_for() {
     a_dcpctl_safetensors) echo "'$dcpctl' consolidate '$ckpt' -o '$work/out.safetensors' -q" ;;
     b_dcpctl_pt) echo "'$dcpctl' consolidate '$ckpt' -o '$work/out.pt' -q" ;;
     c_dcpctl_reshard) echo "'$dcpctl' reshard '$ckpt' -o '$work/out_reshard' -w $world -q" ;;
-    d_cat) echo "cat '$ckpt'/*.distcp > '$work/cat.out'" ;;
-    e_cp) echo "cp -r '$ckpt' '$work/copy'" ;;
+    d_cat) echo "cat '$ckpt'/*.distcp > '$work/cat.out' && sync" ;;
+    e_cp) echo "cp -r '$ckpt' '$work/copy' && sync" ;;
     f_torch_dcp_to_torch) echo "echo \$\$ > '$cg_torch/cgroup.procs' && exec '$py' -m torch.distributed.checkpoint.format_utils dcp_to_torch '$ckpt' '$work/out_torch.pt'" ;;
   esac
 }

@@ -8,7 +8,6 @@
 
 #include "dist/group.h"
 #include "dist/tags.h"
-#include "plan/plan.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/failpoint.h"

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "item/chunk_source.h"
 #include "item/item_reader.h"
 #include "util/memory_gate.h"
 
@@ -59,13 +61,14 @@ class ChunkOwners {
 // Collective: every rank calls it with the same `refs`.
 void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to);
 
-class ChunkExchange {
+// The writer side is a ChunkSource (item/chunk_source.h): the consolidate executor reads through
+// it as it reads local chunks, lane by lane in plan order.
+class ChunkExchange final : public ChunkSource {
  public:
-  using WindowFn = std::function<void(const uint8_t* data, uint64_t offset, uint64_t n)>;
 
   // `gate`: this rank's memory budget, which pushers take a whole-chunk decode from when a view
   // turns out not to be contiguous. The decodes of transformed (zstd) chunks this rank pushes are
-  // not taken from it: the caller sets them aside up front (plan/plan.h's whole_chunk_need per pushing lane),
+  // not taken from it: the caller sets them aside up front (whole_chunk_need per pushing lane),
   // because lanes waiting on one gate for chunks that other ranks' lanes consume in their own
   // order could wait on each other in a cycle.
   ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes, uint64_t window,
@@ -80,7 +83,7 @@ class ChunkExchange {
   void finish_pushing();
   // Records the first failure on this rank and cancels every transfer in flight, so that no
   // thread waits out the timeout for a run that has already failed.
-  void fail(std::exception_ptr e);
+  void fail(std::exception_ptr e) override;
   // The first failure recorded, if any (the others are its consequences).
   std::exception_ptr first_error() const;
 
@@ -89,6 +92,16 @@ class ChunkExchange {
   // A chunk read on this rank that must be decoded whole takes whole_chunk_need from
   // `reserve_from`; null when the caller's own reservation already counts it.
   void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from = nullptr);
+
+  // As a ChunkSource: every chunk comes through receive(), in each lane's planned order.
+  std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
+  void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) override {
+    receive(lane, index_of(t), chunk, fn, reserve_from);
+  }
+  void read_into(unsigned lane, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
+    receive(lane, index_of(t), chunk, [dst](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(dst + off, p, n); });
+  }
+  bool ordered() const override { return true; }
 
   // Bytes of buffers the exchange holds on this rank at most (receive windows per lane, push
   // windows per lane, and a decoded chunk per lane for transformed items).
@@ -104,6 +117,7 @@ class ChunkExchange {
   // whole_chunk_need from `reserve_from` when it is not null.
   void read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn, MemoryGate* reserve_from);
   [[noreturn]] void owner_failed(int owner);
+  size_t index_of(const TensorMeta& t) const { return static_cast<size_t>(&t - md_.tensors.data()); }
 
   Group& group_;
   const ItemReader& reader_;

@@ -101,8 +101,4 @@ struct WritePlan {
 WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::optional<DType> cast, const Target& target,
                      const std::function<bool(const TensorMeta&, size_t)>& in_place = nullptr);
 
-// A chunk decoded whole (a zstd item, or a saved view that is not contiguous): the decoded bytes
-// and the dense chunk, at once.
-inline uint64_t whole_chunk_need(const TensorMeta& t, size_t chunk) { return 2 * t.chunk_numel(chunk) * itemsize(*t.dtype); }
-
 }  // namespace dcpctl

@@ -1,35 +1,28 @@
 #include "write/consolidate.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <set>
 
 #include "dist/commit.h"
 #include "dist/exchange.h"
 #include "dist/group.h"
+#include "item/chunk_source.h"
 #include "item/item_reader.h"
 #include "plan/assemble.h"
 #include "plan/plan.h"
-#include "util/numeric.h"
+#include "util/crc32.h"
 #include "util/failpoint.h"
 #include "util/memory_gate.h"
-#include "util/sha256.h"
+#include "util/numeric.h"
 #include "util/parallel.h"
-#include "util/crc32.h"
+#include "util/sha256.h"
 #include "write/output.h"
-#include "write/stream.h"
 #include "write/pickler.h"
 #include "write/run.h"
 #include "write/safetensors.h"
+#include "write/stream.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {
@@ -168,227 +161,149 @@ bool tree_weights_only(const pickle::Tree& tree, std::string& bad) {
   return true;
 }
 
-// Several processes (torchrun): the ranks that can read each chunk push it to the rank that
-// writes it (rank 0, or with --parallel-write the rank a shard was dealt to), which writes exactly
-// what the single-process run writes, from the same plan. See dist/exchange.h for the transfer
-// protocol and dist/commit.h for how the ranks agree, set up, write and commit.
-struct DistributedWrite {
-  const Checkpoint& ck;
-  const ConsolidateOptions& o;
+// Carries out a consolidate plan over a ChunkSource: this process's own reads, or under torchrun
+// the chunk exchange (the ranks that can read each chunk push it to the rank that writes it: rank
+// 0, or with --parallel-write the rank a shard was dealt to). Either way the same tasks write the
+// same bytes to the same places.
+struct Executor {
   const WritePlan& plan;
   const std::vector<std::string>& headers;  // safetensors: each file's header
+  ChunkSource& src;
+  MemoryGate& gate;
   WriteProgress& prog;
-  const ItemReader& reader;
-  ChunkOwners& owners;
-  std::unique_ptr<MemoryGate> gate_ptr;  // made in run(), once the set-aside is known
+  unsigned threads;  // readers of one assembled .pt record (a local source only)
+  std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
 
-  MemoryGate& gate() const { return *gate_ptr; }
-  size_t meta_index(const Record& r) const { return static_cast<size_t>(&plan.meta(r) - ck.md.tensors.data()); }
-  const PlannedTensor& tensor(const Task& task) const { return plan.tensors[plan.records[task.record].tensor]; }
-
-  // Receives the chunks of a whole tensor into `full` (its dense bytes, source dtype).
-  void assemble(ChunkExchange& ex, unsigned lane, const Task& task, uint8_t* full) const {
-    const Record& r = plan.records[task.record];
-    const TensorMeta& t = plan.meta(r);
+  // The dense bytes of the task's tensor (source dtype) into `full`, its chunks read by `readers`
+  // threads (one when the source is ordered).
+  void assemble(const Task& task, unsigned readers, uint8_t* full) {
+    const TensorMeta& t = plan.meta(plan.records[task.record]);
     size_t item = itemsize(*t.dtype);
-    std::vector<uint8_t> tmp;
-    for (uint32_t c : task.chunks) {
+    parallel_for(task.chunks.size(), src.ordered() ? 1 : readers, [&](size_t i) {
+      uint32_t c = task.chunks[i];
       if (chunk_is_run(t, c)) {
-        uint8_t* at = full + chunk_start(t, c);
-        ex.receive(lane, meta_index(r), c, [&](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(at + off, p, n); });
+        src.read_into(task.lane, t, c, full + chunk_start(t, c));
       } else {
-        tmp.resize(t.chunk_numel(c) * item);
-        ex.receive(lane, meta_index(r), c, [&](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(tmp.data() + off, p, n); });
+        std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the record's need
+        src.read_into(task.lane, t, c, tmp.data());
         place_chunk(t, c, item, tmp.data(), full);
       }
-    }
+    });
   }
 
-  void write_safetensors_task(ChunkExchange& ex, const Task& task, OutputFile& out) const {
+  void safetensors_task(const Task& task, OutputFile& out) {
     const Record& r = plan.records[task.record];
-    const PlannedTensor& pt = tensor(task);
+    const PlannedTensor& pt = plan.tensors[r.tensor];
+    const TensorMeta& t = *pt.t;
     uint64_t base = headers[r.dest].size() + r.offset;
     size_t si = itemsize(pt.src), di = itemsize(pt.dst);
     std::vector<uint8_t> conv;
     if (task.whole) {
-      GateReservation hold(gate(), r.need);
-      std::vector<uint8_t> full(pt.t->nbytes());
-      assemble(ex, task.lane, task, full.data());
+      GateReservation hold(gate, r.need);
+      std::vector<uint8_t> full(t.nbytes());
+      assemble(task, 1, full.data());
       out.pwrite_all(cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, base);
       prog.add(r.out_bytes);
       return;
     }
     uint32_t c = task.chunks.front();
-    uint64_t out_off = base + chunk_start(*pt.t, c) / si * di;
-    // A chunk read on this rank that must be decoded whole (zstd, a non-contiguous view) takes
-    // its memory from the gate; the lane holds nothing else.
-    ex.receive(task.lane, meta_index(r), c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
-      out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
-      prog.add(n / si * di);
-    }, &gate());
+    uint64_t out_off = base + chunk_start(t, c) / si * di;
+    std::optional<DirectRun> run = src.in_place(t, c);
+    if (run && pt.src == pt.dst) {
+      uint64_t win = std::min(run->bytes, r.window_elems * si);
+      bool use_cfr = cfr_ok.load();
+      if (use_cfr) {
+        // copy_file_range needs no buffer; take one only if it turns out unavailable.
+        copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());
+        if (use_cfr) {
+          prog.add(run->bytes);
+          return;
+        }
+        cfr_ok = false;
+      }
+      GatedBuffer buf(gate, win);
+      bool no = false;
+      copy_range(*run->file, run->offset, out, out_off, run->bytes, buf.data(), win, no, -1);
+      prog.add(run->bytes);
+    } else if (run) {
+      uint64_t n = t.chunk_numel(c), elems = std::min(n, r.window_elems);
+      GateReservation hold(gate, elems * (si + di));
+      std::vector<uint8_t> in(elems * si);
+      for (uint64_t e = 0; e < n; e += elems) {
+        uint64_t k = std::min(elems, n - e);
+        run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
+        out.pwrite_all(cast_window(pt.src, pt.dst, in.data(), k * si, conv), k * di, out_off + e * di);
+        prog.add(k * di);
+      }
+    } else {
+      // Received in windows, or decoded whole here inside the gate (zstd, a view that is not
+      // contiguous); each window is cast and written at its place.
+      src.read(task.lane, t, c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
+        out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
+        prog.add(n / si * di);
+      }, &gate);
+    }
   }
 
-  void write_pt(ChunkExchange& ex, const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out) const {
+  // Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
+  // source is ordered, else all threads share them.
+  void write_safetensors(const std::vector<Task>& tasks, int me, unsigned lanes, std::vector<std::unique_ptr<OutputFile>>& outs) {
+    auto one = [&](const Task& task) { safetensors_task(task, *outs[plan.records[task.record].dest]); };
+    if (!src.ordered()) {
+      parallel_for(tasks.size(), lanes, [&](size_t i) {
+        if (tasks[i].writer == me) one(tasks[i]);
+      });
+      return;
+    }
+    parallel_for(lanes, lanes, [&](size_t lane) {
+      try {
+        for (const Task& task : tasks)
+          if (task.writer == me && task.lane == lane) one(task);
+      } catch (...) {
+        src.fail(std::current_exception());
+        throw;
+      }
+    });
+  }
+
+  // data.pkl, then every record in order: streamed piece by piece when the plan says so (read in
+  // place through the stream window, or received / decoded whole inside the gate), else assembled.
+  void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out) {
     TorchSaveWriter zw(out);
     zw.write_pickle(pickle);
+    StreamWindow win;  // outside the budget
     std::vector<uint8_t> conv;
     for (const Task& task : tasks) {
       const Record& r = plan.records[task.record];
-      const PlannedTensor& pt = tensor(task);
+      const PlannedTensor& pt = plan.tensors[r.tensor];
+      const TensorMeta& t = *pt.t;
       std::string key = std::to_string(r.tensor);
       if (!task.whole) {
         zw.write_storage_streamed(key, r.out_bytes, [&] {
           uint32_t crc = 0;
-          for (uint32_t c : task.chunks)
-            ex.receive(0, meta_index(r), c, [&](const uint8_t* p, uint64_t, uint64_t n) {
-              const uint8_t* data = cast_window(pt.src, pt.dst, p, n, conv);
+          for (const Piece& p : r.pieces) {
+            if (std::optional<DirectRun> run = src.in_place(t, p.chunk)) {
+              crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes}}, pt.src, pt.dst, win, crc);
+              continue;
+            }
+            src.read(0, t, p.chunk, [&](const uint8_t* data, uint64_t, uint64_t n) {
+              const uint8_t* w = cast_window(pt.src, pt.dst, data, n, conv);
               uint64_t m = n / itemsize(pt.src) * itemsize(pt.dst);
-              crc = crc32_update(crc, data, m);
-              out.append(data, m);
-            }, &gate());
+              crc = crc32_update(crc, w, m);
+              out.append(w, m);
+            }, &gate);
+          }
           return crc;
         });
       } else {
-        GateReservation hold(gate(), r.need);
-        std::vector<uint8_t> full(pt.t->nbytes());
-        assemble(ex, 0, task, full.data());
+        GateReservation hold(gate, r.need);
+        std::vector<uint8_t> full(t.nbytes());
+        assemble(task, threads, full.data());
         zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes);
       }
       prog.add(r.out_bytes);
     }
     zw.finish();
-  }
-
-  void run(const std::function<std::string()>& pt_pickle, const std::function<void(OutputDir&)>& write_index, json& summary) {
-    Group& g = *o.group;
-    const int me = g.rank(), world = g.size();
-    const bool leader = me == 0, to_st = o.format != OutputFormat::Torch;
-    const std::vector<PlannedFile>& files = plan.files;
-
-    // Who writes which file, and in what order each writer's lanes take their tasks.
-    std::vector<int> writer_of(files.size(), 0);
-    if (o.parallel_write) {
-      std::vector<uint64_t> load(static_cast<size_t>(world), 0);
-      for (size_t f = 0; f < files.size(); ++f) {
-        size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-        writer_of[f] = static_cast<int>(r);
-        load[r] += files[f].data_bytes;
-      }
-    }
-    const unsigned lanes = to_st && g.tagged() ? std::max(1u, o.threads) : 1;
-    // Tasks are listed writer by writer: the lowest writer with work left then always has every
-    // owner at its next transfer, so a lane waiting on its rank's memory budget waits only for
-    // lanes that are moving (dist/exchange.h).
-    std::vector<Task> tasks;
-    for (int w = 0; w < (to_st ? world : 1); ++w) {
-      unsigned next = 0;
-      for (size_t ri = 0; ri < plan.records.size(); ++ri)
-        if (!to_st || writer_of[plan.records[ri].dest] == w) add_tasks(plan, ri, !to_st, w, lanes, next, tasks);
-    }
-    std::vector<Transfer> transfers;
-    for (const Task& task : tasks)
-      for (uint32_t c : task.chunks)
-        transfers.push_back({static_cast<uint32_t>(meta_index(plan.records[task.record])), c,
-                             owners.owner(*tensor(task).t, c, task.writer, o.parallel_write), task.writer, task.lane});
-
-    // An owner decodes a zstd chunk it pushes whole, one per pushing lane at a time. That memory
-    // is set aside from its budget up front, and its lanes share the rest (dist/exchange.h says
-    // why pushers do not wait on the gate). Every rank computes every rank's set-aside from the
-    // same plan, so a budget too small is refused alike everywhere, before any transfer.
-    std::vector<std::vector<uint64_t>> per_lane(static_cast<size_t>(world), std::vector<uint64_t>(lanes, 0));
-    for (const Transfer& tr : transfers) {
-      const TensorMeta& t = ck.md.tensors[tr.tensor];
-      if (tr.owner == tr.writer || t.storage[tr.chunk].transforms == 0) continue;
-      uint64_t& m = per_lane[static_cast<size_t>(tr.owner)][tr.lane];
-      m = std::max(m, whole_chunk_need(t, tr.chunk));
-    }
-    // A rank's need: its set-aside, plus the largest writer buffer if it writes anything.
-    std::vector<bool> writes(static_cast<size_t>(world), false);
-    for (const Task& task : tasks) writes[static_cast<size_t>(task.writer)] = true;
-    uint64_t budget = plan.budget, set_aside = 0, most = 0, most_set_aside = 0;
-    int most_rank = 0;
-    for (int r = 0; r < world; ++r) {
-      uint64_t sum = 0;
-      for (uint64_t m : per_lane[static_cast<size_t>(r)]) sum += m;
-      if (r == me) set_aside = sum;
-      uint64_t need = sum + (writes[static_cast<size_t>(r)] ? plan.largest_need : 0);
-      if (need > most) most = need, most_rank = r, most_set_aside = sum;
-    }
-    if (!o.max_memory) budget = std::max(budget, most);
-    if (most > budget)
-      throw UsageError(Where(ck.metadata_path), "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
-                                                    std::to_string(lanes) + " lane(s) at once: it needs " + std::to_string(most_set_aside) +
-                                                    " bytes for them" + (writes[static_cast<size_t>(most_rank)] ? " beside its largest buffer (" + std::to_string(plan.largest_need) + ")" : std::string()) +
-                                                    ", more than --max-memory " + std::to_string(budget) + "; raise --max-memory or lower --threads");
-    summary["max_memory"] = budget;
-    gate_ptr = std::make_unique<MemoryGate>(budget - set_aside);
-
-    // The same plan on every rank (the command was agreed on at the start; this catches two
-    // .metadata of one size and save id that differ), less what only rank 0 reads (the
-    // non-tensor values) and the directory, which --local-files lets differ.
-    json digest = summary;
-    for (const char* k : {"checkpoint", "non_tensor_included", "non_tensor_skipped"}) digest.erase(k);
-    g.agree("plan", Sha256::of(digest.dump()));
-
-    // Rank 0 creates the outputs under temporary names; writers of other shards open them there
-    // (a shared filesystem, --parallel-write only).
-    std::unique_ptr<OutputDir> dir;
-    std::vector<std::unique_ptr<OutputFile>> outs(to_st ? files.size() : 1);
-    std::string paths = set_up_on_leader(&g, [&] {
-      if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
-      std::string list;
-      for (size_t f = 0; f < outs.size(); ++f) {
-        outs[f] = std::make_unique<OutputFile>(dir ? dir->path_of(files[f].name) : o.output);
-        if (to_st) {
-          outs[f]->reserve(headers[f].size() + files[f].data_bytes);
-          outs[f]->pwrite_all(headers[f].data(), headers[f].size(), 0);
-        }
-        list += outs[f]->temp_path() + "\n";
-      }
-      return list;
-    });
-
-    bool committed = write_then_commit(&g, [&] {
-      if (!leader && o.parallel_write) {
-        size_t f = 0;
-        for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
-          if (f < outs.size() && writer_of[f] == me) outs[f] = OutputFile::open_shared(paths.substr(a, b - a));
-      }
-      failpoint("consolidate-write", me);
-      ChunkExchange ex(g, reader, std::move(transfers), lanes, kTransferWindow, gate());
-      ex.start_pushing();
-      try {
-        if (to_st) {
-          parallel_for(lanes, lanes, [&](size_t lane) {
-            try {
-              for (const Task& task : tasks)
-                if (task.writer == me && task.lane == lane) write_safetensors_task(ex, task, *outs[plan.records[task.record].dest]);
-            } catch (...) {
-              ex.fail(std::current_exception());
-              throw;
-            }
-          });
-        } else if (leader) {
-          write_pt(ex, tasks, pt_pickle(), *outs[0]);
-        }
-      } catch (...) {
-        ex.fail(std::current_exception());
-        std::rethrow_exception(ex.first_error());
-      }
-      ex.finish_pushing();
-    }, [&] {
-      for (auto& f : outs) f->commit();
-      if (dir) {
-        if (files.size() > 1) write_index(*dir);
-        dir->commit();
-      }
-    });
-    if (!committed) {
-      summary["rank"] = me;
-      return;
-    }
-    summary["ranks"] = world;
-    summary["backend"] = g.backend_name();
   }
 };
 
@@ -500,7 +415,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     try {
       check_output_path(o.output, o.force, ck.dir);
     } catch (const std::exception& e) {
-      // The other ranks are about to agree on the plan (run()): they learn of this refusal
+      // The other ranks are about to agree on the plan (below): they learn of this refusal
       // there, with its exit code, instead of waiting for a rank 0 that is gone.
       if (group && !o.dry_run) group->announce("agree/plan", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
       throw;
@@ -573,128 +488,135 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     f.commit();
   };
 
-  if (group) {
-    DistributedWrite dw{ck, o, plan, headers, prog, reader, *owners, nullptr};
-    dw.run(pt_pickle, write_index, summary);
-    if (!leader) return summary;
-  } else if (to_safetensors) {
-    MemoryGate gate(plan.budget);
-    std::unique_ptr<OutputDir> dir;
-    std::vector<std::unique_ptr<OutputFile>> outs;
-    if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
+  // Who writes what: rank 0 everything, or with --parallel-write each shard the rank it was dealt
+  // to (by bytes). Tasks are listed writer by writer: under torchrun the lowest writer with work
+  // left then always has every owner at its next transfer, so a lane waiting on its rank's memory
+  // budget waits only for lanes that are moving (dist/exchange.h).
+  const int me = group ? group->rank() : 0, world = group ? group->size() : 1;
+  std::vector<int> writer_of(plan.files.size(), 0);
+  if (o.parallel_write) {
+    std::vector<uint64_t> load(static_cast<size_t>(world), 0);
     for (size_t f = 0; f < plan.files.size(); ++f) {
-      outs.push_back(std::make_unique<OutputFile>(dir ? dir->path_of(plan.files[f].name) : o.output));
-      outs.back()->reserve(headers[f].size() + plan.files[f].data_bytes);
-      outs.back()->pwrite_all(headers[f].data(), headers[f].size(), 0);
+      size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      writer_of[f] = static_cast<int>(r);
+      load[r] += plan.files[f].data_bytes;
     }
-    std::vector<Task> tasks;
+  }
+  // Lanes: the writing threads (under torchrun one exchange lane each; one when the backend
+  // ignores tags). A .pt is written in order, on one lane.
+  const unsigned lanes = to_safetensors && (!group || group->tagged()) ? threads : 1;
+  std::vector<Task> tasks;
+  for (int w = 0; w < (to_safetensors ? world : 1); ++w) {
     unsigned next = 0;
-    for (size_t ri = 0; ri < plan.records.size(); ++ri) add_tasks(plan, ri, false, 0, 1, next, tasks);
-    std::atomic<bool> cfr_ok{true};
-    parallel_for(tasks.size(), threads, [&](size_t w) {
-      const Task& task = tasks[w];
+    for (size_t ri = 0; ri < plan.records.size(); ++ri)
+      if (!to_safetensors || writer_of[plan.records[ri].dest] == w) add_tasks(plan, ri, !to_safetensors, w, lanes, next, tasks);
+  }
+
+  uint64_t budget = plan.budget, set_aside = 0;
+  std::vector<Transfer> transfers;
+  if (group) {
+    for (const Task& task : tasks) {
       const Record& r = plan.records[task.record];
-      const PlannedTensor& pt = plan.tensors[r.tensor];
-      const TensorMeta& t = *pt.t;
-      OutputFile& out = *outs[r.dest];
-      uint64_t base = headers[r.dest].size() + r.offset;
-      size_t si = itemsize(pt.src), di = itemsize(pt.dst);
-      bool cast = pt.src != pt.dst;
-      if (task.whole) {
-        GateReservation hold(gate, r.need);
-        std::vector<uint8_t> full(t.nbytes()), conv;
-        read_full_tensor(reader, t, full.data(), 1);
-        out.pwrite_all(cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, base);
-        prog.add(r.out_bytes);
-        return;
+      for (uint32_t c : task.chunks)
+        transfers.push_back({static_cast<uint32_t>(&plan.meta(r) - md.tensors.data()), c,
+                             owners->owner(plan.meta(r), c, task.writer, o.parallel_write), task.writer, task.lane});
+    }
+    // An owner decodes a zstd chunk it pushes whole, one per pushing lane at a time. That memory
+    // is set aside from its budget up front, and its lanes share the rest (dist/exchange.h says
+    // why pushers do not wait on the gate). Every rank computes every rank's set-aside from the
+    // same plan, so a budget too small is refused alike everywhere, before any transfer.
+    std::vector<std::vector<uint64_t>> per_lane(static_cast<size_t>(world), std::vector<uint64_t>(lanes, 0));
+    for (const Transfer& tr : transfers) {
+      const TensorMeta& t = md.tensors[tr.tensor];
+      if (tr.owner == tr.writer || t.storage[tr.chunk].transforms == 0) continue;
+      uint64_t& m = per_lane[static_cast<size_t>(tr.owner)][tr.lane];
+      m = std::max(m, whole_chunk_need(t, tr.chunk));
+    }
+    // A rank's need: its set-aside, plus the largest writer buffer if it writes anything.
+    std::vector<bool> writes(static_cast<size_t>(world), false);
+    for (const Task& task : tasks) writes[static_cast<size_t>(task.writer)] = true;
+    uint64_t most = 0, most_set_aside = 0;
+    int most_rank = 0;
+    for (int r = 0; r < world; ++r) {
+      uint64_t sum = 0;
+      for (uint64_t m : per_lane[static_cast<size_t>(r)]) sum += m;
+      if (r == me) set_aside = sum;
+      uint64_t need = sum + (writes[static_cast<size_t>(r)] ? plan.largest_need : 0);
+      if (need > most) most = need, most_rank = r, most_set_aside = sum;
+    }
+    if (!o.max_memory) budget = std::max(budget, most);
+    if (most > budget)
+      throw UsageError(Where(ck.metadata_path), "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
+                                                    std::to_string(lanes) + " lane(s) at once: it needs " + std::to_string(most_set_aside) +
+                                                    " bytes for them" + (writes[static_cast<size_t>(most_rank)] ? " beside its largest buffer (" + std::to_string(plan.largest_need) + ")" : std::string()) +
+                                                    ", more than --max-memory " + std::to_string(budget) + "; raise --max-memory or lower --threads");
+    summary["max_memory"] = budget;
+    // The same plan on every rank (the command was agreed on at the start; this catches two
+    // .metadata of one size and save id that differ), less what only rank 0 reads (the
+    // non-tensor values) and the directory, which --local-files lets differ.
+    json digest = summary;
+    for (const char* k : {"checkpoint", "non_tensor_included", "non_tensor_skipped"}) digest.erase(k);
+    group->agree("plan", Sha256::of(digest.dump()));
+  }
+  MemoryGate gate(budget - set_aside);
+
+  // Rank 0 creates the outputs under temporary names; under torchrun, writers of other shards open
+  // them there (a shared filesystem, --parallel-write only).
+  std::unique_ptr<OutputDir> dir;
+  std::vector<std::unique_ptr<OutputFile>> outs(to_safetensors ? plan.files.size() : 1);
+  const std::string paths = set_up_on_leader(group, [&] {
+    if (o.format == OutputFormat::HfDir) dir = std::make_unique<OutputDir>(o.output);
+    std::string list;
+    for (size_t f = 0; f < outs.size(); ++f) {
+      outs[f] = std::make_unique<OutputFile>(dir ? dir->path_of(plan.files[f].name) : o.output);
+      if (to_safetensors) {
+        outs[f]->reserve(headers[f].size() + plan.files[f].data_bytes);
+        outs[f]->pwrite_all(headers[f].data(), headers[f].size(), 0);
       }
-      size_t c = task.chunks.front();
-      uint64_t n = t.chunk_numel(c);
-      uint64_t out_off = base + chunk_start(t, c) / si * di;
-      std::optional<DirectRun> run = reader.direct_run(t, c);
-      if (run && !cast) {
-        uint64_t win = std::min(run->bytes, r.window_elems * si);
-        bool use_cfr = cfr_ok.load();
-        if (use_cfr) {
-          // copy_file_range needs no buffer; take one only if it turns out unavailable.
-          copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());
-          if (!use_cfr) cfr_ok = false;
-          else {
-            prog.add(run->bytes);
-            return;
-          }
-        }
-        GatedBuffer buf(gate, win);
-        bool no = false;
-        copy_range(*run->file, run->offset, out, out_off, run->bytes, buf.data(), win, no, -1);
-        prog.add(run->bytes);
-      } else if (run) {
-        uint64_t elems = std::min(n, r.window_elems);
-        GateReservation hold(gate, elems * (si + di));
-        std::vector<uint8_t> in(elems * si), conv(elems * di);
-        for (uint64_t e = 0; e < n; e += elems) {
-          uint64_t k = std::min(elems, n - e);
-          run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
-          cast_elements(pt.src, pt.dst, in.data(), conv.data(), k);
-          out.pwrite_all(conv.data(), k * di, out_off + e * di);
-          prog.add(k * di);
-        }
-      } else {
-        // The decoded item (when transformed) is held while the chunk is read out of it.
-        GateReservation hold(gate, n * si * (pt.transformed ? 2 : 1) + (cast ? n * di : 0));
-        std::vector<uint8_t> in(n * si), conv;
-        reader.read_chunk(t, c, in.data());
-        out.pwrite_all(cast_window(pt.src, pt.dst, in.data(), in.size(), conv), n * di, out_off);
-        prog.add(n * di);
-      }
-    });
+      list += outs[f]->temp_path() + "\n";
+    }
+    return list;
+  });
+
+  bool committed = write_then_commit(group, [&] {
+    if (!leader && o.parallel_write) {
+      size_t f = 0;
+      for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
+        if (f < outs.size() && writer_of[f] == me) outs[f] = OutputFile::open_shared(paths.substr(a, b - a));
+    }
+    if (group) failpoint("consolidate-write", me);
+    LocalChunks local(reader);
+    std::unique_ptr<ChunkExchange> ex;
+    if (group) {
+      ex = std::make_unique<ChunkExchange>(*group, reader, std::move(transfers), lanes, kTransferWindow, gate);
+      ex->start_pushing();
+    }
+    Executor run{plan, headers, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, threads};
+    try {
+      if (to_safetensors)
+        run.write_safetensors(tasks, me, lanes, outs);
+      else if (leader)
+        run.write_pt(tasks, pt_pickle(), *outs[0]);
+    } catch (...) {
+      if (!ex) throw;
+      ex->fail(std::current_exception());
+      std::rethrow_exception(ex->first_error());
+    }
+    if (ex) ex->finish_pushing();
+  }, [&] {
     for (auto& f : outs) f->commit();
     if (dir) {
       if (plan.files.size() > 1) write_index(*dir);
       dir->commit();
     }
-  } else {
-    // .pt: data.pkl first, then each storage in order.
-    MemoryGate gate(plan.budget);
-    OutputFile out(o.output);
-    TorchSaveWriter zw(out);
-    zw.write_pickle(pt_pickle());
-    StreamWindow win;  // outside the budget
-    for (const Record& r : plan.records) {
-      const PlannedTensor& pt = plan.tensors[r.tensor];
-      const TensorMeta& t = *pt.t;
-      size_t si = itemsize(pt.src), di = itemsize(pt.dst);
-      // A streamed record goes straight into the zip, piece by piece: read in place a window at a
-      // time, or (a saved view that is not contiguous) decoded whole, inside the budget.
-      if (r.streams) {
-        zw.write_storage_streamed(std::to_string(r.tensor), r.out_bytes, [&] {
-          uint32_t crc = 0;
-          for (const Piece& p : r.pieces) {
-            if (std::optional<DirectRun> run = reader.direct_run(t, p.chunk)) {
-              crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes}}, pt.src, pt.dst, win, crc);
-              continue;
-            }
-            uint64_t n = t.chunk_numel(p.chunk);
-            GateReservation hold(gate, whole_chunk_need(t, p.chunk) + (pt.src != pt.dst ? n * di : 0));
-            std::vector<uint8_t> in(n * si), conv;
-            reader.read_chunk(t, p.chunk, in.data());
-            const uint8_t* data = cast_window(pt.src, pt.dst, in.data(), in.size(), conv);
-            crc = crc32_update(crc, data, n * di);
-            out.append(data, n * di);
-          }
-          return crc;
-        });
-        prog.add(r.out_bytes);
-        continue;
-      }
-      GateReservation hold(gate, r.need);
-      std::vector<uint8_t> full(t.nbytes()), conv;
-      read_full_tensor(reader, t, full.data(), threads);
-      zw.write_storage(std::to_string(r.tensor), cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes);
-      prog.add(r.out_bytes);
-    }
-    zw.finish();
-    out.commit();
+  });
+  if (!committed) {
+    summary["rank"] = me;
+    return summary;
+  }
+  if (group) {
+    summary["ranks"] = world;
+    summary["backend"] = group->backend_name();
   }
 
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
