@@ -83,6 +83,12 @@ uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record&
   uint64_t max_chunk = 0;
   for (const Piece& p : r.pieces) max_chunk = std::max(max_chunk, t.chunk_numel(p.chunk) * itemsize(pt.src));
   uint64_t cast = pt.dst != pt.src;
+  // The copy window of a run read in place: source elements and their cast, smaller than
+  // Target::window when that would not fit --max-memory.
+  uint64_t si = itemsize(pt.src), per = si + cast * itemsize(pt.dst);
+  uint64_t elems = std::min(max_chunk, target.window) / si;
+  if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
+  r.window_elems = std::max<uint64_t>(1, elems);
   if (target.kind == Target::TorchZip || !r.runs) {
     // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
     // the dense copy a chunk that is not a run is placed from; the .pt writer reads its chunks on
@@ -91,12 +97,9 @@ uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record&
     uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs ? 0 : 1);
     return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
   }
-  if (pt.transformed) return max_chunk * (2 + cast);  // the decoded item, the chunk, its cast
-  // A window of source elements and its cast; smaller than Target::window when that would not fit.
-  uint64_t si = itemsize(pt.src), per = si + cast * itemsize(pt.dst);
-  uint64_t elems = std::min(max_chunk, target.window) / si;
-  if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
-  r.window_elems = std::max<uint64_t>(1, elems);
+  // Runs: a zstd chunk is decoded whole (the decoded item, the chunk, its cast); an untransformed
+  // one (a record may hold both) goes through the copy window.
+  if (pt.transformed) return std::max(max_chunk * (2 + cast), elems * per);
   return elems * per;
 }
 

@@ -194,6 +194,7 @@ TEST_CASE("plan: consolidated records, the streaming decision and the safetensor
   CHECK(r0.need == 64);
   CHECK(r1.need == 128 + 64);
   CHECK(r2.need == 64 * 2);
+  CHECK(r2.window_elems == 16);  // its untransformed chunk is copied in place through the window
   CHECK(plan.largest_need == 192);
   CHECK(plan.budget == 1ull << 30);  // automatic: at least 1 GiB
 
