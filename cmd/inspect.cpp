@@ -7,10 +7,10 @@
 
 #include "cmd/format.h"
 #include "cmd/subcommands.h"
+#include "item/chunk_source.h"
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
 #include "pickle/repr.h"
-#include "plan/assemble.h"
 #include "plan/geometry.h"
 #include "report/inspect.h"
 #include "util/numeric.h"
@@ -268,7 +268,8 @@ int show_value(const Checkpoint& ck, const InspectCliOptions& o) {
   Coverage cov = check_coverage(*t, 1);
   if (!cov.exact) throw FormatError(Where(ck.metadata_path, std::nullopt, t->fqn), "tensor is not fully covered by its chunks");
   std::vector<uint8_t> full(t->nbytes());
-  read_full_tensor(reader, *t, full.data());
+  LocalChunks local(reader);
+  read_full_tensor(local, *t, full.data());
   const uint8_t* p = full.data();
   if (o.json) {
     Sha256 h;

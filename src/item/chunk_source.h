@@ -40,6 +40,11 @@ class ChunkSource {
   virtual void fail(std::exception_ptr) {}
 };
 
+// Reads every non-empty chunk of `t` into `full` (t.nbytes() bytes), in chunk order, on lane
+// `lane`: a chunk that is a run straight into place, another through a dense copy. `threads`
+// readers take different chunks when the source is not ordered (one reader when it is).
+void read_full_tensor(ChunkSource& src, const TensorMeta& t, uint8_t* full, unsigned threads = 1, unsigned lane = 0);
+
 // This process's reads, through an ItemReader.
 class LocalChunks final : public ChunkSource {
  public:

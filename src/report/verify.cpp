@@ -9,7 +9,6 @@
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
 #include "meta/structure.h"
-#include "plan/assemble.h"
 #include "plan/geometry.h"
 #include "util/memory_gate.h"
 #include "util/parallel.h"

@@ -10,7 +10,6 @@
 #include "dist/group.h"
 #include "item/chunk_source.h"
 #include "item/item_reader.h"
-#include "plan/assemble.h"
 #include "plan/plan.h"
 #include "util/crc32.h"
 #include "util/failpoint.h"
@@ -48,6 +47,9 @@ void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, uns
   const Record& r = plan.records[ri];
   std::vector<uint32_t> chunks;
   for (const Piece& p : r.pieces) chunks.push_back(p.chunk);
+  // An assembled record reads its chunks in chunk order (read_full_tensor); under torchrun the
+  // transfers follow this list.
+  if (torch_zip ? !r.streams : !r.runs) std::sort(chunks.begin(), chunks.end());
   if (torch_zip) {
     out.push_back({ri, chunks, !r.streams, writer, 0});
   } else if (r.runs) {
@@ -171,25 +173,8 @@ struct Executor {
   ChunkSource& src;
   MemoryGate& gate;
   WriteProgress& prog;
-  unsigned threads;  // readers of one assembled .pt record (a local source only)
+  unsigned threads;  // readers of one assembled .pt record (a source that is not ordered)
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
-
-  // The dense bytes of the task's tensor (source dtype) into `full`, its chunks read by `readers`
-  // threads (one when the source is ordered).
-  void assemble(const Task& task, unsigned readers, uint8_t* full) {
-    const TensorMeta& t = plan.meta(plan.records[task.record]);
-    size_t item = itemsize(*t.dtype);
-    parallel_for(task.chunks.size(), src.ordered() ? 1 : readers, [&](size_t i) {
-      uint32_t c = task.chunks[i];
-      if (chunk_is_run(t, c)) {
-        src.read_into(task.lane, t, c, full + chunk_start(t, c));
-      } else {
-        std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the record's need
-        src.read_into(task.lane, t, c, tmp.data());
-        place_chunk(t, c, item, tmp.data(), full);
-      }
-    });
-  }
 
   void safetensors_task(const Task& task, OutputFile& out) {
     const Record& r = plan.records[task.record];
@@ -201,7 +186,7 @@ struct Executor {
     if (task.whole) {
       GateReservation hold(gate, r.need);
       std::vector<uint8_t> full(t.nbytes());
-      assemble(task, 1, full.data());
+      read_full_tensor(src, t, full.data(), 1, task.lane);
       out.pwrite_all(cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, base);
       prog.add(r.out_bytes);
       return;
@@ -298,7 +283,7 @@ struct Executor {
       } else {
         GateReservation hold(gate, r.need);
         std::vector<uint8_t> full(t.nbytes());
-        assemble(task, threads, full.data());
+        read_full_tensor(src, t, full.data(), threads, task.lane);
         zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes);
       }
       prog.add(r.out_bytes);
