@@ -16,6 +16,7 @@ unchanged and no temporary behind.
 
 usage: cli_refusals_test.py DCPCTL FIXTURES_DIR [--sanitized]
 """
+import json
 import os
 import shutil
 import signal
@@ -72,6 +73,20 @@ def case_dry_run(chk, dcpctl, fixtures, work):
         chk.expect(r.rc == EXIT_OK and "nothing written" in r.stdout,
                    f"{what} --dry-run --force: exit {r.rc} (want 0 and a plan): {r.describe()}")
         chk.expect(harness.tree_digest(work) == snap, f"{what} --dry-run --force: something was written")
+        if what in ("consolidate .pt", "reshard"):
+            # --json prints the write plan: records whose bytes add up to the tensor bytes, each
+            # made of pieces that add up to it (no cast here), with a streaming decision and a need.
+            r = chk.run([dcpctl, *head, out, *extra, "--dry-run", "--force", "--json"])
+            plan = json.loads(r.stdout).get("plan", []) if r.rc == EXIT_OK else []
+            chk.expect(r.rc == EXIT_OK and plan, f"{what} --dry-run --json: exit {r.rc}, no plan: {r.describe()}")
+            if plan:
+                total = json.loads(r.stdout)["tensor_bytes"]
+                chk.expect(sum(rec["bytes"] for rec in plan) == total,
+                           f"{what} --dry-run --json: records hold {sum(rec['bytes'] for rec in plan)} bytes, not {total}")
+                bad = [rec["key"] for rec in plan if sum(p["bytes"] for p in rec["pieces"]) != rec["bytes"]
+                       or not isinstance(rec["streams"], bool) or not isinstance(rec["need"], int)]
+                chk.expect(not bad, f"{what} --dry-run --json: records whose pieces do not make them: {bad[:5]}")
+            chk.expect(harness.tree_digest(work) == snap, f"{what} --dry-run --json: something was written")
         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
     # inside the checkpoint: the dry run refuses it as the real run does
     for what, head, extra in (("consolidate", ["consolidate", ck, "-o", os.path.join(ck, "m.safetensors")], []),
