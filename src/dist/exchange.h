@@ -61,7 +61,7 @@ class ChunkOwners {
 // Collective: every rank calls it with the same `refs`.
 void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to);
 
-// The writer side is a ChunkSource (item/chunk_source.h): the consolidate executor reads through
+// The writer side is a ChunkSource (item/chunk_source.h): the executor (write/executor.h) reads through
 // it as it reads local chunks, lane by lane in plan order.
 class ChunkExchange final : public ChunkSource {
  public:

@@ -1,6 +1,7 @@
 #include "item/chunk_source.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -19,18 +20,59 @@ void LocalChunks::read(unsigned, const TensorMeta& t, size_t chunk, const Window
   for (uint64_t off = 0; off < total; off += window_) fn(whole.get() + off, off, std::min(window_, total - off));
 }
 
-void read_full_tensor(ChunkSource& src, const TensorMeta& t, uint8_t* full, unsigned threads, unsigned lane) {
+void LocalChunks::read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) {
+  if (decoded_)
+    decoded_->read(t, chunk, 0, t.chunk_numel(chunk) * itemsize(*t.dtype), dst);
+  else
+    reader_.read_chunk(t, chunk, dst);
+}
+
+void LocalChunks::read_range(unsigned, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
+  if (decoded_)
+    decoded_->read(t, chunk, from, n, dst);
+  else
+    reader_.read_chunk_bytes(t, chunk, from, n, dst);
+}
+
+void LocalChunks::expect(const TensorMeta& t, size_t chunk) {
+  if (decoded_) decoded_->expect(t, chunk);
+}
+
+void LocalChunks::done(const TensorMeta& t, size_t chunk) {
+  if (decoded_) decoded_->done(t, chunk);
+}
+
+void ChunkSource::read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) {
+  uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
+  if (from == 0 && n == total) return read_into(lane, t, chunk, dst);
+  std::vector<uint8_t> whole(total);
+  read_into(lane, t, chunk, whole.data());
+  std::memcpy(dst, whole.data() + from, n);
+}
+
+void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
+                  unsigned threads, unsigned lane) {
   size_t item = itemsize(*t.dtype);
-  parallel_for(t.num_chunks(), src.ordered() ? 1 : threads, [&](size_t c) {
-    if (t.chunk_numel(c) == 0) return;
-    if (chunk_is_run(t, c)) {
-      src.read_into(lane, t, c, full + chunk_start(t, c));
+  std::vector<size_t> order(pieces.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (src.ordered())
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pieces[a].chunk < pieces[b].chunk; });
+  parallel_for(order.size(), src.ordered() ? 1 : threads, [&](size_t i) {
+    const Piece& p = pieces[order[i]];
+    if (p.run) {
+      src.read_range(lane, t, p.chunk, p.from, p.bytes, dst + p.to);
     } else {
-      std::vector<uint8_t> tmp(t.chunk_numel(c) * item);  // counted in the caller's reservation
-      src.read_into(lane, t, c, tmp.data());
-      place_chunk(t, c, item, tmp.data(), full);
+      std::vector<uint8_t> tmp(t.chunk_numel(p.chunk) * item);  // counted in the caller's reservation
+      src.read_range(lane, t, p.chunk, 0, tmp.size(), tmp.data());
+      copy_box(tmp.data(), chunk_box(t, p.chunk), dst, box, p.in, item);
     }
+    src.done(t, p.chunk);
   });
+}
+
+void read_full_tensor(ChunkSource& src, const TensorMeta& t, uint8_t* full, unsigned threads, unsigned lane) {
+  Box whole = whole_box(t);
+  assemble_box(src, t, whole, plan_pieces(t, whole), full, threads, lane);
 }
 
 }  // namespace dcpctl

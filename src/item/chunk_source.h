@@ -1,15 +1,18 @@
 // Where a writer gets the dense bytes of a saved chunk: this process's own reads (LocalChunks),
-// or under torchrun the rank that can read it (dist/exchange.h's ChunkExchange). The consolidate
-// executor (write/consolidate.cpp) carries out one plan over either, so a single-process run and
-// a torchrun run write the same records the same way.
+// or under torchrun the rank that can read it (dist/exchange.h's ChunkExchange). The executor
+// (write/executor.h) carries out every plan over either, so a single-process run and a torchrun
+// run write the same records the same way.
 #pragma once
 
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <optional>
+#include <vector>
 
+#include "item/decoded_chunks.h"
 #include "item/item_reader.h"
+#include "plan/pieces.h"
 #include "util/memory_gate.h"
 
 namespace dcpctl {
@@ -32,6 +35,14 @@ class ChunkSource {
   virtual void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) = 0;
   // The chunk's dense bytes into `dst` (t.chunk_numel(chunk) elements), for assembling a tensor.
   virtual void read_into(unsigned lane, const TensorMeta& t, size_t chunk, uint8_t* dst) = 0;
+  // Bytes [from, from + n) of the chunk's dense bytes into `dst`, for assembling a box (a piece,
+  // plan/pieces.h). By default the whole chunk through read_into (straight into `dst` when the
+  // range is the whole chunk); LocalChunks reads only the range.
+  virtual void read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
+  // One more use of the chunk will come / one is over: a source that keeps a decoded chunk for
+  // several uses (LocalChunks over DecodedChunks) frees it after the last. No-ops by default.
+  virtual void expect(const TensorMeta&, size_t) {}
+  virtual void done(const TensorMeta&, size_t) {}
   // True when each lane must take its chunks in the planned order (the exchange serves them so);
   // false when any thread may read any chunk at any time.
   virtual bool ordered() const = 0;
@@ -40,23 +51,36 @@ class ChunkSource {
   virtual void fail(std::exception_ptr) {}
 };
 
-// Reads every non-empty chunk of `t` into `full` (t.nbytes() bytes), in chunk order, on lane
-// `lane`: a chunk that is a run straight into place, another through a dense copy. `threads`
-// readers take different chunks when the source is not ordered (one reader when it is).
+// Fills `dst` (the dense bytes of `box` of `t`) from its pieces (plan_pieces(t, box)), on lane
+// `lane`: a run piece straight into place, another through a dense copy of its chunk (the
+// caller's reservation counts that copy), each piece's use of its chunk then done. An ordered
+// source is read in chunk order, by one reader (its transfers are planned so); otherwise
+// `threads` readers take different pieces. What consolidate assembles (a whole tensor) and
+// reshard assembles (a target chunk) both come through here.
+void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
+                  unsigned threads = 1, unsigned lane = 0);
+
+// assemble_box of the whole tensor into `full` (t.nbytes() bytes).
 void read_full_tensor(ChunkSource& src, const TensorMeta& t, uint8_t* full, unsigned threads = 1, unsigned lane = 0);
 
-// This process's reads, through an ItemReader.
+// This process's reads, through an ItemReader; with `decoded`, a chunk read for several uses that
+// cannot be read in place (zstd) is decoded once (item/decoded_chunks.h).
 class LocalChunks final : public ChunkSource {
  public:
-  explicit LocalChunks(const ItemReader& reader, uint64_t window = 16ull << 20) : reader_(reader), window_(window) {}
+  explicit LocalChunks(const ItemReader& reader, uint64_t window = 16ull << 20, DecodedChunks* decoded = nullptr)
+      : reader_(reader), window_(window), decoded_(decoded) {}
   std::optional<DirectRun> in_place(const TensorMeta& t, size_t chunk) const override { return reader_.direct_run(t, chunk); }
   void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) override;
-  void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override { reader_.read_chunk(t, chunk, dst); }
+  void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override;
+  void read_range(unsigned, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override;
+  void expect(const TensorMeta& t, size_t chunk) override;
+  void done(const TensorMeta& t, size_t chunk) override;
   bool ordered() const override { return false; }
 
  private:
   const ItemReader& reader_;
   uint64_t window_;
+  DecodedChunks* decoded_;
 };
 
 }  // namespace dcpctl

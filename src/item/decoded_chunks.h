@@ -9,7 +9,7 @@
 // threads hold reservations of their own and must not wait on the gate a second time. When it
 // does not fit, or there is no gate, each read decodes for itself (the callers' reservations
 // count that). Reads of one chunk arriving while it is being decoded wait for that decode. Safe
-// to use from several threads. Used by reshard (write/reshard.cpp) and by diff/stats windows
+// to use from several threads. Used through LocalChunks (item/chunk_source.h) by reshard and by diff/stats windows
 // (compare/window.h).
 #pragma once
 

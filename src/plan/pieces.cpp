@@ -80,11 +80,6 @@ void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, co
   }
 }
 
-void place_chunk(const TensorMeta& t, size_t chunk, size_t item, const uint8_t* src, uint8_t* full) {
-  Box b = chunk_box(t, chunk);
-  copy_box(src, b, full, whole_box(t), b, item);
-}
-
 std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target) {
   uint64_t item = itemsize(*t.dtype);
   bool target_run = is_run(target, t.shape);

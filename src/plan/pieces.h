@@ -42,9 +42,6 @@ uint64_t first_element(const Box& b, const std::vector<int64_t>& shape);
 // dimensions that all three boxes span alike are copied as one run.
 void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
 
-// Copies dense chunk `chunk` of `t` into its place in the dense full tensor (`item` bytes each).
-void place_chunk(const TensorMeta& t, size_t chunk, size_t item, const uint8_t* src, uint8_t* full);
-
 // The part of one source chunk inside a target box.
 struct Piece {
   uint32_t chunk = 0;  // index of the source chunk in its tensor

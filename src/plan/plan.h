@@ -12,8 +12,8 @@
 // torchrun, and the single-process run, therefore write the same records the same way, which is
 // what keeps their `.pt` files byte-identical (a streamed zip record differs from a stored one).
 //
-// The executors (write/consolidate.cpp, write/reshard.cpp and, under torchrun, dist/exchange) only
-// carry out a plan; `--dry-run` prints it.
+// The executor (write/executor.h, over a chunk source: local reads or, under torchrun, the
+// exchange in dist/) only carries out a plan; `--dry-run` prints it.
 #pragma once
 
 #include <cstdint>

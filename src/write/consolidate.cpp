@@ -1,7 +1,6 @@
 #include "write/consolidate.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -11,17 +10,16 @@
 #include "item/chunk_source.h"
 #include "item/item_reader.h"
 #include "plan/plan.h"
-#include "util/crc32.h"
 #include "util/failpoint.h"
 #include "util/memory_gate.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
+#include "write/executor.h"
 #include "write/output.h"
 #include "write/pickler.h"
 #include "write/run.h"
 #include "write/safetensors.h"
-#include "write/stream.h"
 #include "write/torch_save.h"
 
 namespace dcpctl {
@@ -29,44 +27,6 @@ namespace dcpctl {
 using nlohmann::json;
 
 namespace {
-
-// A unit of consolidate work: a record (a whole tensor) assembled in a buffer, or one run piece of
-// it written straight to its place (safetensors), or a .pt record streamed piece by piece.
-struct Task {
-  size_t record;
-  std::vector<uint32_t> chunks;  // in the order the writer consumes them
-  bool whole;                    // assembled in a buffer (else each chunk goes straight out)
-  int writer = 0;                // under torchrun: the rank that writes it
-  unsigned lane = 0;             // and its lane there
-};
-
-// The tasks of record `ri`: a safetensors record whose pieces are all runs is one task per piece
-// (each written at its own offset, in parallel); a .pt record is one task, streamed when the plan
-// says it streams (its pieces in order), else assembled.
-void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
-  const Record& r = plan.records[ri];
-  std::vector<uint32_t> chunks;
-  for (const Piece& p : r.pieces) chunks.push_back(p.chunk);
-  // An assembled record reads its chunks in chunk order (read_full_tensor); under torchrun the
-  // transfers follow this list.
-  if (torch_zip ? !r.streams : !r.runs) std::sort(chunks.begin(), chunks.end());
-  if (torch_zip) {
-    out.push_back({ri, chunks, !r.streams, writer, 0});
-  } else if (r.runs) {
-    for (uint32_t c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
-  } else {
-    out.push_back({ri, chunks, true, writer, next++ % lanes});
-  }
-}
-
-// Window `p` (n source bytes) cast when needed; returns what to write.
-const uint8_t* cast_window(DType src, DType dst, const uint8_t* p, uint64_t n, std::vector<uint8_t>& conv) {
-  if (src == dst) return p;
-  uint64_t elems = n / itemsize(src);
-  conv.resize(elems * itemsize(dst));
-  cast_elements(src, dst, p, conv.data(), elems);
-  return conv.data();
-}
 
 // ---- torch output structure (format_utils.dcp_to_torch_save's set_element) ----
 struct PNode {
@@ -162,135 +122,6 @@ bool tree_weights_only(const pickle::Tree& tree, std::string& bad) {
     }
   return true;
 }
-
-// Carries out a consolidate plan over a ChunkSource: this process's own reads, or under torchrun
-// the chunk exchange (the ranks that can read each chunk push it to the rank that writes it: rank
-// 0, or with --parallel-write the rank a shard was dealt to). Either way the same tasks write the
-// same bytes to the same places.
-struct Executor {
-  const WritePlan& plan;
-  const std::vector<std::string>& headers;  // safetensors: each file's header
-  ChunkSource& src;
-  MemoryGate& gate;
-  WriteProgress& prog;
-  unsigned threads;  // readers of one assembled .pt record (a source that is not ordered)
-  std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
-
-  void safetensors_task(const Task& task, OutputFile& out) {
-    const Record& r = plan.records[task.record];
-    const PlannedTensor& pt = plan.tensors[r.tensor];
-    const TensorMeta& t = *pt.t;
-    uint64_t base = headers[r.dest].size() + r.offset;
-    size_t si = itemsize(pt.src), di = itemsize(pt.dst);
-    std::vector<uint8_t> conv;
-    if (task.whole) {
-      GateReservation hold(gate, r.need);
-      std::vector<uint8_t> full(t.nbytes());
-      read_full_tensor(src, t, full.data(), 1, task.lane);
-      out.pwrite_all(cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, base);
-      prog.add(r.out_bytes);
-      return;
-    }
-    uint32_t c = task.chunks.front();
-    uint64_t out_off = base + chunk_start(t, c) / si * di;
-    std::optional<DirectRun> run = src.in_place(t, c);
-    if (run && pt.src == pt.dst) {
-      uint64_t win = std::min(run->bytes, r.window_elems * si);
-      bool use_cfr = cfr_ok.load();
-      if (use_cfr) {
-        // copy_file_range needs no buffer; take one only if it turns out unavailable.
-        copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());
-        if (use_cfr) {
-          prog.add(run->bytes);
-          return;
-        }
-        cfr_ok = false;
-      }
-      GatedBuffer buf(gate, win);
-      bool no = false;
-      copy_range(*run->file, run->offset, out, out_off, run->bytes, buf.data(), win, no, -1);
-      prog.add(run->bytes);
-    } else if (run) {
-      uint64_t n = t.chunk_numel(c), elems = std::min(n, r.window_elems);
-      GateReservation hold(gate, elems * (si + di));
-      std::vector<uint8_t> in(elems * si);
-      for (uint64_t e = 0; e < n; e += elems) {
-        uint64_t k = std::min(elems, n - e);
-        run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
-        out.pwrite_all(cast_window(pt.src, pt.dst, in.data(), k * si, conv), k * di, out_off + e * di);
-        prog.add(k * di);
-      }
-    } else {
-      // Received in windows, or decoded whole here inside the gate (zstd, a view that is not
-      // contiguous); each window is cast and written at its place.
-      src.read(task.lane, t, c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
-        out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
-        prog.add(n / si * di);
-      }, &gate);
-    }
-  }
-
-  // Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
-  // source is ordered, else all threads share them.
-  void write_safetensors(const std::vector<Task>& tasks, int me, unsigned lanes, std::vector<std::unique_ptr<OutputFile>>& outs) {
-    auto one = [&](const Task& task) { safetensors_task(task, *outs[plan.records[task.record].dest]); };
-    if (!src.ordered()) {
-      parallel_for(tasks.size(), lanes, [&](size_t i) {
-        if (tasks[i].writer == me) one(tasks[i]);
-      });
-      return;
-    }
-    parallel_for(lanes, lanes, [&](size_t lane) {
-      try {
-        for (const Task& task : tasks)
-          if (task.writer == me && task.lane == lane) one(task);
-      } catch (...) {
-        src.fail(std::current_exception());
-        throw;
-      }
-    });
-  }
-
-  // data.pkl, then every record in order: streamed piece by piece when the plan says so (read in
-  // place through the stream window, or received / decoded whole inside the gate), else assembled.
-  void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out) {
-    TorchSaveWriter zw(out);
-    zw.write_pickle(pickle);
-    StreamWindow win;  // outside the budget
-    std::vector<uint8_t> conv;
-    for (const Task& task : tasks) {
-      const Record& r = plan.records[task.record];
-      const PlannedTensor& pt = plan.tensors[r.tensor];
-      const TensorMeta& t = *pt.t;
-      std::string key = std::to_string(r.tensor);
-      if (!task.whole) {
-        zw.write_storage_streamed(key, r.out_bytes, [&] {
-          uint32_t crc = 0;
-          for (const Piece& p : r.pieces) {
-            if (std::optional<DirectRun> run = src.in_place(t, p.chunk)) {
-              crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes}}, pt.src, pt.dst, win, crc);
-              continue;
-            }
-            src.read(0, t, p.chunk, [&](const uint8_t* data, uint64_t, uint64_t n) {
-              const uint8_t* w = cast_window(pt.src, pt.dst, data, n, conv);
-              uint64_t m = n / itemsize(pt.src) * itemsize(pt.dst);
-              crc = crc32_update(crc, w, m);
-              out.append(w, m);
-            }, &gate);
-          }
-          return crc;
-        });
-      } else {
-        GateReservation hold(gate, r.need);
-        std::vector<uint8_t> full(t.nbytes());
-        read_full_tensor(src, t, full.data(), threads, task.lane);
-        zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes);
-      }
-      prog.add(r.out_bytes);
-    }
-    zw.finish();
-  }
-};
 
 }  // namespace
 
@@ -576,10 +407,10 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       ex = std::make_unique<ChunkExchange>(*group, reader, std::move(transfers), lanes, kTransferWindow, gate);
       ex->start_pushing();
     }
-    Executor run{plan, headers, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, threads};
+    Executor run{plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, threads};
     try {
       if (to_safetensors)
-        run.write_safetensors(tasks, me, lanes, outs);
+        run.write_safetensors(tasks, headers, me, lanes, outs);
       else if (leader)
         run.write_pt(tasks, pt_pickle(), *outs[0]);
     } catch (...) {

@@ -12,7 +12,8 @@
 // push to it; rank 0's memory stays within the same budget plus one 16 MiB window per lane.
 //
 // The plan (plan/plan.h) decides everything before a byte moves: the records, their files and
-// offsets, which stream, what each needs; this file carries it out, for one process or torchrun.
+// offsets, which stream, what each needs; the executor (write/executor.h) carries it out, for one
+// process or torchrun; this file sets up the outputs (and the transfers) and commits them.
 //
 // Memory: safetensors outputs are laid out first (all offsets known from .metadata), then each
 // chunk that is one contiguous run of its tensor (FSDP's dim-0 shards) is copied from its item

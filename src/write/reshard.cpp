@@ -6,65 +6,22 @@
 
 #include "dist/commit.h"
 #include "dist/group.h"
+#include "item/chunk_source.h"
 #include "item/decoded_chunks.h"
 #include "item/item_reader.h"
 #include "plan/plan.h"
 #include "util/failpoint.h"
 #include "util/memory_gate.h"
 #include "util/numeric.h"
-#include "util/parallel.h"
 #include "util/sha256.h"
 #include "write/dcp_metadata.h"
+#include "write/executor.h"
 #include "write/output.h"
 #include "write/run.h"
-#include "write/stream.h"
-#include "write/torch_save.h"
 
 namespace dcpctl {
 
 using nlohmann::json;
-
-namespace {
-
-// Fills `dst` (dense, the record's box, source dtype) from its pieces, one read of each source
-// chunk (what expect_reads announced to `chunks`): a run piece straight into place, from the file
-// or the decoded item; another piece through a dense copy of its chunk.
-void assemble_record(DecodedChunks& chunks, const TensorMeta& t, const Record& r, uint8_t* dst) {
-  size_t item = itemsize(*t.dtype);
-  for (const Piece& p : r.pieces) {
-    if (p.run) {
-      chunks.read(t, p.chunk, p.from, p.bytes, dst + p.to);
-    } else {
-      std::vector<uint8_t> tmp(t.chunk_numel(p.chunk) * item);  // counted in the record's need
-      chunks.read(t, p.chunk, 0, tmp.size(), tmp.data());
-      copy_box(tmp.data(), chunk_box(t, p.chunk), dst, r.box, p.in, item);
-    }
-    chunks.done(t, p.chunk);
-  }
-}
-
-// Tells `chunks` of the reads of transformed (zstd) chunks assemble_record will make; the others
-// are read in place.
-void expect_reads(DecodedChunks& chunks, const TensorMeta& t, const Record& r) {
-  for (const Piece& p : r.pieces)
-    if (t.storage[p.chunk].transforms != 0) chunks.expect(t, p.chunk);
-}
-
-// Where a streaming record's pieces lie in the .distcp files, in order; nullopt when some chunk
-// cannot be read in place after all (a saved view that is not contiguous: known only once its
-// item's data.pkl is read), and the record is assembled instead.
-std::optional<std::vector<FileRun>> in_place_runs(const ItemReader& reader, const TensorMeta& t, const Record& r) {
-  if (!r.streams) return std::nullopt;
-  std::vector<FileRun> runs;
-  for (const Piece& p : r.pieces) {
-    std::optional<DirectRun> run = reader.direct_run(t, p.chunk);
-    if (!run) return std::nullopt;
-    runs.push_back({run->file, run->offset + p.from, p.bytes});
-  }
-  return runs;
-}
-
-}  // namespace
 
 json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   require_complete(ck);
@@ -169,59 +126,34 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
 
   // A zstd source chunk read for several target chunks is decoded once (item/decoded_chunks.h).
   DecodedChunks decoded(reader, &gate);
-  for (size_t r : targets)
-    for (size_t ri : plan.files[r].records)
-      if (!plan.records[ri].streams) expect_reads(decoded, plan.meta(plan.records[ri]), plan.records[ri]);
-
+  LocalChunks local(reader, kTransferWindow, &decoded);
+  Executor run{plan, local, gate, prog, std::max(1u, o.threads)};
   auto write_files = [&] {
-    parallel_for(targets.size(), std::max(1u, o.threads), [&](size_t ti) {
-      size_t rank = targets[ti];
-      WorkerBuffers scratch(gate);  // declared before `out`: reservations end after the file closes
-      StreamWindow win;             // outside the budget
-      OutputFile out(dir_path + "/" + plan.files[rank].name);
-      if (rank == 0) {
-        // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
-        for (size_t b = 0; b < plan.values.size(); ++b) {
-          const BytesMeta& bm = md.bytes[plan.values[b]->index];
-          MetaBytesOut& mb = mo.bytes[b];
-          mb.fqn = plan.values[b]->key;
-          mb.file = 0;
-          mb.offset = out.appended();
-          mb.length = bm.storage.length;
-          mb.transforms = md.transform_sets.at(bm.storage.transforms);
-          // Copied as they are (still encoded), a window at a time: a large non-tensor item
-          // costs no more memory than a small one.
-          const ReadFile in(ck.path_of(bm.storage.file));
-          for (uint64_t pos = 0; pos < bm.storage.length; pos += kStreamWindow) {
-            uint64_t k = std::min<uint64_t>(kStreamWindow, bm.storage.length - pos);
-            in.read_at(bm.storage.offset + pos, win.in.get(), k, bm.fqn);
-            out.append(win.in.get(), k);
-          }
+    run.write_dcp(targets, [&](size_t rank, StreamWindow& win) {
+      auto out = std::make_unique<OutputFile>(dir_path + "/" + plan.files[rank].name);
+      if (rank != 0) return out;
+      // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
+      for (size_t b = 0; b < plan.values.size(); ++b) {
+        const BytesMeta& bm = md.bytes[plan.values[b]->index];
+        MetaBytesOut& mb = mo.bytes[b];
+        mb.fqn = plan.values[b]->key;
+        mb.file = 0;
+        mb.offset = out->appended();
+        mb.length = bm.storage.length;
+        mb.transforms = md.transform_sets.at(bm.storage.transforms);
+        // Copied as they are (still encoded), a window at a time: a large non-tensor item
+        // costs no more memory than a small one.
+        const ReadFile in(ck.path_of(bm.storage.file));
+        for (uint64_t pos = 0; pos < bm.storage.length; pos += kStreamWindow) {
+          uint64_t k = std::min<uint64_t>(kStreamWindow, bm.storage.length - pos);
+          in.read_at(bm.storage.offset + pos, win.in.get(), k, bm.fqn);
+          out->append(win.in.get(), k);
         }
       }
-      for (size_t ri : plan.files[rank].records) {
-        const Record& r = plan.records[ri];
-        const PlannedTensor& pt = plan.tensors[r.tensor];
-        uint64_t n = r.box.numel();
-        uint64_t start = out.appended();
-        if (std::optional<std::vector<FileRun>> runs = in_place_runs(reader, *pt.t, r)) {
-          write_tensor_blob_streamed(out, pt.dst, r.box.sizes, n * itemsize(pt.dst),
-                                     [&] { return stream_runs(out, *runs, pt.src, pt.dst, win); });
-        } else {
-          // Everything this record needs, reserved at once (its need): the assembled chunk, its
-          // cast, and what reading a source chunk takes.
-          uint64_t raw_bytes = n * itemsize(pt.src), conv_bytes = pt.src != pt.dst ? n * itemsize(pt.dst) : 0;
-          scratch.prepare(raw_bytes, conv_bytes, r.need > raw_bytes + conv_bytes ? r.need - raw_bytes - conv_bytes : 0);
-          assemble_record(decoded, *pt.t, r, scratch.a());
-          if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, scratch.a(), scratch.b(), n);
-          write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
-        }
-        MetaChunkOut& mc = chunk_out(ri);
-        mc.offset = start;
-        mc.length = out.appended() - start;
-        prog.add(r.out_bytes);
-      }
-      out.commit();
+      return out;
+    }, [&](size_t ri, uint64_t offset, uint64_t length) {
+      chunk_out(ri).offset = offset;
+      chunk_out(ri).length = length;
     });
   };
 

@@ -3,12 +3,15 @@
 // streams, target boxes for every target, file layout, and memory needs and budgets.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "item/chunk_source.h"
 #include "plan/plan.h"
 #include "util/error.h"
 
@@ -48,6 +51,52 @@ Checkpoint checkpoint(std::vector<TensorMeta> tensors, uint32_t ranks = 1) {
 }
 
 Box box(std::vector<int64_t> offsets, std::vector<int64_t> sizes) { return {std::move(offsets), std::move(sizes)}; }
+
+// A chunk source over a tensor held whole in memory (float32, element i holds i): it serves each
+// chunk's dense bytes, and records which chunks were read and how each use was announced and ended.
+class MemoryChunks final : public ChunkSource {
+ public:
+  MemoryChunks(const TensorMeta& t, bool ordered) : t_(t), ordered_(ordered), full_(t.numel()) {
+    std::iota(full_.begin(), full_.end(), 0.0f);
+  }
+  std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
+  void read(unsigned, const TensorMeta&, size_t, const WindowFn&, MemoryGate*) override { FAIL("not used"); }
+  void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads.push_back(chunk);
+    }
+    Box cb = chunk_box(t, chunk);
+    copy_box(reinterpret_cast<const uint8_t*>(full_.data()), whole_box(t), dst, cb, cb, 4);
+  }
+  void done(const TensorMeta&, size_t chunk) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    dones.push_back(chunk);
+  }
+  bool ordered() const override { return ordered_; }
+  // What box `b` holds, element by element.
+  std::vector<float> expected(const Box& b) const {
+    std::vector<float> out;
+    std::vector<int64_t> idx(b.offsets);
+    for (uint64_t n = 0; n < b.numel(); ++n) {
+      uint64_t flat = 0;
+      for (size_t d = 0; d < idx.size(); ++d) flat = flat * static_cast<uint64_t>(t_.shape[d]) + static_cast<uint64_t>(idx[d]);
+      out.push_back(full_[flat]);
+      for (size_t d = idx.size(); d-- > 0;) {
+        if (++idx[d] < b.offsets[d] + b.sizes[d]) break;
+        idx[d] = b.offsets[d];
+      }
+    }
+    return out;
+  }
+  std::vector<size_t> reads, dones;
+
+ private:
+  const TensorMeta& t_;
+  bool ordered_;
+  std::vector<float> full_;
+  std::mutex mu_;
+};
 
 }  // namespace
 
@@ -315,4 +364,38 @@ TEST_CASE("plan: budgets, the in-place probe and refusals before any write") {
   Checkpoint unknown = checkpoint({tensor("u", {4}, {{0, 4}})});
   unknown.md.tensors[0].dtype.reset();
   CHECK_THROWS_AS(plan_write(unknown, {}, std::nullopt, pt), UnsupportedError);
+}
+
+TEST_CASE("assemble: boxes from row and column shards, through an ordered and an unordered source") {
+  // 8 x 6, saved out of order: rows 4..8 whole (a run), rows 0..4 split in two column halves (not
+  // runs); and the same rows saved as two dim-0 runs, the second first (their pieces are ordered by
+  // where they land, so an ordered source must be read in another order). The targets are a
+  // reshard's dim-0 boxes of 3 rows (cutting every chunk), the whole tensor, and a box that is not
+  // a run.
+  std::vector<TensorMeta> ts = {tensor("w", {8, 6}, {{4, 0, 4, 6}, {0, 3, 4, 3}, {0, 0, 4, 3}}),
+                                tensor("v", {8, 6}, {{4, 0, 4, 6}, {0, 0, 4, 6}})};
+  for (const TensorMeta& t : ts) {
+    for (bool ordered : {false, true}) {
+      for (const Box& target : {box({0, 0}, {3, 6}), box({3, 0}, {3, 6}), box({6, 0}, {2, 6}), whole_box(t), box({2, 1}, {4, 4})}) {
+        CAPTURE(t.fqn, ordered, target.offsets, target.sizes);
+        MemoryChunks src(t, ordered);
+        std::vector<Piece> pieces = plan_pieces(t, target);
+        std::vector<float> got(target.numel(), -1.0f);
+        assemble_box(src, t, target, pieces, reinterpret_cast<uint8_t*>(got.data()), ordered ? 1 : 3);
+        CHECK(got == src.expected(target));
+        // each piece's use of its chunk ended once; an ordered source is read in chunk order
+        CHECK(src.dones.size() == pieces.size());
+        CHECK(src.reads.size() == pieces.size());
+        if (ordered) CHECK(std::is_sorted(src.reads.begin(), src.reads.end()));
+      }
+    }
+    // read_full_tensor is the whole box, read in chunk order
+    MemoryChunks src(t, true);
+    std::vector<float> full(t.numel());
+    read_full_tensor(src, t, reinterpret_cast<uint8_t*>(full.data()));
+    CHECK(full == src.expected(whole_box(t)));
+    std::vector<size_t> all(t.num_chunks());
+    std::iota(all.begin(), all.end(), size_t{0});
+    CHECK(src.reads == all);
+  }
 }

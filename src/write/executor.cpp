@@ -1,0 +1,216 @@
+#include "write/executor.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "util/crc32.h"
+#include "util/numeric.h"
+#include "util/parallel.h"
+#include "write/stream.h"
+#include "write/torch_save.h"
+
+namespace dcpctl {
+
+void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
+  const Record& r = plan.records[ri];
+  std::vector<uint32_t> chunks;
+  for (const Piece& p : r.pieces) chunks.push_back(p.chunk);
+  // An assembled record reads its chunks in chunk order (assemble_box); under torchrun the
+  // transfers follow this list.
+  if (torch_zip ? !r.streams : !r.runs) std::sort(chunks.begin(), chunks.end());
+  if (torch_zip) {
+    out.push_back({ri, chunks, !r.streams, writer, 0});
+  } else if (r.runs) {
+    for (uint32_t c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
+  } else {
+    out.push_back({ri, chunks, true, writer, next++ % lanes});
+  }
+}
+
+namespace {
+
+// Window `p` (n source bytes) cast when needed; returns what to write.
+const uint8_t* cast_window(DType src, DType dst, const uint8_t* p, uint64_t n, std::vector<uint8_t>& conv) {
+  if (src == dst) return p;
+  uint64_t elems = n / itemsize(src);
+  conv.resize(elems * itemsize(dst));
+  cast_elements(src, dst, p, conv.data(), elems);
+  return conv.data();
+}
+
+// Where a streaming record's pieces lie in the .distcp files, in order; nullopt when some chunk
+// cannot be read in place after all (a saved view that is not contiguous: known only once its
+// item's data.pkl is read), and the record is assembled instead. That is safe here (unlike in a
+// .pt, whose streaming must match the plan on every launcher) because one thread writes the whole
+// rank file and records where each blob landed.
+std::optional<std::vector<FileRun>> in_place_runs(ChunkSource& src, const TensorMeta& t, const Record& r) {
+  if (!r.streams) return std::nullopt;
+  std::vector<FileRun> runs;
+  for (const Piece& p : r.pieces) {
+    std::optional<DirectRun> run = src.in_place(t, p.chunk);
+    if (!run) return std::nullopt;
+    runs.push_back({run->file, run->offset + p.from, p.bytes});
+  }
+  return runs;
+}
+
+}  // namespace
+
+void Executor::dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win) {
+  const Record& r = plan.records[ri];
+  const PlannedTensor& pt = plan.tensors[r.tensor];
+  uint64_t n = r.box.numel();
+  if (std::optional<std::vector<FileRun>> runs = in_place_runs(src, *pt.t, r)) {
+    write_tensor_blob_streamed(out, pt.dst, r.box.sizes, n * itemsize(pt.dst), [&] { return stream_runs(out, *runs, pt.src, pt.dst, win); });
+    return;
+  }
+  // Everything the record needs, reserved at once (its need): the assembled box, its cast, and
+  // what reading a source chunk takes.
+  uint64_t raw_bytes = n * itemsize(pt.src), conv_bytes = pt.src != pt.dst ? n * itemsize(pt.dst) : 0;
+  scratch.prepare(raw_bytes, conv_bytes, r.need > raw_bytes + conv_bytes ? r.need - raw_bytes - conv_bytes : 0);
+  assemble_box(src, *pt.t, r.box, r.pieces, scratch.a());
+  if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, scratch.a(), scratch.b(), n);
+  write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
+}
+
+void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, const PlacedFn& placed) {
+  // The uses of chunks that cannot be read in place (zstd), announced up front: a source that
+  // decodes one for several target chunks keeps it until the last (item/decoded_chunks.h).
+  for (size_t f : files)
+    for (size_t ri : plan.files[f].records) {
+      const Record& r = plan.records[ri];
+      if (r.streams) continue;
+      for (const Piece& p : r.pieces)
+        if (plan.meta(r).storage[p.chunk].transforms != 0) src.expect(plan.meta(r), p.chunk);
+    }
+  parallel_for(files.size(), std::max(1u, threads), [&](size_t i) {
+    WorkerBuffers scratch(gate);  // declared before the file: reservations end after it closes
+    StreamWindow win;             // outside the budget
+    std::unique_ptr<OutputFile> out = open(files[i], win);
+    for (size_t ri : plan.files[files[i]].records) {
+      uint64_t start = out->appended();
+      dcp_record(ri, *out, scratch, win);
+      placed(ri, start, out->appended() - start);
+      prog.add(plan.records[ri].out_bytes);
+    }
+    out->commit();
+  });
+}
+
+void Executor::safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out) {
+  const Record& r = plan.records[task.record];
+  const PlannedTensor& pt = plan.tensors[r.tensor];
+  const TensorMeta& t = *pt.t;
+  uint64_t base = headers[r.dest].size() + r.offset;
+  size_t si = itemsize(pt.src), di = itemsize(pt.dst);
+  std::vector<uint8_t> conv;
+  if (task.whole) {
+    GateReservation hold(gate, r.need);
+    std::vector<uint8_t> full(t.nbytes());
+    assemble_box(src, t, r.box, r.pieces, full.data(), 1, task.lane);
+    out.pwrite_all(cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, base);
+    prog.add(r.out_bytes);
+    return;
+  }
+  uint32_t c = task.chunks.front();
+  uint64_t out_off = base + chunk_start(t, c) / si * di;
+  std::optional<DirectRun> run = src.in_place(t, c);
+  if (run && pt.src == pt.dst) {
+    uint64_t win = std::min(run->bytes, r.window_elems * si);
+    bool use_cfr = cfr_ok.load();
+    if (use_cfr) {
+      // copy_file_range needs no buffer; take one only if it turns out unavailable.
+      copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());
+      if (use_cfr) {
+        prog.add(run->bytes);
+        return;
+      }
+      cfr_ok = false;
+    }
+    GatedBuffer buf(gate, win);
+    bool no = false;
+    copy_range(*run->file, run->offset, out, out_off, run->bytes, buf.data(), win, no, -1);
+    prog.add(run->bytes);
+  } else if (run) {
+    uint64_t n = t.chunk_numel(c), elems = std::min(n, r.window_elems);
+    GateReservation hold(gate, elems * (si + di));
+    std::vector<uint8_t> in(elems * si);
+    for (uint64_t e = 0; e < n; e += elems) {
+      uint64_t k = std::min(elems, n - e);
+      run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
+      out.pwrite_all(cast_window(pt.src, pt.dst, in.data(), k * si, conv), k * di, out_off + e * di);
+      prog.add(k * di);
+    }
+  } else {
+    // Received in windows, or decoded whole here inside the gate (zstd, a view that is not
+    // contiguous); each window is cast and written at its place.
+    src.read(task.lane, t, c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
+      out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
+      prog.add(n / si * di);
+    }, &gate);
+  }
+}
+
+// Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
+// source is ordered, else all threads share them.
+void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
+                                 std::vector<std::unique_ptr<OutputFile>>& outs) {
+  auto one = [&](const Task& task) { safetensors_task(task, headers, *outs[plan.records[task.record].dest]); };
+  if (!src.ordered()) {
+    parallel_for(tasks.size(), lanes, [&](size_t i) {
+      if (tasks[i].writer == me) one(tasks[i]);
+    });
+    return;
+  }
+  parallel_for(lanes, lanes, [&](size_t lane) {
+    try {
+      for (const Task& task : tasks)
+        if (task.writer == me && task.lane == lane) one(task);
+    } catch (...) {
+      src.fail(std::current_exception());
+      throw;
+    }
+  });
+}
+
+// data.pkl, then every record in order: streamed piece by piece when the plan says so (read in
+// place through the stream window, or received / decoded whole inside the gate), else assembled.
+void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out) {
+  TorchSaveWriter zw(out);
+  zw.write_pickle(pickle);
+  StreamWindow win;  // outside the budget
+  std::vector<uint8_t> conv;
+  for (const Task& task : tasks) {
+    const Record& r = plan.records[task.record];
+    const PlannedTensor& pt = plan.tensors[r.tensor];
+    const TensorMeta& t = *pt.t;
+    std::string key = std::to_string(r.tensor);
+    if (!task.whole) {
+      zw.write_storage_streamed(key, r.out_bytes, [&] {
+        uint32_t crc = 0;
+        for (const Piece& p : r.pieces) {
+          if (std::optional<DirectRun> run = src.in_place(t, p.chunk)) {
+            crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes}}, pt.src, pt.dst, win, crc);
+            continue;
+          }
+          src.read(0, t, p.chunk, [&](const uint8_t* data, uint64_t, uint64_t n) {
+            const uint8_t* w = cast_window(pt.src, pt.dst, data, n, conv);
+            uint64_t m = n / itemsize(pt.src) * itemsize(pt.dst);
+            crc = crc32_update(crc, w, m);
+            out.append(w, m);
+          }, &gate);
+        }
+        return crc;
+      });
+    } else {
+      GateReservation hold(gate, r.need);
+      std::vector<uint8_t> full(t.nbytes());
+      assemble_box(src, t, r.box, r.pieces, full.data(), threads, task.lane);
+      zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes);
+    }
+    prog.add(r.out_bytes);
+  }
+  zw.finish();
+}
+
+}  // namespace dcpctl

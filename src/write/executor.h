@@ -1,0 +1,75 @@
+// The executor: carries out a write plan (plan/plan.h) over a ChunkSource (item/chunk_source.h),
+// for every target the planner plans: a safetensors file or HF directory, a torch zip (.pt), and
+// the rank files of a DCP checkpoint. consolidate (write/consolidate.cpp) and reshard
+// (write/reshard.cpp) plan, set up their outputs and commit them; what moves bytes from the saved
+// chunks into the outputs, inside the memory gate and with progress, is here, once.
+//
+// The source is this process's own reads (LocalChunks), or under torchrun the chunk exchange
+// (dist/exchange.h: the ranks that can read each chunk push it to the rank that writes it). A
+// record the plan says streams is copied or streamed from where its chunks lie; any other is
+// assembled in a buffer the size of its need (assemble_box). So the same records are written the
+// same way whichever source feeds them, which keeps a torchrun output byte-identical to a
+// single-process one.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "item/chunk_source.h"
+#include "plan/plan.h"
+#include "util/memory_gate.h"
+#include "write/output.h"
+#include "write/run.h"
+
+namespace dcpctl {
+
+// A unit of consolidate work: a record (a whole tensor) assembled in a buffer, or one run piece of
+// it written straight to its place (safetensors), or a .pt record streamed piece by piece.
+// (A DCP rank file is written by one thread, record by record, and needs no task list.)
+struct Task {
+  size_t record;
+  std::vector<uint32_t> chunks;  // in the order the writer consumes them
+  bool whole;                    // assembled in a buffer (else each chunk goes straight out)
+  int writer = 0;                // under torchrun: the rank that writes it
+  unsigned lane = 0;             // and its lane there
+};
+
+// Appends the tasks of record `ri` to `out`: a safetensors record whose pieces are all runs is
+// one task per piece (each written at its own offset, in parallel; lanes dealt round-robin from
+// `next`); a .pt record is one task, streamed when the plan says it streams (its pieces in order),
+// else assembled.
+void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out);
+
+struct Executor {
+  const WritePlan& plan;
+  ChunkSource& src;
+  MemoryGate& gate;
+  WriteProgress& prog;
+  unsigned threads;  // readers of one assembled record (a source that is not ordered), or rank files written at once
+  std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
+
+  // safetensors / HF directory: every task of writer `me`, on `lanes` lanes, into `outs` (one per
+  // planned file, already holding its header `headers[f]`).
+  void write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
+                         std::vector<std::unique_ptr<OutputFile>>& outs);
+  // .pt: data.pkl (`pickle`), then every task in order, into `out`.
+  void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out);
+
+  // DCP: the planned rank files `files`, `threads` at a time, each by one thread: `open` creates
+  // the file (and appends what precedes its chunks: rank 0's non-tensor items, through `win`),
+  // then each record is appended as one torch.save blob and `placed(record, offset, length)` says
+  // where; the file is committed after its last record.
+  using OpenFn = std::function<std::unique_ptr<OutputFile>(size_t file, StreamWindow& win)>;
+  using PlacedFn = std::function<void(size_t record, uint64_t offset, uint64_t length)>;
+  void write_dcp(const std::vector<size_t>& files, const OpenFn& open, const PlacedFn& placed);
+
+ private:
+  void safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out);
+  void dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
+};
+
+}  // namespace dcpctl
