@@ -67,6 +67,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l flat -d '.pt 
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l keep-unsafe-values -d '.pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l threads -x -d 'Parallel readers'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l max-memory -x -d 'Cap on buffer memory (default: the largest tensor\'s need, at least 1GiB)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l io -x -a 'direct buffered' -d 'How safetensors outputs read shards: direct (past the page cache where the filesystem allows it) or buffered (copy_file_range)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s f -l force -d 'Replace an existing output'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s n -l dry-run -d 'Print the plan (keys, files, bytes) and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s q -l quiet -d 'No progress or notes on stderr'

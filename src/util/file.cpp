@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 namespace dcpctl {
 
@@ -62,10 +63,83 @@ ReadFile::ReadFile(const std::string& path) : path_(path) {
   size_ = static_cast<uint64_t>(st.st_size);
 }
 
-ReadFile::ReadFile(ReadFile&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_), size_(o.size_) { o.fd_ = -1; }
+ReadFile::ReadFile(ReadFile&& o) noexcept
+    : path_(std::move(o.path_)), fd_(o.fd_), size_(o.size_), direct_fd_(o.direct_fd_.exchange(kUnopened)), direct_off_(o.direct_off_.load()), map_(o.map_.exchange(nullptr)) {
+  o.fd_ = -1;
+}
 
 ReadFile::~ReadFile() {
+  if (void* m = map_.load()) ::munmap(m, size_);
   if (fd_ >= 0) ::close(fd_);
+  if (int d = direct_fd_.load(); d >= 0) ::close(d);
+}
+
+int ReadFile::direct_fd() const {
+  if (direct_off_.load()) return -1;
+  int d = direct_fd_.load();
+  if (d != kUnopened) return d;
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  if (fd < 0) fd = -1;  // refused (EINVAL: no O_DIRECT here): buffered reads
+  int expected = kUnopened;
+  if (!direct_fd_.compare_exchange_strong(expected, fd)) {  // another thread opened it first
+    if (fd >= 0) ::close(fd);
+    return expected;
+  }
+  return fd;
+}
+
+bool ReadFile::cached(uint64_t offset, uint64_t n) const {
+  if (n == 0 || offset > size_ || n > size_ - offset) return false;
+  void* m = map_.load();
+  if (!m) {
+    void* fresh = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
+    if (fresh == MAP_FAILED) fresh = nullptr;
+    void* expected = nullptr;
+    if (!fresh || !map_.compare_exchange_strong(expected, fresh)) {  // failed, or another thread mapped it first
+      if (fresh) ::munmap(fresh, size_);
+      m = expected;
+      if (!m) return false;
+    } else {
+      m = fresh;
+    }
+  }
+  uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t start = offset / page * page, end = offset + n;
+  std::vector<unsigned char> vec((end - start + page - 1) / page);
+  if (::mincore(static_cast<uint8_t*>(m) + start, end - start, vec.data()) != 0) return false;
+  for (unsigned char v : vec)
+    if (!(v & 1)) return false;
+  return true;
+}
+
+const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key) const {
+  if (offset > size_ || n > size_ - offset)
+    throw FormatError(Where(path_, offset, key), std::to_string(n) + " bytes run past the end of the file (" +
+                                                     std::to_string(size_) + " bytes)");
+  int d = n ? direct_fd() : -1;
+  if (d < 0) {
+    read_at(offset, buf, n, key);
+    return buf;
+  }
+  uint64_t start = offset & ~(kDirectAlign - 1), want = offset + n, pos = start;
+  uint64_t span = direct_span(offset, n);
+  while (pos < want) {
+    ssize_t got = ::pread(d, buf + (pos - start), static_cast<size_t>(start + span - pos), static_cast<off_t>(pos));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL && pos == start) {
+        // This filesystem takes O_DIRECT at open but not these alignments: buffered from now on
+        // (the descriptor stays open until the file closes: another thread may be reading).
+        direct_off_ = true;
+        read_at(offset, buf, n, key);
+        return buf;
+      }
+      throw IoError(Where(path_, pos, key), "read failed: " + errno_text(errno));
+    }
+    if (got == 0) throw IoError(Where(path_, pos, key), "file shrank while reading");
+    pos += static_cast<uint64_t>(got);
+  }
+  return buf + (offset - start);
 }
 
 void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {

@@ -1,6 +1,7 @@
 // Files: read-only mappings, positioned reads, and outputs that appear only when complete.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -40,13 +41,36 @@ class ReadFile {
   const std::string& path() const { return path_; }
   // Reads exactly n bytes at offset; throws IoError (OS failure) or FormatError (past EOF).
   void read_at(uint64_t offset, void* buf, size_t n, const std::string& key = {}) const;
+  // Reads the same bytes past the page cache (O_DIRECT), where the filesystem allows it: the
+  // kDirectAlign-aligned blocks around them land in `buf` (kDirectAlign-aligned, with room for
+  // direct_span(offset, n) bytes), and the return value points at byte `offset` there. Where
+  // O_DIRECT is refused (tmpfs, some FUSE filesystems; decided once per file) it is read_at into
+  // `buf`. A bulk copy reads each byte once: through the page cache that costs the kernel more than
+  // the disk does (bench/consolidate.sh; see the README's performance notes).
+  const uint8_t* read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key = {}) const;
+  // Whether every page of [offset, offset + n) is in the page cache now (mincore): a bulk copy
+  // then copies from the cache in the kernel (copy_file_range) instead of reading the disk again.
+  bool cached(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }
 
  private:
+  int direct_fd() const;
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  mutable std::atomic<int> direct_fd_{kUnopened};  // O_DIRECT descriptor, opened on first use
+  mutable std::atomic<bool> direct_off_{false};    // O_DIRECT refused these alignments
+  mutable std::atomic<void*> map_{nullptr};        // the file mapped for cached(), on first use
+  static constexpr int kUnopened = -2;
 };
+
+// Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common
+// logical block size (512, 4096).
+constexpr uint64_t kDirectAlign = 4096;
+// Bytes read_direct reads for [offset, offset + n): the aligned blocks around them.
+inline uint64_t direct_span(uint64_t offset, uint64_t n) {
+  return ((offset + n + kDirectAlign - 1) & ~(kDirectAlign - 1)) - (offset & ~(kDirectAlign - 1));
+}
 
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);

@@ -114,6 +114,8 @@ class WorkerBuffers {
   }
   uint8_t* a() { return buf_[0].get(); }
   uint8_t* b() { return buf_[1].get(); }
+  // Gives everything back: before a task takes a reservation of its own.
+  void release() { drop(); }
 
  private:
   void drop() {

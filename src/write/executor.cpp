@@ -29,6 +29,10 @@ void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, uns
 
 namespace {
 
+// Runs shorter than this are copied with copy_file_range (or buffered), not read past the page
+// cache: small reads are where the cache is cheap and O_DIRECT's latency is not.
+constexpr uint64_t kDirectMinRun = 1ull << 20;
+
 // Window `p` (n source bytes) cast when needed; returns what to write.
 const uint8_t* cast_window(DType src, DType dst, const uint8_t* p, uint64_t n, std::vector<uint8_t>& conv) {
   if (src == dst) return p;
@@ -97,13 +101,54 @@ void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, c
   });
 }
 
-void Executor::safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out) {
+void Executor::safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out, WorkerBuffers& scratch) {
   const Record& r = plan.records[task.record];
   const PlannedTensor& pt = plan.tensors[r.tensor];
   const TensorMeta& t = *pt.t;
   uint64_t base = headers[r.dest].size() + r.offset;
   size_t si = itemsize(pt.src), di = itemsize(pt.dst);
   std::vector<uint8_t> conv;
+  std::optional<DirectRun> run = task.whole ? std::nullopt : src.in_place(t, task.chunks.front());
+  uint64_t window = std::min(r.window_elems * si, kDirectWindow);
+  if (run && pt.src == pt.dst && direct_reads && run->bytes >= kDirectMinRun && window >= kDirectMinRun) {
+    uint64_t out_off = base + chunk_start(t, task.chunks.front());
+    if (cfr_ok.load() && run->file->cached(run->offset, run->bytes)) {
+      // All in the page cache already (a checkpoint just saved or read): copied there, in the
+      // kernel, in one call (a window at a time costs more).
+      bool use_cfr = true;
+      copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, run->bytes, use_cfr, out.fd());
+      if (use_cfr) {
+        prog.add(run->bytes);
+        return;
+      }
+      cfr_ok = false;
+    }
+    // The lane's copy window (at most the direct window), kept from one task to the next (a fresh
+    // one would fault in its pages each time); each read's aligned blocks fit in it.
+    scratch.prepare(window, 0, 0);
+    uint8_t* buf = scratch.a();
+    uint8_t* aligned = buf + (kDirectAlign - reinterpret_cast<uintptr_t>(buf) % kDirectAlign) % kDirectAlign;
+    uint64_t step = (window - static_cast<uint64_t>(aligned - buf) - kDirectAlign) & ~(kDirectAlign - 1);
+    for (uint64_t done = 0; done < run->bytes;) {
+      uint64_t k = std::min(step, run->bytes - done);
+      bool copied = false;
+      if (cfr_ok.load() && run->file->cached(run->offset + done, k)) {
+        // In the page cache already (a checkpoint just saved or read): copied there, in the kernel.
+        bool use_cfr = true;
+        copy_range(*run->file, run->offset + done, out, out_off + done, k, nullptr, k, use_cfr, out.fd());
+        if (!use_cfr) cfr_ok = false;
+        copied = use_cfr;
+      }
+      if (!copied) {
+        const uint8_t* p = run->file->read_direct(run->offset + done, k, aligned, t.fqn);
+        out.pwrite_all(p, k, out_off + done);
+      }
+      prog.add(k);
+      done += k;
+    }
+    return;
+  }
+  scratch.release();  // the paths below reserve what they need themselves
   if (task.whole) {
     GateReservation hold(gate, r.need);
     std::vector<uint8_t> full(t.nbytes());
@@ -114,7 +159,6 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
   }
   uint32_t c = task.chunks.front();
   uint64_t out_off = base + chunk_start(t, c) / si * di;
-  std::optional<DirectRun> run = src.in_place(t, c);
   if (run && pt.src == pt.dst) {
     uint64_t win = std::min(run->bytes, r.window_elems * si);
     bool use_cfr = cfr_ok.load();
@@ -155,18 +199,22 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
 // source is ordered, else all threads share them.
 void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
                                  std::vector<std::unique_ptr<OutputFile>>& outs) {
-  auto one = [&](const Task& task) { safetensors_task(task, headers, *outs[plan.records[task.record].dest]); };
-  if (!src.ordered()) {
-    parallel_for(tasks.size(), lanes, [&](size_t i) {
-      if (tasks[i].writer == me) one(tasks[i]);
-    });
-    return;
-  }
+  auto one = [&](const Task& task, WorkerBuffers& scratch) { safetensors_task(task, headers, *outs[plan.records[task.record].dest], scratch); };
+  // Each lane keeps its scratch (the copy window) across its tasks; a failed lane stops the rest.
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
   parallel_for(lanes, lanes, [&](size_t lane) {
+    WorkerBuffers scratch(gate);
     try {
+      if (!src.ordered()) {
+        for (size_t i; !failed && (i = next++) < tasks.size();)
+          if (tasks[i].writer == me) one(tasks[i], scratch);
+        return;
+      }
       for (const Task& task : tasks)
-        if (task.writer == me && task.lane == lane) one(task);
+        if (task.writer == me && task.lane == lane) one(task, scratch);
     } catch (...) {
+      failed = true;
       src.fail(std::current_exception());
       throw;
     }

@@ -50,6 +50,10 @@ struct Executor {
   MemoryGate& gate;
   WriteProgress& prog;
   unsigned threads;  // readers of one assembled record (a source that is not ordered), or rank files written at once
+  // A safetensors run read in place and not cast (FSDP's dim-0 shards: nearly every byte) is read
+  // past the page cache (ReadFile::read_direct) through each lane's copy window, instead of
+  // copy_file_range. --io buffered turns it off.
+  bool direct_reads = false;
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
 
   // safetensors / HF directory: every task of writer `me`, on `lanes` lanes, into `outs` (one per
@@ -68,7 +72,7 @@ struct Executor {
   void write_dcp(const std::vector<size_t>& files, const OpenFn& open, const PlacedFn& placed);
 
  private:
-  void safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out);
+  void safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out, WorkerBuffers& scratch);
   void dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
 };
 

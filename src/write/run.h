@@ -8,6 +8,9 @@
 //   copy window      (ConsolidateOptions::window, 64 MiB): a run copied in place into a
 //                    safetensors file when copy_file_range is unavailable, or cast on the way;
 //                    taken from the budget.
+//   direct window    (kDirectWindow, 16 MiB): the part of the copy window a run read past the
+//                    page cache (O_DIRECT, consolidate --io direct) goes through, one read at a
+//                    time; per lane, kept across its tasks, taken from the budget.
 //   transfer window  (kTransferWindow, 16 MiB): one message of a chunk pushed between ranks
 //                    under torchrun (dist/exchange.h); one per lane each way, outside the budget.
 #pragma once
@@ -43,6 +46,7 @@ struct WriteOptions {
 
 constexpr uint64_t kStreamWindow = 1ull << 20;
 constexpr uint64_t kTransferWindow = 16ull << 20;
+constexpr uint64_t kDirectWindow = 16ull << 20;
 
 // A worker's stream window: kStreamWindow bytes of source elements and room for their cast (up
 // to 16 bytes per element).

@@ -8,8 +8,8 @@ Real torch writes (dcp.save) a checkpoint holding one 320 MiB float32 tensor and
 another holding the same plus a 160 MiB non-tensor item (a bytes object). With --max-memory 64MiB:
   verify --deep --checksum  (tensors only) the SHA-256 equals hashlib's over torch's bytes of it;
   verify --deep             (tensors only) exit 0;
-  consolidate               (tensors only) to .safetensors, .pt and an HF directory, plain and with
-                            --dtype bf16: exit 0, and the tensor equals torch's (Tensor.to for the
+  consolidate               (tensors only) to .safetensors (--io direct and buffered), .pt and an
+                            HF directory, plain and with --dtype bf16: exit 0, and the tensor equals torch's (Tensor.to for the
                             cast), read back by the safetensors package and torch.load;
   reshard -w 2              (with the bytes) exit 0, and dcp.load of the output gives the same
                             tensor and bytes.
@@ -73,7 +73,10 @@ def main() -> int:
         # consolidate, every output format, plain and cast: the tensor is one chunk, copied in
         # place (safetensors) or streamed into its zip record (.pt) through bounded windows.
         from safetensors import safe_open
-        for name, extra in (("model.safetensors", []), ("model-bf16.safetensors", ["--dtype", "bf16"]), ("model.pt", []),
+        # model.safetensors reads the chunk past the page cache (--io direct, the default), the
+        # buffered one with copy_file_range.
+        for name, extra in (("model.safetensors", []), ("model-buffered.safetensors", ["--io", "buffered"]),
+                            ("model-bf16.safetensors", ["--dtype", "bf16"]), ("model.pt", []),
                             ("model-bf16.pt", ["--dtype", "bf16"]), ("hf/", ["--max-shard-size", "200MB"])):
             label = f"consolidate -o {name} {' '.join(extra)}".rstrip()
             r, peak = run(dcpctl, ["consolidate", str(ck_t), "-o", str(tmp / name), *extra, *mm])

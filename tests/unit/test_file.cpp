@@ -1,0 +1,87 @@
+// util/file's reads past the page cache (ReadFile::read_direct): the bytes it returns are the
+// bytes read_at returns, for every alignment of offset and length, up to the end of the file, on
+// a filesystem that takes O_DIRECT (the build tree's) and on one that refuses it (tmpfs), and
+// from several threads opening the O_DIRECT descriptor at once.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "util/error.h"
+#include "util/file.h"
+
+using namespace dcpctl;
+
+namespace {
+
+// A file of `n` pseudo-random bytes in `dir`, removed when the test ends.
+struct TempFile {
+  std::string path;
+  std::vector<uint8_t> bytes;
+  TempFile(const std::string& dir, size_t n) : bytes(n) {
+    std::mt19937 rng(7);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    path = dir + "/dcpctl-test-direct-XXXXXX";
+    int fd = ::mkstemp(path.data());
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, bytes.data(), n) == static_cast<ssize_t>(n));
+    ::close(fd);
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+// An aligned buffer with room for direct_span(offset, n) bytes.
+struct Aligned {
+  std::unique_ptr<uint8_t, decltype(&std::free)> p{nullptr, &std::free};
+  explicit Aligned(size_t n) { p.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign))); }
+};
+
+void check_reads(const std::string& dir) {
+  const size_t size = 3 * 1024 * 1024 + 1234;  // not a multiple of the alignment
+  TempFile f(dir, size);
+  ReadFile rf(f.path);
+  std::mt19937 rng(11);
+  std::vector<std::pair<uint64_t, uint64_t>> cases = {{0, size}, {0, 4096}, {1, 4095}, {4095, 2}, {4096, 8192}, {size - 1, 1},
+                                                      {size - 5000, 5000}, {100, 0}, {size, 0}};
+  for (int i = 0; i < 200; ++i) {
+    uint64_t off = rng() % size, n = rng() % (size - off + 1);
+    cases.emplace_back(off, n);
+  }
+  for (auto [off, n] : cases) {
+    CAPTURE(dir, off, n);
+    Aligned buf(direct_span(off, n) + kDirectAlign);
+    const uint8_t* p = rf.read_direct(off, n, buf.p.get());
+    REQUIRE(p >= buf.p.get());
+    REQUIRE(p + n <= buf.p.get() + direct_span(off, n) + kDirectAlign);
+    CHECK(std::equal(p, p + n, f.bytes.begin() + static_cast<long>(off)));
+  }
+  // Past the end is refused, naming the file.
+  Aligned buf(2 * kDirectAlign);
+  CHECK_THROWS_AS(rf.read_direct(size - 10, 11, buf.p.get()), FormatError);
+  // Several threads at once (the first opens the O_DIRECT descriptor).
+  std::vector<std::thread> ts;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      Aligned b(size + 2 * kDirectAlign);
+      uint64_t off = static_cast<uint64_t>(t) * 777;
+      const uint8_t* p = rf.read_direct(off, size - off, b.p.get());
+      ok[static_cast<size_t>(t)] = std::equal(p, p + (size - off), f.bytes.begin() + static_cast<long>(off));
+    });
+  for (auto& t : ts) t.join();
+  CHECK(ok == std::vector<int>(4, 1));
+}
+
+}  // namespace
+
+TEST_CASE("file: read_direct returns read_at's bytes at every alignment, where O_DIRECT works and where it is refused") {
+  check_reads(".");  // the build tree: ext4 here, which takes O_DIRECT
+  if (is_directory("/dev/shm")) check_reads("/dev/shm");  // tmpfs refuses O_DIRECT: buffered
+}
