@@ -93,15 +93,11 @@ bool ReadFile::cached(uint64_t offset, uint64_t n) const {
   void* m = map_.load();
   if (!m) {
     void* fresh = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
-    if (fresh == MAP_FAILED) fresh = nullptr;
-    void* expected = nullptr;
-    if (!fresh || !map_.compare_exchange_strong(expected, fresh)) {  // failed, or another thread mapped it first
-      if (fresh) ::munmap(fresh, size_);
-      m = expected;
-      if (!m) return false;
-    } else {
+    if (fresh == MAP_FAILED) return false;
+    if (map_.compare_exchange_strong(m, fresh))
       m = fresh;
-    }
+    else
+      ::munmap(fresh, size_);  // another thread mapped it first: m is its mapping
   }
   uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   uint64_t start = offset / page * page, end = offset + n;
@@ -113,9 +109,7 @@ bool ReadFile::cached(uint64_t offset, uint64_t n) const {
 }
 
 const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key) const {
-  if (offset > size_ || n > size_ - offset)
-    throw FormatError(Where(path_, offset, key), std::to_string(n) + " bytes run past the end of the file (" +
-                                                     std::to_string(size_) + " bytes)");
+  check_range(offset, n, key);
   int d = n ? direct_fd() : -1;
   if (d < 0) {
     read_at(offset, buf, n, key);
@@ -142,10 +136,14 @@ const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, co
   return buf + (offset - start);
 }
 
-void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {
+void ReadFile::check_range(uint64_t offset, size_t n, const std::string& key) const {
   if (offset > size_ || n > size_ - offset)
     throw FormatError(Where(path_, offset, key), std::to_string(n) + " bytes run past the end of the file (" +
                                                      std::to_string(size_) + " bytes)");
+}
+
+void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {
+  check_range(offset, n, key);
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));

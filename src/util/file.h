@@ -48,12 +48,14 @@ class ReadFile {
   // `buf`. A bulk copy reads each byte once: through the page cache that costs the kernel more than
   // the disk does (bench/consolidate.sh; see the README's performance notes).
   const uint8_t* read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key = {}) const;
-  // Whether every page of [offset, offset + n) is in the page cache now (mincore): a bulk copy
-  // then copies from the cache in the kernel (copy_file_range) instead of reading the disk again.
+  // Whether every page of [offset, offset + n) is in the page cache now (mincore over a read-only
+  // mapping, which faults nothing in): a bulk copy then copies from the cache in the kernel
+  // (copy_file_range) instead of reading the disk again.
   bool cached(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }
 
  private:
+  void check_range(uint64_t offset, size_t n, const std::string& key) const;  // FormatError past the end
   int direct_fd() const;
   std::string path_;
   int fd_ = -1;

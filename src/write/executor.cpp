@@ -110,19 +110,11 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
   std::vector<uint8_t> conv;
   std::optional<DirectRun> run = task.whole ? std::nullopt : src.in_place(t, task.chunks.front());
   uint64_t window = std::min(r.window_elems * si, kDirectWindow);
-  if (run && pt.src == pt.dst && direct_reads && run->bytes >= kDirectMinRun && window >= kDirectMinRun) {
+  // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
+  // in the kernel; any other is read past the cache.
+  if (run && pt.src == pt.dst && direct_reads && run->bytes >= kDirectMinRun && window >= kDirectMinRun &&
+      !run->file->cached(run->offset, run->bytes)) {
     uint64_t out_off = base + chunk_start(t, task.chunks.front());
-    if (cfr_ok.load() && run->file->cached(run->offset, run->bytes)) {
-      // All in the page cache already (a checkpoint just saved or read): copied there, in the
-      // kernel, in one call (a window at a time costs more).
-      bool use_cfr = true;
-      copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, run->bytes, use_cfr, out.fd());
-      if (use_cfr) {
-        prog.add(run->bytes);
-        return;
-      }
-      cfr_ok = false;
-    }
     // The lane's copy window (at most the direct window), kept from one task to the next (a fresh
     // one would fault in its pages each time); each read's aligned blocks fit in it.
     scratch.prepare(window, 0, 0);
@@ -131,18 +123,8 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
     uint64_t step = (window - static_cast<uint64_t>(aligned - buf) - kDirectAlign) & ~(kDirectAlign - 1);
     for (uint64_t done = 0; done < run->bytes;) {
       uint64_t k = std::min(step, run->bytes - done);
-      bool copied = false;
-      if (cfr_ok.load() && run->file->cached(run->offset + done, k)) {
-        // In the page cache already (a checkpoint just saved or read): copied there, in the kernel.
-        bool use_cfr = true;
-        copy_range(*run->file, run->offset + done, out, out_off + done, k, nullptr, k, use_cfr, out.fd());
-        if (!use_cfr) cfr_ok = false;
-        copied = use_cfr;
-      }
-      if (!copied) {
-        const uint8_t* p = run->file->read_direct(run->offset + done, k, aligned, t.fqn);
-        out.pwrite_all(p, k, out_off + done);
-      }
+      const uint8_t* p = run->file->read_direct(run->offset + done, k, aligned, t.fqn);
+      out.pwrite_all(p, k, out_off + done);
       prog.add(k);
       done += k;
     }

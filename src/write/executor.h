@@ -52,7 +52,7 @@ struct Executor {
   unsigned threads;  // readers of one assembled record (a source that is not ordered), or rank files written at once
   // A safetensors run read in place and not cast (FSDP's dim-0 shards: nearly every byte) is read
   // past the page cache (ReadFile::read_direct) through each lane's copy window, instead of
-  // copy_file_range. --io buffered turns it off.
+  // copy_file_range, unless all of it is in the page cache already. --io buffered turns it off.
   bool direct_reads = false;
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
 
