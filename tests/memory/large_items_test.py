@@ -13,6 +13,9 @@ another holding the same plus a 160 MiB non-tensor item (a bytes object). With -
                             cast), read back by the safetensors package and torch.load;
   reshard -w 2              (with the bytes) exit 0, and dcp.load of the output gives the same
                             tensor and bytes.
+The --io direct run starts with the checkpoint dropped from the page cache and must leave it out
+of it (under a quarter of the tensor cached; util-linux fincore); the --io buffered run right
+after must bring it in (over half).
 Each run's peak RSS (VmHWM of dcpctl itself: /usr/bin/time's %M, whose own small process is what
 the child inherits) must stay below 64 MiB + BASELINE_MIB, where BASELINE_MIB covers LibTorch's
 libraries (~150 MiB resident) and the 1 MiB copy windows; holding the tensor or the non-tensor
@@ -22,6 +25,7 @@ item whole would exceed it. Exit status: 0 pass, 1 failure.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -40,6 +44,24 @@ def run(dcpctl: str, args: list[str]) -> tuple[subprocess.CompletedProcess, floa
     r = subprocess.run(["/usr/bin/time", "-f", "%M", dcpctl, *args], capture_output=True, text=True, timeout=900)
     peak_mib = int(r.stderr.strip().splitlines()[-1]) / 1024
     return r, peak_mib
+
+
+def evict(ck: Path) -> None:
+    """Drops the checkpoint's data files from the page cache (written back first, then dropped)."""
+    for f in ck.glob("*.distcp"):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cached_bytes(ck: Path) -> int:
+    """Bytes of the checkpoint's data files in the page cache (util-linux fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, ck.glob("*.distcp"))],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(int(x) for x in out.split())
 
 
 def main() -> int:
@@ -79,8 +101,18 @@ def main() -> int:
                             ("model-bf16.safetensors", ["--dtype", "bf16"]), ("model.pt", []),
                             ("model-bf16.pt", ["--dtype", "bf16"]), ("hf/", ["--max-shard-size", "200MB"])):
             label = f"consolidate -o {name} {' '.join(extra)}".rstrip()
+            if name == "model.safetensors":
+                # Not in the page cache: --io direct reads the chunk past it (a copy through the
+                # cache would leave it cached), --io buffered right after reads it into it.
+                evict(ck_t)
             r, peak = run(dcpctl, ["consolidate", str(ck_t), "-o", str(tmp / name), *extra, *mm])
             check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
+            if name in ("model.safetensors", "model-buffered.safetensors"):
+                after = cached_bytes(ck_t) / 2**20
+                direct = name == "model.safetensors"
+                check(label, after < TENSOR_MIB / 4 if direct else after > TENSOR_MIB / 2,
+                      f"{after:.0f} MiB of the checkpoint cached after the run "
+                      f"({'read past the page cache' if direct else 'read through it'})")
             check(label, peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
             if r.returncode != 0:
                 continue
