@@ -26,7 +26,7 @@ VENV=$ROOT/.venv
 PY=$VENV/bin/python
 
 APT_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev
-  python3 python3-venv mandoc shellcheck zsh fish time)
+  python3 python3-venv mandoc shellcheck zsh fish time util-linux-extra)
 # The libFuzzer build (tools/fuzz.sh) of `test`: Debian 12's clang 14 and its runtime libraries.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
