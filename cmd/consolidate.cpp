@@ -26,7 +26,7 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
-  std::string format, max_shard_size, io = "direct";
+  std::string format, max_shard_size;
   bool flat = false, keep_unsafe = false, parallel_write = false;
 };
 
@@ -65,7 +65,6 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   co.format = pick_format(o);
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
-  co.direct_io = o.io == "direct";
   co.keep_unsafe_values = o.keep_unsafe;
 
   std::unique_ptr<Group> group = join_group(o.dist);
@@ -136,11 +135,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");
-  sub->add_option("--io", o->io,
-                  "How safetensors outputs read shards: direct (past the page cache where the filesystem allows it) or buffered (copy_file_range)")
-      ->check(CLI::IsMember({"direct", "buffered"}))
-      ->capture_default_str()
-      ->type_name("MODE");
+  add_io_option(sub, *o);
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");

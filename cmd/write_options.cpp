@@ -24,11 +24,21 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.force = c.force;
   w.dry_run = c.dry_run;
   w.threads = c.threads;
+  w.direct_io = c.io == "direct";
   w.progress = [&line](uint64_t d, uint64_t t) { line.update(d, t); };
   bool quiet = c.quiet;
   w.note = [quiet](const std::string& s) {
     if (!quiet) std::cerr << "dcpctl: note: " << s << "\n";
   };
+}
+
+void add_io_option(CLI::App* sub, WriteCliOptions& c) {
+  sub->add_option("--io", c.io,
+                  "How bulk bytes move: direct (read and written past the page cache where the filesystem allows it) "
+                  "or buffered (through it; copy_file_range where it can)")
+      ->check(CLI::IsMember({"direct", "buffered"}))
+      ->capture_default_str()
+      ->type_name("MODE");
 }
 
 bool wants_progress(const WriteCliOptions& c) { return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr; }

@@ -13,7 +13,7 @@
 namespace dcpctl::cli {
 
 struct WriteCliOptions {
-  std::string checkpoint, output, dtype, max_memory, select;
+  std::string checkpoint, output, dtype, max_memory, select, io = "direct";
   std::vector<std::string> include, exclude;
   bool force = false, dry_run = false, quiet = false, json = false;
   unsigned threads = 4;
@@ -24,6 +24,9 @@ struct WriteCliOptions {
 // progress drawn on `line` (which the caller creates with progress_line(c) and finishes), notes on
 // stderr unless --quiet.
 void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line);
+
+// --io MODE, for every write command.
+void add_io_option(CLI::App* sub, WriteCliOptions& c);
 
 // A progress line shown only on a terminal, not for --quiet or --dry-run, and not under a launcher.
 bool wants_progress(const WriteCliOptions& c);

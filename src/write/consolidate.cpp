@@ -408,7 +408,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       ex->start_pushing();
     }
     Executor run{plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, threads};
-    run.direct_reads = o.direct_io;
+    run.direct_io = o.direct_io;
     try {
       if (to_safetensors)
         run.write_safetensors(tasks, headers, me, lanes, outs);

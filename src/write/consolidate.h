@@ -42,9 +42,6 @@ struct ConsolidateOptions : WriteOptions {
   bool flat = false;                // Torch: flat keys
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
   uint64_t window = 64ull << 20;    // the copy window (write/run.h)
-  // Safetensors: read the uncast runs of 1 MiB or more past the page cache (O_DIRECT, where the
-  // filesystem allows it) instead of copy_file_range; --io buffered sets it false.
-  bool direct_io = true;
   // Under torchrun (group): the ranks read their share of the chunks and push it to rank 0, which
   // writes the output (dist/exchange.h).
   // HfDir under torchrun: each rank writes whole shards itself (into rank 0's temporary

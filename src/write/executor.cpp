@@ -1,6 +1,7 @@
 #include "write/executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "util/crc32.h"
@@ -29,10 +30,6 @@ void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, uns
 
 namespace {
 
-// Runs shorter than this are copied with copy_file_range (or buffered), not read past the page
-// cache: small reads are where the cache is cheap and O_DIRECT's latency is not.
-constexpr uint64_t kDirectMinRun = 1ull << 20;
-
 // Window `p` (n source bytes) cast when needed; returns what to write.
 const uint8_t* cast_window(DType src, DType dst, const uint8_t* p, uint64_t n, std::vector<uint8_t>& conv) {
   if (src == dst) return p;
@@ -53,7 +50,7 @@ std::optional<std::vector<FileRun>> in_place_runs(ChunkSource& src, const Tensor
   for (const Piece& p : r.pieces) {
     std::optional<DirectRun> run = src.in_place(t, p.chunk);
     if (!run) return std::nullopt;
-    runs.push_back({run->file, run->offset + p.from, p.bytes});
+    runs.push_back({run->file, run->offset + p.from, p.bytes, t.fqn});
   }
   return runs;
 }
@@ -77,7 +74,7 @@ void Executor::dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, St
   write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
 }
 
-void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, const PlacedFn& placed) {
+void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, const LeadFn& lead, const PlacedFn& placed) {
   // The uses of chunks that cannot be read in place (zstd), announced up front: a source that
   // decodes one for several target chunks keeps it until the last (item/decoded_chunks.h).
   for (size_t f : files)
@@ -90,7 +87,10 @@ void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, c
   parallel_for(files.size(), std::max(1u, threads), [&](size_t i) {
     WorkerBuffers scratch(gate);  // declared before the file: reservations end after it closes
     StreamWindow win;             // outside the budget
-    std::unique_ptr<OutputFile> out = open(files[i], win);
+    win.direct_reads = direct_io;
+    std::unique_ptr<OutputFile> out = open(files[i]);
+    if (direct_io) out->stage_appends(kAppendWindow);
+    lead(files[i], *out, win);
     for (size_t ri : plan.files[files[i]].records) {
       uint64_t start = out->appended();
       dcp_record(ri, *out, scratch, win);
@@ -112,19 +112,24 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
   uint64_t window = std::min(r.window_elems * si, kDirectWindow);
   // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
   // in the kernel; any other is read past the cache.
-  if (run && pt.src == pt.dst && direct_reads && run->bytes >= kDirectMinRun && window >= kDirectMinRun &&
+  if (run && pt.src == pt.dst && direct_io && run->bytes >= kDirectMinRun && window >= kDirectMinRun &&
       !run->file->cached(run->offset, run->bytes)) {
     uint64_t out_off = base + chunk_start(t, task.chunks.front());
     // The lane's copy window (at most the direct window), kept from one task to the next (a fresh
-    // one would fault in its pages each time); each read's aligned blocks fit in it.
+    // one would fault in its pages each time). Each read's aligned blocks fit in it, and so do its
+    // bytes moved to where the output's blocks fall (direct_place), to be written past the cache
+    // too; each read but the last ends on an output block boundary.
     scratch.prepare(window, 0, 0);
     uint8_t* buf = scratch.a();
     uint8_t* aligned = buf + (kDirectAlign - reinterpret_cast<uintptr_t>(buf) % kDirectAlign) % kDirectAlign;
-    uint64_t step = (window - static_cast<uint64_t>(aligned - buf) - kDirectAlign) & ~(kDirectAlign - 1);
+    uint64_t step = (window - static_cast<uint64_t>(aligned - buf) - 2 * kDirectAlign) & ~(kDirectAlign - 1);
     for (uint64_t done = 0; done < run->bytes;) {
-      uint64_t k = std::min(step, run->bytes - done);
+      uint64_t at = out_off + done, k = std::min(step, run->bytes - done);
+      if (done + k < run->bytes) k = ((at + k) & ~(kDirectAlign - 1)) - at;
       const uint8_t* p = run->file->read_direct(run->offset + done, k, aligned, t.fqn);
-      out.pwrite_all(p, k, out_off + done);
+      uint8_t* q = direct_place(aligned, at);
+      if (q != p) std::memmove(q, p, k);
+      out.pwrite_direct(q, k, at);
       prog.add(k);
       done += k;
     }
@@ -206,9 +211,11 @@ void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vect
 // data.pkl, then every record in order: streamed piece by piece when the plan says so (read in
 // place through the stream window, or received / decoded whole inside the gate), else assembled.
 void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out) {
+  if (direct_io) out.stage_appends(kAppendWindow);
   TorchSaveWriter zw(out);
   zw.write_pickle(pickle);
   StreamWindow win;  // outside the budget
+  win.direct_reads = direct_io;
   std::vector<uint8_t> conv;
   for (const Task& task : tasks) {
     const Record& r = plan.records[task.record];
@@ -220,7 +227,7 @@ void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickl
         uint32_t crc = 0;
         for (const Piece& p : r.pieces) {
           if (std::optional<DirectRun> run = src.in_place(t, p.chunk)) {
-            crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes}}, pt.src, pt.dst, win, crc);
+            crc = stream_runs(out, {{run->file, run->offset + p.from, p.bytes, t.fqn}}, pt.src, pt.dst, win, crc);
             continue;
           }
           src.read(0, t, p.chunk, [&](const uint8_t* data, uint64_t, uint64_t n) {

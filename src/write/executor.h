@@ -50,10 +50,14 @@ struct Executor {
   MemoryGate& gate;
   WriteProgress& prog;
   unsigned threads;  // readers of one assembled record (a source that is not ordered), or rank files written at once
-  // A safetensors run read in place and not cast (FSDP's dim-0 shards: nearly every byte) is read
-  // past the page cache (ReadFile::read_direct) through each lane's copy window, instead of
-  // copy_file_range, unless all of it is in the page cache already. --io buffered turns it off.
-  bool direct_reads = false;
+  // --io direct: bulk bytes move past the page cache, where it costs the kernel more than the disk
+  // does. A safetensors run read in place and not cast (FSDP's dim-0 shards: nearly every byte) is
+  // read (ReadFile::read_direct) through each lane's copy window and written
+  // (OutputFile::pwrite_direct) instead of copy_file_range, unless all of it is in the page cache
+  // already; a streamed run into a .pt or a DCP rank file is read likewise through the direct
+  // stream window, and those files are appended through the append window
+  // (OutputFile::stage_appends). --io buffered turns it all off.
+  bool direct_io = false;
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
 
   // safetensors / HF directory: every task of writer `me`, on `lanes` lanes, into `outs` (one per
@@ -64,12 +68,13 @@ struct Executor {
   void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out);
 
   // DCP: the planned rank files `files`, `threads` at a time, each by one thread: `open` creates
-  // the file (and appends what precedes its chunks: rank 0's non-tensor items, through `win`),
+  // the file, `lead` appends what precedes its chunks (rank 0's non-tensor items, through `win`),
   // then each record is appended as one torch.save blob and `placed(record, offset, length)` says
   // where; the file is committed after its last record.
-  using OpenFn = std::function<std::unique_ptr<OutputFile>(size_t file, StreamWindow& win)>;
+  using OpenFn = std::function<std::unique_ptr<OutputFile>(size_t file)>;
+  using LeadFn = std::function<void(size_t file, OutputFile& out, StreamWindow& win)>;
   using PlacedFn = std::function<void(size_t record, uint64_t offset, uint64_t length)>;
-  void write_dcp(const std::vector<size_t>& files, const OpenFn& open, const PlacedFn& placed);
+  void write_dcp(const std::vector<size_t>& files, const OpenFn& open, const LeadFn& lead, const PlacedFn& placed);
 
  private:
   void safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out, WorkerBuffers& scratch);

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 
 #include "util/error.h"
 #include "util/failpoint.h"
@@ -198,7 +199,23 @@ std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path
   return f;
 }
 
+// Appends staged for writes past the page cache (stage_appends).
+struct OutputFile::Staging {
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  uint64_t block = 0;
+  std::unique_ptr<uint8_t, Free> buf[2];
+  int cur = 0;
+  uint64_t fill = 0;          // bytes in buf[cur]
+  uint64_t base = 0;          // the file offset of buf[cur][0]: aligned
+  uint64_t head = 0;          // bytes still written through the cache before `base` (staging began mid-block)
+  std::future<void> pending;  // the background write of the other buffer
+};
+
 OutputFile::~OutputFile() {
+  if (staging_ && staging_->pending.valid()) staging_->pending.wait();  // it writes from our buffers
+  if (int d = direct_fd_.load(); d >= 0) ::close(d);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_ && owner_) ::unlink(tmp_.c_str());
   release(slot_);
@@ -219,8 +236,103 @@ void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::append(const void* data, size_t n) {
-  pwrite_all(data, n, pos_);
-  pos_ += n;
+  if (!staging_) {
+    pwrite_all(data, n, pos_);
+    pos_ += n;
+    return;
+  }
+  Staging& s = *staging_;
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (s.head) {
+    size_t k = std::min<uint64_t>(n, s.head);
+    pwrite_all(p, k, pos_);
+    pos_ += k;
+    p += k;
+    n -= k;
+    s.head -= k;
+  }
+  while (n > 0) {
+    size_t k = std::min<uint64_t>(n, s.block - s.fill);
+    std::memcpy(s.buf[s.cur].get() + s.fill, p, k);
+    s.fill += k;
+    pos_ += k;
+    p += k;
+    n -= k;
+    if (s.fill < s.block) break;
+    if (s.pending.valid()) s.pending.get();  // rethrows its failure
+    int d = direct_fd();
+    const uint8_t* b = s.buf[s.cur].get();
+    uint64_t at = s.base, len = s.block;
+    s.pending = std::async(std::launch::async, [this, d, b, len, at] { write_blocks(d, b, len, at); });
+    s.cur ^= 1;
+    s.base += s.block;
+    s.fill = 0;
+  }
+}
+
+int OutputFile::direct_fd() {
+  if (direct_off_.load()) return -1;
+  int d = direct_fd_.load();
+  if (d != kUnopened) return d;
+  int fd = ::open(tmp_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+  if (fd < 0) fd = -1;  // refused (EINVAL: no O_DIRECT here): buffered writes
+  int expected = kUnopened;
+  if (!direct_fd_.compare_exchange_strong(expected, fd)) {  // another thread opened it first
+    if (fd >= 0) ::close(fd);
+    return expected;
+  }
+  return fd;
+}
+
+void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t offset) {
+  while (n > 0 && d >= 0 && !direct_off_.load()) {
+    ssize_t w = ::pwrite(d, data, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EINVAL) throw IoError(Where(final_, offset), "write failed: " + errno_text(errno));
+      // This filesystem takes O_DIRECT at open but not these alignments: buffered from now on
+      // (the descriptor stays open until the file closes: another thread may be writing).
+      direct_off_ = true;
+      break;
+    }
+    data += w;
+    n -= static_cast<uint64_t>(w);
+    offset += static_cast<uint64_t>(w);
+    if (w % kDirectAlign != 0) break;  // a short write off the block grid: the rest buffered
+  }
+  pwrite_all(data, n, offset);
+}
+
+void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
+  uint64_t a = (offset + kDirectAlign - 1) & ~(kDirectAlign - 1), b = (offset + n) & ~(kDirectAlign - 1);
+  bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
+  int d = placed && a < b ? direct_fd() : -1;
+  if (d < 0) return pwrite_all(data, n, offset);
+  if (a > offset) pwrite_all(data, a - offset, offset);
+  write_blocks(d, data + (a - offset), b - a, a);
+  if (offset + n > b) pwrite_all(data + (b - offset), offset + n - b, b);
+}
+
+void OutputFile::stage_appends(uint64_t block) {
+  if (block == 0 || staging_) return;
+  auto s = std::make_unique<Staging>();
+  s->block = (block + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  for (auto& b : s->buf) {
+    b.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, s->block)));
+    if (!b) throw IoError(Where(final_), "cannot allocate the write-behind buffers (" + std::to_string(2 * s->block) + " bytes)");
+  }
+  s->base = (pos_ + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  s->head = s->base - pos_;
+  staging_ = std::move(s);
+}
+
+void OutputFile::flush_staged() {
+  if (!staging_) return;
+  std::unique_ptr<Staging> s = std::move(staging_);
+  if (s->pending.valid()) s->pending.get();
+  uint64_t whole = s->fill & ~(kDirectAlign - 1);
+  if (whole) write_blocks(direct_fd(), s->buf[s->cur].get(), whole, s->base);
+  if (s->fill > whole) pwrite_all(s->buf[s->cur].get() + whole, s->fill - whole, s->base + whole);
 }
 
 void OutputFile::reserve(uint64_t size) {
@@ -235,6 +347,7 @@ void OutputFile::reserve(uint64_t size) {
 }
 
 void OutputFile::commit() {
+  flush_staged();
   if (!owner_) {
     if (::fsync(fd_) != 0) throw IoError(Where(final_), "fsync failed: " + errno_text(errno));
     return;

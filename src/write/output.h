@@ -10,7 +10,9 @@
 // under the final name, the old one under `.<name>.dcpctl-tmp-<pid>-old`).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,18 @@ class OutputFile {
 
   void pwrite_all(const void* data, size_t n, uint64_t offset);
   void append(const void* data, size_t n);  // at the running end (sequential writers)
+  // Writes [offset, offset + n) with the kDirectAlign blocks wholly inside it past the page cache
+  // (O_DIRECT, where the filesystem allows it) and the partial blocks at its two edges through it,
+  // so writers of neighbouring ranges (other lanes, other processes) never write one block both
+  // ways. The direct part needs `data` placed as in the file, data % kDirectAlign == offset %
+  // kDirectAlign (direct_place()); otherwise, or where O_DIRECT is refused, this is pwrite_all.
+  void pwrite_direct(const uint8_t* data, size_t n, uint64_t offset);
+  // From now on append() collects into two kDirectAlign-aligned buffers of `block` bytes (a
+  // multiple of kDirectAlign); each full one is written past the page cache (buffered where O_DIRECT
+  // is refused) in the background while the other fills, and commit() writes what is left. A
+  // sequential writer (a .pt, a DCP rank file) then reads while its last block is written, and the
+  // kernel copies nothing into the page cache. Only append() may write the file after this.
+  void stage_appends(uint64_t block);
   // Reserves `size` bytes so a full disk shows up before any work is done.
   void reserve(uint64_t size);
   uint64_t appended() const { return pos_; }
@@ -48,15 +62,30 @@ class OutputFile {
   int fd() const { return fd_; }
 
  private:
+  struct Staging;
+  int direct_fd();
+  // Writes aligned [offset, offset + n) from aligned `data` through O_DIRECT descriptor `d`, or
+  // buffered from the first refusal on.
+  void write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t offset);
+  void flush_staged();  // waits for the background write, then writes what is staged
+
   std::string final_, tmp_;
   int fd_ = -1;
   uint64_t pos_ = 0;
   bool committed_ = false;
   bool owner_ = true;
   int slot_ = -1;
+  std::atomic<int> direct_fd_{kUnopened};  // O_DIRECT descriptor, opened on first use
+  std::atomic<bool> direct_off_{false};    // O_DIRECT refused: buffered writes from then on
+  std::unique_ptr<Staging> staging_;
+  static constexpr int kUnopened = -2;
 
   OutputFile() = default;
 };
+
+// Where to put the bytes for output offset `offset` in a kDirectAlign-aligned buffer so that
+// pwrite_direct can write them past the page cache: `buf` + offset % kDirectAlign.
+inline uint8_t* direct_place(uint8_t* aligned_buf, uint64_t offset) { return aligned_buf + offset % kDirectAlign; }
 
 // A directory output: files are created inside a temporary directory, which replaces the final
 // directory on commit.

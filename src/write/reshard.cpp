@@ -18,6 +18,7 @@
 #include "write/executor.h"
 #include "write/output.h"
 #include "write/run.h"
+#include "write/stream.h"
 
 namespace dcpctl {
 
@@ -128,29 +129,25 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   DecodedChunks decoded(reader, &gate);
   LocalChunks local(reader, kTransferWindow, &decoded);
   Executor run{plan, local, gate, prog, std::max(1u, o.threads)};
+  run.direct_io = o.direct_io;
   auto write_files = [&] {
-    run.write_dcp(targets, [&](size_t rank, StreamWindow& win) {
-      auto out = std::make_unique<OutputFile>(dir_path + "/" + plan.files[rank].name);
-      if (rank != 0) return out;
+    run.write_dcp(targets, [&](size_t rank) { return std::make_unique<OutputFile>(dir_path + "/" + plan.files[rank].name); },
+                  [&](size_t rank, OutputFile& out, StreamWindow& win) {
+      if (rank != 0) return;
       // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
       for (size_t b = 0; b < plan.values.size(); ++b) {
         const BytesMeta& bm = md.bytes[plan.values[b]->index];
         MetaBytesOut& mb = mo.bytes[b];
         mb.fqn = plan.values[b]->key;
         mb.file = 0;
-        mb.offset = out->appended();
+        mb.offset = out.appended();
         mb.length = bm.storage.length;
         mb.transforms = md.transform_sets.at(bm.storage.transforms);
-        // Copied as they are (still encoded), a window at a time: a large non-tensor item
-        // costs no more memory than a small one.
+        // Copied as they are (still encoded), through the stream window (past the page cache
+        // with --io direct): a large non-tensor item costs no more memory than a small one.
         const ReadFile in(ck.path_of(bm.storage.file));
-        for (uint64_t pos = 0; pos < bm.storage.length; pos += kStreamWindow) {
-          uint64_t k = std::min<uint64_t>(kStreamWindow, bm.storage.length - pos);
-          in.read_at(bm.storage.offset + pos, win.in.get(), k, bm.fqn);
-          out->append(win.in.get(), k);
-        }
+        stream_runs(out, {{&in, bm.storage.offset, bm.storage.length, bm.fqn}}, DType::UInt8, DType::UInt8, win);
       }
-      return out;
     }, [&](size_t ri, uint64_t offset, uint64_t length) {
       chunk_out(ri).offset = offset;
       chunk_out(ri).length = length;

@@ -9,8 +9,13 @@
 //                    safetensors file when copy_file_range is unavailable, or cast on the way;
 //                    taken from the budget.
 //   direct window    (kDirectWindow, 16 MiB): the part of the copy window a run read past the
-//                    page cache (O_DIRECT, consolidate --io direct) goes through, one read at a
-//                    time; per lane, kept across its tasks, taken from the budget.
+//                    page cache (O_DIRECT, --io direct) goes through into a safetensors file, one
+//                    read at a time; per lane, kept across its tasks, taken from the budget.
+//   direct stream window (kStreamDirectWindow, 8 MiB): a streamed run read past the page cache
+//                    (--io direct) into a .pt or a DCP rank file; per worker, outside the budget.
+//   append window    (kAppendWindow, 2 x 4 MiB): what a sequential writer (.pt, DCP rank file)
+//                    has appended and not yet written past the page cache (OutputFile::
+//                    stage_appends, --io direct); per file being written, outside the budget.
 //   transfer window  (kTransferWindow, 16 MiB): one message of a chunk pushed between ranks
 //                    under torchrun (dist/exchange.h); one per lane each way, outside the budget.
 #pragma once
@@ -24,6 +29,7 @@
 
 #include "plan/select.h"
 #include "util/dtype.h"
+#include "util/file.h"
 
 namespace dcpctl {
 
@@ -37,6 +43,9 @@ struct WriteOptions {
   bool force = false;         // replace an existing output
   bool dry_run = false;       // plan and check the output, write nothing
   unsigned threads = 4;
+  // --io direct: bulk bytes are read and written past the page cache (O_DIRECT, where the
+  // filesystem allows it; see Executor::direct_io); --io buffered sets it false.
+  bool direct_io = true;
   uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
@@ -47,12 +56,30 @@ struct WriteOptions {
 constexpr uint64_t kStreamWindow = 1ull << 20;
 constexpr uint64_t kTransferWindow = 16ull << 20;
 constexpr uint64_t kDirectWindow = 16ull << 20;
+constexpr uint64_t kStreamDirectWindow = 8ull << 20;
+constexpr uint64_t kAppendWindow = 4ull << 20;  // each of the two buffers
+// Runs shorter than this are copied through the page cache, not past it: small reads are where
+// the cache is cheap and O_DIRECT's latency is not.
+constexpr uint64_t kDirectMinRun = 1ull << 20;
 
 // A worker's stream window: kStreamWindow bytes of source elements and room for their cast (up
 // to 16 bytes per element).
+// With `direct_reads` (--io direct), a run of kDirectMinRun bytes or more that is not all in the
+// page cache is read past it, kStreamDirectWindow bytes at a time, into direct() (kDirectAlign-
+// aligned, allocated on first use).
 struct StreamWindow {
   std::unique_ptr<uint8_t[]> in{new uint8_t[kStreamWindow]}, out{new uint8_t[kStreamWindow * 16]};
+  bool direct_reads = false;
   static uint64_t elems(DType src) { return kStreamWindow / itemsize(src); }
+  // Room for direct_span() of kStreamDirectWindow bytes at any offset.
+  uint8_t* direct() {
+    if (!direct_) direct_.reset(new uint8_t[kStreamDirectWindow + 3 * kDirectAlign]);
+    uintptr_t at = reinterpret_cast<uintptr_t>(direct_.get());
+    return direct_.get() + (kDirectAlign - at % kDirectAlign) % kDirectAlign;
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> direct_;
 };
 
 // Bytes written so far out of the plan's total, reported from any worker thread.

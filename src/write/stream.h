@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "util/dtype.h"
@@ -13,10 +14,11 @@
 
 namespace dcpctl {
 
-// Source bytes read in place: [offset, offset + bytes) of `file`.
+// Source bytes read in place: [offset, offset + bytes) of `file` (`key`: what errors name).
 struct FileRun {
   const ReadFile* file;
   uint64_t offset, bytes;
+  std::string key = {};
 };
 
 // Appends the runs, in order, to `out` through `win`, cast from `src` to `dst` on the way, and

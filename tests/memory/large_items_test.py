@@ -8,14 +8,16 @@ Real torch writes (dcp.save) a checkpoint holding one 320 MiB float32 tensor and
 another holding the same plus a 160 MiB non-tensor item (a bytes object). With --max-memory 64MiB:
   verify --deep --checksum  (tensors only) the SHA-256 equals hashlib's over torch's bytes of it;
   verify --deep             (tensors only) exit 0;
-  consolidate               (tensors only) to .safetensors (--io direct and buffered), .pt and an
+  consolidate               (tensors only) to .safetensors and .pt (--io direct and buffered) and an
                             HF directory, plain and with --dtype bf16: exit 0, and the tensor equals torch's (Tensor.to for the
                             cast), read back by the safetensors package and torch.load;
-  reshard -w 2              (with the bytes) exit 0, and dcp.load of the output gives the same
-                            tensor and bytes.
-The --io direct run starts with the checkpoint dropped from the page cache and must leave it out
-of it (under a quarter of the tensor cached; util-linux fincore); the --io buffered run right
-after must bring it in (over half).
+  reshard -w 2              (with the bytes; --io direct and buffered) exit 0, and dcp.load of the
+                            output gives the same tensor and bytes; both outputs' rank files equal.
+Every --io direct run (the default) starts with the checkpoint dropped from the page cache. The
+uncast .safetensors, .pt and reshard runs must leave it out of the cache (under a quarter of the
+tensor cached; util-linux fincore) and their output too (written past it); the --io buffered runs
+right after must bring the checkpoint in (over half). Otherwise a cached checkpoint would be read
+through the cache, and the direct paths would not be the ones checked against torch.
 Each run's peak RSS (VmHWM of dcpctl itself: /usr/bin/time's %M, whose own small process is what
 the child inherits) must stay below 64 MiB + BASELINE_MIB, where BASELINE_MIB covers LibTorch's
 libraries (~150 MiB resident) and the 1 MiB copy windows; holding the tensor or the non-tensor
@@ -57,11 +59,24 @@ def evict(ck: Path) -> None:
             os.close(fd)
 
 
-def cached_bytes(ck: Path) -> int:
-    """Bytes of the checkpoint's data files in the page cache (util-linux fincore)."""
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, ck.glob("*.distcp"))],
+def cached_bytes(files: list[Path]) -> int:
+    """Bytes of `files` in the page cache (util-linux fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, files)],
                          capture_output=True, text=True, check=True).stdout
     return sum(int(x) for x in out.split())
+
+
+def check_cache(check, label: str, ck: Path, out: Path, direct: bool) -> None:
+    """After a run: past the page cache (direct), the checkpoint and the output are not in it;
+    through it, the checkpoint is."""
+    inp = cached_bytes(list(ck.glob("*.distcp"))) / 2**20
+    if not direct:
+        check(label, inp > TENSOR_MIB / 2, f"{inp:.0f} MiB of the checkpoint cached after the run (read through the cache)")
+        return
+    outs = [p for p in ([out] if out.is_file() else out.glob("*")) if p.name != ".metadata"]
+    written = cached_bytes(outs) / 2**20
+    check(label, inp < TENSOR_MIB / 4, f"{inp:.0f} MiB of the checkpoint cached after the run (read past the cache)")
+    check(label, written < TENSOR_MIB / 4, f"{written:.0f} MiB of the output cached after the run (written past the cache)")
 
 
 def main() -> int:
@@ -95,24 +110,20 @@ def main() -> int:
         # consolidate, every output format, plain and cast: the tensor is one chunk, copied in
         # place (safetensors) or streamed into its zip record (.pt) through bounded windows.
         from safetensors import safe_open
-        # model.safetensors reads the chunk past the page cache (--io direct, the default), the
-        # buffered one with copy_file_range.
+        # --io direct (the default) reads the chunk past the page cache and writes the output
+        # past it; --io buffered goes through it (copy_file_range for safetensors).
         for name, extra in (("model.safetensors", []), ("model-buffered.safetensors", ["--io", "buffered"]),
                             ("model-bf16.safetensors", ["--dtype", "bf16"]), ("model.pt", []),
-                            ("model-bf16.pt", ["--dtype", "bf16"]), ("hf/", ["--max-shard-size", "200MB"])):
+                            ("model-buffered.pt", ["--io", "buffered"]), ("model-bf16.pt", ["--dtype", "bf16"]),
+                            ("hf/", ["--max-shard-size", "200MB"])):
             label = f"consolidate -o {name} {' '.join(extra)}".rstrip()
-            if name == "model.safetensors":
-                # Not in the page cache: --io direct reads the chunk past it (a copy through the
-                # cache would leave it cached), --io buffered right after reads it into it.
+            buffered = "buffered" in extra
+            if not buffered:
                 evict(ck_t)
             r, peak = run(dcpctl, ["consolidate", str(ck_t), "-o", str(tmp / name), *extra, *mm])
             check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
-            if name in ("model.safetensors", "model-buffered.safetensors"):
-                after = cached_bytes(ck_t) / 2**20
-                direct = name == "model.safetensors"
-                check(label, after < TENSOR_MIB / 4 if direct else after > TENSOR_MIB / 2,
-                      f"{after:.0f} MiB of the checkpoint cached after the run "
-                      f"({'read past the page cache' if direct else 'read through it'})")
+            if r.returncode == 0 and name in ("model.safetensors", "model-buffered.safetensors", "model.pt", "model-buffered.pt"):
+                check_cache(check, label, ck_t, tmp / name, not buffered)
             check(label, peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
             if r.returncode != 0:
                 continue
@@ -125,14 +136,24 @@ def main() -> int:
                 got_big = safe_open(str(path), "pt").get_tensor("big")
             check(label, torch.equal(got_big, want_big), "the tensor equals torch's (cast by Tensor.to)")
             del got_big
-        out = tmp / "out"
-        r, peak = run(dcpctl, ["reshard", str(ck), "-o", str(out), "-w", "2", *mm])
-        check("reshard -w 2", r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
-        check("reshard -w 2", peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
-        if r.returncode == 0:
+        for out, extra in ((tmp / "out", []), (tmp / "out-buffered", ["--io", "buffered"])):
+            label = f"reshard -w 2 {' '.join(extra)}".rstrip()
+            buffered = "buffered" in extra
+            if not buffered:
+                evict(ck)
+            r, peak = run(dcpctl, ["reshard", str(ck), "-o", str(out), "-w", "2", *extra, *mm])
+            check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
+            check(label, peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
+            if r.returncode != 0:
+                continue
+            check_cache(check, label, ck, out, not buffered)
             got = {"big": torch.empty_like(big), "small": torch.empty(3, 5), "blob": b""}
             dcp.load(got, checkpoint_id=str(out), no_dist=True)
-            check("reshard -w 2", torch.equal(got["big"], big) and got["blob"] == blob, "dcp.load gives the same tensor and bytes")
+            check(label, torch.equal(got["big"], big) and got["blob"] == blob, "dcp.load gives the same tensor and bytes")
+            del got
+        if (tmp / "out-buffered").is_dir() and (tmp / "out").is_dir():
+            same = all((tmp / "out" / f).read_bytes() == (tmp / "out-buffered" / f).read_bytes() for f in ("__0_0.distcp", "__1_0.distcp"))
+            check("reshard -w 2", same, "--io direct and --io buffered write the same rank files")
         print(f"{len(failures)} failure(s)")
         return 1 if failures else 0
 
