@@ -33,6 +33,13 @@ def summary(rs: list[dict]) -> dict:
             "rss": max(x["rss"] for x in rs), "rc": max(x["rc"] for x in rs)}
 
 
+def paired(work: str, tag: str, a: str, b: str, repeat: int) -> list[float]:
+    """a's time over b's in each round: the two ran minutes apart, so on a machine whose page cache
+    costs drift from one period to the next (this project's VM) the ratio is steadier than the
+    ratio of the medians."""
+    return [x["secs"] / y["secs"] if y["secs"] else 0.0 for x, y in zip(runs(work, tag, a, repeat), runs(work, tag, b, repeat))]
+
+
 def report(work: str, tag: str, name: str, repeat: int, width: int = 24) -> tuple[float, int, int]:
     """Prints one line per command with every round's figures; returns (median seconds, worst RSS,
     worst exit status)."""
