@@ -64,24 +64,27 @@ ReadFile::ReadFile(const std::string& path) : path_(path) {
 }
 
 ReadFile::ReadFile(ReadFile&& o) noexcept
-    : path_(std::move(o.path_)), fd_(o.fd_), size_(o.size_), direct_fd_(o.direct_fd_.exchange(kUnopened)), direct_off_(o.direct_off_.load()), map_(o.map_.exchange(nullptr)) {
+    : path_(std::move(o.path_)), fd_(o.fd_), size_(o.size_), direct_(std::move(o.direct_)), map_(o.map_.exchange(nullptr)) {
   o.fd_ = -1;
 }
 
 ReadFile::~ReadFile() {
   if (void* m = map_.load()) ::munmap(m, size_);
   if (fd_ >= 0) ::close(fd_);
-  if (int d = direct_fd_.load(); d >= 0) ::close(d);
 }
 
-int ReadFile::direct_fd() const {
-  if (direct_off_.load()) return -1;
-  int d = direct_fd_.load();
+DirectFd::~DirectFd() {
+  if (int d = fd_.load(); d >= 0) ::close(d);
+}
+
+int DirectFd::get(const std::string& path, int flags) const {
+  if (off_.load()) return -1;
+  int d = fd_.load();
   if (d != kUnopened) return d;
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-  if (fd < 0) fd = -1;  // refused (EINVAL: no O_DIRECT here): buffered reads
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_DIRECT);
+  if (fd < 0) fd = -1;  // refused (EINVAL: no O_DIRECT here): through the page cache
   int expected = kUnopened;
-  if (!direct_fd_.compare_exchange_strong(expected, fd)) {  // another thread opened it first
+  if (!fd_.compare_exchange_strong(expected, fd)) {  // another thread opened it first
     if (fd >= 0) ::close(fd);
     return expected;
   }
@@ -110,12 +113,12 @@ bool ReadFile::cached(uint64_t offset, uint64_t n) const {
 
 const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key) const {
   check_range(offset, n, key);
-  int d = n ? direct_fd() : -1;
+  int d = n ? direct_.get(path_, O_RDONLY) : -1;
   if (d < 0) {
     read_at(offset, buf, n, key);
     return buf;
   }
-  uint64_t start = offset & ~(kDirectAlign - 1), want = offset + n, pos = start;
+  uint64_t start = align_down(offset), want = offset + n, pos = start;
   uint64_t span = direct_span(offset, n);
   while (pos < want) {
     ssize_t got = ::pread(d, buf + (pos - start), static_cast<size_t>(start + span - pos), static_cast<off_t>(pos));
@@ -124,7 +127,7 @@ const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, co
       if (errno == EINVAL && pos == start) {
         // This filesystem takes O_DIRECT at open but not these alignments: buffered from now on
         // (the descriptor stays open until the file closes: another thread may be reading).
-        direct_off_ = true;
+        direct_.turn_off();
         read_at(offset, buf, n, key);
         return buf;
       }

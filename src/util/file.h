@@ -29,6 +29,25 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// A file's O_DIRECT descriptor, opened on first use by whichever thread asks first and closed with
+// this object. get() is -1 where the filesystem refuses O_DIRECT, and after turn_off() (it took
+// O_DIRECT at open but refused an alignment): the caller then goes through the page cache. The
+// descriptor stays open until the end: another thread may still be using it.
+class DirectFd {
+ public:
+  DirectFd() = default;
+  DirectFd(DirectFd&& o) noexcept : fd_(o.fd_.exchange(kUnopened)), off_(o.off_.load()) {}
+  ~DirectFd();
+  int get(const std::string& path, int flags) const;  // flags: O_RDONLY or O_WRONLY
+  void turn_off() const { off_ = true; }
+  bool off() const { return off_.load(); }
+
+ private:
+  static constexpr int kUnopened = -2;  // not yet opened
+  mutable std::atomic<int> fd_{kUnopened};
+  mutable std::atomic<bool> off_{false};
+};
+
 // A file opened for positioned reads; every short read is an error naming file and offset.
 class ReadFile {
  public:
@@ -56,22 +75,23 @@ class ReadFile {
 
  private:
   void check_range(uint64_t offset, size_t n, const std::string& key) const;  // FormatError past the end
-  int direct_fd() const;
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
-  mutable std::atomic<int> direct_fd_{kUnopened};  // O_DIRECT descriptor, opened on first use
-  mutable std::atomic<bool> direct_off_{false};    // O_DIRECT refused these alignments
-  mutable std::atomic<void*> map_{nullptr};        // the file mapped for cached(), on first use
-  static constexpr int kUnopened = -2;
+  DirectFd direct_;
+  mutable std::atomic<void*> map_{nullptr};  // the file mapped for cached(), on first use
 };
 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common
 // logical block size (512, 4096).
 constexpr uint64_t kDirectAlign = 4096;
+// Rounding to kDirectAlign: offsets and lengths down and up, and a buffer's first aligned byte.
+inline uint64_t align_down(uint64_t x) { return x & ~(kDirectAlign - 1); }
+inline uint64_t align_up(uint64_t x) { return align_down(x + kDirectAlign - 1); }
+inline uint8_t* align_up(uint8_t* p) { return p + (kDirectAlign - reinterpret_cast<uintptr_t>(p) % kDirectAlign) % kDirectAlign; }
 // Bytes read_direct reads for [offset, offset + n): the aligned blocks around them.
 inline uint64_t direct_span(uint64_t offset, uint64_t n) {
-  return ((offset + n + kDirectAlign - 1) & ~(kDirectAlign - 1)) - (offset & ~(kDirectAlign - 1));
+  return align_up(offset + n) - align_down(offset);
 }
 
 bool path_exists(const std::string& path);

@@ -121,11 +121,11 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
     // too; each read but the last ends on an output block boundary.
     scratch.prepare(window, 0, 0);
     uint8_t* buf = scratch.a();
-    uint8_t* aligned = buf + (kDirectAlign - reinterpret_cast<uintptr_t>(buf) % kDirectAlign) % kDirectAlign;
-    uint64_t step = (window - static_cast<uint64_t>(aligned - buf) - 2 * kDirectAlign) & ~(kDirectAlign - 1);
+    uint8_t* aligned = align_up(buf);
+    uint64_t step = align_down(window - static_cast<uint64_t>(aligned - buf) - 2 * kDirectAlign);
     for (uint64_t done = 0; done < run->bytes;) {
       uint64_t at = out_off + done, k = std::min(step, run->bytes - done);
-      if (done + k < run->bytes) k = ((at + k) & ~(kDirectAlign - 1)) - at;
+      if (done + k < run->bytes) k = align_down(at + k) - at;
       const uint8_t* p = run->file->read_direct(run->offset + done, k, aligned, t.fqn);
       uint8_t* q = direct_place(aligned, at);
       if (q != p) std::memmove(q, p, k);

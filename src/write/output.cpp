@@ -215,7 +215,6 @@ struct OutputFile::Staging {
 
 OutputFile::~OutputFile() {
   if (staging_ && staging_->pending.valid()) staging_->pending.wait();  // it writes from our buffers
-  if (int d = direct_fd_.load(); d >= 0) ::close(d);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_ && owner_) ::unlink(tmp_.c_str());
   release(slot_);
@@ -270,29 +269,14 @@ void OutputFile::append(const void* data, size_t n) {
   }
 }
 
-int OutputFile::direct_fd() {
-  if (direct_off_.load()) return -1;
-  int d = direct_fd_.load();
-  if (d != kUnopened) return d;
-  int fd = ::open(tmp_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
-  if (fd < 0) fd = -1;  // refused (EINVAL: no O_DIRECT here): buffered writes
-  int expected = kUnopened;
-  if (!direct_fd_.compare_exchange_strong(expected, fd)) {  // another thread opened it first
-    if (fd >= 0) ::close(fd);
-    return expected;
-  }
-  return fd;
-}
-
 void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t offset) {
-  while (n > 0 && d >= 0 && !direct_off_.load()) {
+  while (n > 0 && d >= 0 && !direct_.off()) {
     ssize_t w = ::pwrite(d, data, n, static_cast<off_t>(offset));
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno != EINVAL) throw IoError(Where(final_, offset), "write failed: " + errno_text(errno));
-      // This filesystem takes O_DIRECT at open but not these alignments: buffered from now on
-      // (the descriptor stays open until the file closes: another thread may be writing).
-      direct_off_ = true;
+      // This filesystem takes O_DIRECT at open but not these alignments: buffered from now on.
+      direct_.turn_off();
       break;
     }
     data += w;
@@ -304,7 +288,7 @@ void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t o
 }
 
 void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
-  uint64_t a = (offset + kDirectAlign - 1) & ~(kDirectAlign - 1), b = (offset + n) & ~(kDirectAlign - 1);
+  uint64_t a = align_up(offset), b = align_down(offset + n);
   bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
   int d = placed && a < b ? direct_fd() : -1;
   if (d < 0) return pwrite_all(data, n, offset);
@@ -316,12 +300,12 @@ void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
 void OutputFile::stage_appends(uint64_t block) {
   if (block == 0 || staging_) return;
   auto s = std::make_unique<Staging>();
-  s->block = (block + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  s->block = align_up(block);
   for (auto& b : s->buf) {
     b.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, s->block)));
     if (!b) throw IoError(Where(final_), "cannot allocate the write-behind buffers (" + std::to_string(2 * s->block) + " bytes)");
   }
-  s->base = (pos_ + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  s->base = align_up(pos_);
   s->head = s->base - pos_;
   staging_ = std::move(s);
 }
@@ -330,7 +314,7 @@ void OutputFile::flush_staged() {
   if (!staging_) return;
   std::unique_ptr<Staging> s = std::move(staging_);
   if (s->pending.valid()) s->pending.get();
-  uint64_t whole = s->fill & ~(kDirectAlign - 1);
+  uint64_t whole = align_down(s->fill);
   if (whole) write_blocks(direct_fd(), s->buf[s->cur].get(), whole, s->base);
   if (s->fill > whole) pwrite_all(s->buf[s->cur].get() + whole, s->fill - whole, s->base + whole);
 }

@@ -10,9 +10,9 @@
 // under the final name, the old one under `.<name>.dcpctl-tmp-<pid>-old`).
 #pragma once
 
-#include <atomic>
+#include <fcntl.h>
+
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +63,7 @@ class OutputFile {
 
  private:
   struct Staging;
-  int direct_fd();
+  int direct_fd() { return direct_.get(tmp_, O_WRONLY); }
   // Writes aligned [offset, offset + n) from aligned `data` through O_DIRECT descriptor `d`, or
   // buffered from the first refusal on.
   void write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t offset);
@@ -75,10 +75,8 @@ class OutputFile {
   bool committed_ = false;
   bool owner_ = true;
   int slot_ = -1;
-  std::atomic<int> direct_fd_{kUnopened};  // O_DIRECT descriptor, opened on first use
-  std::atomic<bool> direct_off_{false};    // O_DIRECT refused: buffered writes from then on
+  DirectFd direct_;
   std::unique_ptr<Staging> staging_;
-  static constexpr int kUnopened = -2;
 
   OutputFile() = default;
 };

@@ -74,8 +74,7 @@ struct StreamWindow {
   // Room for direct_span() of kStreamDirectWindow bytes at any offset.
   uint8_t* direct() {
     if (!direct_) direct_.reset(new uint8_t[kStreamDirectWindow + 3 * kDirectAlign]);
-    uintptr_t at = reinterpret_cast<uintptr_t>(direct_.get());
-    return direct_.get() + (kDirectAlign - at % kDirectAlign) % kDirectAlign;
+    return align_up(direct_.get());
   }
 
  private:
