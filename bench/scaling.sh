@@ -12,9 +12,11 @@
 # each layer 0.40 GB); RANKS (generator ranks, default 8); REUSE ("N:DIR ...": an existing
 # make_big_ckpt.py checkpoint of N layers used instead of generating one, and never deleted);
 # REPEAT (rounds, default 1: the 16 GB rounds are long); WORLD (reshard target, default 2);
-# GEN_LIMIT (memory cgroup of the generator, default 20G: its ranks hold every shard while torch
-# writes, and an OOM must kill the generator, not the machine); TORCH_LIMIT (memory cgroup of
-# dcp_to_torch, default 16G: it holds the whole model); KEEP=1 keeps the generated checkpoints.
+# POOL (make_big_ckpt.py --pool, default 256 MiB: the ranks map their shards from a random pool
+# instead of holding them, so the 16 GB checkpoint can be written on a 24 GiB machine; 0 = fresh
+# randn shards held in RAM, as consolidate.sh's checkpoint); GEN_LIMIT (memory cgroup of the
+# generator, default 12G: an OOM must kill the generator, not the machine); TORCH_LIMIT (memory
+# cgroup of dcp_to_torch, default 16G: it holds the whole model); KEEP=1 keeps the checkpoints.
 #
 # Per size, smallest first: the checkpoint is generated inside its cgroup (time and cgroup peak
 # recorded), then each of these runs under /usr/bin/time -v (wall clock, max RSS), page cache
@@ -42,7 +44,8 @@ layers=${LAYERS:-1 10 38}
 ranks=${RANKS:-8}
 world=${WORLD:-2}
 repeat=${REPEAT:-1}
-gen_limit=${GEN_LIMIT:-20G}
+pool=${POOL:-256}
+gen_limit=${GEN_LIMIT:-12G}
 torch_limit=${TORCH_LIMIT:-16G}
 
 outs=("$work/out.safetensors" "$work/out.pt" "$work/out_reshard" "$work/cat.out" "$work/copy" "$work/out_torch.pt")
@@ -103,9 +106,9 @@ EOF
     mkdir -p "$work/L$n"
     cg=$(cg_new scaling-gen "$gen_limit")
     drop_cache
-    echo "== generating $ckpt: $ranks ranks, real torch, in a memory cgroup of $gen_limit (load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "== generating $ckpt: $ranks ranks, real torch, pool $pool MiB, in a memory cgroup of $gen_limit (load $(cut -d' ' -f1 /proc/loadavg))"
     bash -c 'echo $$ > "$1/cgroup.procs"; shift; exec /usr/bin/time -v -o "$0" "$@"' "$work/gen_L$n.txt" "$cg" \
-      "$py" "$root/bench/make_big_ckpt.py" "$ckpt" --layers "$n" --ranks "$ranks" > "$work/L$n/gen.log" 2>&1 || gen_rc=$?
+      "$py" "$root/bench/make_big_ckpt.py" "$ckpt" --layers "$n" --ranks "$ranks" --pool "$pool" > "$work/L$n/gen.log" 2>&1 || gen_rc=$?
     gen_peak=$(cg_peak "$cg")
     cg_del "$cg"
     echo "   exit $gen_rc, $(grep -o 'Elapsed.*' "$work/gen_L$n.txt" | sed 's/.*: //') wall, cgroup peak $((gen_peak >> 20)) MiB"
