@@ -329,6 +329,18 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   Group* group = o.group;
   const bool leader = !group || group->rank() == 0;
   const int me = group ? group->rank() : 0, world = group ? group->size() : 1;
+  // The output is checked first (exists without --force, inside the checkpoint): a dry run that
+  // says OK must mean the real run would not refuse it. Under torchrun rank 0 checks it before
+  // any rank connects, and the others learn of a refusal at the command agreement, with its exit
+  // code (had they started connecting to a rank 0 that is gone, they would end with an I/O error).
+  if (leader) {
+    try {
+      check_output_path(o.output, o.force, ck.dir);
+    } catch (const std::exception& e) {
+      if (group) group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+      throw;
+    }
+  }
   if (group) agree_on_command(*group, ck, o);
 
   // ---- plan: validate everything before writing anything ----
@@ -367,18 +379,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   }
 
   json summary = describe(ck, o, plan, headers, values);
-  // The output checks come before the plan is printed: a dry run that says OK must mean the
-  // real run would not refuse the output (exists without --force, inside the checkpoint).
-  if (leader) {
-    try {
-      check_output_path(o.output, o.force, ck.dir);
-    } catch (const std::exception& e) {
-      // The other ranks are about to agree on the plan (below): they learn of this refusal
-      // there, with its exit code, instead of waiting for a rank 0 that is gone.
-      if (group && !o.dry_run) group->announce("agree/plan", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
-      throw;
-    }
-  }
   if (o.dry_run) {
     summary["plan"] = plan.describe();
     return summary;
