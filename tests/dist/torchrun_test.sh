@@ -219,6 +219,10 @@ check "setup failure: every rank exits rank 0's code 2" \
 check "setup failure: rank 1 names rank 0's outcome" grep -q "rank 0 ended the run" "$work/log-1"
 check "setup failure: consolidate too" \
   expect_fail 2 2 "exists" run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/exists-out" --format hf -q
+check "setup failure: consolidate's other rank names rank 0's refusal" grep -q "rank 0 failed: .*exists" "$work/log-1"
+# A dry run refuses what the real run would, on every rank (rank 1 used to exit 0 here).
+check "setup failure: a dry run too" \
+  expect_fail 2 2 "exists" run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/exists-out" --format hf --dry-run -q
 rmdir "$work/exists-out"
 # Ranks given different commands fail together (usage error) before any work.
 next_port=$((next_port + 1))
