@@ -69,19 +69,17 @@ def pool_window(path: str, dtype, shape: tuple, key: str):
     return torch.from_numpy(raw).view(dtype).view(shape)
 
 
-def make_pools(folder: str, mib: int) -> dict:
-    """One random pool file of `mib` MiB per dtype, written once (fixed seed)."""
+def make_pools(folder: str, mib: int, pools: dict) -> None:
+    """One random pool file of `mib` MiB per dtype (fixed seed), each named in `pools` (dtype ->
+    path) before it is written, so that the caller removes whatever was made if this fails."""
     import torch
 
-    pools = {}
     for dtype in (torch.float32, torch.bfloat16):
         path = os.path.join(folder, f".pool-{str(dtype).split('.')[-1]}")
+        pools[str(dtype)] = path
         n = (mib << 20) // torch.empty(0, dtype=dtype).element_size()
         t = torch.randn(n, generator=torch.Generator().manual_seed(7), dtype=torch.float32).to(dtype)
-        with open(path, "wb") as f:
-            f.write(t.view(torch.uint8).numpy().tobytes())
-        pools[str(dtype)] = path
-    return pools
+        t.view(torch.uint8).numpy().tofile(path)
 
 
 def worker(rank: int, world: int, port: int, out: str, cfg: dict) -> None:
@@ -141,11 +139,12 @@ def main() -> int:
     parent = os.path.dirname(os.path.abspath(a.out))
     try:
         if a.pool:
-            cfg["pools"] = make_pools(parent, a.pool)
+            make_pools(parent, a.pool, cfg["pools"])
         mp.spawn(worker, args=(a.ranks, free_port(), a.out, cfg), nprocs=a.ranks, join=True)
     finally:
         for path in cfg["pools"].values():
-            os.remove(path)
+            if os.path.exists(path):
+                os.remove(path)
     cfg["pools"] = f"{a.pool} MiB per dtype" if a.pool else "none (fresh randn)"
     info = {"ranks": a.ranks, **cfg, "tensor_bytes": total, "largest_tensor_bytes": largest,
             "files": sorted(os.listdir(a.out)), "seconds": round(time.time() - t, 1), "torch": torch.__version__}

@@ -12,8 +12,9 @@
 # each layer 0.40 GB); RANKS (generator ranks, default 8); REUSE ("N:DIR ...": an existing
 # make_big_ckpt.py checkpoint of N layers used instead of generating one, and never deleted);
 # REPEAT (rounds, default 1: the 16 GB rounds are long); WORLD (reshard target, default 2);
-# POOL (make_big_ckpt.py --pool, default 256 MiB: the ranks map their shards from a random pool
-# instead of holding them, so the 16 GB checkpoint can be written on a 24 GiB machine; 0 = fresh
+# POOL (make_big_ckpt.py --pool, default 256 MiB, at least one rank's largest shard: 66 MB at 8
+# ranks; the ranks map their shards from a random pool instead of holding them, so the 16 GB
+# checkpoint can be written on a 24 GiB machine; 0 = fresh
 # randn shards held in RAM, as consolidate.sh's checkpoint); GEN_LIMIT (memory cgroup of the
 # generator, default 12G: an OOM must kill the generator, not the machine); TORCH_LIMIT (memory
 # cgroup of dcp_to_torch, default 16G: it holds the whole model); KEEP=1 keeps the checkpoints.
