@@ -63,8 +63,11 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   bool leader = !group || group->rank() == 0;
   if (o.dry_run) {
     // What the real run would refuse, the dry run refuses too (exists without --force, inside
-    // the checkpoint).
-    if (leader) check_output_path(o.output, o.force, ck.dir);
+    // the checkpoint), and under torchrun on every rank, as the real run's set-up does.
+    set_up_on_leader(group, [&] {
+      check_output_path(o.output, o.force, ck.dir);
+      return std::string();
+    });
     summary["plan"] = plan.describe();
     return summary;
   }

@@ -223,6 +223,9 @@ check "setup failure: consolidate's other rank names rank 0's refusal" grep -q "
 # A dry run refuses what the real run would, on every rank (rank 1 used to exit 0 here).
 check "setup failure: a dry run too" \
   expect_fail 2 2 "exists" run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/exists-out" --format hf --dry-run -q
+check "setup failure: a reshard dry run too" \
+  expect_fail 2 2 "exists" run_env 2 reshard "$fixtures/sample/ckpt" -o "$work/exists-out" -w 2 --dry-run -q
+check "setup failure: reshard dry run: rank 1 names rank 0's outcome" grep -q "rank 0 ended the run: .*exists" "$work/log-1"
 rmdir "$work/exists-out"
 # Ranks given different commands fail together (usage error) before any work.
 next_port=$((next_port + 1))
