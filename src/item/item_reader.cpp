@@ -151,6 +151,34 @@ static void gather(const uint8_t* base, const TensorBlob& b, size_t item, uint8_
   }
 }
 
+void ItemReader::check_extent(const Opened& o, const TensorBlob& b, size_t chunk, const RecordLocation& rec) const {
+  uint64_t extent = b.extent(), item = itemsize(b.dtype);
+  if (extent == UINT64_MAX || extent > rec.size / item)
+    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": the tensor view needs " + std::to_string(extent) +
+                                   " elements but its storage record holds " + std::to_string(rec.size / item));
+}
+
+// The chunk's storage record, its CRC-32 watched (ByteSource::watch_crc) before any of its bytes are
+// read. A record's CRC covers all its bytes, so those the view does not use (a saved slice of a
+// larger storage; never in what DCP writes, which saves each chunk's own storage) are read now:
+// the view's own reads, however they are split, then complete the record.
+RecordLocation ItemReader::watch_storage(Opened& o, const TensorBlob& b, size_t chunk) const {
+  RecordLocation rec = o.zip->watch("data/" + b.storage_key);
+  check_extent(o, b, chunk, rec);
+  uint64_t item = itemsize(b.dtype);
+  uint64_t from = b.contiguous() ? static_cast<uint64_t>(b.storage_offset) * item : 0;
+  uint64_t to = b.contiguous() ? from + b.numel() * item : b.extent() * item;
+  if (b.numel() == 0) from = to = 0;
+  std::vector<uint8_t> buf;
+  auto read_span = [&](uint64_t a, uint64_t z) {
+    buf.resize(std::min<uint64_t>(z - a, 1 << 20));
+    for (uint64_t at = a; at < z; at += buf.size()) o.src->read(rec.offset + at, buf.data(), std::min<uint64_t>(buf.size(), z - at));
+  };
+  if (from > 0) read_span(0, from);
+  if (to < rec.size) read_span(to, rec.size);
+  return rec;
+}
+
 void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const {
   read_chunk_bytes(t, chunk, 0, UINT64_MAX, dst);
 }
@@ -171,15 +199,11 @@ void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t fr
     o.src->read(from, dst, n);
     return;
   }
-  RecordLocation rec = o.zip->locate("data/" + b.storage_key);
-  uint64_t extent = b.extent();
-  if (extent == UINT64_MAX || extent > rec.size / item)
-    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": the tensor view needs " + std::to_string(extent) +
-                                   " elements but its storage record holds " + std::to_string(rec.size / item));
+  RecordLocation rec = watch_storage(o, b, chunk);
   if (b.contiguous()) {
     o.src->read(rec.offset + static_cast<uint64_t>(b.storage_offset) * item + from, dst, n);
   } else {
-    std::vector<uint8_t> storage(extent * item), dense;
+    std::vector<uint8_t> storage(b.extent() * item), dense;
     o.src->read(rec.offset, storage.data(), storage.size());
     uint8_t* out = static_cast<uint8_t*>(dst);
     if (from != 0 || n != bytes) {
@@ -191,7 +215,11 @@ void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t fr
   }
 }
 
-std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chunk) const {
+std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, true); }
+
+bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, false).has_value(); }
+
+std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk, bool watch) const {
   if (!t.dtype) return std::nullopt;
   const StorageRef& ref = t.storage.at(chunk);
   if (ref.transforms != 0) return std::nullopt;
@@ -208,11 +236,8 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
     run.offset = ref.offset;
     return run;
   }
-  RecordLocation rec = o.zip->locate("data/" + b.storage_key);
-  uint64_t extent = b.extent();
-  if (extent == UINT64_MAX || extent > rec.size / item)
-    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": the tensor view needs " + std::to_string(extent) +
-                                   " elements but its storage record holds " + std::to_string(rec.size / item));
+  RecordLocation rec = watch ? watch_storage(o, b, chunk) : o.zip->locate("data/" + b.storage_key);
+  check_extent(o, b, chunk, rec);
   run.offset = ref.offset + rec.offset + static_cast<uint64_t>(b.storage_offset) * item;
   return run;
 }

@@ -23,6 +23,7 @@
 namespace dcpctl {
 
 class TorchZip;
+struct RecordLocation;
 
 // A chunk whose bytes sit contiguously, untransformed, in one data file (dense C order).
 struct DirectRun {
@@ -56,7 +57,10 @@ class ItemReader {
   TensorBlob describe_chunk(const TensorMeta& t, size_t chunk) const;
   // Where the chunk's bytes lie in its file, when they can be copied without decoding (the
   // item is untransformed and its view contiguous); nullopt otherwise. Validates like read_chunk.
+  // The run's record is watched (its CRC-32 checked as the caller reads it: item/source.h), so
+  // call it to read the run; readable_in_place() only asks, for a planner.
   std::optional<DirectRun> direct_run(const TensorMeta& t, size_t chunk) const;
+  bool readable_in_place(const TensorMeta& t, size_t chunk) const;
   // The object a bytes item holds (torch.save'd by DCP), decoded by the restricted VM.
   std::unique_ptr<pickle::Tree> read_bytes(const BytesMeta& b) const;
 
@@ -71,6 +75,9 @@ class ItemReader {
   Opened open(const StorageRef& ref, const std::string& key, uint64_t max_decoded) const;
   Opened open_chunk(const TensorMeta& t, size_t chunk) const;
   TensorBlob check_blob(Opened& o, const TensorMeta& t, size_t chunk) const;
+  std::optional<DirectRun> find_run(const TensorMeta& t, size_t chunk, bool watch) const;
+  void check_extent(const Opened& o, const TensorBlob& b, size_t chunk, const RecordLocation& rec) const;
+  RecordLocation watch_storage(Opened& o, const TensorBlob& b, size_t chunk) const;
   const ReadFile& file(uint32_t index, const Where& where) const;
 
   const Checkpoint& ck_;

@@ -1,7 +1,11 @@
 #include "item/source.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <vector>
+
+#include "util/crc32.h"
 
 namespace dcpctl {
 
@@ -11,6 +15,29 @@ void FileWindow::read(uint64_t pos, void* buf, size_t n) const {
                       "read of " + std::to_string(n) + " bytes runs past the item's end (item is " +
                           std::to_string(length_) + " bytes at offset " + std::to_string(base_) + ")");
   file_.read_at(base_ + pos, buf, n, key_);
+}
+
+void ByteSource::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const {
+  std::vector<uint8_t> buf(std::min<uint64_t>(n, 1 << 20));
+  uint32_t got = 0;
+  for (uint64_t done = 0; done < n;) {
+    size_t k = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - done));
+    read(pos + done, buf.data(), k);
+    got = crc32_update(got, buf.data(), k);
+    done += k;
+  }
+  if (got != crc) {
+    char s[64];
+    std::snprintf(s, sizeof s, "stored 0x%08x, its bytes give 0x%08x", crc, got);
+    throw CorruptError(where, "record '" + record + "' (" + std::to_string(n) + " bytes) fails its CRC-32 check: " + s +
+                                  "; the checkpoint is damaged (restore it from a good copy)");
+  }
+}
+
+void FileWindow::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const {
+  if (pos > length_ || n > length_ - pos)
+    throw FormatError(where, "record '" + record + "' runs past the item's end");
+  file_.ledger().watch(file_.path(), base_ + pos, n, crc, where.key, record);
 }
 
 std::pair<uint8_t*, size_t> MemorySource::spare() {

@@ -17,6 +17,10 @@ class ByteSource {
   virtual uint64_t size() const = 0;
   // Reads exactly n bytes at pos (pos + n <= size() is the caller's promise, checked anyway).
   virtual void read(uint64_t pos, void* buf, size_t n) const = 0;
+  // Bytes [pos, pos + n) are a zip record (`record`, of `key`) whose CRC-32 is `crc`: checked as
+  // they are read, whoever reads them (a file's ledger, util/crc_ledger.h), or here and now by
+  // default (bytes in memory: one pass). A mismatch is a CorruptError naming `where`.
+  virtual void watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const;
 };
 
 // [base, base + length) of an open file. Errors name the file and the absolute offset.
@@ -26,6 +30,7 @@ class FileWindow final : public ByteSource {
       : file_(file), base_(base), length_(length), key_(std::move(key)) {}
   uint64_t size() const override { return length_; }
   void read(uint64_t pos, void* buf, size_t n) const override;
+  void watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const override;
 
  private:
   const ReadFile& file_;

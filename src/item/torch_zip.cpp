@@ -25,10 +25,16 @@ std::vector<uint8_t> TorchZip::read_small(const std::string& name, uint64_t max_
   if (n > max_bytes)
     throw FormatError(where_, "record '" + name + "' is " + std::to_string(n) + " bytes, more than the " +
                                   std::to_string(max_bytes) + " allowed");
-  RecordLocation loc = locate(name);
+  RecordLocation loc = watch(name);
   std::vector<uint8_t> out(n);
   src_->read(loc.offset, out.data(), n);
   return out;
+}
+
+RecordLocation TorchZip::watch(const std::string& name) {
+  RecordLocation loc = locate(name);
+  src_->watch_crc(loc.offset, loc.size, loc.crc, where_, name);
+  return loc;
 }
 
 RecordLocation TorchZip::locate(const std::string& name) {
@@ -36,8 +42,9 @@ RecordLocation TorchZip::locate(const std::string& name) {
   RecordLocation loc;
   loc.size = impl_->index->size(name);
   uint64_t header = impl_->index->header_offset(name);
-  // Local file header: signature PK\3\4, then version(2) flags(2) method(2) ...
-  uint8_t h[10];
+  // Local file header: signature PK\3\4, version(2) flags(2) method(2) time(2) date(2) crc32(4)
+  // sizes(4+4) name length(2) extra length(2).
+  uint8_t h[30];
   if (header > src_->size() || src_->size() - header < sizeof h)
     throw FormatError(where_, "record '" + name + "' has its zip header outside the item");
   src_->read(header, h, sizeof h);
@@ -52,6 +59,20 @@ RecordLocation TorchZip::locate(const std::string& name) {
     throw FormatError(where_, "record '" + name + "' (" + std::to_string(loc.size) + " bytes at " +
                                   std::to_string(loc.offset) + ") runs past the item's end (" +
                                   std::to_string(src_->size()) + " bytes)");
+  uint16_t flags = static_cast<uint16_t>(h[6] | (h[7] << 8));
+  auto le32 = [](const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; };
+  if (!(flags & 8)) {
+    loc.crc = le32(h + 14);
+    return loc;
+  }
+  // Flag bit 3: the CRC follows the bytes, in a data descriptor (miniz, and so torch.save, always
+  // writes one): its signature PK\7\8 (optional in the format), then crc32 and the sizes.
+  uint64_t end = loc.offset + loc.size, room = src_->size() - end;
+  if (room < 4) throw FormatError(where_, "record '" + name + "' has no data descriptor after its bytes (the item is cut short)");
+  uint8_t d[8];
+  src_->read(end, d, std::min<uint64_t>(room, 8));
+  bool signed_ = room >= 8 && d[0] == 'P' && d[1] == 'K' && d[2] == 7 && d[3] == 8;
+  loc.crc = le32(signed_ ? d + 4 : d);
   return loc;
 }
 

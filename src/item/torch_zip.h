@@ -23,6 +23,7 @@ namespace dcpctl {
 struct RecordLocation {
   uint64_t offset = 0;  // of the record's bytes within the source
   uint64_t size = 0;
+  uint32_t crc = 0;     // the CRC-32 its writer recorded (local header, or data descriptor)
 };
 
 class TorchZip {
@@ -35,10 +36,15 @@ class TorchZip {
 
   std::vector<std::string> records();
   bool has(const std::string& name);
-  // A small record's bytes (data.pkl, byteorder); refuses records larger than max_bytes.
+  // A small record's bytes (data.pkl, byteorder), their CRC-32 checked; refuses records larger
+  // than max_bytes.
   std::vector<uint8_t> read_small(const std::string& name, uint64_t max_bytes);
-  // Where a record's bytes lie in the source; checks the record is stored uncompressed.
+  // Where a record's bytes lie in the source, and their CRC; checks the record is stored
+  // uncompressed.
   RecordLocation locate(const std::string& name);
+  // locate(), and the record's CRC-32 checked as its bytes are read (ByteSource::watch_crc):
+  // for a reader about to read them.
+  RecordLocation watch(const std::string& name);
   const std::shared_ptr<const ByteSource>& source() const { return src_; }
   const Where& where() const { return where_; }
 

@@ -35,6 +35,7 @@ class Collector {
   void from_error(const Error& e) {
     const char* code = dynamic_cast<const UnsupportedError*>(&e) ? "item-unsupported"
                        : dynamic_cast<const IoError*>(&e)        ? "io-error"
+                       : dynamic_cast<const CorruptError*>(&e)   ? "crc-mismatch"
                                                                  : "item-invalid";
     problem(code, e.where(), e.detail());
   }

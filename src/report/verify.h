@@ -9,7 +9,8 @@
 //  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum)}
 // Problem codes: metadata-invalid, missing-file, window-out-of-file, window-overlap,
 // chunk-gap, chunk-overlap, chunk-out-of-bounds, missing-storage, orphan-storage,
-// duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error.
+// duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error,
+// crc-mismatch (a record's bytes fail the CRC-32 its writer stored: util/crc_ledger.h).
 #pragma once
 
 #include <cstdint>

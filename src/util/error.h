@@ -51,6 +51,13 @@ class FormatError : public Error {
   ExitCode exit_code() const override { return ExitCode::invalid; }
 };
 
+// Bytes that fail a check their writer recorded (a record's CRC-32): the checkpoint is damaged.
+// Exit 3 like any invalid checkpoint; a class of its own so that verify can name the finding.
+class CorruptError : public FormatError {
+ public:
+  using FormatError::FormatError;
+};
+
 // The operating system refused: missing file, short read, failed write, full disk.
 class IoError : public Error {
  public:

@@ -64,7 +64,12 @@ ReadFile::ReadFile(const std::string& path) : path_(path) {
 }
 
 ReadFile::ReadFile(ReadFile&& o) noexcept
-    : path_(std::move(o.path_)), fd_(o.fd_), size_(o.size_), direct_(std::move(o.direct_)), map_(o.map_.exchange(nullptr)) {
+    : path_(std::move(o.path_)),
+      fd_(o.fd_),
+      size_(o.size_),
+      direct_(std::move(o.direct_)),
+      map_(o.map_.exchange(nullptr)),
+      ledger_(std::move(o.ledger_)) {
   o.fd_ = -1;
 }
 
@@ -136,6 +141,7 @@ const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, co
     if (got == 0) throw IoError(Where(path_, pos, key), "file shrank while reading");
     pos += static_cast<uint64_t>(got);
   }
+  ledger_->saw(path_, offset, buf + (offset - start), n);
   return buf + (offset - start);
 }
 
@@ -147,6 +153,7 @@ void ReadFile::check_range(uint64_t offset, size_t n, const std::string& key) co
 
 void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {
   check_range(offset, n, key);
+  const uint64_t at = offset, total = n;
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
@@ -159,6 +166,7 @@ void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& 
     n -= static_cast<size_t>(got);
     offset += static_cast<uint64_t>(got);
   }
+  ledger_->saw(path_, at, static_cast<const uint8_t*>(buf), total);
 }
 
 bool path_exists(const std::string& path) {

@@ -3,8 +3,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "util/crc_ledger.h"
 #include "util/span_reader.h"
 
 namespace dcpctl {
@@ -49,6 +51,8 @@ class DirectFd {
 };
 
 // A file opened for positioned reads; every short read is an error naming file and offset.
+// Every byte read (read_at, read_direct) passes its ledger, which checks the CRC-32 of each
+// watched record once its bytes are all in (util/crc_ledger.h).
 class ReadFile {
  public:
   explicit ReadFile(const std::string& path);
@@ -72,6 +76,7 @@ class ReadFile {
   // (copy_file_range) instead of reading the disk again.
   bool cached(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }
+  CrcLedger& ledger() const { return *ledger_; }
 
  private:
   void check_range(uint64_t offset, size_t n, const std::string& key) const;  // FormatError past the end
@@ -80,6 +85,7 @@ class ReadFile {
   uint64_t size_ = 0;
   DirectFd direct_;
   mutable std::atomic<void*> map_{nullptr};  // the file mapped for cached(), on first use
+  std::unique_ptr<CrcLedger> ledger_ = std::make_unique<CrcLedger>();
 };
 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common

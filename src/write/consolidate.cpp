@@ -354,7 +354,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   // Under torchrun the ranks must plan alike, and a rank may not see every item (--local-files):
   // there, a streamed .pt record counts as assembled.
   ItemReader reader(ck);
-  auto in_place = [&](const TensorMeta& t, size_t c) { return reader.direct_run(t, c).has_value(); };
+  auto in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
   WritePlan plan = plan_write(ck, o.selection, o.cast, target, group ? nullptr : std::function<bool(const TensorMeta&, size_t)>(in_place));
   if (!to_safetensors) plan.files[0].name = o.output;
   const std::vector<std::string> headers = to_safetensors ? safetensors_headers(plan) : std::vector<std::string>{};

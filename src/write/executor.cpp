@@ -148,7 +148,9 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
   uint64_t out_off = base + chunk_start(t, c) / si * di;
   if (run && pt.src == pt.dst) {
     uint64_t win = std::min(run->bytes, r.window_elems * si);
-    bool use_cfr = cfr_ok.load();
+    // copy_file_range moves bytes no check sees: a run whose record's CRC-32 is still to be
+    // checked (util/crc_ledger.h) is copied through a buffer.
+    bool use_cfr = cfr_ok.load() && !run->file->ledger().watching(run->offset, run->bytes);
     if (use_cfr) {
       // copy_file_range needs no buffer; take one only if it turns out unavailable.
       copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());

@@ -37,7 +37,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
   WritePlan plan = plan_write(ck, o.selection, o.cast, target,
-                              [&](const TensorMeta& t, size_t c) { return reader.direct_run(t, c).has_value(); });
+                              [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); });
   const int world = static_cast<int>(plan.files.size());
 
   json summary;
