@@ -44,6 +44,8 @@ const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
       throw FormatError(Where(ck_.path_of(index), std::nullopt, where.key), "data file missing: the checkpoint is incomplete (" + fi.error + ")");
     if (!fi.size) throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
     files_[index] = std::make_unique<ReadFile>(ck_.path_of(index));
+    for (const Checkpoint::RecordCrc& r : ck_.record_crcs)
+      if (r.file == index) files_[index]->ledger().watch(files_[index]->path(), r.offset, r.size, r.crc, r.key, r.record);
   }
   return *files_[index];
 }
@@ -242,12 +244,22 @@ std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk,
   return run;
 }
 
+uint64_t ItemReader::bytes_item_cap(const StorageRef& ref) const {
+  return ref.length > (UINT64_MAX - limits_.bytes_item_base) / limits_.bytes_item_ratio
+             ? UINT64_MAX
+             : limits_.bytes_item_base + ref.length * limits_.bytes_item_ratio;
+}
+
+const ReadFile& ItemReader::watched_item_file(const BytesMeta& bm) const {
+  Opened o = open(bm.storage, bm.fqn, bytes_item_cap(bm.storage));
+  if (o.zip)
+    for (const std::string& name : o.zip->records()) o.zip->watch(name);
+  return file(bm.storage.file, o.where);
+}
+
 std::unique_ptr<pickle::Tree> ItemReader::read_bytes(const BytesMeta& bm) const {
   const StorageRef& ref = bm.storage;
-  uint64_t ratio_cap = ref.length > (UINT64_MAX - limits_.bytes_item_base) / limits_.bytes_item_ratio
-                           ? UINT64_MAX
-                           : limits_.bytes_item_base + ref.length * limits_.bytes_item_ratio;
-  Opened o = open(ref, bm.fqn, ratio_cap);
+  Opened o = open(ref, bm.fqn, bytes_item_cap(ref));
   if (!o.zip) throw FormatError(o.where, "non-tensor item is not a torch.save archive");
   std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);
   pickle::ParseOptions po;

@@ -63,6 +63,10 @@ class ItemReader {
   bool readable_in_place(const TensorMeta& t, size_t chunk) const;
   // The object a bytes item holds (torch.save'd by DCP), decoded by the restricted VM.
   std::unique_ptr<pickle::Tree> read_bytes(const BytesMeta& b) const;
+  // The file holding bytes item `b`, every zip record of the item watched on it: whoever copies
+  // the item's raw bytes from it (reshard keeps non-tensor items as they are) checks them all. A
+  // transformed (zstd) item is decoded and checked here.
+  const ReadFile& watched_item_file(const BytesMeta& b) const;
 
   const Checkpoint& checkpoint() const { return ck_; }
   // The raw (still transformed) bytes of the item at `ref`, got elsewhere (another rank read
@@ -74,6 +78,7 @@ class ItemReader {
   // `max_decoded`: the cap on a transformed item's decoded size (see ItemLimits).
   Opened open(const StorageRef& ref, const std::string& key, uint64_t max_decoded) const;
   Opened open_chunk(const TensorMeta& t, size_t chunk) const;
+  uint64_t bytes_item_cap(const StorageRef& ref) const;  // a decoded bytes item's cap (ItemLimits)
   TensorBlob check_blob(Opened& o, const TensorMeta& t, size_t chunk) const;
   std::optional<DirectRun> find_run(const TensorMeta& t, size_t chunk, bool watch) const;
   void check_extent(const Opened& o, const TensorBlob& b, size_t chunk, const RecordLocation& rec) const;

@@ -114,6 +114,7 @@ class Flattener {
       throw UnsupportedError(where, "holds " + bad + ", which torch.load(weights_only=True) refuses");
     TensorBlob b = interpret_tensor_pickle(v, where);
     RecordLocation rec = zip_.locate("data/" + b.storage_key);
+    v_.ck.record_crcs.push_back({file_, rec.offset, rec.size, rec.crc, key, "data/" + b.storage_key});
     size_t item = itemsize(b.dtype);
     uint64_t extent = b.extent();
     if (extent == UINT64_MAX || extent > rec.size / item)

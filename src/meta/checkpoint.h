@@ -56,6 +56,16 @@ struct Checkpoint {
   // What makes the checkpoint incomplete beyond chunk tiling (a key the index promises that no
   // file holds, a rank whose metadata is missing): verify reports them, writers refuse.
   Findings incomplete;
+  // The zip records whose bytes tensors point into directly (ItemFormat::Raw refs into a
+  // torch.save file: item/torch_file.h), with the CRC-32 each carries: the item reader watches
+  // them (util/crc_ledger.h) when it opens their file. Empty for DCP, whose items it opens itself.
+  struct RecordCrc {
+    uint32_t file;
+    uint64_t offset, size;
+    uint32_t crc;
+    std::string key, record;
+  };
+  std::vector<RecordCrc> record_crcs;
   uint64_t data_bytes() const;      // total size of the data files present
   std::string path_of(uint32_t file) const;
 };

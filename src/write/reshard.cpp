@@ -147,8 +147,9 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
         mb.length = bm.storage.length;
         mb.transforms = md.transform_sets.at(bm.storage.transforms);
         // Copied as they are (still encoded), through the stream window (past the page cache
-        // with --io direct): a large non-tensor item costs no more memory than a small one.
-        const ReadFile in(ck.path_of(bm.storage.file));
+        // with --io direct): a large non-tensor item costs no more memory than a small one. The
+        // copy's reads check the CRC-32 of every record in the item.
+        const ReadFile& in = reader.watched_item_file(bm);
         stream_runs(out, {{&in, bm.storage.offset, bm.storage.length, bm.fqn}}, DType::UInt8, DType::UInt8, win);
       }
     }, [&](size_t ri, uint64_t offset, uint64_t length) {

@@ -191,6 +191,16 @@ truncate -s 3000 "$work/broken/__1_0.distcp"
 check "owner's read error reaches rank 0" expect_fail 3 3 "could not read its share: .*__1_0.distcp: offset" \
   run_env 3 consolidate "$work/broken" -o "$work/broken.safetensors" -q
 check "owner's read error: nothing left behind" test ! -e "$work/broken.safetensors"
+# One bit flipped in tensor data of rank 1's file (headers and .metadata intact): the rank that
+# reads those bytes checks the record's CRC-32 and the run stops with exit 3 on every rank,
+# naming the record, leaving nothing (consolidate over 3 processes, reshard over 2).
+cp -r "$fixtures/sample/ckpt" "$work/flipped"
+rec=$(python3 "$(dirname "$0")/../corruption/crc_test.py" --flip-tensor "$work/flipped/__1_0.distcp")
+check "flipped bit: consolidate stops with exit 3 on every rank, naming the CRC-32" \
+  expect_fail 3 3 "__1_0.distcp: offset $rec: .*CRC-32" run_env 3 consolidate "$work/flipped" -o "$work/flipped.safetensors" -q
+check "flipped bit: reshard too" \
+  expect_fail 3 3 "__1_0.distcp: offset $rec: .*CRC-32" run_env 2 reshard "$work/flipped" -o "$work/flipped-w2" -w 2 -q
+check "flipped bit: nothing left behind" test -z "$(find "$work" -maxdepth 1 -name "flipped.*" -o -maxdepth 1 -name "flipped-w2*" -o -maxdepth 1 -name ".flipped*")"
 # reshard: a target rank only process 1 writes reads a damaged item (the zip header of
 # tok_emb's second dim-0 shard, rows 48.. = target rank 1 of 2); rank 0 reports process 1's
 # failure with its exit code (3, a damaged checkpoint), not 1.
