@@ -32,7 +32,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from inspect' -a '(__fish_complete
 # dcpctl verify
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -s h -l help -d 'Print this help message and exit'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l json -d 'Print the report as JSON (schema_version 1) on stdout'
-complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also decode every item and check its dtype, shape and length against .metadata'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also read every item: its dtype, shape and length against .metadata, and the CRC-32 of every record it holds'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With --deep: print the SHA-256 of every full tensor (C order, little-endian)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d 'Cap on --deep/--checksum buffer memory (default 1GiB)'

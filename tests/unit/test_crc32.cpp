@@ -1,5 +1,6 @@
-// CRC-32 (zip's) against published check values and Python's zlib.crc32.
+// CRC-32 (zip's) against published check values and Python's zlib.crc32; SHA-256 at the end.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -64,4 +65,24 @@ TEST_CASE("crc32 equals the bitwise definition at every length and alignment (ca
   std::vector<uint8_t> zeros(4096, 0), ones(4096, 0xFF);
   CHECK(crc32_update(0, zeros.data(), zeros.size()) == crc32_bitwise(zeros.data(), zeros.size()));
   CHECK(crc32_update(0, ones.data(), ones.size()) == crc32_bitwise(ones.data(), ones.size()));
+}
+
+// SHA-256 (OpenSSL's EVP, util/sha256.h) against FIPS 180-4's examples, fed whole and in pieces.
+#include "util/sha256.h"
+
+TEST_CASE("sha256 test vectors, whole and in pieces") {
+  using dcpctl::Sha256;
+  CHECK(Sha256::of("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(Sha256::of("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  CHECK(Sha256::of(two) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 h;  // one million 'a', in pieces of odd sizes
+  std::string a(997, 'a');
+  size_t left = 1000000;
+  while (left) {
+    size_t k = std::min(left, a.size());
+    h.update(a.data(), k);
+    left -= k;
+  }
+  CHECK(h.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
