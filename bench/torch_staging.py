@@ -1,11 +1,23 @@
 #!/usr/bin/env python3
 """Time PyTorch's own GPU -> host staging, for comparison with `dcpctl bench staging`.
 
-For every size: a device tensor of that many bytes is copied
-  pinned    into a cached page-locked buffer: pinned.copy_(gpu, non_blocking=True), the buffer
-            allocated once (the pinning cost is reported), as PyTorch advises for async_save;
-            timed with CUDA events, and with the host clock up to the synchronize;
-  pageable  with gpu.cpu(): a fresh pageable tensor every time; host clock.
+For every size, a device tensor of that many bytes is copied to the host, per --modes (all by
+default):
+  pinned          into a cached page-locked buffer: pinned.copy_(gpu, non_blocking=True), the
+                  buffer allocated once (the pinning cost is reported), as PyTorch advises for
+                  async_save; timed with CUDA events, and with the host clock up to the synchronize;
+  pageable        gpu.cpu(): a fresh pageable tensor every time; host clock;
+  to-nonblocking  gpu.to("cpu", non_blocking=True) and a stream synchronize: torch pins the result
+                  itself (its caching host allocator, so the pinned block is reused once warm);
+                  host clock; "memory" says whether the result really was pinned;
+  stager          torch.distributed.checkpoint's DefaultStager(StagingOptions()), kept across saves
+                  as async_save(async_stager=...) uses it: shared memory pinned in place, copied on
+                  its own stream from a background thread, its staged storage cached and reused;
+                  host clock from stage() to the future's result; the first save, which allocates
+                  and pins, is reported as the pinning cost. Skipped when /dev/shm lacks the room;
+  async-save      what dcp.async_save stages with by default (no async_stager): a new DefaultStager
+                  with every option off per save, fresh pageable memory and blocking copies (a
+                  FileSystemWriter passed as storage_writer stages alike); host clock.
 Warm-up iterations first, then --iters timed ones (median/min/max), then the copied bytes are
 compared with the device tensor. Prints JSON (schema_version 1) with field names that match
 dcpctl's, so bench/staging.sh can put the two side by side.
@@ -23,6 +35,7 @@ import time
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 DEFAULT_SIZES = "4MiB,64MiB,256MiB,1GiB"
+MODES = ["pinned", "pageable", "to-nonblocking", "stager", "async-save"]
 
 
 def parse_size(text):
@@ -65,6 +78,113 @@ def rates(nbytes, secs):
     return {"median": r(secs["median"]), "min": r(secs["max"]), "max": r(secs["min"])}
 
 
+def host_timed(args, fn):
+    """fn() run --warmup + --iters times; the host-clock seconds of the timed ones and fn's last result."""
+    out, secs = None, []
+    for i in range(args.warmup + args.iters):
+        out = None  # the previous copy is freed before the next is made
+        t0 = time.perf_counter()
+        out = fn()
+        t1 = time.perf_counter()
+        if i >= args.warmup:
+            secs.append(t1 - t0)
+    return secs, out
+
+
+def result(args, mode, method, memory, n, timing, secs, host=None, pin=None, ok=True, reason=""):
+    s = summary(secs) if secs else None
+    return {"mode": mode, "method": method, "memory": memory, "direction": "d2h", "bytes": n, "copies": 1,
+            "timing": timing, "iters": args.iters, "warmup": args.warmup, "seconds": s,
+            "host_seconds": summary(host) if host else s, "gbps": rates(n, s) if s else None,
+            "pin_seconds": summary([pin]) if pin is not None else None,
+            "pin_seconds_per_gib": pin / (n / 2**30) if pin is not None else None,
+            "verified": ok if secs else None, "status": "skipped" if not secs else ("ok" if ok else "failed"),
+            "reason": reason if not secs else ("" if ok else "wrong bytes")}
+
+
+def stage_modes(args, torch, dev, gpu, n):
+    """The rows of one size, in --modes order."""
+    stream = torch.cuda.current_stream(dev)
+    rows = []
+    for mode in args.modes:
+        if mode == "pinned":  # cached pinned buffer, allocated once, CUDA events
+            t0 = time.perf_counter()
+            pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+            pin = time.perf_counter() - t0
+            ev, host = [], []
+            for i in range(args.warmup + args.iters):
+                pinned.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                t0 = time.perf_counter()
+                start.record(stream)
+                pinned.copy_(gpu, non_blocking=True)
+                end.record(stream)
+                end.synchronize()
+                t1 = time.perf_counter()
+                if i >= args.warmup:
+                    ev.append(start.elapsed_time(end) / 1e3)
+                    host.append(t1 - t0)
+            rows.append(result(args, mode, "pinned.copy_(gpu, non_blocking=True), cached pin_memory buffer",
+                               "page-locked (pin_memory), cached", n, "cuda-events", ev, host, pin,
+                               bool(torch.equal(pinned.to(dev), gpu))))
+            del pinned
+        elif mode == "pageable":
+            secs, cpu = host_timed(args, gpu.cpu)
+            rows.append(result(args, mode, "gpu.cpu(), a fresh pageable tensor every time", "pageable, fresh", n,
+                               "host-clock", secs, ok=bool(torch.equal(cpu.to(dev), gpu))))
+            del cpu
+        elif mode == "to-nonblocking":
+            def to_cpu():
+                t = gpu.to("cpu", non_blocking=True)
+                stream.synchronize()
+                return t
+            secs, cpu = host_timed(args, to_cpu)
+            memory = "page-locked (torch's caching host allocator)" if cpu.is_pinned() else "pageable"
+            rows.append(result(args, mode, 'gpu.to("cpu", non_blocking=True) + stream synchronize', memory, n,
+                               "host-clock", secs, ok=bool(torch.equal(cpu.to(dev), gpu))))
+            del cpu
+        elif mode in ("stager", "async-save"):
+            rows.append(stager_row(args, torch, dev, gpu, n, mode))
+    return rows
+
+
+def stager_row(args, torch, dev, gpu, n, mode):
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError as e:
+        return result(args, mode, "DefaultStager", "", n, "host-clock", [], reason=f"torch lacks DefaultStager: {e}")
+    if mode == "async-save":
+        def save():
+            s = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+                                             use_async_staging=False, use_non_blocking_copy=False))
+            try:
+                return s.stage({"t": gpu})["t"]
+            finally:
+                s.close()
+        secs, cpu = host_timed(args, save)
+        return result(args, mode, "dcp.async_save's own stager: DefaultStager(StagingOptions(False, False, False, "
+                      "False)), new per save", "pageable, fresh", n, "host-clock", secs,
+                      ok=bool(torch.equal(cpu.to(dev), gpu)))
+    import os
+    st = os.statvfs("/dev/shm")
+    free = st.f_bavail * st.f_frsize
+    if free < n + (64 << 20):
+        return result(args, mode, "DefaultStager(StagingOptions())", "", n, "host-clock", [],
+                      reason=f"/dev/shm has {free} bytes free; DefaultStager's shared memory needs {n} (and headroom)")
+    stager = DefaultStager(StagingOptions())
+    try:
+        t0 = time.perf_counter()
+        stager.stage({"t": gpu}).result()  # allocates the shared memory and pins it
+        pin = time.perf_counter() - t0
+        secs, sd = host_timed(args, lambda: stager.stage({"t": gpu}).result())
+        cpu = sd["t"]
+        memory = "shared memory, page-locked in place, cached" if cpu.is_pinned() else "shared memory, cached"
+        return result(args, mode, "DefaultStager(StagingOptions()) kept across saves: stage(sd).result()", memory, n,
+                      "host-clock", secs, pin=pin, ok=bool(torch.equal(cpu.to(dev), gpu)))
+    finally:
+        stager.close()
+
+
 def measure(args):
     import torch  # deferred: --help and importing this module need no torch
 
@@ -76,7 +196,6 @@ def measure(args):
     dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
     props = torch.cuda.get_device_properties(dev)
-    stream = torch.cuda.current_stream(dev)
     report = {
         "schema_version": 1,
         "benchmark": "torch-staging",
@@ -84,59 +203,14 @@ def measure(args):
         "cuda_version": torch.version.cuda,
         "device": {"index": args.device, "name": props.name, "compute_capability": f"{props.major}.{props.minor}",
                    "memory_bytes": props.total_memory},
-        "config": {"sizes": args.sizes, "iters": args.iters, "warmup": args.warmup},
+        "config": {"sizes": args.sizes, "modes": args.modes, "iters": args.iters, "warmup": args.warmup},
         "results": [],
     }
     for n in args.sizes:
         gpu = torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev)
         torch.cuda.synchronize(dev)
-
-        # Cached pinned buffer, allocated once.
-        t0 = time.perf_counter()
-        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        pin = time.perf_counter() - t0
-        ev, host = [], []
-        for i in range(args.warmup + args.iters):
-            pinned.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
-            start.record(stream)
-            pinned.copy_(gpu, non_blocking=True)
-            end.record(stream)
-            end.synchronize()
-            t1 = time.perf_counter()
-            if i >= args.warmup:
-                ev.append(start.elapsed_time(end) / 1e3)
-                host.append(t1 - t0)
-        ok = bool(torch.equal(pinned.to(dev), gpu))
-        secs = summary(ev)
-        report["results"].append({
-            "mode": "pinned", "method": "pinned.copy_(gpu, non_blocking=True), cached pin_memory buffer",
-            "direction": "d2h", "bytes": n, "copies": 1, "timing": "cuda-events", "iters": args.iters,
-            "warmup": args.warmup, "seconds": secs, "host_seconds": summary(host), "gbps": rates(n, secs),
-            "pin_seconds": summary([pin]), "pin_seconds_per_gib": pin / (n / 2**30),
-            "verified": ok, "status": "ok" if ok else "failed", "reason": "" if ok else "wrong bytes"})
-        del pinned
-
-        # gpu.cpu(): fresh pageable memory every time.
-        host = []
-        cpu = None
-        for i in range(args.warmup + args.iters):
-            del cpu
-            t0 = time.perf_counter()
-            cpu = gpu.cpu()
-            t1 = time.perf_counter()
-            if i >= args.warmup:
-                host.append(t1 - t0)
-        ok = bool(torch.equal(cpu.to(dev), gpu))
-        secs = summary(host)
-        report["results"].append({
-            "mode": "pageable", "method": "gpu.cpu(), a fresh pageable tensor every time",
-            "direction": "d2h", "bytes": n, "copies": 1, "timing": "host-clock", "iters": args.iters,
-            "warmup": args.warmup, "seconds": secs, "host_seconds": secs, "gbps": rates(n, secs),
-            "pin_seconds": None, "pin_seconds_per_gib": None,
-            "verified": ok, "status": "ok" if ok else "failed", "reason": "" if ok else "wrong bytes"})
-        del cpu, gpu
+        report["results"] += stage_modes(args, torch, dev, gpu, n)
+        del gpu
         torch.cuda.empty_cache()
     failed = sum(r["status"] == "failed" for r in report["results"])
     return (1 if failed else 0), report
@@ -149,11 +223,15 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=10, help="timed iterations (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations first (default 2)")
     p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {','.join(MODES)} (default all)")
     args = p.parse_args(argv)
     try:
         args.sizes = parse_sizes(args.sizes)
     except ValueError as e:
         p.error(str(e))
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not args.modes or set(args.modes) - set(MODES):
+        p.error(f"--modes: choose from {','.join(MODES)}")
     if args.iters < 1 or args.warmup < 0:
         p.error("--iters must be at least 1 and --warmup at least 0")
     rc, report = measure(args)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# gpu-check-no-gpu: tools/gpu-check.sh on a machine without a GPU exits 5 at once, before it builds
+# or writes anything, listing every check it would run (the same list as --list); a bad argument
+# is a usage error (2); the script is shellcheck-clean. Skips (77) where a GPU is present.
+#   gpu_check_test.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+script=$src/tools/gpu-check.sh
+# shellcheck source=tests/skip.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+command -v shellcheck >/dev/null || skip_or_fail "shellcheck is not installed (tools/dev.sh setup installs it)"
+(cd "$src" && shellcheck -x tools/gpu-check.sh tests/bench/gpu_check_test.sh) || fail "shellcheck"
+if compgen -G '/dev/nvidia[0-9]*' >/dev/null ||
+  { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+  skip_absent "a GPU is present, so the no-GPU path cannot be tested here (run tools/gpu-check.sh itself)"
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rc=0
+start=$(date +%s%N)
+"$script" --out "$tmp/out" --build "$tmp/build" >"$tmp/stdout" 2>"$tmp/stderr" || rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+[ $rc = 5 ] || fail "exit $rc, expected 5; stderr: $(cat "$tmp/stderr")"
+# "In under a second": measured and printed; failed only when far off (a loaded CI machine).
+[ $ms -lt 10000 ] || fail "took $ms ms; it must decide before building anything"
+[ ! -s "$tmp/stdout" ] || fail "stdout is not empty: $(cat "$tmp/stdout")"
+if [ -e "$tmp/out" ] || [ -e "$tmp/build" ]; then fail "it wrote $(ls "$tmp")"; fi
+head -n 1 "$tmp/stderr" | grep -q '^gpu-check.sh: no NVIDIA GPU here .*nothing was run' ||
+  fail "the first line does not say why: $(head -n 1 "$tmp/stderr")"
+for c in build version ctest staging nccl; do
+  grep -q "^  $c  " "$tmp/stderr" || fail "the listing does not name the check '$c'"
+done
+for what in "bench staging" "torch_staging.py" "DefaultStager" "4GiB" "--backend nccl" "--version" "bench_tests"; do
+  grep -qF -- "$what" "$tmp/stderr" || fail "the listing does not mention $what"
+done
+"$script" --list >"$tmp/list"
+diff <(tail -n +3 "$tmp/stderr") "$tmp/list" >&2 || fail "the no-GPU listing differs from --list"
+
+for bad in --bogus --out; do
+  rc=0
+  "$script" "$bad" >/dev/null 2>"$tmp/err" || rc=$?
+  if [ $rc != 2 ] || [ ! -s "$tmp/err" ]; then fail "gpu-check.sh $bad: exit $rc, expected 2 with a message"; fi
+done
+echo "ok: exit 5 in $ms ms with nothing written, listing build, version, ctest, staging, nccl; usage errors exit 2"
