@@ -6,7 +6,8 @@
 #
 # Environment: DCPCTL, PYTHON as in bench/common.sh (its big checkpoint is not used here);
 # TENSORS (default 2000), RANKS (default 256), ROWS (rows per tensor, default 256, 16 float32
-# columns), TIMEOUT (seconds for each run, default 1800).
+# columns), TIMEOUT (seconds for each run, default 1800), TORCH=0 to leave out torch's run (c),
+# BASE=/path/to/an/older/dcpctl to run (a) and (b) with it too (x_base_*: e.g. the cost of a check).
 #
 # How the checkpoint is made: real torch (dcp.save, one process) writes TENSORS tensors of
 # ROWS x 16 float32; dcpctl reshard splits each over RANKS target ranks (dim 0), so every tensor
@@ -67,7 +68,11 @@ run() {  # run NAME COMMAND...
 }
 run a_dcpctl_safetensors "$dcpctl" consolidate "$ckpt" -o "$work/out-a_dcpctl_safetensors.safetensors" -q
 run b_dcpctl_pt "$dcpctl" consolidate "$ckpt" -o "$work/out-b_dcpctl_pt.pt" -q
-run c_torch_dcp_to_torch_save "$py" -c "
+if [ -n "${BASE:-}" ]; then
+  run x_base_safetensors "$BASE" consolidate "$ckpt" -o "$work/out-x_base_safetensors.safetensors" -q
+  run x_base_pt "$BASE" consolidate "$ckpt" -o "$work/out-x_base_pt.pt" -q
+fi
+[ "${TORCH:-1}" = 0 ] || run c_torch_dcp_to_torch_save "$py" -c "
 import sys, warnings
 warnings.filterwarnings('ignore')
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -82,10 +87,18 @@ from timing import parse_time  # noqa: E402
 print(f"\n{items} items; page cache {'dropped before each run' if cold else 'warm'}")
 print(f"{'run':28} {'exit':>4} {'seconds':>8} {'items/s':>9} {'max RSS':>10}")
 rows = {}
-for n in ("a_dcpctl_safetensors", "b_dcpctl_pt", "c_torch_dcp_to_torch_save"):
+for n in ("a_dcpctl_safetensors", "b_dcpctl_pt", "x_base_safetensors", "x_base_pt", "c_torch_dcp_to_torch_save"):
+    if n.startswith("x_") and not os.environ.get("BASE") or n.startswith("c_") and os.environ.get("TORCH") == "0":
+        continue
     t = parse_time(os.path.join(work, f"time-{n}.txt"))
     rows[n] = t
     print(f"{n:28} {t['rc']:>4} {t['secs']:8.2f} {items / t['secs'] if t['secs'] else 0:9.0f} {t['rss'] / 2**20:8.0f} MiB")
+if "x_base_pt" in rows:
+    for n in ("safetensors", "pt"):
+        a, b = rows[[k for k in rows if k.endswith("_" + n) and k.startswith(("a_", "b_"))][0]], rows["x_base_" + n]
+        print(f"  {n}: {a['secs'] / b['secs']:.2f}x the BASE binary's time")
+if "c_torch_dcp_to_torch_save" not in rows:
+    sys.exit(0)
 ts = rows["c_torch_dcp_to_torch_save"]["secs"]
 for n in ("a_dcpctl_safetensors", "b_dcpctl_pt"):
     print(f"  {n}: {ts / rows[n]['secs']:.1f}x torch's time")
