@@ -1,11 +1,11 @@
 #include "item/source.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "util/crc32.h"
+#include "util/crc_ledger.h"
 
 namespace dcpctl {
 
@@ -26,12 +26,7 @@ void ByteSource::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& 
     got = crc32_update(got, buf.data(), k);
     done += k;
   }
-  if (got != crc) {
-    char s[64];
-    std::snprintf(s, sizeof s, "stored 0x%08x, its bytes give 0x%08x", crc, got);
-    throw CorruptError(where, "record '" + record + "' (" + std::to_string(n) + " bytes) fails its CRC-32 check: " + s +
-                                  "; the checkpoint is damaged (restore it from a good copy)");
-  }
+  if (got != crc) throw_crc_mismatch(where, record, n, crc, got);
 }
 
 void FileWindow::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const {

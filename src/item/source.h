@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ class ByteSource {
   // they are read, whoever reads them (a file's ledger, util/crc_ledger.h), or here and now by
   // default (bytes in memory: one pass). A mismatch is a CorruptError naming `where`.
   virtual void watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const;
+  // Where byte `pos` lies in the file, for errors; nullopt for bytes in memory (a decoded item).
+  virtual std::optional<uint64_t> file_offset(uint64_t) const { return std::nullopt; }
 };
 
 // [base, base + length) of an open file. Errors name the file and the absolute offset.
@@ -31,6 +34,7 @@ class FileWindow final : public ByteSource {
   uint64_t size() const override { return length_; }
   void read(uint64_t pos, void* buf, size_t n) const override;
   void watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const override;
+  std::optional<uint64_t> file_offset(uint64_t pos) const override { return base_ + pos; }
 
  private:
   const ReadFile& file_;

@@ -23,7 +23,8 @@ namespace dcpctl {
 struct RecordLocation {
   uint64_t offset = 0;  // of the record's bytes within the source
   uint64_t size = 0;
-  uint32_t crc = 0;     // the CRC-32 its writer recorded (local header, or data descriptor)
+  uint32_t crc = 0;     // the CRC-32 its writer recorded (local header, or data descriptor);
+                        // not read by locate()
 };
 
 class TorchZip {
@@ -39,16 +40,22 @@ class TorchZip {
   // A small record's bytes (data.pkl, byteorder), their CRC-32 checked; refuses records larger
   // than max_bytes.
   std::vector<uint8_t> read_small(const std::string& name, uint64_t max_bytes);
-  // Where a record's bytes lie in the source, and their CRC; checks the record is stored
-  // uncompressed.
+  // Where a record's bytes lie in the source; checks the record is stored uncompressed.
   RecordLocation locate(const std::string& name);
+  // The same with the record's CRC-32, for a reader that checks it later.
+  RecordLocation locate_with_crc(const std::string& name);
   // locate(), and the record's CRC-32 checked as its bytes are read (ByteSource::watch_crc):
-  // for a reader about to read them.
+  // for a reader about to read them. A small record (64 KiB at most) is read here, with its
+  // header and descriptor in one read, and checked at once; the reader's own read of it then
+  // comes from the same page cache.
   RecordLocation watch(const std::string& name);
   const std::shared_ptr<const ByteSource>& source() const { return src_; }
   const Where& where() const { return where_; }
 
  private:
+  // Where record `name` lies, with its CRC when `crc`; with `bytes`, a small record's bytes are
+  // read into it and checked (left empty for a large one).
+  RecordLocation place(const std::string& name, bool crc, std::vector<uint8_t>* bytes);
   struct Impl;
   std::shared_ptr<const ByteSource> src_;
   Where where_;

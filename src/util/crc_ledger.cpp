@@ -123,10 +123,12 @@ void CrcLedger::finish(const std::string& path, uint64_t offset, Record& r) {
   records_.erase(offset);
   live_ = records_.size();
   ++checked_;
-  if (crc != want)
-    throw CorruptError(Where(path, offset, key), "record '" + record + "' (" + std::to_string(n) + " bytes) fails its CRC-32 check: stored " +
-                                                     hex32(want) + ", its bytes give " + hex32(crc) +
-                                                     "; the checkpoint is damaged (restore it from a good copy)");
+  if (crc != want) throw_crc_mismatch(Where(path, offset, key), record, n, want, crc);
+}
+
+void throw_crc_mismatch(const Where& where, const std::string& record, uint64_t n, uint32_t stored, uint32_t got) {
+  throw CorruptError(where, "record '" + record + "' (" + std::to_string(n) + " bytes) fails its CRC-32 check: stored " + hex32(stored) +
+                                ", its bytes give " + hex32(got) + "; the checkpoint is damaged (restore it from a good copy)");
 }
 
 }  // namespace dcpctl

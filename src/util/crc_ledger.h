@@ -61,4 +61,8 @@ class CrcLedger {
 // The CRC-32 of `a` followed by `b` (`nb` bytes), from the CRCs of each.
 uint32_t crc32_combine(uint32_t a, uint32_t b, uint64_t nb);
 
+struct Where;
+// The CorruptError of record `record` (`n` bytes, at `where`) whose bytes give `got`, not `stored`.
+[[noreturn]] void throw_crc_mismatch(const Where& where, const std::string& record, uint64_t n, uint32_t stored, uint32_t got);
+
 }  // namespace dcpctl
