@@ -134,7 +134,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         std::vector<uint64_t> needs(t.num_chunks());
         uint64_t decoded = 0;
         for (size_t c = 0; c < t.num_chunks(); ++c) decoded = std::max(decoded, needs[c] = reader_need(t, c));
-        uint64_t window_bytes = std::max<uint64_t>(per_worker > decoded ? (per_worker - decoded) / 2 : 0, item);
+        // Windows of at most 32 MiB: enough to stream at the disk's speed, and a worker's buffers
+        // are touched once each (windows of the whole budget cost a page fault per 4 KiB of it).
+        constexpr uint64_t kMaxWindow = 32ull << 20;
+        uint64_t window_bytes = std::max<uint64_t>(std::min(per_worker > decoded ? (per_worker - decoded) / 2 : 0, kMaxWindow), item);
         if (decoded != 0) {
           // The reader decodes (or gathers) a chunk whole for every window touching it: windows
           // of at least the largest chunk keep that to a few passes per chunk, at the cost of
