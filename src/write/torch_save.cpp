@@ -32,6 +32,15 @@ struct TorchSaveWriter::Impl {
   std::string payload_record;
   bool await_descriptor = false, central_patched = false;
   std::vector<std::pair<std::string, uint32_t>> crcs;
+  bool closing = false;
+
+  // An archive left unfinished (an error while reading what it was to hold) is finalized by
+  // PyTorchStreamWriter's destructor: those writes go nowhere (the output is discarded), and the
+  // writer goes first, while what sink() reads is still there.
+  ~Impl() {
+    closing = true;
+    writer.reset();
+  }
 
   // Returns true if it wrote `data` itself.
   bool streamed(const void* data, size_t n) {
@@ -79,7 +88,7 @@ struct TorchSaveWriter::Impl {
     // After a failed write the archive is lost anyway: accept (and drop) everything else, so
     // PyTorchStreamWriter's own bookkeeping, and its destructor, never throw; the first error is
     // rethrown by guarded().
-    if (error) return n;
+    if (error || closing) return n;
     try {
       if (out && (payload || await_descriptor || !crcs.empty()) && streamed(data, n)) return n;
       if (out) out->append(data, n);
