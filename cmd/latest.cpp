@@ -11,7 +11,7 @@ namespace dcpctl::cli {
 
 using nlohmann::json;
 
-RunFolder require_run_folder(const std::string& dir);  // cmd/ls.cpp
+RunFolder require_run_folder(const std::string& dir, Judge judge);  // cmd/ls.cpp
 
 struct LatestCliOptions {
   std::string run;
@@ -19,7 +19,8 @@ struct LatestCliOptions {
 };
 
 int run_latest(const LatestCliOptions& o) {
-  RunFolder rf = require_run_folder(o.run);
+  // Newest first, stopping at the first complete one: only what the answer needs is read.
+  RunFolder rf = require_run_folder(o.run, Judge::NewestComplete);
   const RunEntry* e = rf.newest_complete();
   if (!e) {
     std::string why;
@@ -28,7 +29,8 @@ int run_latest(const LatestCliOptions& o) {
   }
   if (o.json)
     std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step ? json(*e->step) : json(nullptr)},
-                      {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}}.dump(2)
+                      {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)},
+                      {"timing", run_folder_timing(rf)}}.dump(2)
               << "\n";
   else
     std::cout << e->path << "\n";

@@ -20,12 +20,12 @@ struct LsCliOptions {
 };
 
 // The run folder at `dir`, or a usage error saying what `dir` is instead.
-RunFolder require_run_folder(const std::string& dir) {
+RunFolder require_run_folder(const std::string& dir, Judge judge) {
   if (!path_exists(dir)) throw IoError(Where(dir), "no such file or directory");
   if (!is_directory(dir)) throw IoError(Where(dir), "not a directory");
   if (holds_checkpoint_files(dir))
     throw UsageError(Where(dir), "is a checkpoint, not a run folder of checkpoints (dcpctl inspect shows it)");
-  auto rf = scan_run_folder(dir);
+  auto rf = scan_run_folder(dir, judge);
   if (!rf || rf->entries.empty()) throw UsageError(Where(dir), "holds no checkpoint (a subfolder whose name ends in a step number and that holds checkpoint files)");
   return std::move(*rf);
 }
@@ -41,7 +41,7 @@ static std::string date_text(int64_t t) {
 }
 
 int run_ls(const LsCliOptions& o) {
-  RunFolder rf = require_run_folder(o.run);
+  RunFolder rf = require_run_folder(o.run, Judge::All);
   if (o.json) {
     std::cout << run_folder_report(rf).dump(2) << "\n";
     return 0;

@@ -12,7 +12,7 @@ namespace dcpctl::cli {
 
 using nlohmann::json;
 
-RunFolder require_run_folder(const std::string& dir);  // cmd/ls.cpp
+RunFolder require_run_folder(const std::string& dir, Judge judge);  // cmd/ls.cpp
 
 struct PruneCliOptions {
   std::string run;
@@ -21,7 +21,7 @@ struct PruneCliOptions {
 };
 
 int run_prune(const PruneCliOptions& o) {
-  RunFolder rf = require_run_folder(o.run);
+  RunFolder rf = require_run_folder(o.run, Judge::All);
   std::vector<PruneDecision> plan = plan_prune(rf, o.keep, o.incomplete);
   json removed = json::array(), kept = json::array();
   uint64_t freed = 0;

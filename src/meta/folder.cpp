@@ -13,25 +13,86 @@ bool int_dims(const Value& v) {
   return true;
 }
 
+// v is the str `lit` (a compile-time length, so the comparison is inlined).
+template <size_t N>
+bool is_name(const Value& v, const char (&lit)[N]) {
+  return v.kind == Kind::Str && v.len == N - 1 && same_bytes(v.as_str().data(), lit, N - 1);
+}
+
+// The attribute dict of an object (BUILD state, or the dict of a (dict, slots) state).
+const Value* state_dict(const Value& obj) {
+  if (obj.kind != Kind::Object) return nullptr;
+  const Value& st = obj.as_object().state;
+  if (st.kind == Kind::Dict) return &st;
+  if (st.kind == Kind::Tuple && st.len == 2 && st.items()[0].kind == Kind::Dict) return &st.items()[0];
+  return nullptr;
+}
+
 }  // namespace
+
+bool read_properties(const Value& props, std::string& dtype_name, bool& requires_grad) {
+  const Value* dtype = nullptr;
+  const Value* rg = nullptr;
+  const Value& st = props.kind == Kind::Object ? props.as_object().state : props;
+  if (st.kind == Kind::Tuple && st.len >= 1) {
+    dtype = &st.items()[0];
+    if (st.len >= 3) rg = &st.items()[2];
+  } else if (const Value* d = state_dict(props)) {
+    dtype = d->get("dtype");
+    rg = d->get("requires_grad");
+  }
+  if (!dtype || dtype->kind != Kind::Global) return false;
+  dtype_name = std::string(dtype->as_global().name);
+  requires_grad = rg && rg->kind == Kind::Bool && rg->as_bool();
+  return true;
+}
+
+bool MetadataFolder::fold(const pickle::GlobalRef& cls, const Value& args, const Value& state, Value& out) {
+  if (args.kind != Kind::Tuple || args.len != 0 || state.kind != Kind::Dict) return false;
+  uint32_t tag = 0;
+  auto seen = std::find_if(seen_.begin(), seen_.end(), [&](const Seen& s) { return s.cls == &cls; });
+  if (seen != seen_.end()) {
+    tag = seen->tag;
+  } else {
+    if (cls.name == "ChunkStorageMetadata") tag = kChunk;
+    else if (cls.name == "MetadataIndex") tag = kKey;
+    else if (cls.name == "_StorageInfo") tag = kStorage;
+    else if (cls.name == "TensorStorageMetadata") tag = kTensor;
+    if (tag) {
+      if (!cls_[tag]) cls_[tag] = &cls;
+      if (cls_[tag] != &cls) tag = 0;  // a second class of that name: left to the Mapper
+    }
+    if (seen_.size() < 64) seen_.push_back({&cls, tag});
+  }
+  switch (tag) {
+    case kChunk: return chunk(state, out);
+    case kKey: return key(state, out);
+    case kStorage: return storage_info(state, out);
+    case kTensor: return tensor(state, out);
+    default: return false;
+  }
+}
 
 bool MetadataFolder::chunk(const Value& st, Value& out) {
   const Value *off = nullptr, *sz = nullptr;
   pickle::Items it = st.items();
   if (it.size() != 4) return false;
   for (uint64_t i = 0; i < 4; i += 2) {
-    if (it[i].is_str("offsets"))
+    if (is_name(it[i], "offsets"))
       off = &it[i + 1];
-    else if (it[i].is_str("sizes"))
+    else if (is_name(it[i], "sizes"))
       sz = &it[i + 1];
   }
   if (!off || !sz || !int_dims(*off) || !int_dims(*sz) || off->items().size() != sz->items().size()) return false;
   uint64_t nd = off->items().size();
   tb_.charge(2 * nd + 1, "");
   out = ext(kChunk, dims.size());
-  dims.push_back(static_cast<int64_t>(nd));
-  for (const Value& d : off->items()) dims.push_back(d.as_int());
-  for (const Value& d : sz->items()) dims.push_back(d.as_int());
+  size_t at = dims.size();
+  dims.resize(at + 1 + 2 * nd);
+  int64_t* p = dims.data() + at;
+  *p++ = static_cast<int64_t>(nd);
+  for (const Value& d : off->items()) *p++ = d.as_int();
+  for (const Value& d : sz->items()) *p++ = d.as_int();
   return true;
 }
 
@@ -39,29 +100,34 @@ bool MetadataFolder::key(const Value& st, Value& out) {
   const Value *fqn = nullptr, *off = nullptr, *idx = nullptr;
   pickle::Items it = st.items();
   for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
-    if (it[i].is_str("fqn"))
+    if (is_name(it[i], "fqn"))
       fqn = &it[i + 1];
-    else if (it[i].is_str("offset"))
+    else if (is_name(it[i], "offset"))
       off = &it[i + 1];
-    else if (it[i].is_str("index"))
+    else if (is_name(it[i], "index"))
       idx = &it[i + 1];
     else
       return false;
   }
   if (!fqn || fqn->kind != Kind::Str || !off) return false;
-  if (off->kind != Kind::None && !int_dims(*off)) return false;
+  if (off->kind != Kind::None && (!int_dims(*off) || off->items().size() >= kNoOffset)) return false;
   if (idx && idx->kind != Kind::None && idx->kind != Kind::Int) return false;
+  int64_t index = idx && idx->kind == Kind::Int && idx->as_int() >= 0 ? idx->as_int() : -1;
+  if (index >= static_cast<int64_t>(kNoIndex)) return false;  // beyond any chunk list: left to the Mapper
+  if (dims.size() >= (uint64_t{1} << 55)) return false;
   Key k;
-  k.fqn = intern(fqns, fqn_ids_, fqn->as_str());
-  k.index = idx && idx->kind == Kind::Int && idx->as_int() >= 0 ? idx->as_int() : -1;
-  k.dims = dims.size();
-  if (off->kind == Kind::None) {
-    k.nd = kNoOffset;
-  } else {
-    k.nd = static_cast<uint32_t>(off->items().size());
-    tb_.charge(k.nd + 1, "");
-    for (const Value& d : off->items()) dims.push_back(d.as_int());
+  k.fqn = intern(fqns, fqn_ids_, fqn->as_str(), last_fqn_, last_fqn_id_);
+  k.index = index < 0 ? kNoIndex : static_cast<uint32_t>(index);
+  uint64_t nd = kNoOffset;
+  uint64_t at = dims.size();
+  if (off->kind != Kind::None) {
+    nd = off->items().size();
+    tb_.charge(nd + 1, "");
+    dims.resize(at + nd);
+    int64_t* p = dims.data() + at;
+    for (const Value& d : off->items()) *p++ = d.as_int();
   }
+  k.packed = at << 8 | nd;
   out = ext(kKey, keys.size());
   keys.push_back(k);
   return true;
@@ -71,13 +137,13 @@ bool MetadataFolder::storage_info(const Value& st, Value& out) {
   const Value *rp = nullptr, *off = nullptr, *len = nullptr, *td = nullptr;
   pickle::Items it = st.items();
   for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
-    if (it[i].is_str("relative_path"))
+    if (is_name(it[i], "relative_path"))
       rp = &it[i + 1];
-    else if (it[i].is_str("offset"))
+    else if (is_name(it[i], "offset"))
       off = &it[i + 1];
-    else if (it[i].is_str("length"))
+    else if (is_name(it[i], "length"))
       len = &it[i + 1];
-    else if (it[i].is_str("transform_descriptors"))
+    else if (is_name(it[i], "transform_descriptors"))
       td = &it[i + 1];
     else
       return false;
@@ -93,8 +159,8 @@ bool MetadataFolder::storage_info(const Value& st, Value& out) {
     tb_.charge(td->items().size(), "");
     for (const Value& d : td->items()) set.emplace_back(d.as_str());
   }
-  StorageRef ref;  // file and transforms index this folder's own tables (see Mapper::attach)
-  ref.file = intern(files, file_ids_, rp->as_str());
+  Stored ref;  // file and transforms index this folder's own tables (see Mapper::storage_entry)
+  ref.file = intern(files, file_ids_, rp->as_str(), last_file_, last_file_id_);
   ref.transforms = 0;
   if (!set.empty()) {
     auto found = std::find(transform_sets.begin(), transform_sets.end(), set);
@@ -110,13 +176,99 @@ bool MetadataFolder::storage_info(const Value& st, Value& out) {
   return true;
 }
 
-uint32_t MetadataFolder::intern(std::deque<std::string>& list, std::unordered_map<std::string_view, uint32_t>& ids,
-                                std::string_view s) {
+// As the Mapper reads a TensorStorageMetadata (metadata.cpp, Mapper::tensor), for the one shape
+// it never refuses: exactly properties, size and chunks; properties with a dtype; size a list of
+// non-negative ints; chunks a list of folded chunks of as many dims.
+bool MetadataFolder::tensor(const Value& st, Value& out) {
+  const Value *props = nullptr, *size = nullptr, *chunks = nullptr;
+  pickle::Items it = st.items();
+  if (it.size() != 6) return false;
+  for (uint64_t i = 0; i < 6; i += 2) {
+    if (is_name(it[i], "properties") && !props)
+      props = &it[i + 1];
+    else if (is_name(it[i], "size") && !size)
+      size = &it[i + 1];
+    else if (is_name(it[i], "chunks") && !chunks)
+      chunks = &it[i + 1];
+    else
+      return false;
+  }
+  if (!props || !size || !chunks || !int_dims(*size) || chunks->kind != Kind::List) return false;
+  Tensor t;
+  if (!read_properties(*props, t.meta.dtype_name, t.meta.requires_grad)) return false;
+  size_t nd = size->items().size();
+  pickle::Items cs = chunks->items();
+  bool alone = !(chunks->flags & Value::kMemo);  // no other reference to these chunk records
+  uint64_t next = cs.empty() ? 0 : cs[0].bits;
+  for (const Value& c : cs) {
+    if (c.kind != Kind::Ext || c.len != kChunk || static_cast<size_t>(dims[c.bits]) != nd) return false;
+    alone = alone && !(c.flags & Value::kMemo) && c.bits == next;
+    next = c.bits + 1 + 2 * nd;
+  }
+  // What the Mapper charges for it.
+  tb_.charge(nd, "");
+  tb_.charge(cs.size(), "");
+  t.meta.dtype = dtype_from_torch_name(t.meta.dtype_name);
+  for (const Value& d : size->items()) t.meta.shape.push_back(d.as_int());
+  t.meta.chunk_dims.reserve(cs.size() * 2 * nd);
+  for (const Value& c : cs) {
+    tb_.charge(2 * nd, "");
+    const int64_t* d = dims.data() + c.bits + 1;
+    t.meta.chunk_dims.insert(t.meta.chunk_dims.end(), d, d + 2 * nd);
+  }
+  t.chunks = cs.size();
+  if (props->kind == Kind::Object && props->as_object().callable.kind == Kind::Global) {
+    const pickle::GlobalRef& g = props->as_object().callable.as_global();
+    t.props_class = std::string(g.module) + "." + std::string(g.name);
+  } else {
+    t.props_class = std::string("<") + pickle::kind_name(props->kind == Kind::Object ? props->as_object().callable.kind : props->kind) + ">";
+  }
+  // The chunks' records were the last ones made, and nothing else can reach them: give them back.
+  if (alone && !cs.empty() && next == dims.size()) dims.resize(cs[0].bits);
+  out = ext(kTensor, tensors.size());
+  tensors.push_back(std::move(t));
+  return true;
+}
+
+// storage_data's pairs, (kKey i, kStorage i) for i = 0, 1, 2, ..., become one run pair.
+bool MetadataFolder::join_pair(Value* last, Value& k, Value& v) {
+  if (k.kind != Kind::Ext || v.kind != Kind::Ext || k.len != kKey || v.len != kStorage || k.bits != v.bits) return false;
+  if (last && last[0].kind == Kind::Ext && last[0].len == kRun && last[0].bits + last[1].bits == k.bits &&
+      last[1].bits < UINT32_MAX) {
+    ++last[1].bits;
+    return true;
+  }
+  uint64_t first = k.bits;
+  k = ext(kRun, first);
+  v = ext(kRun, 1);
+  return false;
+}
+
+uint32_t MetadataFolder::intern(std::deque<std::string>& list,
+                                std::unordered_map<std::string_view, uint32_t, StrHash>& ids, std::string_view s,
+                                std::string_view& last, uint32_t& last_id) {
+  if (!list.empty() && same_str(s, last)) return last_id;
+  // A small direct-mapped cache in front of the map: a few hundred distinct files alternate.
+  size_t h = StrHash{}(s);
+  Cached& c = cache_[(h ^ (h >> 23)) & (kCache - 1)];
+  if (c.list == &list && same_str(c.view, s)) {
+    last = c.view;
+    last_id = c.id;
+    return c.id;
+  }
   auto f = ids.find(s);
-  if (f != ids.end()) return f->second;
-  list.emplace_back(s);
-  ids.emplace(list.back(), static_cast<uint32_t>(list.size() - 1));
-  return static_cast<uint32_t>(list.size() - 1);
+  uint32_t id;
+  if (f != ids.end()) {
+    id = f->second;
+  } else {
+    list.emplace_back(s);
+    id = static_cast<uint32_t>(list.size() - 1);
+    ids.emplace(list.back(), id);
+  }
+  last = list[id];
+  last_id = id;
+  c = {&list, last, id};
+  return id;
 }
 
 }  // namespace dcpctl::meta_detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -55,38 +56,116 @@ struct Tables {
   }
 };
 
-// Folds the three classes a large `.metadata` holds millions of into compact records while the
-// pickle is decoded (see pickle::Folder): ChunkStorageMetadata, MetadataIndex and _StorageInfo,
-// when they look exactly as DCP writes them. Anything else (an extra attribute, a field of an
-// unexpected type) is declined and reaches the Mapper as a generic object, which reports it.
-// A folded chunk costs 16 bytes of Value plus its dims; a storage entry 32 + 24 + 24 bytes.
+// TensorProperties as the Mapper reads it: an object whose state is the 5-tuple of __getstate__
+// (dtype first, requires_grad third), an older attribute dict, or a bare tuple. False: no dtype.
+bool read_properties(const Value& props, std::string& dtype_name, bool& requires_grad);
+
+// n bytes at a and b are equal: word loads, inlined (memcmp is a library call, and the strings
+// compared here are short: names, paths, keys).
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+  auto load8 = [](const char* p) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    return w;
+  };
+  auto load4 = [](const char* p) {
+    uint32_t w;
+    std::memcpy(&w, p, 4);
+    return w;
+  };
+  if (n >= 8) {
+    for (size_t i = 0; i + 8 <= n; i += 8)
+      if (load8(a + i) != load8(b + i)) return false;
+    return load8(a + n - 8) == load8(b + n - 8);
+  }
+  if (n >= 4) return load4(a) == load4(b) && load4(a + n - 4) == load4(b + n - 4);
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+inline bool same_str(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && same_bytes(a.data(), b.data(), a.size());
+}
+
+// A short string hash for the interning tables (std::hash of a string_view is a library call
+// that dominates when millions of keys are interned).
+struct StrHash {
+  size_t operator()(std::string_view s) const noexcept {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+    const char* p = s.data();
+    size_t n = s.size();
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    if (n) std::memcpy(&w, p, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
+// Folds the objects a large `.metadata` holds millions of into compact records while the pickle
+// is decoded (see pickle::Folder), when they look exactly as DCP writes them:
+//   ChunkStorageMetadata  -> kChunk: nd, offsets, sizes in `dims`
+//   MetadataIndex         -> kKey: a Key (interned fqn, index, offsets in `dims`)
+//   _StorageInfo          -> kStorage: a Stored (interned file, transforms, offset, length)
+//   TensorStorageMetadata -> kTensor: a finished TensorMeta (all but its fqn and storage), its
+//                            chunks' dims moved out of `dims` (and given back when they were the
+//                            last records made)
+// and the pairs of a dict, when each is (kKey i, kStorage i) with i counting up, into one kRun
+// pair (first i, count) standing for all of them in order: storage_data then costs nothing per
+// entry beyond its two records. Anything else (an extra attribute, a field of an unexpected type,
+// a class another module path also used) is declined and reaches the Mapper as a generic object,
+// which reads it (or reports it) as before. A folded value may be copied (DUP, memo) like any
+// other: records are never changed once made, and the dims of a tensor's chunks are given back
+// only when no chunk value of it was ever copied.
+// Cost per chunk: its offsets and sizes in its tensor's chunk_dims, and per storage entry 16 + 24
+// bytes of records plus its offsets.
 class MetadataFolder final : public pickle::Folder {
  public:
-  enum Tag : uint32_t { kChunk = 1, kKey, kStorage };
-  static constexpr uint32_t kNoOffset = UINT32_MAX;
+  enum Tag : uint32_t { kChunk = 1, kKey, kStorage, kTensor, kRun, kTags };
+  static constexpr uint32_t kNoOffset = 255;  // Key::nd of a key whose offset is None
+  static constexpr uint32_t kNoIndex = UINT32_MAX;
   struct Key {
-    uint32_t fqn;   // index into fqns
-    uint32_t nd;    // kNoOffset: offset None (a bytes item)
-    uint64_t dims;  // offsets at dims[this, +nd)
-    int64_t index;  // -1: None or absent
+    uint32_t fqn;    // index into fqns
+    uint32_t index;  // kNoIndex: None, negative or absent
+    uint64_t packed;  // offsets at dims[packed >> 8, + nd), nd = packed & 0xff (kNoOffset: None)
+    uint32_t nd() const { return static_cast<uint32_t>(packed & 0xff); }
+    uint64_t dims_at() const { return packed >> 8; }
+  };
+  struct Stored {
+    uint32_t file;        // index into files
+    uint32_t transforms;  // index into transform_sets | kHasTransformField when the attribute was there
+    uint64_t offset, length;
+  };
+  struct Tensor {
+    TensorMeta meta;            // fqn empty, storage empty
+    uint64_t chunks = 0;        // how many the storage vector must hold
+    std::string props_class;    // the Mapper's class_name of its properties
+    bool moved = false;         // meta was moved into the model
   };
 
   explicit MetadataFolder(Tables& tb) : tb_(tb) {}
 
   std::vector<int64_t> dims;  // chunks: nd, offsets..., sizes...; keys: offsets...
   std::vector<Key> keys;
-  std::vector<StorageRef> storage;      // file: index into files; transforms: into transform_sets,
-                                        // | kHasTransformField when the attribute was present
+  std::vector<Stored> storage;
+  std::vector<Tensor> tensors;
   std::deque<std::string> fqns, files;  // stable: the id maps view them
   std::vector<std::vector<std::string>> transform_sets{{}};
   static constexpr uint32_t kHasTransformField = 1u << 31;
 
-  bool fold(const pickle::GlobalRef& cls, const Value& args, const Value& state, Value& out) override {
-    if (args.kind != Kind::Tuple || args.len != 0 || state.kind != Kind::Dict) return false;
-    if (cls.name == "ChunkStorageMetadata") return chunk(state, out);
-    if (cls.name == "MetadataIndex") return key(state, out);
-    if (cls.name == "_StorageInfo") return storage_info(state, out);
-    return false;
+  bool fold(const pickle::GlobalRef& cls, const Value& args, const Value& state, Value& out) override;
+  bool join_pair(Value* last, Value& k, Value& v) override;
+
+  // The class every record of `tag` was folded from (nullptr for runs), and its "module.name".
+  const pickle::GlobalRef* cls(uint32_t tag) const { return tag < kTags ? cls_[tag] : nullptr; }
+  std::string class_name(uint32_t tag) const {
+    const pickle::GlobalRef* g = tag < kTags ? cls_[tag] : nullptr;
+    return g ? std::string(g->module) + "." + std::string(g->name) : "<record>";
   }
 
  private:
@@ -100,11 +179,31 @@ class MetadataFolder final : public pickle::Folder {
   bool chunk(const Value& st, Value& out);
   bool key(const Value& st, Value& out);
   bool storage_info(const Value& st, Value& out);
-  static uint32_t intern(std::deque<std::string>& list, std::unordered_map<std::string_view, uint32_t>& ids,
-                         std::string_view s);
+  bool tensor(const Value& st, Value& out);
+  uint32_t intern(std::deque<std::string>& list, std::unordered_map<std::string_view, uint32_t, StrHash>& ids,
+                  std::string_view s, std::string_view& last, uint32_t& last_id);
 
   Tables& tb_;
-  std::unordered_map<std::string_view, uint32_t> fqn_ids_, file_ids_;
+  // The class each tag was first folded from; an object of another class of the same name is
+  // declined, so that every record of a tag names one class.
+  const pickle::GlobalRef* cls_[kTags] = {};
+  // Recently seen classes and what they fold to (0: nothing), so that most objects are told apart
+  // by a pointer comparison (the Tree interns globals).
+  struct Seen {
+    const pickle::GlobalRef* cls;
+    uint32_t tag;
+  };
+  std::vector<Seen> seen_;
+  std::unordered_map<std::string_view, uint32_t, StrHash> fqn_ids_, file_ids_;
+  std::string_view last_fqn_, last_file_;
+  struct Cached {
+    const std::deque<std::string>* list = nullptr;
+    std::string_view view;
+    uint32_t id = 0;
+  };
+  static constexpr size_t kCache = 4096;
+  Cached cache_[kCache];
+  uint32_t last_fqn_id_ = 0, last_file_id_ = 0;
 };
 
 }  // namespace dcpctl::meta_detail

@@ -1,6 +1,7 @@
 #include "meta/metadata.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -83,7 +84,7 @@ class Mapper {
   // real writer's file every chunk, dimension and path part costs bytes (torch's `.metadata` spends
   // over 10 bytes on each), so everything copied out is charged against a budget of twice the
   // input size.
-  Mapper(Tables& tb, const MetadataFolder& folded) : md_(tb.md), tb_(tb), folded_(folded) {}
+  Mapper(Tables& tb, MetadataFolder& folded) : md_(tb.md), tb_(tb), folded_(folded) {}
 
   void charge(uint64_t n, const std::string& key) { tb_.charge(n, key); }
   [[noreturn]] void fail(const std::string& key, const std::string& msg) { tb_.fail(key, msg); }
@@ -100,19 +101,14 @@ class Mapper {
     const Value* d = state_dict(obj);
     return d ? d->get(name) : nullptr;
   }
-  static std::string class_name(const Value& obj) {
-    if (obj.kind == Kind::Ext) {
-      switch (obj.len) {
-        case MetadataFolder::kChunk: return "ChunkStorageMetadata";
-        case MetadataFolder::kKey: return "MetadataIndex";
-        case MetadataFolder::kStorage: return "_StorageInfo";
-      }
-    }
+  std::string class_name(const Value& obj) const {
+    if (obj.kind == Kind::Ext) return folded_.class_name(obj.len);
     const Value& c = obj.kind == Kind::Object ? obj.as_object().callable : obj;
     if (c.kind != Kind::Global) return std::string("<") + pickle::kind_name(c.kind) + ">";
     return std::string(c.as_global().module) + "." + std::string(c.as_global().name);
   }
-  static bool class_is(const Value& obj, std::string_view name) {
+  bool class_is(const Value& obj, std::string_view name) const {
+    if (obj.kind == Kind::Ext) return folded_.cls(obj.len) && folded_.cls(obj.len)->name == name;
     if (obj.kind != Kind::Object) return false;
     const Value& c = obj.as_object().callable;
     return c.kind == Kind::Global && c.as_global().name == name;
@@ -132,6 +128,8 @@ class Mapper {
   std::optional<std::string> opt_str(const Value* v) {
     if (!v || v->kind == Kind::None) return std::nullopt;
     if (v->kind == Kind::Str) return std::string(v->as_str());
+    // A folded object was made with no arguments: a path of no parts, as below.
+    if (v->kind == Kind::Ext && v->len != MetadataFolder::kRun) return std::string();
     // pathlib paths: REDUCE(PosixPath, (part, part, ...)).
     if (v->kind == Kind::Object && v->as_object().args.kind == Kind::Tuple) {
       std::string s;
@@ -148,24 +146,35 @@ class Mapper {
 
   void properties(const Value& props, TensorMeta& t) {
     md_.properties_class = class_name(props);
-    const Value* dtype = nullptr;
-    const Value* rg = nullptr;
-    const Value& st = props.kind == Kind::Object ? props.as_object().state : props;
-    if (st.kind == Kind::Tuple && st.len >= 1) {
-      dtype = &st.items()[0];
-      if (st.len >= 3) rg = &st.items()[2];
-    } else if (const Value* d = state_dict(props)) {
-      dtype = d->get("dtype");
-      rg = d->get("requires_grad");
-    }
-    if (!dtype || dtype->kind != Kind::Global)
+    if (!meta_detail::read_properties(props, t.dtype_name, t.requires_grad))
       fail(t.fqn, "tensor properties carry no dtype (" + class_name(props) + ")");
-    t.dtype_name = std::string(dtype->as_global().name);
     t.dtype = dtype_from_torch_name(t.dtype_name);
-    t.requires_grad = rg && rg->kind == Kind::Bool && rg->as_bool();
   }
 
   void tensor(const std::string& fqn, const Value& v) {
+    if (v.kind == Kind::Ext && v.len == MetadataFolder::kTensor) {
+      // Read (and charged) as below when it was folded; only its name and storage are left. The
+      // record is moved out unless the value was copied (DUP, memo), when it is copied. (A value
+      // is only ever duplicated with kMemo set on it; a second use of a moved record would be a
+      // bug, refused rather than read as empty.)
+      MetadataFolder::Tensor& ft = folded_.tensors[v.bits];
+      if (ft.moved) fail(fqn, "internal error: a folded tensor record was read twice");
+      md_.properties_class = ft.props_class;
+      if (v.flags & Value::kMemo) {
+        // Shared through the memo: every use is a copy, charged as the generic path charges it.
+        size_t nd = ft.meta.shape.size();
+        charge(nd, fqn);
+        charge(ft.chunks, fqn);
+        for (uint64_t c = 0; c < ft.chunks; ++c) charge(2 * nd, fqn);
+        md_.tensors.push_back(ft.meta);
+      } else {
+        md_.tensors.push_back(std::move(ft.meta));
+        ft.moved = true;
+      }
+      md_.tensors.back().fqn = fqn;
+      md_.tensors.back().storage.resize(ft.chunks);
+      return;
+    }
     TensorMeta t;
     t.fqn = fqn;
     const Value* props = attr(v, "properties");
@@ -227,6 +236,19 @@ class Mapper {
     uint32_t folded_fqn = UINT32_MAX;
   };
 
+  static Value key_ext(uint64_t id) {
+    Value v;
+    v.kind = Kind::Ext;
+    v.len = MetadataFolder::kKey;
+    v.bits = id;
+    return v;
+  }
+  static Value storage_ext(uint64_t id) {
+    Value v = key_ext(id);
+    v.len = MetadataFolder::kStorage;
+    return v;
+  }
+
   void storage_entry(const Value& k, const Value& v) {
     KeyView key;
     std::vector<int64_t> want;
@@ -234,12 +256,12 @@ class Mapper {
       const MetadataFolder::Key& fk = folded_.keys[k.bits];
       key.fqn = folded_.fqns[fk.fqn];
       key.folded_fqn = fk.fqn;
-      key.has_offset = fk.nd != MetadataFolder::kNoOffset;
+      key.has_offset = fk.nd() != MetadataFolder::kNoOffset;
       if (key.has_offset) {
-        key.offset = folded_.dims.data() + fk.dims;
-        key.nd = fk.nd;
+        key.offset = folded_.dims.data() + fk.dims_at();
+        key.nd = fk.nd();
       }
-      key.index = fk.index;
+      key.index = fk.index == MetadataFolder::kNoIndex ? -1 : static_cast<int64_t>(fk.index);
     } else {
       const Value* fqn_v = attr(k, "fqn");
       if (!fqn_v || fqn_v->kind != Kind::Str) fail("", "storage_data key without an fqn (" + class_name(k) + ")");
@@ -257,14 +279,21 @@ class Mapper {
 
     StorageRef ref;
     if (v.kind == Kind::Ext && v.len == MetadataFolder::kStorage) {
-      ref = folded_.storage[v.bits];
-      if (ref.transforms & MetadataFolder::kHasTransformField) md_.has_transform_field = true;
-      uint32_t ts = ref.transforms & ~MetadataFolder::kHasTransformField;
-      ref.transforms = ts ? tb_.transform_set(folded_.transform_sets[ts]) : 0;
-      if (folded_files_.size() <= ref.file) folded_files_.resize(ref.file + 1, StorageRef::kNone);
-      uint32_t& f = folded_files_[ref.file];
-      if (f == StorageRef::kNone) f = tb_.file_index(folded_.files[ref.file]);
+      const MetadataFolder::Stored& fs = folded_.storage[v.bits];
+      if (fs.transforms & MetadataFolder::kHasTransformField) md_.has_transform_field = true;
+      uint32_t ts = fs.transforms & ~MetadataFolder::kHasTransformField;
+      if (ts) {
+        if (folded_sets_.size() <= ts) folded_sets_.resize(ts + 1, StorageRef::kNone);
+        uint32_t& m = folded_sets_[ts];
+        if (m == StorageRef::kNone) m = tb_.transform_set(folded_.transform_sets[ts]);
+        ref.transforms = m;
+      }
+      if (folded_files_.size() <= fs.file) folded_files_.resize(fs.file + 1, StorageRef::kNone);
+      uint32_t& f = folded_files_[fs.file];
+      if (f == StorageRef::kNone) f = tb_.file_index(folded_.files[fs.file]);
       ref.file = f;
+      ref.offset = fs.offset;
+      ref.length = fs.length;
     } else {
       std::string fqn(key.fqn);
       const Value* rp = attr(v, "relative_path");
@@ -459,7 +488,15 @@ class Mapper {
 
     if (const Value* sd = st->get("storage_data"); sd && sd->kind == Kind::Dict) {
       pickle::Items e = sd->items();
-      for (uint64_t i = 0; i + 1 < e.size(); i += 2) storage_entry(e[i], e[i + 1]);
+      for (uint64_t i = 0; i + 1 < e.size(); i += 2) {
+        if (e[i].kind == Kind::Ext && e[i].len == MetadataFolder::kRun) {
+          // Pairs (kKey j, kStorage j) for j in [first, first + count), joined while decoding.
+          for (uint64_t j = e[i].bits, end = e[i].bits + e[i + 1].bits; j < end; ++j)
+            storage_entry(key_ext(j), storage_ext(j));
+          continue;
+        }
+        storage_entry(e[i], e[i + 1]);
+      }
     } else if (sd && sd->kind != Kind::None) {
       fail("", std::string("Metadata.storage_data is a ") + pickle::kind_name(sd->kind));
     }
@@ -477,11 +514,12 @@ class Mapper {
  private:
   Metadata& md_;
   Tables& tb_;
-  const MetadataFolder& folded_;
+  MetadataFolder& folded_;
   std::unordered_map<std::string, size_t> tensor_ids_, bytes_ids_;
   std::unordered_map<size_t, std::unordered_map<std::string, size_t>> chunk_index_;
   std::vector<std::pair<Target, bool>> folded_targets_;  // by folded fqn id: {target, known}
   std::vector<uint32_t> folded_files_;                   // folded file id -> Metadata::files index
+  std::vector<uint32_t> folded_sets_;                    // folded transform set -> Metadata's
 };
 
 int pickle_protocol(ByteSpan b) { return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1); }
@@ -499,8 +537,17 @@ Metadata parse_metadata(ByteSpan bytes, const std::string& source, const Metadat
   opts.source = source;
   if (options.fold) opts.folder = &folder;
   opts.consumed = options.consumed;
+  pickle::ParseStats ps;
+  opts.stats = &ps;
   std::unique_ptr<pickle::Tree> tree = pickle::parse(bytes, opts);
+  auto t0 = std::chrono::steady_clock::now();
   Mapper(tables, folder).run(*tree);
+  if (options.stats) {
+    options.stats->bytes = bytes.size;
+    options.stats->scan_seconds = ps.scan_seconds;
+    options.stats->decode_seconds = ps.decode_seconds;
+    options.stats->map_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return md;
 }
 

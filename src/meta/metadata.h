@@ -120,12 +120,22 @@ struct Metadata {
   const TensorMeta* find_tensor(const std::string& fqn) const;
 };
 
+// What parsing one `.metadata` cost (steady clock).
+struct MetadataParseStats {
+  uint64_t bytes = 0;         // the pickle's size: every byte is read (twice: see pickle/vm.h)
+  double scan_seconds = 0;    // VM pass 1
+  double decode_seconds = 0;  // VM pass 2, folding included
+  double map_seconds = 0;     // the tree mapped to the model
+  double total_seconds() const { return scan_seconds + decode_seconds + map_seconds; }
+};
+
 struct MetadataParseOptions {
   // Told as the parser finishes with the input (see pickle::ParseOptions::consumed).
   std::function<void(uint64_t)> consumed;
   // Fold chunks and storage entries into compact records while decoding (see MetadataFolder in
   // metadata.cpp). Off only to check that both paths build the same model.
   bool fold = true;
+  MetadataParseStats* stats = nullptr;  // filled in when set
 };
 
 // Parses `.metadata` bytes. Throws FormatError (malformed) or UnsupportedError.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <regex>
 
 #include "meta/layouts.h"
@@ -63,11 +64,21 @@ bool optimizer_key(const std::string& key) {
   return false;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 void judge_entry(RunEntry& e) {
+  e.judged = true;
+  auto t0 = std::chrono::steady_clock::now();
   try {
     Checkpoint ck = open_checkpoint(e.path);
+    e.open_seconds = seconds_since(t0);
+    e.metadata_bytes = ck.metadata_bytes;
     e.layout = ck.layout;
+    auto t1 = std::chrono::steady_clock::now();
     StructureReport r = check_structure(ck);
+    e.check_seconds = seconds_since(t1);
     e.problems = r.problems.size();
     e.complete = r.problems.empty();
     if (!e.complete) e.why_incomplete = r.problems.front().text();
@@ -78,6 +89,7 @@ void judge_entry(RunEntry& e) {
     }
     for (const auto& b : ck.md.bytes) e.optimizer = e.optimizer || optimizer_key(b.fqn);
   } catch (const Error& err) {
+    if (e.open_seconds == 0) e.open_seconds = seconds_since(t0);
     e.complete = false;
     e.problems = 1;
     e.why_incomplete = err.what();
@@ -86,7 +98,8 @@ void judge_entry(RunEntry& e) {
 
 }  // namespace
 
-std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
+std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
+  auto t0 = std::chrono::steady_clock::now();
   if (!is_directory(dir) || holds_checkpoint_files(dir)) return std::nullopt;
   static const std::regex kName(R"(^(.*?)(\d+)((?:[._-](?:tmp|temp|partial|incomplete|inprogress))*)$)", std::regex::icase);
   RunFolder rf;
@@ -126,20 +139,29 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge) {
   std::sort(rf.entries.begin(), rf.entries.end(), [](const RunEntry& a, const RunEntry& b) {
     return a.order != b.order ? a.order < b.order : a.name < b.name;
   });
-  if (judge)
-    for (auto& e : rf.entries) {
-      judge_entry(e);
-      if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
-        e.complete = false;
-        e.problems = 1;
-        e.why_incomplete = "its name marks a save in flight";
-      }
+  auto judge_one = [](RunEntry& e) {
+    judge_entry(e);
+    if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
+      e.complete = false;
+      e.problems = 1;
+      e.why_incomplete = "its name marks a save in flight";
     }
+  };
+  if (judge == Judge::All)
+    for (auto& e : rf.entries) judge_one(e);
+  if (judge == Judge::NewestComplete)
+    for (auto it = rf.entries.rbegin(); it != rf.entries.rend(); ++it) {
+      judge_one(*it);
+      if (it->complete) break;
+    }
+  for (auto& e : rf.entries)
+    if (!e.judged && judge != Judge::None) e.why_incomplete = "not checked: a newer checkpoint is complete";
+  rf.seconds = seconds_since(t0);
   return rf;
 }
 
 std::optional<std::string> run_folder_refusal(const std::string& dir) {
-  auto rf = scan_run_folder(dir);
+  auto rf = scan_run_folder(dir, Judge::NewestComplete);
   if (!rf) return std::nullopt;
   std::string names;
   size_t shown = 0;

@@ -9,6 +9,12 @@
 // `sharded/` folder of them). Anything else in the folder is never listed nor touched.
 // Complete means what `verify` without --deep says: every file there, windows inside their
 // files, chunks tiling every tensor, nothing the index promises missing.
+//
+// Cost: judging a checkpoint reads and parses all of its metadata (a `.metadata` of 5 million
+// chunks is ~700 MB), since completeness needs every storage entry; the file sizes come from stat.
+// `ls` judges every checkpoint, so it reads every step's metadata; `latest` and the refusal a
+// command gives for a run folder judge newest first and stop at the first complete one. Each
+// judged entry records what it read and how long that took.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +43,16 @@ struct RunEntry {
   std::map<std::string, uint64_t> dtypes;  // dtype -> tensors
   bool optimizer = false;       // holds optimizer state (keys under optim*/optimizer)
   int64_t mtime = 0;            // newest modification time of its files (seconds since epoch)
+  // What judging it cost (all zero when it was not judged).
+  bool judged = false;
+  uint64_t metadata_bytes = 0;  // metadata read and parsed (.metadata, __R.metadata, headers)
+  double open_seconds = 0;      // reading and parsing them into the model
+  double check_seconds = 0;     // the structure check (file sizes, windows, chunk coverage)
 };
 
 struct RunFolder {
   std::string dir;
+  double seconds = 0;  // listing and judging, all of it
   std::vector<RunEntry> entries;  // by the numbers in their names, then name
   std::vector<std::string> prune_leftovers;  // .dcpctl-prune-* left by an interrupted prune
   const RunEntry* newest_complete() const;
@@ -49,9 +61,15 @@ struct RunFolder {
 // True when `dir` holds checkpoint files itself.
 bool holds_checkpoint_files(const std::string& dir);
 
+// Which entries scan_run_folder opens and checks.
+enum class Judge {
+  None,           // list only (complete stays false)
+  All,            // every entry (ls, prune)
+  NewestComplete, // newest first, until one is complete (latest; what is older stays unjudged)
+};
+
 // The checkpoints inside `dir`; nullopt when `dir` is a checkpoint itself or holds none.
-// With `judge` false, entries are listed without opening them (complete stays false).
-std::optional<RunFolder> scan_run_folder(const std::string& dir, bool judge = true);
+std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge = Judge::All);
 
 // The usage error text for a command given a run folder instead of a checkpoint, naming the
 // checkpoints inside and the newest complete one; nullopt when `dir` is not a run folder.

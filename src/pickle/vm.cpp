@@ -1,6 +1,8 @@
 #include "pickle/vm.h"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -300,14 +302,29 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
   }
 }
 
+// The scan steps over opcodes itself while this many bytes are left: the longest fixed-size
+// opcode (BINFLOAT) and more than a GET or a length byte needs. Closer to the end, read_arg.
+constexpr size_t kScanSlack = 9;
+
+inline uint32_t load_u32le(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
 class Machine {
  public:
   Machine(ByteSpan data, const ParseOptions& opts)
       : data_(data), opts_(opts), tree_(std::make_unique<Tree>()) {}
 
   std::unique_ptr<Tree> run() {
+    auto t0 = std::chrono::steady_clock::now();
     scan();
+    auto t1 = std::chrono::steady_clock::now();
     decode();
+    if (opts_.stats) {
+      auto t2 = std::chrono::steady_clock::now();
+      opts_.stats->scan_seconds = std::chrono::duration<double>(t1 - t0).count();
+      opts_.stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+    }
     return std::move(tree_);
   }
 
@@ -317,27 +334,78 @@ class Machine {
   // few thousand distinct entries), so the set is a bitmap: indices below the input size (every
   // index MEMOIZE can make, and those real picklers PUT) one bit each, bounding it to size/8
   // bytes; larger ones, which only a hand-made PUT/GET names, in a sorted list.
+  //
+  // Most opcodes of a large pickle have a fixed length or a one-byte length prefix, so the walk
+  // steps over those itself and hands every other opcode (and any opcode too close to the end of
+  // the input to be read without a bounds check) to read_arg, which owns the checks and the error
+  // messages: the steps only decide where a well-formed opcode ends, as read_arg does.
   void scan() {
     SpanReader r(data_, opts_.source, opts_.base_offset);
     Arg a;
     uint64_t next_report = kReportEvery;
-    while (!r.at_end()) {
-      size_t op_pos = r.pos();
-      if (op_pos >= next_report && opts_.consumed) {
-        opts_.consumed(op_pos);
-        next_report = op_pos + kReportEvery;
+    const uint8_t* const base = data_.data;
+    const size_t size = data_.size;
+    size_t pos = 0;
+    const size_t fast_end = size >= kScanSlack ? size - kScanSlack + 1 : 0;  // kScanSlack bytes left
+    while (pos < size) {
+      if (pos >= next_report && opts_.consumed) {
+        opts_.consumed(pos);
+        next_report = pos + kReportEvery;
       }
-      uint8_t op = r.u8();
-      read_arg(op, r, op_pos, a);
-      if (op == GET || op == BINGET || op == LONG_BINGET) {
-        if (a.u < data_.size) {
-          size_t w = static_cast<size_t>(a.u / 64);
-          if (w >= near_bits_.size()) near_bits_.resize(w + 1, 0);
-          near_bits_[w] |= uint64_t{1} << (a.u % 64);
-        } else {
-          far_.push_back(a.u);
+      const size_t limit = std::min<uint64_t>(fast_end, next_report);
+      while (pos < limit) {
+        // A switch with constant steps, not a table of lengths: the branch is predicted (the
+        // opcodes of a large pickle repeat a few patterns), so the next opcode's load does not
+        // wait for this one's; a table makes every step wait for two dependent loads.
+        switch (base[pos]) {
+          // One-byte opcodes, and runs of them that a protocol 4 pickle repeats for every object
+          // (each step is still a whole number of one-byte opcodes, within kScanSlack).
+          case EMPTY_TUPLE:
+            if (base[pos + 1] == NEWOBJ && base[pos + 2] == MEMOIZE && base[pos + 3] == EMPTY_DICT &&
+                base[pos + 4] == MEMOIZE && base[pos + 5] == MARK) {
+              pos += 6;
+              continue;
+            }
+            pos += 1;
+            continue;
+          case TUPLE1: case TUPLE2: case TUPLE3: case REDUCE: case NEWOBJ: case EMPTY_DICT: case EMPTY_LIST:
+            pos += base[pos + 1] == MEMOIZE ? 2 : 1;
+            continue;
+          case MARK: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID: case APPEND: case BUILD:
+          case DICT: case APPENDS: case LIST: case OBJ: case SETITEM: case TUPLE: case SETITEMS: case NEWTRUE:
+          case NEWFALSE: case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
+          case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
+            pos += 1;
+            continue;
+          case PROTO: case BININT1: case BINPUT: case EXT1: pos += 2; continue;
+          case BININT2: case EXT2: pos += 3; continue;
+          case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
+          case BINFLOAT: pos += 9; continue;
+          case BINGET:
+            note_get(base[pos + 1]);
+            pos += 2;
+            continue;
+          case LONG_BINGET:
+            note_get(load_u32le(base + pos + 1));
+            pos += 5;
+            continue;
+          case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
+            size_t n = 2 + size_t{base[pos + 1]};
+            if (size - pos < n) break;
+            pos += n;
+            continue;
+          }
+          default: break;
         }
+        break;
       }
+      if (pos >= size) break;
+      // Any opcode the table does not step over (or one near the end): read it the checked way.
+      r.seek(pos);
+      uint8_t op = r.u8();
+      read_arg(op, r, pos, a);
+      pos = r.pos();
+      if (op == GET || op == BINGET || op == LONG_BINGET) note_get(a.u);
       if (op == STOP) break;
     }
     std::sort(far_.begin(), far_.end());
@@ -352,6 +420,18 @@ class Machine {
     memo_vals_.resize(static_cast<size_t>(n + far_.size()));
     memo_set_.assign(memo_vals_.size(), 0);
   }
+
+  [[gnu::always_inline]] void note_get(uint64_t idx) {
+    if (idx < data_.size) {
+      size_t w = static_cast<size_t>(idx / 64);
+      if (w >= near_bits_.size()) grow_bits(w);
+      near_bits_[w] |= uint64_t{1} << (idx % 64);
+    } else {
+      far_.push_back(idx);
+    }
+  }
+
+  [[gnu::noinline]] void grow_bits(size_t w) { near_bits_.resize(w + 1, 0); }
 
   [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
 
@@ -399,6 +479,19 @@ class Machine {
       fail(std::string(op_name(op_)) + " on a " + kind_name(target.kind) + ", expected a " + kind_name(want));
     if (want == Kind::Dict && (stack_.size() - from) % 2 != 0) fail("SETITEMS with an odd number of items");
     auto& items = tree_->open(target).items;
+    if (want == Kind::Dict && opts_.folder) {
+      for (size_t i = from; i < stack_.size(); i += 2) {
+        Value k = settle(stack_[i]), v = settle(stack_[i + 1]);
+        check_depth(k.depth + 1u);
+        check_depth(v.depth + 1u);
+        target.depth = std::max<uint16_t>(target.depth, static_cast<uint16_t>(std::max(k.depth, v.depth) + 1));
+        if (opts_.folder->join_pair(items.size() >= 2 ? &items[items.size() - 2] : nullptr, k, v)) continue;
+        items.push_back(k);
+        items.push_back(v);
+      }
+      stack_.resize(from);
+      return;
+    }
     for (size_t i = from; i < stack_.size(); ++i) {
       Value v = settle(stack_[i]);
       check_depth(v.depth + 1u);
@@ -408,8 +501,17 @@ class Machine {
     stack_.resize(from);
   }
 
+  // Whether memo entry `idx` is ever read back (has a slot).
+  [[gnu::always_inline]] bool read_back(uint64_t idx) const {
+    if (idx < data_.size) {
+      size_t w = static_cast<size_t>(idx / 64);
+      return w < near_bits_.size() && ((near_bits_[w] >> (idx % 64)) & 1);
+    }
+    return std::binary_search(far_.begin(), far_.end(), idx);
+  }
+
   // Where memo entry `idx` is kept, or nullptr if nothing ever reads it back.
-  Value* memo_slot(uint64_t idx) {
+  [[gnu::always_inline]] Value* memo_slot(uint64_t idx) {
     uint64_t slot;
     if (idx < data_.size) {
       size_t w = static_cast<size_t>(idx / 64);
@@ -436,11 +538,237 @@ class Machine {
   }
 
   void memo_get(uint64_t idx) {
-    Value* slot = memo_slot(idx);
-    if (!slot || !memo_set_[static_cast<size_t>(slot - memo_vals_.data())])
-      fail("memo entry " + std::to_string(idx) + " is read before it was stored");
+    const Value* slot = stored_slot(idx);
+    if (!slot) fail("memo entry " + std::to_string(idx) + " is read before it was stored");
     push(*slot);
   }
+
+  // --- The folded-object fast path ---------------------------------------------------------
+  //
+  // A large `.metadata` is millions of small objects pickled alike: `cls () NEWOBJ {} (k v ... u
+  // BUILD`, each key a memo read or a short string and each value an int, None, a bool, a short
+  // string, a memo read or a torch.Size. Run through the generic opcodes, each costs a score of
+  // stack pushes, arena allocations and give-backs that the Folder then throws away. Here such an
+  // object is read in one pass, at the GET of its class, into a scratch state that is offered to
+  // the Folder exactly as BUILD would offer it. It is taken only when the generic run is known
+  // to end in that same fold: every byte matches the pattern and lies within the input; every memo
+  // read names a stored entry; no memo entry it makes is ever read back (then the object or its
+  // parts would be shared, and shared objects are never folded); no cap (stack, marks, depth,
+  // memo index) could fire on the way; and the Folder accepts the state. Otherwise nothing has
+  // changed and the opcodes run one by one from the GET on, with their checks and errors.
+  static constexpr size_t kFlatItems = 32;  // keys and values of one object's state
+  static constexpr size_t kFlatDims = 64;   // ints of its torch.Size values together
+
+  struct Flat {
+    const uint8_t* p;
+    const uint8_t* end;
+    uint64_t memo;  // memo_len_ as the generic run would have it
+  };
+
+  // A MEMOIZE at p, if any: taken when its entry is never read back.
+  bool flat_memoize(Flat& f) {
+    if (f.p < f.end && *f.p == MEMOIZE) {
+      if (f.memo > opts_.limits.max_memo_index || read_back(f.memo)) return false;
+      ++f.memo;
+      ++f.p;
+    }
+    return true;
+  }
+
+  // A stored memo entry read by BINGET/LONG_BINGET at p.
+  bool flat_get(Flat& f, Value& out) {
+    uint64_t idx;
+    if (*f.p == BINGET) {
+      if (f.end - f.p < 2) return false;
+      idx = f.p[1];
+      f.p += 2;
+    } else {
+      if (f.end - f.p < 5) return false;
+      idx = load_u32le(f.p + 1);
+      f.p += 5;
+    }
+    const Value* slot = stored_slot(idx);
+    if (!slot) return false;
+    out = *slot;
+    return true;
+  }
+
+  // The slot of memo entry `idx` once it is stored, else nullptr. A large pickle reads the same
+  // few entries again and again (class globals, attribute names): a small direct-mapped cache of
+  // their slots saves the rank lookup. A slot never moves and is never unset once set.
+  [[gnu::always_inline]] const Value* stored_slot(uint64_t idx) {
+    GetCache& c = get_cache_[idx % kGetCache];
+    if (c.idx == idx) return c.slot;
+    Value* slot = memo_slot(idx);
+    if (!slot || !memo_set_[static_cast<size_t>(slot - memo_vals_.data())]) return nullptr;
+    c = {idx, slot};
+    return slot;
+  }
+  struct GetCache {
+    uint64_t idx = UINT64_MAX;
+    const Value* slot = nullptr;
+  };
+  static constexpr size_t kGetCache = 256;
+  std::array<GetCache, kGetCache> get_cache_;
+
+  // An int of BININT1/BININT2/BININT/LONG1 (up to 8 bytes) at p.
+  static bool flat_int(Flat& f, int64_t& out) {
+    switch (*f.p) {
+      case BININT1:
+        if (f.end - f.p < 2) return false;
+        out = f.p[1];
+        f.p += 2;
+        return true;
+      case BININT2:
+        if (f.end - f.p < 3) return false;
+        out = f.p[1] | f.p[2] << 8;
+        f.p += 3;
+        return true;
+      case BININT:
+        if (f.end - f.p < 5) return false;
+        out = static_cast<int32_t>(load_u32le(f.p + 1));
+        f.p += 5;
+        return true;
+      case LONG1: {
+        if (f.end - f.p < 2) return false;
+        size_t n = f.p[1];
+        if (n > 8 || static_cast<size_t>(f.end - f.p) < 2 + n) return false;
+        const uint8_t* b = f.p + 2;
+        uint64_t v = 0;
+        for (size_t k = n; k-- > 0;) v = (v << 8) | b[k];
+        if (n > 0 && n < 8 && (b[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // as read_arg
+        out = static_cast<int64_t>(v);
+        f.p += 2 + n;
+        return true;
+      }
+      default: return false;
+    }
+  }
+
+  // After GET(torch.Size): `(ints) TUPLEn|EMPTY_TUPLE [MEMOIZE] TUPLE1 [MEMOIZE] REDUCE`.
+  bool flat_size(Flat& f, Value& out, size_t& ndims) {
+    size_t first = ndims;
+    while (f.p < f.end && *f.p != TUPLE1 && *f.p != TUPLE2 && *f.p != TUPLE3 && *f.p != EMPTY_TUPLE) {
+      int64_t v;
+      if (ndims == kFlatDims || !flat_int(f, v)) return false;
+      Value d;
+      d.kind = Kind::Int;
+      d.bits = static_cast<uint64_t>(v);
+      flat_dims_[ndims++] = d;
+    }
+    if (f.p == f.end) return false;
+    size_t n = ndims - first;
+    size_t want = *f.p == EMPTY_TUPLE ? 0 : static_cast<size_t>(*f.p - TUPLE1 + 1);
+    if (n != want) return false;
+    ++f.p;
+    if (!flat_memoize(f)) return false;
+    if (f.end - f.p < 1 || *f.p != TUPLE1) return false;
+    ++f.p;
+    if (!flat_memoize(f)) return false;
+    if (f.end - f.p < 1 || *f.p != REDUCE) return false;
+    ++f.p;
+    out = Value{};
+    out.kind = Kind::Size;
+    out.len = static_cast<uint32_t>(n);
+    out.depth = n ? 1 : 0;
+    out.bits = n ? reinterpret_cast<uint64_t>(&flat_dims_[first]) : 0;
+    return true;
+  }
+
+  // At a BINGET/LONG_BINGET of memo entry `idx` (r just past it): the whole object, folded and
+  // pushed, or false with nothing changed.
+  bool fold_flat_object(uint64_t idx, SpanReader& r) {
+    const uint8_t* const base = data_.data;
+    Flat f{base + r.pos(), base + data_.size, memo_len_};
+    static constexpr uint8_t kHead[] = {EMPTY_TUPLE, NEWOBJ};
+    if (f.end - f.p < 2 || f.p[0] != kHead[0] || f.p[1] != kHead[1]) return false;
+    const Value* slot = stored_slot(idx);
+    if (!slot || slot->kind != Kind::Global) return false;
+    const GlobalRef& cls = slot->as_global();
+    // What the generic run pushes and checks on the way: class, args, object, dict, mark, items.
+    if (opts_.limits.max_depth < 8 || marks_.size() >= opts_.limits.max_marks ||
+        stack_.size() + 4 + kFlatItems >= kMaxStack)
+      return false;
+    f.p += 2;
+    if (!flat_memoize(f)) return false;
+    if (f.end - f.p < 2 || f.p[0] != EMPTY_DICT) return false;
+    ++f.p;
+    if (!flat_memoize(f)) return false;
+    if (f.end - f.p < 1 || *f.p != MARK) return false;
+    ++f.p;
+    size_t n = 0, ndims = 0;
+    while (true) {
+      if (f.p == f.end) return false;
+      uint8_t op = *f.p;
+      if (op == SETITEMS) break;
+      if (n == kFlatItems) return false;
+      Value v;
+      switch (op) {
+        case BINGET:
+        case LONG_BINGET:
+          if (!flat_get(f, v)) return false;
+          if (v.kind == Kind::Global && f.p < f.end && *f.p != BINGET && *f.p != LONG_BINGET &&
+              *f.p != SHORT_BINUNICODE && *f.p != SETITEMS) {
+            // A call: only torch.Size(dims) is read here.
+            const GlobalRef& g = v.as_global();
+            if (&g != size_global_) {
+              if (size_global_ || g.module != "torch" || g.name != "Size") return false;
+              size_global_ = &g;  // the Tree interns globals: one GlobalRef per (module, name)
+            }
+            if (!flat_size(f, v, ndims)) return false;
+          } else if (v.depth + 1u > opts_.limits.max_depth) {
+            return false;
+          }
+          break;
+        case BININT1: case BININT2: case BININT: case LONG1: {
+          int64_t i;
+          if (!flat_int(f, i)) return false;
+          v.kind = Kind::Int;
+          v.bits = static_cast<uint64_t>(i);
+          break;
+        }
+        case NONE: ++f.p; break;
+        case NEWTRUE: case NEWFALSE:
+          v.kind = Kind::Bool;
+          v.bits = op == NEWTRUE;
+          ++f.p;
+          break;
+        case SHORT_BINUNICODE: {
+          if (f.end - f.p < 2) return false;
+          size_t len = f.p[1];
+          if (static_cast<size_t>(f.end - f.p) < 2 + len) return false;
+          std::string_view s(reinterpret_cast<const char*>(f.p + 2), len);
+          if (check_utf8(s) != Utf8::ok) return false;
+          v.kind = Kind::Str;
+          v.len = static_cast<uint32_t>(len);
+          v.bits = reinterpret_cast<uint64_t>(s.data());
+          f.p += 2 + len;
+          break;
+        }
+        default: return false;
+      }
+      if (!flat_memoize(f)) return false;
+      flat_items_[n++] = v;
+    }
+    if (n % 2 != 0 || f.end - f.p < 2 || f.p[1] != BUILD) return false;
+    f.p += 2;  // SETITEMS BUILD
+    Value state;
+    state.kind = Kind::Dict;
+    state.len = static_cast<uint32_t>(n);
+    state.bits = reinterpret_cast<uint64_t>(flat_items_.data());
+    Value args;
+    args.kind = Kind::Tuple;
+    Value out;
+    if (!opts_.folder->fold(cls, args, state, out)) return false;
+    memo_len_ = f.memo;
+    r.seek(static_cast<size_t>(f.p - base));
+    push(out);
+    return true;
+  }
+
+  std::array<Value, kFlatItems> flat_items_;
+  const GlobalRef* size_global_ = nullptr;  // torch.Size, once seen
+  std::array<Value, kFlatDims> flat_dims_;
 
   Value make_string(Kind kind, std::string_view s) {
     if (s.size() > UINT32_MAX)
@@ -737,7 +1065,12 @@ class Machine {
         case BUILD: build(); break;
         case PERSID: push(tree_->make_persid(make_string(Kind::Str, a.s))); break;
         case BINPERSID: push(tree_->make_persid(settle(pop()))); break;
-        case GET: case BINGET: case LONG_BINGET: memo_get(a.u); break;
+        case BINGET:
+        case LONG_BINGET:
+          if (opts_.folder && fold_flat_object(a.u, r)) break;
+          memo_get(a.u);
+          break;
+        case GET: memo_get(a.u); break;
         case PUT: case BINPUT: case LONG_BINPUT:
           memo_put(a.u);
           memo_len_ = std::max(memo_len_, a.u + 1);

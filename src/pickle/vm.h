@@ -53,6 +53,21 @@ class Folder {
  public:
   virtual ~Folder() = default;
   virtual bool fold(const GlobalRef& cls, const Value& args, const Value& state, Value& out) = 0;
+  // Offered each key/value pair a dict is extended with (SETITEM, SETITEMS, DICT), after BUILD
+  // folded what it could, with `last` the dict's last pair (two Values) or nullptr. It may merge
+  // the pair into `last` (true: nothing is appended), or rewrite `k` and `v` into another pair
+  // that stands for them (false: k, v are appended). Either way the folder's reader must see the
+  // same pairs in the same order as without it; pairs are never offered for anything else.
+  virtual bool join_pair(Value* last, Value& k, Value& v) {
+    (void)last, (void)k, (void)v;
+    return false;
+  }
+};
+
+// Where a parse spent its time (steady clock), for reports that say what reading cost.
+struct ParseStats {
+  double scan_seconds = 0;    // pass 1: which memo entries are read back
+  double decode_seconds = 0;  // pass 2: the opcodes, folding included
 };
 
 struct ParseOptions {
@@ -64,6 +79,7 @@ struct ParseOptions {
   // offset, so a caller reading a mapping can drop those pages (the second pass faults them back
   // in from the page cache as it goes).
   std::function<void(uint64_t)> consumed;
+  ParseStats* stats = nullptr;  // filled in when set
 };
 
 std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts);

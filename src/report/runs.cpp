@@ -17,7 +17,20 @@ json run_entry_json(const RunEntry& e) {
           {"dtypes", e.dtypes},
           {"optimizer", e.optimizer},
           {"mtime", e.mtime},
-          {"symlink", e.symlink}};
+          {"symlink", e.symlink},
+          {"timing", {{"judged", e.judged},
+                      {"metadata_bytes", e.metadata_bytes},
+                      {"open_seconds", e.open_seconds},
+                      {"check_seconds", e.check_seconds}}}};
+}
+
+json run_folder_timing(const RunFolder& rf) {
+  uint64_t bytes = 0, judged = 0;
+  for (const auto& e : rf.entries) {
+    bytes += e.metadata_bytes;
+    judged += e.judged;
+  }
+  return {{"seconds", rf.seconds}, {"judged", judged}, {"metadata_bytes", bytes}};
 }
 
 json run_folder_report(const RunFolder& rf) {
@@ -28,7 +41,8 @@ json run_folder_report(const RunFolder& rf) {
           {"run_folder", rf.dir},
           {"newest_complete", newest ? json(newest->path) : json(nullptr)},
           {"checkpoints", list},
-          {"prune_leftovers", rf.prune_leftovers}};
+          {"prune_leftovers", rf.prune_leftovers},
+          {"timing", run_folder_timing(rf)}};
 }
 
 }  // namespace dcpctl

@@ -35,6 +35,11 @@ class SpanReader {
   size_t pos() const { return pos_; }
   size_t remaining() const { return span_.size - pos_; }
   bool at_end() const { return pos_ == span_.size; }
+  const uint8_t* data() const { return span_.data; }
+  size_t size() const { return span_.size; }
+  // Moves to `pos`, which a caller has already checked against the span (a fast path that read
+  // the bytes in between itself); anything beyond the end is clamped to it.
+  void seek(size_t pos) { pos_ = pos < span_.size ? pos : span_.size; }
   uint64_t abs_pos() const { return base_ + pos_; }
   const std::string& source() const { return source_; }
 

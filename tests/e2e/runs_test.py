@@ -122,7 +122,16 @@ def hidden_leftovers(run):
 
 ENTRY_TYPES = {"name": str, "path": str, "step": (int, type(None)), "layout": (str, type(None)), "complete": bool,
                "problems": int, "why_incomplete": (str, type(None)), "bytes": int, "tensors": int, "dtypes": dict,
-               "optimizer": bool, "mtime": int, "symlink": bool}
+               "optimizer": bool, "mtime": int, "symlink": bool, "timing": dict}
+TIMING_TYPES = {"judged": bool, "metadata_bytes": int, "open_seconds": (int, float), "check_seconds": (int, float)}
+FOLDER_TIMING_TYPES = {"seconds": (int, float), "judged": int, "metadata_bytes": int}
+
+
+def timing_problems(what, t, types):
+    if not isinstance(t, dict) or set(t) != set(types):
+        return [f"{what}: timing keys {sorted(t) if isinstance(t, dict) else t!r}"]
+    return [f"{what}: timing {k}={t[k]!r}" for k, ty in types.items()
+            if not isinstance(t[k], ty) or (ty is int and isinstance(t[k], bool)) or (t[k] is not True and t[k] is not False and t[k] < 0)]
 
 
 def schema_problems(doc, run):
@@ -142,8 +151,19 @@ def schema_problems(doc, run):
             bad.append(f"{e.get('name')}: layout {e.get('layout')}")
         if (e.get("why_incomplete") is None) != bool(e.get("complete")) or (e.get("complete") and e.get("problems") != 0):
             bad.append(f"{e.get('name')}: complete={e.get('complete')} why={e.get('why_incomplete')!r} problems={e.get('problems')}")
+        bad += timing_problems(e.get("name"), e.get("timing"), TIMING_TYPES)
+        # ls judges every checkpoint: each one's metadata was read (a symlink's too).
+        if isinstance(e.get("timing"), dict) and e["timing"].get("judged") is not True:
+            bad.append(f"{e.get('name')}: not judged by ls")
         if sum(e.get("dtypes", {}).values()) != e.get("tensors"):
             bad.append(f"{e.get('name')}: dtypes {e.get('dtypes')} do not add up to {e.get('tensors')} tensors")
+    bad += timing_problems("folder", doc.get("timing"), FOLDER_TIMING_TYPES)
+    entries = doc.get("checkpoints", [])
+    if isinstance(doc.get("timing"), dict) and doc["timing"].get("judged") != len(entries):
+        bad.append(f"folder timing judged {doc['timing'].get('judged')} of {len(entries)}")
+    if isinstance(doc.get("timing"), dict) and all(isinstance(e.get("timing"), dict) for e in entries) and \
+            doc["timing"].get("metadata_bytes") != sum(e["timing"].get("metadata_bytes", 0) for e in entries):
+        bad.append("folder timing metadata_bytes is not the sum of the entries'")
     newest = [e["path"] for e in doc.get("checkpoints", []) if e.get("complete")]
     if doc.get("newest_complete") != (newest[-1] if newest else None):
         bad.append(f"newest_complete {doc.get('newest_complete')!r}")
@@ -166,7 +186,13 @@ def latest_is(name, run, want):
     doc = parse_json(name + " latest", p) or {}
     check(f"{name}: latest --json", doc.get("schema_version") == 1 and doc.get("run_folder") == run
           and doc.get("path") == want and isinstance(doc.get("step"), (int, type(None)))
-          and doc.get("layout") in LAYOUTS and set(doc) == {"schema_version", "run_folder", "path", "step", "layout"}, repr(doc))
+          and doc.get("layout") in LAYOUTS and set(doc) == {"schema_version", "run_folder", "path", "step", "layout", "timing"}
+          and not timing_problems("latest", doc.get("timing"), FOLDER_TIMING_TYPES), repr(doc))
+    # latest reads only what its answer needs: the checkpoints from the newest down to the answer.
+    listed = [e["path"] for e in (ls_json(name + " (for latest)", run) or {"checkpoints": []})["checkpoints"]]
+    if want in listed and isinstance(doc.get("timing"), dict):
+        check(f"{name}: latest judged only the checkpoints from the newest down to {os.path.basename(want)}",
+              doc["timing"].get("judged") == len(listed) - listed.index(want), repr(doc["timing"]))
 
 
 def real_run(name, run, exp_names, exp_layouts):

@@ -254,3 +254,126 @@ TEST_CASE("memory given back early is never reused while still referenced") {
   CHECK(t->root.items()[0].kind == Kind::Ext);
   CHECK(repr(t->root, 1000) == "(<record>, (1, 2), (8, 8))");
 }
+
+namespace {
+
+// Folds m.C objects whose state is {'x': int, 'd': torch.Size} into Ext(tag 8, x * 1000 + sum(d)),
+// and those with {'x': int} alone as FoldC does.
+struct FoldCD final : Folder {
+  int offered = 0;
+  bool fold(const GlobalRef& cls, const Value& args, const Value& state, Value& out) override {
+    ++offered;
+    if (cls.module != "m" || cls.name != "C" || args.kind != Kind::Tuple || args.len != 0 || state.kind != Kind::Dict)
+      return false;
+    const Value* x = state.get("x");
+    const Value* d = state.get("d");
+    if (!x || x->kind != Kind::Int) return false;
+    int64_t sum = 0;
+    if (d) {
+      if (d->kind != Kind::Size) return false;
+      for (const Value& v : d->items()) sum += v.as_int();
+    }
+    out.kind = Kind::Ext;
+    out.len = d ? 8 : 7;
+    out.bits = static_cast<uint64_t>(x->as_int() * 1000 + sum);
+    return true;
+  }
+};
+
+// Protocol 4 prologue: memo 0 = m.C (the global), memo 1 = torch.Size, memo 2 = 'x', memo 3 = 'd'.
+std::string prologue() {
+  return bin({0x80, 4, 0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, 0x94, 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x8c, 4, 'S', 'i', 'z', 'e',
+              0x93, 0x94, 0x8c, 1, 'x', 0x94, 0x8c, 1, 'd', 0x94, '0', '0'});
+}
+// C(x=x, d=Size(a, b)) as a pickler writes it after the first one: the class and the names read
+// back (BINGET), the object, its dict, the Size's tuples memoized (3 + 2 MEMOIZEs... 5 entries).
+std::string flat_obj(int x, int a, int b) {
+  return bin({'h', 0, ')', 0x81, 0x94, '}', 0x94, '(', 'h', 2, 'K', x, 'h', 3, 'h', 1, 'K', a, 'K', b, 0x86, 0x94, 0x85,
+              0x94, 'R', 0x94, 'u', 'b'});
+}
+
+std::unique_ptr<Tree> run_with(const std::string& bytes, Folder* f, Limits limits = {}) {
+  ParseOptions o;
+  o.source = "test.pkl";
+  o.folder = f;
+  o.limits = limits;
+  return parse(ByteSpan(bytes), o);
+}
+
+std::string error_of(const std::string& bytes, Folder* f, Limits limits = {}) {
+  try {
+    run_with(bytes, f, limits);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("flat objects are folded in one step, with the memo numbered as opcode by opcode") {
+  // [C(1, (2, 3)), C(4, (5, 6))], then a string memoized at the next index and read back: the
+  // fast path must count the MEMOIZEs it steps over (memo: 4 in the prologue, the list 4, then
+  // 5 per object: object, dict, dims tuple, args tuple, Size; 'z' is 15).
+  std::string p = prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) +
+                  bin({'e', 0x8c, 1, 'z', 0x94, '0', 'h', 15, 0x86, '.'});
+  FoldCD f;
+  auto t = run_with(p, &f);
+  REQUIRE(t->root.kind == Kind::Tuple);
+  const Value& list = t->root.items()[0];
+  REQUIRE(list.items().size() == 2);
+  CHECK(list.items()[0].kind == Kind::Ext);
+  CHECK(list.items()[0].len == 8);
+  CHECK(list.items()[0].bits == 1005);
+  CHECK(list.items()[1].bits == 4011);
+  CHECK(t->root.items()[1].is_str("z"));
+  CHECK(f.offered == 2);
+  // Without a folder, the same pickle is two generic objects and the same memo numbering.
+  CHECK(r(p) == "([m.C() state={'x': 1, 'd': torch.Size([2, 3])}, m.C() state={'x': 4, 'd': torch.Size([5, 6])}], 'z')");
+}
+
+TEST_CASE("a flat object any part of which the memo reads back stays generic") {
+  // The inner dims tuple of the second object (memo index 12) is read back after.
+  std::string p = prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', 'h', 12, 0x86, '.'});
+  FoldCD f;
+  auto t = run_with(p, &f);
+  const Value& list = t->root.items()[0];
+  CHECK(list.items()[0].kind == Kind::Ext);
+  // Read back: the generic run keeps the tuple, and BUILD still folds the object (the folder
+  // must not keep the state), so the result is the same record; the tuple is intact.
+  CHECK(list.items()[1].kind == Kind::Ext);
+  CHECK(repr(t->root.items()[1], 100) == "(5, 6)");
+  // The second object itself read back (memo index 10): never folded, one shared object.
+  std::string q = prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', 'h', 10, 0x86, '.'});
+  FoldCD g;
+  auto u = run_with(q, &g);
+  CHECK(u->root.items()[0].items()[1].kind == Kind::Object);
+  CHECK(&u->root.items()[0].items()[1].as_object() == &u->root.items()[1].as_object());
+}
+
+TEST_CASE("caps fire the same with the flat-object fast path") {
+  std::string p = prologue() + bin({']', 0x94, '('}) + flat_obj(1, 2, 3) + flat_obj(4, 5, 6) + bin({'e', '.'});
+  FoldCD f;
+  // The memo index cap: MEMOIZE inside the second object goes past it.
+  Limits l;
+  l.max_memo_index = 12;
+  std::string folded = error_of(p, &f, l);
+  CHECK(folded.find("memo index 13 is absurdly large") != std::string::npos);
+  CHECK(folded == error_of(p, nullptr, l));
+  // The mark cap: the object's MARK is one too many.
+  Limits m;
+  m.max_marks = 1;
+  folded = error_of(p, &f, m);
+  CHECK(folded.find("nested MARKs") != std::string::npos);
+  CHECK(folded == error_of(p, nullptr, m));
+  // A memo read of an entry never stored, inside a flat object, is the generic error.
+  std::string q = prologue() + bin({'h', 0, ')', 0x81, 0x94, '}', 0x94, '(', 'h', 2, 'K', 1, 'h', 99, 'K', 1, 'u', 'b', '.'});
+  CHECK(error_of(q, &f) == error_of(q, nullptr));
+  CHECK(error_of(q, &f).find("memo entry 99 is read before it was stored") != std::string::npos);
+  // Cut anywhere: the same error with and without the folder.
+  for (size_t n = 0; n < p.size(); ++n) {
+    INFO("cut at " << n);
+    FoldCD h;
+    CHECK(error_of(p.substr(0, n), &h) == error_of(p.substr(0, n), nullptr));
+  }
+}

@@ -1,0 +1,145 @@
+// `.metadata` shaped as a large DCP save writes it (every tensor Shard(0) over many ranks, one
+// storage entry per chunk): the folded decode (the VM's fast path for flat objects, folded
+// tensors, storage_data joined into runs) must build exactly the model the generic decode builds,
+// and the caps must still fire on it.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "meta/checkpoint.h"
+#include "meta/metadata.h"
+#include "report/inspect.h"
+#include "write/dcp_metadata.h"
+
+using namespace dcpctl;
+
+namespace {
+
+// tensors x ranks chunks, as bench/make_big_metadata.py lays them out (smaller).
+MetadataOut dcp_like(int tensors, int ranks) {
+  MetadataOut out;
+  for (int r = 0; r < ranks; ++r) out.files.push_back("__" + std::to_string(r) + "_0.distcp");
+  std::vector<uint64_t> pos(static_cast<size_t>(ranks), 0);
+  for (int i = 0; i < tensors; ++i) {
+    MetaTensorOut t;
+    t.fqn = "model.layers." + std::to_string(i / 3) + ".w" + std::to_string(i % 3) + ".weight";
+    t.dtype_name = i % 2 ? "float32" : "bfloat16";
+    t.requires_grad = i % 3 == 0;
+    if (i % 5 == 4) t.shape = {37};           // 1-d, rows not a multiple of the ranks
+    else if (i % 7 == 6) t.shape = {};        // 0-d: one chunk
+    else t.shape = {64 + i, 16};
+    int n = t.shape.empty() ? 1 : ranks;
+    int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+    int64_t step = (rows + n - 1) / n;
+    for (int r = 0; r < n; ++r) {
+      MetaChunkOut c;
+      if (!t.shape.empty()) {
+        int64_t start = std::min<int64_t>(r * step, rows);
+        c.offsets = {start};
+        c.sizes = {std::max<int64_t>(0, std::min<int64_t>(step, rows - start))};
+        for (size_t d = 1; d < t.shape.size(); ++d) {
+          c.offsets.push_back(0);
+          c.sizes.push_back(t.shape[d]);
+        }
+      }
+      c.file = static_cast<uint32_t>(r);
+      c.offset = pos[static_cast<size_t>(r)];
+      c.length = 1536 + static_cast<uint64_t>(i);
+      pos[static_cast<size_t>(r)] += c.length;
+      t.chunks.push_back(c);
+    }
+    out.order.emplace_back(true, static_cast<uint32_t>(out.tensors.size()));
+    out.tensors.push_back(std::move(t));
+  }
+  for (const char* k : {"optim.param_groups.0.lr", "train.step"}) {
+    MetaBytesOut b;
+    b.fqn = k;
+    b.offset = pos[0];
+    b.length = 1200;
+    pos[0] += 1200;
+    out.order.emplace_back(false, static_cast<uint32_t>(out.bytes.size()));
+    out.bytes.push_back(b);
+  }
+  out.save_id = "0f0e0d0c-0b0a-4908-8706-050403020100";
+  return out;
+}
+
+std::string report(const std::string& bytes, bool fold) {
+  Checkpoint ck;
+  ck.dir = "d";
+  ck.metadata_path = "d/.metadata";
+  ck.metadata_bytes = bytes.size();
+  MetadataParseOptions po;
+  po.fold = fold;
+  ck.md = parse_metadata(ByteSpan(bytes), ck.metadata_path, po);
+  for (const auto& rel : ck.md.files) {
+    DataFileInfo fi;
+    fi.relative_path = rel;
+    fi.size = 1u << 30;
+    ck.files.push_back(fi);
+  }
+  InspectOptions io;
+  io.chunks = true;
+  return inspect_report(ck, io).dump();
+}
+
+}  // namespace
+
+TEST_CASE("a DCP-shaped .metadata of many chunks decodes to the same model folded and generic") {
+  MetadataOut out = dcp_like(60, 24);
+  std::string bytes = metadata_pickle(out);
+  std::string folded = report(bytes, true);
+  CHECK(folded == report(bytes, false));
+
+  Metadata md = parse_metadata(ByteSpan(bytes), "d/.metadata");
+  REQUIRE(md.tensors.size() == 60);
+  CHECK(md.problems.empty());
+  CHECK(md.files.size() == 24);
+  size_t chunks = 0;
+  for (const auto& t : md.tensors) {
+    chunks += t.num_chunks();
+    for (size_t c = 0; c < t.num_chunks(); ++c) CHECK(t.storage[c].present());
+  }
+  size_t want = 0;
+  for (const auto& t : out.tensors) want += t.chunks.size();
+  CHECK(chunks == want);
+  const TensorMeta& t1 = md.tensors[1];
+  CHECK(t1.dtype_name == "float32");
+  CHECK(t1.shape == std::vector<int64_t>{65, 16});
+  CHECK(t1.chunk_offsets(3)[0] == 9);  // ceil(65 / 24) = 3 rows a rank
+  CHECK(t1.chunk_sizes(3)[1] == 16);
+  CHECK(md.files[t1.storage[3].file] == "__3_0.distcp");
+  CHECK(t1.storage[3].length == 1537);
+  REQUIRE(md.bytes.size() == 2);
+  CHECK(md.bytes[1].storage.present());
+  CHECK(md.bytes[1].storage.length == 1200);
+}
+
+TEST_CASE("every cut and many mutations of a DCP-shaped .metadata: the folded decode never accepts more") {
+  // What tests/corruption/metadata_mutations.cpp asks of real torch files, on this shape: when the
+  // folded decode succeeds, the generic one succeeds with the same report. (The folded decode
+  // may refuse a little more: a second BUILD on a folded record is refused at once, while the
+  // generic path overwrites the state; and the expansion budget is charged a little
+  // differently.) Cuts fail identically.
+  std::string bytes = metadata_pickle(dcp_like(6, 5));
+  auto outcome = [](const std::string& b, bool fold) -> std::string {
+    try {
+      return report(b, fold);
+    } catch (const Error& e) {
+      return std::string("error: ") + e.what();
+    }
+  };
+  for (size_t n = 0; n < bytes.size(); n += 3) {
+    std::string cut = bytes.substr(0, n);
+    INFO("cut at " << n);
+    CHECK(outcome(cut, true) == outcome(cut, false));
+  }
+  for (size_t i = 0; i < bytes.size(); i += 5)
+    for (char op : {'\x94', 'h', 'j', 'K', 'M', 'u', 'b', '\x86', '\x85', ')', 'N', '(', 'R', '\x81', '}'}) {
+      std::string m = bytes;
+      m[i] = op;
+      INFO("byte " << i << " set to " << static_cast<int>(static_cast<unsigned char>(op)));
+      std::string f = outcome(m, true);
+      if (f.rfind("error: ", 0) == 0) continue;
+      CHECK(f == outcome(m, false));
+    }
+}
