@@ -239,7 +239,7 @@ std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk,
     return run;
   }
   RecordLocation rec = watch ? watch_storage(o, b, chunk) : o.zip->locate("data/" + b.storage_key);
-  check_extent(o, b, chunk, rec);
+  if (!watch) check_extent(o, b, chunk, rec);  // watch_storage checked it
   run.offset = ref.offset + rec.offset + static_cast<uint64_t>(b.storage_offset) * item;
   return run;
 }
