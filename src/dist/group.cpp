@@ -224,11 +224,20 @@ class StoreGroup final : public Group {
     } catch (const std::exception& ex) {
       error = first_line(ex.what());
     }
+    // Every rank says whether it is connected, and none goes on before all are: a rank that went
+    // on alone to a refusal every rank makes alike (consolidate's memory plan) closed its end of
+    // the mesh while another was still inside the handshake, which then ended with an I/O error
+    // instead of that same refusal (memory-torchrun-zstd, once in a clean-clone CI run).
+    publish("transport/" + std::to_string(rank()), transport_ ? "up" : "down");
     if (!transport_) {
       std::string what = "rank " + std::to_string(rank()) + ": cannot open the " + backend_name() + " process group: ";
       if (error.rfind("unsupported: ", 0) == 0) throw UnsupportedError(Where(), what + error.substr(13));
       throw IoError(Where(), what + error);
     }
+    for (int r = 0; r < size(); ++r)
+      if (r != rank() && get("transport/" + std::to_string(r), r) != "up")
+        throw IoError(Where(), "rank " + std::to_string(rank()) + ": rank " + std::to_string(r) + " could not open the " +
+                                   backend_name() + " process group");
   }
 
   void send(int dst, uint32_t tag, const void* data, uint64_t n) override {
