@@ -19,7 +19,8 @@ bool is_name(const Value& v, const char (&lit)[N]) {
   return v.kind == Kind::Str && v.len == N - 1 && same_bytes(v.as_str().data(), lit, N - 1);
 }
 
-// The attribute dict of an object (BUILD state, or the dict of a (dict, slots) state).
+}  // namespace
+
 const Value* state_dict(const Value& obj) {
   if (obj.kind != Kind::Object) return nullptr;
   const Value& st = obj.as_object().state;
@@ -27,8 +28,6 @@ const Value* state_dict(const Value& obj) {
   if (st.kind == Kind::Tuple && st.len == 2 && st.items()[0].kind == Kind::Dict) return &st.items()[0];
   return nullptr;
 }
-
-}  // namespace
 
 bool read_properties(const Value& props, std::string& dtype_name, bool& requires_grad) {
   const Value* dtype = nullptr;

@@ -18,6 +18,10 @@ namespace dcpctl::meta_detail {
 using pickle::Kind;
 using pickle::Value;
 
+// The attribute dict of an object (BUILD state, or the dict of a (dict, slots) state from
+// __getstate__); null for anything else.
+const Value* state_dict(const Value& obj);
+
 // What the Folder and the Mapper share: the model being built, the interned file names and
 // transform sets, and the expansion budget. The pickle memo lets one small object be referenced
 // many times (a chunk list shared by thousands of keys); copying it out per reference would turn a

@@ -58,6 +58,7 @@ std::string Metadata::writer_releases() const {
 namespace {
 
 using meta_detail::MetadataFolder;
+using meta_detail::state_dict;
 using meta_detail::Tables;
 
 // The globals that DCP writers put in `.metadata`. Anything else is listed as unknown.
@@ -89,14 +90,6 @@ class Mapper {
   void charge(uint64_t n, const std::string& key) { tb_.charge(n, key); }
   [[noreturn]] void fail(const std::string& key, const std::string& msg) { tb_.fail(key, msg); }
 
-  // The attribute dict of an object: BUILD state, or (dict, slots) from __getstate__.
-  const Value* state_dict(const Value& obj) {
-    if (obj.kind != Kind::Object) return nullptr;
-    const Value& st = obj.as_object().state;
-    if (st.kind == Kind::Dict) return &st;
-    if (st.kind == Kind::Tuple && st.len == 2 && st.items()[0].kind == Kind::Dict) return &st.items()[0];
-    return nullptr;
-  }
   const Value* attr(const Value& obj, std::string_view name) {
     const Value* d = state_dict(obj);
     return d ? d->get(name) : nullptr;
