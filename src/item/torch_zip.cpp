@@ -23,33 +23,6 @@ std::vector<std::string> TorchZip::records() { return impl_->index->records(); }
 
 bool TorchZip::has(const std::string& name) { return impl_->index->has(name); }
 
-std::vector<uint8_t> TorchZip::read_small(const std::string& name, uint64_t max_bytes) {
-  if (!impl_->index->has(name)) throw FormatError(where_, "item has no record '" + name + "'");
-  uint64_t n = impl_->index->size(name);
-  if (n > max_bytes)
-    throw FormatError(where_, "record '" + name + "' is " + std::to_string(n) + " bytes, more than the " +
-                                  std::to_string(max_bytes) + " allowed");
-  std::vector<uint8_t> out;
-  RecordLocation loc = place(name, true, &out);
-  if (out.size() != n || n == 0) {  // a large record: read, and checked by the source as it is
-    src_->watch_crc(loc.offset, loc.size, loc.crc, where_, name);
-    out.resize(n);
-    src_->read(loc.offset, out.data(), n);
-  }
-  return out;
-}
-
-RecordLocation TorchZip::watch(const std::string& name) {
-  std::vector<uint8_t> bytes;
-  RecordLocation loc = place(name, true, &bytes);
-  if (bytes.size() != loc.size || loc.size == 0) src_->watch_crc(loc.offset, loc.size, loc.crc, where_, name);
-  return loc;
-}
-
-RecordLocation TorchZip::locate(const std::string& name) { return place(name, false, nullptr); }
-
-RecordLocation TorchZip::locate_with_crc(const std::string& name) { return place(name, true, nullptr); }
-
 namespace {
 
 uint32_t le32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
@@ -60,6 +33,36 @@ uint32_t le32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | 
 constexpr uint64_t kSmallRecord = 64 << 10;
 
 }  // namespace
+
+std::vector<uint8_t> TorchZip::read_small(const std::string& name, uint64_t max_bytes) {
+  if (!impl_->index->has(name)) throw FormatError(where_, "item has no record '" + name + "'");
+  uint64_t n = impl_->index->size(name);
+  if (n > max_bytes)
+    throw FormatError(where_, "record '" + name + "' is " + std::to_string(n) + " bytes, more than the " +
+                                  std::to_string(max_bytes) + " allowed");
+  std::vector<uint8_t> out;
+  RecordLocation loc = watch(name, &out);
+  if (loc.size > kSmallRecord) {  // watched, then checked by the source as it is read
+    out.resize(n);
+    src_->read(loc.offset, out.data(), n);
+  }
+  return out;
+}
+
+RecordLocation TorchZip::watch(const std::string& name) {
+  std::vector<uint8_t> bytes;
+  return watch(name, &bytes);
+}
+
+RecordLocation TorchZip::watch(const std::string& name, std::vector<uint8_t>* bytes) {
+  RecordLocation loc = place(name, true, bytes);
+  if (loc.size > kSmallRecord) src_->watch_crc(loc.offset, loc.size, loc.crc, where_, name);
+  return loc;
+}
+
+RecordLocation TorchZip::locate(const std::string& name) { return place(name, false, nullptr); }
+
+RecordLocation TorchZip::locate_with_crc(const std::string& name) { return place(name, true, nullptr); }
 
 RecordLocation TorchZip::place(const std::string& name, bool crc, std::vector<uint8_t>* bytes) {
   if (!impl_->index->has(name)) throw FormatError(where_, "item has no record '" + name + "'");

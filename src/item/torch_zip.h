@@ -53,6 +53,8 @@ class TorchZip {
   const Where& where() const { return where_; }
 
  private:
+  // watch(); a small record's bytes, read and checked there, land in `bytes`.
+  RecordLocation watch(const std::string& name, std::vector<uint8_t>* bytes);
   // Where record `name` lies, with its CRC when `crc`; with `bytes`, a small record's bytes are
   // read into it and checked (left empty for a large one).
   RecordLocation place(const std::string& name, bool crc, std::vector<uint8_t>* bytes);
