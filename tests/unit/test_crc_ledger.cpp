@@ -7,23 +7,15 @@
 #include <thread>
 #include <vector>
 
+#include "random_bytes.h"
 #include "util/crc32.h"
 #include "util/crc_ledger.h"
 #include "util/error.h"
 
 using namespace dcpctl;
 
-namespace {
-std::vector<uint8_t> bytes(size_t n, uint32_t seed) {
-  std::vector<uint8_t> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
-}  // namespace
-
 TEST_CASE("crc32_combine joins the CRCs of two pieces") {
-  auto d = bytes(5000, 1);
+  auto d = random_bytes(5000, 1);
   for (size_t cut : {0, 1, 64, 4095, 5000}) {
     uint32_t a = crc32_update(0, d.data(), cut), b = crc32_update(0, d.data() + cut, d.size() - cut);
     CHECK(crc32_combine(a, b, d.size() - cut) == crc32_update(0, d.data(), d.size()));
@@ -31,7 +23,7 @@ TEST_CASE("crc32_combine joins the CRCs of two pieces") {
 }
 
 TEST_CASE("ledger: a record read in shuffled, overlapping pieces is checked once, when covered") {
-  auto file = bytes(10000, 2);
+  auto file = random_bytes(10000, 2);
   const uint64_t off = 1000, n = 7000;
   CrcLedger l;
   l.watch("f", off, n, crc32_update(0, file.data() + off, n), "k", "data/0");
@@ -51,7 +43,7 @@ TEST_CASE("ledger: a record read in shuffled, overlapping pieces is checked once
 }
 
 TEST_CASE("ledger: one flipped bit anywhere fails, naming file, record offset and key") {
-  auto file = bytes(4096, 3);
+  auto file = random_bytes(4096, 3);
   for (uint64_t bit : {0ull, 7ull, 2048ull * 8 + 3, 4095ull * 8 + 7}) {
     CrcLedger l;
     l.watch("ckpt/__0_0.distcp", 0, file.size(), crc32_update(0, file.data(), file.size()), "model.w", "data/3");
@@ -72,7 +64,7 @@ TEST_CASE("ledger: one flipped bit anywhere fails, naming file, record offset an
 }
 
 TEST_CASE("ledger: several records, read by several threads in small pieces") {
-  auto file = bytes(1 << 20, 4);
+  auto file = random_bytes(1 << 20, 4);
   CrcLedger l;
   std::vector<std::pair<uint64_t, uint64_t>> recs;  // records of varied sizes, with gaps between
   for (uint64_t at = 100; at + 5000 < file.size(); at += 9000) recs.push_back({at, 1000 + at % 4000});

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "random_bytes.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "write/output.h"
@@ -32,13 +33,6 @@
 using namespace dcpctl;
 
 namespace {
-
-std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
-  std::vector<uint8_t> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
 
 std::vector<uint8_t> slurp(const std::string& path) {
   ReadFile f(path);
