@@ -11,7 +11,7 @@
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
 #include "pickle/repr.h"
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 #include "report/inspect.h"
 #include "util/numeric.h"
 #include "util/sha256.h"

@@ -3,7 +3,7 @@
 //
 // Keys are compared as flattened (DCP's "app.model.layers.0.w"). A --select prefix is applied
 // to each side that has keys under it (and stripped there), so a training checkpoint compares
-// with the model exported from it; --include/--exclude as plan/select.h. Per key:
+// with the model exported from it; --include/--exclude as meta/select.h. Per key:
 //   only_in_a, only_in_b    the key is on one side only
 //   kind_changed            a tensor on one side, a non-tensor value on the other
 //   dtype_changed           different dtypes (values are still compared with ignore_dtype)
@@ -34,7 +34,7 @@
 
 #include "compare/diff_core.h"
 #include "compare/input.h"
-#include "plan/select.h"
+#include "meta/select.h"
 
 namespace dcpctl {
 

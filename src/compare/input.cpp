@@ -4,7 +4,7 @@
 
 #include "item/torch_file.h"
 #include "pickle/repr.h"
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 
 namespace dcpctl {
 

@@ -31,7 +31,7 @@
 
 #include "compare/input.h"
 #include "compare/stats_core.h"
-#include "plan/select.h"
+#include "meta/select.h"
 
 namespace dcpctl {
 

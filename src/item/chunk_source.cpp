@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "plan/pieces.h"
+#include "meta/pieces.h"
 #include "util/parallel.h"
 
 namespace dcpctl {

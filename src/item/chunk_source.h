@@ -12,7 +12,7 @@
 
 #include "item/decoded_chunks.h"
 #include "item/item_reader.h"
-#include "plan/pieces.h"
+#include "meta/pieces.h"
 #include "util/memory_gate.h"
 
 namespace dcpctl {
@@ -36,7 +36,7 @@ class ChunkSource {
   // The chunk's dense bytes into `dst` (t.chunk_numel(chunk) elements), for assembling a tensor.
   virtual void read_into(unsigned lane, const TensorMeta& t, size_t chunk, uint8_t* dst) = 0;
   // Bytes [from, from + n) of the chunk's dense bytes into `dst`, for assembling a box (a piece,
-  // plan/pieces.h). By default the whole chunk through read_into (straight into `dst` when the
+  // meta/pieces.h). By default the whole chunk through read_into (straight into `dst` when the
   // range is the whole chunk); LocalChunks reads only the range.
   virtual void read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
   // One more use of the chunk will come / one is over: a source that keeps a decoded chunk for

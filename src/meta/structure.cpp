@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 
 namespace dcpctl {
 

@@ -1,6 +1,6 @@
 #include "plan/checks.h"
 
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 #include "util/numeric.h"
 
 namespace dcpctl {

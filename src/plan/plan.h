@@ -2,7 +2,7 @@
 //
 // plan_write turns (checkpoint, selection, --dtype, target) into records: each a box of a selected
 // tensor (the whole tensor for a consolidated file, one target chunk for a DCP checkpoint) with
-// the pieces it is made of (plan/pieces.h), the dtype it is written in, where it goes (output
+// the pieces it is made of (meta/pieces.h), the dtype it is written in, where it goes (output
 // file or target rank, and its offset there), whether it streams, and the memory writing it takes.
 // Everything a run would refuse is refused here, before a byte is written: unknown dtypes, tensors
 // their chunks do not cover, dtypes the format cannot hold, a record that cannot fit the budget.
@@ -26,8 +26,8 @@
 
 #include "meta/checkpoint.h"
 #include "plan/checks.h"
-#include "plan/pieces.h"
-#include "plan/select.h"
+#include "meta/pieces.h"
+#include "meta/select.h"
 #include "util/dtype.h"
 
 namespace dcpctl {

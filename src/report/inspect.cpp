@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 
 namespace dcpctl {
 

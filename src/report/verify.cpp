@@ -9,7 +9,7 @@
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
 #include "meta/structure.h"
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 #include "util/memory_gate.h"
 #include "util/parallel.h"
 #include "util/sha256.h"

@@ -27,7 +27,7 @@
 #include <optional>
 #include <string>
 
-#include "plan/select.h"
+#include "meta/select.h"
 #include "util/dtype.h"
 #include "util/file.h"
 

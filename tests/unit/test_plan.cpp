@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "plan/geometry.h"
-#include "plan/select.h"
+#include "meta/geometry.h"
+#include "meta/select.h"
 #include "util/error.h"
 
 using namespace dcpctl;

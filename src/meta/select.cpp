@@ -1,4 +1,4 @@
-#include "plan/select.h"
+#include "meta/select.h"
 
 #include <fnmatch.h>
 

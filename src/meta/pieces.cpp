@@ -1,4 +1,4 @@
-#include "plan/pieces.h"
+#include "meta/pieces.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 
 #include <algorithm>
 #include <map>

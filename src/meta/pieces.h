@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "meta/metadata.h"
-#include "plan/geometry.h"
+#include "meta/geometry.h"
 
 namespace dcpctl {
 
