@@ -14,67 +14,39 @@
 
 namespace dcpctl {
 
-ChunkOwners::ChunkOwners(Group& group, const Checkpoint& ck, bool local_files)
-    : ck_(ck), load_(static_cast<size_t>(group.size()), 0) {
+Visibility gather_visibility(Group& group, const Checkpoint& ck) {
   size_t nf = ck.md.files.size();
-  sees_.assign(static_cast<size_t>(group.size()), std::vector<bool>(nf, true));
-  if (!local_files) return;
+  Visibility vis = Visibility::everything(group.size(), nf);
   std::string mine(nf, '0');
   for (size_t f = 0; f < nf; ++f)
     if (ck.files[f].size) mine[f] = '1';
-  group.publish("sees/" + std::to_string(group.rank()), mine);
+  std::vector<std::string> all = group.all_gather("sees", mine);
   for (int r = 0; r < group.size(); ++r) {
-    std::string s = r == group.rank() ? mine : group.fetch("sees/" + std::to_string(r));
+    const std::string& s = all[static_cast<size_t>(r)];
     if (s.size() != nf) throw Error(Where(), "rank " + std::to_string(r) + " lists " + std::to_string(s.size()) + " data files, this rank " + std::to_string(nf));
-    for (size_t f = 0; f < nf; ++f) sees_[static_cast<size_t>(r)][f] = s[f] == '1';
+    for (size_t f = 0; f < nf; ++f) vis.sees[static_cast<size_t>(r)][f] = s[f] == '1';
   }
+  return vis;
 }
 
-int ChunkOwners::owner(const TensorMeta& t, size_t chunk, int writer, bool prefer_writer) {
-  uint32_t file = t.storage[chunk].file;
-  uint64_t bytes = t.chunk_numel(chunk) * itemsize(*t.dtype);
-  if (prefer_writer && sees(writer, file)) {
-    load_[static_cast<size_t>(writer)] += bytes;
-    return writer;
-  }
-  int best = -1;
-  for (size_t r = 0; r < load_.size(); ++r)
-    if (sees_[r][file] && (best < 0 || load_[r] < load_[static_cast<size_t>(best)])) best = static_cast<int>(r);
-  if (best < 0)
-    throw FormatError(Where(ck_.path_of(file), std::nullopt, t.fqn),
-                      "no rank can read this data file (--local-files: each rank sees only the files in its own directory)");
-  load_[static_cast<size_t>(best)] += bytes;
-  return best;
-}
-
-void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to) {
-  constexpr uint64_t kPiece = 16ull << 20;
+void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, const std::vector<BytesMeta>& items, int to) {
   const Checkpoint& ck = reader.checkpoint();
   int me = group.rank();
   for (const BytesMeta& b : items) {
     const StorageRef& ref = b.storage;
-    if (!ref.present() || owners.sees(to, ref.file)) continue;
+    if (!ref.present() || vis.can_read(to, ref.file)) continue;
     int from = -1;
     for (int r = 0; r < group.size() && from < 0; ++r)
-      if (owners.sees(r, ref.file)) from = r;
+      if (vis.can_read(r, ref.file)) from = r;
     if (from < 0)
       throw FormatError(Where(ck.path_of(ref.file), ref.offset, b.fqn), "no rank can read this data file (--local-files)");
     if (me == from) {
       ReadFile f(ck.path_of(ref.file));
-      std::vector<uint8_t> piece;
-      for (uint64_t at = 0; at < ref.length; at += kPiece) {
-        piece.resize(std::min(kPiece, ref.length - at));
-        f.read_at(ref.offset + at, piece.data(), piece.size(), b.fqn);
-        group.send(to, tag::kRawItems, piece.data(), piece.size());
-      }
+      group.send_pieces(to, tag::kRawItems, ref.length,
+                        [&](uint64_t at, uint8_t* buf, uint64_t n) { f.read_at(ref.offset + at, buf, n, b.fqn); });
     } else if (me == to) {
       auto raw = std::make_shared<MemorySource>();
-      std::vector<uint8_t> piece;
-      for (uint64_t at = 0; at < ref.length; at += kPiece) {
-        piece.resize(std::min(kPiece, ref.length - at));
-        group.recv(from, tag::kRawItems, piece.data(), piece.size());
-        raw->append(piece.data(), piece.size());
-      }
+      group.recv_pieces(from, tag::kRawItems, ref.length, [&](uint64_t, const uint8_t* buf, uint64_t n) { raw->append(buf, n); });
       reader.provide(ref, raw);
     }
   }

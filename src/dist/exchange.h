@@ -1,11 +1,11 @@
 // Moving tensor chunks from the ranks that can read them to the ranks that write the output, for
 // consolidate under torchrun (rank 0 gathers; with --parallel-write every rank writes shards).
-// It is protocol between ranks, not writing: write/consolidate.cpp decides what each rank writes
-// and calls this to move the bytes.
+// It is protocol between ranks, not writing: the deal (plan/deal.h) says what each rank reads and
+// writes, and execute (write/execute.h) runs this to move the bytes.
 //
-// Every rank builds the same plan: an ordered list of transfers, each one chunk that a writer
-// lane consumes next. The owner of a chunk (a rank that sees its .distcp file; work dealt out by
-// bytes) pushes it to the writer in windows; the writer's lane receives them in plan order. Per
+// Every rank holds the same plan: the deal's ordered list of transfers (plan/deal.h), each one
+// chunk that a writer lane consumes next. The owner of a chunk (a rank that sees its .distcp file,
+// dealt there by deal_work) pushes it to the writer in windows; the writer's lane receives them in plan order. Per
 // lane, owners send and writers receive in the one global order, so the first unfinished
 // transfer can always move: no cycle can form, and each side holds one window per lane.
 //
@@ -28,38 +28,21 @@
 
 #include "item/chunk_source.h"
 #include "item/item_reader.h"
+#include "plan/deal.h"
 #include "util/memory_gate.h"
 
 namespace dcpctl {
 
 class Group;
 
-struct Transfer {
-  uint32_t tensor;  // index into Metadata::tensors
-  uint32_t chunk;
-  int owner, writer;
-  uint32_t lane;
-};
-
-// Which ranks can read each data file of the checkpoint (all of them unless --local-files), and
-// who owns each chunk: the writer itself when it can read the file and `prefer_writer`, else the
-// least-loaded rank (by bytes) among those that can. Throws FormatError naming a file nobody sees.
-class ChunkOwners {
- public:
-  ChunkOwners(Group& group, const Checkpoint& ck, bool local_files);
-  int owner(const TensorMeta& t, size_t chunk, int writer, bool prefer_writer);
-  bool sees(int rank, uint32_t file) const { return sees_[static_cast<size_t>(rank)][file]; }
-
- private:
-  const Checkpoint& ck_;
-  std::vector<std::vector<bool>> sees_;  // [rank][file]
-  std::vector<uint64_t> load_;
-};
+// Which data files each rank can read: every rank publishes which of the checkpoint's data files
+// its directory holds (--local-files), and learns everyone's. Collective.
+Visibility gather_visibility(Group& group, const Checkpoint& ck);
 
 // Non-tensor items rank `to` must read but cannot see (--local-files): the lowest rank that sees
 // each item's file sends its raw bytes, and `reader` on rank `to` serves them as if read there.
 // Collective: every rank calls it with the same `refs`.
-void gather_raw_items(Group& group, const ChunkOwners& owners, ItemReader& reader, const std::vector<BytesMeta>& items, int to);
+void gather_raw_items(Group& group, const Visibility& vis, ItemReader& reader, const std::vector<BytesMeta>& items, int to);
 
 // The writer side is a ChunkSource (item/chunk_source.h): the executor (write/executor.h) reads through
 // it as it reads local chunks, lane by lane in plan order.

@@ -11,9 +11,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 
@@ -64,6 +67,17 @@ class Group {
   virtual void abort_transfers() = 0;
   // False when the backend ignores tags (NCCL): keep one message in flight per pair of ranks.
   virtual bool tagged() = 0;
+
+  // ---- collectives built on the above (dist/collectives.cpp), the same on every backend ----
+  // Every rank's `value` under `key`, in rank order (through the store: small values only).
+  // Collective: every rank calls it with the same key.
+  std::vector<std::string> all_gather(const std::string& key, const std::string& value);
+  // `n` bytes from `src` to rank `dst` on `tag`, in messages of at most kPiece bytes (Gloo's
+  // buffers stay bounded whatever the size); `fill(at, buf, len)` supplies bytes [at, at + len).
+  // The receiver calls recv_pieces with the same n and tag; `take(at, buf, len)` gets them.
+  static constexpr uint64_t kPiece = 16ull << 20;
+  void send_pieces(int dst, uint32_t tag, uint64_t n, const std::function<void(uint64_t, uint8_t*, uint64_t)>& fill);
+  void recv_pieces(int src, uint32_t tag, uint64_t n, const std::function<void(uint64_t, const uint8_t*, uint64_t)>& take);
 };
 
 enum class Backend { Gloo, Nccl };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "dist/group.h"
@@ -26,12 +27,9 @@ Checkpoint open_local_checkpoint(Group& group, std::string dir) {
   replace_all(dir, "{local_rank}", local ? local : "0");
   replace_all(dir, "{node_rank}", node ? node : "0");
   bool have = path_exists(join_path(dir, ".metadata"));
-  group.publish("has-metadata/" + std::to_string(group.rank()), have ? "1" : "0");
+  std::vector<std::string> has = group.all_gather("has-metadata", have ? "1" : "0");
   std::vector<int> holders, lacking;
-  for (int r = 0; r < group.size(); ++r) {
-    bool h = r == group.rank() ? have : group.fetch("has-metadata/" + std::to_string(r)) == "1";
-    (h ? holders : lacking).push_back(r);
-  }
+  for (int r = 0; r < group.size(); ++r) (has[static_cast<size_t>(r)] == "1" ? holders : lacking).push_back(r);
   if (holders.empty()) {
     // A layout without .metadata (HF-mode DCP, rank-local __R.metadata): each rank would build
     // its view from different files, so it is read from a shared filesystem instead.
@@ -45,22 +43,19 @@ Checkpoint open_local_checkpoint(Group& group, std::string dir) {
   }
   if (lacking.empty()) return open_checkpoint(dir);
   group.connect_transport();
-  constexpr uint64_t kPiece = 64ull << 20;
   if (group.rank() == holders.front()) {
     MappedFile mf(join_path(dir, ".metadata"));
     uint64_t n = mf.size();
     for (int r : lacking) {
       group.send(r, tag::kMetadata, &n, sizeof n);
-      for (uint64_t at = 0; at < n; at += kPiece)
-        group.send(r, tag::kMetadata, mf.span().data + at, std::min(kPiece, n - at));
+      group.send_pieces(r, tag::kMetadata, n, [&](uint64_t at, uint8_t* buf, uint64_t len) { std::memcpy(buf, mf.span().data + at, len); });
     }
   }
   if (have) return open_checkpoint(dir);
   uint64_t n = 0;
   group.recv(holders.front(), tag::kMetadata, &n, sizeof n);
   std::vector<uint8_t> bytes(n);
-  for (uint64_t at = 0; at < n; at += kPiece)
-    group.recv(holders.front(), tag::kMetadata, bytes.data() + at, std::min(kPiece, n - at));
+  group.recv_pieces(holders.front(), tag::kMetadata, n, [&](uint64_t at, const uint8_t* buf, uint64_t len) { std::memcpy(bytes.data() + at, buf, len); });
   return open_checkpoint(dir, &bytes);
 }
 

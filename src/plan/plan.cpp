@@ -1,5 +1,7 @@
 #include "plan/plan.h"
 
+#include "plan/deal.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -31,7 +33,7 @@ void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& targe
   } else if (t.ndim() == 0 || t.shape[0] == 0) {
     // Written once, on the rank with the fewest bytes so far (as DCP places replicated tensors).
     boxes.push_back(whole_box(t));
-    ranks.push_back(static_cast<uint32_t>(std::min_element(rank_bytes.begin(), rank_bytes.end()) - rank_bytes.begin()));
+    ranks.push_back(static_cast<uint32_t>(least_loaded(rank_bytes, 0, [](int) { return true; })));
   } else {
     // FSDP2 / DTensor Shard(0): torch.chunk's ceil(N/M) rows per rank; ranks past the end hold
     // an empty shard, recorded once (offset N, size 0) as DCP does.
@@ -109,6 +111,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
                      const std::function<bool(const TensorMeta&, size_t)>& in_place) {
   const Metadata& md = ck.md;
   WritePlan plan;
+  plan.target = target;
   plan.items = select_items(md, selection);
   plan.cast = CastChoice(cast);
 

@@ -78,6 +78,7 @@ struct PlannedFile {
 };
 
 struct WritePlan {
+  Target target;
   std::vector<SelectedItem> items;          // the selection, in state_dict order
   std::vector<const SelectedItem*> values;  // the selected non-tensor items
   std::vector<PlannedTensor> tensors;       // in state_dict order

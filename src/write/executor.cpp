@@ -12,22 +12,6 @@
 
 namespace dcpctl {
 
-void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
-  const Record& r = plan.records[ri];
-  std::vector<uint32_t> chunks;
-  for (const Piece& p : r.pieces) chunks.push_back(p.chunk);
-  // An assembled record reads its chunks in chunk order (assemble_box); under torchrun the
-  // transfers follow this list.
-  if (torch_zip ? !r.streams : !r.runs) std::sort(chunks.begin(), chunks.end());
-  if (torch_zip) {
-    out.push_back({ri, chunks, !r.streams, writer, 0});
-  } else if (r.runs) {
-    for (uint32_t c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
-  } else {
-    out.push_back({ri, chunks, true, writer, next++ % lanes});
-  }
-}
-
 namespace {
 
 // Window `p` (n source bytes) cast when needed; returns what to write.

@@ -1,8 +1,9 @@
 // The executor: carries out a write plan (plan/plan.h) over a ChunkSource (item/chunk_source.h),
 // for every target the planner plans: a safetensors file or HF directory, a torch zip (.pt), and
-// the rank files of a DCP checkpoint. consolidate (write/consolidate.cpp) and reshard
-// (write/reshard.cpp) plan, set up their outputs and commit them; what moves bytes from the saved
-// chunks into the outputs, inside the memory gate and with progress, is here, once.
+// the rank files of a DCP checkpoint. execute (write/execute.h) plans, sets up the outputs and
+// commits them; what moves bytes from the saved chunks into the outputs, inside the memory gate
+// and with progress, is here, once. The tasks (plan/deal.h) say which records a writer writes and on
+// which lane.
 //
 // The source is this process's own reads (LocalChunks), or under torchrun the chunk exchange
 // (dist/exchange.h: the ranks that can read each chunk push it to the rank that writes it). A
@@ -20,29 +21,13 @@
 #include <vector>
 
 #include "item/chunk_source.h"
+#include "plan/deal.h"
 #include "plan/plan.h"
 #include "util/memory_gate.h"
 #include "write/output.h"
 #include "write/run.h"
 
 namespace dcpctl {
-
-// A unit of consolidate work: a record (a whole tensor) assembled in a buffer, or one run piece of
-// it written straight to its place (safetensors), or a .pt record streamed piece by piece.
-// (A DCP rank file is written by one thread, record by record, and needs no task list.)
-struct Task {
-  size_t record;
-  std::vector<uint32_t> chunks;  // in the order the writer consumes them
-  bool whole;                    // assembled in a buffer (else each chunk goes straight out)
-  int writer = 0;                // under torchrun: the rank that writes it
-  unsigned lane = 0;             // and its lane there
-};
-
-// Appends the tasks of record `ri` to `out`: a safetensors record whose pieces are all runs is
-// one task per piece (each written at its own offset, in parallel; lanes dealt round-robin from
-// `next`); a .pt record is one task, streamed when the plan says it streams (its pieces in order),
-// else assembled.
-void add_tasks(const WritePlan& plan, size_t ri, bool torch_zip, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out);
 
 struct Executor {
   const WritePlan& plan;

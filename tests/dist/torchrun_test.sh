@@ -229,7 +229,7 @@ check "reshard: bystander: rank 2 says rank 0 ended the run" grep -q "rank 0 end
 mkdir -p "$work/exists-out"
 check "setup failure: every rank exits rank 0's code 2" \
   expect_fail 2 2 "exists" run_env 2 reshard "$fixtures/sample/ckpt" -o "$work/exists-out" -w 2 -q
-check "setup failure: rank 1 names rank 0's outcome" grep -q "rank 0 ended the run" "$work/log-1"
+check "setup failure: rank 1 names rank 0's refusal" grep -q "rank 0 failed: .*exists" "$work/log-1"
 check "setup failure: consolidate too" \
   expect_fail 2 2 "exists" run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/exists-out" --format hf -q
 check "setup failure: consolidate's other rank names rank 0's refusal" grep -q "rank 0 failed: .*exists" "$work/log-1"
@@ -238,7 +238,7 @@ check "setup failure: a dry run too" \
   expect_fail 2 2 "exists" run_env 2 consolidate "$fixtures/sample/ckpt" -o "$work/exists-out" --format hf --dry-run -q
 check "setup failure: a reshard dry run too" \
   expect_fail 2 2 "exists" run_env 2 reshard "$fixtures/sample/ckpt" -o "$work/exists-out" -w 2 --dry-run -q
-check "setup failure: reshard dry run: rank 1 names rank 0's outcome" grep -q "rank 0 ended the run: .*exists" "$work/log-1"
+check "setup failure: reshard dry run: rank 1 names rank 0's refusal (the message consolidate gives)" grep -q "rank 0 failed: .*exists" "$work/log-1"
 rmdir "$work/exists-out"
 # Ranks given different commands fail together (usage error) before any work.
 next_port=$((next_port + 1))

@@ -103,7 +103,8 @@ void run_exchange(const std::string& fixture, int world, unsigned lanes, uint64_
           for (size_t f = 0; f < mine.files.size(); ++f)
             if (static_cast<int>(f % static_cast<size_t>(world)) != r) mine.files[f].size.reset();
         ItemReader reader(mine);
-        ChunkOwners owners(g, mine, local_files);
+        Visibility vis = local_files ? gather_visibility(g, mine) : Visibility::everything(world, mine.files.size());
+        std::vector<uint64_t> load(static_cast<size_t>(world), 0);
         std::vector<Transfer> plan;
         std::vector<unsigned> next(static_cast<size_t>(world), 0);
         for (size_t t = 0; t < mine.md.tensors.size(); ++t) {
@@ -113,7 +114,8 @@ void run_exchange(const std::string& fixture, int world, unsigned lanes, uint64_
           unsigned lane = next[static_cast<size_t>(writer)]++ % lanes;
           for (size_t c = 0; c < tm.num_chunks(); ++c)
             if (tm.chunk_numel(c) > 0)
-              plan.push_back({static_cast<uint32_t>(t), static_cast<uint32_t>(c), owners.owner(tm, c, writer, false), writer, lane});
+              plan.push_back({static_cast<uint32_t>(t), static_cast<uint32_t>(c),
+                              least_loaded(load, tm.chunk_numel(c), [&](int o) { return vis.can_read(o, tm.storage[c].file); }), writer, lane});
         }
         std::vector<Transfer> mine_plan = plan;
         MemoryGate gate(1ull << 30);

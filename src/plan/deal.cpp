@@ -1,0 +1,154 @@
+#include "plan/deal.h"
+
+#include <algorithm>
+
+#include "item/chunk_source.h"  // whole_chunk_need
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+bool torch_zip(const WritePlan& plan) { return plan.target.kind == Target::TorchZip; }
+
+// The tasks of record `ri`: a safetensors record whose pieces are all runs is one task per piece
+// (each written at its own offset, in parallel; lanes dealt round-robin from `next`); a .pt record
+// is one task, streamed when the plan says it streams (its pieces in order), else assembled.
+void add_tasks(const WritePlan& plan, size_t ri, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
+  const Record& r = plan.records[ri];
+  const bool pt = torch_zip(plan);
+  std::vector<uint32_t> chunks;
+  for (const Piece& p : r.pieces) chunks.push_back(p.chunk);
+  // An assembled record reads its chunks in chunk order (assemble_box); under torchrun the
+  // transfers follow this list.
+  if (pt ? !r.streams : !r.runs) std::sort(chunks.begin(), chunks.end());
+  if (pt) {
+    out.push_back({ri, chunks, !r.streams, writer, 0});
+  } else if (r.runs) {
+    for (uint32_t c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
+  } else {
+    out.push_back({ri, chunks, true, writer, next++ % lanes});
+  }
+}
+
+// With an exchange: every chunk of every task, from the rank that reads it to the task's writer;
+// then each rank's set-aside and the budget. An owner decodes a zstd chunk it pushes whole, one per
+// pushing lane at a time; that memory is set aside from its budget up front, and its lanes share
+// the rest (dist/exchange.h says why pushers do not wait on the gate). Every rank computes every
+// rank's set-aside, so a budget too small is refused alike everywhere, before any transfer.
+void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealRequest& rq, Deal& d) {
+  const Metadata& md = ck.md;
+  Visibility all;
+  const Visibility& vis = rq.visibility ? *rq.visibility : (all = Visibility::everything(rq.world, md.files.size()));
+  std::vector<uint64_t> load(static_cast<size_t>(rq.world), 0);
+  for (const Task& task : d.tasks) {
+    const TensorMeta& t = plan.meta(plan.records[task.record]);
+    for (uint32_t c : task.chunks) {
+      uint32_t file = t.storage[c].file;
+      uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
+      int owner;
+      if (rq.parallel_write && vis.can_read(task.writer, file)) {
+        owner = task.writer;
+        load[static_cast<size_t>(owner)] += bytes;
+      } else {
+        owner = least_loaded(load, bytes, [&](int r) { return vis.can_read(r, file); });
+      }
+      if (owner < 0)
+        throw FormatError(Where(ck.path_of(file), std::nullopt, t.fqn),
+                          "no rank can read this data file (--local-files: each rank sees only the files in its own directory)");
+      d.transfers.push_back({static_cast<uint32_t>(&t - md.tensors.data()), c, owner, task.writer, task.lane});
+    }
+  }
+  std::vector<std::vector<uint64_t>> per_lane(static_cast<size_t>(rq.world), std::vector<uint64_t>(d.lanes, 0));
+  for (const Transfer& tr : d.transfers) {
+    const TensorMeta& t = md.tensors[tr.tensor];
+    if (tr.owner == tr.writer || t.storage[tr.chunk].transforms == 0) continue;
+    uint64_t& m = per_lane[static_cast<size_t>(tr.owner)][tr.lane];
+    m = std::max(m, whole_chunk_need(t, tr.chunk));
+  }
+  // A rank's need: its set-aside, plus the largest writer buffer if it writes anything.
+  std::vector<bool> writes(static_cast<size_t>(rq.world), false);
+  for (const Task& task : d.tasks) writes[static_cast<size_t>(task.writer)] = true;
+  uint64_t most = 0;
+  int most_rank = 0;
+  for (int r = 0; r < rq.world; ++r) {
+    uint64_t& sum = d.set_aside[static_cast<size_t>(r)];
+    for (uint64_t m : per_lane[static_cast<size_t>(r)]) sum += m;
+    uint64_t need = sum + (writes[static_cast<size_t>(r)] ? plan.largest_need : 0);
+    if (need > most) most = need, most_rank = r;
+  }
+  if (!rq.budget_given) d.budget = std::max(d.budget, most);
+  if (most > d.budget) {
+    bool w = writes[static_cast<size_t>(most_rank)];
+    throw UsageError(Where(ck.metadata_path),
+                     "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
+                         std::to_string(d.lanes) + " lane(s) at once: it needs " + std::to_string(d.set_aside[static_cast<size_t>(most_rank)]) +
+                         " bytes for them" + (w ? " beside its largest buffer (" + std::to_string(plan.largest_need) + ")" : std::string()) +
+                         ", more than --max-memory " + std::to_string(d.budget) + "; raise --max-memory or lower --threads");
+  }
+}
+
+}  // namespace
+
+std::vector<size_t> Deal::files_of(int rank) const {
+  std::vector<size_t> out;
+  for (size_t f = 0; f < writer_of.size(); ++f)
+    if (writer_of[f] == rank) out.push_back(f);
+  return out;
+}
+
+Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& rq) {
+  Deal d;
+  d.world = std::max(1, rq.world);
+  d.lanes = std::max(1u, rq.lanes);
+  d.budget = plan.budget;
+  d.set_aside.assign(static_cast<size_t>(d.world), 0);
+  // Output files to writers: a DCP checkpoint's rank files and a --parallel-write's shards by
+  // bytes; otherwise rank 0 writes everything.
+  std::vector<uint64_t> load(static_cast<size_t>(d.world), 0);
+  const bool spread = plan.target.kind == Target::Dcp || (rq.parallel_write && !torch_zip(plan));
+  for (const PlannedFile& f : plan.files)
+    d.writer_of.push_back(spread ? least_loaded(load, f.data_bytes, [](int) { return true; }) : 0);
+  if (plan.target.kind != Target::Dcp) {
+    // Listed writer by writer: under torchrun the lowest writer with work left then always has
+    // every owner at its next transfer, so a lane waiting on its rank's memory budget waits only
+    // for lanes that are moving (dist/exchange.h). A .pt is written in order, on one lane.
+    for (int w = 0; w < (torch_zip(plan) ? 1 : d.world); ++w) {
+      unsigned next = 0;
+      for (size_t ri = 0; ri < plan.records.size(); ++ri)
+        if (torch_zip(plan) || d.writer_of[plan.records[ri].dest] == w) add_tasks(plan, ri, w, d.lanes, next, d.tasks);
+    }
+  }
+  if (rq.exchange) plan_transfers(ck, plan, rq, d);
+  return d;
+}
+
+json Deal::describe() const {
+  json procs = json::array();
+  for (int r = 0; r < world; ++r) {
+    uint64_t writes = 0, reads = 0, pushes = 0;
+    size_t files = 0;
+    for (size_t f = 0; f < writer_of.size(); ++f) files += writer_of[f] == r;
+    for (const Task& t : tasks) writes += t.writer == r;
+    for (const Transfer& tr : transfers) {
+      reads += tr.owner == r;
+      pushes += tr.owner == r && tr.writer != r;
+    }
+    procs.push_back({{"rank", r}, {"files", files}, {"tasks", writes}, {"chunks_read", reads}, {"chunks_pushed", pushes},
+                     {"set_aside", set_aside[static_cast<size_t>(r)]}, {"memory_gate", gate_bytes(r)}});
+  }
+  json tr = json::array();
+  for (const Transfer& t : transfers) tr.push_back({t.tensor, t.chunk, t.owner, t.writer, t.lane});
+  return {{"processes", world}, {"lanes", lanes}, {"budget", budget}, {"writer_of", writer_of}, {"per_process", procs},
+          {"transfers", tr}};
+}
+
+std::string plan_digest(const WritePlan& plan, const Deal& deal) {
+  json j = {{"records", plan.describe()}, {"budget", plan.budget}, {"deal", deal.describe()}};
+  return Sha256::of(j.dump());
+}
+
+}  // namespace dcpctl

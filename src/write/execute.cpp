@@ -1,0 +1,151 @@
+#include "write/execute.h"
+
+#include <chrono>
+#include <memory>
+
+#include "dist/commit.h"
+#include "dist/exchange.h"
+#include "dist/group.h"
+#include "item/chunk_source.h"
+#include "item/decoded_chunks.h"
+#include "util/failpoint.h"
+#include "util/memory_gate.h"
+#include "util/numeric.h"
+#include "util/sha256.h"
+#include "write/output.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+// Rank 0 refuses an output the run would refuse (it exists and no --force; it lies inside the
+// checkpoint) before anything else. Under torchrun it does so before any rank connects, and the
+// others learn of the refusal, with its exit code, at the command agreement (had they started
+// connecting to a rank 0 that is gone, they would end with an I/O error).
+void check_output(const WriteRequest& request, bool leader) {
+  if (!leader) return;
+  try {
+    check_output_path(request.o.output, request.o.force, request.ck.dir);
+  } catch (const std::exception& e) {
+    if (request.o.group) request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+    throw;
+  }
+}
+
+// Every rank must be running the same command on the same checkpoint (its directory may differ:
+// --local-files).
+void agree_on_command(Group& group, const WriteRequest& request, const char* name) {
+  const WriteOptions& o = request.o;
+  const Metadata& md = request.ck.md;
+  json cmd = request.command;
+  cmd["command"] = name;
+  cmd["output"] = o.output;
+  cmd["include"] = o.selection.include;
+  cmd["exclude"] = o.selection.exclude;
+  cmd["select"] = o.selection.prefix;
+  cmd["cast"] = o.cast ? static_cast<int>(*o.cast) : -1;
+  cmd["force"] = o.force;
+  cmd["dry_run"] = o.dry_run;
+  cmd["max_memory"] = o.max_memory;
+  cmd["parallel_write"] = request.parallel_write;
+  cmd["local_files"] = request.local_files;
+  cmd["metadata_bytes"] = request.ck.metadata_bytes;
+  cmd["save_id"] = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
+  group.agree("command", Sha256::of(cmd.dump()));
+}
+
+}  // namespace
+
+json execute(const WriteRequest& request, OutputWriter& writer) {
+  const Checkpoint& ck = request.ck;
+  const WriteOptions& o = request.o;
+  require_complete(ck);
+  const auto t0 = std::chrono::steady_clock::now();
+  Group* group = o.group;
+  const int me = group ? group->rank() : 0, world = group ? group->size() : 1;
+  const bool leader = me == 0;
+  check_output(request, leader);
+  if (group) agree_on_command(*group, request, writer.name());
+
+  // ---- plan: what is written, then who does what; everything refused before a byte is written ----
+  ItemReader reader(ck);
+  // Whether a chunk can be read in place decides whether some .pt and DCP records stream; it is
+  // asked only where every process reads every chunk it writes (the answer must be the same on
+  // every rank, and with an exchange the writer may not see the chunk's file).
+  std::function<bool(const TensorMeta&, size_t)> in_place;
+  if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
+  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, request.target, in_place), {}, {}, group, me, leader};
+  job.visibility = group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
+  const bool exchange = group && writer.exchange();
+  if (exchange && !o.dry_run) group->connect_transport();
+  DealRequest rq;
+  rq.world = world;
+  rq.lanes = writer.lanes(request, group);
+  rq.parallel_write = request.parallel_write;
+  rq.exchange = exchange;
+  rq.budget_given = o.max_memory != 0;
+  rq.visibility = &job.visibility;
+  job.deal = deal_work(ck, job.plan, rq);
+
+  json summary;
+  summary["schema_version"] = 1;
+  summary["checkpoint"] = ck.dir;
+  summary["output"] = o.output;
+  summary["tensors"] = job.plan.tensors.size();
+  summary["tensor_bytes"] = job.plan.total_bytes;
+  summary["cast"] = job.plan.cast.summary();
+  summary["max_memory"] = job.deal.budget;
+  summary["dry_run"] = o.dry_run;
+  writer.planned(job, summary);
+  // The same plan on every rank: the command was agreed on; this catches two .metadata of one
+  // size and save id that differ.
+  if (group) group->agree("plan", plan_digest(job.plan, job.deal));
+  if (o.dry_run) {
+    summary["plan"] = job.plan.describe();
+    summary["deal"] = job.deal.describe();
+    return summary;
+  }
+
+  // ---- set up, write, commit ----
+  MemoryGate gate(job.deal.gate_bytes(me));
+  WriteProgress prog(job.plan.total_bytes, o.progress);
+  // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
+  std::unique_ptr<DecodedChunks> decoded;
+  if (writer.decode_once()) decoded = std::make_unique<DecodedChunks>(reader, &gate);
+  const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
+  const std::string failpoint_name = std::string(writer.name()) + "-write";
+  bool committed = write_then_commit(group, [&] {
+    if (group) failpoint(failpoint_name.c_str(), me);
+    LocalChunks local(reader, kTransferWindow, decoded.get());
+    std::unique_ptr<ChunkExchange> ex;
+    if (exchange) {
+      ex = std::make_unique<ChunkExchange>(*group, reader, job.deal.transfers, job.deal.lanes, kTransferWindow, gate);
+      ex->start_pushing();
+    }
+    Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
+    executor.direct_io = o.direct_io;
+    try {
+      writer.write(job, executor, set_up);
+    } catch (...) {
+      if (!ex) throw;
+      ex->fail(std::current_exception());
+      std::rethrow_exception(ex->first_error());
+    }
+    if (ex) ex->finish_pushing();
+  }, [&] { writer.commit(job); });
+  if (!committed) {
+    summary["rank"] = me;
+    return summary;
+  }
+  writer.finish(job, summary);
+  if (decoded) summary["chunk_decodes"] = decoded->decodes();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary["seconds"] = secs;
+  summary["gb_per_s"] = secs > 0 ? static_cast<double>(job.plan.total_bytes) / secs / 1e9 : 0.0;
+  summary["peak_rss_bytes"] = peak_rss_bytes();
+  return summary;
+}
+
+}  // namespace dcpctl

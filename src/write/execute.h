@@ -1,0 +1,89 @@
+// One write, carried out the same way on every launcher. A command (consolidate, reshard, cast)
+// translates its options into a WriteRequest and an OutputWriter (the format's hooks) and calls
+// execute(), which owns every step:
+//
+//   check     rank 0 refuses an output that exists (without --force) or lies inside the
+//             checkpoint; under torchrun the other ranks learn of it at the command agreement,
+//             with its exit code, so a dry run refuses what the real run would, on every rank;
+//   agree     the ranks agree on the command (options, .metadata size, save id);
+//   plan      plan_write (what is written) and deal_work (who reads and writes what, memory),
+//             the same on every rank by construction; the ranks agree on its digest;
+//   dry run   stops here: the summary and the plan (`plan`: records and their pieces; `deal`);
+//   set up    rank 0 creates the outputs under temporary names (dist/commit.h);
+//   write     every process writes its share through the executor (write/executor.h), over its
+//             own reads or, when chunks move between ranks, the exchange (dist/exchange.h);
+//   commit    rank 0, once every process reported success, renames the outputs into place.
+//
+// A format supplies what differs: what it derives from the plan (headers, the pickle, the
+// DCP .metadata), how its outputs are created, written and committed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "item/item_reader.h"
+#include "meta/checkpoint.h"
+#include "plan/deal.h"
+#include "plan/plan.h"
+#include "write/executor.h"
+#include "write/run.h"
+
+namespace dcpctl {
+
+class Group;
+
+// What a command asks for.
+struct WriteRequest {
+  const Checkpoint& ck;
+  const WriteOptions& o;
+  Target target;
+  nlohmann::json command;       // the options every rank must have been given alike
+  bool parallel_write = false;  // consolidate under torchrun: every rank writes files
+  bool local_files = false;     // under torchrun: each rank reads the data files of its own directory
+};
+
+// What the hooks see: the job, its plan and deal, and where this process stands.
+struct WriteJob {
+  const WriteRequest& request;
+  ItemReader& reader;
+  WritePlan plan;
+  Deal deal;
+  Visibility visibility;  // which data files each process reads
+  Group* group = nullptr;
+  int me = 0;
+  bool leader = true;
+};
+
+class OutputWriter {
+ public:
+  virtual ~OutputWriter() = default;
+  // The command's name: failpoints ("<name>-write") and messages.
+  virtual const char* name() const = 0;
+  // True when the chunks move from the ranks that read them to the writers (consolidate under
+  // torchrun); false when every process reads what it writes (reshard: a shared filesystem).
+  virtual bool exchange() const { return false; }
+  // True when a zstd chunk read for several records is decoded once (item/decoded_chunks.h).
+  virtual bool decode_once() const { return false; }
+  // The threads of one writer; under torchrun one exchange lane each.
+  virtual unsigned lanes(const WriteRequest& request, Group* group) const { (void)group; return std::max(1u, request.o.threads); }
+  // Every rank, once planned: what the format derives from the plan (collective calls allowed
+  // when `!dry_run`), and its part of the summary.
+  virtual void planned(WriteJob& job, nlohmann::json& summary) = 0;
+  // Rank 0: creates the outputs under temporary names; returns what the other ranks need.
+  virtual std::string set_up(WriteJob& job) = 0;
+  // Every rank: writes its share; `set_up` is what rank 0's set_up returned.
+  virtual void write(WriteJob& job, Executor& ex, const std::string& set_up) = 0;
+  // Rank 0, once every rank reported success: commits.
+  virtual void commit(WriteJob& job) = 0;
+  // After the run, on every rank: the format's part of the summary.
+  virtual void finish(WriteJob& job, nlohmann::json& summary) { (void)job, (void)summary; }
+};
+
+// Carries out the job (the steps at the top of this file); returns the summary. On a rank other
+// than 0 under torchrun it has `rank` and no timings.
+nlohmann::json execute(const WriteRequest& request, OutputWriter& writer);
+
+}  // namespace dcpctl

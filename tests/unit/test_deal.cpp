@@ -1,0 +1,177 @@
+// Dealing a plan to processes (plan/deal.h), on metadata models built in memory: the one dealing
+// rule, output files to writers, tasks and lanes, chunk transfers under --local-files, the memory
+// set aside for zstd chunks pushed whole and the budget refusals, and the plan digest the ranks
+// agree on.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "item/chunk_source.h"
+#include "metadata_models.h"
+#include "plan/deal.h"
+#include "util/error.h"
+
+using namespace dcpctl;
+
+namespace {
+
+// Three tensors of 40, 40 and 120 bytes, each in two row shards saved by ranks 0 and 1.
+Checkpoint two_rank_checkpoint() {
+  return checkpoint({tensor("a", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2), tensor("b", {10}, {{0, 5}, {5, 5}}, DType::Float32, 2),
+                     tensor("c", {30}, {{0, 15}, {15, 15}}, DType::Float32, 2)},
+                    2);
+}
+
+Target hf_dir(uint64_t shard) {
+  Target t;
+  t.kind = Target::HfDir;
+  t.max_shard_size = shard;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("deal: least_loaded takes the least loaded eligible rank, ties to the lowest") {
+  std::vector<uint64_t> load{5, 3, 3, 0};
+  CHECK(least_loaded(load, 10, [](int r) { return r != 3; }) == 1);  // 1 and 2 tie at 3: the lowest
+  CHECK(load == std::vector<uint64_t>{5, 13, 3, 0});
+  CHECK(least_loaded(load, 1, [](int) { return true; }) == 3);
+  CHECK(least_loaded(load, 1, [](int) { return false; }) == -1);
+  CHECK(load == std::vector<uint64_t>{5, 13, 3, 1});
+}
+
+TEST_CASE("deal: files go to writers by bytes with --parallel-write, else all to rank 0") {
+  Checkpoint ck = two_rank_checkpoint();
+  WritePlan plan = plan_write(ck, {}, std::nullopt, hf_dir(40));  // three shards: 40, 40, 120 bytes
+  REQUIRE(plan.files.size() == 3);
+  DealRequest rq;
+  rq.world = 2;
+  rq.lanes = 2;
+  Deal rank0 = deal_work(ck, plan, rq);
+  CHECK(rank0.writer_of == std::vector<int>{0, 0, 0});
+  CHECK(rank0.files_of(1).empty());
+  rq.parallel_write = true;
+  Deal spread = deal_work(ck, plan, rq);
+  CHECK(spread.writer_of == std::vector<int>{0, 1, 0});  // 40 -> 0, 40 -> 1, 120 -> 0 (tie, lowest)
+  CHECK(spread.files_of(0) == std::vector<size_t>{0, 2});
+  // Tasks are listed writer by writer; each record is runs (row shards), one task per piece,
+  // lanes dealt round-robin per writer.
+  std::vector<int> writers;
+  for (const Task& t : spread.tasks) writers.push_back(t.writer);
+  CHECK(std::is_sorted(writers.begin(), writers.end()));
+  CHECK(spread.tasks.size() == 6);
+  for (const Task& t : spread.tasks) {
+    CHECK(!t.whole);
+    CHECK(t.chunks.size() == 1);
+    CHECK(spread.writer_of[plan.records[t.record].dest] == t.writer);
+  }
+  CHECK(spread.tasks[0].lane == 0);
+  CHECK(spread.tasks[1].lane == 1);
+  CHECK(spread.tasks[2].lane == 0);
+  CHECK(spread.transfers.empty());  // no exchange asked for
+}
+
+TEST_CASE("deal: a DCP checkpoint's rank files are dealt to the processes by bytes") {
+  Checkpoint ck = checkpoint({tensor("w", {40}, {{0, 40}})});
+  Target dcp;
+  dcp.kind = Target::Dcp;
+  dcp.world_size = 4;
+  WritePlan plan = plan_write(ck, {}, std::nullopt, dcp);
+  REQUIRE(plan.files.size() == 4);
+  DealRequest rq;
+  rq.world = 3;
+  Deal d = deal_work(ck, plan, rq);
+  CHECK(d.writer_of == std::vector<int>{0, 1, 2, 0});
+  CHECK(d.tasks.empty());  // a rank file is written record by record, by one thread
+  rq.world = 1;
+  CHECK(deal_work(ck, plan, rq).writer_of == std::vector<int>{0, 0, 0, 0});
+}
+
+TEST_CASE("deal: chunks are read by ranks that see their file; the writer itself with --parallel-write") {
+  Checkpoint ck = two_rank_checkpoint();
+  WritePlan plan = plan_write(ck, {}, std::nullopt, hf_dir(1000));  // one shard
+  Visibility vis = Visibility::everything(3, 2);
+  vis.sees[0] = {false, false};  // rank 0 (the writer) sees neither file
+  vis.sees[1] = {true, false};
+  vis.sees[2] = {true, true};
+  DealRequest rq;
+  rq.world = 3;
+  rq.exchange = true;
+  rq.visibility = &vis;
+  Deal d = deal_work(ck, plan, rq);
+  REQUIRE(d.transfers.size() == 6);
+  for (const Transfer& tr : d.transfers) {
+    const TensorMeta& t = ck.md.tensors[tr.tensor];
+    CHECK(vis.can_read(tr.owner, t.storage[tr.chunk].file));
+    CHECK(tr.writer == 0);
+    if (t.storage[tr.chunk].file == 1) CHECK(tr.owner == 2);  // only rank 2 sees file 1
+  }
+  // File 0's chunks alternate between ranks 1 and 2 as their loads grow.
+  int ones = 0;
+  for (const Transfer& tr : d.transfers) ones += tr.owner == 1;
+  CHECK(ones >= 1);
+
+  // With --parallel-write a writer that sees the chunk's file reads it itself.
+  Visibility all = Visibility::everything(2, 2);
+  rq.world = 2;
+  rq.parallel_write = true;
+  rq.visibility = &all;
+  WritePlan shards = plan_write(ck, {}, std::nullopt, hf_dir(40));
+  Deal pw = deal_work(ck, shards, rq);
+  for (const Transfer& tr : pw.transfers) CHECK(tr.owner == tr.writer);
+
+  // A file nobody sees is refused, naming it and the key.
+  vis.sees[2] = {true, false};
+  rq.world = 3;
+  rq.parallel_write = false;
+  rq.visibility = &vis;
+  CHECK_THROWS_WITH(deal_work(ck, plan, rq), Catch::Contains("__1_0.distcp") && Catch::Contains("no rank can read"));
+}
+
+TEST_CASE("deal: zstd chunks an owner pushes whole are set aside from its budget; too small a budget is refused") {
+  Checkpoint ck = two_rank_checkpoint();
+  ck.md.transform_sets.push_back({"zstd"});
+  for (auto& t : ck.md.tensors) t.storage[1].transforms = 1;  // every chunk in file 1 is zstd
+  WritePlan plan = plan_write(ck, {}, std::nullopt, hf_dir(1000));
+  Visibility vis = Visibility::everything(2, 2);
+  vis.sees[0] = {true, false};  // the writer cannot read file 1: rank 1 pushes its chunks
+  DealRequest rq;
+  rq.world = 2;
+  rq.lanes = 1;
+  rq.exchange = true;
+  rq.visibility = &vis;
+  Deal d = deal_work(ck, plan, rq);
+  // The largest zstd chunk pushed on the one lane: c's second half, 15 floats, decoded and dense.
+  CHECK(d.set_aside[1] == whole_chunk_need(ck.md.tensors[2], 1));
+  CHECK(d.set_aside[0] == 0);
+  CHECK(d.gate_bytes(1) == d.budget - d.set_aside[1]);
+  CHECK(d.budget == plan.budget);  // the automatic budget (1 GiB) holds it
+
+  // A given --max-memory below rank 1's set-aside (120) is refused before any transfer, naming
+  // rank 1 (the writer's own buffers made small enough to fit).
+  plan.largest_need = 10;
+  plan.budget = 100;
+  rq.budget_given = true;
+  CHECK_THROWS_AS(deal_work(ck, plan, rq), UsageError);
+  CHECK_THROWS_WITH(deal_work(ck, plan, rq), Catch::Contains("rank 1") && Catch::Contains("--max-memory 100"));
+  // Not given: the budget rises to the need.
+  rq.budget_given = false;
+  CHECK(deal_work(ck, plan, rq).budget >= whole_chunk_need(ck.md.tensors[2], 1));
+}
+
+TEST_CASE("deal: the plan digest is the same for the same plan and deal, and changes with either") {
+  Checkpoint ck = two_rank_checkpoint();
+  WritePlan plan = plan_write(ck, {}, std::nullopt, hf_dir(40));
+  DealRequest rq;
+  rq.world = 2;
+  rq.parallel_write = true;
+  const std::string d1 = plan_digest(plan, deal_work(ck, plan, rq));
+  CHECK(d1.size() == 64);
+  CHECK(plan_digest(plan_write(ck, {}, std::nullopt, hf_dir(40)), deal_work(ck, plan, rq)) == d1);
+  rq.parallel_write = false;  // the same records, written by other ranks
+  CHECK(plan_digest(plan, deal_work(ck, plan, rq)) != d1);
+  rq.parallel_write = true;
+  WritePlan bf16 = plan_write(ck, {}, DType::BFloat16, hf_dir(40));  // other bytes
+  CHECK(plan_digest(bf16, deal_work(ck, bf16, rq)) != d1);
+}
