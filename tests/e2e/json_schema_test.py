@@ -342,7 +342,7 @@ def cases_for(p, work):
 
     # inspect --value: non-tensor values of every kind, tensors of every element kind
     odd = fx("odd_keys_values", "ckpt")
-    for key in ("nested_list", "tuple_mixed", "nan", "unicode_str"):
+    for key in ("nested_list", "tuple_mixed", "nan"):
         add("inspect-value", f"inspect --value {key}", ["inspect", odd, "--value", key, "--json"])
     add("inspect-value", "inspect --value a tensor with a non-ASCII key", ["inspect", odd, "--value", "模型.权重", "--json"])
     alld = fx("all_dtypes", "ckpt")
@@ -369,10 +369,10 @@ def cases_for(p, work):
         add("inspect-error", f"inspect --json of {what}", ["inspect", *args, "--json"], rc)
 
     # verify: --deep and --checksum on every kind of item, damaged copies (exit 3)
-    for ck in (fx("all_dtypes", "ckpt"), fx("odd_keys_values", "ckpt"), fx("layouts", "hf_sharded", "ckpt"),
+    for ck in (fx("odd_keys_values", "ckpt"), fx("layouts", "hf_sharded", "ckpt"),
                fx("layouts", "rank_local", "ckpt"), fx("layouts", "safetensors_items", "ckpt")):
         add("verify", f"verify --deep {ck}", ["verify", ck, "--deep", "--json"])
-    for ck in (sample, fx("zstd", "ckpt"), fx("exotic_dtypes", "ckpt"), fx("layouts", "hf_consolidated", "ckpt")):
+    for ck in (fx("zstd", "ckpt"), fx("exotic_dtypes", "ckpt"), fx("layouts", "hf_consolidated", "ckpt")):
         add("verify", f"verify --deep --checksum {ck}", ["verify", ck, "--deep", "--checksum", "--json"])
     add("verify", "verify --checksum alone (implies --deep)", ["verify", fx("multi_file", "ckpt"), "--checksum", "--json"])
     add("verify", "verify a copy missing a data file", ["verify", p["incomplete"], "--json"], INVALID)
@@ -393,8 +393,6 @@ def cases_for(p, work):
         ["consolidate", fx("exotic_dtypes", "ckpt"), "-o", co("exotic.pt"), "--dtype", "bf16", "--json", "-q"])
     add("consolidate", "consolidate zstd --io buffered", ["consolidate", fx("zstd", "ckpt"), "-o", co("zstd.safetensors"),
                                                          "--io", "buffered", "--json", "-q"])
-    add("consolidate", "consolidate HF-mode DCP", ["consolidate", fx("layouts", "hf_sharded", "ckpt"), "-o", co("hfm.safetensors"),
-                                                   "--json"])
     for fmt, name, extra in (("safetensors", "dry.safetensors", []), ("torch", "dry.pt", []),
                              ("hf", "dry-hf/", ["--max-shard-size", "60KB"])):
         add("consolidate", f"consolidate --dry-run ({fmt})", ["consolidate", sample, "-o", co(name), *extra, "--dry-run", "--json"])
@@ -412,12 +410,10 @@ def cases_for(p, work):
     diffs = [
         ("a checkpoint with itself", [sample, sample], OK),
         ("DCP against its own .pt", [sample, p["pt"]], OK),
-        ("DCP against its own .safetensors, --select", [sample, p["st"], "--select", "app.model"], OK),
         ("two HF layouts", [fx("layouts", "hf_sharded", "ckpt"), fx("layouts", "hf_single", "ckpt")], FAILURE),
         ("a cast copy (dtype_changed)", [sample, p["bf16"]], FAILURE),
         ("a cast copy --ignore-dtype --rtol", [sample, p["bf16"], "--ignore-dtype", "--rtol", "1e-4"], FAILURE),
         ("two torchtitan steps (values and tensors)", [os.path.join(tt, "step-2"), os.path.join(tt, "step-6")], FAILURE),
-        ("unrelated checkpoints (only_in_a/b)", [sample, fx("zstd", "ckpt")], FAILURE),
         ("NaNs --equal-nan", [fx("all_dtypes", "ckpt"), fx("all_dtypes", "ckpt"), "--equal-nan", "--atol", "0"], OK),
         ("HF .bin directories (torch-save)", [fx("hf_bin", "sharded"), fx("hf_bin", "single"), "--ignore-dtype"], FAILURE),
         ("torchtitan HF step against DCP step", [os.path.join(fx("layouts", "run_torchtitan_hf", "run"), "step-2"),
@@ -428,7 +424,7 @@ def cases_for(p, work):
 
     # stats: every layout and input kind, --depth, the gates
     for inp in (fx("odd_keys_values", "ckpt"), fx("layouts", "hf_sharded", "ckpt"), fx("layouts", "rank_local", "ckpt"),
-                fx("layouts", "old_torch_2_6_fsdp2", "ckpt"), fx("hf_bin", "single"), fx("fsdp2_app_state", "model_full.pt"),
+                fx("hf_bin", "single"), fx("fsdp2_app_state", "model_full.pt"),
                 p["st"]):
         add("stats", f"stats {inp}", ["stats", inp, "--json"])
     add("stats", "stats --depth 3 --select", ["stats", sample, "--depth", "3", "--select", "app.model", "--json"])
@@ -436,8 +432,6 @@ def cases_for(p, work):
     add("stats", "stats --check-finite --check-zero passing", ["stats", sample, "--check-finite", "--check-zero", "--json"])
     add("stats", "stats --check-finite failing", ["stats", fx("all_dtypes", "ckpt"), "--check-finite", "--json"], INVALID)
     add("stats", "stats --check-zero failing", ["stats", fx("zstd", "ckpt"), "--check-zero", "--json"], INVALID)
-    add("stats", "stats --filter --exclude", ["stats", fx("all_dtypes", "ckpt"), "--filter", "dtype.*", "--exclude",
-                                               "dtype.complex*", "--json"])
 
     # ls / latest / prune
     for rf in run_folders() + [p["run"]]:
