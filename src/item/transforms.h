@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "item/source.h"
+#include "util/source.h"
 #include "util/error.h"
 
 namespace dcpctl {

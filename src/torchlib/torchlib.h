@@ -19,9 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "dist/group.h"
-#include "item/source.h"
+#include "util/source.h"
 #include "util/error.h"
+
+namespace dcpctl {
+// The process group's interface is dist/'s (dist/group.h); the plugin implements it.
+class Group;
+struct LaunchEnv;
+enum class Backend;
+}  // namespace dcpctl
 
 namespace dcpctl::torchlib {
 
@@ -71,7 +77,7 @@ const Api& api();
 // ../lib/dcpctl/ and ../lib/ (an installed prefix, a release archive); the first that exists.
 std::vector<std::string> plugin_candidates(const std::string& name);
 
-// Inside the plugin (dist/group.cpp): the c10d process group behind Api::connect_group.
+// Inside the plugin (torchlib/plugin/c10d_group.cpp): the c10d process group behind Api::connect_group.
 std::unique_ptr<Group> connect_store_group(const LaunchEnv& env, std::chrono::seconds timeout, Backend backend);
 
 }  // namespace dcpctl::torchlib

@@ -10,7 +10,7 @@
 
 namespace dcpctl {
 
-// Exit codes are part of the interface (README, man page).
+// Exit codes are part of the interface (README, docs/commands.md, man page).
 enum class ExitCode : int {
   ok = 0,
   failure = 1,

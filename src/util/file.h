@@ -69,7 +69,7 @@ class ReadFile {
   // direct_span(offset, n) bytes), and the return value points at byte `offset` there. Where
   // O_DIRECT is refused (tmpfs, some FUSE filesystems; decided once per file) it is read_at into
   // `buf`. A bulk copy reads each byte once: through the page cache that costs the kernel more than
-  // the disk does (bench/consolidate.sh; see the README's performance notes).
+  // the disk does (bench/consolidate.sh; see docs/performance.md).
   const uint8_t* read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key = {}) const;
   // Whether every page of [offset, offset + n) is in the page cache now (mincore over a read-only
   // mapping, which faults nothing in): a bulk copy then copies from the cache in the kernel

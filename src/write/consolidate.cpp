@@ -244,11 +244,11 @@ class ConsolidateWriter final : public OutputWriter {
     summary["non_tensor_skipped"] = values_.skipped;
     json fj = json::array();
     for (size_t f = 0; f < plan.files.size(); ++f) {
-      std::string path = o_.format == OutputFormat::HfDir ? o_.output + "/" + plan.files[f].name : o_.output;
+      std::string path = o_.format == OutputFormat::HfDir ? join_path(o_.output, plan.files[f].name) : o_.output;
       uint64_t header = headers_.empty() ? 0 : headers_[f].size();
       fj.push_back({{"path", path}, {"tensors", plan.files[f].records.size()}, {"bytes", header + plan.files[f].data_bytes}});
     }
-    if (o_.format == OutputFormat::HfDir && plan.files.size() > 1) fj.push_back({{"path", o_.output + "/model.safetensors.index.json"}});
+    if (o_.format == OutputFormat::HfDir && plan.files.size() > 1) fj.push_back({{"path", join_path(o_.output, "model.safetensors.index.json")}});
     summary["files"] = fj;
   }
 

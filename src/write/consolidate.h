@@ -52,8 +52,8 @@ struct ConsolidateOptions : WriteOptions {
   bool local_files = false;
 };
 
-// Returns the summary (schema in README: "consolidate --json"). Throws on refusal or failure,
-// leaving no output behind.
+// Returns the summary (its JSON Schema: docs/schemas/consolidate.schema.json). Throws on refusal
+// or failure, leaving no output behind.
 nlohmann::json consolidate(const Checkpoint& ck, const ConsolidateOptions& opts);
 
 }  // namespace dcpctl

@@ -17,7 +17,7 @@ It can fail, and it proves so on the real outputs:
   drift      in every document (arrays cut to 2 elements), each object gets an extra key, loses
              each of its keys in turn, and has each scalar replaced by an object: the schema must
              reject every change but those of the few places declared open below (maps keyed by
-             dtype or key, the free-form plan and pickled values, the optional keys).
+             dtype or key, the pickled values, the optional keys).
   coverage   every command whose --help offers --json (found by walking `dcpctl --help`) has a
              schema, every schema validated at least one real output, every definition of
              common.schema.json is used, and docs/schemas/README.md lists every schema.
@@ -71,8 +71,8 @@ DEFINITIONS = "common"  # common.schema.json: definitions only, no document of i
 
 # Where a document is open by design, as paths: "/a/b" a key, "[]" any array element, "{}" any
 # key of a map. MAPS: objects keyed by data (dtype names, tensor keys): adding or removing an
-# entry is no drift. FREE: values of any shape (the pickled value; the write plan, being
-# redesigned). OPTIONAL: keys a document may lack; every other key is required where it appears
+# entry is no drift. FREE: values of any shape (the pickled value). OPTIONAL: keys a document may
+# lack; every other key is required where it appears
 # (the drift check removes each key in turn, and it must also be rejected when not listed here).
 MAPS = {
     "inspect": {"/summary/dtypes"},
@@ -81,9 +81,6 @@ MAPS = {
 }
 FREE = {
     "inspect-value": {"/value"},
-    "consolidate": {"/plan"},
-    "reshard": {"/plan"},
-    "cast": {"/plan"},
 }
 OPTIONAL = {
     "inspect": {"/items/[]/path", "/items/[]/chunk_list", "/items/[]/transforms",

@@ -1,4 +1,4 @@
-// The NCCL transport (libdcpctl_nccl.so): loaded by dist/group.cpp only for --backend nccl, so a
+// The NCCL transport (libdcpctl_nccl.so): loaded by torchlib/plugin/c10d_group.cpp only for --backend nccl, so a
 // plain dcpctl never loads CUDA, NCCL or libtorch_cuda. Bytes travel host → GPU → NCCL → GPU →
 // pinned host → caller: each rank uses GPU LOCAL_RANK, and NCCL ignores tags, so calls are
 // serialized (the caller keeps one message in flight per pair, see Transport::has_tags).
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "dist/transport.h"
+#include "torchlib/plugin/transport.h"
 
 namespace dcpctl {
 namespace {

@@ -1,4 +1,4 @@
-#include "item/source.h"
+#include "util/source.h"
 
 #include <algorithm>
 #include <cstring>

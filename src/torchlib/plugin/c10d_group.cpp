@@ -14,7 +14,7 @@
 #include <mutex>
 #include <thread>
 
-#include "dist/transport.h"
+#include "torchlib/plugin/transport.h"
 #include "torchlib/torchlib.h"
 #include "util/error.h"
 

@@ -1,5 +1,5 @@
 // libdcpctl_torch.so: the LibTorch side of torchlib.h. Only caffe2's zip reader and writer are
-// here (and, in dist/group.cpp, c10d's process group); dcpctl's own logic stays out of the plugin.
+// here (and, in torchlib/plugin/c10d_group.cpp, c10d's process group); dcpctl's own logic stays out of the plugin.
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <c10/util/Exception.h>
