@@ -26,8 +26,8 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
-  std::string format, max_shard_size;
-  bool flat = false, keep_unsafe = false, parallel_write = false;
+  std::string format, max_shard_size, assets;
+  bool flat = false, keep_unsafe = false, parallel_write = false, no_assets = false;
 };
 
 namespace {
@@ -66,6 +66,10 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
   co.keep_unsafe_values = o.keep_unsafe;
+  if (!o.assets.empty() && co.format != OutputFormat::HfDir)
+    throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
+  co.copy_assets = !o.no_assets;
+  co.assets_from = o.assets;
 
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
@@ -92,6 +96,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
                                               std::to_string(f["tensors"].get<uint64_t>()) + " tensors"
                                         : "")
                 << "\n";
+    for (const auto& a : r["assets"]) std::cout << "  " << a.get<std::string>() << "  (copied beside the weights)\n";
     for (const auto& k : r["plan"])
       std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
                 << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>()
@@ -108,6 +113,14 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     if (!r["cast"]["dtype"].is_null())
       std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
     std::cerr << "\n";
+    if (!r["assets"].empty()) {
+      std::cerr << "copied " << r["assets"].size() << " file(s) beside the weights:";
+      for (const auto& a : r["assets"]) {
+        const std::string p = a.get<std::string>();
+        std::cerr << " " << p.substr(p.find_last_of('/') + 1);
+      }
+      std::cerr << "\n";
+    }
   }
   return 0;
 }
@@ -132,6 +145,11 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");
+  auto* assets = sub->add_option("--assets", o->assets,
+                                 "DIR/ output: copy config.json, tokenizer and processor files from this folder "
+                                 "(default: those beside the checkpoint)")
+                     ->type_name("DIR");
+  sub->add_flag("--no-assets", o->no_assets, "DIR/ output: copy no config, tokenizer or processor files")->excludes(assets);
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");

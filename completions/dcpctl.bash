@@ -30,8 +30,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--threads' '--max-memory' '--io' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--threads' '--max-memory' '--io' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--threads' '--max-memory' '--io' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--io' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
@@ -67,6 +67,7 @@ _dcpctl_value() {
     case "$1|$2" in
         'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch') ;;
+        'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;
         'dcpctl consolidate|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;

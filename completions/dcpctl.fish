@@ -65,6 +65,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l select -x -d 
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l dtype -x -d 'Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l flat -d '.pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l keep-unsafe-values -d '.pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l assets -x -a '(__fish_complete_directories)' -d 'DIR/ output: copy config.json, tokenizer and processor files from this folder (default: those beside the checkpoint)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l no-assets -d 'DIR/ output: copy no config, tokenizer or processor files'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l threads -x -d 'Parallel readers'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l max-memory -x -d 'Cap on buffer memory (default: the largest tensor\'s need, at least 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l io -x -a 'direct buffered' -d 'How bulk bytes move: direct (read and written past the page cache where the filesystem allows it) or buffered (through it; copy_file_range where it can)'

@@ -6,6 +6,7 @@
 #include "dist/exchange.h"
 #include "dist/group.h"
 #include "item/item_reader.h"
+#include "write/assets.h"
 #include "write/execute.h"
 #include "write/executor.h"
 #include "write/output.h"
@@ -222,6 +223,11 @@ class ConsolidateWriter final : public OutputWriter {
     return to_safetensors_ && (!group || group->tagged()) ? std::max(1u, request.o.threads) : 1;
   }
 
+  // Rank 0: the assets of an HF folder (an --assets folder that is not there is refused here).
+  void check(const WriteRequest& request) override {
+    if (o_.format == OutputFormat::HfDir && o_.copy_assets) assets_ = find_assets(request.ck, o_.assets_from);
+  }
+
   void planned(WriteJob& job, json& summary) override {
     WritePlan& plan = job.plan;
     if (!to_safetensors_) plan.files[0].name = o_.output;
@@ -250,6 +256,7 @@ class ConsolidateWriter final : public OutputWriter {
     }
     if (o_.format == OutputFormat::HfDir && plan.files.size() > 1) fj.push_back({{"path", join_path(o_.output, "model.safetensors.index.json")}});
     summary["files"] = fj;
+    if (job.leader) assets_summary(plan, summary);
   }
 
   // Rank 0 creates the outputs under temporary names (their headers written, their space
@@ -266,6 +273,7 @@ class ConsolidateWriter final : public OutputWriter {
       }
       list += outs_[f]->temp_path() + "\n";
     }
+    if (dir_) copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); });
     return list;
   }
 
@@ -300,12 +308,44 @@ class ConsolidateWriter final : public OutputWriter {
   }
 
  private:
+  // The assets copied (or, with --dry-run, to be copied), those left out, and what config.json
+  // says of tied word embeddings against the keys written; notes for what a user must act on.
+  void assets_summary(const WritePlan& plan, json& summary) const {
+    json copied = json::array(), skipped = json::array();
+    for (const Asset& a : assets_.files) copied.push_back(join_path(o_.output, a.name));
+    for (const AssetSkip& s : assets_.skipped) {
+      skipped.push_back({{"path", s.path}, {"reason", s.reason}});
+      if (o_.note) o_.note("not copied beside the weights: " + s.path + ": " + s.reason);
+    }
+    summary["assets"] = copied;
+    summary["assets_skipped"] = skipped;
+    std::vector<std::string> keys;
+    for (const PlannedTensor& t : plan.tensors) keys.push_back(t.key);
+    std::optional<TiedEmbeddings> tied = tied_embeddings(assets_, keys);
+    summary["tie_word_embeddings"] = nullptr;
+    if (tied) {
+      summary["tie_word_embeddings"] = {{"config", tied->config}, {"lm_head_weight", tied->lm_head}};
+      if (!tied->note.empty()) {
+        summary["tie_word_embeddings"]["note"] = tied->note;
+        if (o_.note) o_.note(tied->note);
+      }
+    }
+    bool config = std::any_of(assets_.files.begin(), assets_.files.end(), [](const Asset& a) { return a.name == "config.json"; });
+    if (o_.note && o_.format == OutputFormat::HfDir && o_.copy_assets && !config) {
+      std::string where;
+      for (const auto& d : assets_.searched) where += (where.empty() ? "" : " or ") + d;
+      o_.note("no config.json in " + where + ", and from_pretrained needs one: give --assets DIR (the Hugging Face "
+              "folder the run started from), or --no-assets to say none is wanted");
+    }
+  }
+
   const ConsolidateOptions& o_;
   const bool to_safetensors_;
   std::vector<std::string> headers_;
   Values values_;
   std::unique_ptr<OutputDir> dir_;
   std::vector<std::unique_ptr<OutputFile>> outs_;
+  Assets assets_;  // rank 0's
 };
 
 }  // namespace
@@ -318,7 +358,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   target.window = o.window;
   target.max_memory = o.max_memory;
   json command = {{"format", static_cast<int>(o.format)}, {"max_shard_size", o.max_shard_size}, {"flat", o.flat},
-                  {"keep_unsafe", o.keep_unsafe_values}};
+                  {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from}};
   ConsolidateWriter writer(o);
   return execute({ck, o, target, command, o.parallel_write, o.local_files}, writer);
 }

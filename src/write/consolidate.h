@@ -4,7 +4,8 @@
 //   Safetensors  one `.safetensors` file, `__metadata__ {"format": "pt"}`, flat keys;
 //   HfDir        Hugging Face sharded safetensors: model-0000i-of-0000N.safetensors +
 //                model.safetensors.index.json {"metadata": {"total_size"}, "weight_map"}; a
-//                single shard is written as model.safetensors without an index;
+//                single shard is written as model.safetensors without an index; beside them the
+//                config, tokenizer and processor files (write/assets.h);
 //   Torch        a torch.save zip that torch.load(weights_only=True) opens, nested as
 //                format_utils.dcp_to_torch_save nests it (from planner_data), or flat.
 //
@@ -41,6 +42,11 @@ struct ConsolidateOptions : WriteOptions {
   uint64_t max_shard_size = 5'000'000'000;  // HfDir
   bool flat = false;                // Torch: flat keys
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
+  // HfDir: the files a Hugging Face folder needs beside its weights (config.json, the tokenizer;
+  // write/assets.h), copied from beside the checkpoint, or from `assets_from` when not empty;
+  // none without `copy_assets`. Rank 0 copies them into the temporary directory before commit.
+  bool copy_assets = true;
+  std::string assets_from;
   uint64_t window = 64ull << 20;    // the copy window (write/run.h)
   // Under torchrun (group): the ranks read their share of the chunks and push it to rank 0, which
   // writes the output (dist/exchange.h).

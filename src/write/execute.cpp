@@ -24,10 +24,11 @@ namespace {
 // checkpoint) before anything else. Under torchrun it does so before any rank connects, and the
 // others learn of the refusal, with its exit code, at the command agreement (had they started
 // connecting to a rank 0 that is gone, they would end with an I/O error).
-void check_output(const WriteRequest& request, bool leader) {
+void check_output(const WriteRequest& request, OutputWriter& writer, bool leader) {
   if (!leader) return;
   try {
     check_output_path(request.o.output, request.o.force, request.ck.dir);
+    writer.check(request);
   } catch (const std::exception& e) {
     if (request.o.group) request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
     throw;
@@ -66,7 +67,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   Group* group = o.group;
   const int me = group ? group->rank() : 0, world = group ? group->size() : 1;
   const bool leader = me == 0;
-  check_output(request, leader);
+  check_output(request, writer, leader);
   if (group) agree_on_command(*group, request, writer.name());
 
   // ---- plan: what is written, then who does what; everything refused before a byte is written ----

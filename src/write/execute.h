@@ -3,8 +3,9 @@
 // execute(), which owns every step:
 //
 //   check     rank 0 refuses an output that exists (without --force) or lies inside the
-//             checkpoint; under torchrun the other ranks learn of it at the command agreement,
-//             with its exit code, so a dry run refuses what the real run would, on every rank;
+//             checkpoint, and what the format's check() refuses; under torchrun the other ranks
+//             learn of it at the command agreement, with its exit code, so a dry run refuses what
+//             the real run would, on every rank;
 //   agree     the ranks agree on the command (options, .metadata size, save id);
 //   plan      plan_write (what is written) and deal_work (who reads and writes what, memory),
 //             the same on every rank by construction; the ranks agree on its digest;
@@ -69,6 +70,10 @@ class OutputWriter {
   virtual bool decode_once() const { return false; }
   // The threads of one writer; under torchrun one exchange lane each.
   virtual unsigned lanes(const WriteRequest& request, Group* group) const { (void)group; return std::max(1u, request.o.threads); }
+  // Rank 0, before anything else, after the output's own check: what the format refuses beyond
+  // the checkpoint and the output (consolidate: an --assets folder that is not there). Under
+  // torchrun the other ranks learn of a refusal, with its exit code, at the command agreement.
+  virtual void check(const WriteRequest& request) { (void)request; }
   // Every rank, once planned: what the format derives from the plan (collective calls allowed
   // when `!dry_run`), and its part of the summary.
   virtual void planned(WriteJob& job, nlohmann::json& summary) = 0;

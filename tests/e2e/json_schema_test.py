@@ -88,6 +88,7 @@ OPTIONAL = {
     # (and /unsupported, present only for input this version does not read: no fixture is such)
     "verify": {"/layout", "/checksums"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
+    "consolidate": {"/tie_word_embeddings/note"},
 }
 
 DCPCTL = FIXTURES = SCHEMAS = None
@@ -393,6 +394,12 @@ def cases_for(p, work):
     for fmt, name, extra in (("safetensors", "dry.safetensors", []), ("torch", "dry.pt", []),
                              ("hf", "dry-hf/", ["--max-shard-size", "60KB"])):
         add("consolidate", f"consolidate --dry-run ({fmt})", ["consolidate", sample, "-o", co(name), *extra, "--dry-run", "--json"])
+    hft = fx("layouts", "hf_transformers")
+    add("consolidate", "consolidate transformers' distributed checkpoint to DIR/ (assets, tied embeddings)",
+        ["consolidate", fx("layouts", "hf_transformers_tied", "ckpt"), "-o", co("hf-assets/"), "--json", "-q"])
+    add("consolidate", "consolidate DCP to DIR/ --assets --dry-run",
+        ["consolidate", os.path.join(hft, "dcp"), "-o", co("hf-assets-dry/"), "--assets", os.path.join(hft, "start"),
+         "--dry-run", "--json"])
     add("reshard", "reshard -w 1 --select", ["reshard", sample, "-o", co("w1"), "-w", "1", "--select", "app.model", "--json", "-q"])
     add("reshard", "reshard --layout keep --dtype fp16", ["reshard", fx("dtensor_2d_mesh", "ckpt"), "-o", co("keep16"),
                                                           "--layout", "keep", "--dtype", "fp16", "--json", "-q"])

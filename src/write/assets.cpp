@@ -1,0 +1,188 @@
+#include "write/assets.h"
+
+#include <dirent.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+#include "util/failpoint.h"
+#include "util/file.h"
+#include "write/output.h"
+
+namespace dcpctl {
+
+namespace {
+
+// Names (fnmatch patterns) of what transformers, tokenizers, sentencepiece, tiktoken and
+// mistral-common save beside the weights and read back in from_pretrained.
+constexpr const char* kAssetNames[] = {
+    "config.json", "generation_config.json", "adapter_config.json",
+    // tokenizers
+    "tokenizer*.json", "tokenizer*.model", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges*.txt",
+    "spiece.model", "sentencepiece*.model", "*.spm", "*.tiktoken", "tekken.json",
+    // chat templates (transformers >= 4.43 writes chat_template.jinja, older chat_template.json)
+    "chat_template.jinja", "chat_template.json",
+    // image, video and audio processors
+    "*processor_config.json", "feature_extractor_config.json",
+    // remote code (trust_remote_code), as save_pretrained copies it
+    "configuration_*.py", "modeling_*.py", "tokenization_*.py", "*processing_*.py",
+};
+
+// Weights, indexes and checkpoint metadata: never assets, whatever the allow-list matches.
+constexpr const char* kNeverNames[] = {
+    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.distcp", "*.metadata", "*.index.json",
+    "*.gguf", "*.h5", "*.msgpack", "*.onnx", "*.npz", "*.npy", "*.pkl", "*.pickle", "*.tar", "*.zip", "*dcpctl-tmp*",
+};
+
+bool matches(const std::string& name, const char* const* first, const char* const* last) {
+  return std::any_of(first, last, [&](const char* p) { return ::fnmatch(p, name.c_str(), 0) == 0; });
+}
+
+// The names in `dir`, sorted (none when it cannot be listed).
+std::vector<std::string> list_names(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string real_path(const std::string& p) {
+  std::unique_ptr<char, decltype(&std::free)> r(::realpath(p.c_str(), nullptr), &std::free);
+  return r ? std::string(r.get()) : std::string();
+}
+
+bool inside(const std::string& path, const std::string& dir) {
+  return !dir.empty() && path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+         (dir.back() == '/' || path[dir.size()] == '/');
+}
+
+std::string parent_of(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  size_t slash = d.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : d.substr(0, slash);
+}
+
+std::string base_name(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  size_t slash = d.find_last_of('/');
+  return slash == std::string::npos ? d : d.substr(slash + 1);
+}
+
+// The assets of one folder into `found` (names already there, from a nearer folder, are kept).
+void look_in(const std::string& dir, bool follow_any_link, std::map<std::string, Asset>& found, std::vector<AssetSkip>& skipped) {
+  const std::string real_dir = real_path(dir);
+  for (const std::string& name : list_names(dir)) {
+    if (name.empty() || name[0] == '.' || !is_asset_name(name) || found.count(name)) continue;
+    const std::string path = join_path(dir, name);
+    struct stat ls, st;
+    if (::lstat(path.c_str(), &ls) != 0) continue;  // gone since the listing
+    if (S_ISLNK(ls.st_mode) && !follow_any_link && !inside(real_path(path), real_dir)) {
+      skipped.push_back({path, "a link that leaves the checkpoint's folder (give the folder with --assets to follow it)"});
+      continue;
+    }
+    if (::stat(path.c_str(), &st) != 0) {
+      skipped.push_back({path, S_ISLNK(ls.st_mode) ? "a dangling link" : errno_text(errno)});
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      if (!S_ISDIR(st.st_mode)) skipped.push_back({path, "not a regular file"});
+      continue;
+    }
+    if (static_cast<uint64_t>(st.st_size) > kMaxAssetBytes) {
+      skipped.push_back({path, std::to_string(st.st_size) + " bytes, over the " + std::to_string(kMaxAssetBytes >> 20) +
+                                   " MiB dcpctl copies beside the weights"});
+      continue;
+    }
+    found[name] = {name, path, static_cast<uint64_t>(st.st_size)};
+  }
+}
+
+}  // namespace
+
+bool is_asset_name(const std::string& name) {
+  if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos) return false;
+  return matches(name, std::begin(kAssetNames), std::end(kAssetNames)) &&
+         !matches(name, std::begin(kNeverNames), std::end(kNeverNames));
+}
+
+Assets find_assets(const Checkpoint& ck, const std::string& from) {
+  Assets a;
+  std::map<std::string, Asset> found;
+  if (!from.empty()) {
+    if (!path_exists(from)) throw UsageError(Where(from), "--assets: no such folder");
+    if (!is_directory(from)) throw UsageError(Where(from), "--assets: not a folder (give the folder that holds config.json)");
+    a.searched.push_back(from);
+    look_in(from, true, found, a.skipped);
+  } else {
+    a.searched.push_back(ck.dir);
+    if (ck.layout == CheckpointLayout::HfDcpShards && base_name(ck.dir) == "sharded") a.searched.push_back(parent_of(ck.dir));
+    for (const auto& dir : a.searched) look_in(dir, false, found, a.skipped);
+  }
+  for (auto& [name, asset] : found) a.files.push_back(std::move(asset));
+  return a;
+}
+
+void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of) {
+  constexpr size_t kWindow = 1 << 20;
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[kWindow]);
+  failpoint_stop("assets-copy");  // tests: a source removed between the listing and the copy
+  for (const Asset& a : assets.files) {
+    ReadFile in(a.source);
+    OutputFile out(path_of(a.name));
+    for (uint64_t off = 0; off < in.size(); off += kWindow) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kWindow, in.size() - off));
+      in.read_at(off, buf.get(), n);
+      out.append(buf.get(), n);
+    }
+    out.commit();
+  }
+}
+
+std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys) {
+  auto cfg = std::find_if(assets.files.begin(), assets.files.end(), [](const Asset& a) { return a.name == "config.json"; });
+  if (cfg == assets.files.end()) return std::nullopt;
+  nlohmann::json j;
+  try {
+    ReadFile f(cfg->source);
+    std::string text(f.size(), '\0');
+    f.read_at(0, text.data(), text.size());
+    j = nlohmann::json::parse(text, nullptr, false);
+  } catch (const Error&) {
+    return std::nullopt;  // the copy reports it
+  }
+  if (j.is_discarded() || !j.is_object() || !j.contains("tie_word_embeddings") || !j["tie_word_embeddings"].is_boolean())
+    return std::nullopt;
+  TiedEmbeddings t;
+  t.config = j["tie_word_embeddings"].get<bool>();
+  t.lm_head = std::find(output_keys.begin(), output_keys.end(), "lm_head.weight") != output_keys.end();
+  bool causal_lm = false;
+  if (j.contains("architectures") && j["architectures"].is_array())
+    for (const auto& a : j["architectures"])
+      if (a.is_string() && a.get<std::string>().size() > 11 && a.get<std::string>().rfind("ForCausalLM") == a.get<std::string>().size() - 11)
+        causal_lm = true;
+  if (t.config && t.lm_head)
+    t.note = "config.json ties the word embeddings (tie_word_embeddings: true) and the output holds lm_head.weight, as the "
+             "checkpoint does; kept as written (transformers' save_pretrained leaves it out, and from_pretrained ties it "
+             "to the input embeddings, not reading its values)";
+  else if (!t.config && !t.lm_head && causal_lm)
+    t.note = "config.json does not tie the word embeddings (tie_word_embeddings: false) and the output has no "
+             "lm_head.weight: from_pretrained will initialise the LM head at random (left out by --include, --exclude "
+             "or --select?)";
+  return t;
+}
+
+}  // namespace dcpctl

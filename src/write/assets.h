@@ -1,0 +1,78 @@
+// The files a Hugging Face folder needs beside its weights (config.json, the tokenizer, ...),
+// copied into a consolidated DIR/ output so that from_pretrained(DIR) loads it.
+//
+// What counts as an asset: a regular file at the top of the source folder whose name is on an
+// allow-list (kAssetNames in assets.cpp): the model's config and generation config; tokenizer
+// files (tokenizer*.json, tokenizer*.model, *.tiktoken, vocab*, merges*.txt, *.spm, spiece.model,
+// special_tokens_map.json, added_tokens.json, tekken.json); chat templates (chat_template.jinja,
+// chat_template.json); processor configs (*processor_config.json, feature_extractor_config.json);
+// a PEFT adapter_config.json; the remote code save_pretrained copies (configuration_*.py,
+// modeling_*.py, tokenization_*.py, *processing_*.py). Never weights or indexes (*.safetensors,
+// *.bin, *.pt, *.pth, *.distcp, *.metadata, *.index.json, *.gguf, ...), never a hidden file (a
+// dcpctl temporary is `.<name>.dcpctl-tmp-<pid>`), never a folder, nothing over kMaxAssetBytes.
+//
+// Where they are looked for (the nearer folder wins a name both hold):
+//   - `from` (--assets DIR): that folder alone; a link is followed wherever it points (a Hugging
+//     Face cache snapshot is all links into ../../blobs/), since the user named the folder;
+//   - otherwise the checkpoint's own folder (transformers' save_pretrained(distributed_checkpoint=
+//     True) leaves config.json and generation_config.json beside its rank shards) and, for a
+//     HuggingFaceStorageWriter `sharded/` subfolder given as the checkpoint, its parent (where
+//     the consolidated files and the configs sit). There a link is followed only when it stays
+//     inside the folder: a checkpoint someone handed over must not carry, say, ~/.ssh/id_rsa out
+//     under the name tokenizer.model.
+// A file found by name and not copied is listed in `skipped` with the reason.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meta/checkpoint.h"
+
+namespace dcpctl {
+
+constexpr uint64_t kMaxAssetBytes = 256ull << 20;
+
+struct Asset {
+  std::string name;    // in the output folder (the source's base name)
+  std::string source;  // the path it is copied from
+  uint64_t bytes = 0;
+};
+
+struct AssetSkip {
+  std::string path, reason;
+};
+
+struct Assets {
+  std::vector<std::string> searched;  // the folders looked in, nearest first
+  std::vector<Asset> files;           // sorted by name
+  std::vector<AssetSkip> skipped;
+};
+
+// Whether `name` (a base name) is on the allow-list and none of the excluded kinds.
+bool is_asset_name(const std::string& name);
+
+// The assets beside checkpoint `ck`, or in `from` when not empty (UsageError naming it when it is
+// not a directory).
+Assets find_assets(const Checkpoint& ck, const std::string& from);
+
+// Copies every asset to `path_of(name)`, each written under a temporary name and renamed (the
+// caller's folder is itself temporary: OutputDir). Throws IoError when a source vanished or
+// cannot be read.
+void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of);
+
+// What config.json says of tied word embeddings against what the output holds: transformers
+// ties lm_head.weight to the input embeddings when `tie_word_embeddings` is true (its
+// save_pretrained leaves the key out, FSDP's state dict keeps it), and initialises a missing one
+// at random when it is false. nullopt when no config.json is among the assets, it is not a JSON
+// object, or it has no boolean `tie_word_embeddings`.
+struct TiedEmbeddings {
+  bool config = false;   // config.json's tie_word_embeddings
+  bool lm_head = false;  // the output holds lm_head.weight
+  std::string note;      // what follows, for people; empty when nothing is worth saying
+};
+std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys);
+
+}  // namespace dcpctl
