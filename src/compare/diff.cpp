@@ -4,14 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <memory>
 
-#include "compare/buffers.h"
 #include "compare/stats.h"
 #include "compare/window.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
-#include "util/parallel.h"
 
 namespace dcpctl {
 
@@ -118,9 +115,9 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
   };
   std::vector<Task> tasks;
   // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
-  // declared before the fillers, which give back what they hold when destroyed.
+  // declared before the readers, which give back what they hold when destroyed.
   MemoryGate gate(o.max_memory);
-  std::vector<std::unique_ptr<WindowFiller>> fa(r.keys.size()), fb(r.keys.size());
+  WindowReader ra(*a.reader, &gate), rb(*b.reader, &gate);
   const uint64_t buffer_budget = std::min(window_budget(a.ck.md, o.max_memory), window_budget(b.ck.md, o.max_memory));
   std::vector<DiffRule> rules(r.keys.size());
   uint64_t total = 0;
@@ -169,8 +166,8 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     uint64_t per_elem = ia + ib + std::max(ia, ib);
     uint64_t elems = std::min<uint64_t>(o.window_bytes / std::max(ia, ib), buffer_budget / (threads * per_elem + 1));
     std::vector<Window> windows = plan_windows(ta.shape, std::max<uint64_t>(elems, 1));
-    fa[p.key] = std::make_unique<WindowFiller>(*a.reader, ta, &gate, windows);
-    fb[p.key] = std::make_unique<WindowFiller>(*b.reader, tb, &gate, windows);
+    ra.expect(ta, windows);
+    rb.expect(tb, windows);
     for (const Window& w : windows) tasks.push_back({p.key, w});
     total += ta.nbytes() + tb.nbytes();
   }
@@ -194,8 +191,8 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     uint8_t* ba = buf.a();
     uint8_t* bb = ba + n * ia;
     thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
-    fa[task.key]->fill(task.w, ba, buf.b());
-    fb[task.key]->fill(task.w, bb, buf.b());
+    ra.fill(*k.a, task.w, ba, buf.b());
+    rb.fill(*k.b, task.w, bb, buf.b());
     for (uint64_t e = 0; e < n; e += kWiden) {
       size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
       compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);

@@ -3,13 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <memory>
+#include <map>
 
-#include "compare/buffers.h"
 #include "compare/window.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
-#include "util/parallel.h"
 
 namespace dcpctl {
 
@@ -63,11 +61,10 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
   };
   std::vector<Task> tasks;
   // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
-  // declared before the fillers, which give back what they hold when destroyed.
+  // declared before the reader, which gives back what it holds when destroyed.
   MemoryGate gate(o.max_memory);
   const uint64_t buffer_budget = window_budget(md, o.max_memory);
-  std::vector<std::unique_ptr<WindowFiller>> fillers;
-  std::vector<size_t> filler_of;
+  WindowReader reader(*in.reader, &gate);
   uint64_t total_bytes = 0;
   unsigned threads = std::max(1u, o.threads);
   for (const auto& it : items) {
@@ -82,15 +79,13 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     rep.skipped = skip_reason(t);
     size_t ri = r.tensors.size();
     r.tensors.push_back(std::move(rep));
-    filler_of.push_back(SIZE_MAX);
     if (!r.tensors.back().skipped.empty()) continue;
     require_tiled(in, t);
     size_t item = itemsize(*t.dtype);
     uint64_t per_elem = 2 * item;
     uint64_t elems = std::min<uint64_t>(o.window_bytes / item, buffer_budget / (threads * per_elem + 1));
-    filler_of[ri] = fillers.size();
     std::vector<Window> windows = plan_windows(t.shape, std::max<uint64_t>(elems, 1));
-    fillers.push_back(std::make_unique<WindowFiller>(*in.reader, t, &gate, windows));
+    reader.expect(t, windows);
     for (const Window& w : windows) tasks.push_back({ri, w});
     total_bytes += t.nbytes();
   }
@@ -104,7 +99,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     uint64_t bytes = task.w.numel * item;
     // The window, the scratch (touched only when needed), the 32 KiB decode block on the stack.
     buf.prepare(bytes, bytes, kDecodeBlock);
-    fillers[filler_of[task.report]]->fill(task.w, buf.a(), buf.b());
+    reader.fill(t, task.w, buf.a(), buf.b());
     partial[i].add_raw(d, buf.a(), static_cast<size_t>(task.w.numel), task.w.start);
     uint64_t now = done.fetch_add(bytes) + bytes;
     if (o.progress) o.progress(now, total_bytes);
@@ -118,7 +113,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
     if (o.check_zero && floating && rep.s.n > 0 && rep.s.zeros == rep.s.n) r.zero_ok = false;
   }
   r.bytes_read = done.load();
-  for (const auto& f : fillers) r.chunk_decodes += f->decodes();
+  r.chunk_decodes = reader.decodes();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

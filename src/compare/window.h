@@ -1,25 +1,24 @@
-// Walking a full tensor in bounded windows, filled from whichever chunks hold them.
+// Walking a full tensor in bounded windows, each read through the chunk engine that assembles
+// every box dcpctl reads (item/chunk_source.h's assemble_box).
 //
 // A window is a run of consecutive elements of the full tensor (C order) that is also a box:
 // one index fixed in every dimension before a split dimension k, a range of rows along k, and
 // every trailing dimension whole. k is the first dimension whose trailing block fits the window
 // budget, so windows stay within budget for any shape (down to single elements of the last
-// dimension). The part of any chunk that falls in such a box is one contiguous run of the
-// chunk's own dense bytes, so each chunk contributes with one read per window, straight into
-// place when the chunk spans every trailing dimension (FSDP's dim-0 shards, whole tensors),
-// through a scratch buffer otherwise. Two checkpoints sharded differently are thus walked in the
-// same windows of the same full tensor, neither ever assembled whole.
+// dimension). The part of any chunk that falls in such a box (a piece, meta/pieces.h) is one
+// contiguous run of the chunk's own dense bytes, so each chunk contributes with one read per
+// window: straight into place when the chunk spans every trailing dimension (FSDP's dim-0 shards,
+// whole tensors), through the caller's scratch otherwise. Two checkpoints sharded differently are
+// thus walked in the same windows of the same full tensor, neither ever assembled whole.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <memory>
-#include <mutex>
-#include <optional>
 #include <vector>
 
+#include "item/chunk_source.h"
 #include "item/decoded_chunks.h"
 #include "item/item_reader.h"
+#include "meta/geometry.h"
 #include "util/memory_gate.h"
 
 namespace dcpctl {
@@ -36,45 +35,35 @@ uint64_t window_budget(const Metadata& md, uint64_t max_memory);
 // Windows covering all of `shape` in order, each at most max_elems elements (at least 1).
 std::vector<Window> plan_windows(const std::vector<int64_t>& shape, uint64_t max_elems);
 
+// Window `w` of a tensor of `shape` (planned by plan_windows) as a box.
+Box window_box(const std::vector<int64_t>& shape, const Window& w);
+
 // The multi-index of flat element `i` of `shape`.
 std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i);
 
-// Fills windows of one tensor. Safe to use from several threads (the direct-run cache is locked).
-//
-// A chunk that cannot be read in place (a zstd item, a non-contiguous view) costs a decode of its
-// whole item for every read. Given a gate and the windows that will be filled, the filler decodes
-// such a chunk once, when the first of several windows needs it, into memory taken from the
-// gate, and frees it when the last of those windows has been filled; windows of the chunk arriving
-// meanwhile wait for that one decode. The memory is taken without waiting (the caller's window
-// buffers hold the rest of the budget, and a thread holding a buffer must not wait on the gate):
-// when it does not fit, that read decodes for its window only, as without a gate. The keeping is
-// item/decoded_chunks.h, which reshard uses too; each window part is one expected use.
-class WindowFiller {
+// Reads windows of one input's tensors: LocalChunks over DecodedChunks, so that a chunk that
+// cannot be read in place (a zstd item, a non-contiguous view), needed by several windows, is
+// decoded once, when the first of them needs it, into memory taken from `gate` without waiting
+// (the window buffers hold the rest of the budget, and a thread holding one must not wait on the
+// gate a second time), and freed when the last of them is filled; when it does not fit, or with no
+// gate, each window decodes it for itself. Safe to use from several threads.
+class WindowReader {
  public:
-  WindowFiller(const ItemReader& reader, const TensorMeta& t, MemoryGate* gate = nullptr,
-               const std::vector<Window>& windows = {});
-  ~WindowFiller();
-  WindowFiller(const WindowFiller&) = delete;
-  WindowFiller& operator=(const WindowFiller&) = delete;
-  // The window's bytes (w.numel * itemsize), reading each chunk's part once. `scratch` is
-  // w.numel * itemsize bytes the filler may use. Throws FormatError if the chunks leave a gap.
-  void fill(const Window& w, uint8_t* dst, uint8_t* scratch);
-  // Decodes of chunks that are not read in place: whole chunks kept for several windows, plus
-  // single reads decoded for one window.
+  WindowReader(const ItemReader& reader, MemoryGate* gate)
+      : reader_(reader), decoded_(reader, gate), chunks_(reader, 16ull << 20, &decoded_) {}
+  // The windows of `t` that will be filled, each once.
+  void expect(const TensorMeta& t, const std::vector<Window>& windows);
+  // Window w of `t` into dst (w.numel * itemsize bytes); `scratch`, as many bytes, holds the
+  // pieces that do not land in one run. Throws FormatError if the chunks leave a gap.
+  void fill(const TensorMeta& t, const Window& w, uint8_t* dst, uint8_t* scratch);
+  // Whole decodes of chunks not read in place: those kept for several windows, plus reads decoded
+  // for one window.
   uint64_t decodes() const { return decoded_.decodes(); }
 
  private:
-  struct Part;
-  template <class F>
-  void each_part(const Window& w, F&& f) const;
-  void read(size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
-
   const ItemReader& reader_;
-  const TensorMeta& t_;
-  size_t item_;
-  std::mutex mu_;
-  std::vector<std::optional<std::optional<DirectRun>>> runs_;  // per chunk, once looked up
-  DecodedChunks decoded_;  // chunks not read in place, each window part one expected use
+  DecodedChunks decoded_;
+  LocalChunks chunks_;
 };
 
 }  // namespace dcpctl

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "meta/pieces.h"
@@ -50,17 +51,52 @@ void ChunkSource::read_range(unsigned lane, const TensorMeta& t, size_t chunk, u
   std::memcpy(dst, whole.data() + from, n);
 }
 
+namespace {
+
+// The byte offset of region `in` in the dense bytes of box `b` (which holds it), when the region is
+// one contiguous run of them; nullopt otherwise.
+std::optional<uint64_t> run_in(const Box& in, const Box& b, size_t item) {
+  if (!is_run(in, b.sizes)) return std::nullopt;
+  uint64_t at = 0;
+  for (size_t d = 0; d < b.sizes.size(); ++d)
+    at = at * static_cast<uint64_t>(b.sizes[d]) + static_cast<uint64_t>(in.offsets[d] - b.offsets[d]);
+  return at * item;
+}
+
+}  // namespace
+
 void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
                   unsigned threads, unsigned lane) {
+  assemble_box(src, t, box, pieces, dst, nullptr, threads, lane);
+}
+
+void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
+                  uint8_t* scratch, unsigned threads, unsigned lane) {
   size_t item = itemsize(*t.dtype);
   std::vector<size_t> order(pieces.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   if (src.ordered())
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pieces[a].chunk < pieces[b].chunk; });
-  parallel_for(order.size(), src.ordered() ? 1 : threads, [&](size_t i) {
+  const unsigned readers = src.ordered() ? 1 : threads;
+  // Each piece's part of `scratch`: all of it, one piece after another, for one reader; for
+  // several, parts as disjoint as the pieces are (then within the box's bytes).
+  std::vector<uint64_t> at(pieces.size() + 1, 0);
+  for (size_t i = 0; readers > 1 && i < pieces.size(); ++i) at[i + 1] = at[i] + pieces[i].bytes;
+  if (at.back() > box.numel() * item) scratch = nullptr;
+  parallel_for(order.size(), readers, [&](size_t i) {
     const Piece& p = pieces[order[i]];
+    std::optional<uint64_t> from;
     if (p.run) {
       src.read_range(lane, t, p.chunk, p.from, p.bytes, dst + p.to);
+    } else if (src.reads_ranges() && (from = run_in(p.in, chunk_box(t, p.chunk), item))) {
+      if (std::optional<uint64_t> to = run_in(p.in, box, item)) {
+        src.read_range(lane, t, p.chunk, *from, p.bytes, dst + *to);
+      } else {
+        std::vector<uint8_t> own(scratch ? 0 : p.bytes);
+        uint8_t* tmp = scratch ? scratch + at[order[i]] : own.data();
+        src.read_range(lane, t, p.chunk, *from, p.bytes, tmp);
+        copy_box(tmp, p.in, dst, box, p.in, item);
+      }
     } else {
       std::vector<uint8_t> tmp(t.chunk_numel(p.chunk) * item);  // counted in the caller's reservation
       src.read_range(lane, t, p.chunk, 0, tmp.size(), tmp.data());

@@ -43,6 +43,9 @@ class ChunkSource {
   // several uses (LocalChunks over DecodedChunks) frees it after the last. No-ops by default.
   virtual void expect(const TensorMeta&, size_t) {}
   virtual void done(const TensorMeta&, size_t) {}
+  // True when read_range reads only the range asked for (not the whole chunk first): a piece
+  // that is a contiguous run of its chunk's bytes is then read alone (assemble_box).
+  virtual bool reads_ranges() const { return false; }
   // True when each lane must take its chunks in the planned order (the exchange serves them so);
   // false when any thread may read any chunk at any time.
   virtual bool ordered() const = 0;
@@ -53,12 +56,19 @@ class ChunkSource {
 
 // Fills `dst` (the dense bytes of `box` of `t`) from its pieces (plan_pieces(t, box)), on lane
 // `lane`: a run piece straight into place, another through a dense copy of its chunk (the
-// caller's reservation counts that copy), each piece's use of its chunk then done. An ordered
+// caller's reservation counts that copy), each piece's use of its chunk then done. From a source
+// that reads ranges, a piece that is one contiguous run of its chunk's bytes (any part of a box
+// whose trailing dimensions the box spans whole: a window, compare/window.h) is read alone, into
+// place when it is a run of the box too, else through a copy of its own size. An ordered
 // source is read in chunk order, by one reader (its transfers are planned so); otherwise
 // `threads` readers take different pieces. What consolidate assembles (a whole tensor) and
 // reshard assembles (a target chunk) both come through here.
 void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
                   unsigned threads = 1, unsigned lane = 0);
+// The same, the copies of pieces read alone taken from `scratch` (box.numel() * itemsize bytes,
+// one disjoint part per piece) rather than allocated per piece.
+void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
+                  uint8_t* scratch, unsigned threads = 1, unsigned lane = 0);
 
 // assemble_box of the whole tensor into `full` (t.nbytes() bytes).
 void read_full_tensor(ChunkSource& src, const TensorMeta& t, uint8_t* full, unsigned threads = 1, unsigned lane = 0);
@@ -75,6 +85,7 @@ class LocalChunks final : public ChunkSource {
   void read_range(unsigned, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override;
   void expect(const TensorMeta& t, size_t chunk) override;
   void done(const TensorMeta& t, size_t chunk) override;
+  bool reads_ranges() const override { return true; }
   bool ordered() const override { return false; }
 
  private:

@@ -32,7 +32,17 @@ void DecodedChunks::read(const TensorMeta& t, size_t chunk, uint64_t from, uint6
                 "internal: bytes [" + std::to_string(from) + ", +" + std::to_string(n) + ") of a chunk of " + std::to_string(total));
   Entry* e = find(t, chunk);
   if (e) {
-    std::lock_guard<std::mutex> lock(e->mu);
+    std::unique_lock<std::mutex> lock(e->mu);
+    if (!e->looked_up) {
+      e->run = reader_.direct_run(t, chunk);
+      e->looked_up = true;
+    }
+    if (e->run) {
+      const DirectRun run = *e->run;
+      lock.unlock();
+      run.file->read_at(run.offset + from, dst, n, t.fqn);
+      return;
+    }
     if (!e->data && e->uses >= 2 && gate_ && gate_->try_acquire(total)) {
       try {
         e->data.reset(new uint8_t[total]);

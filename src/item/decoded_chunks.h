@@ -8,9 +8,11 @@
 // and the last done frees it. The memory is taken without waiting (try_acquire): the reading
 // threads hold reservations of their own and must not wait on the gate a second time. When it
 // does not fit, or there is no gate, each read decodes for itself (the callers' reservations
-// count that). Reads of one chunk arriving while it is being decoded wait for that decode. Safe
-// to use from several threads. Used through LocalChunks (item/chunk_source.h) by reshard and by diff/stats windows
-// (compare/window.h).
+// count that). Reads of one chunk arriving while it is being decoded wait for that decode. An
+// expected chunk that can be read in place after all (an untransformed item with a contiguous
+// view: callers that cannot tell beforehand expect every chunk) is read from its file, its run
+// looked up once, and never kept. Safe to use from several threads. Used through LocalChunks
+// (item/chunk_source.h) by reshard and by diff/stats windows (compare/window.h).
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "item/item_reader.h"
@@ -37,8 +40,8 @@ class DecodedChunks {
   void expect(const TensorMeta& t, size_t chunk);
   // Bytes [from, from + n) of the dense chunk into dst, as ItemReader::read_chunk_bytes: from the
   // kept copy, or by decoding it (kept when at least two uses remain and it fits in the gate).
-  // For chunks that cannot be read in place; an untransformed chunk nobody expected is read as
-  // read_chunk_bytes reads it.
+  // An expected chunk readable in place is read from its file; an untransformed chunk nobody
+  // expected is read as read_chunk_bytes reads it.
   void read(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst);
   // One expected use of the chunk is over; after the last, the kept copy is freed.
   void done(const TensorMeta& t, size_t chunk);
@@ -52,6 +55,8 @@ class DecodedChunks {
     uint64_t uses = 0;                // expected uses not yet done
     std::unique_ptr<uint8_t[]> data;  // the dense chunk, while uses remain
     uint64_t charged = 0;             // bytes of the gate `data` holds
+    bool looked_up = false;           // whether `run` is known
+    std::optional<DirectRun> run;     // the chunk's bytes in place in a file, when they are
   };
   Entry* find(const TensorMeta& t, size_t chunk);
 

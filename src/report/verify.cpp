@@ -4,7 +4,6 @@
 #include <mutex>
 #include <vector>
 
-#include "compare/buffers.h"
 #include "compare/window.h"
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
@@ -149,13 +148,15 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         if (opts.checksum && all_present && check_coverage(t, 1).exact) {
           try {
             // Hashed window by window, in order: the tensor is never held whole.
-            WindowFiller filler(reader, t);
+            WindowReader windows(reader, nullptr);
+            std::vector<Window> plan = plan_windows(t.shape, window_bytes / item);
+            windows.expect(t, plan);
             Sha256 h;
             uint64_t done = 0;
-            for (const Window& w : plan_windows(t.shape, window_bytes / item)) {
+            for (const Window& w : plan) {
               uint64_t bytes = w.numel * item;
               buf.prepare(bytes, bytes, decoded);
-              filler.fill(w, buf.a(), buf.b());
+              windows.fill(t, w, buf.a(), buf.b());
               h.update(buf.a(), bytes);
               done += bytes;
             }

@@ -1,5 +1,5 @@
 // The numeric core of diff and stats: float64 widening of every dtype, stable moments, ULP
-// distances, the exact and allclose rules, and window planning.
+// distances, the exact and allclose rules, window planning and window reads.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <atomic>
@@ -327,7 +327,7 @@ TEST_CASE("windows cover a tensor in order, each within budget") {
   CHECK(unravel({2, 3, 4}, 23) == std::vector<int64_t>{1, 2, 3});
 }
 
-TEST_CASE("window filler decodes a zstd chunk once for all its windows, within the gate") {
+TEST_CASE("window reader decodes a zstd chunk once for all its windows, within the gate") {
   // tests/fixtures/zstd: 2 ranks, every item a zstd frame, written by torch (FileSystemWriter
   // with ZStandard); zeros_64x16 and rand_9x5 are in 2 chunks of rows each.
   Checkpoint ck = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/zstd/ckpt");
@@ -344,33 +344,35 @@ TEST_CASE("window filler decodes a zstd chunk once for all its windows, within t
     const uint64_t bytes = t.nbytes(), row = static_cast<uint64_t>(t.shape[1]);
     // The reference: the whole tensor in one window, chunk by chunk.
     std::vector<uint8_t> ref(bytes), scratch(bytes);
-    WindowFiller whole(reader, t);
-    whole.fill(Window{0, t.numel()}, ref.data(), scratch.data());
+    WindowReader whole(reader, nullptr);
+    whole.fill(t, Window{0, t.numel()}, ref.data(), scratch.data());
     CHECK(whole.decodes() == 2);
     // One window per row: every chunk is needed by several windows.
     std::vector<Window> rows = plan_windows(t.shape, row);
     REQUIRE(rows.size() == static_cast<size_t>(t.shape[0]));
-    auto walk = [&](WindowFiller& f, unsigned threads) {
+    auto walk = [&](WindowReader& f, unsigned threads) {
       std::vector<uint8_t> out(bytes);
       std::atomic<size_t> next{0};
       std::vector<std::thread> ts;
       for (unsigned i = 0; i < threads; ++i)
         ts.emplace_back([&] {
           std::vector<uint8_t> s(bytes);
-          for (size_t w; (w = next++) < rows.size();) f.fill(rows[w], out.data() + rows[w].start * itemsize(*t.dtype), s.data());
+          for (size_t w; (w = next++) < rows.size();) f.fill(t, rows[w], out.data() + rows[w].start * itemsize(*t.dtype), s.data());
         });
       for (auto& th : ts) th.join();
       return out;
     };
     {
-      WindowFiller f(reader, t);  // no gate: every window decodes its chunk's item again
+      WindowReader f(reader, nullptr);  // no gate: every window decodes its chunk's item again
+      f.expect(t, rows);
       CHECK(walk(f, 1) == ref);
       CHECK(f.decodes() == rows.size());
     }
     for (unsigned threads : {1u, 3u}) {
       MemoryGate gate(1 << 20);
       {
-        WindowFiller f(reader, t, &gate, rows);
+        WindowReader f(reader, &gate);
+        f.expect(t, rows);
         CHECK(walk(f, threads) == ref);
         CHECK(f.decodes() == 2);  // once per chunk
       }
@@ -378,10 +380,47 @@ TEST_CASE("window filler decodes a zstd chunk once for all its windows, within t
     }
     {
       MemoryGate gate(8);  // no chunk fits: decoded per window, as without a gate
-      WindowFiller f(reader, t, &gate, rows);
+      WindowReader f(reader, &gate);
+      f.expect(t, rows);
       CHECK(walk(f, 2) == ref);
       CHECK(f.decodes() == rows.size());
       CHECK(gate.try_acquire(8));
+    }
+  }
+}
+
+TEST_CASE("window reader: windows of 2-d mesh shards hold the tensor's bytes, read in place") {
+  // tests/fixtures/dtensor_2d_mesh: 2x2 mesh shards written by torch (blocks of rows and columns,
+  // nested row shards, replicas): chunks that are not runs of the tensor, so a window takes a run
+  // of each chunk and scatters it, or reads it into place when the window is one row.
+  Checkpoint ck = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/dtensor_2d_mesh/ckpt");
+  ItemReader reader(ck);
+  for (const auto& t : ck.md.tensors) {
+    INFO(t.fqn);
+    const size_t item = itemsize(*t.dtype), nd = t.ndim();
+    // The reference: every chunk read whole and placed element by element.
+    std::vector<uint8_t> ref(t.nbytes());
+    for (size_t c = 0; c < t.num_chunks(); ++c) {
+      std::vector<uint8_t> dense(t.chunk_numel(c) * item);
+      reader.read_chunk(t, c, dense.data());
+      std::vector<int64_t> sizes(t.chunk_sizes(c), t.chunk_sizes(c) + nd);
+      for (uint64_t e = 0; e < t.chunk_numel(c); ++e) {
+        std::vector<int64_t> idx = unravel(sizes, e);
+        uint64_t at = 0;
+        for (size_t d = 0; d < nd; ++d) at = at * static_cast<uint64_t>(t.shape[d]) + static_cast<uint64_t>(t.chunk_offsets(c)[d] + idx[d]);
+        std::memcpy(ref.data() + at * item, dense.data() + e * item, item);
+      }
+    }
+    for (uint64_t max : {1ull, 2ull, 3ull, 5ull, 7ull, 12ull, 1000ull}) {
+      INFO("window of " << max);
+      std::vector<Window> ws = plan_windows(t.shape, max);
+      MemoryGate gate(1 << 20);
+      WindowReader f(reader, &gate);
+      f.expect(t, ws);
+      std::vector<uint8_t> out(t.nbytes(), 0xAB), s(max * item);
+      for (const Window& w : ws) f.fill(t, w, out.data() + w.start * item, s.data());
+      CHECK(out == ref);
+      CHECK(f.decodes() == 0);  // untransformed, contiguous: nothing decoded
     }
   }
 }

@@ -82,3 +82,20 @@ TEST_CASE("decoded chunks: an untransformed chunk nobody announced is read in pl
     }
   CHECK(cache.decodes() == 0);
 }
+
+TEST_CASE("decoded chunks: an untransformed chunk announced for several reads is read in place, never kept") {
+  Checkpoint ck = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/sample/ckpt");
+  ItemReader reader(ck);
+  MemoryGate gate(1 << 20);
+  DecodedChunks cache(reader, &gate);
+  bool read = false;
+  for (const auto& t : ck.md.tensors)
+    if (!read && t.dtype && t.num_chunks() && t.chunk_numel(0) >= 4 && t.storage[0].transforms == 0) {
+      REQUIRE(reader.readable_in_place(t, 0));
+      read_in_parts(cache, reader, t, 4);
+      read = true;
+    }
+  CHECK(read);
+  CHECK(cache.decodes() == 0);
+  CHECK(gate.try_acquire(1 << 20));  // nothing was held
+}
