@@ -27,7 +27,7 @@ using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
   std::string format, max_shard_size;
-  bool flat = false, keep_unsafe = false, parallel_write = false;
+  bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false;
 };
 
 namespace {
@@ -66,6 +66,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
   co.keep_unsafe_values = o.keep_unsafe;
+  co.lightning_meta = !o.no_lightning_meta;
 
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
@@ -132,6 +133,8 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");
+  sub->add_flag("--no-lightning-meta", o->no_lightning_meta,
+                ".pt output of a Lightning checkpoint: leave out meta.pt (the non-tensor state), which is merged by default");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");

@@ -6,7 +6,9 @@
 //                model.safetensors.index.json {"metadata": {"total_size"}, "weight_map"}; a
 //                single shard is written as model.safetensors without an index;
 //   Torch        a torch.save zip that torch.load(weights_only=True) opens, nested as
-//                format_utils.dcp_to_torch_save nests it (from planner_data), or flat.
+//                format_utils.dcp_to_torch_save nests it (from planner_data), or flat; a
+//                Lightning checkpoint's meta.pt merged in as Lightning's consolidation merges
+//                it (write/lightning_meta.h).
 //
 // Under torchrun (ConsolidateOptions::group), rank 0 writes the same bytes from chunks the ranks
 // push to it; rank 0's memory stays within the same budget plus one 16 MiB window per lane.
@@ -41,6 +43,7 @@ struct ConsolidateOptions : WriteOptions {
   uint64_t max_shard_size = 5'000'000'000;  // HfDir
   bool flat = false;                // Torch: flat keys
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
+  bool lightning_meta = true;       // Torch: merge a Lightning checkpoint's meta.pt (write/lightning_meta.h)
   uint64_t window = 64ull << 20;    // the copy window (write/run.h)
   // Under torchrun (group): the ranks read their share of the chunks and push it to rank 0, which
   // writes the output (dist/exchange.h).
