@@ -27,7 +27,8 @@ std::optional<MegatronConfig> read_megatron_config(const std::string& dir) {
     return std::nullopt;  // unreadable: not something we can attribute to megatron
   }
   json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string()) return std::nullopt;
+  if (j.is_discarded() || !j.is_object() || !j.contains("sharded_backend") || !j["sharded_backend"].is_string())
+    return std::nullopt;
   MegatronConfig c;
   c.sharded_backend = j["sharded_backend"].get<std::string>();
   if (j.contains("sharded_backend_version") && j["sharded_backend_version"].is_number_integer())
@@ -47,7 +48,8 @@ json describe_framework(const std::string& dir) {
             {"config", c->fields}};
   }
   std::string meta = join_path(dir, kLightningMetaFile);
-  if (is_directory(dir) && path_exists(meta) && !is_directory(meta)) return {{"name", "lightning"}, {"files", {kLightningMetaFile}}};
+  if (is_directory(dir) && path_exists(meta) && !is_directory(meta))
+    return {{"name", "lightning"}, {"files", {kLightningMetaFile}}};
   return nullptr;
 }
 

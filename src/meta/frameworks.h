@@ -30,9 +30,9 @@ inline constexpr const char* kIntegrityManifestFile = "integrity.json";
 inline constexpr const char* kLightningMetaFile = "meta.pt";
 
 struct MegatronConfig {
-  std::string sharded_backend;                    // "torch_dist", "zarr", ...
+  std::string sharded_backend;                     // "torch_dist", "zarr", ...
   std::optional<int64_t> sharded_backend_version;  // absent when the file has none
-  nlohmann::json fields;                          // the whole object, as written
+  nlohmann::json fields;                           // the whole object, as written
 };
 
 // metadata.json in `dir` when it is megatron-core's (a JSON object with a string

@@ -53,7 +53,9 @@ bool inside(const std::string& name) {
   }
 }
 
-std::string short_hex(const std::string& h) { return h.substr(0, 16) + "..."; }
+std::string short_hex(const std::string& h) {
+  return h.substr(0, 16) + "...";
+}
 
 }  // namespace
 
@@ -124,7 +126,8 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
     uint64_t read = 0;
     struct stat st;
     if (::stat(e.path.c_str(), &st) != 0 && errno == ENOENT) {
-      found = {"integrity-missing", Where(e.path), "listed in " + std::string(kIntegrityManifestFile) + " but not there"};
+      found = {"integrity-missing", Where(e.path),
+               "listed in " + std::string(kIntegrityManifestFile) + " but not there"};
     } else {
       try {
         ReadFile f(e.path);
@@ -140,8 +143,8 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
         std::string got = h.hex();
         if (got != e.expected)
           found = {"integrity-mismatch", Where(e.path),
-                   "SHA-256 " + short_hex(got) + " differs from " + short_hex(e.expected) + " recorded in " + kIntegrityManifestFile +
-                       ": the file changed after the save"};
+                   "SHA-256 " + short_hex(got) + " differs from " + short_hex(e.expected) + " recorded in " +
+                       kIntegrityManifestFile + ": the file changed after the save"};
       } catch (const Error& err) {
         found = {"io-error", err.where(), err.detail()};
       }
@@ -154,7 +157,8 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
   for (const std::string& name : meta_detail::list_dir(dir)) {
     std::string p = join_path(dir, name);
     if (name == kIntegrityManifestFile || listed.count(name) || is_directory(p)) continue;
-    r.warnings.push_back({"integrity-unlisted", Where(p), std::string("not listed in ") + kIntegrityManifestFile + ": nothing vouches for it"});
+    r.warnings.push_back({"integrity-unlisted", Where(p),
+                          std::string("not listed in ") + kIntegrityManifestFile + ": nothing vouches for it"});
   }
   return r;
 }

@@ -249,8 +249,14 @@ class ConsolidateWriter final : public OutputWriter {
       for (const SelectedItem* it : plan.values) values_.skipped.push_back(it->key);
     }
     // A Lightning checkpoint's meta.pt: merged into a .pt as Lightning's consolidation merges it.
+    // Rank 0 alone reads it; under torchrun a refusal reaches the others at the plan agreement.
     if (job.leader) {
-      lightning_ = merge_lightning_meta(job.request.ck, plan, values_.kept, o_);
+      try {
+        lightning_ = merge_lightning_meta(job.request.ck, plan, values_.kept, o_);
+      } catch (const std::exception& e) {
+        if (job.group) job.group->announce("agree/plan", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+        throw;
+      }
       if (!lightning_.summary.is_null()) summary["lightning_meta"] = lightning_.summary;
     }
     summary["format"] = o_.format == OutputFormat::Torch ? "torch" : o_.format == OutputFormat::HfDir ? "hf-safetensors" : "safetensors";

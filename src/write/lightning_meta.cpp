@@ -28,7 +28,9 @@ constexpr size_t kCopyWindow = 4u << 20;
 // torch/_weights_only_unpickler.py _get_allowed_globals), which is what Lightning's
 // torch.load(meta.pt) accepts.
 bool weights_only_allows(std::string_view m, std::string_view n) {
-  auto ends = [](std::string_view s, std::string_view suf) { return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf; };
+  auto ends = [](std::string_view s, std::string_view suf) {
+    return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
+  };
   if (m == "collections") return n == "OrderedDict" || n == "Counter";
   if (m == "builtins") return n == "bytearray" || n == "set" || n == "complex";
   if (m == "_codecs") return n == "encode";
@@ -37,18 +39,23 @@ bool weights_only_allows(std::string_view m, std::string_view n) {
   if (m == "torch._tensor") return n == "_rebuild_from_type_v2";
   if (m == "torch.storage") return n == "UntypedStorage" || n == "TypedStorage";
   if (m == "torch._utils")
-    return n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state" || n == "_rebuild_qtensor" || n == "_rebuild_tensor" ||
-           n == "_rebuild_tensor_v2" || n == "_rebuild_tensor_v3" || n == "_rebuild_sparse_tensor" ||
-           n == "_rebuild_meta_tensor_no_storage" || n == "_rebuild_nested_tensor" || n == "_rebuild_wrapper_subclass" ||
-           n == "_rebuild_device_tensor_from_numpy" || n == "_rebuild_device_tensor_from_cpu_tensor";
+    return n == "_rebuild_parameter" || n == "_rebuild_parameter_with_state" || n == "_rebuild_qtensor" ||
+           n == "_rebuild_tensor" || n == "_rebuild_tensor_v2" || n == "_rebuild_tensor_v3" ||
+           n == "_rebuild_sparse_tensor" || n == "_rebuild_meta_tensor_no_storage" || n == "_rebuild_nested_tensor" ||
+           n == "_rebuild_wrapper_subclass" || n == "_rebuild_device_tensor_from_numpy" ||
+           n == "_rebuild_device_tensor_from_cpu_tensor";
   if (m == "torch.cuda") return ends(n, "Tensor");
   if (m != "torch") return false;
-  if (n == "Size" || n == "Tensor" || n == "device" || dtype_from_torch_name(n) || ends(n, "Tensor") || ends(n, "Storage")) return true;
-  if (n == "per_tensor_affine" || n == "per_tensor_symmetric" || n == "per_channel_affine" || n == "per_channel_symmetric" ||
-      n == "per_channel_affine_float_qparams")
+  if (n == "Size" || n == "Tensor" || n == "device" || dtype_from_torch_name(n) || ends(n, "Tensor") ||
+      ends(n, "Storage"))
+    return true;
+  if (n == "per_tensor_affine" || n == "per_tensor_symmetric" || n == "per_channel_affine" ||
+      n == "per_channel_symmetric" || n == "per_channel_affine_float_qparams")
     return true;
   // torch.uint1..7 and torch.int1..7
-  std::string_view bits = n.substr(0, 4) == "uint" ? n.substr(4) : n.substr(0, 3) == "int" ? n.substr(3) : std::string_view();
+  std::string_view bits = n.substr(0, 4) == "uint"  ? n.substr(4)
+                          : n.substr(0, 3) == "int" ? n.substr(3)
+                                                    : std::string_view();
   return bits.size() == 1 && bits[0] >= '1' && bits[0] <= '7';
 }
 
@@ -58,7 +65,9 @@ std::string key_text(const Value& k) {
   return pickle::repr(k, 80);
 }
 
-std::string join_key(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+std::string join_key(const std::string& a, const std::string& b) {
+  return a.empty() ? b : a + "." + b;
+}
 
 // Python's re.match("optimizer_[0-9]+", key): the prefix, then at least one digit.
 bool optimizer_key(const std::string& k) {
@@ -70,8 +79,8 @@ bool optimizer_key(const std::string& k) {
 
 // ---- the top level ----
 
-std::vector<TopEntry> lightning_top_level(const std::vector<std::string>& dcp_keys, const std::vector<std::string>& meta_keys,
-                                          bool trainer) {
+std::vector<TopEntry> lightning_top_level(const std::vector<std::string>& dcp_keys,
+                                          const std::vector<std::string>& meta_keys, bool trainer) {
   std::vector<TopEntry> d;  // a Python dict: insertion order, assignment in place
   auto find = [&](const std::string& name) {
     for (size_t i = 0; i < d.size(); ++i)
@@ -80,14 +89,17 @@ std::vector<TopEntry> lightning_top_level(const std::vector<std::string>& dcp_ke
   };
   auto assign = [&](TopEntry e) {
     size_t i = find(e.name);
-    if (i < d.size()) d[i] = std::move(e);
-    else d.push_back(std::move(e));
+    if (i < d.size())
+      d[i] = std::move(e);
+    else
+      d.push_back(std::move(e));
   };
   auto pop = [&](const std::string& name) {
     size_t i = find(name);
     if (i == d.size())
-      throw UnsupportedError(Where("", std::nullopt, name),
-                             "Lightning's consolidation would fail here (KeyError): the checkpoint has no top-level '" + name + "'");
+      throw UnsupportedError(
+          Where("", std::nullopt, name),
+          "Lightning's consolidation would fail here (KeyError): the checkpoint has no top-level '" + name + "'");
     TopEntry e = std::move(d[i]);
     d.erase(d.begin() + static_cast<std::ptrdiff_t>(i));
     return e;
@@ -111,7 +123,8 @@ std::vector<TopEntry> lightning_top_level(const std::vector<std::string>& dcp_ke
   TopEntry model = pop("model");
   model.name = "state_dict";
   assign(std::move(model));
-  size_t n = static_cast<size_t>(std::count_if(d.begin(), d.end(), [](const TopEntry& e) { return optimizer_key(e.name); }));
+  size_t n =
+      static_cast<size_t>(std::count_if(d.begin(), d.end(), [](const TopEntry& e) { return optimizer_key(e.name); }));
   if (n == 0) return d;
   TopEntry states;
   states.kind = TopEntry::List;
@@ -140,8 +153,9 @@ struct LightningMeta::Impl {
   std::string path;
 
   UnsupportedError refuse(const std::string& key, const std::string& what) const {
-    return UnsupportedError(Where(path, std::nullopt, key),
-                            what + "; --no-lightning-meta writes the .pt without meta.pt (Lightning's non-tensor state)");
+    return UnsupportedError(
+        Where(path, std::nullopt, key),
+        what + "; --no-lightning-meta writes the .pt without meta.pt (Lightning's non-tensor state)");
   }
 
   // A persistent id as torch.save writes one: ('storage', <storage class>, key, location, count).
@@ -149,15 +163,19 @@ struct LightningMeta::Impl {
   bool storage_pid(const Value& pid, const std::string& key) {
     if (!pid.is(Kind::Tuple)) return false;
     pickle::Items it = pid.items();
-    if (it.size() != 5 || !it[0].is_str("storage") || !it[1].is(Kind::Global) || !(it[2].is(Kind::Str) || it[2].is(Kind::Int)) ||
-        !it[3].is(Kind::Str) || !it[4].is(Kind::Int) || it[4].as_int() < 0)
+    if (it.size() != 5 || !it[0].is_str("storage") || !it[1].is(Kind::Global) ||
+        !(it[2].is(Kind::Str) || it[2].is(Kind::Int)) || !it[3].is(Kind::Str) || !it[4].is(Kind::Int) ||
+        it[4].as_int() < 0)
       return false;
     const pickle::GlobalRef& g = it[1].as_global();
     uint64_t item = 0;
-    if (g.module == "torch.storage" && g.name == "UntypedStorage") item = 1;
+    if (g.module == "torch.storage" && g.name == "UntypedStorage")
+      item = 1;
     else if (g.module == "torch")
       if (std::optional<DType> dt = dtype_from_storage_class(g.name)) item = itemsize(*dt);
-    if (item == 0) throw refuse(key, "a tensor's storage of class " + std::string(g.module) + "." + std::string(g.name) + " dcpctl does not know");
+    if (item == 0)
+      throw refuse(key, "a tensor's storage of class " + std::string(g.module) + "." + std::string(g.name) +
+                            " dcpctl does not know");
     std::string skey = key_text(it[2]);
     if (by_key.count(skey)) return true;
     Storage s;
@@ -165,9 +183,9 @@ struct LightningMeta::Impl {
     s.rec = zip->locate_with_crc(s.record);
     uint64_t count = static_cast<uint64_t>(it[4].as_int());
     if (count > s.rec.size / item)
-      throw FormatError(Where(path, s.rec.offset, key), "storage '" + skey + "' declares " + std::to_string(count) + " elements of " +
-                                                            std::to_string(item) + " bytes; its record holds " + std::to_string(s.rec.size) +
-                                                            " bytes");
+      throw FormatError(Where(path, s.rec.offset, key),
+                        "storage '" + skey + "' declares " + std::to_string(count) + " elements of " +
+                            std::to_string(item) + " bytes; its record holds " + std::to_string(s.rec.size) + " bytes");
     s.out_key = std::to_string(first_key + storages.size());
     by_key[skey] = storages.size();
     storages.push_back(std::move(s));
@@ -181,13 +199,15 @@ struct LightningMeta::Impl {
       case Kind::Global: {
         const pickle::GlobalRef& g = v.as_global();
         if (g.module == pickle::kExtensionModule)
-          throw refuse(at, "holds copyreg extension code " + std::string(g.name) +
-                               " (an EXT opcode): a reference into the registry of the process that wrote it, which the "
-                               "pickle VM cannot represent");
+          throw refuse(at,
+                       "holds copyreg extension code " + std::string(g.name) +
+                           " (an EXT opcode): a reference into the registry of the process that wrote it, which the "
+                           "pickle VM cannot represent");
         if (!keep_unsafe && !weights_only_allows(g.module, g.name))
-          throw refuse(at, "holds " + std::string(g.module) + "." + std::string(g.name) +
-                               ", which torch.load(weights_only=True) refuses (so does Lightning's own consolidation, which "
-                               "loads meta.pt that way); --keep-unsafe-values keeps it");
+          throw refuse(
+              at, "holds " + std::string(g.module) + "." + std::string(g.name) +
+                      ", which torch.load(weights_only=True) refuses (so does Lightning's own consolidation, which "
+                      "loads meta.pt that way); --keep-unsafe-values keeps it");
         return;
       }
       case Kind::Object: {
@@ -199,11 +219,13 @@ struct LightningMeta::Impl {
       }
       case Kind::PersId:
         if (!storage_pid(v.as_persid(), at))
-          throw refuse(at, "holds a persistent id " + pickle::repr(v.as_persid(), 120) +
-                               " that is not a torch storage: the VM keeps it as a reference to something outside the pickle, "
-                               "which cannot be carried over");
+          throw refuse(
+              at, "holds a persistent id " + pickle::repr(v.as_persid(), 120) +
+                      " that is not a torch storage: the VM keeps it as a reference to something outside the pickle, "
+                      "which cannot be carried over");
         return;
-      case Kind::Ext: throw refuse(at, "holds a value the pickle VM cannot represent");
+      case Kind::Ext:
+        throw refuse(at, "holds a value the pickle VM cannot represent");
       case Kind::Dict: {
         pickle::Items it = v.items();
         for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
@@ -220,7 +242,8 @@ struct LightningMeta::Impl {
         for (const Value& e : v.items()) check(e, v.is(Kind::Size) ? at : join_key(at, std::to_string(i++)), depth + 1);
         return;
       }
-      default: return;
+      default:
+        return;
     }
   }
 
@@ -240,7 +263,8 @@ struct LightningMeta::Impl {
   }
 };
 
-LightningMeta::LightningMeta(const std::string& path, size_t first_key, bool keep_unsafe) : impl_(new Impl), path_(path) {
+LightningMeta::LightningMeta(const std::string& path, size_t first_key, bool keep_unsafe)
+    : impl_(new Impl), path_(path) {
   Impl& m = *impl_;
   m.path = path;
   m.first_key = first_key;
@@ -249,8 +273,10 @@ LightningMeta::LightningMeta(const std::string& path, size_t first_key, bool kee
   uint8_t magic[4] = {0, 0, 0, 0};
   if (m.file->size() >= 4) m.file->read_at(0, magic, 4);
   if (!(magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4))
-    throw UnsupportedError(Where(path), "not a torch.save zip archive (Lightning writes meta.pt with torch.save); --no-lightning-meta "
-                                        "writes the .pt without it");
+    throw UnsupportedError(
+        Where(path),
+        "not a torch.save zip archive (Lightning writes meta.pt with torch.save); --no-lightning-meta "
+        "writes the .pt without it");
   struct Whole final : ByteSource {
     std::shared_ptr<ReadFile> f;
     uint64_t size() const override { return f->size(); }
@@ -271,7 +297,8 @@ LightningMeta::LightningMeta(const std::string& path, size_t first_key, bool kee
   try {
     m.tree = pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
   } catch (const Error& e) {
-    throw_error(e.exit_code(), e.where(), e.detail() + "; --no-lightning-meta writes the .pt without meta.pt (Lightning's non-tensor state)");
+    throw_error(e.exit_code(), e.where(),
+                e.detail() + "; --no-lightning-meta writes the .pt without meta.pt (Lightning's non-tensor state)");
   }
   const Value& root = m.tree->root;
   if (!root.is(Kind::Dict))
@@ -280,7 +307,8 @@ LightningMeta::LightningMeta(const std::string& path, size_t first_key, bool kee
   pickle::Items it = root.items();
   for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
     if (!it[i].is(Kind::Str))
-      throw m.refuse(pickle::repr(it[i], 80), "a top-level key that is not a string cannot sit beside the DCP state's keys");
+      throw m.refuse(pickle::repr(it[i], 80),
+                     "a top-level key that is not a string cannot sit beside the DCP state's keys");
     std::string key(it[i].as_str());
     m.check(it[i + 1], key, 0);
     // The pickle writer must be able to re-emit all of it (what check() let through, it can).
@@ -315,7 +343,9 @@ void LightningMeta::emit_checkpoint(Pickler& p, const std::function<void(const s
   p.persistent_id = [this](Pickler& q, const Value& pid) { return impl_->emit_pid(q, pid); };
   std::function<void(const TopEntry&)> one = [&](const TopEntry& e) {
     switch (e.kind) {
-      case TopEntry::Dcp: emit_dcp(e.dcp); break;
+      case TopEntry::Dcp:
+        emit_dcp(e.dcp);
+        break;
       case TopEntry::Meta:
         if (!p.value(impl_->values[e.meta])) throw impl_->refuse(e.name, "holds nesting dcpctl cannot re-pickle");
         break;
@@ -365,18 +395,22 @@ void LightningMeta::write_storages(TorchSaveWriter& w, OutputFile& out) const {
 
 // ---- consolidate's decision ----
 
-LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan, const std::vector<const SelectedItem*>& kept_values,
-                                    const ConsolidateOptions& o) {
+LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan,
+                                    const std::vector<const SelectedItem*>& kept_values, const ConsolidateOptions& o) {
   LightningMerge r;
   bool dcp = ck.layout == CheckpointLayout::Dcp || ck.layout == CheckpointLayout::DcpSafetensorsItems ||
              ck.layout == CheckpointLayout::DcpRankLocal;
   std::string path = join_path(ck.dir, kLightningMetaFile);
   if (!dcp || !path_exists(path) || is_directory(path)) return r;
   std::string why;
-  if (o.format != OutputFormat::Torch) why = "safetensors holds tensors only";
-  else if (!o.lightning_meta) why = "--no-lightning-meta";
-  else if (o.flat) why = "--flat writes flat keys, Lightning's checkpoint is nested";
-  else if (!o.selection.empty()) why = "--include/--exclude/--select keep part of the DCP state only";
+  if (o.format != OutputFormat::Torch)
+    why = "safetensors holds tensors only";
+  else if (!o.lightning_meta)
+    why = "--no-lightning-meta";
+  else if (o.flat)
+    why = "--flat writes flat keys, Lightning's checkpoint is nested";
+  else if (!o.selection.empty())
+    why = "--include/--exclude/--select keep part of the DCP state only";
   if (!why.empty()) {
     r.summary = {{"path", path}, {"merged", false}, {"reason", why}};
     if (o.lightning_meta)

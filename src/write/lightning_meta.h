@@ -53,17 +53,17 @@ namespace dcpctl {
 // One top-level entry of the consolidated checkpoint.
 struct TopEntry {
   enum Kind { Dcp, Meta, List } kind = Dcp;
-  std::string name;              // its key in the output
-  std::string dcp;               // Dcp: the DCP state's top-level key it holds
-  size_t meta = 0;               // Meta: index into the meta.pt keys
-  std::vector<TopEntry> items;   // List: optimizer_states' items (Dcp or Meta entries)
+  std::string name;             // its key in the output
+  std::string dcp;              // Dcp: the DCP state's top-level key it holds
+  size_t meta = 0;              // Meta: index into the meta.pt keys
+  std::vector<TopEntry> items;  // List: optimizer_states' items (Dcp or Meta entries)
 };
 
 // The top level Lightning's consolidation leaves (see the top of this file), from the DCP
 // state's top-level keys and meta.pt's, in order. `trainer`: the Trainer's form. Throws
 // UnsupportedError where Lightning's own tool fails (an optimizer_<i> missing among n).
-std::vector<TopEntry> lightning_top_level(const std::vector<std::string>& dcp_keys, const std::vector<std::string>& meta_keys,
-                                          bool trainer);
+std::vector<TopEntry> lightning_top_level(const std::vector<std::string>& dcp_keys,
+                                          const std::vector<std::string>& meta_keys, bool trainer);
 
 class LightningMeta {
  public:
@@ -101,7 +101,7 @@ struct LightningMerge {
   nlohmann::json summary;               // null when there is no meta.pt
   std::string note;                     // for stderr: why it was left out ("" if merged or asked)
 };
-LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan, const std::vector<const SelectedItem*>& kept_values,
-                                    const ConsolidateOptions& o);
+LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan,
+                                    const std::vector<const SelectedItem*>& kept_values, const ConsolidateOptions& o);
 
 }  // namespace dcpctl

@@ -24,7 +24,8 @@ Checks:
     not a torch storage, an EXT1 opcode (a copyreg extension the VM does not represent), a
     non-string top-level key -> exit 5 even with --keep-unsafe-values; the Trainer form with an
     optimizer_<i> missing (Lightning's tool raises KeyError) -> exit 5; a flipped byte in
-    meta.pt's tensor record -> exit 3 naming meta.pt.
+    meta.pt's tensor record -> exit 3 naming meta.pt;
+  - under torchrun (2 ranks): the same .pt; a refusal ends both ranks with exit 5 promptly.
 Exit status: 0 pass, 1 failure.
 """
 
@@ -230,6 +231,35 @@ def refusals(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     check(not out.exists(), "flipped meta.pt: an output was left")
 
 
+def torchrun(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    """Under torchrun (2 ranks, gloo) rank 0 reads meta.pt and writes the .pt; its refusal reaches
+    the other rank at the plan agreement, which exits with the same code instead of timing out."""
+    import socket
+
+    def launch(*args: str) -> subprocess.CompletedProcess:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}", "--no-python",
+               dcpctl, *args, "--timeout", "120"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    case = fixtures / "layouts" / "lightning_trainer"
+    pt = tmp / "torchrun.pt"
+    r = launch("consolidate", str(case / "ckpt"), "-o", str(pt), "-q")
+    if check(r.returncode == 0, f"torchrun consolidate: {r.stderr[-1500:]}"):
+        want = json.loads((case / "expected.json").read_text())["lightning_consolidated"]
+        got = dcp_oracle.describe_tree(torch.load(pt, weights_only=True))
+        check(got == want, f"torchrun: the .pt differs from Lightning's consolidation:\n{diff_trees(want, got)}")
+    d = copy_with_meta(case / "ckpt", tmp, "torchrun-unsafe",
+                       lambda p: torch.save({"epoch": 1, "args": argparse.Namespace(lr=0.1)}, p))
+    out = tmp / "torchrun-refused.pt"
+    r = launch("consolidate", str(d), "-o", str(out))
+    text = r.stdout + r.stderr
+    check(r.returncode != 0 and text.count("key 'args'") >= 2 and "rank 0 failed: " in text and "exitcode  : 5" in text
+          and not out.exists(), f"torchrun refusal: both ranks exit 5 naming the key: {text[-2500:]}")
+
+
 def main() -> int:
     dcpctl, fixtures = os.path.abspath(sys.argv[1]), Path(sys.argv[2]).resolve()
     with tempfile.TemporaryDirectory(prefix="dcpctl-lightning-") as t:
@@ -237,6 +267,7 @@ def main() -> int:
             check_case(dcpctl, case, fixtures, Path(t))
             print(f"{case}: checked", flush=True)
         refusals(dcpctl, fixtures, Path(t))
+        torchrun(dcpctl, fixtures, Path(t))
     print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 

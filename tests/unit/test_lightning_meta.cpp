@@ -19,9 +19,12 @@ std::string show(const std::vector<TopEntry>& top) {
   for (const TopEntry& e : top) {
     if (!s.empty()) s += " ";
     s += e.name + "=";
-    if (e.kind == TopEntry::Dcp) s += "dcp:" + e.dcp;
-    else if (e.kind == TopEntry::Meta) s += "meta:" + std::to_string(e.meta);
-    else s += "[" + show(e.items) + "]";
+    if (e.kind == TopEntry::Dcp)
+      s += "dcp:" + e.dcp;
+    else if (e.kind == TopEntry::Meta)
+      s += "meta:" + std::to_string(e.meta);
+    else
+      s += "[" + show(e.items) + "]";
   }
   return s;
 }
@@ -39,7 +42,8 @@ TEST_CASE("lightning: Fabric's merge is dict.update, in place for a shared key")
 
 TEST_CASE("lightning: the Trainer's form renames model and gathers optimizer_<i>") {
   CHECK(show(lightning_top_level({"model", "optimizer_0"}, {"epoch", "pytorch-lightning_version"}, true)) ==
-        "epoch=meta:0 pytorch-lightning_version=meta:1 state_dict=dcp:model optimizer_states=[optimizer_0=dcp:optimizer_0]");
+        "epoch=meta:0 pytorch-lightning_version=meta:1 state_dict=dcp:model "
+        "optimizer_states=[optimizer_0=dcp:optimizer_0]");
   // optimizers in index order whatever their order in the checkpoint; none: no optimizer_states
   CHECK(show(lightning_top_level({"optimizer_1", "model", "optimizer_0"}, {"epoch"}, true)) ==
         "epoch=meta:0 state_dict=dcp:model optimizer_states=[optimizer_0=dcp:optimizer_0 optimizer_1=dcp:optimizer_1]");
@@ -51,5 +55,6 @@ TEST_CASE("lightning: the Trainer's form renames model and gathers optimizer_<i>
   CHECK_THROWS_AS(lightning_top_level({"model", "optimizer_0", "optimizer_0_extra"}, {}, true), UnsupportedError);
   CHECK_THROWS_AS(lightning_top_level({"optimizer_0"}, {}, true), UnsupportedError);  // no model
   // optimizer_x is not an optimizer key
-  CHECK(show(lightning_top_level({"model", "optimizer_x"}, {}, true)) == "optimizer_x=dcp:optimizer_x state_dict=dcp:model");
+  CHECK(show(lightning_top_level({"model", "optimizer_x"}, {}, true)) ==
+        "optimizer_x=dcp:optimizer_x state_dict=dcp:model");
 }
