@@ -27,7 +27,7 @@ using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
   std::string format, max_shard_size, assets;
-  bool flat = false, keep_unsafe = false, parallel_write = false, no_assets = false;
+  bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
 };
 
 namespace {
@@ -70,6 +70,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
   co.copy_assets = !o.no_assets;
   co.assets_from = o.assets;
+  co.lightning_meta = !o.no_lightning_meta;
 
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
@@ -150,6 +151,8 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
                                  "(default: those beside the checkpoint)")
                      ->type_name("DIR");
   sub->add_flag("--no-assets", o->no_assets, "DIR/ output: copy no config, tokenizer or processor files")->excludes(assets);
+  sub->add_flag("--no-lightning-meta", o->no_lightning_meta,
+                ".pt output of a Lightning checkpoint: leave out meta.pt (the non-tensor state), which is merged by default");
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");

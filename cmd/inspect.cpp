@@ -105,6 +105,17 @@ void render_summary(const json& r) {
               << "\n";
   }
   if (!m["save_id"].is_null()) std::cout << "Save id     " << m["save_id"].get<std::string>() << "\n";
+  if (const json& f = r["framework"]; !f.is_null()) {
+    std::cout << "Framework   " << f["name"].get<std::string>();
+    if (f.contains("backend")) {
+      std::cout << ", metadata.json: backend " << f["backend"].get<std::string>();
+      if (!f["backend_version"].is_null()) std::cout << " version " << f["backend_version"].get<int64_t>();
+      if (f["files"].size() > 1) std::cout << "; integrity.json (verify checks it)";
+    } else {
+      std::cout << ", meta.pt: the non-tensor state (consolidate -o FILE.pt merges it)";
+    }
+    std::cout << "\n";
+  }
   std::string ranks;
   auto rv = s["ranks"].get<std::vector<int>>();
   if (!rv.empty()) {

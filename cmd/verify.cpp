@@ -50,6 +50,8 @@ int run_verify(const VerifyCliOptions& o) {
     std::cout << (ok ? "OK" : "FAILED") << ": " << r["problems"].size() << " problem(s); checked " << c["files"] << " files, "
               << c["tensors"] << " tensors in " << c["chunks"] << " chunks, " << c["bytes_items"] << " non-tensor items";
     if (r["deep"].get<bool>()) std::cout << ", decoded " << human_bytes(c["bytes_read"].get<uint64_t>()) << " of tensor data";
+    if (const json& i = r["integrity"]; !i.is_null())
+      std::cout << "; integrity.json: " << i["files"] << " files, hashed " << human_bytes(i["bytes_read"].get<uint64_t>());
     std::cout << "\n";
   }
   if (r.value("unsupported", false)) return static_cast<int>(ExitCode::unsupported);
@@ -58,7 +60,7 @@ int run_verify(const VerifyCliOptions& o) {
 
 void setup_verify(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<VerifyCliOptions>();
-  auto* sub = parent.add_subcommand("verify", "Check a checkpoint for every problem: files, windows, chunk tiling; --deep decodes items");
+  auto* sub = parent.add_subcommand("verify", "Check a checkpoint for every problem: files, windows, chunk tiling, megatron's integrity.json; --deep decodes items");
   sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory or a .safetensors file")->required()->type_name("DIR");
   sub->add_flag("--json", o->json, "Print the report as JSON (schema_version 1) on stdout");
   sub->add_flag("--deep", o->deep, "Also read every item: its dtype, shape and length against .metadata, and the CRC-32 of every record it holds");

@@ -111,6 +111,7 @@ Value Tree::freeze(const Value& v) {
   if (oc.pinned || oc.items.size() > UINT32_MAX) return v;
   Value f = make_frozen(v.kind, oc.items.data(), oc.items.size());
   f.depth = std::max(f.depth, v.depth);
+  f.flags |= v.flags & Value::kOrdered;
   oc.items.clear();
   if (oc.items.capacity() > 64) oc.items.shrink_to_fit();
   free_open_.push_back(&oc);

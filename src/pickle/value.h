@@ -14,7 +14,7 @@
 //   a global reference (module, name)             Global; nothing is imported or looked up
 //   cls(*args) via REDUCE / NEWOBJ, then BUILD    Object {callable, args, state}
 //   torch.Size((d0, d1, ...))                     Size: the dims, as a tuple of Int
-//   collections.OrderedDict()                     Dict (it is one)
+//   collections.OrderedDict()                     Dict (it is one), flagged kOrdered
 //   persistent id (BINPERSID)                     PersId {pid}
 //   an object a Folder recognised (vm.h)          Ext {tag in len, payload in bits}: the Folder's
 //                                                 own compact record; the Tree holds nothing of it
@@ -66,6 +66,7 @@ struct Value {
 
   static constexpr uint8_t kBoxed = 1;
   static constexpr uint8_t kMemo = 2;  // also held by a memo entry that is read back (or DUP'd)
+  static constexpr uint8_t kOrdered = 4;  // a Dict made by collections.OrderedDict() (re-pickled as one)
 
   bool is(Kind k) const { return kind == k; }
   bool is_none() const { return kind == Kind::None; }

@@ -809,8 +809,11 @@ class Machine {
           return v;
         }
       }
-      if (g.module == "collections" && g.name == "OrderedDict" && args.kind == Kind::Tuple && args.len == 0)
-        return tree_->make_open(Kind::Dict);
+      if (g.module == "collections" && g.name == "OrderedDict" && args.kind == Kind::Tuple && args.len == 0) {
+        Value d = tree_->make_open(Kind::Dict);
+        d.flags |= Value::kOrdered;
+        return d;
+      }
       // Protocol 2 spells sets as set([...]) and bytes as _codecs.encode(latin-1 text, 'latin1').
       if ((g.module == "builtins" || g.module == "__builtin__") && (g.name == "set" || g.name == "frozenset") &&
           args.kind == Kind::Tuple && args.len == 1 &&
@@ -1077,6 +1080,10 @@ class Machine {
           break;
         case MEMOIZE: memo_put(memo_len_++); break;
         case EXT1: case EXT2: case EXT4:
+          if (opts_.opaque_extensions) {
+            push(tree_->make_global(kExtensionModule, std::to_string(a.u)));
+            break;
+          }
           throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
                                  "pickle uses the copyreg extension registry (EXT opcodes)");
         case NEXT_BUFFER: case READONLY_BUFFER:

@@ -13,7 +13,8 @@
 //                         recognised as data: torch.Size(tuple) -> Size, OrderedDict() -> Dict.
 //   BUILD                 stores the state on the Object; no __setstate__ runs.
 //   PERSID/BINPERSID      push a PersId {pid}; torch uses these for tensor storages.
-//   EXT1/2/4              (copyreg extension registry) refused: UnsupportedError.
+//   EXT1/2/4              (copyreg extension registry) refused: UnsupportedError (or, with
+//                         ParseOptions::opaque_extensions, an unresolvable Global).
 //
 // Hostile input: every length is compared with what remains of the input before anything is
 // allocated, so memory stays proportional to the input; the mark stack, nesting depth and memo
@@ -80,7 +81,13 @@ struct ParseOptions {
   // in from the page cache as it goes).
   std::function<void(uint64_t)> consumed;
   ParseStats* stats = nullptr;  // filled in when set
+  // EXT1/2/4 push Global{kExtensionModule, "<code>"} (a name no reader can resolve: the writing
+  // process's copyreg registry held it) instead of refusing the whole pickle, so that a caller
+  // can name the key that holds one (write/lightning_meta.h).
+  bool opaque_extensions = false;
 };
+
+inline constexpr const char* kExtensionModule = "copyreg._extension_registry";
 
 std::unique_ptr<Tree> parse(ByteSpan data, const ParseOptions& opts);
 

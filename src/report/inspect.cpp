@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "meta/frameworks.h"
 #include "meta/geometry.h"
 
 namespace dcpctl {
@@ -63,6 +64,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   m["extra_attributes"] = md.extra_attributes;
   m["sources"] = ck.metadata_sources;
   out["metadata"] = m;
+  out["framework"] = describe_framework(ck.dir);
 
   json problems = json::array();
   for (const auto& p : md.problems) problems.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});

@@ -10,6 +10,9 @@
 //                "writer_releases", "checkpoint_id", "save_id", "load_id", "modules",
 //                "has_planner_data", "unknown_globals": [..], "extra_attributes": [..],
 //                "sources": [every metadata file or header the view was built from]},
+//   "framework": null | {"name": "megatron-core", "files": ["metadata.json", "integrity.json"?],
+//                 "backend", "backend_version" (int|null), "config": {metadata.json as written}}
+//                | {"name": "lightning", "files": ["meta.pt"]}          (meta/frameworks.h),
 //   "summary":  {"files", "files_missing", "data_bytes", "ranks": [..], "tensors", "bytes_items",
 //                "chunks", "tensor_bytes", "complete": bool,
 //                "dtypes": {"float32": {"tensors": n, "bytes": n}, ...}},

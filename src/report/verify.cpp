@@ -9,6 +9,7 @@
 #include "meta/checkpoint.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
+#include "report/integrity.h"
 #include "util/memory_gate.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
@@ -195,6 +196,15 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       checked["bytes_read"] = bytes_read;
     }
   }
+  // megatron-core's integrity.json, when the directory has one: every file it lists, hashed again.
+  IntegrityReport integrity = check_integrity_manifest(dir, opts.threads ? opts.threads : default_threads());
+  for (const auto& p : integrity.problems) col.problem(p.code, p.where, p.message);
+  for (const auto& w : integrity.warnings) col.warning(w.code, w.where, w.message);
+  out["integrity"] = integrity.present ? json{{"manifest", integrity.manifest},
+                                              {"algorithm", integrity.algorithm},
+                                              {"files", integrity.files},
+                                              {"bytes_read", integrity.bytes_read}}
+                                       : json(nullptr);
   auto by_place = [](const json& a, const json& b) {
     return std::tie(a["file"].get_ref<const std::string&>(), a["key"].get_ref<const std::string&>()) <
            std::tie(b["file"].get_ref<const std::string&>(), b["key"].get_ref<const std::string&>());

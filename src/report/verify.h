@@ -6,11 +6,15 @@
 //  "checked": {"files", "tensors", "chunks", "bytes_items", "bytes_read"},
 //  "problems": [{"code", "file", "offset" (int|null), "key", "message"}],
 //  "warnings": [{"code", "file", "offset", "key", "message"}],
-//  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum)}
+//  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum),
+//  "integrity": {"manifest", "algorithm", "files", "bytes_read"} | null   (megatron-core's
+//               integrity.json, checked whenever the directory has one: report/integrity.h)}
 // Problem codes: metadata-invalid, missing-file, window-out-of-file, window-overlap,
 // chunk-gap, chunk-overlap, chunk-out-of-bounds, missing-storage, orphan-storage,
 // duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error,
-// crc-mismatch (a record's bytes fail the CRC-32 its writer stored: util/crc_ledger.h).
+// crc-mismatch (a record's bytes fail the CRC-32 its writer stored: util/crc_ledger.h),
+// integrity-mismatch, integrity-missing, integrity-invalid (report/integrity.h). Warnings add
+// integrity-unlisted.
 #pragma once
 
 #include <cstdint>

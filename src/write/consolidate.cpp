@@ -9,6 +9,7 @@
 #include "write/assets.h"
 #include "write/execute.h"
 #include "write/executor.h"
+#include "write/lightning_meta.h"
 #include "write/output.h"
 #include "write/pickler.h"
 #include "write/run.h"
@@ -160,8 +161,9 @@ Values read_values(const WritePlan& plan, const Metadata& md, ItemReader& reader
 }
 
 // data.pkl of a .pt: the structure and the tensor references (storage key: the tensor's index),
-// nested by planner_data as dcp_to_torch_save nests, or flat.
-std::string pt_pickle(const WritePlan& plan, const Values& values, bool flat) {
+// nested by planner_data as dcp_to_torch_save nests, or flat; with `meta`, its top level is
+// Lightning's (write/lightning_meta.h).
+std::string pt_pickle(const WritePlan& plan, const Values& values, bool flat, const LightningMeta* meta) {
   Pickler p(2);
   // The items in .metadata order, each a tensor the plan kept or a value read_values kept.
   auto each_item = [&](const auto& tensor, const auto& value) {
@@ -190,7 +192,14 @@ std::string pt_pickle(const WritePlan& plan, const Values& values, bool flat) {
     root.kind = PNode::Dict;
     each_item([&](const SelectedItem& it, size_t ti) { insert_path(root, it.path, PNode::Tensor, ti, it.key); },
               [&](const SelectedItem& it, size_t vi) { insert_path(root, it.path, PNode::Value, vi, it.key); });
-    emit(p, root, plan.tensors, values.trees);
+    if (meta) {
+      meta->emit_checkpoint(p, [&](const std::string& key) {
+        for (const auto& [name, child] : root.dict)
+          if (name == key) emit(p, *child, plan.tensors, values.trees);
+      });
+    } else {
+      emit(p, root, plan.tensors, values.trees);
+    }
   }
   p.stop();
   return p.data();
@@ -245,6 +254,17 @@ class ConsolidateWriter final : public OutputWriter {
     } else {
       for (const SelectedItem* it : plan.values) values_.skipped.push_back(it->key);
     }
+    // A Lightning checkpoint's meta.pt: merged into a .pt as Lightning's consolidation merges it.
+    // Rank 0 alone reads it; under torchrun a refusal reaches the others at the plan agreement.
+    if (job.leader) {
+      try {
+        lightning_ = merge_lightning_meta(job.request.ck, plan, values_.kept, o_);
+      } catch (const std::exception& e) {
+        if (job.group) job.group->announce("agree/plan", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
+        throw;
+      }
+      if (!lightning_.summary.is_null()) summary["lightning_meta"] = lightning_.summary;
+    }
     summary["format"] = o_.format == OutputFormat::Torch ? "torch" : o_.format == OutputFormat::HfDir ? "hf-safetensors" : "safetensors";
     summary["non_tensor_included"] = values_.kept.size();
     summary["non_tensor_skipped"] = values_.skipped;
@@ -287,10 +307,14 @@ class ConsolidateWriter final : public OutputWriter {
       o_.note(std::to_string(values_.skipped.size()) + " non-tensor item(s) left out" +
               (to_safetensors_ ? " (safetensors holds tensors only)" : "") + ": " + values_.skipped.front() +
               (values_.skipped.size() > 1 ? ", ..." : ""));
-    if (to_safetensors_)
+    if (o_.note && !lightning_.note.empty()) o_.note(lightning_.note);
+    if (to_safetensors_) {
       ex.write_safetensors(job.deal.tasks, headers_, job.me, job.deal.lanes, outs_);
-    else if (job.leader)
-      ex.write_pt(job.deal.tasks, pt_pickle(job.plan, values_, o_.flat), *outs_[0]);
+    } else if (job.leader) {
+      const LightningMeta* meta = lightning_.meta.get();
+      ex.write_pt(job.deal.tasks, pt_pickle(job.plan, values_, o_.flat, meta), *outs_[0],
+                  meta ? Executor::MoreFn([meta](TorchSaveWriter& w, OutputFile& out) { meta->write_storages(w, out); }) : nullptr);
+    }
   }
 
   void commit(WriteJob& job) override {
@@ -343,6 +367,7 @@ class ConsolidateWriter final : public OutputWriter {
   const bool to_safetensors_;
   std::vector<std::string> headers_;
   Values values_;
+  LightningMerge lightning_;
   std::unique_ptr<OutputDir> dir_;
   std::vector<std::unique_ptr<OutputFile>> outs_;
   Assets assets_;  // rank 0's
@@ -358,7 +383,8 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   target.window = o.window;
   target.max_memory = o.max_memory;
   json command = {{"format", static_cast<int>(o.format)}, {"max_shard_size", o.max_shard_size}, {"flat", o.flat},
-                  {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from}};
+                  {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from},
+                  {"lightning_meta", o.lightning_meta}};
   ConsolidateWriter writer(o);
   return execute({ck, o, target, command, o.parallel_write, o.local_files}, writer);
 }

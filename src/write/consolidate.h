@@ -7,7 +7,9 @@
 //                single shard is written as model.safetensors without an index; beside them the
 //                config, tokenizer and processor files (write/assets.h);
 //   Torch        a torch.save zip that torch.load(weights_only=True) opens, nested as
-//                format_utils.dcp_to_torch_save nests it (from planner_data), or flat.
+//                format_utils.dcp_to_torch_save nests it (from planner_data), or flat; a
+//                Lightning checkpoint's meta.pt merged in as Lightning's consolidation merges
+//                it (write/lightning_meta.h).
 //
 // Under torchrun (ConsolidateOptions::group), rank 0 writes the same bytes from chunks the ranks
 // push to it; rank 0's memory stays within the same budget plus one 16 MiB window per lane.
@@ -47,6 +49,7 @@ struct ConsolidateOptions : WriteOptions {
   // none without `copy_assets`. Rank 0 copies them into the temporary directory before commit.
   bool copy_assets = true;
   std::string assets_from;
+  bool lightning_meta = true;       // Torch: merge a Lightning checkpoint's meta.pt (write/lightning_meta.h)
   uint64_t window = 64ull << 20;    // the copy window (write/run.h)
   // Under torchrun (group): the ranks read their share of the chunks and push it to rank 0, which
   // writes the output (dist/exchange.h).

@@ -196,7 +196,7 @@ void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vect
 
 // data.pkl, then every record in order: streamed piece by piece when the plan says so (read in
 // place through the stream window, or received / decoded whole inside the gate), else assembled.
-void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out) {
+void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out, const MoreFn& more) {
   if (direct_io) out.stage_appends(kAppendWindow);
   TorchSaveWriter zw(out);
   zw.write_pickle(pickle);
@@ -233,6 +233,7 @@ void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickl
     }
     prog.add(r.out_bytes);
   }
+  if (more) more(zw, out);
   zw.finish();
 }
 

@@ -29,6 +29,8 @@
 
 namespace dcpctl {
 
+class TorchSaveWriter;
+
 struct Executor {
   const WritePlan& plan;
   ChunkSource& src;
@@ -49,8 +51,10 @@ struct Executor {
   // planned file, already holding its header `headers[f]`).
   void write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
                          std::vector<std::unique_ptr<OutputFile>>& outs);
-  // .pt: data.pkl (`pickle`), then every task in order, into `out`.
-  void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out);
+  // .pt: data.pkl (`pickle`), then every task in order, then what `more` appends (storages of
+  // its own: write/lightning_meta.h), into `out`.
+  using MoreFn = std::function<void(TorchSaveWriter&, OutputFile&)>;
+  void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out, const MoreFn& more = nullptr);
 
   // DCP: the planned rank files `files`, `threads` at a time, each by one thread: `open` creates
   // the file, `lead` appends what precedes its chunks (rank 0's non-tensor items, through `win`),

@@ -219,7 +219,13 @@ bool Pickler::value(const Value& v, int depth) {
       return true;
     }
     case Kind::Dict: {
-      empty_dict();
+      if (v.flags & pickle::Value::kOrdered) {  // as CPython pickles one: OrderedDict(), then the items
+        global("collections", "OrderedDict");
+        empty_tuple();
+        reduce();
+      } else {
+        empty_dict();
+      }
       Items it = v.items();
       for (uint64_t i = 0; i < it.size(); i += 2000) {
         mark();
@@ -261,7 +267,10 @@ bool Pickler::value(const Value& v, int depth) {
       }
       return true;
     }
-    case Kind::PersId: return false;
+    case Kind::PersId:
+      if (!persistent_id || !persistent_id(*this, v.as_persid())) return false;
+      binpersid();
+      return true;
     case Kind::Ext: return false;  // a parser's folded record: no pickle form of its own
   }
   return false;

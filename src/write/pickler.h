@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,9 +47,11 @@ class Pickler {
   void binpersid();
   void stop();
 
-  // Re-emits a value decoded by the restricted VM (strings memoized). Tensors inside values
-  // (persistent ids) cannot be carried over: returns false if the tree holds one.
+  // Re-emits a value decoded by the restricted VM (strings memoized). A persistent id (a tensor's
+  // storage) is re-emitted by `persistent_id`, which pushes what stands for the pid and returns
+  // true; without it, or when it returns false, value() returns false.
   bool value(const pickle::Value& v, int depth = 0);
+  std::function<bool(Pickler&, const pickle::Value& pid)> persistent_id;
 
   const std::string& data() const { return out_; }
   std::string take() { return std::move(out_); }

@@ -81,12 +81,14 @@ MAPS = {
 }
 FREE = {
     "inspect-value": {"/value"},
+    "inspect": {"/framework/config"},  # megatron's metadata.json, as written
 }
 OPTIONAL = {
     "inspect": {"/items/[]/path", "/items/[]/chunk_list", "/items/[]/transforms",
                 "/items/[]/chunk_list/[]/transforms"},
     # (and /unsupported, present only for input this version does not read: no fixture is such)
     "verify": {"/layout", "/checksums"},
+    "consolidate": {"/lightning_meta"},  # only for a Lightning checkpoint (meta.pt)
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
     "consolidate": {"/tie_word_embeddings/note"},
 }
@@ -277,6 +279,13 @@ def prepare(work):
     p["flipped"] = os.path.join(work, "flipped")
     shutil.copytree(sample, p["flipped"])
     p["flipped_key"] = flip_tensor_record(p["flipped"], "__0_0.distcp")
+    p["megatron_flipped"] = os.path.join(work, "megatron-flipped")
+    shutil.copytree(fx("layouts", "megatron_gpt_tp2", "ckpt"), p["megatron_flipped"])
+    with open(os.path.join(p["megatron_flipped"], "__1_0.distcp"), "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
     p["not_ckpt"] = os.path.join(work, "not-a-checkpoint")
     os.makedirs(p["not_ckpt"])
     with open(os.path.join(p["not_ckpt"], "notes.txt"), "w") as f:
@@ -380,9 +389,15 @@ def cases_for(p, work):
     add("verify", "verify a directory without .metadata", ["verify", p["not_ckpt"], "--json"], INVALID)
     add("verify", "verify dcpctl's resharded output --deep", ["verify", p["w3"], "--deep", "--json"])
     add("verify", "verify dcpctl's HF output --deep --checksum", ["verify", p["hf"], "--deep", "--checksum", "--json"])
+    add("verify", "verify megatron's integrity.json, a listed file changed", ["verify", p["megatron_flipped"], "--json"], INVALID)
 
     # consolidate / reshard / cast: more formats and options, and --dry-run
     co = lambda name: os.path.join(out, name)  # noqa: E731
+    for case in ("lightning_trainer", "lightning_fabric"):
+        add("consolidate", f"consolidate {case} .pt (meta.pt merged)",
+            ["consolidate", fx("layouts", case, "ckpt"), "-o", co(f"{case}.pt"), "--json", "-q"])
+    add("consolidate", "consolidate a Lightning checkpoint to .safetensors (meta.pt not merged)",
+        ["consolidate", fx("layouts", "lightning_fabric", "ckpt"), "-o", co("fabric.safetensors"), "--json", "-q"])
     add("consolidate", "consolidate .pt --flat --select", ["consolidate", sample, "-o", co("model.pt"), "--flat",
                                                            "--select", "app.model", "--json"])
     add("consolidate", "consolidate --format torch .bin, --include", ["consolidate", fx("torchtitan_style", "ckpt"), "-o",

@@ -254,6 +254,32 @@ def describe_value(v: Any, chunks: list | None = None) -> dict:
     return entry
 
 
+def describe_tree(v: Any) -> Any:
+    """A whole nested object (what torch.load returns) as JSON that keeps everything ``==`` would
+    not: dict key order and key types, container types (dict/OrderedDict, list/tuple), int vs
+    float vs bool, floats exactly (repr), and every tensor's dtype, shape, stride, storage offset,
+    requires_grad and SHA-256 (C order). Two objects describe alike iff they are the same
+    checkpoint, key for key and byte for byte."""
+    if isinstance(v, torch.Tensor):
+        return {"tensor": {"dtype": dtype_name(v.dtype), "shape": list(v.shape), "stride": list(v.stride()),
+                           "storage_offset": v.storage_offset(), "requires_grad": v.requires_grad,
+                           "sha256": sha256_tensor(v)}}
+    if isinstance(v, dict):
+        return {type(v).__name__: [[describe_tree(k), describe_tree(x)] for k, x in v.items()]}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+        return {type(v).__name__: [describe_tree(x) for x in items]}
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, int):
+        return {"int": str(v)} if abs(v) >= 2**53 else v
+    if isinstance(v, float):
+        return {"float": repr(v)}
+    if isinstance(v, bytes):
+        return {"bytes": v.hex()}
+    return {"repr": _stable_repr(v), "type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+
 # ----------------------------------------------------------------------------------------------
 # comparison
 

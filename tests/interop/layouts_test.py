@@ -53,6 +53,9 @@ CASES = {  # case -> the layout dcpctl must report
     "old_torch_2_6_plain": "dcp",
     "old_torch_2_6_dtensor": "dcp",
     "old_torch_2_6_fsdp2": "dcp",
+    "lightning_trainer": "dcp",
+    "lightning_fabric": "dcp",
+    "megatron_gpt_tp2": "dcp",
 }
 
 FAILURES: list[str] = []
