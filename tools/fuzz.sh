@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (clang, ASan+UBSan) in build-fuzz/ and runs one of them.
 #
 #   tools/fuzz.sh [TARGET] [SECONDS]   fuzz TARGET (default fuzz_metadata) for SECONDS (default 300)
-#   tools/fuzz.sh --build              only build them all (tools/dev.sh test does, for CTest's smoke runs)
+#   tools/fuzz.sh --build              only build them all
+# (CTest's smoke runs use the same targets built in the sanitizer tree, build-asan: tools/dev.sh test.)
 #   tools/fuzz.sh --list               the targets and their seed corpora
 #
 # Targets (tests/fuzz): fuzz_metadata (.metadata and any pickle), fuzz_safetensors_header,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CTest fuzz-*-smoke: runs one libFuzzer target for a bounded time on its seed corpus.
-# Without a fuzz build it skips (77) on a developer's machine and fails under CI=true or
-# DCPCTL_REQUIRE_VENV=1: tools/dev.sh test builds it (tools/fuzz.sh --build, clang).
+# CTest fuzz-*-smoke: runs one libFuzzer target for a bounded time on its seed corpus. The tests
+# exist only in a tree that builds the targets (the clang sanitizer tree, tests/CMakeLists.txt); a
+# missing binary skips (77) on a developer's machine and fails under CI=true or DCPCTL_REQUIRE_VENV=1.
 # usage: smoke.sh FUZZ_BINARY CORPUS_DIR [SECONDS]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"

@@ -8,7 +8,13 @@
 # environment's torch (RUNPATH relative to the plugin first). Its outputs must be byte-identical
 # to the build tree's binary's. `pip wheel` must make a py3-none-linux_x86_64 wheel requiring the
 # torch minor release it was built against. The package is uninstalled at the end (also on failure).
-# The build is incremental in SOURCE_DIR/build-pip/ (pyproject.toml): minutes the first time.
+#
+# The build is pip's (scikit-build-core, pyproject.toml), with what CMake is given taken from
+# BUILD_DIR: its compilers, generator, build type and -Werror, in SOURCE_DIR/build-pip-test/ (as
+# deep as BUILD_DIR). With the compiler cache tools/dev.sh sets up (ccache, CCACHE_BASEDIR) every
+# object is then a hit from BUILD_DIR's compile, and this test compiles nothing of its own (a user's
+# plain `pip install .` builds the Release type in build-pip/{wheel_tag}/ instead: same sources,
+# same CMakeLists, other optimisation flags).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../skip.sh"
@@ -30,13 +36,23 @@ trap cleanup EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+[ -f "$build/CMakeCache.txt" ] || { echo "FAIL: no $build/CMakeCache.txt" >&2; exit 1; }
+werror=$(cache DCPCTL_WERROR)
+config=(-C build-dir=build-pip-test -C "cmake.build-type=$(cache CMAKE_BUILD_TYPE)"
+  -C "cmake.define.CMAKE_CXX_COMPILER=$(cache CMAKE_CXX_COMPILER)" -C "cmake.define.DCPCTL_WERROR=${werror:-ON}")
+cc=$(cache CMAKE_C_COMPILER)
+[ -z "$cc" ] || config+=(-C "cmake.define.CMAKE_C_COMPILER=$cc")
+export CMAKE_GENERATOR
+CMAKE_GENERATOR=$(cache CMAKE_GENERATOR)
+
 start=$(date +%s)
-if ! "$py" -m pip install --no-build-isolation -v "$src" >"$tmp/pip.log" 2>&1; then
+if ! "$py" -m pip install --no-build-isolation -v "${config[@]}" "$src" >"$tmp/pip.log" 2>&1; then
   tail -40 "$tmp/pip.log" >&2
   echo "FAIL: pip install --no-build-isolation $src" >&2
   exit 1
 fi
-echo "pip install: $(($(date +%s) - start)) s"
+echo "pip install: $(($(date +%s) - start)) s ($(grep -c 'Building CXX object' "$tmp/pip.log") C++ objects compiled or taken from the cache)"
 
 exe="$venv/bin/dcpctl"
 plugin="$venv/lib/dcpctl/libdcpctl_torch.so"
@@ -74,7 +90,7 @@ for f in all.pt model.safetensors; do
 done
 
 # pip wheel: tag and torch constraint (the build directory is reused: no rebuild).
-if "$py" -m pip wheel --no-build-isolation --no-deps -w "$tmp/wheel" "$src" >"$tmp/wheel.log" 2>&1; then
+if "$py" -m pip wheel --no-build-isolation --no-deps "${config[@]}" -w "$tmp/wheel" "$src" >"$tmp/wheel.log" 2>&1; then
   whl=$(ls "$tmp/wheel"/dcpctl-*.whl)
   case "$(basename "$whl")" in
     dcpctl-*-py3-none-linux_x86_64.whl) ;;

@@ -565,6 +565,7 @@ def _reshard_worker(rank: int, world: int, port: int, out: str, seed: int) -> No
     from torch.distributed.device_mesh import init_device_mesh
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # forked: the parent's OpenMP pool does not survive the fork
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     sd = base_state(seed)
@@ -622,7 +623,9 @@ def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     # reshard by torch: 2 gloo ranks, Shard(0) and Shard(1)
     import torch.multiprocessing as mp
 
-    mp.spawn(_reshard_worker, args=(2, free_port(), str(tmp / "w2"), 1), nprocs=2, join=True)
+    # forked, not spawned: the workers need no second start of Python and torch
+    mp.start_processes(_reshard_worker, args=(2, free_port(), str(tmp / "w2"), 1), nprocs=2, join=True,
+                       start_method="fork")
     expect_rc(run(dcpctl, "diff", "-q", tmp / "dcp", tmp / "w2"), 0, "single-process save vs torch's 2-rank save")
     expect_rc(run(dcpctl, "diff", "-q", tmp / "w2", tmp / "hf", "--max-memory", "64"), 0,
               "2-rank save vs HF dir in a tiny memory budget (element-sized windows)")

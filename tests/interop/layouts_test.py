@@ -93,23 +93,44 @@ def compare(label: str, actual: dict, expected: dict, tensors_only: bool = False
     check(not msgs, f"{label}: {len(msgs)} mismatch(es) with torch's view: {msgs[:6]}")
 
 
-def old_torch_view(old_python: str, kind: str, path: Path) -> dict:
-    """The flat state an older torch reads from dcpctl's output, as expected.json entries."""
-    oracle_dir = Path(__file__).resolve().parent
-    code = f"""
+# What the older torch reads (DCPCTL_OLD_TORCH_PYTHON), queued by check_checkpoint and read at the
+# end of the mode in one process of that python (one start of torch 2.6, not two per case):
+# (label, "pt" or "dcp", path, expected.json-style document to compare with).
+OLD_READS: list[tuple[str, str, Path, dict]] = []
+
+OLD_TORCH_READER = """
 import json, sys, warnings
 warnings.filterwarnings("ignore")
-sys.path.insert(0, {str(oracle_dir)!r})
+sys.path.insert(0, sys.argv[1])
 import torch, dcp_oracle
-if {kind!r} == "pt":
-    flat = torch.load({str(path)!r}, weights_only=True)
-else:
-    flat = dcp_oracle.flat_state_from_dcp({str(path)!r})
-print(json.dumps({{k: dcp_oracle.describe_value(v) for k, v in flat.items()}}))
+out = []
+for kind, path in json.loads(sys.stdin.read()):
+    try:
+        flat = torch.load(path, weights_only=True) if kind == "pt" else dcp_oracle.flat_state_from_dcp(path)
+        out.append({"flat": {k: dcp_oracle.describe_value(v) for k, v in flat.items()}})
+    except Exception as e:  # one unreadable output fails its own check, not the others'
+        out.append({"error": f"{type(e).__name__}: {e}"[-1500:]})
+print(json.dumps(out))
 """
-    r = subprocess.run([old_python, "-c", code], capture_output=True, text=True, timeout=600)
-    check(r.returncode == 0, f"older torch ({old_python}) reads {path}: {r.stderr[-1500:]}")
-    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def check_old_torch_reads() -> None:
+    """The flat state an older torch reads from each queued output of dcpctl, as expected.json
+    entries, compared with torch's view of the source (expected.json)."""
+    old = os.environ.get("DCPCTL_OLD_TORCH_PYTHON")
+    if not OLD_READS or not old:
+        return
+    oracle_dir = str(Path(__file__).resolve().parent)
+    reads = json.dumps([[kind, str(path)] for _, kind, path, _ in OLD_READS])
+    r = subprocess.run([old, "-c", OLD_TORCH_READER, oracle_dir], input=reads, capture_output=True, text=True,
+                       timeout=600 + 60 * len(OLD_READS))
+    check(r.returncode == 0, f"older torch ({old}) reads {len(OLD_READS)} outputs: {r.stderr[-1500:]}")
+    got = json.loads(r.stdout) if r.returncode == 0 else [{"error": "the reader failed"}] * len(OLD_READS)
+    for (label, _, path, expected), res in zip(OLD_READS, got):
+        check("error" not in res, f"older torch ({old}) reads {path}: {res.get('error')}")
+        compare(label, res.get("flat", {}), expected)
+    print(f"older torch ({old}): read {len(OLD_READS)} outputs of dcpctl in one process", flush=True)
+    OLD_READS.clear()
 
 
 def check_checkpoint(dcpctl: str, label: str, ckpt: Path, expected: dict, layout: str, tmp: Path, deep_outputs: bool) -> None:
@@ -159,10 +180,9 @@ def check_checkpoint(dcpctl: str, label: str, ckpt: Path, expected: dict, layout
     rs = out / "w2"
     if expect_rc(run(dcpctl, "reshard", str(ckpt), "-o", str(rs), "-w", "2", "-q"), 0, f"{label}: reshard -w 2"):
         compare(f"{label}: reshard -w 2 read by torch", dcp_oracle.flat_state_from_dcp(str(rs)), expected)
-    old = os.environ.get("DCPCTL_OLD_TORCH_PYTHON")
-    if old and pt.exists() and rs.exists():
-        compare(f"{label}: .pt read by older torch", old_torch_view(old, "pt", pt), safe)
-        compare(f"{label}: reshard -w 2 read by older torch", old_torch_view(old, "dcp", rs), expected)
+    if os.environ.get("DCPCTL_OLD_TORCH_PYTHON") and pt.exists() and rs.exists():
+        OLD_READS.append((f"{label}: .pt read by older torch", "pt", pt, safe))
+        OLD_READS.append((f"{label}: reshard -w 2 read by older torch", "dcp", rs, expected))
 
 
 def mode_cases(dcpctl: str, fixtures: Path, tmp: Path) -> None:
@@ -281,6 +301,7 @@ def main() -> int:
     mode, dcpctl, fixtures = sys.argv[1], os.path.abspath(sys.argv[2]), Path(sys.argv[3]).resolve()
     with tempfile.TemporaryDirectory(prefix="dcpctl-layouts-") as t:
         {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken}[mode](dcpctl, fixtures, Path(t))
+        check_old_torch_reads()  # before the outputs in the temporary directory go
     print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 

@@ -24,7 +24,7 @@ MODE is one of:
               sizes) must equal dcpctl's, and so must the rank that stores each non-empty chunk;
               for the fixtures FSDP2 (fully_shard) wrote over 2 ranks, -w 2 must give back FSDP2's
               own chunk lists and files for every sharded tensor;
-            - real distributed loading: for W in 1..4, W processes (torch.multiprocessing spawn,
+            - real distributed loading: for W in 1..4, W processes (torch.multiprocessing, forked,
               gloo, CPU) `dcp.load` EVERY output (all M, so written for 3 and loaded by 2, ...) into
               the source's nested state dict (rebuilt from the source's planner_data) whose tensors
               are DTensors with Shard(0) on a 1-D CPU mesh (0-d tensors plain, non-tensor values a
@@ -274,7 +274,7 @@ def read_raw(path: Path, offset: int, length: int) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------
-# spawned workers (module level: torch.multiprocessing spawn imports this file)
+# workers of torch.multiprocessing, forked from this process (FORK below)
 
 
 def _template(source_md, oracle_flat: dict, mesh):
@@ -392,6 +392,13 @@ def _worker(rank: int, world: int, port: int, jobs_path: str, result_dir: str) -
         {"fails": fails, "loads": loads, "seconds": time.time() - t0}))
 
 
+# The workers are forked, not spawned: a spawned worker starts a Python and imports torch and this
+# file again (~2 s of CPU each, 10 workers per reshard-load test, most of the load phase's time);
+# a forked one has them. Each sets one intra-op thread before any torch op (the parent's OpenMP
+# pool does not survive a fork) and starts its own gloo group; nothing else is shared.
+FORK = "fork"
+
+
 def spawn_loads(world: int, jobs: list[dict], tmp: Path) -> None:
     import torch.multiprocessing as mp
 
@@ -401,7 +408,8 @@ def spawn_loads(world: int, jobs: list[dict], tmp: Path) -> None:
     rd.mkdir()
     t = time.time()
     try:
-        mp.spawn(_worker, args=(world, free_port(), str(jp), str(rd)), nprocs=world, join=True)
+        mp.start_processes(_worker, args=(world, free_port(), str(jp), str(rd)), nprocs=world, join=True,
+                           start_method=FORK)
     except Exception as e:  # noqa: BLE001
         fail(f"load by {world} process(es): a worker failed: {type(e).__name__}: {str(e)[-1500:]}")
     loads = 0
@@ -416,7 +424,7 @@ def spawn_loads(world: int, jobs: list[dict], tmp: Path) -> None:
             fail(m)
         if len(res["fails"]) > 30:
             fail(f"load by {world}, rank {r}: {len(res['fails']) - 30} more failure(s)")
-    print(f"load by {world} process(es): {loads} dcp.load calls in {time.time() - t:.1f} s (spawn included)")
+    print(f"load by {world} process(es): {loads} dcp.load calls in {time.time() - t:.1f} s (start included)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1251,7 +1259,7 @@ def mode_signals(tmp: Path) -> None:
     work.mkdir()
     ck = work / "big"
     t0 = time.time()
-    mp.spawn(_big_worker, args=(2, free_port(), str(ck), 300), nprocs=2, join=True)
+    mp.start_processes(_big_worker, args=(2, free_port(), str(ck), 300), nprocs=2, join=True, start_method=FORK)
     size = sum(p.stat().st_size for p in ck.iterdir())
     print(f"made a {size / 1e6:.0f} MB checkpoint (2 ranks, real torch) in {time.time() - t0:.1f} s")
     before = tree_digest(ck)
