@@ -88,9 +88,9 @@ OPTIONAL = {
                 "/items/[]/chunk_list/[]/transforms"},
     # (and /unsupported, present only for input this version does not read: no fixture is such)
     "verify": {"/layout", "/checksums"},
-    "consolidate": {"/lightning_meta"},  # only for a Lightning checkpoint (meta.pt)
+    # lightning_meta: only for a Lightning checkpoint (meta.pt)
+    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
-    "consolidate": {"/tie_word_embeddings/note"},
 }
 
 DCPCTL = FIXTURES = SCHEMAS = None
