@@ -16,6 +16,7 @@ const std::vector<Command>& commands() {
       {"cast", setup_cast},
       {"diff", setup_diff},
       {"stats", setup_stats},
+      {"maps", setup_maps},
       {"generate", setup_generate},
       {"bench", setup_bench},
   };

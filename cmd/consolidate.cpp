@@ -70,6 +70,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
   co.copy_assets = !o.no_assets;
   co.assets_from = o.assets;
+  co.map_assets = o.assets;
   co.lightning_meta = !o.no_lightning_meta;
 
   std::unique_ptr<Group> group = join_group(o.dist);
@@ -157,6 +158,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");
   add_io_option(sub, *o);
+  add_map_options(sub, o->map, o->config);
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");

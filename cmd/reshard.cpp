@@ -77,6 +77,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_option("--threads", o->threads, "Parallel writers (one per target rank at a time)")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest chunk's need, at least 1GiB)")->type_name("SIZE");
   add_io_option(sub, *o);
+  add_map_options(sub, o->map, o->config);
   sub->add_flag("-f,--force", o->force, "Replace an existing output directory");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");

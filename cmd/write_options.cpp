@@ -25,6 +25,9 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.dry_run = c.dry_run;
   w.threads = c.threads;
   w.direct_io = c.io == "direct";
+  w.map = c.map;
+  w.map_config = c.config;
+  if (!c.config.empty() && c.map.empty()) throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
   w.progress = [&line](uint64_t d, uint64_t t) { line.update(d, t); };
   bool quiet = c.quiet;
   w.note = [quiet](const std::string& s) {
@@ -39,6 +42,17 @@ void add_io_option(CLI::App* sub, WriteCliOptions& c) {
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str()
       ->type_name("MODE");
+}
+
+void add_map_options(CLI::App* sub, std::string& map, std::string& config) {
+  sub->add_option("--map", map,
+                  "Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction "
+                  "follows the input's keys (torchtitan -> Hugging Face, or back)")
+      ->type_name("NAME|FILE");
+  sub->add_option("--config", config,
+                  "The model's config.json, for the map's parameters (heads, experts); default: --assets DIR's, else the "
+                  "checkpoint's own")
+      ->type_name("FILE");
 }
 
 bool wants_progress(const WriteCliOptions& c) { return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr; }

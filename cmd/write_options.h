@@ -13,7 +13,7 @@
 namespace dcpctl::cli {
 
 struct WriteCliOptions {
-  std::string checkpoint, output, dtype, max_memory, select, io = "direct";
+  std::string checkpoint, output, dtype, max_memory, select, io = "direct", map, config;
   std::vector<std::string> include, exclude;
   bool force = false, dry_run = false, quiet = false, json = false;
   unsigned threads = 4;
@@ -27,6 +27,9 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
 
 // --io MODE, for every write command.
 void add_io_option(CLI::App* sub, WriteCliOptions& c);
+
+// --map NAME|FILE and --config FILE, for every write command (and diff, stats).
+void add_map_options(CLI::App* sub, std::string& map, std::string& config);
 
 // A progress line shown only on a terminal, not for --quiet or --dry-run, and not under a launcher.
 bool wants_progress(const WriteCliOptions& c);

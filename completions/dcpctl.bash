@@ -7,8 +7,8 @@ _dcpctl_spec() {
     _dcpctl_subs=() _dcpctl_canon=() _dcpctl_opts=() _dcpctl_vals=()
     case $1 in
         'dcpctl')
-            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'bench')
-            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'bench')
+            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'maps' 'bench')
+            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'maps' 'bench')
             _dcpctl_opts=('-h' '--help' '-V' '--version')
             ;;
         'dcpctl inspect')
@@ -30,16 +30,16 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--io' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--io' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--io' '--map' '--config' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--io' '--map' '--config' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--timeout' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '--timeout' '-w' '--world-size' '--layout' '--dtype')
             ;;
         'dcpctl cast')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--timeout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '--timeout' '--dtype')
             ;;
         'dcpctl diff')
             _dcpctl_opts=('-h' '--help' '--select' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
@@ -48,6 +48,9 @@ _dcpctl_spec() {
         'dcpctl stats')
             _dcpctl_opts=('-h' '--help' '--json' '--depth' '--filter' '--select' '--include' '--exclude' '--check-finite' '--check-zero' '--threads' '--max-memory' '-q' '--quiet')
             _dcpctl_vals=('--depth' '--filter' '--select' '--include' '--exclude' '--threads' '--max-memory')
+            ;;
+        'dcpctl maps')
+            _dcpctl_opts=('-h' '--help' '--json')
             ;;
         'dcpctl bench')
             _dcpctl_subs=('staging')
@@ -69,12 +72,15 @@ _dcpctl_value() {
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch') ;;
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;
         'dcpctl consolidate|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl consolidate|--config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
         'dcpctl reshard|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl reshard|--config') _dcpctl_kind='file' ;;
         'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl cast|--config') _dcpctl_kind='file' ;;
         'dcpctl bench staging|--modes') _dcpctl_kind='choice' _dcpctl_choices=('pinned' 'registered' 'pageable' 'cold') ;;
         'dcpctl bench staging|--from-checkpoint') _dcpctl_kind='dir' ;;
         'dcpctl bench staging|--write-to') _dcpctl_kind='dir' ;;

@@ -17,6 +17,7 @@ complete -c dcpctl -n '__fish_use_subcommand' -a 'reshard' -d 'Write a new DCP c
 complete -c dcpctl -n '__fish_use_subcommand' -a 'cast' -d 'Write a copy of a DCP checkpoint with floating tensors cast to another dtype'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'diff' -d 'Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'stats' -d 'Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'maps' -d 'List the built-in key maps that --map takes (torchtitan <-> Hugging Face names and layouts)'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'bench' -d 'Measure how fast this machine moves checkpoint data'
 
 # dcpctl inspect
@@ -71,6 +72,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l no-lightning-
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l threads -x -d 'Parallel readers'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l max-memory -x -d 'Cap on buffer memory (default: the largest tensor\'s need, at least 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l io -x -a 'direct buffered' -d 'How bulk bytes move: direct (read and written past the page cache where the filesystem allows it) or buffered (through it; copy_file_range where it can)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s f -l force -d 'Replace an existing output'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s n -l dry-run -d 'Print the plan (keys, files, bytes) and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s q -l quiet -d 'No progress or notes on stderr'
@@ -91,6 +94,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l select -x -d 'Kee
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l threads -x -d 'Parallel writers (one per target rank at a time)'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l max-memory -x -d 'Cap on buffer memory (default: the largest chunk\'s need, at least 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l io -x -a 'direct buffered' -d 'How bulk bytes move: direct (read and written past the page cache where the filesystem allows it) or buffered (through it; copy_file_range where it can)'
+complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
+complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s f -l force -d 'Replace an existing output directory'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s n -l dry-run -d 'Print the plan per target rank and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from reshard' -s q -l quiet -d 'No summary on stderr'
@@ -111,6 +116,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l select -x -d 'Keep o
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l threads -x -d 'Parallel writers (one per target rank at a time)'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l max-memory -x -d 'Cap on buffer memory (default: the largest chunk\'s need, at least 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l io -x -a 'direct buffered' -d 'How bulk bytes move: direct (read and written past the page cache where the filesystem allows it) or buffered (through it; copy_file_range where it can)'
+complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
+complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -s f -l force -d 'Replace an existing output directory'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -s n -l dry-run -d 'Print the plan per target rank and write nothing'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -s q -l quiet -d 'No summary on stderr'
@@ -149,6 +156,10 @@ complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l threads -x -d 'Para
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l max-memory -x -d 'Cap on buffer memory (default 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -s q -l quiet -d 'No table and no progress; only the exit code and gate failures on stderr'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -F -d 'checkpoint'
+
+# dcpctl maps
+complete -c dcpctl -n '__fish_seen_subcommand_from maps' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from maps' -l json -d 'Print the maps as JSON (schema_version 1)'
 
 # dcpctl bench
 complete -c dcpctl -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from staging' -s h -l help -d 'Print this help message and exit'

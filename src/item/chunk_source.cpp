@@ -51,19 +51,6 @@ void ChunkSource::read_range(unsigned lane, const TensorMeta& t, size_t chunk, u
   std::memcpy(dst, whole.data() + from, n);
 }
 
-namespace {
-
-// The byte offset of region `in` in the dense bytes of box `b` (which holds it), when the region is
-// one contiguous run of them; nullopt otherwise.
-std::optional<uint64_t> run_in(const Box& in, const Box& b, size_t item) {
-  if (!is_run(in, b.sizes)) return std::nullopt;
-  uint64_t at = 0;
-  for (size_t d = 0; d < b.sizes.size(); ++d)
-    at = at * static_cast<uint64_t>(b.sizes[d]) + static_cast<uint64_t>(in.offsets[d] - b.offsets[d]);
-  return at * item;
-}
-
-}  // namespace
 
 void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const std::vector<Piece>& pieces, uint8_t* dst,
                   unsigned threads, unsigned lane) {
@@ -75,34 +62,73 @@ void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const s
   size_t item = itemsize(*t.dtype);
   std::vector<size_t> order(pieces.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (src.ordered())
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pieces[a].chunk < pieces[b].chunk; });
+  auto chunk_less = [&](size_t a, size_t b) {
+    const Piece &x = pieces[a], &y = pieces[b];
+    return x.source != y.source ? std::less<const TensorMeta*>()(x.source, y.source) : x.chunk < y.chunk;
+  };
+  std::stable_sort(order.begin(), order.end(), chunk_less);
+  // The pieces one chunk gives (more than one only for a key map's output: a row each, say). They
+  // come from one whole copy of the chunk when the source sends each chunk once (ordered) or the
+  // chunk is decoded whole (zstd); otherwise each piece is read alone.
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in order
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i + 1;
+    const Piece& p = pieces[order[i]];
+    if (src.ordered() || p.source->storage[p.chunk].transforms != 0)
+      while (j < order.size() && !chunk_less(order[i], order[j])) ++j;
+    groups.push_back({i, j});
+    i = j;
+  }
   const unsigned readers = src.ordered() ? 1 : threads;
   // Each piece's part of `scratch`: all of it, one piece after another, for one reader; for
   // several, parts as disjoint as the pieces are (then within the box's bytes).
   std::vector<uint64_t> at(pieces.size() + 1, 0);
   for (size_t i = 0; readers > 1 && i < pieces.size(); ++i) at[i + 1] = at[i] + pieces[i].bytes;
   if (at.back() > box.numel() * item) scratch = nullptr;
-  parallel_for(order.size(), readers, [&](size_t i) {
-    const Piece& p = pieces[order[i]];
+  // Piece `p` out of a dense copy of its whole chunk.
+  auto place = [&](const Piece& p, const uint8_t* chunk) {
+    if (p.run)
+      std::memcpy(dst + p.to, chunk + p.from, p.bytes);
+    else if (p.frames)
+      copy_box(chunk, p.frames->chunk, dst, p.frames->box, p.frames->in, item);
+    else
+      copy_box(chunk, chunk_box(*p.source, p.chunk), dst, box, p.in, item);
+  };
+  parallel_for(groups.size(), readers, [&](size_t g) {
+    auto [begin, end] = groups[g];
+    const Piece& first = pieces[order[begin]];
+    const TensorMeta& st = *first.source;
+    if (end - begin > 1) {
+      std::vector<uint8_t> tmp(st.chunk_numel(first.chunk) * item);  // counted in the caller's reservation
+      src.read_range(lane, st, first.chunk, 0, tmp.size(), tmp.data());
+      for (size_t i = begin; i < end; ++i) {
+        place(pieces[order[i]], tmp.data());
+        src.done(st, first.chunk);
+      }
+      return;
+    }
+    const Piece& p = first;
+    const Box& in = p.frames ? p.frames->in : p.in;
+    const Box& cb = p.frames ? p.frames->chunk : chunk_box(st, p.chunk);
+    const Box& tb = p.frames ? p.frames->box : box;
     std::optional<uint64_t> from;
     if (p.run) {
-      src.read_range(lane, t, p.chunk, p.from, p.bytes, dst + p.to);
-    } else if (src.reads_ranges() && (from = run_in(p.in, chunk_box(t, p.chunk), item))) {
-      if (std::optional<uint64_t> to = run_in(p.in, box, item)) {
-        src.read_range(lane, t, p.chunk, *from, p.bytes, dst + *to);
+      src.read_range(lane, st, p.chunk, p.from, p.bytes, dst + p.to);
+    } else if (src.reads_ranges() && (from = run_in(in, cb, item))) {
+      if (std::optional<uint64_t> to = run_in(in, tb, item)) {
+        src.read_range(lane, st, p.chunk, *from, p.bytes, dst + *to);
       } else {
         std::vector<uint8_t> own(scratch ? 0 : p.bytes);
-        uint8_t* tmp = scratch ? scratch + at[order[i]] : own.data();
-        src.read_range(lane, t, p.chunk, *from, p.bytes, tmp);
-        copy_box(tmp, p.in, dst, box, p.in, item);
+        uint8_t* tmp = scratch ? scratch + at[order[begin]] : own.data();
+        src.read_range(lane, st, p.chunk, *from, p.bytes, tmp);
+        copy_box(tmp, in, dst, tb, in, item);
       }
     } else {
-      std::vector<uint8_t> tmp(t.chunk_numel(p.chunk) * item);  // counted in the caller's reservation
-      src.read_range(lane, t, p.chunk, 0, tmp.size(), tmp.data());
-      copy_box(tmp.data(), chunk_box(t, p.chunk), dst, box, p.in, item);
+      std::vector<uint8_t> tmp(st.chunk_numel(p.chunk) * item);  // counted in the caller's reservation
+      src.read_range(lane, st, p.chunk, 0, tmp.size(), tmp.data());
+      place(p, tmp.data());
     }
-    src.done(t, p.chunk);
+    src.done(st, p.chunk);
   });
 }
 

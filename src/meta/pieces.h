@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "meta/metadata.h"
@@ -42,20 +44,42 @@ uint64_t first_element(const Box& b, const std::vector<int64_t>& shape);
 // dimensions that all three boxes span alike are copied as one run.
 void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
 
+// A piece of a key map's output (meta/keymap.h) that is not a run: its region, its chunk's box and
+// the target box, all in one frame (the saved tensor's, or the output's when it has a dimension
+// more), for copy_box.
+struct PieceFrames {
+  Box in, chunk, box;
+};
+
 // The part of one source chunk inside a target box.
 struct Piece {
+  const TensorMeta* source = nullptr;  // the saved tensor the chunk is of
   uint32_t chunk = 0;  // index of the source chunk in its tensor
   // The chunk and the box are both runs: bytes [from, from + bytes) of the dense chunk land at
   // bytes [to, to + bytes) of the box's dense bytes. Otherwise the region `in` is copied out of the
   // dense chunk (copy_box); from/to/bytes still give the region's size in bytes.
   bool run = false;
   uint64_t from = 0, bytes = 0, to = 0;
-  Box in;  // the region, global coordinates
+  Box in;  // the region, global coordinates (of the saved tensor)
+  // Set for a mapped piece that is not a run: where copy_box takes it from and puts it.
+  std::shared_ptr<const PieceFrames> frames;
 };
 
 // The pieces box `target` of `t` is made of: one per non-empty chunk that meets it, ordered by
 // where they land when every piece is a run (else in chunk order). `t` must have a known dtype.
 std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target);
+
+// The pieces box `target` of a key map's output `mt` is made of (meta/keymap.h): per part that
+// meets the box, per row of a part whose rows are reordered, the pieces of the saved chunks
+// there. A piece is a run when its region is contiguous both in its chunk and in the box (then
+// from/to/bytes place it); otherwise it carries its frames. In part order, then chunk order.
+struct MappedTensor;
+struct Metadata;
+std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt, const Box& target);
+
+// The byte offset of region `in` in the dense bytes of box `b` (which holds it), when the region
+// is one contiguous run of them; nullopt otherwise.
+std::optional<uint64_t> run_in(const Box& in, const Box& b, size_t item);
 
 // Whether the pieces (as plan_pieces orders them) are all runs that tile [0, total) exactly,
 // no gap and no overlap: the box can then be written front to back from its pieces alone.

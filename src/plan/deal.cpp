@@ -17,18 +17,24 @@ bool torch_zip(const WritePlan& plan) { return plan.target.kind == Target::Torch
 // The tasks of record `ri`: a safetensors record whose pieces are all runs is one task per piece
 // (each written at its own offset, in parallel; lanes dealt round-robin from `next`); a .pt record
 // is one task, streamed when the plan says it streams (its pieces in order), else assembled.
-void add_tasks(const WritePlan& plan, size_t ri, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
+void add_tasks(const Checkpoint& ck, const WritePlan& plan, size_t ri, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
   const Record& r = plan.records[ri];
   const bool pt = torch_zip(plan);
-  std::vector<uint32_t> chunks;
-  for (const Piece& p : r.pieces) chunks.push_back(p.chunk);
+  std::vector<ChunkRef> chunks;
+  for (const Piece& p : r.pieces) chunks.push_back({static_cast<uint32_t>(p.source - ck.md.tensors.data()), p.chunk});
+  // A key map's output is assembled (its pieces need not come in order, nor whole chunks): each
+  // chunk it reads once, in order.
+  const bool mapped = plan.tensors[r.tensor].mapped != nullptr;
   // An assembled record reads its chunks in chunk order (assemble_box); under torchrun the
   // transfers follow this list.
-  if (pt ? !r.streams : !r.runs) std::sort(chunks.begin(), chunks.end());
+  if (mapped || (pt ? !r.streams : !r.runs)) {
+    std::sort(chunks.begin(), chunks.end());
+    chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  }
   if (pt) {
-    out.push_back({ri, chunks, !r.streams, writer, 0});
-  } else if (r.runs) {
-    for (uint32_t c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
+    out.push_back({ri, chunks, mapped || !r.streams, writer, 0});
+  } else if (r.runs && !mapped) {
+    for (const ChunkRef& c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
   } else {
     out.push_back({ri, chunks, true, writer, next++ % lanes});
   }
@@ -45,8 +51,9 @@ void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealReque
   const Visibility& vis = rq.visibility ? *rq.visibility : (all = Visibility::everything(rq.world, md.files.size()));
   std::vector<uint64_t> load(static_cast<size_t>(rq.world), 0);
   for (const Task& task : d.tasks) {
-    const TensorMeta& t = plan.meta(plan.records[task.record]);
-    for (uint32_t c : task.chunks) {
+    for (const ChunkRef& ref : task.chunks) {
+      const TensorMeta& t = md.tensors[ref.tensor];
+      uint32_t c = ref.chunk;
       uint32_t file = t.storage[c].file;
       uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
       int owner;
@@ -59,7 +66,7 @@ void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealReque
       if (owner < 0)
         throw FormatError(Where(ck.path_of(file), std::nullopt, t.fqn),
                           "no rank can read this data file (--local-files: each rank sees only the files in its own directory)");
-      d.transfers.push_back({static_cast<uint32_t>(&t - md.tensors.data()), c, owner, task.writer, task.lane});
+      d.transfers.push_back({ref.tensor, c, owner, task.writer, task.lane});
     }
   }
   std::vector<std::vector<uint64_t>> per_lane(static_cast<size_t>(rq.world), std::vector<uint64_t>(d.lanes, 0));
@@ -119,7 +126,7 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
     for (int w = 0; w < (torch_zip(plan) ? 1 : d.world); ++w) {
       unsigned next = 0;
       for (size_t ri = 0; ri < plan.records.size(); ++ri)
-        if (torch_zip(plan) || d.writer_of[plan.records[ri].dest] == w) add_tasks(plan, ri, w, d.lanes, next, d.tasks);
+        if (torch_zip(plan) || d.writer_of[plan.records[ri].dest] == w) add_tasks(ck, plan, ri, w, d.lanes, next, d.tasks);
     }
   }
   if (rq.exchange) plan_transfers(ck, plan, rq, d);

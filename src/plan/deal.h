@@ -28,9 +28,16 @@ namespace dcpctl {
 // or one run piece of it written straight to its place (safetensors), or a .pt record streamed
 // piece by piece. (A DCP rank file is written by one thread, record by record, and needs no task
 // list.)
+struct ChunkRef {
+  uint32_t tensor;  // index into Metadata::tensors
+  uint32_t chunk;
+  bool operator<(const ChunkRef& o) const { return tensor != o.tensor ? tensor < o.tensor : chunk < o.chunk; }
+  bool operator==(const ChunkRef& o) const { return tensor == o.tensor && chunk == o.chunk; }
+};
+
 struct Task {
   size_t record;
-  std::vector<uint32_t> chunks;  // in the order the writer consumes them
+  std::vector<ChunkRef> chunks;  // in the order the writer consumes them (each once)
   bool whole;                    // assembled in a buffer (else each chunk goes straight out)
   int writer = 0;                // the process that writes it
   unsigned lane = 0;             // and its lane there

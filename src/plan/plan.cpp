@@ -64,18 +64,16 @@ void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& targe
 // reader's cap allows up to ItemLimits::zip_overhead), plus a dense copy of the chunk when some
 // piece of it is not a run (copied out of it row by row). Counted at least once, which also
 // covers a chunk saved as a non-contiguous view (gathered through a copy of its storage).
-uint64_t source_read_need(const TensorMeta& t, const std::vector<Record>& records, const std::vector<size_t>& mine) {
-  std::vector<bool> copied(t.num_chunks(), false);
-  for (size_t r : mine)
-    for (const Piece& p : records[r].pieces)
-      if (!p.run) copied[p.chunk] = true;
+uint64_t source_read_need(const std::vector<Record>& records, const std::vector<size_t>& mine) {
   uint64_t need = 0;
-  for (size_t c = 0; c < t.num_chunks(); ++c) {
-    uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
-    bool decoded = t.storage[c].transforms != 0;
-    uint64_t copies = (decoded ? 1 : 0) + (copied[c] ? 1 : 0);
-    need = std::max(need, bytes * std::max<uint64_t>(copies, 1) + (decoded ? ItemLimits{}.zip_overhead : 0));
-  }
+  for (size_t r : mine)
+    for (const Piece& p : records[r].pieces) {
+      const TensorMeta& t = *p.source;
+      uint64_t bytes = t.chunk_numel(p.chunk) * itemsize(*t.dtype);
+      bool decoded = t.storage[p.chunk].transforms != 0;
+      uint64_t copies = (decoded ? 1 : 0) + (p.run ? 0 : 1);
+      need = std::max(need, bytes * std::max<uint64_t>(copies, 1) + (decoded ? ItemLimits{}.zip_overhead : 0));
+    }
   return need;
 }
 
@@ -83,7 +81,7 @@ uint64_t source_read_need(const TensorMeta& t, const std::vector<Record>& record
 // safetensors run read in place, its copy window).
 uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record& r, const Target& target) {
   uint64_t max_chunk = 0;
-  for (const Piece& p : r.pieces) max_chunk = std::max(max_chunk, t.chunk_numel(p.chunk) * itemsize(pt.src));
+  for (const Piece& p : r.pieces) max_chunk = std::max(max_chunk, p.source->chunk_numel(p.chunk) * itemsize(pt.src));
   uint64_t cast = pt.dst != pt.src;
   // The copy window of a run read in place: source elements and their cast, smaller than
   // Target::window when that would not fit --max-memory.
@@ -91,18 +89,70 @@ uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record&
   uint64_t elems = std::min(max_chunk, target.window) / si;
   if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
   r.window_elems = std::max<uint64_t>(1, elems);
-  if (target.kind == Target::TorchZip || !r.runs) {
+  if (target.kind == Target::TorchZip || !r.runs || pt.mapped) {
     // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
-    // the dense copy a chunk that is not a run is placed from; the .pt writer reads its chunks on
-    // all threads at once.
-    uint64_t reads = target.kind == Target::TorchZip ? std::min<uint64_t>(std::max(1u, target.threads), t.num_chunks()) : 1;
-    uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs ? 0 : 1);
+    // the dense copy a chunk that is not a run (or gives a key map's output several pieces) is
+    // placed from; the .pt writer reads its chunks on all threads at once.
+    uint64_t reads = target.kind == Target::TorchZip ? std::min<uint64_t>(std::max(1u, target.threads), pt.mapped ? r.pieces.size() : t.num_chunks()) : 1;
+    uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !pt.mapped ? 0 : 1);
     return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
   }
   // Runs: a zstd chunk is decoded whole (the decoded item, the chunk, its cast); an untransformed
   // one (a record may hold both) goes through the copy window.
   if (pt.transformed) return std::max(max_chunk * (2 + cast), elems * per);
   return elems * per;
+}
+
+// --map: the map's tensors, each made of parts of saved tensors, as records. Their pieces are
+// runs where a region is contiguous in its chunk and in the box (placed like any run), else copied
+// with their frames; a mapped record is never streamed (its pieces need not come in output
+// order), so it is assembled (.pt, DCP) or written piece by piece at its offsets (safetensors).
+void plan_mapped(const Checkpoint& ck, const MappedModel& map, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
+                 CoverageCheck& coverage, WritePlan& plan) {
+  const Metadata& md = ck.md;
+  // A mapped tensor has no saved layout to keep: cast (keep_layout) shards it by rows over the
+  // source's ranks.
+  Target rows = target;
+  rows.keep_layout = false;
+  plan.items.clear();
+  plan.values.clear();
+  for (const MappedTensor& mt : map.tensors) {
+    if (!mt.meta.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+    bool covered = true;
+    for (const MapPart& part : mt.parts) covered = coverage.covered(md.tensors[part.tensor]) && covered;
+    if (!covered) continue;
+    SelectedItem it;
+    it.tensor = true;
+    it.index = static_cast<uint32_t>(plan.tensors.size());
+    it.key = mt.meta.fqn;
+    it.path = {PathElem{false, mt.meta.fqn, 0}};
+    plan.items.push_back(it);
+    PlannedTensor pt;
+    pt.t = &mt.meta;
+    pt.mapped = &mt;
+    pt.key = mt.meta.fqn;
+    pt.src = *mt.meta.dtype;
+    pt.dst = plan.cast.target(pt.src, pt.key);
+    std::vector<Box> boxes;
+    std::vector<uint32_t> ranks;
+    target_boxes(ck, mt.meta, rows, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
+    size_t ti = plan.tensors.size();
+    for (size_t b = 0; b < boxes.size(); ++b) {
+      Record r;
+      r.tensor = ti;
+      r.box = std::move(boxes[b]);
+      r.dest = ranks[b];
+      r.pieces = plan_mapped_pieces(md, mt, r.box);
+      r.out_bytes = r.box.numel() * itemsize(pt.dst);
+      r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
+      r.streams = false;
+      for (const Piece& p : r.pieces) pt.transformed = pt.transformed || p.source->storage[p.chunk].transforms != 0;
+      pt.records.push_back(plan.records.size());
+      plan.total_bytes += r.out_bytes;
+      plan.records.push_back(std::move(r));
+    }
+    plan.tensors.push_back(std::move(pt));
+  }
 }
 
 }  // namespace
@@ -128,6 +178,9 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
 
   CoverageCheck coverage;
+  if (target.map) {
+    plan_mapped(ck, *target.map, target, world, rank_bytes, coverage, plan);
+  } else {
   for (const auto& it : plan.items) {
     if (!it.tensor) {
       plan.values.push_back(&it);
@@ -162,6 +215,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     }
     plan.tensors.push_back(std::move(pt));
   }
+  }
   coverage.refuse_if_incomplete(Where(ck.dir), target.kind == Target::Dcp ? "reshard" : "write a partial model");
   if (to_safetensors(target)) {
     for (const auto& pt : plan.tensors)
@@ -176,7 +230,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   const Record* neediest = nullptr;
   for (auto& pt : plan.tensors) {
     const TensorMeta& t = *pt.t;
-    uint64_t read_need = target.kind == Target::Dcp ? source_read_need(t, plan.records, pt.records) : 0;
+    uint64_t read_need = target.kind == Target::Dcp ? source_read_need(plan.records, pt.records) : 0;
     for (size_t ri : pt.records) {
       Record& r = plan.records[ri];
       if (target.kind == Target::Dcp) {
@@ -194,7 +248,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
       if (streaming_writer && target.max_memory && r.need > target.max_memory && r.streams && in_place) {
         bool all = true;
         try {
-          for (const Piece& p : r.pieces) all = all && in_place(t, p.chunk);
+          for (const Piece& p : r.pieces) all = all && in_place(*p.source, p.chunk);
         } catch (const Error&) {
           all = false;
         }
@@ -248,7 +302,10 @@ json WritePlan::describe() const {
     const PlannedTensor& pt = tensors[r.tensor];
     json pieces = json::array();
     for (const Piece& p : r.pieces)
-      pieces.push_back({{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
+      if (pt.mapped)
+        pieces.push_back({{"tensor", p.source->fqn}, {"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
+      else
+        pieces.push_back({{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
     out.push_back({{"key", pt.key}, {"dtype", torch_name(pt.dst)}, {"shape", pt.t->shape}, {"box", r.box.text()}, {"file", files[r.dest].name},
                    {"bytes", r.out_bytes}, {"streams", r.streams}, {"need", r.need}, {"pieces", pieces}});
   }

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
+#include "meta/keymap.h"
 #include "plan/checks.h"
 #include "meta/pieces.h"
 #include "meta/select.h"
@@ -41,6 +42,9 @@ struct Target {
   unsigned threads = 1;                     // TorchZip: an assembled record reads its chunks on all threads
   uint64_t window = 64ull << 20;            // safetensors: the copy window of a chunk read in place
   uint64_t max_memory = 0;                  // --max-memory (0: automatic, see memory_budget)
+  // --map: the outputs are the key map's tensors (meta/keymap.h), made of parts of the selected
+  // saved tensors; null: the selected tensors under their own names.
+  const MappedModel* map = nullptr;
 };
 
 // One unit of write work: a box of a tensor, written to one place.
@@ -63,10 +67,13 @@ struct Record {
 
 // A selected tensor, as written.
 struct PlannedTensor {
+  // The saved tensor; under --map the output's synthetic TensorMeta (its shape and dtype; its
+  // bytes are in the pieces' source tensors).
   const TensorMeta* t = nullptr;
   std::string key;   // the output key (after --select)
   DType src{}, dst{};
   bool transformed = false;  // some chunk is stream-transformed (zstd)
+  const MappedTensor* mapped = nullptr;  // --map: what it is made of
   std::vector<size_t> records;  // indices into WritePlan::records, in box order
 };
 

@@ -50,6 +50,8 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
   cmd["force"] = o.force;
   cmd["dry_run"] = o.dry_run;
   cmd["max_memory"] = o.max_memory;
+  cmd["map"] = o.map;
+  cmd["map_config"] = o.map_config;
   cmd["parallel_write"] = request.parallel_write;
   cmd["local_files"] = request.local_files;
   cmd["metadata_bytes"] = request.ck.metadata_bytes;
@@ -77,7 +79,15 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // every rank, and with an exchange the writer may not see the chunk's file).
   std::function<bool(const TensorMeta&, size_t)> in_place;
   if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
-  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, request.target, in_place), {}, {}, group, me, leader};
+  // --map: the map's tensors, from the selection (the same on every rank: .metadata, the map and
+  // the config are).
+  std::optional<MappedModel> mapped;
+  Target target = request.target;
+  if (!o.map.empty()) {
+    mapped = apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
+    target.map = &*mapped;
+  }
+  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};
   job.visibility = group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
   const bool exchange = group && writer.exchange();
   if (exchange && !o.dry_run) group->connect_transport();
@@ -99,6 +109,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["cast"] = job.plan.cast.summary();
   summary["max_memory"] = job.deal.budget;
   summary["dry_run"] = o.dry_run;
+  if (mapped) summary["map"] = mapped->describe();
   writer.planned(job, summary);
   // The same plan on every rank: the command was agreed on; this catches two .metadata of one
   // size and save id that differ.

@@ -66,7 +66,7 @@ void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, c
       const Record& r = plan.records[ri];
       if (r.streams) continue;
       for (const Piece& p : r.pieces)
-        if (plan.meta(r).storage[p.chunk].transforms != 0) src.expect(plan.meta(r), p.chunk);
+        if (p.source->storage[p.chunk].transforms != 0) src.expect(*p.source, p.chunk);
     }
   parallel_for(files.size(), std::max(1u, threads), [&](size_t i) {
     WorkerBuffers scratch(gate);  // declared before the file: reservations end after it closes
@@ -92,13 +92,13 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
   uint64_t base = headers[r.dest].size() + r.offset;
   size_t si = itemsize(pt.src), di = itemsize(pt.dst);
   std::vector<uint8_t> conv;
-  std::optional<DirectRun> run = task.whole ? std::nullopt : src.in_place(t, task.chunks.front());
+  std::optional<DirectRun> run = task.whole ? std::nullopt : src.in_place(t, task.chunks.front().chunk);
   uint64_t window = std::min(r.window_elems * si, kDirectWindow);
   // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
   // in the kernel; any other is read past the cache.
   if (run && pt.src == pt.dst && direct_io && run->bytes >= kDirectMinRun && window >= kDirectMinRun &&
       !run->file->cached(run->offset, run->bytes)) {
-    uint64_t out_off = base + chunk_start(t, task.chunks.front());
+    uint64_t out_off = base + chunk_start(t, task.chunks.front().chunk);
     // The lane's copy window (at most the direct window), kept from one task to the next (a fresh
     // one would fault in its pages each time). Each read's aligned blocks fit in it, and so do its
     // bytes moved to where the output's blocks fall (direct_place), to be written past the cache
@@ -128,7 +128,7 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
     prog.add(r.out_bytes);
     return;
   }
-  uint32_t c = task.chunks.front();
+  uint32_t c = task.chunks.front().chunk;
   uint64_t out_off = base + chunk_start(t, c) / si * di;
   if (run && pt.src == pt.dst) {
     uint64_t win = std::min(run->bytes, r.window_elems * si);

@@ -411,6 +411,8 @@ LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan,
     why = "--flat writes flat keys, Lightning's checkpoint is nested";
   else if (!o.selection.empty())
     why = "--include/--exclude/--select keep part of the DCP state only";
+  else if (!o.map.empty())
+    why = "--map writes the mapped model's tensors only";
   if (!why.empty()) {
     r.summary = {{"path", path}, {"merged", false}, {"reason", why}};
     if (o.lightning_meta)

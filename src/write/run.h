@@ -47,6 +47,9 @@ struct WriteOptions {
   // filesystem allows it; see Executor::direct_io); --io buffered sets it false.
   bool direct_io = true;
   uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
+  // --map NAME|FILE (meta/keymap.h): the outputs are the map's tensors; its parameters from
+  // --config FILE, else `map_assets` (consolidate's --assets DIR), else the checkpoint's config.json.
+  std::string map, map_config, map_assets;
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
   // Several processes (torchrun); nullptr: one process.

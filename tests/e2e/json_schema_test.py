@@ -66,6 +66,7 @@ COMMAND_SCHEMAS = {
     "diff": ["diff"],
     "stats": ["stats"],
     "bench staging": ["bench-staging"],
+    "maps": ["maps"],
 }
 DEFINITIONS = "common"  # common.schema.json: definitions only, no document of its own
 
@@ -76,6 +77,7 @@ DEFINITIONS = "common"  # common.schema.json: definitions only, no document of i
 # (the drift check removes each key in turn, and it must also be rejected when not listed here).
 MAPS = {
     "inspect": {"/summary/dtypes"},
+    "maps": {"/maps/[]/params"},
     "verify": {"/checksums"},
     "ls": {"/checkpoints/[]/dtypes"},
 }
@@ -89,7 +91,11 @@ OPTIONAL = {
     # (and /unsupported, present only for input this version does not read: no fixture is such)
     "verify": {"/layout", "/checksums"},
     # lightning_meta: only for a Lightning checkpoint (meta.pt)
-    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note"},
+    # map: only with --map, and a piece's tensor with it
+    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor"},
+    "reshard": {"/map"},
+    "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
+    "cast": {"/map"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }
 
@@ -315,7 +321,10 @@ def prepare(work):
     p["hf"] = os.path.join(out, "hf")
     p["bf16"] = os.path.join(out, "sample-bf16")
     p["w3"] = os.path.join(out, "zstd-w3")
+    p["titan"] = os.path.join(out, "titan-mapped")
     writes = [
+        Case("reshard", "reshard an HF folder --map torchtitan-llama3",
+             ["reshard", fx("layouts", "hf_transformers", "start"), "-o", p["titan"], "-w", "2", "--map", "torchtitan-llama3", "--json", "-q"]),
         Case("consolidate", "consolidate .safetensors", ["consolidate", sample, "-o", p["st"], "--json"]),
         Case("consolidate", "consolidate .pt", ["consolidate", sample, "-o", p["pt"], "--json"]),
         Case("consolidate", "consolidate DIR/ in shards, --dtype fp16",
@@ -466,6 +475,17 @@ def cases_for(p, work):
                                                  "--incomplete", "--json"])
     add("prune", "prune --keep 5 (removes nothing)", ["prune", fx("layouts", "run_torchtitan", "run"), "--keep", "5", "--json"])
 
+    # --map (meta/keymap.h): the HF folder transformers wrote, to torchtitan names and back
+    hfs = fx("layouts", "hf_transformers", "start")
+    titan = p["titan"]
+    add("consolidate", "consolidate --map torchtitan-llama3 --config", ["consolidate", titan, "-o", co("mapped/"), "--map",
+                                                                          "torchtitan-llama3", "--config", os.path.join(hfs, "config.json"),
+                                                                          "--json", "-q"])
+    add("consolidate", "consolidate --map --dry-run", ["consolidate", titan, "-o", co("mapped-dry.safetensors"), "--map",
+                                                       "torchtitan-llama3", "--config", os.path.join(hfs, "config.json"), "--dry-run", "--json"])
+    add("cast", "cast --map", ["cast", hfs, "-o", co("titan-cast"), "--dtype", "bf16", "--map", "torchtitan-llama3",
+                               "--json", "-q"])
+    add("maps", "maps --json", ["maps", "--json"])
     # bench staging, host side (no GPU needed)
     bench_dir = os.path.join(work, "bench")
     os.makedirs(bench_dir)

@@ -1,0 +1,42 @@
+// dcpctl maps: the built-in key maps (meta/keymap.h) that --map takes by name.
+#include <iostream>
+
+#include "cmd/subcommands.h"
+#include "meta/keymap.h"
+
+namespace dcpctl::cli {
+
+using nlohmann::json;
+
+struct MapsCliOptions {
+  bool json = false;
+};
+
+int run_maps(const MapsCliOptions& o) {
+  std::vector<KeyMap> maps = builtin_key_maps();
+  if (o.json) {
+    json list = json::array();
+    for (const auto& m : maps) {
+      json params = json::object();
+      for (const auto& [k, v] : m.params.items()) params[k] = v;
+      list.push_back({{"name", m.name}, {"sides", {m.sides[0], m.sides[1]}}, {"description", m.description}, {"rules", m.rules.size()},
+                      {"params", params}});
+    }
+    std::cout << json{{"schema_version", 1}, {"maps", list}}.dump(2) << "\n";
+    return 0;
+  }
+  size_t w = 4;
+  for (const auto& m : maps) w = std::max(w, m.name.size());
+  for (const auto& m : maps)
+    std::cout << m.name << std::string(w + 2 - m.name.size(), ' ') << m.sides[0] << " <-> " << m.sides[1] << "  " << m.description << "\n";
+  return 0;
+}
+
+void setup_maps(CLI::App& parent, RunFn& run) {
+  auto o = std::make_shared<MapsCliOptions>();
+  auto* sub = parent.add_subcommand("maps", "List the built-in key maps that --map takes (torchtitan <-> Hugging Face names and layouts)");
+  sub->add_flag("--json", o->json, "Print the maps as JSON (schema_version 1)");
+  sub->callback([&run, o] { run = [o] { return run_maps(*o); }; });
+}
+
+}  // namespace dcpctl::cli

@@ -1,0 +1,130 @@
+// Key maps: how one model family's weights are named and laid out by two conventions (torchtitan
+// and Hugging Face), as data. A map is JSON (docs/maps.md has the schema; src/maps/ the built-in
+// ones, compiled into the binary):
+//
+//   {"schema": "dcpctl-map/1", "name": "torchtitan-llama3", "description": "...",
+//    "sides": ["torchtitan", "hf"],
+//    "params": {"n_heads": {"config": "num_attention_heads"},
+//               "head_dim": {"config": "head_dim", "default": "hidden_size / num_attention_heads"}},
+//    "rules": [
+//      {"torchtitan": "tok_embeddings.weight", "hf": "model.embed_tokens.weight"},
+//      {"torchtitan": "layers.{L}.attention.wq.weight", "hf": "model.layers.{L}.self_attn.q_proj.weight",
+//       "rope": {"heads": "n_heads", "head_dim": "head_dim"}},
+//      {"hf": "model.layers.{L}.self_attn.rotary_emb.inv_freq"},
+//      {"torchtitan": "layers.{L}.attention.wqkv.weight", "dim": 0,
+//       "hf": [{"key": "...q_proj.weight", "size": "n_heads * head_dim", "rope": {...}}, ...]},
+//      {"torchtitan": "layers.{L}.moe.experts.w1", "hf": "model.layers.{L}.mlp.experts.{E}.gate_proj.weight",
+//       "experts": {"dim": 0, "count": "n_experts"}}]}
+//
+// `{NAME}` in a pattern matches a decimal integer and carries over to the other side. A rule with
+// both sides renames; with one side it names keys that side has and the other lacks (dropped when
+// mapping from that side). `rope`: the tensor's dim-0 rows are `heads` groups of `head_dim` rows,
+// held by the first side in the interleaved RoPE order and by the second in the halves order
+// (torchtitan's `_permute` one way, `_reverse_permute` the other). A list side with `dim`: the one
+// tensor is the concatenation along `dim` of the listed ones (split one way, joined the other).
+// `experts`: the one tensor stacks `count` tensors along a new dimension `dim`, which the other
+// side holds one key each ({E} = 0 .. count-1). Parameters come from config.json (the first key of
+// a list that is present), else `default`; expressions are integer arithmetic (+ - * / and
+// parentheses) over parameters, config keys and integers.
+//
+// The direction follows the input: the side whose patterns the input's tensor keys match. What a
+// map yields is geometry only, from .metadata: each output tensor as parts (boxes of saved
+// tensors and where they land), which the write planner turns into pieces (meta/pieces.h). No
+// byte moves here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/geometry.h"
+#include "meta/metadata.h"
+#include "meta/select.h"
+
+namespace dcpctl {
+
+// A parsed map (the JSON above), checked when loaded.
+struct KeyMap {
+  std::string name, description, source;  // source: "built-in" or the file it came from
+  std::string sides[2];
+  nlohmann::json params;  // name -> {"config": key | [keys], "default": expr}
+  struct Part {
+    std::string pattern;
+    std::string size;  // expression (a list side's parts)
+    nlohmann::json rope;  // null or {"heads", "head_dim"}
+  };
+  struct Rule {
+    std::vector<Part> side[2];  // empty: the rule names keys of the other side only
+    bool list[2] = {false, false};
+    int64_t dim = 0;            // a list side: the dimension the parts join along
+    nlohmann::json rope;        // a 1:1 rule's row permutation
+    nlohmann::json experts;     // null or {"dim", "count"}
+    size_t index = 0;           // position in "rules", for messages
+  };
+  std::vector<Rule> rules;
+};
+
+// A built-in map by name, or a map file (a path ending in .json, or any existing file).
+// UsageError (exit 2) naming the choices when there is no such map, and when the file is not a
+// valid map (naming the rule and the field).
+KeyMap load_key_map(const std::string& name_or_path);
+// The built-in maps, in name order.
+std::vector<KeyMap> builtin_key_maps();
+
+// Where a map's parameters come from: config.json's content, and its path for messages.
+struct MapConfig {
+  nlohmann::json json;  // null: none was found
+  std::string path;     // the file, or a sentence of where dcpctl looked
+};
+
+// config.json for a map's parameters: `config` (--config) when given (UsageError if it is not a
+// file), else `assets`/config.json (--assets DIR), else the checkpoint's own, else, for a `sharded/`
+// folder, its parent's. None found: json null and `path` says where dcpctl looked.
+MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& config, const std::string& assets);
+
+// One part of an output tensor: box `from` of saved tensor `tensor`, placed at `to` in the output.
+// `drop`: dimension of `from` (of size 1) that the output lacks (an expert taken out of a stack);
+// `add`: dimension of the output (of size 1 in this part) that the saved tensor lacks (an expert
+// stacked). `rows`: a dim-0 permutation: the part's output row i comes from its saved row rows[i]
+// (relative to the box); null: in order.
+struct MapPart {
+  uint32_t tensor = 0;  // index into Metadata::tensors
+  Box from;
+  std::vector<int64_t> to;
+  int drop = -1, add = -1;
+  std::shared_ptr<const std::vector<int64_t>> rows;
+};
+
+// An output tensor of a mapped write: its key, and a synthetic TensorMeta (fqn = key, shape,
+// dtype; no chunks: its bytes are the parts').
+struct MappedTensor {
+  TensorMeta meta;
+  std::vector<MapPart> parts;
+  size_t rule = 0;
+  std::vector<std::string> inputs;  // the input keys it is made of
+};
+
+struct MappedModel {
+  std::string name, from, to;     // the map, and the sides mapped from and to
+  std::vector<MappedTensor> tensors;  // in the input's order (split parts in order)
+  std::vector<std::string> left_out;  // selected keys no rule covers (tensors and other items)
+  std::vector<std::string> dropped;   // input keys a one-sided rule drops
+  std::vector<std::string> missing;   // output keys a rule would make but some input is missing
+  std::string tied;                   // a config with tie_word_embeddings: what it says, else empty
+  std::string config;                 // the config.json the parameters came from ("" if none needed)
+  nlohmann::json describe() const;    // the `map` object of --json
+};
+
+// Applies `map` to the selected items of `md`. UsageError (exit 2) when no key matches either side,
+// when a parameter a matched rule needs cannot be found (naming it and where dcpctl looked), or
+// when a tensor's shape does not fit the rule (rows not heads x head_dim, split sizes not summing
+// to the dimension).
+MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config);
+
+// The output box `out` of a mapped tensor, as pieces of saved chunks: declared in meta/pieces.h
+// (plan_mapped_pieces).
+
+}  // namespace dcpctl
