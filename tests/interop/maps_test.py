@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""`--map NAME|FILE` (issue 27): dcpctl's key maps against torchtitan's own StateDictAdapters and
+transformers, on checkpoints real torchtitan wrote (tests/fixtures/layouts/titan_*, made by
+make_titan_maps.py: titan_llama3 and titan_qwen3 (tied) and titan_deepseek_v3 (MoE) from torchtitan
+0.3.0, titan_llama3_v02 from 0.2.2). The oracle and its checks are tests/interop/map_oracle.py,
+shared with map_reference_test.py, which shows the maps' semantics give the adapters' output.
+
+    maps_test.py DCPCTL FIXTURES_DIR
+
+Checks:
+  - `dcpctl maps` / `maps --json`: every built-in map (src/maps/*.json) with its sides and description;
+  - per case, `consolidate CKPT -o out/ --map M --assets hf/` of the whole training checkpoint: every
+    tensor bit-equal to the adapter's to_hf (expected_hf), key sets equal (the tied lm_head.weight of
+    Qwen 3 kept, equal to the embedding, and reported in --json tie_word_embeddings, not dropped);
+    --json `map` = {name, direction "torchtitan->hf", mapped, left_out = exactly the optimizer /
+    lr_scheduler / dataloader / train_state keys, dropped []}; from_pretrained(out/) loads with no
+    missing/unexpected keys and gives torchtitan's logits (float32);
+  - `-o x.safetensors --config config.json` (the same tensors), `--map FILE.json` (byte-identical to
+    the built-in name), `--max-memory 16KiB` (byte-identical), `--dry-run --json` (shows the rope
+    transforms, writes nothing);
+  - config.json lookup: --config, else --assets DIR's, else the checkpoint's own; --config wins;
+  - refusals, exit 2, nothing written: an unknown map name, a param the config lacks (named), a map
+    matching none of the input's keys; the other Llama map (0.2 names on 0.3, and back) leaves the
+    model's attention weights out (listed), it does not guess;
+  - `reshard hf/ -o DCP/ --world-size 2 --map M` (convert_from_hf for an initial load): torch's
+    reader of DCP/ gives the adapter's from_hf (expected_titan; the tied lm_head.weight, which hf/
+    does not hold, not invented), split over 2 ranks; `consolidate DCP/ -o back/ --map M` gives hf/'s
+    tensors back;
+  - `cast DCP/ --dtype bf16 --map M`: HF names, expected_hf cast with Tensor.to(bfloat16);
+  - `diff DCP/ hf/ --map M` exit 0 (without the map: exit 1), a changed q_proj: exit 1 naming it;
+    `stats CKPT --map M`: the tensors under HF names, numel/min/max as torch's of expected_hf;
+  - under torchrun (2 ranks, gloo): `consolidate --map` byte-identical to one process.
+
+These fail until the engine lands (`dcpctl maps` is an unknown subcommand before it).
+
+Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from skip import skip_or_fail  # noqa: E402
+
+try:
+    import torch
+    import transformers  # noqa: F401
+    from safetensors.torch import load_file
+except ImportError as e:
+    skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
+
+import dcp_oracle  # noqa: E402
+import map_oracle as mo  # noqa: E402
+
+MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
+DCPCTL = ""
+FAILURES: list[str] = []
+PASSED = 0
+
+
+def check(cond: bool, msg: str) -> bool:
+    global PASSED
+    if cond:
+        PASSED += 1
+    else:
+        FAILURES.append(msg)
+        print("FAIL: " + msg, file=sys.stderr, flush=True)
+    return cond
+
+
+def problems(ps: list[str]) -> bool:
+    global PASSED
+    if not ps:
+        PASSED += 1
+    for p in ps:
+        check(False, p)
+    return not ps
+
+
+def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([DCPCTL, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def ok(r: subprocess.CompletedProcess, what: str) -> bool:
+    return check(r.returncode == 0, f"{what}: exit {r.returncode}, stderr {r.stderr.strip()[-800:]!r}")
+
+
+def jdoc(r: subprocess.CompletedProcess, what: str) -> dict:
+    try:
+        return json.loads(r.stdout)
+    except json.JSONDecodeError:
+        check(False, f"{what}: --json printed no JSON: {r.stdout[:300]!r}")
+        return {}
+
+
+def hf_tensors(path: Path) -> dict:
+    if path.is_file():
+        return load_file(str(path))
+    sd = {}
+    for p in sorted(path.glob("*.safetensors")):
+        sd.update(load_file(str(p)))
+    return sd
+
+
+def refused(r: subprocess.CompletedProcess, out: Path, needle: str, what: str) -> None:
+    check(r.returncode == 2, f"{what}: exit {r.returncode} (want 2), stderr {r.stderr.strip()[-500:]!r}")
+    check(needle in r.stderr, f"{what}: stderr does not name {needle!r}: {r.stderr.strip()[-500:]!r}")
+    check(not out.exists(), f"{what}: {out} written")
+    check(not any("dcpctl-tmp" in p.name for p in out.parent.iterdir()), f"{what}: a temporary left")
+
+
+def check_map_summary(doc: dict, case: mo.Case, direction: str, left_out: set, what: str) -> None:
+    m = doc.get("map") or {}
+    check(m.get("name") == case.map and m.get("direction") == direction,
+          f"{what}: --json map name/direction {m.get('name')!r} {m.get('direction')!r}")
+    check(set(m.get("left_out", [None])) == left_out,
+          f"{what}: --json map.left_out differs from the non-model keys: "
+          f"{sorted(set(m.get('left_out') or []) ^ left_out)[:8]}")
+    check(m.get("dropped") == [], f"{what}: --json map.dropped {m.get('dropped')}")
+
+
+# ----------------------------------------------------------------------------------------- tests
+
+
+def test_maps_listing() -> None:
+    r = run("maps", "--json")
+    if not ok(r, "maps --json"):
+        return
+    doc = jdoc(r, "maps --json")
+    maps = doc.get("maps", doc) if isinstance(doc, dict) else doc
+    files = {p.stem: json.loads(p.read_text()) for p in MAPS_DIR.glob("*.json")}
+    listed = {m.get("name"): m for m in maps} if isinstance(maps, list) else {}
+    check(set(listed) == set(files), f"maps --json lists {sorted(listed)}, src/maps has {sorted(files)}")
+    for name, f in files.items():
+        m = listed.get(name, {})
+        check(m.get("sides") == f["sides"] and m.get("description") == f["description"],
+              f"maps --json: {name}: {m}")
+    r = run("maps")
+    if ok(r, "maps"):
+        check(all(n in r.stdout for n in files), f"maps: table lacks some of {sorted(files)}")
+
+
+def test_export(case: mo.Case, work: Path) -> None:
+    """The whole training checkpoint to an HF folder: the adapter's to_hf, transformers' logits."""
+    out = work / f"{case.name}-hf"
+    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir, "--json")
+    if not ok(r, f"{case.name}: consolidate --map"):
+        return
+    doc = jdoc(r, f"{case.name}: consolidate --map --json")
+    check_map_summary(doc, case, "torchtitan->hf", set(case.doc["other_keys"]), f"{case.name}: consolidate")
+    check((doc.get("map") or {}).get("mapped") == len(case.doc["model_keys"]),
+          f"{case.name}: --json map.mapped {(doc.get('map') or {}).get('mapped')} != {len(case.doc['model_keys'])}")
+    problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: consolidate --map -o DIR/"))
+    tie = doc.get("tie_word_embeddings") or {}
+    if case.tied:
+        check(tie.get("config") is True and tie.get("lm_head_weight") is True and tie.get("note"),
+              f"{case.name}: tied embeddings not reported: tie_word_embeddings {tie}")
+    else:
+        check(tie.get("config") is False and tie.get("lm_head_weight") is True,
+              f"{case.name}: tie_word_embeddings {tie}")
+    check((out / "config.json").read_bytes() == (case.hf_dir / "config.json").read_bytes(),
+          f"{case.name}: config.json not copied from --assets")
+    problems(mo.check_from_pretrained(case, out, f"{case.name}: from_pretrained(consolidate --map)"))
+
+
+def test_file_and_options(case: mo.Case, work: Path) -> None:
+    base = work / f"{case.name}.safetensors"
+    r = run("consolidate", case.ckpt, "-o", base, "--map", case.map, "--config", case.config_path)
+    if not ok(r, f"{case.name}: consolidate --map -o x.safetensors --config"):
+        return
+    problems(mo.check_hf_tensors(case, hf_tensors(base), f"{case.name}: -o x.safetensors"))
+    f = work / f"{case.name}-file.safetensors"
+    r = run("consolidate", case.ckpt, "-o", f, "--map", MAPS_DIR / f"{case.map}.json", "--config", case.config_path)
+    if ok(r, f"{case.name}: --map FILE.json"):
+        check(f.read_bytes() == base.read_bytes(), f"{case.name}: --map FILE.json differs from --map {case.map}")
+    small = work / f"{case.name}-small.safetensors"
+    r = run("consolidate", case.ckpt, "-o", small, "--map", case.map, "--config", case.config_path,
+            "--max-memory", "16KiB", "--threads", "2")
+    if ok(r, f"{case.name}: --max-memory 16KiB"):
+        check(small.read_bytes() == base.read_bytes(), f"{case.name}: --max-memory 16KiB output differs")
+    dry = work / f"{case.name}-dry.safetensors"
+    r = run("consolidate", case.ckpt, "-o", dry, "--map", case.map, "--config", case.config_path, "--dry-run", "--json")
+    if ok(r, f"{case.name}: --map --dry-run --json"):
+        check(not dry.exists(), f"{case.name}: --dry-run wrote {dry}")
+        plan = r.stdout
+        want = [k for k in case.doc["expected_hf"] if k.endswith("q_proj.weight")][:1]
+        check(all(k in plan for k in want), f"{case.name}: --dry-run --json does not show {want}")
+        if case.family == "llama3":
+            check("rope" in plan, f"{case.name}: --dry-run --json shows no rope transform")
+
+
+def test_config_lookup(case: mo.Case, work: Path) -> None:
+    """--config, else --assets DIR's config.json, else the checkpoint's own; --config wins."""
+    bad = dict(case.config, num_attention_heads=case.config["num_attention_heads"] * 2,
+               num_key_value_heads=case.config["num_key_value_heads"] * 2)
+    bad_dir = work / f"{case.name}-badcfg"
+    bad_dir.mkdir()
+    (bad_dir / "config.json").write_text(json.dumps(bad))
+    out = work / f"{case.name}-cfgwins"
+    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", case.config_path,
+            "--assets", bad_dir)
+    if ok(r, f"{case.name}: --config beside a wrong --assets config"):
+        problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --config wins over --assets"))
+    out = work / f"{case.name}-assetscfg"
+    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir)
+    if ok(r, f"{case.name}: --assets DIR's config.json"):
+        problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --assets DIR's config.json"))
+    out = work / f"{case.name}-badassets"
+    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", bad_dir)
+    check(r.returncode != 0 and not out.exists(), f"{case.name}: --assets' config.json (twice the heads: the "
+          f"q/k rows do not divide) was not used: exit {r.returncode}")
+    own = work / f"{case.name}-own"
+    shutil.copytree(case.ckpt, own)
+    shutil.copyfile(case.config_path, own / "config.json")
+    out = work / f"{case.name}-own.safetensors"
+    r = run("consolidate", own, "-o", out, "--map", case.map)
+    if ok(r, f"{case.name}: the checkpoint's own config.json"):
+        problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: own config.json"))
+
+
+def test_refusals(case: mo.Case, work: Path, fixtures: Path) -> None:
+    out = work / "refused.safetensors"
+    r = run("consolidate", case.ckpt, "-o", out, "--map", "no-such-map", "--config", case.config_path)
+    refused(r, out, "no-such-map", f"{case.name}: unknown map")
+    cfg = dict(case.config)
+    del cfg["num_attention_heads"]
+    p = work / f"{case.name}-noheads.json"
+    p.write_text(json.dumps(cfg))
+    r = run("consolidate", case.ckpt, "-o", out, "--map", case.map, "--config", p)
+    refused(r, out, "n_heads", f"{case.name}: config without num_attention_heads")
+    r = run("consolidate", fixtures / "sample" / "ckpt", "-o", out, "--map", case.map, "--config", case.config_path)
+    refused(r, out, case.map, f"{case.name}: a map matching none of the keys")
+    other = "torchtitan-llama3-0.2" if case.map == "torchtitan-llama3" else "torchtitan-llama3"
+    out2 = work / f"{case.name}-other.safetensors"
+    r = run("consolidate", case.ckpt, "-o", out2, "--map", other, "--config", case.config_path, "--json")
+    if ok(r, f"{case.name}: the other Llama map"):
+        left = set((jdoc(r, "other map").get("map") or {}).get("left_out") or [])
+        wq = [k for k in case.doc["model_keys"] if k.endswith("wq.weight")]
+        check(wq and set(wq) <= left, f"{case.name}: --map {other}: {wq} not listed as left out")
+
+
+def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
+    """reshard hf/ -> DCP with torchtitan names (convert_from_hf), and back."""
+    dcp = work / f"{case.name}-dcp"
+    r = run("reshard", case.hf_dir, "-o", dcp, "--world-size", "2", "--map", case.map, "--json")
+    if not ok(r, f"{case.name}: reshard hf/ --map"):
+        return None, None
+    doc = jdoc(r, f"{case.name}: reshard --json")
+    check_map_summary(doc, case, "hf->torchtitan", set(), f"{case.name}: reshard")
+    got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(dcp).items()}
+    problems(mo.check_titan_tensors(case, got, f"{case.name}: reshard hf/ --map (torch's reader)"))
+    md = dcp_oracle.read_metadata(dcp)
+    big = [k for k, v in md.state_dict_metadata.items() if hasattr(v, "chunks") and v.size[0] >= 2]
+    check(big and all(len(md.state_dict_metadata[k].chunks) == 2 for k in big),
+          f"{case.name}: reshard --world-size 2 did not split the tensors over 2 ranks")
+    back = work / f"{case.name}-back"
+    r = run("consolidate", dcp, "-o", f"{back}/", "--map", case.map, "--config", case.config_path, "--no-assets")
+    if ok(r, f"{case.name}: consolidate of the resharded DCP --map"):
+        hf_in = case.hf_input()
+        problems(mo.compare_tensors(hf_tensors(back), hf_in, set(hf_in), f"{case.name}: hf -> DCP -> hf"))
+    return dcp, back
+
+
+def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
+    cast = work / f"{case.name}-bf16"
+    r = run("cast", dcp, "-o", cast, "--dtype", "bf16", "--map", case.map, "--config", case.config_path)
+    if ok(r, f"{case.name}: cast --map"):
+        got = dcp_oracle.flat_state_from_dcp(cast)
+        want = {k: v.to(torch.bfloat16) for k, v in case.hf_input().items()}
+        problems(mo.compare_tensors(got, want, set(want), f"{case.name}: cast --dtype bf16 --map"))
+    r = run("diff", dcp, case.hf_dir, "--map", case.map, "--config", case.config_path)
+    check(r.returncode == 0, f"{case.name}: diff DCP hf/ --map: exit {r.returncode} (want 0), "
+          f"{(r.stdout + r.stderr).strip()[-600:]!r}")
+    r = run("diff", dcp, case.hf_dir, "--quiet")
+    check(r.returncode == 1, f"{case.name}: diff DCP hf/ without --map: exit {r.returncode} (want 1)")
+    changed = work / f"{case.name}-changed"
+    shutil.copytree(case.hf_dir, changed)
+    sd = hf_tensors(changed)
+    q = "model.layers.1.self_attn.q_proj.weight"
+    sd[q] = sd[q].clone()
+    sd[q][3, 5] += 1.0
+    from safetensors.torch import save_file
+
+    for p in changed.glob("*.safetensors"):
+        p.unlink()
+    save_file(sd, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    r = run("diff", dcp, changed, "--map", case.map, "--config", case.config_path, "--json")
+    if check(r.returncode == 1, f"{case.name}: diff against a changed q_proj: exit {r.returncode} (want 1)"):
+        doc = jdoc(r, "diff --json")
+        diffs = [k for k in doc.get("keys", []) if k.get("status", "") not in ("identical",)]
+        names = json.dumps(diffs)
+        check(doc.get("counts", {}).get("values_changed") == 1 and
+              (q in names or "layers.1.attention" in names),
+              f"{case.name}: diff --map --json: counts {doc.get('counts')}")
+    r = run("stats", case.ckpt, "--map", case.map, "--config", case.config_path, "--json")
+    if ok(r, f"{case.name}: stats --map"):
+        rows = {t["key"]: t for t in jdoc(r, "stats --json").get("tensors", [])}
+        want = case.expected_hf()
+        check(set(rows) == case.expected_hf_keys(),
+              f"{case.name}: stats --map keys differ: {sorted(set(rows) ^ case.expected_hf_keys())[:8]}")
+        for k, t in want.items():
+            s = rows.get(k)
+            if s is None:
+                continue
+            check(s["numel"] == t.numel() and s["min"] == t.min().item() and s["max"] == t.max().item(),
+                  f"{case.name}: stats --map {k}: {s['numel']} {s['min']} {s['max']}")
+
+
+def test_torchrun(case: mo.Case, work: Path) -> None:
+    single = work / f"{case.name}-single.safetensors"
+    r = run("consolidate", case.ckpt, "-o", single, "--map", case.map, "--config", case.config_path)
+    if not ok(r, f"{case.name}: consolidate --map (one process)"):
+        return
+    out = work / f"{case.name}-torchrun.safetensors"
+    for attempt in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        args = [DCPCTL, "consolidate", str(case.ckpt), "-o", str(out), "--map", case.map, "--config",
+                str(case.config_path), "--timeout", "60"]
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, RANK=str(rk), WORLD_SIZE="2", LOCAL_RANK=str(rk),
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+                 for rk in range(2)]
+        res = [pr.communicate(timeout=240) + (pr.returncode,) for pr in procs]
+        if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
+            continue
+        break
+    detail = "; ".join(f"rank {rk}: exit {rc}, {err.strip()[-300:]!r}" for rk, (_, err, rc) in enumerate(res))
+    if check(all(rc == 0 for _, _, rc in res), f"{case.name}: torchrun consolidate --map: {detail}"):
+        check(out.read_bytes() == single.read_bytes(), f"{case.name}: torchrun output differs from one process's")
+
+
+def main() -> int:
+    global DCPCTL
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    DCPCTL = sys.argv[1]
+    fixtures = Path(sys.argv[2]).resolve()
+    with tempfile.TemporaryDirectory(prefix="dcpctl-maps-") as tmp:
+        work = Path(tmp)
+        steps = [("maps listing", test_maps_listing)]
+        for case in mo.cases(fixtures):
+            steps.append((f"{case.name} export", lambda c=case: test_export(c, work)))
+            steps.append((f"{case.name} file/options", lambda c=case: test_file_and_options(c, work)))
+
+            def imp(c=case):
+                dcp, _ = test_import(c, work)
+                if dcp is not None:
+                    test_cast_diff_stats(c, work, dcp)
+
+            steps.append((f"{case.name} import", imp))
+            if case.family == "llama3":
+                steps.append((f"{case.name} config lookup", lambda c=case: test_config_lookup(c, work)))
+                steps.append((f"{case.name} refusals", lambda c=case: test_refusals(c, work, fixtures)))
+            if case.name == "titan_llama3":
+                steps.append((f"{case.name} torchrun", lambda c=case: test_torchrun(c, work)))
+        for label, fn in steps:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                import traceback
+
+                traceback.print_exc()
+                check(False, f"{label}: {type(e).__name__}: {e}")
+    print(f"maps_test: {PASSED} checks passed, {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
