@@ -45,7 +45,7 @@ timed() {
   return 0
 }
 
-echo "== $ck ($(du -sh "$ck" | cut -f1), $(ls -A "$ck" | wc -l) files); page cache dropped before each run: $([ "$cold" = 1 ] && echo yes || echo no)"
+echo "== $ck ($(du -sh "$ck" | cut -f1), $(find "$ck" -type f | wc -l) files); page cache dropped before each run: $([ "$cold" = 1 ] && echo yes || echo no)"
 echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; dcpctl $("$dcpctl" --version | head -n 1)"
 rm -rf "$work/out-torchtitan" "$work/out-map" "$work/out-nomap"
 
