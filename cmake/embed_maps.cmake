@@ -1,5 +1,7 @@
-# Writes OUT: builtin_key_map_texts() returning every map file of MAPS (a ;-list) as
+# Writes OUT: builtin_key_map_texts() returning every map file of MAPS_DIR (*.json) as
 # {file stem, text}. Run by src/CMakeLists.txt at build time (cmake -P).
+file(GLOB MAPS "${MAPS_DIR}/*.json")
+list(SORT MAPS)
 set(body "")
 foreach(f IN LISTS MAPS)
   get_filename_component(stem "${f}" NAME_WE)

@@ -115,6 +115,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     if (!r["cast"]["dtype"].is_null())
       std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
     std::cerr << "\n";
+    print_map_summary(r);
     if (!r["assets"].empty()) {
       std::cerr << "copied " << r["assets"].size() << " file(s) beside the weights:";
       for (const auto& a : r["assets"]) {

@@ -6,6 +6,7 @@
 #include "cmd/format.h"
 #include "cmd/progress.h"
 #include "cmd/subcommands.h"
+#include "cmd/write_options.h"
 #include "compare/diff.h"
 #include "compare/stats.h"
 #include "util/error.h"
@@ -16,7 +17,7 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct DiffCliOptions {
-  std::string a, b, select, max_memory;
+  std::string a, b, select, max_memory, map, config;
   std::vector<std::string> include, exclude;
   double atol = -1, rtol = -1;
   bool equal_nan = false, ignore_dtype = false, json = false, quiet = false, all = false;
@@ -65,6 +66,9 @@ std::string detail(const json& k) {
 int run_diff(const DiffCliOptions& o) {
   DiffOptions d;
   d.selection.prefix = o.select;
+  d.map = o.map;
+  d.map_config = o.config;
+  if (!o.config.empty() && o.map.empty()) throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
   d.selection.include = o.include;
   d.selection.exclude = o.exclude;
   if (o.atol >= 0) d.atol = o.atol;
@@ -125,6 +129,7 @@ void setup_diff(CLI::App& parent, RunFn& run) {
   sub->add_option("b", o->b, "Second input (the reference of --rtol)")->required()->type_name("B");
   sub->add_option("--select", o->select, "Compare one subtree of each side that has it, prefix stripped (e.g. app.model)")
       ->type_name("PREFIX");
+  add_map_options(sub, o->map, o->config);
   sub->add_option("--include", o->include, "Compare only keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_option("--exclude", o->exclude, "Leave out keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_option("--atol", o->atol, "Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)")

@@ -1,6 +1,7 @@
 #include "cmd/format.h"
 
 #include <cstdio>
+#include <iostream>
 
 namespace dcpctl::cli {
 
@@ -26,6 +27,18 @@ std::string dims_str(const std::vector<int64_t>& d) {
 
 std::string pad(const std::string& s, size_t width) {
   return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
+}
+
+void print_map_summary(const nlohmann::json& r) {
+  if (!r.contains("map")) return;
+  const auto& m = r["map"];
+  std::cerr << "map " << m["name"].get<std::string>() << " (" << m["direction"].get<std::string>() << "): " << m["mapped"].get<uint64_t>()
+            << " keys made " << m["outputs"].get<uint64_t>() << " tensors";
+  if (!m["left_out"].empty())
+    std::cerr << "; left out " << m["left_out"].size() << " keys no rule covers (first: " << m["left_out"][0].get<std::string>() << ")";
+  if (!m["dropped"].empty()) std::cerr << "; dropped " << m["dropped"].size();
+  if (!m["missing"].empty()) std::cerr << "; could not make " << m["missing"].size() << " (first: " << m["missing"][0].get<std::string>() << ")";
+  std::cerr << "\n";
 }
 
 }  // namespace dcpctl::cli

@@ -64,6 +64,7 @@ int run_reshard(const ReshardCliOptions& o) {
     if (!r["cast"]["dtype"].is_null())
       std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
     std::cerr << "\n";
+    print_map_summary(r);
   }
   return 0;
 }

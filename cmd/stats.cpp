@@ -7,6 +7,7 @@
 #include "cmd/format.h"
 #include "cmd/progress.h"
 #include "cmd/subcommands.h"
+#include "cmd/write_options.h"
 #include "compare/stats.h"
 #include "util/error.h"
 #include "util/size.h"
@@ -16,7 +17,7 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct StatsCliOptions {
-  std::string checkpoint, select, max_memory;
+  std::string checkpoint, select, max_memory, map, config;
   std::vector<std::string> filters, include, exclude;
   int depth = 0;
   bool json = false, check_finite = false, check_zero = false, quiet = false;
@@ -68,6 +69,9 @@ int run_stats(const StatsCliOptions& o) {
   auto in = open_input(o.checkpoint);
   StatsOptions so;
   so.selection.prefix = o.select;
+  so.map = o.map;
+  so.map_config = o.config;
+  if (!o.config.empty() && o.map.empty()) throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
   so.selection.include = o.include;
   so.selection.include.insert(so.selection.include.end(), o.filters.begin(), o.filters.end());
   so.selection.exclude = o.exclude;
@@ -124,6 +128,7 @@ void setup_stats(CLI::App& parent, RunFn& run) {
       ->type_name("N");
   sub->add_option("--filter", o->filters, "Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)")->type_name("GLOB");
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
+  add_map_options(sub, o->map, o->config);
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_flag("--check-finite", o->check_finite,

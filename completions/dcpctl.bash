@@ -42,12 +42,12 @@ _dcpctl_spec() {
             _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '--timeout' '--dtype')
             ;;
         'dcpctl diff')
-            _dcpctl_opts=('-h' '--help' '--select' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
-            _dcpctl_vals=('--select' '--include' '--exclude' '--atol' '--rtol' '--threads' '--max-memory')
+            _dcpctl_opts=('-h' '--help' '--select' '--map' '--config' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
+            _dcpctl_vals=('--select' '--map' '--config' '--include' '--exclude' '--atol' '--rtol' '--threads' '--max-memory')
             ;;
         'dcpctl stats')
-            _dcpctl_opts=('-h' '--help' '--json' '--depth' '--filter' '--select' '--include' '--exclude' '--check-finite' '--check-zero' '--threads' '--max-memory' '-q' '--quiet')
-            _dcpctl_vals=('--depth' '--filter' '--select' '--include' '--exclude' '--threads' '--max-memory')
+            _dcpctl_opts=('-h' '--help' '--json' '--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--check-finite' '--check-zero' '--threads' '--max-memory' '-q' '--quiet')
+            _dcpctl_vals=('--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--threads' '--max-memory')
             ;;
         'dcpctl maps')
             _dcpctl_opts=('-h' '--help' '--json')
@@ -81,6 +81,8 @@ _dcpctl_value() {
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl cast|--config') _dcpctl_kind='file' ;;
+        'dcpctl diff|--config') _dcpctl_kind='file' ;;
+        'dcpctl stats|--config') _dcpctl_kind='file' ;;
         'dcpctl bench staging|--modes') _dcpctl_kind='choice' _dcpctl_choices=('pinned' 'registered' 'pageable' 'cold') ;;
         'dcpctl bench staging|--from-checkpoint') _dcpctl_kind='dir' ;;
         'dcpctl bench staging|--write-to') _dcpctl_kind='dir' ;;

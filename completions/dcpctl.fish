@@ -130,6 +130,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from cast' -a '(__fish_complete_di
 # dcpctl diff
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s h -l help -d 'Print this help message and exit'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l select -x -d 'Compare one subtree of each side that has it, prefix stripped (e.g. app.model)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l include -x -d 'Compare only keys matching this shell glob (repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l exclude -x -d 'Leave out keys matching this shell glob (repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l atol -x -d 'Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)'
@@ -148,6 +150,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l json -d 'Print the 
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l depth -x -d 'Group by the first N components of the key (e.g. 3: app.model.layers) and print the groups'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l filter -x -d 'Only keys matching this shell glob (fnmatch, case-sensitive; repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l select -x -d 'Keep one subtree and strip its prefix (e.g. app.model)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
+complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l include -x -d 'Keep only keys matching this shell glob (repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l exclude -x -d 'Drop keys matching this shell glob (repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from stats' -l check-finite -d 'Exit 3 when a floating or complex tensor holds a NaN or an Inf, naming each with its counts and first index'

@@ -58,17 +58,32 @@ size_t DiffResult::count(DiffStatus s) const {
   return static_cast<size_t>(std::count_if(keys.begin(), keys.end(), [s](const KeyDiff& k) { return k.status == s; }));
 }
 
-DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
+DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   const std::string& prefix = o.selection.prefix;
   bool pa = !prefix.empty() && has_prefix(a.ck.md, prefix), pb = !prefix.empty() && has_prefix(b.ck.md, prefix);
   if (!prefix.empty() && !pa && !pb)
     throw UsageError(Where(), "--select " + prefix + ": neither " + a.path + " nor " + b.path + " has keys under it");
-  auto select_side = [&](const Input& in, bool use_prefix) {
+  auto side_selection = [&](bool use_prefix) {
     Selection s = o.selection;
     if (!use_prefix) s.prefix.clear();
+    return s;
+  };
+  if (!o.map.empty()) {
+    KeyMap km = load_key_map(o.map);
+    // A through the map; B too when its keys are on A's side (else B is already named as the map
+    // names A's tensors).
+    map_input(a, km, side_selection(pa), o.map_config);
     try {
-      return select_items(in.ck.md, s);
+      map_input(b, km, side_selection(pb), o.map_config);
+      if (b.mapped->from != a.mapped->from) b.mapped.reset();
+    } catch (const UsageError&) {
+      b.mapped.reset();
+    }
+  }
+  auto select_side = [&](const Input& in, bool use_prefix) {
+    try {
+      return input_items(in, side_selection(use_prefix));
     } catch (const UsageError&) {
       return std::vector<SelectedItem>{};
     }
@@ -93,7 +108,7 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     auto it = in_b.find(ia.key);
     if (it == in_b.end()) {
       k.status = DiffStatus::OnlyInA;
-      if (ia.tensor) k.a = &a.ck.md.tensors[ia.index];
+      if (ia.tensor) k.a = &input_tensor(a, ia);
     } else {
       b_matched[it->second] = true;
       pairs.push_back({r.keys.size(), &ia, &sb[it->second]});
@@ -105,7 +120,7 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     KeyDiff k;
     k.key = sb[i].key;
     k.status = DiffStatus::OnlyInB;
-    if (sb[i].tensor) k.b = &b.ck.md.tensors[sb[i].index];
+    if (sb[i].tensor) k.b = &input_tensor(b, sb[i]);
     r.keys.push_back(std::move(k));
   }
 
@@ -117,7 +132,7 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
   // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
   // declared before the readers, which give back what they hold when destroyed.
   MemoryGate gate(o.max_memory);
-  WindowReader ra(*a.reader, &gate), rb(*b.reader, &gate);
+  WindowReader ra(*a.reader, &gate, a.mapped ? &*a.mapped : nullptr), rb(*b.reader, &gate, b.mapped ? &*b.mapped : nullptr);
   const uint64_t buffer_budget = std::min(window_budget(a.ck.md, o.max_memory), window_budget(b.ck.md, o.max_memory));
   std::vector<DiffRule> rules(r.keys.size());
   uint64_t total = 0;
@@ -126,8 +141,8 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
     KeyDiff& k = r.keys[p.key];
     if (p.ia->tensor != p.ib->tensor) {
       k.status = DiffStatus::KindChanged;
-      if (p.ia->tensor) k.a = &a.ck.md.tensors[p.ia->index];
-      if (p.ib->tensor) k.b = &b.ck.md.tensors[p.ib->index];
+      if (p.ia->tensor) k.a = &input_tensor(a, *p.ia);
+      if (p.ib->tensor) k.b = &input_tensor(b, *p.ib);
       continue;
     }
     if (!p.ia->tensor) {
@@ -136,8 +151,8 @@ DiffResult diff_inputs(const Input& a, const Input& b, const DiffOptions& o) {
       k.status = *k.value_a == *k.value_b ? DiffStatus::Identical : DiffStatus::ValuesChanged;
       continue;
     }
-    const TensorMeta& ta = a.ck.md.tensors[p.ia->index];
-    const TensorMeta& tb = b.ck.md.tensors[p.ib->index];
+    const TensorMeta& ta = input_tensor(a, *p.ia);
+    const TensorMeta& tb = input_tensor(b, *p.ib);
     k.a = &ta;
     k.b = &tb;
     if (ta.shape != tb.shape) {

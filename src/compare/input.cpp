@@ -35,7 +35,36 @@ std::string value_repr(const Input& in, const BytesMeta& b) {
   return pickle::repr(tree->root, 1u << 20);
 }
 
+void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config) {
+  in.mapped = apply_key_map(map, in.ck.md, select_items(in.ck.md, selection), find_map_config(in.ck.dir, config, ""));
+}
+
+std::vector<SelectedItem> input_items(const Input& in, const Selection& selection) {
+  if (!in.mapped) return select_items(in.ck.md, selection);
+  std::vector<SelectedItem> out;
+  for (size_t i = 0; i < in.mapped->tensors.size(); ++i) {
+    const std::string& key = in.mapped->tensors[i].meta.fqn;
+    out.push_back({true, static_cast<uint32_t>(i), key, {PathElem{false, key, 0}}});
+  }
+  return out;
+}
+
+const TensorMeta& input_tensor(const Input& in, const SelectedItem& item) {
+  return in.mapped ? in.mapped->tensors[item.index].meta : in.ck.md.tensors[item.index];
+}
+
+const MappedTensor* mapped_tensor(const Input& in, const TensorMeta& t) {
+  if (!in.mapped) return nullptr;
+  for (const auto& mt : in.mapped->tensors)
+    if (&mt.meta == &t) return &mt;
+  return nullptr;
+}
+
 void require_tiled(const Input& in, const TensorMeta& t) {
+  if (const MappedTensor* mt = mapped_tensor(in, t)) {
+    for (const MapPart& part : mt->parts) require_tiled(in, in.ck.md.tensors[part.tensor]);
+    return;
+  }
   for (size_t i = 0; i < t.num_chunks(); ++i)
     if (!t.storage[i].present() && t.chunk_numel(i) > 0)
       throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "chunk " + std::to_string(i) + " has no storage entry");

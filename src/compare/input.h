@@ -10,6 +10,8 @@
 
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
+#include "meta/keymap.h"
+#include "meta/select.h"
 
 namespace dcpctl {
 
@@ -18,12 +20,23 @@ struct Input {
   Checkpoint ck;
   std::map<std::string, std::string> inline_values;  // torch.save files: key -> repr of a non-tensor leaf
   std::unique_ptr<ItemReader> reader;                // reads ck (which therefore never moves)
+  std::optional<MappedModel> mapped;                 // --map: its tensors seen through a key map
 };
 
 std::unique_ptr<Input> open_input(const std::string& path);
 
 // A non-tensor value as Python would repr it (decoded by the restricted VM, never executed).
 std::string value_repr(const Input& in, const BytesMeta& b);
+
+// --map: the input's selected tensors seen through `map` (meta/keymap.h), its parameters from
+// `config` or the input's own config.json. Throws what apply_key_map throws.
+void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config);
+// The selected items: the map's tensors (index: into mapped->tensors) when the input is mapped.
+std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
+// The tensor an item of input_items names.
+const TensorMeta& input_tensor(const Input& in, const SelectedItem& item);
+// The map's tensor whose synthetic meta `t` is, or null for a saved tensor.
+const MappedTensor* mapped_tensor(const Input& in, const TensorMeta& t);
 
 // Throws FormatError naming the tensor when its chunks do not tile it exactly (a hole or an
 // overlap would make a window's bytes undefined).

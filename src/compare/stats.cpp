@@ -50,11 +50,12 @@ json json_float(double v) {
   return v;
 }
 
-StatsResult compute_stats(const Input& in, const StatsOptions& o) {
+StatsResult compute_stats(Input& in, const StatsOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   StatsResult r;
   const Metadata& md = in.ck.md;
-  std::vector<SelectedItem> items = select_items(md, o.selection);
+  if (!o.map.empty()) map_input(in, load_key_map(o.map), o.selection, o.map_config);
+  std::vector<SelectedItem> items = input_items(in, o.selection);
   struct Task {
     size_t report;
     Window w;
@@ -64,7 +65,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
   // declared before the reader, which gives back what it holds when destroyed.
   MemoryGate gate(o.max_memory);
   const uint64_t buffer_budget = window_budget(md, o.max_memory);
-  WindowReader reader(*in.reader, &gate);
+  WindowReader reader(*in.reader, &gate, in.mapped ? &*in.mapped : nullptr);
   uint64_t total_bytes = 0;
   unsigned threads = std::max(1u, o.threads);
   for (const auto& it : items) {
@@ -72,7 +73,7 @@ StatsResult compute_stats(const Input& in, const StatsOptions& o) {
       ++r.values;
       continue;
     }
-    const TensorMeta& t = md.tensors[it.index];
+    const TensorMeta& t = input_tensor(in, it);
     TensorStatsReport rep;
     rep.key = it.key;
     rep.t = &t;

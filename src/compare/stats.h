@@ -42,6 +42,7 @@ struct StatsOptions {
   uint64_t window_bytes = 32ull << 20;  // per window of raw elements (float64 widening on top)
   int depth = 0;                        // group by the first `depth` key components (0: no groups)
   bool check_finite = false, check_zero = false;
+  std::string map, map_config;  // --map NAME|FILE, --config FILE (meta/keymap.h)
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
@@ -61,7 +62,7 @@ struct StatsResult {
   bool finite_ok = true, zero_ok = true;
 };
 
-StatsResult compute_stats(const Input& in, const StatsOptions& o);
+StatsResult compute_stats(Input& in, const StatsOptions& o);
 
 // The shape of the values summarised: t.shape, with a trailing 2 for complex (view_as_real).
 std::vector<int64_t> value_shape(const TensorMeta& t);

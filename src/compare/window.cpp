@@ -66,22 +66,33 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i) {
   return idx;
 }
 
+WindowReader::WindowReader(const ItemReader& reader, MemoryGate* gate, const MappedModel* mapped)
+    : reader_(reader), decoded_(reader, gate), chunks_(reader, 16ull << 20, &decoded_) {
+  if (mapped)
+    for (const auto& mt : mapped->tensors) mapped_.emplace(&mt.meta, &mt);
+}
+
+std::vector<Piece> WindowReader::pieces(const TensorMeta& t, const Box& box) const {
+  auto it = mapped_.find(&t);
+  return it == mapped_.end() ? plan_pieces(t, box) : plan_mapped_pieces(reader_.checkpoint().md, *it->second, box);
+}
+
 void WindowReader::expect(const TensorMeta& t, const std::vector<Window>& windows) {
   for (const Window& w : windows)
-    for (const Piece& p : plan_pieces(t, window_box(t.shape, w))) chunks_.expect(t, p.chunk);
+    for (const Piece& p : pieces(t, window_box(t.shape, w))) chunks_.expect(*p.source, p.chunk);
 }
 
 void WindowReader::fill(const TensorMeta& t, const Window& w, uint8_t* dst, uint8_t* scratch) {
   Box box = window_box(t.shape, w);
-  std::vector<Piece> pieces = plan_pieces(t, box);
+  std::vector<Piece> ps = pieces(t, box);
   uint64_t filled = 0;
-  for (const Piece& p : pieces) filled += p.bytes;
+  for (const Piece& p : ps) filled += p.bytes;
   const uint64_t bytes = w.numel * itemsize(*t.dtype);
   if (filled != bytes)  // checked before reading: a gap would leave bytes of dst unwritten
     throw FormatError(Where(reader_.checkpoint().metadata_path, std::nullopt, t.fqn),
                       "the chunks hold " + std::to_string(filled) + " of the " + std::to_string(bytes) +
                           " bytes of the window from flat index " + std::to_string(w.start));
-  assemble_box(chunks_, t, box, pieces, dst, scratch);
+  assemble_box(chunks_, t, box, ps, dst, scratch);
 }
 
 }  // namespace dcpctl

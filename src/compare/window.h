@@ -19,6 +19,8 @@
 #include "item/decoded_chunks.h"
 #include "item/item_reader.h"
 #include "meta/geometry.h"
+#include "meta/keymap.h"
+#include <unordered_map>
 #include "util/memory_gate.h"
 
 namespace dcpctl {
@@ -49,8 +51,9 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i);
 // gate, each window decodes it for itself. Safe to use from several threads.
 class WindowReader {
  public:
-  WindowReader(const ItemReader& reader, MemoryGate* gate)
-      : reader_(reader), decoded_(reader, gate), chunks_(reader, 16ull << 20, &decoded_) {}
+  // `mapped`: the key map's tensors (meta/keymap.h) a TensorMeta given here may be the synthetic
+  // meta of; their windows are filled from the saved tensors' pieces.
+  WindowReader(const ItemReader& reader, MemoryGate* gate, const MappedModel* mapped = nullptr);
   // The windows of `t` that will be filled, each once.
   void expect(const TensorMeta& t, const std::vector<Window>& windows);
   // Window w of `t` into dst (w.numel * itemsize bytes); `scratch`, as many bytes, holds the
@@ -61,7 +64,9 @@ class WindowReader {
   uint64_t decodes() const { return decoded_.decodes(); }
 
  private:
+  std::vector<Piece> pieces(const TensorMeta& t, const Box& box) const;
   const ItemReader& reader_;
+  std::unordered_map<const TensorMeta*, const MappedTensor*> mapped_;
   DecodedChunks decoded_;
   LocalChunks chunks_;
 };

@@ -67,15 +67,13 @@ void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const s
     return x.source != y.source ? std::less<const TensorMeta*>()(x.source, y.source) : x.chunk < y.chunk;
   };
   std::stable_sort(order.begin(), order.end(), chunk_less);
-  // The pieces one chunk gives (more than one only for a key map's output: a row each, say). They
-  // come from one whole copy of the chunk when the source sends each chunk once (ordered) or the
-  // chunk is decoded whole (zstd); otherwise each piece is read alone.
+  // The pieces one chunk gives (more than one only for a key map's output: a row each, say) come
+  // from one whole copy of it (the plan counts it in the record's need): one read, not one per
+  // row, the chunk sent once by an ordered source, decoded once when zstd.
   std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in order
   for (size_t i = 0; i < order.size();) {
     size_t j = i + 1;
-    const Piece& p = pieces[order[i]];
-    if (src.ordered() || p.source->storage[p.chunk].transforms != 0)
-      while (j < order.size() && !chunk_less(order[i], order[j])) ++j;
+    while (j < order.size() && !chunk_less(order[i], order[j])) ++j;
     groups.push_back({i, j});
     i = j;
   }

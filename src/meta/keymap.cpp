@@ -434,6 +434,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
               part.to.assign(shape.size(), 0);
               part.drop = static_cast<int>(dim);
               mt.parts.push_back(part);
+              mt.transforms = {"unstack"};
               mt.inputs.push_back(it.key);
               out.tensors.push_back(std::move(mt));
             }
@@ -474,6 +475,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
               part.to[static_cast<size_t>(dim)] = e;
               part.add = static_cast<int>(dim);
               mt.parts.push_back(part);
+              mt.transforms = {"stack"};
               mt.inputs.push_back(keys[static_cast<size_t>(e)]);
             }
             out.tensors.push_back(std::move(mt));
@@ -490,6 +492,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
             if (t.ndim() < 1) shape_error(it.key, "a 0-d tensor has no rows to reorder");
             part.rows = rope_of(rule.rope, t.shape[0], it.key, rname);
           }
+          mt.transforms = {part.rows ? "rope" : "rename"};
           mt.parts.push_back(part);
           mt.inputs.push_back(it.key);
           out.tensors.push_back(std::move(mt));
@@ -523,6 +526,8 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
               if (dim != 0) shape_error(it.key, "RoPE rows of a part split along dimension " + std::to_string(dim));
               part.rows = rope_of(rule.side[to][k].rope, spans[k].second, mt.meta.fqn, rname);
             }
+            mt.transforms = {"split"};
+            if (part.rows) mt.transforms.push_back("rope");
             mt.parts.push_back(part);
             mt.inputs.push_back(it.key);
             out.tensors.push_back(std::move(mt));
@@ -575,6 +580,8 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
             if (dim != 0) shape_error(keys[k], "RoPE rows of a part joined along dimension " + std::to_string(dim));
             part.rows = rope_of(rule.side[from][k].rope, pk.shape[0], keys[k], rname);
           }
+          if (mt.transforms.empty()) mt.transforms = {"join"};
+          if (part.rows && mt.transforms.size() == 1) mt.transforms.push_back("rope");
           at += pk.shape[static_cast<size_t>(dim)];
           mt.parts.push_back(part);
           mt.inputs.push_back(keys[k]);
@@ -591,13 +598,16 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
     if (!seen.insert(mt.meta.fqn).second)
       throw UsageError(Where(md.source, std::nullopt, mt.meta.fqn), "map " + map.name + " makes this key twice (two rules, or a pattern matching two inputs)");
   if (params.used_config()) out.config = config.path;
+  std::set<std::string> inputs;
+  for (const auto& mt : out.tensors) inputs.insert(mt.inputs.begin(), mt.inputs.end());
+  out.inputs = inputs.size();
   if (config.json.is_object() && config.json.contains("tie_word_embeddings") && config.json["tie_word_embeddings"].is_boolean())
     out.tied = config.json["tie_word_embeddings"].get<bool>() ? "true" : "false";
   return out;
 }
 
 json MappedModel::describe() const {
-  json j = {{"name", name},         {"direction", from + "->" + to}, {"mapped", tensors.size()}, {"left_out", left_out},
+  json j = {{"name", name},         {"direction", from + "->" + to}, {"mapped", inputs}, {"outputs", tensors.size()}, {"left_out", left_out},
             {"dropped", dropped},   {"missing", missing}};
   j["config"] = config.empty() ? json() : json(config);
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");

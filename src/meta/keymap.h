@@ -105,11 +105,15 @@ struct MappedTensor {
   std::vector<MapPart> parts;
   size_t rule = 0;
   std::vector<std::string> inputs;  // the input keys it is made of
+  // What the rule does to them, for --dry-run: "rename", "rope", "split", "join", "unstack",
+  // "stack" (and "rope" beside the latter where a part's rows are reordered).
+  std::vector<std::string> transforms;
 };
 
 struct MappedModel {
   std::string name, from, to;     // the map, and the sides mapped from and to
   std::vector<MappedTensor> tensors;  // in the input's order (split parts in order)
+  size_t inputs = 0;                  // input keys the outputs are made of
   std::vector<std::string> left_out;  // selected keys no rule covers (tensors and other items)
   std::vector<std::string> dropped;   // input keys a one-sided rule drops
   std::vector<std::string> missing;   // output keys a rule would make but some input is missing

@@ -308,6 +308,7 @@ json WritePlan::describe() const {
         pieces.push_back({{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
     out.push_back({{"key", pt.key}, {"dtype", torch_name(pt.dst)}, {"shape", pt.t->shape}, {"box", r.box.text()}, {"file", files[r.dest].name},
                    {"bytes", r.out_bytes}, {"streams", r.streams}, {"need", r.need}, {"pieces", pieces}});
+    if (pt.mapped) out.back()["from"] = {{"keys", pt.mapped->inputs}, {"transforms", pt.mapped->transforms}};
   }
   return out;
 }

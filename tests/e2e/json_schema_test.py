@@ -92,7 +92,7 @@ OPTIONAL = {
     "verify": {"/layout", "/checksums"},
     # lightning_meta: only for a Lightning checkpoint (meta.pt)
     # map: only with --map, and a piece's tensor with it
-    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor"},
+    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "reshard": {"/map"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
     "cast": {"/map"},
