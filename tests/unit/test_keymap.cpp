@@ -1,0 +1,269 @@
+// Key maps (meta/keymap.h) as geometry: a mapped output assembled from its pieces
+// (plan_mapped_pieces + assemble_box) equals the transform computed element by element here, for
+// shardings the torchtitan fixtures (FSDP dim-0 shards, all runs) never produce: column shards
+// (pieces copied with their frames), uneven row shards, target boxes that cut heads, experts
+// stacked and unstacked. And the refusals: a missing parameter, no key matched, a bad map file,
+// rows that are not heads x head_dim.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "item/chunk_source.h"
+#include "meta/keymap.h"
+#include "meta/pieces.h"
+#include "metadata_models.h"
+#include "util/error.h"
+
+namespace dcpctl {
+namespace {
+
+// Every saved tensor's element i holds 1000 * (its index in the checkpoint + 1) + i.
+class ValueChunks final : public ChunkSource {
+ public:
+  ValueChunks(const Metadata& md, bool ordered, bool ranges) : md_(md), ordered_(ordered), ranges_(ranges) {}
+  std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
+  void read(unsigned, const TensorMeta&, size_t, const WindowFn&, MemoryGate*) override { FAIL("not used"); }
+  void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
+    std::vector<float> full = values(t);
+    Box cb = chunk_box(t, chunk);
+    copy_box(reinterpret_cast<const uint8_t*>(full.data()), whole_box(t), dst, cb, cb, 4);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++reads;
+  }
+  void read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override {
+    std::vector<uint8_t> whole(t.chunk_numel(chunk) * 4);
+    read_into(lane, t, chunk, whole.data());
+    std::memcpy(dst, whole.data() + from, n);
+  }
+  bool reads_ranges() const override { return ranges_; }
+  bool ordered() const override { return ordered_; }
+  std::vector<float> values(const TensorMeta& t) const {
+    std::vector<float> v(t.numel());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1000 * (&t - md_.tensors.data() + 1) + static_cast<int64_t>(i));
+    return v;
+  }
+  int reads = 0;
+
+ private:
+  const Metadata& md_;
+  bool ordered_, ranges_;
+  std::mutex mu_;
+};
+
+KeyMap map_of(const std::string& text) {
+  char name[] = "/tmp/dcpctl-map-XXXXXX.json";
+  int fd = ::mkstemps(name, 5);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  std::string path = name;
+  std::ofstream(path) << text;
+  KeyMap m = load_key_map(path);
+  std::remove(path.c_str());
+  return m;
+}
+
+std::vector<SelectedItem> all_items(const Metadata& md) {
+  std::vector<SelectedItem> out;
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) out.push_back({true, i, md.tensors[i].fqn, {}});
+  return out;
+}
+
+MapConfig config(const std::string& json) { return {nlohmann::json::parse(json), "config.json"}; }
+
+// Box `b` of mapped tensor `mt`, assembled from its pieces over every kind of source.
+std::vector<std::vector<float>> assembled(const Metadata& md, const MappedTensor& mt, const Box& b) {
+  std::vector<std::vector<float>> out;
+  for (int kind = 0; kind < 3; ++kind) {
+    ValueChunks src(md, kind == 1, kind == 2);
+    std::vector<float> dst(b.numel(), -1);
+    assemble_box(src, mt.meta, b, plan_mapped_pieces(md, mt, b), reinterpret_cast<uint8_t*>(dst.data()), 2);
+    out.push_back(dst);
+  }
+  return out;
+}
+
+// Element (r, c) of a 2-d box of a 2-d full tensor `f` of `cols` columns.
+std::vector<float> cut(const std::vector<float>& f, int64_t cols, const Box& b) {
+  std::vector<float> out;
+  for (int64_t r = b.offsets[0]; r < b.offsets[0] + b.sizes[0]; ++r)
+    for (int64_t c = b.offsets[1]; c < b.offsets[1] + b.sizes[1]; ++c) out.push_back(f[static_cast<size_t>(r * cols + c)]);
+  return out;
+}
+
+// torchtitan's _permute (interleaved -> halves) of rows heads x hd: out (h, a, j) <- in (h, j, a).
+std::vector<float> permute_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols, bool to_halves) {
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t j = 0; j < hd / 2; ++j) {
+        int64_t halves = h * hd + a * (hd / 2) + j, inter = h * hd + 2 * j + a;
+        int64_t o = to_halves ? halves : inter, i = to_halves ? inter : halves;
+        for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(o * cols + c)] = w[static_cast<size_t>(i * cols + c)];
+      }
+  return out;
+}
+
+const char* kRopeMap = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["titan", "hf"],
+  "params": {"n_heads": {"config": "num_attention_heads"}, "n_kv": {"config": ["num_key_value_heads", "num_attention_heads"]},
+             "head_dim": {"config": "head_dim", "default": "hidden_size / num_attention_heads"}},
+  "rules": [
+    {"titan": "layers.{L}.wq", "hf": "model.layers.{L}.q_proj", "rope": {"heads": "n_heads", "head_dim": "head_dim"}},
+    {"titan": "layers.{L}.wqkv", "dim": 0,
+     "hf": [{"key": "model.layers.{L}.q", "size": "n_heads * head_dim", "rope": {"heads": "n_heads", "head_dim": "head_dim"}},
+            {"key": "model.layers.{L}.k", "size": "n_kv * head_dim", "rope": {"heads": "n_kv", "head_dim": "head_dim"}},
+            {"key": "model.layers.{L}.v", "size": "n_kv * head_dim"}]},
+    {"titan": "layers.{L}.experts.w1", "hf": "model.layers.{L}.experts.{E}.gate", "experts": {"dim": 0, "count": "n_experts"}},
+    {"hf": "model.layers.{L}.inv_freq"}
+  ]})";
+
+}  // namespace
+
+TEST_CASE("keymap: RoPE rows of a column-sharded tensor, whole and in boxes that cut heads") {
+  // 2 heads of head_dim 4, 3 columns, saved in two column shards: no piece is a run.
+  Checkpoint ck = checkpoint({tensor("layers.0.wq", {8, 3}, {{0, 0, 8, 2}, {0, 2, 8, 1}}, DType::Float32, 2),
+                              tensor("optimizer.state", {4}, {{0, 4}})});
+  MappedModel mm = apply_key_map(map_of(kRopeMap), ck.md, all_items(ck.md), config(R"({"num_attention_heads": 2, "hidden_size": 8})"));
+  REQUIRE(mm.from == "titan");
+  REQUIRE(mm.tensors.size() == 1);
+  CHECK(mm.tensors[0].meta.fqn == "model.layers.0.q_proj");
+  CHECK(mm.left_out == std::vector<std::string>{"optimizer.state"});
+  CHECK(mm.inputs == 1);
+  ValueChunks v(ck.md, false, false);
+  std::vector<float> want = permute_rows(v.values(ck.md.tensors[0]), 2, 4, 3, true);
+  for (const Box& b : {box({0, 0}, {8, 3}), box({3, 0}, {3, 3}), box({5, 1}, {2, 2})}) {
+    INFO(b.text());
+    for (const auto& got : assembled(ck.md, mm.tensors[0], b)) CHECK(got == cut(want, 3, b));
+  }
+  // And back: halves -> interleaved gives the saved rows again.
+  CHECK(permute_rows(want, 2, 4, 3, false) == v.values(ck.md.tensors[0]));
+}
+
+TEST_CASE("keymap: a fused tensor split with RoPE on two parts, and joined back from the parts") {
+  // q: 2 heads x 4 rows, k and v: 1 x 4; 2 columns; three uneven row shards.
+  Checkpoint ck = checkpoint({tensor("layers.3.wqkv", {16, 2}, {{0, 0, 5, 2}, {5, 0, 9, 2}, {14, 0, 2, 2}})});
+  MapConfig cfg = config(R"({"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4})");
+  KeyMap km = map_of(kRopeMap);
+  MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), cfg);
+  REQUIRE(mm.tensors.size() == 3);
+  ValueChunks v(ck.md, false, false);
+  std::vector<float> w = v.values(ck.md.tensors[0]);
+  std::vector<float> q(w.begin(), w.begin() + 16), k(w.begin() + 16, w.begin() + 24), val(w.begin() + 24, w.end());
+  std::map<std::string, std::vector<float>> want = {{"model.layers.3.q", permute_rows(q, 2, 4, 2, true)},
+                                                    {"model.layers.3.k", permute_rows(k, 1, 4, 2, true)},
+                                                    {"model.layers.3.v", val}};
+  for (const auto& mt : mm.tensors) {
+    INFO(mt.meta.fqn);
+    REQUIRE(want.count(mt.meta.fqn));
+    Box whole = whole_box(mt.meta);
+    for (const auto& got : assembled(ck.md, mt, whole)) CHECK(got == want[mt.meta.fqn]);
+  }
+  CHECK(mm.tensors[0].transforms == std::vector<std::string>{"split", "rope"});
+
+  // Join: the hf side's three tensors, column-sharded, make the fused tensor with the rows back in
+  // the interleaved order.
+  Checkpoint hf = checkpoint({tensor("model.layers.3.q", {8, 2}, {{0, 0, 8, 1}, {0, 1, 8, 1}}),
+                              tensor("model.layers.3.k", {4, 2}, {{0, 0, 4, 2}}), tensor("model.layers.3.v", {4, 2}, {{0, 0, 2, 2}, {2, 0, 2, 2}}),
+                              tensor("model.layers.3.inv_freq", {2}, {{0, 2}})});
+  MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
+  REQUIRE(back.from == "hf");
+  REQUIRE(back.tensors.size() == 1);
+  CHECK(back.dropped == std::vector<std::string>{"model.layers.3.inv_freq"});
+  ValueChunks hv(hf.md, false, false);
+  std::vector<float> fused = permute_rows(hv.values(hf.md.tensors[0]), 2, 4, 2, false);
+  std::vector<float> kk = permute_rows(hv.values(hf.md.tensors[1]), 1, 4, 2, false), vv = hv.values(hf.md.tensors[2]);
+  fused.insert(fused.end(), kk.begin(), kk.end());
+  fused.insert(fused.end(), vv.begin(), vv.end());
+  for (const Box& b : {box({0, 0}, {16, 2}), box({6, 0}, {6, 2})})
+    for (const auto& got : assembled(hf.md, back.tensors[0], b)) CHECK(got == cut(fused, 2, b));
+}
+
+TEST_CASE("keymap: experts unstacked from a stack sharded along its rows, and stacked again in rank boxes") {
+  Checkpoint ck = checkpoint({tensor("layers.1.experts.w1", {3, 4, 2}, {{0, 0, 0, 3, 3, 2}, {0, 3, 0, 3, 1, 2}})});
+  MapConfig cfg = config(R"({"n_experts": 3})");
+  KeyMap km = map_of(R"({"schema": "dcpctl-map/1", "name": "e", "sides": ["titan", "hf"], "params": {"n_experts": {"config": "n_experts"}},
+    "rules": [{"titan": "layers.{L}.experts.w1", "hf": "model.layers.{L}.experts.{E}.gate", "experts": {"dim": 0, "count": "n_experts"}}]})");
+  MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), cfg);
+  REQUIRE(mm.tensors.size() == 3);
+  CHECK(mm.inputs == 1);
+  ValueChunks v(ck.md, false, false);
+  std::vector<float> w = v.values(ck.md.tensors[0]);
+  for (int e = 0; e < 3; ++e) {
+    const MappedTensor& mt = mm.tensors[static_cast<size_t>(e)];
+    CHECK(mt.meta.fqn == "model.layers.1.experts." + std::to_string(e) + ".gate");
+    CHECK(mt.meta.shape == std::vector<int64_t>{4, 2});
+    std::vector<float> want(w.begin() + e * 8, w.begin() + e * 8 + 8);
+    for (const auto& got : assembled(ck.md, mt, whole_box(mt.meta))) CHECK(got == want);
+  }
+  // Stack: three per-expert tensors (two column-sharded) into [3, 4, 2], written in two row boxes.
+  Checkpoint hf = checkpoint({tensor("model.layers.1.experts.0.gate", {4, 2}, {{0, 0, 4, 1}, {0, 1, 4, 1}}),
+                              tensor("model.layers.1.experts.1.gate", {4, 2}, {{0, 0, 4, 2}}),
+                              tensor("model.layers.1.experts.2.gate", {4, 2}, {{0, 0, 1, 2}, {1, 0, 3, 2}})});
+  MappedModel st = apply_key_map(km, hf.md, all_items(hf.md), cfg);
+  REQUIRE(st.tensors.size() == 1);
+  CHECK(st.tensors[0].meta.fqn == "layers.1.experts.w1");
+  CHECK(st.tensors[0].meta.shape == std::vector<int64_t>{3, 4, 2});
+  ValueChunks hv(hf.md, false, false);
+  std::vector<float> full;
+  for (const auto& t : hf.md.tensors) {
+    std::vector<float> x = hv.values(t);
+    full.insert(full.end(), x.begin(), x.end());
+  }
+  for (auto [first, rows] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}}) {
+    Box b = box({first, 0, 0}, {rows, 4, 2});
+    std::vector<float> want(full.begin() + first * 8, full.begin() + (first + rows) * 8);
+    for (const auto& got : assembled(hf.md, st.tensors[0], b)) CHECK(got == want);
+  }
+  // A missing expert: the stack is not made, and that is said.
+  Checkpoint gap = checkpoint({tensor("model.layers.1.experts.0.gate", {4, 2}, {{0, 0, 4, 2}}),
+                               tensor("model.layers.1.experts.2.gate", {4, 2}, {{0, 0, 4, 2}}),
+                               tensor("model.layers.1.other", {4, 2}, {{0, 0, 4, 2}})});
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg), Catch::Contains("makes no tensor"));
+}
+
+TEST_CASE("keymap: refusals name what is wrong") {
+  Checkpoint ck = checkpoint({tensor("layers.0.wq", {8, 3}, {{0, 0, 8, 3}})});
+  KeyMap km = map_of(kRopeMap);
+  // No config value for the heads: the parameter and the keys looked for are named.
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config("{}")),
+                    Catch::Contains("needs parameter n_heads") && Catch::Contains("num_attention_heads"));
+  CHECK_THROWS_AS(apply_key_map(km, ck.md, all_items(ck.md), config("{}")), UsageError);
+  // Rows that are not heads x head_dim.
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"num_attention_heads": 3, "head_dim": 4})")),
+                    Catch::Contains("rows are not 3 heads of 4"));
+  // A map none of whose patterns match.
+  Checkpoint other = checkpoint({tensor("encoder.w", {2}, {{0, 2}})});
+  CHECK_THROWS_WITH(apply_key_map(km, other.md, all_items(other.md), config("{}")), Catch::Contains("matches none of the selected keys"));
+  // Bad map files: the rule and field are named.
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "perm": 1}]})"),
+                    Catch::Contains("rule 0 has an unknown field \"perm\""));
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k"}]})"),
+                    Catch::Contains("dcpctl-map/1"));
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k.{L", "b": "j"}]})"),
+                    Catch::Contains("unclosed"));
+  CHECK_THROWS_WITH(load_key_map("no-such-map"), Catch::Contains("no built-in map") && Catch::Contains("torchtitan-llama3"));
+  // A parameter defined in terms of itself.
+  KeyMap loop = map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "n + 1"}},
+    "rules": [{"a": "w", "b": "v", "rope": {"heads": "n", "head_dim": "2"}}]})");
+  Checkpoint w = checkpoint({tensor("w", {4, 1}, {{0, 0, 4, 1}})});
+  CHECK_THROWS_WITH(apply_key_map(loop, w.md, all_items(w.md), config("{}")), Catch::Contains("in terms of itself"));
+}
+
+TEST_CASE("keymap: every built-in map parses, and names two sides") {
+  std::vector<KeyMap> maps = builtin_key_maps();
+  REQUIRE(maps.size() >= 4);
+  for (const auto& m : maps) {
+    INFO(m.name);
+    CHECK(load_key_map(m.name).rules.size() == m.rules.size());
+    CHECK_FALSE(m.sides[0].empty());
+    CHECK_FALSE(m.description.empty());
+  }
+}
+
+}  // namespace dcpctl
