@@ -8,6 +8,7 @@
 #include "build_info.h"
 #include "cmd/exit_codes.h"
 #include "cmd/generate_model.h"
+#include "meta/keymap.h"
 
 namespace dcpctl::cli::gen {
 namespace {
@@ -282,6 +283,15 @@ std::string emit_man(const CommandDoc& root) {
                 "files (pytorch_model.bin.index.json and pytorch_model-i-of-N.bin, or one pytorch_model.bin). A run folder (step-N, checkpoint_N, ... "
                 "subfolders, as torchtitan and Ray Train leave them) goes to ls, latest and prune; any other command "
                 "given one exits 2 naming its newest complete checkpoint.");
+  o << ".SH KEY MAPS\n";
+  text_lines(o, "--map NAME|FILE (consolidate, reshard, cast, diff, stats) renames and reshapes tensors between two "
+                "naming conventions as torchtitan's state-dict adapters do; the direction follows the input's keys, "
+                "parameters come from config.json (--config, --assets DIR, or beside the checkpoint). A FILE is a "
+                "dcpctl-map/1 JSON map (docs/maps.md). The built-in maps (dcpctl maps):");
+  for (const KeyMap& m : builtin_key_maps()) {
+    o << ".TP\n" << bold(m.name) << "\n";
+    text_lines(o, m.sides[0] + " <-> " + m.sides[1] + ": " + m.description);
+  }
   o << ".SH EXIT STATUS\n";
   for (const ExitCodeDoc& e : kExitCodes) {
     o << ".TP\n" << bold(std::to_string(static_cast<int>(e.code))) << "\n";
