@@ -1,5 +1,5 @@
 # Writes OUT: builtin_key_map_texts() returning every map file of MAPS_DIR (*.json) as
-# {file stem, text}. Run by src/CMakeLists.txt at build time (cmake -P).
+# {file stem, text}. Included by src/CMakeLists.txt at configure time.
 file(GLOB MAPS "${MAPS_DIR}/*.json")
 list(SORT MAPS)
 set(body "")
