@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "meta/pieces.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -363,12 +364,6 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
     mt.rule = rule;
     return mt;
   };
-  auto whole = [](const TensorMeta& t) {
-    Box b;
-    b.offsets.assign(t.ndim(), 0);
-    b.sizes = t.shape;
-    return b;
-  };
   auto rope_of = [&](const json& rope, int64_t rows, const std::string& key, const std::string& rule) -> std::shared_ptr<const std::vector<int64_t>> {
     if (rope.is_null()) return nullptr;
     std::string why = "the RoPE row order of " + key + " (" + rule + ")";
@@ -419,7 +414,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
           if (stacked_is_from) {
             // One stacked tensor -> count tensors.
             if (dim < 0 || dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(dim)] != count)
-              shape_error(it.key, "dimension " + std::to_string(dim) + " of shape " + whole(t).text() + " is not the " + std::to_string(count) + " experts");
+              shape_error(it.key, "dimension " + std::to_string(dim) + " of shape " + whole_box(t).text() + " is not the " + std::to_string(count) + " experts");
             for (int64_t e = 0; e < count; ++e) {
               auto v = vals;
               v[ename] = std::to_string(e);
@@ -428,7 +423,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
               MappedTensor mt = new_tensor(tp[0].fill(v), shape, t, ri);
               MapPart part;
               part.tensor = it.index;
-              part.from = whole(t);
+              part.from = whole_box(t);
               part.from.offsets[static_cast<size_t>(dim)] = e;
               part.from.sizes[static_cast<size_t>(dim)] = 1;
               part.to.assign(shape.size(), 0);
@@ -470,7 +465,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
                 shape_error(keys[static_cast<size_t>(e)], "experts of one stack differ in shape or dtype from " + keys[0]);
               MapPart part;
               part.tensor = parts[static_cast<size_t>(e)]->tensor;
-              part.from = whole(pe);
+              part.from = whole_box(pe);
               part.to.assign(shape.size(), 0);
               part.to[static_cast<size_t>(dim)] = e;
               part.add = static_cast<int>(dim);
@@ -486,7 +481,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
           MappedTensor mt = new_tensor(tp[0].fill(vals), t.shape, t, ri);
           MapPart part;
           part.tensor = it.index;
-          part.from = whole(t);
+          part.from = whole_box(t);
           part.to.assign(t.ndim(), 0);
           if (!rule.rope.is_null()) {
             if (t.ndim() < 1) shape_error(it.key, "a 0-d tensor has no rows to reorder");
@@ -518,7 +513,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
             MappedTensor mt = new_tensor(tp[k].fill(vals), shape, t, ri);
             MapPart part;
             part.tensor = it.index;
-            part.from = whole(t);
+            part.from = whole_box(t);
             part.from.offsets[static_cast<size_t>(dim)] = spans[k].first;
             part.from.sizes[static_cast<size_t>(dim)] = spans[k].second;
             part.to.assign(t.ndim(), 0);
@@ -573,7 +568,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
           const TensorMeta& pk = tensor_of(parts[k]->tensor);
           MapPart part;
           part.tensor = parts[k]->tensor;
-          part.from = whole(pk);
+          part.from = whole_box(pk);
           part.to.assign(shape.size(), 0);
           part.to[static_cast<size_t>(dim)] = at;
           if (!rule.side[from][k].rope.is_null()) {

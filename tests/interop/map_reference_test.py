@@ -47,26 +47,8 @@ import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
 from map_reference import MapError, apply_map, load_map  # noqa: E402
 
-FAILURES: list[str] = []
-PASSED = 0
-
-
-def check(cond: bool, msg: str) -> bool:
-    global PASSED
-    if cond:
-        PASSED += 1
-    else:
-        FAILURES.append(msg)
-        print("FAIL: " + msg, file=sys.stderr, flush=True)
-    return cond
-
-
-def problems(ps: list[str]) -> None:
-    global PASSED
-    if not ps:
-        PASSED += 1
-    for p in ps:
-        check(False, p)
+TALLY = mo.Tally()
+check, problems = TALLY.check, TALLY.problems
 
 
 def raises(fn, needle: str, what: str) -> None:
@@ -179,8 +161,7 @@ def main() -> int:
 
                 traceback.print_exc()
                 check(False, f"{case.name}: {type(e).__name__}: {e}")
-    print(f"map_reference_test: {PASSED} checks passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return TALLY.summary("map_reference_test")
 
 
 if __name__ == "__main__":

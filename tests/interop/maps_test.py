@@ -63,27 +63,8 @@ import map_oracle as mo  # noqa: E402
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 DCPCTL = ""
-FAILURES: list[str] = []
-PASSED = 0
-
-
-def check(cond: bool, msg: str) -> bool:
-    global PASSED
-    if cond:
-        PASSED += 1
-    else:
-        FAILURES.append(msg)
-        print("FAIL: " + msg, file=sys.stderr, flush=True)
-    return cond
-
-
-def problems(ps: list[str]) -> bool:
-    global PASSED
-    if not ps:
-        PASSED += 1
-    for p in ps:
-        check(False, p)
-    return not ps
+TALLY = mo.Tally()
+check, problems = TALLY.check, TALLY.problems
 
 
 def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -384,8 +365,7 @@ def main() -> int:
 
                 traceback.print_exc()
                 check(False, f"{label}: {type(e).__name__}: {e}")
-    print(f"maps_test: {PASSED} checks passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return TALLY.summary("maps_test")
 
 
 if __name__ == "__main__":
