@@ -62,11 +62,12 @@ KeyMap map_of(const std::string& text) {
   int fd = ::mkstemps(name, 5);
   REQUIRE(fd >= 0);
   ::close(fd);
-  std::string path = name;
-  std::ofstream(path) << text;
-  KeyMap m = load_key_map(path);
-  std::remove(path.c_str());
-  return m;
+  struct Removed {
+    std::string path;
+    ~Removed() { std::remove(path.c_str()); }
+  } file{name};
+  std::ofstream(file.path) << text;
+  return load_key_map(file.path);
 }
 
 std::vector<SelectedItem> all_items(const Metadata& md) {
