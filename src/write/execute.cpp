@@ -13,6 +13,7 @@
 #include "util/numeric.h"
 #include "util/sha256.h"
 #include "write/output.h"
+#include "write/upload.h"
 
 namespace dcpctl {
 
@@ -57,6 +58,66 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
   group.agree("command", Sha256::of(cmd.dump()));
 }
 
+// An s3:// output: the part size and the part buffers this process holds (write/upload.h). With
+// --max-memory they are set aside from it (fewer buffers where it is tight; refused when not even
+// the fewest fit beside the largest buffer); with the automatic budget they come on top of it.
+// Returns the bytes set aside.
+uint64_t plan_uploads(const WriteJob& job, json& summary) {
+  const WritePlan& plan = job.plan;
+  const WriteOptions& o = job.request.o;
+  std::vector<size_t> mine = job.deal.files_of(job.me);
+  if (plan.target.kind == Target::TorchZip) mine = job.leader ? std::vector<size_t>{0} : std::vector<size_t>{};
+  uint64_t values = 0;
+  for (const SelectedItem* it : plan.values) values += job.request.ck.md.bytes[it->index].storage.length;
+  uint64_t largest = 0;
+  for (size_t f : mine) {
+    // Estimates for what is appended (zip records, non-tensor values); exact for safetensors but
+    // for the header.
+    uint64_t est = plan.files[f].data_bytes + plan.files[f].records.size() * 4096 + values + (1ull << 20);
+    largest = std::max(largest, est);
+  }
+  const uint64_t part = upload_part_size(largest);
+  unsigned want = 0, least = 0;
+  if (plan.target.kind == Target::Dcp) {
+    // Each rank file being written holds the part it fills and the one going out.
+    unsigned at_once = static_cast<unsigned>(std::min<size_t>(std::max(1u, o.threads), mine.size()));
+    want = 2 * at_once;
+    least = at_once;
+  } else if (plan.target.kind == Target::TorchZip) {
+    want = mine.empty() ? 0 : 2;
+    least = mine.empty() ? 0 : 1;
+  } else {
+    // The window of parts written at offsets: room for each lane's part being filled and another
+    // being uploaded, and two more.
+    want = mine.empty() ? 0 : 2 * job.deal.lanes + 2;
+    least = mine.empty() ? 0 : 1;
+  }
+  // Rank 0 writes the last, small files (index, .metadata, config) after the others.
+  if (job.leader) want = std::max(want, 1u), least = std::max(least, 1u);
+  unsigned buffers = want;
+  if (o.max_memory) {
+    const uint64_t gate = job.deal.gate_bytes(job.me), room = gate > job.plan.largest_need ? gate - job.plan.largest_need : 0;
+    buffers = static_cast<unsigned>(std::min<uint64_t>(want, room / part));
+    if (buffers < least)
+      throw UsageError(Where(o.output), "uploading to s3:// holds at least " + std::to_string(least) + " part buffer(s) of " +
+                                            std::to_string(part) + " bytes beside the largest buffer (" +
+                                            std::to_string(job.plan.largest_need) + " bytes): raise --max-memory to at least " +
+                                            std::to_string(job.plan.largest_need + least * part + job.deal.set_aside[static_cast<size_t>(job.me)]));
+  }
+  configure_uploads(part, buffers);
+  summary["s3"] = {{"part_size", part}, {"part_buffers", buffers}};
+  if (!o.max_memory) summary["max_memory"] = summary["max_memory"].get<uint64_t>() + uint64_t{buffers} * part;
+  return o.max_memory ? uint64_t{buffers} * part : 0;
+}
+
+// The S3 requests and bytes of this process, beside the part plan.
+void s3_counters(json& summary) {
+  json c = s3_summary();
+  if (c.is_null()) return;
+  if (!summary.contains("s3")) summary["s3"] = json::object();
+  for (auto& [k, v] : c.items()) summary["s3"][k] = v;
+}
+
 }  // namespace
 
 json execute(const WriteRequest& request, OutputWriter& writer) {
@@ -99,6 +160,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["cast"] = job.plan.cast.summary();
   summary["max_memory"] = job.deal.budget;
   summary["dry_run"] = o.dry_run;
+  const bool remote = is_remote(o.output);
+  const uint64_t upload_bytes = remote ? plan_uploads(job, summary) : 0;
   writer.planned(job, summary);
   // The same plan on every rank: the command was agreed on; this catches two .metadata of one
   // size and save id that differ.
@@ -106,39 +169,50 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   if (o.dry_run) {
     summary["plan"] = job.plan.describe();
     summary["deal"] = job.deal.describe();
+    if (remote || is_remote(ck.dir)) s3_counters(summary);
     return summary;
   }
 
   // ---- set up, write, commit ----
-  MemoryGate gate(job.deal.gate_bytes(me));
+  MemoryGate gate(job.deal.gate_bytes(me) - upload_bytes);
   WriteProgress prog(job.plan.total_bytes, o.progress);
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
   std::unique_ptr<DecodedChunks> decoded;
   if (writer.decode_once()) decoded = std::make_unique<DecodedChunks>(reader, &gate);
-  const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
-  const std::string failpoint_name = std::string(writer.name()) + "-write";
-  bool committed = write_then_commit(group, [&] {
-    if (group) failpoint(failpoint_name.c_str(), me);
-    LocalChunks local(reader, kTransferWindow, decoded.get());
-    std::unique_ptr<ChunkExchange> ex;
-    if (exchange) {
-      ex = std::make_unique<ChunkExchange>(*group, reader, job.deal.transfers, job.deal.lanes, kTransferWindow, gate);
-      ex->start_pushing();
+  // An s3:// output: a failure anywhere aborts the uploads this process started and deletes the
+  // objects it completed (write/upload.h); they are its output only once the run committed.
+  try {
+    const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
+    if (remote) start_part_window();
+    const std::string failpoint_name = std::string(writer.name()) + "-write";
+    bool committed = write_then_commit(group, [&] {
+      if (group) failpoint(failpoint_name.c_str(), me);
+      LocalChunks local(reader, kTransferWindow, decoded.get());
+      std::unique_ptr<ChunkExchange> ex;
+      if (exchange) {
+        ex = std::make_unique<ChunkExchange>(*group, reader, job.deal.transfers, job.deal.lanes, kTransferWindow, gate);
+        ex->start_pushing();
+      }
+      Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
+      executor.direct_io = o.direct_io;
+      if (remote) executor.cfr_ok = false;  // no descriptor to copy_file_range into
+      try {
+        writer.write(job, executor, set_up);
+      } catch (...) {
+        if (!ex) throw;
+        ex->fail(std::current_exception());
+        std::rethrow_exception(ex->first_error());
+      }
+      if (ex) ex->finish_pushing();
+    }, [&] { writer.commit(job); });
+    if (remote) keep_uploads();
+    if (!committed) {
+      summary["rank"] = me;
+      return summary;
     }
-    Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
-    executor.direct_io = o.direct_io;
-    try {
-      writer.write(job, executor, set_up);
-    } catch (...) {
-      if (!ex) throw;
-      ex->fail(std::current_exception());
-      std::rethrow_exception(ex->first_error());
-    }
-    if (ex) ex->finish_pushing();
-  }, [&] { writer.commit(job); });
-  if (!committed) {
-    summary["rank"] = me;
-    return summary;
+  } catch (...) {
+    if (remote) discard_uploads();
+    throw;
   }
   writer.finish(job, summary);
   if (decoded) summary["chunk_decodes"] = decoded->decodes();
@@ -146,6 +220,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["seconds"] = secs;
   summary["gb_per_s"] = secs > 0 ? static_cast<double>(job.plan.total_bytes) / secs / 1e9 : 0.0;
   summary["peak_rss_bytes"] = peak_rss_bytes();
+  if (remote || is_remote(ck.dir)) s3_counters(summary);
   return summary;
 }
 

@@ -188,6 +188,7 @@ void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vect
         if (task.writer == me && task.lane == lane) one(task, scratch);
     } catch (...) {
       failed = true;
+      fail_part_window();  // lanes waiting for s3:// parts this lane would have written
       src.fail(std::current_exception());
       throw;
     }
