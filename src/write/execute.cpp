@@ -87,10 +87,10 @@ uint64_t plan_uploads(const WriteJob& job, json& summary) {
     want = mine.empty() ? 0 : 2;
     least = mine.empty() ? 0 : 1;
   } else {
-    // The window of parts written at offsets: room for each lane's part being filled and another
-    // being uploaded, and two more.
+    // Parts written at offsets: the tasks under way (as many as lanes) leave at most two parts
+    // each unfinished, and one more (write/upload.h); three let one task run at a time.
     want = mine.empty() ? 0 : 2 * job.deal.lanes + 2;
-    least = mine.empty() ? 0 : 1;
+    least = mine.empty() ? 0 : 3;
   }
   // Rank 0 writes the last, small files (index, .metadata, config) after the others.
   if (job.leader) want = std::max(want, 1u), least = std::max(least, 1u);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <future>
 #include <map>
 #include <mutex>
@@ -59,40 +60,24 @@ struct Pool {
 };
 Pool g_pool;
 
-// ---- the window of parts written at offsets (see the header) ----
+// ---- writes at offsets: when the lanes run, and which tasks may start (see the header) ----
 struct Window {
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t next_id = 0;      // ids handed out by expect_size, in reservation order
-  uint64_t frontier = 0;     // the oldest part not yet uploaded
-  std::set<uint64_t> ahead;  // uploaded parts past the frontier
-  uint64_t width = 2;
   bool started = false, failed = false;
+  size_t ahead = 1;        // a task starts at most this many tasks past the earliest unfinished one
+  std::vector<bool> done;  // per task of the executor's list
+  size_t earliest = 0;     // the first task not done
 
-  // Whether part `id` may take a buffer now; waits once the lanes run. False before then (the
-  // caller keeps the write aside).
-  bool open(uint64_t id) {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!started) return id < frontier + width;
-    cv.wait(lock, [&] { return failed || id < frontier + width; });
-    if (failed) throw IoError(Where(), "upload stopped: another part failed");
-    return true;
-  }
-  void uploaded(uint64_t id) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ahead.insert(id);
-      while (!ahead.empty() && *ahead.begin() == frontier) {
-        ahead.erase(ahead.begin());
-        ++frontier;
-      }
-    }
-    cv.notify_all();
-  }
+  std::exception_ptr first;  // the failure that stopped the lanes, rethrown to those that wait
+
+  // Called in a catch block: the exception being handled is the one the waiting lanes rethrow, so
+  // whichever lane reports first, the error is the cause, not "another lane failed".
   void fail() {
     {
       std::lock_guard<std::mutex> lock(mu);
       failed = true;
+      if (!first) first = std::current_exception();
     }
     cv.notify_all();
   }
@@ -250,10 +235,13 @@ void configure_uploads(uint64_t part_size, unsigned buffers) {
     g_pool.cap = std::max(1u, buffers);
   }
   std::lock_guard<std::mutex> lock(g_window.mu);
-  g_window.next_id = g_window.frontier = 0;
-  g_window.ahead.clear();
-  g_window.width = std::max(1u, buffers);
+  // The tasks under way leave at most two unfinished parts each (see the header): the pool holds
+  // them with two to spare.
+  g_window.ahead = std::max<size_t>(1, buffers / 2 > 1 ? buffers / 2 - 1 : 1);
+  g_window.done.clear();
+  g_window.earliest = 0;
   g_window.started = g_window.failed = false;
+  g_window.first = nullptr;
 }
 
 uint64_t upload_part_bytes() {
@@ -271,6 +259,32 @@ void start_part_window() {
 
 void fail_part_window() {
   g_window.fail();
+}
+
+void admit_tasks(const std::vector<bool>& mine) {
+  std::lock_guard<std::mutex> lock(g_window.mu);
+  g_window.done.assign(mine.size(), false);
+  for (size_t i = 0; i < mine.size(); ++i) g_window.done[i] = !mine[i];
+  g_window.earliest = 0;
+  while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
+}
+
+void task_begin(size_t i) {
+  std::unique_lock<std::mutex> lock(g_window.mu);
+  g_window.cv.wait(lock, [&] { return g_window.failed || i < g_window.earliest + g_window.ahead; });
+  if (g_window.failed) {
+    if (g_window.first) std::rethrow_exception(g_window.first);
+    throw IoError(Where(), "upload stopped: another lane failed");
+  }
+}
+
+void task_end(size_t i) {
+  {
+    std::lock_guard<std::mutex> lock(g_window.mu);
+    if (i < g_window.done.size()) g_window.done[i] = true;
+    while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
+  }
+  g_window.cv.notify_all();
 }
 
 void keep_uploads() {
@@ -382,7 +396,7 @@ struct Upload::State {
 
   // writes at offsets
   bool offsets = false;
-  uint64_t size = 0, base_id = 0;
+  uint64_t size = 0;
   struct Part {
     std::unique_ptr<uint8_t[]> buf;
     uint64_t filled = 0;
@@ -496,9 +510,6 @@ void Upload::expect_size(uint64_t size) {
   if (n > kMaxParts)
     throw IoError(Where(s.url), "an object of " + std::to_string(size) + " bytes needs more than 10,000 parts");
   s.parts.resize(n);
-  std::lock_guard<std::mutex> lock(g_window.mu);
-  s.base_id = g_window.next_id;
-  g_window.next_id += n;
 }
 
 void Upload::write_at(const void* data, size_t n, uint64_t offset) {
@@ -521,10 +532,14 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
       std::unique_lock<std::mutex> lock(s.mu);
       State::Part& part = s.parts[k];
       if (!part.buf) {
-        lock.unlock();
-        bool may = g_window.open(s.base_id + k);  // may wait for the window to move
-        lock.lock();
-        if (!may && !part.buf) {
+        bool before;
+        {
+          std::lock_guard<std::mutex> wl(g_window.mu);
+          before = !g_window.started;
+        }
+        if (before) {
+          // Set up (the headers): kept aside until a lane opens the part, so that set up takes no
+          // buffer of the pool for each of many files.
           part.aside.emplace_back(offset - start, std::string(reinterpret_cast<const char*>(p), m));
           part.filled += m;
           if (part.filled == len) {
@@ -537,25 +552,21 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
             s.send(static_cast<int>(k) + 1, whole.data(), len);
             lock.lock();
             part.sent = true;
-            lock.unlock();
-            g_window.uploaded(s.base_id + k);
           }
           p += m;
           offset += m;
           n -= m;
           continue;
         }
+        lock.unlock();
+        std::unique_ptr<uint8_t[]> b = g_pool.take();
+        lock.lock();
         if (!part.buf) {
-          lock.unlock();
-          std::unique_ptr<uint8_t[]> b = g_pool.take();
-          lock.lock();
-          if (!part.buf) {
-            part.buf = std::move(b);
-            for (const auto& [at, bytes] : part.aside) std::memcpy(part.buf.get() + at, bytes.data(), bytes.size());
-            part.aside.clear();
-          } else {
-            g_pool.give(std::move(b));
-          }
+          part.buf = std::move(b);
+          for (const auto& [at, bytes] : part.aside) std::memcpy(part.buf.get() + at, bytes.data(), bytes.size());
+          part.aside.clear();
+        } else {
+          g_pool.give(std::move(b));
         }
       }
       buf = part.buf.get();
@@ -582,7 +593,6 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
         s.parts[k].sent = true;
         g_pool.give(std::move(s.parts[k].buf));
       }
-      g_window.uploaded(s.base_id + k);
     }
     p += m;
     offset += m;
@@ -608,6 +618,9 @@ void Upload::append(const void* data, size_t n) {
 
 void Upload::commit() {
   State& s = *s_;
+  // Tests: DCPCTL_FAILPOINT=s3-commit/<name>:stop stops the process before object <name> (the last
+  // part of its key) is completed, once the files before it are.
+  failpoint_stop(("s3-commit/" + s.loc.key.substr(s.loc.key.find_last_of('/') + 1)).c_str());
   if (s.offsets) {
     for (size_t k = 0; k < s.parts.size(); ++k)
       if (!s.parts[k].sent)

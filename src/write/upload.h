@@ -23,13 +23,17 @@
 //     uploaded in the background the next fills (two buffers; one when memory is short);
 //   - writes at offsets (safetensors files, whose records are placed by offset by several lanes
 //     at once): the file's size is known up front (OutputFile::reserve), so its parts are fixed
-//     ranges; each part's buffer is taken on its first write and uploaded by the lane whose write
-//     completes it. A part opens only inside a window of `buffers` parts counted from the oldest
-//     part not yet uploaded (over all the offset files of the run, in the order they were
-//     reserved, which is the order of the tasks): the lanes write tasks in file order, so the
-//     writes the oldest part waits for come from lanes that are not themselves held by the window,
-//     and memory stays at `buffers` parts. Writes made before the lanes start (the safetensors
-//     headers, written at set up) are kept aside until their part opens (start_part_window).
+//     ranges; each part's buffer is taken on its first write and uploaded, by the lane whose write
+//     completes it, as soon as every byte of it is in. A task (a record, or one run of it) starts
+//     only fewer than `buffers / 2 - 1` tasks past the earliest unfinished one (task_begin), and
+//     waits for that before it takes any memory of the gate. Tasks lie in file order and each is
+//     written front to back, so a part stays unfinished only where it holds a boundary between a
+//     written task and one not yet written: at most two per task under way, and memory stays
+//     within the pool. (A first design let a part open only inside a window of parts counted from
+//     the oldest one not yet uploaded, waiting inside the write: it deadlocked at a tight
+//     --max-memory, the lanes waiting on the window holding the gate memory the earliest task's
+//     lane needed.) Writes made before the lanes start (the safetensors headers, written at set
+//     up) are kept aside until a lane opens their part (start_part_window).
 // Every part buffer comes from one pool of `buffers` buffers of the part size, which execute
 // (write/execute.h) sets aside from --max-memory before the lanes take theirs.
 #pragma once
@@ -37,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,12 +59,18 @@ uint64_t upload_part_size(uint64_t largest_file_bytes);
 void configure_uploads(uint64_t part_size, unsigned buffers);
 uint64_t upload_part_bytes();
 
-// From now on a write at an offset that lies past the window waits for the window (before this,
-// during set up, it is kept aside until its part opens).
+// The lanes start: from now on a write at an offset takes its part's buffer from the pool (before
+// this, during set up, it is kept aside until a lane opens the part).
 void start_part_window();
-// A lane failed: writes waiting for the window throw instead of waiting for parts that will never
-// be written.
+// A lane failed: tasks waiting to start throw instead of waiting for tasks that will never end.
 void fail_part_window();
+// Writes at offsets (safetensors): of the executor's task list, those this process runs (`mine`);
+// task_begin(i) waits until task i is fewer than `buffers / 2 - 1` (at least 1) tasks past the
+// earliest unfinished one, task_end(i) says it finished. A lane waits there before it takes any
+// memory of the gate for the task, and nowhere else.
+void admit_tasks(const std::vector<bool>& mine);
+void task_begin(size_t i);
+void task_end(size_t i);
 
 // The run committed: the objects it completed are its output.
 void keep_uploads();
