@@ -15,7 +15,9 @@ outputs:
     output of the same command (a DCP's .metadata aside: it holds a fresh save id), and real torch
     reads it: safetensors.torch.load_file, torch.load(weights_only=True), dcp_to_torch_save of
     the resharded checkpoint, each compared with torch's own view of the checkpoint;
-  - --threads 1..8 and a --max-memory that leaves one part buffer: the same bytes;
+  - --threads 1..8 and a --max-memory that leaves the fewest part buffers (3): the same bytes;
+  - under torchrun (2 processes): reshard and consolidate to s3://, the same bytes; a rank killed
+    at the write leaves nothing under the prefix;
   - the order objects appear in: an HF folder's index after its shards and config, a DCP's
     .metadata after its rank files (S3's LastModified is per second: checked as not-earlier);
   - --json `s3`: bytes_uploaded at least the bytes written, requests, the part plan;
@@ -294,6 +296,26 @@ def case_outputs(work: Path) -> None:
         l = run("consolidate", src, "-o", local / f"{case}.pt")
         if check(r.returncode == 0 and l.returncode == 0, f"{case}: {r.stderr} {l.stderr}"):
             same_file(local / f"{case}.pt", SERVER.get(f"fx/{case}.pt"), f"fixture {case}")
+
+    # under torchrun (2 processes): reshard (each rank completes its rank files, rank 0 .metadata
+    # last) and consolidate (rank 0 writes from the chunks both ranks read): the same bytes; a rank
+    # killed at the write leaves nothing
+    def launch(*args, env=None):  # torchrun
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python", DCPCTL,
+                               *map(str, args), "--timeout", "60"], capture_output=True, text=True, timeout=300,
+                              env=env or SERVER.env)
+    r = launch("reshard", ckpt, "-o", url("tr-re3/"), "--world-size", "3")
+    if check(r.returncode == 0, f"torchrun reshard -o s3: {r.stderr[-2000:]}"):
+        for n in ("__0_0.distcp", "__1_0.distcp", "__2_0.distcp"):
+            same_file(local / "re3" / n, SERVER.get("tr-re3/" + n), f"torchrun reshard {n}")
+        check(".metadata" in [k[7:] for k in SERVER.keys("tr-re3/")], "torchrun reshard: no .metadata")
+    r = launch("consolidate", ckpt, "-o", url("tr-st/model.safetensors"))
+    if check(r.returncode == 0, f"torchrun consolidate -o s3: {r.stderr[-2000:]}"):
+        same_file(local / "model4.safetensors", SERVER.get("tr-st/model.safetensors"), "torchrun consolidate")
+    r = launch("reshard", ckpt, "-o", url("tr-kill/"), "--world-size", "4",
+               env=dict(SERVER.env, DCPCTL_FAILPOINT="reshard-write:1"))
+    check(r.returncode != 0 and not SERVER.keys("tr-kill/"),
+          f"torchrun reshard, rank 1 killed: exit {r.returncode}, left {list(SERVER.keys('tr-kill/'))}")
 
     # refusals, as locally
     before = SERVER.get("st4/model.safetensors")
