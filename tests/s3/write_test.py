@@ -26,6 +26,7 @@ outputs:
     gone; a bucket that does not exist (exit 4, named); a --max-memory too small for one part
     (exit 2); --parallel-write (exit 5); no incomplete multipart upload left by any of this.
 faults:
+  - a wrong secret: exit 4 naming the URL and HTTP 403, nothing written;
   - SIGTERM while the first part is in flight (DCPCTL_FAILPOINT=s3-upload-part:stop): the process
     dies of SIGTERM; no object under the prefix; ListMultipartUploads empty;
   - SIGTERM once the rank files of a resharded checkpoint are complete and .metadata is not
@@ -90,19 +91,19 @@ def free_port() -> int:
 
 
 class Server:
-    """moto's S3 server on 127.0.0.1, the environment dcpctl and boto3 reach it with."""
+    """moto's S3 server on 127.0.0.1 with signature checking on (moto's INITIAL_NO_AUTH_ACTION_COUNT:
+    the three calls that create an IAM user, its policy and its keys are the only unsigned ones),
+    and the environment dcpctl and boto3 reach it with. (tests/s3/s3_server.py, the read side's
+    helper, does the same.)"""
 
     def __init__(self, work: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(work / "moto.log", "w")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        self.env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                        AWS_REGION="us-east-1", AWS_ENDPOINT_URL=self.url, AWS_CONFIG_FILE=str(work / "no-config"),
-                        AWS_SHARED_CREDENTIALS_FILE=str(work / "no-credentials"), AWS_MAX_ATTEMPTS="3")
-        self.env.pop("AWS_PROFILE", None)
-        self.env.pop("AWS_ENDPOINT_URL_S3", None)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -110,8 +111,18 @@ class Server:
                 break
             except OSError:
                 time.sleep(0.1)
-        self.s3 = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="testing",
-                               aws_secret_access_key="testing")
+        iam = boto3.client("iam", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="setup",
+                           aws_secret_access_key="setup")
+        iam.create_user(UserName="dcpctl-test")
+        iam.put_user_policy(UserName="dcpctl-test", PolicyName="all", PolicyDocument=(
+            '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'))
+        key = iam.create_access_key(UserName="dcpctl-test")["AccessKey"]
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"],
+                        AWS_REGION="us-east-1", AWS_ENDPOINT_URL=self.url, AWS_CONFIG_FILE=os.devnull,
+                        AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_MAX_ATTEMPTS="3")
+        self.s3 = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id=key["AccessKeyId"],
+                               aws_secret_access_key=key["SecretAccessKey"])
         self.s3.create_bucket(Bucket=BUCKET)
 
     def stop(self):
@@ -379,6 +390,12 @@ def case_faults(work: Path) -> None:
     sigterm_at("s3-commit/.metadata", ["reshard", ckpt, "-o", url("sig3/"), "--world-size", "2"], "sig3/")
     sigterm_at("s3-commit/model.safetensors.index.json",
                ["consolidate", ckpt, "-o", url("sig4/"), "--max-shard-size", "16MB"], "sig4/")
+
+    # a wrong secret: refused by the server, exit 4 naming the URL and the status
+    r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(SERVER.env, AWS_SECRET_ACCESS_KEY="wrong"))
+    check(r.returncode == 4 and url("wrong/model.safetensors") in r.stderr and "403" in r.stderr,
+          f"wrong secret: exit {r.returncode} (4 expected, naming the URL and 403): {r.stderr}")
+    check(not SERVER.keys("wrong/"), "wrong secret: something was written")
 
     # the server stops while a part is in flight
     env = dict(SERVER.env, DCPCTL_FAILPOINT="s3-upload-part:stop", AWS_MAX_ATTEMPTS="2")
