@@ -26,6 +26,8 @@ outputs:
     gone; a bucket that does not exist (exit 4, named); a --max-memory too small for one part
     (exit 2); --parallel-write (exit 5); no incomplete multipart upload left by any of this.
 faults:
+  - a burst of four 503 SlowDown answers to UploadPart (a proxy in front of the server): retried,
+    --json counts the retries, the object is the same;
   - a wrong secret: exit 4 naming the URL and HTTP 403, nothing written;
   - SIGTERM while the first part is in flight (DCPCTL_FAILPOINT=s3-upload-part:stop): the process
     dies of SIGTERM; no object under the prefix; ListMultipartUploads empty;
@@ -151,6 +153,57 @@ class Server:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(self.get(key))
         return dest
+
+
+class BurstProxy:
+    """A proxy in front of the server that answers 503 SlowDown to the first `burst` UploadPart
+    requests (PUT ...?partNumber=...) and passes everything else through unchanged (the Host header
+    too, which the signature covers)."""
+
+    def __init__(self, target_port: int, burst: int):
+        import http.client
+        import http.server
+        import threading
+        self.burst, self.refused = burst, 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def relay(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command == "PUT" and "partNumber=" in self.path and proxy.refused < proxy.burst:
+                    proxy.refused += 1
+                    msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                c = http.client.HTTPConnection("127.0.0.1", target_port, timeout=60)
+                c.request(self.command, self.path, body=body, headers={k: v for k, v in self.headers.items()})
+                r = c.getresponse()
+                data = r.read()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = relay
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
 
 
 SERVER: Server | None = None
@@ -390,6 +443,17 @@ def case_faults(work: Path) -> None:
     sigterm_at("s3-commit/.metadata", ["reshard", ckpt, "-o", url("sig3/"), "--world-size", "2"], "sig3/")
     sigterm_at("s3-commit/model.safetensors.index.json",
                ["consolidate", ckpt, "-o", url("sig4/"), "--max-shard-size", "16MB"], "sig4/")
+
+    # a burst of 503 SlowDown on the parts: retried, the object the same as without it
+    proxy = BurstProxy(SERVER.port, 4)
+    env = dict(SERVER.env, AWS_ENDPOINT_URL=proxy.url, AWS_MAX_ATTEMPTS="5")
+    r = run("consolidate", ckpt, "-o", url("burst/model.safetensors"), "--json", env=env)
+    proxy.close()
+    if check(r.returncode == 0, f"503 burst: exit {r.returncode}: {r.stderr}"):
+        check(json.loads(r.stdout)["s3"]["retries"] >= 4 and proxy.refused == 4, f"503 burst: retries {r.stdout[-300:]}")
+        ok = run("consolidate", ckpt, "-o", url("burst/ref.safetensors"))
+        check(ok.returncode == 0 and SERVER.get("burst/model.safetensors") == SERVER.get("burst/ref.safetensors"),
+              "503 burst: the object differs from one written without it")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
     r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(SERVER.env, AWS_SECRET_ACCESS_KEY="wrong"))
