@@ -65,9 +65,10 @@ struct Window {
   std::mutex mu;
   std::condition_variable cv;
   bool started = false, failed = false;
-  size_t ahead = 1;        // a task starts at most this many tasks past the earliest unfinished one
-  std::vector<bool> done;  // per task of the executor's list
-  size_t earliest = 0;     // the first task not done
+  size_t ahead = 1;          // a task starts at most this many tasks past the earliest unfinished one
+  std::vector<bool> done;    // per task of the executor's list (another process's: done)
+  std::vector<size_t> rank;  // per task: its place among this process's tasks
+  size_t earliest = 0;       // the first task not done
 
   std::exception_ptr first;  // the failure that stopped the lanes, rethrown to those that wait
 
@@ -239,6 +240,7 @@ void configure_uploads(uint64_t part_size, unsigned buffers) {
   // them with two to spare.
   g_window.ahead = std::max<size_t>(1, buffers / 2 > 1 ? buffers / 2 - 1 : 1);
   g_window.done.clear();
+  g_window.rank.clear();
   g_window.earliest = 0;
   g_window.started = g_window.failed = false;
   g_window.first = nullptr;
@@ -264,14 +266,24 @@ void fail_part_window() {
 void admit_tasks(const std::vector<bool>& mine) {
   std::lock_guard<std::mutex> lock(g_window.mu);
   g_window.done.assign(mine.size(), false);
-  for (size_t i = 0; i < mine.size(); ++i) g_window.done[i] = !mine[i];
+  g_window.rank.assign(mine.size(), 0);
+  size_t n = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    g_window.done[i] = !mine[i];
+    g_window.rank[i] = n;
+    n += mine[i];
+  }
   g_window.earliest = 0;
   while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
 }
 
 void task_begin(size_t i) {
   std::unique_lock<std::mutex> lock(g_window.mu);
-  g_window.cv.wait(lock, [&] { return g_window.failed || i < g_window.earliest + g_window.ahead; });
+  auto rank = [](size_t t) { return t < g_window.rank.size() ? g_window.rank[t] : t; };
+  g_window.cv.wait(lock, [&] {
+    return g_window.failed || g_window.earliest >= g_window.done.size() ||
+           rank(i) < rank(g_window.earliest) + g_window.ahead;
+  });
   if (g_window.failed) {
     if (g_window.first) std::rethrow_exception(g_window.first);
     throw IoError(Where(), "upload stopped: another lane failed");
