@@ -2,7 +2,16 @@
 
 #include <cstdio>
 
+#include "util/s3.h"
+
 namespace dcpctl::cli {
+
+void add_s3_transfer(nlohmann::json& doc) {
+  const s3::Client* c = s3::Client::shared_if_made();
+  if (!c || !c->used()) return;
+  const auto& k = c->counters();
+  doc["s3"] = {{"bytes_fetched", k.bytes_in.load()}, {"requests", k.requests.load()}, {"retries", k.retries.load()}};
+}
 
 std::string human_bytes(uint64_t n) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
