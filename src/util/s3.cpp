@@ -485,9 +485,18 @@ Client::Client(Config cfg) : cfg_(std::move(cfg)) {
 
 Client::~Client() = default;
 
+namespace {
+std::atomic<const Client*> g_shared{nullptr};
+}  // namespace
+
 Client& Client::shared() {
   static Client client(Config::from_environment());
+  g_shared.store(&client, std::memory_order_release);
   return client;
+}
+
+const Client* Client::shared_if_made() {
+  return g_shared.load(std::memory_order_acquire);
 }
 
 Client::Response Client::perform(Request& req) {

@@ -115,7 +115,8 @@ std::optional<std::string> xml_element(std::string_view xml, const std::string& 
 
 class Client {
  public:
-  static Client& shared();  // configured once, from the environment, on first use
+  static Client& shared();                // configured once, from the environment, on first use
+  static const Client* shared_if_made();  // nullptr until shared() was first called
   explicit Client(Config cfg);
   ~Client();
   Client(const Client&) = delete;

@@ -110,14 +110,6 @@ uint64_t plan_uploads(const WriteJob& job, json& summary) {
   return o.max_memory ? uint64_t{buffers} * part : 0;
 }
 
-// The S3 requests and bytes of this process, beside the part plan.
-void s3_counters(json& summary) {
-  json c = s3_summary();
-  if (c.is_null()) return;
-  if (!summary.contains("s3")) summary["s3"] = json::object();
-  for (auto& [k, v] : c.items()) summary["s3"][k] = v;
-}
-
 }  // namespace
 
 json execute(const WriteRequest& request, OutputWriter& writer) {
@@ -169,7 +161,6 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   if (o.dry_run) {
     summary["plan"] = job.plan.describe();
     summary["deal"] = job.deal.describe();
-    if (remote || is_remote(ck.dir)) s3_counters(summary);
     return summary;
   }
 
@@ -220,7 +211,6 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["seconds"] = secs;
   summary["gb_per_s"] = secs > 0 ? static_cast<double>(job.plan.total_bytes) / secs / 1e9 : 0.0;
   summary["peak_rss_bytes"] = peak_rss_bytes();
-  if (remote || is_remote(ck.dir)) s3_counters(summary);
   return summary;
 }
 

@@ -443,6 +443,8 @@ void OutputDir::commit() {
 // use_cfr false and the caller repeats the copy with a buffer.
 void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_off, uint64_t n, uint8_t* buf,
                 uint64_t window, bool& use_cfr, int out_fd) {
+  if (in.remote()) use_cfr = false;  // an s3:// object has no descriptor: the caller takes a buffer
+  if (!use_cfr && !buf) return;
   while (n > 0 && use_cfr) {
     loff_t io = static_cast<loff_t>(off), oo = static_cast<loff_t>(out_off);
     ssize_t w = ::copy_file_range(in.fd(), &io, out_fd, &oo, n, 0);

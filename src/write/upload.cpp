@@ -379,16 +379,6 @@ void clear_remote_prefix(const std::string& url) {
   for (const auto& [key, size] : l.objects) c.remove({loc.bucket, key});
 }
 
-nlohmann::json s3_summary() {
-  s3::Client& c = s3::Client::shared();
-  if (!c.used()) return nullptr;
-  const auto& k = c.counters();
-  return {{"bytes_fetched", k.bytes_in.load()},
-          {"bytes_uploaded", k.bytes_out.load()},
-          {"requests", k.requests.load()},
-          {"retries", k.retries.load()}};
-}
-
 // ---- one object ----
 
 struct Upload::State {

@@ -43,7 +43,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 namespace dcpctl {
 
@@ -82,9 +81,6 @@ void discard_uploads() noexcept;
 // output inside the checkpoint (or holding it), and an existing object or non-empty prefix
 // without `force`.
 void check_remote_output(const std::string& output, bool force, const std::string& protect);
-
-// The S3 requests and bytes of this process so far (`s3` in --json), null when none was made.
-nlohmann::json s3_summary();
 
 // One object being written.
 class Upload {
