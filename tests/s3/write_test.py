@@ -21,6 +21,8 @@ outputs:
   - the order objects appear in: an HF folder's index after its shards and config, a DCP's
     .metadata after its rank files (S3's LastModified is per second: checked as not-earlier);
   - --json `s3`: bytes_uploaded at least the bytes written, requests, the part plan;
+  - consolidate s3:// -o s3:// (the read side and the write side together): the same bytes; an
+    output inside the input prefix, equal to it or holding it: exit 2, the input untouched;
   - refusals with the local exit code and message: an existing object or prefix without --force
     (exit 2, nothing changed); --force replaces an object, and a folder whose old extra objects are
     gone; a bucket that does not exist (exit 4, named); a --max-memory too small for one part
@@ -380,6 +382,21 @@ def case_outputs(work: Path) -> None:
                env=dict(SERVER.env, DCPCTL_FAILPOINT="reshard-write:1"))
     check(r.returncode != 0 and not SERVER.keys("tr-kill/"),
           f"torchrun reshard, rank 1 killed: exit {r.returncode}, left {list(SERVER.keys('tr-kill/'))}")
+
+    # s3:// to s3://: the checkpoint read in place, the output uploaded; outputs inside the input
+    # prefix (or holding it) refused as locally
+    for f in ckpt.iterdir():
+        SERVER.s3.upload_file(str(f), BUCKET, f"runs/a/ckpt/{f.name}")
+    src = url("runs/a/ckpt")
+    r = run("consolidate", src, "-o", url("from-s3/model.safetensors"))
+    if check(r.returncode == 0, f"consolidate s3:// -o s3://: {r.stderr}"):
+        same_file(local / "model4.safetensors", SERVER.get("from-s3/model.safetensors"), "s3:// to s3://")
+    for out, why in ((url("runs/a/ckpt/out.safetensors"), "inside the checkpoint"), (url("runs/a/ckpt/"), "is the checkpoint"),
+                     (url("runs/"), "contains the checkpoint")):
+        cmd = ["consolidate", src, "-o", out] if out.endswith(".safetensors") else ["reshard", src, "-o", out, "-w", "2", "--force"]
+        r = run(*cmd)
+        check(r.returncode == 2 and why in r.stderr, f"output {out} over input {src}: exit {r.returncode}, {r.stderr}")
+    check(sorted(SERVER.keys("runs/")) == sorted(f"runs/a/ckpt/{f.name}" for f in ckpt.iterdir()), "a refused run changed the input")
 
     # refusals, as locally
     before = SERVER.get("st4/model.safetensors")
