@@ -492,7 +492,12 @@ Upload::~Upload() {
   }
   g_pool.give(std::move(s.cur));
   for (auto& p : s.parts) g_pool.give(std::move(p.buf));
-  if (s.entry && s.entry->state == Entry::Open && !closed()) {
+  bool open = false;
+  if (s.entry) {
+    std::lock_guard<std::mutex> lock(g_reg.mu);
+    open = s.entry->state == Entry::Open && !g_reg.closed;
+  }
+  if (open) {
     abort_quietly(*s.entry);
     reg_drop(s.entry);
   }
