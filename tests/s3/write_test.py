@@ -30,6 +30,8 @@ outputs:
 faults:
   - a burst of four 503 SlowDown answers to UploadPart (a proxy in front of the server): retried,
     --json counts the retries, the object is the same;
+  - one rank file of a reshard refused by the server (503 past the retries) after the others were
+    completed: exit 4 naming it, the completed objects deleted, no upload left open;
   - a wrong secret: exit 4 naming the URL and HTTP 403, nothing written;
   - SIGTERM while the first part is in flight (DCPCTL_FAILPOINT=s3-upload-part:stop): the process
     dies of SIGTERM; no object under the prefix; ListMultipartUploads empty;
@@ -159,14 +161,14 @@ class Server:
 
 class BurstProxy:
     """A proxy in front of the server that answers 503 SlowDown to the first `burst` UploadPart
-    requests (PUT ...?partNumber=...) and passes everything else through unchanged (the Host header
-    too, which the signature covers)."""
+    requests (PUT ...?partNumber=...), and to every request `refuse(method, path)` picks, and passes
+    everything else through unchanged (the Host header too, which the signature covers)."""
 
-    def __init__(self, target_port: int, burst: int):
+    def __init__(self, target_port: int, burst: int, refuse=None):
         import http.client
         import http.server
         import threading
-        self.burst, self.refused = burst, 0
+        self.burst, self.refused, self.seen = burst, 0, []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -177,7 +179,9 @@ class BurstProxy:
 
             def relay(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.command == "PUT" and "partNumber=" in self.path and proxy.refused < proxy.burst:
+                proxy.seen.append((self.command, self.path))
+                always = refuse is not None and refuse(self.command, self.path)
+                if always or (self.command == "PUT" and "partNumber=" in self.path and proxy.refused < proxy.burst):
                     proxy.refused += 1
                     msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
                     self.send_response(503)
@@ -471,6 +475,20 @@ def case_faults(work: Path) -> None:
         ok = run("consolidate", ckpt, "-o", url("burst/ref.safetensors"))
         check(ok.returncode == 0 and SERVER.get("burst/model.safetensors") == SERVER.get("burst/ref.safetensors"),
               "503 burst: the object differs from one written without it")
+
+    # one rank file that cannot be uploaded (503 to every request for it, past the retries), the
+    # others completed before it (--threads 1 writes them in order): exit 4, and the objects the
+    # run completed are deleted, the uploads aborted
+    proxy = BurstProxy(SERVER.port, 0, refuse=lambda method, path: method == "PUT" and "__3_0.distcp" in path)
+    r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4", "--threads", "1",
+            env=dict(SERVER.env, AWS_ENDPOINT_URL=proxy.url, AWS_MAX_ATTEMPTS="2"))
+    proxy.close()
+    check(r.returncode == 4 and "__3_0.distcp" in r.stderr, f"a rank file refused: exit {r.returncode} (4 expected): {r.stderr}")
+    completed = [p for m, p in proxy.seen if m == "POST" and "__0_0.distcp?uploadId=" in p]
+    deleted = [p for m, p in proxy.seen if m == "DELETE" and p.endswith("/partial/__0_0.distcp")]
+    check(completed and deleted, f"a rank file refused: __0_0.distcp was not completed then deleted: {proxy.seen[-12:]}")
+    check(not SERVER.keys("partial/") and SERVER.uploads() == [],
+          f"a rank file refused: left {list(SERVER.keys('partial/'))}, uploads {SERVER.uploads()}")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
     r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(SERVER.env, AWS_SECRET_ACCESS_KEY="wrong"))
