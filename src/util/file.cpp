@@ -417,6 +417,7 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
     // others that want it wait (lanes reading neighbouring records of one item).
     uint64_t from = std::max(lo, offset / kRemoteBlock * kRemoteBlock);
     uint64_t to = std::min(hi, (offset + n + kRemoteBlock - 1) / kRemoteBlock * kRemoteBlock);
+    if (hi - lo <= kRemoteWholeItem) from = lo, to = hi;  // the whole item: its data is read next
     if (!cache.claim(remote_id_, from)) {
       if (auto b = cache.find(remote_id_, offset, n, start)) {
         std::memcpy(buf, b->data() + (offset - start), n);
