@@ -222,7 +222,10 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     PathInfo st = remote_stat(path);
     if (st.kind == PathInfo::directory) throw IoError(Where(path), "is a prefix (a folder), expected an object");
     if (st.kind != PathInfo::file) throw IoError(Where(path), "cannot open: no such object");
-    object_ = s3::Client::shared().get(remote_location(path));
+    // One GET of the size the listing gave, straight into place (`.metadata` of millions of chunks
+    // is hundreds of MB: no second copy).
+    object_.resize(st.size);
+    s3::Client::shared().get_range(remote_location(path), 0, st.size, object_.data());
     size_ = object_.size();
     addr_ = object_.empty() ? nullptr : object_.data();
     return;
