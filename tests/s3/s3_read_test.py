@@ -12,6 +12,7 @@ signature checking on; tests/s3/s3_server.py), compared with the same command on
                    are byte for byte the local run's; diff s3:// against the local copy exits 0;
                    torch's own view (dcp_to_torch_save of the local copy) equals what safetensors
                    reads back from the s3 output
+  torchrun         a 2-rank consolidate from s3:// is byte for byte the single-process local one
   bytes fetched    on a checkpoint real torch saves here (a model and its Adam state, ~3x the
                    model's bytes): `consolidate --select app.model` fetches the model's bytes and
                    .metadata plus a little (zip headers), well below the checkpoint; a whole
@@ -222,6 +223,15 @@ def main():
             check(set(got) == set(ref_flat), f"sample from s3: keys differ from torch's view: {sorted(set(got) ^ set(ref_flat))[:5]}")
             check(all(torch.equal(got[k], ref_flat[k]) for k in got if k in ref_flat),
                   "sample from s3: a tensor differs from torch's view")
+
+            # torchrun: each rank reads its own ranges; the output is the single-process one.
+            out = os.path.join(work, "torchrun.safetensors")
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
+                                DCPCTL, "consolidate", url("sample/ckpt"), "-o", out, "-q"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            if check(r.returncode == OK, f"torchrun consolidate from s3://: exit {r.returncode}: {r.stderr[-600:]}"):
+                check(filecmp.cmp(out, os.path.join(work, "local", "c0.safetensors"), shallow=False),
+                      "torchrun consolidate from s3:// differs from the single-process local run")
 
             bytes_fetched_cases(s3, env, work)
             torch_writes_to_s3(s3, env, work)
