@@ -222,7 +222,10 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     PathInfo st = remote_stat(path);
     if (st.kind == PathInfo::directory) throw IoError(Where(path), "is a prefix (a folder), expected an object");
     if (st.kind != PathInfo::file) throw IoError(Where(path), "cannot open: no such object");
-    object_ = s3::Client::shared().get(remote_location(path));
+    // One GET of the size the listing gave, straight into place (`.metadata` of millions of chunks
+    // is hundreds of MB: no second copy).
+    object_.resize(st.size);
+    s3::Client::shared().get_range(remote_location(path), 0, st.size, object_.data());
     size_ = object_.size();
     addr_ = object_.empty() ? nullptr : object_.data();
     return;
@@ -417,6 +420,7 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
     // others that want it wait (lanes reading neighbouring records of one item).
     uint64_t from = std::max(lo, offset / kRemoteBlock * kRemoteBlock);
     uint64_t to = std::min(hi, (offset + n + kRemoteBlock - 1) / kRemoteBlock * kRemoteBlock);
+    if (hi - lo <= kRemoteWholeItem) from = lo, to = hi;  // the whole item: its data is read next
     if (!cache.claim(remote_id_, from)) {
       if (auto b = cache.find(remote_id_, offset, n, start)) {
         std::memcpy(buf, b->data() + (offset - start), n);

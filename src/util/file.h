@@ -75,7 +75,8 @@ class ReadFile {
   void read_at(uint64_t offset, void* buf, size_t n, const std::string& key = {}) const;
   // read_at, for a reader that will read more bytes near these within [lo, hi) (an item's window,
   // a .pt file): from an s3:// object, a read under kRemoteBlock fetches the aligned block around
-  // it, clipped to [lo, hi), and keeps it for the reads that follow, in a cache of
+  // it, clipped to [lo, hi) (all of [lo, hi) when that is at most kRemoteWholeItem: the zip's
+  // header, index and data in one request), and keeps it for the reads that follow, in a cache of
   // kRemoteCacheBytes shared by every object. Parsing a zip or a header is many small reads close
   // together and each GET costs a round trip; clipping to the item means bytes of items nobody
   // asked for are never fetched (`consolidate --select app.model` moves the model's bytes, not the
@@ -111,6 +112,7 @@ class ReadFile {
 
 // Reads of s3:// objects (ReadFile::read_at): the block a small read fetches, and the cache of them.
 constexpr uint64_t kRemoteBlock = 256 << 10;
+constexpr uint64_t kRemoteWholeItem = 8 << 20;  // a window this small is fetched whole on its first read
 constexpr uint64_t kRemoteCacheBytes = 64 << 20;
 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common

@@ -385,6 +385,7 @@ struct Client::Request {
   uint8_t* dest = nullptr;
   uint64_t dest_size = 0, range_offset = 0;
   bool expect_404 = false;  // a 404 is an answer (size_of), not an error
+  bool unbounded = false;   // a body of any size (get); else at most Transfer::kMaxBody
   std::string display;      // the URL errors name, when not loc's (a listing names its prefix)
 };
 
@@ -445,7 +446,7 @@ size_t on_body(char* data, size_t, size_t n, void* ud) {
     if (status == 200 && t->resp->got == t->req->dest_size && off + take < n) return 0;  // have it all: stop
     return n;
   }
-  if (t->resp->body.size() + n > Transfer::kMaxBody) {
+  if (!t->req->unbounded && t->resp->body.size() + n > Transfer::kMaxBody) {
     t->overflow = true;
     return 0;
   }
@@ -626,6 +627,7 @@ void Client::get_range(const Location& loc, uint64_t offset, uint64_t n, void* b
 std::vector<uint8_t> Client::get(const Location& loc) {
   Request r;
   r.loc = loc;
+  r.unbounded = true;
   Response resp = perform(r);
   return std::vector<uint8_t>(resp.body.begin(), resp.body.end());
 }

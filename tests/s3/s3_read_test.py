@@ -12,19 +12,21 @@ signature checking on; tests/s3/s3_server.py), compared with the same command on
                    are byte for byte the local run's; diff s3:// against the local copy exits 0;
                    torch's own view (dcp_to_torch_save of the local copy) equals what safetensors
                    reads back from the s3 output
+  torchrun         a 2-rank consolidate from s3:// is byte for byte the single-process local one
   bytes fetched    on a checkpoint real torch saves here (a model and its Adam state, ~3x the
                    model's bytes): `consolidate --select app.model` fetches the model's bytes and
                    .metadata plus a little (zip headers), well below the checkpoint; a whole
                    consolidate fetches about the checkpoint once
-  torch to S3      dcp.save through torch's fsspec writer with s3fs straight into the server, read
-                   by dcpctl, equal to torch's dcp.load of the same
+  torch to S3      dcp.save through torch's fsspec writer with s3fs, and through s3torchconnector's
+                   S3StorageWriter with a prefix strategy, straight into the server; read by
+                   dcpctl, equal to torch's dcp.load of the same
   errors           wrong secret: exit 4 naming the URL and 403; missing bucket: exit 4; a data
                    object deleted: exit 3 naming it; a 503 SlowDown burst (tests/s3/fault_proxy.py):
                    retried, same bytes, `retries` counted; the server gone mid-read: exit 4 naming
                    the URL, no output left behind; prune on s3:// refused with exit 5; gs:// exit 5
 
 usage: s3_read_test.py DCPCTL FIXTURES_DIR SCHEMAS_DIR
-Needs moto[server], boto3, s3fs (tools/requirements.txt) and torch/safetensors.
+Needs moto[server], boto3, s3fs, s3torchconnector (tools/requirements.txt) and torch/safetensors.
 """
 import filecmp
 import json
@@ -44,6 +46,7 @@ try:
 except ImportError as e:
     skip_or_fail(f"moto[server] and boto3 are not installed ({e}); tools/dev.sh setup installs tools/requirements.txt")
 
+import boto3  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 
@@ -221,8 +224,18 @@ def main():
             check(all(torch.equal(got[k], ref_flat[k]) for k in got if k in ref_flat),
                   "sample from s3: a tensor differs from torch's view")
 
+            # torchrun: each rank reads its own ranges; the output is the single-process one.
+            out = os.path.join(work, "torchrun.safetensors")
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
+                                DCPCTL, "consolidate", url("sample/ckpt"), "-o", out, "-q"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            if check(r.returncode == OK, f"torchrun consolidate from s3://: exit {r.returncode}: {r.stderr[-600:]}"):
+                check(filecmp.cmp(out, os.path.join(work, "local", "c0.safetensors"), shallow=False),
+                      "torchrun consolidate from s3:// differs from the single-process local run")
+
             bytes_fetched_cases(s3, env, work)
             torch_writes_to_s3(s3, env, work)
+            s3torchconnector_writes(s3, env, work)
             error_cases(s3, env, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -308,6 +321,52 @@ def torch_writes_to_s3(s3, env, work):
     check(r.returncode == OK and "7" in r.stdout, f"inspect --value app.step of the fsspec save: {r.stdout} {r.stderr}")
 
 
+def s3torchconnector_writes(s3, env, work):
+    """s3torchconnector's S3StorageWriter (AWS's CRT client) with a prefix strategy: data files under
+    <prefix>/<number>/epoch_0/, so .metadata's relative paths hold '/'."""
+    try:
+        from s3torchconnector import S3ClientConfig
+        from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
+        from s3torchconnector.dcp.s3_prefix_strategy import BinaryPrefixStrategy
+    except ImportError as e:
+        check(False, f"s3torchconnector is not installed ({e}): tools/requirements.txt pins it")
+        return
+    import torch
+    import torch.distributed.checkpoint as dcp
+    url = f"s3://{BUCKET}/s3tc/step-3"
+    old = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        torch.manual_seed(2)
+        sd = {"app": {"model": {"w": torch.randn(48, 16), "v": torch.randn(7, dtype=torch.float64)}, "step": 3}}
+        cfg = S3ClientConfig(force_path_style=True)
+        dcp.save(sd, storage_writer=S3StorageWriter(region="us-east-1", path=url, s3client_config=cfg,
+                                                    prefix_strategy=BinaryPrefixStrategy(epoch_num=0), thread_count=2))
+        back = {"app": {"model": {"w": torch.empty(48, 16), "v": torch.empty(7, dtype=torch.float64)}, "step": 0}}
+        dcp.load(back, storage_reader=S3StorageReader(region="us-east-1", path=url, s3client_config=cfg))
+    except Exception as e:  # noqa: BLE001
+        check(False, f"s3torchconnector's S3StorageWriter against the local server failed: {type(e).__name__}: {e}")
+        return
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    keys = [o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET, Prefix="s3tc/")["Contents"]]
+    check(any("/epoch_0/" in k for k in keys), f"s3torchconnector wrote no prefixed data files: {keys}")
+    out = os.path.join(work, "s3tc.safetensors")
+    r = run(["consolidate", url, "-o", out], env)
+    if check(r.returncode == OK, f"consolidate of s3torchconnector's save: exit {r.returncode}: {r.stderr[-300:]}"):
+        from safetensors.torch import load_file
+        got = load_file(out)
+        check(torch.equal(got["app.model.w"], back["app"]["model"]["w"]) and
+              torch.equal(got["app.model.v"], back["app"]["model"]["v"]),
+              "s3torchconnector's save read by dcpctl differs from dcp.load")
+    r = run(["verify", "--deep", url], env)
+    check(r.returncode == OK, f"verify --deep of s3torchconnector's save: exit {r.returncode}: {r.stdout[-300:]}")
+
+
 def error_cases(s3, env, work):
     url = f"s3://{BUCKET}/sample/ckpt"
     # A wrong secret: the server refuses the signature.
@@ -318,6 +377,28 @@ def error_cases(s3, env, work):
     r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, HOME=work))
     check(r.returncode == IO and "credentials" in r.stderr and f"s3://{BUCKET}/" in r.stderr,
           f"no credentials: exit {r.returncode}: {r.stderr.strip()}")
+    # Keys from a profile of the shared credentials file, and temporary keys with a session token.
+    creds = os.path.join(work, "credentials")
+    with open(creds, "w") as f:
+        f.write(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n"
+                f"[ckpt-reader]\naws_access_key_id = {s3.access_key}\naws_secret_access_key = {s3.secret_key}\n")
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds,
+                                     AWS_PROFILE="ckpt-reader"))
+    check(r.returncode == OK, f"keys from AWS_PROFILE in the credentials file: exit {r.returncode}: {r.stderr.strip()}")
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds))
+    check(r.returncode == IO and "403" in r.stderr and creds in r.stderr,
+          f"the default profile's wrong keys: exit {r.returncode} (expected 4 naming the file): {r.stderr.strip()}")
+    # (moto checks the keys of an assumed role, not those of get_session_token)
+    kw = dict(endpoint_url=s3.endpoint, region_name="us-east-1", aws_access_key_id=s3.access_key,
+              aws_secret_access_key=s3.secret_key)
+    role = boto3.client("iam", **kw).create_role(RoleName="ckpt-reader", AssumeRolePolicyDocument=(
+        '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"*"},"Action":"sts:AssumeRole"}]}'))
+    boto3.client("iam", **kw).put_role_policy(RoleName="ckpt-reader", PolicyName="all", PolicyDocument=(
+        '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'))
+    tmp = boto3.client("sts", **kw).assume_role(RoleArn=role["Role"]["Arn"], RoleSessionName="dcpctl-test")["Credentials"]
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=tmp["AccessKeyId"], AWS_SECRET_ACCESS_KEY=tmp["SecretAccessKey"],
+                                     AWS_SESSION_TOKEN=tmp["SessionToken"]))
+    check(r.returncode == OK, f"temporary keys with AWS_SESSION_TOKEN: exit {r.returncode}: {r.stderr.strip()}")
     # A bucket that does not exist.
     r = run(["inspect", "s3://no-such-bucket/ckpt"], env)
     check(r.returncode == IO and "no-such-bucket" in r.stderr and "404" in r.stderr,
