@@ -7,6 +7,7 @@
 #include "bench/sizes.h"
 #include "bench/staging.h"
 #include "build_info.h"
+#include "cmd/format.h"
 #include "cmd/subcommands.h"
 #include "util/error.h"
 
@@ -54,6 +55,7 @@ int run_bench_staging(const BenchStagingCliOptions& o) {
   if (o.json) {
     nlohmann::json j = bench::staging_json(r);
     j["dcpctl_version"] = DCPCTL_VERSION;
+    cli::add_s3_transfer(j);
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << bench::staging_table(r);

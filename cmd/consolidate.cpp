@@ -86,6 +86,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   progress.finish();
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
+    add_s3_transfer(r);
     std::cout << r.dump(2) << "\n";
     return 0;
   }

@@ -88,6 +88,7 @@ int run_diff(const DiffCliOptions& o) {
   if (o.quiet) return code;
   json j = diff_json(*a, *b, r, d);
   if (o.json) {
+    add_s3_transfer(j);
     std::cout << j.dump(2) << "\n";
     return code;
   }

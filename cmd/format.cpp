@@ -3,7 +3,22 @@
 #include <cstdio>
 #include <iostream>
 
+#include "util/s3.h"
+
 namespace dcpctl::cli {
+
+void add_s3_transfer(nlohmann::json& doc) {
+  const s3::Client* c = s3::Client::shared_if_made();
+  if (!c || !c->used()) return;
+  const auto& k = c->counters();
+  // Merged into what the write side put there for an s3:// output (part_size, part_buffers).
+  nlohmann::json& s = doc["s3"];
+  if (!s.is_object()) s = nlohmann::json::object();
+  s["bytes_fetched"] = k.bytes_in.load();
+  s["requests"] = k.requests.load();
+  s["retries"] = k.retries.load();
+  if (k.bytes_out.load()) s["bytes_uploaded"] = k.bytes_out.load();
+}
 
 std::string human_bytes(uint64_t n) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

@@ -309,6 +309,7 @@ static int inspect(const InspectCliOptions& o) {
   if (!o.filters.empty() && r["items"].empty())
     throw UsageError(Where(o.checkpoint), "no key matches the --filter glob(s)");
   if (o.json) {
+    add_s3_transfer(r);
     std::cout << r.dump(2) << "\n";
     return 0;
   }

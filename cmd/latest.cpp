@@ -2,6 +2,7 @@
 //   dcpctl consolidate "$(dcpctl latest RUN)" -o model.safetensors
 #include <iostream>
 
+#include "cmd/format.h"
 #include "cmd/subcommands.h"
 #include "meta/run_folder.h"
 #include "report/runs.h"
@@ -27,10 +28,11 @@ int run_latest(const LatestCliOptions& o) {
     for (const auto& x : rf.entries) why += "\n  " + x.name + ": " + x.why_incomplete;
     throw FormatError(Where(o.run), "no complete checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
   }
+  json doc = {{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step ? json(*e->step) : json(nullptr)},
+              {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}, {"timing", run_folder_timing(rf)}};
+  add_s3_transfer(doc);
   if (o.json)
-    std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step ? json(*e->step) : json(nullptr)},
-                      {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)},
-                      {"timing", run_folder_timing(rf)}}.dump(2)
+    std::cout << doc.dump(2)
               << "\n";
   else
     std::cout << e->path << "\n";

@@ -43,7 +43,9 @@ static std::string date_text(int64_t t) {
 int run_ls(const LsCliOptions& o) {
   RunFolder rf = require_run_folder(o.run, Judge::All);
   if (o.json) {
-    std::cout << run_folder_report(rf).dump(2) << "\n";
+    json doc = run_folder_report(rf);
+    add_s3_transfer(doc);
+    std::cout << doc.dump(2) << "\n";
     return 0;
   }
   size_t name_width = 6;

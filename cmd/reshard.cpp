@@ -44,6 +44,7 @@ int run_reshard(const ReshardCliOptions& o) {
   progress.finish();
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
+    add_s3_transfer(r);
     std::cout << r.dump(2) << "\n";
     return 0;
   }

@@ -86,6 +86,7 @@ int run_stats(const StatsCliOptions& o) {
   progress.finish();
   json j = stats_json(*in, r, so);
   if (o.json) {
+    add_s3_transfer(j);
     std::cout << j.dump(2) << "\n";
   } else if (!o.quiet) {
     if (o.depth > 0) print_table(j["groups"], "prefix", false);

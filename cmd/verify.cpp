@@ -40,6 +40,7 @@ int run_verify(const VerifyCliOptions& o) {
   json r = verify_checkpoint(o.checkpoint, vo);
   bool ok = r["ok"].get<bool>();
   if (o.json) {
+    add_s3_transfer(r);
     std::cout << r.dump(2) << "\n";
   } else {
     const json& c = r["checked"];

@@ -28,6 +28,7 @@ VENV=$ROOT/.venv
 PY=$VENV/bin/python
 
 APT_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev zlib1g-dev libssl-dev
+  libcurl4-openssl-dev libexpat1-dev
   python3 python3-venv mandoc shellcheck zsh fish time util-linux-extra ccache)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian
 # 12's clang 14 and its runtime libraries.

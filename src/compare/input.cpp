@@ -1,7 +1,5 @@
 #include "compare/input.h"
 
-#include <sys/stat.h>
-
 #include "item/torch_file.h"
 #include "pickle/repr.h"
 #include "meta/geometry.h"
@@ -11,8 +9,7 @@ namespace dcpctl {
 std::unique_ptr<Input> open_input(const std::string& path) {
   auto in = std::make_unique<Input>();
   in->path = path;
-  struct stat st;
-  bool file = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  bool file = stat_path(path).kind == PathInfo::file;
   if ((file && is_torch_file_name(path)) || (!file && is_hf_torch_dir(path))) {
     TorchFileView v = file ? open_torch_file(path) : open_hf_torch_dir(path);
     in->ck = std::move(v.ck);

@@ -184,7 +184,7 @@ void add_torch_file(TorchFileView& view, const std::string& path, uint32_t f) {
   struct Whole final : ByteSource {
     std::shared_ptr<ReadFile> f;
     uint64_t size() const override { return f->size(); }
-    void read(uint64_t pos, void* buf, size_t n) const override { f->read_at(pos, buf, n); }
+    void read(uint64_t pos, void* buf, size_t n) const override { f->read_near(pos, buf, n, 0, f->size()); }
   };
   auto src = std::make_shared<Whole>();
   src->f = file;
@@ -230,7 +230,7 @@ TorchFileView open_torch_file(const std::string& path) {
 bool is_hf_torch_dir(const std::string& dir) {
   if (!is_directory(dir) || path_exists(join_path(dir, ".metadata"))) return false;
   if (!path_exists(join_path(dir, kHfIndex)) && !path_exists(join_path(dir, kHfSingle))) return false;
-  for (const auto& n : meta_detail::list_dir(dir))  // transformers prefers safetensors, as we do
+  for (const auto& n : list_dir(dir))  // transformers prefers safetensors, as we do
     if (meta_detail::ends_with(n, ".safetensors")) return false;
   return true;
 }

@@ -14,7 +14,6 @@
 namespace dcpctl {
 
 using meta_detail::ends_with;
-using meta_detail::list_dir;
 
 const char* layout_name(CheckpointLayout l) {
   switch (l) {
@@ -70,19 +69,6 @@ void require_complete(const Checkpoint& ck) {
 
 namespace meta_detail {
 
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return names;
-  while (dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(std::move(n));
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
@@ -92,17 +78,16 @@ void stat_data_files(Checkpoint& ck) {
   for (const auto& rel : ck.md.files) {
     DataFileInfo fi;
     fi.relative_path = rel;
-    struct stat fs;
     std::string p = join_path(ck.dir, rel);
     if (rel.find("..") != std::string::npos || (!rel.empty() && rel[0] == '/')) {
       fi.error = "path leaves the checkpoint directory";
-    } else if (::stat(p.c_str(), &fs) != 0) {
-      fi.missing = errno == ENOENT;
-      fi.error = errno_text(errno);
-    } else if (!S_ISREG(fs.st_mode)) {
+    } else if (PathInfo st = stat_path(p); st.kind == PathInfo::missing) {
+      fi.missing = st.err == ENOENT || st.err == 0;
+      fi.error = st.err ? errno_text(st.err) : std::string("no such object");
+    } else if (st.kind != PathInfo::file) {
       fi.error = "not a regular file";
     } else {
-      fi.size = static_cast<uint64_t>(fs.st_size);
+      fi.size = st.size;
     }
     ck.files.push_back(std::move(fi));
   }
@@ -150,9 +135,10 @@ Checkpoint open_without_metadata(const std::string& dir) {
 }  // namespace
 
 Checkpoint open_checkpoint(const std::string& path, const std::vector<uint8_t>* metadata) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw IoError(Where(path), "cannot open checkpoint: " + errno_text(errno));
-  if (!S_ISDIR(st.st_mode)) {
+  PathInfo st = stat_path(path);
+  if (st.kind == PathInfo::missing)
+    throw IoError(Where(path), "cannot open checkpoint: " + (st.err ? errno_text(st.err) : std::string("no such object or prefix")));
+  if (st.kind != PathInfo::directory) {
     if (ends_with(path, ".metadata"))
       throw UsageError(Where(path), "give the checkpoint directory, not its .metadata file");
     if (ends_with(path, ".safetensors")) {

@@ -9,7 +9,6 @@
 
 namespace dcpctl::meta_detail {
 
-std::vector<std::string> list_dir(const std::string& dir);  // names, without . and ..
 bool ends_with(const std::string& s, const std::string& suffix);
 
 // A Hugging Face index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`): its

@@ -14,7 +14,6 @@
 namespace dcpctl {
 
 using meta_detail::ends_with;
-using meta_detail::list_dir;
 
 const RunEntry* RunFolder::newest_complete() const {
   for (auto it = entries.rbegin(); it != entries.rend(); ++it)
@@ -41,12 +40,11 @@ void walk(const std::string& dir, int depth, uint64_t& bytes, int64_t& mtime) {
   if (depth > 4) return;
   for (const auto& n : list_dir(dir)) {
     std::string p = join_path(dir, n);
-    struct stat st;
-    if (::lstat(p.c_str(), &st) != 0) continue;
-    if (S_ISREG(st.st_mode)) {
-      bytes += static_cast<uint64_t>(st.st_size);
-      mtime = std::max<int64_t>(mtime, st.st_mtime);
-    } else if (S_ISDIR(st.st_mode)) {
+    PathInfo st = stat_path(p, false);
+    if (st.kind == PathInfo::file) {
+      bytes += st.size;
+      mtime = std::max<int64_t>(mtime, st.mtime);
+    } else if (st.kind == PathInfo::directory) {
       walk(p, depth + 1, bytes, mtime);
     }
   }
@@ -113,8 +111,8 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     }
     if (!std::regex_match(n, m, kName) || m[2].length() > 18) continue;
     std::string p = join_path(dir, n);
-    struct stat lst;
-    if (::lstat(p.c_str(), &lst) != 0) continue;
+    PathInfo lst = stat_path(p, false);
+    if (lst.kind == PathInfo::missing) continue;
     if (!is_directory(p) || !holds_checkpoint_files(p)) continue;
     RunEntry e;
     e.name = n;
@@ -131,7 +129,7 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     }
     if (e.order.size() == 1) e.step = static_cast<int64_t>(e.order[0]);
     e.in_flight_name = m[3].length() > 0;
-    e.symlink = S_ISLNK(lst.st_mode);
+    e.symlink = lst.kind == PathInfo::other;  // a directory that is not one without following links
     if (!e.symlink) walk(p, 0, e.bytes, e.mtime);
     rf.entries.push_back(std::move(e));
   }

@@ -124,8 +124,7 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
     const Entry& e = entries[i];
     Finding found;
     uint64_t read = 0;
-    struct stat st;
-    if (::stat(e.path.c_str(), &st) != 0 && errno == ENOENT) {
+    if (PathInfo st = stat_path(e.path); st.kind == PathInfo::missing && (st.err == ENOENT || is_remote_path(e.path))) {
       found = {"integrity-missing", Where(e.path),
                "listed in " + std::string(kIntegrityManifestFile) + " but not there"};
     } else {
@@ -154,7 +153,7 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
     if (!found.code.empty()) r.problems.push_back(std::move(found));
   });
 
-  for (const std::string& name : meta_detail::list_dir(dir)) {
+  for (const std::string& name : list_dir(dir)) {
     std::string p = join_path(dir, name);
     if (name == kIntegrityManifestFile || listed.count(name) || is_directory(p)) continue;
     r.warnings.push_back({"integrity-unlisted", Where(p),

@@ -5,19 +5,231 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <set>
 #include <vector>
 
+#include "util/s3.h"
+
 namespace dcpctl {
+
+namespace {
+
+// s3:// paths as a filesystem: a prefix's one-level listing (objects with their sizes, and
+// sub-prefixes), made once per prefix and kept, so that opening a checkpoint costs one listing of
+// its folder however many files `.metadata` names. Keyed by "bucket/prefix/" ("bucket/" at the top).
+struct RemoteDir {
+  std::map<std::string, uint64_t> files;  // name -> size
+  std::vector<std::string> dirs;          // names
+};
+
+std::mutex g_listings_mu;
+std::map<std::string, std::shared_ptr<const RemoteDir>> g_listings;
+
+// "s3://b/a/b/" -> {b, "a/b"}: no trailing '/' (the bucket itself has an empty key).
+s3::Location remote_location(const std::string& path) {
+  s3::Location loc = s3::parse_url(path);
+  while (!loc.key.empty() && loc.key.back() == '/') loc.key.pop_back();
+  return loc;
+}
+
+std::shared_ptr<const RemoteDir> remote_listing(const s3::Location& dir) {
+  std::string prefix = dir.key.empty() ? "" : dir.key + "/";
+  std::string cache_key = dir.bucket + "/" + prefix;
+  {
+    std::lock_guard<std::mutex> lock(g_listings_mu);
+    if (auto it = g_listings.find(cache_key); it != g_listings.end()) return it->second;
+  }
+  s3::Client::Listing l = s3::Client::shared().list(s3::Location{dir.bucket, prefix}, true);
+  auto d = std::make_shared<RemoteDir>();
+  for (auto& [key, size] : l.objects) {
+    std::string name = key.substr(prefix.size());
+    if (!name.empty()) d->files[name] = size;  // "dir/" itself: a folder marker some tools write
+  }
+  for (auto& p : l.prefixes) {
+    std::string name = p.substr(prefix.size());
+    while (!name.empty() && name.back() == '/') name.pop_back();
+    if (!name.empty()) d->dirs.push_back(name);
+  }
+  std::lock_guard<std::mutex> lock(g_listings_mu);
+  return g_listings.emplace(cache_key, std::move(d)).first->second;
+}
+
+PathInfo remote_stat(const std::string& path) {
+  s3::Location loc = remote_location(path);
+  PathInfo info;
+  if (loc.key.empty()) {  // the bucket: listing it says whether it is there (NoSuchBucket: IoError)
+    remote_listing(loc);
+    info.kind = PathInfo::directory;
+    return info;
+  }
+  size_t slash = loc.key.find_last_of('/');
+  s3::Location parent{loc.bucket, slash == std::string::npos ? "" : loc.key.substr(0, slash)};
+  std::string name = slash == std::string::npos ? loc.key : loc.key.substr(slash + 1);
+  auto d = remote_listing(parent);
+  if (auto it = d->files.find(name); it != d->files.end()) {
+    info.kind = PathInfo::file;
+    info.size = it->second;
+  } else if (std::binary_search(d->dirs.begin(), d->dirs.end(), name)) {
+    info.kind = PathInfo::directory;
+  }
+  return info;
+}
+
+// The blocks small reads of s3:// objects fetched (ReadFile::read_at), least recently used first
+// out once they pass kRemoteCacheBytes. Keyed by (object, first byte).
+class BlockCache {
+ public:
+  using Block = std::shared_ptr<const std::vector<uint8_t>>;
+  // A block of object `id` holding [off, off + n), and its first byte's offset.
+  Block find(uint64_t id, uint64_t off, uint64_t n, uint64_t& start) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.upper_bound({id, off});
+    if (it == entries_.begin()) return nullptr;
+    --it;
+    if (it->first.first != id || it->first.second + it->second.data->size() < off + n) return nullptr;
+    lru_.splice(lru_.end(), lru_, it->second.lru);
+    start = it->first.second;
+    return it->second.data;
+  }
+  // Whether the caller is to fetch the block of `id` at `start`: false once another thread has
+  // fetched it or failed to (after waiting for it to finish); true otherwise, and then the caller
+  // must release() it, with the block or nullptr.
+  bool claim(uint64_t id, uint64_t start) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Key k{id, start};
+    if (!pending_.count(k)) {
+      if (entries_.count(k)) return false;
+      pending_.insert(k);
+      return true;
+    }
+    done_.wait(lock, [&] { return !pending_.count(k); });
+    return false;
+  }
+  void release(uint64_t id, uint64_t start, Block b) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.erase({id, start});
+      if (b) put_locked(id, start, std::move(b));
+    }
+    done_.notify_all();
+  }
+  void put_locked(uint64_t id, uint64_t start, Block b) {
+    Key k{id, start};
+    if (entries_.count(k)) return;
+    bytes_ += b->size();
+    lru_.push_back(k);
+    entries_[k] = {std::move(b), std::prev(lru_.end())};
+    while (bytes_ > kRemoteCacheBytes && !lru_.empty()) {
+      auto e = entries_.find(lru_.front());
+      bytes_ -= e->second.data->size();
+      entries_.erase(e);
+      lru_.pop_front();
+    }
+  }
+  void forget(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.lower_bound({id, 0}); it != entries_.end() && it->first.first == id;) {
+      bytes_ -= it->second.data->size();
+      lru_.erase(it->second.lru);
+      it = entries_.erase(it);
+    }
+  }
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;
+  struct Entry {
+    Block data;
+    std::list<Key>::iterator lru;
+  };
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::set<Key> pending_;
+  std::map<Key, Entry> entries_;
+  std::list<Key> lru_;
+  uint64_t bytes_ = 0;
+};
+
+BlockCache& block_cache() {
+  static BlockCache c;
+  return c;
+}
+std::atomic<uint64_t> g_next_remote_id{1};
+
+}  // namespace
+
+bool is_remote_path(const std::string& path) {
+  return s3::is_url(path);
+}
+
+void forget_listings() {
+  std::lock_guard<std::mutex> lock(g_listings_mu);
+  g_listings.clear();
+}
+
+PathInfo stat_path(const std::string& path, bool follow_links) {
+  if (is_remote_path(path)) return remote_stat(path);
+  PathInfo info;
+  struct stat st;
+  if ((follow_links ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) {
+    info.err = errno;
+    return info;
+  }
+  info.kind = S_ISREG(st.st_mode) ? PathInfo::file : S_ISDIR(st.st_mode) ? PathInfo::directory : PathInfo::other;
+  info.size = static_cast<uint64_t>(st.st_size);
+  info.mtime = static_cast<int64_t>(st.st_mtime);
+  return info;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (is_remote_path(dir)) {
+    if (remote_stat(dir).kind != PathInfo::directory) return names;
+    auto d = remote_listing(remote_location(dir));
+    for (const auto& [name, size] : d->files) names.push_back(name);
+    for (const auto& name : d->dirs)
+      if (!d->files.count(name)) names.push_back(name);
+  } else {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return names;
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 void MappedFile::drop_before(uint64_t offset) const {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   uint64_t n = std::min<uint64_t>(offset, size_) / page * page;
-  if (addr_ && n) ::madvise(addr_, n, MADV_DONTNEED);  // advisory: failure only costs memory
+  // Never on a downloaded object: MADV_DONTNEED zeroes private anonymous memory.
+  if (addr_ && n && object_.empty()) ::madvise(addr_, n, MADV_DONTNEED);  // advisory: failure only costs memory
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
+  if (is_remote_path(path)) {
+    PathInfo st = remote_stat(path);
+    if (st.kind == PathInfo::directory) throw IoError(Where(path), "is a prefix (a folder), expected an object");
+    if (st.kind != PathInfo::file) throw IoError(Where(path), "cannot open: no such object");
+    // One GET of the size the listing gave, straight into place (`.metadata` of millions of chunks
+    // is hundreds of MB: no second copy).
+    object_.resize(st.size);
+    s3::Client::shared().get_range(remote_location(path), 0, st.size, object_.data());
+    size_ = object_.size();
+    addr_ = object_.empty() ? nullptr : object_.data();
+    return;
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw IoError(Where(path), "cannot open: " + errno_text(errno));
   struct stat st;
@@ -44,10 +256,19 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 }
 
 MappedFile::~MappedFile() {
-  if (addr_) ::munmap(addr_, size_);
+  if (addr_ && object_.empty()) ::munmap(addr_, size_);
 }
 
 ReadFile::ReadFile(const std::string& path) : path_(path) {
+  if (is_remote_path(path)) {
+    PathInfo st = remote_stat(path);
+    if (st.kind == PathInfo::directory) throw IoError(Where(path), "is a prefix (a folder), expected an object");
+    if (st.kind != PathInfo::file) throw IoError(Where(path), "cannot open: no such object");
+    remote_ = true;
+    remote_id_ = g_next_remote_id.fetch_add(1);
+    size_ = st.size;
+    return;
+  }
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw IoError(Where(path), "cannot open: " + errno_text(errno));
   struct stat st;
@@ -66,14 +287,18 @@ ReadFile::ReadFile(const std::string& path) : path_(path) {
 ReadFile::ReadFile(ReadFile&& o) noexcept
     : path_(std::move(o.path_)),
       fd_(o.fd_),
+      remote_(o.remote_),
+      remote_id_(o.remote_id_),
       size_(o.size_),
       direct_(std::move(o.direct_)),
       map_(o.map_.exchange(nullptr)),
       ledger_(std::move(o.ledger_)) {
   o.fd_ = -1;
+  o.remote_id_ = 0;
 }
 
 ReadFile::~ReadFile() {
+  if (remote_ && remote_id_) block_cache().forget(remote_id_);
   if (void* m = map_.load()) ::munmap(m, size_);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -97,6 +322,7 @@ int DirectFd::get(const std::string& path, int flags) const {
 }
 
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {
+  if (remote_) return false;
   if (n == 0 || offset > size_ || n > size_ - offset) return false;
   void* m = map_.load();
   if (!m) {
@@ -118,7 +344,7 @@ bool ReadFile::cached(uint64_t offset, uint64_t n) const {
 
 const uint8_t* ReadFile::read_direct(uint64_t offset, size_t n, uint8_t* buf, const std::string& key) const {
   check_range(offset, n, key);
-  int d = n ? direct_.get(path_, O_RDONLY) : -1;
+  int d = n && !remote_ ? direct_.get(path_, O_RDONLY) : -1;
   if (d < 0) {
     read_at(offset, buf, n, key);
     return buf;
@@ -151,9 +377,82 @@ void ReadFile::check_range(uint64_t offset, size_t n, const std::string& key) co
                                                      std::to_string(size_) + " bytes)");
 }
 
+void ReadFile::read_near(uint64_t offset, void* buf, size_t n, uint64_t lo, uint64_t hi, const std::string& key) const {
+  if (!remote_) return read_at(offset, buf, n, key);
+  check_range(offset, n, key);
+  read_remote(offset, buf, n, std::min(lo, offset), std::min(std::max(hi, offset + n), size_), key);
+  ledger_->saw(path_, offset, static_cast<const uint8_t*>(buf), n);
+}
+
+void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, uint64_t hi,
+                           const std::string& key) const {
+  if (n == 0) return;
+  try {
+    s3::Client& c = s3::Client::shared();
+    BlockCache& cache = block_cache();
+    uint64_t start = 0;
+    if (n < kRemoteBlock) {
+      if (auto b = cache.find(remote_id_, offset, n, start)) {  // a block read_near kept
+        std::memcpy(buf, b->data() + (offset - start), n);
+        return;
+      }
+    }
+    if (n >= kRemoteBlock || hi - lo <= n) {
+      // A large read (a tensor's data) often begins in the block its item's header was read
+      // with and ends in the one its zip index was: those bytes are here already.
+      uint64_t a = offset, b = offset + n;
+      auto* out = static_cast<uint8_t*>(buf);
+      if (auto head = cache.find(remote_id_, a, 1, start)) {
+        uint64_t end = std::min<uint64_t>(b, start + head->size());
+        std::memcpy(out, head->data() + (a - start), end - a);
+        a = end;
+      }
+      if (a < b) {
+        if (auto tail = cache.find(remote_id_, b - 1, 1, start); tail && start > a) {
+          std::memcpy(out + (start - offset), tail->data(), b - start);
+          b = start;
+        }
+      }
+      if (a < b) c.get_range(remote_location(path_), a, b - a, out + (a - offset));
+      return;
+    }
+    // The aligned block(s) around the read, within [lo, hi); one thread fetches a block while
+    // others that want it wait (lanes reading neighbouring records of one item).
+    uint64_t from = std::max(lo, offset / kRemoteBlock * kRemoteBlock);
+    uint64_t to = std::min(hi, (offset + n + kRemoteBlock - 1) / kRemoteBlock * kRemoteBlock);
+    if (hi - lo <= kRemoteWholeItem) from = lo, to = hi;  // the whole item: its data is read next
+    if (!cache.claim(remote_id_, from)) {
+      if (auto b = cache.find(remote_id_, offset, n, start)) {
+        std::memcpy(buf, b->data() + (offset - start), n);
+        return;
+      }
+      return c.get_range(remote_location(path_), offset, n, buf);  // the other fetch failed, or it was a narrower block
+    }
+    std::shared_ptr<std::vector<uint8_t>> block;
+    try {
+      block = std::make_shared<std::vector<uint8_t>>(to - from);
+      c.get_range(remote_location(path_), from, to - from, block->data());
+    } catch (...) {
+      cache.release(remote_id_, from, nullptr);
+      throw;
+    }
+    std::memcpy(buf, block->data() + (offset - from), n);
+    cache.release(remote_id_, from, std::move(block));
+  } catch (const s3::NotFound& e) {
+    throw IoError(Where(path_, offset, key), "gone while reading: " + e.detail());
+  } catch (const IoError& e) {
+    throw IoError(Where(path_, offset, key), e.detail());
+  }
+}
+
 void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {
   check_range(offset, n, key);
   const uint64_t at = offset, total = n;
+  if (remote_) {
+    read_remote(offset, buf, n, offset, offset + n, key);
+    ledger_->saw(path_, at, static_cast<const uint8_t*>(buf), total);
+    return;
+  }
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
@@ -170,13 +469,11 @@ void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& 
 }
 
 bool path_exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
+  return stat_path(path).kind != PathInfo::missing;
 }
 
 bool is_directory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return stat_path(path).kind == PathInfo::directory;
 }
 
 std::string join_path(const std::string& dir, const std::string& name) {

@@ -1,10 +1,17 @@
 // Files: read-only mappings, positioned reads, and outputs that appear only when complete.
+//
+// Every read of a checkpoint goes through this header, and a path may be a local file or an
+// object in S3 (`s3://bucket/key`, util/s3.h): ReadFile reads an object with ranged GETs (its
+// read_direct is a plain read, cached() is false, fd() is -1), MappedFile holds a downloaded
+// object, list_dir lists a prefix and stat_path tells objects ("files") from prefixes
+// ("directories"). So no command knows where its bytes come from.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "util/crc_ledger.h"
 #include "util/span_reader.h"
@@ -29,6 +36,7 @@ class MappedFile {
   std::string path_;
   void* addr_ = nullptr;
   size_t size_ = 0;
+  std::vector<uint8_t> object_;  // an s3:// object, downloaded whole
 };
 
 // A file's O_DIRECT descriptor, opened on first use by whichever thread asks first and closed with
@@ -63,7 +71,17 @@ class ReadFile {
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
   // Reads exactly n bytes at offset; throws IoError (OS failure) or FormatError (past EOF).
+  // From an s3:// object: one ranged GET of exactly these bytes (or a block read_near kept).
   void read_at(uint64_t offset, void* buf, size_t n, const std::string& key = {}) const;
+  // read_at, for a reader that will read more bytes near these within [lo, hi) (an item's window,
+  // a .pt file): from an s3:// object, a read under kRemoteBlock fetches the aligned block around
+  // it, clipped to [lo, hi) (all of [lo, hi) when that is at most kRemoteWholeItem: the zip's
+  // header, index and data in one request), and keeps it for the reads that follow, in a cache of
+  // kRemoteCacheBytes shared by every object. Parsing a zip or a header is many small reads close
+  // together and each GET costs a round trip; clipping to the item means bytes of items nobody
+  // asked for are never fetched (`consolidate --select app.model` moves the model's bytes, not the
+  // optimizer's).
+  void read_near(uint64_t offset, void* buf, size_t n, uint64_t lo, uint64_t hi, const std::string& key = {}) const;
   // Reads the same bytes past the page cache (O_DIRECT), where the filesystem allows it: the
   // kDirectAlign-aligned blocks around them land in `buf` (kDirectAlign-aligned, with room for
   // direct_span(offset, n) bytes), and the return value points at byte `offset` there. Where
@@ -75,18 +93,27 @@ class ReadFile {
   // mapping, which faults nothing in): a bulk copy then copies from the cache in the kernel
   // (copy_file_range) instead of reading the disk again.
   bool cached(uint64_t offset, uint64_t n) const;
-  int fd() const { return fd_; }
+  int fd() const { return fd_; }  // -1 for an s3:// object
+  bool remote() const { return remote_; }
   CrcLedger& ledger() const { return *ledger_; }
 
  private:
   void check_range(uint64_t offset, size_t n, const std::string& key) const;  // FormatError past the end
+  void read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, uint64_t hi, const std::string& key) const;
   std::string path_;
   int fd_ = -1;
+  bool remote_ = false;
+  uint64_t remote_id_ = 0;  // this object's entries in the block cache
   uint64_t size_ = 0;
   DirectFd direct_;
   mutable std::atomic<void*> map_{nullptr};  // the file mapped for cached(), on first use
   std::unique_ptr<CrcLedger> ledger_ = std::make_unique<CrcLedger>();
 };
+
+// Reads of s3:// objects (ReadFile::read_at): the block a small read fetches, and the cache of them.
+constexpr uint64_t kRemoteBlock = 256 << 10;
+constexpr uint64_t kRemoteWholeItem = 8 << 20;  // a window this small is fetched whole on its first read
+constexpr uint64_t kRemoteCacheBytes = 64 << 20;
 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common
 // logical block size (512, 4096).
@@ -103,5 +130,26 @@ inline uint64_t direct_span(uint64_t offset, uint64_t n) {
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
+
+// Whether a path names object storage (s3://, gs://) rather than the local filesystem.
+bool is_remote_path(const std::string& path);
+
+// What a path names. Local paths: stat(2) (lstat(2) when !follow_links); `other` for anything
+// but a regular file or a directory (a link, with !follow_links), err the errno of a failed stat.
+// s3:// paths: an object is a file, a prefix that objects lie under is a directory (the bucket
+// itself is one); mtime is 0. Answers come from the listing of the parent prefix, made once and
+// kept (forget_listings() drops them, for a writer that changed the store). A missing bucket or a
+// refusal is an IoError naming the URL, never "missing".
+struct PathInfo {
+  enum Kind { missing, file, directory, other } kind = missing;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  int err = 0;
+};
+PathInfo stat_path(const std::string& path, bool follow_links = true);
+// The names in a directory (or under an s3:// prefix, one level: objects and sub-prefixes),
+// sorted, without "." and ".."; empty when it is not a directory.
+std::vector<std::string> list_dir(const std::string& dir);
+void forget_listings();
 
 }  // namespace dcpctl

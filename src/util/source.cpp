@@ -14,7 +14,7 @@ void FileWindow::read(uint64_t pos, void* buf, size_t n) const {
     throw FormatError(Where(file_.path(), base_ + pos, key_),
                       "read of " + std::to_string(n) + " bytes runs past the item's end (item is " +
                           std::to_string(length_) + " bytes at offset " + std::to_string(base_) + ")");
-  file_.read_at(base_ + pos, buf, n, key_);
+  file_.read_near(base_ + pos, buf, n, base_, base_ + length_, key_);
 }
 
 void ByteSource::watch_crc(uint64_t pos, uint64_t n, uint32_t crc, const Where& where, const std::string& record) const {

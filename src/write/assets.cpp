@@ -47,17 +47,10 @@ bool matches(const std::string& name, const char* const* first, const char* cons
 }
 
 // The names in `dir`, sorted (none when it cannot be listed).
-std::vector<std::string> list_names(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-    ::closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> list_names(const std::string& dir) { return list_dir(dir); }
 
 std::string real_path(const std::string& p) {
+  if (is_remote_path(p)) return p;  // object storage has no links
   std::unique_ptr<char, decltype(&std::free)> r(::realpath(p.c_str(), nullptr), &std::free);
   return r ? std::string(r.get()) : std::string();
 }
@@ -88,6 +81,17 @@ void look_in(const std::string& dir, bool follow_any_link, std::map<std::string,
   for (const std::string& name : list_names(dir)) {
     if (name.empty() || name[0] == '.' || !is_asset_name(name) || found.count(name)) continue;
     const std::string path = join_path(dir, name);
+    if (is_remote_path(path)) {  // an object: no links to judge
+      PathInfo st = stat_path(path);
+      if (st.kind != PathInfo::file) continue;
+      if (st.size > kMaxAssetBytes) {
+        skipped.push_back({path, std::to_string(st.size) + " bytes, over the " + std::to_string(kMaxAssetBytes >> 20) +
+                                     " MiB dcpctl copies beside the weights"});
+        continue;
+      }
+      found[name] = {name, path, st.size};
+      continue;
+    }
     struct stat ls, st;
     if (::lstat(path.c_str(), &ls) != 0) continue;  // gone since the listing
     if (S_ISLNK(ls.st_mode) && !follow_any_link && !inside(real_path(path), real_dir)) {

@@ -234,6 +234,11 @@ class ConsolidateWriter final : public OutputWriter {
 
   // Rank 0: the assets of an HF folder (an --assets folder that is not there is refused here).
   void check(const WriteRequest& request) override {
+    // Each rank would complete the s3:// objects of its own shards, before rank 0 knows every
+    // rank succeeded; rank 0 writing them all (the exchange) keeps the commit in one place.
+    if (o_.parallel_write && is_remote(o_.output))
+      throw UnsupportedError(Where(o_.output), "--parallel-write writes into a shared folder; an s3:// output is written by "
+                                               "rank 0 from the chunks every rank reads (leave out --parallel-write)");
     if (o_.format == OutputFormat::HfDir && o_.copy_assets) assets_ = find_assets(request.ck, o_.assets_from);
   }
 
@@ -293,7 +298,6 @@ class ConsolidateWriter final : public OutputWriter {
       }
       list += outs_[f]->temp_path() + "\n";
     }
-    if (dir_) copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); });
     return list;
   }
 
@@ -317,9 +321,12 @@ class ConsolidateWriter final : public OutputWriter {
     }
   }
 
+  // The weights, then the config and tokenizer files, then the index: in an s3:// folder, where
+  // each file appears as it is committed, the files from_pretrained looks for first come last.
   void commit(WriteJob& job) override {
     for (auto& f : outs_) f->commit();
     if (dir_) {
+      copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); });
       if (job.plan.files.size() > 1) write_hf_index(job.plan, *dir_);
       dir_->commit();
     }

@@ -46,7 +46,7 @@ struct ConsolidateOptions : WriteOptions {
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
   // HfDir: the files a Hugging Face folder needs beside its weights (config.json, the tokenizer;
   // write/assets.h), copied from beside the checkpoint, or from `assets_from` when not empty;
-  // none without `copy_assets`. Rank 0 copies them into the temporary directory before commit.
+  // none without `copy_assets`. Rank 0 copies them at commit, after the shards and before the index.
   bool copy_assets = true;
   std::string assets_from;
   bool lightning_meta = true;       // Torch: merge a Lightning checkpoint's meta.pt (write/lightning_meta.h)

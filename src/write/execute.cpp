@@ -13,6 +13,7 @@
 #include "util/numeric.h"
 #include "util/sha256.h"
 #include "write/output.h"
+#include "write/upload.h"
 
 namespace dcpctl {
 
@@ -57,6 +58,58 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
   cmd["metadata_bytes"] = request.ck.metadata_bytes;
   cmd["save_id"] = md.storage_meta && md.storage_meta->save_id ? *md.storage_meta->save_id : "";
   group.agree("command", Sha256::of(cmd.dump()));
+}
+
+// An s3:// output: the part size and the part buffers this process holds (write/upload.h). With
+// --max-memory they are set aside from it (fewer buffers where it is tight; refused when not even
+// the fewest fit beside the largest buffer); with the automatic budget they come on top of it.
+// Returns the bytes set aside.
+uint64_t plan_uploads(const WriteJob& job, json& summary) {
+  const WritePlan& plan = job.plan;
+  const WriteOptions& o = job.request.o;
+  std::vector<size_t> mine = job.deal.files_of(job.me);
+  if (plan.target.kind == Target::TorchZip) mine = job.leader ? std::vector<size_t>{0} : std::vector<size_t>{};
+  uint64_t values = 0;
+  for (const SelectedItem* it : plan.values) values += job.request.ck.md.bytes[it->index].storage.length;
+  uint64_t largest = 0;
+  for (size_t f : mine) {
+    // Estimates for what is appended (zip records, non-tensor values); exact for safetensors but
+    // for the header.
+    uint64_t est = plan.files[f].data_bytes + plan.files[f].records.size() * 4096 + values + (1ull << 20);
+    largest = std::max(largest, est);
+  }
+  const uint64_t part = upload_part_size(largest);
+  unsigned want = 0, least = 0;
+  if (plan.target.kind == Target::Dcp) {
+    // Each rank file being written holds the part it fills and the one going out.
+    unsigned at_once = static_cast<unsigned>(std::min<size_t>(std::max(1u, o.threads), mine.size()));
+    want = 2 * at_once;
+    least = at_once;
+  } else if (plan.target.kind == Target::TorchZip) {
+    want = mine.empty() ? 0 : 2;
+    least = mine.empty() ? 0 : 1;
+  } else {
+    // Parts written at offsets: the tasks under way (as many as lanes) leave at most two parts
+    // each unfinished, and one more (write/upload.h); three let one task run at a time.
+    want = mine.empty() ? 0 : 2 * job.deal.lanes + 2;
+    least = mine.empty() ? 0 : 3;
+  }
+  // Rank 0 writes the last, small files (index, .metadata, config) after the others.
+  if (job.leader) want = std::max(want, 1u), least = std::max(least, 1u);
+  unsigned buffers = want;
+  if (o.max_memory) {
+    const uint64_t gate = job.deal.gate_bytes(job.me), room = gate > job.plan.largest_need ? gate - job.plan.largest_need : 0;
+    buffers = static_cast<unsigned>(std::min<uint64_t>(want, room / part));
+    if (buffers < least)
+      throw UsageError(Where(o.output), "uploading to s3:// holds at least " + std::to_string(least) + " part buffer(s) of " +
+                                            std::to_string(part) + " bytes beside the largest buffer (" +
+                                            std::to_string(job.plan.largest_need) + " bytes): raise --max-memory to at least " +
+                                            std::to_string(job.plan.largest_need + least * part + job.deal.set_aside[static_cast<size_t>(job.me)]));
+  }
+  configure_uploads(part, buffers);
+  summary["s3"] = {{"part_size", part}, {"part_buffers", buffers}};
+  if (!o.max_memory) summary["max_memory"] = summary["max_memory"].get<uint64_t>() + uint64_t{buffers} * part;
+  return o.max_memory ? uint64_t{buffers} * part : 0;
 }
 
 }  // namespace
@@ -110,6 +163,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["max_memory"] = job.deal.budget;
   summary["dry_run"] = o.dry_run;
   if (mapped) summary["map"] = mapped->describe();
+  const bool remote = is_remote(o.output);
+  const uint64_t upload_bytes = remote ? plan_uploads(job, summary) : 0;
   writer.planned(job, summary);
   // The same plan on every rank: the command was agreed on; this catches two .metadata of one
   // size and save id that differ.
@@ -121,35 +176,45 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   }
 
   // ---- set up, write, commit ----
-  MemoryGate gate(job.deal.gate_bytes(me));
+  MemoryGate gate(job.deal.gate_bytes(me) - upload_bytes);
   WriteProgress prog(job.plan.total_bytes, o.progress);
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
   std::unique_ptr<DecodedChunks> decoded;
   if (writer.decode_once()) decoded = std::make_unique<DecodedChunks>(reader, &gate);
-  const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
-  const std::string failpoint_name = std::string(writer.name()) + "-write";
-  bool committed = write_then_commit(group, [&] {
-    if (group) failpoint(failpoint_name.c_str(), me);
-    LocalChunks local(reader, kTransferWindow, decoded.get());
-    std::unique_ptr<ChunkExchange> ex;
-    if (exchange) {
-      ex = std::make_unique<ChunkExchange>(*group, reader, job.deal.transfers, job.deal.lanes, kTransferWindow, gate);
-      ex->start_pushing();
+  // An s3:// output: a failure anywhere aborts the uploads this process started and deletes the
+  // objects it completed (write/upload.h); they are its output only once the run committed.
+  try {
+    const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
+    if (remote) start_part_window();
+    const std::string failpoint_name = std::string(writer.name()) + "-write";
+    bool committed = write_then_commit(group, [&] {
+      if (group) failpoint(failpoint_name.c_str(), me);
+      LocalChunks local(reader, kTransferWindow, decoded.get());
+      std::unique_ptr<ChunkExchange> ex;
+      if (exchange) {
+        ex = std::make_unique<ChunkExchange>(*group, reader, job.deal.transfers, job.deal.lanes, kTransferWindow, gate);
+        ex->start_pushing();
+      }
+      Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
+      executor.direct_io = o.direct_io;
+      if (remote) executor.cfr_ok = false;  // no descriptor to copy_file_range into
+      try {
+        writer.write(job, executor, set_up);
+      } catch (...) {
+        if (!ex) throw;
+        ex->fail(std::current_exception());
+        std::rethrow_exception(ex->first_error());
+      }
+      if (ex) ex->finish_pushing();
+    }, [&] { writer.commit(job); });
+    if (remote) keep_uploads();
+    if (!committed) {
+      summary["rank"] = me;
+      return summary;
     }
-    Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
-    executor.direct_io = o.direct_io;
-    try {
-      writer.write(job, executor, set_up);
-    } catch (...) {
-      if (!ex) throw;
-      ex->fail(std::current_exception());
-      std::rethrow_exception(ex->first_error());
-    }
-    if (ex) ex->finish_pushing();
-  }, [&] { writer.commit(job); });
-  if (!committed) {
-    summary["rank"] = me;
-    return summary;
+  } catch (...) {
+    if (remote) discard_uploads();
+    throw;
   }
   writer.finish(job, summary);
   if (decoded) summary["chunk_decodes"] = decoded->decodes();

@@ -172,7 +172,24 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
 // source is ordered, else all threads share them.
 void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
                                  std::vector<std::unique_ptr<OutputFile>>& outs) {
-  auto one = [&](const Task& task, WorkerBuffers& scratch) { safetensors_task(task, headers, *outs[plan.records[task.record].dest], scratch); };
+  // An s3:// output (write/upload.h): a task starts only a few tasks past the earliest unfinished
+  // one, and waits for that before it takes any memory (so the lane the earliest task needs is never
+  // short of memory held by lanes that wait); the parts left unfinished stay within the pool.
+  const bool remote = !outs.empty() && outs[0] && outs[0]->remote();
+  if (remote) {
+    std::vector<bool> mine(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) mine[i] = tasks[i].writer == me;
+    admit_tasks(mine);
+  }
+  auto one = [&](size_t i, WorkerBuffers& scratch) {
+    const Task& task = tasks[i];
+    if (remote) {
+      scratch.release();
+      task_begin(i);
+    }
+    safetensors_task(task, headers, *outs[plan.records[task.record].dest], scratch);
+    if (remote) task_end(i);
+  };
   // Each lane keeps its scratch (the copy window) across its tasks; a failed lane stops the rest.
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -181,13 +198,14 @@ void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vect
     try {
       if (!src.ordered()) {
         for (size_t i; !failed && (i = next++) < tasks.size();)
-          if (tasks[i].writer == me) one(tasks[i], scratch);
+          if (tasks[i].writer == me) one(i, scratch);
         return;
       }
-      for (const Task& task : tasks)
-        if (task.writer == me && task.lane == lane) one(task, scratch);
+      for (size_t i = 0; i < tasks.size(); ++i)
+        if (tasks[i].writer == me && tasks[i].lane == lane) one(i, scratch);
     } catch (...) {
       failed = true;
+      fail_part_window();  // lanes waiting for s3:// parts this lane would have written
       src.fail(std::current_exception());
       throw;
     }

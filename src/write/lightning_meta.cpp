@@ -280,7 +280,7 @@ LightningMeta::LightningMeta(const std::string& path, size_t first_key, bool kee
   struct Whole final : ByteSource {
     std::shared_ptr<ReadFile> f;
     uint64_t size() const override { return f->size(); }
-    void read(uint64_t pos, void* buf, size_t n) const override { f->read_at(pos, buf, n); }
+    void read(uint64_t pos, void* buf, size_t n) const override { f->read_near(pos, buf, n, 0, f->size()); }
   };
   auto src = std::make_shared<Whole>();
   src->f = m.file;

@@ -102,6 +102,9 @@ extern "C" void on_signal(int sig) {
     if (s == 2) ::unlink(g_slots[i].path);
     if (s == 3) remove_dir_signal_safe(g_slots[i].path);
   }
+  // Uploads under way: their own thread aborts them (requests are not async-signal-safe) and
+  // then re-raises the signal.
+  if (uploads_take_signal(sig)) return;
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -161,6 +164,7 @@ void remove_tree(const std::string& path) {
 }
 
 void check_output_path(const std::string& path_in, bool force, const std::string& protect_dir) {
+  if (is_remote(path_in)) return check_remote_output(path_in, force, protect_dir);
   std::string path = path_in;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   std::string parent = dirname_of(path);
@@ -180,7 +184,13 @@ void check_output_path(const std::string& path_in, bool force, const std::string
   }
 }
 
-OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)), tmp_(temp_name(final_)) {
+OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
+  if (is_remote(final_)) {
+    tmp_ = final_;
+    up_ = std::make_unique<Upload>(final_);
+    return;
+  }
+  tmp_ = temp_name(final_);
   slot_ = claim(tmp_, 2);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) {
@@ -191,6 +201,7 @@ OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)), 
 }
 
 std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
+  if (is_remote(temp_path)) throw UnsupportedError(Where(temp_path), "several processes cannot write one s3:// object");
   std::unique_ptr<OutputFile> f(new OutputFile());
   f->final_ = f->tmp_ = temp_path;
   f->owner_ = false;
@@ -216,11 +227,12 @@ struct OutputFile::Staging {
 OutputFile::~OutputFile() {
   if (staging_ && staging_->pending.valid()) staging_->pending.wait();  // it writes from our buffers
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_ && owner_) ::unlink(tmp_.c_str());
+  if (!committed_ && owner_ && !up_) ::unlink(tmp_.c_str());
   release(slot_);
 }
 
 void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
+  if (up_) return up_->write_at(data, n, offset);
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
@@ -235,6 +247,11 @@ void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::append(const void* data, size_t n) {
+  if (up_) {
+    up_->append(data, n);
+    pos_ += n;
+    return;
+  }
   if (!staging_) {
     pwrite_all(data, n, pos_);
     pos_ += n;
@@ -288,6 +305,7 @@ void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t o
 }
 
 void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
+  if (up_) return up_->write_at(data, n, offset);
   uint64_t a = align_up(offset), b = align_down(offset + n);
   bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
   int d = placed && a < b ? direct_fd() : -1;
@@ -298,7 +316,7 @@ void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::stage_appends(uint64_t block) {
-  if (block == 0 || staging_) return;
+  if (block == 0 || staging_ || up_) return;  // an upload buffers its parts itself
   auto s = std::make_unique<Staging>();
   s->block = align_up(block);
   for (auto& b : s->buf) {
@@ -320,6 +338,7 @@ void OutputFile::flush_staged() {
 }
 
 void OutputFile::reserve(uint64_t size) {
+  if (up_) return up_->expect_size(size);
   if (size == 0) return;
   int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(size));
   if (rc == EOPNOTSUPP || rc == EINVAL) {
@@ -331,6 +350,11 @@ void OutputFile::reserve(uint64_t size) {
 }
 
 void OutputFile::commit() {
+  if (up_) {
+    up_->commit();
+    committed_ = true;
+    return;
+  }
   flush_staged();
   if (!owner_) {
     if (::fsync(fd_) != 0) throw IoError(Where(final_), "fsync failed: " + errno_text(errno));
@@ -347,8 +371,19 @@ void OutputFile::commit() {
   committed_ = true;
 }
 
-OutputDir::OutputDir(std::string final_path) : final_(std::move(final_path)), tmp_(temp_name(final_)) {
+OutputDir::OutputDir(std::string final_path) : final_(std::move(final_path)) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
+  if (is_remote(final_)) {
+    // No temporary prefix (objects cannot be renamed): the files go straight under the final one,
+    // each appearing when complete, the one that makes the folder complete last. What was there
+    // (only with --force: the output check refused otherwise) is deleted first, so that an old
+    // .metadata or index never names the new files while they are written.
+    remote_ = true;
+    tmp_ = final_;
+    clear_remote_prefix(final_);
+    return;
+  }
+  tmp_ = temp_name(final_);
   slot_ = claim(tmp_, 3);
   if (::mkdir(tmp_.c_str(), 0755) != 0) {
     int e = errno;
@@ -358,13 +393,17 @@ OutputDir::OutputDir(std::string final_path) : final_(std::move(final_path)), tm
 }
 
 OutputDir::~OutputDir() {
-  if (!committed_) remove_tree(tmp_);
+  if (!committed_ && !remote_) remove_tree(tmp_);
   release(slot_);
 }
 
 std::string OutputDir::path_of(const std::string& name) const { return tmp_ + "/" + name; }
 
 void OutputDir::commit() {
+  if (remote_) {  // every file was completed by its own commit, the last one last
+    committed_ = true;
+    return;
+  }
   if (int fd = ::open(tmp_.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
     ::fsync(fd);
     ::close(fd);
@@ -404,6 +443,8 @@ void OutputDir::commit() {
 // use_cfr false and the caller repeats the copy with a buffer.
 void copy_range(const ReadFile& in, uint64_t off, OutputFile& out, uint64_t out_off, uint64_t n, uint8_t* buf,
                 uint64_t window, bool& use_cfr, int out_fd) {
+  if (in.remote()) use_cfr = false;  // an s3:// object has no descriptor: the caller takes a buffer
+  if (!use_cfr && !buf) return;
   while (n > 0 && use_cfr) {
     loff_t io = static_cast<loff_t>(off), oo = static_cast<loff_t>(out_off);
     ssize_t w = ::copy_file_range(in.fd(), &io, out_fd, &oo, n, 0);

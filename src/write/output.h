@@ -8,6 +8,11 @@
 // and the old one is removed after, so the final name never goes missing; where the filesystem
 // cannot swap, the old one is renamed aside first (a window in which a signal leaves no output
 // under the final name, the old one under `.<name>.dcpctl-tmp-<pid>-old`).
+//
+// An `s3://bucket/key` output is the same object over an upload instead of a file (write/upload.h):
+// no temporary name (the object appears when commit() completes its upload), no descriptor
+// (fd() is -1: copies go through a buffer), and reserve() fixes its size, so that writes at
+// offsets fill fixed parts; an OutputDir there is a prefix whose files are completed one by one.
 #pragma once
 
 #include <fcntl.h>
@@ -18,13 +23,14 @@
 #include <vector>
 
 #include "util/file.h"
+#include "write/upload.h"
 
 namespace dcpctl {
 
 void install_cleanup_handlers();
 
 // Refuses (UsageError) when `path` exists and !force, or when it lies inside `protect_dir`
-// (outputs never go into the checkpoint being read).
+// (outputs never go into the checkpoint being read). Either may be an s3:// URL.
 void check_output_path(const std::string& path, bool force, const std::string& protect_dir);
 
 class OutputFile {
@@ -60,6 +66,7 @@ class OutputFile {
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
   int fd() const { return fd_; }
+  bool remote() const { return up_ != nullptr; }
 
  private:
   struct Staging;
@@ -77,6 +84,7 @@ class OutputFile {
   int slot_ = -1;
   DirectFd direct_;
   std::unique_ptr<Staging> staging_;
+  std::unique_ptr<Upload> up_;  // an s3:// output
 
   OutputFile() = default;
 };
@@ -97,10 +105,12 @@ class OutputDir {
   void commit();
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
+  bool remote() const { return remote_; }
 
  private:
   std::string final_, tmp_;
   bool committed_ = false;
+  bool remote_ = false;
   int slot_ = -1;
 };
 

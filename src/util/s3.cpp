@@ -1,0 +1,741 @@
+#include "util/s3.h"
+
+#include <curl/curl.h>
+#include <expat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "util/sha256.h"
+
+namespace dcpctl::s3 {
+
+// ---------------------------------------------------------------------------------------------
+// URLs
+
+std::string Location::url() const {
+  return "s3://" + bucket + "/" + key;
+}
+
+bool is_url(std::string_view path) {
+  return path.rfind("s3://", 0) == 0 || path.rfind("gs://", 0) == 0;
+}
+
+Location parse_url(const std::string& url) {
+  if (url.rfind("gs://", 0) == 0)
+    throw UnsupportedError(Where(url),
+                           "gs:// is not read directly: Google Cloud Storage serves the same objects through "
+                           "its S3-interoperable endpoint; use s3://BUCKET/... with "
+                           "AWS_ENDPOINT_URL=https://storage.googleapis.com and an HMAC key in "
+                           "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (docs/s3.md)");
+  if (url.rfind("s3://", 0) != 0) throw UsageError(Where(url), "not an s3:// URL");
+  std::string rest = url.substr(5);
+  size_t slash = rest.find('/');
+  Location loc;
+  loc.bucket = rest.substr(0, slash);
+  if (slash != std::string::npos) loc.key = rest.substr(slash + 1);
+  // Bucket names: 3-63 characters of lower-case letters, digits, '.', '-' (S3's rules; the
+  // legacy upper-case and '_' names of us-east-1 are let through: a server says no if it must).
+  bool ok = loc.bucket.size() >= 3 && loc.bucket.size() <= 63;
+  for (char c : loc.bucket)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_');
+  if (!ok)
+    throw UsageError(Where(url), "malformed s3:// URL: expected s3://BUCKET/KEY with a 3-63 character bucket name");
+  if (!loc.key.empty() && loc.key[0] == '/')
+    throw UsageError(Where(url), "malformed s3:// URL: '//' after the bucket name");
+  if (loc.key.find("//") != std::string::npos)
+    throw UsageError(Where(url), "malformed s3:// URL: empty path segment ('//')");
+  return loc;
+}
+
+std::string uri_encode(std::string_view s, bool keep_slash) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+namespace {
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+IniFile parse_ini(std::string_view text) {
+  IniFile ini;
+  std::string section;
+  bool in_nested = false;  // inside `s3 =` followed by indented lines
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string_view raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+    bool indented = !raw.empty() && (raw[0] == ' ' || raw[0] == '\t');
+    std::string line = trim(raw);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = trim(std::string_view(line).substr(1, line.size() - 2));
+      in_nested = false;
+      continue;
+    }
+    if (indented && in_nested) continue;
+    in_nested = false;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = lower(trim(std::string_view(line).substr(0, eq)));
+    std::string value = trim(std::string_view(line).substr(eq + 1));
+    if (value.empty()) {
+      in_nested = true;  // a nested block (`s3 =`): its indented lines are not this profile's keys
+      continue;
+    }
+    if (!section.empty()) ini[section][key] = value;
+  }
+  return ini;
+}
+
+Config Config::load(const std::function<std::optional<std::string>(const char*)>& env,
+                    const std::function<std::optional<std::string>(const std::string&)>& read) {
+  auto nonempty = [&](const char* name) -> std::optional<std::string> {
+    auto v = env(name);
+    if (v && !v->empty()) return v;
+    return std::nullopt;
+  };
+  Config c;
+  if (auto p = nonempty("AWS_PROFILE")) c.profile = *p;
+  std::string home = nonempty("HOME").value_or("");
+  std::string cred_path = nonempty("AWS_SHARED_CREDENTIALS_FILE").value_or(home + "/.aws/credentials");
+  std::string conf_path = nonempty("AWS_CONFIG_FILE").value_or(home + "/.aws/config");
+  IniFile creds, conf;
+  if (auto t = read(cred_path)) creds = parse_ini(*t);
+  if (auto t = read(conf_path)) conf = parse_ini(*t);
+  // The config file names a profile "[profile NAME]", except the default one, "[default]".
+  const std::map<std::string, std::string>* conf_profile = nullptr;
+  if (auto it = conf.find("profile " + c.profile); it != conf.end())
+    conf_profile = &it->second;
+  else if (auto it2 = conf.find(c.profile); it2 != conf.end() && c.profile == "default")
+    conf_profile = &it2->second;
+  auto conf_value = [&](const char* key) -> std::optional<std::string> {
+    if (!conf_profile) return std::nullopt;
+    auto it = conf_profile->find(key);
+    if (it == conf_profile->end() || it->second.empty()) return std::nullopt;
+    return it->second;
+  };
+
+  auto ak = nonempty("AWS_ACCESS_KEY_ID"), sk = nonempty("AWS_SECRET_ACCESS_KEY");
+  if (ak && sk) {
+    c.access_key = *ak;
+    c.secret_key = *sk;
+    c.session_token = nonempty("AWS_SESSION_TOKEN").value_or("");
+    c.credentials_from = "environment";
+  } else if (auto it = creds.find(c.profile);
+             it != creds.end() && it->second.count("aws_access_key_id") && it->second.count("aws_secret_access_key")) {
+    c.access_key = it->second.at("aws_access_key_id");
+    c.secret_key = it->second.at("aws_secret_access_key");
+    if (auto t = it->second.find("aws_session_token"); t != it->second.end()) c.session_token = t->second;
+    c.credentials_from = cred_path + " [" + c.profile + "]";
+  } else if (conf_value("aws_access_key_id") && conf_value("aws_secret_access_key")) {
+    c.access_key = *conf_value("aws_access_key_id");
+    c.secret_key = *conf_value("aws_secret_access_key");
+    c.session_token = conf_value("aws_session_token").value_or("");
+    c.credentials_from = conf_path + " [" + c.profile + "]";
+  }
+
+  if (auto r = nonempty("AWS_REGION"))
+    c.region = *r;
+  else if (auto r2 = nonempty("AWS_DEFAULT_REGION"))
+    c.region = *r2;
+  else if (auto r3 = conf_value("region"))
+    c.region = *r3;
+
+  if (auto e = nonempty("AWS_ENDPOINT_URL_S3"))
+    c.endpoint = *e;
+  else if (auto e2 = nonempty("AWS_ENDPOINT_URL"))
+    c.endpoint = *e2;
+  else if (auto e3 = conf_value("endpoint_url"))
+    c.endpoint = *e3;
+  while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
+  if (!c.endpoint.empty() && c.endpoint.find("://") == std::string::npos) c.endpoint = "https://" + c.endpoint;
+
+  std::optional<std::string> attempts = nonempty("AWS_MAX_ATTEMPTS");
+  if (!attempts) attempts = conf_value("max_attempts");
+  if (attempts) {
+    char* end = nullptr;
+    long n = std::strtol(attempts->c_str(), &end, 10);
+    if (!end || *end || n < 1 || n > 100)
+      throw UsageError(Where("AWS_MAX_ATTEMPTS"), "expected a whole number from 1 to 100, got '" + *attempts + "'");
+    c.max_attempts = static_cast<int>(n);
+  }
+  return c;
+}
+
+Config Config::from_environment() {
+  return load(
+      [](const char* name) -> std::optional<std::string> {
+        const char* v = std::getenv(name);
+        return v ? std::optional<std::string>(v) : std::nullopt;
+      },
+      [](const std::string& path) -> std::optional<std::string> {
+        std::ifstream f(path);
+        if (!f) return std::nullopt;
+        std::stringstream ss;
+        ss << f.rdbuf();
+        return ss.str();
+      });
+}
+
+std::string Config::object_url(const Location& loc) const {
+  std::string key = uri_encode(loc.key, true);
+  if (!endpoint.empty()) return endpoint + "/" + loc.bucket + "/" + key;
+  if (path_style(loc.bucket)) return "https://s3." + region + ".amazonaws.com/" + loc.bucket + "/" + key;
+  return "https://" + loc.bucket + ".s3." + region + ".amazonaws.com/" + key;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries
+
+bool RetryPolicy::retryable(long status, std::string_view code) {
+  if (status == 0) return true;  // no HTTP answer: refused, reset, timed out
+  if (status >= 500 || status == 429) return true;
+  return code == "SlowDown" || code == "RequestTimeout" || code == "RequestTimeTooSkewed" || code == "InternalError" ||
+         code == "ServiceUnavailable";
+}
+
+uint64_t RetryPolicy::delay_ms(int attempt, double u) const {
+  uint64_t ceiling = base_ms;
+  for (int i = 1; i < attempt && ceiling < cap_ms; ++i) ceiling *= 2;
+  ceiling = std::min(ceiling, cap_ms);
+  // Full jitter (AWS's recommendation): uniform in [0, ceiling], so that many workers retrying
+  // together spread out instead of hitting the server again in step.
+  return static_cast<uint64_t>(u * static_cast<double>(ceiling + 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// XML: expat, walked as a path of element names
+
+namespace {
+
+struct XmlWalk {
+  std::vector<std::string> path;
+  std::string text;
+  std::function<void(const std::vector<std::string>&, const std::string&)> on_end;
+  std::function<void(const std::vector<std::string>&)> on_start;
+};
+
+void XMLCALL xml_start(void* ud, const XML_Char* name, const XML_Char**) {
+  auto* w = static_cast<XmlWalk*>(ud);
+  w->path.emplace_back(name);
+  w->text.clear();
+  if (w->on_start) w->on_start(w->path);
+}
+void XMLCALL xml_end(void* ud, const XML_Char*) {
+  auto* w = static_cast<XmlWalk*>(ud);
+  if (w->on_end) w->on_end(w->path, w->text);
+  w->path.pop_back();
+  w->text.clear();
+}
+void XMLCALL xml_text(void* ud, const XML_Char* s, int len) {
+  static_cast<XmlWalk*>(ud)->text.append(s, static_cast<size_t>(len));
+}
+
+// Parses `xml`, calling the walker's hooks; the parser's message when it is not well-formed.
+std::optional<std::string> walk_xml(std::string_view xml, XmlWalk& w) {
+  std::unique_ptr<std::remove_pointer_t<XML_Parser>, decltype(&XML_ParserFree)> p(XML_ParserCreate("UTF-8"),
+                                                                                  &XML_ParserFree);
+  if (!p) return std::string("out of memory");
+  XML_SetUserData(p.get(), &w);
+  XML_SetElementHandler(p.get(), xml_start, xml_end);
+  XML_SetCharacterDataHandler(p.get(), xml_text);
+  if (xml.size() > static_cast<size_t>(INT32_MAX)) return std::string("answer too large");
+  if (XML_Parse(p.get(), xml.data(), static_cast<int>(xml.size()), 1) == XML_STATUS_ERROR)
+    return std::string(XML_ErrorString(XML_GetErrorCode(p.get()))) + " at line " +
+           std::to_string(XML_GetCurrentLineNumber(p.get()));
+  return std::nullopt;
+}
+
+bool parse_u64(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+ListPage parse_list_page(std::string_view xml, const std::string& url) {
+  ListPage page;
+  std::string root, problem;
+  std::optional<std::string> key;
+  std::optional<uint64_t> size;
+  XmlWalk w;
+  w.on_start = [&](const std::vector<std::string>& path) {
+    if (path.size() == 1) root = path[0];
+    if (path.size() == 2 && path[1] == "Contents") key.reset(), size.reset();
+  };
+  w.on_end = [&](const std::vector<std::string>& path, const std::string& text) {
+    if (path.size() == 3 && path[1] == "Contents") {
+      if (path[2] == "Key") key = text;
+      if (path[2] == "Size") {
+        uint64_t v;
+        if (!parse_u64(text, v)) problem = "Size '" + text + "' is not a byte count";
+        size = v;
+      }
+    } else if (path.size() == 2 && path[1] == "Contents") {
+      if (!key || !size)
+        problem = "an entry without Key or Size";
+      else
+        page.objects.emplace_back(*key, *size);
+    } else if (path.size() == 3 && path[1] == "CommonPrefixes" && path[2] == "Prefix") {
+      page.prefixes.push_back(text);
+    } else if (path.size() == 2 && path[1] == "IsTruncated") {
+      if (text != "true" && text != "false") problem = "IsTruncated '" + text + "'";
+      page.truncated = text == "true";
+    } else if (path.size() == 2 && path[1] == "NextContinuationToken") {
+      page.next_token = text;
+    }
+  };
+  if (auto err = walk_xml(xml, w)) throw IoError(Where(url), "malformed listing from the server: " + *err);
+  if (root == "Error") {
+    auto [code, msg] = parse_error_body(xml);
+    throw IoError(Where(url), "listing failed: " + code + (msg.empty() ? "" : ": " + msg));
+  }
+  if (root != "ListBucketResult")
+    throw IoError(Where(url),
+                  "malformed listing from the server: root element '" + root + "', expected ListBucketResult");
+  if (!problem.empty()) throw IoError(Where(url), "malformed listing from the server: " + problem);
+  if (page.truncated && page.next_token.empty())
+    throw IoError(Where(url), "malformed listing from the server: truncated without a NextContinuationToken");
+  return page;
+}
+
+std::pair<std::string, std::string> parse_error_body(std::string_view xml) {
+  std::string code, msg;
+  bool is_error = false;
+  XmlWalk w;
+  w.on_start = [&](const std::vector<std::string>& path) {
+    if (path.size() == 1) is_error = path[0] == "Error";
+  };
+  w.on_end = [&](const std::vector<std::string>& path, const std::string& text) {
+    if (is_error && path.size() == 2 && path[1] == "Code") code = text;
+    if (is_error && path.size() == 2 && path[1] == "Message") msg = text;
+  };
+  if (xml.empty() || walk_xml(xml, w)) return {};
+  return {code, msg};
+}
+
+std::optional<std::string> xml_element(std::string_view xml, const std::string& name) {
+  std::optional<std::string> found;
+  XmlWalk w;
+  w.on_end = [&](const std::vector<std::string>& path, const std::string& text) {
+    if (!found && path.back() == name) found = text;
+  };
+  if (walk_xml(xml, w)) return std::nullopt;
+  return found;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+struct Client::Request {
+  const char* method = "GET";
+  Location loc;
+  std::string query;  // canonical: sorted, encoded, without '?'
+  std::vector<std::string> headers;
+  const void* body = nullptr;
+  size_t body_size = 0;
+  // Where the answer's body goes: into `dest` (exactly dest_size bytes of the range starting at
+  // range_offset; a server that ignores Range answers 200 with the whole object, whose first
+  // range_offset bytes are skipped), else into Response::body.
+  uint8_t* dest = nullptr;
+  uint64_t dest_size = 0, range_offset = 0;
+  bool expect_404 = false;  // a 404 is an answer (size_of), not an error
+  bool unbounded = false;   // a body of any size (get); else at most Transfer::kMaxBody
+  std::string display;      // the URL errors name, when not loc's (a listing names its prefix)
+};
+
+struct Client::Response {
+  long status = 0;
+  std::string body;  // error bodies and small answers
+  std::optional<uint64_t> content_length;
+  std::string etag;
+  uint64_t got = 0;  // bytes stored into Request::dest
+};
+
+namespace {
+
+// One easy handle per thread: curl_easy_reset keeps its connections, so a worker's requests reuse
+// one TCP (and TLS) connection to the server.
+struct Handle {
+  CURL* curl = curl_easy_init();
+  ~Handle() {
+    if (curl) curl_easy_cleanup(curl);
+  }
+};
+thread_local Handle t_handle;
+
+struct Transfer {
+  Client::Request* req;
+  Client::Response* resp;
+  std::atomic<uint64_t>* bytes_in;
+  uint64_t skipped = 0;
+  bool overflow = false;
+  static constexpr size_t kMaxBody = 64u << 20;  // an answer stored in memory (listing pages, errors)
+};
+
+size_t on_body(char* data, size_t, size_t n, void* ud) {
+  auto* t = static_cast<Transfer*>(ud);
+  t->bytes_in->fetch_add(n, std::memory_order_relaxed);
+  long status = 0;
+  curl_easy_getinfo(t_handle.curl, CURLINFO_RESPONSE_CODE, &status);
+  bool ok = status >= 200 && status < 300;
+  if (t->req->dest && ok) {
+    const uint64_t skip_total = status == 200 ? t->req->range_offset : 0;
+    size_t off = 0;
+    if (t->skipped < skip_total) {
+      size_t skip = static_cast<size_t>(std::min<uint64_t>(n, skip_total - t->skipped));
+      t->skipped += skip;
+      off = skip;
+    }
+    size_t take = n - off;
+    uint64_t room = t->req->dest_size - t->resp->got;
+    if (take > room) {
+      if (status == 206) {
+        t->overflow = true;  // more than the range asked for: refuse the answer
+        return 0;
+      }
+      take = static_cast<size_t>(room);  // a whole-object answer: the rest is not wanted
+    }
+    std::memcpy(t->req->dest + t->resp->got, data + off, take);
+    t->resp->got += take;
+    if (status == 200 && t->resp->got == t->req->dest_size && off + take < n) return 0;  // have it all: stop
+    return n;
+  }
+  if (!t->req->unbounded && t->resp->body.size() + n > Transfer::kMaxBody) {
+    t->overflow = true;
+    return 0;
+  }
+  t->resp->body.append(data, n);
+  return n;
+}
+
+size_t on_header(char* data, size_t, size_t n, void* ud) {
+  auto* t = static_cast<Transfer*>(ud);
+  std::string_view h(data, n);
+  size_t colon = h.find(':');
+  if (colon == std::string_view::npos) return n;
+  std::string name = lower(std::string(h.substr(0, colon)));
+  std::string value = trim(h.substr(colon + 1));
+  if (name == "etag") t->resp->etag = value;
+  if (name == "content-length") {
+    uint64_t v;
+    if (parse_u64(value, v)) t->resp->content_length = v;
+  }
+  return n;
+}
+
+std::once_flag g_curl_init;
+
+std::string describe_status(long status, const std::string& code, const std::string& msg) {
+  std::string s = "HTTP " + std::to_string(status);
+  if (!code.empty()) s += " " + code;
+  if (!msg.empty()) s += ": " + msg;
+  return s;
+}
+
+}  // namespace
+
+Client::Client(Config cfg) : cfg_(std::move(cfg)) {
+  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+Client::~Client() = default;
+
+namespace {
+std::atomic<const Client*> g_shared{nullptr};
+}  // namespace
+
+Client& Client::shared() {
+  static Client client(Config::from_environment());
+  g_shared.store(&client, std::memory_order_release);
+  return client;
+}
+
+const Client* Client::shared_if_made() {
+  return g_shared.load(std::memory_order_acquire);
+}
+
+Client::Response Client::perform(Request& req) {
+  const std::string url = req.display.empty() ? req.loc.url() : req.display;
+  if (cfg_.access_key.empty() || cfg_.secret_key.empty())
+    throw IoError(Where(url),
+                  "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with "
+                  "a profile in ~/.aws/credentials (profile '" +
+                      cfg_.profile + "' has no keys)");
+  std::string full = cfg_.object_url(req.loc);
+  if (!req.query.empty()) full += "?" + req.query;
+  std::string body_hash =
+      req.body ? Sha256::of(std::string(static_cast<const char*>(req.body), req.body_size)) : Sha256::of(std::string());
+  std::string sigv4 = "aws:amz:" + cfg_.region + ":s3";
+  std::string userpwd = cfg_.access_key + ":" + cfg_.secret_key;
+  RetryPolicy policy;
+  policy.max_attempts = cfg_.max_attempts;
+  thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>()(std::this_thread::get_id()));
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+
+  std::string last;
+  for (int attempt = 1;; ++attempt) {
+    CURL* c = t_handle.curl;
+    if (!c) throw IoError(Where(url), "cannot start an HTTP request (curl_easy_init failed)");
+    curl_easy_reset(c);
+    Response resp;
+    Transfer t{&req, &resp, &counters_.bytes_in};
+    curl_slist* hdrs = nullptr;
+    for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
+    hdrs = curl_slist_append(hdrs, ("x-amz-content-sha256: " + body_hash).c_str());
+    if (!cfg_.session_token.empty())
+      hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + cfg_.session_token).c_str());
+    // No "Expect:" to turn off 100-continue: libcurl 7.88 would sign the empty header it then
+    // leaves out, and the server computes another signature.
+    if (req.body) hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+    std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> hold(hdrs, &curl_slist_free_all);
+    curl_easy_setopt(c, CURLOPT_URL, full.c_str());
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    // A stalled transfer (under 1 byte/s for 30 s) fails, and is retried, instead of hanging.
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+    if (std::strcmp(req.method, "HEAD") == 0) {
+      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    } else if (req.body || std::strcmp(req.method, "POST") == 0 || std::strcmp(req.method, "PUT") == 0) {
+      // Bodies go as POSTFIELDS (with the method named), so that libcurl's SigV4 hashes exactly
+      // these bytes, as the x-amz-content-sha256 header says.
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body_size));
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS, req.body ? req.body : "");
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+    } else if (std::strcmp(req.method, "GET") != 0) {
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+    }
+    counters_.requests.fetch_add(1, std::memory_order_relaxed);
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+    if (req.body) counters_.bytes_out.fetch_add(req.body_size, std::memory_order_relaxed);
+    std::string code, msg;
+    bool done_early = rc == CURLE_WRITE_ERROR && req.dest && !t.overflow && resp.got == req.dest_size;
+    if (rc == CURLE_OK || done_early) {
+      if (done_early) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+      if (resp.status >= 200 && resp.status < 300) {
+        if (req.dest && resp.got != req.dest_size) {
+          last = "the answer held " + std::to_string(resp.got) + " of the " + std::to_string(req.dest_size) +
+                 " bytes asked for";
+        } else {
+          return resp;
+        }
+      } else {
+        std::tie(code, msg) = parse_error_body(resp.body);
+        if (resp.status == 404 && req.expect_404) return resp;
+        if (!RetryPolicy::retryable(resp.status, code) || attempt >= policy.max_attempts) {
+          std::string what = req.method + std::string(" failed: ") + describe_status(resp.status, code, msg);
+          if (resp.status == 404 && code == "NoSuchKey") throw NotFound(Where(url), "no such object (" + what + ")");
+          if (resp.status == 404 && code == "NoSuchBucket")
+            throw IoError(Where(url), "no such bucket '" + req.loc.bucket + "' (" + what + ")");
+          if (resp.status == 404 && code.empty()) throw NotFound(Where(url), "no such object (" + what + ")");
+          if (resp.status == 403)
+            throw IoError(Where(url), "access denied (" + what + "); credentials from " +
+                                          (cfg_.credentials_from.empty() ? "nowhere" : cfg_.credentials_from));
+          throw IoError(Where(url), what + (attempt > 1 ? " (after " + std::to_string(attempt) + " attempts)" : ""));
+        }
+        last = describe_status(resp.status, code, msg);
+      }
+    } else if (t.overflow) {
+      throw IoError(Where(url), "the server's answer is larger than what was asked for");
+    } else {
+      last = std::string(curl_easy_strerror(rc));
+    }
+    if (attempt >= policy.max_attempts)
+      throw IoError(Where(url), std::string(req.method) + " failed after " + std::to_string(attempt) + " attempts: " +
+                                    last + " (endpoint " + (cfg_.endpoint.empty() ? "AWS" : cfg_.endpoint) + ")");
+    counters_.retries.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(policy.delay_ms(attempt, uniform(rng))));
+  }
+}
+
+std::optional<uint64_t> Client::size_of(const Location& loc) {
+  Request r;
+  r.method = "HEAD";
+  r.loc = loc;
+  r.expect_404 = true;
+  Response resp = perform(r);
+  if (resp.status == 404) return std::nullopt;
+  if (!resp.content_length) throw IoError(Where(loc.url()), "HEAD answered without a Content-Length");
+  return resp.content_length;
+}
+
+void Client::get_range(const Location& loc, uint64_t offset, uint64_t n, void* buf) {
+  if (n == 0) return;
+  Request r;
+  r.loc = loc;
+  r.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1));
+  r.dest = static_cast<uint8_t*>(buf);
+  r.dest_size = n;
+  r.range_offset = offset;
+  perform(r);
+}
+
+std::vector<uint8_t> Client::get(const Location& loc) {
+  Request r;
+  r.loc = loc;
+  r.unbounded = true;
+  Response resp = perform(r);
+  return std::vector<uint8_t>(resp.body.begin(), resp.body.end());
+}
+
+Client::Listing Client::list(const Location& prefix, bool delimited) {
+  Listing out;
+  std::string token;
+  for (;;) {
+    Request r;
+    r.loc = Location{prefix.bucket, ""};
+    r.display = prefix.url();
+    // Sorted by name, as SigV4's canonical query wants them.
+    std::string q;
+    if (!token.empty()) q += "continuation-token=" + uri_encode(token, false) + "&";
+    if (delimited) q += "delimiter=%2F&";
+    q += "list-type=2&prefix=" + uri_encode(prefix.key, false);
+    r.query = q;
+    Response resp = perform(r);
+    ListPage page = parse_list_page(resp.body, prefix.url());
+    for (auto& o : page.objects) out.objects.push_back(std::move(o));
+    for (auto& p : page.prefixes) out.prefixes.push_back(std::move(p));
+    if (!page.truncated) break;
+    token = page.next_token;
+  }
+  return out;
+}
+
+void Client::put(const Location& loc, const void* data, size_t n) {
+  Request r;
+  r.method = "PUT";
+  r.loc = loc;
+  r.body = data ? data : "";
+  r.body_size = n;
+  perform(r);
+}
+
+std::string Client::start_upload(const Location& loc) {
+  Request r;
+  r.method = "POST";
+  r.loc = loc;
+  r.query = "uploads=";
+  Response resp = perform(r);
+  auto id = xml_element(resp.body, "UploadId");
+  if (!id || id->empty()) throw IoError(Where(loc.url()), "CreateMultipartUpload answered without an UploadId");
+  return *id;
+}
+
+std::string Client::upload_part(const Location& loc, const std::string& id, int part, const void* data, size_t n) {
+  Request r;
+  r.method = "PUT";
+  r.loc = loc;
+  r.query = "partNumber=" + std::to_string(part) + "&uploadId=" + uri_encode(id, false);
+  r.body = data ? data : "";
+  r.body_size = n;
+  Response resp = perform(r);
+  if (resp.etag.empty())
+    throw IoError(Where(loc.url()), "UploadPart " + std::to_string(part) + " answered without an ETag");
+  return resp.etag;
+}
+
+void Client::complete_upload(const Location& loc, const std::string& id, const std::vector<std::string>& etags) {
+  auto escape = [](const std::string& s) {
+    std::string o;
+    for (char ch : s) {
+      if (ch == '&')
+        o += "&amp;";
+      else if (ch == '<')
+        o += "&lt;";
+      else if (ch == '>')
+        o += "&gt;";
+      else if (ch == '"')
+        o += "&quot;";
+      else
+        o += ch;
+    }
+    return o;
+  };
+  std::string xml = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < etags.size(); ++i)
+    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + escape(etags[i]) + "</ETag></Part>";
+  xml += "</CompleteMultipartUpload>";
+  Request r;
+  r.method = "POST";
+  r.loc = loc;
+  r.query = "uploadId=" + uri_encode(id, false);
+  r.body = xml.data();
+  r.body_size = xml.size();
+  Response resp = perform(r);
+  // CompleteMultipartUpload can answer 200 with an <Error> body: the upload did not complete.
+  auto [code, msg] = parse_error_body(resp.body);
+  if (!code.empty())
+    throw IoError(Where(loc.url()), "CompleteMultipartUpload failed: " + code + (msg.empty() ? "" : ": " + msg));
+}
+
+void Client::abort_upload(const Location& loc, const std::string& id) {
+  Request r;
+  r.method = "DELETE";
+  r.loc = loc;
+  r.query = "uploadId=" + uri_encode(id, false);
+  r.expect_404 = true;  // already gone
+  perform(r);
+}
+
+void Client::remove(const Location& loc) {
+  Request r;
+  r.method = "DELETE";
+  r.loc = loc;
+  perform(r);
+}
+
+}  // namespace dcpctl::s3

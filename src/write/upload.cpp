@@ -1,0 +1,662 @@
+#include "write/upload.h"
+
+#include <semaphore.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "util/error.h"
+#include "util/failpoint.h"
+#include "util/s3.h"
+
+namespace dcpctl {
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr int kMaxParts = 10000;
+
+// ---- the part buffers: one pool per process, set aside from --max-memory ----
+struct Pool {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t part = 8 * kMiB;
+  unsigned cap = 2, used = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> spare;
+
+  std::unique_ptr<uint8_t[]> take() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return used < cap; });
+    ++used;
+    if (!spare.empty()) {
+      auto b = std::move(spare.back());
+      spare.pop_back();
+      return b;
+    }
+    lock.unlock();
+    return std::unique_ptr<uint8_t[]>(new uint8_t[part]);
+  }
+  void give(std::unique_ptr<uint8_t[]> b) {
+    if (!b) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      --used;
+      spare.push_back(std::move(b));
+    }
+    cv.notify_all();
+  }
+};
+Pool g_pool;
+
+// ---- writes at offsets: when the lanes run, and which tasks may start (see the header) ----
+struct Window {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool started = false, failed = false;
+  size_t ahead = 1;          // a task starts at most this many tasks past the earliest unfinished one
+  std::vector<bool> done;    // per task of the executor's list (another process's: done)
+  std::vector<size_t> rank;  // per task: its place among this process's tasks
+  size_t earliest = 0;       // the first task not done
+
+  std::exception_ptr first;  // the failure that stopped the lanes, rethrown to those that wait
+
+  // Called in a catch block: the exception being handled is the one the waiting lanes rethrow, so
+  // whichever lane reports first, the error is the cause, not "another lane failed".
+  void fail() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      failed = true;
+      if (!first) first = std::current_exception();
+    }
+    cv.notify_all();
+  }
+};
+Window g_window;
+
+// ---- every upload this process started and every object it completed, for cleanup ----
+struct Entry {
+  enum State { Starting, Open, Completing, Done, Gone } state = Starting;
+  s3::Location loc;
+  std::string id;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::shared_ptr<Entry>> entries;
+  bool closed = false;  // a signal is being handled: nothing starts or completes any more
+  std::atomic<int> live{0};
+  std::atomic<int> signal{0};
+  std::atomic<bool> thread_ready{false};
+  sem_t sem;
+  std::once_flag thread_once;
+};
+Registry g_reg;
+
+// A thread that must not go on once a signal is being handled (it would start or complete an
+// upload, or report success): the cleanup thread ends the process.
+[[noreturn]] void park() {
+  for (;;) ::pause();
+}
+
+void abort_quietly(const Entry& e) {
+  try {
+    s3::Client::shared().abort_upload(e.loc, e.id);
+  } catch (...) {
+  }
+}
+
+void remove_quietly(const Entry& e) {
+  try {
+    s3::Client::shared().remove(e.loc);
+  } catch (...) {
+  }
+}
+
+// After a signal: waits (a while) for the requests that start or complete an upload to settle,
+// then aborts what is open and deletes what was completed, and dies of the signal.
+void cleanup_thread() {
+  while (::sem_wait(&g_reg.sem) != 0) {
+  }
+  int sig = g_reg.signal.load();
+  std::vector<std::shared_ptr<Entry>> todo;
+  {
+    std::unique_lock<std::mutex> lock(g_reg.mu);
+    g_reg.closed = true;
+    g_reg.cv.wait_for(lock, std::chrono::seconds(30), [] {
+      return std::none_of(g_reg.entries.begin(), g_reg.entries.end(),
+                          [](const auto& e) { return e->state == Entry::Starting || e->state == Entry::Completing; });
+    });
+    todo = g_reg.entries;
+  }
+  for (const auto& e : todo) {
+    if (e->state == Entry::Open) abort_quietly(*e);
+    if (e->state == Entry::Done || e->state == Entry::Completing) remove_quietly(*e);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+  park();
+}
+
+void start_cleanup_thread() {
+  std::call_once(g_reg.thread_once, [] {
+    ::sem_init(&g_reg.sem, 0, 0);
+    std::thread(cleanup_thread).detach();
+    g_reg.thread_ready = true;
+  });
+}
+
+std::shared_ptr<Entry> reg_begin(const s3::Location& loc) {
+  start_cleanup_thread();
+  auto e = std::make_shared<Entry>();
+  e->loc = loc;
+  {
+    std::lock_guard<std::mutex> lock(g_reg.mu);
+    if (!g_reg.closed) {
+      g_reg.entries.push_back(e);
+      g_reg.live++;
+      return e;
+    }
+  }
+  park();
+}
+
+void reg_set(Entry& e, Entry::State s) {
+  {
+    std::lock_guard<std::mutex> lock(g_reg.mu);
+    e.state = s;
+  }
+  g_reg.cv.notify_all();
+}
+
+// Open -> Completing; parks once a signal is being handled (the object must not appear).
+void reg_completing(Entry& e) {
+  {
+    std::lock_guard<std::mutex> lock(g_reg.mu);
+    if (!g_reg.closed) {
+      e.state = Entry::Completing;
+      return;
+    }
+  }
+  park();
+}
+
+void reg_drop(const std::shared_ptr<Entry>& e) {
+  {
+    std::lock_guard<std::mutex> lock(g_reg.mu);
+    auto it = std::find(g_reg.entries.begin(), g_reg.entries.end(), e);
+    if (it != g_reg.entries.end()) {
+      g_reg.entries.erase(it);
+      g_reg.live--;
+    }
+    e->state = Entry::Gone;
+  }
+  g_reg.cv.notify_all();
+}
+
+bool closed() {
+  std::lock_guard<std::mutex> lock(g_reg.mu);
+  return g_reg.closed;
+}
+
+std::string strip_slashes(std::string s) {
+  while (!s.empty() && s.back() == '/' && s.size() > 5 && s.compare(s.size() - 3, 3, "://") != 0) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+bool is_remote(const std::string& path) {
+  return s3::is_url(path);
+}
+
+uint64_t upload_part_size(uint64_t largest_file_bytes) {
+  uint64_t p = (largest_file_bytes + 8999) / 9000;
+  p = (p + kMiB - 1) / kMiB * kMiB;
+  return std::max<uint64_t>(8 * kMiB, p);
+}
+
+void configure_uploads(uint64_t part_size, unsigned buffers) {
+  {
+    std::lock_guard<std::mutex> lock(g_pool.mu);
+    if (part_size != g_pool.part) g_pool.spare.clear();
+    g_pool.part = std::max<uint64_t>(5 * kMiB, part_size);
+    g_pool.cap = std::max(1u, buffers);
+  }
+  std::lock_guard<std::mutex> lock(g_window.mu);
+  // The tasks under way leave at most two unfinished parts each (see the header): the pool holds
+  // them with two to spare.
+  g_window.ahead = std::max<size_t>(1, buffers / 2 > 1 ? buffers / 2 - 1 : 1);
+  g_window.done.clear();
+  g_window.rank.clear();
+  g_window.earliest = 0;
+  g_window.started = g_window.failed = false;
+  g_window.first = nullptr;
+}
+
+uint64_t upload_part_bytes() {
+  std::lock_guard<std::mutex> lock(g_pool.mu);
+  return g_pool.part;
+}
+
+void start_part_window() {
+  {
+    std::lock_guard<std::mutex> lock(g_window.mu);
+    g_window.started = true;
+  }
+  g_window.cv.notify_all();
+}
+
+void fail_part_window() {
+  g_window.fail();
+}
+
+void admit_tasks(const std::vector<bool>& mine) {
+  std::lock_guard<std::mutex> lock(g_window.mu);
+  g_window.done.assign(mine.size(), false);
+  g_window.rank.assign(mine.size(), 0);
+  size_t n = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    g_window.done[i] = !mine[i];
+    g_window.rank[i] = n;
+    n += mine[i];
+  }
+  g_window.earliest = 0;
+  while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
+}
+
+void task_begin(size_t i) {
+  std::unique_lock<std::mutex> lock(g_window.mu);
+  auto rank = [](size_t t) { return t < g_window.rank.size() ? g_window.rank[t] : t; };
+  g_window.cv.wait(lock, [&] {
+    return g_window.failed || g_window.earliest >= g_window.done.size() ||
+           rank(i) < rank(g_window.earliest) + g_window.ahead;
+  });
+  if (g_window.failed) {
+    if (g_window.first) std::rethrow_exception(g_window.first);
+    throw IoError(Where(), "upload stopped: another lane failed");
+  }
+}
+
+void task_end(size_t i) {
+  {
+    std::lock_guard<std::mutex> lock(g_window.mu);
+    if (i < g_window.done.size()) g_window.done[i] = true;
+    while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
+  }
+  g_window.cv.notify_all();
+}
+
+void keep_uploads() {
+  std::unique_lock<std::mutex> lock(g_reg.mu);
+  if (g_reg.closed) {
+    lock.unlock();
+    park();
+  }
+  auto& v = g_reg.entries;
+  for (auto it = v.begin(); it != v.end();) {
+    if ((*it)->state == Entry::Done) {
+      (*it)->state = Entry::Gone;
+      it = v.erase(it);
+      g_reg.live--;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void discard_uploads() noexcept {
+  std::vector<std::shared_ptr<Entry>> todo;
+  {
+    std::unique_lock<std::mutex> lock(g_reg.mu);
+    if (g_reg.closed) {
+      lock.unlock();
+      park();
+    }
+    todo.swap(g_reg.entries);
+    g_reg.live = 0;
+  }
+  for (const auto& e : todo) {
+    if (e->state == Entry::Open) abort_quietly(*e);
+    if (e->state == Entry::Done) remove_quietly(*e);
+    e->state = Entry::Gone;
+  }
+  g_window.fail();
+}
+
+bool uploads_take_signal(int sig) noexcept {
+  if (!g_reg.thread_ready.load() || g_reg.live.load() == 0) return false;
+  int expect = 0;
+  if (!g_reg.signal.compare_exchange_strong(expect, sig)) return false;  // a second signal: die now
+  ::sem_post(&g_reg.sem);
+  return true;
+}
+
+void check_remote_output(const std::string& output_in, bool force, const std::string& protect_in) {
+  const std::string out = strip_slashes(output_in), prot = strip_slashes(protect_in);
+  if (!prot.empty() && is_remote(prot) && is_remote(out)) {
+    if (out == prot) throw UsageError(Where(output_in), "output is the checkpoint being read");
+    if (out.rfind(prot + "/", 0) == 0)
+      throw UsageError(Where(output_in),
+                       "output would be written inside the checkpoint being read (" + protect_in + ")");
+    if (prot.rfind(out + "/", 0) == 0)
+      throw UsageError(Where(output_in),
+                       "output contains the checkpoint being read (" + protect_in + "); choose another prefix");
+  }
+  if (!is_remote(out)) return;
+  s3::Location loc = s3::parse_url(out);
+  if (loc.key.empty())
+    throw UsageError(Where(output_in),
+                     "give a key or a prefix inside the bucket (s3://bucket/name/), not the bucket itself");
+  s3::Client& c = s3::Client::shared();
+  bool exists = c.size_of(loc).has_value();
+  if (!exists) {
+    s3::Location prefix{loc.bucket, loc.key + "/"};
+    s3::Client::Listing l = c.list(prefix, true);
+    exists = !l.objects.empty() || !l.prefixes.empty();
+  }
+  if (exists && !force) throw UsageError(Where(output_in), "output exists; pass --force to replace it");
+}
+
+void clear_remote_prefix(const std::string& url) {
+  s3::Location loc = s3::parse_url(strip_slashes(url));
+  if (loc.key.empty())
+    throw UsageError(Where(url), "give a prefix inside the bucket (s3://bucket/name/), not the bucket itself");
+  s3::Client& c = s3::Client::shared();
+  s3::Client::Listing l = c.list({loc.bucket, loc.key + "/"}, false);
+  for (const auto& [key, size] : l.objects) c.remove({loc.bucket, key});
+}
+
+// ---- one object ----
+
+struct Upload::State {
+  s3::Location loc;
+  std::string url;
+  uint64_t part = 0;             // the part size, fixed when the upload is created
+  std::shared_ptr<Entry> entry;  // once a multipart upload (or the PUT) started
+  std::mutex start_mu, mu;
+  bool committed = false;
+  std::vector<std::string> etags;  // [part number - 1]
+
+  // appends
+  std::unique_ptr<uint8_t[]> cur;
+  uint64_t fill = 0, pos = 0;
+  int next_part = 1;
+  std::future<void> inflight;
+
+  // writes at offsets
+  bool offsets = false;
+  uint64_t size = 0;
+  struct Part {
+    std::unique_ptr<uint8_t[]> buf;
+    uint64_t filled = 0;
+    bool sent = false;
+    std::vector<std::pair<uint64_t, std::string>> aside;  // writes made before the lanes ran
+  };
+  std::vector<Part> parts;
+
+  uint64_t part_len(size_t k) const { return std::min(part, size - k * part); }
+
+  const std::string& upload_id() {
+    std::lock_guard<std::mutex> lock(start_mu);
+    if (entry && entry->state == Entry::Open) return entry->id;
+    if (entry && entry->state == Entry::Gone) throw IoError(Where(url), "upload abandoned (the run failed)");
+    entry = reg_begin(loc);
+    try {
+      entry->id = s3::Client::shared().start_upload(loc);
+    } catch (...) {
+      reg_drop(entry);
+      throw;
+    }
+    reg_set(*entry, Entry::Open);
+    return entry->id;
+  }
+
+  void send(int number, const uint8_t* data, uint64_t n) {
+    if (number > kMaxParts)
+      throw IoError(Where(url),
+                    "more than 10,000 parts of " + std::to_string(part) + " bytes: the object is larger than planned");
+    const std::string& id = upload_id();
+    if (closed()) park();
+    // Tests: the process stops itself once, at its first part, for a signal to be sent to it.
+    static std::atomic<bool> stopped{false};
+    if (!stopped.exchange(true)) failpoint_stop("s3-upload-part");
+    std::string etag = s3::Client::shared().upload_part(loc, id, number, data, n);
+    std::lock_guard<std::mutex> lock(mu);
+    if (etags.size() < static_cast<size_t>(number)) etags.resize(static_cast<size_t>(number));
+    etags[static_cast<size_t>(number) - 1] = std::move(etag);
+  }
+
+  void wait_inflight() {
+    if (inflight.valid()) inflight.get();
+  }
+
+  // A full buffer goes out in the background while the next fills (one in flight at a time).
+  void flush_full() {
+    wait_inflight();
+    int number = next_part++;
+    std::shared_ptr<uint8_t[]> buf(cur.release(), [](uint8_t* p) { g_pool.give(std::unique_ptr<uint8_t[]>(p)); });
+    uint64_t n = fill;
+    fill = 0;
+    inflight = std::async(std::launch::async, [this, number, buf, n] { send(number, buf.get(), n); });
+  }
+
+  void complete() {
+    reg_completing(*entry);
+    try {
+      s3::Client::shared().complete_upload(loc, entry->id, etags);
+    } catch (...) {
+      reg_set(*entry, Entry::Open);
+      throw;
+    }
+    reg_set(*entry, Entry::Done);
+  }
+
+  void put(const uint8_t* data, uint64_t n) {
+    std::lock_guard<std::mutex> lock(start_mu);
+    entry = reg_begin(loc);
+    reg_completing(*entry);
+    try {
+      s3::Client::shared().put(loc, data, n);
+    } catch (...) {
+      reg_drop(entry);
+      throw;
+    }
+    reg_set(*entry, Entry::Done);
+  }
+};
+
+Upload::Upload(const std::string& url) : s_(std::make_unique<State>()) {
+  s_->url = url;
+  s_->loc = s3::parse_url(url);
+  s_->part = upload_part_bytes();
+}
+
+Upload::~Upload() {
+  State& s = *s_;
+  try {
+    s.wait_inflight();
+  } catch (...) {
+  }
+  g_pool.give(std::move(s.cur));
+  for (auto& p : s.parts) g_pool.give(std::move(p.buf));
+  bool open = false;
+  if (s.entry) {
+    std::lock_guard<std::mutex> lock(g_reg.mu);
+    open = s.entry->state == Entry::Open && !g_reg.closed;
+  }
+  if (open) {
+    abort_quietly(*s.entry);
+    reg_drop(s.entry);
+  }
+}
+
+const std::string& Upload::url() const {
+  return s_->url;
+}
+
+void Upload::expect_size(uint64_t size) {
+  State& s = *s_;
+  if (s.pos || s.fill || s.offsets)
+    throw IoError(Where(s.url), "internal: the object's size is given before anything is written");
+  s.offsets = true;
+  s.size = size;
+  size_t n = static_cast<size_t>((size + s.part - 1) / s.part);
+  if (n > kMaxParts)
+    throw IoError(Where(s.url), "an object of " + std::to_string(size) + " bytes needs more than 10,000 parts");
+  s.parts.resize(n);
+}
+
+void Upload::write_at(const void* data, size_t n, uint64_t offset) {
+  State& s = *s_;
+  if (!s.offsets) {
+    if (offset != s.pos + s.fill)
+      throw IoError(Where(s.url, offset), "internal: a write at an offset into an object written in order");
+    return append(data, n);
+  }
+  if (offset > s.size || n > s.size - offset)
+    throw IoError(Where(s.url, offset), "internal: a write of " + std::to_string(n) + " bytes past the planned size " +
+                                            std::to_string(s.size));
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    size_t k = static_cast<size_t>(offset / s.part);
+    uint64_t start = k * s.part, len = s.part_len(k);
+    uint64_t m = std::min<uint64_t>(n, start + len - offset);
+    uint8_t* buf = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(s.mu);
+      State::Part& part = s.parts[k];
+      if (!part.buf) {
+        bool before;
+        {
+          std::lock_guard<std::mutex> wl(g_window.mu);
+          before = !g_window.started;
+        }
+        if (before) {
+          // Set up (the headers): kept aside until a lane opens the part, so that set up takes no
+          // buffer of the pool for each of many files.
+          part.aside.emplace_back(offset - start, std::string(reinterpret_cast<const char*>(p), m));
+          part.filled += m;
+          if (part.filled == len) {
+            // Written whole before the lanes ran (a header as long as a part): it goes out now,
+            // from the bytes kept aside, and needs no buffer of the pool.
+            std::vector<uint8_t> whole(len);
+            for (const auto& [at, bytes] : part.aside) std::memcpy(whole.data() + at, bytes.data(), bytes.size());
+            part.aside.clear();
+            lock.unlock();
+            s.send(static_cast<int>(k) + 1, whole.data(), len);
+            lock.lock();
+            part.sent = true;
+          }
+          p += m;
+          offset += m;
+          n -= m;
+          continue;
+        }
+        lock.unlock();
+        std::unique_ptr<uint8_t[]> b = g_pool.take();
+        lock.lock();
+        if (!part.buf) {
+          part.buf = std::move(b);
+          for (const auto& [at, bytes] : part.aside) std::memcpy(part.buf.get() + at, bytes.data(), bytes.size());
+          part.aside.clear();
+        } else {
+          g_pool.give(std::move(b));
+        }
+      }
+      buf = part.buf.get();
+    }
+    std::memcpy(buf + (offset - start), p, m);
+    bool full;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      State::Part& part = s.parts[k];
+      part.filled += m;
+      if (part.filled > len)
+        throw IoError(Where(s.url, offset), "internal: bytes of part " + std::to_string(k + 1) + " written twice");
+      full = part.filled == len;
+    }
+    if (full) {
+      try {
+        s.send(static_cast<int>(k) + 1, buf, len);
+      } catch (...) {
+        g_window.fail();
+        throw;
+      }
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.parts[k].sent = true;
+        g_pool.give(std::move(s.parts[k].buf));
+      }
+    }
+    p += m;
+    offset += m;
+    n -= m;
+  }
+}
+
+void Upload::append(const void* data, size_t n) {
+  State& s = *s_;
+  if (s.offsets) return write_at(data, n, s.pos);  // pos counts appends only
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    if (!s.cur) s.cur = g_pool.take();
+    uint64_t k = std::min<uint64_t>(n, s.part - s.fill);
+    std::memcpy(s.cur.get() + s.fill, p, k);
+    s.fill += k;
+    s.pos += k;
+    p += k;
+    n -= k;
+    if (s.fill == s.part) s.flush_full();
+  }
+}
+
+void Upload::commit() {
+  State& s = *s_;
+  // Tests: DCPCTL_FAILPOINT=s3-commit/<name>:stop stops the process before object <name> (the last
+  // part of its key) is completed, once the files before it are.
+  failpoint_stop(("s3-commit/" + s.loc.key.substr(s.loc.key.find_last_of('/') + 1)).c_str());
+  if (s.offsets) {
+    for (size_t k = 0; k < s.parts.size(); ++k)
+      if (!s.parts[k].sent)
+        throw IoError(Where(s.url, k * s.part), "internal: part " + std::to_string(k + 1) + " was not written whole (" +
+                                                    std::to_string(s.parts[k].filled) + " of " +
+                                                    std::to_string(s.part_len(k)) + " bytes)");
+    if (s.parts.empty()) {
+      s.put(nullptr, 0);
+    } else {
+      s.complete();
+    }
+    s.committed = true;
+    return;
+  }
+  if (s.next_part == 1) {  // nothing went out yet: one PUT
+    s.put(s.cur.get(), s.fill);
+    g_pool.give(std::move(s.cur));
+    s.fill = 0;
+    s.committed = true;
+    return;
+  }
+  s.wait_inflight();
+  if (s.fill > 0) {
+    s.send(s.next_part++, s.cur.get(), s.fill);
+    s.fill = 0;
+  }
+  g_pool.give(std::move(s.cur));
+  s.complete();
+  s.committed = true;
+}
+
+}  // namespace dcpctl

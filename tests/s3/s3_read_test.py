@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Every reading command on s3:// copies of the fixtures, against a real S3 server (moto, with
+signature checking on; tests/s3/s3_server.py), compared with the same command on the local copy.
+
+  same output      inspect / verify --deep --checksum / stats / ls / latest --json on s3:// equal the
+                   local run's (the local path replaced by the URL; timings, mtimes and the `s3`
+                   counters left out), for DCP cases (plain, multi-file, zstd, every dtype, 2-D mesh),
+                   rank-local metadata, safetensors items, HF-mode DCP, Hugging Face folders
+                   (safetensors, .bin), Lightning and megatron checkpoints, torchtitan and Ray run
+                   folders; every s3 document is valid against docs/schemas and carries `s3`
+  same bytes       consolidate (.safetensors, HF folder, .pt), reshard and cast outputs from s3://
+                   are byte for byte the local run's; diff s3:// against the local copy exits 0;
+                   torch's own view (dcp_to_torch_save of the local copy) equals what safetensors
+                   reads back from the s3 output
+  torchrun         a 2-rank consolidate from s3:// is byte for byte the single-process local one
+  bytes fetched    on a checkpoint real torch saves here (a model and its Adam state, ~3x the
+                   model's bytes): `consolidate --select app.model` fetches the model's bytes and
+                   .metadata plus a little (zip headers), well below the checkpoint; a whole
+                   consolidate fetches about the checkpoint once
+  torch to S3      dcp.save through torch's fsspec writer with s3fs, and through s3torchconnector's
+                   S3StorageWriter with a prefix strategy, straight into the server; read by
+                   dcpctl, equal to torch's dcp.load of the same
+  errors           wrong secret: exit 4 naming the URL and 403; missing bucket: exit 4; a data
+                   object deleted: exit 3 naming it; a 503 SlowDown burst (tests/s3/fault_proxy.py):
+                   retried, same bytes, `retries` counted; the server gone mid-read: exit 4 naming
+                   the URL, no output left behind; prune on s3:// refused with exit 5; gs:// exit 5
+
+usage: s3_read_test.py DCPCTL FIXTURES_DIR SCHEMAS_DIR
+Needs moto[server], boto3, s3fs, s3torchconnector (tools/requirements.txt) and torch/safetensors.
+"""
+import filecmp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from skip import skip_or_fail  # noqa: E402
+
+try:
+    import boto3  # noqa: F401
+    import moto  # noqa: F401
+except ImportError as e:
+    skip_or_fail(f"moto[server] and boto3 are not installed ({e}); tools/dev.sh setup installs tools/requirements.txt")
+
+import boto3  # noqa: E402
+from fault_proxy import FaultProxy  # noqa: E402
+from s3_server import S3Server  # noqa: E402
+
+OK, FAILURE, USAGE, INVALID, IO, UNSUPPORTED = 0, 1, 2, 3, 4, 5
+DCPCTL, FIXTURES, SCHEMAS = (os.path.abspath(a) for a in sys.argv[1:4])
+BUCKET = "ckpts"
+failures = []
+passed = 0
+
+
+def check(cond, msg):
+    global passed
+    if cond:
+        passed += 1
+    else:
+        failures.append(msg)
+        print("FAIL", msg, flush=True)
+    return cond
+
+
+def run(args, env, timeout=300):
+    return subprocess.run([DCPCTL] + args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# Keys whose values differ between two runs of the same command (clocks, memory, file times).
+VOLATILE = {"timing", "seconds", "peak_rss_bytes", "mtime", "open_seconds", "check_seconds", "s3", "elapsed_seconds",
+            "read_gb_per_s", "write_gb_per_s", "gb_per_s", "throughput"}
+
+
+def scrub(node):
+    if isinstance(node, dict):
+        return {k: scrub(v) for k, v in node.items() if k not in VOLATILE}
+    if isinstance(node, list):
+        return [scrub(v) for v in node]
+    return node
+
+
+def schema_valid(name, doc):
+    try:
+        import jsonschema
+        import referencing
+        import referencing.jsonschema
+    except ImportError:
+        return True  # json_schema_test checks the schemas themselves; this test needs only moto
+    resources = []
+    for f in os.listdir(SCHEMAS):
+        if f.endswith(".schema.json"):
+            with open(os.path.join(SCHEMAS, f)) as fh:
+                d = json.load(fh)
+            resources.append((d["$id"], referencing.jsonschema.DRAFT202012.create_resource(d)))
+    reg = referencing.Registry().with_resources(resources)
+    with open(os.path.join(SCHEMAS, name + ".schema.json")) as fh:
+        schema = json.load(fh)
+    errors = list(jsonschema.Draft202012Validator(schema, registry=reg).iter_errors(doc))
+    for e in errors[:3]:
+        print(f"  schema {name}: {e.message} at {list(e.absolute_path)}", flush=True)
+    return not errors
+
+
+def same_json(cmd, local_path, url, env, schema, code=OK):
+    """Runs `dcpctl CMD... --json` on both, compares them with the local path read as the URL."""
+    lr = run(cmd + [local_path, "--json"], env)
+    rr = run(cmd + [url, "--json"], env)
+    what = f"{' '.join(cmd)} {url}"
+    if not check(lr.returncode == code and rr.returncode == code,
+                 f"{what}: exit {rr.returncode} (local {lr.returncode}), expected {code}: {rr.stderr.strip()[-400:]}"):
+        return None
+    local = json.loads(lr.stdout.replace(local_path, url))
+    remote = json.loads(rr.stdout)
+    check("s3" in remote and remote["s3"]["requests"] > 0, f"{what}: no s3 counters in --json")
+    check("s3" not in local, f"{what}: s3 counters on a local run")
+    check(schema_valid(schema, remote), f"{what}: the s3 document fails {schema}.schema.json")
+    if not check(scrub(local) == scrub(remote), f"{what}: differs from the local run"):
+        a, b = json.dumps(scrub(local), indent=1, sort_keys=True), json.dumps(scrub(remote), indent=1, sort_keys=True)
+        import difflib
+        print("".join(list(difflib.unified_diff(a.splitlines(True), b.splitlines(True)))[:40]), flush=True)
+    return remote
+
+
+def same_tree(a, b, skip=()):
+    """Whether two output files or folders hold the same bytes under the same names (but `skip`)."""
+    if os.path.isfile(a) or os.path.isfile(b):
+        return os.path.isfile(a) and os.path.isfile(b) and filecmp.cmp(a, b, shallow=False)
+    la, lb = sorted(os.listdir(a)), sorted(os.listdir(b))
+    return la == lb and all(same_tree(os.path.join(a, n), os.path.join(b, n)) for n in la if n not in skip)
+
+
+def same_output(cmd, local_path, url, out_name, env, work):
+    """Runs a writing command from both inputs into two outputs and compares their bytes."""
+    lo, ro = os.path.join(work, "local", out_name), os.path.join(work, "s3", out_name)
+    os.makedirs(os.path.dirname(lo.rstrip("/")), exist_ok=True)
+    os.makedirs(os.path.dirname(ro.rstrip("/")), exist_ok=True)
+    lr = run(cmd + [local_path, "-o", lo, "--json"], env)
+    rr = run(cmd + [url, "-o", ro, "--json"], env)
+    what = f"{' '.join(cmd)} {url} -o {out_name}"
+    if not check(lr.returncode == OK and rr.returncode == OK,
+                 f"{what}: exit {rr.returncode} (local {lr.returncode}): {rr.stderr.strip()[-400:]}{lr.stderr.strip()[-200:]}"):
+        return None
+    if cmd[0] in ("reshard", "cast"):
+        # A DCP .metadata records where it was written (storage_meta), so two local runs differ
+        # there too: the data files byte for byte, and the two checkpoints key by key.
+        check(same_tree(lo, ro, skip={".metadata"}), f"{what}: data files differ from the local run's")
+        d = run(["diff", lo, ro], env)
+        check(d.returncode == OK, f"{what}: dcpctl diff of the two outputs: exit {d.returncode}: {d.stdout[-300:]}")
+    else:
+        check(same_tree(lo, ro), f"{what}: output differs from the local run's")
+    doc = json.loads(rr.stdout)
+    check("s3" in doc, f"{what}: no s3 counters in --json")
+    return doc
+
+
+# Fixtures: (name under the bucket, local path)
+DCP_CASES = ["sample/ckpt", "plain_single/ckpt", "multi_file/ckpt", "zstd/ckpt", "all_dtypes_sharded/ckpt",
+             "dtensor_2d_mesh/ckpt", "layouts/rank_local/ckpt", "layouts/safetensors_items/ckpt",
+             "layouts/hf_sharded/ckpt", "layouts/hf_single/ckpt", "layouts/lightning_trainer/ckpt",
+             "layouts/megatron_gpt_tp2/ckpt", "layouts/hf_transformers/dcp"]
+RUN_FOLDERS = ["layouts/run_torchtitan/run", "layouts/run_ray/run", "layouts/run_torchtitan_hf/run"]
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="dcpctl-s3-")
+    try:
+        with S3Server() as s3:
+            s3.create_bucket(BUCKET)
+            for rel in DCP_CASES + RUN_FOLDERS + ["hf_bin/sharded"]:
+                s3.upload_dir(os.path.join(FIXTURES, rel), BUCKET, rel)
+            env = s3.env()
+            url = lambda rel: f"s3://{BUCKET}/{rel}"  # noqa: E731
+            loc = lambda rel: os.path.join(FIXTURES, rel)  # noqa: E731
+
+            # --- every reading command, s3 against local ---------------------------------------
+            for rel in DCP_CASES:
+                same_json(["inspect"], loc(rel), url(rel), env, "inspect")
+                same_json(["verify", "--deep", "--checksum"], loc(rel), url(rel), env, "verify")
+            for rel in ["sample/ckpt", "zstd/ckpt", "layouts/rank_local/ckpt", "layouts/hf_sharded/ckpt", "hf_bin/sharded"]:
+                same_json(["stats"], loc(rel), url(rel), env, "stats")
+            for rel in RUN_FOLDERS:
+                same_json(["ls"], loc(rel), url(rel), env, "ls")
+                same_json(["latest"], loc(rel), url(rel), env, "latest")
+            for rel in ["sample/ckpt", "layouts/safetensors_items/ckpt", "hf_bin/sharded"]:
+                r = run(["diff", url(rel), loc(rel)], env)
+                check(r.returncode == OK, f"diff {url(rel)} {loc(rel)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+            for i, rel in enumerate(["sample/ckpt", "multi_file/ckpt", "zstd/ckpt", "all_dtypes_sharded/ckpt",
+                                     "layouts/rank_local/ckpt", "layouts/safetensors_items/ckpt", "layouts/hf_sharded/ckpt"]):
+                same_output(["consolidate"], loc(rel), url(rel), f"c{i}.safetensors", env, work)
+            same_output(["consolidate", "--select", "app.model"], loc("sample/ckpt"), url("sample/ckpt"), "hf/", env, work)
+            same_output(["consolidate"], loc("layouts/hf_transformers/dcp"), url("layouts/hf_transformers/dcp"), "hft/", env,
+                        work)
+            same_output(["consolidate"], loc("sample/ckpt"), url("sample/ckpt"), "sample.pt", env, work)
+            same_output(["consolidate"], loc("layouts/lightning_trainer/ckpt"), url("layouts/lightning_trainer/ckpt"),
+                        "lightning.pt", env, work)
+            same_output(["reshard", "--world-size", "3"], loc("sample/ckpt"), url("sample/ckpt"), "w3", env, work)
+            same_output(["cast", "--dtype", "bf16"], loc("sample/ckpt"), url("sample/ckpt"), "bf16", env, work)
+            r = run(["bench", "staging", "--host-only", "--from-checkpoint", url("sample/ckpt"), "--json"], env)
+            check(r.returncode == OK and "s3" in json.loads(r.stdout or "{}"),
+                  f"bench staging --from-checkpoint s3://: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+
+            # torch's own view of the checkpoint against what safetensors reads from the s3 output
+            import torch
+            from safetensors.torch import load_file
+            from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+            ref_pt = os.path.join(work, "torch-view.pt")
+            dcp_to_torch_save(loc("sample/ckpt"), ref_pt)
+            ref = torch.load(ref_pt, weights_only=False)
+
+            def flat(d, prefix=""):
+                for k, v in d.items():
+                    if isinstance(v, dict):
+                        yield from flat(v, f"{prefix}{k}.")
+                    else:
+                        yield f"{prefix}{k}", v
+            ref_flat = {k: v for k, v in flat(ref) if isinstance(v, torch.Tensor)}
+            got = load_file(os.path.join(work, "s3", "c0.safetensors"))
+            check(set(got) == set(ref_flat), f"sample from s3: keys differ from torch's view: {sorted(set(got) ^ set(ref_flat))[:5]}")
+            check(all(torch.equal(got[k], ref_flat[k]) for k in got if k in ref_flat),
+                  "sample from s3: a tensor differs from torch's view")
+
+            # torchrun: each rank reads its own ranges; the output is the single-process one.
+            out = os.path.join(work, "torchrun.safetensors")
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
+                                DCPCTL, "consolidate", url("sample/ckpt"), "-o", out, "-q"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            if check(r.returncode == OK, f"torchrun consolidate from s3://: exit {r.returncode}: {r.stderr[-600:]}"):
+                check(filecmp.cmp(out, os.path.join(work, "local", "c0.safetensors"), shallow=False),
+                      "torchrun consolidate from s3:// differs from the single-process local run")
+
+            bytes_fetched_cases(s3, env, work)
+            torch_writes_to_s3(s3, env, work)
+            s3torchconnector_writes(s3, env, work)
+            error_cases(s3, env, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{passed} passed, {len(failures)} failed", flush=True)
+    return 1 if failures else 0
+
+
+def save_adam_checkpoint(path):
+    """A model and its Adam state saved by real torch (dcp.save, one process): about 3x the model."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.Linear(512, 256))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 512)).sum().backward()
+    opt.step()
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"app": {"model": msd, "optim": osd}}, checkpoint_id=path)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def bytes_fetched_cases(s3, env, work):
+    local = os.path.join(work, "adam")
+    model_bytes = save_adam_checkpoint(local)
+    s3.upload_dir(local, BUCKET, "adam")
+    total = sum(os.path.getsize(os.path.join(local, f)) for f in os.listdir(local))
+    meta = os.path.getsize(os.path.join(local, ".metadata"))
+    r = run(["consolidate", f"s3://{BUCKET}/adam", "--select", "app.model", "-o", os.path.join(work, "m.safetensors"),
+             "--json"], env)
+    if check(r.returncode == OK, f"consolidate --select app.model: exit {r.returncode}: {r.stderr[-300:]}"):
+        got = json.loads(r.stdout)["s3"]["bytes_fetched"]
+        print(f"  --select app.model fetched {got} bytes: model {model_bytes}, .metadata {meta}, checkpoint {total}",
+              flush=True)
+        check(model_bytes + meta <= got <= model_bytes + meta + 64 * 1024,
+              f"--select app.model fetched {got} bytes; the model is {model_bytes} and .metadata {meta}")
+        check(got < total / 2, f"--select app.model fetched {got} of the checkpoint's {total} bytes")
+    r = run(["consolidate", f"s3://{BUCKET}/adam", "-o", os.path.join(work, "all.safetensors"), "--json"], env)
+    if check(r.returncode == OK, f"consolidate (all): exit {r.returncode}: {r.stderr[-300:]}"):
+        got = json.loads(r.stdout)["s3"]["bytes_fetched"]
+        print(f"  whole consolidate fetched {got} bytes of {total}", flush=True)
+        check(total * 0.9 <= got <= total * 1.1, f"a whole consolidate fetched {got} bytes of a {total}-byte checkpoint")
+
+
+def torch_writes_to_s3(s3, env, work):
+    """dcp.save through torch's fsspec writer with s3fs, straight into the server."""
+    try:
+        import s3fs  # noqa: F401
+    except ImportError as e:
+        check(False, f"s3fs is not installed ({e}): tools/requirements.txt pins it")
+        return
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+    old = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        torch.manual_seed(1)
+        sd = {"app": {"model": {"w": torch.randn(64, 32), "b": torch.randn(32).to(torch.bfloat16)}, "step": 7}}
+        url = f"s3://{BUCKET}/torch-fsspec/step-7"
+        dcp.save(sd, storage_writer=FsspecWriter(url))
+        back = {"app": {"model": {"w": torch.empty(64, 32), "b": torch.empty(32, dtype=torch.bfloat16)}, "step": 0}}
+        dcp.load(back, storage_reader=FsspecReader(url))
+    except Exception as e:  # noqa: BLE001 - report what torch/s3fs said
+        check(False, f"dcp.save/load through FsspecWriter+s3fs against the local server failed: {type(e).__name__}: {e}")
+        return
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    out = os.path.join(work, "fsspec.safetensors")
+    r = run(["consolidate", url, "-o", out], env)
+    if check(r.returncode == OK, f"consolidate of torch's fsspec save: exit {r.returncode}: {r.stderr[-300:]}"):
+        from safetensors.torch import load_file
+        got = load_file(out)
+        check(torch.equal(got["app.model.w"], back["app"]["model"]["w"]) and
+              torch.equal(got["app.model.b"], back["app"]["model"]["b"]),
+              "torch's fsspec save read by dcpctl differs from dcp.load")
+    r = run(["inspect", url, "--value", "app.step"], env)
+    check(r.returncode == OK and "7" in r.stdout, f"inspect --value app.step of the fsspec save: {r.stdout} {r.stderr}")
+
+
+def s3torchconnector_writes(s3, env, work):
+    """s3torchconnector's S3StorageWriter (AWS's CRT client) with a prefix strategy: data files under
+    <prefix>/<number>/epoch_0/, so .metadata's relative paths hold '/'."""
+    try:
+        from s3torchconnector import S3ClientConfig
+        from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
+        from s3torchconnector.dcp.s3_prefix_strategy import BinaryPrefixStrategy
+    except ImportError as e:
+        check(False, f"s3torchconnector is not installed ({e}): tools/requirements.txt pins it")
+        return
+    import torch
+    import torch.distributed.checkpoint as dcp
+    url = f"s3://{BUCKET}/s3tc/step-3"
+    old = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        torch.manual_seed(2)
+        sd = {"app": {"model": {"w": torch.randn(48, 16), "v": torch.randn(7, dtype=torch.float64)}, "step": 3}}
+        cfg = S3ClientConfig(force_path_style=True)
+        dcp.save(sd, storage_writer=S3StorageWriter(region="us-east-1", path=url, s3client_config=cfg,
+                                                    prefix_strategy=BinaryPrefixStrategy(epoch_num=0), thread_count=2))
+        back = {"app": {"model": {"w": torch.empty(48, 16), "v": torch.empty(7, dtype=torch.float64)}, "step": 0}}
+        dcp.load(back, storage_reader=S3StorageReader(region="us-east-1", path=url, s3client_config=cfg))
+    except Exception as e:  # noqa: BLE001
+        check(False, f"s3torchconnector's S3StorageWriter against the local server failed: {type(e).__name__}: {e}")
+        return
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    keys = [o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET, Prefix="s3tc/")["Contents"]]
+    check(any("/epoch_0/" in k for k in keys), f"s3torchconnector wrote no prefixed data files: {keys}")
+    out = os.path.join(work, "s3tc.safetensors")
+    r = run(["consolidate", url, "-o", out], env)
+    if check(r.returncode == OK, f"consolidate of s3torchconnector's save: exit {r.returncode}: {r.stderr[-300:]}"):
+        from safetensors.torch import load_file
+        got = load_file(out)
+        check(torch.equal(got["app.model.w"], back["app"]["model"]["w"]) and
+              torch.equal(got["app.model.v"], back["app"]["model"]["v"]),
+              "s3torchconnector's save read by dcpctl differs from dcp.load")
+    r = run(["verify", "--deep", url], env)
+    check(r.returncode == OK, f"verify --deep of s3torchconnector's save: exit {r.returncode}: {r.stdout[-300:]}")
+
+
+def error_cases(s3, env, work):
+    url = f"s3://{BUCKET}/sample/ckpt"
+    # A wrong secret: the server refuses the signature.
+    r = run(["inspect", url], s3.env(AWS_SECRET_ACCESS_KEY="wrong-secret"))
+    check(r.returncode == IO and f"s3://{BUCKET}/" in r.stderr and "403" in r.stderr,
+          f"wrong secret: exit {r.returncode} (expected 4 naming the URL and 403): {r.stderr.strip()}")
+    # No credentials at all.
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, HOME=work))
+    check(r.returncode == IO and "credentials" in r.stderr and f"s3://{BUCKET}/" in r.stderr,
+          f"no credentials: exit {r.returncode}: {r.stderr.strip()}")
+    # Keys from a profile of the shared credentials file, and temporary keys with a session token.
+    creds = os.path.join(work, "credentials")
+    with open(creds, "w") as f:
+        f.write(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n"
+                f"[ckpt-reader]\naws_access_key_id = {s3.access_key}\naws_secret_access_key = {s3.secret_key}\n")
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds,
+                                     AWS_PROFILE="ckpt-reader"))
+    check(r.returncode == OK, f"keys from AWS_PROFILE in the credentials file: exit {r.returncode}: {r.stderr.strip()}")
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds))
+    check(r.returncode == IO and "403" in r.stderr and creds in r.stderr,
+          f"the default profile's wrong keys: exit {r.returncode} (expected 4 naming the file): {r.stderr.strip()}")
+    # (moto checks the keys of an assumed role, not those of get_session_token)
+    kw = dict(endpoint_url=s3.endpoint, region_name="us-east-1", aws_access_key_id=s3.access_key,
+              aws_secret_access_key=s3.secret_key)
+    role = boto3.client("iam", **kw).create_role(RoleName="ckpt-reader", AssumeRolePolicyDocument=(
+        '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"AWS":"*"},"Action":"sts:AssumeRole"}]}'))
+    boto3.client("iam", **kw).put_role_policy(RoleName="ckpt-reader", PolicyName="all", PolicyDocument=(
+        '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'))
+    tmp = boto3.client("sts", **kw).assume_role(RoleArn=role["Role"]["Arn"], RoleSessionName="dcpctl-test")["Credentials"]
+    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=tmp["AccessKeyId"], AWS_SECRET_ACCESS_KEY=tmp["SecretAccessKey"],
+                                     AWS_SESSION_TOKEN=tmp["SessionToken"]))
+    check(r.returncode == OK, f"temporary keys with AWS_SESSION_TOKEN: exit {r.returncode}: {r.stderr.strip()}")
+    # A bucket that does not exist.
+    r = run(["inspect", "s3://no-such-bucket/ckpt"], env)
+    check(r.returncode == IO and "no-such-bucket" in r.stderr and "404" in r.stderr,
+          f"missing bucket: exit {r.returncode} (expected 4): {r.stderr.strip()}")
+    # A prefix with nothing under it: as a missing local directory.
+    r = run(["inspect", f"s3://{BUCKET}/nothing/here"], env)
+    check(r.returncode == IO and f"s3://{BUCKET}/nothing/here" in r.stderr, f"missing prefix: exit {r.returncode}: {r.stderr}")
+    # A data object the checkpoint needs, deleted: exit 3 naming it, as a missing local file.
+    s3.upload_dir(os.path.join(FIXTURES, "sample/ckpt"), BUCKET, "damaged/ckpt")
+    s3.client.delete_object(Bucket=BUCKET, Key="damaged/ckpt/__1_0.distcp")
+    for cmd in (["verify"], ["consolidate", "-o", os.path.join(work, "never.safetensors")]):
+        r = run(cmd[:1] + [f"s3://{BUCKET}/damaged/ckpt"] + cmd[1:], env)
+        check(r.returncode == INVALID and "__1_0.distcp" in r.stdout + r.stderr,
+              f"{cmd[0]} with a data object missing: exit {r.returncode} (expected 3): {r.stdout[-300:]} {r.stderr.strip()}")
+    check(not os.path.exists(os.path.join(work, "never.safetensors")), "an output left by a refused consolidate")
+    # prune and gs://: refused with a sentence.
+    r = run(["prune", f"s3://{BUCKET}/layouts/run_torchtitan/run", "--keep", "1"], env)
+    check(r.returncode == UNSUPPORTED and "object storage" in r.stderr, f"prune on s3: exit {r.returncode}: {r.stderr}")
+    r = run(["inspect", "gs://bucket/ckpt"], env)
+    check(r.returncode == UNSUPPORTED and "storage.googleapis.com" in r.stderr, f"gs://: exit {r.returncode}: {r.stderr}")
+    r = run(["inspect", "s3://x/ckpt"], env)
+    check(r.returncode == USAGE, f"malformed s3 URL: exit {r.returncode}: {r.stderr}")
+
+    # A burst of 503 SlowDown: retried with backoff, the same bytes, the retries counted.
+    ref = os.path.join(work, "s3", "c0.safetensors")
+    with FaultProxy(s3.port, fail_first=4) as proxy:
+        out = os.path.join(work, "burst.safetensors")
+        r = run(["consolidate", url, "-o", out, "--json", "--threads", "4"], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))
+        if check(r.returncode == OK, f"503 burst: exit {r.returncode}: {r.stderr.strip()}"):
+            doc = json.loads(r.stdout)
+            check(doc["s3"]["retries"] >= 4 and proxy.failed == 4,
+                  f"503 burst: {doc['s3']} after {proxy.failed} 503 answers")
+            check(filecmp.cmp(out, ref, shallow=False), "503 burst: the output differs")
+    # More 503s than attempts: exit 4 naming the URL and the status.
+    with FaultProxy(s3.port, fail_first=1000) as proxy:
+        r = run(["inspect", url], s3.env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="3"))
+        check(r.returncode == IO and "503" in r.stderr and "SlowDown" in r.stderr and proxy.requests == 3,
+              f"503 forever: exit {r.returncode} after {proxy.requests} requests: {r.stderr.strip()}")
+    # The server gone mid-read: exit 4 naming the URL, and no output (nor temporary file) left.
+    with FaultProxy(s3.port, die_after=8) as proxy:
+        outdir = os.path.join(work, "gone")
+        os.makedirs(outdir)
+        r = run(["consolidate", url, "-o", os.path.join(outdir, "x.safetensors")], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))
+        check(r.returncode == IO and re.search(r"s3://ckpts/sample/ckpt/\S+", r.stderr) is not None,
+              f"server gone mid-read: exit {r.returncode} (expected 4 naming the object): {r.stderr.strip()}")
+        check(os.listdir(outdir) == [], f"server gone mid-read: left {os.listdir(outdir)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+// The S3 client's pure parts (util/s3.h): URLs, configuration as the AWS tools read it, listing
+// and error XML, the retry policy. Requests against a real server: tests/s3/.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "util/error.h"
+#include "util/s3.h"
+
+using namespace dcpctl;
+using namespace dcpctl::s3;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+using Files = std::map<std::string, std::string>;
+
+Config load(const Env& env, const Files& files = {}) {
+  return Config::load(
+      [&](const char* n) -> std::optional<std::string> {
+        auto it = env.find(n);
+        return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+      },
+      [&](const std::string& p) -> std::optional<std::string> {
+        auto it = files.find(p);
+        return it == files.end() ? std::nullopt : std::optional<std::string>(it->second);
+      });
+}
+
+}  // namespace
+
+TEST_CASE("s3 URLs: bucket and key, malformed ones are usage errors, gs:// is refused with a sentence") {
+  CHECK(is_url("s3://b/k"));
+  CHECK(is_url("gs://b/k"));
+  CHECK_FALSE(is_url("/tmp/s3://x"));
+  CHECK_FALSE(is_url("s3:/b"));
+  Location l = parse_url("s3://my-bucket/runs/step-100/__0_0.distcp");
+  CHECK(l.bucket == "my-bucket");
+  CHECK(l.key == "runs/step-100/__0_0.distcp");
+  CHECK(l.url() == "s3://my-bucket/runs/step-100/__0_0.distcp");
+  CHECK(parse_url("s3://bkt").key.empty());
+  CHECK(parse_url("s3://bkt/").key.empty());
+  CHECK(parse_url("s3://bkt/dir/").key == "dir/");
+  CHECK_THROWS_AS(parse_url("s3://"), UsageError);
+  CHECK_THROWS_AS(parse_url("s3://ab/k"), UsageError);          // bucket names have 3+ characters
+  CHECK_THROWS_AS(parse_url("s3://bad bucket/k"), UsageError);  // no blanks
+  CHECK_THROWS_AS(parse_url("s3://bkt//k"), UsageError);
+  CHECK_THROWS_AS(parse_url("s3://bkt/a//k"), UsageError);
+  CHECK_THROWS_AS(parse_url("http://bkt/k"), UsageError);
+  try {
+    parse_url("gs://bkt/ckpt");
+    FAIL("gs:// accepted");
+  } catch (const UnsupportedError& e) {
+    CHECK(std::string(e.what()).find("storage.googleapis.com") != std::string::npos);
+    CHECK(e.exit_code() == ExitCode::unsupported);
+  }
+}
+
+TEST_CASE("s3 URI encoding: unreserved kept, '/' kept in keys only, the rest %XX upper-case") {
+  CHECK(uri_encode("a-b_c.d~e/f", true) == "a-b_c.d~e/f");
+  CHECK(uri_encode("a/b", false) == "a%2Fb");
+  CHECK(uri_encode("step 1+2=3&x", true) == "step%201%2B2%3D3%26x");
+  CHECK(uri_encode("\xc3\xa9", true) == "%C3%A9");
+}
+
+TEST_CASE("s3 config: environment keys win over the profile; region and endpoint in order") {
+  Config c = load({{"AWS_ACCESS_KEY_ID", "AK"},
+                   {"AWS_SECRET_ACCESS_KEY", "SK"},
+                   {"AWS_SESSION_TOKEN", "TOK"},
+                   {"AWS_REGION", "eu-west-3"},
+                   {"AWS_DEFAULT_REGION", "us-west-2"},
+                   {"HOME", "/h"}},
+                  {{"/h/.aws/credentials", "[default]\naws_access_key_id = FILEAK\naws_secret_access_key = FILESK\n"}});
+  CHECK(c.access_key == "AK");
+  CHECK(c.secret_key == "SK");
+  CHECK(c.session_token == "TOK");
+  CHECK(c.region == "eu-west-3");
+  CHECK(c.credentials_from == "environment");
+  CHECK(c.endpoint.empty());
+  CHECK(load({{"AWS_DEFAULT_REGION", "us-west-2"}}).region == "us-west-2");
+  CHECK(load({}).region == "us-east-1");
+  // Only one of the pair in the environment: the files are read instead.
+  Config half = load({{"AWS_ACCESS_KEY_ID", "AK"}, {"HOME", "/h"}},
+                     {{"/h/.aws/credentials", "[default]\naws_access_key_id=F\naws_secret_access_key=G\n"}});
+  CHECK(half.access_key == "F");
+  CHECK(half.secret_key == "G");
+  CHECK(load({{"AWS_ENDPOINT_URL", "http://127.0.0.1:9000/"}}).endpoint == "http://127.0.0.1:9000");
+  CHECK(load({{"AWS_ENDPOINT_URL", "http://a:1"}, {"AWS_ENDPOINT_URL_S3", "http://b:2"}}).endpoint == "http://b:2");
+  CHECK(load({{"AWS_ENDPOINT_URL", "minio.example:9000"}}).endpoint == "https://minio.example:9000");
+  CHECK(load({{"AWS_MAX_ATTEMPTS", "3"}}).max_attempts == 3);
+  CHECK_THROWS_AS(load({{"AWS_MAX_ATTEMPTS", "0"}}), UsageError);
+  CHECK_THROWS_AS(load({{"AWS_MAX_ATTEMPTS", "x"}}), UsageError);
+}
+
+TEST_CASE("s3 config: AWS_PROFILE in the credentials file and in the config file's [profile NAME]") {
+  const std::string creds =
+      "# comment\n"
+      "[default]\n"
+      "aws_access_key_id = DEFAK\n"
+      "aws_secret_access_key = DEFSK\n"
+      "\n"
+      "[train]\n"
+      "AWS_Access_Key_Id=TRAK\n"
+      "aws_secret_access_key=TRSK\n"
+      "aws_session_token = TRTOK\n";
+  const std::string config =
+      "[default]\nregion = us-east-2\n"
+      "[profile train]\n"
+      "region = ap-south-1\n"
+      "endpoint_url = http://store.local:9000\n"
+      "s3 =\n"
+      "  addressing_style = path\n"
+      "  region = nested-ignored\n"
+      "max_attempts = 7\n"
+      "[profile keys-here]\n"
+      "aws_access_key_id = CFGAK\n"
+      "aws_secret_access_key = CFGSK\n";
+  Files files{{"/home/u/.aws/credentials", creds}, {"/home/u/.aws/config", config}};
+  Config def = load({{"HOME", "/home/u"}}, files);
+  CHECK(def.access_key == "DEFAK");
+  CHECK(def.region == "us-east-2");
+  CHECK(def.credentials_from == "/home/u/.aws/credentials [default]");
+  Config tr = load({{"HOME", "/home/u"}, {"AWS_PROFILE", "train"}}, files);
+  CHECK(tr.access_key == "TRAK");
+  CHECK(tr.secret_key == "TRSK");
+  CHECK(tr.session_token == "TRTOK");
+  CHECK(tr.region == "ap-south-1");
+  CHECK(tr.endpoint == "http://store.local:9000");
+  CHECK(tr.max_attempts == 7);
+  Config kh = load({{"HOME", "/home/u"}, {"AWS_PROFILE", "keys-here"}}, files);
+  CHECK(kh.access_key == "CFGAK");
+  CHECK(kh.region == "us-east-1");  // a profile without region
+  // The files' paths from the environment.
+  Config moved = load(
+      {{"AWS_SHARED_CREDENTIALS_FILE", "/etc/c"}, {"AWS_CONFIG_FILE", "/etc/f"}},
+      {{"/etc/c", "[default]\naws_access_key_id=X\naws_secret_access_key=Y\n"}, {"/etc/f", "[default]\nregion=r1\n"}});
+  CHECK(moved.access_key == "X");
+  CHECK(moved.region == "r1");
+  // No keys anywhere: empty (the first request says so, naming the URL).
+  Config none = load({{"HOME", "/nowhere"}, {"AWS_PROFILE", "missing"}}, files);
+  CHECK(none.access_key.empty());
+}
+
+TEST_CASE("s3 addressing: path-style with an endpoint, virtual-hosted on AWS, keys encoded") {
+  Config aws = load({{"AWS_REGION", "eu-central-1"}});
+  CHECK(aws.object_url({"bkt", "a b/c.distcp"}) == "https://bkt.s3.eu-central-1.amazonaws.com/a%20b/c.distcp");
+  CHECK(aws.object_url({"my.dotted", "k"}) == "https://s3.eu-central-1.amazonaws.com/my.dotted/k");
+  Config local = load({{"AWS_ENDPOINT_URL", "http://127.0.0.1:5000"}});
+  CHECK(local.object_url({"bkt", "x/.metadata"}) == "http://127.0.0.1:5000/bkt/x/.metadata");
+  CHECK(local.object_url({"bkt", ""}) == "http://127.0.0.1:5000/bkt/");
+}
+
+TEST_CASE("s3 listing XML: objects, common prefixes, continuation, entities decoded") {
+  const std::string xml =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<Name>bkt</Name><Prefix>run/</Prefix><KeyCount>3</KeyCount><MaxKeys>1000</MaxKeys>"
+      "<Delimiter>/</Delimiter><IsTruncated>true</IsTruncated>"
+      "<Contents><Key>run/.metadata</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>"
+      "<ETag>&quot;abc&quot;</ETag><Size>1234</Size><StorageClass>STANDARD</StorageClass></Contents>"
+      "<Contents><Key>run/a&amp;b.distcp</Key><Size>18446744073709551615</Size></Contents>"
+      "<CommonPrefixes><Prefix>run/step-1/</Prefix></CommonPrefixes>"
+      "<NextContinuationToken>tok/+=</NextContinuationToken>"
+      "</ListBucketResult>";
+  ListPage p = parse_list_page(xml, "s3://bkt/run/");
+  REQUIRE(p.objects.size() == 2);
+  CHECK(p.objects[0] == std::make_pair(std::string("run/.metadata"), uint64_t(1234)));
+  CHECK(p.objects[1].first == "run/a&b.distcp");
+  CHECK(p.objects[1].second == UINT64_MAX);
+  CHECK(p.prefixes == std::vector<std::string>{"run/step-1/"});
+  CHECK(p.truncated);
+  CHECK(p.next_token == "tok/+=");
+  ListPage empty = parse_list_page("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>", "s3://b/x");
+  CHECK(empty.objects.empty());
+  CHECK_FALSE(empty.truncated);
+}
+
+TEST_CASE("s3 listing XML: anything malformed is an error naming the URL, never an empty listing") {
+  auto message = [](const std::string& xml) -> std::string {
+    try {
+      parse_list_page(xml, "s3://bkt/pre/");
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(message("<ListBucketResult><Contents><Key>a</Key>").find("s3://bkt/pre/") != std::string::npos);
+  CHECK(message("<ListBucketResult><Contents><Key>a</Key>").find("malformed listing") != std::string::npos);
+  CHECK(message("").find("malformed listing") != std::string::npos);
+  CHECK(message("<html>Service Unavailable</html>").find("expected ListBucketResult") != std::string::npos);
+  CHECK(message("<ListBucketResult><Contents><Key>a</Key></Contents></ListBucketResult>").find("without Key or Size") !=
+        std::string::npos);
+  CHECK(message("<ListBucketResult><Contents><Key>a</Key><Size>-1</Size></Contents></ListBucketResult>")
+            .find("Size '-1'") != std::string::npos);
+  CHECK(
+      message("<ListBucketResult><Contents><Key>a</Key><Size>99999999999999999999</Size></Contents></ListBucketResult>")
+          .find("not a byte count") != std::string::npos);
+  CHECK(message("<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>").find("NextContinuationToken") !=
+        std::string::npos);
+  CHECK(message("<Error><Code>AccessDenied</Code><Message>no</Message></Error>").find("AccessDenied: no") !=
+        std::string::npos);
+  // A hostile entity expansion is refused by expat, not expanded.
+  CHECK(message("<!DOCTYPE x [<!ENTITY a \"aaaaaaaaaa\"><!ENTITY b \"&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;\">"
+                "<!ENTITY c \"&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;\"><!ENTITY d \"&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;\">"
+                "<!ENTITY e \"&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;\"><!ENTITY f \"&e;&e;&e;&e;&e;&e;&e;&e;&e;&e;\">"
+                "<!ENTITY g \"&f;&f;&f;&f;&f;&f;&f;&f;&f;&f;\"><!ENTITY h \"&g;&g;&g;&g;&g;&g;&g;&g;&g;&g;\">]>"
+                "<ListBucketResult><Prefix>&h;</Prefix></ListBucketResult>") != "no error");
+}
+
+TEST_CASE("s3 error bodies and small answers") {
+  auto [code, msg] = parse_error_body(
+      "<?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated "
+      "does not match</Message><RequestId>x</RequestId></Error>");
+  CHECK(code == "SignatureDoesNotMatch");
+  CHECK(msg == "The request signature we calculated does not match");
+  CHECK(parse_error_body("").first.empty());
+  CHECK(parse_error_body("not xml").first.empty());
+  CHECK(parse_error_body("<ListBucketResult><Code>x</Code></ListBucketResult>").first.empty());
+  CHECK(xml_element("<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>u-1</UploadId>"
+                    "</InitiateMultipartUploadResult>",
+                    "UploadId") == std::optional<std::string>("u-1"));
+  CHECK_FALSE(xml_element("<X/>", "UploadId"));
+}
+
+TEST_CASE("s3 retry policy: what is retried, bounded exponential backoff with full jitter") {
+  CHECK(RetryPolicy::retryable(0, ""));  // connection refused, reset, timeout
+  CHECK(RetryPolicy::retryable(500, "InternalError"));
+  CHECK(RetryPolicy::retryable(503, "SlowDown"));
+  CHECK(RetryPolicy::retryable(503, ""));
+  CHECK(RetryPolicy::retryable(429, ""));
+  CHECK(RetryPolicy::retryable(400, "RequestTimeout"));
+  CHECK_FALSE(RetryPolicy::retryable(403, "AccessDenied"));
+  CHECK_FALSE(RetryPolicy::retryable(403, "SignatureDoesNotMatch"));
+  CHECK_FALSE(RetryPolicy::retryable(404, "NoSuchKey"));
+  CHECK_FALSE(RetryPolicy::retryable(400, "InvalidArgument"));
+  RetryPolicy p;
+  p.base_ms = 100;
+  p.cap_ms = 1000;
+  CHECK(p.delay_ms(1, 0.0) == 0);
+  CHECK(p.delay_ms(1, 0.9999999) == 100);
+  CHECK(p.delay_ms(2, 0.9999999) == 200);
+  CHECK(p.delay_ms(3, 0.9999999) == 400);
+  CHECK(p.delay_ms(4, 0.5) == 400);
+  CHECK(p.delay_ms(5, 0.9999999) == 1000);   // capped
+  CHECK(p.delay_ms(60, 0.9999999) == 1000);  // no overflow however many attempts
+}
