@@ -124,6 +124,11 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     r.keys.push_back(std::move(k));
   }
 
+  std::vector<const SelectedItem*> read_a, read_b;  // what is compared is read
+  for (const Pair& p : pairs) read_a.push_back(p.ia), read_b.push_back(p.ib);
+  expect_reads(a, read_a);
+  expect_reads(b, read_b);
+
   struct Task {
     size_t key;
     Window w;

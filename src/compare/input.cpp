@@ -46,6 +46,20 @@ std::vector<SelectedItem> input_items(const Input& in, const Selection& selectio
   return out;
 }
 
+void expect_reads(Input& in, const std::vector<const SelectedItem*>& items) {
+  std::vector<StorageRef> refs;
+  auto add = [&](const TensorMeta& t) { refs.insert(refs.end(), t.storage.begin(), t.storage.end()); };
+  for (const SelectedItem* it : items) {
+    if (!it->tensor)
+      refs.push_back(in.ck.md.bytes[it->index].storage);
+    else if (!in.mapped)
+      add(in.ck.md.tensors[it->index]);
+    else
+      for (const MapPart& part : in.mapped->tensors[it->index].parts) add(in.ck.md.tensors[part.tensor]);
+  }
+  in.reader->expect(refs);
+}
+
 const TensorMeta& input_tensor(const Input& in, const SelectedItem& item) {
   return in.mapped ? in.mapped->tensors[item.index].meta : in.ck.md.tensors[item.index];
 }

@@ -33,6 +33,9 @@ std::string value_repr(const Input& in, const BytesMeta& b);
 void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config);
 // The selected items: the map's tensors (index: into mapped->tensors) when the input is mapped.
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
+// Tells the input's reader which of those items will be read (ItemReader::expect): under a map,
+// the saved tensors its outputs are made of.
+void expect_reads(Input& in, const std::vector<const SelectedItem*>& items);
 // The tensor an item of input_items names.
 const TensorMeta& input_tensor(const Input& in, const SelectedItem& item);
 // The map's tensor whose synthetic meta `t` is, or null for a saved tensor.

@@ -56,6 +56,9 @@ StatsResult compute_stats(Input& in, const StatsOptions& o) {
   const Metadata& md = in.ck.md;
   if (!o.map.empty()) map_input(in, load_key_map(o.map), o.selection, o.map_config);
   std::vector<SelectedItem> items = input_items(in, o.selection);
+  std::vector<const SelectedItem*> reads;
+  for (const SelectedItem& it : items) reads.push_back(&it);
+  expect_reads(in, reads);
   struct Task {
     size_t report;
     Window w;

@@ -7,6 +7,7 @@
 #include "item/transforms.h"
 #include "pickle/vm.h"
 #include "torchlib/torchlib.h"
+#include "util/file.h"
 
 namespace dcpctl {
 
@@ -34,6 +35,14 @@ void ItemReader::provide(const StorageRef& ref, std::shared_ptr<const ByteSource
   provided_[{ref.file, ref.offset}] = std::move(raw);
 }
 
+void ItemReader::expect(const std::vector<StorageRef>& items) {
+  if (!is_remote_path(ck_.dir)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  expected_.assign(files_.size(), {});
+  for (const StorageRef& r : items)
+    if (r.present() && r.file < expected_.size()) expected_[r.file].emplace_back(r.offset, r.length);
+}
+
 const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!files_.at(index)) {
@@ -44,6 +53,7 @@ const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
       throw FormatError(Where(ck_.path_of(index), std::nullopt, where.key), "data file missing: the checkpoint is incomplete (" + fi.error + ")");
     if (!fi.size) throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
     files_[index] = std::make_unique<ReadFile>(ck_.path_of(index));
+    if (index < expected_.size()) files_[index]->expect(std::move(expected_[index]));
     for (const Checkpoint::RecordCrc& r : ck_.record_crcs)
       if (r.file == index) files_[index]->ledger().watch(files_[index]->path(), r.offset, r.size, r.crc, r.key, r.record);
   }

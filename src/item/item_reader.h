@@ -68,6 +68,10 @@ class ItemReader {
   // transformed (zstd) item is decoded and checked here.
   const ReadFile& watched_item_file(const BytesMeta& b) const;
 
+  // An s3:// checkpoint (a local one ignores it): the items this process is about to read, so
+  // that neighbours in a data file come in one request (ReadFile::expect). Call before reading.
+  void expect(const std::vector<StorageRef>& items);
+
   const Checkpoint& checkpoint() const { return ck_; }
   // The raw (still transformed) bytes of the item at `ref`, got elsewhere (another rank read
   // them): later reads of that item use them instead of the file.
@@ -89,6 +93,7 @@ class ItemReader {
   ItemLimits limits_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<ReadFile>> files_;
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> expected_;  // per file, until it is opened
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
 };
 

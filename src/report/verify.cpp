@@ -83,6 +83,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
                {"bytes_items", md.bytes.size()}, {"bytes_read", 0}};
     if (deep) {
       ItemReader reader(*ck);
+      std::vector<StorageRef> items;  // every item is read
+      for (const auto& t : md.tensors) items.insert(items.end(), t.storage.begin(), t.storage.end());
+      for (const auto& b : md.bytes) items.push_back(b.storage);
+      reader.expect(items);
       std::mutex mu;
       uint64_t bytes_read = 0;
       unsigned threads = opts.threads ? opts.threads : default_threads();

@@ -289,6 +289,7 @@ ReadFile::ReadFile(ReadFile&& o) noexcept
       fd_(o.fd_),
       remote_(o.remote_),
       remote_id_(o.remote_id_),
+      spans_(std::move(o.spans_)),
       size_(o.size_),
       direct_(std::move(o.direct_)),
       map_(o.map_.exchange(nullptr)),
@@ -384,6 +385,31 @@ void ReadFile::read_near(uint64_t offset, void* buf, size_t n, uint64_t lo, uint
   ledger_->saw(path_, offset, static_cast<const uint8_t*>(buf), n);
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> join_spans(std::vector<std::pair<uint64_t, uint64_t>> ranges, uint64_t size) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (auto [off, len] : ranges) {
+    if (len == 0 || off >= size) continue;
+    const uint64_t end = off + std::min(len, size - off);
+    if (end - off > kRemoteSpan) continue;  // a large item is read a window at a time, not as a span
+    if (!spans.empty()) {
+      auto& last = spans.back();
+      if (off <= last.second + kRemoteGap && std::max(end, last.second) - last.first <= kRemoteSpan) {
+        last.second = std::max(last.second, end);
+        continue;
+      }
+      if (end <= last.second) continue;  // inside the last span already
+      off = std::max(off, last.second);
+    }
+    spans.emplace_back(off, end);
+  }
+  return spans;
+}
+
+void ReadFile::expect(std::vector<std::pair<uint64_t, uint64_t>> ranges) {
+  if (remote_) spans_ = join_spans(std::move(ranges), size_);
+}
+
 void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, uint64_t hi,
                            const std::string& key) const {
   if (n == 0) return;
@@ -391,13 +417,20 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
     s3::Client& c = s3::Client::shared();
     BlockCache& cache = block_cache();
     uint64_t start = 0;
-    if (n < kRemoteBlock) {
+    // Inside an expected span (expect()): the whole span, fetched once by whichever reader needs
+    // it first.
+    auto span = std::upper_bound(spans_.begin(), spans_.end(), std::make_pair(offset, UINT64_MAX));
+    const bool in_span = span != spans_.begin() && std::prev(span)->second >= offset + n;
+    if (in_span) {
+      lo = std::prev(span)->first;
+      hi = std::prev(span)->second;
+    } else if (n < kRemoteBlock) {
       if (auto b = cache.find(remote_id_, offset, n, start)) {  // a block read_near kept
         std::memcpy(buf, b->data() + (offset - start), n);
         return;
       }
     }
-    if (n >= kRemoteBlock || hi - lo <= n) {
+    if (!in_span && (n >= kRemoteBlock || hi - lo <= n)) {
       // A large read (a tensor's data) often begins in the block its item's header was read
       // with and ends in the one its zip index was: those bytes are here already.
       uint64_t a = offset, b = offset + n;
@@ -420,7 +453,7 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
     // others that want it wait (lanes reading neighbouring records of one item).
     uint64_t from = std::max(lo, offset / kRemoteBlock * kRemoteBlock);
     uint64_t to = std::min(hi, (offset + n + kRemoteBlock - 1) / kRemoteBlock * kRemoteBlock);
-    if (hi - lo <= kRemoteWholeItem) from = lo, to = hi;  // the whole item: its data is read next
+    if (in_span || hi - lo <= kRemoteWholeItem) from = lo, to = hi;  // the whole item (or span): its data is read next
     if (!cache.claim(remote_id_, from)) {
       if (auto b = cache.find(remote_id_, offset, n, start)) {
         std::memcpy(buf, b->data() + (offset - start), n);

@@ -95,6 +95,12 @@ class ReadFile {
   bool cached(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }  // -1 for an s3:// object
   bool remote() const { return remote_; }
+  // s3:// only (a local file ignores it): the byte ranges [offset, offset + length) this process
+  // is about to read, each whole item it reads. Ranges whose gaps are under kRemoteGap are joined
+  // into spans of at most kRemoteSpan; a read inside a span fetches the whole span once (one
+  // request for many small items) into the block cache. Bytes outside every range are fetched
+  // only as far as a gap under kRemoteGap reaches. Call before the first read.
+  void expect(std::vector<std::pair<uint64_t, uint64_t>> ranges);
   CrcLedger& ledger() const { return *ledger_; }
 
  private:
@@ -104,6 +110,7 @@ class ReadFile {
   int fd_ = -1;
   bool remote_ = false;
   uint64_t remote_id_ = 0;  // this object's entries in the block cache
+  std::vector<std::pair<uint64_t, uint64_t>> spans_;  // expect(): sorted [start, end), disjoint
   uint64_t size_ = 0;
   DirectFd direct_;
   mutable std::atomic<void*> map_{nullptr};  // the file mapped for cached(), on first use
@@ -114,6 +121,8 @@ class ReadFile {
 constexpr uint64_t kRemoteBlock = 256 << 10;
 constexpr uint64_t kRemoteWholeItem = 8 << 20;  // a window this small is fetched whole on its first read
 constexpr uint64_t kRemoteCacheBytes = 64 << 20;
+constexpr uint64_t kRemoteSpan = 8 << 20;  // expect(): the most one request fetches for several items
+constexpr uint64_t kRemoteGap = 64 << 10;  // expect(): bytes nobody asked for, fetched to save a request
 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common
 // logical block size (512, 4096).
@@ -126,6 +135,11 @@ inline uint8_t* align_up(uint8_t* p) { return p + (kDirectAlign - reinterpret_ca
 inline uint64_t direct_span(uint64_t offset, uint64_t n) {
   return align_up(offset + n) - align_down(offset);
 }
+
+// ReadFile::expect's spans: the ranges [offset, offset + length) within a file of `size` bytes,
+// sorted, neighbours less than kRemoteGap apart joined while the span stays within kRemoteSpan;
+// a range longer than kRemoteSpan is left out (it is read a window at a time). Disjoint, sorted.
+std::vector<std::pair<uint64_t, uint64_t>> join_spans(std::vector<std::pair<uint64_t, uint64_t>> ranges, uint64_t size);
 
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);

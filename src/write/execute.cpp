@@ -112,6 +112,26 @@ uint64_t plan_uploads(const WriteJob& job, json& summary) {
   return o.max_memory ? uint64_t{buffers} * part : 0;
 }
 
+// The saved items this process reads (ItemReader::expect: an s3:// checkpoint fetches
+// neighbours together): with an exchange the chunks dealt to it, else the chunks of the files it
+// writes; the non-tensor items on the leader, where the format holds them.
+std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
+  const Metadata& md = job.request.ck.md;
+  std::vector<StorageRef> refs;
+  if (exchange) {
+    for (const Transfer& t : job.deal.transfers)
+      if (t.owner == job.me) refs.push_back(md.tensors[t.tensor].storage[t.chunk]);
+  } else {
+    for (size_t f : job.deal.files_of(job.me))
+      for (size_t r : job.plan.files[f].records)
+        for (const Piece& p : job.plan.records[r].pieces) refs.push_back(p.source->storage[p.chunk]);
+  }
+  const bool values_written = job.plan.target.kind == Target::TorchZip || job.plan.target.kind == Target::Dcp;
+  if (job.leader && values_written)
+    for (const SelectedItem* v : job.plan.values) refs.push_back(md.bytes[v->index].storage);
+  return refs;
+}
+
 }  // namespace
 
 json execute(const WriteRequest& request, OutputWriter& writer) {
@@ -152,6 +172,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   rq.budget_given = o.max_memory != 0;
   rq.visibility = &job.visibility;
   job.deal = deal_work(ck, job.plan, rq);
+  reader.expect(items_read(job, exchange));
 
   json summary;
   summary["schema_version"] = 1;

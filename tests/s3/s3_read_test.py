@@ -437,8 +437,12 @@ def error_cases(s3, env, work):
         r = run(["inspect", url], s3.env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="3"))
         check(r.returncode == IO and "503" in r.stderr and "SlowDown" in r.stderr and proxy.requests == 3,
               f"503 forever: exit {r.returncode} after {proxy.requests} requests: {r.stderr.strip()}")
-    # The server gone mid-read: exit 4 naming the URL, and no output (nor temporary file) left.
-    with FaultProxy(s3.port, die_after=8) as proxy:
+    # The server gone mid-read, before the last request of the run (a data object's: the listing
+    # and .metadata come first): exit 4 naming the URL, and no output (nor temporary file) left.
+    r = run(["consolidate", url, "-o", os.path.join(work, "counted.safetensors"), "--json"], s3.env())
+    requests = json.loads(r.stdout)["s3"]["requests"] if r.returncode == OK else 0
+    check(requests >= 3, f"a consolidate of {url} made {requests} requests: expected a listing, .metadata and data")
+    with FaultProxy(s3.port, die_after=max(requests - 1, 1)) as proxy:
         outdir = os.path.join(work, "gone")
         os.makedirs(outdir)
         r = run(["consolidate", url, "-o", os.path.join(outdir, "x.safetensors")], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))

@@ -85,3 +85,26 @@ TEST_CASE("file: read_direct returns read_at's bytes at every alignment, where O
   check_reads(".");  // the build tree: ext4 here, which takes O_DIRECT
   if (is_directory("/dev/shm")) check_reads("/dev/shm");  // tmpfs refuses O_DIRECT: buffered
 }
+
+TEST_CASE("file: join_spans joins neighbouring items of an s3:// object into requests of at most kRemoteSpan") {
+  using Spans = std::vector<std::pair<uint64_t, uint64_t>>;
+  const uint64_t MiB = 1 << 20, size = 100 * MiB;
+  // Items back to back (as DCP writes them), given out of order: joined up to the cap.
+  Spans items;
+  for (uint64_t i = 0; i < 10; ++i) items.emplace_back((9 - i) * 3 * MiB, 3 * MiB);
+  CHECK(join_spans(items, size) == Spans{{0, 6 * MiB}, {6 * MiB, 12 * MiB}, {12 * MiB, 18 * MiB}, {18 * MiB, 24 * MiB}, {24 * MiB, 30 * MiB}});
+  // A gap under kRemoteGap is fetched to save a request; one at kRemoteGap or more is not.
+  CHECK(join_spans({{0, 100}, {100 + kRemoteGap - 1, 10}}, size) == Spans{{0, 100 + kRemoteGap + 9}});
+  CHECK(join_spans({{0, 100}, {101 + kRemoteGap, 10}}, size) == Spans{{0, 100}, {101 + kRemoteGap, 111 + kRemoteGap}});
+  // An item larger than a span is no span (read a window at a time), and breaks the run.
+  CHECK(join_spans({{0, MiB}, {MiB, kRemoteSpan + 1}, {MiB + kRemoteSpan + 1, MiB}}, size) ==
+        Spans{{0, MiB}, {MiB + kRemoteSpan + 1, 2 * MiB + kRemoteSpan + 1}});
+  // Exactly kRemoteSpan is one span.
+  CHECK(join_spans({{0, kRemoteSpan / 2}, {kRemoteSpan / 2, kRemoteSpan / 2}}, size) == Spans{{0, kRemoteSpan}});
+  // Empty ranges and ranges past the end (a hostile .metadata) are left out or clipped.
+  CHECK(join_spans({{5, 0}, {size, 10}, {size - 10, 100}}, size) == Spans{{size - 10, size}});
+  // Overlapping and repeated ranges (chunks sharing an item): never a byte in two spans.
+  CHECK(join_spans({{0, 10}, {0, 10}, {5, 20}}, size) == Spans{{0, 25}});
+  Spans over = join_spans({{0, kRemoteSpan - 10}, {kRemoteSpan - 20, 100}}, size);
+  CHECK(over == Spans{{0, kRemoteSpan - 10}, {kRemoteSpan - 10, kRemoteSpan + 80}});
+}
