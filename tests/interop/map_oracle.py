@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,34 +89,6 @@ class Case:
         if self.tied and "lm_head.weight" not in self.hf_input():
             keys.discard("lm_head.weight")
         return keys
-
-
-class Tally:
-    """The checks a test script makes: check() counts one, problems() one for an empty list and
-    one failure per problem; failures are printed as they happen."""
-
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failures: list[str] = []
-
-    def check(self, cond: bool, msg: str) -> bool:
-        if cond:
-            self.passed += 1
-        else:
-            self.failures.append(msg)
-            print("FAIL: " + msg, file=sys.stderr, flush=True)
-        return cond
-
-    def problems(self, ps: list[str]) -> bool:
-        if not ps:
-            self.passed += 1
-        for p in ps:
-            self.check(False, p)
-        return not ps
-
-    def summary(self, name: str) -> int:
-        print(f"{name}: {self.passed} checks passed, {len(self.failures)} failed")
-        return 1 if self.failures else 0
 
 
 def cases(fixtures: Path) -> list[Case]:

@@ -28,7 +28,6 @@ Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure u
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -46,8 +45,9 @@ except ImportError as e:
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
 from map_reference import MapError, apply_map, load_map  # noqa: E402
+from tally import Tally  # noqa: E402  (tests/tally.py)
 
-TALLY = mo.Tally()
+TALLY = Tally()
 check, problems = TALLY.check, TALLY.problems
 
 

@@ -60,10 +60,11 @@ except ImportError as e:
 
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
+from tally import Tally  # noqa: E402  (tests/tally.py)
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 DCPCTL = ""
-TALLY = mo.Tally()
+TALLY = Tally()
 check, problems = TALLY.check, TALLY.problems
 
 

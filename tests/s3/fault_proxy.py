@@ -6,27 +6,38 @@
 
 Requests are forwarded as they came (method, path, headers with Host, body), so SigV4 signatures
 made for the proxy's address still verify at the server. Faults:
-  fail_first=N     the first N requests are answered 503 with S3's SlowDown error body
+  fail_first=N     the first N requests are answered 503 with S3's SlowDown error body (N may be
+                   float("inf"): all of them)
+  fail_if=PRED     only requests for which PRED(method, path) is true count towards fail_first and
+                   get the 503; the others are forwarded (default: every request), e.g.
+                   FaultProxy(port, 4, fail_if=upload_part): the first four UploadPart requests
   die_after=K      after K requests were forwarded the proxy is gone, as a stopped server is: the
                    listening socket closes and every later request on an open connection is
                    dropped without an answer
-Counters: .requests (all seen), .failed (answered 503), .forwarded, .dropped.
+Counters: .requests (all seen), .failed (answered 503), .forwarded, .dropped; .seen: the
+(method, path) of every request, in the order they came.
 """
 import http.client
 import http.server
-import socket
 import threading
 
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
              b'<Message>Please reduce your request rate.</Message></Error>')
 
 
+def upload_part(method, path):
+    """A fail_if for S3's UploadPart: PUT /bucket/key?partNumber=N&uploadId=..."""
+    return method == "PUT" and "partNumber=" in path
+
+
 class FaultProxy:
-    def __init__(self, upstream_port, fail_first=0, die_after=None):
+    def __init__(self, upstream_port, fail_first=0, die_after=None, fail_if=None):
         self.upstream_port = upstream_port
         self.fail_first = fail_first
+        self.fail_if = fail_if
         self.die_after = die_after
         self.requests = self.failed = self.forwarded = self.dropped = 0
+        self.seen = []
         self.dead = False
         self.lock = threading.Lock()
         proxy = self
@@ -42,10 +53,12 @@ class FaultProxy:
                 body = self.rfile.read(n) if n else None
                 with proxy.lock:
                     proxy.requests += 1
+                    proxy.seen.append((self.command, self.path))
                     if proxy.dead:
                         proxy.dropped += 1
                         action = "drop"
-                    elif proxy.failed < proxy.fail_first:
+                    elif proxy.failed < proxy.fail_first and (proxy.fail_if is None or
+                                                              proxy.fail_if(self.command, self.path)):
                         proxy.failed += 1
                         action = "fail"
                     else:

@@ -17,17 +17,25 @@ signature checking on; tests/s3/s3_server.py), compared with the same command on
                    model's bytes): `consolidate --select app.model` fetches the model's bytes and
                    .metadata plus a little (zip headers), well below the checkpoint; a whole
                    consolidate fetches about the checkpoint once
-  torch to S3      dcp.save through torch's fsspec writer with s3fs, and through s3torchconnector's
-                   S3StorageWriter with a prefix strategy, straight into the server; read by
-                   dcpctl, equal to torch's dcp.load of the same
+  real writers     dcp.save straight into the server through torch's FsspecWriter with s3fs (as
+                   torchtitan saves to s3://) and through s3torchconnector's S3StorageWriter (two
+                   threads: two data files, under <prefix>/0000000000/epoch_3/ by its
+                   BinaryPrefixStrategy, so .metadata's relative paths hold '/'); for each,
+                   torch's dcp.load through the writer's own reader equals what was saved; dcpctl's
+                   consolidate of a downloaded copy (.pt) equals it too, and consolidate s3:// gives
+                   the same .pt byte for byte and a .safetensors of dcp.load's tensors;
+                   inspect --value and verify --deep on s3://
   errors           wrong secret: exit 4 naming the URL and 403; missing bucket: exit 4; a data
                    object deleted: exit 3 naming it; a 503 SlowDown burst (tests/s3/fault_proxy.py):
                    retried, same bytes, `retries` counted; the server gone mid-read: exit 4 naming
                    the URL, no output left behind; prune on s3:// refused with exit 5; gs:// exit 5
 
 usage: s3_read_test.py DCPCTL FIXTURES_DIR SCHEMAS_DIR
-Needs moto[server], boto3, s3fs, s3torchconnector (tools/requirements.txt) and torch/safetensors.
+Needs moto[server], boto3, jsonschema, s3fs, s3torchconnector (tools/requirements.txt) and
+torch/safetensors. Exit status: 0 pass, 1 failure, 77 skip (moto, boto3 or jsonschema missing; a
+failure under CI, tests/skip.py).
 """
+import contextlib
 import filecmp
 import json
 import os
@@ -41,30 +49,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from skip import skip_or_fail  # noqa: E402
 
 try:
-    import boto3  # noqa: F401
-    import moto  # noqa: F401
+    import boto3
+    import jsonschema  # noqa: F401  (harness.schema_errors)
+    import moto  # noqa: F401  (s3_server's server is moto's)
 except ImportError as e:
-    skip_or_fail(f"moto[server] and boto3 are not installed ({e}); tools/dev.sh setup installs tools/requirements.txt")
+    skip_or_fail(f"moto[server], boto3 and jsonschema are not installed ({e}); tools/dev.sh setup installs "
+                 "tools/requirements.txt")
 
-import boto3  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
-from s3_server import S3Server  # noqa: E402
+from harness import schema_errors  # noqa: E402
+from s3_server import REGION, S3Server  # noqa: E402
+from tally import Tally  # noqa: E402
 
 OK, FAILURE, USAGE, INVALID, IO, UNSUPPORTED = 0, 1, 2, 3, 4, 5
 DCPCTL, FIXTURES, SCHEMAS = (os.path.abspath(a) for a in sys.argv[1:4])
 BUCKET = "ckpts"
-failures = []
-passed = 0
-
-
-def check(cond, msg):
-    global passed
-    if cond:
-        passed += 1
-    else:
-        failures.append(msg)
-        print("FAIL", msg, flush=True)
-    return cond
+TALLY = Tally()
+check = TALLY.check
 
 
 def run(args, env, timeout=300):
@@ -84,28 +85,6 @@ def scrub(node):
     return node
 
 
-def schema_valid(name, doc):
-    try:
-        import jsonschema
-        import referencing
-        import referencing.jsonschema
-    except ImportError:
-        return True  # json_schema_test checks the schemas themselves; this test needs only moto
-    resources = []
-    for f in os.listdir(SCHEMAS):
-        if f.endswith(".schema.json"):
-            with open(os.path.join(SCHEMAS, f)) as fh:
-                d = json.load(fh)
-            resources.append((d["$id"], referencing.jsonschema.DRAFT202012.create_resource(d)))
-    reg = referencing.Registry().with_resources(resources)
-    with open(os.path.join(SCHEMAS, name + ".schema.json")) as fh:
-        schema = json.load(fh)
-    errors = list(jsonschema.Draft202012Validator(schema, registry=reg).iter_errors(doc))
-    for e in errors[:3]:
-        print(f"  schema {name}: {e.message} at {list(e.absolute_path)}", flush=True)
-    return not errors
-
-
 def same_json(cmd, local_path, url, env, schema, code=OK):
     """Runs `dcpctl CMD... --json` on both, compares them with the local path read as the URL."""
     lr = run(cmd + [local_path, "--json"], env)
@@ -118,7 +97,8 @@ def same_json(cmd, local_path, url, env, schema, code=OK):
     remote = json.loads(rr.stdout)
     check("s3" in remote and remote["s3"]["requests"] > 0, f"{what}: no s3 counters in --json")
     check("s3" not in local, f"{what}: s3 counters on a local run")
-    check(schema_valid(schema, remote), f"{what}: the s3 document fails {schema}.schema.json")
+    errors = schema_errors(SCHEMAS, schema, remote)
+    check(not errors, f"{what}: the s3 document fails {schema}.schema.json: {errors[:3]}")
     if not check(scrub(local) == scrub(remote), f"{what}: differs from the local run"):
         a, b = json.dumps(scrub(local), indent=1, sort_keys=True), json.dumps(scrub(remote), indent=1, sort_keys=True)
         import difflib
@@ -212,12 +192,6 @@ def main():
             dcp_to_torch_save(loc("sample/ckpt"), ref_pt)
             ref = torch.load(ref_pt, weights_only=False)
 
-            def flat(d, prefix=""):
-                for k, v in d.items():
-                    if isinstance(v, dict):
-                        yield from flat(v, f"{prefix}{k}.")
-                    else:
-                        yield f"{prefix}{k}", v
             ref_flat = {k: v for k, v in flat(ref) if isinstance(v, torch.Tensor)}
             got = load_file(os.path.join(work, "s3", "c0.safetensors"))
             check(set(got) == set(ref_flat), f"sample from s3: keys differ from torch's view: {sorted(set(got) ^ set(ref_flat))[:5]}")
@@ -234,13 +208,20 @@ def main():
                       "torchrun consolidate from s3:// differs from the single-process local run")
 
             bytes_fetched_cases(s3, env, work)
-            torch_writes_to_s3(s3, env, work)
-            s3torchconnector_writes(s3, env, work)
+            real_writer_cases(s3, env, work)
             error_cases(s3, env, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{passed} passed, {len(failures)} failed", flush=True)
-    return 1 if failures else 0
+    return TALLY.summary("s3_read_test")
+
+
+def flat(d, prefix=""):
+    """(dotted key, leaf) of a nested state dict."""
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
 
 
 def save_adam_checkpoint(path):
@@ -281,90 +262,111 @@ def bytes_fetched_cases(s3, env, work):
         check(total * 0.9 <= got <= total * 1.1, f"a whole consolidate fetched {got} bytes of a {total}-byte checkpoint")
 
 
-def torch_writes_to_s3(s3, env, work):
-    """dcp.save through torch's fsspec writer with s3fs, straight into the server."""
-    try:
-        import s3fs  # noqa: F401
-    except ImportError as e:
-        check(False, f"s3fs is not installed ({e}): tools/requirements.txt pins it")
-        return
+def real_writer_state_dict():
+    """What the real writers save: nested, float32, bf16, float64 and int32 tensors, an int."""
     import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
-    old = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
-    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    g = torch.Generator().manual_seed(7)
+    return {"model": {"emb": torch.randn(64, 32, generator=g),
+                      "layers": {"0": {"w": torch.randn(32, 32, generator=g).to(torch.bfloat16)},
+                                 "1": {"w": torch.randn(32, 32, generator=g)}},
+                      "v": torch.randn(7, dtype=torch.float64, generator=g),
+                      "ids": torch.arange(10, dtype=torch.int32)},
+            "step": 42}
+
+
+def same_values(got, want, what):
+    """One check per leaf of `want`: `got` holds it, a tensor with the same dtype and values."""
+    import torch
+    got = dict(flat(got))
+    for k, v in flat(want):
+        g = got.get(k)
+        if isinstance(v, torch.Tensor):
+            check(isinstance(g, torch.Tensor) and g.dtype == v.dtype and torch.equal(g, v), f"{what}: {k} differs")
+        else:
+            check(g == v, f"{what}: {k}: {g!r} != {v!r}")
+
+
+@contextlib.contextmanager
+def aws_environ(env):
+    """os.environ's AWS_* variables those of `env` (and no others) while the writers of this
+    process run: s3fs and s3torchconnector's client take the endpoint and keys from them."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     try:
-        torch.manual_seed(1)
-        sd = {"app": {"model": {"w": torch.randn(64, 32), "b": torch.randn(32).to(torch.bfloat16)}, "step": 7}}
-        url = f"s3://{BUCKET}/torch-fsspec/step-7"
-        dcp.save(sd, storage_writer=FsspecWriter(url))
-        back = {"app": {"model": {"w": torch.empty(64, 32), "b": torch.empty(32, dtype=torch.bfloat16)}, "step": 0}}
-        dcp.load(back, storage_reader=FsspecReader(url))
-    except Exception as e:  # noqa: BLE001 - report what torch/s3fs said
-        check(False, f"dcp.save/load through FsspecWriter+s3fs against the local server failed: {type(e).__name__}: {e}")
-        return
+        for k in saved:
+            del os.environ[k]
+        os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+        yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    out = os.path.join(work, "fsspec.safetensors")
-    r = run(["consolidate", url, "-o", out], env)
-    if check(r.returncode == OK, f"consolidate of torch's fsspec save: exit {r.returncode}: {r.stderr[-300:]}"):
-        from safetensors.torch import load_file
-        got = load_file(out)
-        check(torch.equal(got["app.model.w"], back["app"]["model"]["w"]) and
-              torch.equal(got["app.model.b"], back["app"]["model"]["b"]),
-              "torch's fsspec save read by dcpctl differs from dcp.load")
-    r = run(["inspect", url, "--value", "app.step"], env)
-    check(r.returncode == OK and "7" in r.stdout, f"inspect --value app.step of the fsspec save: {r.stdout} {r.stderr}")
+        for k in [k for k in os.environ if k.startswith("AWS_")]:
+            del os.environ[k]
+        os.environ.update(saved)
 
 
-def s3torchconnector_writes(s3, env, work):
-    """s3torchconnector's S3StorageWriter (AWS's CRT client) with a prefix strategy: data files under
-    <prefix>/<number>/epoch_0/, so .metadata's relative paths hold '/'."""
+def real_writer_cases(s3, env, work):
+    """Checkpoints the real writers save straight into the server, read by dcpctl in place."""
     try:
+        import s3fs  # noqa: F401  (FsspecWriter's s3:// file system)
         from s3torchconnector import S3ClientConfig
         from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
         from s3torchconnector.dcp.s3_prefix_strategy import BinaryPrefixStrategy
     except ImportError as e:
-        check(False, f"s3torchconnector is not installed ({e}): tools/requirements.txt pins it")
+        check(False, f"s3fs and s3torchconnector[dcp] are needed ({e}): tools/requirements.txt pins them")
         return
     import torch
     import torch.distributed.checkpoint as dcp
-    url = f"s3://{BUCKET}/s3tc/step-3"
-    old = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
-    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
-    try:
-        torch.manual_seed(2)
-        sd = {"app": {"model": {"w": torch.randn(48, 16), "v": torch.randn(7, dtype=torch.float64)}, "step": 3}}
-        cfg = S3ClientConfig(force_path_style=True)
-        dcp.save(sd, storage_writer=S3StorageWriter(region="us-east-1", path=url, s3client_config=cfg,
-                                                    prefix_strategy=BinaryPrefixStrategy(epoch_num=0), thread_count=2))
-        back = {"app": {"model": {"w": torch.empty(48, 16), "v": torch.empty(7, dtype=torch.float64)}, "step": 0}}
-        dcp.load(back, storage_reader=S3StorageReader(region="us-east-1", path=url, s3client_config=cfg))
-    except Exception as e:  # noqa: BLE001
-        check(False, f"s3torchconnector's S3StorageWriter against the local server failed: {type(e).__name__}: {e}")
-        return
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    keys = [o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET, Prefix="s3tc/")["Contents"]]
-    check(any("/epoch_0/" in k for k in keys), f"s3torchconnector wrote no prefixed data files: {keys}")
-    out = os.path.join(work, "s3tc.safetensors")
-    r = run(["consolidate", url, "-o", out], env)
-    if check(r.returncode == OK, f"consolidate of s3torchconnector's save: exit {r.returncode}: {r.stderr[-300:]}"):
-        from safetensors.torch import load_file
-        got = load_file(out)
-        check(torch.equal(got["app.model.w"], back["app"]["model"]["w"]) and
-              torch.equal(got["app.model.v"], back["app"]["model"]["v"]),
-              "s3torchconnector's save read by dcpctl differs from dcp.load")
-    r = run(["verify", "--deep", url], env)
-    check(r.returncode == OK, f"verify --deep of s3torchconnector's save: exit {r.returncode}: {r.stdout[-300:]}")
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+    cfg = S3ClientConfig(force_path_style=True)
+    writers = {  # name: (storage writer, its reader), for a URL
+        "fsspec": (FsspecWriter, FsspecReader),
+        "s3tc": (lambda u: S3StorageWriter(region=REGION, path=u, s3client_config=cfg, thread_count=2,
+                                           prefix_strategy=BinaryPrefixStrategy(epoch_num=3)),
+                 lambda u: S3StorageReader(region=REGION, path=u, s3client_config=cfg)),
+    }
+    sd = real_writer_state_dict()
+
+    def zeroed(d):
+        return {k: zeroed(v) if isinstance(v, dict) else torch.zeros_like(v) if isinstance(v, torch.Tensor) else 0
+                for k, v in d.items()}
+
+    for name, (writer, reader) in writers.items():
+        prefix = f"writers/{name}/step-42"
+        url = f"s3://{BUCKET}/{prefix}"
+        back = zeroed(sd)
+        with aws_environ(env):
+            try:
+                dcp.save(sd, storage_writer=writer(url), no_dist=True)
+                dcp.load(back, storage_reader=reader(url), no_dist=True)
+            except Exception as e:  # noqa: BLE001 - report what torch and the writer said
+                check(False, f"{name}: dcp.save / dcp.load against the local server failed: {type(e).__name__}: {e}")
+                continue
+        same_values(back, sd, f"{name}: dcp.load through the writer's reader")
+        if name == "s3tc":  # one data file per writer thread, both under the strategy's prefix
+            data = sorted(k for k in s3.keys(BUCKET, prefix + "/") if k.endswith(".distcp"))
+            check(data == [f"{prefix}/0000000000/epoch_3/__0_{i}.distcp" for i in range(2)],
+                  f"s3torchconnector's prefix strategy: data files {data}")
+
+        # dcpctl on a downloaded copy, and on the checkpoint in place
+        local = s3.download(BUCKET, prefix + "/", os.path.join(work, f"writers-{name}"))
+        local_pt, s3_pt = os.path.join(work, f"writers-{name}-local.pt"), os.path.join(work, f"writers-{name}-s3.pt")
+        r = run(["consolidate", str(local), "-o", local_pt], env)
+        if check(r.returncode == OK, f"{name}: consolidate of the downloaded copy: exit {r.returncode}: {r.stderr[-300:]}"):
+            same_values(torch.load(local_pt, weights_only=True), sd, f"{name}: dcpctl's .pt of the downloaded copy")
+        r = run(["consolidate", url, "-o", s3_pt], env)
+        if check(r.returncode == OK, f"{name}: consolidate {url}: exit {r.returncode}: {r.stderr[-300:]}"):
+            check(os.path.isfile(local_pt) and filecmp.cmp(s3_pt, local_pt, shallow=False),
+                  f"{name}: the .pt read from s3:// differs from the one read from the downloaded copy")
+        out = os.path.join(work, f"writers-{name}.safetensors")
+        r = run(["consolidate", url, "-o", out], env)
+        if check(r.returncode == OK, f"{name}: consolidate {url} -o .safetensors: exit {r.returncode}: {r.stderr[-300:]}"):
+            got = load_file(out)
+            want = {k: v for k, v in flat(back) if isinstance(v, torch.Tensor)}
+            check(set(got) == set(want) and all(got[k].dtype == v.dtype and torch.equal(got[k], v) for k, v in want.items()),
+                  f"{name}: the .safetensors from s3:// differs from dcp.load's tensors: keys {sorted(got)}")
+        r = run(["inspect", url, "--value", "step"], env)
+        check(r.returncode == OK and r.stdout.strip() == "42", f"{name}: inspect --value step: {r.stdout} {r.stderr}")
+        r = run(["verify", "--deep", url], env)
+        check(r.returncode == OK, f"{name}: verify --deep: exit {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
 
 
 def error_cases(s3, env, work):

@@ -17,6 +17,12 @@ API (kept small; the write-side tests use it too):
   .client                   boto3 S3 client
   .create_bucket(name)
   .upload_dir(local, bucket, prefix) -> number of objects
+  .keys(bucket, prefix)     {key: the listing's entry (Size, LastModified, ...)} of every object
+                            under prefix (all pages)
+  .get(bucket, key) -> bytes
+  .download(bucket, prefix, dest) -> dest: every object under prefix into the folder dest, the
+                            part of the key after prefix as the relative path
+  .uploads(bucket)          the keys of the multipart uploads not completed nor aborted
   .stop() / .start()        stop the server (the test of a server gone mid-read) and start it
                             again on the same port (its objects are gone: moto keeps them in memory)
 
@@ -29,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import boto3
 from botocore.config import Config
@@ -125,3 +132,26 @@ class S3Server:
                 self.client.upload_file(path, bucket, f"{prefix.rstrip('/')}/{rel}" if prefix else rel)
                 n += 1
         return n
+
+    def keys(self, bucket, prefix=""):
+        out = {}
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for o in page.get("Contents", []):
+                out[o["Key"]] = o
+        return out
+
+    def get(self, bucket, key):
+        return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def download(self, bucket, prefix, dest):
+        """Downloads every object below s3://bucket/prefix into the folder `dest`; returns dest."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        for key in self.keys(bucket, prefix):
+            path = dest / key[len(prefix):]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self.get(bucket, key))
+        return dest
+
+    def uploads(self, bucket):
+        return [u["Key"] for u in self.client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]

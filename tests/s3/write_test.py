@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """dcpctl writing to object storage (`-o s3://...`), against a real S3 server on 127.0.0.1 (moto's
-server, one per run of this script), checked by real torch and safetensors.
+server, tests/s3/s3_server.py, one per run of this script), checked by real torch and safetensors.
 
     write_test.py CASE DCPCTL FIXTURES_DIR        CASE: outputs | faults
 
@@ -28,7 +28,8 @@ outputs:
     gone; a bucket that does not exist (exit 4, named); a --max-memory too small for one part
     (exit 2); --parallel-write (exit 5); no incomplete multipart upload left by any of this.
 faults:
-  - a burst of four 503 SlowDown answers to UploadPart (a proxy in front of the server): retried,
+  - a burst of four 503 SlowDown answers to UploadPart (tests/s3/fault_proxy.py in front of the
+    server): retried,
     --json counts the retries, the object is the same;
   - one rank file of a reshard refused by the server (503 past the retries) after the others were
     completed: exit 4 naming it, the completed objects deleted, no upload left open;
@@ -48,7 +49,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,168 +56,38 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from skip import skip_or_fail  # noqa: E402
 
 try:
-    import boto3
-    import jsonschema
-    import moto  # noqa: F401  (the server below is moto's)
-    import referencing
-    import referencing.jsonschema
+    import jsonschema  # noqa: F401  (harness.schema_errors)
+    import moto  # noqa: F401  (s3_server's server is moto's)
     import torch
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from s3_server import S3Server  # boto3
 except ImportError as e:
-    skip_or_fail(f"torch, safetensors, boto3 and moto[server] are needed ({e}); tools/requirements.txt pins them")
+    skip_or_fail(f"torch, safetensors, jsonschema, boto3 and moto[server] are needed ({e}); tools/requirements.txt pins them")
+
+from fault_proxy import FaultProxy, upload_part  # noqa: E402
+from harness import schema_errors  # noqa: E402
+from tally import Tally  # noqa: E402
 
 DCPCTL = ""
 FIXTURES = Path()
-FAILURES: list[str] = []
-PASSED = 0
+SCHEMAS = Path()
+TALLY = Tally()
+check = TALLY.check
 BUCKET = "dcpctl-out"
-
-
-def check(cond: bool, msg: str) -> bool:
-    global PASSED
-    if cond:
-        PASSED += 1
-    else:
-        FAILURES.append(msg)
-        print("FAIL: " + msg, file=sys.stderr, flush=True)
-    return cond
-
-
-# ---- the server ----
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """moto's S3 server on 127.0.0.1 with signature checking on (moto's INITIAL_NO_AUTH_ACTION_COUNT:
-    the three calls that create an IAM user, its policy and its keys are the only unsigned ones),
-    and the environment dcpctl and boto3 reach it with. (tests/s3/s3_server.py, the read side's
-    helper, does the same.)"""
-
-    def __init__(self, work: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(work / "moto.log", "w")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        iam = boto3.client("iam", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="setup",
-                           aws_secret_access_key="setup")
-        iam.create_user(UserName="dcpctl-test")
-        iam.put_user_policy(UserName="dcpctl-test", PolicyName="all", PolicyDocument=(
-            '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'))
-        key = iam.create_access_key(UserName="dcpctl-test")["AccessKey"]
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.env.update(AWS_ACCESS_KEY_ID=key["AccessKeyId"], AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"],
-                        AWS_REGION="us-east-1", AWS_ENDPOINT_URL=self.url, AWS_CONFIG_FILE=os.devnull,
-                        AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_MAX_ATTEMPTS="3")
-        self.s3 = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id=key["AccessKeyId"],
-                               aws_secret_access_key=key["SecretAccessKey"])
-        self.s3.create_bucket(Bucket=BUCKET)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-    def keys(self, prefix: str) -> dict[str, dict]:
-        out = {}
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-            for o in page.get("Contents", []):
-                out[o["Key"]] = o
-        return out
-
-    def get(self, key: str) -> bytes:
-        return self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
-
-    def uploads(self) -> list[str]:
-        r = self.s3.list_multipart_uploads(Bucket=BUCKET)
-        return [u["Key"] for u in r.get("Uploads", [])]
-
-    def download(self, prefix: str, dest: Path) -> Path:
-        dest.mkdir(parents=True, exist_ok=True)
-        for key in self.keys(prefix):
-            p = dest / key[len(prefix):]
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(self.get(key))
-        return dest
-
-
-class BurstProxy:
-    """A proxy in front of the server that answers 503 SlowDown to the first `burst` UploadPart
-    requests (PUT ...?partNumber=...), and to every request `refuse(method, path)` picks, and passes
-    everything else through unchanged (the Host header too, which the signature covers)."""
-
-    def __init__(self, target_port: int, burst: int, refuse=None):
-        import http.client
-        import http.server
-        import threading
-        self.burst, self.refused, self.seen = burst, 0, []
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def relay(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                proxy.seen.append((self.command, self.path))
-                always = refuse is not None and refuse(self.command, self.path)
-                if always or (self.command == "PUT" and "partNumber=" in self.path and proxy.refused < proxy.burst):
-                    proxy.refused += 1
-                    msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-                    self.send_response(503)
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
-                    return
-                c = http.client.HTTPConnection("127.0.0.1", target_port, timeout=60)
-                c.request(self.command, self.path, body=body, headers={k: v for k, v in self.headers.items()})
-                r = c.getresponse()
-                data = r.read()
-                self.send_response(r.status)
-                for k, v in r.getheaders():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = relay
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-
-
-SERVER: Server | None = None
+SERVER: S3Server | None = None
+ENV: dict[str, str] = {}  # SERVER.env() with AWS_MAX_ATTEMPTS=3
 
 
 def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([DCPCTL, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=env or SERVER.env)
+                          env=env or ENV)
 
 
 def url(key: str) -> str:
@@ -238,17 +108,6 @@ def make_checkpoint(work: Path) -> tuple[Path, dict]:
     ckpt = work / "ckpt"
     dcp.save({"model": sd}, checkpoint_id=str(ckpt), no_dist=True)
     return ckpt, {"model." + k: v for k, v in sd.items()}
-
-
-def schema_errors(name: str, doc: dict) -> list[str]:
-    """docs/schemas/NAME.schema.json's complaints about `doc` (tests/e2e/json_schema_test.py checks
-    the local outputs; these are the s3:// ones, with their `s3` object)."""
-    folder = FIXTURES.parent.parent / "docs" / "schemas"
-    docs = {p.name: json.loads(p.read_text()) for p in folder.glob("*.schema.json")}
-    registry = referencing.Registry().with_resources(
-        (d["$id"], referencing.jsonschema.DRAFT202012.create_resource(d)) for d in docs.values())
-    v = jsonschema.Draft202012Validator(docs[name + ".schema.json"], registry=registry)
-    return [f"{list(e.absolute_path)}: {e.message}" for e in v.iter_errors(doc)]
 
 
 def same_file(a: Path, b: bytes, what: str) -> bool:
@@ -272,16 +131,16 @@ def case_outputs(work: Path) -> None:
         lf = local / f"model{threads}.safetensors"
         l = run("consolidate", ckpt, "-o", lf, "--threads", threads)
         check(l.returncode == 0, f"local consolidate: {l.stderr}")
-        body = SERVER.get(key)
+        body = SERVER.get(BUCKET, key)
         same_file(lf, body, f"safetensors --threads {threads}")
         j = json.loads(r.stdout)
-        check(not schema_errors("consolidate", j), f"consolidate --json: {schema_errors('consolidate', j)}")
+        check(not schema_errors(SCHEMAS, "consolidate", j), f"consolidate --json: {schema_errors(SCHEMAS, 'consolidate', j)}")
         s3 = j.get("s3", {})
         check(s3.get("bytes_uploaded", 0) >= len(body), f"--json s3.bytes_uploaded {s3.get('bytes_uploaded')} < {len(body)}")
         check(s3.get("requests", 0) >= 2 + len(body) // s3.get("part_size", 1), f"--json s3.requests {s3}")
         check(s3.get("part_size") == 8 << 20, f"part size {s3.get('part_size')}")
         if threads == 4:
-            got = load_file(str(SERVER.download("st4/", work / "dl-st4") / "model.safetensors"))
+            got = load_file(str(SERVER.download(BUCKET, "st4/", work / "dl-st4") / "model.safetensors"))
             check(set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors),
                   "safetensors.torch.load_file of the downloaded object differs from the checkpoint")
 
@@ -290,9 +149,9 @@ def case_outputs(work: Path) -> None:
     r = run("consolidate", ckpt, "-o", url("tight/model.safetensors"), "--max-memory", "28MiB", "--json")
     if check(r.returncode == 0, f"consolidate --max-memory 28MiB: {r.stderr}"):
         check(json.loads(r.stdout)["s3"]["part_buffers"] == 3, f"three part buffers expected: {r.stdout[-400:]}")
-        same_file(local / "model4.safetensors", SERVER.get("tight/model.safetensors"), "--max-memory 28MiB")
+        same_file(local / "model4.safetensors", SERVER.get(BUCKET, "tight/model.safetensors"), "--max-memory 28MiB")
     r = run("consolidate", ckpt, "-o", url("tiny/model.safetensors"), "--max-memory", "4MiB")
-    check(r.returncode == 2 and "raise --max-memory" in r.stderr and not SERVER.keys("tiny/"),
+    check(r.returncode == 2 and "raise --max-memory" in r.stderr and not SERVER.keys(BUCKET, "tiny/"),
           f"--max-memory below one part: exit {r.returncode} (2 expected), {r.stderr}")
 
     # HF folder: shards, config, index
@@ -302,11 +161,11 @@ def case_outputs(work: Path) -> None:
     r = run("consolidate", ckpt, "-o", url("hf/"), "--max-shard-size", "16MB", "--assets", assets, "--json")
     l = run("consolidate", ckpt, "-o", local / "hf", "--max-shard-size", "16MB", "--assets", assets)
     if check(r.returncode == 0 and l.returncode == 0, f"consolidate hf: {r.stderr} {l.stderr}"):
-        objs = SERVER.keys("hf/")
+        objs = SERVER.keys(BUCKET, "hf/")
         names = sorted(k[3:] for k in objs)
         check(names == sorted(p.name for p in (local / "hf").iterdir()), f"hf/ holds {names}")
         for n in names:
-            same_file(local / "hf" / n, SERVER.get("hf/" + n), f"hf/{n}")
+            same_file(local / "hf" / n, SERVER.get(BUCKET, "hf/" + n), f"hf/{n}")
         shards = [k for k in objs if k.endswith(".safetensors")]
         check(len(shards) >= 3, f"several shards expected: {shards}")
         index = objs.get("hf/model.safetensors.index.json")
@@ -315,7 +174,7 @@ def case_outputs(work: Path) -> None:
             check(objs["hf/config.json"]["LastModified"] >= max(objs[k]["LastModified"] for k in shards),
                   "hf/: config.json older than a shard")
         got = {}
-        dl = SERVER.download("hf/", work / "dl-hf")
+        dl = SERVER.download(BUCKET, "hf/", work / "dl-hf")
         for s in shards:
             got.update(load_file(str(dl / s[3:])))
         check(set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors), "hf/ shards differ from the checkpoint")
@@ -326,11 +185,11 @@ def case_outputs(work: Path) -> None:
     d = run("consolidate", ckpt, "-o", url("pt/dry.pt"), "--json", "--dry-run")
     if check(d.returncode == 0, f"--dry-run: {d.stderr}"):
         dj = json.loads(d.stdout)
-        check(not schema_errors("consolidate", dj) and dj["s3"]["part_buffers"] == 2 and not SERVER.keys("pt/dry"),
-              f"--dry-run to s3: {schema_errors('consolidate', dj)} {dj.get('s3')}")
+        check(not schema_errors(SCHEMAS, "consolidate", dj) and dj["s3"]["part_buffers"] == 2 and not SERVER.keys(BUCKET, "pt/dry"),
+              f"--dry-run to s3: {schema_errors(SCHEMAS, 'consolidate', dj)} {dj.get('s3')}")
     if check(r.returncode == 0 and l.returncode == 0, f"consolidate .pt: {r.stderr} {l.stderr}"):
-        same_file(local / "model.pt", SERVER.get("pt/model.pt"), ".pt")
-        got = torch.load(SERVER.download("pt/", work / "dl-pt") / "model.pt", weights_only=True)
+        same_file(local / "model.pt", SERVER.get(BUCKET, "pt/model.pt"), ".pt")
+        got = torch.load(SERVER.download(BUCKET, "pt/", work / "dl-pt") / "model.pt", weights_only=True)
         check(got["model"]["step"] == 1234 and all(torch.equal(got["model"][k[6:]], v) for k, v in tensors.items()),
               ".pt: torch.load(weights_only=True) differs from the checkpoint")
 
@@ -340,17 +199,17 @@ def case_outputs(work: Path) -> None:
         l = run(cmd, ckpt, "-o", local / name, *args)
         if not check(r.returncode == 0 and l.returncode == 0, f"{cmd} -o s3: {r.stderr} {l.stderr}"):
             continue
-        check(not schema_errors(cmd, json.loads(r.stdout)), f"{cmd} --json: {schema_errors(cmd, json.loads(r.stdout))}")
-        objs = SERVER.keys(name + "/")
+        check(not schema_errors(SCHEMAS, cmd, json.loads(r.stdout)), f"{cmd} --json: {schema_errors(SCHEMAS, cmd, json.loads(r.stdout))}")
+        objs = SERVER.keys(BUCKET, name + "/")
         names = sorted(k[len(name) + 1:] for k in objs)
         check(names == sorted(p.name for p in (local / name).iterdir()), f"{name}/ holds {names}")
         for n in names:
             if n != ".metadata":
-                same_file(local / name / n, SERVER.get(f"{name}/{n}"), f"{name}/{n}")
+                same_file(local / name / n, SERVER.get(BUCKET, f"{name}/{n}"), f"{name}/{n}")
         meta = objs.get(f"{name}/.metadata")
         if check(meta is not None, f"{name}/: no .metadata"):
             check(all(o["LastModified"] <= meta["LastModified"] for o in objs.values()), f"{name}/: an object newer than .metadata")
-        dl = SERVER.download(name + "/", work / ("dl-" + name))
+        dl = SERVER.download(BUCKET, name + "/", work / ("dl-" + name))
         dcp_to_torch_save(str(dl), str(work / f"{name}.pt"))
         got = torch.load(work / f"{name}.pt", weights_only=True)["model"]
         for k, v in tensors.items():
@@ -365,7 +224,7 @@ def case_outputs(work: Path) -> None:
         r = run("consolidate", src, "-o", url(f"fx/{case}.pt"))
         l = run("consolidate", src, "-o", local / f"{case}.pt")
         if check(r.returncode == 0 and l.returncode == 0, f"{case}: {r.stderr} {l.stderr}"):
-            same_file(local / f"{case}.pt", SERVER.get(f"fx/{case}.pt"), f"fixture {case}")
+            same_file(local / f"{case}.pt", SERVER.get(BUCKET, f"fx/{case}.pt"), f"fixture {case}")
 
     # under torchrun (2 processes): reshard (each rank completes its rank files, rank 0 .metadata
     # last) and consolidate (rank 0 writes from the chunks both ranks read): the same bytes; a rank
@@ -373,57 +232,57 @@ def case_outputs(work: Path) -> None:
     def launch(*args, env=None):  # torchrun
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python", DCPCTL,
                                *map(str, args), "--timeout", "60"], capture_output=True, text=True, timeout=300,
-                              env=env or SERVER.env)
+                              env=env or ENV)
     r = launch("reshard", ckpt, "-o", url("tr-re3/"), "--world-size", "3")
     if check(r.returncode == 0, f"torchrun reshard -o s3: {r.stderr[-2000:]}"):
         for n in ("__0_0.distcp", "__1_0.distcp", "__2_0.distcp"):
-            same_file(local / "re3" / n, SERVER.get("tr-re3/" + n), f"torchrun reshard {n}")
-        check(".metadata" in [k[7:] for k in SERVER.keys("tr-re3/")], "torchrun reshard: no .metadata")
+            same_file(local / "re3" / n, SERVER.get(BUCKET, "tr-re3/" + n), f"torchrun reshard {n}")
+        check(".metadata" in [k[7:] for k in SERVER.keys(BUCKET, "tr-re3/")], "torchrun reshard: no .metadata")
     r = launch("consolidate", ckpt, "-o", url("tr-st/model.safetensors"))
     if check(r.returncode == 0, f"torchrun consolidate -o s3: {r.stderr[-2000:]}"):
-        same_file(local / "model4.safetensors", SERVER.get("tr-st/model.safetensors"), "torchrun consolidate")
+        same_file(local / "model4.safetensors", SERVER.get(BUCKET, "tr-st/model.safetensors"), "torchrun consolidate")
     r = launch("reshard", ckpt, "-o", url("tr-kill/"), "--world-size", "4",
-               env=dict(SERVER.env, DCPCTL_FAILPOINT="reshard-write:1"))
-    check(r.returncode != 0 and not SERVER.keys("tr-kill/"),
-          f"torchrun reshard, rank 1 killed: exit {r.returncode}, left {list(SERVER.keys('tr-kill/'))}")
+               env=dict(ENV, DCPCTL_FAILPOINT="reshard-write:1"))
+    check(r.returncode != 0 and not SERVER.keys(BUCKET, "tr-kill/"),
+          f"torchrun reshard, rank 1 killed: exit {r.returncode}, left {list(SERVER.keys(BUCKET, 'tr-kill/'))}")
 
     # s3:// to s3://: the checkpoint read in place, the output uploaded; outputs inside the input
     # prefix (or holding it) refused as locally
     for f in ckpt.iterdir():
-        SERVER.s3.upload_file(str(f), BUCKET, f"runs/a/ckpt/{f.name}")
+        SERVER.client.upload_file(str(f), BUCKET, f"runs/a/ckpt/{f.name}")
     src = url("runs/a/ckpt")
     r = run("consolidate", src, "-o", url("from-s3/model.safetensors"))
     if check(r.returncode == 0, f"consolidate s3:// -o s3://: {r.stderr}"):
-        same_file(local / "model4.safetensors", SERVER.get("from-s3/model.safetensors"), "s3:// to s3://")
+        same_file(local / "model4.safetensors", SERVER.get(BUCKET, "from-s3/model.safetensors"), "s3:// to s3://")
     for out, why in ((url("runs/a/ckpt/out.safetensors"), "inside the checkpoint"), (url("runs/a/ckpt/"), "is the checkpoint"),
                      (url("runs/"), "contains the checkpoint")):
         cmd = ["consolidate", src, "-o", out] if out.endswith(".safetensors") else ["reshard", src, "-o", out, "-w", "2", "--force"]
         r = run(*cmd)
         check(r.returncode == 2 and why in r.stderr, f"output {out} over input {src}: exit {r.returncode}, {r.stderr}")
-    check(sorted(SERVER.keys("runs/")) == sorted(f"runs/a/ckpt/{f.name}" for f in ckpt.iterdir()), "a refused run changed the input")
+    check(sorted(SERVER.keys(BUCKET, "runs/")) == sorted(f"runs/a/ckpt/{f.name}" for f in ckpt.iterdir()), "a refused run changed the input")
 
     # refusals, as locally
-    before = SERVER.get("st4/model.safetensors")
+    before = SERVER.get(BUCKET, "st4/model.safetensors")
     r = run("consolidate", ckpt, "-o", url("st4/model.safetensors"))
     lr = run("consolidate", ckpt, "-o", local / "model4.safetensors")
     check(r.returncode == 2 == lr.returncode and "output exists; pass --force" in r.stderr and url("st4/model.safetensors") in r.stderr,
           f"existing object: exit {r.returncode} ({lr.returncode} locally): {r.stderr}")
-    check(SERVER.get("st4/model.safetensors") == before, "the refused run changed the object")
+    check(SERVER.get(BUCKET, "st4/model.safetensors") == before, "the refused run changed the object")
     r = run("reshard", ckpt, "-o", url("re3"), "--world-size", "2")
     check(r.returncode == 2 and "output exists" in r.stderr, f"existing prefix: exit {r.returncode}: {r.stderr}")
     r = run("reshard", ckpt, "-o", url("re3"), "--world-size", "2", "--force")
     if check(r.returncode == 0, f"reshard --force over a prefix: {r.stderr}"):
-        names = sorted(k[4:] for k in SERVER.keys("re3/"))
+        names = sorted(k[4:] for k in SERVER.keys(BUCKET, "re3/"))
         check(names == [".metadata", "__0_0.distcp", "__1_0.distcp"], f"--force left old objects: {names}")
     r = run("consolidate", ckpt, "-o", url("st4/model.safetensors"), "--force", "--include", "model.layers.1.*")
     if check(r.returncode == 0, f"--force over an object: {r.stderr}"):
-        check(SERVER.get("st4/model.safetensors") != before, "--force did not replace the object")
+        check(SERVER.get(BUCKET, "st4/model.safetensors") != before, "--force did not replace the object")
     r = run("consolidate", ckpt, "-o", "s3://no-such-bucket-dcpctl/x.safetensors")
     check(r.returncode == 4 and "s3://no-such-bucket-dcpctl" in r.stderr and "404" in r.stderr,
           f"missing bucket: exit {r.returncode} (4 expected), {r.stderr}")
     r = run("consolidate", ckpt, "-o", url("pw/"), "--parallel-write", "--single-process")
     check(r.returncode in (2, 5), f"--parallel-write to s3: exit {r.returncode}: {r.stderr}")
-    check(SERVER.uploads() == [], f"incomplete multipart uploads left: {SERVER.uploads()}")
+    check(SERVER.uploads(BUCKET) == [], f"incomplete multipart uploads left: {SERVER.uploads(BUCKET)}")
 
 
 # ---- faults ----
@@ -442,7 +301,7 @@ def wait_stopped(pid: int, timeout=60) -> bool:
 
 
 def sigterm_at(failpoint: str, args: list, prefix: str) -> None:
-    env = dict(SERVER.env, DCPCTL_FAILPOINT=failpoint + ":stop")
+    env = dict(ENV, DCPCTL_FAILPOINT=failpoint + ":stop")
     p = subprocess.Popen([DCPCTL, *map(str, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if not check(wait_stopped(p.pid), f"{failpoint}: dcpctl never stopped there"):
         p.kill()
@@ -452,9 +311,9 @@ def sigterm_at(failpoint: str, args: list, prefix: str) -> None:
     os.kill(p.pid, signal.SIGCONT)
     _, err = p.communicate(timeout=120)
     check(p.returncode == -signal.SIGTERM, f"{failpoint}: ended with {p.returncode}, not SIGTERM: {err}")
-    left = list(SERVER.keys(prefix))
+    left = list(SERVER.keys(BUCKET, prefix))
     check(left == [], f"{failpoint}: objects left under {prefix}: {left}")
-    check(SERVER.uploads() == [], f"{failpoint}: incomplete multipart uploads left: {SERVER.uploads()}")
+    check(SERVER.uploads(BUCKET) == [], f"{failpoint}: incomplete multipart uploads left: {SERVER.uploads(BUCKET)}")
 
 
 def case_faults(work: Path) -> None:
@@ -466,38 +325,37 @@ def case_faults(work: Path) -> None:
                ["consolidate", ckpt, "-o", url("sig4/"), "--max-shard-size", "16MB"], "sig4/")
 
     # a burst of 503 SlowDown on the parts: retried, the object the same as without it
-    proxy = BurstProxy(SERVER.port, 4)
-    env = dict(SERVER.env, AWS_ENDPOINT_URL=proxy.url, AWS_MAX_ATTEMPTS="5")
-    r = run("consolidate", ckpt, "-o", url("burst/model.safetensors"), "--json", env=env)
-    proxy.close()
+    with FaultProxy(SERVER.port, 4, fail_if=upload_part) as proxy:
+        env = dict(ENV, AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="5")
+        r = run("consolidate", ckpt, "-o", url("burst/model.safetensors"), "--json", env=env)
     if check(r.returncode == 0, f"503 burst: exit {r.returncode}: {r.stderr}"):
-        check(json.loads(r.stdout)["s3"]["retries"] >= 4 and proxy.refused == 4, f"503 burst: retries {r.stdout[-300:]}")
+        check(json.loads(r.stdout)["s3"]["retries"] >= 4 and proxy.failed == 4,
+              f"503 burst: {proxy.failed} 503 answers, retries {r.stdout[-300:]}")
         ok = run("consolidate", ckpt, "-o", url("burst/ref.safetensors"))
-        check(ok.returncode == 0 and SERVER.get("burst/model.safetensors") == SERVER.get("burst/ref.safetensors"),
+        check(ok.returncode == 0 and SERVER.get(BUCKET, "burst/model.safetensors") == SERVER.get(BUCKET, "burst/ref.safetensors"),
               "503 burst: the object differs from one written without it")
 
     # one rank file that cannot be uploaded (503 to every request for it, past the retries), the
     # others completed before it (--threads 1 writes them in order): exit 4, and the objects the
     # run completed are deleted, the uploads aborted
-    proxy = BurstProxy(SERVER.port, 0, refuse=lambda method, path: method == "PUT" and "__3_0.distcp" in path)
-    r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4", "--threads", "1",
-            env=dict(SERVER.env, AWS_ENDPOINT_URL=proxy.url, AWS_MAX_ATTEMPTS="2"))
-    proxy.close()
+    with FaultProxy(SERVER.port, float("inf"), fail_if=lambda method, path: method == "PUT" and "__3_0.distcp" in path) as proxy:
+        r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4", "--threads", "1",
+                env=dict(ENV, AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="2"))
     check(r.returncode == 4 and "__3_0.distcp" in r.stderr, f"a rank file refused: exit {r.returncode} (4 expected): {r.stderr}")
     completed = [p for m, p in proxy.seen if m == "POST" and "__0_0.distcp?uploadId=" in p]
     deleted = [p for m, p in proxy.seen if m == "DELETE" and p.endswith("/partial/__0_0.distcp")]
     check(completed and deleted, f"a rank file refused: __0_0.distcp was not completed then deleted: {proxy.seen[-12:]}")
-    check(not SERVER.keys("partial/") and SERVER.uploads() == [],
-          f"a rank file refused: left {list(SERVER.keys('partial/'))}, uploads {SERVER.uploads()}")
+    check(not SERVER.keys(BUCKET, "partial/") and SERVER.uploads(BUCKET) == [],
+          f"a rank file refused: left {list(SERVER.keys(BUCKET, 'partial/'))}, uploads {SERVER.uploads(BUCKET)}")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
-    r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(SERVER.env, AWS_SECRET_ACCESS_KEY="wrong"))
+    r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(ENV, AWS_SECRET_ACCESS_KEY="wrong"))
     check(r.returncode == 4 and url("wrong/") in r.stderr and "403" in r.stderr,
           f"wrong secret: exit {r.returncode} (4 expected, naming the URL and 403): {r.stderr}")
-    check(not SERVER.keys("wrong/"), "wrong secret: something was written")
+    check(not SERVER.keys(BUCKET, "wrong/"), "wrong secret: something was written")
 
     # the server stops while a part is in flight
-    env = dict(SERVER.env, DCPCTL_FAILPOINT="s3-upload-part:stop", AWS_MAX_ATTEMPTS="2")
+    env = dict(ENV, DCPCTL_FAILPOINT="s3-upload-part:stop", AWS_MAX_ATTEMPTS="2")
     p = subprocess.Popen([DCPCTL, "consolidate", ckpt, "-o", url("gone/model.safetensors")], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if check(wait_stopped(p.pid), "server stop: dcpctl never stopped at the first part"):
@@ -511,20 +369,17 @@ def case_faults(work: Path) -> None:
 
 
 def main() -> int:
-    global DCPCTL, FIXTURES, SERVER
+    global DCPCTL, FIXTURES, SCHEMAS, SERVER, ENV
     if len(sys.argv) != 4 or sys.argv[1] not in ("outputs", "faults"):
         print(__doc__, file=sys.stderr)
         return 2
     DCPCTL, FIXTURES = sys.argv[2], Path(sys.argv[3])
-    with tempfile.TemporaryDirectory(prefix="dcpctl-s3w-") as tmp:
-        work = Path(tmp)
-        SERVER = Server(work)
-        try:
-            {"outputs": case_outputs, "faults": case_faults}[sys.argv[1]](work)
-        finally:
-            SERVER.stop()
-    print(f"{PASSED} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    SCHEMAS = FIXTURES.parent.parent / "docs" / "schemas"
+    with tempfile.TemporaryDirectory(prefix="dcpctl-s3w-") as tmp, S3Server() as SERVER:
+        SERVER.create_bucket(BUCKET)
+        ENV = SERVER.env(AWS_MAX_ATTEMPTS="3")
+        {"outputs": case_outputs, "faults": case_faults}[sys.argv[1]](Path(tmp))
+    return TALLY.summary(f"write_test {sys.argv[1]}")
 
 
 if __name__ == "__main__":

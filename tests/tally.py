@@ -1,0 +1,40 @@
+"""The checks a test script makes, counted (standard library only; tests/skip.py's neighbour).
+
+    from tally import Tally
+    TALLY = Tally()
+    check = TALLY.check
+    check(r.returncode == 0, f"consolidate: exit {r.returncode}")   # one check: a FAIL line if false
+    ...
+    return TALLY.summary("my_test")     # "my_test: N checks passed, M failed"; 1 on any failure
+
+Used by the key-map tests (tests/interop/map_oracle.py hands it on) and the S3 tests (tests/s3).
+"""
+import sys
+
+
+class Tally:
+    """The checks a test script makes: check() counts one, problems() one for an empty list and
+    one failure per problem; failures are printed as they happen."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failures: list[str] = []
+
+    def check(self, cond: bool, msg: str) -> bool:
+        if cond:
+            self.passed += 1
+        else:
+            self.failures.append(msg)
+            print("FAIL: " + msg, file=sys.stderr, flush=True)
+        return cond
+
+    def problems(self, ps: list[str]) -> bool:
+        if not ps:
+            self.passed += 1
+        for p in ps:
+            self.check(False, p)
+        return not ps
+
+    def summary(self, name: str) -> int:
+        print(f"{name}: {self.passed} checks passed, {len(self.failures)} failed", flush=True)
+        return 1 if self.failures else 0
