@@ -636,4 +636,13 @@ MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& 
   return none;
 }
 
+bool renames_whole(const Metadata& md, const MappedTensor& mt) {
+  if (mt.parts.size() != 1) return false;
+  const MapPart& p = mt.parts[0];
+  const TensorMeta& t = md.tensors[p.tensor];
+  return p.drop < 0 && p.add < 0 && !p.rows && p.from.sizes == t.shape && mt.meta.shape == t.shape &&
+         std::all_of(p.from.offsets.begin(), p.from.offsets.end(), [](int64_t o) { return o == 0; }) &&
+         std::all_of(p.to.begin(), p.to.end(), [](int64_t o) { return o == 0; }) && mt.meta.dtype == t.dtype;
+}
+
 }  // namespace dcpctl

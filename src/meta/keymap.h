@@ -110,6 +110,10 @@ struct MappedTensor {
   std::vector<std::string> transforms;
 };
 
+// Whether `mt` is one whole saved tensor under a new name (no rows reordered, no dimension
+// dropped or added, nothing split or joined): it can be planned and read as that tensor.
+bool renames_whole(const Metadata& md, const MappedTensor& mt);
+
 struct MappedModel {
   std::string name, from, to;     // the map, and the sides mapped from and to
   std::vector<MappedTensor> tensors;  // in the input's order (split parts in order)

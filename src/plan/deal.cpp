@@ -24,7 +24,7 @@ void add_tasks(const Checkpoint& ck, const WritePlan& plan, size_t ri, int write
   for (const Piece& p : r.pieces) chunks.push_back({static_cast<uint32_t>(p.source - ck.md.tensors.data()), p.chunk});
   // A key map's output is assembled (its pieces need not come in order, nor whole chunks): each
   // chunk it reads once, in order.
-  const bool mapped = plan.tensors[r.tensor].mapped != nullptr;
+  const bool mapped = plan.tensors[r.tensor].mapped != nullptr && !plan.tensors[r.tensor].renamed;
   // An assembled record reads its chunks in chunk order (assemble_box); under torchrun the
   // transfers follow this list.
   if (mapped || (pt ? !r.streams : !r.runs)) {

@@ -89,12 +89,13 @@ uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record&
   uint64_t elems = std::min(max_chunk, target.window) / si;
   if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
   r.window_elems = std::max<uint64_t>(1, elems);
-  if (target.kind == Target::TorchZip || !r.runs || pt.mapped) {
+  const bool parts = pt.mapped && !pt.renamed;  // a key map's output assembled from parts
+  if (target.kind == Target::TorchZip || !r.runs || parts) {
     // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
     // the dense copy a chunk that is not a run (or gives a key map's output several pieces) is
     // placed from; the .pt writer reads its chunks on all threads at once.
-    uint64_t reads = target.kind == Target::TorchZip ? std::min<uint64_t>(std::max(1u, target.threads), pt.mapped ? r.pieces.size() : t.num_chunks()) : 1;
-    uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !pt.mapped ? 0 : 1);
+    uint64_t reads = target.kind == Target::TorchZip ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
+    uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !parts ? 0 : 1);
     return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
   }
   // Runs: a zstd chunk is decoded whole (the decoded item, the chunk, its cast); an untransformed
@@ -103,10 +104,42 @@ uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record&
   return elems * per;
 }
 
-// --map: the map's tensors, each made of parts of saved tensors, as records. Their pieces are
-// runs where a region is contiguous in its chunk and in the box (placed like any run), else copied
-// with their frames; a mapped record is never streamed (its pieces need not come in output
-// order), so it is assembled (.pt, DCP) or written piece by piece at its offsets (safetensors).
+// Saved tensor `t`, written as `key`: one record per target box, each of the pieces of its chunks.
+PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::string& key, const Target& target, int world,
+                          std::vector<uint64_t>& rank_bytes, WritePlan& plan) {
+  PlannedTensor pt;
+  pt.t = &t;
+  pt.key = key;
+  pt.src = *t.dtype;
+  pt.dst = plan.cast.target(pt.src, key);
+  for (size_t c = 0; c < t.num_chunks(); ++c) pt.transformed = pt.transformed || (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0);
+  std::vector<Box> boxes;
+  std::vector<uint32_t> ranks;
+  target_boxes(ck, t, target, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
+  size_t ti = plan.tensors.size();
+  for (size_t b = 0; b < boxes.size(); ++b) {
+    Record r;
+    r.tensor = ti;
+    r.box = std::move(boxes[b]);
+    r.dest = ranks[b];
+    r.pieces = plan_pieces(t, r.box);
+    r.out_bytes = r.box.numel() * itemsize(pt.dst);
+    r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
+    r.streams = r.out_bytes > 0 && runs_tile(r.pieces, r.box.numel() * itemsize(pt.src)) &&
+                std::none_of(r.pieces.begin(), r.pieces.end(), [&](const Piece& p) { return t.storage[p.chunk].transforms != 0; });
+    pt.records.push_back(plan.records.size());
+    plan.total_bytes += r.out_bytes;
+    plan.records.push_back(std::move(r));
+  }
+  plan.tensors.push_back(std::move(pt));
+  return plan.tensors.back();
+}
+
+// --map: the map's tensors, each made of parts of saved tensors, as records. A whole saved tensor
+// under a new name is planned as that tensor (plan_saved). Otherwise the pieces are runs where a
+// region is contiguous in its chunk and in the box (placed like any run), else copied with their
+// frames; such a record is never streamed (its pieces need not come in output order), so it is
+// assembled (.pt, DCP) or written piece by piece at its offsets (safetensors).
 void plan_mapped(const Checkpoint& ck, const MappedModel& map, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
                  CoverageCheck& coverage, WritePlan& plan) {
   const Metadata& md = ck.md;
@@ -127,6 +160,12 @@ void plan_mapped(const Checkpoint& ck, const MappedModel& map, const Target& tar
     it.key = mt.meta.fqn;
     it.path = {PathElem{false, mt.meta.fqn, 0}};
     plan.items.push_back(it);
+    if (renames_whole(md, mt)) {
+      PlannedTensor& pt = plan_saved(ck, md.tensors[mt.parts[0].tensor], mt.meta.fqn, rows, world, rank_bytes, plan);
+      pt.mapped = &mt;
+      pt.renamed = true;
+      continue;
+    }
     PlannedTensor pt;
     pt.t = &mt.meta;
     pt.mapped = &mt;
@@ -189,31 +228,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     const TensorMeta& t = md.tensors[it.index];
     if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
     if (!coverage.covered(t)) continue;
-    PlannedTensor pt;
-    pt.t = &t;
-    pt.key = it.key;
-    pt.src = *t.dtype;
-    pt.dst = plan.cast.target(pt.src, it.key);
-    for (size_t c = 0; c < t.num_chunks(); ++c) pt.transformed = pt.transformed || (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0);
-    std::vector<Box> boxes;
-    std::vector<uint32_t> ranks;
-    target_boxes(ck, t, target, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
-    size_t ti = plan.tensors.size();
-    for (size_t b = 0; b < boxes.size(); ++b) {
-      Record r;
-      r.tensor = ti;
-      r.box = std::move(boxes[b]);
-      r.dest = ranks[b];
-      r.pieces = plan_pieces(t, r.box);
-      r.out_bytes = r.box.numel() * itemsize(pt.dst);
-      r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
-      r.streams = r.out_bytes > 0 && runs_tile(r.pieces, r.box.numel() * itemsize(pt.src)) &&
-                  std::none_of(r.pieces.begin(), r.pieces.end(), [&](const Piece& p) { return t.storage[p.chunk].transforms != 0; });
-      pt.records.push_back(plan.records.size());
-      plan.total_bytes += r.out_bytes;
-      plan.records.push_back(std::move(r));
-    }
-    plan.tensors.push_back(std::move(pt));
+    plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
   }
   }
   coverage.refuse_if_incomplete(Where(ck.dir), target.kind == Target::Dcp ? "reshard" : "write a partial model");

@@ -68,12 +68,15 @@ struct Record {
 // A selected tensor, as written.
 struct PlannedTensor {
   // The saved tensor; under --map the output's synthetic TensorMeta (its shape and dtype; its
-  // bytes are in the pieces' source tensors).
+  // bytes are in the pieces' source tensors), or the saved tensor it renames (`renamed`).
   const TensorMeta* t = nullptr;
   std::string key;   // the output key (after --select)
   DType src{}, dst{};
   bool transformed = false;  // some chunk is stream-transformed (zstd)
   const MappedTensor* mapped = nullptr;  // --map: what it is made of
+  // --map, a whole saved tensor under a new name (renames_whole): `t` is the saved tensor, and it
+  // is planned, read and written as without a map (its runs stream; nothing is assembled).
+  bool renamed = false;
   std::vector<size_t> records;  // indices into WritePlan::records, in box order
 };
 

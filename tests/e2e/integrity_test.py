@@ -28,17 +28,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-FAILURES: list[str] = []
-CHECKS = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tally import Tally  # noqa: E402
+
+TALLY = Tally()
 
 
-def check(ok: bool, what: str) -> bool:
-    global CHECKS
-    CHECKS += 1
-    if not ok:
-        FAILURES.append(what)
-        print(f"FAIL {what}", flush=True)
-    return ok
+check = TALLY.check
 
 
 def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
@@ -149,8 +145,7 @@ def main() -> int:
     check(r.returncode == 0 and json.loads(r.stdout)["framework"] == {"name": "lightning", "files": ["meta.pt"]},
           f"{light}: framework {r.stdout[:200]}")
 
-    print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return TALLY.summary("integrity_test")
 
 
 if __name__ == "__main__":

@@ -50,35 +50,30 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import dcp_oracle  # noqa: E402
+from tally import Tally  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-CHECKS = 0
-FAILURES: list[str] = []
+TALLY = Tally()
 
 
-def check(ok: bool, what: str) -> bool:
-    global CHECKS
-    CHECKS += 1
-    if not ok:
-        FAILURES.append(what)
-        print(f"FAIL {what}", flush=True)
-    return ok
+check = TALLY.check
 
 
 def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
     try:
         r = subprocess.run([dcpctl, *map(str, args)], capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired:  # a hang (e.g. a memory-budget deadlock) fails, never stalls the suite
-        FAILURES.append(f"dcpctl {' '.join(map(str, args))} did not finish in 240 s")
+        check(False, f"dcpctl {' '.join(map(str, args))} did not finish in 240 s")
         print(f"FAIL hang: {' '.join(map(str, args))}", flush=True)
         return subprocess.CompletedProcess(args, -9, "", "timeout")
     if r.returncode > 5 or (r.returncode < 0 and r.returncode != -9):
-        FAILURES.append(f"dcpctl {' '.join(map(str, args))} crashed (exit {r.returncode}): {r.stderr[-2000:]}")
+        check(False, f"dcpctl {' '.join(map(str, args))} crashed (exit {r.returncode}): {r.stderr[-2000:]}")
         print(f"FAIL crash: {' '.join(map(str, args))}: {r.stderr[-600:]}", flush=True)
     return r
 
@@ -793,8 +788,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-diffstats-") as t:
         {"stats": mode_stats, "diff": mode_diff, "formats": mode_formats, "refusals": mode_refusals}[mode](
             dcpctl, fixtures, Path(t))
-    print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return TALLY.summary("diff_stats_test")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from skip import skip_or_fail  # noqa: E402
+from tally import Tally  # noqa: E402
 
 try:
     import torch
@@ -62,18 +63,10 @@ except ImportError as e:
     skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
 
 DCPCTL = ""
-FAILURES: list[str] = []
-PASSED = 0
+TALLY = Tally()
 
 
-def check(cond: bool, msg: str) -> bool:
-    global PASSED
-    if cond:
-        PASSED += 1
-    else:
-        FAILURES.append(msg)
-        print("FAIL: " + msg, file=sys.stderr, flush=True)
-    return cond
+check = TALLY.check
 
 
 def consolidate(*args, env=None) -> subprocess.CompletedProcess:
@@ -407,8 +400,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001  (one test's crash fails it; the others still run)
                 check(False, f"{test.__name__}: {type(e).__name__}: {e}")
             print(f"{test.__name__}: {time.monotonic() - t0:.1f} s", flush=True)
-    print(f"{PASSED} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return TALLY.summary("hf_assets_test")
 
 
 if __name__ == "__main__":

@@ -46,28 +46,23 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import dcp_oracle  # noqa: E402
+from tally import Tally  # noqa: E402
 import torch  # noqa: E402
 
 CASES = {"lightning_trainer": ("trainer", "lightning.pytorch.utilities.consolidate_checkpoint"),
          "lightning_fabric": ("fabric", "lightning.fabric.utilities.consolidate_checkpoint")}
-FAILURES: list[str] = []
-CHECKS = 0
+TALLY = Tally()
 
 
-def check(ok: bool, what: str) -> bool:
-    global CHECKS
-    CHECKS += 1
-    if not ok:
-        FAILURES.append(what)
-        print(f"FAIL {what}", flush=True)
-    return ok
+check = TALLY.check
 
 
 def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
     r = subprocess.run([dcpctl, *args], capture_output=True, text=True, timeout=600)
     if r.returncode < 0:
-        FAILURES.append(f"dcpctl {' '.join(args)} died of signal {-r.returncode}: {r.stderr[-2000:]}")
+        check(False, f"dcpctl {' '.join(args)} died of signal {-r.returncode}: {r.stderr[-2000:]}")
     return r
 
 
@@ -268,8 +263,7 @@ def main() -> int:
             print(f"{case}: checked", flush=True)
         refusals(dcpctl, fixtures, Path(t))
         torchrun(dcpctl, fixtures, Path(t))
-    print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return TALLY.summary("lightning_test")
 
 
 if __name__ == "__main__":
