@@ -18,6 +18,8 @@
 #include "item/chunk_source.h"
 #include "meta/keymap.h"
 #include "meta/pieces.h"
+#include "plan/deal.h"
+#include "plan/plan.h"
 #include "metadata_models.h"
 #include "util/error.h"
 
@@ -267,4 +269,56 @@ TEST_CASE("keymap: every built-in map parses, and names two sides") {
   }
 }
 
+TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tensor, and streams; a permuted one is assembled") {
+  // Row shards over two ranks: each chunk is a run of the tensor's bytes.
+  Checkpoint ck = checkpoint({tensor("layers.0.wq", {8, 3}, {{0, 0, 4, 3}, {4, 0, 4, 3}}, DType::Float32, 2),
+                              tensor("tok", {6, 4}, {{0, 0, 3, 4}, {3, 0, 3, 4}}, DType::Float32, 2)}, 2);
+  const char* map = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["titan", "hf"],
+    "params": {"n_heads": {"config": "num_attention_heads"}, "head_dim": {"config": "head_dim"}},
+    "rules": [{"titan": "layers.{L}.wq", "hf": "model.layers.{L}.q_proj", "rope": {"heads": "n_heads", "head_dim": "head_dim"}},
+              {"titan": "tok", "hf": "model.embed_tokens.weight"}]})";
+  MappedModel mm = apply_key_map(map_of(map), ck.md, all_items(ck.md), config(R"({"num_attention_heads": 2, "head_dim": 4})"));
+  REQUIRE(mm.tensors.size() == 2);
+  CHECK_FALSE(renames_whole(ck.md, mm.tensors[0]));
+  CHECK(renames_whole(ck.md, mm.tensors[1]));
+
+  for (Target::Kind kind : {Target::Safetensors, Target::TorchZip, Target::Dcp}) {
+    Target plain;
+    plain.kind = kind;
+    plain.world_size = 2;
+    Target mapped = plain;
+    mapped.map = &mm;
+    WritePlan a = plan_write(ck, {}, std::nullopt, plain), b = plan_write(ck, {}, std::nullopt, mapped);
+    REQUIRE(b.tensors.size() == 2);
+    const PlannedTensor &tok = b.tensors[1], &wq = b.tensors[0];
+    CHECK(tok.renamed);
+    CHECK(tok.key == "model.embed_tokens.weight");
+    CHECK(tok.t == &ck.md.tensors[1]);  // read as the saved tensor
+    CHECK_FALSE(wq.renamed);
+    CHECK(wq.t == &mm.tensors[0].meta);
+    // The renamed tensor's records are the unmapped plan's: the same boxes, pieces, streaming and need.
+    const PlannedTensor& want = a.tensors[1];
+    REQUIRE(tok.records.size() == want.records.size());
+    for (size_t i = 0; i < tok.records.size(); ++i) {
+      const Record &r = b.records[tok.records[i]], &w = a.records[want.records[i]];
+      CHECK(r.box.offsets == w.box.offsets);
+      CHECK(r.box.sizes == w.box.sizes);
+      CHECK(r.pieces.size() == w.pieces.size());
+      CHECK(r.streams == w.streams);
+      CHECK(r.runs == w.runs);
+      CHECK(r.need == w.need);
+    }
+    for (size_t ri : wq.records) CHECK_FALSE(b.records[ri].streams);
+    // Dealt like the unmapped tensor: the permuted one is one assembled task, the renamed one not.
+    if (kind == Target::Dcp) continue;  // a DCP rank file is written record by record, no tasks
+    DealRequest rq;
+    Deal d = deal_work(ck, b, rq);
+    for (const Task& t : d.tasks) {
+      if (b.records[t.record].tensor == 0) CHECK(t.whole);
+      if (b.records[t.record].tensor == 1) CHECK(t.whole == (kind == Target::TorchZip && !b.records[t.record].streams));
+    }
+  }
+}
+
 }  // namespace dcpctl
+
