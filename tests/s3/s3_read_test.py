@@ -8,7 +8,9 @@ the local copy.
                    counters left out), for DCP cases (plain, multi-file, zstd, every dtype, 2-D mesh),
                    rank-local metadata, safetensors items, HF-mode DCP, Hugging Face folders
                    (safetensors, .bin), Lightning and megatron checkpoints, torchtitan and Ray run
-                   folders; every s3 document is valid against docs/schemas and carries `s3`
+                   folders; inspect of folders whose names extend one another (ckpt, ckpt-old,
+                   ckpt.bak: servers list them in different orders); every s3 document is valid
+                   against docs/schemas and carries `s3`
   same bytes       consolidate (.safetensors, HF folder, .pt), reshard and cast outputs from s3://
                    are byte for byte the local run's; diff s3:// against the local copy exits 0;
                    torch's own view (dcp_to_torch_save of the local copy) equals what safetensors
@@ -26,10 +28,12 @@ the local copy.
                    consolidate of a downloaded copy (.pt) equals it too, and consolidate s3:// gives
                    the same .pt byte for byte and a .safetensors of dcp.load's tensors;
                    inspect --value and verify --deep on s3://
-  errors           wrong secret: exit 4 naming the URL and 403; missing bucket: exit 4; a data
-                   object deleted: exit 3 naming it; a 503 SlowDown burst (tests/s3/fault_proxy.py):
-                   retried, same bytes, `retries` counted; the server gone mid-read: exit 4 naming
-                   the URL, no output left behind; prune on s3:// refused with exit 5; gs:// exit 5
+  errors           wrong secret: exit 4 naming the URL and 403; missing bucket: exit 4; a prefix
+                   whose objects were all deleted: exit 4 as a missing prefix (SeaweedFS still
+                   lists its folder); a data object deleted: exit 3 naming it; a 503 SlowDown burst
+                   (tests/s3/fault_proxy.py): retried, same bytes, `retries` counted; the server
+                   gone mid-read: exit 4 naming the URL, no output left behind; prune on s3://
+                   refused with exit 5; gs:// exit 5
 
   (errors also: keys from AWS_PROFILE in a credentials file, none at all, temporary keys with
   AWS_SESSION_TOKEN from a role moto's STS lets assume; a missing prefix; a malformed URL)
@@ -171,6 +175,7 @@ DCP_CASES = ["sample/ckpt", "plain_single/ckpt", "multi_file/ckpt", "zstd/ckpt",
              "layouts/hf_sharded/ckpt", "layouts/hf_single/ckpt", "layouts/lightning_trainer/ckpt",
              "layouts/megatron_gpt_tp2/ckpt", "layouts/hf_transformers/dcp"]
 RUN_FOLDERS = ["layouts/run_torchtitan/run", "layouts/run_ray/run", "layouts/run_torchtitan_hf/run"]
+SIBLINGS = ["ckpt", "ckpt-old", "ckpt.bak"]  # copies of sample/ckpt side by side under siblings/
 
 
 def main():
@@ -183,6 +188,8 @@ def main():
             s3.create_bucket(BUCKET)
             for rel in DCP_CASES + RUN_FOLDERS + ["hf_bin/sharded"]:
                 s3.upload_dir(os.path.join(FIXTURES, rel), BUCKET, rel)
+            for name in SIBLINGS:
+                s3.upload_dir(loc("sample/ckpt"), BUCKET, f"siblings/{name}")
         env = s3.env()
         parts = {"commands": lambda: command_cases(env, work), "torchrun": lambda: torchrun_case(env, work),
                  "bytes": lambda: bytes_fetched_cases(s3, env, work), "writers": lambda: real_writer_cases(s3, env, work),
@@ -215,6 +222,11 @@ def command_cases(env, work):
     for rel in RUN_FOLDERS:
         same_json(["ls"], loc(rel), url(rel), env, "ls")
         same_json(["latest"], loc(rel), url(rel), env, "latest")
+    # Folders whose names extend one another: AWS and moto list "ckpt-old/" and "ckpt.bak/" before
+    # "ckpt/" ('-' < '.' < '/'), SeaweedFS after it; each opens (dcpctl once looked "ckpt" up by a
+    # binary search over the server's order, and missed it on AWS).
+    for name in SIBLINGS:
+        same_json(["inspect"], loc("sample/ckpt"), url(f"siblings/{name}"), env, "inspect")
     for rel in ["sample/ckpt", "layouts/safetensors_items/ckpt", "hf_bin/sharded"]:
         r = run(["diff", url(rel), loc(rel)], env)
         check(r.returncode == OK, f"diff {url(rel)} {loc(rel)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
@@ -474,6 +486,16 @@ def error_cases(s3, env, work):
     # A prefix with nothing under it: as a missing local directory.
     r = run(["inspect", f"s3://{BUCKET}/nothing/here"], env)
     check(r.returncode == IO and f"s3://{BUCKET}/nothing/here" in r.stderr, f"missing prefix: exit {r.returncode}: {r.stderr}")
+    # A checkpoint whose objects were all deleted (removed with the store's own tools): missing as
+    # well, it and its parent. SeaweedFS keeps listing such a folder for minutes, its own listing
+    # showing the folder as an empty object, a folder marker's look-alike.
+    s3.upload_dir(loc("sample/ckpt"), BUCKET, "removed/step-1")
+    for key in s3.keys(BUCKET, "removed/"):
+        s3.client.delete_object(Bucket=BUCKET, Key=key)
+    for gone in (f"s3://{BUCKET}/removed/step-1", f"s3://{BUCKET}/removed"):
+        r = run(["inspect", gone], env)
+        check(r.returncode == IO and f"{gone}: cannot open checkpoint: no such object or prefix" in r.stderr,
+              f"a prefix whose objects were deleted: exit {r.returncode} (expected 4, as a missing prefix): {r.stderr}")
     # A data object the checkpoint needs, deleted: exit 3 naming it, as a missing local file.
     s3.upload_dir(os.path.join(FIXTURES, "sample/ckpt"), BUCKET, "damaged/ckpt")
     s3.client.delete_object(Bucket=BUCKET, Key="damaged/ckpt/__1_0.distcp")

@@ -38,7 +38,8 @@ faults:
     server): retried,
     --json counts the retries, the object is the same;
   - one rank file of a reshard refused by the server (503 past the retries) after the others were
-    completed: exit 4 naming it, the completed objects deleted, no upload left open;
+    completed: exit 4 naming it, the completed objects deleted, no upload left open; the same run
+    again without --force succeeds (an emptied folder SeaweedFS still lists is no existing output);
   - a wrong secret: exit 4 naming the URL and HTTP 403, nothing written;
   - SIGTERM while the first part is in flight (DCPCTL_FAILPOINT=s3-upload-part:stop): the process
     dies of SIGTERM; no object under the prefix; ListMultipartUploads empty;
@@ -352,6 +353,12 @@ def case_faults(work: Path) -> None:
     check(completed and deleted, f"a rank file refused: __0_0.distcp was not completed then deleted: {proxy.seen[-12:]}")
     check(not SERVER.keys(BUCKET, "partial/") and SERVER.uploads(BUCKET) == [],
           f"a rank file refused: left {list(SERVER.keys(BUCKET, 'partial/'))}, uploads {SERVER.uploads(BUCKET)}")
+    # the same run again, without --force: the failed run left nothing that makes an output exist
+    # (SeaweedFS keeps listing the emptied folder for minutes; only objects count)
+    r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4")
+    names = sorted(k[len("partial/"):] for k in SERVER.keys(BUCKET, "partial/"))
+    check(r.returncode == 0 and names == [".metadata"] + [f"__{i}_0.distcp" for i in range(4)],
+          f"the run again after it failed, without --force: exit {r.returncode}: {r.stderr} {names}")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
     r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(ENV, AWS_SECRET_ACCESS_KEY="wrong"))
