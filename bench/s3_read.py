@@ -1,9 +1,9 @@
 """bench/s3_read.sh's driver: dcpctl consolidate straight from s3:// against downloading the
 checkpoint with `aws s3 cp --recursive` and consolidating the local copy, for the whole checkpoint
-and for --select app.model, side by side in one run against a local moto server
-(tests/s3/s3_server.py).
+and for --select app.model, side by side in one run against a local S3 server, moto's or
+SeaweedFS's (tests/s3/s3_server.py's make_server).
 
-usage: s3_read.py DCPCTL AWS WORKDIR SIZE_MB THREADS
+usage: s3_read.py DCPCTL AWS WORKDIR SIZE_MB THREADS [moto|seaweedfs]
 """
 import filecmp
 import json
@@ -15,9 +15,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
-from s3_server import S3Server  # noqa: E402
+from s3_server import make_server  # noqa: E402
 
 DCPCTL, AWS, WORK, SIZE_MB, THREADS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+SERVER = sys.argv[6] if len(sys.argv) > 6 else "moto"
 
 
 def make_checkpoint(path, size_mb):
@@ -56,7 +57,7 @@ def main():
         print(f"writing a ~{SIZE_MB} MB checkpoint with torch (model + Adam) to {ckpt}", flush=True)
         make_checkpoint(ckpt, SIZE_MB)
     total = tree_bytes(ckpt)
-    with S3Server() as s3:
+    with make_server(SERVER) as s3:
         s3.create_bucket("bench")
         t = time.monotonic()
         s3.upload_dir(ckpt, "bench", "ckpt")
@@ -87,7 +88,7 @@ def main():
         shutil.rmtree(dl, ignore_errors=True)
         same = filecmp.cmp(out["a.safetensors"], out["b.safetensors"], shallow=False) and \
             filecmp.cmp(out["c.safetensors"], out["d.safetensors"], shallow=False)
-    print(f"\ncheckpoint: {total / 1e6:.1f} MB ({ckpt}), --threads {THREADS}, server: moto on 127.0.0.1\n")
+    print(f"\ncheckpoint: {total / 1e6:.1f} MB ({ckpt}), --threads {THREADS}, server: {SERVER} on 127.0.0.1\n")
     print(f"{'run':<78} {'seconds':>8} {'MB moved':>9} {'requests':>9}")
     for label, sec, moved, req in rows:
         print(f"{label:<78} {sec:8.2f} {moved / 1e6:9.1f} {req if req is not None else '-':>9}")

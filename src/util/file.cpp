@@ -26,13 +26,11 @@ namespace {
 // s3:// paths as a filesystem: a prefix's one-level listing (objects with their sizes, and
 // sub-prefixes), made once per prefix and kept, so that opening a checkpoint costs one listing of
 // its folder however many files `.metadata` names. Keyed by "bucket/prefix/" ("bucket/" at the top).
-struct RemoteDir {
-  std::map<std::string, uint64_t> files;  // name -> size
-  std::vector<std::string> dirs;          // names
-};
+using RemoteDir = s3::Folder;
 
 std::mutex g_listings_mu;
 std::map<std::string, std::shared_ptr<const RemoteDir>> g_listings;
+std::map<std::string, bool> g_holds;  // remote_folder_holds_objects, by the same keys
 
 // "s3://b/a/b/" -> {b, "a/b"}: no trailing '/' (the bucket itself has an empty key).
 s3::Location remote_location(const std::string& path) {
@@ -48,19 +46,31 @@ std::shared_ptr<const RemoteDir> remote_listing(const s3::Location& dir) {
     std::lock_guard<std::mutex> lock(g_listings_mu);
     if (auto it = g_listings.find(cache_key); it != g_listings.end()) return it->second;
   }
-  s3::Client::Listing l = s3::Client::shared().list(s3::Location{dir.bucket, prefix}, true);
-  auto d = std::make_shared<RemoteDir>();
-  for (auto& [key, size] : l.objects) {
-    std::string name = key.substr(prefix.size());
-    if (!name.empty()) d->files[name] = size;  // "dir/" itself: a folder marker some tools write
-  }
-  for (auto& p : l.prefixes) {
-    std::string name = p.substr(prefix.size());
-    while (!name.empty() && name.back() == '/') name.pop_back();
-    if (!name.empty()) d->dirs.push_back(name);
-  }
+  auto d = std::make_shared<RemoteDir>(
+      s3::folder_of(s3::Client::shared().list(s3::Location{dir.bucket, prefix}, true), prefix));
   std::lock_guard<std::mutex> lock(g_listings_mu);
   return g_listings.emplace(cache_key, std::move(d)).first->second;
+}
+
+// Whether a folder its parent's listing names (a CommonPrefix) holds an object. On S3 it always
+// does; SeaweedFS, a filer with real folders, keeps listing a folder whose objects were all
+// deleted, for minutes, and its own delimited listing then shows the folder as an empty object
+// "dir/", a folder marker's look-alike: such a folder is not there (a missing prefix, as on S3,
+// not a checkpoint folder without .metadata). Its own listing answers when it holds a file; with
+// only sub-folders or a marker, one listing of one key below it (Client::any_object, whose
+// undelimited listing SeaweedFS answers truly), asked once per folder.
+bool remote_folder_holds_objects(const s3::Location& dir) {
+  auto d = remote_listing(dir);
+  if (!d->files.empty()) return true;
+  if (d->dirs.empty() && !d->marker) return false;
+  std::string cache_key = dir.bucket + "/" + dir.key + "/";
+  {
+    std::lock_guard<std::mutex> lock(g_listings_mu);
+    if (auto it = g_holds.find(cache_key); it != g_holds.end()) return it->second;
+  }
+  bool holds = s3::Client::shared().any_object({dir.bucket, dir.key + "/"});
+  std::lock_guard<std::mutex> lock(g_listings_mu);
+  return g_holds.emplace(cache_key, holds).first->second;
 }
 
 PathInfo remote_stat(const std::string& path) {
@@ -78,7 +88,7 @@ PathInfo remote_stat(const std::string& path) {
   if (auto it = d->files.find(name); it != d->files.end()) {
     info.kind = PathInfo::file;
     info.size = it->second;
-  } else if (std::binary_search(d->dirs.begin(), d->dirs.end(), name)) {
+  } else if (d->has_dir(name) && remote_folder_holds_objects(loc)) {
     info.kind = PathInfo::directory;
   }
   return info;
@@ -173,6 +183,7 @@ bool is_remote_path(const std::string& path) {
 void forget_listings() {
   std::lock_guard<std::mutex> lock(g_listings_mu);
   g_listings.clear();
+  g_holds.clear();
 }
 
 PathInfo stat_path(const std::string& path, bool follow_links) {

@@ -632,6 +632,17 @@ std::vector<uint8_t> Client::get(const Location& loc) {
   return std::vector<uint8_t>(resp.body.begin(), resp.body.end());
 }
 
+std::string list_query(const std::string& prefix, bool delimited, const std::string& token, int max_keys) {
+  // Sorted by name, as SigV4's canonical query wants them.
+  std::string q;
+  if (!token.empty()) q += "continuation-token=" + uri_encode(token, false) + "&";
+  if (delimited) q += "delimiter=%2F&";
+  q += "list-type=2&";
+  if (max_keys > 0) q += "max-keys=" + std::to_string(max_keys) + "&";
+  q += "prefix=" + uri_encode(prefix, false);
+  return q;
+}
+
 Client::Listing Client::list(const Location& prefix, bool delimited) {
   Listing out;
   std::string token;
@@ -639,12 +650,7 @@ Client::Listing Client::list(const Location& prefix, bool delimited) {
     Request r;
     r.loc = Location{prefix.bucket, ""};
     r.display = prefix.url();
-    // Sorted by name, as SigV4's canonical query wants them.
-    std::string q;
-    if (!token.empty()) q += "continuation-token=" + uri_encode(token, false) + "&";
-    if (delimited) q += "delimiter=%2F&";
-    q += "list-type=2&prefix=" + uri_encode(prefix.key, false);
-    r.query = q;
+    r.query = list_query(prefix.key, delimited, token);
     Response resp = perform(r);
     ListPage page = parse_list_page(resp.body, prefix.url());
     for (auto& o : page.objects) out.objects.push_back(std::move(o));
@@ -653,6 +659,47 @@ Client::Listing Client::list(const Location& prefix, bool delimited) {
     token = page.next_token;
   }
   return out;
+}
+
+bool Folder::has_dir(const std::string& name) const {
+  return std::binary_search(dirs.begin(), dirs.end(), name);
+}
+
+Folder folder_of(const Client::Listing& listing, const std::string& prefix) {
+  Folder f;
+  for (const auto& [key, size] : listing.objects) {
+    if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string name = key.substr(prefix.size());
+    if (name.empty())
+      f.marker = true;
+    else
+      f.files[name] = size;
+  }
+  for (const auto& p : listing.prefixes) {
+    if (p.size() < prefix.size() || p.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string name = p.substr(prefix.size());
+    while (!name.empty() && name.back() == '/') name.pop_back();
+    if (!name.empty()) f.dirs.push_back(std::move(name));
+  }
+  // Sorted by name whatever the server's order (see the header): "ckpt" is found beside "ckpt-old".
+  std::sort(f.dirs.begin(), f.dirs.end());
+  f.dirs.erase(std::unique(f.dirs.begin(), f.dirs.end()), f.dirs.end());
+  return f;
+}
+
+bool Client::any_object(const Location& prefix) {
+  std::string token;
+  for (;;) {  // a page may come back empty but truncated (a server that skips folders it walks)
+    Request r;
+    r.loc = Location{prefix.bucket, ""};
+    r.display = prefix.url();
+    r.query = list_query(prefix.key, false, token, 1);
+    Response resp = perform(r);
+    ListPage page = parse_list_page(resp.body, prefix.url());
+    if (!page.objects.empty()) return true;
+    if (!page.truncated) return false;
+    token = page.next_token;
+  }
 }
 
 void Client::put(const Location& loc, const void* data, size_t n) {

@@ -8,8 +8,8 @@
 // values percent-encoded (RFC 3986 unreserved characters kept), `name=` for an empty value.
 //
 // Addressing: with an endpoint (AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / the profile's
-// endpoint_url: MinIO, Ceph, R2, moto, Google's interoperable endpoint) requests are path-style,
-// `<endpoint>/<bucket>/<key>`; on AWS they are virtual-hosted,
+// endpoint_url: MinIO, Ceph, R2, SeaweedFS, moto, Google's interoperable endpoint) requests are
+// path-style, `<endpoint>/<bucket>/<key>`; on AWS they are virtual-hosted,
 // `https://<bucket>.s3.<region>.amazonaws.com/<key>` (path-style for a bucket name with a dot,
 // which a wildcard certificate does not cover).
 //
@@ -108,6 +108,10 @@ struct ListPage {
 // Parses a ListBucketResult; IoError naming `url` on anything else (malformed XML, an Error body,
 // a Contents without Key or Size, a truncated page without a continuation token).
 ListPage parse_list_page(std::string_view xml, const std::string& url);
+// The canonical query of a ListObjectsV2 request for the keys under `prefix`: `delimited` groups
+// them at the next '/', `token` continues a truncated listing, `max_keys` > 0 asks for at most
+// that many entries per page (0: the server's default, 1000).
+std::string list_query(const std::string& prefix, bool delimited, const std::string& token, int max_keys = 0);
 // S3's error Code and Message from an <Error> body (empty when the body is not one).
 std::pair<std::string, std::string> parse_error_body(std::string_view xml);
 // The value of one element (first match) of a small answer such as InitiateMultipartUploadResult.
@@ -131,6 +135,10 @@ class Client {
     std::vector<std::string> prefixes;
   };
   Listing list(const Location& prefix, bool delimited);  // ListObjectsV2, every page
+  // Whether any object's key starts with `prefix` (ListObjectsV2 pages of one key, no delimiter):
+  // a CommonPrefix is not enough, as SeaweedFS keeps listing a folder whose objects were all
+  // deleted, for minutes, as a CommonPrefix with nothing under it (AWS never lists an empty one).
+  bool any_object(const Location& prefix);
   void put(const Location&, const void* data, size_t n);
   std::string start_upload(const Location&);  // CreateMultipartUpload -> upload id
   std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n);  // -> ETag
@@ -153,5 +161,19 @@ class Client {
   Config cfg_;
   Counters counters_;
 };
+
+// A prefix's one-level (delimited) listing read as a folder: the names below `prefix` of its
+// objects, with their sizes, and of its sub-folders, each set sorted by name. Servers order
+// CommonPrefixes differently: AWS and moto by the whole prefix, '/' included, so "ckpt-old/"
+// comes before "ckpt/" ('-' < '/'); SeaweedFS by folder name, "ckpt" before "ckpt-old".
+// `marker`: the listing holds `prefix` itself, an empty object some tools write as a folder (and
+// SeaweedFS shows in the listing of a folder whose objects were all deleted).
+struct Folder {
+  std::map<std::string, uint64_t> files;
+  std::vector<std::string> dirs;
+  bool marker = false;
+  bool has_dir(const std::string& name) const;  // binary search of `dirs`
+};
+Folder folder_of(const Client::Listing& listing, const std::string& prefix);
 
 }  // namespace dcpctl::s3

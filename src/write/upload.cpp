@@ -361,12 +361,9 @@ void check_remote_output(const std::string& output_in, bool force, const std::st
     throw UsageError(Where(output_in),
                      "give a key or a prefix inside the bucket (s3://bucket/name/), not the bucket itself");
   s3::Client& c = s3::Client::shared();
-  bool exists = c.size_of(loc).has_value();
-  if (!exists) {
-    s3::Location prefix{loc.bucket, loc.key + "/"};
-    s3::Client::Listing l = c.list(prefix, true);
-    exists = !l.objects.empty() || !l.prefixes.empty();
-  }
+  // An object, or objects under the prefix: a folder SeaweedFS keeps listing after a failed run
+  // deleted what it had completed is not an output that exists (any_object).
+  bool exists = c.size_of(loc).has_value() || c.any_object({loc.bucket, loc.key + "/"});
   if (exists && !force) throw UsageError(Where(output_in), "output exists; pass --force to replace it");
 }
 

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """dcpctl writing to object storage (`-o s3://...`), against a real S3 server on 127.0.0.1 (moto's
-server, tests/s3/s3_server.py, one per run of this script), checked by real torch and safetensors.
+or SeaweedFS's, tests/s3/s3_server.py, one per run of this script), checked by real torch and
+safetensors.
 
-    write_test.py CASE DCPCTL FIXTURES_DIR        CASE: outputs | faults
+    write_test.py CASE DCPCTL FIXTURES_DIR [--server moto|seaweedfs]
+        CASE: outputs | faults | all (both, on one server)
+
+Where it runs: CTest s3-write-outputs and s3-write-faults on moto (the default), s3-write-seaweedfs
+(all) on SeaweedFS, every check below on both: nothing here depends on moto (a SeaweedFS run is
+about 40 s on two busy cores).
 
 The checkpoint: torch's dcp.save (one process) of a model of 40 tensors, about 40 MB (so that the
 outputs take several parts of the 8 MiB part size and the safetensors lanes write parts at offsets
@@ -32,7 +38,8 @@ faults:
     server): retried,
     --json counts the retries, the object is the same;
   - one rank file of a reshard refused by the server (503 past the retries) after the others were
-    completed: exit 4 naming it, the completed objects deleted, no upload left open;
+    completed: exit 4 naming it, the completed objects deleted, no upload left open; the same run
+    again without --force succeeds (an emptied folder SeaweedFS still lists is no existing output);
   - a wrong secret: exit 4 naming the URL and HTTP 403, nothing written;
   - SIGTERM while the first part is in flight (DCPCTL_FAILPOINT=s3-upload-part:stop): the process
     dies of SIGTERM; no object under the prefix; ListMultipartUploads empty;
@@ -40,8 +47,8 @@ faults:
     (s3-commit/.metadata:stop): the completed rank files are deleted, nothing left;
   - the server stopped mid-upload: exit 4 naming the s3:// URL, within the retries.
 
-Exit status: 0 pass, 1 failure, 77 skip (torch, safetensors, boto3 or moto missing; a failure under
-CI, tests/skip.py).
+Exit status: 0 pass, 1 failure, 77 skip (torch, safetensors, boto3, moto[server] or SeaweedFS's
+weed missing; a failure under CI, tests/skip.py).
 """
 
 from __future__ import annotations
@@ -57,22 +64,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from skip import skip_or_fail  # noqa: E402
+from skip import skip_or_fail, skip_or_fail_code  # noqa: E402
 
 try:
     import jsonschema  # noqa: F401  (harness.schema_errors)
-    import moto  # noqa: F401  (s3_server's server is moto's)
     import torch
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from s3_server import S3Server  # boto3
+    from s3_server import MissingServer, S3Server, SeaweedServer, make_server  # boto3
 except ImportError as e:
-    skip_or_fail(f"torch, safetensors, jsonschema, boto3 and moto[server] are needed ({e}); tools/requirements.txt pins them")
+    skip_or_fail(f"torch, safetensors, jsonschema and boto3 are needed ({e}); tools/requirements.txt pins them")
 
 from fault_proxy import FaultProxy, upload_part  # noqa: E402
-from harness import schema_errors  # noqa: E402
+from harness import schema_errors, section  # noqa: E402
 from tally import Tally  # noqa: E402
 
 DCPCTL = ""
@@ -81,7 +87,7 @@ SCHEMAS = Path()
 TALLY = Tally()
 check = TALLY.check
 BUCKET = "dcpctl-out"
-SERVER: S3Server | None = None
+SERVER: S3Server | SeaweedServer | None = None
 ENV: dict[str, str] = {}  # SERVER.env() with AWS_MAX_ATTEMPTS=3
 
 
@@ -347,6 +353,12 @@ def case_faults(work: Path) -> None:
     check(completed and deleted, f"a rank file refused: __0_0.distcp was not completed then deleted: {proxy.seen[-12:]}")
     check(not SERVER.keys(BUCKET, "partial/") and SERVER.uploads(BUCKET) == [],
           f"a rank file refused: left {list(SERVER.keys(BUCKET, 'partial/'))}, uploads {SERVER.uploads(BUCKET)}")
+    # the same run again, without --force: the failed run left nothing that makes an output exist
+    # (SeaweedFS keeps listing the emptied folder for minutes; only objects count)
+    r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4")
+    names = sorted(k[len("partial/"):] for k in SERVER.keys(BUCKET, "partial/"))
+    check(r.returncode == 0 and names == [".metadata"] + [f"__{i}_0.distcp" for i in range(4)],
+          f"the run again after it failed, without --force: exit {r.returncode}: {r.stderr} {names}")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
     r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(ENV, AWS_SECRET_ACCESS_KEY="wrong"))
@@ -370,16 +382,34 @@ def case_faults(work: Path) -> None:
 
 def main() -> int:
     global DCPCTL, FIXTURES, SCHEMAS, SERVER, ENV
-    if len(sys.argv) != 4 or sys.argv[1] not in ("outputs", "faults"):
-        print(__doc__, file=sys.stderr)
-        return 2
-    DCPCTL, FIXTURES = sys.argv[2], Path(sys.argv[3])
+    import argparse
+    ap = argparse.ArgumentParser(description="dcpctl writing to s3:// against a local S3 server (see the docstring)")
+    ap.add_argument("case", choices=("outputs", "faults", "all"), help="all: outputs then faults, on one server")
+    ap.add_argument("dcpctl")
+    ap.add_argument("fixtures")
+    ap.add_argument("--server", choices=("moto", "seaweedfs"), default="moto")
+    opts = ap.parse_args()
+    DCPCTL, FIXTURES = opts.dcpctl, Path(opts.fixtures)
     SCHEMAS = FIXTURES.parent.parent / "docs" / "schemas"
-    with tempfile.TemporaryDirectory(prefix="dcpctl-s3w-") as tmp, S3Server() as SERVER:
-        SERVER.create_bucket(BUCKET)
-        ENV = SERVER.env(AWS_MAX_ATTEMPTS="3")
-        {"outputs": case_outputs, "faults": case_faults}[sys.argv[1]](Path(tmp))
-    return TALLY.summary(f"write_test {sys.argv[1]}")
+    try:
+        SERVER = make_server(opts.server)
+    except MissingServer as e:
+        return skip_or_fail_code(str(e))
+    cases = ["outputs", "faults"] if opts.case == "all" else [opts.case]
+    with tempfile.TemporaryDirectory(prefix="dcpctl-s3w-") as tmp:
+        try:
+            with section(f"{SERVER.kind} started"):
+                SERVER.start()
+            SERVER.create_bucket(BUCKET)
+            ENV = SERVER.env(AWS_MAX_ATTEMPTS="3")
+            for case in cases:  # faults last: it ends by stopping the server
+                work = Path(tmp, case)
+                work.mkdir()
+                with section(case):
+                    {"outputs": case_outputs, "faults": case_faults}[case](work)
+        finally:
+            SERVER.stop()
+    return TALLY.summary(f"write_test {opts.case} ({SERVER.kind})")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 // The S3 client's pure parts (util/s3.h): URLs, configuration as the AWS tools read it, listing
-// and error XML, the retry policy. Requests against a real server: tests/s3/.
+// and error XML, listing queries, folders from listings, the retry policy. Requests against real
+// servers (moto's, SeaweedFS's): tests/s3/.
 #include <catch2/catch.hpp>
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 #include "util/s3.h"
@@ -206,6 +208,58 @@ TEST_CASE("s3 listing XML: anything malformed is an error naming the URL, never 
                 "<!ENTITY e \"&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;\"><!ENTITY f \"&e;&e;&e;&e;&e;&e;&e;&e;&e;&e;\">"
                 "<!ENTITY g \"&f;&f;&f;&f;&f;&f;&f;&f;&f;&f;\"><!ENTITY h \"&g;&g;&g;&g;&g;&g;&g;&g;&g;&g;\">]>"
                 "<ListBucketResult><Prefix>&h;</Prefix></ListBucketResult>") != "no error");
+}
+
+TEST_CASE("s3 listing XML: SeaweedFS's answer (ETags as &#34;, KeyCount last, a key as the token)") {
+  // What SeaweedFS 4.48's `weed server -s3` answers (tests/s3/s3_server.py's SeaweedServer).
+  const std::string xml =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>probe</Name><Prefix>many/</Prefix>"
+      "<MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated><Contents><Key>many/step-00000/.metadata</Key>"
+      "<ETag>&#34;b201cacf3a3e88cb1e73e2c098231799&#34;</ETag><Size>46279</Size><StorageClass>STANDARD</StorageClass>"
+      "<LastModified>2026-11-23T19:46:32Z</LastModified></Contents>"
+      "<NextContinuationToken>many/step-00333/.metadata</NextContinuationToken><KeyCount>1000</KeyCount>"
+      "</ListBucketResult>";
+  ListPage p = parse_list_page(xml, "s3://probe/many/");
+  REQUIRE(p.objects.size() == 1);
+  CHECK(p.objects[0] == std::make_pair(std::string("many/step-00000/.metadata"), uint64_t(46279)));
+  CHECK(p.truncated);
+  CHECK(p.next_token == "many/step-00333/.metadata");
+}
+
+TEST_CASE("s3 listing query: canonical (sorted, encoded), max-keys only when asked") {
+  CHECK(list_query("run/ckpt/", true, "") == "delimiter=%2F&list-type=2&prefix=run%2Fckpt%2F");
+  CHECK(list_query("", false, "") == "list-type=2&prefix=");
+  CHECK(list_query("a b/", false, "many/step-00333/.metadata", 1) ==
+        "continuation-token=many%2Fstep-00333%2F.metadata&list-type=2&max-keys=1&prefix=a%20b%2F");
+  CHECK(list_query("x/", true, "t+=", 1000) ==
+        "continuation-token=t%2B%3D&delimiter=%2F&list-type=2&max-keys=1000&prefix=x%2F");
+}
+
+TEST_CASE("s3 folders: sub-folders sorted by name whatever the server's CommonPrefixes order") {
+  // AWS and moto sort CommonPrefixes by the whole prefix, '/' included: "ckpt-old/" < "ckpt.bak/" <
+  // "ckpt/" ('-' < '.' < '/'); SeaweedFS by name: "ckpt" < "ckpt-old" < "ckpt.bak". Either way
+  // every sub-folder is found (a binary search over the server's order missed "ckpt" on AWS).
+  Client::Listing aws{{{"run/.metadata", 7}, {"run/", 0}},
+                      {"run/ckpt-old/", "run/ckpt.bak/", "run/ckpt/", "run/step 1/", "run/step-1/", "run/step/"}};
+  Client::Listing seaweed{{{"run/.metadata", 7}},
+                          {"run/ckpt/", "run/ckpt-old/", "run/ckpt.bak/", "run/step/", "run/step 1/", "run/step-1/"}};
+  for (const auto& listing : {aws, seaweed}) {
+    Folder f = folder_of(listing, "run/");
+    CHECK(f.dirs == std::vector<std::string>{"ckpt", "ckpt-old", "ckpt.bak", "step", "step 1", "step-1"});
+    for (const char* name : {"ckpt", "ckpt-old", "ckpt.bak", "step", "step 1", "step-1"}) CHECK(f.has_dir(name));
+    CHECK_FALSE(f.has_dir("ckp"));
+    CHECK_FALSE(f.has_dir("ckpt-"));
+    CHECK(f.files == std::map<std::string, uint64_t>{{".metadata", 7}});
+  }
+  CHECK(folder_of(aws, "run/").marker);  // the "run/" object some tools write as a folder
+  CHECK_FALSE(folder_of(seaweed, "run/").marker);
+  // The top of a bucket; entries outside the prefix (a server's mistake) are not names.
+  Folder top = folder_of({{{"a", 1}, {"x/b", 2}}, {"d/", "d/"}}, "");
+  CHECK(top.files == std::map<std::string, uint64_t>{{"a", 1}, {"x/b", 2}});
+  CHECK(top.dirs == std::vector<std::string>{"d"});
+  CHECK(folder_of({{{"other/a", 1}}, {"other/d/"}}, "run/").files.empty());
+  CHECK(folder_of({{{"other/a", 1}}, {"other/d/"}}, "run/").dirs.empty());
 }
 
 TEST_CASE("s3 error bodies and small answers") {
