@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -105,23 +106,35 @@ struct Registry {
 };
 Registry g_reg;
 
+// Whether a signal is being handled: taken (uploads_take_signal, in the handler, at once) or
+// being cleaned up after (the cleanup thread, once it woke). The handler may run on any thread
+// while the others go on; checking the signal itself, not only `closed`, keeps a lane or the
+// committing thread from completing an object or keeping the uploads in the time the cleanup
+// thread takes to wake.
+bool closing_locked() { return g_reg.closed || g_reg.signal.load() != 0; }
+
 // A thread that must not go on once a signal is being handled (it would start or complete an
 // upload, or report success): the cleanup thread ends the process.
 [[noreturn]] void park() {
   for (;;) ::pause();
 }
 
+// Cleanup after a failure goes on past errors, but says what it could not undo: an upload left
+// open or an object left behind is the user's to remove.
 void abort_quietly(const Entry& e) {
   try {
     s3::Client::shared().abort_upload(e.loc, e.id);
-  } catch (...) {
+  } catch (const std::exception& x) {
+    std::fprintf(stderr, "dcpctl: warning: could not abort the upload of %s (abort it or let a lifecycle rule): %s\n",
+                 e.loc.url().c_str(), x.what());
   }
 }
 
 void remove_quietly(const Entry& e) {
   try {
     s3::Client::shared().remove(e.loc);
-  } catch (...) {
+  } catch (const std::exception& x) {
+    std::fprintf(stderr, "dcpctl: warning: could not delete %s, written by this failed run: %s\n", e.loc.url().c_str(), x.what());
   }
 }
 
@@ -164,7 +177,7 @@ std::shared_ptr<Entry> reg_begin(const s3::Location& loc) {
   e->loc = loc;
   {
     std::lock_guard<std::mutex> lock(g_reg.mu);
-    if (!g_reg.closed) {
+    if (!closing_locked()) {
       g_reg.entries.push_back(e);
       g_reg.live++;
       return e;
@@ -185,7 +198,7 @@ void reg_set(Entry& e, Entry::State s) {
 void reg_completing(Entry& e) {
   {
     std::lock_guard<std::mutex> lock(g_reg.mu);
-    if (!g_reg.closed) {
+    if (!closing_locked()) {
       e.state = Entry::Completing;
       return;
     }
@@ -208,7 +221,7 @@ void reg_drop(const std::shared_ptr<Entry>& e) {
 
 bool closed() {
   std::lock_guard<std::mutex> lock(g_reg.mu);
-  return g_reg.closed;
+  return closing_locked();
 }
 
 std::string strip_slashes(std::string s) {
@@ -301,7 +314,7 @@ void task_end(size_t i) {
 
 void keep_uploads() {
   std::unique_lock<std::mutex> lock(g_reg.mu);
-  if (g_reg.closed) {
+  if (closing_locked()) {
     lock.unlock();
     park();
   }
@@ -321,7 +334,7 @@ void discard_uploads() noexcept {
   std::vector<std::shared_ptr<Entry>> todo;
   {
     std::unique_lock<std::mutex> lock(g_reg.mu);
-    if (g_reg.closed) {
+    if (closing_locked()) {
       lock.unlock();
       park();
     }
@@ -492,7 +505,7 @@ Upload::~Upload() {
   bool open = false;
   if (s.entry) {
     std::lock_guard<std::mutex> lock(g_reg.mu);
-    open = s.entry->state == Entry::Open && !g_reg.closed;
+    open = s.entry->state == Entry::Open && !closing_locked();
   }
   if (open) {
     abort_quietly(*s.entry);

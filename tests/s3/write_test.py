@@ -318,7 +318,7 @@ def sigterm_at(failpoint: str, args: list, prefix: str) -> None:
     _, err = p.communicate(timeout=120)
     check(p.returncode == -signal.SIGTERM, f"{failpoint}: ended with {p.returncode}, not SIGTERM: {err}")
     left = list(SERVER.keys(BUCKET, prefix))
-    check(left == [], f"{failpoint}: objects left under {prefix}: {left}")
+    check(left == [], f"{failpoint}: objects left under {prefix}: {left}; dcpctl said: {err.strip()[-600:]}")
     check(SERVER.uploads(BUCKET) == [], f"{failpoint}: incomplete multipart uploads left: {SERVER.uploads(BUCKET)}")
 
 
