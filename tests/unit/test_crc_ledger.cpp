@@ -81,7 +81,7 @@ TEST_CASE("ledger: several records, read by several threads in small pieces") {
   CHECK(l.checked() == recs.size());
 }
 
-TEST_CASE("ledger: overlapping records are refused; an empty record must store CRC 0") {
+TEST_CASE("ledger: overlapping records are refused, an empty record must store CRC 0") {
   CrcLedger l;
   l.watch("f", 100, 50, 1, "k", "a");
   l.watch("f", 100, 50, 1, "k", "a");  // the same record again: fine

@@ -88,7 +88,7 @@ TEST_CASE("deal: a DCP checkpoint's rank files are dealt to the processes by byt
   CHECK(deal_work(ck, plan, rq).writer_of == std::vector<int>{0, 0, 0, 0});
 }
 
-TEST_CASE("deal: chunks are read by ranks that see their file; the writer itself with --parallel-write") {
+TEST_CASE("deal: chunks are read by ranks that see their file, the writer itself with --parallel-write") {
   Checkpoint ck = two_rank_checkpoint();
   WritePlan plan = plan_write(ck, {}, std::nullopt, hf_dir(1000));  // one shard
   Visibility vis = Visibility::everything(3, 2);
@@ -129,7 +129,7 @@ TEST_CASE("deal: chunks are read by ranks that see their file; the writer itself
   CHECK_THROWS_WITH(deal_work(ck, plan, rq), Catch::Contains("__1_0.distcp") && Catch::Contains("no rank can read"));
 }
 
-TEST_CASE("deal: zstd chunks an owner pushes whole are set aside from its budget; too small a budget is refused") {
+TEST_CASE("deal: zstd chunks an owner pushes whole are set aside from its budget, too small a budget is refused") {
   Checkpoint ck = two_rank_checkpoint();
   ck.md.transform_sets.push_back({"zstd"});
   for (auto& t : ck.md.tensors) t.storage[1].transforms = 1;  // every chunk in file 1 is zstd

@@ -269,7 +269,7 @@ TEST_CASE("keymap: every built-in map parses, and names two sides") {
   }
 }
 
-TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tensor, and streams; a permuted one is assembled") {
+TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tensor, and streams, a permuted one is assembled") {
   // Row shards over two ranks: each chunk is a run of the tensor's bytes.
   Checkpoint ck = checkpoint({tensor("layers.0.wq", {8, 3}, {{0, 0, 4, 3}, {4, 0, 4, 3}}, DType::Float32, 2),
                               tensor("tok", {6, 4}, {{0, 0, 3, 4}, {3, 0, 3, 4}}, DType::Float32, 2)}, 2);

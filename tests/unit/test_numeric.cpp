@@ -45,7 +45,7 @@ const std::vector<uint32_t> kIn = {0x7F800001, 0xFFC12345, 0x7FC00001, 0x3F80800
 
 }  // namespace
 
-TEST_CASE("fp32 -> bf16 rounds to nearest even; NaN as torch's CPU kernel writes it") {
+TEST_CASE("fp32 -> bf16 rounds to nearest even, NaN as torch's CPU kernel writes it") {
   // torch: float32 tensors go through the vectorized kernel, which writes every NaN as 0xFFFF.
   CHECK(cast16(DType::BFloat16, kIn) == std::vector<uint16_t>{0xFFFF, 0xFFFF, 0xFFFF, 0x3F80, 0x3F82, 0x3F81, 0x4780, 0x4780,
                                                               0x3300, 0x3300, 0x7F80, 0x43E0, 0x43E8, 0x43F0});
@@ -67,7 +67,7 @@ TEST_CASE("fp32 -> fp16 rounds to nearest even, overflows to inf, keeps NaN sign
   CHECK(std::isnan(f16_to_f32(0x7E00)));
 }
 
-TEST_CASE("fp32 -> float8_e4m3fn saturates to 448 like torch; NaN keeps its sign") {
+TEST_CASE("fp32 -> float8_e4m3fn saturates to 448 like torch, NaN keeps its sign") {
   // 464 is the tie between 448 and (unrepresentable) 480: saturates, as does inf.
   CHECK(cast8(DType::Float8_E4M3FN, kIn) == std::vector<uint8_t>{0x7F, 0xFF, 0x7F, 0x38, 0x38, 0x38, 0x7E, 0x7E, 0x00, 0x00, 0x7E,
                                                                  0x7E, 0x7E, 0x7E});

@@ -66,7 +66,7 @@ TEST_CASE("s3 URI encoding: unreserved kept, '/' kept in keys only, the rest %XX
   CHECK(uri_encode("\xc3\xa9", true) == "%C3%A9");
 }
 
-TEST_CASE("s3 config: environment keys win over the profile; region and endpoint in order") {
+TEST_CASE("s3 config: environment keys win over the profile, region and endpoint in order") {
   Config c = load({{"AWS_ACCESS_KEY_ID", "AK"},
                    {"AWS_SECRET_ACCESS_KEY", "SK"},
                    {"AWS_SESSION_TOKEN", "TOK"},
@@ -210,7 +210,7 @@ TEST_CASE("s3 listing XML: anything malformed is an error naming the URL, never 
                 "<ListBucketResult><Prefix>&h;</Prefix></ListBucketResult>") != "no error");
 }
 
-TEST_CASE("s3 listing XML: SeaweedFS's answer (ETags as &#34;, KeyCount last, a key as the token)") {
+TEST_CASE("s3 listing XML: SeaweedFS's answer (ETags as escaped quotes, KeyCount last, a key as the token)") {
   // What SeaweedFS 4.48's `weed server -s3` answers (tests/s3/s3_server.py's SeaweedServer).
   const std::string xml =
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"

@@ -160,7 +160,7 @@ TEST_CASE("pieces: resharding 4 rows-shards to 3 gives byte ranges inside both c
   CHECK(runs_tile(p, 4 * 2 * 4));
 }
 
-TEST_CASE("pieces: column shards are not runs; a gap or an overlap does not tile") {
+TEST_CASE("pieces: column shards are not runs, a gap or an overlap does not tile") {
   TensorMeta cols = tensor("w", {4, 6}, {{0, 0, 4, 3}, {0, 3, 4, 3}});
   std::vector<Piece> p = plan_pieces(cols, whole_box(cols));
   REQUIRE(p.size() == 2);
