@@ -33,13 +33,18 @@ std::unique_ptr<MemorySource> zstd_decode(const ByteSource& in, uint64_t max_out
       too_large(where, max_output);
     auto [dst, room] = out->spare();
     ZSTD_outBuffer ob{dst, room, 0};
+    const size_t in_before = ib.pos;
     hint = ZSTD_decompressStream(ctx.get(), &ob, &ib);
     out->grow(ob.pos);
     if (ZSTD_isError(hint))
       throw FormatError(where, std::string("zstd stream is corrupt: ") + ZSTD_getErrorName(hint) + " (near input byte " +
                                    std::to_string(consumed - (ib.size - ib.pos)) + ")");
-    // All input consumed and the output not full: the decoder holds nothing more back.
-    if (consumed == in.size() && ib.pos == ib.size && ob.pos < room) break;
+    // All input consumed: done once the last frame is complete and flushed (hint 0), or stuck
+    // when a call moves nothing (the frame wants input there is none of). A call that leaves
+    // room in the output may still hold a block back (an RLE block of 64 KiB decodes over two
+    // calls), so room alone does not end it.
+    const bool input_done = consumed == in.size() && ib.pos == ib.size;
+    if (input_done && (hint == 0 || (ob.pos == 0 && ib.pos == in_before))) break;
   }
   if (hint != 0) throw FormatError(where, "zstd stream is truncated (its last frame does not end)");
   if (out->size() > max_output)
