@@ -64,20 +64,35 @@ setup_venv() {
   echo "$want" >"$VENV/.dcpctl-requirements"
 }
 
-# An older torch (tools/requirements-old-torch.txt) that the interop tests load dcpctl's outputs
-# with (DCPCTL_OLD_TORCH_PYTHON), so that what dcpctl writes is checked against the torch
-# releases users still run, not only the pinned one. Only `test` needs it.
-OLD_VENV=$ROOT/.venv-torch26
+# The older torch releases that the interop tests load dcpctl's outputs with
+# (DCPCTL_OLD_TORCH_PYTHON, a colon-separated list of interpreters), so that what dcpctl writes is
+# checked against the releases users still run, not only the pinned one: torch 2.14.1
+# (tools/requirements-torch214.txt: the last release before 2.15's 6-tuple TensorProperties, so
+# the one that refuses 2.15's .metadata) and torch 2.6.0 (tools/requirements-old-torch.txt).
+# Only `test` needs them.
+OLD_VENVS=("$ROOT/.venv-torch214:tools/requirements-torch214.txt:2.14." "$ROOT/.venv-torch26:tools/requirements-old-torch.txt:2.6.")
 setup_old_torch() {
-  local want have=""
-  want=$(sha256sum tools/requirements-old-torch.txt | cut -d' ' -f1)
-  [ -f "$OLD_VENV/.dcpctl-requirements" ] && have=$(cat "$OLD_VENV/.dcpctl-requirements")
-  [ "$want" = "$have" ] && [ -x "$OLD_VENV/bin/python" ] && return 0
-  log "creating the older-torch virtualenv (.venv-torch26: torch 2.6.0) for the interop tests"
-  [ -x "$OLD_VENV/bin/python" ] || python3 -m venv "$OLD_VENV"
-  "$OLD_VENV/bin/python" -m pip install -q -r tools/requirements-old-torch.txt
-  "$OLD_VENV/bin/python" -c "import torch; assert torch.__version__.startswith('2.6.')"
-  echo "$want" >"$OLD_VENV/.dcpctl-requirements"
+  local spec dir req ver want have
+  for spec in "${OLD_VENVS[@]}"; do
+    IFS=: read -r dir req ver <<<"$spec"
+    want=$(sha256sum "$req" | cut -d' ' -f1)
+    have=""
+    [ -f "$dir/.dcpctl-requirements" ] && have=$(cat "$dir/.dcpctl-requirements")
+    [ "$want" = "$have" ] && [ -x "$dir/bin/python" ] && continue
+    log "creating the older-torch virtualenv ($(basename "$dir"): torch ${ver}x) for the interop tests"
+    [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install -q -r "$req"
+    "$dir/bin/python" -c "import torch; assert torch.__version__.startswith('$ver'), torch.__version__"
+    echo "$want" >"$dir/.dcpctl-requirements"
+  done
+}
+old_torch_pythons() {  # the interpreters of OLD_VENVS, colon-separated, newest first
+  local spec dir out=""
+  for spec in "${OLD_VENVS[@]}"; do
+    dir=${spec%%:*}
+    out="${out:+$out:}$dir/bin/python"
+  done
+  printf '%s' "$out"
 }
 
 # Gloo's headers: the torch wheel carries Gloo compiled into libtorch_cpu and c10d's
@@ -156,7 +171,7 @@ run_tests() {  # run_tests <build dir> [ctest args...]
   local dir=$1
   shift
   log "testing $dir"
-  DCPCTL_VENV="$VENV" DCPCTL_OLD_TORCH_PYTHON="${DCPCTL_OLD_TORCH_PYTHON:-$OLD_VENV/bin/python}" \
+  DCPCTL_VENV="$VENV" DCPCTL_OLD_TORCH_PYTHON="${DCPCTL_OLD_TORCH_PYTHON:-$(old_torch_pythons)}" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
 }
 
