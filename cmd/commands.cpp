@@ -14,6 +14,7 @@ const std::vector<Command>& commands() {
       {"consolidate", setup_consolidate},
       {"reshard", setup_reshard},
       {"cast", setup_cast},
+      {"compat", setup_compat},
       {"diff", setup_diff},
       {"stats", setup_stats},
       {"maps", setup_maps},

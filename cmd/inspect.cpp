@@ -105,6 +105,12 @@ void render_summary(const json& r) {
               << "\n";
   }
   if (!m["save_id"].is_null()) std::cout << "Save id     " << m["save_id"].get<std::string>() << "\n";
+  // Said only when it excludes a release users still run (--json always has it).
+  if (m["strided_tensors"].get<uint64_t>() > 0) {
+    const json& lb = m["loadable_by"];
+    std::cout << "Loads in    torch " << lb["oldest"].get<std::string>() << " or newer: " << lb["reason"].get<std::string>()
+              << "; `dcpctl compat` writes a copy older torch loads\n";
+  }
   if (const json& f = r["framework"]; !f.is_null()) {
     std::cout << "Framework   " << f["name"].get<std::string>();
     if (f.contains("backend")) {

@@ -10,6 +10,7 @@ void setup_verify(CLI::App& parent, RunFn& run);
 void setup_ls(CLI::App& parent, RunFn& run);
 void setup_latest(CLI::App& parent, RunFn& run);
 void setup_prune(CLI::App& parent, RunFn& run);
+void setup_compat(CLI::App& parent, RunFn& run);
 void setup_consolidate(CLI::App& parent, RunFn& run);
 void setup_reshard(CLI::App& parent, RunFn& run);
 void setup_cast(CLI::App& parent, RunFn& run);

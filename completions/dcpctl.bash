@@ -7,8 +7,8 @@ _dcpctl_spec() {
     _dcpctl_subs=() _dcpctl_canon=() _dcpctl_opts=() _dcpctl_vals=()
     case $1 in
         'dcpctl')
-            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'maps' 'bench')
-            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'diff' 'stats' 'maps' 'bench')
+            _dcpctl_subs=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'compat' 'diff' 'stats' 'maps' 'bench')
+            _dcpctl_canon=('inspect' 'verify' 'ls' 'latest' 'prune' 'consolidate' 'reshard' 'cast' 'compat' 'diff' 'stats' 'maps' 'bench')
             _dcpctl_opts=('-h' '--help' '-V' '--version')
             ;;
         'dcpctl inspect')
@@ -40,6 +40,10 @@ _dcpctl_spec() {
         'dcpctl cast')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
             _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '--timeout' '--dtype')
+            ;;
+        'dcpctl compat')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--link' '--force' '--json' '-q' '--quiet')
+            _dcpctl_vals=('-o' '--output' '--link')
             ;;
         'dcpctl diff')
             _dcpctl_opts=('-h' '--help' '--select' '--map' '--config' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
@@ -81,6 +85,8 @@ _dcpctl_value() {
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl cast|--config') _dcpctl_kind='file' ;;
+        'dcpctl compat|-o' | 'dcpctl compat|--output') _dcpctl_kind='dir' ;;
+        'dcpctl compat|--link') _dcpctl_kind='choice' _dcpctl_choices=('auto' 'reflink' 'hard' 'copy') ;;
         'dcpctl diff|--config') _dcpctl_kind='file' ;;
         'dcpctl stats|--config') _dcpctl_kind='file' ;;
         'dcpctl bench staging|--modes') _dcpctl_kind='choice' _dcpctl_choices=('pinned' 'registered' 'pageable' 'cold') ;;
@@ -138,6 +144,12 @@ _dcpctl_positional() {
         'dcpctl cast')
             if (($2 < 1)); then
                 _dcpctl_kind='dir'
+                return
+            fi
+            ;;
+        'dcpctl compat')
+            if (($2 < 1)); then
+                _dcpctl_kind='none'
                 return
             fi
             ;;

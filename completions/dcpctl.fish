@@ -15,6 +15,7 @@ complete -c dcpctl -n '__fish_use_subcommand' -a 'prune' -d 'Remove all but the 
 complete -c dcpctl -n '__fish_use_subcommand' -a 'consolidate' -d 'Write one full-model file (.safetensors, HF sharded safetensors or .pt) from a sharded checkpoint'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'reshard' -d 'Write a new DCP checkpoint sharded for another world size (FSDP2 dim-0 layout)'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'cast' -d 'Write a copy of a DCP checkpoint with floating tensors cast to another dtype'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'compat' -d 'Write a copy of a torch 2.15 checkpoint that torch 2.14 and older load ("too many values to unpack (expected 5)"): a new .metadata beside the data files, reflinked or hard-linked, not copied'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'diff' -d 'Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'stats' -d 'Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'maps' -d 'List the built-in key maps that --map takes (torchtitan <-> Hugging Face names and layouts)'
@@ -126,6 +127,14 @@ complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l timeout -x -d 'Under
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l single-process -d 'Ignore RANK/WORLD_SIZE from a launcher and run alone'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -l dtype -x -d 'Target dtype: fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)'
 complete -c dcpctl -n '__fish_seen_subcommand_from cast' -a '(__fish_complete_directories)' -d 'checkpoint'
+
+# dcpctl compat
+complete -c dcpctl -n '__fish_seen_subcommand_from compat' -s h -l help -d 'Print this help message and exit'
+complete -c dcpctl -n '__fish_seen_subcommand_from compat' -s o -l output -x -a '(__fish_complete_directories)' -d 'Output directory (must not exist unless --force)'
+complete -c dcpctl -n '__fish_seen_subcommand_from compat' -l link -x -a 'auto reflink hard copy' -d 'How the data files are taken over: auto (reflink, else hard link, else copy), reflink, hard, copy'
+complete -c dcpctl -n '__fish_seen_subcommand_from compat' -l force -d 'Replace an existing output'
+complete -c dcpctl -n '__fish_seen_subcommand_from compat' -l json -d 'Print what was written as JSON (schema_version 1)'
+complete -c dcpctl -n '__fish_seen_subcommand_from compat' -s q -l quiet -d 'Print nothing but errors'
 
 # dcpctl diff
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s h -l help -d 'Print this help message and exit'

@@ -29,20 +29,25 @@ const Value* state_dict(const Value& obj) {
   return nullptr;
 }
 
-bool read_properties(const Value& props, std::string& dtype_name, bool& requires_grad) {
+bool read_properties(const Value& props, TensorMeta& t) {
   const Value* dtype = nullptr;
   const Value* rg = nullptr;
   const Value& st = props.kind == Kind::Object ? props.as_object().state : props;
-  if (st.kind == Kind::Tuple && st.len >= 1) {
-    dtype = &st.items()[0];
-    if (st.len >= 3) rg = &st.items()[2];
+  t.strides_recorded = false;
+  // items(), not len: a tuple's len is its item count only when frozen (pickle/value.h).
+  if (st.kind == Kind::Tuple && !st.items().empty()) {
+    pickle::Items it = st.items();
+    dtype = &it[0];
+    if (it.size() >= 3) rg = &it[2];
+    // torch 2.15's sixth value (the strides, or None): torch <= 2.14 unpacks exactly five.
+    t.strides_recorded = it.size() >= 6;
   } else if (const Value* d = state_dict(props)) {
     dtype = d->get("dtype");
     rg = d->get("requires_grad");
   }
   if (!dtype || dtype->kind != Kind::Global) return false;
-  dtype_name = std::string(dtype->as_global().name);
-  requires_grad = rg && rg->kind == Kind::Bool && rg->as_bool();
+  t.dtype_name = std::string(dtype->as_global().name);
+  t.requires_grad = rg && rg->kind == Kind::Bool && rg->as_bool();
   return true;
 }
 
@@ -194,7 +199,7 @@ bool MetadataFolder::tensor(const Value& st, Value& out) {
   }
   if (!props || !size || !chunks || !int_dims(*size) || chunks->kind != Kind::List) return false;
   Tensor t;
-  if (!read_properties(*props, t.meta.dtype_name, t.meta.requires_grad)) return false;
+  if (!read_properties(*props, t.meta)) return false;
   size_t nd = size->items().size();
   pickle::Items cs = chunks->items();
   bool alone = !(chunks->flags & Value::kMemo);  // no other reference to these chunk records

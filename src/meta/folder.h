@@ -60,9 +60,11 @@ struct Tables {
   }
 };
 
-// TensorProperties as the Mapper reads it: an object whose state is the 5-tuple of __getstate__
-// (dtype first, requires_grad third), an older attribute dict, or a bare tuple. False: no dtype.
-bool read_properties(const Value& props, std::string& dtype_name, bool& requires_grad);
+// TensorProperties as the Mapper reads it: an object whose state is the tuple of __getstate__
+// (dtype first, requires_grad third; torch >= 2.15 appends the strides as a sixth value), an older
+// attribute dict, or a bare tuple. Fills t.dtype_name, t.requires_grad and t.strides_recorded.
+// False: no dtype.
+bool read_properties(const Value& props, TensorMeta& t);
 
 // n bytes at a and b are equal: word loads, inlined (memcmp is a library call, and the strings
 // compared here are short: names, paths, keys).

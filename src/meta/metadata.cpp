@@ -50,9 +50,30 @@ std::string Metadata::writer_releases() const {
   if (has_transform_field) lo = "2.7";
   if (has_version_field) lo = "2.8";
   else if (hi.empty() && has_storage_meta_field) hi = "2.8";
+  if (strided_tensors()) lo = "2.15";
+  else if (hi.empty() && has_version_field && !tensors.empty()) hi = "2.14";
   if (hi.empty()) return lo + " or newer";
   if (hi == lo) return lo;
   return lo + " to " + hi;
+}
+
+size_t Metadata::strided_tensors() const {
+  size_t n = 0;
+  for (const auto& t : tensors) n += t.strides_recorded;
+  return n;
+}
+
+Metadata::LoaderBound Metadata::oldest_loader() const {
+  // Newest bound first: each is a thing an older reader cannot unpickle or decode.
+  if (size_t n = strided_tensors())
+    return {"2.15", std::to_string(n) + " TensorProperties record strides (a 6-tuple; torch <= 2.14 unpacks 5)"};
+  for (size_t i = 1; i < transform_sets.size(); ++i)
+    if (!transform_sets[i].empty())
+      return {"2.7", "items need transforms (" + transform_sets[i].front() + "): torch.distributed.checkpoint._extension"};
+  if (has_storage_meta_field) return {"2.4", "names the class StorageMeta (torch >= 2.4)"};
+  if (properties_class.find("checkpoint.metadata") != std::string::npos)
+    return {"2.3", "names torch.distributed.checkpoint.metadata.TensorProperties (torch >= 2.3)"};
+  return {};
 }
 
 namespace {
@@ -139,7 +160,7 @@ class Mapper {
 
   void properties(const Value& props, TensorMeta& t) {
     md_.properties_class = class_name(props);
-    if (!meta_detail::read_properties(props, t.dtype_name, t.requires_grad))
+    if (!meta_detail::read_properties(props, t))
       fail(t.fqn, "tensor properties carry no dtype (" + class_name(props) + ")");
     t.dtype = dtype_from_torch_name(t.dtype_name);
   }

@@ -61,6 +61,9 @@ struct TensorMeta {
   std::string dtype_name;           // as pickled ("float32"); kept even when unknown to us
   std::optional<DType> dtype;       // nullopt: a dtype this version does not know
   bool requires_grad = false;
+  // Its TensorProperties carry a sixth value, the strides (torch >= 2.15; older torch cannot
+  // unpickle such a `.metadata`: "too many values to unpack (expected 5)").
+  bool strides_recorded = false;
   std::vector<int64_t> shape;
   std::vector<int64_t> chunk_dims;  // chunk i: offsets at [2*i*nd, +nd), sizes at [(2*i+1)*nd, +nd)
   std::vector<StorageRef> storage;  // parallel to the chunks
@@ -117,6 +120,16 @@ struct Metadata {
 
   // Which torch releases could have written this file, from the classes and fields present.
   std::string writer_releases() const;
+  // Tensors whose TensorProperties record strides (torch >= 2.15 writes them for every tensor).
+  size_t strided_tensors() const;
+  // The oldest torch release whose DCP reader can load this file, with the reason (what sets that
+  // bound). Bounds that follow from the classes the pickle names, the fields only some releases
+  // read and the transforms its items need; there is no upper bound (newer torch reads them all).
+  struct LoaderBound {
+    std::string release;  // "2.15", "2.7", ...; empty when nothing narrows it
+    std::string reason;
+  };
+  LoaderBound oldest_loader() const;
   const TensorMeta* find_tensor(const std::string& fqn) const;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <unordered_set>
 
 #include "item/item_reader.h"  // ItemLimits: what decoding a zstd item may take beyond its bytes
 #include "util/error.h"
@@ -135,6 +136,39 @@ PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::
   return plan.tensors.back();
 }
 
+// --dtype on a block-scaled FP8 (or other scaled fp8) weight: DeepSeek-V3 and many HF releases keep
+// `<name>` in float8 and `<name>_scale_inv` (float32, one per 128x128 block) beside it, sometimes in
+// another shard. Casting the weight alone writes values off by the whole scale, silently; until
+// dequantization exists that request is refused (exit 5), naming the weight and its scale. Without
+// --dtype, fp8 stays fp8 and its scales are written as they are, byte for byte.
+void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
+  const Metadata& md = ck.md;
+  std::unordered_set<std::string_view> names;
+  names.reserve(md.tensors.size());
+  for (const auto& t : md.tensors) names.insert(t.fqn);
+  auto is_fp8 = [](DType d) {
+    return d == DType::Float8_E4M3FN || d == DType::Float8_E5M2 || d == DType::Float8_E4M3FNUZ || d == DType::Float8_E5M2FNUZ;
+  };
+  auto scale_of = [&](const std::string& key) -> std::string {
+    for (const char* suffix : {"_scale_inv", "_scale"})
+      if (names.count(key + suffix)) return key + suffix;
+    return {};
+  };
+  for (const auto& pt : plan.tensors) {
+    if (!is_fp8(pt.src) || pt.dst == pt.src) continue;
+    std::vector<std::string> sources{pt.t->fqn};
+    if (pt.mapped)
+      for (const MapPart& part : pt.mapped->parts) sources.push_back(md.tensors[part.tensor].fqn);
+    for (const auto& src : sources)
+      if (std::string scale = scale_of(src); !scale.empty())
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, src),
+                               "a scaled " + std::string(torch_name(pt.src)) + " weight (its scale is '" + scale +
+                                   "'): casting it to " + torch_name(pt.dst) +
+                                   " without the scale would write wrong values, and dcpctl does not dequantize yet; "
+                                   "without --dtype the weights and their scales are written as they are");
+  }
+}
+
 // --map: the map's tensors, each made of parts of saved tensors, as records. A whole saved tensor
 // under a new name is planned as that tensor (plan_saved). Otherwise the pieces are runs where a
 // region is contiguous in its chunk and in the box (placed like any run), else copied with their
@@ -232,6 +266,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   }
   }
   coverage.refuse_if_incomplete(Where(ck.dir), target.kind == Target::Dcp ? "reshard" : "write a partial model");
+  refuse_scaled_casts(ck, plan);
   if (to_safetensors(target)) {
     for (const auto& pt : plan.tensors)
       if (!*info(pt.dst).safetensors_name)

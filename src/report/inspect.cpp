@@ -55,6 +55,10 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   m["class"] = md.metadata_class;
   m["version"] = opt(md.version);
   m["writer_releases"] = md.writer_releases();
+  m["strided_tensors"] = md.strided_tensors();
+  Metadata::LoaderBound lb = md.oldest_loader();
+  m["loadable_by"] = {{"oldest", lb.release.empty() ? json(nullptr) : json(lb.release)},
+                      {"reason", lb.reason.empty() ? json(nullptr) : json(lb.reason)}};
   m["checkpoint_id"] = md.storage_meta ? opt(md.storage_meta->checkpoint_id) : json(nullptr);
   m["save_id"] = md.storage_meta ? opt(md.storage_meta->save_id) : json(nullptr);
   m["load_id"] = md.storage_meta ? opt(md.storage_meta->load_id) : json(nullptr);

@@ -184,7 +184,7 @@ std::string metadata_pickle(const MetadataOut& md) {
         size_obj(p, t.chunks[c].offsets);
         p.setitems();
         p.build();
-        storage_info(p, md.files[t.chunks[c].file], t.chunks[c].offset, t.chunks[c].length, nullptr);
+        storage_info(p, md.files[t.chunks[c].file], t.chunks[c].offset, t.chunks[c].length, &t.chunks[c].transforms);
         flush();
       }
     } else {
@@ -217,6 +217,11 @@ std::string metadata_pickle(const MetadataOut& md) {
   p.none();
   p.str("modules", true);
   p.empty_list();
+  if (!md.modules.empty()) {
+    p.mark();
+    for (const auto& m : md.modules) p.str(m, true);
+    p.appends();
+  }
   p.setitems();
   p.build();
 

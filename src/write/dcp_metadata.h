@@ -26,6 +26,7 @@ struct MetaChunkOut {
   std::vector<int64_t> offsets, sizes;
   uint32_t file = 0;
   uint64_t offset = 0, length = 0;
+  std::vector<std::string> transforms;  // _StorageInfo.transform_descriptors (2.7+; empty: none)
 };
 
 struct MetaTensorOut {
@@ -51,6 +52,7 @@ struct MetadataOut {
   std::map<std::string, std::vector<PathElem>> planner_data;
   std::optional<std::string> checkpoint_id;
   std::string save_id;
+  std::vector<std::string> modules;  // StorageMeta.modules
 };
 
 std::string metadata_pickle(const MetadataOut& md);

@@ -60,6 +60,7 @@ COMMAND_SCHEMAS = {
     "ls": ["ls"],
     "latest": ["latest"],
     "prune": ["prune"],
+    "compat": ["compat"],
     "consolidate": ["consolidate"],
     "reshard": ["reshard"],
     "cast": ["cast"],
@@ -474,6 +475,12 @@ def cases_for(p, work):
     add("prune", "prune --keep 1 --incomplete", ["prune", os.path.join(work, "prune-incomplete"), "--keep", "1",
                                                  "--incomplete", "--json"])
     add("prune", "prune --keep 5 (removes nothing)", ["prune", fx("layouts", "run_torchtitan", "run"), "--keep", "5", "--json"])
+
+    # compat: a torch 2.15 checkpoint made loadable by older torch (data files linked, then copied)
+    t215 = fx("layouts", "torch_2_15_dtensor", "ckpt")
+    add("compat", "compat of a torch 2.15 checkpoint", ["compat", t215, "-o", os.path.join(work, "compat-auto"), "--json"])
+    add("compat", "compat --link copy", ["compat", t215, "-o", os.path.join(work, "compat-copy"), "--link", "copy", "--json"])
+    add("inspect", "inspect a torch 2.15 checkpoint", ["inspect", t215, "--json"])
 
     # --map (meta/keymap.h): the HF folder transformers wrote, to torchtitan names and back
     hfs = fx("layouts", "hf_transformers", "start")

@@ -839,7 +839,16 @@ class _RecordingUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         self.globals.add((module, name))
-        return super().find_class(module, name)
+        cls = super().find_class(module, name)
+        if name == "TensorProperties":
+            # The state as pickled: torch >= 2.15's __getstate__ returns 6 values (strides, None
+            # after a 5-tuple), so the object read back cannot tell what the file holds.
+            class Recording(cls):
+                def __setstate__(self, state):
+                    self.pickled_state = state
+                    super().__setstate__(state)
+            return Recording
+        return cls
 
 
 def check_metadata_pickle(what: str, path: Path) -> None:
@@ -890,7 +899,7 @@ def check_metadata_pickle(what: str, path: Path) -> None:
         fields(m, "TensorStorageMetadata")
         if type(m.size) is not torch.Size:
             fail(f"{what}: {k}: size is {type(m.size).__name__}")
-        st = m.properties.__getstate__()
+        st = m.properties.pickled_state
         if len(st) != 5 or st[1] != torch.strided or st[3] != _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT or st[4] is not False:
             fail(f"{what}: {k}: TensorProperties state {st}")
         for c in m.chunks:

@@ -174,12 +174,12 @@ TEST_CASE(".metadata writer: what it writes parses back field for field") {
   w.dtype_name = "bfloat16";
   w.requires_grad = true;
   w.shape = {5, 3};
-  w.chunks.push_back({{0, 0}, {3, 3}, 0, 0, 1200});
-  w.chunks.push_back({{3, 0}, {2, 3}, 1, 64, 1100});
+  w.chunks.push_back({{0, 0}, {3, 3}, 0, 0, 1200, {"stream.zstd/1"}});
+  w.chunks.push_back({{3, 0}, {2, 3}, 1, 64, 1100, {}});
   MetaTensorOut s;
   s.fqn = "scalar";
   s.dtype_name = "float8_e4m3fn";
-  s.chunks.push_back({{}, {}, 1, 2000, 700});
+  s.chunks.push_back({{}, {}, 1, 2000, 700, {}});
   MetaBytesOut b;
   b.fqn = "step";
   b.file = 0;
@@ -194,6 +194,7 @@ TEST_CASE(".metadata writer: what it writes parses back field for field") {
   out.planner_data["scalar"] = {{false, "scalar", 0}};
   out.checkpoint_id = "/tmp/ck";
   out.save_id = "0f0e0d0c-0b0a-4908-8706-050403020100";
+  out.modules = {"model", "optim"};
   std::string bytes = metadata_pickle(out);
   Metadata md = parse_metadata(ByteSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "out/.metadata");
   CHECK(md.pickle_protocol == 4);
@@ -219,6 +220,12 @@ TEST_CASE(".metadata writer: what it writes parses back field for field") {
   CHECK(t.storage[1].offset == 64u);
   CHECK(t.storage[1].length == 1100u);
   CHECK(t.storage[1].transforms == 0u);
+  // A tensor chunk's transforms (a zstd-compressed tensor item) are written like a bytes item's.
+  REQUIRE(t.storage[0].transforms != 0u);
+  CHECK(md.transform_sets.at(t.storage[0].transforms) == std::vector<std::string>{"stream.zstd/1"});
+  // dcpctl writes 5-tuple TensorProperties: loadable by torch 2.4 through 2.15.
+  CHECK(md.strided_tensors() == 0);
+  CHECK(md.oldest_loader().release == "2.7");  // the zstd transform needs torch's _extension (2.7)
   const TensorMeta& sc = md.tensors[1];
   CHECK(sc.dtype == std::optional<DType>(DType::Float8_E4M3FN));
   CHECK(sc.ndim() == 0);
@@ -236,6 +243,7 @@ TEST_CASE(".metadata writer: what it writes parses back field for field") {
   REQUIRE(md.storage_meta.has_value());
   CHECK(md.storage_meta->checkpoint_id == std::optional<std::string>("/tmp/ck"));
   CHECK(md.storage_meta->save_id == std::optional<std::string>(out.save_id));
+  CHECK(md.storage_meta->modules == out.modules);
 }
 
 TEST_CASE("uuid4 is a canonical version-4 uuid, different each time") {
