@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,13 +33,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from skip import skip_or_fail  # noqa: E402
-from tally import Tally  # noqa: E402
+from testlib import check, old_torch_pythons, run, skip_or_fail, summary  # noqa: E402
 
 import torch  # noqa: E402
 
-TALLY = Tally()
-check = TALLY.check
 CASES = ["torch_2_15_plain", "torch_2_15_dtensor", "torch_2_15_fsdp2"]
 
 # Loads DCP checkpoints with that interpreter's torch (dcp_to_torch_save, the single-process
@@ -76,7 +72,7 @@ class Loads:
         if not self.queue:
             return
         stdin = "".join(json.dumps([c, o]) + "\n" for c, o, _ in self.queue)
-        r = subprocess.run([self.py, "-c", LOADER], input=stdin, capture_output=True, text=True, timeout=900)
+        r = run(self.py, "-c", LOADER, input=stdin, timeout=900)
         lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
         check(len(lines) == len(self.queue), f"{self.py}: {len(lines)} results for {len(self.queue)} loads "
                                             f"(exit {r.returncode}): {r.stderr[-400:]}")
@@ -84,21 +80,6 @@ class Loads:
             then(res["ok"], res["msg"], Path(out))
             Path(out).unlink(missing_ok=True)
         self.queue = []
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
-
-
-def old_pythons() -> list[str]:
-    v = os.environ.get("DCPCTL_OLD_TORCH_PYTHON", "")
-    pys = [p for p in v.split(":") if p]
-    if not pys:
-        skip_or_fail("DCPCTL_OLD_TORCH_PYTHON is not set: no older torch to load the compat outputs with")
-    for p in pys:
-        if not os.access(p, os.X_OK):
-            skip_or_fail(f"DCPCTL_OLD_TORCH_PYTHON names {p}, which is not an interpreter")
-    return pys
 
 
 def flat(obj, prefix: str = "") -> dict:
@@ -310,7 +291,7 @@ def main() -> int:
     dcpctl, fixtures = sys.argv[1], Path(sys.argv[2])
     if not torch.__version__.startswith("2.15."):
         skip_or_fail(f"the pinned torch is 2.15 (tools/requirements.txt); this venv has {torch.__version__}")
-    olds = old_pythons()
+    olds = old_torch_pythons(required=True)
     with tempfile.TemporaryDirectory(prefix="dcpctl-compat-") as t:
         tmp = Path(t)
         loads = {py: Loads(py, tmp) for py in olds}
@@ -319,7 +300,7 @@ def main() -> int:
         for l in loads.values():
             l.run()
         check_refusals(dcpctl, fixtures, tmp)
-    return TALLY.summary("compat_test")
+    return summary("compat_test")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ Exit status: 0 pass, 1 failure, 77 skip (torch missing; a failure instead under 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import shutil
@@ -45,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from skip import skip_or_fail  # noqa: E402
+from testlib import fail, run, skip_or_fail, summary, tree_digest  # noqa: E402
 
 try:
     import torch
@@ -53,44 +52,20 @@ except ImportError as e:  # pragma: no cover
     skip_or_fail(f"the virtualenv lacks a module: {e}")
 
 HERE = Path(__file__).resolve().parent
-FAILURES: list[str] = []
 # A .distcp that .metadata references but that is absent makes the checkpoint incomplete: exit 3
 # in every command, as verify reports it (README "Exit codes"); 4 is for reads that fail.
 MISSING_DATA_FILE_EXIT = 3
 DCPCTL = ""
 
 
-def fail(msg: str) -> None:
-    msg = msg.replace("\n", " | ")
-    FAILURES.append(msg)
-    print("FAIL: " + msg, file=sys.stderr)
-
-
-def run(*args: str, timeout: int = 300, pre: str | None = None) -> tuple[int, str, str]:
+def consolidate(*args: str, timeout: int = 600, pre: str | None = None) -> tuple[int, str, str]:
+    """dcpctl consolidate ARGS (after the shell command pre, e.g. a ulimit): (exit code, stdout,
+    stderr); a crash is a failure (testlib.run)."""
     cmd = [DCPCTL, "consolidate", *args]
     if pre:
         cmd = ["bash", "-c", pre + '; exec "$@"', "bash", *cmd]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = run(cmd, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """relative path -> sha256 (or 'dir'/'link') of everything under root, hidden files included."""
-    out = {}
-    for dp, dns, fns in os.walk(root):
-        for d in dns:
-            out[os.path.relpath(os.path.join(dp, d), root)] = "dir"
-        for f in fns:
-            p = os.path.join(dp, f)
-            if os.path.islink(p):
-                out[os.path.relpath(p, root)] = "link:" + os.readlink(p)
-                continue
-            h = hashlib.sha256()
-            with open(p, "rb") as fh:
-                for b in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(b)
-            out[os.path.relpath(p, root)] = h.hexdigest()
-    return out
 
 
 def listing(d: Path) -> list[str]:
@@ -177,7 +152,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
     g = Guard(ck, work, "incomplete 1 hole")
     for label, out, extra in FORMATS:
         for dry in ([], ["--dry-run"]):
-            rc, _, err = run(str(ck), "-o", outp(work, out), *extra, *dry)
+            rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra, *dry)
             what = f"incomplete {label} {' '.join(dry)}"
             if rc != 3:
                 fail(f"{what}: exit {rc}, want 3: {err.strip()[:300]}")
@@ -189,7 +164,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
     g.check()
     print(f"1 hole: {err.strip()[:400]}")
     # other keys are fine: excluding the broken one works
-    rc, _, err = run(str(ck), "-o", str(work / "ok.safetensors"), "--exclude", k1)
+    rc, _, err = consolidate(str(ck), "-o", str(work / "ok.safetensors"), "--exclude", k1)
     if rc != 0:
         fail(f"incomplete: --exclude {k1}: exit {rc}: {err.strip()[:300]}")
     (work / "ok.safetensors").unlink(missing_ok=True)
@@ -199,11 +174,11 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
     with open(ck / ".metadata", "wb") as f:
         pickle.dump(md, f)
     g = Guard(ck, work, "incomplete 2 holes")
-    rc, _, err = run(str(ck), "-o", str(work / "out.safetensors"))
+    rc, _, err = consolidate(str(ck), "-o", str(work / "out.safetensors"))
     if rc != 3 or k1 not in err or k2 not in err:
         fail(f"incomplete 2 holes: exit {rc} (want 3), names {k1}: {k1 in err}, {k2}: {k2 in err}: {err.strip()[:400]}")
     g.check()
-    rc, _, err = run(str(ck), "-o", str(work / "ok.pt"), "--exclude", k1, "--exclude", k2)
+    rc, _, err = consolidate(str(ck), "-o", str(work / "ok.pt"), "--exclude", k1, "--exclude", k2)
     if rc != 0:
         fail(f"incomplete 2 holes: excluding both: exit {rc}: {err.strip()[:300]}")
     (work / "ok.pt").unlink(missing_ok=True)
@@ -217,7 +192,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
         pickle.dump(md, f)
     g = Guard(ck, work, "incomplete no storage entry")
     for label, out, extra in FORMATS:
-        rc, _, err = run(str(ck), "-o", outp(work, out), *extra)
+        rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra)
         if rc != 3 or k1 not in err:
             fail(f"incomplete no storage entry {label}: exit {rc} (want 3), key named {k1 in err}: {err.strip()[:300]}")
     g.check()
@@ -230,7 +205,7 @@ def case_incomplete(fixtures: Path, tmp: Path) -> None:
     victim.unlink()
     g = Guard(ck, work, "missing .distcp")
     for label, out, extra in FORMATS:
-        rc, _, err = run(str(ck), "-o", outp(work, out), *extra)
+        rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra)
         if rc != MISSING_DATA_FILE_EXIT:
             fail(f"missing {victim.name} {label}: exit {rc}, want {MISSING_DATA_FILE_EXIT}: {err.strip()[:300]}")
         if victim.name not in err:
@@ -256,7 +231,7 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
             p.write_bytes(b"old content")
         snap = {q: q.read_bytes() for q in ([p] if p.is_file() else list(p.iterdir()))}
         g = Guard(ck, work, f"overwrite {label}")
-        rc, _, err = run(str(ck), "-o", outp(work, out), *extra)
+        rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra)
         if rc != 2:
             fail(f"overwrite {label}: existing output without --force: exit {rc}, want 2: {err.strip()[:200]}")
         if "force" not in err or str(p) not in err:
@@ -266,7 +241,7 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
                 fail(f"overwrite {label}: {q.name} changed without --force")
         g.check()
         # a dry run makes the same output checks: refused too, and writes nothing
-        rc, _, err = run(str(ck), "-o", outp(work, out), *extra, "--dry-run")
+        rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra, "--dry-run")
         if rc != 2 or "force" not in err or str(p) not in err:
             fail(f"overwrite {label} --dry-run: existing output without --force: exit {rc}, want 2 naming "
                  f"{p} and --force: {err.strip()[:200]}")
@@ -274,7 +249,7 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
             if not q.exists() or q.read_bytes() != b:
                 fail(f"overwrite {label} --dry-run: {q.name} changed")
         # --force replaces it
-        rc, _, err = run(str(ck), "-o", outp(work, out), *extra, "--force")
+        rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra, "--force")
         if rc != 0:
             fail(f"overwrite {label} --force: exit {rc}: {err.strip()[:200]}")
             continue
@@ -301,21 +276,21 @@ def case_overwrite(fixtures: Path, tmp: Path) -> None:
     # an existing empty directory as a dir output
     d = work / "emptydir"
     d.mkdir()
-    rc, _, err = run(str(ck), "-o", str(d) + "/")
+    rc, _, err = consolidate(str(ck), "-o", str(d) + "/")
     if rc != 2 or str(d) not in err or "force" not in err:
         fail(f"existing empty dir without --force: exit {rc}, want 2 naming it and --force: {err.strip()[:200]}")
     shutil.rmtree(d)
     # a file where the dir output should go, without --force: refused, file intact
     f = work / "afile"
     f.write_bytes(b"keep me")
-    rc, _, err = run(str(ck), "-o", str(f) + "/")
+    rc, _, err = consolidate(str(ck), "-o", str(f) + "/")
     if rc != 2 or str(f) not in err or f.read_bytes() != b"keep me":
         fail(f"file in place of dir output: exit {rc} (want 2 naming it), intact {f.read_bytes() == b'keep me'}: "
              f"{err.strip()[:200]}")
     f.unlink()
     # output's parent directory missing: exit 4 (I/O), nothing created
     g = Guard(ck, work, "missing parent")
-    rc, _, err = run(str(ck), "-o", str(work / "nope" / "x.safetensors"))
+    rc, _, err = consolidate(str(ck), "-o", str(work / "nope" / "x.safetensors"))
     if rc != 4 or str(work / "nope") not in err:
         fail(f"missing parent dir: exit {rc}, want 4 naming {work / 'nope'}: {err.strip()[:200]}")
     g.check()
@@ -330,7 +305,7 @@ def case_dry_run(fixtures: Path, tmp: Path) -> None:
     g = Guard(ck, work, "dry-run")
     for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
         for j in ([], ["--json"]):
-            rc, stdout, err = run(str(ck), "-o", outp(work, out), *extra, "--dry-run", *j)
+            rc, stdout, err = consolidate(str(ck), "-o", outp(work, out), *extra, "--dry-run", *j)
             if rc != 0:
                 fail(f"dry-run {label}: exit {rc}: {err.strip()[:200]}")
                 continue
@@ -365,7 +340,7 @@ def case_inside(fixtures: Path, tmp: Path) -> None:
     for args, want in outs:
         for dry in ([], ["--dry-run"]):
             g = Guard(ck, work, f"inside {args} {dry}")
-            rc, _, err = run(str(ck), "-o", *args, *dry)
+            rc, _, err = consolidate(str(ck), "-o", *args, *dry)
             if rc != want or args[0].rstrip("/") not in err:
                 fail(f"output {args} {dry}: exit {rc}, want {want} naming the output: {err.strip()[:200]}")
             g.check()
@@ -376,7 +351,7 @@ def case_inside(fixtures: Path, tmp: Path) -> None:
     ck2 = copy_fixture(fixtures, "plain_single", parent / "ckpt")
     before = tree_digest(ck2)
     for args in ([str(parent) + "/", "--force"], [str(parent), "--force", "--format", "hf"]):
-        rc, _, err = run(str(ck2), "-o", *args)
+        rc, _, err = consolidate(str(ck2), "-o", *args)
         if not ck2.exists() or tree_digest(ck2) != before:
             fail(f"output {args} (the checkpoint's parent dir) with --force: exit {rc}; the input checkpoint "
                  f"was {'deleted' if not ck2.exists() else 'changed'}")
@@ -391,7 +366,7 @@ def case_inside(fixtures: Path, tmp: Path) -> None:
     # .metadata or a data file as output
     for target in (ck / ".metadata", sorted(ck.glob("*.distcp"))[0]):
         g = Guard(ck, work, f"output {target.name}")
-        rc, _, err = run(str(ck), "-o", str(target), "--force", "--format", "torch")
+        rc, _, err = consolidate(str(ck), "-o", str(target), "--force", "--format", "torch")
         if rc != 2 or "inside the checkpoint" not in err:
             fail(f"output {target} --force: exit {rc}, want 2 and 'inside the checkpoint': {err.strip()[:200]}")
         g.check()
@@ -408,7 +383,7 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
     for label, out, extra in full_formats:
         for threads in (["--threads", "1"], ["--threads", "4"]):
             g = Guard(ck, work, f"full disk {label}")
-            rc, _, err = run(str(ck), "-o", outp(work, out), *extra, *threads, pre=lim)
+            rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra, *threads, pre=lim)
             if rc != 4:
                 fail(f"full disk {label} {threads}: exit {rc}, want 4: {err.strip()[:300]}")
             # a DIR/ output's shards are named inside its temporary directory (.NAME.dcpctl-tmp-PID/)
@@ -419,13 +394,13 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
     # an existing output stays intact when the --force replacement fails
     p = work / "keep.safetensors"
     p.write_bytes(b"previous good output")
-    rc, _, err = run(str(ck), "-o", str(p), "--force", pre=lim)
+    rc, _, err = consolidate(str(ck), "-o", str(p), "--force", pre=lim)
     if rc != 4 or p.read_bytes() != b"previous good output":
         fail(f"full disk --force over an existing file: exit {rc}, old output intact: {p.read_bytes() == b'previous good output'}")
     d = work / "keepdir"
     d.mkdir()
     (d / "model.safetensors").write_bytes(b"old")
-    rc, _, err = run(str(ck), "-o", str(d) + "/", "--force", pre=lim)
+    rc, _, err = consolidate(str(ck), "-o", str(d) + "/", "--force", pre=lim)
     if rc != 4 or listing(d) != ["model.safetensors"] or (d / "model.safetensors").read_bytes() != b"old":
         fail(f"full disk --force over an existing dir: exit {rc}, dir now {listing(d)}")
     if [x for x in listing(work) if "dcpctl-tmp" in x]:
@@ -442,7 +417,7 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
     try:
         for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
             g = Guard(ck, mnt, f"ENOSPC {label}")  # 128 KiB in all: small HF shards fill it too
-            rc, _, err = run(str(ck), "-o", outp(mnt, out), *extra)
+            rc, _, err = consolidate(str(ck), "-o", outp(mnt, out), *extra)
             if rc != 4:
                 fail(f"ENOSPC {label}: exit {rc}, want 4: {err.strip()[-300:]}")
             elif "No space left" not in err or out.rstrip("/") not in err:
@@ -479,7 +454,7 @@ def case_signals(fixtures: Path, tmp: Path) -> None:
     # how long an uninterrupted run takes (the window to hit)
     for label, out, extra in formats:
         t = time.time()
-        rc, _, err = run(str(ck), "-o", outp(work, out), *extra, "-q")
+        rc, _, err = consolidate(str(ck), "-o", outp(work, out), *extra, "-q")
         print(f"uninterrupted {label}: exit {rc} in {time.time() - t:.2f} s")
         if rc != 0:
             fail(f"uninterrupted {label}: exit {rc}: {err.strip()[:200]}")
@@ -560,11 +535,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="dcpctl-cons-refuse-") as t:
         fn(fixtures, Path(t))
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
-        return 1
-    print(f"OK ({case})")
-    return 0
+    return summary(f"consolidate_refusals_test {case}", min_checks=0)
 
 
 if __name__ == "__main__":

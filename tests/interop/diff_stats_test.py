@@ -43,7 +43,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -52,37 +51,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import dcp_oracle  # noqa: E402
-from tally import Tally  # noqa: E402
+from testlib import check, expect_rc, free_port, run, summary  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 warnings.filterwarnings("ignore")
-
-TALLY = Tally()
-
-
-check = TALLY.check
-
-
-def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
-    try:
-        r = subprocess.run([dcpctl, *map(str, args)], capture_output=True, text=True, timeout=240)
-    except subprocess.TimeoutExpired:  # a hang (e.g. a memory-budget deadlock) fails, never stalls the suite
-        check(False, f"dcpctl {' '.join(map(str, args))} did not finish in 240 s")
-        print(f"FAIL hang: {' '.join(map(str, args))}", flush=True)
-        return subprocess.CompletedProcess(args, -9, "", "timeout")
-    if r.returncode > 5 or (r.returncode < 0 and r.returncode != -9):
-        check(False, f"dcpctl {' '.join(map(str, args))} crashed (exit {r.returncode}): {r.stderr[-2000:]}")
-        print(f"FAIL crash: {' '.join(map(str, args))}: {r.stderr[-600:]}", flush=True)
-    return r
-
-
-def expect_rc(r: subprocess.CompletedProcess, rc: int, what: str, names: str = "") -> bool:
-    ok = r.returncode == rc and (not names or names in r.stderr)
-    return check(ok, f"{what}: exit {r.returncode} (wanted {rc}{', naming ' + repr(names) if names else ''}): "
-                     f"{r.stderr.strip()[-600:]}")
-
 
 def run_json(dcpctl: str, *args: str, rc: int = 0, what: str = "") -> dict:
     r = run(dcpctl, *args, "--json")
@@ -577,14 +551,6 @@ def _reshard_worker(rank: int, world: int, port: int, out: str, seed: int) -> No
     dist.destroy_process_group()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     sd = base_state(1)
     del sd["empty"]  # safetensors writes (0, 3) fine, but keep the formats to what each holds
@@ -788,7 +754,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-diffstats-") as t:
         {"stats": mode_stats, "diff": mode_diff, "formats": mode_formats, "refusals": mode_refusals}[mode](
             dcpctl, fixtures, Path(t))
-    return TALLY.summary("diff_stats_test")
+    return summary("diff_stats_test")
 
 
 if __name__ == "__main__":

@@ -14,25 +14,17 @@ A float8 tensor with no scale beside it still casts as before (torch's `.to()` b
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from tally import Tally  # noqa: E402
+from testlib import EXIT_UNSUPPORTED, check, expect_rc, run, same_tensor, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-TALLY = Tally()
-check = TALLY.check
-UNSUPPORTED = 5
-
-
-def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
 def folder_tensors(d: Path) -> dict:
@@ -40,10 +32,6 @@ def folder_tensors(d: Path) -> dict:
     for f in sorted(d.glob("*.safetensors")):
         out.update(load_file(f))
     return out
-
-
-def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def main() -> int:
@@ -69,21 +57,19 @@ def main() -> int:
             ("cast --dtype bf16", ["cast", str(src), "-o", str(tmp / "cast"), "--dtype", "bf16"], tmp / "cast"),
         ]
         for what, args, out in refusals:
-            r = run([dcpctl, *args])
-            check(r.returncode == UNSUPPORTED, f"{what}: exit {r.returncode}, want {UNSUPPORTED}: {r.stderr[-300:]}")
-            check("_scale_inv" in r.stderr and "dequantize" in r.stderr, f"{what}: the message names the scale: {r.stderr[-300:]}")
+            r = run(dcpctl, *args)
+            expect_rc(r, EXIT_UNSUPPORTED, what, "_scale_inv", "dequantize")
             check(not out.exists(), f"{what}: {out} was written")
             check(not [p for p in tmp.iterdir() if "dcpctl-tmp" in p.name], f"{what}: a temporary was left")
 
         # Without --dtype: fp8 weights and their scales, byte for byte.
         for out in (tmp / "keep" , tmp / "keep.safetensors"):
             target = str(out) + "/" if out.suffix == "" else str(out)
-            r = run([dcpctl, "consolidate", str(src), "-o", target])
-            check(r.returncode == 0, f"consolidate without --dtype to {target}: exit {r.returncode}: {r.stderr[-300:]}")
-            if r.returncode == 0:
+            r = run(dcpctl, "consolidate", src, "-o", target)
+            if expect_rc(r, 0, f"consolidate without --dtype to {target}"):
                 got = folder_tensors(out) if out.is_dir() else load_file(out)
                 check(sorted(got) == sorted(want), f"{target}: keys {sorted(set(got) ^ set(want))}")
-                bad = [k for k in want if k in got and not bits_equal(got[k], want[k])]
+                bad = [k for k in want if k in got and same_tensor(got[k], want[k])]
                 check(not bad, f"{target}: not byte for byte: {bad}")
 
         # An fp8 tensor with no scale is an ordinary tensor: --dtype casts it as torch does.
@@ -91,13 +77,13 @@ def main() -> int:
         plain.mkdir()
         x = torch.randn(7, 5, generator=torch.Generator().manual_seed(1)).to(torch.float8_e4m3fn)
         save_file({"w": x}, plain / "model.safetensors", metadata={"format": "pt"})
-        r = run([dcpctl, "consolidate", str(plain / "model.safetensors"), "-o", str(tmp / "plain.safetensors"), "--dtype", "bf16"])
-        check(r.returncode == 0, f"unscaled fp8 --dtype bf16: exit {r.returncode}: {r.stderr[-300:]}")
-        if r.returncode == 0:
+        r = run(dcpctl, "consolidate", plain / "model.safetensors", "-o", tmp / "plain.safetensors", "--dtype", "bf16")
+        if expect_rc(r, 0, "unscaled fp8 --dtype bf16"):
             got = load_file(tmp / "plain.safetensors")["w"]
-            check(bits_equal(got, x.to(torch.bfloat16)), "unscaled fp8 --dtype bf16 differs from torch's .to(bfloat16)")
+            d = same_tensor(got, x.to(torch.bfloat16))
+            check(d is None, f"unscaled fp8 --dtype bf16 differs from torch's .to(bfloat16): {d}")
         shutil.rmtree(plain)
-    return TALLY.summary("fp8_test")
+    return summary("fp8_test")
 
 
 if __name__ == "__main__":

@@ -51,8 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from skip import skip_or_fail  # noqa: E402
-from tally import Tally  # noqa: E402
+from testlib import check, run, skip_or_fail, summary  # noqa: E402
 
 try:
     import torch
@@ -63,15 +62,8 @@ except ImportError as e:
     skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
 
 DCPCTL = ""
-TALLY = Tally()
-
-
-check = TALLY.check
-
-
 def consolidate(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([DCPCTL, "consolidate", *map(str, args)], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **(env or {})))
+    return run(DCPCTL, "consolidate", *args, env=dict(os.environ, **(env or {})))
 
 
 def consolidate_json(label: str, *args) -> dict:
@@ -400,7 +392,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001  (one test's crash fails it; the others still run)
                 check(False, f"{test.__name__}: {type(e).__name__}: {e}")
             print(f"{test.__name__}: {time.monotonic() - t0:.1f} s", flush=True)
-    return TALLY.summary("hf_assets_test")
+    return summary("hf_assets_test")
 
 
 if __name__ == "__main__":

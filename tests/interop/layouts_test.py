@@ -14,8 +14,8 @@ MODE is one of:
          .safetensors (the `safetensors` package loads it), to an HF directory (index + shards) and
          to a flat .pt (`torch.load(weights_only=True)`), and `reshard -w 2` read back by torch's
          own dcp_to_torch_save: every key, dtype, shape and byte equal to expected.json, non-tensor
-         values included. With DCPCTL_OLD_TORCH_PYTHON (tools/dev.sh sets it to a torch 2.6.0
-         venv) that older torch must load the .pt and the resharded checkpoint to the same values.
+         values included. Every older torch in DCPCTL_OLD_TORCH_PYTHON (tools/dev.sh: 2.14.1 and
+         2.6.0) must load the .pt and the resharded checkpoint to the same values.
   runs   the run folders (torchtitan step-N with keep_latest_k and a model-only bf16 last save,
          torchtitan last_save_in_hf, Ray Train V1 checkpoint_00000N and V2 timestamped folders):
          `latest` names the newest complete step; every step's tensors checksum equal to torch's;
@@ -32,13 +32,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import dcp_oracle  # noqa: E402
+from testlib import check, expect_rc, old_torch_pythons, run, summary, torch_version_of  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
@@ -58,31 +59,6 @@ CASES = {  # case -> the layout dcpctl must report
     "megatron_gpt_tp2": "dcp",
 }
 
-FAILURES: list[str] = []
-CHECKS = 0
-
-
-def check(ok: bool, what: str) -> None:
-    global CHECKS
-    CHECKS += 1
-    if not ok:
-        FAILURES.append(what)
-        print(f"FAIL {what}", flush=True)
-
-
-def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
-    r = subprocess.run([dcpctl, *args], capture_output=True, text=True, timeout=600)
-    if r.returncode < 0:
-        FAILURES.append(f"dcpctl {' '.join(args)} died of signal {-r.returncode}: {r.stderr[-2000:]}")
-    return r
-
-
-def expect_rc(r: subprocess.CompletedProcess, rc: int, what: str, names: str = "") -> bool:
-    ok = r.returncode == rc and (not names or names in r.stderr)
-    check(ok, f"{what}: exit {r.returncode} (wanted {rc}{', naming ' + repr(names) if names else ''}): {r.stderr.strip()[-600:]}")
-    return ok
-
-
 def tensor_keys(expected: dict) -> dict:
     return {k: v for k, v in expected["keys"].items() if v["kind"] == "tensor"}
 
@@ -93,8 +69,8 @@ def compare(label: str, actual: dict, expected: dict, tensors_only: bool = False
     check(not msgs, f"{label}: {len(msgs)} mismatch(es) with torch's view: {msgs[:6]}")
 
 
-# What the older torch reads (DCPCTL_OLD_TORCH_PYTHON), queued by check_checkpoint and read at the
-# end of the mode in one process of that python (one start of torch 2.6, not two per case):
+# What the older torches read (DCPCTL_OLD_TORCH_PYTHON), queued by check_checkpoint and read at the
+# end of the mode in one process of each (one start of each torch, not two per case):
 # (label, "pt" or "dcp", path, expected.json-style document to compare with).
 OLD_READS: list[tuple[str, str, Path, dict]] = []
 
@@ -115,21 +91,21 @@ print(json.dumps(out))
 
 
 def check_old_torch_reads() -> None:
-    """The flat state an older torch reads from each queued output of dcpctl, as expected.json
+    """The flat state each older torch reads from each queued output of dcpctl, as expected.json
     entries, compared with torch's view of the source (expected.json)."""
-    old = os.environ.get("DCPCTL_OLD_TORCH_PYTHON")
-    if not OLD_READS or not old:
+    if not OLD_READS:
         return
     oracle_dir = str(Path(__file__).resolve().parent)
     reads = json.dumps([[kind, str(path)] for _, kind, path, _ in OLD_READS])
-    r = subprocess.run([old, "-c", OLD_TORCH_READER, oracle_dir], input=reads, capture_output=True, text=True,
-                       timeout=600 + 60 * len(OLD_READS))
-    check(r.returncode == 0, f"older torch ({old}) reads {len(OLD_READS)} outputs: {r.stderr[-1500:]}")
-    got = json.loads(r.stdout) if r.returncode == 0 else [{"error": "the reader failed"}] * len(OLD_READS)
-    for (label, _, path, expected), res in zip(OLD_READS, got):
-        check("error" not in res, f"older torch ({old}) reads {path}: {res.get('error')}")
-        compare(label, res.get("flat", {}), expected)
-    print(f"older torch ({old}): read {len(OLD_READS)} outputs of dcpctl in one process", flush=True)
+    for old in old_torch_pythons():
+        who = f"torch {torch_version_of(old)}"
+        r = run(old, "-c", OLD_TORCH_READER, oracle_dir, input=reads, timeout=600 + 60 * len(OLD_READS))
+        check(r.returncode == 0, f"{who} reads {len(OLD_READS)} outputs: {r.stderr[-1500:]}")
+        got = json.loads(r.stdout) if r.returncode == 0 else [{"error": "the reader failed"}] * len(OLD_READS)
+        for (label, _, path, expected), res in zip(OLD_READS, got):
+            check("error" not in res, f"{who} reads {path}: {res.get('error')}")
+            compare(f"{label} ({who})", res.get("flat", {}), expected)
+        print(f"{who}: read {len(OLD_READS)} outputs of dcpctl in one process", flush=True)
     OLD_READS.clear()
 
 
@@ -180,13 +156,13 @@ def check_checkpoint(dcpctl: str, label: str, ckpt: Path, expected: dict, layout
     rs = out / "w2"
     if expect_rc(run(dcpctl, "reshard", str(ckpt), "-o", str(rs), "-w", "2", "-q"), 0, f"{label}: reshard -w 2"):
         compare(f"{label}: reshard -w 2 read by torch", dcp_oracle.flat_state_from_dcp(str(rs)), expected)
-    if os.environ.get("DCPCTL_OLD_TORCH_PYTHON") and pt.exists() and rs.exists():
+    if old_torch_pythons() and pt.exists() and rs.exists():
         OLD_READS.append((f"{label}: .pt read by older torch", "pt", pt, safe))
         OLD_READS.append((f"{label}: reshard -w 2 read by older torch", "dcp", rs, expected))
 
 
 def mode_cases(dcpctl: str, fixtures: Path, tmp: Path) -> None:
-    if not os.environ.get("DCPCTL_OLD_TORCH_PYTHON"):
+    if not old_torch_pythons():
         print("(DCPCTL_OLD_TORCH_PYTHON not set: outputs are checked with the pinned torch only)")
     for case, layout in CASES.items():
         d = fixtures / "layouts" / case
@@ -236,7 +212,7 @@ def broken_copy(src: Path, tmp: Path, name: str) -> Path:
 
 def expect_refusals(dcpctl: str, label: str, ckpt: Path, names: str, tmp: Path) -> None:
     r = run(dcpctl, "verify", str(ckpt))
-    expect_rc(r, 3, f"{label}: verify", "")
+    expect_rc(r, 3, f"{label}: verify")
     check(names in r.stdout, f"{label}: verify does not name {names!r}: {r.stdout[-800:]}")
     for args in (["consolidate", str(ckpt), "-o", str(tmp / "x.safetensors")], ["reshard", str(ckpt), "-o", str(tmp / "x"), "-w", "2"]):
         r = run(dcpctl, *args)
@@ -302,8 +278,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-layouts-") as t:
         {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken}[mode](dcpctl, fixtures, Path(t))
         check_old_torch_reads()  # before the outputs in the temporary directory go
-    print(f"{CHECKS - len(FAILURES)} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return summary(f"layouts_test {mode}")
 
 
 if __name__ == "__main__":

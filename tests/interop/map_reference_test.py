@@ -45,10 +45,7 @@ except ImportError as e:
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
 from map_reference import MapError, apply_map, load_map  # noqa: E402
-from tally import Tally  # noqa: E402  (tests/tally.py)
-
-TALLY = Tally()
-check, problems = TALLY.check, TALLY.problems
+from testlib import check, problems, summary  # noqa: E402  (tests/testlib.py)
 
 
 def raises(fn, needle: str, what: str) -> None:
@@ -161,7 +158,7 @@ def main() -> int:
 
                 traceback.print_exc()
                 check(False, f"{case.name}: {type(e).__name__}: {e}")
-    return TALLY.summary("map_reference_test")
+    return summary("map_reference_test")
 
 
 if __name__ == "__main__":

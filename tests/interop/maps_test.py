@@ -60,17 +60,15 @@ except ImportError as e:
 
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
-from tally import Tally  # noqa: E402  (tests/tally.py)
+from testlib import EXIT_USAGE, check, problems, run, summary  # noqa: E402  (tests/testlib.py)
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 DCPCTL = ""
-TALLY = Tally()
-check, problems = TALLY.check, TALLY.problems
 
 
-def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([DCPCTL, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+def dcpctl(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """dcpctl ARGS with env added to this environment; a crash is a failure (testlib.run)."""
+    return run(DCPCTL, *args, timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
 def ok(r: subprocess.CompletedProcess, what: str) -> bool:
@@ -115,7 +113,7 @@ def check_map_summary(doc: dict, case: mo.Case, direction: str, left_out: set, w
 
 
 def test_maps_listing() -> None:
-    r = run("maps", "--json")
+    r = dcpctl("maps", "--json")
     if not ok(r, "maps --json"):
         return
     doc = jdoc(r, "maps --json")
@@ -127,7 +125,7 @@ def test_maps_listing() -> None:
         m = listed.get(name, {})
         check(m.get("sides") == f["sides"] and m.get("description") == f["description"],
               f"maps --json: {name}: {m}")
-    r = run("maps")
+    r = dcpctl("maps")
     if ok(r, "maps"):
         check(all(n in r.stdout for n in files), f"maps: table lacks some of {sorted(files)}")
 
@@ -135,7 +133,7 @@ def test_maps_listing() -> None:
 def test_export(case: mo.Case, work: Path) -> None:
     """The whole training checkpoint to an HF folder: the adapter's to_hf, transformers' logits."""
     out = work / f"{case.name}-hf"
-    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir, "--json")
+    r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir, "--json")
     if not ok(r, f"{case.name}: consolidate --map"):
         return
     doc = jdoc(r, f"{case.name}: consolidate --map --json")
@@ -162,21 +160,21 @@ def test_export(case: mo.Case, work: Path) -> None:
 
 def test_file_and_options(case: mo.Case, work: Path) -> None:
     base = work / f"{case.name}.safetensors"
-    r = run("consolidate", case.ckpt, "-o", base, "--map", case.map, "--config", case.config_path)
+    r = dcpctl("consolidate", case.ckpt, "-o", base, "--map", case.map, "--config", case.config_path)
     if not ok(r, f"{case.name}: consolidate --map -o x.safetensors --config"):
         return
     problems(mo.check_hf_tensors(case, hf_tensors(base), f"{case.name}: -o x.safetensors"))
     f = work / f"{case.name}-file.safetensors"
-    r = run("consolidate", case.ckpt, "-o", f, "--map", MAPS_DIR / f"{case.map}.json", "--config", case.config_path)
+    r = dcpctl("consolidate", case.ckpt, "-o", f, "--map", MAPS_DIR / f"{case.map}.json", "--config", case.config_path)
     if ok(r, f"{case.name}: --map FILE.json"):
         check(f.read_bytes() == base.read_bytes(), f"{case.name}: --map FILE.json differs from --map {case.map}")
     small = work / f"{case.name}-small.safetensors"
-    r = run("consolidate", case.ckpt, "-o", small, "--map", case.map, "--config", case.config_path,
+    r = dcpctl("consolidate", case.ckpt, "-o", small, "--map", case.map, "--config", case.config_path,
             "--max-memory", "16KiB", "--threads", "2")
     if ok(r, f"{case.name}: --max-memory 16KiB"):
         check(small.read_bytes() == base.read_bytes(), f"{case.name}: --max-memory 16KiB output differs")
     dry = work / f"{case.name}-dry.safetensors"
-    r = run("consolidate", case.ckpt, "-o", dry, "--map", case.map, "--config", case.config_path, "--dry-run", "--json")
+    r = dcpctl("consolidate", case.ckpt, "-o", dry, "--map", case.map, "--config", case.config_path, "--dry-run", "--json")
     if ok(r, f"{case.name}: --map --dry-run --json"):
         check(not dry.exists(), f"{case.name}: --dry-run wrote {dry}")
         doc = jdoc(r, f"{case.name}: --dry-run --json")
@@ -199,42 +197,43 @@ def test_config_lookup(case: mo.Case, work: Path) -> None:
     bad_dir.mkdir()
     (bad_dir / "config.json").write_text(json.dumps(bad))
     out = work / f"{case.name}-cfgwins"
-    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", case.config_path,
+    r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", case.config_path,
             "--assets", bad_dir)
     if ok(r, f"{case.name}: --config beside a wrong --assets config"):
         problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --config wins over --assets"))
     out = work / f"{case.name}-assetscfg"
-    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir)
+    r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir)
     if ok(r, f"{case.name}: --assets DIR's config.json"):
         problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --assets DIR's config.json"))
     out = work / f"{case.name}-badassets"
-    r = run("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", bad_dir)
-    check(r.returncode != 0 and not out.exists(), f"{case.name}: --assets' config.json (twice the heads: the "
-          f"q/k rows do not divide) was not used: exit {r.returncode}")
+    r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", bad_dir)
+    check(r.returncode == EXIT_USAGE and str(bad_dir / "config.json") in r.stderr and not out.exists(),
+          f"{case.name}: --assets' config.json (twice the heads: the q/k rows do not divide) must be used and "
+          f"refused (exit 2 naming it, nothing written): exit {r.returncode}: {r.stderr.strip()[-400:]}")
     own = work / f"{case.name}-own"
     shutil.copytree(case.ckpt, own)
     shutil.copyfile(case.config_path, own / "config.json")
     out = work / f"{case.name}-own.safetensors"
-    r = run("consolidate", own, "-o", out, "--map", case.map)
+    r = dcpctl("consolidate", own, "-o", out, "--map", case.map)
     if ok(r, f"{case.name}: the checkpoint's own config.json"):
         problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: own config.json"))
 
 
 def test_refusals(case: mo.Case, work: Path, fixtures: Path) -> None:
     out = work / "refused.safetensors"
-    r = run("consolidate", case.ckpt, "-o", out, "--map", "no-such-map", "--config", case.config_path)
+    r = dcpctl("consolidate", case.ckpt, "-o", out, "--map", "no-such-map", "--config", case.config_path)
     refused(r, out, "no-such-map", f"{case.name}: unknown map")
     cfg = dict(case.config)
     del cfg["num_attention_heads"]
     p = work / f"{case.name}-noheads.json"
     p.write_text(json.dumps(cfg))
-    r = run("consolidate", case.ckpt, "-o", out, "--map", case.map, "--config", p)
+    r = dcpctl("consolidate", case.ckpt, "-o", out, "--map", case.map, "--config", p)
     refused(r, out, "n_heads", f"{case.name}: config without num_attention_heads")
-    r = run("consolidate", fixtures / "sample" / "ckpt", "-o", out, "--map", case.map, "--config", case.config_path)
+    r = dcpctl("consolidate", fixtures / "sample" / "ckpt", "-o", out, "--map", case.map, "--config", case.config_path)
     refused(r, out, case.map, f"{case.name}: a map matching none of the keys")
     other = "torchtitan-llama3-0.2" if case.map == "torchtitan-llama3" else "torchtitan-llama3"
     out2 = work / f"{case.name}-other.safetensors"
-    r = run("consolidate", case.ckpt, "-o", out2, "--map", other, "--config", case.config_path, "--json")
+    r = dcpctl("consolidate", case.ckpt, "-o", out2, "--map", other, "--config", case.config_path, "--json")
     if ok(r, f"{case.name}: the other Llama map"):
         left = set((jdoc(r, "other map").get("map") or {}).get("left_out") or [])
         wq = [k for k in case.doc["model_keys"] if k.endswith("wq.weight")]
@@ -244,7 +243,7 @@ def test_refusals(case: mo.Case, work: Path, fixtures: Path) -> None:
 def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     """reshard hf/ -> DCP with torchtitan names (convert_from_hf), and back."""
     dcp = work / f"{case.name}-dcp"
-    r = run("reshard", case.hf_dir, "-o", dcp, "--world-size", "2", "--map", case.map, "--json")
+    r = dcpctl("reshard", case.hf_dir, "-o", dcp, "--world-size", "2", "--map", case.map, "--json")
     if not ok(r, f"{case.name}: reshard hf/ --map"):
         return None, None
     doc = jdoc(r, f"{case.name}: reshard --json")
@@ -256,7 +255,7 @@ def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     check(big and all(len(md.state_dict_metadata[k].chunks) == 2 for k in big),
           f"{case.name}: reshard --world-size 2 did not split the tensors over 2 ranks")
     back = work / f"{case.name}-back"
-    r = run("consolidate", dcp, "-o", f"{back}/", "--map", case.map, "--config", case.config_path, "--no-assets")
+    r = dcpctl("consolidate", dcp, "-o", f"{back}/", "--map", case.map, "--config", case.config_path, "--no-assets")
     if ok(r, f"{case.name}: consolidate of the resharded DCP --map"):
         hf_in = case.hf_input()
         problems(mo.compare_tensors(hf_tensors(back), hf_in, set(hf_in), f"{case.name}: hf -> DCP -> hf"))
@@ -265,15 +264,15 @@ def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
 
 def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
     cast = work / f"{case.name}-bf16"
-    r = run("cast", dcp, "-o", cast, "--dtype", "bf16", "--map", case.map, "--config", case.config_path)
+    r = dcpctl("cast", dcp, "-o", cast, "--dtype", "bf16", "--map", case.map, "--config", case.config_path)
     if ok(r, f"{case.name}: cast --map"):
         got = dcp_oracle.flat_state_from_dcp(cast)
         want = {k: v.to(torch.bfloat16) for k, v in case.hf_input().items()}
         problems(mo.compare_tensors(got, want, set(want), f"{case.name}: cast --dtype bf16 --map"))
-    r = run("diff", dcp, case.hf_dir, "--map", case.map, "--config", case.config_path)
+    r = dcpctl("diff", dcp, case.hf_dir, "--map", case.map, "--config", case.config_path)
     check(r.returncode == 0, f"{case.name}: diff DCP hf/ --map: exit {r.returncode} (want 0), "
           f"{(r.stdout + r.stderr).strip()[-600:]!r}")
-    r = run("diff", dcp, case.hf_dir, "--quiet")
+    r = dcpctl("diff", dcp, case.hf_dir, "--quiet")
     check(r.returncode == 1, f"{case.name}: diff DCP hf/ without --map: exit {r.returncode} (want 1)")
     changed = work / f"{case.name}-changed"
     shutil.copytree(case.hf_dir, changed)
@@ -286,7 +285,7 @@ def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
     for p in changed.glob("*.safetensors"):
         p.unlink()
     save_file(sd, str(changed / "model.safetensors"), metadata={"format": "pt"})
-    r = run("diff", dcp, changed, "--map", case.map, "--config", case.config_path, "--json")
+    r = dcpctl("diff", dcp, changed, "--map", case.map, "--config", case.config_path, "--json")
     if check(r.returncode == 1, f"{case.name}: diff against a changed q_proj: exit {r.returncode} (want 1)"):
         doc = jdoc(r, "diff --json")
         diffs = [k for k in doc.get("keys", []) if k.get("status", "") not in ("identical",)]
@@ -294,7 +293,7 @@ def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
         check(doc.get("counts", {}).get("values_changed") == 1 and
               (q in names or "layers.1.attention" in names),
               f"{case.name}: diff --map --json: counts {doc.get('counts')}")
-    r = run("stats", case.ckpt, "--map", case.map, "--config", case.config_path, "--json")
+    r = dcpctl("stats", case.ckpt, "--map", case.map, "--config", case.config_path, "--json")
     if ok(r, f"{case.name}: stats --map"):
         rows = {t["key"]: t for t in jdoc(r, "stats --json").get("tensors", [])}
         want = case.expected_hf()
@@ -310,7 +309,7 @@ def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
 
 def test_torchrun(case: mo.Case, work: Path) -> None:
     single = work / f"{case.name}-single.safetensors"
-    r = run("consolidate", case.ckpt, "-o", single, "--map", case.map, "--config", case.config_path)
+    r = dcpctl("consolidate", case.ckpt, "-o", single, "--map", case.map, "--config", case.config_path)
     if not ok(r, f"{case.name}: consolidate --map (one process)"):
         return
     out = work / f"{case.name}-torchrun.safetensors"
@@ -366,7 +365,7 @@ def main() -> int:
 
                 traceback.print_exc()
                 check(False, f"{label}: {type(e).__name__}: {e}")
-    return TALLY.summary("maps_test")
+    return summary("maps_test")
 
 
 if __name__ == "__main__":

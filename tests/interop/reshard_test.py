@@ -48,9 +48,9 @@ MODE is one of:
             torch.Size, torch dtypes, torch.serialization._get_layout), no pathlib; dataclass
             __dict__ keys exactly the documented fields in the documented order; TensorProperties
             as the 5-tuple with encoding 0; _StorageInfo with 3 keys (4 only with transforms);
-            StorageMeta with str ids and modules=[]; version "1.0.0". When DCPCTL_OLD_TORCH_PYTHON
-            names a python with an older torch, that torch also loads every output
-            (dcp_to_torch_save) and the values must equal the pinned torch's oracle.
+            StorageMeta with str ids and modules=[]; version "1.0.0". Every older torch that
+            DCPCTL_OLD_TORCH_PYTHON names (a colon-separated list; tools/dev.sh: 2.14.1, 2.6.0)
+            also loads every output (dcp_to_torch_save) to the pinned torch's values.
   refusals  a non-empty OUTDIR without --force: exit 2, untouched; --force replaces it with a
             correct output; an incomplete source (a chunk and its storage entry dropped from a
             copy's .metadata with torch's pickle): exit 3, key named, no OUTDIR (also for cast and
@@ -70,7 +70,6 @@ Exit status: 0 pass, 1 failure, 77 skip (torch missing; a failure instead under 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -79,7 +78,6 @@ import pickle
 import pickletools
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -101,10 +99,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "fixtures"))
 import dcp_oracle  # noqa: E402
 import torch_casts  # noqa: E402
+from testlib import fail, free_port, old_torch_pythons, run, same_tensor, summary, tree_digest  # noqa: E402
 
 warnings.simplefilter("ignore")
 
-FAILURES: list[str] = []
 NOTES: list[str] = []
 DCPCTL = ""
 
@@ -125,11 +123,6 @@ WORLD_SIZES = (1, 2, 3, 4)
 FSDP2_CASES = {"fsdp2_app_state": 2, "torchtitan_style": 2, "async_save": 2, "sample": 2}
 
 
-def fail(msg: str) -> None:
-    FAILURES.append(msg)
-    print("FAIL: " + msg, file=sys.stderr)
-
-
 def note(msg: str) -> None:
     if msg not in NOTES:
         NOTES.append(msg)
@@ -137,7 +130,7 @@ def note(msg: str) -> None:
 
 
 def dcpctl(*args: str, timeout: int = 600) -> tuple[int, str, str]:
-    p = subprocess.run([DCPCTL, *args], capture_output=True, text=True, timeout=timeout)
+    p = run(DCPCTL, *args, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -151,12 +144,6 @@ def dcpctl_json(what: str, *args: str) -> dict | None:
     except json.JSONDecodeError as e:
         fail(f"{what}: --json output is not JSON ({e}): {out[:300]}")
         return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def chunk_rows(n: int, world: int, rank: int) -> tuple[int, int]:
@@ -180,41 +167,6 @@ def expected_chunks(shape: tuple, world: int) -> list[tuple[tuple, tuple, int | 
             empty = True
             out.append(((shape[0],) + (0,) * (len(shape) - 1), (0,) + tuple(shape[1:]), None))
     return out
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    out = {}
-    for dp, dns, fns in os.walk(root):
-        for d in dns:
-            out[os.path.relpath(os.path.join(dp, d), root)] = "dir"
-        for f in fns:
-            p = os.path.join(dp, f)
-            h = hashlib.sha256()
-            with open(p, "rb") as fh:
-                for b in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(b)
-            out[os.path.relpath(p, root)] = h.hexdigest()
-    return out
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous().reshape(-1)
-    if t.numel() == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    return t.view(torch.uint8)
-
-
-def same_tensor(a, b) -> str | None:
-    if not isinstance(a, torch.Tensor):
-        return f"not a tensor: {type(a).__name__}"
-    if a.dtype != b.dtype:
-        return f"dtype {a.dtype} != {b.dtype}"
-    if tuple(a.shape) != tuple(b.shape):
-        return f"shape {tuple(a.shape)} != {tuple(b.shape)}"
-    if not torch.equal(bits(a), bits(b)):
-        n = int((bits(a) != bits(b)).sum())
-        return f"{n} byte(s) differ"
-    return None
 
 
 def compare_tree(got, exp, where: str) -> list[str]:
@@ -1000,12 +952,7 @@ def old_torch_check(old: str, pairs: list[tuple[Path, Path]], tmp: Path) -> None
            "res": str(res), "result": str(tmp / "old_result.json")}
     (tmp / "old_job.json").write_text(json.dumps(job))
     t = time.time()
-    try:
-        p = subprocess.run([old, str(script), str(tmp / "old_job.json")], capture_output=True, text=True,
-                           timeout=900, cwd=tmp)
-    except subprocess.TimeoutExpired as e:
-        fail(f"older torch ({old}) still running after 900 s: {(e.stderr or b'')[-1500:]!r}")
-        return
+    p = run(old, script, tmp / "old_job.json", timeout=900, cwd=tmp)  # a timeout is a failure there
     if p.returncode != 0 or not (tmp / "old_result.json").exists():
         fail(f"older torch ({old}) exited {p.returncode}: {p.stderr[-1500:]}")
         return
@@ -1074,11 +1021,12 @@ def mode_metadata(fixtures: list[Path], tmp: Path) -> None:
             check_metadata_pickle(f"{case_dir.name} {tag}", out)
             pairs.append((src, out))
     print(f"checked {len(pairs)} .metadata pickles")
-    old = os.environ.get("DCPCTL_OLD_TORCH_PYTHON")
-    if not old:
+    olds = old_torch_pythons()
+    if not olds:
         print("(DCPCTL_OLD_TORCH_PYTHON not set: no older torch to load the outputs with)")
-        return
-    old_torch_check(old, pairs, tmp)
+    for i, old in enumerate(olds):  # each in a folder of its own
+        (tmp / f"old_{i}").mkdir()
+        old_torch_check(old, pairs, tmp / f"old_{i}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1345,10 +1293,8 @@ def mode_memory(tmp: Path) -> None:
         # peak RSS measured by GNU time (wait4 of a small parent): dcpctl's own peak_rss_bytes is
         # getrusage(RUSAGE_SELF) and keeps the RSS of the process that exec'd it (this python)
         gtime = ["/usr/bin/time", "-f", "%M"] if os.access("/usr/bin/time", os.X_OK) else []
-        try:
-            p = subprocess.run([*gtime, DCPCTL, *args, "--json"], capture_output=True, text=True, timeout=90)
-        except subprocess.TimeoutExpired:
-            fail(f"{what}: dcpctl {' '.join(args)} still running after 90 s (hung; killed)")
+        p = run(*gtime, DCPCTL, *args, "--json", timeout=90)  # a hang is a failure there
+        if p.timed_out:
             return None
         if p.returncode != 0:
             fail(f"{what}: exit {p.returncode}: {p.stderr[:300]}")
@@ -1441,11 +1387,8 @@ def main() -> int:
         else:
             print(f"unknown mode {mode}", file=sys.stderr)
             return 2
-    if FAILURES:
-        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
-        return 1
-    print(f"OK ({mode}, {len(NOTES)} note(s), {time.time() - t:.1f} s)")
-    return 0
+    print(f"{mode}: {len(NOTES)} note(s), {time.time() - t:.1f} s")
+    return summary(f"reshard_test {mode}", min_checks=0)
 
 
 if __name__ == "__main__":

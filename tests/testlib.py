@@ -1,0 +1,225 @@
+"""The one harness of dcpctl's Python tests: running a command, judging its exit, counting checks.
+
+    import sys; sys.path.insert(0, "<tests dir>")      # or run through tests/with_venv.sh
+    from testlib import run, expect_rc, check, fail, summary, EXIT_INVALID
+    r = run(dcpctl, "verify", ckpt)                    # a CompletedProcess, never an exception
+    expect_rc(r, EXIT_INVALID, "verify of a truncated file", "__0_0.distcp", "offset")
+    ...
+    sys.exit(summary("my_test"))                       # "my_test: N checks passed, M failed"
+
+What it guarantees, so that no test can pass on a crash:
+- run() records a failure by itself when the process dies of a signal, runs past its timeout,
+  prints a sanitizer report, or (dcpctl) exits with a code it does not document, whatever the test then checks (pass allow_signal=True where a test
+  kills the process on purpose);
+- expect_rc() wants one exit code, exactly: a test that accepts several names them and says why
+  (expect_rc_in);
+- a prerequisite that set-up provides is skip_or_fail (tests/skip.py): under CI it fails.
+
+Standard library only; torch is imported by the functions that compare tensors, when called.
+"""
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from skip import SKIP, skip_absent, skip_or_fail, skip_or_fail_code, strict  # noqa: F401 (re-exported)
+from tally import Tally
+
+# dcpctl's documented exit codes (cmd/exit_codes.h, README, the man page).
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INVALID, EXIT_IO, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5
+
+SANITIZER_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer", "ThreadSanitizer",
+                     "runtime error:")
+
+TALLY = Tally()
+check = TALLY.check
+problems = TALLY.problems
+
+
+def fail(msg: str) -> None:
+    """One failed check (printed at once, counted in the summary)."""
+    TALLY.check(False, msg)
+
+
+def summary(name: str, min_checks: int = 1) -> int:
+    """Prints "NAME: N checks passed, M failed"; the exit status: 1 on any failure, and when fewer
+    than min_checks checks passed (a test that checked nothing has not passed). A script that only
+    calls fail() on what is wrong, and counts no passing check, says so with min_checks=0."""
+    if TALLY.passed < min_checks and not TALLY.failures:
+        TALLY.check(False, f"{name}: {TALLY.passed} checks made, fewer than {min_checks}")
+    if min_checks == 0 and TALLY.passed == 0:  # a failures-only script
+        print(f"{name}: {len(TALLY.failures)} failed (this test counts failures only)", flush=True)
+        return 1 if TALLY.failures else 0
+    return TALLY.summary(name)
+
+
+def _text(b) -> str:
+    if b is None:
+        return ""
+    return b.decode(errors="replace") if isinstance(b, bytes) else b
+
+
+def crash_of(r: subprocess.CompletedProcess) -> str | None:
+    """How r ended other than by exiting: a signal, a timeout, a sanitizer report; None if it exited."""
+    if getattr(r, "timed_out", False):
+        return f"timed out after {r.timed_out} s"
+    if r.returncode is not None and r.returncode < 0:
+        try:
+            return f"died of {signal.Signals(-r.returncode).name}"
+        except ValueError:
+            return f"died of signal {-r.returncode}"
+    # a shell's report of its child's signal (bash -c: 128 + N)
+    if r.returncode in (128 + signal.SIGSEGV, 128 + signal.SIGABRT, 128 + signal.SIGBUS, 128 + signal.SIGILL) \
+            and isinstance(r.args, list) and r.args[:1] == ["bash"]:
+        return f"its command died of {signal.Signals(r.returncode - 128).name}"
+    if r.returncode is not None and r.returncode > EXIT_UNSUPPORTED and isinstance(r.args, list) and r.args \
+            and os.path.basename(str(r.args[0])).startswith("dcpctl"):
+        return f"exit {r.returncode}, outside dcpctl's documented 0-5"
+    err = _text(r.stderr)
+    for m in SANITIZER_MARKERS:
+        if m in err:
+            return f"sanitizer report ({m})"
+    return None
+
+
+def run(*argv, timeout: float = 600, env: dict | None = None, input: str | bytes | None = None,
+        cwd=None, text: bool = True, allow_signal: bool = False) -> subprocess.CompletedProcess:
+    """Runs argv (each item str()-ed; a list may be passed as the one argument) and returns its
+    CompletedProcess with stdout and stderr captured. A timeout comes back as returncode -SIGKILL
+    with r.timed_out set; a crash, a timeout or a sanitizer report is recorded as a failure here
+    (the test's own checks then fail on the exit code too)."""
+    if len(argv) == 1 and isinstance(argv[0], (list, tuple)):
+        argv = tuple(argv[0])
+    cmd = [str(a) for a in argv]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=text, timeout=timeout, env=env, input=input, cwd=cwd)
+        r.timed_out = 0
+    except subprocess.TimeoutExpired as e:
+        r = subprocess.CompletedProcess(cmd, -signal.SIGKILL, _text(e.stdout) if text else e.stdout,
+                                        (_text(e.stderr) if text else e.stderr))
+        r.timed_out = timeout
+    how = crash_of(r)
+    if how and not (allow_signal and not r.timed_out and r.returncode < 0):
+        fail(f"{' '.join(cmd)[:300]}: {how}: {_text(r.stderr).strip()[-1500:]}")
+    return r
+
+
+def expect_rc(r: subprocess.CompletedProcess, rc: int, what: str, *names: str) -> bool:
+    """One check: r exited with exactly rc, and every one of names is in what it printed (stderr,
+    or stdout, where verify reports)."""
+    err = _text(r.stderr) + _text(r.stdout)
+    missing = [n for n in names if n not in err]
+    ok = r.returncode == rc and not missing
+    check(ok, f"{what}: exit {r.returncode} (wanted {rc}"
+              f"{', naming ' + ', '.join(map(repr, missing)) if missing else ''}): {err.strip()[-800:]}")
+    return ok
+
+
+def expect_rc_in(r: subprocess.CompletedProcess, rcs: dict[int, str], what: str, *names: str) -> bool:
+    """For the rare run whose outcome legitimately has more than one exit code: rcs maps each
+    accepted code to the reason it is right (kept in the test, so the choice is reviewable)."""
+    err = _text(r.stderr) + _text(r.stdout)
+    missing = [n for n in names if n not in err]
+    ok = r.returncode in rcs and not missing
+    check(ok, f"{what}: exit {r.returncode} (wanted one of {sorted(rcs)}"
+              f"{', naming ' + ', '.join(map(repr, missing)) if missing else ''}): {err.strip()[-800:]}")
+    return ok
+
+
+def free_port(avoid=()) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (and not one of avoid)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
+def tree_digest(root) -> dict[str, str]:
+    """Relative path -> sha256 of the contents, "dir", or "link:TARGET", for everything under root,
+    hidden files included: equal digests before and after prove a run left an input untouched."""
+    root = str(root)
+    out = {}
+    for dp, dns, fns in os.walk(root):
+        for d in dns:
+            p = os.path.join(dp, d)
+            out[os.path.relpath(p, root)] = "link:" + os.readlink(p) if os.path.islink(p) else "dir"
+        for f in fns:
+            p = os.path.join(dp, f)
+            if os.path.islink(p):
+                out[os.path.relpath(p, root)] = "link:" + os.readlink(p)
+                continue
+            h = hashlib.sha256()
+            with open(p, "rb") as fh:
+                for b in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(b)
+            out[os.path.relpath(p, root)] = h.hexdigest()
+    return out
+
+
+def _bytes_of(t):
+    import torch
+    t = t.detach().contiguous().reshape(-1)
+    if t.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return t.view(torch.uint8)
+
+
+def same_tensor(a, b, *, requires_grad: bool = False) -> str | None:
+    """None when a and b are tensors of one dtype and shape whose bytes all agree (so NaN equals
+    the same NaN, and -0.0 differs from 0.0); else what differs. requires_grad=True compares that
+    flag too."""
+    import torch
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return f"not tensors: {type(a).__name__}, {type(b).__name__}"
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype} != {b.dtype}"
+    if tuple(a.shape) != tuple(b.shape):
+        return f"shape {tuple(a.shape)} != {tuple(b.shape)}"
+    if requires_grad and a.requires_grad != b.requires_grad:
+        return f"requires_grad {a.requires_grad} != {b.requires_grad}"
+    ra, rb = _bytes_of(a), _bytes_of(b)
+    if not torch.equal(ra, rb):
+        return f"{int((ra != rb).sum())} of {ra.numel()} bytes differ"
+    return None
+
+
+def old_torch_pythons(required: bool = False) -> list[str]:
+    """The older torch interpreters to load dcpctl's outputs with: DCPCTL_OLD_TORCH_PYTHON, a
+    colon-separated list (tools/dev.sh: torch 2.14.1's and 2.6.0's). Unset or empty: [] (or, with
+    required, skip_or_fail). A name that is not an interpreter is a broken set-up: it fails."""
+    pys = [p for p in os.environ.get("DCPCTL_OLD_TORCH_PYTHON", "").split(":") if p]
+    if not pys and required:
+        skip_or_fail("DCPCTL_OLD_TORCH_PYTHON is not set: no older torch to load the outputs with")
+    for p in pys:
+        if not os.access(p, os.X_OK):
+            print(f"FAIL: DCPCTL_OLD_TORCH_PYTHON names {p}, which is not an interpreter", file=sys.stderr)
+            sys.exit(1)
+    return pys
+
+
+def torch_version_of(python: str) -> str:
+    """torch.__version__ as that interpreter has it (for messages)."""
+    r = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
+                       timeout=300)
+    return r.stdout.strip() or f"? ({python})"
+
+
+def gpu_present() -> bool:
+    """Whether this machine has an NVIDIA GPU, probed without dcpctl: a GPU test may skip only when
+    this says no (never on dcpctl's own exit code alone)."""
+    if any(Path("/dev").glob("nvidia[0-9]*")):
+        return True
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+        return r.returncode == 0 and "GPU" in r.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit("testlib.py is a module")
