@@ -28,7 +28,8 @@ int run_latest(const LatestCliOptions& o) {
     for (const auto& x : rf.entries) why += "\n  " + x.name + ": " + x.why_incomplete;
     throw FormatError(Where(o.run), "no complete checkpoint among " + std::to_string(rf.entries.size()) + ":" + why);
   }
-  json doc = {{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"step", e->step ? json(*e->step) : json(nullptr)},
+  json doc = {{"schema_version", 1}, {"run_folder", rf.dir}, {"path", e->path}, {"model_path", e->model_path},
+              {"trainer", e->trainer.empty() ? json(nullptr) : json(e->trainer)}, {"step", e->step ? json(*e->step) : json(nullptr)},
               {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}, {"timing", run_folder_timing(rf)}};
   add_s3_transfer(doc);
   if (o.json)

@@ -128,6 +128,19 @@ Checkpoint open_without_metadata(const std::string& dir) {
                                        ".metadata last), or this node lacks the shared filesystem copy");
   if (path_exists(index))
     throw FormatError(Where(index), "names the model's files, but the directory holds no .safetensors file");
+  // A trainer's step folder (checkpoint-N/ with pytorch_model_fsdp_0/ or model/ inside): the
+  // model checkpoint in it, incomplete when the trainer's own marker says the save did not finish.
+  if (auto sf = step_folder(dir)) {
+    Checkpoint ck = open_checkpoint(sf->model);
+    ck.step_dir = dir;
+    ck.trainer = sf->trainer;
+    ck.asset_dirs = sf->asset_dirs;
+    if (!sf->unfinished.empty())
+      ck.incomplete.insert(ck.incomplete.begin(),
+                           Finding{"step-unfinished", Where(dir), sf->unfinished + " (give " + sf->model +
+                                                                      " itself to read the model files regardless)"});
+    return ck;
+  }
   if (auto refusal = run_folder_refusal(dir)) throw UsageError(Where(dir), *refusal);
   throw FormatError(Where(path), "missing: " + dir + " is not a DCP checkpoint directory");
 }

@@ -47,6 +47,11 @@ struct DataFileInfo {
 
 struct Checkpoint {
   std::string dir;
+  // When the path given was a trainer's step folder holding the model in a subfolder
+  // (meta/run_folder.h: step_folder): that folder, its trainer, and where its config and
+  // tokenizer are (nearest first; write/assets.h looks there after dir). Empty otherwise.
+  std::string step_dir, trainer;
+  std::vector<std::string> asset_dirs;
   std::string metadata_path;  // .metadata, __0.metadata, the index, or the directory itself
   std::vector<std::string> metadata_sources;  // every file the view was built from
   uint64_t metadata_bytes = 0;

@@ -1,6 +1,7 @@
 #include "meta/run_folder.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -31,6 +32,71 @@ bool holds_checkpoint_files(const std::string& dir) {
         if (ends_with(m, ".safetensors")) return true;
   }
   return false;
+}
+
+namespace {
+
+// A small text file (a tracker, a pointer), trimmed; nullopt when absent, unreadable or larger
+// than a pointer can be.
+std::optional<std::string> small_text(const std::string& path) {
+  PathInfo st = stat_path(path);
+  if (st.kind != PathInfo::file || st.size > 4096) return std::nullopt;
+  try {
+    ReadFile f(path);
+    std::string text(f.size(), '\0');
+    f.read_at(0, text.data(), text.size());
+    size_t b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
+    return b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<StepFolder> step_folder(const std::string& dir) {
+  if (!is_directory(dir) || holds_checkpoint_files(dir)) return std::nullopt;
+  auto has = [&dir](const char* name) { return path_exists(join_path(dir, name)); };
+  StepFolder sf;
+  sf.dir = dir;
+  // transformers' Trainer, FSDP through accelerate with SHARDED_STATE_DICT: the first (only)
+  // model's DCP in pytorch_model_fsdp_0/, its optimizer's in optimizer_0/, and trainer_state.json
+  // written after both (with the config and tokenizer in the step folder).
+  std::string fsdp = join_path(dir, "pytorch_model_fsdp_0");
+  if (is_directory(fsdp) && holds_checkpoint_files(fsdp)) {
+    sf.model = fsdp;
+    sf.trainer = "transformers";
+    if (!has("trainer_state.json"))
+      sf.unfinished = "no trainer_state.json beside pytorch_model_fsdp_0/: the Trainer writes it after the model and "
+                      "optimizer, so this save did not finish";
+    sf.asset_dirs = {dir, parent_path(dir)};
+    return sf;
+  }
+  std::string model = join_path(dir, "model");
+  if (!is_directory(model) || !holds_checkpoint_files(model)) return std::nullopt;
+  sf.model = model;
+  static const std::regex kAutoModelName(R"(epoch_\d+_step_\d+)");
+  if (has("CHECKPOINT_COMPLETE") || has("metadata.json") || is_directory(join_path(dir, "rng_state")) ||
+      is_directory(join_path(dir, "dataloader"))) {
+    // LLaMA-Factory v1 (checkpoint-N/: model/, optimizer/, metadata.json, rng_state/,
+    // dataloader/), whose rank 0 writes CHECKPOINT_COMPLETE once every rank has saved.
+    sf.trainer = "llamafactory";
+    if (!has("CHECKPOINT_COMPLETE"))
+      sf.unfinished = "no CHECKPOINT_COMPLETE marker: LLaMA-Factory writes it once every rank has saved, so this save "
+                      "is in flight or died";
+    sf.asset_dirs = {join_path(dir, "hf_model"), dir, parent_path(dir)};
+  } else if (has(".incomplete") || is_directory(join_path(dir, "optim")) || std::regex_match(base_name(dir), kAutoModelName)) {
+    // NeMo AutoModel (epoch_E_step_S/: model/, optim/, ...): .incomplete from the start of a save
+    // until it is published.
+    sf.trainer = "nemo-automodel";
+    if (has(".incomplete"))
+      sf.unfinished = ".incomplete is there: NeMo AutoModel removes it once the save is published, so this save is in "
+                      "flight or died";
+    sf.asset_dirs = {join_path(model, "consolidated"), join_path(model, ".hf_metadata"), dir, parent_path(dir)};
+  } else {
+    sf.asset_dirs = {dir};
+  }
+  return sf;
 }
 
 namespace {
@@ -70,13 +136,15 @@ void judge_entry(RunEntry& e) {
   e.judged = true;
   auto t0 = std::chrono::steady_clock::now();
   try {
-    Checkpoint ck = open_checkpoint(e.path);
+    Checkpoint ck = open_checkpoint(e.model_path.empty() ? e.path : e.model_path);
     e.open_seconds = seconds_since(t0);
     e.metadata_bytes = ck.metadata_bytes;
     e.layout = ck.layout;
     auto t1 = std::chrono::steady_clock::now();
     StructureReport r = check_structure(ck);
     e.check_seconds = seconds_since(t1);
+    if (!e.step_unfinished.empty())  // the trainer's marker first: it is the reason users act on
+      r.problems.insert(r.problems.begin(), Finding{"step-unfinished", Where(e.path), e.step_unfinished});
     e.problems = r.problems.size();
     e.complete = r.problems.empty();
     if (!e.complete) e.why_incomplete = r.problems.front().text();
@@ -99,7 +167,11 @@ void judge_entry(RunEntry& e) {
 std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
   auto t0 = std::chrono::steady_clock::now();
   if (!is_directory(dir) || holds_checkpoint_files(dir)) return std::nullopt;
-  static const std::regex kName(R"(^(.*?)(\d+)((?:[._-](?:tmp|temp|partial|incomplete|inprogress))*)$)", std::regex::icase);
+  // NAME<digits>[.ckpt][marker]: the step number last (Lightning's epoch=E-step=S.ckpt/ keeps its
+  // suffix), then any marker of a save in flight.
+  static const std::regex kName(R"(^(.*?)(\d+)((?:\.ckpt)?)((?:[._-](?:tmp|temp|partial|incomplete|inprogress))*)$)",
+                                std::regex::icase);
+  static const std::regex kStep(R"((?:^|[^a-z])step[_=-]?(\d{1,18})(?:\D|$))", std::regex::icase);
   RunFolder rf;
   rf.dir = dir;
   for (const auto& n : list_dir(dir)) {
@@ -113,10 +185,21 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     std::string p = join_path(dir, n);
     PathInfo lst = stat_path(p, false);
     if (lst.kind == PathInfo::missing) continue;
-    if (!is_directory(p) || !holds_checkpoint_files(p)) continue;
+    if (!is_directory(p)) continue;
+    std::optional<StepFolder> sf;
+    if (!holds_checkpoint_files(p) && !(sf = step_folder(p))) continue;
     RunEntry e;
     e.name = n;
     e.path = p;
+    e.model_path = sf ? sf->model : p;
+    if (sf) {
+      e.trainer = sf->trainer;
+      e.step_unfinished = sf->unfinished;
+    } else if (path_exists(join_path(p, "meta.pt"))) {
+      e.trainer = "lightning";
+    } else if (path_exists(join_path(p, "metadata.json")) && path_exists(join_path(p, "common.pt"))) {
+      e.trainer = "megatron";
+    }
     for (size_t i = 0; i < n.size();) {
       if (!isdigit(static_cast<unsigned char>(n[i]))) {
         ++i;
@@ -128,12 +211,42 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
       i = j;
     }
     if (e.order.size() == 1) e.step = static_cast<int64_t>(e.order[0]);
-    e.in_flight_name = m[3].length() > 0;
+    if (std::smatch sm; e.order.size() > 1 && std::regex_search(n, sm, kStep))  // epoch_E_step_S, epoch=E-step=S
+      e.step = static_cast<int64_t>(std::stoull(sm[1].str()));
+    // transformers stages a save as tmp-checkpoint-N before renaming it
+    e.in_flight_name = m[4].length() > 0 || n.rfind("tmp-", 0) == 0 || n.rfind("tmp_", 0) == 0;
     e.symlink = lst.kind == PathInfo::other;  // a directory that is not one without following links
     if (!e.symlink) walk(p, 0, e.bytes, e.mtime);
     rf.entries.push_back(std::move(e));
   }
   if (rf.entries.empty() && rf.prune_leftovers.empty()) return std::nullopt;
+  // Megatron: the tracker names the last iteration whose save finished.
+  rf.megatron_tracker = small_text(join_path(dir, "latest_checkpointed_iteration.txt"));
+  if (rf.megatron_tracker) {
+    std::optional<uint64_t> last;
+    const std::string& t = *rf.megatron_tracker;
+    if (!t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); }))
+      last = std::stoull(t);
+    for (auto& e : rf.entries) {
+      if (e.name.rfind("iter_", 0) != 0 || e.order.size() != 1) continue;
+      e.trainer = "megatron";
+      if (last && e.order[0] > *last && e.step_unfinished.empty())
+        e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t +
+                            "): Megatron writes the tracker after a save finishes, so this one is in flight or died";
+    }
+  }
+  // NeMo AutoModel's pointers: a symlink NAME, or NAME.txt holding the path.
+  for (const char* name : {"LATEST", "LOWEST_VAL"}) {
+    std::string link = join_path(dir, name);
+    std::optional<std::string> target;
+    if (!is_remote_path(link) && stat_path(link, false).kind == PathInfo::other) {
+      char buf[4096];
+      ssize_t n = readlink(link.c_str(), buf, sizeof buf - 1);
+      if (n > 0) target = std::string(buf, static_cast<size_t>(n));
+    }
+    if (!target) target = small_text(link + ".txt");
+    if (target && !target->empty()) rf.pointers[name] = (*target)[0] == '/' || is_remote_path(*target) ? *target : join_path(dir, *target);
+  }
   std::sort(rf.entries.begin(), rf.entries.end(), [](const RunEntry& a, const RunEntry& b) {
     return a.order != b.order ? a.order < b.order : a.name < b.name;
   });

@@ -10,6 +10,15 @@
 // Complete means what `verify` without --deep says: every file there, windows inside their
 // files, chunks tiling every tensor, nothing the index promises missing.
 //
+// Trainers that save more than the model put it in a subfolder of the step, beside their own
+// state and markers (step_folder below): transformers' Trainer `checkpoint-N/pytorch_model_fsdp_0/`,
+// LLaMA-Factory `checkpoint-N/model/` (+ CHECKPOINT_COMPLETE), NeMo AutoModel
+// `epoch_E_step_S/model/` (+ `.incomplete` while saving). Their markers count too: a step whose
+// trainer says the save did not finish is incomplete whatever its model files say. Megatron's
+// `latest_checkpointed_iteration.txt` names the last finished `iter_N/`: a newer one is in
+// flight or died. Lightning's `epoch=E-step=S.ckpt/` folders are checkpoints (DCP + meta.pt);
+// `tmp-checkpoint-N` (transformers' staging name) is a save in flight.
+//
 // Cost: judging a checkpoint reads and parses all of its metadata (a `.metadata` of 5 million
 // chunks is ~700 MB), since completeness needs every storage entry; the file sizes come from stat.
 // `ls` judges every checkpoint, so it reads every step's metadata; `latest` and the refusal a
@@ -27,12 +36,28 @@
 
 namespace dcpctl {
 
+// A trainer's step folder that keeps the model checkpoint in a subfolder.
+struct StepFolder {
+  std::string dir;         // the step folder
+  std::string model;       // the model checkpoint inside it
+  std::string trainer;     // "transformers", "llamafactory", "nemo-automodel"; "" for a bare model/ folder
+  std::string unfinished;  // the trainer's own marker says its save did not finish: why; else empty
+  std::vector<std::string> asset_dirs;  // where its config and tokenizer are, nearest first
+};
+
+// The step folder at `dir`, when `dir` holds no checkpoint files itself but a trainer's model
+// subfolder that does; nullopt otherwise.
+std::optional<StepFolder> step_folder(const std::string& dir);
+
 struct RunEntry {
   std::string name;  // the subfolder's name
   std::string path;  // folder/name
+  std::string model_path;  // the model checkpoint: path, or its trainer's subfolder (StepFolder)
+  std::string trainer;     // who wrote it, when told by its files ("" otherwise)
   std::optional<int64_t> step;  // the name's number; nullopt when it holds several (a timestamp)
   std::vector<uint64_t> order;  // every number in the name: checkpoints sort by these, in turn
   bool in_flight_name = false;  // .tmp / .partial / ... marker
+  std::string step_unfinished;  // its trainer's marker says the save did not finish: why
   bool symlink = false;         // the subfolder is a symbolic link
   std::optional<CheckpointLayout> layout;
   bool complete = false;
@@ -55,6 +80,11 @@ struct RunFolder {
   double seconds = 0;  // listing and judging, all of it
   std::vector<RunEntry> entries;  // by the numbers in their names, then name
   std::vector<std::string> prune_leftovers;  // .dcpctl-prune-* left by an interrupted prune
+  // Megatron's latest_checkpointed_iteration.txt: what it says ("release" or a number), when there.
+  std::optional<std::string> megatron_tracker;
+  // NeMo AutoModel's LATEST and LOWEST_VAL (symlinks, or NAME.txt files): pointer -> the path it
+  // names, when there.
+  std::map<std::string, std::string> pointers;
   const RunEntry* newest_complete() const;
 };
 

@@ -7,6 +7,8 @@ using nlohmann::json;
 json run_entry_json(const RunEntry& e) {
   return {{"name", e.name},
           {"path", e.path},
+          {"model_path", e.model_path},
+          {"trainer", e.trainer.empty() ? json(nullptr) : json(e.trainer)},
           {"step", e.step ? json(*e.step) : json(nullptr)},
           {"layout", e.layout ? json(layout_name(*e.layout)) : json(nullptr)},
           {"complete", e.complete},
@@ -42,6 +44,8 @@ json run_folder_report(const RunFolder& rf) {
           {"newest_complete", newest ? json(newest->path) : json(nullptr)},
           {"checkpoints", list},
           {"prune_leftovers", rf.prune_leftovers},
+          {"megatron_tracker", rf.megatron_tracker ? json(*rf.megatron_tracker) : json(nullptr)},
+          {"pointers", rf.pointers},
           {"timing", run_folder_timing(rf)}};
 }
 

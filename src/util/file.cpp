@@ -526,4 +526,19 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
+std::string parent_path(const std::string& path) {
+  std::string d = path;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  size_t slash = d.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : d.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  std::string d = path;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  size_t slash = d.find_last_of('/');
+  return slash == std::string::npos ? d : d.substr(slash + 1);
+}
+
 }  // namespace dcpctl

@@ -144,6 +144,10 @@ std::vector<std::pair<uint64_t, uint64_t>> join_spans(std::vector<std::pair<uint
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
+// The folder holding `path` ("." for a bare name) and its last component, trailing slashes
+// ignored: parent_path("a/b/") is "a", base_name("a/b/") is "b".
+std::string parent_path(const std::string& path);
+std::string base_name(const std::string& path);
 
 // Whether a path names object storage (s3://, gs://) rather than the local filesystem.
 bool is_remote_path(const std::string& path);

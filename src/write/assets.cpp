@@ -60,21 +60,6 @@ bool inside(const std::string& path, const std::string& dir) {
          (dir.back() == '/' || path[dir.size()] == '/');
 }
 
-std::string parent_of(const std::string& dir) {
-  std::string d = dir;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
-  size_t slash = d.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : d.substr(0, slash);
-}
-
-std::string base_name(const std::string& dir) {
-  std::string d = dir;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
-  size_t slash = d.find_last_of('/');
-  return slash == std::string::npos ? d : d.substr(slash + 1);
-}
-
 // The assets of one folder into `found` (names already there, from a nearer folder, are kept).
 void look_in(const std::string& dir, bool follow_any_link, std::map<std::string, Asset>& found, std::vector<AssetSkip>& skipped) {
   const std::string real_dir = real_path(dir);
@@ -133,7 +118,9 @@ Assets find_assets(const Checkpoint& ck, const std::string& from) {
     look_in(from, true, found, a.skipped);
   } else {
     a.searched.push_back(ck.dir);
-    if (ck.layout == CheckpointLayout::HfDcpShards && base_name(ck.dir) == "sharded") a.searched.push_back(parent_of(ck.dir));
+    if (ck.layout == CheckpointLayout::HfDcpShards && base_name(ck.dir) == "sharded") a.searched.push_back(parent_path(ck.dir));
+    for (const auto& d : ck.asset_dirs)  // a trainer's step folder, then its run folder
+      if (is_directory(d) && std::find(a.searched.begin(), a.searched.end(), d) == a.searched.end()) a.searched.push_back(d);
     for (const auto& dir : a.searched) look_in(dir, false, found, a.skipped);
   }
   for (auto& [name, asset] : found) a.files.push_back(std::move(asset));

@@ -120,7 +120,7 @@ def hidden_leftovers(run):
 
 # --- ls / latest ----------------------------------------------------------------------------
 
-ENTRY_TYPES = {"name": str, "path": str, "step": (int, type(None)), "layout": (str, type(None)), "complete": bool,
+ENTRY_TYPES = {"name": str, "path": str, "model_path": str, "trainer": (str, type(None)), "step": (int, type(None)), "layout": (str, type(None)), "complete": bool,
                "problems": int, "why_incomplete": (str, type(None)), "bytes": int, "tensors": int, "dtypes": dict,
                "optimizer": bool, "mtime": int, "symlink": bool, "timing": dict}
 TIMING_TYPES = {"judged": bool, "metadata_bytes": int, "open_seconds": (int, float), "check_seconds": (int, float)}
@@ -185,8 +185,9 @@ def latest_is(name, run, want):
     p = dc(f"{name}: latest --json exits 0", ["latest", "--json", run])
     doc = parse_json(name + " latest", p) or {}
     check(f"{name}: latest --json", doc.get("schema_version") == 1 and doc.get("run_folder") == run
-          and doc.get("path") == want and isinstance(doc.get("step"), (int, type(None)))
-          and doc.get("layout") in LAYOUTS and set(doc) == {"schema_version", "run_folder", "path", "step", "layout", "timing"}
+          and doc.get("path") == want and doc.get("model_path") == want and isinstance(doc.get("step"), (int, type(None)))
+          and doc.get("layout") in LAYOUTS
+          and set(doc) == {"schema_version", "run_folder", "path", "model_path", "trainer", "step", "layout", "timing"}
           and not timing_problems("latest", doc.get("timing"), FOLDER_TIMING_TYPES), repr(doc))
     # latest reads only what its answer needs: the checkpoints from the newest down to the answer.
     listed = [e["path"] for e in (ls_json(name + " (for latest)", run) or {"checkpoints": []})["checkpoints"]]
