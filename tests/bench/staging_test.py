@@ -4,13 +4,13 @@
     staging_test.py CASE DCPCTL SOURCE_DIR
 
 CASE is one of:
-  no-gpu          without a usable GPU: exit 5, one line on stderr, nothing on stdout
-                  (skips with 77 where a GPU is present)
+  no-gpu          without a GPU: exit 5, one line on stderr, nothing on stdout (skips with 77
+                  where testlib.gpu_present() finds one)
   host-only       --host-only runs anywhere: JSON fields, table, --write-to, usage errors
   checkpoint      --from-checkpoint: one copy per tensor chunk of the rank, checked against
                   torch's own view of the fixture (expected.json)
-  gpu             the device modes on a real GPU, every copy's bytes checked (skips with 77 and
-                  the reason where there is no usable device)
+  gpu             the device modes on a real GPU, every copy's bytes checked (skips with 77 only
+                  where testlib.gpu_present() finds no GPU; with one there, any exit but 0 fails)
   no-driver-link  the binary does not link libcuda and starts without it
 """
 import json
@@ -22,6 +22,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from skip import SKIP, skip_or_fail_code  # noqa: E402
+from testlib import gpu_present, run as run_argv  # noqa: E402
+import testlib  # noqa: E402
 MODES = ["pinned", "registered", "pageable", "cold"]
 ROW_FIELDS = {"mode", "direction", "memory", "bytes", "copies", "streams", "chunk_bytes", "timing", "iters",
               "warmup", "seconds", "gbps", "pin_seconds", "pin_seconds_per_gib", "host_bytes",
@@ -31,12 +33,15 @@ TOP_FIELDS = {"schema_version", "benchmark", "dcpctl_version", "host_only", "con
 
 
 def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
+    """This test stops at its first failure (what follows builds on what failed)."""
+    testlib.fail(msg)
     sys.exit(1)
 
 
 def run(dcpctl, *args):
-    p = subprocess.run([dcpctl, *args], capture_output=True, text=True, timeout=600)
+    p = run_argv(dcpctl, *args)  # a crash or a timeout fails by itself (testlib.run)
+    if testlib.TALLY.failures:
+        sys.exit(1)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -103,10 +108,10 @@ def check_report(j, iters, host_only):
 
 def case_no_gpu(dcpctl, src):
     args = ["bench", "staging", "--sizes", "4MiB", "--iters", "1", "--warmup", "0", "--modes", "pinned"]
-    rc, out, err = run(dcpctl, *args)
-    if rc == 0:
-        print("SKIP: a usable GPU is present, so the no-GPU path cannot be tested here", file=sys.stderr)
+    if gpu_present():  # probed without dcpctl: /dev/nvidia*, nvidia-smi
+        print("SKIP: a GPU is present, so the no-GPU path cannot be tested here", file=sys.stderr)
         return SKIP
+    rc, out, err = run(dcpctl, *args)
     expect_rc(5, rc, args, err)
     lines = err.strip().splitlines()
     if len(lines) != 1:
@@ -245,10 +250,11 @@ def case_checkpoint(dcpctl, src):
 
 def case_gpu(dcpctl, src):
     args = ["bench", "staging", "--sizes", "4MiB,64MiB", "--iters", "3", "--warmup", "1", "--json"]
-    rc, out, err = run(dcpctl, *args)
-    if rc == 5:
-        print("SKIP: no usable GPU: " + (err.strip().splitlines() or ["(no message)"])[-1], file=sys.stderr)
+    # Skips only where the probe finds no GPU; with one there, exit 5 (dcpctl found none) fails.
+    if not gpu_present():
+        print("SKIP: no GPU on this machine (no /dev/nvidia*, nvidia-smi -L lists none)", file=sys.stderr)
         return SKIP
+    rc, out, err = run(dcpctl, *args)
     expect_rc(0, rc, args, err)
     j = parse_json(out, args)
     if j["device"] is None or not j["cuda"]["usable"]:

@@ -61,6 +61,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: testlib
+from testlib import free_port  # noqa: E402
+
 import boto3
 from botocore.config import Config
 
@@ -72,14 +75,6 @@ class MissingServer(RuntimeError):
     """The server's program is not installed (tests: tests/skip.py's skip_or_fail)."""
 
 
-def free_port(avoid=()):
-    while True:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        if port not in avoid:
-            return port
 
 
 class _Server:

@@ -79,12 +79,12 @@ except ImportError as e:
 
 from fault_proxy import FaultProxy, upload_part  # noqa: E402
 from harness import schema_errors, section  # noqa: E402
-from tally import Tally  # noqa: E402
+from testlib import TALLY  # noqa: E402
+from testlib import run as run_argv  # noqa: E402
 
 DCPCTL = ""
 FIXTURES = Path()
 SCHEMAS = Path()
-TALLY = Tally()
 check = TALLY.check
 BUCKET = "dcpctl-out"
 SERVER: S3Server | SeaweedServer | None = None
@@ -92,8 +92,8 @@ ENV: dict[str, str] = {}  # SERVER.env() with AWS_MAX_ATTEMPTS=3
 
 
 def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([DCPCTL, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=env or ENV)
+    """dcpctl ARGS against the server (ENV); a crash is a failure (testlib.run)."""
+    return run_argv(DCPCTL, *args, timeout=timeout, env=env or ENV)
 
 
 def url(key: str) -> str:
@@ -235,10 +235,9 @@ def case_outputs(work: Path) -> None:
     # under torchrun (2 processes): reshard (each rank completes its rank files, rank 0 .metadata
     # last) and consolidate (rank 0 writes from the chunks both ranks read): the same bytes; a rank
     # killed at the write leaves nothing
-    def launch(*args, env=None):  # torchrun
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python", DCPCTL,
-                               *map(str, args), "--timeout", "60"], capture_output=True, text=True, timeout=300,
-                              env=env or ENV)
+    def launch(*args, env=None):  # torchrun (exits 1 when a worker fails; each worker's code is in its report)
+        return run_argv(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
+                        DCPCTL, *args, "--timeout", "60", env=env or ENV)
     r = launch("reshard", ckpt, "-o", url("tr-re3/"), "--world-size", "3")
     if check(r.returncode == 0, f"torchrun reshard -o s3: {r.stderr[-2000:]}"):
         for n in ("__0_0.distcp", "__1_0.distcp", "__2_0.distcp"):
@@ -249,8 +248,9 @@ def case_outputs(work: Path) -> None:
         same_file(local / "model4.safetensors", SERVER.get(BUCKET, "tr-st/model.safetensors"), "torchrun consolidate")
     r = launch("reshard", ckpt, "-o", url("tr-kill/"), "--world-size", "4",
                env=dict(ENV, DCPCTL_FAILPOINT="reshard-write:1"))
-    check(r.returncode != 0 and not SERVER.keys(BUCKET, "tr-kill/"),
-          f"torchrun reshard, rank 1 killed: exit {r.returncode}, left {list(SERVER.keys(BUCKET, 'tr-kill/'))}")
+    check(r.returncode == 1 and "SIGKILL" in r.stdout + r.stderr and not SERVER.keys(BUCKET, "tr-kill/"),
+          f"torchrun reshard, rank 1 killed: exit {r.returncode} (torchrun's 1, naming the SIGKILL), left "
+          f"{list(SERVER.keys(BUCKET, 'tr-kill/'))}: {r.stderr[-1500:]}")
 
     # s3:// to s3://: the checkpoint read in place, the output uploaded; outputs inside the input
     # prefix (or holding it) refused as locally
@@ -286,8 +286,16 @@ def case_outputs(work: Path) -> None:
     r = run("consolidate", ckpt, "-o", "s3://no-such-bucket-dcpctl/x.safetensors")
     check(r.returncode == 4 and "s3://no-such-bucket-dcpctl" in r.stderr and "404" in r.stderr,
           f"missing bucket: exit {r.returncode} (4 expected), {r.stderr}")
+    # --parallel-write: one process has no ranks to share the shards with (2, before any s3 check);
+    # under torchrun each rank refuses the s3:// output (5: the shards need a shared folder)
     r = run("consolidate", ckpt, "-o", url("pw/"), "--parallel-write", "--single-process")
-    check(r.returncode in (2, 5), f"--parallel-write to s3: exit {r.returncode}: {r.stderr}")
+    check(r.returncode == 2 and "several processes" in r.stderr, f"--parallel-write, one process: exit {r.returncode}: {r.stderr}")
+    r = launch("consolidate", ckpt, "-o", url("pw/"), "--parallel-write")
+    text = r.stdout + r.stderr
+    check(r.returncode == 1 and "shared folder" in text and "exitcode: 5" in text and "exitcode  : 5" in text
+          and not SERVER.keys(BUCKET, "pw/"),
+          f"--parallel-write to s3 under torchrun: exit {r.returncode}, the ranks must exit 5 naming the shared folder: "
+          f"{text[-2000:]}")
     check(SERVER.uploads(BUCKET) == [], f"incomplete multipart uploads left: {SERVER.uploads(BUCKET)}")
 
 
