@@ -44,6 +44,14 @@ def fail(msg: str) -> None:
     TALLY.check(False, msg)
 
 
+def check_labelled(label: str, ok: bool, what: str) -> bool:
+    """One check printed either way, "ok   LABEL: WHAT" or a FAIL line (for the tests whose log
+    is read as a table of what passed)."""
+    if ok:
+        print(f"ok   {label}: {what}", flush=True)
+    return TALLY.check(ok, f"{label}: {what}")
+
+
 def summary(name: str, min_checks: int = 1) -> int:
     """Prints "NAME: N checks passed, M failed"; the exit status: 1 on any failure, and when fewer
     than min_checks checks passed (a test that checked nothing has not passed). A script that only
@@ -140,14 +148,15 @@ def free_port(avoid=()) -> int:
 
 
 def tree_digest(root) -> dict[str, str]:
-    """Relative path -> sha256 of the contents, "dir", or "link:TARGET", for everything under root,
-    hidden files included: equal digests before and after prove a run left an input untouched."""
+    """Relative path -> "MODE SHA256" of a file, "dir MODE", or "link:TARGET", for everything
+    under root, hidden files included: equal digests before and after prove a run left an input
+    untouched (contents, names and permissions)."""
     root = str(root)
     out = {}
     for dp, dns, fns in os.walk(root):
         for d in dns:
             p = os.path.join(dp, d)
-            out[os.path.relpath(p, root)] = "link:" + os.readlink(p) if os.path.islink(p) else "dir"
+            out[os.path.relpath(p, root)] = "link:" + os.readlink(p) if os.path.islink(p) else f"dir {os.lstat(p).st_mode:o}"
         for f in fns:
             p = os.path.join(dp, f)
             if os.path.islink(p):
@@ -157,7 +166,7 @@ def tree_digest(root) -> dict[str, str]:
             with open(p, "rb") as fh:
                 for b in iter(lambda: fh.read(1 << 20), b""):
                     h.update(b)
-            out[os.path.relpath(p, root)] = h.hexdigest()
+            out[os.path.relpath(p, root)] = f"{os.lstat(p).st_mode:o} {h.hexdigest()}"
     return out
 
 

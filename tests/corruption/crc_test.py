@@ -26,27 +26,21 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import zipfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import TALLY, fail, run  # noqa: E402
+
 DCPCTL, FIXTURES = sys.argv[1:3] if len(sys.argv) > 2 else ("", "")
 SANITIZED = "--sanitized" in sys.argv[3:]
 TIMEOUT = 600 if SANITIZED else 120
-failures = []
 
 
-def fail(msg):
-    failures.append(msg)
-    print("FAIL:", msg, flush=True)
-
-
-def run(*args):
-    p = subprocess.run([DCPCTL, *args], capture_output=True, text=True, timeout=TIMEOUT)
-    if p.returncode < 0 or "Sanitizer" in p.stderr:
-        fail(f"{' '.join(args)}: crashed (rc {p.returncode}): {p.stderr[-2000:]}")
-    return p
+def dcpctl(*args):
+    """dcpctl ARGS; a crash, a hang or a sanitizer report is a failure by itself (testlib.run)."""
+    return run(DCPCTL, *args, timeout=TIMEOUT)
 
 
 def zip_items(data):
@@ -89,7 +83,7 @@ def data_files(ckpt):
 
 
 def keys_of(ckpt):
-    p = run("inspect", "--json", ckpt)
+    p = dcpctl("inspect", "--json", ckpt)
     return {i["key"]: i for i in json.loads(p.stdout)["items"]} if p.returncode == 0 else {}
 
 
@@ -148,7 +142,7 @@ def check_case(name, ckpt, kind):
         where = f"{name} ({kind} flip at {os.path.basename(path)}:{pos})"
 
         # verify --deep names it.
-        p = run("verify", "--deep", "--json", bad)
+        p = dcpctl("verify", "--deep", "--json", bad)
         v = json.loads(p.stdout) if p.stdout.strip() else {}
         probs = v.get("problems", [])
         if p.returncode != 3:
@@ -180,11 +174,11 @@ def check_case(name, ckpt, kind):
         ran = 0
         for c in wanted:
             args, _ = cmds_good[c]
-            if run(*args).returncode != 0:
+            if dcpctl(*args).returncode != 0:
                 continue  # this layout is not one the command takes
             ran += 1
             args, dest = cmds_bad[c]
-            p = run(*args)
+            p = dcpctl(*args)
             if p.returncode != 3:
                 fail(f"{where}: {c} exit {p.returncode}, want 3 ({p.stderr.strip()[-300:]})")
             elif kind != "zstd" and "CRC-32" not in p.stderr:
@@ -204,10 +198,10 @@ def check_case(name, ckpt, kind):
             readers.append(["inspect", "--value", key, "{}"])
         read = 0
         for args in readers:
-            if run(*[good if a == "{}" else a for a in args]).returncode != 0:
+            if dcpctl(*[good if a == "{}" else a for a in args]).returncode != 0:
                 continue
             read += 1
-            p = run(*[bad if a == "{}" else a for a in args])
+            p = dcpctl(*[bad if a == "{}" else a for a in args])
             if p.returncode != 3:
                 fail(f"{where}: {args[0]} exit {p.returncode}, want 3 ({p.stderr.strip()[-300:]})")
         if kind != "value" and read == 0:
@@ -253,8 +247,8 @@ def main():
     untouched = sorted({j[0] for j in jobs} - done)
     if untouched:
         fail(f"cases with nothing to damage: {untouched}")
-    print(f"crc_test: {len(jobs) - len(skipped)} cases damaged and checked, {len(failures)} failure(s)")
-    return 1 if failures else 0
+    print(f"crc_test: {len(jobs) - len(skipped)} cases damaged and checked, {len(TALLY.failures)} failure(s)")
+    return 1 if TALLY.failures else 0
 
 
 def flip_tensor(path):

@@ -4,7 +4,6 @@ failed. Standard library only (the tests run without the virtualenv).
 A run "failed cleanly" when the process exited (no signal), printed no sanitizer report, stayed
 under the time and peak-RSS limits, and exited with the documented code the test expects.
 """
-import hashlib
 import os
 import resource
 import signal
@@ -13,13 +12,15 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import SANITIZER_MARKERS, tree_digest  # noqa: E402,F401 (tree_digest: for the tests that import harness)
+
 # dcpctl's documented exit codes (README, man page, cmd/exit_codes.h).
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INVALID, EXIT_IO, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5
 
 # Leaks inside LibTorch that dcpctl cannot avoid (see the file).
 LSAN_SUPPRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
 
-SANITIZER_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer", "runtime error:")
 
 
 class Result:
@@ -94,21 +95,6 @@ class Checker:
         if res.max_rss_mb > self.max_rss_mb:
             self.fail(f"peak RSS {res.max_rss_mb:.0f} MiB > {self.max_rss_mb} MiB: {res.describe()}")
         return res
-
-
-def tree_digest(path):
-    """sha256 of every file under path (names, modes and contents), to prove inputs are unchanged."""
-    h = hashlib.sha256()
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files) + [d + "/" for d in dirs]:
-            full = os.path.join(root, name.rstrip("/"))
-            st = os.lstat(full)
-            h.update(f"{os.path.relpath(full, path)}\0{st.st_mode:o}\0{st.st_size}\0".encode())
-            if not name.endswith("/") and os.path.isfile(full):
-                with open(full, "rb") as f:
-                    h.update(hashlib.sha256(f.read()).digest())
-    return h.hexdigest()
 
 
 def finish(checker, name):

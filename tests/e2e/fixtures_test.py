@@ -7,16 +7,19 @@ usage: fixtures_test.py DCPCTL FIXTURES_DIR
 """
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testlib  # noqa: E402
 
 # repr comparison for values JSON cannot hold exactly (NaN, sets, bytes, dtypes).
 REPR_TYPES = {"set", "bytes", "float", "dtype", "str", "int", "tuple", "list", "bool", "NoneType", "dict"}
 
 
-def run(args, want_rc=0):
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode != want_rc:
+def stdout_of(args, want_rc=0):
+    """The stdout of a run that must exit want_rc (else AssertionError, which the caller records)."""
+    p = testlib.run(args)
+    if p.returncode != want_rc or testlib.TALLY.failures:
         raise AssertionError(f"{' '.join(args)}: exit {p.returncode}, wanted {want_rc}\n{p.stderr}")
     return p.stdout
 
@@ -27,7 +30,7 @@ def check_case(dcpctl, case_dir, failures):
     keys = exp["keys"]
     name = os.path.basename(case_dir)
 
-    rep = json.loads(run([dcpctl, "inspect", "--json", ckpt]))
+    rep = json.loads(stdout_of([dcpctl, "inspect", "--json", ckpt]))
     items = {it["key"]: it for it in rep["items"]}
     if set(items) != set(keys):
         failures.append(f"{name}: inspect keys differ: missing {sorted(set(keys) - set(items))[:5]}, "
@@ -51,7 +54,7 @@ def check_case(dcpctl, case_dir, failures):
     if not rep["summary"]["complete"] or rep["problems"]:
         failures.append(f"{name}: inspect reports problems: {rep['problems'][:3]}")
 
-    ver = json.loads(run([dcpctl, "verify", "--deep", "--checksum", "--json", ckpt]))
+    ver = json.loads(stdout_of([dcpctl, "verify", "--deep", "--checksum", "--json", ckpt]))
     if not ver["ok"]:
         failures.append(f"{name}: verify --deep found problems: {ver['problems'][:3]}")
     for k, e in keys.items():
@@ -63,7 +66,7 @@ def check_case(dcpctl, case_dir, failures):
     bytes_keys = [k for k, e in keys.items() if e["kind"] == "bytes"]
     for k in bytes_keys if len(bytes_keys) <= 24 else bytes_keys[:12]:
         e = keys[k]
-        got = json.loads(run([dcpctl, "inspect", "--json", "--value", k, ckpt]))
+        got = json.loads(stdout_of([dcpctl, "inspect", "--json", "--value", k, ckpt]))
         if e["value"] is not None and got["value"] != e["value"]:
             failures.append(f"{name}: {k}: value {got['value']!r} != {e['value']!r}")
         elif e["python_type"] in REPR_TYPES and len(e["repr"]) < 200 and got["repr"] != e["repr"]:
@@ -78,10 +81,10 @@ def check_zstd_reshard(dcpctl, case_dir, failures):
     exp = json.load(open(os.path.join(case_dir, "expected.json")))["keys"]
     with tempfile.TemporaryDirectory(prefix="dcpctl-e2e-") as tmp:
         out = os.path.join(tmp, "w8")
-        rep = json.loads(run([dcpctl, "reshard", os.path.join(case_dir, "ckpt"), "-o", out, "-w", "8", "--json", "-q"]))
+        rep = json.loads(stdout_of([dcpctl, "reshard", os.path.join(case_dir, "ckpt"), "-o", out, "-w", "8", "--json", "-q"]))
         if rep.get("chunk_decodes") != 9:
             failures.append(f"zstd reshard -w 8: {rep.get('chunk_decodes')} chunk decodes, want 9 (each zstd chunk once)")
-        ver = json.loads(run([dcpctl, "verify", "--deep", "--checksum", "--json", out]))
+        ver = json.loads(stdout_of([dcpctl, "verify", "--deep", "--checksum", "--json", out]))
         for k, e in exp.items():
             if e["kind"] == "tensor" and ver["checksums"].get(k) != e["sha256"]:
                 failures.append(f"zstd reshard -w 8: {k}: sha256 {ver['checksums'].get(k)} != torch's {e['sha256']}")

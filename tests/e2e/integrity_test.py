@@ -23,22 +23,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tally import Tally  # noqa: E402
-
-TALLY = Tally()
-
-
-check = TALLY.check
-
-
-def run(dcpctl: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([dcpctl, *args], capture_output=True, text=True, timeout=300)
+from testlib import check, run, summary  # noqa: E402
 
 
 def verify_json(dcpctl: str, ckpt: Path, *extra: str) -> tuple[int, dict]:
@@ -145,7 +135,7 @@ def main() -> int:
     check(r.returncode == 0 and json.loads(r.stdout)["framework"] == {"name": "lightning", "files": ["meta.pt"]},
           f"{light}: framework {r.stdout[:200]}")
 
-    return TALLY.summary("integrity_test")
+    return summary("integrity_test")
 
 
 if __name__ == "__main__":

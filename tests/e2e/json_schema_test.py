@@ -40,6 +40,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from skip import skip_or_fail  # noqa: E402
+from testlib import TALLY, crash_of, fail, run, summary  # noqa: E402
 
 try:
     import jsonschema
@@ -102,18 +103,11 @@ OPTIONAL = {
 
 DCPCTL = FIXTURES = SCHEMAS = None
 TIMEOUT = 120
-failures = []
-passed = 0
-
-
-def fail(msg):
-    failures.append(msg)
-    print("FAIL", msg, flush=True)
 
 
 def ok(msg=None):
-    global passed
-    passed += 1
+    """One passing check (testlib's count)."""
+    TALLY.passed += 1
     if msg:
         print("PASS", msg, flush=True)
 
@@ -207,19 +201,16 @@ class Case:
 
 
 def run_dcpctl(args, env=None, timeout=None):
-    e = dict(os.environ, **(env or {}))
-    return subprocess.run([DCPCTL, *args], capture_output=True, text=True, timeout=timeout or TIMEOUT, env=e)
+    """dcpctl ARGS with env added; a crash or a timeout is a failure by itself (testlib.run)."""
+    return run(DCPCTL, *args, timeout=timeout or TIMEOUT, env=dict(os.environ, **(env or {})))
 
 
 def execute(case):
     """Runs a case: its exit code, one JSON document on stdout, no crash."""
-    try:
-        p = run_dcpctl(case.args, case.env)
-    except subprocess.TimeoutExpired:
-        return f"{case.label}: dcpctl {' '.join(case.args)} still running after {TIMEOUT} s"
+    p = run_dcpctl(case.args, case.env)
     what = f"{case.label}: dcpctl {' '.join(case.args)}"
-    if p.returncode < 0 or "Sanitizer" in p.stderr or "runtime error:" in p.stderr:
-        return f"{what}: crashed (rc {p.returncode}): {p.stderr[-1500:]}"
+    if crash_of(p):
+        return f"{what}: {crash_of(p)}"
     if p.returncode != case.rc:
         return f"{what}: exit {p.returncode}, want {case.rc}: {p.stderr.strip()[:600]}"
     try:
@@ -758,7 +749,7 @@ def main():
             err = execute(c)
             if err:
                 fail(err)
-        if failures:
+        if TALLY.failures:
             return finish()
         cases = writes + cases_for(paths, work)
         failing_prune, undo = prune_failure_case(work)
@@ -804,8 +795,7 @@ def main():
 
 
 def finish():
-    print(f"json_schema_test: {passed} passed, {len(failures)} failed", flush=True)
-    return 1 if failures else 0
+    return summary("json_schema_test")
 
 
 if __name__ == "__main__":

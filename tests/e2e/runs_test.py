@@ -18,16 +18,20 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testlib  # noqa: E402
+
 DCPCTL = FIX = None
-RESULTS = {"passed": 0, "failed": 0, "n/a": 0}
+RESULTS = {"n/a": 0}
 LAYOUTS = {"dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp", "hf-safetensors"}
 EXPECTED_LAYOUT = {"dcp": "dcp", "hf_safetensors_consolidated": "hf-safetensors"}
 
 
-def check(name, ok, detail=""):
-    RESULTS["passed" if ok else "failed"] += 1
-    print(("PASS " if ok else "FAIL ") + name + ("" if ok or not detail else ": " + detail), flush=True)
-    return ok
+def expect(name, ok, detail=""):
+    """One check named first (testlib.check): prints PASS/FAIL NAME."""
+    if ok:
+        print("PASS " + name, flush=True)
+    return testlib.check(ok, name + ("" if not detail else ": " + detail))
 
 
 def not_applicable(name, reason):
@@ -37,12 +41,12 @@ def not_applicable(name, reason):
 
 def dc(name, args, rc=0, err=(), out=()):
     """Runs dcpctl; one check: exit code `rc`, no crash, stderr naming each of `err`, stdout each of `out`."""
-    p = subprocess.run([DCPCTL, *args], capture_output=True, text=True, timeout=300)
-    if p.returncode < 0:
-        check(name, False, f"dcpctl {' '.join(args)} crashed with signal {-p.returncode}\n{p.stderr}")
+    p = testlib.run(DCPCTL, *args, timeout=300)  # a crash is a failure there, and fails this check too
+    if testlib.crash_of(p):
+        expect(name, False, f"dcpctl {' '.join(args)}: {testlib.crash_of(p)}")
         return p
     missing = [s for s in err if s not in p.stderr] + [s for s in out if s not in p.stdout]
-    check(name, p.returncode == rc and not missing,
+    expect(name, p.returncode == rc and not missing,
           f"dcpctl {' '.join(args)}: exit {p.returncode} (wanted {rc})"
           + (f", output lacks {missing}" if missing else "") + f"\nstderr: {p.stderr.strip()[:600]}")
     return p
@@ -52,7 +56,7 @@ def parse_json(name, p):
     try:
         return json.loads(p.stdout)
     except ValueError as e:
-        check(name + ": stdout is JSON", False, f"{e}: {p.stdout[:300]!r}")
+        expect(name + ": stdout is JSON", False, f"{e}: {p.stdout[:300]!r}")
         return None
 
 
@@ -175,16 +179,16 @@ def ls_json(name, run, rc=0):
     doc = parse_json(name, p) if p.returncode == 0 else None
     if doc is not None:
         bad = schema_problems(doc, run)
-        check(f"{name}: ls --json schema", not bad, "; ".join(bad[:6]))
+        expect(f"{name}: ls --json schema", not bad, "; ".join(bad[:6]))
     return doc
 
 
 def latest_is(name, run, want):
     p = dc(f"{name}: latest exits 0", ["latest", run])
-    check(f"{name}: latest prints exactly {os.path.basename(want)}", p.stdout == want + "\n", repr(p.stdout))
+    expect(f"{name}: latest prints exactly {os.path.basename(want)}", p.stdout == want + "\n", repr(p.stdout))
     p = dc(f"{name}: latest --json exits 0", ["latest", "--json", run])
     doc = parse_json(name + " latest", p) or {}
-    check(f"{name}: latest --json", doc.get("schema_version") == 1 and doc.get("run_folder") == run
+    expect(f"{name}: latest --json", doc.get("schema_version") == 1 and doc.get("run_folder") == run
           and doc.get("path") == want and doc.get("model_path") == want and isinstance(doc.get("step"), (int, type(None)))
           and doc.get("layout") in LAYOUTS
           and set(doc) == {"schema_version", "run_folder", "path", "model_path", "trainer", "step", "layout", "timing"}
@@ -192,18 +196,18 @@ def latest_is(name, run, want):
     # latest reads only what its answer needs: the checkpoints from the newest down to the answer.
     listed = [e["path"] for e in (ls_json(name + " (for latest)", run) or {"checkpoints": []})["checkpoints"]]
     if want in listed and isinstance(doc.get("timing"), dict):
-        check(f"{name}: latest judged only the checkpoints from the newest down to {os.path.basename(want)}",
+        expect(f"{name}: latest judged only the checkpoints from the newest down to {os.path.basename(want)}",
               doc["timing"].get("judged") == len(listed) - listed.index(want), repr(doc["timing"]))
 
 
 def real_run(name, run, exp_names, exp_layouts):
     doc = ls_json(name, run) or {"checkpoints": []}
     got = [e["name"] for e in doc["checkpoints"]]
-    check(f"{name}: lists {len(exp_names)} checkpoints in order", got == exp_names, f"{got} != {exp_names}")
-    check(f"{name}: all complete with torch's layouts",
+    expect(f"{name}: lists {len(exp_names)} checkpoints in order", got == exp_names, f"{got} != {exp_names}")
+    expect(f"{name}: all complete with torch's layouts",
           [(e["complete"], e["layout"]) for e in doc["checkpoints"]] == [(True, la) for la in exp_layouts],
           repr([(e["name"], e["complete"], e["layout"], e["why_incomplete"]) for e in doc["checkpoints"]]))
-    check(f"{name}: bytes are the files' sizes",
+    expect(f"{name}: bytes are the files' sizes",
           all(e["bytes"] == file_bytes(e["path"]) for e in doc["checkpoints"]), "")
     if not exp_names:
         return
@@ -212,7 +216,7 @@ def real_run(name, run, exp_names, exp_layouts):
     dc(f"{name}: inspect on the latest path", ["inspect", newest])
     dc(f"{name}: verify on the latest path", ["verify", newest])
     p = dc(f"{name}: ls (text) exits 0", ["ls", run])
-    check(f"{name}: ls text names every checkpoint and the newest",
+    expect(f"{name}: ls text names every checkpoint and the newest",
           all(n in p.stdout for n in exp_names) and f"newest complete: {newest}" in p.stdout, p.stdout[-300:])
 
 
@@ -232,7 +236,7 @@ def real_run_folders(tmp):
         real_run(case, run, names, ["dcp"] * len(names))
         if case == "run_ray":  # V2: timestamps, so no single step number
             doc = ls_json(case + " steps", run) or {"checkpoints": []}
-            check("run_ray: timestamp names have step null", all(e["step"] is None for e in doc["checkpoints"]), "")
+            expect("run_ray: timestamp names have step null", all(e["step"] is None for e in doc["checkpoints"]), "")
         else:  # the trial folder's parent holds no checkpoint itself; checkpoint_000003 holds a .pt only
             dc("run_ray_v1: ls on the experiment folder (no checkpoint subfolder) exits 2",
                ["ls", layout(case, "run")], 2, [layout(case, "run"), "no checkpoint"])
@@ -242,7 +246,7 @@ def real_run_folders(tmp):
                 ["reshard", run, "-w", "1", "-o", os.path.join(tmp, "resharded")]):
         dc(f"{cmd[0]} on a run folder exits 2 naming its checkpoints and the newest",
            cmd, 2, [run, "step-2", "step-4", "step-6", newest])
-    check("refused commands wrote nothing", not os.path.exists(os.path.join(tmp, "x.safetensors"))
+    expect("refused commands wrote nothing", not os.path.exists(os.path.join(tmp, "x.safetensors"))
           and not os.path.exists(os.path.join(tmp, "resharded")), str(os.listdir(tmp)))
 
 
@@ -258,7 +262,7 @@ def refusals(tmp):
     before = tree_state(empty)
     dc("ls on a folder with only non-checkpoints exits 2", ["ls", empty], 2, [empty, "no checkpoint"])
     dc("prune on a folder with only non-checkpoints exits 2", ["prune", "--keep", "1", empty], 2, [empty])
-    check("that folder is untouched", tree_state(empty) == before)
+    expect("that folder is untouched", tree_state(empty) == before)
 
 
 def naming_and_order(tmp):
@@ -270,14 +274,14 @@ def naming_and_order(tmp):
     got = [(e["name"], e["step"]) for e in doc["checkpoints"]]
     want = [("step-9", 9), ("step-10", 10), ("step-100", 100), ("step-101.tmp", 101), ("step-102-tmp", 102),
             ("step-103.partial", 103), ("step-104.incomplete", 104)]
-    check("names: ordered by number (step-9 before step-10), non-checkpoints never listed", got == want, repr(got))
+    expect("names: ordered by number (step-9 before step-10), non-checkpoints never listed", got == want, repr(got))
     flight = [e for e in doc["checkpoints"] if e["step"] and e["step"] > 100]
-    check("names: in-flight names are incomplete, why says so",
+    expect("names: in-flight names are incomplete, why says so",
           len(flight) == 4 and all(not e["complete"] and "in flight" in (e["why_incomplete"] or "") for e in flight),
           repr([(e["name"], e["why_incomplete"]) for e in flight]))
     latest_is("names (a complete step-N.tmp is not latest)", run, os.path.join(run, "step-100"))
     p = dc("names: ls text", ["ls", run])
-    check("names: ls text marks in-flight ones INCOMPLETE with why",
+    expect("names: ls text marks in-flight ones INCOMPLETE with why",
           p.stdout.count("INCOMPLETE") == 4 and p.stdout.count("why: its name marks a save in flight") == 4
           and "logs-2024" not in p.stdout and "step-30" not in p.stdout and "step-40" not in p.stdout, p.stdout)
 
@@ -318,7 +322,7 @@ def incomplete_cases(tmp):
         named = damage(bad)
         doc = ls_json(what, run) or {"checkpoints": [{}, {}]}
         e1, e2 = (doc["checkpoints"] + [{}, {}])[:2]
-        check(f"{what}: step-1 complete, step-2 incomplete naming {named}",
+        expect(f"{what}: step-1 complete, step-2 incomplete naming {named}",
               e1.get("complete") is True and e2.get("complete") is False and named in (e2.get("why_incomplete") or "")
               and e2.get("layout") == want_layout, repr(e2.get("why_incomplete")) + f" layout {e2.get('layout')}")
         # verify's report is data (stdout); ls's why is its first problem
@@ -331,7 +335,7 @@ def incomplete_cases(tmp):
     before = tree_state(run)
     dc("nothing complete: latest exits 3 naming each step", ["latest", run], 3, [run, "step-1", "step-2", "no complete"])
     dc("nothing complete: prune exits 3", ["prune", "--keep", "1", "--incomplete", run], 3, [run, "complete"])
-    check("nothing complete: prune removed nothing", tree_state(run) == before)
+    expect("nothing complete: prune removed nothing", tree_state(run) == before)
 
 
 # --- prune ----------------------------------------------------------------------------------
@@ -347,40 +351,40 @@ def prune_rules(tmp):
     not_checkpoints(run)
     state, out_state = tree_state(run), tree_state(outside)
     listed = {e["name"]: e for e in (ls_json("prune run", run) or {"checkpoints": []})["checkpoints"]}
-    check("prune run: the linked step-0 is listed as a symlink", listed.get("step-0", {}).get("symlink") is True, repr(listed.get("step-0")))
+    expect("prune run: the linked step-0 is listed as a symlink", listed.get("step-0", {}).get("symlink") is True, repr(listed.get("step-0")))
 
     dc("prune --keep 0 exits 2", ["prune", "--keep", "0", run], 2, ["--keep"])
     dc("prune --keep -3 exits 2", ["prune", "--keep", "-3", run], 2, ["--keep"])
     p = dc("prune --dry-run exits 0", ["prune", "--keep", "2", "--incomplete", "--dry-run", run])
-    check("prune --dry-run lists what would go", all(f"remove  {os.path.join(run, n)}" in p.stdout
+    expect("prune --dry-run lists what would go", all(f"remove  {os.path.join(run, n)}" in p.stdout
                                                      for n in ("step-1", "step-2", "step-3", "step-4")), p.stdout)
     p = dc("prune --dry-run --json exits 0", ["prune", "--keep", "2", "--dry-run", "--json", run])
     doc = parse_json("dry-run", p) or {}
-    check("prune --dry-run --json: removed step-2..4, kept the rest",
+    expect("prune --dry-run --json: removed step-2..4, kept the rest",
           [r["name"] for r in doc.get("removed", [])] == ["step-2", "step-3", "step-4"] and doc.get("dry_run") is True
           and sorted(k["name"] for k in doc.get("kept", [])) == ["step-0", "step-1", "step-5", "step-6", "step-7"]
           and doc.get("bytes_freed") == sum(listed[n]["bytes"] for n in ("step-2", "step-3", "step-4"))
           and doc.get("keep") == 2 and doc.get("incomplete") is False and doc.get("schema_version") == 1, repr(doc)[:800])
-    check("prune --dry-run / --keep 0: the run folder is byte-identical", tree_state(run) == state)
+    expect("prune --dry-run / --keep 0: the run folder is byte-identical", tree_state(run) == state)
 
     p = dc("prune --keep 2 --json exits 0", ["prune", "--keep", "2", "--json", run])
     doc = parse_json("prune", p) or {}
-    check("prune --keep 2: report names step-2..4 removed", doc.get("dry_run") is False
+    expect("prune --keep 2: report names step-2..4 removed", doc.get("dry_run") is False
           and [r["name"] for r in doc.get("removed", [])] == ["step-2", "step-3", "step-4"], repr(doc)[:600])
     left = sorted(os.listdir(run))
-    check("prune --keep 2: exactly step-2..4 gone, no hidden leftovers",
+    expect("prune --keep 2: exactly step-2..4 gone, no hidden leftovers",
           left == sorted(["step-0", "step-1", "step-5", "step-6", "step-7", "logs-2024", "step-30", "step-40"]), repr(left))
     kept_same = {k: v for k, v in state.items() if not k.split(os.sep)[0] in ("step-2", "step-3", "step-4")}
-    check("prune --keep 2: everything else byte-identical", tree_state(run) == kept_same)
-    check("prune --keep 2: the symlinked checkpoint's target intact", tree_state(outside) == out_state)
+    expect("prune --keep 2: everything else byte-identical", tree_state(run) == kept_same)
+    expect("prune --keep 2: the symlinked checkpoint's target intact", tree_state(outside) == out_state)
 
     p = dc("prune --keep 1 --incomplete exits 0", ["prune", "--keep", "1", "--incomplete", run])
     left = sorted(os.listdir(run))
-    check("prune --keep 1 --incomplete: old incomplete step-1 and step-5 gone; newest, in-flight step-7, link, "
+    expect("prune --keep 1 --incomplete: old incomplete step-1 and step-5 gone; newest, in-flight step-7, link, "
           "non-checkpoints stay", left == sorted(["step-0", "step-6", "step-7", "logs-2024", "step-30", "step-40"]), repr(left))
-    check("... and what stays is byte-identical", tree_state(run) == {k: v for k, v in kept_same.items()
+    expect("... and what stays is byte-identical", tree_state(run) == {k: v for k, v in kept_same.items()
                                                                      if k.split(os.sep)[0] not in ("step-1", "step-5")})
-    check("... and the link target intact", tree_state(outside) == out_state)
+    expect("... and the link target intact", tree_state(outside) == out_state)
     latest_is("after prune", run, os.path.join(run, "step-6"))
 
 
@@ -397,12 +401,12 @@ def symlinks_inside(tmp):
     os.symlink(outside, os.path.join(victim, "up"))
     put(run, "step-2", sample())
     doc = ls_json("links", run) or {"checkpoints": []}
-    check("links: step-1 (data file linked from outside) is complete", [e["complete"] for e in doc["checkpoints"]] == [True, True])
+    expect("links: step-1 (data file linked from outside) is complete", [e["complete"] for e in doc["checkpoints"]] == [True, True])
     before = tree_state(outside)
     p = dc("links: prune --keep 1 exits 0", ["prune", "--keep", "1", run])
-    check("links: prune says what it removed", f"removed {victim}" in p.stdout, p.stdout)
-    check("links: step-1 gone, step-2 kept", sorted(os.listdir(run)) == ["step-2"], repr(os.listdir(run)))
-    check("links: every link target outside the run folder survives intact", tree_state(outside) == before)
+    expect("links: prune says what it removed", f"removed {victim}" in p.stdout, p.stdout)
+    expect("links: step-1 gone, step-2 kept", sorted(os.listdir(run)) == ["step-2"], repr(os.listdir(run)))
+    expect("links: every link target outside the run folder survives intact", tree_state(outside) == before)
 
 
 def symlinked_checkpoint(tmp):
@@ -414,11 +418,11 @@ def symlinked_checkpoint(tmp):
     before = tree_state(outside)
     p = dc("linked: prune --keep 1 --incomplete --json exits 0", ["prune", "--keep", "1", "--incomplete", "--json", run])
     doc = parse_json("linked", p) or {}
-    check("linked: the symlinked step-1 is kept (reason says link)",
+    expect("linked: the symlinked step-1 is kept (reason says link)",
           any(k["name"] == "step-1" and "link" in k["reason"] for k in doc.get("kept", [])), repr(doc.get("kept")))
-    check("linked: the link stays and step-2 is gone", sorted(os.listdir(run)) == ["step-1", "step-3"]
+    expect("linked: the link stays and step-2 is gone", sorted(os.listdir(run)) == ["step-1", "step-3"]
           and os.path.islink(os.path.join(run, "step-1")), repr(os.listdir(run)))
-    check("linked: the link's target intact", tree_state(outside) == before)
+    expect("linked: the link's target intact", tree_state(outside) == before)
 
 
 def newest_survives(name, run, *prune_args):
@@ -428,7 +432,7 @@ def newest_survives(name, run, *prune_args):
     before = latest().stdout
     dc(f"{name}: prune exits 0", ["prune", *prune_args, run])
     after, ver = latest(), subprocess.run([DCPCTL, "verify", before.strip()], capture_output=True, text=True, timeout=300)
-    check(f"{name}: the newest complete survives prune", after.returncode == 0 and after.stdout == before
+    expect(f"{name}: the newest complete survives prune", after.returncode == 0 and after.stdout == before
           and ver.returncode == 0, f"latest was {before.strip()}; now exit {after.returncode} {after.stdout.strip()!r}"
           f" {after.stderr.strip()!r}; verify on it exits {ver.returncode}: {(ver.stderr or ver.stdout).strip()[:300]}")
 
@@ -469,9 +473,9 @@ def unremovable(tmp):
     try:
         others = {n: tree_state(os.path.join(run, n)) for n in ("step-2", "step-3")}
         dc(f"{name} ({how}): exit 4 naming it", ["prune", "--keep", "2", run], 4, [victim])
-        check(f"{name}: the remains keep the original name, no hidden leftovers",
+        expect(f"{name}: the remains keep the original name, no hidden leftovers",
               os.path.isdir(victim) and os.path.exists(pinned) and not hidden_leftovers(run), repr(os.listdir(run)))
-        check(f"{name}: the other checkpoints are untouched",
+        expect(f"{name}: the other checkpoints are untouched",
               all(tree_state(os.path.join(run, n)) == s for n, s in others.items()))
     finally:
         undo()
@@ -508,7 +512,7 @@ def mid_run_changes(tmp):
 
 def mid_run_steps(run, hidden, proc):
     st = wait_state(proc.pid)
-    stopped = check("mid-run: prune stops itself after renaming the victim", st == "T" and os.path.isdir(hidden)
+    stopped = expect("mid-run: prune stops itself after renaming the victim", st == "T" and os.path.isdir(hidden)
                     and not os.path.exists(os.path.join(run, "step-1")), f"state {st}, {os.listdir(run)}")
     new_state = None
     if stopped:
@@ -525,12 +529,12 @@ def mid_run_steps(run, hidden, proc):
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-    check("mid-run: prune finishes with exit 0", proc.returncode == 0, f"exit {proc.returncode}: {err}")
-    check("mid-run: the victim fully gone, no hidden dir left",
+    expect("mid-run: prune finishes with exit 0", proc.returncode == 0, f"exit {proc.returncode}: {err}")
+    expect("mid-run: the victim fully gone, no hidden dir left",
           not os.path.exists(hidden) and not hidden_leftovers(run) and not os.path.exists(os.path.join(run, "step-1")),
           repr(os.listdir(run)))
     if stopped:
-        check("mid-run: the step written meanwhile is untouched",
+        expect("mid-run: the step written meanwhile is untouched",
               tree_state(os.path.join(run, "step-4")) == new_state and os.path.isdir(os.path.join(run, "step-2")))
         latest_is("mid-run", run, os.path.join(run, "step-4"))
 
@@ -546,17 +550,17 @@ def interrupted_prune(tmp):
     st = wait_state(proc.pid)
     proc.kill()
     proc.communicate()
-    if not check("interrupted: prune stopped after the rename, then killed", st == "T" and os.path.isdir(hidden), f"state {st}"):
+    if not expect("interrupted: prune stopped after the rename, then killed", st == "T" and os.path.isdir(hidden), f"state {st}"):
         return
     doc = ls_json("interrupted: ls --json", run)
     if doc is not None:
-        check("interrupted: the remains are no checkpoint, and are named as remains",
+        expect("interrupted: the remains are no checkpoint, and are named as remains",
               [c["name"] for c in doc["checkpoints"]] == ["step-2", "step-3"] and doc["prune_leftovers"] == [hidden],
               json.dumps(doc)[:400])
     dc("interrupted: ls names the remains", ["ls", run], out=(".dcpctl-prune-step-1",))
     latest_is("interrupted", run, os.path.join(run, "step-3"))
     dc("interrupted: the next prune finishes the removal", ["prune", "--keep", "2", run], out=(hidden,))
-    check("interrupted: nothing left but step-2 and step-3", sorted(os.listdir(run)) == ["step-2", "step-3"], repr(os.listdir(run)))
+    expect("interrupted: nothing left but step-2 and step-3", sorted(os.listdir(run)) == ["step-2", "step-3"], repr(os.listdir(run)))
 
 
 def save_in_flight(tmp):
@@ -566,8 +570,8 @@ def save_in_flight(tmp):
     put(run, "step-4.tmp", sample())
     keep = {n: tree_state(os.path.join(run, n)) for n in ("step-2", "step-3", "step-4.tmp")}
     p = dc("in flight: prune -q --keep 1 --incomplete exits 0", ["prune", "-q", "--keep", "1", "--incomplete", run])
-    check("in flight: prune -q prints nothing", p.stdout == "", repr(p.stdout))
-    check("in flight: step-1 removed; step-2 and the newer incomplete step-3, step-4.tmp survive intact",
+    expect("in flight: prune -q prints nothing", p.stdout == "", repr(p.stdout))
+    expect("in flight: step-1 removed; step-2 and the newer incomplete step-3, step-4.tmp survive intact",
           sorted(os.listdir(run)) == sorted(keep) and all(tree_state(os.path.join(run, n)) == s for n, s in keep.items()),
           repr(os.listdir(run)))
 
@@ -589,13 +593,12 @@ def main():
             try:
                 scenario(work)
             except Exception as e:  # a scenario that cannot go on is one failure, not the end of the run
-                check(f"{scenario.__name__}: ran to the end", False, f"{type(e).__name__}: {e}")
-    check("tests/fixtures unmodified", tree_state(FIX) == fixtures_before)
+                expect(f"{scenario.__name__}: ran to the end", False, f"{type(e).__name__}: {e}")
+    expect("tests/fixtures unmodified", tree_state(FIX) == fixtures_before)
     if RESULTS["n/a"]:
-        print(f"({RESULTS['n/a']} check(s) not applicable here, see N/A above)")
+        print(f"({RESULTS['n/a']} expect(s) not applicable here, see N/A above)")
     print(f"({time.time() - start:.1f} s)")
-    print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
-    return 0 if RESULTS["failed"] == 0 else 1
+    return testlib.summary("runs_test")
 
 
 if __name__ == "__main__":

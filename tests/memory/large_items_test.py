@@ -34,8 +34,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-import torch.distributed.checkpoint as dcp
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import testlib  # noqa: E402
+from testlib import run  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
 
 TENSOR_MIB = 320
 BYTES_MIB = 160
@@ -43,9 +47,12 @@ MAX_MEMORY_MIB = 64
 BASELINE_MIB = 224
 
 
-def run(dcpctl: str, args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
-    r = subprocess.run(["/usr/bin/time", "-f", "%M", dcpctl, *args], capture_output=True, text=True, timeout=900)
-    peak_mib = int(r.stderr.strip().splitlines()[-1]) / 1024
+def timed(dcpctl: str, args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """dcpctl ARGS under GNU time: (the run, its peak RSS in MiB); a crash or a hang is a failure
+    by itself (testlib.run)."""
+    r = run("/usr/bin/time", "-f", "%M", dcpctl, *args, timeout=900)
+    lines = r.stderr.strip().splitlines()
+    peak_mib = int(lines[-1]) / 1024 if lines and lines[-1].isdigit() else float("inf")
     return r, peak_mib
 
 
@@ -100,19 +107,14 @@ def main() -> int:
         dcp.save({"big": big, "small": torch.ones(3, 5), "blob": blob}, checkpoint_id=str(ck), no_dist=True)
         want = hashlib.sha256(big.numpy().tobytes()).hexdigest()
         limit = MAX_MEMORY_MIB + BASELINE_MIB
-        failures = []
-
-        def check(label: str, ok: bool, what: str) -> None:
-            print(f"{'ok  ' if ok else 'FAIL'} {label}: {what}")
-            if not ok:
-                failures.append(f"{label}: {what}")
+        check = testlib.check_labelled
 
         mm = ["--max-memory", f"{MAX_MEMORY_MIB}MiB", "--threads", "2"]
-        r, peak = run(dcpctl, ["verify", "--deep", "--checksum", "--json", *mm, str(ck_t)])
+        r, peak = timed(dcpctl, ["verify", "--deep", "--checksum", "--json", *mm, str(ck_t)])
         check("verify --deep --checksum", r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
         check("verify --deep --checksum", f'"big": "{want}"' in r.stdout.replace('":"', '": "'), "sha256 of big equals hashlib's")
         check("verify --deep --checksum", peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
-        r, peak = run(dcpctl, ["verify", "--deep", *mm, str(ck_t)])
+        r, peak = timed(dcpctl, ["verify", "--deep", *mm, str(ck_t)])
         check("verify --deep", r.returncode == 0, f"exit {r.returncode}")
         check("verify --deep", peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
         # consolidate, every output format, plain and cast: the tensor is one chunk, copied in
@@ -128,7 +130,7 @@ def main() -> int:
             buffered = "buffered" in extra
             if not buffered:
                 evict(ck_t)
-            r, peak = run(dcpctl, ["consolidate", str(ck_t), "-o", str(tmp / name), *extra, *mm])
+            r, peak = timed(dcpctl, ["consolidate", str(ck_t), "-o", str(tmp / name), *extra, *mm])
             check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
             if r.returncode == 0 and name in ("model.safetensors", "model-buffered.safetensors", "model.pt", "model-buffered.pt"):
                 check_cache(check, label, ck_t, tmp / name, not buffered)
@@ -150,7 +152,7 @@ def main() -> int:
             buffered = "buffered" in extra
             if not buffered:
                 evict(ck)
-            r, peak = run(dcpctl, ["reshard", str(ck), "-o", str(out), "-w", "2", *extra, *mm])
+            r, peak = timed(dcpctl, ["reshard", str(ck), "-o", str(out), "-w", "2", *extra, *mm])
             check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
             check(label, peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
             if r.returncode != 0:
@@ -165,8 +167,7 @@ def main() -> int:
             check("reshard -w 2", same, "--io direct and --io buffered write the same rank files")
         remove(tmp / "out")
         remove(tmp / "out-buffered")
-        print(f"{len(failures)} failure(s)")
-        return 1 if failures else 0
+        return testlib.summary("large_items_test")
 
 
 if __name__ == "__main__":

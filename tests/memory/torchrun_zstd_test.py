@@ -22,14 +22,16 @@ Exit status: 0 pass, 1 failure.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-import torch.distributed.checkpoint as dcp
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import testlib  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
 from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint._extension import ZStandard
@@ -40,9 +42,7 @@ WINDOWS_MIB = 4 * 16
 
 def launch(dcpctl: str, args: list[str], world: int = 2) -> list[tuple[int, float, str]]:
     """Runs every rank at once; returns (exit code, peak MiB, stderr) per rank."""
-    with socket.socket() as s:  # a free port for rank 0's store, released just before use
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = testlib.free_port()  # for rank 0's store, released just before use
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -66,12 +66,7 @@ def main() -> int:
                  for i, (k, mib) in enumerate(zip("abcd", (64, 32, 64, 64)))}
         ck = tmp / "ck"
         dcp.save(state, storage_writer=FileSystemWriter(str(ck), _extensions=[ZStandard()]), no_dist=True)
-        failures = []
-
-        def check(label: str, ok: bool, what: str) -> None:
-            print(f"{'ok  ' if ok else 'FAIL'} {label}: {what}")
-            if not ok:
-                failures.append(f"{label}: {what}")
+        check = testlib.check_labelled
 
         out = tmp / "model.safetensors"
         common = ["consolidate", str(ck), "-o", str(out), "--threads", "2", "-q"]
@@ -92,8 +87,7 @@ def main() -> int:
             same = sorted(got) == sorted(state) and all(
                 got[k].dtype == v.dtype and torch.equal(got[k].view(torch.int32), v.view(torch.int32)) for k, v in state.items())
             check("--max-memory 200MiB", same, "the file holds torch's four tensors, bit for bit")
-        print(f"{len(failures)} failure(s)")
-        return 1 if failures else 0
+        return testlib.summary("torchrun_zstd_test")
 
 
 if __name__ == "__main__":

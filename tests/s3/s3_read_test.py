@@ -86,7 +86,7 @@ except MissingServer as e:
 
 from fault_proxy import FaultProxy  # noqa: E402
 from harness import schema_errors, section  # noqa: E402
-from tally import Tally  # noqa: E402
+from testlib import TALLY, run  # noqa: E402
 
 OK, FAILURE, USAGE, INVALID, IO, UNSUPPORTED = 0, 1, 2, 3, 4, 5
 DCPCTL, FIXTURES, SCHEMAS = (os.path.abspath(a) for a in (OPTS.dcpctl, OPTS.fixtures, OPTS.schemas))
@@ -95,12 +95,12 @@ RUN_PARTS = OPTS.parts.split(",")
 if not set(RUN_PARTS) <= set(PARTS):
     ARGS.error(f"--parts: unknown {sorted(set(RUN_PARTS) - set(PARTS))}; expected some of {','.join(PARTS)}")
 BUCKET = "ckpts"
-TALLY = Tally()
 check = TALLY.check
 
 
-def run(args, env, timeout=300):
-    return subprocess.run([DCPCTL] + args, env=env, capture_output=True, text=True, timeout=timeout)
+def dcpctl(args, env, timeout=300):
+    """dcpctl ARGS against the server; a crash is a failure by itself (testlib.run)."""
+    return run(DCPCTL, *args, env=env, timeout=timeout)
 
 
 # Keys whose values differ between two runs of the same command (clocks, memory, file times).
@@ -118,8 +118,8 @@ def scrub(node):
 
 def same_json(cmd, local_path, url, env, schema, code=OK):
     """Runs `dcpctl CMD... --json` on both, compares them with the local path read as the URL."""
-    lr = run(cmd + [local_path, "--json"], env)
-    rr = run(cmd + [url, "--json"], env)
+    lr = dcpctl(cmd + [local_path, "--json"], env)
+    rr = dcpctl(cmd + [url, "--json"], env)
     what = f"{' '.join(cmd)} {url}"
     if not check(lr.returncode == code and rr.returncode == code,
                  f"{what}: exit {rr.returncode} (local {lr.returncode}), expected {code}: {rr.stderr.strip()[-400:]}"):
@@ -150,8 +150,8 @@ def same_output(cmd, local_path, url, out_name, env, work):
     lo, ro = os.path.join(work, "local", out_name), os.path.join(work, "s3", out_name)
     os.makedirs(os.path.dirname(lo.rstrip("/")), exist_ok=True)
     os.makedirs(os.path.dirname(ro.rstrip("/")), exist_ok=True)
-    lr = run(cmd + [local_path, "-o", lo, "--json"], env)
-    rr = run(cmd + [url, "-o", ro, "--json"], env)
+    lr = dcpctl(cmd + [local_path, "-o", lo, "--json"], env)
+    rr = dcpctl(cmd + [url, "-o", ro, "--json"], env)
     what = f"{' '.join(cmd)} {url} -o {out_name}"
     if not check(lr.returncode == OK and rr.returncode == OK,
                  f"{what}: exit {rr.returncode} (local {lr.returncode}): {rr.stderr.strip()[-400:]}{lr.stderr.strip()[-200:]}"):
@@ -160,7 +160,7 @@ def same_output(cmd, local_path, url, out_name, env, work):
         # A DCP .metadata records where it was written (storage_meta), so two local runs differ
         # there too: the data files byte for byte, and the two checkpoints key by key.
         check(same_tree(lo, ro, skip={".metadata"}), f"{what}: data files differ from the local run's")
-        d = run(["diff", lo, ro], env)
+        d = dcpctl(["diff", lo, ro], env)
         check(d.returncode == OK, f"{what}: dcpctl diff of the two outputs: exit {d.returncode}: {d.stdout[-300:]}")
     else:
         check(same_tree(lo, ro), f"{what}: output differs from the local run's")
@@ -228,7 +228,7 @@ def command_cases(env, work):
     for name in SIBLINGS:
         same_json(["inspect"], loc("sample/ckpt"), url(f"siblings/{name}"), env, "inspect")
     for rel in ["sample/ckpt", "layouts/safetensors_items/ckpt", "hf_bin/sharded"]:
-        r = run(["diff", url(rel), loc(rel)], env)
+        r = dcpctl(["diff", url(rel), loc(rel)], env)
         check(r.returncode == OK, f"diff {url(rel)} {loc(rel)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
     for i, rel in enumerate(["sample/ckpt", "multi_file/ckpt", "zstd/ckpt", "all_dtypes_sharded/ckpt",
                              "layouts/rank_local/ckpt", "layouts/safetensors_items/ckpt", "layouts/hf_sharded/ckpt"]):
@@ -241,7 +241,7 @@ def command_cases(env, work):
                 "lightning.pt", env, work)
     same_output(["reshard", "--world-size", "3"], loc("sample/ckpt"), url("sample/ckpt"), "w3", env, work)
     same_output(["cast", "--dtype", "bf16"], loc("sample/ckpt"), url("sample/ckpt"), "bf16", env, work)
-    r = run(["bench", "staging", "--host-only", "--from-checkpoint", url("sample/ckpt"), "--json"], env)
+    r = dcpctl(["bench", "staging", "--host-only", "--from-checkpoint", url("sample/ckpt"), "--json"], env)
     check(r.returncode == OK and "s3" in json.loads(r.stdout or "{}"),
           f"bench staging --from-checkpoint s3://: exit {r.returncode}: {r.stderr.strip()[-300:]}")
 
@@ -266,7 +266,7 @@ def sample_reference(env, work):
     path = os.path.join(work, "local", "c0.safetensors")
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        r = run(["consolidate", loc("sample/ckpt"), "-o", path], env)
+        r = dcpctl(["consolidate", loc("sample/ckpt"), "-o", path], env)
         check(r.returncode == OK, f"consolidate {loc('sample/ckpt')}: exit {r.returncode}: {r.stderr[-300:]}")
     return path
 
@@ -313,7 +313,7 @@ def bytes_fetched_cases(s3, env, work):
     s3.upload_dir(local, BUCKET, "adam")
     total = sum(os.path.getsize(os.path.join(local, f)) for f in os.listdir(local))
     meta = os.path.getsize(os.path.join(local, ".metadata"))
-    r = run(["consolidate", f"s3://{BUCKET}/adam", "--select", "app.model", "-o", os.path.join(work, "m.safetensors"),
+    r = dcpctl(["consolidate", f"s3://{BUCKET}/adam", "--select", "app.model", "-o", os.path.join(work, "m.safetensors"),
              "--json"], env)
     if check(r.returncode == OK, f"consolidate --select app.model: exit {r.returncode}: {r.stderr[-300:]}"):
         got = json.loads(r.stdout)["s3"]["bytes_fetched"]
@@ -322,7 +322,7 @@ def bytes_fetched_cases(s3, env, work):
         check(model_bytes + meta <= got <= model_bytes + meta + 64 * 1024,
               f"--select app.model fetched {got} bytes; the model is {model_bytes} and .metadata {meta}")
         check(got < total / 2, f"--select app.model fetched {got} of the checkpoint's {total} bytes")
-    r = run(["consolidate", f"s3://{BUCKET}/adam", "-o", os.path.join(work, "all.safetensors"), "--json"], env)
+    r = dcpctl(["consolidate", f"s3://{BUCKET}/adam", "-o", os.path.join(work, "all.safetensors"), "--json"], env)
     if check(r.returncode == OK, f"consolidate (all): exit {r.returncode}: {r.stderr[-300:]}"):
         got = json.loads(r.stdout)["s3"]["bytes_fetched"]
         print(f"  whole consolidate fetched {got} bytes of {total}", flush=True)
@@ -416,23 +416,23 @@ def real_writer_cases(s3, env, work):
         # dcpctl on a downloaded copy, and on the checkpoint in place
         local = s3.download(BUCKET, prefix + "/", os.path.join(work, f"writers-{name}"))
         local_pt, s3_pt = os.path.join(work, f"writers-{name}-local.pt"), os.path.join(work, f"writers-{name}-s3.pt")
-        r = run(["consolidate", str(local), "-o", local_pt], env)
+        r = dcpctl(["consolidate", str(local), "-o", local_pt], env)
         if check(r.returncode == OK, f"{name}: consolidate of the downloaded copy: exit {r.returncode}: {r.stderr[-300:]}"):
             same_values(torch.load(local_pt, weights_only=True), sd, f"{name}: dcpctl's .pt of the downloaded copy")
-        r = run(["consolidate", url, "-o", s3_pt], env)
+        r = dcpctl(["consolidate", url, "-o", s3_pt], env)
         if check(r.returncode == OK, f"{name}: consolidate {url}: exit {r.returncode}: {r.stderr[-300:]}"):
             check(os.path.isfile(local_pt) and filecmp.cmp(s3_pt, local_pt, shallow=False),
                   f"{name}: the .pt read from s3:// differs from the one read from the downloaded copy")
         out = os.path.join(work, f"writers-{name}.safetensors")
-        r = run(["consolidate", url, "-o", out], env)
+        r = dcpctl(["consolidate", url, "-o", out], env)
         if check(r.returncode == OK, f"{name}: consolidate {url} -o .safetensors: exit {r.returncode}: {r.stderr[-300:]}"):
             got = load_file(out)
             want = {k: v for k, v in flat(back) if isinstance(v, torch.Tensor)}
             check(set(got) == set(want) and all(got[k].dtype == v.dtype and torch.equal(got[k], v) for k, v in want.items()),
                   f"{name}: the .safetensors from s3:// differs from dcp.load's tensors: keys {sorted(got)}")
-        r = run(["inspect", url, "--value", "step"], env)
+        r = dcpctl(["inspect", url, "--value", "step"], env)
         check(r.returncode == OK and r.stdout.strip() == "42", f"{name}: inspect --value step: {r.stdout} {r.stderr}")
-        r = run(["verify", "--deep", url], env)
+        r = dcpctl(["verify", "--deep", url], env)
         check(r.returncode == OK, f"{name}: verify --deep: exit {r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]}")
 
 
@@ -444,7 +444,7 @@ def temporary_keys_case(s3, url):
     boto3.client("iam", **kw).put_role_policy(RoleName="ckpt-reader", PolicyName="all", PolicyDocument=(
         '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'))
     tmp = boto3.client("sts", **kw).assume_role(RoleArn=role["Role"]["Arn"], RoleSessionName="dcpctl-test")["Credentials"]
-    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=tmp["AccessKeyId"], AWS_SECRET_ACCESS_KEY=tmp["SecretAccessKey"],
+    r = dcpctl(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=tmp["AccessKeyId"], AWS_SECRET_ACCESS_KEY=tmp["SecretAccessKey"],
                                      AWS_SESSION_TOKEN=tmp["SessionToken"]))
     check(r.returncode == OK, f"temporary keys with AWS_SESSION_TOKEN: exit {r.returncode}: {r.stderr.strip()}")
 
@@ -452,11 +452,11 @@ def temporary_keys_case(s3, url):
 def error_cases(s3, env, work):
     url = f"s3://{BUCKET}/sample/ckpt"
     # A wrong secret: the server refuses the signature.
-    r = run(["inspect", url], s3.env(AWS_SECRET_ACCESS_KEY="wrong-secret"))
+    r = dcpctl(["inspect", url], s3.env(AWS_SECRET_ACCESS_KEY="wrong-secret"))
     check(r.returncode == IO and f"s3://{BUCKET}/" in r.stderr and "403" in r.stderr,
           f"wrong secret: exit {r.returncode} (expected 4 naming the URL and 403): {r.stderr.strip()}")
     # No credentials at all.
-    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, HOME=work))
+    r = dcpctl(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, HOME=work))
     check(r.returncode == IO and "credentials" in r.stderr and f"s3://{BUCKET}/" in r.stderr,
           f"no credentials: exit {r.returncode}: {r.stderr.strip()}")
     # Keys from a profile of the shared credentials file, and temporary keys with a session token.
@@ -464,10 +464,10 @@ def error_cases(s3, env, work):
     with open(creds, "w") as f:
         f.write(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n\n"
                 f"[ckpt-reader]\naws_access_key_id = {s3.access_key}\naws_secret_access_key = {s3.secret_key}\n")
-    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds,
+    r = dcpctl(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds,
                                      AWS_PROFILE="ckpt-reader"))
     check(r.returncode == OK, f"keys from AWS_PROFILE in the credentials file: exit {r.returncode}: {r.stderr.strip()}")
-    r = run(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds))
+    r = dcpctl(["inspect", url], s3.env(AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None, AWS_SHARED_CREDENTIALS_FILE=creds))
     check(r.returncode == IO and "403" in r.stderr and creds in r.stderr,
           f"the default profile's wrong keys: exit {r.returncode} (expected 4 naming the file): {r.stderr.strip()}")
     # Temporary keys with a session token, from a role moto's IAM makes and its STS lets assume
@@ -480,11 +480,11 @@ def error_cases(s3, env, work):
         print("  SKIP temporary keys (AWS_SESSION_TOKEN): SeaweedFS here has no IAM roles to assume (moto only)",
               flush=True)
     # A bucket that does not exist.
-    r = run(["inspect", "s3://no-such-bucket/ckpt"], env)
+    r = dcpctl(["inspect", "s3://no-such-bucket/ckpt"], env)
     check(r.returncode == IO and "no-such-bucket" in r.stderr and "404" in r.stderr,
           f"missing bucket: exit {r.returncode} (expected 4): {r.stderr.strip()}")
     # A prefix with nothing under it: as a missing local directory.
-    r = run(["inspect", f"s3://{BUCKET}/nothing/here"], env)
+    r = dcpctl(["inspect", f"s3://{BUCKET}/nothing/here"], env)
     check(r.returncode == IO and f"s3://{BUCKET}/nothing/here" in r.stderr, f"missing prefix: exit {r.returncode}: {r.stderr}")
     # A checkpoint whose objects were all deleted (removed with the store's own tools): missing as
     # well, it and its parent. SeaweedFS keeps listing such a folder for minutes, its own listing
@@ -493,30 +493,30 @@ def error_cases(s3, env, work):
     for key in s3.keys(BUCKET, "removed/"):
         s3.client.delete_object(Bucket=BUCKET, Key=key)
     for gone in (f"s3://{BUCKET}/removed/step-1", f"s3://{BUCKET}/removed"):
-        r = run(["inspect", gone], env)
+        r = dcpctl(["inspect", gone], env)
         check(r.returncode == IO and f"{gone}: cannot open checkpoint: no such object or prefix" in r.stderr,
               f"a prefix whose objects were deleted: exit {r.returncode} (expected 4, as a missing prefix): {r.stderr}")
     # A data object the checkpoint needs, deleted: exit 3 naming it, as a missing local file.
     s3.upload_dir(os.path.join(FIXTURES, "sample/ckpt"), BUCKET, "damaged/ckpt")
     s3.client.delete_object(Bucket=BUCKET, Key="damaged/ckpt/__1_0.distcp")
     for cmd in (["verify"], ["consolidate", "-o", os.path.join(work, "never.safetensors")]):
-        r = run(cmd[:1] + [f"s3://{BUCKET}/damaged/ckpt"] + cmd[1:], env)
+        r = dcpctl(cmd[:1] + [f"s3://{BUCKET}/damaged/ckpt"] + cmd[1:], env)
         check(r.returncode == INVALID and "__1_0.distcp" in r.stdout + r.stderr,
               f"{cmd[0]} with a data object missing: exit {r.returncode} (expected 3): {r.stdout[-300:]} {r.stderr.strip()}")
     check(not os.path.exists(os.path.join(work, "never.safetensors")), "an output left by a refused consolidate")
     # prune and gs://: refused with a sentence.
-    r = run(["prune", f"s3://{BUCKET}/layouts/run_torchtitan/run", "--keep", "1"], env)
+    r = dcpctl(["prune", f"s3://{BUCKET}/layouts/run_torchtitan/run", "--keep", "1"], env)
     check(r.returncode == UNSUPPORTED and "object storage" in r.stderr, f"prune on s3: exit {r.returncode}: {r.stderr}")
-    r = run(["inspect", "gs://bucket/ckpt"], env)
+    r = dcpctl(["inspect", "gs://bucket/ckpt"], env)
     check(r.returncode == UNSUPPORTED and "storage.googleapis.com" in r.stderr, f"gs://: exit {r.returncode}: {r.stderr}")
-    r = run(["inspect", "s3://x/ckpt"], env)
+    r = dcpctl(["inspect", "s3://x/ckpt"], env)
     check(r.returncode == USAGE, f"malformed s3 URL: exit {r.returncode}: {r.stderr}")
 
     # A burst of 503 SlowDown: retried with backoff, the same bytes, the retries counted.
     ref = sample_reference(env, work)
     with FaultProxy(s3.port, fail_first=4) as proxy:
         out = os.path.join(work, "burst.safetensors")
-        r = run(["consolidate", url, "-o", out, "--json", "--threads", "4"], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))
+        r = dcpctl(["consolidate", url, "-o", out, "--json", "--threads", "4"], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))
         if check(r.returncode == OK, f"503 burst: exit {r.returncode}: {r.stderr.strip()}"):
             doc = json.loads(r.stdout)
             check(doc["s3"]["retries"] >= 4 and proxy.failed == 4,
@@ -524,18 +524,18 @@ def error_cases(s3, env, work):
             check(filecmp.cmp(out, ref, shallow=False), "503 burst: the output differs")
     # More 503s than attempts: exit 4 naming the URL and the status.
     with FaultProxy(s3.port, fail_first=1000) as proxy:
-        r = run(["inspect", url], s3.env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="3"))
+        r = dcpctl(["inspect", url], s3.env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="3"))
         check(r.returncode == IO and "503" in r.stderr and "SlowDown" in r.stderr and proxy.requests == 3,
               f"503 forever: exit {r.returncode} after {proxy.requests} requests: {r.stderr.strip()}")
     # The server gone mid-read, before the last request of the run (a data object's: the listing
     # and .metadata come first): exit 4 naming the URL, and no output (nor temporary file) left.
-    r = run(["consolidate", url, "-o", os.path.join(work, "counted.safetensors"), "--json"], s3.env())
+    r = dcpctl(["consolidate", url, "-o", os.path.join(work, "counted.safetensors"), "--json"], s3.env())
     requests = json.loads(r.stdout)["s3"]["requests"] if r.returncode == OK else 0
     check(requests >= 3, f"a consolidate of {url} made {requests} requests: expected a listing, .metadata and data")
     with FaultProxy(s3.port, die_after=max(requests - 1, 1)) as proxy:
         outdir = os.path.join(work, "gone")
         os.makedirs(outdir)
-        r = run(["consolidate", url, "-o", os.path.join(outdir, "x.safetensors")], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))
+        r = dcpctl(["consolidate", url, "-o", os.path.join(outdir, "x.safetensors")], s3.env(AWS_ENDPOINT_URL=proxy.endpoint))
         check(r.returncode == IO and re.search(r"s3://ckpts/sample/ckpt/\S+", r.stderr) is not None,
               f"server gone mid-read: exit {r.returncode} (expected 4 naming the object): {r.stderr.strip()}")
         check(os.listdir(outdir) == [], f"server gone mid-read: left {os.listdir(outdir)}")
