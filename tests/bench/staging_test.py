@@ -32,76 +32,76 @@ TOP_FIELDS = {"schema_version", "benchmark", "dcpctl_version", "host_only", "con
               "pcie", "host", "results", "notes"}
 
 
-def fail(msg):
+def stop(msg):
     """This test stops at its first failure (what follows builds on what failed)."""
     testlib.fail(msg)
     sys.exit(1)
 
 
-def run(dcpctl, *args):
+def dcpctl_rc(dcpctl, *args):
     p = run_argv(dcpctl, *args)  # a crash or a timeout fails by itself (testlib.run)
     if testlib.TALLY.failures:
         sys.exit(1)
     return p.returncode, p.stdout, p.stderr
 
 
-def expect_rc(want, got, args, err):
+def want_rc(want, got, args, err):
     if got != want:
-        fail(f"dcpctl {' '.join(args)}: exit {got}, expected {want}; stderr: {err.strip()}")
+        stop(f"dcpctl {' '.join(args)}: exit {got}, expected {want}; stderr: {err.strip()}")
 
 
 def parse_json(out, args):
     try:
         return json.loads(out)
     except json.JSONDecodeError as e:
-        fail(f"dcpctl {' '.join(args)}: stdout is not JSON ({e}): {out[:300]}")
+        stop(f"dcpctl {' '.join(args)}: stdout is not JSON ({e}): {out[:300]}")
 
 
 def check_summary(s, n, what):
     if not isinstance(s, dict) or s.get("n") != n:
-        fail(f"{what}: expected a summary of {n} samples, got {s}")
+        stop(f"{what}: expected a summary of {n} samples, got {s}")
     if not (0 <= s["min"] <= s["median"] <= s["max"]):
-        fail(f"{what}: min <= median <= max does not hold: {s}")
+        stop(f"{what}: min <= median <= max does not hold: {s}")
 
 
 def check_report(j, iters, host_only):
     missing = TOP_FIELDS - set(j)
     if missing:
-        fail(f"JSON lacks {sorted(missing)}")
+        stop(f"JSON lacks {sorted(missing)}")
     if j["schema_version"] != 1 or j["benchmark"] != "staging" or j["host_only"] is not host_only:
-        fail(f"schema_version/benchmark/host_only: {j['schema_version']} {j['benchmark']} {j['host_only']}")
+        stop(f"schema_version/benchmark/host_only: {j['schema_version']} {j['benchmark']} {j['host_only']}")
     for k in ("sizes", "modes", "iters", "warmup", "streams", "chunk_bytes", "write_to", "fsync"):
         if k not in j["config"]:
-            fail(f"config lacks {k}")
+            stop(f"config lacks {k}")
     for k in ("compiled", "usable", "reason", "runtime_version", "driver_version", "device_count", "gate", "toolkit"):
         if k not in j["cuda"]:
-            fail(f"cuda lacks {k}")
+            stop(f"cuda lacks {k}")
     for k in ("cpu_threads", "memory_bytes", "memlock_limit_bytes", "memlock_exempt", "pinned_memory"):
         if k not in j["host"]:
-            fail(f"host lacks {k}")
+            stop(f"host lacks {k}")
     ok = 0
     for r in j["results"]:
         what = f"{r.get('mode')} {r.get('bytes')}"
         missing = ROW_FIELDS - set(r)
         if missing:
-            fail(f"{what}: row lacks {sorted(missing)}")
+            stop(f"{what}: row lacks {sorted(missing)}")
         if r["status"] == "skipped":
             if not r["reason"]:
-                fail(f"{what}: skipped without a reason")
+                stop(f"{what}: skipped without a reason")
             continue
         if r["status"] != "ok":
-            fail(f"{what}: status {r['status']}: {r['reason']}")
+            stop(f"{what}: status {r['status']}: {r['reason']}")
         if r["verified"] is not True:
-            fail(f"{what}: bytes not verified")
+            stop(f"{what}: bytes not verified")
         check_summary(r["seconds"], iters, what + " seconds")
         if not (r["gbps"]["median"] > 0 and r["gbps"]["min"] <= r["gbps"]["median"] <= r["gbps"]["max"]):
-            fail(f"{what}: bad gbps {r['gbps']}")
+            stop(f"{what}: bad gbps {r['gbps']}")
         expect_dir = "h2file" if r["mode"].startswith("write") else ("h2h" if host_only else "d2h")
         if r["direction"] != expect_dir:
-            fail(f"{what}: direction {r['direction']}, expected {expect_dir}")
+            stop(f"{what}: direction {r['direction']}, expected {expect_dir}")
         if r["mode"] in ("pinned", "registered", "cold"):
             if r["pin_seconds"] is None or not r["pin_seconds_per_gib"] > 0:
-                fail(f"{what}: no pinning cost")
+                stop(f"{what}: no pinning cost")
         ok += 1
     return ok
 
@@ -111,45 +111,45 @@ def case_no_gpu(dcpctl, src):
     if gpu_present():  # probed without dcpctl: /dev/nvidia*, nvidia-smi
         print("SKIP: a GPU is present, so the no-GPU path cannot be tested here", file=sys.stderr)
         return SKIP
-    rc, out, err = run(dcpctl, *args)
-    expect_rc(5, rc, args, err)
+    rc, out, err = dcpctl_rc(dcpctl, *args)
+    want_rc(5, rc, args, err)
     lines = err.strip().splitlines()
     if len(lines) != 1:
-        fail(f"expected one line on stderr, got {len(lines)}: {err!r}")
+        stop(f"expected one line on stderr, got {len(lines)}: {err!r}")
     line = lines[0]
     if not line.startswith("dcpctl: error: bench staging needs a GPU, but "):
-        fail(f"unexpected message: {line}")
+        stop(f"unexpected message: {line}")
     if "--host-only" not in line:
-        fail(f"the message does not point to --host-only: {line}")
+        stop(f"the message does not point to --host-only: {line}")
     if not ("no usable CUDA device" in line or "CUDA support was not compiled in" in line):
-        fail(f"the message does not say why: {line}")
+        stop(f"the message does not say why: {line}")
     if out:
-        fail(f"stdout is not empty: {out!r}")
-    rc, out, err = run(dcpctl, *args, "--json")
-    expect_rc(5, rc, args + ["--json"], err)
+        stop(f"stdout is not empty: {out!r}")
+    rc, out, err = dcpctl_rc(dcpctl, *args, "--json")
+    want_rc(5, rc, args + ["--json"], err)
     if out:
-        fail(f"--json: stdout is not empty: {out!r}")
+        stop(f"--json: stdout is not empty: {out!r}")
     print(f"ok: exit 5 with: {line}")
     return 0
 
 
 def case_host_only(dcpctl, src):
     args = ["bench", "staging", "--host-only", "--sizes", "4MiB", "--iters", "3", "--json"]
-    rc, out, err = run(dcpctl, *args)
-    expect_rc(0, rc, args, err)
+    rc, out, err = dcpctl_rc(dcpctl, *args)
+    want_rc(0, rc, args, err)
     j = parse_json(out, args)
     if check_report(j, 3, True) == 0:
-        fail("nothing was measured")
+        stop("nothing was measured")
     if [r["mode"] for r in j["results"]] != MODES:
-        fail(f"modes: {[r['mode'] for r in j['results']]}")
+        stop(f"modes: {[r['mode'] for r in j['results']]}")
     if any(r["bytes"] != 4 << 20 for r in j["results"]):
-        fail("a row does not copy 4 MiB")
+        stop("a row does not copy 4 MiB")
     if j["config"]["sizes"] != [4 << 20] or j["config"]["iters"] != 3 or j["device"] is not None:
-        fail(f"config/device: {j['config']} {j['device']}")
+        stop(f"config/device: {j['config']} {j['device']}")
     if not j["cuda"]["usable"] and j["host"]["pinned_memory"] != "mlock":
-        fail("without CUDA the pinned stand-in must be mlock")
+        stop("without CUDA the pinned stand-in must be mlock")
     if not j["cuda"]["usable"] and not any("stand-in" in n for n in j["notes"]):
-        fail("the notes do not say that mlock stands in for pinned memory")
+        stop("the notes do not say that mlock stands in for pinned memory")
     print(f"ok: --host-only JSON, {len(j['results'])} rows")
 
     # The table, with two threads, chunks and the write leg.
@@ -157,22 +157,22 @@ def case_host_only(dcpctl, src):
     try:
         targs = ["bench", "staging", "--host-only", "--sizes", "1MiB,3MiB", "--iters", "2", "--warmup", "1",
                  "--streams", "2", "--chunk", "512KiB", "--modes", "pageable,pinned", "--write-to", tmp, "--fsync"]
-        rc, out, err = run(dcpctl, *targs)
-        expect_rc(0, rc, targs, err)
+        rc, out, err = dcpctl_rc(dcpctl, *targs)
+        want_rc(0, rc, targs, err)
         for want in ("MODE", "MEDIAN", "GB/s", "pinned", "pageable", "write-fsync", "Memory", "Note:"):
             if want not in out:
-                fail(f"the table lacks {want!r}:\n{out}")
+                stop(f"the table lacks {want!r}:\n{out}")
         if os.listdir(tmp):
-            fail(f"--write-to left files behind: {os.listdir(tmp)}")
-        rc, out, err = run(dcpctl, *targs, "--json")
-        expect_rc(0, rc, targs, err)
+            stop(f"--write-to left files behind: {os.listdir(tmp)}")
+        rc, out, err = dcpctl_rc(dcpctl, *targs, "--json")
+        want_rc(0, rc, targs, err)
         j = parse_json(out, targs)
         check_report(j, 2, True)
         modes = [r["mode"] for r in j["results"]]
         if modes != ["pinned", "pageable", "write", "write-fsync"] * 2:
-            fail(f"rows: {modes}")
+            stop(f"rows: {modes}")
         if j["results"][4]["copies"] != 6 or j["results"][4]["chunk_bytes"] != 512 << 10:
-            fail(f"3 MiB in 512 KiB chunks should be 6 copies: {j['results'][4]}")
+            stop(f"3 MiB in 512 KiB chunks should be 6 copies: {j['results'][4]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("ok: table, chunks and --write-to")
@@ -182,12 +182,12 @@ def case_host_only(dcpctl, src):
                       (["--rank", "1"], 2), (["--chunk", "1XB"], 2), (["--iters", "0"], 2), (["--streams", "65"], 2),
                       (["--write-to", "/nonexistent/dir"], 4)):
         a = ["bench", "staging", "--host-only", "--iters", "1", "--sizes", "4KiB", *bad]
-        rc, out, err = run(dcpctl, *a)
-        expect_rc(code, rc, a, err)
+        rc, out, err = dcpctl_rc(dcpctl, *a)
+        want_rc(code, rc, a, err)
         if not err.strip():
-            fail(f"dcpctl {' '.join(a)}: exit {code} without a message")
-    rc, out, err = run(dcpctl, "bench")
-    expect_rc(2, rc, ["bench"], err)
+            stop(f"dcpctl {' '.join(a)}: exit {code} without a message")
+    rc, out, err = dcpctl_rc(dcpctl, "bench")
+    want_rc(2, rc, ["bench"], err)
     print("ok: usage errors exit 2, I/O errors 4")
     return 0
 
@@ -221,29 +221,29 @@ def case_checkpoint(dcpctl, src):
     ckpt = os.path.join(src, "tests", "fixtures", "sample", "ckpt")
     for rank in (0, 1):
         args = ["bench", "staging", "--host-only", "--from-checkpoint", ckpt, "--rank", str(rank), "--iters", "2", "--json"]
-        rc, out, err = run(dcpctl, *args)
-        expect_rc(0, rc, args, err)
+        rc, out, err = dcpctl_rc(dcpctl, *args)
+        want_rc(0, rc, args, err)
         j = parse_json(out, args)
         check_report(j, 2, True)
         want_bytes, want_count = torch_chunks(src, "sample", rank)
         c = j["checkpoint"]
         if (c["bytes"], c["chunks"], c["rank"], c["ranks"]) != (want_bytes, want_count, rank, [0, 1]):
-            fail(f"rank {rank}: checkpoint {c}, torch says {want_bytes} bytes in {want_count} chunks")
+            stop(f"rank {rank}: checkpoint {c}, torch says {want_bytes} bytes in {want_count} chunks")
         rows = {r["mode"]: r for r in j["results"]}
         if list(rows) != ["per-tensor", "flat"]:
-            fail(f"rows: {list(rows)}")
+            stop(f"rows: {list(rows)}")
         if rows["per-tensor"]["copies"] != want_count or rows["flat"]["copies"] != 1:
-            fail(f"copies: {rows['per-tensor']['copies']} and {rows['flat']['copies']}")
+            stop(f"copies: {rows['per-tensor']['copies']} and {rows['flat']['copies']}")
         if rows["per-tensor"]["bytes"] != want_bytes or rows["flat"]["bytes"] != want_bytes:
-            fail("per-tensor and flat must copy the rank's bytes")
+            stop("per-tensor and flat must copy the rank's bytes")
     args = ["bench", "staging", "--host-only", "--from-checkpoint", ckpt, "--rank", "9", "--iters", "1"]
-    rc, out, err = run(dcpctl, *args)
-    expect_rc(2, rc, args, err)
+    rc, out, err = dcpctl_rc(dcpctl, *args)
+    want_rc(2, rc, args, err)
     if "ranks with tensor data: 0,1" not in err:
-        fail(f"the error does not list the ranks: {err}")
+        stop(f"the error does not list the ranks: {err}")
     args = ["bench", "staging", "--host-only", "--from-checkpoint", ckpt, "--modes", "pinned"]
-    rc, out, err = run(dcpctl, *args)
-    expect_rc(2, rc, args, err)
+    rc, out, err = dcpctl_rc(dcpctl, *args)
+    want_rc(2, rc, args, err)
     print("ok: --from-checkpoint copies each tensor chunk of the rank, as torch saved them")
     return 0
 
@@ -254,19 +254,19 @@ def case_gpu(dcpctl, src):
     if not gpu_present():
         print("SKIP: no GPU on this machine (no /dev/nvidia*, nvidia-smi -L lists none)", file=sys.stderr)
         return SKIP
-    rc, out, err = run(dcpctl, *args)
-    expect_rc(0, rc, args, err)
+    rc, out, err = dcpctl_rc(dcpctl, *args)
+    want_rc(0, rc, args, err)
     j = parse_json(out, args)
     if j["device"] is None or not j["cuda"]["usable"]:
-        fail("a GPU run without a device in the report")
+        stop("a GPU run without a device in the report")
     if check_report(j, 3, False) != 8:
-        fail("expected 8 measured rows (4 modes x 2 sizes)")
+        stop("expected 8 measured rows (4 modes x 2 sizes)")
     for r in j["results"]:
         want = "cuda-events" if r["mode"] in ("pinned", "registered") else "host-clock"
         if r["timing"] != want:
-            fail(f"{r['mode']}: timing {r['timing']}, expected {want}")
+            stop(f"{r['mode']}: timing {r['timing']}, expected {want}")
         if r["reason"]:
-            fail(f"{r['mode']}: {r['reason']}")
+            stop(f"{r['mode']}: {r['reason']}")
     print(f"ok: {j['device']['name']}: " + ", ".join(
         f"{r['mode']} {r['bytes'] >> 20} MiB {r['gbps']['median']:.1f} GB/s" for r in j["results"]))
 
@@ -275,17 +275,17 @@ def case_gpu(dcpctl, src):
         ckpt = os.path.join(src, "tests", "fixtures", "sample", "ckpt")
         args = ["bench", "staging", "--sizes", "3MiB,5000001", "--iters", "2", "--warmup", "1", "--streams", "3",
                 "--chunk", "1MiB", "--from-checkpoint", ckpt, "--rank", "0", "--write-to", tmp, "--json"]
-        rc, out, err = run(dcpctl, *args)
-        expect_rc(0, rc, args, err)
+        rc, out, err = dcpctl_rc(dcpctl, *args)
+        want_rc(0, rc, args, err)
         j = parse_json(out, args)
         check_report(j, 2, False)
         if os.listdir(tmp):
-            fail(f"--write-to left files behind: {os.listdir(tmp)}")
+            stop(f"--write-to left files behind: {os.listdir(tmp)}")
         modes = [r["mode"] for r in j["results"]]
         if modes.count("per-tensor") != 1 or modes.count("flat") != 1:
-            fail(f"rows: {modes}")
+            stop(f"rows: {modes}")
         if j["results"][0]["copies"] != 3 or j["results"][0]["streams"] != 3:
-            fail(f"3 MiB in 1 MiB chunks over 3 streams: {j['results'][0]}")
+            stop(f"3 MiB in 1 MiB chunks over 3 streams: {j['results'][0]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("ok: streams, chunks, odd sizes, a checkpoint's tensors and --write-to on the GPU")
@@ -299,11 +299,11 @@ def case_no_driver_link(dcpctl, src):
     needed = [l.split("[", 1)[1].rstrip("]") for l in dyn.splitlines() if "(NEEDED)" in l]
     bad = [n for n in needed if n.startswith("libcuda.") or n.startswith("libcudart.")]
     if bad:
-        fail(f"dcpctl needs {bad} at load time; it must start without a driver (link cudart_static)")
-    rc, out, err = run(dcpctl, "--version")
-    expect_rc(0, rc, ["--version"], err)
-    rc, out, err = run(dcpctl, "inspect", os.path.join(src, "tests", "fixtures", "sample", "ckpt"))
-    expect_rc(0, rc, ["inspect"], err)
+        stop(f"dcpctl needs {bad} at load time; it must start without a driver (link cudart_static)")
+    rc, out, err = dcpctl_rc(dcpctl, "--version")
+    want_rc(0, rc, ["--version"], err)
+    rc, out, err = dcpctl_rc(dcpctl, "inspect", os.path.join(src, "tests", "fixtures", "sample", "ckpt"))
+    want_rc(0, rc, ["inspect"], err)
     print(f"ok: NEEDED {needed}; --version and inspect run")
     return 0
 

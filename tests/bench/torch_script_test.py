@@ -7,12 +7,17 @@ with a row per mode and size whose every copy is verified).
 """
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testlib  # noqa: E402
 
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
+
+def stop(msg):
+    """This test stops at its first failure."""
+    testlib.fail(msg)
     sys.exit(1)
 
 
@@ -22,41 +27,41 @@ def main():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     if "torch" in sys.modules:
-        fail("importing torch_staging.py imported torch")
+        stop("importing torch_staging.py imported torch")
     got = mod.parse_sizes("4MiB,64MiB,5GB,1.5GiB,4096,4MiB")
     if got != [4 << 20, 64 << 20, 5 * 10**9, 3 << 29, 4096]:
-        fail(f"parse_sizes: {got}")
+        stop(f"parse_sizes: {got}")
     for bad in ("4K", "0", "1.5B", "x"):
         try:
             mod.parse_size(bad)
-            fail(f"parse_size({bad!r}) did not fail")
+            stop(f"parse_size({bad!r}) did not fail")
         except ValueError:
             pass
     p = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
     if p.returncode != 0 or "--sizes" not in p.stdout:
-        fail(f"--help: exit {p.returncode}: {p.stderr}")
+        stop(f"--help: exit {p.returncode}: {p.stderr}")
     p = subprocess.run([sys.executable, script, "--sizes", "4K"], capture_output=True, text=True)
     if p.returncode != 2:
-        fail(f"--sizes 4K: exit {p.returncode}, expected 2")
+        stop(f"--sizes 4K: exit {p.returncode}, expected 2")
 
     p = subprocess.run([sys.executable, script, "--sizes", "4MiB,5000001", "--iters", "2", "--warmup", "1"],
                        capture_output=True, text=True, timeout=600)
     if p.returncode == 5:
         lines = p.stderr.strip().splitlines()
         if len(lines) != 1 or "needs a GPU" not in lines[0] or p.stdout:
-            fail(f"no-GPU run: expected one line on stderr and no stdout: {p.stderr!r} {p.stdout!r}")
+            stop(f"no-GPU run: expected one line on stderr and no stdout: {p.stderr!r} {p.stdout!r}")
         print(f"ok: importable, --help, sizes; no GPU here: {lines[0]}")
         return 0
     if p.returncode != 0:
-        fail(f"run: exit {p.returncode}: {p.stderr}")
+        stop(f"run: exit {p.returncode}: {p.stderr}")
     j = json.loads(p.stdout)
     if j["schema_version"] != 1 or [r["mode"] for r in j["results"]] != mod.MODES * 2:
-        fail(f"unexpected report: {p.stdout[:500]}")
+        stop(f"unexpected report: {p.stdout[:500]}")
     for r in j["results"]:
         if r["status"] == "skipped" and r["reason"]:  # the stager when /dev/shm is too small
             continue
         if r["verified"] is not True or not r["gbps"]["median"] > 0:
-            fail(f"{r['mode']} {r['bytes']}: {r}")
+            stop(f"{r['mode']} {r['bytes']}: {r}")
     print("ok: " + ", ".join(f"{r['mode']} {r['bytes']} " + (f"{r['gbps']['median']:.1f} GB/s" if r["gbps"] else
                              "skipped: " + r["reason"]) for r in j["results"]))
     return 0

@@ -91,7 +91,7 @@ SERVER: S3Server | SeaweedServer | None = None
 ENV: dict[str, str] = {}  # SERVER.env() with AWS_MAX_ATTEMPTS=3
 
 
-def run(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
+def dcpctl(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
     """dcpctl ARGS against the server (ENV); a crash is a failure (testlib.run)."""
     return run_argv(DCPCTL, *args, timeout=timeout, env=env or ENV)
 
@@ -131,11 +131,11 @@ def case_outputs(work: Path) -> None:
     # one safetensors file, several lanes, and one lane
     for threads in (4, 1, 8):
         key = f"st{threads}/model.safetensors"
-        r = run("consolidate", ckpt, "-o", url(key), "--threads", threads, "--json")
+        r = dcpctl("consolidate", ckpt, "-o", url(key), "--threads", threads, "--json")
         if not check(r.returncode == 0, f"consolidate -o s3 --threads {threads}: exit {r.returncode}: {r.stderr}"):
             continue
         lf = local / f"model{threads}.safetensors"
-        l = run("consolidate", ckpt, "-o", lf, "--threads", threads)
+        l = dcpctl("consolidate", ckpt, "-o", lf, "--threads", threads)
         check(l.returncode == 0, f"local consolidate: {l.stderr}")
         body = SERVER.get(BUCKET, key)
         same_file(lf, body, f"safetensors --threads {threads}")
@@ -152,11 +152,11 @@ def case_outputs(work: Path) -> None:
 
     # --max-memory leaving room for the fewest part buffers (3: one task at a time) beside the
     # largest buffer: the same bytes
-    r = run("consolidate", ckpt, "-o", url("tight/model.safetensors"), "--max-memory", "28MiB", "--json")
+    r = dcpctl("consolidate", ckpt, "-o", url("tight/model.safetensors"), "--max-memory", "28MiB", "--json")
     if check(r.returncode == 0, f"consolidate --max-memory 28MiB: {r.stderr}"):
         check(json.loads(r.stdout)["s3"]["part_buffers"] == 3, f"three part buffers expected: {r.stdout[-400:]}")
         same_file(local / "model4.safetensors", SERVER.get(BUCKET, "tight/model.safetensors"), "--max-memory 28MiB")
-    r = run("consolidate", ckpt, "-o", url("tiny/model.safetensors"), "--max-memory", "4MiB")
+    r = dcpctl("consolidate", ckpt, "-o", url("tiny/model.safetensors"), "--max-memory", "4MiB")
     check(r.returncode == 2 and "raise --max-memory" in r.stderr and not SERVER.keys(BUCKET, "tiny/"),
           f"--max-memory below one part: exit {r.returncode} (2 expected), {r.stderr}")
 
@@ -164,8 +164,8 @@ def case_outputs(work: Path) -> None:
     assets = work / "assets"
     assets.mkdir()
     (assets / "config.json").write_text(json.dumps({"model_type": "test", "tie_word_embeddings": False}))
-    r = run("consolidate", ckpt, "-o", url("hf/"), "--max-shard-size", "16MB", "--assets", assets, "--json")
-    l = run("consolidate", ckpt, "-o", local / "hf", "--max-shard-size", "16MB", "--assets", assets)
+    r = dcpctl("consolidate", ckpt, "-o", url("hf/"), "--max-shard-size", "16MB", "--assets", assets, "--json")
+    l = dcpctl("consolidate", ckpt, "-o", local / "hf", "--max-shard-size", "16MB", "--assets", assets)
     if check(r.returncode == 0 and l.returncode == 0, f"consolidate hf: {r.stderr} {l.stderr}"):
         objs = SERVER.keys(BUCKET, "hf/")
         names = sorted(k[3:] for k in objs)
@@ -186,9 +186,9 @@ def case_outputs(work: Path) -> None:
         check(set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors), "hf/ shards differ from the checkpoint")
 
     # .pt
-    r = run("consolidate", ckpt, "-o", url("pt/model.pt"), "--json")
-    l = run("consolidate", ckpt, "-o", local / "model.pt")
-    d = run("consolidate", ckpt, "-o", url("pt/dry.pt"), "--json", "--dry-run")
+    r = dcpctl("consolidate", ckpt, "-o", url("pt/model.pt"), "--json")
+    l = dcpctl("consolidate", ckpt, "-o", local / "model.pt")
+    d = dcpctl("consolidate", ckpt, "-o", url("pt/dry.pt"), "--json", "--dry-run")
     if check(d.returncode == 0, f"--dry-run: {d.stderr}"):
         dj = json.loads(d.stdout)
         check(not schema_errors(SCHEMAS, "consolidate", dj) and dj["s3"]["part_buffers"] == 2 and not SERVER.keys(BUCKET, "pt/dry"),
@@ -201,8 +201,8 @@ def case_outputs(work: Path) -> None:
 
     # reshard and cast: a DCP checkpoint, .metadata last
     for cmd, args, name in (("reshard", ["--world-size", "3"], "re3"), ("cast", ["--dtype", "bf16"], "castbf16")):
-        r = run(cmd, ckpt, "-o", url(name + "/"), *args, "--json")
-        l = run(cmd, ckpt, "-o", local / name, *args)
+        r = dcpctl(cmd, ckpt, "-o", url(name + "/"), *args, "--json")
+        l = dcpctl(cmd, ckpt, "-o", local / name, *args)
         if not check(r.returncode == 0 and l.returncode == 0, f"{cmd} -o s3: {r.stderr} {l.stderr}"):
             continue
         check(not schema_errors(SCHEMAS, cmd, json.loads(r.stdout)), f"{cmd} --json: {schema_errors(SCHEMAS, cmd, json.loads(r.stdout))}")
@@ -227,8 +227,8 @@ def case_outputs(work: Path) -> None:
     # the small fixtures: every one consolidated to s3 equals the local file
     for case in ("multi_file", "dtensor_shard0_uneven", "all_dtypes_sharded"):
         src = FIXTURES / case / "ckpt"
-        r = run("consolidate", src, "-o", url(f"fx/{case}.pt"))
-        l = run("consolidate", src, "-o", local / f"{case}.pt")
+        r = dcpctl("consolidate", src, "-o", url(f"fx/{case}.pt"))
+        l = dcpctl("consolidate", src, "-o", local / f"{case}.pt")
         if check(r.returncode == 0 and l.returncode == 0, f"{case}: {r.stderr} {l.stderr}"):
             same_file(local / f"{case}.pt", SERVER.get(BUCKET, f"fx/{case}.pt"), f"fixture {case}")
 
@@ -257,38 +257,38 @@ def case_outputs(work: Path) -> None:
     for f in ckpt.iterdir():
         SERVER.client.upload_file(str(f), BUCKET, f"runs/a/ckpt/{f.name}")
     src = url("runs/a/ckpt")
-    r = run("consolidate", src, "-o", url("from-s3/model.safetensors"))
+    r = dcpctl("consolidate", src, "-o", url("from-s3/model.safetensors"))
     if check(r.returncode == 0, f"consolidate s3:// -o s3://: {r.stderr}"):
         same_file(local / "model4.safetensors", SERVER.get(BUCKET, "from-s3/model.safetensors"), "s3:// to s3://")
     for out, why in ((url("runs/a/ckpt/out.safetensors"), "inside the checkpoint"), (url("runs/a/ckpt/"), "is the checkpoint"),
                      (url("runs/"), "contains the checkpoint")):
         cmd = ["consolidate", src, "-o", out] if out.endswith(".safetensors") else ["reshard", src, "-o", out, "-w", "2", "--force"]
-        r = run(*cmd)
+        r = dcpctl(*cmd)
         check(r.returncode == 2 and why in r.stderr, f"output {out} over input {src}: exit {r.returncode}, {r.stderr}")
     check(sorted(SERVER.keys(BUCKET, "runs/")) == sorted(f"runs/a/ckpt/{f.name}" for f in ckpt.iterdir()), "a refused run changed the input")
 
     # refusals, as locally
     before = SERVER.get(BUCKET, "st4/model.safetensors")
-    r = run("consolidate", ckpt, "-o", url("st4/model.safetensors"))
-    lr = run("consolidate", ckpt, "-o", local / "model4.safetensors")
+    r = dcpctl("consolidate", ckpt, "-o", url("st4/model.safetensors"))
+    lr = dcpctl("consolidate", ckpt, "-o", local / "model4.safetensors")
     check(r.returncode == 2 == lr.returncode and "output exists; pass --force" in r.stderr and url("st4/model.safetensors") in r.stderr,
           f"existing object: exit {r.returncode} ({lr.returncode} locally): {r.stderr}")
     check(SERVER.get(BUCKET, "st4/model.safetensors") == before, "the refused run changed the object")
-    r = run("reshard", ckpt, "-o", url("re3"), "--world-size", "2")
+    r = dcpctl("reshard", ckpt, "-o", url("re3"), "--world-size", "2")
     check(r.returncode == 2 and "output exists" in r.stderr, f"existing prefix: exit {r.returncode}: {r.stderr}")
-    r = run("reshard", ckpt, "-o", url("re3"), "--world-size", "2", "--force")
+    r = dcpctl("reshard", ckpt, "-o", url("re3"), "--world-size", "2", "--force")
     if check(r.returncode == 0, f"reshard --force over a prefix: {r.stderr}"):
         names = sorted(k[4:] for k in SERVER.keys(BUCKET, "re3/"))
         check(names == [".metadata", "__0_0.distcp", "__1_0.distcp"], f"--force left old objects: {names}")
-    r = run("consolidate", ckpt, "-o", url("st4/model.safetensors"), "--force", "--include", "model.layers.1.*")
+    r = dcpctl("consolidate", ckpt, "-o", url("st4/model.safetensors"), "--force", "--include", "model.layers.1.*")
     if check(r.returncode == 0, f"--force over an object: {r.stderr}"):
         check(SERVER.get(BUCKET, "st4/model.safetensors") != before, "--force did not replace the object")
-    r = run("consolidate", ckpt, "-o", "s3://no-such-bucket-dcpctl/x.safetensors")
+    r = dcpctl("consolidate", ckpt, "-o", "s3://no-such-bucket-dcpctl/x.safetensors")
     check(r.returncode == 4 and "s3://no-such-bucket-dcpctl" in r.stderr and "404" in r.stderr,
           f"missing bucket: exit {r.returncode} (4 expected), {r.stderr}")
     # --parallel-write: one process has no ranks to share the shards with (2, before any s3 check);
     # under torchrun each rank refuses the s3:// output (5: the shards need a shared folder)
-    r = run("consolidate", ckpt, "-o", url("pw/"), "--parallel-write", "--single-process")
+    r = dcpctl("consolidate", ckpt, "-o", url("pw/"), "--parallel-write", "--single-process")
     check(r.returncode == 2 and "several processes" in r.stderr, f"--parallel-write, one process: exit {r.returncode}: {r.stderr}")
     r = launch("consolidate", ckpt, "-o", url("pw/"), "--parallel-write")
     text = r.stdout + r.stderr
@@ -341,11 +341,11 @@ def case_faults(work: Path) -> None:
     # a burst of 503 SlowDown on the parts: retried, the object the same as without it
     with FaultProxy(SERVER.port, 4, fail_if=upload_part) as proxy:
         env = dict(ENV, AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="5")
-        r = run("consolidate", ckpt, "-o", url("burst/model.safetensors"), "--json", env=env)
+        r = dcpctl("consolidate", ckpt, "-o", url("burst/model.safetensors"), "--json", env=env)
     if check(r.returncode == 0, f"503 burst: exit {r.returncode}: {r.stderr}"):
         check(json.loads(r.stdout)["s3"]["retries"] >= 4 and proxy.failed == 4,
               f"503 burst: {proxy.failed} 503 answers, retries {r.stdout[-300:]}")
-        ok = run("consolidate", ckpt, "-o", url("burst/ref.safetensors"))
+        ok = dcpctl("consolidate", ckpt, "-o", url("burst/ref.safetensors"))
         check(ok.returncode == 0 and SERVER.get(BUCKET, "burst/model.safetensors") == SERVER.get(BUCKET, "burst/ref.safetensors"),
               "503 burst: the object differs from one written without it")
 
@@ -353,7 +353,7 @@ def case_faults(work: Path) -> None:
     # others completed before it (--threads 1 writes them in order): exit 4, and the objects the
     # run completed are deleted, the uploads aborted
     with FaultProxy(SERVER.port, float("inf"), fail_if=lambda method, path: method == "PUT" and "__3_0.distcp" in path) as proxy:
-        r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4", "--threads", "1",
+        r = dcpctl("reshard", ckpt, "-o", url("partial/"), "--world-size", "4", "--threads", "1",
                 env=dict(ENV, AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="2"))
     check(r.returncode == 4 and "__3_0.distcp" in r.stderr, f"a rank file refused: exit {r.returncode} (4 expected): {r.stderr}")
     completed = [p for m, p in proxy.seen if m == "POST" and "__0_0.distcp?uploadId=" in p]
@@ -363,13 +363,13 @@ def case_faults(work: Path) -> None:
           f"a rank file refused: left {list(SERVER.keys(BUCKET, 'partial/'))}, uploads {SERVER.uploads(BUCKET)}")
     # the same run again, without --force: the failed run left nothing that makes an output exist
     # (SeaweedFS keeps listing the emptied folder for minutes; only objects count)
-    r = run("reshard", ckpt, "-o", url("partial/"), "--world-size", "4")
+    r = dcpctl("reshard", ckpt, "-o", url("partial/"), "--world-size", "4")
     names = sorted(k[len("partial/"):] for k in SERVER.keys(BUCKET, "partial/"))
     check(r.returncode == 0 and names == [".metadata"] + [f"__{i}_0.distcp" for i in range(4)],
           f"the run again after it failed, without --force: exit {r.returncode}: {r.stderr} {names}")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
-    r = run("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(ENV, AWS_SECRET_ACCESS_KEY="wrong"))
+    r = dcpctl("consolidate", ckpt, "-o", url("wrong/model.safetensors"), env=dict(ENV, AWS_SECRET_ACCESS_KEY="wrong"))
     check(r.returncode == 4 and url("wrong/") in r.stderr and "403" in r.stderr,
           f"wrong secret: exit {r.returncode} (4 expected, naming the URL and 403): {r.stderr}")
     check(not SERVER.keys(BUCKET, "wrong/"), "wrong secret: something was written")
