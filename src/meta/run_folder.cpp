@@ -197,8 +197,8 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
       e.step_unfinished = sf->unfinished;
     } else if (path_exists(join_path(p, "meta.pt"))) {
       e.trainer = "lightning";
-    } else if (path_exists(join_path(p, "metadata.json")) && path_exists(join_path(p, "common.pt"))) {
-      e.trainer = "megatron";
+    } else if (n.rfind("iter_", 0) == 0 && path_exists(join_path(p, "metadata.json"))) {
+      e.trainer = "megatron";  // dist_checkpointing's metadata.json in Megatron's iter_NNNNNNN/
     }
     for (size_t i = 0; i < n.size();) {
       if (!isdigit(static_cast<unsigned char>(n[i]))) {
