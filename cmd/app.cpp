@@ -7,6 +7,7 @@
 #include "cmd/commands.h"
 #include "cmd/exit_codes.h"
 #include "cmd/version.h"
+#include "item/torch_file.h"
 #include "util/error.h"
 
 namespace dcpctl::cli {
@@ -25,6 +26,7 @@ void build_app(CLI::App& app, RunFn& run) {
 }
 
 int main(int argc, char** argv) {
+  install_rank_torch_files();  // open_checkpoint reads verl's per-rank torch.save files too
   CLI::App app;
   RunFn run;
   build_app(app, run);

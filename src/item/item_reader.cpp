@@ -18,7 +18,9 @@ struct ItemReader::Opened {
 };
 
 ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
-    : ck_(ck), limits_(limits), files_(ck.md.files.size()) {
+    : ck_(ck), limits_(limits), files_(ck.md.files.size()), records_(ck.md.files.size()) {
+  for (const Checkpoint::RecordCrc& r : ck.record_crcs)
+    if (r.file < records_.size()) records_[r.file][r.offset] = r.size;
   // torch.save items are read through the LibTorch plugin: load it now, so that a missing or
   // broken plugin ends the command once (exit 5) rather than failing every item.
   auto torch_save = [](const StorageRef& s) { return s.present() && s.format == ItemFormat::TorchSave; };
@@ -78,6 +80,7 @@ ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& ke
       throw FormatError(o.where, "item of " + std::to_string(ref.length) + " bytes runs past the end of the file (" +
                                      std::to_string(f.size()) + " bytes)");
     if (ref.transforms == 0) {
+      if (ref.format == ItemFormat::Raw) read_rest_of_record(f, ref, key);
       o.src = std::make_shared<FileWindow>(f, ref.offset, ref.length, key);
     } else {
       FileWindow encoded(f, ref.offset, ref.length, key);
@@ -86,6 +89,32 @@ ItemReader::Opened ItemReader::open(const StorageRef& ref, const std::string& ke
   }
   if (ref.format == ItemFormat::TorchSave) o.zip = std::make_unique<TorchZip>(o.src, o.where);
   return o;
+}
+
+void ItemReader::read_rest_of_record(const ReadFile& f, const StorageRef& ref, const std::string& key) const {
+  if (ref.file >= records_.size() || records_[ref.file].empty()) return;
+  const auto& recs = records_[ref.file];
+  auto it = recs.upper_bound(ref.offset);
+  if (it == recs.begin()) return;
+  --it;
+  uint64_t rec = it->first, size = it->second;
+  if (ref.offset - rec > size || ref.length > size - (ref.offset - rec)) return;  // not inside this record
+  if (ref.offset == rec && ref.length == size) return;                          // the view is the record
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!rest_read_.insert({ref.file, rec}).second) return;
+  }
+  constexpr uint64_t kBlock = 1 << 20;
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(kBlock, size)));
+  auto read = [&](uint64_t from, uint64_t to) {
+    for (uint64_t p = from; p < to;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, to - p));
+      f.read_at(p, buf.data(), n, key);
+      p += n;
+    }
+  };
+  read(rec, ref.offset);
+  read(ref.offset + ref.length, rec + size);
 }
 
 ItemReader::Opened ItemReader::open_chunk(const TensorMeta& t, size_t chunk) const {

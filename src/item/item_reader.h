@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,6 +89,11 @@ class ItemReader {
   void check_extent(const Opened& o, const TensorBlob& b, size_t chunk, const RecordLocation& rec) const;
   RecordLocation watch_storage(Opened& o, const TensorBlob& b, size_t chunk) const;
   const ReadFile& file(uint32_t index, const Where& where) const;
+  // A Raw item that is a view into part of a CRC-watched zip record (a tensor saved as a slice
+  // of a larger storage: FSDP2's padded shards in verl's per-rank files): the record's bytes
+  // outside the view are read once, through the ledger, so that reading the view completes the
+  // record and its CRC-32 is checked.
+  void read_rest_of_record(const ReadFile& f, const StorageRef& ref, const std::string& key) const;
 
   const Checkpoint& ck_;
   ItemLimits limits_;
@@ -95,6 +101,8 @@ class ItemReader {
   mutable std::vector<std::unique_ptr<ReadFile>> files_;
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> expected_;  // per file, until it is opened
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
+  std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size
+  mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
 };
 
 }  // namespace dcpctl

@@ -25,11 +25,60 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
+}  // namespace
+
 bool is_tensor(const Value& v) {
   return v.kind == Kind::Object &&
          (v.is_global("torch._utils", "_rebuild_tensor_v2") || v.is_global("torch._utils", "_rebuild_tensor_v3") ||
           v.is_global("torch._utils", "_rebuild_parameter") || v.is_global("torch._utils", "_rebuild_parameter_with_state"));
 }
+
+std::string key_text(const Value& k) {
+  switch (k.kind) {
+    case Kind::Str: return std::string(k.as_str());
+    case Kind::Int: return std::to_string(k.as_int());
+    case Kind::Bool: return k.as_bool() ? "True" : "False";
+    default: return pickle::repr(k, 1000);
+  }
+}
+
+bool is_module_metadata(const Value& root, const Value& key, const Value& value) {
+  return (root.flags & Value::kOrdered) && key.is_str("_metadata") && value.kind == Kind::Dict;
+}
+
+TorchArchive open_torch_archive(const std::string& path) {
+  auto file = std::make_shared<ReadFile>(path);
+  uint8_t magic[4] = {0, 0, 0, 0};
+  if (file->size() >= 4) file->read_at(0, magic, 4);
+  if (!(magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)) {
+    if (magic[0] == 0x80)
+      throw UnsupportedError(Where(path), "a legacy (pre-1.6, non-zip) torch.save file; re-save it with a current torch");
+    throw FormatError(Where(path), "not a torch.save archive (no zip header)");
+  }
+  struct Whole final : ByteSource {
+    std::shared_ptr<ReadFile> f;
+    uint64_t size() const override { return f->size(); }
+    void read(uint64_t pos, void* buf, size_t n) const override { f->read_near(pos, buf, n, 0, f->size()); }
+  };
+  auto src = std::make_shared<Whole>();
+  src->f = file;
+  TorchArchive a;
+  a.file = file;
+  a.zip = std::make_unique<TorchZip>(src, Where(path));
+  if (a.zip->has("byteorder")) {
+    std::vector<uint8_t> bo = a.zip->read_small("byteorder", 64);
+    if (std::string(bo.begin(), bo.end()) != "little")
+      throw UnsupportedError(Where(path), "saved in byte order '" + std::string(bo.begin(), bo.end()) + "'");
+  }
+  std::vector<uint8_t> pkl = a.zip->read_small("data.pkl", kMaxPickleBytes);
+  a.pickle_bytes = pkl.size();
+  pickle::ParseOptions po;
+  po.source = path + ": data.pkl";
+  a.tree = pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
+  return a;
+}
+
+namespace {
 
 // What torch/_weights_only_unpickler.py allows in plain values.
 bool allowed_global(std::string_view m, std::string_view n) {
@@ -61,15 +110,6 @@ std::string unsafe_global(const Value& v, int depth = 0) {
       return "";
     case Kind::PersId: return "persistent id outside a tensor";
     default: return "";
-  }
-}
-
-std::string key_text(const Value& k) {
-  switch (k.kind) {
-    case Kind::Str: return std::string(k.as_str());
-    case Kind::Int: return std::to_string(k.as_int());
-    case Kind::Bool: return k.as_bool() ? "True" : "False";
-    default: return pickle::repr(k, 1000);
   }
 }
 
@@ -173,35 +213,16 @@ class Flattener {
 
 // Flattens torch.save file number `f` of view.ck.md.files (at `path`) into the view.
 void add_torch_file(TorchFileView& view, const std::string& path, uint32_t f) {
-  auto file = std::make_shared<ReadFile>(path);
-  uint8_t magic[4] = {0, 0, 0, 0};
-  if (file->size() >= 4) file->read_at(0, magic, 4);
-  if (!(magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)) {
-    if (magic[0] == 0x80)
-      throw UnsupportedError(Where(path), "a legacy (pre-1.6, non-zip) torch.save file; re-save it with a current torch");
-    throw FormatError(Where(path), "not a torch.save archive (no zip header)");
+  TorchArchive a = open_torch_archive(path);
+  Flattener fl(view, *a.zip, path, f);
+  const Value& root = a.tree->root;
+  if (root.kind == Kind::Dict) {
+    pickle::Items it = root.items();
+    for (uint64_t i = 0; i + 1 < it.size(); i += 2)
+      if (!is_module_metadata(root, it[i], it[i + 1])) fl.walk(key_text(it[i]), it[i + 1], 1);
   }
-  struct Whole final : ByteSource {
-    std::shared_ptr<ReadFile> f;
-    uint64_t size() const override { return f->size(); }
-    void read(uint64_t pos, void* buf, size_t n) const override { f->read_near(pos, buf, n, 0, f->size()); }
-  };
-  auto src = std::make_shared<Whole>();
-  src->f = file;
-  TorchZip zip(src, Where(path));
-  if (zip.has("byteorder")) {
-    std::vector<uint8_t> bo = zip.read_small("byteorder", 64);
-    if (std::string(bo.begin(), bo.end()) != "little")
-      throw UnsupportedError(Where(path), "saved in byte order '" + std::string(bo.begin(), bo.end()) + "'");
-  }
-  std::vector<uint8_t> pkl = zip.read_small("data.pkl", kMaxPickleBytes);
-  pickle::ParseOptions po;
-  po.source = path + ": data.pkl";
-  std::unique_ptr<pickle::Tree> tree = pickle::parse(ByteSpan(pkl.data(), pkl.size()), po);
-  Flattener fl(view, zip, path, f);
-  if (tree->root.kind == Kind::Dict) fl.walk("", tree->root, 0);
-  else if (is_tensor(tree->root)) throw UnsupportedError(Where(path), "holds one tensor, not a dict of tensors (a state_dict)");
-  else throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(tree->root.kind) + ", not a dict of tensors (a state_dict)");
+  else if (is_tensor(root)) throw UnsupportedError(Where(path), "holds one tensor, not a dict of tensors (a state_dict)");
+  else throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a dict of tensors (a state_dict)");
 }
 
 constexpr const char* kHfIndex = "pytorch_model.bin.index.json";

@@ -18,9 +18,13 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 
+#include "item/torch_zip.h"
 #include "meta/checkpoint.h"
+#include "pickle/tree.h"
+#include "util/file.h"
 
 namespace dcpctl {
 
@@ -46,5 +50,33 @@ TorchFileView open_torch_file(const std::string& path);
 // read as DCP / Hugging Face safetensors, as transformers prefers them) holding either file.
 bool is_hf_torch_dir(const std::string& dir);
 TorchFileView open_hf_torch_dir(const std::string& dir);
+
+// One torch.save archive opened: its zip index (LibTorch's reader, through the plugin) and its
+// data.pkl decoded by the restricted VM (never executed). Refuses legacy (non-zip) files and
+// big-endian archives.
+struct TorchArchive {
+  std::shared_ptr<ReadFile> file;
+  std::unique_ptr<TorchZip> zip;
+  std::unique_ptr<pickle::Tree> tree;
+  uint64_t pickle_bytes = 0;
+};
+TorchArchive open_torch_archive(const std::string& path);
+
+// A tensor rebuild call (_rebuild_tensor_v2/v3, or a Parameter around one).
+bool is_tensor(const pickle::Value& v);
+// A state_dict key as traverse_state_dict spells it: str(key).
+std::string key_text(const pickle::Value& k);
+// Module.state_dict() returns an OrderedDict carrying `_metadata` (each module's version) as an
+// attribute; torch.save pickles it as the OrderedDict's BUILD state, which the VM merges into the
+// dict's items. It is no entry of the state dict (torch.load gives it back as the attribute), so
+// readers leave it out: the root OrderedDict's "_metadata" holding a dict.
+bool is_module_metadata(const pickle::Value& root, const pickle::Value& key, const pickle::Value& value);
+
+// Directories of per-rank torch.save files of DTensor shards (verl's FSDP checkpoint:
+// `model_world_size_W_rank_R.pt`), read as one sharded checkpoint (layout torch-save-ranks) by
+// open_checkpoint once this is called: the CLI calls it first thing (meta/ cannot open a
+// torch.save zip itself; see set_rank_torch_files_opener). item/rank_torch_files.cpp.
+void install_rank_torch_files();
+Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::string>& names);
 
 }  // namespace dcpctl

@@ -23,6 +23,7 @@ const char* layout_name(CheckpointLayout l) {
     case CheckpointLayout::HfDcpShards: return "hf-dcp";
     case CheckpointLayout::HfSafetensors: return "hf-safetensors";
     case CheckpointLayout::TorchSave: return "torch-save";
+    case CheckpointLayout::TorchSaveRanks: return "torch-save-ranks";
   }
   return "?";
 }
@@ -35,6 +36,7 @@ const char* layout_description(CheckpointLayout l) {
     case CheckpointLayout::HfDcpShards: return "HF-mode DCP (HuggingFaceStorageWriter safetensors with DCP_SHARDING_INFO)";
     case CheckpointLayout::HfSafetensors: return "Hugging Face safetensors (consolidated)";
     case CheckpointLayout::TorchSave: return "torch.save file of a state_dict (.pt/.bin)";
+    case CheckpointLayout::TorchSaveRanks: return "per-rank torch.save files of DTensor shards (verl FSDP)";
   }
   return "?";
 }
@@ -46,6 +48,21 @@ uint64_t Checkpoint::data_bytes() const {
 }
 
 std::string Checkpoint::path_of(uint32_t file) const { return join_path(dir, md.files.at(file)); }
+
+std::optional<RankTorchFile> rank_torch_file(const std::string& name) {
+  static const std::regex kName(R"(model_world_size_(\d{1,7})_rank_(\d{1,7})\.pt)");
+  std::smatch m;
+  if (!std::regex_match(name, m, kName)) return std::nullopt;
+  RankTorchFile f{std::stoi(m[1].str()), std::stoi(m[2].str())};
+  if (f.world_size < 1) return std::nullopt;
+  return f;
+}
+
+namespace {
+RankTorchFilesOpener g_rank_torch_files_opener = nullptr;
+}
+
+void set_rank_torch_files_opener(RankTorchFilesOpener opener) { g_rank_torch_files_opener = opener; }
 
 std::optional<int> rank_of_file(const std::string& p) {
   if (p.size() < 3 || p.compare(0, 2, "__") != 0) return std::nullopt;
@@ -102,15 +119,22 @@ bool is_rank_metadata(const std::string& n) { return std::regex_match(n, std::re
 // The directory has no `.metadata`: find which other layout it holds, or say what it is not.
 Checkpoint open_without_metadata(const std::string& dir) {
   std::vector<std::string> names = list_dir(dir);
-  std::vector<std::string> rank_md, safet;
+  std::vector<std::string> rank_md, safet, rank_pt;
   size_t distcp = 0;
   for (const auto& n : names) {
     if (is_rank_metadata(n)) rank_md.push_back(n);
+    if (rank_torch_file(n)) rank_pt.push_back(n);
     if (ends_with(n, ".safetensors")) safet.push_back(n);
     if (ends_with(n, ".distcp")) ++distcp;
   }
   std::string index = join_path(dir, "model.safetensors.index.json");
   if (!rank_md.empty()) return meta_detail::open_rank_local(dir, rank_md);
+  if (!rank_pt.empty()) {
+    if (!g_rank_torch_files_opener)
+      throw UnsupportedError(Where(join_path(dir, rank_pt.front())), "per-rank torch.save files need dcpctl's item layer, "
+                                                                      "which this program did not install");
+    return g_rank_torch_files_opener(dir, rank_pt);
+  }
   if (!safet.empty()) return meta_detail::open_safetensors_files(dir, safet, path_exists(index) ? index : "");
   // HuggingFaceStorageWriter(enable_consolidation=True) writes the per-rank shards to sharded/
   // and the consolidated files beside it; with only the shards left, read those.

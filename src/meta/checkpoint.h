@@ -12,6 +12,10 @@
 //   DCP_SHARDING_INFO (per-rank `shard-R-model-i-of-N` files, possibly under `sharded/`), or
 //   plain Hugging Face safetensors (`model-i-of-N.safetensors` + `model.safetensors.index.json`,
 //   or one `.safetensors` file): tensors are Raw items (hf_layout.cpp).
+// - Per-rank torch.save files of DTensor shards (verl's FSDP checkpoint,
+//   `model_world_size_W_rank_R.pt`): each rank's local tensors are Raw items inside its zip,
+//   placed by the DTensor's pickled spec (item/rank_torch_files.cpp; opened through the hook
+//   below, since reading a torch.save zip takes the item layer's LibTorch plugin).
 // A run folder (a directory of checkpoints, run_folder.h) is refused with a usage error that
 // names the checkpoints inside and the newest complete one.
 #pragma once
@@ -31,10 +35,11 @@ enum class CheckpointLayout {
   HfDcpShards,          // safetensors files with DCP_SHARDING_INFO (HuggingFaceStorageWriter)
   HfSafetensors,        // plain Hugging Face safetensors (consolidated) or one .safetensors file
   TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
+  TorchSaveRanks,       // model_world_size_W_rank_R.pt: one torch.save of DTensor shards per rank (verl)
 };
 
 // Stable names for scripts ("dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp",
-// "hf-safetensors", "torch-save") and a phrase for people.
+// "hf-safetensors", "torch-save", "torch-save-ranks") and a phrase for people.
 const char* layout_name(CheckpointLayout l);
 const char* layout_description(CheckpointLayout l);
 
@@ -84,6 +89,19 @@ Checkpoint open_checkpoint(const std::string& path, const std::vector<uint8_t>* 
 
 // Throws FormatError naming every finding in ck.incomplete (writers call it before writing).
 void require_complete(const Checkpoint& ck);
+
+// A per-rank torch.save file of a sharded state dict, from its name: verl's
+// `model_world_size_{W}_rank_{R}.pt` gives {W, R}; nullopt for any other name.
+struct RankTorchFile {
+  int world_size = 0, rank = 0;
+};
+std::optional<RankTorchFile> rank_torch_file(const std::string& name);
+
+// Opens a directory of per-rank torch.save files (`names`, each a rank_torch_file). Reading their
+// zips takes the item layer (dcpctl_core), which installs it (install_rank_torch_files() in
+// item/torch_file.h); until then open_checkpoint refuses such a directory as unsupported.
+using RankTorchFilesOpener = Checkpoint (*)(const std::string& dir, const std::vector<std::string>& names);
+void set_rank_torch_files_opener(RankTorchFilesOpener opener);
 
 // The rank that wrote a data file, from its name `__{rank}_{n}.distcp` (nullopt if not that form).
 std::optional<int> rank_of_file(const std::string& relative_path);

@@ -25,7 +25,7 @@ const RunEntry* RunFolder::newest_complete() const {
 bool holds_checkpoint_files(const std::string& dir) {
   for (const auto& n : list_dir(dir)) {
     if (n == ".metadata" || n == "model.safetensors.index.json" || ends_with(n, ".distcp") || ends_with(n, ".safetensors") ||
-        (n.size() > 11 && n.compare(0, 2, "__") == 0 && ends_with(n, ".metadata")))
+        (n.size() > 11 && n.compare(0, 2, "__") == 0 && ends_with(n, ".metadata")) || rank_torch_file(n))
       return true;
     if (n == "sharded" && is_directory(join_path(dir, n)))
       for (const auto& m : list_dir(join_path(dir, n)))
@@ -70,6 +70,16 @@ std::optional<StepFolder> step_folder(const std::string& dir) {
       sf.unfinished = "no trainer_state.json beside pytorch_model_fsdp_0/: the Trainer writes it after the model and "
                       "optimizer, so this save did not finish";
     sf.asset_dirs = {dir, parent_path(dir)};
+    return sf;
+  }
+  // verl (global_step_N/): each role's per-rank torch.save files in actor/ (critic/ beside it),
+  // its config and tokenizer in actor/huggingface/. The run's tracker says which steps finished
+  // (scan_run_folder).
+  std::string actor = join_path(dir, "actor");
+  if (is_directory(actor) && holds_checkpoint_files(actor)) {
+    sf.model = actor;
+    sf.trainer = "verl";
+    sf.asset_dirs = {join_path(actor, "huggingface"), dir, parent_path(dir)};
     return sf;
   }
   std::string model = join_path(dir, "model");
@@ -220,7 +230,8 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     rf.entries.push_back(std::move(e));
   }
   if (rf.entries.empty() && rf.prune_leftovers.empty()) return std::nullopt;
-  // Megatron: the tracker names the last iteration whose save finished.
+  // Megatron (iter_NNNNNNN/) and verl (global_step_N/): the tracker names the last step whose
+  // save finished; both write it after the save.
   rf.megatron_tracker = small_text(join_path(dir, "latest_checkpointed_iteration.txt"));
   if (rf.megatron_tracker) {
     std::optional<uint64_t> last;
@@ -228,11 +239,12 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     if (!t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); }))
       last = std::stoull(t);
     for (auto& e : rf.entries) {
-      if (e.name.rfind("iter_", 0) != 0 || e.order.size() != 1) continue;
-      e.trainer = "megatron";
+      bool megatron = e.name.rfind("iter_", 0) == 0, verl = e.name.rfind("global_step_", 0) == 0;
+      if ((!megatron && !verl) || e.order.size() != 1) continue;
+      e.trainer = megatron ? "megatron" : "verl";
       if (last && e.order[0] > *last && e.step_unfinished.empty())
-        e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t +
-                            "): Megatron writes the tracker after a save finishes, so this one is in flight or died";
+        e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t + "): " + (megatron ? "Megatron" : "verl") +
+                            " writes the tracker after a save finishes, so this one is in flight or died";
     }
   }
   // NeMo AutoModel's pointers: a symlink NAME, or NAME.txt holding the path.

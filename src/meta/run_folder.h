@@ -16,7 +16,8 @@
 // `epoch_E_step_S/model/` (+ `.incomplete` while saving). Their markers count too: a step whose
 // trainer says the save did not finish is incomplete whatever its model files say. Megatron's
 // `latest_checkpointed_iteration.txt` names the last finished `iter_N/`: a newer one is in
-// flight or died. Lightning's `epoch=E-step=S.ckpt/` folders are checkpoints (DCP + meta.pt);
+// flight or died; verl writes the same tracker for its `global_step_N/` folders (the model's
+// per-rank files in `actor/`, its config and tokenizer in `actor/huggingface/`). Lightning's `epoch=E-step=S.ckpt/` folders are checkpoints (DCP + meta.pt);
 // `tmp-checkpoint-N` (transformers' staging name) is a save in flight.
 //
 // Cost: judging a checkpoint reads and parses all of its metadata (a `.metadata` of 5 million
@@ -40,7 +41,7 @@ namespace dcpctl {
 struct StepFolder {
   std::string dir;         // the step folder
   std::string model;       // the model checkpoint inside it
-  std::string trainer;     // "transformers", "llamafactory", "nemo-automodel"; "" for a bare model/ folder
+  std::string trainer;     // "transformers", "llamafactory", "nemo-automodel", "verl"; "" for a bare model/ folder
   std::string unfinished;  // the trainer's own marker says its save did not finish: why; else empty
   std::vector<std::string> asset_dirs;  // where its config and tokenizer are, nearest first
 };
@@ -80,7 +81,8 @@ struct RunFolder {
   double seconds = 0;  // listing and judging, all of it
   std::vector<RunEntry> entries;  // by the numbers in their names, then name
   std::vector<std::string> prune_leftovers;  // .dcpctl-prune-* left by an interrupted prune
-  // Megatron's latest_checkpointed_iteration.txt: what it says ("release" or a number), when there.
+  // latest_checkpointed_iteration.txt (Megatron's, and verl's): what it says ("release" or a
+  // number), when there. Named for Megatron in --json since it came first.
   std::optional<std::string> megatron_tracker;
   // NeMo AutoModel's LATEST and LOWEST_VAL (symlinks, or NAME.txt files): pointer -> the path it
   // names, when there.

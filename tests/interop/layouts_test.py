@@ -21,8 +21,10 @@ MODE is one of:
          `latest` names the newest complete step; every step's tensors checksum equal to torch's;
          the HF step's sharded/ shards read as HF-mode DCP; a command given the run folder exits 2.
   broken incomplete inputs of each new layout (a rank's __R.metadata removed, a shard file
-         removed, a key dropped from an HF index, a safetensors blob header damaged): verify
-         exits 3 naming what is missing, consolidate and reshard exit 3 and write nothing.
+         removed, a key dropped from an HF index, a safetensors blob header damaged; verl's
+         per-rank files: a rank's file removed, a key dropped from one rank's file, a replicated
+         tensor whose copies differ, files of two world sizes): verify exits 3 naming what is
+         missing, consolidate and reshard exit 3 and write nothing.
 
 Exit status: 0 pass, 1 failure.
 """
@@ -57,6 +59,9 @@ CASES = {  # case -> the layout dcpctl must report
     "lightning_trainer": "dcp",
     "lightning_fabric": "dcp",
     "megatron_gpt_tp2": "dcp",
+    "verl_fsdp2": "torch-save-ranks",
+    "verl_fsdp1": "torch-save-ranks",
+    "verl_hsdp": "torch-save-ranks",
 }
 
 def tensor_keys(expected: dict) -> dict:
@@ -273,10 +278,80 @@ def mode_broken(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     check(not (tmp / "y.safetensors").exists(), "damaged blob header: consolidate left an output")
 
 
+def resave(path: Path, change) -> None:
+    """Rewrites one rank's torch.save file through torch itself (the file was written by real
+    verl: trusted here, so weights_only=False), after change(state_dict)."""
+    sd = torch.load(path, weights_only=False)
+    change(sd)
+    torch.save(sd, path)
+
+
+def mode_broken_verl(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    L = fixtures / "layouts"
+    exp = json.loads((L / "verl_fsdp2" / "expected.json").read_text())
+    ws = exp["world_size"]
+    plain = sorted(k for k, v in exp["placements"].items() if v == "plain")
+    sharded = sorted(k for k, v in exp["placements"].items() if "Shard" in v)
+    check(plain and sharded, f"verl_fsdp2 has no plain tensor or no sharded one: {exp['placements']}")
+    if not (plain and sharded):
+        return
+    d = broken_copy(L / "verl_fsdp2" / "ckpt", tmp, "verl_missing_rank")
+    (d / f"model_world_size_{ws}_rank_1.pt").unlink()
+    expect_refusals(dcpctl, "verl without rank 1's file", d, f"model_world_size_{ws}_rank_1.pt", tmp)
+
+    d = broken_copy(L / "verl_fsdp2" / "ckpt", tmp, "verl_missing_key")
+    resave(d / f"model_world_size_{ws}_rank_{ws - 1}.pt", lambda sd: sd.pop(sharded[0]))
+    expect_refusals(dcpctl, "verl rank file lacking a key", d, sharded[0], tmp)
+
+    # The copies of a tensor every rank holds whole must agree (verl #7610's buffer).
+    d = broken_copy(L / "verl_fsdp2" / "ckpt", tmp, "verl_replica_mismatch")
+    resave(d / f"model_world_size_{ws}_rank_1.pt", lambda sd: sd[plain[0]].add_(1))
+    expect_refusals(dcpctl, "verl replicated tensor whose copies differ", d, plain[0], tmp)
+    r = run(dcpctl, "inspect", "--json", str(d))  # inspect reports; verify judges
+    if expect_rc(r, 0, "verl replicated tensor whose copies differ: inspect --json"):
+        rep = json.loads(r.stdout)
+        check(rep["summary"]["complete"] is False, "inspect calls a checkpoint with differing copies complete")
+        check(any(p["code"] == "replica-mismatch" and p["key"] == plain[0] for p in rep["problems"]),
+              f"inspect names no replica-mismatch of {plain[0]}: {rep['problems']}")
+
+    # FSDP2 saves a short shard as a view into its padded storage: a bit flipped in the padding,
+    # outside the tensor, still breaks the record's CRC-32, which verify --deep must check.
+    d = broken_copy(L / "verl_fsdp2" / "ckpt", tmp, "verl_padding_flip")
+    last = d / f"model_world_size_{ws}_rank_{ws - 1}.pt"
+    import zipfile
+    with zipfile.ZipFile(last) as z:
+        rec = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+        with open(last, "rb") as f:
+            f.seek(rec.header_offset + 26)
+            n, m = int.from_bytes(f.read(2), "little"), int.from_bytes(f.read(2), "little")
+        start = rec.header_offset + 30 + n + m
+    short = [k for k, shapes in exp["local_shapes"].items() if shapes[-1] and shapes[-1] != shapes[0] and shapes[-1][0] > 0]
+    check(bool(short), "verl_fsdp2 has no short last shard")
+    with open(last, "r+b") as f:
+        pos = start + rec.file_size - 1  # the padding's last byte
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ 0x10]))
+    r = run(dcpctl, "verify", "--deep", "--json", str(d))
+    if expect_rc(r, 3, "verl bit flipped in a padded storage: verify --deep"):
+        probs = json.loads(r.stdout)["problems"]
+        check(any(p["code"] == "crc-mismatch" and p["file"] == str(last) for p in probs),
+              f"verl padding flip: verify --deep reports no crc-mismatch in {last.name}: {probs}")
+    r = run(dcpctl, "consolidate", str(d), "-o", str(tmp / "pad.safetensors"))
+    expect_rc(r, 3, "verl bit flipped in a padded storage: consolidate", "CRC-32")
+    check(not (tmp / "pad.safetensors").exists(), "verl padding flip: consolidate left an output")
+
+    d = broken_copy(L / "verl_fsdp2" / "ckpt", tmp, "verl_two_worlds")
+    shutil.copy(d / f"model_world_size_{ws}_rank_0.pt", d / f"model_world_size_{ws + 1}_rank_0.pt")
+    r = run(dcpctl, "verify", str(d))
+    expect_rc(r, 3, "verl files of two world sizes: verify", "two saves share this folder")
+
+
 def main() -> int:
     mode, dcpctl, fixtures = sys.argv[1], os.path.abspath(sys.argv[2]), Path(sys.argv[3]).resolve()
     with tempfile.TemporaryDirectory(prefix="dcpctl-layouts-") as t:
-        {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken}[mode](dcpctl, fixtures, Path(t))
+        {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken, "broken-verl": mode_broken_verl}[mode](dcpctl, fixtures, Path(t))
         check_old_torch_reads()  # before the outputs in the temporary directory go
     return summary(f"layouts_test {mode}")
 
