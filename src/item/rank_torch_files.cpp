@@ -24,7 +24,9 @@
 //   places it: for each mesh dimension in order, Shard(d) cuts the current extent of dim d into
 //   torch.chunk pieces (ceil(n / mesh size), the last ones shorter or empty); the local tensor's
 //   shape must be exactly that (FormatError otherwise). _StridedShard, Partial and a non-default
-//   shard order are refused (UnsupportedError naming the key);
+//   shard order are refused (UnsupportedError naming the key). A local tensor saved as a strided
+//   view (torch 2.6 keeps a Shard(1) shard as a view into its padded storage) is read as runs of
+//   its contiguous trailing dims, one chunk each;
 // - copies (the same box from several ranks: Replicate, or a plain tensor) are taken once, from
 //   the lowest rank, and every other copy must hold the same bytes: a copy that differs makes
 //   the checkpoint invalid (a finding naming the key and both files; verify exits 3, writers
@@ -65,7 +67,9 @@ struct Piece {
   int rank = 0;
   uint32_t file = 0;
   std::vector<int64_t> offsets, sizes;
-  StorageRef ref;
+  std::vector<int64_t> stride;  // the local tensor's, in elements: a view need not be C-contiguous
+  uint64_t item = 0;            // bytes per element
+  StorageRef ref;               // offset: the view's first element; length: numel * item
   uint64_t record_offset = 0, record_size = 0;
   uint32_t record_crc = 0;
   std::string record;
@@ -146,7 +150,10 @@ std::optional<std::vector<int64_t>> mesh_shape_of(const Value& mesh, const Where
       auto shape = int_tuple(attr(ax, "shape"));
       if (!shape) return std::nullopt;
       int64_t n = 1;
-      for (int64_t d : *shape) n *= d;
+      for (int64_t d : *shape) {
+        if (d < 1 || d > (int64_t{1} << 24) || n > (int64_t{1} << 24)) throw FormatError(w, "a DeviceMesh axis of shape " + dims_text(*shape));
+        n *= d;
+      }
       out.push_back(n);
     }
     return out;
@@ -177,6 +184,12 @@ Leaf read_leaf(const Value& v_in, const Where& w) {
   if (wrap.items()[1].kind == Kind::Global) leaf.global_dtype = dtype_from_torch_name(wrap.items()[1].as_global().name);
   auto size = int_tuple(&wrap.items()[2]);
   if (!size) throw FormatError(w, "DTensor global size is not a tuple of ints");
+  uint64_t numel = 1;
+  for (int64_t d : *size) {
+    if (d < 0 || (d > 0 && numel > (uint64_t{1} << 62) / static_cast<uint64_t>(d)))
+      throw FormatError(w, "DTensor global size " + dims_text(*size) + " is not a tensor's");
+    numel *= static_cast<uint64_t>(d);
+  }
   leaf.global_shape = *size;
   const Value& state = a[3];
   const Value* local = attr(state, "_local_tensor");
@@ -256,6 +269,56 @@ bool same_bytes(const ReadFile& a, uint64_t ao, const ReadFile& b, uint64_t bo, 
   return true;
 }
 
+// A piece's bytes as dense runs: one when its view is C-contiguous; otherwise one per index of
+// the leading dims outside its contiguous suffix (torch 2.6 saves a Shard(1) shard as a view
+// into its padded storage: shape [3, 2], stride [3, 1] is three runs of two elements).
+struct Run {
+  std::vector<int64_t> offsets, sizes;
+  uint64_t byte_offset = 0, bytes = 0;
+};
+
+std::vector<Run> runs_of(const Piece& p, const Where& w) {
+  size_t n = p.sizes.size();
+  uint64_t numel = 1;
+  for (int64_t s : p.sizes) numel *= static_cast<uint64_t>(s);
+  if (numel == 0) return {Run{p.offsets, p.sizes, p.ref.offset, 0}};
+  size_t k = n;  // dims [k, n) are C-contiguous among themselves
+  int64_t expect = 1;
+  while (k > 0 && (p.sizes[k - 1] == 1 || p.stride[k - 1] == expect)) {
+    expect *= p.sizes[k - 1];
+    --k;
+  }
+  uint64_t count = 1;
+  for (size_t d = 0; d < k; ++d) count *= static_cast<uint64_t>(p.sizes[d]);
+  constexpr uint64_t kMaxRuns = 1u << 22;
+  if (count > kMaxRuns)
+    throw UnsupportedError(w, "a local tensor saved as a view of shape " + dims_text(p.sizes) + ", stride " + dims_text(p.stride) +
+                                  ": " + std::to_string(count) + " separate runs of bytes, more than dcpctl reads");
+  uint64_t run_bytes = numel / count * p.item;
+  std::vector<Run> runs;
+  runs.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> idx(k, 0);
+  for (uint64_t r = 0; r < count; ++r) {
+    Run run;
+    run.offsets = p.offsets;
+    run.sizes = p.sizes;
+    int64_t elem = 0;
+    for (size_t d = 0; d < k; ++d) {
+      run.offsets[d] += idx[d];
+      run.sizes[d] = 1;
+      elem += idx[d] * p.stride[d];
+    }
+    run.byte_offset = p.ref.offset + static_cast<uint64_t>(elem) * p.item;
+    run.bytes = run_bytes;
+    runs.push_back(std::move(run));
+    for (size_t d = k; d-- > 0;) {  // next index, last dim fastest
+      if (++idx[d] < p.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return runs;
+}
+
 }  // namespace
 
 Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::string>& names) {
@@ -286,10 +349,17 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
   ck.metadata_path = join_path(dir, md.files.front());
   md.source = ck.metadata_path;
   meta_detail::stat_data_files(ck);
-  for (int r = 0; r < world; ++r)
-    if (!by_rank.count(r))
-      ck.incomplete.push_back({"missing-rank", Where(join_path(dir, "model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(r) + ".pt")),
-                               "rank " + std::to_string(r) + " of " + std::to_string(world) + " has no file: its save did not finish"});
+  // Each missing rank named, up to a few; a name claiming millions of ranks costs one finding.
+  constexpr size_t kNamed = 16;
+  size_t missing = 0;
+  for (int r = 0; r < world; ++r) {
+    if (by_rank.count(r) || ++missing > kNamed) continue;
+    ck.incomplete.push_back({"missing-rank", Where(join_path(dir, "model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(r) + ".pt")),
+                             "rank " + std::to_string(r) + " of " + std::to_string(world) + " has no file: its save did not finish"});
+  }
+  if (missing > kNamed)
+    ck.incomplete.push_back({"missing-rank", Where(dir), std::to_string(missing - kNamed) + " more of the " + std::to_string(world) +
+                                                             " ranks have no model_world_size_" + std::to_string(world) + "_rank_R.pt file"});
 
   std::vector<Gathered> tensors;
   std::map<std::string, size_t> index;
@@ -351,13 +421,12 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
       if (extent == UINT64_MAX || extent > rec.size / item)
         throw FormatError(w, "the local tensor needs " + std::to_string(extent) + " elements but its storage record holds " +
                                  std::to_string(rec.size / item));
-      if (!leaf.local.contiguous() && leaf.local.numel() != 0)
-        throw UnsupportedError(w, "local tensor saved as a non-contiguous view (shape " + dims_text(leaf.local.size) + ", stride " +
-                                      dims_text(leaf.local.stride) + ")");
       Piece p;
       p.rank = rank;
       p.file = file;
       p.sizes = leaf.local.size;
+      p.stride = leaf.local.stride;
+      p.item = item;
       p.ref.file = file;
       p.ref.offset = rec.offset + static_cast<uint64_t>(leaf.local.storage_offset) * item;
       p.ref.length = leaf.local.numel() * item;
@@ -446,12 +515,23 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
     std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, const Piece*> kept;
     for (const Piece& p : g.pieces) {
       if (numel(p) == 0 && (any_data || &p != &g.pieces.front())) continue;  // an empty shard holds nothing
+      Where where(join_path(dir, md.files[p.file]), p.ref.offset, g.fqn);
+      std::vector<Run> runs = runs_of(p, where);
       auto [it, fresh] = kept.emplace(std::make_pair(p.offsets, p.sizes), &p);
       if (!fresh) {
         const Piece& a = *it->second;
         bool whole = a.ref.offset == a.record_offset && a.ref.length == a.record_size && p.ref.offset == p.record_offset &&
-                     p.ref.length == p.record_size;
-        bool same = whole ? a.record_crc == p.record_crc : same_bytes(file_of(a.file), a.ref.offset, file_of(p.file), p.ref.offset, p.ref.length);
+                     p.ref.length == p.record_size && runs.size() == 1 && a.stride == p.stride;
+        bool same = whole;
+        if (whole) {
+          same = a.record_crc == p.record_crc;
+        } else {
+          std::vector<Run> other = runs_of(a, where);
+          same = other.size() == runs.size();
+          for (size_t i = 0; same && i < runs.size(); ++i)
+            same = runs[i].bytes == other[i].bytes &&
+                   same_bytes(file_of(a.file), other[i].byte_offset, file_of(p.file), runs[i].byte_offset, runs[i].bytes);
+        }
         if (!same)
           ck.incomplete.push_back({"replica-mismatch", Where(join_path(dir, md.files[p.file]), p.ref.offset, g.fqn),
                                    "rank " + std::to_string(p.rank) + "'s copy of box offsets " + dims_text(p.offsets) + " sizes " +
@@ -459,9 +539,14 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
                                        "'s in " + md.files[a.file] + ": the copies of a replicated tensor must be equal"});
         continue;
       }
-      t.chunk_dims.insert(t.chunk_dims.end(), p.offsets.begin(), p.offsets.end());
-      t.chunk_dims.insert(t.chunk_dims.end(), p.sizes.begin(), p.sizes.end());
-      t.storage.push_back(p.ref);
+      for (const Run& run : runs) {
+        t.chunk_dims.insert(t.chunk_dims.end(), run.offsets.begin(), run.offsets.end());
+        t.chunk_dims.insert(t.chunk_dims.end(), run.sizes.begin(), run.sizes.end());
+        StorageRef ref = p.ref;
+        ref.offset = run.byte_offset;
+        ref.length = run.bytes;
+        t.storage.push_back(ref);
+      }
       ck.record_crcs.push_back({p.file, p.record_offset, p.record_size, p.record_crc, g.fqn, p.record});
     }
     md.order.push_back({true, static_cast<uint32_t>(md.tensors.size())});

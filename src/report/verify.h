@@ -13,8 +13,10 @@
 // chunk-gap, chunk-overlap, chunk-out-of-bounds, missing-storage, orphan-storage,
 // duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error,
 // crc-mismatch (a record's bytes fail the CRC-32 its writer stored: util/crc_ledger.h),
-// integrity-mismatch, integrity-missing, integrity-invalid (report/integrity.h). Warnings add
-// integrity-unlisted.
+// integrity-mismatch, integrity-missing, integrity-invalid (report/integrity.h), and what a
+// layout's opening found (Checkpoint::incomplete): missing-shard, missing-key, missing-rank,
+// replica-mismatch (per-rank torch.save files: item/rank_torch_files.cpp), step-unfinished (a
+// trainer's marker). Warnings add integrity-unlisted.
 #pragma once
 
 #include <cstdint>

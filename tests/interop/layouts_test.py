@@ -62,6 +62,7 @@ CASES = {  # case -> the layout dcpctl must report
     "verl_fsdp2": "torch-save-ranks",
     "verl_fsdp1": "torch-save-ranks",
     "verl_hsdp": "torch-save-ranks",
+    "old_torch_2_6_rank_files": "torch-save-ranks",
 }
 
 def tensor_keys(expected: dict) -> dict:
