@@ -546,12 +546,16 @@ class Chain {
       url = "http://169.254.170.2" + *rel;
     } else {
       url = *env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
-      // As botocore: plain http only to the container agents' link-local addresses or loopback.
+      // As botocore: plain http only to loopback or the container agents' link-local addresses.
       if (url.rfind("https://", 0) != 0) {
-        static const char* allowed[] = {"http://127.",          "http://localhost",      "http://[::1]",
-                                        "http://169.254.170.2", "http://169.254.170.23", "http://[fd00:ec2::23]"};
-        bool ok = false;
-        for (const char* a : allowed) ok = ok || url.rfind(a, 0) == 0;
+        std::string host;
+        if (url.rfind("http://", 0) == 0) {
+          std::string rest = url.substr(7);
+          host = rest[0] == '[' ? rest.substr(0, rest.find(']') + 1) : rest.substr(0, rest.find_first_of(":/?"));
+        }
+        bool loopback4 = host.rfind("127.", 0) == 0 && host.find_first_not_of("0123456789.") == std::string::npos;
+        bool ok = loopback4 || host == "localhost" || host == "[::1]" || host == "169.254.170.2" ||
+                  host == "169.254.170.23" || host == "[fd00:ec2::23]";
         if (!ok)
           throw IoError(Where(), "AWS_CONTAINER_CREDENTIALS_FULL_URI " + url +
                                      " is neither https nor a loopback or container-agent address");

@@ -61,7 +61,9 @@ HttpResponse http_once(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req.timeout_ms);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp.body);
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: CURLOPT_PROTOCOLS_STR (CURLOPT_PROTOCOLS is deprecated there)
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
   if (!req.sigv4.empty()) {
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
     curl_easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());

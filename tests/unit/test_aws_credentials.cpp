@@ -232,7 +232,7 @@ TEST_CASE("aws credentials: a failed refresh keeps keys that are still valid, an
   CHECK_THROWS_WITH(cache.get(), Catch::Contains("IMDS: refused"));
 }
 
-TEST_CASE("aws credentials: environment first, then the rest in botocore's order; the error lists every source") {
+TEST_CASE("aws credentials: environment first, then the rest in botocore's order, the error listing every source") {
   World w;
   w.env = {{"HOME", "/h"}};
   std::string e = w.error();
@@ -422,6 +422,8 @@ TEST_CASE("aws credentials: the container endpoint with its authorization token"
   w.env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = "http://example.com/creds";
   CHECK_THAT(w.error(),
              Catch::Contains("container: AWS_CONTAINER_CREDENTIALS_FULL_URI http://example.com/creds is neither"));
+  w.env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = "http://127.0.0.1.example.com/creds";
+  CHECK_THAT(w.error(), Catch::Contains("is neither https nor a loopback"));
   w.env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = "http://127.0.0.1:9/gone";
   CHECK_THAT(w.error(), Catch::EndsWith("container: Couldn't connect to server (http://127.0.0.1:9/gone)"));
 }
