@@ -428,7 +428,7 @@ TEST_CASE("aws credentials: the container endpoint with its authorization token"
   CHECK_THAT(w.error(), Catch::EndsWith("container: Couldn't connect to server (http://127.0.0.1:9/gone)"));
 }
 
-TEST_CASE("aws credentials: IMDSv2: token, role name, keys; the endpoint from the environment") {
+TEST_CASE("aws credentials: IMDSv2: token, role name, keys, the endpoint from the environment") {
   World w;
   w.env = {{"HOME", "/h"}, {"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:8/"}};
   w.answers["PUT http://127.0.0.1:8/latest/api/token"] = ok("TOKEN-V2");
