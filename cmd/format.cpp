@@ -18,6 +18,7 @@ void add_s3_transfer(nlohmann::json& doc) {
   s["requests"] = k.requests.load();
   s["retries"] = k.retries.load();
   if (k.bytes_out.load()) s["bytes_uploaded"] = k.bytes_out.load();
+  if (std::string src = c->credential_source(); !src.empty()) s["credential_source"] = src;
 }
 
 std::string human_bytes(uint64_t n) {

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "util/aws_credentials.h"
 #include "util/sha256.h"
 
 namespace dcpctl::s3 {
@@ -152,19 +153,30 @@ Config Config::load(const std::function<std::optional<std::string>(const char*)>
     return it->second;
   };
 
+  // Sources botocore tries before the profile's static keys (util/aws_credentials.h): when one is
+  // configured, the keys are left to the chain the client runs.
+  auto has = [&](const char* key) {
+    if (auto it = creds.find(c.profile); it != creds.end() && it->second.count(key)) return true;
+    return conf_value(key).has_value();
+  };
+  bool role = has("role_arn") && (has("source_profile") || has("credential_source") || has("web_identity_token_file"));
+  bool before_files = role || (nonempty("AWS_ROLE_ARN") && nonempty("AWS_WEB_IDENTITY_TOKEN_FILE")) ||
+                      has("sso_session") || has("sso_start_url");
+  bool before_config = before_files || has("credential_process");
   auto ak = nonempty("AWS_ACCESS_KEY_ID"), sk = nonempty("AWS_SECRET_ACCESS_KEY");
   if (ak && sk) {
     c.access_key = *ak;
     c.secret_key = *sk;
     c.session_token = nonempty("AWS_SESSION_TOKEN").value_or("");
     c.credentials_from = "environment";
-  } else if (auto it = creds.find(c.profile);
-             it != creds.end() && it->second.count("aws_access_key_id") && it->second.count("aws_secret_access_key")) {
+  } else if (auto it = creds.find(c.profile); !before_files && it != creds.end() &&
+                                              it->second.count("aws_access_key_id") &&
+                                              it->second.count("aws_secret_access_key")) {
     c.access_key = it->second.at("aws_access_key_id");
     c.secret_key = it->second.at("aws_secret_access_key");
     if (auto t = it->second.find("aws_session_token"); t != it->second.end()) c.session_token = t->second;
     c.credentials_from = cred_path + " [" + c.profile + "]";
-  } else if (conf_value("aws_access_key_id") && conf_value("aws_secret_access_key")) {
+  } else if (!before_config && conf_value("aws_access_key_id") && conf_value("aws_secret_access_key")) {
     c.access_key = *conf_value("aws_access_key_id");
     c.secret_key = *conf_value("aws_secret_access_key");
     c.session_token = conf_value("aws_session_token").value_or("");
@@ -238,6 +250,13 @@ uint64_t RetryPolicy::delay_ms(int attempt, double u) const {
   // Full jitter (AWS's recommendation): uniform in [0, ceiling], so that many workers retrying
   // together spread out instead of hitting the server again in step.
   return static_cast<uint64_t>(u * static_cast<double>(ceiling + 1));
+}
+
+uint64_t RetryPolicy::delay_ms(int attempt, double u, std::optional<uint64_t> retry_after_s) const {
+  uint64_t d = delay_ms(attempt, u);
+  if (!retry_after_s) return d;
+  uint64_t asked = *retry_after_s > retry_after_cap_ms / 1000 ? retry_after_cap_ms : *retry_after_s * 1000;
+  return std::max(d, asked);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -394,7 +413,8 @@ struct Client::Response {
   std::string body;  // error bodies and small answers
   std::optional<uint64_t> content_length;
   std::string etag;
-  uint64_t got = 0;  // bytes stored into Request::dest
+  std::optional<uint64_t> retry_after_s;  // Retry-After in seconds (an HTTP date is ignored)
+  uint64_t got = 0;                       // bytes stored into Request::dest
 };
 
 namespace {
@@ -466,6 +486,10 @@ size_t on_header(char* data, size_t, size_t n, void* ud) {
     uint64_t v;
     if (parse_u64(value, v)) t->resp->content_length = v;
   }
+  if (name == "retry-after") {
+    uint64_t v;
+    if (parse_u64(value, v)) t->resp->retry_after_s = v;
+  }
   return n;
 }
 
@@ -482,6 +506,25 @@ std::string describe_status(long status, const std::string& code, const std::str
 
 Client::Client(Config cfg) : cfg_(std::move(cfg)) {
   std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  aws::Io io = aws::Io::system();
+  std::function<aws::Credentials()> fetch;
+  if (!cfg_.access_key.empty() && !cfg_.secret_key.empty()) {
+    aws::Credentials fixed{cfg_.access_key, cfg_.secret_key, cfg_.session_token, std::nullopt,
+                           cfg_.credentials_from == "environment" ? "environment" : "profile " + cfg_.credentials_from};
+    fetch = [fixed] { return fixed; };
+  } else {
+    aws::ChainSettings s{cfg_.profile, cfg_.region};
+    fetch = [io, s] { return aws::resolve(io, s); };
+  }
+  creds_ = std::make_unique<aws::CredentialCache>(std::move(fetch), io.now, aws::refresh_margin(io.env));
+}
+
+std::string Client::credential_source() const {
+  return creds_->source();
+}
+
+uint64_t Client::credential_fetches() const {
+  return creds_->fetches();
 }
 
 Client::~Client() = default;
@@ -502,17 +545,18 @@ const Client* Client::shared_if_made() {
 
 Client::Response Client::perform(Request& req) {
   const std::string url = req.display.empty() ? req.loc.url() : req.display;
-  if (cfg_.access_key.empty() || cfg_.secret_key.empty())
-    throw IoError(Where(url),
-                  "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with "
-                  "a profile in ~/.aws/credentials (profile '" +
-                      cfg_.profile + "' has no keys)");
+  std::shared_ptr<const aws::Credentials> creds;
+  try {
+    creds = creds_->get();
+  } catch (const IoError& e) {
+    throw IoError(Where(url), e.what());  // "no credentials: environment: ...; ...; IMDS: ..."
+  }
+  bool refreshed = false;  // keys refused as expired are fetched again once per request
   std::string full = cfg_.object_url(req.loc);
   if (!req.query.empty()) full += "?" + req.query;
   std::string body_hash =
       req.body ? Sha256::of(std::string(static_cast<const char*>(req.body), req.body_size)) : Sha256::of(std::string());
   std::string sigv4 = "aws:amz:" + cfg_.region + ":s3";
-  std::string userpwd = cfg_.access_key + ":" + cfg_.secret_key;
   RetryPolicy policy;
   policy.max_attempts = cfg_.max_attempts;
   thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>()(std::this_thread::get_id()));
@@ -528,8 +572,9 @@ Client::Response Client::perform(Request& req) {
     curl_slist* hdrs = nullptr;
     for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
     hdrs = curl_slist_append(hdrs, ("x-amz-content-sha256: " + body_hash).c_str());
-    if (!cfg_.session_token.empty())
-      hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + cfg_.session_token).c_str());
+    if (!creds->session_token.empty())
+      hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + creds->session_token).c_str());
+    const std::string userpwd = creds->access_key + ":" + creds->secret_key;
     // No "Expect:" to turn off 100-continue: libcurl 7.88 would sign the empty header it then
     // leaves out, and the server computes another signature.
     if (req.body) hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
@@ -576,6 +621,17 @@ Client::Response Client::perform(Request& req) {
       } else {
         std::tie(code, msg) = parse_error_body(resp.body);
         if (resp.status == 404 && req.expect_404) return resp;
+        if ((resp.status == 400 || resp.status == 403) && aws::is_expired_token_code(code) && !refreshed) {
+          refreshed = true;
+          try {
+            creds = creds_->refresh_after_expired(creds);
+          } catch (const IoError& e) {
+            throw IoError(Where(url), describe_status(resp.status, code, msg) + ", and refreshing the credentials (" +
+                                          creds->source + ") failed: " + e.what());
+          }
+          counters_.retries.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
         if (!RetryPolicy::retryable(resp.status, code) || attempt >= policy.max_attempts) {
           std::string what = req.method + std::string(" failed: ") + describe_status(resp.status, code, msg);
           if (resp.status == 404 && code == "NoSuchKey") throw NotFound(Where(url), "no such object (" + what + ")");
@@ -584,7 +640,7 @@ Client::Response Client::perform(Request& req) {
           if (resp.status == 404 && code.empty()) throw NotFound(Where(url), "no such object (" + what + ")");
           if (resp.status == 403)
             throw IoError(Where(url), "access denied (" + what + "); credentials from " +
-                                          (cfg_.credentials_from.empty() ? "nowhere" : cfg_.credentials_from));
+                                          (cfg_.credentials_from.empty() ? creds->source : cfg_.credentials_from));
           throw IoError(Where(url), what + (attempt > 1 ? " (after " + std::to_string(attempt) + " attempts)" : ""));
         }
         last = describe_status(resp.status, code, msg);
@@ -598,7 +654,10 @@ Client::Response Client::perform(Request& req) {
       throw IoError(Where(url), std::string(req.method) + " failed after " + std::to_string(attempt) + " attempts: " +
                                     last + " (endpoint " + (cfg_.endpoint.empty() ? "AWS" : cfg_.endpoint) + ")");
     counters_.retries.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::milliseconds(policy.delay_ms(attempt, uniform(rng))));
+    // Retry-After is a server's request to wait (429, 503 SlowDown): honoured, within the cap.
+    std::optional<uint64_t> after;
+    if (resp.status == 429 || resp.status == 503) after = resp.retry_after_s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(policy.delay_ms(attempt, uniform(rng), after)));
   }
 }
 

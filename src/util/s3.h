@@ -13,11 +13,14 @@
 // `https://<bucket>.s3.<region>.amazonaws.com/<key>` (path-style for a bucket name with a dot,
 // which a wildcard certificate does not cover).
 //
-// Configuration is read the way the AWS CLI and SDKs read it (Config::load): credentials from
-// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else from the profile
+// Configuration is read the way the AWS CLI and SDKs read it (Config::load): static credentials
+// from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else from the profile
 // (AWS_PROFILE, default "default") in the shared credentials file (AWS_SHARED_CREDENTIALS_FILE,
 // default ~/.aws/credentials), else from the config file (AWS_CONFIG_FILE, default
-// ~/.aws/config, section `[profile NAME]` or `[default]`); the region from AWS_REGION,
+// ~/.aws/config, section `[profile NAME]` or `[default]`), each unless a source the SDKs try
+// before it is configured (web identity, a role, SSO, credential_process: see
+// util/aws_credentials.h, whose chain the client runs on its first request when Config has no
+// keys, and again before temporary keys expire); the region from AWS_REGION,
 // AWS_DEFAULT_REGION, the profile's `region`, else us-east-1; attempts from AWS_MAX_ATTEMPTS
 // (default 5). Nothing is read until the first request, so local commands never look.
 //
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +44,10 @@
 #include <vector>
 
 #include "util/error.h"
+
+namespace dcpctl::aws {
+class CredentialCache;
+}
 
 namespace dcpctl::s3 {
 
@@ -94,8 +102,12 @@ struct RetryPolicy {
   uint64_t base_ms = 50, cap_ms = 5000;
   // status 0: the transport failed (no HTTP answer).
   static bool retryable(long status, std::string_view code);
+  uint64_t retry_after_cap_ms = 20000;
   // The delay before attempt `attempt` + 1 (attempt counts from 1), given a uniform draw u in [0, 1).
   uint64_t delay_ms(int attempt, double u) const;
+  // The same, for an answer (429, 503) with a Retry-After of `retry_after_s` seconds: at least
+  // that long, at most retry_after_cap_ms (a server asking for an hour does not stall a run).
+  uint64_t delay_ms(int attempt, double u, std::optional<uint64_t> retry_after_s) const;
 };
 
 // One page of a ListObjectsV2 answer.
@@ -152,6 +164,11 @@ class Client {
   const Counters& counters() const { return counters_; }
   // Whether any request was made (a command reports `s3` in --json only then).
   bool used() const { return counters_.requests.load() > 0; }
+  // Where the keys in use came from ("environment", "web-identity", "imds", "profile FILE [NAME]",
+  // ...; never a secret); empty before the first request.
+  std::string credential_source() const;
+  // How many times keys were fetched (1, then one per refresh).
+  uint64_t credential_fetches() const;
 
   struct Request;   // s3.cpp
   struct Response;  // s3.cpp
@@ -160,6 +177,7 @@ class Client {
   Response perform(Request& req);  // with retries; throws IoError for what is not the caller's to handle
   Config cfg_;
   Counters counters_;
+  std::unique_ptr<aws::CredentialCache> creds_;
 };
 
 // A prefix's one-level (delimited) listing read as a folder: the names below `prefix` of its

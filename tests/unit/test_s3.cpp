@@ -299,3 +299,41 @@ TEST_CASE("s3 retry policy: what is retried, bounded exponential backoff with fu
   CHECK(p.delay_ms(5, 0.9999999) == 1000);   // capped
   CHECK(p.delay_ms(60, 0.9999999) == 1000);  // no overflow however many attempts
 }
+
+TEST_CASE("s3 retry policy: Retry-After on 429/503 is honoured, within a cap") {
+  RetryPolicy p;
+  p.base_ms = 100;
+  p.cap_ms = 1000;
+  CHECK(p.delay_ms(1, 0.5, std::nullopt) == p.delay_ms(1, 0.5));
+  CHECK(p.delay_ms(1, 0.5, uint64_t{3}) == 3000);                     // longer than the backoff: the server's wait
+  CHECK(p.delay_ms(5, 0.9999999, uint64_t{0}) == 1000);               // shorter: the backoff's
+  CHECK(p.delay_ms(1, 0.0, uint64_t{3600}) == p.retry_after_cap_ms);  // an hour: capped
+}
+
+TEST_CASE("s3 config: static keys give way to the sources the SDKs try before them") {
+  const std::string creds = "[default]\naws_access_key_id = DEFAK\naws_secret_access_key = DEFSK\n";
+  // Web identity in the environment comes before the credentials file's keys.
+  Config wi = load({{"HOME", "/h"}, {"AWS_ROLE_ARN", "arn:aws:iam::1:role/r"}, {"AWS_WEB_IDENTITY_TOKEN_FILE", "/t"}},
+                   {{"/h/.aws/credentials", creds}});
+  CHECK(wi.access_key.empty());
+  // Environment keys still come first.
+  CHECK(load({{"HOME", "/h"},
+              {"AWS_ROLE_ARN", "r"},
+              {"AWS_WEB_IDENTITY_TOKEN_FILE", "/t"},
+              {"AWS_ACCESS_KEY_ID", "A"},
+              {"AWS_SECRET_ACCESS_KEY", "S"}})
+            .access_key == "A");
+  // A role with a source profile, SSO: before the profile's keys.
+  CHECK(load({{"HOME", "/h"}}, {{"/h/.aws/credentials", creds + "role_arn = r\nsource_profile = base\n"}})
+            .access_key.empty());
+  CHECK(load({{"HOME", "/h"}}, {{"/h/.aws/credentials", creds}, {"/h/.aws/config", "[default]\nsso_session = corp\n"}})
+            .access_key.empty());
+  // credential_process: after the credentials file's keys, before the config file's.
+  CHECK(load({{"HOME", "/h"}},
+             {{"/h/.aws/credentials", creds}, {"/h/.aws/config", "[default]\ncredential_process = x\n"}})
+            .access_key == "DEFAK");
+  CHECK(load({{"HOME", "/h"}},
+             {{"/h/.aws/config",
+               "[default]\ncredential_process = x\naws_access_key_id = C\naws_secret_access_key = S\n"}})
+            .access_key.empty());
+}
