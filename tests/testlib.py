@@ -28,6 +28,11 @@ from pathlib import Path
 from skip import SKIP, skip_absent, skip_or_fail, skip_or_fail_code, strict  # noqa: F401 (re-exported)
 from tally import Tally
 
+# A dcpctl run without credentials ends the AWS chain at the instance metadata service, a
+# link-local address no test may reach: tests that want IMDS serve it on 127.0.0.1
+# (AWS_EC2_METADATA_SERVICE_ENDPOINT) and lift this in their own environment.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
 # dcpctl's documented exit codes (cmd/exit_codes.h, README, the man page).
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INVALID, EXIT_IO, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4, 5
 
