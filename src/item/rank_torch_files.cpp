@@ -30,7 +30,7 @@
 // - copies (the same box from several ranks: Replicate, or a plain tensor) are taken once, from
 //   the lowest rank, and every other copy must hold the same bytes: a copy that differs makes
 //   the checkpoint invalid (a finding naming the key and both files; verify exits 3, writers
-//   refuse). verl's own merger once concatenated such copies (verl #7610). Equal stored CRC-32s
+//   refuse). verl's own merger once concatenated such copies (fixed in verl #7610). Equal stored CRC-32s
 //   of two whole records count as equal (the copy read is CRC-checked as it is read); otherwise
 //   the bytes are compared, 1 MiB at a time;
 // - every rank 0..W-1 must have its file and every file must hold the same keys with the same
