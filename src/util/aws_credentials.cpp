@@ -129,17 +129,27 @@ Credentials parse_sts_answer(std::string_view xml, const std::string& what) {
   return c;
 }
 
+namespace {
+
+// AccessKeyId, SecretAccessKey, the session token under `token` (credential_process says
+// SessionToken, the container endpoint and IMDS say Token) and Expiration.
+Credentials keys_of(const nlohmann::json& j, const char* token, const std::string& what) {
+  Credentials c;
+  c.access_key = json_string(j, "AccessKeyId", what, true);
+  c.secret_key = json_string(j, "SecretAccessKey", what, true);
+  c.session_token = json_string(j, token, what, false);
+  c.expiration = expiration_of(json_string(j, "Expiration", what, false), what);
+  return c;
+}
+
+}  // namespace
+
 Credentials parse_process_output(std::string_view text, const std::string& what) {
   nlohmann::json j = parse_json(text, what, "its output");
   auto v = j.find("Version");
   if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != 1)
     throw IoError(Where(what), "its output's Version is not 1 (the only version the AWS CLI defines)");
-  Credentials c;
-  c.access_key = json_string(j, "AccessKeyId", what, true);
-  c.secret_key = json_string(j, "SecretAccessKey", what, true);
-  c.session_token = json_string(j, "SessionToken", what, false);
-  c.expiration = expiration_of(json_string(j, "Expiration", what, false), what);
-  return c;
+  return keys_of(j, "SessionToken", what);
 }
 
 Credentials parse_metadata_json(std::string_view text, const std::string& what) {
@@ -147,12 +157,7 @@ Credentials parse_metadata_json(std::string_view text, const std::string& what) 
   std::string code = json_string(j, "Code", what, false);
   if (!code.empty() && code != "Success")
     throw IoError(Where(what), "the answer's Code is '" + code + "': " + json_string(j, "Message", what, false));
-  Credentials c;
-  c.access_key = json_string(j, "AccessKeyId", what, true);
-  c.secret_key = json_string(j, "SecretAccessKey", what, true);
-  c.session_token = json_string(j, "Token", what, false);
-  c.expiration = expiration_of(json_string(j, "Expiration", what, false), what);
-  return c;
+  return keys_of(j, "Token", what);
 }
 
 SsoToken parse_sso_cache(std::string_view text, const std::string& path) {
