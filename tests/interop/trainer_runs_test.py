@@ -230,17 +230,9 @@ def check_markers(dcpctl: str, fixtures: Path, tmp: Path) -> None:
                  "latest_checkpointed_iteration.txt", "global_step_1", "global_step_0", tmp, in_step=False)
     r = copy("run_verl", "verl-rank-missing")
     next((r / "global_step_2" / "actor").glob("model_world_size_*_rank_1.pt")).unlink()
-    doc = ls_json(dcpctl, r, "verl rank missing")
-    c = next((c for c in doc["checkpoints"] if c["name"] == "global_step_2"), {})
-    check(c.get("complete") is False and "rank 1" in (c.get("why_incomplete") or ""),
-          f"verl step without rank 1's file: ls says {c.get('complete')}, {c.get('why_incomplete')!r}")
-    rr = run(dcpctl, "latest", r)
-    if expect_rc(rr, 0, "verl step without rank 1's file: latest"):
-        check(rr.stdout == f"{r / 'global_step_1'}\n", f"latest printed {rr.stdout!r}")
-    out = tmp / "verl-rank-missing.safetensors"
-    expect_rc(run(dcpctl, "consolidate", r / "global_step_2", "-o", out), EXIT_INVALID,
-              "consolidate of a verl step without rank 1's file", "rank 1")
-    check(not out.exists(), "consolidate of a verl step without a rank's file left an output")
+    shutil.copytree(r / "global_step_1", r / "global_step_0")
+    refused_step(dcpctl, "verl global_step missing rank 1's file", r, "global_step_2", "rank 1", "global_step_1",
+                 "global_step_0", tmp)
 
 
 def main() -> int:
