@@ -46,6 +46,14 @@
 
 namespace dcpctl {
 
+// What a rule says of its two sides; the direction of the mapping decides what is done
+// (meta/keymap_rules.cpp: a concatenation is split one way and joined the other).
+enum class RuleShape {
+  OneToOne,  // a pattern on each side (or on one: keys the other side lacks)
+  Concat,    // a list of parts on one side, joined along `dim` into the other side's tensor
+  Experts,   // one side stacks `count` tensors the other holds one key each
+};
+
 // A parsed map (the JSON above), checked when loaded.
 struct KeyMap {
   std::string name, description, source;  // source: "built-in" or the file it came from
@@ -57,6 +65,7 @@ struct KeyMap {
     nlohmann::json rope;  // null or {"heads", "head_dim"}
   };
   struct Rule {
+    RuleShape shape = RuleShape::OneToOne;
     std::vector<Part> side[2];  // empty: the rule names keys of the other side only
     bool list[2] = {false, false};
     int64_t dim = 0;            // a list side: the dimension the parts join along

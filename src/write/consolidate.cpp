@@ -392,6 +392,8 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   json command = {{"format", static_cast<int>(o.format)}, {"max_shard_size", o.max_shard_size}, {"flat", o.flat},
                   {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from},
                   {"lightning_meta", o.lightning_meta}};
+  std::optional<MappedModel> mapped = map_selection(ck, o);
+  target.map = mapped ? &*mapped : nullptr;
   ConsolidateWriter writer(o);
   return execute({ck, o, target, command, o.parallel_write, o.local_files}, writer);
 }

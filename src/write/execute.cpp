@@ -134,6 +134,11 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 
 }  // namespace
 
+std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o) {
+  if (o.map.empty()) return std::nullopt;
+  return apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
+}
+
 json execute(const WriteRequest& request, OutputWriter& writer) {
   const Checkpoint& ck = request.ck;
   const WriteOptions& o = request.o;
@@ -152,15 +157,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // every rank, and with an exchange the writer may not see the chunk's file).
   std::function<bool(const TensorMeta&, size_t)> in_place;
   if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
-  // --map: the map's tensors, from the selection (the same on every rank: .metadata, the map and
-  // the config are).
-  std::optional<MappedModel> mapped;
-  Target target = request.target;
-  if (!o.map.empty()) {
-    mapped = apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
-    target.map = &*mapped;
-  }
-  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};
+  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, request.target, in_place), {}, {}, group, me, leader};
   job.visibility = group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
   const bool exchange = group && writer.exchange();
   if (exchange && !o.dry_run) group->connect_transport();
@@ -183,7 +180,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["cast"] = job.plan.cast.summary();
   summary["max_memory"] = job.deal.budget;
   summary["dry_run"] = o.dry_run;
-  if (mapped) summary["map"] = mapped->describe();
+  if (request.target.map) summary["map"] = request.target.map->describe();
   const bool remote = is_remote(o.output);
   const uint64_t upload_bytes = remote ? plan_uploads(job, summary) : 0;
   writer.planned(job, summary);

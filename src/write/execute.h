@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,11 @@
 namespace dcpctl {
 
 class Group;
+
+// --map applied to the selection, once, by the command that builds the request (the same on
+// every rank: .metadata, the map and the config are); the request's target points at it.
+// nullopt without --map. Throws what apply_key_map throws.
+std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o);
 
 // What a command asks for.
 struct WriteRequest {

@@ -157,6 +157,8 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
   json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}};
+  std::optional<MappedModel> mapped = map_selection(ck, o);
+  target.map = mapped ? &*mapped : nullptr;
   DcpWriter writer(o);
   return execute({ck, o, target, command}, writer);
 }

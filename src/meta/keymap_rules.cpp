@@ -1,0 +1,407 @@
+// apply_key_map (meta/keymap.h): each input key is taken by the first rule one of whose patterns
+// on the input's side matches it, and that rule's kind makes the outputs. One function per kind:
+//
+//   drop      the other side lacks the key (a one-sided rule): reported, not written;
+//   rename    one key to one key, dim-0 rows optionally RoPE-reordered;
+//   split     one tensor into the listed ones along `dim` (a list on the output's side);
+//   join      the listed tensors into one along `dim` (a list on the input's side);
+//   unstack   a stack of `count` experts into one key each (`experts`, input side stacked);
+//   stack     `count` per-expert keys into one stack (`experts`, output side stacked).
+//
+// A map's rule has one shape in the file (meta/keymap.h's RuleShape); the direction of the
+// mapping decides which kind carries it out (a list is split one way, joined the other). Every
+// kind yields geometry only (parts: boxes of saved tensors and where they land); no byte moves.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "meta/keymap.h"
+#include "meta/keymap_terms.h"
+#include "meta/pieces.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+// The RoPE row order of `heads` groups of `head_dim` rows: output row i comes from input row
+// perm[i]. interleaved -> halves (torchtitan's _permute): out (h, a, b) <- in (h, b, a), a in
+// {0, 1}; halves -> interleaved (_reverse_permute): out (h, b, a) <- in (h, a, b).
+std::shared_ptr<const std::vector<int64_t>> rope_rows(int64_t heads, int64_t head_dim, bool to_halves) {
+  auto v = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(heads * head_dim));
+  int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < head_dim; ++j) {
+      int64_t src = to_halves ? h * head_dim + (j % half) * 2 + j / half : h * head_dim + (j % 2) * half + j / 2;
+      (*v)[static_cast<size_t>(h * head_dim + j)] = src;
+    }
+  return v;
+}
+
+class MapBuilder {
+ public:
+  MapBuilder(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config)
+      : map_(map), md_(md), items_(items), config_(config), params_(map, config) {}
+
+  MappedModel build() {
+    out_.name = map_.name;
+    choose_direction();
+    for (const auto& it : items_)
+      if (it.tensor) by_key_.emplace(it.key, it.index);
+    for (const auto& it : items_) {
+      if (!it.tensor) {
+        out_.left_out.push_back(it.key);
+        continue;
+      }
+      if (used_.count(it.key)) continue;
+      if (!take(it)) out_.left_out.push_back(it.key);
+    }
+    return finish();
+  }
+
+ private:
+  // A rule's patterns matched an input key: which rule and pattern, and the placeholders' values.
+  struct Match {
+    size_t rule;
+    size_t pattern;  // which of the input side's patterns (a list side has several)
+    std::map<std::string, std::string> vals;
+    const SelectedItem& item;
+  };
+  using Kind = void (MapBuilder::*)(const Match&);
+
+  // The side the input is on: the one whose patterns match more of its tensor keys.
+  void choose_direction() {
+    for (int s = 0; s < 2; ++s)
+      for (const auto& r : map_.rules) {
+        pats_[s].emplace_back();
+        for (const auto& p : r.side[s]) pats_[s].back().push_back(Pattern::parse(p.pattern, map_.source));
+      }
+    size_t hits[2] = {0, 0};
+    for (const auto& it : items_) {
+      if (!it.tensor) continue;
+      for (int s = 0; s < 2; ++s) {
+        bool any = false;
+        for (const auto& rp : pats_[s])
+          for (const auto& p : rp) {
+            std::map<std::string, std::string> v;
+            any = any || p.match(it.key, v);
+          }
+        hits[s] += any;
+      }
+    }
+    if (hits[0] == 0 && hits[1] == 0)
+      throw UsageError(Where(md_.source), "map " + map_.name + " matches none of the selected keys (neither its " + map_.sides[0] + " nor its " +
+                                              map_.sides[1] + " names); check --select, or the map");
+    if (hits[0] == hits[1])
+      throw UsageError(Where(md_.source), "map " + map_.name + ": as many keys match its " + map_.sides[0] + " names as its " + map_.sides[1] +
+                                              " names (" + std::to_string(hits[0]) + "); the direction is ambiguous");
+    from_ = hits[0] > hits[1] ? 0 : 1;
+    to_ = 1 - from_;
+    out_.from = map_.sides[from_];
+    out_.to = map_.sides[to_];
+    for (const auto& r : map_.rules) kinds_.push_back(kind_of(r));
+  }
+
+  // The function that carries out rule `r` in this direction.
+  Kind kind_of(const KeyMap::Rule& r) const {
+    if (r.side[to_].empty()) return &MapBuilder::drop;
+    switch (r.shape) {
+      case RuleShape::Experts: return stacked_is_from(r) ? &MapBuilder::unstack : &MapBuilder::stack;
+      case RuleShape::Concat: return r.list[to_] ? &MapBuilder::split : &MapBuilder::join;
+      case RuleShape::OneToOne: break;
+    }
+    return &MapBuilder::rename;
+  }
+
+  // The first rule with a pattern on the input's side matching `it` takes it.
+  bool take(const SelectedItem& it) {
+    for (size_t ri = 0; ri < map_.rules.size(); ++ri)
+      for (size_t pi = 0; pi < pats_[from_][ri].size(); ++pi) {
+        std::map<std::string, std::string> vals;
+        if (!pats_[from_][ri][pi].match(it.key, vals)) continue;
+        (this->*kinds_[ri])(Match{ri, pi, std::move(vals), it});
+        return true;
+      }
+    return false;
+  }
+
+  // ---- the kinds ----
+
+  void drop(const Match& m) {
+    out_.dropped.push_back(m.item.key);
+    used_.insert(m.item.key);
+  }
+
+  void rename(const Match& m) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
+    const TensorMeta& t = tensor(m.item.index);
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals), t.shape, t, m.rule);
+    MapPart part = whole_part(m.item.index);
+    if (!rule.rope.is_null()) {
+      if (t.ndim() < 1) shape_error(m.item.key, "a 0-d tensor has no rows to reorder");
+      part.rows = rope_of(rule.rope, t.shape[0], m.item.key, m.rule);
+    }
+    mt.transforms = {part.rows ? "rope" : "rename"};
+    mt.parts.push_back(part);
+    mt.inputs.push_back(m.item.key);
+    out_.tensors.push_back(std::move(mt));
+    used_.insert(m.item.key);
+  }
+
+  void split(const Match& m) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
+    const TensorMeta& t = tensor(m.item.index);
+    const int64_t dim = rule.dim;
+    if (dim < 0 || dim >= static_cast<int64_t>(t.ndim())) shape_error(m.item.key, "split dimension " + std::to_string(dim) + " out of range");
+    int64_t at = 0;
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const auto& p : rule.side[to_]) {
+      int64_t n = params_.eval(p.size, "the part " + p.pattern + " of " + m.item.key + " (" + rule_name(m.rule) + ")");
+      spans.push_back({at, n});
+      at += n;
+    }
+    if (at != t.shape[static_cast<size_t>(dim)])
+      shape_error(m.item.key, "its parts' sizes sum to " + std::to_string(at) + ", dimension " + std::to_string(dim) + " is " +
+                                  std::to_string(t.shape[static_cast<size_t>(dim)]));
+    for (size_t k = 0; k < rule.side[to_].size(); ++k) {
+      std::vector<int64_t> shape = t.shape;
+      shape[static_cast<size_t>(dim)] = spans[k].second;
+      MappedTensor mt = new_tensor(to_pat(m.rule, k).fill(m.vals), shape, t, m.rule);
+      MapPart part = whole_part(m.item.index);
+      part.from.offsets[static_cast<size_t>(dim)] = spans[k].first;
+      part.from.sizes[static_cast<size_t>(dim)] = spans[k].second;
+      if (!rule.side[to_][k].rope.is_null()) {
+        if (dim != 0) shape_error(m.item.key, "RoPE rows of a part split along dimension " + std::to_string(dim));
+        part.rows = rope_of(rule.side[to_][k].rope, spans[k].second, mt.meta.fqn, m.rule);
+      }
+      mt.transforms = {"split"};
+      if (part.rows) mt.transforms.push_back("rope");
+      mt.parts.push_back(part);
+      mt.inputs.push_back(m.item.key);
+      out_.tensors.push_back(std::move(mt));
+    }
+    used_.insert(m.item.key);
+  }
+
+  void join(const Match& m) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
+    const auto& fp = pats_[from_][m.rule];
+    std::vector<std::string> keys;
+    for (const auto& p : fp) keys.push_back(p.fill(m.vals));
+    std::vector<uint32_t> parts = gather(keys, to_pat(m.rule, 0).fill(m.vals));
+    for (const auto& k : keys) used_.insert(k);
+    if (parts.empty()) return;
+    const int64_t dim = rule.dim;
+    std::vector<int64_t> shape = tensor(parts[0]).shape;
+    if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) shape_error(keys[0], "join dimension " + std::to_string(dim) + " out of range");
+    int64_t total = 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const TensorMeta& pk = tensor(parts[k]);
+      std::vector<int64_t> a = pk.shape, b = shape;
+      if (a.size() != b.size()) shape_error(keys[k], "parts of one join differ in rank");
+      a[static_cast<size_t>(dim)] = b[static_cast<size_t>(dim)] = 0;
+      if (a != b || pk.dtype_name != tensor(parts[0]).dtype_name) shape_error(keys[k], "parts of one join differ in shape or dtype");
+      int64_t want = params_.eval(rule.side[from_][k].size, "the part " + rule.side[from_][k].pattern + " (" + rule_name(m.rule) + ")");
+      if (want != pk.shape[static_cast<size_t>(dim)])
+        shape_error(keys[k], "dimension " + std::to_string(dim) + " is " + std::to_string(pk.shape[static_cast<size_t>(dim)]) + ", the map says " +
+                                 std::to_string(want));
+      total += want;
+    }
+    shape[static_cast<size_t>(dim)] = total;
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals), shape, tensor(parts[0]), m.rule);
+    int64_t at = 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const TensorMeta& pk = tensor(parts[k]);
+      MapPart part = whole_part(parts[k]);
+      part.to.assign(shape.size(), 0);
+      part.to[static_cast<size_t>(dim)] = at;
+      if (!rule.side[from_][k].rope.is_null()) {
+        if (dim != 0) shape_error(keys[k], "RoPE rows of a part joined along dimension " + std::to_string(dim));
+        part.rows = rope_of(rule.side[from_][k].rope, pk.shape[0], keys[k], m.rule);
+      }
+      if (mt.transforms.empty()) mt.transforms = {"join"};
+      if (part.rows && mt.transforms.size() == 1) mt.transforms.push_back("rope");
+      at += pk.shape[static_cast<size_t>(dim)];
+      mt.parts.push_back(part);
+      mt.inputs.push_back(keys[k]);
+    }
+    out_.tensors.push_back(std::move(mt));
+  }
+
+  // One stacked tensor -> `count` tensors, one per expert.
+  void unstack(const Match& m) {
+    const TensorMeta& t = tensor(m.item.index);
+    Experts e = experts(m);
+    if (e.dim < 0 || e.dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(e.dim)] != e.count)
+      shape_error(m.item.key, "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() + " is not the " + std::to_string(e.count) + " experts");
+    for (int64_t x = 0; x < e.count; ++x) {
+      auto v = m.vals;
+      v[e.name] = std::to_string(x);
+      std::vector<int64_t> shape = t.shape;
+      shape.erase(shape.begin() + e.dim);
+      MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v), shape, t, m.rule);
+      MapPart part = whole_part(m.item.index);
+      part.from.offsets[static_cast<size_t>(e.dim)] = x;
+      part.from.sizes[static_cast<size_t>(e.dim)] = 1;
+      part.to.assign(shape.size(), 0);
+      part.drop = static_cast<int>(e.dim);
+      mt.parts.push_back(part);
+      mt.transforms = {"unstack"};
+      mt.inputs.push_back(m.item.key);
+      out_.tensors.push_back(std::move(mt));
+    }
+    used_.insert(m.item.key);
+  }
+
+  // `count` per-expert tensors -> one stack: gather them all.
+  void stack(const Match& m) {
+    const TensorMeta& t = tensor(m.item.index);
+    Experts e = experts(m);
+    std::vector<std::string> keys;
+    for (int64_t x = 0; x < e.count; ++x) {
+      auto v = m.vals;
+      v[e.name] = std::to_string(x);
+      keys.push_back(pats_[from_][m.rule][0].fill(v));
+    }
+    std::vector<uint32_t> parts = gather(keys, to_pat(m.rule, 0).fill(m.vals));
+    // The keys before the first missing one are taken (the stack is reported missing).
+    for (size_t k = 0; k < keys.size() && (!parts.empty() || by_key_.count(keys[k])); ++k) used_.insert(keys[k]);
+    if (parts.empty()) return;
+    std::vector<int64_t> shape = t.shape;
+    if (e.dim < 0 || e.dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "experts dimension out of range");
+    shape.insert(shape.begin() + e.dim, e.count);
+    auto v = m.vals;
+    v.erase(e.name);
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v), shape, t, m.rule);
+    for (int64_t x = 0; x < e.count; ++x) {
+      const TensorMeta& pe = tensor(parts[static_cast<size_t>(x)]);
+      if (pe.shape != t.shape || pe.dtype_name != t.dtype_name)
+        shape_error(keys[static_cast<size_t>(x)], "experts of one stack differ in shape or dtype from " + keys[0]);
+      MapPart part = whole_part(parts[static_cast<size_t>(x)]);
+      part.to.assign(shape.size(), 0);
+      part.to[static_cast<size_t>(e.dim)] = x;
+      part.add = static_cast<int>(e.dim);
+      mt.parts.push_back(part);
+      mt.transforms = {"stack"};
+      mt.inputs.push_back(keys[static_cast<size_t>(x)]);
+    }
+    out_.tensors.push_back(std::move(mt));
+  }
+
+  // ---- what the kinds share ----
+
+  const TensorMeta& tensor(uint32_t i) const { return md_.tensors[i]; }
+  const Pattern& to_pat(size_t rule, size_t k) const { return pats_[to_][rule][k]; }
+  static std::string rule_name(size_t rule) { return "rule " + std::to_string(rule); }
+
+  // The per-expert side's pattern has one placeholder more than the stacked side's: the expert.
+  bool stacked_is_from(const KeyMap::Rule& r) const {
+    return Pattern::parse(r.side[from_][0].pattern, map_.source).names.size() < Pattern::parse(r.side[to_][0].pattern, map_.source).names.size();
+  }
+  struct Experts {
+    int64_t dim, count;
+    std::string name;  // the expert's placeholder
+  };
+  Experts experts(const Match& m) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
+    Experts e;
+    e.dim = rule.experts.value("dim", int64_t{0});
+    e.count = params_.eval(rule.experts["count"].get<std::string>(), "the experts of " + m.item.key + " (" + rule_name(m.rule) + ")");
+    const bool from_stacked = stacked_is_from(rule);
+    const Pattern& per = from_stacked ? to_pat(m.rule, 0) : pats_[from_][m.rule][0];
+    const Pattern& stacked = from_stacked ? pats_[from_][m.rule][0] : to_pat(m.rule, 0);
+    for (const auto& n : per.names)
+      if (std::find(stacked.names.begin(), stacked.names.end(), n) == stacked.names.end()) e.name = n;
+    if (e.name.empty() || per.names.size() != stacked.names.size() + 1)
+      bad_map(map_.source, rule_name(m.rule) + ": \"experts\" needs exactly one placeholder more on the per-expert side (the expert)");
+    return e;
+  }
+
+  // The saved tensors of `keys`, in order; empty (and `output` reported missing, naming the
+  // first key not there) when one is missing.
+  std::vector<uint32_t> gather(const std::vector<std::string>& keys, const std::string& output) {
+    std::vector<uint32_t> parts;
+    for (const auto& k : keys) {
+      auto f = by_key_.find(k);
+      if (f == by_key_.end()) {
+        out_.missing.push_back(output + " (no " + k + ")");
+        return {};
+      }
+      parts.push_back(f->second);
+    }
+    return parts;
+  }
+
+  [[noreturn]] void shape_error(const std::string& key, const std::string& what) const {
+    throw UsageError(Where(config_.path, std::nullopt, key), "map " + map_.name + ": " + what + " (is the config.json the checkpoint's model's?)");
+  }
+
+  MappedTensor new_tensor(const std::string& key, std::vector<int64_t> shape, const TensorMeta& like, size_t rule) const {
+    MappedTensor mt;
+    mt.meta.fqn = key;
+    mt.meta.dtype_name = like.dtype_name;
+    mt.meta.dtype = like.dtype;
+    mt.meta.requires_grad = like.requires_grad;
+    mt.meta.shape = std::move(shape);
+    mt.rule = rule;
+    return mt;
+  }
+
+  // All of saved tensor `i`, landing at the output's origin.
+  MapPart whole_part(uint32_t i) const {
+    MapPart part;
+    part.tensor = i;
+    part.from = whole_box(tensor(i));
+    part.to.assign(tensor(i).ndim(), 0);
+    return part;
+  }
+
+  std::shared_ptr<const std::vector<int64_t>> rope_of(const json& rope, int64_t rows, const std::string& key, size_t rule) {
+    if (rope.is_null()) return nullptr;
+    std::string why = "the RoPE row order of " + key + " (" + rule_name(rule) + ")";
+    int64_t heads = params_.eval(rope["heads"].get<std::string>(), why), hd = params_.eval(rope["head_dim"].get<std::string>(), why);
+    if (heads <= 0 || hd <= 0 || hd % 2 || heads * hd != rows)
+      shape_error(key, "its " + std::to_string(rows) + " rows are not " + std::to_string(heads) + " heads of " + std::to_string(hd) +
+                           " (an even head_dim) for the RoPE row order");
+    // The first side holds the interleaved order.
+    return rope_rows(heads, hd, from_ == 0);
+  }
+
+  MappedModel finish() {
+    if (out_.tensors.empty())
+      throw UsageError(Where(md_.source), "map " + map_.name + " makes no tensor of the selection (every matched key is dropped or incomplete)");
+    std::set<std::string> seen;
+    for (const auto& mt : out_.tensors)
+      if (!seen.insert(mt.meta.fqn).second)
+        throw UsageError(Where(md_.source, std::nullopt, mt.meta.fqn), "map " + map_.name + " makes this key twice (two rules, or a pattern matching two inputs)");
+    if (params_.used_config()) out_.config = config_.path;
+    std::set<std::string> inputs;
+    for (const auto& mt : out_.tensors) inputs.insert(mt.inputs.begin(), mt.inputs.end());
+    out_.inputs = inputs.size();
+    if (config_.json.is_object() && config_.json.contains("tie_word_embeddings") && config_.json["tie_word_embeddings"].is_boolean())
+      out_.tied = config_.json["tie_word_embeddings"].get<bool>() ? "true" : "false";
+    return std::move(out_);
+  }
+
+  const KeyMap& map_;
+  const Metadata& md_;
+  const std::vector<SelectedItem>& items_;
+  const MapConfig& config_;
+  Params params_;
+  int from_ = 0, to_ = 1;
+  std::vector<std::vector<Pattern>> pats_[2];  // per side, per rule: its patterns
+  std::vector<Kind> kinds_;                    // per rule, in this direction
+  std::unordered_map<std::string, uint32_t> by_key_;
+  std::set<std::string> used_;
+  MappedModel out_;
+};
+
+}  // namespace
+
+MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config) {
+  return MapBuilder(map, md, items, config).build();
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,170 @@
+#include "meta/keymap_terms.h"
+
+#include <cctype>
+
+#include "util/error.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+void skip(const std::string& e, size_t& p) {
+  while (p < e.size() && std::isspace(static_cast<unsigned char>(e[p]))) ++p;
+}
+
+}  // namespace
+
+void bad_map(const std::string& source, const std::string& what) {
+  throw UsageError(Where(source), "not a valid key map (docs/maps.md): " + what);
+}
+
+Pattern Pattern::parse(const std::string& s, const std::string& source) {
+  Pattern p;
+  std::string cur;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '{') {
+      size_t e = s.find('}', i);
+      if (e == std::string::npos || e == i + 1) bad_map(source, "pattern '" + s + "' has an unclosed or empty {}");
+      p.lit.push_back(cur);
+      cur.clear();
+      p.names.push_back(s.substr(i + 1, e - i - 1));
+      i = e;
+    } else if (s[i] == '}') {
+      bad_map(source, "pattern '" + s + "' has a stray }");
+    } else {
+      cur += s[i];
+    }
+  }
+  p.lit.push_back(cur);
+  for (size_t i = 1; i + 1 < p.lit.size(); ++i)
+    if (p.lit[i].empty()) bad_map(source, "pattern '" + s + "' has two placeholders side by side");
+  return p;
+}
+
+bool Pattern::match(const std::string& key, std::map<std::string, std::string>& vals) const {
+  size_t pos = 0;
+  if (key.compare(0, lit[0].size(), lit[0]) != 0) return false;
+  pos = lit[0].size();
+  for (size_t i = 0; i < names.size(); ++i) {
+    size_t s = pos;
+    while (pos < key.size() && std::isdigit(static_cast<unsigned char>(key[pos]))) ++pos;
+    if (pos == s || pos - s > 18) return false;
+    std::string v = key.substr(s, pos - s);
+    auto it = vals.find(names[i]);
+    if (it != vals.end() && it->second != v) return false;
+    vals[names[i]] = v;
+    const std::string& l = lit[i + 1];
+    if (key.compare(pos, l.size(), l) != 0) return false;
+    pos += l.size();
+  }
+  return pos == key.size();
+}
+
+std::string Pattern::fill(const std::map<std::string, std::string>& vals) const {
+  std::string out = lit[0];
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = vals.find(names[i]);
+    out += (it == vals.end() ? "{" + names[i] + "}" : it->second) + lit[i + 1];
+  }
+  return out;
+}
+
+int64_t Params::eval(const std::string& expr, const std::string& why) {
+  size_t pos = 0;
+  int64_t v = sum(expr, pos, why);
+  skip(expr, pos);
+  if (pos != expr.size()) bad_map(map_.source, "expression '" + expr + "' has trailing text at '" + expr.substr(pos) + "'");
+  return v;
+}
+
+int64_t Params::sum(const std::string& e, size_t& p, const std::string& why) {
+  int64_t v = product(e, p, why);
+  for (skip(e, p); p < e.size() && (e[p] == '+' || e[p] == '-'); skip(e, p)) {
+    char op = e[p++];
+    int64_t r = product(e, p, why);
+    v = op == '+' ? v + r : v - r;
+  }
+  return v;
+}
+
+int64_t Params::product(const std::string& e, size_t& p, const std::string& why) {
+  int64_t v = atom(e, p, why);
+  for (skip(e, p); p < e.size() && (e[p] == '*' || e[p] == '/'); skip(e, p)) {
+    char op = e[p++];
+    int64_t r = atom(e, p, why);
+    if (op == '/' && r == 0) throw UsageError(Where(config_.path), "map " + map_.name + ": '" + e + "' divides by zero (" + why + ")");
+    v = op == '*' ? v * r : v / r;
+  }
+  return v;
+}
+
+int64_t Params::atom(const std::string& e, size_t& p, const std::string& why) {
+  skip(e, p);
+  if (p < e.size() && e[p] == '(') {
+    ++p;
+    int64_t v = sum(e, p, why);
+    skip(e, p);
+    if (p >= e.size() || e[p] != ')') bad_map(map_.source, "expression '" + e + "' misses a )");
+    ++p;
+    return v;
+  }
+  size_t s = p;
+  if (p < e.size() && std::isdigit(static_cast<unsigned char>(e[p]))) {
+    while (p < e.size() && std::isdigit(static_cast<unsigned char>(e[p]))) ++p;
+    return std::stoll(e.substr(s, p - s));
+  }
+  while (p < e.size() && (std::isalnum(static_cast<unsigned char>(e[p])) || e[p] == '_')) ++p;
+  if (p == s) bad_map(map_.source, "expression '" + e + "': expected a number, a name or ( at '" + e.substr(s) + "'");
+  return name(e.substr(s, p - s), why);
+}
+
+// A parameter of the map, else a config key.
+int64_t Params::name(const std::string& n, const std::string& why) {
+  auto done = values_.find(n);
+  if (done != values_.end()) return done->second;
+  if (!active_.insert(n).second) bad_map(map_.source, "parameter " + n + " is defined in terms of itself");
+  int64_t v;
+  if (map_.params.contains(n)) {
+    const json& spec = map_.params[n];
+    std::vector<std::string> keys;
+    if (spec.contains("config")) {
+      if (spec["config"].is_string()) keys.push_back(spec["config"].get<std::string>());
+      else for (const auto& k : spec["config"]) keys.push_back(k.get<std::string>());
+    }
+    std::optional<int64_t> found;
+    for (const auto& k : keys)
+      if ((found = config_int(k))) break;
+    if (!found && spec.contains("default")) found = eval(spec["default"].get<std::string>(), why);
+    if (!found) {
+      std::string list;
+      for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+      throw UsageError(Where(config_.path), "map " + map_.name + " needs parameter " + n + " (" + why + "): " +
+                                                (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
+                                                                        : "config.json has none of " + list) +
+                                                "; give --config FILE or --assets DIR");
+    }
+    v = *found;
+  } else if (auto c = config_int(n)) {
+    v = *c;
+  } else {
+    throw UsageError(Where(config_.path), "map " + map_.name + " needs " + n + " (" + why + "): " +
+                                              (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
+                                                                      : "config.json has no integer " + n) +
+                                              "; give --config FILE or --assets DIR");
+  }
+  active_.erase(n);
+  values_[n] = v;
+  return v;
+}
+
+std::optional<int64_t> Params::config_int(const std::string& k) {
+  if (!config_.json.is_object() || !config_.json.contains(k)) return std::nullopt;
+  const json& v = config_.json[k];
+  if (!v.is_number_integer()) return std::nullopt;
+  used_config_ = true;
+  return v.get<int64_t>();
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,62 @@
+// The terms a key map's rules are written in (meta/keymap.h): key patterns with {NAME}
+// placeholders, and integer parameters from config.json. Shared by the map's loader (which checks
+// every pattern when the map is read) and the rule kinds (meta/keymap_rules.cpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meta/keymap.h"
+
+namespace dcpctl {
+
+// UsageError (exit 2): the map in `source` breaks the schema (docs/maps.md).
+[[noreturn]] void bad_map(const std::string& source, const std::string& what);
+
+// Literal text and {NAME} placeholders, each matching a decimal integer (at most 18 digits);
+// a pattern matches a whole key. The same name twice must match the same digits.
+struct Pattern {
+  std::vector<std::string> lit;  // lit[0] {names[0]} lit[1] ... {names[k-1]} lit[k]
+  std::vector<std::string> names;
+
+  // UsageError naming `source` for an unclosed, empty or stray brace, or two placeholders side
+  // by side (their digits could not be told apart).
+  static Pattern parse(const std::string& s, const std::string& source);
+  // Matches `key`, filling the placeholders' values (names -> digits).
+  bool match(const std::string& key, std::map<std::string, std::string>& vals) const;
+  // The key for these values; a placeholder without one stays "{NAME}".
+  std::string fill(const std::map<std::string, std::string>& vals) const;
+};
+
+// A map's parameters: config.json keys, defaults, and integer expressions over them (+ - * /
+// and parentheses, `/` of integers; a name is a parameter of the map, else a config key). Each
+// is resolved once, when a rule first needs it; one that cannot be is a UsageError naming it,
+// what needed it and where dcpctl looked for config.json.
+class Params {
+ public:
+  Params(const KeyMap& map, const MapConfig& config) : map_(map), config_(config) {}
+  // `why` says what needs the value, for the message when it cannot be had.
+  int64_t eval(const std::string& expr, const std::string& why);
+  // Whether some value came from config.json (the summary then names the file).
+  bool used_config() const { return used_config_; }
+
+ private:
+  int64_t sum(const std::string& e, size_t& p, const std::string& why);
+  int64_t product(const std::string& e, size_t& p, const std::string& why);
+  int64_t atom(const std::string& e, size_t& p, const std::string& why);
+  int64_t name(const std::string& n, const std::string& why);
+  std::optional<int64_t> config_int(const std::string& k);
+
+  const KeyMap& map_;
+  const MapConfig& config_;
+  std::unordered_map<std::string, int64_t> values_;
+  std::set<std::string> active_;  // being resolved: a parameter defined in terms of itself
+  bool used_config_ = false;
+};
+
+}  // namespace dcpctl
