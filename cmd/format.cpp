@@ -46,6 +46,15 @@ std::string pad(const std::string& s, size_t width) {
 }
 
 void print_map_summary(const nlohmann::json& r) {
+  if (r.contains("dequantized") && r["dequantized"].is_object()) {
+    const auto& d = r["dequantized"];
+    std::cerr << "dequantized " << d["weights"].get<uint64_t>() << " float8 weights with their " << d["block"][0].get<int64_t>() << "x"
+              << d["block"][1].get<int64_t>() << " block scales (_scale_inv)";
+    if (!d["ignored_scales"].empty())
+      std::cerr << "; left out " << d["ignored_scales"].size() << " _scale_inv of weights that are not float8 (first: "
+                << d["ignored_scales"][0].get<std::string>() << ")";
+    std::cerr << "\n";
+  }
   if (!r.contains("map")) return;
   const auto& m = r["map"];
   std::cerr << "map " << m["name"].get<std::string>() << " (" << m["direction"].get<std::string>() << "): " << m["mapped"].get<uint64_t>()

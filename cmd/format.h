@@ -16,7 +16,8 @@ std::string pad(const std::string& s, size_t width);  // left-aligned, at least 
 // (or wrote to) object storage; nothing otherwise.
 void add_s3_transfer(nlohmann::json& doc);
 
-// A write's --map summary (the `map` of its JSON summary), one line on stderr; nothing without one.
+// What a write transformed, on stderr: the dequantized weights (`dequantized`), the --map summary
+// (`map`); one line each, nothing without them.
 void print_map_summary(const nlohmann::json& summary);
 
 }  // namespace dcpctl::cli

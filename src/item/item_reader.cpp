@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "item/dequantize.h"
 #include "item/torch_zip.h"
 #include "item/transforms.h"
+#include "meta/pieces.h"
 #include "pickle/vm.h"
 #include "torchlib/torchlib.h"
 #include "util/file.h"
@@ -28,6 +30,7 @@ ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
   for (size_t i = 0; i < ck.md.tensors.size() && !needs_torch; ++i)
     needs_torch = std::any_of(ck.md.tensors[i].storage.begin(), ck.md.tensors[i].storage.end(), torch_save);
   if (needs_torch) torchlib::api();
+  for (size_t i = 0; i < ck.dequant.weights.size(); ++i) scaled_.emplace(ck.dequant.weights[i].weight.fqn, i);
 }
 
 ItemReader::~ItemReader() = default;
@@ -172,8 +175,10 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
 }
 
 TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
-  Opened o = open_chunk(t, chunk);
-  return check_blob(o, t, chunk);
+  auto sw = scaled_.find(t.fqn);
+  const TensorMeta& saved = sw == scaled_.end() ? t : ck_.dequant.weights[sw->second].weight;
+  Opened o = open_chunk(saved, chunk);
+  return check_blob(o, saved, chunk);
 }
 
 // Copies a strided view out of `base` (its storage) into dense C order.
@@ -224,7 +229,40 @@ void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const 
   read_chunk_bytes(t, chunk, 0, UINT64_MAX, dst);
 }
 
+// A dequantized view's weight (meta/quantized.h): its fp8 chunk and the whole scale, read as
+// saved, dequantized to float32.
+void ItemReader::read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  const TensorMeta& w = sw.weight;
+  uint64_t numel = w.chunk_numel(chunk), bytes = numel * 4;
+  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+  if (from > bytes || n > bytes - from)
+    throw FormatError(Where(ck_.metadata_path, std::nullopt, w.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
+                                                                        std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+  if (n == 0) return;
+  std::vector<uint8_t> q(numel);
+  read_raw(w, chunk, 0, numel, q.data());
+  const TensorMeta& s = sw.scale;
+  std::vector<float> scale(s.numel());
+  Box whole = whole_box(s);
+  for (size_t c = 0; c < s.num_chunks(); ++c) {
+    std::vector<uint8_t> part(s.chunk_numel(c) * 4);
+    read_raw(s, c, 0, part.size(), part.data());
+    Box cb = chunk_box(s, c);
+    copy_box(part.data(), cb, reinterpret_cast<uint8_t*>(scale.data()), whole, cb, 4);
+  }
+  std::vector<float> own(from == 0 && n == bytes ? 0 : numel);
+  float* out = own.empty() ? static_cast<float*>(dst) : own.data();
+  dequantize_fp8_blocks(*w.dtype, q.data(), chunk_box(w, chunk), scale.data(), s.shape[1], sw.block, out);
+  if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
+}
+
 void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  if (!scaled_.empty())
+    if (auto it = scaled_.find(t.fqn); it != scaled_.end()) return read_dequantized(ck_.dequant.weights[it->second], chunk, from, n, dst);
+  read_raw(t, chunk, from, n, dst);
+}
+
+void ItemReader::read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
   if (!t.dtype) throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
   Opened o = open_chunk(t, chunk);
   TensorBlob b = check_blob(o, t, chunk);
@@ -261,7 +299,7 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
 bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, false).has_value(); }
 
 std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk, bool watch) const {
-  if (!t.dtype) return std::nullopt;
+  if (!t.dtype || scaled_.count(t.fqn)) return std::nullopt;  // a dequantized weight is computed, never copied
   const StorageRef& ref = t.storage.at(chunk);
   if (ref.transforms != 0) return std::nullopt;
   Opened o = open_chunk(t, chunk);

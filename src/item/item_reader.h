@@ -10,6 +10,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,6 +51,8 @@ class ItemReader {
   ~ItemReader();
 
   // Decodes chunk `chunk` of `t` into dst: C-contiguous, t.chunk_numel(chunk) * itemsize bytes.
+  // A dequantized view's weight (meta/quantized.h) is computed from its fp8 chunk and scale:
+  // float32, never readable in place.
   void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;
   // Bytes [from, from + n) of that dense chunk, read straight from the item when its view is
   // contiguous (a decoded item is not copied whole first).
@@ -94,6 +97,9 @@ class ItemReader {
   // outside the view are read once, through the ledger, so that reading the view completes the
   // record and its CRC-32 is checked.
   void read_rest_of_record(const ReadFile& f, const StorageRef& ref, const std::string& key) const;
+  // read_chunk_bytes of a tensor as saved, and of a dequantized view's weight.
+  void read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
+  void read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
 
   const Checkpoint& ck_;
   ItemLimits limits_;
@@ -103,6 +109,7 @@ class ItemReader {
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
   std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size
   mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
+  std::unordered_map<std::string, size_t> scaled_;  // a dequantized view's weights: name -> ck_.scaled
 };
 
 }  // namespace dcpctl

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "meta/metadata.h"
+#include "meta/quantized.h"
 
 namespace dcpctl {
 
@@ -76,6 +77,9 @@ struct Checkpoint {
     std::string key, record;
   };
   std::vector<RecordCrc> record_crcs;
+  // A dequantized view (meta/quantized.h): its float32 weights are read from these fp8 weights
+  // and their scales. Empty for a checkpoint as opened.
+  Dequantization dequant;
   uint64_t data_bytes() const;      // total size of the data files present
   std::string path_of(uint32_t file) const;
 };

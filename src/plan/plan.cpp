@@ -136,11 +136,11 @@ PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::
   return plan.tensors.back();
 }
 
-// --dtype on a block-scaled FP8 (or other scaled fp8) weight: DeepSeek-V3 and many HF releases keep
-// `<name>` in float8 and `<name>_scale_inv` (float32, one per 128x128 block) beside it, sometimes in
-// another shard. Casting the weight alone writes values off by the whole scale, silently; until
-// dequantization exists that request is refused (exit 5), naming the weight and its scale. Without
-// --dtype, fp8 stays fp8 and its scales are written as they are, byte for byte.
+// --dtype on a scaled float8 weight that is still float8 here: a block-scaled weight with its
+// `_scale_inv` is dequantized before planning (meta/quantized.h), so what reaches this is a scale
+// dcpctl does not apply (a `_scale`, whose meaning differs between quantizers). Casting the weight
+// alone would write values off by the whole scale, silently: refused (exit 5), naming the weight
+// and its scale. Without --dtype, fp8 stays fp8 and its scales are written as they are.
 void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
   const Metadata& md = ck.md;
   std::unordered_set<std::string_view> names;
@@ -164,7 +164,7 @@ void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
         throw UnsupportedError(Where(ck.metadata_path, std::nullopt, src),
                                "a scaled " + std::string(torch_name(pt.src)) + " weight (its scale is '" + scale +
                                    "'): casting it to " + torch_name(pt.dst) +
-                                   " without the scale would write wrong values, and dcpctl does not dequantize yet; "
+                                   " without the scale would write wrong values, and dcpctl dequantizes only block scales named <weight>_scale_inv; "
                                    "without --dtype the weights and their scales are written as they are");
   }
 }

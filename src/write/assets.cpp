@@ -127,17 +127,25 @@ Assets find_assets(const Checkpoint& ck, const std::string& from) {
   return a;
 }
 
-void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of) {
+void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of,
+                 const std::function<std::string(const std::string&)>& edit_config) {
   constexpr size_t kWindow = 1 << 20;
   std::unique_ptr<uint8_t[]> buf(new uint8_t[kWindow]);
   failpoint_stop("assets-copy");  // tests: a source removed between the listing and the copy
   for (const Asset& a : assets.files) {
     ReadFile in(a.source);
     OutputFile out(path_of(a.name));
-    for (uint64_t off = 0; off < in.size(); off += kWindow) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(kWindow, in.size() - off));
-      in.read_at(off, buf.get(), n);
-      out.append(buf.get(), n);
+    if (edit_config && a.name == "config.json") {
+      std::string text(in.size(), '\0');
+      in.read_at(0, text.data(), text.size());
+      text = edit_config(text);
+      out.append(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    } else {
+      for (uint64_t off = 0; off < in.size(); off += kWindow) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(kWindow, in.size() - off));
+        in.read_at(off, buf.get(), n);
+        out.append(buf.get(), n);
+      }
     }
     out.commit();
   }

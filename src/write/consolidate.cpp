@@ -7,6 +7,7 @@
 #include "dist/group.h"
 #include "item/item_reader.h"
 #include "write/assets.h"
+#include "meta/quantized.h"
 #include "write/execute.h"
 #include "write/executor.h"
 #include "write/lightning_meta.h"
@@ -326,7 +327,11 @@ class ConsolidateWriter final : public OutputWriter {
   void commit(WriteJob& job) override {
     for (auto& f : outs_) f->commit();
     if (dir_) {
-      copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); });
+      // A dequantized export (meta/quantized.h) is a plain model: its config loses the
+      // quantization_config and says the dtype written.
+      std::function<std::string(const std::string&)> edit;
+      if (!job.request.ck.dequant.empty() && o_.cast) edit = [dtype = *o_.cast](const std::string& text) { return dequantized_config(text, dtype); };
+      copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit);
       if (job.plan.files.size() > 1) write_hf_index(job.plan, *dir_);
       dir_->commit();
     }
@@ -392,10 +397,12 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   json command = {{"format", static_cast<int>(o.format)}, {"max_shard_size", o.max_shard_size}, {"flat", o.flat},
                   {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from},
                   {"lightning_meta", o.lightning_meta}};
-  std::optional<MappedModel> mapped = map_selection(ck, o);
+  std::optional<Checkpoint> view = dequantized_view(ck, o.cast, o.assets_from);
+  const Checkpoint& in = view ? *view : ck;
+  std::optional<MappedModel> mapped = map_selection(in, o);
   target.map = mapped ? &*mapped : nullptr;
   ConsolidateWriter writer(o);
-  return execute({ck, o, target, command, o.parallel_write, o.local_files}, writer);
+  return execute({in, o, target, command, o.parallel_write, o.local_files}, writer);
 }
 
 }  // namespace dcpctl

@@ -5,6 +5,7 @@
 
 #include "dist/group.h"
 #include "write/dcp_metadata.h"
+#include "meta/quantized.h"
 #include "write/execute.h"
 #include "write/executor.h"
 #include "write/output.h"
@@ -157,10 +158,12 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
   json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}};
-  std::optional<MappedModel> mapped = map_selection(ck, o);
+  std::optional<Checkpoint> view = dequantized_view(ck, o.cast, "");
+  const Checkpoint& in = view ? *view : ck;
+  std::optional<MappedModel> mapped = map_selection(in, o);
   target.map = mapped ? &*mapped : nullptr;
   DcpWriter writer(o);
-  return execute({ck, o, target, command}, writer);
+  return execute({in, o, target, command}, writer);
 }
 
 }  // namespace dcpctl
