@@ -75,25 +75,40 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     const json& r = j["rules"][i];
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
-      if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "note")
+      if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "note")
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
+    const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
     rule.index = i;
     for (int s = 0; s < 2; ++s) rule.side[s] = parse_side(r.value(m.sides[s], json()), source, i, rule.list[s]);
-    if (rule.side[0].empty() && rule.side[1].empty()) bad_map(source, "rule " + std::to_string(i) + " names neither side");
-    if (rule.list[0] && rule.list[1]) bad_map(source, "rule " + std::to_string(i) + ": only one side may be a list");
+    if (rule.side[0].empty() && rule.side[1].empty()) bad_map(source, where + " names neither side");
+    if (rule.list[0] && rule.list[1]) bad_map(source, where + ": only one side may be a list");
+    const bool list = rule.list[0] || rule.list[1];
     rule.dim = r.value("dim", int64_t{0});
     rule.rope = r.value("rope", json());
-    rule.experts = r.value("experts", json());
+    // "stack" says what "experts" says (a layer stack reads better as a stack); one of them.
+    if (r.contains("experts") && r.contains("stack")) bad_map(source, where + ": \"experts\" and \"stack\" are one field; give one");
+    rule.experts = r.contains("stack") ? r["stack"] : r.value("experts", json());
+    if (r.contains("groups")) {
+      if (!r["groups"].is_string()) bad_map(source, where + ": \"groups\" is an expression (a string)");
+      rule.groups = r["groups"].get<std::string>();
+      if (!list) bad_map(source, where + ": \"groups\" belongs to a rule with a list side");
+      for (int s = 0; s < 2; ++s)
+        for (const auto& p : rule.side[s])
+          if (!p.rope.is_null()) bad_map(source, where + ": a grouped concatenation's parts carry no \"rope\"");
+    }
     if (!rule.rope.is_null() && !(rule.rope.is_object() && rule.rope.contains("heads") && rule.rope.contains("head_dim")))
-      bad_map(source, "rule " + std::to_string(i) + ": \"rope\" is {\"heads\": expr, \"head_dim\": expr}");
+      bad_map(source, where + ": \"rope\" is {\"heads\": expr, \"head_dim\": expr}");
     if (!rule.experts.is_null() && !(rule.experts.is_object() && rule.experts.contains("count") && rule.experts["count"].is_string()))
-      bad_map(source, "rule " + std::to_string(i) + ": \"experts\" is {\"dim\": n, \"count\": expr}");
-    if (!rule.experts.is_null() && (rule.list[0] || rule.list[1] || rule.side[0].empty() || rule.side[1].empty()))
-      bad_map(source, "rule " + std::to_string(i) + ": \"experts\" needs one pattern on each side");
-    if (!rule.rope.is_null() && (rule.list[0] || rule.list[1]))
-      bad_map(source, "rule " + std::to_string(i) + ": a list side carries \"rope\" on its parts");
-    rule.shape = !rule.experts.is_null() ? RuleShape::Experts : rule.list[0] || rule.list[1] ? RuleShape::Concat : RuleShape::OneToOne;
+      bad_map(source, where + ": \"experts\" / \"stack\" is {\"dim\": n, \"count\": expr}");
+    if (!rule.experts.is_null() && (rule.side[0].empty() || rule.side[1].empty()))
+      bad_map(source, where + ": \"experts\" / \"stack\" needs both sides");
+    if (!rule.experts.is_null() && list)
+      for (int s = 0; s < 2; ++s)
+        for (const auto& p : rule.side[s])
+          if (!p.rope.is_null()) bad_map(source, where + ": a stacked concatenation's parts carry no \"rope\"");
+    if (!rule.rope.is_null() && list) bad_map(source, where + ": a list side carries \"rope\" on its parts");
+    rule.shape = list ? RuleShape::Concat : !rule.experts.is_null() ? RuleShape::Experts : RuleShape::OneToOne;
     m.rules.push_back(std::move(rule));
   }
   return m;

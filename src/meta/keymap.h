@@ -51,6 +51,7 @@ namespace dcpctl {
 enum class RuleShape {
   OneToOne,  // a pattern on each side (or on one: keys the other side lacks)
   Concat,    // a list of parts on one side, joined along `dim` into the other side's tensor
+             // (`groups` times over; with a stack, each entry of the stack so)
   Experts,   // one side stacks `count` tensors the other holds one key each
 };
 
@@ -70,7 +71,8 @@ struct KeyMap {
     bool list[2] = {false, false};
     int64_t dim = 0;            // a list side: the dimension the parts join along
     nlohmann::json rope;        // a 1:1 rule's row permutation
-    nlohmann::json experts;     // null or {"dim", "count"}
+    nlohmann::json experts;     // null or {"dim", "count"} ("experts" or "stack" in the file)
+    std::string groups;         // a list rule: the concatenation repeats this many times (expression), or ""
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;

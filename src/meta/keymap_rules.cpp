@@ -12,6 +12,7 @@
 // mapping decides which kind carries it out (a list is split one way, joined the other). Every
 // kind yields geometry only (parts: boxes of saved tensors and where they land); no byte moves.
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -86,7 +87,11 @@ class MapBuilder {
         for (const auto& rp : pats_[s])
           for (const auto& p : rp) {
             std::map<std::string, std::string> v;
-            any = any || p.match(it.key, v);
+            try {
+              any = any || p.match(it.key, v, &params_);
+            } catch (const UsageError&) {
+              any = true;  // the key has this side's shape; the parameter an offset needs is asked for again when the key is mapped
+            }
           }
         hits[s] += any;
       }
@@ -120,7 +125,7 @@ class MapBuilder {
     for (size_t ri = 0; ri < map_.rules.size(); ++ri)
       for (size_t pi = 0; pi < pats_[from_][ri].size(); ++pi) {
         std::map<std::string, std::string> vals;
-        if (!pats_[from_][ri][pi].match(it.key, vals)) continue;
+        if (!pats_[from_][ri][pi].match(it.key, vals, &params_)) continue;
         (this->*kinds_[ri])(Match{ri, pi, std::move(vals), it});
         return true;
       }
@@ -137,7 +142,7 @@ class MapBuilder {
   void rename(const Match& m) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     const TensorMeta& t = tensor(m.item.index);
-    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals), t.shape, t, m.rule);
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals, &params_), t.shape, t, m.rule);
     MapPart part = whole_part(m.item.index);
     if (!rule.rope.is_null()) {
       if (t.ndim() < 1) shape_error(m.item.key, "a 0-d tensor has no rows to reorder");
@@ -150,82 +155,147 @@ class MapBuilder {
     used_.insert(m.item.key);
   }
 
+  // The sizes of a list rule's parts along its dimension, and with `groups` where each part's
+  // share of one repetition starts: part k of group g is at g * stride + at[k], size[k] / groups.
+  struct Layout {
+    std::vector<int64_t> size, at;
+    int64_t groups = 1, stride = 0, total = 0;
+  };
+  Layout layout(const Match& m, const std::vector<KeyMap::Part>& list, const std::string& key) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
+    Layout l;
+    if (!rule.groups.empty()) l.groups = params_.eval(rule.groups, "the groups of " + key + " (" + rule_name(m.rule) + ")");
+    if (l.groups <= 0) shape_error(key, "the concatenation's groups are " + std::to_string(l.groups));
+    for (const auto& p : list) {
+      int64_t n = params_.eval(p.size, "the part " + p.pattern + " of " + key + " (" + rule_name(m.rule) + ")");
+      if (n < 0 || n % l.groups)
+        shape_error(key, "the part " + p.pattern + " is " + std::to_string(n) + " long, not a multiple of the " + std::to_string(l.groups) + " groups");
+      l.at.push_back(l.stride);
+      l.size.push_back(n);
+      l.stride += n / l.groups;
+      l.total += n;
+    }
+    return l;
+  }
+
+  // One tensor into the listed ones along `dim` (`groups` times over); with a stack, each of its
+  // entries so (the listed keys then name the entry).
   void split(const Match& m) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     const TensorMeta& t = tensor(m.item.index);
-    const int64_t dim = rule.dim;
-    if (dim < 0 || dim >= static_cast<int64_t>(t.ndim())) shape_error(m.item.key, "split dimension " + std::to_string(dim) + " out of range");
-    int64_t at = 0;
-    std::vector<std::pair<int64_t, int64_t>> spans;
-    for (const auto& p : rule.side[to_]) {
-      int64_t n = params_.eval(p.size, "the part " + p.pattern + " of " + m.item.key + " (" + rule_name(m.rule) + ")");
-      spans.push_back({at, n});
-      at += n;
-    }
-    if (at != t.shape[static_cast<size_t>(dim)])
-      shape_error(m.item.key, "its parts' sizes sum to " + std::to_string(at) + ", dimension " + std::to_string(dim) + " is " +
-                                  std::to_string(t.shape[static_cast<size_t>(dim)]));
-    for (size_t k = 0; k < rule.side[to_].size(); ++k) {
-      std::vector<int64_t> shape = t.shape;
-      shape[static_cast<size_t>(dim)] = spans[k].second;
-      MappedTensor mt = new_tensor(to_pat(m.rule, k).fill(m.vals), shape, t, m.rule);
-      MapPart part = whole_part(m.item.index);
-      part.from.offsets[static_cast<size_t>(dim)] = spans[k].first;
-      part.from.sizes[static_cast<size_t>(dim)] = spans[k].second;
-      if (!rule.side[to_][k].rope.is_null()) {
-        if (dim != 0) shape_error(m.item.key, "RoPE rows of a part split along dimension " + std::to_string(dim));
-        part.rows = rope_of(rule.side[to_][k].rope, spans[k].second, mt.meta.fqn, m.rule);
+    std::optional<Experts> e;
+    if (!rule.experts.is_null()) e = experts(m);
+    if (e && (e->dim < 0 || e->dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(e->dim)] != e->count))
+      shape_error(m.item.key, "dimension " + std::to_string(e->dim) + " of shape " + whole_box(t).text() + " is not the " + std::to_string(e->count) + " stacked entries");
+    const int64_t dim = rule.dim, entry_rank = static_cast<int64_t>(t.ndim()) - (e ? 1 : 0);
+    if (dim < 0 || dim >= entry_rank) shape_error(m.item.key, "split dimension " + std::to_string(dim) + " out of range");
+    const int64_t sdim = e && e->dim <= dim ? dim + 1 : dim;  // `dim` in the saved tensor
+    Layout l = layout(m, rule.side[to_], m.item.key);
+    if (l.total != t.shape[static_cast<size_t>(sdim)])
+      shape_error(m.item.key, "its parts' sizes sum to " + std::to_string(l.total) + ", dimension " + std::to_string(dim) + " is " +
+                                  std::to_string(t.shape[static_cast<size_t>(sdim)]));
+    for (int64_t x = 0; x < (e ? e->count : 1); ++x) {
+      auto vals = m.vals;
+      if (e) vals[e->name] = std::to_string(x);
+      for (size_t k = 0; k < rule.side[to_].size(); ++k) {
+        std::vector<int64_t> shape = t.shape;
+        if (e) shape.erase(shape.begin() + e->dim);
+        shape[static_cast<size_t>(dim)] = l.size[k];
+        MappedTensor mt = new_tensor(to_pat(m.rule, k).fill(vals, &params_), shape, t, m.rule);
+        const int64_t share = l.size[k] / l.groups;
+        for (int64_t g = 0; g < l.groups; ++g) {
+          MapPart part = whole_part(m.item.index);
+          part.from.offsets[static_cast<size_t>(sdim)] = g * l.stride + l.at[k];
+          part.from.sizes[static_cast<size_t>(sdim)] = share;
+          part.to.assign(shape.size(), 0);
+          part.to[static_cast<size_t>(dim)] = g * share;
+          if (e) {
+            part.from.offsets[static_cast<size_t>(e->dim)] = x;
+            part.from.sizes[static_cast<size_t>(e->dim)] = 1;
+            part.drop = static_cast<int>(e->dim);
+          }
+          if (!rule.side[to_][k].rope.is_null()) {
+            if (dim != 0) shape_error(m.item.key, "RoPE rows of a part split along dimension " + std::to_string(dim));
+            part.rows = rope_of(rule.side[to_][k].rope, l.size[k], mt.meta.fqn, m.rule);
+          }
+          if (share > 0 || g == 0) mt.parts.push_back(part);
+        }
+        mt.transforms = {"split"};
+        if (e) mt.transforms.push_back("unstack");
+        if (mt.parts[0].rows) mt.transforms.push_back("rope");
+        mt.inputs.push_back(m.item.key);
+        out_.tensors.push_back(std::move(mt));
       }
-      mt.transforms = {"split"};
-      if (part.rows) mt.transforms.push_back("rope");
-      mt.parts.push_back(part);
-      mt.inputs.push_back(m.item.key);
-      out_.tensors.push_back(std::move(mt));
     }
     used_.insert(m.item.key);
   }
 
+  // The listed tensors into one along `dim` (`groups` times over); with a stack, the lists of
+  // every entry, each into its place along the stack's new dimension.
   void join(const Match& m) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     const auto& fp = pats_[from_][m.rule];
-    std::vector<std::string> keys;
-    for (const auto& p : fp) keys.push_back(p.fill(m.vals));
-    std::vector<uint32_t> parts = gather(keys, to_pat(m.rule, 0).fill(m.vals));
-    for (const auto& k : keys) used_.insert(k);
+    std::optional<Experts> e;
+    if (!rule.experts.is_null()) e = experts(m);
+    auto base = m.vals;
+    if (e) base.erase(e->name);
+    const int64_t count = e ? e->count : 1;
+    std::vector<std::string> keys;  // entry by entry, part by part
+    for (int64_t x = 0; x < count; ++x) {
+      auto vals = base;
+      if (e) vals[e->name] = std::to_string(x);
+      for (const auto& p : fp) keys.push_back(p.fill(vals, &params_));
+    }
+    const std::string output = to_pat(m.rule, 0).fill(base, &params_);
+    std::vector<uint32_t> parts = gather(keys, output);
+    for (const auto& k : keys)
+      if (by_key_.count(k)) used_.insert(k);
     if (parts.empty()) return;
     const int64_t dim = rule.dim;
+    const size_t n = fp.size();
     std::vector<int64_t> shape = tensor(parts[0]).shape;
     if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) shape_error(keys[0], "join dimension " + std::to_string(dim) + " out of range");
-    int64_t total = 0;
-    for (size_t k = 0; k < parts.size(); ++k) {
-      const TensorMeta& pk = tensor(parts[k]);
+    Layout l = layout(m, rule.side[from_], output);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const TensorMeta& pk = tensor(parts[i]);
       std::vector<int64_t> a = pk.shape, b = shape;
-      if (a.size() != b.size()) shape_error(keys[k], "parts of one join differ in rank");
+      if (a.size() != b.size()) shape_error(keys[i], "parts of one join differ in rank");
       a[static_cast<size_t>(dim)] = b[static_cast<size_t>(dim)] = 0;
-      if (a != b || pk.dtype_name != tensor(parts[0]).dtype_name) shape_error(keys[k], "parts of one join differ in shape or dtype");
-      int64_t want = params_.eval(rule.side[from_][k].size, "the part " + rule.side[from_][k].pattern + " (" + rule_name(m.rule) + ")");
-      if (want != pk.shape[static_cast<size_t>(dim)])
-        shape_error(keys[k], "dimension " + std::to_string(dim) + " is " + std::to_string(pk.shape[static_cast<size_t>(dim)]) + ", the map says " +
-                                 std::to_string(want));
-      total += want;
+      if (a != b || pk.dtype_name != tensor(parts[0]).dtype_name) shape_error(keys[i], "parts of one join differ in shape or dtype");
+      if (l.size[i % n] != pk.shape[static_cast<size_t>(dim)])
+        shape_error(keys[i], "dimension " + std::to_string(dim) + " is " + std::to_string(pk.shape[static_cast<size_t>(dim)]) + ", the map says " +
+                                 std::to_string(l.size[i % n]));
     }
-    shape[static_cast<size_t>(dim)] = total;
-    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals), shape, tensor(parts[0]), m.rule);
-    int64_t at = 0;
-    for (size_t k = 0; k < parts.size(); ++k) {
-      const TensorMeta& pk = tensor(parts[k]);
-      MapPart part = whole_part(parts[k]);
-      part.to.assign(shape.size(), 0);
-      part.to[static_cast<size_t>(dim)] = at;
-      if (!rule.side[from_][k].rope.is_null()) {
-        if (dim != 0) shape_error(keys[k], "RoPE rows of a part joined along dimension " + std::to_string(dim));
-        part.rows = rope_of(rule.side[from_][k].rope, pk.shape[0], keys[k], m.rule);
+    shape[static_cast<size_t>(dim)] = l.total;
+    if (e) {
+      if (e->dim < 0 || e->dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "stack dimension out of range");
+      shape.insert(shape.begin() + e->dim, count);
+    }
+    const int64_t odim = e && e->dim <= dim ? dim + 1 : dim;  // `dim` in the output
+    MappedTensor mt = new_tensor(output, shape, tensor(parts[0]), m.rule);
+    mt.transforms = {"join"};
+    if (e) mt.transforms.push_back("stack");
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const size_t k = i % n;
+      const int64_t x = static_cast<int64_t>(i / n), share = l.size[k] / l.groups;
+      for (int64_t g = 0; g < l.groups; ++g) {
+        MapPart part = whole_part(parts[i]);
+        part.from.offsets[static_cast<size_t>(dim)] = g * share;
+        part.from.sizes[static_cast<size_t>(dim)] = share;
+        part.to.assign(shape.size(), 0);
+        part.to[static_cast<size_t>(odim)] = g * l.stride + l.at[k];
+        if (e) {
+          part.to[static_cast<size_t>(e->dim)] = x;
+          part.add = static_cast<int>(e->dim);
+        }
+        if (!rule.side[from_][k].rope.is_null()) {
+          if (dim != 0) shape_error(keys[i], "RoPE rows of a part joined along dimension " + std::to_string(dim));
+          part.rows = rope_of(rule.side[from_][k].rope, tensor(parts[i]).shape[0], keys[i], m.rule);
+        }
+        if (part.rows && mt.transforms.back() != "rope") mt.transforms.push_back("rope");
+        if (share > 0 || g == 0) mt.parts.push_back(part);
       }
-      if (mt.transforms.empty()) mt.transforms = {"join"};
-      if (part.rows && mt.transforms.size() == 1) mt.transforms.push_back("rope");
-      at += pk.shape[static_cast<size_t>(dim)];
-      mt.parts.push_back(part);
-      mt.inputs.push_back(keys[k]);
+      mt.inputs.push_back(keys[i]);
     }
     out_.tensors.push_back(std::move(mt));
   }
@@ -241,7 +311,7 @@ class MapBuilder {
       v[e.name] = std::to_string(x);
       std::vector<int64_t> shape = t.shape;
       shape.erase(shape.begin() + e.dim);
-      MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v), shape, t, m.rule);
+      MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v, &params_), shape, t, m.rule);
       MapPart part = whole_part(m.item.index);
       part.from.offsets[static_cast<size_t>(e.dim)] = x;
       part.from.sizes[static_cast<size_t>(e.dim)] = 1;
@@ -263,9 +333,9 @@ class MapBuilder {
     for (int64_t x = 0; x < e.count; ++x) {
       auto v = m.vals;
       v[e.name] = std::to_string(x);
-      keys.push_back(pats_[from_][m.rule][0].fill(v));
+      keys.push_back(pats_[from_][m.rule][0].fill(v, &params_));
     }
-    std::vector<uint32_t> parts = gather(keys, to_pat(m.rule, 0).fill(m.vals));
+    std::vector<uint32_t> parts = gather(keys, to_pat(m.rule, 0).fill(m.vals, &params_));
     // The keys before the first missing one are taken (the stack is reported missing).
     for (size_t k = 0; k < keys.size() && (!parts.empty() || by_key_.count(keys[k])); ++k) used_.insert(keys[k]);
     if (parts.empty()) return;
@@ -274,7 +344,7 @@ class MapBuilder {
     shape.insert(shape.begin() + e.dim, e.count);
     auto v = m.vals;
     v.erase(e.name);
-    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v), shape, t, m.rule);
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v, &params_), shape, t, m.rule);
     for (int64_t x = 0; x < e.count; ++x) {
       const TensorMeta& pe = tensor(parts[static_cast<size_t>(x)]);
       if (pe.shape != t.shape || pe.dtype_name != t.dtype_name)

@@ -1,6 +1,8 @@
 #include "meta/keymap_terms.h"
 
+#include <algorithm>
 #include <cctype>
+#include <stdexcept>
 
 #include "util/error.h"
 
@@ -29,7 +31,22 @@ Pattern Pattern::parse(const std::string& s, const std::string& source) {
       if (e == std::string::npos || e == i + 1) bad_map(source, "pattern '" + s + "' has an unclosed or empty {}");
       p.lit.push_back(cur);
       cur.clear();
-      p.names.push_back(s.substr(i + 1, e - i - 1));
+      std::string inside = s.substr(i + 1, e - i - 1), offset;
+      if (size_t plus = inside.find('+'); plus != std::string::npos) {
+        offset = inside.substr(plus + 1);
+        inside = inside.substr(0, plus);
+        auto trim = [](std::string& x) {
+          while (!x.empty() && std::isspace(static_cast<unsigned char>(x.back()))) x.pop_back();
+          while (!x.empty() && std::isspace(static_cast<unsigned char>(x.front()))) x.erase(x.begin());
+        };
+        trim(inside);
+        trim(offset);
+        if (offset.empty()) bad_map(source, "pattern '" + s + "': {NAME + EXPR} needs an expression after +");
+      }
+      if (inside.empty() || !std::all_of(inside.begin(), inside.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }))
+        bad_map(source, "pattern '" + s + "': a placeholder is {NAME} or {NAME + EXPR}, NAME letters, digits and _");
+      p.names.push_back(inside);
+      p.offsets.push_back(offset);
       i = e;
     } else if (s[i] == '}') {
       bad_map(source, "pattern '" + s + "' has a stray }");
@@ -43,30 +60,50 @@ Pattern Pattern::parse(const std::string& s, const std::string& source) {
   return p;
 }
 
-bool Pattern::match(const std::string& key, std::map<std::string, std::string>& vals) const {
+bool Pattern::has_offsets() const {
+  return std::any_of(offsets.begin(), offsets.end(), [](const std::string& o) { return !o.empty(); });
+}
+
+bool Pattern::match(const std::string& key, std::map<std::string, std::string>& vals, Params* params) const {
   size_t pos = 0;
   if (key.compare(0, lit[0].size(), lit[0]) != 0) return false;
   pos = lit[0].size();
+  std::vector<std::string> digits(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     size_t s = pos;
     while (pos < key.size() && std::isdigit(static_cast<unsigned char>(key[pos]))) ++pos;
     if (pos == s || pos - s > 18) return false;
-    std::string v = key.substr(s, pos - s);
-    auto it = vals.find(names[i]);
-    if (it != vals.end() && it->second != v) return false;
-    vals[names[i]] = v;
+    digits[i] = key.substr(s, pos - s);
     const std::string& l = lit[i + 1];
     if (key.compare(pos, l.size(), l) != 0) return false;
     pos += l.size();
   }
-  return pos == key.size();
+  if (pos != key.size()) return false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string v = digits[i];
+    if (!offsets[i].empty()) {
+      if (!params) throw std::logic_error("Pattern::match: an offset needs the map's parameters");
+      int64_t n = std::stoll(v) - params->eval(offsets[i], "the placeholder {" + names[i] + " + " + offsets[i] + "} of key " + key);
+      if (n < 0) return false;
+      v = std::to_string(n);
+    }
+    auto it = vals.find(names[i]);
+    if (it != vals.end() && it->second != v) return false;
+    vals[names[i]] = v;
+  }
+  return true;
 }
 
-std::string Pattern::fill(const std::map<std::string, std::string>& vals) const {
+std::string Pattern::fill(const std::map<std::string, std::string>& vals, Params* params) const {
   std::string out = lit[0];
   for (size_t i = 0; i < names.size(); ++i) {
     auto it = vals.find(names[i]);
-    out += (it == vals.end() ? "{" + names[i] + "}" : it->second) + lit[i + 1];
+    std::string v = it == vals.end() ? "{" + names[i] + "}" : it->second;
+    if (it != vals.end() && !offsets[i].empty()) {
+      if (!params) throw std::logic_error("Pattern::fill: an offset needs the map's parameters");
+      v = std::to_string(std::stoll(v) + params->eval(offsets[i], "the placeholder {" + names[i] + " + " + offsets[i] + "} of " + lit[0] + "..."));
+    }
+    out += v + lit[i + 1];
   }
   return out;
 }

@@ -18,19 +18,29 @@ namespace dcpctl {
 // UsageError (exit 2): the map in `source` breaks the schema (docs/maps.md).
 [[noreturn]] void bad_map(const std::string& source, const std::string& what);
 
+class Params;
+
 // Literal text and {NAME} placeholders, each matching a decimal integer (at most 18 digits);
-// a pattern matches a whole key. The same name twice must match the same digits.
+// a pattern matches a whole key. The same name twice must match the same digits. A placeholder
+// may carry an offset, `{NAME + EXPR}` (EXPR: an expression over the map's parameters): it holds
+// NAME's value plus EXPR, so matching subtracts EXPR (a key whose number is smaller does not
+// match) and filling adds it: DeepSeek's MTP block `mtp_layers.{M}` is Hugging Face's
+// `model.layers.{M + num_hidden_layers}`.
 struct Pattern {
-  std::vector<std::string> lit;  // lit[0] {names[0]} lit[1] ... {names[k-1]} lit[k]
+  std::vector<std::string> lit;      // lit[0] {names[0]} lit[1] ... {names[k-1]} lit[k]
   std::vector<std::string> names;
+  std::vector<std::string> offsets;  // per placeholder: EXPR, or "" for none
 
   // UsageError naming `source` for an unclosed, empty or stray brace, or two placeholders side
   // by side (their digits could not be told apart).
   static Pattern parse(const std::string& s, const std::string& source);
-  // Matches `key`, filling the placeholders' values (names -> digits).
-  bool match(const std::string& key, std::map<std::string, std::string>& vals) const;
+  // Matches `key`, filling the placeholders' values (names -> digits). Offsets are evaluated
+  // only once the rest of the key matched (a parameter is asked for only then), through
+  // `params`, which a pattern with offsets needs.
+  bool match(const std::string& key, std::map<std::string, std::string>& vals, Params* params = nullptr) const;
   // The key for these values; a placeholder without one stays "{NAME}".
-  std::string fill(const std::map<std::string, std::string>& vals) const;
+  std::string fill(const std::map<std::string, std::string>& vals, Params* params = nullptr) const;
+  bool has_offsets() const;
 };
 
 // A map's parameters: config.json keys, defaults, and integer expressions over them (+ - * /

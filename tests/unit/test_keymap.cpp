@@ -322,3 +322,110 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
 
 }  // namespace dcpctl
 
+
+namespace dcpctl {
+
+// Megatron's stacked, grouped layout: linear_qkv [L, groups x (q share, k share, v share), cols],
+// tensor-parallel sharded along its rows (each rank a query group) and, here, along its columns
+// too (pieces copied with their frames). Split and unstacked into per-layer q/k/v; joined and
+// stacked back.
+TEST_CASE("keymap: a stacked grouped concatenation (Megatron's linear_qkv), split per layer and joined back") {
+  // 2 layers; 2 query groups of (2 q heads, 1 k head, 1 v head) x head_dim 2 = 8 rows each: 16 rows; 3 columns.
+  Checkpoint ck = checkpoint({tensor("decoder.layers.qkv", {2, 16, 3}, {{0, 0, 0, 2, 8, 2}, {0, 8, 0, 2, 8, 2}, {0, 0, 2, 2, 16, 1}})});
+  MapConfig cfg = config(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 2})");
+  const char* text = R"({"schema": "dcpctl-map/1", "name": "g", "sides": ["megatron", "hf"],
+    "params": {"n_layers": {"config": "num_hidden_layers"}, "n_heads": {"config": "num_attention_heads"},
+               "n_kv": {"config": "num_key_value_heads"}, "hd": {"config": "head_dim"}},
+    "rules": [{"megatron": "decoder.layers.qkv", "dim": 0, "groups": "n_kv", "stack": {"dim": 0, "count": "n_layers"},
+               "hf": [{"key": "layers.{L}.q", "size": "n_heads * hd"}, {"key": "layers.{L}.k", "size": "n_kv * hd"},
+                      {"key": "layers.{L}.v", "size": "n_kv * hd"}]}]})";
+  KeyMap km = map_of(text);
+  MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), cfg);
+  REQUIRE(mm.tensors.size() == 6);
+  ValueChunks v(ck.md, false, false);
+  std::vector<float> w = v.values(ck.md.tensors[0]);
+  // Row r of layer l's q/k/v, by the definition: group g's 8 rows are 4 q rows, 2 k rows, 2 v rows.
+  auto row_of = [](int part, int64_t i) {  // i: the row within the part
+    const int64_t share[3] = {4, 2, 2}, at[3] = {0, 4, 6};
+    return (i / share[part]) * 8 + at[part] + i % share[part];
+  };
+  const char* names[3] = {"q", "k", "v"};
+  std::map<std::string, std::vector<float>> want;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> t;
+      for (int64_t i = 0; i < (part == 0 ? 8 : 4); ++i)
+        for (int64_t c = 0; c < 3; ++c) t.push_back(w[static_cast<size_t>((l * 16 + row_of(part, i)) * 3 + c)]);
+      want["layers." + std::to_string(l) + "." + names[part]] = t;
+    }
+  for (const auto& mt : mm.tensors) {
+    INFO(mt.meta.fqn);
+    REQUIRE(want.count(mt.meta.fqn));
+    CHECK(mt.transforms == std::vector<std::string>{"split", "unstack"});
+    for (const Box& b : {whole_box(mt.meta), box({1, 1}, {mt.meta.shape[0] - 2, 2})}) {
+      std::vector<float> full = want[mt.meta.fqn];
+      for (const auto& got : assembled(ck.md, mt, b)) CHECK(got == cut(full, 3, b));
+    }
+  }
+
+  // Back: the six per-layer tensors (two of them column-sharded) make the stack again.
+  std::vector<TensorMeta> parts;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int part = 0; part < 3; ++part) {
+      int64_t rows = part == 0 ? 8 : 4;
+      parts.push_back(tensor("layers." + std::to_string(l) + "." + names[part], {rows, 3},
+                             part == 1 ? std::vector<std::vector<int64_t>>{{0, 0, rows, 1}, {0, 1, rows, 2}} : std::vector<std::vector<int64_t>>{{0, 0, rows, 3}}));
+    }
+  Checkpoint hf = checkpoint(parts);
+  MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
+  REQUIRE(back.from == "hf");
+  REQUIRE(back.tensors.size() == 1);
+  CHECK(back.tensors[0].meta.fqn == "decoder.layers.qkv");
+  CHECK(back.tensors[0].meta.shape == std::vector<int64_t>{2, 16, 3});
+  CHECK(back.tensors[0].transforms == std::vector<std::string>{"join", "stack"});
+  ValueChunks hv(hf.md, false, false);
+  std::vector<float> stacked(2 * 16 * 3);
+  for (int64_t l = 0; l < 2; ++l)
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> t = hv.values(hf.md.tensors[static_cast<size_t>(l * 3 + part)]);
+      for (int64_t i = 0; i < (part == 0 ? 8 : 4); ++i)
+        for (int64_t c = 0; c < 3; ++c) stacked[static_cast<size_t>((l * 16 + row_of(part, i)) * 3 + c)] = t[static_cast<size_t>(i * 3 + c)];
+    }
+  Box whole = whole_box(back.tensors[0].meta);
+  for (const auto& got : assembled(hf.md, back.tensors[0], whole)) CHECK(got == stacked);
+
+  // A part that the groups do not divide is refused, naming it.
+  MapConfig odd = config(R"({"num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 1})");
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), odd), Catch::Contains("not a multiple of the 2 groups"));
+}
+
+TEST_CASE("keymap: {NAME + EXPR} placeholders: DeepSeek's MTP block after the main layers, both ways") {
+  const char* text = R"({"schema": "dcpctl-map/1", "name": "mtp", "sides": ["titan", "hf"],
+    "params": {"n_layers": {"config": "num_hidden_layers"}},
+    "rules": [{"titan": "mtp_layers.{M}.norm", "hf": "model.layers.{M + n_layers}.norm"},
+              {"hf": "model.layers.{M + n_layers}.embed_tokens"},
+              {"titan": "layers.{L}.norm", "hf": "model.layers.{L}.norm"}]})";
+  KeyMap km = map_of(text);
+  MapConfig cfg = config(R"({"num_hidden_layers": 61})");
+  Checkpoint titan = checkpoint({tensor("layers.0.norm", {2}, {{0, 2}}), tensor("layers.60.norm", {2}, {{0, 2}}), tensor("mtp_layers.0.norm", {2}, {{0, 2}})});
+  MappedModel mm = apply_key_map(km, titan.md, all_items(titan.md), cfg);
+  std::vector<std::string> names;
+  for (const auto& mt : mm.tensors) names.push_back(mt.meta.fqn);
+  CHECK(names == std::vector<std::string>{"model.layers.0.norm", "model.layers.60.norm", "model.layers.61.norm"});
+
+  Checkpoint hf = checkpoint({tensor("model.layers.0.norm", {2}, {{0, 2}}), tensor("model.layers.60.norm", {2}, {{0, 2}}),
+                              tensor("model.layers.61.norm", {2}, {{0, 2}}), tensor("model.layers.61.embed_tokens", {2}, {{0, 2}})});
+  MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
+  names.clear();
+  for (const auto& mt : back.tensors) names.push_back(mt.meta.fqn);
+  CHECK(names == std::vector<std::string>{"layers.0.norm", "layers.60.norm", "mtp_layers.0.norm"});
+  CHECK(back.dropped == std::vector<std::string>{"model.layers.61.embed_tokens"});
+
+  // Without the parameter the layers cannot be told apart: exit 2 naming it.
+  CHECK_THROWS_WITH(apply_key_map(km, hf.md, all_items(hf.md), MapConfig{nullptr, "looked for x/config.json"}), Catch::Contains("n_layers"));
+  // Malformed offsets are map errors.
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "x.{M +}", "b": "y.{M}"}]})"),
+                    Catch::Contains("expression after +"));
+}
+
+}  // namespace dcpctl
