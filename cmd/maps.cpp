@@ -19,22 +19,28 @@ int run_maps(const MapsCliOptions& o) {
     for (const auto& m : maps) {
       json params = json::object();
       for (const auto& [k, v] : m.params.items()) params[k] = v;
-      list.push_back({{"name", m.name}, {"sides", {m.sides[0], m.sides[1]}}, {"description", m.description}, {"rules", m.rules.size()},
-                      {"params", params}});
+      list.push_back({{"name", m.name}, {"sides", {m.sides[0], m.sides[1]}}, {"description", m.description}, {"models", m.models},
+                      {"rule_kinds", rule_kinds(m)}, {"rules", m.rules.size()}, {"params", params}});
     }
     std::cout << json{{"schema_version", 1}, {"maps", list}}.dump(2) << "\n";
     return 0;
   }
   size_t w = 4;
   for (const auto& m : maps) w = std::max(w, m.name.size());
-  for (const auto& m : maps)
+  for (const auto& m : maps) {
     std::cout << m.name << std::string(w + 2 - m.name.size(), ' ') << m.sides[0] << " <-> " << m.sides[1] << "  " << m.description << "\n";
+    std::string pad(w + 2, ' '), models, kinds;
+    for (const auto& x : m.models) models += (models.empty() ? "" : "; ") + x;
+    for (const auto& x : rule_kinds(m)) kinds += (kinds.empty() ? "" : ", ") + x;
+    if (!models.empty()) std::cout << pad << "models: " << models << "\n";
+    std::cout << pad << "rule kinds: " << kinds << "\n";
+  }
   return 0;
 }
 
 void setup_maps(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<MapsCliOptions>();
-  auto* sub = parent.add_subcommand("maps", "List the built-in key maps that --map takes (torchtitan <-> Hugging Face names and layouts)");
+  auto* sub = parent.add_subcommand("maps", "List the built-in key maps that --map takes (torchtitan and Megatron <-> Hugging Face names and layouts): sides, models, rule kinds");
   sub->add_flag("--json", o->json, "Print the maps as JSON (schema_version 1)");
   sub->callback([&run, o] { run = [o] { return run_maps(*o); }; });
 }

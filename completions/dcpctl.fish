@@ -18,7 +18,7 @@ complete -c dcpctl -n '__fish_use_subcommand' -a 'cast' -d 'Write a copy of a DC
 complete -c dcpctl -n '__fish_use_subcommand' -a 'compat' -d 'Write a copy of a torch 2.15 checkpoint that torch 2.14 and older load ("too many values to unpack (expected 5)"): a new .metadata beside the data files, reflinked or hard-linked, not copied'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'diff' -d 'Compare two checkpoints key by key, any layouts and sharding; exit 0 same, 1 different'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'stats' -d 'Per-tensor min, max, mean, std, abs max, L2 norm and NaN/Inf/zero counts; --check-finite gate'
-complete -c dcpctl -n '__fish_use_subcommand' -a 'maps' -d 'List the built-in key maps that --map takes (torchtitan <-> Hugging Face names and layouts)'
+complete -c dcpctl -n '__fish_use_subcommand' -a 'maps' -d 'List the built-in key maps that --map takes (torchtitan and Megatron <-> Hugging Face names and layouts): sides, models, rule kinds'
 complete -c dcpctl -n '__fish_use_subcommand' -a 'bench' -d 'Measure how fast this machine moves checkpoint data'
 
 # dcpctl inspect

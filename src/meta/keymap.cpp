@@ -54,6 +54,11 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
   if (!j.contains("name") || !j["name"].is_string()) bad_map(source, "\"name\" is missing");
   m.name = j["name"];
   m.description = j.value("description", "");
+  if (j.contains("models")) {
+    if (!j["models"].is_array() || !std::all_of(j["models"].begin(), j["models"].end(), [](const json& x) { return x.is_string(); }))
+      bad_map(source, "\"models\" is a list of strings (the model families the map covers)");
+    for (const auto& x : j["models"]) m.models.push_back(x.get<std::string>());
+  }
   if (!j.contains("sides") || !j["sides"].is_array() || j["sides"].size() != 2 || !j["sides"][0].is_string() || !j["sides"][1].is_string() ||
       j["sides"][0] == j["sides"][1])
     bad_map(source, "\"sides\" must name two sides");
@@ -175,6 +180,25 @@ MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& 
   none.path = "looked for";
   for (size_t i = 0; i < tries.size(); ++i) none.path += (i ? ", " : " ") + tries[i];
   return none;
+}
+
+std::vector<std::string> rule_kinds(const KeyMap& map) {
+  std::set<std::string> kinds;
+  for (const auto& r : map.rules) {
+    if (r.side[0].empty() || r.side[1].empty()) kinds.insert("drop");
+    else if (r.shape == RuleShape::OneToOne) kinds.insert("rename");
+    if (r.shape == RuleShape::Concat) kinds.insert("concat");
+    if (!r.experts.is_null()) kinds.insert("stack");
+    if (!r.groups.empty()) kinds.insert("groups");
+    bool rope = !r.rope.is_null();
+    for (int s = 0; s < 2; ++s)
+      for (const auto& p : r.side[s]) {
+        rope = rope || !p.rope.is_null();
+        if (p.pattern.find('+') != std::string::npos) kinds.insert("offset");
+      }
+    if (rope) kinds.insert("rope");
+  }
+  return {kinds.begin(), kinds.end()};
 }
 
 bool renames_whole(const Metadata& md, const MappedTensor& mt) {

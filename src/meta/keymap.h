@@ -58,6 +58,7 @@ enum class RuleShape {
 // A parsed map (the JSON above), checked when loaded.
 struct KeyMap {
   std::string name, description, source;  // source: "built-in" or the file it came from
+  std::vector<std::string> models;         // "models": the families it covers (optional)
   std::string sides[2];
   nlohmann::json params;  // name -> {"config": key | [keys], "default": expr}
   struct Part {
@@ -84,6 +85,8 @@ struct KeyMap {
 KeyMap load_key_map(const std::string& name_or_path);
 // The built-in maps, in name order.
 std::vector<KeyMap> builtin_key_maps();
+// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset.
+std::vector<std::string> rule_kinds(const KeyMap& map);
 
 // Where a map's parameters come from: config.json's content, and its path for messages.
 struct MapConfig {

@@ -94,10 +94,11 @@ OPTIONAL = {
     "verify": {"/layout", "/checksums"},
     # lightning_meta: only for a Lightning checkpoint (meta.pt)
     # map: only with --map, and a piece's tensor with it
-    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
-    "reshard": {"/map"},
+    # dequantized: only with --dtype on block-scaled float8 weights
+    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized"},
+    "reshard": {"/map", "/dequantized"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
-    "cast": {"/map"},
+    "cast": {"/map", "/dequantized"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }
 
@@ -410,6 +411,12 @@ def cases_for(p, work):
     for fmt, name, extra in (("safetensors", "dry.safetensors", []), ("torch", "dry.pt", []),
                              ("hf", "dry-hf/", ["--max-shard-size", "60KB"])):
         add("consolidate", f"consolidate --dry-run ({fmt})", ["consolidate", sample, "-o", co(name), *extra, "--dry-run", "--json"])
+    add("consolidate", "consolidate an FP8 block-scaled folder to DIR/ --dtype bf16 (dequantized)",
+        ["consolidate", fx("layouts", "hf_fp8_transformers", "ckpt"), "-o", co("fp8-hf/"), "--dtype", "bf16", "--json", "-q"])
+    add("reshard", "reshard an FP8 block-scaled folder --dtype fp32 (dequantized)",
+        ["reshard", fx("layouts", "hf_fp8_deepseek", "ckpt"), "-o", co("fp8-rs"), "-w", "2", "--dtype", "fp32", "--json", "-q"])
+    add("cast", "cast an FP8 block-scaled folder --dtype fp32 (dequantized)",
+        ["cast", fx("layouts", "hf_fp8_transformers", "ckpt"), "-o", co("fp8-cast"), "--dtype", "fp32", "--json", "-q"])
     hft = fx("layouts", "hf_transformers")
     add("consolidate", "consolidate transformers' distributed checkpoint to DIR/ (assets, tied embeddings)",
         ["consolidate", fx("layouts", "hf_transformers_tied", "ckpt"), "-o", co("hf-assets/"), "--json", "-q"])
