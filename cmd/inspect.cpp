@@ -122,6 +122,11 @@ void render_summary(const json& r) {
     }
     std::cout << "\n";
   }
+  if (const json& q = r["quantization"]; !q.is_null()) {
+    std::cout << "Quantized   " << q["scaled_weights"].get<uint64_t>() << " block-scaled float8 weights (each with a _scale_inv";
+    if (!q["block"].is_null()) std::cout << ", " << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks";
+    std::cout << "): --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
+  }
   std::string ranks;
   auto rv = s["ranks"].get<std::vector<int>>();
   if (!rv.empty()) {

@@ -120,6 +120,32 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   return view;
 }
 
+json describe_quantization(const Checkpoint& ck) {
+  const Metadata& md = ck.md;
+  std::unordered_map<std::string_view, uint32_t> by_name;
+  by_name.reserve(md.tensors.size());
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, i);
+  uint64_t scaled = 0, unscaled = 0;
+  for (const TensorMeta& t : md.tensors) {
+    if (!t.dtype || !is_float8(*t.dtype)) continue;
+    if (by_name.count(t.fqn + kScaleSuffix)) ++scaled;
+    else ++unscaled;
+  }
+  if (scaled == 0) return nullptr;
+  json block = nullptr, path = nullptr;
+  try {
+    MapConfig config = find_map_config(ck.dir, "", "");
+    for (size_t i = 0; config.json.is_null() && i < ck.asset_dirs.size(); ++i) config = find_map_config(ck.asset_dirs[i], "", "");
+    if (auto b = configured_block(config)) {
+      block = {b->first, b->second};
+      path = config.path;
+    }
+  } catch (const Error&) {
+    // a config.json that is not JSON, or a bad block size: a write with --dtype says so
+  }
+  return {{"scaled_weights", scaled}, {"block", block}, {"config", path}, {"float8_unscaled", unscaled}};
+}
+
 json describe_dequantized(const Checkpoint& view) {
   const Dequantization& d = view.dequant;
   if (d.empty()) return nullptr;

@@ -61,6 +61,12 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
 // "ignored_scales": [...]}; null for a checkpoint that is not one.
 nlohmann::json describe_dequantized(const Checkpoint& view);
 
+// What inspect says of a checkpoint's block-scaled weights, or null when it has none:
+// {"scaled_weights": n (float8 W beside W_scale_inv), "block": [b0, b1] (config.json's) or null,
+//  "config": path or null, "float8_unscaled": n (float8 tensors with no scale beside them)}.
+// Never throws for what dequantized_view would refuse: that is said when a write asks.
+nlohmann::json describe_quantization(const Checkpoint& ck);
+
 // config.json with `quantization_config` removed and its dtype (`torch_dtype`, `dtype`, where
 // present; `dtype` otherwise) set to `dtype`'s torch name: the config of a dequantized export,
 // which from_pretrained then loads as a plain model. The text as given when it is not a JSON object.

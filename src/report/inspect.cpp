@@ -7,6 +7,7 @@
 
 #include "meta/frameworks.h"
 #include "meta/geometry.h"
+#include "meta/quantized.h"
 
 namespace dcpctl {
 
@@ -70,6 +71,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   m["sources"] = ck.metadata_sources;
   out["metadata"] = m;
   out["framework"] = describe_framework(ck.dir);
+  out["quantization"] = describe_quantization(ck);
 
   json problems = json::array();
   for (const auto& p : md.problems) problems.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});

@@ -342,6 +342,7 @@ def cases_for(p, work):
     add("inspect", "inspect --filter", ["inspect", sample, "--json", "--filter", "app.model.layers.0.*", "--filter", "app.epoch"])
     add("inspect", "inspect incomplete copy", ["inspect", p["incomplete"], "--json", "--chunks"])
     add("inspect", "inspect a .safetensors file", ["inspect", p["st"], "--json", "--chunks"])
+    add("inspect", "inspect an FP8 block-scaled folder (quantization)", ["inspect", fx("layouts", "hf_fp8_deepseek", "ckpt"), "--json"])
     add("inspect", "inspect an HF directory dcpctl wrote", ["inspect", p["hf"], "--json"])
     add("inspect", "inspect a resharded checkpoint", ["inspect", p["w3"], "--json", "--chunks"])
     add("inspect", "inspect a cast checkpoint", ["inspect", p["bf16"], "--json"])
