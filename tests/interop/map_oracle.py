@@ -1,19 +1,29 @@
-"""The key maps' oracle (tests/fixtures/layouts/titan_*, made by make_titan_maps.py with real
-torchtitan and transformers), and the checks an output must pass against it. Shared by
+"""The key maps' oracle, and the checks an output must pass against it. Shared by
 map_reference_test.py (the Python reference implementation's outputs) and maps_test.py (dcpctl's).
 
-A case: run/step-2 (torchtitan's CheckpointManager, full training state), config.json,
-expected_hf.safetensors (the adapter's to_hf), logits.safetensors (torchtitan's logits on fixed
-tokens), hf/ (transformers' save_pretrained of those weights), expected_titan.safetensors (the
-adapter's from_hf of hf/), expected.json.
+Two kinds of case (tests/fixtures/layouts/README.md, "expected.json per layout"):
+
+- "titan" (titan_*, made by make_titan_maps.py with real torchtitan and transformers): run/step-2
+  (torchtitan's CheckpointManager, full training state), config.json, expected_hf.safetensors (the
+  adapter's to_hf), logits.safetensors (torchtitan's logits on fixed tokens), hf/ (transformers'
+  save_pretrained of those weights), expected_titan.safetensors (the adapter's from_hf of hf/; for
+  titan_deepseek_v3_mtp, of expected_hf: hf/ lacks the MTP block transformers does not load),
+  expected.json. Side "torchtitan".
+- "megatron" (megatron_*, made by make_megatron_hf.py with megatron-core and Megatron-Bridge): ckpt/
+  (dist_checkpointing torch_dist, TP2, layers stacked), config.json, expected_hf.safetensors
+  (Megatron-Bridge's export_hf_weights), logits.safetensors (megatron's GPTModel logits), hf/
+  (save_pretrained; equal to expected_hf), expected.json. No expected_titan: the reverse oracle is the
+  checkpoint's own tensors (torch's reader). Side "megatron".
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -25,9 +35,19 @@ CASES = {
     "titan_llama3_v02": "torchtitan-llama3-0.2",
     "titan_qwen3": "torchtitan-qwen3",
     "titan_deepseek_v3": "torchtitan-deepseek-v3",
+    "titan_deepseek_v3_mtp": "torchtitan-deepseek-v3",
+    "titan_kimi_k2_7": "torchtitan-deepseek-v3",
+    "megatron_llama": "megatron-gpt",
+    "megatron_qwen": "megatron-gpt",
 }
-# transformers vs torchtitan logits (float32), as make_titan_maps.py accepted them
-LOGITS_ATOL = {"llama3": 1e-5, "qwen3": 1e-5, "deepseek_v3": 1e-4}
+# transformers vs torchtitan logits (float32, rtol 1e-4), as make_titan_maps.py accepted them; the
+# megatron cases record theirs in expected.json (logits.atol, rtol 0: make_megatron_hf.py)
+LOGITS_ATOL = {"llama3": 1e-5, "qwen3": 1e-5, "deepseek_v3": 1e-4, "kimi_k2_7": 1e-4}
+# an HF key whose source tensor(s) each case's --dry-run plan and diff checks look at
+PROBE = {"titan_kimi_k2_7": ("model.layers.1.self_attn.q_b_proj.weight", "attention.wq_b.weight"),
+         "titan_deepseek_v3_mtp": ("model.layers.2.self_attn.q_proj.weight", "mtp_layers.0.attention.wq.weight"),
+         "megatron": ("model.layers.1.self_attn.k_proj.weight", "decoder.layers.self_attention.linear_qkv.weight"),
+         "titan": ("model.layers.0.self_attn.q_proj.weight", "wq.weight")}
 
 
 @dataclass
@@ -37,6 +57,60 @@ class Case:
     map: str
     doc: dict = field(repr=False)
 
+    # ------------------------------------------------------------------------------- what it is
+    @property
+    def kind(self) -> str:
+        return "megatron" if self.name.startswith("megatron_") else "titan"
+
+    @property
+    def side(self) -> str:
+        """The map's non-HF side."""
+        return "megatron" if self.kind == "megatron" else "torchtitan"
+
+    @property
+    def export_direction(self) -> str:
+        return f"{self.side}->hf"
+
+    @property
+    def import_direction(self) -> str:
+        return f"hf->{self.side}"
+
+    @property
+    def family(self) -> str:
+        return self.doc["family"]
+
+    @property
+    def tied(self) -> bool:
+        return bool(self.doc.get("tie_word_embeddings", self.doc.get("dims", {}).get("tied", False)))
+
+    @property
+    def model_keys(self) -> list[str]:
+        return self.doc["model_keys"]
+
+    @property
+    def other_keys(self) -> list[str]:
+        """The checkpoint's keys a mapped export leaves out (optimizer, train state; Megatron's
+        _extra_state and common_state)."""
+        return self.doc["other_keys"]
+
+    @property
+    def mtp_hf_keys(self) -> set:
+        """to_hf's keys of the DeepSeek-V3 MTP blocks (model.layers.(n_layers + M).*); empty elsewhere."""
+        return set((self.doc.get("mtp") or {}).get("mtp_hf_keys", []))
+
+    @property
+    def probe(self) -> tuple[str, str]:
+        """(an HF key, the suffix of the checkpoint tensor it is made from)."""
+        return PROBE.get(self.name) or PROBE[self.kind]
+
+    @property
+    def logits_tolerance(self) -> tuple[float, float]:
+        """(rtol, atol) of transformers' logits vs the training framework's, as the generator accepted."""
+        if self.kind == "megatron":
+            return 0.0, float(self.doc["logits"]["atol"])
+        return 1e-4, LOGITS_ATOL[self.family]
+
+    # ------------------------------------------------------------------------------------ files
     @property
     def ckpt(self) -> Path:
         return self.dir / self.doc["checkpoint"]
@@ -54,18 +128,11 @@ class Case:
         return self.dir / "hf"
 
     @property
-    def tied(self) -> bool:
-        return bool(self.doc["tie_word_embeddings"])
-
-    @property
-    def family(self) -> str:
-        return self.doc["family"]
+    def expected_hf_path(self) -> Path:
+        return self.dir / "expected_hf.safetensors"
 
     def expected_hf(self) -> dict:
-        return load_file(str(self.dir / "expected_hf.safetensors"))
-
-    def expected_titan(self) -> dict:
-        return load_file(str(self.dir / "expected_titan.safetensors"))
+        return load_file(str(self.expected_hf_path))
 
     def hf_input(self) -> dict:
         sd = {}
@@ -73,22 +140,50 @@ class Case:
             sd.update(load_file(str(p)))
         return sd
 
+    @cached_property
+    def _side_tensors(self) -> dict:
+        if self.kind == "titan":
+            return load_file(str(self.dir / "expected_titan.safetensors"))
+        import dcp_oracle  # tests/interop, on the path of both tests
+
+        flat = dcp_oracle.flat_state_from_dcp(self.ckpt)
+        return {k: flat[k] for k in self.model_keys}
+
+    def expected_side(self) -> dict:
+        """The oracle of hf -> side: the adapter's from_hf (titan), the checkpoint's tensors (megatron)."""
+        return dict(self._side_tensors)
+
+    # ----------------------------------------------------------------------------- key sets
     def expected_hf_keys(self) -> set:
         """What a mapped export must hold: to_hf's keys, plus lm_head.weight when the model ties it
         (the checkpoint holds it; the adapter leaves it out, dcpctl keeps it and reports the tie:
         nothing dropped silently)."""
         keys = set(self.doc["expected_hf"])
-        if self.tied and "lm_head.weight" in self.doc["model_keys"]:
+        if self.tied and "lm_head.weight" in self.model_keys:
             keys.add("lm_head.weight")
         return keys
 
-    def expected_titan_keys(self) -> set:
-        """What a mapped import of hf/ must hold: from_hf's keys, less lm_head.weight when tied and
-        hf/ has none (from_hf copies the embedding into it; dcpctl does not invent a tensor)."""
-        keys = set(self.doc["expected_titan"])
-        if self.tied and "lm_head.weight" not in self.hf_input():
+    def expected_side_keys(self, hf_keys) -> set:
+        """What a mapped import of the HF tensors hf_keys must hold: from_hf's keys (titan) or the
+        checkpoint's model keys (megatron), less lm_head.weight when tied and the input has none
+        (from_hf copies the embedding into it; dcpctl does not invent a tensor), less the MTP
+        blocks' keys when the input lacks the MTP keys (hf/ of titan_deepseek_v3_mtp)."""
+        hf_keys = set(hf_keys)
+        keys = set(self.doc["expected_titan"]) if self.kind == "titan" else set(self.model_keys)
+        if self.tied and "lm_head.weight" not in hf_keys:
             keys.discard("lm_head.weight")
+        if self.mtp_hf_keys and not (self.mtp_hf_keys & hf_keys):
+            keys = {k for k in keys if not k.startswith("mtp_layers.")}
         return keys
+
+    def unexpected_ok(self, hf_keys) -> set:
+        """from_pretrained's unexpected keys a mapped export must give: for the MTP case the MTP
+        block's keys as transformers names them (DeepseekV3ForCausalLM does not build MTP layers;
+        recorded in expected.json), when the export holds them; nothing otherwise."""
+        mtp = self.doc.get("mtp") or {}
+        if self.mtp_hf_keys & set(hf_keys):
+            return set(mtp["from_pretrained_unexpected_keys"])
+        return set()
 
 
 def cases(fixtures: Path) -> list[Case]:
@@ -114,7 +209,7 @@ def compare_tensors(got: dict, want: dict, want_keys: set, what: str) -> list[st
         if g.dtype != w.dtype or tuple(g.shape) != tuple(w.shape):
             problems.append(f"{what}: {k}: {g.dtype} {tuple(g.shape)} != {w.dtype} {tuple(w.shape)}")
         elif not torch.equal(g.contiguous().view(torch.uint8), w.contiguous().view(torch.uint8)):
-            problems.append(f"{what}: {k}: values differ from the adapter's")
+            problems.append(f"{what}: {k}: values differ from the oracle's")
     return problems
 
 
@@ -126,17 +221,30 @@ def check_hf_tensors(case: Case, got: dict, what: str) -> list[str]:
     return problems
 
 
-def check_titan_tensors(case: Case, got: dict, what: str) -> list[str]:
-    return compare_tensors(got, case.expected_titan(), case.expected_titan_keys(), what)
+def check_side_tensors(case: Case, got: dict, hf_keys, what: str) -> list[str]:
+    """An import (hf -> torchtitan / megatron) of the HF tensors named hf_keys against the oracle."""
+    return compare_tensors(got, case.expected_side(), case.expected_side_keys(hf_keys), what)
 
 
 def check_from_pretrained(case: Case, folder: Path, what: str) -> list[str]:
-    """transformers' AutoModelForCausalLM.from_pretrained(folder): no missing/unexpected/mismatched
-    keys, and the torchtitan model's logits on the recorded tokens (float32)."""
+    """transformers' AutoModelForCausalLM.from_pretrained(folder): no missing/mismatched keys, no
+    unexpected keys but the case's (the MTP block), and the training framework's logits on the
+    recorded tokens (float32) within the case's tolerance."""
+    from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
     problems = []
+    keys = set()
+    for p in folder.glob("*.safetensors"):
+        with safe_open(str(p), "pt") as f:
+            keys.update(f.keys())
     model, info = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
+    info = {k: (set(v) if isinstance(v, (list, set, tuple)) else v) for k, v in info.items()}
+    want_unexpected = case.unexpected_ok(keys)
+    unexpected = set(info.pop("unexpected_keys", set()) or set())
+    if unexpected != want_unexpected:
+        problems.append(f"{what}: from_pretrained: unexpected keys {sorted(unexpected - want_unexpected)}, "
+                        f"and not {sorted(want_unexpected - unexpected)} (want {len(want_unexpected)})")
     bad = {k: v for k, v in info.items() if v}
     if bad:
         problems.append(f"{what}: from_pretrained: {bad}")
@@ -145,8 +253,9 @@ def check_from_pretrained(case: Case, folder: Path, what: str) -> list[str]:
     with torch.no_grad():
         logits = model(rec["tokens"]).logits.float()
     diff = (logits - rec["logits"]).abs().max().item()
-    if not torch.allclose(logits, rec["logits"], rtol=1e-4, atol=LOGITS_ATOL[case.family]):
-        problems.append(f"{what}: logits differ from torchtitan's: max |diff| {diff:.3g}")
+    rtol, atol = case.logits_tolerance
+    if not torch.allclose(logits, rec["logits"], rtol=rtol, atol=atol):
+        problems.append(f"{what}: logits differ from {case.side}'s: max |diff| {diff:.3g} (atol {atol}, rtol {rtol})")
     return problems
 
 
@@ -158,3 +267,10 @@ def hf_folder_from_tensors(case: Case, sd: dict, parent: Path) -> Path:
     shutil.copyfile(case.config_path, d / "config.json")
     save_file({k: v.contiguous() for k, v in sd.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
     return d
+
+
+def mtp_release_extras(case: Case) -> list[str]:
+    """The keys DeepSeek's release has in each MTP layer that torchtitan's to_hf does not write (the
+    MTP block shares the model's embedding and head): the map drops them."""
+    layers = sorted({int(m.group(1)) for k in case.mtp_hf_keys if (m := re.match(r"model\.layers\.(\d+)\.", k))})
+    return [f"model.layers.{n}.{s}" for n in layers for s in ("embed_tokens.weight", "shared_head.head.weight")]

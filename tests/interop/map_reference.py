@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """A small reference implementation of dcpctl's key maps (schema "dcpctl-map/1", src/maps/*.json):
 what `--map` must do to a state dict, written in Python so that the schema is shown to express
-torchtitan's StateDictAdapters (tests/interop/map_reference_test.py checks it against their
-to_hf/from_hf outputs recorded in tests/fixtures/layouts/titan_*) before, and beside, the C++ engine.
+torchtitan's StateDictAdapters and Megatron-Bridge's Megatron -> HF export
+(tests/interop/map_reference_test.py checks it against their outputs recorded in
+tests/fixtures/layouts/titan_* and megatron_*) before, and beside, the C++ engine. Plain torch ops
+(narrow, cat, stack, unbind, reshape/transpose for rope), one rule at a time.
 
     from map_reference import load_map, apply_map
     m = load_map("torchtitan-llama3")               # a built-in name or a path to a .json file
@@ -11,24 +13,37 @@ to_hf/from_hf outputs recorded in tests/fixtures/layouts/titan_*) before, and be
     map_reference.py MAP CONFIG.json IN.safetensors OUT.safetensors   # the same from the shell
 
 Semantics (the schema's, docs in src/maps/README.md):
-  - a pattern is a key with `{NAME}` placeholders, each matching a decimal integer (no sign, no
-    leading zero unless "0"); a pattern matches a whole key. The values carry over to the other side.
+  - a pattern is a key with placeholders, each matching a decimal integer (no sign, no leading zero
+    unless "0"); a pattern matches a whole key. `{NAME}` holds NAME's value; `{NAME + EXPR}` (EXPR an
+    expression, below; only `+`) holds NAME's value plus EXPR: matching subtracts EXPR (a number
+    smaller than EXPR does not match), filling adds it. The values carry over to the other side.
+  - rules are tried in order; the first rule whose input-side pattern (or one of its parts) matches
+    a key takes it.
   - the direction follows the input's keys: the side whose patterns match more of them is the
     source (a map where neither side matches any key is an error: MapError, exit 2 in dcpctl; a tie
     between two sides that both match is an error too).
   - a rule with both sides renames; one with only the source side names keys that are dropped
-    (report["dropped"]); a key no rule matches is left out (report["left_out"]).
-  - "rope": dim-0 rows are `heads` groups of `head_dim` rows; torchtitan holds each head in the
-    interleaved order, hf in the halves order: torchtitan->hf applies the adapters' _permute
-    (view(heads, head_dim/2, 2, rest).transpose(1, 2)), hf->torchtitan their _reverse_permute.
+    (report["dropped"]); a key no rule matches is left out (report["left_out"]). A rule may carry a
+    "note" (text, ignored).
+  - "rope": dim-0 rows are `heads` groups of `head_dim` rows; the first side (torchtitan) holds each
+    head in the interleaved order, the second (hf) in the halves order: first->second applies the
+    adapters' _permute (view(heads, head_dim/2, 2, rest).transpose(1, 2)), second->first their
+    _reverse_permute.
   - a list side with "dim": one tensor = the concatenation along "dim" of the listed tensors, in
-    order, with the given sizes; each part has its own optional "rope".
-  - "experts": {"dim", "count"}: the torchtitan tensor stacks along "dim" (a new dimension) `count`
-    tensors the hf side holds one key each, {E} = 0..count-1.
+    order, with the given sizes; each part has its own optional "rope". With "groups": G, the one
+    tensor is G repetitions of that concatenation, part i giving size_i / G each time (Megatron's
+    linear_qkv: per query group, its q rows, its k row block, its v row block); rope on a part of a
+    grouped rule is a map error.
+  - "stack" {"dim": D, "count": EXPR} (and its synonym "experts"): one side's tensor stacks `count`
+    tensors along a new dimension D; the other side holds one key each, its pattern having one
+    placeholder more (the index, 0..count-1). With a list side, the list side is the per-index side
+    (each part has the extra placeholder) and "dim" is a dimension of the per-index tensor: the
+    stacked tensor is unbound along D, each slice split into the parts (one way), and the parts of
+    each index joined, then stacked (the other).
   - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
     arithmetic (+ - * / and parentheses) over param names, config keys and integers; "/" must divide
-    exactly. A param is resolved only when a rule that matched the input needs it; one that cannot
-    be resolved is a MapError naming it.
+    exactly. A param is resolved only when it is needed: by a rule that matched the input, or to
+    match a pattern that has it in an offset; one that cannot be resolved is a MapError naming it.
 """
 
 from __future__ import annotations
@@ -37,12 +52,15 @@ import ast
 import json
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 SCHEMA = "dcpctl-map/1"
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
+_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "note"}
 
 
 class MapError(Exception):
@@ -70,15 +88,26 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in MAPS_DIR.glob("*.json"))
 
 
+def _stack_spec(r: dict) -> dict | None:
+    return r.get("stack", r.get("experts"))
+
+
+def _is_dim(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def validate(m: Any, where: str) -> None:
     def fail(msg):
         raise MapError(f"{where}: {msg}")
 
     if not isinstance(m, dict):
         fail("a map is a JSON object")
-    extra = set(m) - {"schema", "name", "description", "sides", "params", "rules"}
+    extra = set(m) - {"schema", "name", "description", "sides", "models", "params", "rules"}
     if extra:
         fail(f"unknown fields {sorted(extra)}")
+    models = m.get("models", [])
+    if not (isinstance(models, list) and all(isinstance(x, str) and x for x in models)):
+        fail("models is a list of names (the models the map covers)")
     if m.get("schema") != SCHEMA:
         fail(f"schema must be {SCHEMA!r}, got {m.get('schema')!r}")
     if not isinstance(m.get("name"), str) or not isinstance(m.get("description", ""), str):
@@ -107,51 +136,169 @@ def validate(m: Any, where: str) -> None:
         present = [s for s in sides if s in r]
         if not present:
             fail(f"rule {i}: names neither side")
-        extra = set(r) - set(sides) - {"rope", "dim", "experts"}
+        extra = set(r) - set(sides) - _RULE_FIELDS
         if extra:
             fail(f"rule {i}: unknown fields {sorted(extra)}")
+        if "note" in r and not isinstance(r["note"], str):
+            fail(f"rule {i}: note is a string")
+        if len(present) == 1 and set(r) - set(sides) - {"note"}:
+            fail(f"rule {i}: a one-sided rule only names keys (and an optional note)")
+        for s in present:
+            if isinstance(r[s], list):
+                if not r[s]:
+                    fail(f"rule {i}: a list side has parts")
+                for part in r[s]:
+                    if not (isinstance(part, dict) and isinstance(part.get("key"), str) and "size" in part
+                            and set(part) <= {"key", "size", "rope"}):
+                        fail(f"rule {i}: parts are {{'key', 'size', optional 'rope'}}")
+                    _parse_expr(part["size"], f"{where}: rule {i}: size")
+            elif not isinstance(r[s], str):
+                fail(f"rule {i}: patterns are strings")
+            for pat in _patterns(r, s):
+                if not pat:
+                    fail(f"rule {i}: patterns are non-empty strings")
+                try:
+                    _pattern(pat)
+                except MapError as e:
+                    fail(f"rule {i}: {e}")
+        if "rope" in r:
+            _check_rope(r["rope"], lambda msg: fail(f"rule {i}: {msg}"))
         lists = [s for s in present if isinstance(r[s], list)]
         if lists:
-            if len(present) != 2 or len(lists) != 1 or "dim" not in r or "experts" in r or "rope" in r:
-                fail(f"rule {i}: a list side needs the other side, 'dim', and no 'experts'/'rope' of its own")
+            if len(present) != 2 or len(lists) != 1 or not _is_dim(r.get("dim")) or "rope" in r:
+                fail(f"rule {i}: a list side needs the other side, 'dim' (an index >= 0), and no 'rope' of its "
+                     "own (its parts may have one)")
             for part in r[lists[0]]:
-                if not (isinstance(part, dict) and isinstance(part.get("key"), str) and "size" in part
-                        and set(part) <= {"key", "size", "rope"}):
-                    fail(f"rule {i}: parts are {{'key', 'size', optional 'rope'}}")
-        if "experts" in r:
-            e = r["experts"]
-            if len(present) != 2 or not (isinstance(e, dict) and set(e) == {"dim", "count"}):
-                fail(f"rule {i}: experts is {{'dim', 'count'}} on a rule with both sides")
-            if "{E}" not in r[sides[1]] or "{E}" in r[sides[0]]:
-                fail(f"rule {i}: experts: {{E}} on the {sides[1]} side only")
-        if len(present) == 1 and set(r) - set(sides):
-            fail(f"rule {i}: a one-sided rule only names keys")
-        for s in present:
-            for pat in ([p["key"] for p in r[s]] if isinstance(r[s], list) else [r[s]]):
-                if not isinstance(pat, str) or not pat:
-                    fail(f"rule {i}: patterns are strings")
+                if "rope" in part:
+                    _check_rope(part["rope"], lambda msg: fail(f"rule {i}: {msg}"))
+            if "groups" in r:
+                _parse_expr(r["groups"], f"{where}: rule {i}: groups")
+                if any("rope" in part for part in r[lists[0]]):
+                    fail(f"rule {i}: rope on a part of a grouped rule (a part's rows are not contiguous)")
+        elif "dim" in r or "groups" in r:
+            fail(f"rule {i}: 'dim' and 'groups' belong to a rule with a list side")
+        if "stack" in r and "experts" in r:
+            fail(f"rule {i}: 'stack' and 'experts' are synonyms: give one")
+        st = _stack_spec(r)
+        if st is not None:
+            what = "stack" if "stack" in r else "experts"
+            if len(present) != 2 or not (isinstance(st, dict) and set(st) == {"dim", "count"}) or not _is_dim(st["dim"]):
+                fail(f"rule {i}: {what} is {{'dim' (an index >= 0), 'count'}} on a rule with both sides")
+            _parse_expr(st["count"], f"{where}: rule {i}: {what} count")
+            if "rope" in r:
+                fail(f"rule {i}: rope on a {what} rule (give it to the parts of a list side)")
+            try:
+                _stack_sides(r, sides)
+            except MapError as e:
+                fail(f"rule {i}: {what}: {e}")
+        else:
+            try:  # whatever the destination fills must come from the source
+                names = {s: _side_names(r, s) for s in present}
+                if len(present) == 2 and names[sides[0]] != names[sides[1]]:
+                    raise MapError(f"the sides' placeholders differ: {sorted(names[sides[0]])} vs "
+                                   f"{sorted(names[sides[1]])}")
+            except MapError as e:
+                fail(f"rule {i}: {e}")
+
+
+def _check_rope(spec: Any, fail) -> None:
+    if not (isinstance(spec, dict) and set(spec) == {"heads", "head_dim"}):
+        fail("rope is {'heads', 'head_dim'}")
+    for v in spec.values():
+        _parse_expr(v, "rope")
+
+
+def _side_names(rule: dict, side: str) -> set[str]:
+    """The placeholder names of a side (every part of a list side must have the same)."""
+    sets = [frozenset(n for n, _ in _pattern(p).slots) for p in _patterns(rule, side)]
+    if len(set(sets)) > 1:
+        raise MapError(f"the parts of the {side} side have different placeholders")
+    return set(sets[0])
+
+
+def _stack_sides(rule: dict, sides: list[str]) -> tuple[str, str, str]:
+    """(stacked side, per-index side, index placeholder) of a stack/experts rule."""
+    a, b = sides
+    na, nb = _side_names(rule, a), _side_names(rule, b)
+    if isinstance(rule[a], list) or isinstance(rule[b], list):
+        per, stacked = (a, b) if isinstance(rule[a], list) else (b, a)
+    elif len(na) != len(nb):
+        per, stacked = (a, b) if len(na) > len(nb) else (b, a)
+    else:
+        raise MapError("the per-index side's pattern needs one placeholder more than the stacked side's (the index)")
+    extra = _side_names(rule, per) - _side_names(rule, stacked)
+    if len(extra) != 1 or not _side_names(rule, stacked) <= _side_names(rule, per):
+        raise MapError(f"the {per} side's placeholders must be the {stacked} side's plus one (the index); "
+                       f"{sorted(_side_names(rule, per))} vs {sorted(_side_names(rule, stacked))}")
+    return stacked, per, next(iter(extra))
 
 
 # ------------------------------------------------------------------------------------- patterns
 
 
-def _compile(pattern: str) -> re.Pattern:
-    out, pos = [], 0
-    for mt in _PLACEHOLDER.finditer(pattern):
-        out.append(re.escape(pattern[pos:mt.start()]))
-        out.append(f"(?P<{mt.group(1)}>0|[1-9][0-9]*)")
-        pos = mt.end()
-    out.append(re.escape(pattern[pos:]))
-    return re.compile("".join(out) + r"\Z")
+class Pattern:
+    """A key pattern: regex with one group per placeholder, slots = [(name, offset expr or None)]."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.slots: list[tuple[str, Any]] = []
+        out, pos = [], 0
+        for mt in _BRACES.finditer(text):
+            out.append(re.escape(text[pos:mt.start()]))
+            inner = mt.group(1)
+            nm = _NAME.match(inner)
+            if not nm:
+                raise MapError(f"pattern {text!r}: placeholder {{{inner}}}: a name, or a name + an expression")
+            name, rest = nm.group(1), nm.group(2).strip()
+            off = None
+            if rest:
+                if not rest.startswith("+") or not rest[1:].strip():
+                    raise MapError(f"pattern {text!r}: placeholder {{{inner}}}: only NAME + EXPR is allowed")
+                off = rest[1:].strip()
+                _parse_expr(off, f"pattern {text!r}: placeholder {{{inner}}}")
+            if any(n == name for n, _ in self.slots):
+                raise MapError(f"pattern {text!r}: placeholder {name} appears twice")
+            self.slots.append((name, off))
+            out.append("(0|[1-9][0-9]*)")
+            pos = mt.end()
+        tail = text[pos:]
+        if "{" in _BRACES.sub("", text) or "}" in _BRACES.sub("", text):
+            raise MapError(f"pattern {text!r}: unbalanced braces")
+        out.append(re.escape(tail))
+        self.regex = re.compile("".join(out) + r"\Z")
+
+    def match(self, key: str, params: "Params") -> dict[str, int] | None:
+        mt = self.regex.match(key)
+        if not mt:
+            return None
+        vals = {}
+        for (name, off), g in zip(self.slots, mt.groups()):
+            v = int(g)
+            if off is not None:
+                v -= params.eval(off)
+                if v < 0:
+                    return None
+            vals[name] = v
+        return vals
+
+    def fill(self, values: dict[str, int], params: "Params") -> str:
+        it = iter(self.slots)
+
+        def sub(mt):
+            name, off = next(it)
+            if name not in values:
+                raise MapError(f"pattern {self.text!r}: placeholder {{{name}}} has no value on the other side")
+            v = values[name] + (params.eval(off) if off is not None else 0)
+            if v < 0:
+                raise MapError(f"pattern {self.text!r}: {{{mt.group(1)}}} is {v} < 0")
+            return str(v)
+
+        return _BRACES.sub(sub, self.text)
 
 
-def _fill(pattern: str, values: dict[str, str]) -> str:
-    def sub(mt):
-        if mt.group(1) not in values:
-            raise MapError(f"pattern {pattern!r}: placeholder {{{mt.group(1)}}} has no value on the other side")
-        return values[mt.group(1)]
-
-    return _PLACEHOLDER.sub(sub, pattern)
+@lru_cache(maxsize=None)
+def _pattern(text: str) -> Pattern:
+    return Pattern(text)
 
 
 def _patterns(rule: dict, side: str) -> list[str]:
@@ -170,7 +317,7 @@ def _parse_expr(text: Any, where: str) -> ast.AST:
     if not isinstance(text, str):
         raise MapError(f"{where}: an expression is a string or an integer")
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise MapError(f"{where}: bad expression {text!r}") from e
     for node in ast.walk(tree):
@@ -265,34 +412,64 @@ def rope_permute(t, heads: int, head_dim: int, to_halves: bool):
     return t.reshape(heads, 2, head_dim // 2, *rest).transpose(1, 2).reshape(rows, *rest).contiguous()
 
 
+def split_parts(t, dim: int, sizes: list[int], groups: int, what: str) -> list:
+    """One tensor -> its parts along dim: `groups` repetitions of [part 0 | part 1 | ...], part i
+    giving sizes[i] / groups rows (elements along dim) to each repetition."""
+    import torch
+
+    if dim >= t.dim():
+        raise MapError(f"{what}: dim {dim} of a {t.dim()}-d tensor")
+    if groups <= 0 or any(s % groups for s in sizes):
+        raise MapError(f"{what}: part sizes {sizes} are not divisible by groups = {groups}")
+    if sum(sizes) != t.shape[dim]:
+        raise MapError(f"{what}: parts {sizes} do not add up to dim {dim} = {t.shape[dim]}")
+    per = [s // groups for s in sizes]
+    span = sum(per)
+    out = []
+    for i, p in enumerate(per):
+        start = sum(per[:i])
+        out.append(torch.cat([t.narrow(dim, g * span + start, p) for g in range(groups)], dim=dim).contiguous())
+    return out
+
+
+def join_parts(parts: list, dim: int, sizes: list[int], groups: int, what: str):
+    """The inverse of split_parts: the parts (each sizes[i] along dim) -> one tensor."""
+    import torch
+
+    if groups <= 0 or any(s % groups for s in sizes):
+        raise MapError(f"{what}: part sizes {sizes} are not divisible by groups = {groups}")
+    per = [s // groups for s in sizes]
+    pieces = [parts[i].narrow(dim, g * per[i], per[i]) for g in range(groups) for i in range(len(parts))]
+    return torch.cat(pieces, dim=dim).contiguous()
+
+
 # ------------------------------------------------------------------------------------- applying
 
 
-def _match(rule: dict, side: str, key: str):
+def _match_side(rule: dict, side: str, key: str, params: Params):
+    """("whole", vals) or ("part", part index, vals) or None."""
     v = rule.get(side)
-    if v is None or isinstance(v, list):
+    if v is None:
         return None
-    mt = _compile(v).match(key)
-    return mt.groupdict() if mt else None
-
-
-def _match_part(rule: dict, side: str, key: str):
-    v = rule.get(side)
-    if not isinstance(v, list):
+    if isinstance(v, list):
+        for i, part in enumerate(v):
+            vals = _pattern(part["key"]).match(key, params)
+            if vals is not None:
+                return ("part", i, vals)
         return None
-    for i, part in enumerate(v):
-        mt = _compile(part["key"]).match(key)
-        if mt:
-            return i, mt.groupdict()
-    return None
+    vals = _pattern(v).match(key, params)
+    return None if vals is None else ("whole", vals)
 
 
-def direction(m: dict, keys) -> tuple[str, str]:
+def direction(m: dict, keys, params: Params | None = None) -> tuple[str, str]:
     a, b = m["sides"]
+    params = params or Params(m, {})
     counts = {}
     for side in (a, b):
-        regs = [_compile(p) for r in m["rules"] for p in _patterns(r, side)]
-        counts[side] = sum(1 for k in keys if any(rg.match(k) for rg in regs))
+        pats = [_pattern(p) for r in m["rules"] for p in _patterns(r, side)]
+        # patterns without offsets first: a key they match counts without resolving a param
+        pats.sort(key=lambda p: any(off is not None for _, off in p.slots))
+        counts[side] = sum(1 for k in keys if any(p.match(k, params) is not None for p in pats))
     if counts[a] == 0 and counts[b] == 0:
         raise MapError(f"map {m['name']!r} matches none of the input's keys")
     if counts[a] == counts[b]:
@@ -306,109 +483,129 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
     Returns (output state dict, report {name, direction, mapped, left_out, dropped, params})."""
     import torch
 
-    src, dst = direction(m, sd.keys())
-    first = m["sides"][0]
     params = Params(m, config)
+    src, dst = direction(m, sd.keys(), params)
+    first = m["sides"][0]
+    to_halves = src == first
     out: dict[str, Any] = {}
     left_out, dropped = [], []
     mapped = 0
-    pending: dict[tuple, dict] = {}  # gathers (list parts, experts) on the hf -> torchtitan side
+    pending: dict[tuple, dict] = {}  # gathers: the parts of a concatenation, the slices of a stack
 
     def put(key, value):
         if key in out:
             raise MapError(f"two input keys map to {key!r}")
         out[key] = value
 
+    def rope(spec, t):
+        return rope_permute(t, params.eval(spec["heads"]), params.eval(spec["head_dim"]), to_halves)
+
+    def sizes_of(rule, side):
+        return [params.eval(p["size"]) for p in rule[side]]
+
+    def groups_of(rule):
+        return params.eval(rule["groups"]) if "groups" in rule else 1
+
+    def emit(rule, vals, t, what):
+        """One tensor of the source's shape of a (per-index) rule side -> the destination side."""
+        if isinstance(rule[dst], list):
+            parts = split_parts(t, rule["dim"], sizes_of(rule, dst), groups_of(rule), what)
+            for p, piece in zip(rule[dst], parts):
+                if "rope" in p:
+                    piece = rope(p["rope"], piece)
+                put(_pattern(p["key"]).fill(vals, params), piece)
+        else:
+            if "rope" in rule:
+                t = rope(rule["rope"], t)
+            put(_pattern(rule[dst]).fill(vals, params), t)
+
     for key, value in sd.items():
         hit = None
         for idx, rule in enumerate(m["rules"]):
-            vals = _match(rule, src, key)
-            if vals is not None:
-                hit = ("whole", idx, rule, vals)
-                break
-            part = _match_part(rule, src, key)
-            if part is not None:
-                hit = ("part", idx, rule, part)
+            h = _match_side(rule, src, key, params)
+            if h is not None:
+                hit = (idx, rule, h)
                 break
         if hit is None:
             left_out.append(key)
             continue
-        kind, idx, rule, info = hit
+        idx, rule, h = hit
         if dst not in rule:
             dropped.append(key)
             continue
         if not isinstance(value, torch.Tensor):
             raise MapError(f"{key}: matched rule {idx} but is not a tensor")
         mapped += 1
-        if kind == "whole" and isinstance(rule[dst], list):  # split one tensor into parts
-            dim = rule["dim"]
-            sizes = [params.eval(p["size"]) for p in rule[dst]]
-            if sum(sizes) != value.shape[dim]:
-                raise MapError(f"{key}: parts {sizes} do not add up to dim {dim} = {value.shape[dim]}")
-            for part, piece in zip(rule[dst], torch.split(value, sizes, dim=dim)):
-                piece = piece.contiguous()
-                if "rope" in part:
-                    piece = _rope(params, part["rope"], piece, to_halves=(src == first))
-                put(_fill(part["key"], info), piece)
+        vals = h[-1]
+        pi = h[1] if h[0] == "part" else None
+        st = _stack_spec(rule)
+        if st is not None:
+            stacked, per_side, ix = _stack_sides(rule, m["sides"])
+            count, sdim = params.eval(st["count"]), st["dim"]
+            if src == stacked:  # unstack, then (list rule) split each slice
+                if sdim >= value.dim() or value.shape[sdim] != count:
+                    raise MapError(f"{key}: dim {sdim} of shape {tuple(value.shape)} is not the map's count {count}")
+                for i, piece in enumerate(torch.unbind(value, dim=sdim)):
+                    emit(rule, {**vals, ix: i}, piece.contiguous(), f"{key}[{i}]")
+                continue
+            base = {k: v for k, v in vals.items() if k != ix}  # one slice (or one part of one): gather
+            g = pending.setdefault((idx, tuple(sorted(base.items()))), {"rule": rule, "vals": base, "parts": {}})
+            g["parts"][(vals[ix], pi)] = (key, value)
             continue
-        if kind == "part":  # one part of a concatenation: gather
-            pi, vals = info
-            group = (idx, tuple(sorted(vals.items())))
-            pending.setdefault(group, {"rule": rule, "vals": vals, "parts": {}})["parts"][pi] = (key, value)
+        if pi is not None:  # one part of a concatenation: gather
+            g = pending.setdefault((idx, tuple(sorted(vals.items()))), {"rule": rule, "vals": vals, "parts": {}})
+            g["parts"][(None, pi)] = (key, value)
             continue
-        vals = info
-        if "experts" in rule and src == first:  # unstack the experts
-            e = rule["experts"]
-            count, dim = params.eval(e["count"]), e["dim"]
-            if value.shape[dim] != count:
-                raise MapError(f"{key}: dim {dim} is {value.shape[dim]}, the map says {count} experts")
-            for i, piece in enumerate(torch.unbind(value, dim=dim)):
-                put(_fill(rule[dst], {**vals, "E": str(i)}), piece.contiguous())
-            continue
-        if "experts" in rule:  # one expert of a stack: gather
-            evals = {k: v for k, v in vals.items() if k != "E"}
-            group = (idx, tuple(sorted(evals.items())))
-            pending.setdefault(group, {"rule": rule, "vals": evals, "parts": {}})["parts"][int(vals["E"])] = (key, value)
-            continue
-        t = value
-        if "rope" in rule:
-            t = _rope(params, rule["rope"], t, to_halves=(src == first))
-        put(_fill(rule[dst], vals), t)
+        emit(rule, vals, value, key)
 
     for (idx, _), g in pending.items():
         rule, vals, parts = g["rule"], g["vals"], g["parts"]
-        if "experts" in rule:
-            e = rule["experts"]
-            count = params.eval(e["count"])
-            missing = [i for i in range(count) if i not in parts]
-            extra = [i for i in parts if i >= count]
-            if missing or extra:
-                raise MapError(f"rule {idx} ({_fill(rule[dst], vals)}): experts {missing} missing"
-                               + (f", {extra} beyond {count}" if extra else ""))
-            put(_fill(rule[dst], vals), torch.stack([parts[i][1] for i in range(count)], dim=e["dim"]))
-        else:
+        st = _stack_spec(rule)
+        target = _pattern(rule[dst]).fill(vals, params)
+
+        def joined(i):
+            """The per-index (or, without a stack, the one) tensor of the source side, at index i."""
+            if not isinstance(rule[src], list):
+                return parts[(i, None)][1]
             plist = rule[src]
-            missing = [_fill(p["key"], vals) for i, p in enumerate(plist) if i not in parts]
+            missing = [_pattern(p["key"]).fill({**vals, **({} if i is None else {ix: i})}, params)
+                       for j, p in enumerate(plist) if (i, j) not in parts]
             if missing:
-                raise MapError(f"rule {idx}: {missing} missing to build {_fill(rule[dst], vals)}")
+                raise MapError(f"rule {idx}: {missing} missing to build {target}")
+            sizes = sizes_of(rule, src)
             pieces = []
-            for i, p in enumerate(plist):
-                t = parts[i][1]
-                size = params.eval(p["size"])
-                if t.shape[rule["dim"]] != size:
-                    raise MapError(f"{parts[i][0]}: dim {rule['dim']} is {t.shape[rule['dim']]}, the map says {size}")
+            for j, p in enumerate(plist):
+                k, t = parts[(i, j)]
+                d = rule["dim"]
+                if d >= t.dim() or t.shape[d] != sizes[j]:
+                    raise MapError(f"{k}: dim {d} of shape {tuple(t.shape)} is not the map's size {sizes[j]}")
                 if "rope" in p:
-                    t = _rope(params, p["rope"], t, to_halves=False)
+                    t = rope(p["rope"], t)
                 pieces.append(t)
-            put(_fill(rule[dst], vals), torch.cat(pieces, dim=rule["dim"]))
+            return join_parts(pieces, rule["dim"], sizes, groups_of(rule), target)
+
+        if st is None:
+            put(target, joined(None))
+            continue
+        _, _, ix = _stack_sides(rule, m["sides"])
+        count = params.eval(st["count"])
+        have = sorted({i for i, _ in parts})
+        missing = [i for i in range(count) if i not in have]
+        extra = [i for i in have if i >= count]
+        if missing or extra:
+            raise MapError(f"rule {idx} ({target}): indices {missing} missing"
+                           + (f", {extra} beyond count {count}" if extra else ""))
+        slices = [joined(i) for i in range(count)]
+        if st["dim"] > slices[0].dim():
+            raise MapError(f"rule {idx} ({target}): stack dim {st['dim']} beyond a {slices[0].dim()}-d slice")
+        shapes = {tuple(t.shape) for t in slices}
+        if len(shapes) != 1:
+            raise MapError(f"rule {idx} ({target}): slices of different shapes {sorted(shapes)}")
+        put(target, torch.stack(slices, dim=st["dim"]))
 
     report = {"name": m["name"], "direction": f"{src}->{dst}", "mapped": mapped, "left_out": left_out,
               "dropped": dropped, "params": {k: params.values[k] for k in params.used}}
     return out, report
-
-
-def _rope(params: Params, spec: dict, t, to_halves: bool):
-    return rope_permute(t, params.eval(spec["heads"]), params.eval(spec["head_dim"]), to_halves)
 
 
 def main(argv: list[str]) -> int:

@@ -1,26 +1,39 @@
 #!/usr/bin/env python3
-"""The key-map schema expresses torchtitan's StateDictAdapters: the reference implementation of the
-maps (tests/interop/map_reference.py) applied with the built-in maps (src/maps/*.json) gives, tensor
-for tensor and bit for bit, what torchtitan's own to_hf / from_hf gave on the fixtures
-tests/fixtures/layouts/titan_* (real torchtitan 0.3.0 and 0.2.2 checkpoints), and transformers loads
-the result with torchtitan's logits. No dcpctl involved: this pins the semantics the engine must have.
+"""The key-map schema expresses torchtitan's StateDictAdapters and Megatron-Bridge's Megatron -> HF
+export: the reference implementation of the maps (tests/interop/map_reference.py) applied with the
+built-in maps (src/maps/*.json) gives, tensor for tensor and bit for bit, what torchtitan's own
+to_hf / from_hf gave on the fixtures tests/fixtures/layouts/titan_* (real torchtitan 0.3.0 and 0.2.2
+checkpoints) and what Megatron-Bridge exported from the megatron-core checkpoints
+tests/fixtures/layouts/megatron_*, and transformers loads the result with the training framework's
+logits. No dcpctl involved: this pins the semantics the engine must have.
 
     map_reference_test.py FIXTURES_DIR
 
-Checks, per case (titan_llama3, titan_llama3_v02, titan_qwen3 (tied), titan_deepseek_v3 (MoE)):
-  - torchtitan -> hf on the whole checkpoint (torch's dcp_to_torch_save view: model, optimizer,
-    lr_scheduler, dataloader, train_state): direction torchtitan->hf, the output equals
-    expected_hf.safetensors (plus the tied lm_head.weight, equal to the embedding), left_out is
-    exactly the non-model keys, nothing dropped; from_pretrained of it: no missing/unexpected keys,
-    torchtitan's logits;
-  - hf -> torchtitan on hf/ (transformers' save_pretrained): equals expected_titan.safetensors (less
-    the tied lm_head.weight from_hf copies from the embedding); and back to hf again: hf/'s tensors;
+Checks, per case (titan_llama3, titan_llama3_v02, titan_qwen3 (tied), titan_deepseek_v3 (MoE),
+titan_deepseek_v3_mtp (MTP: offsets in patterns), titan_kimi_k2_7 (q LoRA), megatron_llama,
+megatron_qwen (groups, stack + list)):
+  - side -> hf on the whole checkpoint (torch's dcp_to_torch_save view: titan: model, optimizer,
+    lr_scheduler, dataloader, train_state; megatron: the stacked model tensors, _extra_state and
+    common_state): the direction, the output equals expected_hf.safetensors (plus the tied
+    lm_head.weight, equal to the embedding), left_out is exactly the non-model keys, nothing dropped;
+    from_pretrained of it: no missing keys, no unexpected keys but the MTP block's (transformers'
+    DeepseekV3ForCausalLM has none; expected.json lists them), the recorded logits;
+  - hf -> side on hf/ (transformers' save_pretrained) and on expected_hf: titan: equals
+    expected_titan.safetensors (less the tied lm_head.weight from_hf copies from the embedding; less
+    the MTP block for hf/, which lacks it), megatron: the checkpoint's own tensors; and back to hf
+    again: the input;
   - controls that must fail: the other Llama map (0.2 names on a 0.3 checkpoint and the reverse)
     leaves the attention and output weights out; a config.json without num_attention_heads is an
     error naming n_heads; n_kv_heads taken as n_heads is refused (rows do not add up); the
     permutation run the wrong way round (a map with the sides' roles swapped) does not give the
     adapter's tensors; a map matching none of the keys is an error; Qwen 3 dense needs no
-    num_experts (params resolve only when a matched rule uses them).
+    num_experts (params resolve only when a matched rule uses them); MTP: a wrong offset, no offset,
+    the MTP rules after the main-layer rules each give other tensors or an error, a key below the
+    offset does not match, the release's extra MTP keys are dropped; Megatron: groups omitted (the
+    [q; k; v] split) gives other tensors and other logits, gate/up swapped other tensors, groups that
+    do not divide the sizes, a wrong layer count, a missing part, rope on a grouped part are errors;
+    stack + list with the stack and list dims elsewhere (synthetic, from the checkpoint's tensors);
+    schema errors (an offset with '-', groups without a list side, stack and experts together).
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -28,6 +41,7 @@ Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure u
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -44,7 +58,7 @@ except ImportError as e:
 
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
-from map_reference import MapError, apply_map, load_map  # noqa: E402
+from map_reference import MapError, apply_map, load_map, validate  # noqa: E402
 from testlib import check, problems, summary  # noqa: E402  (tests/testlib.py)
 
 
@@ -57,38 +71,65 @@ def raises(fn, needle: str, what: str) -> None:
     check(False, f"{what}: no MapError")
 
 
+def fails(found: list[str], needles: list[str], what: str) -> None:
+    """A control: the checks found problems, and among them ones naming each of needles."""
+    check(bool(found) and all(any(n in p for p in found) for n in needles),
+          f"{what}: the wrong map was not caught (problems naming {needles} wanted): {found[:4]}")
+
+
+def edited(m: dict, fn) -> dict:
+    """A deep copy of map m with fn(rule) applied to each rule (fn edits in place)."""
+    m2 = copy.deepcopy(m)
+    for r in m2["rules"]:
+        fn(r)
+    return m2
+
+
 def run_case(case: mo.Case, work: Path) -> None:
     m = load_map(case.map)
     config = case.config
     flat = dcp_oracle.flat_state_from_dcp(case.ckpt)
     out, rep = apply_map(m, flat, config)
-    check(rep["direction"] == "torchtitan->hf", f"{case.name}: direction {rep['direction']}")
-    problems(mo.check_hf_tensors(case, out, f"{case.name} torchtitan->hf"))
-    check(sorted(rep["left_out"]) == sorted(case.doc["other_keys"]),
-          f"{case.name}: left_out {sorted(set(rep['left_out']) ^ set(case.doc['other_keys']))[:8]} differ "
+    check(rep["direction"] == case.export_direction, f"{case.name}: direction {rep['direction']}")
+    problems(mo.check_hf_tensors(case, out, f"{case.name} {case.export_direction}"))
+    check(sorted(rep["left_out"]) == sorted(case.other_keys),
+          f"{case.name}: left_out {sorted(set(rep['left_out']) ^ set(case.other_keys))[:8]} differ "
           "from the non-model keys")
     check(rep["dropped"] == [], f"{case.name}: dropped {rep['dropped']}")
-    check(rep["mapped"] == len(case.doc["model_keys"]), f"{case.name}: mapped {rep['mapped']}")
-    for prefix in ("optimizer.", "lr_scheduler.", "dataloader.", "train_state."):
-        check(any(k.startswith(prefix) for k in rep["left_out"]), f"{case.name}: nothing of {prefix} left out?")
+    check(rep["mapped"] == len(case.model_keys), f"{case.name}: mapped {rep['mapped']}")
+    if case.kind == "titan":
+        for prefix in ("optimizer.", "lr_scheduler.", "dataloader.", "train_state."):
+            check(any(k.startswith(prefix) for k in rep["left_out"]), f"{case.name}: nothing of {prefix} left out?")
+    else:
+        check(rep["left_out"] and all("_extra_state/" in k or k.startswith("common_state/") for k in rep["left_out"]),
+              f"{case.name}: left out {rep['left_out']}")
     folder = mo.hf_folder_from_tensors(case, out, work)
-    problems(mo.check_from_pretrained(case, folder, f"{case.name} torchtitan->hf"))
+    problems(mo.check_from_pretrained(case, folder, f"{case.name} {case.export_direction}"))
 
-    hf_in = case.hf_input()
-    back, rep2 = apply_map(m, hf_in, config)
-    check(rep2["direction"] == "hf->torchtitan", f"{case.name}: reverse direction {rep2['direction']}")
-    problems(mo.check_titan_tensors(case, back, f"{case.name} hf->torchtitan"))
-    check(rep2["left_out"] == [] and rep2["dropped"] == [], f"{case.name}: reverse left {rep2}")
-    again, _ = apply_map(m, back, config)
-    problems(mo.compare_tensors(again, hf_in, set(hf_in), f"{case.name} hf->torchtitan->hf"))
+    # hf -> side: on hf/ (save_pretrained) and on expected_hf (the export's oracle itself)
+    results = {}
+    for label, hf_in in (("hf/", case.hf_input()), ("expected_hf", case.expected_hf())):
+        back, rep2 = apply_map(m, hf_in, config)
+        results[label] = back
+        check(rep2["direction"] == case.import_direction, f"{case.name}: {label} reverse direction {rep2['direction']}")
+        problems(mo.check_side_tensors(case, back, hf_in.keys(), f"{case.name} {label} {case.import_direction}"))
+        check(rep2["left_out"] == [] and rep2["dropped"] == [], f"{case.name}: {label} reverse left {rep2}")
+        again, _ = apply_map(m, back, config)
+        problems(mo.compare_tensors(again, hf_in, set(hf_in), f"{case.name} {label} hf->{case.side}->hf"))
+    if case.mtp_hf_keys:
+        check(any(k.startswith("mtp_layers.") for k in results["expected_hf"]) and
+              not any(k.startswith("mtp_layers.") for k in results["hf/"]),
+              f"{case.name}: the MTP block from expected_hf, not from hf/ (which lacks it)")
     print(f"  {case.name}: {rep['mapped']} mapped, {len(rep['left_out'])} left out, params {rep['params']}",
           flush=True)
 
+    hf_in = case.hf_input()
+    back = results["hf/"]
     # controls
     if case.family == "llama3":
         other = load_map("torchtitan-llama3-0.2" if case.map == "torchtitan-llama3" else "torchtitan-llama3")
         o2, r2 = apply_map(other, flat, config)
-        wrong = [k for k in case.doc["model_keys"] if k in r2["left_out"]]
+        wrong = [k for k in case.model_keys if k in r2["left_out"]]
         check(any(".wq." in k for k in wrong) and ("output.weight" in wrong or "lm_head.weight" in wrong),
               f"{case.name}: the other Llama map left out only {wrong}")
         cfg = dict(config)
@@ -102,7 +143,7 @@ def run_case(case: mo.Case, work: Path) -> None:
             if r["torchtitan"] is None:
                 del r["torchtitan"]
         swapped["rules"] = [r for r in swapped["rules"] if "hf" in r]
-        o3, r3 = apply_map(swapped, {k: v for k, v in flat.items() if k in case.doc["model_keys"]}, config)
+        o3, r3 = apply_map(swapped, {k: v for k, v in flat.items() if k in case.model_keys}, config)
         check(r3["direction"] == "hf->torchtitan", f"{case.name}: swapped map direction {r3['direction']}")
         bad = mo.check_hf_tensors(case, o3, "swapped")
         check(any("q_proj" in p for p in bad) and any("k_proj" in p for p in bad),
@@ -135,13 +176,158 @@ def run_case(case: mo.Case, work: Path) -> None:
     if case.family == "qwen3":
         check("num_experts" not in config and "n_experts" not in rep["params"],
               f"{case.name}: dense Qwen 3 resolved n_experts? {rep['params']}")
-    if case.family == "deepseek_v3":
+    if case.map == "torchtitan-deepseek-v3":
         check(rep["params"].get("n_experts") == config["n_routed_experts"], f"{case.name}: params {rep['params']}")
         cfg = dict(config)
         del cfg["n_routed_experts"]
         raises(lambda: apply_map(m, flat, cfg), "n_experts", f"{case.name}: no n_routed_experts")
         part = {k: v for k, v in hf_in.items() if ".experts.3." not in k}
         raises(lambda: apply_map(m, part, config), "missing", f"{case.name}: an expert missing")
+        if case.mtp_hf_keys:
+            mtp_controls(case, m, flat, rep)
+        else:  # the MTP rules' offset param is resolved only to fill an MTP key
+            check("n_layers" not in rep["params"], f"{case.name}: no MTP block, yet params {rep['params']}")
+    if case.kind == "megatron":
+        megatron_controls(case, m, flat, out, work)
+
+
+def mtp_controls(case: mo.Case, m: dict, flat: dict, rep: dict) -> None:
+    """{M + n_layers}: the MTP block M is HF layer num_hidden_layers + M, and the rules' order."""
+    config = case.config
+    n = config["num_hidden_layers"]
+    check(rep["params"].get("n_layers") == n, f"{case.name}: params {rep['params']}")
+    exp_hf = case.expected_hf()
+    cfg = dict(config)
+    del cfg["num_hidden_layers"]
+    raises(lambda: apply_map(m, flat, cfg), "n_layers", f"{case.name}: no num_hidden_layers")
+
+    # the offset one too many: other HF layer numbers one way, MTP keys taken by the main rules the other
+    plus1 = edited(m, lambda r: r.update({s: r[s].replace("{M + n_layers}", "{M + n_layers + 1}")
+                                          for s in ("hf",) if isinstance(r.get(s), str)}))
+    o, _ = apply_map(plus1, flat, config)
+    fails(mo.check_hf_tensors(case, o, "offset + 1"), [f"model.layers.{n + 1}.enorm.weight"],
+          f"{case.name}: offset n_layers + 1, torchtitan->hf")
+    o, _ = apply_map(plus1, exp_hf, config)
+    fails(mo.check_side_tensors(case, o, exp_hf.keys(), "offset + 1"), [f"layers.{n}.attention"],
+          f"{case.name}: offset n_layers + 1, hf->torchtitan")
+    # no offset: MTP block 0 lands on HF layer 0
+    none = edited(m, lambda r: r.update({s: r[s].replace("{M + n_layers}", "{M}")
+                                         for s in ("hf",) if isinstance(r.get(s), str)}))
+    raises(lambda: apply_map(none, flat, config), "two input keys map to", f"{case.name}: no offset")
+    # the MTP rules after the main-layer rules: model.layers.N.self_attn... goes to layers.N
+    mtp_rules = [r for r in m["rules"] if "{M + n_layers}" in json.dumps(r)]
+    late = dict(m, rules=[r for r in m["rules"] if r not in mtp_rules] + mtp_rules)
+    o, _ = apply_map(late, exp_hf, config)
+    fails(mo.check_side_tensors(case, o, exp_hf.keys(), "MTP rules last"),
+          [f"layers.{n}.attention.wq.weight", f"mtp_layers.0.attention.wq.weight"],
+          f"{case.name}: MTP rules after the main-layer rules, hf->torchtitan")
+    # a number below the offset does not match the MTP rule (no main rule has enorm: left out)
+    below = f"model.layers.{n - 1}.enorm.weight"
+    main = {k: v for k, v in exp_hf.items() if k not in case.mtp_hf_keys}
+    o, r = apply_map(m, dict(main, **{below: torch.ones(16)}), config)
+    check(r["left_out"] == [below] and not any(k.startswith("mtp_layers.") for k in o),
+          f"{case.name}: {below} (below n_layers) matched: left_out {r['left_out']}")
+    # the release's extra MTP keys (shared embedding and head) are dropped, the rest as from_hf
+    extras = mo.mtp_release_extras(case)
+    with_extras = dict(exp_hf, **{k: exp_hf["model.embed_tokens.weight" if "embed" in k else "lm_head.weight"].clone()
+                                  for k in extras})
+    o, r = apply_map(m, with_extras, config)
+    check(sorted(r["dropped"]) == sorted(extras), f"{case.name}: the release's MTP extras: dropped {r['dropped']}")
+    problems(mo.check_side_tensors(case, o, exp_hf.keys(), f"{case.name}: expected_hf + the release's MTP extras"))
+
+
+def megatron_controls(case: mo.Case, m: dict, flat: dict, out: dict, work: Path) -> None:
+    """groups (linear_qkv per query group), stack + list (linear_fc1 = [gate; up] per layer)."""
+    config = case.config
+    exp_hf = case.expected_hf()
+    hf_in = case.hf_input()
+    qkv = "decoder.layers.self_attention.linear_qkv."
+    fc1 = "decoder.layers.mlp.linear_fc1.weight"
+
+    # groups omitted: linear_qkv split as [q; k; v] blocks: other q/k/v, other logits
+    flatqkv = edited(m, lambda r: r.pop("groups", None))
+    o, _ = apply_map(flatqkv, flat, config)
+    fails(mo.check_hf_tensors(case, o, "no groups"), ["q_proj", "k_proj", "v_proj"], f"{case.name}: groups omitted")
+    folder = mo.hf_folder_from_tensors(case, o, work)
+    fails(mo.check_from_pretrained(case, folder, "no groups"), ["logits differ"], f"{case.name}: groups omitted, logits")
+    o, _ = apply_map(flatqkv, hf_in, config)
+    fails(mo.check_side_tensors(case, o, hf_in.keys(), "no groups"), [qkv + "weight"],
+          f"{case.name}: groups omitted, hf->megatron")
+    # groups = n_heads: divides the sizes here, and is wrong
+    byheads = edited(m, lambda r: r.update(groups="n_heads") if "groups" in r else None)
+    o, _ = apply_map(byheads, flat, config)
+    fails(mo.check_hf_tensors(case, o, "groups n_heads"), ["q_proj", "k_proj"], f"{case.name}: groups = n_heads")
+    # groups that do not divide the sizes
+    three = edited(m, lambda r: r.update(groups="3") if "groups" in r else None)
+    raises(lambda: apply_map(three, flat, config), "divisible", f"{case.name}: groups 3")
+    # gate and up swapped
+    swapped = edited(m, lambda r: r.update(hf=r["hf"][::-1]) if r.get("megatron") == fc1 else None)
+    o, _ = apply_map(swapped, flat, config)
+    fails(mo.check_hf_tensors(case, o, "gate/up swapped"), ["gate_proj", "up_proj"], f"{case.name}: gate/up swapped")
+    # rope on a part of a grouped rule: a map error
+    roped = copy.deepcopy(m)
+    for r in roped["rules"]:
+        if "groups" in r:
+            r["hf"][0]["rope"] = {"heads": "n_heads", "head_dim": "head_dim"}
+    raises(lambda: validate(roped, "rope on a grouped part"), "rope", f"{case.name}: rope on a grouped part")
+    # a wrong layer count: the stack does not have it (one way), an index is missing (the other)
+    cfg = dict(config, num_hidden_layers=config["num_hidden_layers"] + 1)
+    raises(lambda: apply_map(m, flat, cfg), "count", f"{case.name}: num_hidden_layers + 1, megatron->hf")
+    raises(lambda: apply_map(m, hf_in, cfg), "missing", f"{case.name}: num_hidden_layers + 1, hf->megatron")
+    # a missing part of one layer
+    gone = "model.layers.1.mlp.up_proj.weight"
+    raises(lambda: apply_map(m, {k: v for k, v in hf_in.items() if k != gone}, config), gone,
+           f"{case.name}: {gone} missing")
+    cfg = dict(config)
+    del cfg["num_attention_heads"]
+    raises(lambda: apply_map(m, flat, cfg), "n_heads", f"{case.name}: no num_attention_heads")
+
+    # stack + list with the dims elsewhere (synthetic, from the checkpoint's own tensors): the stack on
+    # dim 1 (layers in the middle), and a per-layer tensor transposed (the list on its dim 1)
+    qkv_rule = next(r for r in m["rules"] if r.get("megatron") == qkv + "weight")
+    fc1_rule = next(r for r in m["rules"] if r.get("megatron") == fc1)
+    user = {"schema": "dcpctl-map/1", "name": "stack-dims", "sides": ["megatron", "hf"], "params": m["params"],
+            "rules": [dict(qkv_rule, megatron="qkv_mid", stack={"dim": 1, "count": "n_layers"}),
+                      dict(fc1_rule, megatron="fc1_mid", stack={"dim": 1, "count": "n_layers"}),
+                      dict(fc1_rule, megatron="fc1_t", dim=1, stack={"dim": 0, "count": "n_layers"},
+                           hf=[dict(p, key=p["key"].replace("model.", "t.")) for p in fc1_rule["hf"]])]}
+    src = {"qkv_mid": flat[qkv + "weight"].transpose(0, 1).contiguous(),
+           "fc1_mid": flat[fc1].transpose(0, 1).contiguous(),
+           "fc1_t": flat[fc1].transpose(1, 2).contiguous()}
+    o, r = apply_map(user, src, config)
+    want = {k: v for k, v in exp_hf.items() if any(k.endswith(f"{s}.weight") for s in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
+    want.update({k.replace("model.", "t.", 1): v.t().contiguous() for k, v in exp_hf.items()
+                 if "gate_proj" in k or "up_proj" in k})
+    problems(mo.compare_tensors(o, want, set(want), f"{case.name}: stack dim 1 / list dim 1"))
+    o2, r2 = apply_map(user, o, config)
+    check(r2["direction"] == "hf->megatron", f"{case.name}: stack dims, back: {r2['direction']}")
+    problems(mo.compare_tensors(o2, src, set(src), f"{case.name}: stack dim 1 / list dim 1, back"))
+
+
+def schema_controls() -> None:
+    """What the schema refuses, whatever the input."""
+    base = {"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "hf"], "params": {}}
+
+    def bad(rules, needle, what):
+        raises(lambda: validate(dict(base, rules=rules), what), needle, f"schema: {what}")
+
+    bad([{"a": "x.{M}", "hf": "y.{M - n}"}], "NAME + EXPR", "an offset with '-'")
+    bad([{"a": "x.{M}", "hf": "y.{M * 2}"}], "NAME + EXPR", "an offset with '*'")
+    bad([{"a": "x.{M}", "hf": "y.{M + }"}], "NAME + EXPR", "an offset without an expression")
+    bad([{"a": "x.{M}", "hf": "y.{M}", "groups": "2"}], "list side", "groups without a list side")
+    bad([{"a": "x", "hf": "y.{E}", "stack": {"dim": 0, "count": 2}, "experts": {"dim": 0, "count": 2}}],
+        "synonyms", "stack and experts")
+    bad([{"a": "x.{L}", "hf": "y.{L}", "stack": {"dim": 0, "count": 2}}], "one placeholder more",
+        "stack without an index placeholder")
+    bad([{"a": "x", "hf": "y.{E}", "stack": {"dim": 0, "count": 2}, "rope": {"heads": 1, "head_dim": 2}}],
+        "rope", "rope on a stack rule")
+    # an offset below zero does not match; the same name with and without an offset carries over
+    m = dict(base, params={"k": {"default": "3"}}, rules=[{"a": "a.{M}", "hf": "h.{M + k}"}])
+    validate(m, "offset map")
+    o, r = apply_map(m, {"h.2": torch.zeros(1), "h.3": torch.ones(1), "h.10": torch.ones(2)}, {})
+    check(sorted(o) == ["a.0", "a.7"] and r["left_out"] == ["h.2"], f"schema: offsets: {sorted(o)}, {r['left_out']}")
+    o, r = apply_map(m, {"a.0": torch.ones(1)}, {})
+    check(list(o) == ["h.3"], f"schema: offsets filled: {list(o)}")
 
 
 def main() -> int:
@@ -149,6 +335,13 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     fixtures = Path(sys.argv[1])
+    try:
+        schema_controls()
+    except Exception as e:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        check(False, f"schema controls: {type(e).__name__}: {e}")
     with tempfile.TemporaryDirectory(prefix="map-ref-") as tmp:
         for case in mo.cases(fixtures):
             try:

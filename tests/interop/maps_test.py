@@ -1,31 +1,41 @@
 #!/usr/bin/env python3
-"""`--map NAME|FILE` (issue 27): dcpctl's key maps against torchtitan's own StateDictAdapters and
-transformers, on checkpoints real torchtitan wrote (tests/fixtures/layouts/titan_*, made by
-make_titan_maps.py: titan_llama3 and titan_qwen3 (tied) and titan_deepseek_v3 (MoE) from torchtitan
-0.3.0, titan_llama3_v02 from 0.2.2). The oracle and its checks are tests/interop/map_oracle.py,
-shared with map_reference_test.py, which shows the maps' semantics give the adapters' output.
+"""`--map NAME|FILE` (issue 27): dcpctl's key maps against torchtitan's own StateDictAdapters,
+Megatron-Bridge's export and transformers, on checkpoints real torchtitan and megatron-core wrote
+(tests/fixtures/layouts/titan_*, made by make_titan_maps.py: titan_llama3 and titan_qwen3 (tied),
+titan_deepseek_v3 (MoE), titan_deepseek_v3_mtp (MTP block: HF layer num_hidden_layers + M) and
+titan_kimi_k2_7 (q LoRA) from torchtitan 0.3.0, titan_llama3_v02 from 0.2.2; megatron_llama and
+megatron_qwen (TP2 torch_dist, layers stacked, linear_qkv grouped per query group), made by
+make_megatron_hf.py). The oracle and its checks are tests/interop/map_oracle.py, shared with
+map_reference_test.py, which shows the maps' semantics give the adapters' output.
 
     maps_test.py DCPCTL FIXTURES_DIR
 
 Checks:
-  - `dcpctl maps` / `maps --json`: every built-in map (src/maps/*.json) with its sides and description;
-  - per case, `consolidate CKPT -o out/ --map M --assets hf/` of the whole training checkpoint: every
-    tensor bit-equal to the adapter's to_hf (expected_hf), key sets equal (the tied lm_head.weight of
-    Qwen 3 kept, equal to the embedding, and reported in --json tie_word_embeddings, not dropped);
-    --json `map` = {name, direction "torchtitan->hf", mapped, left_out = exactly the optimizer /
-    lr_scheduler / dataloader / train_state keys, dropped []}; from_pretrained(out/) loads with no
-    missing/unexpected keys and gives torchtitan's logits (float32);
+  - `dcpctl maps` / `maps --json`: every built-in map (src/maps/*.json) with its sides, description
+    and models;
+  - per case, `consolidate CKPT -o out/ --map M --assets hf/` of the whole checkpoint: every tensor
+    bit-equal to the adapter's to_hf / Megatron-Bridge's export (expected_hf), key sets equal (the
+    tied lm_head.weight of Qwen 3 kept, equal to the embedding, and reported in --json
+    tie_word_embeddings, not dropped); --json `map` = {name, direction "torchtitan->hf" /
+    "megatron->hf", mapped, left_out = exactly the optimizer / lr_scheduler / dataloader /
+    train_state keys (Megatron: _extra_state, common_state), dropped []}; from_pretrained(out/)
+    loads with no missing keys, no unexpected keys but the MTP block's (DeepseekV3ForCausalLM has no
+    MTP layers; expected.json lists them), and gives the recorded logits (float32);
   - `-o x.safetensors --config config.json` (the same tensors), `--map FILE.json` (byte-identical to
-    the built-in name), `--max-memory 16KiB` (byte-identical), `--dry-run --json` (shows the rope
-    transforms, writes nothing);
-  - config.json lookup: --config, else --assets DIR's, else the checkpoint's own; --config wins;
-  - refusals, exit 2, nothing written: an unknown map name, a param the config lacks (named), a map
-    matching none of the input's keys; the other Llama map (0.2 names on 0.3, and back) leaves the
-    model's attention weights out (listed), it does not guess;
+    the built-in name), `--max-memory 16KiB` (byte-identical), `--dry-run --json` (a probe key planned
+    from its source: the rope transforms of Llama, the MTP block's HF layer 2 from mtp_layers.0, a
+    grouped k_proj from the stacked linear_qkv in more than one piece; writes nothing);
+  - (Llama, Megatron) config.json lookup: --config, else --assets DIR's, else the checkpoint's own;
+    --config wins;
+  - (Llama, Megatron) refusals, exit 2, nothing written: an unknown map name, a param the config
+    lacks (named), a map matching none of the input's keys; the other Llama map (0.2 names on 0.3,
+    and back) leaves the model's attention weights out (listed), it does not guess;
   - `reshard hf/ -o DCP/ --world-size 2 --map M` (convert_from_hf for an initial load): torch's
     reader of DCP/ gives the adapter's from_hf (expected_titan; the tied lm_head.weight, which hf/
-    does not hold, not invented), split over 2 ranks; `consolidate DCP/ -o back/ --map M` gives hf/'s
-    tensors back;
+    does not hold, not invented; the MTP block, which hf/ does not hold, neither) or the Megatron
+    checkpoint's own tensors, split over 2 ranks; `consolidate DCP/ -o back/ --map M` gives hf/'s
+    tensors back; (MTP) the same from expected_hf plus the release's extra MTP keys
+    (embed_tokens, shared_head.head: dropped and reported): the whole expected_titan;
   - `cast DCP/ --dtype bf16 --map M`: HF names, expected_hf cast with Tensor.to(bfloat16);
   - `diff DCP/ hf/ --map M` exit 0 (without the map: exit 1), a changed q_proj: exit 1 naming it;
     `stats CKPT --map M`: the tensors under HF names, numel/min/max as torch's of expected_hf;
@@ -125,6 +135,8 @@ def test_maps_listing() -> None:
         m = listed.get(name, {})
         check(m.get("sides") == f["sides"] and m.get("description") == f["description"],
               f"maps --json: {name}: {m}")
+        if "models" in f:
+            check(m.get("models") == f["models"], f"maps --json: {name}: models {m.get('models')} != {f['models']}")
     r = dcpctl("maps")
     if ok(r, "maps"):
         check(all(n in r.stdout for n in files), f"maps: table lacks some of {sorted(files)}")
@@ -137,13 +149,13 @@ def test_export(case: mo.Case, work: Path) -> None:
     if not ok(r, f"{case.name}: consolidate --map"):
         return
     doc = jdoc(r, f"{case.name}: consolidate --map --json")
-    check_map_summary(doc, case, "torchtitan->hf", set(case.doc["other_keys"]), f"{case.name}: consolidate")
+    check_map_summary(doc, case, case.export_direction, set(case.other_keys), f"{case.name}: consolidate")
     # mapped counts input keys, as left_out and dropped list them: mapped + left out + dropped = the
     # checkpoint's keys (DeepSeek-V3: 28 model keys, 37 output keys once the experts are unstacked)
     mapped = (doc.get("map") or {}).get("mapped")
-    check(mapped == len(case.doc["model_keys"]),
-          f"{case.name}: --json map.mapped {mapped} != {len(case.doc['model_keys'])} input keys mapped "
-          f"(mapped + left_out + dropped must be the {len(case.doc['model_keys']) + len(case.doc['other_keys'])} "
+    check(mapped == len(case.model_keys),
+          f"{case.name}: --json map.mapped {mapped} != {len(case.model_keys)} input keys mapped "
+          f"(mapped + left_out + dropped must be the {len(case.model_keys) + len(case.other_keys)} "
           "input keys)")
     problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: consolidate --map -o DIR/"))
     tie = doc.get("tie_word_embeddings") or {}
@@ -169,20 +181,27 @@ def test_file_and_options(case: mo.Case, work: Path) -> None:
     if ok(r, f"{case.name}: --map FILE.json"):
         check(f.read_bytes() == base.read_bytes(), f"{case.name}: --map FILE.json differs from --map {case.map}")
     small = work / f"{case.name}-small.safetensors"
+    # a budget well under the checkpoint's model tensors (titan: 4 KiB the largest; megatron: stacked
+    # [2, 64, 128] float32 Megatron tensors of 64 KiB, which consolidate without --map reads whole)
+    budget = "96KiB" if case.kind == "megatron" else "16KiB"
     r = dcpctl("consolidate", case.ckpt, "-o", small, "--map", case.map, "--config", case.config_path,
-            "--max-memory", "16KiB", "--threads", "2")
-    if ok(r, f"{case.name}: --max-memory 16KiB"):
-        check(small.read_bytes() == base.read_bytes(), f"{case.name}: --max-memory 16KiB output differs")
+            "--max-memory", budget, "--threads", "2")
+    if ok(r, f"{case.name}: --max-memory {budget}"):
+        check(small.read_bytes() == base.read_bytes(), f"{case.name}: --max-memory {budget} output differs")
     dry = work / f"{case.name}-dry.safetensors"
     r = dcpctl("consolidate", case.ckpt, "-o", dry, "--map", case.map, "--config", case.config_path, "--dry-run", "--json")
     if ok(r, f"{case.name}: --map --dry-run --json"):
         check(not dry.exists(), f"{case.name}: --dry-run wrote {dry}")
         doc = jdoc(r, f"{case.name}: --dry-run --json")
-        q = "model.layers.0.self_attn.q_proj.weight"
+        q, source = case.probe
         rec = next((p for p in doc.get("plan", []) if isinstance(p, dict) and p.get("key") == q), None)
         if check(rec is not None and rec.get("pieces"), f"{case.name}: --dry-run --json plan has no record for {q}"):
             srcs = {p.get("tensor") for p in rec["pieces"]}
-            check(all(str(t).endswith("wq.weight") for t in srcs), f"{case.name}: {q} planned from {srcs}")
+            check(srcs and all(str(t).endswith(source) for t in srcs), f"{case.name}: {q} planned from {srcs}")
+            if case.kind == "megatron":  # per query group: the k rows of 2 groups are 2 runs of rows
+                check(len(rec["pieces"]) >= case.config["num_key_value_heads"],
+                      f"{case.name}: --dry-run --json: {q} in {len(rec['pieces'])} piece(s), grouped rows "
+                      f"of {case.config['num_key_value_heads']} query groups: {rec['pieces']}")
             if case.family == "llama3":  # the RoPE permutation, in the plan: rows taken out of order
                 rows = [int(str(p.get("box", "[0:")).strip("[").split(":")[0]) for p in rec["pieces"]]
                 check(rows != sorted(rows), f"{case.name}: --dry-run --json: {q}'s pieces take rows {rows} "
@@ -191,8 +210,9 @@ def test_file_and_options(case: mo.Case, work: Path) -> None:
 
 def test_config_lookup(case: mo.Case, work: Path) -> None:
     """--config, else --assets DIR's config.json, else the checkpoint's own; --config wins."""
-    bad = dict(case.config, num_attention_heads=case.config["num_attention_heads"] * 2,
-               num_key_value_heads=case.config["num_key_value_heads"] * 2)
+    cfg = case.config  # head_dim kept (its default, hidden_size / heads, would halve with the heads)
+    bad = dict(cfg, num_attention_heads=cfg["num_attention_heads"] * 2, num_key_value_heads=cfg["num_key_value_heads"] * 2,
+               head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     bad_dir = work / f"{case.name}-badcfg"
     bad_dir.mkdir()
     (bad_dir / "config.json").write_text(json.dumps(bad))
@@ -208,7 +228,7 @@ def test_config_lookup(case: mo.Case, work: Path) -> None:
     out = work / f"{case.name}-badassets"
     r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", bad_dir)
     check(r.returncode == EXIT_USAGE and str(bad_dir / "config.json") in r.stderr and not out.exists(),
-          f"{case.name}: --assets' config.json (twice the heads: the q/k rows do not divide) must be used and "
+          f"{case.name}: --assets' config.json (twice the heads: the q/k rows do not add up) must be used and "
           f"refused (exit 2 naming it, nothing written): exit {r.returncode}: {r.stderr.strip()[-400:]}")
     own = work / f"{case.name}-own"
     shutil.copytree(case.ckpt, own)
@@ -231,12 +251,16 @@ def test_refusals(case: mo.Case, work: Path, fixtures: Path) -> None:
     refused(r, out, "n_heads", f"{case.name}: config without num_attention_heads")
     r = dcpctl("consolidate", fixtures / "sample" / "ckpt", "-o", out, "--map", case.map, "--config", case.config_path)
     refused(r, out, case.map, f"{case.name}: a map matching none of the keys")
+    if case.kind == "megatron":  # a torchtitan map on a Megatron checkpoint: no key matches
+        r = dcpctl("consolidate", case.ckpt, "-o", out, "--map", "torchtitan-llama3", "--config", case.config_path)
+        refused(r, out, "torchtitan-llama3", f"{case.name}: --map torchtitan-llama3")
+        return
     other = "torchtitan-llama3-0.2" if case.map == "torchtitan-llama3" else "torchtitan-llama3"
     out2 = work / f"{case.name}-other.safetensors"
     r = dcpctl("consolidate", case.ckpt, "-o", out2, "--map", other, "--config", case.config_path, "--json")
     if ok(r, f"{case.name}: the other Llama map"):
         left = set((jdoc(r, "other map").get("map") or {}).get("left_out") or [])
-        wq = [k for k in case.doc["model_keys"] if k.endswith("wq.weight")]
+        wq = [k for k in case.model_keys if k.endswith("wq.weight")]
         check(wq and set(wq) <= left, f"{case.name}: --map {other}: {wq} not listed as left out")
 
 
@@ -247,9 +271,10 @@ def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     if not ok(r, f"{case.name}: reshard hf/ --map"):
         return None, None
     doc = jdoc(r, f"{case.name}: reshard --json")
-    check_map_summary(doc, case, "hf->torchtitan", set(), f"{case.name}: reshard")
+    check_map_summary(doc, case, case.import_direction, set(), f"{case.name}: reshard")
     got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(dcp).items()}
-    problems(mo.check_titan_tensors(case, got, f"{case.name}: reshard hf/ --map (torch's reader)"))
+    hf_in = case.hf_input()
+    problems(mo.check_side_tensors(case, got, hf_in.keys(), f"{case.name}: reshard hf/ --map (torch's reader)"))
     md = dcp_oracle.read_metadata(dcp)
     big = [k for k, v in md.state_dict_metadata.items() if hasattr(v, "chunks") and v.size[0] >= 2]
     check(big and all(len(md.state_dict_metadata[k].chunks) == 2 for k in big),
@@ -257,9 +282,40 @@ def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     back = work / f"{case.name}-back"
     r = dcpctl("consolidate", dcp, "-o", f"{back}/", "--map", case.map, "--config", case.config_path, "--no-assets")
     if ok(r, f"{case.name}: consolidate of the resharded DCP --map"):
-        hf_in = case.hf_input()
         problems(mo.compare_tensors(hf_tensors(back), hf_in, set(hf_in), f"{case.name}: hf -> DCP -> hf"))
     return dcp, back
+
+
+def test_import_mtp(case: mo.Case, work: Path) -> None:
+    """reshard of expected_hf (hf/ lacks the MTP block) plus the DeepSeek release's extra MTP keys
+    (the block's own copies of the embedding and head): the whole from_hf, MTP block included
+    (mtp_layers.0 <- model.layers.(num_hidden_layers + 0)), the extras dropped and reported."""
+    src = work / f"{case.name}-hf-mtp"
+    src.mkdir()
+    shutil.copyfile(case.config_path, src / "config.json")
+    sd = case.expected_hf()
+    extras = mo.mtp_release_extras(case)
+    for k in extras:
+        sd[k] = sd["model.embed_tokens.weight" if "embed_tokens" in k else "lm_head.weight"].clone()
+    from safetensors.torch import save_file
+
+    save_file(sd, str(src / "model.safetensors"), metadata={"format": "pt"})
+    dcp = work / f"{case.name}-dcp-mtp"
+    r = dcpctl("reshard", src, "-o", dcp, "--world-size", "2", "--map", case.map, "--json")
+    if not ok(r, f"{case.name}: reshard expected_hf + the release's MTP extras --map"):
+        return
+    m = jdoc(r, f"{case.name}: reshard (MTP) --json").get("map") or {}
+    check(m.get("direction") == case.import_direction and sorted(m.get("dropped") or []) == sorted(extras)
+          and m.get("left_out") == [],
+          f"{case.name}: reshard (MTP) --json map: direction {m.get('direction')}, dropped {m.get('dropped')} "
+          f"(want {extras}), left_out {m.get('left_out')}")
+    got = dcp_oracle.flat_state_from_dcp(dcp)
+    problems(mo.check_side_tensors(case, got, case.expected_hf().keys(),
+                                   f"{case.name}: reshard expected_hf --map, MTP block included (torch's reader)"))
+    back = work / f"{case.name}-back-mtp"
+    r = dcpctl("consolidate", dcp, "-o", f"{back}/", "--map", case.map, "--config", case.config_path, "--no-assets")
+    if ok(r, f"{case.name}: consolidate of the resharded DCP (MTP) --map"):
+        problems(mo.check_hf_tensors(case, hf_tensors(back), f"{case.name}: expected_hf -> DCP -> hf (MTP)"))
 
 
 def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
@@ -277,7 +333,7 @@ def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
     changed = work / f"{case.name}-changed"
     shutil.copytree(case.hf_dir, changed)
     sd = hf_tensors(changed)
-    q = "model.layers.1.self_attn.q_proj.weight"
+    q = next(k for k in ("model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.q_b_proj.weight") if k in sd)
     sd[q] = sd[q].clone()
     sd[q][3, 5] += 1.0
     from safetensors.torch import save_file
@@ -290,8 +346,8 @@ def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
         doc = jdoc(r, "diff --json")
         diffs = [k for k in doc.get("keys", []) if k.get("status", "") not in ("identical",)]
         names = json.dumps(diffs)
-        check(doc.get("counts", {}).get("values_changed") == 1 and
-              (q in names or "layers.1.attention" in names),
+        source = "linear_qkv" if case.kind == "megatron" else "layers.1.attention"
+        check(doc.get("counts", {}).get("values_changed") == 1 and (q in names or source in names),
               f"{case.name}: diff --map --json: counts {doc.get('counts')}")
     r = dcpctl("stats", case.ckpt, "--map", case.map, "--config", case.config_path, "--json")
     if ok(r, f"{case.name}: stats --map"):
@@ -352,7 +408,9 @@ def main() -> int:
                     test_cast_diff_stats(c, work, dcp)
 
             steps.append((f"{case.name} import", imp))
-            if case.family == "llama3":
+            if case.mtp_hf_keys:
+                steps.append((f"{case.name} import MTP", lambda c=case: test_import_mtp(c, work)))
+            if case.family == "llama3" or case.kind == "megatron":
                 steps.append((f"{case.name} config lookup", lambda c=case: test_config_lookup(c, work)))
                 steps.append((f"{case.name} refusals", lambda c=case: test_refusals(c, work, fixtures)))
             if case.name == "titan_llama3":
