@@ -87,10 +87,8 @@ void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const s
   auto place = [&](const Piece& p, const uint8_t* chunk) {
     if (p.run)
       std::memcpy(dst + p.to, chunk + p.from, p.bytes);
-    else if (p.frames)
-      copy_box(chunk, p.frames->chunk, dst, p.frames->box, p.frames->in, item);
     else
-      copy_box(chunk, chunk_box(*p.source, p.chunk), dst, box, p.in, item);
+      place_piece(p, chunk, p.frames ? p.frames->chunk : chunk_box(*p.source, p.chunk), dst, box, item);
   };
   parallel_for(groups.size(), readers, [&](size_t g) {
     auto [begin, end] = groups[g];
@@ -113,13 +111,15 @@ void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const s
     if (p.run) {
       src.read_range(lane, st, p.chunk, p.from, p.bytes, dst + p.to);
     } else if (src.reads_ranges() && (from = run_in(in, cb, item))) {
-      if (std::optional<uint64_t> to = run_in(in, tb, item)) {
+      std::optional<uint64_t> to;
+      if (!(p.frames && p.frames->transpose)) to = run_in(in, tb, item);
+      if (to) {
         src.read_range(lane, st, p.chunk, *from, p.bytes, dst + *to);
       } else {
         std::vector<uint8_t> own(scratch ? 0 : p.bytes);
         uint8_t* tmp = scratch ? scratch + at[order[begin]] : own.data();
         src.read_range(lane, st, p.chunk, *from, p.bytes, tmp);
-        copy_box(tmp, in, dst, tb, in, item);
+        place_piece(p, tmp, in, dst, box, item);
       }
     } else {
       std::vector<uint8_t> tmp(st.chunk_numel(p.chunk) * item);  // counted in the caller's reservation

@@ -80,7 +80,8 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     const json& r = j["rules"][i];
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
-      if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "note")
+      if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
+          k != "note")
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -113,6 +114,21 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
         for (const auto& p : rule.side[s])
           if (!p.rope.is_null()) bad_map(source, where + ": a stacked concatenation's parts carry no \"rope\"");
     if (!rule.rope.is_null() && list) bad_map(source, where + ": a list side carries \"rope\" on its parts");
+    if (r.contains("transpose")) {
+      if (!r["transpose"].is_boolean()) bad_map(source, where + ": \"transpose\" is true or false");
+      rule.transpose = r["transpose"].get<bool>();
+    }
+    if (rule.transpose) {
+      // The piece copier swaps the last two dims of a box; a transposed part is neither re-rowed
+      // nor taken out of (or put into) a stack, nor cut into groups.
+      bool part_rope = false;
+      for (int s = 0; s < 2; ++s)
+        for (const auto& p : rule.side[s]) part_rope = part_rope || !p.rope.is_null();
+      if (!rule.rope.is_null() || part_rope) bad_map(source, where + ": \"transpose\" with \"rope\" is not a rule kind");
+      if (!rule.experts.is_null()) bad_map(source, where + ": \"transpose\" with \"experts\" / \"stack\" is not a rule kind");
+      if (!rule.groups.empty()) bad_map(source, where + ": \"transpose\" with \"groups\" is not a rule kind");
+      if (rule.side[0].empty() || rule.side[1].empty()) bad_map(source, where + ": \"transpose\" needs both sides");
+    }
     rule.shape = list ? RuleShape::Concat : !rule.experts.is_null() ? RuleShape::Experts : RuleShape::OneToOne;
     m.rules.push_back(std::move(rule));
   }
@@ -190,6 +206,7 @@ std::vector<std::string> rule_kinds(const KeyMap& map) {
     if (r.shape == RuleShape::Concat) kinds.insert("concat");
     if (!r.experts.is_null()) kinds.insert("stack");
     if (!r.groups.empty()) kinds.insert("groups");
+    if (r.transpose) kinds.insert("transpose");
     bool rope = !r.rope.is_null();
     for (int s = 0; s < 2; ++s)
       for (const auto& p : r.side[s]) {
@@ -205,7 +222,7 @@ bool renames_whole(const Metadata& md, const MappedTensor& mt) {
   if (mt.parts.size() != 1) return false;
   const MapPart& p = mt.parts[0];
   const TensorMeta& t = md.tensors[p.tensor];
-  return p.drop < 0 && p.add < 0 && !p.rows && p.from.sizes == t.shape && mt.meta.shape == t.shape &&
+  return p.drop < 0 && p.add < 0 && !p.rows && !p.transpose && p.from.sizes == t.shape && mt.meta.shape == t.shape &&
          std::all_of(p.from.offsets.begin(), p.from.offsets.end(), [](int64_t o) { return o == 0; }) &&
          std::all_of(p.to.begin(), p.to.end(), [](int64_t o) { return o == 0; }) && mt.meta.dtype == t.dtype;
 }

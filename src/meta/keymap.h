@@ -23,7 +23,9 @@
 // (torchtitan's `_permute` one way, `_reverse_permute` the other). A list side with `dim`: the one
 // tensor is the concatenation along `dim` of the listed ones (split one way, joined the other).
 // `experts`: the one tensor stacks `count` tensors along a new dimension `dim`, which the other
-// side holds one key each ({E} = 0 .. count-1). Parameters come from config.json (the first key of
+// side holds one key each ({E} = 0 .. count-1). `transpose`: each tensor of one side is its
+// counterpart's with the last two dims swapped (grouped experts [E, out, in] <-> [E, in, out]); on a
+// list rule, each part is, and `dim` is a dimension of the one joined tensor. Parameters come from config.json (the first key of
 // a list that is present), else `default`; expressions are integer arithmetic (+ - * / and
 // parentheses) over parameters, config keys and integers.
 //
@@ -74,6 +76,7 @@ struct KeyMap {
     nlohmann::json rope;        // a 1:1 rule's row permutation
     nlohmann::json experts;     // null or {"dim", "count"} ("experts" or "stack" in the file)
     std::string groups;         // a list rule: the concatenation repeats this many times (expression), or ""
+    bool transpose = false;     // each tensor of one side is the other's with its last two dims swapped
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;
@@ -85,7 +88,7 @@ struct KeyMap {
 KeyMap load_key_map(const std::string& name_or_path);
 // The built-in maps, in name order.
 std::vector<KeyMap> builtin_key_maps();
-// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset.
+// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose.
 std::vector<std::string> rule_kinds(const KeyMap& map);
 
 // Where a map's parameters come from: config.json's content, and its path for messages.
@@ -103,13 +106,15 @@ MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& 
 // `drop`: dimension of `from` (of size 1) that the output lacks (an expert taken out of a stack);
 // `add`: dimension of the output (of size 1 in this part) that the saved tensor lacks (an expert
 // stacked). `rows`: a dim-0 permutation: the part's output row i comes from its saved row rows[i]
-// (relative to the box); null: in order.
+// (relative to the box); null: in order. `transpose`: the part lands with its last two dims
+// swapped (its output region is `to` + `from.sizes` with the last two swapped; no drop, add or rows).
 struct MapPart {
   uint32_t tensor = 0;  // index into Metadata::tensors
   Box from;
   std::vector<int64_t> to;
   int drop = -1, add = -1;
   std::shared_ptr<const std::vector<int64_t>> rows;
+  bool transpose = false;
 };
 
 // An output tensor of a mapped write: its key, and a synthetic TensorMeta (fqn = key, shape,
@@ -120,7 +125,8 @@ struct MappedTensor {
   size_t rule = 0;
   std::vector<std::string> inputs;  // the input keys it is made of
   // What the rule does to them, for --dry-run: "rename", "rope", "split", "join", "unstack",
-  // "stack" (and "rope" beside the latter where a part's rows are reordered).
+  // "stack" (and "rope" beside the latter where a part's rows are reordered, "transpose" where
+  // the last two dims are swapped).
   std::vector<std::string> transforms;
 };
 

@@ -8,6 +8,10 @@
 //   unstack   a stack of `count` experts into one key each (`experts`, input side stacked);
 //   stack     `count` per-expert keys into one stack (`experts`, output side stacked).
 //
+// `transpose` rides on rename, split and join: each part lands with its last two dims swapped
+// (MapPart::transpose), so a grouped expert weight [E, out, in] maps to [E, in, out] and the
+// fused [E, in, 2F] is cat(w1ᵀ, w3ᵀ, -1); the piece copier does the swap.
+//
 // A map's rule has one shape in the file (meta/keymap.h's RuleShape); the direction of the
 // mapping decides which kind carries it out (a list is split one way, joined the other). Every
 // kind yields geometry only (parts: boxes of saved tensors and where they land); no byte moves.
@@ -142,13 +146,14 @@ class MapBuilder {
   void rename(const Match& m) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
     const TensorMeta& t = tensor(m.item.index);
-    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals, &params_), t.shape, t, m.rule);
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(m.vals, &params_), transposed(t.shape, rule, m.item.key), t, m.rule);
     MapPart part = whole_part(m.item.index);
     if (!rule.rope.is_null()) {
       if (t.ndim() < 1) shape_error(m.item.key, "a 0-d tensor has no rows to reorder");
       part.rows = rope_of(rule.rope, t.shape[0], m.item.key, m.rule);
     }
-    mt.transforms = {part.rows ? "rope" : "rename"};
+    part.transpose = rule.transpose;
+    mt.transforms = {part.rows ? "rope" : rule.transpose ? "transpose" : "rename"};
     mt.parts.push_back(part);
     mt.inputs.push_back(m.item.key);
     out_.tensors.push_back(std::move(mt));
@@ -201,6 +206,7 @@ class MapBuilder {
         std::vector<int64_t> shape = t.shape;
         if (e) shape.erase(shape.begin() + e->dim);
         shape[static_cast<size_t>(dim)] = l.size[k];
+        shape = transposed(shape, rule, m.item.key);
         MappedTensor mt = new_tensor(to_pat(m.rule, k).fill(vals, &params_), shape, t, m.rule);
         const int64_t share = l.size[k] / l.groups;
         for (int64_t g = 0; g < l.groups; ++g) {
@@ -208,7 +214,8 @@ class MapBuilder {
           part.from.offsets[static_cast<size_t>(sdim)] = g * l.stride + l.at[k];
           part.from.sizes[static_cast<size_t>(sdim)] = share;
           part.to.assign(shape.size(), 0);
-          part.to[static_cast<size_t>(dim)] = g * share;
+          part.to[static_cast<size_t>(dim)] = g * share;  // g is 0 when transposed (no groups)
+          part.transpose = rule.transpose;
           if (e) {
             part.from.offsets[static_cast<size_t>(e->dim)] = x;
             part.from.sizes[static_cast<size_t>(e->dim)] = 1;
@@ -222,6 +229,7 @@ class MapBuilder {
         }
         mt.transforms = {"split"};
         if (e) mt.transforms.push_back("unstack");
+        if (rule.transpose) mt.transforms.push_back("transpose");
         if (mt.parts[0].rows) mt.transforms.push_back("rope");
         mt.inputs.push_back(m.item.key);
         out_.tensors.push_back(std::move(mt));
@@ -251,21 +259,24 @@ class MapBuilder {
     for (const auto& k : keys)
       if (by_key_.count(k)) used_.insert(k);
     if (parts.empty()) return;
-    const int64_t dim = rule.dim;
+    const int64_t dim = rule.dim;  // of the output
     const size_t n = fp.size();
     std::vector<int64_t> shape = tensor(parts[0]).shape;
     if (dim < 0 || dim >= static_cast<int64_t>(shape.size())) shape_error(keys[0], "join dimension " + std::to_string(dim) + " out of range");
+    // `dim` in the parts: the other of the last two when they land transposed.
+    const int64_t rank = static_cast<int64_t>(shape.size()), pdim = rule.transpose && dim >= rank - 2 ? 2 * rank - 3 - dim : dim;
     Layout l = layout(m, rule.side[from_], output);
     for (size_t i = 0; i < parts.size(); ++i) {
       const TensorMeta& pk = tensor(parts[i]);
       std::vector<int64_t> a = pk.shape, b = shape;
       if (a.size() != b.size()) shape_error(keys[i], "parts of one join differ in rank");
-      a[static_cast<size_t>(dim)] = b[static_cast<size_t>(dim)] = 0;
+      a[static_cast<size_t>(pdim)] = b[static_cast<size_t>(pdim)] = 0;
       if (a != b || pk.dtype_name != tensor(parts[0]).dtype_name) shape_error(keys[i], "parts of one join differ in shape or dtype");
-      if (l.size[i % n] != pk.shape[static_cast<size_t>(dim)])
-        shape_error(keys[i], "dimension " + std::to_string(dim) + " is " + std::to_string(pk.shape[static_cast<size_t>(dim)]) + ", the map says " +
+      if (l.size[i % n] != pk.shape[static_cast<size_t>(pdim)])
+        shape_error(keys[i], "dimension " + std::to_string(pdim) + " is " + std::to_string(pk.shape[static_cast<size_t>(pdim)]) + ", the map says " +
                                  std::to_string(l.size[i % n]));
     }
+    shape = transposed(shape, rule, keys[0]);
     shape[static_cast<size_t>(dim)] = l.total;
     if (e) {
       if (e->dim < 0 || e->dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "stack dimension out of range");
@@ -275,15 +286,17 @@ class MapBuilder {
     MappedTensor mt = new_tensor(output, shape, tensor(parts[0]), m.rule);
     mt.transforms = {"join"};
     if (e) mt.transforms.push_back("stack");
+    if (rule.transpose) mt.transforms.push_back("transpose");
     for (size_t i = 0; i < parts.size(); ++i) {
       const size_t k = i % n;
       const int64_t x = static_cast<int64_t>(i / n), share = l.size[k] / l.groups;
       for (int64_t g = 0; g < l.groups; ++g) {
         MapPart part = whole_part(parts[i]);
-        part.from.offsets[static_cast<size_t>(dim)] = g * share;
-        part.from.sizes[static_cast<size_t>(dim)] = share;
+        part.from.offsets[static_cast<size_t>(pdim)] = g * share;
+        part.from.sizes[static_cast<size_t>(pdim)] = share;
         part.to.assign(shape.size(), 0);
         part.to[static_cast<size_t>(odim)] = g * l.stride + l.at[k];
+        part.transpose = rule.transpose;
         if (e) {
           part.to[static_cast<size_t>(e->dim)] = x;
           part.add = static_cast<int>(e->dim);
@@ -363,6 +376,14 @@ class MapBuilder {
   // ---- what the kinds share ----
 
   const TensorMeta& tensor(uint32_t i) const { return md_.tensors[i]; }
+
+  // `shape` with its last two dims swapped when the rule transposes.
+  std::vector<int64_t> transposed(std::vector<int64_t> shape, const KeyMap::Rule& rule, const std::string& key) const {
+    if (!rule.transpose) return shape;
+    if (shape.size() < 2) shape_error(key, "a tensor of " + std::to_string(shape.size()) + " dims has no last two to transpose");
+    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+    return shape;
+  }
   const Pattern& to_pat(size_t rule, size_t k) const { return pats_[to_][rule][k]; }
   static std::string rule_name(size_t rule) { return "rule " + std::to_string(rule); }
 

@@ -197,11 +197,26 @@ int64_t Params::name(const std::string& n, const std::string& why) {
 }
 
 std::optional<int64_t> Params::config_int(const std::string& k) {
-  if (!config_.json.is_object() || !config_.json.contains(k)) return std::nullopt;
-  const json& v = config_.json[k];
-  if (!v.is_number_integer()) return std::nullopt;
+  if (!config_.json.is_object()) return std::nullopt;
+  // A key as written, else a dotted path into nested objects: a multimodal release's config.json
+  // keeps the language model's numbers under text_config (Qwen 3.5, Kimi K2.5).
+  const json* v = nullptr;
+  if (config_.json.contains(k)) {
+    v = &config_.json[k];
+  } else if (k.find('.') != std::string::npos) {
+    v = &config_.json;
+    for (size_t at = 0; v;) {
+      size_t dot = k.find('.', at);
+      std::string name = k.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+      v = v->is_object() && v->contains(name) ? &(*v)[name] : nullptr;
+      if (dot == std::string::npos) break;
+      at = dot + 1;
+    }
+  }
+  if (!v || !v->is_number_integer()) return std::nullopt;
+  const json& found = *v;
   used_config_ = true;
-  return v.get<int64_t>();
+  return found.get<int64_t>();
 }
 
 }  // namespace dcpctl

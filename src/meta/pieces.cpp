@@ -81,6 +81,77 @@ void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, co
   }
 }
 
+namespace {
+
+template <size_t N>
+void transpose_rows(const uint8_t* src, uint64_t s_row, uint8_t* dst, uint64_t d_col, int64_t rows, int64_t cols) {
+  // Element (a, b) of the source's last two dims lands at (b, a): the source walks a row, the
+  // destination a column.
+  for (int64_t a = 0; a < rows; ++a) {
+    const uint8_t* sp = src + static_cast<uint64_t>(a) * s_row;
+    uint8_t* dp = dst + static_cast<uint64_t>(a) * N;
+    for (int64_t b = 0; b < cols; ++b) std::memcpy(dp + static_cast<uint64_t>(b) * d_col, sp + static_cast<uint64_t>(b) * N, N);
+  }
+}
+
+}  // namespace
+
+void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item) {
+  const size_t nd = in.offsets.size();
+  if (in.numel() == 0 || nd < 2) return;
+  std::vector<uint64_t> ss(nd, item), ds(nd, item);
+  for (size_t k = nd; k-- > 1;) ss[k - 1] = ss[k] * static_cast<uint64_t>(sb.sizes[k]);
+  // The destination's C-order strides over db's sizes with the last two exchanged, then given
+  // back to the source frame's dims (the last two exchanged again).
+  std::vector<int64_t> os = db.sizes;
+  std::swap(os[nd - 2], os[nd - 1]);
+  std::vector<uint64_t> ostr(nd, item);
+  for (size_t k = nd; k-- > 1;) ostr[k - 1] = ostr[k] * static_cast<uint64_t>(os[k]);
+  ds = ostr;
+  std::swap(ds[nd - 2], ds[nd - 1]);
+  uint64_t s0 = 0, d0 = 0;
+  for (size_t k = 0; k < nd; ++k) {
+    s0 += static_cast<uint64_t>(in.offsets[k] - sb.offsets[k]) * ss[k];
+    d0 += static_cast<uint64_t>(in.offsets[k] - db.offsets[k]) * ds[k];
+  }
+  const size_t outer = nd - 2;
+  std::vector<int64_t> idx(outer, 0);
+  const int64_t rows = in.sizes[nd - 2], cols = in.sizes[nd - 1];
+  while (true) {
+    uint64_t so = s0, dof = d0;
+    for (size_t k = 0; k < outer; ++k) {
+      so += static_cast<uint64_t>(idx[k]) * ss[k];
+      dof += static_cast<uint64_t>(idx[k]) * ds[k];
+    }
+    switch (item) {
+      case 1: transpose_rows<1>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 2: transpose_rows<2>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 4: transpose_rows<4>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      case 8: transpose_rows<8>(src + so, ss[nd - 2], dst + dof, ds[nd - 1], rows, cols); break;
+      default:
+        for (int64_t a = 0; a < rows; ++a)
+          for (int64_t b = 0; b < cols; ++b)
+            std::memcpy(dst + dof + static_cast<uint64_t>(a) * ds[nd - 2] + static_cast<uint64_t>(b) * ds[nd - 1],
+                        src + so + static_cast<uint64_t>(a) * ss[nd - 2] + static_cast<uint64_t>(b) * ss[nd - 1], item);
+    }
+    size_t k = outer;
+    while (k-- > 0) {
+      if (++idx[k] < in.sizes[k]) break;
+      idx[k] = 0;
+    }
+    if (k == static_cast<size_t>(-1)) break;
+  }
+}
+
+void place_piece(const Piece& p, const uint8_t* src, const Box& from, uint8_t* dst, const Box& box, size_t item) {
+  if (p.frames && p.frames->transpose)
+    copy_box_transposed(src, from, dst, p.frames->box, p.frames->in, item);
+  else if (p.frames)
+    copy_box(src, from, dst, p.frames->box, p.frames->in, item);
+  else
+    copy_box(src, from, dst, box, p.in, item);
+}
+
 std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target) {
   uint64_t item = itemsize(*t.dtype);
   bool target_run = is_run(target, t.shape);
@@ -179,6 +250,42 @@ void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, in
   }
 }
 
+std::vector<int64_t> swap_last(std::vector<int64_t> v) {
+  std::swap(v[v.size() - 2], v[v.size() - 1]);
+  return v;
+}
+
+// The pieces of a transposed part (MapPart::transpose) inside `target`: the part lands at
+// to + its sizes with the last two swapped. Each is copied with the target box in the saved
+// tensor's frame (the box's bytes hold it transposed).
+void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& target, size_t item, std::vector<Piece>& out) {
+  Box d{part.to, swap_last(part.from.sizes)}, in;
+  if (!intersect(d, target, in)) return;
+  auto to_saved = [&](const Box& b) {
+    Box o{swap_last(b.offsets), swap_last(b.sizes)};
+    std::vector<int64_t> to = swap_last(part.to);
+    for (size_t k = 0; k < o.offsets.size(); ++k) o.offsets[k] += part.from.offsets[k] - to[k];
+    return o;
+  };
+  const Box s = to_saved(in);
+  auto box = std::make_shared<const Box>(to_saved(target));
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    Box cb = chunk_box(t, c);
+    Piece p;
+    if (!intersect(cb, s, p.in)) continue;
+    p.source = &t;
+    p.chunk = static_cast<uint32_t>(c);
+    p.bytes = p.in.numel() * item;
+    auto f = std::make_shared<PieceFrames>();
+    f->in = p.in;
+    f->chunk = cb;
+    f->box = *box;
+    f->transpose = true;
+    p.frames = std::move(f);
+    out.push_back(std::move(p));
+  }
+}
+
 }  // namespace
 
 std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt, const Box& target) {
@@ -186,6 +293,10 @@ std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt
   size_t item = itemsize(*mt.meta.dtype);
   for (const MapPart& part : mt.parts) {
     const TensorMeta& t = md.tensors[part.tensor];
+    if (part.transpose) {
+      transposed_pieces(t, part, target, item, out);
+      continue;
+    }
     // Where the part lands in the output.
     Box d;
     d.offsets = part.to;

@@ -44,12 +44,24 @@ uint64_t first_element(const Box& b, const std::vector<int64_t>& shape);
 // dimensions that all three boxes span alike are copied as one run.
 void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
 
+// The same, with `dst` holding box `db` with its last two dimensions swapped (C order over
+// db.sizes with the last two exchanged): `in` and `db` are in the source's frame, and each element
+// lands at its transposed place. At least 2 dimensions.
+void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
+
 // A piece of a key map's output (meta/keymap.h) that is not a run: its region, its chunk's box and
 // the target box, all in one frame (the saved tensor's, or the output's when it has a dimension
-// more), for copy_box.
+// more), for copy_box. `transpose`: the box's bytes hold its last two dims swapped (a key map's
+// transposed part): the three boxes are in the saved tensor's frame, copy_box_transposed places it.
 struct PieceFrames {
   Box in, chunk, box;
+  bool transpose = false;
 };
+
+// Copies a piece out of a dense copy of box `from` (its chunk, or its region alone) into the dense
+// bytes of the target box `box`, with its frames when it has them.
+struct Piece;
+void place_piece(const Piece& p, const uint8_t* src, const Box& from, uint8_t* dst, const Box& box, size_t item);
 
 // The part of one source chunk inside a target box.
 struct Piece {

@@ -40,6 +40,10 @@ Semantics (the schema's, docs in src/maps/README.md):
     (each part has the extra placeholder) and "dim" is a dimension of the per-index tensor: the
     stacked tensor is unbound along D, each slice split into the parts (one way), and the parts of
     each index joined, then stacked (the other).
+  - "transpose": true: each tensor of one side is its counterpart's with the last two dims swapped
+    (t.transpose(-2, -1)); on a list rule each part is, and "dim" is a dimension of the one joined
+    tensor (Qwen 3.5's gate_up_proj = cat(w1ᵀ, w3ᵀ, -1) in torchtitan's adapter). Not with "rope",
+    "groups" or a stack.
   - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
     arithmetic (+ - * / and parentheses) over param names, config keys and integers; "/" must divide
     exactly. A param is resolved only when it is needed: by a rule that matched the input, or to
@@ -60,7 +64,7 @@ MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 SCHEMA = "dcpctl-map/1"
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "note"}
+_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "note"}
 
 
 class MapError(Exception):
@@ -177,6 +181,12 @@ def validate(m: Any, where: str) -> None:
                     fail(f"rule {i}: rope on a part of a grouped rule (a part's rows are not contiguous)")
         elif "dim" in r or "groups" in r:
             fail(f"rule {i}: 'dim' and 'groups' belong to a rule with a list side")
+        if "transpose" in r:
+            if not isinstance(r["transpose"], bool):
+                fail(f"rule {i}: transpose is true or false")
+            if r["transpose"] and (len(present) != 2 or "rope" in r or "groups" in r or _stack_spec(r) is not None
+                                   or any("rope" in p for s in present if isinstance(r[s], list) for p in r[s])):
+                fail(f"rule {i}: transpose needs both sides, and goes with no rope, groups or stack")
         if "stack" in r and "experts" in r:
             fail(f"rule {i}: 'stack' and 'experts' are synonyms: give one")
         st = _stack_spec(r)
@@ -329,6 +339,19 @@ def _parse_expr(text: Any, where: str) -> ast.AST:
     return tree
 
 
+def _config_value(config: dict, key: str) -> Any:
+    """config.json's value for a key as written, else for a dotted path into nested objects (a
+    multimodal release keeps the language model's numbers under text_config)."""
+    if key in config or "." not in key:
+        return config.get(key)
+    v: Any = config
+    for name in key.split("."):
+        if not isinstance(v, dict) or name not in v:
+            return None
+        v = v[name]
+    return v
+
+
 class Params:
     """Lazily resolved params: `get(name)` evaluates the param (or a config key) on first use."""
 
@@ -348,7 +371,7 @@ class Params:
             keys = spec.get("config", [])
             keys = [keys] if isinstance(keys, str) else keys
             for k in keys:
-                v = self.config.get(k)
+                v = _config_value(self.config, k)
                 if v is not None:
                     self.values[name] = self._int(v, f"config.json {k}")
                     break
@@ -360,8 +383,8 @@ class Params:
                 self.values[name] = self.eval(spec["default"], stack + (name,))
             self.used.append(name)
             return self.values[name]
-        if name in self.config and self.config[name] is not None:
-            return self._int(self.config[name], f"config.json {name}")
+        if _config_value(self.config, name) is not None:
+            return self._int(_config_value(self.config, name), f"config.json {name}")
         raise MapError(f"the map needs {name!r}: neither a param of the map nor a key of config.json")
 
     @staticmethod
@@ -506,6 +529,13 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
     def groups_of(rule):
         return params.eval(rule["groups"]) if "groups" in rule else 1
 
+    def flip(rule, t, what):
+        if not rule.get("transpose"):
+            return t
+        if t.dim() < 2:
+            raise MapError(f"{what}: a {t.dim()}-d tensor has no last two dims to transpose")
+        return t.transpose(-2, -1).contiguous()
+
     def emit(rule, vals, t, what):
         """One tensor of the source's shape of a (per-index) rule side -> the destination side."""
         if isinstance(rule[dst], list):
@@ -513,11 +543,11 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
             for p, piece in zip(rule[dst], parts):
                 if "rope" in p:
                     piece = rope(p["rope"], piece)
-                put(_pattern(p["key"]).fill(vals, params), piece)
+                put(_pattern(p["key"]).fill(vals, params), flip(rule, piece, what))
         else:
             if "rope" in rule:
                 t = rope(rule["rope"], t)
-            put(_pattern(rule[dst]).fill(vals, params), t)
+            put(_pattern(rule[dst]).fill(vals, params), flip(rule, t, what))
 
     for key, value in sd.items():
         hit = None
@@ -576,6 +606,7 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
             pieces = []
             for j, p in enumerate(plist):
                 k, t = parts[(i, j)]
+                t = flip(rule, t, k)
                 d = rule["dim"]
                 if d >= t.dim() or t.shape[d] != sizes[j]:
                     raise MapError(f"{k}: dim {d} of shape {tuple(t.shape)} is not the map's size {sizes[j]}")

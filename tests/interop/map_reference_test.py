@@ -328,6 +328,23 @@ def schema_controls() -> None:
     check(sorted(o) == ["a.0", "a.7"] and r["left_out"] == ["h.2"], f"schema: offsets: {sorted(o)}, {r['left_out']}")
     o, r = apply_map(m, {"a.0": torch.ones(1)}, {})
     check(list(o) == ["h.3"], f"schema: offsets filled: {list(o)}")
+    # transpose: one to one and fused along the joined tensor's last dim, against plain torch ops
+    bad([{"a": "x", "hf": "y", "transpose": "yes"}], "true or false", "transpose not a boolean")
+    bad([{"a": "x", "hf": "y", "transpose": True, "rope": {"heads": "1", "head_dim": "2"}}], "transpose", "transpose + rope")
+    bad([{"a": "x", "transpose": True}], "one-sided", "transpose on a one-sided rule")
+    tm = dict(base, params={"F": {"default": "3"}}, rules=[
+        {"a": "l.{L}.w2", "hf": "m.{L}.down_proj", "transpose": True},
+        {"a": [{"key": "l.{L}.w1", "size": "F"}, {"key": "l.{L}.w3", "size": "F"}], "hf": "m.{L}.gate_up_proj",
+         "dim": 2, "transpose": True}])
+    validate(tm, "transpose map")
+    g = torch.Generator().manual_seed(5)
+    w1, w3, w2 = (torch.randn(2, 3, 4, generator=g) for _ in range(3))
+    o, r = apply_map(tm, {"l.0.w1": w1, "l.0.w3": w3, "l.0.w2": w2}, {})
+    check(torch.equal(o["m.0.gate_up_proj"], torch.cat([w1.transpose(-2, -1), w3.transpose(-2, -1)], -1))
+          and torch.equal(o["m.0.down_proj"], w2.transpose(-2, -1)), "schema: transpose, a->hf")
+    back, r = apply_map(tm, o, {})
+    check(r["direction"] == "hf->a" and all(torch.equal(back[k], v) for k, v in
+                                            {"l.0.w1": w1, "l.0.w3": w3, "l.0.w2": w2}.items()), "schema: transpose, back")
 
 
 def main() -> int:

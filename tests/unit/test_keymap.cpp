@@ -429,3 +429,128 @@ TEST_CASE("keymap: {NAME + EXPR} placeholders: DeepSeek's MTP block after the ma
 }
 
 }  // namespace dcpctl
+
+namespace dcpctl {
+namespace {
+
+// The last two dims of a dense [n, a, b] tensor swapped: [n, b, a].
+std::vector<float> swap_last(const std::vector<float>& w, int64_t n, int64_t a, int64_t b) {
+  std::vector<float> out(w.size());
+  for (int64_t e = 0; e < n; ++e)
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < b; ++j) out[static_cast<size_t>((e * b + j) * a + i)] = w[static_cast<size_t>((e * a + i) * b + j)];
+  return out;
+}
+
+// Box `bx` of a dense 3-d tensor of `shape`.
+std::vector<float> cut3(const std::vector<float>& f, const std::vector<int64_t>& shape, const Box& bx) {
+  std::vector<float> out;
+  for (int64_t e = bx.offsets[0]; e < bx.offsets[0] + bx.sizes[0]; ++e)
+    for (int64_t i = bx.offsets[1]; i < bx.offsets[1] + bx.sizes[1]; ++i)
+      for (int64_t j = bx.offsets[2]; j < bx.offsets[2] + bx.sizes[2]; ++j) out.push_back(f[static_cast<size_t>((e * shape[1] + i) * shape[2] + j)]);
+  return out;
+}
+
+const char* kTransposeMap = R"({"schema": "dcpctl-map/1", "name": "tr", "sides": ["titan", "hf"],
+  "params": {"F": {"config": "moe_intermediate_size"}},
+  "rules": [
+    {"titan": "layers.{L}.mlp2", "hf": "model.layers.{L}.down_proj", "transpose": true},
+    {"titan": [{"key": "layers.{L}.w1", "size": "F"}, {"key": "layers.{L}.w3", "size": "F"}], "hf": "model.layers.{L}.gate_up_proj",
+     "dim": 2, "transpose": true},
+    {"titan": "layers.{L}.norm", "hf": "model.layers.{L}.norm"}
+  ]})";
+
+}  // namespace
+
+TEST_CASE("keymap: transposed grouped experts, one to one and fused along the last dim, both ways, in boxes that cut them") {
+  // mlp2 [3, 4, 5] sharded by experts and by columns; w1, w3 [2, 3, 4] by rows of the middle dim and by experts.
+  Checkpoint ck = checkpoint({tensor("layers.0.mlp2", {3, 4, 5}, {{0, 0, 0, 2, 4, 3}, {0, 0, 3, 2, 4, 2}, {2, 0, 0, 1, 4, 5}}),
+                              tensor("layers.0.w1", {2, 3, 4}, {{0, 0, 0, 2, 1, 4}, {0, 1, 0, 2, 2, 4}}),
+                              tensor("layers.0.w3", {2, 3, 4}, {{0, 0, 0, 1, 3, 4}, {1, 0, 0, 1, 3, 4}}),
+                              tensor("layers.0.norm", {5}, {{0, 5}})});
+  MapConfig cfg = config(R"({"moe_intermediate_size": 3})");
+  KeyMap km = map_of(kTransposeMap);
+  CHECK(rule_kinds(km) == std::vector<std::string>{"concat", "rename", "transpose"});
+  MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), cfg);
+  REQUIRE(mm.tensors.size() == 3);
+  ValueChunks v(ck.md, false, false);
+  std::vector<float> down = swap_last(v.values(ck.md.tensors[0]), 3, 4, 5);
+  std::vector<float> w1 = swap_last(v.values(ck.md.tensors[1]), 2, 3, 4), w3 = swap_last(v.values(ck.md.tensors[2]), 2, 3, 4);
+  std::vector<float> gate_up;  // [2, 4, 6]: per expert and row, w1ᵀ's 3 columns then w3ᵀ's
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t r = 0; r < 4; ++r)
+      for (const auto* w : {&w1, &w3})
+        for (int64_t c = 0; c < 3; ++c) gate_up.push_back((*w)[static_cast<size_t>((e * 4 + r) * 3 + c)]);
+
+  const MappedTensor& d = mm.tensors[0];
+  CHECK(d.meta.fqn == "model.layers.0.down_proj");
+  CHECK(d.meta.shape == std::vector<int64_t>{3, 5, 4});
+  CHECK(d.transforms == std::vector<std::string>{"transpose"});
+  CHECK_FALSE(renames_whole(ck.md, d));
+  for (const Box& b : {box({0, 0, 0}, {3, 5, 4}), box({1, 1, 1}, {2, 3, 2}), box({2, 4, 0}, {1, 1, 4})})
+    for (const auto& got : assembled(ck.md, d, b)) CHECK(got == cut3(down, {3, 5, 4}, b));
+  const MappedTensor& gu = mm.tensors[1];
+  CHECK(gu.meta.fqn == "model.layers.0.gate_up_proj");
+  CHECK(gu.meta.shape == std::vector<int64_t>{2, 4, 6});
+  CHECK(gu.transforms == std::vector<std::string>{"join", "transpose"});
+  for (const Box& b : {box({0, 0, 0}, {2, 4, 6}), box({1, 0, 2}, {1, 4, 2}), box({0, 3, 0}, {2, 1, 6})})
+    for (const auto& got : assembled(ck.md, gu, b)) CHECK(got == cut3(gate_up, {2, 4, 6}, b));
+  CHECK(mm.tensors[2].transforms == std::vector<std::string>{"rename"});
+
+  // Back: hf's gate_up_proj [2, 4, 6] (sharded along its last dim across the w1/w3 seam) splits into w1, w3 [2, 3, 4].
+  Checkpoint hf = checkpoint({tensor("model.layers.0.gate_up_proj", {2, 4, 6}, {{0, 0, 0, 2, 4, 2}, {0, 0, 2, 2, 4, 4}}),
+                              tensor("model.layers.0.down_proj", {3, 5, 4}, {{0, 0, 0, 3, 5, 4}})});
+  MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), cfg);
+  REQUIRE(back.from == "hf");
+  REQUIRE(back.tensors.size() == 3);
+  ValueChunks hv(hf.md, false, false);
+  std::vector<float> g = hv.values(hf.md.tensors[0]);
+  for (int part = 0; part < 2; ++part) {
+    std::vector<float> slice;  // [2, 4, 3]: columns part*3 .. part*3+2
+    for (int64_t e = 0; e < 2; ++e)
+      for (int64_t r = 0; r < 4; ++r)
+        for (int64_t c = 0; c < 3; ++c) slice.push_back(g[static_cast<size_t>((e * 4 + r) * 6 + part * 3 + c)]);
+    std::vector<float> want = swap_last(slice, 2, 4, 3);
+    const MappedTensor& mt = back.tensors[static_cast<size_t>(part)];
+    CHECK(mt.meta.fqn == std::string("layers.0.") + (part ? "w3" : "w1"));
+    CHECK(mt.meta.shape == std::vector<int64_t>{2, 3, 4});
+    CHECK(mt.transforms == std::vector<std::string>{"split", "transpose"});
+    for (const Box& b : {box({0, 0, 0}, {2, 3, 4}), box({1, 1, 1}, {1, 2, 3})})
+      for (const auto& got : assembled(hf.md, mt, b)) CHECK(got == cut3(want, {2, 3, 4}, b));
+  }
+  std::vector<float> mlp2 = swap_last(hv.values(hf.md.tensors[1]), 3, 5, 4);
+  for (const auto& got : assembled(hf.md, back.tensors[2], whole_box(back.tensors[2].meta))) CHECK(got == mlp2);
+
+  // A 1-d tensor has nothing to transpose; transpose beside rope or a stack is no rule kind.
+  Checkpoint flat = checkpoint({tensor("layers.0.mlp2", {6}, {{0, 6}})});
+  CHECK_THROWS_WITH(apply_key_map(km, flat.md, all_items(flat.md), cfg), Catch::Contains("no last two to transpose"));
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"h": {"default": "2"}},
+    "rules": [{"a": "w", "b": "v", "transpose": true, "rope": {"heads": "h", "head_dim": "h"}}]})"),
+                    Catch::Contains("\"transpose\" with \"rope\""));
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "2"}},
+    "rules": [{"a": "w", "b": "v.{E}", "transpose": true, "experts": {"dim": 0, "count": "n"}}]})"),
+                    Catch::Contains("\"transpose\" with \"experts\""));
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "w", "b": "v", "transpose": 1}]})"),
+                    Catch::Contains("true or false"));
+}
+
+}  // namespace dcpctl
+
+namespace dcpctl {
+
+TEST_CASE("keymap: a parameter from a dotted config key reads a nested object (text_config)") {
+  Checkpoint ck = checkpoint({tensor("layers.0.w1", {3, 4, 2}, {{0, 0, 0, 3, 4, 2}})});
+  KeyMap km = map_of(R"({"schema": "dcpctl-map/1", "name": "n", "sides": ["titan", "hf"],
+    "params": {"n": {"config": ["num_experts", "text_config.num_experts"]}},
+    "rules": [{"titan": "layers.{L}.w1", "hf": "m.{L}.experts.{E}.gate", "experts": {"dim": 0, "count": "n"}}]})");
+  MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), config(R"({"text_config": {"num_experts": 3}})"));
+  CHECK(mm.tensors.size() == 3);
+  CHECK(mm.config == "config.json");
+  // The top-level key wins where both are there; a nested value that is not an integer is no value.
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"num_experts": 2, "text_config": {"num_experts": 3}})")),
+                    Catch::Contains("is not the 2 experts"));
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"text_config": {"num_experts": "3"}})")),
+                    Catch::Contains("text_config.num_experts"));
+}
+
+}  // namespace dcpctl
