@@ -37,15 +37,19 @@ CASES = {
     "titan_deepseek_v3": "torchtitan-deepseek-v3",
     "titan_deepseek_v3_mtp": "torchtitan-deepseek-v3",
     "titan_kimi_k2_7": "torchtitan-deepseek-v3",
+    "titan_gpt_oss": "torchtitan-gpt-oss",
+    "titan_qwen3_5": "torchtitan-qwen3_5",
     "megatron_llama": "megatron-gpt",
     "megatron_qwen": "megatron-gpt",
 }
 # transformers vs torchtitan logits (float32, rtol 1e-4), as make_titan_maps.py accepted them; the
 # megatron cases record theirs in expected.json (logits.atol, rtol 0: make_megatron_hf.py)
-LOGITS_ATOL = {"llama3": 1e-5, "qwen3": 1e-5, "deepseek_v3": 1e-4, "kimi_k2_7": 1e-4}
+LOGITS_ATOL = {"llama3": 1e-5, "qwen3": 1e-5, "deepseek_v3": 1e-4, "kimi_k2_7": 1e-4, "gpt_oss": 1e-5, "qwen3_5": 1e-6}
 # an HF key whose source tensor(s) each case's --dry-run plan and diff checks look at
 PROBE = {"titan_kimi_k2_7": ("model.layers.1.self_attn.q_b_proj.weight", "attention.wq_b.weight"),
          "titan_deepseek_v3_mtp": ("model.layers.2.self_attn.q_proj.weight", "mtp_layers.0.attention.wq.weight"),
+         "titan_gpt_oss": ("model.layers.1.mlp.experts.down_proj", "mlp2_weight_EDF"),
+         "titan_qwen3_5": ("model.language_model.layers.1.self_attn.q_proj.weight", "attn.wq.weight"),
          "megatron": ("model.layers.1.self_attn.k_proj.weight", "decoder.layers.self_attention.linear_qkv.weight"),
          "titan": ("model.layers.0.self_attn.q_proj.weight", "wq.weight")}
 
@@ -86,6 +90,15 @@ class Case:
     @property
     def model_keys(self) -> list[str]:
         return self.doc["model_keys"]
+
+    @property
+    def dropped_keys(self) -> list[str]:
+        """The checkpoint's model keys the map drops on purpose and reports (dropped): torchtitan's
+        load-balancing expert_bias_E, which GPT-OSS and Qwen 3.5 in transformers have no tensor for
+        (their adapters drop it too; DeepSeek-V3's is e_score_correction_bias). Sorted."""
+        if self.family in ("gpt_oss", "qwen3_5"):
+            return sorted(k for k in self.model_keys if k.endswith(".moe.expert_bias_E"))
+        return []
 
     @property
     def other_keys(self) -> list[str]:
@@ -172,6 +185,7 @@ class Case:
         keys = set(self.doc["expected_titan"]) if self.kind == "titan" else set(self.model_keys)
         if self.tied and "lm_head.weight" not in hf_keys:
             keys.discard("lm_head.weight")
+        keys -= set(self.dropped_keys)  # nothing on the HF side makes them (dcpctl invents no tensor)
         if self.mtp_hf_keys and not (self.mtp_hf_keys & hf_keys):
             keys = {k for k in keys if not k.startswith("mtp_layers.")}
         return keys
