@@ -35,8 +35,27 @@ std::optional<std::pair<int64_t, int64_t>> configured_block(const MapConfig& con
 
 }  // namespace
 
+void refuse_mxfp4(const Checkpoint& ck, const std::string& what) {
+  const Metadata& md = ck.md;
+  std::unordered_map<std::string_view, uint32_t> by_name;
+  by_name.reserve(md.tensors.size());
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, i);
+  static const std::string blocks = "_blocks";
+  for (const TensorMeta& t : md.tensors) {
+    if (t.dtype != DType::UInt8 || t.fqn.size() <= blocks.size() || t.fqn.compare(t.fqn.size() - blocks.size(), std::string::npos, blocks) != 0)
+      continue;
+    const std::string scales = t.fqn.substr(0, t.fqn.size() - blocks.size()) + "_scales";
+    auto s = by_name.find(scales);
+    if (s == by_name.end() || md.tensors[s->second].dtype != DType::UInt8) continue;
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                           "MXFP4 weights (this one's scales are '" + scales + "', GPT-OSS's format): dcpctl does not dequantize MXFP4 yet, so " +
+                               what + " cannot make plain weights of them; without --dtype and --map the blocks and scales are written as they are");
+  }
+}
+
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets) {
   if (!cast) return std::nullopt;
+  refuse_mxfp4(ck, std::string("--dtype ") + torch_name(*cast));
   const Metadata& md = ck.md;
   std::unordered_map<std::string_view, uint32_t> by_name;
   by_name.reserve(md.tensors.size());

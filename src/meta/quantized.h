@@ -57,6 +57,15 @@ struct Dequantization {
 // (requantizing), a scaled weight that is not 2-D.
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets);
 
+// MXFP4 weights, as GPT-OSS releases keep their experts: `X_blocks` uint8 [..., G, 16] (two 4-bit
+// E2M1 values a byte, 32 a group) beside `X_scales` uint8 [..., G] (a power-of-two exponent a
+// group, biased by 127); torch's QuantizedHuggingFaceStorageReader reads them as X_blocks of
+// [..., G * 32]. dcpctl does not dequantize them yet. UnsupportedError (exit 5), naming the first
+// pair and `what` (the request: "--dtype bf16", "--map NAME"), when the checkpoint has one:
+// casting would leave them quantized under a plain dtype, and no map names them, so an export
+// would lose the experts.
+void refuse_mxfp4(const Checkpoint& ck, const std::string& what);
+
 // What --json says of a view: {"weights": n, "block": [b0, b1], "config": path|null,
 // "ignored_scales": [...]}; null for a checkpoint that is not one.
 nlohmann::json describe_dequantized(const Checkpoint& view);

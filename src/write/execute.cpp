@@ -8,6 +8,7 @@
 #include "dist/group.h"
 #include "item/chunk_source.h"
 #include "item/decoded_chunks.h"
+#include "meta/quantized.h"
 #include "util/failpoint.h"
 #include "util/memory_gate.h"
 #include "util/numeric.h"
@@ -136,6 +137,7 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 
 std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o) {
   if (o.map.empty()) return std::nullopt;
+  refuse_mxfp4(ck, "--map " + o.map);
   return apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
 }
 

@@ -227,6 +227,27 @@ def main() -> int:
                   "the bf16 weight is cast as it is and its scale left out")
             check(json.loads(r.stdout)["dequantized"]["ignored_scales"] == [gate + SCALE], "ignored_scales names it")
 
+        # ---- MXFP4 (GPT-OSS's experts: X_blocks uint8 [.., G, 16] + X_scales uint8 [.., G]) is not
+        # dequantized yet: --dtype and --map refuse it (exit 5, naming the key, nothing written),
+        # without them the blocks and scales are copied byte for byte ----
+        mx = tmp / "mxfp4"
+        mx.mkdir()
+        g = torch.Generator().manual_seed(4)
+        gate_up = "model.layers.0.mlp.experts.gate_up_proj"
+        mx_sd = {gate_up + "_blocks": torch.randint(0, 256, (2, 8, 1, 16), generator=g, dtype=torch.uint8),
+                 gate_up + "_scales": torch.randint(120, 130, (2, 8, 1), generator=g, dtype=torch.uint8),
+                 "model.layers.0.self_attn.sinks": torch.randn(4, generator=g)}
+        save_file(mx_sd, mx / "model.safetensors", metadata={"format": "pt"})
+        (mx / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4"}}))
+        for extra in (["--dtype", "bf16"], ["--map", "torchtitan-gpt-oss"]):
+            out = tmp / "mx-out"
+            r = run(dcpctl, "consolidate", mx, "-o", f"{out}/", *extra)
+            expect_rc(r, EXIT_UNSUPPORTED, f"MXFP4 with {' '.join(extra)}", gate_up + "_blocks", "MXFP4", extra[0])
+            no_output(out, tmp, f"MXFP4 with {' '.join(extra)}")
+        r = run(dcpctl, "consolidate", mx, "-o", tmp / "mx.safetensors")
+        if expect_rc(r, 0, "MXFP4 without --dtype or --map"):
+            same_dicts(load_file(tmp / "mx.safetensors"), mx_sd, "MXFP4 copied as saved")
+
         # ---- an fp8 tensor with no scale is an ordinary tensor: --dtype casts it as torch does ----
         plain = tmp / "plain"
         plain.mkdir()
