@@ -48,8 +48,13 @@ std::string pad(const std::string& s, size_t width) {
 void print_map_summary(const nlohmann::json& r) {
   if (r.contains("dequantized") && r["dequantized"].is_object()) {
     const auto& d = r["dequantized"];
-    std::cerr << "dequantized " << d["weights"].get<uint64_t>() << " float8 weights with their " << d["block"][0].get<int64_t>() << "x"
-              << d["block"][1].get<int64_t>() << " block scales (_scale_inv)";
+    std::string what;
+    if (d["weights"].get<uint64_t>() > 0)
+      what = std::to_string(d["weights"].get<uint64_t>()) + " float8 weights with their " + std::to_string(d["block"][0].get<int64_t>()) + "x" +
+             std::to_string(d["block"][1].get<int64_t>()) + " block scales (_scale_inv)";
+    if (d.value("mxfp4", uint64_t{0}) > 0)
+      what += (what.empty() ? "" : " and ") + std::to_string(d["mxfp4"].get<uint64_t>()) + " MXFP4 weights (_blocks with their _scales)";
+    std::cerr << "dequantized " << what;
     if (!d["ignored_scales"].empty())
       std::cerr << "; left out " << d["ignored_scales"].size() << " _scale_inv of weights that are not float8 (first: "
                 << d["ignored_scales"][0].get<std::string>() << ")";

@@ -123,9 +123,14 @@ void render_summary(const json& r) {
     std::cout << "\n";
   }
   if (const json& q = r["quantization"]; !q.is_null()) {
-    std::cout << "Quantized   " << q["scaled_weights"].get<uint64_t>() << " block-scaled float8 weights (each with a _scale_inv";
-    if (!q["block"].is_null()) std::cout << ", " << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks";
-    std::cout << "): --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
+    std::cout << "Quantized   ";
+    if (q["scaled_weights"].get<uint64_t>() > 0) {
+      std::cout << q["scaled_weights"].get<uint64_t>() << " block-scaled float8 weights (each with a _scale_inv";
+      if (!q["block"].is_null()) std::cout << ", " << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks";
+      std::cout << ")" << (q.value("mxfp4", uint64_t{0}) > 0 ? ", " : "");
+    }
+    if (q.value("mxfp4", uint64_t{0}) > 0) std::cout << q["mxfp4"].get<uint64_t>() << " MXFP4 weights (_blocks with their _scales)";
+    std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
   }
   std::string ranks;
   auto rv = s["ranks"].get<std::vector<int>>();

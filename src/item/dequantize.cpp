@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <vector>
 
 #include "util/numeric.h"
 
@@ -26,6 +28,34 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
       const int64_t end = std::min(cols, (g + 1) * block[1] - box.offsets[1]);
       const float s = srow[g];
       for (; c < end; ++c) o[c] = value[qr[c]] * s;
+    }
+  }
+}
+
+void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales, const std::vector<int64_t>& scale_shape, float* out) {
+  static constexpr double kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const size_t nd = box.sizes.size();  // >= 2: [..., G, B]
+  const int64_t bytes = box.sizes[nd - 1];
+  // The groups of the box, in C order: their index in the whole scales is that of their offset.
+  const size_t gd = nd - 1;
+  std::vector<int64_t> idx(gd, 0);
+  uint64_t groups = 1;
+  for (size_t d = 0; d < gd; ++d) groups *= static_cast<uint64_t>(box.sizes[d]);
+  for (uint64_t g = 0; g < groups; ++g) {
+    uint64_t at = 0;
+    for (size_t d = 0; d < gd; ++d) at = at * static_cast<uint64_t>(scale_shape[d]) + static_cast<uint64_t>(box.offsets[d] + idx[d]);
+    // torch: ldexp(value, scale - 127), exact and rounded once to float32 (0.5 * 2^128 is 2^127,
+    // 0 * 2^128 is 0, 4 * 2^128 overflows to inf): the product in double is exact.
+    const double power = std::ldexp(1.0, static_cast<int>(scales[at]) - 127);
+    const uint8_t* in = packed + g * static_cast<uint64_t>(bytes);
+    float* o = out + g * static_cast<uint64_t>(bytes) * 2;
+    for (int64_t k = 0; k < bytes; ++k) {
+      o[2 * k] = static_cast<float>(kE2M1[in[k] & 0x0F] * power);
+      o[2 * k + 1] = static_cast<float>(kE2M1[in[k] >> 4] * power);
+    }
+    for (size_t d = gd; d-- > 0;) {
+      if (++idx[d] < box.sizes[d]) break;
+      idx[d] = 0;
     }
   }
 }

@@ -31,6 +31,7 @@ ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
     needs_torch = std::any_of(ck.md.tensors[i].storage.begin(), ck.md.tensors[i].storage.end(), torch_save);
   if (needs_torch) torchlib::api();
   for (size_t i = 0; i < ck.dequant.weights.size(); ++i) scaled_.emplace(ck.dequant.weights[i].weight.fqn, i);
+  for (size_t i = 0; i < ck.dequant.mxfp4.size(); ++i) mxfp4_.emplace(ck.dequant.mxfp4[i].blocks.fqn, i);
 }
 
 ItemReader::~ItemReader() = default;
@@ -176,7 +177,10 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
 
 TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
   auto sw = scaled_.find(t.fqn);
-  const TensorMeta& saved = sw == scaled_.end() ? t : ck_.dequant.weights[sw->second].weight;
+  auto mw = mxfp4_.find(t.fqn);
+  const TensorMeta& saved = sw != scaled_.end() ? ck_.dequant.weights[sw->second].weight
+                            : mw != mxfp4_.end() ? ck_.dequant.mxfp4[mw->second].blocks
+                                                 : t;
   Opened o = open_chunk(saved, chunk);
   return check_blob(o, saved, chunk);
 }
@@ -256,9 +260,38 @@ void ItemReader::read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t
   if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
 }
 
+// A dequantized view's MXFP4 weight: its chunk of blocks and the whole scales, read as saved,
+// dequantized to float32.
+void ItemReader::read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  const TensorMeta& b = mw.blocks;
+  uint64_t q = b.chunk_numel(chunk), bytes = q * 2 * 4;  // two values a byte, float32
+  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+  if (from > bytes || n > bytes - from)
+    throw FormatError(Where(ck_.metadata_path, std::nullopt, b.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
+                                                                        std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+  if (n == 0) return;
+  std::vector<uint8_t> packed(q);
+  read_raw(b, chunk, 0, q, packed.data());
+  const TensorMeta& s = mw.scales;
+  std::vector<uint8_t> scales(s.numel());
+  Box whole = whole_box(s);
+  for (size_t c = 0; c < s.num_chunks(); ++c) {
+    std::vector<uint8_t> part(s.chunk_numel(c));
+    read_raw(s, c, 0, part.size(), part.data());
+    Box cb = chunk_box(s, c);
+    copy_box(part.data(), cb, scales.data(), whole, cb, 1);
+  }
+  std::vector<float> own(from == 0 && n == bytes ? 0 : q * 2);
+  float* out = own.empty() ? static_cast<float*>(dst) : own.data();
+  dequantize_mxfp4(packed.data(), chunk_box(b, chunk), scales.data(), s.shape, out);
+  if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
+}
+
 void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
   if (!scaled_.empty())
     if (auto it = scaled_.find(t.fqn); it != scaled_.end()) return read_dequantized(ck_.dequant.weights[it->second], chunk, from, n, dst);
+  if (!mxfp4_.empty())
+    if (auto it = mxfp4_.find(t.fqn); it != mxfp4_.end()) return read_mxfp4(ck_.dequant.mxfp4[it->second], chunk, from, n, dst);
   read_raw(t, chunk, from, n, dst);
 }
 
@@ -299,7 +332,7 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
 bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, false).has_value(); }
 
 std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk, bool watch) const {
-  if (!t.dtype || scaled_.count(t.fqn)) return std::nullopt;  // a dequantized weight is computed, never copied
+  if (!t.dtype || scaled_.count(t.fqn) || mxfp4_.count(t.fqn)) return std::nullopt;  // a dequantized weight is computed, never copied
   const StorageRef& ref = t.storage.at(chunk);
   if (ref.transforms != 0) return std::nullopt;
   Opened o = open_chunk(t, chunk);

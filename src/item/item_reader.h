@@ -100,6 +100,7 @@ class ItemReader {
   // read_chunk_bytes of a tensor as saved, and of a dequantized view's weight.
   void read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   void read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
+  void read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
 
   const Checkpoint& ck_;
   ItemLimits limits_;
@@ -109,7 +110,8 @@ class ItemReader {
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
   std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size
   mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
-  std::unordered_map<std::string, size_t> scaled_;  // a dequantized view's weights: name -> ck_.scaled
+  std::unordered_map<std::string, size_t> scaled_;  // a dequantized view's fp8 weights: name -> ck_.dequant.weights
+  std::unordered_map<std::string, size_t> mxfp4_;   // its MXFP4 weights: name -> ck_.dequant.mxfp4
 };
 
 }  // namespace dcpctl

@@ -33,33 +33,84 @@ std::optional<std::pair<int64_t, int64_t>> configured_block(const MapConfig& con
   return std::make_pair(b[0].get<int64_t>(), b[1].get<int64_t>());
 }
 
-}  // namespace
+constexpr const char* kBlocksSuffix = "_blocks";
 
-void refuse_mxfp4(const Checkpoint& ck, const std::string& what) {
-  const Metadata& md = ck.md;
+bool ends_with(const std::string& s, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() > n && s.compare(s.size() - n, std::string::npos, suffix) == 0;
+}
+
+// (blocks, scales) pairs: a uint8 X_blocks with a uint8 X_scales beside it.
+std::vector<std::pair<uint32_t, uint32_t>> mxfp4_pairs(const Metadata& md, const std::unordered_map<std::string_view, uint32_t>& by_name) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
+    const TensorMeta& t = md.tensors[i];
+    if (t.dtype != DType::UInt8 || !ends_with(t.fqn, kBlocksSuffix)) continue;
+    auto s = by_name.find(t.fqn.substr(0, t.fqn.size() - std::strlen(kBlocksSuffix)) + "_scales");
+    if (s != by_name.end() && md.tensors[s->second].dtype == DType::UInt8) out.push_back({i, s->second});
+  }
+  return out;
+}
+
+std::unordered_map<std::string_view, uint32_t> names_of(const Metadata& md) {
   std::unordered_map<std::string_view, uint32_t> by_name;
   by_name.reserve(md.tensors.size());
   for (uint32_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, i);
-  static const std::string blocks = "_blocks";
-  for (const TensorMeta& t : md.tensors) {
-    if (t.dtype != DType::UInt8 || t.fqn.size() <= blocks.size() || t.fqn.compare(t.fqn.size() - blocks.size(), std::string::npos, blocks) != 0)
-      continue;
-    const std::string scales = t.fqn.substr(0, t.fqn.size() - blocks.size()) + "_scales";
-    auto s = by_name.find(scales);
-    if (s == by_name.end() || md.tensors[s->second].dtype != DType::UInt8) continue;
-    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                           "MXFP4 weights (this one's scales are '" + scales + "', GPT-OSS's format): dcpctl does not dequantize MXFP4 yet, so " +
-                               what + " cannot make plain weights of them; without --dtype and --map the blocks and scales are written as they are");
+  return by_name;
+}
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// The view's tensor of MXFP4 blocks `b` [..., G, B]: float32 [..., G * 2B], chunk for chunk.
+TensorMeta mxfp4_view(const Checkpoint& ck, const TensorMeta& b, const TensorMeta& s) {
+  const size_t nd = b.ndim();
+  std::vector<int64_t> groups(b.shape.begin(), b.shape.end() - (nd ? 1 : 0));
+  if (nd < 2 || s.shape != groups)
+    throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
+                      "MXFP4 scales of shape " + dims(s.shape) + " are not the groups of blocks '" + b.fqn + "' " + dims(b.shape) +
+                          " (the blocks' shape less its last dimension)");
+  const int64_t B = b.shape[nd - 1];
+  TensorMeta v = b;
+  v.dtype = DType::Float32;
+  v.dtype_name = torch_name(DType::Float32);
+  v.shape = groups;
+  v.shape.back() *= 2 * B;
+  v.chunk_dims.clear();
+  for (size_t c = 0; c < b.num_chunks(); ++c) {
+    const int64_t *off = b.chunk_offsets(c), *size = b.chunk_sizes(c);
+    if (off[nd - 1] != 0 || size[nd - 1] != B)
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, b.fqn),
+                             "MXFP4 blocks saved in chunks that split a group's " + std::to_string(B) + " bytes (chunk " + std::to_string(c) +
+                                 "): dcpctl dequantizes whole groups");
+    v.chunk_dims.insert(v.chunk_dims.end(), off, off + nd - 1);
+    v.chunk_dims.back() *= 2 * B;
+    v.chunk_dims.insert(v.chunk_dims.end(), size, size + nd - 1);
+    v.chunk_dims.back() *= 2 * B;
   }
+  return v;
+}
+
+}  // namespace
+
+void refuse_mxfp4(const Checkpoint& ck, const std::string& what) {
+  auto by_name = names_of(ck.md);
+  auto pairs = mxfp4_pairs(ck.md, by_name);
+  if (pairs.empty()) return;
+  const TensorMeta& b = ck.md.tensors[pairs[0].first];
+  throw UnsupportedError(Where(ck.metadata_path, std::nullopt, b.fqn),
+                         "MXFP4 weights (this one's scales are '" + ck.md.tensors[pairs[0].second].fqn + "', GPT-OSS's format): " + what +
+                             " would take their packed bytes for weights; give --dtype (bf16, fp32, ...) to dequantize them first");
 }
 
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets) {
   if (!cast) return std::nullopt;
-  refuse_mxfp4(ck, std::string("--dtype ") + torch_name(*cast));
   const Metadata& md = ck.md;
-  std::unordered_map<std::string_view, uint32_t> by_name;
-  by_name.reserve(md.tensors.size());
-  for (uint32_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, i);
+  std::unordered_map<std::string_view, uint32_t> by_name = names_of(md);
+  std::vector<std::pair<uint32_t, uint32_t>> mx = mxfp4_pairs(md, by_name);
   // (weight, scale) pairs: a float8 tensor W with a W_scale_inv beside it.
   std::vector<std::pair<uint32_t, uint32_t>> pairs;
   for (uint32_t i = 0; i < md.tensors.size(); ++i) {
@@ -76,12 +127,14 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     auto w = by_name.find(std::string_view(n).substr(0, n.size() - std::strlen(kScaleSuffix)));
     if (w != by_name.end() && !(md.tensors[w->second].dtype && is_float8(*md.tensors[w->second].dtype))) ignored.push_back(i);
   }
-  if (pairs.empty()) return std::nullopt;
-  const TensorMeta& first = md.tensors[pairs[0].first];
-  if (is_float8(*cast))
-    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, first.fqn),
-                           std::string("--dtype ") + torch_name(*cast) + " on block-scaled float8 weights (this one's scale is '" + first.fqn +
-                               kScaleSuffix + "'): dcpctl dequantizes, it does not requantize; give a wider --dtype, or none to keep the weights and scales as they are");
+  if (pairs.empty() && mx.empty()) return std::nullopt;
+  if (is_float8(*cast)) {
+    const std::string what = pairs.empty() ? "MXFP4 weights (this one's scales are '" + md.tensors[mx[0].second].fqn + "')"
+                                           : "block-scaled float8 weights (this one's scale is '" + md.tensors[pairs[0].first].fqn + kScaleSuffix + "')";
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[pairs.empty() ? mx[0].first : pairs[0].first].fqn),
+                           std::string("--dtype ") + torch_name(*cast) + " on " + what +
+                               ": dcpctl dequantizes, it does not requantize; give a wider --dtype, or none to keep the weights and scales as they are");
+  }
   MapConfig config = find_map_config(ck.dir, "", assets);
   for (size_t i = 0; config.json.is_null() && assets.empty() && i < ck.asset_dirs.size(); ++i) config = find_map_config(ck.asset_dirs[i], "", "");
   std::optional<std::pair<int64_t, int64_t>> block = configured_block(config);
@@ -119,7 +172,12 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     v.dtype = DType::Float32;
     v.dtype_name = torch_name(DType::Float32);
   }
-  if (block) view.dequant.config = config.path;
+  if (block && !pairs.empty()) view.dequant.config = config.path;
+  for (const auto& [bi, si] : mx) {
+    view.md.tensors[bi] = mxfp4_view(ck, md.tensors[bi], md.tensors[si]);
+    view.dequant.mxfp4.push_back({md.tensors[bi], md.tensors[si]});
+    is_scale[si] = true;
+  }
   for (uint32_t i : ignored) {
     is_scale[i] = true;
     view.dequant.ignored.push_back(md.tensors[i].fqn);
@@ -150,7 +208,8 @@ json describe_quantization(const Checkpoint& ck) {
     if (by_name.count(t.fqn + kScaleSuffix)) ++scaled;
     else ++unscaled;
   }
-  if (scaled == 0) return nullptr;
+  const size_t mx = mxfp4_pairs(md, names_of(md)).size();
+  if (scaled == 0 && mx == 0) return nullptr;
   json block = nullptr, path = nullptr;
   try {
     MapConfig config = find_map_config(ck.dir, "", "");
@@ -162,16 +221,17 @@ json describe_quantization(const Checkpoint& ck) {
   } catch (const Error&) {
     // a config.json that is not JSON, or a bad block size: a write with --dtype says so
   }
-  return {{"scaled_weights", scaled}, {"block", block}, {"config", path}, {"float8_unscaled", unscaled}};
+  return {{"scaled_weights", scaled}, {"block", block}, {"config", path}, {"float8_unscaled", unscaled}, {"mxfp4", mx}};
 }
 
 json describe_dequantized(const Checkpoint& view) {
   const Dequantization& d = view.dequant;
   if (d.empty()) return nullptr;
   return {{"weights", d.weights.size()},
-          {"block", {d.weights[0].block[0], d.weights[0].block[1]}},
+          {"block", d.weights.empty() ? json() : json{d.weights[0].block[0], d.weights[0].block[1]}},
           {"config", d.config.empty() ? json() : json(d.config)},
-          {"ignored_scales", d.ignored}};
+          {"ignored_scales", d.ignored},
+          {"mxfp4", d.mxfp4.size()}};
 }
 
 std::string dequantized_config(const std::string& config_text, DType dtype) {

@@ -30,6 +30,17 @@ namespace dcpctl {
 
 struct Checkpoint;
 
+// MXFP4 weights, as GPT-OSS releases keep their experts: `X_blocks` uint8 [..., G, B] (B = 16
+// bytes a group: 32 4-bit E2M1 values, the low nibble first) beside `X_scales` uint8 [..., G] (a
+// group's power of two, biased by 127: E8M0). torch's QuantizedHuggingFaceStorageReader
+// (_dequantize_tensor_mxfp4) reads them as `X_blocks` of [..., G * 2B]: value = ldexp(E2M1(nibble),
+// scale - 127) rounded once to float32 (scale 255, NaN in E8M0, is taken as 2^128: finite or inf),
+// then the cast (checked against it for all 256 scales and bf16/fp16/fp32). transformers' convert_moe_packed_tensors computes the
+// same values and returns them transposed ([E, in, out], GptOssExperts' layout); dcpctl keeps
+// torch's name and orientation, and the torchtitan-gpt-oss map takes it from there. (torch 2.15's
+// reader itself, through dcp.load, returns wrong values for such a folder: its
+// _dequantize_tensor_mxfp4 called directly is the reference the tests use.)
+//
 // A scaled weight of a dequantized view: the weight and its scale as saved.
 struct ScaledWeight {
   TensorMeta weight;  // float8, 2-D
@@ -37,42 +48,47 @@ struct ScaledWeight {
   int64_t block[2] = {128, 128};
 };
 
+// An MXFP4 weight of a dequantized view: its blocks and scales as saved. The view's tensor has the
+// blocks' name, float32, shape [..., G * 2B], one chunk per chunk of the blocks (each spans B).
+struct Mxfp4Weight {
+  TensorMeta blocks;  // uint8 [..., G, B]
+  TensorMeta scales;  // uint8 [..., G]
+};
+
 // What a dequantized view was made of (Checkpoint::dequant; empty for a checkpoint as opened).
 struct Dequantization {
   std::vector<ScaledWeight> weights;
+  std::vector<Mxfp4Weight> mxfp4;
   std::string config;  // the config.json that gave the block size; "" when 128 x 128 was assumed
   // `W_scale_inv` beside a weight W that is not float8, left out of the view: transformers'
   // FineGrainedFP8 quantizer leaves a weight whose dimensions are not whole blocks unquantized
   // and still writes its scale, uninitialised (torch's reader would multiply by it).
   std::vector<std::string> ignored;
-  bool empty() const { return weights.empty(); }
+  bool empty() const { return weights.empty() && mxfp4.empty(); }
 };
 
-// The checkpoint as its dequantized weights when it has scaled fp8 weights and `cast` asks for
-// a dtype that is not float8; nullopt when there is nothing to dequantize or no cast. The block
+// The checkpoint as its dequantized weights when it has scaled fp8 or MXFP4 weights and `cast`
+// asks for a dtype that is not float8; nullopt when there is nothing to dequantize or no cast. The block
 // size is config.json's quantization_config.weight_block_size (config.json from `assets`, else
 // the checkpoint's folders), else 128 x 128 as torch's reader assumes.
 // FormatError (exit 3), naming the scale: a scale whose shape is not the weight's blocks.
 // UnsupportedError (exit 5), naming the weight: a float8 `cast` of scaled weights
-// (requantizing), a scaled weight that is not 2-D.
+// (requantizing), a scaled weight that is not 2-D, MXFP4 blocks saved in chunks that split a
+// group's bytes. FormatError (exit 3): MXFP4 scales whose shape is not the blocks' groups.
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets);
 
-// MXFP4 weights, as GPT-OSS releases keep their experts: `X_blocks` uint8 [..., G, 16] (two 4-bit
-// E2M1 values a byte, 32 a group) beside `X_scales` uint8 [..., G] (a power-of-two exponent a
-// group, biased by 127); torch's QuantizedHuggingFaceStorageReader reads them as X_blocks of
-// [..., G * 32]. dcpctl does not dequantize them yet. UnsupportedError (exit 5), naming the first
-// pair and `what` (the request: "--dtype bf16", "--map NAME"), when the checkpoint has one:
-// casting would leave them quantized under a plain dtype, and no map names them, so an export
-// would lose the experts.
+// UnsupportedError (exit 5), naming the first MXFP4 pair, when `ck` still has one (no --dtype
+// dequantized it): `what` (the request, "--map NAME") would take the packed bytes for weights.
 void refuse_mxfp4(const Checkpoint& ck, const std::string& what);
 
-// What --json says of a view: {"weights": n, "block": [b0, b1], "config": path|null,
-// "ignored_scales": [...]}; null for a checkpoint that is not one.
+// What --json says of a view: {"weights": n (fp8), "block": [b0, b1] or null (no fp8 weight),
+// "config": path|null, "ignored_scales": [...], "mxfp4": n}; null for a checkpoint that is not one.
 nlohmann::json describe_dequantized(const Checkpoint& view);
 
 // What inspect says of a checkpoint's block-scaled weights, or null when it has none:
 // {"scaled_weights": n (float8 W beside W_scale_inv), "block": [b0, b1] (config.json's) or null,
-//  "config": path or null, "float8_unscaled": n (float8 tensors with no scale beside them)}.
+//  "config": path or null, "float8_unscaled": n (float8 tensors with no scale beside them),
+//  "mxfp4": n (X_blocks beside X_scales)}; null when it has neither kind.
 // Never throws for what dequantized_view would refuse: that is said when a write asks.
 nlohmann::json describe_quantization(const Checkpoint& ck);
 

@@ -25,6 +25,15 @@ unscaled fp8 tensor casts as torch's .to(); refusals, each naming the key and wr
 scaled weight (exit 5), a scale whose shape is not the weight's blocks (exit 3); a `_scale_inv`
 beside a weight that is not float8 (what transformers writes for a weight it leaves unquantized)
 is left out and reported.
+
+MXFP4 (GPT-OSS releases: X_blocks uint8 + X_scales uint8), on a folder made here (transformers'
+tiny GptOssForCausalLM, its experts as seeded random packed bytes and scales, edge scales 0, 1, 254,
+255 included): --dtype to every output against torch's _dequantize_tensor_mxfp4 (called directly:
+torch 2.15's reader returns wrong values through dcp.load), bit for bit; transformers'
+convert_moe_packed_tensors agrees (transposed); --map gpt-oss-mxfp4's folder loads in
+from_pretrained with transformers' own dequantized experts; --map torchtitan-gpt-oss gives
+torchtitan's names; inspect counts them; refusals (--map without --dtype, fp8 --dtype, misshapen
+scales); without --dtype the bytes as saved.
 """
 from __future__ import annotations
 
@@ -91,6 +100,162 @@ def resave(src: Path, dst: Path, edit) -> None:
     shutil.copy(src / "config.json", dst / "config.json")
     sd = edit(folder_tensors(src))
     save_file({k: v.contiguous() for k, v in sd.items()}, dst / "model.safetensors", metadata={"format": "pt"})
+
+
+def mxfp4_folder(d: Path) -> dict:
+    """A GPT-OSS folder as the releases ship it: transformers' GptOssForCausalLM (tiny, its own
+    init, saved by safetensors with its config) with the experts as MXFP4 `*_blocks` uint8
+    [E, out, in / 32, 16] + `*_scales` uint8 [E, out, in / 32]. The packed bytes are seeded random
+    (every nibble value); the scales span 2^-27 .. 2^13, and one layer's down_proj scales hold the
+    edges (0, 1: subnormal results; 254; 255, E8M0's NaN, which torch takes as 2^128)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    cfg = GptOssConfig(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+                       tie_word_embeddings=False, layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(6)
+    model = GptOssForCausalLM(cfg)
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()
+          if not (k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj"))}
+    g = torch.Generator().manual_seed(7)
+    E, H, F = 4, 32, 32
+    for layer in range(2):
+        for name, (out_dim, in_dim) in {"gate_up_proj": (2 * F, H), "down_proj": (H, F)}.items():
+            k = f"model.layers.{layer}.mlp.experts.{name}"
+            sd[k + "_blocks"] = torch.randint(0, 256, (E, out_dim, in_dim // 32, 16), generator=g, dtype=torch.uint8)
+            sc = torch.randint(100, 141, (E, out_dim, in_dim // 32), generator=g, dtype=torch.uint8)
+            if layer == 1 and name == "down_proj":
+                sc.view(-1)[:4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8)
+            sd[k + "_scales"] = sc
+    cfg.quantization_config = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    cfg.architectures = ["GptOssForCausalLM"]
+    d.mkdir()
+    cfg.save_pretrained(d)
+    half = sorted(sd)[: len(sd) // 2]  # two shards, scales apart from some of their blocks
+    shards = {"model-00001-of-00002.safetensors": {k: sd[k] for k in half},
+              "model-00002-of-00002.safetensors": {k: sd[k] for k in sd if k not in half}}
+    for f, part in shards.items():
+        save_file(part, d / f, metadata={"format": "pt"})
+    index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in sd.values())},
+             "weight_map": {k: f for f, part in shards.items() for k in part}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return sd
+
+
+def torch_mxfp4(src: Path, sd: dict, dtype: torch.dtype) -> dict:
+    """torch's arithmetic: QuantizedHuggingFaceStorageReader._dequantize_tensor_mxfp4 on each whole
+    X_blocks (called directly: torch 2.15's reader returns wrong values for such a folder through
+    dcp.load), keyed X_blocks as that reader names them."""
+    import types
+
+    r = QuantizedHuggingFaceStorageReader(path=str(src), thread_count=1, target_dtype=dtype)
+    out = {}
+    for k, b in sd.items():
+        if k.endswith("_blocks"):
+            req = types.SimpleNamespace(storage_offsets=[0, 0, 0], lengths=[b.shape[0], b.shape[1], b.shape[2] * b.shape[3] * 2])
+            out[k] = r._dequantize_tensor_mxfp4(blocks=b, scales=sd[k[: -len("_blocks")] + "_scales"], req=req, group_start=0,
+                                                offset_in_first_group=0)
+        elif not k.endswith("_scales"):
+            out[k] = sd[k].to(dtype) if sd[k].is_floating_point() else sd[k]
+    return out
+
+
+def bitwise(got: dict, want: dict, what: str) -> None:
+    """Keys, dtypes, shapes and bytes equal (NaN payloads too)."""
+    check(sorted(got) == sorted(want), f"{what}: keys differ: {sorted(set(got) ^ set(want))[:6]}")
+    bad = [k for k in want if k in got and not (got[k].dtype == want[k].dtype and got[k].shape == want[k].shape and
+                                               torch.equal(got[k].contiguous().view(torch.uint8), want[k].contiguous().view(torch.uint8)))]
+    check(not bad, f"{what}: differs bit for bit: {bad[:4]}")
+
+
+def mxfp4_checks(dcpctl: str, tmp: Path) -> None:
+    """MXFP4 (GPT-OSS releases) dequantized by --dtype as torch's reader computes it, to every
+    output; --map gpt-oss-mxfp4 gives the folder from_pretrained loads as a plain model (the
+    same experts transformers itself dequantizes); --map torchtitan-gpt-oss gives torchtitan's
+    names; refusals."""
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    mx = tmp / "mxfp4"
+    sd = mxfp4_folder(mx)
+    want32, want16 = torch_mxfp4(mx, sd, torch.float32), torch_mxfp4(mx, sd, torch.bfloat16)
+    blocks = [k for k in sd if k.endswith("_blocks")]
+    edge = "model.layers.1.mlp.experts.down_proj_blocks"
+    w = want32[edge]
+    check(torch.isinf(w).any() and not torch.isnan(w).any() and ((w != 0) & (w.abs() < 1.1754944e-38)).any(),
+          "the edge scales give inf and subnormals (no NaN) in torch's arithmetic")
+    # transformers' own dequantization is torch's transposed (finite values; NaN where both are)
+    for k in blocks:
+        tf = convert_moe_packed_tensors(sd[k], sd[k[: -len("_blocks")] + "_scales"], dtype=torch.float32)
+        check(torch.equal(torch.nan_to_num(tf.transpose(1, 2)), torch.nan_to_num(want32[k])), f"transformers' convert_moe_packed_tensors vs torch: {k}")
+
+    r = run(dcpctl, "inspect", mx, "--json")
+    if expect_rc(r, 0, "inspect of an MXFP4 folder"):
+        q = json.loads(r.stdout).get("quantization") or {}
+        check(q.get("mxfp4") == len(blocks) and q.get("scaled_weights") == 0, f"inspect --json quantization {q}")
+    r = run(dcpctl, "inspect", mx)
+    expect_rc(r, 0, "inspect (text) of an MXFP4 folder", f"{len(blocks)} MXFP4 weights")
+    out = tmp / "mx32.safetensors"
+    r = run(dcpctl, "consolidate", mx, "-o", out, "--dtype", "fp32", "--json")
+    if expect_rc(r, 0, "MXFP4 --dtype fp32"):
+        bitwise(load_file(out), want32, "MXFP4 --dtype fp32 vs torch's _dequantize_tensor_mxfp4")
+        deq = json.loads(r.stdout).get("dequantized") or {}
+        check(deq.get("mxfp4") == len(blocks) and deq.get("weights") == 0 and deq.get("block") is None, f"--json dequantized {deq}")
+    folder = tmp / "mx16"
+    r = run(dcpctl, "consolidate", mx, "-o", f"{folder}/", "--dtype", "bf16")
+    if expect_rc(r, 0, "MXFP4 --dtype bf16 to a folder"):
+        bitwise(folder_tensors(folder), want16, "MXFP4 --dtype bf16 vs torch's (bfloat16)")
+        check("quantization_config" not in json.loads((folder / "config.json").read_text()), "the folder's config.json keeps quantization_config")
+    dcp_out = tmp / "mx-dcp"
+    r = run(dcpctl, "reshard", mx, "-o", dcp_out, "--world-size", "2", "--dtype", "fp32")
+    if expect_rc(r, 0, "MXFP4 reshard --dtype fp32"):
+        bitwise(dcp_tensors(dcp_out), want32, "MXFP4 reshard -w 2 --dtype fp32 (torch's DCP reader)")
+
+    # --map gpt-oss-mxfp4: GptOssForCausalLM's own layout; from_pretrained loads it, experts equal
+    # to transformers' dequantization of the release (convert_moe_packed_tensors)
+    plain = tmp / "mx-plain"
+    r = run(dcpctl, "consolidate", mx, "-o", f"{plain}/", "--dtype", "fp32", "--map", "gpt-oss-mxfp4", "--json")
+    if expect_rc(r, 0, "MXFP4 --dtype fp32 --map gpt-oss-mxfp4"):
+        m = json.loads(r.stdout).get("map") or {}
+        check(m.get("direction") == "mxfp4->hf" and m.get("left_out") == [] and m.get("dropped") == [], f"--json map {m}")
+        model, info = AutoModelForCausalLM.from_pretrained(plain, dtype=torch.float32, output_loading_info=True)
+        check(not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"from_pretrained of the plain folder: {info}")
+        params = dict(model.named_parameters())
+        for k in blocks:
+            name = k[: -len("_blocks")]
+            tf = convert_moe_packed_tensors(sd[k], sd[name + "_scales"], dtype=torch.float32)
+            check(torch.equal(torch.nan_to_num(params[name].detach()), torch.nan_to_num(tf)), f"from_pretrained {name} vs transformers' dequantization")
+    # --map torchtitan-gpt-oss: torchtitan's names and layout ([E, 2F, D]: torch's as it reads them)
+    titan = tmp / "mx-titan"
+    r = run(dcpctl, "reshard", mx, "-o", titan, "--world-size", "1", "--dtype", "fp32", "--map", "torchtitan-gpt-oss")
+    if expect_rc(r, 0, "MXFP4 reshard --map torchtitan-gpt-oss"):
+        got = dcp_tensors(titan)
+        for layer in range(2):
+            for name, tt in (("gate_up_proj", "mlp1_weight_EGD"), ("down_proj", "mlp2_weight_EDF")):
+                k = f"layers.{layer}.moe.routed_experts.inner_experts.{tt}"
+                src = want32[f"model.layers.{layer}.mlp.experts.{name}_blocks"]
+                check(k in got and bitwise_one(got[k], src), f"--map torchtitan-gpt-oss: {k} vs torch's dequantized blocks")
+
+    # refusals (exit 5, naming the key, nothing written), and without --dtype the bytes as saved
+    for extra, rc, names in ((["--map", "torchtitan-gpt-oss"], EXIT_UNSUPPORTED, ["MXFP4", "--dtype"]),
+                             (["--dtype", "fp8_e4m3"], EXIT_UNSUPPORTED, ["MXFP4", "requantize"])):
+        o = tmp / "mx-refused"
+        r = run(dcpctl, "consolidate", mx, "-o", f"{o}/", *extra)
+        expect_rc(r, rc, f"MXFP4 with {' '.join(extra)}", "_blocks", *names)
+        no_output(o, tmp, f"MXFP4 with {' '.join(extra)}")
+    bad = tmp / "mx-badscale"
+    resave(mx, bad, lambda t: {**t, "model.layers.0.mlp.experts.down_proj_scales": t["model.layers.0.mlp.experts.down_proj_scales"][:, :8].clone()})
+    r = run(dcpctl, "consolidate", bad, "-o", tmp / "mxb.safetensors", "--dtype", "bf16")
+    expect_rc(r, EXIT_INVALID, "MXFP4 scales that are not the blocks' groups", "model.layers.0.mlp.experts.down_proj_scales", "groups")
+    no_output(tmp / "mxb.safetensors", tmp, "MXFP4 bad scales")
+    r = run(dcpctl, "consolidate", mx, "-o", tmp / "mx-raw.safetensors")
+    if expect_rc(r, 0, "MXFP4 without --dtype"):
+        bitwise(load_file(tmp / "mx-raw.safetensors"), sd, "MXFP4 without --dtype: blocks and scales as saved")
+
+
+def bitwise_one(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def main() -> int:
@@ -227,26 +392,7 @@ def main() -> int:
                   "the bf16 weight is cast as it is and its scale left out")
             check(json.loads(r.stdout)["dequantized"]["ignored_scales"] == [gate + SCALE], "ignored_scales names it")
 
-        # ---- MXFP4 (GPT-OSS's experts: X_blocks uint8 [.., G, 16] + X_scales uint8 [.., G]) is not
-        # dequantized yet: --dtype and --map refuse it (exit 5, naming the key, nothing written),
-        # without them the blocks and scales are copied byte for byte ----
-        mx = tmp / "mxfp4"
-        mx.mkdir()
-        g = torch.Generator().manual_seed(4)
-        gate_up = "model.layers.0.mlp.experts.gate_up_proj"
-        mx_sd = {gate_up + "_blocks": torch.randint(0, 256, (2, 8, 1, 16), generator=g, dtype=torch.uint8),
-                 gate_up + "_scales": torch.randint(120, 130, (2, 8, 1), generator=g, dtype=torch.uint8),
-                 "model.layers.0.self_attn.sinks": torch.randn(4, generator=g)}
-        save_file(mx_sd, mx / "model.safetensors", metadata={"format": "pt"})
-        (mx / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4"}}))
-        for extra in (["--dtype", "bf16"], ["--map", "torchtitan-gpt-oss"]):
-            out = tmp / "mx-out"
-            r = run(dcpctl, "consolidate", mx, "-o", f"{out}/", *extra)
-            expect_rc(r, EXIT_UNSUPPORTED, f"MXFP4 with {' '.join(extra)}", gate_up + "_blocks", "MXFP4", extra[0])
-            no_output(out, tmp, f"MXFP4 with {' '.join(extra)}")
-        r = run(dcpctl, "consolidate", mx, "-o", tmp / "mx.safetensors")
-        if expect_rc(r, 0, "MXFP4 without --dtype or --map"):
-            same_dicts(load_file(tmp / "mx.safetensors"), mx_sd, "MXFP4 copied as saved")
+        mxfp4_checks(dcpctl, tmp)
 
         # ---- an fp8 tensor with no scale is an ordinary tensor: --dtype casts it as torch does ----
         plain = tmp / "plain"

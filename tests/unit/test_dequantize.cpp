@@ -3,6 +3,7 @@
 // the definition element by element: float32(q[r, c]) * scale[r / b0, c / b1].
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -43,4 +44,43 @@ TEST_CASE("dequantize: any box of the weight, blocks cut at both edges, non-squa
 }
 
 }  // namespace
+}  // namespace dcpctl
+
+namespace dcpctl {
+
+TEST_CASE("dequantize: MXFP4 groups in a box of blocks, low nibble first, ldexp rounded once (edge scales)", "[dequantize]") {
+  // Blocks [2, 3, 2 groups, 2 bytes]; the box is row 1..2 of expert 1 (4 groups of 2 bytes).
+  const std::vector<int64_t> scale_shape = {2, 3, 2};
+  std::vector<uint8_t> scales(12);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(120 + i);
+  scales[8] = 0;    // 2^-127: subnormal results
+  scales[9] = 255;  // E8M0's NaN, which torch takes as 2^128
+  Box box{{1, 1, 0, 0}, {1, 2, 2, 2}};
+  const std::vector<uint8_t> packed = {0x10, 0x72, 0x8F, 0x01, 0x21, 0x77, 0xF1, 0x13};
+  std::vector<float> out(16, -7.0f);
+  dequantize_mxfp4(packed.data(), box, scales.data(), scale_shape, out.data());
+  const double e2m1[16] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
+  for (size_t g = 0; g < 4; ++g) {
+    const int scale = scales[(1 * 3 + 1 + g / 2) * 2 + g % 2];
+    for (size_t k = 0; k < 2; ++k) {
+      uint8_t byte = packed[g * 2 + k];
+      for (int nib = 0; nib < 2; ++nib) {
+        float want = static_cast<float>(std::ldexp(e2m1[nib ? byte >> 4 : byte & 15], scale - 127));
+        float got = out[g * 4 + k * 2 + static_cast<size_t>(nib)];
+        INFO("group " << g << " byte " << k << " nibble " << nib);
+        CHECK(std::memcmp(&got, &want, 4) == 0);
+      }
+    }
+  }
+  // The edges: group 0 (scale 0) gives subnormals, group 1 (scale 255): -6 * 2^128 = -inf,
+  // 0.5 * 2^128 = 2^127 (finite), 0 stays 0 (no NaN).
+  CHECK(out[0] == 0.0f);
+  CHECK(out[1] == static_cast<float>(std::ldexp(0.5, -127)));
+  CHECK(out[1] > 0.0f);
+  CHECK(std::isinf(out[4]));
+  CHECK(out[4] < 0.0f);
+  CHECK(out[6] == static_cast<float>(std::ldexp(1.0, 127)));
+  CHECK(out[7] == 0.0f);
+}
+
 }  // namespace dcpctl
