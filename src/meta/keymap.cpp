@@ -81,7 +81,7 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "note")
+          k != "tied" && k != "note")
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -128,6 +128,19 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
       if (!rule.experts.is_null()) bad_map(source, where + ": \"transpose\" with \"experts\" / \"stack\" is not a rule kind");
       if (!rule.groups.empty()) bad_map(source, where + ": \"transpose\" with \"groups\" is not a rule kind");
       if (rule.side[0].empty() || rule.side[1].empty()) bad_map(source, where + ": \"transpose\" needs both sides");
+    }
+    if (r.contains("tied")) {
+      const json& t = r["tied"];
+      bool ok = t.is_object() && t.size() == 1;
+      for (int s = 0; ok && s < 2; ++s)
+        if (t.contains(m.sides[s])) {
+          ok = t[m.sides[s]].is_string() && !list && rule.experts.is_null() && rule.rope.is_null() && !rule.transpose &&
+               !rule.side[0].empty() && !rule.side[1].empty() && Pattern::parse(rule.side[s][0].pattern, source).names.empty() &&
+               Pattern::parse(t[m.sides[s]].get<std::string>(), source).names.empty();
+          if (ok) rule.tied[s] = t[m.sides[s]].get<std::string>();
+        }
+      if (!ok || (rule.tied[0].empty() && rule.tied[1].empty()))
+        bad_map(source, where + ": \"tied\" is {SIDE: KEY} on a plain rename of two keys without placeholders");
     }
     rule.shape = list ? RuleShape::Concat : !rule.experts.is_null() ? RuleShape::Experts : RuleShape::OneToOne;
     m.rules.push_back(std::move(rule));
@@ -207,6 +220,7 @@ std::vector<std::string> rule_kinds(const KeyMap& map) {
     if (!r.experts.is_null()) kinds.insert("stack");
     if (!r.groups.empty()) kinds.insert("groups");
     if (r.transpose) kinds.insert("transpose");
+    if (!r.tied[0].empty() || !r.tied[1].empty()) kinds.insert("tied");
     bool rope = !r.rope.is_null();
     for (int s = 0; s < 2; ++s)
       for (const auto& p : r.side[s]) {

@@ -25,7 +25,8 @@
 // `experts`: the one tensor stacks `count` tensors along a new dimension `dim`, which the other
 // side holds one key each ({E} = 0 .. count-1). `transpose`: each tensor of one side is its
 // counterpart's with the last two dims swapped (grouped experts [E, out, in] <-> [E, in, out]); on a
-// list rule, each part is, and `dim` is a dimension of the one joined tensor. Parameters come from config.json (the first key of
+// list rule, each part is, and `dim` is a dimension of the one joined tensor. `tied` {SIDE: KEY}:
+// from SIDE, a missing key of a tied model is made from KEY (lm_head from the embedding). Parameters come from config.json (the first key of
 // a list that is present), else `default`; expressions are integer arithmetic (+ - * / and
 // parentheses) over parameters, config keys and integers.
 //
@@ -77,6 +78,10 @@ struct KeyMap {
     nlohmann::json experts;     // null or {"dim", "count"} ("experts" or "stack" in the file)
     std::string groups;         // a list rule: the concatenation repeats this many times (expression), or ""
     bool transpose = false;     // each tensor of one side is the other's with its last two dims swapped
+    // "tied": {SIDE: KEY}: mapping from SIDE, when the input lacks this 1:1 rule's key, config.json
+    // says tie_word_embeddings: true and the input has KEY, the output is a copy of KEY (the
+    // adapters' from_hf: lm_head.weight from model.embed_tokens.weight). Empty: none.
+    std::string tied[2];
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;
@@ -88,7 +93,7 @@ struct KeyMap {
 KeyMap load_key_map(const std::string& name_or_path);
 // The built-in maps, in name order.
 std::vector<KeyMap> builtin_key_maps();
-// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose.
+// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.
 std::vector<std::string> rule_kinds(const KeyMap& map);
 
 // Where a map's parameters come from: config.json's content, and its path for messages.
@@ -126,7 +131,7 @@ struct MappedTensor {
   std::vector<std::string> inputs;  // the input keys it is made of
   // What the rule does to them, for --dry-run: "rename", "rope", "split", "join", "unstack",
   // "stack" (and "rope" beside the latter where a part's rows are reordered, "transpose" where
-  // the last two dims are swapped).
+  // the last two dims are swapped; "copy" for a tied tensor made from another input).
   std::vector<std::string> transforms;
 };
 

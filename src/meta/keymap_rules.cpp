@@ -63,6 +63,7 @@ class MapBuilder {
       if (used_.count(it.key)) continue;
       if (!take(it)) out_.left_out.push_back(it.key);
     }
+    copy_tied();
     return finish();
   }
 
@@ -371,6 +372,29 @@ class MapBuilder {
       mt.inputs.push_back(keys[static_cast<size_t>(x)]);
     }
     out_.tensors.push_back(std::move(mt));
+  }
+
+  // A tied model's missing tensor (`tied`): when the input lacks a rule's key on its side and
+  // config.json ties the embeddings, the output is a copy of the rule's `tied` key, as the
+  // adapters' from_hf copies the embedding into lm_head.weight (torchtitan refuses a checkpoint
+  // without it). The copy is that saved tensor under the rule's output name.
+  void copy_tied() {
+    const bool ties = config_.json.is_object() && config_.json.contains("tie_word_embeddings") && config_.json["tie_word_embeddings"].is_boolean() &&
+                      config_.json["tie_word_embeddings"].get<bool>();
+    if (!ties) return;
+    for (size_t ri = 0; ri < map_.rules.size(); ++ri) {
+      const KeyMap::Rule& rule = map_.rules[ri];
+      if (rule.tied[from_].empty()) continue;
+      const std::string& own = rule.side[from_][0].pattern;
+      auto src = by_key_.find(rule.tied[from_]);
+      if (by_key_.count(own) || src == by_key_.end()) continue;
+      const TensorMeta& t = tensor(src->second);
+      MappedTensor mt = new_tensor(to_pat(ri, 0).fill({}, &params_), t.shape, t, ri);
+      mt.parts.push_back(whole_part(src->second));
+      mt.transforms = {"copy"};
+      mt.inputs.push_back(src->first);
+      out_.tensors.push_back(std::move(mt));
+    }
   }
 
   // ---- what the kinds share ----

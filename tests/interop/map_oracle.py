@@ -178,13 +178,11 @@ class Case:
 
     def expected_side_keys(self, hf_keys) -> set:
         """What a mapped import of the HF tensors hf_keys must hold: from_hf's keys (titan) or the
-        checkpoint's model keys (megatron), less lm_head.weight when tied and the input has none
-        (from_hf copies the embedding into it; dcpctl does not invent a tensor), less the MTP
+        checkpoint's model keys (megatron; a tied model's lm_head.weight the map's "tied" rule copies
+        from the embedding when the input has none, as from_hf does), less the MTP
         blocks' keys when the input lacks the MTP keys (hf/ of titan_deepseek_v3_mtp)."""
         hf_keys = set(hf_keys)
         keys = set(self.doc["expected_titan"]) if self.kind == "titan" else set(self.model_keys)
-        if self.tied and "lm_head.weight" not in hf_keys:
-            keys.discard("lm_head.weight")
         keys -= set(self.dropped_keys)  # nothing on the HF side makes them (dcpctl invents no tensor)
         if self.mtp_hf_keys and not (self.mtp_hf_keys & hf_keys):
             keys = {k for k in keys if not k.startswith("mtp_layers.")}
@@ -206,6 +204,17 @@ def cases(fixtures: Path) -> list[Case]:
     for name, m in CASES.items():
         d = root / name
         out.append(Case(name, d, m, json.loads((d / "expected.json").read_text())))
+    return out
+
+
+def with_tied_head(case: Case, hf: dict) -> dict:
+    """An HF state dict as a tied model's round trip gives it back: hf -> side copies the embedding
+    into lm_head.weight (the map's "tied" rule, as from_hf), and side -> hf keeps what the
+    checkpoint holds; so plus lm_head.weight (the embedding) when the case ties and hf has none."""
+    out = dict(hf)
+    for emb in ("model.embed_tokens.weight", "model.language_model.embed_tokens.weight"):
+        if case.tied and "lm_head.weight" not in out and emb in out:
+            out["lm_head.weight"] = out[emb]
     return out
 
 

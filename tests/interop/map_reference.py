@@ -44,6 +44,10 @@ Semantics (the schema's, docs in src/maps/README.md):
     (t.transpose(-2, -1)); on a list rule each part is, and "dim" is a dimension of the one joined
     tensor (Qwen 3.5's gate_up_proj = cat(w1ᵀ, w3ᵀ, -1) in torchtitan's adapter). Not with "rope",
     "groups" or a stack.
+  - "tied": {SIDE: KEY} on a rename of two keys without placeholders: mapping from SIDE, when the
+    input lacks the rule's SIDE key, config.json says tie_word_embeddings: true and the input has KEY,
+    the output is KEY's tensor under the rule's other name (the adapters' from_hf copies the
+    embedding into lm_head.weight).
   - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
     arithmetic (+ - * / and parentheses) over param names, config keys and integers; "/" must divide
     exactly. A param is resolved only when it is needed: by a rule that matched the input, or to
@@ -64,7 +68,7 @@ MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 SCHEMA = "dcpctl-map/1"
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "note"}
+_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note"}
 
 
 class MapError(Exception):
@@ -187,6 +191,13 @@ def validate(m: Any, where: str) -> None:
             if r["transpose"] and (len(present) != 2 or "rope" in r or "groups" in r or _stack_spec(r) is not None
                                    or any("rope" in p for s in present if isinstance(r[s], list) for p in r[s])):
                 fail(f"rule {i}: transpose needs both sides, and goes with no rope, groups or stack")
+        if "tied" in r:
+            t = r["tied"]
+            if not (isinstance(t, dict) and len(t) == 1 and set(t) <= set(sides) and all(isinstance(v, str) for v in t.values())
+                    and len(present) == 2 and all(isinstance(r[s], str) and not _pattern(r[s]).slots for s in present)
+                    and not set(r) & {"rope", "dim", "groups", "experts", "stack", "transpose"}
+                    and not any(_pattern(v).slots for v in t.values())):
+                fail(f"rule {i}: tied is {{SIDE: KEY}} on a plain rename of two keys without placeholders")
         if "stack" in r and "experts" in r:
             fail(f"rule {i}: 'stack' and 'experts' are synonyms: give one")
         st = _stack_spec(r)
@@ -633,6 +644,12 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
         if len(shapes) != 1:
             raise MapError(f"rule {idx} ({target}): slices of different shapes {sorted(shapes)}")
         put(target, torch.stack(slices, dim=st["dim"]))
+
+    if (config or {}).get("tie_word_embeddings") is True:
+        for rule in m["rules"]:
+            tied = (rule.get("tied") or {}).get(src)
+            if tied and rule[src] not in sd and tied in sd:
+                put(rule[dst], sd[tied])
 
     report = {"name": m["name"], "direction": f"{src}->{dst}", "mapped": mapped, "left_out": left_out,
               "dropped": dropped, "params": {k: params.values[k] for k in params.used}}

@@ -20,7 +20,7 @@ megatron_qwen (groups, stack + list)):
     from_pretrained of it: no missing keys, no unexpected keys but the MTP block's (transformers'
     DeepseekV3ForCausalLM has none; expected.json lists them), the recorded logits;
   - hf -> side on hf/ (transformers' save_pretrained) and on expected_hf: titan: equals
-    expected_titan.safetensors (less the tied lm_head.weight from_hf copies from the embedding; less
+    expected_titan.safetensors (the tied lm_head.weight copied from the embedding as from_hf does; less
     the MTP block for hf/, which lacks it), megatron: the checkpoint's own tensors; and back to hf
     again: the input;
   - controls that must fail: the other Llama map (0.2 names on a 0.3 checkpoint and the reverse)
@@ -116,7 +116,8 @@ def run_case(case: mo.Case, work: Path) -> None:
         problems(mo.check_side_tensors(case, back, hf_in.keys(), f"{case.name} {label} {case.import_direction}"))
         check(rep2["left_out"] == [] and rep2["dropped"] == [], f"{case.name}: {label} reverse left {rep2}")
         again, _ = apply_map(m, back, config)
-        problems(mo.compare_tensors(again, hf_in, set(hf_in), f"{case.name} {label} hf->{case.side}->hf"))
+        round_trip = mo.with_tied_head(case, hf_in)
+        problems(mo.compare_tensors(again, round_trip, set(round_trip), f"{case.name} {label} hf->{case.side}->hf"))
     if case.mtp_hf_keys:
         check(any(k.startswith("mtp_layers.") for k in results["expected_hf"]) and
               not any(k.startswith("mtp_layers.") for k in results["hf/"]),

@@ -35,7 +35,8 @@ Checks:
     and back) leaves the model's attention weights out (listed), it does not guess;
   - `reshard hf/ -o DCP/ --world-size 2 --map M` (convert_from_hf for an initial load): torch's
     reader of DCP/ gives the adapter's from_hf (expected_titan; the tied lm_head.weight, which hf/
-    does not hold, not invented; the MTP block, which hf/ does not hold, neither) or the Megatron
+    does not hold, copied from the embedding as from_hf does; the MTP block, which hf/ does not
+    hold, not invented) or the Megatron
     checkpoint's own tensors, split over 2 ranks; `consolidate DCP/ -o back/ --map M` gives hf/'s
     tensors back; (MTP) the same from expected_hf plus the release's extra MTP keys
     (embed_tokens, shared_head.head: dropped and reported): the whole expected_titan;
@@ -286,7 +287,8 @@ def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     back = work / f"{case.name}-back"
     r = dcpctl("consolidate", dcp, "-o", f"{back}/", "--map", case.map, "--config", case.config_path, "--no-assets")
     if ok(r, f"{case.name}: consolidate of the resharded DCP --map"):
-        problems(mo.compare_tensors(hf_tensors(back), hf_in, set(hf_in), f"{case.name}: hf -> DCP -> hf"))
+        round_trip = mo.with_tied_head(case, hf_in)
+        problems(mo.compare_tensors(hf_tensors(back), round_trip, set(round_trip), f"{case.name}: hf -> DCP -> hf"))
     return dcp, back
 
 
@@ -327,11 +329,19 @@ def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
     r = dcpctl("cast", dcp, "-o", cast, "--dtype", "bf16", "--map", case.map, "--config", case.config_path)
     if ok(r, f"{case.name}: cast --map"):
         got = dcp_oracle.flat_state_from_dcp(cast)
-        want = {k: v.to(torch.bfloat16) for k, v in case.hf_input().items()}
+        want = {k: v.to(torch.bfloat16) for k, v in mo.with_tied_head(case, case.hf_input()).items()}
         problems(mo.compare_tensors(got, want, set(want), f"{case.name}: cast --dtype bf16 --map"))
-    r = dcpctl("diff", dcp, case.hf_dir, "--map", case.map, "--config", case.config_path)
-    check(r.returncode == 0, f"{case.name}: diff DCP hf/ --map: exit {r.returncode} (want 0), "
+    # A tied model's import holds lm_head.weight (copied from the embedding, as from_hf does) and
+    # hf/ does not: that one key is only in the DCP, and the rest is identical.
+    tied = ["--exclude", "lm_head.weight"] if case.tied else []
+    r = dcpctl("diff", dcp, case.hf_dir, "--map", case.map, "--config", case.config_path, *tied)
+    check(r.returncode == 0, f"{case.name}: diff DCP hf/ --map {' '.join(tied)}: exit {r.returncode} (want 0), "
           f"{(r.stdout + r.stderr).strip()[-600:]!r}")
+    if case.tied:
+        r = dcpctl("diff", dcp, case.hf_dir, "--map", case.map, "--config", case.config_path, "--json")
+        keys = [k for k in jdoc(r, "diff --json (tied)").get("keys", []) if k.get("status") != "identical"]
+        check(r.returncode == 1 and [(k.get("key"), k.get("status")) for k in keys] == [("lm_head.weight", "only_in_a")],
+              f"{case.name}: diff DCP hf/ --map of a tied model: exit {r.returncode}, {keys}")
     r = dcpctl("diff", dcp, case.hf_dir, "--quiet")
     check(r.returncode == 1, f"{case.name}: diff DCP hf/ without --map: exit {r.returncode} (want 1)")
     changed = work / f"{case.name}-changed"

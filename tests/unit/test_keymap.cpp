@@ -554,3 +554,35 @@ TEST_CASE("keymap: a parameter from a dotted config key reads a nested object (t
 }
 
 }  // namespace dcpctl
+
+namespace dcpctl {
+
+TEST_CASE("keymap: a tied model's missing lm_head.weight is copied from the embedding, only when config.json ties") {
+  KeyMap km = map_of(R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["titan", "hf"],
+    "rules": [{"titan": "tok_embeddings.weight", "hf": "model.embed_tokens.weight"},
+              {"titan": "lm_head.weight", "hf": "lm_head.weight", "tied": {"hf": "model.embed_tokens.weight"}}]})");
+  CHECK(rule_kinds(km) == std::vector<std::string>{"rename", "tied"});
+  Checkpoint hf = checkpoint({tensor("model.embed_tokens.weight", {6, 2}, {{0, 0, 3, 2}, {3, 0, 3, 2}})});
+  MappedModel mm = apply_key_map(km, hf.md, all_items(hf.md), config(R"({"tie_word_embeddings": true})"));
+  REQUIRE(mm.tensors.size() == 2);
+  const MappedTensor& head = mm.tensors[1];
+  CHECK(head.meta.fqn == "lm_head.weight");
+  CHECK(head.transforms == std::vector<std::string>{"copy"});
+  CHECK(head.inputs == std::vector<std::string>{"model.embed_tokens.weight"});
+  CHECK(mm.inputs == 1);
+  ValueChunks v(hf.md, false, false);
+  for (const auto& got : assembled(hf.md, head, whole_box(head.meta))) CHECK(got == v.values(hf.md.tensors[0]));
+  // Not tied, or a head of its own, or the other direction: no copy.
+  CHECK(apply_key_map(km, hf.md, all_items(hf.md), config(R"({"tie_word_embeddings": false})")).tensors.size() == 1);
+  CHECK(apply_key_map(km, hf.md, all_items(hf.md), config("{}")).tensors.size() == 1);
+  Checkpoint own = checkpoint({tensor("model.embed_tokens.weight", {6, 2}, {{0, 0, 6, 2}}), tensor("lm_head.weight", {6, 2}, {{0, 0, 6, 2}})});
+  MappedModel kept = apply_key_map(km, own.md, all_items(own.md), config(R"({"tie_word_embeddings": true})"));
+  REQUIRE(kept.tensors.size() == 2);
+  CHECK(kept.tensors[1].transforms == std::vector<std::string>{"rename"});
+  Checkpoint titan = checkpoint({tensor("tok_embeddings.weight", {6, 2}, {{0, 0, 6, 2}})});
+  CHECK(apply_key_map(km, titan.md, all_items(titan.md), config(R"({"tie_word_embeddings": true})")).tensors.size() == 1);
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"],
+    "rules": [{"a": "l.{L}.w", "b": "m.{L}.w", "tied": {"b": "e"}}]})"), Catch::Contains("\"tied\" is {SIDE: KEY}"));
+}
+
+}  // namespace dcpctl
