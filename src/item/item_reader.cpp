@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "item/dequantize.h"
 #include "item/torch_zip.h"
@@ -233,58 +234,59 @@ void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const 
   read_chunk_bytes(t, chunk, 0, UINT64_MAX, dst);
 }
 
-// A dequantized view's weight (meta/quantized.h): its fp8 chunk and the whole scale, read as
-// saved, dequantized to float32.
-void ItemReader::read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
-  const TensorMeta& w = sw.weight;
-  uint64_t numel = w.chunk_numel(chunk), bytes = numel * 4;
+// A whole saved tensor (a dequantized view's scale), assembled from its chunks as saved.
+std::vector<uint8_t> ItemReader::read_whole(const TensorMeta& t) const {
+  const size_t item = itemsize(*t.dtype);
+  std::vector<uint8_t> out(t.numel() * item);
+  Box whole = whole_box(t);
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    std::vector<uint8_t> part(t.chunk_numel(c) * item);
+    read_raw(t, c, 0, part.size(), part.data());
+    Box cb = chunk_box(t, c);
+    copy_box(part.data(), cb, out.data(), whole, cb, item);
+  }
+  return out;
+}
+
+// Bytes [from, from + n) of a dequantized view's chunk of `values` float32s (n = UINT64_MAX: to
+// its end), which `compute` writes whole; `saved` names it in messages.
+void ItemReader::read_computed(const TensorMeta& saved, size_t chunk, uint64_t values, uint64_t from, uint64_t n, void* dst,
+                               const std::function<void(float*)>& compute) const {
+  const uint64_t bytes = values * 4;
   if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
   if (from > bytes || n > bytes - from)
-    throw FormatError(Where(ck_.metadata_path, std::nullopt, w.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
-                                                                        std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+    throw FormatError(Where(ck_.metadata_path, std::nullopt, saved.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) +
+                                                                            ", +" + std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
   if (n == 0) return;
-  std::vector<uint8_t> q(numel);
-  read_raw(w, chunk, 0, numel, q.data());
-  const TensorMeta& s = sw.scale;
-  std::vector<float> scale(s.numel());
-  Box whole = whole_box(s);
-  for (size_t c = 0; c < s.num_chunks(); ++c) {
-    std::vector<uint8_t> part(s.chunk_numel(c) * 4);
-    read_raw(s, c, 0, part.size(), part.data());
-    Box cb = chunk_box(s, c);
-    copy_box(part.data(), cb, reinterpret_cast<uint8_t*>(scale.data()), whole, cb, 4);
-  }
-  std::vector<float> own(from == 0 && n == bytes ? 0 : numel);
-  float* out = own.empty() ? static_cast<float*>(dst) : own.data();
-  dequantize_fp8_blocks(*w.dtype, q.data(), chunk_box(w, chunk), scale.data(), s.shape[1], sw.block, out);
+  std::vector<float> own(from == 0 && n == bytes ? 0 : values);
+  compute(own.empty() ? static_cast<float*>(dst) : own.data());
   if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
 }
 
-// A dequantized view's MXFP4 weight: its chunk of blocks and the whole scales, read as saved,
+// A dequantized view's fp8 weight (meta/quantized.h): its chunk and the whole scale, read as saved,
 // dequantized to float32.
+void ItemReader::read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  const TensorMeta& w = sw.weight;
+  const uint64_t numel = w.chunk_numel(chunk);
+  read_computed(w, chunk, numel, from, n, dst, [&](float* out) {
+    std::vector<uint8_t> q(numel);
+    read_raw(w, chunk, 0, numel, q.data());
+    std::vector<uint8_t> scale = read_whole(sw.scale);
+    dequantize_fp8_blocks(*w.dtype, q.data(), chunk_box(w, chunk), reinterpret_cast<const float*>(scale.data()), sw.scale.shape[1], sw.block, out);
+  });
+}
+
+// A dequantized view's MXFP4 weight: its chunk of blocks and the whole scales, read as saved,
+// dequantized to float32 (two values a byte).
 void ItemReader::read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
   const TensorMeta& b = mw.blocks;
-  uint64_t q = b.chunk_numel(chunk), bytes = q * 2 * 4;  // two values a byte, float32
-  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-  if (from > bytes || n > bytes - from)
-    throw FormatError(Where(ck_.metadata_path, std::nullopt, b.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
-                                                                        std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-  if (n == 0) return;
-  std::vector<uint8_t> packed(q);
-  read_raw(b, chunk, 0, q, packed.data());
-  const TensorMeta& s = mw.scales;
-  std::vector<uint8_t> scales(s.numel());
-  Box whole = whole_box(s);
-  for (size_t c = 0; c < s.num_chunks(); ++c) {
-    std::vector<uint8_t> part(s.chunk_numel(c));
-    read_raw(s, c, 0, part.size(), part.data());
-    Box cb = chunk_box(s, c);
-    copy_box(part.data(), cb, scales.data(), whole, cb, 1);
-  }
-  std::vector<float> own(from == 0 && n == bytes ? 0 : q * 2);
-  float* out = own.empty() ? static_cast<float*>(dst) : own.data();
-  dequantize_mxfp4(packed.data(), chunk_box(b, chunk), scales.data(), s.shape, out);
-  if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
+  const uint64_t q = b.chunk_numel(chunk);
+  read_computed(b, chunk, q * 2, from, n, dst, [&](float* out) {
+    std::vector<uint8_t> packed(q);
+    read_raw(b, chunk, 0, q, packed.data());
+    std::vector<uint8_t> scales = read_whole(mw.scales);
+    dequantize_mxfp4(packed.data(), chunk_box(b, chunk), scales.data(), mw.scales.shape, out);
+  });
 }
 
 void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {

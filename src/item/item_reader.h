@@ -8,6 +8,7 @@
 // and reports mismatches with file, offset and key. Safe to use from several threads.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -101,6 +102,9 @@ class ItemReader {
   void read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   void read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   void read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
+  std::vector<uint8_t> read_whole(const TensorMeta& t) const;
+  void read_computed(const TensorMeta& saved, size_t chunk, uint64_t values, uint64_t from, uint64_t n, void* dst,
+                     const std::function<void(float*)>& compute) const;
 
   const Checkpoint& ck_;
   ItemLimits limits_;
