@@ -99,15 +99,14 @@ void transpose_rows(const uint8_t* src, uint64_t s_row, uint8_t* dst, uint64_t d
 void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item) {
   const size_t nd = in.offsets.size();
   if (in.numel() == 0 || nd < 2) return;
-  std::vector<uint64_t> ss(nd, item), ds(nd, item);
+  std::vector<uint64_t> ss(nd, item);
   for (size_t k = nd; k-- > 1;) ss[k - 1] = ss[k] * static_cast<uint64_t>(sb.sizes[k]);
   // The destination's C-order strides over db's sizes with the last two exchanged, then given
   // back to the source frame's dims (the last two exchanged again).
   std::vector<int64_t> os = db.sizes;
   std::swap(os[nd - 2], os[nd - 1]);
-  std::vector<uint64_t> ostr(nd, item);
-  for (size_t k = nd; k-- > 1;) ostr[k - 1] = ostr[k] * static_cast<uint64_t>(os[k]);
-  ds = ostr;
+  std::vector<uint64_t> ds(nd, item);
+  for (size_t k = nd; k-- > 1;) ds[k - 1] = ds[k] * static_cast<uint64_t>(os[k]);
   std::swap(ds[nd - 2], ds[nd - 1]);
   uint64_t s0 = 0, d0 = 0;
   for (size_t k = 0; k < nd; ++k) {
@@ -268,7 +267,7 @@ void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& targ
     return o;
   };
   const Box s = to_saved(in);
-  auto box = std::make_shared<const Box>(to_saved(target));
+  const Box box = to_saved(target);
   for (size_t c = 0; c < t.num_chunks(); ++c) {
     Box cb = chunk_box(t, c);
     Piece p;
@@ -279,7 +278,7 @@ void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& targ
     auto f = std::make_shared<PieceFrames>();
     f->in = p.in;
     f->chunk = cb;
-    f->box = *box;
+    f->box = box;
     f->transpose = true;
     p.frames = std::move(f);
     out.push_back(std::move(p));
