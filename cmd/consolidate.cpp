@@ -36,20 +36,18 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-OutputFormat pick_format(const ConsolidateCliOptions& o) {
+const Format* pick_format(const ConsolidateCliOptions& o) {
   if (!o.format.empty()) {
-    if (o.format == "safetensors") return OutputFormat::Safetensors;
-    if (o.format == "hf") return OutputFormat::HfDir;
-    if (o.format == "torch") return OutputFormat::Torch;
-    throw UsageError(Where(), "--format must be safetensors, hf or torch");
+    if (const Format* f = formats::by_flag(o.format)) return f;
+    throw UsageError(Where(), "--format must be " + formats::flags());
   }
   const std::string& out = o.output;
   bool file_name = ends_with(out, ".safetensors") || ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin");
   if (!o.max_shard_size.empty() && file_name)
     throw UsageError(Where(out), "--max-shard-size writes a directory of shards; give DIR/ as the output");
-  if (ends_with(out, "/") || is_directory(out) || !o.max_shard_size.empty()) return OutputFormat::HfDir;
-  if (ends_with(out, ".safetensors")) return OutputFormat::Safetensors;
-  if (ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin")) return OutputFormat::Torch;
+  if (ends_with(out, "/") || is_directory(out) || !o.max_shard_size.empty()) return &formats::hf_folder;
+  if (ends_with(out, ".safetensors")) return &formats::safetensors;
+  if (ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin")) return &formats::torch_file;
   throw UsageError(Where(out), "cannot tell the output format from the name: use a .safetensors, .pt/.pth/.bin "
                                "or DIR/ output, or --format");
 }
@@ -66,7 +64,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
   co.keep_unsafe_values = o.keep_unsafe;
-  if (!o.assets.empty() && co.format != OutputFormat::HfDir)
+  if (!o.assets.empty() && co.format != &formats::hf_folder)
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
   co.copy_assets = !o.no_assets;
   co.assets_from = o.assets;
@@ -77,7 +75,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   co.group = group.get();
   co.local_files = o.dist.local_files;
   co.parallel_write = o.parallel_write;
-  if (o.parallel_write && co.format != OutputFormat::HfDir)
+  if (o.parallel_write && !co.format->sharded)
     throw UsageError(Where(o.output), "--parallel-write writes whole shards of a DIR/ (Hugging Face) output");
   if (o.parallel_write && !group) throw UsageError(Where(), "--parallel-write needs several processes (launch with torchrun)");
   bool quiet = o.quiet || (group && group->rank() != 0);
@@ -136,8 +134,11 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("-o,--output", o->output, "Output: FILE.safetensors, DIR/ (Hugging Face shards), or FILE.pt/.pth/.bin")
       ->required()
       ->type_name("PATH");
-  sub->add_option("--format", o->format, "Output format when the name does not tell: safetensors, hf or torch")
-      ->check(CLI::IsMember({"safetensors", "hf", "torch"}))
+  std::vector<std::string> words;
+  for (const Format* f : formats::all())
+    if (f->consolidate_writer && !f->flag.empty()) words.emplace_back(f->flag);
+  sub->add_option("--format", o->format, "Output format when the name does not tell: " + formats::flags())
+      ->check(CLI::IsMember(words))
       ->type_name("FORMAT");
   sub->add_option("--max-shard-size", o->max_shard_size, "Largest shard of a DIR/ output (5GB decimal as Hugging Face, 4GiB, bytes; default 5GB)")
       ->type_name("SIZE");

@@ -3,7 +3,6 @@
 #include "plan/deal.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <unordered_set>
 
 #include "item/item_reader.h"  // ItemLimits: what decoding a zstd item may take beyond its bytes
@@ -15,12 +14,13 @@ using nlohmann::json;
 
 namespace {
 
-bool to_safetensors(const Target& t) { return t.kind == Target::Safetensors || t.kind == Target::HfDir; }
+bool rank_files(const Target& t) { return t.format->writing == Writing::RankFiles; }
+bool in_order(const Target& t) { return t.format->writing == Writing::InOrder; }
 
-// The boxes a tensor is written as, and the rank of each (Dcp); one whole box otherwise.
+// The boxes a tensor is written as, and the rank of each (RankFiles); one whole box otherwise.
 void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
                   size_t out_item, std::vector<Box>& boxes, std::vector<uint32_t>& ranks) {
-  if (target.kind != Target::Dcp) {
+  if (!rank_files(target)) {
     boxes.push_back(whole_box(t));
     ranks.push_back(0);
     return;
@@ -91,11 +91,11 @@ uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record&
   if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
   r.window_elems = std::max<uint64_t>(1, elems);
   const bool parts = pt.mapped && !pt.renamed;  // a key map's output assembled from parts
-  if (target.kind == Target::TorchZip || !r.runs || parts) {
+  if (in_order(target) || !r.runs || parts) {
     // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
     // the dense copy a chunk that is not a run (or gives a key map's output several pieces) is
     // placed from; the .pt writer reads its chunks on all threads at once.
-    uint64_t reads = target.kind == Target::TorchZip ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
+    uint64_t reads = in_order(target) ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
     uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !parts ? 0 : 1);
     return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
   }
@@ -239,7 +239,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   plan.cast = CastChoice(cast);
 
   int world = 1;
-  if (target.kind == Target::Dcp) {
+  if (rank_files(target)) {
     world = target.world_size;
     if (target.keep_layout) {
       world = 1;
@@ -265,9 +265,9 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
   }
   }
-  coverage.refuse_if_incomplete(Where(ck.dir), target.kind == Target::Dcp ? "reshard" : "write a partial model");
+  coverage.refuse_if_incomplete(Where(ck.dir), rank_files(target) ? "reshard" : "write a partial model");
   refuse_scaled_casts(ck, plan);
-  if (to_safetensors(target)) {
+  if (target.format->tensors_only) {
     for (const auto& pt : plan.tensors)
       if (!*info(pt.dst).safetensors_name)
         throw UnsupportedError(Where(ck.metadata_path, std::nullopt, pt.t->fqn),
@@ -280,21 +280,21 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   const Record* neediest = nullptr;
   for (auto& pt : plan.tensors) {
     const TensorMeta& t = *pt.t;
-    uint64_t read_need = target.kind == Target::Dcp ? source_read_need(plan.records, pt.records) : 0;
+    uint64_t read_need = rank_files(target) ? source_read_need(plan.records, pt.records) : 0;
     for (size_t ri : pt.records) {
       Record& r = plan.records[ri];
-      if (target.kind == Target::Dcp) {
+      if (rank_files(target)) {
         // The assembled chunk, its cast, and what reading a source chunk takes.
         uint64_t n = r.box.numel();
         r.need = n * itemsize(pt.src) + (pt.dst != pt.src ? n * itemsize(pt.dst) : 0) + read_need;
       } else {
         r.need = consolidated_need(t, pt, r, target);
       }
-      // A streaming record (.pt, DCP) whose pieces can all be read in place goes out through the
+      // A streaming record (InOrder, RankFiles) whose pieces can all be read in place goes out through the
       // stream window and needs no buffer. Asked only when it would not fit (the answer reads each
       // source item's data.pkl); a chunk that cannot be read counts in full here and fails when
       // written.
-      bool streaming_writer = target.kind == Target::Dcp || target.kind == Target::TorchZip;
+      bool streaming_writer = target.format->writing != Writing::AtOffsets;
       if (streaming_writer && target.max_memory && r.need > target.max_memory && r.streams && in_place) {
         bool all = true;
         try {
@@ -313,36 +313,35 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     throw UsageError(Where(ck.metadata_path, std::nullopt, plan.meta(*neediest).fqn),
                      "writing " + neediest->box.text() + " needs " + std::to_string(plan.largest_need) +
                          " bytes of buffers at once, more than --max-memory " + std::to_string(plan.budget) + "; raise --max-memory" +
-                         (target.kind == Target::Dcp ? " or use more target ranks" : ""));
+                         (rank_files(target) ? " or use more target ranks" : ""));
 
-  // The files and the records each holds.
-  if (target.kind == Target::Dcp) {
-    for (int r = 0; r < world; ++r) plan.files.push_back({"__" + std::to_string(r) + "_0.distcp", {}, rank_bytes[static_cast<size_t>(r)]});
-    for (size_t i = 0; i < plan.records.size(); ++i) plan.files[plan.records[i].dest].records.push_back(i);
-  } else if (to_safetensors(target)) {
-    uint64_t cap = target.kind == Target::HfDir ? target.max_shard_size : UINT64_MAX;
-    for (size_t i = 0; i < plan.records.size(); ++i) {
-      Record& r = plan.records[i];
-      if (plan.files.empty() || (plan.files.back().data_bytes + r.out_bytes > cap && !plan.files.back().records.empty()))
-        plan.files.emplace_back();
-      PlannedFile& f = plan.files.back();
-      r.dest = static_cast<uint32_t>(plan.files.size() - 1);
-      r.offset = f.data_bytes;
-      f.data_bytes += r.out_bytes;
-      f.records.push_back(i);
+  // The files and the records each holds, named by the format.
+  switch (target.format->writing) {
+    case Writing::RankFiles:
+      for (int r = 0; r < world; ++r) plan.files.push_back({"", {}, rank_bytes[static_cast<size_t>(r)]});
+      for (size_t i = 0; i < plan.records.size(); ++i) plan.files[plan.records[i].dest].records.push_back(i);
+      break;
+    case Writing::AtOffsets: {
+      uint64_t cap = target.format->sharded ? target.max_shard_size : UINT64_MAX;
+      for (size_t i = 0; i < plan.records.size(); ++i) {
+        Record& r = plan.records[i];
+        if (plan.files.empty() || (plan.files.back().data_bytes + r.out_bytes > cap && !plan.files.back().records.empty()))
+          plan.files.emplace_back();
+        PlannedFile& f = plan.files.back();
+        r.dest = static_cast<uint32_t>(plan.files.size() - 1);
+        r.offset = f.data_bytes;
+        f.data_bytes += r.out_bytes;
+        f.records.push_back(i);
+      }
+      break;
     }
-    for (size_t f = 0; f < plan.files.size(); ++f) {
-      char name[64];
-      if (target.kind == Target::HfDir && plan.files.size() > 1)
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, plan.files.size());
-      else
-        std::snprintf(name, sizeof name, "model.safetensors");
-      plan.files[f].name = name;
-    }
-  } else {
-    plan.files.push_back({"", {}, plan.total_bytes});
-    for (size_t i = 0; i < plan.records.size(); ++i) plan.files[0].records.push_back(i);
+    case Writing::InOrder:
+      plan.files.push_back({"", {}, plan.total_bytes});
+      for (size_t i = 0; i < plan.records.size(); ++i) plan.files[0].records.push_back(i);
+      break;
   }
+  if (target.format->file_name)
+    for (size_t f = 0; f < plan.files.size(); ++f) plan.files[f].name = target.format->file_name(f, plan.files.size());
   return plan;
 }
 

@@ -30,16 +30,19 @@
 #include "meta/pieces.h"
 #include "meta/select.h"
 #include "util/dtype.h"
+#include "write/formats/format.h"
 
 namespace dcpctl {
 
 // What is written.
 struct Target {
-  enum Kind { Safetensors, HfDir, TorchZip, Dcp } kind = Safetensors;
-  uint64_t max_shard_size = 5'000'000'000;  // HfDir: data bytes per shard
-  int world_size = 0;                       // Dcp: target ranks (Fsdp layout)
-  bool keep_layout = false;                 // Dcp: the source's chunks, on the ranks whose files held them
-  unsigned threads = 1;                     // TorchZip: an assembled record reads its chunks on all threads
+  // The output format (write/formats/format.h): the planner asks only how it writes its files
+  // (Writing), whether it is sharded, whether it holds tensors only, and how its files are named.
+  const Format* format = &formats::safetensors;
+  uint64_t max_shard_size = 5'000'000'000;  // a sharded format: data bytes per file
+  int world_size = 0;                       // RankFiles: target ranks (Fsdp layout)
+  bool keep_layout = false;                 // RankFiles: the source's chunks, on the ranks whose files held them
+  unsigned threads = 1;                     // InOrder: an assembled record reads its chunks on all threads
   uint64_t window = 64ull << 20;            // safetensors: the copy window of a chunk read in place
   uint64_t max_memory = 0;                  // --max-memory (0: automatic, see memory_budget)
   // --map: the outputs are the key map's tensors (meta/keymap.h), made of parts of the selected
@@ -52,15 +55,15 @@ struct Record {
   size_t tensor = 0;       // index into WritePlan::tensors
   Box box;                 // the whole tensor, or one target chunk
   std::vector<Piece> pieces;
-  uint32_t dest = 0;       // output file (safetensors), target rank (Dcp); 0 for a .pt
-  uint64_t offset = 0;     // safetensors: where the record's bytes start in its file's data section
+  uint32_t dest = 0;       // output file (AtOffsets), target rank (RankFiles); 0 for InOrder's one file
+  uint64_t offset = 0;     // AtOffsets: where the record's bytes start in its file's data section
   uint64_t out_bytes = 0;  // bytes written, in the target dtype
   bool runs = false;       // every piece is a run: each can be written at its own offset
   // Every piece a run of an untransformed chunk, the runs tiling the box, and not empty: the
   // record's bytes go out in order, each piece read in place a window at a time.
   bool streams = false;
   uint64_t need = 0;       // bytes of buffers writing the record holds at once
-  // safetensors, a run read in place: elements per copy window (Target::window, made smaller
+  // AtOffsets, a run read in place: elements per copy window (Target::window, made smaller
   // when that would not fit --max-memory); its need is one window and its cast.
   uint64_t window_elems = 0;
 };
@@ -93,7 +96,7 @@ struct WritePlan {
   std::vector<const SelectedItem*> values;  // the selected non-tensor items
   std::vector<PlannedTensor> tensors;       // in state_dict order
   std::vector<Record> records;              // tensor by tensor
-  std::vector<PlannedFile> files;           // safetensors shards, the .pt, or target ranks' files
+  std::vector<PlannedFile> files;           // the format's files: shards, the one file, or target ranks' files
   CastChoice cast{std::nullopt};
   uint64_t total_bytes = 0;   // tensor bytes written
   uint64_t largest_need = 0;  // the most any record holds at once
@@ -106,8 +109,8 @@ struct WritePlan {
 
 // Plans the write; throws on anything the write would refuse (see the top of this file).
 // `in_place` (optional) tells whether a chunk can be read in place (ItemReader::direct_run: its
-// item is an untransformed, contiguous tensor); it is asked only about streaming records (.pt,
-// DCP) that would not otherwise fit --max-memory: when every piece can, the record goes out
+// item is an untransformed, contiguous tensor); it is asked only about streaming records
+// (InOrder, RankFiles) that would not otherwise fit --max-memory: when every piece can, the record goes out
 // through the stream window and needs no buffer. Without it such a record counts as assembled.
 WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::optional<DType> cast, const Target& target,
                      const std::function<bool(const TensorMeta&, size_t)>& in_place = nullptr);

@@ -68,8 +68,8 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
 uint64_t plan_uploads(const WriteJob& job, json& summary) {
   const WritePlan& plan = job.plan;
   const WriteOptions& o = job.request.o;
+  const Format& format = *plan.target.format;
   std::vector<size_t> mine = job.deal.files_of(job.me);
-  if (plan.target.kind == Target::TorchZip) mine = job.leader ? std::vector<size_t>{0} : std::vector<size_t>{};
   uint64_t values = 0;
   for (const SelectedItem* it : plan.values) values += job.request.ck.md.bytes[it->index].storage.length;
   uint64_t largest = 0;
@@ -80,21 +80,7 @@ uint64_t plan_uploads(const WriteJob& job, json& summary) {
     largest = std::max(largest, est);
   }
   const uint64_t part = upload_part_size(largest);
-  unsigned want = 0, least = 0;
-  if (plan.target.kind == Target::Dcp) {
-    // Each rank file being written holds the part it fills and the one going out.
-    unsigned at_once = static_cast<unsigned>(std::min<size_t>(std::max(1u, o.threads), mine.size()));
-    want = 2 * at_once;
-    least = at_once;
-  } else if (plan.target.kind == Target::TorchZip) {
-    want = mine.empty() ? 0 : 2;
-    least = mine.empty() ? 0 : 1;
-  } else {
-    // Parts written at offsets: the tasks under way (as many as lanes) leave at most two parts
-    // each unfinished, and one more (write/upload.h); three let one task run at a time.
-    want = mine.empty() ? 0 : 2 * job.deal.lanes + 2;
-    least = mine.empty() ? 0 : 3;
-  }
+  auto [want, least] = format.part_buffers(mine.size(), job.deal.lanes, std::max(1u, o.threads));
   // Rank 0 writes the last, small files (index, .metadata, config) after the others.
   if (job.leader) want = std::max(want, 1u), least = std::max(least, 1u);
   unsigned buffers = want;
@@ -127,8 +113,7 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
       for (size_t r : job.plan.files[f].records)
         for (const Piece& p : job.plan.records[r].pieces) refs.push_back(p.source->storage[p.chunk]);
   }
-  const bool values_written = job.plan.target.kind == Target::TorchZip || job.plan.target.kind == Target::Dcp;
-  if (job.leader && values_written)
+  if (job.leader && job.plan.target.format->writes_values)
     for (const SelectedItem* v : job.plan.values) refs.push_back(md.bytes[v->index].storage);
   return refs;
 }
@@ -218,6 +203,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
       }
       Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
       executor.direct_io = o.direct_io;
+      executor.remote = remote;
       if (remote) executor.cfr_ok = false;  // no descriptor to copy_file_range into
       try {
         writer.write(job, executor, set_up);

@@ -7,6 +7,7 @@
 #include "util/crc32.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
+#include "write/formats/format.h"
 #include "write/stream.h"
 #include "write/torch_save.h"
 
@@ -41,7 +42,7 @@ std::optional<std::vector<FileRun>> in_place_runs(ChunkSource& src, const Tensor
 
 }  // namespace
 
-void Executor::dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win) {
+void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win) {
   const Record& r = plan.records[ri];
   const PlannedTensor& pt = plan.tensors[r.tensor];
   uint64_t n = r.box.numel();
@@ -58,7 +59,17 @@ void Executor::dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, St
   write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
 }
 
-void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, const LeadFn& lead, const PlacedFn& placed) {
+void Executor::write(const Deal& deal, int me, FileSink& files) {
+  switch (plan.target.format->writing) {
+    case Writing::AtOffsets: write_at_offsets(deal.tasks, me, deal.lanes, files); break;
+    case Writing::InOrder:
+      if (!deal.writer_of.empty() && deal.writer_of[0] == me) write_in_order(deal.tasks, files);
+      break;
+    case Writing::RankFiles: write_rank_files(deal.files_of(me), files); break;
+  }
+}
+
+void Executor::write_rank_files(const std::vector<size_t>& files, FileSink& sink) {
   // The uses of chunks that cannot be read in place (zstd), announced up front: a source that
   // decodes one for several target chunks keeps it until the last (item/decoded_chunks.h).
   for (size_t f : files)
@@ -72,24 +83,25 @@ void Executor::write_dcp(const std::vector<size_t>& files, const OpenFn& open, c
     WorkerBuffers scratch(gate);  // declared before the file: reservations end after it closes
     StreamWindow win;             // outside the budget
     win.direct_reads = direct_io;
-    std::unique_ptr<OutputFile> out = open(files[i]);
+    std::unique_ptr<OutputFile> out = sink.create(files[i]);
     if (direct_io) out->stage_appends(kAppendWindow);
-    lead(files[i], *out, win);
+    sink.lead(files[i], *out, win);
     for (size_t ri : plan.files[files[i]].records) {
       uint64_t start = out->appended();
-      dcp_record(ri, *out, scratch, win);
-      placed(ri, start, out->appended() - start);
+      rank_file_record(ri, *out, scratch, win);
+      sink.placed(ri, start, out->appended() - start);
       prog.add(plan.records[ri].out_bytes);
     }
     out->commit();
   });
 }
 
-void Executor::safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out, WorkerBuffers& scratch) {
+void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& scratch) {
   const Record& r = plan.records[task.record];
   const PlannedTensor& pt = plan.tensors[r.tensor];
   const TensorMeta& t = *pt.t;
-  uint64_t base = headers[r.dest].size() + r.offset;
+  OutputFile& out = files.file(r.dest);
+  uint64_t base = files.data_start(r.dest) + r.offset;
   size_t si = itemsize(pt.src), di = itemsize(pt.dst);
   std::vector<uint8_t> conv;
   std::optional<DirectRun> run = task.whole ? std::nullopt : src.in_place(t, task.chunks.front().chunk);
@@ -170,25 +182,24 @@ void Executor::safetensors_task(const Task& task, const std::vector<std::string>
 
 // Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
 // source is ordered, else all threads share them.
-void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
-                                 std::vector<std::unique_ptr<OutputFile>>& outs) {
+void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned lanes, FileSink& files) {
   // An s3:// output (write/upload.h): a task starts only a few tasks past the earliest unfinished
   // one, and waits for that before it takes any memory (so the lane the earliest task needs is never
   // short of memory held by lanes that wait); the parts left unfinished stay within the pool.
-  const bool remote = !outs.empty() && outs[0] && outs[0]->remote();
-  if (remote) {
+  const bool admit = remote && std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.writer == me; });
+  if (admit) {
     std::vector<bool> mine(tasks.size());
     for (size_t i = 0; i < tasks.size(); ++i) mine[i] = tasks[i].writer == me;
     admit_tasks(mine);
   }
   auto one = [&](size_t i, WorkerBuffers& scratch) {
     const Task& task = tasks[i];
-    if (remote) {
+    if (admit) {
       scratch.release();
       task_begin(i);
     }
-    safetensors_task(task, headers, *outs[plan.records[task.record].dest], scratch);
-    if (remote) task_end(i);
+    offsets_task(task, files, scratch);
+    if (admit) task_end(i);
   };
   // Each lane keeps its scratch (the copy window) across its tasks; a failed lane stops the rest.
   std::atomic<size_t> next{0};
@@ -214,10 +225,11 @@ void Executor::write_safetensors(const std::vector<Task>& tasks, const std::vect
 
 // data.pkl, then every record in order: streamed piece by piece when the plan says so (read in
 // place through the stream window, or received / decoded whole inside the gate), else assembled.
-void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out, const MoreFn& more) {
+void Executor::write_in_order(const std::vector<Task>& tasks, FileSink& files) {
+  OutputFile& out = files.file(0);
   if (direct_io) out.stage_appends(kAppendWindow);
   TorchSaveWriter zw(out);
-  zw.write_pickle(pickle);
+  zw.write_pickle(files.pickle());
   StreamWindow win;  // outside the budget
   win.direct_reads = direct_io;
   std::vector<uint8_t> conv;
@@ -251,7 +263,7 @@ void Executor::write_pt(const std::vector<Task>& tasks, const std::string& pickl
     }
     prog.add(r.out_bytes);
   }
-  if (more) more(zw, out);
+  files.after_records(zw, out);
   zw.finish();
 }
 

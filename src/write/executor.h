@@ -1,6 +1,6 @@
 // The executor: carries out a write plan (plan/plan.h) over a ChunkSource (item/chunk_source.h),
-// for every target the planner plans: a safetensors file or HF directory, a torch zip (.pt), and
-// the rank files of a DCP checkpoint. execute (write/execute.h) plans, sets up the outputs and
+// for every way a format writes its files (write/formats/format.h): records at offsets in files
+// with a header (safetensors), in order into one zip (.pt), and into rank files (DCP). execute (write/execute.h) plans, sets up the outputs and
 // commits them; what moves bytes from the saved chunks into the outputs, inside the memory gate
 // and with progress, is here, once. The tasks (plan/deal.h) say which records a writer writes and on
 // which lane.
@@ -31,6 +31,27 @@ namespace dcpctl {
 
 class TorchSaveWriter;
 
+// The files a format hands the executor to write into; what each method is for depends on how
+// the format writes (write/formats/format.h: Writing).
+class FileSink {
+ public:
+  virtual ~FileSink() = default;
+  // AtOffsets, InOrder: planned file `f` as the leader's set-up created it (AtOffsets: its header
+  // written, its data section starting at data_start(f)).
+  virtual OutputFile& file(size_t f) = 0;
+  virtual uint64_t data_start(size_t f) const { (void)f; return 0; }
+  // InOrder: the zip's data.pkl, and what is appended after the records (storages of its own:
+  // write/lightning_meta.h).
+  virtual std::string pickle() { return {}; }
+  virtual void after_records(TorchSaveWriter& zip, OutputFile& out) { (void)zip, (void)out; }
+  // RankFiles: creates planned file `f` (the calling thread writes and commits it), appends what
+  // precedes its records (rank 0's non-tensor items, through `win`), and learns where each record
+  // landed.
+  virtual std::unique_ptr<OutputFile> create(size_t f) { (void)f; return nullptr; }
+  virtual void lead(size_t f, OutputFile& out, StreamWindow& win) { (void)f, (void)out, (void)win; }
+  virtual void placed(size_t record, uint64_t offset, uint64_t length) { (void)record, (void)offset, (void)length; }
+};
+
 struct Executor {
   const WritePlan& plan;
   ChunkSource& src;
@@ -47,27 +68,20 @@ struct Executor {
   bool direct_io = false;
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
 
-  // safetensors / HF directory: every task of writer `me`, on `lanes` lanes, into `outs` (one per
-  // planned file, already holding its header `headers[f]`).
-  void write_safetensors(const std::vector<Task>& tasks, const std::vector<std::string>& headers, int me, unsigned lanes,
-                         std::vector<std::unique_ptr<OutputFile>>& outs);
-  // .pt: data.pkl (`pickle`), then every task in order, then what `more` appends (storages of
-  // its own: write/lightning_meta.h), into `out`.
-  using MoreFn = std::function<void(TorchSaveWriter&, OutputFile&)>;
-  void write_pt(const std::vector<Task>& tasks, const std::string& pickle, OutputFile& out, const MoreFn& more = nullptr);
+  bool remote = false;              // the outputs are s3:// objects (write/upload.h)
 
-  // DCP: the planned rank files `files`, `threads` at a time, each by one thread: `open` creates
-  // the file, `lead` appends what precedes its chunks (rank 0's non-tensor items, through `win`),
-  // then each record is appended as one torch.save blob and `placed(record, offset, length)` says
-  // where; the file is committed after its last record.
-  using OpenFn = std::function<std::unique_ptr<OutputFile>(size_t file)>;
-  using LeadFn = std::function<void(size_t file, OutputFile& out, StreamWindow& win)>;
-  using PlacedFn = std::function<void(size_t record, uint64_t offset, uint64_t length)>;
-  void write_dcp(const std::vector<size_t>& files, const OpenFn& open, const LeadFn& lead, const PlacedFn& placed);
+  // Writes this process's share (`me`, as `deal` says) into `files`, as the plan's format writes
+  // (write/formats/format.h): AtOffsets, every task of writer `me` on the deal's lanes; InOrder,
+  // on the writer of the one file, data.pkl then every record in order then what follows them;
+  // RankFiles, each rank file dealt to `me`, `threads` at a time, each by one thread.
+  void write(const Deal& deal, int me, FileSink& files);
 
  private:
-  void safetensors_task(const Task& task, const std::vector<std::string>& headers, OutputFile& out, WorkerBuffers& scratch);
-  void dcp_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
+  void write_at_offsets(const std::vector<Task>& tasks, int me, unsigned lanes, FileSink& files);
+  void write_in_order(const std::vector<Task>& tasks, FileSink& files);
+  void write_rank_files(const std::vector<size_t>& mine, FileSink& files);
+  void offsets_task(const Task& task, FileSink& files, WorkerBuffers& scratch);
+  void rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
 };
 
 }  // namespace dcpctl

@@ -403,7 +403,7 @@ LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan,
   std::string path = join_path(ck.dir, kLightningMetaFile);
   if (!dcp || !path_exists(path) || is_directory(path)) return r;
   std::string why;
-  if (o.format != OutputFormat::Torch)
+  if (o.format->tensors_only)
     why = "safetensors holds tensors only";
   else if (!o.lightning_meta)
     why = "--no-lightning-meta";

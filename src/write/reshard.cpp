@@ -1,159 +1,16 @@
 #include "write/reshard.h"
 
-#include <algorithm>
-#include <cstring>
-
-#include "dist/group.h"
-#include "write/dcp_metadata.h"
 #include "meta/quantized.h"
 #include "write/execute.h"
-#include "write/executor.h"
-#include "write/output.h"
-#include "write/run.h"
-#include "write/stream.h"
+#include "write/formats/format.h"
 
 namespace dcpctl {
 
 using nlohmann::json;
 
-namespace {
-
-// A DCP checkpoint: each target rank's file (its chunks, one torch.save blob each; rank 0's file
-// first holds the non-tensor items, copied as they are), then `.metadata` last, as DCP writes it,
-// so a checkpoint without it is visibly incomplete. Under torchrun each process writes the rank
-// files dealt to it and tells rank 0 where each chunk landed.
-class DcpWriter final : public OutputWriter {
- public:
-  explicit DcpWriter(const ReshardOptions& o) : o_(o) {}
-  const char* name() const override { return "reshard"; }
-  bool decode_once() const override { return true; }
-
-  void planned(WriteJob& job, json& summary) override {
-    const WritePlan& plan = job.plan;
-    const int world = static_cast<int>(plan.files.size());
-    summary["layout"] = o_.layout == Layout::Keep ? "keep" : "fsdp";
-    summary["world_size"] = world;
-    summary["non_tensor_items"] = plan.values.size();
-    json ranks = json::array();
-    for (int r = 0; r < world; ++r) {
-      const PlannedFile& f = plan.files[static_cast<size_t>(r)];
-      ranks.push_back({{"rank", r}, {"file", f.name}, {"chunks", f.records.size()}, {"tensor_bytes", f.data_bytes},
-                       {"non_tensor_items", r == 0 ? plan.values.size() : 0}});
-    }
-    summary["ranks"] = ranks;
-    describe_metadata(job);
-  }
-
-  // Rank 0 makes the temporary directory every process writes into.
-  std::string set_up(WriteJob&) override {
-    dir_ = std::make_unique<OutputDir>(o_.output);
-    return dir_->temp_path();
-  }
-
-  void write(WriteJob& job, Executor& ex, const std::string& dir_path) override {
-    const WritePlan& plan = job.plan;
-    const Metadata& md = job.request.ck.md;
-    const std::vector<size_t> mine = job.deal.files_of(job.me);
-    ex.write_dcp(mine, [&](size_t rank) { return std::make_unique<OutputFile>(dir_path + "/" + plan.files[rank].name); },
-                 [&](size_t rank, OutputFile& out, StreamWindow& win) {
-      if (rank != 0) return;
-      // Non-tensor items first, as DCP writes them: their bytes (and transforms) unchanged.
-      for (size_t b = 0; b < plan.values.size(); ++b) {
-        const BytesMeta& bm = md.bytes[plan.values[b]->index];
-        MetaBytesOut& mb = mo_.bytes[b];
-        mb.fqn = plan.values[b]->key;
-        mb.file = 0;
-        mb.offset = out.appended();
-        mb.length = bm.storage.length;
-        mb.transforms = md.transform_sets.at(bm.storage.transforms);
-        // Copied as they are (still encoded), through the stream window (past the page cache
-        // with --io direct): a large non-tensor item costs no more memory than a small one. The
-        // copy's reads check the CRC-32 of every record in the item.
-        const ReadFile& in = job.reader.watched_item_file(bm);
-        stream_runs(out, {{&in, bm.storage.offset, bm.storage.length, bm.fqn}}, DType::UInt8, DType::UInt8, win);
-      }
-    }, [&](size_t ri, uint64_t offset, uint64_t length) {
-      chunk_out(job.plan, ri).offset = offset;
-      chunk_out(job.plan, ri).length = length;
-    });
-    if (job.group && !job.leader) {
-      // Tell rank 0 where this process's chunks landed: [record, offset, length].
-      json locs = json::array();
-      for (size_t r : mine)
-        for (size_t ri : plan.files[r].records) locs.push_back({ri, chunk_out(plan, ri).offset, chunk_out(plan, ri).length});
-      job.group->publish("locs/" + std::to_string(job.me), locs.dump());
-    }
-  }
-
-  void commit(WriteJob& job) override {
-    for (int p = 1; job.group && p < job.group->size(); ++p)
-      for (const auto& l : json::parse(job.group->fetch("locs/" + std::to_string(p)))) {
-        size_t ri = l.at(0).get<size_t>();
-        if (ri >= job.plan.records.size()) throw IoError(Where(), "rank " + std::to_string(p) + " reported a chunk outside the plan");
-        MetaChunkOut& mc = chunk_out(job.plan, ri);
-        mc.offset = l.at(1).get<uint64_t>();
-        mc.length = l.at(2).get<uint64_t>();
-      }
-    // .metadata last: a checkpoint without it is visibly incomplete.
-    std::string pkl = metadata_pickle(mo_);
-    {
-      OutputFile meta(dir_->temp_path() + "/.metadata");
-      meta.append(pkl.data(), pkl.size());
-      meta.commit();
-    }
-    dir_->commit();
-  }
-
- private:
-  // The output's .metadata as far as the plan tells it; where each chunk lands is filled in as
-  // it is written.
-  void describe_metadata(const WriteJob& job) {
-    const WritePlan& plan = job.plan;
-    mo_.save_id = uuid4();
-    mo_.checkpoint_id = o_.output;
-    for (const PlannedFile& f : plan.files) mo_.files.push_back(f.name);
-    mo_.tensors.resize(plan.tensors.size());
-    part_.resize(plan.records.size());
-    for (size_t i = 0; i < plan.tensors.size(); ++i) {
-      const PlannedTensor& pt = plan.tensors[i];
-      MetaTensorOut& mt = mo_.tensors[i];
-      mt.fqn = pt.key;
-      mt.dtype_name = torch_name(pt.dst);
-      mt.requires_grad = pt.t->requires_grad;
-      mt.shape = pt.t->shape;
-      mt.chunks.resize(pt.records.size());
-      for (size_t c = 0; c < pt.records.size(); ++c) {
-        const Record& r = plan.records[pt.records[c]];
-        part_[pt.records[c]] = c;
-        mt.chunks[c].offsets = r.box.offsets;
-        mt.chunks[c].sizes = r.box.sizes;
-        mt.chunks[c].file = r.dest;
-      }
-    }
-    mo_.bytes.resize(plan.values.size());
-    size_t ti = 0, bi = 0;
-    for (const auto& it : plan.items) {
-      if (it.tensor) {
-        if (ti < plan.tensors.size() && plan.tensors[ti].key == it.key) mo_.order.emplace_back(true, static_cast<uint32_t>(ti++));
-      } else {
-        mo_.order.emplace_back(false, static_cast<uint32_t>(bi++));
-      }
-      if (!it.path.empty() && job.request.ck.md.has_planner_data) mo_.planner_data[it.key] = it.path;
-    }
-  }
-  MetaChunkOut& chunk_out(const WritePlan& plan, size_t ri) { return mo_.tensors[plan.records[ri].tensor].chunks[part_[ri]]; }
-
-  const ReshardOptions& o_;
-  MetadataOut mo_;
-  std::vector<size_t> part_;  // a record's index among its tensor's chunks
-  std::unique_ptr<OutputDir> dir_;
-};
-
-}  // namespace
-
 json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   Target target;
-  target.kind = Target::Dcp;
+  target.format = &formats::dcp;
   target.world_size = o.world_size;
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
@@ -162,8 +19,8 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   const Checkpoint& in = view ? *view : ck;
   std::optional<MappedModel> mapped = map_selection(in, o);
   target.map = mapped ? &*mapped : nullptr;
-  DcpWriter writer(o);
-  return execute({in, o, target, command}, writer);
+  std::unique_ptr<OutputWriter> writer = formats::dcp.reshard_writer(o);
+  return execute({in, o, target, command}, *writer);
 }
 
 }  // namespace dcpctl

@@ -11,8 +11,9 @@
 // contiguous CPU tensor, as torch writes them); non-tensor items are copied byte for byte (with
 // their transforms) into rank 0's file; `.metadata` (dcp_metadata.h) is written last, and the
 // whole directory appears only when complete (written under a temporary name, then renamed).
-// The targets and their pieces are planned by plan/plan.h (Target::Dcp) and written by the executor
-// (write/executor.h, Executor::write_dcp); this sets up the directory, the .metadata and the commit.
+// The targets and their pieces are planned by plan/plan.h and written by the executor
+// (write/executor.h) into the `dcp` format's files (write/formats/dcp_checkpoint.cpp: the
+// directory, the .metadata, the commit); this translates the options.
 #pragma once
 
 #include <functional>

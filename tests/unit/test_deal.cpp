@@ -25,7 +25,7 @@ Checkpoint two_rank_checkpoint() {
 
 Target hf_dir(uint64_t shard) {
   Target t;
-  t.kind = Target::HfDir;
+  t.format = &formats::hf_folder;
   t.max_shard_size = shard;
   return t;
 }
@@ -75,7 +75,7 @@ TEST_CASE("deal: files go to writers by bytes with --parallel-write, else all to
 TEST_CASE("deal: a DCP checkpoint's rank files are dealt to the processes by bytes") {
   Checkpoint ck = checkpoint({tensor("w", {40}, {{0, 40}})});
   Target dcp;
-  dcp.kind = Target::Dcp;
+  dcp.format = &formats::dcp;
   dcp.world_size = 4;
   WritePlan plan = plan_write(ck, {}, std::nullopt, dcp);
   REQUIRE(plan.files.size() == 4);

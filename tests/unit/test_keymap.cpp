@@ -282,9 +282,9 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
   CHECK_FALSE(renames_whole(ck.md, mm.tensors[0]));
   CHECK(renames_whole(ck.md, mm.tensors[1]));
 
-  for (Target::Kind kind : {Target::Safetensors, Target::TorchZip, Target::Dcp}) {
+  for (const Format* kind : {&formats::safetensors, &formats::torch_file, &formats::dcp}) {
     Target plain;
-    plain.kind = kind;
+    plain.format = kind;
     plain.world_size = 2;
     Target mapped = plain;
     mapped.map = &mm;
@@ -310,12 +310,12 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
     }
     for (size_t ri : wq.records) CHECK_FALSE(b.records[ri].streams);
     // Dealt like the unmapped tensor: the permuted one is one assembled task, the renamed one not.
-    if (kind == Target::Dcp) continue;  // a DCP rank file is written record by record, no tasks
+    if (kind == &formats::dcp) continue;  // a DCP rank file is written record by record, no tasks
     DealRequest rq;
     Deal d = deal_work(ck, b, rq);
     for (const Task& t : d.tasks) {
       if (b.records[t.record].tensor == 0) CHECK(t.whole);
-      if (b.records[t.record].tensor == 1) CHECK(t.whole == (kind == Target::TorchZip && !b.records[t.record].streams));
+      if (b.records[t.record].tensor == 1) CHECK(t.whole == (kind == &formats::torch_file && !b.records[t.record].streams));
     }
   }
 }

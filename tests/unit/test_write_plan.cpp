@@ -190,7 +190,7 @@ TEST_CASE("plan: consolidated records, the streaming decision and the safetensor
   ck.md.transform_sets.push_back({"zstd"});
 
   Target st;
-  st.kind = Target::Safetensors;
+  st.format = &formats::safetensors;
   WritePlan plan = plan_write(ck, {}, std::nullopt, st);
   REQUIRE(plan.records.size() == 4);
   const Record &r0 = plan.records[0], &r1 = plan.records[1], &r2 = plan.records[2], &r3 = plan.records[3];
@@ -217,7 +217,7 @@ TEST_CASE("plan: consolidated records, the streaming decision and the safetensor
 
   // A .pt assembles what does not stream, reading chunks on all threads at once.
   Target pt = st;
-  pt.kind = Target::TorchZip;
+  pt.format = &formats::torch_file;
   pt.threads = 4;
   WritePlan tp = plan_write(ck, {}, std::nullopt, pt);
   CHECK(tp.records[0].streams);
@@ -235,7 +235,7 @@ TEST_CASE("plan: consolidated records, the streaming decision and the safetensor
 TEST_CASE("plan: HF shards split at --max-shard-size, whole records only") {
   Checkpoint ck = checkpoint({tensor("a", {10}, {{0, 10}}), tensor("b", {10}, {{0, 10}}), tensor("c", {30}, {{0, 30}})});
   Target hf;
-  hf.kind = Target::HfDir;
+  hf.format = &formats::hf_folder;
   hf.max_shard_size = 80;  // bytes: a and b (40 each) fit together, c (120) alone
   WritePlan plan = plan_write(ck, {}, std::nullopt, hf);
   REQUIRE(plan.files.size() == 2);
@@ -252,7 +252,7 @@ TEST_CASE("plan: DCP targets, Shard(0) over M ranks with one empty shard, and th
   TensorMeta s = tensor("step", {}, {{}});
   Checkpoint ck = checkpoint({w, s}, 2);
   Target dcp;
-  dcp.kind = Target::Dcp;
+  dcp.format = &formats::dcp;
   dcp.world_size = 4;
   WritePlan plan = plan_write(ck, {}, std::nullopt, dcp);
   // torch.chunk of 5 rows over 4: 2, 2, 1, then one empty shard at offset 5.
@@ -290,7 +290,7 @@ TEST_CASE("plan: budgets, the in-place probe and refusals before any write") {
   TensorMeta w = tensor("w", {1024, 256}, {{0, 0, 512, 256}, {512, 0, 512, 256}});  // 1 MiB float32
   Checkpoint ck = checkpoint({w});
   Target dcp;
-  dcp.kind = Target::Dcp;
+  dcp.format = &formats::dcp;
   dcp.world_size = 1;
   // Assembled, target 0 holds the whole tensor and one source chunk's read: 1 MiB + 512 KiB.
   WritePlan plan = plan_write(ck, {}, std::nullopt, dcp);
@@ -308,7 +308,7 @@ TEST_CASE("plan: budgets, the in-place probe and refusals before any write") {
 
   // The same for a .pt: a streamed record read in place holds only the stream window.
   Target zip;
-  zip.kind = Target::TorchZip;
+  zip.format = &formats::torch_file;
   zip.max_memory = 512 << 10;
   CHECK(plan_write(ck, {}, std::nullopt, zip, [](const TensorMeta&, size_t) { return true; }).records[0].need == 0);
   CHECK_THROWS_AS(plan_write(ck, {}, std::nullopt, zip), UsageError);
@@ -327,7 +327,7 @@ TEST_CASE("plan: budgets, the in-place probe and refusals before any write") {
   Checkpoint cplx = checkpoint({tensor("c", {4}, {{0, 4}}, DType::Complex128)});
   CHECK_THROWS_AS(plan_write(cplx, {}, std::nullopt, st), UnsupportedError);
   Target pt;
-  pt.kind = Target::TorchZip;
+  pt.format = &formats::torch_file;
   CHECK_NOTHROW(plan_write(cplx, {}, std::nullopt, pt));
   Checkpoint unknown = checkpoint({tensor("u", {4}, {{0, 4}})});
   unknown.md.tensors[0].dtype.reset();

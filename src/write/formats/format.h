@@ -1,0 +1,78 @@
+// Output formats: one module each, one row each.
+//
+// A format is a row of the table in formats.cpp (a `Format`) and a module in this folder that
+// makes its writer (an OutputWriter, write/execute.h: what it derives from the plan, how its
+// outputs are created, written and committed). The planner (plan/plan.h), the deal (plan/deal.h),
+// the executor (write/executor.h) and the upload planner (write/execute.cpp) ask a format only what
+// its row says, never which format it is; consolidate and reshard translate options and pick a
+// row. A new format is a new module and a new row (docs/architecture.md, "A new output format").
+//
+//   safetensors     safetensors_file.cpp  one .safetensors file
+//   hf-safetensors  hf_folder.cpp         a Hugging Face folder: shards, their index, the config
+//   torch           torch_file.cpp        a torch.save zip (.pt), nested as dcp_to_torch_save nests
+//   dcp             dcp_checkpoint.cpp    a DCP checkpoint: one file per target rank, .metadata last
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dcpctl {
+
+class OutputWriter;
+struct ConsolidateOptions;
+struct ReshardOptions;
+
+// How a format's files are written; what the planner, the deal and the executor need to know.
+enum class Writing {
+  // Files that start with a header, each record at the offset the plan gives it, in any order and
+  // on many lanes (a run of a record straight to its place); rank 0 creates them.
+  AtOffsets,
+  // One file, records appended in plan order on one lane; a record streams (goes out front to
+  // back through the stream window) where the plan says so; rank 0 creates and writes it.
+  InOrder,
+  // One file per target rank, each appended record by record by one thread of the process it is
+  // dealt to; the records are target chunks, not whole tensors.
+  RankFiles,
+};
+
+// The part buffers a process holds while uploading its files to s3:// (write/upload.h): what it
+// wants, and the fewest it can work with (a --max-memory too small for them is refused).
+struct PartBuffers {
+  unsigned want = 0, least = 0;
+};
+
+struct Format {
+  std::string_view name;     // the summary's "format", and --format's word unless `flag` says otherwise
+  std::string_view flag;     // --format's word ("hf"); empty: --format does not choose it
+  Writing writing = Writing::AtOffsets;
+  bool tensors_only = false;   // holds tensors only, of the dtypes safetensors has
+  bool writes_values = false;  // writes the selected non-tensor items (so the leader reads them)
+  bool folder = false;         // the output is a directory of files
+  bool sharded = false;        // AtOffsets: files of at most --max-shard-size data bytes each
+  // The name of planned file `index` of `count` (inside the folder, for a folder); a format of one
+  // file not in a folder is named by the output path.
+  std::string (*file_name)(size_t index, size_t count) = nullptr;
+  // Part buffers for uploading `files` (those this process writes) with `lanes` writing lanes and
+  // `threads` threads.
+  PartBuffers (*part_buffers)(size_t files, unsigned lanes, unsigned threads) = nullptr;
+  // Its writer, for the command that writes it (consolidate's formats, or reshard's).
+  std::unique_ptr<OutputWriter> (*consolidate_writer)(const ConsolidateOptions&) = nullptr;
+  std::unique_ptr<OutputWriter> (*reshard_writer)(const ReshardOptions&) = nullptr;
+};
+
+// The rows (formats.cpp).
+namespace formats {
+extern const Format safetensors, hf_folder, torch_file, dcp;
+// Every row, in the order --help lists them.
+const std::vector<const Format*>& all();
+// The consolidate format --format WORD names; nullptr if none.
+const Format* by_flag(std::string_view word);
+// "safetensors, hf or torch": the words --format takes.
+std::string flags();
+}  // namespace formats
+
+}  // namespace dcpctl

@@ -1,0 +1,90 @@
+#include "write/formats/safetensors_file.h"
+
+#include "write/executor.h"
+#include "write/safetensors.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+void SafetensorsFiles::plan_files(WriteJob& job, json& summary) {
+  const WritePlan& plan = job.plan;
+  headers_.assign(plan.files.size(), {});
+  for (size_t f = 0; f < plan.files.size(); ++f) {
+    std::vector<SafetensorsEntry> entries;
+    for (size_t ri : plan.files[f].records) {
+      const Record& r = plan.records[ri];
+      const PlannedTensor& pt = plan.tensors[r.tensor];
+      entries.push_back({pt.key, pt.dst, pt.t->shape, r.offset, r.offset + r.out_bytes});
+    }
+    headers_[f] = safetensors_header(entries, metadata());
+  }
+  outs_.resize(plan.files.size());
+  json fj = json::array();
+  for (size_t f = 0; f < plan.files.size(); ++f)
+    fj.push_back({{"path", path_of(plan.files[f])}, {"tensors", plan.files[f].records.size()}, {"bytes", headers_[f].size() + plan.files[f].data_bytes}});
+  more_files(plan, fj);
+  summary["files"] = fj;
+}
+
+// Rank 0 creates the outputs under temporary names (their headers written, their space
+// reserved); writers of other shards open them there (a shared filesystem, --parallel-write).
+std::string SafetensorsFiles::set_up(WriteJob& job) {
+  const WritePlan& plan = job.plan;
+  if (o_.format->folder) dir_ = std::make_unique<OutputDir>(o_.output);
+  std::string list;
+  for (size_t f = 0; f < outs_.size(); ++f) {
+    outs_[f] = std::make_unique<OutputFile>(dir_ ? dir_->path_of(plan.files[f].name) : o_.output);
+    outs_[f]->reserve(headers_[f].size() + plan.files[f].data_bytes);
+    outs_[f]->pwrite_all(headers_[f].data(), headers_[f].size(), 0);
+    list += outs_[f]->temp_path() + "\n";
+  }
+  return list;
+}
+
+void SafetensorsFiles::write_files(WriteJob& job, Executor& ex, const std::string& paths) {
+  if (!job.leader && o_.parallel_write) {
+    size_t f = 0;
+    for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
+      if (f < outs_.size() && job.deal.writer_of[f] == job.me) outs_[f] = OutputFile::open_shared(paths.substr(a, b - a));
+  }
+  ex.write(job.deal, job.me, *this);
+}
+
+// The weights, then what the folder adds (the config and tokenizer files, then the index): in an
+// s3:// folder, where each file appears as it is committed, the files from_pretrained looks for
+// first come last.
+void SafetensorsFiles::commit(WriteJob& job) {
+  for (auto& f : outs_) f->commit();
+  if (dir_) {
+    finish_folder(job);
+    dir_->commit();
+  }
+}
+
+PartBuffers at_offsets_part_buffers(size_t files, unsigned lanes, unsigned threads) {
+  (void)threads;
+  return files == 0 ? PartBuffers{0, 0} : PartBuffers{2 * lanes + 2, 3};
+}
+
+namespace {
+
+class SafetensorsFile final : public SafetensorsFiles {
+ public:
+  using SafetensorsFiles::SafetensorsFiles;
+};
+
+}  // namespace
+
+const Format formats::safetensors = [] {
+  Format f;
+  f.name = f.flag = "safetensors";
+  f.writing = Writing::AtOffsets;
+  f.tensors_only = true;
+  f.file_name = [](size_t, size_t) { return std::string("model.safetensors"); };
+  f.part_buffers = at_offsets_part_buffers;
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<SafetensorsFile>(o); };
+  return f;
+}();
+
+}  // namespace dcpctl
