@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
@@ -27,6 +28,7 @@ using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
   std::string format, max_shard_size, assets;
+  std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base;
   bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
 };
 
@@ -60,7 +62,28 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   ConsolidateOptions co;
   ProgressLine progress(wants_progress(o));
   to_write_options(o, co, progress);
-  co.format = pick_format(o);
+  co.lora.mode = o.lora == "adapter" ? LoraMode::Adapter : o.lora == "merge" ? LoraMode::Merge : LoraMode::Keep;
+  const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty();
+  if (co.lora.mode == LoraMode::Keep && lora_options)
+    throw UsageError(Where(), "--lora-name, --lora-config, --lora-alpha and --lora-base go with --lora adapter or --lora merge");
+  co.lora.name = o.lora_name;
+  co.lora.config_file = o.lora_config;
+  co.lora.base_model = o.lora_base;
+  if (!o.lora_alpha.empty()) {
+    char* end = nullptr;
+    double a = std::strtod(o.lora_alpha.c_str(), &end);
+    if (end == o.lora_alpha.c_str() || *end != 0 || !(a > 0) || !std::isfinite(a)) throw UsageError(Where(), "--lora-alpha must be a positive number");
+    co.lora.alpha = a;
+  }
+  if (co.lora.mode == LoraMode::Adapter) {
+    // The adapter folder PEFT loads: it has one format.
+    if (!o.format.empty() || !o.max_shard_size.empty() || !o.assets.empty() || !o.map.empty())
+      throw UsageError(Where(o.output), "--lora adapter writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json): "
+                                        "--format, --max-shard-size, --assets and --map do not apply");
+    co.format = &formats::peft_adapter;
+  } else {
+    co.format = pick_format(o);
+  }
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
   co.keep_unsafe_values = o.keep_unsafe;
@@ -162,6 +185,16 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
       ->type_name("SIZE");
   add_io_option(sub, *o);
   add_map_options(sub, o->map, o->config);
+  sub->add_option("--lora", o->lora,
+                  "LoRA adapters in the checkpoint: keep (write the keys as they are), adapter (DIR/: a PEFT adapter folder) or merge "
+                  "(the base model with the adapter folded in)")
+      ->check(CLI::IsMember({"keep", "adapter", "merge"}))
+      ->capture_default_str()
+      ->type_name("MODE");
+  sub->add_option("--lora-name", o->lora_name, "The adapter to export or merge, when the checkpoint holds several")->type_name("NAME");
+  sub->add_option("--lora-config", o->lora_config, "The adapter's adapter_config.json (default: one beside the checkpoint)")->type_name("FILE");
+  sub->add_option("--lora-alpha", o->lora_alpha, "The adapter's lora_alpha, when no adapter_config.json says it")->type_name("N");
+  sub->add_option("--lora-base", o->lora_base, "--lora adapter: base_model_name_or_path for adapter_config.json")->type_name("NAME");
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");

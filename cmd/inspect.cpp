@@ -132,6 +132,20 @@ void render_summary(const json& r) {
     if (q.value("mxfp4", uint64_t{0}) > 0) std::cout << q["mxfp4"].get<uint64_t>() << " MXFP4 weights (_blocks with their _scales)";
     std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
   }
+  if (const json& l = r["lora"]; !l.is_null()) {
+    for (const json& a : l["adapters"]) {
+      std::cout << "LoRA        adapter " << (a["name"].is_null() ? std::string("(unnamed)") : a["name"].get<std::string>()) << ": "
+                << a["modules"].get<uint64_t>() << " modules (";
+      std::string targets;
+      for (const json& t : a["targets"]) targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
+      std::string ranks;
+      for (const json& k : a["ranks"]) ranks += (ranks.empty() ? "" : "/") + std::to_string(k.get<int64_t>());
+      std::cout << targets << "), rank " << ranks << (a["dora"].get<bool>() ? ", DoRA" : "");
+      if (!a["modules_to_save"].empty()) std::cout << ", " << a["modules_to_save"].size() << " module(s) trained whole";
+      std::cout << "\n";
+    }
+    std::cout << "            " << (l["base_model"].get<bool>() ? "with its base model; " : "adapter only; ") << l["hint"].get<std::string>() << "\n";
+  }
   std::string ranks;
   auto rv = s["ranks"].get<std::vector<int>>();
   if (!rv.empty()) {

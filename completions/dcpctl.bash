@@ -30,8 +30,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--io' '--map' '--config' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--io' '--map' '--config' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--io' '--map' '--config' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
@@ -77,6 +77,8 @@ _dcpctl_value() {
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;
         'dcpctl consolidate|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl consolidate|--config') _dcpctl_kind='file' ;;
+        'dcpctl consolidate|--lora') _dcpctl_kind='choice' _dcpctl_choices=('keep' 'adapter' 'merge') ;;
+        'dcpctl consolidate|--lora-config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
         'dcpctl reshard|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;

@@ -60,4 +60,26 @@ void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scal
   }
 }
 
+void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale, bool transposed,
+                    DType delta_dtype) {
+  const int64_t rows = box.sizes[0], cols = box.sizes[1], r0 = box.offsets[0], c0 = box.offsets[1];
+  std::vector<float> d(static_cast<size_t>(cols));
+  std::vector<uint8_t> narrow(delta_dtype == DType::Float32 ? 0 : static_cast<size_t>(cols) * itemsize(delta_dtype));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      // (B·A)[p][q], or its transpose's element.
+      const int64_t p = transposed ? c0 + j : r0 + i, q = transposed ? r0 + i : c0 + j;
+      float acc = 0;
+      for (int64_t k = 0; k < rank; ++k) acc = std::fmaf(b[p * rank + k], a[k * a_cols + q], acc);
+      d[static_cast<size_t>(j)] = acc * scale;
+    }
+    if (!narrow.empty()) {
+      cast_elements(DType::Float32, delta_dtype, reinterpret_cast<const uint8_t*>(d.data()), narrow.data(), d.size());
+      cast_elements(delta_dtype, DType::Float32, narrow.data(), reinterpret_cast<uint8_t*>(d.data()), d.size());
+    }
+    float* row = w + i * cols;
+    for (int64_t j = 0; j < cols; ++j) row[j] += d[static_cast<size_t>(j)];
+  }
+}
+
 }  // namespace dcpctl

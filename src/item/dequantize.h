@@ -24,4 +24,16 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
 // (scale 255, E8M0's NaN, is 2^128 there too: finite or inf, never NaN).
 void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales, const std::vector<int64_t>& scale_shape, float* out);
 
+// A LoRA merge (meta/lora.h) of box `box` of a base weight: `w`, the box's base values as float32,
+// gets scale·(B·A) added (with `transposed`, (B·A)ᵀ: an Embedding's or fan_in_fan_out's), as PEFT's
+// merge_and_unload computes it: B·A in float32, each element a fused multiply-add over k = 0..r-1
+// from 0 (what torch's CPU sgemm does for these shapes, measured bit for bit on the fixtures'
+// BLAS; another BLAS may sum in another order, a few ulps of the sum of |products| apart), times
+// the scale in float32, rounded to `delta_dtype` (PEFT's delta is in lora_B's dtype), then added
+// in float32. The caller rounds `w` to the base dtype (torch's
+// in-place add into a bfloat16 or float16 weight rounds the float32 sum the same way).
+// `a`: A [rank, a_cols], float32; `b`: B [.., rank], float32.
+void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale, bool transposed,
+                    DType delta_dtype);
+
 }  // namespace dcpctl

@@ -11,6 +11,7 @@
 #include "pickle/vm.h"
 #include "torchlib/torchlib.h"
 #include "util/file.h"
+#include "util/numeric.h"
 
 namespace dcpctl {
 
@@ -33,6 +34,7 @@ ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
   if (needs_torch) torchlib::api();
   for (size_t i = 0; i < ck.dequant.weights.size(); ++i) scaled_.emplace(ck.dequant.weights[i].weight.fqn, i);
   for (size_t i = 0; i < ck.dequant.mxfp4.size(); ++i) mxfp4_.emplace(ck.dequant.mxfp4[i].blocks.fqn, i);
+  for (size_t i = 0; i < ck.lora.merged.size(); ++i) merged_.emplace(ck.lora.merged[i].fqn, i);
 }
 
 ItemReader::~ItemReader() = default;
@@ -179,8 +181,10 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
 TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
   auto sw = scaled_.find(t.fqn);
   auto mw = mxfp4_.find(t.fqn);
+  auto lw = merged_.find(t.fqn);
   const TensorMeta& saved = sw != scaled_.end() ? ck_.dequant.weights[sw->second].weight
                             : mw != mxfp4_.end() ? ck_.dequant.mxfp4[mw->second].blocks
+                            : lw != merged_.end() ? ck_.lora.merged[lw->second].base
                                                  : t;
   Opened o = open_chunk(saved, chunk);
   return check_blob(o, saved, chunk);
@@ -289,7 +293,46 @@ void ItemReader::read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, 
   });
 }
 
+// A LoRA view's merged weight (meta/lora.h): its base chunk, and the whole A and B read as saved,
+// merged as PEFT's merge_and_unload merges (item/dequantize.h), in the base's dtype.
+void ItemReader::read_lora_merged(const LoraMergedWeight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  const TensorMeta& w = mw.base;
+  const DType dt = *w.dtype;
+  const uint64_t numel = w.chunk_numel(chunk), bytes = numel * itemsize(dt);
+  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+  if (from > bytes || n > bytes - from)
+    throw FormatError(Where(ck_.metadata_path, std::nullopt, w.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) +
+                                                                       ", +" + std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+  if (n == 0) return;
+  auto as_float = [&](const TensorMeta& t) {
+    std::vector<uint8_t> raw = read_whole(t);
+    std::vector<float> out(t.numel());
+    cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out.data()), out.size());
+    return out;
+  };
+  // The whole chunk is computed: into dst when that is what is asked (a float32 base in place).
+  std::vector<uint8_t> own(from == 0 && n == bytes ? 0 : bytes);
+  uint8_t* out = own.empty() ? static_cast<uint8_t*>(dst) : own.data();
+  read_raw(w, chunk, 0, bytes, out);
+  std::vector<float> a = as_float(mw.a), b = as_float(mw.b);
+  const DType bt = *mw.b.dtype;
+  const DType delta = bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32;
+  const Box box = chunk_box(w, chunk);
+  const float scale = static_cast<float>(mw.scale);
+  if (dt == DType::Float32) {
+    add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), mw.a.shape[1], b.data(), mw.a.shape[0], scale, mw.transposed, delta);
+  } else {
+    std::vector<float> values(numel);
+    cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
+    add_lora_delta(values.data(), box, a.data(), mw.a.shape[1], b.data(), mw.a.shape[0], scale, mw.transposed, delta);
+    cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
+  }
+  if (!own.empty()) std::memcpy(dst, own.data() + from, n);
+}
+
 void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  if (!merged_.empty())
+    if (auto it = merged_.find(t.fqn); it != merged_.end()) return read_lora_merged(ck_.lora.merged[it->second], chunk, from, n, dst);
   if (!scaled_.empty())
     if (auto it = scaled_.find(t.fqn); it != scaled_.end()) return read_dequantized(ck_.dequant.weights[it->second], chunk, from, n, dst);
   if (!mxfp4_.empty())
@@ -334,7 +377,8 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
 bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, false).has_value(); }
 
 std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk, bool watch) const {
-  if (!t.dtype || scaled_.count(t.fqn) || mxfp4_.count(t.fqn)) return std::nullopt;  // a dequantized weight is computed, never copied
+  // A dequantized or merged weight is computed, never copied.
+  if (!t.dtype || scaled_.count(t.fqn) || mxfp4_.count(t.fqn) || merged_.count(t.fqn)) return std::nullopt;
   const StorageRef& ref = t.storage.at(chunk);
   if (ref.transforms != 0) return std::nullopt;
   Opened o = open_chunk(t, chunk);

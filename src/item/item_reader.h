@@ -53,7 +53,8 @@ class ItemReader {
 
   // Decodes chunk `chunk` of `t` into dst: C-contiguous, t.chunk_numel(chunk) * itemsize bytes.
   // A dequantized view's weight (meta/quantized.h) is computed from its fp8 chunk and scale:
-  // float32, never readable in place.
+  // float32, never readable in place; a LoRA view's merged weight (meta/lora.h) from its base
+  // chunk and the whole A and B, in the base's dtype.
   void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;
   // Bytes [from, from + n) of that dense chunk, read straight from the item when its view is
   // contiguous (a decoded item is not copied whole first).
@@ -102,6 +103,7 @@ class ItemReader {
   void read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   void read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   void read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
+  void read_lora_merged(const LoraMergedWeight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
   std::vector<uint8_t> read_whole(const TensorMeta& t) const;
   void read_computed(const TensorMeta& saved, size_t chunk, uint64_t values, uint64_t from, uint64_t n, void* dst,
                      const std::function<void(float*)>& compute) const;
@@ -116,6 +118,7 @@ class ItemReader {
   mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
   std::unordered_map<std::string, size_t> scaled_;  // a dequantized view's fp8 weights: name -> ck_.dequant.weights
   std::unordered_map<std::string, size_t> mxfp4_;   // its MXFP4 weights: name -> ck_.dequant.mxfp4
+  std::unordered_map<std::string, size_t> merged_;  // a LoRA view's merged weights: name -> ck_.lora.merged
 };
 
 }  // namespace dcpctl

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "meta/metadata.h"
+#include "meta/lora.h"
 #include "meta/quantized.h"
 
 namespace dcpctl {
@@ -80,6 +81,9 @@ struct Checkpoint {
   // A dequantized view (meta/quantized.h): its float32 weights are read from these fp8 weights
   // and their scales. Empty for a checkpoint as opened.
   Dequantization dequant;
+  // A LoRA view (meta/lora.h: --lora adapter or merge): its merged weights are read as base +
+  // scale·B·A. Empty for a checkpoint as opened.
+  LoraView lora;
   uint64_t data_bytes() const;      // total size of the data files present
   std::string path_of(uint32_t file) const;
 };

@@ -148,6 +148,8 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
   return m;
 }
 
+}  // namespace
+
 std::string read_text(const std::string& path) {
   ReadFile f(path);
   if (f.size() > (64u << 20)) throw UsageError(Where(path), "larger than 64 MiB: not a key map or config");
@@ -155,8 +157,6 @@ std::string read_text(const std::string& path) {
   f.read_at(0, text.data(), text.size());
   return text;
 }
-
-}  // namespace
 
 std::vector<KeyMap> builtin_key_maps() {
   std::vector<KeyMap> out;

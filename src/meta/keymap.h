@@ -107,6 +107,9 @@ struct MapConfig {
 // folder, its parent's. None found: json null and `path` says where dcpctl looked.
 MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& config, const std::string& assets);
 
+// A small text file (a key map, a config.json, an adapter_config.json): UsageError over 64 MiB.
+std::string read_text(const std::string& path);
+
 // One part of an output tensor: box `from` of saved tensor `tensor`, placed at `to` in the output.
 // `drop`: dimension of `from` (of size 1) that the output lacks (an expert taken out of a stack);
 // `add`: dimension of the output (of size 1 in this part) that the saved tensor lacks (an expert

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meta/geometry.h"
+#include "meta/lora.h"
 
 namespace dcpctl {
 
@@ -90,6 +91,8 @@ StructureReport check_structure(const Checkpoint& ck) {
       if (!reach || ws[i].offset + ws[i].length > reach->offset + reach->length) reach = &ws[i];
     }
   }
+  // LoRA adapters whose shapes cannot be right (accelerate #4206: one rank's slice of each).
+  for (auto& f : check_lora(md, find_lora(md))) out.problems.push_back(std::move(f));
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "meta/frameworks.h"
 #include "meta/geometry.h"
+#include "meta/lora.h"
 #include "meta/quantized.h"
 
 namespace dcpctl {
@@ -72,6 +73,8 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   out["metadata"] = m;
   out["framework"] = describe_framework(ck.dir);
   out["quantization"] = describe_quantization(ck);
+  LoraModel lora = find_lora(ck.md);
+  out["lora"] = lora.empty() ? json(nullptr) : lora.describe(ck.md);
 
   json problems = json::array();
   for (const auto& p : md.problems) problems.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});

@@ -18,11 +18,22 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
                   {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from},
                   {"lightning_meta", o.lightning_meta}};
   std::optional<Checkpoint> view = dequantized_view(ck, o.cast, o.assets_from);
-  const Checkpoint& in = view ? *view : ck;
-  std::optional<MappedModel> mapped = map_selection(in, o);
+  const Checkpoint* in = view ? &*view : &ck;
+  // --lora adapter / merge: the view is what is written, the selection already applied.
+  std::optional<Checkpoint> lora;
+  ConsolidateOptions lo;
+  if (o.lora.mode != LoraMode::Keep) {
+    lora = lora_view(*in, o.selection, o.lora);
+    in = &*lora;
+    lo = o;
+    lo.selection = {};
+    command["lora"] = {{"mode", static_cast<int>(o.lora.mode)}, {"name", o.lora.name}, {"select", o.selection.prefix}};
+  }
+  const ConsolidateOptions& opts = lora ? lo : o;
+  std::optional<MappedModel> mapped = map_selection(*in, opts);
   target.map = mapped ? &*mapped : nullptr;
-  std::unique_ptr<OutputWriter> writer = o.format->consolidate_writer(o);
-  return execute({in, o, target, command, o.parallel_write, o.local_files}, *writer);
+  std::unique_ptr<OutputWriter> writer = opts.format->consolidate_writer(opts);
+  return execute({*in, opts, target, command, opts.parallel_write, opts.local_files}, *writer);
 }
 
 }  // namespace dcpctl

@@ -169,6 +169,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["dry_run"] = o.dry_run;
   if (request.target.map) summary["map"] = request.target.map->describe();
   if (!ck.dequant.empty()) summary["dequantized"] = describe_dequantized(ck);
+  if (!ck.lora.empty()) summary["lora"] = ck.lora.summary;
   const bool remote = is_remote(o.output);
   const uint64_t upload_bytes = remote ? plan_uploads(job, summary) : 0;
   writer.planned(job, summary);

@@ -95,7 +95,9 @@ OPTIONAL = {
     # lightning_meta: only for a Lightning checkpoint (meta.pt)
     # map: only with --map, and a piece's tensor with it
     # dequantized: only with --dtype on block-scaled float8 weights
-    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized"},
+    # lora: only with --lora adapter or merge; its scale with merge
+    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
+                    "/lora", "/lora/scale"},
     "reshard": {"/map", "/dequantized"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
     "cast": {"/map", "/dequantized"},
@@ -343,6 +345,7 @@ def cases_for(p, work):
     add("inspect", "inspect incomplete copy", ["inspect", p["incomplete"], "--json", "--chunks"])
     add("inspect", "inspect a .safetensors file", ["inspect", p["st"], "--json", "--chunks"])
     add("inspect", "inspect an FP8 block-scaled folder (quantization)", ["inspect", fx("layouts", "hf_fp8_deepseek", "ckpt"), "--json"])
+    add("inspect", "inspect a PEFT LoRA fine-tune (lora)", ["inspect", fx("layouts", "peft_lora", "ckpt"), "--json"])
     add("inspect", "inspect an HF directory dcpctl wrote", ["inspect", p["hf"], "--json"])
     add("inspect", "inspect a resharded checkpoint", ["inspect", p["w3"], "--json", "--chunks"])
     add("inspect", "inspect a cast checkpoint", ["inspect", p["bf16"], "--json"])
@@ -412,6 +415,13 @@ def cases_for(p, work):
     for fmt, name, extra in (("safetensors", "dry.safetensors", []), ("torch", "dry.pt", []),
                              ("hf", "dry-hf/", ["--max-shard-size", "60KB"])):
         add("consolidate", f"consolidate --dry-run ({fmt})", ["consolidate", sample, "-o", co(name), *extra, "--dry-run", "--json"])
+    add("consolidate", "consolidate --lora adapter (a PEFT adapter folder)",
+        ["consolidate", fx("layouts", "peft_lora", "ckpt"), "--lora", "adapter", "-o", co("lora-adapter/"), "--json", "-q"])
+    add("consolidate", "consolidate --lora merge (the merged model)",
+        ["consolidate", fx("layouts", "peft_lora", "ckpt"), "--lora", "merge", "-o", co("lora-merged.safetensors"), "--json", "-q"])
+    add("consolidate", "consolidate --lora merge --dry-run",
+        ["consolidate", fx("layouts", "peft_lora_variants", "ckpt"), "--lora", "merge", "--lora-name", "default", "--lora-alpha", "16",
+         "-o", co("lora-dry/"), "--dry-run", "--json"])
     add("consolidate", "consolidate an FP8 block-scaled folder to DIR/ --dtype bf16 (dequantized)",
         ["consolidate", fx("layouts", "hf_fp8_transformers", "ckpt"), "-o", co("fp8-hf/"), "--dtype", "bf16", "--json", "-q"])
     add("reshard", "reshard an FP8 block-scaled folder --dtype fp32 (dequantized)",

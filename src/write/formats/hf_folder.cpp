@@ -52,10 +52,7 @@ class HfFolder final : public SafetensorsFiles {
     nlohmann::ordered_json wm = nlohmann::ordered_json::object();
     for (const Record& r : plan.records) wm[plan.tensors[r.tensor].key] = plan.files[r.dest].name;
     idx["weight_map"] = wm;
-    std::string text = idx.dump(2) + "\n";
-    OutputFile f(dir_->path_of("model.safetensors.index.json"));
-    f.append(text.data(), text.size());
-    f.commit();
+    write_text("model.safetensors.index.json", idx.dump(2) + "\n");
   }
 
 };

@@ -62,6 +62,12 @@ void SafetensorsFiles::commit(WriteJob& job) {
   }
 }
 
+void SafetensorsFiles::write_text(const std::string& name, const std::string& text) {
+  OutputFile f(dir_->path_of(name));
+  f.append(text.data(), text.size());
+  f.commit();
+}
+
 PartBuffers at_offsets_part_buffers(size_t files, unsigned lanes, unsigned threads) {
   (void)threads;
   return files == 0 ? PartBuffers{0, 0} : PartBuffers{2 * lanes + 2, 3};

@@ -32,6 +32,8 @@ class SafetensorsFiles : public ConsolidatedWriter, protected FileSink {
   virtual std::string path_of(const PlannedFile& f) const { (void)f; return o_.output; }
   virtual void more_files(const WritePlan& plan, nlohmann::json& files) const { (void)plan, (void)files; }
   virtual void finish_folder(WriteJob& job) { (void)job; }
+  // A small file of the folder (an index, a config), committed at once.
+  void write_text(const std::string& name, const std::string& text);
   // The header's __metadata__.
   virtual std::map<std::string, std::string> metadata() const { return {{"format", "pt"}}; }
 

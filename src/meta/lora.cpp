@@ -1,0 +1,556 @@
+#include "meta/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <unordered_map>
+
+#include "meta/checkpoint.h"
+#include "meta/geometry.h"
+#include "meta/keymap.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kPeftPrefix = "base_model.model.";
+
+std::vector<std::string_view> split_key(std::string_view key) {
+  std::vector<std::string_view> out;
+  for (size_t a = 0;;) {
+    size_t b = key.find('.', a);
+    out.push_back(key.substr(a, b == std::string_view::npos ? std::string_view::npos : b - a));
+    if (b == std::string_view::npos) return out;
+    a = b + 1;
+  }
+}
+
+std::string join_segments(const std::vector<std::string_view>& s, size_t from, size_t to) {
+  std::string out;
+  for (size_t i = from; i < to; ++i) {
+    if (i > from) out += '.';
+    out += s[i];
+  }
+  return out;
+}
+
+// Where PEFT's `base_model.model.` starts in `key` (at a segment boundary), or npos.
+size_t peft_prefix_at(std::string_view key) {
+  for (size_t p = key.find(kPeftPrefix); p != std::string_view::npos; p = key.find(kPeftPrefix, p + 1))
+    if (p == 0 || key[p - 1] == '.') return p;
+  return std::string_view::npos;
+}
+
+// The module's key under the PeftModel's base model ("model.layers.0.self_attn.q_proj"): what
+// PEFT's rank_pattern / alpha_pattern are matched against.
+std::string module_in_model(const std::string& module) {
+  size_t p = peft_prefix_at(module);
+  return p == std::string::npos ? module : module.substr(p + kPeftPrefix.size());
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// PEFT's _remove_adapter_name_from_state_dict_key: `.NAME` at the end (a Parameter) or as the
+// second to last part (a Module's parameter); then LoRA's DoRA rename
+// (lora_magnitude_vector.NAME.weight is saved as lora_magnitude_vector).
+std::string peft_saved_key(const std::string& key, const std::string& adapter) {
+  if (adapter.empty()) return key;
+  std::string k = key;
+  if (k.size() > adapter.size() + 1 && k.compare(k.size() - adapter.size() - 1, std::string::npos, "." + adapter) == 0) {
+    k.resize(k.size() - adapter.size() - 1);
+    return k;
+  }
+  size_t last = k.rfind('.');
+  if (last != std::string::npos && last > adapter.size() && k.compare(last - adapter.size() - 1, adapter.size() + 1, "." + adapter) == 0)
+    k.erase(last - adapter.size() - 1, adapter.size() + 1);
+  const std::string dora = "lora_magnitude_vector.weight";
+  if (k.size() >= dora.size() && k.compare(k.size() - dora.size(), std::string::npos, dora) == 0) k.resize(k.size() - 7);
+  return k;
+}
+
+bool pattern_matches(const std::string& pattern, const std::string& key) {
+  if (pattern == key) return true;
+  try {
+    return std::regex_match(key, std::regex("(.*\\.)?(" + pattern + ")"));
+  } catch (const std::regex_error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> LoraModel::targets(const std::string& adapter) const {
+  std::set<std::string> out;
+  for (const LoraLayer& l : layers)
+    if (l.adapter == adapter) {
+      size_t dot = l.module.rfind('.');
+      out.insert(dot == std::string::npos ? l.module : l.module.substr(dot + 1));
+    }
+  return {out.begin(), out.end()};
+}
+
+LoraModel find_lora(const Metadata& md) {
+  LoraModel m;
+  std::unordered_map<std::string_view, int> by_name;
+  by_name.reserve(md.tensors.size());
+  for (size_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, static_cast<int>(i));
+  std::map<std::pair<std::string, std::string>, size_t> layer_of;
+  std::map<std::pair<std::string, std::string>, size_t> saved_of;
+  auto adapter_seen = [&](const std::string& a) {
+    if (std::find(m.adapters.begin(), m.adapters.end(), a) == m.adapters.end()) m.adapters.push_back(a);
+  };
+  for (size_t i = 0; i < md.tensors.size(); ++i) {
+    const std::vector<std::string_view> s = split_key(md.tensors[i].fqn);
+    for (size_t k = 1; k < s.size(); ++k) {
+      const std::string_view part = s[k];
+      const size_t rest = s.size() - k - 1;
+      // A module's parameter ends in weight or bias (an optimizer's state of it goes on: .exp_avg).
+      const bool param = s.back() == "weight" || s.back() == "bias";
+      if (part == "modules_to_save" && rest >= 2 && param) {
+        auto key = std::make_pair(join_segments(s, 0, k), std::string(s[k + 1]));
+        auto [it, fresh] = saved_of.emplace(key, m.saved.size());
+        if (fresh) m.saved.push_back({key.first, key.second, {}});
+        m.saved[it->second].tensors.push_back(static_cast<int>(i));
+        adapter_seen(key.second);
+        break;
+      }
+      if (part == "original_module" && rest >= 1 && param) {
+        m.originals.push_back(static_cast<int>(i));
+        break;
+      }
+      const bool linear = part == "lora_A" || part == "lora_B", emb = part == "lora_embedding_A" || part == "lora_embedding_B",
+                 mag = part == "lora_magnitude_vector";
+      if (!linear && !emb && !mag) continue;
+      // The adapter's name, and which tensor of the adapter this is.
+      std::string adapter;
+      bool bias = false;
+      if (linear) {
+        if (rest == 2 && (s[k + 2] == "weight" || s[k + 2] == "bias")) adapter = s[k + 1], bias = s[k + 2] == "bias";
+        else if (rest == 1 && (s[k + 1] == "weight" || s[k + 1] == "bias")) bias = s[k + 1] == "bias";
+        else break;
+      } else if (emb) {
+        if (rest == 1) adapter = s[k + 1];
+        else if (rest != 0) break;
+      } else {
+        if (rest == 2 && s[k + 2] == "weight") adapter = s[k + 1];
+        else if (rest == 1) adapter = s[k + 1];
+        else if (rest != 0) break;
+      }
+      auto key = std::make_pair(join_segments(s, 0, k), adapter);
+      auto [it, fresh] = layer_of.emplace(key, m.layers.size());
+      if (fresh) {
+        LoraLayer l;
+        l.module = key.first;
+        l.adapter = adapter;
+        auto base = by_name.find(l.module + ".base_layer.weight");
+        if (base != by_name.end()) l.base = base->second;
+        m.layers.push_back(std::move(l));
+      }
+      LoraLayer& l = m.layers[it->second];
+      const int ti = static_cast<int>(i);
+      if (mag) l.magnitude = ti;
+      else if (bias) l.b_bias = part == "lora_B" ? ti : l.b_bias;
+      else if (part == "lora_A" || part == "lora_embedding_A") l.a = ti;
+      else l.b = ti;
+      if (emb) l.embedding = true;
+      adapter_seen(adapter);
+      break;
+    }
+  }
+  return m;
+}
+
+static int64_t rank_of(const Metadata& md, const LoraLayer& l) {
+  return l.a >= 0 && md.tensors[static_cast<size_t>(l.a)].ndim() == 2 ? md.tensors[static_cast<size_t>(l.a)].shape[0] : 0;
+}
+
+json LoraModel::describe(const Metadata& md) const {
+  json adapters = json::array();
+  bool base = false;
+  for (const std::string& name : this->adapters) {
+    std::set<int64_t> ranks;
+    size_t modules = 0;
+    bool emb = false, dora = false;
+    for (const LoraLayer& l : layers) {
+      if (l.adapter != name) continue;
+      ++modules;
+      ranks.insert(rank_of(md, l));
+      emb = emb || l.embedding;
+      dora = dora || l.magnitude >= 0;
+      base = base || l.base >= 0;
+    }
+    json saved_modules = json::array();
+    for (const LoraSavedModule& s : saved)
+      if (s.adapter == name) saved_modules.push_back(s.module);
+    adapters.push_back({{"name", name.empty() ? json(nullptr) : json(name)},
+                        {"modules", modules},
+                        {"targets", targets(name)},
+                        {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
+                        {"embedding", emb},
+                        {"dora", dora},
+                        {"modules_to_save", saved_modules}});
+  }
+  std::string hint = "consolidate --lora adapter -o DIR/ writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json)";
+  if (base) hint += "; --lora merge writes the base model with the adapter folded in";
+  if (this->adapters.size() > 1) hint += "; --lora-name NAME picks the adapter";
+  return {{"adapters", adapters}, {"base_model", base}, {"hint", hint}};
+}
+
+Findings check_lora(const Metadata& md, const LoraModel& lora) {
+  Findings out;
+  auto problem = [&](int ti, const std::string& msg) {
+    out.push_back({"lora-shape", Where(md.source, std::nullopt, md.tensors[static_cast<size_t>(ti)].fqn), msg});
+  };
+  for (const LoraLayer& l : lora.layers) {
+    if (l.a < 0 || l.b < 0) {
+      int have = l.a >= 0 ? l.a : l.b >= 0 ? l.b : l.magnitude;
+      if (have >= 0) problem(have, std::string("LoRA ") + (l.a < 0 ? "B" : "A") + " without its " + (l.a < 0 ? "A" : "B") + " beside it");
+      continue;
+    }
+    const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
+    const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
+    if (a.ndim() != 2 || b.ndim() != 2) {
+      problem(a.ndim() != 2 ? l.a : l.b, "a LoRA matrix of shape " + shape_text(a.ndim() != 2 ? a.shape : b.shape) + ": LoRA's A and B are 2-D");
+      continue;
+    }
+    // A [r, in] and B [out, r]; an Embedding's A [r, num] and B [dim, r].
+    if (a.shape[0] != b.shape[1]) {
+      problem(l.b, "rank " + std::to_string(b.shape[1]) + " (shape " + shape_text(b.shape) + ") but its A, '" + a.fqn + "', has rank " +
+                       std::to_string(a.shape[0]) + " (shape " + shape_text(a.shape) +
+                       "): one of them is a slice of the adapter (a sharded save that kept one rank's part?)");
+      continue;
+    }
+    if (l.base >= 0) {
+      const TensorMeta& w = md.tensors[static_cast<size_t>(l.base)];
+      // The base's [out, in] (an Embedding's [num, dim]); fan_in_fan_out (GPT-2's Conv1D) keeps [in, out].
+      int64_t rows = l.embedding ? a.shape[1] : b.shape[0], cols = l.embedding ? b.shape[0] : a.shape[1];
+      bool fits = w.ndim() == 2 && ((w.shape[0] == rows && w.shape[1] == cols) || (!l.embedding && w.shape[0] == cols && w.shape[1] == rows));
+      if (!fits)
+        problem(w.shape.size() == 2 && w.shape[0] != rows && w.shape[1] != rows ? l.b : l.a,
+                "the adapter's " + std::string(l.embedding ? "[num_embeddings, embedding_dim]" : "[out, in]") + " is [" + std::to_string(rows) +
+                    ", " + std::to_string(cols) + "] (A " + shape_text(a.shape) + ", B " + shape_text(b.shape) + ") but its base layer '" +
+                    w.fqn + "' is " + shape_text(w.shape) + ": the adapter is a slice of what the base layer needs (a sharded save that kept one rank's part?)");
+    }
+    if (l.magnitude >= 0) {
+      const TensorMeta& m = md.tensors[static_cast<size_t>(l.magnitude)];
+      int64_t out_features = l.embedding ? b.shape[0] : b.shape[0];
+      if (m.ndim() != 1 || m.shape[0] != out_features)
+        problem(l.magnitude, "DoRA's magnitude vector is " + shape_text(m.shape) + "; its layer has " + std::to_string(out_features) + " output features");
+    }
+  }
+  return out;
+}
+
+double LoraConfig::alpha(const std::string& module, int64_t rank) const {
+  (void)rank;
+  double a = json.value("lora_alpha", 8.0);
+  if (json.contains("alpha_pattern") && json["alpha_pattern"].is_object())
+    for (const auto& [pattern, value] : json["alpha_pattern"].items())
+      if (value.is_number() && pattern_matches(pattern, module)) return value.get<double>();
+  return a;
+}
+bool LoraConfig::rslora() const { return json.value("use_rslora", false); }
+bool LoraConfig::dora() const { return json.value("use_dora", false); }
+bool LoraConfig::fan_in_fan_out() const { return json.value("fan_in_fan_out", false); }
+
+namespace {
+
+// The adapter's config: --lora-config FILE, else an adapter_config.json beside the checkpoint (its
+// folder, the folder above, the trainer's asset folders), else built from --lora-alpha; with
+// --lora-alpha its lora_alpha wins. UsageError naming where dcpctl looked when none says alpha.
+LoraConfig find_config(const Checkpoint& ck, const LoraRequest& rq, const std::string& adapter) {
+  LoraConfig c;
+  std::vector<std::string> tries;
+  if (!rq.config_file.empty()) {
+    if (!path_exists(rq.config_file) || is_directory(rq.config_file)) throw UsageError(Where(rq.config_file), "--lora-config: no such file");
+    tries.push_back(rq.config_file);
+  } else {
+    std::vector<std::string> dirs{ck.dir, parent_path(ck.dir)};
+    if (!ck.step_dir.empty()) dirs.push_back(ck.step_dir);
+    dirs.insert(dirs.end(), ck.asset_dirs.begin(), ck.asset_dirs.end());
+    for (const std::string& d : dirs) {
+      if (d.empty()) continue;
+      // PEFT saves a named adapter other than "default" in a subfolder of that name.
+      if (!adapter.empty() && adapter != "default") tries.push_back(join_path(join_path(d, adapter), "adapter_config.json"));
+      tries.push_back(join_path(d, "adapter_config.json"));
+    }
+  }
+  for (const std::string& p : tries) {
+    if (!path_exists(p) || is_directory(p)) continue;
+    c.json = json::parse(read_text(p), nullptr, false);
+    if (c.json.is_discarded() || !c.json.is_object()) throw UsageError(Where(p), "not a JSON object: not PEFT's adapter_config.json");
+    if (c.json.contains("peft_type") && c.json["peft_type"] != "LORA")
+      throw UnsupportedError(Where(p), "peft_type " + c.json["peft_type"].dump() + ": dcpctl exports and merges LoRA adapters");
+    c.path = p;
+    break;
+  }
+  if (rq.alpha) {
+    if (!c.json.is_object()) c.json = json::object();
+    c.json["lora_alpha"] = *rq.alpha;
+  }
+  if (!c.json.is_object() || !c.json.contains("lora_alpha") || !c.json["lora_alpha"].is_number()) {
+    std::string where;
+    for (size_t i = 0; i < tries.size(); ++i) where += (i ? ", " : "") + tries[i];
+    throw UsageError(Where(c.path.empty() ? ck.dir : c.path),
+                     "the LoRA scaling of adapter '" + (adapter.empty() ? std::string("(unnamed)") : adapter) +
+                         "' is not in the checkpoint (lora_alpha, with the rank, gives alpha / r): give --lora-config adapter_config.json or "
+                         "--lora-alpha N" + (c.path.empty() ? " (no adapter_config.json in " + where + ")" : " (" + c.path + " has no lora_alpha)"));
+  }
+  return c;
+}
+
+// The prefix the LoRA keys share before `base_model.model.` ("model" for {"model": state_dict}),
+// when there is one and it is the same for all; "" otherwise.
+std::string common_prefix(const LoraModel& lora) {
+  std::string prefix;
+  for (size_t i = 0; i < lora.layers.size(); ++i) {
+    const std::string& m = lora.layers[i].module;
+    size_t p = peft_prefix_at(m);
+    std::string mine = p == std::string::npos || p == 0 ? "" : m.substr(0, p - 1);
+    if (i == 0) prefix = mine;
+    else if (mine != prefix) return "";
+  }
+  return prefix;
+}
+
+}  // namespace
+
+Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq) {
+  const Metadata& md = ck.md;
+  if (!ck.dequant.empty())
+    throw UnsupportedError(Where(ck.dir), "--lora on a dequantized view (--dtype of fp8/MXFP4 weights): export or merge the adapter without --dtype");
+  LoraModel lora = find_lora(md);
+  if (lora.empty())
+    throw UsageError(Where(ck.metadata_path), "no LoRA adapter in this checkpoint (no lora_A/lora_B keys); --lora adapter and merge need one");
+  Findings bad = check_lora(md, lora);
+  if (!bad.empty())
+    throw FormatError(bad.front().where, bad.front().message + (bad.size() > 1 ? " (and " + std::to_string(bad.size() - 1) + " more: dcpctl verify lists them)" : ""));
+  // The items: the selection, or, without one, the model the adapters are in ({"model": ...}).
+  Selection sel = selection;
+  if (sel.empty()) sel.prefix = common_prefix(lora);
+  std::vector<SelectedItem> items = select_items(md, sel);
+  std::vector<const SelectedItem*> by_tensor(md.tensors.size(), nullptr);
+  for (const SelectedItem& it : items)
+    if (it.tensor) by_tensor[it.index] = &it;
+  // The adapter: --lora-name, or the only one among the selected.
+  std::vector<std::string> names;
+  for (const LoraLayer& l : lora.layers)
+    if (l.a >= 0 && by_tensor[static_cast<size_t>(l.a)] && std::find(names.begin(), names.end(), l.adapter) == names.end()) names.push_back(l.adapter);
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + (n.empty() ? std::string("(unnamed)") : n);
+  if (names.empty()) throw UsageError(Where(ck.metadata_path), "the selection holds no LoRA adapter");
+  std::string adapter;
+  if (!rq.name.empty()) {
+    if (std::find(names.begin(), names.end(), rq.name) == names.end())
+      throw UsageError(Where(ck.metadata_path), "--lora-name " + rq.name + ": no such adapter; the checkpoint holds " + list);
+    adapter = rq.name;
+  } else if (names.size() > 1) {
+    throw UsageError(Where(ck.metadata_path), "the checkpoint holds " + std::to_string(names.size()) + " LoRA adapters (" + list + "): choose one with --lora-name");
+  } else {
+    adapter = names[0];
+  }
+  LoraConfig config = find_config(ck, rq, adapter);
+  const bool merge = rq.mode == LoraMode::Merge;
+  if (merge && config.dora())
+    throw UnsupportedError(Where(config.path.empty() ? ck.dir : config.path),
+                           "the adapter is DoRA (use_dora): dcpctl merges plain LoRA and rsLoRA; export it with --lora adapter and merge it with PEFT");
+
+  // What each tensor becomes: dropped, renamed, or (merge) the base weight with its adapter folded in.
+  std::vector<std::string> out_name(md.tensors.size());
+  std::vector<bool> keep(md.tensors.size(), false);
+  std::unordered_map<size_t, const LoraLayer*> merged_at;  // base tensor -> its adapter
+  auto peft_key = [&](size_t ti) {  // the output key of a kept adapter tensor
+    std::string k = by_tensor[ti]->key;
+    size_t p = peft_prefix_at(k);
+    return peft_saved_key(p == std::string::npos ? k : k.substr(p), adapter);
+  };
+  auto model_key = [&](const std::string& k) {  // `base_model.model.` and `.base_layer` removed
+    std::string out = k;
+    size_t p = peft_prefix_at(out);
+    if (p != std::string::npos) out.erase(p, kPeftPrefix.size());
+    for (size_t q; (q = out.find(".base_layer.")) != std::string::npos;) out.erase(q, 11);
+    return out;
+  };
+  std::vector<bool> lora_tensor(md.tensors.size(), false);
+  for (const LoraLayer& l : lora.layers)
+    for (int t : {l.a, l.b, l.b_bias, l.magnitude})
+      if (t >= 0) lora_tensor[static_cast<size_t>(t)] = true;
+  for (const LoraSavedModule& s : lora.saved)
+    for (int t : s.tensors) lora_tensor[static_cast<size_t>(t)] = true;
+  for (int t : lora.originals) lora_tensor[static_cast<size_t>(t)] = true;
+
+  if (!merge) {
+    for (const LoraLayer& l : lora.layers)
+      if (l.adapter == adapter) {
+        for (int t : {l.a, l.b, l.b_bias, l.magnitude})
+          if (t >= 0 && by_tensor[static_cast<size_t>(t)]) keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = peft_key(static_cast<size_t>(t));
+        // A targeted embedding's base weight too, as PEFT's save_embedding_layers="auto" saves it.
+        if (l.embedding && l.base >= 0 && by_tensor[static_cast<size_t>(l.base)])
+          keep[static_cast<size_t>(l.base)] = true, out_name[static_cast<size_t>(l.base)] = peft_key(static_cast<size_t>(l.base));
+      }
+    // A module to save is saved as the module's own parameters: M.modules_to_save.NAME.weight -> M.weight.
+    for (const LoraSavedModule& s : lora.saved)
+      if (s.adapter == adapter)
+        for (int t : s.tensors)
+          if (by_tensor[static_cast<size_t>(t)]) {
+            std::string k = peft_key(static_cast<size_t>(t));
+            size_t q = k.find(".modules_to_save.");
+            if (q != std::string::npos) k.erase(q, std::string(".modules_to_save").size());
+            keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = k;
+          }
+  } else {
+    std::set<std::string> saved_here;  // modules whose chosen adapter trained a copy
+    for (const LoraSavedModule& s : lora.saved)
+      if (s.adapter == adapter) saved_here.insert(s.module);
+    for (size_t t = 0; t < md.tensors.size(); ++t) {
+      if (!by_tensor[t] || lora_tensor[t]) continue;
+      keep[t] = true;
+      out_name[t] = model_key(by_tensor[t]->key);
+    }
+    for (const LoraSavedModule& s : lora.saved)
+      if (s.adapter == adapter)
+        for (int t : s.tensors)
+          if (by_tensor[static_cast<size_t>(t)]) {
+            std::string k = model_key(by_tensor[static_cast<size_t>(t)]->key);
+            size_t q = k.find(".modules_to_save." + adapter + ".");
+            if (q != std::string::npos) k.erase(q, std::string(".modules_to_save.").size() + adapter.size());
+            keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = k;
+          }
+    // A module no chosen copy replaces keeps its original.
+    for (int t : lora.originals) {
+      if (!by_tensor[static_cast<size_t>(t)]) continue;
+      std::string k = model_key(by_tensor[static_cast<size_t>(t)]->key);
+      size_t q = k.find(".original_module.");
+      std::string module = md.tensors[static_cast<size_t>(t)].fqn.substr(0, md.tensors[static_cast<size_t>(t)].fqn.find(".original_module."));
+      if (q == std::string::npos || saved_here.count(module)) continue;
+      k.erase(q, std::string(".original_module").size());
+      keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = k;
+    }
+    for (const LoraLayer& l : lora.layers) {
+      if (l.adapter != adapter) continue;
+      if (l.base < 0 || !by_tensor[static_cast<size_t>(l.base)])
+        throw UsageError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
+                         "--lora merge needs the base layer '" + l.module + ".base_layer.weight' in the selection; this checkpoint holds the adapter " +
+                             "only: export it with --lora adapter, or merge it with the base model in PEFT");
+      if (l.b_bias >= 0)
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b_bias)].fqn),
+                               "a LoRA bias (lora_bias=True): dcpctl merges adapters without one; export it with --lora adapter");
+      const TensorMeta& w = md.tensors[static_cast<size_t>(l.base)];
+      if (!w.dtype || !(*w.dtype == DType::Float32 || *w.dtype == DType::BFloat16 || *w.dtype == DType::Float16 || *w.dtype == DType::Float64))
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, w.fqn), "--lora merge of a " + w.dtype_name + " base weight: dcpctl merges into float32, float64, bfloat16 and float16 weights");
+      merged_at[static_cast<size_t>(l.base)] = &l;
+    }
+  }
+
+  // The view: the kept tensors in the selection's order, under their output names.
+  Checkpoint view = ck;
+  view.md.tensors.clear();
+  view.md.order.clear();
+  view.md.planner_data.clear();
+  view.md.has_planner_data = false;
+  std::set<std::string> names_out;
+  for (const SelectedItem& it : items) {
+    if (!it.tensor) {
+      if (!merge) continue;
+      view.md.bytes[it.index].fqn = it.key;
+      view.md.order.push_back({false, it.index});
+      continue;
+    }
+    if (!keep[it.index]) continue;
+    TensorMeta t = md.tensors[it.index];
+    t.fqn = out_name[it.index];
+    if (!names_out.insert(t.fqn).second)
+      throw FormatError(Where(ck.metadata_path, std::nullopt, md.tensors[it.index].fqn), "two tensors would both be written as '" + t.fqn + "'");
+    if (auto m = merged_at.find(it.index); m != merged_at.end()) {
+      const LoraLayer& l = *m->second;
+      LoraMergedWeight mw;
+      mw.base = md.tensors[it.index];
+      mw.a = md.tensors[static_cast<size_t>(l.a)];
+      mw.b = md.tensors[static_cast<size_t>(l.b)];
+      const int64_t r = mw.a.shape[0];
+      const double alpha = config.alpha(module_in_model(l.module), r);
+      mw.scale = config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+      // An Embedding's delta is (B·A)ᵀ; so is a Linear's kept [in, out] (fan_in_fan_out, GPT-2's
+      // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.
+      const bool out_in = mw.base.shape[0] == mw.b.shape[0] && mw.base.shape[1] == mw.a.shape[1];
+      mw.transposed = l.embedding || !out_in || (config.fan_in_fan_out() && mw.base.shape[0] == mw.base.shape[1]);
+      mw.fqn = t.fqn;
+      view.lora.merged.push_back(std::move(mw));
+    }
+    view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
+    view.md.tensors.push_back(std::move(t));
+  }
+  if (view.md.tensors.empty()) throw UsageError(Where(ck.metadata_path), "the selection leaves no tensor to write");
+
+  // The adapter's config as PEFT writes it: what was given or found, completed from the shapes.
+  json cfg = config.json;
+  std::map<int64_t, size_t> rank_count;
+  std::vector<std::pair<std::string, int64_t>> ranks;
+  bool dora = false;
+  for (const LoraLayer& l : lora.layers)
+    if (l.adapter == adapter && l.a >= 0 && by_tensor[static_cast<size_t>(l.a)]) {
+      int64_t r = rank_of(md, l);
+      ranks.push_back({module_in_model(l.module), r});
+      ++rank_count[r];
+      dora = dora || l.magnitude >= 0;
+    }
+  int64_t r = 0;
+  for (const auto& [rank, n] : rank_count)
+    if (r == 0 || n > rank_count[r]) r = rank;
+  if (!cfg.contains("peft_type")) cfg["peft_type"] = "LORA";
+  if (cfg.contains("r") && cfg["r"].is_number_integer() && rank_count.count(cfg["r"].get<int64_t>())) r = cfg["r"].get<int64_t>();
+  cfg["r"] = r;
+  json pattern = cfg.contains("rank_pattern") && cfg["rank_pattern"].is_object() ? cfg["rank_pattern"] : json::object();
+  for (const auto& [module, rank] : ranks) {
+    bool named = false;
+    for (const auto& [p, v] : pattern.items()) named = named || (pattern_matches(p, module) && v == rank);
+    if (rank != r && !named) pattern[module] = rank;
+  }
+  cfg["rank_pattern"] = pattern;
+  if (!cfg.contains("alpha_pattern")) cfg["alpha_pattern"] = json::object();
+  if (!cfg.contains("target_modules") || cfg["target_modules"].is_null()) cfg["target_modules"] = lora.targets(adapter);
+  if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
+    json saved = json::array();
+    for (const LoraSavedModule& sm : lora.saved)
+      if (sm.adapter == adapter) {
+        size_t dot = sm.module.rfind('.');
+        saved.push_back(dot == std::string::npos ? sm.module : sm.module.substr(dot + 1));
+      }
+    cfg["modules_to_save"] = saved.empty() ? json(nullptr) : saved;
+  }
+  if (dora) cfg["use_dora"] = true;
+  if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
+  const json defaults = {{"use_rslora", false}, {"use_dora", false}, {"fan_in_fan_out", false}, {"bias", "none"},
+                         {"lora_dropout", 0.0}, {"inference_mode", true}, {"base_model_name_or_path", nullptr}, {"task_type", nullptr}};
+  for (auto it = defaults.begin(); it != defaults.end(); ++it)
+    if (!cfg.contains(it.key())) cfg[it.key()] = it.value();
+  if (!merge) view.lora.adapter_config = cfg;
+  json scales = json::array();
+  for (const LoraMergedWeight& mw : view.lora.merged) scales.push_back(mw.scale);
+  view.lora.summary = {{"mode", merge ? "merge" : "adapter"},
+                       {"adapter", adapter.empty() ? json(nullptr) : json(adapter)},
+                       {"config", config.path.empty() ? json(nullptr) : json(config.path)},
+                       {"select", sel.prefix},
+                       {"r", r},
+                       {"lora_alpha", cfg["lora_alpha"]},
+                       {"use_rslora", config.rslora()},
+                       {"modules", ranks.size()},
+                       {"merged", view.lora.merged.size()}};
+  if (merge && !view.lora.merged.empty()) {
+    auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
+    view.lora.summary["scale"] = *lo == *hi ? *lo : json{{"min", *lo}, {"max", *hi}};
+  }
+  return view;
+}
+
+}  // namespace dcpctl

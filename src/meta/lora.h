@@ -1,0 +1,129 @@
+// LoRA adapters in a checkpoint, as PEFT names them, and the checkpoint seen as a PEFT adapter or
+// as the model with its adapters merged.
+//
+// A PEFT model's state dict (get_model_state_dict of a PeftModel under FSDP2, saved by dcp.save)
+// holds, for every adapted module M (keys under the PeftModel's `base_model.model.` prefix) and
+// adapter NAME ("default" unless named):
+//   M.base_layer.weight [out, in] (and .bias)      the frozen base weight
+//   M.lora_A.NAME.weight [r, in], M.lora_B.NAME.weight [out, r]   a Linear's adapter (and
+//                                                 lora_B.NAME.bias with lora_bias)
+//   M.lora_embedding_A.NAME [r, num], M.lora_embedding_B.NAME [dim, r]   an Embedding's
+//   M.lora_magnitude_vector.NAME.weight [out]      DoRA's magnitude
+//   M.modules_to_save.NAME.<param>, M.original_module.<param>   a module trained whole
+// An adapter saved alone (get_peft_model_state_dict, adapter_model.safetensors) has the same keys
+// with `.NAME` removed (`M.lora_A.weight`, `M.lora_embedding_A`, `M.lora_magnitude_vector`) and a
+// module to save as `M.<param>`.
+//
+// find_lora reads that structure from the tensor keys alone (no config needed); check_lora says
+// what of it cannot be right (an adapter whose rank or shape disagrees with its pair or its base
+// layer: accelerate #4206 saved one rank's slice of each adapter); the views turn it into what a
+// writer writes (write/consolidate.h: --lora).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/metadata.h"
+#include "meta/select.h"
+#include "util/finding.h"
+
+namespace dcpctl {
+
+struct Checkpoint;
+
+// One adapter on one module.
+struct LoraLayer {
+  std::string module;   // the module's key as saved ("model.base_model.model.model.layers.0.self_attn.q_proj")
+  std::string adapter;  // its adapter's name as saved; "" when the keys carry none (saved by PEFT alone)
+  bool embedding = false;  // lora_embedding_A/B (A [r, num_embeddings], B [embedding_dim, r])
+  int a = -1, b = -1;      // indices into Metadata::tensors
+  int b_bias = -1;         // lora_B.NAME.bias (lora_bias=True)
+  int magnitude = -1;      // DoRA's lora_magnitude_vector
+  int base = -1;           // M.base_layer.weight, when the checkpoint holds the base model
+};
+
+// A module trained whole (modules_to_save): its copy for one adapter.
+struct LoraSavedModule {
+  std::string module;   // the module's key as saved ("model.base_model.model.lm_head")
+  std::string adapter;  // "" when saved without a name
+  std::vector<int> tensors;  // M.modules_to_save.NAME.<param>
+};
+
+struct LoraModel {
+  std::vector<LoraLayer> layers;
+  std::vector<LoraSavedModule> saved;
+  std::vector<int> originals;  // M.original_module.<param>: the frozen copies of saved modules
+  std::vector<std::string> adapters;  // the names, in the order first met ("" for unnamed)
+  bool empty() const { return layers.empty(); }
+  // The target module names (the last part of each module's key: "q_proj"), sorted.
+  std::vector<std::string> targets(const std::string& adapter) const;
+  // {"adapters": [{"name", "modules", "targets", "ranks", "embedding", "dora", "modules_to_save"}],
+  //  "base_model": bool, "hint"}: what inspect says.
+  nlohmann::json describe(const Metadata& md) const;
+};
+
+LoraModel find_lora(const Metadata& md);
+
+// What cannot be right in the adapters' shapes, each naming the key (code "lora-shape"): A and B
+// whose ranks differ, a lora_A without its lora_B (or the reverse), an adapter whose in/out
+// features are not its base layer's, a magnitude vector that is not [out].
+Findings check_lora(const Metadata& md, const LoraModel& lora);
+
+// What --lora asks (write/consolidate.h).
+enum class LoraMode { Keep, Adapter, Merge };
+
+// An adapter's scaling: alpha / r, or alpha / sqrt(r) with rsLoRA; per module from the config's
+// rank_pattern / alpha_pattern where they name it.
+struct LoraConfig {
+  nlohmann::json json;  // adapter_config.json as found or given (an object), or built
+  std::string path;     // where it came from; "" when built from --lora-alpha
+  double alpha(const std::string& module, int64_t rank) const;  // module: its key under the model
+  bool rslora() const;
+  bool dora() const;
+  bool fan_in_fan_out() const;
+};
+
+// A merged weight of a merged view: the base weight's chunks, each read as base + scale·B·A.
+struct LoraMergedWeight {
+  std::string fqn;      // its name in the view
+  TensorMeta base;      // as saved
+  TensorMeta a, b;      // lora_A / lora_B (or the embedding's), as saved
+  double scale = 1.0;
+  bool transposed = false;  // delta = (B·A)ᵀ: an Embedding's, or fan_in_fan_out's
+};
+
+// What a LoRA view was made of (Checkpoint::lora; empty for a checkpoint as opened).
+struct LoraView {
+  std::vector<LoraMergedWeight> merged;  // Merge: the weights read as merged
+  nlohmann::json adapter_config;         // Adapter: adapter_config.json as written
+  nlohmann::json summary;                // --json's "lora"; null: not a view
+  bool empty() const { return summary.is_null(); }
+};
+
+// The options of --lora: the adapter (--lora-name; "" for the only one), and where its
+// adapter_config.json comes from.
+struct LoraRequest {
+  LoraMode mode = LoraMode::Keep;
+  std::string name;         // --lora-name
+  std::string config_file;  // --lora-config FILE
+  std::optional<double> alpha;  // --lora-alpha
+  std::string base_model;   // base_model_name_or_path for a built config ("" : from the config, or none)
+};
+
+// The checkpoint as the adapter (Adapter) or the merged model (Merge) of `rq`, over the items
+// `selection` picks (without one, the subtree that holds the adapters: {"model": ...}'s): a view
+// whose tensors are exactly what is written, under their output names (the selection applied; the
+// caller writes the view with an empty selection), its non-tensor items those selected (Merge) or
+// none (Adapter), and no planner_data (flat keys). Its `lora` says how (merged weights, the
+// adapter_config.json to write, the summary). Throws UsageError (exit 2) when the checkpoint has no LoRA
+// adapter, when several adapters need --lora-name (listing them), when the scaling cannot be
+// known (no --lora-config, no --lora-alpha, no adapter_config.json beside the checkpoint);
+// FormatError (exit 3) for check_lora's findings; UnsupportedError (exit 5) for a merge the
+// config says is DoRA, or an adapter dcpctl cannot merge.
+Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq);
+
+}  // namespace dcpctl

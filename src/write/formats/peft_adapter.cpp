@@ -1,0 +1,51 @@
+// The `peft-adapter` format (consolidate --lora adapter): the folder PeftModel.from_pretrained
+// loads. adapter_model.safetensors holds the adapter's tensors under the keys PEFT saves
+// (meta/lora.h: the view gives them), `__metadata__ {"format": "pt"}` as PEFT writes it, and
+// adapter_config.json beside it (the view's: the given or found config, completed from the
+// shapes), written after the weights, before the folder is committed.
+#include "write/formats/safetensors_file.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kConfigFile = "adapter_config.json";
+
+class PeftAdapter final : public SafetensorsFiles {
+ public:
+  using SafetensorsFiles::SafetensorsFiles;
+
+ protected:
+  void plan_files(WriteJob& job, json& summary) override {
+    if (job.request.ck.lora.adapter_config.is_null())
+      throw UsageError(Where(o_.output), "a PEFT adapter folder is written from a checkpoint's LoRA adapter: give --lora adapter");
+    SafetensorsFiles::plan_files(job, summary);
+  }
+  std::string path_of(const PlannedFile& f) const override { return join_path(o_.output, f.name); }
+  void more_files(const WritePlan& plan, json& files) const override {
+    (void)plan;
+    files.push_back({{"path", join_path(o_.output, kConfigFile)}});
+  }
+  void finish_folder(WriteJob& job) override {
+    write_text(kConfigFile, job.request.ck.lora.adapter_config.dump(2) + "\n");
+  }
+};
+
+}  // namespace
+
+const Format formats::peft_adapter = [] {
+  Format f;
+  f.name = "peft-adapter";
+  // Not a --format word: --lora adapter chooses it (it needs the view the adapter is read through).
+  f.writing = Writing::AtOffsets;
+  f.tensors_only = true;
+  f.folder = true;
+  f.file_name = [](size_t, size_t) { return std::string("adapter_model.safetensors"); };
+  f.part_buffers = at_offsets_part_buffers;
+  f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<PeftAdapter>(o); };
+  return f;
+}();
+
+}  // namespace dcpctl

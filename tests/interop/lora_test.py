@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""LoRA fine-tunes (meta/lora.h, consolidate --lora): checkpoints written by real PEFT 0.21 on FSDP2
+(tests/fixtures/layouts/peft_*, make_peft.py), checked against what PEFT itself wrote from the
+gathered model: save_pretrained (expected_adapter/) and merge_and_unload (expected_merged/).
+
+    lora_test.py DCPCTL FIXTURES
+
+--lora adapter: adapter_model.safetensors holds exactly PEFT's keys, bit for bit; adapter_config.json
+has PEFT's r, lora_alpha, target_modules, modules_to_save, use_rslora / use_dora; the folder loads
+in PeftModel.from_pretrained over the base model with no missing or unexpected adapter keys and
+gives PEFT's logits. --lora merge: every tensor of merge_and_unload's model under the same names;
+those without an adapter bit for bit, the merged ones within the bound of float rounding
+(meta/lora.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
+and gives the merged logits; .safetensors and .pt outputs hold the same tensors; --dtype casts the
+merged values. inspect says which adapters the checkpoint holds; verify and the writers refuse an
+adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key; the refusals
+(no alpha, several adapters without --lora-name, merging an adapter-only save or DoRA) each with
+its exit code and nothing written. --lora keep (the default) writes the keys as they are.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from testlib import EXIT_INVALID, EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, run, same_tensor, summary  # noqa: E402
+
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+DCPCTL, FIXTURES = sys.argv[1], Path(sys.argv[2]) / "layouts"
+WORK = Path(tempfile.mkdtemp(prefix="dcpctl-lora-"))
+
+
+def dcpctl(*args):
+    return run(DCPCTL, *[str(a) for a in args])
+
+
+def ok(r, what) -> bool:
+    return check(r.returncode == 0, f"{what}: exit {r.returncode}: {(r.stderr or '')[-800:]}")
+
+
+def logits_of(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def lora_bound(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float, transposed: bool) -> torch.Tensor:
+    """What float32 rounding allows between two merges of one adapter: each element's B·A is a sum
+    of r products that torch's sgemm and dcpctl round in different orders (each within r·u of the
+    sum of |products|, u = 2^-24), then scaled and added to W (one rounding each)."""
+    u = 2.0 ** -24
+    ab = b.abs().double() @ a.abs().double()
+    if transposed:
+        ab = ab.T
+    r = a.shape[0]
+    return (2 * r + 4) * u * (w.abs().double() + abs(scale) * ab) + 1e-30
+
+
+def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="default"):
+    out = WORK / f"{case}-{name}-adapter"
+    r = dcpctl("consolidate", ckpt, "--lora", "adapter", "-o", f"{out}/", "--json", "-q", *extra)
+    if not ok(r, f"{case}: consolidate --lora adapter {' '.join(map(str, extra))}"):
+        return None
+    summary_json = json.loads(r.stdout)
+    check(summary_json.get("format") == "peft-adapter" and summary_json.get("lora", {}).get("mode") == "adapter",
+          f"{case}: the summary says peft-adapter / lora adapter: {summary_json.get('format')}, {summary_json.get('lora')}")
+    check(sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"],
+          f"{case}: the folder holds adapter_model.safetensors and adapter_config.json: {sorted(p.name for p in out.iterdir())}")
+    ours, theirs = load_file(out / "adapter_model.safetensors"), load_file(expected / "adapter_model.safetensors")
+    check(sorted(ours) == sorted(theirs), f"{case}: PEFT's keys: extra {sorted(set(ours) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(ours))[:4]}")
+    for k in sorted(set(ours) & set(theirs)):
+        d = same_tensor(ours[k], theirs[k])
+        check(d is None, f"{case}: {k} equals PEFT's save_pretrained bit for bit: {d}")
+    with safe_open(out / "adapter_model.safetensors", "pt") as f:
+        check(f.metadata() == {"format": "pt"}, f"{case}: __metadata__ as PEFT writes it: {f.metadata()}")
+    cfg, want = json.loads((out / "adapter_config.json").read_text()), json.loads((expected / "adapter_config.json").read_text())
+    for key in ("peft_type", "r", "lora_alpha", "use_rslora", "use_dora", "fan_in_fan_out"):
+        check(cfg.get(key) == want.get(key), f"{case}: adapter_config.json {key} = {cfg.get(key)!r}, PEFT's {want.get(key)!r}")
+    for key in ("target_modules", "modules_to_save"):
+        check(sorted(cfg.get(key) or []) == sorted(want.get(key) or []),
+              f"{case}: adapter_config.json {key} = {cfg.get(key)!r}, PEFT's {want.get(key)!r}")
+    return out
+
+
+def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
+    """PeftModel.from_pretrained over the base model: no missing or unexpected adapter keys, PEFT's logits."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = PeftModel.from_pretrained(model, folder)
+        res = pm.load_adapter(folder, adapter_name="again")
+    unexpected = list(res.unexpected_keys)
+    missing = [k for k in res.missing_keys if ".again" in k or "lora_" in k and "again" in k]
+    check(not unexpected and not missing, f"{case}: PeftModel loads the adapter: unexpected {unexpected[:3]}, missing {missing[:3]}")
+    pm.set_adapter("default")
+    pm.eval()
+    got = logits_of(pm, ids)
+    diff = (got - want_logits).abs().max().item()
+    check(diff <= 1e-5, f"{case}: PeftModel over dcpctl's adapter gives PEFT's logits (max diff {diff:.3g})")
+
+
+def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, ids, want_logits, extra=()):
+    out = WORK / f"{case}-merged"
+    r = dcpctl("consolidate", ckpt, "--lora", "merge", "-o", f"{out}/", "--assets", fixture / "base", "--json", "-q", *extra)
+    if not ok(r, f"{case}: consolidate --lora merge"):
+        return
+    s = json.loads(r.stdout)
+    theirs = load_file(fixture / "expected_merged" / "model.safetensors")
+    ours = {}
+    for f in sorted(out.glob("*.safetensors")):
+        ours.update(load_file(f))
+    check(sorted(ours) == sorted(theirs), f"{case}: merge_and_unload's keys: extra {sorted(set(ours) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(ours))[:4]}")
+    adapter = load_file(expected_adapter / "adapter_model.safetensors")
+    cfg = json.loads((expected_adapter / "adapter_config.json").read_text())
+    merged, worst = 0, 0.0
+    for k in sorted(set(ours) & set(theirs)):
+        module = "base_model.model." + k[: -len(".weight")] if k.endswith(".weight") else None
+        a = adapter.get(f"{module}.lora_A.weight", adapter.get(f"{module}.lora_embedding_A"))
+        b = adapter.get(f"{module}.lora_B.weight", adapter.get(f"{module}.lora_embedding_B"))
+        if a is None or f"{module}.weight" in adapter:  # no adapter here (or a module trained whole): a copy
+            d = same_tensor(ours[k], theirs[k])
+            check(d is None, f"{case}: {k} (no adapter) is merge_and_unload's bit for bit: {d}")
+            continue
+        merged += 1
+        rank = a.shape[0]
+        scale = cfg["lora_alpha"] / (math.sqrt(rank) if cfg.get("use_rslora") else rank)
+        base = load_file(fixture / "base" / "model.safetensors").get(k)
+        bound = lora_bound(base if base is not None else theirs[k], a, b, scale, f"{module}.lora_embedding_A" in adapter)
+        diff = (ours[k].double() - theirs[k].double()).abs()
+        worst = max(worst, diff.max().item())
+        check(ours[k].dtype == theirs[k].dtype and bool((diff <= bound).all()),
+              f"{case}: {k} merged within float rounding of PEFT's (max diff {diff.max().item():.3g}, "
+              f"largest allowed {bound.max().item():.3g}; bit-identical elements {int((diff == 0).sum())}/{diff.numel()})")
+    check(merged > 0 and s.get("lora", {}).get("merged") == merged,
+          f"{case}: {merged} weights merged, the summary says {s.get('lora', {}).get('merged')}")
+    print(f"     {case}: {merged} merged weights, max |dcpctl - PEFT| = {worst:.3g}")
+    from transformers import AutoModelForCausalLM
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"{case}: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
+    model.eval()
+    diff = (logits_of(model, ids) - want_logits).abs().max().item()
+    check(diff <= 1e-5, f"{case}: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
+    # The same merge to the other formats, and cast.
+    st, pt, bf = WORK / f"{case}-merged.safetensors", WORK / f"{case}-merged.pt", WORK / f"{case}-merged-bf16.safetensors"
+    for path in (st, pt):
+        ok(dcpctl("consolidate", ckpt, "--lora", "merge", "-o", path, "-q", *extra), f"{case}: --lora merge -o {path.suffix}")
+    if st.exists():
+        other = load_file(st)
+        check(sorted(other) == sorted(ours) and all(same_tensor(other[k], ours[k]) is None for k in ours),
+              f"{case}: the .safetensors output holds the folder's tensors")
+    if pt.exists():
+        other = torch.load(pt, weights_only=True)
+        check(sorted(other) == sorted(ours) and all(same_tensor(other[k], ours[k]) is None for k in ours),
+              f"{case}: the .pt output (flat, torch.load(weights_only=True)) holds the folder's tensors")
+    if ok(dcpctl("consolidate", ckpt, "--lora", "merge", "-o", bf, "--dtype", "bf16", "-q", *extra), f"{case}: --lora merge --dtype bf16"):
+        other = load_file(bf)
+        bad = [k for k in ours if same_tensor(other[k], ours[k].to(torch.bfloat16)) is not None]
+        check(not bad, f"{case}: --dtype bf16 is the merged float32 values cast as torch's .to() casts: {bad[:3]}")
+
+
+def main() -> int:
+    # ---- peft_lora: model + optimizer, adapter_config.json beside the checkpoint ----
+    fx = FIXTURES / "peft_lora"
+    ids = load_file(fx / "logits.safetensors")
+    inp = ids["input_ids"]
+    r = dcpctl("inspect", fx / "ckpt", "--json")
+    if ok(r, "peft_lora: inspect --json"):
+        lora = json.loads(r.stdout).get("lora") or {}
+        a = (lora.get("adapters") or [{}])[0]
+        check(a.get("name") == "default" and a.get("targets") == ["down_proj", "q_proj", "v_proj"] and a.get("ranks") == [4]
+              and a.get("modules") == 6 and lora.get("base_model") is True and "--lora adapter" in lora.get("hint", ""),
+              f"peft_lora: inspect names the adapter, its targets, rank and modules: {lora}")
+        check(a.get("modules_to_save") == ["model.base_model.model.lm_head"], f"peft_lora: inspect lists the module trained whole: {a.get('modules_to_save')}")
+    r = dcpctl("inspect", fx / "ckpt")
+    check(r.returncode == 0 and "LoRA        adapter default: 6 modules (down_proj, q_proj, v_proj), rank 4" in r.stdout,
+          f"peft_lora: inspect's text says it: {r.stdout[-600:]}")
+    out = adapter_checks("peft_lora", fx / "ckpt", fx / "expected_adapter")
+    if out:
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        check(cfg.get("base_model_name_or_path") == "base", f"peft_lora: the config found beside the checkpoint gives base_model_name_or_path: {cfg.get('base_model_name_or_path')}")
+        peft_load_checks("peft_lora", out, fx / "base", inp, ids["logits_peft"])
+    # --select given, and the config named: the same folder.
+    out2 = adapter_checks("peft_lora", fx / "ckpt", fx / "expected_adapter",
+                          extra=("--select", "model", "--lora-config", fx / "expected_adapter" / "adapter_config.json"), name="select")
+    merge_checks("peft_lora", fx / "ckpt", fx, fx / "expected_adapter", inp, ids["logits_merged"])
+    # --lora keep (the default): the keys as saved.
+    keep = WORK / "keep.safetensors"
+    if ok(dcpctl("consolidate", fx / "ckpt", "--select", "model", "-o", keep, "-q"), "peft_lora: consolidate (--lora keep)"):
+        keys = load_file(keep)
+        check("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight" in keys
+              and "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight" in keys,
+              "peft_lora: --lora keep writes the keys as they are")
+    # The adapter and the merge, dry-run: the plan, nothing written.
+    dry = WORK / "dry-adapter"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "adapter", "-o", f"{dry}/", "--dry-run", "--json")
+    if ok(r, "peft_lora: --lora adapter --dry-run"):
+        files = [f["path"] for f in json.loads(r.stdout)["files"]]
+        check(files == [f"{dry}/adapter_model.safetensors", f"{dry}/adapter_config.json"] and not dry.exists(),
+              f"peft_lora: the dry run names the two files and writes nothing: {files}")
+
+    # ---- peft_lora_adapter_only: the trainable parameters only, no config beside it ----
+    ao = FIXTURES / "peft_lora_adapter_only"
+    target = WORK / "ao-refused"
+    r = dcpctl("consolidate", ao / "ckpt", "--lora", "adapter", "-o", f"{target}/")
+    expect_rc(r, EXIT_USAGE, "adapter-only without lora_alpha", "--lora-alpha", "--lora-config", "adapter_config.json")
+    check(not target.exists(), "adapter-only without lora_alpha: nothing written")
+    out = adapter_checks("peft_lora_adapter_only", ao / "ckpt", fx / "expected_adapter", extra=("--lora-alpha", "8"))
+    if out:
+        ao_ids = load_file(ao / "logits.safetensors") if (ao / "logits.safetensors").exists() else ids
+        peft_load_checks("peft_lora_adapter_only", out, ao / "base" if (ao / "base").exists() else fx / "base", ao_ids["input_ids"], ao_ids["logits_peft"])
+    r = dcpctl("consolidate", ao / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", WORK / "ao-merged.safetensors")
+    expect_rc(r, EXIT_USAGE, "merging an adapter-only checkpoint", "base_layer", "--lora adapter")
+    r = dcpctl("inspect", ao / "ckpt", "--json")
+    if ok(r, "adapter-only: inspect"):
+        check((json.loads(r.stdout).get("lora") or {}).get("base_model") is False, "adapter-only: inspect says there is no base model")
+
+    # ---- peft_lora_variants: rsLoRA, an Embedding's adapter, two adapters ----
+    va = FIXTURES / "peft_lora_variants"
+    vids = load_file(va / "logits.safetensors")
+    r = dcpctl("consolidate", va / "ckpt", "--lora", "adapter", "-o", f"{WORK / 'va-refused'}/", "--lora-alpha", "16")
+    expect_rc(r, EXIT_USAGE, "two adapters without --lora-name", "default", "other", "--lora-name")
+    r = dcpctl("consolidate", va / "ckpt", "--lora", "adapter", "--lora-name", "nope", "--lora-alpha", "16", "-o", f"{WORK / 'va-nope'}/")
+    expect_rc(r, EXIT_USAGE, "--lora-name of no adapter", "nope", "default", "other")
+    cfg_default = va / "expected_adapter" / "adapter_config.json"
+    out = adapter_checks("peft_lora_variants", va / "ckpt", va / "expected_adapter", extra=("--lora-name", "default", "--lora-config", cfg_default))
+    # logits_peft has both adapters active; each adapter alone has its own.
+    if out:
+        peft_load_checks("peft_lora_variants", out, va / "base", vids["input_ids"], vids["logits_peft_default"])
+    out = adapter_checks("peft_lora_variants", va / "ckpt", va / "expected_adapter" / "other",
+                         extra=("--lora-name", "other", "--lora-config", va / "expected_adapter" / "other" / "adapter_config.json"), name="other")
+    if out:
+        peft_load_checks("peft_lora_variants (other)", out, va / "base", vids["input_ids"], vids["logits_peft_other"])
+    merge_checks("peft_lora_variants", va / "ckpt", va, va / "expected_adapter", vids["input_ids"], vids["logits_merged"],
+                 extra=("--lora-name", "default", "--lora-config", cfg_default))
+
+    # ---- peft_dora: exported; its merge refused ----
+    do = FIXTURES / "peft_dora"
+    adapter_checks("peft_dora", do / "ckpt", do / "expected_adapter", extra=("--lora-config", do / "expected_adapter" / "adapter_config.json"))
+    target = WORK / "dora-merged.safetensors"
+    r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-config", do / "expected_adapter" / "adapter_config.json", "-o", target)
+    expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA", "DoRA")
+    check(not target.exists(), "merging DoRA: nothing written")
+
+    # ---- accelerate's FSDP2 save_state ----
+    ac = FIXTURES / "peft_accelerate"
+    model_dir = ac / "state" / "pytorch_model_fsdp_0"
+    if model_dir.exists():
+        acfg = ac / "expected_adapter" / "adapter_config.json"
+        adapter_checks("peft_accelerate", model_dir, ac / "expected_adapter", extra=("--lora-config", acfg))
+        aids = load_file(ac / "logits.safetensors")
+        merge_checks("peft_accelerate", model_dir, ac, ac / "expected_adapter", aids["input_ids"], aids["logits_merged"], extra=("--lora-config", acfg))
+
+    # ---- an adapter saved as one rank's slice (accelerate #4206), written by torch's dcp.save ----
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    sd: dict = {}
+    _load_state_dict(sd, storage_reader=dcp.FileSystemReader(str(ao / "ckpt")), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    key = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"
+    model = sd["model"]
+    model[key] = model[key][: model[key].shape[0] // 2].clone()  # rank 0's rows of an FSDP2 Shard(0)
+    sliced = WORK / "sliced"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(sd, checkpoint_id=str(sliced), no_dist=True)
+    r = dcpctl("verify", sliced)
+    expect_rc(r, EXIT_INVALID, "verify of an adapter saved as one rank's slice", "lora-shape" if "--json" in r.args else "q_proj", "rank")
+    r = dcpctl("verify", sliced, "--json")
+    probs = json.loads(r.stdout).get("problems", []) if r.stdout else []
+    check(r.returncode == EXIT_INVALID and any(p.get("code") == "lora-shape" and "q_proj" in p.get("key", "") for p in probs),
+          f"verify --json names the sliced adapter (lora-shape): {probs[:2]}")
+    target = WORK / "sliced-adapter"
+    r = dcpctl("consolidate", sliced, "--lora", "adapter", "--lora-alpha", "8", "-o", f"{target}/")
+    expect_rc(r, EXIT_INVALID, "--lora adapter of a sliced adapter", "q_proj", "slice")
+    check(not target.exists(), "a sliced adapter: nothing written")
+    return summary("lora_test", min_checks=40)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

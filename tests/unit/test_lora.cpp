@@ -1,0 +1,146 @@
+// LoRA adapters (meta/lora.h): finding them in the keys PEFT writes, the shape checks, and the
+// merge arithmetic (item/dequantize.h add_lora_delta) against a plain element-by-element reference.
+// The oracle for whole checkpoints is PEFT itself (tests/interop/lora_test.py); these pin the parts.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "item/dequantize.h"
+#include "meta/lora.h"
+#include "util/numeric.h"
+
+using namespace dcpctl;
+
+namespace {
+
+TensorMeta tensor(const std::string& fqn, std::vector<int64_t> shape, DType dt = DType::Float32) {
+  TensorMeta t;
+  t.fqn = fqn;
+  t.dtype = dt;
+  t.dtype_name = torch_name(dt);
+  t.shape = shape;
+  // One chunk, the whole tensor.
+  t.chunk_dims.assign(shape.size(), 0);
+  t.chunk_dims.insert(t.chunk_dims.end(), shape.begin(), shape.end());
+  t.storage.resize(1);
+  return t;
+}
+
+Metadata model(const std::vector<TensorMeta>& ts) {
+  Metadata md;
+  md.source = "test/.metadata";
+  md.tensors = ts;
+  for (uint32_t i = 0; i < ts.size(); ++i) md.order.push_back({true, i});
+  return md;
+}
+
+const std::string P = "model.base_model.model.model.layers.0.self_attn.";
+
+}  // namespace
+
+TEST_CASE("find_lora reads PEFT's keys: named, unnamed, embeddings, DoRA, modules to save", "[lora]") {
+  Metadata md = model({
+      tensor(P + "q_proj.base_layer.weight", {32, 16}),
+      tensor(P + "q_proj.lora_A.default.weight", {4, 16}),
+      tensor(P + "q_proj.lora_B.default.weight", {32, 4}),
+      tensor(P + "q_proj.lora_A.other.weight", {2, 16}),
+      tensor(P + "q_proj.lora_B.other.weight", {32, 2}),
+      tensor(P + "v_proj.lora_magnitude_vector.default.weight", {32}),
+      tensor(P + "v_proj.lora_A.default.weight", {4, 16}),
+      tensor(P + "v_proj.lora_B.default.weight", {32, 4}),
+      tensor("model.base_model.model.model.embed_tokens.base_layer.weight", {100, 16}),
+      tensor("model.base_model.model.model.embed_tokens.lora_embedding_A.default", {4, 100}),
+      tensor("model.base_model.model.model.embed_tokens.lora_embedding_B.default", {16, 4}),
+      tensor("model.base_model.model.lm_head.modules_to_save.default.weight", {100, 16}),
+      tensor("model.base_model.model.lm_head.original_module.weight", {100, 16}),
+      // An optimizer's state of those is no adapter.
+      tensor("optim.state.base_model.model.lm_head.modules_to_save.default.weight.exp_avg", {100, 16}),
+      tensor("optim.state." + P.substr(6) + "q_proj.lora_A.default.weight.exp_avg", {4, 16}),
+  });
+  LoraModel m = find_lora(md);
+  REQUIRE(m.layers.size() == 4);
+  CHECK(m.adapters == std::vector<std::string>{"default", "other"});
+  CHECK(m.layers[0].module == P + "q_proj");
+  CHECK(m.layers[0].base == 0);
+  CHECK((m.layers[0].a == 1 && m.layers[0].b == 2));
+  CHECK((m.layers[1].adapter == "other" && m.layers[1].a == 3));
+  CHECK((m.layers[2].magnitude == 5 && m.layers[2].base == -1));
+  CHECK((m.layers[3].embedding && m.layers[3].a == 9 && m.layers[3].b == 10 && m.layers[3].base == 8));
+  REQUIRE(m.saved.size() == 1);
+  CHECK((m.saved[0].module == "model.base_model.model.lm_head" && m.saved[0].tensors == std::vector<int>{11}));
+  CHECK(m.originals == std::vector<int>{12});
+  CHECK(m.targets("default") == std::vector<std::string>{"embed_tokens", "q_proj", "v_proj"});
+  CHECK(check_lora(md, m).empty());
+
+  // Saved by PEFT alone: no adapter name in the keys.
+  Metadata alone = model({tensor("base_model.model.q_proj.lora_A.weight", {4, 16}), tensor("base_model.model.q_proj.lora_B.weight", {32, 4}),
+                          tensor("base_model.model.e.lora_embedding_A", {4, 100}), tensor("base_model.model.e.lora_embedding_B", {16, 4}),
+                          tensor("base_model.model.q_proj.lora_magnitude_vector", {32})});
+  LoraModel a = find_lora(alone);
+  REQUIRE(a.layers.size() == 2);
+  CHECK(a.adapters == std::vector<std::string>{""});
+  CHECK((a.layers[0].a == 0 && a.layers[0].b == 1 && a.layers[0].magnitude == 4));
+  CHECK(a.layers[1].embedding);
+}
+
+TEST_CASE("check_lora names an adapter saved as one rank's slice", "[lora]") {
+  // accelerate #4206: rank 0's half of lora_A's rows.
+  Metadata md = model({tensor(P + "q_proj.base_layer.weight", {32, 16}), tensor(P + "q_proj.lora_A.default.weight", {2, 16}),
+                       tensor(P + "q_proj.lora_B.default.weight", {32, 4})});
+  Findings f = check_lora(md, find_lora(md));
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].code == "lora-shape");
+  CHECK(f[0].where.key == P + "q_proj.lora_B.default.weight");
+  // Half of B's rows, A whole: the base layer tells.
+  Metadata half = model({tensor(P + "q_proj.base_layer.weight", {32, 16}), tensor(P + "q_proj.lora_A.default.weight", {4, 16}),
+                         tensor(P + "q_proj.lora_B.default.weight", {16, 4})});
+  Findings g = check_lora(half, find_lora(half));
+  REQUIRE(g.size() == 1);
+  CHECK(g[0].message.find("slice") != std::string::npos);
+  // A without B; a magnitude vector of the wrong size.
+  Metadata lone = model({tensor(P + "q_proj.lora_A.default.weight", {4, 16}), tensor(P + "k_proj.lora_A.default.weight", {4, 16}),
+                         tensor(P + "k_proj.lora_B.default.weight", {32, 4}), tensor(P + "k_proj.lora_magnitude_vector.default.weight", {16})});
+  CHECK(check_lora(lone, find_lora(lone)).size() == 2);
+  // GPT-2's Conv1D keeps [in, out]: accepted.
+  Metadata conv = model({tensor("m.c_attn.base_layer.weight", {16, 32}), tensor("m.c_attn.lora_A.default.weight", {4, 16}),
+                         tensor("m.c_attn.lora_B.default.weight", {32, 4})});
+  CHECK(check_lora(conv, find_lora(conv)).empty());
+}
+
+TEST_CASE("add_lora_delta: W + s·B·A (and its transpose) in boxes, as an element-by-element fma", "[lora]") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.f, 0.1f);
+  const int64_t out = 12, in = 10, r = 3;
+  std::vector<float> a(r * in), b(out * r), w(out * in);
+  for (auto* v : {&a, &b, &w})
+    for (float& x : *v) x = n(rng);
+  const float s = 2.5f;
+  for (bool transposed : {false, true}) {
+    // Transposed: the base is [in, out] (an Embedding's [num, dim]); delta[i][j] = (B·A)[j][i].
+    const int64_t rows = transposed ? in : out, cols = transposed ? out : in;
+    for (Box box : {Box{{0, 0}, {rows, cols}}, Box{{3, 2}, {4, 5}}}) {
+      std::vector<float> got(static_cast<size_t>(box.sizes[0] * box.sizes[1]));
+      for (int64_t i = 0; i < box.sizes[0]; ++i)
+        for (int64_t j = 0; j < box.sizes[1]; ++j) got[static_cast<size_t>(i * box.sizes[1] + j)] = w[static_cast<size_t>((box.offsets[0] + i) * cols + box.offsets[1] + j)];
+      std::vector<float> want = got;
+      add_lora_delta(got.data(), box, a.data(), in, b.data(), r, s, transposed, DType::Float32);
+      for (int64_t i = 0; i < box.sizes[0]; ++i)
+        for (int64_t j = 0; j < box.sizes[1]; ++j) {
+          int64_t p = transposed ? box.offsets[1] + j : box.offsets[0] + i, q = transposed ? box.offsets[0] + i : box.offsets[1] + j;
+          float acc = 0;
+          for (int64_t k = 0; k < r; ++k) acc = std::fmaf(b[static_cast<size_t>(p * r + k)], a[static_cast<size_t>(k * in + q)], acc);
+          want[static_cast<size_t>(i * box.sizes[1] + j)] += acc * s;
+        }
+      CHECK(got == want);
+    }
+  }
+  // A bfloat16 adapter: the delta is rounded to bfloat16 before it is added, as PEFT's .to(dtype).
+  std::vector<float> one{1.0f};
+  std::vector<float> aa{1.0f}, bb{1.0f + 1.0f / 1024};  // 1 + 2^-10 is not a bfloat16
+  add_lora_delta(one.data(), Box{{0, 0}, {1, 1}}, aa.data(), 1, bb.data(), 1, 1.0f, false, DType::BFloat16);
+  CHECK(one[0] == 2.0f);
+  std::vector<float> two{1.0f};
+  add_lora_delta(two.data(), Box{{0, 0}, {1, 1}}, aa.data(), 1, bb.data(), 1, 1.0f, false, DType::Float32);
+  CHECK(two[0] == 2.0f + 1.0f / 1024);
+}
