@@ -24,10 +24,10 @@
 
 namespace dcpctl {
 
-// A unit of write work for safetensors and .pt: a record (a whole tensor) assembled in a buffer,
-// or one run piece of it written straight to its place (safetensors), or a .pt record streamed
-// piece by piece. (A DCP rank file is written by one thread, record by record, and needs no task
-// list.)
+// A unit of write work for the formats written at offsets or in order (write/formats/format.h): a
+// record (a whole tensor) assembled in a buffer, or one run piece of it written straight to its
+// place (at offsets: safetensors), or a record streamed piece by piece (in order: a .pt). (A rank
+// file, a DCP checkpoint's, is written by one thread, record by record, and needs no task list.)
 struct ChunkRef {
   uint32_t tensor;  // index into Metadata::tensors
   uint32_t chunk;
@@ -74,7 +74,7 @@ int least_loaded(std::vector<uint64_t>& load, uint64_t bytes, Eligible&& eligibl
 
 struct DealRequest {
   int world = 1;                 // processes
-  unsigned lanes = 1;            // writing threads of a safetensors writer (under torchrun one exchange lane each)
+  unsigned lanes = 1;            // writing threads of a writer at offsets (under torchrun one exchange lane each)
   bool parallel_write = false;   // consolidate under torchrun: every rank writes files (else rank 0 writes all)
   bool exchange = false;         // consolidate under torchrun: chunks move from their readers to the writer
   bool budget_given = false;     // --max-memory was given (else the budget rises to the largest need)
@@ -85,7 +85,7 @@ struct Deal {
   int world = 1;
   unsigned lanes = 1;
   std::vector<int> writer_of;       // per planned file: the process that writes it
-  std::vector<Task> tasks;          // safetensors, .pt: writer by writer, each writer's in the order written
+  std::vector<Task> tasks;          // at offsets, in order: writer by writer, each writer's in the order written
   std::vector<Transfer> transfers;  // with an exchange: every chunk a task needs, in task order
   std::vector<uint64_t> set_aside;  // per process: bytes of zstd chunks it decodes whole to push them
   uint64_t budget = 0;              // every process's --max-memory

@@ -413,6 +413,8 @@ LightningMerge merge_lightning_meta(const Checkpoint& ck, const WritePlan& plan,
     why = "--include/--exclude/--select keep part of the DCP state only";
   else if (!o.map.empty())
     why = "--map writes the mapped model's tensors only";
+  else if (o.lora.mode != LoraMode::Keep)
+    why = "--lora writes the adapter or the merged model only";
   if (!why.empty()) {
     r.summary = {{"path", path}, {"merged", false}, {"reason", why}};
     if (o.lightning_meta)

@@ -195,6 +195,16 @@ def main() -> int:
     out2 = adapter_checks("peft_lora", fx / "ckpt", fx / "expected_adapter",
                           extra=("--select", "model", "--lora-config", fx / "expected_adapter" / "adapter_config.json"), name="select")
     merge_checks("peft_lora", fx / "ckpt", fx, fx / "expected_adapter", inp, ids["logits_merged"])
+    # --lora merge composes with --map: the merged model under torchtitan's names (RoPE rows
+    # permuted, hf -> torchtitan) is the map applied to merge_and_unload's own folder.
+    cfg = fx / "base" / "config.json"
+    mapped, ref = WORK / "merged-titan.safetensors", WORK / "peft-merged-titan.safetensors"
+    r1 = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "--map", "torchtitan-llama3", "--config", cfg, "-o", mapped, "-q")
+    r2 = dcpctl("consolidate", fx / "expected_merged", "--map", "torchtitan-llama3", "--config", cfg, "-o", ref, "-q")
+    if ok(r1, "peft_lora: --lora merge --map torchtitan-llama3") and ok(r2, "peft_lora: --map torchtitan-llama3 of PEFT's merged folder"):
+        a, b = load_file(mapped), load_file(ref)
+        check(sorted(a) == sorted(b) and "layers.0.attention.qkv_linear.wq.weight" in a and all(same_tensor(a[k], b[k]) is None for k in a),
+              f"peft_lora: --lora merge --map gives the map of merge_and_unload's model, bit for bit: {sorted(a)[:3]}")
     # --lora keep (the default): the keys as saved.
     keep = WORK / "keep.safetensors"
     if ok(dcpctl("consolidate", fx / "ckpt", "--select", "model", "-o", keep, "-q"), "peft_lora: consolidate (--lora keep)"):
