@@ -12,7 +12,7 @@ gives PEFT's logits. --lora merge: every tensor of merge_and_unload's model unde
 those without an adapter bit for bit, the merged ones within the bound of float rounding
 (meta/lora.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
 and gives the merged logits; .safetensors and .pt outputs hold the same tensors; --dtype casts the
-merged values. inspect says which adapters the checkpoint holds; verify and the writers refuse an
+merged values; with --map, the map of PEFT's merged model; on 2 ranks, the one-process bytes. inspect says which adapters the checkpoint holds; verify and the writers refuse an
 adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key; the refusals
 (no alpha, several adapters without --lora-name, merging an adapter-only save or DoRA) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import tempfile
 import warnings
@@ -205,6 +206,22 @@ def main() -> int:
         a, b = load_file(mapped), load_file(ref)
         check(sorted(a) == sorted(b) and "layers.0.attention.qkv_linear.wq.weight" in a and all(same_tensor(a[k], b[k]) is None for k in a),
               f"peft_lora: --lora merge --map gives the map of merge_and_unload's model, bit for bit: {sorted(a)[:3]}")
+    # Two processes (a launcher's RANK/WORLD_SIZE; the chunks move to rank 0): the same bytes.
+    import subprocess
+    from testlib import free_port
+    for mode, name in (("merge", "m.safetensors"), ("adapter", "ad/")):
+        single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
+        ok(dcpctl("consolidate", fx / "ckpt", "--lora", mode, "-o", single, "-q"), f"peft_lora: --lora {mode}, one process")
+        port = free_port()
+        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), "--lora", mode, "-o", str(dist), "-q", "--timeout", "60"],
+                                  env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                           MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        files = ["m.safetensors"] if mode == "merge" else ["ad/adapter_model.safetensors", "ad/adapter_config.json"]
+        same = all(p.returncode == 0 for p in procs) and all(
+            (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
+        check(same, f"peft_lora: --lora {mode} on 2 ranks writes the one-process bytes: exits {[p.returncode for p in procs]} {outs[0][-300:]}")
     # --lora keep (the default): the keys as saved.
     keep = WORK / "keep.safetensors"
     if ok(dcpctl("consolidate", fx / "ckpt", "--select", "model", "-o", keep, "-q"), "peft_lora: consolidate (--lora keep)"):
