@@ -280,9 +280,10 @@ LoraConfig find_config(const Checkpoint& ck, const LoraRequest& rq, const std::s
     dirs.insert(dirs.end(), ck.asset_dirs.begin(), ck.asset_dirs.end());
     for (const std::string& d : dirs) {
       if (d.empty()) continue;
-      // PEFT saves a named adapter other than "default" in a subfolder of that name.
+      // PEFT saves an adapter other than "default" in a subfolder of its name; the adapter_config.json
+      // above it is the default adapter's, whose alpha is not this one's.
       if (!adapter.empty() && adapter != "default") tries.push_back(join_path(join_path(d, adapter), "adapter_config.json"));
-      tries.push_back(join_path(d, "adapter_config.json"));
+      else tries.push_back(join_path(d, "adapter_config.json"));
     }
   }
   for (const std::string& p : tries) {

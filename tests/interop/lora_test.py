@@ -269,6 +269,17 @@ def main() -> int:
                          extra=("--lora-name", "other", "--lora-config", va / "expected_adapter" / "other" / "adapter_config.json"), name="other")
     if out:
         peft_load_checks("peft_lora_variants (other)", out, va / "base", vids["input_ids"], vids["logits_peft_other"])
+    # Beside the checkpoint, PEFT's layout: the default adapter's config above, other's in other/.
+    # Exporting "other" never takes the default's alpha: refused until other/ holds its own.
+    import shutil
+    beside = WORK / "va-beside"
+    shutil.copytree(va / "ckpt", beside / "ckpt")
+    shutil.copy(cfg_default, beside / "adapter_config.json")
+    r = dcpctl("consolidate", beside / "ckpt", "--lora", "adapter", "--lora-name", "other", "-o", f"{WORK / 'va-other-refused'}/")
+    expect_rc(r, EXIT_USAGE, "adapter 'other' with only the default adapter's config beside it", "other/adapter_config.json")
+    (beside / "other").mkdir()
+    shutil.copy(va / "expected_adapter" / "other" / "adapter_config.json", beside / "other" / "adapter_config.json")
+    adapter_checks("peft_lora_variants", beside / "ckpt", va / "expected_adapter" / "other", extra=("--lora-name", "other"), name="other-beside")
     merge_checks("peft_lora_variants", va / "ckpt", va, va / "expected_adapter", vids["input_ids"], vids["logits_merged"],
                  extra=("--lora-name", "default", "--lora-config", cfg_default))
 
