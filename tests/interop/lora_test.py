@@ -12,7 +12,8 @@ gives PEFT's logits. --lora merge: every tensor of merge_and_unload's model unde
 those without an adapter bit for bit, the merged ones within the bound of float rounding
 (meta/lora.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
 and gives the merged logits; .safetensors and .pt outputs hold the same tensors; --dtype casts the
-merged values; with --map, the map of PEFT's merged model; on 2 ranks, the one-process bytes. inspect says which adapters the checkpoint holds; verify and the writers refuse an
+merged values; with --map, the map of PEFT's merged model; on 2 ranks, the one-process bytes; a
+bfloat16 and a float16 fine-tune (cast and saved here by dcp.save) merge to merge_and_unload's bits. inspect says which adapters the checkpoint holds; verify and the writers refuse an
 adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key; the refusals
 (no alpha, several adapters without --lora-name, merging an adapter-only save or DoRA) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
@@ -237,6 +238,28 @@ def main() -> int:
         check(files == [f"{dry}/adapter_model.safetensors", f"{dry}/adapter_config.json"] and not dry.exists(),
               f"peft_lora: the dry run names the two files and writes nothing: {files}")
 
+    # A bfloat16 and a float16 fine-tune (the fixture's model and adapter cast, saved here by
+    # dcp.save of the PeftModel's get_model_state_dict): the merge in the base's dtype is
+    # merge_and_unload's (delta computed in float32 on the CPU, rounded to lora_B's dtype, added).
+    import shutil
+    import torch.distributed.checkpoint as dcp
+    from peft import PeftModel
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from transformers import AutoModelForCausalLM
+    for dt in (torch.bfloat16, torch.float16):
+        half = WORK / f"half-{dt}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fx / "base", dtype=dt), fx / "expected_adapter").to(dt)
+            dcp.save({"model": get_model_state_dict(pm)}, checkpoint_id=str(half / "ckpt"), no_dist=True)
+            truth = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
+        shutil.copy(fx / "expected_adapter" / "adapter_config.json", half / "adapter_config.json")
+        out = half / "merged.safetensors"
+        if ok(dcpctl("consolidate", half / "ckpt", "--lora", "merge", "-o", out, "-q"), f"--lora merge of a {dt} fine-tune"):
+            ours = load_file(out)
+            bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
+            check(sorted(ours) == sorted(truth) and not bad, f"--lora merge of a {dt} fine-tune is merge_and_unload's, bit for bit: {bad[:3]}")
+
     # ---- peft_lora_adapter_only: the trainable parameters only, no config beside it ----
     ao = FIXTURES / "peft_lora_adapter_only"
     target = WORK / "ao-refused"
@@ -271,7 +294,6 @@ def main() -> int:
         peft_load_checks("peft_lora_variants (other)", out, va / "base", vids["input_ids"], vids["logits_peft_other"])
     # Beside the checkpoint, PEFT's layout: the default adapter's config above, other's in other/.
     # Exporting "other" never takes the default's alpha: refused until other/ holds its own.
-    import shutil
     beside = WORK / "va-beside"
     shutil.copytree(va / "ckpt", beside / "ckpt")
     shutil.copy(cfg_default, beside / "adapter_config.json")
