@@ -193,7 +193,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
       ->type_name("MODE");
   sub->add_option("--lora-name", o->lora_name, "The adapter to export or merge, when the checkpoint holds several")->type_name("NAME");
   sub->add_option("--lora-config", o->lora_config, "The adapter's adapter_config.json (default: one beside the checkpoint)")->type_name("FILE");
-  sub->add_option("--lora-alpha", o->lora_alpha, "The adapter's lora_alpha, when no adapter_config.json says it")->type_name("N");
+  sub->add_option("--lora-alpha", o->lora_alpha, "The adapter's lora_alpha, when no adapter_config.json says it (scaling alpha/r; an rsLoRA adapter needs --lora-config)")->type_name("N");
   sub->add_option("--lora-base", o->lora_base, "--lora adapter: base_model_name_or_path for adapter_config.json")->type_name("NAME");
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");

@@ -78,7 +78,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l config -r -F 
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l lora -x -a 'keep adapter merge' -d 'LoRA adapters in the checkpoint: keep (write the keys as they are), adapter (DIR/: a PEFT adapter folder) or merge (the base model with the adapter folded in)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l lora-name -x -d 'The adapter to export or merge, when the checkpoint holds several'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l lora-config -r -F -d 'The adapter\'s adapter_config.json (default: one beside the checkpoint)'
-complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l lora-alpha -x -d 'The adapter\'s lora_alpha, when no adapter_config.json says it'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l lora-alpha -x -d 'The adapter\'s lora_alpha, when no adapter_config.json says it (scaling alpha/r; an rsLoRA adapter needs --lora-config)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l lora-base -x -d '--lora adapter: base_model_name_or_path for adapter_config.json'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s f -l force -d 'Replace an existing output'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -s n -l dry-run -d 'Print the plan (keys, files, bytes) and write nothing'

@@ -360,8 +360,15 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   } else {
     adapter = names[0];
   }
-  LoraConfig config = find_config(ck, rq, adapter);
   const bool merge = rq.mode == LoraMode::Merge;
+  // DoRA, by its magnitude vectors (whatever a config says) or by its config: merging it without
+  // the magnitudes would write wrong weights.
+  if (merge)
+    for (const LoraLayer& l : lora.layers)
+      if (l.adapter == adapter && l.magnitude >= 0)
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.magnitude)].fqn),
+                               "the adapter is DoRA (a lora_magnitude_vector): dcpctl merges plain LoRA and rsLoRA; export it with --lora adapter and merge it with PEFT");
+  LoraConfig config = find_config(ck, rq, adapter);
   if (merge && config.dora())
     throw UnsupportedError(Where(config.path.empty() ? ck.dir : config.path),
                            "the adapter is DoRA (use_dora): dcpctl merges plain LoRA and rsLoRA; export it with --lora adapter and merge it with PEFT");

@@ -312,6 +312,10 @@ def main() -> int:
     r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-config", do / "expected_adapter" / "adapter_config.json", "-o", target)
     expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA", "DoRA")
     check(not target.exists(), "merging DoRA: nothing written")
+    # Without its config (only --lora-alpha, which says nothing of DoRA): the magnitude vectors tell.
+    r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", target)
+    expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA known by its magnitude vectors only", "DoRA", "lora_magnitude_vector")
+    check(not target.exists(), "merging DoRA without its config: nothing written")
 
     # ---- accelerate's FSDP2 save_state ----
     ac = FIXTURES / "peft_accelerate"
