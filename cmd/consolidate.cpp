@@ -66,6 +66,8 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty();
   if (co.lora.mode == LoraMode::Keep && lora_options)
     throw UsageError(Where(), "--lora-name, --lora-config, --lora-alpha and --lora-base go with --lora adapter or --lora merge");
+  if (co.lora.mode == LoraMode::Merge && !o.lora_base.empty())
+    throw UsageError(Where(), "--lora-base sets adapter_config.json's base_model_name_or_path: it goes with --lora adapter");
   co.lora.name = o.lora_name;
   co.lora.config_file = o.lora_config;
   co.lora.base_model = o.lora_base;

@@ -270,6 +270,9 @@ def main() -> int:
     if out:
         ao_ids = load_file(ao / "logits.safetensors") if (ao / "logits.safetensors").exists() else ids
         peft_load_checks("peft_lora_adapter_only", out, ao / "base" if (ao / "base").exists() else fx / "base", ao_ids["input_ids"], ao_ids["logits_peft"])
+    for args, names in ((("--lora-alpha", "8"), ("--lora-alpha", "--lora adapter")), (("--lora", "merge", "--lora-base", "b"), ("--lora-base",))):
+        r = dcpctl("consolidate", ao / "ckpt", *args, "-o", WORK / "ao-misused.safetensors")
+        expect_rc(r, EXIT_USAGE, f"--lora options where they do not apply: {' '.join(args)}", *names)
     r = dcpctl("consolidate", ao / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", WORK / "ao-merged.safetensors")
     expect_rc(r, EXIT_USAGE, "merging an adapter-only checkpoint", "base_layer", "--lora adapter")
     r = dcpctl("inspect", ao / "ckpt", "--json")
