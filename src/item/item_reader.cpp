@@ -7,6 +7,7 @@
 #include "item/dequantize.h"
 #include "item/torch_zip.h"
 #include "item/transforms.h"
+#include "meta/geometry.h"
 #include "meta/pieces.h"
 #include "pickle/vm.h"
 #include "torchlib/torchlib.h"
@@ -131,12 +132,6 @@ ItemReader::Opened ItemReader::open_chunk(const TensorMeta& t, size_t chunk) con
     cap = bytes > UINT64_MAX - limits_.zip_overhead ? UINT64_MAX : bytes + limits_.zip_overhead;
   }
   return open(t.storage.at(chunk), t.fqn, cap);
-}
-
-static std::string dims_text(const int64_t* d, size_t n) {
-  std::string s = "[";
-  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
 }
 
 TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) const {

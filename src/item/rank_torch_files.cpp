@@ -47,6 +47,7 @@
 
 #include "item/tensor_blob.h"
 #include "item/torch_file.h"
+#include "meta/geometry.h"
 #include "meta/layouts.h"
 #include "pickle/repr.h"
 
@@ -86,12 +87,6 @@ struct Gathered {
   std::set<int> ranks;          // ranks whose file holds it
   std::vector<Piece> pieces;
 };
-
-std::string dims_text(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
 
 std::string global_name(const Value& v) {
   if (v.kind == Kind::Global) return std::string(v.as_global().module) + "." + std::string(v.as_global().name);

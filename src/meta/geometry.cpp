@@ -5,6 +5,12 @@
 
 namespace dcpctl {
 
+std::string dims_text(const int64_t* d, size_t n) {
+  std::string s = "[";
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
 std::string Box::text() const {
   std::string s = "[";
   for (size_t d = 0; d < offsets.size(); ++d)

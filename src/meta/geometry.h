@@ -16,6 +16,10 @@
 
 namespace dcpctl {
 
+// A shape or any list of dims for messages: "[4, 5]".
+std::string dims_text(const int64_t* d, size_t n);
+inline std::string dims_text(const std::vector<int64_t>& d) { return dims_text(d.data(), d.size()); }
+
 struct Box {
   std::vector<int64_t> offsets, sizes;
   std::string text() const;  // "[0:4, 2:5]"

@@ -54,12 +54,6 @@ std::string module_in_model(const std::string& module) {
   return p == std::string::npos ? module : module.substr(p + kPeftPrefix.size());
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // PEFT's _remove_adapter_name_from_state_dict_key: `.NAME` at the end (a Parameter) or as the
 // second to last part (a Module's parameter); then LoRA's DoRA rename
 // (lora_magnitude_vector.NAME.weight is saved as lora_magnitude_vector).
@@ -220,13 +214,13 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
     const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
     const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
     if (a.ndim() != 2 || b.ndim() != 2) {
-      problem(a.ndim() != 2 ? l.a : l.b, "a LoRA matrix of shape " + shape_text(a.ndim() != 2 ? a.shape : b.shape) + ": LoRA's A and B are 2-D");
+      problem(a.ndim() != 2 ? l.a : l.b, "a LoRA matrix of shape " + dims_text(a.ndim() != 2 ? a.shape : b.shape) + ": LoRA's A and B are 2-D");
       continue;
     }
     // A [r, in] and B [out, r]; an Embedding's A [r, num] and B [dim, r].
     if (a.shape[0] != b.shape[1]) {
-      problem(l.b, "rank " + std::to_string(b.shape[1]) + " (shape " + shape_text(b.shape) + ") but its A, '" + a.fqn + "', has rank " +
-                       std::to_string(a.shape[0]) + " (shape " + shape_text(a.shape) +
+      problem(l.b, "rank " + std::to_string(b.shape[1]) + " (shape " + dims_text(b.shape) + ") but its A, '" + a.fqn + "', has rank " +
+                       std::to_string(a.shape[0]) + " (shape " + dims_text(a.shape) +
                        "): one of them is a slice of the adapter (a sharded save that kept one rank's part?)");
       continue;
     }
@@ -238,14 +232,14 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
       if (!fits)
         problem(w.shape.size() == 2 && w.shape[0] != rows && w.shape[1] != rows ? l.b : l.a,
                 "the adapter's " + std::string(l.embedding ? "[num_embeddings, embedding_dim]" : "[out, in]") + " is [" + std::to_string(rows) +
-                    ", " + std::to_string(cols) + "] (A " + shape_text(a.shape) + ", B " + shape_text(b.shape) + ") but its base layer '" +
-                    w.fqn + "' is " + shape_text(w.shape) + ": the adapter is a slice of what the base layer needs (a sharded save that kept one rank's part?)");
+                    ", " + std::to_string(cols) + "] (A " + dims_text(a.shape) + ", B " + dims_text(b.shape) + ") but its base layer '" +
+                    w.fqn + "' is " + dims_text(w.shape) + ": the adapter is a slice of what the base layer needs (a sharded save that kept one rank's part?)");
     }
     if (l.magnitude >= 0) {
       const TensorMeta& m = md.tensors[static_cast<size_t>(l.magnitude)];
       int64_t out_features = l.embedding ? b.shape[0] : b.shape[0];
       if (m.ndim() != 1 || m.shape[0] != out_features)
-        problem(l.magnitude, "DoRA's magnitude vector is " + shape_text(m.shape) + "; its layer has " + std::to_string(out_features) + " output features");
+        problem(l.magnitude, "DoRA's magnitude vector is " + dims_text(m.shape) + "; its layer has " + std::to_string(out_features) + " output features");
     }
   }
   return out;
