@@ -237,7 +237,7 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
     }
     if (l.magnitude >= 0) {
       const TensorMeta& m = md.tensors[static_cast<size_t>(l.magnitude)];
-      int64_t out_features = l.embedding ? b.shape[0] : b.shape[0];
+      const int64_t out_features = b.shape[0];  // an Embedding's: its embedding_dim
       if (m.ndim() != 1 || m.shape[0] != out_features)
         problem(l.magnitude, "DoRA's magnitude vector is " + dims_text(m.shape) + "; its layer has " + std::to_string(out_features) + " output features");
     }
@@ -245,16 +245,27 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
   return out;
 }
 
-double LoraConfig::alpha(const std::string& module, int64_t rank) const {
-  (void)rank;
-  double a = json.value("lora_alpha", 8.0);
-  if (json.contains("alpha_pattern") && json["alpha_pattern"].is_object())
-    for (const auto& [pattern, value] : json["alpha_pattern"].items())
-      if (value.is_number() && pattern_matches(pattern, module)) return value.get<double>();
-  return a;
+double LoraConfig::alpha(const std::string& module) const {
+  for (const auto& [pattern, value] : alpha_patterns)
+    if (pattern_matches(pattern, module)) return value;
+  return json.at("lora_alpha").get<double>();  // find_config made sure it is a number
 }
 bool LoraConfig::rslora() const { return json.value("use_rslora", false); }
-bool LoraConfig::dora() const { return json.value("use_dora", false); }
+std::string LoraConfig::variant() const {
+  static const std::pair<const char*, const char*> kVariants[] = {
+      {"use_dora", "DoRA"},        {"use_qalora", "QA-LoRA"},        {"alora_invocation_tokens", "aLoRA"},
+      {"velora_config", "VeLoRA"}, {"monteclora_config", "MonteCLoRA"}, {"use_bdlora", "BD-LoRA"},
+      {"arrow_config", "Arrow"},   {"kasa_config", "KaSA"},           {"lora_bias", "a LoRA bias"},
+      {"trainable_token_indices", "trainable tokens"},               {"layer_replication", "layer replication"}};
+  for (const auto& [field, name] : kVariants) {
+    auto it = json.find(field);
+    if (it == json.end() || it->is_null() || *it == false || (it->is_structured() && it->empty())) continue;
+    return std::string(name) + " (" + field + ")";
+  }
+  auto init = json.find("init_lora_weights");
+  if (init != json.end() && init->is_string() && init->get<std::string>().rfind("mica", 0) == 0) return "MiCA (init_lora_weights)";
+  return "";
+}
 bool LoraConfig::fan_in_fan_out() const { return json.value("fan_in_fan_out", false); }
 
 namespace {
@@ -282,8 +293,13 @@ LoraConfig find_config(const Checkpoint& ck, const LoraRequest& rq, const std::s
   }
   for (const std::string& p : tries) {
     if (!path_exists(p) || is_directory(p)) continue;
-    c.json = json::parse(read_text(p), nullptr, false);
+    const std::string text = read_text(p);
+    c.json = json::parse(text, nullptr, false);
     if (c.json.is_discarded() || !c.json.is_object()) throw UsageError(Where(p), "not a JSON object: not PEFT's adapter_config.json");
+    const nlohmann::ordered_json in_order = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (in_order.contains("alpha_pattern") && in_order["alpha_pattern"].is_object())
+      for (const auto& [pattern, value] : in_order["alpha_pattern"].items())
+        if (value.is_number()) c.alpha_patterns.emplace_back(pattern, value.get<double>());
     if (c.json.contains("peft_type") && c.json["peft_type"] != "LORA")
       throw UnsupportedError(Where(p), "peft_type " + c.json["peft_type"].dump() + ": dcpctl exports and merges LoRA adapters");
     c.path = p;
@@ -363,9 +379,10 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
         throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.magnitude)].fqn),
                                "the adapter is DoRA (a lora_magnitude_vector): dcpctl merges plain LoRA and rsLoRA; export it with --lora adapter and merge it with PEFT");
   LoraConfig config = find_config(ck, rq, adapter);
-  if (merge && config.dora())
+  if (const std::string variant = config.variant(); merge && !variant.empty())
     throw UnsupportedError(Where(config.path.empty() ? ck.dir : config.path),
-                           "the adapter is DoRA (use_dora): dcpctl merges plain LoRA and rsLoRA; export it with --lora adapter and merge it with PEFT");
+                           "the adapter is " + variant + ", whose merge is not W + s*B*A: dcpctl merges plain LoRA and rsLoRA; "
+                           "export it with --lora adapter and merge it with PEFT");
 
   // What each tensor becomes: dropped, renamed, or (merge) the base weight with its adapter folded in.
   std::vector<std::string> out_name(md.tensors.size());
@@ -480,7 +497,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       mw.a = md.tensors[static_cast<size_t>(l.a)];
       mw.b = md.tensors[static_cast<size_t>(l.b)];
       const int64_t r = mw.a.shape[0];
-      const double alpha = config.alpha(module_in_model(l.module), r);
+      const double alpha = config.alpha(module_in_model(l.module));
       mw.scale = config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
       // An Embedding's delta is (B·A)ᵀ; so is a Linear's kept [in, out] (fan_in_fan_out, GPT-2's
       // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.

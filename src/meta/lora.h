@@ -81,10 +81,15 @@ enum class LoraMode { Keep, Adapter, Merge };
 struct LoraConfig {
   nlohmann::json json;  // adapter_config.json as found or given (an object), or built
   std::string path;     // where it came from; "" when built from --lora-alpha
-  double alpha(const std::string& module, int64_t rank) const;  // module: its key under the model
+  // alpha_pattern in the file's order: PEFT takes the first pattern that matches a module.
+  std::vector<std::pair<std::string, double>> alpha_patterns;
+  double alpha(const std::string& module) const;  // module: its key under the model
   bool rslora() const;
-  bool dora() const;
   bool fan_in_fan_out() const;
+  // The LoRA variant the config turns on whose merge is not W + s·B·A (PEFT's is_lora_variant
+  // fields, MiCA's init_lora_weights, lora_bias, trainable tokens, layer replication), as
+  // "NAME (field)"; "" for plain LoRA and rsLoRA.
+  std::string variant() const;
 };
 
 // A merged weight of a merged view: the base weight's chunks, each read as base + scale·B·A.

@@ -260,6 +260,36 @@ def main() -> int:
             bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
             check(sorted(ours) == sorted(truth) and not bad, f"--lora merge of a {dt} fine-tune is merge_and_unload's, bit for bit: {bad[:3]}")
 
+    # alpha_pattern as PEFT reads it: the first pattern that matches, in the file's order (here
+    # "q_proj" before the longer "model.layers.0.self_attn.q_proj", which sorts first); the oracle is
+    # PEFT's own merge_and_unload of the same adapter under that config.
+    pat = WORK / "alpha-pattern"
+    pat.mkdir()
+    cfg = json.loads((fx / "expected_adapter" / "adapter_config.json").read_text())
+    cfg["alpha_pattern"] = {"q_proj": 4, "model.layers.0.self_attn.q_proj": 16, "v_proj": 12}
+    (pat / "adapter_config.json").write_text(json.dumps(cfg))
+    shutil.copy(fx / "expected_adapter" / "adapter_model.safetensors", pat / "adapter_model.safetensors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fx / "base", dtype=torch.float32), pat)
+        truth = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
+    out = pat / "merged.safetensors"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "--lora-config", pat / "adapter_config.json", "-o", out, "--json", "-q")
+    if ok(r, "--lora merge with an alpha_pattern"):
+        ours = load_file(out)
+        bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
+        check(not bad and json.loads(r.stdout)["lora"]["scale"] == {"min": 1.0, "max": 3.0},
+              f"--lora merge with an alpha_pattern is PEFT's merge under it, bit for bit: {bad[:3]}, scale {json.loads(r.stdout)['lora'].get('scale')}")
+    # A config that turns on a LoRA variant whose merge is not W + s·B·A: refused, named, nothing written.
+    for field, value, name in (("use_qalora", True, "QA-LoRA"), ("alora_invocation_tokens", [1, 2], "aLoRA"),
+                               ("init_lora_weights", "mica", "MiCA"), ("lora_bias", True, "a LoRA bias")):
+        variant = WORK / f"variant-{field}.json"
+        variant.write_text(json.dumps(dict(json.loads((fx / "expected_adapter" / "adapter_config.json").read_text()), **{field: value})))
+        target = WORK / f"variant-{field}.safetensors"
+        r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "--lora-config", variant, "-o", target)
+        expect_rc(r, EXIT_UNSUPPORTED, f"merging a {name} adapter", name, field)
+        check(not target.exists(), f"merging a {name} adapter: nothing written")
+
     # ---- peft_lora_adapter_only: the trainable parameters only, no config beside it ----
     ao = FIXTURES / "peft_lora_adapter_only"
     target = WORK / "ao-refused"
