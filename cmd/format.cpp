@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "util/s3.h"
+#include "store/s3.h"
 
 namespace dcpctl::cli {
 

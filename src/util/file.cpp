@@ -17,7 +17,7 @@
 #include <set>
 #include <vector>
 
-#include "util/s3.h"
+#include "store/s3.h"
 
 namespace dcpctl {
 

@@ -1,7 +1,7 @@
 // Files: read-only mappings, positioned reads, and outputs that appear only when complete.
 //
 // Every read of a checkpoint goes through this header, and a path may be a local file or an
-// object in S3 (`s3://bucket/key`, util/s3.h): ReadFile reads an object with ranged GETs (its
+// object in S3 (`s3://bucket/key`, store/s3.h): ReadFile reads an object with ranged GETs (its
 // read_direct is a plain read, cached() is false, fd() is -1), MappedFile holds a downloaded
 // object, list_dir lists a prefix and stat_path tells objects ("files") from prefixes
 // ("directories"). So no command knows where its bytes come from.

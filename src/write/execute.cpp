@@ -14,7 +14,7 @@
 #include "util/numeric.h"
 #include "util/sha256.h"
 #include "write/output.h"
-#include "write/upload.h"
+#include "store/upload.h"
 
 namespace dcpctl {
 
@@ -61,7 +61,7 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
   group.agree("command", Sha256::of(cmd.dump()));
 }
 
-// An s3:// output: the part size and the part buffers this process holds (write/upload.h). With
+// An s3:// output: the part size and the part buffers this process holds (store/upload.h). With
 // --max-memory they are set aside from it (fewer buffers where it is tight; refused when not even
 // the fewest fit beside the largest buffer); with the automatic budget they come on top of it.
 // Returns the bytes set aside.
@@ -189,7 +189,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   std::unique_ptr<DecodedChunks> decoded;
   if (writer.decode_once()) decoded = std::make_unique<DecodedChunks>(reader, &gate);
   // An s3:// output: a failure anywhere aborts the uploads this process started and deletes the
-  // objects it completed (write/upload.h); they are its output only once the run committed.
+  // objects it completed (store/upload.h); they are its output only once the run committed.
   try {
     const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
     if (remote) start_part_window();

@@ -183,7 +183,7 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
 // Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
 // source is ordered, else all threads share them.
 void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned lanes, FileSink& files) {
-  // An s3:// output (write/upload.h): a task starts only a few tasks past the earliest unfinished
+  // An s3:// output (store/upload.h): a task starts only a few tasks past the earliest unfinished
   // one, and waits for that before it takes any memory (so the lane the earliest task needs is never
   // short of memory held by lanes that wait); the parts left unfinished stay within the pool.
   const bool admit = remote && std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.writer == me; });

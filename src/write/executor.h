@@ -67,7 +67,7 @@ struct Executor {
   // (OutputFile::stage_appends). --io buffered turns it all off.
   bool direct_io = false;
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
-  bool remote = false;             // the outputs are s3:// objects (write/upload.h)
+  bool remote = false;             // the outputs are s3:// objects (store/upload.h)
 
   // Writes this process's share (`me`, as `deal` says) into `files`, as the plan's format writes
   // (write/formats/format.h): AtOffsets, every task of writer `me` on the deal's lanes; InOrder,

@@ -9,7 +9,7 @@
 // cannot swap, the old one is renamed aside first (a window in which a signal leaves no output
 // under the final name, the old one under `.<name>.dcpctl-tmp-<pid>-old`).
 //
-// An `s3://bucket/key` output is the same object over an upload instead of a file (write/upload.h):
+// An `s3://bucket/key` output is the same object over an upload instead of a file (store/upload.h):
 // no temporary name (the object appears when commit() completes its upload), no descriptor
 // (fd() is -1: copies go through a buffer), and reserve() fixes its size, so that writes at
 // offsets fill fixed parts; an OutputDir there is a prefix whose files are completed one by one.
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "util/file.h"
-#include "write/upload.h"
+#include "store/upload.h"
 
 namespace dcpctl {
 

@@ -1,4 +1,4 @@
-// The S3 client's pure parts (util/s3.h): URLs, configuration as the AWS tools read it, listing
+// The S3 client's pure parts (store/s3.h): URLs, configuration as the AWS tools read it, listing
 // and error XML, listing queries, folders from listings, the retry policy. Requests against real
 // servers (moto's, SeaweedFS's): tests/s3/.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "util/error.h"
-#include "util/s3.h"
+#include "store/s3.h"
 
 using namespace dcpctl;
 using namespace dcpctl::s3;

@@ -1,4 +1,4 @@
-// The pure parts of the s3:// outputs (write/upload.h): the part size S3's limits force, and the
+// The pure parts of the s3:// outputs (store/upload.h): the part size S3's limits force, and the
 // order in which writes at offsets admit their tasks. Uploads against a real server: tests/s3/.
 #include <catch2/catch.hpp>
 
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "write/upload.h"
+#include "store/upload.h"
 
 using namespace dcpctl;
 

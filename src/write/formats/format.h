@@ -40,7 +40,7 @@ enum class Writing {
   RankFiles,
 };
 
-// The part buffers a process holds while uploading its files to s3:// (write/upload.h): what it
+// The part buffers a process holds while uploading its files to s3:// (store/upload.h): what it
 // wants, and the fewest it can work with (a --max-memory too small for them is refused).
 struct PartBuffers {
   unsigned want = 0, least = 0;

@@ -46,7 +46,7 @@ class SafetensorsFiles : public ConsolidatedWriter, protected FileSink {
 };
 
 // The part buffers of files written at offsets: the tasks under way (as many as lanes) leave at
-// most two parts each unfinished, and one more (write/upload.h); three let one task run at a time.
+// most two parts each unfinished, and one more (store/upload.h); three let one task run at a time.
 PartBuffers at_offsets_part_buffers(size_t files, unsigned lanes, unsigned threads);
 
 }  // namespace dcpctl

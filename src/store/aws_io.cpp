@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "util/aws_credentials.h"
+#include "store/aws_credentials.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "util/aws_credentials.h"
+#include "store/aws_credentials.h"
 
 #include <openssl/evp.h>
 
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "util/s3.h"
+#include "store/s3.h"
 
 namespace dcpctl::aws {
 

@@ -1,4 +1,4 @@
-#include "util/s3.h"
+#include "store/s3.h"
 
 #include <curl/curl.h>
 #include <expat.h>
@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "util/aws_credentials.h"
+#include "store/aws_credentials.h"
 #include "util/sha256.h"
 
 namespace dcpctl::s3 {
@@ -153,7 +153,7 @@ Config Config::load(const std::function<std::optional<std::string>(const char*)>
     return it->second;
   };
 
-  // Sources botocore tries before the profile's static keys (util/aws_credentials.h): when one is
+  // Sources botocore tries before the profile's static keys (store/aws_credentials.h): when one is
   // configured, the keys are left to the chain the client runs.
   auto has = [&](const char* key) {
     if (auto it = creds.find(c.profile); it != creds.end() && it->second.count(key)) return true;

@@ -1,4 +1,4 @@
-#include "write/upload.h"
+#include "store/upload.h"
 
 #include <semaphore.h>
 #include <signal.h>
@@ -20,7 +20,7 @@
 
 #include "util/error.h"
 #include "util/failpoint.h"
-#include "util/s3.h"
+#include "store/s3.h"
 
 namespace dcpctl {
 
