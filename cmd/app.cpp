@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "cmd/commands.h"
 #include "cmd/exit_codes.h"
 #include "cmd/version.h"
 #include "item/torch_file.h"
+#include "store/upload.h"
 #include "util/error.h"
 
 namespace dcpctl::cli {
@@ -26,6 +28,12 @@ void build_app(CLI::App& app, RunFn& run) {
 }
 
 int main(int argc, char** argv) {
+  // What a signal's cleanup of uploads could not undo (store/upload.h), said on stderr.
+  set_leftover_printer([](const char* sentence) {
+    std::fputs("dcpctl: warning: ", stderr);
+    std::fputs(sentence, stderr);
+    std::fputc('\n', stderr);
+  });
   install_rank_torch_files();  // open_checkpoint reads verl's per-rank torch.save files too
   CLI::App app;
   RunFn run;
@@ -50,6 +58,7 @@ int main(int argc, char** argv) {
     return run();
   } catch (const Error& e) {
     std::cerr << "dcpctl: error: " << e.what() << "\n";
+    for (const std::string& l : e.leftovers()) std::cerr << "dcpctl: warning: " << l << "\n";
     return static_cast<int>(e.exit_code());
   } catch (const std::bad_alloc&) {
     std::cerr << "dcpctl: error: out of memory\n";

@@ -16,7 +16,7 @@
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "util/numeric.h"
 #include "util/size.h"
 #include "write/consolidate.h"

@@ -3,22 +3,17 @@
 #include <cstdio>
 #include <iostream>
 
-#include "store/s3.h"
+#include "store/store.h"
 
 namespace dcpctl::cli {
 
 void add_s3_transfer(nlohmann::json& doc) {
-  const s3::Client* c = s3::Client::shared_if_made();
-  if (!c || !c->used()) return;
-  const auto& k = c->counters();
-  // Merged into what the write side put there for an s3:// output (part_size, part_buffers).
-  nlohmann::json& s = doc["s3"];
-  if (!s.is_object()) s = nlohmann::json::object();
-  s["bytes_fetched"] = k.bytes_in.load();
-  s["requests"] = k.requests.load();
-  s["retries"] = k.retries.load();
-  if (k.bytes_out.load()) s["bytes_uploaded"] = k.bytes_out.load();
-  if (std::string src = c->credential_source(); !src.empty()) s["credential_source"] = src;
+  for (const store::ObjectStore* st : store::in_use()) {
+    // Merged into what the write side put there for an object-storage output (part_size, part_buffers).
+    nlohmann::json& s = doc[st->report_name()];
+    if (!s.is_object()) s = nlohmann::json::object();
+    s.update(st->report());
+  }
 }
 
 std::string human_bytes(uint64_t n) {

@@ -8,7 +8,7 @@
 #include "meta/run_folder.h"
 #include "report/runs.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl::cli {
 

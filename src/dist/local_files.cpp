@@ -9,7 +9,7 @@
 #include "dist/tags.h"
 #include "meta/run_folder.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 namespace {

@@ -11,7 +11,7 @@
 #include "meta/pieces.h"
 #include "pickle/vm.h"
 #include "torchlib/torchlib.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "util/numeric.h"
 
 namespace dcpctl {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "util/source.h"
+#include "store/source.h"
 #include "item/tensor_blob.h"
 #include "meta/checkpoint.h"
 #include "pickle/tree.h"
@@ -63,7 +63,7 @@ class ItemReader {
   TensorBlob describe_chunk(const TensorMeta& t, size_t chunk) const;
   // Where the chunk's bytes lie in its file, when they can be copied without decoding (the
   // item is untransformed and its view contiguous); nullopt otherwise. Validates like read_chunk.
-  // The run's record is watched (its CRC-32 checked as the caller reads it: util/source.h), so
+  // The run's record is watched (its CRC-32 checked as the caller reads it: store/source.h), so
   // call it to read the run; readable_in_place() only asks, for a planner.
   std::optional<DirectRun> direct_run(const TensorMeta& t, size_t chunk) const;
   bool readable_in_place(const TensorMeta& t, size_t chunk) const;

@@ -9,7 +9,7 @@
 #include "meta/layouts.h"
 #include "pickle/repr.h"
 #include "pickle/vm.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

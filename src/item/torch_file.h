@@ -24,7 +24,7 @@
 #include "item/torch_zip.h"
 #include "meta/checkpoint.h"
 #include "pickle/tree.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

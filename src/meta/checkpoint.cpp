@@ -9,7 +9,7 @@
 
 #include "meta/layouts.h"
 #include "meta/run_folder.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

@@ -1,7 +1,7 @@
 #include "meta/frameworks.h"
 
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

@@ -9,7 +9,7 @@
 #include "meta/keymap_terms.h"
 #include "meta/pieces.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

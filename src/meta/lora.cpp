@@ -11,7 +11,7 @@
 #include "meta/geometry.h"
 #include "meta/keymap.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

@@ -17,7 +17,7 @@
 #include <set>
 
 #include "meta/layouts.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl::meta_detail {
 

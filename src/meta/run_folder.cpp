@@ -10,7 +10,7 @@
 
 #include "meta/layouts.h"
 #include "meta/structure.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

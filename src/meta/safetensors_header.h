@@ -25,7 +25,7 @@
 
 #include "util/dtype.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

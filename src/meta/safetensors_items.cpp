@@ -13,7 +13,7 @@
 
 #include "meta/layouts.h"
 #include "meta/safetensors_header.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl::meta_detail {
 

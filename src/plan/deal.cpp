@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "item/chunk_source.h"  // whole_chunk_need
+#include "store/upload.h"
 #include "util/error.h"
 #include "util/sha256.h"
+#include "write/formats/format.h"
 
 namespace dcpctl {
 
@@ -98,6 +100,46 @@ void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealReque
   }
 }
 
+// Uploads into object storage: each process's part size (from the largest file it writes) and its
+// part buffers (what its format wants; fewer where a given --max-memory is tight; refused when not
+// even the fewest fit beside its largest buffer and its set-aside).
+void plan_uploads(const Checkpoint& ck, const WritePlan& plan, const DealRequest& rq, Deal& d) {
+  const Format& format = *plan.target.format;
+  uint64_t values = 0;
+  for (const SelectedItem* it : plan.values) values += ck.md.bytes[it->index].storage.length;
+  uint64_t most = 0;
+  for (int r = 0; r < d.world; ++r) {
+    std::vector<size_t> mine = d.files_of(r);
+    uint64_t largest = 0;
+    for (size_t f : mine) {
+      // Estimates for what is appended (zip records, non-tensor values); exact for safetensors but
+      // for the header.
+      uint64_t est = plan.files[f].data_bytes + plan.files[f].records.size() * 4096 + values + (1ull << 20);
+      largest = std::max(largest, est);
+    }
+    const uint64_t part = upload_part_size(largest, rq.part_rules);
+    auto [want, least] = format.part_buffers(mine.size(), d.lanes, std::max(1u, rq.threads));
+    // Rank 0 writes the last, small files (index, .metadata, config) after the others.
+    if (r == 0) want = std::max(want, 1u), least = std::max(least, 1u);
+    unsigned buffers = want;
+    if (rq.budget_given) {
+      const uint64_t held = d.set_aside[static_cast<size_t>(r)] + plan.largest_need;
+      const uint64_t room = d.budget > held ? d.budget - held : 0;
+      buffers = static_cast<unsigned>(std::min<uint64_t>(want, room / part));
+      if (buffers < least)
+        throw UsageError(Where(rq.output), "uploading to object storage holds at least " + std::to_string(least) +
+                                               " part buffer(s) of " + std::to_string(part) + " bytes beside the largest buffer (" +
+                                               std::to_string(plan.largest_need) + " bytes)" +
+                                               (d.world > 1 ? " on rank " + std::to_string(r) : std::string()) +
+                                               ": raise --max-memory to at least " + std::to_string(held + least * part));
+    }
+    d.part_size[static_cast<size_t>(r)] = part;
+    d.part_buffers[static_cast<size_t>(r)] = buffers;
+    most = std::max(most, uint64_t{buffers} * part);
+  }
+  if (!rq.budget_given) d.budget += most;
+}
+
 }  // namespace
 
 std::vector<size_t> Deal::files_of(int rank) const {
@@ -113,6 +155,8 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
   d.lanes = std::max(1u, rq.lanes);
   d.budget = plan.budget;
   d.set_aside.assign(static_cast<size_t>(d.world), 0);
+  d.part_size.assign(static_cast<size_t>(d.world), 0);
+  d.part_buffers.assign(static_cast<size_t>(d.world), 0);
   // Output files to writers: a DCP checkpoint's rank files and a --parallel-write's shards by
   // bytes; otherwise rank 0 writes everything.
   std::vector<uint64_t> load(static_cast<size_t>(d.world), 0);
@@ -131,6 +175,7 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
     }
   }
   if (rq.exchange) plan_transfers(ck, plan, rq, d);
+  if (rq.upload) plan_uploads(ck, plan, rq, d);
   return d;
 }
 
@@ -147,6 +192,8 @@ json Deal::describe() const {
     }
     procs.push_back({{"rank", r}, {"files", files}, {"tasks", writes}, {"chunks_read", reads}, {"chunks_pushed", pushes},
                      {"set_aside", set_aside[static_cast<size_t>(r)]}, {"memory_gate", gate_bytes(r)}});
+    if (part_buffers[static_cast<size_t>(r)])
+      procs.back()["upload"] = {{"part_size", part_size[static_cast<size_t>(r)]}, {"part_buffers", part_buffers[static_cast<size_t>(r)]}};
   }
   json tr = json::array();
   for (const Transfer& t : transfers) tr.push_back({t.tensor, t.chunk, t.owner, t.writer, t.lane});

@@ -21,6 +21,7 @@
 
 #include "meta/checkpoint.h"
 #include "plan/plan.h"
+#include "store/store.h"
 
 namespace dcpctl {
 
@@ -79,6 +80,12 @@ struct DealRequest {
   bool exchange = false;         // consolidate under torchrun: chunks move from their readers to the writer
   bool budget_given = false;     // --max-memory was given (else the budget rises to the largest need)
   const Visibility* visibility = nullptr;  // with `exchange`; null: every rank reads every file
+  // The output is in object storage (store/upload.h): every writer holds part buffers of its
+  // uploads, set aside from the budget (`part_rules`: the store's; `threads`: --threads).
+  bool upload = false;
+  store::PartRules part_rules;
+  unsigned threads = 1;
+  std::string output;  // for messages
 };
 
 struct Deal {
@@ -88,17 +95,26 @@ struct Deal {
   std::vector<Task> tasks;          // at offsets, in order: writer by writer, each writer's in the order written
   std::vector<Transfer> transfers;  // with an exchange: every chunk a task needs, in task order
   std::vector<uint64_t> set_aside;  // per process: bytes of zstd chunks it decodes whole to push them
+  // Per process, uploading into object storage: the part size and how many part buffers it holds
+  // (0 without an upload), set aside from its budget (with the automatic budget, the budget rises
+  // by the most any process holds).
+  std::vector<uint64_t> part_size;
+  std::vector<unsigned> part_buffers;
   uint64_t budget = 0;              // every process's --max-memory
+
+  uint64_t upload_bytes(int rank) const { return part_size[static_cast<size_t>(rank)] * part_buffers[static_cast<size_t>(rank)]; }
 
   // The planned files process `rank` writes.
   std::vector<size_t> files_of(int rank) const;
-  // The memory gate of process `rank`: its budget less what it sets aside.
-  uint64_t gate_bytes(int rank) const { return budget - set_aside[static_cast<size_t>(rank)]; }
+  // The memory gate of process `rank`: its budget less what it sets aside (zstd chunks it pushes,
+  // part buffers).
+  uint64_t gate_bytes(int rank) const { return budget - set_aside[static_cast<size_t>(rank)] - upload_bytes(rank); }
   nlohmann::json describe() const;
 };
 
 // Deals the plan out (see the top of this file). Throws UsageError when a process's memory need
-// exceeds a given --max-memory, FormatError naming a data file no process can read.
+// (its largest buffer, what it sets aside, the fewest part buffers its uploads work with) exceeds a
+// given --max-memory, FormatError naming a data file no process can read.
 Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& rq);
 
 // SHA-256 of everything that decides the output's bytes and who writes them: the plan's records,

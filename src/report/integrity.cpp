@@ -13,7 +13,7 @@
 
 #include "meta/frameworks.h"
 #include "meta/layouts.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
 

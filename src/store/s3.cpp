@@ -1,6 +1,5 @@
 #include "store/s3.h"
 
-#include <curl/curl.h>
 #include <expat.h>
 
 #include <algorithm>
@@ -16,80 +15,19 @@
 #include <thread>
 
 #include "store/aws_credentials.h"
+#include "store/http.h"
 #include "util/sha256.h"
 
 namespace dcpctl::s3 {
 
-// ---------------------------------------------------------------------------------------------
-// URLs
-
-std::string Location::url() const {
-  return "s3://" + bucket + "/" + key;
-}
-
-bool is_url(std::string_view path) {
-  return path.rfind("s3://", 0) == 0 || path.rfind("gs://", 0) == 0;
-}
-
-Location parse_url(const std::string& url) {
-  if (url.rfind("gs://", 0) == 0)
-    throw UnsupportedError(Where(url),
-                           "gs:// is not read directly: Google Cloud Storage serves the same objects through "
-                           "its S3-interoperable endpoint; use s3://BUCKET/... with "
-                           "AWS_ENDPOINT_URL=https://storage.googleapis.com and an HMAC key in "
-                           "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (docs/s3.md)");
-  if (url.rfind("s3://", 0) != 0) throw UsageError(Where(url), "not an s3:// URL");
-  std::string rest = url.substr(5);
-  size_t slash = rest.find('/');
-  Location loc;
-  loc.bucket = rest.substr(0, slash);
-  if (slash != std::string::npos) loc.key = rest.substr(slash + 1);
-  // Bucket names: 3-63 characters of lower-case letters, digits, '.', '-' (S3's rules; the
-  // legacy upper-case and '_' names of us-east-1 are let through: a server says no if it must).
-  bool ok = loc.bucket.size() >= 3 && loc.bucket.size() <= 63;
-  for (char c : loc.bucket)
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_');
-  if (!ok)
-    throw UsageError(Where(url), "malformed s3:// URL: expected s3://BUCKET/KEY with a 3-63 character bucket name");
-  if (!loc.key.empty() && loc.key[0] == '/')
-    throw UsageError(Where(url), "malformed s3:// URL: '//' after the bucket name");
-  if (loc.key.find("//") != std::string::npos)
-    throw UsageError(Where(url), "malformed s3:// URL: empty path segment ('//')");
-  return loc;
-}
-
-std::string uri_encode(std::string_view s, bool keep_slash) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Configuration
 
 namespace {
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using store::http::lower;
+using store::http::trim;
 
 }  // namespace
 
@@ -234,32 +172,6 @@ std::string Config::object_url(const Location& loc) const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Retries
-
-bool RetryPolicy::retryable(long status, std::string_view code) {
-  if (status == 0) return true;  // no HTTP answer: refused, reset, timed out
-  if (status >= 500 || status == 429) return true;
-  return code == "SlowDown" || code == "RequestTimeout" || code == "RequestTimeTooSkewed" || code == "InternalError" ||
-         code == "ServiceUnavailable";
-}
-
-uint64_t RetryPolicy::delay_ms(int attempt, double u) const {
-  uint64_t ceiling = base_ms;
-  for (int i = 1; i < attempt && ceiling < cap_ms; ++i) ceiling *= 2;
-  ceiling = std::min(ceiling, cap_ms);
-  // Full jitter (AWS's recommendation): uniform in [0, ceiling], so that many workers retrying
-  // together spread out instead of hitting the server again in step.
-  return static_cast<uint64_t>(u * static_cast<double>(ceiling + 1));
-}
-
-uint64_t RetryPolicy::delay_ms(int attempt, double u, std::optional<uint64_t> retry_after_s) const {
-  uint64_t d = delay_ms(attempt, u);
-  if (!retry_after_s) return d;
-  uint64_t asked = *retry_after_s > retry_after_cap_ms / 1000 ? retry_after_cap_ms : *retry_after_s * 1000;
-  return std::max(d, asked);
-}
-
-// ---------------------------------------------------------------------------------------------
 // XML: expat, walked as a path of element names
 
 namespace {
@@ -302,18 +214,7 @@ std::optional<std::string> walk_xml(std::string_view xml, XmlWalk& w) {
   return std::nullopt;
 }
 
-bool parse_u64(const std::string& s, uint64_t& out) {
-  if (s.empty() || s.size() > 20) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  out = v;
-  return true;
-}
+using store::http::parse_u64;
 
 }  // namespace
 
@@ -408,92 +309,7 @@ struct Client::Request {
   std::string display;      // the URL errors name, when not loc's (a listing names its prefix)
 };
 
-struct Client::Response {
-  long status = 0;
-  std::string body;  // error bodies and small answers
-  std::optional<uint64_t> content_length;
-  std::string etag;
-  std::optional<uint64_t> retry_after_s;  // Retry-After in seconds (an HTTP date is ignored)
-  uint64_t got = 0;                       // bytes stored into Request::dest
-};
-
 namespace {
-
-// One easy handle per thread: curl_easy_reset keeps its connections, so a worker's requests reuse
-// one TCP (and TLS) connection to the server.
-struct Handle {
-  CURL* curl = curl_easy_init();
-  ~Handle() {
-    if (curl) curl_easy_cleanup(curl);
-  }
-};
-thread_local Handle t_handle;
-
-struct Transfer {
-  Client::Request* req;
-  Client::Response* resp;
-  std::atomic<uint64_t>* bytes_in;
-  uint64_t skipped = 0;
-  bool overflow = false;
-  static constexpr size_t kMaxBody = 64u << 20;  // an answer stored in memory (listing pages, errors)
-};
-
-size_t on_body(char* data, size_t, size_t n, void* ud) {
-  auto* t = static_cast<Transfer*>(ud);
-  t->bytes_in->fetch_add(n, std::memory_order_relaxed);
-  long status = 0;
-  curl_easy_getinfo(t_handle.curl, CURLINFO_RESPONSE_CODE, &status);
-  bool ok = status >= 200 && status < 300;
-  if (t->req->dest && ok) {
-    const uint64_t skip_total = status == 200 ? t->req->range_offset : 0;
-    size_t off = 0;
-    if (t->skipped < skip_total) {
-      size_t skip = static_cast<size_t>(std::min<uint64_t>(n, skip_total - t->skipped));
-      t->skipped += skip;
-      off = skip;
-    }
-    size_t take = n - off;
-    uint64_t room = t->req->dest_size - t->resp->got;
-    if (take > room) {
-      if (status == 206) {
-        t->overflow = true;  // more than the range asked for: refuse the answer
-        return 0;
-      }
-      take = static_cast<size_t>(room);  // a whole-object answer: the rest is not wanted
-    }
-    std::memcpy(t->req->dest + t->resp->got, data + off, take);
-    t->resp->got += take;
-    if (status == 200 && t->resp->got == t->req->dest_size && off + take < n) return 0;  // have it all: stop
-    return n;
-  }
-  if (!t->req->unbounded && t->resp->body.size() + n > Transfer::kMaxBody) {
-    t->overflow = true;
-    return 0;
-  }
-  t->resp->body.append(data, n);
-  return n;
-}
-
-size_t on_header(char* data, size_t, size_t n, void* ud) {
-  auto* t = static_cast<Transfer*>(ud);
-  std::string_view h(data, n);
-  size_t colon = h.find(':');
-  if (colon == std::string_view::npos) return n;
-  std::string name = lower(std::string(h.substr(0, colon)));
-  std::string value = trim(h.substr(colon + 1));
-  if (name == "etag") t->resp->etag = value;
-  if (name == "content-length") {
-    uint64_t v;
-    if (parse_u64(value, v)) t->resp->content_length = v;
-  }
-  if (name == "retry-after") {
-    uint64_t v;
-    if (parse_u64(value, v)) t->resp->retry_after_s = v;
-  }
-  return n;
-}
-
-std::once_flag g_curl_init;
 
 std::string describe_status(long status, const std::string& code, const std::string& msg) {
   std::string s = "HTTP " + std::to_string(status);
@@ -505,7 +321,6 @@ std::string describe_status(long status, const std::string& code, const std::str
 }  // namespace
 
 Client::Client(Config cfg) : cfg_(std::move(cfg)) {
-  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   aws::Io io = aws::Io::system();
   std::function<aws::Credentials()> fetch;
   if (!cfg_.access_key.empty() && !cfg_.secret_key.empty()) {
@@ -529,18 +344,14 @@ uint64_t Client::credential_fetches() const {
 
 Client::~Client() = default;
 
-namespace {
-std::atomic<const Client*> g_shared{nullptr};
-}  // namespace
-
-Client& Client::shared() {
-  static Client client(Config::from_environment());
-  g_shared.store(&client, std::memory_order_release);
-  return client;
-}
-
-const Client* Client::shared_if_made() {
-  return g_shared.load(std::memory_order_acquire);
+nlohmann::json Client::report() const {
+  nlohmann::json s = nlohmann::json::object();
+  s["bytes_fetched"] = counters_.bytes_in.load();
+  s["requests"] = counters_.requests.load();
+  s["retries"] = counters_.retries.load();
+  if (counters_.bytes_out.load()) s["bytes_uploaded"] = counters_.bytes_out.load();
+  if (std::string src = credential_source(); !src.empty()) s["credential_source"] = src;
+  return s;
 }
 
 Client::Response Client::perform(Request& req) {
@@ -564,53 +375,27 @@ Client::Response Client::perform(Request& req) {
 
   std::string last;
   for (int attempt = 1;; ++attempt) {
-    CURL* c = t_handle.curl;
-    if (!c) throw IoError(Where(url), "cannot start an HTTP request (curl_easy_init failed)");
-    curl_easy_reset(c);
-    Response resp;
-    Transfer t{&req, &resp, &counters_.bytes_in};
-    curl_slist* hdrs = nullptr;
-    for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
-    hdrs = curl_slist_append(hdrs, ("x-amz-content-sha256: " + body_hash).c_str());
-    if (!creds->session_token.empty())
-      hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + creds->session_token).c_str());
-    const std::string userpwd = creds->access_key + ":" + creds->secret_key;
+    store::http::Request h;
+    h.method = req.method;
+    h.url = full;
+    h.headers = req.headers;
+    h.headers.push_back("x-amz-content-sha256: " + body_hash);
+    if (!creds->session_token.empty()) h.headers.push_back("x-amz-security-token: " + creds->session_token);
     // No "Expect:" to turn off 100-continue: libcurl 7.88 would sign the empty header it then
     // leaves out, and the server computes another signature.
-    if (req.body) hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
-    std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> hold(hdrs, &curl_slist_free_all);
-    curl_easy_setopt(c, CURLOPT_URL, full.c_str());
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
-    curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-    // A stalled transfer (under 1 byte/s for 30 s) fails, and is retried, instead of hanging.
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
-    if (std::strcmp(req.method, "HEAD") == 0) {
-      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    } else if (req.body || std::strcmp(req.method, "POST") == 0 || std::strcmp(req.method, "PUT") == 0) {
-      // Bodies go as POSTFIELDS (with the method named), so that libcurl's SigV4 hashes exactly
-      // these bytes, as the x-amz-content-sha256 header says.
-      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body_size));
-      curl_easy_setopt(c, CURLOPT_POSTFIELDS, req.body ? req.body : "");
-      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
-    } else if (std::strcmp(req.method, "GET") != 0) {
-      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
-    }
-    counters_.requests.fetch_add(1, std::memory_order_relaxed);
-    CURLcode rc = curl_easy_perform(c);
-    if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
-    if (req.body) counters_.bytes_out.fetch_add(req.body_size, std::memory_order_relaxed);
+    if (req.body) h.headers.push_back("Content-Type: application/octet-stream");
+    h.body = req.body;
+    h.body_size = req.body_size;
+    h.dest = req.dest;
+    h.dest_size = req.dest_size;
+    h.range_offset = req.range_offset;
+    h.unbounded = req.unbounded;
+    h.sigv4 = sigv4;
+    h.userpwd = creds->access_key + ":" + creds->secret_key;
+    Response resp;
+    const std::string failed = store::http::perform_once(h, resp, counters_, url);
     std::string code, msg;
-    bool done_early = rc == CURLE_WRITE_ERROR && req.dest && !t.overflow && resp.got == req.dest_size;
-    if (rc == CURLE_OK || done_early) {
-      if (done_early) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+    if (failed.empty()) {
       if (resp.status >= 200 && resp.status < 300) {
         if (req.dest && resp.got != req.dest_size) {
           last = "the answer held " + std::to_string(resp.got) + " of the " + std::to_string(req.dest_size) +
@@ -645,10 +430,8 @@ Client::Response Client::perform(Request& req) {
         }
         last = describe_status(resp.status, code, msg);
       }
-    } else if (t.overflow) {
-      throw IoError(Where(url), "the server's answer is larger than what was asked for");
     } else {
-      last = std::string(curl_easy_strerror(rc));
+      last = failed;
     }
     if (attempt >= policy.max_attempts)
       throw IoError(Where(url), std::string(req.method) + " failed after " + std::to_string(attempt) + " attempts: " +
@@ -702,12 +485,12 @@ std::string list_query(const std::string& prefix, bool delimited, const std::str
   return q;
 }
 
-Client::Listing Client::list(const Location& prefix, bool delimited) {
-  Listing out;
+store::Listing Client::list_objects(const Location& prefix, bool delimited) {
+  store::Listing out;
   std::string token;
   for (;;) {
     Request r;
-    r.loc = Location{prefix.bucket, ""};
+    r.loc = prefix.with_key("");
     r.display = prefix.url();
     r.query = list_query(prefix.key, delimited, token);
     Response resp = perform(r);
@@ -720,37 +503,12 @@ Client::Listing Client::list(const Location& prefix, bool delimited) {
   return out;
 }
 
-bool Folder::has_dir(const std::string& name) const {
-  return std::binary_search(dirs.begin(), dirs.end(), name);
-}
-
-Folder folder_of(const Client::Listing& listing, const std::string& prefix) {
-  Folder f;
-  for (const auto& [key, size] : listing.objects) {
-    if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) continue;
-    std::string name = key.substr(prefix.size());
-    if (name.empty())
-      f.marker = true;
-    else
-      f.files[name] = size;
-  }
-  for (const auto& p : listing.prefixes) {
-    if (p.size() < prefix.size() || p.compare(0, prefix.size(), prefix) != 0) continue;
-    std::string name = p.substr(prefix.size());
-    while (!name.empty() && name.back() == '/') name.pop_back();
-    if (!name.empty()) f.dirs.push_back(std::move(name));
-  }
-  // Sorted by name whatever the server's order (see the header): "ckpt" is found beside "ckpt-old".
-  std::sort(f.dirs.begin(), f.dirs.end());
-  f.dirs.erase(std::unique(f.dirs.begin(), f.dirs.end()), f.dirs.end());
-  return f;
-}
 
 bool Client::any_object(const Location& prefix) {
   std::string token;
   for (;;) {  // a page may come back empty but truncated (a server that skips folders it walks)
     Request r;
-    r.loc = Location{prefix.bucket, ""};
+    r.loc = prefix.with_key("");
     r.display = prefix.url();
     r.query = list_query(prefix.key, false, token, 1);
     Response resp = perform(r);

@@ -43,6 +43,8 @@
 #include <utility>
 #include <vector>
 
+#include "store/http.h"
+#include "store/store.h"
 #include "util/error.h"
 
 namespace dcpctl::aws {
@@ -51,21 +53,10 @@ class CredentialCache;
 
 namespace dcpctl::s3 {
 
-struct Location {
-  std::string bucket, key;  // key has no leading '/'
-  std::string url() const;  // "s3://bucket/key"
-};
-
-bool is_url(std::string_view path);  // "s3://..." or "gs://..."
-// Splits "s3://bucket/key". UsageError (exit 2) on a malformed URL; UnsupportedError (exit 5) on
-// gs://, whose sentence says how to reach Google Cloud Storage through its S3-interoperable endpoint.
-Location parse_url(const std::string& url);
-
-// A key that does not exist (HTTP 404 NoSuchKey): an IoError a caller may turn into exit 3.
-class NotFound : public IoError {
- public:
-  using IoError::IoError;
-};
+using store::Location;
+using store::NotFound;
+using store::RetryPolicy;
+using store::uri_encode;
 
 // Parsed INI text as the AWS CLI writes it: section -> key -> value (keys lower-cased, values
 // trimmed; nested `key =` blocks such as `s3 =` are skipped with their indented lines).
@@ -91,25 +82,6 @@ struct Config {
   std::string object_url(const Location& loc) const;
 };
 
-// Percent-encoding as SigV4 wants it: RFC 3986 unreserved characters kept, '/' kept when
-// `keep_slash` (object keys in paths), everything else %XX upper-case.
-std::string uri_encode(std::string_view s, bool keep_slash);
-
-// Retries: bounded attempts with exponential backoff and full jitter, on 5xx, 429, S3's
-// SlowDown / RequestTimeout codes and transport failures (connection refused or reset, timeouts).
-struct RetryPolicy {
-  int max_attempts = 5;
-  uint64_t base_ms = 50, cap_ms = 5000;
-  // status 0: the transport failed (no HTTP answer).
-  static bool retryable(long status, std::string_view code);
-  uint64_t retry_after_cap_ms = 20000;
-  // The delay before attempt `attempt` + 1 (attempt counts from 1), given a uniform draw u in [0, 1).
-  uint64_t delay_ms(int attempt, double u) const;
-  // The same, for an answer (429, 503) with a Retry-After of `retry_after_s` seconds: at least
-  // that long, at most retry_after_cap_ms (a server asking for an hour does not stall a run).
-  uint64_t delay_ms(int attempt, double u, std::optional<uint64_t> retry_after_s) const;
-};
-
 // One page of a ListObjectsV2 answer.
 struct ListPage {
   std::vector<std::pair<std::string, uint64_t>> objects;  // key, size
@@ -129,41 +101,33 @@ std::pair<std::string, std::string> parse_error_body(std::string_view xml);
 // The value of one element (first match) of a small answer such as InitiateMultipartUploadResult.
 std::optional<std::string> xml_element(std::string_view xml, const std::string& name);
 
-class Client {
+class Client final : public store::ObjectStore {
  public:
-  static Client& shared();                // configured once, from the environment, on first use
-  static const Client* shared_if_made();  // nullptr until shared() was first called
   explicit Client(Config cfg);
-  ~Client();
+  ~Client() override;
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
   const Config& config() const { return cfg_; }
 
-  std::optional<uint64_t> size_of(const Location&);                         // HEAD; nullopt on 404
-  void get_range(const Location&, uint64_t offset, uint64_t n, void* buf);  // exactly n bytes or throws
-  std::vector<uint8_t> get(const Location&);                                // whole object
-  struct Listing {
-    std::vector<std::pair<std::string, uint64_t>> objects;
-    std::vector<std::string> prefixes;
-  };
-  Listing list(const Location& prefix, bool delimited);  // ListObjectsV2, every page
-  // Whether any object's key starts with `prefix` (ListObjectsV2 pages of one key, no delimiter):
-  // a CommonPrefix is not enough, as SeaweedFS keeps listing a folder whose objects were all
-  // deleted, for minutes, as a CommonPrefix with nothing under it (AWS never lists an empty one).
-  bool any_object(const Location& prefix);
-  void put(const Location&, const void* data, size_t n);
-  std::string start_upload(const Location&);  // CreateMultipartUpload -> upload id
-  std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n);  // -> ETag
-  void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& etags);
-  void abort_upload(const Location&, const std::string& id);
-  void remove(const Location&);
+  std::optional<uint64_t> size_of(const Location&) override;                         // HEAD; nullopt on 404
+  void get_range(const Location&, uint64_t offset, uint64_t n, void* buf) override;  // exactly n bytes or throws
+  std::vector<uint8_t> get(const Location&);                                         // whole object
+  store::Listing list_objects(const Location& prefix, bool delimited) override;      // ListObjectsV2, every page
+  // ListObjectsV2 pages of one key, no delimiter (see store.h on SeaweedFS).
+  bool any_object(const Location& prefix) override;
+  void put(const Location&, const void* data, size_t n) override;
+  std::string start_upload(const Location&) override;  // CreateMultipartUpload -> upload id
+  std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n) override;  // -> ETag
+  void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& etags) override;
+  void abort_upload(const Location&, const std::string& id) override;
+  void remove(const Location&) override;
 
-  struct Counters {
-    std::atomic<uint64_t> bytes_in{0}, bytes_out{0}, requests{0}, retries{0};
-  };
+  const char* report_name() const override { return "s3"; }
+  nlohmann::json report() const override;
+  uint64_t requests_made() const override { return counters_.requests.load(); }
+
+  using Counters = store::http::Counters;
   const Counters& counters() const { return counters_; }
-  // Whether any request was made (a command reports `s3` in --json only then).
-  bool used() const { return counters_.requests.load() > 0; }
   // Where the keys in use came from ("environment", "web-identity", "imds", "profile FILE [NAME]",
   // ...; never a secret); empty before the first request.
   std::string credential_source() const;
@@ -171,7 +135,7 @@ class Client {
   uint64_t credential_fetches() const;
 
   struct Request;   // s3.cpp
-  struct Response;  // s3.cpp
+  using Response = store::http::Response;
 
  private:
   Response perform(Request& req);  // with retries; throws IoError for what is not the caller's to handle
@@ -179,19 +143,5 @@ class Client {
   Counters counters_;
   std::unique_ptr<aws::CredentialCache> creds_;
 };
-
-// A prefix's one-level (delimited) listing read as a folder: the names below `prefix` of its
-// objects, with their sizes, and of its sub-folders, each set sorted by name. Servers order
-// CommonPrefixes differently: AWS and moto by the whole prefix, '/' included, so "ckpt-old/"
-// comes before "ckpt/" ('-' < '/'); SeaweedFS by folder name, "ckpt" before "ckpt-old".
-// `marker`: the listing holds `prefix` itself, an empty object some tools write as a folder (and
-// SeaweedFS shows in the listing of a folder whose objects were all deleted).
-struct Folder {
-  std::map<std::string, uint64_t> files;
-  std::vector<std::string> dirs;
-  bool marker = false;
-  bool has_dir(const std::string& name) const;  // binary search of `dirs`
-};
-Folder folder_of(const Client::Listing& listing, const std::string& prefix);
 
 }  // namespace dcpctl::s3

@@ -20,14 +20,12 @@
 
 #include "util/error.h"
 #include "util/failpoint.h"
-#include "store/s3.h"
 
 namespace dcpctl {
 
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
-constexpr int kMaxParts = 10000;
 
 // ---- the part buffers: one pool per process, set aside from --max-memory ----
 struct Pool {
@@ -59,7 +57,6 @@ struct Pool {
     cv.notify_all();
   }
 };
-Pool g_pool;
 
 // ---- writes at offsets: when the lanes run, and which tasks may start (see the header) ----
 struct Window {
@@ -73,23 +70,22 @@ struct Window {
 
   std::exception_ptr first;  // the failure that stopped the lanes, rethrown to those that wait
 
-  // Called in a catch block: the exception being handled is the one the waiting lanes rethrow, so
-  // whichever lane reports first, the error is the cause, not "another lane failed".
-  void fail() {
+  // `cause` (the exception being handled, in a catch block) is the one the waiting lanes rethrow,
+  // so whichever lane reports first, the error is the cause, not "another lane failed".
+  void fail(std::exception_ptr cause) {
     {
       std::lock_guard<std::mutex> lock(mu);
       failed = true;
-      if (!first) first = std::current_exception();
+      if (!first) first = cause;
     }
     cv.notify_all();
   }
 };
-Window g_window;
 
 // ---- every upload this process started and every object it completed, for cleanup ----
 struct Entry {
   enum State { Starting, Open, Completing, Done, Gone } state = Starting;
-  s3::Location loc;
+  store::Location loc;
   std::string id;
 };
 
@@ -99,19 +95,20 @@ struct Registry {
   std::vector<std::shared_ptr<Entry>> entries;
   bool closed = false;  // a signal is being handled: nothing starts or completes any more
   std::atomic<int> live{0};
+};
+
+// The signal's route to the session under way: the handler can only post a semaphore, which the
+// cleanup thread (one per process, started with the first upload) waits on.
+struct SignalRoute {
   std::atomic<int> signal{0};
   std::atomic<bool> thread_ready{false};
   sem_t sem;
   std::once_flag thread_once;
+  std::atomic<UploadSession::Impl*> active{nullptr};
+  std::atomic<void (*)(const char*)> printer{nullptr};
 };
-Registry g_reg;
+SignalRoute g_sig;
 
-// Whether a signal is being handled: taken (uploads_take_signal, in the handler, at once) or
-// being cleaned up after (the cleanup thread, once it woke). The handler may run on any thread
-// while the others go on; checking the signal itself, not only `closed`, keeps a lane or the
-// committing thread from completing an object or keeping the uploads in the time the cleanup
-// thread takes to wake.
-bool closing_locked() { return g_reg.closed || g_reg.signal.load() != 0; }
 
 // A thread that must not go on once a signal is being handled (it would start or complete an
 // upload, or report success): the cleanup thread ends the process.
@@ -121,42 +118,67 @@ bool closing_locked() { return g_reg.closed || g_reg.signal.load() != 0; }
 
 // Cleanup after a failure goes on past errors, but says what it could not undo: an upload left
 // open or an object left behind is the user's to remove.
-void abort_quietly(const Entry& e) {
+void abort_quietly(const Entry& e, std::vector<std::string>& leftovers) noexcept {
   try {
-    s3::Client::shared().abort_upload(e.loc, e.id);
+    store::of(e.loc).abort_upload(e.loc, e.id);
   } catch (const std::exception& x) {
-    std::fprintf(stderr, "dcpctl: warning: could not abort the upload of %s (abort it or let a lifecycle rule): %s\n",
-                 e.loc.url().c_str(), x.what());
+    try {
+      leftovers.push_back("could not abort the upload of " + e.loc.url() + " (abort it or let a lifecycle rule): " + x.what());
+    } catch (...) {
+    }
   }
 }
 
-void remove_quietly(const Entry& e) {
+void remove_quietly(const Entry& e, std::vector<std::string>& leftovers) noexcept {
   try {
-    s3::Client::shared().remove(e.loc);
+    store::of(e.loc).remove(e.loc);
   } catch (const std::exception& x) {
-    std::fprintf(stderr, "dcpctl: warning: could not delete %s, written by this failed run: %s\n", e.loc.url().c_str(), x.what());
+    try {
+      leftovers.push_back("could not delete " + e.loc.url() + ", written by this failed run: " + x.what());
+    } catch (...) {
+    }
   }
 }
+
+}  // namespace
+
+struct UploadSession::Impl {
+  Pool pool;
+  Window window;
+  Registry reg;
+  std::vector<std::string> leftovers;  // what a cleanup could not undo
+};
+
+namespace {
+
+bool closing_locked(const Registry& reg) { return reg.closed || g_sig.signal.load() != 0; }
 
 // After a signal: waits (a while) for the requests that start or complete an upload to settle,
 // then aborts what is open and deletes what was completed, and dies of the signal.
 void cleanup_thread() {
-  while (::sem_wait(&g_reg.sem) != 0) {
+  while (::sem_wait(&g_sig.sem) != 0) {
   }
-  int sig = g_reg.signal.load();
-  std::vector<std::shared_ptr<Entry>> todo;
-  {
-    std::unique_lock<std::mutex> lock(g_reg.mu);
-    g_reg.closed = true;
-    g_reg.cv.wait_for(lock, std::chrono::seconds(30), [] {
-      return std::none_of(g_reg.entries.begin(), g_reg.entries.end(),
-                          [](const auto& e) { return e->state == Entry::Starting || e->state == Entry::Completing; });
-    });
-    todo = g_reg.entries;
-  }
-  for (const auto& e : todo) {
-    if (e->state == Entry::Open) abort_quietly(*e);
-    if (e->state == Entry::Done || e->state == Entry::Completing) remove_quietly(*e);
+  int sig = g_sig.signal.load();
+  UploadSession::Impl* session = g_sig.active.load();
+  if (session) {
+    Registry& reg = session->reg;
+    std::vector<std::shared_ptr<Entry>> todo;
+    {
+      std::unique_lock<std::mutex> lock(reg.mu);
+      reg.closed = true;
+      reg.cv.wait_for(lock, std::chrono::seconds(30), [&] {
+        return std::none_of(reg.entries.begin(), reg.entries.end(),
+                            [](const auto& e) { return e->state == Entry::Starting || e->state == Entry::Completing; });
+      });
+      todo = reg.entries;
+    }
+    std::vector<std::string> leftovers;
+    for (const auto& e : todo) {
+      if (e->state == Entry::Open) abort_quietly(*e, leftovers);
+      if (e->state == Entry::Done || e->state == Entry::Completing) remove_quietly(*e, leftovers);
+    }
+    if (auto print = g_sig.printer.load())
+      for (const auto& l : leftovers) print(l.c_str());
   }
   ::signal(sig, SIG_DFL);
   ::raise(sig);
@@ -164,41 +186,41 @@ void cleanup_thread() {
 }
 
 void start_cleanup_thread() {
-  std::call_once(g_reg.thread_once, [] {
-    ::sem_init(&g_reg.sem, 0, 0);
+  std::call_once(g_sig.thread_once, [] {
+    ::sem_init(&g_sig.sem, 0, 0);
     std::thread(cleanup_thread).detach();
-    g_reg.thread_ready = true;
+    g_sig.thread_ready = true;
   });
 }
 
-std::shared_ptr<Entry> reg_begin(const s3::Location& loc) {
+std::shared_ptr<Entry> reg_begin(Registry& reg, const store::Location& loc) {
   start_cleanup_thread();
   auto e = std::make_shared<Entry>();
   e->loc = loc;
   {
-    std::lock_guard<std::mutex> lock(g_reg.mu);
-    if (!closing_locked()) {
-      g_reg.entries.push_back(e);
-      g_reg.live++;
+    std::lock_guard<std::mutex> lock(reg.mu);
+    if (!closing_locked(reg)) {
+      reg.entries.push_back(e);
+      reg.live++;
       return e;
     }
   }
   park();
 }
 
-void reg_set(Entry& e, Entry::State s) {
+void reg_set(Registry& reg, Entry& e, Entry::State s) {
   {
-    std::lock_guard<std::mutex> lock(g_reg.mu);
+    std::lock_guard<std::mutex> lock(reg.mu);
     e.state = s;
   }
-  g_reg.cv.notify_all();
+  reg.cv.notify_all();
 }
 
 // Open -> Completing; parks once a signal is being handled (the object must not appear).
-void reg_completing(Entry& e) {
+void reg_completing(Registry& reg, Entry& e) {
   {
-    std::lock_guard<std::mutex> lock(g_reg.mu);
-    if (!closing_locked()) {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    if (!closing_locked(reg)) {
       e.state = Entry::Completing;
       return;
     }
@@ -206,22 +228,22 @@ void reg_completing(Entry& e) {
   park();
 }
 
-void reg_drop(const std::shared_ptr<Entry>& e) {
+void reg_drop(Registry& reg, const std::shared_ptr<Entry>& e) {
   {
-    std::lock_guard<std::mutex> lock(g_reg.mu);
-    auto it = std::find(g_reg.entries.begin(), g_reg.entries.end(), e);
-    if (it != g_reg.entries.end()) {
-      g_reg.entries.erase(it);
-      g_reg.live--;
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = std::find(reg.entries.begin(), reg.entries.end(), e);
+    if (it != reg.entries.end()) {
+      reg.entries.erase(it);
+      reg.live--;
     }
     e->state = Entry::Gone;
   }
-  g_reg.cv.notify_all();
+  reg.cv.notify_all();
 }
 
-bool closed() {
-  std::lock_guard<std::mutex> lock(g_reg.mu);
-  return closing_locked();
+bool closed(Registry& reg) {
+  std::lock_guard<std::mutex> lock(reg.mu);
+  return closing_locked(reg);
 }
 
 std::string strip_slashes(std::string s) {
@@ -232,129 +254,142 @@ std::string strip_slashes(std::string s) {
 }  // namespace
 
 bool is_remote(const std::string& path) {
-  return s3::is_url(path);
+  return store::is_url(path);
 }
 
-uint64_t upload_part_size(uint64_t largest_file_bytes) {
-  uint64_t p = (largest_file_bytes + 8999) / 9000;
+uint64_t upload_part_size(uint64_t largest_file_bytes, const store::PartRules& rules) {
+  const uint64_t parts = std::max<uint64_t>(1, static_cast<uint64_t>(rules.max_parts) * 9 / 10);
+  uint64_t p = (largest_file_bytes + parts - 1) / parts;
   p = (p + kMiB - 1) / kMiB * kMiB;
-  return std::max<uint64_t>(8 * kMiB, p);
+  return std::max<uint64_t>({8 * kMiB, rules.min_part, p});
 }
 
-void configure_uploads(uint64_t part_size, unsigned buffers) {
-  {
-    std::lock_guard<std::mutex> lock(g_pool.mu);
-    if (part_size != g_pool.part) g_pool.spare.clear();
-    g_pool.part = std::max<uint64_t>(5 * kMiB, part_size);
-    g_pool.cap = std::max(1u, buffers);
-  }
-  std::lock_guard<std::mutex> lock(g_window.mu);
+UploadSession::UploadSession(uint64_t part_size, unsigned buffers) : s_(std::make_shared<Impl>()) {
+  s_->pool.part = std::max<uint64_t>(5 * kMiB, part_size);
+  s_->pool.cap = std::max(1u, buffers);
   // The tasks under way leave at most two unfinished parts each (see the header): the pool holds
   // them with two to spare.
-  g_window.ahead = std::max<size_t>(1, buffers / 2 > 1 ? buffers / 2 - 1 : 1);
-  g_window.done.clear();
-  g_window.rank.clear();
-  g_window.earliest = 0;
-  g_window.started = g_window.failed = false;
-  g_window.first = nullptr;
+  s_->window.ahead = std::max<size_t>(1, buffers / 2 > 1 ? buffers / 2 - 1 : 1);
+  Impl* none = nullptr;
+  if (!g_sig.active.compare_exchange_strong(none, s_.get()))
+    throw IoError(Where(), "internal: two upload sessions at once");
 }
 
-uint64_t upload_part_bytes() {
-  std::lock_guard<std::mutex> lock(g_pool.mu);
-  return g_pool.part;
-}
-
-void start_part_window() {
-  {
-    std::lock_guard<std::mutex> lock(g_window.mu);
-    g_window.started = true;
+UploadSession::~UploadSession() {
+  for (const std::string& l : discard()) {
+    if (auto print = g_sig.printer.load()) print(l.c_str());
   }
-  g_window.cv.notify_all();
+  g_sig.active.store(nullptr);
 }
 
-void fail_part_window() {
-  g_window.fail();
+uint64_t UploadSession::part_bytes() const {
+  return s_->pool.part;
 }
 
-void admit_tasks(const std::vector<bool>& mine) {
-  std::lock_guard<std::mutex> lock(g_window.mu);
-  g_window.done.assign(mine.size(), false);
-  g_window.rank.assign(mine.size(), 0);
+void UploadSession::start_part_window() {
+  Window& w = s_->window;
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.started = true;
+  }
+  w.cv.notify_all();
+}
+
+void UploadSession::admit_tasks(const std::vector<bool>& mine) {
+  Window& w = s_->window;
+  std::lock_guard<std::mutex> lock(w.mu);
+  w.done.assign(mine.size(), false);
+  w.rank.assign(mine.size(), 0);
   size_t n = 0;
   for (size_t i = 0; i < mine.size(); ++i) {
-    g_window.done[i] = !mine[i];
-    g_window.rank[i] = n;
+    w.done[i] = !mine[i];
+    w.rank[i] = n;
     n += mine[i];
   }
-  g_window.earliest = 0;
-  while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
+  w.earliest = 0;
+  while (w.earliest < w.done.size() && w.done[w.earliest]) ++w.earliest;
 }
 
-void task_begin(size_t i) {
-  std::unique_lock<std::mutex> lock(g_window.mu);
-  auto rank = [](size_t t) { return t < g_window.rank.size() ? g_window.rank[t] : t; };
-  g_window.cv.wait(lock, [&] {
-    return g_window.failed || g_window.earliest >= g_window.done.size() ||
-           rank(i) < rank(g_window.earliest) + g_window.ahead;
-  });
-  if (g_window.failed) {
-    if (g_window.first) std::rethrow_exception(g_window.first);
+void UploadSession::task_begin(size_t i) {
+  Window& w = s_->window;
+  std::unique_lock<std::mutex> lock(w.mu);
+  auto rank = [&](size_t t) { return t < w.rank.size() ? w.rank[t] : t; };
+  w.cv.wait(lock, [&] { return w.failed || w.earliest >= w.done.size() || rank(i) < rank(w.earliest) + w.ahead; });
+  if (w.failed) {
+    if (w.first) std::rethrow_exception(w.first);
     throw IoError(Where(), "upload stopped: another lane failed");
   }
 }
 
-void task_end(size_t i) {
+void UploadSession::task_end(size_t i) {
+  Window& w = s_->window;
   {
-    std::lock_guard<std::mutex> lock(g_window.mu);
-    if (i < g_window.done.size()) g_window.done[i] = true;
-    while (g_window.earliest < g_window.done.size() && g_window.done[g_window.earliest]) ++g_window.earliest;
+    std::lock_guard<std::mutex> lock(w.mu);
+    if (i < w.done.size()) w.done[i] = true;
+    while (w.earliest < w.done.size() && w.done[w.earliest]) ++w.earliest;
   }
-  g_window.cv.notify_all();
+  w.cv.notify_all();
 }
 
-void keep_uploads() {
-  std::unique_lock<std::mutex> lock(g_reg.mu);
-  if (closing_locked()) {
+void UploadSession::fail_tasks(std::exception_ptr cause) {
+  s_->window.fail(std::move(cause));
+}
+
+void UploadSession::keep() {
+  Registry& reg = s_->reg;
+  std::unique_lock<std::mutex> lock(reg.mu);
+  if (closing_locked(reg)) {
     lock.unlock();
     park();
   }
-  auto& v = g_reg.entries;
+  auto& v = reg.entries;
   for (auto it = v.begin(); it != v.end();) {
     if ((*it)->state == Entry::Done) {
       (*it)->state = Entry::Gone;
       it = v.erase(it);
-      g_reg.live--;
+      reg.live--;
     } else {
       ++it;
     }
   }
 }
 
-void discard_uploads() noexcept {
+std::vector<std::string> UploadSession::discard() noexcept {
+  Registry& reg = s_->reg;
   std::vector<std::shared_ptr<Entry>> todo;
   {
-    std::unique_lock<std::mutex> lock(g_reg.mu);
-    if (closing_locked()) {
+    std::unique_lock<std::mutex> lock(reg.mu);
+    if (closing_locked(reg)) {
       lock.unlock();
       park();
     }
-    todo.swap(g_reg.entries);
-    g_reg.live = 0;
+    todo.swap(reg.entries);
+    reg.live = 0;
   }
+  std::vector<std::string> leftovers;
   for (const auto& e : todo) {
-    if (e->state == Entry::Open) abort_quietly(*e);
-    if (e->state == Entry::Done) remove_quietly(*e);
+    if (e->state == Entry::Open) abort_quietly(*e, leftovers);
+    if (e->state == Entry::Done) remove_quietly(*e, leftovers);
     e->state = Entry::Gone;
   }
-  g_window.fail();
+  s_->window.fail(std::current_exception());
+  std::lock_guard<std::mutex> lock(reg.mu);
+  for (auto& l : s_->leftovers) leftovers.push_back(std::move(l));
+  s_->leftovers.clear();
+  return leftovers;
 }
 
 bool uploads_take_signal(int sig) noexcept {
-  if (!g_reg.thread_ready.load() || g_reg.live.load() == 0) return false;
+  UploadSession::Impl* session = g_sig.active.load();
+  if (!g_sig.thread_ready.load() || !session || session->reg.live.load() == 0) return false;
   int expect = 0;
-  if (!g_reg.signal.compare_exchange_strong(expect, sig)) return false;  // a second signal: die now
-  ::sem_post(&g_reg.sem);
+  if (!g_sig.signal.compare_exchange_strong(expect, sig)) return false;  // a second signal: die now
+  ::sem_post(&g_sig.sem);
   return true;
+}
+
+void set_leftover_printer(void (*print)(const char*)) {
+  g_sig.printer.store(print);
 }
 
 void check_remote_output(const std::string& output_in, bool force, const std::string& protect_in) {
@@ -369,32 +404,35 @@ void check_remote_output(const std::string& output_in, bool force, const std::st
                        "output contains the checkpoint being read (" + protect_in + "); choose another prefix");
   }
   if (!is_remote(out)) return;
-  s3::Location loc = s3::parse_url(out);
+  store::Location loc = store::parse_url(out);
   if (loc.key.empty())
-    throw UsageError(Where(output_in),
-                     "give a key or a prefix inside the bucket (s3://bucket/name/), not the bucket itself");
-  s3::Client& c = s3::Client::shared();
+    throw UsageError(Where(output_in), "give a key or a prefix inside the bucket (" + loc.scheme +
+                                           "://bucket/name/), not the bucket itself");
+  store::ObjectStore& c = store::of(loc);
   // An object, or objects under the prefix: a folder SeaweedFS keeps listing after a failed run
   // deleted what it had completed is not an output that exists (any_object).
-  bool exists = c.size_of(loc).has_value() || c.any_object({loc.bucket, loc.key + "/"});
+  bool exists = c.size_of(loc).has_value() || c.any_object(loc.with_key(loc.key + "/"));
   if (exists && !force) throw UsageError(Where(output_in), "output exists; pass --force to replace it");
 }
 
 void clear_remote_prefix(const std::string& url) {
-  s3::Location loc = s3::parse_url(strip_slashes(url));
+  store::Location loc = store::parse_url(strip_slashes(url));
   if (loc.key.empty())
-    throw UsageError(Where(url), "give a prefix inside the bucket (s3://bucket/name/), not the bucket itself");
-  s3::Client& c = s3::Client::shared();
-  s3::Client::Listing l = c.list({loc.bucket, loc.key + "/"}, false);
-  for (const auto& [key, size] : l.objects) c.remove({loc.bucket, key});
+    throw UsageError(Where(url), "give a prefix inside the bucket (" + loc.scheme + "://bucket/name/), not the bucket itself");
+  store::ObjectStore& c = store::of(loc);
+  store::Listing l = c.list_objects(loc.with_key(loc.key + "/"), false);
+  for (const auto& [key, size] : l.objects) c.remove(loc.with_key(key));
 }
 
 // ---- one object ----
 
 struct Upload::State {
-  s3::Location loc;
+  std::shared_ptr<UploadSession::Impl> session;  // kept alive while this upload is (UploadSession::impl)
+  store::ObjectStore* store = nullptr;
+  store::Location loc;
   std::string url;
   uint64_t part = 0;             // the part size, fixed when the upload is created
+  int max_parts = 10000;         // the store's limit
   std::shared_ptr<Entry> entry;  // once a multipart upload (or the PUT) started
   std::mutex start_mu, mu;
   bool committed = false;
@@ -423,27 +461,27 @@ struct Upload::State {
     std::lock_guard<std::mutex> lock(start_mu);
     if (entry && entry->state == Entry::Open) return entry->id;
     if (entry && entry->state == Entry::Gone) throw IoError(Where(url), "upload abandoned (the run failed)");
-    entry = reg_begin(loc);
+    entry = reg_begin(session->reg, loc);
     try {
-      entry->id = s3::Client::shared().start_upload(loc);
+      entry->id = store->start_upload(loc);
     } catch (...) {
-      reg_drop(entry);
+      reg_drop(session->reg, entry);
       throw;
     }
-    reg_set(*entry, Entry::Open);
+    reg_set(session->reg, *entry, Entry::Open);
     return entry->id;
   }
 
   void send(int number, const uint8_t* data, uint64_t n) {
-    if (number > kMaxParts)
-      throw IoError(Where(url),
-                    "more than 10,000 parts of " + std::to_string(part) + " bytes: the object is larger than planned");
+    if (number > max_parts)
+      throw IoError(Where(url), "more than " + std::to_string(max_parts) + " parts of " + std::to_string(part) +
+                                    " bytes: the object is larger than planned");
     const std::string& id = upload_id();
-    if (closed()) park();
+    if (closed(session->reg)) park();
     // Tests: the process stops itself once, at its first part, for a signal to be sent to it.
     static std::atomic<bool> stopped{false};
     if (!stopped.exchange(true)) failpoint_stop("s3-upload-part");
-    std::string etag = s3::Client::shared().upload_part(loc, id, number, data, n);
+    std::string etag = store->upload_part(loc, id, number, data, n);
     std::lock_guard<std::mutex> lock(mu);
     if (etags.size() < static_cast<size_t>(number)) etags.resize(static_cast<size_t>(number));
     etags[static_cast<size_t>(number) - 1] = std::move(etag);
@@ -457,41 +495,44 @@ struct Upload::State {
   void flush_full() {
     wait_inflight();
     int number = next_part++;
-    std::shared_ptr<uint8_t[]> buf(cur.release(), [](uint8_t* p) { g_pool.give(std::unique_ptr<uint8_t[]>(p)); });
+    std::shared_ptr<uint8_t[]> buf(cur.release(), [pool = &session->pool](uint8_t* p) { pool->give(std::unique_ptr<uint8_t[]>(p)); });
     uint64_t n = fill;
     fill = 0;
     inflight = std::async(std::launch::async, [this, number, buf, n] { send(number, buf.get(), n); });
   }
 
   void complete() {
-    reg_completing(*entry);
+    reg_completing(session->reg, *entry);
     try {
-      s3::Client::shared().complete_upload(loc, entry->id, etags);
+      store->complete_upload(loc, entry->id, etags);
     } catch (...) {
-      reg_set(*entry, Entry::Open);
+      reg_set(session->reg, *entry, Entry::Open);
       throw;
     }
-    reg_set(*entry, Entry::Done);
+    reg_set(session->reg, *entry, Entry::Done);
   }
 
   void put(const uint8_t* data, uint64_t n) {
     std::lock_guard<std::mutex> lock(start_mu);
-    entry = reg_begin(loc);
-    reg_completing(*entry);
+    entry = reg_begin(session->reg, loc);
+    reg_completing(session->reg, *entry);
     try {
-      s3::Client::shared().put(loc, data, n);
+      store->put(loc, data, n);
     } catch (...) {
-      reg_drop(entry);
+      reg_drop(session->reg, entry);
       throw;
     }
-    reg_set(*entry, Entry::Done);
+    reg_set(session->reg, *entry, Entry::Done);
   }
 };
 
-Upload::Upload(const std::string& url) : s_(std::make_unique<State>()) {
+Upload::Upload(const std::string& url, UploadSession& session) : s_(std::make_unique<State>()) {
+  s_->session = session.impl();
   s_->url = url;
-  s_->loc = s3::parse_url(url);
-  s_->part = upload_part_bytes();
+  s_->loc = store::parse_url(url);
+  s_->store = &store::of(s_->loc);
+  s_->part = session.part_bytes();
+  s_->max_parts = s_->store->part_rules().max_parts;
 }
 
 Upload::~Upload() {
@@ -500,16 +541,21 @@ Upload::~Upload() {
     s.wait_inflight();
   } catch (...) {
   }
-  g_pool.give(std::move(s.cur));
-  for (auto& p : s.parts) g_pool.give(std::move(p.buf));
+  Pool& pool = s.session->pool;
+  pool.give(std::move(s.cur));
+  for (auto& p : s.parts) pool.give(std::move(p.buf));
+  Registry& reg = s.session->reg;
   bool open = false;
   if (s.entry) {
-    std::lock_guard<std::mutex> lock(g_reg.mu);
-    open = s.entry->state == Entry::Open && !closing_locked();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    open = s.entry->state == Entry::Open && !closing_locked(reg);
   }
   if (open) {
-    abort_quietly(*s.entry);
-    reg_drop(s.entry);
+    std::vector<std::string> leftovers;
+    abort_quietly(*s.entry, leftovers);
+    reg_drop(reg, s.entry);
+    std::lock_guard<std::mutex> lock(reg.mu);
+    for (auto& l : leftovers) s.session->leftovers.push_back(std::move(l));
   }
 }
 
@@ -524,8 +570,9 @@ void Upload::expect_size(uint64_t size) {
   s.offsets = true;
   s.size = size;
   size_t n = static_cast<size_t>((size + s.part - 1) / s.part);
-  if (n > kMaxParts)
-    throw IoError(Where(s.url), "an object of " + std::to_string(size) + " bytes needs more than 10,000 parts");
+  if (n > static_cast<size_t>(s.max_parts))
+    throw IoError(Where(s.url), "an object of " + std::to_string(size) + " bytes needs more than " +
+                                    std::to_string(s.max_parts) + " parts");
   s.parts.resize(n);
 }
 
@@ -551,8 +598,8 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
       if (!part.buf) {
         bool before;
         {
-          std::lock_guard<std::mutex> wl(g_window.mu);
-          before = !g_window.started;
+          std::lock_guard<std::mutex> wl(s.session->window.mu);
+          before = !s.session->window.started;
         }
         if (before) {
           // Set up (the headers): kept aside until a lane opens the part, so that set up takes no
@@ -576,14 +623,14 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
           continue;
         }
         lock.unlock();
-        std::unique_ptr<uint8_t[]> b = g_pool.take();
+        std::unique_ptr<uint8_t[]> b = s.session->pool.take();
         lock.lock();
         if (!part.buf) {
           part.buf = std::move(b);
           for (const auto& [at, bytes] : part.aside) std::memcpy(part.buf.get() + at, bytes.data(), bytes.size());
           part.aside.clear();
         } else {
-          g_pool.give(std::move(b));
+          s.session->pool.give(std::move(b));
         }
       }
       buf = part.buf.get();
@@ -602,13 +649,13 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
       try {
         s.send(static_cast<int>(k) + 1, buf, len);
       } catch (...) {
-        g_window.fail();
+        s.session->window.fail(std::current_exception());
         throw;
       }
       {
         std::lock_guard<std::mutex> lock(s.mu);
         s.parts[k].sent = true;
-        g_pool.give(std::move(s.parts[k].buf));
+        s.session->pool.give(std::move(s.parts[k].buf));
       }
     }
     p += m;
@@ -622,7 +669,7 @@ void Upload::append(const void* data, size_t n) {
   if (s.offsets) return write_at(data, n, s.pos);  // pos counts appends only
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
-    if (!s.cur) s.cur = g_pool.take();
+    if (!s.cur) s.cur = s.session->pool.take();
     uint64_t k = std::min<uint64_t>(n, s.part - s.fill);
     std::memcpy(s.cur.get() + s.fill, p, k);
     s.fill += k;
@@ -654,7 +701,7 @@ void Upload::commit() {
   }
   if (s.next_part == 1) {  // nothing went out yet: one PUT
     s.put(s.cur.get(), s.fill);
-    g_pool.give(std::move(s.cur));
+    s.session->pool.give(std::move(s.cur));
     s.fill = 0;
     s.committed = true;
     return;
@@ -664,7 +711,7 @@ void Upload::commit() {
     s.send(s.next_part++, s.cur.get(), s.fill);
     s.fill = 0;
   }
-  g_pool.give(std::move(s.cur));
+  s.session->pool.give(std::move(s.cur));
   s.complete();
   s.committed = true;
 }

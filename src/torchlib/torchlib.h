@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "util/source.h"
+#include "store/source.h"
 #include "util/error.h"
 
 namespace dcpctl {

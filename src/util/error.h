@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace dcpctl {
 
@@ -38,10 +39,15 @@ class Error : public std::runtime_error {
   const Where& where() const { return where_; }
   const std::string& detail() const { return detail_; }
   virtual ExitCode exit_code() const { return ExitCode::failure; }
+  // What the failed command could not undo (an upload left open, an object left behind: one
+  // sentence each), for the command line to print after the error.
+  const std::vector<std::string>& leftovers() const { return leftovers_; }
+  void add_leftover(std::string sentence) { leftovers_.push_back(std::move(sentence)); }
 
  private:
   Where where_;
   std::string detail_;
+  std::vector<std::string> leftovers_;
 };
 
 // The checkpoint (or a file in it) is malformed, inconsistent or incomplete.

@@ -14,7 +14,7 @@
 
 #include "util/error.h"
 #include "util/failpoint.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "write/output.h"
 
 namespace dcpctl {
@@ -128,13 +128,13 @@ Assets find_assets(const Checkpoint& ck, const std::string& from) {
 }
 
 void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of,
-                 const std::function<std::string(const std::string&)>& edit_config) {
+                 const std::function<std::string(const std::string&)>& edit_config, UploadSession* uploads) {
   constexpr size_t kWindow = 1 << 20;
   std::unique_ptr<uint8_t[]> buf(new uint8_t[kWindow]);
   failpoint_stop("assets-copy");  // tests: a source removed between the listing and the copy
   for (const Asset& a : assets.files) {
     ReadFile in(a.source);
-    OutputFile out(path_of(a.name));
+    OutputFile out(path_of(a.name), uploads);
     if (edit_config && a.name == "config.json") {
       std::string text(in.size(), '\0');
       in.read_at(0, text.data(), text.size());

@@ -33,6 +33,8 @@
 
 namespace dcpctl {
 
+class UploadSession;
+
 constexpr uint64_t kMaxAssetBytes = 256ull << 20;
 
 struct Asset {
@@ -61,9 +63,11 @@ Assets find_assets(const Checkpoint& ck, const std::string& from);
 // Copies every asset to `path_of(name)`, each written under a temporary name and renamed (the
 // caller's folder is itself temporary: OutputDir). Throws IoError when a source vanished or
 // cannot be read. `edit_config`, when given, makes config.json's content from the source's (a
-// dequantized export's config: meta/quantized.h).
+// dequantized export's config: meta/quantized.h). Into object storage through `uploads`, the
+// job's session (store/upload.h).
 void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of,
-                 const std::function<std::string(const std::string&)>& edit_config = nullptr);
+                 const std::function<std::string(const std::string&)>& edit_config = nullptr,
+                 UploadSession* uploads = nullptr);
 
 // What config.json says of tied word embeddings against what the output holds: transformers
 // ties lm_head.weight to the input embeddings when `tie_word_embeddings` is true (its

@@ -14,7 +14,7 @@
 
 #include "meta/structure.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "write/dcp_metadata.h"
 #include "write/output.h"
 
@@ -184,8 +184,8 @@ CompatResult write_compat(const Checkpoint& ck, const CompatOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   if (is_remote_path(ck.dir) || is_remote_path(opts.output))
     throw UnsupportedError(Where(is_remote_path(ck.dir) ? ck.dir : opts.output),
-                           "compat links files on one filesystem; s3:// is not supported (download the checkpoint, or "
-                           "reshard it to s3://, which writes 5-tuple properties too)");
+                           "compat links files on one filesystem; object storage is not supported (download the "
+                           "checkpoint, or reshard it into the store, which writes 5-tuple properties too)");
   if ((ck.layout != CheckpointLayout::Dcp && ck.layout != CheckpointLayout::DcpSafetensorsItems) ||
       fs::path(ck.metadata_path).filename() != ".metadata")
     throw UnsupportedError(Where(ck.dir), std::string("compat rewrites a DCP .metadata; this checkpoint is ") +

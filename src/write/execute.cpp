@@ -61,44 +61,6 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
   group.agree("command", Sha256::of(cmd.dump()));
 }
 
-// An s3:// output: the part size and the part buffers this process holds (store/upload.h). With
-// --max-memory they are set aside from it (fewer buffers where it is tight; refused when not even
-// the fewest fit beside the largest buffer); with the automatic budget they come on top of it.
-// Returns the bytes set aside.
-uint64_t plan_uploads(const WriteJob& job, json& summary) {
-  const WritePlan& plan = job.plan;
-  const WriteOptions& o = job.request.o;
-  const Format& format = *plan.target.format;
-  std::vector<size_t> mine = job.deal.files_of(job.me);
-  uint64_t values = 0;
-  for (const SelectedItem* it : plan.values) values += job.request.ck.md.bytes[it->index].storage.length;
-  uint64_t largest = 0;
-  for (size_t f : mine) {
-    // Estimates for what is appended (zip records, non-tensor values); exact for safetensors but
-    // for the header.
-    uint64_t est = plan.files[f].data_bytes + plan.files[f].records.size() * 4096 + values + (1ull << 20);
-    largest = std::max(largest, est);
-  }
-  const uint64_t part = upload_part_size(largest);
-  auto [want, least] = format.part_buffers(mine.size(), job.deal.lanes, std::max(1u, o.threads));
-  // Rank 0 writes the last, small files (index, .metadata, config) after the others.
-  if (job.leader) want = std::max(want, 1u), least = std::max(least, 1u);
-  unsigned buffers = want;
-  if (o.max_memory) {
-    const uint64_t gate = job.deal.gate_bytes(job.me), room = gate > job.plan.largest_need ? gate - job.plan.largest_need : 0;
-    buffers = static_cast<unsigned>(std::min<uint64_t>(want, room / part));
-    if (buffers < least)
-      throw UsageError(Where(o.output), "uploading to s3:// holds at least " + std::to_string(least) + " part buffer(s) of " +
-                                            std::to_string(part) + " bytes beside the largest buffer (" +
-                                            std::to_string(job.plan.largest_need) + " bytes): raise --max-memory to at least " +
-                                            std::to_string(job.plan.largest_need + least * part + job.deal.set_aside[static_cast<size_t>(job.me)]));
-  }
-  configure_uploads(part, buffers);
-  summary["s3"] = {{"part_size", part}, {"part_buffers", buffers}};
-  if (!o.max_memory) summary["max_memory"] = summary["max_memory"].get<uint64_t>() + uint64_t{buffers} * part;
-  return o.max_memory ? uint64_t{buffers} * part : 0;
-}
-
 // The saved items this process reads (ItemReader::expect: an s3:// checkpoint fetches
 // neighbours together): with an exchange the chunks dealt to it, else the chunks of the files it
 // writes; the non-tensor items on the leader, where the format holds them.
@@ -155,6 +117,13 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   rq.exchange = exchange;
   rq.budget_given = o.max_memory != 0;
   rq.visibility = &job.visibility;
+  const bool remote = is_remote(o.output);
+  if (remote) {
+    rq.upload = true;
+    rq.part_rules = store::of_url(o.output).part_rules();
+    rq.threads = o.threads;
+    rq.output = o.output;
+  }
   job.deal = deal_work(ck, job.plan, rq);
   reader.expect(items_read(job, exchange));
 
@@ -170,8 +139,9 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   if (request.target.map) summary["map"] = request.target.map->describe();
   if (!ck.dequant.empty()) summary["dequantized"] = describe_dequantized(ck);
   if (!ck.lora.empty()) summary["lora"] = ck.lora.summary;
-  const bool remote = is_remote(o.output);
-  const uint64_t upload_bytes = remote ? plan_uploads(job, summary) : 0;
+  if (remote)  // the store's object: its part size and buffers here, what it moved added by the command
+    summary[store::of_url(o.output).report_name()] = {{"part_size", job.deal.part_size[static_cast<size_t>(me)]},
+                                                      {"part_buffers", job.deal.part_buffers[static_cast<size_t>(me)]}};
   writer.planned(job, summary);
   // The same plan on every rank: the command was agreed on; this catches two .metadata of one
   // size and save id that differ.
@@ -183,16 +153,20 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   }
 
   // ---- set up, write, commit ----
-  MemoryGate gate(job.deal.gate_bytes(me) - upload_bytes);
+  MemoryGate gate(job.deal.gate_bytes(me));
+  // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
+  // process started and deletes the objects it completed; they are its output only once the run
+  // committed.
+  std::unique_ptr<UploadSession> uploads;
+  if (remote) uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)], job.deal.part_buffers[static_cast<size_t>(me)]);
+  job.uploads = uploads.get();
   WriteProgress prog(job.plan.total_bytes, o.progress);
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
   std::unique_ptr<DecodedChunks> decoded;
   if (writer.decode_once()) decoded = std::make_unique<DecodedChunks>(reader, &gate);
-  // An s3:// output: a failure anywhere aborts the uploads this process started and deletes the
-  // objects it completed (store/upload.h); they are its output only once the run committed.
   try {
     const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
-    if (remote) start_part_window();
+    if (uploads) uploads->start_part_window();
     const std::string failpoint_name = std::string(writer.name()) + "-write";
     bool committed = write_then_commit(group, [&] {
       if (group) failpoint(failpoint_name.c_str(), me);
@@ -204,8 +178,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
       }
       Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
       executor.direct_io = o.direct_io;
-      executor.remote = remote;
-      if (remote) executor.cfr_ok = false;  // no descriptor to copy_file_range into
+      if (uploads) executor.cfr_ok = false;  // no descriptor to copy_file_range into
       try {
         writer.write(job, executor, set_up);
       } catch (...) {
@@ -215,13 +188,17 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
       }
       if (ex) ex->finish_pushing();
     }, [&] { writer.commit(job); });
-    if (remote) keep_uploads();
+    if (uploads) uploads->keep();
     if (!committed) {
       summary["rank"] = me;
       return summary;
     }
+  } catch (Error& e) {
+    if (uploads)
+      for (std::string& l : uploads->discard()) e.add_leftover(std::move(l));
+    throw;
   } catch (...) {
-    if (remote) discard_uploads();
+    if (uploads) uploads->discard();  // what it could not undo is lost with a failure that is not an Error
     throw;
   }
   writer.finish(job, summary);

@@ -62,6 +62,7 @@ struct WriteJob {
   Group* group = nullptr;
   int me = 0;
   bool leader = true;
+  UploadSession* uploads = nullptr;  // an object-storage output's (store/upload.h)
 };
 
 class OutputWriter {

@@ -183,23 +183,23 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
 // Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
 // source is ordered, else all threads share them.
 void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned lanes, FileSink& files) {
-  // An s3:// output (store/upload.h): a task starts only a few tasks past the earliest unfinished
+  // An object-storage output (the sink's uploads): a task starts only a few tasks past the earliest unfinished
   // one, and waits for that before it takes any memory (so the lane the earliest task needs is never
   // short of memory held by lanes that wait); the parts left unfinished stay within the pool.
-  const bool admit = remote && std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.writer == me; });
+  const bool admit = files.admits() && std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.writer == me; });
   if (admit) {
     std::vector<bool> mine(tasks.size());
     for (size_t i = 0; i < tasks.size(); ++i) mine[i] = tasks[i].writer == me;
-    admit_tasks(mine);
+    files.admit_tasks(mine);
   }
   auto one = [&](size_t i, WorkerBuffers& scratch) {
     const Task& task = tasks[i];
     if (admit) {
       scratch.release();
-      task_begin(i);
+      files.task_begin(i);
     }
     offsets_task(task, files, scratch);
-    if (admit) task_end(i);
+    if (admit) files.task_end(i);
   };
   // Each lane keeps its scratch (the copy window) across its tasks; a failed lane stops the rest.
   std::atomic<size_t> next{0};
@@ -216,7 +216,7 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
         if (tasks[i].writer == me && tasks[i].lane == lane) one(i, scratch);
     } catch (...) {
       failed = true;
-      fail_part_window();  // lanes waiting for s3:// parts this lane would have written
+      files.fail_tasks(std::current_exception());  // lanes waiting for parts this lane would have written
       src.fail(std::current_exception());
       throw;
     }

@@ -50,6 +50,16 @@ class FileSink {
   virtual std::unique_ptr<OutputFile> create(size_t f) { (void)f; return nullptr; }
   virtual void lead(size_t f, OutputFile& out, StreamWindow& win) { (void)f, (void)out, (void)win; }
   virtual void placed(size_t record, uint64_t offset, uint64_t length) { (void)record, (void)offset, (void)length; }
+
+  // AtOffsets into object storage: the files upload their parts through `uploads`, the job's
+  // session (store/upload.h), which admits the tasks; for local files (no session) these do nothing.
+  // The format sets `uploads` from its job before the executor writes.
+  bool admits() const { return uploads != nullptr; }
+  void admit_tasks(const std::vector<bool>& mine) { if (uploads) uploads->admit_tasks(mine); }
+  void task_begin(size_t i) { if (uploads) uploads->task_begin(i); }
+  void task_end(size_t i) { if (uploads) uploads->task_end(i); }
+  void fail_tasks(std::exception_ptr cause) { if (uploads) uploads->fail_tasks(std::move(cause)); }
+  UploadSession* uploads = nullptr;
 };
 
 struct Executor {
@@ -67,7 +77,6 @@ struct Executor {
   // (OutputFile::stage_appends). --io buffered turns it all off.
   bool direct_io = false;
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
-  bool remote = false;             // the outputs are s3:// objects (store/upload.h)
 
   // Writes this process's share (`me`, as `deal` says) into `files`, as the plan's format writes
   // (write/formats/format.h): AtOffsets, every task of writer `me` on the deal's lanes; InOrder,

@@ -10,7 +10,7 @@
 #include "pickle/vm.h"
 #include "util/crc32.h"
 #include "util/dtype.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

@@ -184,10 +184,11 @@ void check_output_path(const std::string& path_in, bool force, const std::string
   }
 }
 
-OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
+OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(std::move(final_path)) {
   if (is_remote(final_)) {
+    if (!uploads) throw IoError(Where(final_), "internal: an object-storage output written outside a write job's upload session");
     tmp_ = final_;
-    up_ = std::make_unique<Upload>(final_);
+    up_ = std::make_unique<Upload>(final_, *uploads);
     return;
   }
   tmp_ = temp_name(final_);
@@ -201,7 +202,7 @@ OutputFile::OutputFile(std::string final_path) : final_(std::move(final_path)) {
 }
 
 std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
-  if (is_remote(temp_path)) throw UnsupportedError(Where(temp_path), "several processes cannot write one s3:// object");
+  if (is_remote(temp_path)) throw UnsupportedError(Where(temp_path), "several processes cannot write one object in object storage");
   std::unique_ptr<OutputFile> f(new OutputFile());
   f->final_ = f->tmp_ = temp_path;
   f->owner_ = false;
@@ -371,7 +372,7 @@ void OutputFile::commit() {
   committed_ = true;
 }
 
-OutputDir::OutputDir(std::string final_path) : final_(std::move(final_path)) {
+OutputDir::OutputDir(std::string final_path, UploadSession* uploads) : final_(std::move(final_path)), uploads_(uploads) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
   if (is_remote(final_)) {
     // No temporary prefix (objects cannot be renamed): the files go straight under the final one,

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "util/file.h"
+#include "store/file.h"
 #include "store/upload.h"
 
 namespace dcpctl {
@@ -35,8 +35,9 @@ void check_output_path(const std::string& path, bool force, const std::string& p
 
 class OutputFile {
  public:
-  // Creates the temporary file. `final_path`'s directory must exist.
-  explicit OutputFile(std::string final_path);
+  // Creates the temporary file. `final_path`'s directory must exist. An object-storage output
+  // uploads through `uploads`, the job's session (store/upload.h); a local one ignores it.
+  explicit OutputFile(std::string final_path, UploadSession* uploads = nullptr);
   // Opens a temporary file another process created (distributed runs): this object writes into
   // it but neither removes nor commits it; its creator does.
   static std::unique_ptr<OutputFile> open_shared(const std::string& temp_path);
@@ -84,7 +85,7 @@ class OutputFile {
   int slot_ = -1;
   DirectFd direct_;
   std::unique_ptr<Staging> staging_;
-  std::unique_ptr<Upload> up_;  // an s3:// output
+  std::unique_ptr<Upload> up_;  // an object-storage output
 
   OutputFile() = default;
 };
@@ -97,7 +98,8 @@ inline uint8_t* direct_place(uint8_t* aligned_buf, uint64_t offset) { return ali
 // directory on commit.
 class OutputDir {
  public:
-  explicit OutputDir(std::string final_path);
+  // An object-storage folder's files upload through `uploads`, the job's session.
+  explicit OutputDir(std::string final_path, UploadSession* uploads = nullptr);
   ~OutputDir();
   OutputDir(const OutputDir&) = delete;
   OutputDir& operator=(const OutputDir&) = delete;
@@ -106,11 +108,13 @@ class OutputDir {
   const std::string& final_path() const { return final_; }
   const std::string& temp_path() const { return tmp_; }
   bool remote() const { return remote_; }
+  UploadSession* uploads() const { return uploads_; }
 
  private:
   std::string final_, tmp_;
   bool committed_ = false;
   bool remote_ = false;
+  UploadSession* uploads_ = nullptr;
   int slot_ = -1;
 };
 

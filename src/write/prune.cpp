@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 #include "util/failpoint.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 
@@ -69,9 +69,9 @@ std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomp
   // Locally a checkpoint is first renamed out of sight, so an interrupted prune never leaves one
   // that looks complete; object stores have no rename (a prefix goes object by object).
   if (is_remote_path(rf.dir))
-    throw UnsupportedError(Where(rf.dir), "prune does not remove from object storage: S3 has no rename, so an interrupted "
+    throw UnsupportedError(Where(rf.dir), "prune does not remove from object storage: object stores have no rename, so an interrupted "
                                           "prune could leave a half-deleted checkpoint that still looks complete; see "
-                                          "`dcpctl ls` and remove with the store's own tools (lifecycle rules, aws s3 rm)");
+                                          "`dcpctl ls` and remove with the store's own tools (lifecycle rules, aws s3 rm, gcloud storage rm)");
   if (keep < 1) throw UsageError(Where(), "--keep must be at least 1: the newest complete checkpoint is never removed");
   const RunEntry* newest = rf.newest_complete();
   if (!newest) throw FormatError(Where(rf.dir), "no checkpoint in the run folder is complete; nothing removed");

@@ -29,7 +29,7 @@
 
 #include "meta/select.h"
 #include "util/dtype.h"
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

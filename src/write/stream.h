@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "util/dtype.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "write/output.h"
 #include "write/run.h"
 

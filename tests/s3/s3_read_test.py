@@ -33,7 +33,7 @@ the local copy.
                    lists its folder); a data object deleted: exit 3 naming it; a 503 SlowDown burst
                    (tests/s3/fault_proxy.py): retried, same bytes, `retries` counted; the server
                    gone mid-read: exit 4 naming the URL, no output left behind; prune on s3://
-                   refused with exit 5; gs:// exit 5
+                   refused with exit 5; gs:// without Google credentials exit 4
 
   (errors also: keys from AWS_PROFILE in a credentials file, none at all, temporary keys with
   AWS_SESSION_TOKEN from a role moto's STS lets assume; a missing prefix; a malformed URL)
@@ -507,8 +507,13 @@ def error_cases(s3, env, work):
     # prune and gs://: refused with a sentence.
     r = dcpctl(["prune", f"s3://{BUCKET}/layouts/run_torchtitan/run", "--keep", "1"], env)
     check(r.returncode == UNSUPPORTED and "object storage" in r.stderr, f"prune on s3: exit {r.returncode}: {r.stderr}")
-    r = dcpctl(["inspect", "gs://bucket/ckpt"], env)
-    check(r.returncode == UNSUPPORTED and "storage.googleapis.com" in r.stderr, f"gs://: exit {r.returncode}: {r.stderr}")
+    # gs:// is the GCS store's (tests/gcs): with no Google credentials at all, exit 4 naming each
+    # source tried (the metadata server skipped: nothing here may look for one).
+    r = dcpctl(["inspect", "gs://bucket/ckpt"], {**{k: v for k, v in env.items() if k not in (
+        "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "DCPCTL_GCS_ENDPOINT")}, "NO_GCE_CHECK": "true",
+        "CLOUDSDK_CONFIG": os.path.join(work, "no-gcloud")})
+    check(r.returncode == IO and "no Google credentials" in r.stderr and "GOOGLE_APPLICATION_CREDENTIALS" in r.stderr,
+          f"gs:// without credentials: exit {r.returncode}: {r.stderr}")
     r = dcpctl(["inspect", "s3://x/ckpt"], env)
     check(r.returncode == USAGE, f"malformed s3 URL: exit {r.returncode}: {r.stderr}")
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 
 using namespace dcpctl;
 

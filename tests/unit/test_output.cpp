@@ -27,7 +27,7 @@
 
 #include "random_bytes.h"
 #include "util/error.h"
-#include "util/file.h"
+#include "store/file.h"
 #include "write/output.h"
 
 using namespace dcpctl;

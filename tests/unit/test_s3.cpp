@@ -12,6 +12,7 @@
 
 using namespace dcpctl;
 using namespace dcpctl::s3;
+using namespace dcpctl::store;
 
 namespace {
 
@@ -32,7 +33,7 @@ Config load(const Env& env, const Files& files = {}) {
 
 }  // namespace
 
-TEST_CASE("s3 URLs: bucket and key, malformed ones are usage errors, gs:// is refused with a sentence") {
+TEST_CASE("object URLs: scheme, bucket and key, malformed ones are usage errors") {
   CHECK(is_url("s3://b/k"));
   CHECK(is_url("gs://b/k"));
   CHECK_FALSE(is_url("/tmp/s3://x"));
@@ -50,13 +51,14 @@ TEST_CASE("s3 URLs: bucket and key, malformed ones are usage errors, gs:// is re
   CHECK_THROWS_AS(parse_url("s3://bkt//k"), UsageError);
   CHECK_THROWS_AS(parse_url("s3://bkt/a//k"), UsageError);
   CHECK_THROWS_AS(parse_url("http://bkt/k"), UsageError);
-  try {
-    parse_url("gs://bkt/ckpt");
-    FAIL("gs:// accepted");
-  } catch (const UnsupportedError& e) {
-    CHECK(std::string(e.what()).find("storage.googleapis.com") != std::string::npos);
-    CHECK(e.exit_code() == ExitCode::unsupported);
-  }
+  Location g = parse_url("gs://my_bucket.example.com/runs/ckpt");
+  CHECK(g.scheme == "gs");
+  CHECK(g.bucket == "my_bucket.example.com");
+  CHECK(g.key == "runs/ckpt");
+  CHECK(g.url() == "gs://my_bucket.example.com/runs/ckpt");
+  CHECK(l.scheme == "s3");
+  CHECK_THROWS_AS(parse_url("gs://bkt//k"), UsageError);
+  CHECK_THROWS_AS(parse_url("gs://ab"), UsageError);
 }
 
 TEST_CASE("s3 URI encoding: unreserved kept, '/' kept in keys only, the rest %XX upper-case") {
@@ -146,11 +148,11 @@ TEST_CASE("s3 config: AWS_PROFILE in the credentials file and in the config file
 
 TEST_CASE("s3 addressing: path-style with an endpoint, virtual-hosted on AWS, keys encoded") {
   Config aws = load({{"AWS_REGION", "eu-central-1"}});
-  CHECK(aws.object_url({"bkt", "a b/c.distcp"}) == "https://bkt.s3.eu-central-1.amazonaws.com/a%20b/c.distcp");
-  CHECK(aws.object_url({"my.dotted", "k"}) == "https://s3.eu-central-1.amazonaws.com/my.dotted/k");
+  CHECK(aws.object_url({"s3", "bkt", "a b/c.distcp"}) == "https://bkt.s3.eu-central-1.amazonaws.com/a%20b/c.distcp");
+  CHECK(aws.object_url({"s3", "my.dotted", "k"}) == "https://s3.eu-central-1.amazonaws.com/my.dotted/k");
   Config local = load({{"AWS_ENDPOINT_URL", "http://127.0.0.1:5000"}});
-  CHECK(local.object_url({"bkt", "x/.metadata"}) == "http://127.0.0.1:5000/bkt/x/.metadata");
-  CHECK(local.object_url({"bkt", ""}) == "http://127.0.0.1:5000/bkt/");
+  CHECK(local.object_url({"s3", "bkt", "x/.metadata"}) == "http://127.0.0.1:5000/bkt/x/.metadata");
+  CHECK(local.object_url({"s3", "bkt", ""}) == "http://127.0.0.1:5000/bkt/");
 }
 
 TEST_CASE("s3 listing XML: objects, common prefixes, continuation, entities decoded") {
@@ -240,9 +242,9 @@ TEST_CASE("s3 folders: sub-folders sorted by name whatever the server's CommonPr
   // AWS and moto sort CommonPrefixes by the whole prefix, '/' included: "ckpt-old/" < "ckpt.bak/" <
   // "ckpt/" ('-' < '.' < '/'); SeaweedFS by name: "ckpt" < "ckpt-old" < "ckpt.bak". Either way
   // every sub-folder is found (a binary search over the server's order missed "ckpt" on AWS).
-  Client::Listing aws{{{"run/.metadata", 7}, {"run/", 0}},
+  Listing aws{{{"run/.metadata", 7}, {"run/", 0}},
                       {"run/ckpt-old/", "run/ckpt.bak/", "run/ckpt/", "run/step 1/", "run/step-1/", "run/step/"}};
-  Client::Listing seaweed{{{"run/.metadata", 7}},
+  Listing seaweed{{{"run/.metadata", 7}},
                           {"run/ckpt/", "run/ckpt-old/", "run/ckpt.bak/", "run/step/", "run/step 1/", "run/step-1/"}};
   for (const auto& listing : {aws, seaweed}) {
     Folder f = folder_of(listing, "run/");

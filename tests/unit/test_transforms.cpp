@@ -8,7 +8,7 @@
 
 #include "item/transforms.h"
 #include "util/error.h"
-#include "util/source.h"
+#include "store/source.h"
 
 using namespace dcpctl;
 

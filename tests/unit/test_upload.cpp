@@ -8,9 +8,15 @@
 
 #include "store/upload.h"
 
+#include <stdexcept>
+
 using namespace dcpctl;
 
 TEST_CASE("part size: 8 MiB, or enough for at most 9,000 parts, in whole MiB") {
+  // A store's rules: GCS's XML multipart uploads allow 10,000 parts too; a store with a larger
+  // least part gets that.
+  CHECK(upload_part_size(0, store::PartRules{16ull << 20, 10000}) == 16ull << 20);
+  CHECK(upload_part_size(1000ull << 20, store::PartRules{5ull << 20, 100}) == 12ull << 20);  // 90 parts of 11.2 MiB
   constexpr uint64_t MiB = 1ull << 20;
   CHECK(upload_part_size(0) == 8 * MiB);
   CHECK(upload_part_size(70'000 * MiB) == 8 * MiB);  // 8,750 parts
@@ -23,41 +29,41 @@ TEST_CASE("part size: 8 MiB, or enough for at most 9,000 parts, in whole MiB") {
 }
 
 TEST_CASE("task admission: a task starts only a few tasks past the earliest unfinished one") {
-  configure_uploads(8ull << 20, 6);                    // 6 buffers: 2 tasks ahead
-  admit_tasks({true, false, true, true, true, true});  // task 1 is another process's
-  start_part_window();
-  task_begin(0);
-  task_begin(2);  // task 1 is not ours: 2 is the second of ours
+  UploadSession s(8ull << 20, 6);                        // 6 buffers: 2 tasks ahead
+  s.admit_tasks({true, false, true, true, true, true});  // task 1 is another process's
+  s.start_part_window();
+  s.task_begin(0);
+  s.task_begin(2);  // task 1 is not ours: 2 is the second of ours
   std::atomic<bool> started{false};
   std::thread t([&] {
-    task_begin(3);  // waits for task 0
+    s.task_begin(3);  // waits for task 0
     started = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK_FALSE(started.load());
-  task_end(0);
+  s.task_end(0);
   t.join();
   CHECK(started.load());
-  task_end(2);
-  task_end(3);
-  task_begin(5);
-  task_end(5);
-  task_begin(4);
-  task_end(4);
+  s.task_end(2);
+  s.task_end(3);
+  s.task_begin(5);
+  s.task_end(5);
+  s.task_begin(4);
+  s.task_end(4);
 }
 
 TEST_CASE("task admission: a failed lane's error reaches the tasks that wait") {
-  configure_uploads(8ull << 20, 3);  // one task at a time
-  admit_tasks({true, true});
-  start_part_window();
-  task_begin(0);
-  std::thread t([] {
+  UploadSession s(8ull << 20, 3);  // one task at a time
+  s.admit_tasks({true, true});
+  s.start_part_window();
+  s.task_begin(0);
+  std::thread t([&] {
     try {
       throw std::runtime_error("disk gone");
     } catch (...) {
-      fail_part_window();
+      s.fail_tasks(std::current_exception());
     }
   });
   t.join();
-  CHECK_THROWS_WITH(task_begin(1), "disk gone");
+  CHECK_THROWS_WITH(s.task_begin(1), "disk gone");
 }

@@ -44,14 +44,15 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
   }
 
   // Rank 0 makes the temporary directory every process writes into.
-  std::string set_up(WriteJob&) override {
-    dir_ = std::make_unique<OutputDir>(o_.output);
+  std::string set_up(WriteJob& job) override {
+    dir_ = std::make_unique<OutputDir>(o_.output, job.uploads);
     return dir_->temp_path();
   }
 
   void write(WriteJob& job, Executor& ex, const std::string& dir_path) override {
     job_ = &job;
     dir_path_ = dir_path;
+    uploads = job.uploads;
     ex.write(job.deal, job.me, *this);
     if (job.group && !job.leader) {
       // Tell rank 0 where this process's chunks landed: [record, offset, length].
@@ -75,7 +76,7 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
     // .metadata last: a checkpoint without it is visibly incomplete.
     std::string pkl = metadata_pickle(mo_);
     {
-      OutputFile meta(dir_->temp_path() + "/.metadata");
+      OutputFile meta(dir_->temp_path() + "/.metadata", job.uploads);
       meta.append(pkl.data(), pkl.size());
       meta.commit();
     }
@@ -85,7 +86,7 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
  private:
   OutputFile& file(size_t) override { throw std::logic_error("a DCP checkpoint's rank files are created by their writers"); }
   std::unique_ptr<OutputFile> create(size_t rank) override {
-    return std::make_unique<OutputFile>(dir_path_ + "/" + job_->plan.files[rank].name);
+    return std::make_unique<OutputFile>(dir_path_ + "/" + job_->plan.files[rank].name, job_->uploads);
   }
   // Non-tensor items first, in rank 0's file, as DCP writes them: their bytes (and transforms)
   // unchanged.

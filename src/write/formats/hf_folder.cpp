@@ -40,7 +40,7 @@ class HfFolder final : public SafetensorsFiles {
     // quantization_config and says the dtype written.
     std::function<std::string(const std::string&)> edit;
     if (!job.request.ck.dequant.empty() && o_.cast) edit = [dtype = *o_.cast](const std::string& text) { return dequantized_config(text, dtype); };
-    copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit);
+    copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
     if (job.plan.files.size() > 1) write_index(job.plan);
   }
 

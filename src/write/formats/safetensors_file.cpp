@@ -31,10 +31,10 @@ void SafetensorsFiles::plan_files(WriteJob& job, json& summary) {
 // reserved); writers of other shards open them there (a shared filesystem, --parallel-write).
 std::string SafetensorsFiles::set_up(WriteJob& job) {
   const WritePlan& plan = job.plan;
-  if (o_.format->folder) dir_ = std::make_unique<OutputDir>(o_.output);
+  if (o_.format->folder) dir_ = std::make_unique<OutputDir>(o_.output, job.uploads);
   std::string list;
   for (size_t f = 0; f < outs_.size(); ++f) {
-    outs_[f] = std::make_unique<OutputFile>(dir_ ? dir_->path_of(plan.files[f].name) : o_.output);
+    outs_[f] = std::make_unique<OutputFile>(dir_ ? dir_->path_of(plan.files[f].name) : o_.output, job.uploads);
     outs_[f]->reserve(headers_[f].size() + plan.files[f].data_bytes);
     outs_[f]->pwrite_all(headers_[f].data(), headers_[f].size(), 0);
     list += outs_[f]->temp_path() + "\n";
@@ -48,6 +48,7 @@ void SafetensorsFiles::write_files(WriteJob& job, Executor& ex, const std::strin
     for (size_t a = 0, b; (b = paths.find('\n', a)) != std::string::npos; a = b + 1, ++f)
       if (f < outs_.size() && job.deal.writer_of[f] == job.me) outs_[f] = OutputFile::open_shared(paths.substr(a, b - a));
   }
+  uploads = job.uploads;
   ex.write(job.deal, job.me, *this);
 }
 
@@ -63,7 +64,7 @@ void SafetensorsFiles::commit(WriteJob& job) {
 }
 
 void SafetensorsFiles::write_text(const std::string& name, const std::string& text) {
-  OutputFile f(dir_->path_of(name));
+  OutputFile f(dir_->path_of(name), dir_->uploads());
   f.append(text.data(), text.size());
   f.commit();
 }

@@ -142,8 +142,8 @@ class TorchFile final : public ConsolidatedWriter, FileSink {
  public:
   using ConsolidatedWriter::ConsolidatedWriter;
 
-  std::string set_up(WriteJob&) override {
-    out_ = std::make_unique<OutputFile>(o_.output);
+  std::string set_up(WriteJob& job) override {
+    out_ = std::make_unique<OutputFile>(o_.output, job.uploads);
     return out_->temp_path() + "\n";
   }
   void commit(WriteJob&) override { out_->commit(); }
@@ -154,7 +154,10 @@ class TorchFile final : public ConsolidatedWriter, FileSink {
     plan_ = &job.plan;
     summary["files"] = json::array({{{"path", o_.output}, {"tensors", job.plan.files[0].records.size()}, {"bytes", job.plan.files[0].data_bytes}}});
   }
-  void write_files(WriteJob& job, Executor& ex, const std::string&) override { ex.write(job.deal, job.me, *this); }
+  void write_files(WriteJob& job, Executor& ex, const std::string&) override {
+    uploads = job.uploads;
+    ex.write(job.deal, job.me, *this);
+  }
 
  private:
   OutputFile& file(size_t) override { return *out_; }

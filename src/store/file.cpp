@@ -1,4 +1,4 @@
-#include "util/file.h"
+#include "store/file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,82 +17,10 @@
 #include <set>
 #include <vector>
 
-#include "store/s3.h"
 
 namespace dcpctl {
 
 namespace {
-
-// s3:// paths as a filesystem: a prefix's one-level listing (objects with their sizes, and
-// sub-prefixes), made once per prefix and kept, so that opening a checkpoint costs one listing of
-// its folder however many files `.metadata` names. Keyed by "bucket/prefix/" ("bucket/" at the top).
-using RemoteDir = s3::Folder;
-
-std::mutex g_listings_mu;
-std::map<std::string, std::shared_ptr<const RemoteDir>> g_listings;
-std::map<std::string, bool> g_holds;  // remote_folder_holds_objects, by the same keys
-
-// "s3://b/a/b/" -> {b, "a/b"}: no trailing '/' (the bucket itself has an empty key).
-s3::Location remote_location(const std::string& path) {
-  s3::Location loc = s3::parse_url(path);
-  while (!loc.key.empty() && loc.key.back() == '/') loc.key.pop_back();
-  return loc;
-}
-
-std::shared_ptr<const RemoteDir> remote_listing(const s3::Location& dir) {
-  std::string prefix = dir.key.empty() ? "" : dir.key + "/";
-  std::string cache_key = dir.bucket + "/" + prefix;
-  {
-    std::lock_guard<std::mutex> lock(g_listings_mu);
-    if (auto it = g_listings.find(cache_key); it != g_listings.end()) return it->second;
-  }
-  auto d = std::make_shared<RemoteDir>(
-      s3::folder_of(s3::Client::shared().list(s3::Location{dir.bucket, prefix}, true), prefix));
-  std::lock_guard<std::mutex> lock(g_listings_mu);
-  return g_listings.emplace(cache_key, std::move(d)).first->second;
-}
-
-// Whether a folder its parent's listing names (a CommonPrefix) holds an object. On S3 it always
-// does; SeaweedFS, a filer with real folders, keeps listing a folder whose objects were all
-// deleted, for minutes, and its own delimited listing then shows the folder as an empty object
-// "dir/", a folder marker's look-alike: such a folder is not there (a missing prefix, as on S3,
-// not a checkpoint folder without .metadata). Its own listing answers when it holds a file; with
-// only sub-folders or a marker, one listing of one key below it (Client::any_object, whose
-// undelimited listing SeaweedFS answers truly), asked once per folder.
-bool remote_folder_holds_objects(const s3::Location& dir) {
-  auto d = remote_listing(dir);
-  if (!d->files.empty()) return true;
-  if (d->dirs.empty() && !d->marker) return false;
-  std::string cache_key = dir.bucket + "/" + dir.key + "/";
-  {
-    std::lock_guard<std::mutex> lock(g_listings_mu);
-    if (auto it = g_holds.find(cache_key); it != g_holds.end()) return it->second;
-  }
-  bool holds = s3::Client::shared().any_object({dir.bucket, dir.key + "/"});
-  std::lock_guard<std::mutex> lock(g_listings_mu);
-  return g_holds.emplace(cache_key, holds).first->second;
-}
-
-PathInfo remote_stat(const std::string& path) {
-  s3::Location loc = remote_location(path);
-  PathInfo info;
-  if (loc.key.empty()) {  // the bucket: listing it says whether it is there (NoSuchBucket: IoError)
-    remote_listing(loc);
-    info.kind = PathInfo::directory;
-    return info;
-  }
-  size_t slash = loc.key.find_last_of('/');
-  s3::Location parent{loc.bucket, slash == std::string::npos ? "" : loc.key.substr(0, slash)};
-  std::string name = slash == std::string::npos ? loc.key : loc.key.substr(slash + 1);
-  auto d = remote_listing(parent);
-  if (auto it = d->files.find(name); it != d->files.end()) {
-    info.kind = PathInfo::file;
-    info.size = it->second;
-  } else if (d->has_dir(name) && remote_folder_holds_objects(loc)) {
-    info.kind = PathInfo::directory;
-  }
-  return info;
-}
 
 // The blocks small reads of s3:// objects fetched (ReadFile::read_at), least recently used first
 // out once they pass kRemoteCacheBytes. Keyed by (object, first byte).
@@ -177,48 +105,19 @@ std::atomic<uint64_t> g_next_remote_id{1};
 }  // namespace
 
 bool is_remote_path(const std::string& path) {
-  return s3::is_url(path);
+  return store::is_url(path);
 }
 
 void forget_listings() {
-  std::lock_guard<std::mutex> lock(g_listings_mu);
-  g_listings.clear();
-  g_holds.clear();
+  store::forget_listings();
 }
 
 PathInfo stat_path(const std::string& path, bool follow_links) {
-  if (is_remote_path(path)) return remote_stat(path);
-  PathInfo info;
-  struct stat st;
-  if ((follow_links ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) {
-    info.err = errno;
-    return info;
-  }
-  info.kind = S_ISREG(st.st_mode) ? PathInfo::file : S_ISDIR(st.st_mode) ? PathInfo::directory : PathInfo::other;
-  info.size = static_cast<uint64_t>(st.st_size);
-  info.mtime = static_cast<int64_t>(st.st_mtime);
-  return info;
+  return store::for_path(path).stat(path, follow_links);
 }
 
 std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (is_remote_path(dir)) {
-    if (remote_stat(dir).kind != PathInfo::directory) return names;
-    auto d = remote_listing(remote_location(dir));
-    for (const auto& [name, size] : d->files) names.push_back(name);
-    for (const auto& name : d->dirs)
-      if (!d->files.count(name)) names.push_back(name);
-  } else {
-    DIR* d = ::opendir(dir.c_str());
-    if (!d) return names;
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(std::move(n));
-    }
-    ::closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  return store::for_path(dir).list(dir);
 }
 
 void MappedFile::drop_before(uint64_t offset) const {
@@ -230,13 +129,13 @@ void MappedFile::drop_before(uint64_t offset) const {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   if (is_remote_path(path)) {
-    PathInfo st = remote_stat(path);
+    PathInfo st = stat_path(path);
     if (st.kind == PathInfo::directory) throw IoError(Where(path), "is a prefix (a folder), expected an object");
     if (st.kind != PathInfo::file) throw IoError(Where(path), "cannot open: no such object");
     // One GET of the size the listing gave, straight into place (`.metadata` of millions of chunks
     // is hundreds of MB: no second copy).
     object_.resize(st.size);
-    s3::Client::shared().get_range(remote_location(path), 0, st.size, object_.data());
+    store::of_url(path).get_range(store::parse_url(path), 0, st.size, object_.data());
     size_ = object_.size();
     addr_ = object_.empty() ? nullptr : object_.data();
     return;
@@ -272,10 +171,12 @@ MappedFile::~MappedFile() {
 
 ReadFile::ReadFile(const std::string& path) : path_(path) {
   if (is_remote_path(path)) {
-    PathInfo st = remote_stat(path);
+    PathInfo st = stat_path(path);
     if (st.kind == PathInfo::directory) throw IoError(Where(path), "is a prefix (a folder), expected an object");
     if (st.kind != PathInfo::file) throw IoError(Where(path), "cannot open: no such object");
     remote_ = true;
+    loc_ = store::parse_url(path);
+    store_ = &store::of(loc_);
     remote_id_ = g_next_remote_id.fetch_add(1);
     size_ = st.size;
     return;
@@ -299,6 +200,8 @@ ReadFile::ReadFile(ReadFile&& o) noexcept
     : path_(std::move(o.path_)),
       fd_(o.fd_),
       remote_(o.remote_),
+      store_(o.store_),
+      loc_(std::move(o.loc_)),
       remote_id_(o.remote_id_),
       spans_(std::move(o.spans_)),
       size_(o.size_),
@@ -425,7 +328,7 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
                            const std::string& key) const {
   if (n == 0) return;
   try {
-    s3::Client& c = s3::Client::shared();
+    store::ObjectStore& c = *store_;
     BlockCache& cache = block_cache();
     uint64_t start = 0;
     // Inside an expected span (expect()): the whole span, fetched once by whichever reader needs
@@ -457,7 +360,7 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
           b = start;
         }
       }
-      if (a < b) c.get_range(remote_location(path_), a, b - a, out + (a - offset));
+      if (a < b) c.get_range(loc_, a, b - a, out + (a - offset));
       return;
     }
     // The aligned block(s) around the read, within [lo, hi); one thread fetches a block while
@@ -470,19 +373,19 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
         std::memcpy(buf, b->data() + (offset - start), n);
         return;
       }
-      return c.get_range(remote_location(path_), offset, n, buf);  // the other fetch failed, or it was a narrower block
+      return c.get_range(loc_, offset, n, buf);  // the other fetch failed, or it was a narrower block
     }
     std::shared_ptr<std::vector<uint8_t>> block;
     try {
       block = std::make_shared<std::vector<uint8_t>>(to - from);
-      c.get_range(remote_location(path_), from, to - from, block->data());
+      c.get_range(loc_, from, to - from, block->data());
     } catch (...) {
       cache.release(remote_id_, from, nullptr);
       throw;
     }
     std::memcpy(buf, block->data() + (offset - from), n);
     cache.release(remote_id_, from, std::move(block));
-  } catch (const s3::NotFound& e) {
+  } catch (const store::NotFound& e) {
     throw IoError(Where(path_, offset, key), "gone while reading: " + e.detail());
   } catch (const IoError& e) {
     throw IoError(Where(path_, offset, key), e.detail());

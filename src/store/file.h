@@ -1,10 +1,10 @@
 // Files: read-only mappings, positioned reads, and outputs that appear only when complete.
 //
 // Every read of a checkpoint goes through this header, and a path may be a local file or an
-// object in S3 (`s3://bucket/key`, store/s3.h): ReadFile reads an object with ranged GETs (its
-// read_direct is a plain read, cached() is false, fd() is -1), MappedFile holds a downloaded
-// object, list_dir lists a prefix and stat_path tells objects ("files") from prefixes
-// ("directories"). So no command knows where its bytes come from.
+// object (`s3://bucket/key`, `gs://bucket/name`) in the store its scheme names (store/store.h):
+// ReadFile reads an object with ranged reads (its read_direct is a plain read, cached() is false,
+// fd() is -1), MappedFile holds a downloaded object, list_dir lists a prefix and stat_path tells
+// objects ("files") from prefixes ("directories"). So no command knows where its bytes come from.
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "store/store.h"
 #include "util/crc_ledger.h"
 #include "util/span_reader.h"
 
@@ -109,6 +110,8 @@ class ReadFile {
   std::string path_;
   int fd_ = -1;
   bool remote_ = false;
+  store::ObjectStore* store_ = nullptr;  // an object's store
+  store::Location loc_;                  // and where it is there
   uint64_t remote_id_ = 0;  // this object's entries in the block cache
   std::vector<std::pair<uint64_t, uint64_t>> spans_;  // expect(): sorted [start, end), disjoint
   uint64_t size_ = 0;
@@ -152,20 +155,12 @@ std::string base_name(const std::string& path);
 // Whether a path names object storage (s3://, gs://) rather than the local filesystem.
 bool is_remote_path(const std::string& path);
 
-// What a path names. Local paths: stat(2) (lstat(2) when !follow_links); `other` for anything
-// but a regular file or a directory (a link, with !follow_links), err the errno of a failed stat.
-// s3:// paths: an object is a file, a prefix that objects lie under is a directory (the bucket
-// itself is one); mtime is 0. Answers come from the listing of the parent prefix, made once and
-// kept (forget_listings() drops them, for a writer that changed the store). A missing bucket or a
-// refusal is an IoError naming the URL, never "missing".
-struct PathInfo {
-  enum Kind { missing, file, directory, other } kind = missing;
-  uint64_t size = 0;
-  int64_t mtime = 0;
-  int err = 0;
-};
+// What a path names (store::PathInfo, store/store.h). Object URLs are answered from the listing
+// of the parent prefix, made once and kept (forget_listings() drops them, for a writer that changed
+// the store). A missing bucket or a refusal is an IoError naming the URL, never "missing".
+using store::PathInfo;
 PathInfo stat_path(const std::string& path, bool follow_links = true);
-// The names in a directory (or under an s3:// prefix, one level: objects and sub-prefixes),
+// The names in a directory (or under an object prefix, one level: objects and sub-prefixes),
 // sorted, without "." and ".."; empty when it is not a directory.
 std::vector<std::string> list_dir(const std::string& dir);
 void forget_listings();

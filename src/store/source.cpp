@@ -1,4 +1,4 @@
-#include "util/source.h"
+#include "store/source.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "util/file.h"
+#include "store/file.h"
 
 namespace dcpctl {
 

@@ -1,0 +1,170 @@
+#include "store/http.h"
+
+#include <curl/curl.h>
+
+#include <cctype>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "util/error.h"
+
+namespace dcpctl::store::http {
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool parse_u64(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  out = v;
+  return true;
+}
+
+namespace {
+
+// One easy handle per thread: curl_easy_reset keeps its connections, so a worker's requests reuse
+// one TCP (and TLS) connection to the server.
+struct Handle {
+  CURL* curl = curl_easy_init();
+  ~Handle() {
+    if (curl) curl_easy_cleanup(curl);
+  }
+};
+thread_local Handle t_handle;
+
+struct Transfer {
+  const Request* req;
+  Response* resp;
+  std::atomic<uint64_t>* bytes_in;
+  uint64_t skipped = 0;
+  bool overflow = false;
+};
+
+size_t on_body(char* data, size_t, size_t n, void* ud) {
+  auto* t = static_cast<Transfer*>(ud);
+  t->bytes_in->fetch_add(n, std::memory_order_relaxed);
+  long status = 0;
+  curl_easy_getinfo(t_handle.curl, CURLINFO_RESPONSE_CODE, &status);
+  bool ok = status >= 200 && status < 300;
+  if (t->req->dest && ok) {
+    const uint64_t skip_total = status == 200 ? t->req->range_offset : 0;
+    size_t off = 0;
+    if (t->skipped < skip_total) {
+      size_t skip = static_cast<size_t>(std::min<uint64_t>(n, skip_total - t->skipped));
+      t->skipped += skip;
+      off = skip;
+    }
+    size_t take = n - off;
+    uint64_t room = t->req->dest_size - t->resp->got;
+    if (take > room) {
+      if (status == 206) {
+        t->overflow = true;  // more than the range asked for: refuse the answer
+        return 0;
+      }
+      take = static_cast<size_t>(room);  // a whole-object answer: the rest is not wanted
+    }
+    std::memcpy(t->req->dest + t->resp->got, data + off, take);
+    t->resp->got += take;
+    if (status == 200 && t->resp->got == t->req->dest_size && off + take < n) return 0;  // have it all: stop
+    return n;
+  }
+  if (!t->req->unbounded && t->resp->body.size() + n > Request::kMaxBody) {
+    t->overflow = true;
+    return 0;
+  }
+  t->resp->body.append(data, n);
+  return n;
+}
+
+size_t on_header(char* data, size_t, size_t n, void* ud) {
+  auto* t = static_cast<Transfer*>(ud);
+  std::string_view h(data, n);
+  size_t colon = h.find(':');
+  if (colon == std::string_view::npos) return n;
+  std::string name = lower(std::string(h.substr(0, colon)));
+  std::string value = trim(h.substr(colon + 1));
+  if (name == "etag") t->resp->etag = value;
+  if (name == "location") t->resp->location = value;
+  if (name == "content-length") {
+    uint64_t v;
+    if (parse_u64(value, v)) t->resp->content_length = v;
+  }
+  if (name == "retry-after") {
+    uint64_t v;
+    if (parse_u64(value, v)) t->resp->retry_after_s = v;
+  }
+  return n;
+}
+
+std::once_flag g_curl_init;
+
+}  // namespace
+
+std::string perform_once(const Request& req, Response& resp, Counters& counters, const std::string& display) {
+  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  CURL* c = t_handle.curl;
+  if (!c) throw IoError(Where(display), "cannot start an HTTP request (curl_easy_init failed)");
+  curl_easy_reset(c);
+  resp = Response();
+  Transfer t{&req, &resp, &counters.bytes_in};
+  curl_slist* hdrs = nullptr;
+  for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> hold(hdrs, &curl_slist_free_all);
+  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+  if (!req.sigv4.empty()) {
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
+    curl_easy_setopt(c, CURLOPT_USERPWD, req.userpwd.c_str());
+  }
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, req.connect_timeout_s);
+  // A stalled transfer (under 1 byte/s for 30 s) fails, and is retried, instead of hanging.
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  if (std::strcmp(req.method, "HEAD") == 0) {
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (req.body || std::strcmp(req.method, "POST") == 0 || std::strcmp(req.method, "PUT") == 0) {
+    // Bodies go as POSTFIELDS (with the method named), so that libcurl's SigV4 hashes exactly
+    // these bytes.
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body_size));
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, req.body ? req.body : "");
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+  } else if (std::strcmp(req.method, "GET") != 0) {
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+  }
+  counters.requests.fetch_add(1, std::memory_order_relaxed);
+  CURLcode rc = curl_easy_perform(c);
+  if (req.body) counters.bytes_out.fetch_add(req.body_size, std::memory_order_relaxed);
+  // The whole object answered to a range: stopped once the range was in.
+  bool done_early = rc == CURLE_WRITE_ERROR && req.dest && !t.overflow && resp.got == req.dest_size;
+  if (rc == CURLE_OK || done_early) {
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+    return {};
+  }
+  if (t.overflow) throw IoError(Where(display), "the server's answer is larger than what was asked for");
+  resp.status = 0;
+  return curl_easy_strerror(rc);
+}
+
+}  // namespace dcpctl::store::http
