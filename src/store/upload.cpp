@@ -95,6 +95,7 @@ struct Registry {
   std::vector<std::shared_ptr<Entry>> entries;
   bool closed = false;  // a signal is being handled: nothing starts or completes any more
   std::atomic<int> live{0};
+  int sending = 0;  // part requests under way (send_begin .. send_end): settled before an abort
 };
 
 // The signal's route to the session under way: the handler can only post a semaphore, which the
@@ -166,8 +167,11 @@ void cleanup_thread() {
     {
       std::unique_lock<std::mutex> lock(reg.mu);
       reg.closed = true;
+      // A part still being sent is waited for too: on a store whose parts are objects of their own
+      // (GCS), one that lands after the abort listed the parts would be left behind.
       reg.cv.wait_for(lock, std::chrono::seconds(30), [&] {
-        return std::none_of(reg.entries.begin(), reg.entries.end(),
+        return reg.sending == 0 &&
+               std::none_of(reg.entries.begin(), reg.entries.end(),
                             [](const auto& e) { return e->state == Entry::Starting || e->state == Entry::Completing; });
       });
       todo = reg.entries;
@@ -241,9 +245,25 @@ void reg_drop(Registry& reg, const std::shared_ptr<Entry>& e) {
   reg.cv.notify_all();
 }
 
-bool closed(Registry& reg) {
-  std::lock_guard<std::mutex> lock(reg.mu);
-  return closing_locked(reg);
+// A part's request: counted while under way, so that an abort (discard, the signal's cleanup) waits
+// for it to settle; parks once a signal is being handled (nothing new goes out).
+void send_begin(Registry& reg) {
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    if (!closing_locked(reg)) {
+      ++reg.sending;
+      return;
+    }
+  }
+  park();
+}
+
+void send_end(Registry& reg) {
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    --reg.sending;
+  }
+  reg.cv.notify_all();
 }
 
 std::string strip_slashes(std::string s) {
@@ -363,6 +383,10 @@ std::vector<std::string> UploadSession::discard() noexcept {
       lock.unlock();
       park();
     }
+    // Parts still being sent in the background settle first (each request is bounded by its
+    // retries and timeouts): aborting under them could leave a part behind (GCS) or let one land
+    // in an upload already aborted.
+    reg.cv.wait_for(lock, std::chrono::seconds(120), [&] { return reg.sending == 0; });
     todo.swap(reg.entries);
     reg.live = 0;
   }
@@ -454,8 +478,53 @@ struct Upload::State {
     std::vector<std::pair<uint64_t, std::string>> aside;  // writes made before the lanes ran
   };
   std::vector<Part> parts;
+  // Full parts go out in the background (launch_part), so that a lane goes on writing while its
+  // part crosses the network: parts in flight are bounded by the session's part buffers, not by the
+  // lanes. The first failure is kept, stops the lanes (window.fail) and is rethrown by the next
+  // write and by commit.
+  std::vector<std::future<void>> sending;  // under mu
+  std::exception_ptr send_error;           // under mu
 
   uint64_t part_len(size_t k) const { return std::min(part, size - k * part); }
+
+  void throw_send_error() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (send_error) std::rethrow_exception(send_error);
+  }
+
+  // Part k (0-based), whole in its buffer: sent by a thread of its own, its buffer back to the
+  // pool when the request ends, either way.
+  void launch_part(size_t k, uint64_t len) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (send_error) std::rethrow_exception(send_error);
+    std::shared_ptr<uint8_t[]> buf(parts[k].buf.release(),
+                                   [pool = &session->pool](uint8_t* p) { pool->give(std::unique_ptr<uint8_t[]>(p)); });
+    sending.push_back(std::async(std::launch::async, [this, k, len, buf]() mutable {
+      try {
+        send(static_cast<int>(k) + 1, buf.get(), len);
+        buf.reset();
+        std::lock_guard<std::mutex> l(mu);
+        parts[k].sent = true;
+      } catch (...) {
+        buf.reset();
+        {
+          std::lock_guard<std::mutex> l(mu);
+          if (!send_error) send_error = std::current_exception();
+        }
+        session->window.fail(std::current_exception());
+      }
+    }));
+  }
+
+  // Waits for every part sent in the background (they never throw: failures are in send_error).
+  void wait_sends() {
+    std::vector<std::future<void>> v;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      v.swap(sending);
+    }
+    for (auto& f : v) f.wait();
+  }
 
   const std::string& upload_id() {
     std::lock_guard<std::mutex> lock(start_mu);
@@ -477,7 +546,11 @@ struct Upload::State {
       throw IoError(Where(url), "more than " + std::to_string(max_parts) + " parts of " + std::to_string(part) +
                                     " bytes: the object is larger than planned");
     const std::string& id = upload_id();
-    if (closed(session->reg)) park();
+    send_begin(session->reg);
+    struct End {
+      Registry& reg;
+      ~End() { send_end(reg); }
+    } end{session->reg};
     // Tests: the process stops itself once, at its first part, for a signal to be sent to it.
     static std::atomic<bool> stopped{false};
     if (!stopped.exchange(true)) failpoint_stop("s3-upload-part");
@@ -541,6 +614,7 @@ Upload::~Upload() {
     s.wait_inflight();
   } catch (...) {
   }
+  s.wait_sends();
   Pool& pool = s.session->pool;
   pool.give(std::move(s.cur));
   for (auto& p : s.parts) pool.give(std::move(p.buf));
@@ -586,6 +660,7 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
   if (offset > s.size || n > s.size - offset)
     throw IoError(Where(s.url, offset), "internal: a write of " + std::to_string(n) + " bytes past the planned size " +
                                             std::to_string(s.size));
+  s.throw_send_error();  // a part that failed in the background stops the writes
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
     size_t k = static_cast<size_t>(offset / s.part);
@@ -645,19 +720,7 @@ void Upload::write_at(const void* data, size_t n, uint64_t offset) {
         throw IoError(Where(s.url, offset), "internal: bytes of part " + std::to_string(k + 1) + " written twice");
       full = part.filled == len;
     }
-    if (full) {
-      try {
-        s.send(static_cast<int>(k) + 1, buf, len);
-      } catch (...) {
-        s.session->window.fail(std::current_exception());
-        throw;
-      }
-      {
-        std::lock_guard<std::mutex> lock(s.mu);
-        s.parts[k].sent = true;
-        s.session->pool.give(std::move(s.parts[k].buf));
-      }
-    }
+    if (full) s.launch_part(k, len);
     p += m;
     offset += m;
     n -= m;
@@ -686,6 +749,8 @@ void Upload::commit() {
   // part of its key) is completed, once the files before it are.
   failpoint_stop(("s3-commit/" + s.loc.key.substr(s.loc.key.find_last_of('/') + 1)).c_str());
   if (s.offsets) {
+    s.wait_sends();
+    s.throw_send_error();
     for (size_t k = 0; k < s.parts.size(); ++k)
       if (!s.parts[k].sent)
         throw IoError(Where(s.url, k * s.part), "internal: part " + std::to_string(k + 1) + " was not written whole (" +

@@ -23,8 +23,11 @@
 //     uploaded in the background the next fills (two buffers; one when memory is short);
 //   - writes at offsets (safetensors files, whose records are placed by offset by several lanes
 //     at once): the file's size is known up front (OutputFile::reserve), so its parts are fixed
-//     ranges; each part's buffer is taken on its first write and uploaded, by the lane whose write
-//     completes it, as soon as every byte of it is in. A task (a record, or one run of it) starts
+//     ranges; each part's buffer is taken on its first write and, as soon as every byte of it is in,
+//     sent on a thread of its own while the lane that completed it writes on (parts in flight are
+//     bounded by the buffers, not the lanes: bench/link.sh); its buffer returns when the request
+//     ends. A failed part stops the lanes and is rethrown by the next write and by commit, and an
+//     abort waits for the parts still in flight to settle (a part landing after it would be left). A task (a record, or one run of it) starts
 //     only fewer than `buffers / 2 - 1` tasks past the earliest unfinished one (task_begin), and
 //     waits for that before it takes any memory of the gate. Tasks lie in file order and each is
 //     written front to back, so a part stays unfinished only where it holds a boundary between a
