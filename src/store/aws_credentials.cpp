@@ -201,10 +201,6 @@ std::string sso_cache_file(const std::string& session_or_url) {
   return out + ".json";
 }
 
-bool needs_refresh(const Credentials& c, int64_t now, int64_t margin_s) {
-  return c.expiration && *c.expiration - margin_s <= now;
-}
-
 bool is_expired_token_code(std::string_view code) {
   return code == "ExpiredToken" || code == "ExpiredTokenException" || code == "TokenRefreshRequired" ||
          code == "RequestExpired";
@@ -630,46 +626,6 @@ class Chain {
 
 Credentials resolve(const Io& io, const ChainSettings& settings) {
   return Chain(io, settings).resolve();
-}
-
-// ---------------------------------------------------------------------------------------------
-// The cache
-
-CredentialCache::CredentialCache(std::function<Credentials()> fetch, std::function<int64_t()> now, int64_t margin_s)
-    : fetch_(std::move(fetch)), now_(std::move(now)), margin_s_(margin_s) {}
-
-std::shared_ptr<const Credentials> CredentialCache::get() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (current_ && !needs_refresh(*current_, now_(), margin_s_)) return current_;
-  try {
-    auto fresh = std::make_shared<const Credentials>(fetch_());
-    ++fetches_;
-    current_ = fresh;
-  } catch (const Error&) {
-    // Inside the margin but not yet expired: keep signing with what we have, try again next call.
-    if (current_ && current_->expiration && *current_->expiration > now_()) return current_;
-    throw;
-  }
-  return current_;
-}
-
-std::shared_ptr<const Credentials> CredentialCache::refresh_after_expired(
-    const std::shared_ptr<const Credentials>& used) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (current_ != used) return current_;  // another thread refreshed meanwhile
-  current_ = std::make_shared<const Credentials>(fetch_());
-  ++fetches_;
-  return current_;
-}
-
-uint64_t CredentialCache::fetches() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return fetches_;
-}
-
-std::string CredentialCache::source() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return current_ ? current_->source : std::string();
 }
 
 }  // namespace dcpctl::aws

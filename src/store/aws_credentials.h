@@ -52,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "store/refreshing_cache.h"
 #include "util/error.h"
 
 namespace dcpctl::aws {
@@ -89,7 +90,7 @@ Credentials parse_sso_credentials(std::string_view json, const std::string& what
 std::string sso_cache_file(const std::string& session_or_url);
 
 // Whether keys must be fetched again at `now`: they expire within `margin_s` seconds.
-bool needs_refresh(const Credentials& c, int64_t now, int64_t margin_s);
+using store::needs_refresh;
 // The S3 error codes that mean the signing keys expired (refresh once and retry).
 bool is_expired_token_code(std::string_view code);
 
@@ -130,27 +131,11 @@ struct ChainSettings {
 // Runs the chain once; IoError (exit 4) listing every source tried when none gives keys.
 Credentials resolve(const Io& io, const ChainSettings& settings);
 
-// The keys in use, refreshed before they expire; shared by every thread of the client.
-class CredentialCache {
+// The keys in use, refreshed before they expire (DCPCTL_CREDENTIAL_REFRESH_MARGIN_S, else 300 s,
+// before), and once when a request is refused as expired; shared by every thread of the client.
+class CredentialCache : public store::RefreshingCache<Credentials> {
  public:
-  // `fetch` gives fresh keys (resolve, or a fixed set); margin from
-  // DCPCTL_CREDENTIAL_REFRESH_MARGIN_S else 300 s.
-  CredentialCache(std::function<Credentials()> fetch, std::function<int64_t()> now, int64_t margin_s);
-  // The current keys, fetched first when there are none or they are within the margin. A failed
-  // refresh while the old keys are still valid keeps them (the next call tries again).
-  std::shared_ptr<const Credentials> get();
-  // The keys `used` were refused as expired: fetch again unless another thread already did.
-  std::shared_ptr<const Credentials> refresh_after_expired(const std::shared_ptr<const Credentials>& used);
-  uint64_t fetches() const;
-  std::string source() const;  // of the last keys fetched ("" before)
-
- private:
-  std::function<Credentials()> fetch_;
-  std::function<int64_t()> now_;
-  int64_t margin_s_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const Credentials> current_;
-  uint64_t fetches_ = 0;
+  using RefreshingCache::RefreshingCache;
 };
 
 // DCPCTL_CREDENTIAL_REFRESH_MARGIN_S (whole seconds, 0 to 3600) or 300; UsageError otherwise.

@@ -207,8 +207,6 @@ store::http::Response Client::perform(Request& req) {
   const std::string full = cfg_.endpoint + req.path + (req.query.empty() ? "" : "?" + req.query);
   store::RetryPolicy policy;
   policy.max_attempts = cfg_.max_attempts;
-  thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>()(std::this_thread::get_id()));
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::string last;
   for (int attempt = 1;; ++attempt) {
     store::http::Request h;
@@ -241,7 +239,7 @@ store::http::Response Client::perform(Request& req) {
         if (resp.status == 401 && !refreshed && !cfg_.emulator) {
           refreshed = true;
           try {
-            token = tokens_->refresh_after_unauthorized(token);
+            token = tokens_->refresh_after_refused(token);
           } catch (const IoError& e) {
             throw IoError(Where(req.url), what + ", and fetching a new token (" + token->source + ") failed: " + e.what());
           }
@@ -267,7 +265,7 @@ store::http::Response Client::perform(Request& req) {
     counters_.retries.fetch_add(1, std::memory_order_relaxed);
     std::optional<uint64_t> after;
     if (resp.status == 429 || resp.status == 503) after = resp.retry_after_s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(policy.delay_ms(attempt, uniform(rng), after)));
+    policy.pause(attempt, after);
   }
 }
 

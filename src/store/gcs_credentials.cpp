@@ -303,10 +303,6 @@ std::string service_account_assertion(const CredentialsFile& sa, int64_t now, co
   return input + "." + base64url(sign_rs256(input, sa.private_key, what));
 }
 
-bool needs_refresh(const Token& t, int64_t now, int64_t margin_s) {
-  return t.expiration && *t.expiration - margin_s <= now;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The chain
 
@@ -579,45 +575,6 @@ Token resolve(const Io& io) {
 
 std::string project(const Io& io) {
   return Chain(io).project();
-}
-
-// ---------------------------------------------------------------------------------------------
-// The cache
-
-TokenCache::TokenCache(std::function<Token()> fetch, std::function<int64_t()> now, int64_t margin_s)
-    : fetch_(std::move(fetch)), now_(std::move(now)), margin_s_(margin_s) {}
-
-std::shared_ptr<const Token> TokenCache::get() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (current_ && !needs_refresh(*current_, now_(), margin_s_)) return current_;
-  try {
-    auto fresh = std::make_shared<const Token>(fetch_());
-    ++fetches_;
-    current_ = fresh;
-  } catch (const Error&) {
-    // Inside the margin but not yet expired: keep sending what we have, try again next call.
-    if (current_ && current_->expiration && *current_->expiration > now_()) return current_;
-    throw;
-  }
-  return current_;
-}
-
-std::shared_ptr<const Token> TokenCache::refresh_after_unauthorized(const std::shared_ptr<const Token>& used) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (current_ != used) return current_;  // another thread refreshed meanwhile
-  current_ = std::make_shared<const Token>(fetch_());
-  ++fetches_;
-  return current_;
-}
-
-uint64_t TokenCache::fetches() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return fetches_;
-}
-
-std::string TokenCache::source() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return current_ ? current_->source : std::string();
 }
 
 }  // namespace dcpctl::gcs

@@ -64,6 +64,7 @@
 #include <string_view>
 
 #include "store/aws_credentials.h"
+#include "store/refreshing_cache.h"
 #include "util/error.h"
 
 namespace dcpctl::gcs {
@@ -130,28 +131,13 @@ Token resolve(const Io& io);
 std::string project(const Io& io);
 
 // Whether a token must be fetched again at `now`: it expires within `margin_s` seconds.
-bool needs_refresh(const Token& t, int64_t now, int64_t margin_s);
+using store::needs_refresh;
 
-// The token in use, refreshed before it expires; shared by every thread of the client.
-class TokenCache {
+// The token in use, refreshed before it expires (aws::refresh_margin before) and once when a
+// request is answered 401; shared by every thread of the client.
+class TokenCache : public store::RefreshingCache<Token> {
  public:
-  // `fetch` gives a fresh token (resolve, or a fixed one); margin from aws::refresh_margin.
-  TokenCache(std::function<Token()> fetch, std::function<int64_t()> now, int64_t margin_s);
-  // The current token, fetched first when there is none or it is within the margin. A failed
-  // refresh while the old token is still valid keeps it (the next call tries again).
-  std::shared_ptr<const Token> get();
-  // The token `used` was answered 401: fetch again unless another thread already did.
-  std::shared_ptr<const Token> refresh_after_unauthorized(const std::shared_ptr<const Token>& used);
-  uint64_t fetches() const;
-  std::string source() const;  // of the last token fetched ("" before)
-
- private:
-  std::function<Token()> fetch_;
-  std::function<int64_t()> now_;
-  int64_t margin_s_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const Token> current_;
-  uint64_t fetches_ = 0;
+  using RefreshingCache::RefreshingCache;
 };
 
 }  // namespace dcpctl::gcs

@@ -370,8 +370,6 @@ Client::Response Client::perform(Request& req) {
   std::string sigv4 = "aws:amz:" + cfg_.region + ":s3";
   RetryPolicy policy;
   policy.max_attempts = cfg_.max_attempts;
-  thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>()(std::this_thread::get_id()));
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
 
   std::string last;
   for (int attempt = 1;; ++attempt) {
@@ -409,7 +407,7 @@ Client::Response Client::perform(Request& req) {
         if ((resp.status == 400 || resp.status == 403) && aws::is_expired_token_code(code) && !refreshed) {
           refreshed = true;
           try {
-            creds = creds_->refresh_after_expired(creds);
+            creds = creds_->refresh_after_refused(creds);
           } catch (const IoError& e) {
             throw IoError(Where(url), describe_status(resp.status, code, msg) + ", and refreshing the credentials (" +
                                           creds->source + ") failed: " + e.what());
@@ -440,7 +438,7 @@ Client::Response Client::perform(Request& req) {
     // Retry-After is a server's request to wait (429, 503 SlowDown): honoured, within the cap.
     std::optional<uint64_t> after;
     if (resp.status == 429 || resp.status == 503) after = resp.retry_after_s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(policy.delay_ms(attempt, uniform(rng), after)));
+    policy.pause(attempt, after);
   }
 }
 

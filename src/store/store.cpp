@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <functional>
+#include <random>
+#include <thread>
 
 #include "store/gcs.h"
 #include "store/s3.h"
@@ -91,6 +95,12 @@ uint64_t RetryPolicy::delay_ms(int attempt, double u, std::optional<uint64_t> re
   if (!retry_after_s) return d;
   uint64_t asked = *retry_after_s > retry_after_cap_ms / 1000 ? retry_after_cap_ms : *retry_after_s * 1000;
   return std::max(d, asked);
+}
+
+void RetryPolicy::pause(int attempt, std::optional<uint64_t> retry_after_s) const {
+  thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>()(std::this_thread::get_id()));
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(attempt, uniform(rng), retry_after_s)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -174,6 +174,8 @@ struct RetryPolicy {
   // The same, for an answer (429, 503) with a Retry-After of `retry_after_s` seconds: at least
   // that long, at most retry_after_cap_ms (a server asking for an hour does not stall a run).
   uint64_t delay_ms(int attempt, double u, std::optional<uint64_t> retry_after_s) const;
+  // Sleeps that long before attempt `attempt` + 1, the draw from this thread's generator.
+  void pause(int attempt, std::optional<uint64_t> retry_after_s = std::nullopt) const;
 };
 
 }  // namespace dcpctl::store

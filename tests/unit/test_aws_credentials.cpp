@@ -208,8 +208,8 @@ TEST_CASE("aws credentials: the cache fetches once, refreshes within the margin,
   CHECK(cache.source() == "imds");
   // An ExpiredToken answer refreshes once, however many threads saw it with the same keys.
   auto used = cache.get();
-  auto a = cache.refresh_after_expired(used);
-  auto b = cache.refresh_after_expired(used);
+  auto a = cache.refresh_after_refused(used);
+  auto b = cache.refresh_after_refused(used);
   CHECK(a == b);
   CHECK(a->access_key == "AK3");
   CHECK(calls == 3);

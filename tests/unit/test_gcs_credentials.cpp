@@ -652,8 +652,8 @@ TEST_CASE("gcs credentials: the cache refreshes within the margin and once after
   CHECK(cache.get()->access_token == "ya29.t2");
   // A 401: one refresh, however many requests saw it with the same token.
   auto used = cache.get();
-  auto a = cache.refresh_after_unauthorized(used);
-  auto b = cache.refresh_after_unauthorized(used);
+  auto a = cache.refresh_after_refused(used);
+  auto b = cache.refresh_after_refused(used);
   CHECK(a == b);
   CHECK(a->access_token == "ya29.t3");
   CHECK(cache.fetches() == 3);
