@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "store/http.h"
 #include "store/s3.h"
 
 namespace dcpctl::aws {
@@ -16,20 +17,8 @@ namespace {
 
 constexpr size_t kMaxAnswer = 1u << 20;  // a credentials answer is a few hundred bytes
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
-
-// The last `n` characters of a process's stderr or a server's body, on one line, for an error.
-std::string tail(std::string_view s, size_t n = 300) {
-  std::string t = trim(s.size() > n ? s.substr(s.size() - n) : s);
-  for (char& c : t)
-    if (c == '\n' || c == '\r') c = ' ';
-  return t;
-}
+using store::http::tail;
+using store::http::trim;
 
 // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
 int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/http.h"
 #include "store/s3.h"
 
 namespace dcpctl::gcs {
@@ -23,21 +24,8 @@ constexpr int64_t kMaxExpiresIn = 10LL * 365 * 86400;
 
 const char* const kGrantJwt = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
-std::string trim(std::string_view s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
-
-// At most `n` characters of a server's error body, on one line, for an error message. Only ever
-// applied to text that holds no secret (error answers, never a credentials file or a token).
-std::string tail(std::string_view s, size_t n = 200) {
-  std::string t = trim(s.size() > n ? s.substr(s.size() - n) : s);
-  for (char& c : t)
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  return t;
-}
+using store::http::tail;
+using store::http::trim;
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

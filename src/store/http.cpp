@@ -19,6 +19,13 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
+std::string tail(std::string_view s, size_t n) {
+  std::string t = trim(s.size() > n ? s.substr(s.size() - n) : s);
+  for (char& c : t)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return t;
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dcpctl::store::http {
@@ -51,6 +52,9 @@ std::string perform_once(const Request& req, Response& resp, Counters& counters,
 
 // Header parsing helpers the clients share.
 std::string trim(std::string_view s);
+// The last `n` characters of a process's stderr or a server's body, trimmed, on one line, for an
+// error message (only ever of text that holds no secret: never a credentials file or a token).
+std::string tail(std::string_view s, size_t n = 300);
 std::string lower(std::string s);
 bool parse_u64(const std::string& s, uint64_t& out);
 
