@@ -6,7 +6,8 @@
 #include <map>
 
 #include "compare/stats.h"
-#include "compare/window.h"
+#include "item/window.h"
+#include "plan/memory.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
 
@@ -134,7 +135,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     Window w;
   };
   std::vector<Task> tasks;
-  // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
+  // Window buffers and decoded chunks kept for several windows (item/window.h) share it;
   // declared before the readers, which give back what they hold when destroyed.
   MemoryGate gate(o.max_memory);
   WindowReader ra(*a.reader, &gate, a.mapped ? &*a.mapped : nullptr), rb(*b.reader, &gate, b.mapped ? &*b.mapped : nullptr);
@@ -184,8 +185,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     rules[p.key] = rule;
     size_t ia = itemsize(*ta.dtype), ib = itemsize(*tb.dtype);
     uint64_t per_elem = ia + ib + std::max(ia, ib);
-    uint64_t elems = std::min<uint64_t>(o.window_bytes / std::max(ia, ib), buffer_budget / (threads * per_elem + 1));
-    std::vector<Window> windows = plan_windows(ta.shape, std::max<uint64_t>(elems, 1));
+    std::vector<Window> windows = plan_windows(ta.shape, window_elems(o.window_bytes, std::max(ia, ib), buffer_budget, threads, per_elem));
     ra.expect(ta, windows);
     rb.expect(tb, windows);
     for (const Window& w : windows) tasks.push_back({p.key, w});

@@ -5,7 +5,8 @@
 #include <cmath>
 #include <map>
 
-#include "compare/window.h"
+#include "item/window.h"
+#include "plan/memory.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
 
@@ -64,7 +65,7 @@ StatsResult compute_stats(Input& in, const StatsOptions& o) {
     Window w;
   };
   std::vector<Task> tasks;
-  // Window buffers and decoded chunks kept for several windows (compare/window.h) share it;
+  // Window buffers and decoded chunks kept for several windows (item/window.h) share it;
   // declared before the reader, which gives back what it holds when destroyed.
   MemoryGate gate(o.max_memory);
   const uint64_t buffer_budget = window_budget(md, o.max_memory);
@@ -87,8 +88,7 @@ StatsResult compute_stats(Input& in, const StatsOptions& o) {
     require_tiled(in, t);
     size_t item = itemsize(*t.dtype);
     uint64_t per_elem = 2 * item;
-    uint64_t elems = std::min<uint64_t>(o.window_bytes / item, buffer_budget / (threads * per_elem + 1));
-    std::vector<Window> windows = plan_windows(t.shape, std::max<uint64_t>(elems, 1));
+    std::vector<Window> windows = plan_windows(t.shape, window_elems(o.window_bytes, item, buffer_budget, threads, per_elem));
     reader.expect(t, windows);
     for (const Window& w : windows) tasks.push_back({ri, w});
     total_bytes += t.nbytes();

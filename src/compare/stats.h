@@ -1,5 +1,5 @@
 // dcpctl stats: per-tensor summary statistics of any input (compare/input.h), streamed window by
-// window (compare/window.h) in bounded memory, windows of all tensors in parallel.
+// window (item/window.h) in bounded memory, windows of all tensors in parallel.
 //
 // JSON (schema_version 1), built by stats_json():
 //   {"schema_version": 1, "checkpoint": path, "layout": "dcp" | ...,
@@ -13,7 +13,7 @@
 //               "zero": {"ok", "failures": [{"key"}]}}     only the checks asked for
 //    "bytes_read", "seconds",
 //    "chunk_decodes": chunks decoded in memory (zstd items, non-contiguous views): each once when
-//                     its windows share it within --max-memory (compare/window.h), else per window}
+//                     its windows share it within --max-memory (item/window.h), else per window}
 // Floats that are not finite are written as the strings "nan", "inf", "-inf"; an empty tensor's
 // min/max/mean/std are null. first_nonfinite_index is a multi-index, or null.
 //

@@ -8,6 +8,7 @@
 
 #include "dist/group.h"
 #include "dist/tags.h"
+#include "plan/memory.h"
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/failpoint.h"
@@ -106,7 +107,7 @@ std::exception_ptr ChunkExchange::first_error() const {
 }
 
 void ChunkExchange::read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn,
-                               MemoryGate* reserve_from) {
+                               GateCharge charge) {
   const TensorMeta& t = md_.tensors[tensor];
   uint64_t total = t.chunk_numel(chunk) * itemsize(*t.dtype);
   if (t.storage[chunk].transforms == 0) {
@@ -123,7 +124,7 @@ void ChunkExchange::read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t
   // A transformed item, or a saved view that is not contiguous, is decoded whole once (the
   // decoded item or the view's storage, and the dense chunk); its windows come out of that copy.
   std::optional<GateReservation> hold;
-  if (reserve_from) hold.emplace(*reserve_from, whole_chunk_need(t, chunk));
+  if (charge.gate) hold.emplace(*charge.gate, charge.bytes);
   std::unique_ptr<uint8_t[]> whole(new uint8_t[total]);
   reader_.read_chunk(t, chunk, whole.get());
   for (uint64_t off = 0; off < total; off += window_) {
@@ -154,7 +155,9 @@ void ChunkExchange::push_lane(unsigned lane) {
       // A transformed chunk's decode was set aside from this rank's budget (see the header);
       // a view found not to be contiguous takes its memory from the gate.
       bool set_aside = md_.tensors[tr.tensor].storage[tr.chunk].transforms != 0;
-      read_local(tr.tensor, tr.chunk, buf.get(), sizeof(Header), send_window, set_aside ? nullptr : &gate_);
+      const TensorMeta& t = md_.tensors[tr.tensor];
+      read_local(tr.tensor, tr.chunk, buf.get(), sizeof(Header), send_window,
+                 set_aside ? GateCharge{} : GateCharge{&gate_, whole_chunk_need(t, tr.chunk)});
     } catch (const std::exception& e) {
       if (sending) throw;  // the transport failed: the writer learns it from its own side
       // The writer waits for this window: tell it to fetch our error rather than time out.
@@ -185,7 +188,7 @@ void ChunkExchange::owner_failed(int owner) {
                   (nl == std::string::npos ? why : why.substr(nl + 1)));
 }
 
-void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) {
+void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, GateCharge charge) {
   int me = group_.rank();
   size_t& pos = next_[lane];
   while (pos < plan_.size() && (plan_[pos].writer != me || plan_[pos].lane != lane)) ++pos;
@@ -196,7 +199,7 @@ void ChunkExchange::receive(unsigned lane, size_t tensor, size_t chunk, const Wi
   if (!buffers_[lane]) buffers_[lane].reset(new uint8_t[sizeof(Header) + window_]);
   uint8_t* buf = buffers_[lane].get();
   if (tr.owner == me) {
-    read_local(tensor, chunk, buf, 0, fn, reserve_from);
+    read_local(tensor, chunk, buf, 0, fn, charge);
     return;
   }
   const TensorMeta& t = md_.tensors[tensor];

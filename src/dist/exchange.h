@@ -51,7 +51,7 @@ class ChunkExchange final : public ChunkSource {
 
   // `gate`: this rank's memory budget, which pushers take a whole-chunk decode from when a view
   // turns out not to be contiguous. The decodes of transformed (zstd) chunks this rank pushes are
-  // not taken from it: the caller sets them aside up front (whole_chunk_need per pushing lane),
+  // not taken from it: the caller sets them aside up front (plan/memory.h's whole_chunk_need per pushing lane),
   // because lanes waiting on one gate for chunks that other ranks' lanes consume in their own
   // order could wait on each other in a cycle.
   ChunkExchange(Group& group, const ItemReader& reader, std::vector<Transfer> plan, unsigned lanes, uint64_t window,
@@ -72,14 +72,14 @@ class ChunkExchange final : public ChunkSource {
 
   // Writer side, lane `lane`: the dense bytes of chunk `chunk` of tensor `tensor` (the lane's next
   // transfer), window by window in order, read here or received from the owner.
-  // A chunk read on this rank that must be decoded whole takes whole_chunk_need from
-  // `reserve_from`; null when the caller's own reservation already counts it.
-  void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from = nullptr);
+  // A chunk read on this rank that must be decoded whole takes `charge` while it is held; none
+  // when the caller's own reservation already counts it.
+  void receive(unsigned lane, size_t tensor, size_t chunk, const WindowFn& fn, GateCharge charge = {});
 
   // As a ChunkSource: every chunk comes through receive(), in each lane's planned order.
   std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
-  void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) override {
-    receive(lane, index_of(t), chunk, fn, reserve_from);
+  void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, GateCharge charge) override {
+    receive(lane, index_of(t), chunk, fn, charge);
   }
   void read_into(unsigned lane, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
     receive(lane, index_of(t), chunk, [dst](const uint8_t* p, uint64_t off, uint64_t n) { std::memcpy(dst + off, p, n); });
@@ -97,8 +97,8 @@ class ChunkExchange final : public ChunkSource {
   void push_lane(unsigned lane);
   // Reads the chunk here, a window at a time, into `buf` (window bytes) after `skip` bytes.
   // Untransformed contiguous chunks are read in place; others are decoded whole once, taking
-  // whole_chunk_need from `reserve_from` when it is not null.
-  void read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn, MemoryGate* reserve_from);
+  // `charge` while it is held.
+  void read_local(size_t tensor, size_t chunk, uint8_t* buf, size_t skip, const WindowFn& fn, GateCharge charge);
   [[noreturn]] void owner_failed(int owner);
   size_t index_of(const TensorMeta& t) const { return static_cast<size_t>(&t - md_.tensors.data()); }
 

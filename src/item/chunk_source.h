@@ -17,10 +17,6 @@
 
 namespace dcpctl {
 
-// Memory a chunk read whole holds: the decoded item (or a non-contiguous view's storage) and the
-// dense chunk, at once.
-inline uint64_t whole_chunk_need(const TensorMeta& t, size_t chunk) { return 2 * t.chunk_numel(chunk) * itemsize(*t.dtype); }
-
 class ChunkSource {
  public:
   using WindowFn = std::function<void(const uint8_t* data, uint64_t offset, uint64_t n)>;
@@ -30,9 +26,9 @@ class ChunkSource {
   // view): copied or streamed without a buffer. nullopt: they come through read().
   virtual std::optional<DirectRun> in_place(const TensorMeta& t, size_t chunk) const = 0;
   // The chunk's dense bytes, window by window in order, on lane `lane`. A chunk this process
-  // decodes whole (zstd, a view that is not contiguous) takes whole_chunk_need from
-  // `reserve_from` while it is held; null when the caller's reservation counts it already.
-  virtual void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) = 0;
+  // decodes whole (zstd, a view that is not contiguous) takes `charge` (plan/memory.h's
+  // whole_chunk_need) while it is held; none when the caller's reservation counts it already.
+  virtual void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, GateCharge charge) = 0;
   // The chunk's dense bytes into `dst` (t.chunk_numel(chunk) elements), for assembling a tensor.
   virtual void read_into(unsigned lane, const TensorMeta& t, size_t chunk, uint8_t* dst) = 0;
   // Bytes [from, from + n) of the chunk's dense bytes into `dst`, for assembling a box (a piece,
@@ -58,7 +54,7 @@ class ChunkSource {
 // `lane`: a run piece straight into place, another through a dense copy of its chunk (the
 // caller's reservation counts that copy), each piece's use of its chunk then done. From a source
 // that reads ranges, a piece that is one contiguous run of its chunk's bytes (any part of a box
-// whose trailing dimensions the box spans whole: a window, compare/window.h) is read alone, into
+// whose trailing dimensions the box spans whole: a window, item/window.h) is read alone, into
 // place when it is a run of the box too, else through a copy of its own size. An ordered
 // source is read in chunk order, by one reader (its transfers are planned so); otherwise
 // `threads` readers take different pieces. What consolidate assembles (a whole tensor) and
@@ -80,7 +76,7 @@ class LocalChunks final : public ChunkSource {
   explicit LocalChunks(const ItemReader& reader, uint64_t window = 16ull << 20, DecodedChunks* decoded = nullptr)
       : reader_(reader), window_(window), decoded_(decoded) {}
   std::optional<DirectRun> in_place(const TensorMeta& t, size_t chunk) const override { return reader_.direct_run(t, chunk); }
-  void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, MemoryGate* reserve_from) override;
+  void read(unsigned lane, const TensorMeta& t, size_t chunk, const WindowFn& fn, GateCharge charge) override;
   void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override;
   void read_range(unsigned, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override;
   void expect(const TensorMeta& t, size_t chunk) override;

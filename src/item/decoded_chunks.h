@@ -12,7 +12,7 @@
 // expected chunk that can be read in place after all (an untransformed item with a contiguous
 // view: callers that cannot tell beforehand expect every chunk) is read from its file, its run
 // looked up once, and never kept. Safe to use from several threads. Used through LocalChunks
-// (item/chunk_source.h) by reshard and by diff/stats windows (compare/window.h).
+// (item/chunk_source.h) by reshard and by diff/stats windows (item/window.h).
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,6 @@
 // What consolidate and reshard decide alike about each selected tensor before any byte moves:
 // whether its chunks cover it (else the run is refused, naming every hole), which dtype it is
-// written in under --dtype, and the memory budget when --max-memory is not given.
+// written in under --dtype. (The memory budget is plan/memory.h's.)
 #pragma once
 
 #include <algorithm>
@@ -48,11 +48,5 @@ class CastChoice {
   std::optional<DType> cast_;
   std::vector<std::string> cast_keys_, not_cast_;
 };
-
-// The budget of buffers a write may hold at once: --max-memory when given (0: not given), else
-// the largest single need or 1 GiB, whichever is more.
-inline uint64_t memory_budget(uint64_t max_memory, uint64_t largest_need) {
-  return max_memory ? max_memory : std::max<uint64_t>(largest_need, 1ull << 30);
-}
 
 }  // namespace dcpctl

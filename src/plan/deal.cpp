@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "item/chunk_source.h"  // whole_chunk_need
+#include "plan/memory.h"
 #include "store/upload.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -78,24 +78,19 @@ void plan_transfers(const Checkpoint& ck, const WritePlan& plan, const DealReque
     uint64_t& m = per_lane[static_cast<size_t>(tr.owner)][tr.lane];
     m = std::max(m, whole_chunk_need(t, tr.chunk));
   }
-  // A rank's need: its set-aside, plus the largest writer buffer if it writes anything.
-  std::vector<bool> writes(static_cast<size_t>(rq.world), false);
-  for (const Task& task : d.tasks) writes[static_cast<size_t>(task.writer)] = true;
-  uint64_t most = 0;
+  // A rank's need (plan/memory.h): its set-aside, plus the largest writer buffer if it writes anything.
+  for (int r = 0; r < rq.world; ++r)
+    for (uint64_t m : per_lane[static_cast<size_t>(r)]) d.set_aside[static_cast<size_t>(r)] += m;
+  ProcessMemory most;
   int most_rank = 0;
-  for (int r = 0; r < rq.world; ++r) {
-    uint64_t& sum = d.set_aside[static_cast<size_t>(r)];
-    for (uint64_t m : per_lane[static_cast<size_t>(r)]) sum += m;
-    uint64_t need = sum + (writes[static_cast<size_t>(r)] ? plan.largest_need : 0);
-    if (need > most) most = need, most_rank = r;
-  }
-  if (!rq.budget_given) d.budget = std::max(d.budget, most);
-  if (most > d.budget) {
-    bool w = writes[static_cast<size_t>(most_rank)];
+  for (int r = 0; r < rq.world; ++r)
+    if (ProcessMemory m = process_memory(plan, d, r); m.total() > most.total()) most = m, most_rank = r;
+  if (!rq.budget_given) d.budget = std::max(d.budget, most.total());
+  if (most.total() > d.budget) {
     throw UsageError(Where(ck.metadata_path),
                      "under torchrun, rank " + std::to_string(most_rank) + " decodes the zstd chunks it sends whole, " +
-                         std::to_string(d.lanes) + " lane(s) at once: it needs " + std::to_string(d.set_aside[static_cast<size_t>(most_rank)]) +
-                         " bytes for them" + (w ? " beside its largest buffer (" + std::to_string(plan.largest_need) + ")" : std::string()) +
+                         std::to_string(d.lanes) + " lane(s) at once: it needs " + std::to_string(most.set_aside) + " bytes for them" +
+                         (most.buffers ? " beside its largest buffer (" + std::to_string(most.buffers) + ")" : std::string()) +
                          ", more than --max-memory " + std::to_string(d.budget) + "; raise --max-memory or lower --threads");
   }
 }
@@ -123,13 +118,13 @@ void plan_uploads(const Checkpoint& ck, const WritePlan& plan, const DealRequest
     if (r == 0) want = std::max(want, 1u), least = std::max(least, 1u);
     unsigned buffers = want;
     if (rq.budget_given) {
-      const uint64_t held = d.set_aside[static_cast<size_t>(r)] + plan.largest_need;
+      const uint64_t held = process_memory(plan, d, r).total();  // its buffers and set-aside (no parts yet)
       const uint64_t room = d.budget > held ? d.budget - held : 0;
       buffers = static_cast<unsigned>(std::min<uint64_t>(want, room / part));
       if (buffers < least)
         throw UsageError(Where(rq.output), "uploading to object storage holds at least " + std::to_string(least) +
                                                " part buffer(s) of " + std::to_string(part) + " bytes beside the largest buffer (" +
-                                               std::to_string(plan.largest_need) + " bytes)" +
+                                               std::to_string(process_memory(plan, d, r).buffers) + " bytes)" +
                                                (d.world > 1 ? " on rank " + std::to_string(r) : std::string()) +
                                                ": raise --max-memory to at least " + std::to_string(held + least * part));
     }
@@ -176,6 +171,7 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
   }
   if (rq.exchange) plan_transfers(ck, plan, rq, d);
   if (rq.upload) plan_uploads(ck, plan, rq, d);
+  for (int r = 0; r < d.world; ++r) d.memory.push_back(process_memory(plan, d, r));
   return d;
 }
 
@@ -192,6 +188,7 @@ json Deal::describe() const {
     }
     procs.push_back({{"rank", r}, {"files", files}, {"tasks", writes}, {"chunks_read", reads}, {"chunks_pushed", pushes},
                      {"set_aside", set_aside[static_cast<size_t>(r)]}, {"memory_gate", gate_bytes(r)}});
+    if (static_cast<size_t>(r) < memory.size()) procs.back()["memory"] = memory[static_cast<size_t>(r)].describe();
     if (part_buffers[static_cast<size_t>(r)])
       procs.back()["upload"] = {{"part_size", part_size[static_cast<size_t>(r)]}, {"part_buffers", part_buffers[static_cast<size_t>(r)]}};
   }

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "store/store.h"
 
@@ -101,6 +102,7 @@ struct Deal {
   std::vector<uint64_t> part_size;
   std::vector<unsigned> part_buffers;
   uint64_t budget = 0;              // every process's --max-memory
+  std::vector<ProcessMemory> memory;  // per process: what it holds at most (plan/memory.h)
 
   uint64_t upload_bytes(int rank) const { return part_size[static_cast<size_t>(rank)] * part_buffers[static_cast<size_t>(rank)]; }
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "item/item_reader.h"  // ItemLimits: what decoding a zstd item may take beyond its bytes
+#include "plan/memory.h"
 #include "util/error.h"
 
 namespace dcpctl {
@@ -15,7 +15,6 @@ using nlohmann::json;
 namespace {
 
 bool rank_files(const Target& t) { return t.format->writing == Writing::RankFiles; }
-bool in_order(const Target& t) { return t.format->writing == Writing::InOrder; }
 
 // The boxes a tensor is written as, and the rank of each (RankFiles); one whole box otherwise.
 void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
@@ -58,51 +57,6 @@ void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& targe
     }
   }
   for (size_t c = 0; c < boxes.size(); ++c) rank_bytes[ranks[c]] += boxes[c].numel() * out_item;
-}
-
-// What assembling a DCP target chunk takes to read one source chunk of `t`: the decoded item
-// when the chunk is stream-transformed (zstd: its bytes plus the zip around them, which the
-// reader's cap allows up to ItemLimits::zip_overhead), plus a dense copy of the chunk when some
-// piece of it is not a run (copied out of it row by row). Counted at least once, which also
-// covers a chunk saved as a non-contiguous view (gathered through a copy of its storage).
-uint64_t source_read_need(const std::vector<Record>& records, const std::vector<size_t>& mine) {
-  uint64_t need = 0;
-  for (size_t r : mine)
-    for (const Piece& p : records[r].pieces) {
-      const TensorMeta& t = *p.source;
-      uint64_t bytes = t.chunk_numel(p.chunk) * itemsize(*t.dtype);
-      bool decoded = t.storage[p.chunk].transforms != 0;
-      uint64_t copies = (decoded ? 1 : 0) + (p.run ? 0 : 1);
-      need = std::max(need, bytes * std::max<uint64_t>(copies, 1) + (decoded ? ItemLimits{}.zip_overhead : 0));
-    }
-  return need;
-}
-
-// What writing a whole-tensor record into a consolidated file holds at once (and, for a
-// safetensors run read in place, its copy window).
-uint64_t consolidated_need(const TensorMeta& t, const PlannedTensor& pt, Record& r, const Target& target) {
-  uint64_t max_chunk = 0;
-  for (const Piece& p : r.pieces) max_chunk = std::max(max_chunk, p.source->chunk_numel(p.chunk) * itemsize(pt.src));
-  uint64_t cast = pt.dst != pt.src;
-  // The copy window of a run read in place: source elements and their cast, smaller than
-  // Target::window when that would not fit --max-memory.
-  uint64_t si = itemsize(pt.src), per = si + cast * itemsize(pt.dst);
-  uint64_t elems = std::min(max_chunk, target.window) / si;
-  if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
-  r.window_elems = std::max<uint64_t>(1, elems);
-  const bool parts = pt.mapped && !pt.renamed;  // a key map's output assembled from parts
-  if (in_order(target) || !r.runs || parts) {
-    // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
-    // the dense copy a chunk that is not a run (or gives a key map's output several pieces) is
-    // placed from; the .pt writer reads its chunks on all threads at once.
-    uint64_t reads = in_order(target) ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
-    uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !parts ? 0 : 1);
-    return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
-  }
-  // Runs: a zstd chunk is decoded whole (the decoded item, the chunk, its cast); an untransformed
-  // one (a record may hold both) goes through the copy window.
-  if (pt.transformed) return std::max(max_chunk * (2 + cast), elems * per);
-  return elems * per;
 }
 
 // Saved tensor `t`, written as `key`: one record per target box, each of the pieces of its chunks.
@@ -279,17 +233,10 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   // What each record holds at once.
   const Record* neediest = nullptr;
   for (auto& pt : plan.tensors) {
-    const TensorMeta& t = *pt.t;
     uint64_t read_need = rank_files(target) ? source_read_need(plan.records, pt.records) : 0;
     for (size_t ri : pt.records) {
       Record& r = plan.records[ri];
-      if (rank_files(target)) {
-        // The assembled chunk, its cast, and what reading a source chunk takes.
-        uint64_t n = r.box.numel();
-        r.need = n * itemsize(pt.src) + (pt.dst != pt.src ? n * itemsize(pt.dst) : 0) + read_need;
-      } else {
-        r.need = consolidated_need(t, pt, r, target);
-      }
+      r.need = record_need(pt, r, target, read_need);
       // A streaming record (InOrder, RankFiles) whose pieces can all be read in place goes out through the
       // stream window and needs no buffer. Asked only when it would not fit (the answer reads each
       // source item's data.pkl); a chunk that cannot be read counts in full here and fails when

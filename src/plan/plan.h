@@ -100,7 +100,7 @@ struct WritePlan {
   CastChoice cast{std::nullopt};
   uint64_t total_bytes = 0;   // tensor bytes written
   uint64_t largest_need = 0;  // the most any record holds at once
-  uint64_t budget = 0;        // --max-memory, or the automatic budget (checks.h)
+  uint64_t budget = 0;        // --max-memory, or the automatic budget (plan/memory.h)
 
   const TensorMeta& meta(const Record& r) const { return *tensors[r.tensor].t; }
   // The plan as --dry-run prints it: every record with its pieces, streaming decision and need.

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <vector>
 
-#include "compare/window.h"
 #include "item/item_reader.h"
+#include "item/window.h"
 #include "meta/checkpoint.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
+#include "plan/memory.h"
 #include "report/integrity.h"
 #include "util/memory_gate.h"
 #include "util/parallel.h"
@@ -100,13 +102,12 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       const uint64_t per_worker = std::max<uint64_t>(opts.max_memory / threads, 1);
       // What the reader allocates itself while reading one chunk: a zstd item is decoded whole; a
       // non-contiguous view (a saved slice) is gathered from its whole storage into a dense copy.
-      auto reader_need = [&](const TensorMeta& t, size_t c) -> uint64_t {
-        uint64_t bytes = t.chunk_numel(c) * itemsize(*t.dtype);
-        if (!t.storage[c].present()) return 0;
-        if (t.storage[c].transforms != 0) return bytes + ItemLimits{}.zip_overhead;
+      // (plan/memory.h's reader_need; a view's storage is known from its data.pkl.)
+      auto chunk_reader_need = [&](const TensorMeta& t, size_t c) -> uint64_t {
+        if (!t.storage[c].present() || t.storage[c].transforms != 0) return reader_need(t, c);
         try {
           TensorBlob b = reader.describe_chunk(t, c);
-          if (!b.contiguous()) return b.extent() * itemsize(b.dtype) + bytes;
+          if (!b.contiguous()) return reader_need(t, c, b.extent() * itemsize(b.dtype));
         } catch (const Error&) {
           // Reported by the read itself.
         }
@@ -119,11 +120,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
           try {
             // Decoding a non-tensor item holds its data.pkl and the VM's copy of what it holds
             // (about twice its size), and a zstd item's decoded bytes too (up to the reader's cap).
-            ItemLimits lim;
-            uint64_t need = 2 * b.storage.length;
-            if (b.storage.transforms != 0)
-              need = 3 * std::min<uint64_t>(lim.bytes_item_base + b.storage.length * lim.bytes_item_ratio, lim.max_pickle_bytes);
-            buf.prepare(0, 0, need);
+            buf.prepare(0, 0, bytes_item_need(b.storage));
             reader.read_bytes(b);
           } catch (const Error& e) {
             col.from_error(e);
@@ -137,19 +134,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         for (size_t c = 0; c < t.num_chunks(); ++c) all_present = all_present && (t.storage[c].present() || t.chunk_numel(c) == 0);
         std::vector<uint64_t> needs(t.num_chunks());
         uint64_t decoded = 0;
-        for (size_t c = 0; c < t.num_chunks(); ++c) decoded = std::max(decoded, needs[c] = reader_need(t, c));
-        // Windows of at most 32 MiB: enough to stream at the disk's speed, and a worker's buffers
-        // are touched once each (windows of the whole budget cost a page fault per 4 KiB of it).
-        constexpr uint64_t kMaxWindow = 32ull << 20;
-        uint64_t window_bytes = std::max<uint64_t>(std::min(per_worker > decoded ? (per_worker - decoded) / 2 : 0, kMaxWindow), item);
-        if (decoded != 0) {
-          // The reader decodes (or gathers) a chunk whole for every window touching it: windows
-          // of at least the largest chunk keep that to a few passes per chunk, at the cost of
-          // charging more than the budget share (a lone oversized need still runs, alone).
-          uint64_t largest = 0;
-          for (size_t c = 0; c < t.num_chunks(); ++c) largest = std::max(largest, t.chunk_numel(c) * item);
-          window_bytes = std::max(window_bytes, largest);
-        }
+        for (size_t c = 0; c < t.num_chunks(); ++c) decoded = std::max(decoded, needs[c] = chunk_reader_need(t, c));
+        uint64_t largest = 0;
+        for (size_t c = 0; c < t.num_chunks(); ++c) largest = std::max(largest, t.chunk_numel(c) * item);
+        const uint64_t window_bytes = verify_window_bytes(per_worker, decoded, largest, item);
         if (opts.checksum && all_present && check_coverage(t, 1).exact) {
           try {
             // Hashed window by window, in order: the tensor is never held whole.
@@ -158,7 +146,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             windows.expect(t, plan);
             Sha256 h;
             uint64_t done = 0;
-            for (const Window& w : plan) {
+            for (size_t k = 0; k < plan.size(); ++k) {
+              const Window& w = plan[k];
               uint64_t bytes = w.numel * item;
               buf.prepare(bytes, bytes, decoded);
               windows.fill(t, w, buf.a(), buf.b());

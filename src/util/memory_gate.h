@@ -46,6 +46,14 @@ class MemoryGate {
   std::condition_variable cv_;
 };
 
+// What a read takes from a gate while it holds something it allocates itself (a chunk decoded
+// whole): `bytes` of `gate`, none when `gate` is null. The bytes come from the memory model
+// (plan/memory.h).
+struct GateCharge {
+  MemoryGate* gate = nullptr;
+  uint64_t bytes = 0;
+};
+
 // A byte buffer whose memory is counted against a MemoryGate for its lifetime.
 class GatedBuffer {
  public:

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "plan/memory.h"
 #include "util/crc32.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
@@ -52,8 +53,9 @@ void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scrat
   }
   // Everything the record needs, reserved at once (its need): the assembled box, its cast, and
   // what reading a source chunk takes.
-  uint64_t raw_bytes = n * itemsize(pt.src), conv_bytes = pt.src != pt.dst ? n * itemsize(pt.dst) : 0;
-  scratch.prepare(raw_bytes, conv_bytes, r.need > raw_bytes + conv_bytes ? r.need - raw_bytes - conv_bytes : 0);
+  const RecordBuffers need = record_buffers(pt, r);
+  const uint64_t raw_bytes = need.raw, conv_bytes = need.cast;
+  scratch.prepare(raw_bytes, conv_bytes, need.rest);
   assemble_box(src, *pt.t, r.box, r.pieces, scratch.a());
   if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, scratch.a(), scratch.b(), n);
   write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
@@ -176,7 +178,7 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
     src.read(task.lane, t, c, [&](const uint8_t* p, uint64_t off, uint64_t n) {
       out.pwrite_all(cast_window(pt.src, pt.dst, p, n, conv), n / si * di, out_off + off / si * di);
       prog.add(n / si * di);
-    }, &gate);
+    }, GateCharge{&gate, whole_chunk_need(t, c)});
   }
 }
 
@@ -251,7 +253,7 @@ void Executor::write_in_order(const std::vector<Task>& tasks, FileSink& files) {
             uint64_t m = n / itemsize(pt.src) * itemsize(pt.dst);
             crc = crc32_update(crc, w, m);
             out.append(w, m);
-          }, &gate);
+          }, GateCharge{&gate, whole_chunk_need(t, p.chunk)});
         }
         return crc;
       });

@@ -13,7 +13,7 @@
 
 #include "compare/diff_core.h"
 #include "compare/stats_core.h"
-#include "compare/window.h"
+#include "item/window.h"
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
 #include "util/elements.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "item/chunk_source.h"
 #include "metadata_models.h"
 #include "plan/deal.h"
+#include "plan/memory.h"
 #include "util/error.h"
 
 using namespace dcpctl;
@@ -148,7 +148,8 @@ TEST_CASE("deal: zstd chunks an owner pushes whole are set aside from its budget
   CHECK(d.gate_bytes(1) == d.budget - d.set_aside[1]);
   CHECK(d.budget == plan.budget);  // the automatic budget (1 GiB) holds it
 
-  // A given --max-memory below rank 1's set-aside (120) is refused before any transfer, naming
+  // A given --max-memory below rank 1's set-aside (the decoded item, 60 bytes and the zip around
+  // them, and the dense chunk) is refused before any transfer, naming
   // rank 1 (the writer's own buffers made small enough to fit).
   plan.largest_need = 10;
   plan.budget = 100;

@@ -31,7 +31,7 @@ class ValueChunks final : public ChunkSource {
  public:
   ValueChunks(const Metadata& md, bool ordered, bool ranges) : md_(md), ordered_(ordered), ranges_(ranges) {}
   std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
-  void read(unsigned, const TensorMeta&, size_t, const WindowFn&, MemoryGate*) override { FAIL("not used"); }
+  void read(unsigned, const TensorMeta&, size_t, const WindowFn&, GateCharge) override { FAIL("not used"); }
   void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
     std::vector<float> full = values(t);
     Box cb = chunk_box(t, chunk);

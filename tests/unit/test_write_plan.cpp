@@ -28,7 +28,7 @@ class MemoryChunks final : public ChunkSource {
     std::iota(full_.begin(), full_.end(), 0.0f);
   }
   std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
-  void read(unsigned, const TensorMeta&, size_t, const WindowFn&, MemoryGate*) override { FAIL("not used"); }
+  void read(unsigned, const TensorMeta&, size_t, const WindowFn&, GateCharge) override { FAIL("not used"); }
   void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -1,8 +1,10 @@
-#include "compare/window.h"
+#include "item/window.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "meta/pieces.h"
+#include "util/error.h"
 
 namespace dcpctl {
 
@@ -17,13 +19,6 @@ uint64_t block(const std::vector<int64_t>& shape, size_t from) {
 }
 
 }  // namespace
-
-uint64_t window_budget(const Metadata& md, uint64_t max_memory) {
-  for (const auto& t : md.tensors)
-    for (const auto& ref : t.storage)
-      if (ref.transforms != 0) return max_memory / 2;
-  return max_memory;
-}
 
 std::vector<Window> plan_windows(const std::vector<int64_t>& shape, uint64_t max_elems) {
   std::vector<Window> out;

@@ -9,7 +9,8 @@
 // contiguous run of the chunk's own dense bytes, so each chunk contributes with one read per
 // window: straight into place when the chunk spans every trailing dimension (FSDP's dim-0 shards,
 // whole tensors), through the caller's scratch otherwise. Two checkpoints sharded differently are
-// thus walked in the same windows of the same full tensor, neither ever assembled whole.
+// thus walked in the same windows of the same full tensor, neither ever assembled whole. diff,
+// stats and verify walk tensors so; how large their windows are is plan/memory.h's.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,9 @@
 #include "item/decoded_chunks.h"
 #include "item/item_reader.h"
 #include "meta/geometry.h"
-#include "meta/keymap.h"
 #include <unordered_map>
+
+#include "meta/keymap.h"
 #include "util/memory_gate.h"
 
 namespace dcpctl {
@@ -29,10 +31,6 @@ struct Window {
   uint64_t start = 0;  // first element (flat, C order)
   uint64_t numel = 0;
 };
-
-// The part of a --max-memory budget window buffers may use: all of it, or half when some chunk of
-// `md` is transformed (zstd), so that decoded chunks shared by several windows fit in the rest.
-uint64_t window_budget(const Metadata& md, uint64_t max_memory);
 
 // Windows covering all of `shape` in order, each at most max_elems elements (at least 1).
 std::vector<Window> plan_windows(const std::vector<int64_t>& shape, uint64_t max_elems);
