@@ -33,14 +33,9 @@ double Value::as_float() const {
   return d;
 }
 
-std::string_view Value::as_str() const { return {reinterpret_cast<const char*>(bits), len}; }
-
-Items Value::items() const {
-  if (flags & kBoxed) {
-    const auto& oc = *reinterpret_cast<const OpenContainer*>(bits);
-    return {oc.items.data(), oc.items.size()};
-  }
-  return {reinterpret_cast<const Value*>(bits), len};
+Items boxed_items(const Value& v) {
+  const auto& oc = *reinterpret_cast<const OpenContainer*>(v.bits);
+  return {oc.items.data(), oc.items.size()};
 }
 
 const Value* Value::get(std::string_view key) const {

@@ -75,8 +75,8 @@ struct Value {
   bool as_bool() const { return bits != 0; }
   int64_t as_int() const { return static_cast<int64_t>(bits); }
   double as_float() const;
-  std::string_view as_str() const;  // Str, Bytes and BigInt bytes
-  Items items() const;              // Tuple, List, Set, Size; Dict as k0,v0,k1,v1,...
+  std::string_view as_str() const { return {reinterpret_cast<const char*>(bits), len}; }  // Str, Bytes, BigInt
+  Items items() const;  // Tuple, List, Set, Size; Dict as k0,v0,k1,v1,...
   uint64_t dict_size() const;
   const GlobalRef& as_global() const { return *reinterpret_cast<const GlobalRef*>(bits); }
   const ObjectNode& as_object() const { return *reinterpret_cast<const ObjectNode*>(bits); }
@@ -99,6 +99,14 @@ struct Items {
   bool empty() const { return count == 0; }
   const Value& operator[](uint64_t i) const { return ptr[i]; }
 };
+
+// Inline: the folder and the mapper read millions of small frozen containers. Only a container
+// still open (kBoxed) asks the Tree (its vector's layout lives in tree.h).
+Items boxed_items(const Value& v);
+inline Items Value::items() const {
+  if (flags & kBoxed) return boxed_items(*this);
+  return {reinterpret_cast<const Value*>(bits), len};
+}
 
 inline uint64_t Value::dict_size() const { return items().size() / 2; }
 

@@ -95,6 +95,11 @@ Utf8 check_utf8(std::string_view s) {
   Utf8 result = Utf8::ok;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   size_t n = s.size(), i = 0;
+  // Names, keys and file names are ASCII: eight bytes at a time while no high bit is set.
+  for (uint64_t w; i + 8 <= n; i += 8) {
+    std::memcpy(&w, p + i, 8);
+    if (w & 0x8080808080808080ull) break;
+  }
   while (i < n) {
     unsigned char c = p[i];
     if (c < 0x80) {
@@ -310,6 +315,13 @@ inline uint32_t load_u32le(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
+inline uint64_t load_u64le(const uint8_t* p) { return uint64_t{load_u32le(p)} | uint64_t{load_u32le(p + 4)} << 32; }
+
+// Opcode runs the scan steps over at once, as little-endian words (first opcode lowest).
+constexpr uint64_t kSizeCallTail = uint64_t{MEMOIZE} | uint64_t{TUPLE1} << 8 | uint64_t{MEMOIZE} << 16 |
+                                   uint64_t{REDUCE} << 24 | uint64_t{MEMOIZE} << 32;
+constexpr uint64_t kSetitemsBuild = uint64_t{SETITEMS} | uint64_t{BUILD} << 8;
+
 class Machine {
  public:
   Machine(ByteSpan data, const ParseOptions& opts)
@@ -348,8 +360,10 @@ class Machine {
     size_t pos = 0;
     const size_t fast_end = size >= kScanSlack ? size - kScanSlack + 1 : 0;  // kScanSlack bytes left
     while (pos < size) {
-      if (pos >= next_report && opts_.consumed) {
-        opts_.consumed(pos);
+      if (pos >= next_report) {
+        // Advanced whether or not anyone listens: the stretch below stops at next_report, so a
+        // report point left behind would send every later opcode down the checked path.
+        if (opts_.consumed) opts_.consumed(pos);
         next_report = pos + kReportEvery;
       }
       const size_t limit = std::min<uint64_t>(fast_end, next_report);
@@ -368,11 +382,25 @@ class Machine {
             }
             pos += 1;
             continue;
-          case TUPLE1: case TUPLE2: case TUPLE3: case REDUCE: case NEWOBJ: case EMPTY_DICT: case EMPTY_LIST:
+          case TUPLE1: case TUPLE2: case TUPLE3: {
+            // torch.Size(dims): `TUPLEn MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE`, often closing an
+            // object (`SETITEMS BUILD`): every ChunkStorageMetadata has two, every key one.
+            uint64_t w = load_u64le(base + pos);
+            if (((w >> 8) & 0xFF'FFFF'FFFFull) == kSizeCallTail) {
+              pos += (w >> 48) == kSetitemsBuild ? 8 : 6;
+              continue;
+            }
             pos += base[pos + 1] == MEMOIZE ? 2 : 1;
             continue;
+          }
+          case REDUCE: case NEWOBJ: case EMPTY_DICT: case EMPTY_LIST:
+            pos += base[pos + 1] == MEMOIZE ? 2 : 1;
+            continue;
+          case SETITEMS:
+            pos += base[pos + 1] == BUILD ? 2 : 1;
+            continue;
           case MARK: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID: case APPEND: case BUILD:
-          case DICT: case APPENDS: case LIST: case OBJ: case SETITEM: case TUPLE: case SETITEMS: case NEWTRUE:
+          case DICT: case APPENDS: case LIST: case OBJ: case SETITEM: case TUPLE: case NEWTRUE:
           case NEWFALSE: case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
           case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
             pos += 1;
@@ -383,6 +411,11 @@ class Machine {
           case BINFLOAT: pos += 9; continue;
           case BINGET:
             note_get(base[pos + 1]);
+            if (base[pos + 2] == BINGET) {  // an attribute name and a class: two GETs in a row
+              note_get(base[pos + 3]);
+              pos += 4;
+              continue;
+            }
             pos += 2;
             continue;
           case LONG_BINGET:
@@ -393,6 +426,7 @@ class Machine {
             size_t n = 2 + size_t{base[pos + 1]};
             if (size - pos < n) break;
             pos += n;
+            if (pos < limit && base[pos] == MEMOIZE) ++pos;  // a string is memoized as it is made
             continue;
           }
           default: break;
@@ -884,6 +918,26 @@ class Machine {
       if (op_pos_ >= next_report && opts_.consumed) {
         opts_.consumed(op_pos_);
         next_report = op_pos_ + kReportEvery;
+      }
+      if (opts_.folder) {
+        // Most of a large `.metadata` is objects that start with a GET of their class: straight to
+        // the fast path, as the BINGET/LONG_BINGET cases below would go (when enough bytes are
+        // left; otherwise read_arg gives the error), without the generic argument reader.
+        const uint8_t* p = data_.data + op_pos_;
+        const size_t left = data_.size - op_pos_;
+        if (*p == BINGET && left >= 2) {
+          op_ = BINGET;
+          r.seek(op_pos_ + 2);
+          if (!fold_flat_object(p[1], r)) memo_get(p[1]);
+          continue;
+        }
+        if (*p == LONG_BINGET && left >= 5) {
+          op_ = LONG_BINGET;
+          r.seek(op_pos_ + 5);
+          const uint64_t idx = load_u32le(p + 1);
+          if (!fold_flat_object(idx, r)) memo_get(idx);
+          continue;
+        }
       }
       op_ = r.u8();
       read_arg(op_, r, op_pos_, a);
