@@ -492,7 +492,8 @@ class Machine {
   }
 
   // A value leaving the stack for a container: freeze it if nothing can reach it again.
-  Value settle(const Value& v) { return tree_->freeze(v); }
+  // (Only an open container can be frozen: the check is inlined, the copy is not.)
+  Value settle(const Value& v) { return (v.flags & Value::kBoxed) ? tree_->freeze(v) : v; }
 
   void check_depth(uint32_t d) {
     if (d > opts_.limits.max_depth)

@@ -79,6 +79,34 @@ TEST_CASE("memo: MEMOIZE, PUT and GET share the object") {
   CHECK(r(bin({']', 'q', 3, '0', 'h', 3, '.'})) == "[]");
   CHECK(r(bin({']', 'r', 9, 0, 0, 0, '0', 'j', 9, 0, 0, 0, '.'})) == "[]");
   CHECK(r(bin({'K', 1, '2', 0x86, '.'})) == "(1, 1)");  // DUP
+  SECTION("the scan's multi-opcode steps note every memo read, at any distance from the end") {
+    // The first pass steps over runs that protocol 4 repeats for every object (`h a h b`, a string
+    // and its MEMOIZE, `TUPLEn MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE [SETITEMS BUILD]`) in one
+    // step while enough bytes are left. A memo entry read back only from inside such a run must
+    // still be kept: torch.Size (2) and 'b' (4) are read only as the second GET of a pair, 'a' (3)
+    // right after a run, the object (11) after one that closes it; padding moves every run across
+    // the point where the scan goes back to stepping one opcode at a time.
+    std::string head = bin({0x80, 4, '(', 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x94, 0x8c, 4, 'S', 'i', 'z', 'e', 0x94, 0x93,
+                            0x94,                                            // 0 'torch', 1 'Size', 2 torch.Size
+                            0x8c, 1, 'a', 0x94, 0x8c, 1, 'b', 0x94,          // 3 'a', 4 'b'
+                            0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, 0x94,          // 5 m.C
+                            'h', 5, ')', 0x81, 0x94, '}', 0x94, '(',         // 6 object, 7 its dict
+                            'h', 3, 'h', 2, 'K', 7, 'K', 8, 0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'u', 'b',
+                            0x94,                                            // 8-10 dims, args, Size; 11 object
+                            'h', 3, 'h', 2, 'K', 7, 'K', 8, 0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'h', 3, 0x86,
+                            0x94,                                            // 12-14; 15 (Size, 'a')
+                            'h', 3, 'h', 4, 0x86, 'h', 11});
+    const std::string obj = "m.C() state={'a': torch.Size([7, 8])}";
+    // (The globals and strings stay on the stack where they were made, inside the MARK.)
+    const std::string want =
+        "(torch.Size, 'a', 'b', m.C, " + obj + ", 'a', (torch.Size([7, 8]), 'a'), ('a', 'b'), " + obj + ")";
+    for (size_t pad = 0; pad <= 12; ++pad) {
+      INFO("padding " << pad);
+      std::string p = head;
+      for (size_t k = 0; k < pad; ++k) p += bin({'N', '0'});  // NONE POP: no effect
+      CHECK(r(p + bin({'t', '.'})) == want);
+    }
+  }
 }
 
 TEST_CASE("globals and object construction never execute") {
@@ -375,33 +403,5 @@ TEST_CASE("caps fire the same with the flat-object fast path") {
     INFO("cut at " << n);
     FoldCD h;
     CHECK(error_of(p.substr(0, n), &h) == error_of(p.substr(0, n), nullptr));
-  }
-}
-
-TEST_CASE("the scan's multi-opcode steps note every memo read, at any distance from the end") {
-  // The first pass steps over runs that protocol 4 repeats for every object (`h a h b`, a string
-  // and its MEMOIZE, `TUPLEn MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE [SETITEMS BUILD]`) in one
-  // step while enough bytes are left. A memo entry read back only from inside such a run must
-  // still be kept: torch.Size (2) and 'b' (4) are read only as the second GET of a pair, 'a' (3)
-  // right after a run, the object (11) after one that closes it; padding moves every run across
-  // the point where the scan goes back to stepping one opcode at a time.
-  std::string head = bin({0x80, 4, '(', 0x8c, 5, 't', 'o', 'r', 'c', 'h', 0x94, 0x8c, 4, 'S', 'i', 'z', 'e', 0x94, 0x93,
-                          0x94,                                            // 0 'torch', 1 'Size', 2 torch.Size
-                          0x8c, 1, 'a', 0x94, 0x8c, 1, 'b', 0x94,          // 3 'a', 4 'b'
-                          0x8c, 1, 'm', 0x8c, 1, 'C', 0x93, 0x94,          // 5 m.C
-                          'h', 5, ')', 0x81, 0x94, '}', 0x94, '(',         // 6 object, 7 its dict
-                          'h', 3, 'h', 2, 'K', 7, 'K', 8, 0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'u', 'b',
-                          0x94,                                            // 8-10 dims, args, Size; 11 object
-                          'h', 3, 'h', 2, 'K', 7, 'K', 8, 0x86, 0x94, 0x85, 0x94, 'R', 0x94, 'h', 3, 0x86,
-                          0x94,                                            // 12-14; 15 (Size, 'a')
-                          'h', 3, 'h', 4, 0x86, 'h', 11});
-  const std::string obj = "m.C() state={'a': torch.Size([7, 8])}";
-  // (The globals and strings stay on the stack where they were made, inside the MARK.)
-  const std::string want = "(torch.Size, 'a', 'b', m.C, " + obj + ", 'a', (torch.Size([7, 8]), 'a'), ('a', 'b'), " + obj + ")";
-  for (size_t pad = 0; pad <= 12; ++pad) {
-    INFO("padding " << pad);
-    std::string p = head;
-    for (size_t k = 0; k < pad; ++k) p += bin({'N', '0'});  // NONE POP: no effect
-    CHECK(r(p + bin({'t', '.'})) == want);
   }
 }
