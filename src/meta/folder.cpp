@@ -91,9 +91,7 @@ bool MetadataFolder::chunk(const Value& st, Value& out) {
   uint64_t nd = off->items().size();
   tb_.charge(2 * nd + 1, "");
   out = ext(kChunk, dims.size());
-  size_t at = dims.size();
-  dims.resize(at + 1 + 2 * nd);
-  int64_t* p = dims.data() + at;
+  int64_t* p = dims.append(1 + 2 * nd);
   *p++ = static_cast<int64_t>(nd);
   for (const Value& d : off->items()) *p++ = d.as_int();
   for (const Value& d : sz->items()) *p++ = d.as_int();
@@ -119,16 +117,16 @@ bool MetadataFolder::key(const Value& st, Value& out) {
   int64_t index = idx && idx->kind == Kind::Int && idx->as_int() >= 0 ? idx->as_int() : -1;
   if (index >= static_cast<int64_t>(kNoIndex)) return false;  // beyond any chunk list: left to the Mapper
   if (dims.size() >= (uint64_t{1} << 55)) return false;
+  if (!reserved_) reserve_records();
   Key k;
-  k.fqn = intern(fqns, fqn_ids_, fqn->as_str(), last_fqn_, last_fqn_id_);
+  k.fqn = intern(fqns, fqn_in_, fqn->as_str());
   k.index = index < 0 ? kNoIndex : static_cast<uint32_t>(index);
   uint64_t nd = kNoOffset;
   uint64_t at = dims.size();
   if (off->kind != Kind::None) {
     nd = off->items().size();
     tb_.charge(nd + 1, "");
-    dims.resize(at + nd);
-    int64_t* p = dims.data() + at;
+    int64_t* p = dims.append(nd);
     for (const Value& d : off->items()) *p++ = d.as_int();
   }
   k.packed = at << 8 | nd;
@@ -163,8 +161,9 @@ bool MetadataFolder::storage_info(const Value& st, Value& out) {
     tb_.charge(td->items().size(), "");
     for (const Value& d : td->items()) set.emplace_back(d.as_str());
   }
+  if (!reserved_) reserve_records();
   Stored ref;  // file and transforms index this folder's own tables (see Mapper::storage_entry)
-  ref.file = intern(files, file_ids_, rp->as_str(), last_file_, last_file_id_);
+  ref.file = intern(files, file_in_, rp->as_str());
   ref.transforms = 0;
   if (!set.empty()) {
     auto found = std::find(transform_sets.begin(), transform_sets.end(), set);
@@ -228,7 +227,7 @@ bool MetadataFolder::tensor(const Value& st, Value& out) {
     t.props_class = std::string("<") + pickle::kind_name(props->kind == Kind::Object ? props->as_object().callable.kind : props->kind) + ">";
   }
   // The chunks' records were the last ones made, and nothing else can reach them: give them back.
-  if (alone && !cs.empty() && next == dims.size()) dims.resize(cs[0].bits);
+  if (alone && !cs.empty() && next == dims.size()) dims.truncate(cs[0].bits);
   out = ext(kTensor, tensors.size());
   tensors.push_back(std::move(t));
   return true;
@@ -248,30 +247,53 @@ bool MetadataFolder::join_pair(Value* last, Value& k, Value& v) {
   return false;
 }
 
-uint32_t MetadataFolder::intern(std::deque<std::string>& list,
-                                std::unordered_map<std::string_view, uint32_t, StrHash>& ids, std::string_view s,
-                                std::string_view& last, uint32_t& last_id) {
-  if (!list.empty() && same_str(s, last)) return last_id;
+// Storage entries and keys come one per chunk, and a DCP writer's `.metadata` spends about 140
+// bytes on each (a key, its offsets, a _StorageInfo); reserving for one per 128 bytes up front
+// spares the vectors' doublings (each a copy, and page faults on the new block). Only what is
+// written is ever touched, so an estimate above the real count costs address space, not memory.
+void MetadataFolder::reserve_records() {
+  reserved_ = true;
+  size_t entries = static_cast<size_t>(input_bytes_ / 128);
+  keys.reserve(entries);
+  storage.reserve(entries);
+  dims.reserve(2 * entries);  // a key's offsets: one per dimension, mostly 1 or 2
+}
+
+uint32_t MetadataFolder::intern(std::deque<std::string>& list, Interned& in, std::string_view s) {
+  // The same string again (a tensor's keys all name it): often the very same bytes, the memo's.
+  if (!list.empty() && s.size() == in.last.size() &&
+      (s.data() == in.last.data() || same_bytes(s.data(), in.last.data(), s.size())))
+    return in.last_id;
+  // The string that followed the last one the last time.
+  if (!list.empty() && in.last_id < in.next.size()) {
+    const Interned::Next& n = in.next[in.last_id];
+    if (same_str(s, n.view)) {
+      in.last = s;
+      in.last_id = n.id;
+      return n.id;
+    }
+  }
+  uint32_t id;
   // A small direct-mapped cache in front of the map: a few hundred distinct files alternate.
   size_t h = StrHash{}(s);
   Cached& c = cache_[(h ^ (h >> 23)) & (kCache - 1)];
   if (c.list == &list && same_str(c.view, s)) {
-    last = c.view;
-    last_id = c.id;
-    return c.id;
-  }
-  auto f = ids.find(s);
-  uint32_t id;
-  if (f != ids.end()) {
-    id = f->second;
+    id = c.id;
   } else {
-    list.emplace_back(s);
-    id = static_cast<uint32_t>(list.size() - 1);
-    ids.emplace(list.back(), id);
+    auto f = in.ids.find(s);
+    if (f != in.ids.end()) {
+      id = f->second;
+    } else {
+      list.emplace_back(s);
+      id = static_cast<uint32_t>(list.size() - 1);
+      in.ids.emplace(list.back(), id);
+    }
+    c = {&list, list[id], id};
   }
-  last = list[id];
-  last_id = id;
-  c = {&list, last, id};
+  if (in.next.size() <= in.last_id) in.next.resize(in.last_id + 1);
+  in.next[in.last_id] = {list[id], id};  // (on the first lookup, a guess for id 0 like any other)
+  in.last = s;
+  in.last_id = id;
   return id;
 }
 

@@ -2,9 +2,13 @@
 // millions of, built while the pickle is decoded (see pickle::Folder). Internal to metadata.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <new>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -113,6 +117,50 @@ struct StrHash {
   }
 };
 
+// A vector of trivially copyable records that grows by realloc (for a large block, glibc moves the
+// pages with mremap instead of copying them, and the old block is never resident beside the new)
+// and whose appends leave the new slots for the caller to write (std::vector::resize zero-fills
+// them first, out of line).
+template <typename T>
+class RecordVec {
+  static_assert(std::is_trivially_copyable<T>::value, "records are moved with realloc");
+
+ public:
+  RecordVec() = default;
+  RecordVec(const RecordVec&) = delete;
+  RecordVec& operator=(const RecordVec&) = delete;
+  ~RecordVec() { std::free(p_); }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  size_t capacity() const { return cap_; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  // n more slots at the end, not initialised.
+  T* append(size_t n) {
+    if (cap_ - n_ < n) grow(n_ + n);
+    T* at = p_ + n_;
+    n_ += n;
+    return at;
+  }
+  void push_back(const T& v) { *append(1) = v; }
+  void truncate(size_t n) { n_ = n < n_ ? n : n_; }
+  void reserve(size_t n) {
+    if (n > cap_) resize_block(n);
+  }
+
+ private:
+  void grow(size_t need) { resize_block(std::max(need, cap_ < 64 ? size_t{64} : 2 * cap_)); }
+  void resize_block(size_t cap) {
+    if (cap > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    void* q = std::realloc(p_, cap * sizeof(T));
+    if (!q) throw std::bad_alloc();
+    p_ = static_cast<T*>(q);
+    cap_ = cap;
+  }
+  T* p_ = nullptr;
+  size_t n_ = 0, cap_ = 0;
+};
+
 // Folds the objects a large `.metadata` holds millions of into compact records while the pickle
 // is decoded (see pickle::Folder), when they look exactly as DCP writes them:
 //   ChunkStorageMetadata  -> kChunk: nd, offsets, sizes in `dims`
@@ -154,11 +202,12 @@ class MetadataFolder final : public pickle::Folder {
     bool moved = false;         // meta was moved into the model
   };
 
-  explicit MetadataFolder(Tables& tb) : tb_(tb) {}
+  // input_bytes: the size of the pickle, from which the record vectors are first reserved.
+  MetadataFolder(Tables& tb, uint64_t input_bytes) : tb_(tb), input_bytes_(input_bytes) {}
 
-  std::vector<int64_t> dims;  // chunks: nd, offsets..., sizes...; keys: offsets...
-  std::vector<Key> keys;
-  std::vector<Stored> storage;
+  RecordVec<int64_t> dims;  // chunks: nd, offsets..., sizes...; keys: offsets...
+  RecordVec<Key> keys;
+  RecordVec<Stored> storage;
   std::vector<Tensor> tensors;
   std::deque<std::string> fqns, files;  // stable: the id maps view them
   std::vector<std::vector<std::string>> transform_sets{{}};
@@ -186,10 +235,25 @@ class MetadataFolder final : public pickle::Folder {
   bool key(const Value& st, Value& out);
   bool storage_info(const Value& st, Value& out);
   bool tensor(const Value& st, Value& out);
-  uint32_t intern(std::deque<std::string>& list, std::unordered_map<std::string_view, uint32_t, StrHash>& ids,
-                  std::string_view s, std::string_view& last, uint32_t& last_id);
+  // The interning state of one list (fqns or files).
+  struct Interned {
+    std::unordered_map<std::string_view, uint32_t, StrHash> ids;
+    std::string_view last;  // the string last looked up (it views the input or the pickle's arena)
+    uint32_t last_id = 0;
+    // Per id: the string looked up after it last time, and its id. Storage entries cycle through
+    // the same files in the same order (one chunk per rank), so this is usually the next one.
+    struct Next {
+      std::string_view view;
+      uint32_t id = 0;
+    };
+    std::vector<Next> next;
+  };
+  uint32_t intern(std::deque<std::string>& list, Interned& in, std::string_view s);
+  void reserve_records();
 
   Tables& tb_;
+  uint64_t input_bytes_;
+  bool reserved_ = false;
   // The class each tag was first folded from; an object of another class of the same name is
   // declined, so that every record of a tag names one class.
   const pickle::GlobalRef* cls_[kTags] = {};
@@ -200,8 +264,7 @@ class MetadataFolder final : public pickle::Folder {
     uint32_t tag;
   };
   std::vector<Seen> seen_;
-  std::unordered_map<std::string_view, uint32_t, StrHash> fqn_ids_, file_ids_;
-  std::string_view last_fqn_, last_file_;
+  Interned fqn_in_, file_in_;
   struct Cached {
     const std::deque<std::string>* list = nullptr;
     std::string_view view;
@@ -209,7 +272,6 @@ class MetadataFolder final : public pickle::Folder {
   };
   static constexpr size_t kCache = 4096;
   Cached cache_[kCache];
-  uint32_t last_fqn_id_ = 0, last_file_id_ = 0;
 };
 
 }  // namespace dcpctl::meta_detail

@@ -546,7 +546,7 @@ Metadata parse_metadata(ByteSpan bytes, const std::string& source, const Metadat
   md.pickle_protocol = pickle_protocol(bytes);
   if (bytes.size == 0) throw FormatError(Where(source, 0), "file is empty");
   Tables tables{md, 2 * static_cast<uint64_t>(bytes.size) + (1u << 20), {}};
-  MetadataFolder folder(tables);
+  MetadataFolder folder(tables, bytes.size);
   pickle::ParseOptions opts;
   opts.source = source;
   if (options.fold) opts.folder = &folder;
