@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dcpctl's one entry point for a fresh machine. Every step is idempotent and quick the second time.
 #
-#   tools/dev.sh demo       set up, build, run dcpctl on the bundled sample checkpoint
+#   tools/dev.sh demo       set up what the binary needs (no test tools, torch without its
+#                           dependencies), build dcpctl and its plugin, run it on the bundled sample
 #   tools/dev.sh test       set up, build, run the whole test suite (CTest), then build the clang
 #                           ASan+UBSan tree (build-asan, which also holds the libFuzzer targets)
 #                           and run its pass; what .ci/run runs
