@@ -1,10 +1,8 @@
 #include "item/window.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "meta/pieces.h"
-#include "util/error.h"
 
 namespace dcpctl {
 
@@ -75,17 +73,6 @@ std::vector<Piece> WindowReader::pieces(const TensorMeta& t, const Box& box) con
 void WindowReader::expect(const TensorMeta& t, const std::vector<Window>& windows) {
   for (const Window& w : windows)
     for (const Piece& p : pieces(t, window_box(t.shape, w))) chunks_.expect(*p.source, p.chunk);
-}
-
-void WindowReader::prefetch(const TensorMeta& t, const Window& w) const {
-  for (const Piece& p : pieces(t, window_box(t.shape, w))) {
-    if (!p.run) continue;
-    try {
-      if (std::optional<DirectRun> run = reader_.direct_run(*p.source, p.chunk)) run->file->will_need(run->offset + p.from, p.bytes);
-    } catch (const Error&) {
-      // A hint only: the read itself reports what is wrong with the item.
-    }
-  }
 }
 
 void WindowReader::fill(const TensorMeta& t, const Window& w, uint8_t* dst, uint8_t* scratch) {

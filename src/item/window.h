@@ -57,9 +57,6 @@ class WindowReader {
   // Window w of `t` into dst (w.numel * itemsize bytes); `scratch`, as many bytes, holds the
   // pieces that do not land in one run. Throws FormatError if the chunks leave a gap.
   void fill(const TensorMeta& t, const Window& w, uint8_t* dst, uint8_t* scratch);
-  // Window w of `t` will be filled next: the bytes of its pieces read in place start coming in
-  // from the disk now (ReadFile::will_need), while the caller works on the window before it.
-  void prefetch(const TensorMeta& t, const Window& w) const;
   // Whole decodes of chunks not read in place: those kept for several windows, plus reads decoded
   // for one window.
   uint64_t decodes() const { return decoded_.decodes(); }

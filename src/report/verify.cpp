@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 #include "item/item_reader.h"
@@ -151,8 +150,6 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
               uint64_t bytes = w.numel * item;
               buf.prepare(bytes, bytes, decoded);
               windows.fill(t, w, buf.a(), buf.b());
-              // The next window comes in from the disk while this one is hashed.
-              if (k + 1 < plan.size()) windows.prefetch(t, plan[k + 1]);
               h.update(buf.a(), bytes);
               done += bytes;
             }
@@ -175,12 +172,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             } else {
               uint64_t step = std::max<uint64_t>(window_bytes / item, 1) * item;
               if (chunk_bytes == 0) reader.describe_chunk(t, c);
-              // Read in place (untransformed, contiguous): the next window comes in from the disk
-              // while this one's CRC-32 is computed.
-              std::optional<DirectRun> run = chunk_bytes > step ? reader.direct_run(t, c) : std::nullopt;
               for (uint64_t from = 0; from < chunk_bytes; from += step) {
                 uint64_t k = std::min(step, chunk_bytes - from);
-                if (run && from + k < chunk_bytes) run->file->will_need(run->offset + from + k, std::min(step, chunk_bytes - from - k));
                 buf.prepare(k, 0, 0);
                 reader.read_chunk_bytes(t, c, from, k, buf.a());
               }

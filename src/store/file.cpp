@@ -236,11 +236,6 @@ int DirectFd::get(const std::string& path, int flags) const {
   return fd;
 }
 
-void ReadFile::will_need(uint64_t offset, uint64_t n) const {
-  if (remote_ || fd_ < 0 || n == 0 || offset >= size_) return;
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)), POSIX_FADV_WILLNEED);
-}
-
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {
   if (remote_) return false;
   if (n == 0 || offset > size_ || n > size_ - offset) return false;

@@ -94,11 +94,6 @@ class ReadFile {
   // mapping, which faults nothing in): a bulk copy then copies from the cache in the kernel
   // (copy_file_range) instead of reading the disk again.
   bool cached(uint64_t offset, uint64_t n) const;
-  // A reader will read [offset, offset + n) next: a local file asks the kernel to start reading
-  // it now (POSIX_FADV_WILLNEED), so that the disk works while the reader computes on what it has
-  // (verify hashing a window while the next one comes in). Only a hint: nothing is read or
-  // checked here, and an object (s3://, gs://) ignores it.
-  void will_need(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }  // -1 for an s3:// object
   bool remote() const { return remote_; }
   // s3:// only (a local file ignores it): the byte ranges [offset, offset + length) this process
