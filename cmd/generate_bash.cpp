@@ -9,12 +9,6 @@
 namespace dcpctl::cli::gen {
 namespace {
 
-std::string sq(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string sq_list(const std::vector<std::string>& v) {
   std::string out;
   for (const std::string& s : v) out += (out.empty() ? "" : " ") + sq(s);

@@ -60,6 +60,9 @@ std::string emit_man(const CommandDoc& root);
 // The first line of every generated file says where it came from (`what`: bash, zsh, fish, man).
 std::string generated_notice(const std::string& what);
 
+// `s` in single quotes for a POSIX shell (bash, zsh): each ' inside becomes '\''.
+std::string sq(const std::string& s);
+
 // Calls f(cmd) for root and every subcommand below it, parents first.
 template <typename F>
 void for_each_command(const CommandDoc& root, F&& f) {

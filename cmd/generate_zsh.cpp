@@ -7,12 +7,6 @@
 namespace dcpctl::cli::gen {
 namespace {
 
-std::string sq(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Text inside an _arguments spec: "[...]" descriptions and ":message:" parts treat these specially.
 std::string spec_text(const std::string& s) {
   std::string out;

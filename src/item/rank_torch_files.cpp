@@ -64,7 +64,7 @@ struct Placement {
 };
 
 // One rank's piece of one tensor.
-struct Piece {
+struct RankPiece {
   int rank = 0;
   uint32_t file = 0;
   std::vector<int64_t> offsets, sizes;
@@ -85,7 +85,7 @@ struct Gathered {
   std::string placements_text;  // for messages: "(Shard(dim=0),)" / "plain"
   std::string first_file;       // the file that defined it
   std::set<int> ranks;          // ranks whose file holds it
-  std::vector<Piece> pieces;
+  std::vector<RankPiece> pieces;
 };
 
 std::string global_name(const Value& v) {
@@ -272,7 +272,7 @@ struct Run {
   uint64_t byte_offset = 0, bytes = 0;
 };
 
-std::vector<Run> runs_of(const Piece& p, const Where& w) {
+std::vector<Run> runs_of(const RankPiece& p, const Where& w) {
   size_t n = p.sizes.size();
   uint64_t numel = 1;
   for (int64_t s : p.sizes) numel *= static_cast<uint64_t>(s);
@@ -416,7 +416,7 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
       if (extent == UINT64_MAX || extent > rec.size / item)
         throw FormatError(w, "the local tensor needs " + std::to_string(extent) + " elements but its storage record holds " +
                                  std::to_string(rec.size / item));
-      Piece p;
+      RankPiece p;
       p.rank = rank;
       p.file = file;
       p.sizes = leaf.local.size;
@@ -450,7 +450,7 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
             for (size_t d = 0; d < mesh.size(); ++d) mesh[d] = std::max(mesh[d], (*l.coordinate)[d] + 1);
       }
       for (size_t i = 0; i < g.pieces.size(); ++i) {
-        Piece& p = g.pieces[i];
+        RankPiece& p = g.pieces[i];
         const Leaf& l = ls[i];
         std::string path = join_path(dir, md.files[p.file]);
         std::vector<int64_t> offs(g.shape.size(), 0), sizes = g.shape;
@@ -476,7 +476,7 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
         p.offsets = offs;
       }
     } else {
-      for (Piece& p : g.pieces) {
+      for (RankPiece& p : g.pieces) {
         p.offsets.assign(g.shape.size(), 0);
         if (p.sizes != g.shape)
           throw FormatError(Where(join_path(dir, md.files[p.file]), std::nullopt, g.fqn), "shape " + dims_text(p.sizes) + " here, " +
@@ -501,20 +501,20 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
     t.dtype = g.dtype;
     t.dtype_name = g.dtype_name;
     t.shape = g.shape;
-    auto numel = [](const Piece& p) {
+    auto numel = [](const RankPiece& p) {
       uint64_t n = 1;
       for (int64_t s : p.sizes) n *= static_cast<uint64_t>(s);
       return n;
     };
-    bool any_data = std::any_of(g.pieces.begin(), g.pieces.end(), [&](const Piece& p) { return numel(p) > 0; });
-    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, const Piece*> kept;
-    for (const Piece& p : g.pieces) {
+    bool any_data = std::any_of(g.pieces.begin(), g.pieces.end(), [&](const RankPiece& p) { return numel(p) > 0; });
+    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, const RankPiece*> kept;
+    for (const RankPiece& p : g.pieces) {
       if (numel(p) == 0 && (any_data || &p != &g.pieces.front())) continue;  // an empty shard holds nothing
       Where where(join_path(dir, md.files[p.file]), p.ref.offset, g.fqn);
       std::vector<Run> runs = runs_of(p, where);
       auto [it, fresh] = kept.emplace(std::make_pair(p.offsets, p.sizes), &p);
       if (!fresh) {
-        const Piece& a = *it->second;
+        const RankPiece& a = *it->second;
         bool whole = a.ref.offset == a.record_offset && a.ref.length == a.record_size && p.ref.offset == p.record_offset &&
                      p.ref.length == p.record_size && runs.size() == 1 && a.stride == p.stride;
         bool same = whole;

@@ -14,14 +14,12 @@ using nlohmann::json;
 
 namespace {
 
-bool in_order(const WritePlan& plan) { return plan.target.format->writing == Writing::InOrder; }
-
 // The tasks of record `ri`: an AtOffsets record whose pieces are all runs is one task per piece
 // (each written at its own offset, in parallel; lanes dealt round-robin from `next`); an InOrder
 // record is one task, streamed when the plan says it streams (its pieces in order), else assembled.
 void add_tasks(const Checkpoint& ck, const WritePlan& plan, size_t ri, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
   const Record& r = plan.records[ri];
-  const bool pt = in_order(plan);
+  const bool pt = plan.target.in_order();
   std::vector<ChunkRef> chunks;
   for (const Piece& p : r.pieces) chunks.push_back({static_cast<uint32_t>(p.source - ck.md.tensors.data()), p.chunk});
   // A key map's output is assembled (its pieces need not come in order, nor whole chunks): each
@@ -163,10 +161,10 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
     // Listed writer by writer: under torchrun the lowest writer with work left then always has
     // every owner at its next transfer, so a lane waiting on its rank's memory budget waits only
     // for lanes that are moving (dist/exchange.h). A .pt is written in order, on one lane.
-    for (int w = 0; w < (in_order(plan) ? 1 : d.world); ++w) {
+    for (int w = 0; w < (plan.target.in_order() ? 1 : d.world); ++w) {
       unsigned next = 0;
       for (size_t ri = 0; ri < plan.records.size(); ++ri)
-        if (in_order(plan) || d.writer_of[plan.records[ri].dest] == w) add_tasks(ck, plan, ri, w, d.lanes, next, d.tasks);
+        if (plan.target.in_order() || d.writer_of[plan.records[ri].dest] == w) add_tasks(ck, plan, ri, w, d.lanes, next, d.tasks);
     }
   }
   if (rq.exchange) plan_transfers(ck, plan, rq, d);

@@ -9,9 +9,6 @@ namespace dcpctl {
 
 namespace {
 
-bool rank_files(const Target& t) { return t.format->writing == Writing::RankFiles; }
-bool in_order(const Target& t) { return t.format->writing == Writing::InOrder; }
-
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 }  // namespace
@@ -56,7 +53,7 @@ uint64_t source_read_need(const std::vector<Record>& records, const std::vector<
 uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need) {
   const TensorMeta& t = *pt.t;
   const uint64_t cast = pt.dst != pt.src;
-  if (rank_files(target)) {
+  if (target.rank_files()) {
     // The assembled chunk, its cast, and what reading a source chunk takes.
     uint64_t n = r.box.numel();
     return n * itemsize(pt.src) + cast * n * itemsize(pt.dst) + read_need;
@@ -72,11 +69,11 @@ uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, u
   if (target.max_memory && elems * per > target.max_memory) elems = std::max<uint64_t>(1, target.max_memory / per);
   r.window_elems = std::max<uint64_t>(1, elems);
   const bool parts = pt.mapped && !pt.renamed;  // a key map's output assembled from parts
-  if (in_order(target) || !r.runs || parts) {
+  if (target.in_order() || !r.runs || parts) {
     // The whole tensor (and its cast), plus per chunk read in flight the decoded item (zstd) and
     // the dense copy a chunk that is not a run (or gives a key map's output several pieces) is
     // placed from; the .pt writer reads its chunks on all threads at once.
-    uint64_t reads = in_order(target) ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
+    uint64_t reads = target.in_order() ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
     uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !parts ? 0 : 1);
     return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
   }

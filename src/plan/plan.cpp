@@ -14,12 +14,10 @@ using nlohmann::json;
 
 namespace {
 
-bool rank_files(const Target& t) { return t.format->writing == Writing::RankFiles; }
-
 // The boxes a tensor is written as, and the rank of each (RankFiles); one whole box otherwise.
 void target_boxes(const Checkpoint& ck, const TensorMeta& t, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
                   size_t out_item, std::vector<Box>& boxes, std::vector<uint32_t>& ranks) {
-  if (!rank_files(target)) {
+  if (!target.rank_files()) {
     boxes.push_back(whole_box(t));
     ranks.push_back(0);
     return;
@@ -193,7 +191,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   plan.cast = CastChoice(cast);
 
   int world = 1;
-  if (rank_files(target)) {
+  if (target.rank_files()) {
     world = target.world_size;
     if (target.keep_layout) {
       world = 1;
@@ -219,7 +217,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
   }
   }
-  coverage.refuse_if_incomplete(Where(ck.dir), rank_files(target) ? "reshard" : "write a partial model");
+  coverage.refuse_if_incomplete(Where(ck.dir), target.rank_files() ? "reshard" : "write a partial model");
   refuse_scaled_casts(ck, plan);
   if (target.format->tensors_only) {
     for (const auto& pt : plan.tensors)
@@ -233,7 +231,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   // What each record holds at once.
   const Record* neediest = nullptr;
   for (auto& pt : plan.tensors) {
-    uint64_t read_need = rank_files(target) ? source_read_need(plan.records, pt.records) : 0;
+    uint64_t read_need = target.rank_files() ? source_read_need(plan.records, pt.records) : 0;
     for (size_t ri : pt.records) {
       Record& r = plan.records[ri];
       r.need = record_need(pt, r, target, read_need);
@@ -260,7 +258,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     throw UsageError(Where(ck.metadata_path, std::nullopt, plan.meta(*neediest).fqn),
                      "writing " + neediest->box.text() + " needs " + std::to_string(plan.largest_need) +
                          " bytes of buffers at once, more than --max-memory " + std::to_string(plan.budget) + "; raise --max-memory" +
-                         (rank_files(target) ? " or use more target ranks" : ""));
+                         (target.rank_files() ? " or use more target ranks" : ""));
 
   // The files and the records each holds, named by the format.
   switch (target.format->writing) {

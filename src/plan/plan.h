@@ -48,6 +48,11 @@ struct Target {
   // --map: the outputs are the key map's tensors (meta/keymap.h), made of parts of the selected
   // saved tensors; null: the selected tensors under their own names.
   const MappedModel* map = nullptr;
+
+  // How the format writes (Writing): a file per target rank (reshard, cast), or one stream in the
+  // plan's order (.pt).
+  bool rank_files() const { return format->writing == Writing::RankFiles; }
+  bool in_order() const { return format->writing == Writing::InOrder; }
 };
 
 // One unit of write work: a box of a tensor, written to one place.

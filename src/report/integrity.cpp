@@ -16,6 +16,7 @@
 #include "store/file.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
+#include "util/text.h"
 
 namespace dcpctl {
 
@@ -31,12 +32,6 @@ bool hex_digest(const std::string& s) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
   return true;
-}
-
-std::string lower(std::string s) {
-  for (char& c : s)
-    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
-  return s;
 }
 
 // A name megatron could have written: relative, no '..' component (it lists the directory's own
@@ -116,7 +111,7 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
       invalid(name, "digest " + digest.dump() + " is not 64 hexadecimal digits");
       continue;
     }
-    entries.push_back({name, join_path(dir, name), lower(digest.get<std::string>())});
+    entries.push_back({name, join_path(dir, name), ascii_lower(digest.get<std::string>())});
   }
 
   std::mutex mu;

@@ -10,6 +10,7 @@
 
 #include "store/http.h"
 #include "store/s3.h"
+#include "util/text.h"
 
 namespace dcpctl::aws {
 
@@ -324,8 +325,7 @@ class Chain {
     }
     trail.add("container", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI not set");
     // 9. IMDS
-    std::string disabled = env("AWS_EC2_METADATA_DISABLED").value_or("");
-    std::transform(disabled.begin(), disabled.end(), disabled.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::string disabled = ascii_lower(env("AWS_EC2_METADATA_DISABLED").value_or(""));
     if (disabled == "true") trail.fail("IMDS", "AWS_EC2_METADATA_DISABLED=true");
     try {
       return tag(imds(), "imds");

@@ -13,6 +13,7 @@
 
 #include "store/http.h"
 #include "store/s3.h"
+#include "util/text.h"
 
 namespace dcpctl::gcs {
 
@@ -26,11 +27,6 @@ const char* const kGrantJwt = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
 using store::http::tail;
 using store::http::trim;
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 // A JSON object, or an IoError saying where the text breaks: never what it holds, which may be a
 // private key or a token (nlohmann's own message quotes the last token read).
@@ -178,7 +174,7 @@ Token parse_token_answer(std::string_view text, int64_t now, const std::string& 
   for (char c : t.access_token)
     if (c < 0x21 || c > 0x7e) throw IoError(Where(what), "the access_token holds characters a header cannot carry");
   std::string type = field(j, "token_type", what, kind, false);
-  if (!type.empty() && lower(type) != "bearer")
+  if (!type.empty() && ascii_lower(type) != "bearer")
     throw IoError(Where(what), "token_type '" + tail(type, 40) + "' is not Bearer");
   auto e = j.find("expires_in");
   if (e != j.end() && !e->is_null()) {
@@ -429,7 +425,7 @@ class Chain {
     return std::nullopt;
   }
   std::string env_project() const { return env("GOOGLE_CLOUD_PROJECT").value_or(env("GCLOUD_PROJECT").value_or("")); }
-  bool no_gce_check() const { return lower(env("NO_GCE_CHECK").value_or("")) == "true"; }
+  bool no_gce_check() const { return ascii_lower(env("NO_GCE_CHECK").value_or("")) == "true"; }
 
   // gcloud's configuration folder: CLOUDSDK_CONFIG, else ~/.config/gcloud (Linux and macOS).
   std::optional<std::string> config_dir() const {

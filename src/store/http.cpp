@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "util/error.h"
+#include "util/text.h"
 
 namespace dcpctl::store::http {
 
@@ -24,11 +25,6 @@ std::string tail(std::string_view s, size_t n) {
   for (char& c : t)
     if (c == '\n' || c == '\r' || c == '\t') c = ' ';
   return t;
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 bool parse_u64(const std::string& s, uint64_t& out) {
@@ -105,7 +101,7 @@ size_t on_header(char* data, size_t, size_t n, void* ud) {
   std::string_view h(data, n);
   size_t colon = h.find(':');
   if (colon == std::string_view::npos) return n;
-  std::string name = lower(std::string(h.substr(0, colon)));
+  std::string name = ascii_lower(std::string(h.substr(0, colon)));
   std::string value = trim(h.substr(colon + 1));
   if (name == "etag") t->resp->etag = value;
   if (name == "location") t->resp->location = value;

@@ -55,7 +55,6 @@ std::string trim(std::string_view s);
 // The last `n` characters of a process's stderr or a server's body, trimmed, on one line, for an
 // error message (only ever of text that holds no secret: never a credentials file or a token).
 std::string tail(std::string_view s, size_t n = 300);
-std::string lower(std::string s);
 bool parse_u64(const std::string& s, uint64_t& out);
 
 }  // namespace dcpctl::store::http

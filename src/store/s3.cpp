@@ -17,6 +17,7 @@
 #include "store/aws_credentials.h"
 #include "store/http.h"
 #include "util/sha256.h"
+#include "util/text.h"
 
 namespace dcpctl::s3 {
 
@@ -26,7 +27,6 @@ namespace dcpctl::s3 {
 
 namespace {
 
-using store::http::lower;
 using store::http::trim;
 
 }  // namespace
@@ -52,7 +52,7 @@ IniFile parse_ini(std::string_view text) {
     in_nested = false;
     size_t eq = line.find('=');
     if (eq == std::string::npos) continue;
-    std::string key = lower(trim(std::string_view(line).substr(0, eq)));
+    std::string key = ascii_lower(trim(std::string_view(line).substr(0, eq)));
     std::string value = trim(std::string_view(line).substr(eq + 1));
     if (value.empty()) {
       in_nested = true;  // a nested block (`s3 =`): its indented lines are not this profile's keys

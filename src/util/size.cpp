@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "util/error.h"
+#include "util/text.h"
 
 namespace dcpctl {
 namespace {
@@ -12,11 +13,6 @@ namespace {
 // are computed exactly ("4.1MB" is 4100000 bytes, which a double would make 4099999).
 __extension__ typedef unsigned __int128 Wide;
 constexpr Wide kMax = std::numeric_limits<uint64_t>::max();
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t");
@@ -31,7 +27,7 @@ std::string trim(const std::string& s) {
 }
 
 uint64_t unit_multiplier(const std::string& unit, const std::string& what, const std::string& text) {
-  const std::string u = lower(unit);
+  const std::string u = ascii_lower(unit);
   if (u.empty() || u == "b") return 1;
   static const struct {
     const char* name;

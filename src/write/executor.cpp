@@ -106,7 +106,10 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   uint64_t base = files.data_start(r.dest) + r.offset;
   size_t si = itemsize(pt.src), di = itemsize(pt.dst);
   std::vector<uint8_t> conv;
-  std::optional<DirectRun> run = task.whole ? std::nullopt : src.in_place(t, task.chunks.front().chunk);
+  const std::optional<DirectRun> in_place = task.whole ? std::nullopt : src.in_place(t, task.chunks.front().chunk);
+  // Through a pointer: GCC 12 may otherwise warn that the optional's payload is used uninitialized
+  // where the code below inlines differently (a unity build), though every use is behind `run &&`.
+  const DirectRun* run = in_place ? &*in_place : nullptr;
   uint64_t window = std::min(r.window_elems * si, kDirectWindow);
   // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
   // in the kernel; any other is read past the cache.
