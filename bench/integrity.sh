@@ -5,6 +5,7 @@
 # one run, page cache dropped before each:
 #   (a) dcpctl verify --deep                 every record read, its CRC-32 checked
 #   (b) dcpctl verify --deep --checksum      and the SHA-256 of every full tensor (OpenSSL, SHA-NI)
+#   (a2), (b2): the same with --io direct (past the page cache; verify's default is buffered)
 #   (c) dcpctl consolidate -o X.safetensors  (its CRC checks on; --io direct, the default)
 #   (d) dcpctl reshard -w 2                  (--io direct)
 #   (c2), (d2): the same with --io buffered (through the page cache)
@@ -32,7 +33,7 @@ if [ ! -f "$ckpt/.metadata" ]; then
 fi
 base=${BASE:-}
 
-names=(a_verify_deep b_verify_checksum c_consolidate c2_consolidate_buffered d_reshard d2_reshard_buffered e_cat f_cat_sync g_cp_sync)
+names=(a_verify_deep b_verify_checksum a2_verify_deep_direct b2_verify_checksum_direct c_consolidate c2_consolidate_buffered d_reshard d2_reshard_buffered e_cat f_cat_sync g_cp_sync)
 [ -n "$base" ] && names+=(x_base_verify_deep x_base_verify_checksum x_base_consolidate x_base_reshard)
 cmd_for() {
   local bin=$dcpctl n=$1
@@ -42,6 +43,8 @@ cmd_for() {
     verify_checksum|b_verify_checksum) echo "'$bin' verify --deep --checksum --json '$ckpt' > '$work/checksums-$1.json'" ;;
     consolidate|c_consolidate) echo "'$bin' consolidate '$ckpt' -o '$work/i.safetensors' -q" ;;
     reshard|d_reshard) echo "'$bin' reshard '$ckpt' -o '$work/i-w2' -w 2 -q" ;;
+    a2_verify_deep_direct) echo "'$bin' verify --deep --io direct '$ckpt' > /dev/null" ;;
+    b2_verify_checksum_direct) echo "'$bin' verify --deep --checksum --io direct '$ckpt' > /dev/null" ;;
     c2_consolidate_buffered) echo "'$bin' consolidate '$ckpt' -o '$work/i.safetensors' -q --io buffered" ;;
     d2_reshard_buffered) echo "'$bin' reshard '$ckpt' -o '$work/i-w2' -w 2 -q --io buffered" ;;
     e_cat) echo "cat '$ckpt'/*.distcp > /dev/null" ;;
@@ -68,7 +71,8 @@ for n in names:
     report(work, "integrity", n, repeat, 26)
     rows[n] = summary(runs(work, "integrity", n, repeat))
 print(f"\ncheckpoint: {ckpt}: {data/1e9:.2f} GB; median of {repeat} round(s); max RSS and exit: the worst round")
-anchor = {"a_verify_deep": "e_cat", "b_verify_checksum": "e_cat", "c_consolidate": "f_cat_sync", "d_reshard": "g_cp_sync",
+anchor = {"a_verify_deep": "e_cat", "b_verify_checksum": "e_cat", "a2_verify_deep_direct": "e_cat",
+          "b2_verify_checksum_direct": "e_cat", "c_consolidate": "f_cat_sync", "d_reshard": "g_cp_sync",
           "c2_consolidate_buffered": "f_cat_sync", "d2_reshard_buffered": "g_cp_sync"}
 for n in list(anchor):
     if "x_base_" + n[2:] in rows:

@@ -18,6 +18,7 @@ struct VerifyCliOptions {
   bool checksum = false;
   unsigned threads = 0;
   std::string max_memory;
+  std::string io = "buffered";
 };
 
 static void print_findings(const json& list, const char* title) {
@@ -36,6 +37,7 @@ int run_verify(const VerifyCliOptions& o) {
   vo.deep = o.deep;
   vo.checksum = o.checksum;
   vo.threads = o.threads;
+  vo.direct_io = o.io == "direct";
   if (!o.max_memory.empty()) vo.max_memory = parse_size(o.max_memory, "--max-memory");
   json r = verify_checkpoint(o.checkpoint, vo);
   bool ok = r["ok"].get<bool>();
@@ -68,6 +70,12 @@ void setup_verify(CLI::App& parent, RunFn& run) {
   sub->add_flag("--checksum", o->checksum, "With --deep: print the SHA-256 of every full tensor (C order, little-endian)");
   sub->add_option("--threads", o->threads, "Reader threads for --deep (0 = all cores)")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on --deep/--checksum buffer memory (default 1GiB)")->type_name("SIZE");
+  sub->add_option("--io", o->io,
+                  "How --deep reads tensor data: buffered (through the page cache, with the kernel's read-ahead) or direct "
+                  "(past it where the filesystem allows it: less CPU, and the page cache is left to what it holds)")
+      ->check(CLI::IsMember({"direct", "buffered"}))
+      ->capture_default_str()
+      ->type_name("MODE");
   sub->callback([&run, o] { run = [o] { return run_verify(*o); }; });
 }
 

@@ -16,8 +16,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--filter' '--value' '--max-values')
             ;;
         'dcpctl verify')
-            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory')
-            _dcpctl_vals=('--threads' '--max-memory')
+            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io')
+            _dcpctl_vals=('--threads' '--max-memory' '--io')
             ;;
         'dcpctl ls')
             _dcpctl_opts=('-h' '--help' '--json')
@@ -72,6 +72,7 @@ _dcpctl_spec() {
 _dcpctl_value() {
     _dcpctl_kind=none _dcpctl_choices=()
     case "$1|$2" in
+        'dcpctl verify|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch') ;;
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;

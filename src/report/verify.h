@@ -33,6 +33,13 @@ struct VerifyOptions {
   // the reader decodes or gathers whole: zstd items, non-contiguous views) are charged to this
   // budget; a single need larger than the budget runs alone.
   uint64_t max_memory = 1ull << 30;
+  // --io direct: a chunk whose bytes lie in place in a local file (untransformed, contiguous, at
+  // least kDirectMinRun bytes, not all in the page cache) is read past the page cache (O_DIRECT,
+  // where the filesystem allows it) and checked where its bytes land: no copy out of the cache
+  // (a third of verify --deep's CPU) and no cache displaced (a training node's memory). Not the
+  // default: on the project's VM its synchronous reads lose to the kernel's read-ahead in wall
+  // time (docs/performance.md, "With every record's CRC-32 checked").
+  bool direct_io = false;
 };
 
 // Throws IoError only when the directory itself cannot be opened; everything else is a finding.

@@ -130,6 +130,9 @@ constexpr uint64_t kRemoteGap = 64 << 10;  // expect(): bytes nobody asked for, 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common
 // logical block size (512, 4096).
 constexpr uint64_t kDirectAlign = 4096;
+// Runs shorter than this are read through the page cache, not past it: small reads are where the
+// cache is cheap and O_DIRECT's latency is not.
+constexpr uint64_t kDirectMinRun = 1ull << 20;
 // Rounding to kDirectAlign: offsets and lengths down and up, and a buffer's first aligned byte.
 inline uint64_t align_down(uint64_t x) { return x & ~(kDirectAlign - 1); }
 inline uint64_t align_up(uint64_t x) { return align_down(x + kDirectAlign - 1); }

@@ -61,9 +61,6 @@ constexpr uint64_t kTransferWindow = 16ull << 20;
 constexpr uint64_t kDirectWindow = 16ull << 20;
 constexpr uint64_t kStreamDirectWindow = 8ull << 20;
 constexpr uint64_t kAppendWindow = 4ull << 20;  // each of the two buffers
-// Runs shorter than this are copied through the page cache, not past it: small reads are where
-// the cache is cheap and O_DIRECT's latency is not.
-constexpr uint64_t kDirectMinRun = 1ull << 20;
 
 // A worker's stream window: kStreamWindow bytes of source elements and room for their cast (up
 // to 16 bytes per element).

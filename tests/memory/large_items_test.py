@@ -6,15 +6,19 @@ on large items stays within --max-memory plus a constant (run with the venv).
 
 Real torch writes (dcp.save) a checkpoint holding one 320 MiB float32 tensor and a small one, and
 another holding the same plus a 160 MiB non-tensor item (a bytes object). With --max-memory 64MiB:
-  verify --deep --checksum  (tensors only) the SHA-256 equals hashlib's over torch's bytes of it;
-  verify --deep             (tensors only) exit 0;
+  verify --deep --checksum  (tensors only; --io buffered, its default, and direct) the SHA-256
+                            equals hashlib's over torch's bytes of it;
+  verify --deep             (tensors only; --io buffered and direct) exit 0;
   consolidate               (tensors only) to .safetensors and .pt (--io direct and buffered) and an
                             HF directory, plain and with --dtype bf16: exit 0, and the tensor equals torch's (Tensor.to for the
                             cast), read back by the safetensors package and torch.load;
   reshard -w 2              (with the bytes; --io direct and buffered) exit 0, and dcp.load of the
                             output gives the same tensor and bytes; both outputs' rank files equal.
-Every --io direct run (the default) starts with the checkpoint dropped from the page cache. The
-uncast .safetensors, .pt and reshard runs must leave it out of the cache (under a quarter of the
+verify --deep [--checksum] (--io direct and buffered) of a copy with one flipped bit in the
+tensor's data: exit 3 and a crc-mismatch naming the key.
+Every --io direct run (consolidate's and reshard's default) starts with the checkpoint dropped from
+the page cache. The verify --io direct runs and the uncast .safetensors, .pt and reshard runs must
+leave it out of the cache (under a quarter of the
 tensor cached; util-linux fincore) and their output too (written past it); the --io buffered runs
 right after must bring the checkpoint in (over half). Otherwise a cached checkpoint would be read
 through the cache, and the direct paths would not be the ones checked against torch.
@@ -74,16 +78,18 @@ def cached_bytes(files: list[Path]) -> int:
     return sum(int(x) for x in out.split())
 
 
-def check_cache(check, label: str, ck: Path, out: Path, direct: bool) -> None:
-    """After a run: past the page cache (direct), the checkpoint and the output are not in it;
-    through it, the checkpoint is."""
+def check_cache(check, label: str, ck: Path, out: Path | None, direct: bool) -> None:
+    """After a run: past the page cache (direct), the checkpoint and the output (if any) are not
+    in it; through it, the checkpoint is."""
     inp = cached_bytes(list(ck.glob("*.distcp"))) / 2**20
     if not direct:
         check(label, inp > TENSOR_MIB / 2, f"{inp:.0f} MiB of the checkpoint cached after the run (read through the cache)")
         return
+    check(label, inp < TENSOR_MIB / 4, f"{inp:.0f} MiB of the checkpoint cached after the run (read past the cache)")
+    if out is None:
+        return
     outs = [p for p in ([out] if out.is_file() else out.glob("*")) if p.name != ".metadata"]
     written = cached_bytes(outs) / 2**20
-    check(label, inp < TENSOR_MIB / 4, f"{inp:.0f} MiB of the checkpoint cached after the run (read past the cache)")
     check(label, written < TENSOR_MIB / 4, f"{written:.0f} MiB of the output cached after the run (written past the cache)")
 
 
@@ -110,13 +116,39 @@ def main() -> int:
         check = testlib.check_labelled
 
         mm = ["--max-memory", f"{MAX_MEMORY_MIB}MiB", "--threads", "2"]
-        r, peak = timed(dcpctl, ["verify", "--deep", "--checksum", "--json", *mm, str(ck_t)])
-        check("verify --deep --checksum", r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
-        check("verify --deep --checksum", f'"big": "{want}"' in r.stdout.replace('":"', '": "'), "sha256 of big equals hashlib's")
-        check("verify --deep --checksum", peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
-        r, peak = timed(dcpctl, ["verify", "--deep", *mm, str(ck_t)])
-        check("verify --deep", r.returncode == 0, f"exit {r.returncode}")
-        check("verify --deep", peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
+        # verify --io direct reads a chunk that is not cached past the page cache and checks its
+        # bytes where they land; --io buffered (its default) goes through it.
+        for label, extra in (("verify --deep --checksum --io direct", ["--checksum", "--json", "--io", "direct"]),
+                             ("verify --deep --checksum", ["--checksum", "--json"]),
+                             ("verify --deep --io direct", ["--io", "direct"]), ("verify --deep", [])):
+            buffered = "direct" not in extra
+            if not buffered:
+                evict(ck_t)
+            r, peak = timed(dcpctl, ["verify", "--deep", *extra, *mm, str(ck_t)])
+            check(label, r.returncode == 0, f"exit {r.returncode} {r.stderr[-400:]}")
+            if "--checksum" in extra:
+                check(label, f'"big": "{want}"' in r.stdout.replace('":"', '": "'), "sha256 of big equals hashlib's")
+            check(label, peak < limit, f"peak {peak:.0f} MiB < {limit} MiB")
+            if r.returncode == 0:
+                check_cache(check, label, ck_t, None, not buffered)
+        # One flipped bit in the tensor's data: found by the CRC-32 of its record on every path.
+        bad = tmp / "flipped"
+        shutil.copytree(ck_t, bad)
+        data = max(bad.glob("*.distcp"), key=lambda f: f.stat().st_size)
+        with open(data, "r+b") as f:
+            f.seek(data.stat().st_size // 2)
+            b0 = f.read(1)[0]
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b0 ^ 0x10]))
+        for label, extra in (("verify --deep --io direct (a flipped bit)", ["--io", "direct"]),
+                             ("verify --deep --checksum --io direct (a flipped bit)", ["--checksum", "--io", "direct"]),
+                             ("verify --deep (a flipped bit)", []), ("verify --deep --checksum (a flipped bit)", ["--checksum"])):
+            evict(bad)
+            r, _ = timed(dcpctl, ["verify", "--deep", "--json", *extra, *mm, str(bad)])
+            check(label, r.returncode == 3, f"exit {r.returncode} (3: problems found) {r.stderr[-300:]}")
+            check(label, '"crc-mismatch"' in r.stdout.replace('":"', '": "') and '"big"' in r.stdout,
+                  "a crc-mismatch problem naming the key big")
+        remove(bad)
         # consolidate, every output format, plain and cast: the tensor is one chunk, copied in
         # place (safetensors) or streamed into its zip record (.pt) through bounded windows.
         from safetensors import safe_open
