@@ -167,6 +167,11 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
         if (plan.target.in_order() || d.writer_of[plan.records[ri].dest] == w) add_tasks(ck, plan, ri, w, d.lanes, next, d.tasks);
     }
   }
+  // Who writes, once: process_memory asks it of every rank, up to three times a deal (a 405B
+  // plan has two million tasks).
+  d.writes.assign(static_cast<size_t>(d.world), 0);
+  for (int w : d.writer_of) d.writes[static_cast<size_t>(w)] = 1;
+  for (const Task& t : d.tasks) d.writes[static_cast<size_t>(t.writer)] = 1;
   if (rq.exchange) plan_transfers(ck, plan, rq, d);
   if (rq.upload) plan_uploads(ck, plan, rq, d);
   for (int r = 0; r < d.world; ++r) d.memory.push_back(process_memory(plan, d, r));

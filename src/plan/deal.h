@@ -94,6 +94,7 @@ struct Deal {
   unsigned lanes = 1;
   std::vector<int> writer_of;       // per planned file: the process that writes it
   std::vector<Task> tasks;          // at offsets, in order: writer by writer, each writer's in the order written
+  std::vector<uint8_t> writes;      // per process: 1 when it writes a file or runs a task
   std::vector<Transfer> transfers;  // with an exchange: every chunk a task needs, in task order
   std::vector<uint64_t> set_aside;  // per process: bytes of zstd chunks it decodes whole to push them
   // Per process, uploading into object storage: the part size and how many part buffers it holds

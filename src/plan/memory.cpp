@@ -103,10 +103,7 @@ nlohmann::json ProcessMemory::describe() const {
 ProcessMemory process_memory(const WritePlan& plan, const Deal& deal, int rank) {
   ProcessMemory m;
   const size_t r = static_cast<size_t>(rank);
-  bool writes = false;
-  for (int w : deal.writer_of) writes = writes || w == rank;
-  for (const Task& t : deal.tasks) writes = writes || t.writer == rank;
-  m.buffers = writes ? plan.largest_need : 0;
+  m.buffers = r < deal.writes.size() && deal.writes[r] ? plan.largest_need : 0;
   m.set_aside = deal.set_aside[r];
   m.upload = deal.part_size[r] * deal.part_buffers[r];
   m.budget = deal.budget;

@@ -212,8 +212,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             windows.expect(t, plan);
             Sha256 h;
             uint64_t done = 0;
-            for (size_t k = 0; k < plan.size(); ++k) {
-              const Window& w = plan[k];
+            for (const Window& w : plan) {
               uint64_t bytes = w.numel * item;
               buf.prepare(bytes, bytes, decoded);
               windows.fill(t, w, buf.a(), buf.b());
