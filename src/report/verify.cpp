@@ -145,7 +145,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         return run;
       };
       auto past_cache = [&](const DirectRun& r) {
-        return opts.direct_io && r.bytes >= kDirectMinRun && !r.file->cached(r.offset, r.bytes);
+        return opts.direct_io && r.file->worth_reading_direct(r.offset, r.bytes);
       };
       // The runs of a tensor whose chunks, in order along dimension 0, are its bytes in C order
       // (FSDP's dim-0 shards, a whole tensor): every non-empty chunk spans every other dimension

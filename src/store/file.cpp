@@ -236,6 +236,10 @@ int DirectFd::get(const std::string& path, int flags) const {
   return fd;
 }
 
+bool ReadFile::worth_reading_direct(uint64_t offset, uint64_t n) const {
+  return n >= kDirectMinRun && !cached(offset, n);
+}
+
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {
   if (remote_) return false;
   if (n == 0 || offset > size_ || n > size_ - offset) return false;

@@ -94,6 +94,9 @@ class ReadFile {
   // mapping, which faults nothing in): a bulk copy then copies from the cache in the kernel
   // (copy_file_range) instead of reading the disk again.
   bool cached(uint64_t offset, uint64_t n) const;
+  // Whether a bulk read of [offset, offset + n) should go past the page cache (read_direct) when
+  // the caller's --io is direct: kDirectMinRun bytes or more, not all cached already.
+  bool worth_reading_direct(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }  // -1 for an s3:// object
   bool remote() const { return remote_; }
   // s3:// only (a local file ignores it): the byte ranges [offset, offset + length) this process

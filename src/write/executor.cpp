@@ -113,8 +113,7 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   uint64_t window = std::min(r.window_elems * si, kDirectWindow);
   // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
   // in the kernel; any other is read past the cache.
-  if (run && pt.src == pt.dst && direct_io && run->bytes >= kDirectMinRun && window >= kDirectMinRun &&
-      !run->file->cached(run->offset, run->bytes)) {
+  if (run && pt.src == pt.dst && direct_io && window >= kDirectMinRun && run->file->worth_reading_direct(run->offset, run->bytes)) {
     uint64_t out_off = base + chunk_start(t, task.chunks.front().chunk);
     // The lane's copy window (at most the direct window), kept from one task to the next (a fresh
     // one would fault in its pages each time). Each read's aligned blocks fit in it, and so do its

@@ -27,7 +27,7 @@ uint32_t stream_runs(OutputFile& out, const std::vector<FileRun>& runs, DType sr
     }
   };
   for (const FileRun& r : runs) {
-    if (win.direct_reads && r.bytes >= kDirectMinRun && !r.file->cached(r.offset, r.bytes)) {
+    if (win.direct_reads && r.file->worth_reading_direct(r.offset, r.bytes)) {
       uint64_t window = kStreamDirectWindow / si * si;
       for (uint64_t done = 0; done < r.bytes;) {
         uint64_t k = std::min(window, r.bytes - done);
