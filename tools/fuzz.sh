@@ -9,7 +9,7 @@
 # Targets (tests/fuzz): fuzz_metadata (.metadata and any pickle), fuzz_safetensors_header,
 # fuzz_tensor_pickle (data.pkl -> tensor rebuild), fuzz_zstd (zstd-framed items, against libzstd's
 # one-shot decoder), fuzz_pickle_roundtrip (pickle writer -> VM), fuzz_item (a whole item: zstd,
-# the torch.save zip via LibTorch, data.pkl, the strided copy; links the virtualenv's LibTorch).
+# the torch.save zip's directory and records, data.pkl, the strided copy).
 # New inputs go to build-fuzz/corpus-work-TARGET (the committed seeds under tests/fuzz are only
 # read); crashes are written as build-fuzz/crash-*. Needs Debian's clang and libclang-rt-14-dev.
 # Environment: DCPCTL_JOBS (parallel fuzzing jobs, default nproc), DCPCTL_FUZZ_RSS_MB (default 2048).
@@ -33,12 +33,8 @@ SECONDS_TO_RUN=${1:-300}
 JOBS=${DCPCTL_JOBS:-$(nproc)}
 
 command -v clang++ >/dev/null || { echo "tools/fuzz.sh: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
-PY=$ROOT/.venv/bin/python
-TORCH_ARGS=()
-# fuzz_item links the virtualenv's LibTorch; without a virtualenv the other targets still build.
-if [ -x "$PY" ] && "$PY" -c 'import torch' 2>/dev/null; then TORCH_ARGS=(-DDCPCTL_PYTHON="$PY"); fi
-if [ ! -f "$BUILD/CMakeCache.txt" ] || { [ ${#TORCH_ARGS[@]} -gt 0 ] && ! grep -q "^DCPCTL_PYTHON:FILEPATH=$PY\$" "$BUILD/CMakeCache.txt"; }; then
-  CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -DDCPCTL_FUZZ_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "${TORCH_ARGS[@]}" >/dev/null
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -DDCPCTL_FUZZ_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 if [ "$BUILD_ONLY" = 1 ]; then
   cmake --build "$BUILD" -j"$JOBS"  # every fuzz target

@@ -10,7 +10,6 @@
 #include "meta/geometry.h"
 #include "meta/pieces.h"
 #include "pickle/vm.h"
-#include "torchlib/torchlib.h"
 #include "store/file.h"
 #include "util/numeric.h"
 
@@ -26,13 +25,6 @@ ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
     : ck_(ck), limits_(limits), files_(ck.md.files.size()), records_(ck.md.files.size()) {
   for (const Checkpoint::RecordCrc& r : ck.record_crcs)
     if (r.file < records_.size()) records_[r.file][r.offset] = r.size;
-  // torch.save items are read through the LibTorch plugin: load it now, so that a missing or
-  // broken plugin ends the command once (exit 5) rather than failing every item.
-  auto torch_save = [](const StorageRef& s) { return s.present() && s.format == ItemFormat::TorchSave; };
-  bool needs_torch = std::any_of(ck.md.bytes.begin(), ck.md.bytes.end(), [&](const BytesMeta& b) { return torch_save(b.storage); });
-  for (size_t i = 0; i < ck.md.tensors.size() && !needs_torch; ++i)
-    needs_torch = std::any_of(ck.md.tensors[i].storage.begin(), ck.md.tensors[i].storage.end(), torch_save);
-  if (needs_torch) torchlib::api();
   for (size_t i = 0; i < ck.dequant.weights.size(); ++i) scaled_.emplace(ck.dequant.weights[i].weight.fqn, i);
   for (size_t i = 0; i < ck.dequant.mxfp4.size(); ++i) mxfp4_.emplace(ck.dequant.mxfp4[i].blocks.fqn, i);
   for (size_t i = 0; i < ck.lora.merged.size(); ++i) merged_.emplace(ck.lora.merged[i].fqn, i);

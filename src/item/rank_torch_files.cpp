@@ -410,7 +410,7 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
                                  " here, " + dims_text(g.shape) + " placed " + g.placements_text + " in " + g.first_file);
       g.ranks.insert(rank);
       // Where the local bytes are: the storage record, from the view's offset on.
-      RecordLocation rec = arc.zip->locate_with_crc("data/" + leaf.local.storage_key);
+      RecordLocation rec = arc.zip->locate("data/" + leaf.local.storage_key);
       size_t item = itemsize(leaf.local.dtype);
       uint64_t extent = leaf.local.extent();
       if (extent == UINT64_MAX || extent > rec.size / item)

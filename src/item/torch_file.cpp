@@ -153,7 +153,7 @@ class Flattener {
     if (auto bad = unsafe_global(v); !bad.empty() && bad.rfind("torch._utils.", 0) != 0 && bad.find("Storage") == std::string::npos)
       throw UnsupportedError(where, "holds " + bad + ", which torch.load(weights_only=True) refuses");
     TensorBlob b = interpret_tensor_pickle(v, where);
-    RecordLocation rec = zip_.locate_with_crc("data/" + b.storage_key);
+    RecordLocation rec = zip_.locate("data/" + b.storage_key);
     v_.ck.record_crcs.push_back({file_, rec.offset, rec.size, rec.crc, key, "data/" + b.storage_key});
     size_t item = itemsize(b.dtype);
     uint64_t extent = b.extent();

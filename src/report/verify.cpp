@@ -164,7 +164,16 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
         return runs;
       };
-      run_tasks(n, threads, gate, [&](size_t i, WorkerBuffers& buf) {
+      // Largest first: a tensor is hashed by one worker, so the biggest ones start while the
+      // rest fill in around them, and no worker is left hashing a large tensor alone at the end.
+      std::vector<size_t> order(n);
+      std::vector<uint64_t> weight(n, 0);
+      for (size_t i = 0; i < md.tensors.size(); ++i)
+        if (md.tensors[i].dtype) weight[i] = md.tensors[i].numel() * itemsize(*md.tensors[i].dtype);
+      for (size_t i = 0; i < n; ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return weight[a] > weight[b]; });
+      run_tasks(n, threads, gate, [&](size_t k, WorkerBuffers& buf) {
+        const size_t i = order[k];
         if (i >= md.tensors.size()) {
           const BytesMeta& b = md.bytes[i - md.tensors.size()];
           if (!b.storage.present()) return;

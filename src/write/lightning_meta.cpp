@@ -180,7 +180,7 @@ struct LightningMeta::Impl {
     if (by_key.count(skey)) return true;
     Storage s;
     s.record = "data/" + skey;
-    s.rec = zip->locate_with_crc(s.record);
+    s.rec = zip->locate(s.record);
     uint64_t count = static_cast<uint64_t>(it[4].as_int());
     if (count > s.rec.size / item)
       throw FormatError(Where(path, s.rec.offset, key),

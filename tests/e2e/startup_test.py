@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Instant start: what needs no item data never loads LibTorch (standard library only).
+"""Instant start: what writes no torch.save archive never loads LibTorch (standard library only).
 
 dcpctl links no LibTorch; it loads its plugin libdcpctl_torch.so (src/torchlib/) when a command
-reads or writes a torch.save archive or joins a process group. This test proves it from outside:
+writes a torch.save archive or joins a process group. This test proves it from outside:
 
   linking     the binary's DT_NEEDED list names no LibTorch or CUDA library.
   no-plugin   with DCPCTL_TORCH_PLUGIN naming a plugin that does not exist, every command that
-              needs only `.metadata` and file structure (--help, --version, inspect, inspect
-              --json/--flat/--chunks, verify, ls, latest; and verify --deep / inspect --value of a
-              safetensors layout, whose tensors are raw bytes) exits 0 with exactly the output it
-              gives with the plugin; so it never tried to load it.
-  refusal     a command that needs LibTorch then exits 5 once, naming the plugin, every place
-              looked, and DCPCTL_TORCH_PLUGIN; it writes nothing. A file that is not a loadable
-              library is refused the same way (exit 5, "does not load").
+              does not write a torch.save archive (--help, --version, inspect, inspect
+              --json/--flat/--chunks, verify, ls, latest; verify --deep and --checksum, stats,
+              diff and inspect --value, which read items' torch.save zips with dcpctl's own zip
+              directory; the same of a safetensors layout) exits 0 with exactly the output it
+              gives with the plugin; so it never tried to load it. consolidate to .safetensors
+              writes the same bytes without it.
+  refusal     a command that writes torch.save archives (consolidate to .pt, reshard) then exits
+              5 once, naming the plugin, every place looked, and DCPCTL_TORCH_PLUGIN; it writes
+              nothing. A file that is not a loadable library is refused the same way (exit 5,
+              "does not load").
 
 usage: startup_test.py DCPCTL FIXTURES_DIR [--sanitized]
 """
@@ -29,13 +32,14 @@ from harness import EXIT_OK, EXIT_UNSUPPORTED  # noqa: E402
 
 
 def untimed(stdout):
-    """ls/latest --json output without its timing fields (seconds differ from run to run)."""
+    """--json output without its timing fields (ls/latest's timing, stats' seconds differ from run to run)."""
     try:
         doc = json.loads(stdout)
     except ValueError:
         return stdout
     if isinstance(doc, dict):
         doc.pop("timing", None)
+        doc.pop("seconds", None)
         for e in doc.get("checkpoints", []) if isinstance(doc.get("checkpoints"), list) else []:
             if isinstance(e, dict):
                 e.pop("timing", None)
@@ -66,6 +70,8 @@ def main():
         ["--help"], ["--version"],
         ["inspect", sample], ["inspect", "--json", sample], ["inspect", "--flat", sample], ["inspect", "--chunks", sample],
         ["verify", sample], ["verify", "--json", sample],
+        ["verify", "--deep", sample], ["verify", "--deep", "--checksum", "--json", sample],
+        ["stats", "--json", sample], ["diff", sample, sample], ["inspect", "--value", "app.model.tok_emb.weight", sample],
         ["inspect", hf], ["verify", hf], ["verify", "--deep", hf],
         ["inspect", st_items], ["verify", st_items],
         ["ls", run], ["ls", "--json", run], ["latest", run],
@@ -91,6 +97,18 @@ def main():
         chk.expect(untimed(without.stdout) == untimed(with_plugin.stdout),
                    f"{what}: output differs without the plugin:\n{without.stdout[:400]}\nvs\n{with_plugin.stdout[:400]}")
 
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = []
+        for plugin in (None, missing):
+            os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
+            if plugin:
+                os.environ["DCPCTL_TORCH_PLUGIN"] = plugin
+            out = os.path.join(tmp, f"m{len(outs)}.safetensors")
+            r = chk.run([dcpctl, "consolidate", sample, "-o", out, "-q"])
+            chk.expect(r.rc == EXIT_OK, f"consolidate to .safetensors (plugin {plugin}): exit {r.rc}: {r.describe()}")
+            outs.append(open(out, "rb").read() if os.path.exists(out) else None)
+        chk.expect(outs[0] is not None and outs[0] == outs[1], "consolidate to .safetensors: other bytes without the plugin")
+
     # refusal
     with tempfile.TemporaryDirectory() as tmp:
         not_a_library = os.path.join(tmp, "libdcpctl_torch.so")
@@ -98,10 +116,8 @@ def main():
             f.write("not an ELF file\n")
         for plugin, why in ((missing, "was not found"), (not_a_library, "does not load")):
             os.environ["DCPCTL_TORCH_PLUGIN"] = plugin
-            for args in (["consolidate", sample, "-o", os.path.join(tmp, "out.safetensors")],
-                         ["consolidate", sample, "-o", os.path.join(tmp, "out.pt")],
-                         ["reshard", sample, "-o", os.path.join(tmp, "out-w2"), "--world-size", "2"],
-                         ["verify", "--deep", sample], ["stats", sample]):
+            for args in (["consolidate", sample, "-o", os.path.join(tmp, "out.pt")],
+                         ["reshard", sample, "-o", os.path.join(tmp, "out-w2"), "--world-size", "2"]):
                 r = chk.run([dcpctl] + args)
                 what = f"dcpctl {' '.join(args)} (plugin {plugin})"
                 if chk.expect(r.rc == EXIT_UNSUPPORTED, f"{what}: exit {r.rc}, want 5: {r.describe()}"):

@@ -1,6 +1,6 @@
 // libFuzzer target: arbitrary bytes as one DCP item, read the way every command reads it:
 // ItemReader over the item (handed to it as "provided" bytes, so no file is opened), which undoes
-// the zstd transform, opens the torch.save zip (LibTorch's PyTorchStreamReader), reads data.pkl
+// the zstd transform, opens the torch.save zip (its directory read by dcpctl), reads data.pkl
 // with the restricted VM, interprets the tensor rebuild call, checks it against the metadata and
 // copies the (possibly strided) view out. Every input must end in success or a dcpctl::Error
 // naming the item; a crash, a sanitizer report, a leak, a timeout or an out-of-memory is a bug.
@@ -10,13 +10,10 @@
 // is taken from its own data.pkl when that parses, so the fuzzer reaches the copy paths instead
 // of stopping at the first metadata mismatch; a tensor over 1 MiB is only described.
 //
-// Why LibTorch is linked (uninstrumented, from the virtualenv) rather than stubbed: the zip
-// directory is parsed by PyTorchStreamReader/miniz in every real run, and what dcpctl must get
-// right is its own layer over it: the read adapter (exceptions never cross miniz's C frames),
-// turning c10::Error into FormatError, the local-header and record-bounds checks of locate(), and
-// everything after. libFuzzer gets coverage feedback only from dcpctl's code; miniz is exercised
-// but not instrumented (ASan's interceptors still check its memcpy/memset ranges). Seeds
-// (tests/fuzz/corpus_item): real items cut out of the fixtures, zstd ones included.
+// The zip directory (item/zip_directory.cpp: the end records, zip64, the central directory, the
+// version record) is dcpctl's own and instrumented like everything after it: the local-header
+// and record-bounds checks of locate(), data.pkl, the copy. Seeds (tests/fuzz/corpus_item): real
+// items cut out of the fixtures, zstd ones included.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
