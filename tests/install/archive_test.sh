@@ -11,8 +11,8 @@
 #     verify --deep, consolidate (.safetensors, .pt), reshard, diff, stats exit 0, and their
 #     outputs are byte-identical to the build tree's binary's (which the interop tests check
 #     against torch); the .pt also loads in torch (weights_only=True);
-#   - every library the loader maps (LD_DEBUG=libs) comes from the archive or the system: none
-#     from the virtualenv or the build tree.
+#   - every library the loader maps (LD_DEBUG=libs) while the plugin writes a .pt comes from the
+#     archive or the system: none from the virtualenv or the build tree.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../skip.sh"
@@ -110,8 +110,9 @@ assert a.state_dict_metadata == b.state_dict_metadata, "state_dict_metadata"
 assert a.storage_data == b.storage_data, "storage_data"
 PY
 
-# Where every library came from.
-bare env LD_DEBUG=libs "$root/bin/dcpctl" verify --deep "$sample" >/dev/null 2>"$tmp/ld.log" || fail "verify --deep under LD_DEBUG"
+# Where every library came from, in a command that loads the plugin (writing a torch.save .pt).
+bare env LD_DEBUG=libs "$root/bin/dcpctl" consolidate "$sample" -o "$tmp/ld.pt" -q >/dev/null 2>"$tmp/ld.log" ||
+  fail "consolidate to .pt under LD_DEBUG"
 grep -q "calling init: .*libtorch_cpu.so" "$tmp/ld.log" || fail "LD_DEBUG shows no libtorch_cpu loaded (is the log empty?)"
 while IFS= read -r lib; do
   case "$lib" in
