@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: every byte checked, at the speed of the disk. On a 2.4 GB checkpoint written by real
 # torch over 4 ranks (bench/make_big_ckpt.py --ranks 4 --layers 4; generated on first use under
-# WORKDIR/ckpt-4l-4r, never committed; LAYERS=10 RANKS=8 make the 4.8 GB one), side by side in
+# WORKDIR/ckpt-4l-4r, never committed; LAYERS=10 RANKS=8 make the 4.8 GB one, LAYERS=40 POOL=2048
+# the 16 GB one, its shards memory-mapped from a 2 GiB pool: make_big_ckpt.py --pool), side by side in
 # one run, page cache dropped before each:
 #   (a) dcpctl verify --deep                 every record read, its CRC-32 checked
 #   (b) dcpctl verify --deep --checksum      and the SHA-256 of every full tensor (OpenSSL, SHA-NI)
@@ -17,7 +18,8 @@
 #
 #   bench/integrity.sh [WORKDIR]     (default /tmp/dcpctl-bench; needs ~10 GB free there)
 #
-# Environment: DCPCTL, PYTHON, REPEAT (rounds, default 3; medians), BASE (see above).
+# Environment: DCPCTL, PYTHON, REPEAT (rounds, default 3; medians), BASE (see above), LAYERS,
+# RANKS, POOL (the checkpoint's shape, see above).
 # Prints per-run lines, a table with each row's ratio to its anchor, and the targets: (b) <= 1.1x
 # (e); (c) <= 1.1x (f); (d) <= 1.1x (g). Checks that (b)'s checksums equal hashlib.sha256 of
 # torch's own view of each tensor (dcp_to_torch_save of the checkpoint, C order).
@@ -29,7 +31,7 @@ layers=${LAYERS:-4} ranks=${RANKS:-4}
 ckpt=$work/ckpt-${layers}l-${ranks}r
 if [ ! -f "$ckpt/.metadata" ]; then
   echo "== generating the checkpoint under $ckpt ($ranks ranks, $layers layers, real torch)"
-  "$py" "$root/bench/make_big_ckpt.py" "$ckpt" --ranks "$ranks" --layers "$layers"
+  "$py" "$root/bench/make_big_ckpt.py" "$ckpt" --ranks "$ranks" --layers "$layers" ${POOL:+--pool "$POOL"}
 fi
 base=${BASE:-}
 

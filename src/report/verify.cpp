@@ -49,9 +49,10 @@ class Collector {
 
 // Reads run `r` a window of the worker's buffer (`buf`, `window` bytes) at a time and hands each
 // window's bytes to `take` where they landed, never copied again: past the page cache (O_DIRECT,
-// where the filesystem allows it) with `past_cache`, else through it. The file's ledger checks the
-// CRC-32 of the run's record as its bytes pass. Every read after the first starts on a block, so
-// no block is read twice.
+// where the filesystem allows it) with `past_cache`, else through it, the next window asked of
+// the disk before this one is handed over (the disk reads while `take` hashes). The file's ledger
+// checks the CRC-32 of the run's record as its bytes pass. Every read after the first starts on
+// a block, so no block is read twice.
 template <typename Take>
 void read_run(const DirectRun& r, bool past_cache, const std::string& key, uint8_t* buf, uint64_t window, Take&& take) {
   uint8_t* aligned = align_up(buf);
@@ -63,6 +64,7 @@ void read_run(const DirectRun& r, bool past_cache, const std::string& key, uint8
       take(r.file->read_direct(at, k, aligned, key), k);
     } else {
       r.file->read_at(at, aligned, k, key);
+      if (done + k < r.bytes) r.file->prefetch(at + k, std::min(step, r.bytes - done - k));
       take(aligned, k);
     }
     done += k;
@@ -245,10 +247,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
               // Decoded or gathered whole by the reader anyway: one read, not one per window.
               buf.prepare(chunk_bytes, 0, needs[c]);
               reader.read_chunk(t, c, buf.a());
-            } else if (chunk_bytes >= kDirectMinRun && window_bytes >= kDirectMinRun && (run = local_run(t, c)) && past_cache(*run)) {
+            } else if (chunk_bytes >= kDirectMinRun && window_bytes >= kDirectMinRun && (run = local_run(t, c))) {
               // Checked where its bytes land: the ledger takes the CRC-32 as they pass.
               buf.prepare(window_bytes, 0, 0);
-              read_run(*run, true, t.fqn, buf.a(), window_bytes, [](const uint8_t*, uint64_t) {});
+              read_run(*run, past_cache(*run), t.fqn, buf.a(), window_bytes, [](const uint8_t*, uint64_t) {});
             } else {
               uint64_t step = std::max<uint64_t>(window_bytes / item, 1) * item;
               if (chunk_bytes == 0) reader.describe_chunk(t, c);

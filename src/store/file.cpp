@@ -240,6 +240,11 @@ bool ReadFile::worth_reading_direct(uint64_t offset, uint64_t n) const {
   return n >= kDirectMinRun && !cached(offset, n);
 }
 
+void ReadFile::prefetch(uint64_t offset, uint64_t n) const {
+  if (remote_ || n == 0 || offset >= size_) return;
+  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)), POSIX_FADV_WILLNEED);
+}
+
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {
   if (remote_) return false;
   if (n == 0 || offset > size_ || n > size_ - offset) return false;

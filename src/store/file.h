@@ -97,6 +97,10 @@ class ReadFile {
   // Whether a bulk read of [offset, offset + n) should go past the page cache (read_direct) when
   // the caller's --io is direct: kDirectMinRun bytes or more, not all cached already.
   bool worth_reading_direct(uint64_t offset, uint64_t n) const;
+  // Asks the kernel to start reading [offset, offset + n) into the page cache now, without
+  // waiting (POSIX_FADV_WILLNEED): a reader that reads a window, then works on it, keeps the disk
+  // busy with the next window meanwhile. A hint only: an s3:// object or a refusal is a no-op.
+  void prefetch(uint64_t offset, uint64_t n) const;
   int fd() const { return fd_; }  // -1 for an s3:// object
   bool remote() const { return remote_; }
   // s3:// only (a local file ignores it): the byte ranges [offset, offset + length) this process
