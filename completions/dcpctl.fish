@@ -36,7 +36,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -s h -l help -d 'Prin
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l json -d 'Print the report as JSON (schema_version 1) on stdout'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also read every item: its dtype, shape and length against .metadata, and the CRC-32 of every record it holds'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With --deep: print the SHA-256 of every full tensor (C order, little-endian)'
-complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores)'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d 'Cap on --deep/--checksum buffer memory (default 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l io -x -a 'direct buffered' -d 'How --deep reads tensor data: buffered (through the page cache, with the kernel\'s read-ahead) or direct (past it where the filesystem allows it: less CPU, and the page cache is left to what it holds)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'

@@ -115,7 +115,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       reader.expect(items);
       std::mutex mu;
       uint64_t bytes_read = 0;
-      unsigned threads = opts.threads ? opts.threads : default_threads();
+      unsigned threads = opts.threads ? opts.threads : opts.direct_io ? std::max(default_threads(), kDirectReaders) : default_threads();
       size_t n = md.tensors.size() + md.bytes.size();
       threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n)));
       // Every buffer a worker holds is charged to the gate: windows of the full tensor (for
