@@ -43,7 +43,7 @@ class TorchZip {
   RecordLocation locate(const std::string& name);
   // locate(), and the record's CRC-32 checked as its bytes are read (ByteSource::watch_crc):
   // for a reader about to read them. A small record (64 KiB at most) is read here, with its
-  // header and descriptor in one read, and checked at once; the reader's own read of it then
+  // local header in one read, and checked at once; the reader's own read of it then
   // comes from the same page cache.
   RecordLocation watch(const std::string& name);
   const std::shared_ptr<const ByteSource>& source() const { return src_; }

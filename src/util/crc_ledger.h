@@ -1,7 +1,8 @@
 // The CRC-32s a checkpoint's records carry, checked as their bytes are read.
 //
 // Every record torch.save writes into a zip (a DCP item, a .pt file) carries the CRC-32 of its
-// bytes (in its local header, or with flag bit 3 in the data descriptor after them); torch's own
+// bytes (in the central directory, and in its local header or with flag bit 3 in the data
+// descriptor after them; dcpctl takes the directory's, item/zip_directory.h); torch's own
 // reader never checks them (its miniz is built with MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so a
 // flipped bit in tensor data loads silently. The item reader tells a file's ledger which records
 // it is about to read (watch); every read of the file then hands the ledger the bytes it read
