@@ -87,8 +87,9 @@ RecordLocation TorchZip::place(const std::string& name, std::vector<uint8_t>* by
   RecordLocation loc;
   loc.size = e->size;
   loc.offset = header + kHeader + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
-  // The CRC-32 the directory records: what torch's reader checks a record against. Without a
-  // data descriptor (flag bit 3) the local header holds it too, and must agree.
+  // The CRC-32 the directory records: what miniz checks a record against on extraction (torch
+  // builds it with the check off). Without a data descriptor (flag bit 3) the local header holds
+  // it too, and must agree.
   loc.crc = e->crc;
   if (!(flags & 8) && le32(h + 14) != e->crc)
     throw FormatError(where_, "record '" + name + "' has a zip local header whose CRC-32 differs from its directory's");

@@ -5,8 +5,8 @@
 
 #include "util/crc32.h"
 #include "util/crc_ledger.h"
-#include "util/text.h"
 #include "util/le.h"
+#include "util/text.h"
 
 namespace dcpctl {
 
@@ -21,7 +21,6 @@ constexpr uint64_t kFirstTail = 4096;
 // caffe2/serialize/versions.h (torch 2.15): the format versions PyTorchStreamReader accepts.
 constexpr uint64_t kMinVersion = 1, kMaxVersion = 10;
 constexpr uint64_t kMaxVersionRecord = 64;
-
 
 // The archive's bytes as read so far: its tail, held, and anything else read on demand.
 class Bytes {
@@ -145,7 +144,6 @@ ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
 
   const uint8_t* d = b.at(dir_offset, dir_size);
   std::vector<uint8_t> dir(d, d + dir_size);  // held: reading the version record may reuse the scratch
-  entries_.reserve(count);
   uint64_t pos = 0;
   for (uint64_t i = 0; i < count; ++i) {
     // Central directory header: signature, versions (2+2), flags, method, time, date, crc-32,
