@@ -5,7 +5,6 @@
 #include "item/zip_directory.h"
 #include "util/crc32.h"
 #include "util/crc_ledger.h"
-#include "util/le.h"
 
 namespace dcpctl {
 
@@ -68,30 +67,28 @@ RecordLocation TorchZip::place(const std::string& name, std::vector<uint8_t>* by
     throw UnsupportedError(where_, "record '" + name + "' is compressed (zip method " + std::to_string(e->method) +
                                        "); torch.save never compresses");
   if (e->flags & 1) throw UnsupportedError(where_, "record '" + name + "' is encrypted; torch.save never encrypts");
-  // The directory put the header and the bytes inside the archive, before the directory. Local
-  // file header: signature PK\3\4, version(2) flags(2) method(2) time(2) date(2) crc32(4)
-  // sizes(4+4) name length(2) extra length(2); the record's bytes follow its name and extra field
-  // (torch.save's pads the bytes to 64). A small record is read with its header in one read.
-  constexpr uint64_t kHeader = 30, kPadding = 128;
+  // The directory put the local header and the bytes inside the archive, before the directory.
+  // A small record is read with its header in one read (its name and extra field are a few dozen
+  // bytes in torch.save's archives; more cost a second read below).
+  constexpr uint64_t kPadding = 128;
   const uint64_t size = src_->size(), header = e->header_offset;
   const bool small = bytes && e->size <= kSmallRecord;
-  std::vector<uint8_t> span(small ? std::min(size - header, kHeader + e->name.size() + kPadding + e->size) : kHeader);
+  std::vector<uint8_t> span(small ? std::min(size - header, LocalHeader::kSize + e->name.size() + kPadding + e->size)
+                                  : LocalHeader::kSize);
   src_->read(header, span.data(), span.size());
-  const uint8_t* h = span.data();
-  if (h[0] != 'P' || h[1] != 'K' || h[2] != 3 || h[3] != 4)
-    throw FormatError(where_, "record '" + name + "' has a damaged zip local header");
-  uint16_t method = static_cast<uint16_t>(h[8] | (h[9] << 8)), flags = static_cast<uint16_t>(h[6] | (h[7] << 8));
-  if (method != 0)
-    throw UnsupportedError(where_, "record '" + name + "' is compressed (zip method " + std::to_string(method) +
+  std::optional<LocalHeader> local = parse_local_header(span.data(), header);
+  if (!local) throw FormatError(where_, "record '" + name + "' has a damaged zip local header");
+  if (local->method != 0)
+    throw UnsupportedError(where_, "record '" + name + "' is compressed (zip method " + std::to_string(local->method) +
                                        "); torch.save never compresses");
   RecordLocation loc;
   loc.size = e->size;
-  loc.offset = header + kHeader + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
+  loc.offset = local->data_offset;
   // The CRC-32 the directory records: what miniz checks a record against on extraction (torch
   // builds it with the check off). Without a data descriptor (flag bit 3) the local header holds
   // it too, and must agree.
   loc.crc = e->crc;
-  if (!(flags & 8) && le32(h + 14) != e->crc)
+  if (!(local->flags & 8) && local->crc != e->crc)
     throw FormatError(where_, "record '" + name + "' has a zip local header whose CRC-32 differs from its directory's");
   if (loc.offset > size || loc.size > size - loc.offset)
     throw FormatError(where_, "record '" + name + "' (" + std::to_string(loc.size) + " bytes at " +

@@ -14,7 +14,7 @@ namespace {
 
 constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSig = 0x06054b50, kEnd64Sig = 0x06064b50,
                    kLocator64Sig = 0x07064b50;
-constexpr uint64_t kLocal = 30, kCentral = 46, kEnd = 22, kLocator64 = 20, kEnd64 = 56;
+constexpr uint64_t kLocal = LocalHeader::kSize, kCentral = 46, kEnd = 22, kLocator64 = 20, kEnd64 = 56;
 constexpr uint64_t kMaxComment = 0xFFFF;
 // The end records and, for a DCP item, the whole directory and its version record: one read.
 constexpr uint64_t kFirstTail = 4096;
@@ -218,9 +218,9 @@ ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
   if (!v) throw b.error(dir_offset, "the archive has no version record (" + folder_ + "version)");
   if (v->method != 0 || v->size > kMaxVersionRecord)
     throw b.error(dir_offset, "the version record " + record_name(v->name) + " is not a short stored record");
-  const uint8_t* h = b.at(v->header_offset, kLocal);
-  if (le32(h) != kLocalSig) throw b.error(v->header_offset, "damaged zip local header for record " + record_name(v->name));
-  uint64_t data = v->header_offset + kLocal + le16(h + 26) + le16(h + 28);
+  std::optional<LocalHeader> local = parse_local_header(b.at(v->header_offset, kLocal), v->header_offset);
+  if (!local) throw b.error(v->header_offset, "damaged zip local header for record " + record_name(v->name));
+  const uint64_t data = local->data_offset;
   if (data > size || v->size > size - data)
     throw b.error(v->header_offset, "record " + record_name(v->name) + " runs past the archive's end");
   const uint8_t* bytes = b.at(data, v->size);
@@ -231,7 +231,16 @@ ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
   if (*version < kMinVersion || *version > kMaxVersion)
     throw b.error(data, "format version " + std::to_string(*version) + " is outside the " + std::to_string(kMinVersion) +
                             "-" + std::to_string(kMaxVersion) + " torch reads");
-  version_ = *version;
+}
+
+std::optional<LocalHeader> parse_local_header(const uint8_t* h, uint64_t header_offset) {
+  if (le32(h) != kLocalSig) return std::nullopt;
+  LocalHeader l;
+  l.flags = le16(h + 6);
+  l.method = le16(h + 8);
+  l.crc = le32(h + 14);
+  l.data_offset = header_offset + kLocal + le16(h + 26) + le16(h + 28);
+  return l;
 }
 
 std::vector<std::string> ZipDirectory::records() const {

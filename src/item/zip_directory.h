@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,6 +35,19 @@ struct ZipEntry {
   uint16_t flags = 0;          // general purpose bits (3: a data descriptor follows the bytes)
 };
 
+// A record's local file header, the kLocalHeader bytes at its header_offset: signature PK\3\4,
+// version(2) flags(2) method(2) time(2) date(2) crc32(4) sizes(4+4) name length(2) extra
+// length(2); the record's bytes follow its name and extra field (torch.save's pads them to 64).
+struct LocalHeader {
+  static constexpr uint64_t kSize = 30;
+  uint16_t flags = 0, method = 0;
+  uint32_t crc = 0;          // 0 with flag bit 3 (a data descriptor follows the bytes)
+  uint64_t data_offset = 0;  // where the record's bytes begin
+};
+// The header whose kSize bytes are at `h`, read from `header_offset`; nullopt when its signature
+// is wrong.
+std::optional<LocalHeader> parse_local_header(const uint8_t* h, uint64_t header_offset);
+
 class ZipDirectory {
  public:
   static constexpr uint64_t kMaxCentralDirectory = 256ull << 20;
@@ -43,19 +57,16 @@ class ZipDirectory {
   // error the source raised.
   ZipDirectory(const ByteSource& src, const Where& where);
 
-  const std::vector<ZipEntry>& entries() const { return entries_; }
   // The records' names inside the folder, in the directory's order (getAllRecords).
   std::vector<std::string> records() const;
   // The record `name` inside the archive's folder ("data.pkl"), or null.
   const ZipEntry* find(const std::string& name) const;
   const std::string& folder() const { return folder_; }
-  uint64_t version() const { return version_; }
 
  private:
   std::vector<ZipEntry> entries_;
   std::unordered_map<std::string, size_t> by_name_;  // ascii_lower(name) -> entries_ index
   std::string folder_;                                // "archive/"
-  uint64_t version_ = 0;
 };
 
 }  // namespace dcpctl

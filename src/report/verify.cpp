@@ -168,12 +168,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       };
       // Largest first: a tensor is hashed by one worker, so the biggest ones start while the
       // rest fill in around them, and no worker is left hashing a large tensor alone at the end.
+      auto bytes_of = [&](size_t i) { return i < md.tensors.size() ? md.tensors[i].nbytes() : 0; };
       std::vector<size_t> order(n);
-      std::vector<uint64_t> weight(n, 0);
-      for (size_t i = 0; i < md.tensors.size(); ++i)
-        if (md.tensors[i].dtype) weight[i] = md.tensors[i].numel() * itemsize(*md.tensors[i].dtype);
       for (size_t i = 0; i < n; ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return weight[a] > weight[b]; });
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes_of(a) > bytes_of(b); });
       run_tasks(n, threads, gate, [&](size_t k, WorkerBuffers& buf) {
         const size_t i = order[k];
         if (i >= md.tensors.size()) {
