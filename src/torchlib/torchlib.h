@@ -1,12 +1,11 @@
 // LibTorch behind a plugin. The dcpctl binary does not link LibTorch: loading libtorch_cpu
 // (~450 MB, its static initialisers and relocations) costs 0.2 s of CPU, and from a cold cache
-// 236 MB of reads and 0.4 s, which a command that does not write a torch.save archive should
-// never pay. What dcpctl takes from LibTorch lives in libdcpctl_torch.so, loaded on first use:
-//   - the torch.save zip writer (caffe2's PyTorchStreamWriter),
+// 236 MB of reads and 0.4 s, which no command outside torchrun pays. What dcpctl takes from
+// LibTorch lives in libdcpctl_torch.so, loaded on first use:
 //   - the process group under torchrun (c10d's TCPStore and ProcessGroupGloo),
-//   - the zip index of a torch.save archive (caffe2's PyTorchStreamReader): dcpctl reads archives
-//     with its own item/zip_directory.h; this one is the oracle tests/unit/test_zip_directory.cpp
-//     checks it against.
+//   - caffe2's PyTorchStreamReader and PyTorchStreamWriter, the torch.save zip container: dcpctl
+//     reads and writes archives itself (item/zip_directory.h, write/torch_zip_writer.h); these are
+//     the oracles tests/unit/test_zip_directory.cpp and test_torch_zip_writer.cpp check them against.
 // Everything around them (record checks, pickles, streaming CRCs, the commit protocol) stays in
 // the library proper; the plugin is the thinnest layer over LibTorch that could be drawn.
 //
@@ -50,7 +49,8 @@ class ZipIndex {
 class ZipWriter {
  public:
   virtual ~ZipWriter() = default;
-  // A null `data` with n > 0 makes miniz write the record's metadata only (see TorchSaveWriter).
+  // A null `data` with n > 0 makes miniz write the record's metadata only, and hand the sink a
+  // null pointer for its n bytes.
   virtual void record(const std::string& name, const void* data, size_t n) = 0;
   virtual void finish() = 0;
 };

@@ -1,9 +1,9 @@
-// Writing torch.save zip archives (the `.pt` output, and each item of a DCP checkpoint) with
-// LibTorch's PyTorchStreamWriter, record by record, straight to an OutputFile.
+// Writing torch.save zip archives (the `.pt` output, and each item of a DCP checkpoint), record by
+// record, straight to an OutputFile, in the layout of torch's own writer (write/torch_zip_writer.h).
 //
 // Records, in torch.save's order: data.pkl (pickle protocol 2), .format_version ("1"),
 // .storage_alignment ("64"), byteorder ("little"), data/<key> for each storage, then version
-// and .data/serialization_id (written by the writer at the end). Records are stored, 64-byte aligned.
+// and .data/serialization_id (written at the end). Records are stored, 64-byte aligned.
 //
 // A tensor is pickled as torch.save pickles a contiguous CPU tensor:
 //   torch._utils._rebuild_tensor_v2(persid(('storage', torch.<X>Storage, key, 'cpu', numel)),
@@ -11,7 +11,6 @@
 // and, for dtypes without a legacy storage class (uint16/32/64, float8, ...),
 //   torch._utils._rebuild_tensor_v3(persid(('storage', torch.storage.UntypedStorage, key, 'cpu', nbytes)),
 //                                   0, size, stride, False, OrderedDict(), torch.<dtype>)
-// PyTorchStreamWriter is reached through the LibTorch plugin (torchlib/torchlib.h).
 #pragma once
 
 #include <functional>
@@ -51,12 +50,9 @@ class TorchSaveWriter {
 void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
 
 // The same archive with the tensor's `n` bytes streamed rather than handed over in one buffer:
-// PyTorchStreamWriter lays out the records with the payload left to us (a null data pointer makes
-// miniz write the record's metadata only, and skip its CRC); when the writer reaches the payload,
-// `payload()` appends exactly `n` bytes to `out` and returns their CRC-32, which goes into the
-// record's data descriptor and central directory entry as miniz would have written it. So a chunk
-// of any size costs a window of memory, not a chunk. (torch's .data/serialization_id, a hash that
-// folds in each record's CRC as the writer saw it, hashes 0 for this record; nothing reads it back.)
+// when the writer reaches them, `payload()` appends exactly `n` bytes to `out` and returns their
+// CRC-32, which goes into the record's data descriptor and central directory entry. So a chunk of
+// any size costs a window of memory, not a chunk, and the archive is the one torch.save writes.
 void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, uint64_t n,
                                 const std::function<uint32_t()>& payload);
 

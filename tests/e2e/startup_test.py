@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
-"""Instant start: what writes no torch.save archive never loads LibTorch (standard library only).
+"""Instant start: only a process group loads LibTorch (standard library only).
 
 dcpctl links no LibTorch; it loads its plugin libdcpctl_torch.so (src/torchlib/) when a command
-writes a torch.save archive or joins a process group. This test proves it from outside:
+joins a process group (torchrun). It reads and writes torch.save archives itself
+(item/zip_directory.h, write/torch_zip_writer.h). This test proves it from outside:
 
   linking     the binary's DT_NEEDED list names no LibTorch or CUDA library.
   no-plugin   with DCPCTL_TORCH_PLUGIN naming a plugin that does not exist, every command that
-              does not write a torch.save archive (--help, --version, inspect, inspect
-              --json/--flat/--chunks, verify, ls, latest; verify --deep and --checksum, stats,
-              diff and inspect --value, which read items' torch.save zips with dcpctl's own zip
-              directory; the same of a safetensors layout) exits 0 with exactly the output it
-              gives with the plugin; so it never tried to load it. consolidate to .safetensors
-              writes the same bytes without it.
-  refusal     a command that writes torch.save archives (consolidate to .pt, reshard) then exits
-              5 once, naming the plugin, every place looked, and DCPCTL_TORCH_PLUGIN; it writes
-              nothing. A file that is not a loadable library is refused the same way (exit 5,
-              "does not load").
+              reads (--help, --version, inspect, inspect --json/--flat/--chunks, verify, ls,
+              latest; verify --deep and --checksum, stats, diff and inspect --value, which read
+              items' torch.save zips; the same of a safetensors layout) exits 0 with exactly the
+              output it gives with the plugin; so it never tried to load it. Every writer
+              (consolidate to .safetensors and to .pt, reshard, cast) writes the same bytes
+              without it (a DCP output's .metadata aside: its save_id is a fresh uuid).
+  refusal     a command run under torchrun's environment (WORLD_SIZE=2) then exits 5 once,
+              naming the plugin, every place looked, and DCPCTL_TORCH_PLUGIN; it writes nothing.
+              A file that is not a loadable library is refused the same way (exit 5, "does not
+              load").
 
 usage: startup_test.py DCPCTL FIXTURES_DIR [--sanitized]
 """
@@ -97,36 +98,55 @@ def main():
         chk.expect(untimed(without.stdout) == untimed(with_plugin.stdout),
                    f"{what}: output differs without the plugin:\n{without.stdout[:400]}\nvs\n{with_plugin.stdout[:400]}")
 
+    def tree(path):
+        """A file's bytes, or a directory's files' bytes by name (a DCP .metadata left out)."""
+        if os.path.isfile(path):
+            return open(path, "rb").read()
+        if not os.path.isdir(path):
+            return None
+        return {n: open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path)) if n != ".metadata"}
+
     with tempfile.TemporaryDirectory() as tmp:
-        outs = []
-        for plugin in (None, missing):
-            os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
-            if plugin:
-                os.environ["DCPCTL_TORCH_PLUGIN"] = plugin
-            out = os.path.join(tmp, f"m{len(outs)}.safetensors")
-            r = chk.run([dcpctl, "consolidate", sample, "-o", out, "-q"])
-            chk.expect(r.rc == EXIT_OK, f"consolidate to .safetensors (plugin {plugin}): exit {r.rc}: {r.describe()}")
-            outs.append(open(out, "rb").read() if os.path.exists(out) else None)
-        chk.expect(outs[0] is not None and outs[0] == outs[1], "consolidate to .safetensors: other bytes without the plugin")
+        writers = [("consolidate to .safetensors", ["consolidate", sample, "-o"], ".safetensors"),
+                   ("consolidate to .pt", ["consolidate", sample, "-o"], ".pt"),
+                   ("reshard", ["reshard", sample, "--world-size", "2", "-o"], ""),
+                   ("cast", ["cast", sample, "--dtype", "bf16", "-o"], "")]
+        for what, args, ext in writers:
+            outs = []
+            for plugin in (None, missing):
+                os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
+                if plugin:
+                    os.environ["DCPCTL_TORCH_PLUGIN"] = plugin
+                out = os.path.join(tmp, f"{args[0]}{len(outs)}{ext}")
+                r = chk.run([dcpctl] + args + [out, "-q"])
+                chk.expect(r.rc == EXIT_OK, f"{what} (plugin {plugin}): exit {r.rc}: {r.describe()}")
+                outs.append(tree(out))
+            chk.expect(outs[0] and outs[0] == outs[1], f"{what}: other bytes without the plugin")
 
     # refusal
     with tempfile.TemporaryDirectory() as tmp:
         not_a_library = os.path.join(tmp, "libdcpctl_torch.so")
         with open(not_a_library, "w") as f:
             f.write("not an ELF file\n")
+        launch = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
         for plugin, why in ((missing, "was not found"), (not_a_library, "does not load")):
             os.environ["DCPCTL_TORCH_PLUGIN"] = plugin
-            for args in (["consolidate", sample, "-o", os.path.join(tmp, "out.pt")],
-                         ["reshard", sample, "-o", os.path.join(tmp, "out-w2"), "--world-size", "2"]):
-                r = chk.run([dcpctl] + args)
-                what = f"dcpctl {' '.join(args)} (plugin {plugin})"
-                if chk.expect(r.rc == EXIT_UNSUPPORTED, f"{what}: exit {r.rc}, want 5: {r.describe()}"):
-                    for s in ("libdcpctl_torch.so", why, plugin, "DCPCTL_TORCH_PLUGIN"):
-                        chk.expect(s in r.stderr + r.stdout, f"{what}: does not say {s!r}: {r.stderr.strip()[:400]}")
-                    chk.expect(r.stderr.count("needs LibTorch") + r.stdout.count("needs LibTorch") == 1,
-                               f"{what}: the plugin failure must be reported once: {r.stderr[:600]}")
-                left = sorted(n for n in os.listdir(tmp) if n != "libdcpctl_torch.so")
-                chk.expect(not left, f"{what}: left {left} behind")
+            os.environ.update(launch)
+            try:
+                for args in (["consolidate", sample, "-o", os.path.join(tmp, "out.safetensors")],
+                             ["reshard", sample, "-o", os.path.join(tmp, "out-w2"), "--world-size", "2"]):
+                    r = chk.run([dcpctl] + args, timeout=30)
+                    what = f"torchrun's environment: dcpctl {' '.join(args)} (plugin {plugin})"
+                    if chk.expect(r.rc == EXIT_UNSUPPORTED, f"{what}: exit {r.rc}, want 5: {r.describe()}"):
+                        for s in ("libdcpctl_torch.so", why, plugin, "DCPCTL_TORCH_PLUGIN"):
+                            chk.expect(s in r.stderr + r.stdout, f"{what}: does not say {s!r}: {r.stderr.strip()[:400]}")
+                        chk.expect(r.stderr.count("needs LibTorch") + r.stdout.count("needs LibTorch") == 1,
+                                   f"{what}: the plugin failure must be reported once: {r.stderr[:600]}")
+                    left = sorted(n for n in os.listdir(tmp) if n != "libdcpctl_torch.so")
+                    chk.expect(not left, f"{what}: left {left} behind")
+            finally:
+                for k in launch:
+                    os.environ.pop(k, None)
     os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
 
     print(f"{chk.checks} checks, {len(chk.failures)} failures")

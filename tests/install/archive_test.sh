@@ -11,8 +11,9 @@
 #     verify --deep, consolidate (.safetensors, .pt), reshard, diff, stats exit 0, and their
 #     outputs are byte-identical to the build tree's binary's (which the interop tests check
 #     against torch); the .pt also loads in torch (weights_only=True);
-#   - every library the loader maps (LD_DEBUG=libs) while the plugin writes a .pt comes from the
-#     archive or the system: none from the virtualenv or the build tree.
+#   - every library the loader maps (LD_DEBUG=libs) in a run that loads the plugin (rank 0 of a
+#     two-rank consolidate under torchrun's environment) comes from the archive or the system:
+#     none from the virtualenv or the build tree.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../skip.sh"
@@ -110,9 +111,17 @@ assert a.state_dict_metadata == b.state_dict_metadata, "state_dict_metadata"
 assert a.storage_data == b.storage_data, "storage_data"
 PY
 
-# Where every library came from, in a command that loads the plugin (writing a torch.save .pt).
-bare env LD_DEBUG=libs "$root/bin/dcpctl" consolidate "$sample" -o "$tmp/ld.pt" -q >/dev/null 2>"$tmp/ld.log" ||
-  fail "consolidate to .pt under LD_DEBUG"
+# Where every library came from, in a run that loads the plugin: a two-rank consolidate under
+# torchrun's environment (the process group is the only part of dcpctl that needs LibTorch).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+launch="WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"
+bare env $launch RANK=1 LOCAL_RANK=1 "$root/bin/dcpctl" consolidate "$sample" -o "$tmp/ld.safetensors" -q \
+  >/dev/null 2>"$tmp/ld1.log" &
+rank1=$!
+bare env $launch RANK=0 LOCAL_RANK=0 LD_DEBUG=libs "$root/bin/dcpctl" consolidate "$sample" -o "$tmp/ld.safetensors" -q \
+  >/dev/null 2>"$tmp/ld.log" || fail "rank 0 of a two-rank consolidate under LD_DEBUG: $(grep -v '^ *[0-9]*:' "$tmp/ld.log" | head -c 400)"
+wait "$rank1" || fail "rank 1 of a two-rank consolidate: $(head -c 400 "$tmp/ld1.log")"
+[ -s "$tmp/ld.safetensors" ] || fail "the two-rank consolidate wrote no output"
 grep -q "calling init: .*libtorch_cpu.so" "$tmp/ld.log" || fail "LD_DEBUG shows no libtorch_cpu loaded (is the log empty?)"
 while IFS= read -r lib; do
   case "$lib" in

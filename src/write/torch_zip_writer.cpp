@@ -1,0 +1,186 @@
+#include "write/torch_zip_writer.h"
+
+#include <cstdio>
+#include <stdexcept>
+#include <utility>
+
+#include "util/crc32.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+namespace {
+
+constexpr uint32_t kLocalHeader = 0x04034b50, kDescriptor = 0x08074b50, kCentralEntry = 0x02014b50;
+constexpr uint32_t kEnd = 0x06054b50, kEnd64 = 0x06064b50, kLocator64 = 0x07064b50;
+constexpr uint64_t kMax32 = 0xFFFFFFFF;
+constexpr uint16_t kUtf8 = 0x0800;        // bit 11: UTF-8 names
+constexpr uint16_t kDescribed = 0x0008;   // bit 3: CRC and sizes in a data descriptor after the bytes
+constexpr uint64_t kAlignment = 64;     // where each record's bytes begin (torch's kFieldAlignment)
+constexpr uint16_t kMadeBy64 = 0x031E;  // miniz's zip64 end record: "version made by" Unix, 3.0
+constexpr uint16_t kNeeded64 = 0x002D;  // 4.5, zip64
+
+void put16(std::vector<uint8_t>& b, uint64_t v) {
+  b.push_back(static_cast<uint8_t>(v));
+  b.push_back(static_cast<uint8_t>(v >> 8));
+}
+void put32(std::vector<uint8_t>& b, uint64_t v) {
+  put16(b, v & 0xFFFF);
+  put16(b, (v >> 16) & 0xFFFF);
+}
+void put64(std::vector<uint8_t>& b, uint64_t v) {
+  put32(b, v & kMax32);
+  put32(b, v >> 32);
+}
+void put_name(std::vector<uint8_t>& b, const std::string& s) { b.insert(b.end(), s.begin(), s.end()); }
+
+// c10::hash_combine (boost's).
+uint64_t hash_combine(uint64_t seed, uint64_t value) { return seed ^ (value + 0x9e3779b9 + (seed << 6) + (seed >> 2)); }
+
+}  // namespace
+
+TorchZipWriter::TorchZipWriter(Put put, std::string folder) : put_(std::move(put)), folder_(std::move(folder)) {}
+
+void TorchZipWriter::put(const void* data, size_t n) {
+  put_(data, n);
+  pos_ += n;
+}
+
+bool TorchZipWriter::begin(const std::string& name, uint64_t n) {
+  if (finished_) throw std::logic_error("torch.save archive: record '" + name + "' after the end");
+  if (!written_.insert(name).second) throw std::logic_error("torch.save archive: record '" + name + "' written twice");
+  const std::string full = folder_ + "/" + name;
+  if (full.size() > 0xFFFF) throw UnsupportedError(Where(), "torch.save archive: record name longer than a zip allows: " + name.substr(0, 80) + "...");
+  const bool big = n >= kMax32, far = pos_ >= kMax32;
+  // The padding PyTorchStreamWriter asks for (detail::getPadding): from where the bytes would
+  // begin after the header, the name, the zip64 field and the padding field's own 4 bytes.
+  uint64_t start = pos_ + 30 + full.size() + 4;
+  std::vector<uint8_t> zip64;
+  if (big || far) {
+    put16(zip64, 1);
+    put16(zip64, (big ? 16 : 0) + (far ? 8 : 0));
+    if (big) put64(zip64, n), put64(zip64, 0);  // the compressed size is not known yet: 0, as miniz writes
+    if (far) put64(zip64, pos_);
+    start += zip64.size();
+  }
+  const uint64_t pad = (kAlignment - start % kAlignment) % kAlignment;
+  std::vector<uint8_t> h;
+  h.reserve(30 + full.size() + zip64.size() + 4 + pad);
+  put32(h, kLocalHeader);
+  put16(h, 0);  // version needed
+  put16(h, n ? kUtf8 | kDescribed : kUtf8);  // an empty record has no descriptor
+  put16(h, 0);  // stored
+  put32(h, 0);  // time, date
+  put32(h, 0);  // CRC and sizes: in the data descriptor
+  put32(h, 0);
+  put32(h, 0);
+  put16(h, full.size());
+  put16(h, zip64.size() + 4 + pad);
+  put_name(h, full);
+  h.insert(h.end(), zip64.begin(), zip64.end());
+  h.push_back('F');
+  h.push_back('B');
+  put16(h, pad);
+  h.insert(h.end(), pad, 'Z');
+  entries_.push_back({full, pos_, n, 0});
+  put(h);
+  return big || far;
+}
+
+void TorchZipWriter::end(uint32_t crc, uint64_t n, bool zip64) {
+  if (n == 0) return;  // nothing described: CRC 0, and nothing folded into the serialization id
+  std::vector<uint8_t> d;
+  put32(d, kDescriptor);
+  put32(d, crc);
+  if (zip64) put64(d, n), put64(d, n);
+  else put32(d, n), put32(d, n);
+  put(d);
+  entries_.back().crc = crc;
+  combined_crc_ = hash_combine(combined_crc_, crc);  // PyTorchStreamWriter folds each descriptor's CRC
+}
+
+void TorchZipWriter::record(const std::string& name, const void* data, size_t n) {
+  bool zip64 = begin(name, n);
+  if (n) put(data, n);
+  end(n ? crc32_update(0, data, n) : 0, n, zip64);
+}
+
+void TorchZipWriter::record_streamed(const std::string& name, uint64_t n, const std::function<uint32_t()>& payload) {
+  bool zip64 = begin(name, n);
+  uint32_t crc = n ? payload() : 0;
+  pos_ += n;
+  end(crc, n, zip64);
+}
+
+void TorchZipWriter::finish() {
+  if (finished_) throw std::logic_error("torch.save archive finished twice");
+  if (!written_.count("version") && !written_.count(".data/version")) record("version", "3\n", 2);
+  if (!written_.count("byteorder")) record("byteorder", "little", 6);
+  if (!written_.count(".data/serialization_id")) {
+    uint64_t names = 0;
+    for (const std::string& r : written_) names = hash_combine(names, std::hash<std::string>{}(r));
+    char id[64];
+    std::snprintf(id, sizeof id, "%020llu%020llu", static_cast<unsigned long long>(names),
+                  static_cast<unsigned long long>(combined_crc_));
+    record(".data/serialization_id", id, 40);
+  }
+  finished_ = true;
+
+  const uint64_t dir_offset = pos_;
+  std::vector<uint8_t> c;
+  for (const Entry& e : entries_) {
+    const bool big = e.size >= kMax32, far = e.header_offset >= kMax32;
+    std::vector<uint8_t> zip64;
+    if (big || far) {
+      put16(zip64, 1);
+      put16(zip64, (big ? 16 : 0) + (far ? 8 : 0));
+      if (big) put64(zip64, e.size), put64(zip64, e.size);
+      if (far) put64(zip64, e.header_offset);
+    }
+    put32(c, kCentralEntry);
+    put16(c, 0);  // made by
+    put16(c, 0);  // needed
+    put16(c, e.size ? kUtf8 | kDescribed : kUtf8);
+    put16(c, 0);  // stored
+    put32(c, 0);  // time, date
+    put32(c, e.crc);
+    put32(c, big ? kMax32 : e.size);
+    put32(c, big ? kMax32 : e.size);
+    put16(c, e.name.size());
+    put16(c, zip64.size());
+    put16(c, 0);  // comment
+    put16(c, 0);  // disk
+    put16(c, 0);  // internal attributes
+    put32(c, 0);  // external attributes
+    put32(c, far ? kMax32 : e.header_offset);
+    put_name(c, e.name);
+    c.insert(c.end(), zip64.begin(), zip64.end());
+    if (c.size() >= kMax32) throw UnsupportedError(Where(), "torch.save archive: more records than a zip directory holds");
+  }
+  const uint64_t dir_size = c.size(), end64 = dir_offset + dir_size, count = entries_.size();
+  put32(c, kEnd64);
+  put64(c, 44);
+  put16(c, kMadeBy64);
+  put16(c, kNeeded64);
+  put32(c, 0);
+  put32(c, 0);
+  put64(c, count);
+  put64(c, count);
+  put64(c, dir_size);
+  put64(c, dir_offset);
+  put32(c, kLocator64);
+  put32(c, 0);
+  put64(c, end64);
+  put32(c, 1);
+  put32(c, kEnd);
+  put16(c, 0);
+  put16(c, 0);
+  put16(c, count > 0xFFFF ? 0xFFFF : count);
+  put16(c, count > 0xFFFF ? 0xFFFF : count);
+  put32(c, dir_size >= kMax32 ? kMax32 : dir_size);
+  put32(c, dir_offset >= kMax32 ? kMax32 : dir_offset);
+  put16(c, 0);
+  put(c);
+}
+
+}  // namespace dcpctl
