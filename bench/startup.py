@@ -2,14 +2,15 @@
 """Start-up cost of dcpctl, side by side with `python -c 'import torch'` (bench/startup.sh).
 
 Each command is run --runs times after --warmup runs (page cache warm: this measures start-up,
-not the disk); prints the median and 90th percentile wall time and the peak RSS of each. The
-commands that need only `.metadata` must not load LibTorch (src/torchlib/); `verify --deep`
-does, so the table also shows what loading it costs.
+not the disk); prints the median and 90th percentile wall time and the peak RSS of each. No
+command loads LibTorch (src/torchlib/) outside torchrun: not the readers, and not the writers of
+torch.save archives (reshard, consolidate to .pt) either, which the table shows on the sample.
 """
 import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 
@@ -44,13 +45,16 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     a = ap.parse_args()
     d, s = a.dcpctl, a.sample
+    tmp = tempfile.mkdtemp(prefix="dcpctl-startup-")
     cases = [
         ("dcpctl --version", [d, "--version"]),
         ("dcpctl --help", [d, "--help"]),
         ("dcpctl inspect SAMPLE", [d, "inspect", s]),
         ("dcpctl inspect --json SAMPLE", [d, "inspect", "--json", s]),
         ("dcpctl verify SAMPLE", [d, "verify", s]),
-        ("dcpctl verify --deep SAMPLE (loads LibTorch)", [d, "verify", "--deep", s]),
+        ("dcpctl verify --deep SAMPLE", [d, "verify", "--deep", s]),
+        ("dcpctl consolidate SAMPLE -o X.pt", [d, "consolidate", s, "-o", os.path.join(tmp, "x.pt"), "--force", "-q"]),
+        ("dcpctl reshard SAMPLE -w 2", [d, "reshard", s, "--world-size", "2", "-o", os.path.join(tmp, "w2"), "--force", "-q"]),
         ("python -c 'import torch' (anchor)", [a.python, "-c", "import torch"]),
         ("/bin/true (the floor: one process start)", ["/bin/true"]),
     ]
@@ -63,6 +67,8 @@ def main():
         times.sort()
         p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
         print(f"{name:<46} {statistics.median(times):>10.1f} {p90:>8.1f} {rss:>13.1f}", flush=True)
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
