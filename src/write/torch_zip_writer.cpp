@@ -20,18 +20,16 @@ constexpr uint64_t kAlignment = 64;     // where each record's bytes begin (torc
 constexpr uint16_t kMadeBy64 = 0x031E;  // miniz's zip64 end record: "version made by" Unix, 3.0
 constexpr uint16_t kNeeded64 = 0x002D;  // 4.5, zip64
 
-void put16(std::vector<uint8_t>& b, uint64_t v) {
-  b.push_back(static_cast<uint8_t>(v));
-  b.push_back(static_cast<uint8_t>(v >> 8));
+// Little-endian fields appended one insert each (a header is a few dozen of them, per record).
+template <int N>
+void put_le(std::vector<uint8_t>& b, uint64_t v) {
+  uint8_t t[N];
+  for (int i = 0; i < N; ++i) t[i] = static_cast<uint8_t>(v >> (8 * i));
+  b.insert(b.end(), t, t + N);
 }
-void put32(std::vector<uint8_t>& b, uint64_t v) {
-  put16(b, v & 0xFFFF);
-  put16(b, (v >> 16) & 0xFFFF);
-}
-void put64(std::vector<uint8_t>& b, uint64_t v) {
-  put32(b, v & kMax32);
-  put32(b, v >> 32);
-}
+void put16(std::vector<uint8_t>& b, uint64_t v) { put_le<2>(b, v); }
+void put32(std::vector<uint8_t>& b, uint64_t v) { put_le<4>(b, v); }
+void put64(std::vector<uint8_t>& b, uint64_t v) { put_le<8>(b, v); }
 void put_name(std::vector<uint8_t>& b, const std::string& s) { b.insert(b.end(), s.begin(), s.end()); }
 
 // c10::hash_combine (boost's).
@@ -64,8 +62,8 @@ bool TorchZipWriter::begin(const std::string& name, uint64_t n) {
     start += zip64.size();
   }
   const uint64_t pad = (kAlignment - start % kAlignment) % kAlignment;
-  std::vector<uint8_t> h;
-  h.reserve(30 + full.size() + zip64.size() + 4 + pad);
+  std::vector<uint8_t>& h = buf_;
+  h.clear();
   put32(h, kLocalHeader);
   put16(h, 0);  // version needed
   put16(h, n ? kUtf8 | kDescribed : kUtf8);  // an empty record has no descriptor
@@ -89,7 +87,8 @@ bool TorchZipWriter::begin(const std::string& name, uint64_t n) {
 
 void TorchZipWriter::end(uint32_t crc, uint64_t n, bool zip64) {
   if (n == 0) return;  // nothing described: CRC 0, and nothing folded into the serialization id
-  std::vector<uint8_t> d;
+  std::vector<uint8_t>& d = buf_;
+  d.clear();
   put32(d, kDescriptor);
   put32(d, crc);
   if (zip64) put64(d, n), put64(d, n);
