@@ -80,16 +80,20 @@ time_one() {
 }
 
 # shellcheck disable=SC2154
-# run_rounds TAG: `repeat` rounds of every command, the order rotated each round (no command
-# always runs first, after the others warmed the disk), the page cache dropped before each.
+# run_rounds TAG: `repeat` rounds of every command, in another order each round (a shuffle seeded
+# by the round: no command always runs first, after the others warmed the disk, nor always right
+# after the same one, whose writes the disk may still be absorbing; a rotation kept neighbours
+# together), the page cache dropped before each.
 run_rounds() {
-  local tag=$1 r i n
+  local tag=$1 r n
+  local -a order
   rm -f "$work/${tag}"_*.txt
-  echo "== $repeat round(s), the order rotated each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
+  echo "== $repeat round(s), the order shuffled each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
        "page cache: $([ "$cold" = 1 ] && echo dropped before each run || echo warm)"
   for ((r = 1; r <= repeat; r++)); do
-    for ((i = 0; i < ${#names[@]}; i++)); do
-      n=${names[$(( (i + r - 1) % ${#names[@]} ))]}
+    mapfile -t order < <(printf '%s\n' "${names[@]}" | awk -v seed="$r" 'BEGIN { srand(seed) } { print rand() "\t" $0 }' |
+                           sort -k1,1 | cut -f2-)
+    for n in "${order[@]}"; do
       if declare -F before_run >/dev/null; then before_run "$n"; fi
       drop_cache
       time_one "$tag" "$n" "$r"

@@ -6,7 +6,7 @@
 #   bench/compat.sh [WORKDIR]          (default /tmp/dcpctl-bench; needs ~10 GB free there)
 #
 # Environment: DCPCTL, PYTHON (as bench/common.sh), OLD_PYTHON (a torch 2.14 interpreter, default
-# .venv-torch214/bin/python), REPEAT (rounds, default 3, order rotated: the table shows medians).
+# .venv-torch214/bin/python), REPEAT (rounds, default 3, order shuffled: the table shows medians).
 #
 # Runs, each under /usr/bin/time -v, page cache dropped before each when possible:
 #   (a) dcpctl compat CKPT -o out            (auto: reflink, else hard links: no data copied)

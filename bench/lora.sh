@@ -14,7 +14,7 @@
 #                          default: the same 2.72 GB written as saved, no arithmetic; the I/O floor of
 #                          the merge; NO_MERGE_ROW=0 leaves it out)
 # each under /usr/bin/time -v (wall clock, max RSS), page cache dropped before each run when
-# possible (bench/common.sh), REPEAT rounds (default 2) with the order rotated each round; then a
+# possible (bench/common.sh), REPEAT rounds (default 2) with the order shuffled each round; then a
 # table (median wall, worst RSS), how long a `sync` right after each PEFT run took (dcpctl fsyncs
 # its output before it exits; save_pretrained returns with ~2.7 GB of dirty page cache), and the
 # agreement check of the last round's two merged outputs: `dcpctl diff OUT/ OUT2/ --json`

@@ -6,7 +6,7 @@
 #   bench/reshard.sh [WORKDIR]          (default /tmp/dcpctl-bench; needs ~20 GB free there)
 #
 # Environment: DCPCTL (default build/cmd/dcpctl), PYTHON (default .venv/bin/python), WORLD (target
-# ranks, default 2), REPEAT (rounds, default 3, the order rotated each round: the table shows
+# ranks, default 2), REPEAT (rounds, default 3, the order shuffled each round: the table shows
 # medians), VERIFY=0 to skip the final comparison, KEEP=1 to keep the outputs.
 #
 # Runs, each under /usr/bin/time -v (wall clock, max RSS of the largest process), page cache
