@@ -11,6 +11,7 @@
 #include <fstream>
 #include <optional>
 
+#include "fixture_archives.h"
 #include "item/torch_zip.h"
 #include "item/zip_directory.h"
 #include "meta/checkpoint.h"
@@ -22,50 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<uint8_t> slurp(const std::string& path, uint64_t offset, uint64_t length) {
-  std::ifstream f(path, std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  std::vector<uint8_t> out(length);
-  f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(length));
-  REQUIRE(static_cast<uint64_t>(f.gcount()) == length);
-  return out;
-}
-
-struct Archive {
-  std::string what;
-  std::vector<uint8_t> bytes;
-};
-
-// Every untransformed torch.save item of every DCP checkpoint under tests/fixtures, and every
-// .pt file there.
-std::vector<Archive> fixture_archives() {
-  std::vector<Archive> out;
-  const fs::path root = fs::path(DCPCTL_SOURCE_DIR) / "tests" / "fixtures";
-  std::vector<fs::path> paths;
-  for (const auto& e : fs::recursive_directory_iterator(root)) paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
-  for (const fs::path& p : paths) {
-    if (p.filename() == ".metadata") {
-      std::optional<Checkpoint> ck;
-      try {
-        ck = open_checkpoint(p.parent_path().string());
-      } catch (const Error&) {
-        continue;  // a layout this reader opens another way (covered by its .pt files below)
-      }
-      std::vector<StorageRef> refs;
-      for (const auto& t : ck->md.tensors) refs.insert(refs.end(), t.storage.begin(), t.storage.end());
-      for (const auto& b : ck->md.bytes) refs.push_back(b.storage);
-      for (const StorageRef& r : refs) {
-        if (!r.present() || r.transforms != 0 || r.format != ItemFormat::TorchSave) continue;
-        std::string file = (p.parent_path() / ck->md.files[r.file]).string();
-        out.push_back({file + "@" + std::to_string(r.offset), slurp(file, r.offset, r.length)});
-      }
-    } else if (p.extension() == ".pt") {
-      out.push_back({p.string(), slurp(p.string(), 0, fs::file_size(p))});
-    }
-  }
-  return out;
-}
+using Archive = FixtureArchive;
 
 struct Listing {
   std::vector<std::string> records;
