@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # dcpctl's one entry point for a fresh machine. Every step is idempotent and quick the second time.
 #
-#   tools/dev.sh demo       set up what the binary needs (no test tools, torch without its
-#                           dependencies), build dcpctl and its plugin, run it on the bundled sample
+#   tools/dev.sh demo       set up what the binary needs (no test tools, no LibTorch), build
+#                           dcpctl, run it on the bundled sample
 #   tools/dev.sh test       set up, build, run the whole test suite (CTest), then build the clang
 #                           ASan+UBSan tree (build-asan, which also holds the libFuzzer targets)
 #                           and run its pass; what .ci/run runs
@@ -28,10 +28,12 @@ JOBS=${DCPCTL_JOBS:-$(nproc)}
 VENV=$ROOT/.venv
 PY=$VENV/bin/python
 
-# What building dcpctl takes (DEMO_PACKAGES, all `demo` installs), then what the tests use.
+# What building dcpctl takes (DEMO_PACKAGES, all `demo` installs on a fresh machine), the
+# virtualenv's, then what the tests use.
 DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev zlib1g-dev libssl-dev
-  libcurl4-openssl-dev libexpat1-dev python3 python3-venv ccache)
-APT_PACKAGES=("${DEMO_PACKAGES[@]}" mandoc shellcheck zsh fish time util-linux-extra)
+  libcurl4-openssl-dev libexpat1-dev ccache)
+VENV_PACKAGES=(python3 python3-venv)
+APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" mandoc shellcheck zsh fish time util-linux-extra)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian
 # 12's clang 14 and its runtime libraries.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
@@ -165,14 +167,17 @@ use_ccache() {
   export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ccache}
 }
 
-configure() {  # configure <build dir> [cmake args...]
+# configure <build dir> [cmake args...]: once, and again when the tree was configured with
+# LibTorch and is wanted without, or the reverse (WITH_TORCH, ON unless the demo says OFF).
+configure() {
   local dir=$1
   shift
+  local with_torch=${WITH_TORCH:-ON}
   local torch_args=(-DDCPCTL_PYTHON="$PY")
-  [ "${DCPCTL_LIBTORCH:-wheel}" = system ] && torch_args=()
-  if [ ! -f "$dir/CMakeCache.txt" ]; then
+  if [ "${DCPCTL_LIBTORCH:-wheel}" = system ] || [ "$with_torch" = OFF ]; then torch_args=(); fi
+  if [ ! -f "$dir/CMakeCache.txt" ] || ! grep -q "^DCPCTL_WITH_TORCH:BOOL=$with_torch\$" "$dir/CMakeCache.txt"; then
     log "configuring $dir"
-    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_args[@]}" "$@" >/dev/null
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCPCTL_WITH_TORCH="$with_torch" "${torch_args[@]}" "$@" >/dev/null
   fi
 }
 
@@ -221,15 +226,30 @@ case "$cmd" in
     build build
     ;;
   demo)
-    # Only what the binary and its plugin need: the Debian packages that build them, LibTorch (the
-    # torch wheel alone), and the dcpctl and dcpctl_torch targets (no tests); `test` adds the rest.
+    # Only what the binary needs: the Debian packages that build it, and the dcpctl target. No
+    # LibTorch: dcpctl reads and writes torch.save archives itself and loads LibTorch's plugin
+    # only for a torchrun rank, which the demo does not run. A tree already configured with it (a
+    # developer's) keeps it, and its plugin; `test` adds the rest (and LibTorch) either way.
     SETUP_PACKAGES=demo setup_apt
-    setup_venv demo
-    setup_gloo
+    with_torch=OFF
+    if [ -f build/CMakeCache.txt ]; then
+      if grep -q '^DCPCTL_WITH_TORCH:BOOL=' build/CMakeCache.txt; then
+        with_torch=$(sed -n 's/^DCPCTL_WITH_TORCH:BOOL=//p' build/CMakeCache.txt)
+      elif grep -q '^Torch_DIR:' build/CMakeCache.txt; then
+        with_torch=ON
+      fi
+    fi
+    targets=(dcpctl)
+    if [ "$with_torch" = ON ]; then
+      SETUP_PACKAGES=demo setup_apt "${VENV_PACKAGES[@]}"
+      setup_venv demo
+      setup_gloo
+      targets+=(dcpctl_torch)
+    fi
     use_ccache
-    configure build
-    log "building dcpctl and its LibTorch plugin"
-    cmake --build build -j "$JOBS" --target dcpctl dcpctl_torch
+    WITH_TORCH=$with_torch configure build
+    log "building ${targets[*]}"
+    cmake --build build -j "$JOBS" --target "${targets[@]}"
     sample=tests/fixtures/sample/ckpt
     mkdir -p out
     log "dcpctl inspect $sample"
