@@ -72,7 +72,7 @@ _dcpctl_spec() {
 _dcpctl_value() {
     _dcpctl_kind=none _dcpctl_choices=()
     case "$1|$2" in
-        'dcpctl verify|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl verify|--io') _dcpctl_kind='choice' _dcpctl_choices=('auto' 'direct' 'buffered') ;;
         'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch') ;;
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;

@@ -115,7 +115,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       reader.expect(items);
       std::mutex mu;
       uint64_t bytes_read = 0;
-      unsigned threads = opts.threads ? opts.threads : opts.direct_io ? std::max(default_threads(), kDirectReaders) : default_threads();
+      uint64_t item_bytes = 0;
+      for (const StorageRef& s : items) item_bytes += s.present() ? s.length : 0;
+      const bool direct = verify_reads_direct(opts.io, item_bytes, available_memory());
+      unsigned threads = opts.threads ? opts.threads : direct ? std::max(default_threads(), kDirectReaders) : default_threads();
       size_t n = md.tensors.size() + md.bytes.size();
       threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n)));
       // Every buffer a worker holds is charged to the gate: windows of the full tensor (for
@@ -147,7 +150,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         return run;
       };
       auto past_cache = [&](const DirectRun& r) {
-        return opts.direct_io && r.file->worth_reading_direct(r.offset, r.bytes);
+        return direct && r.file->worth_reading_direct(r.offset, r.bytes);
       };
       // The runs of a tensor whose chunks, in order along dimension 0, are its bytes in C order
       // (FSDP's dim-0 shards, a whole tensor): every non-empty chunk spans every other dimension

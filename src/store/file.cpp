@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <map>
@@ -243,6 +244,17 @@ bool ReadFile::worth_reading_direct(uint64_t offset, uint64_t n) const {
 void ReadFile::prefetch(uint64_t offset, uint64_t n) const {
   if (remote_ || n == 0 || offset >= size_) return;
   (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)), POSIX_FADV_WILLNEED);
+}
+
+uint64_t available_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  std::fclose(f);
+  return static_cast<uint64_t>(kb) * 1024;
 }
 
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {

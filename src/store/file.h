@@ -59,6 +59,10 @@ class DirectFd {
   mutable std::atomic<bool> off_{false};
 };
 
+// The memory the kernel could give without swapping (MemAvailable): at most what the page cache
+// can hold of a read. 0 where /proc/meminfo does not say.
+uint64_t available_memory();
+
 // A file opened for positioned reads; every short read is an error naming file and offset.
 // Every byte read (read_at, read_direct) passes its ledger, which checks the CRC-32 of each
 // watched record once its bytes are all in (util/crc_ledger.h).

@@ -6,7 +6,7 @@ on large items stays within --max-memory plus a constant (run with the venv).
 
 Real torch writes (dcp.save) a checkpoint holding one 320 MiB float32 tensor and a small one, and
 another holding the same plus a 160 MiB non-tensor item (a bytes object). With --max-memory 64MiB:
-  verify --deep --checksum  (tensors only; --io buffered, its default, and direct) the SHA-256
+  verify --deep --checksum  (tensors only; --io auto, its default, buffered at this size, and direct) the SHA-256
                             equals hashlib's over torch's bytes of it;
   verify --deep             (tensors only; --io buffered and direct) exit 0;
   consolidate               (tensors only) to .safetensors and .pt (--io direct and buffered) and an

@@ -14,8 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "util/error.h"
+#include "report/verify.h"
 #include "store/file.h"
+#include "util/error.h"
 
 using namespace dcpctl;
 
@@ -107,4 +108,17 @@ TEST_CASE("file: join_spans joins neighbouring items of an s3:// object into req
   CHECK(join_spans({{0, 10}, {0, 10}, {5, 20}}, size) == Spans{{0, 25}});
   Spans over = join_spans({{0, kRemoteSpan - 10}, {kRemoteSpan - 20, 100}}, size);
   CHECK(over == Spans{{0, kRemoteSpan - 10}, {kRemoteSpan - 10, kRemoteSpan + 80}});
+}
+
+TEST_CASE("verify --io auto: past the page cache when the items are more than half of the memory available") {
+  const uint64_t gib = 1ull << 30;
+  CHECK(available_memory() > 0);  // Linux says (MemAvailable)
+  using Io = VerifyOptions::Io;
+  CHECK_FALSE(verify_reads_direct(Io::Auto, 2 * gib, 24 * gib));   // the 2.4 GB bench: buffered
+  CHECK(verify_reads_direct(Io::Auto, 16 * gib, 24 * gib));         // the 16 GB one: direct
+  CHECK_FALSE(verify_reads_direct(Io::Auto, 12 * gib, 24 * gib));  // half exactly: buffered
+  CHECK(verify_reads_direct(Io::Auto, 12 * gib + 1, 24 * gib));
+  CHECK_FALSE(verify_reads_direct(Io::Auto, 100 * gib, 0));        // unknown: buffered
+  CHECK(verify_reads_direct(Io::Direct, 1, 24 * gib));
+  CHECK_FALSE(verify_reads_direct(Io::Buffered, 100 * gib, 24 * gib));
 }
