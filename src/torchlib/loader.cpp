@@ -80,9 +80,15 @@ const Api& api() {
   static const Api* loaded = nullptr;
   static std::string why;
   std::call_once(once, [] { loaded = load(why); });
+#if DCPCTL_WITHOUT_TORCH
+  const char* remedy = "; this dcpctl was built without it (-DDCPCTL_WITH_TORCH=OFF, as tools/dev.sh demo builds it on a fresh "
+                       "machine): build it with LibTorch (tools/dev.sh build), or set DCPCTL_TORCH_PLUGIN to a plugin's path";
+#else
+  const char* remedy = "; reinstall dcpctl, or set DCPCTL_TORCH_PLUGIN to the plugin's path";
+#endif
   if (!loaded)
-    throw UnsupportedError(Where(), "this part of dcpctl needs LibTorch, which it loads from its plugin, and " + why +
-                                        "; reinstall dcpctl, or set DCPCTL_TORCH_PLUGIN to the plugin's path");
+    throw UnsupportedError(Where(), "a torchrun rank needs LibTorch (c10d's process group), which dcpctl loads from its plugin, and " +
+                                        why + remedy);
   return *loaded;
 }
 
