@@ -73,7 +73,7 @@ void setup_verify(CLI::App& parent, RunFn& run) {
   sub->add_option("--io", o->io,
                   "How --deep reads tensor data: buffered (through the page cache, with the kernel's read-ahead), direct "
                   "(past it where the filesystem allows it: less CPU, and the page cache is left to what it holds), or auto: "
-                  "direct when the items are more than half of the memory available, else buffered")
+                  "direct when the items are more than half of the memory available (or of the cgroup's limit), else buffered")
       ->check(CLI::IsMember({"auto", "direct", "buffered"}))
       ->capture_default_str()
       ->type_name("MODE");

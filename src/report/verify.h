@@ -39,7 +39,8 @@ struct VerifyOptions {
   // of verify --deep's CPU) and no cache displaced (a training node's memory). Buffered: through
   // the cache, with the kernel's read-ahead, which on the project's VM beats direct's synchronous
   // reads while the checkpoint fits the cache. Auto: direct when the items to read are more than
-  // half of available_memory() (the cache would only displace itself, and reclaiming it costs the
+  // half of available_memory() (MemAvailable, or a cgroup's memory limit where lower: a container's
+  // page cache is charged to it) (the cache would only displace itself, and reclaiming it costs the
   // kernel more than the reads: at 16 GB on 24 GiB, 13.4 s buffered against 8.0 s direct),
   // buffered otherwise (docs/performance.md, "With every record's CRC-32 checked").
   enum class Io { Auto, Buffered, Direct };
