@@ -7,14 +7,13 @@
 #include "util/crc_ledger.h"
 #include "util/le.h"
 #include "util/text.h"
+#include "util/zip_format.h"
 
 namespace dcpctl {
 
 namespace {
 
-constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSig = 0x06054b50, kEnd64Sig = 0x06064b50,
-                   kLocator64Sig = 0x07064b50;
-constexpr uint64_t kLocal = LocalHeader::kSize, kCentral = 46, kEnd = 22, kLocator64 = 20, kEnd64 = 56;
+using namespace zip;  // the records' signatures and fixed sizes
 constexpr uint64_t kMaxComment = 0xFFFF;
 // The end records and, for a DCP item, the whole directory and its version record: one read.
 constexpr uint64_t kFirstTail = 4096;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "store/source.h"
+#include "util/zip_format.h"
 #include "util/error.h"
 
 namespace dcpctl {
@@ -39,7 +40,7 @@ struct ZipEntry {
 // version(2) flags(2) method(2) time(2) date(2) crc32(4) sizes(4+4) name length(2) extra
 // length(2); the record's bytes follow its name and extra field (torch.save's pads them to 64).
 struct LocalHeader {
-  static constexpr uint64_t kSize = 30;
+  static constexpr uint64_t kSize = zip::kLocal;
   uint16_t flags = 0, method = 0;
   uint32_t crc = 0;          // 0 with flag bit 3 (a data descriptor follows the bytes)
   uint64_t data_offset = 0;  // where the record's bytes begin

@@ -249,7 +249,8 @@ void ReadFile::prefetch(uint64_t offset, uint64_t n) const {
 
 namespace {
 
-std::optional<std::string> read_text(const std::string& path) {
+// A file's text, whatever stat says of its size (/proc and /sys files say 0); at most 1 MiB.
+std::optional<std::string> read_proc_text(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r");
   if (!f) return std::nullopt;
   std::string s;
@@ -298,12 +299,12 @@ uint64_t cgroup_memory_limit(const std::string& proc_self_cgroup,
 
 uint64_t available_memory() {
   uint64_t avail = 0;
-  if (std::optional<std::string> info = read_text("/proc/meminfo")) {
+  if (std::optional<std::string> info = read_proc_text("/proc/meminfo")) {
     size_t at = info->find("MemAvailable:");
     if (at != std::string::npos) avail = std::strtoull(info->c_str() + at + 13, nullptr, 10) * 1024;  // "... kB"
   }
-  if (std::optional<std::string> groups = read_text("/proc/self/cgroup")) {
-    uint64_t limit = cgroup_memory_limit(*groups, read_text);
+  if (std::optional<std::string> groups = read_proc_text("/proc/self/cgroup")) {
+    uint64_t limit = cgroup_memory_limit(*groups, read_proc_text);
     if (limit > 0 && (avail == 0 || limit < avail)) avail = limit;
   }
   return avail;

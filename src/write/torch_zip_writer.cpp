@@ -6,30 +6,20 @@
 
 #include "util/crc32.h"
 #include "util/error.h"
+#include "util/le.h"
+#include "util/zip_format.h"
 
 namespace dcpctl {
 
 namespace {
 
-constexpr uint32_t kLocalHeader = 0x04034b50, kDescriptor = 0x08074b50, kCentralEntry = 0x02014b50;
-constexpr uint32_t kEnd = 0x06054b50, kEnd64 = 0x06064b50, kLocator64 = 0x07064b50;
 constexpr uint64_t kMax32 = 0xFFFFFFFF;
-constexpr uint16_t kUtf8 = 0x0800;        // bit 11: UTF-8 names
-constexpr uint16_t kDescribed = 0x0008;   // bit 3: CRC and sizes in a data descriptor after the bytes
-constexpr uint64_t kAlignment = 64;     // where each record's bytes begin (torch's kFieldAlignment)
-constexpr uint16_t kMadeBy64 = 0x031E;  // miniz's zip64 end record: "version made by" Unix, 3.0
-constexpr uint16_t kNeeded64 = 0x002D;  // 4.5, zip64
+constexpr uint16_t kUtf8 = 0x0800;       // bit 11: UTF-8 names
+constexpr uint16_t kDescribed = 0x0008;  // bit 3: CRC and sizes in a data descriptor after the bytes
+constexpr uint64_t kAlignment = 64;      // where each record's bytes begin (torch's kFieldAlignment)
+constexpr uint16_t kMadeBy64 = 0x031E;   // miniz's zip64 end record: "version made by" Unix, 3.0
+constexpr uint16_t kNeeded64 = 0x002D;   // 4.5, zip64
 
-// Little-endian fields appended one insert each (a header is a few dozen of them, per record).
-template <int N>
-void put_le(std::vector<uint8_t>& b, uint64_t v) {
-  uint8_t t[N];
-  for (int i = 0; i < N; ++i) t[i] = static_cast<uint8_t>(v >> (8 * i));
-  b.insert(b.end(), t, t + N);
-}
-void put16(std::vector<uint8_t>& b, uint64_t v) { put_le<2>(b, v); }
-void put32(std::vector<uint8_t>& b, uint64_t v) { put_le<4>(b, v); }
-void put64(std::vector<uint8_t>& b, uint64_t v) { put_le<8>(b, v); }
 void put_name(std::vector<uint8_t>& b, const std::string& s) { b.insert(b.end(), s.begin(), s.end()); }
 
 // c10::hash_combine (boost's).
@@ -52,33 +42,33 @@ bool TorchZipWriter::begin(const std::string& name, uint64_t n) {
   const bool big = n >= kMax32, far = pos_ >= kMax32;
   // The padding PyTorchStreamWriter asks for (detail::getPadding): from where the bytes would
   // begin after the header, the name, the zip64 field and the padding field's own 4 bytes.
-  uint64_t start = pos_ + 30 + full.size() + 4;
+  uint64_t start = pos_ + zip::kLocal + full.size() + 4;
   std::vector<uint8_t> zip64;
   if (big || far) {
-    put16(zip64, 1);
-    put16(zip64, (big ? 16 : 0) + (far ? 8 : 0));
-    if (big) put64(zip64, n), put64(zip64, 0);  // the compressed size is not known yet: 0, as miniz writes
-    if (far) put64(zip64, pos_);
+    put_le16(zip64, 1);
+    put_le16(zip64, (big ? 16 : 0) + (far ? 8 : 0));
+    if (big) put_le64(zip64, n), put_le64(zip64, 0);  // the compressed size is not known yet: 0, as miniz writes
+    if (far) put_le64(zip64, pos_);
     start += zip64.size();
   }
   const uint64_t pad = (kAlignment - start % kAlignment) % kAlignment;
   std::vector<uint8_t>& h = buf_;
   h.clear();
-  put32(h, kLocalHeader);
-  put16(h, 0);  // version needed
-  put16(h, n ? kUtf8 | kDescribed : kUtf8);  // an empty record has no descriptor
-  put16(h, 0);  // stored
-  put32(h, 0);  // time, date
-  put32(h, 0);  // CRC and sizes: in the data descriptor
-  put32(h, 0);
-  put32(h, 0);
-  put16(h, full.size());
-  put16(h, zip64.size() + 4 + pad);
+  put_le32(h, zip::kLocalSig);
+  put_le16(h, 0);  // version needed
+  put_le16(h, n ? kUtf8 | kDescribed : kUtf8);  // an empty record has no descriptor
+  put_le16(h, 0);  // stored
+  put_le32(h, 0);  // time, date
+  put_le32(h, 0);  // CRC and sizes: in the data descriptor
+  put_le32(h, 0);
+  put_le32(h, 0);
+  put_le16(h, full.size());
+  put_le16(h, zip64.size() + 4 + pad);
   put_name(h, full);
   h.insert(h.end(), zip64.begin(), zip64.end());
   h.push_back('F');
   h.push_back('B');
-  put16(h, pad);
+  put_le16(h, pad);
   h.insert(h.end(), pad, 'Z');
   entries_.push_back({full, pos_, n, 0});
   put(h);
@@ -89,10 +79,10 @@ void TorchZipWriter::end(uint32_t crc, uint64_t n, bool zip64) {
   if (n == 0) return;  // nothing described: CRC 0, and nothing folded into the serialization id
   std::vector<uint8_t>& d = buf_;
   d.clear();
-  put32(d, kDescriptor);
-  put32(d, crc);
-  if (zip64) put64(d, n), put64(d, n);
-  else put32(d, n), put32(d, n);
+  put_le32(d, zip::kDescriptorSig);
+  put_le32(d, crc);
+  if (zip64) put_le64(d, n), put_le64(d, n);
+  else put_le32(d, n), put_le32(d, n);
   put(d);
   entries_.back().crc = crc;
   combined_crc_ = hash_combine(combined_crc_, crc);  // PyTorchStreamWriter folds each descriptor's CRC
@@ -131,54 +121,54 @@ void TorchZipWriter::finish() {
     const bool big = e.size >= kMax32, far = e.header_offset >= kMax32;
     std::vector<uint8_t> zip64;
     if (big || far) {
-      put16(zip64, 1);
-      put16(zip64, (big ? 16 : 0) + (far ? 8 : 0));
-      if (big) put64(zip64, e.size), put64(zip64, e.size);
-      if (far) put64(zip64, e.header_offset);
+      put_le16(zip64, 1);
+      put_le16(zip64, (big ? 16 : 0) + (far ? 8 : 0));
+      if (big) put_le64(zip64, e.size), put_le64(zip64, e.size);
+      if (far) put_le64(zip64, e.header_offset);
     }
-    put32(c, kCentralEntry);
-    put16(c, 0);  // made by
-    put16(c, 0);  // needed
-    put16(c, e.size ? kUtf8 | kDescribed : kUtf8);
-    put16(c, 0);  // stored
-    put32(c, 0);  // time, date
-    put32(c, e.crc);
-    put32(c, big ? kMax32 : e.size);
-    put32(c, big ? kMax32 : e.size);
-    put16(c, e.name.size());
-    put16(c, zip64.size());
-    put16(c, 0);  // comment
-    put16(c, 0);  // disk
-    put16(c, 0);  // internal attributes
-    put32(c, 0);  // external attributes
-    put32(c, far ? kMax32 : e.header_offset);
+    put_le32(c, zip::kCentralSig);
+    put_le16(c, 0);  // made by
+    put_le16(c, 0);  // needed
+    put_le16(c, e.size ? kUtf8 | kDescribed : kUtf8);
+    put_le16(c, 0);  // stored
+    put_le32(c, 0);  // time, date
+    put_le32(c, e.crc);
+    put_le32(c, big ? kMax32 : e.size);
+    put_le32(c, big ? kMax32 : e.size);
+    put_le16(c, e.name.size());
+    put_le16(c, zip64.size());
+    put_le16(c, 0);  // comment
+    put_le16(c, 0);  // disk
+    put_le16(c, 0);  // internal attributes
+    put_le32(c, 0);  // external attributes
+    put_le32(c, far ? kMax32 : e.header_offset);
     put_name(c, e.name);
     c.insert(c.end(), zip64.begin(), zip64.end());
     if (c.size() >= kMax32) throw UnsupportedError(Where(), "torch.save archive: more records than a zip directory holds");
   }
   const uint64_t dir_size = c.size(), end64 = dir_offset + dir_size, count = entries_.size();
-  put32(c, kEnd64);
-  put64(c, 44);
-  put16(c, kMadeBy64);
-  put16(c, kNeeded64);
-  put32(c, 0);
-  put32(c, 0);
-  put64(c, count);
-  put64(c, count);
-  put64(c, dir_size);
-  put64(c, dir_offset);
-  put32(c, kLocator64);
-  put32(c, 0);
-  put64(c, end64);
-  put32(c, 1);
-  put32(c, kEnd);
-  put16(c, 0);
-  put16(c, 0);
-  put16(c, count > 0xFFFF ? 0xFFFF : count);
-  put16(c, count > 0xFFFF ? 0xFFFF : count);
-  put32(c, dir_size >= kMax32 ? kMax32 : dir_size);
-  put32(c, dir_offset >= kMax32 ? kMax32 : dir_offset);
-  put16(c, 0);
+  put_le32(c, zip::kEnd64Sig);
+  put_le64(c, zip::kEnd64 - 12);  // the zip64 end record's size, less its signature and this field
+  put_le16(c, kMadeBy64);
+  put_le16(c, kNeeded64);
+  put_le32(c, 0);
+  put_le32(c, 0);
+  put_le64(c, count);
+  put_le64(c, count);
+  put_le64(c, dir_size);
+  put_le64(c, dir_offset);
+  put_le32(c, zip::kLocator64Sig);
+  put_le32(c, 0);
+  put_le64(c, end64);
+  put_le32(c, 1);
+  put_le32(c, zip::kEndSig);
+  put_le16(c, 0);
+  put_le16(c, 0);
+  put_le16(c, count > 0xFFFF ? 0xFFFF : count);
+  put_le16(c, count > 0xFFFF ? 0xFFFF : count);
+  put_le32(c, dir_size >= kMax32 ? kMax32 : dir_size);
+  put_le32(c, dir_offset >= kMax32 ? kMax32 : dir_offset);
+  put_le16(c, 0);
   put(c);
 }
 

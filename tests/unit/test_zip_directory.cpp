@@ -91,19 +91,6 @@ std::vector<uint8_t> torch_written(const std::vector<std::pair<std::string, size
   return out;
 }
 
-void put16(std::vector<uint8_t>& b, uint16_t v) {
-  b.push_back(static_cast<uint8_t>(v));
-  b.push_back(static_cast<uint8_t>(v >> 8));
-}
-void put32(std::vector<uint8_t>& b, uint32_t v) {
-  put16(b, static_cast<uint16_t>(v));
-  put16(b, static_cast<uint16_t>(v >> 16));
-}
-void put64(std::vector<uint8_t>& b, uint64_t v) {
-  put32(b, static_cast<uint32_t>(v));
-  put32(b, static_cast<uint32_t>(v >> 32));
-}
-
 // `a` (written by torch's writer: records, central directory, zip64 end record, locator, end
 // record) with every directory entry's sizes and header offset moved into a zip64 extra field, as
 // a writer does for records past 4 GiB, and the end record's directory size and offset saturated.
@@ -123,36 +110,36 @@ std::vector<uint8_t> widened(const std::vector<uint8_t>& a) {
     h[31] = static_cast<uint8_t>((extra + 28) >> 8);
     out.insert(out.end(), h.begin(), h.end());
     out.insert(out.end(), c + 46, c + 46 + name + extra);
-    put16(out, 1);
-    put16(out, 24);
-    put64(out, le32(c + 24));  // uncompressed, compressed, local header offset: APPNOTE's order
-    put64(out, le32(c + 20));
-    put64(out, le32(c + 42));
+    put_le16(out, 1);
+    put_le16(out, 24);
+    put_le64(out, le32(c + 24));  // uncompressed, compressed, local header offset: APPNOTE's order
+    put_le64(out, le32(c + 20));
+    put_le64(out, le32(c + 42));
     out.insert(out.end(), c + 46 + name + extra, c + 46 + name + extra + comment);
     p += 46u + name + extra + comment;
   }
   const uint64_t dir_size = out.size() - dir, end64 = out.size();
-  put32(out, 0x06064b50);
-  put64(out, 44);
-  put16(out, 45);
-  put16(out, 45);
-  put32(out, 0);
-  put32(out, 0);
-  put64(out, count);
-  put64(out, count);
-  put64(out, dir_size);
-  put64(out, dir);
-  put32(out, 0x07064b50);
-  put32(out, 0);
-  put64(out, end64);
-  put32(out, 1);
-  put32(out, 0x06054b50);
-  put32(out, 0);
-  put16(out, static_cast<uint16_t>(count));
-  put16(out, static_cast<uint16_t>(count));
-  put32(out, 0xFFFFFFFF);
-  put32(out, 0xFFFFFFFF);
-  put16(out, 0);
+  put_le32(out, 0x06064b50);
+  put_le64(out, 44);
+  put_le16(out, 45);
+  put_le16(out, 45);
+  put_le32(out, 0);
+  put_le32(out, 0);
+  put_le64(out, count);
+  put_le64(out, count);
+  put_le64(out, dir_size);
+  put_le64(out, dir);
+  put_le32(out, 0x07064b50);
+  put_le32(out, 0);
+  put_le64(out, end64);
+  put_le32(out, 1);
+  put_le32(out, 0x06054b50);
+  put_le32(out, 0);
+  put_le16(out, static_cast<uint16_t>(count));
+  put_le16(out, static_cast<uint16_t>(count));
+  put_le32(out, 0xFFFFFFFF);
+  put_le32(out, 0xFFFFFFFF);
+  put_le16(out, 0);
   return out;
 }
 
