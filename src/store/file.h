@@ -17,6 +17,7 @@
 
 #include "store/store.h"
 #include "util/crc_ledger.h"
+#include "util/io_buffer.h"
 #include "util/span_reader.h"
 
 namespace dcpctl {
@@ -151,6 +152,7 @@ constexpr uint64_t kRemoteGap = 64 << 10;  // expect(): bytes nobody asked for, 
 // Alignment of O_DIRECT offsets, lengths and buffers: the page size, a multiple of every common
 // logical block size (512, 4096).
 constexpr uint64_t kDirectAlign = 4096;
+static_assert(kIoBufferAlign % kDirectAlign == 0, "an IoBuffer (util/io_buffer.h) must be aligned for O_DIRECT");
 // Runs shorter than this are read through the page cache, not past it: small reads are where the
 // cache is cheap and O_DIRECT's latency is not.
 constexpr uint64_t kDirectMinRun = 1ull << 20;

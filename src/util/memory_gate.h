@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "util/io_buffer.h"
 #include "util/parallel.h"
 
 namespace dcpctl {
@@ -114,8 +115,8 @@ class WorkerBuffers {
     g_.acquire(need);
     held_ = need;
     try {
-      if (a) buf_[0].reset(new uint8_t[a]);
-      if (b) buf_[1].reset(new uint8_t[b]);
+      buf_[0] = make_io_buffer(a);
+      buf_[1] = make_io_buffer(b);
     } catch (...) {
       drop();
       throw;
@@ -138,7 +139,7 @@ class WorkerBuffers {
   }
 
   MemoryGate& g_;
-  std::unique_ptr<uint8_t[]> buf_[2];
+  IoBuffer buf_[2];
   uint64_t cap_[2] = {0, 0};
   uint64_t held_ = 0;
 };

@@ -13,9 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <new>
 
 #include "util/error.h"
 #include "util/failpoint.h"
+#include "util/io_buffer.h"
 
 namespace dcpctl {
 namespace {
@@ -213,11 +215,8 @@ std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path
 
 // Appends staged for writes past the page cache (stage_appends).
 struct OutputFile::Staging {
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   uint64_t block = 0;
-  std::unique_ptr<uint8_t, Free> buf[2];
+  IoBuffer buf[2];  // huge pages where the kernel gives them: see util/io_buffer.h
   int cur = 0;
   uint64_t fill = 0;          // bytes in buf[cur]
   uint64_t base = 0;          // the file offset of buf[cur][0]: aligned
@@ -321,8 +320,11 @@ void OutputFile::stage_appends(uint64_t block) {
   auto s = std::make_unique<Staging>();
   s->block = align_up(block);
   for (auto& b : s->buf) {
-    b.reset(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, s->block)));
-    if (!b) throw IoError(Where(final_), "cannot allocate the write-behind buffers (" + std::to_string(2 * s->block) + " bytes)");
+    try {
+      b = make_io_buffer(s->block);
+    } catch (const std::bad_alloc&) {
+      throw IoError(Where(final_), "cannot allocate the write-behind buffers (" + std::to_string(2 * s->block) + " bytes)");
+    }
   }
   s->base = align_up(pos_);
   s->head = s->base - pos_;

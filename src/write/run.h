@@ -30,6 +30,7 @@
 #include "meta/select.h"
 #include "util/dtype.h"
 #include "store/file.h"
+#include "util/io_buffer.h"
 
 namespace dcpctl {
 
@@ -73,12 +74,12 @@ struct StreamWindow {
   static uint64_t elems(DType src) { return kStreamWindow / itemsize(src); }
   // Room for direct_span() of kStreamDirectWindow bytes at any offset.
   uint8_t* direct() {
-    if (!direct_) direct_.reset(new uint8_t[kStreamDirectWindow + 3 * kDirectAlign]);
-    return align_up(direct_.get());
+    if (!direct_) direct_ = make_io_buffer(kStreamDirectWindow + 2 * kDirectAlign);
+    return direct_.get();
   }
 
  private:
-  std::unique_ptr<uint8_t[]> direct_;
+  IoBuffer direct_;  // huge pages: see util/io_buffer.h
 };
 
 // Bytes written so far out of the plan's total, reported from any worker thread.
