@@ -20,7 +20,39 @@ fi
 
 cold=0
 if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=1; fi
-drop_cache() { if [ "$cold" = 1 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
+
+# Free page reporting (virtio-balloon, feature bit 5, VIRTIO_BALLOON_F_REPORTING): a VM with it
+# hands memory that stayed free for about 2 s back to its host, and the next command to allocate
+# it waits while the host faults it in again. On this project's VM that made the anchors swing:
+# `cat` of 2.4 GB took 0.69 s right after the page cache was dropped and 2.4-3.3 s five to ten
+# seconds later (all of it system time), so whichever command followed a quiet one, or one that
+# used little memory, paid; dcpctl's direct paths, which take ~200 MiB, barely did. With it,
+# drop_cache touches `refill` bytes (refill_for sets them; REFILL=0 turns it off) right after the
+# drop and frees them (bench/refill.py), untimed: every run starts with that much memory backed,
+# as on a machine that is not a VM.
+reporting=0
+for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
+  [ -r "$f" ] && [ "$(cut -c6 "$f")" = 1 ] && reporting=1
+done
+refill=0
+# refill_for BYTES: what each run may take of fresh memory (the page cache it fills, its writes'
+# dirty pages), capped at MemAvailable less 1 GiB; with free page reporting only.
+refill_for() {
+  local avail
+  avail=$(( $(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024 ))
+  refill=$(( $1 < avail - (1 << 30) ? $1 : avail - (1 << 30) ))
+  if [ "${REFILL:-}" = 0 ] || [ "$reporting" = 0 ] || [ "$cold" = 0 ]; then refill=0; fi
+  if [ "$refill" -gt 0 ]; then
+    echo "== free page reporting is on (virtio-balloon): $((refill >> 20)) MiB touched and freed before each run (REFILL=0: not)"
+  fi
+}
+drop_cache() {
+  if [ "$cold" = 1 ]; then
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    if [ "$refill" -gt 0 ]; then "$py" "$root/bench/refill.py" "$refill" 2>/dev/null; fi
+  fi
+}
 
 # Memory cgroups (root; the v1 memory controller, or v2 when that is what the machine mounts), for
 # runs that must be OOM-killed alone rather than take the machine down. cg_new NAME LIMIT makes a
@@ -49,7 +81,7 @@ cg_new() {
 }
 cg_peak() { cat "$1/memory.max_usage_in_bytes" 2>/dev/null || cat "$1/memory.peak" 2>/dev/null || echo 0; }
 # (rmdir fails while the last processes are still exiting: a few tries.)
-cg_del() { local i; for i in 1 2 3 4 5; do rmdir "$1" 2>/dev/null && return 0; sleep 1; done; return 0; }
+cg_del() { local _; for _ in 1 2 3 4 5; do rmdir "$1" 2>/dev/null && return 0; sleep 1; done; return 0; }
 
 # The benchmark loop. A script defines `names` (its commands) and `cmd_for NAME` (the command line),
 # sets `repeat`, and may define hooks: before_run NAME (e.g. remove the previous output),
@@ -69,14 +101,26 @@ warm_up() {
   done
 }
 
-# time_one TAG NAME ROUND: the command under /usr/bin/time -v into $work/TAG_NAME_ROUND.txt. A
-# failing command does not stop the benchmark: its exit status is in that file, and the table
-# shows it (and misses the targets).
+# The block device $work is on (its /proc/diskstats name: vda, nvme0n1p1, dm-0), or "" when it is
+# not on one (tmpfs, overlay): what disk_stats reads.
+disk_dev=$(df -P "$work" 2>/dev/null | awk 'NR == 2 { print $1 }')
+disk_dev=$(case $disk_dev in /dev/*) basename "$(readlink -f "$disk_dev")" ;; esac)
+# disk_stats: that device's counters now: reads completed, sectors read, writes completed, sectors
+# written, milliseconds with requests in flight (fields 4, 6, 8, 10, 13 of /proc/diskstats).
+disk_stats() { [ -n "$disk_dev" ] && awk -v d="$disk_dev" '$3 == d { print $4, $6, $8, $10, $13 }' /proc/diskstats; }
+
+# time_one TAG NAME ROUND: the command under /usr/bin/time -v into $work/TAG_NAME_ROUND.txt, and
+# the disk's counters before and after it into TAG_NAME_ROUND.disk (the profile beside the wall
+# time: how long the disk was busy, in how many requests; bench/timing.py reads both). A failing
+# command does not stop the benchmark: its exit status is in that file, and the table shows it
+# (and misses the targets).
 time_one() {
-  local c
+  local c before
   c=$(cmd_for "$2")
   echo "== round $3 $2 (load $(cut -d' ' -f1 /proc/loadavg)): $c"
+  before=$(disk_stats)
   /usr/bin/time -v -o "$work/$1_$2_$3.txt" bash -c "$c" || true
+  if [ -n "$before" ]; then printf '%s\n%s\n' "$before" "$(disk_stats)" > "$work/$1_$2_$3.disk"; else rm -f "$work/$1_$2_$3.disk"; fi
 }
 
 # shellcheck disable=SC2154
@@ -87,7 +131,7 @@ time_one() {
 run_rounds() {
   local tag=$1 r n
   local -a order
-  rm -f "$work/${tag}"_*.txt
+  rm -f "$work/${tag}"_*.txt "$work/${tag}"_*.disk
   echo "== $repeat round(s), the order shuffled each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
        "page cache: $([ "$cold" = 1 ] && echo dropped before each run || echo warm)"
   for ((r = 1; r <= repeat; r++)); do

@@ -23,14 +23,36 @@ def parse_time(path: str) -> dict:
     }
 
 
+def parse_disk(path: str) -> dict | None:
+    """The disk's work during one run (common.sh's time_one: /proc/diskstats before and after):
+    seconds with requests in flight, requests and MB each way. None where it was not recorded."""
+    if not os.path.exists(path):
+        return None
+    lines = open(path).read().split("\n")
+    a, b = ([int(x) for x in line.split()] for line in lines[:2])
+    d = [y - x for x, y in zip(a, b)]
+    return {"busy": d[4] / 1000, "reads": d[0], "read_mb": d[1] * 512 / 1e6, "writes": d[2], "write_mb": d[3] * 512 / 1e6}
+
+
+def kib_per_request(d: dict) -> float:
+    return (d["read_mb"] + d["write_mb"]) * 1e6 / 1024 / max(1, d["reads"] + d["writes"])
+
+
 def runs(work: str, tag: str, name: str, repeat: int) -> list[dict]:
-    return [parse_time(os.path.join(work, f"{tag}_{name}_{r}.txt")) for r in range(1, repeat + 1)]
+    out = []
+    for r in range(1, repeat + 1):
+        x = parse_time(os.path.join(work, f"{tag}_{name}_{r}.txt"))
+        x["disk"] = parse_disk(os.path.join(work, f"{tag}_{name}_{r}.disk"))
+        out.append(x)
+    return out
 
 
 def summary(rs: list[dict]) -> dict:
-    """Median wall and CPU seconds over the rounds; the worst RSS and exit status."""
+    """Median wall and CPU seconds over the rounds; the worst RSS and exit status; the median
+    seconds the disk was busy (None where not recorded)."""
+    disk = statistics.median(x["disk"]["busy"] for x in rs) if all(x.get("disk") for x in rs) else None
     return {"secs": statistics.median(x["secs"] for x in rs), "cpu": statistics.median(x["user"] + x["sys"] for x in rs),
-            "rss": max(x["rss"] for x in rs), "rc": max(x["rc"] for x in rs)}
+            "rss": max(x["rss"] for x in rs), "rc": max(x["rc"] for x in rs), "disk": disk}
 
 
 def paired(work: str, tag: str, a: str, b: str, repeat: int) -> list[float]:
@@ -45,7 +67,13 @@ def report(work: str, tag: str, name: str, repeat: int, width: int = 24) -> tupl
     worst exit status)."""
     rs = runs(work, tag, name, repeat)
     col = lambda k, fmt: " ".join(fmt.format(x[k]) for x in rs)  # noqa: E731
+    disk = ""
+    if all(x["disk"] for x in rs):
+        # The disk's side of each round: seconds with requests in flight, and the mean request.
+        busy = " ".join(f"{x['disk']['busy']:.2f}" for x in rs)
+        req = " ".join(f"{kib_per_request(x['disk']):.0f}" for x in rs)
+        disk = f"; disk busy {busy} s, {req} KiB/request"
     print(f"  {name:{width}} wall {col('secs', '{:.2f}')} s; user {col('user', '{:.2f}')}; sys {col('sys', '{:.2f}')};"
-          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB")
+          f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB{disk}")
     m = summary(rs)
     return m["secs"], m["rss"], m["rc"]

@@ -18,7 +18,7 @@ struct VerifyCliOptions {
   bool checksum = false;
   unsigned threads = 0;
   std::string max_memory;
-  std::string io = "auto";
+  std::string io = "direct";
 };
 
 static void print_findings(const json& list, const char* title) {
@@ -37,7 +37,7 @@ int run_verify(const VerifyCliOptions& o) {
   vo.deep = o.deep;
   vo.checksum = o.checksum;
   vo.threads = o.threads;
-  vo.io = o.io == "direct" ? VerifyOptions::Io::Direct : o.io == "buffered" ? VerifyOptions::Io::Buffered : VerifyOptions::Io::Auto;
+  vo.io = o.io == "buffered" ? VerifyOptions::Io::Buffered : VerifyOptions::Io::Direct;  // "auto": direct
   if (!o.max_memory.empty()) vo.max_memory = parse_size(o.max_memory, "--max-memory");
   json r = verify_checkpoint(o.checkpoint, vo);
   bool ok = r["ok"].get<bool>();
@@ -71,9 +71,9 @@ void setup_verify(CLI::App& parent, RunFn& run) {
   sub->add_option("--threads", o->threads, "Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk)")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on --deep/--checksum buffer memory (default 1GiB)")->type_name("SIZE");
   sub->add_option("--io", o->io,
-                  "How --deep reads tensor data: buffered (through the page cache, with the kernel's read-ahead), direct "
-                  "(past it where the filesystem allows it: less CPU, and the page cache is left to what it holds), or auto: "
-                  "direct when the items are more than half of the memory available (or of the cgroup's limit), else buffered")
+                  "How --deep reads tensor data: direct (past the page cache where the filesystem allows it, for runs of "
+                  "1 MiB or more not already cached: less CPU, and the page cache is left to what it holds) or buffered "
+                  "(through it, with the kernel's read-ahead); auto is direct")
       ->check(CLI::IsMember({"auto", "direct", "buffered"}))
       ->capture_default_str()
       ->type_name("MODE");

@@ -38,7 +38,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also read
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With --deep: print the SHA-256 of every full tensor (C order, little-endian)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d 'Cap on --deep/--checksum buffer memory (default 1GiB)'
-complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l io -x -a 'auto direct buffered' -d 'How --deep reads tensor data: buffered (through the page cache, with the kernel\'s read-ahead), direct (past it where the filesystem allows it: less CPU, and the page cache is left to what it holds), or auto: direct when the items are more than half of the memory available (or of the cgroup\'s limit), else buffered'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l io -x -a 'auto direct buffered' -d 'How --deep reads tensor data: direct (past the page cache where the filesystem allows it, for runs of 1 MiB or more not already cached: less CPU, and the page cache is left to what it holds) or buffered (through it, with the kernel\'s read-ahead); auto is direct'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'
 
 # dcpctl ls

@@ -142,9 +142,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       reader.expect(items);
       std::mutex mu;
       uint64_t bytes_read = 0;
-      uint64_t item_bytes = 0;
-      for (const StorageRef& s : items) item_bytes += s.present() ? s.length : 0;
-      const bool direct = verify_reads_direct(opts.io, item_bytes, available_memory());
+      const bool direct = opts.io == VerifyOptions::Io::Direct;
       unsigned threads = opts.threads ? opts.threads : direct ? std::max(default_threads(), kDirectReaders) : default_threads();
       size_t n = md.tensors.size() + md.bytes.size();
       threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, n)));

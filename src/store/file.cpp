@@ -247,69 +247,6 @@ void ReadFile::prefetch(uint64_t offset, uint64_t n) const {
   (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)), POSIX_FADV_WILLNEED);
 }
 
-namespace {
-
-// A file's text, whatever stat says of its size (/proc and /sys files say 0); at most 1 MiB.
-std::optional<std::string> read_proc_text(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return std::nullopt;
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while (s.size() < (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
-}  // namespace
-
-uint64_t cgroup_memory_limit(const std::string& proc_self_cgroup,
-                             const std::function<std::optional<std::string>(const std::string&)>& read) {
-  uint64_t tightest = 0;
-  auto consider = [&](const std::string& root, std::string path, const char* file) {
-    for (;;) {  // the group and each ancestor, up to the hierarchy's root
-      if (std::optional<std::string> v = read(root + path + (path == "/" ? "" : "/") + file)) {
-        char* end = nullptr;
-        unsigned long long x = std::strtoull(v->c_str(), &end, 10);
-        if (end != v->c_str() && x > 0 && x < (1ull << 60) && (tightest == 0 || x < tightest)) tightest = x;
-      }
-      if (path.empty() || path == "/") break;
-      size_t slash = path.find_last_of('/');
-      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-    }
-  };
-  size_t at = 0;
-  while (at < proc_self_cgroup.size()) {
-    size_t nl = proc_self_cgroup.find('\n', at);
-    std::string line = proc_self_cgroup.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-    at = nl == std::string::npos ? proc_self_cgroup.size() : nl + 1;
-    size_t c1 = line.find(':'), c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
-    if (c2 == std::string::npos) continue;
-    const std::string controllers = line.substr(c1 + 1, c2 - c1 - 1), path = line.substr(c2 + 1);
-    if (path.empty() || path[0] != '/') continue;
-    if (line.compare(0, c1, "0") == 0 && controllers.empty()) {
-      consider("/sys/fs/cgroup", path, "memory.max");
-    } else {
-      const std::string list = "," + controllers + ",";
-      if (list.find(",memory,") != std::string::npos) consider("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
-    }
-  }
-  return tightest;
-}
-
-uint64_t available_memory() {
-  uint64_t avail = 0;
-  if (std::optional<std::string> info = read_proc_text("/proc/meminfo")) {
-    size_t at = info->find("MemAvailable:");
-    if (at != std::string::npos) avail = std::strtoull(info->c_str() + at + 13, nullptr, 10) * 1024;  // "... kB"
-  }
-  if (std::optional<std::string> groups = read_proc_text("/proc/self/cgroup")) {
-    uint64_t limit = cgroup_memory_limit(*groups, read_proc_text);
-    if (limit > 0 && (avail == 0 || limit < avail)) avail = limit;
-  }
-  return avail;
-}
-
 bool ReadFile::cached(uint64_t offset, uint64_t n) const {
   if (remote_) return false;
   if (n == 0 || offset > size_ || n > size_ - offset) return false;

@@ -9,8 +9,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,18 +59,6 @@ class DirectFd {
   mutable std::atomic<int> fd_{kUnopened};
   mutable std::atomic<bool> off_{false};
 };
-
-// The memory the kernel could give without swapping (MemAvailable), or the memory limit of this
-// process's cgroups where that is lower (a container's, a systemd slice's: the page cache a read
-// fills is charged to it): at most what the page cache can hold of a read. 0 where neither says.
-uint64_t available_memory();
-
-// The tightest memory limit over the cgroups that `proc_self_cgroup` (the text of
-// /proc/self/cgroup) places this process in, and their ancestors: cgroup v2's memory.max under
-// /sys/fs/cgroup, v1's memory.limit_in_bytes under /sys/fs/cgroup/memory. `read` returns a
-// file's text, or nullopt. 0 when no limit is set ("max", or v1's near-2^63 "unlimited").
-uint64_t cgroup_memory_limit(const std::string& proc_self_cgroup,
-                             const std::function<std::optional<std::string>(const std::string&)>& read);
 
 // A file opened for positioned reads; every short read is an error naming file and offset.
 // Every byte read (read_at, read_direct) passes its ledger, which checks the CRC-32 of each

@@ -6,7 +6,7 @@ on large items stays within --max-memory plus a constant (run with the venv).
 
 Real torch writes (dcp.save) a checkpoint holding one 320 MiB float32 tensor and a small one, and
 another holding the same plus a 160 MiB non-tensor item (a bytes object). With --max-memory 64MiB:
-  verify --deep --checksum  (tensors only; --io auto, its default, buffered at this size, and direct) the SHA-256
+  verify --deep --checksum  (tensors only; --io direct, its default, and buffered) the SHA-256
                             equals hashlib's over torch's bytes of it;
   verify --deep             (tensors only; --io buffered and direct) exit 0;
   consolidate               (tensors only) to .safetensors and .pt (--io direct and buffered) and an
@@ -16,7 +16,7 @@ another holding the same plus a 160 MiB non-tensor item (a bytes object). With -
                             output gives the same tensor and bytes; both outputs' rank files equal.
 verify --deep [--checksum] (--io direct and buffered) of a copy with one flipped bit in the
 tensor's data: exit 3 and a crc-mismatch naming the key.
-Every --io direct run (consolidate's and reshard's default) starts with the checkpoint dropped from
+Every --io direct run (the default of verify, consolidate and reshard) starts with the checkpoint dropped from
 the page cache. The verify --io direct runs and the uncast .safetensors, .pt and reshard runs must
 leave it out of the cache (under a quarter of the
 tensor cached; util-linux fincore) and their output too (written past it); the --io buffered runs
@@ -116,12 +116,13 @@ def main() -> int:
         check = testlib.check_labelled
 
         mm = ["--max-memory", f"{MAX_MEMORY_MIB}MiB", "--threads", "2"]
-        # verify --io direct reads a chunk that is not cached past the page cache and checks its
-        # bytes where they land; --io buffered (its default) goes through it.
-        for label, extra in (("verify --deep --checksum --io direct", ["--checksum", "--json", "--io", "direct"]),
-                             ("verify --deep --checksum", ["--checksum", "--json"]),
-                             ("verify --deep --io direct", ["--io", "direct"]), ("verify --deep", [])):
-            buffered = "direct" not in extra
+        # verify --io direct (its default) reads a chunk that is not cached past the page cache,
+        # each window while the one before is hashed, and checks its bytes where they land;
+        # --io buffered goes through it.
+        for label, extra in (("verify --deep --checksum (--io direct, the default)", ["--checksum", "--json"]),
+                             ("verify --deep --checksum --io buffered", ["--checksum", "--json", "--io", "buffered"]),
+                             ("verify --deep (--io direct, the default)", []), ("verify --deep --io buffered", ["--io", "buffered"])):
+            buffered = "buffered" in extra
             if not buffered:
                 evict(ck_t)
             r, peak = timed(dcpctl, ["verify", "--deep", *extra, *mm, str(ck_t)])
@@ -140,9 +141,9 @@ def main() -> int:
             b0 = f.read(1)[0]
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([b0 ^ 0x10]))
-        for label, extra in (("verify --deep --io direct (a flipped bit)", ["--io", "direct"]),
-                             ("verify --deep --checksum --io direct (a flipped bit)", ["--checksum", "--io", "direct"]),
-                             ("verify --deep (a flipped bit)", []), ("verify --deep --checksum (a flipped bit)", ["--checksum"])):
+        for label, extra in (("verify --deep (a flipped bit)", []), ("verify --deep --checksum (a flipped bit)", ["--checksum"]),
+                             ("verify --deep --io buffered (a flipped bit)", ["--io", "buffered"]),
+                             ("verify --deep --checksum --io buffered (a flipped bit)", ["--checksum", "--io", "buffered"])):
             evict(bad)
             r, _ = timed(dcpctl, ["verify", "--deep", "--json", *extra, *mm, str(bad)])
             check(label, r.returncode == 3, f"exit {r.returncode} (3: problems found) {r.stderr[-300:]}")

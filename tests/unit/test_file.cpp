@@ -8,15 +8,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "report/verify.h"
 #include "store/file.h"
 #include "util/error.h"
 
@@ -110,38 +107,4 @@ TEST_CASE("file: join_spans joins neighbouring items of an s3:// object into req
   CHECK(join_spans({{0, 10}, {0, 10}, {5, 20}}, size) == Spans{{0, 25}});
   Spans over = join_spans({{0, kRemoteSpan - 10}, {kRemoteSpan - 20, 100}}, size);
   CHECK(over == Spans{{0, kRemoteSpan - 10}, {kRemoteSpan - 10, kRemoteSpan + 80}});
-}
-
-TEST_CASE("verify --io auto: past the page cache when the items are more than half of the memory available") {
-  const uint64_t gib = 1ull << 30;
-  CHECK(available_memory() > 0);  // Linux says (MemAvailable)
-  using Io = VerifyOptions::Io;
-  CHECK_FALSE(verify_reads_direct(Io::Auto, 2 * gib, 24 * gib));   // the 2.4 GB bench: buffered
-  CHECK(verify_reads_direct(Io::Auto, 16 * gib, 24 * gib));         // the 16 GB one: direct
-  CHECK_FALSE(verify_reads_direct(Io::Auto, 12 * gib, 24 * gib));  // half exactly: buffered
-  CHECK(verify_reads_direct(Io::Auto, 12 * gib + 1, 24 * gib));
-  CHECK_FALSE(verify_reads_direct(Io::Auto, 100 * gib, 0));        // unknown: buffered
-  CHECK(verify_reads_direct(Io::Direct, 1, 24 * gib));
-  CHECK_FALSE(verify_reads_direct(Io::Buffered, 100 * gib, 24 * gib));
-}
-
-TEST_CASE("available memory: the tightest cgroup memory limit (v2 and v1) over the group and its ancestors") {
-  std::map<std::string, std::string> fs = {
-      {"/sys/fs/cgroup/kubepods/pod1/memory.max", "max\n"},
-      {"/sys/fs/cgroup/kubepods/memory.max", "8589934592\n"},  // 8 GiB on the pod's parent
-      {"/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "4294967296\n"},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"},  // v1's "unlimited"
-      {"/sys/fs/cgroup/memory/free/memory.limit_in_bytes", "9223372036854771712\n"},
-  };
-  auto read = [&](const std::string& p) -> std::optional<std::string> {
-    auto it = fs.find(p);
-    return it == fs.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-  CHECK(cgroup_memory_limit("0::/kubepods/pod1\n", read) == 8589934592ull);                 // v2, the parent's
-  CHECK(cgroup_memory_limit("4:memory:/job\n0::/\n", read) == 4294967296ull);               // v1
-  CHECK(cgroup_memory_limit("5:cpu,memory:/job\n", read) == 4294967296ull);                 // v1, joined controllers
-  CHECK(cgroup_memory_limit("4:memory:/free\n0::/\n", read) == 0);                           // unlimited
-  CHECK(cgroup_memory_limit("4:memory:/job\n0::/kubepods/pod1\n", read) == 4294967296ull);  // both: the tightest
-  CHECK(cgroup_memory_limit("", read) == 0);
-  CHECK(cgroup_memory_limit("garbage\n1:cpu:/x\n", read) == 0);
 }
