@@ -10,7 +10,10 @@
 // each segment is then 2 MiB, and requests reach the device's limit. On this project's VM that took
 // `consolidate` of 2.4 GB from 2.0-2.8 s to 1.3-1.5 s, in a third of the requests
 // (docs/performance.md, "Huge pages for the direct windows"). Where the kernel has no huge pages
-// to give, or no THP at all, it is an aligned buffer of 4 KiB pages, as before.
+// to give, or no THP at all, it is an aligned buffer of 4 KiB pages, as before. Under the default
+// defrag policy ("madvise") a first touch may compact memory to find a huge page: the buffers
+// are kept from one task to the next (WorkerBuffers, the lanes' windows), so that is paid once per
+// buffer. A buffer of 2 MiB or more holds its size rounded up to 2 MiB.
 //
 // Every IoBuffer is aligned on kIoBufferAlign, a multiple of O_DIRECT's kDirectAlign (store/file.h
 // checks it). Its bytes are uninitialised as far as the caller knows (a mapping's are zero, a
