@@ -29,16 +29,19 @@ if sync && (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=1; fi
 # used little memory, paid; dcpctl's direct paths, which take ~200 MiB, barely did. With it,
 # drop_cache touches `refill` bytes (refill_for sets them; REFILL=0 turns it off) right after the
 # drop and frees them (bench/refill.py), untimed: every run starts with that much memory backed,
-# as on a machine that is not a VM.
+# as on a machine that is not a VM. A script that does not call refill_for gets twice its $ckpt
+# plus 512 MiB, set by run_rounds.
 reporting=0
 for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
   [ -r "$f" ] && [ "$(cut -c6 "$f")" = 1 ] && reporting=1
 done
 refill=0
-# refill_for BYTES: what each run may take of fresh memory (the page cache it fills, its writes'
-# dirty pages), capped at MemAvailable less 1 GiB; with free page reporting only.
+# refill_for BYTES [FIXED]: what each run may take of fresh memory (the page cache it fills, its
+# writes' dirty pages), capped at MemAvailable less 1 GiB; with free page reporting only. FIXED 0
+# (run_rounds' own call) lets the next run_rounds set it again from its $ckpt.
 refill_for() {
   local avail
+  refill_fixed=${2:-1}
   avail=$(( $(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024 ))
   refill=$(( $1 < avail - (1 << 30) ? $1 : avail - (1 << 30) ))
   if [ "${REFILL:-}" = 0 ] || [ "$reporting" = 0 ] || [ "$cold" = 0 ]; then refill=0; fi
@@ -131,6 +134,9 @@ time_one() {
 run_rounds() {
   local tag=$1 r n
   local -a order
+  if [ "${refill_fixed:-0}" != 1 ] && [ -d "${ckpt:-}" ]; then
+    refill_for $(( 2 * $(du -sb "$ckpt" | cut -f1) + (512 << 20) )) 0
+  fi
   rm -f "$work/${tag}"_*.txt "$work/${tag}"_*.disk
   echo "== $repeat round(s), the order shuffled each round; load average before: $(cut -d' ' -f1-3 /proc/loadavg);" \
        "page cache: $([ "$cold" = 1 ] && echo dropped before each run || echo warm)"

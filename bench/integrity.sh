@@ -34,8 +34,6 @@ if [ ! -f "$ckpt/.metadata" ]; then
   "$py" "$root/bench/make_big_ckpt.py" "$ckpt" --ranks "$ranks" --layers "$layers" ${POOL:+--pool "$POOL"}
 fi
 base=${BASE:-}
-# A run reads the checkpoint and may write as much: through the page cache, twice its size.
-refill_for $(( 2 * $(du -sb "$ckpt" | cut -f1) + (512 << 20) ))
 
 names=(a_verify_deep b_verify_checksum a2_verify_deep_buffered b2_verify_checksum_buffered c_consolidate c2_consolidate_buffered d_reshard d2_reshard_buffered e_cat f_cat_sync g_cp_sync)
 [ -n "$base" ] && names+=(x_base_verify_deep x_base_verify_checksum x_base_consolidate x_base_reshard)
