@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <new>
 
-
 namespace dcpctl {
 
 void IoBufferFree::operator()(uint8_t* p) const {

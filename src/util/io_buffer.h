@@ -9,7 +9,7 @@
 // huge pages (MADV_HUGEPAGE; the kernel's default policy, "madvise", grants them only where asked):
 // each segment is then 2 MiB, and requests reach the device's limit. On this project's VM that took
 // `consolidate` of 2.4 GB from 2.0-2.8 s to 1.3-1.5 s, in a third of the requests
-// (docs/performance.md, "Huge pages for the direct windows"). Where the kernel has no huge pages
+// (docs/performance.md, "Huge pages and the free page reporting"). Where the kernel has no huge pages
 // to give, or no THP at all, it is an aligned buffer of 4 KiB pages, as before. Under the default
 // defrag policy ("madvise") a first touch may compact memory to find a huge page: the buffers
 // are kept from one task to the next (WorkerBuffers, the lanes' windows), so that is paid once per
