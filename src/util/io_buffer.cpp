@@ -14,7 +14,7 @@ void IoBufferFree::operator()(uint8_t* p) const {
 
 IoBuffer make_io_buffer(uint64_t n) {
   if (n == 0) return IoBuffer(nullptr, IoBufferFree{0});
-  if (n < kHugePage) {
+  if (n < kHugePage || !kHugeIoBuffers) {
     void* p = std::aligned_alloc(kIoBufferAlign, (n + kIoBufferAlign - 1) / kIoBufferAlign * kIoBufferAlign);
     if (!p) throw std::bad_alloc();
     return IoBuffer(static_cast<uint8_t*>(p), IoBufferFree{0});

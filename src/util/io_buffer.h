@@ -40,6 +40,23 @@ constexpr uint64_t kIoBufferAlign = 4096;
 // 4 KiB pages).
 constexpr uint64_t kHugePage = 2ull << 20;
 
+// Whether buffers from kHugePage up are huge-page mappings: not under AddressSanitizer, which
+// checks the bounds of heap blocks and not of mappings (the sanitizer pass would stop seeing an
+// overrun of the largest windows).
+// (GCC says so with __SANITIZE_ADDRESS__, clang with __has_feature.)
+#if defined(__SANITIZE_ADDRESS__)
+#define DCPCTL_IO_BUFFERS_ON_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DCPCTL_IO_BUFFERS_ON_HEAP 1
+#endif
+#endif
+#ifdef DCPCTL_IO_BUFFERS_ON_HEAP
+constexpr bool kHugeIoBuffers = false;
+#else
+constexpr bool kHugeIoBuffers = true;
+#endif
+
 // `n` bytes (rounded up to kIoBufferAlign, or to kHugePage from kHugePage on), aligned; throws
 // std::bad_alloc when the memory cannot be had. n == 0 gives an empty IoBuffer.
 IoBuffer make_io_buffer(uint64_t n);
