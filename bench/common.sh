@@ -53,7 +53,9 @@ drop_cache() {
   if [ "$cold" = 1 ]; then
     sync
     echo 3 > /proc/sys/vm/drop_caches
-    if [ "$refill" -gt 0 ]; then "$py" "$root/bench/refill.py" "$refill" 2>/dev/null; fi
+    if [ "$refill" -gt 0 ]; then
+      "$py" "$root/bench/refill.py" "$refill" 2>/dev/null || echo "== the refill failed: this run may pay the host's faults" >&2
+    fi
   fi
 }
 
@@ -110,7 +112,10 @@ disk_dev=$(df -P "$work" 2>/dev/null | awk 'NR == 2 { print $1 }')
 disk_dev=$(case $disk_dev in /dev/*) basename "$(readlink -f "$disk_dev")" ;; esac)
 # disk_stats: that device's counters now: reads completed, sectors read, writes completed, sectors
 # written, milliseconds with requests in flight (fields 4, 6, 8, 10, 13 of /proc/diskstats).
-disk_stats() { [ -n "$disk_dev" ] && awk -v d="$disk_dev" '$3 == d { print $4, $6, $8, $10, $13 }' /proc/diskstats; }
+# (Status 0 either way: a caller under set -e keeps going without them.)
+disk_stats() {
+  if [ -n "$disk_dev" ]; then awk -v d="$disk_dev" '$3 == d { print $4, $6, $8, $10, $13 }' /proc/diskstats; fi
+}
 
 # time_one TAG NAME ROUND: the command under /usr/bin/time -v into $work/TAG_NAME_ROUND.txt, and
 # the disk's counters before and after it into TAG_NAME_ROUND.disk (the profile beside the wall
