@@ -56,27 +56,27 @@ class Collector {
 // other buffer, `spare` (a worker that read, then hashed, then read again left the disk idle
 // while all hashed at once, and the CPU idle while all read: `verify --checksum` of 2.4 GB took
 // the sum of the two, not the larger). Each buffer holds `window` bytes; with no `spare` the
-// direct reads take turns with `take`. The file's ledger checks the CRC-32 of the run's record as
-// its bytes pass. Every read after the first starts on a block, so no block is read twice.
+// direct reads take turns with `take`. Both buffers are a worker's (WorkerBuffers: IoBuffers,
+// aligned for O_DIRECT). The file's ledger checks the CRC-32 of the run's record as its bytes
+// pass. Every read after the first starts on a block, so no block is read twice.
 template <typename Take>
 void read_run(const DirectRun& r, bool past_cache, const std::string& key, uint8_t* buf, uint8_t* spare, uint64_t window,
               Take&& take) {
-  uint8_t* aligned[2] = {align_up(buf), spare ? align_up(spare) : nullptr};
-  const uint64_t slack = std::max<uint64_t>(aligned[0] - buf, spare ? aligned[1] - spare : 0);
-  const uint64_t step = align_down(window - slack - 2 * kDirectAlign);
+  uint8_t* const bufs[2] = {buf, spare};
+  const uint64_t step = align_down(window - 2 * kDirectAlign);
   auto length = [&](uint64_t done) {  // the window that starts `done` bytes into the run
     uint64_t at = r.offset + done, k = std::min(step, r.bytes - done);
     return done + k < r.bytes ? align_down(at + k) - at : k;
   };
   if (past_cache && spare) {
     uint64_t k = length(0);
-    const uint8_t* p = r.file->read_direct(r.offset, k, aligned[0], key);
+    const uint8_t* p = r.file->read_direct(r.offset, k, buf, key);
     int slot = 0;
     for (uint64_t done = 0; done < r.bytes;) {
       const uint64_t next = done + k, next_k = next < r.bytes ? length(next) : 0;
       std::future<const uint8_t*> ahead;
       if (next_k)
-        ahead = std::async(std::launch::async, [&r, &key, at = r.offset + next, next_k, into = aligned[slot ^ 1]] {
+        ahead = std::async(std::launch::async, [&r, &key, at = r.offset + next, next_k, into = bufs[slot ^ 1]] {
           return r.file->read_direct(at, next_k, into, key);
         });
       take(p, k);  // should it throw, `ahead` waits for its read to end before the buffers go
@@ -88,11 +88,11 @@ void read_run(const DirectRun& r, bool past_cache, const std::string& key, uint8
   for (uint64_t done = 0; done < r.bytes;) {
     uint64_t at = r.offset + done, k = length(done);
     if (past_cache) {
-      take(r.file->read_direct(at, k, aligned[0], key), k);
+      take(r.file->read_direct(at, k, buf, key), k);
     } else {
-      r.file->read_at(at, aligned[0], k, key);
+      r.file->read_at(at, buf, k, key);
       if (done + k < r.bytes) r.file->prefetch(at + k, std::min(step, r.bytes - done - k));
-      take(aligned[0], k);
+      take(buf, k);
     }
     done += k;
   }
