@@ -68,7 +68,7 @@ void setup_verify(CLI::App& parent, RunFn& run) {
   sub->add_flag("--json", o->json, "Print the report as JSON (schema_version 1) on stdout");
   sub->add_flag("--deep", o->deep, "Also read every item: its dtype, shape and length against .metadata, and the CRC-32 of every record it holds");
   sub->add_flag("--checksum", o->checksum, "With --deep: print the SHA-256 of every full tensor (C order, little-endian)");
-  sub->add_option("--threads", o->threads, "Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk)")->capture_default_str()->type_name("N");
+  sub->add_option("--threads", o->threads, "Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk); --checksum hashes on as many, at most one a core")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on --deep/--checksum buffer memory (default 1GiB)")->type_name("SIZE");
   sub->add_option("--io", o->io,
                   "How --deep reads tensor data: direct (past the page cache where the filesystem allows it, for runs of "

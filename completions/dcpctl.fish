@@ -36,7 +36,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -s h -l help -d 'Prin
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l json -d 'Print the report as JSON (schema_version 1) on stdout'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l deep -d 'Also read every item: its dtype, shape and length against .metadata, and the CRC-32 of every record it holds'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With --deep: print the SHA-256 of every full tensor (C order, little-endian)'
-complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk)'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk); --checksum hashes on as many, at most one a core'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d 'Cap on --deep/--checksum buffer memory (default 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l io -x -a 'auto direct buffered' -d 'How --deep reads tensor data: direct (past the page cache where the filesystem allows it, for runs of 1 MiB or more not already cached: less CPU, and the page cache is left to what it holds) or buffered (through it, with the kernel\'s read-ahead); auto is direct'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'

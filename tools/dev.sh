@@ -8,7 +8,7 @@
 #                           and run its pass; what .ci/run runs
 #   tools/dev.sh test-fast  set up, build, run the fast tier only (ctest -L fast, a few minutes)
 #   tools/dev.sh tsan       ThreadSanitizer build (build-tsan/): the threaded unit tests (chunk
-#                           exchange, memory gate, window reader, CRC ledger), torchrun consolidates and a
+#                           exchange, memory gate, window reader, CRC ledger, hash pipeline), torchrun consolidates and a
 #                           threaded reshard (tests/dist/tsan_consolidate.sh); not in `test`
 #   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv)
 #   tools/dev.sh build      setup + build (build/)
@@ -306,7 +306,7 @@ case "$cmd" in
     # own threads, buffers and gates are all instrumented.
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/dist/tsan.supp"
     log "unit tests under TSan: the chunk exchange, the memory gate, the window reader, the CRC ledger"
-    build-tsan/tests/unit_tests "[exchange],memory gate*,window*,ledger*"
+    build-tsan/tests/unit_tests "[exchange],memory gate*,window*,ledger*,hash_streams*"
     log "torchrun consolidates under TSan"
     DCPCTL_VENV="$VENV" bash tests/dist/tsan_consolidate.sh build-tsan/cmd/dcpctl "$PY" tests/fixtures
     ;;

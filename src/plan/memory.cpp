@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "item/hash_streams.h"
 #include "item/item_reader.h"  // ItemLimits: what decoding a zstd item may take beyond its bytes
 #include "plan/deal.h"
 
@@ -127,6 +128,21 @@ uint64_t verify_window_bytes(uint64_t per_worker, uint64_t decoded, uint64_t lar
   uint64_t bytes = std::max<uint64_t>(std::min(per_worker > decoded ? (per_worker - decoded) / 2 : 0, kMaxWindow), item);
   if (decoded != 0) bytes = std::max(bytes, largest_chunk);
   return bytes;
+}
+
+HashPipeline hash_pipeline(uint64_t budget, unsigned hashers, unsigned readers) {
+  constexpr uint64_t kStep = kHugePage;
+  HashPipeline p;
+  p.hashers = std::max(1u, hashers);
+  p.readers = std::max(1u, readers);
+  p.slots = 2 * p.hashers + p.readers;
+  p.slot_bytes = std::min<uint64_t>(kHashSlotBytes, budget / p.slots / kStep * kStep);
+  if (p.slot_bytes < kStep) {
+    p.slot_bytes = kStep;
+    p.slots = static_cast<unsigned>(std::min<uint64_t>(p.slots, budget / kStep));
+    if (p.slots < p.hashers + 1) p.slots = 0;
+  }
+  return p;
 }
 
 }  // namespace dcpctl

@@ -32,6 +32,7 @@
 namespace dcpctl {
 
 struct Deal;
+struct HashPipeline;
 
 // ---- Reading one saved chunk.
 
@@ -102,5 +103,11 @@ uint64_t window_elems(uint64_t window_bytes, size_t largest_item, uint64_t budge
 // touched once each), at least one element; at least `largest_chunk` when the reader decodes
 // chunks whole (a few passes per chunk, not one per window).
 uint64_t verify_window_bytes(uint64_t per_worker, uint64_t decoded, uint64_t largest_chunk, size_t item);
+// verify --checksum's hash pipeline (item/hash_streams.h) within `budget`: `hashers` hashing and
+// `readers` reading ahead, a slot for each and one more per hasher (its next window read while it
+// hashes one), of kHashSlotBytes each, shrunk in steps of a huge page (2 MiB) to fit; with fewer
+// slots, down to hashers + 1, where even 2 MiB slots do not fit. None (slots 0: the tensors go
+// through the workers' windows instead) below that.
+HashPipeline hash_pipeline(uint64_t budget, unsigned hashers, unsigned readers);
 
 }  // namespace dcpctl

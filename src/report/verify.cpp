@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
 #include <mutex>
 #include <vector>
 
+#include "item/hash_streams.h"
 #include "item/item_reader.h"
 #include "item/window.h"
 #include "meta/checkpoint.h"
@@ -205,6 +207,45 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
         return runs;
       };
+      // --checksum of the tensors whose chunks are their bytes in C order in local files, a
+      // megabyte or more: through the hash pipeline (item/hash_streams.h), a hasher a core and the
+      // reads ahead of them on threads of their own. The rest go through the workers below.
+      std::vector<char> piped(md.tensors.size(), 0);
+      if (opts.checksum) {
+        const unsigned cores = default_threads();
+        const HashPipeline pipe = hash_pipeline(opts.max_memory, opts.threads ? std::min(opts.threads, cores) : cores, kHashReaders);
+        std::vector<std::optional<HashStream>> found(md.tensors.size());
+        if (pipe.slots)
+          parallel_for(md.tensors.size(), threads, [&](size_t i) {
+            const TensorMeta& t = md.tensors[i];
+            if (!t.dtype || !check_coverage(t, 1).exact) return;
+            try {
+              HashStream s{t.fqn, {}};
+              for (const auto& [row, r] : c_order_runs(t)) s.runs.push_back({r, past_cache(r)});
+              if (!s.runs.empty() && s.bytes() >= kDirectMinRun) found[i] = std::move(s);
+            } catch (const Error&) {
+              // Reported when the workers read it.
+            }
+          });
+        std::vector<HashStream> streams;
+        std::vector<size_t> which;
+        for (size_t i = 0; i < found.size(); ++i)
+          if (found[i]) streams.push_back(std::move(*found[i])), which.push_back(i);
+        std::vector<StreamDigest> digests = streams.empty() ? std::vector<StreamDigest>{} : hash_streams(streams, pipe, gate);
+        for (size_t k = 0; k < streams.size(); ++k) {
+          piped[which[k]] = 1;
+          if (digests[k].error) {
+            try {
+              std::rethrow_exception(digests[k].error);
+            } catch (const Error& e) {
+              col.from_error(e);
+            }
+            continue;
+          }
+          checksums[streams[k].key] = digests[k].hex;
+          bytes_read += streams[k].bytes();
+        }
+      }
       // Largest first: a tensor is hashed by one worker, so the biggest ones start while the
       // rest fill in around them, and no worker is left hashing a large tensor alone at the end.
       auto bytes_of = [&](size_t i) { return i < md.tensors.size() ? md.tensors[i].nbytes() : 0; };
@@ -227,7 +268,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
           return;
         }
         const TensorMeta& t = md.tensors[i];
-        if (!t.dtype) return;
+        if (!t.dtype || piped[i]) return;
         size_t item = itemsize(*t.dtype);
         bool all_present = true;
         for (size_t c = 0; c < t.num_chunks(); ++c) all_present = all_present && (t.storage[c].present() || t.chunk_numel(c) == 0);

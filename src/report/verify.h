@@ -28,7 +28,9 @@ namespace dcpctl {
 struct VerifyOptions {
   bool deep = false;
   bool checksum = false;  // implies deep
-  unsigned threads = 0;   // 0 = all cores; with direct_io, at least kDirectReaders
+  // Workers: 0 = all cores; with Io::Direct, at least kDirectReaders. --checksum's pipeline
+  // (item/hash_streams.h) hashes on this many threads, at most one a core.
+  unsigned threads = 0;
   // --deep reads chunks, and --checksum hashes full tensors, in windows whose buffers (with what
   // the reader decodes or gathers whole: zstd items, non-contiguous views) are charged to this
   // budget; a single need larger than the budget runs alone.

@@ -59,7 +59,7 @@ struct Pool {
 };
 
 // ---- writes at offsets: when the lanes run, and which tasks may start (see the header) ----
-struct Window {
+struct WriteWindow {
   std::mutex mu;
   std::condition_variable cv;
   bool started = false, failed = false;
@@ -145,7 +145,7 @@ void remove_quietly(const Entry& e, std::vector<std::string>& leftovers) noexcep
 
 struct UploadSession::Impl {
   Pool pool;
-  Window window;
+  WriteWindow window;
   Registry reg;
   std::vector<std::string> leftovers;  // what a cleanup could not undo
 };
@@ -307,7 +307,7 @@ uint64_t UploadSession::part_bytes() const {
 }
 
 void UploadSession::start_part_window() {
-  Window& w = s_->window;
+  WriteWindow& w = s_->window;
   {
     std::lock_guard<std::mutex> lock(w.mu);
     w.started = true;
@@ -316,7 +316,7 @@ void UploadSession::start_part_window() {
 }
 
 void UploadSession::admit_tasks(const std::vector<bool>& mine) {
-  Window& w = s_->window;
+  WriteWindow& w = s_->window;
   std::lock_guard<std::mutex> lock(w.mu);
   w.done.assign(mine.size(), false);
   w.rank.assign(mine.size(), 0);
@@ -331,7 +331,7 @@ void UploadSession::admit_tasks(const std::vector<bool>& mine) {
 }
 
 void UploadSession::task_begin(size_t i) {
-  Window& w = s_->window;
+  WriteWindow& w = s_->window;
   std::unique_lock<std::mutex> lock(w.mu);
   auto rank = [&](size_t t) { return t < w.rank.size() ? w.rank[t] : t; };
   w.cv.wait(lock, [&] { return w.failed || w.earliest >= w.done.size() || rank(i) < rank(w.earliest) + w.ahead; });
@@ -342,7 +342,7 @@ void UploadSession::task_begin(size_t i) {
 }
 
 void UploadSession::task_end(size_t i) {
-  Window& w = s_->window;
+  WriteWindow& w = s_->window;
   {
     std::lock_guard<std::mutex> lock(w.mu);
     if (i < w.done.size()) w.done[i] = true;
