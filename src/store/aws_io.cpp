@@ -1,7 +1,6 @@
 // The real world behind aws::Io: getenv, files, libcurl for the credential endpoints, /bin/sh for
 // credential_process, the clock. Kept apart from aws_credentials.cpp, whose chain the unit tests
 // drive through a fake Io.
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +19,7 @@
 #include <thread>
 
 #include "store/aws_credentials.h"
+#include "store/curl_api.h"
 
 extern char** environ;
 
@@ -41,47 +41,48 @@ bool retryable(const HttpResponse& r) {
 }
 
 HttpResponse http_once(const HttpRequest& req) {
+  const store::CurlApi& api = store::curl(req.url);  // loads libcurl, or throws saying why it cannot
   HttpResponse resp;
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> c(curl_easy_init(), &curl_easy_cleanup);
+  std::unique_ptr<CURL, decltype(store::CurlApi::easy_cleanup)> c(api.easy_init(), api.easy_cleanup);
   if (!c) {
     resp.error = "curl_easy_init failed";
     return resp;
   }
   curl_slist* hdrs = nullptr;
-  for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
+  for (const auto& h : req.headers) hdrs = api.slist_append(hdrs, h.c_str());
   if (!req.sign.session_token.empty())
-    hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + req.sign.session_token).c_str());
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> hold(hdrs, &curl_slist_free_all);
+    hdrs = api.slist_append(hdrs, ("x-amz-security-token: " + req.sign.session_token).c_str());
+  std::unique_ptr<curl_slist, decltype(store::CurlApi::slist_free_all)> hold(hdrs, api.slist_free_all);
   std::string userpwd = req.sign.access_key + ":" + req.sign.secret_key;
   CURL* h = c.get();
-  curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req.connect_timeout_ms);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req.timeout_ms);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp.body);
+  api.easy_setopt(h, CURLOPT_URL, req.url.c_str());
+  api.easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+  api.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, req.connect_timeout_ms);
+  api.easy_setopt(h, CURLOPT_TIMEOUT_MS, req.timeout_ms);
+  api.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  api.easy_setopt(h, CURLOPT_WRITEDATA, &resp.body);
 #if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: CURLOPT_PROTOCOLS_STR (CURLOPT_PROTOCOLS is deprecated there)
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
   if (!req.sigv4.empty()) {
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
-    curl_easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());
+    api.easy_setopt(h, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
+    api.easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());
   }
   if (req.method == "POST" || req.method == "PUT") {
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.c_str());
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+    api.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    api.easy_setopt(h, CURLOPT_POSTFIELDS, req.body.c_str());
+    api.easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
   } else if (req.method != "GET") {
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+    api.easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
   }
-  CURLcode rc = curl_easy_perform(h);
+  CURLcode rc = api.easy_perform(h);
   if (rc != CURLE_OK) {
-    resp.error = curl_easy_strerror(rc);
+    resp.error = api.easy_strerror(rc);
     resp.body.clear();
     return resp;
   }
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  api.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
   return resp;
 }
 

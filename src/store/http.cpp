@@ -1,13 +1,12 @@
 #include "store/http.h"
 
-#include <curl/curl.h>
 
 #include <cctype>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string_view>
 
+#include "store/curl_api.h"
 #include "util/error.h"
 #include "util/text.h"
 
@@ -44,10 +43,11 @@ namespace {
 
 // One easy handle per thread: curl_easy_reset keeps its connections, so a worker's requests reuse
 // one TCP (and TLS) connection to the server.
+// (Made on a thread's first request, with libcurl loaded by then: see perform_once.)
 struct Handle {
-  CURL* curl = curl_easy_init();
+  CURL* easy = curl().easy_init();
   ~Handle() {
-    if (curl) curl_easy_cleanup(curl);
+    if (easy) curl().easy_cleanup(easy);
   }
 };
 thread_local Handle t_handle;
@@ -64,7 +64,7 @@ size_t on_body(char* data, size_t, size_t n, void* ud) {
   auto* t = static_cast<Transfer*>(ud);
   t->bytes_in->fetch_add(n, std::memory_order_relaxed);
   long status = 0;
-  curl_easy_getinfo(t_handle.curl, CURLINFO_RESPONSE_CODE, &status);
+  curl().easy_getinfo(t_handle.easy, CURLINFO_RESPONSE_CODE, &status);
   bool ok = status >= 200 && status < 300;
   if (t->req->dest && ok) {
     const uint64_t skip_total = status == 200 ? t->req->range_offset : 0;
@@ -116,58 +116,56 @@ size_t on_header(char* data, size_t, size_t n, void* ud) {
   return n;
 }
 
-std::once_flag g_curl_init;
-
 }  // namespace
 
 std::string perform_once(const Request& req, Response& resp, Counters& counters, const std::string& display) {
-  std::call_once(g_curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  CURL* c = t_handle.curl;
+  const CurlApi& api = curl(display);  // loads libcurl, or throws saying why it cannot
+  CURL* c = t_handle.easy;
   if (!c) throw IoError(Where(display), "cannot start an HTTP request (curl_easy_init failed)");
-  curl_easy_reset(c);
+  api.easy_reset(c);
   resp = Response();
   Transfer t{&req, &resp, &counters.bytes_in};
   curl_slist* hdrs = nullptr;
-  for (const auto& h : req.headers) hdrs = curl_slist_append(hdrs, h.c_str());
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> hold(hdrs, &curl_slist_free_all);
-  curl_easy_setopt(c, CURLOPT_URL, req.url.c_str());
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+  for (const auto& h : req.headers) hdrs = api.slist_append(hdrs, h.c_str());
+  std::unique_ptr<curl_slist, decltype(CurlApi::slist_free_all)> hold(hdrs, api.slist_free_all);
+  api.easy_setopt(c, CURLOPT_URL, req.url.c_str());
+  api.easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
   if (!req.sigv4.empty()) {
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
-    curl_easy_setopt(c, CURLOPT_USERPWD, req.userpwd.c_str());
+    api.easy_setopt(c, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
+    api.easy_setopt(c, CURLOPT_USERPWD, req.userpwd.c_str());
   }
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, req.connect_timeout_s);
+  api.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(c, CURLOPT_CONNECTTIMEOUT, req.connect_timeout_s);
   // A stalled transfer (under 1 byte/s for 30 s) fails, and is retried, instead of hanging.
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+  api.easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  api.easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+  api.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  api.easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  api.easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  api.easy_setopt(c, CURLOPT_HEADERDATA, &t);
   if (std::strcmp(req.method, "HEAD") == 0) {
-    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    api.easy_setopt(c, CURLOPT_NOBODY, 1L);
   } else if (req.body || std::strcmp(req.method, "POST") == 0 || std::strcmp(req.method, "PUT") == 0) {
     // Bodies go as POSTFIELDS (with the method named), so that libcurl's SigV4 hashes exactly
     // these bytes.
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body_size));
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, req.body ? req.body : "");
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+    api.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body_size));
+    api.easy_setopt(c, CURLOPT_POSTFIELDS, req.body ? req.body : "");
+    api.easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
   } else if (std::strcmp(req.method, "GET") != 0) {
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
+    api.easy_setopt(c, CURLOPT_CUSTOMREQUEST, req.method);
   }
   counters.requests.fetch_add(1, std::memory_order_relaxed);
-  CURLcode rc = curl_easy_perform(c);
+  CURLcode rc = api.easy_perform(c);
   if (req.body) counters.bytes_out.fetch_add(req.body_size, std::memory_order_relaxed);
   // The whole object answered to a range: stopped once the range was in.
   bool done_early = rc == CURLE_WRITE_ERROR && req.dest && !t.overflow && resp.got == req.dest_size;
   if (rc == CURLE_OK || done_early) {
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
+    api.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp.status);
     return {};
   }
   if (t.overflow) throw IoError(Where(display), "the server's answer is larger than what was asked for");
   resp.status = 0;
-  return curl_easy_strerror(rc);
+  return api.easy_strerror(rc);
 }
 
 }  // namespace dcpctl::store::http

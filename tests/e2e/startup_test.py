@@ -5,7 +5,10 @@ dcpctl links no LibTorch; it loads its plugin libdcpctl_torch.so (src/torchlib/)
 joins a process group (torchrun). It reads and writes torch.save archives itself
 (item/zip_directory.h, write/torch_zip_writer.h). This test proves it from outside:
 
-  linking     the binary's DT_NEEDED list names no LibTorch or CUDA library.
+  linking     the binary's DT_NEEDED list names no LibTorch or CUDA library, and no libcurl
+              (store/curl_api.h opens it on the first s3:// or gs:// request).
+  no-libcurl  a local verify --deep --checksum, consolidate and reshard never load libcurl: the
+              dynamic loader's own log (LD_DEBUG=files) names libcrypto and not libcurl.
   no-plugin   with DCPCTL_TORCH_PLUGIN naming a plugin that does not exist, every command that
               reads (--help, --version, inspect, inspect --json/--flat/--chunks, verify, ls,
               latest; verify --deep and --checksum, stats, diff and inspect --value, which read
@@ -63,8 +66,23 @@ def main():
     needed = [l.split("[", 1)[1].rstrip("]") for l in dyn.splitlines() if "(NEEDED)" in l]
     chk.expect(needed, f"readelf -d {dcpctl} lists no NEEDED libraries at all: {dyn[:300]}")
     for lib in needed:
-        chk.expect(not any(lib.startswith(p) for p in ("libtorch", "libc10", "libcuda", "libcudart", "libnccl")),
+        chk.expect(not any(lib.startswith(p) for p in ("libtorch", "libc10", "libcuda", "libcudart", "libnccl", "libcurl")),
                    f"dcpctl links {lib}: every start would load it")
+
+    # no-libcurl
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["LD_DEBUG"] = "files"
+        try:
+            for args in (["verify", "--deep", "--checksum", "--json", sample],
+                         ["consolidate", sample, "-o", os.path.join(tmp, "out.safetensors"), "-q"],
+                         ["reshard", sample, "--world-size", "2", "-o", os.path.join(tmp, "w2"), "-q"]):
+                r = chk.run([dcpctl] + args)
+                what = "dcpctl " + " ".join(args)
+                chk.expect(r.rc == EXIT_OK, f"{what}: exit {r.rc}: {r.describe()}")
+                if chk.expect("libcrypto" in r.stderr, f"{what}: LD_DEBUG=files logged no libcrypto: {r.stderr[:300]}"):
+                    chk.expect("libcurl" not in r.stderr, f"{what}: loaded libcurl for local work")
+        finally:
+            os.environ.pop("LD_DEBUG", None)
 
     # no-plugin
     commands = [
