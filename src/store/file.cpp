@@ -259,12 +259,25 @@ bool ReadFile::cached(uint64_t offset, uint64_t n) const {
     else
       ::munmap(fresh, size_);  // another thread mapped it first: m is its mapping
   }
-  uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  uint64_t start = offset / page * page, end = offset + n;
-  std::vector<unsigned char> vec((end - start + page - 1) / page);
-  if (::mincore(static_cast<uint8_t*>(m) + start, end - start, vec.data()) != 0) return false;
-  for (unsigned char v : vec)
-    if (!(v & 1)) return false;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page, end = offset + n;
+  // Whether every page of [from, to) (page-aligned `from`) is in the cache.
+  std::vector<unsigned char> vec;
+  auto all_in = [&](uint64_t from, uint64_t to) {
+    vec.resize((to - from + page - 1) / page);
+    if (::mincore(static_cast<uint8_t*>(m) + from, to - from, vec.data()) != 0) return false;
+    for (unsigned char v : vec)
+      if (!(v & 1)) return false;
+    return true;
+  };
+  // The first and the last page first: a file not read since the cache was dropped answers in two
+  // calls. Then 4 MiB at a time, up to the first page missing: the kernel walks every page it is
+  // asked about, about 1 ms per 100 MB, which verify once paid for each tensor of a cold checkpoint.
+  const uint64_t last = (end - 1) / page * page;
+  if (!all_in(start, start + page) || !all_in(last, last + page)) return false;
+  constexpr uint64_t kStep = 4ull << 20;
+  for (uint64_t from = start; from < end; from += kStep)
+    if (!all_in(from, std::min(end, from + kStep))) return false;
   return true;
 }
 

@@ -4,6 +4,7 @@
 // from several threads opening the O_DIRECT descriptor at once.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -107,4 +108,45 @@ TEST_CASE("file: join_spans joins neighbouring items of an s3:// object into req
   CHECK(join_spans({{0, 10}, {0, 10}, {5, 20}}, size) == Spans{{0, 25}});
   Spans over = join_spans({{0, kRemoteSpan - 10}, {kRemoteSpan - 20, 100}}, size);
   CHECK(over == Spans{{0, kRemoteSpan - 10}, {kRemoteSpan - 10, kRemoteSpan + 80}});
+}
+
+TEST_CASE("file: cached() is true only when every page of the range is in the page cache") {
+  const size_t size = 12 * 1024 * 1024 + 100;  // several of cached()'s 4 MiB steps, a partial page at the end
+  TempFile f(".", size);
+  ReadFile rf(f.path);
+  const int fd = rf.fd();
+  REQUIRE(::fdatasync(fd) == 0);
+  auto drop = [&](uint64_t off, uint64_t n) { REQUIRE(::posix_fadvise(fd, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_DONTNEED) == 0); };
+  auto load = [&](uint64_t off, uint64_t n) {
+    std::vector<uint8_t> b(n);
+    rf.read_at(off, b.data(), n);
+  };
+  load(0, size);
+  REQUIRE(rf.cached(0, size));
+  drop(0, size);
+  if (rf.cached(0, size)) {  // tmpfs: its pages are the file, never dropped
+    WARN("this filesystem's pages cannot be dropped (tmpfs?): cached() checked only whole");
+    return;
+  }
+  load(0, size);
+  REQUIRE(rf.cached(0, size));
+  CHECK(rf.cached(4096 + 3, 100000));
+  CHECK_FALSE(rf.cached(0, size + 1));  // past the end
+  CHECK_FALSE(rf.cached(0, 0));
+  // Pages missing at the start, at the end, in the middle of a later 4 MiB step (2 MiB-aligned
+  // ranges: the kernel may cache a file in folios larger than a page, dropped only whole).
+  const uint64_t MiB = 1024 * 1024;
+  for (auto [off, n] : {std::pair<uint64_t, uint64_t>{0, 2 * MiB}, {10 * MiB, size - 10 * MiB}, {6 * MiB, 2 * MiB}}) {
+    CAPTURE(off, n);
+    drop(off, n);
+    CHECK_FALSE(rf.cached(0, size));
+    CHECK_FALSE(rf.cached(off + n / 2, 1));
+    if (off > 0) CHECK(rf.cached(0, off));                                  // the pages before are still there
+    if (off + n < size) CHECK(rf.cached(off + n, size - off - n));          // and after
+    load(off, n);
+    CHECK(rf.cached(0, size));
+  }
+  drop(0, size);
+  CHECK_FALSE(rf.cached(0, size));
+  CHECK_FALSE(rf.cached(5 * 1024 * 1024, 4096));
 }
