@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <future>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "item/hash_streams.h"

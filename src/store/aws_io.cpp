@@ -62,9 +62,7 @@ HttpResponse http_once(const HttpRequest& req) {
   api.easy_setopt(h, CURLOPT_TIMEOUT_MS, req.timeout_ms);
   api.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   api.easy_setopt(h, CURLOPT_WRITEDATA, &resp.body);
-#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: CURLOPT_PROTOCOLS_STR (CURLOPT_PROTOCOLS is deprecated there)
-  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-#endif
+  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");  // 7.85's (store/curl_api.h checks the version)
   if (!req.sigv4.empty()) {
     api.easy_setopt(h, CURLOPT_AWS_SIGV4, req.sigv4.c_str());
     api.easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());

@@ -15,7 +15,7 @@ constexpr unsigned kMinVersion = 0x075500;  // 7.85.0
 template <typename F>
 bool take(void* lib, const char* library, const char* name, F& f, std::string& error) {
   f = reinterpret_cast<F>(::dlsym(lib, name));
-  if (!f && error.empty()) error = std::string(library) + " has no " + name;
+  if (!f) error = std::string(library) + " has no " + name;
   return f != nullptr;
 }
 
@@ -40,11 +40,11 @@ CurlLoad load_curl(const char* library) {
   decltype(&curl_version_info) version_info = nullptr;
   decltype(&curl_global_init) global_init = nullptr;
   auto has = [&](const char* name, auto& f) { return take(lib, library, name, f, l.error); };
-  const bool ok = has("curl_version_info", version_info) & has("curl_global_init", global_init) &
-                  has("curl_easy_init", a.easy_init) & has("curl_easy_cleanup", a.easy_cleanup) &
-                  has("curl_easy_reset", a.easy_reset) & has("curl_easy_setopt", a.easy_setopt) &
-                  has("curl_easy_getinfo", a.easy_getinfo) & has("curl_easy_perform", a.easy_perform) &
-                  has("curl_easy_strerror", a.easy_strerror) & has("curl_slist_append", a.slist_append) &
+  const bool ok = has("curl_version_info", version_info) && has("curl_global_init", global_init) &&
+                  has("curl_easy_init", a.easy_init) && has("curl_easy_cleanup", a.easy_cleanup) &&
+                  has("curl_easy_reset", a.easy_reset) && has("curl_easy_setopt", a.easy_setopt) &&
+                  has("curl_easy_getinfo", a.easy_getinfo) && has("curl_easy_perform", a.easy_perform) &&
+                  has("curl_easy_strerror", a.easy_strerror) && has("curl_slist_append", a.slist_append) &&
                   has("curl_slist_free_all", a.slist_free_all);
   if (!ok) return fail(l.error);
   const curl_version_info_data* v = version_info(CURLVERSION_NOW);

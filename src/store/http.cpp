@@ -1,6 +1,5 @@
 #include "store/http.h"
 
-
 #include <cctype>
 #include <cstring>
 #include <memory>
