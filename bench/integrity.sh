@@ -19,9 +19,10 @@
 #   bench/integrity.sh [WORKDIR]     (default /tmp/dcpctl-bench; needs ~10 GB free there)
 #
 # Environment: DCPCTL, PYTHON, REPEAT (rounds, default 3; medians), BASE (see above), LAYERS,
-# RANKS, POOL (the checkpoint's shape, see above).
-# Prints per-run lines, a table with each row's ratio to its anchor, and the targets: (b) <= 1.1x
-# (e); (c) <= 1.1x (f); (d) <= 1.1x (g). Checks that (b)'s checksums equal hashlib.sha256 of
+# RANKS, POOL (the checkpoint's shape, see above), LOAD (N busy-loop processes running through
+# every round, each taking a core: a busy machine; default 0).
+# Prints per-run lines, a table with each row's ratio to its anchor, and issue 35's targets: (b)
+# <= 1.1x (e); (c) <= 1.05x (f); (d) <= 1.05x (g). Checks that (b)'s checksums equal hashlib.sha256 of
 # torch's own view of each tensor (dcp_to_torch_save of the checkpoint, C order).
 set -euo pipefail
 own_ckpt=1
@@ -57,7 +58,16 @@ cmd_for() {
 before_run() { rm -rf "$work/i.safetensors" "$work/i-w2" "$work/i.cat" "$work/i-cp"; }
 warm_up
 repeat=${REPEAT:-3}
+hogs=()
+stop_hogs() { [ ${#hogs[@]} -eq 0 ] || kill "${hogs[@]}" 2>/dev/null || true; hogs=(); }
+trap stop_hogs EXIT
+for _ in $(seq 1 "${LOAD:-0}"); do
+  bash -c 'while :; do :; done' &
+  hogs+=($!)
+done
+[ ${#hogs[@]} -eq 0 ] || echo "== LOAD=${LOAD}: ${#hogs[@]} busy loop(s) running through every round"
 run_rounds integrity
+stop_hogs
 before_run x
 
 "$py" - "$work" "$ckpt" "$repeat" "$root/bench" "${names[@]}" <<'EOF'
@@ -88,8 +98,8 @@ for n, m in rows.items():
 print("(disk s: the median seconds the disk had requests in flight, /proc/diskstats; a run whose wall time is"
       " well above it waited on something else: the CPU, the page cache's writeback)")
 ok = True
-for n, target in (("b_verify_checksum", 1.1), ("c_consolidate", 1.1), ("d_reshard", 1.1),
-                  ("c2_consolidate_buffered", 1.1), ("d2_reshard_buffered", 1.1)):
+for n, target in (("b_verify_checksum", 1.1), ("c_consolidate", 1.05), ("d_reshard", 1.05),
+                  ("c2_consolidate_buffered", 1.05), ("d2_reshard_buffered", 1.05)):
     rs = paired(work, "integrity", n, anchor[n], repeat)
     med = statistics.median(rs)
     good = rows[n]["rc"] == 0 and med <= target
