@@ -1,7 +1,9 @@
 #include "item/hash_streams.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -24,39 +26,27 @@ namespace {
 struct Job {
   size_t stream;
   const HashRun* run;
-  uint64_t at, k;     // [at, at + k) of the run's file
-  bool first, last;   // the stream's first and last window
-  enum State { Waiting, Reading, Ready, Dropped } state = Waiting;
+  uint64_t at, k;    // [at, at + k) of the run's file
+  bool first, last;  // the stream's first and last window
+  enum State { Reading, Ready, Dropped } state = Reading;
   int slot = -1;
   const uint8_t* data = nullptr;  // Ready: where its bytes landed in the slot
 };
 
-// A hasher's streams, as the windows it hashes in order; readers take them in the same order.
+// A hasher's streams, in the order it hashes them. Readers cut the next window where the cursor
+// stands (so only the windows in flight exist: at most one a slot, however many chunks the
+// checkpoint has) and queue it; the hasher takes the queue's front. A deque keeps references to
+// its elements valid while readers push at the back and the hasher pops at the front.
 struct Lane {
-  std::vector<Job> jobs;
-  size_t next_read = 0;  // the first job no reader has taken
-  uint64_t ahead = 0;    // bytes taken by readers and not yet hashed
+  std::vector<size_t> streams;
+  size_t at_stream = 0, at_run = 0;  // the cursor: the next window starts `done` bytes into
+  uint64_t done = 0;                 // run `at_run` of stream `at_stream`
+  size_t cut_stream = SIZE_MAX;      // the stream of the last window cut
+  std::deque<Job> queue;             // windows taken by readers and not yet hashed, in order
+  uint64_t ahead = 0;                // their bytes
   std::condition_variable cv;
+  bool exhausted() const { return at_stream == streams.size(); }
 };
-
-// The windows of `s` (index `si`) onto `lane`: `step` bytes at most, each after a run's first
-// ending on a block of its file (so the next starts on one).
-void add_windows(Lane& lane, size_t si, const HashStream& s, uint64_t step) {
-  const size_t first = lane.jobs.size();
-  for (const HashRun& r : s.runs) {
-    for (uint64_t done = 0; done < r.run.bytes;) {
-      const uint64_t at = r.run.offset + done;
-      uint64_t k = std::min(step, r.run.bytes - done);
-      if (done + k < r.run.bytes) k = align_down(at + k) - at;
-      lane.jobs.push_back(Job{si, &r, at, k, false, false});
-      done += k;
-    }
-  }
-  if (lane.jobs.size() > first) {
-    lane.jobs[first].first = true;
-    lane.jobs.back().last = true;
-  }
-}
 
 }  // namespace
 
@@ -80,7 +70,7 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
       continue;
     }
     const size_t h = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    add_windows(lanes[h], si, streams[si], step);
+    lanes[h].streams.push_back(si);
     load[h] += streams[si].bytes();
   }
 
@@ -104,9 +94,41 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
   auto pick = [&]() -> Lane* {
     Lane* best = nullptr;
     for (Lane& l : lanes)
-      if (l.next_read < l.jobs.size() && (!best || l.ahead < best->ahead)) best = &l;
+      if (!l.exhausted() && (!best || l.ahead < best->ahead)) best = &l;
     return best;
   };
+  // Moves `l`'s cursor to where the next window starts: past runs done or empty, and past
+  // streams done or failed (nothing left to check there). After it, exhausted() is true exactly
+  // when `l` has no window left to read.
+  auto settle = [&](Lane& l) {
+    for (; !l.exhausted(); ++l.at_stream, l.at_run = 0, l.done = 0) {
+      const HashStream& st = streams[l.streams[l.at_stream]];
+      if (failed[l.streams[l.at_stream]]) continue;
+      for (; l.at_run < st.runs.size() && l.done >= st.runs[l.at_run].run.bytes; ++l.at_run) l.done = 0;
+      if (l.at_run < st.runs.size()) return;
+    }
+  };
+  // The window at `l`'s cursor, queued: at most `step` bytes, each but a run's last ending on a
+  // block of its file (so the next starts on one). Null when none is left.
+  auto cut = [&](Lane& l) -> Job* {
+    settle(l);
+    if (l.exhausted()) return nullptr;
+    const size_t si = l.streams[l.at_stream];
+    const HashRun& r = streams[si].runs[l.at_run];
+    const uint64_t at = r.run.offset + l.done;
+    uint64_t k = std::min(step, r.run.bytes - l.done);
+    if (l.done + k < r.run.bytes) k = align_down(at + k) - at;
+    const bool first = l.cut_stream != si;
+    l.cut_stream = si;
+    l.done += k;
+    l.queue.push_back(Job{si, &r, at, k, first, false});
+    Job& j = l.queue.back();
+    settle(l);  // past this window: whether it was its stream's last
+    j.last = l.exhausted() || l.streams[l.at_stream] != si;
+    return &j;
+  };
+
+  for (Lane& l : lanes) settle(l);
 
   auto reader = [&] {
     std::unique_lock<std::mutex> lock(mu);
@@ -114,15 +136,15 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
       Lane* lane = nullptr;
       readers_cv.wait(lock, [&] { return stop || !(lane = pick()) || !free_slots.empty(); });
       if (stop || !lane) return;
-      Job& j = lane->jobs[lane->next_read++];
-      if (failed[j.stream]) {  // an earlier window of its stream failed: nothing left to check there
-        j.state = Job::Dropped;
-        lane->cv.notify_all();
+      Job* jp = cut(*lane);
+      if (!jp) {
+        readers_cv.notify_all();  // this lane is done: another may be picked now
+        lane->cv.notify_all();    // and its hasher may be waiting for the end
         continue;
       }
+      Job& j = *jp;
       j.slot = free_slots.back();
       free_slots.pop_back();
-      j.state = Job::Reading;
       lane->ahead += j.k;
       lock.unlock();
       const uint8_t* data = nullptr;
@@ -149,9 +171,6 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
         if (!failed[j.stream]) out[j.stream].error = err;
         failed[j.stream] = 1;
         j.state = Job::Dropped;
-        free_slots.push_back(j.slot);
-        lane->ahead -= j.k;
-        readers_cv.notify_all();
       } else {
         j.data = data;
         j.state = Job::Ready;
@@ -162,10 +181,13 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
 
   auto hasher = [&](Lane& lane) {
     std::optional<Sha256> sha;
-    for (Job& j : lane.jobs) {
+    for (;;) {
       std::unique_lock<std::mutex> lock(mu);
-      lane.cv.wait(lock, [&] { return stop || j.state == Job::Ready || j.state == Job::Dropped; });
-      if (stop) return;
+      lane.cv.wait(lock, [&] {
+        return stop || (lane.queue.empty() ? lane.exhausted() : lane.queue.front().state != Job::Reading);
+      });
+      if (stop || lane.queue.empty()) return;
+      Job& j = lane.queue.front();
       const bool hash = j.state == Job::Ready && !failed[j.stream];
       lock.unlock();
       std::string hex;
@@ -178,12 +200,11 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
         return halt(std::current_exception());
       }
       lock.lock();
-      if (j.state == Job::Ready) {
-        free_slots.push_back(j.slot);
-        lane.ahead -= j.k;
-        readers_cv.notify_all();
-      }
       if (j.last && hash) out[j.stream].hex = std::move(hex);
+      free_slots.push_back(j.slot);
+      lane.ahead -= j.k;
+      lane.queue.pop_front();
+      readers_cv.notify_all();
     }
   };
 

@@ -61,7 +61,11 @@ TEST_CASE("hash_streams: every stream's digest is hashlib's over its runs, for a
       {{4095, 1}},
       {{size - 100000, 100000}, {17, 4096 * 3 + 1}, {4096, 4096}},
       {},
+      {{5, 0}, {100, 0}, {9000, 5000}, {7, 0}, {20000, 3}, {1, 0}},  // empty runs first, between, last
   };
+  // Many small runs: far more windows than slots, each cut only when a slot is free.
+  runs.emplace_back();
+  for (uint64_t i = 0; i < 3000; ++i) runs.back().emplace_back((i * 7919) % (size - 600), 1 + i % 600);
   std::vector<std::pair<uint64_t, uint64_t>> in_b = {{3, b.bytes.size() - 3}};
   for (bool past_cache : {true, false}) {
     for (HashPipeline p : {HashPipeline{1, 1, 1, 3 * kDirectAlign}, HashPipeline{2, 4, 8, 5 * kDirectAlign},
@@ -93,12 +97,17 @@ TEST_CASE("hash_streams: a stream that cannot be read gets its error and the oth
   const uint64_t rec = 1024 * 1024 + 10, rec_n = 300000;
   rf.ledger().watch(rf.path(), rec, rec_n, crc32_update(0, f.bytes.data() + rec, rec_n) ^ 1u, "bad.w", "data/0");
   std::vector<std::pair<uint64_t, uint64_t>> good = {{0, 1024 * 1024}}, corrupt = {{rec - 5, rec_n + 100}},
-                                              past_end = {{0, 4096}, {size - 10, 11}};
+                                              past_end = {{0, 4096}, {size - 10, 11}},
+                                              // fails at its first window; the four after it are never read
+                                              fails_first = {{size - 10, 11}, {0, 100000}}, small = {{3, 5000}};
   for (bool past_cache : {true, false}) {
     CAPTURE(past_cache);
     std::vector<HashStream> streams = {stream("good", rf, good, past_cache), stream("bad.w", rf, corrupt, past_cache),
-                                       stream("short", rf, past_end, past_cache)};
-    HashPipeline p{2, 2, 3, 8 * kDirectAlign};
+                                       stream("short", rf, past_end, past_cache), stream("early", rf, fails_first, past_cache),
+                                       stream("small", rf, small, past_cache)};
+    for (unsigned hashers : {1u, 2u}) {  // one lane: the failed streams' successors still start afresh
+    CAPTURE(hashers);
+    HashPipeline p{hashers, 2, 3, 8 * kDirectAlign};
     MemoryGate gate(1ull << 30);
     std::vector<StreamDigest> got = hash_streams(streams, p, gate);
     CHECK(got[0].hex == expected(f, good));
@@ -109,8 +118,13 @@ TEST_CASE("hash_streams: a stream that cannot be read gets its error and the oth
     REQUIRE(got[2].error);
     CHECK(got[2].hex.empty());
     CHECK_THROWS_AS(std::rethrow_exception(got[2].error), FormatError);
-    // The record is checked once: watch it again for the second pass.
+    REQUIRE(got[3].error);
+    CHECK_THROWS_AS(std::rethrow_exception(got[3].error), FormatError);
+    CHECK(got[4].hex == expected(f, small));
+    CHECK_FALSE(got[4].error);
+    // The record is checked once: watch it again for the next pass.
     rf.ledger().watch(rf.path(), rec, rec_n, crc32_update(0, f.bytes.data() + rec, rec_n) ^ 1u, "bad.w", "data/0");
+    }
   }
 }
 
