@@ -18,7 +18,9 @@
 // kDirectAlign block, so no block is read twice.
 //
 // Memory: slots * slot_bytes, taken from the caller's gate for the whole call (the size comes from
-// plan/memory.h's hash_pipeline_size).
+// plan/memory.h's hash_pipeline). Windows are cut from a cursor as slots free up, so the
+// bookkeeping is one record per window in flight, not per window or chunk of the checkpoint (a
+// 2,048-rank FSDP checkpoint has millions); the caller's streams hold one HashRun per chunk.
 #pragma once
 
 #include <cstdint>
