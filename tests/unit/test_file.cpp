@@ -16,27 +16,12 @@
 #include <vector>
 
 #include "store/file.h"
+#include "temp_file.h"
 #include "util/error.h"
 
 using namespace dcpctl;
 
 namespace {
-
-// A file of `n` pseudo-random bytes in `dir`, removed when the test ends.
-struct TempFile {
-  std::string path;
-  std::vector<uint8_t> bytes;
-  TempFile(const std::string& dir, size_t n) : bytes(n) {
-    std::mt19937 rng(7);
-    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-    path = dir + "/dcpctl-test-direct-XXXXXX";
-    int fd = ::mkstemp(path.data());
-    REQUIRE(fd >= 0);
-    REQUIRE(::write(fd, bytes.data(), n) == static_cast<ssize_t>(n));
-    ::close(fd);
-  }
-  ~TempFile() { std::remove(path.c_str()); }
-};
 
 // An aligned buffer with room for direct_span(offset, n) bytes.
 struct Aligned {

@@ -14,6 +14,7 @@
 #include "plan/memory.h"
 #include "random_bytes.h"
 #include "store/file.h"
+#include "temp_file.h"
 #include "util/crc32.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -21,19 +22,6 @@
 using namespace dcpctl;
 
 namespace {
-
-struct TempFile {
-  std::string path;
-  std::vector<uint8_t> bytes;
-  TempFile(const std::string& dir, size_t n, unsigned seed) : bytes(random_bytes(n, seed)) {
-    path = dir + "/dcpctl-test-hash-XXXXXX";
-    int fd = ::mkstemp(path.data());
-    REQUIRE(fd >= 0);
-    REQUIRE(::write(fd, bytes.data(), n) == static_cast<ssize_t>(n));
-    ::close(fd);
-  }
-  ~TempFile() { std::remove(path.c_str()); }
-};
 
 // The SHA-256 of the runs' bytes, concatenated, from the file's own copy.
 std::string expected(const TempFile& f, const std::vector<std::pair<uint64_t, uint64_t>>& runs) {
