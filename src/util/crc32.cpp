@@ -100,7 +100,7 @@ DCPCTL_CLMUL uint32_t crc32_clmul(uint32_t c, const uint8_t* p, size_t n) {
 
 // The same folding on 256-bit registers (VPCLMULQDQ on AVX2's): each holds two 128-bit lanes,
 // and four of them take 128 bytes a step (folded by 1024 bits), so twice the bytes per carry-less
-// multiply's latency (about 3x the 128-bit path's speed here: 29 against 10 GB/s from memory);
+// multiply's latency (25-29 GB/s from memory here, against the 128-bit path's 16);
 // then pairs are folded by 512 bits into the four lanes above, which finish as there.
 // It must leave no 256-bit register dirty: a thread that runs legacy-SSE code with the upper
 // halves dirty pays for it on every instruction, and OpenSSL's SHA-256 (SHA-NI, which has no VEX
