@@ -218,11 +218,13 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         if (pipe.slots)
           parallel_for(md.tensors.size(), threads, [&](size_t i) {
             const TensorMeta& t = md.tensors[i];
-            if (!t.dtype || !check_coverage(t, 1).exact) return;
+            // (The size first: finding the runs opens every chunk's item, which the workers below
+            // would do again for a tensor left to them.)
+            if (!t.dtype || t.nbytes() < kDirectMinRun || !check_coverage(t, 1).exact) return;
             try {
               HashStream s{t.fqn, {}};
               for (const auto& [row, r] : c_order_runs(t)) s.runs.push_back({r, past_cache(r)});
-              if (!s.runs.empty() && s.bytes() >= kDirectMinRun) found[i] = std::move(s);
+              if (!s.runs.empty()) found[i] = std::move(s);
             } catch (const Error&) {
               // Reported when the workers read it.
             }
