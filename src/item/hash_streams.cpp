@@ -60,18 +60,19 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
 
   // Largest first, each to the lane with the fewest bytes so far: the lanes end together.
   std::vector<size_t> order(streams.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return streams[a].bytes() > streams[b].bytes(); });
+  std::vector<uint64_t> bytes(streams.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i, bytes[i] = streams[i].bytes();
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
   std::vector<Lane> lanes(hashers);
   std::vector<uint64_t> load(hashers, 0);
   for (size_t si : order) {
-    if (streams[si].bytes() == 0) {
+    if (bytes[si] == 0) {
       out[si].hex = Sha256().hex();
       continue;
     }
     const size_t h = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     lanes[h].streams.push_back(si);
-    load[h] += streams[si].bytes();
+    load[h] += bytes[si];
   }
 
   GateReservation hold(gate, uint64_t{slots} * p.slot_bytes);
