@@ -71,12 +71,11 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     return s;
   };
   if (!o.map.empty()) {
-    KeyMap km = load_key_map(o.map);
     // A through the map; B too when its keys are on A's side (else B is already named as the map
     // names A's tensors).
-    map_input(a, km, side_selection(pa), o.map_config);
+    map_input(a, o.map, side_selection(pa), o.map_config);
     try {
-      map_input(b, km, side_selection(pb), o.map_config);
+      map_input(b, o.map, side_selection(pb), o.map_config);
       if (b.mapped->from != a.mapped->from) b.mapped.reset();
     } catch (const UsageError&) {
       b.mapped.reset();

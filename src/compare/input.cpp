@@ -3,6 +3,7 @@
 #include "item/torch_file.h"
 #include "pickle/repr.h"
 #include "meta/geometry.h"
+#include "view/model.h"
 
 namespace dcpctl {
 
@@ -32,8 +33,14 @@ std::string value_repr(const Input& in, const BytesMeta& b) {
   return pickle::repr(tree->root, 1u << 20);
 }
 
-void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config) {
-  in.mapped = apply_key_map(map, in.ck.md, select_items(in.ck.md, selection), find_map_config(in.ck.dir, config, ""));
+void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config) {
+  ModelRequest rq;
+  rq.selection = selection;
+  rq.map = map;
+  rq.map_config = config;
+  // No view but the map applies to a diff: the model's table is the input's checkpoint, which its
+  // reader reads and the map's parts index.
+  in.mapped = build_model(in.ck, rq).take_map();
 }
 
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection) {

@@ -28,9 +28,10 @@ std::unique_ptr<Input> open_input(const std::string& path);
 // A non-tensor value as Python would repr it (decoded by the restricted VM, never executed).
 std::string value_repr(const Input& in, const BytesMeta& b);
 
-// --map: the input's selected tensors seen through `map` (meta/keymap.h), its parameters from
-// `config` or the input's own config.json. Throws what apply_key_map throws.
-void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config);
+// --map: the input's selected tensors seen through the key map `map` (a name or a file;
+// view/model.h builds it), its parameters from `config` or the input's own config.json. Throws
+// what build_model throws.
+void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config);
 // The selected items: the map's tensors (index: into mapped->tensors) when the input is mapped.
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
 // Tells the input's reader which of those items will be read (ItemReader::expect): under a map,

@@ -55,7 +55,7 @@ StatsResult compute_stats(Input& in, const StatsOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   StatsResult r;
   const Metadata& md = in.ck.md;
-  if (!o.map.empty()) map_input(in, load_key_map(o.map), o.selection, o.map_config);
+  if (!o.map.empty()) map_input(in, o.map, o.selection, o.map_config);
   std::vector<SelectedItem> items = input_items(in, o.selection);
   std::vector<const SelectedItem*> reads;
   for (const SelectedItem& it : items) reads.push_back(&it);

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <functional>
 
-#include "item/dequantize.h"
 #include "item/torch_zip.h"
 #include "item/transforms.h"
 #include "meta/geometry.h"
@@ -25,9 +24,6 @@ ItemReader::ItemReader(const Checkpoint& ck, ItemLimits limits)
     : ck_(ck), limits_(limits), files_(ck.md.files.size()), records_(ck.md.files.size()) {
   for (const Checkpoint::RecordCrc& r : ck.record_crcs)
     if (r.file < records_.size()) records_[r.file][r.offset] = r.size;
-  for (size_t i = 0; i < ck.dequant.weights.size(); ++i) scaled_.emplace(ck.dequant.weights[i].weight.fqn, i);
-  for (size_t i = 0; i < ck.dequant.mxfp4.size(); ++i) mxfp4_.emplace(ck.dequant.mxfp4[i].blocks.fqn, i);
-  for (size_t i = 0; i < ck.lora.merged.size(); ++i) merged_.emplace(ck.lora.merged[i].fqn, i);
 }
 
 ItemReader::~ItemReader() = default;
@@ -165,16 +161,13 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
   return b;
 }
 
-TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const {
-  auto sw = scaled_.find(t.fqn);
-  auto mw = mxfp4_.find(t.fqn);
-  auto lw = merged_.find(t.fqn);
-  const TensorMeta& saved = sw != scaled_.end() ? ck_.dequant.weights[sw->second].weight
-                            : mw != mxfp4_.end() ? ck_.dequant.mxfp4[mw->second].blocks
-                            : lw != merged_.end() ? ck_.lora.merged[lw->second].base
-                                                 : t;
-  Opened o = open_chunk(saved, chunk);
-  return check_blob(o, saved, chunk);
+TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const { return describe_in(ck_.derived.get(), t, chunk); }
+
+TensorBlob ItemReader::describe_in(const DerivedTable* table, const TensorMeta& t, size_t chunk) const {
+  if (table)
+    if (const DerivedTable::Entry* e = table->find(t.fqn)) return describe_in(e->inputs.get(), e->tensor->follows(), chunk);
+  Opened o = open_chunk(t, chunk);
+  return check_blob(o, t, chunk);
 }
 
 // Copies a strided view out of `base` (its storage) into dense C order.
@@ -225,106 +218,42 @@ void ItemReader::read_chunk(const TensorMeta& t, size_t chunk, void* dst) const 
   read_chunk_bytes(t, chunk, 0, UINT64_MAX, dst);
 }
 
-// A whole saved tensor (a dequantized view's scale), assembled from its chunks as saved.
-std::vector<uint8_t> ItemReader::read_whole(const TensorMeta& t) const {
-  const size_t item = itemsize(*t.dtype);
-  std::vector<uint8_t> out(t.numel() * item);
-  Box whole = whole_box(t);
-  for (size_t c = 0; c < t.num_chunks(); ++c) {
-    std::vector<uint8_t> part(t.chunk_numel(c) * item);
-    read_raw(t, c, 0, part.size(), part.data());
-    Box cb = chunk_box(t, c);
-    copy_box(part.data(), cb, out.data(), whole, cb, item);
+// What a derived tensor reads its inputs through: the tensors of one table, each computed by the
+// table's DerivedTensor or read as saved.
+class ItemReader::TableReads final : public TensorReads {
+ public:
+  TableReads(const ItemReader& reader, const DerivedTable* table) : reader_(reader), table_(table) {}
+  void read(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    reader_.read_in(table_, t, chunk, from, n, dst);
   }
-  return out;
-}
-
-// Bytes [from, from + n) of a dequantized view's chunk of `values` float32s (n = UINT64_MAX: to
-// its end), which `compute` writes whole; `saved` names it in messages.
-void ItemReader::read_computed(const TensorMeta& saved, size_t chunk, uint64_t values, uint64_t from, uint64_t n, void* dst,
-                               const std::function<void(float*)>& compute) const {
-  const uint64_t bytes = values * 4;
-  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-  if (from > bytes || n > bytes - from)
-    throw FormatError(Where(ck_.metadata_path, std::nullopt, saved.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) +
-                                                                            ", +" + std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-  if (n == 0) return;
-  std::vector<float> own(from == 0 && n == bytes ? 0 : values);
-  compute(own.empty() ? static_cast<float*>(dst) : own.data());
-  if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
-}
-
-// A dequantized view's fp8 weight (meta/quantized.h): its chunk and the whole scale, read as saved,
-// dequantized to float32.
-void ItemReader::read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
-  const TensorMeta& w = sw.weight;
-  const uint64_t numel = w.chunk_numel(chunk);
-  read_computed(w, chunk, numel, from, n, dst, [&](float* out) {
-    std::vector<uint8_t> q(numel);
-    read_raw(w, chunk, 0, numel, q.data());
-    std::vector<uint8_t> scale = read_whole(sw.scale);
-    dequantize_fp8_blocks(*w.dtype, q.data(), chunk_box(w, chunk), reinterpret_cast<const float*>(scale.data()), sw.scale.shape[1], sw.block, out);
-  });
-}
-
-// A dequantized view's MXFP4 weight: its chunk of blocks and the whole scales, read as saved,
-// dequantized to float32 (two values a byte).
-void ItemReader::read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
-  const TensorMeta& b = mw.blocks;
-  const uint64_t q = b.chunk_numel(chunk);
-  read_computed(b, chunk, q * 2, from, n, dst, [&](float* out) {
-    std::vector<uint8_t> packed(q);
-    read_raw(b, chunk, 0, q, packed.data());
-    std::vector<uint8_t> scales = read_whole(mw.scales);
-    dequantize_mxfp4(packed.data(), chunk_box(b, chunk), scales.data(), mw.scales.shape, out);
-  });
-}
-
-// A LoRA view's merged weight (meta/lora.h): its base chunk, and the whole A and B read as saved,
-// merged as PEFT's merge_and_unload merges (item/dequantize.h), in the base's dtype.
-void ItemReader::read_lora_merged(const LoraMergedWeight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
-  const TensorMeta& w = mw.base;
-  const DType dt = *w.dtype;
-  const uint64_t numel = w.chunk_numel(chunk), bytes = numel * itemsize(dt);
-  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-  if (from > bytes || n > bytes - from)
-    throw FormatError(Where(ck_.metadata_path, std::nullopt, w.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) +
-                                                                       ", +" + std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-  if (n == 0) return;
-  auto as_float = [&](const TensorMeta& t) {
-    std::vector<uint8_t> raw = read_whole(t);
-    std::vector<float> out(t.numel());
-    cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out.data()), out.size());
+  // Assembled from its chunks (a scale, an adapter's A and B): one chunk in flight besides it.
+  std::vector<uint8_t> read_whole(const TensorMeta& t) const override {
+    if (!t.dtype) throw UnsupportedError(Where(reader_.ck_.metadata_path, std::nullopt, t.fqn), "tensor of unknown dtype " + t.dtype_name);
+    const size_t item = itemsize(*t.dtype);
+    std::vector<uint8_t> out(t.numel() * item);
+    Box whole = whole_box(t);
+    for (size_t c = 0; c < t.num_chunks(); ++c) {
+      std::vector<uint8_t> part(t.chunk_numel(c) * item);
+      read(t, c, 0, part.size(), part.data());
+      Box cb = chunk_box(t, c);
+      copy_box(part.data(), cb, out.data(), whole, cb, item);
+    }
     return out;
-  };
-  // The whole chunk is computed: into dst when that is what is asked (a float32 base in place).
-  std::vector<uint8_t> own(from == 0 && n == bytes ? 0 : bytes);
-  uint8_t* out = own.empty() ? static_cast<uint8_t*>(dst) : own.data();
-  read_raw(w, chunk, 0, bytes, out);
-  std::vector<float> a = as_float(mw.a), b = as_float(mw.b);
-  const DType bt = *mw.b.dtype;
-  const DType delta = bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32;
-  const Box box = chunk_box(w, chunk);
-  const float scale = static_cast<float>(mw.scale);
-  if (dt == DType::Float32) {
-    add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), mw.a.shape[1], b.data(), mw.a.shape[0], scale, mw.transposed, delta);
-  } else {
-    std::vector<float> values(numel);
-    cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
-    add_lora_delta(values.data(), box, a.data(), mw.a.shape[1], b.data(), mw.a.shape[0], scale, mw.transposed, delta);
-    cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
   }
-  if (!own.empty()) std::memcpy(dst, own.data() + from, n);
+
+ private:
+  const ItemReader& reader_;
+  const DerivedTable* table_;
+};
+
+void ItemReader::read_in(const DerivedTable* table, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
+  if (table)
+    if (const DerivedTable::Entry* e = table->find(t.fqn)) return e->tensor->read(TableReads(*this, e->inputs.get()), chunk, from, n, dst);
+  read_raw(t, chunk, from, n, dst);
 }
 
 void ItemReader::read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
-  if (!merged_.empty())
-    if (auto it = merged_.find(t.fqn); it != merged_.end()) return read_lora_merged(ck_.lora.merged[it->second], chunk, from, n, dst);
-  if (!scaled_.empty())
-    if (auto it = scaled_.find(t.fqn); it != scaled_.end()) return read_dequantized(ck_.dequant.weights[it->second], chunk, from, n, dst);
-  if (!mxfp4_.empty())
-    if (auto it = mxfp4_.find(t.fqn); it != mxfp4_.end()) return read_mxfp4(ck_.dequant.mxfp4[it->second], chunk, from, n, dst);
-  read_raw(t, chunk, from, n, dst);
+  read_in(ck_.derived.get(), t, chunk, from, n, dst);
 }
 
 void ItemReader::read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const {
@@ -364,8 +293,8 @@ std::optional<DirectRun> ItemReader::direct_run(const TensorMeta& t, size_t chun
 bool ItemReader::readable_in_place(const TensorMeta& t, size_t chunk) const { return find_run(t, chunk, false).has_value(); }
 
 std::optional<DirectRun> ItemReader::find_run(const TensorMeta& t, size_t chunk, bool watch) const {
-  // A dequantized or merged weight is computed, never copied.
-  if (!t.dtype || scaled_.count(t.fqn) || mxfp4_.count(t.fqn) || merged_.count(t.fqn)) return std::nullopt;
+  // A derived tensor is computed, never copied.
+  if (!t.dtype || (ck_.derived && ck_.derived->find(t.fqn))) return std::nullopt;
   const StorageRef& ref = t.storage.at(chunk);
   if (ref.transforms != 0) return std::nullopt;
   Opened o = open_chunk(t, chunk);

@@ -52,9 +52,10 @@ class ItemReader {
   ~ItemReader();
 
   // Decodes chunk `chunk` of `t` into dst: C-contiguous, t.chunk_numel(chunk) * itemsize bytes.
-  // A dequantized view's weight (meta/quantized.h) is computed from its fp8 chunk and scale:
-  // float32, never readable in place; a LoRA view's merged weight (meta/lora.h) from its base
-  // chunk and the whole A and B, in the base's dtype.
+  // The reader reads saved items; a tensor some view derived (the checkpoint's DerivedTable,
+  // meta/derived.h: a dequantized or merged weight) is computed by its DerivedTensor from the
+  // tensors of the table below it, which this reader reads for it the same way. Such a tensor is
+  // never readable in place.
   void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;
   // Bytes [from, from + n) of that dense chunk, read straight from the item when its view is
   // contiguous (a decoded item is not copied whole first).
@@ -99,14 +100,13 @@ class ItemReader {
   // outside the view are read once, through the ledger, so that reading the view completes the
   // record and its CRC-32 is checked.
   void read_rest_of_record(const ReadFile& f, const StorageRef& ref, const std::string& key) const;
-  // read_chunk_bytes of a tensor as saved, and of a dequantized view's weight.
+  // A tensor of the table `table` (null: the saved tensors): computed by its DerivedTensor when the
+  // table has one of that name, else read as saved.
+  class TableReads;
+  void read_in(const DerivedTable* table, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
+  TensorBlob describe_in(const DerivedTable* table, const TensorMeta& t, size_t chunk) const;
+  // read_chunk_bytes of a tensor as saved.
   void read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
-  void read_dequantized(const ScaledWeight& sw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
-  void read_mxfp4(const Mxfp4Weight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
-  void read_lora_merged(const LoraMergedWeight& mw, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
-  std::vector<uint8_t> read_whole(const TensorMeta& t) const;
-  void read_computed(const TensorMeta& saved, size_t chunk, uint64_t values, uint64_t from, uint64_t n, void* dst,
-                     const std::function<void(float*)>& compute) const;
 
   const Checkpoint& ck_;
   ItemLimits limits_;
@@ -116,9 +116,6 @@ class ItemReader {
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
   std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size
   mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
-  std::unordered_map<std::string, size_t> scaled_;  // a dequantized view's fp8 weights: name -> ck_.dequant.weights
-  std::unordered_map<std::string, size_t> mxfp4_;   // its MXFP4 weights: name -> ck_.dequant.mxfp4
-  std::unordered_map<std::string, size_t> merged_;  // a LoRA view's merged weights: name -> ck_.lora.merged
 };
 
 }  // namespace dcpctl

@@ -20,13 +20,13 @@
 // names the checkpoints inside and the newest complete one.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "meta/derived.h"
 #include "meta/metadata.h"
-#include "meta/lora.h"
-#include "meta/quantized.h"
 
 namespace dcpctl {
 
@@ -78,12 +78,9 @@ struct Checkpoint {
     std::string key, record;
   };
   std::vector<RecordCrc> record_crcs;
-  // A dequantized view (meta/quantized.h): its float32 weights are read from these fp8 weights
-  // and their scales. Empty for a checkpoint as opened.
-  Dequantization dequant;
-  // A LoRA view (meta/lora.h: --lora adapter or merge): its merged weights are read as base +
-  // scale·B·A. Empty for a checkpoint as opened.
-  LoraView lora;
+  // The tensors views derived (meta/derived.h: dequantized, merged): how each is read, and what
+  // the views said. Null for a checkpoint as opened: every tensor is saved.
+  std::shared_ptr<const DerivedTable> derived;
   uint64_t data_bytes() const;      // total size of the data files present
   std::string path_of(uint32_t file) const;
 };

@@ -16,13 +16,14 @@
 //
 // find_lora reads that structure from the tensor keys alone (no config needed); check_lora says
 // what of it cannot be right (an adapter whose rank or shape disagrees with its pair or its base
-// layer: accelerate #4206 saved one rank's slice of each adapter); the views turn it into what a
-// writer writes (write/consolidate.h: --lora).
+// layer: accelerate #4206 saved one rank's slice of each adapter); the LoRA view (view/lora.h)
+// turns it into what a writer writes (--lora adapter, merge).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -92,23 +93,6 @@ struct LoraConfig {
   std::string variant() const;
 };
 
-// A merged weight of a merged view: the base weight's chunks, each read as base + scale·B·A.
-struct LoraMergedWeight {
-  std::string fqn;      // its name in the view
-  TensorMeta base;      // as saved
-  TensorMeta a, b;      // lora_A / lora_B (or the embedding's), as saved
-  double scale = 1.0;
-  bool transposed = false;  // delta = (B·A)ᵀ: an Embedding's, or fan_in_fan_out's
-};
-
-// What a LoRA view was made of (Checkpoint::lora; empty for a checkpoint as opened).
-struct LoraView {
-  std::vector<LoraMergedWeight> merged;  // Merge: the weights read as merged
-  nlohmann::json adapter_config;         // Adapter: adapter_config.json as written
-  nlohmann::json summary;                // --json's "lora"; null: not a view
-  bool empty() const { return summary.is_null(); }
-};
-
 // The options of --lora: the adapter (--lora-name; "" for the only one), and where its
 // adapter_config.json comes from.
 struct LoraRequest {
@@ -119,16 +103,25 @@ struct LoraRequest {
   std::string base_model;   // base_model_name_or_path for a built config ("" : from the config, or none)
 };
 
-// The checkpoint as the adapter (Adapter) or the merged model (Merge) of `rq`, over the items
-// `selection` picks (without one, the subtree that holds the adapters: {"model": ...}'s): a view
-// whose tensors are exactly what is written, under their output names (the selection applied; the
-// caller writes the view with an empty selection), its non-tensor items those selected (Merge) or
-// none (Adapter), and no planner_data (flat keys). Its `lora` says how (merged weights, the
-// adapter_config.json to write, the summary). Throws UsageError (exit 2) when the checkpoint has no LoRA
-// adapter, when several adapters need --lora-name (listing them), when the scaling cannot be
-// known (no --lora-config, no --lora-alpha, no adapter_config.json beside the checkpoint);
-// FormatError (exit 3) for check_lora's findings; UnsupportedError (exit 5) for a merge the
-// config says is DoRA, or an adapter dcpctl cannot merge.
-Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq);
+// The adapter's config: --lora-config FILE, else an adapter_config.json beside the checkpoint (its
+// folder, the folder above, the trainer's asset folders; an adapter other than "default" in a
+// subfolder of its name), else built from --lora-alpha; with --lora-alpha its lora_alpha wins.
+// UsageError naming where dcpctl looked when none says alpha; UnsupportedError for a peft_type
+// that is not LORA.
+LoraConfig find_lora_config(const Checkpoint& ck, const LoraRequest& rq, const std::string& adapter);
+
+// PEFT's names, shared with the LoRA view (view/lora.h).
+inline constexpr std::string_view kPeftPrefix = "base_model.model.";
+// Where PEFT's `base_model.model.` starts in `key` (at a segment boundary), or npos.
+size_t peft_prefix_at(std::string_view key);
+// The module's key under the PeftModel's base model ("model.layers.0.self_attn.q_proj"): what
+// PEFT's rank_pattern / alpha_pattern are matched against.
+std::string module_in_model(const std::string& module);
+// PEFT's _remove_adapter_name_from_state_dict_key, then DoRA's rename.
+std::string peft_saved_key(const std::string& key, const std::string& adapter);
+// Whether a rank_pattern / alpha_pattern key names `key` (PEFT's regex rule).
+bool pattern_matches(const std::string& pattern, const std::string& key);
+// The adapter's rank: lora_A's rows (0 when it has none).
+int64_t lora_rank(const Metadata& md, const LoraLayer& l);
 
 }  // namespace dcpctl

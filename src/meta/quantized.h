@@ -10,16 +10,15 @@
 // `X.weight` with `X.weight_scale_inv`, 2-D weights only, and computes exactly the above, then
 // `.to(target_dtype)` (round to nearest even): what --dtype's cast of the float32 values does here.
 //
-// A write with --dtype (to a dtype that is not float8) reads such a checkpoint through its
-// dequantized view: every scaled weight a float32 tensor of the same name, shape and chunks,
-// read by the item reader from its fp8 bytes and its scale (item/item_reader.h), and the scales
-// gone; maps, selection, planning and casts then see plain float32 weights. Without --dtype
-// nothing changes: fp8 stays fp8 and the scales are written as they are, byte for byte.
+// The dequantized view (view/dequantize.h) reads such weights as float32; what is here is the
+// format's recognition, shared by inspect and the view.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,49 +40,20 @@ struct Checkpoint;
 // reader itself, through dcp.load, returns wrong values for such a folder: its
 // _dequantize_tensor_mxfp4 called directly is the reference the tests use.)
 //
-// A scaled weight of a dequantized view: the weight and its scale as saved.
-struct ScaledWeight {
-  TensorMeta weight;  // float8, 2-D
-  TensorMeta scale;   // float32 [ceil(rows / block[0]), ceil(cols / block[1])]
-  int64_t block[2] = {128, 128};
-};
-
-// An MXFP4 weight of a dequantized view: its blocks and scales as saved. The view's tensor has the
-// blocks' name, float32, shape [..., G * 2B], one chunk per chunk of the blocks (each spans B).
-struct Mxfp4Weight {
-  TensorMeta blocks;  // uint8 [..., G, B]
-  TensorMeta scales;  // uint8 [..., G]
-};
-
-// What a dequantized view was made of (Checkpoint::dequant; empty for a checkpoint as opened).
-struct Dequantization {
-  std::vector<ScaledWeight> weights;
-  std::vector<Mxfp4Weight> mxfp4;
-  std::string config;  // the config.json that gave the block size; "" when 128 x 128 was assumed
-  // `W_scale_inv` beside a weight W that is not float8, left out of the view: transformers'
-  // FineGrainedFP8 quantizer leaves a weight whose dimensions are not whole blocks unquantized
-  // and still writes its scale, uninitialised (torch's reader would multiply by it).
-  std::vector<std::string> ignored;
-  bool empty() const { return weights.empty() && mxfp4.empty(); }
-};
-
-// The checkpoint as its dequantized weights when it has scaled fp8 or MXFP4 weights and `cast`
-// asks for a dtype that is not float8; nullopt when there is nothing to dequantize or no cast. The block
-// size is config.json's quantization_config.weight_block_size (config.json from `assets`, else
-// the checkpoint's folders), else 128 x 128 as torch's reader assumes.
-// FormatError (exit 3), naming the scale: a scale whose shape is not the weight's blocks.
-// UnsupportedError (exit 5), naming the weight: a float8 `cast` of scaled weights
-// (requantizing), a scaled weight that is not 2-D, MXFP4 blocks saved in chunks that split a
-// group's bytes. FormatError (exit 3): MXFP4 scales whose shape is not the blocks' groups.
-std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets);
-
-// UnsupportedError (exit 5), naming the first MXFP4 pair, when `ck` still has one (no --dtype
-// dequantized it): `what` (the request, "--map NAME") would take the packed bytes for weights.
-void refuse_mxfp4(const Checkpoint& ck, const std::string& what);
-
-// What --json says of a view: {"weights": n (fp8), "block": [b0, b1] or null (no fp8 weight),
-// "config": path|null, "ignored_scales": [...], "mxfp4": n}; null for a checkpoint that is not one.
-nlohmann::json describe_dequantized(const Checkpoint& view);
+// Helpers of the format, shared by inspect and the dequantized view.
+bool is_float8(DType d);
+constexpr const char* kScaleSuffix = "_scale_inv";
+int64_t ceil_blocks(int64_t n, int64_t b);
+// The tensor indices by name.
+std::unordered_map<std::string_view, uint32_t> tensor_names(const Metadata& md);
+// (blocks, scales) pairs: a uint8 X_blocks with a uint8 X_scales beside it.
+std::vector<std::pair<uint32_t, uint32_t>> mxfp4_pairs(const Metadata& md, const std::unordered_map<std::string_view, uint32_t>& by_name);
+// config.json's quantization_config.weight_block_size, when it gives two positive integers;
+// UsageError naming the file when it is there and is not.
+struct MapConfig;
+std::optional<std::pair<int64_t, int64_t>> configured_block(const MapConfig& config);
+// The config.json beside the checkpoint (or `assets`, or its step folder's asset dirs).
+MapConfig checkpoint_config(const Checkpoint& ck, const std::string& assets);
 
 // What inspect says of a checkpoint's block-scaled weights, or null when it has none:
 // {"scaled_weights": n (float8 W beside W_scale_inv), "block": [b0, b1] (config.json's) or null,

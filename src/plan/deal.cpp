@@ -6,7 +6,7 @@
 #include "store/upload.h"
 #include "util/error.h"
 #include "util/sha256.h"
-#include "write/formats/format.h"
+#include "plan/format.h"
 
 namespace dcpctl {
 

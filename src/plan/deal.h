@@ -26,7 +26,7 @@
 
 namespace dcpctl {
 
-// A unit of write work for the formats written at offsets or in order (write/formats/format.h): a
+// A unit of write work for the formats written at offsets or in order (plan/format.h): a
 // record (a whole tensor) assembled in a buffer, or one run piece of it written straight to its
 // place (at offsets: safetensors), or a record streamed piece by piece (in order: a .pt). (A rank
 // file, a DCP checkpoint's, is written by one thread, record by record, and needs no task list.)

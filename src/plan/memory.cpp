@@ -51,13 +51,21 @@ uint64_t source_read_need(const std::vector<Record>& records, const std::vector<
   return need;
 }
 
-uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need) {
+uint64_t view_read_need(const DerivedTable* derived, const std::vector<Piece>& pieces) {
+  uint64_t most = 0;
+  if (derived)
+    for (const Piece& p : pieces) most = std::max(most, derived->working_bytes(*p.source, p.chunk));
+  return most;
+}
+
+uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need, const DerivedTable* derived) {
   const TensorMeta& t = *pt.t;
   const uint64_t cast = pt.dst != pt.src;
+  const uint64_t view = view_read_need(derived, r.pieces);
   if (target.rank_files()) {
     // The assembled chunk, its cast, and what reading a source chunk takes.
     uint64_t n = r.box.numel();
-    return n * itemsize(pt.src) + cast * n * itemsize(pt.dst) + read_need;
+    return n * itemsize(pt.src) + cast * n * itemsize(pt.dst) + read_need + view;
   }
   // A whole tensor into a consolidated file (and, for a safetensors run read in place, its copy
   // window).
@@ -76,12 +84,12 @@ uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, u
     // placed from; the .pt writer reads its chunks on all threads at once.
     uint64_t reads = target.in_order() ? std::min<uint64_t>(std::max(1u, target.threads), parts ? r.pieces.size() : t.num_chunks()) : 1;
     uint64_t copies = (pt.transformed ? 1 : 0) + (r.runs && !parts ? 0 : 1);
-    return t.nbytes() + cast * r.out_bytes + reads * copies * max_chunk;
+    return t.nbytes() + cast * r.out_bytes + reads * (copies * max_chunk + view);
   }
   // Runs: a zstd chunk is decoded whole (the decoded item, the chunk, its cast); an untransformed
-  // one (a record may hold both) goes through the copy window.
-  if (pt.transformed) return std::max(max_chunk * (2 + cast), elems * per);
-  return elems * per;
+  // one (a record may hold both) goes through the copy window; a derived chunk computed for it.
+  if (pt.transformed) return std::max(max_chunk * (2 + cast), elems * per) + view;
+  return elems * per + view;
 }
 
 RecordBuffers record_buffers(const PlannedTensor& pt, const Record& r) {

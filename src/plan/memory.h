@@ -4,6 +4,9 @@
 // (util/memory_gate.h) from the figures here, and every refusal of a --max-memory too small is
 // decided from them, before a byte moves:
 //
+//   reading a derived chunk what a view's DerivedTensor holds to compute it (meta/derived.h: the
+//                           saved inputs it reads, whole scales or adapters, float32 working
+//                           copies), on top of what the record holds for it (view_read_need)
 //   reading a saved chunk   its dense bytes; what the item reader allocates itself to produce them
 //                           (a zstd item decoded whole, with the zip around it; a saved view that
 //                           is not contiguous, gathered from its storage); both at once for a chunk
@@ -26,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meta/derived.h"
 #include "meta/metadata.h"
 #include "plan/plan.h"
 
@@ -55,10 +59,14 @@ uint64_t bytes_item_need(const StorageRef& s);
 
 // ---- Writing: a record of a write plan.
 
+// The most a view's read of one of `pieces`' chunks holds besides the chunk (meta/derived.h:
+// DerivedTensor::working_bytes); 0 for saved chunks or without a table.
+uint64_t view_read_need(const DerivedTable* derived, const std::vector<Piece>& pieces);
 // What writing record `r` of tensor `pt` holds at once (Record::need; for a safetensors run read
 // in place, sets its copy window, Record::window_elems). `read_need`: for a DCP target chunk, what
-// reading a source chunk of the tensor takes (source_read_need).
-uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need);
+// reading a source chunk of the tensor takes (source_read_need); `derived`: the checkpoint's
+// derived tensors, whose reads hold view_read_need each.
+uint64_t record_need(const PlannedTensor& pt, Record& r, const Target& target, uint64_t read_need, const DerivedTable* derived = nullptr);
 // What assembling a DCP target chunk of a tensor takes to read one source chunk of it, over the
 // records `mine` of that tensor: the decoded item (zstd) plus a dense copy of the chunk when some
 // piece of it is not a run. Counted at least once, which also covers a chunk saved as a

@@ -30,13 +30,13 @@
 #include "meta/pieces.h"
 #include "meta/select.h"
 #include "util/dtype.h"
-#include "write/formats/format.h"
+#include "plan/format.h"
 
 namespace dcpctl {
 
 // What is written.
 struct Target {
-  // The output format (write/formats/format.h): the planner asks only how it writes its files
+  // The output format (plan/format.h): the planner asks only how it writes its files
   // (Writing), whether it is sharded, whether it holds tensors only, and how its files are named.
   const Format* format = &formats::safetensors;
   uint64_t max_shard_size = 5'000'000'000;  // a sharded format: data bytes per file

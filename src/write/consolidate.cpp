@@ -1,6 +1,6 @@
 #include "write/consolidate.h"
 
-#include "meta/quantized.h"
+#include "view/model.h"
 #include "write/execute.h"
 
 namespace dcpctl {
@@ -17,23 +17,14 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   json command = {{"format", std::string(o.format->name)}, {"max_shard_size", o.max_shard_size}, {"flat", o.flat},
                   {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from},
                   {"lightning_meta", o.lightning_meta}};
-  std::optional<Checkpoint> view = dequantized_view(ck, o.cast, o.assets_from);
-  const Checkpoint* in = view ? &*view : &ck;
-  // --lora adapter / merge: the view is what is written, the selection already applied.
-  std::optional<Checkpoint> lora;
-  ConsolidateOptions lo;
-  if (o.lora.mode != LoraMode::Keep) {
-    lora = lora_view(*in, o.selection, o.lora);
-    in = &*lora;
-    lo = o;
-    lo.selection = {};
+  if (o.lora.mode != LoraMode::Keep)
     command["lora"] = {{"mode", static_cast<int>(o.lora.mode)}, {"name", o.lora.name}, {"select", o.selection.prefix}};
-  }
-  const ConsolidateOptions& opts = lora ? lo : o;
-  std::optional<MappedModel> mapped = map_selection(*in, opts);
-  target.map = mapped ? &*mapped : nullptr;
+  const Model model = build_model(ck, model_request(o, o.assets_from, o.lora));
+  ConsolidateOptions opts = o;
+  opts.selection = model.selection();
+  target.map = model.map();
   std::unique_ptr<OutputWriter> writer = opts.format->consolidate_writer(opts);
-  return execute({*in, opts, target, command, opts.parallel_write, opts.local_files}, *writer);
+  return execute({model.checkpoint(), opts, target, command, opts.parallel_write, opts.local_files}, *writer);
 }
 
 }  // namespace dcpctl

@@ -1,6 +1,6 @@
 // consolidate: one full-model file from a sharded checkpoint, streaming in bounded memory.
 //
-// The output is one of the formats whose rows make a consolidate writer (write/formats/format.h):
+// The output is one of the formats whose rows make a consolidate writer (plan/format.h):
 // a .safetensors file, a Hugging Face folder, a torch.save .pt. This translates the options into
 // a write request (the target, the key map, a dequantized view) and hands it, with the format's
 // writer, to execute() (write/execute.h), which plans, deals, writes and commits.
@@ -24,7 +24,7 @@
 
 #include "meta/checkpoint.h"
 #include "meta/lora.h"
-#include "write/formats/format.h"
+#include "plan/format.h"
 #include "write/run.h"
 
 namespace dcpctl {

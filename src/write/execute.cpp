@@ -8,7 +8,6 @@
 #include "dist/group.h"
 #include "item/chunk_source.h"
 #include "item/decoded_chunks.h"
-#include "meta/quantized.h"
 #include "util/failpoint.h"
 #include "util/memory_gate.h"
 #include "util/numeric.h"
@@ -82,10 +81,16 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 
 }  // namespace
 
-std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o) {
-  if (o.map.empty()) return std::nullopt;
-  refuse_mxfp4(ck, "--map " + o.map);
-  return apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
+ModelRequest model_request(const WriteOptions& o, const std::string& assets, const LoraRequest& lora) {
+  ModelRequest rq;
+  rq.selection = o.selection;
+  rq.cast = o.cast;
+  rq.assets = assets;
+  rq.lora = lora;
+  rq.map = o.map;
+  rq.map_config = o.map_config;
+  rq.map_assets = o.map_assets;
+  return rq;
 }
 
 json execute(const WriteRequest& request, OutputWriter& writer) {
@@ -137,8 +142,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["max_memory"] = job.deal.budget;
   summary["dry_run"] = o.dry_run;
   if (request.target.map) summary["map"] = request.target.map->describe();
-  if (!ck.dequant.empty()) summary["dequantized"] = describe_dequantized(ck);
-  if (!ck.lora.empty()) summary["lora"] = ck.lora.summary;
+  if (ck.derived)  // what the views said of themselves ("dequantized", "lora")
+    for (const auto& [view, said] : ck.derived->views.items()) summary[view] = said;
   if (remote)  // the store's object: its part size and buffers here, what it moved added by the command
     summary[store::of_url(o.output).report_name()] = {{"part_size", job.deal.part_size[static_cast<size_t>(me)]},
                                                       {"part_buffers", job.deal.part_buffers[static_cast<size_t>(me)]}};

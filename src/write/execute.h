@@ -31,16 +31,18 @@
 #include "plan/deal.h"
 #include "plan/plan.h"
 #include "write/executor.h"
+#include "view/model.h"
 #include "write/run.h"
 
 namespace dcpctl {
 
 class Group;
 
-// --map applied to the selection, once, by the command that builds the request (the same on
-// every rank: .metadata, the map and the config are); the request's target points at it.
-// nullopt without --map. Throws what apply_key_map throws.
-std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o);
+// The views a write's options ask for (view/model.h: --select, --dtype, --lora, --map), built once
+// by the command that builds the request (the same on every rank: .metadata, the map and the
+// config are); the request reads the model's checkpoint, its target points at the model's map.
+// `assets`: consolidate's --assets (the dequantized view's config.json).
+ModelRequest model_request(const WriteOptions& o, const std::string& assets, const LoraRequest& lora);
 
 // What a command asks for.
 struct WriteRequest {

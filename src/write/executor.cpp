@@ -8,7 +8,7 @@
 #include "util/crc32.h"
 #include "util/numeric.h"
 #include "util/parallel.h"
-#include "write/formats/format.h"
+#include "plan/format.h"
 #include "write/stream.h"
 #include "write/torch_save.h"
 

@@ -1,5 +1,5 @@
 // The executor: carries out a write plan (plan/plan.h) over a ChunkSource (item/chunk_source.h),
-// for every way a format writes its files (write/formats/format.h): records at offsets in files
+// for every way a format writes its files (plan/format.h): records at offsets in files
 // with a header (safetensors), in order into one zip (.pt), and into rank files (DCP). execute (write/execute.h) plans, sets up the outputs and
 // commits them; what moves bytes from the saved chunks into the outputs, inside the memory gate
 // and with progress, is here, once. The tasks (plan/deal.h) say which records a writer writes and on
@@ -32,7 +32,7 @@ namespace dcpctl {
 class TorchSaveWriter;
 
 // The files a format hands the executor to write into; what each method is for depends on how
-// the format writes (write/formats/format.h: Writing).
+// the format writes (plan/format.h: Writing).
 class FileSink {
  public:
   virtual ~FileSink() = default;
@@ -79,7 +79,7 @@ struct Executor {
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
 
   // Writes this process's share (`me`, as `deal` says) into `files`, as the plan's format writes
-  // (write/formats/format.h): AtOffsets, every task of writer `me` on the deal's lanes; InOrder,
+  // (plan/format.h): AtOffsets, every task of writer `me` on the deal's lanes; InOrder,
   // on the writer of the one file, data.pkl then every record in order then what follows them;
   // RankFiles, each rank file dealt to `me`, `threads` at a time, each by one thread.
   void write(const Deal& deal, int me, FileSink& files);

@@ -1,8 +1,8 @@
 #include "write/reshard.h"
 
-#include "meta/quantized.h"
+#include "view/model.h"
 #include "write/execute.h"
-#include "write/formats/format.h"
+#include "plan/format.h"
 
 namespace dcpctl {
 
@@ -15,12 +15,10 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
   json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}};
-  std::optional<Checkpoint> view = dequantized_view(ck, o.cast, "");
-  const Checkpoint& in = view ? *view : ck;
-  std::optional<MappedModel> mapped = map_selection(in, o);
-  target.map = mapped ? &*mapped : nullptr;
+  const Model model = build_model(ck, model_request(o, "", {}));
+  target.map = model.map();
   std::unique_ptr<OutputWriter> writer = formats::dcp.reshard_writer(o);
-  return execute({in, o, target, command}, *writer);
+  return execute({model.checkpoint(), o, target, command}, *writer);
 }
 
 }  // namespace dcpctl

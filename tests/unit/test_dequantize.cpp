@@ -1,4 +1,4 @@
-// Block-scaled float8 dequantization (item/dequantize.h) of a box anywhere in the weight: what a
+// Block-scaled float8 dequantization (view/kernels.h) of a box anywhere in the weight: what a
 // DCP-sharded fp8 weight's chunks need (the fixtures' HF folders hold whole tensors only), against
 // the definition element by element: float32(q[r, c]) * scale[r / b0, c / b1].
 #include <catch2/catch.hpp>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "item/dequantize.h"
+#include "view/kernels.h"
 #include "util/numeric.h"
 
 namespace dcpctl {

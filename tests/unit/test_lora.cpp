@@ -1,12 +1,12 @@
 // LoRA adapters (meta/lora.h): finding them in the keys PEFT writes, the shape checks, and the
-// merge arithmetic (item/dequantize.h add_lora_delta) against a plain element-by-element reference.
+// merge arithmetic (view/kernels.h add_lora_delta) against a plain element-by-element reference.
 // The oracle for whole checkpoints is PEFT itself (tests/interop/lora_test.py); these pin the parts.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <random>
 
-#include "item/dequantize.h"
+#include "view/kernels.h"
 #include "meta/lora.h"
 #include "util/numeric.h"
 

@@ -1,4 +1,4 @@
-// What every format consolidate writes shares (write/formats/format.h has the formats): the
+// What every format consolidate writes shares (plan/format.h has the formats): the
 // selected non-tensor values (kept where the format writes them and torch.load(weights_only=True)
 // accepts them, else listed as left out), a Lightning checkpoint's meta.pt (merged by the .pt
 // module, reported by the others), the chunk exchange under torchrun, and the summary's part every

@@ -10,7 +10,7 @@
 #include "write/dcp_metadata.h"
 #include "write/execute.h"
 #include "write/executor.h"
-#include "write/formats/format.h"
+#include "plan/format.h"
 #include "write/output.h"
 #include "write/reshard.h"
 #include "write/stream.h"

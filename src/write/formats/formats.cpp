@@ -1,5 +1,5 @@
-// The table of output formats (write/formats/format.h): each row is defined by its module.
-#include "write/formats/format.h"
+// The table of output formats (plan/format.h): each row is defined by its module.
+#include "plan/format.h"
 
 namespace dcpctl::formats {
 

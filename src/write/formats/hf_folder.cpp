@@ -36,10 +36,11 @@ class HfFolder final : public SafetensorsFiles {
   }
 
   void finish_folder(WriteJob& job) override {
-    // A dequantized export (meta/quantized.h) is a plain model: its config loses the
+    // A dequantized export (view/dequantize.h) is a plain model: its config loses the
     // quantization_config and says the dtype written.
     std::function<std::string(const std::string&)> edit;
-    if (!job.request.ck.dequant.empty() && o_.cast) edit = [dtype = *o_.cast](const std::string& text) { return dequantized_config(text, dtype); };
+    const Checkpoint& ck = job.request.ck;
+    if (ck.derived && ck.derived->output.value("dequantized", false) && o_.cast) edit = [dtype = *o_.cast](const std::string& text) { return dequantized_config(text, dtype); };
     copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
     if (job.plan.files.size() > 1) write_index(job.plan);
   }

@@ -19,7 +19,7 @@ class PeftAdapter final : public SafetensorsFiles {
 
  protected:
   void plan_files(WriteJob& job, json& summary) override {
-    if (job.request.ck.lora.adapter_config.is_null())
+    if (!adapter_config(job))
       throw UsageError(Where(o_.output), "a PEFT adapter folder is written from a checkpoint's LoRA adapter: give --lora adapter");
     SafetensorsFiles::plan_files(job, summary);
   }
@@ -29,7 +29,16 @@ class PeftAdapter final : public SafetensorsFiles {
     files.push_back({{"path", join_path(o_.output, kConfigFile)}});
   }
   void finish_folder(WriteJob& job) override {
-    write_text(kConfigFile, job.request.ck.lora.adapter_config.dump(2) + "\n");
+    write_text(kConfigFile, adapter_config(job)->dump(2) + "\n");
+  }
+
+ private:
+  // What the LoRA view (view/lora.h) left for this writer; null without --lora adapter.
+  static const json* adapter_config(const WriteJob& job) {
+    const Checkpoint& ck = job.request.ck;
+    if (!ck.derived) return nullptr;
+    auto it = ck.derived->output.find("adapter_config");
+    return it == ck.derived->output.end() ? nullptr : &*it;
   }
 };
 

@@ -1,6 +1,8 @@
 // Output formats: one module each, one row each.
 //
-// A format is a row of the table in formats.cpp (a `Format`) and a module in this folder that
+// The rows are declared here, in plan/, because the planner and the deal plan from them; each is
+// defined with its writer in write/formats/. A format is a row of the table in
+// write/formats/formats.cpp (a `Format`) and a module in that folder that
 // makes its writer (an OutputWriter, write/execute.h: what it derives from the plan, how its
 // outputs are created, written and committed). The planner (plan/plan.h), the deal (plan/deal.h),
 // the executor (write/executor.h) and the upload planner (write/execute.cpp) ask a format only what

@@ -1,4 +1,4 @@
-#include "item/dequantize.h"
+#include "view/kernels.h"
 
 #include <algorithm>
 #include <array>
@@ -9,8 +9,8 @@
 
 namespace dcpctl {
 
-void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, const float* scale, int64_t scale_cols, const int64_t block[2],
-                           float* out) {
+void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, const float* scale, int64_t scale_cols,
+                           const int64_t block[2], float* out) {
   // Every float8 value as float32 (torch's .to(torch.float32)): one table of 256.
   std::array<uint8_t, 256> bytes;
   std::array<float, 256> value;
@@ -32,8 +32,10 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
   }
 }
 
-void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales, const std::vector<int64_t>& scale_shape, float* out) {
-  static constexpr double kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales,
+                      const std::vector<int64_t>& scale_shape, float* out) {
+  static constexpr double kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   const size_t nd = box.sizes.size();  // >= 2: [..., G, B]
   const int64_t bytes = box.sizes[nd - 1];
   // The groups of the box, in C order: their index in the whole scales is that of their offset.
@@ -43,7 +45,8 @@ void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scal
   for (size_t d = 0; d < gd; ++d) groups *= static_cast<uint64_t>(box.sizes[d]);
   for (uint64_t g = 0; g < groups; ++g) {
     uint64_t at = 0;
-    for (size_t d = 0; d < gd; ++d) at = at * static_cast<uint64_t>(scale_shape[d]) + static_cast<uint64_t>(box.offsets[d] + idx[d]);
+    for (size_t d = 0; d < gd; ++d)
+      at = at * static_cast<uint64_t>(scale_shape[d]) + static_cast<uint64_t>(box.offsets[d] + idx[d]);
     // torch: ldexp(value, scale - 127), exact and rounded once to float32 (0.5 * 2^128 is 2^127,
     // 0 * 2^128 is 0, 4 * 2^128 overflows to inf): the product in double is exact.
     const double power = std::ldexp(1.0, static_cast<int>(scales[at]) - 127);
@@ -85,15 +88,15 @@ void fma_row(float* d, const float* x, int64_t stride, float y, int64_t n) {
 
 }  // namespace
 
-void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale, bool transposed,
-                    DType delta_dtype) {
+void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale,
+                    bool transposed, DType delta_dtype) {
   const int64_t rows = box.sizes[0], cols = box.sizes[1], r0 = box.offsets[0], c0 = box.offsets[1];
   std::vector<float> d(static_cast<size_t>(cols));
   std::vector<uint8_t> narrow(delta_dtype == DType::Float32 ? 0 : static_cast<size_t>(cols) * itemsize(delta_dtype));
   for (int64_t i = 0; i < rows; ++i) {
     // Row i of the box: (B·A)[r0 + i][c0 + j] = sum over k of B[r0 + i][k]·A[k][c0 + j], or for the
     // transpose (B·A)[c0 + j][r0 + i] = sum over k of B[c0 + j][k]·A[k][r0 + i]; k outermost, so
-    // each element is the fused multiply-add chain PEFT's sgemm computes, from 0 (item/dequantize.h).
+    // each element is the fused multiply-add chain PEFT's sgemm computes, from 0 (view/kernels.h).
     std::fill(d.begin(), d.end(), 0.0f);
     for (int64_t k = 0; k < rank; ++k) {
       if (transposed)

@@ -1,0 +1,92 @@
+// Derived tensors: the table of tensors a checkpoint is seen as, once views have rewritten it.
+//
+// A checkpoint as opened is a table of saved tensors (Metadata::tensors, what `.metadata` or the
+// safetensors headers say). A view (src/view/: dequantize, LoRA adapter and merge, and later
+// quantize) maps that table to a new one: it drops entries (an fp8 weight's scales), renames them
+// (a PEFT adapter's keys), and replaces some with tensors it computes (a dequantized weight, a
+// merged weight). Such a computed tensor keeps a TensorMeta in the new table like any other (its
+// name, dtype, shape, and chunks that follow one saved tensor's chunks, so the planner cuts and
+// deals it as it would that tensor) and is registered here with how to read any byte range of
+// any of its chunks and what that read holds in memory. Readers and planners never ask which view
+// made it: the item reader hands a derived tensor's reads to its DerivedTensor
+// (item/item_reader.h), the memory model adds its working_bytes (plan/memory.h).
+//
+// Views compose: a derived tensor reads its inputs (TensorMeta as they are in the table it was
+// made from) through a reader of that table, so a merged weight can be read from a dequantized
+// base, a quantized one from a merged weight. Every table is complete: a view that keeps or
+// renames a derived tensor of the table below carries its entry (the tensor and the table its
+// inputs are in) under the new name, so one lookup in the newest table finds every derived tensor
+// of the model, and anything it does not find is a saved tensor, read by its storage.
+//
+// This header is the table's interface only: what each view computes is in src/view/.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/metadata.h"
+
+namespace dcpctl {
+
+struct DerivedTable;
+
+// What a derived tensor reads its inputs through: the tensors of the table below it, saved or
+// derived (the item reader implements it for every level).
+class TensorReads {
+ public:
+  // Bytes [from, from + n) of the dense chunk `chunk` of `t` (n = UINT64_MAX: to its end), `t` as
+  // the table below the caller has it.
+  virtual void read(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const = 0;
+  // A whole tensor of that table, assembled from its chunks (a scale, an adapter's A and B).
+  virtual std::vector<uint8_t> read_whole(const TensorMeta& t) const = 0;
+
+ protected:
+  ~TensorReads() = default;
+};
+
+class DerivedTensor {
+ public:
+  virtual ~DerivedTensor() = default;
+  // The saved tensor whose chunks this one follows chunk for chunk (what describing a chunk
+  // checks, and what messages name).
+  virtual const TensorMeta& follows() const = 0;
+  // Bytes [from, from + n) of the dense chunk `chunk` of this tensor as its table has it (n =
+  // UINT64_MAX: to its end). `below` reads its inputs.
+  virtual void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const = 0;
+  // What one read of chunk `chunk` holds besides the caller's buffer: its inputs as read (a chunk
+  // of the saved weight, whole scales, A and B) and the float32 working copies it computes in.
+  virtual uint64_t working_bytes(size_t chunk) const = 0;
+};
+
+struct DerivedTable {
+  struct Entry {
+    std::shared_ptr<const DerivedTensor> tensor;
+    std::shared_ptr<const DerivedTable> inputs;  // the table its inputs are in; null: the saved tensors
+  };
+  std::unordered_map<std::string, Entry> tensors;  // by name in this table
+  // What each view applied says of itself (--json's "dequantized", "lora"), by the view's name.
+  nlohmann::json views = nlohmann::json::object();
+  // What the views leave for a writer: `adapter_config` (--lora adapter: adapter_config.json as
+  // written), `dequantized` (true: quantized weights were dequantized, so an HF config loses its
+  // quantization_config).
+  nlohmann::json output = nlohmann::json::object();
+
+  // The entry of the derived tensor named `fqn`; null for a saved tensor.
+  const Entry* find(const std::string& fqn) const;
+  // The most one read of chunk `chunk` of `t` (a tensor of this table) holds: 0 for a saved tensor.
+  uint64_t working_bytes(const TensorMeta& t, size_t chunk) const;
+  bool empty() const { return tensors.empty() && views.empty(); }
+};
+
+// A new table over `below` (null: the saved tensors) that carries every entry of `below`, for a
+// view to add to: `rename` gives each carried entry's name in the new table ("" drops it; null:
+// the same names).
+std::shared_ptr<DerivedTable> table_over(const std::shared_ptr<const DerivedTable>& below,
+                                         const std::function<std::string(const std::string&)>& rename = nullptr);
+
+}  // namespace dcpctl

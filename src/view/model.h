@@ -1,0 +1,60 @@
+// The model a command reads: a checkpoint's saved tensors rewritten by views, in one order.
+//
+//   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
+//   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/dequantize.h)
+//   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora.h)
+//   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h)
+//   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
+//
+// Each view maps the table below it to a new one (meta/derived.h); what a view computes is a
+// DerivedTensor the item reader hands its reads to, and the memory model charges (plan/memory.h).
+// consolidate, reshard, cast, diff and stats build their model here; inspect and verify read the
+// saved table (no view applies to them). A new view is a file in src/view/ and one step below.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/checkpoint.h"
+#include "meta/keymap.h"
+#include "meta/lora.h"
+#include "meta/select.h"
+#include "util/dtype.h"
+
+namespace dcpctl {
+
+struct ModelRequest {
+  Selection selection;                      // --select
+  std::optional<DType> cast;                // --dtype: quantized weights are dequantized first
+  std::string assets;                       // consolidate's --assets: where config.json is (the fp8 block size)
+  LoraRequest lora;                         // --lora and its options
+  std::string map, map_config, map_assets;  // --map NAME|FILE, --config FILE, --assets DIR
+};
+
+class Model {
+ public:
+  // The table every step after the views reads: the checkpoint itself when no view applied.
+  const Checkpoint& checkpoint() const { return own_ ? *own_ : *saved_; }
+  // What is left to select in it: the request's selection, or none once the LoRA view applied it.
+  const Selection& selection() const { return selection_; }
+  // --map's tensors over checkpoint(), or null.
+  const MappedModel* map() const { return map_ ? &*map_ : nullptr; }
+  // The map, for a caller that keeps it beside the checkpoint it was built over (diff's inputs).
+  std::optional<MappedModel> take_map() && { return std::move(map_); }
+
+ private:
+  friend Model build_model(const Checkpoint& ck, const ModelRequest& rq);
+  const Checkpoint* saved_ = nullptr;
+  std::optional<Checkpoint> own_;
+  Selection selection_;
+  std::optional<MappedModel> map_;
+};
+
+// The views `rq` asks for over `ck` (which must outlive the model), in the order above. Throws what
+// each view refuses (view/dequantize.h, view/lora.h, meta/keymap.h's apply_key_map), and
+// UnsupportedError (exit 5) for --map over MXFP4 weights no --dtype dequantized.
+Model build_model(const Checkpoint& ck, const ModelRequest& rq);
+
+}  // namespace dcpctl
