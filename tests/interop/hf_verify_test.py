@@ -71,7 +71,10 @@ def tiny_deepseek(out: Path) -> None:
                                         kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4,
                                         tie_word_embeddings=False)
     cfg.num_nextn_predict_layers = 1
-    transformers.DeepseekV3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+    # Saved in float32, then loaded as bfloat16 and saved again: from_pretrained keeps
+    # e_score_correction_bias in float32 (_keep_in_fp32_modules_strict), as DeepSeek's release does.
+    transformers.DeepseekV3ForCausalLM(cfg).save_pretrained(out.with_name(out.name + "-fp32"))
+    transformers.AutoModelForCausalLM.from_pretrained(out.with_name(out.name + "-fp32"), dtype=torch.bfloat16).save_pretrained(out)
 
 
 def files_of(folder: Path) -> dict[str, dict[str, torch.Tensor]]:
