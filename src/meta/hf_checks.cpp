@@ -19,7 +19,9 @@ namespace hf_checks_impl {
 constexpr uint64_t kMaxJsonBytes = 64ull << 20;
 constexpr uint64_t kCompareWindow = 4ull << 20;
 
-bool name_ends(const std::string& s, const std::string& t) { return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0; }
+bool name_ends(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
 
 // A small JSON file (config, index); discarded when it is not JSON.
 json read_json(const std::string& path) {
@@ -32,8 +34,15 @@ json read_json(const std::string& path) {
 
 // The files beside the weights that a loader or a server reads.
 bool sidecar_name(const std::string& n) {
-  static const char* kNames[] = {"config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
-                                 "chat_template.jinja", "chat_template.json", "tekken.json", "merges.txt", "spiece.model"};
+  static const char* kNames[] = {"config.json",
+                                 "generation_config.json",
+                                 "special_tokens_map.json",
+                                 "added_tokens.json",
+                                 "chat_template.jinja",
+                                 "chat_template.json",
+                                 "tekken.json",
+                                 "merges.txt",
+                                 "spiece.model"};
   for (const char* k : kNames)
     if (n == k) return true;
   return n.rfind("tokenizer", 0) == 0 || n.rfind("vocab", 0) == 0 || name_ends(n, ".tiktoken");
@@ -46,10 +55,12 @@ std::optional<bool> tensors_equal(const Checkpoint& ck, const TensorMeta& a, con
   std::vector<uint8_t> x, y;
   for (size_t c = 0; c < a.num_chunks(); ++c) {
     const StorageRef &ra = a.storage[c], &rb = b.storage[c];
-    if (!ra.present() || !rb.present() || ra.format != ItemFormat::Raw || rb.format != ItemFormat::Raw) return std::nullopt;
+    if (!ra.present() || !rb.present() || ra.format != ItemFormat::Raw || rb.format != ItemFormat::Raw)
+      return std::nullopt;
     if (ra.length != rb.length) return false;
     ReadFile fa(ck.path_of(ra.file)), fb(ck.path_of(rb.file));
-    if (ra.offset > fa.size() || ra.length > fa.size() - ra.offset || rb.offset > fb.size() || rb.length > fb.size() - rb.offset)
+    if (ra.offset > fa.size() || ra.length > fa.size() - ra.offset || rb.offset > fb.size() ||
+        rb.length > fb.size() - rb.offset)
       return std::nullopt;  // the audit reports the window
     for (uint64_t done = 0; done < ra.length; done += kCompareWindow) {
       const size_t k = static_cast<size_t>(std::min(kCompareWindow, ra.length - done));
@@ -96,9 +107,12 @@ bool is_hf_checkpoint(const Checkpoint& ck) {
 HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, const Checkpoint* opened) {
   HfReport r;
   const PathInfo st = stat_path(path);
-  if (st.kind == PathInfo::missing) throw IoError(Where(path), "cannot open: " + (st.err ? errno_text(st.err) : std::string("no such file")));
+  if (st.kind == PathInfo::missing)
+    throw IoError(Where(path), "cannot open: " + (st.err ? errno_text(st.err) : std::string("no such file")));
   const bool folder = st.kind == PathInfo::directory;
-  const std::string dir = folder ? path : path.find('/') == std::string::npos ? "." : path.substr(0, path.find_last_of('/'));
+  const std::string dir = folder                                ? path
+                          : path.find('/') == std::string::npos ? "."
+                                                                : path.substr(0, path.find_last_of('/'));
 
   Findings structure;
   std::optional<Checkpoint> own;
@@ -149,18 +163,21 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
   if (ck && ck->layout == CheckpointLayout::HfSafetensors)
     for (const auto& [key, in] : files_of)
       for (size_t i = 1; i < in.size(); ++i)
-        precise.push_back({"key-in-several-files", Where(in[i], std::nullopt, key), "also held by " + in[0] + ": a loader keeps one of the two"});
+        precise.push_back({"key-in-several-files", Where(in[i], std::nullopt, key),
+                           "also held by " + in[0] + ": a loader keeps one of the two"});
   if (has_index) {
     json j = read_json(index);
-    const json* total = j.is_object() && j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("total_size")
-                            ? &j["metadata"]["total_size"]
-                            : nullptr;
+    const json* total =
+        j.is_object() && j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("total_size")
+            ? &j["metadata"]["total_size"]
+            : nullptr;
     if (total && total->is_number_unsigned() && ck) {
       const uint64_t want = total->get<uint64_t>();
       if (want != tensor_bytes && want != file_bytes)
         precise.push_back({"index-total-size", Where(index, std::nullopt, "metadata.total_size"),
-                           "total_size is " + std::to_string(want) + " but the indexed files hold " + std::to_string(tensor_bytes) +
-                               " bytes of tensors (" + std::to_string(file_bytes) + " bytes of files)"});
+                           "total_size is " + std::to_string(want) + " but the indexed files hold " +
+                               std::to_string(tensor_bytes) + " bytes of tensors (" + std::to_string(file_bytes) +
+                               " bytes of files)"});
     }
   }
 
@@ -179,8 +196,9 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
     SameBytes same = [&](const std::string& a, const std::string& b) -> std::optional<bool> {
       return tensors_equal(*ck, *by_key.at(a), *by_key.at(b));
     };
-    ConfigCheckResult cr = c.is_discarded() ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
-                                            : check_hf_config(c, config, tensors, same, opts.require_mtp);
+    ConfigCheckResult cr =
+        c.is_discarded() ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
+                         : check_hf_config(c, config, tensors, same, opts.require_mtp);
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;
@@ -194,7 +212,8 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
       if (sidecar_name(n)) present.insert(n), sidecars.push_back(n);
   for (const auto& n : opts.expect_files)
     if (!present.count(n) && !path_exists(join_path(dir, n)))
-      precise.push_back({"sidecar-missing", Where(join_path(dir, n)), "expected beside the weights (the source had it), but not here"});
+      precise.push_back({"sidecar-missing", Where(join_path(dir, n)),
+                         "expected beside the weights (the source had it), but not here"});
 
   r.problems = merge_findings(std::move(structure), precise);
   r.summary = {{"config", has_config ? json(config) : json(nullptr)},

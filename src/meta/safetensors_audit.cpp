@@ -15,10 +15,9 @@ using nlohmann::json;
 
 unsigned safetensors_dtype_bits(const std::string& name) {
   static const std::map<std::string, unsigned> kBits = {
-      {"BOOL", 8},     {"U8", 8},       {"I8", 8},        {"F8_E5M2", 8}, {"F8_E4M3", 8},   {"F8_E8M0", 8},
-      {"I16", 16},     {"U16", 16},     {"F16", 16},      {"BF16", 16},   {"I32", 32},      {"U32", 32},
-      {"F32", 32},     {"I64", 64},     {"U64", 64},      {"F64", 64},    {"C64", 64},      {"F4", 4},
-      {"F6_E2M3", 6},  {"F6_E3M2", 6},
+      {"BOOL", 8}, {"U8", 8},   {"I8", 8},    {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"I16", 16},
+      {"U16", 16}, {"F16", 16}, {"BF16", 16}, {"I32", 32},    {"U32", 32},    {"F32", 32},    {"I64", 64},
+      {"U64", 64}, {"F64", 64}, {"C64", 64},  {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6},
   };
   auto it = kBits.find(name);
   return it == kBits.end() ? 0 : it->second;
@@ -81,14 +80,17 @@ class AuditSax : public nlohmann::json_sax<json> {
     return fail("unexpected object");
   }
   bool key(string_t& k) override {
-    if (state_ == State::Root) key_ = k;
-    else if (state_ == State::Entry) field_ = k;
+    if (state_ == State::Root)
+      key_ = k;
+    else if (state_ == State::Entry)
+      field_ = k;
     return true;
   }
   bool end_object() override {
     if (state_ == State::Meta) return (state_ = State::Root), true;
     if (state_ == State::Entry) {
-      if (!dtype_ || !shape_ || offsets_ != 2) return fail("tensor '" + t_.key + "' lacks dtype, shape or data_offsets");
+      if (!dtype_ || !shape_ || offsets_ != 2)
+        return fail("tensor '" + t_.key + "' lacks dtype, shape or data_offsets");
       a_.tensors.push_back(std::move(t_));
       return (state_ = State::Root), true;
     }
@@ -142,7 +144,8 @@ std::optional<uint64_t> expected_bytes(const AuditedTensor& t, std::string& why)
     numel *= static_cast<uint64_t>(d);
   }
   if (numel > UINT64_MAX / bits) return why = "its shape overflows", std::nullopt;
-  if (numel * bits % 8) return why = std::to_string(numel) + " elements of " + t.dtype_name + " are not whole bytes", std::nullopt;
+  if (numel * bits % 8)
+    return why = std::to_string(numel) + " elements of " + t.dtype_name + " are not whole bytes", std::nullopt;
   return numel * bits / 8;
 }
 
@@ -167,8 +170,9 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
   }
   a.decoded = true;
   for (const auto& k : sax.duplicates)
-    a.problems.push_back({"duplicate-key", Where(source, header_at, k),
-                          "the header names this key more than once: a JSON reader keeps one entry and the other tensor is lost"});
+    a.problems.push_back(
+        {"duplicate-key", Where(source, header_at, k),
+         "the header names this key more than once: a JSON reader keeps one entry and the other tensor is lost"});
   struct Span {
     uint64_t begin, end;
     const std::string* key;
@@ -177,8 +181,9 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
   for (const auto& t : a.tensors) {
     Where w(source, data_start + t.begin, t.key);
     if (t.begin > t.end || t.end > data_bytes) {
-      a.problems.push_back({"window-out-of-file", w, "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                                                         ") run outside the data section (" + std::to_string(data_bytes) + " bytes)"});
+      a.problems.push_back({"window-out-of-file", w,
+                            "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                                ") run outside the data section (" + std::to_string(data_bytes) + " bytes)"});
       continue;
     }
     std::string why;
@@ -186,8 +191,9 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
     if (!why.empty())
       a.problems.push_back({"size-mismatch", w, why});
     else if (want && *want != t.end - t.begin)
-      a.problems.push_back({"size-mismatch", w, "data_offsets span " + std::to_string(t.end - t.begin) + " bytes but " + t.dtype_name +
-                                                    " of its shape needs " + std::to_string(*want)});
+      a.problems.push_back({"size-mismatch", w,
+                            "data_offsets span " + std::to_string(t.end - t.begin) + " bytes but " + t.dtype_name +
+                                " of its shape needs " + std::to_string(*want)});
     spans.push_back({t.begin, t.end, &t.key});
   }
   std::stable_sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
@@ -197,9 +203,13 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
     if (s.end == s.begin) continue;  // an empty tensor occupies no byte
     Where w(source, data_start + s.begin, *s.key);
     if (reach && s.begin < reach->end)
-      a.problems.push_back({"window-overlap", w, "its bytes overlap those of '" + *reach->key + "' at data offset " + std::to_string(reach->begin)});
+      a.problems.push_back(
+          {"window-overlap", w,
+           "its bytes overlap those of '" + *reach->key + "' at data offset " + std::to_string(reach->begin)});
     else if (s.begin > covered)
-      a.problems.push_back({"offsets-gap", w, std::to_string(s.begin - covered) + " bytes of the data section before it belong to no tensor"});
+      a.problems.push_back(
+          {"offsets-gap", w,
+           std::to_string(s.begin - covered) + " bytes of the data section before it belong to no tensor"});
     if (!reach || s.end > reach->end) reach = &s;
     covered = std::max(covered, s.end);
   }
@@ -216,14 +226,17 @@ SafetensorsAudit audit_safetensors_file(const std::string& path) {
     a.problems.push_back({"header-invalid", Where(path, 0), msg});
     return a;
   };
-  if (f.size() < 8) return invalid("safetensors header: " + std::to_string(f.size()) + " bytes, too short for its length field");
+  if (f.size() < 8)
+    return invalid("safetensors header: " + std::to_string(f.size()) + " bytes, too short for its length field");
   uint8_t len[8];
   f.read_at(0, len, 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > kMaxSafetensorsHeader) return invalid("safetensors header claims " + std::to_string(n) + " bytes (the format's cap is 100 MB)");
+  if (n > kMaxSafetensorsHeader)
+    return invalid("safetensors header claims " + std::to_string(n) + " bytes (the format's cap is 100 MB)");
   if (n > f.size() - 8)
-    return invalid("safetensors header of " + std::to_string(n) + " bytes runs past the end (" + std::to_string(f.size() - 8) + " bytes follow)");
+    return invalid("safetensors header of " + std::to_string(n) + " bytes runs past the end (" +
+                   std::to_string(f.size() - 8) + " bytes follow)");
   std::string text(static_cast<size_t>(n), '\0');
   f.read_at(8, text.data(), text.size());
   return audit_safetensors_header(text, 8 + n, f.size() - 8 - n, path);
