@@ -4,6 +4,8 @@
 #include "cmd/format.h"
 #include "cmd/subcommands.h"
 #include "report/verify.h"
+#include "store/file.h"
+#include "write/assets.h"
 #include "util/error.h"
 #include "util/size.h"
 
@@ -19,6 +21,8 @@ struct VerifyCliOptions {
   unsigned threads = 0;
   std::string max_memory;
   std::string io = "direct";
+  std::string expect_assets;
+  bool require_mtp = false;
 };
 
 static void print_findings(const json& list, const char* title) {
@@ -39,6 +43,12 @@ int run_verify(const VerifyCliOptions& o) {
   vo.threads = o.threads;
   vo.io = o.io == "buffered" ? VerifyOptions::Io::Buffered : VerifyOptions::Io::Direct;  // "auto": direct
   if (!o.max_memory.empty()) vo.max_memory = parse_size(o.max_memory, "--max-memory");
+  vo.hf.require_mtp = o.require_mtp;
+  if (!o.expect_assets.empty()) {
+    if (!is_directory(o.expect_assets)) throw UsageError(Where(o.expect_assets), "--expect-assets: not a directory");
+    for (const auto& n : list_dir(o.expect_assets))
+      if (is_asset_name(n) && stat_path(join_path(o.expect_assets, n)).kind == PathInfo::file) vo.hf.expect_files.push_back(n);
+  }
   json r = verify_checkpoint(o.checkpoint, vo);
   bool ok = r["ok"].get<bool>();
   if (o.json) {
@@ -77,6 +87,13 @@ void setup_verify(CLI::App& parent, RunFn& run) {
       ->check(CLI::IsMember({"auto", "direct", "buffered"}))
       ->capture_default_str()
       ->type_name("MODE");
+  sub->add_option("--expect-assets", o->expect_assets,
+                  "A Hugging Face folder: the config, tokenizer and generation config files of DIR (what consolidate --assets "
+                  "copies) must be beside the weights too (sidecar-missing)")
+      ->type_name("DIR");
+  sub->add_flag("--require-mtp", o->require_mtp,
+                "A Hugging Face folder: every MTP layer num_nextn_predict_layers counts must be there (none at all is "
+                "otherwise a warning, as transformers' save_pretrained leaves them out)");
   sub->callback([&run, o] { run = [o] { return run_verify(*o); }; });
 }
 

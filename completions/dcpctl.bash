@@ -16,8 +16,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--filter' '--value' '--max-values')
             ;;
         'dcpctl verify')
-            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io')
-            _dcpctl_vals=('--threads' '--max-memory' '--io')
+            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io' '--expect-assets' '--require-mtp')
+            _dcpctl_vals=('--threads' '--max-memory' '--io' '--expect-assets')
             ;;
         'dcpctl ls')
             _dcpctl_opts=('-h' '--help' '--json')
@@ -73,6 +73,7 @@ _dcpctl_value() {
     _dcpctl_kind=none _dcpctl_choices=()
     case "$1|$2" in
         'dcpctl verify|--io') _dcpctl_kind='choice' _dcpctl_choices=('auto' 'direct' 'buffered') ;;
+        'dcpctl verify|--expect-assets') _dcpctl_kind='dir' ;;
         'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch') ;;
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;

@@ -39,6 +39,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l checksum -d 'With 
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Reader threads for --deep (0 = all cores; with --io direct at least 8, as its reads wait on the disk); --checksum hashes on as many, at most one a core'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d 'Cap on --deep/--checksum buffer memory (default 1GiB)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l io -x -a 'auto direct buffered' -d 'How --deep reads tensor data: direct (past the page cache where the filesystem allows it, for runs of 1 MiB or more not already cached: less CPU, and the page cache is left to what it holds) or buffered (through it, with the kernel\'s read-ahead); auto is direct'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l expect-assets -x -a '(__fish_complete_directories)' -d 'A Hugging Face folder: the config, tokenizer and generation config files of DIR (what consolidate --assets copies) must be beside the weights too (sidecar-missing)'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l require-mtp -d 'A Hugging Face folder: every MTP layer num_nextn_predict_layers counts must be there (none at all is otherwise a warning, as transformers\' save_pretrained leaves them out)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'
 
 # dcpctl ls

@@ -12,6 +12,7 @@
 #include "meta/checkpoint.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
+#include "meta/hf_checks.h"
 #include "plan/memory.h"
 #include "report/integrity.h"
 #include "store/file.h"
@@ -130,7 +131,20 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
   }
   if (ck) {
     out["layout"] = layout_name(ck->layout);
-    add_structure(*ck, col);
+    if (is_hf_checkpoint(*ck)) {
+      // A Hugging Face folder or .safetensors file: its structure and every HF check, merged.
+      try {
+        HfReport hf = check_hf_folder(dir, opts.hf, ck.get());
+        for (const auto& p : hf.problems) col.problem(p.code, p.where, p.message);
+        for (const auto& w : hf.warnings) col.warning(w.code, w.where, w.message);
+        out["hf"] = hf.summary;
+      } catch (const IoError& e) {
+        add_structure(*ck, col);
+        col.problem("io-error", e.where(), e.detail());
+      }
+    } else {
+      add_structure(*ck, col);
+    }
     const Metadata& md = ck->md;
     uint64_t nchunks = 0;
     for (const auto& t : md.tensors) nchunks += t.num_chunks();

@@ -17,11 +17,18 @@
 // layout's opening found (Checkpoint::incomplete): missing-shard, missing-key, missing-rank,
 // replica-mismatch (per-rank torch.save files: item/rank_torch_files.cpp), step-unfinished (a
 // trainer's marker). Warnings add integrity-unlisted.
+// A Hugging Face folder or .safetensors file (layouts hf-safetensors, hf-dcp-shards) is checked by
+// check_hf_folder (meta/hf_checks.h), whose codes join these (header-invalid, duplicate-key,
+// size-mismatch, offsets-gap, key-in-several-files, index-total-size, the config's, sidecar-missing;
+// warnings mtp-layers-absent, tie-not-compared), and the report gains
+// "hf": {"config", "index", "files_audited", "sidecars", "config_checks"}.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "meta/hf_checks.h"
 
 namespace dcpctl {
 
@@ -45,6 +52,8 @@ struct VerifyOptions {
   // 237 MB to 16 GB (2.4 GB: --deep 0.71 s against 0.86 s, --checksum 0.89 s against 1.17 s).
   enum class Io { Buffered, Direct };
   Io io = Io::Direct;
+  // A Hugging Face folder or .safetensors file: what check_hf_folder asks of it (meta/hf_checks.h).
+  HfCheckOptions hf;
 };
 
 // Reads past the page cache are synchronous: a worker waits on the disk, not on a core, and the

@@ -91,7 +91,7 @@ OPTIONAL = {
     "inspect": {"/items/[]/path", "/items/[]/chunk_list", "/items/[]/transforms",
                 "/items/[]/chunk_list/[]/transforms"},
     # (and /unsupported, present only for input this version does not read: no fixture is such)
-    "verify": {"/layout", "/checksums"},
+    "verify": {"/layout", "/checksums", "/hf"},
     # lightning_meta: only for a Lightning checkpoint (meta.pt)
     # map: only with --map, and a piece's tensor with it
     # dequantized: only with --dtype on block-scaled float8 weights

@@ -1,0 +1,227 @@
+#include "meta/hf_checks.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "meta/hf_config_checks.h"
+#include "meta/safetensors_audit.h"
+#include "meta/structure.h"
+#include "store/file.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace hf_checks_impl {
+
+constexpr uint64_t kMaxJsonBytes = 64ull << 20;
+constexpr uint64_t kCompareWindow = 4ull << 20;
+
+bool name_ends(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// A small JSON file (config, index); discarded when it is not JSON.
+json read_json(const std::string& path) {
+  ReadFile f(path);
+  if (f.size() > kMaxJsonBytes) return json::value_t::discarded;
+  std::string text(f.size(), '\0');
+  f.read_at(0, text.data(), text.size());
+  return json::parse(text, nullptr, false);
+}
+
+// The files beside the weights that a loader or a server reads.
+bool sidecar_name(const std::string& n) {
+  static const char* kNames[] = {"config.json",
+                                 "generation_config.json",
+                                 "special_tokens_map.json",
+                                 "added_tokens.json",
+                                 "chat_template.jinja",
+                                 "chat_template.json",
+                                 "tekken.json",
+                                 "merges.txt",
+                                 "spiece.model"};
+  for (const char* k : kNames)
+    if (n == k) return true;
+  return n.rfind("tokenizer", 0) == 0 || n.rfind("vocab", 0) == 0 || name_ends(n, ".tiktoken");
+}
+
+// Whether tensors `a` and `b` of `ck` hold the same bytes: chunk by chunk, where both are cut
+// into the same boxes; nullopt otherwise.
+std::optional<bool> tensors_equal(const Checkpoint& ck, const TensorMeta& a, const TensorMeta& b) {
+  if (a.num_chunks() != b.num_chunks() || a.chunk_dims != b.chunk_dims) return std::nullopt;
+  std::vector<uint8_t> x, y;
+  for (size_t c = 0; c < a.num_chunks(); ++c) {
+    const StorageRef &ra = a.storage[c], &rb = b.storage[c];
+    if (!ra.present() || !rb.present() || ra.format != ItemFormat::Raw || rb.format != ItemFormat::Raw)
+      return std::nullopt;
+    if (ra.length != rb.length) return false;
+    ReadFile fa(ck.path_of(ra.file)), fb(ck.path_of(rb.file));
+    if (ra.offset > fa.size() || ra.length > fa.size() - ra.offset || rb.offset > fb.size() ||
+        rb.length > fb.size() - rb.offset)
+      return std::nullopt;  // the audit reports the window
+    for (uint64_t done = 0; done < ra.length; done += kCompareWindow) {
+      const size_t k = static_cast<size_t>(std::min(kCompareWindow, ra.length - done));
+      x.resize(k), y.resize(k);
+      fa.read_at(ra.offset + done, x.data(), k, a.fqn);
+      fb.read_at(rb.offset + done, y.data(), k, b.fqn);
+      if (x != y) return false;
+    }
+  }
+  return true;
+}
+
+// The structural findings that one of the audit's names more precisely: a header the reader
+// refused (bad-safetensors-header) where the audit found why; an overlap the audit reports too;
+// chunks of one key in two files (HF folders have no sharding info) that key-in-several-files names.
+Findings merge_findings(Findings structure, const Findings& precise) {
+  std::set<std::string> audited;
+  std::set<std::tuple<std::string, std::string, std::optional<uint64_t>, std::string>> seen;
+  std::set<std::string> several;
+  for (const auto& f : precise) {
+    audited.insert(f.where.file);
+    seen.insert({f.code, f.where.file, f.where.offset, f.where.key});
+    if (f.code == "key-in-several-files") several.insert(f.where.key);
+  }
+  Findings out;
+  for (auto& f : structure) {
+    if (f.code == "bad-safetensors-header" && audited.count(f.where.file)) continue;
+    if (seen.count({f.code, f.where.file, f.where.offset, f.where.key})) continue;
+    if (f.code == "chunk-overlap" && several.count(f.where.key)) continue;
+    out.push_back(std::move(f));
+  }
+  out.insert(out.end(), precise.begin(), precise.end());
+  return out;
+}
+
+}  // namespace hf_checks_impl
+
+using namespace hf_checks_impl;
+
+bool is_hf_checkpoint(const Checkpoint& ck) {
+  return ck.layout == CheckpointLayout::HfSafetensors || ck.layout == CheckpointLayout::HfDcpShards;
+}
+
+HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, const Checkpoint* opened) {
+  HfReport r;
+  const PathInfo st = stat_path(path);
+  if (st.kind == PathInfo::missing)
+    throw IoError(Where(path), "cannot open: " + (st.err ? errno_text(st.err) : std::string("no such file")));
+  const bool folder = st.kind == PathInfo::directory;
+  const std::string dir = folder                                ? path
+                          : path.find('/') == std::string::npos ? "."
+                                                                : path.substr(0, path.find_last_of('/'));
+
+  Findings structure;
+  std::optional<Checkpoint> own;
+  const Checkpoint* ck = opened;
+  if (!ck) {
+    try {
+      own.emplace(open_checkpoint(path));
+      ck = &*own;
+    } catch (const FormatError& e) {
+      structure.push_back({"metadata-invalid", e.where(), e.detail()});
+    }
+  }
+  if (ck) {
+    StructureReport s = check_structure(*ck);
+    structure = std::move(s.problems);
+    r.warnings = std::move(s.warnings);
+  }
+
+  // Every .safetensors file the checkpoint reads; when it could not be opened, every one here.
+  std::vector<std::string> files;
+  if (ck) {
+    for (uint32_t f = 0; f < ck->md.files.size(); ++f)
+      if (ck->files[f].size) files.push_back(ck->path_of(f));
+  } else if (folder) {
+    for (const auto& n : list_dir(dir))
+      if (name_ends(n, ".safetensors")) files.push_back(join_path(dir, n));
+  } else {
+    files.push_back(path);
+  }
+  Findings precise;
+  std::map<std::string, std::vector<std::string>> files_of;  // key -> files holding it
+  uint64_t tensor_bytes = 0, file_bytes = 0;
+  for (const auto& f : files) {
+    SafetensorsAudit a = audit_safetensors_file(f);
+    precise.insert(precise.end(), a.problems.begin(), a.problems.end());
+    file_bytes += 8 + a.header_bytes + a.data_bytes;
+    std::set<std::string> here;
+    for (const auto& t : a.tensors)
+      if (here.insert(t.key).second) {
+        files_of[t.key].push_back(f);
+        tensor_bytes += t.end >= t.begin ? t.end - t.begin : 0;
+      }
+  }
+
+  // The index: one file per key, and its total_size.
+  const std::string index = join_path(dir, "model.safetensors.index.json");
+  const bool has_index = folder && path_exists(index);
+  if (ck && ck->layout == CheckpointLayout::HfSafetensors)
+    for (const auto& [key, in] : files_of)
+      for (size_t i = 1; i < in.size(); ++i)
+        precise.push_back({"key-in-several-files", Where(in[i], std::nullopt, key),
+                           "also held by " + in[0] + ": a loader keeps one of the two"});
+  if (has_index) {
+    json j = read_json(index);
+    const json* total =
+        j.is_object() && j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("total_size")
+            ? &j["metadata"]["total_size"]
+            : nullptr;
+    if (total && total->is_number_unsigned() && ck) {
+      const uint64_t want = total->get<uint64_t>();
+      if (want != tensor_bytes && want != file_bytes)
+        precise.push_back({"index-total-size", Where(index, std::nullopt, "metadata.total_size"),
+                           "total_size is " + std::to_string(want) + " but the indexed files hold " +
+                               std::to_string(tensor_bytes) + " bytes of tensors (" + std::to_string(file_bytes) +
+                               " bytes of files)"});
+    }
+  }
+
+  // config.json against the tensors (a folder's).
+  const std::string config = join_path(dir, "config.json");
+  const bool has_config = folder && path_exists(config);
+  json config_checks = json::array();
+  if (has_config && ck) {
+    json c = read_json(config);
+    std::vector<HfTensor> tensors;
+    std::map<std::string, const TensorMeta*> by_key;
+    for (const auto& t : ck->md.tensors) {
+      tensors.push_back({t.fqn, t.dtype ? torch_name(*t.dtype) : t.dtype_name, t.shape});
+      by_key[t.fqn] = &t;
+    }
+    SameBytes same = [&](const std::string& a, const std::string& b) -> std::optional<bool> {
+      return tensors_equal(*ck, *by_key.at(a), *by_key.at(b));
+    };
+    ConfigCheckResult cr =
+        c.is_discarded() ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
+                         : check_hf_config(c, config, tensors, same, opts.require_mtp);
+    precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
+    r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
+    config_checks = cr.checked;
+  }
+
+  // Sidecars.
+  json sidecars = json::array();
+  std::set<std::string> present;
+  if (folder)
+    for (const auto& n : list_dir(dir))
+      if (sidecar_name(n)) present.insert(n), sidecars.push_back(n);
+  for (const auto& n : opts.expect_files)
+    if (!present.count(n) && !path_exists(join_path(dir, n)))
+      precise.push_back({"sidecar-missing", Where(join_path(dir, n)),
+                         "expected beside the weights (the source had it), but not here"});
+
+  r.problems = merge_findings(std::move(structure), precise);
+  r.summary = {{"config", has_config ? json(config) : json(nullptr)},
+               {"index", has_index ? json(index) : json(nullptr)},
+               {"files_audited", files.size()},
+               {"sidecars", sidecars},
+               {"config_checks", config_checks}};
+  return r;
+}
+
+}  // namespace dcpctl

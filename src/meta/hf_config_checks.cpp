@@ -1,0 +1,354 @@
+#include "meta/hf_config_checks.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace hf_config_impl {
+
+// The spellings of each field, canonical first (transformers' attribute_map of the configs that
+// use them).
+const std::vector<std::string> kLayers = {"num_hidden_layers", "n_layer", "num_layers", "n_layers"};
+const std::vector<std::string> kExperts = {"n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"};
+const std::vector<std::string> kNextn = {"num_nextn_predict_layers", "mtp_num_hidden_layers"};
+const std::vector<std::string> kVocab = {"vocab_size", "n_vocab"};
+
+class HfConfigView {
+ public:
+  explicit HfConfigView(const json& c)
+      : top_(c), text_(c.contains("text_config") && c["text_config"].is_object() ? &c["text_config"] : nullptr) {}
+  const json* find(const std::vector<std::string>& names) const {
+    for (const json* j : {text_, &top_})
+      if (j)
+        for (const auto& n : names)
+          if (j->contains(n) && !(*j)[n].is_null()) return &(*j)[n];
+    return nullptr;
+  }
+  std::optional<int64_t> integer(const std::vector<std::string>& names) const {
+    const json* v = find(names);
+    if (!v || !v->is_number_integer() || v->get<int64_t>() < 0) return std::nullopt;
+    return v->get<int64_t>();
+  }
+  // The top level first: transformers ties a composite model's head by its top-level flag.
+  std::optional<bool> tie() const {
+    for (const json* j : {&top_, text_})
+      if (j && j->contains("tie_word_embeddings") && (*j)["tie_word_embeddings"].is_boolean())
+        return (*j)["tie_word_embeddings"].get<bool>();
+    return std::nullopt;
+  }
+  std::optional<std::string> string(const std::vector<std::string>& names) const {
+    const json* v = find(names);
+    return v && v->is_string() ? std::optional<std::string>(v->get<std::string>()) : std::nullopt;
+  }
+  const json* object(const std::string& name) const {
+    const json* v = find({name});
+    return v && v->is_object() ? v : nullptr;
+  }
+
+ private:
+  const json& top_;
+  const json* text_;
+};
+
+bool float_dtype_name(const std::string& d) {
+  return d == "float16" || d == "bfloat16" || d == "float32" || d == "float64";
+}
+bool quantized_dtype(const std::string& d) {
+  return d.rfind("float8_", 0) == 0 && d != "float8_e8m0fnu"
+             ? true
+             : d == "F4" || d == "F6_E2M3" || d == "F6_E3M2" || d == "float4_e2m1fn_x2";
+}
+bool key_ends(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+std::string list_indices(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < 16; ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > 16) out += ", ... (" + std::to_string(v.size()) + " in all)";
+  return out;
+}
+
+// transformers' should_convert_module and compressed-tensors' `ignore`: "re:" patterns match the
+// module's name from its start; a plain name matches the module or any module it is a part of.
+bool excluded(const std::string& module, const std::vector<std::string>& patterns) {
+  for (const auto& p : patterns) {
+    if (p.rfind("re:", 0) == 0) {
+      try {
+        if (std::regex_search(module, std::regex("^(?:" + p.substr(3) + ")"))) return true;
+      } catch (const std::regex_error&) {
+      }
+    } else if (!p.empty() && (module + ".").find(p + ".") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Tensors a model keeps in float32 whatever its dtype (transformers' _keep_in_fp32_modules and
+// what releases store so), and quantization scales, which have dtypes of their own.
+bool own_dtype(const std::string& key) {
+  static const char* kSuffixes[] = {"e_score_correction_bias",
+                                    ".A_log",
+                                    ".dt_bias",
+                                    ".D",
+                                    "_scale",
+                                    "_scale_inv",
+                                    "_scales",
+                                    "_scale_2",
+                                    "global_scale",
+                                    "input_scale",
+                                    ".k_scale",
+                                    ".v_scale"};
+  for (const char* s : kSuffixes)
+    if (key_ends(key, s)) return true;
+  return false;
+}
+
+}  // namespace hf_config_impl
+
+using namespace hf_config_impl;
+
+ConfigCheckResult check_hf_config(const json& config, const std::string& config_path,
+                                  const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp) {
+  ConfigCheckResult out;
+  auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
+    out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
+  };
+  if (!config.is_object()) {
+    out.problems.push_back({"config-invalid", Where(config_path), "not a JSON object"});
+    return out;
+  }
+  const HfConfigView cfg(config);
+  std::map<std::string, const HfTensor*> by_key;
+  for (const auto& t : tensors) by_key[t.key] = &t;
+
+  // The layer stacks: <prefix>layers.N. by prefix.
+  static const std::regex kLayer(R"(^(.*?)layers\.(\d+)\.)");
+  std::map<std::string, std::set<int64_t>> stacks;
+  for (const auto& t : tensors) {
+    std::smatch m;
+    if (std::regex_search(t.key, m, kLayer) && m[2].length() < 10) stacks[m[1]].insert(std::stoll(m[2]));
+  }
+  auto side = [](const std::string& p) {
+    for (const char* w : {"vision", "visual", "audio", "image", "speech", "mtp", "encoder"})
+      if (p.find(w) != std::string::npos) return true;
+    return false;
+  };
+  std::vector<std::string> main;
+  for (const auto& [p, s] : stacks)
+    if (!side(p)) main.push_back(p);
+  if (main.size() > 1) {
+    std::vector<std::string> lm;
+    for (const auto& p : main)
+      if (p.find("language_model") != std::string::npos) lm.push_back(p);
+    main = lm.size() == 1                                                ? lm
+           : std::find(main.begin(), main.end(), "model.") != main.end() ? std::vector<std::string>{"model."}
+                                                                         : std::vector<std::string>{};
+  }
+  const std::string base = main.size() == 1 ? main[0] : std::string();
+  const bool have_stack = main.size() == 1;
+
+  // Layers and MTP layers.
+  const std::optional<int64_t> layers = cfg.integer(kLayers);
+  const int64_t nextn = cfg.integer(kNextn).value_or(0);
+  if (have_stack && layers && *layers < (1 << 20)) {
+    out.checked.push_back("num_hidden_layers");
+    const std::set<int64_t>& present = stacks[base];
+    std::vector<int64_t> missing, extra;
+    for (int64_t i = 0; i < *layers; ++i)
+      if (!present.count(i)) missing.push_back(i);
+    for (int64_t i : present)
+      if (i >= *layers + nextn) extra.push_back(i);
+    if (!missing.empty())
+      problem("layer-missing", base + "layers.",
+              "num_hidden_layers is " + std::to_string(*layers) + " but no tensor of layer " + list_indices(missing) +
+                  " is here");
+    if (!extra.empty())
+      problem("layer-unexpected", base + "layers.",
+              "tensors of layer " + list_indices(extra) + " are here but the config counts " + std::to_string(*layers) +
+                  " layers and " + std::to_string(nextn) + " MTP layers");
+    // MTP layers: in the stack after the last layer, or in a namespace of their own.
+    std::set<int64_t> mtp;
+    for (int64_t i : present)
+      if (i >= *layers && i < *layers + nextn) mtp.insert(i - *layers);
+    for (const auto& [p, s] : stacks)
+      if (p == "mtp." || key_ends(p, ".mtp.") || key_ends(p, "mtp_"))
+        for (int64_t k : s) {
+          if (k < nextn)
+            mtp.insert(k);
+          else
+            problem("layer-unexpected", p + "layers.",
+                    "MTP layer " + std::to_string(k) + " is here but the config counts " + std::to_string(nextn) +
+                        " (num_nextn_predict_layers)");
+        }
+    if (nextn > 0 && nextn < (1 << 20)) {
+      out.checked.push_back("num_nextn_predict_layers");
+      std::vector<int64_t> lost;
+      for (int64_t k = 0; k < nextn; ++k)
+        if (!mtp.count(k)) lost.push_back(k);
+      if (mtp.empty()) {
+        Finding f{require_mtp ? "mtp-layer-missing" : "mtp-layers-absent",
+                  Where(config_path, std::nullopt, base + "layers."),
+                  "num_nextn_predict_layers is " + std::to_string(nextn) + " but no MTP layer is here" +
+                      (require_mtp ? std::string()
+                                   : std::string(" (transformers' save_pretrained leaves them out; vLLM's MTP "
+                                                 "speculative decoding needs them)"))};
+        (require_mtp ? out.problems : out.warnings).push_back(std::move(f));
+      } else if (!lost.empty()) {
+        problem("mtp-layer-missing", base + "layers.",
+                "num_nextn_predict_layers is " + std::to_string(nextn) + " but MTP layer " + list_indices(lost) +
+                    " is not here (the others are)");
+      }
+    }
+  }
+
+  // Routed experts: per-expert keys (<layer>.experts.J.) and fused ones (<layer>.experts.NAME, the
+  // experts along dimension 0).
+  if (std::optional<int64_t> experts = cfg.integer(kExperts); experts && *experts > 0) {
+    static const std::regex kExpert(R"(^(.*(?:^|\.)experts)\.(\d+)\.)");
+    static const std::regex kFused(R"(^(.*(?:^|\.)experts)\.([A-Za-z_][A-Za-z0-9_]*)$)");
+    std::map<std::string, std::set<int64_t>> per_layer;
+    bool any = false;
+    for (const auto& t : tensors) {
+      std::smatch m;
+      if (std::regex_search(t.key, m, kExpert) && m[2].length() < 10) {
+        per_layer[m[1]].insert(std::stoll(m[2]));
+        any = true;
+      } else if (std::regex_match(t.key, m, kFused) && t.shape.size() >= 2) {
+        any = true;
+        if (t.shape[0] != *experts)
+          problem("expert-count-mismatch", t.key,
+                  "a fused experts tensor of " + std::to_string(t.shape[0]) +
+                      " experts (dimension 0) but the config counts " + std::to_string(*experts));
+      }
+    }
+    if (any) out.checked.push_back("experts");
+    for (const auto& [layer, ids] : per_layer) {
+      std::vector<int64_t> missing, extra;
+      for (int64_t j = 0; j < *experts && j < (1 << 20); ++j)
+        if (!ids.count(j)) missing.push_back(j);
+      for (int64_t j : ids)
+        if (j >= *experts) extra.push_back(j);
+      if (!missing.empty())
+        problem("expert-missing", layer + ".",
+                "the config counts " + std::to_string(*experts) + " experts but expert " + list_indices(missing) +
+                    " has no tensor here");
+      if (!extra.empty())
+        problem("expert-count-mismatch", layer + ".",
+                "expert " + list_indices(extra) + " is here but the config counts " + std::to_string(*experts));
+    }
+  }
+
+  // The embedding, its rows, the head.
+  std::string embed;
+  std::vector<std::string> embeds;
+  for (const auto& t : tensors)
+    if (key_ends(t.key, "embed_tokens.weight")) embeds.push_back(t.key);
+  if (have_stack && by_key.count(base + "embed_tokens.weight"))
+    embed = base + "embed_tokens.weight";
+  else if (embeds.size() == 1)
+    embed = embeds[0];
+  const std::optional<int64_t> vocab = cfg.integer(kVocab);
+  bool any_embed = false;
+  for (const auto& t : tensors) any_embed = any_embed || t.key.find("embed") != std::string::npos;
+  if (have_stack && vocab && !any_embed && base.rfind("model.", 0) == 0)
+    problem("embedding-missing", base + "embed_tokens.weight",
+            "the config has vocab_size " + std::to_string(*vocab) + " but no embedding is here");
+  if (vocab) {
+    for (const std::string& k : {embed, std::string("lm_head.weight")}) {
+      auto it = by_key.find(k);
+      if (k.empty() || it == by_key.end()) continue;
+      const HfTensor& t = *it->second;
+      if (t.shape.size() != 2 || !float_dtype_name(t.dtype)) continue;
+      out.checked.push_back(k == embed ? "vocab_size" : "vocab_size (lm_head)");
+      if (t.shape[0] != *vocab)
+        problem("vocab-size-mismatch", k,
+                std::to_string(t.shape[0]) + " rows but the config's vocab_size is " + std::to_string(*vocab));
+    }
+  }
+  const std::optional<bool> tie = cfg.tie();
+  bool head = false;
+  for (const auto& t : tensors) head = head || t.key.rfind("lm_head.", 0) == 0;
+  if (tie && !*tie && !embed.empty() && !head && base.rfind("model.", 0) == 0) {
+    out.checked.push_back("tie_word_embeddings");
+    problem("lm-head-missing", "lm_head.weight",
+            "tie_word_embeddings is false but the folder holds no lm_head.weight: loaders initialise it at random");
+  }
+  if (tie && *tie && !embed.empty() && by_key.count("lm_head.weight")) {
+    out.checked.push_back("tie_word_embeddings");
+    const HfTensor &h = *by_key["lm_head.weight"], &e = *by_key[embed];
+    std::optional<bool> same =
+        h.dtype == e.dtype && h.shape == e.shape ? same_bytes("lm_head.weight", embed) : std::optional<bool>(false);
+    if (!same)
+      out.warnings.push_back(
+          {"tie-not-compared", Where(config_path, std::nullopt, "lm_head.weight"),
+           "tie_word_embeddings is true and lm_head.weight is here, sharded unlike " + embed + ": not compared"});
+    else if (!*same)
+      problem("tied-head-differs", "lm_head.weight",
+              "tie_word_embeddings is true but lm_head.weight differs from " + embed +
+                  " (loaders tie the head to the embedding and drop this one)");
+  }
+
+  // Quantization: every quantized weight has its scales; nothing the config excludes is quantized.
+  if (const json* qc = cfg.object("quantization_config")) {
+    out.checked.push_back("quantization_config");
+    std::vector<std::string> skip;
+    for (const char* f : {"modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers"})
+      if (qc->contains(f) && (*qc)[f].is_array())
+        for (const auto& p : (*qc)[f])
+          if (p.is_string()) skip.push_back(p.get<std::string>());
+    for (const auto& t : tensors) {
+      const std::string& k = t.key;
+      const bool blocks = key_ends(k, "_blocks");
+      const bool packed = key_ends(k, ".weight_packed");
+      if (!blocks && !packed && !(key_ends(k, ".weight") && quantized_dtype(t.dtype))) continue;
+      const std::string module = k.substr(0, k.rfind('.'));
+      std::vector<std::string> scales;
+      if (blocks)
+        scales = {k.substr(0, k.size() - 7) + "_scales"};
+      else
+        scales = {k + "_scale_inv", k + "_scale", module + ".weight_scale", module + ".weight_scale_inv"};
+      if (std::none_of(scales.begin(), scales.end(), [&](const std::string& s) { return by_key.count(s) > 0; }))
+        problem("quant-scale-missing", k,
+                "a quantized weight (" + t.dtype + ") with no scale tensor (" + scales[0] + ")");
+      if (excluded(module, skip))
+        problem("quant-excluded-quantized", k,
+                "the quantization_config leaves module " + module + " unquantized, but this weight is " + t.dtype);
+    }
+    for (const auto& t : tensors) {
+      const std::string& k = t.key;
+      std::vector<std::string> bases;
+      if (key_ends(k, ".weight_scale_inv"))
+        bases = {k.substr(0, k.size() - 10)};
+      else if (key_ends(k, ".weight_scale"))
+        bases = {k.substr(0, k.size() - 6), k.substr(0, k.size() - 6) + "_packed"};
+      else if (key_ends(k, "_scales") && k.find(".experts.") != std::string::npos)
+        bases = {k.substr(0, k.size() - 7) + "_blocks"};
+      else
+        continue;
+      if (std::none_of(bases.begin(), bases.end(), [&](const std::string& b) { return by_key.count(b) > 0; }))
+        problem("quant-scale-orphan", k, "a scale tensor whose weight (" + bases[0] + ") is not here");
+    }
+  }
+
+  // dtype: the weights' floating dtype is the config's, but for what keeps its own.
+  if (std::optional<std::string> d = cfg.string({"dtype", "torch_dtype"}); d && float_dtype_name(*d)) {
+    out.checked.push_back("dtype");
+    std::map<std::string, std::vector<std::string>> off;  // dtype -> keys
+    for (const auto& t : tensors)
+      if (float_dtype_name(t.dtype) && t.dtype != *d && !own_dtype(t.key)) off[t.dtype].push_back(t.key);
+    for (const auto& [dt, keys] : off)
+      problem("dtype-mismatch", keys[0],
+              std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +
+                  (keys.size() > 1 ? " (the first named)" : ""));
+  }
+  return out;
+}
+
+}  // namespace dcpctl

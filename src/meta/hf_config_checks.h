@@ -1,0 +1,44 @@
+// A Hugging Face `config.json` against the tensors of its folder: what from_pretrained or vLLM
+// would refuse, or worse, load at random. Part of check_hf_folder (meta/hf_checks.h); pure, so
+// the rules are unit-tested on key lists.
+//
+// Fields are read from a nested `text_config` first (a multimodal model's language model), then
+// the top level, each under the spellings transformers' `attribute_map`s give it (GPT-2's
+// `n_layer` is `num_hidden_layers`; Mixtral's and gpt-oss's `num_local_experts`, DeepSeek's
+// `n_routed_experts` and Qwen-MoE's `num_experts` are the routed experts).
+// The layer stack is the `<base>layers.N.` prefix of the keys outside vision, audio and MTP
+// namespaces (`model.layers.`, `model.language_model.layers.`); with several and none the
+// language model's, the layer checks are skipped. MTP layers are counted where the writers put
+// them: `<base>layers.L+k.` (DeepSeek-V3, GLM-4.5), `mtp.layers.k.` (Qwen3-Next) and
+// `model.mtp_layers.k.` (MiMo).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/finding.h"
+
+namespace dcpctl {
+
+struct HfTensor {
+  std::string key;
+  std::string dtype;  // torch's name ("bfloat16", "float8_e4m3fn"); the safetensors name when unknown
+  std::vector<int64_t> shape;
+};
+
+struct ConfigCheckResult {
+  Findings problems, warnings;
+  std::vector<std::string> checked;  // the checks that had what they need, by name
+};
+
+// Whether tensors `a` and `b` hold the same dtype, shape and bytes; nullopt when they could not
+// be compared (sharded differently).
+using SameBytes = std::function<std::optional<bool>(const std::string& a, const std::string& b)>;
+
+ConfigCheckResult check_hf_config(const nlohmann::json& config, const std::string& config_path,
+                                  const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp);
+
+}  // namespace dcpctl
