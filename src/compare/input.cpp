@@ -32,8 +32,9 @@ std::string value_repr(const Input& in, const BytesMeta& b) {
   return pickle::repr(tree->root, 1u << 20);
 }
 
-void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config) {
-  in.mapped = apply_key_map(map, in.ck.md, select_items(in.ck.md, selection), find_map_config(in.ck.dir, config, ""));
+void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config, const std::string& from) {
+  in.mapped = apply_key_map(map, in.ck.md, select_items(in.ck.md, selection), find_map_config(in.ck.dir, config, ""), from);
+  in.mapped->excluded = excluded_keys(in.ck.md, selection);
 }
 
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection) {

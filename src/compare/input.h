@@ -29,8 +29,9 @@ std::unique_ptr<Input> open_input(const std::string& path);
 std::string value_repr(const Input& in, const BytesMeta& b);
 
 // --map: the input's selected tensors seen through `map` (meta/keymap.h), its parameters from
-// `config` or the input's own config.json. Throws what apply_key_map throws.
-void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config);
+// `config` or the input's own config.json; `from` as apply_key_map's. Throws what apply_key_map
+// throws; `excluded` lists what --exclude left out.
+void map_input(Input& in, const KeyMap& map, const Selection& selection, const std::string& config, const std::string& from = "");
 // The selected items: the map's tensors (index: into mapped->tensors) when the input is mapped.
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
 // Tells the input's reader which of those items will be read (ItemReader::expect): under a map,

@@ -85,7 +85,9 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o) {
   if (o.map.empty()) return std::nullopt;
   refuse_mxfp4(ck, "--map " + o.map);
-  return apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
+  MappedModel mm = apply_key_map(load_key_map(o.map), ck.md, select_items(ck.md, o.selection), find_map_config(ck.dir, o.map_config, o.map_assets));
+  mm.excluded = excluded_keys(ck.md, o.selection);
+  return mm;
 }
 
 json execute(const WriteRequest& request, OutputWriter& writer) {

@@ -114,6 +114,7 @@ std::vector<float> permute_rows(const std::vector<float>& w, int64_t heads, int6
 }
 
 const char* kRopeMap = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["titan", "hf"],
+  "model": {"titan": ["layers."], "hf": ["model."]},
   "params": {"n_heads": {"config": "num_attention_heads"}, "n_kv": {"config": ["num_key_value_heads", "num_attention_heads"]},
              "head_dim": {"config": "head_dim", "default": "hidden_size / num_attention_heads"}},
   "rules": [
@@ -123,7 +124,7 @@ const char* kRopeMap = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["tit
             {"key": "model.layers.{L}.k", "size": "n_kv * head_dim", "rope": {"heads": "n_kv", "head_dim": "head_dim"}},
             {"key": "model.layers.{L}.v", "size": "n_kv * head_dim"}]},
     {"titan": "layers.{L}.experts.w1", "hf": "model.layers.{L}.experts.{E}.gate", "experts": {"dim": 0, "count": "n_experts"}},
-    {"hf": "model.layers.{L}.inv_freq"}
+    {"hf": "model.layers.{L}.inv_freq", "reason": "a buffer"}
   ]})";
 
 }  // namespace
@@ -403,7 +404,7 @@ TEST_CASE("keymap: {NAME + EXPR} placeholders: DeepSeek's MTP block after the ma
   const char* text = R"({"schema": "dcpctl-map/1", "name": "mtp", "sides": ["titan", "hf"],
     "params": {"n_layers": {"config": "num_hidden_layers"}},
     "rules": [{"titan": "mtp_layers.{M}.norm", "hf": "model.layers.{M + n_layers}.norm"},
-              {"hf": "model.layers.{M + n_layers}.embed_tokens"},
+              {"hf": "model.layers.{M + n_layers}.embed_tokens", "reason": "repeated"},
               {"titan": "layers.{L}.norm", "hf": "model.layers.{L}.norm"}]})";
   KeyMap km = map_of(text);
   MapConfig cfg = config(R"({"num_hidden_layers": 61})");
