@@ -224,11 +224,18 @@ TEST_CASE("keymap: experts unstacked from a stack sharded along its rows, and st
     std::vector<float> want(full.begin() + first * 8, full.begin() + (first + rows) * 8);
     for (const auto& got : assembled(hf.md, st.tensors[0], b)) CHECK(got == want);
   }
-  // A missing expert: the stack is not made, and that is said.
+  // A missing expert: the stack is not made, and the experts it would have held are model
+  // weights lost with it (the map declares no "model": every key is), refused with exit 5; so is
+  // a key no rule covers, which is found first.
   Checkpoint gap = checkpoint({tensor("model.layers.1.experts.0.gate", {4, 2}, {{0, 0, 4, 2}}),
                                tensor("model.layers.1.experts.2.gate", {4, 2}, {{0, 0, 4, 2}}),
                                tensor("model.layers.1.other", {4, 2}, {{0, 0, 4, 2}})});
-  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg), Catch::Contains("makes no tensor"));
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg), Catch::Contains("no rule covers (1):\n    model.layers.1.other"));
+  std::vector<SelectedItem> experts = all_items(gap.md);
+  experts.pop_back();
+  CHECK_THROWS_AS(apply_key_map(km, gap.md, experts, cfg), UnsupportedError);
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, experts, cfg), Catch::Contains("could not be made") &&
+                                                                 Catch::Contains("    model.layers.1.experts.0.gate\n    model.layers.1.experts.2.gate"));
 }
 
 TEST_CASE("keymap: refusals name what is wrong") {
