@@ -60,7 +60,7 @@ TEST_CASE("keymap model: keys outside the model are left out, dropped ones carry
   CHECK(j["excluded"] == nlohmann::json::array());
 }
 
-TEST_CASE("keymap model: a model key no rule covers is exit 5 naming the map and every such key; --exclude leaves it out on purpose") {
+TEST_CASE("keymap model: a model key no rule covers is exit 5 naming the map and every such key, and --exclude leaves it out on purpose") {
   KeyMap km = model_map_of(kModelMap);
   Checkpoint ck = checkpoint({t2("layers.0.w"), t2("layers.0.q_layernorm.weight"), t2("norm.weight"), t2("optimizer.step")});
   auto run = [&](const Selection& sel) { return apply_key_map(km, ck.md, select_items(ck.md, sel), no_config()); };
