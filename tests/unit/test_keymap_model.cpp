@@ -31,7 +31,9 @@ KeyMap model_map_of(const std::string& text) {
   return load_key_map(file.path);
 }
 
-MapConfig no_config() { return {nlohmann::json::object(), "config.json"}; }
+MapConfig no_config() {
+  return {nlohmann::json::object(), "config.json"};
+}
 
 const char* kModelMap = R"({"schema": "dcpctl-map/1", "name": "m", "sides": ["titan", "hf"],
   "model": {"titan": ["layers.", "norm."], "hf": ["model."]},
@@ -41,7 +43,9 @@ const char* kModelMap = R"({"schema": "dcpctl-map/1", "name": "m", "sides": ["ti
     {"titan": "layers.{L}.qk", "dim": 0, "hf": [{"key": "model.layers.{L}.q", "size": "2"}, {"key": "model.layers.{L}.k", "size": "2"}]}
   ]})";
 
-TensorMeta t2(const std::string& key) { return tensor(key, {2, 2}, {{0, 0, 2, 2}}); }
+TensorMeta t2(const std::string& key) {
+  return tensor(key, {2, 2}, {{0, 0, 2, 2}});
+}
 
 }  // namespace
 
@@ -60,15 +64,19 @@ TEST_CASE("keymap model: keys outside the model are left out, dropped ones carry
   CHECK(j["excluded"] == nlohmann::json::array());
 }
 
-TEST_CASE("keymap model: a model key no rule covers is exit 5 naming the map and every such key, and --exclude leaves it out on purpose") {
+TEST_CASE(
+    "keymap model: a model key no rule covers is exit 5 naming the map and every such key, and --exclude leaves it out "
+    "on purpose") {
   KeyMap km = model_map_of(kModelMap);
-  Checkpoint ck = checkpoint({t2("layers.0.w"), t2("layers.0.q_layernorm.weight"), t2("norm.weight"), t2("optimizer.step")});
+  Checkpoint ck =
+      checkpoint({t2("layers.0.w"), t2("layers.0.q_layernorm.weight"), t2("norm.weight"), t2("optimizer.step")});
   auto run = [&](const Selection& sel) { return apply_key_map(km, ck.md, select_items(ck.md, sel), no_config()); };
   CHECK_THROWS_AS(run({}), UnsupportedError);
-  CHECK_THROWS_WITH(run({}), Catch::Contains("map m (titan->hf) would lose 2 of the model's weights") &&
-                                 Catch::Contains("no rule covers (2):\n    layers.0.q_layernorm.weight\n    norm.weight\n") &&
-                                 Catch::Contains("layers., norm.") && Catch::Contains("--exclude GLOB") &&
-                                 !Catch::Contains("optimizer.step"));
+  CHECK_THROWS_WITH(run({}),
+                    Catch::Contains("map m (titan->hf) would lose 2 of the model's weights") &&
+                        Catch::Contains("no rule covers (2):\n    layers.0.q_layernorm.weight\n    norm.weight\n") &&
+                        Catch::Contains("layers., norm.") && Catch::Contains("--exclude GLOB") &&
+                        !Catch::Contains("optimizer.step"));
   // Leaving them out on purpose: the same map makes its tensor, and excluded_keys lists them.
   Selection sel;
   sel.exclude = {"*.q_layernorm.*", "norm.weight"};
@@ -81,7 +89,8 @@ TEST_CASE("keymap model: a model key no rule covers is exit 5 naming the map and
   Checkpoint app = checkpoint({t2("app.model.layers.0.w"), t2("app.model.norm.weight"), t2("app.optim.x")});
   Selection under;
   under.prefix = "app.model";
-  CHECK_THROWS_WITH(apply_key_map(km, app.md, select_items(app.md, under), no_config()), Catch::Contains("    norm.weight"));
+  CHECK_THROWS_WITH(apply_key_map(km, app.md, select_items(app.md, under), no_config()),
+                    Catch::Contains("    norm.weight"));
   under.exclude = {"norm.*"};
   CHECK(apply_key_map(km, app.md, select_items(app.md, under), no_config()).tensors.size() == 1);
   CHECK(excluded_keys(app.md, under) == std::vector<std::string>{"norm.weight"});
@@ -93,13 +102,15 @@ TEST_CASE("keymap model: a model key taken into an output that could not be made
   Checkpoint ck = checkpoint({t2("model.layers.0.w"), t2("model.layers.0.q")});
   CHECK_THROWS_AS(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()), UnsupportedError);
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()),
-                    Catch::Contains("(hf->titan) would lose 1") && Catch::Contains("could not be made") && Catch::Contains("    model.layers.0.q"));
+                    Catch::Contains("(hf->titan) would lose 1") && Catch::Contains("could not be made") &&
+                        Catch::Contains("    model.layers.0.q"));
   Checkpoint both = checkpoint({t2("model.layers.0.w"), t2("model.layers.0.q"), t2("model.layers.0.k")});
   CHECK(apply_key_map(km, both.md, select_items(both.md, {}), no_config()).tensors.size() == 2);
 }
 
 TEST_CASE("keymap model: a map without \"model\" counts every tensor key as the model") {
-  KeyMap km = model_map_of(R"({"schema": "dcpctl-map/1", "name": "bare", "sides": ["a", "b"], "rules": [{"a": "x", "b": "y"}]})");
+  KeyMap km = model_map_of(
+      R"({"schema": "dcpctl-map/1", "name": "bare", "sides": ["a", "b"], "rules": [{"a": "x", "b": "y"}]})");
   CHECK_FALSE(km.has_model);
   Checkpoint ck = checkpoint({t2("x"), t2("optimizer.x")});
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()),
@@ -113,10 +124,12 @@ TEST_CASE("keymap model: the map file's \"model\" and \"reason\" are checked whe
     CHECK_THROWS_WITH(model_map_of(text), Catch::Contains(needle));
   };
   const std::string head = R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], )";
-  bad(head + R"("rules": [{"a": "k", "b": "j"}, {"a": "z"}]})", "rule 1 names one side only: it drops those keys, and needs a \"reason\"");
+  bad(head + R"("rules": [{"a": "k", "b": "j"}, {"a": "z"}]})",
+      "rule 1 names one side only: it drops those keys, and needs a \"reason\"");
   bad(head + R"("rules": [{"a": "k", "b": "j", "reason": "why"}]})", "rule 0: \"reason\" belongs to a one-sided rule");
   bad(head + R"("rules": [{"a": "z", "reason": ""}]})", "rule 0: \"reason\" is a sentence");
-  bad(head + R"("model": {"a": ["x."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE: [KEY PREFIX, ...]} for both sides");
+  bad(head + R"("model": {"a": ["x."]}, "rules": [{"a": "k", "b": "j"}]})",
+      "\"model\" is {SIDE: [KEY PREFIX, ...]} for both sides");
   bad(head + R"("model": {"a": ["x."], "c": ["y."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE");
   bad(head + R"("model": {"a": "x.", "b": ["y."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE");
   bad(head + R"("model": {"a": [""], "b": ["y."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE");
