@@ -132,7 +132,7 @@ void setup_diff(CLI::App& parent, RunFn& run) {
       ->type_name("PREFIX");
   add_map_options(sub, o->map, o->config);
   sub->add_option("--include", o->include, "Compare only keys matching this shell glob (repeatable)")->type_name("GLOB");
-  sub->add_option("--exclude", o->exclude, "Leave out keys matching this shell glob (repeatable)")->type_name("GLOB");
+  sub->add_option("--exclude", o->exclude, "Leave out keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is left out on purpose")->type_name("GLOB");
   sub->add_option("--atol", o->atol, "Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)")
       ->check(CLI::NonNegativeNumber)
       ->type_name("X");

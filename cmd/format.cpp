@@ -61,7 +61,15 @@ void print_map_summary(const nlohmann::json& r) {
             << " keys made " << m["outputs"].get<uint64_t>() << " tensors";
   if (!m["left_out"].empty())
     std::cerr << "; left out " << m["left_out"].size() << " keys no rule covers (first: " << m["left_out"][0].get<std::string>() << ")";
-  if (!m["dropped"].empty()) std::cerr << "; dropped " << m["dropped"].size();
+  if (!m["dropped"].empty()) {
+    // Each by a rule of the map, with its reason; the first, as the reasons are few and long.
+    std::cerr << "; dropped " << m["dropped"].size() << " by the map's rules (first: " << m["dropped"][0].get<std::string>();
+    const std::string first = m["dropped"][0].get<std::string>();
+    if (m.contains("drop_reasons") && m["drop_reasons"].contains(first)) std::cerr << ": " << m["drop_reasons"][first].get<std::string>();
+    std::cerr << ")";
+  }
+  if (m.contains("excluded") && !m["excluded"].empty())
+    std::cerr << "; excluded " << m["excluded"].size() << " by --exclude (first: " << m["excluded"][0].get<std::string>() << ")";
   if (!m["missing"].empty()) std::cerr << "; could not make " << m["missing"].size() << " (first: " << m["missing"][0].get<std::string>() << ")";
   std::cerr << "\n";
 }

@@ -19,8 +19,10 @@ int run_maps(const MapsCliOptions& o) {
     for (const auto& m : maps) {
       json params = json::object();
       for (const auto& [k, v] : m.params.items()) params[k] = v;
+      json model = json::object();
+      for (int s = 0; s < 2 && m.has_model; ++s) model[m.sides[s]] = m.model[s];
       list.push_back({{"name", m.name}, {"sides", {m.sides[0], m.sides[1]}}, {"description", m.description}, {"models", m.models},
-                      {"rule_kinds", rule_kinds(m)}, {"rules", m.rules.size()}, {"params", params}});
+                      {"model", m.has_model ? model : json()}, {"rule_kinds", rule_kinds(m)}, {"rules", m.rules.size()}, {"params", params}});
     }
     std::cout << json{{"schema_version", 1}, {"maps", list}}.dump(2) << "\n";
     return 0;
@@ -34,6 +36,11 @@ int run_maps(const MapsCliOptions& o) {
     for (const auto& x : rule_kinds(m)) kinds += (kinds.empty() ? "" : ", ") + x;
     if (!models.empty()) std::cout << pad << "models: " << models << "\n";
     std::cout << pad << "rule kinds: " << kinds << "\n";
+    for (int s = 0; s < 2 && m.has_model; ++s) {
+      std::string ns;
+      for (const auto& x : m.model[s]) ns += (ns.empty() ? "" : " ") + x;
+      std::cout << pad << m.sides[s] << " model keys: " << ns << "\n";
+    }
   }
   return 0;
 }

@@ -74,7 +74,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
   sub->add_option("-o,--output", o->output, "Output checkpoint directory (must not exist unless --force)")->required()->type_name("DIR");
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");
-  sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable)")->type_name("GLOB");
+  sub->add_option("--exclude", o->exclude, "Drop keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is left out on purpose (listed in the summary)")->type_name("GLOB");
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   sub->add_option("--threads", o->threads, "Parallel writers (one per target rank at a time)")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest chunk's need, at least 1GiB)")->type_name("SIZE");

@@ -75,8 +75,8 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     // names A's tensors).
     map_input(a, o.map, side_selection(pa), o.map_config);
     try {
-      map_input(b, o.map, side_selection(pb), o.map_config);
-      if (b.mapped->from != a.mapped->from) b.mapped.reset();
+      // Only on A's side: B on the other is not mapped, and its keys are not the map's to refuse.
+      map_input(b, o.map, side_selection(pb), o.map_config, a.mapped->from);
     } catch (const UsageError&) {
       b.mapped.reset();
     }

@@ -33,11 +33,12 @@ std::string value_repr(const Input& in, const BytesMeta& b) {
   return pickle::repr(tree->root, 1u << 20);
 }
 
-void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config) {
+void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config, const std::string& from) {
   ModelRequest rq;
   rq.selection = selection;
   rq.map = map;
   rq.map_config = config;
+  rq.map_from = from;
   // No view but the map applies to a diff: the model's table is the input's checkpoint, which its
   // reader reads and the map's parts index.
   in.mapped = build_model(in.ck, rq).take_map();

@@ -29,9 +29,9 @@ std::unique_ptr<Input> open_input(const std::string& path);
 std::string value_repr(const Input& in, const BytesMeta& b);
 
 // --map: the input's selected tensors seen through the key map `map` (a name or a file;
-// view/model.h builds it), its parameters from `config` or the input's own config.json. Throws
-// what build_model throws.
-void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config);
+// view/model.h builds it), its parameters from `config` or the input's own config.json; `from`
+// as apply_key_map's. Throws what build_model throws; `excluded` lists what --exclude left out.
+void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config, const std::string& from = "");
 // The selected items: the map's tensors (index: into mapped->tensors) when the input is mapped.
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
 // Tells the input's reader which of those items will be read (ItemReader::expect): under a map,

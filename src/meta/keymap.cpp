@@ -64,6 +64,21 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     bad_map(source, "\"sides\" must name two sides");
   m.sides[0] = j["sides"][0];
   m.sides[1] = j["sides"][1];
+  if (j.contains("model")) {
+    const json& mo = j["model"];
+    bool ok = mo.is_object() && !mo.empty();
+    for (auto it = ok ? mo.begin() : mo.end(); ok && it != mo.end(); ++it) {
+      int s = it.key() == m.sides[0] ? 0 : it.key() == m.sides[1] ? 1 : -1;
+      ok = s >= 0 && it.value().is_array() && !it.value().empty();
+      for (const auto& x : ok ? it.value() : json::array()) {
+        ok = ok && x.is_string() && !x.get<std::string>().empty();
+        if (ok) m.model[s].push_back(x.get<std::string>());
+      }
+    }
+    if (!ok || m.model[0].empty() || m.model[1].empty())
+      bad_map(source, "\"model\" is {SIDE: [KEY PREFIX, ...]} for both sides (the keys that are the model's weights)");
+    m.has_model = true;
+  }
   m.params = j.value("params", json::object());
   if (!m.params.is_object()) bad_map(source, "\"params\" must be an object");
   for (const auto& [k, v] : m.params.items()) {
@@ -81,13 +96,22 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "tied" && k != "note")
+          k != "tied" && k != "note" && k != "reason")
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
     rule.index = i;
     for (int s = 0; s < 2; ++s) rule.side[s] = parse_side(r.value(m.sides[s], json()), source, i, rule.list[s]);
     if (rule.side[0].empty() && rule.side[1].empty()) bad_map(source, where + " names neither side");
+    // A one-sided rule drops a model's keys when mapping from its side: it says why the other
+    // side has no such tensor, and the reason is reported beside each key it drops.
+    const bool one_sided = rule.side[0].empty() || rule.side[1].empty();
+    if (r.contains("reason") && (!r["reason"].is_string() || r["reason"].get<std::string>().empty()))
+      bad_map(source, where + ": \"reason\" is a sentence (a string)");
+    if (r.contains("reason") && !one_sided) bad_map(source, where + ": \"reason\" belongs to a one-sided rule (the keys it drops)");
+    if (one_sided && !r.contains("reason"))
+      bad_map(source, where + " names one side only: it drops those keys, and needs a \"reason\" (why the other side has no such tensor)");
+    rule.reason = r.value("reason", "");
     if (rule.list[0] && rule.list[1]) bad_map(source, where + ": only one side may be a list");
     const bool list = rule.list[0] || rule.list[1];
     rule.dim = r.value("dim", int64_t{0});
@@ -177,8 +201,11 @@ KeyMap load_key_map(const std::string& name_or_path) {
 }
 
 json MappedModel::describe() const {
+  json reasons_by_key = json::object();
+  for (size_t i = 0; i < dropped.size() && i < reasons.size(); ++i) reasons_by_key[dropped[i]] = reasons[i];
   json j = {{"name", name},         {"direction", from + "->" + to}, {"mapped", inputs}, {"outputs", tensors.size()}, {"left_out", left_out},
-            {"dropped", dropped},   {"missing", missing}};
+            {"dropped", dropped},   {"drop_reasons", reasons_by_key}, {"missing", missing}, {"excluded", excluded}};
+  j["model"] = model.empty() ? json() : json(model);
   j["config"] = config.empty() ? json() : json(config);
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");
   return j;

@@ -63,6 +63,13 @@ struct KeyMap {
   std::string name, description, source;  // source: "built-in" or the file it came from
   std::vector<std::string> models;         // "models": the families it covers (optional)
   std::string sides[2];
+  // "model": {SIDE: [PREFIX, ...]}: which of a side's tensor keys are the model's weights
+  // (megatron's `embedding.`, `decoder.`, `output_layer.`; Hugging Face's `model.`, `lm_head.`).
+  // Mapping from that side, a model key no rule covers is refused (apply_key_map); what lies
+  // outside (optimizer, rng, schedulers, trainer state) is left out and listed. A map without
+  // "model" counts every tensor key as the model.
+  std::vector<std::string> model[2];
+  bool has_model = false;
   nlohmann::json params;  // name -> {"config": key | [keys], "default": expr}
   struct Part {
     std::string pattern;
@@ -82,6 +89,9 @@ struct KeyMap {
     // says tie_word_embeddings: true and the input has KEY, the output is a copy of KEY (the
     // adapters' from_hf: lm_head.weight from model.embed_tokens.weight). Empty: none.
     std::string tied[2];
+    // A one-sided rule's "reason" (required): why the other side has no such tensor, reported
+    // beside each key it drops.
+    std::string reason;
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;
@@ -148,7 +158,10 @@ struct MappedModel {
   size_t inputs = 0;                  // input keys the outputs are made of
   std::vector<std::string> left_out;  // selected keys no rule covers (tensors and other items)
   std::vector<std::string> dropped;   // input keys a one-sided rule drops
+  std::vector<std::string> reasons;   // beside each of `dropped`: its rule's reason
   std::vector<std::string> missing;   // output keys a rule would make but some input is missing
+  std::vector<std::string> model;     // the input side's model namespaces; empty: every tensor key
+  std::vector<std::string> excluded;  // keys --exclude left out (set by the caller: excluded_keys)
   std::string tied;                   // a config with tie_word_embeddings: what it says, else empty
   std::string config;                 // the config.json the parameters came from ("" if none needed)
   nlohmann::json describe() const;    // the `map` object of --json
@@ -157,8 +170,14 @@ struct MappedModel {
 // Applies `map` to the selected items of `md`. UsageError (exit 2) when no key matches either side,
 // when a parameter a matched rule needs cannot be found (naming it and where dcpctl looked), or
 // when a tensor's shape does not fit the rule (rows not heads x head_dim, split sizes not summing
-// to the dimension).
-MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config);
+// to the dimension). UnsupportedError (exit 5) when it would lose a model weight: a selected
+// tensor key in the input side's model namespaces that no rule covers, or one taken into an
+// output that could not be made (an input of it missing). The message names the map and every
+// such key; `--exclude GLOB` is how a user leaves one out on purpose.
+// `from`, when given: the side the input must be mapped from (diff maps its second input only
+// when it is on the first's side); UsageError, before any refusal, when its keys choose the other.
+MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
+                          const std::string& from = "");
 
 // The output box `out` of a mapped tensor, as pieces of saved chunks: declared in meta/pieces.h
 // (plan_mapped_pieces).

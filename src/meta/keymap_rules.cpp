@@ -47,8 +47,8 @@ std::shared_ptr<const std::vector<int64_t>> rope_rows(int64_t heads, int64_t hea
 
 class MapBuilder {
  public:
-  MapBuilder(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config)
-      : map_(map), md_(md), items_(items), config_(config), params_(map, config) {}
+  MapBuilder(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config, const std::string& from)
+      : map_(map), md_(md), items_(items), config_(config), params_(map, config), want_from_(from) {}
 
   MappedModel build() {
     out_.name = map_.name;
@@ -61,7 +61,10 @@ class MapBuilder {
         continue;
       }
       if (used_.count(it.key)) continue;
-      if (!take(it)) out_.left_out.push_back(it.key);
+      if (!take(it)) {
+        out_.left_out.push_back(it.key);
+        unmatched_.insert(it.key);
+      }
     }
     copy_tied();
     return finish();
@@ -85,6 +88,7 @@ class MapBuilder {
         for (const auto& p : r.side[s]) pats_[s].back().push_back(Pattern::parse(p.pattern, map_.source));
       }
     size_t hits[2] = {0, 0};
+    std::vector<std::string> unmatched[2];  // per side: the tensor keys none of its patterns match
     for (const auto& it : items_) {
       if (!it.tensor) continue;
       for (int s = 0; s < 2; ++s) {
@@ -99,6 +103,7 @@ class MapBuilder {
             }
           }
         hits[s] += any;
+        if (!any) unmatched[s].push_back(it.key);
       }
     }
     if (hits[0] == 0 && hits[1] == 0)
@@ -111,7 +116,15 @@ class MapBuilder {
     to_ = 1 - from_;
     out_.from = map_.sides[from_];
     out_.to = map_.sides[to_];
+    if (!want_from_.empty() && out_.from != want_from_)
+      throw UsageError(Where(md_.source), "map " + map_.name + ": the keys are on its " + out_.from + " side, not " + want_from_);
     for (const auto& r : map_.rules) kinds_.push_back(kind_of(r));
+    // Refused here, before any parameter is asked for: a model weight no rule covers is lost
+    // whatever config.json says.
+    std::vector<std::string> uncovered;
+    for (const auto& k : unmatched[from_])
+      if (is_model(k)) uncovered.push_back(k);
+    refuse_losses(uncovered, {});
   }
 
   // The function that carries out rule `r` in this direction.
@@ -141,6 +154,7 @@ class MapBuilder {
 
   void drop(const Match& m) {
     out_.dropped.push_back(m.item.key);
+    out_.reasons.push_back(map_.rules[m.rule].reason);
     used_.insert(m.item.key);
   }
 
@@ -484,7 +498,52 @@ class MapBuilder {
     return rope_rows(heads, hd, from_ == 0);
   }
 
+  // Whether an input key is one of the model's weights (the input side's "model" namespaces).
+  bool is_model(const std::string& key) const {
+    if (!map_.has_model) return true;
+    for (const auto& p : map_.model[from_])
+      if (key.compare(0, p.size(), p) == 0) return true;
+    return false;
+  }
+
+  // Refuses (exit 5) a mapping that would lose a model weight: a model key no rule covers, or one
+  // a rule took into an output it could not make (another input missing). Everything else a map
+  // leaves out (optimizer state, trainer state, non-tensor items) is listed in left_out.
+  // The first kind is found when the direction is chosen (choose_direction), the second once
+  // every rule ran (lost_inputs).
+  void refuse_losses(const std::vector<std::string>& uncovered, const std::vector<std::string>& lost) const {
+    if (uncovered.empty() && lost.empty()) return;
+    std::string ns;
+    for (const auto& p : map_.model[from_]) ns += (ns.empty() ? "" : ", ") + p;
+    std::string text = "map " + map_.name + " (" + out_.from + "->" + out_.to + ") would lose " + std::to_string(uncovered.size() + lost.size()) +
+                       " of the model's weights (" +
+                       (map_.has_model ? "its " + out_.from + " model keys are those under " + ns : "the map declares no \"model\": every tensor key") +
+                       "); nothing is written";
+    auto list = [&text](const std::string& head, const std::vector<std::string>& keys) {
+      if (keys.empty()) return;
+      text += "\n  " + head + " (" + std::to_string(keys.size()) + "):";
+      const size_t shown = std::min<size_t>(keys.size(), 200);
+      for (size_t i = 0; i < shown; ++i) text += "\n    " + keys[i];
+      if (shown < keys.size()) text += "\n    ... and " + std::to_string(keys.size() - shown) + " more";
+    };
+    list("no rule covers", uncovered);
+    list("taken into an output that could not be made (an input of it is missing; see --dry-run --json's map.missing)", lost);
+    text += "\n  leave a key out on purpose with --exclude GLOB, or give the map a rule for it";
+    throw UnsupportedError(Where(md_.source), text);
+  }
+
+  // Model keys a rule took but no output holds: an input of that output is missing.
+  std::vector<std::string> lost_inputs() const {
+    std::set<std::string> made(out_.dropped.begin(), out_.dropped.end());
+    for (const auto& mt : out_.tensors) made.insert(mt.inputs.begin(), mt.inputs.end());
+    std::vector<std::string> lost;
+    for (const auto& it : items_)
+      if (it.tensor && is_model(it.key) && !made.count(it.key) && !unmatched_.count(it.key)) lost.push_back(it.key);
+    return lost;
+  }
+
   MappedModel finish() {
+    refuse_losses({}, lost_inputs());
     if (out_.tensors.empty())
       throw UsageError(Where(md_.source), "map " + map_.name + " makes no tensor of the selection (every matched key is dropped or incomplete)");
     std::set<std::string> seen;
@@ -492,6 +551,7 @@ class MapBuilder {
       if (!seen.insert(mt.meta.fqn).second)
         throw UsageError(Where(md_.source, std::nullopt, mt.meta.fqn), "map " + map_.name + " makes this key twice (two rules, or a pattern matching two inputs)");
     if (params_.used_config()) out_.config = config_.path;
+    if (map_.has_model) out_.model = map_.model[from_];
     std::set<std::string> inputs;
     for (const auto& mt : out_.tensors) inputs.insert(mt.inputs.begin(), mt.inputs.end());
     out_.inputs = inputs.size();
@@ -505,18 +565,21 @@ class MapBuilder {
   const std::vector<SelectedItem>& items_;
   const MapConfig& config_;
   Params params_;
+  const std::string want_from_;
   int from_ = 0, to_ = 1;
   std::vector<std::vector<Pattern>> pats_[2];  // per side, per rule: its patterns
   std::vector<Kind> kinds_;                    // per rule, in this direction
   std::unordered_map<std::string, uint32_t> by_key_;
   std::set<std::string> used_;
+  std::set<std::string> unmatched_;  // tensor keys no rule's pattern matches
   MappedModel out_;
 };
 
 }  // namespace
 
-MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config) {
-  return MapBuilder(map, md, items, config).build();
+MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
+                          const std::string& from) {
+  return MapBuilder(map, md, items, config, from).build();
 }
 
 }  // namespace dcpctl

@@ -162,6 +162,13 @@ int64_t Params::name(const std::string& n, const std::string& why) {
   auto done = values_.find(n);
   if (done != values_.end()) return done->second;
   if (!active_.insert(n).second) bad_map(map_.source, "parameter " + n + " is defined in terms of itself");
+  // A parameter that could not be resolved is not being resolved any more: the direction's pass
+  // over the keys asks again (keymap_rules.cpp), and must hear "needs parameter", not a loop.
+  struct Leave {
+    std::set<std::string>& active;
+    const std::string& n;
+    ~Leave() { active.erase(n); }
+  } leave{active_, n};
   int64_t v;
   if (map_.params.contains(n)) {
     const json& spec = map_.params[n];
@@ -191,7 +198,6 @@ int64_t Params::name(const std::string& n, const std::string& why) {
                                                                       : "config.json has no integer " + n) +
                                               "; give --config FILE or --assets DIR");
   }
-  active_.erase(n);
   values_[n] = v;
   return v;
 }

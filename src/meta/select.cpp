@@ -37,20 +37,37 @@ std::vector<PathElem> strip_path(const Metadata& md, const std::string& key, con
   return path;
 }
 
+// The output key of `key` under the selection's prefix and --include globs; false when it is
+// not selected by them (--exclude aside).
+bool selected_key(const Selection& sel, const std::string& key, std::string& out_key) {
+  out_key = key;
+  if (!sel.prefix.empty()) {
+    if (key.size() <= sel.prefix.size() || key.compare(0, sel.prefix.size(), sel.prefix) != 0 || key[sel.prefix.size()] != '.')
+      return false;
+    out_key = key.substr(sel.prefix.size() + 1);
+  }
+  return sel.include.empty() || glob_any(sel.include, key, out_key);
+}
+
 }  // namespace
+
+std::vector<std::string> excluded_keys(const Metadata& md, const Selection& sel) {
+  std::vector<std::string> out;
+  if (sel.exclude.empty()) return out;
+  for (const auto& [is_tensor, idx] : md.order) {
+    const std::string& key = is_tensor ? md.tensors[idx].fqn : md.bytes[idx].fqn;
+    std::string out_key;
+    if (selected_key(sel, key, out_key) && glob_any(sel.exclude, key, out_key)) out.push_back(std::move(out_key));
+  }
+  return out;
+}
 
 std::vector<SelectedItem> select_items(const Metadata& md, const Selection& sel) {
   std::vector<SelectedItem> out;
   for (const auto& [is_tensor, idx] : md.order) {
     const std::string& key = is_tensor ? md.tensors[idx].fqn : md.bytes[idx].fqn;
-    std::string out_key = key;
-    if (!sel.prefix.empty()) {
-      if (key.size() <= sel.prefix.size() || key.compare(0, sel.prefix.size(), sel.prefix) != 0 ||
-          key[sel.prefix.size()] != '.')
-        continue;
-      out_key = key.substr(sel.prefix.size() + 1);
-    }
-    if (!sel.include.empty() && !glob_any(sel.include, key, out_key)) continue;
+    std::string out_key;
+    if (!selected_key(sel, key, out_key)) continue;
     if (glob_any(sel.exclude, key, out_key)) continue;
     SelectedItem s;
     s.tensor = is_tensor;

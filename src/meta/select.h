@@ -30,4 +30,9 @@ struct SelectedItem {
 // In state_dict_metadata order. Throws UsageError when nothing is selected.
 std::vector<SelectedItem> select_items(const Metadata& md, const Selection& sel);
 
+// The keys (output keys, prefix stripped) that --exclude alone leaves out of the selection: under
+// the selected prefix, matching the --include globs (if any), and matching some --exclude. In
+// state_dict_metadata order; empty without --exclude. What a key map reports as `excluded`.
+std::vector<std::string> excluded_keys(const Metadata& md, const Selection& sel);
+
 }  // namespace dcpctl

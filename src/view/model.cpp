@@ -19,7 +19,8 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     const Checkpoint& in = m.checkpoint();
     refuse_mxfp4(in, "--map " + rq.map);
     m.map_ = apply_key_map(load_key_map(rq.map), in.md, select_items(in.md, m.selection_),
-                           find_map_config(in.dir, rq.map_config, rq.map_assets));
+                           find_map_config(in.dir, rq.map_config, rq.map_assets), rq.map_from);
+    m.map_->excluded = excluded_keys(in.md, m.selection_);
   }
   return m;
 }

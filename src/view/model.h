@@ -31,6 +31,7 @@ struct ModelRequest {
   std::string assets;                       // consolidate's --assets: where config.json is (the fp8 block size)
   LoraRequest lora;                         // --lora and its options
   std::string map, map_config, map_assets;  // --map NAME|FILE, --config FILE, --assets DIR
+  std::string map_from;  // the side the map must map from (apply_key_map's `from`); "" : the input's
 };
 
 class Model {

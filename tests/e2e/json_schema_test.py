@@ -79,7 +79,11 @@ DEFINITIONS = "common"  # common.schema.json: definitions only, no document of i
 # (the drift check removes each key in turn, and it must also be rejected when not listed here).
 MAPS = {
     "inspect": {"/summary/dtypes"},
-    "maps": {"/maps/[]/params"},
+    "maps": {"/maps/[]/params", "/maps/[]/model"},  # model: keyed by the map's side names
+    # a mapped write's dropped keys, each with its rule's reason
+    "consolidate": {"/map/drop_reasons"},
+    "reshard": {"/map/drop_reasons"},
+    "cast": {"/map/drop_reasons"},
     "verify": {"/checksums"},
     "ls": {"/checkpoints/[]/dtypes"},
 }
@@ -98,9 +102,9 @@ OPTIONAL = {
     # lora: only with --lora adapter or merge; its scale with merge
     "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
                     "/lora", "/lora/scale"},
-    "reshard": {"/map", "/dequantized"},
+    "reshard": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
-    "cast": {"/map", "/dequantized"},
+    "cast": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }
 
@@ -501,6 +505,16 @@ def cases_for(p, work):
                                                        "torchtitan-llama3", "--config", os.path.join(hfs, "config.json"), "--dry-run", "--json"])
     add("cast", "cast --map", ["cast", hfs, "-o", co("titan-cast"), "--dtype", "bf16", "--map", "torchtitan-llama3",
                                "--json", "-q"])
+    # a dropped key with its rule's reason (torchtitan's expert_bias_E) and keys left out by --exclude
+    add("consolidate", "consolidate --map torchtitan-gpt-oss (drops, --exclude)",
+        ["consolidate", fx("layouts", "titan_gpt_oss", "run", "step-2"), "-o", co("gpt-oss.safetensors"), "--map", "torchtitan-gpt-oss",
+         "--exclude", "lr_scheduler.*", "--dry-run", "--json"])
+    add("reshard", "reshard --map torchtitan-gpt-oss (drops)",
+        ["reshard", fx("layouts", "titan_gpt_oss", "run", "step-2"), "-o", co("gpt-oss-hf-dcp"), "-w", "1", "--map", "torchtitan-gpt-oss",
+         "--dry-run", "--json"])
+    add("cast", "cast --map torchtitan-gpt-oss (drops)",
+        ["cast", fx("layouts", "titan_gpt_oss", "run", "step-2"), "-o", co("gpt-oss-cast"), "--dtype", "bf16", "--map", "torchtitan-gpt-oss",
+         "--dry-run", "--json"])
     add("maps", "maps --json", ["maps", "--json"])
     # bench staging, host side (no GPU needed)
     bench_dir = os.path.join(work, "bench")

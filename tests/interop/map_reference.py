@@ -68,7 +68,7 @@ MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 SCHEMA = "dcpctl-map/1"
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note"}
+_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason"}
 
 
 class MapError(Exception):
@@ -110,7 +110,7 @@ def validate(m: Any, where: str) -> None:
 
     if not isinstance(m, dict):
         fail("a map is a JSON object")
-    extra = set(m) - {"schema", "name", "description", "sides", "models", "params", "rules"}
+    extra = set(m) - {"schema", "name", "description", "sides", "models", "model", "params", "rules"}
     if extra:
         fail(f"unknown fields {sorted(extra)}")
     models = m.get("models", [])
@@ -124,6 +124,11 @@ def validate(m: Any, where: str) -> None:
     if not (isinstance(sides, list) and len(sides) == 2 and all(isinstance(s, str) for s in sides)
             and sides[0] != sides[1]):
         fail("sides is a list of two different names")
+    if "model" in m:  # {SIDE: [KEY PREFIX, ...]}, both sides: which keys are the model's weights
+        mo = m["model"]
+        if not (isinstance(mo, dict) and set(mo) == set(sides)
+                and all(isinstance(v, list) and v and all(isinstance(x, str) and x for x in v) for v in mo.values())):
+            fail("model is {SIDE: [KEY PREFIX, ...]} for both sides")
     params = m.get("params", {})
     if not isinstance(params, dict):
         fail("params is an object")
@@ -149,8 +154,12 @@ def validate(m: Any, where: str) -> None:
             fail(f"rule {i}: unknown fields {sorted(extra)}")
         if "note" in r and not isinstance(r["note"], str):
             fail(f"rule {i}: note is a string")
-        if len(present) == 1 and set(r) - set(sides) - {"note"}:
-            fail(f"rule {i}: a one-sided rule only names keys (and an optional note)")
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason"}:
+            fail(f"rule {i}: a one-sided rule only names keys (with its reason, and an optional note)")
+        if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
+            fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
+        if len(present) == 2 and "reason" in r:
+            fail(f"rule {i}: 'reason' belongs to a one-sided rule")
         for s in present:
             if isinstance(r[s], list):
                 if not r[s]:

@@ -114,6 +114,7 @@ std::vector<float> permute_rows(const std::vector<float>& w, int64_t heads, int6
 }
 
 const char* kRopeMap = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["titan", "hf"],
+  "model": {"titan": ["layers."], "hf": ["model."]},
   "params": {"n_heads": {"config": "num_attention_heads"}, "n_kv": {"config": ["num_key_value_heads", "num_attention_heads"]},
              "head_dim": {"config": "head_dim", "default": "hidden_size / num_attention_heads"}},
   "rules": [
@@ -123,7 +124,7 @@ const char* kRopeMap = R"({"schema": "dcpctl-map/1", "name": "t", "sides": ["tit
             {"key": "model.layers.{L}.k", "size": "n_kv * head_dim", "rope": {"heads": "n_kv", "head_dim": "head_dim"}},
             {"key": "model.layers.{L}.v", "size": "n_kv * head_dim"}]},
     {"titan": "layers.{L}.experts.w1", "hf": "model.layers.{L}.experts.{E}.gate", "experts": {"dim": 0, "count": "n_experts"}},
-    {"hf": "model.layers.{L}.inv_freq"}
+    {"hf": "model.layers.{L}.inv_freq", "reason": "a buffer"}
   ]})";
 
 }  // namespace
@@ -223,11 +224,18 @@ TEST_CASE("keymap: experts unstacked from a stack sharded along its rows, and st
     std::vector<float> want(full.begin() + first * 8, full.begin() + (first + rows) * 8);
     for (const auto& got : assembled(hf.md, st.tensors[0], b)) CHECK(got == want);
   }
-  // A missing expert: the stack is not made, and that is said.
+  // A missing expert: the stack is not made, and the experts it would have held are model
+  // weights lost with it (the map declares no "model": every key is), refused with exit 5; so is
+  // a key no rule covers, which is found first.
   Checkpoint gap = checkpoint({tensor("model.layers.1.experts.0.gate", {4, 2}, {{0, 0, 4, 2}}),
                                tensor("model.layers.1.experts.2.gate", {4, 2}, {{0, 0, 4, 2}}),
                                tensor("model.layers.1.other", {4, 2}, {{0, 0, 4, 2}})});
-  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg), Catch::Contains("makes no tensor"));
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, all_items(gap.md), cfg), Catch::Contains("no rule covers (1):\n    model.layers.1.other"));
+  std::vector<SelectedItem> experts = all_items(gap.md);
+  experts.pop_back();
+  CHECK_THROWS_AS(apply_key_map(km, gap.md, experts, cfg), UnsupportedError);
+  CHECK_THROWS_WITH(apply_key_map(km, gap.md, experts, cfg), Catch::Contains("could not be made") &&
+                                                                 Catch::Contains("    model.layers.1.experts.0.gate\n    model.layers.1.experts.2.gate"));
 }
 
 TEST_CASE("keymap: refusals name what is wrong") {
@@ -403,7 +411,7 @@ TEST_CASE("keymap: {NAME + EXPR} placeholders: DeepSeek's MTP block after the ma
   const char* text = R"({"schema": "dcpctl-map/1", "name": "mtp", "sides": ["titan", "hf"],
     "params": {"n_layers": {"config": "num_hidden_layers"}},
     "rules": [{"titan": "mtp_layers.{M}.norm", "hf": "model.layers.{M + n_layers}.norm"},
-              {"hf": "model.layers.{M + n_layers}.embed_tokens"},
+              {"hf": "model.layers.{M + n_layers}.embed_tokens", "reason": "repeated"},
               {"titan": "layers.{L}.norm", "hf": "model.layers.{L}.norm"}]})";
   KeyMap km = map_of(text);
   MapConfig cfg = config(R"({"num_hidden_layers": 61})");

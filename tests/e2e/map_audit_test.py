@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Every built-in key map on every fixture it matches: a map never drops a model weight without
+saying so in the exit code (issue 49, item 1).
+
+    map_audit_test.py DCPCTL FIXTURES_DIR
+
+For each checkpoint under FIXTURES_DIR (a folder with a .metadata, a Hugging Face folder with
+*.safetensors) and each built-in map (src/maps/*.json, read here as the files they are, not
+through dcpctl), the keys are sorted out independently of dcpctl's engine: the input's tensor keys
+(`dcpctl inspect --json`, which e2e-fixtures checks against torch's view), the side the map reads
+them from (tests/interop/map_reference.py's `direction`, the Python reference implementation of
+the maps' semantics), the map's "model" namespaces of that side, and every pattern of that side
+(map_reference's `Pattern`). A map that matches none of a fixture's keys, or as many on each side,
+does not apply to it (dcpctl: exit 2 saying so). Otherwise `consolidate FIX -o x.safetensors --map
+M --dry-run --json` must either
+  * exit 0 with no model key in `map.left_out` (the model keys no pattern matches are none), or
+  * exit 5 naming the map and exactly the model keys no pattern matches (its "no rule covers (N):"
+    list), and write nothing.
+A map that needs config.json's numbers gets the fixture's own (its folder's or a parent's
+config.json, as a user would pass --config). The table printed at the end is the audit: which
+fixture each map maps, and which it refuses naming which keys (docs/maps.md quotes it).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "interop"))
+
+from testlib import EXIT_OK, EXIT_UNSUPPORTED, EXIT_USAGE, check, fail, run, summary  # noqa: E402
+import map_reference as mr  # noqa: E402
+
+MAPS = HERE.parent.parent / "src" / "maps"
+
+
+def inputs(fixtures: Path) -> list[Path]:
+    """Every checkpoint a map could be given: a DCP folder, a Hugging Face folder (model*.safetensors,
+    an index), and the exports the real converters wrote beside their fixtures (expected_hf)."""
+    found = set()
+    for p in fixtures.rglob("*"):
+        if p.name == ".metadata" or p.name.endswith(".safetensors.index.json") or \
+                (p.name.startswith("model") and p.suffix == ".safetensors" and p.parent.name != "sharded"):
+            found.add(p.parent)
+        elif p.name == "expected_hf.safetensors":
+            found.add(p)
+    return sorted(found)
+
+
+def quantized(ckpt: Path) -> bool:
+    return "hf_fp8" in str(ckpt)
+
+
+def tensor_keys(dcpctl: str, ckpt: Path) -> list[str] | None:
+    """The tensor keys a map is given: the checkpoint's (inspect), or for a quantized release the
+    view --dtype makes of it (scales folded into their weights), as a dry run plans it."""
+    if quantized(ckpt):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run(dcpctl, "consolidate", ckpt, "-o", Path(tmp) / "x.safetensors", "--dtype", "bf16", "--dry-run", "--json")
+        if r.returncode != 0:
+            return None
+        keys = []
+        for rec in json.loads(r.stdout)["plan"]:
+            if rec["key"] not in keys:
+                keys.append(rec["key"])
+        return keys
+    r = run(dcpctl, "inspect", ckpt, "--json")
+    if r.returncode != 0:
+        return None
+    return [e["key"] for e in json.loads(r.stdout)["items"] if e.get("kind") == "tensor"]
+
+
+def config_for(ckpt: Path, fixtures: Path) -> Path | None:
+    for d in [ckpt, *ckpt.parents]:
+        if (d / "config.json").is_file():
+            return d / "config.json"
+        if d == fixtures:
+            break
+    return None
+
+
+def uncovered(m: dict, side: str, keys: list[str], config: dict | None) -> list[str]:
+    """The model keys of `side` that no pattern of that side matches (an offset pattern whose
+    parameter is unknown counts as matching, as it does for dcpctl's direction)."""
+    params = mr.Params(m, config)
+    pats = [mr._pattern(p) for r in m["rules"] for p in mr._patterns(r, side)]
+    prefixes = m["model"][side]
+
+    def matches(k: str) -> bool:
+        for p in pats:
+            try:
+                if p.match(k, params) is not None:
+                    return True
+            except mr.MapError:
+                return True
+        return False
+
+    return [k for k in keys if any(k.startswith(x) for x in prefixes) and not matches(k)]
+
+
+def named_keys(stderr: str, head: str = "no rule covers") -> list[str]:
+    """The keys dcpctl's refusal lists under `head` ("  no rule covers (N):" then one per line)."""
+    lines, out, inside = stderr.splitlines(), [], False
+    for ln in lines:
+        if ln.startswith(f"  {head} ("):
+            inside = True
+            continue
+        if inside and ln.startswith("    "):
+            out.append(ln.strip())
+        elif inside:
+            break
+    return out
+
+
+def main() -> int:
+    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2]).resolve()
+    maps = {p.stem: mr.load_map(p) for p in sorted(MAPS.glob("*.json"))}
+    table = []
+    with tempfile.TemporaryDirectory(prefix="dcpctl-map-audit-") as tmp:
+        out = Path(tmp) / "x.safetensors"
+        for ckpt in inputs(fixtures):
+            keys = tensor_keys(dcpctl, ckpt)
+            if not keys:
+                continue  # nothing dcpctl opens as one checkpoint without options (e.g. a .bin folder's parent)
+            rel = ckpt.relative_to(fixtures)
+            for name, m in maps.items():
+                cfg_path = config_for(ckpt, fixtures)
+                cfg = json.loads(cfg_path.read_text()) if cfg_path else None
+                try:
+                    src, _ = mr.direction(m, keys, mr.Params(m, cfg))
+                except mr.MapError:
+                    # the map does not apply: dcpctl must say so (exit 2), not map anything
+                    r = run(dcpctl, "consolidate", ckpt, "-o", out, "--map", name, "--dry-run", "--json")
+                    check(r.returncode == EXIT_USAGE and ("matches none" in r.stderr or "ambiguous" in r.stderr),
+                          f"{rel} --map {name}: a map matching none (or both sides alike) of the keys: exit {r.returncode}: "
+                          f"{r.stderr.strip()[-300:]}")
+                    continue
+                want = uncovered(m, src, keys, cfg)
+                argv = ["consolidate", ckpt, "-o", out, "--map", name, "--dry-run", "--json"]
+                if cfg_path:
+                    argv += ["--config", cfg_path]
+                if quantized(ckpt):
+                    argv += ["--dtype", "bf16"]  # a quantized release: --dtype dequantizes before any map applies
+                r = run(dcpctl, *argv)
+                what = f"{rel} --map {name} ({src}->)"
+                if r.returncode == EXIT_UNSUPPORTED and not want and "could not be made" in r.stderr:
+                    # every model key has a rule, but one was taken into an output another input of
+                    # which is missing (a wrong map's join): refused too, naming it
+                    lost = named_keys(r.stderr, "taken into an output that could not be made")
+                    check(named_keys(r.stderr) == [] and lost and all(k in keys for k in lost) and not out.exists(),
+                          f"{what}: exit 5 for a lost input: {r.stderr.strip()[-400:]}")
+                    table.append((str(rel), name, "refused (exit 5): an output it could not make would lose " + ", ".join(lost[:4])))
+                    continue
+                if want:
+                    got = named_keys(r.stderr)
+                    check(r.returncode == EXIT_UNSUPPORTED and got == want and f"map {name} " in r.stderr and not out.exists(),
+                          f"{what}: wanted exit 5 naming the {len(want)} model keys no rule covers {want[:6]}; "
+                          f"exit {r.returncode}, named {got[:6]}: {r.stderr.strip()[-400:]}")
+                    table.append((str(rel), name, f"refused (exit 5): {len(want)} model keys no rule covers: " + ", ".join(want[:4])
+                                  + (" ..." if len(want) > 4 else "")))
+                    continue
+                if r.returncode == EXIT_USAGE and "needs parameter" in r.stderr:
+                    # every model key is covered (dcpctl refused nothing), but the fixture has no
+                    # config.json for the map's numbers: the audit's rule holds, the mapping is not run
+                    check("would lose" not in r.stderr, f"{what}: {r.stderr.strip()[-300:]}")
+                    table.append((str(rel), name, "every model key covered; not mapped (no config.json for its parameters)"))
+                    continue
+                if r.returncode != EXIT_OK:
+                    fail(f"{what}: no model key is uncovered, so exit 0 wanted; exit {r.returncode}: {r.stderr.strip()[-400:]}")
+                    continue
+                mp = json.loads(r.stdout)["map"]
+                model_left = [k for k in mp["left_out"] if k in keys and any(k.startswith(x) for x in m["model"][src])]
+                check(model_left == [] and mp["missing"] == [] and mp["model"] == m["model"][src],
+                      f"{what}: exit 0 with model keys left out {model_left[:6]} or missing {mp['missing'][:4]}, model {mp['model']}")
+                table.append((str(rel), name, f"mapped: {mp['mapped']} keys, {len(mp['dropped'])} dropped by reason, "
+                                              f"{len(mp['left_out'])} outside the model left out"))
+    print("\nthe audit (fixture, map, outcome):")
+    for row in table:
+        print("  " + "  ".join(row))
+    check(len(table) >= 20, f"the audit covered {len(table)} (fixture, map) pairs: fewer than the fixtures the maps are for")
+    return summary("map_audit_test")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+// A key map never drops a model weight without saying so in the exit code (meta/keymap.h): the
+// map's "model" namespaces say which input keys are the model; a model key no rule covers, or one
+// taken into an output that could not be made, is UnsupportedError (exit 5) naming the map and
+// every such key; a one-sided rule drops a key only with its "reason"; --exclude (excluded_keys)
+// is how a user leaves one out on purpose; what lies outside the model is left out as before.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "meta/keymap.h"
+#include "meta/select.h"
+#include "metadata_models.h"
+#include "util/error.h"
+
+namespace dcpctl {
+namespace {
+
+KeyMap model_map_of(const std::string& text) {
+  char name[] = "/tmp/dcpctl-model-map-XXXXXX.json";
+  int fd = ::mkstemps(name, 5);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  struct Removed {
+    std::string path;
+    ~Removed() { std::remove(path.c_str()); }
+  } file{name};
+  std::ofstream(file.path) << text;
+  return load_key_map(file.path);
+}
+
+MapConfig no_config() {
+  return {nlohmann::json::object(), "config.json"};
+}
+
+const char* kModelMap = R"({"schema": "dcpctl-map/1", "name": "m", "sides": ["titan", "hf"],
+  "model": {"titan": ["layers.", "norm."], "hf": ["model."]},
+  "rules": [
+    {"titan": "layers.{L}.w", "hf": "model.layers.{L}.w"},
+    {"titan": "layers.{L}.expert_bias", "reason": "the router's load-balancing bias; hf has none"},
+    {"titan": "layers.{L}.qk", "dim": 0, "hf": [{"key": "model.layers.{L}.q", "size": "2"}, {"key": "model.layers.{L}.k", "size": "2"}]}
+  ]})";
+
+TensorMeta t2(const std::string& key) {
+  return tensor(key, {2, 2}, {{0, 0, 2, 2}});
+}
+
+}  // namespace
+
+TEST_CASE("keymap model: keys outside the model are left out, dropped ones carry their rule's reason") {
+  KeyMap km = model_map_of(kModelMap);
+  REQUIRE(km.has_model);
+  Checkpoint ck = checkpoint({t2("layers.0.w"), t2("layers.0.expert_bias"), t2("optimizer.state.layers.0.w.exp_avg")});
+  MappedModel mm = apply_key_map(km, ck.md, select_items(ck.md, {}), no_config());
+  CHECK(mm.left_out == std::vector<std::string>{"optimizer.state.layers.0.w.exp_avg"});
+  CHECK(mm.dropped == std::vector<std::string>{"layers.0.expert_bias"});
+  CHECK(mm.reasons == std::vector<std::string>{"the router's load-balancing bias; hf has none"});
+  CHECK(mm.model == std::vector<std::string>{"layers.", "norm."});
+  nlohmann::json j = mm.describe();
+  CHECK(j["drop_reasons"]["layers.0.expert_bias"] == "the router's load-balancing bias; hf has none");
+  CHECK(j["model"] == nlohmann::json({"layers.", "norm."}));
+  CHECK(j["excluded"] == nlohmann::json::array());
+}
+
+TEST_CASE(
+    "keymap model: a model key no rule covers is exit 5 naming the map and every such key, and --exclude leaves it out "
+    "on purpose") {
+  KeyMap km = model_map_of(kModelMap);
+  Checkpoint ck =
+      checkpoint({t2("layers.0.w"), t2("layers.0.q_layernorm.weight"), t2("norm.weight"), t2("optimizer.step")});
+  auto run = [&](const Selection& sel) { return apply_key_map(km, ck.md, select_items(ck.md, sel), no_config()); };
+  CHECK_THROWS_AS(run({}), UnsupportedError);
+  CHECK_THROWS_WITH(run({}),
+                    Catch::Contains("map m (titan->hf) would lose 2 of the model's weights") &&
+                        Catch::Contains("no rule covers (2):\n    layers.0.q_layernorm.weight\n    norm.weight\n") &&
+                        Catch::Contains("layers., norm.") && Catch::Contains("--exclude GLOB") &&
+                        !Catch::Contains("optimizer.step"));
+  // Leaving them out on purpose: the same map makes its tensor, and excluded_keys lists them.
+  Selection sel;
+  sel.exclude = {"*.q_layernorm.*", "norm.weight"};
+  MappedModel mm = run(sel);
+  CHECK(mm.tensors.size() == 1);
+  CHECK(mm.left_out == std::vector<std::string>{"optimizer.step"});
+  CHECK(excluded_keys(ck.md, sel) == std::vector<std::string>{"layers.0.q_layernorm.weight", "norm.weight"});
+  CHECK(excluded_keys(ck.md, {}).empty());
+  // Under --select, the keys are the selected ones (prefix stripped), and so are the excluded.
+  Checkpoint app = checkpoint({t2("app.model.layers.0.w"), t2("app.model.norm.weight"), t2("app.optim.x")});
+  Selection under;
+  under.prefix = "app.model";
+  CHECK_THROWS_WITH(apply_key_map(km, app.md, select_items(app.md, under), no_config()),
+                    Catch::Contains("    norm.weight"));
+  under.exclude = {"norm.*"};
+  CHECK(apply_key_map(km, app.md, select_items(app.md, under), no_config()).tensors.size() == 1);
+  CHECK(excluded_keys(app.md, under) == std::vector<std::string>{"norm.weight"});
+}
+
+TEST_CASE("keymap model: a model key taken into an output that could not be made is refused too") {
+  KeyMap km = model_map_of(kModelMap);
+  // hf -> titan: qk joins q and k; k is missing, so q would be lost with the output.
+  Checkpoint ck = checkpoint({t2("model.layers.0.w"), t2("model.layers.0.q")});
+  CHECK_THROWS_AS(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()), UnsupportedError);
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()),
+                    Catch::Contains("(hf->titan) would lose 1") && Catch::Contains("could not be made") &&
+                        Catch::Contains("    model.layers.0.q"));
+  Checkpoint both = checkpoint({t2("model.layers.0.w"), t2("model.layers.0.q"), t2("model.layers.0.k")});
+  CHECK(apply_key_map(km, both.md, select_items(both.md, {}), no_config()).tensors.size() == 2);
+}
+
+TEST_CASE("keymap model: a map without \"model\" counts every tensor key as the model") {
+  KeyMap km = model_map_of(
+      R"({"schema": "dcpctl-map/1", "name": "bare", "sides": ["a", "b"], "rules": [{"a": "x", "b": "y"}]})");
+  CHECK_FALSE(km.has_model);
+  Checkpoint ck = checkpoint({t2("x"), t2("optimizer.x")});
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()),
+                    Catch::Contains("declares no \"model\"") && Catch::Contains("    optimizer.x"));
+}
+
+TEST_CASE("keymap model: the map file's \"model\" and \"reason\" are checked when it is read") {
+  auto bad = [](const std::string& text, const std::string& needle) {
+    INFO(text);
+    CHECK_THROWS_AS(model_map_of(text), UsageError);
+    CHECK_THROWS_WITH(model_map_of(text), Catch::Contains(needle));
+  };
+  const std::string head = R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], )";
+  bad(head + R"("rules": [{"a": "k", "b": "j"}, {"a": "z"}]})",
+      "rule 1 names one side only: it drops those keys, and needs a \"reason\"");
+  bad(head + R"("rules": [{"a": "k", "b": "j", "reason": "why"}]})", "rule 0: \"reason\" belongs to a one-sided rule");
+  bad(head + R"("rules": [{"a": "z", "reason": ""}]})", "rule 0: \"reason\" is a sentence");
+  bad(head + R"("model": {"a": ["x."]}, "rules": [{"a": "k", "b": "j"}]})",
+      "\"model\" is {SIDE: [KEY PREFIX, ...]} for both sides");
+  bad(head + R"("model": {"a": ["x."], "c": ["y."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE");
+  bad(head + R"("model": {"a": "x.", "b": ["y."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE");
+  bad(head + R"("model": {"a": [""], "b": ["y."]}, "rules": [{"a": "k", "b": "j"}]})", "\"model\" is {SIDE");
+}
+
+TEST_CASE("keymap model: every built-in map declares its model on both sides, and a reason for every drop") {
+  for (const auto& m : builtin_key_maps()) {
+    INFO(m.name);
+    CHECK(m.has_model);
+    CHECK_FALSE(m.model[0].empty());
+    CHECK_FALSE(m.model[1].empty());
+    for (const auto& r : m.rules)
+      if (r.side[0].empty() || r.side[1].empty()) CHECK_FALSE(r.reason.empty());
+  }
+}
+
+}  // namespace dcpctl
