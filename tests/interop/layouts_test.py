@@ -409,9 +409,13 @@ def mode_tied(dcpctl: str, fixtures: Path, tmp: Path) -> None:
         shared_records = set()
     r = run(dcpctl, "verify", "--deep", "--checksum", "--json", str(ckpt))
     if expect_rc(r, 0, f"{case}: verify --deep --checksum"):
-        sums = json.loads(r.stdout)["checksums"]
+        doc = json.loads(r.stdout)
+        sums = doc["checksums"]
         check(sums.get(tied[0]) == sums.get(tied[1]) == exp["keys"][tied[0]]["sha256"],
               f"{case}: the tied keys' digests {[sums.get(k) for k in tied]}, torch's {exp['keys'][tied[0]]['sha256']}")
+        once = sum(v["nbytes"] for v in tensor_keys(exp).values()) - exp["keys"][tied[0]]["nbytes"]
+        check(doc["checked"]["bytes_read"] == once, f"{case}: verify --deep read {doc['checked']['bytes_read']} bytes, "
+              f"not {once} (the tie's bytes once)")
 
     # A run folder as RayPPOTrainer leaves it: ls calls the step complete, latest finds it.
     run_dir = tmp / "run"
