@@ -17,7 +17,7 @@ struct Window {
 // Windows that must be judged together: one record, or one item several keys name.
 struct Unit {
   uint64_t offset = 0, length = 0;
-  bool record = false;            // a torch.save record (views inside it are legal)
+  bool record = false;  // a torch.save record (views inside it are legal)
   std::vector<const Window*> windows;
   uint64_t end() const { return offset + length; }
 };
@@ -72,14 +72,16 @@ WindowReport check_windows(const Checkpoint& ck) {
           continue;
         }
       }
-      if (!units.empty() && !units.back().record && units.back().offset == w.offset && units.back().length == w.length) {
+      if (!units.empty() && !units.back().record && units.back().offset == w.offset &&
+          units.back().length == w.length) {
         units.back().windows.push_back(&w);  // (sorted: the same window as the one before)
         continue;
       }
       units.push_back({w.offset, w.length, false, {&w}});
     }
     for (auto& [off, u] : in_records) units.push_back(std::move(u));
-    std::sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return std::tie(a.offset, a.length) < std::tie(b.offset, b.length); });
+    std::sort(units.begin(), units.end(),
+              [](const Unit& a, const Unit& b) { return std::tie(a.offset, a.length) < std::tie(b.offset, b.length); });
 
     const Unit* reach = nullptr;  // the unit reaching furthest so far
     for (const Unit& u : units) {
@@ -87,7 +89,8 @@ WindowReport check_windows(const Checkpoint& ck) {
         const Window& w = *u.windows.front();
         const Window& other = *reach->windows.front();
         out.problems.push_back({"window-overlap", Where(path, w.offset, *w.key),
-                                "item overlaps the item of '" + *other.key + "' at offset " + std::to_string(other.offset) +
+                                "item overlaps the item of '" + *other.key + "' at offset " +
+                                    std::to_string(other.offset) +
                                     " (not the same item, nor views of one torch.save record)"});
       }
       if (!reach || u.end() > reach->end()) reach = &u;
@@ -139,8 +142,9 @@ std::string shared_text(const Checkpoint& ck, const SharedRecord& s) {
   for (const auto& p : s.places) files.insert(p.file);
   std::string where = files.size() == 1 ? "in " + ck.md.files.at(*files.begin())
                                         : "in each of " + std::to_string(files.size()) + " files";
-  return keys + (s.same_bytes ? " are one stored record (the same bytes: a tie, torch.save's shared storage) "
-                              : " are views of one stored record (torch.save's shared storage) ") +
+  return keys +
+         (s.same_bytes ? " are one stored record (the same bytes: a tie, torch.save's shared storage) "
+                       : " are views of one stored record (torch.save's shared storage) ") +
          where + ": one record, its CRC-32 checked once; not an overlap";
 }
 

@@ -44,9 +44,9 @@ struct SharedRecord {
 };
 
 struct WindowReport {
-  Findings problems;                // window-out-of-file, window-overlap
-  std::vector<SharedRecord> shared; // by first key
-  std::vector<size_t> per_file;     // windows per data file (missing-file's message)
+  Findings problems;                 // window-out-of-file, window-overlap
+  std::vector<SharedRecord> shared;  // by first key
+  std::vector<size_t> per_file;      // windows per data file (missing-file's message)
 };
 
 WindowReport check_windows(const Checkpoint& ck);

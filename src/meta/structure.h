@@ -1,6 +1,7 @@
 // The structural checks of a checkpoint that need no item data: files present, item windows
-// inside their files and not overlapping (keys sharing one stored record aside: meta/shared_records.h), chunks tiling each tensor, storage entries present,
-// what makes the checkpoint incomplete, and globals a Python pickle.load would call. This is
+// inside their files and not overlapping (keys that share one stored record are no overlap:
+// meta/shared_records.h), chunks tiling each tensor, storage entries present, what makes the
+// checkpoint incomplete, and globals a Python pickle.load would call. This is
 // what `verify` without --deep judges, and what "complete" means for run folders (`latest`).
 #pragma once
 

@@ -204,8 +204,10 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   json shared = json::array();
   for (const SharedRecord& sr : check_windows(ck).shared) {
     json records = json::array();
-    for (const auto& p : sr.places) records.push_back({{"file", md.files[p.file]}, {"offset", p.offset}, {"length", p.length}});
-    shared.push_back({{"keys", sr.keys}, {"same_bytes", sr.same_bytes}, {"records", records}, {"message", shared_text(ck, sr)}});
+    for (const auto& p : sr.places)
+      records.push_back({{"file", md.files[p.file]}, {"offset", p.offset}, {"length", p.length}});
+    shared.push_back(
+        {{"keys", sr.keys}, {"same_bytes", sr.same_bytes}, {"records", records}, {"message", shared_text(ck, sr)}});
   }
   out["shared"] = shared;
   return out;

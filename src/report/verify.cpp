@@ -358,7 +358,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       });
       if (opts.checksum)
         for (size_t i = 0; i < alias.size(); ++i)
-          if (alias[i] && checksums.contains(md.tensors[*alias[i]].fqn)) checksums[md.tensors[i].fqn] = checksums[md.tensors[*alias[i]].fqn];
+          if (alias[i] && checksums.contains(md.tensors[*alias[i]].fqn))
+            checksums[md.tensors[i].fqn] = checksums[md.tensors[*alias[i]].fqn];
       checked["bytes_read"] = bytes_read;
     }
   }

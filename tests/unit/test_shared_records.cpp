@@ -54,7 +54,8 @@ Checkpoint windows(const std::vector<std::tuple<std::string, uint64_t, uint64_t>
 
 }  // namespace
 
-TEST_CASE("shared records: verl's FSDP2 rank files of a tied model are one record per rank, not an overlap", "[shared]") {
+TEST_CASE("shared records: verl's FSDP2 rank files of a tied model are one record per rank, not an overlap",
+          "[shared]") {
   Checkpoint ck = open_tied();
   StructureReport r = check_structure(ck);
   INFO((r.problems.empty() ? std::string() : r.problems.front().text()));
@@ -88,7 +89,8 @@ TEST_CASE("shared records: the tied fixture's head moved to straddle its record 
   // record's end into the next one, and no longer is the embedding's record or a view in it.
   StorageRef& r = head.storage.at(0);
   bool whole = false;
-  for (const auto& rc : ck.record_crcs) whole = whole || (rc.file == r.file && rc.offset == r.offset && rc.size == r.length);
+  for (const auto& rc : ck.record_crcs)
+    whole = whole || (rc.file == r.file && rc.offset == r.offset && rc.size == r.length);
   REQUIRE(whole);
   r.offset += 2;
   StructureReport rep = check_structure(ck);
@@ -101,7 +103,8 @@ TEST_CASE("shared records: the tied fixture's head moved to straddle its record 
   CHECK(same_data_as(ck.md) == std::vector<std::optional<size_t>>(ck.md.tensors.size()));
 }
 
-TEST_CASE("shared records: the tied fixture's head made a view inside the record is shared, not the same bytes", "[shared]") {
+TEST_CASE("shared records: the tied fixture's head made a view inside the record is shared, not the same bytes",
+          "[shared]") {
   Checkpoint ck = open_tied();
   TensorMeta& head = find(ck, kHead);
   // Rank 1's shard (17 rows) views the first rows of a record of the padded shard size (18 rows):
@@ -121,7 +124,8 @@ TEST_CASE("shared records: the tied fixture's head made a view inside the record
   CHECK(shared_text(ck, rep.shared[0]).find("views of one stored record") != std::string::npos);
 }
 
-TEST_CASE("shared records: the same item named by two keys is shared; a partial overlap is window-overlap", "[shared]") {
+TEST_CASE("shared records: the same item named by two keys is shared; a partial overlap is window-overlap",
+          "[shared]") {
   SECTION("the same window") {
     StructureReport r = check_structure(windows({{"a", 0, 64}, {"b", 0, 64}, {"c", 64, 36}}));
     CHECK(r.problems.empty());
