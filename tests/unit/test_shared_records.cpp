@@ -124,7 +124,7 @@ TEST_CASE("shared records: the tied fixture's head made a view inside the record
   CHECK(shared_text(ck, rep.shared[0]).find("views of one stored record") != std::string::npos);
 }
 
-TEST_CASE("shared records: the same item named by two keys is shared; a partial overlap is window-overlap",
+TEST_CASE("shared records: the same item named by two keys is shared, a partial overlap is window-overlap",
           "[shared]") {
   SECTION("the same window") {
     StructureReport r = check_structure(windows({{"a", 0, 64}, {"b", 0, 64}, {"c", 64, 36}}));
@@ -162,7 +162,7 @@ TEST_CASE("shared records: the same item named by two keys is shared; a partial 
   }
 }
 
-TEST_CASE("shared records: views inside one torch.save record are shared; a window across its end is not", "[shared]") {
+TEST_CASE("shared records: views inside one torch.save record are shared, a window across its end is not", "[shared]") {
   auto with_record = [](Checkpoint ck) {
     ck.record_crcs.push_back({0, 200, 100, 0, "a", "data/0"});
     ck.record_crcs.push_back({0, 200, 100, 0, "b", "data/0"});  // listed once per key: one record
