@@ -36,12 +36,12 @@
 // - every rank 0..W-1 must have its file and every file must hold the same keys with the same
 //   global shape and dtype; a missing rank, or a key a rank lacks, makes the view incomplete;
 //   files of two world sizes in one folder are refused;
-// - a non-tensor value in the model's state dict is refused (UnsupportedError naming the key).
-// `optim_…` and `extra_state_…` files are not read (optimizer state keyed by parameter index).
+// - a non-tensor value in the model's state dict is refused (UnsupportedError naming the key);
 // - keys whose values share one storage (tied weights: FSDP2 keeps lm_head.weight and
 //   model.embed_tokens.weight as one DTensor, which torch.save pickles once) point at one record:
 //   it is watched once, and check_structure reports the keys as shared, not as an overlap
 //   (meta/shared_records.h).
+// `optim_…` and `extra_state_…` files are not read (optimizer state keyed by parameter index).
 // `huggingface/` is where consolidate finds the config and tokenizer (Checkpoint::asset_dirs).
 #include <algorithm>
 #include <cstring>
