@@ -173,6 +173,7 @@ void render_summary(const json& r) {
   if (!dl.empty()) std::cout << "Dtypes      " << dl << "\n";
   size_t np = r["problems"].size();
   std::cout << "Complete    " << (s["complete"].get<bool>() && np == 0 ? "yes" : "NO (" + std::to_string(np) + " problem" + (np == 1 ? "" : "s") + ", see below)") << "\n";
+  for (const auto& sh : r["shared"]) std::cout << "Shared      " << sh["message"].get<std::string>() << "\n";
   if (!m["unknown_globals"].empty()) {
     std::cout << "Note        .metadata names classes dcpctl does not know (shown, never run):";
     for (const auto& g : m["unknown_globals"]) std::cout << " " << g.get<std::string>();

@@ -58,6 +58,7 @@ int run_verify(const VerifyCliOptions& o) {
     const json& c = r["checked"];
     print_findings(r["problems"], "Problems:");
     print_findings(r["warnings"], "Warnings:");
+    print_findings(r["notes"], "Notes:");
     if (r.contains("checksums"))
       for (const auto& [k, v] : r["checksums"].items()) std::cout << v.get<std::string>() << "  " << k << "\n";
     std::cout << (ok ? "OK" : "FAILED") << ": " << r["problems"].size() << " problem(s); checked " << c["files"] << " files, "

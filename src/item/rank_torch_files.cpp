@@ -36,7 +36,11 @@
 // - every rank 0..W-1 must have its file and every file must hold the same keys with the same
 //   global shape and dtype; a missing rank, or a key a rank lacks, makes the view incomplete;
 //   files of two world sizes in one folder are refused;
-// - a non-tensor value in the model's state dict is refused (UnsupportedError naming the key).
+// - a non-tensor value in the model's state dict is refused (UnsupportedError naming the key);
+// - keys whose values share one storage (tied weights: FSDP2 keeps lm_head.weight and
+//   model.embed_tokens.weight as one DTensor, which torch.save pickles once) point at one record:
+//   it is watched once, and check_structure reports the keys as shared, not as an overlap
+//   (meta/shared_records.h).
 // `optim_…` and `extra_state_…` files are not read (optimizer state keyed by parameter index).
 // `huggingface/` is where consolidate finds the config and tokenizer (Checkpoint::asset_dirs).
 #include <algorithm>
@@ -491,6 +495,7 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
     if (!open[i]) open[i] = std::make_unique<ReadFile>(join_path(dir, md.files[i]));
     return *open[i];
   };
+  std::set<std::pair<uint32_t, uint64_t>> watched;  // (file, record offset) in record_crcs
   for (Gathered& g : tensors) {
     for (const auto& [rank, name] : by_rank)
       if (!g.ranks.count(rank))
@@ -542,7 +547,10 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
         ref.length = run.bytes;
         t.storage.push_back(ref);
       }
-      ck.record_crcs.push_back({p.file, p.record_offset, p.record_size, p.record_crc, g.fqn, p.record});
+      // A storage several keys view (a tie: lm_head.weight IS embed_tokens.weight, pickled once)
+      // is one record, watched once (meta/shared_records.h).
+      if (watched.insert({p.file, p.record_offset}).second)
+        ck.record_crcs.push_back({p.file, p.record_offset, p.record_size, p.record_crc, g.fqn, p.record});
     }
     md.order.push_back({true, static_cast<uint32_t>(md.tensors.size())});
     md.tensors.push_back(std::move(t));

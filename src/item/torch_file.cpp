@@ -154,7 +154,9 @@ class Flattener {
       throw UnsupportedError(where, "holds " + bad + ", which torch.load(weights_only=True) refuses");
     TensorBlob b = interpret_tensor_pickle(v, where);
     RecordLocation rec = zip_.locate("data/" + b.storage_key);
-    v_.ck.record_crcs.push_back({file_, rec.offset, rec.size, rec.crc, key, "data/" + b.storage_key});
+    // A storage several tensors view (a tie, a slice) is one record, watched once.
+    if (watched_.insert(rec.offset).second)
+      v_.ck.record_crcs.push_back({file_, rec.offset, rec.size, rec.crc, key, "data/" + b.storage_key});
     size_t item = itemsize(b.dtype);
     uint64_t extent = b.extent();
     if (extent == UINT64_MAX || extent > rec.size / item)
@@ -209,6 +211,7 @@ class Flattener {
   TorchZip& zip_;
   const std::string& path_;
   uint32_t file_;
+  std::set<uint64_t> watched_;  // records already in record_crcs, by offset
 };
 
 // Flattens torch.save file number `f` of view.ck.md.files (at `path`) into the view.

@@ -4,6 +4,7 @@
 
 #include "meta/geometry.h"
 #include "meta/lora.h"
+#include "meta/shared_records.h"
 
 namespace dcpctl {
 
@@ -20,11 +21,6 @@ bool dangerous(const std::string& path) {
   return false;
 }
 
-struct Window {
-  uint64_t offset, length;
-  std::string key;
-};
-
 }  // namespace
 
 StructureReport check_structure(const Checkpoint& ck) {
@@ -39,12 +35,7 @@ StructureReport check_structure(const Checkpoint& ck) {
   for (const auto& g : md.unknown_globals)
     if (!dangerous(g)) out.warnings.push_back({"unknown-global", Where(ck.metadata_path), ".metadata names unknown class " + g});
 
-  std::vector<std::vector<Window>> windows(md.files.size());
-  auto window = [&](const StorageRef& r, const std::string& key) {
-    if (r.present()) windows[r.file].push_back({r.offset, r.length, key});
-  };
   for (const auto& t : md.tensors) {
-    for (const auto& r : t.storage) window(r, t.fqn);
     if (!t.dtype) problem("unknown-dtype", Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
     Coverage cov = check_coverage(t, 8);
     Where w(ck.metadata_path, std::nullopt, t.fqn);
@@ -66,31 +57,15 @@ StructureReport check_structure(const Checkpoint& ck) {
         problem("missing-storage", w, "chunk " + std::to_string(c) + " has no storage_data entry");
   }
   for (const auto& b : md.bytes) {
-    window(b.storage, b.fqn);
     if (!b.storage.present()) problem("missing-storage", Where(ck.metadata_path, std::nullopt, b.fqn), "bytes item has no storage_data entry");
   }
-  for (size_t f = 0; f < md.files.size(); ++f) {
-    std::string path = ck.path_of(static_cast<uint32_t>(f));
-    if (!ck.files[f].size) {
-      problem("missing-file", Where(path), "referenced by " + std::to_string(windows[f].size()) + " item(s): " + ck.files[f].error);
-      continue;
-    }
-    uint64_t size = *ck.files[f].size;
-    auto& ws = windows[f];
-    std::sort(ws.begin(), ws.end(), [](const Window& a, const Window& b) { return a.offset < b.offset; });
-    const Window* reach = nullptr;  // the window reaching furthest so far
-    for (size_t i = 0; i < ws.size(); ++i) {
-      if (ws[i].offset > size || ws[i].length > size - ws[i].offset)
-        problem("window-out-of-file", Where(path, ws[i].offset, ws[i].key),
-                "item of " + std::to_string(ws[i].length) + " bytes runs past the end of the file (" + std::to_string(size) + " bytes)");
-      // An empty item (a zero-size shard stored raw) occupies no byte, so it overlaps nothing.
-      if (ws[i].length == 0) continue;
-      if (reach && ws[i].offset < reach->offset + reach->length)
-        problem("window-overlap", Where(path, ws[i].offset, ws[i].key),
-                "item overlaps the item of '" + reach->key + "' at offset " + std::to_string(reach->offset));
-      if (!reach || ws[i].offset + ws[i].length > reach->offset + reach->length) reach = &ws[i];
-    }
-  }
+  WindowReport windows = check_windows(ck);
+  for (size_t f = 0; f < md.files.size(); ++f)
+    if (!ck.files[f].size)
+      problem("missing-file", Where(ck.path_of(static_cast<uint32_t>(f))),
+              "referenced by " + std::to_string(windows.per_file[f]) + " item(s): " + ck.files[f].error);
+  for (auto& p : windows.problems) out.problems.push_back(std::move(p));
+  out.shared = std::move(windows.shared);
   // LoRA adapters whose shapes cannot be right (accelerate #4206: one rank's slice of each).
   for (auto& f : check_lora(md, find_lora(md))) out.problems.push_back(std::move(f));
   return out;

@@ -9,6 +9,7 @@
 #include "meta/geometry.h"
 #include "meta/lora.h"
 #include "meta/quantized.h"
+#include "meta/shared_records.h"
 
 namespace dcpctl {
 
@@ -199,6 +200,16 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   out["files"] = files;
   out["items"] = items;
   out["problems"] = problems;
+  // Keys that read one stored record (meta/shared_records.h): no problem, but a reader should know.
+  json shared = json::array();
+  for (const SharedRecord& sr : check_windows(ck).shared) {
+    json records = json::array();
+    for (const auto& p : sr.places)
+      records.push_back({{"file", md.files[p.file]}, {"offset", p.offset}, {"length", p.length}});
+    shared.push_back(
+        {{"keys", sr.keys}, {"same_bytes", sr.same_bytes}, {"records", records}, {"message", shared_text(ck, sr)}});
+  }
+  out["shared"] = shared;
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "item/item_reader.h"
 #include "item/window.h"
 #include "meta/checkpoint.h"
+#include "meta/shared_records.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
 #include "meta/hf_checks.h"
@@ -38,6 +39,7 @@ class Collector {
   }
   void problem(const std::string& code, const Where& w, const std::string& msg) { add(problems, code, w, msg); }
   void warning(const std::string& code, const Where& w, const std::string& msg) { add(warnings, code, w, msg); }
+  void note(const std::string& code, const Where& w, const std::string& msg) { add(notes, code, w, msg); }
   void from_error(const Error& e) {
     const char* code = dynamic_cast<const UnsupportedError*>(&e) ? "item-unsupported"
                        : dynamic_cast<const IoError*>(&e)        ? "io-error"
@@ -45,7 +47,7 @@ class Collector {
                                                                  : "item-invalid";
     problem(code, e.where(), e.detail());
   }
-  std::vector<json> problems, warnings;
+  std::vector<json> problems, warnings, notes;
 
  private:
   std::mutex mu_;
@@ -105,6 +107,10 @@ void add_structure(const Checkpoint& ck, Collector& out) {
   StructureReport r = check_structure(ck);
   for (const auto& p : r.problems) out.problem(p.code, p.where, p.message);
   for (const auto& w : r.warnings) out.warning(w.code, w.where, w.message);
+  for (const SharedRecord& s : r.shared) {
+    const SharedRecord::Place& p = s.places.front();
+    out.note("shared-record", Where(ck.path_of(p.file), p.offset, s.keys.front()), shared_text(ck, s));
+  }
 }
 
 }  // namespace
@@ -151,6 +157,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
     checked = {{"files", md.files.size()}, {"tensors", md.tensors.size()}, {"chunks", nchunks},
                {"bytes_items", md.bytes.size()}, {"bytes_read", 0}};
     if (deep) {
+      // A key whose data is another's, byte for byte (a tie), is read once: its digest is the other's.
+      const std::vector<std::optional<size_t>> alias = same_data_as(md);
       ItemReader reader(*ck);
       std::vector<StorageRef> items;  // every item is read
       for (const auto& t : md.tensors) items.insert(items.end(), t.storage.begin(), t.storage.end());
@@ -232,6 +240,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         if (pipe.slots)
           parallel_for(md.tensors.size(), threads, [&](size_t i) {
             const TensorMeta& t = md.tensors[i];
+            if (alias[i]) return;
             // (The size first: finding the runs opens every chunk's item, which the workers below
             // would do again for a tensor left to them.)
             if (!t.dtype || t.nbytes() < kDirectMinRun || !check_coverage(t, 1).exact) return;
@@ -284,7 +293,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
           return;
         }
         const TensorMeta& t = md.tensors[i];
-        if (!t.dtype || piped[i]) return;
+        if (!t.dtype || piped[i] || alias[i]) return;
         size_t item = itemsize(*t.dtype);
         bool all_present = true;
         for (size_t c = 0; c < t.num_chunks(); ++c) all_present = all_present && (t.storage[c].present() || t.chunk_numel(c) == 0);
@@ -361,6 +370,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
           }
         }
       });
+      if (opts.checksum)
+        for (size_t i = 0; i < alias.size(); ++i)
+          if (alias[i] && checksums.contains(md.tensors[*alias[i]].fqn))
+            checksums[md.tensors[i].fqn] = checksums[md.tensors[*alias[i]].fqn];
       checked["bytes_read"] = bytes_read;
     }
   }
@@ -382,6 +395,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
   out["checked"] = checked;
   out["problems"] = col.problems;
   out["warnings"] = col.warnings;
+  out["notes"] = col.notes;
   if (opts.checksum) out["checksums"] = checksums;
   return out;
 }

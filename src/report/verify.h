@@ -6,6 +6,8 @@
 //  "checked": {"files", "tensors", "chunks", "bytes_items", "bytes_read"},
 //  "problems": [{"code", "file", "offset" (int|null), "key", "message"}],
 //  "warnings": [{"code", "file", "offset", "key", "message"}],
+//  "notes": [{"code", "file", "offset", "key", "message"}]   (shared-record: keys that read one
+//           stored record, a tie or views of one torch.save storage: meta/shared_records.h),
 //  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum),
 //  "integrity": {"manifest", "algorithm", "files", "bytes_read"} | null   (megatron-core's
 //               integrity.json, checked whenever the directory has one: report/integrity.h)}

@@ -25,6 +25,10 @@ MODE is one of:
          per-rank files: a rank's file removed, a key dropped from one rank's file, a replicated
          tensor whose copies differ, files of two world sizes): verify exits 3 naming what is
          missing, consolidate and reshard exit 3 and write nothing.
+  tied   verl 0.9.1's FSDP2 save of a tied model (verl_fsdp2_tied): the tied keys are one stored
+         record, a shared-record note of verify (exit 0), inspect's `shared` (what torch.load
+         shares), complete for ls and latest; the outputs as in `cases`, diff exit 0; a byte
+         flipped in the shared record is one crc-mismatch.
 
 Exit status: 0 pass, 1 failure.
 """
@@ -349,10 +353,114 @@ def mode_broken_verl(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     expect_rc(r, 3, "verl files of two world sizes: verify", "two saves share this folder")
 
 
+def zip_records(path: Path) -> dict:
+    """{data offset: (name, size)} of every record of a torch.save zip, by Python's zipfile."""
+    import struct
+    import zipfile
+
+    out = {}
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        for info in z.infolist():
+            f.seek(info.header_offset)
+            head = f.read(30)
+            name_len, extra_len = struct.unpack("<HH", head[26:30])
+            out[info.header_offset + 30 + name_len + extra_len] = (info.filename, info.file_size)
+    return out
+
+
+def mode_tied(dcpctl: str, fixtures: Path, tmp: Path) -> None:
+    """verl 0.9.1's FSDP2 save of a tied model (verl_fsdp2_tied, issue 49 item 5): lm_head.weight IS
+    model.embed_tokens.weight, one storage record per rank file. verify exits 0 with the keys as a
+    shared-record note (not window-overlap), inspect names the same keys torch.load shares, ls calls
+    the step complete and latest finds it, every output equals torch's view, a flipped byte of the
+    shared record is one crc-mismatch."""
+    case = "verl_fsdp2_tied"
+    d = fixtures / "layouts" / case
+    ckpt = d / "ckpt"
+    exp = json.loads((d / "expected.json").read_text())
+    ws = exp["world_size"]
+    tied = ["lm_head.weight", "model.embed_tokens.weight"]
+    check(exp["shared_storage"] == [tied], f"{case}: torch.load shares {exp['shared_storage']}, not the tie")
+
+    r = run(dcpctl, "verify", str(ckpt))
+    expect_rc(r, 0, f"{case}: verify", "[shared-record]", *tied)
+    check("window-overlap" not in r.stdout, f"{case}: verify reports an overlap: {r.stdout[-800:]}")
+    r = run(dcpctl, "verify", "--json", str(ckpt))
+    if expect_rc(r, 0, f"{case}: verify --json"):
+        doc = json.loads(r.stdout)
+        notes = [n for n in doc["notes"] if n["code"] == "shared-record"]
+        check(len(notes) == 1 and all(f"'{k}'" in notes[0]["message"] for k in tied),
+              f"{case}: verify --json notes {doc['notes']}")
+        check(doc["problems"] == [], f"{case}: verify --json problems {doc['problems']}")
+    r = run(dcpctl, "inspect", "--json", str(ckpt))
+    if expect_rc(r, 0, f"{case}: inspect --json"):
+        doc = json.loads(r.stdout)
+        check(sorted(s["keys"] for s in doc["shared"]) == exp["shared_storage"], f"{case}: inspect shared {doc['shared']}")
+        check(doc["summary"]["complete"], f"{case}: inspect says incomplete: {doc['problems']}")
+        for s in doc["shared"]:
+            check(s["same_bytes"] and len(s["records"]) == ws, f"{case}: inspect shared {s}")
+            for rec in s["records"]:  # each is a real zip record of that file, whole
+                recs = zip_records(ckpt / rec["file"])
+                name, size = recs.get(rec["offset"], ("", -1))
+                check(name.split("/")[-2:-1] == ["data"] and size == rec["length"],
+                      f"{case}: inspect's shared record {rec} is not a record of the zip ({name!r}, {size})")
+        shared_records = {(rec["file"], rec["offset"], rec["length"]) for s in doc["shared"] for rec in s["records"]}
+    else:
+        shared_records = set()
+    r = run(dcpctl, "verify", "--deep", "--checksum", "--json", str(ckpt))
+    if expect_rc(r, 0, f"{case}: verify --deep --checksum"):
+        doc = json.loads(r.stdout)
+        sums = doc["checksums"]
+        check(sums.get(tied[0]) == sums.get(tied[1]) == exp["keys"][tied[0]]["sha256"],
+              f"{case}: the tied keys' digests {[sums.get(k) for k in tied]}, torch's {exp['keys'][tied[0]]['sha256']}")
+        once = sum(v["nbytes"] for v in tensor_keys(exp).values()) - exp["keys"][tied[0]]["nbytes"]
+        check(doc["checked"]["bytes_read"] == once, f"{case}: verify --deep read {doc['checked']['bytes_read']} bytes, "
+              f"not {once} (the tie's bytes once)")
+
+    # A run folder as RayPPOTrainer leaves it: ls calls the step complete, latest finds it.
+    run_dir = tmp / "run"
+    shutil.copytree(ckpt, run_dir / "global_step_2" / "actor")
+    (run_dir / "latest_checkpointed_iteration.txt").write_text("2")
+    r = run(dcpctl, "ls", "--json", str(run_dir))
+    if expect_rc(r, 0, f"{case}: ls --json of a run folder"):
+        cps = json.loads(r.stdout)["checkpoints"]
+        check(len(cps) == 1 and cps[0]["complete"] is True, f"{case}: ls says {cps}")
+    r = run(dcpctl, "latest", str(run_dir))
+    if expect_rc(r, 0, f"{case}: latest"):
+        check(r.stdout == f"{run_dir / 'global_step_2'}\n", f"{case}: latest printed {r.stdout!r}")
+
+    # Outputs: .safetensors, HF folder, .pt, reshard, each equal to torch's view (expected.json).
+    check_checkpoint(dcpctl, case, ckpt, exp, "torch-save-ranks", tmp, deep_outputs=True)
+    st = tmp / case / "model.safetensors"
+    if st.exists():
+        r = run(dcpctl, "diff", str(ckpt), str(st))
+        expect_rc(r, 0, f"{case}: diff of the checkpoint and its consolidated .safetensors")
+
+    # One byte flipped in the shared record of rank 0's file: one record, one crc-mismatch.
+    rank0 = f"model_world_size_{ws}_rank_0.pt"
+    recs = sorted((off, n) for f, off, n in shared_records if f == rank0)
+    check(len(recs) == 1, f"{case}: {rank0} has shared records {recs}")
+    if len(recs) == 1:
+        dmg = broken_copy(ckpt, tmp, "tied_flip")
+        with open(dmg / rank0, "r+b") as f:
+            f.seek(recs[0][0] + recs[0][1] // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x10]))
+        r = run(dcpctl, "verify", "--deep", "--json", str(dmg))
+        if expect_rc(r, 3, f"{case}: verify --deep of a flipped shared record"):
+            crc = [p for p in json.loads(r.stdout)["problems"] if p["code"] == "crc-mismatch"]
+            check(len(crc) == 1 and crc[0]["file"].endswith(rank0), f"{case}: flipped shared record: {crc}")
+        r = run(dcpctl, "consolidate", str(dmg), "-o", str(tmp / "x.safetensors"))
+        expect_rc(r, 3, f"{case}: consolidate of a flipped shared record", "CRC-32")
+        check(not (tmp / "x.safetensors").exists(), f"{case}: consolidate of a flipped shared record left an output")
+
+
 def main() -> int:
     mode, dcpctl, fixtures = sys.argv[1], os.path.abspath(sys.argv[2]), Path(sys.argv[3]).resolve()
     with tempfile.TemporaryDirectory(prefix="dcpctl-layouts-") as t:
-        {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken, "broken-verl": mode_broken_verl}[mode](dcpctl, fixtures, Path(t))
+        {"cases": mode_cases, "runs": mode_runs, "broken": mode_broken, "broken-verl": mode_broken_verl,
+         "tied": mode_tied}[mode](dcpctl, fixtures, Path(t))
         check_old_torch_reads()  # before the outputs in the temporary directory go
     return summary(f"layouts_test {mode}")
 
