@@ -82,6 +82,7 @@ struct KeyMap {
     // says tie_word_embeddings: true and the input has KEY, the output is a copy of KEY (the
     // adapters' from_hf: lm_head.weight from model.embed_tokens.weight). Empty: none.
     std::string tied[2];
+    bool keep_dtype = false;    // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;

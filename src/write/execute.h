@@ -42,6 +42,11 @@ class Group;
 // nullopt without --map. Throws what apply_key_map throws.
 std::optional<MappedModel> map_selection(const Checkpoint& ck, const WriteOptions& o);
 
+// --dtype's precision policy (plan/precision.h) for `ck`: --keep-dtype, --cast-all, the model's
+// config.json (--config, --assets DIR's, else beside the checkpoint), --map's and the built-in
+// maps' keep_dtype rules. Keeps nothing without --dtype.
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o);
+
 // What a command asks for.
 struct WriteRequest {
   const Checkpoint& ck;
