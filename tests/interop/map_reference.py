@@ -153,8 +153,8 @@ def validate(m: Any, where: str) -> None:
             fail(f"rule {i}: keep_dtype is true or false")
         if "note" in r and not isinstance(r["note"], str):
             fail(f"rule {i}: note is a string")
-        if len(present) == 1 and set(r) - set(sides) - {"note"}:
-            fail(f"rule {i}: a one-sided rule only names keys (and an optional note)")
+        if len(present) == 1 and set(r) - set(sides) - {"note", "keep_dtype"}:
+            fail(f"rule {i}: a one-sided rule only names keys (and an optional note and keep_dtype)")
         for s in present:
             if isinstance(r[s], list):
                 if not r[s]:

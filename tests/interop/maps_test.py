@@ -332,7 +332,7 @@ def kept_in_fp32(case: mo.Case):
     import re
     from transformers import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(CONFIG_MAPPING[case.config["model_type"]])
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(CONFIG_MAPPING[case.config["model_type"]], None)
     pats = sorted(getattr(cls, "_keep_in_fp32_modules_strict", None) or [])
     return re.compile("|".join(p.replace("*", ".*") for p in pats) if pats else r"(?!)")
 
