@@ -18,20 +18,18 @@ std::string keep_in_fp32_text();
 
 namespace {
 
-bool narrows(DType d) {
-  return d == DType::BFloat16 || d == DType::Float16 || d == DType::Float8_E4M3FN || d == DType::Float8_E5M2 ||
-         d == DType::Float8_E4M3FNUZ || d == DType::Float8_E5M2FNUZ;
-}
-
 std::vector<std::pair<std::string, std::vector<std::string>>> read_lists(const json& j, const char* field) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
-  if (!j.contains(field) || !j[field].is_object()) throw FormatError(Where("built-in keep_in_fp32.json"), std::string("no \"") + field + "\" object");
+  if (!j.contains(field) || !j[field].is_object())
+    throw FormatError(Where("built-in keep_in_fp32.json"), std::string("no \"") + field + "\" object");
   for (const auto& [type, pats] : j[field].items()) out.emplace_back(type, pats.get<std::vector<std::string>>());
   return out;  // nlohmann's object keeps its keys sorted: binary search below
 }
 
-const std::vector<std::string>* find_list(const std::vector<std::pair<std::string, std::vector<std::string>>>& lists, const std::string& type) {
-  auto it = std::lower_bound(lists.begin(), lists.end(), type, [](const auto& e, const std::string& t) { return e.first < t; });
+const std::vector<std::string>* find_list(const std::vector<std::pair<std::string, std::vector<std::string>>>& lists,
+                                          const std::string& type) {
+  auto it = std::lower_bound(lists.begin(), lists.end(), type,
+                             [](const auto& e, const std::string& t) { return e.first < t; });
   return it != lists.end() && it->first == type ? &it->second : nullptr;
 }
 
@@ -72,8 +70,17 @@ bool lits_match(const std::vector<std::string>& lit, size_t k, const std::string
 
 }  // namespace
 
-const std::vector<std::string>* KeepInFp32::strict_of(const std::string& model_type) const { return find_list(strict, model_type); }
-const std::vector<std::string>* KeepInFp32::fp16_of(const std::string& model_type) const { return find_list(fp16, model_type); }
+bool cast_narrows(DType d) {
+  return d == DType::BFloat16 || d == DType::Float16 || d == DType::Float8_E4M3FN || d == DType::Float8_E5M2 ||
+         d == DType::Float8_E4M3FNUZ || d == DType::Float8_E5M2FNUZ;
+}
+
+const std::vector<std::string>* KeepInFp32::strict_of(const std::string& model_type) const {
+  return find_list(strict, model_type);
+}
+const std::vector<std::string>* KeepInFp32::fp16_of(const std::string& model_type) const {
+  return find_list(fp16, model_type);
+}
 
 const KeepInFp32& keep_in_fp32() {
   static const KeepInFp32 table = [] {
@@ -110,36 +117,48 @@ std::vector<std::string> config_model_types(const json& config) {
   return out;
 }
 
-PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in) : keep_globs_(in.keep_globs), config_path_(in.config_path), cast_all_(in.cast_all) {
+PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
+    : keep_globs_(in.keep_globs), config_path_(in.config_path), cast_all_(in.cast_all) {
   model_types_ = config_model_types(in.config);
   if (!in.cast) return;
-  for (const auto& g : in.keep_globs) rules_.push_back({KeepRule::User, g, "--keep-dtype '" + g + "'"});
-  if (!narrows(*in.cast)) return;
+  for (const auto& g : in.keep_globs) add(KeepRule::User, g, "--keep-dtype '" + g + "'");
+  if (!cast_narrows(*in.cast)) return;
   const KeepInFp32& table = keep_in_fp32();
   const bool fp16_list = *in.cast != DType::BFloat16;  // fp16 and fp8: transformers' fp16 list too
   for (const auto& type : model_types_) {
     if (const auto* pats = table.strict_of(type))
       for (const auto& p : *pats)
-        rules_.push_back({KeepRule::Model, p, "transformers " + table.transformers + " " + type + " _keep_in_fp32_modules_strict '" + p + "'"});
+        add(KeepRule::Model, p,
+            "transformers " + table.transformers + " " + type + " _keep_in_fp32_modules_strict '" + p + "'");
     if (fp16_list)
       if (const auto* pats = table.fp16_of(type))
         for (const auto& p : *pats)
-          rules_.push_back({KeepRule::Model, p, "transformers " + table.transformers + " " + type + " _keep_in_fp32_modules '" + p + "'"});
+          add(KeepRule::Model, p,
+              "transformers " + table.transformers + " " + type + " _keep_in_fp32_modules '" + p + "'");
   }
   for (const KeyMap& m : in.maps)
     for (const auto& r : m.rules) {
       if (!r.keep_dtype) continue;
       for (int s = 0; s < 2; ++s)
         for (const auto& part : r.side[s])
-          rules_.push_back({KeepRule::Map, part.pattern, "key map " + m.name + " rule " + std::to_string(r.index) + " (keep_dtype)"});
+          add(KeepRule::Map, part.pattern, "key map " + m.name + " rule " + std::to_string(r.index) + " (keep_dtype)");
     }
 }
 
+void PrecisionPolicy::add(KeepRule::Kind kind, const std::string& pattern, std::string reason) {
+  rules_.push_back({kind, pattern, std::move(reason)});
+  Compiled c;
+  if (kind == KeepRule::Model) c.wildcard = "*" + pattern + "*";  // re.search: anywhere in the key
+  if (kind == KeepRule::Map) c.lits = Pattern::parse(pattern, "key map pattern").lit;
+  compiled_.push_back(std::move(c));
+}
+
 std::string PrecisionPolicy::reason(const std::string& key) const {
-  for (const KeepRule& r : rules_) {
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const KeepRule& r = rules_[i];
     bool hit = r.kind == KeepRule::User    ? ::fnmatch(r.pattern.c_str(), key.c_str(), 0) == 0
-               : r.kind == KeepRule::Model ? transformers_pattern_matches(r.pattern, key)
-                                           : map_pattern_matches(r.pattern, key);
+               : r.kind == KeepRule::Model ? wildcard_full(compiled_[i].wildcard, key)
+                                           : lits_match(compiled_[i].lits, 0, key, 0);
     if (hit) return r.reason;
   }
   return {};
@@ -153,7 +172,8 @@ json PrecisionPolicy::describe() const {
           {"cast_all", cast_all_}};
 }
 
-void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets, PrecisionInputs& in) {
+void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets,
+                        PrecisionInputs& in) {
   std::vector<std::string> tries;
   if (!config.empty()) {
     tries.push_back(config);

@@ -21,7 +21,10 @@
 // How a transformers pattern matches (core_model_loading.py's build_glob_alternation and dtype
 // plan): `*` becomes `.*` and the regex is searched in the key (so "norm" matches every key holding
 // "norm", "gate.weight" also "gate_weight"). The table holds only letters, digits, `_`, `.` and `*`
-// (the generator refuses anything else), which is all this matcher implements.
+// (the generator refuses anything else), which is all this matcher implements. transformers
+// searches the parameter's name after its own key renames (conversion_mapping.py); dcpctl searches
+// the output key, which is that name for a Hugging Face folder of most models (not for the few whose
+// files use other names, which transformers renames on load).
 #pragma once
 
 #include <optional>
@@ -46,12 +49,12 @@ struct KeepRule {
 
 // What the policy is made of.
 struct PrecisionInputs {
-  std::optional<DType> cast;             // --dtype
-  nlohmann::json config;                 // the model's config.json (null: none found)
-  std::string config_path;               // where it was read, or "" for none
-  std::vector<KeyMap> maps;              // maps whose keep_dtype rules count (--map's, the built-in ones)
-  std::vector<std::string> keep_globs;   // --keep-dtype
-  bool cast_all = false;                 // --cast-all
+  std::optional<DType> cast;            // --dtype
+  nlohmann::json config;                // the model's config.json (null: none found)
+  std::string config_path;              // where it was read, or "" for none
+  std::vector<KeyMap> maps;             // maps whose keep_dtype rules count (--map's, the built-in ones)
+  std::vector<std::string> keep_globs;  // --keep-dtype
+  bool cast_all = false;                // --cast-all
 };
 
 class PrecisionPolicy {
@@ -70,11 +73,23 @@ class PrecisionPolicy {
   nlohmann::json describe() const;
 
  private:
+  // rules_[i] made ready to match: a Model pattern as the whole-key wildcard "*P*", a Map
+  // pattern's literal pieces between its placeholders.
+  struct Compiled {
+    std::string wildcard;
+    std::vector<std::string> lits;
+  };
+  void add(KeepRule::Kind kind, const std::string& pattern, std::string reason);
+
   std::vector<KeepRule> rules_;
+  std::vector<Compiled> compiled_;
   std::vector<std::string> model_types_, keep_globs_;
   std::string config_path_;
   bool cast_all_ = false;
 };
+
+// Whether a cast to `d` narrows (bf16, fp16, fp8): the model's and the maps' declarations apply.
+bool cast_narrows(DType d);
 
 // config.json's model_type and those of its sub-configs (objects one level down that carry one),
 // each once, in order.
@@ -102,6 +117,7 @@ bool map_pattern_matches(const std::string& pattern, const std::string& key);
 // else beside the checkpoint (its folder, a `sharded/` folder's parent, a trainer's step and run
 // folders: Checkpoint::asset_dirs). A file that is not a JSON object is passed over. Sets
 // `in.config` and `in.config_path`.
-void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets, PrecisionInputs& in);
+void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets,
+                        PrecisionInputs& in);
 
 }  // namespace dcpctl

@@ -90,7 +90,7 @@ PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o) {
   in.cast = o.cast;
   in.keep_globs = o.keep_dtype;
   in.cast_all = o.cast_all;
-  find_policy_config(ck, o.map_config, o.map_assets, in);
+  if (cast_narrows(*o.cast)) find_policy_config(ck, o.map_config, o.map_assets, in);  // else only --keep-dtype counts
   if (!o.map.empty()) in.maps.push_back(load_key_map(o.map));
   for (KeyMap& m : builtin_key_maps())
     if (o.map.empty() || m.name != in.maps[0].name) in.maps.push_back(std::move(m));

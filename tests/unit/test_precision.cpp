@@ -23,8 +23,8 @@ using nlohmann::json;
 
 namespace {
 
-PrecisionPolicy policy(std::optional<DType> cast, json config = nullptr, std::vector<std::string> globs = {}, bool cast_all = false,
-                       std::vector<KeyMap> maps = {}) {
+PrecisionPolicy policy(std::optional<DType> cast, json config = nullptr, std::vector<std::string> globs = {},
+                       bool cast_all = false, std::vector<KeyMap> maps = {}) {
   PrecisionInputs in;
   in.cast = cast;
   in.config = std::move(config);
@@ -42,7 +42,8 @@ TEST_CASE("precision: the table is transformers 5.23.0's, per model_type") {
   const KeepInFp32& t = keep_in_fp32();
   CHECK(t.transformers == "5.23.0");
   // The models issue 48 names, each keeping its router's correction bias.
-  for (const char* type : {"deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "dots1", "exaone_moe", "hy_v3", "mimo_v2_flash", "solar_open"}) {
+  for (const char* type : {"deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "dots1", "exaone_moe", "hy_v3",
+                           "mimo_v2_flash", "solar_open"}) {
     INFO(type);
     REQUIRE(t.strict_of(type) != nullptr);
     CHECK(*t.strict_of(type) == std::vector<std::string>{"e_score_correction_bias"});
@@ -68,8 +69,12 @@ TEST_CASE("precision: a transformers pattern is a regex searched in the key, as 
   // Every pattern of the table against keys that hold it, lack it, or hold it with a character
   // changed: the same answer as std::regex_search of the pattern with `*` -> `.*` (the body
   // build_glob_alternation gives Python's re.search).
-  std::vector<std::string> keys{kBias, "model.layers.0.mlp.gate.weight", "lm_head.weight", "model.norm.weight",
-                                "model.layers.3.self_attn.sinks", "encoder.block.0.layer.1.DenseReluDense.wo.weight"};
+  std::vector<std::string> keys{kBias,
+                                "model.layers.0.mlp.gate.weight",
+                                "lm_head.weight",
+                                "model.norm.weight",
+                                "model.layers.3.self_attn.sinks",
+                                "encoder.block.0.layer.1.DenseReluDense.wo.weight"};
   const KeepInFp32& t = keep_in_fp32();
   for (const auto* lists : {&t.strict, &t.fp16})
     for (const auto& [type, pats] : *lists)
@@ -97,7 +102,8 @@ TEST_CASE("precision: model types from config.json and its sub-configs") {
               {"hidden_size", 8}};
   CHECK(config_model_types(cfg) == std::vector<std::string>{"glm4v_moe", "glm4v_moe_text", "glm4v_moe_vision"});
   CHECK(config_model_types(json()).empty());
-  CHECK(config_model_types(json{{"text_config", {{"model_type", "qwen3_moe"}}}}) == std::vector<std::string>{"qwen3_moe"});
+  CHECK(config_model_types(json{{"text_config", {{"model_type", "qwen3_moe"}}}}) ==
+        std::vector<std::string>{"qwen3_moe"});
 }
 
 TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") {
@@ -116,7 +122,9 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
   CHECK(policy(DType::BFloat16).reason(kBias).empty());
   CHECK(policy(DType::BFloat16, json{{"model_type", "llama"}}).reason(kBias).empty());
   // A composite model's text part.
-  CHECK(!policy(DType::BFloat16, json{{"model_type", "x"}, {"text_config", {{"model_type", "glm4_moe"}}}}).reason(kBias).empty());
+  CHECK(!policy(DType::BFloat16, json{{"model_type", "x"}, {"text_config", {{"model_type", "glm4_moe"}}}})
+             .reason(kBias)
+             .empty());
   // _keep_in_fp32_modules: float16 (and fp8) only, as transformers loads in float16 only.
   const char* wo = "encoder.block.0.layer.1.DenseReluDense.wo.weight";
   json t5 = {{"model_type", "t5"}};
@@ -145,7 +153,8 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
   CHECK_FALSE(map_pattern_matches("layers.{L}.moe.expert_bias_E", "layers.x.moe.expert_bias_E"));
   CHECK_FALSE(map_pattern_matches("layers.{L}.moe.expert_bias_E", "layers.1.moe.expert_bias_E.x"));
   CHECK_FALSE(map_pattern_matches("layers.{L}.moe.expert_bias_E", "a.layers.1.moe.expert_bias_E"));
-  CHECK(map_pattern_matches("model.layers.{M + n_layers}.mlp.gate.e_score_correction_bias", "model.layers.61.mlp.gate.e_score_correction_bias"));
+  CHECK(map_pattern_matches("model.layers.{M + n_layers}.mlp.gate.e_score_correction_bias",
+                            "model.layers.61.mlp.gate.e_score_correction_bias"));
   CHECK(map_pattern_matches("a.{X}1.b", "a.211.b"));  // the digits backtrack
 
   KeyMap titan = load_key_map("torchtitan-deepseek-v3");
@@ -158,7 +167,9 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
   CHECK(!p.reason(kBias).empty());
   CHECK(p.reason("layers.3.moe.router.gate.weight").empty());
   // The model's reason comes before a map's.
-  CHECK(policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}}, {}, false, {titan}).reason(kBias).rfind("transformers", 0) == 0);
+  CHECK(policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}}, {}, false, {titan})
+            .reason(kBias)
+            .rfind("transformers", 0) == 0);
   // Casting up: a map's declaration is about narrowing too.
   CHECK(policy(DType::Float32, nullptr, {}, false, {titan}).reason("layers.3.moe.expert_bias_E").empty());
 
@@ -169,7 +180,9 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
   ::close(fd);
   auto write_map = [&](const std::string& keep) {
     FILE* f = std::fopen(path, "wb");
-    std::string text = R"({"schema": "dcpctl-map/1", "name": "m", "sides": ["a", "b"], "rules": [{"a": "x.{L}.bias", "b": "y.{L}.bias", "keep_dtype": )" + keep + "}]}";
+    std::string text =
+        R"({"schema": "dcpctl-map/1", "name": "m", "sides": ["a", "b"], "rules": [{"a": "x.{L}.bias", "b": "y.{L}.bias", "keep_dtype": )" +
+        keep + "}]}";
     std::fwrite(text.data(), 1, text.size(), f);
     std::fclose(f);
   };
@@ -183,8 +196,9 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
 }
 
 TEST_CASE("precision: the planner writes a kept tensor in its saved dtype; --cast-all casts it and says so") {
-  Checkpoint ck = checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.gate.weight", {4, 2}, {{0, 0, 4, 2}}),
-                              tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
+  Checkpoint ck =
+      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.gate.weight", {4, 2}, {{0, 0, 4, 2}}),
+                  tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
   PrecisionPolicy p = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}});
   Target t;
   t.precision = &p;
@@ -221,7 +235,8 @@ TEST_CASE("precision: the planner writes a kept tensor in its saved dtype; --cas
 }
 
 TEST_CASE("precision: config.json says the dtype written, keys in their order") {
-  std::string in = R"({"architectures": ["X"], "dtype": "float32", "text_config": {"dtype": "float32", "a": 1}, "vision_config": {"b": 2}, "z": 0})";
+  std::string in =
+      R"({"architectures": ["X"], "dtype": "float32", "text_config": {"dtype": "float32", "a": 1}, "vision_config": {"b": 2}, "z": 0})";
   json out = json::parse(config_with_dtype(in, DType::BFloat16));
   CHECK(out["dtype"] == "bfloat16");
   CHECK(out["text_config"]["dtype"] == "bfloat16");
