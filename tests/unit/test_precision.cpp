@@ -195,7 +195,7 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
   std::remove(path);
 }
 
-TEST_CASE("precision: the planner writes a kept tensor in its saved dtype; --cast-all casts it and says so") {
+TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cast-all casts it and says so") {
   Checkpoint ck =
       checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.gate.weight", {4, 2}, {{0, 0, 4, 2}}),
                   tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
