@@ -18,15 +18,19 @@ becomes `.*`, and the regex is *searched* in the parameter's name, so "norm" kee
 contains "norm". dcpctl implements only the regex syntax the table uses; this script refuses a
 pattern outside it (letters, digits, `_`, `.` = any character, `*` = any run of characters).
 
-Recipe (2026-11-26), in a throwaway virtualenv (the project's .venv pins the same transformers and
-gives the same table):
+The committed table was written on 2026-11-26 with the project's virtualenv, which pins
+transformers==5.23.0 (tools/requirements.txt; torch==2.15.0, tokenizers==0.23.3):
+
+    .venv/bin/python tools/keep_in_fp32.py > src/plan/keep_in_fp32.json
+
+For another transformers version, a throwaway virtualenv reusing the project's torch (not run here):
 
     python3.11 -m venv /tmp/v-tf
     echo "$PWD/.venv/lib/python3.11/site-packages" > /tmp/v-tf/lib/python3.11/site-packages/_main_venv_torch.pth
-    /tmp/v-tf/bin/pip install transformers==5.23.0        # torch 2.15.0 (CPU) from the project venv
+    /tmp/v-tf/bin/pip install transformers==X.Y.Z
     /tmp/v-tf/bin/python tools/keep_in_fp32.py > src/plan/keep_in_fp32.json
 
-It imports every modeling module (a few minutes); a module that cannot be imported (an optional
+It imports every modeling module (13 minutes on a busy 2-core machine, 34 s of CPU); a module that cannot be imported (an optional
 dependency missing) is named on stderr and in the table's "not_imported", so a gap is visible.
 """
 import importlib
