@@ -127,6 +127,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
       std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
                 << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>()
                 << (k["streams"].get<bool>() ? "  (streamed)" : "  (buffer " + human_bytes(k["need"].get<uint64_t>()) + ")") << "\n";
+    print_cast_summary(r, std::cout);
     return 0;
   }
   if (!quiet) {
@@ -139,6 +140,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     if (!r["cast"]["dtype"].is_null())
       std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
     std::cerr << "\n";
+    print_cast_summary(r, std::cerr);
     print_map_summary(r);
     if (!r["assets"].empty()) {
       std::cerr << "copied " << r["assets"].size() << " file(s) beside the weights:";
@@ -185,6 +187,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--threads", o->threads, "Parallel readers")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest tensor's need, at least 1GiB)")
       ->type_name("SIZE");
+  add_precision_options(sub, *o);
   add_io_option(sub, *o);
   add_map_options(sub, o->map, o->config);
   sub->add_option("--lora", o->lora,

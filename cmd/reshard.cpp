@@ -55,6 +55,7 @@ int run_reshard(const ReshardCliOptions& o) {
     for (const auto& rk : r["ranks"])
       std::cout << "  rank " << rk["rank"].get<int>() << "  " << rk["file"].get<std::string>() << "  " << rk["chunks"].get<uint64_t>()
                 << " chunks, " << human_bytes(rk["tensor_bytes"].get<uint64_t>()) << "\n";
+    print_cast_summary(r, std::cout);
     return 0;
   }
   if (!o.quiet) {
@@ -65,6 +66,7 @@ int run_reshard(const ReshardCliOptions& o) {
     if (!r["cast"]["dtype"].is_null())
       std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
     std::cerr << "\n";
+    print_cast_summary(r, std::cerr);
     print_map_summary(r);
   }
   return 0;
@@ -78,6 +80,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   sub->add_option("--threads", o->threads, "Parallel writers (one per target rank at a time)")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest chunk's need, at least 1GiB)")->type_name("SIZE");
+  add_precision_options(sub, *o);
   add_io_option(sub, *o);
   add_map_options(sub, o->map, o->config);
   sub->add_flag("-f,--force", o->force, "Replace an existing output directory");

@@ -20,6 +20,12 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
     if (!w.cast || !castable(*w.cast))
       throw UsageError(Where(), "--dtype " + c.dtype + ": expected fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2");
   }
+  if ((!c.keep_dtype.empty() || c.cast_all) && !w.cast)
+    throw UsageError(Where(), std::string(c.cast_all ? "--cast-all" : "--keep-dtype") + " says what --dtype casts; it needs --dtype");
+  if (!c.keep_dtype.empty() && c.cast_all)
+    throw UsageError(Where(), "--cast-all casts every floating tensor and --keep-dtype keeps some: give one of them");
+  w.keep_dtype = c.keep_dtype;
+  w.cast_all = c.cast_all;
   if (!c.max_memory.empty()) w.max_memory = parse_size(c.max_memory, "--max-memory");
   w.force = c.force;
   w.dry_run = c.dry_run;
@@ -33,6 +39,39 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.note = [quiet](const std::string& s) {
     if (!quiet) std::cerr << "dcpctl: note: " << s << "\n";
   };
+}
+
+void add_precision_options(CLI::App* sub, WriteCliOptions& c) {
+  sub->add_option("--keep-dtype", c.keep_dtype,
+                  "--dtype leaves tensors matching this shell glob in their saved dtype (repeatable), beside those the model "
+                  "keeps in float32 (transformers' _keep_in_fp32_modules_strict) and the key maps declare")
+      ->type_name("GLOB");
+  sub->add_flag("--cast-all", c.cast_all, "--dtype casts every floating tensor, those the model keeps in float32 too (listed in the summary)");
+}
+
+void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
+  const auto& c = r["cast"];
+  if (c["dtype"].is_null()) return;
+  const std::string to = c["dtype"].get<std::string>();
+  auto list = [&](const nlohmann::json& v, bool cast) {
+    size_t n = 0;
+    for (const auto& k : v) {
+      if (++n > 20) {
+        out << "  ... and " << v.size() - 20 << " more (--json lists every one)\n";
+        break;
+      }
+      out << "  " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << (cast ? " -> " + to : "") << "  ("
+          << k["reason"].get<std::string>() << ")\n";
+    }
+  };
+  if (!c["kept"].empty()) {
+    out << "kept " << c["kept"].size() << " tensor(s) in their saved dtype, not " << to << " (--cast-all casts them):\n";
+    list(c["kept"], false);
+  }
+  if (!c["cast_anyway"].empty()) {
+    out << "cast " << c["cast_anyway"].size() << " tensor(s) to " << to << " that the precision policy keeps in their dtype, as --cast-all asks:\n";
+    list(c["cast_anyway"], true);
+  }
 }
 
 void add_io_option(CLI::App* sub, WriteCliOptions& c) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,8 @@ namespace dcpctl::cli {
 
 struct WriteCliOptions {
   std::string checkpoint, output, dtype, max_memory, select, io = "direct", map, config;
-  std::vector<std::string> include, exclude;
+  std::vector<std::string> include, exclude, keep_dtype;
+  bool cast_all = false;
   bool force = false, dry_run = false, quiet = false, json = false;
   unsigned threads = 4;
   DistOptions dist;
@@ -24,6 +26,15 @@ struct WriteCliOptions {
 // progress drawn on `line` (which the caller creates with progress_line(c) and finishes), notes on
 // stderr unless --quiet.
 void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line);
+
+// --keep-dtype GLOB and --cast-all (the precision policy of --dtype, plan/precision.h), for every
+// write command.
+void add_precision_options(CLI::App* sub, WriteCliOptions& c);
+
+// The cast line of a summary ("; cast N floating tensors to D"), then what the precision policy
+// kept in its saved dtype, or cast under --cast-all: each key with its reason (the first 20; --json
+// lists all). Nothing without --dtype.
+void print_cast_summary(const nlohmann::json& summary, std::ostream& out);
 
 // --io MODE, for every write command.
 void add_io_option(CLI::App* sub, WriteCliOptions& c);

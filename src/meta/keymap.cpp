@@ -96,7 +96,7 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "tied" && k != "note" && k != "reason")
+          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype")
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -166,6 +166,8 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
       if (!ok || (rule.tied[0].empty() && rule.tied[1].empty()))
         bad_map(source, where + ": \"tied\" is {SIDE: KEY} on a plain rename of two keys without placeholders");
     }
+    if (r.contains("keep_dtype") && !r["keep_dtype"].is_boolean()) bad_map(source, where + ": \"keep_dtype\" is true or false");
+    rule.keep_dtype = r.value("keep_dtype", false);
     rule.shape = list ? RuleShape::Concat : !rule.experts.is_null() ? RuleShape::Experts : RuleShape::OneToOne;
     m.rules.push_back(std::move(rule));
   }

@@ -92,6 +92,7 @@ struct KeyMap {
     // A one-sided rule's "reason" (required): why the other side has no such tensor, reported
     // beside each key it drops.
     std::string reason;
+    bool keep_dtype = false;    // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;

@@ -33,6 +33,14 @@ void CoverageCheck::refuse_if_incomplete(const Where& where, const std::string& 
 DType CastChoice::target(DType src, const std::string& key) {
   if (!cast_ || *cast_ == src) return src;
   if (castable(src)) {
+    if (policy_)
+      if (std::string why = policy_->reason(key); !why.empty()) {
+        if (!policy_->cast_all()) {
+          kept_.push_back({key, src, std::move(why)});
+          return src;
+        }
+        cast_anyway_.push_back({key, src, std::move(why)});
+      }
     cast_keys_.push_back(key);
     return *cast_;
   }
@@ -41,9 +49,17 @@ DType CastChoice::target(DType src, const std::string& key) {
 }
 
 nlohmann::json CastChoice::summary() const {
+  auto list = [](const std::vector<Kept>& v) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Kept& k : v) out.push_back({{"key", k.key}, {"dtype", torch_name(k.dtype)}, {"reason", k.reason}});
+    return out;
+  };
   return {{"dtype", cast_ ? nlohmann::json(torch_name(*cast_)) : nlohmann::json(nullptr)},
           {"tensors", cast_keys_.size()},
-          {"not_cast", not_cast_}};
+          {"not_cast", not_cast_},
+          {"kept", list(kept_)},
+          {"cast_anyway", list(cast_anyway_)},
+          {"policy", cast_ && policy_ ? policy_->describe() : nlohmann::json(nullptr)}};
 }
 
 }  // namespace dcpctl

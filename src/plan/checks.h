@@ -1,6 +1,6 @@
 // What consolidate and reshard decide alike about each selected tensor before any byte moves:
 // whether its chunks cover it (else the run is refused, naming every hole), which dtype it is
-// written in under --dtype. (The memory budget is plan/memory.h's.)
+// written in under --dtype (and the precision policy). (The memory budget is plan/memory.h's.)
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/metadata.h"
+#include "plan/precision.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -32,21 +33,33 @@ class CoverageCheck {
   std::string holes_;
 };
 
-// --dtype: floating tensors that can be cast are written in the target dtype; floating tensors
-// that cannot (complex, or a dtype with no cast) are listed, and other dtypes are kept silently.
+// --dtype: floating tensors that can be cast are written in the target dtype, but those the
+// precision policy keeps (plan/precision.h), which keep their saved dtype; floating tensors that
+// cannot be cast (complex, or a dtype with no cast) are listed, and other dtypes are kept silently.
 class CastChoice {
  public:
-  explicit CastChoice(std::optional<DType> cast) : cast_(cast) {}
+  explicit CastChoice(std::optional<DType> cast, const PrecisionPolicy* policy = nullptr) : cast_(cast), policy_(policy) {}
   // The dtype tensor `key` of dtype `src` is written in.
   DType target(DType src, const std::string& key);
+  // A tensor the policy keeps: written in `dtype` (its saved one), or, under --cast-all, cast from it.
+  struct Kept {
+    std::string key;
+    DType dtype;
+    std::string reason;
+  };
   const std::vector<std::string>& cast_keys() const { return cast_keys_; }
   const std::vector<std::string>& not_cast() const { return not_cast_; }
-  // The "cast" object of a --json summary: {"dtype", "tensors" (how many cast), "not_cast"}.
+  const std::vector<Kept>& kept() const { return kept_; }
+  const std::vector<Kept>& cast_anyway() const { return cast_anyway_; }
+  // The "cast" object of a --json summary: {"dtype", "tensors" (how many cast), "not_cast",
+  // "kept" and "cast_anyway" ([{"key", "dtype", "reason"}]), "policy"}.
   nlohmann::json summary() const;
 
  private:
   std::optional<DType> cast_;
+  const PrecisionPolicy* policy_ = nullptr;
   std::vector<std::string> cast_keys_, not_cast_;
+  std::vector<Kept> kept_, cast_anyway_;
 };
 
 }  // namespace dcpctl

@@ -188,7 +188,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   WritePlan plan;
   plan.target = target;
   plan.items = select_items(md, selection);
-  plan.cast = CastChoice(cast);
+  plan.cast = CastChoice(cast, target.precision);
 
   int world = 1;
   if (target.rank_files()) {

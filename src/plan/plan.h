@@ -48,6 +48,9 @@ struct Target {
   // --map: the outputs are the key map's tensors (meta/keymap.h), made of parts of the selected
   // saved tensors; null: the selected tensors under their own names.
   const MappedModel* map = nullptr;
+  // --dtype's precision policy (plan/precision.h): the tensors it keeps in their saved dtype;
+  // null: every floating tensor is cast.
+  const PrecisionPolicy* precision = nullptr;
 
   // How the format writes (Writing): a file per target rank (reshard, cast), or one stream in the
   // plan's order (.pt).

@@ -151,6 +151,19 @@ void copy_assets(const Assets& assets, const std::function<std::string(const std
   }
 }
 
+std::string config_with_dtype(const std::string& config_text, DType dtype) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(config_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return config_text;
+  const char* name = torch_name(dtype);
+  for (auto& [k, sub] : j.items())
+    if (sub.is_object() && (sub.contains("dtype") || sub.contains("torch_dtype")))
+      for (const char* field : {"dtype", "torch_dtype"})
+        if (sub.contains(field)) sub[field] = name;
+  if (j.contains("torch_dtype")) j["torch_dtype"] = name;
+  j["dtype"] = name;  // a new key goes last
+  return j.dump(2) + "\n";
+}
+
 std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys) {
   auto cfg = std::find_if(assets.files.begin(), assets.files.end(), [](const Asset& a) { return a.name == "config.json"; });
   if (cfg == assets.files.end()) return std::nullopt;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "meta/checkpoint.h"
+#include "util/dtype.h"
 
 namespace dcpctl {
 
@@ -68,6 +69,14 @@ Assets find_assets(const Checkpoint& ck, const std::string& from);
 void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of,
                  const std::function<std::string(const std::string&)>& edit_config = nullptr,
                  UploadSession* uploads = nullptr);
+
+// config.json of a folder written with --dtype: its `dtype` set to `dtype`'s torch name
+// ("bfloat16"), and `torch_dtype` too where the file has it (transformers before 4.56 reads only
+// that), in the top object and in every sub-config object (text_config, ...) that already names
+// one; everything else and the order of the keys kept. from_pretrained(dtype="auto") builds the
+// model in the dtype the config names, then keeps its _keep_in_fp32_modules_strict in float32,
+// which is what --dtype wrote. The text as given when it is not a JSON object.
+std::string config_with_dtype(const std::string& config_text, DType dtype);
 
 // What config.json says of tied word embeddings against what the output holds: transformers
 // ties lm_head.weight to the input embeddings when `tie_word_embeddings` is true (its

@@ -48,6 +48,8 @@ void agree_on_command(Group& group, const WriteRequest& request, const char* nam
   cmd["exclude"] = o.selection.exclude;
   cmd["select"] = o.selection.prefix;
   cmd["cast"] = o.cast ? static_cast<int>(*o.cast) : -1;
+  cmd["keep_dtype"] = o.keep_dtype;
+  cmd["cast_all"] = o.cast_all;
   cmd["force"] = o.force;
   cmd["dry_run"] = o.dry_run;
   cmd["max_memory"] = o.max_memory;
@@ -81,6 +83,19 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 
 }  // namespace
 
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o) {
+  if (!o.cast) return PrecisionPolicy();
+  PrecisionInputs in;
+  in.cast = o.cast;
+  in.keep_globs = o.keep_dtype;
+  in.cast_all = o.cast_all;
+  if (cast_narrows(*o.cast)) find_policy_config(ck, o.map_config, o.map_assets, in);  // else only --keep-dtype counts
+  if (!o.map.empty()) in.maps.push_back(load_key_map(o.map));
+  for (KeyMap& m : builtin_key_maps())
+    if (o.map.empty() || m.name != in.maps[0].name) in.maps.push_back(std::move(m));
+  return PrecisionPolicy(in);
+}
+
 ModelRequest model_request(const WriteOptions& o, const std::string& assets, const LoraRequest& lora) {
   ModelRequest rq;
   rq.selection = o.selection;
@@ -111,7 +126,11 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // every rank, and with an exchange the writer may not see the chunk's file).
   std::function<bool(const TensorMeta&, size_t)> in_place;
   if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
-  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, request.target, in_place), {}, {}, group, me, leader};
+  // --dtype keeps what the model and the key maps keep in their saved dtype (plan/precision.h).
+  const PrecisionPolicy precision = precision_policy(ck, o);
+  Target target = request.target;
+  target.precision = &precision;
+  WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};
   job.visibility = group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
   const bool exchange = group && writer.exchange();
   if (exchange && !o.dry_run) group->connect_transport();

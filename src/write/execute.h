@@ -44,6 +44,11 @@ class Group;
 // `assets`: consolidate's --assets (the dequantized view's config.json).
 ModelRequest model_request(const WriteOptions& o, const std::string& assets, const LoraRequest& lora);
 
+// --dtype's precision policy (plan/precision.h) for `ck`: --keep-dtype, --cast-all, the model's
+// config.json (--config, --assets DIR's, else beside the checkpoint), --map's and the built-in
+// maps' keep_dtype rules. Keeps nothing without --dtype.
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o);
+
 // What a command asks for.
 struct WriteRequest {
   const Checkpoint& ck;

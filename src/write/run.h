@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "meta/select.h"
 #include "util/dtype.h"
@@ -41,6 +42,10 @@ struct WriteOptions {
   std::string output;
   Selection selection;
   std::optional<DType> cast;  // --dtype: floating tensors are written in it (plan/checks.h)
+  // --keep-dtype GLOB and --cast-all: the precision policy's own patterns, and casting what it
+  // would keep (plan/precision.h).
+  std::vector<std::string> keep_dtype;
+  bool cast_all = false;
   bool force = false;         // replace an existing output
   bool dry_run = false;       // plan and check the output, write nothing
   unsigned threads = 4;

@@ -432,6 +432,13 @@ def cases_for(p, work):
         ["reshard", fx("layouts", "hf_fp8_deepseek", "ckpt"), "-o", co("fp8-rs"), "-w", "2", "--dtype", "fp32", "--json", "-q"])
     add("cast", "cast an FP8 block-scaled folder --dtype fp32 (dequantized)",
         ["cast", fx("layouts", "hf_fp8_transformers", "ckpt"), "-o", co("fp8-cast"), "--dtype", "fp32", "--json", "-q"])
+    tds = fx("layouts", "titan_deepseek_v3")
+    add("consolidate", "consolidate DeepSeek-V3 to DIR/ --dtype bf16 (the router bias kept: cast.kept, cast.policy)",
+        ["consolidate", os.path.join(tds, "hf"), "-o", co("ds-bf16/"), "--dtype", "bf16", "--json", "-q"])
+    add("consolidate", "consolidate DeepSeek-V3 --dtype bf16 --cast-all (cast.cast_anyway)",
+        ["consolidate", os.path.join(tds, "hf"), "-o", co("ds-all.safetensors"), "--dtype", "bf16", "--cast-all", "--json", "-q"])
+    add("cast", "cast a torchtitan DeepSeek-V3 run --dtype bf16 --keep-dtype (expert_bias_E kept by the key map)",
+        ["cast", os.path.join(tds, "run", "step-2"), "-o", co("ds-titan-bf16"), "--dtype", "bf16", "--keep-dtype", "norm.*", "--json", "-q"])
     hft = fx("layouts", "hf_transformers")
     add("consolidate", "consolidate transformers' distributed checkpoint to DIR/ (assets, tied embeddings)",
         ["consolidate", fx("layouts", "hf_transformers_tied", "ckpt"), "-o", co("hf-assets/"), "--json", "-q"])

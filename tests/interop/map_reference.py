@@ -48,6 +48,8 @@ Semantics (the schema's, docs in src/maps/README.md):
     input lacks the rule's SIDE key, config.json says tie_word_embeddings: true and the input has KEY,
     the output is KEY's tensor under the rule's other name (the adapters' from_hf copies the
     embedding into lm_head.weight).
+  - "keep_dtype": true: no transform; --dtype keeps the rule's tensors in their saved dtype (dcpctl's
+    precision policy, checked by tests/interop/precision_test.py), which this reference does not cast.
   - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
     arithmetic (+ - * / and parentheses) over param names, config keys and integers; "/" must divide
     exactly. A param is resolved only when it is needed: by a rule that matched the input, or to
@@ -68,7 +70,7 @@ MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 SCHEMA = "dcpctl-map/1"
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason"}
+_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
 
 
 class MapError(Exception):
@@ -152,10 +154,12 @@ def validate(m: Any, where: str) -> None:
         extra = set(r) - set(sides) - _RULE_FIELDS
         if extra:
             fail(f"rule {i}: unknown fields {sorted(extra)}")
+        if "keep_dtype" in r and not isinstance(r["keep_dtype"], bool):
+            fail(f"rule {i}: keep_dtype is true or false")
         if "note" in r and not isinstance(r["note"], str):
             fail(f"rule {i}: note is a string")
-        if len(present) == 1 and set(r) - set(sides) - {"note", "reason"}:
-            fail(f"rule {i}: a one-sided rule only names keys (with its reason, and an optional note)")
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype"}:
+            fail(f"rule {i}: a one-sided rule only names keys (with its reason, an optional note and keep_dtype)")
         if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
             fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
         if len(present) == 2 and "reason" in r:

@@ -40,7 +40,8 @@ Checks:
     checkpoint's own tensors, split over 2 ranks; `consolidate DCP/ -o back/ --map M` gives hf/'s
     tensors back; (MTP) the same from expected_hf plus the release's extra MTP keys
     (embed_tokens, shared_head.head: dropped and reported): the whole expected_titan;
-  - `cast DCP/ --dtype bf16 --map M`: HF names, expected_hf cast with Tensor.to(bfloat16);
+  - `cast DCP/ --dtype bf16 --map M`: HF names, expected_hf cast with Tensor.to(bfloat16), but what
+    transformers keeps in float32 for the model (DeepSeek-V3's e_score_correction_bias) as saved;
   - `diff DCP/ hf/ --map M` exit 0 (without the map: exit 1), a changed q_proj: exit 1 naming it;
     `stats CKPT --map M`: the tensors under HF names, numel/min/max as torch's of expected_hf;
   - under torchrun (2 ranks, gloo): `consolidate --map` byte-identical to one process.
@@ -326,12 +327,25 @@ def test_import_mtp(case: mo.Case, work: Path) -> None:
         problems(mo.check_hf_tensors(case, hf_tensors(back), f"{case.name}: expected_hf -> DCP -> hf (MTP)"))
 
 
+def kept_in_fp32(case: mo.Case):
+    """What transformers keeps in float32 when it loads the case's model in bfloat16 (its
+    _keep_in_fp32_modules_strict, searched in each key as its loader's dtype plan does), which
+    --dtype bf16 keeps in the saved dtype too (plan/precision.h): DeepSeek-V3's router bias."""
+    import re
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(CONFIG_MAPPING[case.config["model_type"]], None)
+    pats = sorted(getattr(cls, "_keep_in_fp32_modules_strict", None) or [])
+    return re.compile("|".join(p.replace("*", ".*") for p in pats) if pats else r"(?!)")
+
+
 def test_cast_diff_stats(case: mo.Case, work: Path, dcp: Path) -> None:
     cast = work / f"{case.name}-bf16"
     r = dcpctl("cast", dcp, "-o", cast, "--dtype", "bf16", "--map", case.map, "--config", case.config_path)
     if ok(r, f"{case.name}: cast --map"):
         got = dcp_oracle.flat_state_from_dcp(cast)
-        want = {k: v.to(torch.bfloat16) for k, v in mo.with_tied_head(case, case.hf_input()).items()}
+        keep = kept_in_fp32(case)
+        want = {k: v if keep.search(k) else v.to(torch.bfloat16) for k, v in mo.with_tied_head(case, case.hf_input()).items()}
         problems(mo.compare_tensors(got, want, set(want), f"{case.name}: cast --dtype bf16 --map"))
     # A tied model's import holds lm_head.weight (copied from the embedding, as from_hf does) and
     # hf/ does not: that one key is only in the DCP, and the rest is identical.

@@ -2,7 +2,8 @@
 // model-0000i-of-0000N.safetensors + model.safetensors.index.json {"metadata": {"total_size"},
 // "weight_map"}; a single shard is model.safetensors without an index. Beside them the config,
 // tokenizer and processor files (write/assets.h), copied from beside the checkpoint or --assets;
-// a dequantized export's config loses its quantization_config. Rank 0 copies them at commit, after
+// under --dtype the config says the dtype written, and a dequantized export's config loses its
+// quantization_config. Rank 0 copies them at commit, after
 // the shards and before the index.
 #include <algorithm>
 #include <cstdio>
@@ -36,11 +37,16 @@ class HfFolder final : public SafetensorsFiles {
   }
 
   void finish_folder(WriteJob& job) override {
-    // A dequantized export (view/dequantize.h) is a plain model: its config loses the
-    // quantization_config and says the dtype written.
+    // --dtype: the config says the dtype written (write/assets.h); a dequantized export
+    // (view/dequantize.h) is a plain model, and its config loses the quantization_config too.
     std::function<std::string(const std::string&)> edit;
-    const Checkpoint& ck = job.request.ck;
-    if (ck.derived && ck.derived->output.value("dequantized", false) && o_.cast) edit = [dtype = *o_.cast](const std::string& text) { return dequantized_config(text, dtype); };
+    if (o_.cast) {
+      const Checkpoint& ck = job.request.ck;
+      const bool dequantized = ck.derived && ck.derived->output.value("dequantized", false);
+      edit = [dtype = *o_.cast, dequantized](const std::string& text) {
+        return config_with_dtype(dequantized ? dequantized_config(text, dtype) : text, dtype);
+      };
+    }
     copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
     if (job.plan.files.size() > 1) write_index(job.plan);
   }

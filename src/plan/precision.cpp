@@ -1,0 +1,196 @@
+#include "plan/precision.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+
+#include "meta/checkpoint.h"
+#include "meta/keymap_terms.h"
+#include "store/file.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+// The table's text (src/plan/keep_in_fp32.json, compiled in by CMake: keep_in_fp32_builtin.cpp).
+std::string keep_in_fp32_text();
+
+namespace {
+
+std::vector<std::pair<std::string, std::vector<std::string>>> read_lists(const json& j, const char* field) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  if (!j.contains(field) || !j[field].is_object())
+    throw FormatError(Where("built-in keep_in_fp32.json"), std::string("no \"") + field + "\" object");
+  for (const auto& [type, pats] : j[field].items()) out.emplace_back(type, pats.get<std::vector<std::string>>());
+  return out;  // nlohmann's object keeps its keys sorted: binary search below
+}
+
+const std::vector<std::string>* find_list(const std::vector<std::pair<std::string, std::vector<std::string>>>& lists,
+                                          const std::string& type) {
+  auto it = std::lower_bound(lists.begin(), lists.end(), type,
+                             [](const auto& e, const std::string& t) { return e.first < t; });
+  return it != lists.end() && it->first == type ? &it->second : nullptr;
+}
+
+// `pat` (`.` any one character, `*` any run) matches the whole of `s`: the classic wildcard walk,
+// backing up to the last `*`.
+bool wildcard_full(const std::string& pat, const std::string& s) {
+  size_t p = 0, i = 0, star = std::string::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pat.size() && (pat[p] == '.' || pat[p] == s[i])) {
+      ++p;
+      ++i;
+    } else if (p < pat.size() && pat[p] == '*') {
+      star = p++;
+      mark = i;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      i = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+
+// lit[k] {digits} lit[k+1] ... against key[pos..]: each placeholder one or more digits.
+bool lits_match(const std::vector<std::string>& lit, size_t k, const std::string& key, size_t pos) {
+  if (key.compare(pos, lit[k].size(), lit[k]) != 0) return false;
+  pos += lit[k].size();
+  if (k + 1 == lit.size()) return pos == key.size();
+  size_t end = pos;
+  while (end < key.size() && key[end] >= '0' && key[end] <= '9') {
+    ++end;
+    if (lits_match(lit, k + 1, key, end)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool cast_narrows(DType d) {
+  return d == DType::BFloat16 || d == DType::Float16 || d == DType::Float8_E4M3FN || d == DType::Float8_E5M2 ||
+         d == DType::Float8_E4M3FNUZ || d == DType::Float8_E5M2FNUZ;
+}
+
+const std::vector<std::string>* KeepInFp32::strict_of(const std::string& model_type) const {
+  return find_list(strict, model_type);
+}
+const std::vector<std::string>* KeepInFp32::fp16_of(const std::string& model_type) const {
+  return find_list(fp16, model_type);
+}
+
+const KeepInFp32& keep_in_fp32() {
+  static const KeepInFp32 table = [] {
+    json j = json::parse(keep_in_fp32_text());
+    KeepInFp32 t;
+    t.transformers = j.at("transformers").get<std::string>();
+    t.strict = read_lists(j, "strict");
+    t.fp16 = read_lists(j, "fp16");
+    return t;
+  }();
+  return table;
+}
+
+bool transformers_pattern_matches(const std::string& pattern, const std::string& key) {
+  return wildcard_full("*" + pattern + "*", key);  // re.search: anywhere in the key
+}
+
+bool map_pattern_matches(const std::string& pattern, const std::string& key) {
+  Pattern p = Pattern::parse(pattern, "key map pattern");
+  return lits_match(p.lit, 0, key, 0);
+}
+
+std::vector<std::string> config_model_types(const json& config) {
+  std::vector<std::string> out;
+  auto add = [&](const json& j) {
+    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) {
+      std::string t = j["model_type"].get<std::string>();
+      if (!t.empty() && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    }
+  };
+  add(config);
+  if (config.is_object())
+    for (const auto& [k, v] : config.items()) add(v);
+  return out;
+}
+
+PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
+    : keep_globs_(in.keep_globs), config_path_(in.config_path), cast_all_(in.cast_all) {
+  model_types_ = config_model_types(in.config);
+  if (!in.cast) return;
+  for (const auto& g : in.keep_globs) add(KeepRule::User, g, "--keep-dtype '" + g + "'");
+  if (!cast_narrows(*in.cast)) return;
+  const KeepInFp32& table = keep_in_fp32();
+  const bool fp16_list = *in.cast != DType::BFloat16;  // fp16 and fp8: transformers' fp16 list too
+  for (const auto& type : model_types_) {
+    if (const auto* pats = table.strict_of(type))
+      for (const auto& p : *pats)
+        add(KeepRule::Model, p,
+            "transformers " + table.transformers + " " + type + " _keep_in_fp32_modules_strict '" + p + "'");
+    if (fp16_list)
+      if (const auto* pats = table.fp16_of(type))
+        for (const auto& p : *pats)
+          add(KeepRule::Model, p,
+              "transformers " + table.transformers + " " + type + " _keep_in_fp32_modules '" + p + "'");
+  }
+  for (const KeyMap& m : in.maps)
+    for (const auto& r : m.rules) {
+      if (!r.keep_dtype) continue;
+      for (int s = 0; s < 2; ++s)
+        for (const auto& part : r.side[s])
+          add(KeepRule::Map, part.pattern, "key map " + m.name + " rule " + std::to_string(r.index) + " (keep_dtype)");
+    }
+}
+
+void PrecisionPolicy::add(KeepRule::Kind kind, const std::string& pattern, std::string reason) {
+  rules_.push_back({kind, pattern, std::move(reason)});
+  Compiled c;
+  if (kind == KeepRule::Model) c.wildcard = "*" + pattern + "*";  // re.search: anywhere in the key
+  if (kind == KeepRule::Map) c.lits = Pattern::parse(pattern, "key map pattern").lit;
+  compiled_.push_back(std::move(c));
+}
+
+std::string PrecisionPolicy::reason(const std::string& key) const {
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const KeepRule& r = rules_[i];
+    bool hit = r.kind == KeepRule::User    ? ::fnmatch(r.pattern.c_str(), key.c_str(), 0) == 0
+               : r.kind == KeepRule::Model ? wildcard_full(compiled_[i].wildcard, key)
+                                           : lits_match(compiled_[i].lits, 0, key, 0);
+    if (hit) return r.reason;
+  }
+  return {};
+}
+
+json PrecisionPolicy::describe() const {
+  return {{"config", config_path_.empty() ? json() : json(config_path_)},
+          {"model_types", model_types_},
+          {"transformers", keep_in_fp32().transformers},
+          {"keep_dtype", keep_globs_},
+          {"cast_all", cast_all_}};
+}
+
+void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets,
+                        PrecisionInputs& in) {
+  std::vector<std::string> tries;
+  if (!config.empty()) {
+    tries.push_back(config);
+  } else {
+    if (!assets.empty()) tries.push_back(join_path(assets, "config.json"));
+    tries.push_back(join_path(ck.dir, "config.json"));
+    if (base_name(ck.dir) == "sharded") tries.push_back(join_path(parent_path(ck.dir), "config.json"));
+    for (const auto& d : ck.asset_dirs) tries.push_back(join_path(d, "config.json"));
+  }
+  for (const auto& p : tries) {
+    if (!path_exists(p) || is_directory(p)) continue;
+    json j = json::parse(read_text(p), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    in.config = std::move(j);
+    in.config_path = p;
+    return;
+  }
+}
+
+}  // namespace dcpctl

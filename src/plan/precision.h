@@ -1,0 +1,123 @@
+// The precision policy of --dtype: which floating tensors keep their saved dtype when the others
+// are cast, and why. A tensor is kept when
+//
+//   - `--keep-dtype GLOB` matches its output key (a shell glob, fnmatch as --include; any --dtype);
+//   - a key map declares it (`"keep_dtype": true` on a rule, docs/maps.md): either side's pattern
+//     matches the output key, for the map in use (--map) and for every built-in map, so a
+//     torchtitan checkpoint cast or resharded without --map keeps its `expert_bias` too;
+//   - the model keeps it: the checkpoint's config.json names a `model_type` (or a sub-config does:
+//     text_config, vision_config, ...; a composite model unions its parts' lists, as transformers'
+//     post_init does), and transformers declares the tensor in `_keep_in_fp32_modules_strict` for
+//     it (src/plan/keep_in_fp32.json, written by tools/keep_in_fp32.py from the transformers
+//     version it names). transformers keeps these in float32 when it loads a model in float16 or
+//     bfloat16, and keeps `_keep_in_fp32_modules` too when it loads in float16 only.
+//
+// The map's and the model's declarations apply when --dtype narrows: to bf16 or fp16 (as
+// transformers' dtype plan), and to fp8 (narrower still); `_keep_in_fp32_modules` to fp16 and fp8.
+// Casting up (fp32, fp64) keeps nothing but what --keep-dtype names. A kept tensor is written in
+// its saved dtype; `--cast-all` casts it anyway, and the summary lists it as cast despite the
+// policy, never silently.
+//
+// How a transformers pattern matches (core_model_loading.py's build_glob_alternation and dtype
+// plan): `*` becomes `.*` and the regex is searched in the key (so "norm" matches every key holding
+// "norm", "gate.weight" also "gate_weight"). The table holds only letters, digits, `_`, `.` and `*`
+// (the generator refuses anything else), which is all this matcher implements. transformers
+// searches the parameter's name after its own key renames (conversion_mapping.py); dcpctl searches
+// the output key, which is that name for a Hugging Face folder of most models (not for the few whose
+// files use other names, which transformers renames on load).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/keymap.h"
+#include "util/dtype.h"
+
+namespace dcpctl {
+
+struct Checkpoint;
+
+// One pattern of the policy and why it keeps what it matches.
+struct KeepRule {
+  enum Kind { User, Map, Model } kind = User;
+  std::string pattern;  // a shell glob (User), a map pattern (Map), a transformers pattern (Model)
+  std::string reason;   // "--keep-dtype '*.bias'", "key map torchtitan-deepseek-v3 rule 57", ...
+};
+
+// What the policy is made of.
+struct PrecisionInputs {
+  std::optional<DType> cast;            // --dtype
+  nlohmann::json config;                // the model's config.json (null: none found)
+  std::string config_path;              // where it was read, or "" for none
+  std::vector<KeyMap> maps;             // maps whose keep_dtype rules count (--map's, the built-in ones)
+  std::vector<std::string> keep_globs;  // --keep-dtype
+  bool cast_all = false;                // --cast-all
+};
+
+class PrecisionPolicy {
+ public:
+  PrecisionPolicy() = default;  // keeps nothing
+  explicit PrecisionPolicy(const PrecisionInputs& in);
+
+  // Why tensor `key` keeps its saved dtype under --dtype, or "" when nothing keeps it. User globs
+  // are asked first, then the maps, then the model's list (the first match gives the reason).
+  std::string reason(const std::string& key) const;
+  bool cast_all() const { return cast_all_; }
+  const std::vector<std::string>& model_types() const { return model_types_; }
+  const std::vector<KeepRule>& rules() const { return rules_; }
+  // The `policy` object of the --json summary's `cast`: config, model_types, transformers,
+  // keep_dtype, cast_all.
+  nlohmann::json describe() const;
+
+ private:
+  // rules_[i] made ready to match: a Model pattern as the whole-key wildcard "*P*", a Map
+  // pattern's literal pieces between its placeholders.
+  struct Compiled {
+    std::string wildcard;
+    std::vector<std::string> lits;
+  };
+  void add(KeepRule::Kind kind, const std::string& pattern, std::string reason);
+
+  std::vector<KeepRule> rules_;
+  std::vector<Compiled> compiled_;
+  std::vector<std::string> model_types_, keep_globs_;
+  std::string config_path_;
+  bool cast_all_ = false;
+};
+
+// Whether a cast to `d` narrows (bf16, fp16, fp8): the model's and the maps' declarations apply.
+bool cast_narrows(DType d);
+
+// config.json's model_type and those of its sub-configs (objects one level down that carry one),
+// each once, in order.
+std::vector<std::string> config_model_types(const nlohmann::json& config);
+
+// The transformers table compiled in (src/plan/keep_in_fp32.json).
+struct KeepInFp32 {
+  std::string transformers;  // the version it was read from
+  // model_type -> patterns: `_keep_in_fp32_modules_strict` (bf16 and fp16), `_keep_in_fp32_modules` (fp16)
+  std::vector<std::pair<std::string, std::vector<std::string>>> strict, fp16;
+  const std::vector<std::string>* strict_of(const std::string& model_type) const;
+  const std::vector<std::string>* fp16_of(const std::string& model_type) const;
+};
+const KeepInFp32& keep_in_fp32();
+
+// transformers' match of a `_keep_in_fp32_modules*` pattern: regex search, `.` any character,
+// `*` any run of characters.
+bool transformers_pattern_matches(const std::string& pattern, const std::string& key);
+// A key map pattern ({NAME} and {NAME + EXPR} placeholders) against a whole key, each placeholder
+// matching a run of digits (an offset is not checked: a kept tensor of the MTP block is kept
+// whatever its layer number).
+bool map_pattern_matches(const std::string& pattern, const std::string& key);
+
+// config.json for the policy: `config` (--config) when given, else `assets`/config.json (--assets),
+// else beside the checkpoint (its folder, a `sharded/` folder's parent, a trainer's step and run
+// folders: Checkpoint::asset_dirs). A file that is not a JSON object is passed over. Sets
+// `in.config` and `in.config_path`.
+void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets,
+                        PrecisionInputs& in);
+
+}  // namespace dcpctl

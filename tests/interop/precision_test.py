@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""The precision policy of --dtype (plan/precision.h), checked by transformers 5.23 itself.
+
+    precision_test.py DCPCTL FIXTURES
+
+Fixtures (tests/fixtures/layouts): titan_deepseek_v3/hf (a float32 DeepseekV3ForCausalLM saved by
+transformers, its router's `mlp.gate.e_score_correction_bias` among the keys), its torchtitan DCP
+run (titan_deepseek_v3/run/step-2, `moe.expert_bias_E`), and hf_fp8_deepseek/ckpt (the same model
+quantized to FP8 blocks by transformers).
+
+Checked:
+  - `consolidate hf/ -o OUT/ --dtype bf16`: every tensor equal, dtype and bits, to what transformers
+    writes when it loads the float32 folder in bfloat16 and saves it (from_pretrained(dtype=bfloat16)
+    then save_pretrained: the peers' way), so the bias stays float32 bit for bit; the keys --json
+    lists as kept (each with its reason) are exactly those transformers' own
+    `_keep_in_fp32_modules_strict` matches in the model's parameter names (re.search, as its
+    loader does); config.json says bfloat16; from_pretrained(OUT, dtype="auto") builds a bfloat16
+    model with no missing or unexpected keys whose bias is float32 and the source's bits; the
+    summary on stderr names the kept key and the reason;
+  - `--cast-all`: the bias is cast to bfloat16 and --json and stderr list it as cast despite the
+    policy; `--keep-dtype GLOB` keeps more; `--dtype fp32` keeps nothing (nothing narrows);
+  - the FP8 folder dequantized with `--dtype bf16`: the bias float32, config.json bfloat16 without
+    quantization_config, loaded by from_pretrained(dtype="auto") with the bias float32;
+  - reshard (HF folder to DCP) and cast (the torchtitan DCP, no --map: the built-in map's
+    keep_dtype declaration keeps `expert_bias_E`), read back by torch's DCP reader; consolidate of
+    the torchtitan DCP with --map torchtitan-deepseek-v3: HF names, the bias float32;
+  - refusals (exit 2, nothing written): --keep-dtype or --cast-all without --dtype, both together.
+
+Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from testlib import EXIT_USAGE, check, expect_rc, run, same_tensor, summary  # noqa: E402
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+BIAS = "e_score_correction_bias"
+
+
+def folder_tensors(d: Path) -> dict:
+    out = {}
+    for f in sorted(d.glob("*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+def dcp_tensors(d: Path) -> dict:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    sd: dict = {}
+    _load_state_dict(sd, storage_reader=dcp.FileSystemReader(str(d)), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    return sd
+
+
+def jdoc(r, what: str) -> dict:
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        check(False, f"{what}: --json is not JSON: {r.stdout[-300:]!r}")
+        return {}
+
+
+def transformers_kept(model, keys) -> set:
+    """The keys transformers keeps in float32 when it loads `model`'s class in bfloat16: its
+    _keep_in_fp32_modules_strict searched in each name, as core_model_loading's dtype plan does."""
+    pats = set(model._keep_in_fp32_modules_strict or [])
+    alt = re.compile("|".join(p.replace("*", ".*") for p in pats)) if pats else None
+    return {k for k in keys if alt is not None and alt.search(k)}
+
+
+def main() -> int:
+    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2])
+    layouts = fixtures / "layouts"
+    hf = layouts / "titan_deepseek_v3" / "hf"
+    run_dcp = layouts / "titan_deepseek_v3" / "run" / "step-2"
+    fp8 = layouts / "hf_fp8_deepseek" / "ckpt"
+    from transformers import AutoModelForCausalLM
+
+    src = folder_tensors(hf)
+    biases = sorted(k for k in src if k.endswith(BIAS))
+    check(biases and all(src[k].dtype == torch.float32 for k in biases), f"the fixture holds float32 router biases: {biases}")
+
+    with tempfile.TemporaryDirectory(prefix="dcpctl-precision-") as t:
+        tmp = Path(t)
+
+        # ---- the peers' way: transformers loads the float32 folder in bf16 and saves it ----
+        peer = tmp / "peer"
+        model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.bfloat16)
+        model.save_pretrained(peer)
+        want = folder_tensors(peer)
+        kept_by_transformers = transformers_kept(model, src.keys())
+        check(kept_by_transformers == set(biases), f"transformers keeps {sorted(kept_by_transformers)} (want the router biases {biases})")
+        check(all(want[k].dtype == torch.float32 for k in biases), "transformers' bf16 save keeps the bias float32")
+        del model
+
+        # ---- consolidate --dtype bf16 to an HF folder ----
+        out = tmp / "bf16"
+        r = run(dcpctl, "consolidate", hf, "-o", f"{out}/", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "consolidate hf/ -o OUT/ --dtype bf16 --json"):
+            got = folder_tensors(out)
+            check(sorted(got) == sorted(want), f"keys differ from transformers' save: {sorted(set(got) ^ set(want))}")
+            bad = {k: d for k in want if k in got and (d := same_tensor(got[k], want[k]))}
+            check(not bad, f"--dtype bf16 differs from transformers' from_pretrained(bf16) + save_pretrained: {dict(list(bad.items())[:3])}")
+            for k in biases:
+                check(got[k].dtype == torch.float32 and same_tensor(got[k], src[k]) is None, f"{k}: float32, the source's bits")
+            cast = jdoc(r, "consolidate --json").get("cast", {})
+            kept = {k["key"]: k for k in cast.get("kept", [])}
+            check(set(kept) == kept_by_transformers, f"--json kept {sorted(kept)}; transformers keeps {sorted(kept_by_transformers)}")
+            check(all(k["dtype"] == "float32" and "deepseek_v3 _keep_in_fp32_modules_strict" in k["reason"] for k in kept.values()),
+                  f"--json kept: dtype and reason: {list(kept.values())[:2]}")
+            check(cast.get("tensors") == len(src) - len(biases) and cast.get("cast_anyway") == [],
+                  f"--json cast: {cast.get('tensors')} cast (want {len(src) - len(biases)}), cast_anyway {cast.get('cast_anyway')}")
+            pol = cast.get("policy") or {}
+            check(pol.get("model_types") == ["deepseek_v3"] and pol.get("transformers") == "5.23.0"
+                  and str(pol.get("config", "")).endswith("config.json"), f"--json policy: {pol}")
+            cfg = json.loads((out / "config.json").read_text())
+            check(cfg.get("dtype") == "bfloat16", f"config.json dtype: {cfg.get('dtype')} (want bfloat16)")
+            loaded, info = AutoModelForCausalLM.from_pretrained(out, dtype="auto", output_loading_info=True)
+            check(not info["missing_keys"] and not info["unexpected_keys"], f"from_pretrained(OUT): {info}")
+            check(loaded.dtype == torch.bfloat16, f"from_pretrained(dtype='auto'): a {loaded.dtype} model (want bfloat16)")
+            params = dict(loaded.named_parameters()) | dict(loaded.named_buffers())
+            for k in biases:
+                p = params.get(k)
+                check(p is not None and p.dtype == torch.float32 and same_tensor(p.detach(), src[k]) is None,
+                      f"from_pretrained: {k} is {None if p is None else p.dtype}, the source's float32 bits")
+            del loaded
+
+        # The human summary names the kept key and why.
+        r = run(dcpctl, "consolidate", hf, "-o", f"{tmp / 'bf16-text'}/", "--dtype", "bf16")
+        if expect_rc(r, 0, "consolidate --dtype bf16 (summary)"):
+            check("kept 1 tensor(s) in their saved dtype" in r.stderr and f"{biases[0]}  float32" in r.stderr
+                  and "_keep_in_fp32_modules_strict 'e_score_correction_bias'" in r.stderr, f"stderr: {r.stderr!r}")
+
+        # ---- --cast-all, --keep-dtype, --dtype fp32 ----
+        r = run(dcpctl, "consolidate", hf, "-o", f"{tmp / 'all'}/", "--dtype", "bf16", "--cast-all", "--json")
+        if expect_rc(r, 0, "--cast-all"):
+            got = folder_tensors(tmp / "all")
+            check(all(same_tensor(got[k], src[k].to(torch.bfloat16)) is None for k in biases), "--cast-all: the bias is cast to bfloat16")
+            cast = jdoc(r, "--cast-all --json").get("cast", {})
+            check(sorted(k["key"] for k in cast.get("cast_anyway", [])) == biases and cast.get("kept") == [],
+                  f"--cast-all --json: cast_anyway {cast.get('cast_anyway')}, kept {cast.get('kept')}")
+        r = run(dcpctl, "consolidate", hf, "-o", tmp / "all.safetensors", "--dtype", "bf16", "--cast-all")
+        if expect_rc(r, 0, "--cast-all (summary)"):
+            check("that the precision policy keeps in their dtype, as --cast-all asks" in r.stderr and biases[0] in r.stderr,
+                  f"--cast-all stderr: {r.stderr!r}")
+        r = run(dcpctl, "consolidate", hf, "-o", tmp / "keep.safetensors", "--dtype", "bf16", "--keep-dtype", "model.norm.*", "--json")
+        if expect_rc(r, 0, "--keep-dtype model.norm.*"):
+            got = load_file(tmp / "keep.safetensors")
+            check(got["model.norm.weight"].dtype == torch.float32 and all(got[k].dtype == torch.float32 for k in biases)
+                  and got["model.embed_tokens.weight"].dtype == torch.bfloat16, "--keep-dtype keeps model.norm.weight and the biases")
+            reasons = {k["key"]: k["reason"] for k in jdoc(r, "--keep-dtype --json").get("cast", {}).get("kept", [])}
+            check(reasons.get("model.norm.weight") == "--keep-dtype 'model.norm.*'", f"--keep-dtype reason: {reasons}")
+        r = run(dcpctl, "consolidate", hf, "-o", tmp / "fp32.safetensors", "--dtype", "fp32", "--json")
+        if expect_rc(r, 0, "--dtype fp32"):
+            check(jdoc(r, "--dtype fp32").get("cast", {}).get("kept") == [], "--dtype fp32 keeps nothing")
+
+        # ---- the FP8 folder, dequantized to bf16 ----
+        out8 = tmp / "fp8-bf16"
+        r = run(dcpctl, "consolidate", fp8, "-o", f"{out8}/", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "consolidate FP8 folder --dtype bf16"):
+            got = folder_tensors(out8)
+            fp8_src = folder_tensors(fp8)
+            for k in biases:
+                check(got[k].dtype == torch.float32 and same_tensor(got[k], fp8_src[k]) is None, f"FP8 export: {k} float32, as saved")
+            check(got["model.embed_tokens.weight"].dtype == torch.bfloat16, "FP8 export: the rest bfloat16")
+            cfg = json.loads((out8 / "config.json").read_text())
+            check(cfg.get("dtype") == "bfloat16" and "quantization_config" not in cfg, f"FP8 export config.json: {cfg.get('dtype')}")
+            loaded, info = AutoModelForCausalLM.from_pretrained(out8, dtype="auto", output_loading_info=True)
+            check(not info["missing_keys"] and not info["unexpected_keys"] and loaded.dtype == torch.bfloat16, f"from_pretrained(FP8 export): {info}")
+            params = dict(loaded.named_parameters()) | dict(loaded.named_buffers())
+            check(all(params[k].dtype == torch.float32 for k in biases), "from_pretrained(FP8 export): the bias float32")
+            del loaded
+
+        # ---- reshard and cast: DCP outputs read back by torch ----
+        r = run(dcpctl, "reshard", hf, "-o", tmp / "rs", "--world-size", "2", "--dtype", "bf16")
+        if expect_rc(r, 0, "reshard hf/ --world-size 2 --dtype bf16"):
+            got = dcp_tensors(tmp / "rs")
+            check(all(got[k].dtype == torch.float32 and same_tensor(got[k], src[k]) is None for k in biases), "reshard: the bias float32")
+            check(got["model.embed_tokens.weight"].dtype == torch.bfloat16, "reshard: the rest bfloat16")
+        titan = dcp_tensors(run_dcp)
+        titan_bias = sorted(k for k in titan if k.endswith("expert_bias_E"))
+        check(titan_bias and all(titan[k].dtype == torch.float32 for k in titan_bias), f"the torchtitan run holds float32 expert biases: {titan_bias}")
+        r = run(dcpctl, "cast", run_dcp, "-o", tmp / "titan-bf16", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "cast the torchtitan DCP --dtype bf16 (no --map)"):
+            got = dcp_tensors(tmp / "titan-bf16")
+            check(all(got[k].dtype == torch.float32 and same_tensor(got[k], titan[k]) is None for k in titan_bias),
+                  "cast: torchtitan's expert_bias_E stays float32")
+            floats = [k for k, v in titan.items() if torch.is_tensor(v) and v.dtype == torch.float32 and k not in titan_bias]
+            check(floats and all(got[k].dtype == torch.bfloat16 for k in floats), "cast: the other float32 tensors bfloat16")
+            reasons = {k["key"]: k["reason"] for k in jdoc(r, "cast --json").get("cast", {}).get("kept", [])}
+            check(sorted(reasons) == titan_bias and all(v.startswith("key map torchtitan-deepseek-v3 rule ") for v in reasons.values()),
+                  f"cast --json kept: {reasons}")
+        out_t = tmp / "titan-hf"
+        r = run(dcpctl, "consolidate", run_dcp, "-o", f"{out_t}/", "--map", "torchtitan-deepseek-v3", "--config",
+                layouts / "titan_deepseek_v3" / "config.json", "--dtype", "bf16", "--no-assets")
+        if expect_rc(r, 0, "consolidate the torchtitan DCP --map torchtitan-deepseek-v3 --dtype bf16"):
+            got = folder_tensors(out_t)
+            check(all(got[k].dtype == torch.float32 for k in biases), "--map: the HF bias float32")
+            check(got["model.embed_tokens.weight"].dtype == torch.bfloat16, "--map: the rest bfloat16")
+
+        # ---- refusals ----
+        for args, what, names in ((["--keep-dtype", "*.bias"], "--keep-dtype without --dtype", ["--keep-dtype", "needs --dtype"]),
+                                  (["--cast-all"], "--cast-all without --dtype", ["--cast-all", "needs --dtype"]),
+                                  (["--dtype", "bf16", "--cast-all", "--keep-dtype", "x"], "--cast-all with --keep-dtype",
+                                   ["--cast-all", "--keep-dtype"])):
+            o = tmp / "refused.safetensors"
+            r = run(dcpctl, "consolidate", hf, "-o", o, *args)
+            expect_rc(r, EXIT_USAGE, what, *names)
+            check(not o.exists(), f"{what}: nothing written")
+    return summary("precision")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+// plan/precision: which tensors --dtype keeps in their saved dtype, and why: transformers' patterns
+// matched as transformers matches them (checked against a regex search over every pattern of the
+// table), key map declarations, --keep-dtype globs, --cast-all; the planner writing a kept tensor
+// in its saved dtype; config.json's dtype after a cast (write/assets). The export checked by
+// transformers itself is tests/interop/precision_test.py's.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "metadata_models.h"
+#include "plan/plan.h"
+#include "plan/precision.h"
+#include "util/error.h"
+#include "write/assets.h"
+
+using namespace dcpctl;
+using nlohmann::json;
+
+namespace {
+
+PrecisionPolicy policy(std::optional<DType> cast, json config = nullptr, std::vector<std::string> globs = {},
+                       bool cast_all = false, std::vector<KeyMap> maps = {}) {
+  PrecisionInputs in;
+  in.cast = cast;
+  in.config = std::move(config);
+  in.keep_globs = std::move(globs);
+  in.cast_all = cast_all;
+  in.maps = std::move(maps);
+  return PrecisionPolicy(in);
+}
+
+const char* kBias = "model.layers.1.mlp.gate.e_score_correction_bias";
+
+}  // namespace
+
+TEST_CASE("precision: the table is transformers 5.23.0's, per model_type") {
+  const KeepInFp32& t = keep_in_fp32();
+  CHECK(t.transformers == "5.23.0");
+  // The models issue 48 names, each keeping its router's correction bias.
+  for (const char* type : {"deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "dots1", "exaone_moe", "hy_v3",
+                           "mimo_v2_flash", "solar_open"}) {
+    INFO(type);
+    REQUIRE(t.strict_of(type) != nullptr);
+    CHECK(*t.strict_of(type) == std::vector<std::string>{"e_score_correction_bias"});
+  }
+  CHECK(*t.strict_of("ernie4_5_moe") == std::vector<std::string>{"gate.weight", "moe_statics"});
+  CHECK(t.strict_of("llama") == nullptr);
+  CHECK(t.strict_of("no_such_model") == nullptr);
+  REQUIRE(t.fp16_of("t5") != nullptr);
+  CHECK(*t.fp16_of("t5") == std::vector<std::string>{"wo"});
+}
+
+TEST_CASE("precision: a transformers pattern is a regex searched in the key, as transformers does") {
+  CHECK(transformers_pattern_matches("e_score_correction_bias", kBias));
+  CHECK(transformers_pattern_matches("gate.weight", "model.layers.0.mlp.gate.weight"));
+  CHECK(transformers_pattern_matches("gate.weight", "model.layers.0.mlp.gate_weight"));  // `.` is any character
+  CHECK_FALSE(transformers_pattern_matches("gate.weight", "model.layers.0.mlp.gate.bias"));
+  CHECK(transformers_pattern_matches("norm", "model.layers.0.input_layernorm.weight"));  // anywhere in the key
+  CHECK(transformers_pattern_matches("layers.*.sinks", "model.layers.7.self_attn.sinks"));
+  CHECK_FALSE(transformers_pattern_matches("sinks.*x", "model.layers.7.self_attn.sinks"));
+  CHECK(transformers_pattern_matches("wo", "encoder.block.0.layer.1.DenseReluDense.wo.weight"));
+  CHECK_FALSE(transformers_pattern_matches("wo", "encoder.block.0.layer.1.DenseReluDense.wi.weight"));
+
+  // Every pattern of the table against keys that hold it, lack it, or hold it with a character
+  // changed: the same answer as std::regex_search of the pattern with `*` -> `.*` (the body
+  // build_glob_alternation gives Python's re.search).
+  std::vector<std::string> keys{kBias,
+                                "model.layers.0.mlp.gate.weight",
+                                "lm_head.weight",
+                                "model.norm.weight",
+                                "model.layers.3.self_attn.sinks",
+                                "encoder.block.0.layer.1.DenseReluDense.wo.weight"};
+  const KeepInFp32& t = keep_in_fp32();
+  for (const auto* lists : {&t.strict, &t.fp16})
+    for (const auto& [type, pats] : *lists)
+      for (const auto& p : pats) {
+        std::string body;
+        for (char c : p) body += c == '*' ? std::string(".*") : std::string(1, c);
+        std::regex re(body);
+        std::vector<std::string> tries = keys;
+        tries.push_back("model.layers.2." + p + ".weight");
+        std::string changed = p;
+        changed[0] = changed[0] == 'q' ? 'z' : 'q';
+        tries.push_back("model.layers.2." + changed);
+        for (const auto& k : tries) {
+          INFO(type << ": pattern '" << p << "' on '" << k << "'");
+          CHECK(transformers_pattern_matches(p, k) == std::regex_search(k, re));
+        }
+      }
+}
+
+TEST_CASE("precision: model types from config.json and its sub-configs") {
+  json cfg = {{"model_type", "glm4v_moe"},
+              {"text_config", {{"model_type", "glm4v_moe_text"}}},
+              {"vision_config", {{"model_type", "glm4v_moe_vision"}}},
+              {"other", {{"model_type", "glm4v_moe"}}},
+              {"hidden_size", 8}};
+  CHECK(config_model_types(cfg) == std::vector<std::string>{"glm4v_moe", "glm4v_moe_text", "glm4v_moe_vision"});
+  CHECK(config_model_types(json()).empty());
+  CHECK(config_model_types(json{{"text_config", {{"model_type", "qwen3_moe"}}}}) ==
+        std::vector<std::string>{"qwen3_moe"});
+}
+
+TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") {
+  json ds = {{"model_type", "deepseek_v3"}};
+  for (DType d : {DType::BFloat16, DType::Float16, DType::Float8_E4M3FN}) {
+    PrecisionPolicy p = policy(d, ds);
+    INFO(torch_name(d));
+    CHECK(p.reason(kBias) == "transformers 5.23.0 deepseek_v3 _keep_in_fp32_modules_strict 'e_score_correction_bias'");
+    CHECK(p.reason("model.layers.1.mlp.gate.weight").empty());
+  }
+  // Casting up loses nothing: transformers keeps nothing then, nor does dcpctl.
+  CHECK(policy(DType::Float32, ds).reason(kBias).empty());
+  CHECK(policy(DType::Float64, ds).reason(kBias).empty());
+  CHECK(policy(std::nullopt, ds).reason(kBias).empty());
+  // No config, or a model that keeps nothing: nothing kept.
+  CHECK(policy(DType::BFloat16).reason(kBias).empty());
+  CHECK(policy(DType::BFloat16, json{{"model_type", "llama"}}).reason(kBias).empty());
+  // A composite model's text part.
+  CHECK(!policy(DType::BFloat16, json{{"model_type", "x"}, {"text_config", {{"model_type", "glm4_moe"}}}})
+             .reason(kBias)
+             .empty());
+  // _keep_in_fp32_modules: float16 (and fp8) only, as transformers loads in float16 only.
+  const char* wo = "encoder.block.0.layer.1.DenseReluDense.wo.weight";
+  json t5 = {{"model_type", "t5"}};
+  CHECK(policy(DType::Float16, t5).reason(wo) == "transformers 5.23.0 t5 _keep_in_fp32_modules 'wo'");
+  CHECK(!policy(DType::Float8_E5M2, t5).reason(wo).empty());
+  CHECK(policy(DType::BFloat16, t5).reason(wo).empty());
+}
+
+TEST_CASE("precision: --keep-dtype globs, for any --dtype, asked first") {
+  PrecisionPolicy p = policy(DType::Float32, nullptr, {"*.bias", "lm_head.*"});
+  CHECK(p.reason("a.bias") == "--keep-dtype '*.bias'");
+  CHECK(p.reason("lm_head.weight") == "--keep-dtype 'lm_head.*'");
+  CHECK(p.reason("a.weight").empty());
+  PrecisionPolicy both = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}}, {"*correction*"});
+  CHECK(both.reason(kBias) == "--keep-dtype '*correction*'");
+  json d = both.describe();
+  CHECK(d["model_types"] == json::array({"deepseek_v3"}));
+  CHECK(d["keep_dtype"] == json::array({"*correction*"}));
+  CHECK(d["transformers"] == "5.23.0");
+  CHECK(d["cast_all"] == false);
+  CHECK(d["config"].is_null());
+}
+
+TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)") {
+  CHECK(map_pattern_matches("layers.{L}.moe.expert_bias_E", "layers.12.moe.expert_bias_E"));
+  CHECK_FALSE(map_pattern_matches("layers.{L}.moe.expert_bias_E", "layers.x.moe.expert_bias_E"));
+  CHECK_FALSE(map_pattern_matches("layers.{L}.moe.expert_bias_E", "layers.1.moe.expert_bias_E.x"));
+  CHECK_FALSE(map_pattern_matches("layers.{L}.moe.expert_bias_E", "a.layers.1.moe.expert_bias_E"));
+  CHECK(map_pattern_matches("model.layers.{M + n_layers}.mlp.gate.e_score_correction_bias",
+                            "model.layers.61.mlp.gate.e_score_correction_bias"));
+  CHECK(map_pattern_matches("a.{X}1.b", "a.211.b"));  // the digits backtrack
+
+  KeyMap titan = load_key_map("torchtitan-deepseek-v3");
+  size_t declared = 0;
+  for (const auto& r : titan.rules) declared += r.keep_dtype;
+  CHECK(declared == 2);  // the expert bias of the layers and of the MTP block
+  PrecisionPolicy p = policy(DType::BFloat16, nullptr, {}, false, {titan});
+  CHECK(p.reason("layers.3.moe.expert_bias_E").rfind("key map torchtitan-deepseek-v3 rule ", 0) == 0);
+  CHECK(!p.reason("mtp_layers.0.moe.expert_bias_E").empty());
+  CHECK(!p.reason(kBias).empty());
+  CHECK(p.reason("layers.3.moe.router.gate.weight").empty());
+  // The model's reason comes before a map's.
+  CHECK(policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}}, {}, false, {titan})
+            .reason(kBias)
+            .rfind("transformers", 0) == 0);
+  // Casting up: a map's declaration is about narrowing too.
+  CHECK(policy(DType::Float32, nullptr, {}, false, {titan}).reason("layers.3.moe.expert_bias_E").empty());
+
+  // A map file: keep_dtype is a boolean.
+  char path[] = "/tmp/dcpctl-map-XXXXXX.json";
+  int fd = ::mkstemps(path, 5);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  auto write_map = [&](const std::string& keep) {
+    FILE* f = std::fopen(path, "wb");
+    std::string text =
+        R"({"schema": "dcpctl-map/1", "name": "m", "sides": ["a", "b"], "rules": [{"a": "x.{L}.bias", "b": "y.{L}.bias", "keep_dtype": )" +
+        keep + "}]}";
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  };
+  write_map("true");
+  KeyMap m = load_key_map(path);
+  CHECK(m.rules[0].keep_dtype);
+  CHECK(policy(DType::Float16, nullptr, {}, false, {m}).reason("y.0.bias") == "key map m rule 0 (keep_dtype)");
+  write_map("\"yes\"");
+  CHECK_THROWS_AS(load_key_map(path), UsageError);
+  std::remove(path);
+}
+
+TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cast-all casts it and says so") {
+  Checkpoint ck =
+      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.gate.weight", {4, 2}, {{0, 0, 4, 2}}),
+                  tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
+  PrecisionPolicy p = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}});
+  Target t;
+  t.precision = &p;
+  WritePlan plan = plan_write(ck, {}, DType::BFloat16, t);
+  REQUIRE(plan.tensors.size() == 3);
+  CHECK(plan.tensors[0].dst == DType::Float32);
+  CHECK(plan.tensors[1].dst == DType::BFloat16);
+  CHECK(plan.total_bytes == 4 * 4 + 8 * 2 + 2 * 2);
+  json s = plan.cast.summary();
+  CHECK(s["tensors"] == 1);
+  REQUIRE(s["kept"].size() == 1);
+  CHECK(s["kept"][0]["key"] == kBias);
+  CHECK(s["kept"][0]["dtype"] == "float32");
+  CHECK(s["kept"][0]["reason"].get<std::string>().find("_keep_in_fp32_modules_strict") != std::string::npos);
+  CHECK(s["cast_anyway"].empty());
+  CHECK(s["policy"]["model_types"] == json::array({"deepseek_v3"}));
+
+  // Without the policy (as before it): everything cast.
+  WritePlan plain = plan_write(ck, {}, DType::BFloat16, Target{});
+  CHECK(plain.tensors[0].dst == DType::BFloat16);
+  CHECK(plain.cast.summary()["policy"].is_null());
+
+  PrecisionPolicy all = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}}, {}, true);
+  t.precision = &all;
+  WritePlan cast_all = plan_write(ck, {}, DType::BFloat16, t);
+  CHECK(cast_all.tensors[0].dst == DType::BFloat16);
+  json c = cast_all.cast.summary();
+  CHECK(c["tensors"] == 2);
+  CHECK(c["kept"].empty());
+  REQUIRE(c["cast_anyway"].size() == 1);
+  CHECK(c["cast_anyway"][0]["key"] == kBias);
+  CHECK(c["cast_anyway"][0]["dtype"] == "float32");
+  CHECK(c["policy"]["cast_all"] == true);
+}
+
+TEST_CASE("precision: config.json says the dtype written, keys in their order") {
+  std::string in =
+      R"({"architectures": ["X"], "dtype": "float32", "text_config": {"dtype": "float32", "a": 1}, "vision_config": {"b": 2}, "z": 0})";
+  json out = json::parse(config_with_dtype(in, DType::BFloat16));
+  CHECK(out["dtype"] == "bfloat16");
+  CHECK(out["text_config"]["dtype"] == "bfloat16");
+  CHECK(!out["vision_config"].contains("dtype"));
+  CHECK(!out.contains("torch_dtype"));
+  nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(config_with_dtype(in, DType::BFloat16));
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : ordered.items()) keys.push_back(k);
+  CHECK(keys == std::vector<std::string>{"architectures", "dtype", "text_config", "vision_config", "z"});
+  // An older config names torch_dtype: both are set.
+  json old = json::parse(config_with_dtype(R"({"torch_dtype": "float32"})", DType::Float16));
+  CHECK(old["torch_dtype"] == "float16");
+  CHECK(old["dtype"] == "float16");
+  CHECK(json::parse(config_with_dtype("{}", DType::BFloat16))["dtype"] == "bfloat16");
+  CHECK(config_with_dtype("not json", DType::BFloat16) == "not json");
+  CHECK(config_with_dtype("[1]", DType::BFloat16) == "[1]");
+}
