@@ -144,7 +144,14 @@ def stage_modes(args, torch, dev, gpu, n):
                                "host-clock", secs, ok=bool(torch.equal(cpu.to(dev), gpu))))
             del cpu
         elif mode in ("stager", "async-save"):
-            rows.append(stager_row(args, torch, dev, gpu, n, mode))
+            # A torch whose stager fails (torch 2.11's DefaultStager raises KeyError <class 'type'>
+            # from its deepcopy, seen on an H200 on 2026-11-26) gives a skipped row naming the
+            # error, not a crash that loses the other modes' rows.
+            try:
+                rows.append(stager_row(args, torch, dev, gpu, n, mode))
+            except Exception as e:  # noqa: BLE001 - any failure of torch's stager is reported as such
+                rows.append(result(args, mode, "DefaultStager", "", n, "host-clock", [],
+                                   reason=f"torch's DefaultStager failed: {type(e).__name__}: {e}"))
     return rows
 
 
