@@ -50,6 +50,21 @@ void add_precision_options(CLI::App* sub, WriteCliOptions& c) {
 }
 
 void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
+  if (r.contains("quantized")) {
+    const auto& q = r["quantized"];
+    out << "quantized " << q["weights"].get<size_t>() << " weight(s) to " << q["scheme"].get<std::string>() << " (" << q["block"][0].get<int64_t>()
+        << "x" << q["block"][1].get<int64_t>() << " blocks, each beside its weight_scale_inv)";
+    if (q["kept"].empty()) out << "\n";
+    else out << "; kept " << q["kept"].size() << " 2-D weight(s) as they were:\n";
+    size_t n = 0;
+    for (const auto& k : q["kept"]) {
+      if (++n > 20) {
+        out << "  ... and " << q["kept"].size() - 20 << " more (--json lists every one)\n";
+        break;
+      }
+      out << "  " << k["key"].get<std::string>() << "  (" << k["reason"].get<std::string>() << ")\n";
+    }
+  }
   const auto& c = r["cast"];
   if (c["dtype"].is_null()) return;
   const std::string to = c["dtype"].get<std::string>();

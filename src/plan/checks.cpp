@@ -30,8 +30,17 @@ void CoverageCheck::refuse_if_incomplete(const Where& where, const std::string& 
                                  what + ":" + holes_);
 }
 
-DType CastChoice::target(DType src, const std::string& key) {
+void CastChoice::keep_for_view(const nlohmann::json& fqns, const std::string& reason) {
+  if (fqns.is_array())
+    for (const auto& k : fqns) view_kept_[k.get<std::string>()] = reason;
+}
+
+DType CastChoice::target(DType src, const std::string& key, const std::string& fqn) {
   if (!cast_ || *cast_ == src) return src;
+  if (auto v = view_kept_.find(fqn.empty() ? key : fqn); v != view_kept_.end()) {
+    kept_.push_back({key, src, v->second});
+    return src;
+  }
   if (castable(src)) {
     if (policy_)
       if (std::string why = policy_->reason(key); !why.empty()) {

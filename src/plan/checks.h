@@ -3,6 +3,8 @@
 // written in under --dtype (and the precision policy). (The memory budget is plan/memory.h's.)
 #pragma once
 
+#include <map>
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -39,8 +41,11 @@ class CoverageCheck {
 class CastChoice {
  public:
   explicit CastChoice(std::optional<DType> cast, const PrecisionPolicy* policy = nullptr) : cast_(cast), policy_(policy) {}
-  // The dtype tensor `key` of dtype `src` is written in.
-  DType target(DType src, const std::string& key);
+  // The dtype tensor `key` (`fqn` in the checkpoint's table) of dtype `src` is written in.
+  DType target(DType src, const std::string& key, const std::string& fqn = "");
+  // Tensors (by their name in the table) a view wrote in the dtype they must keep (the quantize
+  // view's fp8 weights and scales): never cast, listed as kept with `reason`, whatever --cast-all says.
+  void keep_for_view(const nlohmann::json& fqns, const std::string& reason);
   // A tensor the policy keeps: written in `dtype` (its saved one), or, under --cast-all, cast from it.
   struct Kept {
     std::string key;
@@ -60,6 +65,7 @@ class CastChoice {
   const PrecisionPolicy* policy_ = nullptr;
   std::vector<std::string> cast_keys_, not_cast_;
   std::vector<Kept> kept_, cast_anyway_;
+  std::map<std::string, std::string> view_kept_;
 };
 
 }  // namespace dcpctl

@@ -64,7 +64,7 @@ PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::
   pt.t = &t;
   pt.key = key;
   pt.src = *t.dtype;
-  pt.dst = plan.cast.target(pt.src, key);
+  pt.dst = plan.cast.target(pt.src, key, t.fqn);
   for (size_t c = 0; c < t.num_chunks(); ++c) pt.transformed = pt.transformed || (t.chunk_numel(c) > 0 && t.storage[c].transforms != 0);
   std::vector<Box> boxes;
   std::vector<uint32_t> ranks;
@@ -189,6 +189,8 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   plan.target = target;
   plan.items = select_items(md, selection);
   plan.cast = CastChoice(cast, target.precision);
+  if (ck.derived && ck.derived->output.contains("keep_dtype"))
+    plan.cast.keep_for_view(ck.derived->output["keep_dtype"], "quantized (--quantize)");
 
   int world = 1;
   if (target.rank_files()) {

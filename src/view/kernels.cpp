@@ -115,3 +115,52 @@ void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, co
 }
 
 }  // namespace dcpctl
+
+namespace dcpctl {
+
+namespace {
+constexpr float kFp8Max = 448.0f;  // torch.finfo(torch.float8_e4m3fn).max
+}
+
+void fp8_block_scales(const float* x, int64_t rows, int64_t cols, int64_t bm, int64_t bn, float* scale) {
+  const int64_t rb = (rows + bm - 1) / bm, cb = (cols + bn - 1) / bn;
+  std::vector<float> amax(static_cast<size_t>(rb * cb), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* m = amax.data() + (r / bm) * cb;
+    const float* row = x + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      // torch's amax propagates NaN; transformers then takes a block whose amax is not > 0 (zero
+      // or NaN) at scale 1, so its NaNs stay NaN and nothing else in the block is scaled.
+      const float a = std::fabs(row[c]);
+      float& slot = m[c / bn];
+      if (a != a) slot = a;
+      else if (a > slot) slot = a;
+    }
+  }
+  // transformers writes `_FP8_MAX / safe_max_abs`, which torch computes as Tensor.__rtruediv__:
+  // reciprocal() * 448, two float32 roundings (measured: a single division differs in ~5% of
+  // scales).
+  for (size_t i = 0; i < amax.size(); ++i) scale[i] = amax[i] > 0.0f ? (1.0f / amax[i]) * kFp8Max : 1.0f;
+}
+
+void fp8_inverse_scales(const float* scale, size_t n, float* inv) {
+  for (size_t i = 0; i < n; ++i) inv[i] = 1.0f / scale[i];
+}
+
+void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1, int64_t c0,
+                      int64_t c1, uint8_t* q) {
+  const int64_t cb = (cols + bn - 1) / bn, w = c1 - c0;
+  std::vector<float> scaled(static_cast<size_t>(w));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = x + r * cols;
+    const float* s = scale + (r / bm) * cb;
+    for (int64_t c = c0; c < c1; ++c) {
+      float v = row[c] * s[c / bn];
+      scaled[static_cast<size_t>(c - c0)] = v < -kFp8Max ? -kFp8Max : (v > kFp8Max ? kFp8Max : v);  // torch.clamp keeps NaN
+    }
+    cast_elements(DType::Float32, DType::Float8_E4M3FN, reinterpret_cast<const uint8_t*>(scaled.data()), q + (r - r0) * w,
+                  static_cast<size_t>(w));
+  }
+}
+
+}  // namespace dcpctl

@@ -2,6 +2,9 @@
 
 #include "view/dequantize.h"
 #include "view/lora.h"
+#include "view/quantize.h"
+#include "meta/quantized.h"
+#include "util/error.h"
 
 namespace dcpctl {
 
@@ -14,6 +17,16 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     // The view is what is written, the selection already applied.
     m.own_ = lora_view(m.checkpoint(), m.selection_, rq.lora);
     m.selection_ = {};
+  }
+  if (!rq.quantize.scheme.empty()) {
+    // The map's outputs are parts of the tensors above (geometry the planner assembles), not a
+    // table a view can read yet: quantizing comes after the map, so the two do not go together.
+    if (!rq.map.empty())
+      throw UnsupportedError(Where(ck.dir), "--quantize with --map: dcpctl quantizes a checkpoint already in the output's names; map it first "
+                                            "(consolidate --map M -o DIR/), then quantize that folder (consolidate DIR/ --quantize ...)");
+    QuantizeRequest q = rq.quantize;
+    if (q.config.is_null()) q.config = checkpoint_config(m.checkpoint(), rq.assets).json;
+    m.own_ = quantized_view(m.checkpoint(), q);
   }
   if (!rq.map.empty()) {
     const Checkpoint& in = m.checkpoint();

@@ -3,6 +3,7 @@
 //   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
 //   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/dequantize.h)
 //   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora.h)
+//   quantize     --quantize fp8-block: Linear weights as FP8 blocks and their scales (view/quantize.h)
 //   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h)
 //   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
 //
@@ -21,6 +22,7 @@
 #include "meta/keymap.h"
 #include "meta/lora.h"
 #include "meta/select.h"
+#include "view/quantize.h"
 #include "util/dtype.h"
 
 namespace dcpctl {
@@ -30,6 +32,7 @@ struct ModelRequest {
   std::optional<DType> cast;                // --dtype: quantized weights are dequantized first
   std::string assets;                       // consolidate's --assets: where config.json is (the fp8 block size)
   LoraRequest lora;                         // --lora and its options
+  QuantizeRequest quantize;                 // --quantize (scheme "": none)
   std::string map, map_config, map_assets;  // --map NAME|FILE, --config FILE, --assets DIR
   std::string map_from;  // the side the map must map from (apply_key_map's `from`); "" : the input's
 };

@@ -197,4 +197,11 @@ std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::v
   return t;
 }
 
+std::string quantized_config(const std::string& config_text, const nlohmann::json& quantization) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(config_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return config_text;
+  j["quantization_config"] = nlohmann::ordered_json::parse(quantization.dump());
+  return j.dump(2) + "\n";
+}
+
 }  // namespace dcpctl

@@ -78,6 +78,11 @@ void copy_assets(const Assets& assets, const std::function<std::string(const std
 // which is what --dtype wrote. The text as given when it is not a JSON object.
 std::string config_with_dtype(const std::string& config_text, DType dtype);
 
+// config.json with `quantization_config` set to `quantization` (a quantized export,
+// view/quantize.h), the order of the other keys kept. The text as given when it is not a JSON
+// object.
+std::string quantized_config(const std::string& config_text, const nlohmann::json& quantization);
+
 // What config.json says of tied word embeddings against what the output holds: transformers
 // ties lm_head.weight to the input embeddings when `tie_word_embeddings` is true (its
 // save_pretrained leaves the key out, FSDP's state dict keeps it), and initialises a missing one

@@ -19,7 +19,10 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
                   {"lightning_meta", o.lightning_meta}};
   if (o.lora.mode != LoraMode::Keep)
     command["lora"] = {{"mode", static_cast<int>(o.lora.mode)}, {"name", o.lora.name}, {"select", o.selection.prefix}};
-  const Model model = build_model(ck, model_request(o, o.assets_from, o.lora));
+  ModelRequest rq = model_request(o, o.assets_from, o.lora);
+  rq.quantize = o.quantize;
+  if (!o.quantize.scheme.empty()) command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
+  const Model model = build_model(ck, rq);
   ConsolidateOptions opts = o;
   opts.selection = model.selection();
   target.map = model.map();

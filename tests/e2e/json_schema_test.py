@@ -100,8 +100,9 @@ OPTIONAL = {
     # map: only with --map, and a piece's tensor with it
     # dequantized: only with --dtype on block-scaled float8 weights
     # lora: only with --lora adapter or merge; its scale with merge
+    # quantized: only with --quantize
     "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
-                    "/lora", "/lora/scale"},
+                    "/lora", "/lora/scale", "/quantized"},
     "reshard": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
     "cast": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
@@ -426,6 +427,9 @@ def cases_for(p, work):
     add("consolidate", "consolidate --lora merge --dry-run",
         ["consolidate", fx("layouts", "peft_lora_variants", "ckpt"), "--lora", "merge", "--lora-name", "default", "--lora-alpha", "16",
          "-o", co("lora-dry/"), "--dry-run", "--json"])
+    add("consolidate", "consolidate --quantize fp8-block (a transformers folder)",
+        ["consolidate", fx("layouts", "hf_transformers", "ckpt"), "-o", co("fp8-quantized/"), "--quantize", "fp8-block",
+         "--quantize-block", "16x16", "--json", "-q"])
     add("consolidate", "consolidate an FP8 block-scaled folder to DIR/ --dtype bf16 (dequantized)",
         ["consolidate", fx("layouts", "hf_fp8_transformers", "ckpt"), "-o", co("fp8-hf/"), "--dtype", "bf16", "--json", "-q"])
     add("reshard", "reshard an FP8 block-scaled folder --dtype fp32 (dequantized)",

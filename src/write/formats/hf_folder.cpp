@@ -39,12 +39,18 @@ class HfFolder final : public SafetensorsFiles {
   void finish_folder(WriteJob& job) override {
     // --dtype: the config says the dtype written (write/assets.h); a dequantized export
     // (view/dequantize.h) is a plain model, and its config loses the quantization_config too.
+    // --quantize: the config gains the quantization_config the loaders read (view/quantize.h).
     std::function<std::string(const std::string&)> edit;
-    if (o_.cast) {
-      const Checkpoint& ck = job.request.ck;
-      const bool dequantized = ck.derived && ck.derived->output.value("dequantized", false);
-      edit = [dtype = *o_.cast, dequantized](const std::string& text) {
-        return config_with_dtype(dequantized ? dequantized_config(text, dtype) : text, dtype);
+    const Checkpoint& ck = job.request.ck;
+    const bool dequantized = ck.derived && ck.derived->output.value("dequantized", false);
+    const nlohmann::json quantization =
+        ck.derived && ck.derived->output.contains("quantization_config") ? ck.derived->output["quantization_config"] : nlohmann::json();
+    if (o_.cast || !quantization.is_null()) {
+      edit = [cast = o_.cast, dequantized, quantization](const std::string& text) {
+        std::string out = text;
+        if (cast) out = config_with_dtype(dequantized ? dequantized_config(out, *cast) : out, *cast);
+        if (!quantization.is_null()) out = quantized_config(out, quantization);
+        return out;
       };
     }
     copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());

@@ -1,0 +1,242 @@
+#include "view/quantize.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+
+#include "meta/derived.h"
+#include "meta/pieces.h"
+#include "meta/quantized.h"
+#include "util/error.h"
+#include "util/numeric.h"
+#include "view/kernels.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// Rows [a, b) of 2-D tensor `t` (as the table below has it) as float32, into `out` ((b - a) * cols).
+// A chunk that spans every column gives its rows as one byte range; another is read whole and the
+// part inside copied.
+void read_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t b, float* out) {
+  const int64_t cols = t.shape[1];
+  const size_t item = itemsize(*t.dtype);
+  std::vector<uint8_t> raw;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    const int64_t *off = t.chunk_offsets(c), *size = t.chunk_sizes(c);
+    const int64_t r0 = std::max(a, off[0]), r1 = std::min(b, off[0] + size[0]);
+    if (r0 >= r1 || size[1] == 0) continue;
+    if (off[1] == 0 && size[1] == cols) {
+      raw.resize(static_cast<size_t>((r1 - r0) * cols) * item);
+      below.read(t, c, static_cast<uint64_t>((r0 - off[0]) * cols) * item, raw.size(), raw.data());
+      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out + (r0 - a) * cols), static_cast<size_t>((r1 - r0) * cols));
+      continue;
+    }
+    raw.resize(t.chunk_numel(c) * item);
+    below.read(t, c, 0, raw.size(), raw.data());
+    std::vector<float> f(t.chunk_numel(c));
+    cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f.data()), f.size());
+    for (int64_t r = r0; r < r1; ++r)
+      std::memcpy(out + (r - a) * cols + off[1], f.data() + (r - off[0]) * size[1], static_cast<size_t>(size[1]) * 4);
+  }
+}
+
+uint64_t largest_chunk(const TensorMeta& t) {
+  uint64_t most = 0;
+  for (size_t c = 0; c < t.num_chunks(); ++c) most = std::max(most, t.chunk_numel(c));
+  return most;
+}
+
+// What reading rows [a, b) holds: their float32 values and their saved bytes, or a whole chunk and
+// its float32 copy when a chunk does not span every column.
+uint64_t rows_need(const TensorMeta& t, int64_t rows) {
+  const uint64_t n = static_cast<uint64_t>(rows * t.shape[1]), item = itemsize(*t.dtype);
+  return n * (4 + item) + largest_chunk(t) * (4 + item);
+}
+
+// A quantized weight: its chunk's fp8 bytes, from the rows of the whole blocks around it.
+class Fp8Weight final : public DerivedTensor {
+ public:
+  Fp8Weight(TensorMeta w, int64_t bm, int64_t bn) : w_(std::move(w)), bm_(bm), bn_(bn) {}
+  const TensorMeta& follows() const override { return w_; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const int64_t *off = w_.chunk_offsets(chunk), *size = w_.chunk_sizes(chunk);
+    const uint64_t bytes = w_.chunk_numel(chunk);  // one byte an element
+    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+    if (from > bytes || n > bytes - from)
+      throw FormatError(Where("", std::nullopt, w_.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
+                                                             std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+    if (n == 0) return;
+    const int64_t rows = w_.shape[0], cols = w_.shape[1];
+    const int64_t a = off[0] / bm_ * bm_, b = std::min(rows, (off[0] + size[0] + bm_ - 1) / bm_ * bm_);
+    std::vector<float> x(static_cast<size_t>((b - a) * cols));
+    read_rows(below, w_, a, b, x.data());
+    std::vector<float> scale(static_cast<size_t>(((b - a + bm_ - 1) / bm_) * ((cols + bn_ - 1) / bn_)));
+    fp8_block_scales(x.data(), b - a, cols, bm_, bn_, scale.data());
+    std::vector<uint8_t> own(from == 0 && n == bytes ? 0 : bytes);
+    uint8_t* q = own.empty() ? static_cast<uint8_t*>(dst) : own.data();
+    quantize_fp8_box(x.data(), cols, bm_, bn_, scale.data(), off[0] - a, off[0] - a + size[0], off[1], off[1] + size[1], q);
+    if (!own.empty()) std::memcpy(dst, own.data() + from, n);
+  }
+  uint64_t working_bytes(size_t chunk) const override {
+    const int64_t rows = w_.chunk_sizes(chunk)[0] + 2 * bm_;
+    return rows_need(w_, rows) + 2 * w_.chunk_numel(chunk);
+  }
+
+ private:
+  TensorMeta w_;
+  int64_t bm_, bn_;
+};
+
+// A quantized weight's weight_scale_inv, one chunk, computed a block row at a time.
+class Fp8ScaleInv final : public DerivedTensor {
+ public:
+  Fp8ScaleInv(TensorMeta w, int64_t bm, int64_t bn) : w_(std::move(w)), bm_(bm), bn_(bn) {}
+  const TensorMeta& follows() const override { return w_; }
+  void read(const TensorReads& below, size_t, uint64_t from, uint64_t n, void* dst) const override {
+    const int64_t rows = w_.shape[0], cols = w_.shape[1], cb = (cols + bn_ - 1) / bn_, rb = (rows + bm_ - 1) / bm_;
+    const uint64_t bytes = static_cast<uint64_t>(rb * cb) * 4;
+    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+    if (from > bytes || n > bytes - from)
+      throw FormatError(Where("", std::nullopt, w_.fqn + "_scale_inv"), "bytes [" + std::to_string(from) + ", +" + std::to_string(n) +
+                                                                            ") asked of a scale of " + std::to_string(bytes) + " bytes");
+    if (n == 0) return;
+    std::vector<float> inv(static_cast<size_t>(rb * cb)), x, scale(static_cast<size_t>(cb));
+    for (int64_t r = 0; r < rows; r += bm_) {
+      const int64_t b = std::min(rows, r + bm_);
+      x.resize(static_cast<size_t>((b - r) * cols));
+      read_rows(below, w_, r, b, x.data());
+      fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
+      fp8_inverse_scales(scale.data(), scale.size(), inv.data() + (r / bm_) * cb);
+    }
+    std::memcpy(dst, reinterpret_cast<const uint8_t*>(inv.data()) + from, n);
+  }
+  uint64_t working_bytes(size_t) const override {
+    const uint64_t cb = static_cast<uint64_t>((w_.shape[1] + bn_ - 1) / bn_), rb = static_cast<uint64_t>((w_.shape[0] + bm_ - 1) / bm_);
+    return rows_need(w_, bm_) + (rb + 1) * cb * 4;
+  }
+
+ private:
+  TensorMeta w_;
+  int64_t bm_, bn_;
+};
+
+}  // namespace
+
+std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {
+  for (const std::string& g : rq.skip)
+    if (fnmatch(g.c_str(), key.c_str(), 0) == 0) return "--quantize-skip '" + g + "'";
+  if (contains(key, "embed")) return "an embedding";
+  if (contains(key, "lm_head") || key == "output.weight" || contains(key, "output_layer.")) return "the output head";
+  if (contains(key, "norm")) return "a norm";
+  if (contains(key, "router") || contains(key, ".gate.weight") || key.rfind("gate.weight", 0) == 0) return "a router (MoE gate)";
+  if (contains(key, "e_score_correction_bias")) return "the router's score correction bias";
+  if (contains(key, "visual") || contains(key, "vision")) return "a vision tower";
+  static const std::regex mtp(R"((^|\.)(mtp|mtp_layers|nextn)(\.|$))");
+  if (std::regex_search(key, mtp)) return "an MTP block";
+  if (rq.config.is_object()) {
+    const json& c = rq.config.contains("text_config") && rq.config["text_config"].is_object() ? rq.config["text_config"] : rq.config;
+    if (c.contains("num_hidden_layers") && c["num_hidden_layers"].is_number_integer()) {
+      static const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
+      std::smatch m;
+      if (std::regex_search(key, m, layer) && std::stoll(m[2].str()) >= c["num_hidden_layers"].get<int64_t>())
+        return "an MTP block (layer " + m[2].str() + " past num_hidden_layers)";
+    }
+  }
+  return "";
+}
+
+Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
+  if (rq.scheme != "fp8-block")
+    throw UsageError(Where(), "--quantize " + rq.scheme + ": dcpctl quantizes to fp8-block (e4m3, one float32 scale per block)");
+  const int64_t bm = rq.block[0], bn = rq.block[1];
+  if (bm <= 0 || bn <= 0) throw UsageError(Where(), "--quantize-block: two positive integers, RxC (128x128)");
+  const Metadata& md = ck.md;
+  auto by_name = tensor_names(md);
+  Checkpoint view = ck;
+  std::shared_ptr<DerivedTable> table = table_over(ck.derived);
+  json kept = json::array(), keep_dtype = json::array(), not_convert = json::array();
+  std::vector<TensorMeta> tensors;
+  std::vector<std::pair<bool, uint32_t>> order;
+  std::vector<uint32_t> moved(md.tensors.size());
+  std::vector<std::pair<uint32_t, TensorMeta>> scales;  // after which new index
+  size_t quantized = 0;
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
+    const TensorMeta& t = md.tensors[i];
+    moved[i] = static_cast<uint32_t>(tensors.size());
+    tensors.push_back(t);
+    const bool weight = t.fqn.size() > 7 && t.fqn.compare(t.fqn.size() - 7, 7, ".weight") == 0;
+    if (!weight || t.ndim() != 2 || !t.dtype) continue;
+    if (is_float8(*t.dtype) || by_name.count(t.fqn + kScaleSuffix) || by_name.count(t.fqn.substr(0, t.fqn.size() - 7) + ".weight_scale_inv"))
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                             "--quantize on a weight that is already quantized (" + t.dtype_name +
+                                 "): give --dtype to dequantize the checkpoint first, or export it as it is");
+    if (!info(*t.dtype).floating) continue;
+    const std::string module = t.fqn.substr(0, t.fqn.size() - 7);
+    if (std::string why = fp8_kept_reason(t.fqn, rq); !why.empty()) {
+      kept.push_back({{"key", t.fqn}, {"reason", why}});
+      not_convert.push_back(module);
+      continue;
+    }
+    TensorMeta& q = tensors.back();
+    q.dtype = DType::Float8_E4M3FN;
+    q.dtype_name = torch_name(DType::Float8_E4M3FN);
+    table->tensors[t.fqn] = {std::make_shared<Fp8Weight>(t, bm, bn), ck.derived};
+    TensorMeta s;
+    s.fqn = module + ".weight_scale_inv";
+    s.dtype = DType::Float32;
+    s.dtype_name = torch_name(DType::Float32);
+    s.shape = {(t.shape[0] + bm - 1) / bm, (t.shape[1] + bn - 1) / bn};
+    s.chunk_dims = {0, 0, s.shape[0], s.shape[1]};
+    // A derived tensor's reads never touch its storage; the planner and the deal ask where its
+    // chunk lies: where its weight's first chunk does.
+    s.storage = {t.storage.at(0)};
+    table->tensors[s.fqn] = {std::make_shared<Fp8ScaleInv>(t, bm, bn), ck.derived};
+    keep_dtype.push_back(t.fqn);
+    keep_dtype.push_back(s.fqn);
+    if (md.has_planner_data)
+      if (auto p = md.planner_data.find(t.fqn); p != md.planner_data.end()) {
+        std::vector<PathElem> path = p->second;
+        if (!path.empty() && !path.back().is_index) path.back().key = "weight_scale_inv";
+        view.md.planner_data[s.fqn] = path;
+      }
+    scales.push_back({i, std::move(s)});
+    ++quantized;
+  }
+  // Each scale right after its weight, in the table and in the state_dict order.
+  std::vector<TensorMeta> out;
+  std::vector<uint32_t> index(md.tensors.size());
+  std::vector<int64_t> scale_at(md.tensors.size(), -1);
+  size_t si = 0;
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
+    index[i] = static_cast<uint32_t>(out.size());
+    out.push_back(std::move(tensors[moved[i]]));
+    if (si < scales.size() && scales[si].first == i) {
+      scale_at[i] = static_cast<int64_t>(out.size());
+      out.push_back(std::move(scales[si++].second));
+    }
+  }
+  for (const auto& [tensor, idx] : md.order) {
+    order.push_back({tensor, tensor ? index[idx] : idx});
+    if (tensor && scale_at[idx] >= 0) order.push_back({true, static_cast<uint32_t>(scale_at[idx])});
+  }
+  view.md.tensors = std::move(out);
+  view.md.order = std::move(order);
+  table->views["quantized"] = {{"scheme", rq.scheme}, {"block", {bm, bn}}, {"weights", quantized}, {"kept", kept}};
+  table->output["quantization_config"] = {{"quant_method", "fp8"},
+                                          {"fmt", "e4m3"},
+                                          {"activation_scheme", "dynamic"},
+                                          {"weight_block_size", {bm, bn}},
+                                          {"modules_to_not_convert", not_convert}};
+  table->output["keep_dtype"] = keep_dtype;
+  view.derived = std::move(table);
+  return view;
+}
+
+}  // namespace dcpctl

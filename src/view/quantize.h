@@ -1,0 +1,46 @@
+// The quantize view: an export's Linear weights written as FP8 blocks, as the serving stacks load
+// them (--quantize fp8-block).
+//
+// Each 2-D `X.weight` of a Linear layer becomes float8_e4m3fn `X.weight` (its chunks as the table
+// below has them) beside a new float32 `X.weight_scale_inv` [ceil(rows / bm), ceil(cols / bn)], one
+// per bm x bn block, computed with transformers 5.23's Fp8Quantize arithmetic (view/kernels.h) from
+// the weight as the table below has it (so after a LoRA merge). What the releases keep in their
+// dtype is kept: embeddings, lm_head, norms, biases (not 2-D), router / gate weights
+// (`mlp.gate.weight`, `router`), `e_score_correction_bias`, MTP blocks (`mtp`, and layers past
+// config.json's num_hidden_layers), vision towers; and what --quantize-skip GLOB names. The HF
+// folder's config.json gets the quantization_config transformers, vLLM and SGLang read
+// (quant_method fp8, fmt e4m3, activation_scheme dynamic, weight_block_size,
+// modules_to_not_convert: every 2-D weight left as it was).
+//
+// A quantized weight's chunk is read from the rows of whole blocks around it; its scale, whole,
+// block row by block row: memory is a block row of the weight in float32, never the checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/checkpoint.h"
+
+namespace dcpctl {
+
+struct QuantizeRequest {
+  std::string scheme;                // "fp8-block"
+  int64_t block[2] = {128, 128};     // --quantize-block RxC
+  std::vector<std::string> skip;     // --quantize-skip GLOB (fnmatch on the key)
+  nlohmann::json config;             // the model's config.json (null: none): num_hidden_layers
+};
+
+// Why key `key` of a 2-D floating tensor is not quantized ("" : it is), by the rules above.
+std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq);
+
+// The checkpoint with its Linear weights quantized. Its table's view "quantized" says {"scheme",
+// "block", "weights": n, "kept": [{"key", "reason"}]}; its output "quantization_config" is the
+// config.json object to write, and "keep_dtype" the keys --dtype must not cast (the fp8 weights
+// and their scales). UsageError (exit 2): an unknown scheme, a block not two positive integers;
+// UnsupportedError (exit 5) naming the key: a weight already quantized (float8 or with a scale).
+Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq);
+
+}  // namespace dcpctl
