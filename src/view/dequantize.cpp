@@ -180,6 +180,23 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   }
   MapConfig config = checkpoint_config(ck, assets);
   std::optional<std::pair<int64_t, int64_t>> block = configured_block(config);
+  // One-byte tensors are MXFP4 only when the config says so: a uint8 X_blocks beside X_scales is
+  // GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other scales, a
+  // model's own uint8 buffers) with those names would be dequantized into garbage.
+  if (!mx.empty()) {
+    const nlohmann::json* q = config.json.is_object() && config.json.contains("quantization_config") ? &config.json["quantization_config"] : nullptr;
+    const std::string method = q && q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
+                                   ? (*q)["quant_method"].get<std::string>()
+                                   : "";
+    if (method != "mxfp4")
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
+                             "uint8 blocks beside '" + md.tensors[mx[0].second].fqn +
+                                 "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " +
+                                 (config.json.is_null() ? "no config.json (" + config.path + ")"
+                                                        : config.path + " has quantization_config.quant_method " + (method.empty() ? "absent" : "'" + method + "'")) +
+                                 "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) with "
+                                 "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+  }
 
   Checkpoint view = ck;
   std::shared_ptr<DerivedTable> table = table_over(ck.derived);

@@ -244,6 +244,19 @@ def mxfp4_checks(dcpctl: str, tmp: Path) -> None:
         r = run(dcpctl, "consolidate", mx, "-o", f"{o}/", *extra)
         expect_rc(r, rc, f"MXFP4 with {' '.join(extra)}", "_blocks", *names)
         no_output(o, tmp, f"MXFP4 with {' '.join(extra)}")
+    # One-byte tensors are dequantized only when the config says MXFP4 (issue 48 item 4): the same
+    # folder with quantization_config removed, or naming another method, is refused naming the key
+    # and the config key that decides.
+    for label, edit in (("without quantization_config", lambda c: {k: v for k, v in c.items() if k != "quantization_config"}),
+                        ("with quant_method fp8", lambda c: {**c, "quantization_config": {"quant_method": "fp8"}})):
+        other = tmp / f"mx-config-{label.split()[-1]}"
+        resave(mx, other, lambda t: t)
+        cfg = json.loads((other / "config.json").read_text())
+        (other / "config.json").write_text(json.dumps(edit(cfg)))
+        o = tmp / "mx-guess.safetensors"
+        r = run(dcpctl, "consolidate", other, "-o", o, "--dtype", "bf16")
+        expect_rc(r, EXIT_UNSUPPORTED, f"MXFP4-shaped blocks {label}: not dequantized by guess", "_blocks", "quant_method")
+        no_output(o, tmp, f"MXFP4-shaped blocks {label}")
     bad = tmp / "mx-badscale"
     resave(mx, bad, lambda t: {**t, "model.layers.0.mlp.experts.down_proj_scales": t["model.layers.0.mlp.experts.down_proj_scales"][:, :8].clone()})
     r = run(dcpctl, "consolidate", bad, "-o", tmp / "mxb.safetensors", "--dtype", "bf16")
