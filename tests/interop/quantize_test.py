@@ -246,4 +246,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import shutil
+    try:
+        rc = main()
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+    sys.exit(rc)
