@@ -81,9 +81,9 @@ MAPS = {
     "inspect": {"/summary/dtypes"},
     "maps": {"/maps/[]/params", "/maps/[]/model"},  # model: keyed by the map's side names
     # a mapped write's dropped keys, each with its rule's reason
-    "consolidate": {"/map/drop_reasons"},
-    "reshard": {"/map/drop_reasons"},
-    "cast": {"/map/drop_reasons"},
+    "consolidate": {"/map/drop_reasons", "/map/params"},  # params: keyed by the map's parameter names
+    "reshard": {"/map/drop_reasons", "/map/params"},
+    "cast": {"/map/drop_reasons", "/map/params"},
     "verify": {"/checksums"},
     "ls": {"/checkpoints/[]/dtypes"},
 }
