@@ -82,13 +82,28 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
   m.params = j.value("params", json::object());
   if (!m.params.is_object()) bad_map(source, "\"params\" must be an object");
   for (const auto& [k, v] : m.params.items()) {
-    bool ok = v.is_object() && (v.contains("config") || v.contains("default"));
+    bool ok = v.is_object() && (v.contains("config") || v.contains("default") || v.contains("shape"));
+    for (const auto& [f, x] : ok ? v.items() : json::object().items()) ok = ok && (f == "config" || f == "default" || f == "shape");
     if (ok && v.contains("config")) {
       const json& c = v["config"];
       ok = c.is_string() || (c.is_array() && std::all_of(c.begin(), c.end(), [](const json& x) { return x.is_string(); }));
     }
     if (ok && v.contains("default")) ok = v["default"].is_string();
-    if (!ok) bad_map(source, "parameter " + k + ": {\"config\": key or [keys], \"default\": expression}");
+    if (!ok) bad_map(source, "parameter " + k + ": {\"config\": key or [keys], \"shape\": [...], \"default\": expression}");
+    // "shape": where the tensors carry the value when config.json lacks it (keymap_terms.h).
+    for (const auto& s : v.contains("shape") && v["shape"].is_array() ? v["shape"] : json::array()) {
+      bool fine = s.is_object() && s.contains("key") && s["key"].is_string() && (s.contains("dim") != s.contains("count")) && s.size() == 2;
+      if (fine && s.contains("dim")) fine = s["dim"].is_number_integer() && s["dim"].get<int64_t>() >= 0;
+      if (fine) {
+        Pattern p = Pattern::parse(s["key"].get<std::string>(), source);
+        fine = !p.has_offsets();
+        if (fine && s.contains("count"))
+          fine = s["count"].is_string() && std::find(p.names.begin(), p.names.end(), s["count"].get<std::string>()) != p.names.end();
+      }
+      if (!fine) bad_map(source, "parameter " + k + ": each of \"shape\" is {\"key\": pattern, \"dim\": n} or {\"key\": pattern, \"count\": placeholder}");
+    }
+    if (v.contains("shape") && (!v["shape"].is_array() || v["shape"].empty()))
+      bad_map(source, "parameter " + k + ": \"shape\" is a non-empty list");
   }
   if (!j.contains("rules") || !j["rules"].is_array() || j["rules"].empty()) bad_map(source, "\"rules\" must be a non-empty list");
   for (size_t i = 0; i < j["rules"].size(); ++i) {
@@ -129,8 +144,26 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     }
     if (!rule.rope.is_null() && !(rule.rope.is_object() && rule.rope.contains("heads") && rule.rope.contains("head_dim")))
       bad_map(source, where + ": \"rope\" is {\"heads\": expr, \"head_dim\": expr}");
-    if (!rule.experts.is_null() && !(rule.experts.is_object() && rule.experts.contains("count") && rule.experts["count"].is_string()))
-      bad_map(source, where + ": \"experts\" / \"stack\" is {\"dim\": n, \"count\": expr}");
+    if (!rule.experts.is_null() && !(rule.experts.is_object() && rule.experts.contains("count") && rule.experts["count"].is_string()) &&
+        !rule.experts.is_array())
+      bad_map(source, where + ": \"experts\" / \"stack\" is {\"dim\": n, \"count\": expr}, or a list of {\"dim\", \"count\", \"index\"}");
+    // A stack over several axes (Megatron's experts [L, E, ...]): each axis names the placeholder
+    // that indexes it; the axes are consecutive dimensions, in order.
+    if (rule.experts.is_array()) {
+      bool ok = !rule.experts.empty();
+      int64_t next = -1;
+      for (const auto& a : rule.experts) {
+        ok = ok && a.is_object() && a.size() == 3 && a.contains("dim") && a["dim"].is_number_integer() && a.contains("count") &&
+             a["count"].is_string() && a.contains("index") && a["index"].is_string();
+        if (!ok) break;
+        const int64_t d = a["dim"].get<int64_t>();
+        ok = d >= 0 && (next < 0 || d == next);
+        next = d + 1;
+      }
+      if (!ok)
+        bad_map(source, where + ": a stack over several axes is a list of {\"dim\": n, \"count\": expr, \"index\": placeholder}, on consecutive dims in order");
+      if (rule.experts.size() == 1) rule.experts = rule.experts[0];
+    }
     if (!rule.experts.is_null() && (rule.side[0].empty() || rule.side[1].empty()))
       bad_map(source, where + ": \"experts\" / \"stack\" needs both sides");
     if (!rule.experts.is_null() && list)
@@ -210,6 +243,7 @@ json MappedModel::describe() const {
   j["model"] = model.empty() ? json() : json(model);
   j["config"] = config.empty() ? json() : json(config);
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");
+  j["params"] = params.is_null() ? json::object() : params;
   return j;
 }
 

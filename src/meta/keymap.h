@@ -124,7 +124,8 @@ std::string read_text(const std::string& path);
 // One part of an output tensor: box `from` of saved tensor `tensor`, placed at `to` in the output.
 // `drop`: dimension of `from` (of size 1) that the output lacks (an expert taken out of a stack);
 // `add`: dimension of the output (of size 1 in this part) that the saved tensor lacks (an expert
-// stacked). `rows`: a dim-0 permutation: the part's output row i comes from its saved row rows[i]
+// stacked); `units` of them, consecutive from there (a part of a stack over two axes, Megatron's
+// experts [L, E, ...]: two). `rows`: a dim-0 permutation: the part's output row i comes from its saved row rows[i]
 // (relative to the box); null: in order. `transpose`: the part lands with its last two dims
 // swapped (its output region is `to` + `from.sizes` with the last two swapped; no drop, add or rows).
 struct MapPart {
@@ -132,6 +133,7 @@ struct MapPart {
   Box from;
   std::vector<int64_t> to;
   int drop = -1, add = -1;
+  int units = 1;
   std::shared_ptr<const std::vector<int64_t>> rows;
   bool transpose = false;
 };
@@ -165,6 +167,9 @@ struct MappedModel {
   std::vector<std::string> excluded;  // keys --exclude left out (set by the caller: excluded_keys)
   std::string tied;                   // a config with tie_word_embeddings: what it says, else empty
   std::string config;                 // the config.json the parameters came from ("" if none needed)
+  // Each parameter the rules used: name -> {"value", "from"}: config.json's key (or the alias
+  // transformers reads it through, or text_config's), the tensors' shapes, or the map's default.
+  nlohmann::json params = nlohmann::json::object();
   nlohmann::json describe() const;    // the `map` object of --json
 };
 

@@ -52,9 +52,13 @@ class MapBuilder {
 
   MappedModel build() {
     out_.name = map_.name;
-    choose_direction();
     for (const auto& it : items_)
-      if (it.tensor) by_key_.emplace(it.key, it.index);
+      if (it.tensor) {
+        by_key_.emplace(it.key, it.index);
+        shapes_.emplace_back(it.key, tensor(it.index).shape);
+      }
+    params_.set_shapes(&shapes_);
+    choose_direction();
     for (const auto& it : items_) {
       if (!it.tensor) {
         out_.left_out.push_back(it.key);
@@ -205,21 +209,20 @@ class MapBuilder {
     const TensorMeta& t = tensor(m.item.index);
     std::optional<Experts> e;
     if (!rule.experts.is_null()) e = experts(m);
-    if (e && (e->dim < 0 || e->dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(e->dim)] != e->count))
-      shape_error(m.item.key, "dimension " + std::to_string(e->dim) + " of shape " + whole_box(t).text() + " is not the " + std::to_string(e->count) + " stacked entries");
-    const int64_t dim = rule.dim, entry_rank = static_cast<int64_t>(t.ndim()) - (e ? 1 : 0);
+    if (e && !stack_fits(t, *e)) shape_error(m.item.key, "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(*e));
+    const int64_t dim = rule.dim, entry_rank = static_cast<int64_t>(t.ndim()) - (e ? e->units() : 0);
     if (dim < 0 || dim >= entry_rank) shape_error(m.item.key, "split dimension " + std::to_string(dim) + " out of range");
-    const int64_t sdim = e && e->dim <= dim ? dim + 1 : dim;  // `dim` in the saved tensor
+    const int64_t sdim = e && e->dim <= dim ? dim + e->units() : dim;  // `dim` in the saved tensor
     Layout l = layout(m, rule.side[to_], m.item.key);
     if (l.total != t.shape[static_cast<size_t>(sdim)])
       shape_error(m.item.key, "its parts' sizes sum to " + std::to_string(l.total) + ", dimension " + std::to_string(dim) + " is " +
                                   std::to_string(t.shape[static_cast<size_t>(sdim)]));
     for (int64_t x = 0; x < (e ? e->count : 1); ++x) {
       auto vals = m.vals;
-      if (e) vals[e->name] = std::to_string(x);
+      if (e) e->set(vals, x);
       for (size_t k = 0; k < rule.side[to_].size(); ++k) {
         std::vector<int64_t> shape = t.shape;
-        if (e) shape.erase(shape.begin() + e->dim);
+        if (e) shape.erase(shape.begin() + e->dim, shape.begin() + e->dim + e->units());
         shape[static_cast<size_t>(dim)] = l.size[k];
         shape = transposed(shape, rule, m.item.key);
         MappedTensor mt = new_tensor(to_pat(m.rule, k).fill(vals, &params_), shape, t, m.rule);
@@ -232,9 +235,12 @@ class MapBuilder {
           part.to[static_cast<size_t>(dim)] = g * share;  // g is 0 when transposed (no groups)
           part.transpose = rule.transpose;
           if (e) {
-            part.from.offsets[static_cast<size_t>(e->dim)] = x;
-            part.from.sizes[static_cast<size_t>(e->dim)] = 1;
+            for (size_t a = 0; a < e->axes.size(); ++a) {
+              part.from.offsets[static_cast<size_t>(e->axes[a].dim)] = e->coord(a, x);
+              part.from.sizes[static_cast<size_t>(e->axes[a].dim)] = 1;
+            }
             part.drop = static_cast<int>(e->dim);
+            part.units = e->units();
           }
           if (!rule.side[to_][k].rope.is_null()) {
             if (dim != 0) shape_error(m.item.key, "RoPE rows of a part split along dimension " + std::to_string(dim));
@@ -261,12 +267,12 @@ class MapBuilder {
     std::optional<Experts> e;
     if (!rule.experts.is_null()) e = experts(m);
     auto base = m.vals;
-    if (e) base.erase(e->name);
+    if (e) e->erase(base);
     const int64_t count = e ? e->count : 1;
     std::vector<std::string> keys;  // entry by entry, part by part
     for (int64_t x = 0; x < count; ++x) {
       auto vals = base;
-      if (e) vals[e->name] = std::to_string(x);
+      if (e) e->set(vals, x);
       for (const auto& p : fp) keys.push_back(p.fill(vals, &params_));
     }
     const std::string output = to_pat(m.rule, 0).fill(base, &params_);
@@ -295,9 +301,9 @@ class MapBuilder {
     shape[static_cast<size_t>(dim)] = l.total;
     if (e) {
       if (e->dim < 0 || e->dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "stack dimension out of range");
-      shape.insert(shape.begin() + e->dim, count);
+      for (auto a = e->axes.rbegin(); a != e->axes.rend(); ++a) shape.insert(shape.begin() + e->dim, a->count);
     }
-    const int64_t odim = e && e->dim <= dim ? dim + 1 : dim;  // `dim` in the output
+    const int64_t odim = e && e->dim <= dim ? dim + e->units() : dim;  // `dim` in the output
     MappedTensor mt = new_tensor(output, shape, tensor(parts[0]), m.rule);
     mt.transforms = {"join"};
     if (e) mt.transforms.push_back("stack");
@@ -313,8 +319,9 @@ class MapBuilder {
         part.to[static_cast<size_t>(odim)] = g * l.stride + l.at[k];
         part.transpose = rule.transpose;
         if (e) {
-          part.to[static_cast<size_t>(e->dim)] = x;
+          for (size_t a = 0; a < e->axes.size(); ++a) part.to[static_cast<size_t>(e->axes[a].dim)] = e->coord(a, x);
           part.add = static_cast<int>(e->dim);
+          part.units = e->units();
         }
         if (!rule.side[from_][k].rope.is_null()) {
           if (dim != 0) shape_error(keys[i], "RoPE rows of a part joined along dimension " + std::to_string(dim));
@@ -332,19 +339,24 @@ class MapBuilder {
   void unstack(const Match& m) {
     const TensorMeta& t = tensor(m.item.index);
     Experts e = experts(m);
-    if (e.dim < 0 || e.dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(e.dim)] != e.count)
-      shape_error(m.item.key, "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() + " is not the " + std::to_string(e.count) + " experts");
+    if (!stack_fits(t, e))
+      shape_error(m.item.key, e.units() == 1 ? "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() + " is not the " +
+                                                   std::to_string(e.count) + " experts"
+                                             : "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(e));
     for (int64_t x = 0; x < e.count; ++x) {
       auto v = m.vals;
-      v[e.name] = std::to_string(x);
+      e.set(v, x);
       std::vector<int64_t> shape = t.shape;
-      shape.erase(shape.begin() + e.dim);
+      shape.erase(shape.begin() + e.dim, shape.begin() + e.dim + e.units());
       MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v, &params_), shape, t, m.rule);
       MapPart part = whole_part(m.item.index);
-      part.from.offsets[static_cast<size_t>(e.dim)] = x;
-      part.from.sizes[static_cast<size_t>(e.dim)] = 1;
+      for (size_t a = 0; a < e.axes.size(); ++a) {
+        part.from.offsets[static_cast<size_t>(e.axes[a].dim)] = e.coord(a, x);
+        part.from.sizes[static_cast<size_t>(e.axes[a].dim)] = 1;
+      }
       part.to.assign(shape.size(), 0);
       part.drop = static_cast<int>(e.dim);
+      part.units = e.units();
       mt.parts.push_back(part);
       mt.transforms = {"unstack"};
       mt.inputs.push_back(m.item.key);
@@ -358,9 +370,11 @@ class MapBuilder {
     const TensorMeta& t = tensor(m.item.index);
     Experts e = experts(m);
     std::vector<std::string> keys;
+    auto base = m.vals;
+    e.erase(base);
     for (int64_t x = 0; x < e.count; ++x) {
-      auto v = m.vals;
-      v[e.name] = std::to_string(x);
+      auto v = base;
+      e.set(v, x);
       keys.push_back(pats_[from_][m.rule][0].fill(v, &params_));
     }
     std::vector<uint32_t> parts = gather(keys, to_pat(m.rule, 0).fill(m.vals, &params_));
@@ -369,18 +383,17 @@ class MapBuilder {
     if (parts.empty()) return;
     std::vector<int64_t> shape = t.shape;
     if (e.dim < 0 || e.dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "experts dimension out of range");
-    shape.insert(shape.begin() + e.dim, e.count);
-    auto v = m.vals;
-    v.erase(e.name);
-    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v, &params_), shape, t, m.rule);
+    for (auto a = e.axes.rbegin(); a != e.axes.rend(); ++a) shape.insert(shape.begin() + e.dim, a->count);
+    MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(base, &params_), shape, t, m.rule);
     for (int64_t x = 0; x < e.count; ++x) {
       const TensorMeta& pe = tensor(parts[static_cast<size_t>(x)]);
       if (pe.shape != t.shape || pe.dtype_name != t.dtype_name)
         shape_error(keys[static_cast<size_t>(x)], "experts of one stack differ in shape or dtype from " + keys[0]);
       MapPart part = whole_part(parts[static_cast<size_t>(x)]);
       part.to.assign(shape.size(), 0);
-      part.to[static_cast<size_t>(e.dim)] = x;
+      for (size_t a = 0; a < e.axes.size(); ++a) part.to[static_cast<size_t>(e.axes[a].dim)] = e.coord(a, x);
       part.add = static_cast<int>(e.dim);
+      part.units = e.units();
       mt.parts.push_back(part);
       mt.transforms = {"stack"};
       mt.inputs.push_back(keys[static_cast<size_t>(x)]);
@@ -429,23 +442,68 @@ class MapBuilder {
   bool stacked_is_from(const KeyMap::Rule& r) const {
     return Pattern::parse(r.side[from_][0].pattern, map_.source).names.size() < Pattern::parse(r.side[to_][0].pattern, map_.source).names.size();
   }
-  struct Experts {
+  // A stack's axes: one (experts, or layers), or several on consecutive dimensions (Megatron's
+  // experts [L, E, ...]). Its entries are numbered row-major over the axes.
+  struct Axis {
     int64_t dim, count;
-    std::string name;  // the expert's placeholder
+    std::string name;  // the placeholder indexing it
+  };
+  struct Experts {
+    std::vector<Axis> axes;
+    int64_t dim = 0, count = 1;  // the first axis's dimension; entries (the product of the counts)
+    int units() const { return static_cast<int>(axes.size()); }
+    // Entry x's placeholder values.
+    void set(std::map<std::string, std::string>& vals, int64_t x) const {
+      for (size_t i = axes.size(); i-- > 0;) {
+        vals[axes[i].name] = std::to_string(x % axes[i].count);
+        x /= axes[i].count;
+      }
+    }
+    void erase(std::map<std::string, std::string>& vals) const {
+      for (const auto& a : axes) vals.erase(a.name);
+    }
+    // Entry x's coordinate on axis i.
+    int64_t coord(size_t i, int64_t x) const {
+      for (size_t k = axes.size(); k-- > i + 1;) x /= axes[k].count;
+      return x % axes[i].count;
+    }
   };
   Experts experts(const Match& m) {
     const KeyMap::Rule& rule = map_.rules[m.rule];
-    Experts e;
-    e.dim = rule.experts.value("dim", int64_t{0});
-    e.count = params_.eval(rule.experts["count"].get<std::string>(), "the experts of " + m.item.key + " (" + rule_name(m.rule) + ")");
     const bool from_stacked = stacked_is_from(rule);
     const Pattern& per = from_stacked ? to_pat(m.rule, 0) : pats_[from_][m.rule][0];
     const Pattern& stacked = from_stacked ? pats_[from_][m.rule][0] : to_pat(m.rule, 0);
+    std::vector<std::string> extra;  // the per-entry side's placeholders the stacked side lacks
     for (const auto& n : per.names)
-      if (std::find(stacked.names.begin(), stacked.names.end(), n) == stacked.names.end()) e.name = n;
-    if (e.name.empty() || per.names.size() != stacked.names.size() + 1)
-      bad_map(map_.source, rule_name(m.rule) + ": \"experts\" needs exactly one placeholder more on the per-expert side (the expert)");
+      if (std::find(stacked.names.begin(), stacked.names.end(), n) == stacked.names.end()) extra.push_back(n);
+    const json axes = rule.experts.is_array() ? rule.experts : json::array({rule.experts});
+    Experts e;
+    for (const auto& a : axes) {
+      Axis x;
+      x.dim = a.value("dim", int64_t{0});
+      x.count = params_.eval(a["count"].get<std::string>(), "the stack of " + m.item.key + " (" + rule_name(m.rule) + ")");
+      x.name = a.contains("index") ? a["index"].get<std::string>() : extra.size() == 1 ? extra[0] : "";
+      if (x.name.empty() || std::find(extra.begin(), extra.end(), x.name) == extra.end())
+        bad_map(map_.source, rule_name(m.rule) + ": each axis of a stack is indexed by a placeholder the per-entry side has and the stacked side lacks");
+      if (x.count <= 0) shape_error(m.item.key, "a stack of " + std::to_string(x.count) + " entries");
+      e.count *= x.count;
+      e.axes.push_back(x);
+    }
+    if (extra.size() != e.axes.size() || per.names.size() != stacked.names.size() + e.axes.size())
+      bad_map(map_.source, rule_name(m.rule) + ": \"experts\" / \"stack\" needs exactly one placeholder more on the per-entry side per axis");
+    e.dim = e.axes[0].dim;
     return e;
+  }
+  // Whether stacked tensor `t` has the stack's axes.
+  bool stack_fits(const TensorMeta& t, const Experts& e) const {
+    for (const auto& a : e.axes)
+      if (a.dim < 0 || a.dim >= static_cast<int64_t>(t.ndim()) || t.shape[static_cast<size_t>(a.dim)] != a.count) return false;
+    return true;
+  }
+  std::string stack_text(const Experts& e) const {
+    std::string s;
+    for (const auto& a : e.axes) s += (s.empty() ? "" : " x ") + std::to_string(a.count) + " (dimension " + std::to_string(a.dim) + ")";
+    return s;
   }
 
   // The saved tensors of `keys`, in order; empty (and `output` reported missing, naming the
@@ -551,6 +609,7 @@ class MapBuilder {
       if (!seen.insert(mt.meta.fqn).second)
         throw UsageError(Where(md_.source, std::nullopt, mt.meta.fqn), "map " + map_.name + " makes this key twice (two rules, or a pattern matching two inputs)");
     if (params_.used_config()) out_.config = config_.path;
+    out_.params = params_.sources();
     if (map_.has_model) out_.model = map_.model[from_];
     std::set<std::string> inputs;
     for (const auto& mt : out_.tensors) inputs.insert(mt.inputs.begin(), mt.inputs.end());
@@ -570,6 +629,7 @@ class MapBuilder {
   std::vector<std::vector<Pattern>> pats_[2];  // per side, per rule: its patterns
   std::vector<Kind> kinds_;                    // per rule, in this direction
   std::unordered_map<std::string, uint32_t> by_key_;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes_;  // the input's tensors, for parameters read from shapes
   std::set<std::string> used_;
   std::set<std::string> unmatched_;  // tensor keys no rule's pattern matches
   MappedModel out_;

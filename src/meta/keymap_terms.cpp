@@ -170,6 +170,7 @@ int64_t Params::name(const std::string& n, const std::string& why) {
     ~Leave() { active.erase(n); }
   } leave{active_, n};
   int64_t v;
+  std::string from;
   if (map_.params.contains(n)) {
     const json& spec = map_.params[n];
     std::vector<std::string> keys;
@@ -180,18 +181,25 @@ int64_t Params::name(const std::string& n, const std::string& why) {
     std::optional<int64_t> found;
     for (const auto& k : keys)
       if ((found = config_int(k))) break;
-    if (!found && spec.contains("default")) found = eval(spec["default"].get<std::string>(), why);
+    if (!found && spec.contains("shape")) found = shape_int(spec["shape"]);
+    if (found) from = from_;
+    if (!found && spec.contains("default")) {
+      found = eval(spec["default"].get<std::string>(), why);
+      from = "the default " + spec["default"].get<std::string>();
+    }
     if (!found) {
       std::string list;
       for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+      if (spec.contains("shape")) list += std::string(list.empty() ? "" : ", ") + "nor the tensors its \"shape\" names";
       throw UsageError(Where(config_.path), "map " + map_.name + " needs parameter " + n + " (" + why + "): " +
                                                 (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
-                                                                        : "config.json has none of " + list) +
+                                                                        : "config.json has none of " + list + " (nor an alias transformers gives them)") +
                                                 "; give --config FILE or --assets DIR");
     }
     v = *found;
   } else if (auto c = config_int(n)) {
     v = *c;
+    from = from_;
   } else {
     throw UsageError(Where(config_.path), "map " + map_.name + " needs " + n + " (" + why + "): " +
                                               (config_.json.is_null() ? "no config.json was found (" + config_.path + ")"
@@ -199,30 +207,97 @@ int64_t Params::name(const std::string& n, const std::string& why) {
                                               "; give --config FILE or --assets DIR");
   }
   values_[n] = v;
+  sources_[n] = {{"value", v}, {"from", from}};
   return v;
+}
+
+namespace {
+
+// `k` as written in `obj`, else as a dotted path into nested objects.
+const json* lookup(const json& obj, const std::string& k) {
+  if (!obj.is_object()) return nullptr;
+  if (obj.contains(k)) return &obj[k];
+  if (k.find('.') == std::string::npos) return nullptr;
+  const json* v = &obj;
+  for (size_t at = 0; v;) {
+    size_t dot = k.find('.', at);
+    std::string name = k.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    v = v->is_object() && v->contains(name) ? &(*v)[name] : nullptr;
+    if (dot == std::string::npos) break;
+    at = dot + 1;
+  }
+  return v;
+}
+
+}  // namespace
+
+// The built-in table's text (src/meta/config_aliases.json, compiled in by CMake).
+std::string config_aliases_text();
+
+const json& config_aliases(const std::string& model_type) {
+  static const json table = [] {
+    json j = json::parse(config_aliases_text(), nullptr, false);
+    return j.is_object() && j.contains("attribute_map") ? j["attribute_map"] : json::object();
+  }();
+  static const json none;
+  auto it = table.find(model_type);
+  return it == table.end() ? none : *it;
 }
 
 std::optional<int64_t> Params::config_int(const std::string& k) {
   if (!config_.json.is_object()) return std::nullopt;
-  // A key as written, else a dotted path into nested objects: a multimodal release's config.json
-  // keeps the language model's numbers under text_config (Qwen 3.5, Kimi K2.5).
-  const json* v = nullptr;
-  if (config_.json.contains(k)) {
-    v = &config_.json[k];
-  } else if (k.find('.') != std::string::npos) {
-    v = &config_.json;
-    for (size_t at = 0; v;) {
-      size_t dot = k.find('.', at);
-      std::string name = k.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
-      v = v->is_object() && v->contains(name) ? &(*v)[name] : nullptr;
-      if (dot == std::string::npos) break;
-      at = dot + 1;
+  // In one config object: as written, else through its model_type's attribute_map both ways.
+  auto in = [&](const json& obj, const std::string& prefix) -> std::optional<int64_t> {
+    auto found = [&](const json* v, const std::string& as, const std::string& note) -> std::optional<int64_t> {
+      if (!v || !v->is_number_integer()) return std::nullopt;
+      from_ = "config.json " + prefix + as + note;
+      return v->get<int64_t>();
+    };
+    if (auto r = found(lookup(obj, k), k, "")) return r;
+    const std::string type = obj.contains("model_type") && obj["model_type"].is_string() ? obj["model_type"].get<std::string>() : "";
+    const json& amap = config_aliases(type);
+    if (!amap.is_object()) return std::nullopt;
+    const std::string note = " (transformers' attribute_map of " + type + ": " + k + " is ";
+    if (amap.contains(k) && amap[k].is_string())
+      if (auto r = found(lookup(obj, amap[k].get<std::string>()), amap[k].get<std::string>(), note + "an alias of it)")) return r;
+    for (const auto& [alias, real] : amap.items())
+      if (real == k)
+        if (auto r = found(lookup(obj, alias), alias, note + "what it aliases)")) return r;
+    return std::nullopt;
+  };
+  std::optional<int64_t> r = in(config_.json, "");
+  // A multimodal release keeps the language model's numbers under text_config.
+  if (!r && k.find('.') == std::string::npos && config_.json.contains("text_config") && config_.json["text_config"].is_object())
+    r = in(config_.json["text_config"], "text_config.");
+  if (r) used_config_ = true;
+  return r;
+}
+
+std::optional<int64_t> Params::shape_int(const json& spec) {
+  if (!shapes_) return std::nullopt;
+  for (const auto& s : spec) {
+    Pattern p = Pattern::parse(s["key"].get<std::string>(), map_.source);
+    std::optional<int64_t> best;
+    std::string seen;
+    for (const auto& [key, shape] : *shapes_) {
+      std::map<std::string, std::string> vals;
+      if (!p.match(key, vals)) continue;
+      if (s.contains("dim")) {
+        const int64_t d = s["dim"].get<int64_t>();
+        if (d < 0 || d >= static_cast<int64_t>(shape.size())) continue;
+        from_ = "dimension " + std::to_string(d) + " of " + key + " (config.json lacks it)";
+        return shape[static_cast<size_t>(d)];
+      }
+      const int64_t v = std::stoll(vals[s["count"].get<std::string>()]) + 1;
+      if (!best || v > *best) best = v, seen = key;
+    }
+    if (best) {
+      from_ = "the keys " + s["key"].get<std::string>() + " ({" + s["count"].get<std::string>() + "} up to " + std::to_string(*best - 1) +
+              ", config.json lacks it)";
+      return best;
     }
   }
-  if (!v || !v->is_number_integer()) return std::nullopt;
-  const json& found = *v;
-  used_config_ = true;
-  return found.get<int64_t>();
+  return std::nullopt;
 }
 
 }  // namespace dcpctl

@@ -188,16 +188,17 @@ std::optional<uint64_t> run_in(const Box& in, const Box& b, size_t item) {
 
 namespace {
 
-Box with_unit(const Box& b, int dim, int64_t offset) {
+// `units` unit dimensions inserted at `dim` (offset `offset`), or taken out from there.
+Box with_unit(const Box& b, int dim, int64_t offset, int units = 1) {
   Box o = b;
-  o.offsets.insert(o.offsets.begin() + dim, offset);
-  o.sizes.insert(o.sizes.begin() + dim, 1);
+  o.offsets.insert(o.offsets.begin() + dim, static_cast<size_t>(units), offset);
+  o.sizes.insert(o.sizes.begin() + dim, static_cast<size_t>(units), 1);
   return o;
 }
-Box without(const Box& b, int dim) {
+Box without(const Box& b, int dim, int units = 1) {
   Box o = b;
-  o.offsets.erase(o.offsets.begin() + dim);
-  o.sizes.erase(o.sizes.begin() + dim);
+  o.offsets.erase(o.offsets.begin() + dim, o.offsets.begin() + dim + units);
+  o.sizes.erase(o.sizes.begin() + dim, o.sizes.begin() + dim + units);
   return o;
 }
 Box shifted(Box b, const std::vector<int64_t>& by, int sign) {
@@ -207,14 +208,15 @@ Box shifted(Box b, const std::vector<int64_t>& by, int sign) {
 
 // The pieces of region `s` of saved tensor `t` (its coordinates), which lands at `d` of the output
 // (the output's coordinates; `s` and `d` hold the same elements in the same order, with a unit
-// dimension `drop` of `s` or `add` of `d` the other lacks), inside target box `target`.
-void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, int add, const Box& target, size_t item,
+// dimension `drop` of `s` or `add` of `d` the other lacks, `units` of them from there), inside
+// target box `target`.
+void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, int add, int units, const Box& target, size_t item,
                    std::vector<Piece>& out) {
   // The big frame: the one with a dimension more, else the saved tensor's. shift takes a box of
   // the saved tensor there (after its unit dimension is added) to the output's (likewise).
   const bool out_frame = add >= 0;
-  Box s_big = out_frame ? with_unit(s, add, 0) : s;
-  Box d_big = drop >= 0 ? with_unit(d, drop, 0) : d;
+  Box s_big = out_frame ? with_unit(s, add, 0, units) : s;
+  Box d_big = drop >= 0 ? with_unit(d, drop, 0, units) : d;
   std::vector<int64_t> shift(s_big.offsets.size());
   for (size_t k = 0; k < shift.size(); ++k) shift[k] = d_big.offsets[k] - s_big.offsets[k];
   for (size_t c = 0; c < t.num_chunks(); ++c) {
@@ -225,8 +227,8 @@ void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, in
     p.chunk = static_cast<uint32_t>(c);
     p.bytes = p.in.numel() * item;
     // The region in the output's coordinates.
-    Box r_big = shifted(out_frame ? with_unit(p.in, add, 0) : p.in, shift, 1);
-    Box rd = drop >= 0 ? without(r_big, drop) : r_big;
+    Box r_big = shifted(out_frame ? with_unit(p.in, add, 0, units) : p.in, shift, 1);
+    Box rd = drop >= 0 ? without(r_big, drop, units) : r_big;
     std::optional<uint64_t> from = run_in(p.in, cb, item), to = run_in(rd, target, item);
     if (from && to) {
       p.run = true;
@@ -236,12 +238,12 @@ void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, in
       auto f = std::make_shared<PieceFrames>();
       if (out_frame) {
         f->in = r_big;
-        f->chunk = shifted(with_unit(cb, add, 0), shift, 1);
+        f->chunk = shifted(with_unit(cb, add, 0, units), shift, 1);
         f->box = target;
       } else {
         f->in = p.in;
         f->chunk = cb;
-        f->box = shifted(drop >= 0 ? with_unit(target, drop, 0) : target, shift, -1);
+        f->box = shifted(drop >= 0 ? with_unit(target, drop, 0, units) : target, shift, -1);
       }
       p.frames = std::move(f);
     }
@@ -300,24 +302,25 @@ std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt
     Box d;
     d.offsets = part.to;
     d.sizes = part.from.sizes;
-    if (part.drop >= 0) d.sizes.erase(d.sizes.begin() + part.drop);
-    if (part.add >= 0) d.sizes.insert(d.sizes.begin() + part.add, 1);
+    const int units = part.units;
+    if (part.drop >= 0) d.sizes.erase(d.sizes.begin() + part.drop, d.sizes.begin() + part.drop + units);
+    if (part.add >= 0) d.sizes.insert(d.sizes.begin() + part.add, static_cast<size_t>(units), 1);
     Box in;
     if (!intersect(d, target, in)) continue;
     // The same elements in the saved tensor.
     auto to_saved = [&](const Box& b) {
-      Box o = part.add >= 0 ? without(b, part.add) : b;
+      Box o = part.add >= 0 ? without(b, part.add, units) : b;
       std::vector<int64_t> to = part.to;
-      if (part.add >= 0) to.erase(to.begin() + part.add);
+      if (part.add >= 0) to.erase(to.begin() + part.add, to.begin() + part.add + units);
       if (part.drop >= 0) {
-        o = with_unit(o, part.drop, 0);
-        to.insert(to.begin() + part.drop, 0);
+        o = with_unit(o, part.drop, 0, units);
+        to.insert(to.begin() + part.drop, static_cast<size_t>(units), 0);
       }
       for (size_t k = 0; k < o.offsets.size(); ++k) o.offsets[k] += part.from.offsets[k] - to[k];
       return o;
     };
     if (!part.rows) {
-      region_pieces(t, to_saved(in), in, part.drop, part.add, target, item, out);
+      region_pieces(t, to_saved(in), in, part.drop, part.add, units, target, item, out);
       continue;
     }
     // Reordered rows: each output row from its saved row.
@@ -327,7 +330,7 @@ std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt
       row.sizes[0] = 1;
       Box s = to_saved(row);
       s.offsets[0] = part.from.offsets[0] + (*part.rows)[static_cast<size_t>(r - part.to[0])];
-      region_pieces(t, s, row, part.drop, part.add, target, item, out);
+      region_pieces(t, s, row, part.drop, part.add, units, target, item, out);
     }
   }
   return out;

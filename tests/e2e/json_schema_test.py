@@ -81,9 +81,9 @@ MAPS = {
     "inspect": {"/summary/dtypes"},
     "maps": {"/maps/[]/params", "/maps/[]/model"},  # model: keyed by the map's side names
     # a mapped write's dropped keys, each with its rule's reason
-    "consolidate": {"/map/drop_reasons"},
-    "reshard": {"/map/drop_reasons"},
-    "cast": {"/map/drop_reasons"},
+    "consolidate": {"/map/drop_reasons", "/map/params"},  # params: keyed by the map's parameter names
+    "reshard": {"/map/drop_reasons", "/map/params"},
+    "cast": {"/map/drop_reasons", "/map/params"},
     "verify": {"/checksums"},
     "ls": {"/checkpoints/[]/dtypes"},
 }
@@ -104,7 +104,7 @@ OPTIONAL = {
     "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
                     "/lora", "/lora/scale", "/quantized"},
     "reshard": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
-    "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
+    "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default", "/maps/[]/params/{}/shape"},
     "cast": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }

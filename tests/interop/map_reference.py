@@ -135,7 +135,9 @@ def validate(m: Any, where: str) -> None:
     if not isinstance(params, dict):
         fail("params is an object")
     for name, spec in params.items():
-        if not isinstance(spec, dict) or not set(spec) <= {"config", "default"} or not spec:
+        # "shape" (the tensors' shapes when config.json lacks the value) is read by dcpctl only: the
+        # reference's cases' config.json files have every value (maps_test.py checks "shape")
+        if not isinstance(spec, dict) or not set(spec) <= {"config", "default", "shape"} or not spec:
             fail(f"param {name}: {{'config': KEY or [KEYS], 'default': EXPR}}")
         c = spec.get("config")
         if c is not None and not (isinstance(c, str) or (isinstance(c, list) and c and all(isinstance(x, str) for x in c))):
@@ -214,7 +216,11 @@ def validate(m: Any, where: str) -> None:
         if "stack" in r and "experts" in r:
             fail(f"rule {i}: 'stack' and 'experts' are synonyms: give one")
         st = _stack_spec(r)
-        if st is not None:
+        if isinstance(st, list):
+            # a stack over several axes (Megatron's experts [L, E, ...]): dcpctl's engine only; the
+            # reference refuses to apply it (maps_test.py checks it against megatron-core's logits)
+            r["_unsupported"] = True
+        elif st is not None:
             what = "stack" if "stack" in r else "experts"
             if len(present) != 2 or not (isinstance(st, dict) and set(st) == {"dim", "count"}) or not _is_dim(st["dim"]):
                 fail(f"rule {i}: {what} is {{'dim' (an index >= 0), 'count'}} on a rule with both sides")
@@ -584,6 +590,8 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
             left_out.append(key)
             continue
         idx, rule, h = hit
+        if rule.get("_unsupported"):
+            raise MapError(f"rule {idx}: a stack over several axes is not applied by the reference")
         if dst not in rule:
             dropped.append(key)
             continue

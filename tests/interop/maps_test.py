@@ -421,6 +421,89 @@ def test_torchrun(case: mo.Case, work: Path) -> None:
         check(out.read_bytes() == single.read_bytes(), f"{case.name}: torchrun output differs from one process's")
 
 
+def same_tensors(got: dict, want: dict, what: str) -> None:
+    check(set(got) == set(want), f"{what}: keys differ: {sorted(set(got) ^ set(want))[:8]}")
+    bad = [k for k in set(got) & set(want) if got[k].dtype != want[k].dtype or not torch.equal(got[k], want[k])]
+    check(not bad, f"{what}: tensors differ: {sorted(bad)[:8]}")
+
+
+def test_config_aliases(work: Path) -> None:
+    """Issue 50 item 4: a map's parameters read as transformers reads config.json. A Qwen3-MoE model
+    written by transformers' own save_pretrained (its config says num_local_experts; Qwen3MoeConfig's
+    attribute_map aliases num_experts, the name the torchtitan-qwen3 map asks for, to it) goes
+    hf -> torchtitan -> hf through `--map torchtitan-qwen3` bit for bit; so does a release-style
+    config that says num_experts, one that keeps it under text_config, and one without the count
+    (read from the stacked experts' shape, and --json map.params says so)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(50)
+    cfg = Qwen3MoeConfig(vocab_size=32, hidden_size=16, intermediate_size=24, moe_intermediate_size=8, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                         decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)
+    hf = work / "q3moe-hf"
+    Qwen3MoeForCausalLM(cfg).save_pretrained(hf)
+    written = json.loads((hf / "config.json").read_text())
+    check(written.get("num_local_experts") == 4 and "num_experts" not in written,
+          f"transformers {transformers.__version__} writes Qwen3-MoE's expert count as num_local_experts: {sorted(written)}")
+    want = hf_tensors(hf)
+    titan = work / "q3moe-titan"
+    r = dcpctl("reshard", hf, "-o", titan, "-w", "2", "--map", "torchtitan-qwen3", "--json")
+    if not ok(r, "qwen3-moe hf->torchtitan on transformers' own config.json"):
+        return
+    p = (jdoc(r, "qwen3-moe import").get("map") or {}).get("params") or {}
+    check(p.get("n_experts", {}).get("value") == 4 and "num_local_experts" in p.get("n_experts", {}).get("from", ""),
+          f"qwen3-moe import: --json map.params.n_experts says where it came from: {p}")
+    variants = {"transformers": written,
+                "release (num_experts)": {**{k: v for k, v in written.items() if k != "num_local_experts"}, "num_experts": 4},
+                "nested text_config": {"model_type": "qwen3_vl_moe", "text_config": written},
+                "no expert count": {k: v for k, v in written.items() if k != "num_local_experts"}}
+    for label, c in variants.items():
+        cpath = work / f"q3moe-{label.split()[0]}.json"
+        cpath.write_text(json.dumps(c))
+        out = work / f"q3moe-back-{label.split()[0]}"
+        r = dcpctl("consolidate", titan, "-o", f"{out}/", "--map", "torchtitan-qwen3", "--config", cpath, "--no-assets", "--json")
+        if not ok(r, f"qwen3-moe torchtitan->hf, config {label}"):
+            continue
+        same_tensors(hf_tensors(out), want, f"qwen3-moe torchtitan->hf, config {label}")
+        frm = ((jdoc(r, label).get("map") or {}).get("params") or {}).get("n_experts", {}).get("from", "")
+        expect = "w1_EFD" if label == "no expert count" else "text_config." if label == "nested text_config" else "config.json"
+        check(expect in frm, f"qwen3-moe, config {label}: map.params.n_experts.from {frm!r} (want {expect!r} in it)")
+
+
+def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
+    """Issue 50 items 1 and 3: megatron-gpt on megatron-core 0.19.2 checkpoints of a Qwen3 model
+    (q_layernorm/k_layernorm, TP2) and a Qwen3-MoE model (router [L, E, D], experts stacked over
+    layer x expert [L, E, 2F, D] / [L, E, D, F], TP2 x EP2), made by make_megatron_qwen3.py: the
+    export equals the plain-torch conversion whose transformers logits equal megatron's own forward,
+    transformers loads it with no missing or unexpected key and gives megatron's logits; and
+    hf/ (transformers' save_pretrained) goes back to the checkpoint's own tensors bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    for name in ("megatron_qwen3", "megatron_qwen3_moe"):
+        d = fixtures / "layouts" / name
+        doc = json.loads((d / "expected.json").read_text())
+        out = work / f"{name}-hf"
+        r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", "megatron-gpt", "--assets", d / "hf", "--json")
+        if not ok(r, f"{name}: megatron->hf"):
+            continue
+        want = load_file(str(d / "expected_hf.safetensors"))
+        same_tensors(hf_tensors(out), want, f"{name}: megatron->hf vs the conversion megatron's logits confirm")
+        model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+        check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
+              f"{name}: from_pretrained of the export: {info}")
+        lg = load_file(str(d / "logits.safetensors"))
+        with torch.no_grad():
+            diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        check(diff <= doc["logits"]["atol"], f"{name}: transformers on the export vs megatron's logits: {diff}")
+        back = work / f"{name}-back"
+        r = dcpctl("reshard", d / "hf", "-o", back, "-w", "2", "--map", "megatron-gpt")
+        if not ok(r, f"{name}: hf->megatron"):
+            continue
+        got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
+        ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
+        same_tensors(got, ref, f"{name}: hf->megatron vs the checkpoint megatron-core wrote")
+
+
 def main() -> int:
     global DCPCTL
     if len(sys.argv) != 3:
@@ -430,7 +513,8 @@ def main() -> int:
     fixtures = Path(sys.argv[2]).resolve()
     with tempfile.TemporaryDirectory(prefix="dcpctl-maps-") as tmp:
         work = Path(tmp)
-        steps = [("maps listing", test_maps_listing)]
+        steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
+                 ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work))]
         for case in mo.cases(fixtures):
             steps.append((f"{case.name} export", lambda c=case: test_export(c, work)))
             steps.append((f"{case.name} file/options", lambda c=case: test_file_and_options(c, work)))
