@@ -88,7 +88,27 @@ def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="defaul
     for key in ("target_modules", "modules_to_save"):
         check(sorted(cfg.get(key) or []) == sorted(want.get(key) or []),
               f"{case}: adapter_config.json {key} = {cfg.get(key)!r}, PEFT's {want.get(key)!r}")
+    pattern_checks(case, cfg, ours)
     return out
+
+
+def pattern_checks(case: str, cfg: dict, tensors: dict):
+    """Every rank_pattern / alpha_pattern entry names a module the adapter has (PEFT's rule: the key, or
+    a regex matching the end of the module's name), and every module gets the rank lora_A has: a config
+    entry that names no module, or a rank taken from a fused shape, is a bug."""
+    import re
+    prefix = "base_model.model."
+    ranks = {k[len(prefix):k.index(".lora_A")]: v.shape[0] for k, v in tensors.items() if ".lora_A." in k and k.startswith(prefix)}
+    ranks.update({k[len(prefix):k.index(".lora_embedding_A")]: v.shape[0] for k, v in tensors.items() if k.endswith(".lora_embedding_A")})
+
+    def matches(pattern, module):
+        return pattern == module or re.fullmatch(rf"(.*\.)?({pattern})", module) is not None
+    for field in ("rank_pattern", "alpha_pattern"):
+        for pattern in cfg.get(field) or {}:
+            check(any(matches(pattern, m) for m in ranks), f"{case}: {field} entry {pattern!r} names a module of the adapter")
+    for module, rank in ranks.items():
+        r = next((v for p, v in (cfg.get("rank_pattern") or {}).items() if matches(p, module)), cfg.get("r"))
+        check(r == rank, f"{case}: adapter_config.json gives {module} rank {r}; its lora_A has {rank}")
 
 
 def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
@@ -129,14 +149,20 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
         a = adapter.get(f"{module}.lora_A.weight", adapter.get(f"{module}.lora_embedding_A"))
         b = adapter.get(f"{module}.lora_B.weight", adapter.get(f"{module}.lora_embedding_B"))
         if a is None or f"{module}.weight" in adapter:  # no adapter here (or a module trained whole): a copy
+            # (a bias with lora_bias: bias + s·lora_B.bias, one float32 multiply and add, as PEFT's)
             d = same_tensor(ours[k], theirs[k])
-            check(d is None, f"{case}: {k} (no adapter) is merge_and_unload's bit for bit: {d}")
+            check(d is None, f"{case}: {k} ({'lora_bias merged' if k.endswith('.bias') and 'base_model.model.' + k[:-5] + '.lora_B.bias' in adapter else 'no adapter'}) is merge_and_unload's bit for bit: {d}")
             continue
         merged += 1
         rank = a.shape[0]
         scale = cfg["lora_alpha"] / (math.sqrt(rank) if cfg.get("use_rslora") else rank)
         base = load_file(fixture / "base" / "model.safetensors").get(k)
         bound = lora_bound(base if base is not None else theirs[k], a, b, scale, f"{module}.lora_embedding_A" in adapter)
+        if f"{module}.lora_magnitude_vector" in adapter:
+            # DoRA: magnitude / norm(row) times the row; a norm summed in another order (another
+            # torch build's vector width) moves each element by a few ulps of the row's sum of squares.
+            bound = bound * (adapter[f"{module}.lora_magnitude_vector"].abs().double().max() + 1) \
+                + (a.shape[1] + 8) * 2.0 ** -24 * theirs[k].abs().double()
         diff = (ours[k].double() - theirs[k].double()).abs()
         worst = max(worst, diff.max().item())
         check(ours[k].dtype == theirs[k].dtype and bool((diff <= bound).all()),
@@ -145,6 +171,9 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
     check(merged > 0 and s.get("lora", {}).get("merged") == merged,
           f"{case}: {merged} weights merged, the summary says {s.get('lora', {}).get('merged')}")
     print(f"     {case}: {merged} merged weights, max |dcpctl - PEFT| = {worst:.3g}")
+    biases = [k for k in ours if k.endswith(".bias") and "base_model.model." + k[:-5] + ".lora_B.bias" in adapter]
+    check(s.get("lora", {}).get("merged_biases", 0) == len(biases) and all(same_tensor(ours[k], theirs[k]) is None for k in biases),
+          f"{case}: {len(biases)} lora_bias biases merged bit for bit, the summary says {s.get('lora', {}).get('merged_biases')}")
     from transformers import AutoModelForCausalLM
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -338,17 +367,43 @@ def main() -> int:
     merge_checks("peft_lora_variants", va / "ckpt", va, va / "expected_adapter", vids["input_ids"], vids["logits_merged"],
                  extra=("--lora-name", "default", "--lora-config", cfg_default))
 
-    # ---- peft_dora: exported; its merge refused ----
+    # ---- peft_dora: exported and merged (DoRA's row norms) ----
     do = FIXTURES / "peft_dora"
-    adapter_checks("peft_dora", do / "ckpt", do / "expected_adapter", extra=("--lora-config", do / "expected_adapter" / "adapter_config.json"))
-    target = WORK / "dora-merged.safetensors"
-    r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-config", do / "expected_adapter" / "adapter_config.json", "-o", target)
-    expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA", "DoRA")
-    check(not target.exists(), "merging DoRA: nothing written")
-    # Without its config (only --lora-alpha, which says nothing of DoRA): the magnitude vectors tell.
-    r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", target)
-    expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA known by its magnitude vectors only", "DoRA", "lora_magnitude_vector")
-    check(not target.exists(), "merging DoRA without its config: nothing written")
+    dids = load_file(do / "logits.safetensors")
+    dcfg = do / "expected_adapter" / "adapter_config.json"
+    adapter_checks("peft_dora", do / "ckpt", do / "expected_adapter", extra=("--lora-config", dcfg))
+    merge_checks("peft_dora", do / "ckpt", do, do / "expected_adapter", dids["input_ids"], dids["logits_merged"],
+                 extra=("--lora-config", dcfg))
+    # Without its config (only --lora-alpha, which says nothing of DoRA): the magnitude vectors tell,
+    # and the merge is the same.
+    a_out, b_out = WORK / "dora-alpha.safetensors", WORK / "dora-config.safetensors"
+    r1 = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", a_out, "--json", "-q")
+    r2 = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-config", dcfg, "-o", b_out, "-q")
+    if ok(r1, "peft_dora: --lora merge --lora-alpha 8") and ok(r2, "peft_dora: --lora merge --lora-config"):
+        x, y = load_file(a_out), load_file(b_out)
+        check(sorted(x) == sorted(y) and all(same_tensor(x[k], y[k]) is None for k in x) and json.loads(r1.stdout)["lora"].get("dora") is True,
+              "peft_dora: DoRA known by its magnitude vectors merges as with its config, and the summary says dora")
+    # A config that says DoRA over a checkpoint without magnitude vectors is not that checkpoint's.
+    variant = WORK / "dora-config-on-plain.json"
+    variant.write_text(json.dumps(dict(json.loads((fx / "expected_adapter" / "adapter_config.json").read_text()), use_dora=True)))
+    target = WORK / "dora-on-plain.safetensors"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "--lora-config", variant, "-o", target)
+    expect_rc(r, EXIT_UNSUPPORTED, "a DoRA config over a plain LoRA checkpoint", "DoRA", "lora_magnitude_vector")
+    check(not target.exists(), "a DoRA config over a plain LoRA checkpoint: nothing written")
+
+    # ---- peft_lora_bias: lora_B's bias merged into the base bias ----
+    lb = FIXTURES / "peft_lora_bias"
+    lids = load_file(lb / "logits.safetensors")
+    lcfg = lb / "expected_adapter" / "adapter_config.json"
+    r = dcpctl("inspect", lb / "ckpt", "--json")
+    if ok(r, "peft_lora_bias: inspect --json"):
+        a = ((json.loads(r.stdout).get("lora") or {}).get("adapters") or [{}])[0]
+        check(a.get("lora_bias") is True and a.get("layout") == "peft-linear", f"peft_lora_bias: inspect says lora_bias: {a}")
+    out = adapter_checks("peft_lora_bias", lb / "ckpt", lb / "expected_adapter", extra=("--lora-config", lcfg))
+    if out:
+        peft_load_checks("peft_lora_bias", out, lb / "base", lids["input_ids"], lids["logits_peft"])
+    merge_checks("peft_lora_bias", lb / "ckpt", lb, lb / "expected_adapter", lids["input_ids"], lids["logits_merged"],
+                 extra=("--lora-config", lcfg))
 
     # ---- accelerate's FSDP2 save_state ----
     ac = FIXTURES / "peft_accelerate"
