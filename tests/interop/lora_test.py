@@ -383,6 +383,43 @@ def main() -> int:
         x, y = load_file(a_out), load_file(b_out)
         check(sorted(x) == sorted(y) and all(same_tensor(x[k], y[k]) is None for k in x) and json.loads(r1.stdout)["lora"].get("dora") is True,
               "peft_dora: DoRA known by its magnitude vectors merges as with its config, and the summary says dora")
+    # The base weights split along dim 1 (tensor parallel: DTensor Shard(1) over 3 gloo ranks, 32
+    # columns as 11 + 11 + 10, saved by torch's dcp.save): each chunk's rows need the other chunks'
+    # columns for DoRA's norm; the merge is the same bits as from whole rows.
+    import subprocess
+    from testlib import free_port
+    tp = WORK / "dora-tp3"
+    worker = (
+        "import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import distribute_tensor, Shard, Replicate\n"
+        "from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner\n"
+        "from torch.distributed.checkpoint.state_dict_loader import _load_state_dict\n"
+        "dist.init_process_group('gloo')\n"
+        "sd = {}\n"
+        "_load_state_dict(sd, storage_reader=dcp.FileSystemReader(sys.argv[1]), planner=_EmptyStateDictLoadPlanner(), no_dist=True)\n"
+        "mesh = init_device_mesh('cpu', (dist.get_world_size(),))\n"
+        "m = {k: distribute_tensor(v, mesh, [Shard(1) if v.ndim == 2 and 'base_layer' in k else Replicate()]) for k, v in sd['model'].items()}\n"
+        "dcp.save({'model': m}, checkpoint_id=sys.argv[2])\n"
+        "dist.destroy_process_group()\n")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", worker, str(do / "ckpt"), str(tp)],
+                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(3)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    if check(all(p.returncode == 0 for p in procs), f"peft_dora: torch saves the base split along dim 1 on 3 ranks: {outs[0][-500:]}"):
+        r = dcpctl("inspect", tp, "--json")
+        split = ok(r, "peft_dora (dim 1): inspect") and any(
+            it.get("key", "").endswith("q_proj.base_layer.weight") and it.get("chunks") == 3 and it.get("sharding") == "Shard(1) over 3"
+            for it in json.loads(r.stdout).get("items", []))
+        check(split, "peft_dora (dim 1): the base weights are in 3 chunks")
+        tp_out = WORK / "dora-tp3-merged.safetensors"
+        if ok(dcpctl("consolidate", tp, "--lora", "merge", "--lora-config", dcfg, "-o", tp_out, "-q"), "peft_dora (dim 1): --lora merge"):
+            x, theirs = load_file(tp_out), load_file(do / "expected_merged" / "model.safetensors")
+            bad = [k for k in theirs if k not in x or same_tensor(x[k], theirs[k]) is not None]
+            check(sorted(x) == sorted(theirs) and not bad,
+                  f"peft_dora (dim 1): the merge of a base split along dim 1 is merge_and_unload's bit for bit: {bad[:3]}")
     # A config that says DoRA over a checkpoint without magnitude vectors is not that checkpoint's.
     variant = WORK / "dora-config-on-plain.json"
     variant.write_text(json.dumps(dict(json.loads((fx / "expected_adapter" / "adapter_config.json").read_text()), use_dora=True)))
