@@ -465,7 +465,18 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     if (rank != r && !named) pattern[module] = rank;
   }
   cfg["rank_pattern"] = pattern;
-  if (!cfg.contains("alpha_pattern")) cfg["alpha_pattern"] = json::object();
+  if (!cfg.contains("alpha_pattern") || !cfg["alpha_pattern"].is_object()) cfg["alpha_pattern"] = json::object();
+  // An entry that names no module of this adapter (a config written for another model, or by a tool
+  // that keyed it by a fused shape) says nothing true of it: the folder's config leaves it out.
+  for (const char* field : {"rank_pattern", "alpha_pattern"}) {
+    json kept = json::object();
+    for (const auto& [p, v] : cfg[field].items()) {
+      bool names = false;
+      for (const auto& [module, rank] : ranks) names = names || pattern_matches(p, module);
+      if (names) kept[p] = v;
+    }
+    cfg[field] = kept;
+  }
   if (!cfg.contains("target_modules") || cfg["target_modules"].is_null()) cfg["target_modules"] = lora.targets(adapter);
   if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
     json saved = json::array();

@@ -309,6 +309,16 @@ def main() -> int:
         bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
         check(not bad and json.loads(r.stdout)["lora"]["scale"] == {"min": 1.0, "max": 3.0},
               f"--lora merge with an alpha_pattern is PEFT's merge under it, bit for bit: {bad[:3]}, scale {json.loads(r.stdout)['lora'].get('scale')}")
+    # rank_pattern / alpha_pattern entries that name no module of the adapter (a config written for
+    # another model) are left out of the folder's config; those that name one are kept.
+    bogus = WORK / "bogus-patterns.json"
+    bogus.write_text(json.dumps(dict(json.loads((fx / "expected_adapter" / "adapter_config.json").read_text()),
+                                     rank_pattern={"no_such_proj": 16, "q_proj": 4}, alpha_pattern={"mlp.experts.gate_up_proj": 64})))
+    out = adapter_checks("peft_lora", fx / "ckpt", fx / "expected_adapter", extra=("--lora-config", bogus), name="bogus-patterns")
+    if out:
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        check(cfg.get("rank_pattern") == {"q_proj": 4} and cfg.get("alpha_pattern") == {},
+              f"peft_lora: config entries naming no module are left out: {cfg.get('rank_pattern')}, {cfg.get('alpha_pattern')}")
     # A config that turns on a LoRA variant whose merge is not W + s·B·A: refused, named, nothing written.
     for field, value, name in (("use_qalora", True, "QA-LoRA"), ("alora_invocation_tokens", [1, 2], "aLoRA"),
                                ("init_lora_weights", "mica", "MiCA"), ("lora_bias", True, "a LoRA bias")):
