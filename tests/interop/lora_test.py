@@ -275,19 +275,22 @@ def main() -> int:
     from peft import PeftModel
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from transformers import AutoModelForCausalLM
-    for dt in (torch.bfloat16, torch.float16):
-        half = WORK / f"half-{dt}"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fx / "base", dtype=dt), fx / "expected_adapter").to(dt)
-            dcp.save({"model": get_model_state_dict(pm)}, checkpoint_id=str(half / "ckpt"), no_dist=True)
-            truth = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
-        shutil.copy(fx / "expected_adapter" / "adapter_config.json", half / "adapter_config.json")
-        out = half / "merged.safetensors"
-        if ok(dcpctl("consolidate", half / "ckpt", "--lora", "merge", "-o", out, "-q"), f"--lora merge of a {dt} fine-tune"):
-            ours = load_file(out)
-            bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
-            check(sorted(ours) == sorted(truth) and not bad, f"--lora merge of a {dt} fine-tune is merge_and_unload's, bit for bit: {bad[:3]}")
+    # The same for DoRA (each step of dora.py rounded in the half dtype) and a LoRA bias.
+    for case in ("peft_lora", "peft_dora", "peft_lora_bias"):
+        cfx = FIXTURES / case
+        for dt in (torch.bfloat16, torch.float16):
+            half = WORK / f"half-{case}-{dt}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(cfx / "base", dtype=dt), cfx / "expected_adapter").to(dt)
+                dcp.save({"model": get_model_state_dict(pm)}, checkpoint_id=str(half / "ckpt"), no_dist=True)
+                truth = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
+            shutil.copy(cfx / "expected_adapter" / "adapter_config.json", half / "adapter_config.json")
+            out = half / "merged.safetensors"
+            if ok(dcpctl("consolidate", half / "ckpt", "--lora", "merge", "-o", out, "-q"), f"{case}: --lora merge of a {dt} fine-tune"):
+                ours = load_file(out)
+                bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
+                check(sorted(ours) == sorted(truth) and not bad, f"{case}: --lora merge of a {dt} fine-tune is merge_and_unload's, bit for bit: {bad[:3]}")
 
     # alpha_pattern as PEFT reads it: the first pattern that matches, in the file's order (here
     # "q_proj" before the longer "model.layers.0.self_attn.q_proj", which sorts first); the oracle is
