@@ -13,9 +13,14 @@ those without an adapter bit for bit, the merged ones within the bound of float 
 (meta/lora.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
 and gives the merged logits; .safetensors and .pt outputs hold the same tensors; --dtype casts the
 merged values; with --map, the map of PEFT's merged model; on 2 ranks, the one-process bytes; a
-bfloat16 and a float16 fine-tune (cast and saved here by dcp.save) merge to merge_and_unload's bits. inspect says which adapters the checkpoint holds; verify and the writers refuse an
+bfloat16 and a float16 fine-tune (cast and saved here by dcp.save) merge to merge_and_unload's bits. DoRA
+(peft_dora) and lora_bias (peft_lora_bias) merge to merge_and_unload's bits, in float32, bfloat16 and
+float16, and DoRA also from a base split along dim 1 (3 ranks' DTensor Shard(1), saved here by
+dcp.save); rank_pattern / alpha_pattern entries of the written config each name a module (those
+naming none are left out). inspect says which adapters the checkpoint holds; verify and the writers refuse an
 adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key; the refusals
-(no alpha, several adapters without --lora-name, merging an adapter-only save or DoRA) each with
+(no alpha, several adapters without --lora-name, merging an adapter-only save, a config that says DoRA
+over plain LoRA keys) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
 """
 from __future__ import annotations
