@@ -10,8 +10,8 @@
 #include "meta/checkpoint.h"
 #include "meta/geometry.h"
 #include "meta/keymap.h"
-#include "util/error.h"
 #include "store/file.h"
+#include "util/error.h"
 
 namespace dcpctl {
 
@@ -56,15 +56,18 @@ std::string module_in_model(const std::string& module) {
 std::string peft_saved_key(const std::string& key, const std::string& adapter) {
   if (adapter.empty()) return key;
   std::string k = key;
-  if (k.size() > adapter.size() + 1 && k.compare(k.size() - adapter.size() - 1, std::string::npos, "." + adapter) == 0) {
+  if (k.size() > adapter.size() + 1 &&
+      k.compare(k.size() - adapter.size() - 1, std::string::npos, "." + adapter) == 0) {
     k.resize(k.size() - adapter.size() - 1);
     return k;
   }
   size_t last = k.rfind('.');
-  if (last != std::string::npos && last > adapter.size() && k.compare(last - adapter.size() - 1, adapter.size() + 1, "." + adapter) == 0)
+  if (last != std::string::npos && last > adapter.size() &&
+      k.compare(last - adapter.size() - 1, adapter.size() + 1, "." + adapter) == 0)
     k.erase(last - adapter.size() - 1, adapter.size() + 1);
   const std::string dora = "lora_magnitude_vector.weight";
-  if (k.size() >= dora.size() && k.compare(k.size() - dora.size(), std::string::npos, dora) == 0) k.resize(k.size() - 7);
+  if (k.size() >= dora.size() && k.compare(k.size() - dora.size(), std::string::npos, dora) == 0)
+    k.resize(k.size() - 7);
   return k;
 }
 
@@ -76,7 +79,6 @@ bool pattern_matches(const std::string& pattern, const std::string& key) {
     return false;
   }
 }
-
 
 std::vector<std::string> LoraModel::targets(const std::string& adapter) const {
   std::set<std::string> out;
@@ -117,23 +119,31 @@ LoraModel find_lora(const Metadata& md) {
         m.originals.push_back(static_cast<int>(i));
         break;
       }
-      const bool linear = part == "lora_A" || part == "lora_B", emb = part == "lora_embedding_A" || part == "lora_embedding_B",
-                 mag = part == "lora_magnitude_vector";
+      const bool linear = part == "lora_A" || part == "lora_B",
+                 emb = part == "lora_embedding_A" || part == "lora_embedding_B", mag = part == "lora_magnitude_vector";
       if (!linear && !emb && !mag) continue;
       // The adapter's name, and which tensor of the adapter this is.
       std::string adapter;
       bool bias = false;
       if (linear) {
-        if (rest == 2 && (s[k + 2] == "weight" || s[k + 2] == "bias")) adapter = s[k + 1], bias = s[k + 2] == "bias";
-        else if (rest == 1 && (s[k + 1] == "weight" || s[k + 1] == "bias")) bias = s[k + 1] == "bias";
-        else break;
+        if (rest == 2 && (s[k + 2] == "weight" || s[k + 2] == "bias"))
+          adapter = s[k + 1], bias = s[k + 2] == "bias";
+        else if (rest == 1 && (s[k + 1] == "weight" || s[k + 1] == "bias"))
+          bias = s[k + 1] == "bias";
+        else
+          break;
       } else if (emb) {
-        if (rest == 1) adapter = s[k + 1];
-        else if (rest != 0) break;
+        if (rest == 1)
+          adapter = s[k + 1];
+        else if (rest != 0)
+          break;
       } else {
-        if (rest == 2 && s[k + 2] == "weight") adapter = s[k + 1];
-        else if (rest == 1) adapter = s[k + 1];
-        else if (rest != 0) break;
+        if (rest == 2 && s[k + 2] == "weight")
+          adapter = s[k + 1];
+        else if (rest == 1)
+          adapter = s[k + 1];
+        else if (rest != 0)
+          break;
       }
       auto key = std::make_pair(join_segments(s, 0, k), adapter);
       auto [it, fresh] = layer_of.emplace(key, m.layers.size());
@@ -143,14 +153,20 @@ LoraModel find_lora(const Metadata& md) {
         l.adapter = adapter;
         auto base = by_name.find(l.module + ".base_layer.weight");
         if (base != by_name.end()) l.base = base->second;
+        auto base_bias = by_name.find(l.module + ".base_layer.bias");
+        if (base_bias != by_name.end()) l.base_bias = base_bias->second;
         m.layers.push_back(std::move(l));
       }
       LoraLayer& l = m.layers[it->second];
       const int ti = static_cast<int>(i);
-      if (mag) l.magnitude = ti;
-      else if (bias) l.b_bias = part == "lora_B" ? ti : l.b_bias;
-      else if (part == "lora_A" || part == "lora_embedding_A") l.a = ti;
-      else l.b = ti;
+      if (mag)
+        l.magnitude = ti;
+      else if (bias)
+        l.b_bias = part == "lora_B" ? ti : l.b_bias;
+      else if (part == "lora_A" || part == "lora_embedding_A")
+        l.a = ti;
+      else
+        l.b = ti;
       if (emb) l.embedding = true;
       adapter_seen(adapter);
       break;
@@ -160,7 +176,8 @@ LoraModel find_lora(const Metadata& md) {
 }
 
 int64_t lora_rank(const Metadata& md, const LoraLayer& l) {
-  return l.a >= 0 && md.tensors[static_cast<size_t>(l.a)].ndim() == 2 ? md.tensors[static_cast<size_t>(l.a)].shape[0] : 0;
+  return l.a >= 0 && md.tensors[static_cast<size_t>(l.a)].ndim() == 2 ? md.tensors[static_cast<size_t>(l.a)].shape[0]
+                                                                      : 0;
 }
 
 json LoraModel::describe(const Metadata& md) const {
@@ -169,13 +186,14 @@ json LoraModel::describe(const Metadata& md) const {
   for (const std::string& name : this->adapters) {
     std::set<int64_t> ranks;
     size_t modules = 0;
-    bool emb = false, dora = false;
+    bool emb = false, dora = false, bias = false;
     for (const LoraLayer& l : layers) {
       if (l.adapter != name) continue;
       ++modules;
       ranks.insert(lora_rank(md, l));
       emb = emb || l.embedding;
       dora = dora || l.magnitude >= 0;
+      bias = bias || l.b_bias >= 0;
       base = base || l.base >= 0;
     }
     json saved_modules = json::array();
@@ -187,9 +205,13 @@ json LoraModel::describe(const Metadata& md) const {
                         {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
                         {"embedding", emb},
                         {"dora", dora},
+                        {"layout", dora ? "dora" : "peft-linear"},
+                        {"lora_bias", bias},
                         {"modules_to_save", saved_modules}});
   }
-  std::string hint = "consolidate --lora adapter -o DIR/ writes a PEFT adapter folder (adapter_model.safetensors, adapter_config.json)";
+  std::string hint =
+      "consolidate --lora adapter -o DIR/ writes a PEFT adapter folder (adapter_model.safetensors, "
+      "adapter_config.json)";
   if (base) hint += "; --lora merge writes the base model with the adapter folded in";
   if (this->adapters.size() > 1) hint += "; --lora-name NAME picks the adapter";
   return {{"adapters", adapters}, {"base_model", base}, {"hint", hint}};
@@ -203,19 +225,22 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
   for (const LoraLayer& l : lora.layers) {
     if (l.a < 0 || l.b < 0) {
       int have = l.a >= 0 ? l.a : l.b >= 0 ? l.b : l.magnitude;
-      if (have >= 0) problem(have, std::string("LoRA ") + (l.a < 0 ? "B" : "A") + " without its " + (l.a < 0 ? "A" : "B") + " beside it");
+      if (have >= 0)
+        problem(have,
+                std::string("LoRA ") + (l.a < 0 ? "B" : "A") + " without its " + (l.a < 0 ? "A" : "B") + " beside it");
       continue;
     }
     const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
     const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
     if (a.ndim() != 2 || b.ndim() != 2) {
-      problem(a.ndim() != 2 ? l.a : l.b, "a LoRA matrix of shape " + dims_text(a.ndim() != 2 ? a.shape : b.shape) + ": LoRA's A and B are 2-D");
+      problem(a.ndim() != 2 ? l.a : l.b,
+              "a LoRA matrix of shape " + dims_text(a.ndim() != 2 ? a.shape : b.shape) + ": LoRA's A and B are 2-D");
       continue;
     }
     // A [r, in] and B [out, r]; an Embedding's A [r, num] and B [dim, r].
     if (a.shape[0] != b.shape[1]) {
-      problem(l.b, "rank " + std::to_string(b.shape[1]) + " (shape " + dims_text(b.shape) + ") but its A, '" + a.fqn + "', has rank " +
-                       std::to_string(a.shape[0]) + " (shape " + dims_text(a.shape) +
+      problem(l.b, "rank " + std::to_string(b.shape[1]) + " (shape " + dims_text(b.shape) + ") but its A, '" + a.fqn +
+                       "', has rank " + std::to_string(a.shape[0]) + " (shape " + dims_text(a.shape) +
                        "): one of them is a slice of the adapter (a sharded save that kept one rank's part?)");
       continue;
     }
@@ -223,18 +248,22 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
       const TensorMeta& w = md.tensors[static_cast<size_t>(l.base)];
       // The base's [out, in] (an Embedding's [num, dim]); fan_in_fan_out (GPT-2's Conv1D) keeps [in, out].
       int64_t rows = l.embedding ? a.shape[1] : b.shape[0], cols = l.embedding ? b.shape[0] : a.shape[1];
-      bool fits = w.ndim() == 2 && ((w.shape[0] == rows && w.shape[1] == cols) || (!l.embedding && w.shape[0] == cols && w.shape[1] == rows));
+      bool fits = w.ndim() == 2 && ((w.shape[0] == rows && w.shape[1] == cols) ||
+                                    (!l.embedding && w.shape[0] == cols && w.shape[1] == rows));
       if (!fits)
-        problem(w.shape.size() == 2 && w.shape[0] != rows && w.shape[1] != rows ? l.b : l.a,
-                "the adapter's " + std::string(l.embedding ? "[num_embeddings, embedding_dim]" : "[out, in]") + " is [" + std::to_string(rows) +
-                    ", " + std::to_string(cols) + "] (A " + dims_text(a.shape) + ", B " + dims_text(b.shape) + ") but its base layer '" +
-                    w.fqn + "' is " + dims_text(w.shape) + ": the adapter is a slice of what the base layer needs (a sharded save that kept one rank's part?)");
+        problem(
+            w.shape.size() == 2 && w.shape[0] != rows && w.shape[1] != rows ? l.b : l.a,
+            "the adapter's " + std::string(l.embedding ? "[num_embeddings, embedding_dim]" : "[out, in]") + " is [" +
+                std::to_string(rows) + ", " + std::to_string(cols) + "] (A " + dims_text(a.shape) + ", B " +
+                dims_text(b.shape) + ") but its base layer '" + w.fqn + "' is " + dims_text(w.shape) +
+                ": the adapter is a slice of what the base layer needs (a sharded save that kept one rank's part?)");
     }
     if (l.magnitude >= 0) {
       const TensorMeta& m = md.tensors[static_cast<size_t>(l.magnitude)];
       const int64_t out_features = b.shape[0];  // an Embedding's: its embedding_dim
       if (m.ndim() != 1 || m.shape[0] != out_features)
-        problem(l.magnitude, "DoRA's magnitude vector is " + dims_text(m.shape) + "; its layer has " + std::to_string(out_features) + " output features");
+        problem(l.magnitude, "DoRA's magnitude vector is " + dims_text(m.shape) + "; its layer has " +
+                                 std::to_string(out_features) + " output features");
     }
   }
   return out;
@@ -245,23 +274,34 @@ double LoraConfig::alpha(const std::string& module) const {
     if (pattern_matches(pattern, module)) return value;
   return json.at("lora_alpha").get<double>();  // find_config made sure it is a number
 }
-bool LoraConfig::rslora() const { return json.value("use_rslora", false); }
+bool LoraConfig::rslora() const {
+  return json.value("use_rslora", false);
+}
 std::string LoraConfig::variant() const {
-  static const std::pair<const char*, const char*> kVariants[] = {
-      {"use_dora", "DoRA"},        {"use_qalora", "QA-LoRA"},        {"alora_invocation_tokens", "aLoRA"},
-      {"velora_config", "VeLoRA"}, {"monteclora_config", "MonteCLoRA"}, {"use_bdlora", "BD-LoRA"},
-      {"arrow_config", "Arrow"},   {"kasa_config", "KaSA"},           {"lora_bias", "a LoRA bias"},
-      {"trainable_token_indices", "trainable tokens"},               {"layer_replication", "layer replication"}};
+  static const std::pair<const char*, const char*> kVariants[] = {{"use_dora", "DoRA"},
+                                                                  {"use_qalora", "QA-LoRA"},
+                                                                  {"alora_invocation_tokens", "aLoRA"},
+                                                                  {"velora_config", "VeLoRA"},
+                                                                  {"monteclora_config", "MonteCLoRA"},
+                                                                  {"use_bdlora", "BD-LoRA"},
+                                                                  {"arrow_config", "Arrow"},
+                                                                  {"kasa_config", "KaSA"},
+                                                                  {"lora_bias", "a LoRA bias"},
+                                                                  {"trainable_token_indices", "trainable tokens"},
+                                                                  {"layer_replication", "layer replication"}};
   for (const auto& [field, name] : kVariants) {
     auto it = json.find(field);
     if (it == json.end() || it->is_null() || *it == false || (it->is_structured() && it->empty())) continue;
     return std::string(name) + " (" + field + ")";
   }
   auto init = json.find("init_lora_weights");
-  if (init != json.end() && init->is_string() && init->get<std::string>().rfind("mica", 0) == 0) return "MiCA (init_lora_weights)";
+  if (init != json.end() && init->is_string() && init->get<std::string>().rfind("mica", 0) == 0)
+    return "MiCA (init_lora_weights)";
   return "";
 }
-bool LoraConfig::fan_in_fan_out() const { return json.value("fan_in_fan_out", false); }
+bool LoraConfig::fan_in_fan_out() const {
+  return json.value("fan_in_fan_out", false);
+}
 
 // The adapter's config: --lora-config FILE, else an adapter_config.json beside the checkpoint (its
 // folder, the folder above, the trainer's asset folders), else built from --lora-alpha; with
@@ -270,7 +310,8 @@ LoraConfig find_lora_config(const Checkpoint& ck, const LoraRequest& rq, const s
   LoraConfig c;
   std::vector<std::string> tries;
   if (!rq.config_file.empty()) {
-    if (!path_exists(rq.config_file) || is_directory(rq.config_file)) throw UsageError(Where(rq.config_file), "--lora-config: no such file");
+    if (!path_exists(rq.config_file) || is_directory(rq.config_file))
+      throw UsageError(Where(rq.config_file), "--lora-config: no such file");
     tries.push_back(rq.config_file);
   } else {
     std::vector<std::string> dirs{ck.dir, parent_path(ck.dir)};
@@ -280,21 +321,25 @@ LoraConfig find_lora_config(const Checkpoint& ck, const LoraRequest& rq, const s
       if (d.empty()) continue;
       // PEFT saves an adapter other than "default" in a subfolder of its name; the adapter_config.json
       // above it is the default adapter's, whose alpha is not this one's.
-      if (!adapter.empty() && adapter != "default") tries.push_back(join_path(join_path(d, adapter), "adapter_config.json"));
-      else tries.push_back(join_path(d, "adapter_config.json"));
+      if (!adapter.empty() && adapter != "default")
+        tries.push_back(join_path(join_path(d, adapter), "adapter_config.json"));
+      else
+        tries.push_back(join_path(d, "adapter_config.json"));
     }
   }
   for (const std::string& p : tries) {
     if (!path_exists(p) || is_directory(p)) continue;
     const std::string text = read_text(p);
     c.json = json::parse(text, nullptr, false);
-    if (c.json.is_discarded() || !c.json.is_object()) throw UsageError(Where(p), "not a JSON object: not PEFT's adapter_config.json");
+    if (c.json.is_discarded() || !c.json.is_object())
+      throw UsageError(Where(p), "not a JSON object: not PEFT's adapter_config.json");
     const nlohmann::ordered_json in_order = nlohmann::ordered_json::parse(text, nullptr, false);
     if (in_order.contains("alpha_pattern") && in_order["alpha_pattern"].is_object())
       for (const auto& [pattern, value] : in_order["alpha_pattern"].items())
         if (value.is_number()) c.alpha_patterns.emplace_back(pattern, value.get<double>());
     if (c.json.contains("peft_type") && c.json["peft_type"] != "LORA")
-      throw UnsupportedError(Where(p), "peft_type " + c.json["peft_type"].dump() + ": dcpctl exports and merges LoRA adapters");
+      throw UnsupportedError(Where(p),
+                             "peft_type " + c.json["peft_type"].dump() + ": dcpctl exports and merges LoRA adapters");
     c.path = p;
     break;
   }
@@ -305,10 +350,13 @@ LoraConfig find_lora_config(const Checkpoint& ck, const LoraRequest& rq, const s
   if (!c.json.is_object() || !c.json.contains("lora_alpha") || !c.json["lora_alpha"].is_number()) {
     std::string where;
     for (size_t i = 0; i < tries.size(); ++i) where += (i ? ", " : "") + tries[i];
-    throw UsageError(Where(c.path.empty() ? ck.dir : c.path),
-                     "the LoRA scaling of adapter '" + (adapter.empty() ? std::string("(unnamed)") : adapter) +
-                         "' is not in the checkpoint (lora_alpha, with the rank, gives alpha / r): give --lora-config adapter_config.json or "
-                         "--lora-alpha N" + (c.path.empty() ? " (no adapter_config.json in " + where + ")" : " (" + c.path + " has no lora_alpha)"));
+    throw UsageError(
+        Where(c.path.empty() ? ck.dir : c.path),
+        "the LoRA scaling of adapter '" + (adapter.empty() ? std::string("(unnamed)") : adapter) +
+            "' is not in the checkpoint (lora_alpha, with the rank, gives alpha / r): give --lora-config "
+            "adapter_config.json or "
+            "--lora-alpha N" +
+            (c.path.empty() ? " (no adapter_config.json in " + where + ")" : " (" + c.path + " has no lora_alpha)"));
   }
   return c;
 }

@@ -38,26 +38,27 @@ struct Checkpoint;
 
 // One adapter on one module.
 struct LoraLayer {
-  std::string module;   // the module's key as saved ("model.base_model.model.model.layers.0.self_attn.q_proj")
-  std::string adapter;  // its adapter's name as saved; "" when the keys carry none (saved by PEFT alone)
+  std::string module;      // the module's key as saved ("model.base_model.model.model.layers.0.self_attn.q_proj")
+  std::string adapter;     // its adapter's name as saved; "" when the keys carry none (saved by PEFT alone)
   bool embedding = false;  // lora_embedding_A/B (A [r, num_embeddings], B [embedding_dim, r])
   int a = -1, b = -1;      // indices into Metadata::tensors
   int b_bias = -1;         // lora_B.NAME.bias (lora_bias=True)
   int magnitude = -1;      // DoRA's lora_magnitude_vector
   int base = -1;           // M.base_layer.weight, when the checkpoint holds the base model
+  int base_bias = -1;      // M.base_layer.bias (what lora_bias merges into)
 };
 
 // A module trained whole (modules_to_save): its copy for one adapter.
 struct LoraSavedModule {
-  std::string module;   // the module's key as saved ("model.base_model.model.lm_head")
-  std::string adapter;  // "" when saved without a name
+  std::string module;        // the module's key as saved ("model.base_model.model.lm_head")
+  std::string adapter;       // "" when saved without a name
   std::vector<int> tensors;  // M.modules_to_save.NAME.<param>
 };
 
 struct LoraModel {
   std::vector<LoraLayer> layers;
   std::vector<LoraSavedModule> saved;
-  std::vector<int> originals;  // M.original_module.<param>: the frozen copies of saved modules
+  std::vector<int> originals;         // M.original_module.<param>: the frozen copies of saved modules
   std::vector<std::string> adapters;  // the names, in the order first met ("" for unnamed)
   bool empty() const { return layers.empty(); }
   // The target module names (the last part of each module's key: "q_proj"), sorted.
@@ -97,10 +98,10 @@ struct LoraConfig {
 // adapter_config.json comes from.
 struct LoraRequest {
   LoraMode mode = LoraMode::Keep;
-  std::string name;         // --lora-name
-  std::string config_file;  // --lora-config FILE
+  std::string name;             // --lora-name
+  std::string config_file;      // --lora-config FILE
   std::optional<double> alpha;  // --lora-alpha
-  std::string base_model;   // base_model_name_or_path for a built config ("" : from the config, or none)
+  std::string base_model;       // base_model_name_or_path for a built config ("" : from the config, or none)
 };
 
 // The adapter's config: --lora-config FILE, else an adapter_config.json beside the checkpoint (its

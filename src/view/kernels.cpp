@@ -114,6 +114,50 @@ void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, co
   }
 }
 
+void DoraNorm::add(const float* x, int64_t col0, int64_t n, int64_t row_len) {
+  const int64_t main = row_len - row_len % kLanes;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t c = col0 + j;
+    const float sq = x[j] * x[j];  // rounded, then added: torch's Vectorized mul and add
+    if (c < main)
+      lanes[c % kLanes] += sq;
+    else
+      tail[c - main] = sq;
+  }
+}
+
+float DoraNorm::finish(int64_t row_len) const {
+  float sum = lanes[0];
+  for (int l = 1; l < kLanes; ++l) sum += lanes[l];
+  for (int64_t t = 0; t < row_len % kLanes; ++t) sum += tail[t];
+  return std::sqrt(sum);
+}
+
+void round_to(float* v, size_t n, DType dtype) {
+  if (dtype == DType::Float32 || n == 0) return;
+  std::vector<uint8_t> narrow(n * itemsize(dtype));
+  cast_elements(DType::Float32, dtype, reinterpret_cast<const uint8_t*>(v), narrow.data(), n);
+  cast_elements(dtype, DType::Float32, narrow.data(), reinterpret_cast<uint8_t*>(v), n);
+}
+
+void dora_scale_rows(float* v, int64_t rows, int64_t cols, const float* magnitude, const float* norm, DType dtype) {
+  std::vector<float> factor(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) factor[static_cast<size_t>(i)] = magnitude[i] / norm[i];
+  round_to(factor.data(), factor.size(), dtype);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = v + i * cols;
+    for (int64_t j = 0; j < cols; ++j) row[j] = factor[static_cast<size_t>(i)] * row[j];
+    round_to(row, static_cast<size_t>(cols), dtype);
+  }
+}
+
+void add_lora_bias(float* bias, int64_t off, int64_t n, const float* b, float scale, DType delta_dtype) {
+  std::vector<float> d(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) d[static_cast<size_t>(i)] = b[off + i] * scale;
+  round_to(d.data(), d.size(), delta_dtype);
+  for (int64_t i = 0; i < n; ++i) bias[i] += d[static_cast<size_t>(i)];
+}
+
 }  // namespace dcpctl
 
 namespace dcpctl {

@@ -39,6 +39,39 @@ void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scal
 void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale,
                     bool transposed, DType delta_dtype);
 
+// DoRA's merge (PEFT 0.21 DoraLinearVariant.merge_unsafe): V = W + delta (add_lora_delta's values,
+// rounded to the dtype torch adds them in), norm = torch.linalg.norm(V, dim=1) per output row,
+// factor = magnitude / norm, W' = factor · V, each step one rounding in that dtype.
+//
+// The row norm follows torch's float32 CPU kernel for a reduction over the last dimension
+// (ReduceOpsKernel.cpp, norm_two_reduce_step): 8 lanes, lane l summing x_j·x_j (a rounded product,
+// then a rounded add) for j ≡ l (mod 8) in order over the row's first cols - cols % 8 columns, the
+// lanes then added 0..7 in order, the last cols % 8 squares added one by one, the float32 square
+// root. On the fixtures' CPU (torch 2.15, AVX512 build) that equals PEFT's norm bit for bit; a
+// build that sums otherwise differs by a few ulps of the norm. A row may come in column pieces (a
+// chunk split along dim 1): accumulate each piece, in increasing column order, into the row's
+// DoraNorm, then finish it.
+struct DoraNorm {
+  static constexpr int kLanes = 8;
+  float lanes[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float tail[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};  // the squares of the last cols % 8 columns
+  // Columns [col0, col0 + n) of a row of `row_len` columns: x.
+  void add(const float* x, int64_t col0, int64_t n, int64_t row_len);
+  float finish(int64_t row_len) const;
+};
+
+// W' = round(round(magnitude / norm) · v) for each element of `rows` rows of `cols` values, in
+// `dtype` (float32, bfloat16 or float16: the rounding torch's ops in that dtype do).
+void dora_scale_rows(float* v, int64_t rows, int64_t cols, const float* magnitude, const float* norm, DType dtype);
+
+// Rounds n float32 values to `dtype` and back (nothing for float32).
+void round_to(float* v, size_t n, DType dtype);
+
+// A lora_bias merge (PEFT's `bias += lora_B.bias * scaling`): bias[i] += round_delta(b[off + i] ·
+// scale) for the box [off, off + n) of the bias, float32 arithmetic; the caller rounds the sum to
+// the bias's dtype.
+void add_lora_bias(float* bias, int64_t off, int64_t n, const float* b, float scale, DType delta_dtype);
+
 }  // namespace dcpctl
 
 namespace dcpctl {

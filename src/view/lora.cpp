@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -20,16 +21,20 @@ using nlohmann::json;
 namespace {
 
 // A merged weight: its base chunk, and the whole A and B, merged as PEFT's merge_and_unload merges
-// (view/kernels.h), in the base's dtype.
+// (view/kernels.h), in the base's dtype. DoRA's (a magnitude vector) scales each output row of
+// W + s·B·A by magnitude / the row's norm: a chunk that holds part of a row reads the other chunks
+// of its rows too (one at a time, in column order) for the norm.
 class LoraMergedWeight final : public DerivedTensor {
  public:
-  LoraMergedWeight(std::string path, TensorMeta base, TensorMeta a, TensorMeta b, double scale, bool transposed)
+  LoraMergedWeight(std::string path, TensorMeta base, TensorMeta a, TensorMeta b, double scale, bool transposed,
+                   std::optional<TensorMeta> magnitude)
       : path_(std::move(path)),
         w_(std::move(base)),
         a_(std::move(a)),
         b_(std::move(b)),
         scale_(scale),
-        transposed_(transposed) {}
+        transposed_(transposed),
+        m_(std::move(magnitude)) {}
   const TensorMeta& follows() const override { return w_; }
 
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
@@ -41,50 +46,150 @@ class LoraMergedWeight final : public DerivedTensor {
                         "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
                             std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
     if (n == 0) return;
-    auto as_float = [&](const TensorMeta& t) {
-      std::vector<uint8_t> raw = below.read_whole(t);
-      std::vector<float> out(t.numel());
-      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out.data()), out.size());
-      return out;
-    };
     // The whole chunk is computed: into dst when that is what is asked (a float32 base in place).
     std::vector<uint8_t> own(from == 0 && n == bytes ? 0 : bytes);
     uint8_t* out = own.empty() ? static_cast<uint8_t*>(dst) : own.data();
     below.read(w_, chunk, 0, bytes, out);
-    std::vector<float> a = as_float(a_), b = as_float(b_);
-    const DType bt = *b_.dtype;
-    const DType delta = bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32;
+    std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
     const Box box = chunk_box(w_, chunk);
-    const float scale = static_cast<float>(scale_);
-    if (dt == DType::Float32) {
-      add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale,
-                     transposed_, delta);
+    if (dt == DType::Float32 && !m_) {
+      add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(),
+                     transposed_, delta_dtype());
     } else {
       std::vector<float> values(numel);
       cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
-      add_lora_delta(values.data(), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale, transposed_, delta);
+      add_lora_delta(values.data(), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_,
+                     delta_dtype());
+      if (m_) dora(below, box, a, b, values);
       cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
     }
     if (!own.empty()) std::memcpy(dst, own.data() + from, n);
   }
 
   // A and B read whole (as saved, then as float32, with one chunk of each in flight), and the
-  // chunk: its copy when a part is asked, its float32 values when the base is not float32.
+  // chunk: its copy when a part is asked, its float32 values when the base is not float32 or the
+  // adapter is DoRA; DoRA's magnitude, and, for a chunk that holds part of its rows, one other
+  // chunk of them at a time (as saved and as float32).
   uint64_t working_bytes(size_t chunk) const override {
     const uint64_t numel = w_.chunk_numel(chunk), item = itemsize(*w_.dtype);
-    auto whole = [](const TensorMeta& t) {
-      uint64_t most = 0;
-      for (size_t c = 0; c < t.num_chunks(); ++c) most = std::max(most, t.chunk_numel(c) * itemsize(*t.dtype));
-      return t.numel() * (itemsize(*t.dtype) + 4) + most;
-    };
-    return whole(a_) + whole(b_) + numel * item + (*w_.dtype == DType::Float32 ? 0 : numel * 4);
+    uint64_t need = whole(a_) + whole(b_) + numel * item + (*w_.dtype == DType::Float32 && !m_ ? 0 : numel * 4);
+    if (m_) {
+      need += whole(*m_);
+      if (w_.chunk_sizes(chunk)[1] != w_.shape[1]) {
+        uint64_t most = 0;
+        for (size_t c = 0; c < w_.num_chunks(); ++c) most = std::max(most, w_.chunk_numel(c));
+        need += most * (item + 4);
+      }
+    }
+    return need;
   }
 
  private:
+  float scale() const { return static_cast<float>(scale_); }
+  // PEFT's delta is in lora_B's dtype.
+  DType delta_dtype() const {
+    const DType bt = *b_.dtype;
+    return bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32;
+  }
+  // What torch adds W + delta in: the base's dtype when the delta's is the same, else float32.
+  DType sum_dtype() const { return *w_.dtype == delta_dtype() ? *w_.dtype : DType::Float32; }
+  static uint64_t whole(const TensorMeta& t) {
+    uint64_t most = 0;
+    for (size_t c = 0; c < t.num_chunks(); ++c) most = std::max(most, t.chunk_numel(c) * itemsize(*t.dtype));
+    return t.numel() * (itemsize(*t.dtype) + 4) + most;
+  }
+  static std::vector<float> as_float(const TensorReads& below, const TensorMeta& t) {
+    std::vector<uint8_t> raw = below.read_whole(t);
+    std::vector<float> out(t.numel());
+    cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out.data()), out.size());
+    return out;
+  }
+
+  // DoRA (PEFT's DoraLinearVariant.merge_unsafe): `values`, the box's W + delta as float32, become
+  // magnitude / norm(row of W + delta) · (W + delta), in the dtypes torch computes them in.
+  void dora(const TensorReads& below, const Box& box, const std::vector<float>& a, const std::vector<float>& b,
+            std::vector<float>& values) const {
+    const DType sum_dt = sum_dtype();
+    const int64_t rows = box.sizes[0], cols = box.sizes[1], r0 = box.offsets[0], row_len = w_.shape[1];
+    round_to(values.data(), values.size(), sum_dt);
+    std::vector<DoraNorm> norms(static_cast<size_t>(rows));
+    if (cols == row_len) {
+      for (int64_t i = 0; i < rows; ++i) norms[static_cast<size_t>(i)].add(values.data() + i * cols, 0, cols, row_len);
+    } else {
+      // The chunks that hold parts of these rows, in column order, each read whole, merged as
+      // this one is, and summed into the rows' norms.
+      std::vector<size_t> parts;
+      for (size_t c = 0; c < w_.num_chunks(); ++c) {
+        const int64_t *o = w_.chunk_offsets(c), *z = w_.chunk_sizes(c);
+        if (o[0] < r0 + rows && o[0] + z[0] > r0 && z[1] > 0) parts.push_back(c);
+      }
+      std::sort(parts.begin(), parts.end(),
+                [&](size_t x, size_t y) { return w_.chunk_offsets(x)[1] < w_.chunk_offsets(y)[1]; });
+      for (size_t c : parts) {
+        const Box pb = chunk_box(w_, c);
+        const uint64_t pn = w_.chunk_numel(c);
+        std::vector<uint8_t> raw(pn * itemsize(*w_.dtype));
+        below.read(w_, c, 0, raw.size(), raw.data());
+        std::vector<float> pv(pn);
+        cast_elements(*w_.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(pv.data()), pn);
+        add_lora_delta(pv.data(), pb, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_,
+                       delta_dtype());
+        round_to(pv.data(), pv.size(), sum_dt);
+        const int64_t lo = std::max(r0, pb.offsets[0]), hi = std::min(r0 + rows, pb.offsets[0] + pb.sizes[0]);
+        for (int64_t r = lo; r < hi; ++r)
+          norms[static_cast<size_t>(r - r0)].add(pv.data() + (r - pb.offsets[0]) * pb.sizes[1], pb.offsets[1],
+                                                 pb.sizes[1], row_len);
+      }
+    }
+    std::vector<float> norm(static_cast<size_t>(rows)), mag = as_float(below, *m_);
+    for (int64_t i = 0; i < rows; ++i) norm[static_cast<size_t>(i)] = norms[static_cast<size_t>(i)].finish(row_len);
+    round_to(norm.data(), norm.size(), sum_dt);
+    const DType factor_dt = *m_->dtype == sum_dt ? sum_dt : DType::Float32;
+    dora_scale_rows(values.data(), rows, cols, mag.data() + r0, norm.data(), factor_dt);
+  }
+
   std::string path_;  // the checkpoint's metadata, for messages
   TensorMeta w_, a_, b_;
   double scale_;
   bool transposed_;
+  std::optional<TensorMeta> m_;  // DoRA's magnitude vector [out]
+};
+
+// A merged bias (lora_bias=True): PEFT's `bias += lora_B.bias * scaling`, in the bias's dtype.
+class LoraMergedBias final : public DerivedTensor {
+ public:
+  LoraMergedBias(std::string path, TensorMeta bias, TensorMeta b_bias, double scale)
+      : path_(std::move(path)), bias_(std::move(bias)), bb_(std::move(b_bias)), scale_(scale) {}
+  const TensorMeta& follows() const override { return bias_; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const DType dt = *bias_.dtype;
+    const uint64_t numel = bias_.chunk_numel(chunk), bytes = numel * itemsize(dt);
+    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+    if (from > bytes || n > bytes - from)
+      throw FormatError(Where(path_, std::nullopt, bias_.fqn),
+                        "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
+                            std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+    if (n == 0) return;
+    std::vector<uint8_t> raw(bytes);
+    below.read(bias_, chunk, 0, bytes, raw.data());
+    std::vector<float> v(numel), b(bb_.numel());
+    cast_elements(dt, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(v.data()), numel);
+    std::vector<uint8_t> braw = below.read_whole(bb_);
+    cast_elements(*bb_.dtype, DType::Float32, braw.data(), reinterpret_cast<uint8_t*>(b.data()), b.size());
+    const DType bt = *bb_.dtype;
+    add_lora_bias(v.data(), bias_.chunk_offsets(chunk)[0], static_cast<int64_t>(numel), b.data(),
+                  static_cast<float>(scale_), bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32);
+    cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(v.data()), raw.data(), numel);
+    std::memcpy(dst, raw.data() + from, n);
+  }
+  uint64_t working_bytes(size_t chunk) const override {
+    return bias_.chunk_numel(chunk) * (itemsize(*bias_.dtype) + 4) + bb_.numel() * (itemsize(*bb_.dtype) + 8);
+  }
+
+ private:
+  std::string path_;
+  TensorMeta bias_, bb_;
+  double scale_;
 };
 
 // The prefix the LoRA keys share before `base_model.model.` ("model" for {"model": state_dict}),
@@ -150,26 +255,37 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     adapter = names[0];
   }
   const bool merge = rq.mode == LoraMode::Merge;
-  // DoRA, by its magnitude vectors (whatever a config says) or by its config: merging it without
-  // the magnitudes would write wrong weights.
-  if (merge)
-    for (const LoraLayer& l : lora.layers)
-      if (l.adapter == adapter && l.magnitude >= 0)
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.magnitude)].fqn),
-                               "the adapter is DoRA (a lora_magnitude_vector): dcpctl merges plain LoRA and rsLoRA; "
-                               "export it with --lora adapter and merge it with PEFT");
+  // DoRA and lora_bias are known by their keys (a magnitude vector, lora_B's bias); a config that
+  // says either where the keys have none cannot be the checkpoint's (PEFT would not load them).
+  bool has_magnitude = false, has_bias = false;
+  for (const LoraLayer& l : lora.layers)
+    if (l.adapter == adapter) has_magnitude = has_magnitude || l.magnitude >= 0, has_bias = has_bias || l.b_bias >= 0;
   LoraConfig config = find_lora_config(ck, rq, adapter);
-  if (const std::string variant = config.variant(); merge && !variant.empty())
-    throw UnsupportedError(Where(config.path.empty() ? ck.dir : config.path),
-                           "the adapter is " + variant +
-                               ", whose merge is not W + s*B*A: dcpctl merges plain LoRA and rsLoRA; "
-                               "export it with --lora adapter and merge it with PEFT");
+  LoraConfig others = config;  // the config less what the keys show and dcpctl merges
+  if (has_magnitude) others.json.erase("use_dora");
+  if (has_bias) others.json.erase("lora_bias");
+  if (const std::string variant = others.variant(); merge && !variant.empty())
+    throw UnsupportedError(
+        Where(config.path.empty() ? ck.dir : config.path),
+        "the adapter is " + variant +
+            (variant.rfind("DoRA", 0) == 0 || variant.rfind("a LoRA bias", 0) == 0
+                 ? " but the checkpoint holds none of its tensors (lora_magnitude_vector, "
+                   "lora_B's bias): the config is not this adapter's"
+                 : ", whose merge is not W + s*B*A (or DoRA's, or a LoRA bias's): dcpctl merges plain "
+                   "LoRA, rsLoRA, DoRA and LoRA biases; export it with --lora adapter and merge it "
+                   "with PEFT"));
+  auto scale_of = [&](const LoraLayer& l) {
+    const int64_t r = lora_rank(md, l);
+    const double alpha = config.alpha(module_in_model(l.module));
+    return config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+  };
 
   // What each tensor becomes: dropped, renamed, or (merge) the base weight with its adapter folded in.
   std::vector<std::string> out_name(md.tensors.size());
   std::vector<bool> keep(md.tensors.size(), false);
-  std::unordered_map<size_t, const LoraLayer*> merged_at;  // base tensor -> its adapter
-  auto peft_key = [&](size_t ti) {                         // the output key of a kept adapter tensor
+  std::unordered_map<size_t, const LoraLayer*> merged_at;       // base tensor -> its adapter
+  std::unordered_map<size_t, const LoraLayer*> merged_bias_at;  // base bias -> its adapter (lora_bias)
+  auto peft_key = [&](size_t ti) {                              // the output key of a kept adapter tensor
     std::string k = by_tensor[ti]->key;
     size_t p = peft_prefix_at(k);
     return peft_saved_key(p == std::string::npos ? k : k.substr(p), adapter);
@@ -246,10 +362,18 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
                          "--lora merge needs the base layer '" + l.module +
                              ".base_layer.weight' in the selection; this checkpoint holds the adapter " +
                              "only: export it with --lora adapter, or merge it with the base model in PEFT");
-      if (l.b_bias >= 0)
-        throw UnsupportedError(
-            Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b_bias)].fqn),
-            "a LoRA bias (lora_bias=True): dcpctl merges adapters without one; export it with --lora adapter");
+      if (l.b_bias >= 0) {
+        if (l.base_bias < 0 || !by_tensor[static_cast<size_t>(l.base_bias)])
+          throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b_bias)].fqn),
+                                 "a LoRA bias (lora_bias=True) whose base layer has no bias '" + l.module +
+                                     ".base_layer.bias' in the selection: PEFT cannot merge it either");
+        merged_bias_at[static_cast<size_t>(l.base_bias)] = &l;
+      }
+      if (l.magnitude >= 0 && (l.embedding || config.fan_in_fan_out()))
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.magnitude)].fqn),
+                               std::string("DoRA on ") + (l.embedding ? "an Embedding" : "a fan_in_fan_out layer") +
+                                   ": dcpctl merges DoRA on Linear layers; export it with --lora adapter and merge "
+                                   "it with PEFT");
       const TensorMeta& w = md.tensors[static_cast<size_t>(l.base)];
       if (!w.dtype || !(*w.dtype == DType::Float32 || *w.dtype == DType::BFloat16 || *w.dtype == DType::Float16 ||
                         *w.dtype == DType::Float64))
@@ -265,7 +389,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   // No view below derives a tensor (a dequantized one is refused above), so the new table carries
   // none; a merged weight reads its base, A and B as saved.
   std::shared_ptr<DerivedTable> table = table_over(nullptr);
-  size_t merged = 0;
+  size_t merged = 0, merged_biases = 0;
   std::vector<double> scales;
   view.md.tensors.clear();
   view.md.order.clear();
@@ -290,17 +414,25 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       const TensorMeta& base = md.tensors[it.index];
       const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
       const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
-      const int64_t r = a.shape[0];
-      const double alpha = config.alpha(module_in_model(l.module));
-      const double scale = config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+      const double scale = scale_of(l);
       // An Embedding's delta is (B·A)ᵀ; so is a Linear's kept [in, out] (fan_in_fan_out, GPT-2's
       // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.
       const bool out_in = base.shape[0] == b.shape[0] && base.shape[1] == a.shape[1];
       const bool transposed = l.embedding || !out_in || (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
-      table->tensors[t.fqn] = {std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed),
-                               nullptr};
+      std::optional<TensorMeta> magnitude;
+      if (l.magnitude >= 0) magnitude = md.tensors[static_cast<size_t>(l.magnitude)];
+      table->tensors[t.fqn] = {
+          std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed, std::move(magnitude)),
+          nullptr};
       scales.push_back(scale);
       ++merged;
+    }
+    if (auto m = merged_bias_at.find(it.index); m != merged_bias_at.end()) {
+      table->tensors[t.fqn] = {
+          std::make_shared<LoraMergedBias>(ck.metadata_path, md.tensors[it.index],
+                                           md.tensors[static_cast<size_t>(m->second->b_bias)], scale_of(*m->second)),
+          nullptr};
+      ++merged_biases;
     }
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));
@@ -333,7 +465,18 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     if (rank != r && !named) pattern[module] = rank;
   }
   cfg["rank_pattern"] = pattern;
-  if (!cfg.contains("alpha_pattern")) cfg["alpha_pattern"] = json::object();
+  if (!cfg.contains("alpha_pattern") || !cfg["alpha_pattern"].is_object()) cfg["alpha_pattern"] = json::object();
+  // An entry that names no module of this adapter (a config written for another model, or by a tool
+  // that keyed it by a fused shape) says nothing true of it: the folder's config leaves it out.
+  for (const char* field : {"rank_pattern", "alpha_pattern"}) {
+    json kept = json::object();
+    for (const auto& [p, v] : cfg[field].items()) {
+      bool names = false;
+      for (const auto& [module, rank] : ranks) names = names || pattern_matches(p, module);
+      if (names) kept[p] = v;
+    }
+    cfg[field] = kept;
+  }
   if (!cfg.contains("target_modules") || cfg["target_modules"].is_null()) cfg["target_modules"] = lora.targets(adapter);
   if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
     json saved = json::array();
@@ -367,6 +510,8 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
              {"use_rslora", config.rslora()},
              {"modules", ranks.size()},
              {"merged", merged}};
+  if (merge && merged_biases) summary["merged_biases"] = merged_biases;
+  if (merge && has_magnitude) summary["dora"] = true;
   if (merge && merged) {
     auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
     summary["scale"] = *lo == *hi ? json(*lo) : json{{"min", *lo}, {"max", *hi}};

@@ -13,9 +13,14 @@ those without an adapter bit for bit, the merged ones within the bound of float 
 (meta/lora.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
 and gives the merged logits; .safetensors and .pt outputs hold the same tensors; --dtype casts the
 merged values; with --map, the map of PEFT's merged model; on 2 ranks, the one-process bytes; a
-bfloat16 and a float16 fine-tune (cast and saved here by dcp.save) merge to merge_and_unload's bits. inspect says which adapters the checkpoint holds; verify and the writers refuse an
+bfloat16 and a float16 fine-tune (cast and saved here by dcp.save) merge to merge_and_unload's bits. DoRA
+(peft_dora) and lora_bias (peft_lora_bias) merge to merge_and_unload's bits, in float32, bfloat16 and
+float16, and DoRA also from a base split along dim 1 (3 ranks' DTensor Shard(1), saved here by
+dcp.save); rank_pattern / alpha_pattern entries of the written config each name a module (those
+naming none are left out). inspect says which adapters the checkpoint holds; verify and the writers refuse an
 adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key; the refusals
-(no alpha, several adapters without --lora-name, merging an adapter-only save or DoRA) each with
+(no alpha, several adapters without --lora-name, merging an adapter-only save, a config that says DoRA
+over plain LoRA keys) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
 """
 from __future__ import annotations
@@ -88,7 +93,27 @@ def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="defaul
     for key in ("target_modules", "modules_to_save"):
         check(sorted(cfg.get(key) or []) == sorted(want.get(key) or []),
               f"{case}: adapter_config.json {key} = {cfg.get(key)!r}, PEFT's {want.get(key)!r}")
+    pattern_checks(case, cfg, ours)
     return out
+
+
+def pattern_checks(case: str, cfg: dict, tensors: dict):
+    """Every rank_pattern / alpha_pattern entry names a module the adapter has (PEFT's rule: the key, or
+    a regex matching the end of the module's name), and every module gets the rank lora_A has: a config
+    entry that names no module, or a rank taken from a fused shape, is a bug."""
+    import re
+    prefix = "base_model.model."
+    ranks = {k[len(prefix):k.index(".lora_A")]: v.shape[0] for k, v in tensors.items() if ".lora_A." in k and k.startswith(prefix)}
+    ranks.update({k[len(prefix):k.index(".lora_embedding_A")]: v.shape[0] for k, v in tensors.items() if k.endswith(".lora_embedding_A")})
+
+    def matches(pattern, module):
+        return pattern == module or re.fullmatch(rf"(.*\.)?({pattern})", module) is not None
+    for field in ("rank_pattern", "alpha_pattern"):
+        for pattern in cfg.get(field) or {}:
+            check(any(matches(pattern, m) for m in ranks), f"{case}: {field} entry {pattern!r} names a module of the adapter")
+    for module, rank in ranks.items():
+        r = next((v for p, v in (cfg.get("rank_pattern") or {}).items() if matches(p, module)), cfg.get("r"))
+        check(r == rank, f"{case}: adapter_config.json gives {module} rank {r}; its lora_A has {rank}")
 
 
 def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
@@ -129,14 +154,20 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
         a = adapter.get(f"{module}.lora_A.weight", adapter.get(f"{module}.lora_embedding_A"))
         b = adapter.get(f"{module}.lora_B.weight", adapter.get(f"{module}.lora_embedding_B"))
         if a is None or f"{module}.weight" in adapter:  # no adapter here (or a module trained whole): a copy
+            # (a bias with lora_bias: bias + s·lora_B.bias, one float32 multiply and add, as PEFT's)
             d = same_tensor(ours[k], theirs[k])
-            check(d is None, f"{case}: {k} (no adapter) is merge_and_unload's bit for bit: {d}")
+            check(d is None, f"{case}: {k} ({'lora_bias merged' if k.endswith('.bias') and 'base_model.model.' + k[:-5] + '.lora_B.bias' in adapter else 'no adapter'}) is merge_and_unload's bit for bit: {d}")
             continue
         merged += 1
         rank = a.shape[0]
         scale = cfg["lora_alpha"] / (math.sqrt(rank) if cfg.get("use_rslora") else rank)
         base = load_file(fixture / "base" / "model.safetensors").get(k)
         bound = lora_bound(base if base is not None else theirs[k], a, b, scale, f"{module}.lora_embedding_A" in adapter)
+        if f"{module}.lora_magnitude_vector" in adapter:
+            # DoRA: magnitude / norm(row) times the row; a norm summed in another order (another
+            # torch build's vector width) moves each element by a few ulps of the row's sum of squares.
+            bound = bound * (adapter[f"{module}.lora_magnitude_vector"].abs().double().max() + 1) \
+                + (a.shape[1] + 8) * 2.0 ** -24 * theirs[k].abs().double()
         diff = (ours[k].double() - theirs[k].double()).abs()
         worst = max(worst, diff.max().item())
         check(ours[k].dtype == theirs[k].dtype and bool((diff <= bound).all()),
@@ -145,6 +176,9 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
     check(merged > 0 and s.get("lora", {}).get("merged") == merged,
           f"{case}: {merged} weights merged, the summary says {s.get('lora', {}).get('merged')}")
     print(f"     {case}: {merged} merged weights, max |dcpctl - PEFT| = {worst:.3g}")
+    biases = [k for k in ours if k.endswith(".bias") and "base_model.model." + k[:-5] + ".lora_B.bias" in adapter]
+    check(s.get("lora", {}).get("merged_biases", 0) == len(biases) and all(same_tensor(ours[k], theirs[k]) is None for k in biases),
+          f"{case}: {len(biases)} lora_bias biases merged bit for bit, the summary says {s.get('lora', {}).get('merged_biases')}")
     from transformers import AutoModelForCausalLM
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -246,19 +280,22 @@ def main() -> int:
     from peft import PeftModel
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from transformers import AutoModelForCausalLM
-    for dt in (torch.bfloat16, torch.float16):
-        half = WORK / f"half-{dt}"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(fx / "base", dtype=dt), fx / "expected_adapter").to(dt)
-            dcp.save({"model": get_model_state_dict(pm)}, checkpoint_id=str(half / "ckpt"), no_dist=True)
-            truth = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
-        shutil.copy(fx / "expected_adapter" / "adapter_config.json", half / "adapter_config.json")
-        out = half / "merged.safetensors"
-        if ok(dcpctl("consolidate", half / "ckpt", "--lora", "merge", "-o", out, "-q"), f"--lora merge of a {dt} fine-tune"):
-            ours = load_file(out)
-            bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
-            check(sorted(ours) == sorted(truth) and not bad, f"--lora merge of a {dt} fine-tune is merge_and_unload's, bit for bit: {bad[:3]}")
+    # The same for DoRA (each step of dora.py rounded in the half dtype) and a LoRA bias.
+    for case in ("peft_lora", "peft_dora", "peft_lora_bias"):
+        cfx = FIXTURES / case
+        for dt in (torch.bfloat16, torch.float16):
+            half = WORK / f"half-{case}-{dt}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(cfx / "base", dtype=dt), cfx / "expected_adapter").to(dt)
+                dcp.save({"model": get_model_state_dict(pm)}, checkpoint_id=str(half / "ckpt"), no_dist=True)
+                truth = {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
+            shutil.copy(cfx / "expected_adapter" / "adapter_config.json", half / "adapter_config.json")
+            out = half / "merged.safetensors"
+            if ok(dcpctl("consolidate", half / "ckpt", "--lora", "merge", "-o", out, "-q"), f"{case}: --lora merge of a {dt} fine-tune"):
+                ours = load_file(out)
+                bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
+                check(sorted(ours) == sorted(truth) and not bad, f"{case}: --lora merge of a {dt} fine-tune is merge_and_unload's, bit for bit: {bad[:3]}")
 
     # alpha_pattern as PEFT reads it: the first pattern that matches, in the file's order (here
     # "q_proj" before the longer "model.layers.0.self_attn.q_proj", which sorts first); the oracle is
@@ -280,6 +317,16 @@ def main() -> int:
         bad = [k for k in truth if k not in ours or same_tensor(ours[k], truth[k]) is not None]
         check(not bad and json.loads(r.stdout)["lora"]["scale"] == {"min": 1.0, "max": 3.0},
               f"--lora merge with an alpha_pattern is PEFT's merge under it, bit for bit: {bad[:3]}, scale {json.loads(r.stdout)['lora'].get('scale')}")
+    # rank_pattern / alpha_pattern entries that name no module of the adapter (a config written for
+    # another model) are left out of the folder's config; those that name one are kept.
+    bogus = WORK / "bogus-patterns.json"
+    bogus.write_text(json.dumps(dict(json.loads((fx / "expected_adapter" / "adapter_config.json").read_text()),
+                                     rank_pattern={"no_such_proj": 16, "q_proj": 4}, alpha_pattern={"mlp.experts.gate_up_proj": 64})))
+    out = adapter_checks("peft_lora", fx / "ckpt", fx / "expected_adapter", extra=("--lora-config", bogus), name="bogus-patterns")
+    if out:
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        check(cfg.get("rank_pattern") == {"q_proj": 4} and cfg.get("alpha_pattern") == {},
+              f"peft_lora: config entries naming no module are left out: {cfg.get('rank_pattern')}, {cfg.get('alpha_pattern')}")
     # A config that turns on a LoRA variant whose merge is not W + s·B·A: refused, named, nothing written.
     for field, value, name in (("use_qalora", True, "QA-LoRA"), ("alora_invocation_tokens", [1, 2], "aLoRA"),
                                ("init_lora_weights", "mica", "MiCA"), ("lora_bias", True, "a LoRA bias")):
@@ -338,17 +385,80 @@ def main() -> int:
     merge_checks("peft_lora_variants", va / "ckpt", va, va / "expected_adapter", vids["input_ids"], vids["logits_merged"],
                  extra=("--lora-name", "default", "--lora-config", cfg_default))
 
-    # ---- peft_dora: exported; its merge refused ----
+    # ---- peft_dora: exported and merged (DoRA's row norms) ----
     do = FIXTURES / "peft_dora"
-    adapter_checks("peft_dora", do / "ckpt", do / "expected_adapter", extra=("--lora-config", do / "expected_adapter" / "adapter_config.json"))
-    target = WORK / "dora-merged.safetensors"
-    r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-config", do / "expected_adapter" / "adapter_config.json", "-o", target)
-    expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA", "DoRA")
-    check(not target.exists(), "merging DoRA: nothing written")
-    # Without its config (only --lora-alpha, which says nothing of DoRA): the magnitude vectors tell.
-    r = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", target)
-    expect_rc(r, EXIT_UNSUPPORTED, "merging DoRA known by its magnitude vectors only", "DoRA", "lora_magnitude_vector")
-    check(not target.exists(), "merging DoRA without its config: nothing written")
+    dids = load_file(do / "logits.safetensors")
+    dcfg = do / "expected_adapter" / "adapter_config.json"
+    adapter_checks("peft_dora", do / "ckpt", do / "expected_adapter", extra=("--lora-config", dcfg))
+    merge_checks("peft_dora", do / "ckpt", do, do / "expected_adapter", dids["input_ids"], dids["logits_merged"],
+                 extra=("--lora-config", dcfg))
+    # Without its config (only --lora-alpha, which says nothing of DoRA): the magnitude vectors tell,
+    # and the merge is the same.
+    a_out, b_out = WORK / "dora-alpha.safetensors", WORK / "dora-config.safetensors"
+    r1 = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-alpha", "8", "-o", a_out, "--json", "-q")
+    r2 = dcpctl("consolidate", do / "ckpt", "--lora", "merge", "--lora-config", dcfg, "-o", b_out, "-q")
+    if ok(r1, "peft_dora: --lora merge --lora-alpha 8") and ok(r2, "peft_dora: --lora merge --lora-config"):
+        x, y = load_file(a_out), load_file(b_out)
+        check(sorted(x) == sorted(y) and all(same_tensor(x[k], y[k]) is None for k in x) and json.loads(r1.stdout)["lora"].get("dora") is True,
+              "peft_dora: DoRA known by its magnitude vectors merges as with its config, and the summary says dora")
+    # The base weights split along dim 1 (tensor parallel: DTensor Shard(1) over 3 gloo ranks, 32
+    # columns as 11 + 11 + 10, saved by torch's dcp.save): each chunk's rows need the other chunks'
+    # columns for DoRA's norm; the merge is the same bits as from whole rows.
+    import subprocess
+    from testlib import free_port
+    tp = WORK / "dora-tp3"
+    worker = (
+        "import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import distribute_tensor, Shard, Replicate\n"
+        "from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner\n"
+        "from torch.distributed.checkpoint.state_dict_loader import _load_state_dict\n"
+        "dist.init_process_group('gloo')\n"
+        "sd = {}\n"
+        "_load_state_dict(sd, storage_reader=dcp.FileSystemReader(sys.argv[1]), planner=_EmptyStateDictLoadPlanner(), no_dist=True)\n"
+        "mesh = init_device_mesh('cpu', (dist.get_world_size(),))\n"
+        "m = {k: distribute_tensor(v, mesh, [Shard(1) if v.ndim == 2 and 'base_layer' in k else Replicate()]) for k, v in sd['model'].items()}\n"
+        "dcp.save({'model': m}, checkpoint_id=sys.argv[2])\n"
+        "dist.destroy_process_group()\n")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", worker, str(do / "ckpt"), str(tp)],
+                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(3)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    if check(all(p.returncode == 0 for p in procs), f"peft_dora: torch saves the base split along dim 1 on 3 ranks: {outs[0][-500:]}"):
+        r = dcpctl("inspect", tp, "--json")
+        split = ok(r, "peft_dora (dim 1): inspect") and any(
+            it.get("key", "").endswith("q_proj.base_layer.weight") and it.get("chunks") == 3 and it.get("sharding") == "Shard(1) over 3"
+            for it in json.loads(r.stdout).get("items", []))
+        check(split, "peft_dora (dim 1): the base weights are in 3 chunks")
+        tp_out = WORK / "dora-tp3-merged.safetensors"
+        if ok(dcpctl("consolidate", tp, "--lora", "merge", "--lora-config", dcfg, "-o", tp_out, "-q"), "peft_dora (dim 1): --lora merge"):
+            x, theirs = load_file(tp_out), load_file(do / "expected_merged" / "model.safetensors")
+            bad = [k for k in theirs if k not in x or same_tensor(x[k], theirs[k]) is not None]
+            check(sorted(x) == sorted(theirs) and not bad,
+                  f"peft_dora (dim 1): the merge of a base split along dim 1 is merge_and_unload's bit for bit: {bad[:3]}")
+    # A config that says DoRA over a checkpoint without magnitude vectors is not that checkpoint's.
+    variant = WORK / "dora-config-on-plain.json"
+    variant.write_text(json.dumps(dict(json.loads((fx / "expected_adapter" / "adapter_config.json").read_text()), use_dora=True)))
+    target = WORK / "dora-on-plain.safetensors"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "--lora-config", variant, "-o", target)
+    expect_rc(r, EXIT_UNSUPPORTED, "a DoRA config over a plain LoRA checkpoint", "DoRA", "lora_magnitude_vector")
+    check(not target.exists(), "a DoRA config over a plain LoRA checkpoint: nothing written")
+
+    # ---- peft_lora_bias: lora_B's bias merged into the base bias ----
+    lb = FIXTURES / "peft_lora_bias"
+    lids = load_file(lb / "logits.safetensors")
+    lcfg = lb / "expected_adapter" / "adapter_config.json"
+    r = dcpctl("inspect", lb / "ckpt", "--json")
+    if ok(r, "peft_lora_bias: inspect --json"):
+        a = ((json.loads(r.stdout).get("lora") or {}).get("adapters") or [{}])[0]
+        check(a.get("lora_bias") is True and a.get("layout") == "peft-linear", f"peft_lora_bias: inspect says lora_bias: {a}")
+    out = adapter_checks("peft_lora_bias", lb / "ckpt", lb / "expected_adapter", extra=("--lora-config", lcfg))
+    if out:
+        peft_load_checks("peft_lora_bias", out, lb / "base", lids["input_ids"], lids["logits_peft"])
+    merge_checks("peft_lora_bias", lb / "ckpt", lb, lb / "expected_adapter", lids["input_ids"], lids["logits_merged"],
+                 extra=("--lora-config", lcfg))
 
     # ---- accelerate's FSDP2 save_state ----
     ac = FIXTURES / "peft_accelerate"

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <random>
 
-#include "view/kernels.h"
 #include "meta/lora.h"
 #include "util/numeric.h"
+#include "view/kernels.h"
 
 using namespace dcpctl;
 
@@ -74,8 +74,10 @@ TEST_CASE("find_lora reads PEFT's keys: named, unnamed, embeddings, DoRA, module
   CHECK(check_lora(md, m).empty());
 
   // Saved by PEFT alone: no adapter name in the keys.
-  Metadata alone = model({tensor("base_model.model.q_proj.lora_A.weight", {4, 16}), tensor("base_model.model.q_proj.lora_B.weight", {32, 4}),
-                          tensor("base_model.model.e.lora_embedding_A", {4, 100}), tensor("base_model.model.e.lora_embedding_B", {16, 4}),
+  Metadata alone = model({tensor("base_model.model.q_proj.lora_A.weight", {4, 16}),
+                          tensor("base_model.model.q_proj.lora_B.weight", {32, 4}),
+                          tensor("base_model.model.e.lora_embedding_A", {4, 100}),
+                          tensor("base_model.model.e.lora_embedding_B", {16, 4}),
                           tensor("base_model.model.q_proj.lora_magnitude_vector", {32})});
   LoraModel a = find_lora(alone);
   REQUIRE(a.layers.size() == 2);
@@ -86,25 +88,30 @@ TEST_CASE("find_lora reads PEFT's keys: named, unnamed, embeddings, DoRA, module
 
 TEST_CASE("check_lora names an adapter saved as one rank's slice", "[lora]") {
   // accelerate #4206: rank 0's half of lora_A's rows.
-  Metadata md = model({tensor(P + "q_proj.base_layer.weight", {32, 16}), tensor(P + "q_proj.lora_A.default.weight", {2, 16}),
-                       tensor(P + "q_proj.lora_B.default.weight", {32, 4})});
+  Metadata md =
+      model({tensor(P + "q_proj.base_layer.weight", {32, 16}), tensor(P + "q_proj.lora_A.default.weight", {2, 16}),
+             tensor(P + "q_proj.lora_B.default.weight", {32, 4})});
   Findings f = check_lora(md, find_lora(md));
   REQUIRE(f.size() == 1);
   CHECK(f[0].code == "lora-shape");
   CHECK(f[0].where.key == P + "q_proj.lora_B.default.weight");
   // Half of B's rows, A whole: the base layer tells.
-  Metadata half = model({tensor(P + "q_proj.base_layer.weight", {32, 16}), tensor(P + "q_proj.lora_A.default.weight", {4, 16}),
-                         tensor(P + "q_proj.lora_B.default.weight", {16, 4})});
+  Metadata half =
+      model({tensor(P + "q_proj.base_layer.weight", {32, 16}), tensor(P + "q_proj.lora_A.default.weight", {4, 16}),
+             tensor(P + "q_proj.lora_B.default.weight", {16, 4})});
   Findings g = check_lora(half, find_lora(half));
   REQUIRE(g.size() == 1);
   CHECK(g[0].message.find("slice") != std::string::npos);
   // A without B; a magnitude vector of the wrong size.
-  Metadata lone = model({tensor(P + "q_proj.lora_A.default.weight", {4, 16}), tensor(P + "k_proj.lora_A.default.weight", {4, 16}),
-                         tensor(P + "k_proj.lora_B.default.weight", {32, 4}), tensor(P + "k_proj.lora_magnitude_vector.default.weight", {16})});
+  Metadata lone =
+      model({tensor(P + "q_proj.lora_A.default.weight", {4, 16}), tensor(P + "k_proj.lora_A.default.weight", {4, 16}),
+             tensor(P + "k_proj.lora_B.default.weight", {32, 4}),
+             tensor(P + "k_proj.lora_magnitude_vector.default.weight", {16})});
   CHECK(check_lora(lone, find_lora(lone)).size() == 2);
   // GPT-2's Conv1D keeps [in, out]: accepted.
-  Metadata conv = model({tensor("m.c_attn.base_layer.weight", {16, 32}), tensor("m.c_attn.lora_A.default.weight", {4, 16}),
-                         tensor("m.c_attn.lora_B.default.weight", {32, 4})});
+  Metadata conv =
+      model({tensor("m.c_attn.base_layer.weight", {16, 32}), tensor("m.c_attn.lora_A.default.weight", {4, 16}),
+             tensor("m.c_attn.lora_B.default.weight", {32, 4})});
   CHECK(check_lora(conv, find_lora(conv)).empty());
 }
 
@@ -122,14 +129,18 @@ TEST_CASE("add_lora_delta: W + s·B·A (and its transpose) in boxes, as an eleme
     for (Box box : {Box{{0, 0}, {rows, cols}}, Box{{3, 2}, {4, 5}}}) {
       std::vector<float> got(static_cast<size_t>(box.sizes[0] * box.sizes[1]));
       for (int64_t i = 0; i < box.sizes[0]; ++i)
-        for (int64_t j = 0; j < box.sizes[1]; ++j) got[static_cast<size_t>(i * box.sizes[1] + j)] = w[static_cast<size_t>((box.offsets[0] + i) * cols + box.offsets[1] + j)];
+        for (int64_t j = 0; j < box.sizes[1]; ++j)
+          got[static_cast<size_t>(i * box.sizes[1] + j)] =
+              w[static_cast<size_t>((box.offsets[0] + i) * cols + box.offsets[1] + j)];
       std::vector<float> want = got;
       add_lora_delta(got.data(), box, a.data(), in, b.data(), r, s, transposed, DType::Float32);
       for (int64_t i = 0; i < box.sizes[0]; ++i)
         for (int64_t j = 0; j < box.sizes[1]; ++j) {
-          int64_t p = transposed ? box.offsets[1] + j : box.offsets[0] + i, q = transposed ? box.offsets[0] + i : box.offsets[1] + j;
+          int64_t p = transposed ? box.offsets[1] + j : box.offsets[0] + i,
+                  q = transposed ? box.offsets[0] + i : box.offsets[1] + j;
           float acc = 0;
-          for (int64_t k = 0; k < r; ++k) acc = std::fmaf(b[static_cast<size_t>(p * r + k)], a[static_cast<size_t>(k * in + q)], acc);
+          for (int64_t k = 0; k < r; ++k)
+            acc = std::fmaf(b[static_cast<size_t>(p * r + k)], a[static_cast<size_t>(k * in + q)], acc);
           want[static_cast<size_t>(i * box.sizes[1] + j)] += acc * s;
         }
       CHECK(got == want);
@@ -143,4 +154,52 @@ TEST_CASE("add_lora_delta: W + s·B·A (and its transpose) in boxes, as an eleme
   std::vector<float> two{1.0f};
   add_lora_delta(two.data(), Box{{0, 0}, {1, 1}}, aa.data(), 1, bb.data(), 1, 1.0f, false, DType::Float32);
   CHECK(two[0] == 2.0f + 1.0f / 1024);
+}
+
+TEST_CASE("DoraNorm: torch's 8-lane float32 row norm, the same from column pieces in order", "[lora]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.f, 0.3f);
+  for (int64_t len : {5, 8, 37, 64, 203}) {
+    std::vector<float> x(static_cast<size_t>(len));
+    for (float& v : x) v = n(rng);
+    DoraNorm whole;
+    whole.add(x.data(), 0, len, len);
+    // torch's loop, written out: lanes of rounded square-and-add, the lanes added 0..7, the tail.
+    const int64_t main = len - len % 8;
+    float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < main; ++j) {
+      float sq = x[static_cast<size_t>(j)] * x[static_cast<size_t>(j)];
+      lanes[j % 8] = lanes[j % 8] + sq;
+    }
+    float sum = lanes[0];
+    for (int l = 1; l < 8; ++l) sum = sum + lanes[l];
+    for (int64_t j = main; j < len; ++j) sum = sum + x[static_cast<size_t>(j)] * x[static_cast<size_t>(j)];
+    CHECK(whole.finish(len) == std::sqrt(sum));
+    double exact = 0;
+    for (float v : x) exact += static_cast<double>(v) * v;
+    CHECK(std::abs(whole.finish(len) - std::sqrt(exact)) <= 1e-6 * std::sqrt(exact));
+    // Column pieces (a chunk split along dim 1), in order: the same bits.
+    DoraNorm pieces;
+    for (int64_t c0 = 0, step = 3; c0 < len; c0 += step, step += 4)
+      pieces.add(x.data() + c0, c0, std::min(step, len - c0), len);
+    CHECK(pieces.finish(len) == whole.finish(len));
+  }
+}
+
+TEST_CASE("dora_scale_rows and add_lora_bias round as torch's ops in the dtype", "[lora]") {
+  std::vector<float> v{1.0f, 2.0f, -3.0f, 0.5f};
+  const float mag[2] = {3.0f, 1.0f}, norm[2] = {2.0f, 3.0f};
+  dora_scale_rows(v.data(), 2, 2, mag, norm, DType::Float32);
+  CHECK(v == std::vector<float>{1.5f, 3.0f, -3.0f * (1.0f / 3.0f), 0.5f * (1.0f / 3.0f)});
+  // bfloat16: 1/3 rounds to 0.333984375 before it multiplies.
+  std::vector<float> h{3.0f};
+  dora_scale_rows(h.data(), 1, 1, mag + 1, norm + 1, DType::BFloat16);
+  CHECK(h[0] == 1.0f);  // round_bf16(3 · 0.333984375 = 1 + 2^-9) = 1 (float32 would give 1.0000001)
+  // bias += round(b · s): in float32, and with a bfloat16 lora_B the product rounded first.
+  std::vector<float> bias{1.0f, 1.0f, 1.0f}, b{0.0f, 1.0f + 1.0f / 1024, 0.25f};
+  add_lora_bias(bias.data(), 1, 2, b.data(), 2.0f, DType::Float32);
+  CHECK(bias == std::vector<float>{3.0f + 2.0f / 1024, 1.5f, 1.0f});
+  std::vector<float> bias16{1.0f};
+  add_lora_bias(bias16.data(), 1, 1, b.data(), 1.0f, DType::BFloat16);
+  CHECK(bias16[0] == 2.0f);
 }
