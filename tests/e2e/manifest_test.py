@@ -107,7 +107,7 @@ def main() -> int:
             "reshard": (["reshard", sample, "-o", tmp / "re", "-w", "2"], tmp / "re", "__1_0.distcp"),
             "cast": (["cast", sample, "-o", tmp / "cast", "--dtype", "bf16"], tmp / "cast", "__0_0.distcp"),
             "consolidate DIR/": (["consolidate", sample, "-o", f"{tmp / 'hf'}/", "--max-shard-size", "8KB"], tmp / "hf",
-                                 "model-00001-of-00002.safetensors"),
+                                 "model-00001-of-00008.safetensors"),
         }
         for what, (argv, out, victim) in outputs.items():
             r = run(dcpctl, *argv, "--json")
