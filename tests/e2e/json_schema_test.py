@@ -100,11 +100,12 @@ OPTIONAL = {
     # map: only with --map, and a piece's tensor with it
     # dequantized: only with --dtype on block-scaled float8 weights
     # lora: only with --lora adapter or merge; its scale with merge
-    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
+    # manifest: not in a dry run nor for an object-storage output
+    "consolidate": {"/manifest", "/lightning_meta", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
                     "/lora", "/lora/scale"},
-    "reshard": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
+    "reshard": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default"},
-    "cast": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
+    "cast": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }
 
