@@ -58,7 +58,9 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   // A tied model's export leaves out a head equal to the embedding (write/tied_head.h).
   std::optional<MappedModel> untied;
   json tied_left_out = nullptr;
-  if (hf)
+  // Every rank compares the two the same way; under --local-files a rank may not see their files,
+  // and the head is kept (equal, it passes the folder's check).
+  if (hf && !o.local_files)
     if (const std::string config = copied_config(ck, o); !config.empty())
       if (std::optional<TiedHead> t = tied_head_to_drop(config, model.checkpoint(), opts.selection, model.map())) {
         tied_left_out = {{"key", t->head}, {"equal_to", t->embedding}};
