@@ -108,7 +108,8 @@ std::map<std::string, FileDigest> digest_files(const std::string& path, unsigned
   const std::vector<std::string> names = covered(path);
   const std::string dir = base_dir(path);
   std::vector<FileDigest> digests(names.size());
-  parallel_for(names.size(), std::max(1u, threads), [&](size_t i) { digests[i] = hash_file(join_path(dir, names[i])); });
+  parallel_for(names.size(), std::max(1u, threads),
+               [&](size_t i) { digests[i] = hash_file(join_path(dir, names[i])); });
   std::map<std::string, FileDigest> out;
   for (size_t i = 0; i < names.size(); ++i) out[names[i]] = digests[i];
   return out;
@@ -140,8 +141,8 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
     invalid("", "is not a dcpctl manifest (a JSON object with \"format\": \"dcpctl-manifest\")");
     return r;
   }
-  if (j.value("version", 0) != 1 || j.value("algorithm", "") != "sha256" || !j.contains("files") || !j["files"].is_object() ||
-      !j.contains("sizes") || !j["sizes"].is_object()) {
+  if (j.value("version", 0) != 1 || j.value("algorithm", "") != "sha256" || !j.contains("files") ||
+      !j["files"].is_object() || !j.contains("sizes") || !j["sizes"].is_object()) {
     invalid("", "is not version 1 of the format (algorithm sha256, \"files\" and \"sizes\" objects)");
     return r;
   }
@@ -187,7 +188,8 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
       found = {"manifest-missing-file", Where(e.path), "listed in " + r.path + " but not there"};
     } else if (st.kind == PathInfo::file && st.size != e.size) {
       found = {"manifest-mismatch", Where(e.path),
-               std::to_string(st.size) + " bytes, not the " + std::to_string(e.size) + " the manifest records: the file changed after it was written"};
+               std::to_string(st.size) + " bytes, not the " + std::to_string(e.size) +
+                   " the manifest records: the file changed after it was written"};
     } else {
       try {
         FileDigest d = hash_file(e.path);
@@ -206,8 +208,9 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
   });
   for (const std::string& name : covered(path))
     if (!listed.count(name))
-      r.problems.push_back({"manifest-unlisted-file", Where(join_path(dir, name)),
-                            "not listed in " + r.path + ": added after the manifest was written, nothing vouches for it"});
+      r.problems.push_back(
+          {"manifest-unlisted-file", Where(join_path(dir, name)),
+           "not listed in " + r.path + ": added after the manifest was written, nothing vouches for it"});
   return r;
 }
 

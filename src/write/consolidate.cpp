@@ -30,8 +30,12 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   target.threads = std::max(1u, o.threads);
   target.window = o.window;
   target.max_memory = o.max_memory;
-  json command = {{"format", std::string(o.format->name)}, {"max_shard_size", o.max_shard_size}, {"flat", o.flat},
-                  {"keep_unsafe", o.keep_unsafe_values}, {"assets", o.copy_assets}, {"assets_from", o.assets_from},
+  json command = {{"format", std::string(o.format->name)},
+                  {"max_shard_size", o.max_shard_size},
+                  {"flat", o.flat},
+                  {"keep_unsafe", o.keep_unsafe_values},
+                  {"assets", o.copy_assets},
+                  {"assets_from", o.assets_from},
                   {"lightning_meta", o.lightning_meta}};
   if (o.lora.mode != LoraMode::Keep)
     command["lora"] = {{"mode", static_cast<int>(o.lora.mode)}, {"name", o.lora.name}, {"select", o.selection.prefix}};
@@ -44,8 +48,11 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
       subtree = {{"option", m->option}, {"beside", m->beside}, {"taken", hf}};
       if (hf) {
         opts.selection = m->selection;
-        if (o.note) o.note("the checkpoint holds the model beside " + m->beside + ": a Hugging Face folder is the model, so "
-                           "it is written as with " + m->option + " (give --select or --include to choose otherwise)");
+        if (o.note)
+          o.note("the checkpoint holds the model beside " + m->beside +
+                 ": a Hugging Face folder is the model, so "
+                 "it is written as with " +
+                 m->option + " (give --select or --include to choose otherwise)");
       } else if (o.note) {
         o.note("the checkpoint holds the model beside " + m->beside + ", all of which is written; " + m->option +
                " writes the model alone");
@@ -76,7 +83,8 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   std::unique_ptr<OutputWriter> writer = opts.format->consolidate_writer(opts);
   json r = execute({model.checkpoint(), opts, target, command, opts.parallel_write, opts.local_files}, *writer);
   r["model_subtree"] = subtree;
-  if (r.contains("tie_word_embeddings") && r["tie_word_embeddings"].is_object()) r["tie_word_embeddings"]["left_out"] = tied_left_out;
+  if (r.contains("tie_word_embeddings") && r["tie_word_embeddings"].is_object())
+    r["tie_word_embeddings"]["left_out"] = tied_left_out;
   return r;
 }
 

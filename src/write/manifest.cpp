@@ -57,8 +57,12 @@ std::string& tool_version() {
 }
 }  // namespace
 
-void set_manifest_tool_version(const std::string& version) { tool_version() = version; }
-const std::string& manifest_tool_version() { return tool_version(); }
+void set_manifest_tool_version(const std::string& version) {
+  tool_version() = version;
+}
+const std::string& manifest_tool_version() {
+  return tool_version();
+}
 
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
                        const std::string& source, unsigned threads) {

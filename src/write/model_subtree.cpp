@@ -18,12 +18,14 @@ std::vector<std::string> components(const std::string& key) {
   return out;
 }
 
-bool optimizer_name(const std::string& c) { return c.rfind("optim", 0) == 0; }  // optim, optimizer, optimizers, optim_state
+bool optimizer_name(const std::string& c) {
+  return c.rfind("optim", 0) == 0;
+}  // optim, optimizer, optimizers, optim_state
 
 // Top-level namespaces trainers keep beside the model (torchtitan's CheckpointManager states).
 bool trainer_state(const std::string& c) {
-  static const std::set<std::string> names = {"optimizer", "optim", "lr_scheduler", "lr_schedulers", "dataloader",
-                                              "train_state", "scheduler", "rng_state"};
+  static const std::set<std::string> names = {"optimizer",  "optim",       "lr_scheduler", "lr_schedulers",
+                                              "dataloader", "train_state", "scheduler",    "rng_state"};
   return names.count(c) > 0;
 }
 

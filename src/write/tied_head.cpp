@@ -28,7 +28,8 @@ bool config_ties(const std::string& text) {
 }
 
 // Every byte of `a` equals `b`'s: same dtype and shape, then window by window in C order.
-bool same_bytes(const ItemReader& reader, const MappedModel* map, const TensorMeta& a, const TensorMeta& b, uint64_t window) {
+bool same_bytes(const ItemReader& reader, const MappedModel* map, const TensorMeta& a, const TensorMeta& b,
+                uint64_t window) {
   if (!a.dtype || !b.dtype || *a.dtype != *b.dtype || a.shape != b.shape) return false;
   const uint64_t item = itemsize(*a.dtype);
   const std::vector<Window> plan = plan_windows(a.shape, std::max<uint64_t>(1, window / item));
@@ -84,7 +85,8 @@ std::optional<TiedHead> tied_head_to_drop(const std::string& config, const Check
 }
 
 void drop_tied_head(MappedModel& map, const TiedHead& tied) {
-  auto it = std::find_if(map.tensors.begin(), map.tensors.end(), [&](const MappedTensor& mt) { return mt.meta.fqn == tied.head; });
+  auto it = std::find_if(map.tensors.begin(), map.tensors.end(),
+                         [&](const MappedTensor& mt) { return mt.meta.fqn == tied.head; });
   if (it == map.tensors.end()) return;
   std::vector<std::string> inputs = it->inputs;
   map.tensors.erase(it);
@@ -96,8 +98,9 @@ void drop_tied_head(MappedModel& map, const TiedHead& tied) {
     if (used) continue;
     if (map.inputs > 0) --map.inputs;
     map.dropped.push_back(in);
-    map.reasons.push_back("tied: equal to " + tied.embedding + " and config.json says tie_word_embeddings, so " + tied.head +
-                          " is left out as save_pretrained and to_hf leave it (from_pretrained ties it to the embedding)");
+    map.reasons.push_back(
+        "tied: equal to " + tied.embedding + " and config.json says tie_word_embeddings, so " + tied.head +
+        " is left out as save_pretrained and to_hf leave it (from_pretrained ties it to the embedding)");
   }
 }
 

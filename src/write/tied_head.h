@@ -22,8 +22,8 @@ namespace dcpctl {
 
 struct TiedHead {
   std::string head = "lm_head.weight";
-  std::string embedding;   // the output key of the input embedding it equals
-  std::string input;       // with a map: the input key the head is made of (e.g. output.weight)
+  std::string embedding;  // the output key of the input embedding it equals
+  std::string input;      // with a map: the input key the head is made of (e.g. output.weight)
 };
 
 // Whether `config` (config.json's text) ties the word embeddings and the output (the selected

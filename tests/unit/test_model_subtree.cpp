@@ -31,8 +31,8 @@ TEST_CASE("model subtree: model beside optimizer at the top", "[model_subtree]")
 }
 
 TEST_CASE("model subtree: torchtitan's flat model keys beside optimizer.*", "[model_subtree]") {
-  auto m = model_subtree(keys({"tok_embeddings.weight", "layers.0.attention.wq.weight", "optimizer.state.layers.0.w.exp_avg",
-                               "optimizer.state.layers.0.w.step"}));
+  auto m = model_subtree(keys({"tok_embeddings.weight", "layers.0.attention.wq.weight",
+                               "optimizer.state.layers.0.w.exp_avg", "optimizer.state.layers.0.w.step"}));
   REQUIRE(m);
   CHECK(m->selection.prefix.empty());
   CHECK(m->selection.exclude == std::vector<std::string>{"optimizer.*"});
@@ -42,7 +42,8 @@ TEST_CASE("model subtree: torchtitan's flat model keys beside optimizer.*", "[mo
 TEST_CASE("model subtree: HF-named keys are the model, not a model. subtree", "[model_subtree]") {
   // model.* beside lm_head.weight and optimizer.*: `--select model` would lose lm_head and strip
   // the names loaders want; the optimizer is left out instead.
-  auto m = model_subtree(keys({"model.embed_tokens.weight", "lm_head.weight", "optimizer.state.lm_head.weight.exp_avg"}));
+  auto m =
+      model_subtree(keys({"model.embed_tokens.weight", "lm_head.weight", "optimizer.state.lm_head.weight.exp_avg"}));
   REQUIRE(m);
   CHECK(m->selection.prefix.empty());
   CHECK(m->selection.exclude == std::vector<std::string>{"optimizer.*"});
