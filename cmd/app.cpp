@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <iostream>
 
+#include "build_info.h"
 #include "cmd/commands.h"
 #include "cmd/exit_codes.h"
 #include "cmd/version.h"
 #include "item/torch_file.h"
 #include "store/upload.h"
 #include "util/error.h"
+#include "write/manifest.h"
 
 namespace dcpctl::cli {
 
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
     std::fputc('\n', stderr);
   });
   install_rank_torch_files();  // open_checkpoint reads verl's per-rank torch.save files too
+  set_manifest_tool_version(DCPCTL_VERSION);  // what the manifests it writes record
   CLI::App app;
   RunFn run;
   build_app(app, run);

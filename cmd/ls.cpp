@@ -5,6 +5,7 @@
 
 #include "cmd/format.h"
 #include "cmd/subcommands.h"
+#include "meta/manifest.h"
 #include "meta/run_folder.h"
 #include "report/runs.h"
 #include "util/error.h"
@@ -17,6 +18,7 @@ using nlohmann::json;
 struct LsCliOptions {
   std::string run;
   bool json = false;
+  bool verified = false;
 };
 
 // The run folder at `dir`, or a usage error saying what `dir` is instead.
@@ -42,8 +44,21 @@ static std::string date_text(int64_t t) {
 
 int run_ls(const LsCliOptions& o) {
   RunFolder rf = require_run_folder(o.run, Judge::All);
+  // --verified: whether each complete checkpoint's manifest (meta/manifest.h) holds, every file hashed.
+  std::vector<bool> verified(rf.entries.size(), false);
+  const RunEntry* newest_verified = nullptr;
+  if (o.verified)
+    for (size_t i = 0; i < rf.entries.size(); ++i)
+      if (rf.entries[i].complete && manifest_verified(rf.entries[i].model_path, 4)) {
+        verified[i] = true;
+        newest_verified = &rf.entries[i];
+      }
   if (o.json) {
     json doc = run_folder_report(rf);
+    if (o.verified) {
+      for (size_t i = 0; i < rf.entries.size(); ++i) doc["checkpoints"][i]["verified"] = verified[i];
+      doc["newest_verified"] = newest_verified ? json(newest_verified->path) : json(nullptr);
+    }
     add_s3_transfer(doc);
     std::cout << doc.dump(2) << "\n";
     return 0;
@@ -52,11 +67,12 @@ int run_ls(const LsCliOptions& o) {
   for (const auto& e : rf.entries) name_width = std::max(name_width, e.name.size() + 3);
   std::cout << pad("STEP", 8) << pad("NAME", name_width) << pad("LAYOUT", 23) << pad("STATE", 11) << pad("SIZE", 11) << pad("TENSORS", 9)
             << pad("CONTENT", 17) << pad("MODIFIED (UTC)", 18) << "DTYPES\n";
-  for (const auto& e : rf.entries) {
+  for (size_t i = 0; i < rf.entries.size(); ++i) {
+    const RunEntry& e = rf.entries[i];
     std::string dtypes;
     for (const auto& [d, n] : e.dtypes) dtypes += (dtypes.empty() ? "" : ",") + d;
     std::cout << pad(e.step ? std::to_string(*e.step) : "-", 8) << pad(e.name + (e.symlink ? "@" : ""), name_width)
-              << pad(e.layout ? layout_name(*e.layout) : "-", 23) << pad(e.complete ? "complete" : "INCOMPLETE", 11)
+              << pad(e.layout ? layout_name(*e.layout) : "-", 23) << pad(!e.complete ? "INCOMPLETE" : verified[i] ? "verified" : "complete", 11)
               << pad(human_bytes(e.bytes), 11) << pad(std::to_string(e.tensors), 9)
               << pad(e.tensors == 0 ? "-" : e.optimizer ? "model+optimizer" : "model only", 17) << pad(date_text(e.mtime), 18)
               << (dtypes.empty() ? "-" : dtypes) << "\n";
@@ -65,7 +81,9 @@ int run_ls(const LsCliOptions& o) {
   for (const auto& left : rf.prune_leftovers)
     std::cout << "note: " << left << " was left by an interrupted prune (the next prune removes it)\n";
   const RunEntry* newest = rf.newest_complete();
-  std::cout << rf.entries.size() << " checkpoint(s); newest complete: " << (newest ? newest->path : std::string("none")) << "\n";
+  std::cout << rf.entries.size() << " checkpoint(s); newest complete: " << (newest ? newest->path : std::string("none"));
+  if (o.verified) std::cout << "; newest verified: " << (newest_verified ? newest_verified->path : std::string("none"));
+  std::cout << "\n";
   return 0;
 }
 
@@ -74,6 +92,9 @@ void setup_ls(CLI::App& parent, RunFn& run) {
   auto* sub = parent.add_subcommand("ls", "List the checkpoints of a run folder: step, layout, complete or not and why, size, content");
   sub->add_option("run", o->run, "Run folder (its subfolders step-N, checkpoint_N, ... are checkpoints)")->required()->type_name("RUN");
   sub->add_flag("--json", o->json, "Print the list as JSON (schema_version 1) on stdout");
+  sub->add_flag("--verified", o->verified,
+                "Also check each complete checkpoint's dcpctl-manifest.json (every file hashed): STATE verified, and "
+                "--json's verified and newest_verified");
   sub->callback([&run, o] { run = [o] { return run_ls(*o); }; });
 }
 

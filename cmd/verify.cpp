@@ -6,6 +6,7 @@
 #include "report/verify.h"
 #include "store/file.h"
 #include "write/assets.h"
+#include "write/manifest.h"
 #include "util/error.h"
 #include "util/size.h"
 
@@ -23,6 +24,7 @@ struct VerifyCliOptions {
   std::string io = "direct";
   std::string expect_assets;
   bool require_mtp = false;
+  bool write_manifest = false;
 };
 
 static void print_findings(const json& list, const char* title) {
@@ -66,7 +68,18 @@ int run_verify(const VerifyCliOptions& o) {
     if (r["deep"].get<bool>()) std::cout << ", decoded " << human_bytes(c["bytes_read"].get<uint64_t>()) << " of tensor data";
     if (const json& i = r["integrity"]; !i.is_null())
       std::cout << "; integrity.json: " << i["files"] << " files, hashed " << human_bytes(i["bytes_read"].get<uint64_t>());
+    if (const json& m = r["manifest"]; !m.is_null())
+      std::cout << "; " << kManifestFile << ": " << m["files"] << " files, hashed " << human_bytes(m["bytes_read"].get<uint64_t>());
     std::cout << "\n";
+  }
+  // --write-manifest: only for a checkpoint that passed, so the manifest vouches for good bytes.
+  if (o.write_manifest && ok) {
+    const Manifest m = make_manifest(o.checkpoint, o.checkpoint, "verify --write-manifest", "", o.threads ? o.threads : 4);
+    write_manifest_file(o.checkpoint, m);
+    std::cerr << "wrote " << manifest_path(o.checkpoint) << " (" << m.files.size() << " files"
+              << (m.tensors ? ", " + std::to_string(m.tensors->size()) + " tensors" : std::string()) << ")\n";
+  } else if (o.write_manifest) {
+    std::cerr << "no manifest written: the checkpoint has problems\n";
   }
   if (r.value("unsupported", false)) return static_cast<int>(ExitCode::unsupported);
   return ok ? 0 : static_cast<int>(ExitCode::invalid);
@@ -95,6 +108,9 @@ void setup_verify(CLI::App& parent, RunFn& run) {
   sub->add_flag("--require-mtp", o->require_mtp,
                 "A Hugging Face folder: every MTP layer num_nextn_predict_layers counts must be there (none at all is "
                 "otherwise a warning, as transformers' save_pretrained leaves them out)");
+  sub->add_flag("--write-manifest", o->write_manifest,
+                "When the checks pass, write dcpctl-manifest.json (every file's size and SHA-256, every tensor's SHA-256) "
+                "into the checkpoint folder, or FILE.dcpctl-manifest.json beside a file; later runs of verify check it");
   sub->callback([&run, o] { run = [o] { return run_verify(*o); }; });
 }
 

@@ -16,14 +16,14 @@ _dcpctl_spec() {
             _dcpctl_vals=('--filter' '--value' '--max-values')
             ;;
         'dcpctl verify')
-            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io' '--expect-assets' '--require-mtp')
+            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io' '--expect-assets' '--require-mtp' '--write-manifest')
             _dcpctl_vals=('--threads' '--max-memory' '--io' '--expect-assets')
             ;;
         'dcpctl ls')
-            _dcpctl_opts=('-h' '--help' '--json')
+            _dcpctl_opts=('-h' '--help' '--json' '--verified')
             ;;
         'dcpctl latest')
-            _dcpctl_opts=('-h' '--help' '--json')
+            _dcpctl_opts=('-h' '--help' '--json' '--verified')
             ;;
         'dcpctl prune')
             _dcpctl_opts=('-h' '--help' '--keep' '--incomplete' '--dry-run' '--json' '-q' '--quiet')

@@ -41,15 +41,18 @@ complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l max-memory -x -d '
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l io -x -a 'auto direct buffered' -d 'How --deep reads tensor data: direct (past the page cache where the filesystem allows it, for runs of 1 MiB or more not already cached: less CPU, and the page cache is left to what it holds) or buffered (through it, with the kernel\'s read-ahead); auto is direct'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l expect-assets -x -a '(__fish_complete_directories)' -d 'A Hugging Face folder: the config, tokenizer and generation config files of DIR (what consolidate --assets copies) must be beside the weights too (sidecar-missing)'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l require-mtp -d 'A Hugging Face folder: every MTP layer num_nextn_predict_layers counts must be there (none at all is otherwise a warning, as transformers\' save_pretrained leaves them out)'
+complete -c dcpctl -n '__fish_seen_subcommand_from verify' -l write-manifest -d 'When the checks pass, write dcpctl-manifest.json (every file\'s size and SHA-256, every tensor\'s SHA-256) into the checkpoint folder, or FILE.dcpctl-manifest.json beside a file; later runs of verify check it'
 complete -c dcpctl -n '__fish_seen_subcommand_from verify' -a '(__fish_complete_directories)' -d 'checkpoint'
 
 # dcpctl ls
 complete -c dcpctl -n '__fish_seen_subcommand_from ls' -s h -l help -d 'Print this help message and exit'
 complete -c dcpctl -n '__fish_seen_subcommand_from ls' -l json -d 'Print the list as JSON (schema_version 1) on stdout'
+complete -c dcpctl -n '__fish_seen_subcommand_from ls' -l verified -d 'Also check each complete checkpoint\'s dcpctl-manifest.json (every file hashed): STATE verified, and --json\'s verified and newest_verified'
 
 # dcpctl latest
 complete -c dcpctl -n '__fish_seen_subcommand_from latest' -s h -l help -d 'Print this help message and exit'
 complete -c dcpctl -n '__fish_seen_subcommand_from latest' -l json -d 'Print path, step and layout as JSON (schema_version 1)'
+complete -c dcpctl -n '__fish_seen_subcommand_from latest' -l verified -d 'The newest complete checkpoint whose dcpctl-manifest.json holds (every file there, of its size and SHA-256, none added); exit 3 when none does'
 
 # dcpctl prune
 complete -c dcpctl -n '__fish_seen_subcommand_from prune' -s h -l help -d 'Print this help message and exit'

@@ -14,6 +14,7 @@
 #include "meta/structure.h"
 #include "meta/geometry.h"
 #include "meta/hf_checks.h"
+#include "meta/manifest.h"
 #include "plan/memory.h"
 #include "report/integrity.h"
 #include "store/file.h"
@@ -386,6 +387,35 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
                                               {"files", integrity.files},
                                               {"bytes_read", integrity.bytes_read}}
                                        : json(nullptr);
+  // dcpctl's own manifest (meta/manifest.h), when there is one: every file hashed again; with
+  // --checksum, every tensor's digest compared with the one it records.
+  const ManifestReport manifest = check_manifest(dir, opts.threads ? opts.threads : default_threads());
+  for (const auto& p : manifest.problems) col.problem(p.code, p.where, p.message);
+  uint64_t tensors_compared = 0;
+  if (manifest.present && manifest.tensors && opts.checksum) {
+    for (const auto& [key, want] : *manifest.tensors) {
+      if (!checksums.contains(key)) {
+        col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key),
+                    "the manifest lists this tensor and the checkpoint has no such tensor");
+      } else if (checksums[key].get<std::string>() != want) {
+        col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key),
+                    "SHA-256 " + checksums[key].get<std::string>().substr(0, 16) + "... differs from " + want.substr(0, 16) +
+                        "... the manifest records");
+      }
+      ++tensors_compared;
+    }
+    for (const auto& [key, got] : checksums.items())
+      if (!manifest.tensors->count(key))
+        col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key), "a tensor the manifest does not list");
+  }
+  out["manifest"] = manifest.present ? json{{"path", manifest.path},
+                                            {"files", manifest.files},
+                                            {"bytes_read", manifest.bytes_read},
+                                            {"tensors", manifest.tensors ? json(manifest.tensors->size()) : json(nullptr)},
+                                            {"tensors_compared", tensors_compared},
+                                            {"source", manifest.source.empty() ? json(nullptr) : json(manifest.source)},
+                                            {"written_by", manifest.tool_version}}
+                                     : json(nullptr);
   auto by_place = [](const json& a, const json& b) {
     return std::tie(a["file"].get_ref<const std::string&>(), a["key"].get_ref<const std::string&>()) <
            std::tie(b["file"].get_ref<const std::string&>(), b["key"].get_ref<const std::string&>());

@@ -10,7 +10,9 @@
 //           stored record, a tie or views of one torch.save storage: meta/shared_records.h),
 //  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum),
 //  "integrity": {"manifest", "algorithm", "files", "bytes_read"} | null   (megatron-core's
-//               integrity.json, checked whenever the directory has one: report/integrity.h)}
+//               integrity.json, checked whenever the directory has one: report/integrity.h),
+//  "manifest": {"path", "files", "bytes_read", "tensors", "tensors_compared", "source",
+//               "written_by"} | null   (dcpctl's own manifest, meta/manifest.h)}
 // Problem codes: metadata-invalid, missing-file, window-out-of-file, window-overlap,
 // chunk-gap, chunk-overlap, chunk-out-of-bounds, missing-storage, orphan-storage,
 // duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error,
@@ -18,7 +20,9 @@
 // integrity-mismatch, integrity-missing, integrity-invalid (report/integrity.h), and what a
 // layout's opening found (Checkpoint::incomplete): missing-shard, missing-key, missing-rank,
 // replica-mismatch (per-rank torch.save files: item/rank_torch_files.cpp), step-unfinished (a
-// trainer's marker). Warnings add integrity-unlisted.
+// trainer's marker), manifest-mismatch, manifest-missing-file, manifest-unlisted-file,
+// manifest-invalid, manifest-tensor-mismatch (--checksum; meta/manifest.h). Warnings add
+// integrity-unlisted.
 // A Hugging Face folder or .safetensors file (layouts hf-safetensors, hf-dcp-shards) is checked by
 // check_hf_folder (meta/hf_checks.h), whose codes join these (header-invalid, duplicate-key,
 // size-mismatch, offsets-gap, key-in-several-files, index-total-size, the config's, sidecar-missing;

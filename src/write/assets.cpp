@@ -187,9 +187,9 @@ std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::v
       if (a.is_string() && a.get<std::string>().size() > 11 && a.get<std::string>().rfind("ForCausalLM") == a.get<std::string>().size() - 11)
         causal_lm = true;
   if (t.config && t.lm_head)
-    t.note = "config.json ties the word embeddings (tie_word_embeddings: true) and the output holds lm_head.weight, as the "
-             "checkpoint does; kept as written (transformers' save_pretrained leaves it out, and from_pretrained ties it "
-             "to the input embeddings, not reading its values)";
+    t.note = "config.json ties the word embeddings (tie_word_embeddings: true) and the output holds lm_head.weight, which "
+             "is not the embedding's bytes (or has no embedding to be compared with): kept, and from_pretrained will tie "
+             "it to the input embeddings, not reading its values";
   else if (!t.config && !t.lm_head && causal_lm)
     t.note = "config.json does not tie the word embeddings (tie_word_embeddings: false) and the output has no "
              "lm_head.weight: from_pretrained will initialise the LM head at random (left out by --include, --exclude "

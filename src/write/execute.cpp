@@ -12,6 +12,7 @@
 #include "util/memory_gate.h"
 #include "util/numeric.h"
 #include "util/sha256.h"
+#include "write/manifest.h"
 #include "write/output.h"
 #include "store/upload.h"
 
@@ -177,6 +178,13 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   }
 
   // ---- set up, write, commit ----
+  // The manifest, the last file before the output is renamed into place (meta/manifest.h).
+  writer.seal = [&](const std::string& staged, const std::string& final_path) {
+    const bool folder = is_directory(staged);
+    const Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads));
+    write_manifest_file(staged, m, folder ? "" : final_path);
+    summary["manifest"] = folder ? join_path(final_path, kManifestFile) : final_path + "." + kManifestFile;
+  };
   MemoryGate gate(job.deal.gate_bytes(me));
   // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
   // process started and deletes the objects it completed; they are its output only once the run

@@ -19,7 +19,9 @@
 // DCP .metadata), how its outputs are created, written and committed.
 #pragma once
 
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,6 +101,11 @@ class OutputWriter {
   virtual void commit(WriteJob& job) = 0;
   // After the run, on every rank: the format's part of the summary.
   virtual void finish(WriteJob& job, nlohmann::json& summary) { (void)job, (void)summary; }
+  // Set by execute(), called by commit with the output in its temporary place (a folder, or a
+  // file under its temporary name, and its final path) once everything else is in it and before
+  // it is renamed into place: writes dcpctl's manifest (write/manifest.h) as the last file. Not
+  // called for an object-storage output.
+  std::function<void(const std::string& staged, const std::string& final_path)> seal;
 };
 
 // Carries out the job (the steps at the top of this file); returns the summary. On a rank other

@@ -123,7 +123,7 @@ def case_commit(chk, dcpctl, fixtures, work):
     ck = os.path.join(fixtures, "sample", "ckpt")
     env = dict(os.environ, DCPCTL_FAILPOINT="output-dir-commit:0")
     for what, args, check in (
-            ("reshard", ["reshard", ck, "-w", "2"], lambda o: listing(o) == [".metadata", "__0_0.distcp", "__1_0.distcp"]),
+            ("reshard", ["reshard", ck, "-w", "2"], lambda o: listing(o) == [".metadata", "__0_0.distcp", "__1_0.distcp", "dcpctl-manifest.json"]),
             ("consolidate DIR/", ["consolidate", ck, "--max-shard-size", "20KB"],
              lambda o: "model.safetensors.index.json" in listing(o))):
         out = os.path.join(work, "out")

@@ -101,11 +101,12 @@ OPTIONAL = {
     # dequantized: only with --dtype on block-scaled float8 weights
     # lora: only with --lora adapter or merge; its scale with merge
     # quantized: only with --quantize
-    "consolidate": {"/lightning_meta", "/tie_word_embeddings/note", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
+    # manifest: not in a dry run nor for an object-storage output
+    "consolidate": {"/manifest", "/lightning_meta", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
                     "/lora", "/lora/scale", "/quantized"},
-    "reshard": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
+    "reshard": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default", "/maps/[]/params/{}/shape"},
-    "cast": {"/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
+    "cast": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }
 

@@ -117,12 +117,19 @@ def main():
                    f"{what}: output differs without the plugin:\n{without.stdout[:400]}\nvs\n{with_plugin.stdout[:400]}")
 
     def tree(path):
-        """A file's bytes, or a directory's files' bytes by name (a DCP .metadata left out)."""
+        """A file's bytes, or a directory's files' bytes by name (a DCP .metadata left out: its
+        save_id is fresh each run; so is dcpctl's manifest's digest of it)."""
         if os.path.isfile(path):
             return open(path, "rb").read()
         if not os.path.isdir(path):
             return None
-        return {n: open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path)) if n != ".metadata"}
+        out = {n: open(os.path.join(path, n), "rb").read() for n in sorted(os.listdir(path)) if n != ".metadata"}
+        if "dcpctl-manifest.json" in out:
+            m = json.loads(out["dcpctl-manifest.json"])
+            for part in ("files", "sizes"):
+                m[part].pop(".metadata", None)
+            out["dcpctl-manifest.json"] = m
+        return out
 
     with tempfile.TemporaryDirectory() as tmp:
         writers = [("consolidate to .safetensors", ["consolidate", sample, "-o"], ".safetensors"),

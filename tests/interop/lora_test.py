@@ -78,7 +78,7 @@ def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="defaul
     summary_json = json.loads(r.stdout)
     check(summary_json.get("format") == "peft-adapter" and summary_json.get("lora", {}).get("mode") == "adapter",
           f"{case}: the summary says peft-adapter / lora adapter: {summary_json.get('format')}, {summary_json.get('lora')}")
-    check(sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"],
+    check(sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors", "dcpctl-manifest.json"],
           f"{case}: the folder holds adapter_model.safetensors and adapter_config.json: {sorted(p.name for p in out.iterdir())}")
     ours, theirs = load_file(out / "adapter_model.safetensors"), load_file(expected / "adapter_model.safetensors")
     check(sorted(ours) == sorted(theirs), f"{case}: PEFT's keys: extra {sorted(set(ours) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(ours))[:4]}")

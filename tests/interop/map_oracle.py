@@ -167,12 +167,12 @@ class Case:
         return dict(self._side_tensors)
 
     # ----------------------------------------------------------------------------- key sets
-    def expected_hf_keys(self) -> set:
+    def expected_hf_keys(self, folder: bool = False) -> set:
         """What a mapped export must hold: to_hf's keys, plus lm_head.weight when the model ties it
-        (the checkpoint holds it; the adapter leaves it out, dcpctl keeps it and reports the tie:
-        nothing dropped silently)."""
+        (the checkpoint holds it) in a .safetensors file; an HF folder (folder) leaves a tied head
+        equal to the embedding out as the adapter's to_hf and save_pretrained do, and says so."""
         keys = set(self.doc["expected_hf"])
-        if self.tied and "lm_head.weight" in self.model_keys:
+        if self.tied and "lm_head.weight" in self.model_keys and not folder:
             keys.add("lm_head.weight")
         return keys
 
@@ -236,8 +236,8 @@ def compare_tensors(got: dict, want: dict, want_keys: set, what: str) -> list[st
     return problems
 
 
-def check_hf_tensors(case: Case, got: dict, what: str) -> list[str]:
-    problems = compare_tensors(got, case.expected_hf(), case.expected_hf_keys(), what)
+def check_hf_tensors(case: Case, got: dict, what: str, folder: bool = False) -> list[str]:
+    problems = compare_tensors(got, case.expected_hf(), case.expected_hf_keys(folder), what)
     if case.tied and "lm_head.weight" in got and "model.embed_tokens.weight" in got:
         if not torch.equal(got["lm_head.weight"], got["model.embed_tokens.weight"]):
             problems.append(f"{what}: tied lm_head.weight differs from model.embed_tokens.weight")

@@ -389,7 +389,7 @@ def check_layout(case: str, src: Path, out: Path, world: int, src_md, oracle_fla
     what = f"{case} -w {world}"
     md = dcp_oracle.read_metadata(out)
     files = sorted(os.listdir(out))
-    want_files = sorted([".metadata"] + [f"__{r}_0.distcp" for r in range(world)])
+    want_files = sorted([".metadata", "dcpctl-manifest.json"] + [f"__{r}_0.distcp" for r in range(world)])  # the manifest: e2e-manifest
     if files != want_files:
         fail(f"{what}: files {files} != {want_files}")
     if list(md.state_dict_metadata) != list(src_md.state_dict_metadata):
@@ -1066,7 +1066,7 @@ def mode_refusals(fixtures_root: Path, tmp: Path) -> None:
     # --force replaces it with a correct output
     s = dcpctl_json("--force", "reshard", str(src), "-o", str(out), "-w", "2", "--force")
     if s is not None:
-        if sorted(os.listdir(out)) != [".metadata", "__0_0.distcp", "__1_0.distcp"]:
+        if sorted(os.listdir(out)) != [".metadata", "__0_0.distcp", "__1_0.distcp", "dcpctl-manifest.json"]:
             fail(f"--force: OUTDIR holds {sorted(os.listdir(out))}")
         for m in compare_tree(dcp_to_pt(out, tmp / "f.pt"), dcp_to_pt(src, tmp / "s.pt"), "--force")[:5]:
             fail(m)

@@ -4,11 +4,15 @@
 // tokenizer and processor files (write/assets.h), copied from beside the checkpoint or --assets;
 // under --dtype the config says the dtype written, and a dequantized export's config loses its
 // quantization_config. Rank 0 copies them at commit, after
-// the shards and before the index.
+// the shards and before the index. Then, before the folder is renamed into place, it checks the
+// folder as `verify` would (meta/hf_checks.h: headers, index, config against the tensors, the
+// assets copied); any problem is exit 3 and leaves nothing (an object-storage folder, whose files
+// appear as they complete, is not checked here: `dcpctl verify` it).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 
+#include "meta/hf_checks.h"
 #include "meta/quantized.h"
 #include "write/assets.h"
 #include "write/formats/safetensors_file.h"
@@ -55,6 +59,7 @@ class HfFolder final : public SafetensorsFiles {
     }
     copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
     if (job.plan.files.size() > 1) write_index(job.plan);
+    if (!dir_->remote()) check_before_rename();
   }
 
  private:
@@ -66,6 +71,27 @@ class HfFolder final : public SafetensorsFiles {
     for (const Record& r : plan.records) wm[plan.tensors[r.tensor].key] = plan.files[r.dest].name;
     idx["weight_map"] = wm;
     write_text("model.safetensors.index.json", idx.dump(2) + "\n");
+  }
+
+  // The folder as from_pretrained will take it, in its temporary place: every problem check_hf_folder
+  // finds (named under the final path) stops the commit; the temporary folder is then removed.
+  void check_before_rename() const {
+    HfCheckOptions opts;
+    for (const Asset& a : assets_.files) opts.expect_files.push_back(a.name);
+    const HfReport r = check_hf_folder(dir_->temp_path(), opts);
+    if (r.problems.empty()) return;
+    auto final_name = [&](std::string s) {
+      for (size_t at = s.find(dir_->temp_path()); at != std::string::npos; at = s.find(dir_->temp_path(), at))
+        s.replace(at, dir_->temp_path().size(), o_.output);
+      return s;
+    };
+    std::string codes, what;
+    for (const Finding& f : r.problems) {
+      if (codes.find("[" + f.code + "]") == std::string::npos) codes += (codes.empty() ? "[" : ", [") + f.code + "]";
+      what += "\n  [" + f.code + "] " + final_name(f.text());
+    }
+    throw FormatError(Where(o_.output), "the folder written fails the checks of `dcpctl verify` (" + codes +
+                                            "), so it was not put in place:" + what);
   }
 
 };

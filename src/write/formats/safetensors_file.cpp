@@ -56,9 +56,12 @@ void SafetensorsFiles::write_files(WriteJob& job, Executor& ex, const std::strin
 // s3:// folder, where each file appears as it is committed, the files from_pretrained looks for
 // first come last.
 void SafetensorsFiles::commit(WriteJob& job) {
+  // A single file's manifest goes beside it before it is renamed (write/execute.h: seal).
+  if (!dir_ && seal && outs_.size() == 1 && !outs_[0]->remote()) seal(outs_[0]->temp_path(), o_.output);
   for (auto& f : outs_) f->commit();
   if (dir_) {
     finish_folder(job);
+    if (seal && !dir_->remote()) seal(dir_->temp_path(), o_.output);
     dir_->commit();
   }
 }

@@ -146,7 +146,10 @@ class TorchFile final : public ConsolidatedWriter, FileSink {
     out_ = std::make_unique<OutputFile>(o_.output, job.uploads);
     return out_->temp_path() + "\n";
   }
-  void commit(WriteJob&) override { out_->commit(); }
+  void commit(WriteJob&) override {
+    if (seal && !out_->remote()) seal(out_->temp_path(), o_.output);  // the manifest beside it, first
+    out_->commit();
+  }
 
  protected:
   void plan_files(WriteJob& job, json& summary) override {

@@ -1,0 +1,222 @@
+#include "meta/manifest.h"
+
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "store/file.h"
+#include "util/parallel.h"
+#include "util/sha256.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMaxManifestBytes = 256ull << 20;
+constexpr size_t kReadWindow = 1u << 20;
+
+bool hex_digest(const json& v) {
+  if (!v.is_string() || v.get_ref<const std::string&>().size() != 64) return false;
+  for (char c : v.get_ref<const std::string&>())
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// Relative, no empty or '..' component: a hostile manifest must not make verify read elsewhere.
+bool inside(const std::string& name) {
+  if (name.empty() || name[0] == '/') return false;
+  size_t start = 0;
+  while (true) {
+    size_t slash = name.find('/', start);
+    std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part == ".." || part.empty()) return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
+}
+
+std::string base_name(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+// The folder the manifest's names are relative to: `path` itself, or a file's folder.
+std::string base_dir(const std::string& path) {
+  if (is_directory(path)) return path;
+  std::string p = path;
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+FileDigest hash_file(const std::string& path) {
+  ReadFile f(path);
+  Sha256 h;
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[kReadWindow]);
+  for (uint64_t at = 0; at < f.size();) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kReadWindow, f.size() - at));
+    f.read_at(at, buf.get(), n);
+    h.update(buf.get(), n);
+    at += n;
+  }
+  return {f.size(), h.hex()};
+}
+
+// The files a manifest of `path` covers: a folder's regular files (the manifest excepted), or the file.
+std::vector<std::string> covered(const std::string& path) {
+  if (!is_directory(path)) return {base_name(path)};
+  std::vector<std::string> names;
+  for (const std::string& n : list_dir(path))
+    if (n != kManifestFile && stat_path(join_path(path, n)).kind == PathInfo::file) names.push_back(n);
+  return names;
+}
+
+}  // namespace
+
+std::string manifest_path(const std::string& path) {
+  if (is_directory(path)) return join_path(path, kManifestFile);
+  return path + "." + kManifestFile;
+}
+
+json Manifest::to_json() const {
+  nlohmann::ordered_json j;
+  j["format"] = "dcpctl-manifest";
+  j["version"] = 1;
+  j["algorithm"] = "sha256";
+  nlohmann::ordered_json f = nlohmann::ordered_json::object(), s = nlohmann::ordered_json::object();
+  for (const auto& [name, d] : files) f[name] = d.sha256, s[name] = d.size;
+  j["files"] = f;
+  j["sizes"] = s;
+  if (tensors) {
+    nlohmann::ordered_json t = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : *tensors) t[k] = v;
+    j["tensors"] = t;
+  } else {
+    j["tensors"] = nullptr;
+  }
+  j["written_by"] = {{"tool", "dcpctl"}, {"version", tool_version}, {"command", command}};
+  j["source"] = source.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(source);
+  return json::parse(j.dump());  // keeps the order above: nlohmann::json sorts keys, which reads as well
+}
+
+std::map<std::string, FileDigest> digest_files(const std::string& path, unsigned threads) {
+  const std::vector<std::string> names = covered(path);
+  const std::string dir = base_dir(path);
+  std::vector<FileDigest> digests(names.size());
+  parallel_for(names.size(), std::max(1u, threads),
+               [&](size_t i) { digests[i] = hash_file(join_path(dir, names[i])); });
+  std::map<std::string, FileDigest> out;
+  for (size_t i = 0; i < names.size(); ++i) out[names[i]] = digests[i];
+  return out;
+}
+
+ManifestReport check_manifest(const std::string& path, unsigned threads) {
+  ManifestReport r;
+  r.path = manifest_path(path);
+  if (!path_exists(r.path)) return r;
+  r.present = true;
+  auto invalid = [&](const std::string& key, const std::string& msg) {
+    r.problems.push_back({"manifest-invalid", Where(r.path, std::nullopt, key), msg});
+  };
+  json j;
+  try {
+    ReadFile f(r.path);
+    if (f.size() > kMaxManifestBytes) {
+      invalid("", "is " + std::to_string(f.size()) + " bytes, more than dcpctl reads of a manifest (256 MiB)");
+      return r;
+    }
+    std::string text(f.size(), '\0');
+    f.read_at(0, text.data(), text.size());
+    j = json::parse(text, nullptr, false);
+  } catch (const Error& e) {
+    r.problems.push_back({"io-error", e.where(), e.detail()});
+    return r;
+  }
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "dcpctl-manifest") {
+    invalid("", "is not a dcpctl manifest (a JSON object with \"format\": \"dcpctl-manifest\")");
+    return r;
+  }
+  if (j.value("version", 0) != 1 || j.value("algorithm", "") != "sha256" || !j.contains("files") ||
+      !j["files"].is_object() || !j.contains("sizes") || !j["sizes"].is_object()) {
+    invalid("", "is not version 1 of the format (algorithm sha256, \"files\" and \"sizes\" objects)");
+    return r;
+  }
+  if (j.contains("tensors") && j["tensors"].is_object()) {
+    r.tensors.emplace();
+    for (const auto& [k, v] : j["tensors"].items())
+      if (hex_digest(v))
+        (*r.tensors)[k] = v.get<std::string>();
+      else
+        invalid(k, "tensor digest " + v.dump() + " is not 64 lower-case hexadecimal digits");
+  }
+  if (j.contains("source") && j["source"].is_string()) r.source = j["source"].get<std::string>();
+  if (j.contains("written_by") && j["written_by"].is_object()) r.tool_version = j["written_by"].value("version", "");
+
+  struct Entry {
+    std::string name, path, sha256;
+    uint64_t size;
+  };
+  std::vector<Entry> entries;
+  std::set<std::string> listed;
+  const std::string dir = base_dir(path);
+  for (const auto& [name, digest] : j["files"].items()) {
+    ++r.files;
+    listed.insert(name);
+    if (!inside(name)) {
+      invalid(name, "names '" + name + "', outside the checkpoint");
+      continue;
+    }
+    const json& size = j["sizes"].contains(name) ? j["sizes"][name] : json();
+    if (!hex_digest(digest) || !size.is_number_unsigned()) {
+      invalid(name, "has no 64-digit lower-case SHA-256 and byte size for '" + name + "'");
+      continue;
+    }
+    entries.push_back({name, join_path(dir, name), digest.get<std::string>(), size.get<uint64_t>()});
+  }
+  std::mutex mu;
+  parallel_for(entries.size(), std::max(1u, threads), [&](size_t i) {
+    const Entry& e = entries[i];
+    Finding found;
+    uint64_t read = 0;
+    PathInfo st = stat_path(e.path);
+    if (st.kind == PathInfo::missing && (st.err == ENOENT || is_remote_path(e.path))) {
+      found = {"manifest-missing-file", Where(e.path), "listed in " + r.path + " but not there"};
+    } else if (st.kind == PathInfo::file && st.size != e.size) {
+      found = {"manifest-mismatch", Where(e.path),
+               std::to_string(st.size) + " bytes, not the " + std::to_string(e.size) +
+                   " the manifest records: the file changed after it was written"};
+    } else {
+      try {
+        FileDigest d = hash_file(e.path);
+        read = d.size;
+        if (d.sha256 != e.sha256)
+          found = {"manifest-mismatch", Where(e.path),
+                   "SHA-256 " + d.sha256.substr(0, 16) + "... differs from " + e.sha256.substr(0, 16) +
+                       "... the manifest records: the file changed after it was written"};
+      } catch (const Error& err) {
+        found = {"io-error", err.where(), err.detail()};
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    r.bytes_read += read;
+    if (!found.code.empty()) r.problems.push_back(std::move(found));
+  });
+  for (const std::string& name : covered(path))
+    if (!listed.count(name))
+      r.problems.push_back(
+          {"manifest-unlisted-file", Where(join_path(dir, name)),
+           "not listed in " + r.path + ": added after the manifest was written, nothing vouches for it"});
+  return r;
+}
+
+bool manifest_verified(const std::string& path, unsigned threads) {
+  ManifestReport r = check_manifest(path, threads);
+  return r.present && r.problems.empty();
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,76 @@
+// dcpctl's manifest: what an output held when dcpctl wrote it, so that a later reader can tell the
+// very bytes from a copy that lost, gained or changed a file (a truncated `.distcp` beside an
+// intact `.metadata`, a shard removed from an HF folder, a file written after the save).
+//
+// `dcpctl-manifest.json`, inside a folder output (a DCP checkpoint, an HF folder) or beside a
+// single-file output as `<file>.dcpctl-manifest.json`; written by consolidate, reshard and cast as
+// the last file before the output is renamed into place, and by `verify --write-manifest` for an
+// existing checkpoint. Its shape follows torchtitan's SHA-256 manifest proposal (pytorch/torchtitan
+// #4011: a per-checkpoint list of file digests, written last, checked on load) and megatron-core's
+// `integrity.json` (`{"algorithm": "sha256", "files": {name: digest}}`), so that a reader of the
+// latter reads the file digests of this one unchanged:
+//
+//   {"format": "dcpctl-manifest", "version": 1, "algorithm": "sha256",
+//    "files":   {"<name>": "<sha256 hex>"},            every regular file of the folder (names
+//                                                       relative to it), the manifest excepted
+//    "sizes":   {"<name>": bytes},                      the same files' sizes (a truncation is
+//                                                       seen without hashing)
+//    "tensors": {"<key>": "<sha256 hex>"} | null,       each full tensor's bytes, C order,
+//                                                       little-endian: verify --checksum's digest
+//    "written_by": {"tool": "dcpctl", "version", "command"},
+//    "source": "<checkpoint read>" | null}
+//
+// Checked (check_manifest): every listed file there (manifest-missing-file), of its size and
+// digest (manifest-mismatch), no file of the folder unlisted (manifest-unlisted-file: nothing
+// vouches for it), and the manifest itself readable and of this format (manifest-invalid). A
+// name must be relative and stay inside the folder. verify --checksum also compares the tensor
+// digests (manifest-tensor-mismatch, report/verify.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "util/finding.h"
+
+namespace dcpctl {
+
+inline constexpr const char* kManifestFile = "dcpctl-manifest.json";
+
+// Where the manifest of `path` is: inside it when a folder, beside it when a file.
+std::string manifest_path(const std::string& path);
+
+struct FileDigest {
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+struct Manifest {
+  std::map<std::string, FileDigest> files;
+  std::optional<std::map<std::string, std::string>> tensors;
+  std::string tool_version, command, source;
+  nlohmann::json to_json() const;
+};
+
+// SHA-256 and size of the regular files of folder `dir` (top level; subfolders are not part of a
+// checkpoint dcpctl writes), or of the single file `path`, the manifest itself excepted.
+std::map<std::string, FileDigest> digest_files(const std::string& path, unsigned threads);
+
+struct ManifestReport {
+  bool present = false;
+  std::string path;  // the manifest's
+  uint64_t files = 0, bytes_read = 0;
+  std::optional<std::map<std::string, std::string>> tensors;  // as listed
+  std::string source, tool_version;
+  Findings problems;
+};
+
+// Checks `path`'s manifest when there is one (present = false otherwise, nothing read).
+ManifestReport check_manifest(const std::string& path, unsigned threads);
+
+// A manifest there and every file it lists as it says (no problem): what ls/latest --verified ask.
+bool manifest_verified(const std::string& path, unsigned threads);
+
+}  // namespace dcpctl

@@ -1,0 +1,29 @@
+// Writing dcpctl's manifest (meta/manifest.h has the format): the SHA-256 and size of every file
+// of an output, and the SHA-256 of every full tensor it holds (C order, little-endian: the digest
+// `verify --checksum` prints), hashed from the output as written, in its temporary place, just
+// before it is renamed into place. The cost is one read of the output's files and one of its
+// tensors (from the page cache where it still holds them).
+#pragma once
+
+#include <string>
+
+#include "meta/manifest.h"
+
+namespace dcpctl {
+
+// The version every manifest records: the program's, which it sets once at start (cmd/main.cpp).
+void set_manifest_tool_version(const std::string& version);
+const std::string& manifest_tool_version();
+
+// The manifest of `staged` (a folder, or a single file under a temporary name that will be
+// `final_path`), naming `command` and `source`. Tensor digests for folders, which open as
+// checkpoints (DCP, HF safetensors); null for a single file.
+Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
+                       const std::string& source, unsigned threads);
+
+// Writes `m` as manifest_path(path): into a folder, or beside a file as `<file>.dcpctl-manifest.json`
+// (`beside`: the file's final path, when `path` is its temporary name). Under a temporary name, then
+// renamed.
+void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside = "");
+
+}  // namespace dcpctl

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""dcpctl's manifest (issue 49 item 4; meta/manifest.h, docs/integrity.md).
+
+    manifest_test.py DCPCTL FIXTURES_DIR
+
+reshard, cast and consolidate (to a folder and to one .safetensors file) write
+`dcpctl-manifest.json` (beside a file: `FILE.dcpctl-manifest.json`): every file's size and SHA-256
+(checked here with hashlib) and every tensor's SHA-256, equal to `verify --checksum`'s digests.
+`verify` checks it when present: exit 0 on the output as written; exit 3 with
+manifest-mismatch (a byte changed, a file cut short), manifest-missing-file (a file removed),
+manifest-unlisted-file (a file added), manifest-tensor-mismatch (--checksum against a tensor digest
+the manifest records otherwise), manifest-invalid (not the format). `verify --write-manifest` writes
+one for an existing checkpoint (the sample, written by torch) and only when it passes; `latest
+--verified` and `ls --verified` want a manifest that holds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, run, summary  # noqa: E402
+
+MANIFEST = "dcpctl-manifest.json"
+
+
+def verify_json(dcpctl, path, *extra):
+    r = run(dcpctl, "verify", path, "--json", *extra)
+    try:
+        return r, json.loads(r.stdout)
+    except json.JSONDecodeError:
+        check(False, f"verify --json {path}: not JSON: {r.stdout[:300]} {r.stderr[-300:]}")
+        return r, {}
+
+
+def codes(doc) -> list[str]:
+    return sorted({p["code"] for p in doc.get("problems", [])})
+
+
+def check_files(folder: Path, manifest: dict, what: str) -> None:
+    listed = manifest.get("files", {})
+    on_disk = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
+    check(sorted(listed) == on_disk, f"{what}: manifest lists {sorted(listed)}, the folder holds {on_disk}")
+    for name, digest in listed.items():
+        data = (folder / name).read_bytes()
+        check(hashlib.sha256(data).hexdigest() == digest and manifest["sizes"][name] == len(data),
+              f"{what}: {name}: the manifest's size or SHA-256 is not hashlib's")
+
+
+def damage_cases(dcpctl, out: Path, what: str, victim: str) -> None:
+    """Each damage on a fresh copy of `out`: exit 3 and its code."""
+    def fresh(tag: str) -> Path:
+        d = out.parent / f"{out.name}-{tag}"
+        shutil.copytree(out, d)
+        return d
+
+    d = fresh("flip")
+    data = bytearray((d / victim).read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    (d / victim).write_bytes(bytes(data))
+    r, doc = verify_json(dcpctl, d)
+    check(r.returncode == EXIT_INVALID and "manifest-mismatch" in codes(doc), f"{what}: a byte changed: {r.returncode} {codes(doc)}")
+
+    d = fresh("cut")
+    data = (d / victim).read_bytes()
+    (d / victim).write_bytes(data[:-1])
+    r, doc = verify_json(dcpctl, d)
+    check(r.returncode == EXIT_INVALID and "manifest-mismatch" in codes(doc), f"{what}: a file cut short: {r.returncode} {codes(doc)}")
+
+    d = fresh("gone")
+    (d / victim).unlink()
+    r, doc = verify_json(dcpctl, d)
+    check(r.returncode == EXIT_INVALID and "manifest-missing-file" in codes(doc), f"{what}: a file removed: {r.returncode} {codes(doc)}")
+
+    d = fresh("added")
+    (d / "notes.txt").write_text("written after the save\n")
+    r, doc = verify_json(dcpctl, d)
+    check(r.returncode == EXIT_INVALID and codes(doc) == ["manifest-unlisted-file"], f"{what}: a file added: {r.returncode} {codes(doc)}")
+
+    d = fresh("tensor")
+    m = json.loads((d / MANIFEST).read_text())
+    key = sorted(m["tensors"])[0]
+    m["tensors"][key] = "0" * 64
+    (d / MANIFEST).write_text(json.dumps(m))
+    r, doc = verify_json(dcpctl, d)  # without --checksum the tensors are not read
+    check(r.returncode == EXIT_OK, f"{what}: a tensor digest changed, verify without --checksum: {r.returncode} {codes(doc)}")
+    r, doc = verify_json(dcpctl, d, "--checksum")
+    check(r.returncode == EXIT_INVALID and codes(doc) == ["manifest-tensor-mismatch"],
+          f"{what}: a tensor digest changed, --checksum: {r.returncode} {codes(doc)}")
+
+    d = fresh("invalid")
+    (d / MANIFEST).write_text('{"algorithm": "sha256", "files": {}}')
+    r, doc = verify_json(dcpctl, d)
+    check(r.returncode == EXIT_INVALID and codes(doc) == ["manifest-invalid"], f"{what}: not the format: {r.returncode} {codes(doc)}")
+
+
+def main() -> int:
+    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2])
+    sample = fixtures / "sample" / "ckpt"
+    with tempfile.TemporaryDirectory(prefix="dcpctl-manifest-") as tmp:
+        tmp = Path(tmp)
+        outputs = {
+            "reshard": (["reshard", sample, "-o", tmp / "re", "-w", "2"], tmp / "re", "__1_0.distcp"),
+            "cast": (["cast", sample, "-o", tmp / "cast", "--dtype", "bf16"], tmp / "cast", "__0_0.distcp"),
+            "consolidate DIR/": (["consolidate", sample, "-o", f"{tmp / 'hf'}/", "--max-shard-size", "8KB"], tmp / "hf",
+                                 "model-00001-of-00008.safetensors"),
+        }
+        for what, (argv, out, victim) in outputs.items():
+            r = run(dcpctl, *argv, "--json")
+            if not expect_rc(r, EXIT_OK, what):
+                continue
+            check(json.loads(r.stdout).get("manifest") == str(out / MANIFEST), f"{what}: --json manifest: {r.stdout[-300:]}")
+            m = json.loads((out / MANIFEST).read_text())
+            check(m.get("format") == "dcpctl-manifest" and m.get("version") == 1 and m.get("source") == str(sample)
+                  and m.get("written_by", {}).get("tool") == "dcpctl", f"{what}: manifest header {dict(list(m.items())[:3])}")
+            check_files(out, m, what)
+            r, doc = verify_json(dcpctl, out, "--checksum")
+            check(r.returncode == EXIT_OK and doc.get("manifest", {}).get("tensors_compared") == len(m["tensors"]) > 0
+                  and doc.get("checksums") == m["tensors"],
+                  f"{what}: verify --checksum of the output: {r.returncode} {codes(doc)} {doc.get('manifest')}")
+            damage_cases(dcpctl, out, what, victim)
+
+        # One file: the manifest beside it, its name the file's own.
+        f = tmp / "one.safetensors"
+        r = run(dcpctl, "consolidate", sample, "-o", f, "--select", "app.model")
+        if expect_rc(r, EXIT_OK, "consolidate -o FILE"):
+            side = tmp / f"one.safetensors.{MANIFEST}"
+            m = json.loads(side.read_text())
+            check(m["files"] == {"one.safetensors": hashlib.sha256(f.read_bytes()).hexdigest()} and m["tensors"] is None,
+                  f"consolidate -o FILE: manifest {m}")
+            expect_rc(run(dcpctl, "verify", f), EXIT_OK, "verify FILE with its manifest", MANIFEST)
+            data = bytearray(f.read_bytes())
+            data[-3] ^= 1
+            f.write_bytes(bytes(data))
+            expect_rc(run(dcpctl, "verify", f), EXIT_INVALID, "verify FILE changed after its manifest", "manifest-mismatch")
+
+        # verify --write-manifest on the sample (torch wrote it), in a run folder beside a step without.
+        runs = tmp / "run"
+        shutil.copytree(sample, runs / "step-1")
+        shutil.copytree(sample, runs / "step-2")
+        expect_rc(run(dcpctl, "verify", runs / "step-1", "--write-manifest"), EXIT_OK, "verify --write-manifest", "wrote")
+        m = json.loads((runs / "step-1" / MANIFEST).read_text())
+        check_files(runs / "step-1", m, "verify --write-manifest")
+        check(m["source"] is None and len(m["tensors"]) > 0, f"verify --write-manifest: source {m['source']}, tensors")
+        r, doc = verify_json(dcpctl, runs / "step-1", "--checksum")
+        check(r.returncode == EXIT_OK and doc.get("checksums") == m["tensors"], f"--write-manifest's tensor digests: {codes(doc)}")
+        r = run(dcpctl, "latest", runs)
+        check(r.returncode == 0 and r.stdout.strip().endswith("step-2"), f"latest: {r.stdout} {r.stderr}")
+        r = run(dcpctl, "latest", runs, "--verified")
+        check(r.returncode == 0 and r.stdout.strip().endswith("step-1"), f"latest --verified: {r.stdout} {r.stderr}")
+        r = run(dcpctl, "ls", runs, "--verified", "--json")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        check([c.get("verified") for c in doc.get("checkpoints", [])] == [True, False]
+              and str(doc.get("newest_verified", "")).endswith("step-1"), f"ls --verified --json: {r.stdout[-400:]}")
+        # A step whose file changed after its manifest is no longer verified.
+        victim = runs / "step-1" / "__0_0.distcp"
+        data = bytearray(victim.read_bytes())
+        data[100] ^= 1
+        victim.write_bytes(bytes(data))
+        expect_rc(run(dcpctl, "latest", runs, "--verified"), EXIT_INVALID, "latest --verified, the manifest broken",
+                  "manifest-mismatch", "step-2", MANIFEST)
+        # A checkpoint with problems gets no manifest.
+        expect_rc(run(dcpctl, "verify", runs / "step-1", "--write-manifest"), EXIT_INVALID, "--write-manifest of a damaged one",
+                  "no manifest written")
+    return summary("manifest")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""An HF folder dcpctl exports is a model from_pretrained takes, checked before it is put in place
+(issue 49 item 2: write/formats/hf_folder.cpp, write/tied_head.h, write/model_subtree.h).
+
+    hf_export_test.py DCPCTL FIXTURES_DIR
+
+- torchtitan 0.3.0's tied Qwen 3 (layouts/titan_qwen3, enable_weight_tying: `lm_head.weight` saved
+  beside `tok_embeddings.weight`, equal): `consolidate --map torchtitan-qwen3 -o DIR/` leaves the head
+  out, as torchtitan's `to_hf` (hf/, the fixture's reference) and save_pretrained do, and says so in
+  --json; the folder is to_hf's tensors bit for bit and transformers 5.23's from_pretrained loads it
+  with no missing or unexpected key and torchtitan's logits. `-o x.safetensors` keeps the head.
+- verl 0.9.1's FSDP2 save of a tied Llama (layouts/verl_fsdp2_tied, the head and the embedding one
+  torch.save storage): the folder has no lm_head.weight, from_pretrained takes it (but the recipe's own buffer).
+- The check before the rename: the same export with a config.json that says 3 layers (the
+  checkpoint has 2) is exit 3 naming layer-missing, and leaves nothing (no folder, no temporary).
+- The README's sample (app.model beside app.optim): `-o DIR/` takes app.model and says so;
+  `-o x.safetensors` writes everything, with a note naming --select app.model. torchtitan's flat
+  model keys beside optimizer.*: `-o DIR/` leaves optimizer.* out.
+
+Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from skip import skip_or_fail  # noqa: E402
+
+try:
+    import torch
+    import transformers  # noqa: F401
+    from safetensors.torch import load_file
+except ImportError as e:
+    skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
+
+import map_oracle as mo  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, problems, run, summary  # noqa: E402
+
+
+def tensors(folder: Path) -> dict:
+    sd = {}
+    for p in sorted(folder.glob("*.safetensors")):
+        sd.update(load_file(str(p)))
+    return sd
+
+
+def from_pretrained_clean(folder: Path, what: str, unexpected_ok: frozenset = frozenset()):
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
+    info["unexpected_keys"] = set(info.get("unexpected_keys") or ()) - unexpected_ok
+    bad = {k: v for k, v in info.items() if v}
+    check(not bad, f"{what}: from_pretrained: {bad}")
+    return model
+
+
+def main() -> int:
+    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2]).resolve()
+    with tempfile.TemporaryDirectory(prefix="dcpctl-hf-export-") as tmp:
+        tmp = Path(tmp)
+        case = next(c for c in mo.cases(fixtures) if c.name == "titan_qwen3")
+        # torchtitan's tied Qwen 3 through its map.
+        out = tmp / "qwen3"
+        r = run(dcpctl, "consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir, "--json")
+        if expect_rc(r, EXIT_OK, "titan_qwen3 -o DIR/"):
+            doc = json.loads(r.stdout)
+            got = tensors(out)
+            check("lm_head.weight" not in got, "titan_qwen3 -o DIR/: lm_head.weight written though tied")
+            check(doc["tie_word_embeddings"].get("left_out") == {"key": "lm_head.weight", "equal_to": "model.embed_tokens.weight"},
+                  f"titan_qwen3: --json tie_word_embeddings {doc['tie_word_embeddings']}")
+            check("lm_head.weight" in (doc.get("map") or {}).get("drop_reasons", {}), f"titan_qwen3: map {doc.get('map')}")
+            ref = tensors(case.hf_dir)  # torchtitan's to_hf, saved by its HF storage writer
+            check(set(got) == set(ref), f"titan_qwen3 -o DIR/: keys {sorted(set(got) ^ set(ref))} differ from to_hf's")
+            problems(mo.check_from_pretrained(case, out, "titan_qwen3 -o DIR/"))
+        one = tmp / "qwen3.safetensors"
+        r = run(dcpctl, "consolidate", case.ckpt, "-o", one, "--map", case.map, "--config", case.config_path)
+        if expect_rc(r, EXIT_OK, "titan_qwen3 -o x.safetensors"):
+            check("lm_head.weight" in load_file(str(one)), "titan_qwen3 -o x.safetensors: the head is kept in a file")
+
+        # verl's tied Llama: HF keys, the tie one stored record.
+        verl = fixtures / "layouts" / "verl_fsdp2_tied" / "ckpt"
+        out = tmp / "verl"
+        r = run(dcpctl, "consolidate", verl, "-o", f"{out}/", "--json")
+        if expect_rc(r, EXIT_OK, "verl_fsdp2_tied -o DIR/"):
+            got = tensors(out)
+            check("lm_head.weight" not in got and "model.embed_tokens.weight" in got, f"verl -o DIR/: keys {sorted(got)[:4]}")
+            # model.loss_scale: a buffer the fixture's recipe registers on the LlamaModel (make_verl.py,
+            # verl issue #7610), which LlamaForCausalLM has no place for.
+            from_pretrained_clean(out, "verl -o DIR/", frozenset({"model.loss_scale"}))
+
+        # The check before the rename: a config that disagrees with the tensors.
+        assets = tmp / "assets3"
+        shutil.copytree(case.hf_dir, assets)
+        (assets / "model.safetensors").unlink()
+        cfg = json.loads((assets / "config.json").read_text())
+        cfg["num_hidden_layers"] = 3
+        (assets / "config.json").write_text(json.dumps(cfg))
+        bad = tmp / "bad"
+        r = run(dcpctl, "consolidate", case.ckpt, "-o", f"{bad}/", "--map", case.map, "--assets", assets)
+        expect_rc(r, EXIT_INVALID, "a folder whose config says 3 layers", "layer-missing", "not put in place")
+        check(not bad.exists() and not [p for p in tmp.iterdir() if "dcpctl-tmp" in p.name],
+              f"a refused folder left {sorted(p.name for p in tmp.iterdir())}")
+
+        # The README's sample: the model beside the optimizer.
+        sample = fixtures / "sample" / "ckpt"
+        out = tmp / "sample"
+        r = run(dcpctl, "consolidate", sample, "-o", f"{out}/", "--json")
+        if expect_rc(r, EXIT_OK, "sample -o DIR/", "--select app.model"):
+            doc = json.loads(r.stdout)
+            got = tensors(out)
+            check(got and not [k for k in got if k.startswith(("app.", "optim"))], f"sample -o DIR/: keys {sorted(got)[:5]}")
+            check(doc.get("model_subtree") == {"option": "--select app.model", "beside": "app.optim", "taken": True},
+                  f"sample -o DIR/: --json model_subtree {doc.get('model_subtree')}")
+            r2 = run(dcpctl, "consolidate", sample, "-o", tmp / "sel", "--select", "app.model", "--format", "hf")
+            if expect_rc(r2, EXIT_OK, "sample --select app.model"):
+                check(set(tensors(tmp / "sel")) == set(got), "sample -o DIR/ is not --select app.model's")
+        f = tmp / "sample.safetensors"
+        r = run(dcpctl, "consolidate", sample, "-o", f)
+        if expect_rc(r, EXIT_OK, "sample -o x.safetensors", "--select app.model writes the model alone"):
+            check(any(k.startswith("app.optim") for k in load_file(str(f))), "sample -o x.safetensors: no longer everything")
+        # torchtitan's flat model keys beside optimizer.*, no map.
+        out = tmp / "titan-flat"
+        r = run(dcpctl, "consolidate", case.ckpt, "-o", f"{out}/", "--no-assets")
+        if expect_rc(r, EXIT_OK, "titan_qwen3 -o DIR/ without --map", "--exclude 'optimizer.*'"):
+            got = tensors(out)
+            check(set(got) == set(case.model_keys), f"titan flat -o DIR/: {sorted(set(got) ^ set(case.model_keys))[:6]}")
+    return summary("hf_export")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
