@@ -109,7 +109,9 @@ def copy_fixture(fixtures: Path, case: str, dst: Path) -> Path:
     return dst
 
 
-FORMATS = [("st", "out.safetensors", []), ("hf", "outdir/", ["--max-shard-size", "20000"]),
+# An HF folder of the sample takes its model subtree alone (app.model, 53 KB): --include '*' keeps
+# the whole state in it, as the other formats write it, so that every output is as large.
+FORMATS = [("st", "out.safetensors", []), ("hf", "outdir/", ["--max-shard-size", "20000", "--include", "*"]),
            ("pt", "out.pt", []), ("flat", "out_flat.pt", ["--flat"])]
 
 
@@ -304,7 +306,7 @@ def case_dry_run(fixtures: Path, tmp: Path) -> None:
     work.mkdir()
     ck = copy_fixture(fixtures, "sample", work / "ckpt")
     g = Guard(ck, work, "dry-run")
-    for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
+    for label, out, extra in FORMATS + [("hf-default", "hfdef/", ["--include", "*"])]:
         for j in ([], ["--json"]):
             rc, stdout, err = consolidate(str(ck), "-o", outp(work, out), *extra, "--dry-run", *j)
             if rc != 0:
@@ -379,8 +381,8 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
     ck = copy_fixture(fixtures, "sample", work / "ckpt")  # 548 KB of tensors > 64 KiB
     lim = "ulimit -f 64"
     # HF shards bigger than the 64 KiB limit (each file is limited, not the total)
-    full_formats = [f for f in FORMATS if f[0] != "hf"] + [("hf", "outdir/", ["--max-shard-size", "100000"]),
-                                                           ("hf-default", "hfdef/", [])]
+    full_formats = [f for f in FORMATS if f[0] != "hf"] + [("hf", "outdir/", ["--max-shard-size", "100000", "--include", "*"]),
+                                                           ("hf-default", "hfdef/", ["--include", "*"])]
     for label, out, extra in full_formats:
         for threads in (["--threads", "1"], ["--threads", "4"]):
             g = Guard(ck, work, f"full disk {label}")
@@ -401,7 +403,7 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
     d = work / "keepdir"
     d.mkdir()
     (d / "model.safetensors").write_bytes(b"old")
-    rc, _, err = consolidate(str(ck), "-o", str(d) + "/", "--force", pre=lim)
+    rc, _, err = consolidate(str(ck), "-o", str(d) + "/", "--include", "*", "--force", pre=lim)
     if rc != 4 or listing(d) != ["model.safetensors"] or (d / "model.safetensors").read_bytes() != b"old":
         fail(f"full disk --force over an existing dir: exit {rc}, dir now {listing(d)}")
     if [x for x in listing(work) if "dcpctl-tmp" in x]:
@@ -416,7 +418,7 @@ def case_full_disk(fixtures: Path, tmp: Path) -> None:
         print("NOTE: cannot mount a small tmpfs here: the ENOSPC part is not run (EFBIG above is)")
         return
     try:
-        for label, out, extra in FORMATS + [("hf-default", "hfdef/", [])]:
+        for label, out, extra in FORMATS + [("hf-default", "hfdef/", ["--include", "*"])]:
             g = Guard(ck, mnt, f"ENOSPC {label}")  # 128 KiB in all: small HF shards fill it too
             rc, _, err = consolidate(str(ck), "-o", outp(mnt, out), *extra)
             if rc != 4:

@@ -861,7 +861,7 @@ def mode_cross_fs(fixtures: list[Path], tmp: Path) -> int:
                     check_safetensors_file(out, st_expect, f"{what} .safetensors")
                     out.unlink()
                 d = x / "hf"
-                if run_ok(f"{what} hf", str(o.ckpt), "-o", str(d) + "/", "--max-shard-size", "1000",
+                if run_ok(f"{what} hf", str(o.ckpt), "-o", str(d) + "/", "--max-shard-size", "1000", "--include", "*",
                           "--threads", threads, *xargs) is not None:
                     check_hf_dir(d, st_expect, 1000, f"{what} hf", "any")
                     subprocess.run(["rm", "-rf", str(d)], check=True)
