@@ -137,6 +137,9 @@ def same_json(cmd, local_path, url, env, schema, code=OK):
     return remote
 
 
+MANIFEST = "dcpctl-manifest.json"  # write/manifest.h
+
+
 def same_tree(a, b, skip=()):
     """Whether two output files or folders hold the same bytes under the same names (but `skip`)."""
     if os.path.isfile(a) or os.path.isfile(b):
@@ -159,11 +162,17 @@ def same_output(cmd, local_path, url, out_name, env, work):
     if cmd[0] in ("reshard", "cast"):
         # A DCP .metadata records where it was written (storage_meta), so two local runs differ
         # there too: the data files byte for byte, and the two checkpoints key by key.
-        check(same_tree(lo, ro, skip={".metadata"}), f"{what}: data files differ from the local run's")
+        check(same_tree(lo, ro, skip={".metadata", MANIFEST}), f"{what}: data files differ from the local run's")
         d = dcpctl(["diff", lo, ro], env)
         check(d.returncode == OK, f"{what}: dcpctl diff of the two outputs: exit {d.returncode}: {d.stdout[-300:]}")
     else:
-        check(same_tree(lo, ro), f"{what}: output differs from the local run's")
+        check(same_tree(lo, ro, skip={MANIFEST}), f"{what}: output differs from the local run's")
+    # The manifests name their sources (a path, a URL): what they say of the files is the same.
+    ml, mr = os.path.join(lo, MANIFEST), os.path.join(ro, MANIFEST)
+    if os.path.isdir(lo) and os.path.exists(ml) and os.path.exists(mr):
+        fl = {k: v for k, v in json.load(open(ml))["files"].items() if k != ".metadata"}
+        fr = {k: v for k, v in json.load(open(mr))["files"].items() if k != ".metadata"}
+        check(fl == fr, f"{what}: the two manifests list different files or digests")
     doc = json.loads(rr.stdout)
     check("s3" in doc, f"{what}: no s3 counters in --json")
     return doc
