@@ -1,5 +1,8 @@
 #include "write/manifest.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -73,6 +76,15 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
   m.files = digest_files(staged, threads);
   if (is_directory(staged)) {
     m.tensors = tensor_digests(staged, threads);
+    // The tensors were read back through the page cache; the output was written past it and is
+    // synced, so its clean pages are let go again rather than left to push out what was cached.
+    for (const auto& [name, digest] : m.files) {
+      (void)digest;
+      int fd = ::open(join_path(staged, name).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
   } else if (m.files.size() == 1) {  // a file under its temporary name: listed under its own
     std::string name = final_path.substr(final_path.rfind('/') == std::string::npos ? 0 : final_path.rfind('/') + 1);
     FileDigest d = m.files.begin()->second;
