@@ -74,7 +74,7 @@ int run_verify(const VerifyCliOptions& o) {
   }
   // --write-manifest: only for a checkpoint that passed, so the manifest vouches for good bytes.
   if (o.write_manifest && ok) {
-    const Manifest m = make_manifest(o.checkpoint, o.checkpoint, "verify --write-manifest", "", o.threads ? o.threads : 4);
+    const Manifest m = make_manifest(o.checkpoint, o.checkpoint, "verify --write-manifest", "", o.threads ? o.threads : 4, true);
     write_manifest_file(o.checkpoint, m);
     std::cerr << "wrote " << manifest_path(o.checkpoint) << " (" << m.files.size() << " files"
               << (m.tensors ? ", " + std::to_string(m.tensors->size()) + " tensors" : std::string()) << ")\n";

@@ -1,7 +1,5 @@
 #include "write/manifest.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
@@ -68,23 +66,14 @@ const std::string& manifest_tool_version() {
 }
 
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
-                       const std::string& source, unsigned threads) {
+                       const std::string& source, unsigned threads, bool tensors) {
   Manifest m;
   m.tool_version = manifest_tool_version();
   m.command = command;
   m.source = source;
   m.files = digest_files(staged, threads);
   if (is_directory(staged)) {
-    m.tensors = tensor_digests(staged, threads);
-    // The tensors were read back through the page cache; the output was written past it and is
-    // synced, so its clean pages are let go again rather than left to push out what was cached.
-    for (const auto& [name, digest] : m.files) {
-      (void)digest;
-      int fd = ::open(join_path(staged, name).c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;
-      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-      ::close(fd);
-    }
+    if (tensors) m.tensors = tensor_digests(staged, threads);
   } else if (m.files.size() == 1) {  // a file under its temporary name: listed under its own
     std::string name = final_path.substr(final_path.rfind('/') == std::string::npos ? 0 : final_path.rfind('/') + 1);
     FileDigest d = m.files.begin()->second;

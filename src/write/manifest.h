@@ -16,10 +16,12 @@ void set_manifest_tool_version(const std::string& version);
 const std::string& manifest_tool_version();
 
 // The manifest of `staged` (a folder, or a single file under a temporary name that will be
-// `final_path`), naming `command` and `source`. Tensor digests for folders, which open as
-// checkpoints (DCP, HF safetensors); null for a single file.
+// `final_path`), naming `command` and `source`. With `tensors`, tensor digests for folders, which
+// open as checkpoints (DCP, HF safetensors): verify --write-manifest. A write's manifest leaves
+// them null (computing them would read the whole output back a second time; the files' SHA-256
+// covers every byte), as does a single file's.
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
-                       const std::string& source, unsigned threads);
+                       const std::string& source, unsigned threads, bool tensors = false);
 
 // Writes `m` as manifest_path(path): into a folder, or beside a file as `<file>.dcpctl-manifest.json`
 // (`beside`: the file's final path, when `path` is its temporary name). Under a temporary name, then
