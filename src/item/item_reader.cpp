@@ -6,6 +6,7 @@
 
 #include "item/torch_zip.h"
 #include "item/transforms.h"
+#include "meta/derived.h"
 #include "meta/geometry.h"
 #include "meta/pieces.h"
 #include "pickle/vm.h"
@@ -263,10 +264,7 @@ void ItemReader::read_raw(const TensorMeta& t, size_t chunk, uint64_t from, uint
   size_t item = itemsize(b.dtype);
   uint64_t numel = b.numel();
   uint64_t bytes = numel * item;
-  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-  if (from > bytes || n > bytes - from)
-    throw FormatError(o.where, "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" + std::to_string(n) +
-                                   ") asked of a chunk of " + std::to_string(bytes) + " bytes");
+  n = checked_range(o.where, "chunk " + std::to_string(chunk), bytes, from, n);
   if (n == 0) return;
   if (!o.zip) {
     o.src->read(from, dst, n);

@@ -1,5 +1,9 @@
 #include "meta/derived.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 namespace dcpctl {
 
 const DerivedTable::Entry* DerivedTable::find(const std::string& fqn) const {
@@ -23,6 +27,24 @@ std::shared_ptr<DerivedTable> table_over(const std::shared_ptr<const DerivedTabl
     if (!to.empty()) table->tensors.emplace(std::move(to), entry);
   }
   return table;
+}
+
+uint64_t checked_range(const Where& where, const std::string& label, uint64_t bytes, uint64_t from, uint64_t n) {
+  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
+  if (from > bytes || n > bytes - from)
+    throw FormatError(where, label + ": bytes [" + std::to_string(from) + ", +" + std::to_string(n) + ") asked of " +
+                                 std::to_string(bytes) + " bytes");
+  return n;
+}
+
+void read_part(const Where& where, const std::string& label, uint64_t bytes, uint64_t from, uint64_t n, void* dst,
+               const std::function<void(uint8_t*)>& compute) {
+  n = checked_range(where, label, bytes, from, n);
+  if (n == 0) return;
+  if (from == 0 && n == bytes) return compute(static_cast<uint8_t*>(dst));
+  std::vector<uint8_t> own(bytes);
+  compute(own.data());
+  std::memcpy(dst, own.data() + from, n);
 }
 
 }  // namespace dcpctl

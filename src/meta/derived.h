@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/metadata.h"
+#include "util/error.h"
 
 namespace dcpctl {
 
@@ -88,5 +89,15 @@ struct DerivedTable {
 // the same names).
 std::shared_ptr<DerivedTable> table_over(const std::shared_ptr<const DerivedTable>& below,
                                          const std::function<std::string(const std::string&)>& rename = nullptr);
+
+// The range [from, from + n) of `label` (a chunk, a scale), `bytes` long, checked (n = UINT64_MAX:
+// to its end): one past its end is a FormatError at `where`. Returns n.
+uint64_t checked_range(const Where& where, const std::string& label, uint64_t bytes, uint64_t from, uint64_t n);
+
+// Bytes [from, from + n) of something a derived tensor computes whole (`bytes` long; `compute`
+// writes all of it): into dst when the whole is asked, else into a copy of its own, from which the
+// range is copied. The range is checked as checked_range does.
+void read_part(const Where& where, const std::string& label, uint64_t bytes, uint64_t from, uint64_t n, void* dst,
+               const std::function<void(uint8_t*)>& compute);
 
 }  // namespace dcpctl

@@ -34,20 +34,11 @@ uint64_t whole_read_bytes(const TensorMeta& t) {
 }
 
 // Bytes [from, from + n) of a computed chunk of `values` float32s (n = UINT64_MAX: to its end),
-// which `compute` writes whole: into dst when the whole chunk is asked, else into a copy of its
-// own; `saved` names it in messages.
+// which `compute` writes whole; `saved` names it in messages.
 void read_computed(const std::string& path, const TensorMeta& saved, size_t chunk, uint64_t values, uint64_t from,
                    uint64_t n, void* dst, const std::function<void(float*)>& compute) {
-  const uint64_t bytes = values * 4;
-  if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-  if (from > bytes || n > bytes - from)
-    throw FormatError(Where(path, std::nullopt, saved.fqn),
-                      "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
-                          std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-  if (n == 0) return;
-  std::vector<float> own(from == 0 && n == bytes ? 0 : values);
-  compute(own.empty() ? static_cast<float*>(dst) : own.data());
-  if (!own.empty()) std::memcpy(dst, reinterpret_cast<const uint8_t*>(own.data()) + from, n);
+  read_part(Where(path, std::nullopt, saved.fqn), "chunk " + std::to_string(chunk), values * 4, from, n, dst,
+            [&](uint8_t* out) { compute(reinterpret_cast<float*>(out)); });
 }
 
 // A block-scaled fp8 weight read as float32: its chunk and its whole scale, as the table below has
@@ -184,18 +175,23 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   // GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other scales, a
   // model's own uint8 buffers) with those names would be dequantized into garbage.
   if (!mx.empty()) {
-    const nlohmann::json* q = config.json.is_object() && config.json.contains("quantization_config") ? &config.json["quantization_config"] : nullptr;
+    const nlohmann::json* q = config.json.is_object() && config.json.contains("quantization_config")
+                                  ? &config.json["quantization_config"]
+                                  : nullptr;
     const std::string method = q && q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
                                    ? (*q)["quant_method"].get<std::string>()
                                    : "";
     if (method != "mxfp4")
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
-                             "uint8 blocks beside '" + md.tensors[mx[0].second].fqn +
-                                 "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " +
-                                 (config.json.is_null() ? "no config.json (" + config.path + ")"
-                                                        : config.path + " has quantization_config.quant_method " + (method.empty() ? "absent" : "'" + method + "'")) +
-                                 "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) with "
-                                 "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+      throw UnsupportedError(
+          Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
+          "uint8 blocks beside '" + md.tensors[mx[0].second].fqn +
+              "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " +
+              (config.json.is_null() ? "no config.json (" + config.path + ")"
+                                     : config.path + " has quantization_config.quant_method " +
+                                           (method.empty() ? "absent" : "'" + method + "'")) +
+              "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) "
+              "with "
+              "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
   }
 
   Checkpoint view = ck;

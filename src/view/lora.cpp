@@ -40,30 +40,24 @@ class LoraMergedWeight final : public DerivedTensor {
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const DType dt = *w_.dtype;
     const uint64_t numel = w_.chunk_numel(chunk), bytes = numel * itemsize(dt);
-    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-    if (from > bytes || n > bytes - from)
-      throw FormatError(Where(path_, std::nullopt, w_.fqn),
-                        "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
-                            std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-    if (n == 0) return;
     // The whole chunk is computed: into dst when that is what is asked (a float32 base in place).
-    std::vector<uint8_t> own(from == 0 && n == bytes ? 0 : bytes);
-    uint8_t* out = own.empty() ? static_cast<uint8_t*>(dst) : own.data();
-    below.read(w_, chunk, 0, bytes, out);
-    std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
-    const Box box = chunk_box(w_, chunk);
-    if (dt == DType::Float32 && !m_) {
-      add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(),
-                     transposed_, delta_dtype());
-    } else {
-      std::vector<float> values(numel);
-      cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
-      add_lora_delta(values.data(), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_,
-                     delta_dtype());
-      if (m_) dora(below, box, a, b, values);
-      cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
-    }
-    if (!own.empty()) std::memcpy(dst, own.data() + from, n);
+    read_part(Where(path_, std::nullopt, w_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst,
+              [&](uint8_t* out) {
+                below.read(w_, chunk, 0, bytes, out);
+                std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
+                const Box box = chunk_box(w_, chunk);
+                if (dt == DType::Float32 && !m_) {
+                  add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), a_.shape[1], b.data(), a_.shape[0],
+                                 scale(), transposed_, delta_dtype());
+                } else {
+                  std::vector<float> values(numel);
+                  cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
+                  add_lora_delta(values.data(), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_,
+                                 delta_dtype());
+                  if (m_) dora(below, box, a, b, values);
+                  cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
+                }
+              });
   }
 
   // A and B read whole (as saved, then as float32, with one chunk of each in flight), and the
@@ -164,23 +158,19 @@ class LoraMergedBias final : public DerivedTensor {
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const DType dt = *bias_.dtype;
     const uint64_t numel = bias_.chunk_numel(chunk), bytes = numel * itemsize(dt);
-    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-    if (from > bytes || n > bytes - from)
-      throw FormatError(Where(path_, std::nullopt, bias_.fqn),
-                        "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
-                            std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-    if (n == 0) return;
-    std::vector<uint8_t> raw(bytes);
-    below.read(bias_, chunk, 0, bytes, raw.data());
-    std::vector<float> v(numel), b(bb_.numel());
-    cast_elements(dt, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(v.data()), numel);
-    std::vector<uint8_t> braw = below.read_whole(bb_);
-    cast_elements(*bb_.dtype, DType::Float32, braw.data(), reinterpret_cast<uint8_t*>(b.data()), b.size());
-    const DType bt = *bb_.dtype;
-    add_lora_bias(v.data(), bias_.chunk_offsets(chunk)[0], static_cast<int64_t>(numel), b.data(),
-                  static_cast<float>(scale_), bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32);
-    cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(v.data()), raw.data(), numel);
-    std::memcpy(dst, raw.data() + from, n);
+    read_part(Where(path_, std::nullopt, bias_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst,
+              [&](uint8_t* raw) {
+                below.read(bias_, chunk, 0, bytes, raw);
+                std::vector<float> v(numel), b(bb_.numel());
+                cast_elements(dt, DType::Float32, raw, reinterpret_cast<uint8_t*>(v.data()), numel);
+                std::vector<uint8_t> braw = below.read_whole(bb_);
+                cast_elements(*bb_.dtype, DType::Float32, braw.data(), reinterpret_cast<uint8_t*>(b.data()), b.size());
+                const DType bt = *bb_.dtype;
+                add_lora_bias(v.data(), bias_.chunk_offsets(chunk)[0], static_cast<int64_t>(numel), b.data(),
+                              static_cast<float>(scale_),
+                              bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32);
+                cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(v.data()), raw, numel);
+              });
   }
   uint64_t working_bytes(size_t chunk) const override {
     return bias_.chunk_numel(chunk) * (itemsize(*bias_.dtype) + 4) + bb_.numel() * (itemsize(*bb_.dtype) + 8);

@@ -19,7 +19,9 @@ using nlohmann::json;
 
 namespace {
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const char* part) {
+  return s.find(part) != std::string::npos;
+}
 
 // Rows [a, b) of 2-D tensor `t` (as the table below has it) as float32, into `out` ((b - a) * cols).
 // A chunk that spans every column gives its rows as one byte range; another is read whole and the
@@ -35,7 +37,8 @@ void read_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t
     if (off[1] == 0 && size[1] == cols) {
       raw.resize(static_cast<size_t>((r1 - r0) * cols) * item);
       below.read(t, c, static_cast<uint64_t>((r0 - off[0]) * cols) * item, raw.size(), raw.data());
-      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out + (r0 - a) * cols), static_cast<size_t>((r1 - r0) * cols));
+      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out + (r0 - a) * cols),
+                    static_cast<size_t>((r1 - r0) * cols));
       continue;
     }
     raw.resize(t.chunk_numel(c) * item);
@@ -68,21 +71,16 @@ class Fp8Weight final : public DerivedTensor {
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const int64_t *off = w_.chunk_offsets(chunk), *size = w_.chunk_sizes(chunk);
     const uint64_t bytes = w_.chunk_numel(chunk);  // one byte an element
-    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-    if (from > bytes || n > bytes - from)
-      throw FormatError(Where("", std::nullopt, w_.fqn), "chunk " + std::to_string(chunk) + ": bytes [" + std::to_string(from) + ", +" +
-                                                             std::to_string(n) + ") asked of a chunk of " + std::to_string(bytes) + " bytes");
-    if (n == 0) return;
-    const int64_t rows = w_.shape[0], cols = w_.shape[1];
-    const int64_t a = off[0] / bm_ * bm_, b = std::min(rows, (off[0] + size[0] + bm_ - 1) / bm_ * bm_);
-    std::vector<float> x(static_cast<size_t>((b - a) * cols));
-    read_rows(below, w_, a, b, x.data());
-    std::vector<float> scale(static_cast<size_t>(((b - a + bm_ - 1) / bm_) * ((cols + bn_ - 1) / bn_)));
-    fp8_block_scales(x.data(), b - a, cols, bm_, bn_, scale.data());
-    std::vector<uint8_t> own(from == 0 && n == bytes ? 0 : bytes);
-    uint8_t* q = own.empty() ? static_cast<uint8_t*>(dst) : own.data();
-    quantize_fp8_box(x.data(), cols, bm_, bn_, scale.data(), off[0] - a, off[0] - a + size[0], off[1], off[1] + size[1], q);
-    if (!own.empty()) std::memcpy(dst, own.data() + from, n);
+    read_part(Where("", std::nullopt, w_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst, [&](uint8_t* q) {
+      const int64_t rows = w_.shape[0], cols = w_.shape[1];
+      const int64_t a = off[0] / bm_ * bm_, b = std::min(rows, (off[0] + size[0] + bm_ - 1) / bm_ * bm_);
+      std::vector<float> x(static_cast<size_t>((b - a) * cols));
+      read_rows(below, w_, a, b, x.data());
+      std::vector<float> scale(static_cast<size_t>(((b - a + bm_ - 1) / bm_) * ((cols + bn_ - 1) / bn_)));
+      fp8_block_scales(x.data(), b - a, cols, bm_, bn_, scale.data());
+      quantize_fp8_box(x.data(), cols, bm_, bn_, scale.data(), off[0] - a, off[0] - a + size[0], off[1],
+                       off[1] + size[1], q);
+    });
   }
   uint64_t working_bytes(size_t chunk) const override {
     const int64_t rows = w_.chunk_sizes(chunk)[0] + 2 * bm_;
@@ -102,23 +100,21 @@ class Fp8ScaleInv final : public DerivedTensor {
   void read(const TensorReads& below, size_t, uint64_t from, uint64_t n, void* dst) const override {
     const int64_t rows = w_.shape[0], cols = w_.shape[1], cb = (cols + bn_ - 1) / bn_, rb = (rows + bm_ - 1) / bm_;
     const uint64_t bytes = static_cast<uint64_t>(rb * cb) * 4;
-    if (n == UINT64_MAX) n = bytes - std::min(from, bytes);
-    if (from > bytes || n > bytes - from)
-      throw FormatError(Where("", std::nullopt, w_.fqn + "_scale_inv"), "bytes [" + std::to_string(from) + ", +" + std::to_string(n) +
-                                                                            ") asked of a scale of " + std::to_string(bytes) + " bytes");
-    if (n == 0) return;
-    std::vector<float> inv(static_cast<size_t>(rb * cb)), x, scale(static_cast<size_t>(cb));
-    for (int64_t r = 0; r < rows; r += bm_) {
-      const int64_t b = std::min(rows, r + bm_);
-      x.resize(static_cast<size_t>((b - r) * cols));
-      read_rows(below, w_, r, b, x.data());
-      fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
-      fp8_inverse_scales(scale.data(), scale.size(), inv.data() + (r / bm_) * cb);
-    }
-    std::memcpy(dst, reinterpret_cast<const uint8_t*>(inv.data()) + from, n);
+    read_part(Where("", std::nullopt, w_.fqn + "_scale_inv"), "scale", bytes, from, n, dst, [&](uint8_t* out) {
+      float* inv = reinterpret_cast<float*>(out);
+      std::vector<float> x, scale(static_cast<size_t>(cb));
+      for (int64_t r = 0; r < rows; r += bm_) {
+        const int64_t b = std::min(rows, r + bm_);
+        x.resize(static_cast<size_t>((b - r) * cols));
+        read_rows(below, w_, r, b, x.data());
+        fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
+        fp8_inverse_scales(scale.data(), scale.size(), inv + (r / bm_) * cb);
+      }
+    });
   }
   uint64_t working_bytes(size_t) const override {
-    const uint64_t cb = static_cast<uint64_t>((w_.shape[1] + bn_ - 1) / bn_), rb = static_cast<uint64_t>((w_.shape[0] + bm_ - 1) / bm_);
+    const uint64_t cb = static_cast<uint64_t>((w_.shape[1] + bn_ - 1) / bn_),
+                   rb = static_cast<uint64_t>((w_.shape[0] + bm_ - 1) / bm_);
     return rows_need(w_, bm_) + (rb + 1) * cb * 4;
   }
 
@@ -135,13 +131,15 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {
   if (contains(key, "embed")) return "an embedding";
   if (contains(key, "lm_head") || key == "output.weight" || contains(key, "output_layer.")) return "the output head";
   if (contains(key, "norm")) return "a norm";
-  if (contains(key, "router") || contains(key, ".gate.weight") || key.rfind("gate.weight", 0) == 0) return "a router (MoE gate)";
+  if (contains(key, "router") || contains(key, ".gate.weight") || key.rfind("gate.weight", 0) == 0)
+    return "a router (MoE gate)";
   if (contains(key, "e_score_correction_bias")) return "the router's score correction bias";
   if (contains(key, "visual") || contains(key, "vision")) return "a vision tower";
   static const std::regex mtp(R"((^|\.)(mtp|mtp_layers|nextn)(\.|$))");
   if (std::regex_search(key, mtp)) return "an MTP block";
   if (rq.config.is_object()) {
-    const json& c = rq.config.contains("text_config") && rq.config["text_config"].is_object() ? rq.config["text_config"] : rq.config;
+    const json& c = rq.config.contains("text_config") && rq.config["text_config"].is_object() ? rq.config["text_config"]
+                                                                                              : rq.config;
     if (c.contains("num_hidden_layers") && c["num_hidden_layers"].is_number_integer()) {
       static const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
       std::smatch m;
@@ -154,7 +152,8 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {
 
 Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   if (rq.scheme != "fp8-block")
-    throw UsageError(Where(), "--quantize " + rq.scheme + ": dcpctl quantizes to fp8-block (e4m3, one float32 scale per block)");
+    throw UsageError(Where(),
+                     "--quantize " + rq.scheme + ": dcpctl quantizes to fp8-block (e4m3, one float32 scale per block)");
   const int64_t bm = rq.block[0], bn = rq.block[1];
   if (bm <= 0 || bn <= 0) throw UsageError(Where(), "--quantize-block: two positive integers, RxC (128x128)");
   const Metadata& md = ck.md;
@@ -173,7 +172,8 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
     tensors.push_back(t);
     const bool weight = t.fqn.size() > 7 && t.fqn.compare(t.fqn.size() - 7, 7, ".weight") == 0;
     if (!weight || t.ndim() != 2 || !t.dtype) continue;
-    if (is_float8(*t.dtype) || by_name.count(t.fqn + kScaleSuffix) || by_name.count(t.fqn.substr(0, t.fqn.size() - 7) + ".weight_scale_inv"))
+    if (is_float8(*t.dtype) || by_name.count(t.fqn + kScaleSuffix) ||
+        by_name.count(t.fqn.substr(0, t.fqn.size() - 7) + ".weight_scale_inv"))
       throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
                              "--quantize on a weight that is already quantized (" + t.dtype_name +
                                  "): give --dtype to dequantize the checkpoint first, or export it as it is");
