@@ -27,19 +27,6 @@ bool hex_digest(const json& v) {
   return true;
 }
 
-// Relative, no empty or '..' component: a hostile manifest must not make verify read elsewhere.
-bool inside(const std::string& name) {
-  if (name.empty() || name[0] == '/') return false;
-  size_t start = 0;
-  while (true) {
-    size_t slash = name.find('/', start);
-    std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (part == ".." || part.empty()) return false;
-    if (slash == std::string::npos) return true;
-    start = slash + 1;
-  }
-}
-
 std::string base_name(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
@@ -61,12 +48,7 @@ std::string base_dir(const std::string& path) {
 FileDigest hash_file(const std::string& path) {
   ReadFile f(path);
   Sha256 h;
-  IoBuffer buf = make_io_buffer(direct_span(0, kReadWindow) + 2 * kDirectAlign);
-  for (uint64_t at = 0; at < f.size();) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(kReadWindow, f.size() - at));
-    h.update(f.read_direct(at, n, buf.get()), n);
-    at += n;
-  }
+  hash_file_range(f, 0, f.size(), h);
   return {f.size(), h.hex()};
 }
 
@@ -107,15 +89,79 @@ json Manifest::to_json() const {
   return json::parse(j.dump());  // keeps the order above: nlohmann::json sorts keys, which reads as well
 }
 
-std::map<std::string, FileDigest> digest_files(const std::string& path, unsigned threads) {
+void hash_file_range(const ReadFile& f, uint64_t from, uint64_t to, Sha256& h) {
+  if (from >= to) return;
+  IoBuffer buf = make_io_buffer(direct_span(0, kReadWindow) + 2 * kDirectAlign);
+  for (uint64_t at = from; at < to;) {
+    // Each read but the first starts on a block (kReadWindow is a multiple of one).
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kReadWindow - at % kDirectAlign, to - at));
+    h.update(f.read_direct(at, n, buf.get()), n);
+    at += n;
+  }
+}
+
+std::map<std::string, FileDigest> digest_files(
+    const std::string& path, unsigned threads,
+    const std::function<std::optional<FileDigest>(const std::string&)>& known, uint64_t* read) {
   const std::vector<std::string> names = covered(path);
   const std::string dir = base_dir(path);
   std::vector<FileDigest> digests(names.size());
-  parallel_for(names.size(), std::max(1u, threads),
-               [&](size_t i) { digests[i] = hash_file(join_path(dir, names[i])); });
+  std::vector<bool> was_read(names.size());
+  parallel_for(names.size(), std::max(1u, threads), [&](size_t i) {
+    const std::string p = join_path(dir, names[i]);
+    std::optional<FileDigest> d = known ? known(p) : std::nullopt;
+    was_read[i] = !d;
+    digests[i] = d ? *d : hash_file(p);
+  });
+  if (read)
+    for (size_t i = 0; i < names.size(); ++i) *read += was_read[i] ? digests[i].size : 0;
   std::map<std::string, FileDigest> out;
   for (size_t i = 0; i < names.size(); ++i) out[names[i]] = digests[i];
   return out;
+}
+
+bool listed_name_inside(const std::string& name) {
+  if (name.empty() || name[0] == '/') return false;
+  size_t start = 0;
+  while (true) {
+    size_t slash = name.find('/', start);
+    std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part == ".." || part.empty()) return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
+}
+
+void check_listed_files(const std::vector<ListedFile>& files, unsigned threads, const ListedCodes& codes,
+                        Findings& problems, uint64_t& bytes_read) {
+  std::mutex mu;
+  parallel_for(files.size(), std::max(1u, threads), [&](size_t i) {
+    const ListedFile& e = files[i];
+    Finding found;
+    uint64_t read = 0;
+    PathInfo st = stat_path(e.path);
+    if (st.kind == PathInfo::missing && (st.err == ENOENT || is_remote_path(e.path))) {
+      found = {codes.missing, Where(e.path), "listed in " + codes.list + " but not there"};
+    } else if (e.size && st.kind == PathInfo::file && st.size != *e.size) {
+      found = {codes.mismatch, Where(e.path),
+               std::to_string(st.size) + " bytes, not the " + std::to_string(*e.size) + " recorded in " + codes.list +
+                   ": the file changed after " + codes.made};
+    } else {
+      try {
+        FileDigest d = hash_file(e.path);
+        read = d.size;
+        if (d.sha256 != e.sha256)
+          found = {codes.mismatch, Where(e.path),
+                   "SHA-256 " + d.sha256.substr(0, 16) + "... differs from " + e.sha256.substr(0, 16) +
+                       "... recorded in " + codes.list + ": the file changed after " + codes.made};
+      } catch (const Error& err) {
+        found = {"io-error", err.where(), err.detail()};
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    bytes_read += read;
+    if (!found.code.empty()) problems.push_back(std::move(found));
+  });
 }
 
 ManifestReport check_manifest(const std::string& path, unsigned threads) {
@@ -160,17 +206,13 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
   if (j.contains("source") && j["source"].is_string()) r.source = j["source"].get<std::string>();
   if (j.contains("written_by") && j["written_by"].is_object()) r.tool_version = j["written_by"].value("version", "");
 
-  struct Entry {
-    std::string name, path, sha256;
-    uint64_t size;
-  };
-  std::vector<Entry> entries;
+  std::vector<ListedFile> entries;
   std::set<std::string> listed;
   const std::string dir = base_dir(path);
   for (const auto& [name, digest] : j["files"].items()) {
     ++r.files;
     listed.insert(name);
-    if (!inside(name)) {
+    if (!listed_name_inside(name)) {
       invalid(name, "names '" + name + "', outside the checkpoint");
       continue;
     }
@@ -179,36 +221,10 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
       invalid(name, "has no 64-digit lower-case SHA-256 and byte size for '" + name + "'");
       continue;
     }
-    entries.push_back({name, join_path(dir, name), digest.get<std::string>(), size.get<uint64_t>()});
+    entries.push_back({join_path(dir, name), digest.get<std::string>(), size.get<uint64_t>()});
   }
-  std::mutex mu;
-  parallel_for(entries.size(), std::max(1u, threads), [&](size_t i) {
-    const Entry& e = entries[i];
-    Finding found;
-    uint64_t read = 0;
-    PathInfo st = stat_path(e.path);
-    if (st.kind == PathInfo::missing && (st.err == ENOENT || is_remote_path(e.path))) {
-      found = {"manifest-missing-file", Where(e.path), "listed in " + r.path + " but not there"};
-    } else if (st.kind == PathInfo::file && st.size != e.size) {
-      found = {"manifest-mismatch", Where(e.path),
-               std::to_string(st.size) + " bytes, not the " + std::to_string(e.size) +
-                   " the manifest records: the file changed after it was written"};
-    } else {
-      try {
-        FileDigest d = hash_file(e.path);
-        read = d.size;
-        if (d.sha256 != e.sha256)
-          found = {"manifest-mismatch", Where(e.path),
-                   "SHA-256 " + d.sha256.substr(0, 16) + "... differs from " + e.sha256.substr(0, 16) +
-                       "... the manifest records: the file changed after it was written"};
-      } catch (const Error& err) {
-        found = {"io-error", err.where(), err.detail()};
-      }
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    r.bytes_read += read;
-    if (!found.code.empty()) r.problems.push_back(std::move(found));
-  });
+  check_listed_files(entries, threads, {"manifest-missing-file", "manifest-mismatch", r.path, "it was written"},
+                     r.problems, r.bytes_read);
   for (const std::string& name : covered(path))
     if (!listed.count(name))
       r.problems.push_back(

@@ -28,14 +28,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "util/finding.h"
 
 namespace dcpctl {
+
+class ReadFile;
+class Sha256;
 
 inline constexpr const char* kManifestFile = "dcpctl-manifest.json";
 
@@ -54,9 +59,38 @@ struct Manifest {
   nlohmann::json to_json() const;
 };
 
+// Adds bytes [from, to) of `f` to `h`, read past the page cache.
+void hash_file_range(const ReadFile& f, uint64_t from, uint64_t to, Sha256& h);
+
 // SHA-256 and size of the regular files of folder `dir` (top level; subfolders are not part of a
-// checkpoint dcpctl writes), or of the single file `path`, the manifest itself excepted.
-std::map<std::string, FileDigest> digest_files(const std::string& path, unsigned threads);
+// checkpoint dcpctl writes), or of the single file `path`, the manifest itself excepted. `known`
+// gives a file's digest by its path where it is known already (hashed as it was written:
+// write/write_hash.h); the others are read.
+// `read` (when given) gets the bytes read.
+std::map<std::string, FileDigest> digest_files(
+    const std::string& path, unsigned threads,
+    const std::function<std::optional<FileDigest>(const std::string&)>& known = nullptr, uint64_t* read = nullptr);
+
+// A file a list of digests records (a manifest's `files`, megatron-core's integrity.json).
+struct ListedFile {
+  std::string path;               // where it should be
+  std::string sha256;             // lower-case hex
+  std::optional<uint64_t> size;   // where the list records one (a different size is seen unhashed)
+};
+// How a list names its problems: the codes of a missing file and of a changed one, the list in
+// messages ("integrity.json"), and what it was made by ("the save").
+struct ListedCodes {
+  const char* missing;
+  const char* mismatch;
+  std::string list, made;
+};
+// A name a list of a folder's files may hold: relative, no empty or '..' component (a hostile list
+// must not make verify read outside the folder).
+bool listed_name_inside(const std::string& name);
+// Every listed file there, of its size and SHA-256 (hashed past the page cache, `threads` at a
+// time): the problems into `problems`, the bytes hashed added to `bytes_read`.
+void check_listed_files(const std::vector<ListedFile>& files, unsigned threads, const ListedCodes& codes,
+                        Findings& problems, uint64_t& bytes_read);
 
 struct ManifestReport {
   bool present = false;

@@ -13,9 +13,9 @@
 
 #include "meta/frameworks.h"
 #include "meta/layouts.h"
+#include "meta/manifest.h"
 #include "store/file.h"
 #include "util/parallel.h"
-#include "util/sha256.h"
 #include "util/text.h"
 
 namespace dcpctl {
@@ -25,31 +25,12 @@ using nlohmann::json;
 namespace {
 
 constexpr uint64_t kMaxManifestBytes = 64ull << 20;
-constexpr size_t kReadWindow = 1u << 20;  // megatron reads 1 MiB at a time too
 
 bool hex_digest(const std::string& s) {
   if (s.size() != 64) return false;
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
   return true;
-}
-
-// A name megatron could have written: relative, no '..' component (it lists the directory's own
-// files by name; a hostile manifest must not make verify read outside it).
-bool inside(const std::string& name) {
-  if (name.empty() || name[0] == '/') return false;
-  size_t start = 0;
-  while (true) {
-    size_t slash = name.find('/', start);
-    std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (part == ".." || part.empty()) return false;
-    if (slash == std::string::npos) return true;
-    start = slash + 1;
-  }
-}
-
-std::string short_hex(const std::string& h) {
-  return h.substr(0, 16) + "...";
 }
 
 }  // namespace
@@ -95,15 +76,12 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
     return r;
   }
 
-  struct Entry {
-    std::string name, path, expected;
-  };
-  std::vector<Entry> entries;
+  std::vector<ListedFile> entries;
   std::set<std::string> listed;
   for (const auto& [name, digest] : j["files"].items()) {
     ++r.files;
     listed.insert(name);
-    if (!inside(name)) {
+    if (!listed_name_inside(name)) {  // megatron lists the directory's own files by name
       invalid(name, "names '" + name + "', outside the checkpoint directory");
       continue;
     }
@@ -111,42 +89,11 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
       invalid(name, "digest " + digest.dump() + " is not 64 hexadecimal digits");
       continue;
     }
-    entries.push_back({name, join_path(dir, name), ascii_lower(digest.get<std::string>())});
+    entries.push_back({join_path(dir, name), ascii_lower(digest.get<std::string>()), std::nullopt});
   }
 
-  std::mutex mu;
-  parallel_for(entries.size(), std::max(1u, threads), [&](size_t i) {
-    const Entry& e = entries[i];
-    Finding found;
-    uint64_t read = 0;
-    if (PathInfo st = stat_path(e.path); st.kind == PathInfo::missing && (st.err == ENOENT || is_remote_path(e.path))) {
-      found = {"integrity-missing", Where(e.path),
-               "listed in " + std::string(kIntegrityManifestFile) + " but not there"};
-    } else {
-      try {
-        ReadFile f(e.path);
-        Sha256 h;
-        std::unique_ptr<uint8_t[]> buf(new uint8_t[kReadWindow]);
-        for (uint64_t at = 0; at < f.size();) {
-          size_t n = static_cast<size_t>(std::min<uint64_t>(kReadWindow, f.size() - at));
-          f.read_at(at, buf.get(), n);
-          h.update(buf.get(), n);
-          at += n;
-        }
-        read = f.size();
-        std::string got = h.hex();
-        if (got != e.expected)
-          found = {"integrity-mismatch", Where(e.path),
-                   "SHA-256 " + short_hex(got) + " differs from " + short_hex(e.expected) + " recorded in " +
-                       kIntegrityManifestFile + ": the file changed after the save"};
-      } catch (const Error& err) {
-        found = {"io-error", err.where(), err.detail()};
-      }
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    r.bytes_read += read;
-    if (!found.code.empty()) r.problems.push_back(std::move(found));
-  });
+  check_listed_files(entries, threads, {"integrity-missing", "integrity-mismatch", kIntegrityManifestFile, "the save"},
+                     r.problems, r.bytes_read);
 
   for (const std::string& name : list_dir(dir)) {
     std::string p = join_path(dir, name);

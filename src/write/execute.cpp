@@ -13,6 +13,7 @@
 #include "util/numeric.h"
 #include "util/sha256.h"
 #include "write/manifest.h"
+#include "write/write_hash.h"
 #include "write/output.h"
 #include "store/upload.h"
 
@@ -181,10 +182,17 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // The manifest, the last file before the output is renamed into place (meta/manifest.h).
   writer.seal = [&](const std::string& staged, const std::string& final_path) {
     const bool folder = is_directory(staged);
-    const Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads));
+    uint64_t read_back = 0;
+    const Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back);
     write_manifest_file(staged, m, folder ? "" : final_path);
+    uint64_t hashed = 0;
+    for (const auto& [name, d] : m.files) hashed += d.size;
+    summary["manifest_bytes"] = {{"hashed", hashed}, {"read_back", read_back}};
     summary["manifest"] = folder ? join_path(final_path, kManifestFile) : final_path + "." + kManifestFile;
   };
+  // A single process writing local files hashes them as it writes (write/write_hash.h); under
+  // torchrun other processes write into the leader's files, so its manifest reads them.
+  HashWrites hashing(!group && !remote);
   MemoryGate gate(job.deal.gate_bytes(me));
   // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
   // process started and deletes the objects it completed; they are its output only once the run

@@ -13,6 +13,7 @@
 #include "util/parallel.h"
 #include "util/sha256.h"
 #include "write/output.h"
+#include "write/write_hash.h"
 
 namespace dcpctl {
 
@@ -66,12 +67,16 @@ const std::string& manifest_tool_version() {
 }
 
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
-                       const std::string& source, unsigned threads, bool tensors) {
+                       const std::string& source, unsigned threads, bool tensors, uint64_t* read_back) {
   Manifest m;
   m.tool_version = manifest_tool_version();
   m.command = command;
   m.source = source;
-  m.files = digest_files(staged, threads);
+  // What was hashed as it was written is not read again (but for the ranges its writes did not show).
+  const uint64_t before = written_digest_totals().first;
+  uint64_t read = 0;
+  m.files = digest_files(staged, threads, written_digest, &read);
+  if (read_back) *read_back = read + written_digest_totals().first - before;
   if (is_directory(staged)) {
     if (tensors) m.tensors = tensor_digests(staged, threads);
   } else if (m.files.size() == 1) {  // a file under its temporary name: listed under its own

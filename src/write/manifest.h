@@ -1,8 +1,7 @@
 // Writing dcpctl's manifest (meta/manifest.h has the format): the SHA-256 and size of every file
-// of an output, and the SHA-256 of every full tensor it holds (C order, little-endian: the digest
-// `verify --checksum` prints), hashed from the output as written, in its temporary place, just
-// before it is renamed into place. The cost is one read of the output's files and one of its
-// tensors (from the page cache where it still holds them).
+// of an output (hashed as it was written, write/write_hash.h, or read from the output in its
+// temporary place), and for verify --write-manifest the SHA-256 of every full tensor (C order,
+// little-endian: the digest `verify --checksum` prints), just before it is renamed into place.
 #pragma once
 
 #include <string>
@@ -19,9 +18,11 @@ const std::string& manifest_tool_version();
 // `final_path`), naming `command` and `source`. With `tensors`, tensor digests for folders, which
 // open as checkpoints (DCP, HF safetensors): verify --write-manifest. A write's manifest leaves
 // them null (computing them would read the whole output back a second time; the files' SHA-256
-// covers every byte), as does a single file's.
+// covers every byte), as does a single file's. The files' digests are those computed as they
+// were written (write/write_hash.h) where there are some, else read; `read_back` (when given) gets
+// the bytes read to hash them.
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
-                       const std::string& source, unsigned threads, bool tensors = false);
+                       const std::string& source, unsigned threads, bool tensors = false, uint64_t* read_back = nullptr);
 
 // Writes `m` as manifest_path(path): into a folder, or beside a file as `<file>.dcpctl-manifest.json`
 // (`beside`: the file's final path, when `path` is its temporary name). Under a temporary name, then

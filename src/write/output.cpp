@@ -18,6 +18,7 @@
 #include "util/error.h"
 #include "util/failpoint.h"
 #include "util/io_buffer.h"
+#include "write/write_hash.h"
 
 namespace dcpctl {
 namespace {
@@ -200,7 +201,7 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     int e = errno;
     release(slot_);
     throw IoError(Where(tmp_), "cannot create: " + errno_text(e));
-  }
+  }  if (hashing_writes()) hash_ = std::make_unique<WriteHash>();
 }
 
 std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
@@ -233,6 +234,11 @@ OutputFile::~OutputFile() {
 
 void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
   if (up_) return up_->write_at(data, n, offset);
+  if (hash_) hash_->wrote(data, n, offset);
+  pwrite_raw(data, n, offset);
+}
+
+void OutputFile::pwrite_raw(const void* data, size_t n, uint64_t offset) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
@@ -252,8 +258,9 @@ void OutputFile::append(const void* data, size_t n) {
     pos_ += n;
     return;
   }
+  if (hash_) hash_->wrote(data, n, pos_);
   if (!staging_) {
-    pwrite_all(data, n, pos_);
+    pwrite_raw(data, n, pos_);
     pos_ += n;
     return;
   }
@@ -261,7 +268,7 @@ void OutputFile::append(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   if (s.head) {
     size_t k = std::min<uint64_t>(n, s.head);
-    pwrite_all(p, k, pos_);
+    pwrite_raw(p, k, pos_);
     pos_ += k;
     p += k;
     n -= k;
@@ -301,18 +308,19 @@ void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t o
     offset += static_cast<uint64_t>(w);
     if (w % kDirectAlign != 0) break;  // a short write off the block grid: the rest buffered
   }
-  pwrite_all(data, n, offset);
+  pwrite_raw(data, n, offset);
 }
 
 void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
   if (up_) return up_->write_at(data, n, offset);
+  if (hash_) hash_->wrote(data, n, offset);
   uint64_t a = align_up(offset), b = align_down(offset + n);
   bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
   int d = placed && a < b ? direct_fd() : -1;
-  if (d < 0) return pwrite_all(data, n, offset);
-  if (a > offset) pwrite_all(data, a - offset, offset);
+  if (d < 0) return pwrite_raw(data, n, offset);
+  if (a > offset) pwrite_raw(data, a - offset, offset);
   write_blocks(d, data + (a - offset), b - a, a);
-  if (offset + n > b) pwrite_all(data + (b - offset), offset + n - b, b);
+  if (offset + n > b) pwrite_raw(data + (b - offset), offset + n - b, b);
 }
 
 void OutputFile::stage_appends(uint64_t block) {
@@ -337,7 +345,16 @@ void OutputFile::flush_staged() {
   if (s->pending.valid()) s->pending.get();
   uint64_t whole = align_down(s->fill);
   if (whole) write_blocks(direct_fd(), s->buf[s->cur].get(), whole, s->base);
-  if (s->fill > whole) pwrite_all(s->buf[s->cur].get() + whole, s->fill - whole, s->base + whole);
+  if (s->fill > whole) pwrite_raw(s->buf[s->cur].get() + whole, s->fill - whole, s->base + whole);
+}
+
+void OutputFile::finish_writes() {
+  flush_staged();
+  if (!hash_ || digested_) return;
+  digested_ = true;
+  const FileDigest d = hash_->finish(tmp_);
+  record_written_digest(tmp_, d, hash_->read_back());
+  digest_ = d;
 }
 
 void OutputFile::reserve(uint64_t size) {
@@ -358,7 +375,7 @@ void OutputFile::commit() {
     committed_ = true;
     return;
   }
-  flush_staged();
+  finish_writes();
   if (!owner_) {
     if (::fsync(fd_) != 0) throw IoError(Where(final_), "fsync failed: " + errno_text(errno));
     return;

@@ -24,6 +24,7 @@
 
 #include "store/file.h"
 #include "store/upload.h"
+#include "write/write_hash.h"
 
 namespace dcpctl {
 
@@ -62,6 +63,10 @@ class OutputFile {
   // Reserves `size` bytes so a full disk shows up before any work is done.
   void reserve(uint64_t size);
   uint64_t appended() const { return pos_; }
+  // Every write done: staged appends written, and, while writes are hashed (write/write_hash.h),
+  // the file's digest recorded (a single-file output's manifest is written before the file is
+  // renamed). commit() calls it.
+  void finish_writes();
   // fsync + rename onto the final name (replacing an existing file).
   void commit();
   const std::string& final_path() const { return final_; }
@@ -76,6 +81,7 @@ class OutputFile {
   // buffered from the first refusal on.
   void write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t offset);
   void flush_staged();  // waits for the background write, then writes what is staged
+  void pwrite_raw(const void* data, size_t n, uint64_t offset);  // pwrite_all, not hashed
 
   std::string final_, tmp_;
   int fd_ = -1;
@@ -86,6 +92,9 @@ class OutputFile {
   DirectFd direct_;
   std::unique_ptr<Staging> staging_;
   std::unique_ptr<Upload> up_;  // an object-storage output
+  std::unique_ptr<WriteHash> hash_;  // the file's SHA-256 as written (write/write_hash.h)
+  bool digested_ = false;
+  FileDigest digest_;
 
   OutputFile() = default;
 };

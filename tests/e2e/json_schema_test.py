@@ -102,11 +102,11 @@ OPTIONAL = {
     # lora: only with --lora adapter or merge; its scale with merge
     # quantized: only with --quantize
     # manifest: not in a dry run nor for an object-storage output
-    "consolidate": {"/manifest", "/lightning_meta", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
+    "consolidate": {"/manifest", "/manifest_bytes", "/lightning_meta", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
                     "/lora", "/lora/scale", "/quantized"},
-    "reshard": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
+    "reshard": {"/manifest", "/manifest_bytes", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default", "/maps/[]/params/{}/shape"},
-    "cast": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
+    "cast": {"/manifest", "/manifest_bytes", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
 }
 

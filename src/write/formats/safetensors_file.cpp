@@ -57,7 +57,10 @@ void SafetensorsFiles::write_files(WriteJob& job, Executor& ex, const std::strin
 // first come last.
 void SafetensorsFiles::commit(WriteJob& job) {
   // A single file's manifest goes beside it before it is renamed (write/execute.h: seal).
-  if (!dir_ && seal && outs_.size() == 1 && !outs_[0]->remote()) seal(outs_[0]->temp_path(), o_.output);
+  if (!dir_ && seal && outs_.size() == 1 && !outs_[0]->remote()) {
+    outs_[0]->finish_writes();
+    seal(outs_[0]->temp_path(), o_.output);
+  }
   for (auto& f : outs_) f->commit();
   if (dir_) {
     finish_folder(job);

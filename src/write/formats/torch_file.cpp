@@ -147,6 +147,7 @@ class TorchFile final : public ConsolidatedWriter, FileSink {
     return out_->temp_path() + "\n";
   }
   void commit(WriteJob&) override {
+    out_->finish_writes();
     if (seal && !out_->remote()) seal(out_->temp_path(), o_.output);  // the manifest beside it, first
     out_->commit();
   }

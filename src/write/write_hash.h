@@ -1,0 +1,81 @@
+// The SHA-256 of an output file computed as it is written, so that the manifest (meta/manifest.h)
+// costs no second read of the output.
+//
+// A file is hashed in order, and writers write it out of order: lanes write records at their
+// offsets, the executor copies some ranges in the kernel (copy_file_range) where no byte passes
+// through the process. A WriteHash takes every write the process sees: the one that continues the
+// hashed prefix is hashed at once (by the thread that wrote it, outside the lock; a write that
+// continues it while another thread hashes waits for it), one further on is kept, copied, until
+// the prefix reaches it, within a byte budget shared by every file of the process (kHeldBudget);
+// what the budget cannot keep and what no write showed are read back from the file when its digest
+// is asked for, as the manifest of an existing output reads it. A byte written twice (a range
+// hashed or kept already written again) makes finish() hash the whole file as it then is. So the
+// digest is always the file's; the writes only decide how much of it is read back.
+//
+// Hashing writes is on only while a HashWrites is alive (write/execute.cpp: single-process runs
+// writing local files; under torchrun other processes write into the leader's files).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meta/manifest.h"
+#include "util/sha256.h"
+
+namespace dcpctl {
+
+// What all WriteHashes of a process may hold, copied, at once.
+constexpr uint64_t kHeldBudget = 64ull << 20;
+
+class WriteHash {
+ public:
+  // Bytes [offset, offset + n) were written (any thread).
+  void wrote(const void* data, uint64_t n, uint64_t offset);
+  // The digest of the file at `path` once every write is done: what the writes did not show is
+  // read from it (read_back() says how much). Later writes are not hashed.
+  FileDigest finish(const std::string& path);
+  uint64_t read_back() const { return read_back_; }
+  ~WriteHash();
+
+ private:
+  void drain(std::unique_lock<std::mutex>& lock);  // hashes the kept pieces that continue the prefix
+  void written_twice();                            // finish() hashes the whole file
+
+  std::mutex mu_;
+  std::condition_variable idle_;
+  Sha256 h_;
+  uint64_t next_ = 0;     // the hashed prefix [0, next_)
+  bool hashing_ = false;  // a thread updates h_ outside the lock
+  bool rewritten_ = false;
+  std::map<uint64_t, std::vector<uint8_t>> kept_;  // by offset, past the prefix
+  uint64_t held_ = 0;                              // bytes in kept_
+  uint64_t read_back_ = 0;
+};
+
+// While one is alive, OutputFiles opened for local files hash what they write (OutputFile::digest).
+class HashWrites {
+ public:
+  explicit HashWrites(bool on);
+  ~HashWrites();
+  HashWrites(const HashWrites&) = delete;
+  HashWrites& operator=(const HashWrites&) = delete;
+
+ private:
+  bool on_;
+};
+bool hashing_writes();
+
+// The digests OutputFiles computed, by the file (device and inode: the same under its temporary
+// name and once renamed; a file of another size than hashed has none): what make_manifest takes
+// instead of reading the file.
+void record_written_digest(const std::string& path, const FileDigest& d, uint64_t read_back);
+std::optional<FileDigest> written_digest(const std::string& path);
+// Bytes the recorded digests had to read back, and bytes they covered (the bench reports them).
+std::pair<uint64_t, uint64_t> written_digest_totals();
+
+}  // namespace dcpctl
