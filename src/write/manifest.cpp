@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -73,10 +74,16 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
   m.command = command;
   m.source = source;
   // What was hashed as it was written is not read again (but for the ranges its writes did not show).
-  const uint64_t before = written_digest_totals().first;
-  uint64_t read = 0;
-  m.files = digest_files(staged, threads, written_digest, &read);
-  if (read_back) *read_back = read + written_digest_totals().first - before;
+  std::atomic<uint64_t> read{0};
+  auto known = [&](const std::string& path) -> std::optional<FileDigest> {
+    std::optional<WrittenDigest> w = written_digest(path);
+    if (!w) return std::nullopt;
+    read += w->read_back;
+    return w->digest;
+  };
+  uint64_t unknown = 0;
+  m.files = digest_files(staged, threads, known, &unknown);
+  if (read_back) *read_back = read + unknown;
   if (is_directory(staged)) {
     if (tensors) m.tensors = tensor_digests(staged, threads);
   } else if (m.files.size() == 1) {  // a file under its temporary name: listed under its own

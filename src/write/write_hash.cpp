@@ -30,8 +30,7 @@ std::optional<WrittenFileId> written_file_id(const std::string& path) {
 
 struct WrittenDigests {
   std::mutex mu;
-  std::map<WrittenFileId, FileDigest> digests;
-  uint64_t read_back = 0, covered = 0;
+  std::map<WrittenFileId, WrittenDigest> digests;
 };
 WrittenDigests& written_digests() {
   static WrittenDigests r;
@@ -139,12 +138,10 @@ void record_written_digest(const std::string& path, const FileDigest& d, uint64_
   if (!id) return;
   WrittenDigests& r = written_digests();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.digests[*id] = d;
-  r.read_back += read_back;
-  r.covered += d.size;
+  r.digests[*id] = {d, read_back};
 }
 
-std::optional<FileDigest> written_digest(const std::string& path) {
+std::optional<WrittenDigest> written_digest(const std::string& path) {
   const std::optional<WrittenFileId> id = written_file_id(path);
   if (!id) return std::nullopt;
   WrittenDigests& r = written_digests();
@@ -152,14 +149,8 @@ std::optional<FileDigest> written_digest(const std::string& path) {
   auto it = r.digests.find(*id);
   if (it == r.digests.end()) return std::nullopt;
   // A file of another size is not the one hashed (its inode reused, or changed since).
-  if (written_size(path) != it->second.size) return std::nullopt;
+  if (written_size(path) != it->second.digest.size) return std::nullopt;
   return it->second;
-}
-
-std::pair<uint64_t, uint64_t> written_digest_totals() {
-  WrittenDigests& r = written_digests();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return {r.read_back, r.covered};
 }
 
 }  // namespace dcpctl

@@ -72,10 +72,12 @@ bool hashing_writes();
 
 // The digests OutputFiles computed, by the file (device and inode: the same under its temporary
 // name and once renamed; a file of another size than hashed has none): what make_manifest takes
-// instead of reading the file.
+// instead of reading the file. `read_back`: the bytes finish() read from the file.
+struct WrittenDigest {
+  FileDigest digest;
+  uint64_t read_back = 0;
+};
 void record_written_digest(const std::string& path, const FileDigest& d, uint64_t read_back);
-std::optional<FileDigest> written_digest(const std::string& path);
-// Bytes the recorded digests had to read back, and bytes they covered (the bench reports them).
-std::pair<uint64_t, uint64_t> written_digest_totals();
+std::optional<WrittenDigest> written_digest(const std::string& path);
 
 }  // namespace dcpctl
