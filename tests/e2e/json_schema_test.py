@@ -108,6 +108,8 @@ OPTIONAL = {
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default", "/maps/[]/params/{}/shape"},
     "cast": {"/manifest", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
+    # audit: only with --map; a key's b_key only for a tied head
+    "diff": {"/audit", "/keys/[]/b_key"},
 }
 
 DCPCTL = FIXTURES = SCHEMAS = None
