@@ -73,6 +73,8 @@ void print_audit(const json& a) {
             << "  tied to embedding    " << n("tied") << "\n"
             << "  dropped by the map   " << n("dropped") << "\n";
   for (const auto& d : a["dropped"]) std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
+  std::cout << "  named export-only    " << n("export_only") << "\n";
+  for (const auto& d : a["export_only"]) std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
   std::cout << "  left out, not model  " << n("left_out") << "\n"
             << "  excluded (--exclude) " << n("excluded") << "\n"
             << "  config checks        " << n("config_checks");
@@ -117,13 +119,21 @@ int run_diff(const DiffCliOptions& o) {
     std::cout << j.dump(2) << "\n";
     return code;
   }
+  // The table: every differing key (--all: every key); under the audit, whose list names the keys
+  // on one side only with the reason, those that were compared.
+  auto listed = [&](const json& k) {
+    if (o.all) return true;
+    const std::string st = k["status"].get<std::string>();
+    if (st == "identical" || st == "tied") return false;
+    return !j.contains("audit") || (st != "only_in_a" && st != "only_in_b");
+  };
   size_t kw = 3;
   for (const auto& k : j["keys"])
-    if (o.all || k["status"] != "identical") kw = std::max(kw, k["key"].get<std::string>().size());
+    if (listed(k)) kw = std::max(kw, k["key"].get<std::string>().size());
   kw = std::min<size_t>(kw, 60);
   bool header = false;
   for (const auto& k : j["keys"]) {
-    if (!o.all && (k["status"] == "identical" || k["status"] == "tied")) continue;
+    if (!listed(k)) continue;
     if (!header) std::cout << pad("STATUS", 15) << pad("KEY", kw + 1) << "DETAIL\n";
     header = true;
     std::cout << pad(k["status"].get<std::string>(), 15) << pad(k["key"].get<std::string>(), kw + 1) << detail(k) << "\n";

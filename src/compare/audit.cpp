@@ -4,6 +4,7 @@
 
 #include "compare/diff.h"
 #include "meta/hf_checks.h"
+#include "meta/keymap_terms.h"
 #include "meta/quantized.h"
 #include "view/dequantize.h"
 
@@ -58,7 +59,25 @@ bool export_ties_embeddings(const Input& exported) {
   return false;
 }
 
-ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r) {
+namespace {
+
+// The reason of a one-sided rule of side `to` whose pattern matches `key` (a key the export's
+// convention has and the source's lacks), or nullopt.
+std::optional<std::string> export_only_reason(const KeyMap& map, const std::string& to, const std::string& key) {
+  int t = map.sides[0] == to ? 0 : map.sides[1] == to ? 1 : -1;
+  if (t < 0) return std::nullopt;
+  for (const KeyMap::Rule& rule : map.rules) {
+    if (!rule.side[1 - t].empty() || rule.side[t].size() != 1) continue;
+    Pattern p = Pattern::parse(rule.side[t][0].pattern, map.source);
+    std::map<std::string, std::string> vals;
+    if (!p.has_offsets() && p.match(key, vals)) return rule.reason;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, const KeyMap& map) {
   ExportAudit x;
   const MappedModel& m = *a.mapped;
   x.map = m.name;
@@ -82,7 +101,12 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r) {
         break;
       case DiffStatus::Tied: ++x.tied; break;
       case DiffStatus::OnlyInA: why("the source's model key (mapped) is missing from the export"); break;
-      case DiffStatus::OnlyInB: why("the export has this key and the source makes none"); break;
+      case DiffStatus::OnlyInB:
+        if (auto reason = export_only_reason(map, m.to, k.key))
+          x.export_only.push_back({k.key, *reason});
+        else
+          why("the export has this key and the source makes none");
+        break;
       case DiffStatus::KindChanged: why("a tensor on one side, a value on the other"); break;
       case DiffStatus::DtypeChanged: why("dtype " + k.a->dtype_name + " in the source, " + k.b->dtype_name + " in the export: no cast explains it"); break;
       case DiffStatus::ShapeChanged: why("shape differs between the source (mapped) and the export"); break;
@@ -109,7 +133,9 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r) {
 
 json audit_json(const ExportAudit& x) {
   json dropped = json::array(), unexplained = json::array();
+  json export_only = json::array();
   for (const auto& [k, reason] : x.dropped) dropped.push_back({{"key", k}, {"reason", reason}});
+  for (const auto& [k, reason] : x.export_only) export_only.push_back({{"key", k}, {"reason", reason}});
   for (const auto& [k, why] : x.unexplained) unexplained.push_back({{"key", k}, {"why", why}});
   return {{"clean", x.clean()},
           {"map", x.map},
@@ -122,11 +148,13 @@ json audit_json(const ExportAudit& x) {
             {"after_cast", x.after_cast},
             {"tied", x.tied},
             {"dropped", x.dropped.size()},
+            {"export_only", x.export_only.size()},
             {"left_out", x.left_out.size()},
             {"excluded", x.excluded.size()},
             {"config_checks", x.config.is_null() ? 0 : x.config["checked"].size()},
             {"unexplained", x.unexplained.size()}}},
           {"dropped", dropped},
+          {"export_only", export_only},
           {"left_out", x.left_out},
           {"excluded", x.excluded},
           {"config", x.config},

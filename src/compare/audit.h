@@ -14,6 +14,8 @@
 //   tied             a head the export leaves out because its config ties it (tie_word_embeddings),
 //                    the source's head equal to the embedding the export keeps;
 //   dropped          model keys the map drops by name, each with the map's reason;
+//   export_only      export keys a one-sided rule of the export's side names (the map's reason:
+//                    e.g. a buffer the export's convention keeps and the source's has no tensor for);
 //   left_out         keys outside the model (optimizer, rng, schedulers, trainer state);
 //   excluded         keys --exclude left out on purpose;
 //   config           the export's config.json against its tensors (meta/hf_config_checks.h): the
@@ -50,15 +52,16 @@ struct ExportAudit {
   std::string map, direction;
   size_t mapped = 0, export_keys = 0;
   size_t bit_equal = 0, within_codec = 0, after_cast = 0, tied = 0;
-  std::vector<std::pair<std::string, std::string>> dropped;  // key, the map's reason
+  std::vector<std::pair<std::string, std::string>> dropped;      // key, the map's reason
+  std::vector<std::pair<std::string, std::string>> export_only;  // key, the map's reason
   std::vector<std::string> left_out, excluded;
   nlohmann::json config;  // {"path", "checked": [...], "problems": [...]}, or null: the export has none
   std::vector<std::pair<std::string, std::string>> unexplained;  // key (or file), why
   bool clean() const { return unexplained.empty(); }
 };
 
-// The audit of `r` (diff_inputs of source `a`, mapped, and export `b`).
-ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r);
+// The audit of `r` (diff_inputs of source `a`, mapped through `map`, and export `b`).
+ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, const KeyMap& map);
 
 // --json's "audit" object (docs/schemas/diff.schema.json).
 nlohmann::json audit_json(const ExportAudit& audit);

@@ -43,8 +43,7 @@ int rank(const KeyDiff& k) {
 }
 
 // The key a mapped tensor is tied to on the side it was mapped to (the map's "tied" rule), or "".
-std::string tied_key(const MappedModel& m, const MappedTensor& t, const std::string& map) {
-  KeyMap km = load_key_map(map);
+std::string tied_key(const MappedModel& m, const MappedTensor& t, const KeyMap& km) {
   if (t.rule >= km.rules.size()) return "";
   for (int s = 0; s < 2; ++s)
     if (km.sides[s] == m.to) return km.rules[t.rule].tied[s];
@@ -85,6 +84,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
   const bool audit = !o.map.empty();
   // The audit sees B's fp8 block weights dequantized, each with the bound its values are held to.
   std::map<std::string, ExportBound> bounds = audit ? dequantize_export(b, a) : std::map<std::string, ExportBound>{};
+  const std::optional<KeyMap> keymap = audit ? std::optional<KeyMap>(load_key_map(o.map)) : std::nullopt;
   if (audit) {
     // A through the map; B too when its keys are on A's side (else B is already named as the map
     // names A's tensors).
@@ -123,7 +123,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     auto it = in_b.find(ia.key);
     if (it == in_b.end() && audit && ia.tensor) {
       // A head the export leaves out because its config ties it: compared with what it is tied to.
-      std::string tied = tied_key(*a.mapped, a.mapped->tensors[ia.index], o.map);
+      std::string tied = tied_key(*a.mapped, a.mapped->tensors[ia.index], *keymap);
       if (!tied.empty() && in_b.count(tied) && export_ties_embeddings(b)) {
         it = in_b.find(tied);
         k.b_key = tied;
@@ -276,7 +276,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     return x.acc.max_abs > y.acc.max_abs;
   });
   if (audit) {
-    r.audit = audit_export(a, b, r);
+    r.audit = audit_export(a, b, r, *keymap);
     r.same = r.audit->clean() && !found;  // --quiet stops at the first difference: what is left unread is not clean
   }
   r.bytes_read = done.load();

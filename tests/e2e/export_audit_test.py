@@ -12,7 +12,8 @@ Clean audits, exit 0, every count in --json (docs/schemas/diff.schema.json's `au
   - titan_deepseek_v3's run against hf_fp8_deepseek/ckpt (transformers 5.23.0's FineGrainedFP8, 4x4
     blocks, of titan_deepseek_v3/hf): the 14 quantized Linears equal within the fp8 block bound
     (`within_codec` 14), the rest bit-equal;
-  - dcpctl's own `consolidate --map M --dtype bf16` export: `after_cast` (the precision policy).
+  - dcpctl's own `consolidate --map M --dtype bf16` export: `after_cast` (the precision policy);
+  - an export keeping a buffer the map names on its side (rotary_emb.inv_freq): `export_only` 1.
 Not clean, exit 1, naming the key (each damage of a real writer's output, done here on a copy):
   - titan_deepseek_v3_mtp against hf/, which transformers' save_pretrained wrote without the MTP
     block (the loss of Megatron-Bridge #5495): the MTP layer's keys are unexplained;
@@ -173,6 +174,14 @@ def main() -> int:
         out = edited_copy(d / "hf", work, "ulp", lambda e: e.__setitem__(k, (e[k][0], e[k][1], bump(e[k][2], 4))))
         rc, doc, err = audit(d / "run" / "step-2", out, "torchtitan-llama3", d / "config.json")
         unclean("titan_llama3: a value one ULP off", rc, doc, err, k)
+
+        # An export that keeps a buffer older transformers saved (rotary_emb.inv_freq): the map names
+        # it on the HF side with its reason, so it is accounted for, not unexplained.
+        inv = "model.layers.1.self_attn.rotary_emb.inv_freq"
+        out = edited_copy(d / "hf", work, "inv_freq", lambda e: e.__setitem__(inv, ("F32", [4], bytes(16))))
+        rc, doc, err = audit(d / "run" / "step-2", out, "torchtitan-llama3", d / "config.json")
+        clean("titan_llama3: an export keeping rotary_emb.inv_freq", rc, doc, err, export_only=1)
+        check([x.get("key") for x in (doc.get("audit") or {}).get("export_only", [])] == [inv], f"export_only: {doc.get('audit')}")
 
         d = lay / "titan_qwen3"
         out = edited_copy(d / "hf", work, "renamed", lambda e: e.__setitem__("model.final_norm.weight", e.pop("model.norm.weight")))
