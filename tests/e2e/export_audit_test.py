@@ -13,6 +13,7 @@ Clean audits, exit 0, every count in --json (docs/schemas/diff.schema.json's `au
     blocks, of titan_deepseek_v3/hf): the 14 quantized Linears equal within the fp8 block bound
     (`within_codec` 14), the rest bit-equal;
   - dcpctl's own `consolidate --map M --dtype bf16` export: `after_cast` (the precision policy);
+    and its `--quantize fp8-block` export of the mapped folder: `within_codec` 14;
   - an export keeping a buffer the map names on its side (rotary_emb.inv_freq): `export_only` 1.
 Not clean, exit 1, naming the key (each damage of a real writer's output, done here on a copy):
   - titan_deepseek_v3_mtp against hf/, which transformers' save_pretrained wrote without the MTP
@@ -174,6 +175,16 @@ def main() -> int:
         out = edited_copy(d / "hf", work, "ulp", lambda e: e.__setitem__(k, (e[k][0], e[k][1], bump(e[k][2], 4))))
         rc, doc, err = audit(d / "run" / "step-2", out, "torchtitan-llama3", d / "config.json")
         unclean("titan_llama3: a value one ULP off", rc, doc, err, k)
+
+        # dcpctl's own quantized export (`--quantize fp8-block` of the mapped folder, 128 x 128 blocks):
+        # the 14 Linear weights within the fp8 bound, the embedding and head kept bit-equal.
+        hf1, quant = work / "hf1", work / "fp8-dcpctl"
+        r = run(DCPCTL, "consolidate", d / "run" / "step-2", "-o", f"{hf1}/", "--map", "torchtitan-llama3",
+                "--config", d / "config.json", "--assets", d / "hf")
+        r2 = run(DCPCTL, "consolidate", hf1, "-o", f"{quant}/", "--quantize", "fp8-block") if r.returncode == 0 else r
+        if check(r2.returncode == 0, f"consolidate --quantize fp8-block: exit {r2.returncode}: {r2.stderr.strip()[-300:]}"):
+            rc, doc, err = audit(d / "run" / "step-2", quant, "torchtitan-llama3", d / "config.json")
+            clean("titan_llama3 vs dcpctl's fp8 block export", rc, doc, err, within_codec=14, bit_equal=7)
 
         # An export that keeps a buffer older transformers saved (rotary_emb.inv_freq): the map names
         # it on the HF side with its reason, so it is accounted for, not unexplained.
