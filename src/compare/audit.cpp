@@ -19,14 +19,16 @@ std::map<std::string, ExportBound> dequantize_export(Input& exported, const Inpu
   const Metadata& md = exported.ck.md;
   auto by_name = tensor_names(md);
   if (auto pairs = mxfp4_pairs(md, by_name); !pairs.empty())
-    throw UnsupportedError(Where(exported.path, std::nullopt, md.tensors[pairs[0].first].fqn),
-                           "auditing an MXFP4 export is not supported (its error bound is not implemented); compare it with "
-                           "`diff --dtype`-free tolerances (--atol) instead");
+    throw UnsupportedError(
+        Where(exported.path, std::nullopt, md.tensors[pairs[0].first].fqn),
+        "auditing an MXFP4 export is not supported (its error bound is not implemented); compare it with "
+        "`diff --dtype`-free tolerances (--atol) instead");
   std::optional<Checkpoint> view = dequantized_view(exported.ck, DType::Float32, "");
   if (!view) return bounds;
   int64_t b0 = 128, b1 = 128;
   const json& said = view->derived ? view->derived->views.value("dequantized", json()) : json();
-  if (said.is_object() && said.value("block", json()).is_array()) b0 = said["block"][0].get<int64_t>(), b1 = said["block"][1].get<int64_t>();
+  if (said.is_object() && said.value("block", json()).is_array())
+    b0 = said["block"][0].get<int64_t>(), b1 = said["block"][1].get<int64_t>();
   for (const auto& w : md.tensors) {
     if (!w.dtype || !is_float8(*w.dtype) || w.shape.size() != 2) continue;
     auto s = by_name.find(w.fqn + kScaleSuffix);
@@ -55,7 +57,9 @@ bool export_ties_embeddings(const Input& exported) {
   MapConfig c = checkpoint_config(exported.ck, "");
   if (!c.json.is_object()) return false;
   for (const json* j : {&c.json, c.json.contains("text_config") ? &c.json["text_config"] : nullptr})
-    if (j && j->is_object() && j->value("tie_word_embeddings", json()).is_boolean() && (*j)["tie_word_embeddings"].get<bool>()) return true;
+    if (j && j->is_object() && j->value("tie_word_embeddings", json()).is_boolean() &&
+        (*j)["tie_word_embeddings"].get<bool>())
+      return true;
   return false;
 }
 
@@ -84,7 +88,8 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, co
   x.direction = m.from + "->" + m.to;
   x.mapped = m.inputs;
   x.export_keys = m.tensors.size();
-  for (size_t i = 0; i < m.dropped.size(); ++i) x.dropped.push_back({m.dropped[i], i < m.reasons.size() ? m.reasons[i] : ""});
+  for (size_t i = 0; i < m.dropped.size(); ++i)
+    x.dropped.push_back({m.dropped[i], i < m.reasons.size() ? m.reasons[i] : ""});
   x.left_out = m.left_out;
   x.excluded = m.excluded;
   for (const KeyDiff& k : r.keys) {
@@ -99,17 +104,27 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, co
         else
           ++x.after_cast;
         break;
-      case DiffStatus::Tied: ++x.tied; break;
-      case DiffStatus::OnlyInA: why("the source's model key (mapped) is missing from the export"); break;
+      case DiffStatus::Tied:
+        ++x.tied;
+        break;
+      case DiffStatus::OnlyInA:
+        why("the source's model key (mapped) is missing from the export");
+        break;
       case DiffStatus::OnlyInB:
         if (auto reason = export_only_reason(map, m.to, k.key))
           x.export_only.push_back({k.key, *reason});
         else
           why("the export has this key and the source makes none");
         break;
-      case DiffStatus::KindChanged: why("a tensor on one side, a value on the other"); break;
-      case DiffStatus::DtypeChanged: why("dtype " + k.a->dtype_name + " in the source, " + k.b->dtype_name + " in the export: no cast explains it"); break;
-      case DiffStatus::ShapeChanged: why("shape differs between the source (mapped) and the export"); break;
+      case DiffStatus::KindChanged:
+        why("a tensor on one side, a value on the other");
+        break;
+      case DiffStatus::DtypeChanged:
+        why("dtype " + k.a->dtype_name + " in the source, " + k.b->dtype_name + " in the export: no cast explains it");
+        break;
+      case DiffStatus::ShapeChanged:
+        why("shape differs between the source (mapped) and the export");
+        break;
       case DiffStatus::ValuesChanged:
         detail = std::to_string(k.acc.differ) + " values differ";
         if (k.bound == ExportBound::Kind::Fp8Block) detail += " beyond the fp8 block bound";
@@ -124,9 +139,12 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, co
     json problems = json::array();
     for (const Finding& f : hr.problems) {
       problems.push_back({{"code", f.code}, {"message", f.text()}});
-      x.unexplained.push_back({f.where.describe().empty() ? b.path : f.where.describe(), "[" + f.code + "] " + f.message});
+      x.unexplained.push_back(
+          {f.where.describe().empty() ? b.path : f.where.describe(), "[" + f.code + "] " + f.message});
     }
-    x.config = {{"path", hr.summary.value("config", json())}, {"checked", hr.summary.value("config_checks", json::array())}, {"problems", problems}};
+    x.config = {{"path", hr.summary.value("config", json())},
+                {"checked", hr.summary.value("config_checks", json::array())},
+                {"problems", problems}};
   }
   return x;
 }

@@ -15,8 +15,8 @@ double e4m3_half_ulp(double q) {
   return std::ldexp(1.0, e - 4);  // ulp 2^(e - 3)
 }
 
-void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start, const ExportBound& bound,
-                     uint8_t* scratch, double* wa, double* wb, DiffAccumulator& acc) {
+void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
+                     const ExportBound& bound, uint8_t* scratch, double* wa, double* wb, DiffAccumulator& acc) {
   std::optional<DType> ud = ulp_dtype(da, db);
   widen(da, pa, n, wa);
   widen(db, pb, n, wb);
@@ -38,7 +38,8 @@ void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, s
     double x = wa[i], dq = wb[i];
     if (x == dq || (std::isnan(x) && std::isnan(dq))) continue;
     uint64_t f = start + i;
-    int64_t row = static_cast<int64_t>(f / static_cast<uint64_t>(bound.cols)), col = static_cast<int64_t>(f % static_cast<uint64_t>(bound.cols));
+    int64_t row = static_cast<int64_t>(f / static_cast<uint64_t>(bound.cols)),
+            col = static_cast<int64_t>(f % static_cast<uint64_t>(bound.cols));
     size_t si = static_cast<size_t>((row / bound.b0) * bound.grid_cols + col / bound.b1);
     double s = si < scales.size() ? std::fabs(static_cast<double>(scales[si])) : 0;
     double limit = s > 0 ? s * e4m3_half_ulp(dq / s) * (1 + 0x1p-10) + std::fabs(x) * 0x1p-20 : 0;

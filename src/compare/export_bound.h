@@ -38,7 +38,7 @@ double e4m3_half_ulp(double q);
 // Compares n source elements `pa` (dtype da) with export elements `pb` (db), flat index `start` the
 // first, under `bound` (not Exact: that is compare_elements' rule). `scratch` holds n elements of db
 // (the cast source), `wa`/`wb` n doubles each.
-void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start, const ExportBound& bound,
-                     uint8_t* scratch, double* wa, double* wb, DiffAccumulator& acc);
+void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
+                     const ExportBound& bound, uint8_t* scratch, double* wa, double* wb, DiffAccumulator& acc);
 
 }  // namespace dcpctl

@@ -35,7 +35,8 @@ Quantized quantize(int64_t rows, int64_t cols, int64_t b, unsigned seed) {
     for (int64_t bc = 0; bc < gc; ++bc) {
       float amax = 0;
       for (int64_t r = br * b; r < std::min(rows, (br + 1) * b); ++r)
-        for (int64_t c = bc * b; c < std::min(cols, (bc + 1) * b); ++c) amax = std::max(amax, std::fabs(q.x[static_cast<size_t>(r * cols + c)]));
+        for (int64_t c = bc * b; c < std::min(cols, (bc + 1) * b); ++c)
+          amax = std::max(amax, std::fabs(q.x[static_cast<size_t>(r * cols + c)]));
       (*scales)[static_cast<size_t>(br * gc + bc)] = amax / 448.0f;
     }
   q.dq.resize(q.x.size());
@@ -53,19 +54,21 @@ Quantized quantize(int64_t rows, int64_t cols, int64_t b, unsigned seed) {
   return q;
 }
 
-DiffAccumulator compare(const std::vector<float>& a, const std::vector<float>& b, const ExportBound& bound, uint64_t start = 0) {
+DiffAccumulator compare(const std::vector<float>& a, const std::vector<float>& b, const ExportBound& bound,
+                        uint64_t start = 0) {
   DiffAccumulator acc;
   std::vector<double> wa(a.size()), wb(a.size());
   std::vector<uint8_t> scratch(a.size() * 8);
-  compare_bounded(DType::Float32, reinterpret_cast<const uint8_t*>(a.data()), DType::Float32, reinterpret_cast<const uint8_t*>(b.data()),
-                  a.size(), start, bound, scratch.data(), wa.data(), wb.data(), acc);
+  compare_bounded(DType::Float32, reinterpret_cast<const uint8_t*>(a.data()), DType::Float32,
+                  reinterpret_cast<const uint8_t*>(b.data()), a.size(), start, bound, scratch.data(), wa.data(),
+                  wb.data(), acc);
   return acc;
 }
 
 }  // namespace
 
 TEST_CASE("e4m3 half ULP", "[export_bound]") {
-  CHECK(e4m3_half_ulp(448) == 16);    // [256, 512): ulp 32
+  CHECK(e4m3_half_ulp(448) == 16);      // [256, 512): ulp 32
   CHECK(e4m3_half_ulp(1.0) == 0.0625);  // [1, 2): ulp 1/8
   CHECK(e4m3_half_ulp(-1.9) == 0.0625);
   CHECK(e4m3_half_ulp(0x1p-6) == 0x1p-10);  // the smallest normal: ulp 2^-9, as the subnormals
@@ -103,15 +106,17 @@ TEST_CASE("fp8 block export: within the bound, and a step off is not", "[export_
 TEST_CASE("cast export: equal after the same cast, a ULP off is not", "[export_bound]") {
   std::vector<float> x = {1.0f, 0.1f, -3.14159f, 1e-30f, 65504.5f, 0.0f};
   std::vector<uint16_t> bf(x.size());
-  cast_elements(DType::Float32, DType::BFloat16, reinterpret_cast<const uint8_t*>(x.data()), reinterpret_cast<uint8_t*>(bf.data()), x.size());
+  cast_elements(DType::Float32, DType::BFloat16, reinterpret_cast<const uint8_t*>(x.data()),
+                reinterpret_cast<uint8_t*>(bf.data()), x.size());
   ExportBound cast;
   cast.kind = ExportBound::Kind::Cast;
   auto run = [&](const std::vector<uint16_t>& b) {
     DiffAccumulator acc;
     std::vector<double> wa(x.size()), wb(x.size());
     std::vector<uint8_t> scratch(x.size() * 2);
-    compare_bounded(DType::Float32, reinterpret_cast<const uint8_t*>(x.data()), DType::BFloat16, reinterpret_cast<const uint8_t*>(b.data()),
-                    x.size(), 0, cast, scratch.data(), wa.data(), wb.data(), acc);
+    compare_bounded(DType::Float32, reinterpret_cast<const uint8_t*>(x.data()), DType::BFloat16,
+                    reinterpret_cast<const uint8_t*>(b.data()), x.size(), 0, cast, scratch.data(), wa.data(), wb.data(),
+                    acc);
     return acc;
   };
   DiffAccumulator ok = run(bf);
