@@ -61,6 +61,33 @@ std::string detail(const json& k) {
   return a + " -> " + b;
 }
 
+// The audit's counts (diff --map), as Megatron-Bridge prints its exports' audits.
+void print_audit(const json& a) {
+  const json& c = a["counts"];
+  auto n = [&](const char* k) { return std::to_string(c[k].get<uint64_t>()); };
+  std::cout << "audit (" << a["map"].get<std::string>() << ", " << a["direction"].get<std::string>() << "):\n"
+            << "  keys mapped          " << n("mapped") << " source keys -> " << n("export_keys") << " export keys\n"
+            << "  values bit-equal     " << n("bit_equal") << "\n"
+            << "  within codec error   " << n("within_codec") << " (fp8 block: |x - dq(q(x))| within half an e4m3 step of its scale)\n"
+            << "  equal after cast     " << n("after_cast") << "\n"
+            << "  tied to embedding    " << n("tied") << "\n"
+            << "  dropped by the map   " << n("dropped") << "\n";
+  for (const auto& d : a["dropped"]) std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
+  std::cout << "  named export-only    " << n("export_only") << "\n";
+  for (const auto& d : a["export_only"]) std::cout << "    " << d["key"].get<std::string>() << ": " << d["reason"].get<std::string>() << "\n";
+  std::cout << "  left out, not model  " << n("left_out") << "\n"
+            << "  excluded (--exclude) " << n("excluded") << "\n"
+            << "  config checks        " << n("config_checks");
+  if (!a["config"].is_null() && !a["config"]["checked"].empty()) {
+    const char* sep = " (";
+    for (const auto& k : a["config"]["checked"]) std::cout << sep << k.get<std::string>(), sep = ", ";
+    std::cout << ")";
+  }
+  std::cout << "\n  unexplained          " << n("unexplained") << "\n";
+  for (const auto& u : a["unexplained"]) std::cout << "    " << u["key"].get<std::string>() << ": " << u["why"].get<std::string>() << "\n";
+  std::cout << (a["clean"].get<bool>() ? "clean: every key of the export is accounted for\n" : "not clean: see the unexplained keys above\n");
+}
+
 }  // namespace
 
 int run_diff(const DiffCliOptions& o) {
@@ -92,16 +119,28 @@ int run_diff(const DiffCliOptions& o) {
     std::cout << j.dump(2) << "\n";
     return code;
   }
+  // The table: every differing key (--all: every key); under the audit, whose list names the keys
+  // on one side only with the reason, those that were compared.
+  auto listed = [&](const json& k) {
+    if (o.all) return true;
+    const std::string st = k["status"].get<std::string>();
+    if (st == "identical" || st == "tied") return false;
+    return !j.contains("audit") || (st != "only_in_a" && st != "only_in_b");
+  };
   size_t kw = 3;
   for (const auto& k : j["keys"])
-    if (o.all || k["status"] != "identical") kw = std::max(kw, k["key"].get<std::string>().size());
+    if (listed(k)) kw = std::max(kw, k["key"].get<std::string>().size());
   kw = std::min<size_t>(kw, 60);
   bool header = false;
   for (const auto& k : j["keys"]) {
-    if (!o.all && k["status"] == "identical") continue;
+    if (!listed(k)) continue;
     if (!header) std::cout << pad("STATUS", 15) << pad("KEY", kw + 1) << "DETAIL\n";
     header = true;
     std::cout << pad(k["status"].get<std::string>(), 15) << pad(k["key"].get<std::string>(), kw + 1) << detail(k) << "\n";
+  }
+  if (j.contains("audit")) {
+    print_audit(j["audit"]);
+    return code;
   }
   const json& c = j["counts"];
   if (r.same) {

@@ -8,6 +8,7 @@
 #include "compare/stats.h"
 #include "item/window.h"
 #include "plan/memory.h"
+#include "util/numeric.h"
 #include "util/elements.h"
 #include "util/memory_gate.h"
 
@@ -35,9 +36,18 @@ int rank(const KeyDiff& k) {
     case DiffStatus::ShapeChanged: return 1;
     case DiffStatus::OnlyInA: return 2;
     case DiffStatus::OnlyInB: return 3;
-    case DiffStatus::Identical: return 4;
+    case DiffStatus::Identical:
+    case DiffStatus::Tied: return 4;
   }
   return 5;
+}
+
+// The key a mapped tensor is tied to on the side it was mapped to (the map's "tied" rule), or "".
+std::string tied_key(const MappedModel& m, const MappedTensor& t, const KeyMap& km) {
+  if (t.rule >= km.rules.size()) return "";
+  for (int s = 0; s < 2; ++s)
+    if (km.sides[s] == m.to) return km.rules[t.rule].tied[s];
+  return "";
 }
 
 }  // namespace
@@ -51,6 +61,7 @@ const char* status_name(DiffStatus s) {
     case DiffStatus::ShapeChanged: return "shape_changed";
     case DiffStatus::ValuesChanged: return "values_changed";
     case DiffStatus::Identical: return "identical";
+    case DiffStatus::Tied: return "tied";
   }
   return "?";
 }
@@ -70,7 +81,11 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     if (!use_prefix) s.prefix.clear();
     return s;
   };
-  if (!o.map.empty()) {
+  const bool audit = !o.map.empty();
+  // The audit sees B's fp8 block weights dequantized, each with the bound its values are held to.
+  std::map<std::string, ExportBound> bounds = audit ? dequantize_export(b, a) : std::map<std::string, ExportBound>{};
+  const std::optional<KeyMap> keymap = audit ? std::optional<KeyMap>(load_key_map(o.map)) : std::nullopt;
+  if (audit) {
     // A through the map; B too when its keys are on A's side (else B is already named as the map
     // names A's tensors).
     map_input(a, o.map, side_selection(pa), o.map_config);
@@ -106,6 +121,14 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     KeyDiff k;
     k.key = ia.key;
     auto it = in_b.find(ia.key);
+    if (it == in_b.end() && audit && ia.tensor) {
+      // A head the export leaves out because its config ties it: compared with what it is tied to.
+      std::string tied = tied_key(*a.mapped, a.mapped->tensors[ia.index], *keymap);
+      if (!tied.empty() && in_b.count(tied) && export_ties_embeddings(b)) {
+        it = in_b.find(tied);
+        k.b_key = tied;
+      }
+    }
     if (it == in_b.end()) {
       k.status = DiffStatus::OnlyInA;
       if (ia.tensor) k.a = &input_tensor(a, ia);
@@ -140,6 +163,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
   WindowReader ra(*a.reader, &gate, a.mapped ? &*a.mapped : nullptr), rb(*b.reader, &gate, b.mapped ? &*b.mapped : nullptr);
   const uint64_t buffer_budget = std::min(window_budget(a.ck.md, o.max_memory), window_budget(b.ck.md, o.max_memory));
   std::vector<DiffRule> rules(r.keys.size());
+  std::vector<ExportBound> kbounds(r.keys.size());
   uint64_t total = 0;
   unsigned threads = std::max(1u, o.threads);
   for (const Pair& p : pairs) {
@@ -164,7 +188,11 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
       k.status = DiffStatus::ShapeChanged;
       continue;
     }
-    if (ta.dtype_name != tb.dtype_name && !o.ignore_dtype) {
+    if (auto bd = bounds.find(p.ib->key); bd != bounds.end())
+      k.bound = ExportBound::Kind::Fp8Block;
+    else if (audit && ta.dtype != tb.dtype && ta.dtype && tb.dtype && castable(*ta.dtype) && castable(*tb.dtype))
+      k.bound = ExportBound::Kind::Cast;
+    if (ta.dtype_name != tb.dtype_name && !o.ignore_dtype && k.bound == ExportBound::Kind::Exact) {
       k.status = DiffStatus::DtypeChanged;
       continue;
     }
@@ -172,6 +200,13 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
       if (!t->dtype) throw UnsupportedError(Where(t == &ta ? a.path : b.path, std::nullopt, k.key), "tensor of unknown dtype " + t->dtype_name);
     DiffRule rule;
     rule.exact = !o.atol && !o.rtol && *ta.dtype == *tb.dtype;
+    if (k.bound != ExportBound::Kind::Exact) {
+      if (k.bound == ExportBound::Kind::Fp8Block)
+        kbounds[p.key] = bounds.at(p.ib->key);
+      else
+        kbounds[p.key].kind = ExportBound::Kind::Cast;
+      rule.exact = false;
+    }
     rule.atol = o.atol.value_or(0);
     rule.rtol = o.rtol.value_or(0);
     rule.equal_nan = o.equal_nan;
@@ -210,11 +245,16 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     uint8_t* ba = buf.a();
     uint8_t* bb = ba + n * ia;
     thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
+    thread_local std::vector<uint8_t> cast(kWiden * 16);
     ra.fill(*k.a, task.w, ba, buf.b());
     rb.fill(*k.b, task.w, bb, buf.b());
+    const ExportBound& bound = kbounds[task.key];
     for (uint64_t e = 0; e < n; e += kWiden) {
       size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
-      compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);
+      if (bound.kind != ExportBound::Kind::Exact)
+        compare_bounded(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, bound, cast.data(), wa.data(), wb.data(), partial[i]);
+      else
+        compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);
     }
     if (partial[i].differ) found = true;
     uint64_t now = done.fetch_add(n * (ia + ib)) + n * (ia + ib);
@@ -222,7 +262,8 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
   });
   for (size_t i = 0; i < tasks.size(); ++i) r.keys[tasks[i].key].acc.merge(partial[i]);
   for (auto& k : r.keys) {
-    if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : DiffStatus::Identical;
+    if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : !k.b_key.empty() ? DiffStatus::Tied : DiffStatus::Identical;
+    if (k.status == DiffStatus::Tied) continue;
     if (k.status != DiffStatus::Identical) r.same = false;
   }
   if (found) r.same = false;
@@ -234,6 +275,10 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     if (nx != ny) return nx;
     return x.acc.max_abs > y.acc.max_abs;
   });
+  if (audit) {
+    r.audit = audit_export(a, b, r, *keymap);
+    r.same = r.audit->clean() && !found;  // --quiet stops at the first difference: what is left unread is not clean
+  }
   r.bytes_read = done.load();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -252,7 +297,7 @@ json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOp
                {"ignore_dtype", o.ignore_dtype}};
   json counts = json::object();
   for (DiffStatus s : {DiffStatus::OnlyInA, DiffStatus::OnlyInB, DiffStatus::KindChanged, DiffStatus::DtypeChanged,
-                       DiffStatus::ShapeChanged, DiffStatus::ValuesChanged, DiffStatus::Identical})
+                       DiffStatus::ShapeChanged, DiffStatus::ValuesChanged, DiffStatus::Identical, DiffStatus::Tied})
     counts[status_name(s)] = r.count(s);
   j["counts"] = counts;
   auto side = [](const TensorMeta* t, const std::optional<std::string>& v) -> json {
@@ -273,9 +318,16 @@ json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOp
       e["max_rel_diff"] = json_float(k.acc.max_rel);
       e["max_ulp_diff"] = k.acc.ulp_known ? json(k.acc.max_ulp) : json(nullptr);
       e["first_index"] = k.acc.first == UINT64_MAX ? json(nullptr) : json(unravel(k.a->shape, k.acc.first));
+      if (r.audit) {
+        static const char* names[] = {"exact", "cast", "fp8_block"};
+        e["bound"] = names[static_cast<int>(k.bound)];
+        e["inexact"] = k.acc.inexact;
+      }
     }
+    if (!k.b_key.empty()) e["b_key"] = k.b_key;
     j["keys"].push_back(e);
   }
+  if (r.audit) j["audit"] = audit_json(*r.audit);
   j["bytes_read"] = r.bytes_read;
   j["seconds"] = r.seconds;
   return j;

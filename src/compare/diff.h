@@ -11,17 +11,23 @@
 //   values_changed          same dtype and shape (or ignore_dtype), some element differs
 //                           (compare/diff_core.h); non-tensor values: their reprs differ
 //   identical
+//   tied                    (--map) the export leaves the key out as its config ties it, and the
+//                           source's values equal those of the key it is tied to (b_key)
+// With --map, B is audited as an export of A (compare/audit.h): B's fp8 block weights are
+// dequantized, values are compared within the codec's error or after the cast to B's dtype, and
+// `same` is the audit's verdict (nothing unexplained).
 //
 // JSON (schema_version 1), built by diff_json():
 //   {"schema_version": 1, "same": bool,
 //    "a": {"path", "layout"}, "b": {...},
 //    "rule": {"exact": bool, "atol", "rtol", "equal_nan", "ignore_dtype"},
 //    "counts": {"only_in_a", "only_in_b", "kind_changed", "dtype_changed", "shape_changed",
-//               "values_changed", "identical"},
+//               "values_changed", "identical", "tied"},
 //    "keys": [{"key", "status", "a": {"dtype", "shape"} | {"value"} | null, "b": ...,
 //              for compared tensors: "numel", "differing", "nan_mismatch", "max_abs_diff",
-//              "max_rel_diff", "max_ulp_diff" (null when not measurable), "first_index"}],
-//    "bytes_read", "seconds"}
+//              "max_rel_diff", "max_ulp_diff" (null when not measurable), "first_index";
+//              with --map: "bound" ("exact", "cast", "fp8_block"), "inexact", "b_key" (tied)}],
+//    "audit": (with --map) audit_json(), "bytes_read", "seconds"}
 // keys: differing keys first, largest max_abs_diff first (NaN mismatches before all), then the
 // rest in A's order followed by B-only keys.
 #pragma once
@@ -32,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "compare/audit.h"
 #include "compare/diff_core.h"
 #include "compare/input.h"
 #include "meta/select.h"
@@ -55,7 +62,7 @@ struct DiffOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
-enum class DiffStatus { OnlyInA, OnlyInB, KindChanged, DtypeChanged, ShapeChanged, ValuesChanged, Identical };
+enum class DiffStatus { OnlyInA, OnlyInB, KindChanged, DtypeChanged, ShapeChanged, ValuesChanged, Identical, Tied };
 const char* status_name(DiffStatus s);  // "only_in_a", ...
 
 struct KeyDiff {
@@ -65,6 +72,10 @@ struct KeyDiff {
   const TensorMeta* b = nullptr;
   std::optional<std::string> value_a, value_b;  // non-tensor values (repr)
   bool compared = false;                        // tensor values were compared
+  // --map (the audit): the export's key compared with this one when it is another (a tied head:
+  // the embedding), and the bound the values were compared under (compare/export_bound.h).
+  std::string b_key;
+  ExportBound::Kind bound = ExportBound::Kind::Exact;
   DiffAccumulator acc;
 };
 
@@ -73,6 +84,7 @@ struct DiffResult {
   bool same = true;
   uint64_t bytes_read = 0;
   double seconds = 0;
+  std::optional<ExportAudit> audit;  // --map: the export audited against its source; `same` is its verdict
   size_t count(DiffStatus s) const;
 };
 

@@ -11,6 +11,7 @@ namespace dcpctl {
 
 void DiffAccumulator::merge(const DiffAccumulator& o) {
   differ += o.differ;
+  inexact += o.inexact;
   nan_mismatch += o.nan_mismatch;
   max_abs = std::max(max_abs, o.max_abs);
   max_rel = std::max(max_rel, o.max_rel);
@@ -53,8 +54,9 @@ bool equal_as_nan(DType d, const uint8_t* a, const uint8_t* b) {
   return true;
 }
 
-// Records one differing element; a, b are its float64 values (NaN for undecodable dtypes).
-void record(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud, const uint8_t* pa,
+}  // namespace
+
+void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud, const uint8_t* pa,
             const uint8_t* pb, bool same_dtype) {
   ++acc.differ;
   acc.first = std::min(acc.first, index);
@@ -82,8 +84,6 @@ void record(DiffAccumulator& acc, uint64_t index, double a, double b, std::optio
   }
 }
 
-}  // namespace
-
 void compare_elements(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
                       const DiffRule& rule, double* wa, double* wb, DiffAccumulator& acc) {
   const bool same = da == db;
@@ -105,9 +105,9 @@ void compare_elements(DType da, const uint8_t* pa, DType db, const uint8_t* pb, 
       }
       if (ln == 2) {  // complex: measure the larger component difference
         size_t c = std::fabs(va[1] - vb[1]) > std::fabs(va[0] - vb[0]) ? 1 : 0;
-        record(acc, start + i, va[c], vb[c], std::nullopt, nullptr, nullptr, true);
+        record_difference(acc, start + i, va[c], vb[c], std::nullopt, nullptr, nullptr, true);
       } else {
-        record(acc, start + i, va[0], vb[0], ud, a, b, true);
+        record_difference(acc, start + i, va[0], vb[0], ud, a, b, true);
       }
     }
     return;
@@ -142,7 +142,7 @@ void compare_elements(DType da, const uint8_t* pa, DType db, const uint8_t* pb, 
       }
     }
     if (close) continue;
-    record(acc, start + i, va[worst], vb[worst], ln == 1 ? ud : std::nullopt, same ? pa + i * itemsize(da) : nullptr,
+    record_difference(acc, start + i, va[worst], vb[worst], ln == 1 ? ud : std::nullopt, same ? pa + i * itemsize(da) : nullptr,
            same ? pb + i * itemsize(db) : nullptr, same);
   }
 }

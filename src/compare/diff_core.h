@@ -33,6 +33,7 @@ struct DiffRule {
 struct DiffAccumulator {
   uint64_t differ = 0;        // elements that differ
   uint64_t nan_mismatch = 0;  // of those, pairs where one or both sides is NaN
+  uint64_t inexact = 0;       // equal within an export's bound, not bit for bit (compare/export_bound.h)
   double max_abs = 0, max_rel = 0;
   uint64_t max_ulp = 0;
   bool ulp_known = false;     // some differing finite pair was measured in ULPs
@@ -47,6 +48,11 @@ std::optional<DType> ulp_dtype(DType a, DType b);
 // Compares n elements: pa (dtype da) against pb (db), the first being flat element `start`.
 // `wa`, `wb` are scratch of n * lanes * 8 bytes each (float64 widening) used by the tolerance
 // rule and for measuring differing elements.
+// Records one differing element at flat `index`: a, b its float64 values (NaN for undecodable
+// dtypes); ULPs in `ud` (from the bits when same_dtype and pa, pb are given).
+void record_difference(DiffAccumulator& acc, uint64_t index, double a, double b, std::optional<DType> ud, const uint8_t* pa,
+                       const uint8_t* pb, bool same_dtype);
+
 void compare_elements(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
                       const DiffRule& rule, double* wa, double* wb, DiffAccumulator& acc);
 

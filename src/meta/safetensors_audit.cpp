@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "meta/safetensors_header.h"
 #include "store/file.h"
@@ -24,114 +23,6 @@ unsigned safetensors_dtype_bits(const std::string& name) {
 }
 
 namespace safetensors_audit_impl {
-
-// Records the entries as written, duplicates included; stops (header-invalid) only on what is
-// not the format's shape at all. Depth is at most 3, as in the reader's handler.
-class AuditSax : public nlohmann::json_sax<json> {
- public:
-  explicit AuditSax(SafetensorsAudit& a) : a_(a) {}
-  std::string error;
-  std::vector<std::string> duplicates;
-
-  bool null() override { return fail("null value"); }
-  bool boolean(bool) override { return fail("boolean value"); }
-  bool number_integer(number_integer_t v) override {
-    if (v < 0) return fail("negative number");
-    return number_unsigned(static_cast<number_unsigned_t>(v));
-  }
-  bool number_unsigned(number_unsigned_t v) override {
-    if (state_ == State::Shape) {
-      if (v > static_cast<uint64_t>(INT64_MAX)) return fail("dimension too large");
-      t_.shape.push_back(static_cast<int64_t>(v));
-      return true;
-    }
-    if (state_ == State::Offsets) {
-      if (offsets_ >= 2) return fail("data_offsets holds more than two numbers");
-      (offsets_++ == 0 ? t_.begin : t_.end) = v;
-      return true;
-    }
-    if (state_ == State::Entry) return true;
-    return fail("unexpected number");
-  }
-  bool number_float(number_float_t, const string_t&) override { return fail("unexpected fractional number"); }
-  bool string(string_t& s) override {
-    if (state_ == State::Meta) return true;
-    if (state_ == State::Entry) {
-      if (field_ == "dtype") {
-        if (dtype_) return fail("tensor '" + t_.key + "' has two dtypes");
-        t_.dtype_name = s, dtype_ = true;
-      }
-      return true;
-    }
-    return fail("unexpected string");
-  }
-  bool binary(binary_t&) override { return fail("binary value"); }
-  bool start_object(std::size_t) override {
-    if (state_ == State::Start) return (state_ = State::Root), true;
-    if (state_ == State::Root) {
-      if (!keys_.insert(key_).second) duplicates.push_back(key_);
-      if (key_ == "__metadata__") return (state_ = State::Meta), true;
-      t_ = AuditedTensor();
-      t_.key = key_;
-      dtype_ = shape_ = false;
-      offsets_ = 0;
-      return (state_ = State::Entry), true;
-    }
-    return fail("unexpected object");
-  }
-  bool key(string_t& k) override {
-    if (state_ == State::Root)
-      key_ = k;
-    else if (state_ == State::Entry)
-      field_ = k;
-    return true;
-  }
-  bool end_object() override {
-    if (state_ == State::Meta) return (state_ = State::Root), true;
-    if (state_ == State::Entry) {
-      if (!dtype_ || !shape_ || offsets_ != 2)
-        return fail("tensor '" + t_.key + "' lacks dtype, shape or data_offsets");
-      a_.tensors.push_back(std::move(t_));
-      return (state_ = State::Root), true;
-    }
-    if (state_ == State::Root) return (state_ = State::Done), true;
-    return fail("unexpected end of object");
-  }
-  bool start_array(std::size_t) override {
-    if (state_ == State::Entry && field_ == "shape") {
-      if (shape_) return fail("tensor '" + t_.key + "' has two shapes");
-      shape_ = true;
-      return (state_ = State::Shape), true;
-    }
-    if (state_ == State::Entry && field_ == "data_offsets") {
-      if (offsets_) return fail("tensor '" + t_.key + "' has two data_offsets");
-      return (state_ = State::Offsets), true;
-    }
-    return fail("unexpected array");
-  }
-  bool end_array() override {
-    if (state_ == State::Shape || state_ == State::Offsets) return (state_ = State::Entry), true;
-    return fail("unexpected end of array");
-  }
-  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& ex) override {
-    error = "JSON error near header byte " + std::to_string(pos) + ": " + ex.what();
-    return false;
-  }
-
- private:
-  enum class State { Start, Root, Meta, Entry, Shape, Offsets, Done };
-  bool fail(const std::string& what) {
-    if (error.empty()) error = what + (key_.empty() ? "" : " (at key '" + key_ + "')");
-    return false;
-  }
-  SafetensorsAudit& a_;
-  State state_ = State::Start;
-  std::string key_, field_;
-  std::set<std::string> keys_;
-  AuditedTensor t_;
-  bool dtype_ = false, shape_ = false;
-  int offsets_ = 0;
-};
 
 // Bytes of `t` by dtype x shape; nullopt when the dtype is unknown, the count overflows, or the
 // bits are not whole bytes (`why` says which).
@@ -159,17 +50,15 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
   a.header_bytes = text.size();
   a.data_start = data_start;
   a.data_bytes = data_bytes;
-  AuditSax sax(a);
-  bool ok = json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, true);
+  SafetensorsEntries entries = decode_safetensors_json(text, true);
   const uint64_t header_at = data_start - text.size();
-  if (!ok || !sax.error.empty()) {
-    a.tensors.clear();
-    a.problems.push_back({"header-invalid", Where(source, header_at),
-                          "safetensors header: " + (sax.error.empty() ? std::string("not a JSON object") : sax.error)});
+  if (!entries.error.empty()) {
+    a.problems.push_back({"header-invalid", Where(source, header_at), "safetensors header: " + entries.error});
     return a;
   }
   a.decoded = true;
-  for (const auto& k : sax.duplicates)
+  a.tensors = std::move(entries.tensors);
+  for (const auto& k : entries.duplicates)
     a.problems.push_back(
         {"duplicate-key", Where(source, header_at, k),
          "the header names this key more than once: a JSON reader keeps one entry and the other tensor is lost"});
@@ -221,25 +110,16 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
 
 SafetensorsAudit audit_safetensors_file(const std::string& path) {
   ReadFile f(path);
-  auto invalid = [&](const std::string& msg) {
+  uint64_t limit = f.size();
+  std::string text;
+  try {
+    text = read_safetensors_header_text(f, 0, limit);
+  } catch (const FormatError& e) {
     SafetensorsAudit a;
-    a.problems.push_back({"header-invalid", Where(path, 0), msg});
+    a.problems.push_back({"header-invalid", e.where(), e.detail()});
     return a;
-  };
-  if (f.size() < 8)
-    return invalid("safetensors header: " + std::to_string(f.size()) + " bytes, too short for its length field");
-  uint8_t len[8];
-  f.read_at(0, len, 8);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > kMaxSafetensorsHeader)
-    return invalid("safetensors header claims " + std::to_string(n) + " bytes (the format's cap is 100 MB)");
-  if (n > f.size() - 8)
-    return invalid("safetensors header of " + std::to_string(n) + " bytes runs past the end (" +
-                   std::to_string(f.size() - 8) + " bytes follow)");
-  std::string text(static_cast<size_t>(n), '\0');
-  f.read_at(8, text.data(), text.size());
-  return audit_safetensors_header(text, 8 + n, f.size() - 8 - n, path);
+  }
+  return audit_safetensors_header(text, 8 + text.size(), limit - 8 - text.size(), path);
 }
 
 }  // namespace dcpctl

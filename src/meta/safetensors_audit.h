@@ -27,16 +27,13 @@
 #include <string_view>
 #include <vector>
 
+#include "meta/safetensors_header.h"
 #include "util/finding.h"
 
 namespace dcpctl {
 
-struct AuditedTensor {
-  std::string key;
-  std::string dtype_name;
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;  // relative to the data section
-};
+// An entry as the header writes it (the reader's parser, in its lenient mode).
+using AuditedTensor = SafetensorsTensorInfo;
 
 struct SafetensorsAudit {
   Findings problems;

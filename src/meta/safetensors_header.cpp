@@ -24,13 +24,13 @@ std::optional<DType> dtype_from_safetensors_name(const std::string& name) {
 
 namespace {
 
-// A SAX handler that builds the entries directly, so a hostile header never becomes a DOM of
-// ten times its size: depth is at most 3 (root -> entry -> shape array) and every value has one
-// expected kind.
+// One SAX handler for the reader and the audit, building the entries directly so a hostile header
+// never becomes a DOM of ten times its size: depth is at most 3 (root -> entry -> shape array)
+// and every value has one expected kind. Strict (the reader): a key written twice is the error;
+// lenient (the audit): it is recorded and parsing goes on, so every problem can be reported.
 class HeaderSax : public nlohmann::json_sax<json> {
  public:
-  explicit HeaderSax(SafetensorsHeader& h) : h_(h) {}
-  std::string error;
+  HeaderSax(SafetensorsEntries& out, bool lenient) : out_(out), lenient_(lenient) {}
 
   bool null() override { return fail("null value"); }
   bool boolean(bool) override { return fail("boolean value"); }
@@ -55,11 +55,12 @@ class HeaderSax : public nlohmann::json_sax<json> {
   bool number_float(number_float_t, const string_t&) override { return fail("unexpected fractional number"); }
   bool string(string_t& s) override {
     if (state_ == State::Meta) {
-      h_.metadata[key_] = s;
+      out_.metadata[meta_key_] = s;
       return true;
     }
     if (state_ == State::Entry) {
       if (field_ == "dtype") {
+        if (have_dtype_) return fail("tensor '" + entry_.key + "' has two dtypes");
         entry_.dtype_name = s;
         have_dtype_ = true;
       }
@@ -71,8 +72,11 @@ class HeaderSax : public nlohmann::json_sax<json> {
   bool start_object(std::size_t) override {
     if (state_ == State::Start) return (state_ = State::Root), true;
     if (state_ == State::Root) {
+      if (!keys_.insert(key_).second) {
+        if (!lenient_) return fail("key '" + key_ + "' appears twice");
+        out_.duplicates.push_back(key_);
+      }
       if (key_ == "__metadata__") return (state_ = State::Meta), true;
-      if (!keys_.insert(key_).second) return fail("key '" + key_ + "' appears twice");
       entry_ = SafetensorsTensorInfo();
       entry_.key = key_;
       have_dtype_ = have_shape_ = false;
@@ -82,8 +86,12 @@ class HeaderSax : public nlohmann::json_sax<json> {
     return fail("unexpected object");
   }
   bool key(string_t& k) override {
-    if (state_ == State::Root || state_ == State::Meta) key_ = k;
-    else if (state_ == State::Entry) field_ = k;
+    if (state_ == State::Root)
+      key_ = k;
+    else if (state_ == State::Meta)
+      meta_key_ = k;
+    else if (state_ == State::Entry)
+      field_ = k;
     return true;
   }
   bool end_object() override {
@@ -91,7 +99,7 @@ class HeaderSax : public nlohmann::json_sax<json> {
     if (state_ == State::Entry) {
       if (!have_dtype_ || !have_shape_ || offsets_seen_ != 2)
         return fail("tensor '" + entry_.key + "' lacks dtype, shape or data_offsets");
-      h_.tensors.push_back(std::move(entry_));
+      out_.tensors.push_back(std::move(entry_));
       return (state_ = State::Root), true;
     }
     if (state_ == State::Root) return (state_ = State::Done), true;
@@ -114,19 +122,20 @@ class HeaderSax : public nlohmann::json_sax<json> {
     return fail("unexpected end of array");
   }
   bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& ex) override {
-    error = "JSON error near header byte " + std::to_string(pos) + ": " + ex.what();
+    out_.error = "JSON error near header byte " + std::to_string(pos) + ": " + ex.what();
     return false;
   }
 
  private:
   enum class State { Start, Root, Meta, Entry, Shape, Offsets, Done };
   bool fail(const std::string& what) {
-    if (error.empty()) error = what + (key_.empty() ? "" : " (at key '" + key_ + "')");
+    if (out_.error.empty()) out_.error = what + (key_.empty() ? "" : " (at key '" + key_ + "')");
     return false;
   }
-  SafetensorsHeader& h_;
+  SafetensorsEntries& out_;
+  const bool lenient_;
   State state_ = State::Start;
-  std::string key_, field_;
+  std::string key_, meta_key_, field_;
   std::set<std::string> keys_;
   SafetensorsTensorInfo entry_;
   bool have_dtype_ = false, have_shape_ = false;
@@ -139,11 +148,10 @@ SafetensorsHeader parse_json(std::string_view text, uint64_t base, uint64_t data
   h.header_bytes = text.size();
   h.data_start = base + 8 + text.size();
   h.data_bytes = data_bytes;
-  HeaderSax sax(h);
-  bool ok = json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, true);
-  Where where(source, base + 8);
-  if (!ok || !sax.error.empty())
-    throw FormatError(where, "safetensors header: " + (sax.error.empty() ? std::string("not a JSON object") : sax.error));
+  SafetensorsEntries entries = decode_safetensors_json(text, false);
+  if (!entries.error.empty()) throw FormatError(Where(source, base + 8), "safetensors header: " + entries.error);
+  h.tensors = std::move(entries.tensors);
+  h.metadata = std::move(entries.metadata);
   for (const auto& e : h.tensors) {
     Where w(source, h.data_start + e.begin, e.key);
     if (e.begin > e.end || e.end > data_bytes)
@@ -175,7 +183,16 @@ uint64_t header_length(const uint8_t* p) {
 
 }  // namespace
 
-SafetensorsHeader read_safetensors_header(const ReadFile& file, uint64_t base, uint64_t limit) {
+SafetensorsEntries decode_safetensors_json(std::string_view text, bool lenient) {
+  SafetensorsEntries out;
+  HeaderSax sax(out, lenient);
+  bool ok = json::sax_parse(text.begin(), text.end(), &sax, nlohmann::detail::input_format_t::json, true);
+  if (!ok && out.error.empty()) out.error = "not a JSON object";
+  if (!out.error.empty()) out.tensors.clear(), out.metadata.clear(), out.duplicates.clear();
+  return out;
+}
+
+std::string read_safetensors_header_text(const ReadFile& file, uint64_t base, uint64_t& limit) {
   Where where(file.path(), base);
   if (base > file.size() || limit > file.size() - base) limit = base > file.size() ? 0 : file.size() - base;
   if (limit < 8) throw FormatError(where, "safetensors header: " + std::to_string(limit) + " bytes, too short for its length field");
@@ -187,7 +204,12 @@ SafetensorsHeader read_safetensors_header(const ReadFile& file, uint64_t base, u
     throw FormatError(where, "safetensors header of " + std::to_string(n) + " bytes runs past the end (" + std::to_string(limit - 8) + " bytes follow)");
   std::string text(static_cast<size_t>(n), '\0');
   file.read_at(base + 8, text.data(), text.size());
-  return parse_json(text, base, limit - 8 - n, file.path());
+  return text;
+}
+
+SafetensorsHeader read_safetensors_header(const ReadFile& file, uint64_t base, uint64_t limit) {
+  std::string text = read_safetensors_header_text(file, base, limit);
+  return parse_json(text, base, limit - 8 - text.size(), file.path());
 }
 
 SafetensorsHeader parse_safetensors_header(ByteSpan bytes, const std::string& source) {

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "util/dtype.h"
@@ -47,6 +48,24 @@ struct SafetensorsHeader {
 };
 
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+// The header's JSON decoded as written: the one parser of the reader (below) and the audit
+// (meta/safetensors_audit.h), which then judge the entries each its own way.
+struct SafetensorsEntries {
+  std::vector<SafetensorsTensorInfo> tensors;   // in header order; `dtype` not resolved
+  std::map<std::string, std::string> metadata;  // __metadata__ (string values only)
+  std::vector<std::string> duplicates;          // lenient: keys written more than once (each repeat)
+  std::string error;  // the text is not JSON, or not the format's shape: why (then nothing else is kept)
+};
+// Strict (lenient = false, the reader): a key written twice is the error, parsing stops at the
+// first problem. Lenient (the audit): a key written twice is recorded in `duplicates` and parsing
+// goes on, so every problem of the header can be reported.
+SafetensorsEntries decode_safetensors_json(std::string_view text, bool lenient);
+
+// The header text at `base` of `file`, its length checked against the 100 MB cap and the input
+// (`limit`: what the data may run to from `base`, clipped here to the file). FormatError naming
+// the file and offset otherwise.
+std::string read_safetensors_header_text(const ReadFile& file, uint64_t base, uint64_t& limit);
 
 // Reads the header that starts at `base` of `file`; the data section may run to `base + limit`.
 // Errors name the file and offset.

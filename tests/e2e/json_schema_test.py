@@ -108,6 +108,8 @@ OPTIONAL = {
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default", "/maps/[]/params/{}/shape"},
     "cast": {"/manifest", "/manifest_bytes", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "stats": {"/tensors/[]/view_as_real", "/groups", "/checks/finite", "/checks/zero"},
+    # audit: only with --map; a key's b_key only for a tied head
+    "diff": {"/audit", "/keys/[]/b_key"},
 }
 
 DCPCTL = FIXTURES = SCHEMAS = None
@@ -472,6 +474,13 @@ def cases_for(p, work):
         ("HF .bin directories (torch-save)", [fx("hf_bin", "sharded"), fx("hf_bin", "single"), "--ignore-dtype"], FAILURE),
         ("torchtitan HF step against DCP step", [os.path.join(fx("layouts", "run_torchtitan_hf", "run"), "step-2"),
                                                  os.path.join(fx("layouts", "run_torchtitan_hf", "run"), "step-4")], FAILURE),
+        ("an export audit (--map, a tied head)", [fx("layouts", "titan_qwen3", "run", "step-2"), fx("layouts", "titan_qwen3", "hf"),
+                                                  "--map", "torchtitan-qwen3", "--config", fx("layouts", "titan_qwen3", "config.json")], OK),
+        ("an fp8 block export audit", [fx("layouts", "titan_deepseek_v3", "run", "step-2"), fx("layouts", "hf_fp8_deepseek", "ckpt"),
+                                       "--map", "torchtitan-deepseek-v3", "--config", fx("layouts", "titan_deepseek_v3", "config.json")], OK),
+        ("an export audit, not clean", [fx("layouts", "titan_deepseek_v3_mtp", "run", "step-2"), fx("layouts", "titan_deepseek_v3_mtp", "hf"),
+                                        "--map", "torchtitan-deepseek-v3", "--config", fx("layouts", "titan_deepseek_v3_mtp", "config.json")],
+         FAILURE),
     ]
     for what, args, rc in diffs:
         add("diff", f"diff {what}", ["diff", *args, "--json"], rc)

@@ -103,3 +103,24 @@ TEST_CASE("safetensors header: hostile headers are refused with a reason") {
   s = parse(R"({"__metadata__":{"DCP_SHARDING_INFO":"not json"}})", 0);
   CHECK_THROWS_AS(dcp_sharding_info(s, "t"), FormatError);
 }
+
+TEST_CASE("safetensors header: one parser, strict for the reader and lenient for the audit") {
+  const std::string twice = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                            R"("__metadata__":{"format":"pt"},"x":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})";
+  SafetensorsEntries strict = decode_safetensors_json(twice, false);
+  CHECK_THAT(strict.error, Catch::Contains("'x' appears twice"));
+  CHECK(strict.tensors.empty());
+  SafetensorsEntries lenient = decode_safetensors_json(twice, true);
+  CHECK(lenient.error.empty());
+  CHECK(lenient.duplicates == std::vector<std::string>{"x"});
+  REQUIRE(lenient.tensors.size() == 2);  // both entries as written, in order
+  CHECK(lenient.tensors[0].dtype_name == "F32");
+  CHECK(lenient.tensors[1].dtype_name == "F16");
+  CHECK(lenient.metadata.at("format") == "pt");
+  // What is not the format's shape stops both modes.
+  for (bool mode : {false, true}) {
+    CHECK_THAT(decode_safetensors_json(R"({"x":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})", mode).error,
+               Catch::Contains("two dtypes"));
+    CHECK_THAT(decode_safetensors_json(R"({"__metadata__":{"k":1}})", mode).error, Catch::Contains("unexpected number"));
+  }
+}
