@@ -69,7 +69,7 @@ std::string joined(const std::vector<int64_t>& v) {
   return s;
 }
 
-// The stacked dimensions of a parallel linear's tensor (`decoder.layers.<...>.linear_x.<param>`):
+// The stacked dimensions of a parallel linear's weight (`decoder.layers.<...>.linear_x.weight`):
 // the layers, and the experts of SequentialMLP; empty when it is not one.
 size_t stacked_dims(const std::string& module) {
   if (module.rfind("decoder.layers.", 0) != 0) return 0;
@@ -86,8 +86,10 @@ DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iter
   std::map<std::string, std::vector<int64_t>> modules;  // a parallel linear -> its stacked shape
   for (const PlannedTensor& pt : plan.tensors) {
     if (pt.key.rfind("decoder.", 0) == 0 || pt.key.rfind("embedding.", 0) == 0) megatron_keys = true;
+    // A linear's own `weight` (`linear_fc1.layer_norm_weight` alone is the fused pre-MLP norm, which
+    // a MoE layer keeps under that name with no linear_fc1).
     const size_t dot = pt.key.rfind('.');
-    if (dot == std::string::npos) continue;
+    if (dot == std::string::npos || pt.key.compare(dot, std::string::npos, ".weight") != 0) continue;
     const std::string module = pt.key.substr(0, dot);
     const size_t n = stacked_dims(module);
     if (n == 0) continue;
