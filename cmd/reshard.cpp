@@ -82,6 +82,15 @@ int run_reshard(const ReshardCliOptions& o) {
   return 0;
 }
 
+int run_megatron_output(const WriteCliOptions& c, int64_t iteration) {
+  ReshardCliOptions o;
+  static_cast<WriteCliOptions&>(o) = c;
+  while (o.output.size() > 1 && o.output.back() == '/') o.output.pop_back();
+  o.format = "megatron";
+  o.iteration = iteration;
+  return run_reshard(o);
+}
+
 static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOptions>& o) {
   sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
   sub->add_option("-o,--output", o->output, "Output checkpoint directory (must not exist unless --force)")->required()->type_name("DIR");

@@ -7,8 +7,9 @@ make_megatron_qwen3.py), with torch's own DCP reader:
     megatron_format_test.py DCPCTL FIXTURES_DIR --load      # and megatron-core's own load of them
 
 For each case, `reshard hf/ --map megatron-gpt --format megatron` (HF -> Megatron; once with
---iteration 7: Megatron-LM's iter_0000007/ + latest_checkpointed_iteration.txt) and `reshard ckpt/
---format megatron -w 1` (Megatron -> Megatron) must give: metadata.json byte for byte megatron's;
+--iteration 7: Megatron-LM's iter_0000007/ + latest_checkpointed_iteration.txt), `reshard ckpt/
+--format megatron -w 1` (Megatron -> Megatron) and `consolidate hf/ -o DIR/ --format megatron` must
+give: metadata.json byte for byte megatron's;
 the same .metadata keys as megatron's checkpoint (every tensor with its global shape and dtype, every
 ShardedObject: the common state and each parallel linear's `_extra_state/shard_<offsets>_<shape>`);
 every tensor bit for bit megatron's; every ShardedObject read back by torch.load(weights_only=True)
@@ -140,14 +141,16 @@ def main() -> int:
             d = fixtures / "layouts" / case
             ref = d / "ckpt"
             ref_common = objects(ref, dcp_oracle.read_metadata_raw(ref))["common_state/shard_0_1"][0]
-            runs = [("hf->megatron", d / "hf", ["--map", "megatron-gpt"], None, {"iteration": 0, "checkpoint_version": 3.0}),
-                    ("hf->megatron --iteration 7", d / "hf", ["--map", "megatron-gpt", "--iteration", "7"], 7,
+            runs = [("hf->megatron", "reshard", d / "hf", ["--map", "megatron-gpt"], None, {"iteration": 0, "checkpoint_version": 3.0}),
+                    ("hf->megatron --iteration 7", "reshard", d / "hf", ["--map", "megatron-gpt", "--iteration", "7"], 7,
                      {"iteration": 7, "checkpoint_version": 3.0}),
-                    ("megatron->megatron", ref, ["-w", "1"], None, ref_common)]
-            for label, src, extra, it, common in runs:
+                    ("megatron->megatron", "reshard", ref, ["-w", "1"], None, ref_common),
+                    ("consolidate hf -o DIR/ --format megatron", "consolidate", d / "hf", ["--map", "megatron-gpt"], None,
+                     {"iteration": 0, "checkpoint_version": 3.0})]
+            for label, command, src, extra, it, common in runs:
                 what = f"{case}: {label}"
                 out = work / f"{case}-{len(loads)}"
-                r = run(dcpctl, "reshard", src, "-o", out, "--format", "megatron", *extra)
+                r = run(dcpctl, command, src, "-o", f"{out}/" if command == "consolidate" else out, "--format", "megatron", *extra)
                 if not check(r.returncode == 0, f"{what}: exit {r.returncode}: {r.stderr.strip()[-600:]!r}"):
                     continue
                 probs = like_megatron(out, ref, it, what, common)
