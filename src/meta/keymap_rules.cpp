@@ -123,13 +123,13 @@ class MapBuilder {
     if (!want_from_.empty() && out_.from != want_from_)
       throw UsageError(Where(md_.source), "map " + map_.name + ": the keys are on its " + out_.from + " side, not " + want_from_);
     for (const auto& r : map_.rules) kinds_.push_back(kind_of(r));
-    refuse_foreign(unmatched, hits[from_]);
     // Refused here, before any parameter is asked for: a model weight no rule covers is lost
     // whatever config.json says.
     std::vector<std::string> uncovered;
     for (const auto& k : unmatched[from_])
       if (is_model(k)) uncovered.push_back(k);
     refuse_losses(uncovered, {});
+    refuse_foreign(unmatched, hits[from_]);
   }
 
   // The function that carries out rule `r` in this direction.
@@ -562,15 +562,17 @@ class MapBuilder {
   // Hugging Face's name too), which picks a direction; its real weights then lie outside every
   // namespace of the map and would be left out like optimizer state, and the run would exit 0. A
   // tensor key is foreign when no pattern of either side matches it, it is under neither side's
-  // model namespaces, and it does not hold a mapped key (an optimizer's
+  // model namespaces, and it does not hold a key of the input side (an optimizer's
   // `optimizer.state.exp_avg.<key>` does); more foreign keys than mapped ones is another layout.
+  // Asked after the uncovered model keys are refused: a checkpoint with keys under the input
+  // side's model namespaces is on that side, and what its map lacks is said by that refusal.
   void refuse_foreign(const std::vector<std::string> unmatched[2], size_t mapped) const {
     if (!map_.has_model) return;  // every key is the model's: an uncovered one is refused anyway
     const std::set<std::string> not_from(unmatched[from_].begin(), unmatched[from_].end());
     const std::set<std::string> not_to(unmatched[to_].begin(), unmatched[to_].end());
-    std::set<std::string> taken;
+    std::set<std::string> taken;  // the input side's keys: matched by its rules, or under its model namespaces
     for (const auto& it : items_)
-      if (it.tensor && !not_from.count(it.key)) taken.insert(it.key);
+      if (it.tensor && (!not_from.count(it.key) || is_model(it.key))) taken.insert(it.key);
     auto under_model = [this](const std::string& key) {
       for (int s = 0; s < 2; ++s)
         for (const auto& p : map_.model[s])
