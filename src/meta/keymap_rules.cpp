@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "meta/keymap.h"
 #include "meta/keymap_terms.h"
@@ -570,7 +572,9 @@ class MapBuilder {
     if (!map_.has_model) return;  // every key is the model's: an uncovered one is refused anyway
     const std::set<std::string> not_from(unmatched[from_].begin(), unmatched[from_].end());
     const std::set<std::string> not_to(unmatched[to_].begin(), unmatched[to_].end());
-    std::set<std::string> taken;  // the input side's keys: matched by its rules, or under its model namespaces
+    // The input side's keys: matched by its rules, or under its model namespaces (views of
+    // items_' keys, so a training checkpoint's million optimizer keys are looked up without a copy).
+    std::unordered_set<std::string_view> taken;
     for (const auto& it : items_)
       if (it.tensor && (!not_from.count(it.key) || is_model(it.key))) taken.insert(it.key);
     auto under_model = [this](const std::string& key) {
@@ -579,19 +583,22 @@ class MapBuilder {
           if (key.compare(0, p.size(), p) == 0) return true;
       return false;
     };
-    auto holds_taken = [&taken](const std::string& key) {
-      std::vector<size_t> starts{0};
-      for (size_t i = 0; i < key.size(); ++i)
-        if (key[i] == '.') starts.push_back(i + 1);
-      for (size_t a : starts)
+    auto holds_taken = [&taken](std::string_view key) {  // some run of its dot-separated parts
+      for (size_t a = 0;;) {
         for (size_t b = a; b <= key.size(); ++b)
           if ((b == key.size() || key[b] == '.') && taken.count(key.substr(a, b - a))) return true;
-      return false;
+        const size_t dot = key.find('.', a);
+        if (dot == std::string_view::npos) return false;
+        a = dot + 1;
+      }
     };
     std::vector<std::string> foreign;
     for (const auto& k : unmatched[from_])
       if (not_to.count(k) && !under_model(k) && !holds_taken(k)) foreign.push_back(k);
     if (foreign.size() <= mapped) return;
+    std::vector<std::string> matched;
+    for (const auto& it : items_)
+      if (it.tensor && !not_from.count(it.key)) matched.push_back(it.key);
     // The shortest first: a model's own names (`tok_embeddings.weight`) rather than its optimizer's.
     std::stable_sort(foreign.begin(), foreign.end(), [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
     auto some = [](const std::vector<std::string>& keys) {
@@ -607,7 +614,7 @@ class MapBuilder {
                                " side: " + std::to_string(foreign.size()) + " of its tensor keys are neither " + map_.sides[0] + " (" +
                                ns[0] + ") nor " + map_.sides[1] + " (" + ns[1] + ") names (" + some(foreign) + "), and only " +
                                std::to_string(mapped) + " match its " + out_.from + " rules (" +
-                               some(std::vector<std::string>(taken.begin(), taken.end())) +
+                               some(matched) +
                                "); the keys look like another layout: pick the map for it (dcpctl maps); nothing is written");
   }
 
