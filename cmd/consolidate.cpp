@@ -15,6 +15,7 @@
 #include "cmd/write_options.h"
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
+#include "plan/format.h"
 #include "util/error.h"
 #include "store/file.h"
 #include "util/numeric.h"
@@ -28,6 +29,7 @@ using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
   std::string format, max_shard_size, assets;
+  int64_t iteration = -1;
   std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base;
   std::string quantize, quantize_block;
   std::vector<std::string> quantize_skip;
@@ -60,6 +62,16 @@ const Format* pick_format(const ConsolidateCliOptions& o) {
 }  // namespace
 
 int run_consolidate(const ConsolidateCliOptions& o) {
+  if (o.format == "megatron") {
+    // megatron-core's checkpoint is a DCP checkpoint: the reshard that writes one rank file.
+    if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat || o.keep_unsafe ||
+        o.parallel_write)
+      throw UsageError(Where(o.output), "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
+                                        "--max-shard-size, --assets (give the map's config with --config), --flat, "
+                                        "--keep-unsafe-values and --parallel-write do not apply");
+    return run_megatron_output(o, o.iteration);
+  }
+  if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
   install_cleanup_handlers();
   ConsolidateOptions co;
   ProgressLine progress(wants_progress(o));
@@ -181,9 +193,15 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   std::vector<std::string> words;
   for (const Format* f : formats::all())
     if (f->consolidate_writer && !f->flag.empty()) words.emplace_back(f->flag);
-  sub->add_option("--format", o->format, "Output format when the name does not tell: " + formats::flags())
+  words.emplace_back(formats::megatron.flag);  // through reshard (cmd/reshard.cpp)
+  sub->add_option("--format", o->format,
+                  "Output format when the name does not tell: " + formats::flags() +
+                      "; megatron: a DIR megatron-core's dist_checkpointing.load reads (as reshard --format megatron)")
       ->check(CLI::IsMember(words))
       ->type_name("FORMAT");
+  sub->add_option("--iteration", o->iteration, "--format megatron: write Megatron-LM's iter_NNNNNNN/ and latest_checkpointed_iteration.txt")
+      ->check(CLI::Range(int64_t{0}, int64_t{9999999}))
+      ->type_name("N");
   sub->add_option("--max-shard-size", o->max_shard_size, "Largest shard of a DIR/ output (5GB decimal as Hugging Face, 4GiB, bytes; default 5GB)")
       ->type_name("SIZE");
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");

@@ -9,6 +9,7 @@
 #include "cmd/write_options.h"
 #include "cmd/subcommands.h"
 #include "meta/checkpoint.h"
+#include "plan/format.h"
 #include "util/error.h"
 #include "util/numeric.h"
 #include "util/size.h"
@@ -20,8 +21,9 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct ReshardCliOptions : WriteCliOptions {
-  std::string layout = "fsdp";
+  std::string layout = "fsdp", format = "dcp";
   int world_size = 0;
+  int64_t iteration = -1;
   bool is_cast = false;
 };
 
@@ -32,9 +34,17 @@ int run_reshard(const ReshardCliOptions& o) {
   to_write_options(o, ro, progress);
   ro.layout = o.is_cast || o.layout == "keep" ? Layout::Keep : Layout::Fsdp;
   ro.world_size = o.world_size;
-  if (ro.layout == Layout::Fsdp && o.world_size < 1)
+  if (o.format == "megatron") {
+    ro.format = &formats::megatron;
+    // torch_dist loads into any parallelism: one rank file unless -w says otherwise.
+    if (ro.layout == Layout::Fsdp && ro.world_size < 1) ro.world_size = 1;
+    if (o.iteration >= 0) ro.iteration = o.iteration;
+  } else if (o.iteration >= 0) {
+    throw UsageError(Where(), "--iteration names Megatron-LM's iter_NNNNNNN/ folder: it goes with --format megatron");
+  }
+  if (ro.layout == Layout::Fsdp && ro.world_size < 1)
     throw UsageError(Where(), "--world-size is required (or --layout keep)");
-  if (ro.layout == Layout::Keep && o.world_size > 0)
+  if (ro.layout == Layout::Keep && ro.world_size > 0)
     throw UsageError(Where(), "--world-size and --layout keep exclude each other");
   if (o.dtype.empty() && o.is_cast) throw UsageError(Where(), "cast needs --dtype");
   std::unique_ptr<Group> group = join_group(o.dist);
@@ -72,6 +82,15 @@ int run_reshard(const ReshardCliOptions& o) {
   return 0;
 }
 
+int run_megatron_output(const WriteCliOptions& c, int64_t iteration) {
+  ReshardCliOptions o;
+  static_cast<WriteCliOptions&>(o) = c;
+  while (o.output.size() > 1 && o.output.back() == '/') o.output.pop_back();
+  o.format = "megatron";
+  o.iteration = iteration;
+  return run_reshard(o);
+}
+
 static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOptions>& o) {
   sub->add_option("checkpoint", o->checkpoint, "Checkpoint directory (holds .metadata)")->required()->type_name("DIR");
   sub->add_option("-o,--output", o->output, "Output checkpoint directory (must not exist unless --force)")->required()->type_name("DIR");
@@ -83,6 +102,15 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   add_precision_options(sub, *o);
   add_io_option(sub, *o);
   add_map_options(sub, o->map, o->config);
+  sub->add_option("--format", o->format,
+                  "dcp: a DCP checkpoint; megatron: one megatron-core's dist_checkpointing.load reads (torch_dist: "
+                  "metadata.json, the common state, the layers' extra states; one rank file unless -w)")
+      ->check(CLI::IsMember({"dcp", "megatron"}))
+      ->capture_default_str()
+      ->type_name("FORMAT");
+  sub->add_option("--iteration", o->iteration, "--format megatron: write Megatron-LM's iter_NNNNNNN/ and latest_checkpointed_iteration.txt")
+      ->check(CLI::Range(int64_t{0}, int64_t{9999999}))
+      ->type_name("N");
   sub->add_flag("-f,--force", o->force, "Replace an existing output directory");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");

@@ -42,6 +42,10 @@ void add_io_option(CLI::App* sub, WriteCliOptions& c);
 // --map NAME|FILE and --config FILE, for every write command (and diff, stats).
 void add_map_options(CLI::App* sub, std::string& map, std::string& config);
 
+// consolidate --format megatron: the reshard of `c` to one rank file of a megatron-core checkpoint
+// (cmd/reshard.cpp), `iteration` < 0 for none.
+int run_megatron_output(const WriteCliOptions& c, int64_t iteration);
+
 // A progress line shown only on a terminal, not for --quiet or --dry-run, and not under a launcher.
 bool wants_progress(const WriteCliOptions& c);
 

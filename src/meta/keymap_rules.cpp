@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "meta/keymap.h"
 #include "meta/keymap_terms.h"
@@ -129,6 +131,7 @@ class MapBuilder {
     for (const auto& k : unmatched[from_])
       if (is_model(k)) uncovered.push_back(k);
     refuse_losses(uncovered, {});
+    refuse_foreign(unmatched, hits[from_]);
   }
 
   // The function that carries out rule `r` in this direction.
@@ -554,6 +557,65 @@ class MapBuilder {
                            " (an even head_dim) for the RoPE row order");
     // The first side holds the interleaved order.
     return rope_rows(heads, hd, from_ == 0);
+  }
+
+  // Refused (exit 5): a direction whose input side the checkpoint is not on. Another framework's
+  // checkpoint can match a rule or two of a map by accident (torchtitan's `lm_head.weight` is
+  // Hugging Face's name too), which picks a direction; its real weights then lie outside every
+  // namespace of the map and would be left out like optimizer state, and the run would exit 0. A
+  // tensor key is foreign when no pattern of either side matches it, it is under neither side's
+  // model namespaces, and it does not hold a key of the input side (an optimizer's
+  // `optimizer.state.exp_avg.<key>` does); more foreign keys than mapped ones is another layout.
+  // Asked after the uncovered model keys are refused: a checkpoint with keys under the input
+  // side's model namespaces is on that side, and what its map lacks is said by that refusal.
+  void refuse_foreign(const std::vector<std::string> unmatched[2], size_t mapped) const {
+    if (!map_.has_model) return;  // every key is the model's: an uncovered one is refused anyway
+    const std::set<std::string> not_from(unmatched[from_].begin(), unmatched[from_].end());
+    const std::set<std::string> not_to(unmatched[to_].begin(), unmatched[to_].end());
+    // The input side's keys: matched by its rules, or under its model namespaces (views of
+    // items_' keys, so a training checkpoint's million optimizer keys are looked up without a copy).
+    std::unordered_set<std::string_view> taken;
+    for (const auto& it : items_)
+      if (it.tensor && (!not_from.count(it.key) || is_model(it.key))) taken.insert(it.key);
+    auto under_model = [this](const std::string& key) {
+      for (int s = 0; s < 2; ++s)
+        for (const auto& p : map_.model[s])
+          if (key.compare(0, p.size(), p) == 0) return true;
+      return false;
+    };
+    auto holds_taken = [&taken](std::string_view key) {  // some run of its dot-separated parts
+      for (size_t a = 0;;) {
+        for (size_t b = a; b <= key.size(); ++b)
+          if ((b == key.size() || key[b] == '.') && taken.count(key.substr(a, b - a))) return true;
+        const size_t dot = key.find('.', a);
+        if (dot == std::string_view::npos) return false;
+        a = dot + 1;
+      }
+    };
+    std::vector<std::string> foreign;
+    for (const auto& k : unmatched[from_])
+      if (not_to.count(k) && !under_model(k) && !holds_taken(k)) foreign.push_back(k);
+    if (foreign.size() <= mapped) return;
+    std::vector<std::string> matched;
+    for (const auto& it : items_)
+      if (it.tensor && !not_from.count(it.key)) matched.push_back(it.key);
+    // The shortest first: a model's own names (`tok_embeddings.weight`) rather than its optimizer's.
+    std::stable_sort(foreign.begin(), foreign.end(), [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+    auto some = [](const std::vector<std::string>& keys) {
+      std::string s;
+      for (size_t i = 0; i < keys.size() && i < 6; ++i) s += (i ? ", " : "") + keys[i];
+      return s + (keys.size() > 6 ? ", ..." : "");
+    };
+    std::string ns[2];
+    for (int s = 0; s < 2; ++s)
+      for (const auto& p : map_.model[s]) ns[s] += (ns[s].empty() ? "" : ", ") + p + "*";
+    throw UnsupportedError(Where(md_.source),
+                           "map " + map_.name + " (" + out_.from + "->" + out_.to + "): the checkpoint is not on its " + out_.from +
+                               " side: " + std::to_string(foreign.size()) + " of its tensor keys are neither " + map_.sides[0] + " (" +
+                               ns[0] + ") nor " + map_.sides[1] + " (" + ns[1] + ") names (" + some(foreign) + "), and only " +
+                               std::to_string(mapped) + " match its " + out_.from + " rules (" +
+                               some(matched) +
+                               "); the keys look like another layout: pick the map for it (dcpctl maps); nothing is written");
   }
 
   // Whether an input key is one of the model's weights (the input side's "model" namespaces).

@@ -13,6 +13,8 @@
 //   hf-safetensors  hf_folder.cpp         a Hugging Face folder: shards, their index, the config
 //   torch           torch_file.cpp        a torch.save zip (.pt), nested as dcp_to_torch_save nests
 //   dcp             dcp_checkpoint.cpp    a DCP checkpoint: one file per target rank, .metadata last
+//   megatron        megatron.cpp          megatron-core's torch_dist: a DCP checkpoint, metadata.json,
+//                                         the common state and the layers' extra states
 //   peft-adapter    peft_adapter.cpp      a PEFT adapter folder (--lora adapter)
 #pragma once
 
@@ -69,7 +71,7 @@ struct Format {
 
 // The rows (formats.cpp).
 namespace formats {
-extern const Format safetensors, hf_folder, torch_file, dcp, peft_adapter;
+extern const Format safetensors, hf_folder, torch_file, dcp, megatron, peft_adapter;
 // Every row, in the order --help lists them.
 const std::vector<const Format*>& all();
 // The consolidate format --format WORD names; nullptr if none.

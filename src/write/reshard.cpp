@@ -10,14 +10,16 @@ using nlohmann::json;
 
 json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   Target target;
-  target.format = &formats::dcp;
+  const Format& format = o.format ? *o.format : formats::dcp;
+  target.format = &format;
   target.world_size = o.world_size;
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
-  json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}};
+  json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}, {"format", std::string(format.name)},
+                  {"iteration", o.iteration ? json(*o.iteration) : json()}};
   const Model model = build_model(ck, model_request(o, "", {}));
   target.map = model.map();
-  std::unique_ptr<OutputWriter> writer = formats::dcp.reshard_writer(o);
+  std::unique_ptr<OutputWriter> writer = format.reshard_writer(o);
   return execute({model.checkpoint(), o, target, command}, *writer);
 }
 

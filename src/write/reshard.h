@@ -26,6 +26,8 @@
 
 namespace dcpctl {
 
+struct Format;
+
 enum class Layout { Fsdp, Keep };
 
 // Under torchrun (WriteOptions::group): target rank files are dealt out round-robin; each process
@@ -34,6 +36,8 @@ enum class Layout { Fsdp, Keep };
 struct ReshardOptions : WriteOptions {
   int world_size = 0;  // Fsdp: target ranks
   Layout layout = Layout::Fsdp;
+  const Format* format = nullptr;  // dcp (nullptr) or megatron (plan/format.h)
+  std::optional<int64_t> iteration;  // megatron: Megatron-LM's iter_NNNNNNN/ and its tracker file
 };
 
 nlohmann::json reshard(const Checkpoint& ck, const ReshardOptions& opts);

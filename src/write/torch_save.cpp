@@ -82,6 +82,14 @@ std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64
   return blob;
 }
 
+std::vector<uint8_t> torch_save_object_blob(const std::string& data_pkl) {
+  std::vector<uint8_t> blob;
+  TorchSaveWriter::Impl impl(blob);
+  impl.header(data_pkl);
+  impl.zip.finish();
+  return blob;
+}
+
 void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n) {
   TorchSaveWriter::Impl impl(out);
   impl.header(tensor_pickle(dtype, shape));

@@ -59,4 +59,8 @@ void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<
 // The same archive in memory.
 std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
 
+// torch.save of an object that holds no tensor (`data_pkl`: its pickle, protocol 2, STOP
+// included), in memory: a DCP bytes item such as megatron-core's ShardedObjects.
+std::vector<uint8_t> torch_save_object_blob(const std::string& data_pkl);
+
 }  // namespace dcpctl

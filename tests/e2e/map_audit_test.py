@@ -15,7 +15,10 @@ does not apply to it (dcpctl: exit 2 saying so). Otherwise `consolidate FIX -o x
 M --dry-run --json` must either
   * exit 0 with no model key in `map.left_out` (the model keys no pattern matches are none), or
   * exit 5 naming the map and exactly the model keys no pattern matches (its "no rule covers (N):"
-    list), and write nothing.
+    list), and write nothing;
+  * with no such key, exit 5 when the checkpoint is another framework's (issue 50: more keys of
+    neither side than the map matched, `foreign` below), naming the map, the direction and the
+    count, and write nothing.
 A map that needs config.json's numbers gets the fixture's own (its folder's or a parent's
 config.json, as a user would pass --config). The table printed at the end is the audit: which
 fixture each map maps, and which it refuses naming which keys (docs/maps.md quotes it).
@@ -82,12 +85,11 @@ def config_for(ckpt: Path, fixtures: Path) -> Path | None:
     return None
 
 
-def uncovered(m: dict, side: str, keys: list[str], config: dict | None) -> list[str]:
-    """The model keys of `side` that no pattern of that side matches (an offset pattern whose
-    parameter is unknown counts as matching, as it does for dcpctl's direction)."""
+def matcher(m: dict, side: str, config: dict | None):
+    """Whether a key matches a pattern of `side` (an offset pattern whose parameter is unknown
+    counts as matching, as it does for dcpctl's direction)."""
     params = mr.Params(m, config)
     pats = [mr._pattern(p) for r in m["rules"] for p in mr._patterns(r, side)]
-    prefixes = m["model"][side]
 
     def matches(k: str) -> bool:
         for p in pats:
@@ -98,7 +100,34 @@ def uncovered(m: dict, side: str, keys: list[str], config: dict | None) -> list[
                 return True
         return False
 
-    return [k for k in keys if any(k.startswith(x) for x in prefixes) and not matches(k)]
+    return matches
+
+
+def uncovered(m: dict, side: str, keys: list[str], config: dict | None) -> list[str]:
+    """The model keys of `side` that no pattern of that side matches."""
+    matches = matcher(m, side, config)
+    return [k for k in keys if any(k.startswith(x) for x in m["model"][side]) and not matches(k)]
+
+
+def foreign(m: dict, side: str, keys: list[str], config: dict | None) -> tuple[list[str], int]:
+    """Issue 50 item 2: the keys of neither side (no pattern of either side matches them, they lie
+    under neither side's model namespaces, and no run of their dot-separated parts is a key of the
+    input side: one its patterns match or under its model namespaces), and how many keys the
+    input side's patterns match. More foreign keys than matched ones: another framework's
+    checkpoint, which dcpctl refuses (exit 5) once no model key is uncovered."""
+    other = [s for s in m["sides"] if s != side][0]
+    mine, theirs = matcher(m, side, config), matcher(m, other, config)
+    prefixes = m["model"][side] + m["model"][other]
+    matched = {k for k in keys if mine(k)}
+    taken = matched | {k for k in keys if any(k.startswith(x) for x in m["model"][side])}
+
+    def holds_taken(k: str) -> bool:
+        parts = k.split(".")
+        return any(".".join(parts[a:b]) in taken for a in range(len(parts)) for b in range(a + 1, len(parts) + 1))
+
+    out = [k for k in keys if k not in matched and not theirs(k) and not any(k.startswith(x) for x in prefixes)
+           and not holds_taken(k)]
+    return out, len(matched)
 
 
 def named_keys(stderr: str, head: str = "no rule covers") -> list[str]:
@@ -161,6 +190,16 @@ def main() -> int:
                           f"exit {r.returncode}, named {got[:6]}: {r.stderr.strip()[-400:]}")
                     table.append((str(rel), name, f"refused (exit 5): {len(want)} model keys no rule covers: " + ", ".join(want[:4])
                                   + (" ..." if len(want) > 4 else "")))
+                    continue
+                alien, mapped = foreign(m, src, keys, cfg)
+                if not want and len(alien) > mapped:
+                    check(r.returncode == EXIT_UNSUPPORTED and f"map {name} ({src}->" in r.stderr
+                          and f"the checkpoint is not on its {src} side: {len(alien)} of its tensor keys" in r.stderr
+                          and not out.exists(),
+                          f"{what}: {len(alien)} keys of neither side against {mapped} mapped: exit 5 wanted; exit {r.returncode}: "
+                          f"{r.stderr.strip()[-400:]}")
+                    table.append((str(rel), name, f"refused (exit 5): another framework's keys ({len(alien)} of neither side, "
+                                                  f"{mapped} matched): " + ", ".join(sorted(alien, key=len)[:3])))
                     continue
                 if r.returncode == EXIT_USAGE and "needs parameter" in r.stderr:
                     # every model key is covered (dcpctl refused nothing), but the fixture has no

@@ -276,6 +276,32 @@ def test_refusals(case: mo.Case, work: Path, fixtures: Path) -> None:
     check(not out2.exists(), f"{case.name}: --map {other}: {out2} written")
 
 
+def test_wrong_way(fixtures: Path, work: Path) -> None:
+    """Issue 50 item 2: every built-in map on every map fixture of another framework (a torchtitan
+    map on a Megatron checkpoint, megatron-gpt or gpt-oss-mxfp4 on a torchtitan one, ...) is refused
+    with nothing written: exit 5 naming the map and the direction it tried when some rule matched by
+    accident (megatron-gpt's `lm_head.weight` is torchtitan's name too), exit 2 when none did.
+    Before the refusal megatron-gpt on a torchtitan checkpoint wrote `output_layer.weight` alone, exit 0."""
+    files = {p.stem: json.loads(p.read_text()) for p in MAPS_DIR.glob("*.json")}
+    ckpts = {c.dir.name: (c.ckpt, c.side) for c in mo.cases(fixtures)}
+    for name in ("megatron_qwen3", "megatron_qwen3_moe"):
+        ckpts[name] = (fixtures / "layouts" / name / "ckpt", "megatron")
+    refused_5 = 0
+    for fixture, (ckpt, side) in sorted(ckpts.items()):
+        for name, m in sorted(files.items()):
+            if side in m["sides"]:
+                continue  # its own framework's map: the other tests
+            out = work / f"wrong-{fixture}-{name}.safetensors"
+            r = dcpctl("consolidate", ckpt, "-o", out, "--map", name, "--config", fixtures / "layouts" / fixture / "config.json")
+            what = f"--map {name} on {fixture} ({side})"
+            check(r.returncode in (2, 5) and f"map {name}" in r.stderr and not out.exists(),
+                  f"{what}: exit {r.returncode} (want 5, or 2 when no key matches): {r.stderr.strip()[-400:]!r}")
+            if r.returncode == 5:
+                refused_5 += 1
+                check("->" in r.stderr, f"{what}: the refusal does not say the direction it tried: {r.stderr.strip()[-300:]!r}")
+    check(refused_5 > 0, "no wrong-way map matched a key by accident: the exit-5 refusal went untested")
+
+
 def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     """reshard hf/ -> DCP with torchtitan names (convert_from_hf), and back."""
     dcp = work / f"{case.name}-dcp"
@@ -520,7 +546,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-maps-") as tmp:
         work = Path(tmp)
         steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
-                 ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work))]
+                 ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
+                 ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]
         for case in mo.cases(fixtures):
             steps.append((f"{case.name} export", lambda c=case: test_export(c, work)))
             steps.append((f"{case.name} file/options", lambda c=case: test_file_and_options(c, work)))

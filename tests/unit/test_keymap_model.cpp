@@ -108,6 +108,29 @@ TEST_CASE("keymap model: a model key taken into an output that could not be made
   CHECK(apply_key_map(km, both.md, select_items(both.md, {}), no_config()).tensors.size() == 2);
 }
 
+TEST_CASE("keymap model: another framework's checkpoint that matches a rule by accident is refused, exit 5") {
+  // A map with a plain key both frameworks name alike (torchtitan's and Hugging Face's lm_head).
+  KeyMap km = model_map_of(R"({"schema": "dcpctl-map/1", "name": "mg", "sides": ["megatron", "hf"],
+    "model": {"megatron": ["decoder.", "output_layer."], "hf": ["model.", "lm_head."]},
+    "rules": [{"megatron": "decoder.w", "hf": "model.w"}, {"megatron": "output_layer.weight", "hf": "lm_head.weight"}]})");
+  // A torchtitan checkpoint: lm_head.weight picks hf -> megatron, the rest is neither side's.
+  Checkpoint titan = checkpoint({t2("lm_head.weight"), t2("tok_embeddings.weight"), t2("layers.0.attention.wq.weight"),
+                                 t2("optimizer.state.layers.0.attention.wq.weight.exp_avg")});
+  CHECK_THROWS_AS(apply_key_map(km, titan.md, select_items(titan.md, {}), no_config()), UnsupportedError);
+  CHECK_THROWS_WITH(apply_key_map(km, titan.md, select_items(titan.md, {}), no_config()),
+                    Catch::Contains("map mg (hf->megatron): the checkpoint is not on its hf side") &&
+                        Catch::Contains("3 of its tensor keys") && Catch::Contains("tok_embeddings.weight") &&
+                        Catch::Contains("only 1 match its hf rules (lm_head.weight)"));
+  // Its own side's training checkpoint: the optimizer's keys hold a mapped key, so they are left
+  // out, not foreign, however many there are.
+  Checkpoint own = checkpoint({t2("model.w"), t2("lm_head.weight"), t2("optimizer.state.model.w.exp_avg"),
+                               t2("optimizer.state.model.w.exp_avg_sq"), t2("optimizer.state.lm_head.weight.exp_avg"),
+                               t2("rng.cuda")});
+  MappedModel mm = apply_key_map(km, own.md, select_items(own.md, {}), no_config());
+  CHECK(mm.tensors.size() == 2);
+  CHECK(mm.left_out.size() == 4);
+}
+
 TEST_CASE("keymap model: a map without \"model\" counts every tensor key as the model") {
   KeyMap km = model_map_of(
       R"({"schema": "dcpctl-map/1", "name": "bare", "sides": ["a", "b"], "rules": [{"a": "x", "b": "y"}]})");

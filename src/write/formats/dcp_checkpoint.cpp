@@ -2,8 +2,15 @@
 // one torch.save blob each (rank 0's file first holds the non-tensor items, copied as they are),
 // then `.metadata` last, as DCP writes it, so a checkpoint without it is visibly incomplete. Under
 // torchrun each process writes the rank files dealt to it into rank 0's temporary directory and
-// tells rank 0 where each chunk landed.
+// tells rank 0 where each chunk landed. A format built on it (DcpAdditions) adds items made in
+// memory, a folder the checkpoint lies in and files beside .metadata.
+#include "write/formats/dcp_checkpoint.h"
+
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 
 #include "dist/group.h"
@@ -23,21 +30,23 @@ namespace {
 
 class DcpCheckpoint final : public OutputWriter, FileSink {
  public:
-  explicit DcpCheckpoint(const ReshardOptions& o) : o_(o) {}
+  DcpCheckpoint(const ReshardOptions& o, DcpAdd add) : o_(o), add_(std::move(add)) {}
   const char* name() const override { return "reshard"; }
   bool decode_once() const override { return true; }
 
   void planned(WriteJob& job, json& summary) override {
     const WritePlan& plan = job.plan;
     const int world = static_cast<int>(plan.files.size());
+    if (add_) extra_ = add_(job);
+    const size_t values = plan.values.size() + extra_.items.size();
     summary["layout"] = o_.layout == Layout::Keep ? "keep" : "fsdp";
     summary["world_size"] = world;
-    summary["non_tensor_items"] = plan.values.size();
+    summary["non_tensor_items"] = values;
     json ranks = json::array();
     for (int r = 0; r < world; ++r) {
       const PlannedFile& f = plan.files[static_cast<size_t>(r)];
       ranks.push_back({{"rank", r}, {"file", f.name}, {"chunks", f.records.size()}, {"tensor_bytes", f.data_bytes},
-                       {"non_tensor_items", r == 0 ? plan.values.size() : 0}});
+                       {"non_tensor_items", r == 0 ? values : 0}});
     }
     summary["ranks"] = ranks;
     describe_metadata(job);
@@ -46,6 +55,8 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
   // Rank 0 makes the temporary directory every process writes into.
   std::string set_up(WriteJob& job) override {
     dir_ = std::make_unique<OutputDir>(o_.output, job.uploads);
+    if (!extra_.subdir.empty() && !dir_->remote() && ::mkdir(dir_->path_of(extra_.subdir).c_str(), 0755) != 0)
+      throw IoError(Where(dir_->path_of(extra_.subdir)), std::string("cannot create the checkpoint's folder: ") + std::strerror(errno));
     return dir_->temp_path();
   }
 
@@ -73,10 +84,15 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
         mc.offset = l.at(1).get<uint64_t>();
         mc.length = l.at(2).get<uint64_t>();
       }
+    for (const auto& [path, content] : extra_.files) {
+      OutputFile f(dir_->temp_path() + "/" + path, job.uploads);
+      f.append(content.data(), content.size());
+      f.commit();
+    }
     // .metadata last: a checkpoint without it is visibly incomplete.
     std::string pkl = metadata_pickle(mo_);
     {
-      OutputFile meta(dir_->temp_path() + "/.metadata", job.uploads);
+      OutputFile meta(dir_->temp_path() + "/" + inside(".metadata"), job.uploads);
       meta.append(pkl.data(), pkl.size());
       meta.commit();
     }
@@ -87,8 +103,9 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
  private:
   OutputFile& file(size_t) override { throw std::logic_error("a DCP checkpoint's rank files are created by their writers"); }
   std::unique_ptr<OutputFile> create(size_t rank) override {
-    return std::make_unique<OutputFile>(dir_path_ + "/" + job_->plan.files[rank].name, job_->uploads);
+    return std::make_unique<OutputFile>(dir_path_ + "/" + inside(job_->plan.files[rank].name), job_->uploads);
   }
+  std::string inside(const std::string& name) const { return extra_.subdir.empty() ? name : extra_.subdir + "/" + name; }
   // Non-tensor items first, in rank 0's file, as DCP writes them: their bytes (and transforms)
   // unchanged.
   void lead(size_t rank, OutputFile& out, StreamWindow& win) override {
@@ -109,6 +126,15 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       const ReadFile& in = job_->reader.watched_item_file(bm);
       stream_runs(out, {{&in, bm.storage.offset, bm.storage.length, bm.fqn}}, DType::UInt8, DType::UInt8, win);
     }
+    for (size_t i = 0; i < extra_.items.size(); ++i) {
+      const auto& [key, blob] = extra_.items[i];
+      MetaBytesOut& mb = mo_.bytes[plan.values.size() + i];
+      mb.fqn = key;
+      mb.file = 0;
+      mb.offset = out.appended();
+      mb.length = blob.size();
+      out.append(blob.data(), blob.size());
+    }
   }
   void placed(size_t ri, uint64_t offset, uint64_t length) override {
     chunk_out(job_->plan, ri).offset = offset;
@@ -120,7 +146,7 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
   void describe_metadata(const WriteJob& job) {
     const WritePlan& plan = job.plan;
     mo_.save_id = uuid4();
-    mo_.checkpoint_id = o_.output;
+    mo_.checkpoint_id = extra_.subdir.empty() ? o_.output : o_.output + "/" + extra_.subdir;
     for (const PlannedFile& f : plan.files) mo_.files.push_back(f.name);
     mo_.tensors.resize(plan.tensors.size());
     part_.resize(plan.records.size());
@@ -140,7 +166,7 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
         mt.chunks[c].file = r.dest;
       }
     }
-    mo_.bytes.resize(plan.values.size());
+    mo_.bytes.resize(plan.values.size() + extra_.items.size());
     size_t ti = 0, bi = 0;
     for (const auto& it : plan.items) {
       if (it.tensor) {
@@ -150,10 +176,13 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       }
       if (!it.path.empty() && job.request.ck.md.has_planner_data) mo_.planner_data[it.key] = it.path;
     }
+    for (size_t i = 0; i < extra_.items.size(); ++i) mo_.order.emplace_back(false, static_cast<uint32_t>(bi++));
   }
   MetaChunkOut& chunk_out(const WritePlan& plan, size_t ri) { return mo_.tensors[plan.records[ri].tensor].chunks[part_[ri]]; }
 
   const ReshardOptions& o_;
+  DcpAdd add_;
+  DcpAdditions extra_;
   MetadataOut mo_;
   std::vector<size_t> part_;  // a record's index among its tensor's chunks
   std::unique_ptr<OutputDir> dir_;
@@ -163,7 +192,11 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
 
 }  // namespace
 
-const Format formats::dcp = [] {
+std::unique_ptr<OutputWriter> dcp_writer(const ReshardOptions& o, DcpAdd add) { return std::make_unique<DcpCheckpoint>(o, std::move(add)); }
+
+const Format formats::dcp = dcp_row();
+
+Format dcp_row() {
   Format f;
   f.name = "dcp";
   f.writing = Writing::RankFiles;
@@ -175,8 +208,8 @@ const Format formats::dcp = [] {
     unsigned at_once = static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), files));
     return PartBuffers{2 * at_once, at_once};
   };
-  f.reshard_writer = [](const ReshardOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<DcpCheckpoint>(o); };
+  f.reshard_writer = [](const ReshardOptions& o) { return dcp_writer(o, nullptr); };
   return f;
-}();
+}
 
 }  // namespace dcpctl

@@ -1,0 +1,145 @@
+// The `megatron` format (reshard and cast, --format megatron): a checkpoint megatron-core's
+// `dist_checkpointing.load` reads (backend torch_dist, megatron-core 0.19.2), into a model of any
+// tensor or expert parallelism. It is a DCP checkpoint (the `dcp` format's writer) with:
+//
+//   metadata.json   {"sharded_backend": "torch_dist", "sharded_backend_version": 1}, as
+//                   megatron's save_config writes it; without it megatron refuses the folder;
+//   common_state/shard_0_1
+//                   the common (non-sharded) state, a ShardedObject: torch.save([state]) with
+//                   state = {"iteration": N, "checkpoint_version": 3.0} (what
+//                   load_common_state_dict reads; megatron-core 0.19.2 no longer writes common.pt);
+//   <module>._extra_state/shard_<offsets>_<shape>
+//                   one ShardedObject per parallel linear (ColumnParallelLinear, RowParallelLinear:
+//                   a `linear_*` module under `decoder.layers.`) and stacked position, which
+//                   every such layer asks for when loading: torch.save([None]), the local spec's
+//                   empty extra state. The offsets are the layer's (and for SequentialMLP's
+//                   `experts.experts.` the expert's) place in the stacked tensor, so they do not
+//                   depend on the parallelism; GPTModel drops output_layer's.
+//
+// A source that has the common state or an extra state keeps its own (a Megatron -> Megatron
+// reshard copies them as they are); only what is missing is made. With --iteration N the
+// checkpoint is Megatron-LM's `iter_NNNNNNN/` beside `latest_checkpointed_iteration.txt` ("N"),
+// which --load / --pretrained-checkpoint find.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "plan/format.h"
+#include "util/error.h"
+#include "write/execute.h"
+#include "write/formats/dcp_checkpoint.h"
+#include "write/pickler.h"
+#include "write/reshard.h"
+#include "write/torch_save.h"
+
+namespace dcpctl {
+
+namespace {
+
+constexpr const char* kExtraState = "._extra_state/shard_";
+
+std::vector<uint8_t> list_of_none() {
+  Pickler p(2);
+  p.empty_list();
+  p.none();
+  p.append();
+  p.stop();
+  return torch_save_object_blob(p.data());
+}
+
+std::vector<uint8_t> common_state(int64_t iteration) {
+  Pickler p(2);
+  p.empty_list();
+  p.empty_dict();
+  p.mark();
+  p.str("iteration");
+  p.integer(iteration);
+  p.str("checkpoint_version");
+  p.floating(3.0);
+  p.setitems();
+  p.append();
+  p.stop();
+  return torch_save_object_blob(p.data());
+}
+
+std::string joined(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "." : "") + std::to_string(v[i]);
+  return s;
+}
+
+// The stacked dimensions of a parallel linear's weight (`decoder.layers.<...>.linear_x.weight`):
+// the layers, and the experts of SequentialMLP; empty when it is not one.
+size_t stacked_dims(const std::string& module) {
+  if (module.rfind("decoder.layers.", 0) != 0) return 0;
+  const size_t last = module.rfind('.');
+  if (module.compare(last + 1, 7, "linear_") != 0) return 0;
+  return module.find(".experts.experts.") != std::string::npos ? 2 : 1;
+}
+
+DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iteration) {
+  const WritePlan& plan = job.plan;
+  std::set<std::string> have;
+  for (const SelectedItem* v : plan.values) have.insert(v->key);
+  bool megatron_keys = false;
+  std::map<std::string, std::vector<int64_t>> modules;  // a parallel linear -> its stacked shape
+  for (const PlannedTensor& pt : plan.tensors) {
+    if (pt.key.rfind("decoder.", 0) == 0 || pt.key.rfind("embedding.", 0) == 0) megatron_keys = true;
+    // A linear's own `weight` (`linear_fc1.layer_norm_weight` alone is the fused pre-MLP norm, which
+    // a MoE layer keeps under that name with no linear_fc1).
+    const size_t dot = pt.key.rfind('.');
+    if (dot == std::string::npos || pt.key.compare(dot, std::string::npos, ".weight") != 0) continue;
+    const std::string module = pt.key.substr(0, dot);
+    const size_t n = stacked_dims(module);
+    if (n == 0) continue;
+    const std::vector<int64_t>& shape = pt.t->shape;
+    if (shape.size() >= n && std::any_of(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n), [](int64_t d) { return d <= 0; }))
+      continue;  // no layer, no expert: nothing asks for an extra state
+    if (shape.size() < n)
+      throw UnsupportedError(Where({}, std::nullopt, pt.key), "--format megatron: a parallel linear's tensor of " +
+                                                                   std::to_string(shape.size()) + " dimensions is not stacked over " +
+                                                                   (n == 2 ? "layers and experts" : "layers"));
+    modules.emplace(module, std::vector<int64_t>(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n)));
+  }
+  if (!megatron_keys)
+    throw UnsupportedError(Where(), "--format megatron: the output has no megatron-core keys (embedding.*, decoder.*); "
+                                    "name a map that writes them (--map megatron-gpt)");
+  DcpAdditions add;
+  if (iteration) {
+    char dir[32];
+    std::snprintf(dir, sizeof dir, "iter_%07lld", static_cast<long long>(*iteration));
+    add.subdir = dir;
+    add.files.emplace_back("latest_checkpointed_iteration.txt", std::to_string(*iteration));
+  }
+  add.files.emplace_back(add.subdir.empty() ? "metadata.json" : add.subdir + "/metadata.json",
+                         R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})");
+  if (!have.count("common_state/shard_0_1")) add.items.emplace_back("common_state/shard_0_1", common_state(iteration.value_or(0)));
+  const std::vector<uint8_t> none = list_of_none();
+  for (const auto& [module, shape] : modules) {
+    std::vector<int64_t> at(shape.size(), 0);
+    for (;;) {
+      std::string key = module + kExtraState + joined(at) + "_" + joined(shape);
+      if (!have.count(key)) add.items.emplace_back(std::move(key), none);
+      size_t d = at.size();
+      while (d > 0 && ++at[d - 1] == shape[d - 1]) at[--d] = 0;
+      if (d == 0) break;
+    }
+  }
+  return add;
+}
+
+}  // namespace
+
+const Format formats::megatron = [] {
+  Format f = dcp_row();
+  f.name = "megatron";
+  f.flag = "megatron";
+  f.reshard_writer = [](const ReshardOptions& o) {
+    const std::optional<int64_t> iteration = o.iteration;
+    return dcp_writer(o, [iteration](const WriteJob& job) { return megatron_additions(job, iteration); });
+  };
+  return f;
+}();
+
+}  // namespace dcpctl

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""--format megatron (issue 50 item 3): what dcpctl writes for megatron-core, checked against what
+megatron-core 0.19.2 itself wrote for the same model (tests/fixtures/layouts/megatron_qwen3{,_moe},
+make_megatron_qwen3.py), with torch's own DCP reader:
+
+    megatron_format_test.py DCPCTL FIXTURES_DIR             # the files megatron's loader reads
+    megatron_format_test.py DCPCTL FIXTURES_DIR --load      # and megatron-core's own load of them
+
+For each case, `reshard hf/ --map megatron-gpt --format megatron` (HF -> Megatron; once with
+--iteration 7: Megatron-LM's iter_0000007/ + latest_checkpointed_iteration.txt), `reshard ckpt/
+--format megatron -w 1` (Megatron -> Megatron) and `consolidate hf/ -o DIR/ --format megatron` must
+give: metadata.json byte for byte megatron's;
+the same .metadata keys as megatron's checkpoint (every tensor with its global shape and dtype, every
+ShardedObject: the common state and each parallel linear's `_extra_state/shard_<offsets>_<shape>`);
+every tensor bit for bit megatron's; every ShardedObject read back by torch.load(weights_only=True)
+as megatron-core reads it (the common state {"iteration": N, "checkpoint_version": 3.0}, each extra
+state [None]). A control: without --format megatron (plain dcp) the same checks must fail.
+
+--load runs megatron-core's `dist_checkpointing.load` of those outputs into fresh models (other
+weights) of tensor parallelism 2, and 2 x expert parallelism 2 for the MoE case, on 2 gloo CPU
+ranks, and compares their logits with the fixture's (megatron's own forward): megatron_load.py,
+under a Python that has megatron-core 0.19.2: $DCPCTL_MEGATRON_PYTHON, else this one if it imports
+megatron.core. megatron-core >= 0.17 declares Requires-Python >= 3.12 and has no wheel for the
+project's Python 3.11 (0.19.2 installs only by building its sdist with --ignore-requires-python:
+tests/fixtures/layouts/README.md recipe 14), so the project's virtualenv does not have it: without
+such a Python --load exits 77 (the machine lacks it, as a GPU test without a GPU).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from skip import skip_absent, skip_or_fail  # noqa: E402
+
+try:
+    import torch
+    import torch.distributed.checkpoint as dcp
+except ImportError as e:
+    skip_or_fail(f"torch is not importable ({e})")
+
+import dcp_oracle  # noqa: E402
+from testlib import check, run, summary  # noqa: E402
+
+CASES = ("megatron_qwen3", "megatron_qwen3_moe")
+META_JSON = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1}'
+
+
+def objects(ckpt: Path, md) -> dict:
+    """Every bytes item (megatron's ShardedObjects), read as megatron-core reads its common state:
+    dcp.load into a BytesIO, then torch.load(weights_only=True)."""
+    keys = [k for k, v in md.state_dict_metadata.items() if type(v).__name__ == "BytesStorageMetadata"]
+    sd = {k: io.BytesIO() for k in keys}
+    dcp.load(sd, storage_reader=dcp.FileSystemReader(str(ckpt)), no_dist=True)
+    out = {}
+    for k, v in sd.items():
+        if isinstance(v, io.BytesIO):  # as megatron's load_common_state_dict: torch 2.15 hands the object back loaded
+            v.seek(0)
+            v = torch.load(v, weights_only=True)
+        out[k] = v
+    return out
+
+
+def tensors(ckpt: Path) -> dict:
+    return {k: v for k, v in dcp_oracle.flat_state_from_dcp(ckpt).items() if isinstance(v, torch.Tensor)}
+
+
+def layout(md) -> dict:
+    """key -> (dtype, global shape) for tensors, "bytes" for ShardedObjects."""
+    out = {}
+    for k, v in md.state_dict_metadata.items():
+        out[k] = (str(v.properties.dtype), tuple(v.size)) if hasattr(v, "size") else "bytes"
+    return out
+
+
+def like_megatron(out: Path, ref: Path, iteration: int | None, what: str, want_common: dict) -> list[str]:
+    """The checks the docstring lists: what differs from megatron's checkpoint (empty: nothing)."""
+    problems = []
+
+    def want(ok: bool, msg: str) -> None:
+        if not ok:
+            problems.append(msg)
+
+    ckpt = out / f"iter_{iteration:07d}" if iteration is not None else out
+    if iteration is not None:
+        tracker = out / "latest_checkpointed_iteration.txt"
+        want(tracker.is_file() and tracker.read_text() == str(iteration), f"{what}: latest_checkpointed_iteration.txt")
+    mj = ckpt / "metadata.json"
+    want(mj.is_file() and mj.read_text() == (ref / "metadata.json").read_text() == META_JSON,
+         f"{what}: metadata.json is not megatron's ({mj.read_text() if mj.is_file() else 'missing'!r})")
+    if not (ckpt / ".metadata").is_file():
+        want(False, f"{what}: no .metadata in {ckpt}")
+        return problems
+    md, rmd = dcp_oracle.read_metadata_raw(ckpt), dcp_oracle.read_metadata_raw(ref)
+    got, exp = layout(md), layout(rmd)
+    want(got == exp, f"{what}: .metadata keys/shapes/dtypes differ from megatron's: "
+                     f"{sorted(set(got.items()) ^ set(exp.items()), key=str)[:6]}")
+    gt, rt = tensors(ckpt), tensors(ref)
+    for k in sorted(rt):
+        want(k in gt and torch.equal(gt[k], rt[k]), f"{what}: tensor {k} differs from megatron's")
+    go, ro = objects(ckpt, md), objects(ref, rmd)
+    for k in sorted(ro):
+        w = [want_common] if k == "common_state/shard_0_1" else ro[k]
+        want(k in go and go[k] == w, f"{what}: {k} reads back as {go.get(k)!r}, want {w!r}")
+    return problems
+
+
+def megatron_python() -> str | None:
+    env = os.environ.get("DCPCTL_MEGATRON_PYTHON")
+    if env:
+        return env
+    try:
+        import megatron.core  # noqa: F401
+        return sys.executable
+    except ImportError:
+        return None
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if a != "--load"]
+    load = "--load" in sys.argv[1:]
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    dcpctl, fixtures = args[0], Path(args[1]).resolve()
+    mpy = megatron_python() if load else None
+    if load and not mpy:
+        skip_absent("megatron-core 0.19.2 is not importable (it needs Python >= 3.12 or an sdist build; "
+                    "set DCPCTL_MEGATRON_PYTHON to a Python that has it)")
+    with tempfile.TemporaryDirectory(prefix="dcpctl-megatron-") as tmp:
+        work = Path(tmp)
+        loads = []
+        for case in CASES:
+            d = fixtures / "layouts" / case
+            ref = d / "ckpt"
+            ref_common = objects(ref, dcp_oracle.read_metadata_raw(ref))["common_state/shard_0_1"][0]
+            runs = [("hf->megatron", "reshard", d / "hf", ["--map", "megatron-gpt"], None, {"iteration": 0, "checkpoint_version": 3.0}),
+                    ("hf->megatron --iteration 7", "reshard", d / "hf", ["--map", "megatron-gpt", "--iteration", "7"], 7,
+                     {"iteration": 7, "checkpoint_version": 3.0}),
+                    ("megatron->megatron", "reshard", ref, ["-w", "1"], None, ref_common),
+                    ("consolidate hf -o DIR/ --format megatron", "consolidate", d / "hf", ["--map", "megatron-gpt"], None,
+                     {"iteration": 0, "checkpoint_version": 3.0})]
+            for label, command, src, extra, it, common in runs:
+                what = f"{case}: {label}"
+                out = work / f"{case}-{len(loads)}"
+                r = run(dcpctl, command, src, "-o", f"{out}/" if command == "consolidate" else out, "--format", "megatron", *extra)
+                if not check(r.returncode == 0, f"{what}: exit {r.returncode}: {r.stderr.strip()[-600:]!r}"):
+                    continue
+                probs = like_megatron(out, ref, it, what, common)
+                check(not probs, f"{what}: {len(probs)} differences from megatron-core's checkpoint: " + "; ".join(probs[:6]))
+                loads.append((case, out / f"iter_{it:07d}" if it is not None else out))
+            # the control: a plain DCP checkpoint of the same tensors is not what megatron reads
+            plain = work / f"{case}-plain"
+            r = run(dcpctl, "reshard", d / "hf", "-o", plain, "-w", "1", "--map", "megatron-gpt")
+            if check(r.returncode == 0, f"{case}: control: exit {r.returncode}: {r.stderr.strip()[-400:]!r}"):
+                found = like_megatron(plain, ref, None, f"{case}: control (plain dcp)", {"iteration": 0, "checkpoint_version": 3.0})
+                check(any("metadata.json" in p for p in found) and any(".metadata keys" in p for p in found),
+                      f"{case}: control: a plain DCP checkpoint passed the megatron checks ({found[:3]})")
+        # Megatron -> Megatron carries the ShardedObjects as they are; a wrong-way map is refused
+        r = run(dcpctl, "reshard", fixtures / "layouts" / "megatron_qwen3" / "hf", "-o", work / "no-map", "--format", "megatron")
+        check(r.returncode == 5 and "--map megatron-gpt" in r.stderr and not (work / "no-map").exists(),
+              f"--format megatron of HF keys without a map: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
+        r = run(dcpctl, "reshard", fixtures / "layouts" / "megatron_qwen3" / "ckpt", "-o", work / "it", "-w", "1", "--iteration", "3")
+        check(r.returncode == 2 and "--format megatron" in r.stderr, f"--iteration without --format megatron: exit {r.returncode} (want 2)")
+        if load:
+            for case, out in loads:
+                r = subprocess.run([mpy, str(HERE / "megatron_load.py"), str(out), str(fixtures / "layouts" / case)],
+                                   capture_output=True, text=True, timeout=900)
+                check(r.returncode == 0, f"{case}: megatron-core's load of {out.name}: exit {r.returncode}: "
+                                         f"{(r.stdout + r.stderr).strip()[-1500:]!r}")
+                if r.returncode == 0:
+                    print(r.stdout.strip().splitlines()[-1])
+    return summary("megatron_format_test")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
