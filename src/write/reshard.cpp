@@ -15,6 +15,8 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.keep_layout = o.layout == Layout::Keep;
   target.max_memory = o.max_memory;
   json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}};
+  if (!o.quantize.scheme.empty())
+    command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, model_request(o, "", {}));
   target.map = model.map();
   std::unique_ptr<OutputWriter> writer = formats::dcp.reshard_writer(o);
