@@ -257,14 +257,7 @@ def mxfp4_checks() -> tuple[Path, dict]:
                 bad.append(k)
             ref.get_parameter(k).copy_(mx_dequantize(*mx_reference(tensors[k].transpose(1, 2))).transpose(1, 2))
     check(not bad, f"from_pretrained's experts are transformers' convert_moe_packed_tensors of dcpctl's blocks ({bad})")
-    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        want, got, quant = model(ids).logits, loaded.eval()(ids).logits, ref.eval()(ids).logits
-    err, qerr, scale = (want - got).abs().max().item(), (quant - got).abs().max().item(), want.abs().max().item()
-    print(f"     mxfp4 logits: max |dcpctl mxfp4 - fp32 model| = {err:.4g} (logits up to {scale:.3g}); "
-          f"max |dcpctl mxfp4 - reference quantize-dequantize| = {qerr:.3g}")
-    check(qerr <= 1e-5 * max(scale, 1.0), f"from_pretrained's logits are the reference quantization's ({qerr:.3g})")
-    check(err < 0.25 * scale, f"and within MXFP4's quantization error of the unquantized model's ({err:.3g} < 25% of {scale:.3g})")
+    compare_logits(model, loaded, ref, torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4)), "mxfp4", 0.25)
 
     # ---- a DCP source whose chunks cut the expert stacks ----
     dcp_dir = WORK / "gptoss-dcp3"
@@ -294,6 +287,20 @@ def mxfp4_checks() -> tuple[Path, dict]:
         expect_rc(dcpctl("consolidate", *args, "-o", f"{o}/"), rc, f"--quantize mxfp4 refused: {what}", *words)
         check(not o.exists(), f"{what}: nothing written")
     return src, out
+
+
+def compare_logits(model, loaded, ref, ids, scheme: str, bound: float) -> None:
+    """The logits of `loaded` (dcpctl's folder through from_pretrained) against the unquantized
+    `model`'s (within `bound` of their largest, printed) and the reference quantize-dequantize
+    `ref`'s (equal up to float32 summation order)."""
+    with torch.no_grad():
+        want, got, quant = model(ids).logits, loaded.eval()(ids).logits, ref.eval()(ids).logits
+    err, qerr, scale = (want - got).abs().max().item(), (quant - got).abs().max().item(), want.abs().max().item()
+    print(f"     {scheme} logits: max |dcpctl {scheme} - fp32 model| = {err:.4g} (logits up to {scale:.3g}); "
+          f"max |dcpctl {scheme} - reference quantize-dequantize| = {qerr:.3g}")
+    check(qerr <= 1e-5 * max(scale, 1.0), f"{scheme}: from_pretrained's logits are the reference quantization's ({qerr:.3g})")
+    check(err < bound * scale, f"{scheme}: and within the quantization error of the unquantized model's "
+                               f"({err:.3g} < {bound:.0%} of {scale:.3g})")
 
 
 def dcp_tensors(d: Path) -> dict:
@@ -391,15 +398,7 @@ def main() -> int:
             for k in qkeys:
                 rq, rs = reference_quantize(tensors[k], (16, 16))
                 ref.get_parameter(k).copy_(rq.to(torch.float32) * rs.repeat_interleave(16, 0).repeat_interleave(16, 1))
-        ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(3))
-        with torch.no_grad():
-            want, got, quant = model(ids).logits, loaded.eval()(ids).logits, ref.eval()(ids).logits
-        err, qerr = (want - got).abs().max().item(), (quant - got).abs().max().item()
-        scale = want.abs().max().item()
-        print(f"     logits: max |dcpctl fp8 - fp32 model| = {err:.4g} (logits up to {scale:.3g}); "
-              f"max |dcpctl fp8 - transformers' quantize-dequantize| = {qerr:.3g}")
-        check(qerr <= 1e-5 * max(scale, 1.0), f"from_pretrained's logits are those of transformers' own quantization ({qerr:.3g})")
-        check(err < 0.1 * scale, f"and within the quantization error of the unquantized model's ({err:.3g} < 10% of {scale:.3g})")
+        compare_logits(model, loaded, ref, torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(3)), "fp8", 0.1)
 
         # ---- round trip: dcpctl's dequantization and torch's reader ----
         rt = WORK / "rt.safetensors"
