@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "util/numeric.h"
@@ -31,6 +32,11 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
       for (; c < end; ++c) o[c] = value[qr[c]] * s;
     }
   }
+}
+
+void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = e8m0[i] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, static_cast<int>(e8m0[i]) - 127);
 }
 
 void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales,

@@ -19,6 +19,10 @@ namespace dcpctl {
 void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, const float* scale, int64_t scale_cols,
                            const int64_t block[2], float* out);
 
+// E8M0 scales (float8_e8m0fnu) as float32, as torch's .to(torch.float32): 2^(byte - 127), byte
+// 0 the subnormal 2^-127, 255 NaN.
+void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out);
+
 // MXFP4 (meta/quantized.h): `packed` holds the dense bytes of box `box` of blocks [..., G, B] (the
 // box spans B); `scales` the whole uint8 scales of shape `scale_shape` ([..., G]); `out`: the
 // box's 2 * box.numel() float32 values, [..., g, 2B] of each group in order, the low nibble first:
