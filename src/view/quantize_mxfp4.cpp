@@ -48,7 +48,8 @@ void read_expert(const TensorReads& below, const TensorMeta& t, int64_t e, float
     if (off[1] == 0 && size[1] == in && off[2] == 0 && size[2] == cols) {
       raw.resize(static_cast<size_t>(in * cols) * item);
       below.read(t, c, static_cast<uint64_t>((e - off[0]) * in * cols) * item, raw.size(), raw.data());
-      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out), static_cast<size_t>(in * cols));
+      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out),
+                    static_cast<size_t>(in * cols));
       continue;
     }
     raw.resize(t.chunk_numel(c) * item);
@@ -188,7 +189,8 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
       const bool weight = ends_with(t.fqn, ".weight") && t.ndim() >= 2 && t.dtype && info(*t.dtype).floating;
       if (weight) {
         std::string why = fp8_kept_reason(t.fqn, rq);
-        kept.push_back({{"key", t.fqn}, {"reason", why.empty() ? "not a stacked MoE expert (mxfp4 quantizes those)" : why}});
+        kept.push_back(
+            {{"key", t.fqn}, {"reason", why.empty() ? "not a stacked MoE expert (mxfp4 quantizes those)" : why}});
         kept_modules.push_back(t.fqn.substr(0, t.fqn.size() - 7));
       }
       continue;
@@ -235,9 +237,10 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
     out.push_back(std::move(s));
   }
   if (quantized_modules.empty())
-    throw UnsupportedError(Where(ck.dir), "--quantize mxfp4 quantizes stacked MoE experts (`*.experts.gate_up_proj`, "
-                                          "`*.experts.down_proj`, 3-D, as transformers' GPT-OSS keeps them), and this "
-                                          "checkpoint has none to quantize");
+    throw UnsupportedError(Where(ck.dir),
+                           "--quantize mxfp4 quantizes stacked MoE experts (`*.experts.gate_up_proj`, "
+                           "`*.experts.down_proj`, 3-D, as transformers' GPT-OSS keeps them), and this "
+                           "checkpoint has none to quantize");
   std::vector<std::pair<bool, uint32_t>> order;
   for (const auto& [tensor, idx] : md.order) {
     order.push_back({tensor, tensor ? index[idx] : idx});

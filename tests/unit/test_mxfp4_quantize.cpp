@@ -15,10 +15,10 @@ namespace {
 
 TEST_CASE("mxfp4: E2M1 rounds to nearest, ties to the even code, saturating", "[mxfp4]") {
   // value -> code (0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6)
-  const std::vector<std::pair<float, int>> cases = {
-      {0.0f, 0},  {0.25f, 0}, {0.2501f, 1}, {0.5f, 1},  {0.75f, 2}, {0.7499f, 1}, {1.25f, 2}, {1.2501f, 3},
-      {1.75f, 4}, {2.5f, 4},  {2.5001f, 5}, {3.5f, 6},  {3.4999f, 5}, {5.0f, 6},  {5.0001f, 7}, {6.0f, 7},
-      {1e30f, 7}, {INFINITY, 7}};
+  const std::vector<std::pair<float, int>> cases = {{0.0f, 0},    {0.25f, 0}, {0.2501f, 1}, {0.5f, 1},  {0.75f, 2},
+                                                    {0.7499f, 1}, {1.25f, 2}, {1.2501f, 3}, {1.75f, 4}, {2.5f, 4},
+                                                    {2.5001f, 5}, {3.5f, 6},  {3.4999f, 5}, {5.0f, 6},  {5.0001f, 7},
+                                                    {6.0f, 7},    {1e30f, 7}, {INFINITY, 7}};
   for (const auto& [v, code] : cases) {
     INFO(v);
     CHECK(e2m1_nibble(v) == code);
@@ -43,8 +43,8 @@ TEST_CASE("mxfp4: the shared exponent from the amax, the values divided by it, l
   CHECK(scales[2] == 0);
   CHECK(scales[3] == 0);
   CHECK(packed[0] == (6 | ((2 | 8) << 4)));  // 5 -> 4 (code 6), -0.75 -> -1 (code 2, sign) in the high nibble
-  CHECK(packed[1] == 0);                       // 0.1 -> 0
-  CHECK(packed[16] == (7 | (1 << 4)));         // 1000 / 128 -> 6 (code 7), 64 / 128 = 0.5 (code 1)
+  CHECK(packed[1] == 0);                     // 0.1 -> 0
+  CHECK(packed[16] == (7 | (1 << 4)));       // 1000 / 128 -> 6 (code 7), 64 / 128 = 0.5 (code 1)
   CHECK(packed[32] == 0);
   CHECK(packed[48] == 0);
 }
