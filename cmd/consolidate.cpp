@@ -31,8 +31,6 @@ struct ConsolidateCliOptions : WriteCliOptions {
   std::string format, max_shard_size, assets;
   int64_t iteration = -1;
   std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base;
-  std::string quantize, quantize_block;
-  std::vector<std::string> quantize_skip;
   bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
 };
 
@@ -109,21 +107,8 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   co.assets_from = o.assets;
   co.map_assets = o.assets;
   co.lightning_meta = !o.no_lightning_meta;
-  if (o.quantize.empty() && (!o.quantize_block.empty() || !o.quantize_skip.empty()))
-    throw UsageError(Where(), "--quantize-block and --quantize-skip go with --quantize");
-  if (!o.quantize.empty()) {
-    if (co.lora.mode == LoraMode::Adapter) throw UsageError(Where(o.output), "--quantize writes a model's weights; --lora adapter writes an adapter");
-    co.quantize.scheme = o.quantize;
-    co.quantize.skip = o.quantize_skip;
-    if (!o.quantize_block.empty()) {
-      long long r = 0, c = 0;
-      char tail = 0;
-      if (std::sscanf(o.quantize_block.c_str(), "%lldx%lld%c", &r, &c, &tail) != 2 || r <= 0 || c <= 0 || r > (1 << 20) || c > (1 << 20))
-        throw UsageError(Where(), "--quantize-block " + o.quantize_block + ": give RxC, two positive integers (128x128)");
-      co.quantize.block[0] = r;
-      co.quantize.block[1] = c;
-    }
-  }
+  if (!o.quantize.empty() && co.lora.mode == LoraMode::Adapter)
+    throw UsageError(Where(o.output), "--quantize writes a model's weights; --lora adapter writes an adapter");
 
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
@@ -235,15 +220,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--lora-config", o->lora_config, "The adapter's adapter_config.json (default: one beside the checkpoint)")->type_name("FILE");
   sub->add_option("--lora-alpha", o->lora_alpha, "The adapter's lora_alpha, when no adapter_config.json says it (scaling alpha/r; an rsLoRA adapter needs --lora-config)")->type_name("N");
   sub->add_option("--lora-base", o->lora_base, "--lora adapter: base_model_name_or_path for adapter_config.json")->type_name("NAME");
-  sub->add_option("--quantize", o->quantize,
-                  "Write the Linear weights quantized, as serving stacks load them: fp8-block (float8_e4m3fn and a float32 "
-                  "weight_scale_inv per block, DeepSeek's and transformers' FP8 layout; embeddings, lm_head, norms, routers, MTP and "
-                  "vision weights kept)")
-      ->check(CLI::IsMember({"fp8-block"}))
-      ->type_name("SCHEME");
-  sub->add_option("--quantize-block", o->quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");
-  sub->add_option("--quantize-skip", o->quantize_skip, "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
-      ->type_name("GLOB");
+  add_quantize_options(sub, *o);
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No progress or notes on stderr");

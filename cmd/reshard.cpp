@@ -100,6 +100,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_option("--threads", o->threads, "Parallel writers (one per target rank at a time)")->capture_default_str()->type_name("N");
   sub->add_option("--max-memory", o->max_memory, "Cap on buffer memory (default: the largest chunk's need, at least 1GiB)")->type_name("SIZE");
   add_precision_options(sub, *o);
+  add_quantize_options(sub, *o);
   add_io_option(sub, *o);
   add_map_options(sub, o->map, o->config);
   sub->add_option("--format", o->format,

@@ -1,5 +1,6 @@
 #include "cmd/write_options.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -34,11 +35,40 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.map = c.map;
   w.map_config = c.config;
   if (!c.config.empty() && c.map.empty()) throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
+  if (c.quantize.empty() && (!c.quantize_block.empty() || !c.quantize_skip.empty()))
+    throw UsageError(Where(), "--quantize-block and --quantize-skip go with --quantize");
+  if (!c.quantize.empty()) {
+    w.quantize.scheme = c.quantize;
+    w.quantize.skip = c.quantize_skip;
+    if (!c.quantize_block.empty() && c.quantize == "mxfp4")
+      throw UsageError(Where(), "--quantize-block goes with fp8-block: mxfp4's blocks are 32 values, one E8M0 scale each");
+    if (!c.quantize_block.empty()) {
+      long long r = 0, n = 0;
+      char tail = 0;
+      if (std::sscanf(c.quantize_block.c_str(), "%lldx%lld%c", &r, &n, &tail) != 2 || r <= 0 || n <= 0 || r > (1 << 20) || n > (1 << 20))
+        throw UsageError(Where(), "--quantize-block " + c.quantize_block + ": give RxC, two positive integers (128x128)");
+      w.quantize.block[0] = r;
+      w.quantize.block[1] = n;
+    }
+  }
   w.progress = [&line](uint64_t d, uint64_t t) { line.update(d, t); };
   bool quiet = c.quiet;
   w.note = [quiet](const std::string& s) {
     if (!quiet) std::cerr << "dcpctl: note: " << s << "\n";
   };
+}
+
+void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
+  sub->add_option("--quantize", c.quantize,
+                  "Write the Linear weights quantized, as serving stacks load them: fp8-block (float8_e4m3fn and a float32 "
+                  "weight_scale_inv per block, DeepSeek's and transformers' FP8 layout; embeddings, lm_head, norms, routers, MTP and "
+                  "vision weights kept); mxfp4 (GPT-OSS's MoE experts as E2M1 _blocks and E8M0 _scales, OCP MX v1.0; the other "
+                  "weights kept). Not with --map")
+      ->check(CLI::IsMember({"fp8-block", "mxfp4"}))
+      ->type_name("SCHEME");
+  sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");
+  sub->add_option("--quantize-skip", c.quantize_skip, "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
+      ->type_name("GLOB");
 }
 
 void add_precision_options(CLI::App* sub, WriteCliOptions& c) {
@@ -52,10 +82,13 @@ void add_precision_options(CLI::App* sub, WriteCliOptions& c) {
 void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
   if (r.contains("quantized")) {
     const auto& q = r["quantized"];
-    out << "quantized " << q["weights"].get<size_t>() << " weight(s) to " << q["scheme"].get<std::string>() << " (" << q["block"][0].get<int64_t>()
-        << "x" << q["block"][1].get<int64_t>() << " blocks, each beside its weight_scale_inv)";
+    out << "quantized " << q["weights"].get<size_t>() << " weight(s) to " << q["scheme"].get<std::string>();
+    if (q["scheme"] == "mxfp4")
+      out << " (stacked experts as _blocks of E2M1 pairs beside _scales, one E8M0 exponent per 32 values)";
+    else
+      out << " (" << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks, each beside its weight_scale_inv)";
     if (q["kept"].empty()) out << "\n";
-    else out << "; kept " << q["kept"].size() << " 2-D weight(s) as they were:\n";
+    else out << "; kept " << q["kept"].size() << " weight(s) as they were:\n";
     size_t n = 0;
     for (const auto& k : q["kept"]) {
       if (++n > 20) {

@@ -16,6 +16,8 @@ namespace dcpctl::cli {
 struct WriteCliOptions {
   std::string checkpoint, output, dtype, max_memory, select, io = "direct", map, config;
   std::vector<std::string> include, exclude, keep_dtype;
+  std::string quantize, quantize_block;  // --quantize SCHEME, --quantize-block RxC
+  std::vector<std::string> quantize_skip;
   bool cast_all = false;
   bool force = false, dry_run = false, quiet = false, json = false;
   unsigned threads = 4;
@@ -35,6 +37,9 @@ void add_precision_options(CLI::App* sub, WriteCliOptions& c);
 // kept in its saved dtype, or cast under --cast-all: each key with its reason (the first 20; --json
 // lists all). Nothing without --dtype.
 void print_cast_summary(const nlohmann::json& summary, std::ostream& out);
+
+// --quantize, --quantize-block and --quantize-skip (view/quantize.h), for every write command.
+void add_quantize_options(CLI::App* sub, WriteCliOptions& c);
 
 // --io MODE, for every write command.
 void add_io_option(CLI::App* sub, WriteCliOptions& c);

@@ -34,12 +34,12 @@ _dcpctl_spec() {
             _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--quantize' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--io' '--map' '--config' '--format' '--iteration' '--timeout' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '--timeout' '-w' '--world-size' '--layout' '--dtype')
             ;;
         'dcpctl cast')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--io' '--map' '--config' '--format' '--iteration' '--timeout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '--timeout' '--dtype')
             ;;
         'dcpctl compat')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--link' '--force' '--json' '-q' '--quiet')
@@ -81,14 +81,16 @@ _dcpctl_value() {
         'dcpctl consolidate|--config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--lora') _dcpctl_kind='choice' _dcpctl_choices=('keep' 'adapter' 'merge') ;;
         'dcpctl consolidate|--lora-config') _dcpctl_kind='file' ;;
-        'dcpctl consolidate|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block') ;;
+        'dcpctl consolidate|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4') ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
+        'dcpctl reshard|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4') ;;
         'dcpctl reshard|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl reshard|--config') _dcpctl_kind='file' ;;
         'dcpctl reshard|--format') _dcpctl_kind='choice' _dcpctl_choices=('dcp' 'megatron') ;;
         'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
+        'dcpctl cast|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4') ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl cast|--config') _dcpctl_kind='file' ;;
         'dcpctl cast|--format') _dcpctl_kind='choice' _dcpctl_choices=('dcp' 'megatron') ;;

@@ -49,9 +49,11 @@ std::vector<std::pair<uint32_t, uint32_t>> mxfp4_pairs(const Metadata& md, const
   std::vector<std::pair<uint32_t, uint32_t>> out;
   for (uint32_t i = 0; i < md.tensors.size(); ++i) {
     const TensorMeta& t = md.tensors[i];
-    if (t.dtype != DType::UInt8 || !ends_with(t.fqn, kBlocksSuffix)) continue;
+    if ((t.dtype != DType::UInt8 && t.dtype != DType::Int8) || !ends_with(t.fqn, kBlocksSuffix)) continue;
     auto s = by_name.find(t.fqn.substr(0, t.fqn.size() - std::strlen(kBlocksSuffix)) + "_scales");
-    if (s != by_name.end() && md.tensors[s->second].dtype == DType::UInt8) out.push_back({i, s->second});
+    if (s != by_name.end() &&
+        (md.tensors[s->second].dtype == DType::UInt8 || md.tensors[s->second].dtype == DType::Float8_E8M0FNU))
+      out.push_back({i, s->second});
   }
   return out;
 }

@@ -2,7 +2,8 @@
 //
 // DeepSeek-V3/V3.2 and many Hugging Face releases (transformers' FineGrainedFP8 quantizer writes
 // the same) keep each quantized Linear weight W [rows, cols] as float8 (e4m3fn) beside
-// `W_scale_inv`, float32 [ceil(rows / b0), ceil(cols / b1)], one scale per b0 x b1 block, the
+// `W_scale_inv`, float32 [ceil(rows / b0), ceil(cols / b1)], one scale per b0 x b1 block (or
+// float8_e8m0fnu, a power of two: transformers' scale_fmt "ue8m0", read as 2^(byte - 127)), the
 // block's elements dequantized as float32(fp8) * scale_inv (in float32). config.json says
 // `quantization_config: {"quant_method": "fp8", "weight_block_size": [b0, b1], ...}`; the
 // scale may sit in another shard file than its weight. torch's reference is
@@ -46,7 +47,10 @@ constexpr const char* kScaleSuffix = "_scale_inv";
 int64_t ceil_blocks(int64_t n, int64_t b);
 // The tensor indices by name.
 std::unordered_map<std::string_view, uint32_t> tensor_names(const Metadata& md);
-// (blocks, scales) pairs: a uint8 X_blocks with a uint8 X_scales beside it.
+// (blocks, scales) pairs: a uint8 or int8 X_blocks (the same nibbles: DeepSeek-V4-style releases
+// keep MXFP4 in I8) with a uint8 or float8_e8m0fnu X_scales beside it (the same biased exponent).
+// Dequantized only when config.json's quantization_config.quant_method is "mxfp4"
+// (view/dequantize.h).
 std::vector<std::pair<uint32_t, uint32_t>> mxfp4_pairs(const Metadata& md, const std::unordered_map<std::string_view, uint32_t>& by_name);
 // config.json's quantization_config.weight_block_size, when it gives two positive integers;
 // UsageError naming the file when it is there and is not.

@@ -54,12 +54,16 @@ class Fp8BlockWeight final : public DerivedTensor {
       std::vector<uint8_t> q(numel);
       below.read(w_, chunk, 0, numel, q.data());
       std::vector<uint8_t> scale = below.read_whole(s_);
-      dequantize_fp8_blocks(*w_.dtype, q.data(), chunk_box(w_, chunk), reinterpret_cast<const float*>(scale.data()),
-                            s_.shape[1], block_, out);
+      std::vector<float> f(s_.numel());
+      if (*s_.dtype == DType::Float8_E8M0FNU) e8m0_to_float(scale.data(), f.size(), f.data());
+      else std::memcpy(f.data(), scale.data(), f.size() * 4);
+      dequantize_fp8_blocks(*w_.dtype, q.data(), chunk_box(w_, chunk), f.data(), s_.shape[1], block_, out);
     });
   }
-  // The fp8 chunk, the scale read whole, and the chunk's float32 values when a part is asked.
-  uint64_t working_bytes(size_t chunk) const override { return w_.chunk_numel(chunk) * 5 + whole_read_bytes(s_); }
+  // The fp8 chunk, the scale read whole and as float32, and the chunk's float32 values when a part is asked.
+  uint64_t working_bytes(size_t chunk) const override {
+    return w_.chunk_numel(chunk) * 5 + whole_read_bytes(s_) + s_.numel() * 4;
+  }
 
  private:
   std::string path_;  // the checkpoint's metadata, for messages
@@ -184,7 +188,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     if (method != "mxfp4")
       throw UnsupportedError(
           Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
-          "uint8 blocks beside '" + md.tensors[mx[0].second].fqn +
+          md.tensors[mx[0].first].dtype_name + " blocks beside '" + md.tensors[mx[0].second].fqn +
               "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " +
               (config.json.is_null() ? "no config.json (" + config.path + ")"
                                      : config.path + " has quantization_config.quant_method " +
@@ -211,10 +215,11 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
           "a block-scaled float8 weight of " + std::to_string(w.ndim()) +
               " dimensions: dcpctl dequantizes 2-D weights, as torch's QuantizedHuggingFaceStorageReader does; "
               "without --dtype the weights and their scales are written as they are");
-    if (!s.dtype || *s.dtype != DType::Float32 || s.ndim() != 2)
+    if (!s.dtype || (*s.dtype != DType::Float32 && *s.dtype != DType::Float8_E8M0FNU) || s.ndim() != 2)
       throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
                         "the scale of float8 weight '" + w.fqn + "' is " + s.dtype_name + " of " +
-                            std::to_string(s.ndim()) + " dimensions; a block scale is 2-D float32");
+                            std::to_string(s.ndim()) +
+                            " dimensions; a block scale is 2-D float32 or float8_e8m0fnu (scale_fmt ue8m0)");
     int64_t b0 = block ? block->first : 128, b1 = block ? block->second : 128;
     if (s.shape[0] != ceil_blocks(w.shape[0], b0) || s.shape[1] != ceil_blocks(w.shape[1], b1))
       throw FormatError(

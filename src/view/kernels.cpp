@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "util/numeric.h"
@@ -30,6 +32,11 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
       for (; c < end; ++c) o[c] = value[qr[c]] * s;
     }
   }
+}
+
+void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = e8m0[i] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, static_cast<int>(e8m0[i]) - 127);
 }
 
 void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales,
@@ -204,6 +211,42 @@ void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, cons
     }
     cast_elements(DType::Float32, DType::Float8_E4M3FN, reinterpret_cast<const uint8_t*>(scaled.data()), q + (r - r0) * w,
                   static_cast<size_t>(w));
+  }
+}
+
+}  // namespace dcpctl
+
+namespace dcpctl {
+
+uint8_t e2m1_nibble(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const uint8_t sign = (bits >> 31) ? 0x8 : 0x0;
+  const float a = std::fabs(v);
+  // The codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; between two neighbours the midpoint goes to the
+  // one whose code is even (its mantissa bit 0), as round-to-nearest-even does.
+  static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint8_t code = 0;
+  while (code < 7 && (a > kMid[code] || (a == kMid[code] && (code & 1) == 1))) ++code;
+  return static_cast<uint8_t>(sign | code);
+}
+
+void quantize_mxfp4(const float* x, size_t groups, uint8_t* packed, uint8_t* scales) {
+  constexpr int kBlock = 32, kEmaxE2M1 = 2;
+  for (size_t g = 0; g < groups; ++g) {
+    const float* v = x + g * kBlock;
+    float amax = 0.0f;
+    for (int k = 0; k < kBlock; ++k) amax = std::max(amax, std::fabs(v[k]));
+    uint32_t bits;
+    std::memcpy(&bits, &amax, 4);
+    const int unbiased = std::clamp(static_cast<int>((bits >> 23) & 0xFF) - 127 - kEmaxE2M1, -127, 128);
+    const uint8_t biased = static_cast<uint8_t>(unbiased + 127);
+    scales[g] = biased;
+    // torchao: the scale as float32 from its bits (biased << 23), at least 2^-126 (the smallest normal).
+    const float scale = biased == 0 ? std::ldexp(1.0f, -126) : std::ldexp(1.0f, static_cast<int>(biased) - 127);
+    uint8_t* out = packed + g * (kBlock / 2);
+    for (int k = 0; k < kBlock; k += 2)
+      out[k / 2] = static_cast<uint8_t>(e2m1_nibble(v[k] / scale) | (e2m1_nibble(v[k + 1] / scale) << 4));
   }
 }
 

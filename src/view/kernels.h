@@ -19,6 +19,10 @@ namespace dcpctl {
 void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, const float* scale, int64_t scale_cols,
                            const int64_t block[2], float* out);
 
+// E8M0 scales (float8_e8m0fnu) as float32, as torch's .to(torch.float32): 2^(byte - 127), byte
+// 0 the subnormal 2^-127, 255 NaN.
+void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out);
+
 // MXFP4 (meta/quantized.h): `packed` holds the dense bytes of box `box` of blocks [..., G, B] (the
 // box spans B); `scales` the whole uint8 scales of shape `scale_shape` ([..., G]); `out`: the
 // box's 2 * box.numel() float32 values, [..., g, 2B] of each group in order, the low nibble first:
@@ -89,5 +93,25 @@ void fp8_inverse_scales(const float* scale, size_t n, float* inv);
 // `q`: (r1 - r0) * (c1 - c0) bytes, row-major.
 void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1, int64_t c0,
                       int64_t c1, uint8_t* q);
+
+}  // namespace dcpctl
+
+namespace dcpctl {
+
+// MXFP4 quantization, OCP Microscaling Formats (MX) v1.0 with E2M1 elements and an E8M0 scale per
+// 32 values, bit for bit torchao's to_mx (ScaleCalculationMode.FLOOR, the spec's rule):
+//   - the shared exponent is the float32 exponent field of the block's amax, unbiased, less
+//     E2M1's emax (2), clamped to [-127, 128] and biased by 127: `scales[g]` (a block of zeros or
+//     of subnormals gets 0, 2^-127);
+//   - each value is divided by that power of two (in float32, the power at least 2^-126 as torchao
+//     clamps it: a group whose amax is below 2^-124 gets byte 0, 2^-127, but is divided by 2^-126,
+//     so it reads back at half or flushes to zero, as torchao's does), rounded to E2M1 to nearest
+//     even and saturated at +-6 (a sign kept on zero; NaN becomes zero, infinity saturates);
+//   - two values a byte, the first in the low nibble (GPT-OSS's `_blocks`, torchao's pack_uint4).
+// `x`: `groups` groups of 32 float32 values, one after another; `packed`: 16 bytes a group.
+void quantize_mxfp4(const float* x, size_t groups, uint8_t* packed, uint8_t* scales);
+// One float32 value (already divided by its scale) as an E2M1 nibble: sign bit 3, the magnitude
+// rounded to nearest even among 0, 0.5, 1, 1.5, 2, 3, 4, 6, saturating at 6.
+uint8_t e2m1_nibble(float v);
 
 }  // namespace dcpctl

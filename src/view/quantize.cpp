@@ -151,9 +151,11 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {
 }
 
 Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
+  if (rq.scheme == "mxfp4") return mxfp4_quantized_view(ck, rq);
   if (rq.scheme != "fp8-block")
-    throw UsageError(Where(),
-                     "--quantize " + rq.scheme + ": dcpctl quantizes to fp8-block (e4m3, one float32 scale per block)");
+    throw UsageError(Where(), "--quantize " + rq.scheme +
+                                  ": dcpctl quantizes to fp8-block (e4m3, one float32 scale per block) or mxfp4 "
+                                  "(GPT-OSS's experts)");
   const int64_t bm = rq.block[0], bn = rq.block[1];
   if (bm <= 0 || bn <= 0) throw UsageError(Where(), "--quantize-block: two positive integers, RxC (128x128)");
   const Metadata& md = ck.md;

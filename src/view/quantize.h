@@ -12,6 +12,15 @@
 // (quant_method fp8, fmt e4m3, activation_scheme dynamic, weight_block_size,
 // modules_to_not_convert: every 2-D weight left as it was).
 //
+// --quantize mxfp4 (quantize_mxfp4.cpp): GPT-OSS's layout, the stacked MoE experts only. Each
+// `X.experts.gate_up_proj` / `down_proj` of transformers' GptOssExperts ([E, in, out], floating)
+// becomes `X..._blocks` uint8 [E, out, in / 32, 16] (E2M1 pairs, the low nibble first) beside
+// `X..._scales` uint8 [E, out, in / 32] (E8M0), OCP MX v1.0's rule (view/kernels.h), one chunk an
+// expert; every other tensor is written as it is (the 2-D weights listed as kept, with the fp8
+// rules' reason where one applies). config.json gets GPT-OSS's quantization_config
+// {modules_to_not_convert (the kept modules, layers as `*`, as the release lists them),
+// quant_method mxfp4}. Only model_type gpt_oss (its experts' orientation is known).
+//
 // A quantized weight's chunk is read from the rows of whole blocks around it; its scale, whole,
 // block row by block row: memory is a block row of the weight in float32, never the checkpoint.
 #pragma once
@@ -27,7 +36,7 @@
 namespace dcpctl {
 
 struct QuantizeRequest {
-  std::string scheme;                // "fp8-block"
+  std::string scheme;                // "fp8-block", "mxfp4"
   int64_t block[2] = {128, 128};     // --quantize-block RxC
   std::vector<std::string> skip;     // --quantize-skip GLOB (fnmatch on the key)
   nlohmann::json config;             // the model's config.json (null: none): num_hidden_layers
@@ -40,7 +49,12 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq);
 // "block", "weights": n, "kept": [{"key", "reason"}]}; its output "quantization_config" is the
 // config.json object to write, and "keep_dtype" the keys --dtype must not cast (the fp8 weights
 // and their scales). UsageError (exit 2): an unknown scheme, a block not two positive integers;
-// UnsupportedError (exit 5) naming the key: a weight already quantized (float8 or with a scale).
+// UnsupportedError (exit 5) naming the key: a weight already quantized (float8 or with a scale,
+// MXFP4 blocks); for mxfp4, experts of a model_type other than gpt_oss, an input dimension not a
+// multiple of 32, no expert stack at all.
 Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq);
+
+// quantized_view for scheme "mxfp4".
+Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq);
 
 }  // namespace dcpctl

@@ -60,7 +60,6 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     }
   if (subtree.is_object()) command["model_subtree"] = subtree["option"];
   ModelRequest rq = model_request(opts, opts.assets_from, opts.lora);
-  rq.quantize = o.quantize;
   if (!o.quantize.scheme.empty())
     command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, rq);

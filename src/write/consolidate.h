@@ -37,8 +37,6 @@ struct ConsolidateOptions : WriteOptions {
   // (Adapter: formats::peft_adapter) or merged into its base model (Merge), through the view of
   // meta/lora.h; the selection picks what the view is made of.
   LoraRequest lora;
-  // --quantize (view/quantize.h): scheme "" for none.
-  QuantizeRequest quantize;
   bool flat = false;                // Torch: flat keys
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
   // The HF folder: the files a Hugging Face folder needs beside its weights (config.json, the tokenizer;

@@ -107,6 +107,7 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   rq.map = o.map;
   rq.map_config = o.map_config;
   rq.map_assets = o.map_assets;
+  rq.quantize = o.quantize;
   return rq;
 }
 

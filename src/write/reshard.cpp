@@ -17,6 +17,8 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   target.max_memory = o.max_memory;
   json command = {{"world_size", o.world_size}, {"layout", static_cast<int>(o.layout)}, {"format", std::string(format.name)},
                   {"iteration", o.iteration ? json(*o.iteration) : json()}};
+  if (!o.quantize.scheme.empty())
+    command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, model_request(o, "", {}));
   target.map = model.map();
   std::unique_ptr<OutputWriter> writer = format.reshard_writer(o);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "meta/select.h"
+#include "view/quantize.h"
 #include "util/dtype.h"
 #include "store/file.h"
 #include "util/io_buffer.h"
@@ -56,6 +57,8 @@ struct WriteOptions {
   // --map NAME|FILE (meta/keymap.h): the outputs are the map's tensors; its parameters from
   // --config FILE, else `map_assets` (consolidate's --assets DIR), else the checkpoint's config.json.
   std::string map, map_config, map_assets;
+  // --quantize (view/quantize.h): scheme "" for none. Not with --map (build_model refuses it).
+  QuantizeRequest quantize;
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
   // Several processes (torchrun); nullptr: one process.

@@ -33,7 +33,11 @@ torch 2.15's reader returns wrong values through dcp.load), bit for bit; transfo
 convert_moe_packed_tensors agrees (transposed); --map gpt-oss-mxfp4's folder loads in
 from_pretrained with transformers' own dequantized experts; --map torchtitan-gpt-oss gives
 torchtitan's names; inspect counts them; refusals (--map without --dtype, fp8 --dtype, misshapen
-scales); without --dtype the bytes as saved.
+scales); without --dtype the bytes as saved; the same MXFP4 in I8 blocks with F8_E8M0 scales (the
+codec from quantization_config, not the byte width), refused without that config.
+
+FP8 with float8_e8m0fnu block scales (transformers 5.23's scale_fmt "ue8m0", e8m0_scale_checks):
+dequantized as transformers' own _dequantize_fp8_weight, bit for bit.
 """
 from __future__ import annotations
 
@@ -265,6 +269,70 @@ def mxfp4_checks(dcpctl: str, tmp: Path) -> None:
     r = run(dcpctl, "consolidate", mx, "-o", tmp / "mx-raw.safetensors")
     if expect_rc(r, 0, "MXFP4 without --dtype"):
         bitwise(load_file(tmp / "mx-raw.safetensors"), sd, "MXFP4 without --dtype: blocks and scales as saved")
+    # The codec from the config, not the byte width (issue 48 item 4): the same MXFP4 in I8 blocks
+    # beside F8_E8M0 scales (DeepSeek-V4-style dtypes; safetensors writes both), read as the
+    # U8/U8 release when the config says mxfp4, refused naming the key and quant_method when not.
+    i8 = tmp / "mx-i8"
+    resave(mx, i8, lambda t: {k: v.view(torch.int8) if k.endswith("_blocks") else v.view(torch.float8_e8m0fnu) if k.endswith("_scales")
+                              else v for k, v in t.items()})
+    from safetensors import safe_open
+    with safe_open(i8 / "model.safetensors", "pt") as f:
+        dtypes = {f.get_slice(k).get_dtype() for k in f.keys() if k.endswith(("_blocks", "_scales"))}
+    check(dtypes == {"I8", "F8_E8M0"}, f"the variant's blocks and scales are I8 and F8_E8M0 on disk ({dtypes})")
+    out = tmp / "mx-i8.safetensors"
+    r = run(dcpctl, "consolidate", i8, "-o", out, "--dtype", "fp32")
+    if expect_rc(r, 0, "MXFP4 in I8 with F8_E8M0 scales --dtype fp32"):
+        bitwise(load_file(out), want32, "MXFP4 I8/F8_E8M0 --dtype fp32 vs torch's _dequantize_tensor_mxfp4 of the U8 release")
+    cfg = json.loads((i8 / "config.json").read_text())
+    (i8 / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "quantization_config"}))
+    r = run(dcpctl, "consolidate", i8, "-o", tmp / "mx-i8-guess.safetensors", "--dtype", "fp32")
+    expect_rc(r, EXIT_UNSUPPORTED, "I8 blocks and F8_E8M0 scales without quantization_config: not dequantized by guess", "_blocks", "int8",
+              "quant_method")
+    no_output(tmp / "mx-i8-guess.safetensors", tmp, "I8 MXFP4 without a config")
+
+
+def e8m0_scale_checks(dcpctl: str, tmp: Path) -> None:
+    """Block-scaled fp8 with float8_e8m0fnu scales (transformers 5.23's FineGrainedFP8 with
+    scale_fmt "ue8m0": each weight_scale_inv a power of two, saved as F8_E8M0): a tiny Qwen3 that
+    transformers makes here, every 2-D Linear weight quantized by transformers' own Fp8Quantize
+    with that config, saved by safetensors with the config transformers writes; `--dtype fp32`
+    equals transformers' own _dequantize_fp8_weight (float32(q) * float32(scale_inv) per block)
+    bit for bit."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize, _dequantize_fp8_weight
+    from transformers.utils.quantization_config import FineGrainedFP8Config
+
+    cfg = Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=False)
+    torch.manual_seed(5)
+    model = Qwen3ForCausalLM(cfg)
+    qc = FineGrainedFP8Config(weight_block_size=(32, 32), scale_fmt="ue8m0")
+
+    class Q:
+        quantization_config = qc
+
+    op = Fp8Quantize(Q())
+    sd = {}
+    for k, v in model.state_dict().items():
+        if k.endswith(".weight") and v.dim() == 2 and "embed" not in k and "lm_head" not in k:
+            sd.update(op._quantize_one(k, v.detach()))
+        else:
+            sd[k] = v.detach().clone()
+    scales = [k for k in sd if k.endswith("_scale_inv")]
+    check(len(scales) == 7 and all(sd[k].dtype == torch.float8_e8m0fnu for k in scales), f"7 float8_e8m0fnu scales ({len(scales)})")
+    d = tmp / "fp8-ue8m0"
+    d.mkdir()
+    cfg.quantization_config = qc.to_dict()
+    cfg.save_pretrained(d)
+    save_file(sd, d / "model.safetensors", metadata={"format": "pt"})
+    out = tmp / "fp8-ue8m0.safetensors"
+    r = run(dcpctl, "consolidate", d, "-o", out, "--dtype", "fp32", "--json")
+    if expect_rc(r, 0, "fp8 with F8_E8M0 scales --dtype fp32"):
+        got = load_file(out)
+        want = {k: (_dequantize_fp8_weight(v, sd[k + "_scale_inv"], [32, 32], torch.float32) if v.dtype == torch.float8_e4m3fn else v)
+                for k, v in sd.items() if not k.endswith("_scale_inv")}
+        bitwise(got, want, "fp8 with F8_E8M0 scales vs transformers' _dequantize_fp8_weight")
+        check(json.loads(r.stdout).get("dequantized", {}).get("weights") == 7, "--json dequantized.weights 7")
 
 
 def bitwise_one(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -406,6 +474,7 @@ def main() -> int:
             check(json.loads(r.stdout)["dequantized"]["ignored_scales"] == [gate + SCALE], "ignored_scales names it")
 
         mxfp4_checks(dcpctl, tmp)
+        e8m0_scale_checks(dcpctl, tmp)
 
         # ---- an fp8 tensor with no scale is an ordinary tensor: --dtype casts it as torch does ----
         plain = tmp / "plain"

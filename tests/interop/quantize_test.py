@@ -22,6 +22,33 @@ by `dcpctl reshard` of it, FSDP-style row shards that cut 16-row blocks, are bot
   - a DCP source whose chunks cut the blocks (reshard -w 3 of the folder) gives the same bytes;
   - refusals: --quantize on an fp8 checkpoint (exit 5), with --map (exit 5), --quantize-block 0x8
     (exit 2), nothing written.
+
+`--quantize mxfp4` (mxfp4_checks), on a tiny GptOssForCausalLM transformers writes here (seeded,
+float32, save_pretrained; experts [E, in, out] as GptOssExperts keeps them):
+
+  - the experts' `_blocks`/`_scales` equal the OCP MX v1.0 rule written out below in torch
+    (mx_reference: torchao's to_mx, ScaleCalculationMode.FLOOR, E2M1 round-to-nearest-even
+    saturating, pack_uint4's low nibble first), byte for byte, on the transposed experts
+    (GPT-OSS's [E, out, in / 32, 16]); every other tensor byte for byte as saved. mx_reference
+    itself equals torchao 0.18.0's to_mx(x, torch.float4_e2m1fn_x2, 32) on CPU byte for byte
+    (random groups over 2^-30..2^30, zeros, -0.0, subnormal groups, every midpoint, saturation;
+    checked 2026-11-26 with the torchao-0.18.0 wheel from PyPI unzipped on PYTHONPATH beside the
+    test virtualenv's torch 2.15.0); where torchao is importable the test asks it too;
+  - config.json's quantization_config is GPT-OSS's: quant_method mxfp4, modules_to_not_convert
+    ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"];
+  - torch 2.15's _dequantize_tensor_mxfp4 of the output and dcpctl's `consolidate Q/ --dtype fp32`
+    agree bit for bit and are within amax/2 of each 32-value group's source (E2M1's spacing at
+    the top of the range plus saturation; plus 2^-124 for groups whose amax is below 2^-124, which
+    get scale byte 0 and, as torchao divides them by 2^-126, flush to zero or decode at half); from_pretrained(Mxfp4Config(dequantize=True)) on CPU
+    loads with no missing or unexpected keys, its experts equal transformers' own
+    convert_moe_packed_tensors of the blocks, its logits equal those of the reference quantization
+    (the error against the unquantized model printed);
+  - a DCP source whose chunks cut the expert stacks (reshard -w 3) gives the same bytes;
+  - refusals: a model_type that is not gpt_oss, a model with no expert stacks, an MXFP4 folder,
+    --quantize-block with mxfp4 (exit 5, 5, 5, 2), nothing written.
+
+`reshard` and `cast` with --quantize (reshard_cast_checks): the DCP outputs, read by torch's DCP
+loader, hold consolidate's bytes; --map beside --quantize is refused (exit 5).
 """
 from __future__ import annotations
 
@@ -97,6 +124,229 @@ def quantized_keys(src: dict) -> list[str]:
     return [k for k, v in src.items() if k.endswith(".weight") and v.dim() == 2 and not any(p in k for p in kept)]
 
 
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+
+
+def mx_reference(x: torch.Tensor):
+    """OCP MX v1.0 MXFP4 of the last dimension of `x` (a multiple of 32), as torchao's to_mx
+    computes it: the shared exponent is amax's float32 exponent field less 127 and E2M1's emax 2,
+    clamped to [-127, 128], biased by 127 (the E8M0 byte); the values divided by that power of two
+    (at least 2^-126) in float32, rounded to the nearest E2M1 value, ties to the even code,
+    saturating at 6, the sign kept; two codes a byte, the first in the low nibble."""
+    g = x.to(torch.float32).reshape(*x.shape[:-1], -1, 32)
+    amax = g.abs().amax(-1)
+    exp = ((amax.view(torch.int32) >> 23) & 0xFF) - 127 - 2
+    biased = exp.clamp(-127, 128) + 127
+    scale = (biased.to(torch.int32) << 23).view(torch.float32).clamp(min=2.0 ** -126)
+    v = (g / scale.unsqueeze(-1)).to(torch.float64)
+    dist = (v.abs().unsqueeze(-1) - E2M1).abs() + 1e-12 * (torch.arange(8) % 2)  # ties: the even code
+    code = dist.argmin(-1).to(torch.uint8) | (torch.signbit(v).to(torch.uint8) << 3)
+    blocks = code[..., 0::2] | (code[..., 1::2] << 4)
+    return blocks.contiguous(), biased.to(torch.uint8)
+
+
+def mx_dequantize(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The reference's values back: E2M1(code) * 2^(scale - 127), [..., G * 32]."""
+    lut = torch.cat([E2M1, -E2M1]).to(torch.float32)
+    codes = torch.stack([blocks & 0xF, blocks >> 4], -1).reshape(*blocks.shape[:-1], 32).long()
+    vals = lut[codes] * torch.pow(2.0, scales.to(torch.float64) - 127).to(torch.float32).unsqueeze(-1)
+    return vals.reshape(*blocks.shape[:-2], -1)
+
+
+def make_gpt_oss(d: Path):
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(vocab_size=96, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+                       tie_word_embeddings=False, layer_types=["sliding_attention", "full_attention"], max_position_embeddings=64)
+    torch.manual_seed(12)
+    model = GptOssForCausalLM(cfg).eval()
+    with torch.no_grad():  # experts of several magnitudes, a group of zeros, tiny (subnormal-scale) values and ties
+        model.model.layers[0].mlp.experts.gate_up_proj.mul_(40.0)
+        model.model.layers[1].mlp.experts.down_proj[0, :32, 0] = 0
+        model.model.layers[1].mlp.experts.down_proj[1, :32, 1] *= 1e-38
+        model.model.layers[1].mlp.experts.down_proj[2, :8, 2] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -5.0])
+        model.model.layers[1].mlp.experts.down_proj[2, 8:32, 2] = 0.1
+    model.save_pretrained(d)
+    return model
+
+
+def mxfp4_checks() -> tuple[Path, dict]:
+    src = WORK / "gptoss"
+    model = make_gpt_oss(src)
+    tensors = folder_tensors(src)
+    stacks = [k for k in tensors if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    check(len(stacks) == 4 and all(tensors[k].dim() == 3 for k in stacks), f"the model has 4 expert stacks ({stacks})")
+    q = WORK / "mx"
+    r = dcpctl("consolidate", src, "-o", f"{q}/", "--quantize", "mxfp4", "--json", "-q")
+    if not expect_rc(r, 0, "consolidate --quantize mxfp4"):
+        return src, {}
+    s = json.loads(r.stdout).get("quantized", {})
+    check(s.get("scheme") == "mxfp4" and s.get("weights") == 4 and s.get("block") == [1, 32], f"--json quantized: {s}")
+    kept = {k["key"]: k["reason"] for k in s.get("kept", [])}
+    check("lm_head.weight" in kept and "model.layers.0.mlp.router.weight" in kept and "model.layers.0.self_attn.q_proj.weight" in kept,
+          f"the kept weights named with reasons ({sorted(kept)[:4]})")
+    out = folder_tensors(q)
+    bad = []
+    for k in stacks:
+        want_b, want_s = mx_reference(tensors[k].transpose(1, 2))
+        if (d := same_tensor(out.get(k + "_blocks"), want_b)) or (d := same_tensor(out.get(k + "_scales"), want_s)):
+            bad.append(f"{k}: {d}")
+    check(not bad, f"every expert's _blocks and _scales equal the OCP MX v1.0 reference byte for byte ({bad[:2]})")
+    try:  # torchao is not in the test virtualenv's pins; where it is importable, its to_mx decides too
+        from torchao.prototype.mx_formats.mx_tensor import to_mx
+    except ImportError:
+        to_mx = None
+        print("     (torchao not importable: mx_reference was checked against torchao 0.18.0's to_mx when written)")
+    if to_mx is not None:
+        bad = []
+        for k in stacks:
+            sc, d = to_mx(tensors[k].transpose(1, 2).contiguous(), torch.float4_e2m1fn_x2, 32)
+            if not (torch.equal(sc.view(torch.uint8).reshape(out[k + "_scales"].shape), out[k + "_scales"])
+                    and torch.equal(d.view(torch.uint8).reshape(out[k + "_blocks"].shape), out[k + "_blocks"])):
+                bad.append(k)
+        check(not bad, f"torchao's to_mx gives the same _blocks and _scales ({bad})")
+    edge = mx_reference(tensors["model.layers.1.mlp.experts.down_proj"].transpose(1, 2))
+    check(edge[1][0, 0, 0] == 0 and edge[1][1, 1, 0] == 0 and edge[1][2, 2, 0] == 127,
+          f"the edge groups: zeros and 1e-38 values at scale 0 (2^-127), the ties at 2^0 ({edge[1][0, 0, 0]}, {edge[1][1, 1, 0]}, {edge[1][2, 2, 0]})")
+    others = [k for k in tensors if k not in stacks]
+    check(all(same_tensor(out.get(k), tensors[k]) is None for k in others), "every other tensor byte for byte as saved")
+    check(len(out) == len(tensors) + 4, f"each stack written as _blocks and _scales ({len(out)} tensors)")
+    cfg = json.loads((q / "config.json").read_text())
+    qc = cfg.get("quantization_config", {})
+    check(qc.get("quant_method") == "mxfp4" and sorted(qc.get("modules_to_not_convert", [])) ==
+          sorted(["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]),
+          f"config.json quantization_config as GPT-OSS ships it: {qc}")
+
+    # ---- round trip: torch's _dequantize_tensor_mxfp4, dcpctl's --dtype fp32 ----
+    import types
+    from torch.distributed.checkpoint.quantized_hf_storage import QuantizedHuggingFaceStorageReader
+    reader = QuantizedHuggingFaceStorageReader(path=str(q), thread_count=1, target_dtype=torch.float32)
+    rt = WORK / "mx-rt.safetensors"
+    if expect_rc(dcpctl("consolidate", q, "-o", rt, "--dtype", "fp32", "-q"), 0, "consolidate Q/ --dtype fp32 (MXFP4 dequantized back)"):
+        back = load_file(rt)
+        bad, worst = [], 0.0
+        for k in stacks:
+            b, sc = out[k + "_blocks"], out[k + "_scales"]
+            req = types.SimpleNamespace(storage_offsets=[0, 0, 0], lengths=[b.shape[0], b.shape[1], b.shape[2] * 32])
+            t = reader._dequantize_tensor_mxfp4(blocks=b, scales=sc, req=req, group_start=0, offset_in_first_group=0)
+            if (d := same_tensor(back.get(k + "_blocks"), t)) or (d := same_tensor(t, mx_dequantize(b, sc))):
+                bad.append(f"{k}: {d}")
+            w = tensors[k].transpose(1, 2)
+            amax = w.reshape(*w.shape[:-1], -1, 32).abs().amax(-1).repeat_interleave(32, -1)
+            if ((t - w).abs() > amax / 2 + 2.0 ** -124).any():
+                bad.append(f"{k}: outside amax/2 + 2^-124")
+            worst = max(worst, ((t - w).abs() / amax.clamp(min=1e-30)).max().item())
+        check(not bad, f"dcpctl's dequantization, torch's _dequantize_tensor_mxfp4 and the reference agree, within amax/2 "
+                       f"(+ 2^-124: a group whose amax is below 2^-124 gets scale byte 0 and flushes) of the source ({bad[:2]})")
+        print(f"     mxfp4 round trip: worst |error| / group amax {worst:.4g}")
+
+    # ---- from_pretrained, dequantized on load (CPU) ----
+    from transformers import AutoModelForCausalLM, Mxfp4Config
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    loaded, info = AutoModelForCausalLM.from_pretrained(q, quantization_config=Mxfp4Config(dequantize=True), dtype=torch.float32,
+                                                        output_loading_info=True)
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"from_pretrained (Mxfp4 dequantize=True): no missing or unexpected keys ({sorted(info['missing_keys'])[:3]}, {sorted(info['unexpected_keys'])[:3]})")
+    import copy
+    ref = copy.deepcopy(model)
+    bad = []
+    with torch.no_grad():
+        for k in stacks:
+            tf = convert_moe_packed_tensors(out[k + "_blocks"], out[k + "_scales"], dtype=torch.float32)
+            if not torch.equal(loaded.get_parameter(k).detach(), tf):
+                bad.append(k)
+            ref.get_parameter(k).copy_(mx_dequantize(*mx_reference(tensors[k].transpose(1, 2))).transpose(1, 2))
+    check(not bad, f"from_pretrained's experts are transformers' convert_moe_packed_tensors of dcpctl's blocks ({bad})")
+    compare_logits(model, loaded, ref, torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4)), "mxfp4", 0.25)
+
+    # ---- a DCP source whose chunks cut the expert stacks ----
+    dcp_dir = WORK / "gptoss-dcp3"
+    if expect_rc(dcpctl("reshard", src, "-o", dcp_dir, "-w", "3", "-q"), 0, "reshard the GPT-OSS folder over 3 ranks"):
+        q3 = WORK / "mx3"
+        if expect_rc(dcpctl("consolidate", dcp_dir, "-o", f"{q3}/", "--quantize", "mxfp4", "--assets", src, "-q"), 0,
+                     "consolidate --quantize mxfp4 of the 3-rank DCP copy"):
+            o3 = folder_tensors(q3)
+            check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out),
+                  "the same bytes from a DCP copy whose chunks cut the expert stacks")
+
+    # ---- refusals, nothing written ----
+    other = WORK / "gptoss-as-qwen"
+    other.mkdir()
+    for f in src.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    c = json.loads((other / "config.json").read_text())
+    c["model_type"] = "qwen3_moe"
+    (other / "config.json").write_text(json.dumps(c))
+    for args, rc, what, words in [
+        ([other, "--quantize", "mxfp4"], EXIT_UNSUPPORTED, "experts of another model_type", ("experts.down_proj", "model_type")),
+        ([WORK / "src", "--quantize", "mxfp4"], EXIT_UNSUPPORTED, "a model with no expert stacks", ("stacked MoE experts",)),
+        ([q, "--quantize", "mxfp4"], EXIT_UNSUPPORTED, "an MXFP4 folder", ("_blocks", "already quantized")),
+        ([src, "--quantize", "mxfp4", "--quantize-block", "32x32"], EXIT_USAGE, "--quantize-block with mxfp4", ("--quantize-block",)),
+    ]:
+        o = WORK / f"mx-refused-{abs(hash(what))}"
+        expect_rc(dcpctl("consolidate", *args, "-o", f"{o}/"), rc, f"--quantize mxfp4 refused: {what}", *words)
+        check(not o.exists(), f"{what}: nothing written")
+    return src, out
+
+
+def compare_logits(model, loaded, ref, ids, scheme: str, bound: float) -> None:
+    """The logits of `loaded` (dcpctl's folder through from_pretrained) against the unquantized
+    `model`'s (within `bound` of their largest, printed) and the reference quantize-dequantize
+    `ref`'s (equal up to float32 summation order)."""
+    with torch.no_grad():
+        want, got, quant = model(ids).logits, loaded.eval()(ids).logits, ref.eval()(ids).logits
+    err, qerr, scale = (want - got).abs().max().item(), (quant - got).abs().max().item(), want.abs().max().item()
+    print(f"     {scheme} logits: max |dcpctl {scheme} - fp32 model| = {err:.4g} (logits up to {scale:.3g}); "
+          f"max |dcpctl {scheme} - reference quantize-dequantize| = {qerr:.3g}")
+    check(qerr <= 1e-5 * max(scale, 1.0), f"{scheme}: from_pretrained's logits are the reference quantization's ({qerr:.3g})")
+    check(err < bound * scale, f"{scheme}: and within the quantization error of the unquantized model's "
+                               f"({err:.3g} < {bound:.0%} of {scale:.3g})")
+
+
+def dcp_tensors(d: Path) -> dict:
+    """A DCP checkpoint as torch's own loader reads it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    sd: dict = {}
+    _load_state_dict(sd, storage_reader=dcp.FileSystemReader(str(d)), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    return sd
+
+
+def reshard_cast_checks(src: Path, hf: dict, gptoss: Path, mx: dict) -> None:
+    """--quantize on reshard and cast (issue 48 item 4): the DCP output, read by torch's own DCP
+    loader, holds the bytes consolidate's HF folder has (fp8-block 16x16 of the Qwen3 model,
+    mxfp4 of the GPT-OSS model); cast --dtype bf16 --quantize casts the others and keeps the
+    quantized ones; with --map refused (exit 5), nothing written."""
+    dcp3 = WORK / "reshard-q"
+    if expect_rc(dcpctl("reshard", src, "-o", dcp3, "-w", "3", "--quantize", "fp8-block", "--quantize-block", "16x16", "-q"), 0,
+                 "reshard -w 3 --quantize fp8-block"):
+        got = dcp_tensors(dcp3)
+        check(sorted(got) == sorted(hf) and all(same_tensor(got[k], hf[k]) is None for k in hf),
+              "reshard --quantize fp8-block: torch's DCP loader reads consolidate's fp8 weights and scales")
+    dcpmx = WORK / "reshard-mx"
+    if expect_rc(dcpctl("reshard", gptoss, "-o", dcpmx, "-w", "2", "--quantize", "mxfp4", "-q"), 0, "reshard -w 2 --quantize mxfp4"):
+        got = dcp_tensors(dcpmx)
+        check(sorted(got) == sorted(mx) and all(same_tensor(got[k], mx[k]) is None for k in mx),
+              "reshard --quantize mxfp4: torch's DCP loader reads consolidate's _blocks and _scales")
+    base = WORK / "cast-base"
+    if expect_rc(dcpctl("reshard", src, "-o", base, "-w", "2", "-q"), 0, "a DCP copy of the Qwen3 folder"):
+        cq = WORK / "cast-q"
+        r = dcpctl("cast", base, "-o", cq, "--dtype", "bf16", "--quantize", "fp8-block", "--quantize-block", "16x16", "--json", "-q")
+        if expect_rc(r, 0, "cast --dtype bf16 --quantize fp8-block"):
+            check(json.loads(r.stdout).get("quantized", {}).get("weights") == 14, "cast --json: quantized.weights 14")
+            got = dcp_tensors(cq)
+            fp8 = [k for k in hf if hf[k].dtype == torch.float8_e4m3fn or k.endswith("_scale_inv")]
+            check(len(fp8) == 28 and all(same_tensor(got.get(k), hf[k]) is None for k in fp8),
+                  "cast --quantize: the fp8 weights and scales those of consolidate")
+            check(all(got[k].dtype == torch.bfloat16 for k in hf if k not in fp8), "cast --quantize: the others cast to bf16")
+    for cmd, extra in (("reshard", ["-w", "1"]), ("cast", ["--dtype", "bf16"])):
+        o = WORK / f"refused-map-{cmd}"
+        r = dcpctl(cmd, base, "-o", o, *extra, "--quantize", "fp8-block", "--map", "torchtitan-qwen3")
+        expect_rc(r, EXIT_UNSUPPORTED, f"{cmd} --quantize with --map", "--quantize with --map")
+        check(not o.exists(), f"{cmd} --quantize with --map: nothing written")
+
+
 def dcpctl(*args):
     return run(DCPCTL, *args)
 
@@ -148,15 +398,7 @@ def main() -> int:
             for k in qkeys:
                 rq, rs = reference_quantize(tensors[k], (16, 16))
                 ref.get_parameter(k).copy_(rq.to(torch.float32) * rs.repeat_interleave(16, 0).repeat_interleave(16, 1))
-        ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(3))
-        with torch.no_grad():
-            want, got, quant = model(ids).logits, loaded.eval()(ids).logits, ref.eval()(ids).logits
-        err, qerr = (want - got).abs().max().item(), (quant - got).abs().max().item()
-        scale = want.abs().max().item()
-        print(f"     logits: max |dcpctl fp8 - fp32 model| = {err:.4g} (logits up to {scale:.3g}); "
-              f"max |dcpctl fp8 - transformers' quantize-dequantize| = {qerr:.3g}")
-        check(qerr <= 1e-5 * max(scale, 1.0), f"from_pretrained's logits are those of transformers' own quantization ({qerr:.3g})")
-        check(err < 0.1 * scale, f"and within the quantization error of the unquantized model's ({err:.3g} < 10% of {scale:.3g})")
+        compare_logits(model, loaded, ref, torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(3)), "fp8", 0.1)
 
         # ---- round trip: dcpctl's dequantization and torch's reader ----
         rt = WORK / "rt.safetensors"
@@ -242,6 +484,9 @@ def main() -> int:
         out = WORK / f"refused-{abs(hash(what))}"
         expect_rc(dcpctl("consolidate", *args, "-o", f"{out}/"), rc, f"--quantize refused: {what}", *words)
         check(not out.exists(), f"{what}: nothing written")
+    gptoss, mx = mxfp4_checks()
+    hf16 = WORK / "q"
+    reshard_cast_checks(src, folder_tensors(hf16) if hf16.exists() else {}, gptoss, mx)
     return summary("quantize_test")
 
 

@@ -1,0 +1,263 @@
+// --quantize mxfp4: GPT-OSS's stacked MoE experts as MXFP4 `_blocks` and `_scales` (view/quantize.h).
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+#include <set>
+
+#include "meta/derived.h"
+#include "meta/quantized.h"
+#include "util/error.h"
+#include "util/numeric.h"
+#include "view/kernels.h"
+#include "view/quantize.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kGroup = 32;  // values an E8M0 scale covers
+constexpr int64_t kGroupBytes = kGroup / 2;
+
+bool ends_with(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+
+// A stacked expert weight of transformers' GptOssExperts: [E, in, out] (gate_up_proj [E, H, 2F],
+// down_proj [E, F, H]), floating.
+bool is_expert_stack(const TensorMeta& t) {
+  return t.ndim() == 3 && t.dtype && info(*t.dtype).floating &&
+         (ends_with(t.fqn, ".experts.gate_up_proj") || ends_with(t.fqn, ".experts.down_proj"));
+}
+
+// Expert `e` of 3-D tensor `t` ([E, in, out], as the table below has it) as float32, into `out`
+// (in * out values). A chunk spanning dims 1 and 2 gives the expert as one byte range; another is
+// read whole and its part of the expert copied.
+void read_expert(const TensorReads& below, const TensorMeta& t, int64_t e, float* out) {
+  const int64_t in = t.shape[1], cols = t.shape[2];
+  const size_t item = itemsize(*t.dtype);
+  std::vector<uint8_t> raw;
+  std::vector<float> f;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    const int64_t *off = t.chunk_offsets(c), *size = t.chunk_sizes(c);
+    if (e < off[0] || e >= off[0] + size[0] || size[1] == 0 || size[2] == 0) continue;
+    if (off[1] == 0 && size[1] == in && off[2] == 0 && size[2] == cols) {
+      raw.resize(static_cast<size_t>(in * cols) * item);
+      below.read(t, c, static_cast<uint64_t>((e - off[0]) * in * cols) * item, raw.size(), raw.data());
+      cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out),
+                    static_cast<size_t>(in * cols));
+      continue;
+    }
+    raw.resize(t.chunk_numel(c) * item);
+    below.read(t, c, 0, raw.size(), raw.data());
+    f.resize(t.chunk_numel(c));
+    cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f.data()), f.size());
+    const float* slab = f.data() + (e - off[0]) * size[1] * size[2];
+    for (int64_t i = 0; i < size[1]; ++i)
+      std::memcpy(out + (off[1] + i) * cols + off[2], slab + i * size[2], static_cast<size_t>(size[2]) * 4);
+  }
+}
+
+// One expert of a stack quantized: its [out, G, 16] blocks and [out, G] scales (GPT-OSS's
+// orientation, the stack's transposed: each group is 32 consecutive `in` values of an output row).
+void quantize_expert(const TensorReads& below, const TensorMeta& t, int64_t e, uint8_t* blocks, uint8_t* scales) {
+  const int64_t in = t.shape[1], cols = t.shape[2];
+  std::vector<float> x(static_cast<size_t>(in * cols)), xt(x.size());
+  read_expert(below, t, e, x.data());
+  for (int64_t i = 0; i < in; ++i)
+    for (int64_t o = 0; o < cols; ++o) xt[static_cast<size_t>(o * in + i)] = x[static_cast<size_t>(i * cols + o)];
+  quantize_mxfp4(xt.data(), static_cast<size_t>(cols * (in / kGroup)), blocks, scales);
+}
+
+uint64_t expert_need(const TensorMeta& t) {
+  const uint64_t n = static_cast<uint64_t>(t.shape[1] * t.shape[2]), item = itemsize(*t.dtype);
+  uint64_t most = 0;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    const int64_t *off = t.chunk_offsets(c), *size = t.chunk_sizes(c);
+    if (!(off[1] == 0 && size[1] == t.shape[1] && off[2] == 0 && size[2] == t.shape[2]))
+      most = std::max(most, t.chunk_numel(c) * (4 + item));
+  }
+  // the saved bytes, the float32 expert and its transpose, the other part (blocks or scales)
+  return n * (item + 8) + n / 2 + most;
+}
+
+// An expert stack's `_blocks` (scales = false) or `_scales`, one chunk an expert.
+class Mxfp4Part final : public DerivedTensor {
+ public:
+  Mxfp4Part(TensorMeta stack, bool scales) : t_(std::move(stack)), scales_(scales) {}
+  const TensorMeta& follows() const override { return t_; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const uint64_t groups = static_cast<uint64_t>(t_.shape[2] * (t_.shape[1] / kGroup));
+    const uint64_t bytes = scales_ ? groups : groups * kGroupBytes;
+    read_part(Where("", std::nullopt, t_.fqn + (scales_ ? "_scales" : "_blocks")), "expert " + std::to_string(chunk),
+              bytes, from, n, dst, [&](uint8_t* out) {
+                std::vector<uint8_t> other(scales_ ? groups * kGroupBytes : groups);
+                quantize_expert(below, t_, static_cast<int64_t>(chunk), scales_ ? other.data() : out,
+                                scales_ ? out : other.data());
+              });
+  }
+  uint64_t working_bytes(size_t) const override { return expert_need(t_); }
+
+ private:
+  TensorMeta t_;
+  bool scales_;
+};
+
+// `t`'s storage for expert `e`: that of the first chunk holding it (a derived chunk's reads never
+// touch it; the planner and the deal ask where it lies).
+StorageRef expert_storage(const TensorMeta& t, int64_t e) {
+  for (size_t c = 0; c < t.num_chunks(); ++c)
+    if (e >= t.chunk_offsets(c)[0] && e < t.chunk_offsets(c)[0] + t.chunk_sizes(c)[0]) return t.storage[c];
+  return t.storage.at(0);
+}
+
+TensorMeta part_meta(const TensorMeta& t, const std::string& name, std::vector<int64_t> expert_shape) {
+  TensorMeta m;
+  m.fqn = name;
+  m.dtype = DType::UInt8;
+  m.dtype_name = torch_name(DType::UInt8);
+  m.shape = {t.shape[0]};
+  m.shape.insert(m.shape.end(), expert_shape.begin(), expert_shape.end());
+  for (int64_t e = 0; e < t.shape[0]; ++e) {
+    m.chunk_dims.push_back(e);
+    m.chunk_dims.insert(m.chunk_dims.end(), expert_shape.size(), 0);
+    m.chunk_dims.push_back(1);
+    m.chunk_dims.insert(m.chunk_dims.end(), expert_shape.begin(), expert_shape.end());
+    m.storage.push_back(expert_storage(t, e));
+  }
+  return m;
+}
+
+// A module name with its layer numbers as `*` (model.layers.3.self_attn -> model.layers.*.self_attn).
+std::string any_layer(const std::string& module) {
+  static const std::regex layer(R"((^|\.)(layers|h|blocks)\.\d+(\.|$))");
+  return std::regex_replace(module, layer, "$1$2.*$3");
+}
+
+// GPT-OSS's modules_to_not_convert: each kept module, layers as `*`, raised to its parent while no
+// quantized module lies under the parent (model.layers.*.self_attn.q_proj -> model.layers.*.self_attn).
+json not_convert_list(const std::vector<std::string>& kept, const std::vector<std::string>& quantized) {
+  auto holds_quantized = [&](const std::string& parent) {
+    return std::any_of(quantized.begin(), quantized.end(),
+                       [&](const std::string& q) { return q.rfind(parent + ".", 0) == 0; });
+  };
+  json out = json::array();
+  std::set<std::string> seen;
+  for (const std::string& k : kept) {
+    std::string m = any_layer(k);
+    for (size_t dot; (dot = m.rfind('.')) != std::string::npos && !holds_quantized(m.substr(0, dot));)
+      m = m.substr(0, dot);
+    if (seen.insert(m).second) out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace
+
+Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
+  const Metadata& md = ck.md;
+  auto by_name = tensor_names(md);
+  if (auto mx = mxfp4_pairs(md, by_name); !mx.empty())
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
+                           "--quantize on weights that are already quantized (MXFP4 blocks beside '" +
+                               md.tensors[mx[0].second].fqn +
+                               "'): give --dtype to dequantize the checkpoint first, or export it as it is");
+  const std::string model_type =
+      rq.config.is_object() && rq.config.contains("model_type") && rq.config["model_type"].is_string()
+          ? rq.config["model_type"].get<std::string>()
+          : "";
+  Checkpoint view = ck;
+  std::shared_ptr<DerivedTable> table = table_over(ck.derived);
+  json kept = json::array(), keep_dtype = json::array();
+  std::vector<std::string> kept_modules, quantized_modules;
+  std::vector<TensorMeta> out;
+  std::vector<uint32_t> index(md.tensors.size());
+  std::vector<int64_t> scale_at(md.tensors.size(), -1);
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
+    const TensorMeta& t = md.tensors[i];
+    index[i] = static_cast<uint32_t>(out.size());
+    if (t.dtype && (is_float8(*t.dtype) || by_name.count(t.fqn + kScaleSuffix)))
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                             "--quantize on a weight that is already quantized (" + t.dtype_name +
+                                 "): give --dtype to dequantize the checkpoint first, or export it as it is");
+    if (!is_expert_stack(t)) {
+      out.push_back(t);
+      const bool weight = ends_with(t.fqn, ".weight") && t.ndim() >= 2 && t.dtype && info(*t.dtype).floating;
+      if (weight) {
+        std::string why = fp8_kept_reason(t.fqn, rq);
+        kept.push_back(
+            {{"key", t.fqn}, {"reason", why.empty() ? "not a stacked MoE expert (mxfp4 quantizes those)" : why}});
+        kept_modules.push_back(t.fqn.substr(0, t.fqn.size() - 7));
+      }
+      continue;
+    }
+    for (const std::string& g : rq.skip)
+      if (fnmatch(g.c_str(), t.fqn.c_str(), 0) == 0) {
+        kept.push_back({{"key", t.fqn}, {"reason", "--quantize-skip '" + g + "'"}});
+        kept_modules.push_back(t.fqn);
+        out.push_back(t);
+        break;
+      }
+    if (out.size() > index[i]) continue;
+    if (model_type != "gpt_oss")
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                             "--quantize mxfp4 writes GPT-OSS's layout (its experts [E, in, out] transposed to "
+                             "_blocks [E, out, in / 32, 16]), and config.json's model_type is " +
+                                 (model_type.empty() ? std::string("absent") : "'" + model_type + "'") +
+                                 ": dcpctl does not guess another model's expert orientation; give --assets DIR with "
+                                 "a gpt_oss config.json, or --quantize fp8-block");
+    if (t.shape[1] % kGroup != 0)
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                             "--quantize mxfp4: the experts' input dimension " + std::to_string(t.shape[1]) +
+                                 " is not a multiple of 32 (one E8M0 scale per 32 values)");
+    const int64_t O = t.shape[2], G = t.shape[1] / kGroup;
+    TensorMeta b = part_meta(t, t.fqn + "_blocks", {O, G, kGroupBytes});
+    TensorMeta s = part_meta(t, t.fqn + "_scales", {O, G});
+    table->tensors[b.fqn] = {std::make_shared<Mxfp4Part>(t, false), ck.derived};
+    table->tensors[s.fqn] = {std::make_shared<Mxfp4Part>(t, true), ck.derived};
+    table->tensors.erase(t.fqn);
+    keep_dtype.push_back(b.fqn);
+    keep_dtype.push_back(s.fqn);
+    if (md.has_planner_data)
+      if (auto p = md.planner_data.find(t.fqn); p != md.planner_data.end()) {
+        for (const TensorMeta* m : {&b, &s}) {
+          std::vector<PathElem> path = p->second;
+          if (!path.empty() && !path.back().is_index) path.back().key += m->fqn.substr(t.fqn.size());
+          view.md.planner_data[m->fqn] = path;
+        }
+        view.md.planner_data.erase(t.fqn);
+      }
+    quantized_modules.push_back(any_layer(t.fqn));
+    out.push_back(std::move(b));
+    scale_at[i] = static_cast<int64_t>(out.size());
+    out.push_back(std::move(s));
+  }
+  if (quantized_modules.empty())
+    throw UnsupportedError(Where(ck.dir),
+                           "--quantize mxfp4 quantizes stacked MoE experts (`*.experts.gate_up_proj`, "
+                           "`*.experts.down_proj`, 3-D, as transformers' GPT-OSS keeps them), and this "
+                           "checkpoint has none to quantize");
+  std::vector<std::pair<bool, uint32_t>> order;
+  for (const auto& [tensor, idx] : md.order) {
+    order.push_back({tensor, tensor ? index[idx] : idx});
+    if (tensor && scale_at[idx] >= 0) order.push_back({true, static_cast<uint32_t>(scale_at[idx])});
+  }
+  view.md.tensors = std::move(out);
+  view.md.order = std::move(order);
+  std::sort(quantized_modules.begin(), quantized_modules.end());
+  quantized_modules.erase(std::unique(quantized_modules.begin(), quantized_modules.end()), quantized_modules.end());
+  size_t stacks = 0;
+  for (const json& k : keep_dtype) stacks += ends_with(k.get<std::string>(), "_blocks");
+  table->views["quantized"] = {{"scheme", rq.scheme}, {"block", {1, kGroup}}, {"weights", stacks}, {"kept", kept}};
+  table->output["quantization_config"] = {{"modules_to_not_convert", not_convert_list(kept_modules, quantized_modules)},
+                                          {"quant_method", "mxfp4"}};
+  table->output["keep_dtype"] = keep_dtype;
+  view.derived = std::move(table);
+  return view;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,53 @@
+// MXFP4 quantization (view/kernels.h: quantize_mxfp4, e2m1_nibble) against OCP MX v1.0's rule,
+// value by value: the E2M1 rounding at every midpoint (ties to the even code), saturation, the
+// sign of zero; the E8M0 exponent of a group's amax (normal, subnormal, zero); the packing order.
+// The same rule, written in torch, equals torchao 0.18.0's to_mx byte for byte
+// (tests/interop/quantize_test.py).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "view/kernels.h"
+
+namespace dcpctl {
+namespace {
+
+TEST_CASE("mxfp4: E2M1 rounds to nearest, ties to the even code, saturating", "[mxfp4]") {
+  // value -> code (0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+  const std::vector<std::pair<float, int>> cases = {{0.0f, 0},    {0.25f, 0}, {0.2501f, 1}, {0.5f, 1},  {0.75f, 2},
+                                                    {0.7499f, 1}, {1.25f, 2}, {1.2501f, 3}, {1.75f, 4}, {2.5f, 4},
+                                                    {2.5001f, 5}, {3.5f, 6},  {3.4999f, 5}, {5.0f, 6},  {5.0001f, 7},
+                                                    {6.0f, 7},    {1e30f, 7}, {INFINITY, 7}};
+  for (const auto& [v, code] : cases) {
+    INFO(v);
+    CHECK(e2m1_nibble(v) == code);
+    CHECK(e2m1_nibble(-v) == (code | 8));
+  }
+  CHECK(e2m1_nibble(-0.0f) == 8);  // the sign kept, as torchao's
+}
+
+TEST_CASE("mxfp4: the shared exponent from the amax, the values divided by it, low nibble first", "[mxfp4]") {
+  std::vector<float> x(32 * 4, 0.0f);
+  // group 0: amax 5 -> floor(log2 5) - 2 = 0 -> scale byte 127; values as they are
+  x[0] = 5.0f, x[1] = -0.75f, x[2] = 0.1f;
+  // group 1: amax 1000 -> 9 - 2 = 7 -> 134; 1000 / 128 = 7.8 saturates at 6
+  x[32] = 1000.0f, x[33] = 64.0f;
+  // group 2: zeros -> exponent field 0 -> clamped to -127 -> byte 0
+  // group 3: subnormal amax -> byte 0; values divided by 2^-126 round to 0
+  x[96] = 1e-40f;
+  std::vector<uint8_t> packed(16 * 4), scales(4);
+  quantize_mxfp4(x.data(), 4, packed.data(), scales.data());
+  CHECK(scales[0] == 127);
+  CHECK(scales[1] == 134);
+  CHECK(scales[2] == 0);
+  CHECK(scales[3] == 0);
+  CHECK(packed[0] == (6 | ((2 | 8) << 4)));  // 5 -> 4 (code 6), -0.75 -> -1 (code 2, sign) in the high nibble
+  CHECK(packed[1] == 0);                     // 0.1 -> 0
+  CHECK(packed[16] == (7 | (1 << 4)));       // 1000 / 128 -> 6 (code 7), 64 / 128 = 0.5 (code 1)
+  CHECK(packed[32] == 0);
+  CHECK(packed[48] == 0);
+}
+
+}  // namespace
+}  // namespace dcpctl
