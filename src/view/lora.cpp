@@ -27,14 +27,15 @@ namespace {
 class LoraMergedWeight final : public DerivedTensor {
  public:
   LoraMergedWeight(std::string path, TensorMeta base, TensorMeta a, TensorMeta b, double scale, bool transposed,
-                   std::optional<TensorMeta> magnitude)
+                   std::optional<TensorMeta> magnitude, int64_t experts = 0)
       : path_(std::move(path)),
         w_(std::move(base)),
         a_(std::move(a)),
         b_(std::move(b)),
         scale_(scale),
         transposed_(transposed),
-        m_(std::move(magnitude)) {}
+        m_(std::move(magnitude)),
+        experts_(experts) {}
   const TensorMeta& follows() const override { return w_; }
 
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
@@ -47,13 +48,11 @@ class LoraMergedWeight final : public DerivedTensor {
                 std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
                 const Box box = chunk_box(w_, chunk);
                 if (dt == DType::Float32 && !m_) {
-                  add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), a_.shape[1], b.data(), a_.shape[0],
-                                 scale(), transposed_, delta_dtype());
+                  add_delta(reinterpret_cast<float*>(out), box, a, b);
                 } else {
                   std::vector<float> values(numel);
                   cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
-                  add_lora_delta(values.data(), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_,
-                                 delta_dtype());
+                  add_delta(values.data(), box, a, b);
                   if (m_) dora(below, box, a, b, values);
                   cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
                 }
@@ -67,6 +66,7 @@ class LoraMergedWeight final : public DerivedTensor {
   uint64_t working_bytes(size_t chunk) const override {
     const uint64_t numel = w_.chunk_numel(chunk), item = itemsize(*w_.dtype);
     uint64_t need = whole(a_) + whole(b_) + numel * item + (*w_.dtype == DType::Float32 && !m_ ? 0 : numel * 4);
+    if (experts_ > 0) need += b_.numel() / static_cast<uint64_t>(experts_) * 4;  // one expert's B
     if (m_) {
       need += whole(*m_);
       if (w_.chunk_sizes(chunk)[1] != w_.shape[1]) {
@@ -80,6 +80,14 @@ class LoraMergedWeight final : public DerivedTensor {
 
  private:
   float scale() const { return static_cast<float>(scale_); }
+  // The box's delta: B·A's, or (a 3-D ParamWrapper's) each expert's B_e·A_e.
+  void add_delta(float* v, const Box& box, const std::vector<float>& a, const std::vector<float>& b) const {
+    if (experts_ > 0)
+      add_lora_expert_deltas(v, box, a.data(), a_.shape[1], b.data(), b_.shape[0], a_.shape[0] / experts_, experts_,
+                             scale(), transposed_, delta_dtype());
+    else
+      add_lora_delta(v, box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_, delta_dtype());
+  }
   // PEFT's delta is in lora_B's dtype.
   DType delta_dtype() const {
     const DType bt = *b_.dtype;
@@ -147,6 +155,7 @@ class LoraMergedWeight final : public DerivedTensor {
   double scale_;
   bool transposed_;
   std::optional<TensorMeta> m_;  // DoRA's magnitude vector [out]
+  int64_t experts_;               // a 3-D ParamWrapper's E (A [r·E, in], B [out, r·E]); 0 otherwise
 };
 
 // A merged bias (lora_bias=True): PEFT's `bias += lora_B.bias * scaling`, in the bias's dtype.
@@ -251,6 +260,20 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   for (const LoraLayer& l : lora.layers)
     if (l.adapter == adapter) has_magnitude = has_magnitude || l.magnitude >= 0, has_bias = has_bias || l.b_bias >= 0;
   LoraConfig config = find_lora_config(ck, rq, adapter);
+  // A ParamWrapper saved without its base (an adapter alone): its E from the config's r, never from
+  // the fused shapes (lora_A [r·E, in]).
+  for (LoraLayer& l : lora.layers)
+    if (l.adapter == adapter && l.wrapper && l.base < 0 && l.a >= 0 && md.tensors[static_cast<size_t>(l.a)].ndim() == 2) {
+      const int64_t rows = md.tensors[static_cast<size_t>(l.a)].shape[0];
+      const json r = config.json.value("r", json());
+      if (!r.is_number_integer() || r.get<int64_t>() <= 0 || rows % r.get<int64_t>() != 0)
+        throw UsageError(Where(config.path.empty() ? ck.metadata_path : config.path, std::nullopt,
+                               md.tensors[static_cast<size_t>(l.a)].fqn),
+                         "a target_parameters adapter (lora_A [r*E, in], " + std::to_string(rows) +
+                             " rows) without its base parameter: its rank r is not in the checkpoint; give "
+                             "--lora-config adapter_config.json with r");
+      l.experts = rows / r.get<int64_t>();
+    }
   LoraConfig others = config;  // the config less what the keys show and dcpctl merges
   if (has_magnitude) others.json.erase("use_dora");
   if (has_bias) others.json.erase("lora_bias");
@@ -266,7 +289,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
                    "with PEFT"));
   auto scale_of = [&](const LoraLayer& l) {
     const int64_t r = lora_rank(md, l);
-    const double alpha = config.alpha(module_in_model(l.module));
+    const double alpha = config.alpha(module_in_model(l.target()));
     return config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
   };
 
@@ -349,8 +372,10 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       if (l.adapter != adapter) continue;
       if (l.base < 0 || !by_tensor[static_cast<size_t>(l.base)])
         throw UsageError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
-                         "--lora merge needs the base layer '" + l.module +
-                             ".base_layer.weight' in the selection; this checkpoint holds the adapter " +
+                         "--lora merge needs " +
+                             (l.wrapper ? "the parameter '" + l.target() + "' (under its base_layer. wrappers)"
+                                        : "the base layer '" + l.module + ".base_layer.weight'") +
+                             " in the selection; this checkpoint holds the adapter " +
                              "only: export it with --lora adapter, or merge it with the base model in PEFT");
       if (l.b_bias >= 0) {
         if (l.base_bias < 0 || !by_tensor[static_cast<size_t>(l.base_bias)])
@@ -407,12 +432,16 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       const double scale = scale_of(l);
       // An Embedding's delta is (B·A)ᵀ; so is a Linear's kept [in, out] (fan_in_fan_out, GPT-2's
       // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.
-      const bool out_in = base.shape[0] == b.shape[0] && base.shape[1] == a.shape[1];
-      const bool transposed = l.embedding || !out_in || (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
+      const bool out_in = base.ndim() == 2 && base.shape[0] == b.shape[0] && base.shape[1] == a.shape[1];
+      // A ParamWrapper's base is as find_lora fitted it ([E, out, in], or [E, in, out] transposed).
+      const bool transposed = !l.param.empty() ? l.param_transposed
+                                               : l.embedding || !out_in ||
+                                                     (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
       std::optional<TensorMeta> magnitude;
       if (l.magnitude >= 0) magnitude = md.tensors[static_cast<size_t>(l.magnitude)];
       table->tensors[t.fqn] = {
-          std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed, std::move(magnitude)),
+          std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed, std::move(magnitude),
+                                             l.experts),
           nullptr};
       scales.push_back(scale);
       ++merged;
@@ -437,7 +466,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   for (const LoraLayer& l : lora.layers)
     if (l.adapter == adapter && l.a >= 0 && by_tensor[static_cast<size_t>(l.a)]) {
       int64_t r = lora_rank(md, l);
-      ranks.push_back({module_in_model(l.module), r});
+      ranks.push_back({module_in_model(l.target()), r});
       ++rank_count[r];
       dora = dora || l.magnitude >= 0;
     }
@@ -468,6 +497,9 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     cfg[field] = kept;
   }
   if (!cfg.contains("target_modules") || cfg["target_modules"].is_null()) cfg["target_modules"] = lora.targets(adapter);
+  if (const auto params = lora.target_parameters(adapter);
+      !params.empty() && (!cfg.contains("target_parameters") || cfg["target_parameters"].is_null()))
+    cfg["target_parameters"] = params;
   if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
     json saved = json::array();
     for (const LoraSavedModule& sm : lora.saved)
