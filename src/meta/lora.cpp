@@ -208,6 +208,24 @@ LoraModel find_lora(const Metadata& md) {
         m.originals.push_back(static_cast<int>(i));
         break;
       }
+      // torchtune's LoRALinear / DoRALinear (meta/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight,
+      // M.magnitude, the base M.weight; no adapter name.
+      const bool tune_ab = (part == "lora_a" || part == "lora_b") && rest == 1 && s[k + 1] == "weight";
+      if (tune_ab || (part == "magnitude" && rest == 0)) {
+        auto key = std::make_pair(join_segments(s, 0, k), std::string());
+        auto [it, fresh] = layer_of.emplace(key, m.layers.size());
+        if (fresh) {
+          LoraLayer l;
+          l.module = key.first;
+          l.torchtune = true;
+          auto base = by_name.find(l.module + ".weight");
+          if (base != by_name.end()) l.base = base->second;
+          m.layers.push_back(std::move(l));
+        }
+        LoraLayer& l = m.layers[it->second];
+        (tune_ab ? (part == "lora_a" ? l.a : l.b) : l.magnitude) = static_cast<int>(i);
+        break;
+      }
       const bool linear = part == "lora_A" || part == "lora_B",
                  emb = part == "lora_embedding_A" || part == "lora_embedding_B", mag = part == "lora_magnitude_vector";
       if (!linear && !emb && !mag) continue;
@@ -261,6 +279,12 @@ LoraModel find_lora(const Metadata& md) {
       break;
     }
   }
+  // A `magnitude` with no lora_a/lora_b beside it is no torchtune adapter.
+  m.layers.erase(std::remove_if(m.layers.begin(), m.layers.end(),
+                                [](const LoraLayer& l) { return l.torchtune && l.a < 0 && l.b < 0; }),
+                 m.layers.end());
+  for (const LoraLayer& l : m.layers)
+    if (l.torchtune) adapter_seen("");
   find_param_bases(md, m);
   return m;
 }
@@ -277,13 +301,14 @@ json LoraModel::describe(const Metadata& md) const {
   for (const std::string& name : this->adapters) {
     std::set<int64_t> ranks;
     size_t modules = 0;
-    bool emb = false, dora = false, bias = false, wrappers = false;
+    bool emb = false, dora = false, bias = false, wrappers = false, tune = false;
     std::set<int64_t> experts;
     for (const LoraLayer& l : layers) {
       if (l.adapter != name) continue;
       ++modules;
       ranks.insert(lora_rank(md, l));
       wrappers = wrappers || l.wrapper;
+      tune = tune || l.torchtune;
       if (l.experts > 0) experts.insert(l.experts);
       emb = emb || l.embedding;
       dora = dora || l.magnitude >= 0;
@@ -299,7 +324,7 @@ json LoraModel::describe(const Metadata& md) const {
                         {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
                         {"embedding", emb},
                         {"dora", dora},
-                        {"layout", dora ? "dora" : wrappers ? "peft-parameter" : "peft-linear"},
+                        {"layout", tune ? "torchtune" : dora ? "dora" : wrappers ? "peft-parameter" : "peft-linear"},
                         {"lora_bias", bias},
                         {"modules_to_save", saved_modules}});
     if (wrappers) {

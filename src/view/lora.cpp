@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "meta/derived.h"
+#include "meta/lora_torchtune.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
@@ -27,7 +28,7 @@ namespace {
 class LoraMergedWeight final : public DerivedTensor {
  public:
   LoraMergedWeight(std::string path, TensorMeta base, TensorMeta a, TensorMeta b, double scale, bool transposed,
-                   std::optional<TensorMeta> magnitude, int64_t experts = 0)
+                   std::optional<TensorMeta> magnitude, int64_t experts = 0, bool scale_b_first = false)
       : path_(std::move(path)),
         w_(std::move(base)),
         a_(std::move(a)),
@@ -35,7 +36,8 @@ class LoraMergedWeight final : public DerivedTensor {
         scale_(scale),
         transposed_(transposed),
         m_(std::move(magnitude)),
-        experts_(experts) {}
+        experts_(experts),
+        scale_b_first_(scale_b_first) {}
   const TensorMeta& follows() const override { return w_; }
 
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
@@ -46,6 +48,8 @@ class LoraMergedWeight final : public DerivedTensor {
               [&](uint8_t* out) {
                 below.read(w_, chunk, 0, bytes, out);
                 std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
+                if (scale_b_first_)  // torchtune's ((alpha / r) * B) @ A: B scaled in float32 first
+                  for (float& x : b) x *= static_cast<float>(scale_);
                 const Box box = chunk_box(w_, chunk);
                 if (dt == DType::Float32 && !m_) {
                   add_delta(reinterpret_cast<float*>(out), box, a, b);
@@ -79,7 +83,7 @@ class LoraMergedWeight final : public DerivedTensor {
   }
 
  private:
-  float scale() const { return static_cast<float>(scale_); }
+  float scale() const { return scale_b_first_ ? 1.0f : static_cast<float>(scale_); }
   // The box's delta: B·A's, or (a 3-D ParamWrapper's) each expert's B_e·A_e.
   void add_delta(float* v, const Box& box, const std::vector<float>& a, const std::vector<float>& b) const {
     if (experts_ > 0)
@@ -156,6 +160,40 @@ class LoraMergedWeight final : public DerivedTensor {
   bool transposed_;
   std::optional<TensorMeta> m_;  // DoRA's magnitude vector [out]
   int64_t experts_;               // a 3-D ParamWrapper's E (A [r·E, in], B [out, r·E]); 0 otherwise
+  bool scale_b_first_;            // torchtune's order: (s·B)·A, each s·B rounded to float32
+};
+
+// torchtune's lora_B of q_proj / k_proj as PEFT's (tune_to_peft_adapter_weights): its rows permuted
+// back to HF's RoPE order (meta/lora_torchtune.h), read whole.
+class LoraPermutedRows final : public DerivedTensor {
+ public:
+  LoraPermutedRows(std::string path, TensorMeta t, std::vector<int64_t> rows)
+      : path_(std::move(path)), t_(std::move(t)), rows_(std::move(rows)) {}
+  const TensorMeta& follows() const override { return t_; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const size_t item = itemsize(*t_.dtype);
+    const uint64_t bytes = t_.chunk_numel(chunk) * item;
+    read_part(Where(path_, std::nullopt, t_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst,
+              [&](uint8_t* out) {
+                const std::vector<uint8_t> whole = below.read_whole(t_);
+                const Box box = chunk_box(t_, chunk);
+                const int64_t cols = t_.shape[1];
+                for (int64_t i = 0; i < box.sizes[0]; ++i)
+                  std::memcpy(out + static_cast<size_t>(i * box.sizes[1]) * item,
+                              whole.data() + static_cast<size_t>(rows_[static_cast<size_t>(box.offsets[0] + i)] * cols +
+                                                                 box.offsets[1]) *
+                                                 item,
+                              static_cast<size_t>(box.sizes[1]) * item);
+              });
+  }
+  uint64_t working_bytes(size_t chunk) const override {
+    return t_.numel() * itemsize(*t_.dtype) + t_.chunk_numel(chunk) * itemsize(*t_.dtype);
+  }
+
+ private:
+  std::string path_;
+  TensorMeta t_;
+  std::vector<int64_t> rows_;
 };
 
 // A merged bias (lora_bias=True): PEFT's `bias += lora_B.bias * scaling`, in the bias's dtype.
@@ -199,6 +237,8 @@ std::string common_prefix(const LoraModel& lora) {
     const std::string& m = lora.layers[i].module;
     size_t p = peft_prefix_at(m);
     std::string mine = p == std::string::npos || p == 0 ? "" : m.substr(0, p - 1);
+    // torchtune's keys have no PeftModel prefix: the state dict's own top-level key ("model").
+    if (lora.layers[i].torchtune) mine = m.find('.') == std::string::npos ? "" : m.substr(0, m.find('.'));
     if (i == 0)
       prefix = mine;
     else if (mine != prefix)
@@ -259,7 +299,18 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   bool has_magnitude = false, has_bias = false;
   for (const LoraLayer& l : lora.layers)
     if (l.adapter == adapter) has_magnitude = has_magnitude || l.magnitude >= 0, has_bias = has_bias || l.b_bias >= 0;
-  LoraConfig config = find_lora_config(ck, rq, adapter);
+  bool tune = false;
+  for (const LoraLayer& l : lora.layers) tune = tune || l.torchtune;
+  LoraConfig config;
+  try {
+    config = find_lora_config(ck, rq, adapter);
+  } catch (const UsageError& e) {
+    if (!tune) throw;
+    // torchtune's checkpoints say neither r nor alpha: its checkpointer writes them in the PEFT
+    // adapter_config.json beside its adapter; without one the scaling is not known.
+    throw UnsupportedError(Where(ck.dir), std::string("torchtune LoRA: ") + e.what() +
+                                              " (torchtune writes it beside its adapter: r and lora_alpha)");
+  }
   // A ParamWrapper saved without its base (an adapter alone): its E from the config's r, never from
   // the fused shapes (lora_A [r·E, in]).
   for (LoraLayer& l : lora.layers)
@@ -288,7 +339,9 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
                    "LoRA, rsLoRA, DoRA and LoRA biases; export it with --lora adapter and merge it "
                    "with PEFT"));
   auto scale_of = [&](const LoraLayer& l) {
-    const int64_t r = lora_rank(md, l);
+    int64_t r = lora_rank(md, l);
+    // torchtune's merge scales by its config's rank (get_merged_lora_ckpt(sd, rank, alpha)).
+    if (l.torchtune && config.json.value("r", json()).is_number_integer()) r = config.json["r"].get<int64_t>();
     const double alpha = config.alpha(module_in_model(l.target()));
     return config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
   };
@@ -298,7 +351,50 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   std::vector<bool> keep(md.tensors.size(), false);
   std::unordered_map<size_t, const LoraLayer*> merged_at;       // base tensor -> its adapter
   std::unordered_map<size_t, const LoraLayer*> merged_bias_at;  // base bias -> its adapter (lora_bias)
-  auto peft_key = [&](size_t ti) {                              // the output key of a kept adapter tensor
+  // torchtune's adapter as its HF checkpointer converts it: PEFT's keys in the HF model's names, and
+  // lora_B of q_proj / k_proj with its rows in HF's RoPE order (meta/lora_torchtune.h).
+  std::unordered_map<size_t, std::string> tune_names;
+  std::unordered_map<size_t, std::vector<int64_t>> tune_rows;
+  if (tune && !merge) {
+    std::string looked;
+    std::optional<TorchtuneHeads> heads;
+    bool heads_read = false;
+    for (const LoraLayer& l : lora.layers) {
+      if (!l.torchtune || l.a < 0 || !by_tensor[static_cast<size_t>(l.a)]) continue;
+      const std::string& ka = by_tensor[static_cast<size_t>(l.a)]->key;
+      const std::string rel = ka.substr(0, ka.size() - std::string(".lora_a.weight").size());
+      const std::string hf = torchtune_hf_module(rel);
+      if (hf.empty())
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
+                               "torchtune LoRA on '" + rel +
+                                   "', a module torchtune's HF name map (convert_weights._FROM_HF) does not name: "
+                                   "dcpctl cannot give its PEFT name");
+      const std::string p = std::string(kPeftPrefix) + hf;
+      tune_names[static_cast<size_t>(l.a)] = p + ".lora_A.weight";
+      if (l.b >= 0) tune_names[static_cast<size_t>(l.b)] = p + ".lora_B.weight";
+      if (l.magnitude >= 0) tune_names[static_cast<size_t>(l.magnitude)] = p + ".lora_magnitude_vector";
+      const bool q = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".q_proj") == 0;
+      const bool k = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".k_proj") == 0;
+      if ((q || k) && l.b >= 0) {
+        if (!heads_read) heads = torchtune_heads(ck, config, &looked), heads_read = true;
+        if (!heads)
+          throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b)].fqn),
+                                 "torchtune LoRA on " + std::string(q ? "q_proj" : "k_proj") +
+                                     ": PEFT's lora_B has its rows in HF's RoPE order, which needs the attention "
+                                     "heads: no config.json with num_attention_heads (looked in " +
+                                     looked + "; the adapter config's base_model_name_or_path names the base)");
+        const int64_t n = q ? heads->heads : heads->kv_heads;
+        const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
+        if (b.ndim() != 2 || b.shape[0] != n * heads->head_dim)
+          throw FormatError(Where(ck.metadata_path, std::nullopt, b.fqn),
+                            "lora_b is " + dims_text(b.shape) + " but the config's heads give " + std::to_string(n) +
+                                " x " + std::to_string(heads->head_dim) + " rows");
+        tune_rows[static_cast<size_t>(l.b)] = torchtune_rope_rows(n, heads->head_dim);
+      }
+    }
+  }
+  auto peft_key = [&](size_t ti) {  // the output key of a kept adapter tensor
+    if (auto t = tune_names.find(ti); t != tune_names.end()) return t->second;
     std::string k = by_tensor[ti]->key;
     size_t p = peft_prefix_at(k);
     return peft_saved_key(p == std::string::npos ? k : k.substr(p), adapter);
@@ -441,7 +537,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       if (l.magnitude >= 0) magnitude = md.tensors[static_cast<size_t>(l.magnitude)];
       table->tensors[t.fqn] = {
           std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed, std::move(magnitude),
-                                             l.experts),
+                                             l.experts, l.torchtune),
           nullptr};
       scales.push_back(scale);
       ++merged;
@@ -453,6 +549,9 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
           nullptr};
       ++merged_biases;
     }
+    if (auto p = tune_rows.find(it.index); p != tune_rows.end())
+      table->tensors[t.fqn] = {std::make_shared<LoraPermutedRows>(ck.metadata_path, md.tensors[it.index], p->second),
+                               nullptr};
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));
   }
@@ -521,6 +620,14 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
                          {"task_type", nullptr}};
   for (auto it = defaults.begin(); it != defaults.end(); ++it)
     if (!cfg.contains(it.key())) cfg[it.key()] = it.value();
+  if (tune) {
+    // torchtune's converter (tune_to_peft_adapter_config) writes its config as it is: r, lora_alpha,
+    // target_modules in HF's names, peft_type, base_model_name_or_path. DoRA's needs use_dora for PEFT
+    // to load its magnitude vectors (torchtune 0.6.1 leaves it out).
+    cfg = config.json;
+    if (dora) cfg["use_dora"] = true;
+    if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
+  }
   if (!merge) table->output["adapter_config"] = cfg;
   json& summary = table->views["lora"];
   summary = {{"mode", merge ? "merge" : "adapter"},

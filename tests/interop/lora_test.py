@@ -311,6 +311,50 @@ def moe_checks():
     expect_rc(r, EXIT_USAGE, "peft_moe: merging the adapter alone", "holds the adapter only")
 
 
+def torchtune_checks():
+    """torchtune 0.6.1's LoRA / DoRA (make_torchtune.py): its DistributedCheckpointer's intermediate save
+    (dist_epoch_0/: {"model": lora_a/lora_b/magnitude over M.weight, "optimizer", progress}) against what
+    torchtune itself writes: tune_to_peft_adapter_weights / _config (the PEFT folder, HF names, q/k lora_B
+    permuted) and get_merged_lora_ckpt (torchtune's names)."""
+    for case, dora in (("torchtune_lora", False), ("torchtune_dora", True)):
+        fx = FIXTURES / case
+        ckpt = fx / "dist_epoch_0"
+        if not ckpt.exists():
+            check(False, f"{case}: fixture missing")
+            continue
+        r = dcpctl("inspect", ckpt, "--json")
+        if ok(r, f"{case}: inspect --json"):
+            a = ((json.loads(r.stdout).get("lora") or {}).get("adapters") or [{}])[0]
+            check(a.get("layout") == "torchtune" and a.get("ranks") == [4] and a.get("dora") is dora and "q_proj" in a.get("targets", []),
+                  f"{case}: inspect says torchtune, rank 4, DoRA {dora}: {a}")
+        ids = load_file(fx / "logits.safetensors")
+        if not dora:
+            out = adapter_checks(case, ckpt, fx / "expected_adapter")
+            if out:
+                peft_load_checks(case, out, fx / "base", ids["input_ids"], ids["logits_tune"])
+        else:
+            out = WORK / f"{case}-adapter"
+            if ok(dcpctl("consolidate", ckpt, "--lora", "adapter", "-o", f"{out}/", "-q"), f"{case}: --lora adapter"):
+                ours, theirs = load_file(out / "adapter_model.safetensors"), load_file(fx / "expected_adapter" / "adapter_model.safetensors")
+                check(sorted(ours) == sorted(theirs) and all(same_tensor(ours[k], theirs[k]) is None for k in theirs),
+                      f"{case}: tune_to_peft_adapter_weights' tensors bit for bit: {sorted(set(ours) ^ set(theirs))[:4]}")
+                cfg = json.loads((out / "adapter_config.json").read_text())
+                check(cfg.get("use_dora") is True and cfg.get("r") == 4, f"{case}: the config says use_dora (PEFT needs it): {cfg}")
+        merged = WORK / f"{case}-merged.safetensors"
+        if ok(dcpctl("consolidate", ckpt, "--lora", "merge", "-o", merged, "-q"), f"{case}: --lora merge"):
+            ours, theirs = load_file(merged), load_file(fx / "expected_merged_tune.safetensors")
+            check(sorted(ours) == sorted(theirs), f"{case}: get_merged_lora_ckpt's keys: {sorted(set(ours) ^ set(theirs))[:4]}")
+            bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
+            check(not bad, f"{case}: the merge is get_merged_lora_ckpt's bit for bit: {bad[:4]}")
+    # Without the adapter_config.json torchtune writes beside its adapter, r and alpha are not known: exit 5.
+    import shutil
+    alone = WORK / "tt-alone" / "dist_epoch_0"
+    shutil.copytree(FIXTURES / "torchtune_lora" / "dist_epoch_0", alone)
+    r = dcpctl("consolidate", alone, "--lora", "merge", "-o", WORK / "tt-alone.safetensors")
+    expect_rc(r, EXIT_UNSUPPORTED, "torchtune LoRA without its adapter_config.json", "torchtune", "lora_alpha")
+    check(not (WORK / "tt-alone.safetensors").exists(), "torchtune LoRA without its config: nothing written")
+
+
 def main() -> int:
     # ---- peft_lora: model + optimizer, adapter_config.json beside the checkpoint ----
     fx = FIXTURES / "peft_lora"
@@ -566,6 +610,7 @@ def main() -> int:
                  extra=("--lora-config", lcfg))
 
     moe_checks()
+    torchtune_checks()
 
     # ---- accelerate's FSDP2 save_state ----
     ac = FIXTURES / "peft_accelerate"
