@@ -111,7 +111,8 @@ std::vector<std::string> LoraModel::targets(const std::string& adapter) const {
 std::vector<std::string> LoraModel::target_parameters(const std::string& adapter) const {
   std::set<std::string> out;
   for (const LoraLayer& l : layers)
-    if (l.adapter == adapter && l.wrapper && !l.param.empty()) out.insert(last_part(unwrapped(l.module)) + "." + l.param);
+    if (l.adapter == adapter && l.wrapper && !l.param.empty())
+      out.insert(last_part(unwrapped(l.module)) + "." + l.param);
   return {out.begin(), out.end()};
 }
 
@@ -189,6 +190,22 @@ LoraModel find_lora(const Metadata& md) {
   auto adapter_seen = [&](const std::string& a) {
     if (std::find(m.adapters.begin(), m.adapters.end(), a) == m.adapters.end()) m.adapters.push_back(a);
   };
+  // The layer of (module, adapter), made on first sight with its base: PEFT's M.base_layer.weight
+  // (and .bias), torchtune's M.weight.
+  auto layer_at = [&](const std::string& module, const std::string& adapter, bool tune) -> LoraLayer& {
+    auto [it, fresh] = layer_of.emplace(std::make_pair(module, adapter), m.layers.size());
+    if (fresh) {
+      LoraLayer l;
+      l.module = module;
+      l.adapter = adapter;
+      l.torchtune = tune;
+      const std::string base = module + (tune ? ".weight" : ".base_layer.weight"), bias = module + ".base_layer.bias";
+      if (auto b = by_name.find(base); b != by_name.end()) l.base = b->second;
+      if (auto b = by_name.find(bias); !tune && b != by_name.end()) l.base_bias = b->second;
+      m.layers.push_back(std::move(l));
+    }
+    return m.layers[it->second];
+  };
   for (size_t i = 0; i < md.tensors.size(); ++i) {
     const std::vector<std::string_view> s = split_key(md.tensors[i].fqn);
     for (size_t k = 1; k < s.size(); ++k) {
@@ -212,17 +229,7 @@ LoraModel find_lora(const Metadata& md) {
       // M.magnitude, the base M.weight; no adapter name.
       const bool tune_ab = (part == "lora_a" || part == "lora_b") && rest == 1 && s[k + 1] == "weight";
       if (tune_ab || (part == "magnitude" && rest == 0)) {
-        auto key = std::make_pair(join_segments(s, 0, k), std::string());
-        auto [it, fresh] = layer_of.emplace(key, m.layers.size());
-        if (fresh) {
-          LoraLayer l;
-          l.module = key.first;
-          l.torchtune = true;
-          auto base = by_name.find(l.module + ".weight");
-          if (base != by_name.end()) l.base = base->second;
-          m.layers.push_back(std::move(l));
-        }
-        LoraLayer& l = m.layers[it->second];
+        LoraLayer& l = layer_at(join_segments(s, 0, k), "", true);
         (tune_ab ? (part == "lora_a" ? l.a : l.b) : l.magnitude) = static_cast<int>(i);
         break;
       }
@@ -252,19 +259,7 @@ LoraModel find_lora(const Metadata& md) {
         else if (rest != 0)
           break;
       }
-      auto key = std::make_pair(join_segments(s, 0, k), adapter);
-      auto [it, fresh] = layer_of.emplace(key, m.layers.size());
-      if (fresh) {
-        LoraLayer l;
-        l.module = key.first;
-        l.adapter = adapter;
-        auto base = by_name.find(l.module + ".base_layer.weight");
-        if (base != by_name.end()) l.base = base->second;
-        auto base_bias = by_name.find(l.module + ".base_layer.bias");
-        if (base_bias != by_name.end()) l.base_bias = base_bias->second;
-        m.layers.push_back(std::move(l));
-      }
-      LoraLayer& l = m.layers[it->second];
+      LoraLayer& l = layer_at(join_segments(s, 0, k), adapter, false);
       const int ti = static_cast<int>(i);
       if (mag)
         l.magnitude = ti;
@@ -324,7 +319,10 @@ json LoraModel::describe(const Metadata& md) const {
                         {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
                         {"embedding", emb},
                         {"dora", dora},
-                        {"layout", tune ? "torchtune" : dora ? "dora" : wrappers ? "peft-parameter" : "peft-linear"},
+                        {"layout", tune       ? "torchtune"
+                                   : dora     ? "dora"
+                                   : wrappers ? "peft-parameter"
+                                              : "peft-linear"},
                         {"lora_bias", bias},
                         {"modules_to_save", saved_modules}});
     if (wrappers) {

@@ -54,9 +54,9 @@ struct LoraLayer {
   int magnitude = -1;      // DoRA's lora_magnitude_vector
   int base = -1;           // M.base_layer.weight, when the checkpoint holds the base model
   int base_bias = -1;      // M.base_layer.bias (what lora_bias merges into)
-  // A ParamWrapper's (target_parameters; `wrapper`, from the nesting): the parameter it adapts ("gate_up_proj"), the experts of
-  // a 3-D one (E, from the base's first dimension, or from the config's r when there is no base),
-  // and whether that base is [E, in, out] (`is_transposed` experts) rather than [E, out, in].
+  // A ParamWrapper's (target_parameters; `wrapper`, from the nesting): the parameter it adapts ("gate_up_proj"), the
+  // experts of a 3-D one (E, from the base's first dimension, or from the config's r when there is no base), and
+  // whether that base is [E, in, out] (`is_transposed` experts) rather than [E, out, in].
   bool wrapper = false;
   // torchtune's (meta/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight, M.magnitude over M.weight.
   bool torchtune = false;

@@ -159,8 +159,8 @@ class LoraMergedWeight final : public DerivedTensor {
   double scale_;
   bool transposed_;
   std::optional<TensorMeta> m_;  // DoRA's magnitude vector [out]
-  int64_t experts_;               // a 3-D ParamWrapper's E (A [r·E, in], B [out, r·E]); 0 otherwise
-  bool scale_b_first_;            // torchtune's order: (s·B)·A, each s·B rounded to float32
+  int64_t experts_;              // a 3-D ParamWrapper's E (A [r·E, in], B [out, r·E]); 0 otherwise
+  bool scale_b_first_;           // torchtune's order: (s·B)·A, each s·B rounded to float32
 };
 
 // torchtune's lora_B of q_proj / k_proj as PEFT's (tune_to_peft_adapter_weights): its rows permuted
@@ -173,18 +173,18 @@ class LoraPermutedRows final : public DerivedTensor {
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const size_t item = itemsize(*t_.dtype);
     const uint64_t bytes = t_.chunk_numel(chunk) * item;
-    read_part(Where(path_, std::nullopt, t_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst,
-              [&](uint8_t* out) {
-                const std::vector<uint8_t> whole = below.read_whole(t_);
-                const Box box = chunk_box(t_, chunk);
-                const int64_t cols = t_.shape[1];
-                for (int64_t i = 0; i < box.sizes[0]; ++i)
-                  std::memcpy(out + static_cast<size_t>(i * box.sizes[1]) * item,
-                              whole.data() + static_cast<size_t>(rows_[static_cast<size_t>(box.offsets[0] + i)] * cols +
-                                                                 box.offsets[1]) *
-                                                 item,
-                              static_cast<size_t>(box.sizes[1]) * item);
-              });
+    read_part(
+        Where(path_, std::nullopt, t_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst, [&](uint8_t* out) {
+          const std::vector<uint8_t> whole = below.read_whole(t_);
+          const Box box = chunk_box(t_, chunk);
+          const int64_t cols = t_.shape[1];
+          for (int64_t i = 0; i < box.sizes[0]; ++i)
+            std::memcpy(
+                out + static_cast<size_t>(i * box.sizes[1]) * item,
+                whole.data() +
+                    static_cast<size_t>(rows_[static_cast<size_t>(box.offsets[0] + i)] * cols + box.offsets[1]) * item,
+                static_cast<size_t>(box.sizes[1]) * item);
+        });
   }
   uint64_t working_bytes(size_t chunk) const override {
     return t_.numel() * itemsize(*t_.dtype) + t_.chunk_numel(chunk) * itemsize(*t_.dtype);
@@ -314,7 +314,8 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   // A ParamWrapper saved without its base (an adapter alone): its E from the config's r, never from
   // the fused shapes (lora_A [r·E, in]).
   for (LoraLayer& l : lora.layers)
-    if (l.adapter == adapter && l.wrapper && l.base < 0 && l.a >= 0 && md.tensors[static_cast<size_t>(l.a)].ndim() == 2) {
+    if (l.adapter == adapter && l.wrapper && l.base < 0 && l.a >= 0 &&
+        md.tensors[static_cast<size_t>(l.a)].ndim() == 2) {
       const int64_t rows = md.tensors[static_cast<size_t>(l.a)].shape[0];
       const json r = config.json.value("r", json());
       if (!r.is_number_integer() || r.get<int64_t>() <= 0 || rows % r.get<int64_t>() != 0)
@@ -530,15 +531,14 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.
       const bool out_in = base.ndim() == 2 && base.shape[0] == b.shape[0] && base.shape[1] == a.shape[1];
       // A ParamWrapper's base is as find_lora fitted it ([E, out, in], or [E, in, out] transposed).
-      const bool transposed = !l.param.empty() ? l.param_transposed
-                                               : l.embedding || !out_in ||
-                                                     (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
+      const bool transposed =
+          !l.param.empty() ? l.param_transposed
+                           : l.embedding || !out_in || (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
       std::optional<TensorMeta> magnitude;
       if (l.magnitude >= 0) magnitude = md.tensors[static_cast<size_t>(l.magnitude)];
-      table->tensors[t.fqn] = {
-          std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed, std::move(magnitude),
-                                             l.experts, l.torchtune),
-          nullptr};
+      table->tensors[t.fqn] = {std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed,
+                                                                  std::move(magnitude), l.experts, l.torchtune),
+                               nullptr};
       scales.push_back(scale);
       ++merged;
     }

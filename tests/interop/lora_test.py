@@ -22,6 +22,12 @@ adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key;
 (no alpha, several adapters without --lora-name, merging an adapter-only save, a config that says DoRA
 over plain LoRA keys) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
+peft_moe (PEFT target_parameters on a Qwen3-MoE's fused experts): inspect's peft-parameter layout and
+rank r (not r*E), the adapter bit for bit with target_parameters and no rank_pattern (also from the
+adapter alone, r from its config; without r: exit 2), the merge per expert equal to merge_and_unload's
+(unfused as save_pretrained writes it) bit for bit and loading with its logits. torchtune_lora /
+torchtune_dora (torchtune 0.6.1's DistributedCheckpointer save): the PEFT folder its converters write
+(bit for bit; PEFT's logits over it), get_merged_lora_ckpt's merge bit for bit; no config: exit 5.
 """
 from __future__ import annotations
 
@@ -138,6 +144,19 @@ def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
     check(diff <= 1e-5, f"{case}: PeftModel over dcpctl's adapter gives PEFT's logits (max diff {diff:.3g})")
 
 
+def merged_folder_checks(case: str, out: Path, ids, want_logits):
+    """from_pretrained of a merged folder: no missing or unexpected keys, merge_and_unload's logits."""
+    from transformers import AutoModelForCausalLM
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"{case}: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
+    model.eval()
+    diff = (logits_of(model, ids) - want_logits).abs().max().item()
+    check(diff <= 1e-5, f"{case}: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
+
+
 def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, ids, want_logits, extra=()):
     out = WORK / f"{case}-merged"
     r = dcpctl("consolidate", ckpt, "--lora", "merge", "-o", f"{out}/", "--assets", fixture / "base", "--json", "-q", *extra)
@@ -182,15 +201,7 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
     biases = [k for k in ours if k.endswith(".bias") and "base_model.model." + k[:-5] + ".lora_B.bias" in adapter]
     check(s.get("lora", {}).get("merged_biases", 0) == len(biases) and all(same_tensor(ours[k], theirs[k]) is None for k in biases),
           f"{case}: {len(biases)} lora_bias biases merged bit for bit, the summary says {s.get('lora', {}).get('merged_biases')}")
-    from transformers import AutoModelForCausalLM
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
-    check(not info["missing_keys"] and not info["unexpected_keys"],
-          f"{case}: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
-    model.eval()
-    diff = (logits_of(model, ids) - want_logits).abs().max().item()
-    check(diff <= 1e-5, f"{case}: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
+    merged_folder_checks(case, out, ids, want_logits)
     # The same merge to the other formats, and cast.
     st, pt, bf = WORK / f"{case}-merged.safetensors", WORK / f"{case}-merged.pt", WORK / f"{case}-merged-bf16.safetensors"
     for path in (st, pt):
@@ -279,15 +290,7 @@ def moe_checks():
         check(sorted(mine) == sorted(theirs), f"peft_moe: merge_and_unload's tensors: extra {sorted(set(mine) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(mine))[:4]}")
         bad = [k for k in sorted(set(mine) & set(theirs)) if same_tensor(mine[k].contiguous(), theirs[k]) is not None]
         check(not bad, f"peft_moe: every merged tensor (each expert's) is merge_and_unload's bit for bit: {bad[:4]}")
-        from transformers import AutoModelForCausalLM
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model, info = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32, output_loading_info=True)
-        check(not info["missing_keys"] and not info["unexpected_keys"],
-              f"peft_moe: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
-        model.eval()
-        diff = (logits_of(model, ids["input_ids"]) - ids["logits_merged"]).abs().max().item()
-        check(diff <= 1e-5, f"peft_moe: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
+        merged_folder_checks("peft_moe", merged, ids["input_ids"], ids["logits_merged"])
     # The adapter alone (what ignore_frozen_params=True saves: the LoRA tensors, no base), saved here by
     # torch's dcp.save from the fixture's tensors: E is not in it, so r comes from the config, never from r*E.
     import torch.distributed.checkpoint as dcp

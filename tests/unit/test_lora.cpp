@@ -244,7 +244,8 @@ TEST_CASE("add_lora_expert_deltas: each expert's B_e·A_e, B's columns k·E + e"
     for (int64_t o = 1; o < 4; ++o)
       for (int64_t i = 0; i < in; ++i) {
         float d = 0;
-        for (int64_t k = 0; k < r; ++k) d = std::fma(b[static_cast<size_t>(o * r * E + k * E + e)], a[static_cast<size_t>((e * r + k) * in + i)], d);
+        for (int64_t k = 0; k < r; ++k)
+          d = std::fma(b[static_cast<size_t>(o * r * E + k * E + e)], a[static_cast<size_t>((e * r + k) * in + i)], d);
         CHECK(w[static_cast<size_t>(((e - 1) * 3 + (o - 1)) * in + i)] == 0.5f + d * 0.75f);
       }
 }
