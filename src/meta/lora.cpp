@@ -325,10 +325,8 @@ json LoraModel::describe(const Metadata& md) const {
                                               : "peft-linear"},
                         {"lora_bias", bias},
                         {"modules_to_save", saved_modules}});
-    if (wrappers) {
-      adapters.back()["target_parameters"] = target_parameters(name);
-      adapters.back()["experts"] = std::vector<int64_t>(experts.begin(), experts.end());
-    }
+    adapters.back()["target_parameters"] = target_parameters(name);
+    adapters.back()["experts"] = std::vector<int64_t>(experts.begin(), experts.end());
   }
   std::string hint =
       "consolidate --lora adapter -o DIR/ writes a PEFT adapter folder (adapter_model.safetensors, "

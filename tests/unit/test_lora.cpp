@@ -205,7 +205,7 @@ TEST_CASE("dora_scale_rows and add_lora_bias round as torch's ops in the dtype",
   CHECK(bias16[0] == 2.0f);
 }
 
-TEST_CASE("find_lora: PEFT's target_parameters wrappers find their parameter bases; rank r, not r·E", "[lora]") {
+TEST_CASE("find_lora: PEFT's target_parameters wrappers find their parameter bases, rank r not r·E", "[lora]") {
   const std::string E = "model.base_model.model.model.layers.0.mlp.experts.";
   // The innermost wrapper adapts the parameter registered (saved) first: gate_up_proj [E=4, out 32, in 64].
   Metadata md = model({tensor(E + "base_layer.base_layer.gate_up_proj", {4, 32, 64}),
