@@ -138,9 +138,13 @@ void render_summary(const json& r) {
                 << a["modules"].get<uint64_t>() << " modules (";
       std::string targets;
       for (const json& t : a["targets"]) targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
+      for (const json& t : a.value("target_parameters", json::array()))
+        targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
       std::string ranks;
       for (const json& k : a["ranks"]) ranks += (ranks.empty() ? "" : "/") + std::to_string(k.get<int64_t>());
       std::cout << targets << "), rank " << ranks << (a["dora"].get<bool>() ? ", DoRA" : "");
+      if (a.contains("experts") && !a["experts"].empty())
+        std::cout << " per expert (" << a["experts"][0].get<int64_t>() << " experts, lora_A [r*E, in])";
       if (!a["modules_to_save"].empty()) std::cout << ", " << a["modules_to_save"].size() << " module(s) trained whole";
       std::cout << "\n";
     }

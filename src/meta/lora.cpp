@@ -80,14 +80,104 @@ bool pattern_matches(const std::string& pattern, const std::string& key) {
   }
 }
 
+static constexpr std::string_view kWrapper = ".base_layer";
+
+// A ParamWrapper's module without its `.base_layer` wrappers ("…mlp.experts.base_layer" ->
+// "…mlp.experts"), and how many it had.
+static std::string unwrapped(std::string m, int* depth = nullptr) {
+  int k = 0;
+  while (m.size() > kWrapper.size() && m.compare(m.size() - kWrapper.size(), std::string::npos, kWrapper) == 0)
+    m.resize(m.size() - kWrapper.size()), ++k;
+  if (depth) *depth = k;
+  return m;
+}
+
+static std::string last_part(const std::string& key) {
+  size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string LoraLayer::target() const {
+  return wrapper ? unwrapped(module) + (param.empty() ? "" : "." + param) : module;
+}
+
 std::vector<std::string> LoraModel::targets(const std::string& adapter) const {
   std::set<std::string> out;
   for (const LoraLayer& l : layers)
-    if (l.adapter == adapter) {
-      size_t dot = l.module.rfind('.');
-      out.insert(dot == std::string::npos ? l.module : l.module.substr(dot + 1));
-    }
+    if (l.adapter == adapter && !l.wrapper) out.insert(last_part(l.module));
   return {out.begin(), out.end()};
+}
+
+std::vector<std::string> LoraModel::target_parameters(const std::string& adapter) const {
+  std::set<std::string> out;
+  for (const LoraLayer& l : layers)
+    if (l.adapter == adapter && l.wrapper && !l.param.empty())
+      out.insert(last_part(unwrapped(l.module)) + "." + l.param);
+  return {out.begin(), out.end()};
+}
+
+// PEFT's ParamWrappers (target_parameters): a layer whose module is wrapped (ends in `.base_layer`)
+// or wraps another layer is one; its base is one of the parameters `R.base_layer.….base_layer.P`
+// of its unwrapped module R, at the deepest nesting. The innermost wrapper adapts the parameter
+// registered first (PEFT wraps a module's parameters in named_parameters order, each wrapper around
+// the one before): the wrapper k levels from the outside adapts the (n-1-k)th of the n parameters
+// in the saved order, when its A and B fit it; else the only one they fit.
+static void find_param_bases(const Metadata& md, LoraModel& m) {
+  std::set<std::pair<std::string, std::string>> modules;
+  for (const LoraLayer& l : m.layers) modules.insert({l.module, l.adapter});
+  std::map<std::string, std::vector<std::pair<int, int>>> wrapped;  // R -> (depth, tensor), saved order
+  for (size_t i = 0; i < md.tensors.size(); ++i) {
+    const std::string& k = md.tensors[i].fqn;
+    size_t q = k.find(".base_layer.");
+    if (q == std::string::npos) continue;
+    size_t at = q + 1;
+    int depth = 0;
+    while (k.compare(at, 11, "base_layer.") == 0) at += 11, ++depth;
+    if (k.find('.', at) == std::string::npos) wrapped[k.substr(0, q)].push_back({depth, static_cast<int>(i)});
+  }
+  for (LoraLayer& l : m.layers) {
+    int k = 0;
+    const std::string root = unwrapped(l.module, &k);
+    l.wrapper = k > 0 || modules.count({l.module + std::string(kWrapper), l.adapter});
+    if (!l.wrapper || l.base >= 0 || l.a < 0 || l.b < 0 || l.embedding) continue;
+    auto it = wrapped.find(root);
+    if (it == wrapped.end()) continue;
+    int n = 0;
+    for (const auto& [d, t] : it->second) n = std::max(n, d);
+    std::vector<int> params;
+    for (const auto& [d, t] : it->second)
+      if (d == n) params.push_back(t);
+    const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
+    const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
+    // 0: A and B do not fit; 1: [E, out, in] (or [out, in]); 2: [E, in, out].
+    auto fit = [&](int t) {
+      const TensorMeta& w = md.tensors[static_cast<size_t>(t)];
+      if (a.ndim() != 2 || b.ndim() != 2 || a.shape[0] != b.shape[1]) return 0;
+      if (w.ndim() == 2) return w.shape[0] == b.shape[0] && w.shape[1] == a.shape[1] ? 1 : 0;
+      if (w.ndim() != 3 || w.shape[0] <= 0 || a.shape[0] % w.shape[0] != 0) return 0;
+      if (w.shape[1] == b.shape[0] && w.shape[2] == a.shape[1]) return 1;
+      return w.shape[1] == a.shape[1] && w.shape[2] == b.shape[0] ? 2 : 0;
+    };
+    int chosen = -1, how = 0;
+    const int want = n - 1 - k;
+    if (want >= 0 && static_cast<size_t>(want) < params.size() && (how = fit(params[static_cast<size_t>(want)])))
+      chosen = params[static_cast<size_t>(want)];
+    else
+      for (int t : params)
+        if (int f = fit(t)) {
+          if (chosen >= 0) {
+            chosen = -1;
+            break;
+          }
+          chosen = t, how = f;
+        }
+    if (chosen < 0) continue;
+    const TensorMeta& w = md.tensors[static_cast<size_t>(chosen)];
+    l.base = chosen;
+    l.param = last_part(w.fqn);
+    l.experts = w.ndim() == 3 ? w.shape[0] : 0;
+    l.param_transposed = how == 2;
+  }
 }
 
 LoraModel find_lora(const Metadata& md) {
@@ -99,6 +189,22 @@ LoraModel find_lora(const Metadata& md) {
   std::map<std::pair<std::string, std::string>, size_t> saved_of;
   auto adapter_seen = [&](const std::string& a) {
     if (std::find(m.adapters.begin(), m.adapters.end(), a) == m.adapters.end()) m.adapters.push_back(a);
+  };
+  // The layer of (module, adapter), made on first sight with its base: PEFT's M.base_layer.weight
+  // (and .bias), torchtune's M.weight.
+  auto layer_at = [&](const std::string& module, const std::string& adapter, bool tune) -> LoraLayer& {
+    auto [it, fresh] = layer_of.emplace(std::make_pair(module, adapter), m.layers.size());
+    if (fresh) {
+      LoraLayer l;
+      l.module = module;
+      l.adapter = adapter;
+      l.torchtune = tune;
+      const std::string base = module + (tune ? ".weight" : ".base_layer.weight"), bias = module + ".base_layer.bias";
+      if (auto b = by_name.find(base); b != by_name.end()) l.base = b->second;
+      if (auto b = by_name.find(bias); !tune && b != by_name.end()) l.base_bias = b->second;
+      m.layers.push_back(std::move(l));
+    }
+    return m.layers[it->second];
   };
   for (size_t i = 0; i < md.tensors.size(); ++i) {
     const std::vector<std::string_view> s = split_key(md.tensors[i].fqn);
@@ -117,6 +223,14 @@ LoraModel find_lora(const Metadata& md) {
       }
       if (part == "original_module" && rest >= 1 && param) {
         m.originals.push_back(static_cast<int>(i));
+        break;
+      }
+      // torchtune's LoRALinear / DoRALinear (meta/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight,
+      // M.magnitude, the base M.weight; no adapter name.
+      const bool tune_ab = (part == "lora_a" || part == "lora_b") && rest == 1 && s[k + 1] == "weight";
+      if (tune_ab || (part == "magnitude" && rest == 0)) {
+        LoraLayer& l = layer_at(join_segments(s, 0, k), "", true);
+        (tune_ab ? (part == "lora_a" ? l.a : l.b) : l.magnitude) = static_cast<int>(i);
         break;
       }
       const bool linear = part == "lora_A" || part == "lora_B",
@@ -145,19 +259,7 @@ LoraModel find_lora(const Metadata& md) {
         else if (rest != 0)
           break;
       }
-      auto key = std::make_pair(join_segments(s, 0, k), adapter);
-      auto [it, fresh] = layer_of.emplace(key, m.layers.size());
-      if (fresh) {
-        LoraLayer l;
-        l.module = key.first;
-        l.adapter = adapter;
-        auto base = by_name.find(l.module + ".base_layer.weight");
-        if (base != by_name.end()) l.base = base->second;
-        auto base_bias = by_name.find(l.module + ".base_layer.bias");
-        if (base_bias != by_name.end()) l.base_bias = base_bias->second;
-        m.layers.push_back(std::move(l));
-      }
-      LoraLayer& l = m.layers[it->second];
+      LoraLayer& l = layer_at(join_segments(s, 0, k), adapter, false);
       const int ti = static_cast<int>(i);
       if (mag)
         l.magnitude = ti;
@@ -172,12 +274,20 @@ LoraModel find_lora(const Metadata& md) {
       break;
     }
   }
+  // A `magnitude` with no lora_a/lora_b beside it is no torchtune adapter.
+  m.layers.erase(std::remove_if(m.layers.begin(), m.layers.end(),
+                                [](const LoraLayer& l) { return l.torchtune && l.a < 0 && l.b < 0; }),
+                 m.layers.end());
+  for (const LoraLayer& l : m.layers)
+    if (l.torchtune) adapter_seen("");
+  find_param_bases(md, m);
   return m;
 }
 
 int64_t lora_rank(const Metadata& md, const LoraLayer& l) {
-  return l.a >= 0 && md.tensors[static_cast<size_t>(l.a)].ndim() == 2 ? md.tensors[static_cast<size_t>(l.a)].shape[0]
-                                                                      : 0;
+  if (l.a < 0 || md.tensors[static_cast<size_t>(l.a)].ndim() != 2) return 0;
+  const int64_t rows = md.tensors[static_cast<size_t>(l.a)].shape[0];
+  return l.experts > 0 ? rows / l.experts : rows;
 }
 
 json LoraModel::describe(const Metadata& md) const {
@@ -186,11 +296,15 @@ json LoraModel::describe(const Metadata& md) const {
   for (const std::string& name : this->adapters) {
     std::set<int64_t> ranks;
     size_t modules = 0;
-    bool emb = false, dora = false, bias = false;
+    bool emb = false, dora = false, bias = false, wrappers = false, tune = false;
+    std::set<int64_t> experts;
     for (const LoraLayer& l : layers) {
       if (l.adapter != name) continue;
       ++modules;
       ranks.insert(lora_rank(md, l));
+      wrappers = wrappers || l.wrapper;
+      tune = tune || l.torchtune;
+      if (l.experts > 0) experts.insert(l.experts);
       emb = emb || l.embedding;
       dora = dora || l.magnitude >= 0;
       bias = bias || l.b_bias >= 0;
@@ -205,9 +319,14 @@ json LoraModel::describe(const Metadata& md) const {
                         {"ranks", std::vector<int64_t>(ranks.begin(), ranks.end())},
                         {"embedding", emb},
                         {"dora", dora},
-                        {"layout", dora ? "dora" : "peft-linear"},
+                        {"layout", tune       ? "torchtune"
+                                   : dora     ? "dora"
+                                   : wrappers ? "peft-parameter"
+                                              : "peft-linear"},
                         {"lora_bias", bias},
                         {"modules_to_save", saved_modules}});
+    adapters.back()["target_parameters"] = target_parameters(name);
+    adapters.back()["experts"] = std::vector<int64_t>(experts.begin(), experts.end());
   }
   std::string hint =
       "consolidate --lora adapter -o DIR/ writes a PEFT adapter folder (adapter_model.safetensors, "
@@ -244,7 +363,7 @@ Findings check_lora(const Metadata& md, const LoraModel& lora) {
                        "): one of them is a slice of the adapter (a sharded save that kept one rank's part?)");
       continue;
     }
-    if (l.base >= 0) {
+    if (l.base >= 0 && l.param.empty()) {  // a ParamWrapper's base was chosen by its fit
       const TensorMeta& w = md.tensors[static_cast<size_t>(l.base)];
       // The base's [out, in] (an Embedding's [num, dim]); fan_in_fan_out (GPT-2's Conv1D) keeps [in, out].
       int64_t rows = l.embedding ? a.shape[1] : b.shape[0], cols = l.embedding ? b.shape[0] : a.shape[1];

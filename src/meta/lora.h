@@ -10,6 +10,14 @@
 //   M.lora_embedding_A.NAME [r, num], M.lora_embedding_B.NAME [dim, r]   an Embedding's
 //   M.lora_magnitude_vector.NAME.weight [out]      DoRA's magnitude
 //   M.modules_to_save.NAME.<param>, M.original_module.<param>   a module trained whole
+// A parameter targeted by target_parameters (PEFT's lora.ParamWrapper: MoE experts' fused
+// gate_up_proj / down_proj) wraps the module once per targeted parameter, so the keys nest
+// `base_layer.` once per wrapper, the innermost wrapping the parameter registered first:
+//   M.base_layer.base_layer.gate_up_proj [E, out, in]    the frozen parameters (no `.weight`)
+//   M.base_layer.lora_A.NAME.weight [r·E, in]            the inner wrapper's (gate_up_proj's) adapter
+//   M.lora_A.NAME.weight, M.lora_B.NAME.weight [out, r·E]  the outer wrapper's (down_proj's)
+// Expert e's delta is B_e·A_e with A_e = A's rows e·r … e·r + r − 1 and B_e[o, k] = B[o, k·E + e]
+// (PEFT's get_delta_weight: A as [E, r, in], B as [out, r, E]).
 // An adapter saved alone (get_peft_model_state_dict, adapter_model.safetensors) has the same keys
 // with `.NAME` removed (`M.lora_A.weight`, `M.lora_embedding_A`, `M.lora_magnitude_vector`) and a
 // module to save as `M.<param>`.
@@ -46,6 +54,18 @@ struct LoraLayer {
   int magnitude = -1;      // DoRA's lora_magnitude_vector
   int base = -1;           // M.base_layer.weight, when the checkpoint holds the base model
   int base_bias = -1;      // M.base_layer.bias (what lora_bias merges into)
+  // A ParamWrapper's (target_parameters; `wrapper`, from the nesting): the parameter it adapts ("gate_up_proj"), the
+  // experts of a 3-D one (E, from the base's first dimension, or from the config's r when there is no base), and
+  // whether that base is [E, in, out] (`is_transposed` experts) rather than [E, out, in].
+  bool wrapper = false;
+  // torchtune's (meta/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight, M.magnitude over M.weight.
+  bool torchtune = false;
+  std::string param;
+  int64_t experts = 0;
+  bool param_transposed = false;
+  // The key PEFT matches rank_pattern / alpha_pattern against, as saved: the module's, or for a
+  // ParamWrapper the unwrapped module's with the parameter ("…mlp.experts.gate_up_proj").
+  std::string target() const;
 };
 
 // A module trained whole (modules_to_save): its copy for one adapter.
@@ -61,8 +81,10 @@ struct LoraModel {
   std::vector<int> originals;         // M.original_module.<param>: the frozen copies of saved modules
   std::vector<std::string> adapters;  // the names, in the order first met ("" for unnamed)
   bool empty() const { return layers.empty(); }
-  // The target module names (the last part of each module's key: "q_proj"), sorted.
+  // The target module names (the last part of each module's key: "q_proj"), sorted; ParamWrappers'
+  // are target_parameters ("experts.gate_up_proj": the module's last part and the parameter).
   std::vector<std::string> targets(const std::string& adapter) const;
+  std::vector<std::string> target_parameters(const std::string& adapter) const;
   // {"adapters": [{"name", "modules", "targets", "ranks", "embedding", "dora", "modules_to_save"}],
   //  "base_model": bool, "hint"}: what inspect says.
   nlohmann::json describe(const Metadata& md) const;
@@ -122,7 +144,7 @@ std::string module_in_model(const std::string& module);
 std::string peft_saved_key(const std::string& key, const std::string& adapter);
 // Whether a rank_pattern / alpha_pattern key names `key` (PEFT's regex rule).
 bool pattern_matches(const std::string& pattern, const std::string& key);
-// The adapter's rank: lora_A's rows (0 when it has none).
+// The adapter's rank: lora_A's rows (0 when it has none); a 3-D ParamWrapper's, those rows / E.
 int64_t lora_rank(const Metadata& md, const LoraLayer& l);
 
 }  // namespace dcpctl

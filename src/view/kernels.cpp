@@ -121,6 +121,21 @@ void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, co
   }
 }
 
+void add_lora_expert_deltas(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t b_rows,
+                            int64_t rank, int64_t experts, float scale, bool transposed, DType delta_dtype) {
+  const Box inner{{box.offsets[1], box.offsets[2]}, {box.sizes[1], box.sizes[2]}};
+  const int64_t stride = box.sizes[1] * box.sizes[2];
+  std::vector<float> be(static_cast<size_t>(b_rows * rank));
+  for (int64_t i = 0; i < box.sizes[0]; ++i) {
+    const int64_t e = box.offsets[0] + i;
+    for (int64_t o = 0; o < b_rows; ++o)
+      for (int64_t k = 0; k < rank; ++k)
+        be[static_cast<size_t>(o * rank + k)] = b[o * rank * experts + k * experts + e];
+    add_lora_delta(w + i * stride, inner, a + e * rank * a_cols, a_cols, be.data(), rank, scale, transposed,
+                   delta_dtype);
+  }
+}
+
 void DoraNorm::add(const float* x, int64_t col0, int64_t n, int64_t row_len) {
   const int64_t main = row_len - row_len % kLanes;
   for (int64_t j = 0; j < n; ++j) {

@@ -43,6 +43,14 @@ void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scal
 void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale,
                     bool transposed, DType delta_dtype);
 
+// A 3-D ParamWrapper's merge (PEFT 0.21 target_parameters on fused MoE experts, meta/lora.h): box
+// `box` [e, o, i] of a base [E, out, in] (`transposed`: [E, in, out]) gets, for each expert e in it,
+// add_lora_delta of A_e = rows e·rank … of A [rank·E, a_cols] and B_e[o][k] = B[o][k·E + e] of B
+// [b_rows, rank·E]: PEFT's einsum("o r e, e r i -> e o i") · scaling, each expert's product summed
+// over k = 0..rank-1 as add_lora_delta sums it (bit for bit with PEFT on the fixtures' CPU).
+void add_lora_expert_deltas(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t b_rows,
+                            int64_t rank, int64_t experts, float scale, bool transposed, DType delta_dtype);
+
 // DoRA's merge (PEFT 0.21 DoraLinearVariant.merge_unsafe): V = W + delta (add_lora_delta's values,
 // rounded to the dtype torch adds them in), norm = torch.linalg.norm(V, dim=1) per output row,
 // factor = magnitude / norm, W' = factor · V, each step one rounding in that dtype.

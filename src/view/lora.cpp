@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "meta/derived.h"
+#include "meta/lora_torchtune.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
@@ -27,14 +28,16 @@ namespace {
 class LoraMergedWeight final : public DerivedTensor {
  public:
   LoraMergedWeight(std::string path, TensorMeta base, TensorMeta a, TensorMeta b, double scale, bool transposed,
-                   std::optional<TensorMeta> magnitude)
+                   std::optional<TensorMeta> magnitude, int64_t experts = 0, bool scale_b_first = false)
       : path_(std::move(path)),
         w_(std::move(base)),
         a_(std::move(a)),
         b_(std::move(b)),
         scale_(scale),
         transposed_(transposed),
-        m_(std::move(magnitude)) {}
+        m_(std::move(magnitude)),
+        experts_(experts),
+        scale_b_first_(scale_b_first) {}
   const TensorMeta& follows() const override { return w_; }
 
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
@@ -45,15 +48,15 @@ class LoraMergedWeight final : public DerivedTensor {
               [&](uint8_t* out) {
                 below.read(w_, chunk, 0, bytes, out);
                 std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
+                if (scale_b_first_)  // torchtune's ((alpha / r) * B) @ A: B scaled in float32 first
+                  for (float& x : b) x *= static_cast<float>(scale_);
                 const Box box = chunk_box(w_, chunk);
                 if (dt == DType::Float32 && !m_) {
-                  add_lora_delta(reinterpret_cast<float*>(out), box, a.data(), a_.shape[1], b.data(), a_.shape[0],
-                                 scale(), transposed_, delta_dtype());
+                  add_delta(reinterpret_cast<float*>(out), box, a, b);
                 } else {
                   std::vector<float> values(numel);
                   cast_elements(dt, DType::Float32, out, reinterpret_cast<uint8_t*>(values.data()), numel);
-                  add_lora_delta(values.data(), box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_,
-                                 delta_dtype());
+                  add_delta(values.data(), box, a, b);
                   if (m_) dora(below, box, a, b, values);
                   cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(values.data()), out, numel);
                 }
@@ -67,6 +70,7 @@ class LoraMergedWeight final : public DerivedTensor {
   uint64_t working_bytes(size_t chunk) const override {
     const uint64_t numel = w_.chunk_numel(chunk), item = itemsize(*w_.dtype);
     uint64_t need = whole(a_) + whole(b_) + numel * item + (*w_.dtype == DType::Float32 && !m_ ? 0 : numel * 4);
+    if (experts_ > 0) need += b_.numel() / static_cast<uint64_t>(experts_) * 4;  // one expert's B
     if (m_) {
       need += whole(*m_);
       if (w_.chunk_sizes(chunk)[1] != w_.shape[1]) {
@@ -79,7 +83,15 @@ class LoraMergedWeight final : public DerivedTensor {
   }
 
  private:
-  float scale() const { return static_cast<float>(scale_); }
+  float scale() const { return scale_b_first_ ? 1.0f : static_cast<float>(scale_); }
+  // The box's delta: B·A's, or (a 3-D ParamWrapper's) each expert's B_e·A_e.
+  void add_delta(float* v, const Box& box, const std::vector<float>& a, const std::vector<float>& b) const {
+    if (experts_ > 0)
+      add_lora_expert_deltas(v, box, a.data(), a_.shape[1], b.data(), b_.shape[0], a_.shape[0] / experts_, experts_,
+                             scale(), transposed_, delta_dtype());
+    else
+      add_lora_delta(v, box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_, delta_dtype());
+  }
   // PEFT's delta is in lora_B's dtype.
   DType delta_dtype() const {
     const DType bt = *b_.dtype;
@@ -147,6 +159,41 @@ class LoraMergedWeight final : public DerivedTensor {
   double scale_;
   bool transposed_;
   std::optional<TensorMeta> m_;  // DoRA's magnitude vector [out]
+  int64_t experts_;              // a 3-D ParamWrapper's E (A [r·E, in], B [out, r·E]); 0 otherwise
+  bool scale_b_first_;           // torchtune's order: (s·B)·A, each s·B rounded to float32
+};
+
+// torchtune's lora_B of q_proj / k_proj as PEFT's (tune_to_peft_adapter_weights): its rows permuted
+// back to HF's RoPE order (meta/lora_torchtune.h), read whole.
+class LoraPermutedRows final : public DerivedTensor {
+ public:
+  LoraPermutedRows(std::string path, TensorMeta t, std::vector<int64_t> rows)
+      : path_(std::move(path)), t_(std::move(t)), rows_(std::move(rows)) {}
+  const TensorMeta& follows() const override { return t_; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const size_t item = itemsize(*t_.dtype);
+    const uint64_t bytes = t_.chunk_numel(chunk) * item;
+    read_part(
+        Where(path_, std::nullopt, t_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst, [&](uint8_t* out) {
+          const std::vector<uint8_t> whole = below.read_whole(t_);
+          const Box box = chunk_box(t_, chunk);
+          const int64_t cols = t_.shape[1];
+          for (int64_t i = 0; i < box.sizes[0]; ++i)
+            std::memcpy(
+                out + static_cast<size_t>(i * box.sizes[1]) * item,
+                whole.data() +
+                    static_cast<size_t>(rows_[static_cast<size_t>(box.offsets[0] + i)] * cols + box.offsets[1]) * item,
+                static_cast<size_t>(box.sizes[1]) * item);
+        });
+  }
+  uint64_t working_bytes(size_t chunk) const override {
+    return t_.numel() * itemsize(*t_.dtype) + t_.chunk_numel(chunk) * itemsize(*t_.dtype);
+  }
+
+ private:
+  std::string path_;
+  TensorMeta t_;
+  std::vector<int64_t> rows_;
 };
 
 // A merged bias (lora_bias=True): PEFT's `bias += lora_B.bias * scaling`, in the bias's dtype.
@@ -190,6 +237,8 @@ std::string common_prefix(const LoraModel& lora) {
     const std::string& m = lora.layers[i].module;
     size_t p = peft_prefix_at(m);
     std::string mine = p == std::string::npos || p == 0 ? "" : m.substr(0, p - 1);
+    // torchtune's keys have no PeftModel prefix: the state dict's own top-level key ("model").
+    if (lora.layers[i].torchtune) mine = m.find('.') == std::string::npos ? "" : m.substr(0, m.find('.'));
     if (i == 0)
       prefix = mine;
     else if (mine != prefix)
@@ -250,7 +299,33 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   bool has_magnitude = false, has_bias = false;
   for (const LoraLayer& l : lora.layers)
     if (l.adapter == adapter) has_magnitude = has_magnitude || l.magnitude >= 0, has_bias = has_bias || l.b_bias >= 0;
-  LoraConfig config = find_lora_config(ck, rq, adapter);
+  bool tune = false;
+  for (const LoraLayer& l : lora.layers) tune = tune || l.torchtune;
+  LoraConfig config;
+  try {
+    config = find_lora_config(ck, rq, adapter);
+  } catch (const UsageError& e) {
+    if (!tune) throw;
+    // torchtune's checkpoints say neither r nor alpha: its checkpointer writes them in the PEFT
+    // adapter_config.json beside its adapter; without one the scaling is not known.
+    throw UnsupportedError(Where(ck.dir), std::string("torchtune LoRA: ") + e.what() +
+                                              " (torchtune writes it beside its adapter: r and lora_alpha)");
+  }
+  // A ParamWrapper saved without its base (an adapter alone): its E from the config's r, never from
+  // the fused shapes (lora_A [r·E, in]).
+  for (LoraLayer& l : lora.layers)
+    if (l.adapter == adapter && l.wrapper && l.base < 0 && l.a >= 0 &&
+        md.tensors[static_cast<size_t>(l.a)].ndim() == 2) {
+      const int64_t rows = md.tensors[static_cast<size_t>(l.a)].shape[0];
+      const json r = config.json.value("r", json());
+      if (!r.is_number_integer() || r.get<int64_t>() <= 0 || rows % r.get<int64_t>() != 0)
+        throw UsageError(Where(config.path.empty() ? ck.metadata_path : config.path, std::nullopt,
+                               md.tensors[static_cast<size_t>(l.a)].fqn),
+                         "a target_parameters adapter (lora_A [r*E, in], " + std::to_string(rows) +
+                             " rows) without its base parameter: its rank r is not in the checkpoint; give "
+                             "--lora-config adapter_config.json with r");
+      l.experts = rows / r.get<int64_t>();
+    }
   LoraConfig others = config;  // the config less what the keys show and dcpctl merges
   if (has_magnitude) others.json.erase("use_dora");
   if (has_bias) others.json.erase("lora_bias");
@@ -265,8 +340,10 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
                    "LoRA, rsLoRA, DoRA and LoRA biases; export it with --lora adapter and merge it "
                    "with PEFT"));
   auto scale_of = [&](const LoraLayer& l) {
-    const int64_t r = lora_rank(md, l);
-    const double alpha = config.alpha(module_in_model(l.module));
+    int64_t r = lora_rank(md, l);
+    // torchtune's merge scales by its config's rank (get_merged_lora_ckpt(sd, rank, alpha)).
+    if (l.torchtune && config.json.value("r", json()).is_number_integer()) r = config.json["r"].get<int64_t>();
+    const double alpha = config.alpha(module_in_model(l.target()));
     return config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
   };
 
@@ -275,7 +352,50 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   std::vector<bool> keep(md.tensors.size(), false);
   std::unordered_map<size_t, const LoraLayer*> merged_at;       // base tensor -> its adapter
   std::unordered_map<size_t, const LoraLayer*> merged_bias_at;  // base bias -> its adapter (lora_bias)
-  auto peft_key = [&](size_t ti) {                              // the output key of a kept adapter tensor
+  // torchtune's adapter as its HF checkpointer converts it: PEFT's keys in the HF model's names, and
+  // lora_B of q_proj / k_proj with its rows in HF's RoPE order (meta/lora_torchtune.h).
+  std::unordered_map<size_t, std::string> tune_names;
+  std::unordered_map<size_t, std::vector<int64_t>> tune_rows;
+  if (tune && !merge) {
+    std::string looked;
+    std::optional<TorchtuneHeads> heads;
+    bool heads_read = false;
+    for (const LoraLayer& l : lora.layers) {
+      if (!l.torchtune || l.a < 0 || !by_tensor[static_cast<size_t>(l.a)]) continue;
+      const std::string& ka = by_tensor[static_cast<size_t>(l.a)]->key;
+      const std::string rel = ka.substr(0, ka.size() - std::string(".lora_a.weight").size());
+      const std::string hf = torchtune_hf_module(rel);
+      if (hf.empty())
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
+                               "torchtune LoRA on '" + rel +
+                                   "', a module torchtune's HF name map (convert_weights._FROM_HF) does not name: "
+                                   "dcpctl cannot give its PEFT name");
+      const std::string p = std::string(kPeftPrefix) + hf;
+      tune_names[static_cast<size_t>(l.a)] = p + ".lora_A.weight";
+      if (l.b >= 0) tune_names[static_cast<size_t>(l.b)] = p + ".lora_B.weight";
+      if (l.magnitude >= 0) tune_names[static_cast<size_t>(l.magnitude)] = p + ".lora_magnitude_vector";
+      const bool q = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".q_proj") == 0;
+      const bool k = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".k_proj") == 0;
+      if ((q || k) && l.b >= 0) {
+        if (!heads_read) heads = torchtune_heads(ck, config, &looked), heads_read = true;
+        if (!heads)
+          throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b)].fqn),
+                                 "torchtune LoRA on " + std::string(q ? "q_proj" : "k_proj") +
+                                     ": PEFT's lora_B has its rows in HF's RoPE order, which needs the attention "
+                                     "heads: no config.json with num_attention_heads (looked in " +
+                                     looked + "; the adapter config's base_model_name_or_path names the base)");
+        const int64_t n = q ? heads->heads : heads->kv_heads;
+        const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
+        if (b.ndim() != 2 || b.shape[0] != n * heads->head_dim)
+          throw FormatError(Where(ck.metadata_path, std::nullopt, b.fqn),
+                            "lora_b is " + dims_text(b.shape) + " but the config's heads give " + std::to_string(n) +
+                                " x " + std::to_string(heads->head_dim) + " rows");
+        tune_rows[static_cast<size_t>(l.b)] = torchtune_rope_rows(n, heads->head_dim);
+      }
+    }
+  }
+  auto peft_key = [&](size_t ti) {  // the output key of a kept adapter tensor
+    if (auto t = tune_names.find(ti); t != tune_names.end()) return t->second;
     std::string k = by_tensor[ti]->key;
     size_t p = peft_prefix_at(k);
     return peft_saved_key(p == std::string::npos ? k : k.substr(p), adapter);
@@ -349,8 +469,10 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       if (l.adapter != adapter) continue;
       if (l.base < 0 || !by_tensor[static_cast<size_t>(l.base)])
         throw UsageError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
-                         "--lora merge needs the base layer '" + l.module +
-                             ".base_layer.weight' in the selection; this checkpoint holds the adapter " +
+                         "--lora merge needs " +
+                             (l.wrapper ? "the parameter '" + l.target() + "' (under its base_layer. wrappers)"
+                                        : "the base layer '" + l.module + ".base_layer.weight'") +
+                             " in the selection; this checkpoint holds the adapter " +
                              "only: export it with --lora adapter, or merge it with the base model in PEFT");
       if (l.b_bias >= 0) {
         if (l.base_bias < 0 || !by_tensor[static_cast<size_t>(l.base_bias)])
@@ -407,13 +529,16 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       const double scale = scale_of(l);
       // An Embedding's delta is (B·A)ᵀ; so is a Linear's kept [in, out] (fan_in_fan_out, GPT-2's
       // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.
-      const bool out_in = base.shape[0] == b.shape[0] && base.shape[1] == a.shape[1];
-      const bool transposed = l.embedding || !out_in || (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
+      const bool out_in = base.ndim() == 2 && base.shape[0] == b.shape[0] && base.shape[1] == a.shape[1];
+      // A ParamWrapper's base is as find_lora fitted it ([E, out, in], or [E, in, out] transposed).
+      const bool transposed =
+          !l.param.empty() ? l.param_transposed
+                           : l.embedding || !out_in || (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
       std::optional<TensorMeta> magnitude;
       if (l.magnitude >= 0) magnitude = md.tensors[static_cast<size_t>(l.magnitude)];
-      table->tensors[t.fqn] = {
-          std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed, std::move(magnitude)),
-          nullptr};
+      table->tensors[t.fqn] = {std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed,
+                                                                  std::move(magnitude), l.experts, l.torchtune),
+                               nullptr};
       scales.push_back(scale);
       ++merged;
     }
@@ -424,6 +549,9 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
           nullptr};
       ++merged_biases;
     }
+    if (auto p = tune_rows.find(it.index); p != tune_rows.end())
+      table->tensors[t.fqn] = {std::make_shared<LoraPermutedRows>(ck.metadata_path, md.tensors[it.index], p->second),
+                               nullptr};
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));
   }
@@ -437,7 +565,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   for (const LoraLayer& l : lora.layers)
     if (l.adapter == adapter && l.a >= 0 && by_tensor[static_cast<size_t>(l.a)]) {
       int64_t r = lora_rank(md, l);
-      ranks.push_back({module_in_model(l.module), r});
+      ranks.push_back({module_in_model(l.target()), r});
       ++rank_count[r];
       dora = dora || l.magnitude >= 0;
     }
@@ -468,6 +596,9 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     cfg[field] = kept;
   }
   if (!cfg.contains("target_modules") || cfg["target_modules"].is_null()) cfg["target_modules"] = lora.targets(adapter);
+  if (const auto params = lora.target_parameters(adapter);
+      !params.empty() && (!cfg.contains("target_parameters") || cfg["target_parameters"].is_null()))
+    cfg["target_parameters"] = params;
   if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
     json saved = json::array();
     for (const LoraSavedModule& sm : lora.saved)
@@ -489,6 +620,14 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
                          {"task_type", nullptr}};
   for (auto it = defaults.begin(); it != defaults.end(); ++it)
     if (!cfg.contains(it.key())) cfg[it.key()] = it.value();
+  if (tune) {
+    // torchtune's converter (tune_to_peft_adapter_config) writes its config as it is: r, lora_alpha,
+    // target_modules in HF's names, peft_type, base_model_name_or_path. DoRA's needs use_dora for PEFT
+    // to load its magnitude vectors (torchtune 0.6.1 leaves it out).
+    cfg = config.json;
+    if (dora) cfg["use_dora"] = true;
+    if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
+  }
   if (!merge) table->output["adapter_config"] = cfg;
   json& summary = table->views["lora"];
   summary = {{"mode", merge ? "merge" : "adapter"},

@@ -22,12 +22,19 @@ adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key;
 (no alpha, several adapters without --lora-name, merging an adapter-only save, a config that says DoRA
 over plain LoRA keys) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
+peft_moe (PEFT target_parameters on a Qwen3-MoE's fused experts): inspect's peft-parameter layout and
+rank r (not r*E), the adapter bit for bit with target_parameters and no rank_pattern (also from the
+adapter alone, r from its config; without r: exit 2), the merge per expert equal to merge_and_unload's
+(unfused as save_pretrained writes it) bit for bit and loading with its logits. torchtune_lora /
+torchtune_dora (torchtune 0.6.1's DistributedCheckpointer save): the PEFT folder its converters write
+(bit for bit; PEFT's logits over it), get_merged_lora_ckpt's merge bit for bit; no config: exit 5.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -70,7 +77,7 @@ def lora_bound(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float, 
     return (2 * r + 4) * u * (w.abs().double() + abs(scale) * ab) + 1e-30
 
 
-def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="default"):
+def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="default", experts=0):
     out = WORK / f"{case}-{name}-adapter"
     r = dcpctl("consolidate", ckpt, "--lora", "adapter", "-o", f"{out}/", "--json", "-q", *extra)
     if not ok(r, f"{case}: consolidate --lora adapter {' '.join(map(str, extra))}"):
@@ -93,11 +100,11 @@ def adapter_checks(case: str, ckpt: Path, expected: Path, extra=(), name="defaul
     for key in ("target_modules", "modules_to_save"):
         check(sorted(cfg.get(key) or []) == sorted(want.get(key) or []),
               f"{case}: adapter_config.json {key} = {cfg.get(key)!r}, PEFT's {want.get(key)!r}")
-    pattern_checks(case, cfg, ours)
+    pattern_checks(case, cfg, ours, experts)
     return out
 
 
-def pattern_checks(case: str, cfg: dict, tensors: dict):
+def pattern_checks(case: str, cfg: dict, tensors: dict, experts: int = 0):
     """Every rank_pattern / alpha_pattern entry names a module the adapter has (PEFT's rule: the key, or
     a regex matching the end of the module's name), and every module gets the rank lora_A has: a config
     entry that names no module, or a rank taken from a fused shape, is a bug."""
@@ -105,6 +112,8 @@ def pattern_checks(case: str, cfg: dict, tensors: dict):
     prefix = "base_model.model."
     ranks = {k[len(prefix):k.index(".lora_A")]: v.shape[0] for k, v in tensors.items() if ".lora_A." in k and k.startswith(prefix)}
     ranks.update({k[len(prefix):k.index(".lora_embedding_A")]: v.shape[0] for k, v in tensors.items() if k.endswith(".lora_embedding_A")})
+    if experts:  # target_parameters' wrappers of fused experts: lora_A [r*E, in], rank r
+        ranks = {m: (v // experts if re.search(r"\.experts(\.base_layer)*$", m) else v) for m, v in ranks.items()}
 
     def matches(pattern, module):
         return pattern == module or re.fullmatch(rf"(.*\.)?({pattern})", module) is not None
@@ -133,6 +142,19 @@ def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
     got = logits_of(pm, ids)
     diff = (got - want_logits).abs().max().item()
     check(diff <= 1e-5, f"{case}: PeftModel over dcpctl's adapter gives PEFT's logits (max diff {diff:.3g})")
+
+
+def merged_folder_checks(case: str, out: Path, ids, want_logits):
+    """from_pretrained of a merged folder: no missing or unexpected keys, merge_and_unload's logits."""
+    from transformers import AutoModelForCausalLM
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"{case}: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
+    model.eval()
+    diff = (logits_of(model, ids) - want_logits).abs().max().item()
+    check(diff <= 1e-5, f"{case}: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
 
 
 def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, ids, want_logits, extra=()):
@@ -179,15 +201,7 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
     biases = [k for k in ours if k.endswith(".bias") and "base_model.model." + k[:-5] + ".lora_B.bias" in adapter]
     check(s.get("lora", {}).get("merged_biases", 0) == len(biases) and all(same_tensor(ours[k], theirs[k]) is None for k in biases),
           f"{case}: {len(biases)} lora_bias biases merged bit for bit, the summary says {s.get('lora', {}).get('merged_biases')}")
-    from transformers import AutoModelForCausalLM
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
-    check(not info["missing_keys"] and not info["unexpected_keys"],
-          f"{case}: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
-    model.eval()
-    diff = (logits_of(model, ids) - want_logits).abs().max().item()
-    check(diff <= 1e-5, f"{case}: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
+    merged_folder_checks(case, out, ids, want_logits)
     # The same merge to the other formats, and cast.
     st, pt, bf = WORK / f"{case}-merged.safetensors", WORK / f"{case}-merged.pt", WORK / f"{case}-merged-bf16.safetensors"
     for path in (st, pt):
@@ -204,6 +218,144 @@ def merge_checks(case: str, ckpt: Path, fixture: Path, expected_adapter: Path, i
         other = load_file(bf)
         bad = [k for k in ours if same_tensor(other[k], ours[k].to(torch.bfloat16)) is not None]
         check(not bad, f"{case}: --dtype bf16 is the merged float32 values cast as torch's .to() casts: {bad[:3]}")
+
+
+EXPERT_KEY = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def unfused(fused: dict) -> dict:
+    """transformers 5.23's save_pretrained of fused experts (checked by make_peft.py against its output):
+    experts.gate_up_proj [E, 2F, D] -> experts.E.gate_proj.weight = [E, :F], up_proj = [E, F:];
+    experts.down_proj [E, D, F] -> experts.E.down_proj.weight."""
+    out = {}
+    for k, v in fused.items():
+        if k.endswith(".mlp.experts.gate_up_proj"):
+            f = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"{k[:-len('gate_up_proj')]}{e}.gate_proj.weight"] = v[e, :f]
+                out[f"{k[:-len('gate_up_proj')]}{e}.up_proj.weight"] = v[e, f:]
+        elif k.endswith(".mlp.experts.down_proj"):
+            for e in range(v.shape[0]):
+                out[f"{k[:-len('down_proj')]}{e}.down_proj.weight"] = v[e]
+        else:
+            out[k] = v
+    return out
+
+
+def moe_checks():
+    """peft_moe: PEFT 0.21 target_parameters on a transformers 5.23 Qwen3MoeForCausalLM's fused experts
+    (nested ParamWrappers: experts.base_layer.base_layer.{gate_up_proj,down_proj}, lora_A [r*E, in],
+    lora_B [out, r*E]), q_proj/v_proj by target_modules; FSDP2 on 2 gloo ranks."""
+    fx = FIXTURES / "peft_moe"
+    ids = load_file(fx / "logits.safetensors")
+    r = dcpctl("inspect", fx / "ckpt", "--json")
+    if ok(r, "peft_moe: inspect --json"):
+        lora = json.loads(r.stdout).get("lora") or {}
+        a = (lora.get("adapters") or [{}])[0]
+        check(a.get("layout") == "peft-parameter" and a.get("targets") == ["q_proj", "v_proj"]
+              and a.get("target_parameters") == ["experts.down_proj", "experts.gate_up_proj"]
+              and a.get("ranks") == [4] and a.get("experts") == [4] and a.get("modules") == 8
+              and lora.get("base_model") is True,
+              f"peft_moe: inspect names the expert parameters, rank r (not r*E = 16) and the experts: {a}, {lora.get('base_model')}")
+    out = adapter_checks("peft_moe", fx / "ckpt", fx / "expected_adapter", experts=4)
+    if out:
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        want = json.loads((fx / "expected_adapter" / "adapter_config.json").read_text())
+        check(cfg.get("rank_pattern") == {} and cfg.get("alpha_pattern") == {} and cfg.get("r") == 4,
+              f"peft_moe: r = 4 and no rank_pattern for the experts (r*E is no rank): {cfg.get('r')}, {cfg.get('rank_pattern')}")
+        check(cfg.get("target_parameters") == want.get("target_parameters"),
+              f"peft_moe: target_parameters kept: {cfg.get('target_parameters')}, PEFT's {want.get('target_parameters')}")
+        peft_load_checks("peft_moe", out, fx / "base", ids["input_ids"], ids["logits_peft"])
+    # The same export from the config given, built without target_parameters: dcpctl fills them in.
+    bare = WORK / "moe-config-bare.json"
+    bare.write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}))
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "adapter", "--lora-config", bare, "-o", f"{WORK / 'moe-bare'}/", "-q")
+    if ok(r, "peft_moe: --lora adapter with a config without target_parameters"):
+        cfg = json.loads((WORK / "moe-bare" / "adapter_config.json").read_text())
+        check(cfg.get("target_parameters") == ["experts.down_proj", "experts.gate_up_proj"] and cfg.get("rank_pattern") == {},
+              f"peft_moe: target_parameters from the keys, no rank_pattern: {cfg.get('target_parameters')}, {cfg.get('rank_pattern')}")
+        peft_load_checks("peft_moe (built config)", WORK / "moe-bare", fx / "base", ids["input_ids"], ids["logits_peft"])
+    # --lora merge: the fused experts, each W_e + s*B_e*A_e; transformers' save_pretrained unfuses them.
+    merged = WORK / "moe-merged"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "-o", f"{merged}/", "--assets", fx / "base", "--json", "-q")
+    if ok(r, "peft_moe: consolidate --lora merge"):
+        s = json.loads(r.stdout)
+        check(s.get("lora", {}).get("merged") == 8, f"peft_moe: 8 weights merged (4 attention, 4 fused experts): {s.get('lora')}")
+        ours = {}
+        for f in sorted(merged.glob("*.safetensors")):
+            ours.update(load_file(f))
+        check("model.layers.0.mlp.experts.gate_up_proj" in ours and list(ours["model.layers.0.mlp.experts.gate_up_proj"].shape) == [4, 32, 64],
+              f"peft_moe: the merged experts keep the fused layout [E, 2F, D]: {sorted(k for k in ours if 'experts' in k)[:4]}")
+        mine, theirs = unfused(ours), load_file(fx / "expected_merged" / "model.safetensors")
+        check(sorted(mine) == sorted(theirs), f"peft_moe: merge_and_unload's tensors: extra {sorted(set(mine) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(mine))[:4]}")
+        bad = [k for k in sorted(set(mine) & set(theirs)) if same_tensor(mine[k].contiguous(), theirs[k]) is not None]
+        check(not bad, f"peft_moe: every merged tensor (each expert's) is merge_and_unload's bit for bit: {bad[:4]}")
+        merged_folder_checks("peft_moe", merged, ids["input_ids"], ids["logits_merged"])
+    # The adapter alone (what ignore_frozen_params=True saves: the LoRA tensors, no base), saved here by
+    # torch's dcp.save from the fixture's tensors: E is not in it, so r comes from the config, never from r*E.
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    sd: dict = {}
+    _load_state_dict(sd, storage_reader=dcp.FileSystemReader(str(fx / "ckpt")), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    alone = WORK / "moe-adapter-alone"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": {k: v for k, v in sd["model"].items() if ".lora_" in k}}, checkpoint_id=str(alone), no_dist=True)
+    r = dcpctl("consolidate", alone, "--lora", "adapter", "--lora-alpha", "8", "-o", f"{WORK / 'moe-no-r'}/")
+    expect_rc(r, EXIT_USAGE, "peft_moe: a target_parameters adapter without its base and without r", "r*E", "--lora-config")
+    check(not (WORK / "moe-no-r").exists(), "peft_moe: without r, nothing written")
+    out = adapter_checks("peft_moe (adapter alone)", alone, fx / "expected_adapter",
+                         extra=("--lora-config", fx / "expected_adapter" / "adapter_config.json"), experts=4)
+    if out:
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        check(cfg.get("r") == 4 and cfg.get("rank_pattern") == {}, f"peft_moe (adapter alone): r from the config, no rank_pattern: {cfg.get('r')}, {cfg.get('rank_pattern')}")
+    r = dcpctl("consolidate", alone, "--lora", "merge", "--lora-config", fx / "expected_adapter" / "adapter_config.json", "-o", WORK / "moe-alone.safetensors")
+    expect_rc(r, EXIT_USAGE, "peft_moe: merging the adapter alone", "holds the adapter only")
+
+
+def torchtune_checks():
+    """torchtune 0.6.1's LoRA / DoRA (make_torchtune.py): its DistributedCheckpointer's intermediate save
+    (dist_epoch_0/: {"model": lora_a/lora_b/magnitude over M.weight, "optimizer", progress}) against what
+    torchtune itself writes: tune_to_peft_adapter_weights / _config (the PEFT folder, HF names, q/k lora_B
+    permuted) and get_merged_lora_ckpt (torchtune's names)."""
+    for case, dora in (("torchtune_lora", False), ("torchtune_dora", True)):
+        fx = FIXTURES / case
+        ckpt = fx / "dist_epoch_0"
+        if not ckpt.exists():
+            check(False, f"{case}: fixture missing")
+            continue
+        r = dcpctl("inspect", ckpt, "--json")
+        if ok(r, f"{case}: inspect --json"):
+            a = ((json.loads(r.stdout).get("lora") or {}).get("adapters") or [{}])[0]
+            check(a.get("layout") == "torchtune" and a.get("ranks") == [4] and a.get("dora") is dora and "q_proj" in a.get("targets", []),
+                  f"{case}: inspect says torchtune, rank 4, DoRA {dora}: {a}")
+        ids = load_file(fx / "logits.safetensors")
+        if not dora:
+            out = adapter_checks(case, ckpt, fx / "expected_adapter")
+            if out:
+                peft_load_checks(case, out, fx / "base", ids["input_ids"], ids["logits_tune"])
+        else:
+            out = WORK / f"{case}-adapter"
+            if ok(dcpctl("consolidate", ckpt, "--lora", "adapter", "-o", f"{out}/", "-q"), f"{case}: --lora adapter"):
+                ours, theirs = load_file(out / "adapter_model.safetensors"), load_file(fx / "expected_adapter" / "adapter_model.safetensors")
+                check(sorted(ours) == sorted(theirs) and all(same_tensor(ours[k], theirs[k]) is None for k in theirs),
+                      f"{case}: tune_to_peft_adapter_weights' tensors bit for bit: {sorted(set(ours) ^ set(theirs))[:4]}")
+                cfg = json.loads((out / "adapter_config.json").read_text())
+                check(cfg.get("use_dora") is True and cfg.get("r") == 4, f"{case}: the config says use_dora (PEFT needs it): {cfg}")
+        merged = WORK / f"{case}-merged.safetensors"
+        if ok(dcpctl("consolidate", ckpt, "--lora", "merge", "-o", merged, "-q"), f"{case}: --lora merge"):
+            ours, theirs = load_file(merged), load_file(fx / "expected_merged_tune.safetensors")
+            check(sorted(ours) == sorted(theirs), f"{case}: get_merged_lora_ckpt's keys: {sorted(set(ours) ^ set(theirs))[:4]}")
+            bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
+            check(not bad, f"{case}: the merge is get_merged_lora_ckpt's bit for bit: {bad[:4]}")
+    # Without the adapter_config.json torchtune writes beside its adapter, r and alpha are not known: exit 5.
+    import shutil
+    alone = WORK / "tt-alone" / "dist_epoch_0"
+    shutil.copytree(FIXTURES / "torchtune_lora" / "dist_epoch_0", alone)
+    r = dcpctl("consolidate", alone, "--lora", "merge", "-o", WORK / "tt-alone.safetensors")
+    expect_rc(r, EXIT_UNSUPPORTED, "torchtune LoRA without its adapter_config.json", "torchtune", "lora_alpha")
+    check(not (WORK / "tt-alone.safetensors").exists(), "torchtune LoRA without its config: nothing written")
 
 
 def main() -> int:
@@ -459,6 +611,9 @@ def main() -> int:
         peft_load_checks("peft_lora_bias", out, lb / "base", lids["input_ids"], lids["logits_peft"])
     merge_checks("peft_lora_bias", lb / "ckpt", lb, lb / "expected_adapter", lids["input_ids"], lids["logits_merged"],
                  extra=("--lora-config", lcfg))
+
+    moe_checks()
+    torchtune_checks()
 
     # ---- accelerate's FSDP2 save_state ----
     ac = FIXTURES / "peft_accelerate"

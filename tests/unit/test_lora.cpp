@@ -7,6 +7,7 @@
 #include <random>
 
 #include "meta/lora.h"
+#include "meta/lora_torchtune.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
 
@@ -202,4 +203,68 @@ TEST_CASE("dora_scale_rows and add_lora_bias round as torch's ops in the dtype",
   std::vector<float> bias16{1.0f};
   add_lora_bias(bias16.data(), 1, 1, b.data(), 1.0f, DType::BFloat16);
   CHECK(bias16[0] == 2.0f);
+}
+
+TEST_CASE("find_lora: PEFT's target_parameters wrappers find their parameter bases, rank r not r·E", "[lora]") {
+  const std::string E = "model.base_model.model.model.layers.0.mlp.experts.";
+  // The innermost wrapper adapts the parameter registered (saved) first: gate_up_proj [E=4, out 32, in 64].
+  Metadata md = model({tensor(E + "base_layer.base_layer.gate_up_proj", {4, 32, 64}),
+                       tensor(E + "base_layer.base_layer.down_proj", {4, 64, 16}),
+                       tensor(E + "base_layer.lora_A.default.weight", {16, 64}),
+                       tensor(E + "base_layer.lora_B.default.weight", {32, 16}),
+                       tensor(E + "lora_A.default.weight", {16, 16}), tensor(E + "lora_B.default.weight", {64, 16})});
+  LoraModel lora = find_lora(md);
+  REQUIRE(lora.layers.size() == 2);
+  for (const LoraLayer& l : lora.layers) {
+    CHECK(l.wrapper);
+    CHECK(l.experts == 4);
+    CHECK(lora_rank(md, l) == 4);
+    CHECK_FALSE(l.param_transposed);
+    CHECK(l.base == (l.module == E + "base_layer" ? 0 : 1));
+  }
+  CHECK(lora.layers[0].target() == "model.base_model.model.model.layers.0.mlp.experts.gate_up_proj");
+  CHECK(lora.targets("default").empty());
+  CHECK(lora.target_parameters("default") == std::vector<std::string>{"experts.down_proj", "experts.gate_up_proj"});
+  CHECK(check_lora(md, lora).empty());
+  CHECK(lora.describe(md)["adapters"][0]["layout"] == "peft-parameter");
+}
+
+TEST_CASE("add_lora_expert_deltas: each expert's B_e·A_e, B's columns k·E + e", "[lora]") {
+  const int64_t E = 3, r = 2, out = 4, in = 5;
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> a(static_cast<size_t>(r * E * in)), b(static_cast<size_t>(out * r * E));
+  for (float& x : a) x = u(g);
+  for (float& x : b) x = u(g);
+  // Experts 1..2, rows 1..3, all columns: a box of a chunk.
+  Box box{{1, 1, 0}, {2, 3, in}};
+  std::vector<float> w(box.numel(), 0.5f);
+  add_lora_expert_deltas(w.data(), box, a.data(), in, b.data(), out, r, E, 0.75f, false, DType::Float32);
+  for (int64_t e = 1; e < 3; ++e)
+    for (int64_t o = 1; o < 4; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        float d = 0;
+        for (int64_t k = 0; k < r; ++k)
+          d = std::fma(b[static_cast<size_t>(o * r * E + k * E + e)], a[static_cast<size_t>((e * r + k) * in + i)], d);
+        CHECK(w[static_cast<size_t>(((e - 1) * 3 + (o - 1)) * in + i)] == 0.5f + d * 0.75f);
+      }
+}
+
+TEST_CASE("torchtune: its keys found over M.weight, HF names, the RoPE rows of lora_B", "[lora]") {
+  Metadata md = model({tensor("model.layers.0.attn.q_proj.weight", {8, 8}),
+                       tensor("model.layers.0.attn.q_proj.lora_a.weight", {2, 8}),
+                       tensor("model.layers.0.attn.q_proj.lora_b.weight", {8, 2}),
+                       tensor("model.layers.0.attn.q_proj.magnitude", {8}), tensor("model.norm.magnitude", {8})});
+  LoraModel lora = find_lora(md);
+  REQUIRE(lora.layers.size() == 1);  // a magnitude with no lora_a beside it is none
+  CHECK(lora.layers[0].torchtune);
+  CHECK(lora.layers[0].base == 0);
+  CHECK(lora.layers[0].magnitude == 3);
+  CHECK(lora.describe(md)["adapters"][0]["layout"] == "torchtune");
+  CHECK(torchtune_hf_module("layers.3.attn.output_proj") == "model.layers.3.self_attn.o_proj");
+  CHECK(torchtune_hf_module("layers.0.mlp.w3") == "model.layers.0.mlp.up_proj");
+  CHECK(torchtune_hf_module("output") == "lm_head");
+  CHECK(torchtune_hf_module("layers.0.attn.w1").empty());
+  // view(heads, head_dim / 2, 2, r).transpose(1, 2): head 0 of 4 rows -> rows 0, 2, 1, 3.
+  CHECK(torchtune_rope_rows(2, 4) == std::vector<int64_t>{0, 2, 1, 3, 4, 6, 5, 7});
 }
