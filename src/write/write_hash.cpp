@@ -103,6 +103,13 @@ FileDigest WriteHash::finish(const std::string& path) {
   idle_.wait(lock, [&] { return !hashing_; });
   ReadFile f(path);
   const uint64_t size = f.size();
+  // A kept piece that overlaps the prefix or the piece before it was written twice (two writes
+  // that raced past the check in wrote()).
+  uint64_t end = next_;
+  for (const auto& [offset, piece] : kept_) {
+    if (offset < end) rewritten_ = true;
+    end = offset + piece.size();
+  }
   if (rewritten_ || next_ > size) {
     Sha256 whole;
     hash_file_range(f, 0, size, whole);
