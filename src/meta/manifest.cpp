@@ -164,6 +164,25 @@ void check_listed_files(const std::vector<ListedFile>& files, unsigned threads, 
   });
 }
 
+std::optional<nlohmann::json> read_listing(const std::string& path, uint64_t max_bytes, const char* invalid_code,
+                                          Findings& problems) {
+  try {
+    ReadFile f(path);
+    if (f.size() > max_bytes) {
+      problems.push_back({invalid_code, Where(path), "is " + std::to_string(f.size()) +
+                                                         " bytes, more than dcpctl reads of a manifest (" +
+                                                         std::to_string(max_bytes >> 20) + " MiB)"});
+      return std::nullopt;
+    }
+    std::string text(f.size(), '\0');
+    f.read_at(0, text.data(), text.size());
+    return json::parse(text, nullptr, false);
+  } catch (const Error& e) {
+    problems.push_back({"io-error", e.where(), e.detail()});
+    return std::nullopt;
+  }
+}
+
 ManifestReport check_manifest(const std::string& path, unsigned threads) {
   ManifestReport r;
   r.path = manifest_path(path);
@@ -172,20 +191,9 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
   auto invalid = [&](const std::string& key, const std::string& msg) {
     r.problems.push_back({"manifest-invalid", Where(r.path, std::nullopt, key), msg});
   };
-  json j;
-  try {
-    ReadFile f(r.path);
-    if (f.size() > kMaxManifestBytes) {
-      invalid("", "is " + std::to_string(f.size()) + " bytes, more than dcpctl reads of a manifest (256 MiB)");
-      return r;
-    }
-    std::string text(f.size(), '\0');
-    f.read_at(0, text.data(), text.size());
-    j = json::parse(text, nullptr, false);
-  } catch (const Error& e) {
-    r.problems.push_back({"io-error", e.where(), e.detail()});
-    return r;
-  }
+  std::optional<json> read = read_listing(r.path, kMaxManifestBytes, "manifest-invalid", r.problems);
+  if (!read) return r;
+  const json& j = *read;
   if (j.is_discarded() || !j.is_object() || j.value("format", "") != "dcpctl-manifest") {
     invalid("", "is not a dcpctl manifest (a JSON object with \"format\": \"dcpctl-manifest\")");
     return r;

@@ -84,6 +84,11 @@ struct ListedCodes {
   const char* mismatch;
   std::string list, made;
 };
+// The JSON of a list of digests at `path` (a manifest, integrity.json), or null with the problem
+// added: more than `max_bytes` (`invalid_code`), or unreadable (io-error). A text that is not JSON
+// comes back discarded, for the caller to name what it expected.
+std::optional<nlohmann::json> read_listing(const std::string& path, uint64_t max_bytes, const char* invalid_code,
+                                          Findings& problems);
 // A name a list of a folder's files may hold: relative, no empty or '..' component (a hostile list
 // must not make verify read outside the folder).
 bool listed_name_inside(const std::string& name);

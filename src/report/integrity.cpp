@@ -45,20 +45,9 @@ IntegrityReport check_integrity_manifest(const std::string& dir, unsigned thread
     r.problems.push_back({"integrity-invalid", Where(r.manifest, std::nullopt, key), msg});
   };
 
-  json j;
-  try {
-    ReadFile f(r.manifest);
-    if (f.size() > kMaxManifestBytes) {
-      invalid("", "is " + std::to_string(f.size()) + " bytes, more than dcpctl reads of a manifest (64 MiB)");
-      return r;
-    }
-    std::string text(f.size(), '\0');
-    f.read_at(0, text.data(), text.size());
-    j = json::parse(text, nullptr, false);
-  } catch (const Error& e) {
-    r.problems.push_back({"io-error", e.where(), e.detail()});
-    return r;
-  }
+  std::optional<json> read = read_listing(r.manifest, kMaxManifestBytes, "integrity-invalid", r.problems);
+  if (!read) return r;
+  const json& j = *read;
   if (j.is_discarded() || !j.is_object()) {
     invalid("", "is not a JSON object (megatron-core writes {\"algorithm\": \"sha256\", \"files\": {name: digest}})");
     return r;
