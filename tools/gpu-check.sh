@@ -130,7 +130,11 @@ build_tree() {
     if [ ! -f "$root/.deps/gloo/include/gloo/rendezvous/store.h" ] && ! "$root/tools/dev.sh" setup; then
       echo "tools/dev.sh setup failed (offline?): configuring with what is here"
     fi
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCPCTL_PYTHON="$py" || return 1
+    # The tests are Catch2 2; a machine with only Catch2 3 (Ubuntu 24.04) takes Debian's catch2
+    # package unpacked into .deps/catch2 (usr/include and usr/lib moved up), carried along.
+    local catch2=()
+    [ -f "$root/.deps/catch2/lib/cmake/Catch2/Catch2Config.cmake" ] && catch2=(-DCatch2_DIR="$root/.deps/catch2/lib/cmake/Catch2")
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCPCTL_PYTHON="$py" "${catch2[@]}" || return 1
   fi
   local home targets=(dcpctl bench_tests)
   home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
@@ -263,11 +267,14 @@ consolidate_three() {
   done
   diff -r "$work/gloo" "$work/nccl" && diff -r "$work/one" "$work/nccl" && echo "identical"
 }
-reshard_two() { # the same files with the same bytes (but .metadata, which holds a fresh save id)
+reshard_two() { # the same files with the same bytes (but .metadata, which holds a fresh save id, and
+  # the manifest's line for it), as tests/dist/torchrun_test.sh's same_tree
   rm -rf "$work/one" "$work/tr"
   "$dcpctl" reshard "$1" -o "$work/one" -w 4 -q &&
     under_torchrun "$ngpu" reshard "$1" -o "$work/tr" -w 4 --timeout 300 -q &&
-    diff -r -x .metadata "$work/one" "$work/tr" && echo "identical"
+    diff -r -x .metadata -x dcpctl-manifest.json "$work/one" "$work/tr" &&
+    diff <(grep -v '"\.metadata"' "$work/one/dcpctl-manifest.json") <(grep -v '"\.metadata"' "$work/tr/dcpctl-manifest.json") &&
+    echo "identical"
 }
 # A rank whose LOCAL_RANK has no GPU: that rank exits 5 naming it, no rank crashes, nothing is written.
 refusal() {

@@ -112,7 +112,7 @@ class ItemReader {
   ItemLimits limits_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<ReadFile>> files_;
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> expected_;  // per file, until it is opened
+  mutable std::vector<std::vector<std::pair<uint64_t, uint64_t>>> expected_;  // per file, moved out when it is opened (under mu_)
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
   std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size
   mutable std::set<std::pair<uint32_t, uint64_t>> rest_read_;  // (file, record offset) done
