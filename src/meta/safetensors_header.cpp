@@ -152,7 +152,7 @@ SafetensorsHeader parse_json(std::string_view text, uint64_t base, uint64_t data
   if (!entries.error.empty()) throw FormatError(Where(source, base + 8), "safetensors header: " + entries.error);
   h.tensors = std::move(entries.tensors);
   h.metadata = std::move(entries.metadata);
-  for (const auto& e : h.tensors) {
+  for (auto& e : h.tensors) {
     Where w(source, h.data_start + e.begin, e.key);
     if (e.begin > e.end || e.end > data_bytes)
       throw FormatError(w, "safetensors data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
@@ -164,7 +164,17 @@ SafetensorsHeader parse_json(std::string_view text, uint64_t base, uint64_t data
       numel *= static_cast<uint64_t>(d);
     }
     auto dt = dtype_from_safetensors_name(e.dtype_name);
-    if (dt) {
+    if (dt == DType::Float4_E2M1FN_X2) {
+      // F4 counts 4-bit elements; torch's float4_e2m1fn_x2 counts the bytes that pack two, so
+      // its last dimension is half the file's (as safetensors' own torch loader reads it).
+      if (e.shape.empty() || e.shape.back() % 2)
+        throw FormatError(w, std::string("safetensors F4 entry ") + (e.shape.empty() ? "of no dimension" : "whose last dimension is " + std::to_string(e.shape.back())) +
+                                 ": it must be even (two 4-bit values a byte)");
+      if (numel / 2 != e.end - e.begin)
+        throw FormatError(w, "safetensors entry holds " + std::to_string(e.end - e.begin) + " bytes but F4 of its shape needs " +
+                                 std::to_string(numel / 2));
+      e.shape.back() /= 2;
+    } else if (dt) {
       uint64_t item = itemsize(*dt);
       if (numel > UINT64_MAX / item || numel * item != e.end - e.begin)
         throw FormatError(w, "safetensors entry holds " + std::to_string(e.end - e.begin) + " bytes but " + e.dtype_name +

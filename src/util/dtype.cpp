@@ -29,7 +29,7 @@ constexpr DTypeInfo kTable[] = {
     {DType::Complex32, "complex32", "", "", 4, false, true},
     {DType::Complex64, "complex64", "ComplexFloatStorage", "C64", 8, false, true},
     {DType::Complex128, "complex128", "ComplexDoubleStorage", "", 16, false, true},
-    {DType::Float4_E2M1FN_X2, "float4_e2m1fn_x2", "", "", 1, false, false},
+    {DType::Float4_E2M1FN_X2, "float4_e2m1fn_x2", "", "F4", 1, false, false},
 };
 
 struct Alias {

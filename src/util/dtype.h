@@ -12,7 +12,8 @@ enum class DType : uint8_t {
   Float32, Float64, Float16, BFloat16, Float8_E4M3FN, Float8_E5M2, Float8_E4M3FNUZ,
   Float8_E5M2FNUZ, Float8_E8M0FNU, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64,
   Bool, Complex32, Complex64, Complex128,
-  Float4_E2M1FN_X2,  // two 4-bit floats packed per byte; shapes count bytes
+  Float4_E2M1FN_X2,  // two 4-bit floats packed per byte; torch's shapes count bytes, safetensors'
+                     // F4 shapes count the 4-bit elements (its last dimension twice torch's)
 };
 
 struct DTypeInfo {

@@ -24,7 +24,14 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
       throw UnsupportedError(Where("", std::nullopt, e.name),
                              std::string("safetensors has no type for torch.") + torch_name(e.dtype) +
                                  " (exclude it, cast it with --dtype, or write a .pt)");
-    h[e.name] = {{"dtype", st}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
+    std::vector<int64_t> shape = e.shape;
+    if (e.dtype == DType::Float4_E2M1FN_X2) {
+      // F4 counts the 4-bit values: the last dimension twice torch's bytes (safetensors' own way).
+      if (shape.empty())
+        throw UnsupportedError(Where("", std::nullopt, e.name), "a 0-d float4_e2m1fn_x2 has no safetensors F4 shape; write a .pt");
+      shape.back() *= 2;
+    }
+    h[e.name] = {{"dtype", st}, {"shape", shape}, {"data_offsets", {e.begin, e.end}}};
   }
   std::string json = h.dump();
   if (json.size() > 100'000'000)

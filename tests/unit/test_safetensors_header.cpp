@@ -64,7 +64,14 @@ TEST_CASE("safetensors header: every safetensors dtype maps to torch's") {
   CHECK(dtype_from_safetensors_name("F8_E5M2") == DType::Float8_E5M2);
   CHECK(dtype_from_safetensors_name("U16") == DType::UInt16);
   CHECK(dtype_from_safetensors_name("C64") == DType::Complex64);
-  CHECK_FALSE(dtype_from_safetensors_name("F4").has_value());
+  CHECK(dtype_from_safetensors_name("F4") == DType::Float4_E2M1FN_X2);
+  CHECK_FALSE(dtype_from_safetensors_name("F6_E2M3").has_value());
+  // F4 counts 4-bit elements: torch's float4_e2m1fn_x2 has half the last dimension; an odd one is refused.
+  SafetensorsHeader f4 = parse(R"({"x":{"dtype":"F4","shape":[3,8],"data_offsets":[0,12]}})", 12);
+  CHECK(f4.tensors[0].dtype == DType::Float4_E2M1FN_X2);
+  CHECK(f4.tensors[0].shape == std::vector<int64_t>{3, 4});
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F4","shape":[3,7],"data_offsets":[0,11]}})", 11), Catch::Contains("must be even"));
+  CHECK_THAT(error_of(R"({"x":{"dtype":"F4","shape":[3,8],"data_offsets":[0,24]}})", 24), Catch::Contains("F4 of its shape needs 12"));
   // An unknown dtype is kept by name (the reader refuses to decode it later, exit 5).
   SafetensorsHeader s = parse(R"({"x":{"dtype":"Q9","shape":[2],"data_offsets":[0,7]}})", 7);
   CHECK(s.tensors[0].dtype_name == "Q9");
