@@ -329,6 +329,19 @@ def reshard_cast_checks(src: Path, hf: dict, gptoss: Path, mx: dict) -> None:
         got = dcp_tensors(dcpmx)
         check(sorted(got) == sorted(mx) and all(same_tensor(got[k], mx[k]) is None for k in mx),
               "reshard --quantize mxfp4: torch's DCP loader reads consolidate's _blocks and _scales")
+        # The codec comes from the config, never the byte width: the DCP output carries config.json
+        # with the quantization_config, so its later export and dequantization read the same codec.
+        cfg = json.loads((dcpmx / "config.json").read_text()) if (dcpmx / "config.json").exists() else {}
+        want = json.loads((gptoss / "config.json").read_text())
+        check(cfg.get("quantization_config", {}).get("quant_method") == "mxfp4" and cfg.get("model_type") == want.get("model_type"),
+              f"reshard --quantize mxfp4 writes the source's config.json with its quantization_config: {cfg.get('quantization_config')}")
+        hf2 = WORK / "reshard-mx-hf"
+        if expect_rc(dcpctl("consolidate", dcpmx, "-o", f"{hf2}/", "-q"), 0, "that DCP output exported as an HF folder"):
+            c2 = json.loads((hf2 / "config.json").read_text()) if (hf2 / "config.json").exists() else {}
+            check(c2.get("quantization_config") is not None and c2.get("quantization_config") == cfg.get("quantization_config"),
+                  f"the HF export keeps the quantization_config: {c2.get('quantization_config')}")
+        expect_rc(dcpctl("consolidate", dcpmx, "-o", WORK / "reshard-mx.safetensors", "--dtype", "fp32", "-q"), 0,
+                  "that DCP output dequantized (--dtype fp32) through its own config")
     base = WORK / "cast-base"
     if expect_rc(dcpctl("reshard", src, "-o", base, "-w", "2", "-q"), 0, "a DCP copy of the Qwen3 folder"):
         cq = WORK / "cast-q"

@@ -14,6 +14,9 @@
 #include <stdexcept>
 
 #include "dist/group.h"
+#include "meta/quantized.h"
+#include "store/file.h"
+#include "write/assets.h"
 #include "write/dcp_metadata.h"
 #include "write/execute.h"
 #include "write/executor.h"
@@ -27,6 +30,25 @@ namespace dcpctl {
 using nlohmann::json;
 
 namespace {
+
+// --quantize: the quantized tensors' codec is read from a quantization_config, never guessed from
+// their byte width (meta/quantized.h), so the checkpoint gets a config.json beside .metadata, the
+// source's (found as the quantize view found it) with the quantization_config the view wrote
+// (view/quantize.h): dequantizing it later, or exporting it as an HF folder, reads the same codec.
+DcpAdditions quantized_config_file(const WriteJob& job, const std::string& assets) {
+  DcpAdditions add;
+  const Checkpoint& ck = job.request.ck;
+  if (!ck.derived || !ck.derived->output.contains("quantization_config")) return add;
+  std::string text = "{}";
+  const MapConfig config = checkpoint_config(ck, assets);
+  if (!config.json.is_null()) {
+    ReadFile f(config.path);
+    text.assign(f.size(), '\0');
+    f.read_at(0, text.data(), text.size());
+  }
+  add.files.push_back({"config.json", quantized_config(text, ck.derived->output["quantization_config"])});
+  return add;
+}
 
 class DcpCheckpoint final : public OutputWriter, FileSink {
  public:
@@ -208,7 +230,9 @@ Format dcp_row() {
     unsigned at_once = static_cast<unsigned>(std::min<size_t>(std::max(1u, threads), files));
     return PartBuffers{2 * at_once, at_once};
   };
-  f.reshard_writer = [](const ReshardOptions& o) { return dcp_writer(o, nullptr); };
+  f.reshard_writer = [](const ReshardOptions& o) {
+    return dcp_writer(o, [assets = o.map_assets](const WriteJob& job) { return quantized_config_file(job, assets); });
+  };
   return f;
 }
 
