@@ -8,7 +8,8 @@ make_megatron_qwen3.py), with torch's own DCP reader:
 
 For each case, `reshard hf/ --map megatron-gpt --format megatron` (HF -> Megatron; once with
 --iteration 7: Megatron-LM's iter_0000007/ + latest_checkpointed_iteration.txt), `reshard ckpt/
---format megatron -w 1` (Megatron -> Megatron) and `consolidate hf/ -o DIR/ --format megatron` must
+--format megatron -w 1` (Megatron -> Megatron; once with --iteration 9, whose common state must say
+9, not the source's 3; and Megatron-LM's own run_megatron iteration 2 with --iteration 5) and `consolidate hf/ -o DIR/ --format megatron` must
 give: metadata.json byte for byte megatron's;
 the same .metadata keys as megatron's checkpoint (every tensor with its global shape and dtype, every
 ShardedObject: the common state and each parallel linear's `_extra_state/shard_<offsets>_<shape>`);
@@ -152,6 +153,9 @@ def main() -> int:
                     ("hf->megatron --iteration 7", "reshard", d / "hf", ["--map", "megatron-gpt", "--iteration", "7"], 7,
                      {"iteration": 7, "checkpoint_version": 3.0}),
                     ("megatron->megatron", "reshard", ref, ["-w", "1"], None, ref_common),
+                    # --iteration on a Megatron source: the common state says the new iteration, not the source's
+                    ("megatron->megatron --iteration 9", "reshard", ref, ["-w", "1", "--iteration", "9"], 9,
+                     {**ref_common, "iteration": 9}),
                     ("consolidate hf -o DIR/ --format megatron", "consolidate", d / "hf", ["--map", "megatron-gpt"], None,
                      {"iteration": 0, "checkpoint_version": 3.0})]
             for n, (label, command, src, extra, it, common) in enumerate(runs):
@@ -171,6 +175,14 @@ def main() -> int:
                 found = like_megatron(plain, ref, None, f"{case}: control (plain dcp)", {"iteration": 0, "checkpoint_version": 3.0})
                 check(any("metadata.json" in p for p in found) and any(".metadata keys" in p for p in found),
                       f"{case}: control: a plain DCP checkpoint passed the megatron checks ({found[:3]})")
+        # Megatron-LM's own run (megatron.training's save_checkpoint, run_megatron): --iteration 5 rewrites its
+        # common state's iteration (2), every other object and tensor as Megatron-LM wrote them
+        src = fixtures / "layouts" / "run_megatron" / "run" / "iter_0000002"
+        out = work / "run-it5"
+        r = run(dcpctl, "reshard", src, "-o", out, "-w", "1", "--format", "megatron", "--iteration", "5")
+        if check(r.returncode == 0, f"run_megatron --iteration 5: exit {r.returncode}: {r.stderr.strip()[-600:]!r}"):
+            probs = like_megatron(out, src, 5, "run_megatron --iteration 5", {"iteration": 5, "checkpoint_version": 3.0})
+            check(not probs, "run_megatron --iteration 5: " + "; ".join(probs[:6]))
         # Megatron -> Megatron carries the ShardedObjects as they are; a wrong-way map is refused
         r = run(dcpctl, "reshard", fixtures / "layouts" / "megatron_qwen3" / "hf", "-o", work / "no-map", "--format", "megatron")
         check(r.returncode == 5 and "--map megatron-gpt" in r.stderr and not (work / "no-map").exists(),
