@@ -52,7 +52,7 @@ except ImportError as e:
 import dcp_oracle  # noqa: E402
 from testlib import check, run, summary  # noqa: E402
 
-CASES = ("megatron_llama", "megatron_qwen3", "megatron_qwen3_moe")
+CASES = ("megatron_llama", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe")
 META_JSON = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1}'
 
 
