@@ -20,38 +20,23 @@ Megatron-Bridge's unguarded TE import in its LoRA module).
 """
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "layouts"))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "interop"))
 
 VOCAB, LAYERS, HIDDEN, HEADS, GROUPS, HEAD_DIM = 32768, 9, 1024, 16, 4, 64
 EXPERTS, MOE_FFN, TOPK = 16, 1024, 2
 
 
 def init():
-    import warnings
+    import make_megatron_qwen3 as mq
 
-    warnings.filterwarnings("ignore")
-    import make_megatron_hf as mh
-
-    mh._shim_cuda()
-    import torch
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel.random import initialize_rng_tracker
-    from testlib import free_port
-
-    torch.set_num_threads(2)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=1800))
-    ps.initialize_model_parallel(tensor_model_parallel_size=1)
-    initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+    mq.init_one_rank(threads=2, timeout_s=1800)
 
 
 def model():
