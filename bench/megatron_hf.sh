@@ -9,6 +9,7 @@
 #       AutoBridge.export_hf_weights(cpu=True) into safetensors (bench/megatron_moe.py bridge),
 #       under BRIDGE_PYTHON (a venv as the fixtures README's recipe 12); left out without it
 #   (c) cat SRC/ckpt/*.distcp > out && sync   the anchor: the durable copy of the same bytes
+# and, with (b), whether the two exports hold the same tensors bit for bit.
 # Wall seconds, CPU seconds and peak RSS (GNU time) of each, the median of REPEAT rounds (default 1).
 #
 #   bench/megatron_hf.sh [WORKDIR]     (default /tmp/dcpctl-bench-megatron)
@@ -33,7 +34,9 @@ cmd_for() {
     c_cat_sync) echo "cat '$ckpt'/*.distcp > '$work/m.cat' && sync" ;;
   esac
 }
-before_run() { rm -rf "$work/hf-dcpctl" "$work/hf-bridge" "$work/m.cat"; }
+before_run() {  # each run's own output only: the two exports are compared at the end
+  case $1 in a_dcpctl) rm -rf "$work/hf-dcpctl" ;; b_bridge) rm -rf "$work/hf-bridge" ;; c_cat_sync) rm -f "$work/m.cat" ;; esac
+}
 warm_up
 repeat=${REPEAT:-1}
 run_rounds megatron
@@ -50,4 +53,19 @@ print(f"{'run':12} {'exit':>4} {'seconds':>8} {'CPU s':>6} {'max RSS':>10}")
 for n in sys.argv[5:]:
     m = summary(runs(work, "megatron", n, repeat))
     print(f"{n:12} {m['rc']:>4} {m['secs']:8.2f} {m['cpu']:6.2f} {m['rss']/2**20:7.0f} MiB")
+bridge = os.path.join(work, "hf-bridge")
+if os.path.isdir(bridge):  # the two exports hold the same tensors, bit for bit
+    import torch
+    from safetensors.torch import load_file
+
+    def tensors(d):
+        out = {}
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".safetensors"):
+                out.update(load_file(os.path.join(d, f)))
+        return out
+
+    a, b = tensors(os.path.join(work, "hf-dcpctl")), tensors(bridge)
+    same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    print(f"dcpctl's export vs Megatron-Bridge's: {len(a)} / {len(b)} tensors, {'equal bit for bit' if same else 'DIFFERENT'}")
 PY
