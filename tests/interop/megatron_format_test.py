@@ -18,7 +18,8 @@ as megatron-core reads it (the common state {"iteration": N, "checkpoint_version
 state [None]). A control: without --format megatron (plain dcp) the same checks must fail.
 
 --load runs megatron-core's `dist_checkpointing.load` of the HF -> Megatron and Megatron -> Megatron
-outputs of the three cases (dense Llama, Qwen3 qk-norm, Qwen3-MoE) into fresh models (other weights)
+outputs of the four cases (dense Llama, Qwen3 qk-norm, Qwen3-MoE, Qwen2-MoE with a shared expert) into
+fresh models (other weights)
 of tensor parallelism 2, and 2 x expert parallelism 2 for the MoE case, on 2 gloo CPU ranks, all in
 one torchrun launch, and compares their logits with the fixture's (megatron's own forward):
 megatron_load.py, under a Python that has megatron-core 0.19.2: $DCPCTL_MEGATRON_PYTHON, else
