@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """--format megatron (issue 50 item 3): what dcpctl writes for megatron-core, checked against what
-megatron-core 0.19.2 itself wrote for the same model (tests/fixtures/layouts/megatron_qwen3{,_moe},
-make_megatron_qwen3.py), with torch's own DCP reader:
+megatron-core 0.19.2 itself wrote for the same model (tests/fixtures/layouts/megatron_llama,
+megatron_qwen3{,_moe}, megatron_qwen2_moe: make_megatron_hf.py, make_megatron_qwen3.py), with torch's
+own DCP reader:
 
     megatron_format_test.py DCPCTL FIXTURES_DIR             # the files megatron's loader reads
     megatron_format_test.py DCPCTL FIXTURES_DIR --load      # and megatron-core's own load of them
@@ -9,7 +10,8 @@ make_megatron_qwen3.py), with torch's own DCP reader:
 For each case, `reshard hf/ --map megatron-gpt --format megatron` (HF -> Megatron; once with
 --iteration 7: Megatron-LM's iter_0000007/ + latest_checkpointed_iteration.txt), `reshard ckpt/
 --format megatron -w 1` (Megatron -> Megatron; once with --iteration 9, whose common state must say
-9, not the source's 3; and Megatron-LM's own run_megatron iteration 2 with --iteration 5) and `consolidate hf/ -o DIR/ --format megatron` must
+9, not the source's 3; and Megatron-LM's own run_megatron iteration 2 with --iteration 5) and
+`consolidate hf/ -o DIR/ --format megatron` must
 give: metadata.json byte for byte megatron's;
 the same .metadata keys as megatron's checkpoint (every tensor with its global shape and dtype, every
 ShardedObject: the common state and each parallel linear's `_extra_state/shard_<offsets>_<shape>`);
