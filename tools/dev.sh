@@ -10,7 +10,8 @@
 #   tools/dev.sh tsan       ThreadSanitizer build (build-tsan/): the threaded unit tests (chunk
 #                           exchange, memory gate, window reader, CRC ledger, hash pipeline), torchrun consolidates and a
 #                           threaded reshard (tests/dist/tsan_consolidate.sh); not in `test`
-#   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv)
+#   tools/dev.sh setup      only install what is missing (Debian packages, the Python virtualenv,
+#                           .venv-megatron: megatron-core 0.19.2 for the megatron-load test)
 #   tools/dev.sh build      setup + build (build/)
 #
 # Environment: DCPCTL_JOBS (parallel jobs, default nproc), DCPCTL_SKIP_ASAN=1 (test without the
@@ -126,6 +127,28 @@ old_torch_pythons() {  # the interpreters of OLD_VENVS, colon-separated, newest 
   printf '%s' "$out"
 }
 
+# megatron-core for the megatron-load test (tools/requirements-megatron.txt): .venv-megatron, a
+# second virtualenv that sees .venv's packages (torch pinned as there) through a .pth file, with
+# megatron-core 0.19.2 built from its sdist (it declares Python >= 3.12; --ignore-requires-python,
+# --no-deps so nothing in .venv is replaced). uv cannot: it will not install a wheel built for 3.11
+# under --python-version 3.12 and does not see the .pth'd torch, so this is pip, whose wheel cache
+# keeps the sdist build (about 45 s warm on a busy 2-core machine, 100 s cold).
+MEGATRON_VENV=$ROOT/.venv-megatron
+setup_megatron() {
+  local req=tools/requirements-megatron.txt want have="" mpy=$MEGATRON_VENV/bin/python
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  [ -f "$MEGATRON_VENV/.dcpctl-requirements" ] && have=$(cat "$MEGATRON_VENV/.dcpctl-requirements")
+  [ "$want" = "$have" ] && [ -x "$mpy" ] && return 0
+  log "creating the megatron-core virtualenv (.venv-megatron: megatron-core 0.19.2 from its sdist, .venv's torch)"
+  rm -rf "$MEGATRON_VENV"
+  python3 -m venv "$MEGATRON_VENV"
+  "$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    >"$("$mpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_dcpctl_venv.pth"
+  "$mpy" -m pip install -q --no-deps --ignore-requires-python --no-binary megatron-core -r "$req"
+  "$mpy" -W ignore -c 'import megatron.core, torch, sys; assert megatron.core.__version__ == "0.19.2", megatron.core.__version__' 2>/dev/null
+  echo "$want" >"$MEGATRON_VENV/.dcpctl-requirements"
+}
+
 # Gloo's headers: the torch wheel carries Gloo compiled into libtorch_cpu and c10d's
 # ProcessGroupGloo.hpp, but not the Gloo headers that header includes. Debian's libgloo-dev
 # provides them; only the headers are unpacked (into .deps/gloo, nothing installed system-wide).
@@ -151,6 +174,7 @@ setup_gloo() {
 setup() {  # setup [extra Debian packages...]
   setup_apt "$@"
   setup_venv
+  setup_megatron
   setup_gloo
   use_ccache
 }
@@ -208,7 +232,7 @@ run_tests() {  # run_tests <build dir> [ctest args...]
   # No test reaches the instance metadata service's link-local address: a run with no
   # credentials ends its chain at IMDS (store/aws_credentials.h), so the tests that want IMDS serve
   # it themselves on 127.0.0.1 (AWS_EC2_METADATA_SERVICE_ENDPOINT) and lift this.
-  AWS_EC2_METADATA_DISABLED=${AWS_EC2_METADATA_DISABLED:-true} DCPCTL_VENV="$VENV" DCPCTL_OLD_TORCH_PYTHON="${DCPCTL_OLD_TORCH_PYTHON:-$(old_torch_pythons)}" \
+  AWS_EC2_METADATA_DISABLED=${AWS_EC2_METADATA_DISABLED:-true} DCPCTL_VENV="$VENV" DCPCTL_MEGATRON_PYTHON="${DCPCTL_MEGATRON_PYTHON:-$MEGATRON_VENV/bin/python}" DCPCTL_OLD_TORCH_PYTHON="${DCPCTL_OLD_TORCH_PYTHON:-$(old_torch_pythons)}" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
 }
 

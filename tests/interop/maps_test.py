@@ -284,7 +284,7 @@ def test_wrong_way(fixtures: Path, work: Path) -> None:
     Before the refusal megatron-gpt on a torchtitan checkpoint wrote `output_layer.weight` alone, exit 0."""
     files = {p.stem: json.loads(p.read_text()) for p in MAPS_DIR.glob("*.json")}
     ckpts = {c.dir.name: (c.ckpt, c.side) for c in mo.cases(fixtures)}
-    for name in ("megatron_qwen3", "megatron_qwen3_moe"):
+    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe"):
         ckpts[name] = (fixtures / "layouts" / name / "ckpt", "megatron")
     refused_5 = 0
     for fixture, (ckpt, side) in sorted(ckpts.items()):
@@ -511,7 +511,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     hf/ (transformers' save_pretrained) goes back to the checkpoint's own tensors bit for bit."""
     from transformers import AutoModelForCausalLM
 
-    for name in ("megatron_qwen3", "megatron_qwen3_moe"):
+    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"

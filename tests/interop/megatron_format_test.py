@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """--format megatron (issue 50 item 3): what dcpctl writes for megatron-core, checked against what
-megatron-core 0.19.2 itself wrote for the same model (tests/fixtures/layouts/megatron_qwen3{,_moe},
-make_megatron_qwen3.py), with torch's own DCP reader:
+megatron-core 0.19.2 itself wrote for the same model (tests/fixtures/layouts/megatron_llama,
+megatron_qwen3{,_moe}, megatron_qwen2_moe: make_megatron_hf.py, make_megatron_qwen3.py), with torch's
+own DCP reader:
 
     megatron_format_test.py DCPCTL FIXTURES_DIR             # the files megatron's loader reads
     megatron_format_test.py DCPCTL FIXTURES_DIR --load      # and megatron-core's own load of them
 
 For each case, `reshard hf/ --map megatron-gpt --format megatron` (HF -> Megatron; once with
 --iteration 7: Megatron-LM's iter_0000007/ + latest_checkpointed_iteration.txt), `reshard ckpt/
---format megatron -w 1` (Megatron -> Megatron) and `consolidate hf/ -o DIR/ --format megatron` must
+--format megatron -w 1` (Megatron -> Megatron; once with --iteration 9, whose common state must say
+9, not the source's 3; and Megatron-LM's own run_megatron iteration 2 with --iteration 5) and
+`consolidate hf/ -o DIR/ --format megatron` must
 give: metadata.json byte for byte megatron's;
 the same .metadata keys as megatron's checkpoint (every tensor with its global shape and dtype, every
 ShardedObject: the common state and each parallel linear's `_extra_state/shard_<offsets>_<shape>`);
@@ -16,14 +19,17 @@ every tensor bit for bit megatron's; every ShardedObject read back by torch.load
 as megatron-core reads it (the common state {"iteration": N, "checkpoint_version": 3.0}, each extra
 state [None]). A control: without --format megatron (plain dcp) the same checks must fail.
 
---load runs megatron-core's `dist_checkpointing.load` of those outputs into fresh models (other
-weights) of tensor parallelism 2, and 2 x expert parallelism 2 for the MoE case, on 2 gloo CPU
-ranks, and compares their logits with the fixture's (megatron's own forward): megatron_load.py,
-under a Python that has megatron-core 0.19.2: $DCPCTL_MEGATRON_PYTHON, else this one if it imports
-megatron.core. megatron-core >= 0.17 declares Requires-Python >= 3.12 and has no wheel for the
-project's Python 3.11 (0.19.2 installs only by building its sdist with --ignore-requires-python:
-tests/fixtures/layouts/README.md recipe 14), so the project's virtualenv does not have it: without
-such a Python --load exits 77 (the machine lacks it, as a GPU test without a GPU).
+--load runs megatron-core's `dist_checkpointing.load` of the HF -> Megatron and Megatron -> Megatron
+outputs of the four cases (dense Llama, Qwen3 qk-norm, Qwen3-MoE, Qwen2-MoE with a shared expert) into
+fresh models (other weights)
+of tensor parallelism 2, and 2 x expert parallelism 2 for the MoE case, on 2 gloo CPU ranks, all in
+one torchrun launch, and compares their logits with the fixture's (megatron's own forward):
+megatron_load.py, under a Python that has megatron-core 0.19.2: $DCPCTL_MEGATRON_PYTHON, else
+.venv-megatron (tools/dev.sh setup), else this one if it imports megatron.core. megatron-core >= 0.17
+declares Requires-Python >= 3.12 and has no wheel for the project's Python 3.11 (0.19.2 installs only
+by building its sdist with --ignore-requires-python: tools/requirements-megatron.txt), so the
+project's virtualenv does not have it: without such a Python --load skips (77) on a partial
+developer set-up and fails under CI=true or DCPCTL_REQUIRE_VENV=1 (tests/skip.py).
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from skip import skip_absent, skip_or_fail  # noqa: E402
+from skip import skip_or_fail  # noqa: E402
 
 try:
     import torch
@@ -49,7 +55,7 @@ except ImportError as e:
 import dcp_oracle  # noqa: E402
 from testlib import check, run, summary  # noqa: E402
 
-CASES = ("megatron_qwen3", "megatron_qwen3_moe")
+CASES = ("megatron_llama", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe")
 META_JSON = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1}'
 
 
@@ -113,9 +119,14 @@ def like_megatron(out: Path, ref: Path, iteration: int | None, what: str, want_c
 
 
 def megatron_python() -> str | None:
+    """$DCPCTL_MEGATRON_PYTHON, else tools/dev.sh setup's .venv-megatron, else this Python if it
+    imports megatron.core."""
     env = os.environ.get("DCPCTL_MEGATRON_PYTHON")
     if env:
         return env
+    venv = HERE.parent.parent / ".venv-megatron" / "bin" / "python"
+    if venv.is_file():
+        return str(venv)
     try:
         import megatron.core  # noqa: F401
         return sys.executable
@@ -132,8 +143,8 @@ def main() -> int:
     dcpctl, fixtures = args[0], Path(args[1]).resolve()
     mpy = megatron_python() if load else None
     if load and not mpy:
-        skip_absent("megatron-core 0.19.2 is not importable (it needs Python >= 3.12 or an sdist build; "
-                    "set DCPCTL_MEGATRON_PYTHON to a Python that has it)")
+        skip_or_fail("megatron-core 0.19.2 is not importable: no .venv-megatron (tools/dev.sh setup makes it; "
+                     "it needs Python >= 3.12 or an sdist build) and no DCPCTL_MEGATRON_PYTHON")
     with tempfile.TemporaryDirectory(prefix="dcpctl-megatron-") as tmp:
         work = Path(tmp)
         loads = []
@@ -145,17 +156,21 @@ def main() -> int:
                     ("hf->megatron --iteration 7", "reshard", d / "hf", ["--map", "megatron-gpt", "--iteration", "7"], 7,
                      {"iteration": 7, "checkpoint_version": 3.0}),
                     ("megatron->megatron", "reshard", ref, ["-w", "1"], None, ref_common),
+                    # --iteration on a Megatron source: the common state says the new iteration, not the source's
+                    ("megatron->megatron --iteration 9", "reshard", ref, ["-w", "1", "--iteration", "9"], 9,
+                     {**ref_common, "iteration": 9}),
                     ("consolidate hf -o DIR/ --format megatron", "consolidate", d / "hf", ["--map", "megatron-gpt"], None,
                      {"iteration": 0, "checkpoint_version": 3.0})]
-            for label, command, src, extra, it, common in runs:
+            for n, (label, command, src, extra, it, common) in enumerate(runs):
                 what = f"{case}: {label}"
-                out = work / f"{case}-{len(loads)}"
+                out = work / f"{case}-{n}"
                 r = run(dcpctl, command, src, "-o", f"{out}/" if command == "consolidate" else out, "--format", "megatron", *extra)
                 if not check(r.returncode == 0, f"{what}: exit {r.returncode}: {r.stderr.strip()[-600:]!r}"):
                     continue
                 probs = like_megatron(out, ref, it, what, common)
                 check(not probs, f"{what}: {len(probs)} differences from megatron-core's checkpoint: " + "; ".join(probs[:6]))
-                loads.append((case, out / f"iter_{it:07d}" if it is not None else out))
+                if label in ("hf->megatron", "megatron->megatron"):  # the others differ only in files checked above
+                    loads.append((case, out))
             # the control: a plain DCP checkpoint of the same tensors is not what megatron reads
             plain = work / f"{case}-plain"
             r = run(dcpctl, "reshard", d / "hf", "-o", plain, "-w", "1", "--map", "megatron-gpt")
@@ -163,6 +178,14 @@ def main() -> int:
                 found = like_megatron(plain, ref, None, f"{case}: control (plain dcp)", {"iteration": 0, "checkpoint_version": 3.0})
                 check(any("metadata.json" in p for p in found) and any(".metadata keys" in p for p in found),
                       f"{case}: control: a plain DCP checkpoint passed the megatron checks ({found[:3]})")
+        # Megatron-LM's own run (megatron.training's save_checkpoint, run_megatron): --iteration 5 rewrites its
+        # common state's iteration (2), every other object and tensor as Megatron-LM wrote them
+        src = fixtures / "layouts" / "run_megatron" / "run" / "iter_0000002"
+        out = work / "run-it5"
+        r = run(dcpctl, "reshard", src, "-o", out, "-w", "1", "--format", "megatron", "--iteration", "5")
+        if check(r.returncode == 0, f"run_megatron --iteration 5: exit {r.returncode}: {r.stderr.strip()[-600:]!r}"):
+            probs = like_megatron(out, src, 5, "run_megatron --iteration 5", {"iteration": 5, "checkpoint_version": 3.0})
+            check(not probs, "run_megatron --iteration 5: " + "; ".join(probs[:6]))
         # Megatron -> Megatron carries the ShardedObjects as they are; a wrong-way map is refused
         r = run(dcpctl, "reshard", fixtures / "layouts" / "megatron_qwen3" / "hf", "-o", work / "no-map", "--format", "megatron")
         check(r.returncode == 5 and "--map megatron-gpt" in r.stderr and not (work / "no-map").exists(),
@@ -170,13 +193,15 @@ def main() -> int:
         r = run(dcpctl, "reshard", fixtures / "layouts" / "megatron_qwen3" / "ckpt", "-o", work / "it", "-w", "1", "--iteration", "3")
         check(r.returncode == 2 and "--format megatron" in r.stderr, f"--iteration without --format megatron: exit {r.returncode} (want 2)")
         if load:
-            for case, out in loads:
-                r = subprocess.run([mpy, str(HERE / "megatron_load.py"), str(out), str(fixtures / "layouts" / case)],
-                                   capture_output=True, text=True, timeout=900)
-                check(r.returncode == 0, f"{case}: megatron-core's load of {out.name}: exit {r.returncode}: "
-                                         f"{(r.stdout + r.stderr).strip()[-1500:]!r}")
-                if r.returncode == 0:
-                    print(r.stdout.strip().splitlines()[-1])
+            # one torchrun launch for every load (megatron_load.py): the launch and imports are most of the cost
+            args = [str(a) for case, out in loads for a in (out, fixtures / "layouts" / case)]
+            r = subprocess.run([mpy, str(HERE / "megatron_load.py"), *args], capture_output=True, text=True, timeout=1500)
+            check(r.returncode == 0, f"megatron-core's load of {len(loads)} outputs: exit {r.returncode}: "
+                                     f"{(r.stdout + r.stderr).strip()[-3000:]!r}")
+            done = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+            check(len(done) == len(loads) == 2 * len(CASES), f"{len(done)} loads passed of {len(loads)} ({2 * len(CASES)} wanted)")
+            for ln in done:
+                print(ln)
     return summary("megatron_format_test")
 
 

@@ -140,6 +140,11 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       mb.fqn = plan.values[b]->key;
       mb.file = 0;
       mb.offset = out.appended();
+      if (const auto r = extra_.replaced.find(mb.fqn); r != extra_.replaced.end()) {
+        mb.length = r->second.size();
+        out.append(r->second.data(), r->second.size());
+        continue;
+      }
       mb.length = bm.storage.length;
       mb.transforms = md.transform_sets.at(bm.storage.transforms);
       // Copied as they are (still encoded), through the stream window (past the page cache

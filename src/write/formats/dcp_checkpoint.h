@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +24,9 @@ struct DcpAdditions {
   // Non-tensor items made in memory (key, the item's torch.save bytes), written after the
   // source's own in rank 0's file and listed in .metadata as bytes items.
   std::vector<std::pair<std::string, std::vector<uint8_t>>> items;
+  // Source non-tensor items written with other bytes (key -> the item's torch.save bytes), in
+  // their place: megatron's common state under --iteration N.
+  std::map<std::string, std::vector<uint8_t>> replaced;
   // Small files (path inside the output, content), written before .metadata.
   std::vector<std::pair<std::string, std::string>> files;
 };

@@ -19,12 +19,18 @@
 // A source that has the common state or an extra state keeps its own (a Megatron -> Megatron
 // reshard copies them as they are); only what is missing is made. With --iteration N the
 // checkpoint is Megatron-LM's `iter_NNNNNNN/` beside `latest_checkpointed_iteration.txt` ("N"),
-// which --load / --pretrained-checkpoint find.
+// which --load / --pretrained-checkpoint find, and its common state says N: a source's own is
+// rewritten with N when it holds only the iteration and checkpoint_version (what
+// dist_checkpointing.save of a model's state dict writes); one that holds more (Megatron-LM's
+// args, the scheduler, ...) is refused rather than cut or left saying another iteration.
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
 
+#include "item/item_reader.h"
+#include "pickle/repr.h"
+#include "pickle/tree.h"
 #include "plan/format.h"
 #include "util/error.h"
 #include "write/execute.h"
@@ -48,7 +54,7 @@ std::vector<uint8_t> list_of_none() {
   return torch_save_object_blob(p.data());
 }
 
-std::vector<uint8_t> common_state(int64_t iteration) {
+std::vector<uint8_t> common_state(int64_t iteration, double version = 3.0) {
   Pickler p(2);
   p.empty_list();
   p.empty_dict();
@@ -56,7 +62,7 @@ std::vector<uint8_t> common_state(int64_t iteration) {
   p.str("iteration");
   p.integer(iteration);
   p.str("checkpoint_version");
-  p.floating(3.0);
+  p.floating(version);
   p.setitems();
   p.append();
   p.stop();
@@ -78,6 +84,34 @@ size_t stacked_dims(const std::string& module) {
   return module.find(".experts.experts.") != std::string::npos ? 2 : 1;
 }
 
+// The source's common state with --iteration N: {"iteration": N, "checkpoint_version": its own}.
+std::vector<uint8_t> renamed_common_state(const WriteJob& job, const SelectedItem& v, int64_t iteration) {
+  const BytesMeta& bm = job.request.ck.md.bytes.at(v.index);
+  const std::unique_ptr<pickle::Tree> tree = job.reader.read_bytes(bm);
+  const pickle::Value& root = tree->root;
+  const pickle::Value* state = root.is(pickle::Kind::List) && root.items().size() == 1 ? &root.items()[0] : nullptr;
+  std::string held;
+  double version = 3.0;
+  if (state && state->is(pickle::Kind::Dict)) {
+    const pickle::Items kv = state->items();
+    for (uint64_t i = 0; i + 1 < kv.size(); i += 2) {
+      const std::string key = kv[i].is(pickle::Kind::Str) ? std::string(kv[i].as_str()) : pickle::repr(kv[i], 40);
+      if (key == "checkpoint_version" && kv[i + 1].is(pickle::Kind::Float))
+        version = kv[i + 1].as_float();
+      else if (key != "iteration")
+        held += (held.empty() ? "" : ", ") + key;
+    }
+  } else {
+    held = pickle::repr(root, 80);
+  }
+  if (!held.empty())
+    throw UnsupportedError(Where({}, std::nullopt, v.key),
+                           "--format megatron --iteration " + std::to_string(iteration) +
+                               ": the source's common state holds more than the iteration and checkpoint_version (" +
+                               held + "); dcpctl does not rewrite it: leave out --iteration to keep it as it is");
+  return common_state(iteration, version);
+}
+
 DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iteration) {
   const WritePlan& plan = job.plan;
   std::set<std::string> have;
@@ -94,17 +128,19 @@ DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iter
     const size_t n = stacked_dims(module);
     if (n == 0) continue;
     const std::vector<int64_t>& shape = pt.t->shape;
-    if (shape.size() >= n && std::any_of(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n), [](int64_t d) { return d <= 0; }))
+    if (shape.size() >= n &&
+        std::any_of(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n), [](int64_t d) { return d <= 0; }))
       continue;  // no layer, no expert: nothing asks for an extra state
     if (shape.size() < n)
-      throw UnsupportedError(Where({}, std::nullopt, pt.key), "--format megatron: a parallel linear's tensor of " +
-                                                                   std::to_string(shape.size()) + " dimensions is not stacked over " +
-                                                                   (n == 2 ? "layers and experts" : "layers"));
+      throw UnsupportedError(Where({}, std::nullopt, pt.key),
+                             "--format megatron: a parallel linear's tensor of " + std::to_string(shape.size()) +
+                                 " dimensions is not stacked over " + (n == 2 ? "layers and experts" : "layers"));
     modules.emplace(module, std::vector<int64_t>(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n)));
   }
   if (!megatron_keys)
-    throw UnsupportedError(Where(), "--format megatron: the output has no megatron-core keys (embedding.*, decoder.*); "
-                                    "name a map that writes them (--map megatron-gpt)");
+    throw UnsupportedError(Where(),
+                           "--format megatron: the output has no megatron-core keys (embedding.*, decoder.*); "
+                           "name a map that writes them (--map megatron-gpt)");
   DcpAdditions add;
   if (iteration) {
     char dir[32];
@@ -114,7 +150,13 @@ DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iter
   }
   add.files.emplace_back(add.subdir.empty() ? "metadata.json" : add.subdir + "/metadata.json",
                          R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})");
-  if (!have.count("common_state/shard_0_1")) add.items.emplace_back("common_state/shard_0_1", common_state(iteration.value_or(0)));
+  constexpr const char* kCommon = "common_state/shard_0_1";
+  if (!have.count(kCommon)) {
+    add.items.emplace_back(kCommon, common_state(iteration.value_or(0)));
+  } else if (iteration) {
+    for (const SelectedItem* v : plan.values)
+      if (v->key == kCommon) add.replaced.emplace(kCommon, renamed_common_state(job, *v, *iteration));
+  }
   const std::vector<uint8_t> none = list_of_none();
   for (const auto& [module, shape] : modules) {
     std::vector<int64_t> at(shape.size(), 0);
