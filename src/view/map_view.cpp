@@ -104,7 +104,8 @@ Checkpoint mapped_view(const Checkpoint& ck, const MappedModel& map) {
       const TensorMeta& s = md->tensors[part.tensor];
       Coverage cov = check_coverage(s, 1);
       bool missing = false;
-      for (size_t c = 0; c < s.num_chunks(); ++c) missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
+      for (size_t c = 0; c < s.num_chunks(); ++c)
+        missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
       if (!cov.exact || missing)
         throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
                           "not fully covered by its chunks; refusing to map it into '" + mt.meta.fqn + "'");
@@ -118,7 +119,8 @@ Checkpoint mapped_view(const Checkpoint& ck, const MappedModel& map) {
         if (const DerivedTable::Entry* e = ck.derived->find(s.fqn)) table->tensors[t.fqn] = *e;
     } else {
       if (!mt.meta.dtype)
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn),
+                               "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
       t = mt.meta;
       t.chunk_dims.assign(t.ndim(), 0);
       t.chunk_dims.insert(t.chunk_dims.end(), t.shape.begin(), t.shape.end());

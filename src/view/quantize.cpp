@@ -73,7 +73,9 @@ uint64_t rows_need(const TensorMeta& t, int64_t rows) {
 class Fp8Scales {
  public:
   Fp8Scales(int64_t block_rows, int64_t block_cols)
-      : cb_(block_cols), inv_(static_cast<size_t>(block_rows * block_cols)), have_(static_cast<size_t>(block_rows), false) {}
+      : cb_(block_cols),
+        inv_(static_cast<size_t>(block_rows * block_cols)),
+        have_(static_cast<size_t>(block_rows), false) {}
   // Block rows [r0, r0 + n) of the scale (448 / amax, as fp8_block_scales gives it), computed.
   void put(int64_t r0, int64_t n, const float* scale) {
     std::lock_guard<std::mutex> lock(mu_);
