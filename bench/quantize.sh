@@ -10,7 +10,9 @@
 #   dcpctl_bf16       dcpctl consolidate SRC/ -o OUT3/ --dtype bf16 -q
 #   peer_bf16         python bench/quantize_peer.py bf16 SRC OUT4: from_pretrained(dtype=bf16) +
 #                     save_pretrained
-# each under /usr/bin/time -v (wall clock, max RSS), page cache dropped before each run when
+# each under /usr/bin/time -v (wall clock, max RSS); dcpctl_fp8 also under bench/read_bytes.py (the
+# bytes it read, /proc/PID/io's rchar: an fp8 weight is read once for its fp8 bytes and its
+# weight_scale_inv together, not once each), page cache dropped before each run when
 # possible (bench/common.sh), REPEAT rounds (default 2) in a shuffled order; then a table (median
 # wall, worst RSS) and the agreement of the fp8 outputs: every tensor byte for byte
 # (bench/quantize_peer.py check; dcpctl's bytes are transformers' op's).
@@ -32,7 +34,7 @@ echo "   src/ $(du -sh --apparent-size "$src" | cut -f1); $(nproc) cores, $(free
 names=(dcpctl_fp8 peer_fp8 dcpctl_bf16 peer_bf16)
 cmd_for() {
   case $1 in
-    dcpctl_fp8) echo "'$dcpctl' consolidate '$src' -o '$work/out-dcpctl-fp8/' --quantize fp8-block --dtype bf16 -q" ;;
+    dcpctl_fp8) echo "'$py' '$root/bench/read_bytes.py' '$dcpctl' consolidate '$src' -o '$work/out-dcpctl-fp8/' --quantize fp8-block --dtype bf16 -q 2>> '$work/read_bytes.log'" ;;
     peer_fp8) echo "'$py' '$root/bench/quantize_peer.py' fp8 '$src' '$work/out-peer-fp8' 2>> '$work/peer_phases.log'" ;;
     dcpctl_bf16) echo "'$dcpctl' consolidate '$src' -o '$work/out-dcpctl-bf16/' --dtype bf16 -q" ;;
     peer_bf16) echo "'$py' '$root/bench/quantize_peer.py' bf16 '$src' '$work/out-peer-bf16' 2>> '$work/peer_phases.log'" ;;
@@ -51,7 +53,7 @@ after_run() {
     peer_*) /usr/bin/time -f "round $2: sync after $1 took %e s" -a -o "$work/peer_sync.log" sync ;;
   esac
 }
-rm -f "$work/peer_phases.log" "$work/peer_sync.log"
+rm -f "$work/peer_phases.log" "$work/peer_sync.log" "$work/read_bytes.log"
 refill_for $(( 2 * $(du -sb "$src" | cut -f1) + (512 << 20) )) 0
 refill_fixed=1
 warm_up
@@ -59,6 +61,8 @@ repeat=${REPEAT:-2}
 run_rounds quantize
 
 sed 's/^/   /' "$work/peer_phases.log" "$work/peer_sync.log" || true
+echo "== bytes dcpctl_fp8 read (rchar: page cache or not; read_bytes: the device), round by round:"
+sed 's/^/   /' "$work/read_bytes.log" || true
 "$py" - "$work" "$repeat" "$root/bench" "${names[@]}" <<'PY'
 import json, os, sys
 work, repeat, names = sys.argv[1], int(sys.argv[2]), sys.argv[4:]

@@ -63,7 +63,7 @@ void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
                   "Write the Linear weights quantized, as serving stacks load them: fp8-block (float8_e4m3fn and a float32 "
                   "weight_scale_inv per block, DeepSeek's and transformers' FP8 layout; embeddings, lm_head, norms, routers, MTP and "
                   "vision weights kept); mxfp4 (GPT-OSS's MoE experts as E2M1 _blocks and E8M0 _scales, OCP MX v1.0; the other "
-                  "weights kept). Not with --map")
+                  "weights kept). After --map and --lora merge")
       ->check(CLI::IsMember({"fp8-block", "mxfp4"}))
       ->type_name("SCHEME");
   sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");

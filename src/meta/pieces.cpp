@@ -151,6 +151,32 @@ void place_piece(const Piece& p, const uint8_t* src, const Box& from, uint8_t* d
     copy_box(src, from, dst, box, p.in, item);
 }
 
+std::vector<Box> run_boxes(const std::vector<int64_t>& shape, uint64_t first, uint64_t count) {
+  std::vector<Box> out;
+  if (count == 0) return out;
+  const size_t nd = shape.size();
+  if (nd == 0) return {Box{}};
+  std::vector<uint64_t> stride(nd, 1);  // elements in one index of dim d
+  for (size_t d = nd - 1; d-- > 0;) stride[d] = stride[d + 1] * static_cast<uint64_t>(shape[d + 1]);
+  const uint64_t end = first + count;
+  for (uint64_t at = first; at < end;) {
+    // The outermost dimension whose whole slices start here and fit before the end.
+    size_t d = 0;
+    while (d + 1 < nd && !(at % stride[d] == 0 && at + stride[d] <= end)) ++d;
+    Box b{std::vector<int64_t>(nd, 0), std::vector<int64_t>(nd, 1)};
+    for (size_t k = 0, rest = at; k < nd; ++k) {
+      b.offsets[k] = static_cast<int64_t>(rest / stride[k]);
+      rest %= stride[k];
+    }
+    const uint64_t rows = std::min((end - at) / stride[d], static_cast<uint64_t>(shape[d] - b.offsets[d]));
+    b.sizes[d] = static_cast<int64_t>(rows);
+    for (size_t k = d + 1; k < nd; ++k) b.sizes[k] = shape[k];
+    at += rows * stride[d];
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target) {
   uint64_t item = itemsize(*t.dtype);
   bool target_run = is_run(target, t.shape);

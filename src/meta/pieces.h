@@ -93,6 +93,12 @@ std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt
 // is one contiguous run of them; nullopt otherwise.
 std::optional<uint64_t> run_in(const Box& in, const Box& b, size_t item);
 
+// The elements [first, first + count) of a tensor of `shape` (C order) as boxes that are each a
+// run (is_run), in order: the partial rows up to the first whole block, whole blocks, partial rows
+// after them; at most 2 * ndim boxes. How a byte range of a tensor made of parts is assembled box
+// by box (view/map_view.h). Empty when count is 0.
+std::vector<Box> run_boxes(const std::vector<int64_t>& shape, uint64_t first, uint64_t count);
+
 // Whether the pieces (as plan_pieces orders them) are all runs that tile [0, total) exactly,
 // no gap and no overlap: the box can then be written front to back from its pieces alone.
 bool runs_tile(const std::vector<Piece>& pieces, uint64_t total);

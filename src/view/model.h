@@ -3,8 +3,9 @@
 //   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
 //   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/dequantize.h)
 //   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora.h)
-//   quantize     --quantize fp8-block: Linear weights as FP8 blocks and their scales (view/quantize.h)
-//   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h)
+//   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h); a table
+//                (view/map_view.h) when a view follows it, else planned from its parts (plan/plan.h)
+//   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/quantize.h)
 //   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
 //
 // Each view maps the table below it to a new one (meta/derived.h); what a view computes is a
@@ -43,7 +44,8 @@ class Model {
   const Checkpoint& checkpoint() const { return own_ ? *own_ : *saved_; }
   // What is left to select in it: the request's selection, or none once the LoRA view applied it.
   const Selection& selection() const { return selection_; }
-  // --map's tensors over checkpoint(), or null.
+  // --map's tensors over checkpoint(), or null (also when the map is a view of checkpoint(): with
+  // --quantize, whose table then says "map" of itself).
   const MappedModel* map() const { return map_ ? &*map_ : nullptr; }
   // The map, for a caller that keeps it beside the checkpoint it was built over (diff's inputs).
   std::optional<MappedModel> take_map() && { return std::move(map_); }

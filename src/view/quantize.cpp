@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <regex>
 
 #include "meta/derived.h"
@@ -63,10 +65,43 @@ uint64_t rows_need(const TensorMeta& t, int64_t rows) {
   return n * (4 + item) + largest_chunk(t) * (4 + item);
 }
 
+// The weight_scale_inv of one quantized weight, block row by block row, as its weight's reads
+// compute them: the scale's read takes the rows the weight's reads left it and reads the weight
+// only for the others, so an export reads each weight once, not once for the fp8 bytes and once
+// more for the scale. Held for the view's life: the scale's size (a 128x128 block's 4 bytes per
+// 64 KiB of float32 weight), never the weight's.
+class Fp8Scales {
+ public:
+  Fp8Scales(int64_t block_rows, int64_t block_cols)
+      : cb_(block_cols),
+        inv_(static_cast<size_t>(block_rows * block_cols)),
+        have_(static_cast<size_t>(block_rows), false) {}
+  // Block rows [r0, r0 + n) of the scale (448 / amax, as fp8_block_scales gives it), computed.
+  void put(int64_t r0, int64_t n, const float* scale) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fp8_inverse_scales(scale, static_cast<size_t>(n * cb_), inv_.data() + r0 * cb_);
+    std::fill(have_.begin() + r0, have_.begin() + r0 + n, true);
+  }
+  // Block row r's inverse scales into `inv` (cb values); false when no read computed it yet.
+  bool get(int64_t r, float* inv) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!have_[static_cast<size_t>(r)]) return false;
+    std::memcpy(inv, inv_.data() + r * cb_, static_cast<size_t>(cb_) * 4);
+    return true;
+  }
+
+ private:
+  int64_t cb_;
+  mutable std::mutex mu_;
+  std::vector<float> inv_;
+  std::vector<bool> have_;
+};
+
 // A quantized weight: its chunk's fp8 bytes, from the rows of the whole blocks around it.
 class Fp8Weight final : public DerivedTensor {
  public:
-  Fp8Weight(TensorMeta w, int64_t bm, int64_t bn) : w_(std::move(w)), bm_(bm), bn_(bn) {}
+  Fp8Weight(TensorMeta w, int64_t bm, int64_t bn, std::shared_ptr<Fp8Scales> scales)
+      : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)) {}
   const TensorMeta& follows() const override { return w_; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const int64_t *off = w_.chunk_offsets(chunk), *size = w_.chunk_sizes(chunk);
@@ -76,8 +111,10 @@ class Fp8Weight final : public DerivedTensor {
       const int64_t a = off[0] / bm_ * bm_, b = std::min(rows, (off[0] + size[0] + bm_ - 1) / bm_ * bm_);
       std::vector<float> x(static_cast<size_t>((b - a) * cols));
       read_rows(below, w_, a, b, x.data());
-      std::vector<float> scale(static_cast<size_t>(((b - a + bm_ - 1) / bm_) * ((cols + bn_ - 1) / bn_)));
+      const int64_t block_rows = (b - a + bm_ - 1) / bm_;
+      std::vector<float> scale(static_cast<size_t>(block_rows * ((cols + bn_ - 1) / bn_)));
       fp8_block_scales(x.data(), b - a, cols, bm_, bn_, scale.data());
+      scales_->put(a / bm_, block_rows, scale.data());
       quantize_fp8_box(x.data(), cols, bm_, bn_, scale.data(), off[0] - a, off[0] - a + size[0], off[1],
                        off[1] + size[1], q);
     });
@@ -90,12 +127,15 @@ class Fp8Weight final : public DerivedTensor {
  private:
   TensorMeta w_;
   int64_t bm_, bn_;
+  std::shared_ptr<Fp8Scales> scales_;
 };
 
-// A quantized weight's weight_scale_inv, one chunk, computed a block row at a time.
+// A quantized weight's weight_scale_inv, one chunk: the block rows its weight's reads computed,
+// and the others computed here a block row at a time.
 class Fp8ScaleInv final : public DerivedTensor {
  public:
-  Fp8ScaleInv(TensorMeta w, int64_t bm, int64_t bn) : w_(std::move(w)), bm_(bm), bn_(bn) {}
+  Fp8ScaleInv(TensorMeta w, int64_t bm, int64_t bn, std::shared_ptr<Fp8Scales> scales)
+      : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)) {}
   const TensorMeta& follows() const override { return w_; }
   void read(const TensorReads& below, size_t, uint64_t from, uint64_t n, void* dst) const override {
     const int64_t rows = w_.shape[0], cols = w_.shape[1], cb = (cols + bn_ - 1) / bn_, rb = (rows + bm_ - 1) / bm_;
@@ -104,10 +144,12 @@ class Fp8ScaleInv final : public DerivedTensor {
       float* inv = reinterpret_cast<float*>(out);
       std::vector<float> x, scale(static_cast<size_t>(cb));
       for (int64_t r = 0; r < rows; r += bm_) {
+        if (scales_->get(r / bm_, inv + (r / bm_) * cb)) continue;
         const int64_t b = std::min(rows, r + bm_);
         x.resize(static_cast<size_t>((b - r) * cols));
         read_rows(below, w_, r, b, x.data());
         fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
+        scales_->put(r / bm_, 1, scale.data());
         fp8_inverse_scales(scale.data(), scale.size(), inv + (r / bm_) * cb);
       }
     });
@@ -121,6 +163,7 @@ class Fp8ScaleInv final : public DerivedTensor {
  private:
   TensorMeta w_;
   int64_t bm_, bn_;
+  std::shared_ptr<Fp8Scales> scales_;
 };
 
 }  // namespace
@@ -189,7 +232,8 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
     TensorMeta& q = tensors.back();
     q.dtype = DType::Float8_E4M3FN;
     q.dtype_name = torch_name(DType::Float8_E4M3FN);
-    table->tensors[t.fqn] = {std::make_shared<Fp8Weight>(t, bm, bn), ck.derived};
+    auto computed = std::make_shared<Fp8Scales>((t.shape[0] + bm - 1) / bm, (t.shape[1] + bn - 1) / bn);
+    table->tensors[t.fqn] = {std::make_shared<Fp8Weight>(t, bm, bn, computed), ck.derived};
     TensorMeta s;
     s.fqn = module + ".weight_scale_inv";
     s.dtype = DType::Float32;
@@ -199,7 +243,7 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
     // A derived tensor's reads never touch its storage; the planner and the deal ask where its
     // chunk lies: where its weight's first chunk does.
     s.storage = {t.storage.at(0)};
-    table->tensors[s.fqn] = {std::make_shared<Fp8ScaleInv>(t, bm, bn), ck.derived};
+    table->tensors[s.fqn] = {std::make_shared<Fp8ScaleInv>(t, bm, bn, computed), ck.derived};
     keep_dtype.push_back(t.fqn);
     keep_dtype.push_back(s.fqn);
     if (md.has_planner_data)

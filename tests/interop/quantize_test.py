@@ -20,8 +20,8 @@ by `dcpctl reshard` of it, FSDP-style row shards that cut 16-row blocks, are bot
     QuantizedHuggingFaceStorageReader give back float32(q) * scale_inv, and each value is within
     2^-4 |w| + 2^-10 amax/448 of the source (e4m3's half ulp, or its smallest subnormal's half);
   - a DCP source whose chunks cut the blocks (reshard -w 3 of the folder) gives the same bytes;
-  - refusals: --quantize on an fp8 checkpoint (exit 5), with --map (exit 5), --quantize-block 0x8
-    (exit 2), nothing written.
+  - refusals: --quantize on an fp8 checkpoint (exit 5), --quantize-block 0x8 (exit 2), nothing
+    written.
 
 `--quantize mxfp4` (mxfp4_checks), on a tiny GptOssForCausalLM transformers writes here (seeded,
 float32, save_pretrained; experts [E, in, out] as GptOssExperts keeps them):
@@ -48,7 +48,13 @@ float32, save_pretrained; experts [E, in, out] as GptOssExperts keeps them):
     --quantize-block with mxfp4 (exit 5, 5, 5, 2), nothing written.
 
 `reshard` and `cast` with --quantize (reshard_cast_checks): the DCP outputs, read by torch's DCP
-loader, hold consolidate's bytes; --map beside --quantize is refused (exit 5).
+loader, hold consolidate's bytes.
+
+`--map M --quantize S` in one command (map_fp8_checks, map_mxfp4_checks; the map a view the
+quantize view reads, view/map_view.h): bit for bit the two-step path (consolidate --map M -o A/,
+then consolidate A/ --quantize S), on torchtitan 0.3.0's DeepSeek-V3 fixtures (fp8-block, experts
+unstacked by the map, the MTP block kept) and on the GPT-OSS model above in torchtitan's names
+(mxfp4); consolidate, reshard and cast alike.
 """
 from __future__ import annotations
 
@@ -317,7 +323,7 @@ def reshard_cast_checks(src: Path, hf: dict, gptoss: Path, mx: dict) -> None:
     """--quantize on reshard and cast (issue 48 item 4): the DCP output, read by torch's own DCP
     loader, holds the bytes consolidate's HF folder has (fp8-block 16x16 of the Qwen3 model,
     mxfp4 of the GPT-OSS model); cast --dtype bf16 --quantize casts the others and keeps the
-    quantized ones; with --map refused (exit 5), nothing written."""
+    quantized ones."""
     dcp3 = WORK / "reshard-q"
     if expect_rc(dcpctl("reshard", src, "-o", dcp3, "-w", "3", "--quantize", "fp8-block", "--quantize-block", "16x16", "-q"), 0,
                  "reshard -w 3 --quantize fp8-block"):
@@ -353,11 +359,88 @@ def reshard_cast_checks(src: Path, hf: dict, gptoss: Path, mx: dict) -> None:
             check(len(fp8) == 28 and all(same_tensor(got.get(k), hf[k]) is None for k in fp8),
                   "cast --quantize: the fp8 weights and scales those of consolidate")
             check(all(got[k].dtype == torch.bfloat16 for k in hf if k not in fp8), "cast --quantize: the others cast to bf16")
-    for cmd, extra in (("reshard", ["-w", "1"]), ("cast", ["--dtype", "bf16"])):
-        o = WORK / f"refused-map-{cmd}"
-        r = dcpctl(cmd, base, "-o", o, *extra, "--quantize", "fp8-block", "--map", "torchtitan-qwen3")
-        expect_rc(r, EXIT_UNSUPPORTED, f"{cmd} --quantize with --map", "--quantize with --map")
-        check(not o.exists(), f"{cmd} --quantize with --map: nothing written")
+
+
+def same_folders(got: Path, want: Path, what: str) -> None:
+    """Two HF folders: the same keys, every tensor bit for bit, the same quantization_config."""
+    a, b = folder_tensors(got), folder_tensors(want)
+    bad = [k for k in b if same_tensor(a.get(k), b[k]) is not None]
+    check(sorted(a) == sorted(b) and b and not bad, f"{what}: {len(a)} tensors bit for bit those of the two-step path "
+                                                      f"(extra {sorted(set(a) - set(b))[:3]}, missing {sorted(set(b) - set(a))[:3]}, differ {bad[:3]})")
+    qa = json.loads((got / "config.json").read_text()).get("quantization_config")
+    qb = json.loads((want / "config.json").read_text()).get("quantization_config")
+    check(qa is not None and qa == qb, f"{what}: config.json's quantization_config that of the two-step path ({qa} vs {qb})")
+
+
+def map_fp8_checks() -> None:
+    """--map beside --quantize fp8-block (issue 48 items 1, 3; view/map_view.h): on torchtitan 0.3.0's
+    DeepSeek-V3 (MLA, 4 routed experts stacked [E, out, in] unstacked by the map into 2-D HF
+    experts, a dense layer) and its MTP variant, consolidate, reshard and cast --map M --quantize
+    fp8-block write the bits of the two-step path (consolidate --map M -o A/, then consolidate A/
+    --quantize -o B/); 8x8 blocks, so the 16-wide weights hold several."""
+    for case in ("titan_deepseek_v3", "titan_deepseek_v3_mtp"):
+        layout = FIXTURES / "layouts" / case
+        ckpt, hf = layout / "run" / "step-2", layout / "hf"
+        a, b, one = WORK / f"{case}-a", WORK / f"{case}-b", WORK / f"{case}-one"
+        mp = ["--map", "torchtitan-deepseek-v3", "--assets", hf]
+        mpc = ["--map", "torchtitan-deepseek-v3", "--config", layout / "config.json"]
+        q = ["--quantize", "fp8-block", "--quantize-block", "8x8"]
+        if not (expect_rc(dcpctl("consolidate", ckpt, "-o", f"{a}/", *mp, "-q"), 0, f"{case}: consolidate --map")
+                and expect_rc(dcpctl("consolidate", a, "-o", f"{b}/", *q, "-q"), 0, f"{case}: then --quantize")):
+            continue
+        r = dcpctl("consolidate", ckpt, "-o", f"{one}/", *mp, *q, "--json", "-q")
+        if not expect_rc(r, 0, f"{case}: consolidate --map --quantize fp8-block"):
+            continue
+        doc = json.loads(r.stdout)
+        two = folder_tensors(b)
+        experts = [k for k in two if ".mlp.experts." in k and k.endswith(".weight") and two[k].dtype == torch.float8_e4m3fn]
+        check(len(experts) == 12, f"{case}: the 12 unstacked expert weights quantized ({len(experts)})")
+        nq = sum(t.dtype == torch.float8_e4m3fn for t in two.values())
+        check(doc.get("map", {}).get("name") == "torchtitan-deepseek-v3" and doc.get("quantized", {}).get("weights") == nq,
+              f"{case}: --json says the map and the {nq} quantized weights ({doc.get('quantized', {}).get('weights')})")
+        same_folders(one, b, f"{case}: consolidate --map --quantize")
+        if case.endswith("mtp"):
+            kept = {k["key"]: k["reason"] for k in doc.get("quantized", {}).get("kept", [])}
+            check(any("MTP" in v for v in kept.values()), f"{case}: the MTP block kept, named ({sorted(kept)[:3]})")
+            continue
+        rs = WORK / f"{case}-reshard"
+        if expect_rc(dcpctl("reshard", ckpt, "-o", rs, "-w", "3", *mpc, *q, "-q"), 0, f"{case}: reshard -w 3 --map --quantize"):
+            got = dcp_tensors(rs)
+            check(sorted(got) == sorted(two) and all(same_tensor(got[k], two[k]) is None for k in two),
+                  f"{case}: reshard --map --quantize: torch's DCP loader reads the two-step path's tensors")
+        cs = WORK / f"{case}-cast"
+        if expect_rc(dcpctl("cast", ckpt, "-o", cs, "--dtype", "bf16", *mpc, *q, "-q"), 0, f"{case}: cast --dtype bf16 --map --quantize"):
+            got = dcp_tensors(cs)
+            fp8 = [k for k in two if two[k].dtype == torch.float8_e4m3fn or k.endswith("_scale_inv")]
+            check(sorted(got) == sorted(two) and all(same_tensor(got[k], two[k]) is None for k in fp8),
+                  f"{case}: cast --map --quantize: the {len(fp8)} fp8 weights and scales those of the two-step path")
+
+
+def map_mxfp4_checks(gptoss: Path) -> None:
+    """--map beside --quantize mxfp4. No torchtitan GPT-OSS fixture has experts MXFP4 takes (its
+    dims are 16 and 8, not multiples of 32), so the transformers-written GPT-OSS model above is put
+    in torchtitan's names by dcpctl (reshard -w 3 --map torchtitan-gpt-oss: a DCP checkpoint whose
+    chunks cut the expert stacks, experts [E, out, in] as torchtitan holds them) and mapped back:
+    consolidate and reshard --map torchtitan-gpt-oss --quantize mxfp4 write the bits of the two-step
+    path (consolidate --map, then consolidate --quantize mxfp4)."""
+    titan = WORK / "gptoss-titan"
+    mp = ["--map", "torchtitan-gpt-oss", "--config", gptoss / "config.json"]
+    if not expect_rc(dcpctl("reshard", gptoss, "-o", titan, "-w", "3", "--map", "torchtitan-gpt-oss", "-q"), 0,
+                     "GPT-OSS in torchtitan's names (reshard --map)"):
+        return
+    a, b, one = WORK / "gptoss-a", WORK / "gptoss-b", WORK / "gptoss-one"
+    if not (expect_rc(dcpctl("consolidate", titan, "-o", f"{a}/", *mp, "--assets", gptoss, "-q"), 0, "GPT-OSS: consolidate --map")
+            and expect_rc(dcpctl("consolidate", a, "-o", f"{b}/", "--quantize", "mxfp4", "-q"), 0, "GPT-OSS: then --quantize mxfp4")):
+        return
+    r = dcpctl("consolidate", titan, "-o", f"{one}/", *mp, "--assets", gptoss, "--quantize", "mxfp4", "--json", "-q")
+    if expect_rc(r, 0, "GPT-OSS: consolidate --map --quantize mxfp4"):
+        check(json.loads(r.stdout).get("quantized", {}).get("weights") == 4, "GPT-OSS --map --quantize mxfp4: 4 expert stacks quantized")
+        same_folders(one, b, "GPT-OSS: consolidate --map --quantize mxfp4")
+    rs = WORK / "gptoss-reshard"
+    if expect_rc(dcpctl("reshard", titan, "-o", rs, "-w", "2", *mp, "--quantize", "mxfp4", "-q"), 0, "GPT-OSS: reshard --map --quantize mxfp4"):
+        got, two = dcp_tensors(rs), folder_tensors(b)
+        check(sorted(got) == sorted(two) and all(same_tensor(got[k], two[k]) is None for k in two),
+              "GPT-OSS: reshard --map --quantize mxfp4: torch's DCP loader reads the two-step path's tensors")
 
 
 def dcpctl(*args):
@@ -490,7 +573,6 @@ def main() -> int:
     fp8 = FIXTURES / "layouts" / "hf_fp8_deepseek" / "ckpt"
     for args, rc, what, words in [
         ([fp8, "--quantize", "fp8-block"], EXIT_UNSUPPORTED, "an fp8 checkpoint", ("already quantized",)),
-        ([src, "--quantize", "fp8-block", "--map", "torchtitan-qwen3"], EXIT_UNSUPPORTED, "with --map", ("--quantize with --map",)),
         ([src, "--quantize", "fp8-block", "--quantize-block", "0x8"], EXIT_USAGE, "--quantize-block 0x8", ("RxC",)),
         ([src, "--quantize-block", "16x16"], EXIT_USAGE, "--quantize-block alone", ("--quantize",)),
     ]:
@@ -500,6 +582,8 @@ def main() -> int:
     gptoss, mx = mxfp4_checks()
     hf16 = WORK / "q"
     reshard_cast_checks(src, folder_tensors(hf16) if hf16.exists() else {}, gptoss, mx)
+    map_fp8_checks()
+    map_mxfp4_checks(gptoss)
     return summary("quantize_test")
 
 

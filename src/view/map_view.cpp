@@ -1,0 +1,140 @@
+#include "view/map_view.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "item/chunk_source.h"
+#include "meta/derived.h"
+#include "meta/geometry.h"
+#include "meta/pieces.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+namespace {
+
+// The chunk engine's source over a derived tensor's reads of the table below: every read a range
+// (assemble_box then reads a run piece alone), in any order.
+class BelowChunks final : public ChunkSource {
+ public:
+  explicit BelowChunks(const TensorReads& below) : below_(below) {}
+  std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
+  void read(unsigned, const TensorMeta& t, size_t chunk, const WindowFn& fn, GateCharge) override {
+    std::vector<uint8_t> buf(t.chunk_numel(chunk) * itemsize(*t.dtype));
+    below_.read(t, chunk, 0, buf.size(), buf.data());
+    fn(buf.data(), 0, buf.size());
+  }
+  void read_into(unsigned, const TensorMeta& t, size_t chunk, uint8_t* dst) override {
+    below_.read(t, chunk, 0, UINT64_MAX, dst);
+  }
+  void read_range(unsigned, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override {
+    below_.read(t, chunk, from, n, dst);
+  }
+  bool reads_ranges() const override { return true; }
+  bool ordered() const override { return false; }
+
+ private:
+  const TensorReads& below_;
+};
+
+// A mapped tensor that is not a whole tensor renamed: one chunk, the whole tensor, any byte range
+// of it assembled from its parts.
+class MappedTensorRead final : public DerivedTensor {
+ public:
+  MappedTensorRead(std::shared_ptr<const Metadata> md, MappedTensor mt, std::shared_ptr<const DerivedTable> below)
+      : md_(std::move(md)), mt_(std::move(mt)), below_(std::move(below)) {}
+  const TensorMeta& follows() const override { return md_->tensors[mt_.parts.at(0).tensor]; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const TensorMeta& t = mt_.meta;
+    const uint64_t item = itemsize(*t.dtype), bytes = t.numel() * item;
+    const Where where(md_->source, std::nullopt, t.fqn);
+    n = checked_range(where, "chunk " + std::to_string(chunk), bytes, from, n);
+    if (n == 0) return;
+    // Whole elements: a range that cuts one is assembled into a copy of its own first.
+    const uint64_t first = from / item, last = (from + n + item - 1) / item;
+    const bool whole = from % item == 0 && n % item == 0;
+    std::vector<uint8_t> own(whole ? 0 : (last - first) * item);
+    uint8_t* out = whole ? static_cast<uint8_t*>(dst) : own.data();
+    BelowChunks src(below);
+    for (const Box& box : run_boxes(t.shape, first, last - first)) {
+      const std::vector<Piece> pieces = plan_mapped_pieces(*md_, mt_, box);
+      uint64_t filled = 0, want = box.numel() * item;
+      for (const Piece& p : pieces) filled += p.bytes;
+      if (filled != want)  // checked before reading: a gap would leave bytes unwritten
+        throw FormatError(where, "the parts hold " + std::to_string(filled) + " of the " + std::to_string(want) +
+                                     " bytes of box " + box.text());
+      assemble_box(src, t, box, pieces, out, nullptr, 1, 0);
+      out += want;
+    }
+    if (!whole) std::memcpy(dst, own.data() + (from - first * item), n);
+  }
+  // A piece that is not a contiguous run of its chunk is placed from a whole copy of that chunk
+  // (assemble_box), read through the table below (which may compute it): the largest such chunk
+  // and what computing it holds.
+  uint64_t working_bytes(size_t) const override {
+    uint64_t most = 0;
+    for (const MapPart& part : mt_.parts) {
+      const TensorMeta& s = md_->tensors[part.tensor];
+      if (!s.dtype) continue;
+      for (size_t c = 0; c < s.num_chunks(); ++c)
+        most = std::max(most, s.chunk_numel(c) * itemsize(*s.dtype) + (below_ ? below_->working_bytes(s, c) : 0));
+    }
+    return most;
+  }
+
+ private:
+  std::shared_ptr<const Metadata> md_;  // the table below's tensors, which the parts index
+  MappedTensor mt_;
+  std::shared_ptr<const DerivedTable> below_;
+};
+
+}  // namespace
+
+Checkpoint mapped_view(const Checkpoint& ck, const MappedModel& map) {
+  auto md = std::make_shared<const Metadata>(ck.md);
+  Checkpoint view = ck;
+  view.md.tensors.clear();
+  view.md.order.clear();
+  view.md.planner_data.clear();
+  view.md.has_planner_data = false;  // each output a top-level key (select.h: a key without a path)
+  std::shared_ptr<DerivedTable> table = table_over(ck.derived, [](const std::string&) { return std::string(); });
+  for (const MappedTensor& mt : map.tensors) {
+    for (const MapPart& part : mt.parts) {
+      const TensorMeta& s = md->tensors[part.tensor];
+      Coverage cov = check_coverage(s, 1);
+      bool missing = false;
+      for (size_t c = 0; c < s.num_chunks(); ++c)
+        missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
+      if (!cov.exact || missing)
+        throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
+                          "not fully covered by its chunks; refusing to map it into '" + mt.meta.fqn + "'");
+    }
+    TensorMeta t;
+    if (renames_whole(ck.md, mt)) {
+      const TensorMeta& s = md->tensors[mt.parts[0].tensor];
+      t = s;
+      t.fqn = mt.meta.fqn;
+      if (ck.derived)
+        if (const DerivedTable::Entry* e = ck.derived->find(s.fqn)) table->tensors[t.fqn] = *e;
+    } else {
+      if (!mt.meta.dtype)
+        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn),
+                               "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+      t = mt.meta;
+      t.chunk_dims.assign(t.ndim(), 0);
+      t.chunk_dims.insert(t.chunk_dims.end(), t.shape.begin(), t.shape.end());
+      // A derived tensor's reads never touch its storage; the planner and the deal ask where its
+      // chunk lies: where its first part's first chunk does.
+      t.storage = {md->tensors[mt.parts.at(0).tensor].storage.at(0)};
+      table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, ck.derived), ck.derived};
+    }
+    view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
+    view.md.tensors.push_back(std::move(t));
+  }
+  table->views["map"] = map.describe();
+  view.derived = std::move(table);
+  return view;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,83 @@
+// The key map as a view (view/map_view.h): its outputs read as a table, any byte range assembled
+// from the parts, equal to what the planner-side map assembles (item/window.h's WindowReader over
+// the MappedModel, the path every --map export without a later view takes).
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+#include "item/item_reader.h"
+#include "item/window.h"
+#include "meta/checkpoint.h"
+#include "meta/derived.h"
+#include "meta/keymap.h"
+#include "meta/pieces.h"
+#include "meta/select.h"
+#include "util/dtype.h"
+#include "view/map_view.h"
+
+using namespace dcpctl;
+
+TEST_CASE("pieces: run_boxes cuts any element range into at most 2 * ndim runs, in order, covering it") {
+  const std::vector<int64_t> shape{3, 4, 5};
+  const uint64_t total = 60;
+  for (uint64_t first = 0; first < total; ++first)
+    for (uint64_t count = 0; first + count <= total; ++count) {
+      std::vector<Box> boxes = run_boxes(shape, first, count);
+      CHECK(boxes.size() <= 6);
+      uint64_t at = first;
+      for (const Box& b : boxes) {
+        REQUIRE(is_run(b, shape));
+        CHECK(first_element(b, shape) == at);
+        at += b.numel();
+      }
+      CHECK(at == first + count);
+    }
+  CHECK(run_boxes({}, 0, 1).size() == 1);
+}
+
+TEST_CASE("views: the map view reads each output's byte ranges as the planner's map assembles them") {
+  const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
+  Checkpoint ck = open_checkpoint(dir + "/run/step-2");
+  MappedModel map = apply_key_map(load_key_map("torchtitan-deepseek-v3"), ck.md, select_items(ck.md, {}),
+                                  find_map_config(ck.dir, dir + "/config.json", ""));
+  Checkpoint view = mapped_view(ck, map);
+  REQUIRE(view.md.tensors.size() == map.tensors.size());
+  REQUIRE(view.derived);
+  CHECK(view.derived->views["map"]["name"] == "torchtitan-deepseek-v3");
+  ItemReader saved(ck), mapped(view);
+  WindowReader windows(saved, nullptr, &map);
+  std::mt19937 rng(7);
+  size_t assembled = 0, renamed = 0;
+  for (size_t i = 0; i < map.tensors.size(); ++i) {
+    const MappedTensor& mt = map.tensors[i];
+    const TensorMeta& t = view.md.tensors[i];
+    REQUIRE(t.fqn == mt.meta.fqn);
+    const uint64_t bytes = mt.meta.numel() * itemsize(*mt.meta.dtype);
+    std::vector<uint8_t> want(bytes), scratch(bytes);
+    windows.fill(mt.meta, Window{0, mt.meta.numel()}, want.data(), scratch.data());
+    if (renames_whole(ck.md, mt)) {  // the saved tensor renamed: its chunks, read as saved
+      ++renamed;
+      CHECK_FALSE(view.derived->find(t.fqn));
+      CHECK(t.num_chunks() == ck.md.tensors[mt.parts[0].tensor].num_chunks());
+      continue;
+    }
+    ++assembled;
+    REQUIRE(t.num_chunks() == 1);
+    REQUIRE(view.derived->find(t.fqn));
+    CHECK_FALSE(mapped.readable_in_place(t, 0));
+    std::vector<uint8_t> got(bytes);
+    mapped.read_chunk(t, 0, got.data());
+    CHECK(got == want);
+    for (int k = 0; k < 8; ++k) {  // byte ranges, whole elements or not
+      const uint64_t from = rng() % bytes, n = rng() % (bytes - from + 1);
+      std::vector<uint8_t> part(n);
+      mapped.read_chunk_bytes(t, 0, from, n, part.data());
+      CHECK(std::memcmp(part.data(), want.data() + from, n) == 0);
+    }
+    CHECK(view.derived->working_bytes(t, 0) > 0);
+  }
+  CHECK(assembled >= 4);  // the unstacked experts, the joined / permuted attention weights
+  CHECK(renamed >= 4);
+}
