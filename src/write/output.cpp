@@ -192,6 +192,7 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     if (!uploads) throw IoError(Where(final_), "internal: an object-storage output written outside a write job's upload session");
     tmp_ = final_;
     up_ = std::make_unique<Upload>(final_, *uploads);
+    if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);  // hashed as uploaded
     return;
   }
   tmp_ = temp_name(final_);
@@ -201,7 +202,8 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     int e = errno;
     release(slot_);
     throw IoError(Where(tmp_), "cannot create: " + errno_text(e));
-  }  if (hashing_writes()) hash_ = std::make_unique<WriteHash>();
+  }
+  if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);
 }
 
 std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
@@ -233,9 +235,13 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
-  if (up_) return up_->write_at(data, n, offset);
   if (hash_) hash_->wrote(data, n, offset);
+  if (up_) return up_->write_at(data, n, offset);
   pwrite_raw(data, n, offset);
+}
+
+void OutputFile::hash_part(const HashPart& p, uint64_t offset, uint64_t n) {
+  if (hash_) hash_->add_part(p, offset, n);
 }
 
 void OutputFile::pwrite_raw(const void* data, size_t n, uint64_t offset) {
@@ -253,12 +259,12 @@ void OutputFile::pwrite_raw(const void* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::append(const void* data, size_t n) {
+  if (hash_) hash_->wrote(data, n, pos_);
   if (up_) {
     up_->append(data, n);
     pos_ += n;
     return;
   }
-  if (hash_) hash_->wrote(data, n, pos_);
   if (!staging_) {
     pwrite_raw(data, n, pos_);
     pos_ += n;
@@ -312,8 +318,8 @@ void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t o
 }
 
 void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
-  if (up_) return up_->write_at(data, n, offset);
   if (hash_) hash_->wrote(data, n, offset);
+  if (up_) return up_->write_at(data, n, offset);
   uint64_t a = align_up(offset), b = align_down(offset + n);
   bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
   int d = placed && a < b ? direct_fd() : -1;
@@ -350,7 +356,8 @@ void OutputFile::flush_staged() {
 
 void OutputFile::finish_writes() {
   flush_staged();
-  if (!hash_ || digested_) return;
+  // An object's digest is finished once it exists (commit): what its uploads did not show is read back.
+  if (!hash_ || digested_ || (up_ && !committed_)) return;
   digested_ = true;
   const FileDigest d = hash_->finish(tmp_);
   record_written_digest(tmp_, d, hash_->read_back());
@@ -373,6 +380,7 @@ void OutputFile::commit() {
   if (up_) {
     up_->commit();
     committed_ = true;
+    finish_writes();
     return;
   }
   finish_writes();

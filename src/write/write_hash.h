@@ -26,6 +26,7 @@
 
 #include "meta/manifest.h"
 #include "util/sha256.h"
+#include "write/tensor_hash.h"
 
 namespace dcpctl {
 
@@ -34,6 +35,11 @@ constexpr uint64_t kHeldBudget = 64ull << 20;
 
 class WriteHash {
  public:
+  // The file written as `temp_path`, renamed `final_path` once committed.
+  WriteHash(std::string temp_path, std::string final_path);
+  // Bytes [offset, offset + n) of the file are part `p` of a tensor (write/tensor_hash.h): its
+  // bytes go to the tensor's digest too as the hashed prefix passes them. Said before they are written.
+  void add_part(const HashPart& p, uint64_t offset, uint64_t n);
   // Bytes [offset, offset + n) were written (any thread).
   void wrote(const void* data, uint64_t n, uint64_t offset);
   // The digest of the file at `path` once every write is done: what the writes did not show is
@@ -45,7 +51,10 @@ class WriteHash {
  private:
   void drain(std::unique_lock<std::mutex>& lock);  // hashes the kept pieces that continue the prefix
   void written_twice();                            // finish() hashes the whole file
+  void stop();                                     // no write is hashed any more
+  void hashed(const uint8_t* data, uint64_t n, uint64_t at);  // the prefix grew: to h_ and the parts
 
+  std::string temp_, final_;
   std::mutex mu_;
   std::condition_variable idle_;
   Sha256 h_;
@@ -55,6 +64,12 @@ class WriteHash {
   std::map<uint64_t, std::vector<uint8_t>> kept_;  // by offset, past the prefix
   uint64_t held_ = 0;                              // bytes in kept_
   uint64_t read_back_ = 0;
+  struct Segment {
+    HashPart part;
+    uint64_t n = 0;
+  };
+  std::mutex seg_mu_;                     // segs_ (read by the hashing thread outside mu_)
+  std::map<uint64_t, Segment> segs_;      // the tensor parts, by offset
 };
 
 // While one is alive, OutputFiles opened for local files hash what they write (OutputFile::digest).
