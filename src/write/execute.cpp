@@ -182,6 +182,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // ---- set up, write, commit ----
   // The manifest, the last file before the output is renamed into place (meta/manifest.h).
   writer.seal = [&](const std::string& staged, const std::string& final_path) {
+    if (remote) forget_listings();  // the prefix was listed before its objects were written
     const bool folder = is_directory(staged);
     uint64_t read_back = 0;
     Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back);

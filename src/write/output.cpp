@@ -359,13 +359,16 @@ void OutputFile::finish_writes() {
   // An object's digest is finished once it exists (commit): what its uploads did not show is read back.
   if (!hash_ || digested_ || (up_ && !committed_)) return;
   digested_ = true;
-  const FileDigest d = hash_->finish(tmp_);
+  const FileDigest d = hash_->finish(tmp_, up_ ? std::optional<uint64_t>(std::max(pos_, reserved_)) : std::nullopt);
   record_written_digest(tmp_, d, hash_->read_back());
   digest_ = d;
 }
 
 void OutputFile::reserve(uint64_t size) {
-  if (up_) return up_->expect_size(size);
+  if (up_) {
+    reserved_ = size;
+    return up_->expect_size(size);
+  }
   if (size == 0) return;
   int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(size));
   if (rc == EOPNOTSUPP || rc == EINVAL) {

@@ -89,6 +89,7 @@ class OutputFile {
   std::string final_, tmp_;
   int fd_ = -1;
   uint64_t pos_ = 0;
+  uint64_t reserved_ = 0;  // an object's size, fixed by reserve()
   bool committed_ = false;
   bool owner_ = true;
   int slot_ = -1;

@@ -135,11 +135,19 @@ void WriteHash::drain(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-FileDigest WriteHash::finish(const std::string& path) {
+FileDigest WriteHash::finish(const std::string& path, std::optional<uint64_t> known_size) {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return !hashing_; });
-  ReadFile f(path);
-  const uint64_t size = f.size();
+  // The file is opened only to read some of it back (an object: only then is a request made).
+  std::optional<ReadFile> file;
+  auto f = [&]() -> const ReadFile& {
+    if (!file) {
+      if (is_remote(path)) forget_listings();  // listed before it was written
+      file.emplace(path);
+    }
+    return *file;
+  };
+  const uint64_t size = known_size ? *known_size : f().size();
   // A kept piece that overlaps the prefix or the piece before it was written twice (two writes
   // that raced past the check in wrote()).
   uint64_t end = next_;
@@ -150,14 +158,14 @@ FileDigest WriteHash::finish(const std::string& path) {
   if (rewritten_ || next_ > size) {
     written_twice();  // the tensors' parts too are read back
     Sha256 whole;
-    hash_file_range(f, 0, size, whole);
+    hash_file_range(f(), 0, size, whole);
     read_back_ += size;
     return {size, whole.hex()};
   }
   // What the writes did not show, read back in order (the tensors' parts take it too).
   auto read_back = [&](uint64_t from, uint64_t to) {
     if (from >= to) return;
-    read_file_range(f, from, to, [&](const uint8_t* p, uint64_t n, uint64_t at) { hashed(p, n, at); });
+    read_file_range(f(), from, to, [&](const uint8_t* p, uint64_t n, uint64_t at) { hashed(p, n, at); });
     read_back_ += to - from;
   };
   uint64_t at = next_;

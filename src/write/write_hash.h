@@ -43,8 +43,9 @@ class WriteHash {
   // Bytes [offset, offset + n) were written (any thread).
   void wrote(const void* data, uint64_t n, uint64_t offset);
   // The digest of the file at `path` once every write is done: what the writes did not show is
-  // read from it (read_back() says how much). Later writes are not hashed.
-  FileDigest finish(const std::string& path);
+  // read from it (read_back() says how much). Later writes are not hashed. `size`: the file's,
+  // where the writer knows it (an object: then nothing is asked of the store unless read back).
+  FileDigest finish(const std::string& path, std::optional<uint64_t> size = std::nullopt);
   uint64_t read_back() const { return read_back_; }
   ~WriteHash();
 
