@@ -238,6 +238,7 @@ void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
   if (hash_) hash_->wrote(data, n, offset);
   if (up_) return up_->write_at(data, n, offset);
   pwrite_raw(data, n, offset);
+  if (hash_) hash_->landed(offset, n);
 }
 
 void OutputFile::hash_part(const HashPart& p, uint64_t offset, uint64_t n) {
@@ -323,10 +324,14 @@ void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
   uint64_t a = align_up(offset), b = align_down(offset + n);
   bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
   int d = placed && a < b ? direct_fd() : -1;
-  if (d < 0) return pwrite_raw(data, n, offset);
-  if (a > offset) pwrite_raw(data, a - offset, offset);
-  write_blocks(d, data + (a - offset), b - a, a);
-  if (offset + n > b) pwrite_raw(data + (b - offset), offset + n - b, b);
+  if (d < 0) {
+    pwrite_raw(data, n, offset);
+  } else {
+    if (a > offset) pwrite_raw(data, a - offset, offset);
+    write_blocks(d, data + (a - offset), b - a, a);
+    if (offset + n > b) pwrite_raw(data + (b - offset), offset + n - b, b);
+  }
+  if (hash_) hash_->landed(offset, n);
 }
 
 void OutputFile::stage_appends(uint64_t block) {

@@ -101,11 +101,27 @@ void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
     }
     return written_twice();  // another thread's write covered it meanwhile
   }
-  // Further on: kept while the budget allows, else read back by finish().
-  if (!hold_bytes(n)) return;
+  // Further on: kept while the budget allows, else let go: read back once it is in the file and
+  // the prefix reaches it (landed()), or by finish().
+  if (!hold_bytes(n)) {
+    if (!is_remote(temp_)) let_go_.emplace(offset, LetGo{n, false});
+    return;
+  }
   held_ += n;
   const auto* p = static_cast<const uint8_t*>(data);
   kept_.emplace(offset, std::vector<uint8_t>(p, p + n));
+}
+
+void WriteHash::landed(uint64_t offset, uint64_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = let_go_.find(offset);
+  if (it == let_go_.end() || it->second.n != n) return;
+  it->second.landed = true;
+  if (hashing_ || rewritten_ || offset != next_) return;  // the thread hashing the prefix reads it
+  hashing_ = true;
+  drain(lock);
+  hashing_ = false;
+  idle_.notify_all();
 }
 
 void WriteHash::stop() {
@@ -113,6 +129,7 @@ void WriteHash::stop() {
   release_bytes(held_);
   held_ = 0;
   kept_.clear();
+  let_go_.clear();
 }
 
 void WriteHash::written_twice() {
@@ -122,15 +139,30 @@ void WriteHash::written_twice() {
 }
 
 void WriteHash::drain(std::unique_lock<std::mutex>& lock) {
-  while (!rewritten_ && !kept_.empty() && kept_.begin()->first == next_) {
-    std::vector<uint8_t> piece = std::move(kept_.begin()->second);
-    const uint64_t at = kept_.begin()->first;
-    kept_.erase(kept_.begin());
-    next_ += piece.size();
-    held_ -= piece.size();
-    release_bytes(piece.size());
+  while (!rewritten_) {
+    if (!let_go_.empty() && let_go_.begin()->first < next_) return written_twice();  // the prefix passed it
+    if (!kept_.empty() && kept_.begin()->first == next_) {
+      std::vector<uint8_t> piece = std::move(kept_.begin()->second);
+      const uint64_t at = kept_.begin()->first;
+      kept_.erase(kept_.begin());
+      next_ += piece.size();
+      held_ -= piece.size();
+      release_bytes(piece.size());
+      lock.unlock();
+      hashed(piece.data(), piece.size(), at);
+      lock.lock();
+      continue;
+    }
+    if (let_go_.empty() || let_go_.begin()->first != next_ || !let_go_.begin()->second.landed) return;
+    // A write let go, in the file now and next: read back at once, so the prefix goes on (else
+    // it would stop here until finish(), and every later write past the budget be let go too).
+    const uint64_t at = next_, n = let_go_.begin()->second.n;
+    let_go_.erase(let_go_.begin());
+    next_ += n;
+    read_back_ += n;
     lock.unlock();
-    hashed(piece.data(), piece.size(), at);
+    if (!reader_ || reader_->size() < at + n) reader_.emplace(temp_);  // (opened when the file was shorter)
+    read_file_range(*reader_, at, at + n, [&](const uint8_t* p, uint64_t k, uint64_t off) { hashed(p, k, off); });
     lock.lock();
   }
 }

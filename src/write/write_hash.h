@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "meta/manifest.h"
+#include "store/file.h"
 #include "util/sha256.h"
 #include "write/tensor_hash.h"
 
@@ -40,8 +41,11 @@ class WriteHash {
   // Bytes [offset, offset + n) of the file are part `p` of a tensor (write/tensor_hash.h): its
   // bytes go to the tensor's digest too as the hashed prefix passes them. Said before they are written.
   void add_part(const HashPart& p, uint64_t offset, uint64_t n);
-  // Bytes [offset, offset + n) were written (any thread).
+  // Bytes [offset, offset + n) were written (any thread): said before they go to the file, and
+  // landed() once they are there (a write too far ahead to keep is read back then, when the
+  // prefix has reached it).
   void wrote(const void* data, uint64_t n, uint64_t offset);
+  void landed(uint64_t offset, uint64_t n);
   // The digest of the file at `path` once every write is done: what the writes did not show is
   // read from it (read_back() says how much). Later writes are not hashed. `size`: the file's,
   // where the writer knows it (an object: then nothing is asked of the store unless read back).
@@ -69,6 +73,12 @@ class WriteHash {
     HashPart part;
     uint64_t n = 0;
   };
+  struct LetGo {
+    uint64_t n = 0;
+    bool landed = false;
+  };
+  std::map<uint64_t, LetGo> let_go_;  // writes past the budget, by offset: read back when next
+  std::optional<ReadFile> reader_;    // the file, to read them (the thread hashing the prefix)
   std::mutex seg_mu_;                     // segs_ (read by the hashing thread outside mu_)
   std::map<uint64_t, Segment> segs_;      // the tensor parts, by offset
 };

@@ -252,3 +252,26 @@ TEST_CASE("tensor hash: a file written twice, or a part past the budget, is read
     CHECK_FALSE(declared_tensor_digest("w", read));  // an earlier run's declarations are forgotten
   }
 }
+
+TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches it, and the prefix goes on", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);
+  const std::vector<uint8_t> bytes = random_bytes(3 << 20, 21);
+  const std::string path = dir.path + "/a.bin";
+  REQUIRE(hold_bytes(kHeldBudget - 1000));  // nothing can be kept: a write ahead of the prefix is let go
+  uint64_t read_back = 0;
+  std::string digest;
+  {
+    OutputFile out(path);
+    const uint64_t piece = 1 << 20;
+    out.pwrite_all(bytes.data() + piece, piece, piece);  // ahead: let go
+    out.pwrite_all(bytes.data(), piece, 0);              // the prefix, then the piece let go, read back
+    out.pwrite_all(bytes.data() + 2 * piece, bytes.size() - 2 * piece, 2 * piece);  // continues the prefix
+    Recorded r = commit_and_look(out, path);
+    digest = r.sha256;
+    read_back = r.read_back;
+  }
+  release_bytes(kHeldBudget - 1000);
+  CHECK(digest == file_sha256(path));
+  CHECK(read_back == 1 << 20);  // the piece let go, not what followed it
+}
