@@ -32,8 +32,8 @@ struct TensorChain {
   std::mutex mu;
   std::vector<TensorPart> parts;
   Sha256 h;
-  size_t cur = 0;     // the part being hashed; every earlier one is
-  uint64_t fed = 0;   // its bytes hashed
+  size_t cur = 0;       // the part being hashed; every earlier one is
+  uint64_t fed = 0;     // its bytes hashed
   bool broken = false;  // a file written twice: every part read back
 
   void advance() {  // past the parts done, hashing the kept ones that follow
@@ -85,7 +85,9 @@ bool hold_bytes(uint64_t n) {
   }
   return held + n <= kHeldBudget;
 }
-void release_bytes(uint64_t n) { g_held -= n; }
+void release_bytes(uint64_t n) {
+  g_held -= n;
+}
 
 void forget_declared_tensors() {
   TensorRegistry& r = tensor_registry();

@@ -54,7 +54,8 @@ std::optional<std::string> declared_tensor_digest(const std::string& key, uint64
 
 // Every planned tensor's digest, by its key, when each was declared; nullopt otherwise. What was
 // not shown to the tensors as written is read back from the files (`read_back` adds it).
-std::optional<std::map<std::string, std::string>> written_tensor_digests(const WritePlan& plan, uint64_t* read_back = nullptr);
+std::optional<std::map<std::string, std::string>> written_tensor_digests(const WritePlan& plan,
+                                                                         uint64_t* read_back = nullptr);
 
 // The budget kHeldBudget shared with the file hashes: take `n` bytes (false: over it), give back.
 bool hold_bytes(uint64_t n);
