@@ -89,15 +89,20 @@ json Manifest::to_json() const {
   return json::parse(j.dump());  // keeps the order above: nlohmann::json sorts keys, which reads as well
 }
 
-void hash_file_range(const ReadFile& f, uint64_t from, uint64_t to, Sha256& h) {
+void read_file_range(const ReadFile& f, uint64_t from, uint64_t to,
+                     const std::function<void(const uint8_t*, uint64_t, uint64_t)>& take) {
   if (from >= to) return;
   IoBuffer buf = make_io_buffer(direct_span(0, kReadWindow) + 2 * kDirectAlign);
   for (uint64_t at = from; at < to;) {
     // Each read but the first starts on a block (kReadWindow is a multiple of one).
     size_t n = static_cast<size_t>(std::min<uint64_t>(kReadWindow - at % kDirectAlign, to - at));
-    h.update(f.read_direct(at, n, buf.get()), n);
+    take(f.read_direct(at, n, buf.get()), n, at);
     at += n;
   }
+}
+
+void hash_file_range(const ReadFile& f, uint64_t from, uint64_t to, Sha256& h) {
+  read_file_range(f, from, to, [&](const uint8_t* p, uint64_t n, uint64_t) { h.update(p, n); });
 }
 
 std::map<std::string, FileDigest> digest_files(

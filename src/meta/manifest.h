@@ -61,6 +61,9 @@ struct Manifest {
 
 // Adds bytes [from, to) of `f` to `h`, read past the page cache.
 void hash_file_range(const ReadFile& f, uint64_t from, uint64_t to, Sha256& h);
+// Reads bytes [from, to) of `f` past the page cache, a window at a time, in order: `take(data, n, at)`.
+void read_file_range(const ReadFile& f, uint64_t from, uint64_t to,
+                     const std::function<void(const uint8_t*, uint64_t, uint64_t)>& take);
 
 // SHA-256 and size of the regular files of folder `dir` (top level; subfolders are not part of a
 // checkpoint dcpctl writes), or of the single file `path`, the manifest itself excepted. `known`

@@ -182,18 +182,21 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // ---- set up, write, commit ----
   // The manifest, the last file before the output is renamed into place (meta/manifest.h).
   writer.seal = [&](const std::string& staged, const std::string& final_path) {
+    if (remote) forget_listings();  // the prefix was listed before its objects were written
     const bool folder = is_directory(staged);
     uint64_t read_back = 0;
-    const Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back);
-    write_manifest_file(staged, m, folder ? "" : final_path);
+    Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back);
+    m.tensors = written_tensor_digests(job.plan, &read_back);  // hashed as written (write/tensor_hash.h)
+    write_manifest_file(staged, m, folder ? "" : final_path, job.uploads);
     uint64_t hashed = 0;
     for (const auto& [name, d] : m.files) hashed += d.size;
     summary["manifest_bytes"] = {{"hashed", hashed}, {"read_back", read_back}};
     summary["manifest"] = folder ? join_path(final_path, kManifestFile) : final_path + "." + kManifestFile;
   };
-  // A single process writing local files hashes them as it writes (write/write_hash.h); under
-  // torchrun other processes write into the leader's files, so its manifest reads them.
-  HashWrites hashing(!group && !remote);
+  // A single process hashes its files (local or uploaded) as it writes them (write/write_hash.h);
+  // under torchrun other processes write into the leader's files, so its manifest reads them.
+  HashWrites hashing(!group);
+  const std::vector<HashPart> hash_parts = declare_planned_tensors(job.plan);
   MemoryGate gate(job.deal.gate_bytes(me));
   // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
   // process started and deletes the objects it completed; they are its output only once the run
@@ -219,6 +222,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
       }
       Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
       executor.direct_io = o.direct_io;
+      executor.hash_parts = &hash_parts;
       if (uploads) executor.cfr_ok = false;  // no descriptor to copy_file_range into
       try {
         writer.write(job, executor, set_up);

@@ -48,7 +48,8 @@ void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scrat
   const PlannedTensor& pt = plan.tensors[r.tensor];
   uint64_t n = r.box.numel();
   if (std::optional<std::vector<FileRun>> runs = in_place_runs(src, *pt.t, r)) {
-    write_tensor_blob_streamed(out, pt.dst, r.box.sizes, n * itemsize(pt.dst), [&] { return stream_runs(out, *runs, pt.src, pt.dst, win); });
+    write_tensor_blob_streamed(out, pt.dst, r.box.sizes, n * itemsize(pt.dst), [&] { return stream_runs(out, *runs, pt.src, pt.dst, win); },
+                               part_of(ri));
     return;
   }
   // Everything the record needs, reserved at once (its need): the assembled box, its cast, and
@@ -58,7 +59,8 @@ void Executor::rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scrat
   scratch.prepare(raw_bytes, conv_bytes, need.rest);
   assemble_box(src, *pt.t, r.box, r.pieces, scratch.a());
   if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, scratch.a(), scratch.b(), n);
-  write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes);
+  write_tensor_blob(out, pt.dst, r.box.sizes, pt.src != pt.dst ? scratch.b() : scratch.a(), pt.src != pt.dst ? conv_bytes : raw_bytes,
+                    part_of(ri));
 }
 
 void Executor::write(const Deal& deal, int me, FileSink& files) {
@@ -104,6 +106,7 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   const TensorMeta& t = *pt.t;
   OutputFile& out = files.file(r.dest);
   uint64_t base = files.data_start(r.dest) + r.offset;
+  if (const HashPart* part = part_of(task.record)) out.hash_part(*part, base, r.out_bytes);
   size_t si = itemsize(pt.src), di = itemsize(pt.dst);
   std::vector<uint8_t> conv;
   const std::optional<DirectRun> in_place = task.whole ? std::nullopt : src.in_place(t, task.chunks.front().chunk);
@@ -258,12 +261,12 @@ void Executor::write_in_order(const std::vector<Task>& tasks, FileSink& files) {
           }, GateCharge{&gate, whole_chunk_need(t, p.chunk)});
         }
         return crc;
-      });
+      }, part_of(task.record));
     } else {
       GateReservation hold(gate, r.need);
       std::vector<uint8_t> full(t.nbytes());
       assemble_box(src, t, r.box, r.pieces, full.data(), threads, task.lane);
-      zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes);
+      zw.write_storage(key, cast_window(pt.src, pt.dst, full.data(), full.size(), conv), r.out_bytes, part_of(task.record));
     }
     prog.add(r.out_bytes);
   }

@@ -22,7 +22,7 @@ namespace {
 
 constexpr uint64_t kHashWindow = 16ull << 20;
 
-// Every tensor of the checkpoint at `dir`, hashed in C order window by window.
+// Every tensor of the checkpoint (or file) at `dir`, hashed in C order window by window.
 std::map<std::string, std::string> tensor_digests(const std::string& dir, unsigned threads) {
   Checkpoint ck = open_checkpoint(dir);
   ItemReader reader(ck);
@@ -84,9 +84,8 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
   uint64_t unknown = 0;
   m.files = digest_files(staged, threads, known, &unknown);
   if (read_back) *read_back = read + unknown;
-  if (is_directory(staged)) {
-    if (tensors) m.tensors = tensor_digests(staged, threads);
-  } else if (m.files.size() == 1) {  // a file under its temporary name: listed under its own
+  if (tensors) m.tensors = tensor_digests(staged, threads);
+  if (!is_directory(staged) && m.files.size() == 1) {  // a file under its temporary name: listed under its own
     std::string name = final_path.substr(final_path.rfind('/') == std::string::npos ? 0 : final_path.rfind('/') + 1);
     FileDigest d = m.files.begin()->second;
     m.files.clear();
@@ -95,10 +94,10 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
   return m;
 }
 
-void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside) {
+void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside, UploadSession* uploads) {
   const std::string target = beside.empty() ? manifest_path(path) : beside + "." + kManifestFile;
   const std::string text = m.to_json().dump(2) + "\n";
-  OutputFile f(target);
+  OutputFile f(target, uploads);
   f.append(text.data(), text.size());
   f.commit();
 }

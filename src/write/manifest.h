@@ -10,15 +10,16 @@
 
 namespace dcpctl {
 
+class UploadSession;
+
 // The version every manifest records: the program's, which it sets once at start (cmd/main.cpp).
 void set_manifest_tool_version(const std::string& version);
 const std::string& manifest_tool_version();
 
 // The manifest of `staged` (a folder, or a single file under a temporary name that will be
-// `final_path`), naming `command` and `source`. With `tensors`, tensor digests for folders, which
-// open as checkpoints (DCP, HF safetensors): verify --write-manifest. A write's manifest leaves
-// them null (computing them would read the whole output back a second time; the files' SHA-256
-// covers every byte), as does a single file's. The files' digests are those computed as they
+// `final_path`), naming `command` and `source`. With `tensors`, the digest of every tensor of the
+// output opened as a checkpoint (DCP, HF safetensors, a file): verify --write-manifest. A write
+// leaves them out here and sets those hashed as it wrote (write/tensor_hash.h). The files' digests are those computed as they
 // were written (write/write_hash.h) where there are some, else read; `read_back` (when given) gets
 // the bytes read to hash them.
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
@@ -26,7 +27,8 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
 
 // Writes `m` as manifest_path(path): into a folder, or beside a file as `<file>.dcpctl-manifest.json`
 // (`beside`: the file's final path, when `path` is its temporary name). Under a temporary name, then
-// renamed.
-void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside = "");
+// renamed; in object storage an object uploaded through `uploads`, the job's session.
+void write_manifest_file(const std::string& path, const Manifest& m, const std::string& beside = "",
+                         UploadSession* uploads = nullptr);
 
 }  // namespace dcpctl

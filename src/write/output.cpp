@@ -192,6 +192,7 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     if (!uploads) throw IoError(Where(final_), "internal: an object-storage output written outside a write job's upload session");
     tmp_ = final_;
     up_ = std::make_unique<Upload>(final_, *uploads);
+    if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);  // hashed as uploaded
     return;
   }
   tmp_ = temp_name(final_);
@@ -201,7 +202,8 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     int e = errno;
     release(slot_);
     throw IoError(Where(tmp_), "cannot create: " + errno_text(e));
-  }  if (hashing_writes()) hash_ = std::make_unique<WriteHash>();
+  }
+  if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);
 }
 
 std::unique_ptr<OutputFile> OutputFile::open_shared(const std::string& temp_path) {
@@ -233,9 +235,14 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::pwrite_all(const void* data, size_t n, uint64_t offset) {
-  if (up_) return up_->write_at(data, n, offset);
   if (hash_) hash_->wrote(data, n, offset);
+  if (up_) return up_->write_at(data, n, offset);
   pwrite_raw(data, n, offset);
+  if (hash_) hash_->landed(offset, n);
+}
+
+void OutputFile::hash_part(const HashPart& p, uint64_t offset, uint64_t n) {
+  if (hash_) hash_->add_part(p, offset, n);
 }
 
 void OutputFile::pwrite_raw(const void* data, size_t n, uint64_t offset) {
@@ -253,12 +260,12 @@ void OutputFile::pwrite_raw(const void* data, size_t n, uint64_t offset) {
 }
 
 void OutputFile::append(const void* data, size_t n) {
+  if (hash_) hash_->wrote(data, n, pos_);
   if (up_) {
     up_->append(data, n);
     pos_ += n;
     return;
   }
-  if (hash_) hash_->wrote(data, n, pos_);
   if (!staging_) {
     pwrite_raw(data, n, pos_);
     pos_ += n;
@@ -312,15 +319,19 @@ void OutputFile::write_blocks(int d, const uint8_t* data, uint64_t n, uint64_t o
 }
 
 void OutputFile::pwrite_direct(const uint8_t* data, size_t n, uint64_t offset) {
-  if (up_) return up_->write_at(data, n, offset);
   if (hash_) hash_->wrote(data, n, offset);
+  if (up_) return up_->write_at(data, n, offset);
   uint64_t a = align_up(offset), b = align_down(offset + n);
   bool placed = reinterpret_cast<uintptr_t>(data) % kDirectAlign == offset % kDirectAlign;
   int d = placed && a < b ? direct_fd() : -1;
-  if (d < 0) return pwrite_raw(data, n, offset);
-  if (a > offset) pwrite_raw(data, a - offset, offset);
-  write_blocks(d, data + (a - offset), b - a, a);
-  if (offset + n > b) pwrite_raw(data + (b - offset), offset + n - b, b);
+  if (d < 0) {
+    pwrite_raw(data, n, offset);
+  } else {
+    if (a > offset) pwrite_raw(data, a - offset, offset);
+    write_blocks(d, data + (a - offset), b - a, a);
+    if (offset + n > b) pwrite_raw(data + (b - offset), offset + n - b, b);
+  }
+  if (hash_) hash_->landed(offset, n);
 }
 
 void OutputFile::stage_appends(uint64_t block) {
@@ -350,15 +361,19 @@ void OutputFile::flush_staged() {
 
 void OutputFile::finish_writes() {
   flush_staged();
-  if (!hash_ || digested_) return;
+  // An object's digest is finished once it exists (commit): what its uploads did not show is read back.
+  if (!hash_ || digested_ || (up_ && !committed_)) return;
   digested_ = true;
-  const FileDigest d = hash_->finish(tmp_);
+  const FileDigest d = hash_->finish(tmp_, up_ ? std::optional<uint64_t>(std::max(pos_, reserved_)) : std::nullopt);
   record_written_digest(tmp_, d, hash_->read_back());
   digest_ = d;
 }
 
 void OutputFile::reserve(uint64_t size) {
-  if (up_) return up_->expect_size(size);
+  if (up_) {
+    reserved_ = size;
+    return up_->expect_size(size);
+  }
   if (size == 0) return;
   int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(size));
   if (rc == EOPNOTSUPP || rc == EINVAL) {
@@ -373,6 +388,7 @@ void OutputFile::commit() {
   if (up_) {
     up_->commit();
     committed_ = true;
+    finish_writes();
     return;
   }
   finish_writes();

@@ -63,6 +63,9 @@ class OutputFile {
   // Reserves `size` bytes so a full disk shows up before any work is done.
   void reserve(uint64_t size);
   uint64_t appended() const { return pos_; }
+  // While writes are hashed: bytes [offset, offset + n), about to be written, are part `p` of a
+  // tensor whose digest the manifest records (write/tensor_hash.h).
+  void hash_part(const HashPart& p, uint64_t offset, uint64_t n);
   // Every write done: staged appends written, and, while writes are hashed (write/write_hash.h),
   // the file's digest recorded (a single-file output's manifest is written before the file is
   // renamed). commit() calls it.
@@ -86,6 +89,7 @@ class OutputFile {
   std::string final_, tmp_;
   int fd_ = -1;
   uint64_t pos_ = 0;
+  uint64_t reserved_ = 0;  // an object's size, fixed by reserve()
   bool committed_ = false;
   bool owner_ = true;
   int slot_ = -1;

@@ -29,6 +29,12 @@ struct TorchSaveWriter::Impl {
     });
   }
 
+  // The next record's bytes are part `p` of a tensor (write/tensor_hash.h).
+  void hash_next(const HashPart* p) {
+    if (!p || !out) return;
+    zip.at_data = [this, p](const std::string&, uint64_t n) { out->hash_part(*p, out->appended(), n); };
+  }
+
   // torch.save's first records, in its order.
   void header(const std::string& data_pkl) {
     zip.record("data.pkl", data_pkl.data(), data_pkl.size());
@@ -44,11 +50,14 @@ TorchSaveWriter::~TorchSaveWriter() = default;
 
 void TorchSaveWriter::write_pickle(const std::string& data_pkl) { impl_->header(data_pkl); }
 
-void TorchSaveWriter::write_storage(const std::string& key, const void* data, size_t n) {
+void TorchSaveWriter::write_storage(const std::string& key, const void* data, size_t n, const HashPart* part) {
+  impl_->hash_next(part);
   impl_->zip.record("data/" + key, data, n);
 }
 
-void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload) {
+void TorchSaveWriter::write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload,
+                                             const HashPart* part) {
+  impl_->hash_next(part);
   impl_->streamed("data/" + key, n, payload);
 }
 
@@ -66,9 +75,10 @@ std::string tensor_pickle(DType dtype, const std::vector<int64_t>& shape) {
 }  // namespace
 
 void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, uint64_t n,
-                                const std::function<uint32_t()>& payload) {
+                                const std::function<uint32_t()>& payload, const HashPart* part) {
   TorchSaveWriter::Impl impl(out);
   impl.header(tensor_pickle(dtype, shape));
+  impl.hash_next(part);
   impl.streamed("data/0", n, payload);
   impl.zip.finish();
 }
@@ -90,9 +100,11 @@ std::vector<uint8_t> torch_save_object_blob(const std::string& data_pkl) {
   return blob;
 }
 
-void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n) {
+void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n,
+                       const HashPart* part) {
   TorchSaveWriter::Impl impl(out);
   impl.header(tensor_pickle(dtype, shape));
+  impl.hash_next(part);
   impl.zip.record("data/0", data, n);
   impl.zip.finish();
 }

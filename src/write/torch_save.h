@@ -34,10 +34,13 @@ class TorchSaveWriter {
   ~TorchSaveWriter();
   // data.pkl and the small header records; call first.
   void write_pickle(const std::string& data_pkl);
-  void write_storage(const std::string& key, const void* data, size_t n);
+  // `part`: the record's bytes are that part of a tensor whose digest is hashed as written
+  // (write/tensor_hash.h); likewise in the functions below.
+  void write_storage(const std::string& key, const void* data, size_t n, const HashPart* part = nullptr);
   // Record data/<key> of `n` bytes that `payload()` appends to the output itself, returning their
   // CRC-32 (see write_tensor_blob_streamed).
-  void write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload);
+  void write_storage_streamed(const std::string& key, uint64_t n, const std::function<uint32_t()>& payload,
+                              const HashPart* part = nullptr);
   void finish();
 
   struct Impl;  // opaque; public so the in-memory blob writer can share it
@@ -47,14 +50,15 @@ class TorchSaveWriter {
 };
 
 // torch.save(tensor) of a contiguous CPU tensor, appended to `out` (a DCP item).
-void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);
+void write_tensor_blob(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n,
+                       const HashPart* part = nullptr);
 
 // The same archive with the tensor's `n` bytes streamed rather than handed over in one buffer:
 // when the writer reaches them, `payload()` appends exactly `n` bytes to `out` and returns their
 // CRC-32, which goes into the record's data descriptor and central directory entry. So a chunk of
 // any size costs a window of memory, not a chunk, and the archive is the one torch.save writes.
 void write_tensor_blob_streamed(OutputFile& out, DType dtype, const std::vector<int64_t>& shape, uint64_t n,
-                                const std::function<uint32_t()>& payload);
+                                const std::function<uint32_t()>& payload, const HashPart* part = nullptr);
 
 // The same archive in memory.
 std::vector<uint8_t> torch_save_tensor_blob(DType dtype, const std::vector<int64_t>& shape, const void* data, size_t n);

@@ -88,14 +88,23 @@ void TorchZipWriter::end(uint32_t crc, uint64_t n, bool zip64) {
   combined_crc_ = hash_combine(combined_crc_, crc);  // PyTorchStreamWriter folds each descriptor's CRC
 }
 
+void TorchZipWriter::data_begins(const std::string& name, uint64_t n) {
+  if (!at_data) return;
+  auto f = std::move(at_data);
+  at_data = nullptr;
+  f(name, n);
+}
+
 void TorchZipWriter::record(const std::string& name, const void* data, size_t n) {
   bool zip64 = begin(name, n);
+  data_begins(name, n);
   if (n) put(data, n);
   end(n ? crc32_update(0, data, n) : 0, n, zip64);
 }
 
 void TorchZipWriter::record_streamed(const std::string& name, uint64_t n, const std::function<uint32_t()>& payload) {
   bool zip64 = begin(name, n);
+  data_begins(name, n);
   uint32_t crc = n ? payload() : 0;
   pos_ += n;
   end(crc, n, zip64);

@@ -47,6 +47,10 @@ class TorchZipWriter {
 
   uint64_t size() const { return pos_; }  // bytes appended so far
 
+  // Called once, with the record's name and size, when the next record's bytes are about to be
+  // appended (its header is out): where a tensor's bytes start (write/tensor_hash.h).
+  std::function<void(const std::string&, uint64_t)> at_data;
+
  private:
   struct Entry {
     std::string name;  // folder included
@@ -56,6 +60,7 @@ class TorchZipWriter {
   // Writes the local header of a record of `n` bytes; returns whether it carries zip64 sizes.
   bool begin(const std::string& name, uint64_t n);
   void end(uint32_t crc, uint64_t n, bool zip64);
+  void data_begins(const std::string& name, uint64_t n);  // at_data
   void put(const void* data, size_t n);
   void put(const std::vector<uint8_t>& b) { put(b.data(), b.size()); }
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "store/file.h"
+#include "store/upload.h"
 
 namespace dcpctl {
 
@@ -17,7 +18,6 @@ uint64_t written_size(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : UINT64_MAX;
 }
 
-std::atomic<uint64_t> g_held{0};  // bytes kept by every WriteHash (kHeldBudget)
 std::atomic<int> g_hashing{0};
 
 // By the file itself (device and inode), whatever name it has or is reached by.
@@ -31,6 +31,7 @@ std::optional<WrittenFileId> written_file_id(const std::string& path) {
 struct WrittenDigests {
   std::mutex mu;
   std::map<WrittenFileId, WrittenDigest> digests;
+  std::map<std::string, WrittenDigest> objects;  // an object-storage output's, by its URL
 };
 WrittenDigests& written_digests() {
   static WrittenDigests r;
@@ -39,7 +40,39 @@ WrittenDigests& written_digests() {
 
 }  // namespace
 
-WriteHash::~WriteHash() { g_held -= held_; }
+WriteHash::WriteHash(std::string temp_path, std::string final_path)
+    : temp_(std::move(temp_path)), final_(std::move(final_path)) {}
+
+WriteHash::~WriteHash() { release_bytes(held_); }
+
+void WriteHash::add_part(const HashPart& p, uint64_t offset, uint64_t n) {
+  if (p.tensor.empty()) return;
+  locate_part(p, temp_, final_, offset);
+  bool again;
+  {
+    std::lock_guard<std::mutex> lock(seg_mu_);
+    auto [it, fresh] = segs_.emplace(offset, Segment{p, n});
+    again = !fresh && (it->second.part.tensor != p.tensor || it->second.part.part != p.part || it->second.n != n);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (again || rewritten_ || offset < next_) part_rewritten(p);  // its bytes are read back
+}
+
+void WriteHash::hashed(const uint8_t* data, uint64_t n, uint64_t at) {
+  h_.update(data, n);
+  std::vector<std::pair<uint64_t, Segment>> over;
+  {
+    std::lock_guard<std::mutex> lock(seg_mu_);
+    auto it = segs_.upper_bound(at);
+    if (it != segs_.begin()) --it;
+    for (; it != segs_.end() && it->first < at + n; ++it)
+      if (it->first + it->second.n > at) over.emplace_back(*it);
+  }
+  for (const auto& [offset, seg] : over) {
+    const uint64_t from = std::max(offset, at), to = std::min(offset + seg.n, at + n);
+    hash_part_bytes(seg.part, from - offset, data + (from - at), to - from);
+  }
+}
 
 void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
   if (n == 0) return;
@@ -59,7 +92,7 @@ void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
       hashing_ = true;
       next_ += n;
       lock.unlock();
-      h_.update(data, n);
+      hashed(static_cast<const uint8_t*>(data), n, offset);
       lock.lock();
       drain(lock);
       hashing_ = false;
@@ -68,41 +101,85 @@ void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
     }
     return written_twice();  // another thread's write covered it meanwhile
   }
-  // Further on: kept while the budget allows, else read back by finish().
-  uint64_t held = g_held.load();
-  while (held + n <= kHeldBudget && !g_held.compare_exchange_weak(held, held + n)) {
+  // Further on: kept while the budget allows, else let go: read back once it is in the file and
+  // the prefix reaches it (landed()), or by finish().
+  if (!hold_bytes(n)) {
+    if (!is_remote(temp_)) let_go_.emplace(offset, LetGo{n, false});
+    return;
   }
-  if (held + n > kHeldBudget) return;
   held_ += n;
   const auto* p = static_cast<const uint8_t*>(data);
   kept_.emplace(offset, std::vector<uint8_t>(p, p + n));
 }
 
-void WriteHash::written_twice() {
+void WriteHash::landed(uint64_t offset, uint64_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = let_go_.find(offset);
+  if (it == let_go_.end() || it->second.n != n) return;
+  it->second.landed = true;
+  if (hashing_ || rewritten_ || offset != next_) return;  // the thread hashing the prefix reads it
+  hashing_ = true;
+  drain(lock);
+  hashing_ = false;
+  idle_.notify_all();
+}
+
+void WriteHash::stop() {
   rewritten_ = true;
-  g_held -= held_;
+  release_bytes(held_);
   held_ = 0;
   kept_.clear();
+  let_go_.clear();
+}
+
+void WriteHash::written_twice() {
+  stop();
+  std::lock_guard<std::mutex> lock(seg_mu_);
+  for (const auto& [offset, seg] : segs_) part_rewritten(seg.part);
 }
 
 void WriteHash::drain(std::unique_lock<std::mutex>& lock) {
-  while (!rewritten_ && !kept_.empty() && kept_.begin()->first == next_) {
-    std::vector<uint8_t> piece = std::move(kept_.begin()->second);
-    kept_.erase(kept_.begin());
-    next_ += piece.size();
-    held_ -= piece.size();
-    g_held -= piece.size();
+  while (!rewritten_) {
+    if (!let_go_.empty() && let_go_.begin()->first < next_) return written_twice();  // the prefix passed it
+    if (!kept_.empty() && kept_.begin()->first == next_) {
+      std::vector<uint8_t> piece = std::move(kept_.begin()->second);
+      const uint64_t at = kept_.begin()->first;
+      kept_.erase(kept_.begin());
+      next_ += piece.size();
+      held_ -= piece.size();
+      release_bytes(piece.size());
+      lock.unlock();
+      hashed(piece.data(), piece.size(), at);
+      lock.lock();
+      continue;
+    }
+    if (let_go_.empty() || let_go_.begin()->first != next_ || !let_go_.begin()->second.landed) return;
+    // A write let go, in the file now and next: read back at once, so the prefix goes on (else
+    // it would stop here until finish(), and every later write past the budget be let go too).
+    const uint64_t at = next_, n = let_go_.begin()->second.n;
+    let_go_.erase(let_go_.begin());
+    next_ += n;
+    read_back_ += n;
     lock.unlock();
-    h_.update(piece.data(), piece.size());
+    if (!reader_ || reader_->size() < at + n) reader_.emplace(temp_);  // (opened when the file was shorter)
+    read_file_range(*reader_, at, at + n, [&](const uint8_t* p, uint64_t k, uint64_t off) { hashed(p, k, off); });
     lock.lock();
   }
 }
 
-FileDigest WriteHash::finish(const std::string& path) {
+FileDigest WriteHash::finish(const std::string& path, std::optional<uint64_t> known_size) {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return !hashing_; });
-  ReadFile f(path);
-  const uint64_t size = f.size();
+  // The file is opened only to read some of it back (an object: only then is a request made).
+  std::optional<ReadFile> file;
+  auto f = [&]() -> const ReadFile& {
+    if (!file) {
+      if (is_remote(path)) forget_listings();  // listed before it was written
+      file.emplace(path);
+    }
+    return *file;
+  };
+  const uint64_t size = known_size ? *known_size : f().size();
   // A kept piece that overlaps the prefix or the piece before it was written twice (two writes
   // that raced past the check in wrote()).
   uint64_t end = next_;
@@ -111,29 +188,37 @@ FileDigest WriteHash::finish(const std::string& path) {
     end = offset + piece.size();
   }
   if (rewritten_ || next_ > size) {
+    written_twice();  // the tensors' parts too are read back
     Sha256 whole;
-    hash_file_range(f, 0, size, whole);
+    hash_file_range(f(), 0, size, whole);
     read_back_ += size;
     return {size, whole.hex()};
   }
+  // What the writes did not show, read back in order (the tensors' parts take it too).
+  auto read_back = [&](uint64_t from, uint64_t to) {
+    if (from >= to) return;
+    read_file_range(f(), from, to, [&](const uint8_t* p, uint64_t n, uint64_t at) { hashed(p, n, at); });
+    read_back_ += to - from;
+  };
   uint64_t at = next_;
   for (auto& [offset, piece] : kept_) {
     if (offset >= size) break;
-    hash_file_range(f, at, offset, h_);
-    read_back_ += offset - at;
-    h_.update(piece.data(), std::min<uint64_t>(piece.size(), size - offset));
+    read_back(at, offset);
+    hashed(piece.data(), std::min<uint64_t>(piece.size(), size - offset), offset);
     at = offset + piece.size();
   }
-  if (at < size) {
-    hash_file_range(f, at, size, h_);
-    read_back_ += size - at;
-  }
-  written_twice();  // finished: later writes are not hashed
+  read_back(at, size);
+  stop();  // finished: later writes are not hashed
   return {size, h_.hex()};
 }
 
 HashWrites::HashWrites(bool on) : on_(on) {
-  if (on_) ++g_hashing;
+  if (on_ && g_hashing++ == 0) {  // a run begins: what an earlier one recorded by name is forgotten
+    forget_declared_tensors();
+    WrittenDigests& r = written_digests();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.objects.clear();
+  }
 }
 HashWrites::~HashWrites() {
   if (on_) --g_hashing;
@@ -141,6 +226,12 @@ HashWrites::~HashWrites() {
 bool hashing_writes() { return g_hashing.load() > 0; }
 
 void record_written_digest(const std::string& path, const FileDigest& d, uint64_t read_back) {
+  if (is_remote(path)) {
+    WrittenDigests& r = written_digests();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.objects[path] = {d, read_back};
+    return;
+  }
   const std::optional<WrittenFileId> id = written_file_id(path);
   if (!id) return;
   WrittenDigests& r = written_digests();
@@ -149,6 +240,13 @@ void record_written_digest(const std::string& path, const FileDigest& d, uint64_
 }
 
 std::optional<WrittenDigest> written_digest(const std::string& path) {
+  if (is_remote(path)) {  // no inode: by the URL this process uploaded it to
+    WrittenDigests& r = written_digests();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.objects.find(path);
+    if (it == r.objects.end()) return std::nullopt;
+    return it->second;
+  }
   const std::optional<WrittenFileId> id = written_file_id(path);
   if (!id) return std::nullopt;
   WrittenDigests& r = written_digests();

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "meta/manifest.h"
+#include "store/file.h"
 #include "util/sha256.h"
+#include "write/tensor_hash.h"
 
 namespace dcpctl {
 
@@ -34,18 +36,30 @@ constexpr uint64_t kHeldBudget = 64ull << 20;
 
 class WriteHash {
  public:
-  // Bytes [offset, offset + n) were written (any thread).
+  // The file written as `temp_path`, renamed `final_path` once committed.
+  WriteHash(std::string temp_path, std::string final_path);
+  // Bytes [offset, offset + n) of the file are part `p` of a tensor (write/tensor_hash.h): its
+  // bytes go to the tensor's digest too as the hashed prefix passes them. Said before they are written.
+  void add_part(const HashPart& p, uint64_t offset, uint64_t n);
+  // Bytes [offset, offset + n) were written (any thread): said before they go to the file, and
+  // landed() once they are there (a write too far ahead to keep is read back then, when the
+  // prefix has reached it).
   void wrote(const void* data, uint64_t n, uint64_t offset);
+  void landed(uint64_t offset, uint64_t n);
   // The digest of the file at `path` once every write is done: what the writes did not show is
-  // read from it (read_back() says how much). Later writes are not hashed.
-  FileDigest finish(const std::string& path);
+  // read from it (read_back() says how much). Later writes are not hashed. `size`: the file's,
+  // where the writer knows it (an object: then nothing is asked of the store unless read back).
+  FileDigest finish(const std::string& path, std::optional<uint64_t> size = std::nullopt);
   uint64_t read_back() const { return read_back_; }
   ~WriteHash();
 
  private:
   void drain(std::unique_lock<std::mutex>& lock);  // hashes the kept pieces that continue the prefix
   void written_twice();                            // finish() hashes the whole file
+  void stop();                                     // no write is hashed any more
+  void hashed(const uint8_t* data, uint64_t n, uint64_t at);  // the prefix grew: to h_ and the parts
 
+  std::string temp_, final_;
   std::mutex mu_;
   std::condition_variable idle_;
   Sha256 h_;
@@ -55,6 +69,18 @@ class WriteHash {
   std::map<uint64_t, std::vector<uint8_t>> kept_;  // by offset, past the prefix
   uint64_t held_ = 0;                              // bytes in kept_
   uint64_t read_back_ = 0;
+  struct Segment {
+    HashPart part;
+    uint64_t n = 0;
+  };
+  struct LetGo {
+    uint64_t n = 0;
+    bool landed = false;
+  };
+  std::map<uint64_t, LetGo> let_go_;  // writes past the budget, by offset: read back when next
+  std::optional<ReadFile> reader_;    // the file, to read them (the thread hashing the prefix)
+  std::mutex seg_mu_;                     // segs_ (read by the hashing thread outside mu_)
+  std::map<uint64_t, Segment> segs_;      // the tensor parts, by offset
 };
 
 // While one is alive, OutputFiles opened for local files hash what they write (OutputFile::digest).

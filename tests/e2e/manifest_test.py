@@ -5,7 +5,9 @@
 
 reshard, cast and consolidate (to a folder and to one .safetensors file) write
 `dcpctl-manifest.json` (beside a file: `FILE.dcpctl-manifest.json`): every file's size and SHA-256
-(checked here with hashlib) and every tensor's SHA-256, equal to `verify --checksum`'s digests.
+(checked here with hashlib) and every tensor's SHA-256 (hashed as written, write/tensor_hash.h),
+equal to `verify --checksum`'s digests and to those `verify --write-manifest` records for the same
+output; one tensor's bytes changed in an output, `verify --checksum` names that tensor alone.
 `verify` checks it when present: exit 0 on the output as written; exit 3 with
 manifest-mismatch (a byte changed, a file cut short), manifest-missing-file (a file removed),
 manifest-unlisted-file (a file added), manifest-tensor-mismatch (--checksum against a tensor digest
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -99,6 +102,45 @@ def damage_cases(dcpctl, out: Path, what: str, victim: str) -> None:
     check(r.returncode == EXIT_INVALID and codes(doc) == ["manifest-invalid"], f"{what}: not the format: {r.returncode} {codes(doc)}")
 
 
+def safetensors_ranges(path: Path) -> dict[str, tuple[int, int]]:
+    """Each tensor's bytes in a .safetensors file: (start, end) in the file."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return {k: (8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"}
+
+
+def tensor_damage(dcpctl, path: Path, shard: Path, what: str) -> None:
+    """One tensor's bytes changed in `shard` (of the output at `path`): verify --checksum names it, and it alone."""
+    key, (a, b) = next((k, r) for k, r in sorted(safetensors_ranges(shard).items()) if r[1] > r[0])
+    data = bytearray(shard.read_bytes())
+    data[(a + b) // 2] ^= 0x5A
+    shard.write_bytes(bytes(data))
+    r, doc = verify_json(dcpctl, path, "--checksum")
+    named = sorted(p.get("key") for p in doc.get("problems", []) if p["code"] == "manifest-tensor-mismatch")
+    check(r.returncode == EXIT_INVALID and named == [key] and "manifest-mismatch" in codes(doc),
+          f"{what}: {key}'s bytes changed: exit {r.returncode}, tensors named {named}, codes {codes(doc)}")
+
+
+def written_vs_verify(dcpctl, out: Path, m: dict, what: str) -> None:
+    """The digests written are verify --checksum's, and verify --write-manifest's for a copy of the output."""
+    r, doc = verify_json(dcpctl, out, "--checksum")
+    check(r.returncode == EXIT_OK and isinstance(m.get("tensors"), dict) and len(m["tensors"]) > 0
+          and doc.get("checksums") == m["tensors"] and doc.get("manifest", {}).get("tensors_compared") == len(m["tensors"]),
+          f"{what}: the written tensor digests are not verify --checksum's: {r.returncode} {codes(doc)} {doc.get('manifest')}")
+    copy = out.parent / f"{out.stem}-rewritten{out.suffix}"
+    if out.is_dir():
+        shutil.copytree(out, copy)
+        (copy / MANIFEST).unlink()
+        expect_rc(run(dcpctl, "verify", copy, "--write-manifest"), EXIT_OK, f"{what}: verify --write-manifest of a copy")
+        again = json.loads((copy / MANIFEST).read_text())
+    else:
+        shutil.copy(out, copy)
+        expect_rc(run(dcpctl, "verify", copy, "--write-manifest"), EXIT_OK, f"{what}: verify --write-manifest of a copy")
+        again = json.loads(Path(f"{copy}.{MANIFEST}").read_text())
+    check(again.get("tensors") == m["tensors"], f"{what}: verify --write-manifest's tensor digests differ from the written ones")
+
+
 def m_tensors(d: Path):
     return json.loads((d / MANIFEST).read_text()).get("tensors")
 
@@ -123,12 +165,12 @@ def main() -> int:
             check(m.get("format") == "dcpctl-manifest" and m.get("version") == 1 and m.get("source") == str(sample)
                   and m.get("written_by", {}).get("tool") == "dcpctl", f"{what}: manifest header {dict(list(m.items())[:3])}")
             check_files(out, m, what)
-            # A write's manifest has no tensor digests (they would read the output back again);
-            # verify --write-manifest adds them (below).
-            check(m["tensors"] is None, f"{what}: no tensor digests in a write's manifest")
-            r, doc = verify_json(dcpctl, out, "--checksum")
-            check(r.returncode == EXIT_OK, f"{what}: verify --checksum of the output: {r.returncode} {codes(doc)} {doc.get('manifest')}")
+            written_vs_verify(dcpctl, out, m, what)
             damage_cases(dcpctl, out, what, victim)
+            if out.name == "hf":
+                d = tmp / "hf-one-tensor"
+                shutil.copytree(out, d)
+                tensor_damage(dcpctl, d, d / victim, what)
 
         # One file: the manifest beside it, its name the file's own.
         f = tmp / "one.safetensors"
@@ -136,9 +178,14 @@ def main() -> int:
         if expect_rc(r, EXIT_OK, "consolidate -o FILE"):
             side = tmp / f"one.safetensors.{MANIFEST}"
             m = json.loads(side.read_text())
-            check(m["files"] == {"one.safetensors": hashlib.sha256(f.read_bytes()).hexdigest()} and m["tensors"] is None,
-                  f"consolidate -o FILE: manifest {m}")
+            check(m["files"] == {"one.safetensors": hashlib.sha256(f.read_bytes()).hexdigest()}, f"consolidate -o FILE: manifest {m}")
             expect_rc(run(dcpctl, "verify", f), EXIT_OK, "verify FILE with its manifest", MANIFEST)
+            written_vs_verify(dcpctl, f, m, "consolidate -o FILE")
+            (tmp / "damaged").mkdir()
+            g = tmp / "damaged" / "one.safetensors"
+            shutil.copy(f, g)
+            shutil.copy(side, tmp / "damaged" / f"one.safetensors.{MANIFEST}")
+            tensor_damage(dcpctl, g, g, "consolidate -o FILE")
             data = bytearray(f.read_bytes())
             data[-3] ^= 1
             f.write_bytes(bytes(data))

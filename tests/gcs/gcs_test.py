@@ -12,7 +12,10 @@ Application Default Credentials end to end against token servers this test serve
   write        consolidate/reshard -o gs://...: one .safetensors (composite upload of many parts),
                an HF folder, a resharded DCP checkpoint read back by torch's FsspecReader (dcp.load);
                bytes equal to the same command's local output; no temporary part left; an existing
-               output refused without --force (exit 2), replaced with it
+               output refused without --force (exit 2), replaced with it; each with dcpctl's manifest
+               object (beside a file: FILE.dcpctl-manifest.json), equal to the local output's (the
+               DCP's .metadata digest aside: a fresh save id), nothing read back to hash it, and
+               `verify --checksum gs://...` checking it
   signal       SIGTERM while the first part is in flight: dies of SIGTERM, nothing left under the
                prefix, temporary parts included
   credentials  DCPCTL_GCS_ENDPOINT is a proxy (this test's) in front of the emulator that records
@@ -119,6 +122,27 @@ def case_read(gcs: GcsServer, env: dict, refs: Path, work: Path) -> None:
 
 # ---- write ----
 
+MANIFEST = "dcpctl-manifest.json"
+
+
+def check_manifest_object(gcs, env, key: str, local: Path, result, what: str, same_files: bool = True) -> None:
+    """The manifest object `key` equals the local output's manifest `local` (its files' digests
+    where `same_files`, every tensor digest), nothing was read back, and verify checks it."""
+    names = gcs.keys(BUCKET, key)
+    if not check(key in names, f"{what}: no manifest object {key}"):
+        return
+    m, want = json.loads(gcs.get(BUCKET, key)), json.loads(local.read_text())
+    check(isinstance(m.get("tensors"), dict) and m["tensors"] == want["tensors"], f"{what}: tensor digests differ from the local output's")
+    if same_files:  # (a file's manifest names it: the local one has another name)
+        check(sorted(m["files"].values()) == sorted(want["files"].values()), f"{what}: file digests differ from the local output's")
+    check(json.loads(result.stdout).get("manifest_bytes", {}).get("read_back") == 0, f"{what}: read back {result.stdout[-300:]}")
+    target = f"gs://{BUCKET}/" + (key[:-len(MANIFEST)] if key.endswith("/" + MANIFEST) else key[:-len("." + MANIFEST)])
+    v = dcpctl(["verify", target, "--checksum", "--json"], env)
+    doc = json.loads(v.stdout) if v.stdout.strip().startswith("{") else {}
+    check(v.returncode == 0 and (doc.get("manifest") or {}).get("tensors_compared") == len(m["tensors"]),
+          f"{what}: verify --checksum {target}: exit {v.returncode} {doc.get('problems')} {doc.get('manifest')}")
+
+
 def case_write(gcs: GcsServer, env: dict, refs: Path, work: Path) -> None:
     import torch
     manifest = json.loads((refs / "manifest.json").read_text())["checkpoints"]
@@ -133,7 +157,9 @@ def case_write(gcs: GcsServer, env: dict, refs: Path, work: Path) -> None:
         doc = json.loads(r.stdout)
         check("gcs" in doc and doc["gcs"].get("bytes_uploaded", 0) >= want.stat().st_size, f"--json gcs: {doc.get('gcs')}")
         check(gcs.get(BUCKET, "out/model.safetensors") == want.read_bytes(), "gs:// .safetensors differs from the local one")
-    check(sorted(gcs.keys(BUCKET, "out/")) == ["out/model.safetensors"], f"left under out/: {sorted(gcs.keys(BUCKET, 'out/'))}")
+        check_manifest_object(gcs, env, f"out/model.safetensors.{MANIFEST}", Path(f"{want}.{MANIFEST}"), r, "gs:// .safetensors")
+    check(sorted(gcs.keys(BUCKET, "out/")) == ["out/model.safetensors", f"out/model.safetensors.{MANIFEST}"],
+          f"left under out/: {sorted(gcs.keys(BUCKET, 'out/'))}")
     # Existing output: refused, then replaced with --force.
     r = dcpctl(["consolidate", local_ck, "-o", f"gs://{BUCKET}/out/model.safetensors"], env)
     check(r.returncode == 2 and "exists" in r.stderr, f"existing output: exit {r.returncode}: {r.stderr.strip()}")
@@ -141,16 +167,20 @@ def case_write(gcs: GcsServer, env: dict, refs: Path, work: Path) -> None:
     # An HF folder.
     want_hf = work / "want-hf"
     expect_rc(dcpctl(["consolidate", local_ck, "--select", "app.model", "--format", "hf", "-o", want_hf], env), 0, "local hf")
-    r = dcpctl(["consolidate", local_ck, "--select", "app.model", "--format", "hf", "-o", f"gs://{BUCKET}/hf/"], env)
+    r = dcpctl(["consolidate", local_ck, "--select", "app.model", "--format", "hf", "-o", f"gs://{BUCKET}/hf/", "--json"], env)
     if expect_rc(r, 0, "consolidate --format hf -o gs://"):
         got = gcs.keys(BUCKET, "hf/")
-        names = sorted(p.name for p in want_hf.iterdir() if p.name != "dcpctl-manifest.json")  # local folders only
+        names = sorted(p.name for p in want_hf.iterdir())  # the manifest too: the same bytes
         check(sorted(k[len("hf/"):] for k in got) == names, f"hf folder: {sorted(got)} vs {names}")
         for n in names:
             check(gcs.get(BUCKET, f"hf/{n}") == (want_hf / n).read_bytes(), f"hf/{n} differs")
+        check_manifest_object(gcs, env, f"hf/{MANIFEST}", want_hf / MANIFEST, r, "gs:// hf/")
     # A resharded DCP checkpoint, read back by torch from the emulator.
-    r = dcpctl(["reshard", local_ck, "--world-size", "2", "-o", f"gs://{BUCKET}/resh/"], env)
+    want_resh = work / "want-resh"
+    expect_rc(dcpctl(["reshard", local_ck, "--world-size", "2", "-o", want_resh], env), 0, "local reshard")
+    r = dcpctl(["reshard", local_ck, "--world-size", "2", "-o", f"gs://{BUCKET}/resh/", "--json"], env)
     if expect_rc(r, 0, "reshard -o gs://"):
+        check_manifest_object(gcs, env, f"resh/{MANIFEST}", want_resh / MANIFEST, r, "gs:// resh/", same_files=False)
         keys = gcs.keys(BUCKET, "resh/")
         check("resh/.metadata" in keys and not any(".dcpctl-upload" in k for k in keys), f"resharded: {sorted(keys)}")
         # Before gcsfs is imported (it reads GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT then: write_ckpt.py's _gcs_env).

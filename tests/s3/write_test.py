@@ -27,6 +27,12 @@ outputs:
   - the order objects appear in: an HF folder's index after its shards and config, a DCP's
     .metadata after its rank files (S3's LastModified is per second: checked as not-earlier);
   - --json `s3`: bytes_uploaded at least the bytes written, requests, the part plan;
+  - dcpctl's manifest (docs/integrity.md): an object output has its `dcpctl-manifest.json` (beside
+    a file: FILE.dcpctl-manifest.json), written after every other object of the run, hashed as the
+    bytes were uploaded (--json manifest_bytes.read_back 0: nothing downloaded back); its file
+    digests are hashlib's of the objects, its tensor digests those of the same local output;
+    `verify s3://...` checks it (exit 0, --checksum compares every tensor), and one shard
+    replaced by a changed copy is manifest-mismatch and, with --checksum, the changed tensor;
   - consolidate s3:// -o s3:// (the read side and the write side together): the same bytes; an
     output inside the input prefix, equal to it or holding it: exit 2, the input untouched;
   - refusals with the local exit code and message: an existing object or prefix without --force
@@ -120,6 +126,64 @@ def same_file(a: Path, b: bytes, what: str) -> bool:
     return check(a.read_bytes() == b, f"{what}: the s3:// object differs from the local output {a}")
 
 
+MANIFEST = "dcpctl-manifest.json"
+
+
+def check_object_manifest(prefix: str, manifest_key: str, local_manifest: Path, result: subprocess.CompletedProcess,
+                          what: str) -> None:
+    """The manifest object of an output at `prefix` (a folder `x/`, or a file's key): last, hashlib's
+    digests of the objects, the local output's tensor digests, nothing read back; verify checks it."""
+    import hashlib
+    objs = SERVER.keys(BUCKET, prefix)
+    if not check(manifest_key in objs, f"{what}: no {manifest_key} among {sorted(objs)}"):
+        return
+    m = json.loads(SERVER.get(BUCKET, manifest_key))
+    local = json.loads(local_manifest.read_text())
+    folder = prefix.endswith("/")
+    listed = {(prefix + n if folder else prefix[:prefix.rfind("/") + 1] + n): d for n, d in m["files"].items()}
+    want = sorted(k for k in objs if k != manifest_key) if folder else [prefix]
+    check(sorted(listed) == want, f"{what}: the manifest lists {sorted(listed)}, the prefix holds {want}")
+    for k, d in listed.items():
+        if k in objs:
+            check(hashlib.sha256(SERVER.get(BUCKET, k)).hexdigest() == d, f"{what}: {k}: the manifest's SHA-256 is not hashlib's")
+    check(isinstance(m.get("tensors"), dict) and m["tensors"] == local.get("tensors"),
+          f"{what}: tensor digests differ from the local output's")
+    check(all(o["LastModified"] <= objs[manifest_key]["LastModified"] for o in objs.values()), f"{what}: an object newer than the manifest")
+    j = json.loads(result.stdout)
+    check(j.get("manifest_bytes", {}).get("read_back") == 0 and j.get("manifest") == url(manifest_key),
+          f"{what}: --json manifest {j.get('manifest')} manifest_bytes {j.get('manifest_bytes')} (nothing read back expected)")
+    target = url(prefix)
+    if not (folder or prefix.endswith(".safetensors")):
+        return  # verify reads DCP checkpoints, HF folders and .safetensors files
+    v = dcpctl("verify", target, "--checksum", "--json")
+    doc = json.loads(v.stdout) if v.stdout.strip().startswith("{") else {}
+    check(v.returncode == 0 and (doc.get("manifest") or {}).get("tensors_compared") == len(m["tensors"]),
+          f"{what}: verify --checksum {target}: exit {v.returncode} {doc.get('problems')} {doc.get('manifest')} {v.stderr[-300:]}")
+
+
+def tamper_object(prefix: str, key: str, what: str) -> None:
+    """A copy of the output at `prefix` (an HF folder) with one tensor's bytes of shard `key` changed:
+    verify says manifest-mismatch, and with --checksum names that tensor alone."""
+    import struct
+    copy = "tampered-" + prefix
+    for k in SERVER.keys(BUCKET, prefix):
+        SERVER.client.copy_object(Bucket=BUCKET, Key=copy + k[len(prefix):], CopySource={"Bucket": BUCKET, "Key": k})
+    body = bytearray(SERVER.get(BUCKET, key))
+    n = struct.unpack("<Q", body[:8])[0]
+    header = json.loads(body[8:8 + n])
+    name, info = next((k, v) for k, v in sorted(header.items()) if k != "__metadata__" and v["data_offsets"][1] > v["data_offsets"][0])
+    body[8 + n + (info["data_offsets"][0] + info["data_offsets"][1]) // 2] ^= 0x5A
+    SERVER.client.put_object(Bucket=BUCKET, Key=copy + key[len(prefix):], Body=bytes(body))
+    v = dcpctl("verify", url(copy), "--json")
+    doc = json.loads(v.stdout) if v.stdout.strip().startswith("{") else {}
+    check(v.returncode == 3 and "manifest-mismatch" in {p["code"] for p in doc.get("problems", [])},
+          f"{what}: a shard changed after its manifest: exit {v.returncode} {doc.get('problems')}")
+    v = dcpctl("verify", url(copy), "--checksum", "--json")
+    doc = json.loads(v.stdout) if v.stdout.strip().startswith("{") else {}
+    named = sorted(p.get("key") for p in doc.get("problems", []) if p["code"] == "manifest-tensor-mismatch")
+    check(v.returncode == 3 and named == [name], f"{what}: --checksum names {named}, {name} expected")
+
+
 # ---- outputs ----
 
 def case_outputs(work: Path) -> None:
@@ -146,6 +210,7 @@ def case_outputs(work: Path) -> None:
         check(s3.get("requests", 0) >= 2 + len(body) // s3.get("part_size", 1), f"--json s3.requests {s3}")
         check(s3.get("part_size") == 8 << 20, f"part size {s3.get('part_size')}")
         if threads == 4:
+            check_object_manifest(key, f"{key}.{MANIFEST}", Path(f"{lf}.{MANIFEST}"), r, "model.safetensors")
             got = load_file(str(SERVER.download(BUCKET, "st4/", work / "dl-st4") / "model.safetensors"))
             check(set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors),
                   "safetensors.torch.load_file of the downloaded object differs from the checkpoint")
@@ -169,17 +234,19 @@ def case_outputs(work: Path) -> None:
     if check(r.returncode == 0 and l.returncode == 0, f"consolidate hf: {r.stderr} {l.stderr}"):
         objs = SERVER.keys(BUCKET, "hf/")
         names = sorted(k[3:] for k in objs)
-        # dcpctl's manifest is written into local folders only (docs/integrity.md)
-        check(names == sorted(p.name for p in (local / "hf").iterdir() if p.name != "dcpctl-manifest.json"), f"hf/ holds {names}")
+        check(names == sorted(p.name for p in (local / "hf").iterdir()), f"hf/ holds {names}")
         for n in names:
-            same_file(local / "hf" / n, SERVER.get(BUCKET, "hf/" + n), f"hf/{n}")
+            same_file(local / "hf" / n, SERVER.get(BUCKET, "hf/" + n), f"hf/{n}")  # the manifest too
+        check_object_manifest("hf/", f"hf/{MANIFEST}", local / "hf" / MANIFEST, r, "hf/")
         shards = [k for k in objs if k.endswith(".safetensors")]
         check(len(shards) >= 3, f"several shards expected: {shards}")
         index = objs.get("hf/model.safetensors.index.json")
         if check(index is not None, "hf/: no index"):
-            check(all(objs[k]["LastModified"] <= index["LastModified"] for k in objs), "hf/: an object newer than the index")
+            check(all(objs[k]["LastModified"] <= index["LastModified"] for k in objs if not k.endswith(MANIFEST)),
+                  "hf/: an object newer than the index")
             check(objs["hf/config.json"]["LastModified"] >= max(objs[k]["LastModified"] for k in shards),
                   "hf/: config.json older than a shard")
+        tamper_object("hf/", sorted(shards)[0], "hf/")
         got = {}
         dl = SERVER.download(BUCKET, "hf/", work / "dl-hf")
         for s in shards:
@@ -196,6 +263,7 @@ def case_outputs(work: Path) -> None:
               f"--dry-run to s3: {schema_errors(SCHEMAS, 'consolidate', dj)} {dj.get('s3')}")
     if check(r.returncode == 0 and l.returncode == 0, f"consolidate .pt: {r.stderr} {l.stderr}"):
         same_file(local / "model.pt", SERVER.get(BUCKET, "pt/model.pt"), ".pt")
+        check_object_manifest("pt/model.pt", f"pt/model.pt.{MANIFEST}", Path(f"{local / 'model.pt'}.{MANIFEST}"), r, "model.pt")
         got = torch.load(SERVER.download(BUCKET, "pt/", work / "dl-pt") / "model.pt", weights_only=True)
         check(got["model"]["step"] == 1234 and all(torch.equal(got["model"][k[6:]], v) for k, v in tensors.items()),
               ".pt: torch.load(weights_only=True) differs from the checkpoint")
@@ -209,13 +277,15 @@ def case_outputs(work: Path) -> None:
         check(not schema_errors(SCHEMAS, cmd, json.loads(r.stdout)), f"{cmd} --json: {schema_errors(SCHEMAS, cmd, json.loads(r.stdout))}")
         objs = SERVER.keys(BUCKET, name + "/")
         names = sorted(k[len(name) + 1:] for k in objs)
-        check(names == sorted(p.name for p in (local / name).iterdir() if p.name != "dcpctl-manifest.json"), f"{name}/ holds {names}")
+        check(names == sorted(p.name for p in (local / name).iterdir()), f"{name}/ holds {names}")
+        check_object_manifest(name + "/", f"{name}/{MANIFEST}", local / name / MANIFEST, r, name + "/")
         for n in names:
-            if n != ".metadata":
+            if n not in (".metadata", MANIFEST):  # .metadata holds a fresh save id, and the manifest its digest
                 same_file(local / name / n, SERVER.get(BUCKET, f"{name}/{n}"), f"{name}/{n}")
         meta = objs.get(f"{name}/.metadata")
         if check(meta is not None, f"{name}/: no .metadata"):
-            check(all(o["LastModified"] <= meta["LastModified"] for o in objs.values()), f"{name}/: an object newer than .metadata")
+            check(all(o["LastModified"] <= meta["LastModified"] for k, o in objs.items() if not k.endswith(MANIFEST)),
+                  f"{name}/: an object newer than .metadata")
         dl = SERVER.download(BUCKET, name + "/", work / ("dl-" + name))
         dcp_to_torch_save(str(dl), str(work / f"{name}.pt"))
         got = torch.load(work / f"{name}.pt", weights_only=True)["model"]
@@ -280,7 +350,7 @@ def case_outputs(work: Path) -> None:
     r = dcpctl("reshard", ckpt, "-o", url("re3"), "--world-size", "2", "--force")
     if check(r.returncode == 0, f"reshard --force over a prefix: {r.stderr}"):
         names = sorted(k[4:] for k in SERVER.keys(BUCKET, "re3/"))
-        check(names == [".metadata", "__0_0.distcp", "__1_0.distcp"], f"--force left old objects: {names}")
+        check(names == [".metadata", "__0_0.distcp", "__1_0.distcp", MANIFEST], f"--force left old objects: {names}")
     r = dcpctl("consolidate", ckpt, "-o", url("st4/model.safetensors"), "--force", "--include", "model.layers.1.*")
     if check(r.returncode == 0, f"--force over an object: {r.stderr}"):
         check(SERVER.get(BUCKET, "st4/model.safetensors") != before, "--force did not replace the object")

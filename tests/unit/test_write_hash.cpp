@@ -181,3 +181,97 @@ TEST_CASE("write hash: none recorded unless writes are hashed", "[write_hash]") 
   out.commit();
   CHECK_FALSE(written_digest(path));
 }
+
+// write/tensor_hash: a tensor written as parts in two files, its digest (the parts in order) from
+// the files' hashed prefixes, the later part shown first (kept), with no byte read back; a file
+// written twice, or a part past the budget, read back, and the digest still the tensor's.
+namespace {
+
+std::string sha_of(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  Sha256 h;
+  h.update(a.data(), a.size());
+  h.update(b.data(), b.size());
+  return h.hex();
+}
+
+// Part 0 (`p0`) at 100 of a.bin, part 1 (`p1`) at 50 of b.bin, b.bin written first; `twice`: a
+// range of a.bin written again. Returns the digest and what was read back to finish it.
+std::pair<std::string, uint64_t> two_part_tensor(const TempDir& dir, const std::vector<uint8_t>& p0,
+                                                 const std::vector<uint8_t>& p1, bool twice) {
+  declare_tensor("w", {p0.size(), p1.size()});
+  const std::vector<uint8_t> head = random_bytes(100, 3);
+  OutputFile a(dir.path + "/a.bin"), b(dir.path + "/b.bin");
+  b.hash_part({"w", 1}, 50, p1.size());
+  b.pwrite_all(head.data(), 50, 0);
+  b.pwrite_all(p1.data(), p1.size(), 50);
+  b.commit();
+  a.hash_part({"w", 0}, 100, p0.size());
+  a.pwrite_all(head.data(), head.size(), 0);
+  a.pwrite_all(p0.data(), p0.size(), 100);
+  if (twice) a.pwrite_all(p0.data(), 10, 100);
+  a.commit();
+  uint64_t read = 0;
+  std::optional<std::string> d = declared_tensor_digest("w", read);
+  REQUIRE(d);
+  return {*d, read};
+}
+
+}  // namespace
+
+TEST_CASE("tensor hash: parts in two files, shown out of order, hashed as written", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);
+  const std::vector<uint8_t> p0 = random_bytes(300000, 5), p1 = random_bytes(200000, 6);
+  auto [digest, read] = two_part_tensor(dir, p0, p1, false);
+  CHECK(digest == sha_of(p0, p1));
+  CHECK(read == 0);
+}
+
+TEST_CASE("tensor hash: a file written twice, or a part past the budget, is read back", "[write_hash]") {
+  const std::vector<uint8_t> p0 = random_bytes(300000, 5), p1 = random_bytes(200000, 6);
+  {
+    TempDir dir;
+    HashWrites on(true);
+    auto [digest, read] = two_part_tensor(dir, p0, p1, true);
+    CHECK(digest == sha_of(p0, p1));
+    CHECK(read == p0.size() + p1.size());
+  }
+  {
+    TempDir dir;
+    HashWrites on(true);
+    REQUIRE(hold_bytes(kHeldBudget - 1000));  // the budget nearly spent: part 1 cannot be kept
+    auto [digest, read] = two_part_tensor(dir, p0, p1, false);
+    release_bytes(kHeldBudget - 1000);
+    CHECK(digest == sha_of(p0, p1));
+    CHECK(read == p1.size());
+  }
+  {
+    TempDir dir;
+    HashWrites on(true);
+    uint64_t read = 0;
+    CHECK_FALSE(declared_tensor_digest("w", read));  // an earlier run's declarations are forgotten
+  }
+}
+
+TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches it, and the prefix goes on", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);
+  const std::vector<uint8_t> bytes = random_bytes(3 << 20, 21);
+  const std::string path = dir.path + "/a.bin";
+  REQUIRE(hold_bytes(kHeldBudget - 1000));  // nothing can be kept: a write ahead of the prefix is let go
+  uint64_t read_back = 0;
+  std::string digest;
+  {
+    OutputFile out(path);
+    const uint64_t piece = 1 << 20;
+    out.pwrite_all(bytes.data() + piece, piece, piece);  // ahead: let go
+    out.pwrite_all(bytes.data(), piece, 0);              // the prefix, then the piece let go, read back
+    out.pwrite_all(bytes.data() + 2 * piece, bytes.size() - 2 * piece, 2 * piece);  // continues the prefix
+    Recorded r = commit_and_look(out, path);
+    digest = r.sha256;
+    read_back = r.read_back;
+  }
+  release_bytes(kHeldBudget - 1000);
+  CHECK(digest == file_sha256(path));
+  CHECK(read_back == 1 << 20);  // the piece let go, not what followed it
+}

@@ -118,7 +118,7 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       meta.append(pkl.data(), pkl.size());
       meta.commit();
     }
-    if (seal && !dir_->remote()) seal(dir_->temp_path(), o_.output);  // the manifest, last
+    if (seal) seal(dir_->temp_path(), o_.output);  // the manifest, last
     dir_->commit();
   }
 

@@ -62,9 +62,11 @@ void SafetensorsFiles::commit(WriteJob& job) {
     seal(outs_[0]->temp_path(), o_.output);
   }
   for (auto& f : outs_) f->commit();
+  // An object is hashed as it is uploaded, and its manifest follows it (no rename to wait for).
+  if (!dir_ && seal && outs_.size() == 1 && outs_[0]->remote()) seal(o_.output, o_.output);
   if (dir_) {
     finish_folder(job);
-    if (seal && !dir_->remote()) seal(dir_->temp_path(), o_.output);
+    if (seal) seal(dir_->temp_path(), o_.output);
     dir_->commit();
   }
 }

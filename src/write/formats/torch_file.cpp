@@ -150,6 +150,7 @@ class TorchFile final : public ConsolidatedWriter, FileSink {
     out_->finish_writes();
     if (seal && !out_->remote()) seal(out_->temp_path(), o_.output);  // the manifest beside it, first
     out_->commit();
+    if (seal && out_->remote()) seal(o_.output, o_.output);  // an object has no rename: its manifest after it
   }
 
  protected:

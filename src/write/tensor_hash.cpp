@@ -1,0 +1,219 @@
+#include "write/tensor_hash.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include <sys/stat.h>
+
+#include "meta/manifest.h"
+#include "plan/plan.h"
+#include "store/file.h"
+#include "util/sha256.h"
+#include "write/write_hash.h"
+
+namespace dcpctl {
+
+namespace {
+
+std::atomic<uint64_t> g_held{0};  // bytes kept by every WriteHash and tensor (kHeldBudget)
+
+struct TensorPart {
+  uint64_t length = 0;
+  std::string temp, final_path;  // its file, before and after the rename
+  uint64_t offset = 0;           // in that file
+  bool located = false;
+  std::vector<uint8_t> kept;  // its first bytes, while an earlier part is not hashed yet
+  bool dropped = false;       // past the budget: read back
+};
+
+struct TensorChain {
+  std::mutex mu;
+  std::vector<TensorPart> parts;
+  Sha256 h;
+  size_t cur = 0;       // the part being hashed; every earlier one is
+  uint64_t fed = 0;     // its bytes hashed
+  bool broken = false;  // a file written twice: every part read back
+
+  void advance() {  // past the parts done, hashing the kept ones that follow
+    while (cur < parts.size() && fed == parts[cur].length) {
+      ++cur;
+      fed = 0;
+      if (cur == parts.size()) return;
+      TensorPart& p = parts[cur];
+      if (p.dropped || p.kept.empty()) continue;  // (a loop pass with fed < length ends it)
+      h.update(p.kept.data(), p.kept.size());
+      fed = p.kept.size();
+      release_bytes(p.kept.size());
+      std::vector<uint8_t>().swap(p.kept);
+    }
+  }
+  void drop_kept() {
+    for (TensorPart& p : parts) {
+      release_bytes(p.kept.size());
+      std::vector<uint8_t>().swap(p.kept);
+    }
+  }
+};
+
+struct TensorRegistry {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<TensorChain>> chains;
+};
+TensorRegistry& tensor_registry() {
+  static TensorRegistry r;
+  return r;
+}
+TensorChain* chain_of(const std::string& key) {
+  TensorRegistry& r = tensor_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.chains.find(key);
+  return it == r.chains.end() ? nullptr : it->second.get();
+}
+
+std::string part_file(const TensorPart& p) {
+  struct stat st;
+  return ::stat(p.temp.c_str(), &st) == 0 ? p.temp : p.final_path;
+}
+
+}  // namespace
+
+bool hold_bytes(uint64_t n) {
+  uint64_t held = g_held.load();
+  while (held + n <= kHeldBudget && !g_held.compare_exchange_weak(held, held + n)) {
+  }
+  return held + n <= kHeldBudget;
+}
+void release_bytes(uint64_t n) {
+  g_held -= n;
+}
+
+void forget_declared_tensors() {
+  TensorRegistry& r = tensor_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& [key, c] : r.chains) c->drop_kept();
+  r.chains.clear();
+}
+
+void declare_tensor(const std::string& key, const std::vector<uint64_t>& part_lengths) {
+  if (!hashing_writes()) return;
+  auto c = std::make_unique<TensorChain>();
+  c->parts.resize(part_lengths.size());
+  for (size_t i = 0; i < part_lengths.size(); ++i) c->parts[i].length = part_lengths[i];
+  c->advance();  // past empty parts
+  TensorRegistry& r = tensor_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.chains[key] = std::move(c);
+}
+
+std::vector<HashPart> declare_planned_tensors(const WritePlan& plan) {
+  std::vector<HashPart> parts(plan.records.size());
+  if (!hashing_writes()) return parts;
+  for (const PlannedTensor& pt : plan.tensors) {
+    // Each box whole but along dimension 0, each starting where the one before ends.
+    const std::vector<int64_t>& shape = pt.t->shape;
+    int64_t row = 0;
+    bool c_order = true;
+    std::vector<uint64_t> lengths;
+    for (size_t ri : pt.records) {
+      const Box& b = plan.records[ri].box;
+      c_order = c_order && b.sizes.size() == shape.size();
+      for (size_t d = 0; c_order && d < shape.size(); ++d)
+        c_order = d == 0 ? b.offsets[0] == row : b.offsets[d] == 0 && b.sizes[d] == shape[d];
+      if (!c_order) break;
+      if (!shape.empty()) row += b.sizes[0];
+      lengths.push_back(plan.records[ri].out_bytes);
+    }
+    if (!c_order || (!shape.empty() && row != shape[0]) || (shape.empty() && pt.records.size() != 1)) continue;
+    declare_tensor(pt.key, lengths);
+    for (size_t k = 0; k < pt.records.size(); ++k) parts[pt.records[k]] = {pt.key, static_cast<uint32_t>(k)};
+  }
+  return parts;
+}
+
+void locate_part(const HashPart& p, const std::string& temp_path, const std::string& final_path, uint64_t offset) {
+  TensorChain* c = chain_of(p.tensor);
+  if (!c) return;
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (p.part >= c->parts.size()) return void(c->broken = true);
+  TensorPart& part = c->parts[p.part];
+  if (part.located && (part.offset != offset || part.temp != temp_path)) c->broken = true;  // two places
+  part.temp = temp_path;
+  part.final_path = final_path;
+  part.offset = offset;
+  part.located = true;
+}
+
+void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n) {
+  TensorChain* c = chain_of(p.tensor);
+  if (!c || n == 0) return;
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (c->broken || p.part >= c->parts.size()) return;
+  if (p.part == c->cur && at == c->fed) {
+    c->h.update(data, n);
+    c->fed += n;
+    c->advance();
+    return;
+  }
+  TensorPart& part = c->parts[p.part];
+  if (p.part <= c->cur || (!part.dropped && at != part.kept.size())) {
+    c->broken = true;  // shown twice, or out of order within a part: read back
+    return;
+  }
+  if (part.dropped) return;
+  if (!hold_bytes(n)) {
+    part.dropped = true;
+    release_bytes(part.kept.size());
+    std::vector<uint8_t>().swap(part.kept);
+    return;
+  }
+  part.kept.insert(part.kept.end(), data, data + n);
+}
+
+void part_rewritten(const HashPart& p) {
+  TensorChain* c = chain_of(p.tensor);
+  if (!c) return;
+  std::lock_guard<std::mutex> lock(c->mu);
+  c->broken = true;
+}
+
+std::optional<std::string> declared_tensor_digest(const std::string& key, uint64_t& read) {
+  TensorChain* c = chain_of(key);
+  if (!c) return std::nullopt;
+  std::lock_guard<std::mutex> lock(c->mu);
+  for (const TensorPart& p : c->parts)
+    if (p.length && !p.located) return std::nullopt;  // never written: not this run's
+  auto read_part = [&](const TensorPart& p, uint64_t from, Sha256& h) {
+    ReadFile f(part_file(p));
+    hash_file_range(f, p.offset + from, p.offset + p.length, h);
+    read += p.length - from;
+  };
+  if (c->broken) {
+    c->drop_kept();
+    Sha256 h;
+    for (const TensorPart& p : c->parts) read_part(p, 0, h);
+    return h.hex();
+  }
+  while (c->cur < c->parts.size()) {  // what the writes did not show in order: read back
+    read_part(c->parts[c->cur], c->fed, c->h);
+    c->fed = c->parts[c->cur].length;
+    c->advance();
+  }
+  c->drop_kept();
+  return c->h.hex();
+}
+
+std::optional<std::map<std::string, std::string>> written_tensor_digests(const WritePlan& plan, uint64_t* read_back) {
+  std::map<std::string, std::string> out;
+  uint64_t read = 0;
+  for (const PlannedTensor& pt : plan.tensors) {
+    std::optional<std::string> d = declared_tensor_digest(pt.key, read);
+    if (!d) return std::nullopt;
+    out[pt.key] = *d;
+  }
+  if (read_back) *read_back += read;
+  return out;
+}
+
+}  // namespace dcpctl

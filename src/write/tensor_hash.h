@@ -1,0 +1,64 @@
+// Each output tensor's SHA-256 (C order, little-endian: `verify --checksum`'s digest, the manifest's
+// `tensors`) computed from the bytes as they are written, with the files' digests
+// (write/write_hash.h), so that the manifest costs no second read of the output.
+//
+// A tensor is written as one or more parts (a record of an HF shard or a .pt is the whole tensor;
+// a DCP output has one per box), each a contiguous range of one output file. Where the parts in
+// order are the tensor in C order (every box whole but along dimension 0, the boxes one after
+// another), execute declares the tensor with its parts' lengths (declare_tensor), the writer says
+// where each part lies in its file as it starts writing it (OutputFile::hash_part), and each file's
+// WriteHash hands the tensor the bytes of its parts as its own hashed prefix passes them: in order
+// within a part. A part that comes before the one the tensor waits for is kept (within the budget
+// the file hashes share, kHeldBudget), else read back from its file by tensor_digests(), which also
+// reads back every part of a tensor one of whose files was written twice. A tensor whose boxes
+// are not in C order is not declared, and the manifest's `tensors` is then null.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dcpctl {
+
+struct WritePlan;
+
+struct HashPart {
+  std::string tensor;  // the output key; empty: not hashed
+  uint32_t part = 0;
+};
+
+// While a HashWrites is alive (write/write_hash.h): tensor `key` is written as parts of these
+// lengths, in C order. Forgets what a previous run declared when the first HashWrites begins.
+void declare_tensor(const std::string& key, const std::vector<uint64_t>& part_lengths);
+
+// Declares every planned tensor whose records in order are it in C order; returns each record's
+// part (an empty tensor key for the records of one that is not declared), for the writers.
+std::vector<HashPart> declare_planned_tensors(const WritePlan& plan);
+
+// From a WriteHash: part `p` lies at `offset` of the file written as `temp_path` (renamed
+// `final_path` once committed).
+void locate_part(const HashPart& p, const std::string& temp_path, const std::string& final_path, uint64_t offset);
+// Bytes [at, at + n) of part `p`, in order within the part.
+void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n);
+// The part's file was written twice: its bytes are read back.
+void part_rewritten(const HashPart& p);
+
+// The first HashWrites of a run: what an earlier run declared is forgotten.
+void forget_declared_tensors();
+
+// Declared tensor `key`'s digest once every part is written (nullopt: not declared, or a part
+// never written); the bytes read back to finish it are added to `read`.
+std::optional<std::string> declared_tensor_digest(const std::string& key, uint64_t& read);
+
+// Every planned tensor's digest, by its key, when each was declared; nullopt otherwise. What was
+// not shown to the tensors as written is read back from the files (`read_back` adds it).
+std::optional<std::map<std::string, std::string>> written_tensor_digests(const WritePlan& plan,
+                                                                         uint64_t* read_back = nullptr);
+
+// The budget kHeldBudget shared with the file hashes: take `n` bytes (false: over it), give back.
+bool hold_bytes(uint64_t n);
+void release_bytes(uint64_t n);
+
+}  // namespace dcpctl
