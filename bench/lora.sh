@@ -41,7 +41,8 @@ own_ckpt=1
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
 
-if ! "$dcpctl" consolidate --help 2>/dev/null | grep -q -- '--lora '; then
+# (the help read whole first: grep -q closing the pipe early would fail it under pipefail)
+if ! grep -q -- '--lora ' <<< "$("$dcpctl" consolidate --help 2>/dev/null)"; then
   echo "$dcpctl has no consolidate --lora (set DCPCTL to a build that has it)" >&2
   exit 2
 fi
@@ -60,7 +61,9 @@ echo "   ckpt/ $(du -sh --apparent-size "$ck" | cut -f1) ($(find "$ck" -type f |
 echo "   $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; dcpctl $("$dcpctl" --version | head -n 1) ($dcpctl)"
 
 names=(dcpctl_lora_merge peft_merge_and_unload)
-if [ "${NO_MERGE_ROW:-1}" = 1 ]; then names+=(dcpctl_no_merge); fi
+# (the MoE row has none: --lora keep of a PEFT model's keys is no HF folder, which the writer refuses)
+no_merge_default=1; [ "$make_cmd" = make-moe ] && no_merge_default=0
+if [ "${NO_MERGE_ROW:-$no_merge_default}" = 1 ]; then names+=(dcpctl_no_merge); fi
 cmd_for() {
   case $1 in
     dcpctl_lora_merge)

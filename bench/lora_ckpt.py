@@ -102,17 +102,62 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _already(info_path: Path) -> bool:
+    if not info_path.is_file():
+        return False
+    info = json.loads(info_path.read_text())
+    print(f"{info_path.parent}: already there ({info['parameters']:,} parameters, checkpoint {info['ckpt_bytes'] / 1e9:.2f} GB)")
+    return True
+
+
+def _peft_model(model, config):
+    """get_peft_model (lora_A: PEFT's seeded init), every lora_B set to seeded randn * B_STD; and their count."""
+    import torch
+    from peft import get_peft_model
+
+    torch.manual_seed(SEED + 1)
+    pm = get_peft_model(model, config)
+    g = torch.Generator().manual_seed(SEED + 2)
+    n_b = 0
+    with torch.no_grad():
+        for name, p in pm.named_parameters():
+            if ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=g) * B_STD)
+                n_b += 1
+    return pm, n_b
+
+
+def _into_place(tmp: Path, work: Path) -> None:
+    for d in ("base", "adapter", "ckpt"):
+        shutil.rmtree(work / d, ignore_errors=True)
+        (tmp / d).rename(work / d)
+
+
+def _write_info(work: Path, config: dict, lora: dict, n: int, n_b: int, n_keys: int, t0: float, **extra) -> int:
+    """WORK/lora_info.json, written last: its presence means everything is there."""
+    import torch
+
+    ckpt_bytes = sum(f.stat().st_size for f in (work / "ckpt").iterdir() if f.is_file())
+    info = {"config": config, "parameters": n, "base_bytes": n * 4, "lora": lora, "lora_B_init": f"randn * {B_STD}",
+            "seed": SEED, "lora_modules": n_b, "ckpt_model_keys": n_keys, "ckpt_bytes": ckpt_bytes, **extra,
+            "ckpt_files": sorted(f.name for f in (work / "ckpt").iterdir()),
+            "versions": {"torch": torch.__version__, "peft": __import__("peft").__version__,
+                         "transformers": __import__("transformers").__version__},
+            "seconds": round(time.monotonic() - t0, 1)}
+    (work / "lora_info.json").write_text(json.dumps(info, indent=2))
+    print(f"{work}: {n:,} parameters; ckpt/ {ckpt_bytes / 1e9:.2f} GB ({n_keys} model keys, "
+          f"{n_b} LoRA modules); made in {info['seconds']} s")
+    return 0
+
+
 def make(work: Path) -> int:
     import torch
     import torch.distributed.checkpoint as dcp
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    info_path = work / "lora_info.json"
-    if info_path.is_file():
-        info = json.loads(info_path.read_text())
-        print(f"{work}: already there ({info['parameters']:,} parameters, checkpoint {info['ckpt_bytes'] / 1e9:.2f} GB)")
+    if _already(work / "lora_info.json"):
         return 0
     _quiet()
     expect = param_count(CONFIG)
@@ -128,15 +173,7 @@ def make(work: Path) -> int:
     model.save_pretrained(tmp / "base")
     log(f"  base/ written ({time.monotonic() - t0:.1f} s)")
 
-    torch.manual_seed(SEED + 1)
-    pm = get_peft_model(model, LoraConfig(**LORA))
-    g = torch.Generator().manual_seed(SEED + 2)
-    n_b = 0
-    with torch.no_grad():
-        for name, p in pm.named_parameters():
-            if ".lora_B." in name:
-                p.copy_(torch.randn(p.shape, generator=g) * B_STD)
-                n_b += 1
+    pm, n_b = _peft_model(model, LoraConfig(**LORA))
     assert n_b == len(TARGETS) * CONFIG["num_hidden_layers"], n_b
     pm.save_pretrained(tmp / "adapter")
     # the adapter's base is the base/ folder beside it (PeftModel.from_pretrained does not need it)
@@ -153,28 +190,16 @@ def make(work: Path) -> int:
     del sd
     log(f"  ckpt/ written ({time.monotonic() - t0:.1f} s)")
 
-    for d in ("base", "adapter", "ckpt"):
-        shutil.rmtree(work / d, ignore_errors=True)
-        (tmp / d).rename(work / d)
+    _into_place(tmp, work)
     tmp.rmdir()
-    ckpt_bytes = sum(f.stat().st_size for f in (work / "ckpt").iterdir() if f.is_file())
-    info = {"config": CONFIG, "parameters": n, "base_bytes": n * 4, "lora": LORA, "lora_B_init": f"randn * {B_STD}",
-            "seed": SEED, "lora_modules": n_b, "ckpt_model_keys": n_keys, "ckpt_bytes": ckpt_bytes,
-            "ckpt_files": sorted(f.name for f in (work / "ckpt").iterdir()),
-            "versions": {"torch": torch.__version__, "peft": __import__("peft").__version__,
-                         "transformers": __import__("transformers").__version__},
-            "seconds": round(time.monotonic() - t0, 1)}
-    info_path.write_text(json.dumps(info, indent=2))
-    print(f"{work}: {n:,} parameters; ckpt/ {ckpt_bytes / 1e9:.2f} GB ({n_keys} model keys, "
-          f"{n_b} LoRA modules); made in {info['seconds']} s")
-    return 0
+    return _write_info(work, CONFIG, LORA, n, n_b, n_keys, t0)
 
 
 def _moe_rank(rank: int, port: int, tmp: str, out: dict) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -189,15 +214,7 @@ def _moe_rank(rank: int, port: int, tmp: str, out: dict) -> None:
     if rank == 0:
         model.save_pretrained(Path(tmp) / "base")
         log(f"  base/ written ({time.monotonic() - t0:.1f} s)")
-    torch.manual_seed(SEED + 1)
-    pm = get_peft_model(model, LoraConfig(**MOE_LORA))
-    g = torch.Generator().manual_seed(SEED + 2)
-    n_b = 0
-    with torch.no_grad():
-        for name, p in pm.named_parameters():
-            if ".lora_B." in name:
-                p.copy_(torch.randn(p.shape, generator=g) * B_STD)
-                n_b += 1
+    pm, n_b = _peft_model(model, LoraConfig(**MOE_LORA))
     if rank == 0:
         pm.save_pretrained(Path(tmp) / "adapter")
         log(f"  adapter/ written ({time.monotonic() - t0:.1f} s)")
@@ -219,13 +236,9 @@ def _moe_rank(rank: int, port: int, tmp: str, out: dict) -> None:
 def make_moe(work: Path) -> int:
     import socket
 
-    import torch
     import torch.multiprocessing as mp
 
-    info_path = work / "lora_info.json"
-    if info_path.is_file():
-        info = json.loads(info_path.read_text())
-        print(f"{work}: already there ({info['parameters']:,} parameters, checkpoint {info['ckpt_bytes'] / 1e9:.2f} GB)")
+    if _already(work / "lora_info.json"):
         return 0
     tmp = work / ".tmp-make"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -241,23 +254,10 @@ def make_moe(work: Path) -> int:
     acfg["base_model_name_or_path"] = str(work / "base")
     acfg_path.write_text(json.dumps(acfg, indent=2, sort_keys=True))
     shutil.copy(acfg_path, tmp / "ckpt" / "adapter_config.json")
-    for d in ("base", "adapter", "ckpt"):
-        shutil.rmtree(work / d, ignore_errors=True)
-        (tmp / d).rename(work / d)
+    _into_place(tmp, work)
     shutil.rmtree(tmp)
-    ckpt_bytes = sum(f.stat().st_size for f in (work / "ckpt").iterdir() if f.is_file())
-    n = counts["parameters"]
-    info = {"config": MOE_CONFIG, "parameters": n, "base_bytes": n * 4, "lora": MOE_LORA,
-            "lora_B_init": f"randn * {B_STD}", "seed": SEED, "lora_modules": counts["lora_modules"],
-            "ckpt_model_keys": counts["ckpt_model_keys"], "ckpt_bytes": ckpt_bytes, "world_size": 2,
-            "ckpt_files": sorted(f.name for f in (work / "ckpt").iterdir()),
-            "versions": {"torch": torch.__version__, "peft": __import__("peft").__version__,
-                         "transformers": __import__("transformers").__version__},
-            "seconds": round(time.monotonic() - t0, 1)}
-    info_path.write_text(json.dumps(info, indent=2))
-    print(f"{work}: {n:,} parameters; ckpt/ {ckpt_bytes / 1e9:.2f} GB ({counts['ckpt_model_keys']} model keys, "
-          f"{counts['lora_modules']} LoRA modules); made in {info['seconds']} s")
-    return 0
+    return _write_info(work, MOE_CONFIG, MOE_LORA, counts["parameters"], counts["lora_modules"],
+                       counts["ckpt_model_keys"], t0, world_size=2)
 
 
 def peft_merge(base_dir: str, adapter_dir: str, out: str) -> int:
