@@ -10,9 +10,17 @@ namespace dcpctl {
 
 namespace {
 
-// A tensor of one chunk, its storage that of `like`'s first chunk (a derived chunk's reads never
-// touch it; the planner and the deal ask where it lies).
-TensorMeta one_chunk(const TensorMeta& like, std::string name, std::vector<int64_t> shape) {
+// The storage of the first chunk of `t` that holds index `i` of its dim 0 (an expert of a stack,
+// a row of A): where the planner and the deal (torchrun, --local-files) take the derived chunk to lie.
+StorageRef storage_of(const TensorMeta& t, int64_t i) {
+  for (size_t c = 0; c < t.num_chunks(); ++c)
+    if (i >= t.chunk_offsets(c)[0] && i < t.chunk_offsets(c)[0] + t.chunk_sizes(c)[0]) return t.storage[c];
+  return t.storage.at(0);
+}
+
+// A tensor of one chunk, its storage that of `like`'s chunk holding index `at` of dim 0 (a derived
+// chunk's reads never touch it).
+TensorMeta one_chunk(const TensorMeta& like, int64_t at, std::string name, std::vector<int64_t> shape) {
   TensorMeta m;
   m.fqn = std::move(name);
   m.dtype = like.dtype;
@@ -20,7 +28,7 @@ TensorMeta one_chunk(const TensorMeta& like, std::string name, std::vector<int64
   m.chunk_dims.assign(shape.size(), 0);
   m.chunk_dims.insert(m.chunk_dims.end(), shape.begin(), shape.end());
   m.shape = std::move(shape);
-  m.storage.push_back(like.storage.at(0));
+  m.storage.push_back(storage_of(like, at));
   return m;
 }
 
@@ -128,8 +136,8 @@ std::vector<ExpertTensor> expert_adapter(const std::string& path, const std::str
   for (int64_t e = 0; e < experts; ++e)
     for (size_t p = 0; p < projs.size(); ++p) {
       const std::string stem = module + "." + std::to_string(e) + "." + projs[p];
-      TensorMeta ma = one_chunk(a, stem + ".lora_A.weight", {rank, in});
-      TensorMeta mb = one_chunk(b, stem + ".lora_B.weight", {rows, rank});
+      TensorMeta ma = one_chunk(a, e * rank, stem + ".lora_A.weight", {rank, in});
+      TensorMeta mb = one_chunk(b, static_cast<int64_t>(p) * rows, stem + ".lora_B.weight", {rows, rank});
       auto fa = std::make_shared<ExpertFactor>(path, a, ma, false, e, experts, 0);
       auto fb = std::make_shared<ExpertFactor>(path, b, mb, true, e, experts, static_cast<int64_t>(p) * rows);
       out.push_back({std::move(ma), std::move(fa)});
@@ -146,7 +154,7 @@ std::vector<ExpertTensor> expert_merged(const std::string& path, const std::stri
   std::vector<ExpertTensor> out;
   for (int64_t e = 0; e < experts; ++e)
     for (size_t p = 0; p < projs.size(); ++p) {
-      TensorMeta m = one_chunk(w, module + "." + std::to_string(e) + "." + projs[p] + ".weight", {rows, in});
+      TensorMeta m = one_chunk(w, e, module + "." + std::to_string(e) + "." + projs[p] + ".weight", {rows, in});
       auto t = std::make_shared<ExpertMergedRows>(path, w, a, b, m, e, static_cast<int64_t>(p) * rows, experts, scale);
       out.push_back({std::move(m), std::move(t)});
     }

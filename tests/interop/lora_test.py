@@ -364,6 +364,23 @@ def moe_checks():
         check(not bad, f"peft_moe (fused): every merged tensor is merge_and_unload's bit for bit: {bad[:4]}")
         merged_folder_checks("peft_moe (fused)", fused, ids["input_ids"], ids["logits_merged"])
     per_expert_adapter_checks(fx)
+    # Two processes (a launcher's RANK/WORLD_SIZE): the per-expert tensors (each lies where its expert's chunk
+    # does) written with the one-process bytes.
+    import subprocess
+    from testlib import free_port
+    for extra, name in ((("--lora", "merge"), "moe-m.safetensors"), (("--lora", "adapter", "--lora-layout", "per-expert"), "moe-ad/")):
+        single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
+        ok(dcpctl("consolidate", fx / "ckpt", *extra, "-o", single, "-q"), f"peft_moe: {' '.join(extra)}, one process")
+        port = free_port()
+        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), *extra, "-o", str(dist), "-q", "--timeout", "60"],
+                                  env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                           MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        files = [name] if name.endswith(".safetensors") else [name + "adapter_model.safetensors", name + "adapter_config.json"]
+        same = all(p.returncode == 0 for p in procs) and all(
+            (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
+        check(same, f"peft_moe: {' '.join(extra)} on 2 ranks writes the one-process bytes: exits {[p.returncode for p in procs]} {outs[0][-300:]}")
     # The adapter alone (what ignore_frozen_params=True saves: the LoRA tensors, no base), saved here by
     # torch's dcp.save from the fixture's tensors: E is not in it, so r comes from the config, never from r*E.
     import torch.distributed.checkpoint as dcp
