@@ -29,12 +29,20 @@
 # default 2), KEEP=1 to keep the merged outputs. Memory: PEFT's side holds the whole model (~3 GB
 # RSS, plus what from_pretrained and save_pretrained add); the generator about as much.
 set -euo pipefail
-set -- "${1:-/tmp/dcpctl-bench-lora}"   # common.sh's work dir ($1)
+# MOE=1: the MoE row (bench/lora_ckpt.py make-moe: a 2.38 GB float32 Qwen3-MoE, 32 experts, PEFT 0.21
+# target_parameters on the fused experts plus q/k/v/o, saved by FSDP2 on 2 gloo ranks; work dir
+# /tmp/dcpctl-bench-lora-moe). dcpctl's merge is written per expert (its default), as PEFT's
+# save_pretrained writes the merged model, so the agreement check compares the same names.
+make_cmd=make
+if [ "${MOE:-0}" = 1 ]; then make_cmd=make-moe; fi
+default_work=/tmp/dcpctl-bench-lora; [ "$make_cmd" = make-moe ] && default_work=/tmp/dcpctl-bench-lora-moe
+set -- "${1:-$default_work}"   # common.sh's work dir ($1)
 own_ckpt=1
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
 
-if ! "$dcpctl" consolidate --help 2>/dev/null | grep -q -- '--lora '; then
+# (the help read whole first: grep -q closing the pipe early would fail it under pipefail)
+if ! grep -q -- '--lora ' <<< "$("$dcpctl" consolidate --help 2>/dev/null)"; then
   echo "$dcpctl has no consolidate --lora (set DCPCTL to a build that has it)" >&2
   exit 2
 fi
@@ -46,14 +54,16 @@ out_dcpctl=$work/out-dcpctl
 out_peft=$work/out-peft
 out_nomerge=$work/out-nomerge
 
-echo "== the checkpoint: $work (bench/lora_ckpt.py make; kept between runs)"
-"$py" "$root/bench/lora_ckpt.py" make "$work"
+echo "== the checkpoint: $work (bench/lora_ckpt.py $make_cmd; kept between runs)"
+"$py" "$root/bench/lora_ckpt.py" "$make_cmd" "$work"
 echo "   ckpt/ $(du -sh --apparent-size "$ck" | cut -f1) ($(find "$ck" -type f | wc -l) files);" \
      "base/ $(du -sh --apparent-size "$base" | cut -f1); adapter/ $(du -sh --apparent-size "$adapter" | cut -f1)"
 echo "   $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; dcpctl $("$dcpctl" --version | head -n 1) ($dcpctl)"
 
 names=(dcpctl_lora_merge peft_merge_and_unload)
-if [ "${NO_MERGE_ROW:-1}" = 1 ]; then names+=(dcpctl_no_merge); fi
+# (the MoE row has none: --lora keep of a PEFT model's keys is no HF folder, which the writer refuses)
+no_merge_default=1; [ "$make_cmd" = make-moe ] && no_merge_default=0
+if [ "${NO_MERGE_ROW:-$no_merge_default}" = 1 ]; then names+=(dcpctl_no_merge); fi
 cmd_for() {
   case $1 in
     dcpctl_lora_merge)

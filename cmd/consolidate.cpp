@@ -30,7 +30,7 @@ using nlohmann::json;
 struct ConsolidateCliOptions : WriteCliOptions {
   std::string format, max_shard_size, assets;
   int64_t iteration = -1;
-  std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base;
+  std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base, lora_layout;
   bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
 };
 
@@ -75,14 +75,18 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   ProgressLine progress(wants_progress(o));
   to_write_options(o, co, progress);
   co.lora.mode = o.lora == "adapter" ? LoraMode::Adapter : o.lora == "merge" ? LoraMode::Merge : LoraMode::Keep;
-  const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty();
+  const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty() ||
+                            !o.lora_layout.empty();
   if (co.lora.mode == LoraMode::Keep && lora_options)
-    throw UsageError(Where(), "--lora-name, --lora-config, --lora-alpha and --lora-base go with --lora adapter or --lora merge");
+    throw UsageError(Where(), "--lora-name, --lora-config, --lora-alpha, --lora-base and --lora-layout go with --lora adapter or --lora merge");
   if (co.lora.mode == LoraMode::Merge && !o.lora_base.empty())
     throw UsageError(Where(), "--lora-base sets adapter_config.json's base_model_name_or_path: it goes with --lora adapter");
   co.lora.name = o.lora_name;
   co.lora.config_file = o.lora_config;
   co.lora.base_model = o.lora_base;
+  co.lora.layout = o.lora_layout == "per-expert" ? LoraLayout::PerExpert
+                   : o.lora_layout == "fused"    ? LoraLayout::Fused
+                                                 : LoraLayout::Default;
   if (!o.lora_alpha.empty()) {
     char* end = nullptr;
     double a = std::strtod(o.lora_alpha.c_str(), &end);
@@ -220,6 +224,12 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--lora-config", o->lora_config, "The adapter's adapter_config.json (default: one beside the checkpoint)")->type_name("FILE");
   sub->add_option("--lora-alpha", o->lora_alpha, "The adapter's lora_alpha, when no adapter_config.json says it (scaling alpha/r; an rsLoRA adapter needs --lora-config)")->type_name("N");
   sub->add_option("--lora-base", o->lora_base, "--lora adapter: base_model_name_or_path for adapter_config.json")->type_name("NAME");
+  sub->add_option("--lora-layout", o->lora_layout,
+                  "MoE experts adapted by target_parameters: fused (PEFT's [r*E] adapter; the merged [E, out, in] stacks) or "
+                  "per-expert (experts.E.{gate,up,down}_proj, as vLLM loads MoE LoRA and save_pretrained writes a merged "
+                  "model) (default: fused for adapter, per-expert for merge)")
+      ->check(CLI::IsMember({"fused", "per-expert"}))
+      ->type_name("LAYOUT");
   add_quantize_options(sub, *o);
   sub->add_flag("-f,--force", o->force, "Replace an existing output");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan (keys, files, bytes) and write nothing");

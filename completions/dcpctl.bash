@@ -30,8 +30,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--quantize' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--quantize' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
@@ -81,6 +81,7 @@ _dcpctl_value() {
         'dcpctl consolidate|--config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--lora') _dcpctl_kind='choice' _dcpctl_choices=('keep' 'adapter' 'merge') ;;
         'dcpctl consolidate|--lora-config') _dcpctl_kind='file' ;;
+        'dcpctl consolidate|--lora-layout') _dcpctl_kind='choice' _dcpctl_choices=('fused' 'per-expert') ;;
         'dcpctl consolidate|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4') ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "meta/pieces.h"
+
 namespace dcpctl {
 
 const DerivedTable::Entry* DerivedTable::find(const std::string& fqn) const {
@@ -45,6 +47,28 @@ void read_part(const Where& where, const std::string& label, uint64_t bytes, uin
   std::vector<uint8_t> own(bytes);
   compute(own.data());
   std::memcpy(dst, own.data() + from, n);
+}
+
+std::vector<uint8_t> read_box(const TensorReads& below, const TensorMeta& t, const Box& box) {
+  const size_t item = itemsize(*t.dtype);
+  std::vector<uint8_t> out(box.numel() * item), part;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    const Box cb = chunk_box(t, c);
+    Box in;
+    if (!intersect(cb, box, in)) continue;
+    Box local = in;
+    for (size_t d = 0; d < local.offsets.size(); ++d) local.offsets[d] -= cb.offsets[d];
+    if (is_run(local, cb.sizes)) {
+      part.resize(in.numel() * item);
+      below.read(t, c, first_element(local, cb.sizes) * item, part.size(), part.data());
+      copy_box(part.data(), in, out.data(), box, in, item);
+    } else {
+      part.resize(t.chunk_numel(c) * item);
+      below.read(t, c, 0, part.size(), part.data());
+      copy_box(part.data(), cb, out.data(), box, in, item);
+    }
+  }
+  return out;
 }
 
 }  // namespace dcpctl

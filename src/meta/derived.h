@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "meta/geometry.h"
 #include "meta/metadata.h"
 #include "util/error.h"
 
@@ -99,5 +100,10 @@ uint64_t checked_range(const Where& where, const std::string& label, uint64_t by
 // range is copied. The range is checked as checked_range does.
 void read_part(const Where& where, const std::string& label, uint64_t bytes, uint64_t from, uint64_t n, void* dst,
                const std::function<void(uint8_t*)>& compute);
+
+// Box `box` of `t` (a tensor of the table `below` reads), dense in C order in t's dtype: each chunk
+// that meets it read in place where its part is one run of the chunk (an FSDP dim-0 shard), else
+// read whole and its part copied (one expert of a stack, the rows of a split weight).
+std::vector<uint8_t> read_box(const TensorReads& below, const TensorMeta& t, const Box& box);
 
 }  // namespace dcpctl

@@ -206,6 +206,21 @@ LoraModel find_lora(const Metadata& md) {
     }
     return m.layers[it->second];
   };
+  // Megatron-Bridge's adapters (LoraForeign): recognised, named, never taken for PEFT's.
+  {
+    static const std::regex bridge(R"(^(.*)\.(adapter(?:_[a-z]+)?)\.linear_(in|out)\.weight$)");
+    std::set<std::string> seen;
+    for (const TensorMeta& t : md.tensors) {
+      std::smatch mt;
+      if (!std::regex_match(t.fqn, mt, bridge)) continue;
+      if (m.foreign.empty()) m.foreign.push_back({"megatron-bridge", t.fqn, {}, {}, 0});
+      LoraForeign& f = m.foreign.front();
+      const std::string module = mt[1].str();
+      if (seen.insert(module + "." + mt[2].str()).second) ++f.modules;
+      f.targets.insert(module.substr(module.rfind('.') + 1));
+      if (mt[3] == "in" && !t.shape.empty()) f.ranks.insert(t.shape[0]);
+    }
+  }
   for (size_t i = 0; i < md.tensors.size(); ++i) {
     const std::vector<std::string_view> s = split_key(md.tensors[i].fqn);
     for (size_t k = 1; k < s.size(); ++k) {
@@ -328,6 +343,25 @@ json LoraModel::describe(const Metadata& md) const {
     adapters.back()["target_parameters"] = target_parameters(name);
     adapters.back()["experts"] = std::vector<int64_t>(experts.begin(), experts.end());
   }
+  for (const LoraForeign& f : foreign) {
+    adapters.push_back({{"name", nullptr},
+                        {"modules", f.modules},
+                        {"targets", std::vector<std::string>(f.targets.begin(), f.targets.end())},
+                        {"ranks", std::vector<int64_t>(f.ranks.begin(), f.ranks.end())},
+                        {"embedding", false},
+                        {"dora", false},
+                        {"layout", f.layout},
+                        {"lora_bias", false},
+                        {"modules_to_save", json::array()},
+                        {"target_parameters", json::array()},
+                        {"experts", json::array()}});
+  }
+  if (layers.empty())
+    return {{"adapters", adapters},
+            {"base_model", false},
+            {"hint", "Megatron-Bridge's LoRA (adapter.linear_in / linear_out, as " + foreign.front().example +
+                         "; also verl's Megatron backend): dcpctl does not export or merge it (--lora adapter and "
+                         "merge exit 5); Megatron-Bridge's own export writes a PEFT adapter"}};
   std::string hint =
       "consolidate --lora adapter -o DIR/ writes a PEFT adapter folder (adapter_model.safetensors, "
       "adapter_config.json)";

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,12 +76,25 @@ struct LoraSavedModule {
   std::vector<int> tensors;  // M.modules_to_save.NAME.<param>
 };
 
+// An adapter layout dcpctl recognises but does not export or merge: Megatron-Bridge's LoRA
+// (megatron.bridge.peft LoRA / CanonicalLoRA, also what verl's Megatron backend trains through it):
+// M.adapter.linear_in.weight [r, in] and M.adapter.linear_out.weight [out, r] beside M.weight
+// (CanonicalLoRA: M.adapter_q / adapter_k / adapter_v / adapter_up / adapter_gate.linear_in/out).
+struct LoraForeign {
+  std::string layout;   // "megatron-bridge"
+  std::string example;  // one of its keys, as saved
+  std::set<std::string> targets;  // the adapted modules' last parts ("linear_qkv")
+  std::set<int64_t> ranks;        // linear_in's rows
+  size_t modules = 0;
+};
+
 struct LoraModel {
+  std::vector<LoraForeign> foreign;  // layouts seen that --lora adapter / merge refuse (exit 5)
   std::vector<LoraLayer> layers;
   std::vector<LoraSavedModule> saved;
   std::vector<int> originals;         // M.original_module.<param>: the frozen copies of saved modules
   std::vector<std::string> adapters;  // the names, in the order first met ("" for unnamed)
-  bool empty() const { return layers.empty(); }
+  bool empty() const { return layers.empty(); }  // no adapter dcpctl can write (foreign ones aside)
   // The target module names (the last part of each module's key: "q_proj"), sorted; ParamWrappers'
   // are target_parameters ("experts.gate_up_proj": the module's last part and the parameter).
   std::vector<std::string> targets(const std::string& adapter) const;
@@ -116,6 +130,11 @@ struct LoraConfig {
   std::string variant() const;
 };
 
+// --lora-layout: how MoE experts adapted by target_parameters are written. Default: Fused for
+// --lora adapter (PEFT's own [r·E] layout), PerExpert for --lora merge (what transformers'
+// save_pretrained writes: mlp.experts.E.{gate,up,down}_proj.weight).
+enum class LoraLayout { Default, Fused, PerExpert };
+
 // The options of --lora: the adapter (--lora-name; "" for the only one), and where its
 // adapter_config.json comes from.
 struct LoraRequest {
@@ -124,6 +143,7 @@ struct LoraRequest {
   std::string config_file;      // --lora-config FILE
   std::optional<double> alpha;  // --lora-alpha
   std::string base_model;       // base_model_name_or_path for a built config ("" : from the config, or none)
+  LoraLayout layout = LoraLayout::Default;  // --lora-layout
 };
 
 // The adapter's config: --lora-config FILE, else an adapter_config.json beside the checkpoint (its

@@ -75,7 +75,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   out["framework"] = describe_framework(ck.dir);
   out["quantization"] = describe_quantization(ck);
   LoraModel lora = find_lora(ck.md);
-  out["lora"] = lora.empty() ? json(nullptr) : lora.describe(ck.md);
+  out["lora"] = lora.empty() && lora.foreign.empty() ? json(nullptr) : lora.describe(ck.md);
 
   json problems = json::array();
   for (const auto& p : md.problems) problems.push_back({{"code", p.code}, {"key", p.where.key}, {"message", p.message}});

@@ -121,6 +121,10 @@ void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, co
   }
 }
 
+DType lora_delta_dtype(DType b_dtype) {
+  return b_dtype == DType::BFloat16 || b_dtype == DType::Float16 ? b_dtype : DType::Float32;
+}
+
 void add_lora_expert_deltas(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t b_rows,
                             int64_t rank, int64_t experts, float scale, bool transposed, DType delta_dtype) {
   const Box inner{{box.offsets[1], box.offsets[2]}, {box.sizes[1], box.sizes[2]}};

@@ -43,6 +43,9 @@ void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scal
 void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, const float* b, int64_t rank, float scale,
                     bool transposed, DType delta_dtype);
 
+// The dtype PEFT's delta is in: lora_B's when it is bfloat16 or float16, else float32.
+DType lora_delta_dtype(DType b_dtype);
+
 // A 3-D ParamWrapper's merge (PEFT 0.21 target_parameters on fused MoE experts, meta/lora.h): box
 // `box` [e, o, i] of a base [E, out, in] (`transposed`: [E, in, out]) gets, for each expert e in it,
 // add_lora_delta of A_e = rows e·rank … of A [rank·E, a_cols] and B_e[o][k] = B[o][k·E + e] of B

@@ -14,6 +14,7 @@
 #include "util/error.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
+#include "view/lora_experts.h"
 
 namespace dcpctl {
 
@@ -47,7 +48,7 @@ class LoraMergedWeight final : public DerivedTensor {
     read_part(Where(path_, std::nullopt, w_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst,
               [&](uint8_t* out) {
                 below.read(w_, chunk, 0, bytes, out);
-                std::vector<float> a = as_float(below, a_), b = as_float(below, b_);
+                std::vector<float> a = read_whole_float(below, a_), b = read_whole_float(below, b_);
                 if (scale_b_first_)  // torchtune's ((alpha / r) * B) @ A: B scaled in float32 first
                   for (float& x : b) x *= static_cast<float>(scale_);
                 const Box box = chunk_box(w_, chunk);
@@ -93,22 +94,13 @@ class LoraMergedWeight final : public DerivedTensor {
       add_lora_delta(v, box, a.data(), a_.shape[1], b.data(), a_.shape[0], scale(), transposed_, delta_dtype());
   }
   // PEFT's delta is in lora_B's dtype.
-  DType delta_dtype() const {
-    const DType bt = *b_.dtype;
-    return bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32;
-  }
+  DType delta_dtype() const { return lora_delta_dtype(*b_.dtype); }
   // What torch adds W + delta in: the base's dtype when the delta's is the same, else float32.
   DType sum_dtype() const { return *w_.dtype == delta_dtype() ? *w_.dtype : DType::Float32; }
   static uint64_t whole(const TensorMeta& t) {
     uint64_t most = 0;
     for (size_t c = 0; c < t.num_chunks(); ++c) most = std::max(most, t.chunk_numel(c) * itemsize(*t.dtype));
     return t.numel() * (itemsize(*t.dtype) + 4) + most;
-  }
-  static std::vector<float> as_float(const TensorReads& below, const TensorMeta& t) {
-    std::vector<uint8_t> raw = below.read_whole(t);
-    std::vector<float> out(t.numel());
-    cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out.data()), out.size());
-    return out;
   }
 
   // DoRA (PEFT's DoraLinearVariant.merge_unsafe): `values`, the box's W + delta as float32, become
@@ -147,7 +139,7 @@ class LoraMergedWeight final : public DerivedTensor {
                                                  pb.sizes[1], row_len);
       }
     }
-    std::vector<float> norm(static_cast<size_t>(rows)), mag = as_float(below, *m_);
+    std::vector<float> norm(static_cast<size_t>(rows)), mag = read_whole_float(below, *m_);
     for (int64_t i = 0; i < rows; ++i) norm[static_cast<size_t>(i)] = norms[static_cast<size_t>(i)].finish(row_len);
     round_to(norm.data(), norm.size(), sum_dt);
     const DType factor_dt = *m_->dtype == sum_dt ? sum_dt : DType::Float32;
@@ -212,10 +204,8 @@ class LoraMergedBias final : public DerivedTensor {
                 cast_elements(dt, DType::Float32, raw, reinterpret_cast<uint8_t*>(v.data()), numel);
                 std::vector<uint8_t> braw = below.read_whole(bb_);
                 cast_elements(*bb_.dtype, DType::Float32, braw.data(), reinterpret_cast<uint8_t*>(b.data()), b.size());
-                const DType bt = *bb_.dtype;
                 add_lora_bias(v.data(), bias_.chunk_offsets(chunk)[0], static_cast<int64_t>(numel), b.data(),
-                              static_cast<float>(scale_),
-                              bt == DType::BFloat16 || bt == DType::Float16 ? bt : DType::Float32);
+                              static_cast<float>(scale_), lora_delta_dtype(*bb_.dtype));
                 cast_elements(DType::Float32, dt, reinterpret_cast<const uint8_t*>(v.data()), raw, numel);
               });
   }
@@ -256,6 +246,11 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
         Where(ck.dir),
         "--lora on a dequantized view (--dtype of fp8/MXFP4 weights): export or merge the adapter without --dtype");
   LoraModel lora = find_lora(md);
+  if (lora.empty() && !lora.foreign.empty())
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, lora.foreign.front().example),
+                           "Megatron-Bridge's LoRA layout (adapter.linear_in / adapter.linear_out beside the base "
+                           "weight; also verl's Megatron backend): dcpctl does not export or merge it; export it with "
+                           "Megatron-Bridge (its PEFT adapter export) or merge it there");
   if (lora.empty())
     throw UsageError(Where(ck.metadata_path),
                      "no LoRA adapter in this checkpoint (no lora_A/lora_B keys); --lora adapter and merge need one");
@@ -347,6 +342,44 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     return config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
   };
 
+  // --lora-layout: MoE experts adapted by target_parameters written one expert at a time
+  // (view/lora_experts.h): by default a merge's (what transformers' save_pretrained writes), an
+  // adapter's when asked (what vLLM loads).
+  std::unordered_map<size_t, const LoraLayer*> per_expert_at;  // its A (adapter) or stack (merge) -> the layer
+  int64_t expert_rank = 0;
+  bool has_experts = false;
+  {
+    std::string odd;
+    for (const LoraLayer& l : lora.layers)
+      if (l.adapter == adapter && l.wrapper && l.experts > 0 && l.a >= 0) {
+        has_experts = true;
+        expert_rank = lora_rank(md, l);
+        if (expert_projections(l.param).empty() || l.param_transposed) odd = l.target();
+      }
+    if (rq.layout == LoraLayout::PerExpert && !has_experts)
+      throw UsageError(Where(ck.metadata_path),
+                       "--lora-layout per-expert: the adapter adapts no MoE experts' parameters (target_parameters)");
+    if (rq.layout == LoraLayout::PerExpert && !odd.empty())
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, odd),
+                             "--lora-layout per-expert: '" + odd +
+                                 "' is not an [E, out, in] gate_up_proj or down_proj stack (GPT-OSS keeps [E, in, out] "
+                                 "with gate and up interleaved): write it fused");
+    const bool want = rq.layout == LoraLayout::PerExpert || (merge && rq.layout == LoraLayout::Default);
+    if (want && odd.empty())
+      for (const LoraLayer& l : lora.layers)
+        if (l.adapter == adapter && l.wrapper && l.experts > 0 && l.a >= 0 && (merge ? l.base >= 0 : true))
+          per_expert_at[static_cast<size_t>(merge ? l.base : l.a)] = &l;
+  }
+  const bool per_expert = !per_expert_at.empty();
+  // The module of an expert stack's per-expert tensors: `key` less its last `tail` and every `.base_layer`.
+  auto experts_module = [](std::string key, const std::string& tail) {
+    key.erase(key.size() - tail.size());
+    for (size_t q; (q = key.find(".base_layer")) != std::string::npos &&
+                   (q + 11 == key.size() || key[q + 11] == '.');)
+      key.erase(q, 11);
+    return key;
+  };
+
   // What each tensor becomes: dropped, renamed, or (merge) the base weight with its adapter folded in.
   std::vector<std::string> out_name(md.tensors.size());
   std::vector<bool> keep(md.tensors.size(), false);
@@ -419,7 +452,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     for (const LoraLayer& l : lora.layers)
       if (l.adapter == adapter) {
         for (int t : {l.a, l.b, l.b_bias, l.magnitude})
-          if (t >= 0 && by_tensor[static_cast<size_t>(t)])
+          if (t >= 0 && by_tensor[static_cast<size_t>(t)] && !per_expert_at.count(static_cast<size_t>(l.a)))
             keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = peft_key(static_cast<size_t>(t));
         // A targeted embedding's base weight too, as PEFT's save_embedding_layers="auto" saves it.
         if (l.embedding && l.base >= 0 && by_tensor[static_cast<size_t>(l.base)])
@@ -513,6 +546,27 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       if (!merge) continue;
       view.md.bytes[it.index].fqn = it.key;
       view.md.order.push_back({false, it.index});
+      continue;
+    }
+    if (auto pe = per_expert_at.find(it.index); pe != per_expert_at.end()) {
+      const LoraLayer& l = *pe->second;
+      const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
+      const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
+      std::vector<ExpertTensor> parts =
+          merge ? expert_merged(ck.metadata_path,
+                                experts_module(model_key(by_tensor[it.index]->key), "." + l.param), l.param,
+                                md.tensors[it.index], a, b, l.experts, static_cast<float>(scale_of(l)))
+                : expert_adapter(ck.metadata_path, experts_module(peft_key(it.index), ".lora_A.weight"), l.param, a, b,
+                                 l.experts);
+      if (merge) scales.push_back(scale_of(l)), ++merged;
+      for (ExpertTensor& x : parts) {
+        if (!names_out.insert(x.meta.fqn).second)
+          throw FormatError(Where(ck.metadata_path, std::nullopt, md.tensors[it.index].fqn),
+                            "two tensors would both be written as '" + x.meta.fqn + "'");
+        table->tensors[x.meta.fqn] = {std::move(x.tensor), nullptr};
+        view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
+        view.md.tensors.push_back(std::move(x.meta));
+      }
       continue;
     }
     if (!keep[it.index]) continue;
@@ -609,6 +663,18 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     cfg["modules_to_save"] = saved.empty() ? json(nullptr) : saved;
   }
   if (dora) cfg["use_dora"] = true;
+  if (per_expert && !merge) {
+    // vLLM's per-expert layout: the experts are modules (gate_proj, up_proj, down_proj), not parameters.
+    cfg.erase("target_parameters");
+    if (cfg["target_modules"].is_array()) {
+      std::set<std::string> mods;
+      for (const json& m : cfg["target_modules"])
+        if (m.is_string()) mods.insert(m.get<std::string>());
+      for (const auto& [t, l] : per_expert_at)
+        for (const std::string& p : expert_projections(l->param)) mods.insert(p);
+      cfg["target_modules"] = std::vector<std::string>(mods.begin(), mods.end());
+    }
+  }
   if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
   const json defaults = {{"use_rslora", false},
                          {"use_dora", false},
@@ -639,6 +705,11 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
              {"use_rslora", config.rslora()},
              {"modules", ranks.size()},
              {"merged", merged}};
+  if (has_experts) {
+    // The rank every expert's adapter has (r, never r·E), and how the experts are written.
+    summary["expert_rank"] = expert_rank;
+    summary["layout"] = per_expert ? "per-expert" : "fused";
+  }
   if (merge && merged_biases) summary["merged_biases"] = merged_biases;
   if (merge && has_magnitude) summary["dora"] = true;
   if (merge && merged) {

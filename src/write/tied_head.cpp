@@ -13,7 +13,7 @@ namespace dcpctl {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suf) {
+bool has_suffix(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
@@ -54,7 +54,7 @@ std::optional<size_t> embedding_of(const std::vector<std::string>& keys) {
   size_t count = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i] == "model.embed_tokens.weight") return i;
-    if (ends_with(keys[i], "embed_tokens.weight")) only = i, ++count;
+    if (has_suffix(keys[i], "embed_tokens.weight")) only = i, ++count;
   }
   return count == 1 ? only : std::nullopt;
 }

@@ -22,12 +22,17 @@ adapter saved as one rank's slice (accelerate #4206) with exit 3 naming the key;
 (no alpha, several adapters without --lora-name, merging an adapter-only save, a config that says DoRA
 over plain LoRA keys) each with
 its exit code and nothing written. --lora keep (the default) writes the keys as they are.
+Megatron-Bridge's LoRA keys (saved here by dcp.save): inspect names the layout, --lora adapter/merge exit 5.
 peft_moe (PEFT target_parameters on a Qwen3-MoE's fused experts): inspect's peft-parameter layout and
 rank r (not r*E), the adapter bit for bit with target_parameters and no rank_pattern (also from the
 adapter alone, r from its config; without r: exit 2), the merge per expert equal to merge_and_unload's
 (unfused as save_pretrained writes it) bit for bit and loading with its logits. torchtune_lora /
 torchtune_dora (torchtune 0.6.1's DistributedCheckpointer save): the PEFT folder its converters write
-(bit for bit; PEFT's logits over it), get_merged_lora_ckpt's merge bit for bit; no config: exit 5.
+(bit for bit; PEFT's logits over it), get_merged_lora_ckpt's merge bit for bit, and with --map torchtune-llama3
+get_merged_lora_ckpt + tune_to_hf's bit for bit, loading in from_pretrained with the torchtune model's logits; no
+config: exit 5. peft_moe --lora-layout: the merge written per expert by default (save_pretrained's names and bits),
+fused as an option; --lora adapter --lora-layout per-expert as vLLM loads MoE LoRA (its own 3-D -> 2-D split of
+PEFT's adapter, bit for bit; r per expert in the config and the summary); per-expert without experts: exit 2.
 """
 from __future__ import annotations
 
@@ -242,6 +247,58 @@ def unfused(fused: dict) -> dict:
     return out
 
 
+def per_expert_adapter_checks(fx: Path):
+    """--lora adapter --lora-layout per-expert: one adapter per expert as vLLM loads MoE LoRA. Each tensor
+    is what vLLM's own 3-D -> 2-D conversion of PEFT's fused adapter gives (model_manager.py
+    _convert_3d_to_2d_moe_lora: A.reshape(E, r, in), B.reshape(out, r, E).permute(2, 0, 1), gate_proj =
+    B's first F rows, up_proj the rest, both with A_e), so each expert's B_e @ A_e is the fused adapter's slice."""
+    out = WORK / "moe-per-expert"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "adapter", "--lora-layout", "per-expert", "-o", f"{out}/", "--json", "-q")
+    if not ok(r, "peft_moe: --lora adapter --lora-layout per-expert"):
+        return
+    s = json.loads(r.stdout).get("lora", {})
+    check(s.get("layout") == "per-expert" and s.get("expert_rank") == 4 and s.get("r") == 4,
+          f"peft_moe: the summary states the rank each expert gets (r = 4, not r*E): {s}")
+    ours, fused = load_file(out / "adapter_model.safetensors"), load_file(fx / "expected_adapter" / "adapter_model.safetensors")
+    E, want = 4, {}
+    for k, v in fused.items():
+        if ".mlp.experts." not in k:
+            want[k] = v
+            continue
+        if not k.endswith("lora_A.weight"):
+            continue
+        m = k[: -len(".lora_A.weight")]
+        a, b = v, fused[m + ".lora_B.weight"]
+        stack = m.removesuffix(".base_layer")
+        a3 = a.reshape(E, -1, a.shape[-1]).contiguous()
+        b3 = b.reshape(b.shape[0], -1, E).permute(2, 0, 1).contiguous()
+        parts = {"down_proj": b3} if not m.endswith(".base_layer") else {"gate_proj": b3[:, : b3.shape[1] // 2], "up_proj": b3[:, b3.shape[1] // 2 :]}
+        for e in range(E):
+            for proj, bs in parts.items():
+                want[f"{stack}.{e}.{proj}.lora_A.weight"] = a3[e]
+                want[f"{stack}.{e}.{proj}.lora_B.weight"] = bs[e].contiguous()
+        # Each expert's delta from the per-expert tensors is the fused adapter's (PEFT's einsum), exactly.
+        delta = torch.einsum("o r e, e r i -> e o i", b.reshape(b.shape[0], -1, E), a3)
+        for e in range(E):
+            mine = torch.cat([ours[f"{stack}.{e}.{p}.lora_B.weight"] @ ours[f"{stack}.{e}.{p}.lora_A.weight"] for p in parts])
+            d = (mine - delta[e]).abs().max().item() if all(f"{stack}.{e}.{p}.lora_A.weight" in ours for p in parts) else None
+            check(d is not None and d <= 1e-6 * max(1.0, delta[e].abs().max().item()),
+                  f"peft_moe: expert {e} of {stack}: B_e @ A_e from the per-expert files is the fused adapter's slice (diff {d})")
+    check(sorted(ours) == sorted(want), f"peft_moe: vLLM's per-expert keys: extra {sorted(set(ours) - set(want))[:4]}, missing {sorted(set(want) - set(ours))[:4]}")
+    bad = [k for k in sorted(set(ours) & set(want)) if same_tensor(ours[k], want[k]) is not None]
+    check(not bad, f"peft_moe: every per-expert A_e / B_e is vLLM's split of PEFT's fused adapter, bit for bit: {bad[:4]}")
+    cfg, peft_cfg = json.loads((out / "adapter_config.json").read_text()), json.loads((fx / "expected_adapter" / "adapter_config.json").read_text())
+    check(cfg.get("r") == 4 and cfg.get("lora_alpha") == peft_cfg.get("lora_alpha") and cfg.get("rank_pattern") == {}
+          and "target_parameters" not in cfg
+          and sorted(cfg.get("target_modules") or []) == sorted(set(peft_cfg["target_modules"]) | {"gate_proj", "up_proj", "down_proj"}),
+          f"peft_moe: the per-expert config vLLM's PEFTHelper reads (r = 4, alpha, experts as modules): {cfg}")
+    # Refusals: per-expert of an adapter without experts (exit 2).
+    r = dcpctl("consolidate", FIXTURES / "peft_lora" / "ckpt", "--lora", "adapter", "--lora-layout", "per-expert", "-o", f"{WORK / 'no-experts'}/")
+    expect_rc(r, EXIT_USAGE, "peft_lora: --lora-layout per-expert without experts", "target_parameters")
+    r = dcpctl("consolidate", FIXTURES / "peft_lora" / "ckpt", "--lora-layout", "per-expert", "-o", WORK / "keep.safetensors")
+    expect_rc(r, EXIT_USAGE, "--lora-layout without --lora adapter|merge", "--lora-layout")
+
+
 def moe_checks():
     """peft_moe: PEFT 0.21 target_parameters on a transformers 5.23 Qwen3MoeForCausalLM's fused experts
     (nested ParamWrappers: experts.base_layer.base_layer.{gate_up_proj,down_proj}, lora_A [r*E, in],
@@ -275,22 +332,55 @@ def moe_checks():
         check(cfg.get("target_parameters") == ["experts.down_proj", "experts.gate_up_proj"] and cfg.get("rank_pattern") == {},
               f"peft_moe: target_parameters from the keys, no rank_pattern: {cfg.get('target_parameters')}, {cfg.get('rank_pattern')}")
         peft_load_checks("peft_moe (built config)", WORK / "moe-bare", fx / "base", ids["input_ids"], ids["logits_peft"])
-    # --lora merge: the fused experts, each W_e + s*B_e*A_e; transformers' save_pretrained unfuses them.
+    # --lora merge: each expert's W_e + s*B_e*A_e, written as transformers 5.23's save_pretrained of
+    # merge_and_unload's model writes it (expected_merged/: experts.E.{gate,up,down}_proj.weight): the default.
+    theirs = load_file(fx / "expected_merged" / "model.safetensors")
     merged = WORK / "moe-merged"
     r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "-o", f"{merged}/", "--assets", fx / "base", "--json", "-q")
     if ok(r, "peft_moe: consolidate --lora merge"):
-        s = json.loads(r.stdout)
-        check(s.get("lora", {}).get("merged") == 8, f"peft_moe: 8 weights merged (4 attention, 4 fused experts): {s.get('lora')}")
+        s = json.loads(r.stdout).get("lora", {})
+        check(s.get("merged") == 8 and s.get("layout") == "per-expert" and s.get("expert_rank") == 4,
+              f"peft_moe: 8 weights merged (4 attention, 4 expert stacks), written per expert: {s}")
         ours = {}
         for f in sorted(merged.glob("*.safetensors")):
             ours.update(load_file(f))
-        check("model.layers.0.mlp.experts.gate_up_proj" in ours and list(ours["model.layers.0.mlp.experts.gate_up_proj"].shape) == [4, 32, 64],
-              f"peft_moe: the merged experts keep the fused layout [E, 2F, D]: {sorted(k for k in ours if 'experts' in k)[:4]}")
-        mine, theirs = unfused(ours), load_file(fx / "expected_merged" / "model.safetensors")
-        check(sorted(mine) == sorted(theirs), f"peft_moe: merge_and_unload's tensors: extra {sorted(set(mine) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(mine))[:4]}")
-        bad = [k for k in sorted(set(mine) & set(theirs)) if same_tensor(mine[k].contiguous(), theirs[k]) is not None]
-        check(not bad, f"peft_moe: every merged tensor (each expert's) is merge_and_unload's bit for bit: {bad[:4]}")
+        check(sorted(ours) == sorted(theirs), f"peft_moe: save_pretrained's names: extra {sorted(set(ours) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(ours))[:4]}")
+        bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
+        check(not bad, f"peft_moe: every tensor (each expert's gate/up/down) is save_pretrained's bit for bit, dtype included: {bad[:4]}")
         merged_folder_checks("peft_moe", merged, ids["input_ids"], ids["logits_merged"])
+    # --lora-layout fused: transformers' in-memory layout ([E, 2F, D]), which from_pretrained loads too.
+    fused = WORK / "moe-merged-fused"
+    r = dcpctl("consolidate", fx / "ckpt", "--lora", "merge", "--lora-layout", "fused", "-o", f"{fused}/", "--assets", fx / "base", "--json", "-q")
+    if ok(r, "peft_moe: consolidate --lora merge --lora-layout fused"):
+        check(json.loads(r.stdout).get("lora", {}).get("layout") == "fused", f"peft_moe: the summary says fused: {r.stdout[-300:]}")
+        ours = {}
+        for f in sorted(fused.glob("*.safetensors")):
+            ours.update(load_file(f))
+        check("model.layers.0.mlp.experts.gate_up_proj" in ours and list(ours["model.layers.0.mlp.experts.gate_up_proj"].shape) == [4, 32, 64],
+              f"peft_moe: --lora-layout fused keeps [E, 2F, D]: {sorted(k for k in ours if 'experts' in k)[:4]}")
+        mine = unfused(ours)
+        check(sorted(mine) == sorted(theirs), f"peft_moe (fused): merge_and_unload's tensors: extra {sorted(set(mine) - set(theirs))[:4]}, missing {sorted(set(theirs) - set(mine))[:4]}")
+        bad = [k for k in sorted(set(mine) & set(theirs)) if same_tensor(mine[k].contiguous(), theirs[k]) is not None]
+        check(not bad, f"peft_moe (fused): every merged tensor is merge_and_unload's bit for bit: {bad[:4]}")
+        merged_folder_checks("peft_moe (fused)", fused, ids["input_ids"], ids["logits_merged"])
+    per_expert_adapter_checks(fx)
+    # Two processes (a launcher's RANK/WORLD_SIZE): the per-expert tensors (each lies where its expert's chunk
+    # does) written with the one-process bytes.
+    import subprocess
+    from testlib import free_port
+    for extra, name in ((("--lora", "merge"), "moe-m.safetensors"), (("--lora", "adapter", "--lora-layout", "per-expert"), "moe-ad/")):
+        single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
+        ok(dcpctl("consolidate", fx / "ckpt", *extra, "-o", single, "-q"), f"peft_moe: {' '.join(extra)}, one process")
+        port = free_port()
+        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), *extra, "-o", str(dist), "-q", "--timeout", "60"],
+                                  env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                           MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        files = [name] if name.endswith(".safetensors") else [name + "adapter_model.safetensors", name + "adapter_config.json"]
+        same = all(p.returncode == 0 for p in procs) and all(
+            (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
+        check(same, f"peft_moe: {' '.join(extra)} on 2 ranks writes the one-process bytes: exits {[p.returncode for p in procs]} {outs[0][-300:]}")
     # The adapter alone (what ignore_frozen_params=True saves: the LoRA tensors, no base), saved here by
     # torch's dcp.save from the fixture's tensors: E is not in it, so r comes from the config, never from r*E.
     import torch.distributed.checkpoint as dcp
@@ -312,6 +402,39 @@ def moe_checks():
         check(cfg.get("r") == 4 and cfg.get("rank_pattern") == {}, f"peft_moe (adapter alone): r from the config, no rank_pattern: {cfg.get('r')}, {cfg.get('rank_pattern')}")
     r = dcpctl("consolidate", alone, "--lora", "merge", "--lora-config", fx / "expected_adapter" / "adapter_config.json", "-o", WORK / "moe-alone.safetensors")
     expect_rc(r, EXIT_USAGE, "peft_moe: merging the adapter alone", "holds the adapter only")
+
+
+def megatron_bridge_checks():
+    """Megatron-Bridge's LoRA (megatron.bridge.peft LoRA / CanonicalLoRA; verl's Megatron backend trains through
+    it): no fixture from the real writer (it needs Transformer Engine and a GPU), so a checkpoint saved here by
+    torch's dcp.save with its real key names (LoRALinear's adapter.linear_in [r, in] / linear_out [out, r] beside
+    the base weight, CanonicalLoRA's adapter_q / adapter_k ...): inspect names the layout, the writes refuse it."""
+    import torch.distributed.checkpoint as dcp
+    ck = WORK / "bridge-lora"
+    g = torch.Generator().manual_seed(7)
+    sd = {"decoder.layers.0.self_attention.linear_qkv.weight": torch.randn(96, 64, generator=g),
+          "decoder.layers.0.self_attention.linear_qkv.adapter.linear_in.weight": torch.randn(4, 64, generator=g),
+          "decoder.layers.0.self_attention.linear_qkv.adapter.linear_out.weight": torch.randn(96, 4, generator=g),
+          "decoder.layers.0.mlp.linear_fc1.weight": torch.randn(256, 64, generator=g),
+          "decoder.layers.0.mlp.linear_fc1.adapter_up.linear_in.weight": torch.randn(4, 64, generator=g),
+          "decoder.layers.0.mlp.linear_fc1.adapter_up.linear_out.weight": torch.randn(128, 4, generator=g)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": sd}, checkpoint_id=str(ck), no_dist=True)
+    r = dcpctl("inspect", ck, "--json")
+    if ok(r, "megatron-bridge: inspect --json"):
+        lora = json.loads(r.stdout).get("lora") or {}
+        a = (lora.get("adapters") or [{}])[0]
+        check(a.get("layout") == "megatron-bridge" and a.get("ranks") == [4] and a.get("modules") == 2
+              and a.get("targets") == ["linear_fc1", "linear_qkv"] and "Megatron-Bridge" in lora.get("hint", ""),
+              f"megatron-bridge: inspect names the layout, its modules and rank: {lora}")
+    for mode in ("adapter", "merge"):
+        out = WORK / f"bridge-{mode}"
+        r = dcpctl("consolidate", ck, "--lora", mode, "--lora-alpha", "8", "-o", f"{out}/")
+        expect_rc(r, EXIT_UNSUPPORTED, f"megatron-bridge: --lora {mode} refused naming the layout", "Megatron-Bridge", "adapter.linear_in")
+        check(not out.exists(), f"megatron-bridge: --lora {mode}: nothing written")
+    r = dcpctl("consolidate", ck, "-o", WORK / "bridge-keep.safetensors", "-q")
+    check(r.returncode == 0, f"megatron-bridge: --lora keep writes the keys as they are: {r.stderr[-300:]}")
 
 
 def torchtune_checks():
@@ -349,6 +472,26 @@ def torchtune_checks():
             check(sorted(ours) == sorted(theirs), f"{case}: get_merged_lora_ckpt's keys: {sorted(set(ours) ^ set(theirs))[:4]}")
             bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
             check(not bad, f"{case}: the merge is get_merged_lora_ckpt's bit for bit: {bad[:4]}")
+        # With --map torchtune-llama3: HF's names, q/k rows RoPE-permuted: get_merged_lora_ckpt then tune_to_hf
+        # (expected_merged_hf.safetensors), loading in from_pretrained with the torchtune model's logits.
+        hf_out = WORK / f"{case}-merged-hf"
+        r = dcpctl("consolidate", ckpt, "--lora", "merge", "--map", "torchtune-llama3", "--assets", fx / "base", "-o", f"{hf_out}/", "-q")
+        if ok(r, f"{case}: --lora merge --map torchtune-llama3"):
+            ours = {}
+            for f in sorted(hf_out.glob("*.safetensors")):
+                ours.update(load_file(f))
+            theirs = load_file(fx / "expected_merged_hf.safetensors")
+            check(sorted(ours) == sorted(theirs), f"{case}: tune_to_hf's keys: {sorted(set(ours) ^ set(theirs))[:4]}")
+            bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
+            check(not bad, f"{case}: the merge through the map is get_merged_lora_ckpt + tune_to_hf bit for bit: {bad[:4]}")
+            from transformers import AutoModelForCausalLM
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model, info = AutoModelForCausalLM.from_pretrained(hf_out, dtype=torch.float32, output_loading_info=True)
+            check(not info["missing_keys"] and not info["unexpected_keys"], f"{case}: from_pretrained loads the HF merge: {info}")
+            model.eval()
+            diff = (logits_of(model, ids["input_ids"]) - ids["logits_tune"]).abs().max().item()
+            check(diff <= 1e-4, f"{case}: from_pretrained of the HF merge gives the torchtune model's logits (max diff {diff:.3g})")
     # Without the adapter_config.json torchtune writes beside its adapter, r and alpha are not known: exit 5.
     import shutil
     alone = WORK / "tt-alone" / "dist_epoch_0"
@@ -614,6 +757,7 @@ def main() -> int:
 
     moe_checks()
     torchtune_checks()
+    megatron_bridge_checks()
 
     # ---- accelerate's FSDP2 save_state ----
     ac = FIXTURES / "peft_accelerate"
