@@ -144,8 +144,11 @@ setup_megatron() {
   python3 -m venv "$MEGATRON_VENV"
   "$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
     >"$("$mpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_dcpctl_venv.pth"
-  "$mpy" -m pip install -q --no-deps --ignore-requires-python --no-binary megatron-core -r "$req"
-  "$mpy" -W ignore -c 'import megatron.core, torch, sys; assert megatron.core.__version__ == "0.19.2", megatron.core.__version__' 2>/dev/null
+  # Built outside the repository: megatron-core's build appends the git commit of the directory it
+  # is built in to its version ("0.19.2+a7ab040"), and pip's cache then keeps that wheel.
+  (cd "$(mktemp -d)" && "$mpy" -m pip install -q --no-deps --ignore-requires-python --no-binary megatron-core -r "$ROOT/$req")
+  "$mpy" -W ignore -c 'import megatron.core, torch, sys; v = megatron.core.__version__; assert v.split("+")[0] == "0.19.2", v' ||
+    { echo "dev.sh: .venv-megatron does not import megatron-core 0.19.2" >&2; return 1; }
   echo "$want" >"$MEGATRON_VENV/.dcpctl-requirements"
 }
 
