@@ -436,7 +436,7 @@ def case_faults(work: Path) -> None:
     # (SeaweedFS keeps listing the emptied folder for minutes; only objects count)
     r = dcpctl("reshard", ckpt, "-o", url("partial/"), "--world-size", "4")
     names = sorted(k[len("partial/"):] for k in SERVER.keys(BUCKET, "partial/"))
-    check(r.returncode == 0 and names == [".metadata"] + [f"__{i}_0.distcp" for i in range(4)],
+    check(r.returncode == 0 and names == [".metadata"] + [f"__{i}_0.distcp" for i in range(4)] + [MANIFEST],
           f"the run again after it failed, without --force: exit {r.returncode}: {r.stderr} {names}")
 
     # a wrong secret: refused by the server, exit 4 naming the URL and the status
