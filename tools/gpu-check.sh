@@ -265,16 +265,26 @@ consolidate_three() {
       { echo "torchrun --backend $b failed"; return 1; }
     echo "$b: $(since "$t") s"
   done
-  diff -r "$work/gloo" "$work/nccl" && diff -r "$work/one" "$work/nccl" && echo "identical"
+  same_out "$work/gloo" "$work/nccl" && same_out "$work/one" "$work/nccl" && echo "identical"
+}
+# same_out A B: the same files byte for byte but the manifests, and those the same but for the
+# `.metadata` line (a fresh save id) and the per-tensor digests a run under torchrun does not write
+# (as tests/dist/torchrun_test.sh's same_output)
+manifest_files() {
+  "$py" -c 'import json, sys; m = json.load(open(sys.argv[1])); m.pop("tensors", None); print(json.dumps(m, indent=2, sort_keys=True))' "$1" |
+    grep -v '"\.metadata"'
+}
+same_out() {
+  diff -r -x .metadata -x '*dcpctl-manifest.json' "$1" "$2" || return 1
+  local m
+  while read -r m; do diff <(manifest_files "$1/$m") <(manifest_files "$2/$m") || return 1; done < <(cd "$1" && find . -name '*dcpctl-manifest.json')
 }
 reshard_two() { # the same files with the same bytes (but .metadata, which holds a fresh save id, and
   # the manifest's line for it), as tests/dist/torchrun_test.sh's same_tree
   rm -rf "$work/one" "$work/tr"
   "$dcpctl" reshard "$1" -o "$work/one" -w 4 -q &&
     under_torchrun "$ngpu" reshard "$1" -o "$work/tr" -w 4 --timeout 300 -q &&
-    diff -r -x .metadata -x dcpctl-manifest.json "$work/one" "$work/tr" &&
-    diff <(grep -v '"\.metadata"' "$work/one/dcpctl-manifest.json") <(grep -v '"\.metadata"' "$work/tr/dcpctl-manifest.json") &&
-    echo "identical"
+    same_out "$work/one" "$work/tr" && echo "identical"
 }
 # A rank whose LOCAL_RANK has no GPU: that rank exits 5 naming it, no rank crashes, nothing is written.
 refusal() {
