@@ -15,7 +15,6 @@
 
 #include "dist/group.h"
 #include "meta/quantized.h"
-#include "store/file.h"
 #include "write/assets.h"
 #include "write/dcp_metadata.h"
 #include "write/execute.h"
@@ -39,13 +38,8 @@ DcpAdditions quantized_config_file(const WriteJob& job, const std::string& asset
   DcpAdditions add;
   const Checkpoint& ck = job.request.ck;
   if (!ck.derived || !ck.derived->output.contains("quantization_config")) return add;
-  std::string text = "{}";
   const MapConfig config = checkpoint_config(ck, assets);
-  if (!config.json.is_null()) {
-    ReadFile f(config.path);
-    text.assign(f.size(), '\0');
-    f.read_at(0, text.data(), text.size());
-  }
+  const std::string text = config.json.is_null() ? "{}" : read_text(config.path);
   add.files.push_back({"config.json", quantized_config(text, ck.derived->output["quantization_config"])});
   return add;
 }
