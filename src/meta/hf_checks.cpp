@@ -27,9 +27,7 @@ bool name_ends(const std::string& s, const std::string& t) {
 json read_json(const std::string& path) {
   ReadFile f(path);
   if (f.size() > kMaxJsonBytes) return json::value_t::discarded;
-  std::string text(f.size(), '\0');
-  f.read_at(0, text.data(), text.size());
-  return json::parse(text, nullptr, false);
+  return json::parse(f.read_all(), nullptr, false);
 }
 
 // The files beside the weights that a loader or a server reads.

@@ -39,9 +39,7 @@ std::map<std::string, std::string> read_weight_map(const std::string& index) {
   ReadFile f(index);
   if (f.size() > kMaxIndexBytes)
     throw FormatError(Where(index), "index of " + std::to_string(f.size()) + " bytes is larger than dcpctl reads (64 MiB)");
-  std::string text(f.size(), '\0');
-  f.read_at(0, text.data(), text.size());
-  json j = json::parse(text, nullptr, false);
+  json j = json::parse(f.read_all(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw FormatError(Where(index), "not a Hugging Face index (a JSON object with a \"weight_map\" object)");
   std::map<std::string, std::string> out;

@@ -42,9 +42,7 @@ std::optional<std::string> small_text(const std::string& path) {
   PathInfo st = stat_path(path);
   if (st.kind != PathInfo::file || st.size > 4096) return std::nullopt;
   try {
-    ReadFile f(path);
-    std::string text(f.size(), '\0');
-    f.read_at(0, text.data(), text.size());
+    const std::string text = ReadFile(path).read_all();
     size_t b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
   } catch (const Error&) {

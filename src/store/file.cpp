@@ -416,6 +416,12 @@ void ReadFile::read_remote(uint64_t offset, void* buf, size_t n, uint64_t lo, ui
   }
 }
 
+std::string ReadFile::read_all() const {
+  std::string text(size_, '\0');
+  read_at(0, text.data(), text.size());
+  return text;
+}
+
 void ReadFile::read_at(uint64_t offset, void* buf, size_t n, const std::string& key) const {
   check_range(offset, n, key);
   const uint64_t at = offset, total = n;

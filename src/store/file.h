@@ -75,6 +75,9 @@ class ReadFile {
   // Reads exactly n bytes at offset; throws IoError (OS failure) or FormatError (past EOF).
   // From an s3:// object: one ranged GET of exactly these bytes (or a block read_near kept).
   void read_at(uint64_t offset, void* buf, size_t n, const std::string& key = {}) const;
+  // The whole file as text: for small files (a config, an index, a pointer) whose size the caller
+  // has bounded as it must.
+  std::string read_all() const;
   // read_at, for a reader that will read more bytes near these within [lo, hi) (an item's window,
   // a .pt file): from an s3:// object, a read under kRemoteBlock fetches the aligned block around
   // it, clipped to [lo, hi) (all of [lo, hi) when that is at most kRemoteWholeItem: the zip's

@@ -136,9 +136,7 @@ void copy_assets(const Assets& assets, const std::function<std::string(const std
     ReadFile in(a.source);
     OutputFile out(path_of(a.name), uploads);
     if (edit_config && a.name == "config.json") {
-      std::string text(in.size(), '\0');
-      in.read_at(0, text.data(), text.size());
-      text = edit_config(text);
+      const std::string text = edit_config(in.read_all());
       out.append(reinterpret_cast<const uint8_t*>(text.data()), text.size());
     } else {
       for (uint64_t off = 0; off < in.size(); off += kWindow) {
@@ -169,10 +167,7 @@ std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::v
   if (cfg == assets.files.end()) return std::nullopt;
   nlohmann::json j;
   try {
-    ReadFile f(cfg->source);
-    std::string text(f.size(), '\0');
-    f.read_at(0, text.data(), text.size());
-    j = nlohmann::json::parse(text, nullptr, false);
+    j = nlohmann::json::parse(ReadFile(cfg->source).read_all(), nullptr, false);
   } catch (const Error&) {
     return std::nullopt;  // the copy reports it
   }
