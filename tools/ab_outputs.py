@@ -44,6 +44,8 @@ CASES = [
     ("lora accelerate merge", ["consolidate", L / "peft_accelerate/state/pytorch_model_fsdp_0", "--lora", "merge", "--lora-alpha", "16", "-o", "{out}.safetensors"]),
     ("map qwen3 HF folder", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--assets", L / "titan_qwen3/hf", "-o", "{out}/"]),
     ("map deepseek-v3 reshard", ["reshard", L / "titan_deepseek_v3/hf", "--map", "torchtitan-deepseek-v3", "-w", "2", "-o", "{out}"]),
+    ("map deepseek-v3 --quantize fp8-block", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3", "--config",
+                                             L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "-o", "{out}/"]),
     ("map gpt-oss cast bf16", ["cast", L / "titan_gpt_oss/hf", "--map", "torchtitan-gpt-oss", "--dtype", "bf16", "-o", "{out}"]),
     ("sample bf16 HF folder", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--dtype", "bf16", "-o", "{out}/"]),
     ("sample reshard -w 4", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "4", "-o", "{out}"]),

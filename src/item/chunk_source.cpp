@@ -121,6 +121,13 @@ void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const s
         src.read_range(lane, st, p.chunk, *from, p.bytes, tmp);
         place_piece(p, tmp, in, dst, box, item);
       }
+    } else if (src.reads_ranges()) {
+      // The chunk's slab the region lies in (meta/pieces.h's row_slab: one run of its bytes, often
+      // far less than the chunk), not the whole chunk the caller's reservation counts.
+      const Box slab = row_slab(in, cb);
+      std::vector<uint8_t> tmp(slab.numel() * item);
+      src.read_range(lane, st, p.chunk, *run_in(slab, cb, item), tmp.size(), tmp.data());
+      place_piece(p, tmp.data(), slab, dst, box, item);
     } else {
       std::vector<uint8_t> tmp(st.chunk_numel(p.chunk) * item);  // counted in the caller's reservation
       src.read_range(lane, st, p.chunk, 0, tmp.size(), tmp.data());

@@ -164,9 +164,35 @@ TensorBlob ItemReader::check_blob(Opened& o, const TensorMeta& t, size_t chunk) 
 
 TensorBlob ItemReader::describe_chunk(const TensorMeta& t, size_t chunk) const { return describe_in(ck_.derived.get(), t, chunk); }
 
+namespace {
+
+// Whether chunk `chunk` of `t` is, in place and size, chunk `chunk` of `f`.
+bool chunk_followed(const TensorMeta& t, const TensorMeta& f, size_t chunk) {
+  const size_t nd = t.ndim();
+  return chunk < f.num_chunks() && f.ndim() == nd &&
+         std::equal(t.chunk_sizes(chunk), t.chunk_sizes(chunk) + nd, f.chunk_sizes(chunk)) &&
+         std::equal(t.chunk_offsets(chunk), t.chunk_offsets(chunk) + nd, f.chunk_offsets(chunk));
+}
+
+}  // namespace
+
 TensorBlob ItemReader::describe_in(const DerivedTable* table, const TensorMeta& t, size_t chunk) const {
   if (table)
-    if (const DerivedTable::Entry* e = table->find(t.fqn)) return describe_in(e->inputs.get(), e->tensor->follows(), chunk);
+    if (const DerivedTable::Entry* e = table->find(t.fqn)) {
+      const TensorMeta& f = e->tensor->follows();
+      if (chunk_followed(t, f, chunk)) return describe_in(e->inputs.get(), f, chunk);
+      // A chunk of its own: computed dense, in C order.
+      if (!t.dtype || chunk >= t.num_chunks())
+        throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn),
+                               "chunk " + std::to_string(chunk) + " of a derived tensor cannot be described");
+      TensorBlob b;
+      b.dtype = *t.dtype;
+      b.size.assign(t.chunk_sizes(chunk), t.chunk_sizes(chunk) + t.ndim());
+      b.stride.assign(t.ndim(), 1);
+      for (size_t d = t.ndim(); d-- > 1;) b.stride[d - 1] = b.stride[d] * std::max<int64_t>(b.size[d], 1);
+      b.storage_bytes = t.chunk_numel(chunk) * itemsize(b.dtype);
+      return b;
+    }
   Opened o = open_chunk(t, chunk);
   return check_blob(o, t, chunk);
 }

@@ -60,7 +60,10 @@ class ItemReader {
   // Bytes [from, from + n) of that dense chunk, read straight from the item when its view is
   // contiguous (a decoded item is not copied whole first).
   void read_chunk_bytes(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const;
-  // Parses the chunk's data.pkl and checks it against the metadata, without reading the data.
+  // Parses the chunk's data.pkl and checks it against the metadata, without reading the data. A
+  // derived tensor's chunk is that of the tensor it follows chunk for chunk (DerivedTensor::follows),
+  // down to the saved item; one whose chunking is its own (a mapped tensor's one chunk, made of
+  // parts of several) has no item: it is described as computed, dense in its own dtype and shape.
   TensorBlob describe_chunk(const TensorMeta& t, size_t chunk) const;
   // Where the chunk's bytes lie in its file, when they can be copied without decoding (the
   // item is untransformed and its view contiguous); nullopt otherwise. Validates like read_chunk.

@@ -15,7 +15,16 @@ const DerivedTable::Entry* DerivedTable::find(const std::string& fqn) const {
 
 uint64_t DerivedTable::working_bytes(const TensorMeta& t, size_t chunk) const {
   const Entry* e = find(t.fqn);
-  return e ? e->tensor->working_bytes(chunk) : 0;
+  if (!e) return 0;
+  // The read's own holdings stay while it reads its inputs one read at a time: the largest of
+  // those reads adds to them. Any chunk of an input, not only `chunk`'s: a quantized weight reads
+  // the block rows around its chunk, a mapped tensor its parts' chunks.
+  uint64_t below = 0;
+  if (e->inputs)
+    for (const TensorMeta* in : e->tensor->inputs())
+      for (size_t c = 0; c < in->num_chunks(); ++c) below = std::max(below, e->inputs->working_bytes(*in, c));
+  const uint64_t own = e->tensor->working_bytes(chunk);
+  return own > UINT64_MAX - below ? UINT64_MAX : own + below;
 }
 
 std::shared_ptr<DerivedTable> table_over(const std::shared_ptr<const DerivedTable>& below,

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -61,8 +62,14 @@ class DerivedTensor {
   // UINT64_MAX: to its end). `below` reads its inputs.
   virtual void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const = 0;
   // What one read of chunk `chunk` holds besides the caller's buffer: its inputs as read (a chunk
-  // of the saved weight, whole scales, A and B) and the float32 working copies it computes in.
+  // of the saved weight, whole scales, A and B) and the float32 working copies it computes in; not
+  // what reading an input holds in the table below (DerivedTable::working_bytes adds that).
   virtual uint64_t working_bytes(size_t chunk) const = 0;
+  // The tensors of the table below whose reads a read of this one makes while it holds its
+  // working_bytes: follows() by default (the weight a dequantized, merged or quantized tensor is
+  // computed from); every part's tensor for a mapped one. Those read whole (a scale, an adapter's
+  // A and B) need not be named where the table below never computes them.
+  virtual std::vector<const TensorMeta*> inputs() const { return {&follows()}; }
 };
 
 struct DerivedTable {
@@ -80,7 +87,10 @@ struct DerivedTable {
 
   // The entry of the derived tensor named `fqn`; null for a saved tensor.
   const Entry* find(const std::string& fqn) const;
-  // The most one read of chunk `chunk` of `t` (a tensor of this table) holds: 0 for a saved tensor.
+  // The most one read of chunk `chunk` of `t` (a tensor of this table) holds: 0 for a saved tensor;
+  // for a derived one its own working_bytes and, on top, the most a read of any chunk of one of its
+  // inputs() holds in the table below (a view over a view: the quantized weight over a mapped or
+  // merged one, the merged weight over a dequantized base), level by level down to the saved table.
   uint64_t working_bytes(const TensorMeta& t, size_t chunk) const;
   bool empty() const { return tensors.empty() && views.empty(); }
 };

@@ -151,6 +151,17 @@ void place_piece(const Piece& p, const uint8_t* src, const Box& from, uint8_t* d
     copy_box(src, from, dst, box, p.in, item);
 }
 
+Box row_slab(const Box& in, const Box& chunk) {
+  Box slab = chunk;
+  size_t d = 0;
+  while (d < chunk.sizes.size() && chunk.sizes[d] == 1) ++d;
+  if (d < chunk.sizes.size()) {
+    slab.offsets[d] = in.offsets[d];
+    slab.sizes[d] = in.sizes[d];
+  }
+  return slab;
+}
+
 std::vector<Box> run_boxes(const std::vector<int64_t>& shape, uint64_t first, uint64_t count) {
   std::vector<Box> out;
   if (count == 0) return out;

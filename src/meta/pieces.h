@@ -93,6 +93,11 @@ std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt
 // is one contiguous run of them; nullopt otherwise.
 std::optional<uint64_t> run_in(const Box& in, const Box& b, size_t item);
 
+// The smallest run of box `chunk` (is_run over its sizes) that holds region `in` (inside it): the
+// chunk cut along its first dimension of more than one index to the rows `in` spans there. What a
+// piece that is not a run of its chunk is copied out of when its source reads byte ranges.
+Box row_slab(const Box& in, const Box& chunk);
+
 // The elements [first, first + count) of a tensor of `shape` (C order) as boxes that are each a
 // run (is_run), in order: the partial rows up to the first whole block, whole blocks, partial rows
 // after them; at most 2 * ndim boxes. How a byte range of a tensor made of parts is assembled box

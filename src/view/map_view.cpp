@@ -42,8 +42,7 @@ class BelowChunks final : public ChunkSource {
 // of it assembled from its parts.
 class MappedTensorRead final : public DerivedTensor {
  public:
-  MappedTensorRead(std::shared_ptr<const Metadata> md, MappedTensor mt, std::shared_ptr<const DerivedTable> below)
-      : md_(std::move(md)), mt_(std::move(mt)), below_(std::move(below)) {}
+  MappedTensorRead(std::shared_ptr<const Metadata> md, MappedTensor mt) : md_(std::move(md)), mt_(std::move(mt)) {}
   const TensorMeta& follows() const override { return md_->tensors[mt_.parts.at(0).tensor]; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const TensorMeta& t = mt_.meta;
@@ -70,23 +69,29 @@ class MappedTensorRead final : public DerivedTensor {
     if (!whole) std::memcpy(dst, own.data() + (from - first * item), n);
   }
   // A piece that is not a contiguous run of its chunk is placed from a whole copy of that chunk
-  // (assemble_box), read through the table below (which may compute it): the largest such chunk
-  // and what computing it holds.
+  // (assemble_box): the largest such chunk. What reading it through the table below holds (a
+  // chunk that table computes) is added by DerivedTable::working_bytes over inputs().
   uint64_t working_bytes(size_t) const override {
     uint64_t most = 0;
     for (const MapPart& part : mt_.parts) {
       const TensorMeta& s = md_->tensors[part.tensor];
       if (!s.dtype) continue;
-      for (size_t c = 0; c < s.num_chunks(); ++c)
-        most = std::max(most, s.chunk_numel(c) * itemsize(*s.dtype) + (below_ ? below_->working_bytes(s, c) : 0));
+      for (size_t c = 0; c < s.num_chunks(); ++c) most = std::max(most, s.chunk_numel(c) * itemsize(*s.dtype));
     }
     return most;
+  }
+  std::vector<const TensorMeta*> inputs() const override {
+    std::vector<const TensorMeta*> out;
+    for (const MapPart& part : mt_.parts) {
+      const TensorMeta* s = &md_->tensors[part.tensor];
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+    return out;
   }
 
  private:
   std::shared_ptr<const Metadata> md_;  // the table below's tensors, which the parts index
   MappedTensor mt_;
-  std::shared_ptr<const DerivedTable> below_;
 };
 
 }  // namespace
@@ -127,7 +132,7 @@ Checkpoint mapped_view(const Checkpoint& ck, const MappedModel& map) {
       // A derived tensor's reads never touch its storage; the planner and the deal ask where its
       // chunk lies: where its first part's first chunk does.
       t.storage = {md->tensors[mt.parts.at(0).tensor].storage.at(0)};
-      table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, ck.derived), ck.derived};
+      table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt), ck.derived};
     }
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));

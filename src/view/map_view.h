@@ -8,8 +8,11 @@
 // tensor has no saved layout of its own to follow): a read of any byte range of it is cut into
 // boxes that are runs (meta/pieces.h's run_boxes), each assembled from the pieces of the table
 // below that plan_mapped_pieces finds there (item/chunk_source.h's assemble_box), so a reader of
-// rows (the quantize view's block rows) reads those rows' parts only. Its follows() is its first
-// part's tensor (what messages name; verify, which describes chunks, reads no view).
+// rows (the quantize view's block rows) reads those rows' parts only; a part that is not a run of
+// its chunk is copied out of the chunk's rows it spans (assemble_box's row_slab). Its follows() is
+// its first part's tensor (what messages name); its chunk is its own, so describing it gives the
+// computed chunk (ItemReader::describe_chunk). Its inputs() are every part's tensor: what reading
+// them holds in the table below adds to its working_bytes (DerivedTable::working_bytes).
 //
 // The table's view "map" is the map's --json object (MappedModel::describe), so the summary
 // says it as the planner-side map did.

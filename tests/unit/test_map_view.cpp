@@ -14,8 +14,11 @@
 #include "meta/keymap.h"
 #include "meta/pieces.h"
 #include "meta/select.h"
+#include "plan/memory.h"
+#include "plan/plan.h"
 #include "util/dtype.h"
 #include "view/map_view.h"
+#include "view/model.h"
 
 using namespace dcpctl;
 
@@ -49,7 +52,7 @@ TEST_CASE("views: the map view reads each output's byte ranges as the planner's 
   ItemReader saved(ck), mapped(view);
   WindowReader windows(saved, nullptr, &map);
   std::mt19937 rng(7);
-  size_t assembled = 0, renamed = 0;
+  size_t assembled = 0, renamed = 0, reshaped = 0;
   for (size_t i = 0; i < map.tensors.size(); ++i) {
     const MappedTensor& mt = map.tensors[i];
     const TensorMeta& t = view.md.tensors[i];
@@ -77,7 +80,49 @@ TEST_CASE("views: the map view reads each output's byte ranges as the planner's 
       CHECK(std::equal(part.begin(), part.end(), want.begin() + static_cast<std::ptrdiff_t>(from)));  // n may be 0
     }
     CHECK(view.derived->working_bytes(t, 0) > 0);
+    // Its chunk is its own (no saved item holds it): described as computed, its dtype and shape.
+    TensorBlob b = mapped.describe_chunk(t, 0);
+    CHECK(b.dtype == *t.dtype);
+    CHECK(b.size == t.shape);
+    CHECK(b.contiguous());
+    const TensorMeta& first = ck.md.tensors[mt.parts[0].tensor];
+    if (t.shape != std::vector<int64_t>(first.chunk_sizes(0), first.chunk_sizes(0) + first.ndim())) ++reshaped;
   }
+  CHECK(reshaped >= 2);   // the joined / unstacked outputs, unlike their first part's first chunk
   CHECK(assembled >= 4);  // the unstacked experts, the joined / permuted attention weights
   CHECK(renamed >= 4);
+}
+
+TEST_CASE("views: a quantized weight over the map view counts the map's read under it (--max-memory)") {
+  const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
+  Checkpoint ck = open_checkpoint(dir + "/run/step-2");
+  ModelRequest rq;
+  rq.map = "torchtitan-deepseek-v3";
+  rq.map_config = dir + "/config.json";
+  rq.quantize.scheme = "fp8-block";
+  Model model = build_model(ck, rq);
+  const Checkpoint& view = model.checkpoint();
+  REQUIRE(view.derived);
+  Target target;  // one .safetensors file
+  WritePlan plan = plan_write(view, {}, std::nullopt, target);
+  size_t over_parts = 0;
+  for (const PlannedTensor& pt : plan.tensors) {
+    const DerivedTable::Entry* e = view.derived->find(pt.t->fqn);
+    if (!e || !e->inputs) continue;
+    // A quantized weight whose weight the map assembles from parts (a derived tensor of the map's table).
+    const TensorMeta& w = e->tensor->follows();
+    if (!e->inputs->find(w.fqn)) continue;
+    uint64_t map_read = 0;
+    for (size_t c = 0; c < w.num_chunks(); ++c) map_read = std::max(map_read, e->inputs->working_bytes(w, c));
+    REQUIRE(map_read > 0);
+    ++over_parts;
+    for (size_t ri : pt.records) {
+      Record& r = plan.records[ri];
+      for (const Piece& p : r.pieces)
+        CHECK(view.derived->working_bytes(*p.source, p.chunk) == e->tensor->working_bytes(p.chunk) + map_read);
+      Record plain = r;
+      CHECK(r.need >= record_need(pt, plain, target, 0, nullptr) + e->tensor->working_bytes(0) + map_read);
+    }
+  }
+  CHECK(over_parts >= 2);  // the unstacked experts, the joined attention weights
 }

@@ -24,7 +24,8 @@ namespace {
 // chunk's dense bytes, and records which chunks were read and how each use was announced and ended.
 class MemoryChunks final : public ChunkSource {
  public:
-  MemoryChunks(const TensorMeta& t, bool ordered) : t_(t), ordered_(ordered), full_(t.numel()) {
+  MemoryChunks(const TensorMeta& t, bool ordered, bool ranges = false)
+      : t_(t), ordered_(ordered), ranges_(ranges), full_(t.numel()) {
     std::iota(full_.begin(), full_.end(), 0.0f);
   }
   std::optional<DirectRun> in_place(const TensorMeta&, size_t) const override { return std::nullopt; }
@@ -37,6 +38,17 @@ class MemoryChunks final : public ChunkSource {
     Box cb = chunk_box(t, chunk);
     copy_box(reinterpret_cast<const uint8_t*>(full_.data()), whole_box(t), dst, cb, cb, 4);
   }
+  // With `ranges`: a range read alone (what LocalChunks does), its bytes counted.
+  void read_range(unsigned lane, const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, uint8_t* dst) override {
+    if (!ranges_) return ChunkSource::read_range(lane, t, chunk, from, n, dst);
+    std::vector<uint8_t> whole(t.chunk_numel(chunk) * 4);
+    Box cb = chunk_box(t, chunk);
+    copy_box(reinterpret_cast<const uint8_t*>(full_.data()), whole_box(t), whole.data(), cb, cb, 4);
+    std::memcpy(dst, whole.data() + from, n);
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_read += n;
+  }
+  bool reads_ranges() const override { return ranges_; }
   void done(const TensorMeta&, size_t chunk) override {
     std::lock_guard<std::mutex> lock(mu_);
     dones.push_back(chunk);
@@ -58,10 +70,11 @@ class MemoryChunks final : public ChunkSource {
     return out;
   }
   std::vector<size_t> reads, dones;
+  uint64_t bytes_read = 0;
 
  private:
   const TensorMeta& t_;
-  bool ordered_;
+  bool ordered_, ranges_;
   std::vector<float> full_;
   std::mutex mu_;
 };
@@ -357,6 +370,30 @@ TEST_CASE("assemble: boxes from row and column shards, through an ordered and an
         if (ordered) CHECK(std::is_sorted(src.reads.begin(), src.reads.end()));
       }
     }
+    // A source that reads byte ranges: a piece that is not a run of its chunk is read as the
+    // chunk's rows it spans (row_slab), not the whole chunk.
+    for (const Box& target : {box({0, 0}, {3, 6}), box({3, 0}, {3, 6}), box({2, 1}, {4, 4})}) {
+      CAPTURE(t.fqn, target.offsets, target.sizes);
+      MemoryChunks src(t, false, true);
+      std::vector<Piece> pieces = plan_pieces(t, target);
+      std::vector<float> got(target.numel(), -1.0f);
+      assemble_box(src, t, target, pieces, reinterpret_cast<uint8_t*>(got.data()), 1);
+      CHECK(got == src.expected(target));
+      uint64_t slabs = 0;
+      bool sliced = false;
+      for (const Piece& p : pieces) {
+        const Box cb = chunk_box(t, p.chunk);
+        const bool alone = p.run || run_in(p.in, cb, 4);  // a run of its chunk: read alone
+        sliced = sliced || !alone;
+        slabs += alone ? p.bytes : row_slab(p.in, cb).numel() * 4;
+        if (!alone) CHECK(row_slab(p.in, cb).numel() < cb.numel());
+      }
+      CHECK(sliced == (target.offsets[1] == 1));  // the box that is not a run cuts its chunks so
+      CHECK(src.bytes_read == slabs);
+      CHECK(src.reads.empty());  // no chunk read whole
+    }
+    CHECK(row_slab(box({1, 4}, {2, 1}), box({0, 3}, {4, 3})).text() == box({1, 3}, {2, 3}).text());
+    CHECK(row_slab(box({0, 1, 4}, {1, 2, 1}), box({0, 0, 3}, {1, 4, 3})).text() == box({0, 1, 3}, {1, 2, 3}).text());
     // read_full_tensor is the whole box, read in chunk order
     MemoryChunks src(t, true);
     std::vector<float> full(t.numel());
