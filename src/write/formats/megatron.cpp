@@ -15,8 +15,9 @@
 //                   empty extra state. The offsets are the layer's (and for SequentialMLP's
 //                   `experts.experts.` the expert's) place in the stacked tensor, so they do not
 //                   depend on the parallelism; GPTModel drops output_layer's. Layers keyed one by
-//                   one (`decoder.layers.<i>.`, a model mixing dense and MoE layers) are not a
-//                   stacked position: a dense linear's is `shard_0_1`, an expert's `shard_<e>_<E>`.
+//                   one (`decoder.layers.<i>.`, a model mixing dense and MoE layers; an MTP
+//                   layer's `mtp.layers.<i>.`, its eh_proj too) are not a stacked position: a
+//                   dense linear's is `shard_0_1`, an expert's `shard_<e>_<E>`.
 //
 // A source that has the common state or an extra state keeps its own (a Megatron -> Megatron
 // reshard copies them as they are); only what is missing is made. With --iteration N the
@@ -80,20 +81,28 @@ std::string joined(const std::vector<int64_t>& v) {
 
 // A parallel linear's weight (`decoder.layers.<...>.linear_x.weight`) and its stacked dimensions:
 // the layers, unless the key names its layer (`decoder.layers.<i>.`: sharded_state_dict() keys the
-// layers one by one when they are not homogeneous, moe_layer_freq), and SequentialMLP's experts.
+// layers one by one when they are not homogeneous, moe_layer_freq; an MTP layer's
+// `mtp.layers.<i>.eh_proj` and `mtp.layers.<i>.transformer_layer.<...>.linear_x`), and
+// SequentialMLP's experts.
 struct Linear {
   bool is = false;
   size_t stacked = 0;
 };
+// The length of `prefix` followed by a layer number and a dot at the start of `s`; 0 if not so.
+size_t numbered(const std::string& s, std::string_view prefix) {
+  if (s.compare(0, prefix.size(), prefix) != 0) return 0;
+  size_t end = prefix.size();
+  while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
+  return end > prefix.size() && end < s.size() && s[end] == '.' ? end + 1 : 0;
+}
 Linear parallel_linear(const std::string& module) {
-  constexpr std::string_view kLayers = "decoder.layers.";
-  if (module.rfind(kLayers.data(), 0) != 0) return {};
   const size_t last = module.rfind('.');
-  if (module.compare(last + 1, 7, "linear_") != 0) return {};
-  size_t digits = kLayers.size();
-  while (digits < module.size() && module[digits] >= '0' && module[digits] <= '9') ++digits;
-  const bool per_layer = digits > kLayers.size() && digits < module.size() && module[digits] == '.';
-  return {true, (per_layer ? 0U : 1U) + (module.find(".experts.experts.") != std::string::npos ? 1U : 0U)};
+  const bool linear = module.compare(last + 1, 7, "linear_") == 0;
+  const size_t experts = module.find(".experts.experts.") != std::string::npos ? 1U : 0U;
+  if (numbered(module, "mtp.layers.") != 0)
+    return {linear || module.compare(last + 1, std::string::npos, "eh_proj") == 0, experts};
+  if (!linear || module.rfind("decoder.layers.", 0) != 0) return {};
+  return {true, (numbered(module, "decoder.layers.") != 0 ? 0U : 1U) + experts};
 }
 
 // The source's common state with --iteration N: {"iteration": N, "checkpoint_version": its own}.
