@@ -576,7 +576,16 @@ class MapBuilder {
     // items_' keys, so a training checkpoint's million optimizer keys are looked up without a copy).
     std::unordered_set<std::string_view> taken;
     for (const auto& it : items_)
-      if (it.tensor && (!not_from.count(it.key) || is_model(it.key))) taken.insert(it.key);
+      if (it.tensor && (!not_from.count(it.key) || is_model(it.key))) {
+        taken.insert(it.key);
+        // and its tail from a model namespace on: a wrapper's key (Megatron-FSDP's
+        // `model.module.decoder.layers.0.x`) is held by its optimizer's under another wrapper
+        // (`optimizer.state.module.module.module.decoder.layers.0.x.exp_avg`)
+        const std::string_view key(it.key);
+        for (size_t dot = key.find('.'); dot != std::string_view::npos; dot = key.find('.', dot + 1))
+          for (const auto& p : map_.model[from_])
+            if (key.compare(dot + 1, p.size(), p) == 0) taken.insert(key.substr(dot + 1));
+      }
     auto under_model = [this](const std::string& key) {
       for (int s = 0; s < 2; ++s)
         for (const auto& p : map_.model[s])

@@ -120,6 +120,10 @@ def foreign(m: dict, side: str, keys: list[str], config: dict | None) -> tuple[l
     prefixes = m["model"][side] + m["model"][other]
     matched = {k for k in keys if mine(k)}
     taken = matched | {k for k in keys if any(k.startswith(x) for x in m["model"][side])}
+    # and each taken key's tail from one of the side's model namespaces on: a wrapper's key (Megatron-FSDP's
+    # model.module.decoder.layers.0.x) is held by its optimizer's under another wrapper (...module.module.decoder...)
+    taken |= {".".join(k.split(".")[i:]) for k in set(taken) for i in range(1, k.count(".") + 1)
+              if any(".".join(k.split(".")[i:]).startswith(x) for x in m["model"][side])}
 
     def holds_taken(k: str) -> bool:
         parts = k.split(".")

@@ -78,7 +78,7 @@ def main() -> int:
             m = json.loads(r.stdout)["map"]
             check(sorted(m["excluded"]) == sorted(UNCOVERED + ["decoder.layers.self_attention.linear_qkv.bias"]),
                   f"--json map.excluded {m['excluded']}: wanted the seven and linear_qkv.bias (which *bias also matches)")
-            check(m["model"] == ["embedding.", "decoder.", "output_layer.", "mtp."], f"--json map.model {m['model']}")
+            check(m["model"] == ["embedding.", "decoder.", "output_layer.", "mtp.", "model.module."], f"--json map.model {m['model']}")
             check(all("_extra_state" in k or "common_state" in k for k in m["left_out"]) and m["left_out"],
                   f"--json map.left_out {m['left_out']}: only the non-tensor items outside the model")
             check(m["dropped"] == [] and m["missing"] == [] and m["drop_reasons"] == {}, f"--json map {m}")

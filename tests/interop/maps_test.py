@@ -511,7 +511,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     hf/ (transformers' save_pretrained) goes back to the checkpoint's own tensors bit for bit."""
     from transformers import AutoModelForCausalLM
 
-    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe"):
+    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"
@@ -521,19 +521,74 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         want = load_file(str(d / "expected_hf.safetensors"))
         same_tensors(hf_tensors(out), want, f"{name}: megatron->hf vs the conversion megatron's logits confirm")
         model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
-        check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
-              f"{name}: from_pretrained of the export: {info}")
+        # an MTP layer (DeepSeek-V3's names, model.layers.<num_hidden_layers + i>.*): no transformers model
+        # loads one, Qwen3ForCausalLM reports exactly its keys as unexpected
+        mtp = {k for k in want if k.startswith(tuple(f"model.layers.{doc['dims']['layers'] + i}." for i in range(4)))}
+        check(name.endswith("_mtp") == bool(mtp) and set(info.get("unexpected_keys") or ()) == mtp
+              and not any(info.get(k) for k in ("missing_keys", "mismatched_keys")), f"{name}: from_pretrained of the export: {info}")
         lg = load_file(str(d / "logits.safetensors"))
         with torch.no_grad():
             diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
         check(diff <= doc["logits"]["atol"], f"{name}: transformers on the export vs megatron's logits: {diff}")
         back = work / f"{name}-back"
-        r = dcpctl("reshard", d / "hf", "-o", back, "-w", "2", "--map", "megatron-gpt")
+        # a model mixing dense and MoE layers is keyed per layer: megatron-gpt-layers (megatron-gpt stacks
+        # the layers, and refuses what it cannot stack rather than drop it)
+        m = "megatron-gpt-layers" if name.endswith("_mixed") else "megatron-gpt"
+        if m != "megatron-gpt":
+            r = dcpctl("reshard", d / "hf", "-o", work / f"{name}-stacked", "-w", "1", "--map", "megatron-gpt")
+            check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists(),
+                  f"{name}: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
+        r = dcpctl("reshard", d / "hf", "-o", back, "-w", "2", "--map", m)
         if not ok(r, f"{name}: hf->megatron"):
             continue
         got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
         ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
         same_tensors(got, ref, f"{name}: hf->megatron vs the checkpoint megatron-core wrote")
+
+
+def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
+    """Issue 50 item 2: Megatron-FSDP's fsdp_dtensor checkpoint (run_megatron_fsdp: Megatron-LM's own
+    save_checkpoint, keys `model.module.decoder.layers.<i>.*`, SwiGLU fc1 as weight_w / weight_v, the
+    optimizer under `optimizer.state.module.module.module.*`) to Hugging Face through megatron-gpt, the
+    config.json given with --assets (megatron_fsdp_hf/: transformers' LlamaConfig of the model): equal to the
+    conversion whose transformers logits equal megatron's own forward (make_megatron_fsdp_hf.py), loaded by
+    from_pretrained with no missing or unexpected key, its logits megatron's; the optimizer, rng and args left
+    out; without a config.json the map asks for it (exit 2)."""
+    from transformers import AutoModelForCausalLM
+
+    d = fixtures / "layouts" / "megatron_fsdp_hf"
+    ckpt = fixtures / "layouts" / "run_megatron_fsdp" / "run" / "iter_0000002"
+    doc = json.loads((d / "expected.json").read_text())
+    out = work / "fsdp-hf"
+    r = dcpctl("consolidate", ckpt, "-o", f"{out}/", "--map", "megatron-gpt", "--assets", d, "--json")
+    if not ok(r, "fsdp_dtensor->hf"):
+        return
+    mdoc = jdoc(r, "fsdp_dtensor->hf").get("map") or {}
+    check(mdoc.get("direction") == "megatron->hf" and mdoc.get("mapped") == len(doc["model_keys"]) and not mdoc.get("dropped")
+          and not mdoc.get("missing") and not [k for k in mdoc.get("left_out", []) if k.startswith("model.module.")],
+          f"fsdp_dtensor->hf: map summary {({k: mdoc.get(k) for k in ('direction', 'mapped', 'dropped', 'missing')})}")
+    check(any(k.startswith("optimizer.state.") for k in mdoc.get("left_out", [])), "fsdp_dtensor->hf: the optimizer state is not listed as left out")
+    same_tensors(hf_tensors(out), load_file(str(d / "expected_hf.safetensors")), "fsdp_dtensor->hf vs the conversion megatron's logits confirm")
+    model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+    check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"fsdp_dtensor->hf: from_pretrained: {info}")
+    lg = load_file(str(d / "logits.safetensors"))
+    with torch.no_grad():
+        diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+    check(diff <= doc["logits"]["atol"], f"fsdp_dtensor->hf: transformers' logits vs megatron's: {diff}")
+    r = dcpctl("consolidate", ckpt, "-o", work / "fsdp-noconfig.safetensors", "--map", "megatron-gpt", "--no-assets")
+    check(r.returncode == EXIT_USAGE and "config.json" in r.stderr and "n_kv_heads" in r.stderr,
+          f"fsdp_dtensor->hf without a config.json: exit {r.returncode} (want 2, asking for it): {r.stderr.strip()[-300:]!r}")
+
+
+def test_megatron_layers_map() -> None:
+    """megatron-gpt-layers is megatron-gpt's per-layer rules (decoder.layers.{L}.*) and nothing else of the
+    layers: the two files say the same of every per-layer key."""
+    gpt = json.loads((MAPS_DIR / "megatron-gpt.json").read_text())
+    layers = json.loads((MAPS_DIR / "megatron-gpt-layers.json").read_text())
+    per = [r for r in gpt["rules"] if str(r.get("megatron", "")).startswith("decoder.layers.{L}.")]
+    check(per and per == [r for r in layers["rules"] if str(r.get("megatron", "")).startswith("decoder.layers.")],
+          "megatron-gpt-layers' per-layer rules differ from megatron-gpt's")
+    check(all(r in gpt["rules"] for r in layers["rules"]), "megatron-gpt-layers has a rule megatron-gpt lacks")
 
 
 def main() -> int:
@@ -547,6 +602,8 @@ def main() -> int:
         work = Path(tmp)
         steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
+                 ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
+                 ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]
         for case in mo.cases(fixtures):
             steps.append((f"{case.name} export", lambda c=case: test_export(c, work)))

@@ -14,7 +14,10 @@
 //                   every such layer asks for when loading: torch.save([None]), the local spec's
 //                   empty extra state. The offsets are the layer's (and for SequentialMLP's
 //                   `experts.experts.` the expert's) place in the stacked tensor, so they do not
-//                   depend on the parallelism; GPTModel drops output_layer's.
+//                   depend on the parallelism; GPTModel drops output_layer's. Layers keyed one by
+//                   one (`decoder.layers.<i>.`, a model mixing dense and MoE layers; an MTP
+//                   layer's `mtp.layers.<i>.`, its eh_proj too) are not a stacked position: a
+//                   dense linear's is `shard_0_1`, an expert's `shard_<e>_<E>`.
 //
 // A source that has the common state or an extra state keeps its own (a Megatron -> Megatron
 // reshard copies them as they are); only what is missing is made. With --iteration N the
@@ -27,6 +30,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "item/item_reader.h"
 #include "pickle/repr.h"
@@ -75,13 +79,30 @@ std::string joined(const std::vector<int64_t>& v) {
   return s;
 }
 
-// The stacked dimensions of a parallel linear's weight (`decoder.layers.<...>.linear_x.weight`):
-// the layers, and the experts of SequentialMLP; empty when it is not one.
-size_t stacked_dims(const std::string& module) {
-  if (module.rfind("decoder.layers.", 0) != 0) return 0;
+// A parallel linear's weight (`decoder.layers.<...>.linear_x.weight`) and its stacked dimensions:
+// the layers, unless the key names its layer (`decoder.layers.<i>.`: sharded_state_dict() keys the
+// layers one by one when they are not homogeneous, moe_layer_freq; an MTP layer's
+// `mtp.layers.<i>.eh_proj` and `mtp.layers.<i>.transformer_layer.<...>.linear_x`), and
+// SequentialMLP's experts.
+struct Linear {
+  bool is = false;
+  size_t stacked = 0;
+};
+// The length of `prefix` followed by a layer number and a dot at the start of `s`; 0 if not so.
+size_t numbered(const std::string& s, std::string_view prefix) {
+  if (s.compare(0, prefix.size(), prefix) != 0) return 0;
+  size_t end = prefix.size();
+  while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
+  return end > prefix.size() && end < s.size() && s[end] == '.' ? end + 1 : 0;
+}
+Linear parallel_linear(const std::string& module) {
   const size_t last = module.rfind('.');
-  if (module.compare(last + 1, 7, "linear_") != 0) return 0;
-  return module.find(".experts.experts.") != std::string::npos ? 2 : 1;
+  const bool linear = module.compare(last + 1, 7, "linear_") == 0;
+  const size_t experts = module.find(".experts.experts.") != std::string::npos ? 1U : 0U;
+  if (numbered(module, "mtp.layers.") != 0)
+    return {linear || module.compare(last + 1, std::string::npos, "eh_proj") == 0, experts};
+  if (!linear || module.rfind("decoder.layers.", 0) != 0) return {};
+  return {true, (numbered(module, "decoder.layers.") != 0 ? 0U : 1U) + experts};
 }
 
 // The source's common state with --iteration N: {"iteration": N, "checkpoint_version": its own}.
@@ -125,8 +146,9 @@ DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iter
     const size_t dot = pt.key.rfind('.');
     if (dot == std::string::npos || pt.key.compare(dot, std::string::npos, ".weight") != 0) continue;
     const std::string module = pt.key.substr(0, dot);
-    const size_t n = stacked_dims(module);
-    if (n == 0) continue;
+    const Linear linear = parallel_linear(module);
+    if (!linear.is) continue;
+    const size_t n = linear.stacked;
     const std::vector<int64_t>& shape = pt.t->shape;
     if (shape.size() >= n &&
         std::any_of(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n), [](int64_t d) { return d <= 0; }))
@@ -135,7 +157,11 @@ DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iter
       throw UnsupportedError(Where({}, std::nullopt, pt.key),
                              "--format megatron: a parallel linear's tensor of " + std::to_string(shape.size()) +
                                  " dimensions is not stacked over " + (n == 2 ? "layers and experts" : "layers"));
-    modules.emplace(module, std::vector<int64_t>(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n)));
+    // One layer's linear, not stacked: one extra state, `shard_0_1` (megatron-core's offsets of an
+    // unstacked ShardedObject).
+    modules.emplace(module, n == 0
+                                ? std::vector<int64_t>{1}
+                                : std::vector<int64_t>(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(n)));
   }
   if (!megatron_keys)
     throw UnsupportedError(Where(),
