@@ -57,7 +57,16 @@ class Fp8BlockWeight final : public DerivedTensor {
       std::vector<float> f(s_.numel());
       if (*s_.dtype == DType::Float8_E8M0FNU) e8m0_to_float(scale.data(), f.size(), f.data());
       else std::memcpy(f.data(), scale.data(), f.size() * 4);
-      dequantize_fp8_blocks(*w_.dtype, q.data(), chunk_box(w_, chunk), f.data(), s_.shape[1], block_, out);
+      // A stack of experts [E, R, C] (scale [E, R / b0, C / b1]): each expert's part of the chunk
+      // as a 2-D weight; a 2-D weight: one.
+      const Box box = chunk_box(w_, chunk);
+      const size_t lead = box.sizes.size() - 2;
+      const Box part{{box.offsets.begin() + lead, box.offsets.end()}, {box.sizes.begin() + lead, box.sizes.end()}};
+      const int64_t experts = lead ? box.sizes[0] : 1, first = lead ? box.offsets[0] : 0;
+      const int64_t per_scale = s_.shape[lead] * s_.shape[lead + 1];
+      for (int64_t e = 0; e < experts; ++e)
+        dequantize_fp8_blocks(*w_.dtype, q.data() + e * part.numel(), part, f.data() + (first + e) * per_scale,
+                              s_.shape[lead + 1], block_, out + e * part.numel());
     });
   }
   // The fp8 chunk, the scale read whole and as float32, and the chunk's float32 values when a part is asked.
@@ -209,25 +218,27 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   for (const auto& [wi, si] : pairs) {
     const TensorMeta& w = md.tensors[wi];
     const TensorMeta& s = md.tensors[si];
-    if (w.ndim() != 2)
+    if (w.ndim() != 2 && w.ndim() != 3)
       throw UnsupportedError(
           Where(ck.metadata_path, std::nullopt, w.fqn),
           "a block-scaled float8 weight of " + std::to_string(w.ndim()) +
-              " dimensions: dcpctl dequantizes 2-D weights, as torch's QuantizedHuggingFaceStorageReader does; "
+              " dimensions: dcpctl dequantizes 2-D weights and 3-D expert stacks (transformers' FP8Experts); "
               "without --dtype the weights and their scales are written as they are");
-    if (!s.dtype || (*s.dtype != DType::Float32 && *s.dtype != DType::Float8_E8M0FNU) || s.ndim() != 2)
+    if (!s.dtype || (*s.dtype != DType::Float32 && *s.dtype != DType::Float8_E8M0FNU) || s.ndim() != w.ndim())
       throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
                         "the scale of float8 weight '" + w.fqn + "' is " + s.dtype_name + " of " +
-                            std::to_string(s.ndim()) +
-                            " dimensions; a block scale is 2-D float32 or float8_e8m0fnu (scale_fmt ue8m0)");
+                            std::to_string(s.ndim()) + " dimensions; a block scale is float32 or float8_e8m0fnu "
+                            "(scale_fmt ue8m0) of the weight's " + std::to_string(w.ndim()));
     int64_t b0 = block ? block->first : 128, b1 = block ? block->second : 128;
-    if (s.shape[0] != ceil_blocks(w.shape[0], b0) || s.shape[1] != ceil_blocks(w.shape[1], b1))
+    const size_t lead = w.ndim() - 2;
+    std::vector<int64_t> want(w.shape.begin(), w.shape.begin() + static_cast<std::ptrdiff_t>(lead));
+    want.push_back(ceil_blocks(w.shape[lead], b0));
+    want.push_back(ceil_blocks(w.shape[lead + 1], b1));
+    if (s.shape != want)
       throw FormatError(
           Where(ck.metadata_path, std::nullopt, s.fqn),
-          "shape [" + std::to_string(s.shape[0]) + ", " + std::to_string(s.shape[1]) + "] is not the " +
-              std::to_string(b0) + "x" + std::to_string(b1) + " blocks of weight '" + w.fqn + "' [" +
-              std::to_string(w.shape[0]) + ", " + std::to_string(w.shape[1]) + "]: [" +
-              std::to_string(ceil_blocks(w.shape[0], b0)) + ", " + std::to_string(ceil_blocks(w.shape[1], b1)) + "]" +
+          "shape " + dims(s.shape) + " is not the " + std::to_string(b0) + "x" + std::to_string(b1) +
+              " blocks of weight '" + w.fqn + "' " + dims(w.shape) + ": " + dims(want) +
               (block ? " (block size from " + config.path + ")"
                      : " (no quantization_config.weight_block_size found: 128x128 assumed, as torch's reader does; " +
                            config.path + ")"));
