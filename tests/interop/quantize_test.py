@@ -50,6 +50,29 @@ float32, save_pretrained; experts [E, in, out] as GptOssExperts keeps them):
 `reshard` and `cast` with --quantize (reshard_cast_checks): the DCP outputs, read by torch's DCP
 loader, hold consolidate's bytes.
 
+`--quantize fp8-block` on stacked experts (fp8_stack_checks, fp8_kept_stack_checks), on a tiny
+Gemma4ForCausalLM transformers writes here (seeded, float32, save_pretrained: Gemma 4 has no
+conversion mapping, so its experts stay on disk as Gemma4TextExperts holds them,
+`experts.gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I], the [E, out, in] FP8Experts loads;
+transformers 5.23's other MoE models write per-expert 2-D weights, and GPT-OSS / Llama 4 [E, in, out]):
+
+  - each expert's fp8 bytes and its slice of `_scale_inv` [E, out / 16, in / 16] equal
+    transformers' Fp8Quantize of that expert, byte for byte;
+  - from_pretrained of the folder loads FP8Experts and FP8Linear (the GPU path, its environment
+    check bypassed on CPU: transformers 5.23's dequantize=True does not collect a stack's
+    `_scale_inv` for a model without a conversion mapping, it reports them unexpected), no missing,
+    unexpected or mismatched keys, holding dcpctl's bytes; the model rebuilt from transformers'
+    own _dequantize_fp8_weight of what it loaded gives the logits of transformers' own
+    quantize-dequantize, and with its experts alone quantized is within 10% of the unquantized
+    model's largest logit (measured 0.035 of 0.55; the whole model 0.32: a random Gemma 4 is
+    sensitive);
+  - `consolidate Q/ --dtype bf16` gives back _dequantize_fp8_weight's values in bf16; a DCP copy
+    whose chunks cut the stacks (reshard -w 3) the same bytes;
+  - kept, each named with its reason and its experts module in modules_to_not_convert: a stack
+    with partial blocks (--quantize-block 32x32 on down_proj's 48 columns; transformers'
+    Fp8Dequantize derives the block from the scale grid) keeps its whole module; GPT-OSS's biased
+    [E, in, out] stacks.
+
 `--map M --quantize S` in one command (map_fp8_checks, map_mxfp4_checks; the map a view the
 quantize view reads, view/map_view.h): bit for bit the two-step path (consolidate --map M -o A/,
 then consolidate A/ --quantize S), on torchtitan 0.3.0's DeepSeek-V3 fixtures (fp8-block, experts
@@ -461,7 +484,7 @@ def make_gemma4(d: Path):
     return model
 
 
-def fp8_stack_checks(gptoss: Path) -> None:
+def fp8_stack_checks() -> Path:
     """--quantize fp8-block on stacked experts (view/quantize.h): Gemma 4's [E, out, in] stacks
     quantized expert by expert, equal to transformers' Fp8Quantize per expert; stacks FP8Experts
     does not load as they are ([E, in, out], biased, partial blocks) kept, listed with a reason and
@@ -474,7 +497,7 @@ def fp8_stack_checks(gptoss: Path) -> None:
     q = WORK / "gemma4-q"
     r = dcpctl("consolidate", src, "-o", f"{q}/", "--quantize", "fp8-block", "--quantize-block", "16x16", "--json", "-q")
     if not expect_rc(r, 0, "consolidate --quantize fp8-block of Gemma 4 (stacked experts)"):
-        return
+        return src
     s = json.loads(r.stdout)
     kept = {k["key"]: k["reason"] for k in s["quantized"]["kept"]}
     check(not any(k in kept for k in stacks), f"no expert stack kept: {[k for k in stacks if k in kept]}")
@@ -488,8 +511,9 @@ def fp8_stack_checks(gptoss: Path) -> None:
                     (d := same_tensor(out.get(k + "_scale_inv", torch.empty(0))[e:e + 1].squeeze(0), want_s)):
                 bad.append(f"{k}[{e}]: {d}")
     check(not bad, f"each expert's fp8 bytes and scales equal transformers' Fp8Quantize of it ({bad[:2]})")
-    check(all(out[k + "_scale_inv"].shape == (w.shape[0], w.shape[1] // 16, w.shape[2] // 16)
-              for k, w in ((k, tensors[k]) for k in stacks)), "each stack's scale is [E, out / 16, in / 16] (FP8Experts')")
+    if not check(all(k + "_scale_inv" in out and out[k + "_scale_inv"].shape == (w.shape[0], w.shape[1] // 16, w.shape[2] // 16)
+                     for k, w in ((k, tensors[k]) for k in stacks)), "each stack's scale is [E, out / 16, in / 16] (FP8Experts')"):
+        return src
     qc = json.loads((q / "config.json").read_text()).get("quantization_config", {})
     check(not any(".experts" in m for m in qc.get("modules_to_not_convert", [])), f"no experts module left unconverted: {qc}")
 
@@ -545,6 +569,24 @@ def fp8_stack_checks(gptoss: Path) -> None:
         worst = max(((back[k].float() - tensors[k]).abs() / tensors[k].abs().clamp(min=1e-30)).max().item() for k in stacks)
         print(f"     stacked round trip in bf16: worst relative error {worst:.4g}")
 
+    # ---- a DCP source whose chunks cut the stacks (reshard -w 3: 4 experts over 3 ranks) ----
+    d3 = WORK / "gemma4-dcp3"
+    if expect_rc(dcpctl("reshard", src, "-o", d3, "-w", "3", "-q"), 0, "reshard Gemma 4 over 3 ranks"):
+        q3 = WORK / "gemma4-q3"
+        if expect_rc(dcpctl("consolidate", d3, "-o", f"{q3}/", "--quantize", "fp8-block", "--quantize-block", "16x16",
+                            "--assets", src, "-q"), 0, "consolidate --quantize of the 3-rank DCP copy"):
+            o3 = folder_tensors(q3)
+            check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out),
+                  "the same bytes from shards that cut the expert stacks")
+    return src
+
+
+
+def fp8_kept_stack_checks(src: Path, gptoss: Path) -> None:
+    """The stacks --quantize fp8-block keeps, each named with its reason and its experts module
+    in modules_to_not_convert (transformers would otherwise replace it by FP8Experts)."""
+    tensors = folder_tensors(src)
+    stacks = sorted(k for k, v in tensors.items() if v.dim() == 3)
     # ---- partial blocks: the experts module kept whole, named with the reason ----
     r = dcpctl("consolidate", src, "-o", f"{WORK / 'gemma4-q32'}/", "--quantize", "fp8-block", "--quantize-block", "32x32", "--json", "-q")
     if expect_rc(r, 0, "--quantize-block 32x32 (down_proj's 48 columns: partial blocks)"):
@@ -709,7 +751,7 @@ def main() -> int:
     reshard_cast_checks(src, folder_tensors(hf16) if hf16.exists() else {}, gptoss, mx)
     map_fp8_checks()
     map_mxfp4_checks(gptoss)
-    fp8_stack_checks(gptoss)
+    fp8_kept_stack_checks(fp8_stack_checks(), gptoss)
     return summary("quantize_test")
 
 
