@@ -187,26 +187,28 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   // One-byte tensors are MXFP4 only when the config says so: a uint8 X_blocks beside X_scales is
   // GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other scales, a
   // model's own uint8 buffers) with those names would be dequantized into garbage.
-  if (!mx.empty()) {
-    const nlohmann::json* q = config.json.is_object() && config.json.contains("quantization_config")
-                                  ? &config.json["quantization_config"]
-                                  : nullptr;
-    const std::string method = q && q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
-                                   ? (*q)["quant_method"].get<std::string>()
-                                   : "";
-    if (method != "mxfp4")
+  const QuantConfig qc = quant_config(config);
+  if (!mx.empty() && qc.quant_method != writing_codec(CodecFamily::Mxfp4).quant_method)
+    throw UnsupportedError(
+        Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
+        md.tensors[mx[0].first].dtype_name + " blocks beside '" + md.tensors[mx[0].second].fqn +
+            "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " + describe_quant_config(qc) +
+            "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) "
+            "with "
+            "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+  // A one-byte weight that is not float8 (uint8, int8, F4: packed FP4, int8, ...) beside a scale:
+  // no row of the codec table the config chooses explains it.
+  for (uint32_t i : ignored) {
+    const std::string& n = md.tensors[i].fqn;
+    const TensorMeta& w = md.tensors[by_name.at(std::string_view(n).substr(0, n.size() - std::strlen(kScaleSuffix)))];
+    if (w.dtype && itemsize(*w.dtype) == 1)
       throw UnsupportedError(
-          Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
-          md.tensors[mx[0].first].dtype_name + " blocks beside '" + md.tensors[mx[0].second].fqn +
-              "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " +
-              (config.json.is_null() ? "no config.json (" + config.path + ")"
-                                     : config.path + " has quantization_config.quant_method " +
-                                           (method.empty() ? "absent" : "'" + method + "'")) +
-              "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) "
-              "with "
-              "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+          Where(ck.metadata_path, std::nullopt, w.fqn),
+          "a " + w.dtype_name + " weight beside the scale '" + n +
+              "': no codec of the config explains it (" + describe_quant_config(qc) +
+              "; quantization_config's quant_method, fmt, scale_fmt and weight_block_size choose it); dcpctl does "
+              "not dequantize one-byte tensors by guess: leave out --dtype to write them as saved");
   }
-
   Checkpoint view = ck;
   std::shared_ptr<DerivedTable> table = table_over(ck.derived);
   auto add = [&](const std::string& name, std::shared_ptr<const DerivedTensor> t) {
@@ -224,7 +226,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
           "a block-scaled float8 weight of " + std::to_string(w.ndim()) +
               " dimensions: dcpctl dequantizes 2-D weights and 3-D expert stacks (transformers' FP8Experts); "
               "without --dtype the weights and their scales are written as they are");
-    if (!s.dtype || (*s.dtype != DType::Float32 && *s.dtype != DType::Float8_E8M0FNU) || s.ndim() != w.ndim())
+    if (!s.dtype || !find_codec(CodecFamily::Fp8Block, *w.dtype, *s.dtype) || s.ndim() != w.ndim())
       throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
                         "the scale of float8 weight '" + w.fqn + "' is " + s.dtype_name + " of " +
                             std::to_string(s.ndim()) + " dimensions; a block scale is float32 or float8_e8m0fnu "

@@ -310,6 +310,8 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
                                   "(GPT-OSS's experts)");
   const int64_t bm = rq.block[0], bn = rq.block[1];
   if (bm <= 0 || bn <= 0) throw UsageError(Where(), "--quantize-block: two positive integers, RxC (128x128)");
+  // The row written: e4m3 beside a float32 weight_scale_inv (Fp8Weight / Fp8ScaleInv compute those).
+  const Codec& codec = writing_codec(CodecFamily::Fp8Block);
   const Metadata& md = ck.md;
   auto by_name = tensor_names(md);
   Checkpoint view = ck;
@@ -343,15 +345,15 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
       continue;
     }
     TensorMeta& q = tensors.back();
-    q.dtype = DType::Float8_E4M3FN;
-    q.dtype_name = torch_name(DType::Float8_E4M3FN);
+    q.dtype = codec.weight;
+    q.dtype_name = torch_name(codec.weight);
     const int64_t rb = (flat_rows(t) + bm - 1) / bm, cb = (t.shape.back() + bn - 1) / bn;
     auto computed = std::make_shared<Fp8Scales>(rb, cb);
     table->tensors[t.fqn] = {std::make_shared<Fp8Weight>(t, bm, bn, computed), ck.derived};
     TensorMeta s;
-    s.fqn = t.fqn + kScaleSuffix;  // X.weight_scale_inv, X.experts.gate_up_proj_scale_inv
-    s.dtype = DType::Float32;
-    s.dtype_name = torch_name(DType::Float32);
+    s.fqn = t.fqn + codec.scale_suffix;  // X.weight_scale_inv, X.experts.gate_up_proj_scale_inv
+    s.dtype = codec.scale;
+    s.dtype_name = torch_name(codec.scale);
     s.shape = stack ? std::vector<int64_t>{t.shape[0], t.shape[1] / bm, cb} : std::vector<int64_t>{rb, cb};
     s.chunk_dims = std::vector<int64_t>(s.shape.size(), 0);
     s.chunk_dims.insert(s.chunk_dims.end(), s.shape.begin(), s.shape.end());
@@ -364,7 +366,7 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
     if (md.has_planner_data)
       if (auto p = md.planner_data.find(t.fqn); p != md.planner_data.end()) {
         std::vector<PathElem> path = p->second;
-        if (!path.empty() && !path.back().is_index) path.back().key += kScaleSuffix;
+        if (!path.empty() && !path.back().is_index) path.back().key += codec.scale_suffix;
         view.md.planner_data[s.fqn] = path;
       }
     scales.push_back({i, std::move(s)});
@@ -401,11 +403,7 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
       std::find(not_convert.begin(), not_convert.end(), "lm_head") == not_convert.end())
     not_convert.push_back("lm_head");
   table->views["quantized"] = {{"scheme", rq.scheme}, {"block", {bm, bn}}, {"weights", quantized}, {"kept", kept}};
-  table->output["quantization_config"] = {{"quant_method", "fp8"},
-                                          {"fmt", "e4m3"},
-                                          {"activation_scheme", "dynamic"},
-                                          {"weight_block_size", {bm, bn}},
-                                          {"modules_to_not_convert", not_convert}};
+  table->output["quantization_config"] = written_quant_config(codec, rq.block, not_convert);
   table->output["keep_dtype"] = keep_dtype;
   view.derived = std::move(table);
   return view;
