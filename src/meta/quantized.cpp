@@ -16,10 +16,12 @@ const std::vector<Codec>& codec_table() {
   using D = DType;
   using F = CodecFamily;
   static const std::vector<Codec> table = {
-      {"fp8-block e4m3 float32", F::Fp8Block, "fp8", "e4m3", "float", D::Float8_E4M3FN, D::Float32, "", kScaleSuffix, true},
-      {"fp8-block e4m3 ue8m0", F::Fp8Block, "fp8", "e4m3", "ue8m0", D::Float8_E4M3FN, D::Float8_E8M0FNU, "", kScaleSuffix,
+      {"fp8-block e4m3 float32", F::Fp8Block, "fp8", "e4m3", "float", D::Float8_E4M3FN, D::Float32, "", kScaleSuffix,
+       true},
+      {"fp8-block e4m3 ue8m0", F::Fp8Block, "fp8", "e4m3", "ue8m0", D::Float8_E4M3FN, D::Float8_E8M0FNU, "",
+       kScaleSuffix, false},
+      {"fp8-block e5m2 float32", F::Fp8Block, "fp8", "e5m2", "float", D::Float8_E5M2, D::Float32, "", kScaleSuffix,
        false},
-      {"fp8-block e5m2 float32", F::Fp8Block, "fp8", "e5m2", "float", D::Float8_E5M2, D::Float32, "", kScaleSuffix, false},
       {"fp8-block e5m2 ue8m0", F::Fp8Block, "fp8", "e5m2", "ue8m0", D::Float8_E5M2, D::Float8_E8M0FNU, "", kScaleSuffix,
        false},
       // torch's float8 variants without a release format of their own, read as the e4m3 / e5m2 rows
@@ -75,7 +77,8 @@ QuantConfig quant_config(const MapConfig& config) {
 
 std::string describe_quant_config(const QuantConfig& q) {
   if (!q.found) return "no config.json (" + q.path + ")";
-  return q.path + " has quantization_config.quant_method " + (q.quant_method.empty() ? "absent" : "'" + q.quant_method + "'");
+  return q.path + " has quantization_config.quant_method " +
+         (q.quant_method.empty() ? "absent" : "'" + q.quant_method + "'");
 }
 
 json written_quant_config(const Codec& codec, const int64_t block[2], const json& not_convert) {

@@ -35,11 +35,10 @@ struct Checkpoint;
 // group's power of two, biased by 127: E8M0). torch's QuantizedHuggingFaceStorageReader
 // (_dequantize_tensor_mxfp4) reads them as `X_blocks` of [..., G * 2B]: value = ldexp(E2M1(nibble),
 // scale - 127) rounded once to float32 (scale 255, NaN in E8M0, is taken as 2^128: finite or inf),
-// then the cast (checked against it for all 256 scales and bf16/fp16/fp32). transformers' convert_moe_packed_tensors computes the
-// same values and returns them transposed ([E, in, out], GptOssExperts' layout); dcpctl keeps
-// torch's name and orientation, and the torchtitan-gpt-oss map takes it from there. (torch 2.15's
-// reader itself, through dcp.load, returns wrong values for such a folder: its
-// _dequantize_tensor_mxfp4 called directly is the reference the tests use.)
+// then the cast (checked against it for all 256 scales and bf16/fp16/fp32). transformers' convert_moe_packed_tensors
+// computes the same values and returns them transposed ([E, in, out], GptOssExperts' layout); dcpctl keeps torch's name
+// and orientation, and the torchtitan-gpt-oss map takes it from there. (torch 2.15's reader itself, through dcp.load,
+// returns wrong values for such a folder: its _dequantize_tensor_mxfp4 called directly is the reference the tests use.)
 //
 // The codec table: one row per quantized format dcpctl reads (the dequantize view recognises
 // a weight and its scale by a row) or writes (the quantize view takes its names, dtypes and
@@ -48,16 +47,16 @@ struct Checkpoint;
 // byte width alone.
 enum class CodecFamily { Fp8Block, Mxfp4, F4 };
 struct Codec {
-  const char* name;          // for messages and --json: "fp8-block e4m3 float32", ...
+  const char* name;  // for messages and --json: "fp8-block e4m3 float32", ...
   CodecFamily family;
-  const char* quant_method;  // quantization_config.quant_method: "fp8", "mxfp4"
-  const char* fmt;           // quantization_config.fmt: "e4m3", "e5m2"; "" where the format has none
-  const char* scale_fmt;     // quantization_config.scale_fmt: "float", "ue8m0"; "" where it has none
-  DType weight;              // the saved weight's dtype
-  DType scale;               // the saved scale's dtype
+  const char* quant_method;   // quantization_config.quant_method: "fp8", "mxfp4"
+  const char* fmt;            // quantization_config.fmt: "e4m3", "e5m2"; "" where the format has none
+  const char* scale_fmt;      // quantization_config.scale_fmt: "float", "ue8m0"; "" where it has none
+  DType weight;               // the saved weight's dtype
+  DType scale;                // the saved scale's dtype
   const char* weight_suffix;  // the weight's name: X + weight_suffix ("" : X itself)
   const char* scale_suffix;   // the scale's name beside it: X + scale_suffix
-  bool writes;               // --quantize writes this row (fp8-block: e4m3 float32; mxfp4: U8 U8)
+  bool writes;                // --quantize writes this row (fp8-block: e4m3 float32; mxfp4: U8 U8)
 };
 const std::vector<Codec>& codec_table();
 // The row `family` writes (--quantize).
@@ -68,9 +67,9 @@ const Codec* find_codec(CodecFamily family, DType weight, DType scale);
 // What config.json's quantization_config says (each field empty when absent): the keys that
 // choose a codec, read once for both directions.
 struct QuantConfig {
-  std::string path;                  // the config.json (where it was looked for when none was found)
-  bool found = false;                // a config.json was read
-  bool present = false;              // it has a quantization_config object
+  std::string path;      // the config.json (where it was looked for when none was found)
+  bool found = false;    // a config.json was read
+  bool present = false;  // it has a quantization_config object
   std::string quant_method, fmt, scale_fmt;
   std::optional<std::pair<int64_t, int64_t>> block;  // weight_block_size
   std::vector<std::string> modules_to_not_convert;

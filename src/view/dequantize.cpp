@@ -204,8 +204,8 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     if (w.dtype && itemsize(*w.dtype) == 1)
       throw UnsupportedError(
           Where(ck.metadata_path, std::nullopt, w.fqn),
-          "a " + w.dtype_name + " weight beside the scale '" + n +
-              "': no codec of the config explains it (" + describe_quant_config(qc) +
+          "a " + w.dtype_name + " weight beside the scale '" + n + "': no codec of the config explains it (" +
+              describe_quant_config(qc) +
               "; quantization_config's quant_method, fmt, scale_fmt and weight_block_size choose it); dcpctl does "
               "not dequantize one-byte tensors by guess: leave out --dtype to write them as saved");
   }
@@ -229,8 +229,10 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     if (!s.dtype || !find_codec(CodecFamily::Fp8Block, *w.dtype, *s.dtype) || s.ndim() != w.ndim())
       throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
                         "the scale of float8 weight '" + w.fqn + "' is " + s.dtype_name + " of " +
-                            std::to_string(s.ndim()) + " dimensions; a block scale is float32 or float8_e8m0fnu "
-                            "(scale_fmt ue8m0) of the weight's " + std::to_string(w.ndim()));
+                            std::to_string(s.ndim()) +
+                            " dimensions; a block scale is float32 or float8_e8m0fnu "
+                            "(scale_fmt ue8m0) of the weight's " +
+                            std::to_string(w.ndim()));
     int64_t b0 = block ? block->first : 128, b1 = block ? block->second : 128;
     const size_t lead = w.ndim() - 2;
     std::vector<int64_t> want(w.shape.begin(), w.shape.begin() + static_cast<std::ptrdiff_t>(lead));

@@ -39,8 +39,12 @@ ChunkBox chunk_box3(const TensorMeta& t, size_t c) {
   if (t.ndim() == 2) return {0, 1, off[0], size[0], off[1], size[1]};
   return {off[0], size[0], off[1], size[1], off[2], size[2]};
 }
-int64_t matrix_rows(const TensorMeta& t) { return t.shape[t.ndim() - 2]; }
-int64_t flat_rows(const TensorMeta& t) { return t.ndim() == 2 ? t.shape[0] : t.shape[0] * t.shape[1]; }
+int64_t matrix_rows(const TensorMeta& t) {
+  return t.shape[t.ndim() - 2];
+}
+int64_t flat_rows(const TensorMeta& t) {
+  return t.ndim() == 2 ? t.shape[0] : t.shape[0] * t.shape[1];
+}
 
 // Flat rows [a, b) of weight `t` (within one matrix; as the table below has it) as float32, into
 // `out` ((b - a) * cols). A chunk that spans every column gives its rows as one byte range; another
@@ -130,7 +134,7 @@ class Fp8Weight final : public DerivedTensor {
       const int64_t R = matrix_rows(w_), cols = w_.shape.back();
       std::vector<float> x, scale;
       for (int64_t e = k.e0; e < k.e0 + k.ne; ++e) {  // each matrix (expert) of the chunk
-        const int64_t top = e * R + k.r0;               // the chunk's first flat row in it
+        const int64_t top = e * R + k.r0;             // the chunk's first flat row in it
         const int64_t a = top / bm_ * bm_, b = std::min((e + 1) * R, (top + k.nr + bm_ - 1) / bm_ * bm_);
         x.resize(static_cast<size_t>((b - a) * cols));
         read_rows(below, w_, a, b, x.data());
@@ -162,7 +166,8 @@ class Fp8ScaleInv final : public DerivedTensor {
       : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)) {}
   const TensorMeta& follows() const override { return w_; }
   void read(const TensorReads& below, size_t, uint64_t from, uint64_t n, void* dst) const override {
-    const int64_t rows = flat_rows(w_), cols = w_.shape.back(), cb = (cols + bn_ - 1) / bn_, rb = (rows + bm_ - 1) / bm_;
+    const int64_t rows = flat_rows(w_), cols = w_.shape.back(), cb = (cols + bn_ - 1) / bn_,
+                  rb = (rows + bm_ - 1) / bm_;
     const uint64_t bytes = static_cast<uint64_t>(rb * cb) * 4;
     read_part(Where("", std::nullopt, w_.fqn + kScaleSuffix), "scale", bytes, from, n, dst, [&](uint8_t* out) {
       float* inv = reinterpret_cast<float*>(out);
@@ -195,8 +200,8 @@ const char* const kExpertProjections[] = {"gate_up_proj", "up_proj", "down_proj"
 // The projection name of an expert stack `experts.P` of transformers' FP8Experts, or "".
 std::string expert_projection(const std::string& key) {
   for (const char* p : kExpertProjections)
-    if (key.size() > std::strlen(p) + 9 && key.compare(key.size() - std::strlen(p) - 9, std::string::npos,
-                                                       std::string(".experts.") + p) == 0)
+    if (key.size() > std::strlen(p) + 9 &&
+        key.compare(key.size() - std::strlen(p) - 9, std::string::npos, std::string(".experts.") + p) == 0)
       return p;
   return "";
 }
@@ -225,9 +230,9 @@ std::string fp8_stack_reason(const TensorMeta& t, const std::unordered_map<std::
            "up_proj, down_proj)";
   if (by_name.count(t.fqn + "_bias")) return "a stacked expert projection with a bias (FP8Experts has none)";
   const json none = json::object();
-  const json& c = !rq.config.is_object()                                                         ? none
+  const json& c = !rq.config.is_object()                                                      ? none
                   : rq.config.contains("text_config") && rq.config["text_config"].is_object() ? rq.config["text_config"]
-                                                                                                : rq.config;
+                                                                                              : rq.config;
   const int64_t E = first_int(c, {"num_local_experts", "num_experts"}), H = first_int(c, {"hidden_size"}),
                 I = first_int(c, {"moe_intermediate_size", "intermediate_size"});
   if (E <= 0 || H <= 0 || I <= 0)
@@ -235,10 +240,12 @@ std::string fp8_stack_reason(const TensorMeta& t, const std::unordered_map<std::
            "or num_experts, hidden_size, moe_intermediate_size or intermediate_size)";
   const int64_t out = proj == "down_proj" ? H : proj == "gate_up_proj" ? 2 * I : I, in = proj == "down_proj" ? I : H;
   if (t.shape == std::vector<int64_t>{E, in, out} && in != out)
-    return "a stacked expert projection [E, in, out] " + dims_text(t.shape.data(), t.shape.size()) + " (FP8Experts holds [E, out, in])";
+    return "a stacked expert projection [E, in, out] " + dims_text(t.shape.data(), t.shape.size()) +
+           " (FP8Experts holds [E, out, in])";
   if (t.shape != std::vector<int64_t>{E, out, in})
-    return "a stacked expert projection of shape " + dims_text(t.shape.data(), t.shape.size()) + ", not FP8Experts' [E, out, in] " +
-           dims_text(std::vector<int64_t>{E, out, in}.data(), 3) + " from config.json";
+    return "a stacked expert projection of shape " + dims_text(t.shape.data(), t.shape.size()) +
+           ", not FP8Experts' [E, out, in] " + dims_text(std::vector<int64_t>{E, out, in}.data(), 3) +
+           " from config.json";
   if (out % rq.block[0] != 0 || in % rq.block[1] != 0)
     return "a stacked expert projection with partial " + std::to_string(rq.block[0]) + "x" +
            std::to_string(rq.block[1]) +
@@ -251,9 +258,8 @@ std::string fp8_stack_reason(const TensorMeta& t, const std::unordered_map<std::
 // Each 3-D floating tensor's reason to be kept ("": quantized): fp8_stack_reason, and an experts
 // module is quantized whole or not at all (FP8Experts replaces the module: a kept projection keeps
 // the others, with its reason).
-std::unordered_map<uint32_t, std::string> fp8_stack_reasons(const Metadata& md,
-                                                            const std::unordered_map<std::string_view, uint32_t>& by_name,
-                                                            const QuantizeRequest& rq) {
+std::unordered_map<uint32_t, std::string> fp8_stack_reasons(
+    const Metadata& md, const std::unordered_map<std::string_view, uint32_t>& by_name, const QuantizeRequest& rq) {
   std::unordered_map<uint32_t, std::string> why;
   std::unordered_map<std::string, std::string> module_kept;  // experts module -> a projection's reason
   for (uint32_t i = 0; i < md.tensors.size(); ++i) {
