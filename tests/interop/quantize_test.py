@@ -466,6 +466,17 @@ def map_mxfp4_checks(gptoss: Path) -> None:
               "GPT-OSS: reshard --map --quantize mxfp4: torch's DCP loader reads the two-step path's tensors")
 
 
+def same_from_dcp3(src: Path, out: dict, name: str, what: str) -> None:
+    """`consolidate --quantize fp8-block --quantize-block 16x16` of a DCP copy of HF folder `src`
+    sharded over 3 ranks (reshard -w 3, chunks that cut the blocks) gives `out`, byte for byte."""
+    dcp_dir, q3 = WORK / f"{name}-dcp3", WORK / f"{name}-q3"
+    if expect_rc(dcpctl("reshard", src, "-o", dcp_dir, "-w", "3", "-q"), 0, f"reshard {name} over 3 ranks") and \
+            expect_rc(dcpctl("consolidate", dcp_dir, "-o", f"{q3}/", "--quantize", "fp8-block", "--quantize-block", "16x16",
+                             "--assets", src, "-q"), 0, f"consolidate --quantize of {name}'s 3-rank DCP copy"):
+        o3 = folder_tensors(q3)
+        check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out), what)
+
+
 def make_gemma4(d: Path):
     """A tiny Gemma4ForCausalLM (transformers 5.23, seeded, float32, save_pretrained): its MoE
     experts on disk as Gemma4TextExperts keeps them, `model.layers.N.experts.gate_up_proj` [E, 2I, H]
@@ -570,14 +581,7 @@ def fp8_stack_checks() -> Path:
         print(f"     stacked round trip in bf16: worst relative error {worst:.4g}")
 
     # ---- a DCP source whose chunks cut the stacks (reshard -w 3: 4 experts over 3 ranks) ----
-    d3 = WORK / "gemma4-dcp3"
-    if expect_rc(dcpctl("reshard", src, "-o", d3, "-w", "3", "-q"), 0, "reshard Gemma 4 over 3 ranks"):
-        q3 = WORK / "gemma4-q3"
-        if expect_rc(dcpctl("consolidate", d3, "-o", f"{q3}/", "--quantize", "fp8-block", "--quantize-block", "16x16",
-                            "--assets", src, "-q"), 0, "consolidate --quantize of the 3-rank DCP copy"):
-            o3 = folder_tensors(q3)
-            check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out),
-                  "the same bytes from shards that cut the expert stacks")
+    same_from_dcp3(src, out, "gemma4", "the same bytes from shards that cut the expert stacks")
     return src
 
 
@@ -702,14 +706,7 @@ def main() -> int:
             check(False, f"torch's QuantizedHuggingFaceStorageReader: {type(e).__name__}: {e}")
 
         # ---- a DCP source whose chunks cut the blocks ----
-        dcp_dir = WORK / "dcp3"
-        if expect_rc(dcpctl("reshard", src, "-o", dcp_dir, "-w", "3", "-q"), 0, "reshard the folder over 3 ranks"):
-            q3 = WORK / "q3"
-            if expect_rc(dcpctl("consolidate", dcp_dir, "-o", f"{q3}/", "--quantize", "fp8-block", "--quantize-block", "16x16",
-                                "--assets", src, "-q"), 0, "consolidate --quantize of the 3-rank DCP copy"):
-                o3 = folder_tensors(q3)
-                check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out),
-                      "the same bytes from row shards that cut the blocks (43/43/42 rows of 128)")
+        same_from_dcp3(src, out, "qwen3", "the same bytes from row shards that cut the blocks (43/43/42 rows of 128)")
 
     # ---- partial edge blocks: 24x24 on 64- and 128-wide weights ----
     q24 = WORK / "q24.safetensors"
