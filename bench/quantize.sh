@@ -19,6 +19,8 @@
 #
 #   bench/quantize.sh [WORKDIR]    (default /tmp/dcpctl-bench-quantize; ~10 GB free)
 #
+# --quantize mxfp4 on a GPT-OSS-layout model: bench/quantize_mxfp4.sh (the same work dir).
+#
 # Environment: DCPCTL, PYTHON (torch 2.15.0, transformers 5.23.0), REPEAT.
 set -euo pipefail
 set -- "${1:-/tmp/dcpctl-bench-quantize}"

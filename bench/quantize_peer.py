@@ -13,6 +13,15 @@
                                      rest cast to bf16, save_file + config.json with quantization_config
   quantize_peer.py bf16 SRC OUT      from_pretrained(SRC, dtype=bfloat16).save_pretrained(OUT)
   quantize_peer.py check A B         every tensor of A/ equal to B/'s (dtype, shape, bytes)
+  quantize_peer.py make-gpt-oss DIR  a 2.3 GB float32 GptOssForCausalLM (transformers 5.23, seeded random
+                                     init: hidden 1024, intermediate 1024, 16 experts, 10 layers, vocab
+                                     32000; its experts [E, in, out] as GptOssExperts keeps them) saved
+                                     with save_pretrained into DIR/src-gpt-oss (kept between runs), for
+                                     bench/quantize_mxfp4.sh
+  quantize_peer.py save SRC OUT      from_pretrained(SRC) + save_pretrained(OUT) in its dtype (the peers'
+                                     load-and-save, without quantizing: transformers 5.23 quantizes to
+                                     MXFP4 only with the `kernels` package's Hub kernels, see
+                                     bench/quantize_mxfp4.sh)
 
 Phases (load, convert, save) go to stderr.
 """
@@ -36,6 +45,32 @@ def make(d: Path) -> None:
     model.save_pretrained(src, max_shard_size="1GB")
     n = sum(p.numel() for p in model.parameters())
     (d / "info.json").write_text(json.dumps({"parameters": n, "bytes": n * 4}))
+
+
+def make_gpt_oss(d: Path) -> None:
+    src = d / "src-gpt-oss"
+    if (src / "config.json").exists():
+        return
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(vocab_size=32000, hidden_size=1024, intermediate_size=1024, num_hidden_layers=10,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=64, num_local_experts=16,
+                       num_experts_per_tok=4, layer_types=["sliding_attention", "full_attention"] * 5)
+    torch.manual_seed(0)
+    model = GptOssForCausalLM(cfg)
+    model.save_pretrained(src, max_shard_size="1GB")
+    n = sum(p.numel() for p in model.parameters())
+    (d / "info-gpt-oss.json").write_text(json.dumps({"parameters": n, "bytes": n * 4}))
+
+
+def save(src: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM
+    t0 = time.perf_counter()
+    m = AutoModelForCausalLM.from_pretrained(src, dtype="auto")
+    t1 = time.perf_counter()
+    m.save_pretrained(out)
+    t2 = time.perf_counter()
+    print(f"peer-save phases: from_pretrained {t1 - t0:.2f} s, save_pretrained {t2 - t1:.2f} s", file=sys.stderr)
 
 
 def folder(d: Path) -> dict:
@@ -111,5 +146,10 @@ if __name__ == "__main__":
     elif cmd == "bf16":
         shutil.rmtree(sys.argv[3], ignore_errors=True)
         bf16(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif cmd == "make-gpt-oss":
+        make_gpt_oss(Path(sys.argv[2]))
+    elif cmd == "save":
+        shutil.rmtree(sys.argv[3], ignore_errors=True)
+        save(Path(sys.argv[2]), Path(sys.argv[3]))
     elif cmd == "check":
         sys.exit(check(Path(sys.argv[2]), Path(sys.argv[3])))

@@ -1,6 +1,7 @@
 #include "meta/quantized.h"
 
 #include <cstring>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "meta/checkpoint.h"
@@ -11,8 +12,89 @@ namespace dcpctl {
 
 using nlohmann::json;
 
+const std::vector<Codec>& codec_table() {
+  using D = DType;
+  using F = CodecFamily;
+  static const std::vector<Codec> table = {
+      {"fp8-block e4m3 float32", F::Fp8Block, "fp8", "e4m3", "float", D::Float8_E4M3FN, D::Float32, "", kScaleSuffix,
+       true},
+      {"fp8-block e4m3 ue8m0", F::Fp8Block, "fp8", "e4m3", "ue8m0", D::Float8_E4M3FN, D::Float8_E8M0FNU, "",
+       kScaleSuffix, false},
+      {"fp8-block e5m2 float32", F::Fp8Block, "fp8", "e5m2", "float", D::Float8_E5M2, D::Float32, "", kScaleSuffix,
+       false},
+      {"fp8-block e5m2 ue8m0", F::Fp8Block, "fp8", "e5m2", "ue8m0", D::Float8_E5M2, D::Float8_E8M0FNU, "", kScaleSuffix,
+       false},
+      // torch's float8 variants without a release format of their own, read as the e4m3 / e5m2 rows
+      {"fp8-block e4m3fnuz float32", F::Fp8Block, "fp8", "e4m3", "float", D::Float8_E4M3FNUZ, D::Float32, "",
+       kScaleSuffix, false},
+      {"fp8-block e4m3fnuz ue8m0", F::Fp8Block, "fp8", "e4m3", "ue8m0", D::Float8_E4M3FNUZ, D::Float8_E8M0FNU, "",
+       kScaleSuffix, false},
+      {"fp8-block e5m2fnuz float32", F::Fp8Block, "fp8", "e5m2", "float", D::Float8_E5M2FNUZ, D::Float32, "",
+       kScaleSuffix, false},
+      {"fp8-block e5m2fnuz ue8m0", F::Fp8Block, "fp8", "e5m2", "ue8m0", D::Float8_E5M2FNUZ, D::Float8_E8M0FNU, "",
+       kScaleSuffix, false},
+      {"mxfp4 U8 U8", F::Mxfp4, "mxfp4", "", "", D::UInt8, D::UInt8, "_blocks", "_scales", true},
+      {"mxfp4 U8 F8_E8M0", F::Mxfp4, "mxfp4", "", "", D::UInt8, D::Float8_E8M0FNU, "_blocks", "_scales", false},
+      {"mxfp4 I8 U8", F::Mxfp4, "mxfp4", "", "", D::Int8, D::UInt8, "_blocks", "_scales", false},
+      {"mxfp4 I8 F8_E8M0", F::Mxfp4, "mxfp4", "", "", D::Int8, D::Float8_E8M0FNU, "_blocks", "_scales", false},
+      // safetensors F4 (shapes count the 4-bit elements): read and written as a dtype; no
+      // release pairs it with a scale dcpctl dequantizes yet, so no view reads it as a weight.
+      {"F4", F::F4, "", "", "", D::Float4_E2M1FN_X2, D::Float8_E8M0FNU, "", "_scale", false},
+  };
+  return table;
+}
+
+const Codec& writing_codec(CodecFamily family) {
+  for (const Codec& c : codec_table())
+    if (c.family == family && c.writes) return c;
+  throw std::logic_error("no codec writes this family");
+}
+
+const Codec* find_codec(CodecFamily family, DType weight, DType scale) {
+  for (const Codec& c : codec_table())
+    if (c.family == family && c.weight == weight && c.scale == scale) return &c;
+  return nullptr;
+}
+
+QuantConfig quant_config(const MapConfig& config) {
+  QuantConfig q;
+  q.path = config.path;
+  q.found = !config.json.is_null();
+  q.block = configured_block(config);
+  if (!config.json.is_object() || !config.json.contains("quantization_config")) return q;
+  const json& c = config.json["quantization_config"];
+  if (!c.is_object()) return q;
+  q.present = true;
+  auto text = [&](const char* k) { return c.contains(k) && c[k].is_string() ? c[k].get<std::string>() : ""; };
+  q.quant_method = text("quant_method");
+  q.fmt = text("fmt");
+  q.scale_fmt = text("scale_fmt");
+  if (c.contains("modules_to_not_convert") && c["modules_to_not_convert"].is_array())
+    for (const json& m : c["modules_to_not_convert"])
+      if (m.is_string()) q.modules_to_not_convert.push_back(m.get<std::string>());
+  return q;
+}
+
+std::string describe_quant_config(const QuantConfig& q) {
+  if (!q.found) return "no config.json (" + q.path + ")";
+  return q.path + " has quantization_config.quant_method " +
+         (q.quant_method.empty() ? "absent" : "'" + q.quant_method + "'");
+}
+
+json written_quant_config(const Codec& codec, const int64_t block[2], const json& not_convert) {
+  if (codec.family == CodecFamily::Mxfp4)
+    return {{"modules_to_not_convert", not_convert}, {"quant_method", codec.quant_method}};
+  return {{"quant_method", codec.quant_method},
+          {"fmt", codec.fmt},
+          {"activation_scheme", "dynamic"},
+          {"weight_block_size", {block[0], block[1]}},
+          {"modules_to_not_convert", not_convert}};
+}
+
 bool is_float8(DType d) {
-  return d == DType::Float8_E4M3FN || d == DType::Float8_E5M2 || d == DType::Float8_E4M3FNUZ || d == DType::Float8_E5M2FNUZ;
+  for (const Codec& c : codec_table())
+    if (c.family == CodecFamily::Fp8Block && c.weight == d) return true;
+  return false;
 }
 
 int64_t ceil_blocks(int64_t n, int64_t b) { return (n + b - 1) / b; }
@@ -49,10 +131,10 @@ std::vector<std::pair<uint32_t, uint32_t>> mxfp4_pairs(const Metadata& md, const
   std::vector<std::pair<uint32_t, uint32_t>> out;
   for (uint32_t i = 0; i < md.tensors.size(); ++i) {
     const TensorMeta& t = md.tensors[i];
-    if ((t.dtype != DType::UInt8 && t.dtype != DType::Int8) || !ends_with(t.fqn, kBlocksSuffix)) continue;
+    if (!t.dtype || !ends_with(t.fqn, kBlocksSuffix)) continue;
     auto s = by_name.find(t.fqn.substr(0, t.fqn.size() - std::strlen(kBlocksSuffix)) + "_scales");
-    if (s != by_name.end() &&
-        (md.tensors[s->second].dtype == DType::UInt8 || md.tensors[s->second].dtype == DType::Float8_E8M0FNU))
+    if (s != by_name.end() && md.tensors[s->second].dtype &&
+        find_codec(CodecFamily::Mxfp4, *t.dtype, *md.tensors[s->second].dtype))
       out.push_back({i, s->second});
   }
   return out;

@@ -57,7 +57,16 @@ class Fp8BlockWeight final : public DerivedTensor {
       std::vector<float> f(s_.numel());
       if (*s_.dtype == DType::Float8_E8M0FNU) e8m0_to_float(scale.data(), f.size(), f.data());
       else std::memcpy(f.data(), scale.data(), f.size() * 4);
-      dequantize_fp8_blocks(*w_.dtype, q.data(), chunk_box(w_, chunk), f.data(), s_.shape[1], block_, out);
+      // A stack of experts [E, R, C] (scale [E, R / b0, C / b1]): each expert's part of the chunk
+      // as a 2-D weight; a 2-D weight: one.
+      const Box box = chunk_box(w_, chunk);
+      const size_t lead = box.sizes.size() - 2;
+      const Box part{{box.offsets.begin() + lead, box.offsets.end()}, {box.sizes.begin() + lead, box.sizes.end()}};
+      const int64_t experts = lead ? box.sizes[0] : 1, first = lead ? box.offsets[0] : 0;
+      const int64_t per_scale = s_.shape[lead] * s_.shape[lead + 1];
+      for (int64_t e = 0; e < experts; ++e)
+        dequantize_fp8_blocks(*w_.dtype, q.data() + e * part.numel(), part, f.data() + (first + e) * per_scale,
+                              s_.shape[lead + 1], block_, out + e * part.numel());
     });
   }
   // The fp8 chunk, the scale read whole and as float32, and the chunk's float32 values when a part is asked.
@@ -178,26 +187,28 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   // One-byte tensors are MXFP4 only when the config says so: a uint8 X_blocks beside X_scales is
   // GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other scales, a
   // model's own uint8 buffers) with those names would be dequantized into garbage.
-  if (!mx.empty()) {
-    const nlohmann::json* q = config.json.is_object() && config.json.contains("quantization_config")
-                                  ? &config.json["quantization_config"]
-                                  : nullptr;
-    const std::string method = q && q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
-                                   ? (*q)["quant_method"].get<std::string>()
-                                   : "";
-    if (method != "mxfp4")
+  const QuantConfig qc = quant_config(config);
+  if (!mx.empty() && qc.quant_method != writing_codec(CodecFamily::Mxfp4).quant_method)
+    throw UnsupportedError(
+        Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
+        md.tensors[mx[0].first].dtype_name + " blocks beside '" + md.tensors[mx[0].second].fqn +
+            "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " + describe_quant_config(qc) +
+            "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) "
+            "with "
+            "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+  // A one-byte weight that is not float8 (uint8, int8, F4: packed FP4, int8, ...) beside a scale:
+  // no row of the codec table the config chooses explains it.
+  for (uint32_t i : ignored) {
+    const std::string& n = md.tensors[i].fqn;
+    const TensorMeta& w = md.tensors[by_name.at(std::string_view(n).substr(0, n.size() - std::strlen(kScaleSuffix)))];
+    if (w.dtype && itemsize(*w.dtype) == 1)
       throw UnsupportedError(
-          Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
-          md.tensors[mx[0].first].dtype_name + " blocks beside '" + md.tensors[mx[0].second].fqn +
-              "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " +
-              (config.json.is_null() ? "no config.json (" + config.path + ")"
-                                     : config.path + " has quantization_config.quant_method " +
-                                           (method.empty() ? "absent" : "'" + method + "'")) +
-              "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) "
-              "with "
-              "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+          Where(ck.metadata_path, std::nullopt, w.fqn),
+          "a " + w.dtype_name + " weight beside the scale '" + n + "': no codec of the config explains it (" +
+              describe_quant_config(qc) +
+              "; quantization_config's quant_method, fmt, scale_fmt and weight_block_size choose it); dcpctl does "
+              "not dequantize one-byte tensors by guess: leave out --dtype to write them as saved");
   }
-
   Checkpoint view = ck;
   std::shared_ptr<DerivedTable> table = table_over(ck.derived);
   auto add = [&](const std::string& name, std::shared_ptr<const DerivedTensor> t) {
@@ -209,25 +220,29 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   for (const auto& [wi, si] : pairs) {
     const TensorMeta& w = md.tensors[wi];
     const TensorMeta& s = md.tensors[si];
-    if (w.ndim() != 2)
+    if (w.ndim() != 2 && w.ndim() != 3)
       throw UnsupportedError(
           Where(ck.metadata_path, std::nullopt, w.fqn),
           "a block-scaled float8 weight of " + std::to_string(w.ndim()) +
-              " dimensions: dcpctl dequantizes 2-D weights, as torch's QuantizedHuggingFaceStorageReader does; "
+              " dimensions: dcpctl dequantizes 2-D weights and 3-D expert stacks (transformers' FP8Experts); "
               "without --dtype the weights and their scales are written as they are");
-    if (!s.dtype || (*s.dtype != DType::Float32 && *s.dtype != DType::Float8_E8M0FNU) || s.ndim() != 2)
+    if (!s.dtype || !find_codec(CodecFamily::Fp8Block, *w.dtype, *s.dtype) || s.ndim() != w.ndim())
       throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
                         "the scale of float8 weight '" + w.fqn + "' is " + s.dtype_name + " of " +
                             std::to_string(s.ndim()) +
-                            " dimensions; a block scale is 2-D float32 or float8_e8m0fnu (scale_fmt ue8m0)");
+                            " dimensions; a block scale is float32 or float8_e8m0fnu "
+                            "(scale_fmt ue8m0) of the weight's " +
+                            std::to_string(w.ndim()));
     int64_t b0 = block ? block->first : 128, b1 = block ? block->second : 128;
-    if (s.shape[0] != ceil_blocks(w.shape[0], b0) || s.shape[1] != ceil_blocks(w.shape[1], b1))
+    const size_t lead = w.ndim() - 2;
+    std::vector<int64_t> want(w.shape.begin(), w.shape.begin() + static_cast<std::ptrdiff_t>(lead));
+    want.push_back(ceil_blocks(w.shape[lead], b0));
+    want.push_back(ceil_blocks(w.shape[lead + 1], b1));
+    if (s.shape != want)
       throw FormatError(
           Where(ck.metadata_path, std::nullopt, s.fqn),
-          "shape [" + std::to_string(s.shape[0]) + ", " + std::to_string(s.shape[1]) + "] is not the " +
-              std::to_string(b0) + "x" + std::to_string(b1) + " blocks of weight '" + w.fqn + "' [" +
-              std::to_string(w.shape[0]) + ", " + std::to_string(w.shape[1]) + "]: [" +
-              std::to_string(ceil_blocks(w.shape[0], b0)) + ", " + std::to_string(ceil_blocks(w.shape[1], b1)) + "]" +
+          "shape " + dims(s.shape) + " is not the " + std::to_string(b0) + "x" + std::to_string(b1) +
+              " blocks of weight '" + w.fqn + "' " + dims(w.shape) + ": " + dims(want) +
               (block ? " (block size from " + config.path + ")"
                      : " (no quantization_config.weight_block_size found: 128x128 assumed, as torch's reader does; " +
                            config.path + ")"));

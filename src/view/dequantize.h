@@ -24,7 +24,8 @@ namespace dcpctl {
 // "ignored_scales": [...], "mxfp4": n}.
 // FormatError (exit 3), naming the scale: a scale whose shape is not the weight's blocks; MXFP4
 // scales whose shape is not the blocks' groups. UnsupportedError (exit 5), naming the weight: a
-// float8 `cast` of scaled weights (requantizing), a scaled weight that is not 2-D, MXFP4 blocks
+// float8 `cast` of scaled weights (requantizing), a scaled weight that is not 2-D or a 3-D expert
+// stack ([E, R, C] beside a scale [E, ceil(R / b0), ceil(C / b1)]), MXFP4 blocks
 // saved in chunks that split a group's bytes.
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets);
 

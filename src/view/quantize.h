@@ -12,6 +12,15 @@
 // (quant_method fp8, fmt e4m3, activation_scheme dynamic, weight_block_size,
 // modules_to_not_convert: every 2-D weight left as it was).
 //
+// Stacked experts: a 3-D `X.experts.gate_up_proj` [E, 2I, H], `up_proj` [E, I, H] or `down_proj`
+// [E, H, I] (FP8Experts' parameters, the shapes config.json's num_local_experts / num_experts,
+// moe_intermediate_size / intermediate_size and hidden_size give; Gemma 4 keeps them so on disk)
+// is quantized expert by expert with the 2-D rule, beside `X.experts.gate_up_proj_scale_inv`
+// float32 [E, out / bm, in / bn], when its blocks are whole (transformers' Fp8Dequantize derives
+// the block from the scale grid) and it has no bias; an experts module is quantized whole or kept
+// whole (in modules_to_not_convert). Every other 3-D floating tensor (GPT-OSS's and Llama 4's
+// [E, in, out], biased stacks, partial blocks) is kept and listed with its reason.
+//
 // --quantize mxfp4 (quantize_mxfp4.cpp): GPT-OSS's layout, the stacked MoE experts only. Each
 // `X.experts.gate_up_proj` / `down_proj` of transformers' GptOssExperts ([E, in, out], floating)
 // becomes `X..._blocks` uint8 [E, out, in / 32, 16] (E2M1 pairs, the low nibble first) beside

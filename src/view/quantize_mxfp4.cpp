@@ -115,11 +115,11 @@ StorageRef expert_storage(const TensorMeta& t, int64_t e) {
   return t.storage.at(0);
 }
 
-TensorMeta part_meta(const TensorMeta& t, const std::string& name, std::vector<int64_t> expert_shape) {
+TensorMeta part_meta(const TensorMeta& t, const std::string& name, DType dtype, std::vector<int64_t> expert_shape) {
   TensorMeta m;
   m.fqn = name;
-  m.dtype = DType::UInt8;
-  m.dtype_name = torch_name(DType::UInt8);
+  m.dtype = dtype;
+  m.dtype_name = torch_name(dtype);
   m.shape = {t.shape[0]};
   m.shape.insert(m.shape.end(), expert_shape.begin(), expert_shape.end());
   for (int64_t e = 0; e < t.shape[0]; ++e) {
@@ -159,6 +159,8 @@ json not_convert_list(const std::vector<std::string>& kept, const std::vector<st
 }  // namespace
 
 Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
+  // The row written: uint8 _blocks beside uint8 _scales (Mxfp4Part computes those).
+  const Codec& codec = writing_codec(CodecFamily::Mxfp4);
   const Metadata& md = ck.md;
   auto by_name = tensor_names(md);
   if (auto mx = mxfp4_pairs(md, by_name); !mx.empty())
@@ -215,8 +217,8 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
                              "--quantize mxfp4: the experts' input dimension " + std::to_string(t.shape[1]) +
                                  " is not a multiple of 32 (one E8M0 scale per 32 values)");
     const int64_t O = t.shape[2], G = t.shape[1] / kGroup;
-    TensorMeta b = part_meta(t, t.fqn + "_blocks", {O, G, kGroupBytes});
-    TensorMeta s = part_meta(t, t.fqn + "_scales", {O, G});
+    TensorMeta b = part_meta(t, t.fqn + codec.weight_suffix, codec.weight, {O, G, kGroupBytes});
+    TensorMeta s = part_meta(t, t.fqn + codec.scale_suffix, codec.scale, {O, G});
     table->tensors[b.fqn] = {std::make_shared<Mxfp4Part>(t, false), ck.derived};
     table->tensors[s.fqn] = {std::make_shared<Mxfp4Part>(t, true), ck.derived};
     table->tensors.erase(t.fqn);
@@ -251,10 +253,10 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
   std::sort(quantized_modules.begin(), quantized_modules.end());
   quantized_modules.erase(std::unique(quantized_modules.begin(), quantized_modules.end()), quantized_modules.end());
   size_t stacks = 0;
-  for (const json& k : keep_dtype) stacks += ends_with(k.get<std::string>(), "_blocks");
+  for (const json& k : keep_dtype) stacks += ends_with(k.get<std::string>(), codec.weight_suffix);
   table->views["quantized"] = {{"scheme", rq.scheme}, {"block", {1, kGroup}}, {"weights", stacks}, {"kept", kept}};
-  table->output["quantization_config"] = {{"modules_to_not_convert", not_convert_list(kept_modules, quantized_modules)},
-                                          {"quant_method", "mxfp4"}};
+  table->output["quantization_config"] =
+      written_quant_config(codec, rq.block, not_convert_list(kept_modules, quantized_modules));
   table->output["keep_dtype"] = keep_dtype;
   view.derived = std::move(table);
   return view;

@@ -21,8 +21,10 @@ Checked: every output format (HF folder, .safetensors, .pt, reshard, cast) again
 `--include` of a weight whose scale is in the other shard; from_pretrained of the exported folder
 (no missing/unexpected keys, tensors equal); without --dtype, fp8 and scales byte for byte; an
 unscaled fp8 tensor casts as torch's .to(); refusals, each naming the key and writing nothing:
-`--dtype fp8_e4m3` (requantizing, exit 5), a `_scale` that is not a block scale (exit 5), a 3-D
-scaled weight (exit 5), a scale whose shape is not the weight's blocks (exit 3); a `_scale_inv`
+`--dtype fp8_e4m3` (requantizing, exit 5), a `_scale` that is not a block scale (exit 5), a 4-D
+scaled weight (exit 5), an int8 weight beside a `_scale_inv` (exit 5: no codec of the config
+explains a one-byte tensor; named with the config keys that decide) (a 3-D one, an expert stack as FP8Experts keeps it, dequantizes expert by
+expert, each expert the 2-D weight's values), a scale whose shape is not the weight's blocks (exit 3); a `_scale_inv`
 beside a weight that is not float8 (what transformers writes for a weight it leaves unquantized)
 is left out and reported.
 
@@ -450,11 +452,42 @@ def main() -> int:
             sd[w] = torch.stack([sd[w], sd[w]])
             sd[w + SCALE] = torch.stack([sd[w + SCALE], sd[w + SCALE]])
             return sd
+        # A 3-D stack (FP8Experts' [E, out, in] beside [E, out / b0, in / b1]) dequantizes expert
+        # by expert: each expert is the 2-D weight's values; a 4-D one is refused.
         stacked = tmp / "three_d"
         resave(block, stacked, three_d)
-        r = run(dcpctl, "consolidate", stacked, "-o", tmp / "3d.safetensors", "--dtype", "bf16")
-        expect_rc(r, EXIT_UNSUPPORTED, "a 3-D scaled weight", "model.layers.0.mlp.up_proj.weight", "2-D")
-        no_output(tmp / "3d.safetensors", tmp, "3-D")
+        r = run(dcpctl, "consolidate", stacked, "-o", tmp / "3d.safetensors", "--dtype", "fp32")
+        flat = tmp / "2d.safetensors"
+        if expect_rc(r, 0, "a 3-D scaled weight (an expert stack)") and expect_rc(
+                run(dcpctl, "consolidate", block, "-o", flat, "--dtype", "fp32"), 0, "the 2-D original"):
+            w = "model.layers.0.mlp.up_proj.weight"
+            got, want = load_file(tmp / "3d.safetensors")[w], load_file(flat)[w]
+            check(same_tensor(got, torch.stack([want, want])) is None, "a 3-D stack dequantized expert by expert")
+
+        def four_d(sd):
+            w = "model.layers.0.mlp.up_proj.weight"
+            sd[w] = sd[w][None, None]
+            sd[w + SCALE] = sd[w + SCALE][None, None]
+            return sd
+        four = tmp / "four_d"
+        resave(block, four, four_d)
+        r = run(dcpctl, "consolidate", four, "-o", tmp / "4d.safetensors", "--dtype", "bf16")
+        expect_rc(r, EXIT_UNSUPPORTED, "a 4-D scaled weight", "model.layers.0.mlp.up_proj.weight", "3-D expert stacks")
+        no_output(tmp / "4d.safetensors", tmp, "4-D")
+
+        # A one-byte weight that is not float8 (int8: packed FP4, int8 ...) beside a _scale_inv, the
+        # config saying fp8: no codec of the table explains it; refused (exit 5), naming it and the
+        # config keys that decide, never dequantized nor written without its scale.
+        def int8_weight(sd):
+            w = "model.layers.0.mlp.up_proj.weight"
+            sd[w] = sd[w].view(torch.int8)
+            return sd
+        one_byte = tmp / "int8_weight"
+        resave(block, one_byte, int8_weight)
+        r = run(dcpctl, "consolidate", one_byte, "-o", tmp / "i8.safetensors", "--dtype", "bf16")
+        expect_rc(r, EXIT_UNSUPPORTED, "an int8 weight beside a _scale_inv", "model.layers.0.mlp.up_proj.weight'",
+                  "quant_method", "scale_fmt", "by guess")
+        no_output(tmp / "i8.safetensors", tmp, "int8 weight")
 
         # A _scale_inv beside a weight transformers left unquantized (bf16): left out, reported;
         # the weight itself is cast as it is.

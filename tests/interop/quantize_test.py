@@ -50,6 +50,29 @@ float32, save_pretrained; experts [E, in, out] as GptOssExperts keeps them):
 `reshard` and `cast` with --quantize (reshard_cast_checks): the DCP outputs, read by torch's DCP
 loader, hold consolidate's bytes.
 
+`--quantize fp8-block` on stacked experts (fp8_stack_checks, fp8_kept_stack_checks), on a tiny
+Gemma4ForCausalLM transformers writes here (seeded, float32, save_pretrained: Gemma 4 has no
+conversion mapping, so its experts stay on disk as Gemma4TextExperts holds them,
+`experts.gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I], the [E, out, in] FP8Experts loads;
+transformers 5.23's other MoE models write per-expert 2-D weights, and GPT-OSS / Llama 4 [E, in, out]):
+
+  - each expert's fp8 bytes and its slice of `_scale_inv` [E, out / 16, in / 16] equal
+    transformers' Fp8Quantize of that expert, byte for byte;
+  - from_pretrained of the folder loads FP8Experts and FP8Linear (the GPU path, its environment
+    check bypassed on CPU: transformers 5.23's dequantize=True does not collect a stack's
+    `_scale_inv` for a model without a conversion mapping, it reports them unexpected), no missing,
+    unexpected or mismatched keys, holding dcpctl's bytes; the model rebuilt from transformers'
+    own _dequantize_fp8_weight of what it loaded gives the logits of transformers' own
+    quantize-dequantize, and with its experts alone quantized is within 10% of the unquantized
+    model's largest logit (measured 0.035 of 0.55; the whole model 0.32: a random Gemma 4 is
+    sensitive);
+  - `consolidate Q/ --dtype bf16` gives back _dequantize_fp8_weight's values in bf16; a DCP copy
+    whose chunks cut the stacks (reshard -w 3) the same bytes;
+  - kept, each named with its reason and its experts module in modules_to_not_convert: a stack
+    with partial blocks (--quantize-block 32x32 on down_proj's 48 columns; transformers'
+    Fp8Dequantize derives the block from the scale grid) keeps its whole module; GPT-OSS's biased
+    [E, in, out] stacks.
+
 `--map M --quantize S` in one command (map_fp8_checks, map_mxfp4_checks; the map a view the
 quantize view reads, view/map_view.h): bit for bit the two-step path (consolidate --map M -o A/,
 then consolidate A/ --quantize S), on torchtitan 0.3.0's DeepSeek-V3 fixtures (fp8-block, experts
@@ -443,6 +466,154 @@ def map_mxfp4_checks(gptoss: Path) -> None:
               "GPT-OSS: reshard --map --quantize mxfp4: torch's DCP loader reads the two-step path's tensors")
 
 
+def same_from_dcp3(src: Path, out: dict, name: str, what: str) -> None:
+    """`consolidate --quantize fp8-block --quantize-block 16x16` of a DCP copy of HF folder `src`
+    sharded over 3 ranks (reshard -w 3, chunks that cut the blocks) gives `out`, byte for byte."""
+    dcp_dir, q3 = WORK / f"{name}-dcp3", WORK / f"{name}-q3"
+    if expect_rc(dcpctl("reshard", src, "-o", dcp_dir, "-w", "3", "-q"), 0, f"reshard {name} over 3 ranks") and \
+            expect_rc(dcpctl("consolidate", dcp_dir, "-o", f"{q3}/", "--quantize", "fp8-block", "--quantize-block", "16x16",
+                             "--assets", src, "-q"), 0, f"consolidate --quantize of {name}'s 3-rank DCP copy"):
+        o3 = folder_tensors(q3)
+        check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out), what)
+
+
+def make_gemma4(d: Path):
+    """A tiny Gemma4ForCausalLM (transformers 5.23, seeded, float32, save_pretrained): its MoE
+    experts on disk as Gemma4TextExperts keeps them, `model.layers.N.experts.gate_up_proj` [E, 2I, H]
+    and `down_proj` [E, H, I] ([E, out, in], the parameters FP8Experts loads), no conversion mapping."""
+    from transformers import AutoModelForCausalLM, Gemma4TextConfig
+    cfg = Gemma4TextConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, head_dim=16, global_head_dim=16, hidden_size_per_layer_input=16,
+                           vocab_size_per_layer_input=96, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                           moe_intermediate_size=48, layer_types=["full_attention"] * 2, max_position_embeddings=64)
+    torch.manual_seed(13)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():  # experts of different magnitudes, a block of zeros
+        model.model.layers[0].experts.gate_up_proj[1].mul_(9.0)
+        model.model.layers[1].experts.down_proj[2, :16, :16] = 0
+    model.save_pretrained(d)
+    return model
+
+
+def fp8_stack_checks() -> Path:
+    """--quantize fp8-block on stacked experts (view/quantize.h): Gemma 4's [E, out, in] stacks
+    quantized expert by expert, equal to transformers' Fp8Quantize per expert; stacks FP8Experts
+    does not load as they are ([E, in, out], biased, partial blocks) kept, listed with a reason and
+    in modules_to_not_convert."""
+    src = WORK / "gemma4"
+    model = make_gemma4(src)
+    tensors = folder_tensors(src)
+    stacks = sorted(k for k, v in tensors.items() if v.dim() == 3)
+    check(len(stacks) == 4 and all(".experts." in k for k in stacks), f"Gemma 4 keeps 4 expert stacks on disk ({stacks})")
+    q = WORK / "gemma4-q"
+    r = dcpctl("consolidate", src, "-o", f"{q}/", "--quantize", "fp8-block", "--quantize-block", "16x16", "--json", "-q")
+    if not expect_rc(r, 0, "consolidate --quantize fp8-block of Gemma 4 (stacked experts)"):
+        return src
+    s = json.loads(r.stdout)
+    kept = {k["key"]: k["reason"] for k in s["quantized"]["kept"]}
+    check(not any(k in kept for k in stacks), f"no expert stack kept: {[k for k in stacks if k in kept]}")
+    out = folder_tensors(q)
+    bad = []
+    for k in stacks:
+        w = tensors[k]
+        for e in range(w.shape[0]):  # transformers' own op on each expert, a 2-D weight
+            want_q, want_s = reference_quantize(w[e], (16, 16))
+            if (d := same_tensor(out.get(k, torch.empty(0))[e:e + 1].squeeze(0), want_q)) or \
+                    (d := same_tensor(out.get(k + "_scale_inv", torch.empty(0))[e:e + 1].squeeze(0), want_s)):
+                bad.append(f"{k}[{e}]: {d}")
+    check(not bad, f"each expert's fp8 bytes and scales equal transformers' Fp8Quantize of it ({bad[:2]})")
+    if not check(all(k + "_scale_inv" in out and out[k + "_scale_inv"].shape == (w.shape[0], w.shape[1] // 16, w.shape[2] // 16)
+                     for k, w in ((k, tensors[k]) for k in stacks)), "each stack's scale is [E, out / 16, in / 16] (FP8Experts')"):
+        return src
+    qc = json.loads((q / "config.json").read_text()).get("quantization_config", {})
+    check(not any(".experts" in m for m in qc.get("modules_to_not_convert", [])), f"no experts module left unconverted: {qc}")
+
+    # ---- from_pretrained: FP8Experts, the GPU path (its environment check bypassed on CPU) ----
+    import copy
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations.finegrained_fp8 import FP8Experts, FP8Linear, _dequantize_fp8_weight
+    from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
+    check_env = FineGrainedFP8HfQuantizer.validate_environment
+    FineGrainedFP8HfQuantizer.validate_environment = lambda self, *a, **k: None
+    try:
+        loaded, info = AutoModelForCausalLM.from_pretrained(q, dtype=torch.float32, output_loading_info=True)
+    finally:
+        FineGrainedFP8HfQuantizer.validate_environment = check_env
+    check(not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"],
+          f"from_pretrained (FP8Experts, FP8Linear): no missing, unexpected or mismatched keys ({info})")
+    ex = loaded.model.layers[0].experts
+    check(isinstance(ex, FP8Experts) and same_tensor(ex.gate_up_proj.detach(), out["model.layers.0.experts.gate_up_proj"]) is None,
+          f"the experts load as FP8Experts holding dcpctl's bytes ({type(ex).__name__})")
+    # The model as transformers' own dequantization of what it loaded (its FP8 kernels are CUDA's),
+    # whole and with its experts alone quantized; and as transformers' own quantize-dequantize of
+    # the source (Fp8Quantize, expert by expert).
+    ref, experts_only, tf_ref = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model)
+    with torch.no_grad():
+        for name, mod in loaded.named_modules():
+            params = ["gate_up_proj", "down_proj"] if isinstance(mod, FP8Experts) else ["weight"] if isinstance(mod, FP8Linear) else []
+            for p in params:
+                key = f"{name}.{p}"
+                deq = _dequantize_fp8_weight(getattr(mod, p).detach(), getattr(mod, p + "_scale_inv" if p != "weight" else "weight_scale_inv").detach(),
+                                             mod.block_size, torch.float32)
+                ref.get_parameter(key).copy_(deq)
+                if params != ["weight"]:
+                    experts_only.get_parameter(key).copy_(deq)
+                w = tensors[key]
+                parts = [reference_quantize(m, (16, 16)) for m in (w if w.dim() == 3 else w[None])]
+                tf_ref.get_parameter(key).copy_(torch.stack([_dequantize_fp8_weight(a, b, [16, 16], torch.float32) for a, b in parts]).reshape(w.shape))
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want, got, ex_got, tf = model(ids).logits, ref.eval()(ids).logits, experts_only.eval()(ids).logits, tf_ref.eval()(ids).logits
+    err, ex_err, scale = (want - got).abs().max().item(), (want - ex_got).abs().max().item(), want.abs().max().item()
+    print(f"     fp8 Gemma 4 logits: max |dequantized dcpctl fp8 - fp32 model| = {err:.4g}, its experts alone "
+          f"quantized {ex_err:.4g} (logits up to {scale:.3g}; a random Gemma 4 is sensitive: per-layer inputs, softcapping)")
+    check((got - tf).abs().max().item() <= 1e-5 * max(scale, 1.0), "fp8 Gemma 4: the logits of transformers' own quantize-dequantize")
+    check(ex_err < 0.1 * scale, f"fp8 stacked experts: logits within the quantization error ({ex_err:.3g} < 10% of {scale:.3g})")
+
+    # ---- round trip: consolidate Q/ --dtype bf16 (dcpctl's dequantization, expert by expert) ----
+    rt = WORK / "gemma4-rt.safetensors"
+    if expect_rc(dcpctl("consolidate", q, "-o", rt, "--dtype", "bf16", "-q"), 0, "consolidate Q/ --dtype bf16 of the stacks"):
+        back = load_file(rt)
+        bad = [k for k in stacks if same_tensor(back.get(k), _dequantize_fp8_weight(
+            out[k], out[k + "_scale_inv"], [16, 16], torch.float32).to(torch.bfloat16))]
+        check(not bad, f"dequantized back: transformers' _dequantize_fp8_weight, in bf16 ({bad[:2]})")
+        worst = max(((back[k].float() - tensors[k]).abs() / tensors[k].abs().clamp(min=1e-30)).max().item() for k in stacks)
+        print(f"     stacked round trip in bf16: worst relative error {worst:.4g}")
+
+    # ---- a DCP source whose chunks cut the stacks (reshard -w 3: 4 experts over 3 ranks) ----
+    same_from_dcp3(src, out, "gemma4", "the same bytes from shards that cut the expert stacks")
+    return src
+
+
+
+def fp8_kept_stack_checks(src: Path, gptoss: Path) -> None:
+    """The stacks --quantize fp8-block keeps, each named with its reason and its experts module
+    in modules_to_not_convert (transformers would otherwise replace it by FP8Experts)."""
+    tensors = folder_tensors(src)
+    stacks = sorted(k for k, v in tensors.items() if v.dim() == 3)
+    # ---- partial blocks: the experts module kept whole, named with the reason ----
+    r = dcpctl("consolidate", src, "-o", f"{WORK / 'gemma4-q32'}/", "--quantize", "fp8-block", "--quantize-block", "32x32", "--json", "-q")
+    if expect_rc(r, 0, "--quantize-block 32x32 (down_proj's 48 columns: partial blocks)"):
+        kept = {k["key"]: k["reason"] for k in json.loads(r.stdout)["quantized"]["kept"]}
+        check(all(k in kept for k in stacks), f"every stack kept (down_proj's partial blocks keep its module whole): {sorted(kept)}")
+        check("partial" in kept.get("model.layers.0.experts.down_proj", "") and
+              "down_proj is kept" in kept.get("model.layers.0.experts.gate_up_proj", ""), f"with reasons: {kept}")
+        out32 = folder_tensors(WORK / "gemma4-q32")
+        check(all(same_tensor(out32[k], tensors[k]) is None for k in stacks), "kept stacks byte for byte as saved")
+        qc = json.loads((WORK / "gemma4-q32" / "config.json").read_text())["quantization_config"]
+        check({"model.layers.0.experts", "model.layers.1.experts"} <= set(qc["modules_to_not_convert"]),
+              f"the kept experts modules in modules_to_not_convert: {qc['modules_to_not_convert']}")
+
+    # ---- GPT-OSS's stacks ([E, in, out], with biases): kept, each named ----
+    r = dcpctl("consolidate", gptoss, "-o", f"{WORK / 'gptoss-fp8'}/", "--quantize", "fp8-block", "--quantize-block", "16x16", "--json", "-q")
+    if expect_rc(r, 0, "--quantize fp8-block of GPT-OSS"):
+        kept = {k["key"]: k["reason"] for k in json.loads(r.stdout)["quantized"]["kept"]}
+        g = [k for k, v in folder_tensors(gptoss).items() if v.dim() == 3]
+        check(g and all("bias" in kept.get(k, "") for k in g), f"GPT-OSS's expert stacks kept, the bias named: {[kept.get(k) for k in g]}")
+        qc = json.loads((WORK / "gptoss-fp8" / "config.json").read_text())["quantization_config"]
+        check("model.layers.0.mlp.experts" in qc["modules_to_not_convert"], f"and in modules_to_not_convert: {qc['modules_to_not_convert']}")
+
+
 def dcpctl(*args):
     return run(DCPCTL, *args)
 
@@ -535,14 +706,7 @@ def main() -> int:
             check(False, f"torch's QuantizedHuggingFaceStorageReader: {type(e).__name__}: {e}")
 
         # ---- a DCP source whose chunks cut the blocks ----
-        dcp_dir = WORK / "dcp3"
-        if expect_rc(dcpctl("reshard", src, "-o", dcp_dir, "-w", "3", "-q"), 0, "reshard the folder over 3 ranks"):
-            q3 = WORK / "q3"
-            if expect_rc(dcpctl("consolidate", dcp_dir, "-o", f"{q3}/", "--quantize", "fp8-block", "--quantize-block", "16x16",
-                                "--assets", src, "-q"), 0, "consolidate --quantize of the 3-rank DCP copy"):
-                o3 = folder_tensors(q3)
-                check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out),
-                      "the same bytes from row shards that cut the blocks (43/43/42 rows of 128)")
+        same_from_dcp3(src, out, "qwen3", "the same bytes from row shards that cut the blocks (43/43/42 rows of 128)")
 
     # ---- partial edge blocks: 24x24 on 64- and 128-wide weights ----
     q24 = WORK / "q24.safetensors"
@@ -584,6 +748,7 @@ def main() -> int:
     reshard_cast_checks(src, folder_tensors(hf16) if hf16.exists() else {}, gptoss, mx)
     map_fp8_checks()
     map_mxfp4_checks(gptoss)
+    fp8_kept_stack_checks(fp8_stack_checks(), gptoss)
     return summary("quantize_test")
 
 
