@@ -243,29 +243,51 @@ uint8_t e2m1_nibble(float v) {
   const uint8_t sign = (bits >> 31) ? 0x8 : 0x0;
   const float a = std::fabs(v);
   // The codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; between two neighbours the midpoint goes to the
-  // one whose code is even (its mantissa bit 0), as round-to-nearest-even does.
+  // one whose code is even (its mantissa bit 0), as round-to-nearest-even does. The code is the
+  // number of midpoints a lies above (a tie counting where the code above it is even): those
+  // midpoints are a prefix of the rising list, so the count needs no branch (NaN counts none).
   static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint8_t code = 0;
-  while (code < 7 && (a > kMid[code] || (a == kMid[code] && (code & 1) == 1))) ++code;
+  int code = 0;
+  for (int c = 0; c < 7; ++c) code += static_cast<int>(a > kMid[c]) | (static_cast<int>(a == kMid[c]) & (c & 1));
   return static_cast<uint8_t>(sign | code);
 }
 
+uint8_t mxfp4_scale_byte(float amax) {
+  constexpr int kEmaxE2M1 = 2;
+  uint32_t bits;
+  std::memcpy(&bits, &amax, 4);
+  return static_cast<uint8_t>(std::clamp(static_cast<int>((bits >> 23) & 0xFF) - 127 - kEmaxE2M1, -127, 128) + 127);
+}
+
 void quantize_mxfp4(const float* x, size_t groups, uint8_t* packed, uint8_t* scales) {
-  constexpr int kBlock = 32, kEmaxE2M1 = 2;
+  constexpr int kBlock = 32;
   for (size_t g = 0; g < groups; ++g) {
     const float* v = x + g * kBlock;
     float amax = 0.0f;
     for (int k = 0; k < kBlock; ++k) amax = std::max(amax, std::fabs(v[k]));
-    uint32_t bits;
-    std::memcpy(&bits, &amax, 4);
-    const int unbiased = std::clamp(static_cast<int>((bits >> 23) & 0xFF) - 127 - kEmaxE2M1, -127, 128);
-    const uint8_t biased = static_cast<uint8_t>(unbiased + 127);
+    const uint8_t biased = mxfp4_scale_byte(amax);
     scales[g] = biased;
-    // torchao: the scale as float32 from its bits (biased << 23), at least 2^-126 (the smallest normal).
-    const float scale = biased == 0 ? std::ldexp(1.0f, -126) : std::ldexp(1.0f, static_cast<int>(biased) - 127);
+    // torchao: the scale as float32 from its bits (biased << 23), at least 2^-126 (the smallest
+    // normal). A power of two between 2^-126 and 2^126 (an amax's exponent field is at most 255):
+    // multiplying by its reciprocal (exact, normal) rounds once to the same float32 as dividing.
+    const float inv = biased == 0 ? std::ldexp(1.0f, 126) : std::ldexp(1.0f, 127 - static_cast<int>(biased));
     uint8_t* out = packed + g * (kBlock / 2);
     for (int k = 0; k < kBlock; k += 2)
-      out[k / 2] = static_cast<uint8_t>(e2m1_nibble(v[k] / scale) | (e2m1_nibble(v[k + 1] / scale) << 4));
+      out[k / 2] = static_cast<uint8_t>(e2m1_nibble(v[k] * inv) | (e2m1_nibble(v[k + 1] * inv) << 4));
+  }
+}
+
+void mxfp4_column_scales(const float* x, int64_t rows, int64_t cols, uint8_t* scales) {
+  constexpr int64_t kBlock = 32;
+  const int64_t groups = rows / kBlock;
+  std::vector<float> amax(static_cast<size_t>(cols));
+  for (int64_t g = 0; g < groups; ++g) {
+    std::fill(amax.begin(), amax.end(), 0.0f);
+    for (int64_t r = g * kBlock; r < (g + 1) * kBlock; ++r) {
+      const float* row = x + r * cols;
+      for (int64_t c = 0; c < cols; ++c) amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(row[c]));
+    }
+    for (int64_t c = 0; c < cols; ++c) scales[c * groups + g] = mxfp4_scale_byte(amax[static_cast<size_t>(c)]);
   }
 }
 

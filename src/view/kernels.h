@@ -124,5 +124,12 @@ void quantize_mxfp4(const float* x, size_t groups, uint8_t* packed, uint8_t* sca
 // One float32 value (already divided by its scale) as an E2M1 nibble: sign bit 3, the magnitude
 // rounded to nearest even among 0, 0.5, 1, 1.5, 2, 3, 4, 6, saturating at 6.
 uint8_t e2m1_nibble(float v);
+// A group's E8M0 scale byte from its amax (the first rule above): what quantize_mxfp4 writes in
+// `scales`, for a reader that needs the scales alone.
+uint8_t mxfp4_scale_byte(float amax);
+// The scales quantize_mxfp4 writes for the transpose of `x` [rows, cols] (rows a multiple of 32),
+// without transposing or rounding: [cols, rows / 32], column c's group g over rows 32g..32g+31.
+// GPT-OSS's expert stacks are [E, in, out] and quantized along `in`.
+void mxfp4_column_scales(const float* x, int64_t rows, int64_t cols, uint8_t* scales);
 
 }  // namespace dcpctl

@@ -2,7 +2,11 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <regex>
 #include <set>
 
@@ -62,15 +66,55 @@ void read_expert(const TensorReads& below, const TensorMeta& t, int64_t e, float
   }
 }
 
-// One expert of a stack quantized: its [out, G, 16] blocks and [out, G] scales (GPT-OSS's
-// orientation, the stack's transposed: each group is 32 consecutive `in` values of an output row).
-void quantize_expert(const TensorReads& below, const TensorMeta& t, int64_t e, uint8_t* blocks, uint8_t* scales) {
+// Expert `e`'s values transposed to [out, in] (GPT-OSS's orientation: each group is 32 consecutive
+// `in` values of an output row), tile by tile so that neither side is walked a value a cache line.
+void transposed_expert(const TensorReads& below, const TensorMeta& t, int64_t e, std::vector<float>& xt) {
+  constexpr int64_t kTile = 32;
   const int64_t in = t.shape[1], cols = t.shape[2];
-  std::vector<float> x(static_cast<size_t>(in * cols)), xt(x.size());
+  std::vector<float> x(static_cast<size_t>(in * cols));
   read_expert(below, t, e, x.data());
-  for (int64_t i = 0; i < in; ++i)
-    for (int64_t o = 0; o < cols; ++o) xt[static_cast<size_t>(o * in + i)] = x[static_cast<size_t>(i * cols + o)];
-  quantize_mxfp4(xt.data(), static_cast<size_t>(cols * (in / kGroup)), blocks, scales);
+  xt.resize(x.size());
+  for (int64_t i0 = 0; i0 < in; i0 += kTile)
+    for (int64_t o0 = 0; o0 < cols; o0 += kTile)
+      for (int64_t i = i0; i < std::min(in, i0 + kTile); ++i)
+        for (int64_t o = o0; o < std::min(cols, o0 + kTile); ++o)
+          xt[static_cast<size_t>(o * in + i)] = x[static_cast<size_t>(i * cols + o)];
+}
+
+// The scales of the experts whose `_blocks` were computed and whose `_scales` were not yet read:
+// a `_blocks` read leaves its expert's scales here and the `_scales` read takes them, so each
+// expert is read and quantized once. Each entry is 1/64 of its expert's float32 values; all the
+// view's entries together stay under kMaxHeld (past it a `_scales` read computes its own).
+class Mxfp4Scales {
+ public:
+  static constexpr uint64_t kMaxHeld = 64ull << 20;
+  void put(const std::string& stack, int64_t e, const uint8_t* scales, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_ + n > kMaxHeld || by_expert_.count({stack, e})) return;
+    by_expert_[{stack, e}].assign(scales, scales + n);
+    held_ += n;
+  }
+  bool take(const std::string& stack, int64_t e, uint8_t* out, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_expert_.find({stack, e});
+    if (it == by_expert_.end() || it->second.size() != n) return false;
+    std::memcpy(out, it->second.data(), n);
+    held_ -= n;
+    by_expert_.erase(it);
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<std::string, int64_t>, std::vector<uint8_t>> by_expert_;
+  uint64_t held_ = 0;
+};
+
+// Expert `e`'s [out, G] scales alone, from its [in, out] values (no transpose, no E2M1 rounding).
+void expert_scales(const TensorReads& below, const TensorMeta& t, int64_t e, uint8_t* scales) {
+  std::vector<float> x(static_cast<size_t>(t.shape[1] * t.shape[2]));
+  read_expert(below, t, e, x.data());
+  mxfp4_column_scales(x.data(), t.shape[1], t.shape[2], scales);
 }
 
 uint64_t expert_need(const TensorMeta& t) {
@@ -88,16 +132,24 @@ uint64_t expert_need(const TensorMeta& t) {
 // An expert stack's `_blocks` (scales = false) or `_scales`, one chunk an expert.
 class Mxfp4Part final : public DerivedTensor {
  public:
-  Mxfp4Part(TensorMeta stack, bool scales) : t_(std::move(stack)), scales_(scales) {}
+  Mxfp4Part(TensorMeta stack, bool scales, std::shared_ptr<Mxfp4Scales> computed)
+      : t_(std::move(stack)), scales_(scales), computed_(std::move(computed)) {}
   const TensorMeta& follows() const override { return t_; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const uint64_t groups = static_cast<uint64_t>(t_.shape[2] * (t_.shape[1] / kGroup));
     const uint64_t bytes = scales_ ? groups : groups * kGroupBytes;
+    const int64_t e = static_cast<int64_t>(chunk);
     read_part(Where("", std::nullopt, t_.fqn + (scales_ ? "_scales" : "_blocks")), "expert " + std::to_string(chunk),
               bytes, from, n, dst, [&](uint8_t* out) {
-                std::vector<uint8_t> other(scales_ ? groups * kGroupBytes : groups);
-                quantize_expert(below, t_, static_cast<int64_t>(chunk), scales_ ? other.data() : out,
-                                scales_ ? out : other.data());
+                if (scales_) {
+                  if (!computed_->take(t_.fqn, e, out, groups)) expert_scales(below, t_, e, out);
+                  return;
+                }
+                std::vector<float> xt;
+                transposed_expert(below, t_, e, xt);
+                std::vector<uint8_t> scales(groups);
+                quantize_mxfp4(xt.data(), groups, out, scales.data());
+                computed_->put(t_.fqn, e, scales.data(), scales.size());
               });
   }
   uint64_t working_bytes(size_t) const override { return expert_need(t_); }
@@ -105,6 +157,7 @@ class Mxfp4Part final : public DerivedTensor {
  private:
   TensorMeta t_;
   bool scales_;
+  std::shared_ptr<Mxfp4Scales> computed_;
 };
 
 // `t`'s storage for expert `e`: that of the first chunk holding it (a derived chunk's reads never
@@ -174,6 +227,7 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
           : "";
   Checkpoint view = ck;
   std::shared_ptr<DerivedTable> table = table_over(ck.derived);
+  auto computed = std::make_shared<Mxfp4Scales>();  // every stack's
   json kept = json::array(), keep_dtype = json::array();
   std::vector<std::string> kept_modules, quantized_modules;
   std::vector<TensorMeta> out;
@@ -219,8 +273,8 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
     const int64_t O = t.shape[2], G = t.shape[1] / kGroup;
     TensorMeta b = part_meta(t, t.fqn + codec.weight_suffix, codec.weight, {O, G, kGroupBytes});
     TensorMeta s = part_meta(t, t.fqn + codec.scale_suffix, codec.scale, {O, G});
-    table->tensors[b.fqn] = {std::make_shared<Mxfp4Part>(t, false), ck.derived};
-    table->tensors[s.fqn] = {std::make_shared<Mxfp4Part>(t, true), ck.derived};
+    table->tensors[b.fqn] = {std::make_shared<Mxfp4Part>(t, false, computed), ck.derived};
+    table->tensors[s.fqn] = {std::make_shared<Mxfp4Part>(t, true, computed), ck.derived};
     table->tensors.erase(t.fqn);
     keep_dtype.push_back(b.fqn);
     keep_dtype.push_back(s.fqn);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "view/kernels.h"
@@ -47,6 +48,31 @@ TEST_CASE("mxfp4: the shared exponent from the amax, the values divided by it, l
   CHECK(packed[16] == (7 | (1 << 4)));       // 1000 / 128 -> 6 (code 7), 64 / 128 = 0.5 (code 1)
   CHECK(packed[32] == 0);
   CHECK(packed[48] == 0);
+}
+
+TEST_CASE("mxfp4: the scales alone, from the untransposed matrix, equal quantize_mxfp4's of its transpose", "[mxfp4]") {
+  const int64_t rows = 96, cols = 37;
+  std::vector<float> x(static_cast<size_t>(rows * cols)), xt(x.size());
+  uint32_t state = 12345;
+  for (size_t i = 0; i < x.size(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    const int e = static_cast<int>(i % static_cast<size_t>(cols)) - 18 + static_cast<int>(state >> 30);  // by column
+    x[i] = std::ldexp(static_cast<float>((state >> 8) & 0xFFFF) / 65536.0f, e) * ((state & 1) ? -1.0f : 1.0f);
+  }
+  // A group's amax in its first row for some columns, in its last for others.
+  for (int64_t g = 0; g < rows / 32; ++g)
+    for (int64_t c = 0; c < cols; c += 2)
+      x[static_cast<size_t>((g * 32 + (c % 4 ? 31 : 0)) * cols + c)] = std::ldexp(1.5f, static_cast<int>(c % 7));
+  x[5] = 0.0f, x[cols + 3] = 1e-40f, x[2 * cols] = INFINITY, x[7 * cols + 1] = NAN;
+  for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(32 * cols + c)] = 0.0f;  // one group of zeros: c's
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) xt[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+  const size_t groups = static_cast<size_t>(cols * rows / 32);
+  std::vector<uint8_t> packed(groups * 16), want(groups), got(groups, 0xAA);
+  quantize_mxfp4(xt.data(), groups, packed.data(), want.data());
+  mxfp4_column_scales(x.data(), rows, cols, got.data());
+  CHECK(got == want);
+  CHECK(std::set<uint8_t>(want.begin(), want.end()).size() > 30);  // the columns span many exponents
 }
 
 }  // namespace
