@@ -40,8 +40,16 @@ std::vector<HashPart> declare_planned_tensors(const WritePlan& plan);
 // From a WriteHash: part `p` lies at `offset` of the file written as `temp_path` (renamed
 // `final_path` once committed).
 void locate_part(const HashPart& p, const std::string& temp_path, const std::string& final_path, uint64_t offset);
-// Bytes [at, at + n) of part `p`, in order within the part.
+// Bytes [at, at + n) of part `p`, in order within the part: hashed now when they continue what
+// the tensor's digest has and was promised (claimed), else kept or read back.
 void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n);
+// The same in two steps, so that a file's hash can hand its next bytes to the next thread before
+// the tensors have them (write/write_hash.h): claim_part_bytes promises bytes [at, at + n) of part
+// `p`, in the order of the claims (false: they do not continue what was claimed; hash_part_bytes
+// them instead), and hash_claimed hashes them once every earlier claim is (waiting for it, at
+// most kTurnWait, else the tensor is read back).
+bool claim_part_bytes(const HashPart& p, uint64_t at, uint64_t n);
+void hash_claimed(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n);
 // The part's file was written twice: its bytes are read back.
 void part_rewritten(const HashPart& p);
 
