@@ -186,15 +186,28 @@ void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64
   if (claim_part_bytes(p, at, n)) return hash_claimed(p, at, data, n);
   TensorChain* c = chain_of(p.tensor);
   if (!c || n == 0) return;
-  std::lock_guard<std::mutex> lock(c->mu);
+  std::unique_lock<std::mutex> lock(c->mu);
   if (c->broken || p.part >= c->parts.size()) return;
   TensorPart& part = c->parts[p.part];
-  if (p.part <= c->cur || c->starts[p.part] + at < c->claimed_to() || (!part.dropped && at != part.kept.size())) {
+  const uint64_t pos = c->starts[p.part] + at;
+  if (p.part <= c->cur || pos < c->claimed_to() || (!part.dropped && at != part.kept.size())) {
     c->broken = true;  // shown twice, or out of order within a part: read back
     return;
   }
   if (part.dropped) return;
   if (!hold_bytes(n)) {
+    // Past the budget. Where every part before it is being written (rank files written side by
+    // side: part 0 in one, part 1 in the next), wait for them to be claimed (at most kTurnWait)
+    // and hash these bytes from the writer's buffer, rather than read the part back.
+    bool coming = true;
+    for (uint32_t k = 0; k < p.part; ++k) coming = coming && (c->parts[k].located || c->parts[k].length == 0);
+    if (coming && c->turn.wait_for(lock, kTurnWait, [&] { return c->broken || c->claimed_to() == pos; }) &&
+        !c->broken) {
+      c->claimed = pos + n;
+      lock.unlock();
+      return hash_claimed(p, at, data, n);
+    }
+    if (c->broken) return;
     part.dropped = true;
     release_bytes(part.kept.size());
     std::vector<uint8_t>().swap(part.kept);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -327,4 +328,36 @@ TEST_CASE("write hash: lanes writing consecutive windows take turns, nothing kep
     CHECK(*d == Sha256::of(std::string(tensors[i].begin(), tensors[i].end())));
     CHECK(read == 0);
   }
+}
+
+// Rank files written side by side (reshard -w 2): part 0 of a tensor in one file, part 1 in the
+// other, each file appended in order by its own thread. With nothing to spare in the budget, the
+// thread of part 1 waits for part 0 (being written) and hashes part 1 from its own buffer: nothing
+// is read back.
+TEST_CASE("tensor hash: a part past the budget waits for the parts before it being written", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);
+  const std::vector<uint8_t> p0 = random_bytes(600000, 7), p1 = random_bytes(500000, 8);
+  declare_tensor("w", {p0.size(), p1.size()});
+  OutputFile a(dir.path + "/a.bin"), b(dir.path + "/b.bin");
+  a.hash_part({"w", 0}, 0, p0.size());
+  b.hash_part({"w", 1}, 0, p1.size());
+  REQUIRE(hold_bytes(kHeldBudget - 1000));  // part 1 cannot be kept
+  std::thread ta([&] {
+    for (size_t at = 0; at < p0.size(); at += 65536) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // behind part 1's writer
+      a.append(p0.data() + at, std::min<size_t>(65536, p0.size() - at));
+    }
+  });
+  std::thread tb([&] { b.append(p1.data(), p1.size()); });
+  ta.join();
+  tb.join();
+  release_bytes(kHeldBudget - 1000);
+  a.commit();
+  b.commit();
+  uint64_t read = 0;
+  std::optional<std::string> d = declared_tensor_digest("w", read);
+  REQUIRE(d);
+  CHECK(*d == sha_of(p0, p1));
+  CHECK(read == 0);
 }
