@@ -8,9 +8,13 @@
 // another), execute declares the tensor with its parts' lengths (declare_tensor), the writer says
 // where each part lies in its file as it starts writing it (OutputFile::hash_part), and each file's
 // WriteHash hands the tensor the bytes of its parts as its own hashed prefix passes them: in order
-// within a part. A part that comes before the one the tensor waits for is kept (within the budget
-// the file hashes share, kHeldBudget), else read back from its file by tensor_digests(), which also
-// reads back every part of a tensor one of whose files was written twice. A tensor whose boxes
+// within a part: claimed in the file's order while the file's prefix is held, then hashed by the
+// thread that wrote them once the prefix has moved on (so a file's digest and its tensors' run on
+// two threads). A part that comes before the one the tensor waits for is kept (within the budget
+// the file hashes share, kHeldBudget); past it, its writer waits for the parts before it where they
+// are all being written (rank files written side by side), else it is read back from its file by
+// declared_tensor_digest(), which also reads back every part of a tensor one of whose files was
+// written twice. A tensor whose boxes
 // are not in C order is not declared, and the manifest's `tensors` is then null.
 #pragma once
 
