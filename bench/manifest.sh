@@ -6,10 +6,12 @@
 #   (a) dcpctl consolidate SRC/ -o OUT/       an HF folder out, its manifest hashed as written
 #   (b) dcpctl reshard SRC/ -o OUT -w 2       a DCP checkpoint out, likewise
 #   (c) cat SRC/*.safetensors > out && sync   the anchor: the durable copy of the same bytes
-# With BASE=/path/to/dcpctl (the binary that read the output back: 0af977e), (a) and (b) with it
-# too (x_base_*); with PRE=/path/to/dcpctl (the binary before any manifest: 908b67f), again
-# (x_pre_*). Prints each run, a table with each row against the anchor, and (a)'s and (b)'s JSON
-# manifest_bytes (what was hashed as written and what had to be read back).
+# With BASE=/path/to/dcpctl (another binary: 3468cd5, the tensor digests hashed in series with the
+# file's, an HF folder's lanes a whole tensor each), (a) and (b) with it too (x_base_*); with
+# PRE=/path/to/dcpctl (30bc1c7, before the tensor digests), again (x_pre_*). Prints each run, a table
+# with each row against the anchor, the bytes each run read from the disk (/proc/diskstats), and
+# the JSON manifest_bytes (what was hashed as written and what had to be read back) of (a) and (b)
+# with this binary and BASE's. The machine may be shared: compare CPU seconds and disk bytes.
 #
 #   bench/manifest.sh [WORKDIR]     (default /tmp/dcpctl-bench-quantize; REPEAT rounds, default 3)
 set -euo pipefail
@@ -39,11 +41,13 @@ warm_up
 repeat=${REPEAT:-3}
 run_rounds manifest
 before_run x
-echo "== what the manifests hashed as written and read back (this binary)"
-"$dcpctl" consolidate "$src/" -o "$work/m-hf/" -q --json | "$py" -c "import json,sys; print('consolidate:', json.load(sys.stdin)['manifest_bytes'])"
-"$dcpctl" reshard "$src/" -o "$work/m-w2" -w 2 -q --json | "$py" -c "import json,sys; print('reshard:', json.load(sys.stdin)['manifest_bytes'])"
-"$dcpctl" verify "$work/m-hf" > /dev/null && "$dcpctl" verify "$work/m-w2" > /dev/null && echo "both outputs verify against their manifests"
-before_run x
+for bin in "$dcpctl" ${BASE:+"$BASE"}; do
+  echo "== what the manifests hashed as written and read back ($bin)"
+  "$bin" consolidate "$src/" -o "$work/m-hf/" -q --json | "$py" -c "import json,sys; print('consolidate:', json.load(sys.stdin)['manifest_bytes'])"
+  "$bin" reshard "$src/" -o "$work/m-w2" -w 2 -q --json | "$py" -c "import json,sys; print('reshard:', json.load(sys.stdin)['manifest_bytes'])"
+  "$dcpctl" verify "$work/m-hf" > /dev/null && "$dcpctl" verify "$work/m-w2" > /dev/null && echo "both outputs verify against their manifests"
+  before_run x
+done
 
 "$py" - "$work" "$src" "$repeat" "$root/bench" "${names[@]}" <<'PY'
 import os, statistics, sys
@@ -58,10 +62,12 @@ for n in names:
     report(work, "manifest", n, repeat, 22)
     rows[n] = summary(runs(work, "manifest", n, repeat))
 print(f"\nsource: {src}: {data/1e9:.2f} GB; median of {repeat} round(s); max RSS and exit: the worst round")
-print(f"{'run':22} {'exit':>4} {'seconds':>8} {'CPU s':>6} {'max RSS':>10} {'vs cat+sync (by round)':>30}")
+print(f"{'run':22} {'exit':>4} {'seconds':>8} {'CPU s':>6} {'max RSS':>10} {'disk read GB':>14} {'vs cat+sync (by round)':>30}")
 for n, m in rows.items():
     vs = "" if n == "c_cat_sync" else " ".join(f"{x:.2f}" for x in paired(work, "manifest", n, "c_cat_sync", repeat))
-    print(f"{n:22} {m['rc']:>4} {m['secs']:8.2f} {m['cpu']:6.2f} {m['rss']/2**20:7.0f} MiB {vs:>30}")
+    rs = runs(work, "manifest", n, repeat)
+    read = " ".join(f"{x['disk']['read_mb'] / 1e3:.2f}" for x in rs) if all(x["disk"] for x in rs) else "-"
+    print(f"{n:22} {m['rc']:>4} {m['secs']:8.2f} {m['cpu']:6.2f} {m['rss']/2**20:7.0f} MiB {read:>14} {vs:>30}")
 for n in ("a_consolidate", "b_reshard"):
     for other in ("x_base_", "x_pre_"):
         if other + n[2:] in rows:

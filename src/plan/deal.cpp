@@ -17,7 +17,8 @@ namespace {
 // The tasks of record `ri`: an AtOffsets record whose pieces are all runs is one task per piece
 // (each written at its own offset, in parallel; lanes dealt round-robin from `next`); an InOrder
 // record is one task, streamed when the plan says it streams (its pieces in order), else assembled.
-void add_tasks(const Checkpoint& ck, const WritePlan& plan, size_t ri, int writer, unsigned lanes, unsigned& next, std::vector<Task>& out) {
+void add_tasks(const Checkpoint& ck, const WritePlan& plan, size_t ri, int writer, unsigned lanes, uint64_t window,
+               unsigned& next, std::vector<Task>& out) {
   const Record& r = plan.records[ri];
   const bool pt = plan.target.in_order();
   std::vector<ChunkRef> chunks;
@@ -34,7 +35,16 @@ void add_tasks(const Checkpoint& ck, const WritePlan& plan, size_t ri, int write
   if (pt) {
     out.push_back({ri, chunks, mapped || !r.streams, writer, 0});
   } else if (r.runs && !mapped) {
-    for (const ChunkRef& c : chunks) out.push_back({ri, {c}, false, writer, next++ % lanes});
+    for (const ChunkRef& c : chunks) {
+      const TensorMeta& t = ck.md.tensors[c.tensor];
+      const uint64_t bytes = t.chunk_numel(c.chunk) * itemsize(*t.dtype);
+      if (window == 0 || bytes <= window) {
+        out.push_back({ri, {c}, false, writer, next++ % lanes});
+        continue;
+      }
+      for (uint64_t from = 0; from < bytes; from += window)
+        out.push_back({ri, {c}, false, writer, next++ % lanes, from, std::min(window, bytes - from)});
+    }
   } else {
     out.push_back({ri, chunks, true, writer, next++ % lanes});
   }
@@ -164,7 +174,8 @@ Deal deal_work(const Checkpoint& ck, const WritePlan& plan, const DealRequest& r
     for (int w = 0; w < (plan.target.in_order() ? 1 : d.world); ++w) {
       unsigned next = 0;
       for (size_t ri = 0; ri < plan.records.size(); ++ri)
-        if (plan.target.in_order() || d.writer_of[plan.records[ri].dest] == w) add_tasks(ck, plan, ri, w, d.lanes, next, d.tasks);
+        if (plan.target.in_order() || d.writer_of[plan.records[ri].dest] == w)
+          add_tasks(ck, plan, ri, w, d.lanes, rq.hash_window, next, d.tasks);
     }
   }
   // Who writes, once: process_memory asks it of every rank, up to three times a deal (a 405B

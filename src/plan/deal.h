@@ -43,6 +43,9 @@ struct Task {
   bool whole;                    // assembled in a buffer (else each chunk goes straight out)
   int writer = 0;                // the process that writes it
   unsigned lane = 0;             // and its lane there
+  // A window of its one chunk's bytes (as saved): [from, from + bytes); bytes 0: the whole chunk.
+  // Dealt while the output is hashed as written (DealRequest::hash_window).
+  uint64_t from = 0, bytes = 0;
 };
 
 // One chunk moved from the process that reads it (owner) to the one that writes it, on a lane.
@@ -87,7 +90,15 @@ struct DealRequest {
   store::PartRules part_rules;
   unsigned threads = 1;
   std::string output;  // for messages
+  // The output is hashed as it is written (write/write_hash.h): a chunk written straight to its
+  // place (a run) is dealt as consecutive windows of this many bytes, lane after lane, so that every
+  // lane writes near the hashed prefix of the file and nothing is read back. 0: whole chunks.
+  uint64_t hash_window = 0;
 };
+
+// The window a hashed output's runs are dealt in: a quarter of what the file hashes may keep
+// (kHeldBudget, 64 MiB) for four lanes, as large as the direct window the copies read in.
+constexpr uint64_t kHashDealWindow = 16ull << 20;
 
 struct Deal {
   int world = 1;

@@ -20,6 +20,7 @@ namespace dcpctl {
 class MemoryGate {
  public:
   explicit MemoryGate(uint64_t cap) : cap_(cap) {}
+  uint64_t cap() const { return cap_; }
   void acquire(uint64_t n) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return used_ + n <= cap_ || used_ == 0; });

@@ -145,6 +145,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   rq.budget_given = o.max_memory != 0;
   rq.visibility = &job.visibility;
   const bool remote = is_remote(o.output);
+  rq.hash_window = !group && !remote ? kHashDealWindow : 0;  // hashed as written (below), near its prefix
   if (remote) {
     rq.upload = true;
     rq.part_rules = store::of_url(o.output).part_rules();
@@ -223,7 +224,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
       Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
       executor.direct_io = o.direct_io;
       executor.hash_parts = &hash_parts;
-      if (uploads) executor.cfr_ok = false;  // no descriptor to copy_file_range into
+      // No descriptor to copy_file_range into; and bytes the kernel copies are not hashed as written.
+      if (uploads || hashing_writes()) executor.cfr_ok = false;
       try {
         writer.write(job, executor, set_up);
       } catch (...) {

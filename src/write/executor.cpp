@@ -107,6 +107,9 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   OutputFile& out = files.file(r.dest);
   uint64_t base = files.data_start(r.dest) + r.offset;
   if (const HashPart* part = part_of(task.record)) out.hash_part(*part, base, r.out_bytes);
+  // A window of the chunk (deal.h: a hashed output's runs): its writes wait their turn at the
+  // file's hashed prefix (write/write_hash.h), so no lane runs far ahead of it.
+  if (task.bytes && hash_turns) out.take_hash_turns();
   size_t si = itemsize(pt.src), di = itemsize(pt.dst);
   std::vector<uint8_t> conv;
   const std::optional<DirectRun> in_place = task.whole ? std::nullopt : src.in_place(t, task.chunks.front().chunk);
@@ -114,6 +117,8 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   // where the code below inlines differently (a unity build), though every use is behind `run &&`.
   const DirectRun* run = in_place ? &*in_place : nullptr;
   uint64_t window = std::min(r.window_elems * si, kDirectWindow);
+  // The bytes of the run this task writes: a window, or all of it.
+  const uint64_t from = run ? task.from : 0, to = run ? (task.bytes ? task.from + task.bytes : run->bytes) : 0;
   // A run all in the page cache already (a checkpoint just saved or read) is copied there below,
   // in the kernel; any other is read past the cache.
   if (run && pt.src == pt.dst && direct_io && window >= kDirectMinRun && run->file->worth_reading_direct(run->offset, run->bytes)) {
@@ -126,9 +131,9 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
     uint8_t* buf = scratch.a();
     uint8_t* aligned = align_up(buf);
     uint64_t step = align_down(window - static_cast<uint64_t>(aligned - buf) - 2 * kDirectAlign);
-    for (uint64_t done = 0; done < run->bytes;) {
-      uint64_t at = out_off + done, k = std::min(step, run->bytes - done);
-      if (done + k < run->bytes) k = align_down(at + k) - at;
+    for (uint64_t done = from; done < to;) {
+      uint64_t at = out_off + done, k = std::min(step, to - done);
+      if (done + k < to) k = align_down(at + k) - at;
       const uint8_t* p = run->file->read_direct(run->offset + done, k, aligned, t.fqn);
       uint8_t* q = direct_place(aligned, at);
       if (q != p) std::memmove(q, p, k);
@@ -149,29 +154,31 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   }
   uint32_t c = task.chunks.front().chunk;
   uint64_t out_off = base + chunk_start(t, c) / si * di;
+  if (!run && task.from) return;  // not in place after all: the chunk's first window writes it whole
   if (run && pt.src == pt.dst) {
-    uint64_t win = std::min(run->bytes, r.window_elems * si);
+    const uint64_t n = to - from;
+    uint64_t win = std::min(n, r.window_elems * si);
     // copy_file_range moves bytes no check sees: a run whose record's CRC-32 is still to be
     // checked (util/crc_ledger.h) is copied through a buffer.
-    bool use_cfr = cfr_ok.load() && !run->file->ledger().watching(run->offset, run->bytes);
+    bool use_cfr = cfr_ok.load() && !run->file->ledger().watching(run->offset + from, n);
     if (use_cfr) {
       // copy_file_range needs no buffer; take one only if it turns out unavailable.
-      copy_range(*run->file, run->offset, out, out_off, run->bytes, nullptr, win, use_cfr, out.fd());
+      copy_range(*run->file, run->offset + from, out, out_off + from, n, nullptr, win, use_cfr, out.fd());
       if (use_cfr) {
-        prog.add(run->bytes);
+        prog.add(n);
         return;
       }
       cfr_ok = false;
     }
     GatedBuffer buf(gate, win);
     bool no = false;
-    copy_range(*run->file, run->offset, out, out_off, run->bytes, buf.data(), win, no, -1);
-    prog.add(run->bytes);
+    copy_range(*run->file, run->offset + from, out, out_off + from, n, buf.data(), win, no, -1);
+    prog.add(n);
   } else if (run) {
-    uint64_t n = t.chunk_numel(c), elems = std::min(n, r.window_elems);
+    uint64_t n = to / si, elems = std::min(n - from / si, r.window_elems);
     GateReservation hold(gate, elems * (si + di));
     std::vector<uint8_t> in(elems * si);
-    for (uint64_t e = 0; e < n; e += elems) {
+    for (uint64_t e = from / si; e < n; e += elems) {
       uint64_t k = std::min(elems, n - e);
       run->file->read_at(run->offset + e * si, in.data(), k * si, t.fqn);
       out.pwrite_all(cast_window(pt.src, pt.dst, in.data(), k * si, conv), k * di, out_off + e * di);
@@ -185,6 +192,16 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
       prog.add(n / si * di);
     }, GateCharge{&gate, whole_chunk_need(t, c)});
   }
+}
+
+uint64_t Executor::task_need(const Task& task) const {
+  const Record& r = plan.records[task.record];
+  if (task.whole) return r.need;
+  const PlannedTensor& pt = plan.tensors[r.tensor];
+  const uint32_t c = task.chunks.front().chunk;
+  if (pt.t->storage[c].transforms != 0) return whole_chunk_need(*pt.t, c);  // decoded whole
+  const uint64_t si = itemsize(pt.src), bytes = task.bytes ? task.bytes : chunk_bytes(*pt.t, c);
+  return std::max(bytes / si * (si + itemsize(pt.dst)), kDirectWindow);
 }
 
 // Every task of `me` (its writer), on `lanes` lanes: each lane its own tasks in order when the
@@ -208,6 +225,17 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
     offsets_task(task, files, scratch);
     if (admit) files.task_end(i);
   };
+  // Lanes take turns at a hashed file's prefix only where every lane can hold its largest buffer at
+  // once: a lane waiting its turn holds its buffer, and the lane whose turn it is must not wait for
+  // memory (else it waits out kTurnWait, and the write is kept or read back).
+  uint64_t most = 0;
+  bool windows = false;
+  for (const Task& t : tasks) {
+    if (t.writer != me) continue;
+    windows = windows || t.bytes;
+    most = std::max(most, task_need(t));
+  }
+  hash_turns = windows && most <= gate.cap() / std::max(1u, lanes);
   // Each lane keeps its scratch (the copy window) across its tasks; a failed lane stops the rest.
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};

@@ -79,6 +79,7 @@ struct Executor {
   std::atomic<bool> cfr_ok{true};  // copy_file_range works between these files
   // While writes are hashed: each record's part of its tensor (write/tensor_hash.h), by record.
   const std::vector<HashPart>* hash_parts = nullptr;
+  bool hash_turns = false;  // set by write_at_offsets: windows take turns at the hashed prefix
 
   // Writes this process's share (`me`, as `deal` says) into `files`, as the plan's format writes
   // (plan/format.h): AtOffsets, every task of writer `me` on the deal's lanes; InOrder,
@@ -92,6 +93,7 @@ struct Executor {
   void write_rank_files(const std::vector<size_t>& mine, FileSink& files);
   void offsets_task(const Task& task, FileSink& files, WorkerBuffers& scratch);
   void rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
+  uint64_t task_need(const Task& task) const;  // the most a task holds of the gate at once
   const HashPart* part_of(size_t record) const {
     return hash_parts && !(*hash_parts)[record].tensor.empty() ? &(*hash_parts)[record] : nullptr;
   }

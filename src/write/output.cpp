@@ -245,6 +245,10 @@ void OutputFile::hash_part(const HashPart& p, uint64_t offset, uint64_t n) {
   if (hash_) hash_->add_part(p, offset, n);
 }
 
+void OutputFile::take_hash_turns() {
+  if (hash_ && !up_) hash_->take_turns();
+}
+
 void OutputFile::pwrite_raw(const void* data, size_t n, uint64_t offset) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {

@@ -66,6 +66,8 @@ class OutputFile {
   // While writes are hashed: bytes [offset, offset + n), about to be written, are part `p` of a
   // tensor whose digest the manifest records (write/tensor_hash.h).
   void hash_part(const HashPart& p, uint64_t offset, uint64_t n);
+  // From now on a write past the hashed prefix waits its turn (WriteHash::take_turns).
+  void take_hash_turns();
   // Every write done: staged appends written, and, while writes are hashed (write/write_hash.h),
   // the file's digest recorded (a single-file output's manifest is written before the file is
   // renamed). commit() calls it.

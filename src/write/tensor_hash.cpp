@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 
@@ -30,11 +31,17 @@ struct TensorPart {
 
 struct TensorChain {
   std::mutex mu;
+  std::condition_variable turn;  // the hashed position moved (claims wait for it)
   std::vector<TensorPart> parts;
+  std::vector<uint64_t> starts;  // each part's place in the tensor's bytes
   Sha256 h;
   size_t cur = 0;       // the part being hashed; every earlier one is
   uint64_t fed = 0;     // its bytes hashed
+  uint64_t claimed = 0;  // the tensor's bytes claimed (claim_part_bytes) up to here
   bool broken = false;  // a file written twice: every part read back
+
+  uint64_t hashed_to() const { return cur < parts.size() ? starts[cur] + fed : starts.back(); }
+  uint64_t claimed_to() const { return std::max(claimed, hashed_to()); }
 
   void advance() {  // past the parts done, hashing the kept ones that follow
     while (cur < parts.size() && fed == parts[cur].length) {
@@ -100,7 +107,11 @@ void declare_tensor(const std::string& key, const std::vector<uint64_t>& part_le
   if (!hashing_writes()) return;
   auto c = std::make_unique<TensorChain>();
   c->parts.resize(part_lengths.size());
-  for (size_t i = 0; i < part_lengths.size(); ++i) c->parts[i].length = part_lengths[i];
+  c->starts.assign(1, 0);
+  for (size_t i = 0; i < part_lengths.size(); ++i) {
+    c->parts[i].length = part_lengths[i];
+    c->starts.push_back(c->starts.back() + part_lengths[i]);
+  }
   c->advance();  // past empty parts
   TensorRegistry& r = tensor_registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -145,24 +156,58 @@ void locate_part(const HashPart& p, const std::string& temp_path, const std::str
   part.located = true;
 }
 
-void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n) {
+bool claim_part_bytes(const HashPart& p, uint64_t at, uint64_t n) {
+  TensorChain* c = chain_of(p.tensor);
+  if (!c || n == 0) return false;
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (c->broken || p.part >= c->parts.size() || at + n > c->parts[p.part].length) return false;
+  if (c->starts[p.part] + at != c->claimed_to()) return false;
+  c->claimed = c->starts[p.part] + at + n;
+  return true;
+}
+
+void hash_claimed(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n) {
   TensorChain* c = chain_of(p.tensor);
   if (!c || n == 0) return;
-  std::lock_guard<std::mutex> lock(c->mu);
+  const uint64_t pos = c->starts[p.part] + at;
+  std::unique_lock<std::mutex> lock(c->mu);
+  // The claims before this one are hashed by the threads that made them, in order.
+  if (!c->turn.wait_for(lock, kTurnWait, [&] { return c->broken || c->hashed_to() == pos; })) c->broken = true;
+  if (c->broken) return c->turn.notify_all();
+  lock.unlock();
+  c->h.update(data, n);  // alone: the next claim waits for the position, the rest for nothing
+  lock.lock();
+  c->fed += n;
+  c->advance();
+  c->turn.notify_all();
+}
+
+void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n) {
+  if (claim_part_bytes(p, at, n)) return hash_claimed(p, at, data, n);
+  TensorChain* c = chain_of(p.tensor);
+  if (!c || n == 0) return;
+  std::unique_lock<std::mutex> lock(c->mu);
   if (c->broken || p.part >= c->parts.size()) return;
-  if (p.part == c->cur && at == c->fed) {
-    c->h.update(data, n);
-    c->fed += n;
-    c->advance();
-    return;
-  }
   TensorPart& part = c->parts[p.part];
-  if (p.part <= c->cur || (!part.dropped && at != part.kept.size())) {
+  const uint64_t pos = c->starts[p.part] + at;
+  if (p.part <= c->cur || pos < c->claimed_to() || (!part.dropped && at != part.kept.size())) {
     c->broken = true;  // shown twice, or out of order within a part: read back
     return;
   }
   if (part.dropped) return;
   if (!hold_bytes(n)) {
+    // Past the budget. Where every part before it is being written (rank files written side by
+    // side: part 0 in one, part 1 in the next), wait for them to be claimed (at most kTurnWait)
+    // and hash these bytes from the writer's buffer, rather than read the part back.
+    bool coming = true;
+    for (uint32_t k = 0; k < p.part; ++k) coming = coming && (c->parts[k].located || c->parts[k].length == 0);
+    if (coming && c->turn.wait_for(lock, kTurnWait, [&] { return c->broken || c->claimed_to() == pos; }) &&
+        !c->broken) {
+      c->claimed = pos + n;
+      lock.unlock();
+      return hash_claimed(p, at, data, n);
+    }
+    if (c->broken) return;
     part.dropped = true;
     release_bytes(part.kept.size());
     std::vector<uint8_t>().swap(part.kept);
@@ -176,6 +221,7 @@ void part_rewritten(const HashPart& p) {
   if (!c) return;
   std::lock_guard<std::mutex> lock(c->mu);
   c->broken = true;
+  c->turn.notify_all();
 }
 
 std::optional<std::string> declared_tensor_digest(const std::string& key, uint64_t& read) {

@@ -8,9 +8,13 @@
 // another), execute declares the tensor with its parts' lengths (declare_tensor), the writer says
 // where each part lies in its file as it starts writing it (OutputFile::hash_part), and each file's
 // WriteHash hands the tensor the bytes of its parts as its own hashed prefix passes them: in order
-// within a part. A part that comes before the one the tensor waits for is kept (within the budget
-// the file hashes share, kHeldBudget), else read back from its file by tensor_digests(), which also
-// reads back every part of a tensor one of whose files was written twice. A tensor whose boxes
+// within a part: claimed in the file's order while the file's prefix is held, then hashed by the
+// thread that wrote them once the prefix has moved on (so a file's digest and its tensors' run on
+// two threads). A part that comes before the one the tensor waits for is kept (within the budget
+// the file hashes share, kHeldBudget); past it, its writer waits for the parts before it where they
+// are all being written (rank files written side by side), else it is read back from its file by
+// declared_tensor_digest(), which also reads back every part of a tensor one of whose files was
+// written twice. A tensor whose boxes
 // are not in C order is not declared, and the manifest's `tensors` is then null.
 #pragma once
 
@@ -40,8 +44,16 @@ std::vector<HashPart> declare_planned_tensors(const WritePlan& plan);
 // From a WriteHash: part `p` lies at `offset` of the file written as `temp_path` (renamed
 // `final_path` once committed).
 void locate_part(const HashPart& p, const std::string& temp_path, const std::string& final_path, uint64_t offset);
-// Bytes [at, at + n) of part `p`, in order within the part.
+// Bytes [at, at + n) of part `p`, in order within the part: hashed now when they continue what
+// the tensor's digest has and was promised (claimed), else kept or read back.
 void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n);
+// The same in two steps, so that a file's hash can hand its next bytes to the next thread before
+// the tensors have them (write/write_hash.h): claim_part_bytes promises bytes [at, at + n) of part
+// `p`, in the order of the claims (false: they do not continue what was claimed; hash_part_bytes
+// them instead), and hash_claimed hashes them once every earlier claim is (waiting for it, at
+// most kTurnWait, else the tensor is read back).
+bool claim_part_bytes(const HashPart& p, uint64_t at, uint64_t n);
+void hash_claimed(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n);
 // The part's file was written twice: its bytes are read back.
 void part_rewritten(const HashPart& p);
 

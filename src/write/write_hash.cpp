@@ -53,13 +53,13 @@ void WriteHash::add_part(const HashPart& p, uint64_t offset, uint64_t n) {
     std::lock_guard<std::mutex> lock(seg_mu_);
     auto [it, fresh] = segs_.emplace(offset, Segment{p, n});
     again = !fresh && (it->second.part.tensor != p.tensor || it->second.part.part != p.part || it->second.n != n);
+    if (!fresh && !again) return;  // said again (each window of a record's run): as it was
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (again || rewritten_ || offset < next_) part_rewritten(p);  // its bytes are read back
 }
 
-void WriteHash::hashed(const uint8_t* data, uint64_t n, uint64_t at) {
-  h_.update(data, n);
+std::vector<WriteHash::Claim> WriteHash::claim(const uint8_t* data, uint64_t n, uint64_t at) {
   std::vector<std::pair<uint64_t, Segment>> over;
   {
     std::lock_guard<std::mutex> lock(seg_mu_);
@@ -68,15 +68,36 @@ void WriteHash::hashed(const uint8_t* data, uint64_t n, uint64_t at) {
     for (; it != segs_.end() && it->first < at + n; ++it)
       if (it->first + it->second.n > at) over.emplace_back(*it);
   }
+  std::vector<Claim> claims;
   for (const auto& [offset, seg] : over) {
     const uint64_t from = std::max(offset, at), to = std::min(offset + seg.n, at + n);
-    hash_part_bytes(seg.part, from - offset, data + (from - at), to - from);
+    if (claim_part_bytes(seg.part, from - offset, to - from))
+      claims.push_back({seg.part, from - offset, data + (from - at), to - from});
+    else
+      hash_part_bytes(seg.part, from - offset, data + (from - at), to - from);  // kept, or read back
   }
+  return claims;
+}
+
+void WriteHash::hash_claims(const std::vector<Claim>& claims) {
+  for (const Claim& c : claims) hash_claimed(c.part, c.at, c.data, c.n);
+}
+
+void WriteHash::hashed(const uint8_t* data, uint64_t n, uint64_t at) {
+  h_.update(data, n);
+  hash_claims(claim(data, n, at));
+}
+
+void WriteHash::take_turns() {
+  std::lock_guard<std::mutex> lock(mu_);
+  turns_ = true;
 }
 
 void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
   if (n == 0) return;
   std::unique_lock<std::mutex> lock(mu_);
+  if (turns_ && offset > next_)
+    idle_.wait_for(lock, kTurnWait, [&] { return rewritten_ || (next_ >= offset && !hashing_); });
   if (rewritten_) return;
   // Written before? The prefix, or a kept piece this range overlaps.
   auto after = kept_.lower_bound(offset);
@@ -89,14 +110,27 @@ void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
   if (offset == next_) {
     idle_.wait(lock, [&] { return !hashing_ || next_ != offset; });
     if (offset == next_ && !rewritten_) {
+      // The file's digest takes these bytes and the tensors' are promised them (claimed, in file
+      // order); the next write in order may then go on with the file's while this thread hashes
+      // them into the tensors': the two digests on two cores, from this thread's buffer.
       hashing_ = true;
       next_ += n;
       lock.unlock();
-      hashed(static_cast<const uint8_t*>(data), n, offset);
+      const auto* p = static_cast<const uint8_t*>(data);
+      h_.update(p, n);
+      std::vector<Claim> claims = claim(p, n, offset);
       lock.lock();
-      drain(lock);
+      if (continues()) {  // kept or let-go writes continue the prefix: hashed here, after these
+        lock.unlock();
+        hash_claims(claims);
+        claims.clear();
+        lock.lock();
+        drain(lock);
+      }
       hashing_ = false;
       idle_.notify_all();
+      lock.unlock();
+      hash_claims(claims);
       return;
     }
     return written_twice();  // another thread's write covered it meanwhile
@@ -126,6 +160,7 @@ void WriteHash::landed(uint64_t offset, uint64_t n) {
 
 void WriteHash::stop() {
   rewritten_ = true;
+  idle_.notify_all();  // writes waiting their turn
   release_bytes(held_);
   held_ = 0;
   kept_.clear();
@@ -136,6 +171,10 @@ void WriteHash::written_twice() {
   stop();
   std::lock_guard<std::mutex> lock(seg_mu_);
   for (const auto& [offset, seg] : segs_) part_rewritten(seg.part);
+}
+
+bool WriteHash::continues() const {
+  return (!kept_.empty() && kept_.begin()->first <= next_) || (!let_go_.empty() && let_go_.begin()->first <= next_);
 }
 
 void WriteHash::drain(std::unique_lock<std::mutex>& lock) {

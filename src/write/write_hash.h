@@ -16,6 +16,7 @@
 // writing local files; under torchrun other processes write into the leader's files).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -33,6 +34,9 @@ namespace dcpctl {
 
 // What all WriteHashes of a process may hold, copied, at once.
 constexpr uint64_t kHeldBudget = 64ull << 20;
+// How long a write waits for its turn (WriteHash::take_turns) before it is kept instead: a lane
+// that never gets its turn (the one before it waits on memory it holds) goes on after this.
+constexpr std::chrono::milliseconds kTurnWait{1000};
 
 class WriteHash {
  public:
@@ -46,6 +50,11 @@ class WriteHash {
   // prefix has reached it).
   void wrote(const void* data, uint64_t n, uint64_t offset);
   void landed(uint64_t offset, uint64_t n);
+  // Writers that each write in order, near the prefix (the executor's lanes, dealt consecutive
+  // windows: plan/deal.h): from now on a write past the prefix waits until the prefix reaches it,
+  // so the thread that wrote it hashes it from its own buffer, and nothing is kept or read back.
+  // The wait is bounded (kTurnWait): a write whose turn does not come is kept or let go as before.
+  void take_turns();
   // The digest of the file at `path` once every write is done: what the writes did not show is
   // read from it (read_back() says how much). Later writes are not hashed. `size`: the file's,
   // where the writer knows it (an object: then nothing is asked of the store unless read back).
@@ -58,6 +67,17 @@ class WriteHash {
   void written_twice();                            // finish() hashes the whole file
   void stop();                                     // no write is hashed any more
   void hashed(const uint8_t* data, uint64_t n, uint64_t at);  // the prefix grew: to h_ and the parts
+  struct Claim {  // bytes of a tensor's part claimed (write/tensor_hash.h), still to be hashed
+    HashPart part;
+    uint64_t at = 0;
+    const uint8_t* data = nullptr;
+    uint64_t n = 0;
+  };
+  // The parts' bytes among the prefix's [at, at + n), claimed in the file's order (those that
+  // cannot be are kept or read back); hash_claims hashes them.
+  std::vector<Claim> claim(const uint8_t* data, uint64_t n, uint64_t at);
+  static void hash_claims(const std::vector<Claim>& claims);
+  bool continues() const;  // a kept or let-go write begins at (or before) the prefix's end
 
   std::string temp_, final_;
   std::mutex mu_;
@@ -66,6 +86,7 @@ class WriteHash {
   uint64_t next_ = 0;     // the hashed prefix [0, next_)
   bool hashing_ = false;  // a thread updates h_ outside the lock
   bool rewritten_ = false;
+  bool turns_ = false;                             // take_turns()
   std::map<uint64_t, std::vector<uint8_t>> kept_;  // by offset, past the prefix
   uint64_t held_ = 0;                              // bytes in kept_
   uint64_t read_back_ = 0;

@@ -72,6 +72,36 @@ TEST_CASE("deal: files go to writers by bytes with --parallel-write, else all to
   CHECK(spread.transfers.empty());  // no exchange asked for
 }
 
+TEST_CASE("deal: a hashed output's runs are dealt as consecutive windows, lane after lane") {
+  Checkpoint ck = two_rank_checkpoint();                            // chunks of 20, 20, 20, 20, 60, 60 bytes
+  WritePlan plan = plan_write(ck, {}, std::nullopt, hf_dir(1000));  // one shard
+  DealRequest rq;
+  rq.lanes = 3;
+  const size_t whole = deal_work(ck, plan, rq).tasks.size();
+  CHECK(whole == 6);
+  rq.hash_window = 16;
+  Deal d = deal_work(ck, plan, rq);
+  // 20 bytes: windows of 16 and 4; 60 bytes: 16, 16, 16, 12. In the chunks' order, each window
+  // at the next lane, so the lanes write near one another through the file.
+  REQUIRE(d.tasks.size() == 4 * 2 + 2 * 4);
+  size_t i = 0;
+  for (size_t ri = 0; ri < plan.records.size(); ++ri)
+    for (const Piece& p : plan.records[ri].pieces) {
+      const uint64_t bytes = p.source->chunk_numel(p.chunk) * 4;
+      for (uint64_t from = 0; from < bytes; from += 16, ++i) {
+        const Task& t = d.tasks[i];
+        CHECK(t.record == ri);
+        CHECK(t.chunks.front().chunk == p.chunk);
+        CHECK(t.from == from);
+        CHECK(t.bytes == std::min<uint64_t>(16, bytes - from));
+        CHECK(t.lane == i % 3);
+      }
+    }
+  CHECK(i == d.tasks.size());
+  rq.hash_window = 64;  // every chunk within one window: whole chunks, as without
+  CHECK(deal_work(ck, plan, rq).tasks.size() == whole);
+}
+
 TEST_CASE("deal: a DCP checkpoint's rank files are dealt to the processes by bytes") {
   Checkpoint ck = checkpoint({tensor("w", {40}, {{0, 40}})});
   Target dcp;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -274,4 +275,89 @@ TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches
   release_bytes(kHeldBudget - 1000);
   CHECK(digest == file_sha256(path));
   CHECK(read_back == 1 << 20);  // the piece let go, not what followed it
+}
+
+// The deal of a hashed output (plan/deal.h: hash_window): four lanes write consecutive windows of
+// one file, lane after lane, and take turns at its hashed prefix. With nothing to spare in the
+// budget (no write could be kept), every window is still hashed as written, by the lane that
+// wrote it, into the file's digest and its tensor's, and nothing is read back.
+TEST_CASE("write hash: lanes writing consecutive windows take turns, nothing kept or read back", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);
+  const size_t window = 64 << 10;
+  const std::vector<uint64_t> sizes = {300000, 1 << 20, 5 * window + 17};
+  const std::vector<uint8_t> head = random_bytes(4096, 30);
+  std::vector<std::vector<uint8_t>> tensors;
+  for (size_t i = 0; i < sizes.size(); ++i) tensors.push_back(random_bytes(sizes[i], 31 + static_cast<int>(i)));
+  const std::string path = dir.path + "/lanes.bin";
+  OutputFile out(path);
+  out.pwrite_all(head.data(), head.size(), 0);
+  struct Window {
+    size_t tensor;
+    uint64_t at, from, n;  // its place in the file, in its tensor, and length
+  };
+  std::vector<Window> windows;
+  uint64_t at = head.size();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string key = "t" + std::to_string(i);
+    declare_tensor(key, {sizes[i]});
+    out.hash_part({key, 0}, at, sizes[i]);
+    for (uint64_t from = 0; from < sizes[i]; from += window)
+      windows.push_back({i, at + from, from, std::min<uint64_t>(window, sizes[i] - from)});
+    at += sizes[i];
+  }
+  out.take_hash_turns();
+  REQUIRE(hold_bytes(kHeldBudget - 1000));  // the budget spent: a write ahead of its turn is let go
+  std::vector<std::thread> lanes;
+  for (size_t lane = 0; lane < 4; ++lane)
+    lanes.emplace_back([&, lane] {
+      for (size_t w = lane; w < windows.size(); w += 4) {
+        const Window& x = windows[w];
+        out.pwrite_all(tensors[x.tensor].data() + x.from, x.n, x.at);
+      }
+    });
+  for (std::thread& t : lanes) t.join();
+  release_bytes(kHeldBudget - 1000);
+  Recorded r = commit_and_look(out, path);
+  CHECK(r.sha256 == file_sha256(path));
+  CHECK(r.read_back == 0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    uint64_t read = 0;
+    std::optional<std::string> d = declared_tensor_digest("t" + std::to_string(i), read);
+    REQUIRE(d);
+    CHECK(*d == Sha256::of(std::string(tensors[i].begin(), tensors[i].end())));
+    CHECK(read == 0);
+  }
+}
+
+// Rank files written side by side (reshard -w 2): part 0 of a tensor in one file, part 1 in the
+// other, each file appended in order by its own thread. With nothing to spare in the budget, the
+// thread of part 1 waits for part 0 (being written) and hashes part 1 from its own buffer: nothing
+// is read back.
+TEST_CASE("tensor hash: a part past the budget waits for the parts before it being written", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);
+  const std::vector<uint8_t> p0 = random_bytes(600000, 7), p1 = random_bytes(500000, 8);
+  declare_tensor("w", {p0.size(), p1.size()});
+  OutputFile a(dir.path + "/a.bin"), b(dir.path + "/b.bin");
+  a.hash_part({"w", 0}, 0, p0.size());
+  b.hash_part({"w", 1}, 0, p1.size());
+  REQUIRE(hold_bytes(kHeldBudget - 1000));  // part 1 cannot be kept
+  std::thread ta([&] {
+    for (size_t at = 0; at < p0.size(); at += 65536) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // behind part 1's writer
+      a.append(p0.data() + at, std::min<size_t>(65536, p0.size() - at));
+    }
+  });
+  std::thread tb([&] { b.append(p1.data(), p1.size()); });
+  ta.join();
+  tb.join();
+  release_bytes(kHeldBudget - 1000);
+  a.commit();
+  b.commit();
+  uint64_t read = 0;
+  std::optional<std::string> d = declared_tensor_digest("w", read);
+  REQUIRE(d);
+  CHECK(*d == sha_of(p0, p1));
+  CHECK(read == 0);
 }
