@@ -284,7 +284,7 @@ def test_wrong_way(fixtures: Path, work: Path) -> None:
     Before the refusal megatron-gpt on a torchtitan checkpoint wrote `output_layer.weight` alone, exit 0."""
     files = {p.stem: json.loads(p.read_text()) for p in MAPS_DIR.glob("*.json")}
     ckpts = {c.dir.name: (c.ckpt, c.side) for c in mo.cases(fixtures)}
-    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe"):
+    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_mixtral"):
         ckpts[name] = (fixtures / "layouts" / name / "ckpt", "megatron")
     refused_5 = 0
     for fixture, (ckpt, side) in sorted(ckpts.items()):
@@ -546,6 +546,65 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         same_tensors(got, ref, f"{name}: hf->megatron vs the checkpoint megatron-core wrote")
 
 
+def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
+    """Issue 50 item 1, Mixtral: megatron-mixtral on megatron-core 0.19.2's Mixtral-style GPTModel
+    (megatron_mixtral: every layer MoE, softmax top-2 router, experts stacked [L, E, ...], TP2 x EP2; made by
+    make_megatron_qwen3.py) <-> MixtralForCausalLM's names on disk (block_sparse_moe.gate,
+    block_sparse_moe.experts.<e>.w1/w3/w2): the export equals the plain-torch conversion whose transformers
+    logits equal megatron's own forward, from_pretrained loads it with no missing or unexpected key and gives
+    megatron's logits; hf/ (transformers' save_pretrained) goes back to the checkpoint's own tensors bit for
+    bit; megatron-gpt (Qwen's MoE names) refuses the Mixtral export, exit 5, naming a block_sparse_moe key.
+    A control: the map with w1 <-> w3 swapped must move the tensors and the logits (by more than 1e-3)."""
+    from transformers import AutoModelForCausalLM
+
+    d = fixtures / "layouts" / "megatron_mixtral"
+    doc = json.loads((d / "expected.json").read_text())
+    want = load_file(str(d / "expected_hf.safetensors"))
+    lg = load_file(str(d / "logits.safetensors"))
+
+    def export(m, out: Path):
+        """(tensors, logits diff, from_pretrained's loading info) of `consolidate --map m`, or None."""
+        r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", m, "--assets", d / "hf", "--json")
+        if not ok(r, f"megatron_mixtral: megatron->hf --map {m}"):
+            return None
+        mdoc = jdoc(r, "megatron_mixtral: megatron->hf").get("map") or {}
+        check(mdoc.get("direction") == "megatron->hf" and mdoc.get("mapped") == len(doc["model_keys"])
+              and not mdoc.get("dropped") and not mdoc.get("missing"),
+              f"megatron_mixtral: map summary {({k: mdoc.get(k) for k in ('direction', 'mapped', 'dropped', 'missing')})}")
+        model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+        with torch.no_grad():
+            diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        return hf_tensors(out), diff, info
+
+    got = export("megatron-mixtral", work / "mixtral-hf")
+    if got is not None:
+        tensors, diff, info = got
+        same_tensors(tensors, want, "megatron_mixtral: megatron->hf vs the conversion megatron's logits confirm")
+        check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
+              f"megatron_mixtral: from_pretrained of the export: {info}")
+        check(diff <= doc["logits"]["atol"], f"megatron_mixtral: transformers on the export vs megatron's logits: {diff}")
+        print(f"megatron_mixtral: MixtralForCausalLM on the export vs megatron's logits: max abs diff {diff:.3g}")
+    # the control: the same map with w1 <-> w3 swapped is told apart by the checks above
+    wrong = json.loads((MAPS_DIR / "megatron-mixtral.json").read_text().replace(".w1.", ".w@.").replace(".w3.", ".w1.").replace(".w@.", ".w3."))
+    wrong["name"] = "megatron-mixtral-w1-w3"
+    (work / "mixtral-wrong.json").write_text(json.dumps(wrong))
+    bad = export(str(work / "mixtral-wrong.json"), work / "mixtral-wrong-hf")
+    if bad is not None:
+        moved = [k for k in want if k in bad[0] and not torch.equal(bad[0][k], want[k])]
+        check(len(moved) == 2 * doc["dims"]["layers"] * doc["dims"]["experts"] and bad[1] > 1e-3,
+              f"megatron_mixtral: a map with w1 <-> w3 swapped: {len(moved)} tensors moved, logits diff {bad[1]} "
+              "(want every w1 and w3, and more than 1e-3)")
+    back = work / "mixtral-back"
+    r = dcpctl("reshard", d / "hf", "-o", back, "-w", "2", "--map", "megatron-mixtral")
+    if ok(r, "megatron_mixtral: hf->megatron"):
+        got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
+        ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
+        same_tensors(got, ref, "megatron_mixtral: hf->megatron vs the checkpoint megatron-core wrote")
+    r = dcpctl("reshard", d / "hf", "-o", work / "mixtral-gpt", "-w", "1", "--map", "megatron-gpt")
+    check(r.returncode == 5 and "block_sparse_moe" in r.stderr and not (work / "mixtral-gpt").exists(),
+          f"megatron_mixtral: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
+
+
 def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
     """Issue 50 item 2: Megatron-FSDP's fsdp_dtensor checkpoint (run_megatron_fsdp: Megatron-LM's own
     save_checkpoint, keys `model.module.decoder.layers.<i>.*`, SwiGLU fc1 as weight_w / weight_v, the
@@ -602,6 +661,7 @@ def main() -> int:
         work = Path(tmp)
         steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
+                 ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]
