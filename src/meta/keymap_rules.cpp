@@ -710,7 +710,27 @@ class MapBuilder {
 
 MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
                           const std::string& from) {
-  return MapBuilder(map, md, items, config, from).build();
+  try {
+    return MapBuilder(map, md, items, config, from).build();
+  } catch (const UnsupportedError& e) {
+    // A built-in map that refuses a checkpoint another built-in map of the same two sides takes
+    // whole (a Megatron model keyed per layer, a Mixtral's expert names): say which, so the user
+    // need not read every map's description. Tried only on this path, each in full.
+    if (map.source.rfind("built-in", 0) != 0) throw;
+    std::string fits;
+    for (const KeyMap& other : builtin_key_maps()) {
+      if (other.name == map.name || other.sides[0] != map.sides[0] || other.sides[1] != map.sides[1]) continue;
+      try {
+        MapBuilder(other, md, items, config, from).build();
+        fits += (fits.empty() ? "" : ", ") + other.name;
+      } catch (const Error&) {
+      }
+    }
+    if (fits.empty()) throw;
+    throw UnsupportedError(e.where(), e.detail() + "\n  the built-in map" + (fits.find(',') == std::string::npos ? " " : "s ") +
+                                          fits + " map" + (fits.find(',') == std::string::npos ? "s" : "") +
+                                          " every model key of this checkpoint: --map " + fits.substr(0, fits.find(',')));
+  }
 }
 
 }  // namespace dcpctl

@@ -536,7 +536,8 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         m = "megatron-gpt-layers" if name.endswith("_mixed") else "megatron-gpt"
         if m != "megatron-gpt":
             r = dcpctl("reshard", d / "hf", "-o", work / f"{name}-stacked", "-w", "1", "--map", "megatron-gpt")
-            check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists(),
+            check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists()
+                  and "the built-in map megatron-gpt-layers maps every model key of this checkpoint: --map megatron-gpt-layers" in r.stderr,
                   f"{name}: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
         r = dcpctl("reshard", d / "hf", "-o", back, "-w", "2", "--map", m)
         if not ok(r, f"{name}: hf->megatron"):
@@ -601,7 +602,8 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
         same_tensors(got, ref, "megatron_mixtral: hf->megatron vs the checkpoint megatron-core wrote")
     r = dcpctl("reshard", d / "hf", "-o", work / "mixtral-gpt", "-w", "1", "--map", "megatron-gpt")
-    check(r.returncode == 5 and "block_sparse_moe" in r.stderr and not (work / "mixtral-gpt").exists(),
+    check(r.returncode == 5 and "block_sparse_moe" in r.stderr and not (work / "mixtral-gpt").exists()
+          and "--map megatron-mixtral" in r.stderr,
           f"megatron_mixtral: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
 
 
