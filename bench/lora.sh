@@ -102,21 +102,16 @@ sed 's/^/   /' "$work/peft_sync.log"
 import json, os, sys
 work, repeat, names = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 sys.path.insert(0, sys.argv[3])
-from timing import paired, report
+from timing import print_paired, report, table
 info = json.load(open(os.path.join(work, "lora_info.json")))
 print("\nper run (in round order):")
 rows = {n: report(work, "lora", n, repeat, 22) for n in names}
 print(f"\nmodel: {info['parameters']:,} parameters ({info['base_bytes'] / 1e9:.2f} GB float32); "
       f"checkpoint {info['ckpt_bytes'] / 1e9:.2f} GB ({info['ckpt_model_keys']} keys, {info['lora_modules']} LoRA modules)")
-print(f"median of {repeat} round(s); max RSS and exit: the worst round")
-print(f"{'run':22} {'exit':>4} {'seconds':>8} {'max RSS':>11}")
-for n, (s, rss, rc) in rows.items():
-    print(f"{n:22} {rc:>4} {s:8.2f} {rss / 2**20:7.0f} MiB")
-rs = paired(work, "lora", "peft_merge_and_unload", "dcpctl_lora_merge", repeat)
-print("peft_merge_and_unload / dcpctl_lora_merge, round by round: " + " ".join(f"{x:.2f}x" for x in rs))
+table(rows, repeat, 22)
+print_paired(work, "lora", "peft_merge_and_unload", "dcpctl_lora_merge", repeat)
 if "dcpctl_no_merge" in names:
-    rs = paired(work, "lora", "dcpctl_lora_merge", "dcpctl_no_merge", repeat)
-    print("dcpctl_lora_merge / dcpctl_no_merge, round by round: " + " ".join(f"{x:.2f}x" for x in rs))
+    print_paired(work, "lora", "dcpctl_lora_merge", "dcpctl_no_merge", repeat)
 EOF
 
 echo

@@ -69,17 +69,14 @@ sed 's/^/   /' "$work/read_bytes.log" || true
 import json, os, sys
 work, repeat, names = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 sys.path.insert(0, sys.argv[3])
-from timing import paired, report
+from timing import print_paired, report, table
 info = json.load(open(os.path.join(work, "info.json")))
 print("\nper run (in round order):")
 rows = {n: report(work, "quantize", n, repeat, 14) for n in names}
 print(f"\nmodel: {info['parameters']:,} parameters ({info['bytes'] / 1e9:.2f} GB float32)")
-print(f"median of {repeat} round(s); max RSS and exit: the worst round")
-print(f"{'run':14} {'exit':>4} {'seconds':>8} {'max RSS':>11}")
-for n, (s, rss, rc) in rows.items():
-    print(f"{n:14} {rc:>4} {s:8.2f} {rss / 2**20:7.0f} MiB")
+table(rows, repeat, 14)
 for a, b in (("peer_fp8", "dcpctl_fp8"), ("peer_bf16", "dcpctl_bf16")):
-    print(f"{a} / {b}, round by round: " + " ".join(f"{x:.2f}x" for x in paired(work, "quantize", a, b, repeat)))
+    print_paired(work, "quantize", a, b, repeat)
 PY
 echo "== agreement of the fp8 outputs:"
 "$py" "$root/bench/quantize_peer.py" check "$work/out-dcpctl-fp8" "$work/out-peer-fp8"

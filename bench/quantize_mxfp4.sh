@@ -61,17 +61,14 @@ echo "   load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 import json, os, sys
 work, repeat, names = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 sys.path.insert(0, sys.argv[3])
-from timing import paired, report
+from timing import print_paired, report, table
 info = json.load(open(os.path.join(work, "info-gpt-oss.json")))
 print("\nper run (in round order):")
 rows = {n: report(work, "quantize-mxfp4", n, repeat, 14) for n in names}
 print(f"\nmodel: {info['parameters']:,} parameters ({info['bytes'] / 1e9:.2f} GB float32)")
-print(f"median of {repeat} round(s); max RSS and exit: the worst round")
-print(f"{'run':14} {'exit':>4} {'seconds':>8} {'max RSS':>11}")
-for n, (s, rss, rc) in rows.items():
-    print(f"{n:14} {rc:>4} {s:8.2f} {rss / 2**20:7.0f} MiB")
+table(rows, repeat, 14)
 for a, b in (("dcpctl_mxfp4", "dcpctl_plain"), ("peer_save", "dcpctl_mxfp4")):
-    print(f"{a} / {b}, round by round: " + " ".join(f"{x:.2f}x" for x in paired(work, "quantize-mxfp4", a, b, repeat)))
+    print_paired(work, "quantize-mxfp4", a, b, repeat)
 PY
 echo "== the MXFP4 output: sizes"
 du -sh --apparent-size "$work/out-dcpctl-mxfp4" "$work/out-dcpctl-plain" | sed 's/^/   /'

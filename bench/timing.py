@@ -77,3 +77,16 @@ def report(work: str, tag: str, name: str, repeat: int, width: int = 24) -> tupl
           f" max RSS {' '.join(str(x['rss'] >> 20) for x in rs)} MiB{disk}")
     m = summary(rs)
     return m["secs"], m["rss"], m["rc"]
+
+
+def table(rows: dict[str, tuple[float, int, int]], repeat: int, width: int = 24) -> None:
+    """report()'s results, a line each: median seconds, worst max RSS and exit status."""
+    print(f"median of {repeat} round(s); max RSS and exit: the worst round")
+    print(f"{'run':{width}} {'exit':>4} {'seconds':>8} {'max RSS':>11}")
+    for n, (s, rss, rc) in rows.items():
+        print(f"{n:{width}} {rc:>4} {s:8.2f} {rss / 2**20:7.0f} MiB")
+
+
+def print_paired(work: str, tag: str, a: str, b: str, repeat: int) -> None:
+    """paired() as one line: a's time over b's, round by round."""
+    print(f"{a} / {b}, round by round: " + " ".join(f"{x:.2f}x" for x in paired(work, tag, a, b, repeat)))
