@@ -26,6 +26,14 @@ bool contains(const std::string& s, const char* part) {
   return s.find(part) != std::string::npos;
 }
 
+// The language model's part of config.json: its `text_config` where it has one (a multimodal
+// release), else the config itself; an empty object when there is no config.
+const json& language_config(const json& config) {
+  static const json none = json::object();
+  if (!config.is_object()) return none;
+  return config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+}
+
 // A weight's geometry as a stack of matrices: a 2-D weight one matrix, a 3-D expert stack [E, R, C]
 // one an expert. "Flat rows" number the rows of all matrices one after another (expert e's row r is
 // e * R + r); a stack is quantized only when R is a multiple of the block's rows, so no block
@@ -229,10 +237,7 @@ std::string fp8_stack_reason(const TensorMeta& t, const std::unordered_map<std::
     return "a 3-D tensor that is not a stacked expert projection (transformers' FP8Experts: experts.gate_up_proj, "
            "up_proj, down_proj)";
   if (by_name.count(t.fqn + "_bias")) return "a stacked expert projection with a bias (FP8Experts has none)";
-  const json none = json::object();
-  const json& c = !rq.config.is_object()                                                      ? none
-                  : rq.config.contains("text_config") && rq.config["text_config"].is_object() ? rq.config["text_config"]
-                                                                                              : rq.config;
+  const json& c = language_config(rq.config);
   const int64_t E = first_int(c, {"num_local_experts", "num_experts"}), H = first_int(c, {"hidden_size"}),
                 I = first_int(c, {"moe_intermediate_size", "intermediate_size"});
   if (E <= 0 || H <= 0 || I <= 0)
@@ -296,8 +301,7 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {
   static const std::regex mtp(R"((^|\.)(mtp|mtp_layers|nextn)(\.|$))");
   if (std::regex_search(key, mtp)) return "an MTP block";
   if (rq.config.is_object()) {
-    const json& c = rq.config.contains("text_config") && rq.config["text_config"].is_object() ? rq.config["text_config"]
-                                                                                              : rq.config;
+    const json& c = language_config(rq.config);
     if (c.contains("num_hidden_layers") && c["num_hidden_layers"].is_number_integer()) {
       static const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
       std::smatch m;
@@ -399,9 +403,7 @@ Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   view.md.order = std::move(order);
   // A model that ties its head to the embeddings saves no lm_head.weight, and transformers would
   // still make lm_head an FP8Linear: it is named as kept (the releases list it).
-  const json& c = rq.config.is_object() && rq.config.contains("text_config") && rq.config["text_config"].is_object()
-                      ? rq.config["text_config"]
-                      : rq.config;
+  const json& c = language_config(rq.config);
   const auto tied = [](const json& j) {
     return j.is_object() && j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == true;
   };
