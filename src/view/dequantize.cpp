@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "meta/derived.h"
+#include "meta/geometry.h"
 #include "meta/keymap.h"
 #include "meta/pieces.h"
 #include "meta/quantized.h"
@@ -15,12 +16,6 @@ namespace dcpctl {
 using nlohmann::json;
 
 namespace {
-
-std::string dims(const std::vector<int64_t>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
 
 uint64_t largest_chunk_bytes(const TensorMeta& t) {
   uint64_t most = 0;
@@ -110,8 +105,8 @@ TensorMeta mxfp4_view(const Checkpoint& ck, const TensorMeta& b, const TensorMet
   std::vector<int64_t> groups(b.shape.begin(), b.shape.end() - (nd ? 1 : 0));
   if (nd < 2 || s.shape != groups)
     throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
-                      "MXFP4 scales of shape " + dims(s.shape) + " are not the groups of blocks '" + b.fqn + "' " +
-                          dims(b.shape) + " (the blocks' shape less its last dimension)");
+                      "MXFP4 scales of shape " + dims_text(s.shape) + " are not the groups of blocks '" + b.fqn + "' " +
+                          dims_text(b.shape) + " (the blocks' shape less its last dimension)");
   const int64_t B = b.shape[nd - 1];
   TensorMeta v = b;
   v.dtype = DType::Float32;
@@ -183,11 +178,11 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
             "scales as they are");
   }
   MapConfig config = checkpoint_config(ck, assets);
-  std::optional<std::pair<int64_t, int64_t>> block = configured_block(config);
+  const QuantConfig qc = quant_config(config);
+  const std::optional<std::pair<int64_t, int64_t>>& block = qc.block;
   // One-byte tensors are MXFP4 only when the config says so: a uint8 X_blocks beside X_scales is
   // GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other scales, a
   // model's own uint8 buffers) with those names would be dequantized into garbage.
-  const QuantConfig qc = quant_config(config);
   if (!mx.empty() && qc.quant_method != writing_codec(CodecFamily::Mxfp4).quant_method)
     throw UnsupportedError(
         Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
@@ -241,8 +236,8 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     if (s.shape != want)
       throw FormatError(
           Where(ck.metadata_path, std::nullopt, s.fqn),
-          "shape " + dims(s.shape) + " is not the " + std::to_string(b0) + "x" + std::to_string(b1) +
-              " blocks of weight '" + w.fqn + "' " + dims(w.shape) + ": " + dims(want) +
+          "shape " + dims_text(s.shape) + " is not the " + std::to_string(b0) + "x" + std::to_string(b1) +
+              " blocks of weight '" + w.fqn + "' " + dims_text(w.shape) + ": " + dims_text(want) +
               (block ? " (block size from " + config.path + ")"
                      : " (no quantization_config.weight_block_size found: 128x128 assumed, as torch's reader does; " +
                            config.path + ")"));

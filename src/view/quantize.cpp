@@ -245,11 +245,11 @@ std::string fp8_stack_reason(const TensorMeta& t, const std::unordered_map<std::
            "or num_experts, hidden_size, moe_intermediate_size or intermediate_size)";
   const int64_t out = proj == "down_proj" ? H : proj == "gate_up_proj" ? 2 * I : I, in = proj == "down_proj" ? I : H;
   if (t.shape == std::vector<int64_t>{E, in, out} && in != out)
-    return "a stacked expert projection [E, in, out] " + dims_text(t.shape.data(), t.shape.size()) +
+    return "a stacked expert projection [E, in, out] " + dims_text(t.shape) +
            " (FP8Experts holds [E, out, in])";
   if (t.shape != std::vector<int64_t>{E, out, in})
-    return "a stacked expert projection of shape " + dims_text(t.shape.data(), t.shape.size()) +
-           ", not FP8Experts' [E, out, in] " + dims_text(std::vector<int64_t>{E, out, in}.data(), 3) +
+    return "a stacked expert projection of shape " + dims_text(t.shape) +
+           ", not FP8Experts' [E, out, in] " + dims_text({E, out, in}) +
            " from config.json";
   if (out % rq.block[0] != 0 || in % rq.block[1] != 0)
     return "a stacked expert projection with partial " + std::to_string(rq.block[0]) + "x" +
