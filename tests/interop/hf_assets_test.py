@@ -354,12 +354,12 @@ def test_torchrun(fx: Path, work: Path) -> None:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            args = [DCPCTL, "consolidate", str(case / "ckpt"), "-o", f"{out}/", "--json", "--timeout", "60", *extra]
+            args = [DCPCTL, "consolidate", str(case / "ckpt"), "-o", f"{out}/", "--json", "--timeout", "300", *extra]
             procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
                                                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
                      for r in range(2)]
-            res = [pr.communicate(timeout=240) + (pr.returncode,) for pr in procs]
+            res = [pr.communicate(timeout=600) + (pr.returncode,) for pr in procs]
             if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
                 continue
             break

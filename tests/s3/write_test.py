@@ -308,7 +308,7 @@ def case_outputs(work: Path) -> None:
     # killed at the write leaves nothing
     def launch(*args, env=None):  # torchrun (exits 1 when a worker fails; each worker's code is in its report)
         return run_argv(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
-                        DCPCTL, *args, "--timeout", "60", env=env or ENV)
+                        DCPCTL, *args, "--timeout", "300", env=env or ENV)
     r = launch("reshard", ckpt, "-o", url("tr-re3/"), "--world-size", "3")
     if check(r.returncode == 0, f"torchrun reshard -o s3: {r.stderr[-2000:]}"):
         for n in ("__0_0.distcp", "__1_0.distcp", "__2_0.distcp"):
