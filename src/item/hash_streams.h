@@ -59,6 +59,7 @@ struct HashPipeline {
 // stops everything and is rethrown.
 struct StreamDigest {
   std::string hex;
+  uint32_t crc = 0;  // the stream's CRC-32 too (a CRC-32 manifest's tensor digest, meta/manifest.h)
   std::exception_ptr error;
 };
 
