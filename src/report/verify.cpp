@@ -427,6 +427,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key), "a tensor the manifest does not list");
   }
   out["manifest"] = manifest.present ? json{{"path", manifest.path},
+                                            {"algorithm", algorithm_name(manifest.algorithm)},
                                             {"files", manifest.files},
                                             {"bytes_read", manifest.bytes_read},
                                             {"tensors", manifest.tensors ? json(manifest.tensors->size()) : json(nullptr)},

@@ -144,7 +144,8 @@ def written_vs_verify(dcpctl, out: Path, m: dict, what: str) -> None:
     r, doc = verify_json(dcpctl, out, "--checksum")
     check(r.returncode == EXIT_OK and isinstance(m.get("tensors"), dict) and len(m["tensors"]) > 0
           and (alg == "crc32" or doc.get("checksums") == m["tensors"])
-          and doc.get("manifest", {}).get("tensors_compared") == len(m["tensors"]),
+          and doc.get("manifest", {}).get("tensors_compared") == len(m["tensors"])
+          and doc.get("manifest", {}).get("algorithm") == alg,
           f"{what}: the written tensor digests are not verify --checksum's: {r.returncode} {codes(doc)} {doc.get('manifest')}")
     shards = [out] if out.suffix == ".safetensors" else sorted(out.glob("*.safetensors"))
     if alg == "crc32" and shards:
