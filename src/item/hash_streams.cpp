@@ -196,7 +196,8 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
       std::string hex;
       try {
         if (j.first) sha.emplace(), crc = 0;
-        if (hash) sha->update(j.data, j.k), crc = crc32_update(crc, j.data, j.k);
+        if (hash) sha->update(j.data, j.k);
+        if (hash && p.crc) crc = crc32_update(crc, j.data, j.k);
         if (hash && j.last) hex = sha->hex();
       } catch (...) {
         lock.lock();

@@ -283,6 +283,16 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
   return r;
 }
 
+std::optional<ManifestAlgorithm> manifest_algorithm(const std::string& path) {
+  const std::string m = manifest_path(path);
+  if (!path_exists(m)) return std::nullopt;
+  Findings ignored;  // check_manifest reports them
+  std::optional<json> j = read_listing(m, kMaxManifestBytes, "manifest-invalid", ignored);
+  if (!j || j->is_discarded() || !j->is_object() || !j->contains("algorithm") || !(*j)["algorithm"].is_string())
+    return std::nullopt;
+  return algorithm_named((*j)["algorithm"].get<std::string>());
+}
+
 bool manifest_verified(const std::string& path, unsigned threads) {
   ManifestReport r = check_manifest(path, threads);
   return r.present && r.problems.empty();

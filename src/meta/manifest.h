@@ -135,6 +135,11 @@ struct ManifestReport {
   Findings problems;
 };
 
+// The algorithm of `path`'s manifest, when there is one of this format (nullopt otherwise): read
+// before the tensors are hashed, so that verify --checksum takes their CRC-32s only where a CRC-32
+// manifest will compare them.
+std::optional<ManifestAlgorithm> manifest_algorithm(const std::string& path);
+
 // Checks `path`'s manifest when there is one (present = false otherwise, nothing read).
 ManifestReport check_manifest(const std::string& path, unsigned threads);
 

@@ -126,8 +126,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
   Collector col;
   json checked = {{"files", 0}, {"tensors", 0}, {"chunks", 0}, {"bytes_items", 0}, {"bytes_read", 0}};
   json checksums = json::object();
-  // Each tensor's CRC-32 beside its SHA-256, for a CRC-32 manifest's tensor digests (meta/manifest.h).
+  // Each tensor's CRC-32 beside its SHA-256, for a CRC-32 manifest's tensor digests (meta/manifest.h):
+  // taken only where such a manifest will compare them.
   std::map<std::string, std::string> tensor_crcs;
+  const bool want_crcs = opts.checksum && manifest_algorithm(dir) == ManifestAlgorithm::Crc32;
 
   std::unique_ptr<Checkpoint> ck;
   try {
@@ -239,7 +241,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       std::vector<char> piped(md.tensors.size(), 0);
       if (opts.checksum) {
         const unsigned cores = default_threads();
-        const HashPipeline pipe = hash_pipeline(opts.max_memory, opts.threads ? std::min(opts.threads, cores) : cores, kHashReaders);
+        HashPipeline pipe = hash_pipeline(opts.max_memory, opts.threads ? std::min(opts.threads, cores) : cores, kHashReaders);
+        pipe.crc = want_crcs;
         std::vector<std::optional<HashStream>> found(md.tensors.size());
         if (pipe.slots)
           parallel_for(md.tensors.size(), threads, [&](size_t i) {
@@ -272,7 +275,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             continue;
           }
           checksums[streams[k].key] = digests[k].hex;
-          tensor_crcs[streams[k].key] = crc32_hex(digests[k].crc);
+          if (want_crcs) tensor_crcs[streams[k].key] = crc32_hex(digests[k].crc);
           bytes_read += streams[k].bytes();
         }
       }
@@ -320,7 +323,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
               for (const auto& [row, r] : runs) {
                 read_run(r, past_cache(r), t.fqn, buf.a(), buf.b(), w, [&](const uint8_t* p, uint64_t k) {
                   h.update(p, k);
-                  crc = crc32_update(crc, p, k);
+                  if (want_crcs) crc = crc32_update(crc, p, k);
                 });
                 done += r.bytes;
               }
@@ -342,7 +345,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
               buf.prepare(bytes, bytes, decoded);
               windows.fill(t, w, buf.a(), buf.b());
               h.update(buf.a(), bytes);
-              crc = crc32_update(crc, buf.a(), bytes);
+              if (want_crcs) crc = crc32_update(crc, buf.a(), bytes);
               done += bytes;
             }
             std::lock_guard<std::mutex> lock(mu);
