@@ -323,7 +323,7 @@ def test_failed_copy(fx: Path, work: Path) -> None:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, DCPCTL_FAILPOINT="assets-copy:stop"))
     stopped = False
-    for _ in range(600):  # wait until the process stopped itself at the failpoint
+    for _ in range(6000):  # wait (up to 300 s: far above what load adds) until it stopped itself at the failpoint
         try:
             state = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
