@@ -583,7 +583,7 @@ def torchrun_consolidate(work):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         out = os.path.join(work, "out", f"torchrun{attempt}.safetensors")
-        args = ["consolidate", fx("sample", "ckpt"), "-o", out, "--json", "--timeout", "60"]
+        args = ["consolidate", fx("sample", "ckpt"), "-o", out, "--json", "--timeout", "300"]
         procs = []
         for r in range(2):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -439,12 +439,12 @@ def test_torchrun(case: mo.Case, work: Path) -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         args = [DCPCTL, "consolidate", str(case.ckpt), "-o", str(out), "--map", case.map, "--config",
-                str(case.config_path), "--timeout", "60"]
+                str(case.config_path), "--timeout", "300"]
         procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=dict(os.environ, RANK=str(rk), WORLD_SIZE="2", LOCAL_RANK=str(rk),
                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
                  for rk in range(2)]
-        res = [pr.communicate(timeout=240) + (pr.returncode,) for pr in procs]
+        res = [pr.communicate(timeout=600) + (pr.returncode,) for pr in procs]
         if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
             continue
         break
