@@ -75,6 +75,7 @@ except ImportError as e:
 
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
+import map_reference as mr  # noqa: E402
 from testlib import EXIT_USAGE, check, problems, run, summary  # noqa: E402  (tests/testlib.py)
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
@@ -135,8 +136,15 @@ def test_maps_listing() -> None:
         return
     doc = jdoc(r, "maps --json")
     maps = doc.get("maps", doc) if isinstance(doc, dict) else doc
-    files = {p.stem: json.loads(p.read_text()) for p in MAPS_DIR.glob("*.json")}
+    # a family file (dcpctl-map/2) is listed as the family and each alias, expanded
+    files = {n: mr.load_map(n) for n in mr.builtin_names()}
     listed = {m.get("name"): m for m in maps} if isinstance(maps, list) else {}
+    for name, f in files.items():
+        m = listed.get(name, {})
+        check(m.get("family") == f.get("family") and [v.get("name") for v in m.get("variants", [])] == sorted(f.get("variants", {}))
+              and m.get("rules") == len(f["rules"]),
+              f"maps --json: {name}: family {m.get('family')}, variants {m.get('variants')}, {m.get('rules')} rules "
+              f"(the reference's expansion: {f.get('family')}, {sorted(f.get('variants', {}))}, {len(f['rules'])})")
     check(set(listed) == set(files), f"maps --json lists {sorted(listed)}, src/maps has {sorted(files)}")
     for name, f in files.items():
         m = listed.get(name, {})
@@ -187,7 +195,11 @@ def test_file_and_options(case: mo.Case, work: Path) -> None:
         return
     problems(mo.check_hf_tensors(case, hf_tensors(base), f"{case.name}: -o x.safetensors"))
     f = work / f"{case.name}-file.safetensors"
-    r = dcpctl("consolidate", case.ckpt, "-o", f, "--map", MAPS_DIR / f"{case.map}.json", "--config", case.config_path)
+    # an alias's file is its family's (megatron-gpt: megatron.json, whose variant the config chooses alike)
+    path = MAPS_DIR / f"{case.map}.json"
+    if not path.exists():
+        path = next(p for p in MAPS_DIR.glob("*.json") if case.map in json.loads(p.read_text()).get("aliases", {}))
+    r = dcpctl("consolidate", case.ckpt, "-o", f, "--map", path, "--config", case.config_path)
     if ok(r, f"{case.name}: --map FILE.json"):
         check(f.read_bytes() == base.read_bytes(), f"{case.name}: --map FILE.json differs from --map {case.map}")
     small = work / f"{case.name}-small.safetensors"
@@ -586,8 +598,9 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         check(diff <= doc["logits"]["atol"], f"megatron_mixtral: transformers on the export vs megatron's logits: {diff}")
         print(f"megatron_mixtral: MixtralForCausalLM on the export vs megatron's logits: max abs diff {diff:.3g}")
     # the control: the same map with w1 <-> w3 swapped is told apart by the checks above
-    wrong = json.loads((MAPS_DIR / "megatron-mixtral.json").read_text().replace(".w1.", ".w@.").replace(".w3.", ".w1.").replace(".w@.", ".w3."))
-    wrong["name"] = "megatron-mixtral-w1-w3"
+    wrong = json.loads((MAPS_DIR / "megatron.json").read_text().replace(".w1.", ".w@.").replace(".w3.", ".w1.").replace(".w@.", ".w3."))
+    wrong["name"] = "megatron-mixtral-w1-w3"  # the family, its variant chosen by the config's model_type: mixtral
+    del wrong["aliases"]
     (work / "mixtral-wrong.json").write_text(json.dumps(wrong))
     bad = export(str(work / "mixtral-wrong.json"), work / "mixtral-wrong-hf")
     if bad is not None:
@@ -601,9 +614,13 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
         ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
         same_tensors(got, ref, "megatron_mixtral: hf->megatron vs the checkpoint megatron-core wrote")
+    # the family takes it by the config's model_type (its mixtral variant), as megatron-mixtral does
+    fam = export("megatron", work / "mixtral-family")
+    if fam is not None:
+        same_tensors(fam[0], want, "megatron_mixtral: megatron->hf --map megatron (the family's mixtral variant)")
     r = dcpctl("reshard", d / "hf", "-o", work / "mixtral-gpt", "-w", "1", "--map", "megatron-gpt")
     check(r.returncode == 5 and "block_sparse_moe" in r.stderr and not (work / "mixtral-gpt").exists()
-          and "--map megatron-mixtral" in r.stderr,
+          and "the built-in maps megatron, megatron-mixtral map every model key of this checkpoint: --map megatron" in r.stderr,
           f"megatron_mixtral: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
 
 
@@ -642,14 +659,22 @@ def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
 
 
 def test_megatron_layers_map() -> None:
-    """megatron-gpt-layers is megatron-gpt's per-layer rules (decoder.layers.{L}.*) and nothing else of the
-    layers: the two files say the same of every per-layer key."""
-    gpt = json.loads((MAPS_DIR / "megatron-gpt.json").read_text())
-    layers = json.loads((MAPS_DIR / "megatron-gpt-layers.json").read_text())
+    """One megatron family (src/maps/megatron.json, dcpctl-map/2): megatron-gpt, megatron-gpt-layers and
+    megatron-mixtral are its aliases, not copies. megatron-gpt-layers is megatron-gpt's per-layer
+    rules (decoder.layers.{L}.*) and nothing else of the layers; megatron-mixtral's MoE rules are the
+    family's mixtral variant."""
+    check(not any((MAPS_DIR / f"{n}.json").exists() for n in ("megatron-gpt", "megatron-gpt-layers", "megatron-mixtral")),
+          "src/maps still has a copy of a megatron map")
+    gpt = mr.concrete(mr.load_map("megatron-gpt"), {"model_type": "qwen3_moe"})
+    layers = mr.concrete(mr.load_map("megatron-gpt-layers"), {"model_type": "qwen3_moe"})
     per = [r for r in gpt["rules"] if str(r.get("megatron", "")).startswith("decoder.layers.{L}.")]
     check(per and per == [r for r in layers["rules"] if str(r.get("megatron", "")).startswith("decoder.layers.")],
           "megatron-gpt-layers' per-layer rules differ from megatron-gpt's")
     check(all(r in gpt["rules"] for r in layers["rules"]), "megatron-gpt-layers has a rule megatron-gpt lacks")
+    mix = mr.concrete(mr.load_map("megatron"), {"model_type": "mixtral"})
+    check(mix.get("variant") == "mixtral" and any("block_sparse_moe.gate" in str(r.get("hf")) for r in mix["rules"])
+          and not any("mlp.gate.weight" in str(r.get("hf")) for r in mix["rules"]),
+          f"the family's mixtral variant: {mix.get('variant')}")
 
 
 def main() -> int:
