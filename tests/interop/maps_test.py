@@ -523,7 +523,8 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     hf/ (transformers' save_pretrained) goes back to the checkpoint's own tensors bit for bit."""
     from transformers import AutoModelForCausalLM
 
-    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp"):
+    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp",
+                 "megatron_glm4_moe"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"
@@ -545,7 +546,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         back = work / f"{name}-back"
         # a model mixing dense and MoE layers is keyed per layer: megatron-gpt-layers (megatron-gpt stacks
         # the layers, and refuses what it cannot stack rather than drop it)
-        m = "megatron-gpt-layers" if name.endswith("_mixed") else "megatron-gpt"
+        m = "megatron-gpt-layers" if name.endswith("_mixed") or name == "megatron_glm4_moe" else "megatron-gpt"
         if m != "megatron-gpt":
             r = dcpctl("reshard", d / "hf", "-o", work / f"{name}-stacked", "-w", "1", "--map", "megatron-gpt")
             check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists()
@@ -557,6 +558,63 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
         ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
         same_tensors(got, ref, f"{name}: hf->megatron vs the checkpoint megatron-core wrote")
+
+
+def test_megatron_glm(fixtures: Path, work: Path) -> None:
+    """Issue 58 item 4: GLM-4.5 on Megatron (megatron_glm4_moe: megatron-core 0.19.2, TP2 x EP2, layer 0
+    dense, a sigmoid router with its expert bias, a gate-less shared expert, partial RoPE, q/k norms, QKV
+    bias; make_megatron_qwen3.py). test_megatron_qwen3 checks the export and the way back bit for bit and
+    transformers' Glm4MoeForCausalLM logits; here what the glm4_moe variant adds: the variant chosen by
+    config.json's model_type (and by the checkpoint's keys without one), the router's bias float32 under
+    --dtype bf16 (transformers keeps e_score_correction_bias so), and the failure of issue 58 gone: the
+    family without its glm4_moe variant (a map file) must refuse, exit 5, not write Qwen2-MoE's names."""
+    d = fixtures / "layouts" / "megatron_glm4_moe"
+    out = work / "glm-hf"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", "megatron", "--assets", d / "hf", "--json")
+    if ok(r, "megatron_glm4_moe: --map megatron"):
+        mdoc = jdoc(r, "megatron_glm4_moe").get("map") or {}
+        check(mdoc.get("variant") == "glm4_moe", f"megatron_glm4_moe: map.variant {mdoc.get('variant')}")
+        same_tensors(hf_tensors(out), load_file(str(d / "expected_hf.safetensors")), "megatron_glm4_moe: --map megatron")
+    # config.json without a model_type: the expert bias (a key only glm4_moe's rules name) chooses the variant
+    nocfg = dict(json.loads((d / "hf" / "config.json").read_text()))
+    del nocfg["model_type"]
+    (work / "glm-config-no-type.json").write_text(json.dumps(nocfg))
+    r = dcpctl("consolidate", d / "ckpt", "-o", work / "glm-notype.safetensors", "--map", "megatron", "--config",
+               work / "glm-config-no-type.json", "--json")
+    if ok(r, "megatron_glm4_moe: config.json without a model_type"):
+        check((jdoc(r, "glm no type").get("map") or {}).get("variant") == "glm4_moe", "megatron_glm4_moe: the keys chose no glm4_moe")
+        got = load_file(str(work / "glm-notype.safetensors"))
+        check(any(k.endswith("mlp.shared_experts.down_proj.weight") for k in got)
+              and not any(".shared_expert." in k for k in got), "megatron_glm4_moe: without a model_type, not GLM's names")
+    bf = work / "glm-bf16"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{bf}/", "--map", "megatron-gpt", "--assets", d / "hf", "--dtype", "bf16")
+    if ok(r, "megatron_glm4_moe: --dtype bf16"):
+        t = hf_tensors(bf)
+        bias = [k for k in t if k.endswith("e_score_correction_bias")]
+        check(bias and all(t[k].dtype == torch.float32 for k in bias)
+              and t["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16,
+              f"megatron_glm4_moe: --dtype bf16: {[(k, t[k].dtype) for k in bias]}")
+    # the family without its glm4_moe variant: GLM's config names no variant it has, so its MoE keys are
+    # uncovered (exit 5), never exported under Qwen2-MoE's names with exit 0
+    fam = json.loads((MAPS_DIR / "megatron.json").read_text())
+    fam["name"] = "megatron-without-glm"
+    del fam["variants"]["glm4_moe"], fam["aliases"]
+    for r_ in fam["layer_rules"]:
+        if "variants" in r_:
+            r_["variants"] = [v for v in r_["variants"] if v != "glm4_moe"] or ["mixtral"]
+    (work / "no-glm.json").write_text(json.dumps(fam))
+    for m in ("megatron-gpt", work / "no-glm.json"):
+        for extra in ([], ["--exclude", "*.expert_bias"]):
+            o = work / f"glm-{len(extra)}-{Path(str(m)).stem}"
+            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra)
+            if m == "megatron-gpt":  # the built-in: GLM's names (the bias left out on request)
+                check(r.returncode == 0 and not any(".shared_expert." in k for k in (hf_tensors(o) if o.exists() else {"none.shared_expert.": 0})),
+                      f"megatron_glm4_moe: --map megatron-gpt {extra}: exit {r.returncode} {r.stderr[-300:]}")
+            else:
+                check(r.returncode == 5 and "shared_experts" in r.stderr and "model_type glm4_moe" in r.stderr
+                      and "has no variant for it" in r.stderr and not o.exists(),
+                      f"megatron_glm4_moe: a map without the glm4_moe variant {extra}: exit {r.returncode} (want 5): "
+                      f"{r.stderr.strip()[-400:]!r}")
 
 
 def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
@@ -689,6 +747,7 @@ def main() -> int:
         steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
                  ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
+                 ("megatron glm", lambda: test_megatron_glm(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]
