@@ -47,6 +47,10 @@ CASES = [
     ("map deepseek-v3 reshard", ["reshard", L / "titan_deepseek_v3/hf", "--map", "torchtitan-deepseek-v3", "-w", "2", "-o", "{out}"]),
     ("map deepseek-v3 --quantize fp8-block", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3", "--config",
                                              L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "-o", "{out}/"]),
+    ("map gpt-oss torchtitan->hf (expert_bias_E zeros, dropped)", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map",
+                                                                  "torchtitan-gpt-oss", "--config", L / "titan_gpt_oss/config.json", "-o", "{out}/"]),
+    ("map qwen3_5 torchtitan->hf (expert_bias_E zeros, dropped)", ["consolidate", L / "titan_qwen3_5/run/step-2", "--map",
+                                                                   "torchtitan-qwen3_5", "--config", L / "titan_qwen3_5/config.json", "-o", "{out}/"]),
     ("map gpt-oss cast bf16", ["cast", L / "titan_gpt_oss/hf", "--map", "torchtitan-gpt-oss", "--dtype", "bf16", "-o", "{out}"]),
     # key maps from and to megatron-core (the megatron map family and its old names)
     *[(f"map {f} megatron->hf --map {m}", ["consolidate", L / f / "ckpt", "--map", m, "--assets", L / f / "hf", "-o", "{out}/"])

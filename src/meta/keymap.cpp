@@ -129,7 +129,7 @@ KeyMap parse_map(const json& j, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && !(family && k == "variants"))
+          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && !(family && k == "variants"))
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -145,6 +145,9 @@ KeyMap parse_map(const json& j, const std::string& source) {
     if (one_sided && !r.contains("reason"))
       bad_map(source, where + " names one side only: it drops those keys, and needs a \"reason\" (why the other side has no such tensor)");
     rule.reason = r.value("reason", "");
+    if (r.contains("drop_when") && (r["drop_when"] != "zeros" || !one_sided))
+      bad_map(source, where + ": \"drop_when\": \"zeros\" belongs to a one-sided rule (its keys dropped only when all zeros)");
+    rule.drop_when_zeros = r.contains("drop_when");
     if (rule.list[0] && rule.list[1]) bad_map(source, where + ": only one side may be a list");
     const bool list = rule.list[0] || rule.list[1];
     rule.dim = r.value("dim", int64_t{0});
@@ -459,6 +462,7 @@ json MappedModel::describe() const {
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");
   j["params"] = params.is_null() ? json::object() : params;
   if (!family.empty()) j["variant"] = variant.empty() ? json() : json(variant);
+  if (!zero_checked.empty()) j["dropped_zeros"] = zero_checked;
   return j;
 }
 

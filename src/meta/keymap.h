@@ -105,6 +105,10 @@ struct KeyMap {
     // A one-sided rule's "reason" (required): why the other side has no such tensor, reported
     // beside each key it drops.
     std::string reason;
+    // "drop_when": "zeros" on a one-sided rule: its keys are dropped only when every value is zero
+    // (a load-balancing bias the trainer starts at zeros and the other side has no tensor for);
+    // build_model reads them (MappedModel::zero_checked) and refuses one that is not, exit 5.
+    bool drop_when_zeros = false;
     bool keep_dtype = false;    // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
     std::vector<std::string> variants;  // a family's rule: the variants it belongs to (empty: every one)
     size_t index = 0;           // position in "rules", for messages
@@ -184,6 +188,7 @@ struct MappedModel {
   std::vector<std::string> left_out;  // selected keys no rule covers (tensors and other items)
   std::vector<std::string> dropped;   // input keys a one-sided rule drops
   std::vector<std::string> reasons;   // beside each of `dropped`: its rule's reason
+  std::vector<std::string> zero_checked;  // of `dropped`: those its rule drops only when all zeros (checked by build_model)
   std::vector<std::string> missing;   // output keys a rule would make but some input is missing
   std::vector<std::string> model;     // the input side's model namespaces; empty: every tensor key
   std::vector<std::string> excluded;  // keys --exclude left out (set by the caller: excluded_keys)

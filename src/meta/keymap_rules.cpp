@@ -162,6 +162,7 @@ class MapBuilder {
   void drop(const Match& m) {
     out_.dropped.push_back(m.item.key);
     out_.reasons.push_back(map_.rules[m.rule].reason);
+    if (map_.rules[m.rule].drop_when_zeros) out_.zero_checked.push_back(m.item.key);
     used_.insert(m.item.key);
   }
 

@@ -71,7 +71,7 @@ SCHEMA = "dcpctl-map/1"
 SCHEMA2 = "dcpctl-map/2"  # a family: layer rules shared by prefix, variants by model_type (expand)
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"variants", "rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
+_RULE_FIELDS = {"variants", "drop_when", "rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
 
 
 class MapError(Exception):
@@ -279,7 +279,9 @@ def validate(m: Any, where: str) -> None:
             fail(f"rule {i}: keep_dtype is true or false")
         if "note" in r and not isinstance(r["note"], str):
             fail(f"rule {i}: note is a string")
-        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype"}:
+        if "drop_when" in r and (r["drop_when"] != "zeros" or len(present) != 1):
+            fail(f"rule {i}: drop_when is 'zeros', on a one-sided rule")
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when"}:
             fail(f"rule {i}: a one-sided rule only names keys (with its reason, an optional note and keep_dtype)")
         if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
             fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
@@ -713,6 +715,9 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
         if rule.get("_unsupported"):
             raise MapError(f"rule {idx}: a stack over several axes is not applied by the reference")
         if dst not in rule:
+            # "drop_when": "zeros": dropped only when it holds nothing (dcpctl: exit 5 otherwise)
+            if rule.get("drop_when") == "zeros" and isinstance(value, torch.Tensor) and bool(value.ne(0).any()):
+                raise MapError(f"{key}: rule {idx} drops it only when all zeros, and it is not")
             dropped.append(key)
             continue
         if not isinstance(value, torch.Tensor):

@@ -617,6 +617,45 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
                       f"{r.stderr.strip()[-400:]!r}")
 
 
+def test_drop_by_value(fixtures: Path, work: Path) -> None:
+    """Issue 56 item 5: a rule may drop a tensor only when all zeros ("drop_when": "zeros"): torchtitan's
+    load-balancing `moe.expert_bias_E`, which the Hugging Face model has no tensor for. On the checkpoint
+    real torchtitan 0.3.0 wrote (titan_gpt_oss run/step-2: the bias at its initial zeros) it is dropped,
+    with a note (--json map.dropped_zeros, the summary); the same checkpoint with the bias set through
+    torch and saved by torch's own dcp.save is refused, exit 5, naming it, nothing written; --exclude
+    leaves it out on purpose (exit 0)."""
+    import torch.distributed.checkpoint as dcp
+
+    d = fixtures / "layouts" / "titan_gpt_oss"
+    src = d / "run" / "step-2"
+    r = dcpctl("consolidate", src, "-o", work / "gptoss-zeros.safetensors", "--map", "torchtitan-gpt-oss", "--config",
+               d / "config.json", "--json")
+    if ok(r, "titan_gpt_oss: expert_bias_E zeros"):
+        m = jdoc(r, "drop zeros").get("map") or {}
+        want = ["layers.0.moe.expert_bias_E", "layers.1.moe.expert_bias_E"]
+        check(sorted(m.get("dropped_zeros") or []) == want and set(want) <= set(m.get("dropped") or []),
+              f"titan_gpt_oss: map.dropped_zeros {m.get('dropped_zeros')} (want {want})")
+    flat = {k: v for k, v in dcp_oracle.flat_state_from_dcp(src).items()
+            if isinstance(v, torch.Tensor) and not k.startswith(("optimizer", "lr_scheduler", "dataloader", "train_state"))}
+    check(all(flat[k].eq(0).all() for k in ("layers.0.moe.expert_bias_E", "layers.1.moe.expert_bias_E")),
+          "titan_gpt_oss: the fixture's expert_bias_E are not zeros")
+    flat["layers.1.moe.expert_bias_E"] = flat["layers.1.moe.expert_bias_E"].clone()
+    flat["layers.1.moe.expert_bias_E"][2] = 0.25  # as the load-balancing hook would move it
+    biased = work / "gptoss-biased"
+    dcp.save(flat, storage_writer=dcp.FileSystemWriter(str(biased)), no_dist=True)
+    out = work / "gptoss-biased.safetensors"
+    r = dcpctl("consolidate", biased, "-o", out, "--map", "torchtitan-gpt-oss", "--config", d / "config.json")
+    check(r.returncode == 5 and "layers.1.moe.expert_bias_E" in r.stderr and "layers.0.moe.expert_bias_E" not in r.stderr
+          and "only when all zeros" in r.stderr and not out.exists(),
+          f"titan_gpt_oss with a non-zero expert_bias_E: exit {r.returncode} (want 5 naming it): {r.stderr.strip()[-300:]!r}")
+    r = dcpctl("consolidate", biased, "-o", out, "--map", "torchtitan-gpt-oss", "--config", d / "config.json",
+               "--exclude", "layers.1.moe.expert_bias_E", "--json")
+    if ok(r, "titan_gpt_oss non-zero bias --exclude"):
+        m = jdoc(r, "drop --exclude").get("map") or {}
+        check(m.get("excluded") == ["layers.1.moe.expert_bias_E"] and m.get("dropped_zeros") == ["layers.0.moe.expert_bias_E"],
+              f"titan_gpt_oss --exclude: excluded {m.get('excluded')}, dropped_zeros {m.get('dropped_zeros')}")
+
+
 def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
     """Issue 50 item 1, Mixtral: megatron-mixtral on megatron-core 0.19.2's Mixtral-style GPTModel
     (megatron_mixtral: every layer MoE, softmax top-2 router, experts stacked [L, E, ...], TP2 x EP2; made by
@@ -748,6 +787,7 @@ def main() -> int:
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
                  ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
                  ("megatron glm", lambda: test_megatron_glm(fixtures, work)),
+                 ("drop by value", lambda: test_drop_by_value(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]

@@ -241,6 +241,15 @@ TEST_CASE("keymap family: an alias has its own rules and variants, and a bad fam
                     Catch::Contains("no prefix nope"));
   CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "variants": {"v": {}}, "rules": [{"a": "k", "b": "k"}]})"),
                     Catch::Contains("variant v"));
+  // "drop_when": "zeros" belongs to a one-sided rule; there it marks the keys build_model checks
+  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "drop_when": "zeros"}]})"),
+                    Catch::Contains("drop_when"));
+  KeyMap z = model_map_of(R"({"schema": "dcpctl-map/1", "name": "z", "sides": ["a", "b"],
+    "rules": [{"a": "w", "b": "w"}, {"a": "bias", "reason": "none on b", "drop_when": "zeros"}]})");
+  Checkpoint ck = checkpoint({t2("w"), t2("bias")});
+  MappedModel mm = apply_key_map(z, ck.md, select_items(ck.md, {}), no_config());
+  CHECK(mm.zero_checked == std::vector<std::string>{"bias"});
+  CHECK(mm.describe()["dropped_zeros"] == nlohmann::json::array({"bias"}));
 }
 
 }  // namespace dcpctl
