@@ -461,8 +461,8 @@ json MappedModel::describe() const {
   j["config"] = config.empty() ? json() : json(config);
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");
   j["params"] = params.is_null() ? json::object() : params;
-  if (!family.empty()) j["variant"] = variant.empty() ? json() : json(variant);
-  if (!zero_checked.empty()) j["dropped_zeros"] = zero_checked;
+  j["variant"] = variant.empty() ? json() : json(variant);
+  j["dropped_zeros"] = zero_checked;
   return j;
 }
 
