@@ -536,6 +536,10 @@ def cases_for(p, work):
     add("cast", "cast --map torchtitan-gpt-oss (drops)",
         ["cast", fx("layouts", "titan_gpt_oss", "run", "step-2"), "-o", co("gpt-oss-cast"), "--dtype", "bf16", "--map", "torchtitan-gpt-oss",
          "--dry-run", "--json"])
+    # a map family's variant (map.variant): GLM-4.5 on Megatron through megatron-gpt's glm4_moe variant
+    add("consolidate", "consolidate --map megatron-gpt (a family's variant)",
+        ["consolidate", fx("layouts", "megatron_glm4_moe", "ckpt"), "-o", co("glm-hf/"), "--map", "megatron-gpt",
+         "--assets", fx("layouts", "megatron_glm4_moe", "hf"), "--dry-run", "--json"])
     add("maps", "maps --json", ["maps", "--json"])
     # bench staging, host side (no GPU needed)
     bench_dir = os.path.join(work, "bench")
