@@ -295,7 +295,11 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   SchemaCheckResult out;
   const HfSchema& schema = hf_schema();
   const std::string type = config.is_object() ? config.value("model_type", std::string()) : std::string();
-  out.summary = {{"model_type", type.empty() ? json() : json(type)}, {"transformers", schema.transformers}, {"checked", false}};
+  out.summary = {{"model_type", type.empty() ? json() : json(type)},
+                 {"class", nullptr},
+                 {"transformers", schema.transformers},
+                 {"checked", false},
+                 {"why", nullptr}};
   auto note = [&](const std::string& why) {
     out.summary["why"] = why;
     out.notes.push_back({"schema-not-checked", Where(config_path), why});
