@@ -336,12 +336,17 @@ def schema_of(model_type):
     for stack, per in blocks.items():
         for rest in set.intersection(*per.values()):
             core.add(pattern_of(stack) + ".#." + rest)
-    keys = {}
+    keys, shape_of = {}, {}
     for k, (shape, _) in disk.items():
         p = pattern_of(k)
-        if p in keys:
-            continue
         dims = [linear_form(disk, pert, i, k) for i in range(len(shape))]
+        if p in keys:
+            # One pattern, two shapes or forms (a Sequential's modules: CTRL's ffn.0 and ffn.2):
+            # its dims are not one form, so none is given.
+            if shape_of[p] != shape or keys[p][1] != dims:
+                keys[p][1] = []
+            continue
+        shape_of[p] = shape
         required = 1 if (not FIRST_INT.match(k) or p in core) else 0
         keys[p] = [p, dims, "".join(keep.get(k, ["-", "-"])), "", required]
     for p, (cond, shape) in when.items():
