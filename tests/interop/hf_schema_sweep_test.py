@@ -51,8 +51,9 @@ SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "fl
 # lm-head-missing, m2m_100's embedding-missing, marian's and mllama's vocab-size-mismatch),
 # sub-config flags the schema does not flip (blip-2's project_in), and casts that differ from
 # transformers' (granite_speech5's num_batches_tracked, blt's projection). Their failures are
-# printed, not counted; one that passes fails the sweep until it is taken off this list.
-KNOWN_GAPS = {"bigbird_pegasus", "blip-2", "blt", "ctrl", "deepseek_v4", "fsmt", "git", "gpt-sw3", "gpt2",
+# printed, not counted; one that passes fails the sweep until it is taken off this list (CTRL and
+# git left it when the schema stopped giving dims to a pattern of two shapes).
+KNOWN_GAPS = {"bigbird_pegasus", "blip-2", "blt", "deepseek_v4", "fsmt", "gpt-sw3", "gpt2",
               "granite_speech5_ctc", "granite_speech5_encoder", "instructblip", "instructblipvideo", "m2m_100",
               "marian", "mllama", "moshi"}
 
