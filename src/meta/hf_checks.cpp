@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "meta/hf_config_checks.h"
+#include "meta/hf_schema.h"
 #include "meta/safetensors_audit.h"
 #include "meta/structure.h"
 #include "store/file.h"
@@ -183,6 +184,7 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
   const std::string config = join_path(dir, "config.json");
   const bool has_config = folder && path_exists(config);
   json config_checks = json::array();
+  json schema;
   if (has_config && ck) {
     json c = read_json(config);
     std::vector<HfTensor> tensors;
@@ -200,6 +202,13 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;
+    // The keys against the model schema of the config's model_type (meta/hf_schema.h).
+    if (!c.is_discarded()) {
+      SchemaCheckResult sr = check_hf_schema(c, config, tensors);
+      precise.insert(precise.end(), sr.problems.begin(), sr.problems.end());
+      r.notes.insert(r.notes.end(), sr.notes.begin(), sr.notes.end());
+      schema = sr.summary;
+    }
   }
 
   // Sidecars.
@@ -218,7 +227,8 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
                {"index", has_index ? json(index) : json(nullptr)},
                {"files_audited", files.size()},
                {"sidecars", sidecars},
-               {"config_checks", config_checks}};
+               {"config_checks", config_checks},
+               {"schema", schema}};
   return r;
 }
 

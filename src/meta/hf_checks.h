@@ -16,6 +16,9 @@
 //     mtp-layer-missing, expert-missing, expert-count-mismatch, vocab-size-mismatch,
 //     embedding-missing, lm-head-missing, tied-head-differs, quant-scale-missing,
 //     quant-scale-orphan, quant-excluded-quantized, dtype-mismatch, config-invalid;
+//   - the keys against the model schema of the config's model_type (meta/hf_schema.h):
+//     schema-key-unexpected, schema-key-missing, schema-shape-mismatch (a note,
+//     schema-not-checked, where the schema does not hold the model);
 //   - sidecars: which of config.json, generation_config.json and the tokenizer files are there
 //     (the report's `sidecars`); one the caller names in `expect_files` and absent is
 //     sidecar-missing. Nothing else is asked of them: a bare torch export has no config at all.
@@ -45,7 +48,9 @@ struct HfCheckOptions {
 struct HfReport {
   Findings problems;  // any makes the folder unusable as it stands: exit 3
   Findings warnings;
-  // verify --json's "hf": {"config", "index", "files_audited", "sidecars", "config_checks"}
+  Findings notes;  // schema-not-checked: a model type the model schema does not hold
+  // verify --json's "hf": {"config", "index", "files_audited", "sidecars", "config_checks",
+  // "schema"} (schema: check_hf_schema's summary, null without a config.json)
   nlohmann::json summary;
 };
 

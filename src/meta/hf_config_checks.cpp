@@ -1,5 +1,8 @@
 #include "meta/hf_config_checks.h"
 
+#include "meta/hf_schema.h"
+#include "meta/keymap_terms.h"
+
 #include <algorithm>
 #include <map>
 #include <regex>
@@ -24,11 +27,23 @@ class HfConfigView {
  public:
   explicit HfConfigView(const json& c)
       : top_(c), text_(c.contains("text_config") && c["text_config"].is_object() ? &c["text_config"] : nullptr) {}
+  // Each name as written, then as the object's model_type's attribute_map spells it (both ways:
+  // transformers reads `num_experts` of qwen3_moe as its `num_local_experts`).
   const json* find(const std::vector<std::string>& names) const {
     for (const json* j : {text_, &top_})
-      if (j)
+      if (j) {
         for (const auto& n : names)
           if (j->contains(n) && !(*j)[n].is_null()) return &(*j)[n];
+        const json& amap = config_aliases(j->value("model_type", top_.value("model_type", std::string())));
+        if (amap.is_object())
+          for (const auto& n : names)
+            for (const auto& [alias, real] : amap.items()) {
+              const std::string other = alias == n && real.is_string() ? real.get<std::string>() : real == n ? alias : "";
+              // One stack's count (BART's encoder_layers) is not the stack these checks compare.
+              if (other.find("encoder") != std::string::npos || other.find("decoder") != std::string::npos) continue;
+              if (!other.empty() && j->contains(other) && !(*j)[other].is_null()) return &(*j)[other];
+            }
+      }
     return nullptr;
   }
   std::optional<int64_t> integer(const std::vector<std::string>& names) const {
@@ -240,19 +255,24 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
       }
     }
     if (any) out.checked.push_back("experts");
+    // Per-expert keys number what the model schema says save_pretrained numbers (LongCat's zero
+    // experts: n_routed_experts + zero_expert_num), else the routed experts.
+    const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config);
+    const int64_t numbered = saved ? saved->first : *experts;
+    const std::string counted = saved ? " (" + saved->second + ", as transformers saves them)" : std::string();
     for (const auto& [layer, ids] : per_layer) {
       std::vector<int64_t> missing, extra;
-      for (int64_t j = 0; j < *experts && j < (1 << 20); ++j)
+      for (int64_t j = 0; j < numbered && j < (1 << 20); ++j)
         if (!ids.count(j)) missing.push_back(j);
       for (int64_t j : ids)
-        if (j >= *experts) extra.push_back(j);
+        if (j >= numbered) extra.push_back(j);
       if (!missing.empty())
         problem("expert-missing", layer + ".",
-                "the config counts " + std::to_string(*experts) + " experts but expert " + list_indices(missing) +
-                    " has no tensor here");
+                "the config counts " + std::to_string(numbered) + " experts" + counted + " but expert " +
+                    list_indices(missing) + " has no tensor here");
       if (!extra.empty())
         problem("expert-count-mismatch", layer + ".",
-                "expert " + list_indices(extra) + " is here but the config counts " + std::to_string(*experts));
+                "expert " + list_indices(extra) + " is here but the config counts " + std::to_string(numbered) + counted);
     }
   }
 
@@ -364,7 +384,8 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
     out.checked.push_back("dtype");
     std::map<std::string, std::vector<std::string>> off;  // dtype -> keys
     for (const auto& t : tensors)
-      if (float_dtype_name(t.dtype) && t.dtype != *d && !own_dtype(t.key)) off[t.dtype].push_back(t.key);
+      if (float_dtype_name(t.dtype) && t.dtype != *d && !own_dtype(t.key) && !schema_keeps_dtype(config, t.key, t.dtype, *d))
+        off[t.dtype].push_back(t.key);
     for (const auto& [dt, keys] : off)
       problem("dtype-mismatch", keys[0],
               std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +

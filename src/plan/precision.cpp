@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "meta/checkpoint.h"
+#include "meta/hf_schema.h"
 #include "meta/keymap_terms.h"
 #include "store/file.h"
 #include "util/error.h"
@@ -125,6 +126,8 @@ PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
   if (!cast_narrows(*in.cast)) return;
   const KeepInFp32& table = keep_in_fp32();
   const bool fp16_list = *in.cast != DType::BFloat16;  // fp16 and fp8: transformers' fp16 list too
+  schema_ = schema_for_config(in.config);
+  schema_fp16_ = fp16_list;
   for (const auto& type : model_types_) {
     if (const auto* pats = table.strict_of(type))
       for (const auto& p : *pats)
@@ -154,6 +157,18 @@ void PrecisionPolicy::add(KeepRule::Kind kind, const std::string& pattern, std::
 }
 
 std::string PrecisionPolicy::reason(const std::string& key) const {
+  // --keep-dtype first; then the model schema, for a key it holds (its on-disk names: what
+  // transformers keeps after its load-time renames); then transformers' lists and the maps.
+  for (size_t i = 0; i < rules_.size(); ++i)
+    if (rules_[i].kind == KeepRule::User && ::fnmatch(rules_[i].pattern.c_str(), key.c_str(), 0) == 0)
+      return rules_[i].reason;
+  if (schema_)
+    if (std::optional<char> keep = schema_keep(*schema_, key, schema_fp16_)) {
+      if (*keep == '-' || *keep == 'i') return {};
+      return "transformers " + hf_schema().transformers + " " + schema_->cls + " (model_type " + schema_->type +
+             ") keeps " + schema_pattern(key) + " in " + (*keep == 'f' ? "float32" : std::string(1, *keep)) +
+             " when it loads in " + (schema_fp16_ ? "float16" : "bfloat16") + " (model schema)";
+    }
   for (size_t i = 0; i < rules_.size(); ++i) {
     const KeepRule& r = rules_[i];
     bool hit = r.kind == KeepRule::User    ? ::fnmatch(r.pattern.c_str(), key.c_str(), 0) == 0
@@ -168,6 +183,9 @@ json PrecisionPolicy::describe() const {
   return {{"config", config_path_.empty() ? json() : json(config_path_)},
           {"model_types", model_types_},
           {"transformers", keep_in_fp32().transformers},
+          {"schema", schema_ ? json{{"model_type", schema_->type}, {"class", schema_->cls},
+                                    {"transformers", hf_schema().transformers}}
+                             : json()},
           {"keep_dtype", keep_globs_},
           {"cast_all", cast_all_}};
 }

@@ -2,6 +2,11 @@
 // are cast, and why. A tensor is kept when
 //
 //   - `--keep-dtype GLOB` matches its output key (a shell glob, fnmatch as --include; any --dtype);
+//   - the model schema says so (meta/hf_schema.h): config.json's model is in the schema and the
+//     output key is one of its on-disk keys; then the schema alone decides, as transformers would
+//     leave the tensor loading the folder in bf16 (fp16 for fp16 and fp8), after its load-time
+//     renames (hy_v3's `mlp.expert_bias`, T5's `wo` in fp16, float32 buffers); a key the schema
+//     does not hold (another writer's names) falls to the rules below;
 //   - a key map declares it (`"keep_dtype": true` on a rule, docs/maps.md): either side's pattern
 //     matches the output key, for the map in use (--map) and for every built-in map, so a
 //     torchtitan checkpoint cast or resharded without --map keeps its `expert_bias` too;
@@ -39,6 +44,7 @@
 namespace dcpctl {
 
 struct Checkpoint;
+struct ModelSchema;
 
 // One pattern of the policy and why it keeps what it matches.
 struct KeepRule {
@@ -63,13 +69,14 @@ class PrecisionPolicy {
   explicit PrecisionPolicy(const PrecisionInputs& in);
 
   // Why tensor `key` keeps its saved dtype under --dtype, or "" when nothing keeps it. User globs
-  // are asked first, then the maps, then the model's list (the first match gives the reason).
+  // are asked first, then the model schema (for a key it holds), then the model's list, then the
+  // maps (the first match gives the reason).
   std::string reason(const std::string& key) const;
   bool cast_all() const { return cast_all_; }
   const std::vector<std::string>& model_types() const { return model_types_; }
   const std::vector<KeepRule>& rules() const { return rules_; }
-  // The `policy` object of the --json summary's `cast`: config, model_types, transformers,
-  // keep_dtype, cast_all.
+  // The `policy` object of the --json summary's `cast`: config, model_types, transformers, schema
+  // ({model_type, class, transformers} or null), keep_dtype, cast_all.
   nlohmann::json describe() const;
 
  private:
@@ -86,6 +93,8 @@ class PrecisionPolicy {
   std::vector<std::string> model_types_, keep_globs_;
   std::string config_path_;
   bool cast_all_ = false;
+  const ModelSchema* schema_ = nullptr;  // the config's model in the model schema (meta/hf_schema.h)
+  bool schema_fp16_ = false;             // its float16 column (fp16, fp8), else bfloat16's
 };
 
 // Whether a cast to `d` narrows (bf16, fp16, fp8): the model's and the maps' declarations apply.

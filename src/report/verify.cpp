@@ -149,6 +149,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         HfReport hf = check_hf_folder(dir, opts.hf, ck.get());
         for (const auto& p : hf.problems) col.problem(p.code, p.where, p.message);
         for (const auto& w : hf.warnings) col.warning(w.code, w.where, w.message);
+        for (const auto& n : hf.notes) col.note(n.code, n.where, n.message);
         out["hf"] = hf.summary;
       } catch (const IoError& e) {
         add_structure(*ck, col);

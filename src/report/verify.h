@@ -25,9 +25,10 @@
 // integrity-unlisted.
 // A Hugging Face folder or .safetensors file (layouts hf-safetensors, hf-dcp-shards) is checked by
 // check_hf_folder (meta/hf_checks.h), whose codes join these (header-invalid, duplicate-key,
-// size-mismatch, offsets-gap, key-in-several-files, index-total-size, the config's, sidecar-missing;
-// warnings mtp-layers-absent, tie-not-compared), and the report gains
-// "hf": {"config", "index", "files_audited", "sidecars", "config_checks"}.
+// size-mismatch, offsets-gap, key-in-several-files, index-total-size, the config's, the model
+// schema's schema-key-unexpected, schema-key-missing, schema-shape-mismatch (meta/hf_schema.h),
+// sidecar-missing; warnings mtp-layers-absent, tie-not-compared; the note schema-not-checked), and
+// the report gains "hf": {"config", "index", "files_audited", "sidecars", "config_checks", "schema"}.
 #pragma once
 
 #include <cstdint>

@@ -225,9 +225,10 @@ def test_sharded_parent(fx: Path, work: Path) -> None:
     for n in ("config.json", "generation_config.json", "tokenizer.json"):
         shutil.copy(src / n, ck / n)
     # Another model's config (this test is where assets are found): without the fields the export's
-    # own check compares with the tensors, which are not this model's.
+    # own checks compare with the tensors (the model schema's model_type among them), which are not
+    # this model's.
     cfg = json.loads((ck / "config.json").read_text())
-    for k in ("vocab_size", "num_hidden_layers", "tie_word_embeddings", "dtype", "torch_dtype"):
+    for k in ("vocab_size", "num_hidden_layers", "tie_word_embeddings", "dtype", "torch_dtype", "model_type", "architectures"):
         cfg.pop(k, None)
     (ck / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (ck / "sharded" / "generation_config.json").write_text('{"nearer": true}\n')

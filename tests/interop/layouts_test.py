@@ -150,7 +150,10 @@ def check_checkpoint(dcpctl: str, label: str, ckpt: Path, expected: dict, layout
     hf = out / "hf"
     # --include '*': every key, as torch's view has them (without a selection an HF folder takes the
     # model beside an optimizer alone, and leaves a tied head out: hf_export_test.py)
-    r = run(dcpctl, "consolidate", str(ckpt), "-o", f"{hf}/", "--max-shard-size", "300", "-q", "--include", "*", "--json")
+    # verl's recipe registers model.loss_scale, no tensor of the LlamaForCausalLM its config names:
+    # the model schema refuses it in an HF folder (hf_export_test.py), so it is left out here.
+    extra = ["--exclude", "model.loss_scale"] if "model.loss_scale" in expected["keys"] else []
+    r = run(dcpctl, "consolidate", str(ckpt), "-o", f"{hf}/", "--max-shard-size", "300", "-q", "--include", "*", "--json", *extra)
     if expect_rc(r, 0, f"{label}: consolidate HF dir"):
         index = hf / "model.safetensors.index.json"  # absent when everything fits one shard
         files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
@@ -159,11 +162,13 @@ def check_checkpoint(dcpctl: str, label: str, ckpt: Path, expected: dict, layout
             flat.update(load_file(str(hf / f)))
         tie = json.loads(r.stdout).get("tie_word_embeddings") or {}
         want = expected
+        if extra:
+            want = {**expected, "keys": {k: v for k, v in expected["keys"].items() if k != "model.loss_scale"}}
         if tie.get("left_out"):  # equal to the embedding (checked here against torch's view)
             head, emb = tie["left_out"]["key"], tie["left_out"]["equal_to"]
             check(expected["keys"][head].get("sha256") == expected["keys"][emb].get("sha256"),
                   f"{label}: HF dir left out {head}, which torch's view says differs from {emb}")
-            want = {**expected, "keys": {k: v for k, v in expected["keys"].items() if k != head}}
+            want = {**want, "keys": {k: v for k, v in want["keys"].items() if k != head}}
         compare(f"{label}: HF dir", flat, want, tensors_only=True)
     pt = out / "model.pt"
     # A .pt leaves out (and names on stderr) values torch.load(weights_only=True) refuses: BytesIO.

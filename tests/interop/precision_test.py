@@ -12,7 +12,7 @@ Checked:
   - `consolidate hf/ -o OUT/ --dtype bf16`: every tensor equal, dtype and bits, to what transformers
     writes when it loads the float32 folder in bfloat16 and saves it (from_pretrained(dtype=bfloat16)
     then save_pretrained: the peers' way), so the bias stays float32 bit for bit; the keys --json
-    lists as kept (each with its reason) are exactly those transformers' own
+    lists as kept (each with its reason: the model schema's, src/meta/hf_schema.json) are exactly those transformers' own
     `_keep_in_fp32_modules_strict` matches in the model's parameter names (re.search, as its
     loader does); config.json says bfloat16; from_pretrained(OUT, dtype="auto") builds a bfloat16
     model with no missing or unexpected keys whose bias is float32 and the source's bits; the
@@ -116,12 +116,14 @@ def main() -> int:
             cast = jdoc(r, "consolidate --json").get("cast", {})
             kept = {k["key"]: k for k in cast.get("kept", [])}
             check(set(kept) == kept_by_transformers, f"--json kept {sorted(kept)}; transformers keeps {sorted(kept_by_transformers)}")
-            check(all(k["dtype"] == "float32" and "deepseek_v3 _keep_in_fp32_modules_strict" in k["reason"] for k in kept.values()),
-                  f"--json kept: dtype and reason: {list(kept.values())[:2]}")
+            check(all(k["dtype"] == "float32" and "DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
+                      "model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in bfloat16 (model schema)"
+                      in k["reason"] for k in kept.values()), f"--json kept: dtype and reason: {list(kept.values())[:2]}")
             check(cast.get("tensors") == len(src) - len(biases) and cast.get("cast_anyway") == [],
                   f"--json cast: {cast.get('tensors')} cast (want {len(src) - len(biases)}), cast_anyway {cast.get('cast_anyway')}")
             pol = cast.get("policy") or {}
             check(pol.get("model_types") == ["deepseek_v3"] and pol.get("transformers") == "5.23.0"
+                  and (pol.get("schema") or {}).get("class") == "DeepseekV3ForCausalLM"
                   and str(pol.get("config", "")).endswith("config.json"), f"--json policy: {pol}")
             cfg = json.loads((out / "config.json").read_text())
             check(cfg.get("dtype") == "bfloat16", f"config.json dtype: {cfg.get('dtype')} (want bfloat16)")
@@ -139,7 +141,8 @@ def main() -> int:
         r = run(dcpctl, "consolidate", hf, "-o", f"{tmp / 'bf16-text'}/", "--dtype", "bf16")
         if expect_rc(r, 0, "consolidate --dtype bf16 (summary)"):
             check("kept 1 tensor(s) in their saved dtype" in r.stderr and f"{biases[0]}  float32" in r.stderr
-                  and "_keep_in_fp32_modules_strict 'e_score_correction_bias'" in r.stderr, f"stderr: {r.stderr!r}")
+                  and "keeps model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in bfloat16 (model schema)"
+                  in r.stderr, f"stderr: {r.stderr!r}")
 
         # ---- --cast-all, --keep-dtype, --dtype fp32 ----
         r = run(dcpctl, "consolidate", hf, "-o", f"{tmp / 'all'}/", "--dtype", "bf16", "--cast-all", "--json")

@@ -1,5 +1,6 @@
 // The HF checks' pure rules: the safetensors header audit (src/meta/safetensors_audit.h) and
-// config.json against a key list (src/meta/hf_config_checks.h). The folders real writers wrote,
+// config.json against a key list (src/meta/hf_config_checks.h), the keys against the model schema
+// (src/meta/hf_schema.h). The folders real writers wrote,
 // damaged, are tests/interop/hf_verify_test.py's.
 #include <catch2/catch.hpp>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "meta/hf_config_checks.h"
+#include "meta/hf_schema.h"
 #include "meta/safetensors_audit.h"
 
 using namespace dcpctl;
@@ -158,4 +160,104 @@ TEST_CASE("hf config: vocab, the head, quantization, dtype", "[hf]") {
   CHECK(codes(config_check(q, expert).problems) == std::vector<std::string>{"quant-excluded-quantized"});
   json ct = {{"quantization_config", {{"quant_method", "compressed-tensors"}, {"ignore", {"re:.*mlp[.]down_proj$"}}}}};
   CHECK(codes(config_check(ct, fp8).problems) == std::vector<std::string>{"quant-excluded-quantized"});
+}
+
+namespace {
+
+// A whole LlamaForCausalLM of `layers` layers, hidden 16, intermediate 32, vocab 64, 2 heads of 8.
+std::vector<HfTensor> llama_model(int layers) {
+  std::vector<HfTensor> t = {{"model.embed_tokens.weight", "bfloat16", {64, 16}},
+                             {"lm_head.weight", "bfloat16", {64, 16}},
+                             {"model.norm.weight", "bfloat16", {16}}};
+  for (int i = 0; i < layers; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) t.push_back({l + "self_attn." + p + ".weight", "bfloat16", {16, 16}});
+    t.push_back({l + "mlp.gate_proj.weight", "bfloat16", {32, 16}});
+    t.push_back({l + "mlp.up_proj.weight", "bfloat16", {32, 16}});
+    t.push_back({l + "mlp.down_proj.weight", "bfloat16", {16, 32}});
+    t.push_back({l + "input_layernorm.weight", "bfloat16", {16}});
+    t.push_back({l + "post_attention_layernorm.weight", "bfloat16", {16}});
+  }
+  return t;
+}
+
+const json kLlama = {{"model_type", "llama"},     {"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 16},
+                     {"intermediate_size", 32},   {"vocab_size", 64},  {"num_hidden_layers", 2},
+                     {"num_attention_heads", 2},  {"tie_word_embeddings", false}};
+
+Findings schema_problems(const json& c, const std::vector<HfTensor>& t) {
+  return check_hf_schema(c, "config.json", t).problems;
+}
+
+}  // namespace
+
+TEST_CASE("hf schema: keys and shapes against the model's schema", "[hf]") {
+  CHECK(schema_problems(kLlama, llama_model(2)).empty());
+  CHECK(schema_pattern("model.layers.12.mlp.experts.3.w1.weight") == "model.layers.#.mlp.experts.#.w1.weight");
+  // A near name: unexpected, the nearest named, and the layer that lost its norm.
+  std::vector<HfTensor> near = llama_model(2);
+  near.back().key = "model.layers.1.post_attention_layernorm.weigth";
+  Findings f = schema_problems(kLlama, near);
+  CHECK(codes(f) == std::vector<std::string>{"schema-key-unexpected", "schema-key-missing"});
+  CHECK(f[0].message.find("nearest it defines: model.layers.#.post_attention_layernorm.weight") != std::string::npos);
+  CHECK(f[1].message.find("layer 1 here does not") != std::string::npos);
+  // An extra shared_expert_gate; a key only a flag brings (attention_bias).
+  std::vector<HfTensor> extra = llama_model(2);
+  extra.push_back({"model.layers.0.mlp.shared_expert_gate.weight", "bfloat16", {1, 16}});
+  extra.push_back({"model.layers.0.self_attn.q_proj.bias", "bfloat16", {16}});
+  f = schema_problems(kLlama, extra);
+  CHECK(codes(f) == std::vector<std::string>{"schema-key-unexpected", "schema-key-unexpected"});
+  CHECK(f[1].message.find("only with attention_bias=true") != std::string::npos);
+  json biased = kLlama;
+  biased["attention_bias"] = true;
+  CHECK(codes(schema_problems(biased, extra)) == std::vector<std::string>{"schema-key-unexpected"});
+  // The head: required untied, optional tied; the final norm always.
+  std::vector<HfTensor> headless = llama_model(2);
+  headless.erase(headless.begin() + 1);
+  CHECK(codes(schema_problems(kLlama, headless)) == std::vector<std::string>{"schema-key-missing"});
+  json tied = kLlama;
+  tied["tie_word_embeddings"] = true;
+  CHECK(schema_problems(tied, headless).empty());
+  // Shapes: the dims the schema derives from config fields.
+  json wide = kLlama;
+  wide["intermediate_size"] = 48;
+  f = schema_problems(wide, llama_model(2));
+  REQUIRE(f.size() == 6);  // gate, up, down of two layers
+  CHECK(f[0].code == "schema-shape-mismatch");
+  CHECK(f[0].message.find("intermediate_size = 48") != std::string::npos);
+  // Old checkpoints' rotary buffers pass, as transformers' loader lets them.
+  std::vector<HfTensor> rope = llama_model(2);
+  rope.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "float32", {4}});
+  CHECK(schema_problems(kLlama, rope).empty());
+}
+
+TEST_CASE("hf schema: what it does not hold is a note, dtypes and expert counts from it", "[hf]") {
+  json odd = {{"model_type", "no_such_model"}};
+  SchemaCheckResult r = check_hf_schema(odd, "config.json", llama_model(1));
+  CHECK(r.problems.empty());
+  CHECK(codes(r.notes) == std::vector<std::string>{"schema-not-checked"});
+  CHECK(r.summary["checked"] == false);
+  json other = kLlama;
+  other["architectures"] = {"LlamaModel"};
+  CHECK(codes(check_hf_schema(other, "config.json", llama_model(2)).notes) == std::vector<std::string>{"schema-not-checked"});
+  // T5's wo stays float32 loading in float16, not in bfloat16; the dtype check accepts it.
+  json t5 = {{"model_type", "t5"}};
+  CHECK(schema_keeps_dtype(t5, "encoder.block.0.layer.1.DenseReluDense.wo.weight", "float32", "float16"));
+  CHECK(!schema_keeps_dtype(t5, "encoder.block.0.layer.1.DenseReluDense.wo.weight", "float32", "bfloat16"));
+  t5["dtype"] = "float16";
+  std::vector<HfTensor> t = {{"encoder.block.0.layer.1.DenseReluDense.wo.weight", "float32", {4, 4}},
+                             {"shared.weight", "float16", {4, 4}}};
+  CHECK(!has(config_check(t5, t).problems, "dtype-mismatch"));
+  t[1].dtype = "float32";
+  CHECK(has(config_check(t5, t).problems, "dtype-mismatch"));
+  // LongCat-Flash numbers its zero experts after the routed ones, as transformers saves them.
+  json lc = {{"model_type", "longcat_flash"}, {"n_routed_experts", 4}, {"zero_expert_num", 2}};
+  REQUIRE(schema_expert_count(lc));
+  CHECK(schema_expert_count(lc)->first == 6);
+  std::vector<HfTensor> experts;
+  for (int j = 0; j < 6; ++j)
+    experts.push_back({"model.layers.0.mlp.experts." + std::to_string(j) + ".up_proj.weight", "bfloat16", {2, 2}});
+  CHECK(!has(config_check(lc, experts).problems, "expert-count-mismatch"));
+  experts.pop_back();
+  CHECK(has(config_check(lc, experts).problems, "expert-missing"));
 }

@@ -111,9 +111,19 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
   for (DType d : {DType::BFloat16, DType::Float16, DType::Float8_E4M3FN}) {
     PrecisionPolicy p = policy(d, ds);
     INFO(torch_name(d));
-    CHECK(p.reason(kBias) == "transformers 5.23.0 deepseek_v3 _keep_in_fp32_modules_strict 'e_score_correction_bias'");
+    // A key the model schema holds: the schema's dtype, in on-disk names.
+    CHECK(p.reason(kBias) == std::string("transformers 5.23.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
+                                         "model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in ") +
+                                 (d == DType::BFloat16 ? "bfloat16" : "float16") + " (model schema)");
     CHECK(p.reason("model.layers.1.mlp.gate.weight").empty());
+    // Another writer's name: transformers' list, searched in the key.
+    CHECK(p.reason("layers.1.moe.e_score_correction_bias") ==
+          "transformers 5.23.0 deepseek_v3 _keep_in_fp32_modules_strict 'e_score_correction_bias'");
   }
+  // What transformers renames on load is kept under its on-disk name (hy_v3's mlp.expert_bias is
+  // its in-memory e_score_correction_bias), which the lists alone do not match.
+  CHECK(policy(DType::BFloat16, json{{"model_type", "hy_v3"}}).reason("model.layers.1.mlp.expert_bias").find("(model schema)") !=
+        std::string::npos);
   // Casting up loses nothing: transformers keeps nothing then, nor does dcpctl.
   CHECK(policy(DType::Float32, ds).reason(kBias).empty());
   CHECK(policy(DType::Float64, ds).reason(kBias).empty());
@@ -128,7 +138,9 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
   // _keep_in_fp32_modules: float16 (and fp8) only, as transformers loads in float16 only.
   const char* wo = "encoder.block.0.layer.1.DenseReluDense.wo.weight";
   json t5 = {{"model_type", "t5"}};
-  CHECK(policy(DType::Float16, t5).reason(wo) == "transformers 5.23.0 t5 _keep_in_fp32_modules 'wo'");
+  CHECK(policy(DType::Float16, t5).reason(wo) ==
+        "transformers 5.23.0 T5ForConditionalGeneration (model_type t5) keeps "
+        "encoder.block.#.layer.#.DenseReluDense.wo.weight in float32 when it loads in float16 (model schema)");
   CHECK(!policy(DType::Float8_E5M2, t5).reason(wo).empty());
   CHECK(policy(DType::BFloat16, t5).reason(wo).empty());
 }
@@ -212,7 +224,8 @@ TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cas
   REQUIRE(s["kept"].size() == 1);
   CHECK(s["kept"][0]["key"] == kBias);
   CHECK(s["kept"][0]["dtype"] == "float32");
-  CHECK(s["kept"][0]["reason"].get<std::string>().find("_keep_in_fp32_modules_strict") != std::string::npos);
+  CHECK(s["kept"][0]["reason"].get<std::string>().find("(model schema)") != std::string::npos);
+  CHECK(s["policy"]["schema"]["class"] == "DeepseekV3ForCausalLM");
   CHECK(s["cast_anyway"].empty());
   CHECK(s["policy"]["model_types"] == json::array({"deepseek_v3"}));
 

@@ -6,7 +6,9 @@
 // quantization_config. Rank 0 copies them at commit, after
 // the shards and before the index. Then, before the folder is renamed into place, it checks the
 // folder as `verify` would (meta/hf_checks.h: headers, index, config against the tensors, the
-// assets copied); any problem is exit 3 and leaves nothing (an object-storage folder, whose files
+// assets copied, the keys against the model schema of its config: meta/hf_schema.h); any problem
+// is exit 3, or 5 where only the schema's are found and a key map named the keys (the map does not
+// cover the model), and leaves nothing (an object-storage folder, whose files
 // appear as they complete, is not checked here: `dcpctl verify` it).
 #include <algorithm>
 #include <cstdio>
@@ -90,6 +92,14 @@ class HfFolder final : public SafetensorsFiles {
       if (codes.find("[" + f.code + "]") == std::string::npos) codes += (codes.empty() ? "[" : ", [") + f.code + "]";
       what += "\n  [" + f.code + "] " + final_name(f.text());
     }
+    // Keys the model schema does not expect, out of a key map: the map does not cover the model
+    // (exit 5); anything else is a damaged input (exit 3).
+    const bool schema_only = std::all_of(r.problems.begin(), r.problems.end(), [](const Finding& f) {
+      return f.code == "schema-key-unexpected" || f.code == "schema-key-missing" || f.code == "schema-shape-mismatch";
+    });
+    if (!o_.map.empty() && schema_only)
+      throw UnsupportedError(Where(o_.output), "key map " + o_.map + " does not cover the model its config.json names (" +
+                                                   codes + "), so the folder was not put in place:" + what);
     throw FormatError(Where(o_.output), "the folder written fails the checks of `dcpctl verify` (" + codes +
                                             "), so it was not put in place:" + what);
   }

@@ -1,0 +1,462 @@
+#include "meta/hf_schema.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "meta/keymap_terms.h"
+#include "util/error.h"
+
+namespace dcpctl {
+
+using nlohmann::json;
+
+// The schema's text (src/meta/hf_schema.json, compiled in by CMake: hf_schema_builtin.cpp).
+std::string hf_schema_text();
+
+namespace hf_schema_impl {
+
+bool all_digits(const std::string& s, size_t b, size_t e) {
+  if (b >= e) return false;
+  for (size_t i = b; i < e; ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+bool key_ends_with(const std::string& s, const std::string& t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// `FIELD=VALUE` or `SUB.FIELD=VALUE` against the config; a field the config lacks has the class's
+// default, which is the default build's, so the condition (a flipped default) does not hold.
+const json* config_field(const json& config, const std::string& path) {
+  const json* at = &config;
+  std::string name = path;
+  if (size_t dot = path.find('.'); dot != std::string::npos) {
+    const std::string sub = path.substr(0, dot);
+    if (!config.contains(sub) || !config[sub].is_object()) return nullptr;
+    at = &config[sub];
+    name = path.substr(dot + 1);
+  }
+  if (at->contains(name) && !(*at)[name].is_null()) return &(*at)[name];
+  // transformers' attribute_map, both ways (a config written with an alias).
+  std::string type = at->value("model_type", std::string());
+  if (type.empty()) type = config.value("model_type", std::string());
+  const json& amap = config_aliases(type);
+  if (amap.is_object()) {
+    if (amap.contains(name) && amap[name].is_string() && at->contains(amap[name].get<std::string>()))
+      return &(*at)[amap[name].get<std::string>()];
+    for (const auto& [alias, real] : amap.items())
+      if (real == name && at->contains(alias) && !(*at)[alias].is_null()) return &(*at)[alias];
+  }
+  return nullptr;
+}
+
+bool condition_holds(const json& config, const std::string& when) {
+  if (when.empty()) return true;
+  const size_t eq = when.find('=');
+  if (when.compare(eq + 1, std::string::npos, "nonempty") == 0) {  // a layer list with a layer in it
+    const json* v = config_field(config, when.substr(0, eq));
+    return v && v->is_array() && !v->empty();
+  }
+  if (when.compare(eq + 1, std::string::npos, "null") == 0) {  // written null (absent: the default, not null)
+    const std::string path = when.substr(0, eq);
+    const size_t dot = path.find('.');
+    const json* at = dot == std::string::npos ? &config
+                     : config.contains(path.substr(0, dot)) ? &config[path.substr(0, dot)]
+                                                            : nullptr;
+    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    return at && at->is_object() && at->contains(name) && (*at)[name].is_null();
+  }
+  const json* v = config_field(config, when.substr(0, eq));
+  return v && v->is_boolean() && v->get<bool>() == (when.substr(eq + 1) == "true");
+}
+
+// A dims formula ("hidden_size", "2*intermediate_size", "a+b") from the config; nullopt when a
+// field is not there.
+std::optional<int64_t> evaluate_dims(const json& config, const std::string& formula) {
+  int64_t total = 0;
+  size_t at = 0;
+  while (at <= formula.size()) {
+    size_t plus = formula.find('+', at);
+    if (plus == std::string::npos) plus = formula.size();
+    std::string term = formula.substr(at, plus - at);
+    int64_t coeff = 1;
+    if (size_t star = term.find('*'); star != std::string::npos) {
+      coeff = std::stoll(term.substr(0, star));
+      term = term.substr(star + 1);
+    }
+    const json* v = config_field(config, term);
+    if (!v || !v->is_number_integer()) return std::nullopt;
+    total += coeff * v->get<int64_t>();
+    at = plus + 1;
+  }
+  return total;
+}
+
+bool regex_search_any(const std::vector<std::string>& patterns, const std::string& s) {
+  for (const auto& p : patterns) {
+    try {
+      if (std::regex_search(s, std::regex(p))) return true;
+    } catch (const std::regex_error&) {
+    }
+  }
+  return false;
+}
+
+size_t key_edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+// Quantization's own tensors beside a quantized weight, and the weight's packed names.
+bool quant_extra(const std::string& key) {
+  static const char* kSuffixes[] = {".weight_scale",      ".weight_scale_inv", ".weight_scale_2",  ".input_scale",
+                                    ".weight_global_scale", ".input_global_scale", ".weight_zero_point",
+                                    ".weight_shape",      ".k_scale",          ".v_scale",          "_scales",
+                                    ".weight_g_idx",      ".scales",           ".biases"};
+  for (const char* s : kSuffixes)
+    if (key_ends_with(key, s)) return true;
+  return false;
+}
+// A packed weight's plain name (`X.weight_packed` -> `X.weight`, `X_blocks` -> `X`), or "".
+std::string unpacked_name(const std::string& key) {
+  if (key_ends_with(key, ".weight_packed")) return key.substr(0, key.size() - 7);
+  if (key_ends_with(key, "_blocks")) return key.substr(0, key.size() - 7);
+  return {};
+}
+
+// The MLP of a layer: which layers have one of which kind is the config's layer plan.
+bool layer_kind_family(const std::string& rest) {
+  for (const char* w : {"mlp", "expert", "moe", "ffn", "feed_forward", "block_sparse", "router", "gate"})
+    if (rest.find(w) != std::string::npos) return true;
+  return false;
+}
+
+// The integer components of `key` up to the last `#` of its pattern, joined by '.' ("3", "1.0"),
+// or "" for a key outside numbered blocks.
+std::string block_id(const std::string& key, const std::string& pattern) {
+  const size_t last = pattern.rfind(".#.");
+  if (last == std::string::npos) return {};
+  const size_t upto = key.size() - (pattern.size() - last - 2);  // the key up to that number's end
+  std::string id;
+  size_t b = 0;
+  while (b < upto) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos || e > upto) e = upto;
+    if (all_digits(key, b, e)) id += (id.empty() ? "" : ".") + key.substr(b, e - b);
+    b = e + 1;
+  }
+  return id;
+}
+
+std::string shape_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+}  // namespace hf_schema_impl
+
+using namespace hf_schema_impl;
+
+std::string schema_pattern(const std::string& key) {
+  std::string out;
+  size_t b = 0;
+  while (b <= key.size()) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    if (b) out += '.';
+    out += all_digits(key, b, e) ? std::string("#") : key.substr(b, e - b);
+    b = e + 1;
+  }
+  return out;
+}
+
+const SchemaKey* ModelSchema::find(const std::string& pattern) const {
+  auto it = std::lower_bound(keys.begin(), keys.end(), pattern,
+                             [](const SchemaKey& k, const std::string& p) { return k.pattern < p; });
+  return it != keys.end() && it->pattern == pattern ? &*it : nullptr;
+}
+
+const SchemaKey* ModelSchema::lookup(const std::string& pattern) const {
+  if (const SchemaKey* k = find(pattern)) return k;
+  // A prefix transformers' loader changes (Qwen3.5's model.language_model. read as model.).
+  for (const auto& [disk, own] : prefixes)
+    if (pattern.rfind(disk, 0) == 0 && (own.size() < disk.size() || pattern.rfind(own, 0) != 0))
+      if (const SchemaKey* k = find(own + pattern.substr(disk.size()))) return k;
+  return nullptr;
+}
+
+const ModelSchema* HfSchema::of(const std::string& model_type) const {
+  auto it = std::lower_bound(types.begin(), types.end(), model_type,
+                             [](const ModelSchema& s, const std::string& t) { return s.type < t; });
+  return it != types.end() && it->type == model_type ? &*it : nullptr;
+}
+
+const std::string* HfSchema::failed_reason(const std::string& model_type) const {
+  for (const auto& [t, why] : failed)
+    if (t == model_type) return &why;
+  return nullptr;
+}
+
+const HfSchema& hf_schema() {
+  static const HfSchema schema = [] {
+    const json j = json::parse(hf_schema_text());
+    HfSchema s;
+    s.transformers = j.at("transformers").get<std::string>();
+    s.torch = j.value("torch", std::string());
+    auto strings = [](const json& o, const char* f) {
+      std::vector<std::string> v;
+      if (o.contains(f))
+        for (const auto& x : o[f]) v.push_back(x.get<std::string>());
+      return v;
+    };
+    for (const auto& [type, o] : j.at("types").items()) {
+      ModelSchema m;
+      m.type = type;
+      m.cls = o.at("class").get<std::string>();
+      m.prefix = o.value("prefix", std::string());
+      for (const auto& k : o.at("keys")) {
+        SchemaKey sk;
+        sk.pattern = k.at(0).get<std::string>();
+        for (const auto& d : k.at(1)) sk.dims.push_back(d.is_string() ? d.get<std::string>() : std::string());
+        const std::string keep = k.at(2).get<std::string>();
+        if (keep.size() == 2) sk.keep_bf16 = keep[0], sk.keep_fp16 = keep[1];
+        sk.when = k.at(3).get<std::string>();
+        sk.required = k.size() > 4 && k.at(4).get<int>() != 0;
+        m.keys.push_back(std::move(sk));
+      }
+      std::sort(m.keys.begin(), m.keys.end(), [](const SchemaKey& a, const SchemaKey& b) { return a.pattern < b.pattern; });
+      if (o.contains("absent"))
+        for (const auto& a : o["absent"]) m.absent.emplace_back(a.at(0).get<std::string>(), a.at(1).get<std::string>());
+      m.memory = strings(o, "memory");
+      m.renamed = strings(o, "renamed");
+      m.ignore_unexpected = strings(o, "ignore_unexpected");
+      m.ignore_missing = strings(o, "ignore_missing");
+      if (o.contains("experts") && o["experts"].is_string()) m.experts = o["experts"].get<std::string>();
+      if (o.contains("prefixes"))
+        for (const auto& pr : o["prefixes"]) m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
+      s.types.push_back(std::move(m));
+    }
+    std::sort(s.types.begin(), s.types.end(), [](const ModelSchema& a, const ModelSchema& b) { return a.type < b.type; });
+    if (j.contains("failed"))
+      for (const auto& [t, why] : j["failed"].items()) s.failed.emplace_back(t, why.get<std::string>());
+    return s;
+  }();
+  return schema;
+}
+
+const ModelSchema* schema_for_config(const json& config) {
+  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string()) return nullptr;
+  const ModelSchema* s = hf_schema().of(config["model_type"].get<std::string>());
+  if (!s) return nullptr;
+  if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
+      config["architectures"][0].is_string() && config["architectures"][0].get<std::string>() != s->cls)
+    return nullptr;
+  return s;
+}
+
+std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bool fp16) {
+  const SchemaKey* k = s.lookup(schema_pattern(key));
+  if (!k || !k->when.empty()) return std::nullopt;  // a flag's key: its dtype was not derived
+  return fp16 ? k->keep_fp16 : k->keep_bf16;
+}
+
+std::optional<std::pair<int64_t, std::string>> schema_expert_count(const json& config) {
+  const ModelSchema* s = schema_for_config(config);
+  if (!s || s->experts.empty()) return std::nullopt;
+  std::optional<int64_t> n = evaluate_dims(config, s->experts);
+  if (!n) return std::nullopt;
+  return std::make_pair(*n, s->experts);
+}
+
+bool schema_keeps_dtype(const json& config, const std::string& key, const std::string& tensor_dtype,
+                        const std::string& config_dtype) {
+  if (config_dtype != "bfloat16" && config_dtype != "float16") return false;
+  const ModelSchema* s = schema_for_config(config);
+  if (!s) return false;
+  const std::optional<char> keep = schema_keep(*s, key, config_dtype == "float16");
+  return keep && *keep == 'f' && tensor_dtype == "float32";
+}
+
+SchemaCheckResult check_hf_schema(const json& config, const std::string& config_path, const std::vector<HfTensor>& tensors) {
+  SchemaCheckResult out;
+  const HfSchema& schema = hf_schema();
+  const std::string type = config.is_object() ? config.value("model_type", std::string()) : std::string();
+  out.summary = {{"model_type", type.empty() ? json() : json(type)},
+                 {"class", nullptr},
+                 {"transformers", schema.transformers},
+                 {"checked", false},
+                 {"why", nullptr}};
+  auto note = [&](const std::string& why) {
+    out.summary["why"] = why;
+    out.notes.push_back({"schema-not-checked", Where(config_path), why});
+  };
+  if (type.empty()) {
+    note("config.json names no model_type: its keys are not compared with a model schema");
+    return out;
+  }
+  const ModelSchema* s = schema.of(type);
+  if (!s) {
+    const std::string* failed = schema.failed_reason(type);
+    note("model_type " + type + " is not in the model schema (transformers " + schema.transformers + ")" +
+         (failed ? ": " + *failed : std::string()) + "; its keys are not compared with one");
+    return out;
+  }
+  out.summary["class"] = s->cls;
+  if (!schema_for_config(config)) {
+    note("architectures names " + config["architectures"][0].get<std::string>() + ", the schema holds " + s->cls +
+         " for model_type " + type + "; its keys are not compared with one");
+    return out;
+  }
+  out.summary["checked"] = true;
+  const std::string who = s->cls + " (model_type " + type + ", transformers " + schema.transformers + ")";
+  auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
+    out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
+  };
+  const json* text = config.contains("text_config") && config["text_config"].is_object() ? &config["text_config"] : nullptr;
+  const bool quantized = config.contains("quantization_config") || (text && text->contains("quantization_config"));
+  std::optional<int64_t> layers;
+  for (const char* f : {"num_hidden_layers", "num_layers", "n_layer", "n_layers"})
+    if (!layers)
+      for (const json* j : {&config, text})
+        if (j && j->contains(f) && (*j)[f].is_number_integer()) {
+          layers = (*j)[f].get<int64_t>();
+          break;
+        }
+  static const std::regex kLayer(R"(^(.*?layers)\.(\d+)\.)");
+  std::set<std::string> present, memory_present;
+  std::map<std::string, std::set<std::string>> layers_of;  // pattern -> layer ids that hold it
+  std::map<std::string, std::set<std::string>> stack_ids;  // stack pattern ("model.layers") -> layer ids
+  std::map<std::string, std::vector<std::string>> unexpected;  // pattern -> keys
+  const std::set<std::string> memory(s->memory.begin(), s->memory.end());
+  for (const auto& t : tensors) {
+    std::string key = t.key;
+    if (regex_search_any(s->ignore_unexpected, key)) continue;
+    // What transformers' loader tolerates in every model that has these buffers, not persistent
+    // now (modeling_utils.py, _adjust_missing_and_unexpected_keys): old checkpoints' copies.
+    if (key_ends_with(key, "rotary_emb.inv_freq") || key == "position_ids" || key_ends_with(key, ".position_ids")) continue;
+    std::smatch m;
+    if (layers && std::regex_search(key, m, kLayer) && m[2].length() < 10 && std::stoll(m[2]) >= *layers) continue;
+    if (key.rfind("mtp.", 0) == 0 || key.find(".mtp.") != std::string::npos || key.find("mtp_layers.") != std::string::npos)
+      continue;
+    bool packed = false;
+    if (quantized) {
+      if (quant_extra(key)) continue;
+      if (std::string u = unpacked_name(key); !u.empty()) key = u, packed = true;
+    }
+    std::string p = schema_pattern(key);
+    const SchemaKey* sk = s->lookup(p);
+    if (sk) p = sk->pattern;
+    if (!sk || !condition_holds(config, sk->when)) {
+      if (memory.count(p)) {
+        memory_present.insert(p);
+        continue;
+      }
+      unexpected[p].push_back(key);
+      continue;
+    }
+    present.insert(p);
+    // The block this key is in: its stack (the pattern up to its last `#`) and its numbers there.
+    if (const std::string id = block_id(key, p); !id.empty()) {
+      layers_of[p].insert(id);
+      stack_ids[p.substr(0, p.rfind(".#."))].insert(id);
+    }
+    // Shapes: the dims the schema derives from the config.
+    if (packed || (t.dtype != "bfloat16" && t.dtype != "float16" && t.dtype != "float32" && t.dtype != "float64"))
+      continue;  // a quantized weight's shape is its packing's
+    if (sk->dims.size() != t.shape.size() && !sk->dims.empty() &&
+        std::any_of(sk->dims.begin(), sk->dims.end(), [](const std::string& d) { return !d.empty(); })) {
+      problem("schema-shape-mismatch", t.key,
+              "has " + std::to_string(t.shape.size()) + " dimensions " + shape_text(t.shape) + " but " + who + " gives it " +
+                  std::to_string(sk->dims.size()));
+      continue;
+    }
+    for (size_t d = 0; d < sk->dims.size() && d < t.shape.size(); ++d) {
+      if (sk->dims[d].empty()) continue;
+      std::optional<int64_t> want = evaluate_dims(config, sk->dims[d]);
+      if (want && *want != t.shape[d])
+        problem("schema-shape-mismatch", t.key,
+                "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " + shape_text(t.shape) +
+                    ") but " + who + " makes it " + sk->dims[d] + " = " + std::to_string(*want) + " from config.json");
+    }
+  }
+  for (const auto& [p, keys] : unexpected) {
+    const SchemaKey* near = nullptr;
+    size_t best = 0;
+    for (const auto& k : s->keys) {
+      const size_t d = key_edit_distance(p, k.pattern);
+      if (!near || d < best) near = &k, best = d;
+    }
+    const SchemaKey* sk = s->find(p);
+    std::string msg = (keys.size() > 1 ? "and " + std::to_string(keys.size() - 1) + " more like it (" + p + "): " : std::string()) +
+                      "not a tensor of " + who;
+    if (sk && !sk->when.empty())
+      msg += ": it has one only with " + sk->when + " in config.json";
+    else if (near && best <= std::max<size_t>(3, p.size() / 5))
+      msg += " (the nearest it defines: " + near->pattern + ")";
+    problem("schema-key-unexpected", keys.front(), msg);
+  }
+  // Missing: what every folder of the type has, but for what the config's flags take away.
+  const bool memory_format = !memory_present.empty();
+  const std::set<std::string> renamed(s->renamed.begin(), s->renamed.end());
+  for (const auto& k : s->keys) {
+    if (!k.required || !k.when.empty()) continue;
+    if (memory_format && renamed.count(k.pattern)) continue;
+    bool taken = false;
+    for (const auto& [p, cond] : s->absent)
+      if (p == k.pattern && condition_holds(config, cond)) taken = true;
+    if (taken) continue;
+    std::string concrete = k.pattern;
+    for (size_t at = concrete.find('#'); at != std::string::npos; at = concrete.find('#', at)) concrete.replace(at, 1, "0");
+    if (regex_search_any(s->ignore_missing, concrete)) continue;
+    const size_t h = k.pattern.find(".#.");
+    if (h == std::string::npos) {
+      if (!present.count(k.pattern))
+        problem("schema-key-missing", k.pattern, "every " + who + " folder holds this tensor, this one does not");
+      continue;
+    }
+    const size_t last = k.pattern.rfind(".#.");
+    const std::string stack = k.pattern.substr(0, last);
+    const bool nested = h != last;  // T5's block.#.layer.#, experts.# of layer.#
+    auto ids = stack_ids.find(stack);
+    if (ids == stack_ids.end()) continue;  // a stack with no layer here: the layer checks report layers
+    auto have = layers_of.find(k.pattern);
+    const bool family = layer_kind_family(k.pattern.substr(h + 3));
+    if (have == layers_of.end()) {
+      if (!family && !nested)
+        problem("schema-key-missing", k.pattern, "every layer of " + who + " holds this tensor, no layer here does");
+      continue;
+    }
+    // A block lacks it where the blocks it is compared with hold it: every block of a plain stack;
+    // in a nested one, the blocks of the same last number (T5's layer.0 holds attention, layer.1
+    // the MLP; both a layer_norm).
+    auto group = [&](const std::string& id) { return nested ? id.substr(id.rfind('.') + 1) : std::string(); };
+    std::set<std::string> held;
+    for (const auto& id : have->second) held.insert(group(id));
+    std::vector<std::string> lost;
+    for (const auto& id : ids->second)
+      if (!have->second.count(id) && held.count(group(id))) lost.push_back(id);
+    if (!lost.empty() && !family) {
+      std::string list;
+      for (size_t i = 0; i < lost.size() && i < 16; ++i) list += (i ? ", " : "") + lost[i];
+      problem("schema-key-missing", k.pattern,
+              "every layer of " + who + " holds this tensor, layer " + list + " here does not (the others do)");
+    }
+  }
+  return out;
+}
+
+}  // namespace dcpctl

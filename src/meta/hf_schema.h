@@ -1,0 +1,94 @@
+// The model schema: what transformers' save_pretrained puts on disk for every model type it
+// defines, generated from transformers itself (tools/hf_schema.py, src/meta/hf_schema.json,
+// compiled in; docs/architecture.md, "The model schema"), after llama.cpp's per-architecture tensor
+// tables. Per model type: the class its folders name, and each on-disk key with its integer path
+// components written `#` (layer, expert and MTP indices), its dims as config fields
+// ("hidden_size", "2*intermediate_size", "n_routed_experts+zero_expert_num", or unknown), the dtype
+// transformers keeps it in when loading in bfloat16 and in float16 (after its load-time renames,
+// in on-disk names), the boolean config value it needs ("tie_word_embeddings=false") and whether
+// every folder has it.
+//
+// check_hf_schema is the part of check_hf_folder (meta/hf_checks.h) that compares a folder's keys
+// with the schema of its config's model_type:
+//   schema-key-unexpected  a key the architecture does not define (a near name: the nearest named);
+//   schema-key-missing     a key every folder of the type has (a norm, the embedding, the head
+//                          when not tied), or a per-layer key some layers have and others lack;
+//   schema-shape-mismatch  a dimension the schema derives from a config field disagrees with it.
+// Not checked: keys of MTP layers (layers past num_hidden_layers, `mtp.` namespaces: the layer
+// checks of meta/hf_config_checks.h count them), keys the class ignores on load
+// (_keys_to_ignore_on_load_unexpected), quantization's own tensors (scales, packed weights) of a
+// config with a quantization_config, per-layer MLP keys absent from every layer (a config's layer
+// kinds decide which layers are dense). A model type the schema does not hold, or a folder whose
+// `architectures` names another class, is a note (schema-not-checked), not a problem.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meta/hf_config_checks.h"
+#include "util/finding.h"
+
+namespace dcpctl {
+
+struct SchemaKey {
+  std::string pattern;            // on-disk key, integer components as `#`
+  std::vector<std::string> dims;  // per dimension: a formula of config fields, or "" (unknown)
+  char keep_bf16 = '-';           // '-' cast to the target, 'f' kept float32, 'i' not floating, ...
+  char keep_fp16 = '-';
+  std::string when;               // "" or "FIELD=true|false": the config value that brings the key
+  bool required = false;
+};
+
+struct ModelSchema {
+  std::string type, cls, prefix;
+  std::vector<SchemaKey> keys;                              // sorted by pattern
+  std::vector<std::pair<std::string, std::string>> absent;  // pattern, "FIELD=VALUE" that removes it
+  std::vector<std::string> memory, renamed;                 // in-memory names; the on-disk ones they stand for
+  std::vector<std::string> ignore_unexpected, ignore_missing;  // Python regexes
+  std::vector<std::pair<std::string, std::string>> prefixes;  // on-disk prefix -> the schema's (PrefixChange)
+  std::string experts;  // how many experts the per-expert keys number, as config fields ("" unknown)
+  const SchemaKey* find(const std::string& pattern) const;
+  // find, then through `prefixes` (an on-disk prefix the loader changes to the schema's).
+  const SchemaKey* lookup(const std::string& pattern) const;
+};
+
+struct HfSchema {
+  std::string transformers, torch;
+  std::vector<ModelSchema> types;                        // sorted by type
+  std::vector<std::pair<std::string, std::string>> failed;  // type, why it was not built
+  const ModelSchema* of(const std::string& model_type) const;
+  const std::string* failed_reason(const std::string& model_type) const;
+};
+const HfSchema& hf_schema();
+
+// `key` with every integer path component replaced by `#` (as the schema writes its patterns).
+std::string schema_pattern(const std::string& key);
+
+// The schema of config.json's own model, or null: its model_type is in the schema and its
+// `architectures` (when it has one) names the class the schema was built from.
+const ModelSchema* schema_for_config(const nlohmann::json& config);
+
+// The dtype transformers leaves `key` in when it loads the model in `target` ("bfloat16",
+// "float16"): 'f' float32, '-' the target, 'i' not a floating tensor; nullopt when the schema has
+// no such key (a name transformers renames on load, for which its in-memory lists apply).
+std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bool fp16);
+
+// Whether transformers keeps `key` of config.json's model in `tensor_dtype` when it loads it in
+// `config_dtype` (the post-write dtype check's exception: what the precision policy kept).
+bool schema_keeps_dtype(const nlohmann::json& config, const std::string& key, const std::string& tensor_dtype,
+                        const std::string& config_dtype);
+
+// How many experts the per-expert keys (`experts.J.`) of config.json's model number on disk, from
+// the schema's formula and the config, with the formula; nullopt when the schema does not say.
+std::optional<std::pair<int64_t, std::string>> schema_expert_count(const nlohmann::json& config);
+
+struct SchemaCheckResult {
+  Findings problems, notes;
+  nlohmann::json summary;  // {"model_type", "class", "transformers", "checked": bool, "why"}
+};
+SchemaCheckResult check_hf_schema(const nlohmann::json& config, const std::string& config_path,
+                                  const std::vector<HfTensor>& tensors);
+
+}  // namespace dcpctl

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The model schema's precision policy and key checks against transformers itself, type by type.
+
+    hf_schema_sweep_test.py DCPCTL sample|all [TYPE ...]
+
+For each model type (`sample`: the types below; `all`: every type of src/meta/hf_schema.json; or
+the TYPEs named), a tiny float32 model of the type's schema class (tools/hf_schema.py's
+tiny_config: the class defaults, sizes cut, 4 layers; seed 0) saved by transformers'
+save_pretrained is the source, and for each target dtype in bf16 and fp16:
+  - `dcpctl consolidate SRC -o OUT/ --dtype D` exits 0 (its post-write checks, the schema's among
+    them, pass);
+  - OUT holds the keys, dtypes and bytes of transformers' own from_pretrained(SRC, dtype=D) +
+    save_pretrained, tensor for tensor (what transformers keeps in float32, after its load-time
+    renames, is what the policy kept);
+  - from_pretrained(OUT) reports no missing or unexpected keys;
+  - `dcpctl verify SRC` exits 0 (the schema accepts what transformers itself saves).
+A type whose tiny model transformers cannot build or reload is listed, not failed (the sweep covers
+"every type transformers builds"); the list is printed with the reason.
+
+The sample (fast/interop tier) covers the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1,
+flint `self_attn.softmax_offset`), T5's `wo` kept in float16 loads, MoE router biases (deepseek_v3,
+ernie4_5_moe's `moe_statics`), zero experts (longcat_flash), fused experts (gpt_oss), a plain
+decoder (llama) and a gate-less shared expert (glm4_moe).
+
+Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from testlib import EXIT_OK, TALLY, check, expect_rc, run, same_tensor, summary  # noqa: E402
+
+SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
+          "glm4_moe"]
+
+# Types the sweep of every type (`all`) was seen failing on, 2026-11-27, with the schema of that
+# day, on the types it reached (alphabetically up to moshi; the rest were not swept then): dcpctl's
+# pre-existing config checks on transformers' own folders (bigbird_pegasus's tied head, fsmt's
+# lm-head-missing, m2m_100's embedding-missing, marian's and mllama's vocab-size-mismatch),
+# sub-config flags the schema does not flip (blip-2's project_in), and casts that differ from
+# transformers' (granite_speech5's num_batches_tracked, blt's projection). Their failures are
+# printed, not counted; one that passes fails the sweep until it is taken off this list (CTRL and
+# git left it when the schema stopped giving dims to a pattern of two shapes).
+KNOWN_GAPS = {"bigbird_pegasus", "blip-2", "blt", "deepseek_v4", "fsmt", "gpt-sw3", "gpt2",
+              "granite_speech5_ctc", "granite_speech5_encoder", "instructblip", "instructblipvideo", "m2m_100",
+              "marian", "mllama", "moshi"}
+
+
+def tensors(d: Path) -> dict:
+    from safetensors.torch import load_file
+    out = {}
+    for f in sorted(d.glob("*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    dcpctl, which = sys.argv[1], sys.argv[2]
+    import torch
+    import transformers
+    import hf_schema
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    schema = json.loads((HERE.parent.parent / "src" / "meta" / "hf_schema.json").read_text())
+    types = sys.argv[3:] or (SAMPLE if which == "sample" else sorted(schema["types"]))
+    not_built: dict[str, str] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-") as tmp:
+        for t in types:
+            if t not in schema["types"]:
+                check(False, f"{t}: not in the schema ({schema['failed'].get(t) or schema.get('skipped', {}).get(t)})")
+                continue
+            before = len(TALLY.failures)
+            sweep_type(t, schema, tmp, dcpctl, not_built)
+            if which == "all" and t in KNOWN_GAPS:
+                known = TALLY.failures[before:]
+                del TALLY.failures[before:]
+                for msg in known:
+                    print(f"known gap: {msg[:300]}")
+                check(bool(known) or t in not_built, f"{t} now passes the sweep: take it off KNOWN_GAPS")
+    for t, why in sorted(not_built.items()):
+        print(f"not built tiny by transformers: {t}: {why}")
+    print(f"swept {len(types) - len(not_built)} of {len(types)} types in {time.monotonic() - started:.0f} s")
+    if which == "sample":
+        check(not not_built, f"the sample's types all build tiny: {sorted(not_built)}")
+    return summary("hf-schema-sweep")
+
+
+def sweep_type(t: str, schema: dict, tmp: str, dcpctl: str, not_built: dict) -> None:
+    import torch
+    import transformers
+    import hf_schema
+    cls = getattr(transformers, schema["types"][t]["class"])
+    src = Path(tmp) / t / "src"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            torch.manual_seed(0)
+            model = cls._from_config(hf_schema.tiny_config(t), dtype=torch.float32)
+            model.save_pretrained(src)
+            del model
+    except Exception as e:  # transformers cannot build it tiny: listed, not a dcpctl failure
+        not_built[t] = f"{type(e).__name__}: {str(e)[:120]}"
+        return
+    r = run(dcpctl, "verify", str(src))
+    expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own save_pretrained folder")
+    for flag, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        ref, out = Path(tmp) / t / f"ref-{flag}", Path(tmp) / t / f"out-{flag}"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                cls.from_pretrained(src, dtype=dt).save_pretrained(ref)
+        except Exception as e:
+            not_built[t] = f"from_pretrained(dtype={flag}): {type(e).__name__}: {str(e)[:120]}"
+            break
+        r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
+        if not expect_rc(r, EXIT_OK, f"{t}: consolidate --dtype {flag}"):
+            continue
+        a, b = tensors(out), tensors(ref)
+        check(set(a) == set(b), f"{t} {flag}: keys differ from transformers': only dcpctl "
+              f"{sorted(set(a) - set(b))[:5]}, only transformers {sorted(set(b) - set(a))[:5]}")
+        bad = [(k, same_tensor(a[k], b[k])) for k in sorted(set(a) & set(b))]
+        bad = [(k, why) for k, why in bad if why]
+        check(not bad, f"{t} {flag}: {len(bad)} tensor(s) differ from transformers' own cast: {bad[:4]}")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            _, info = cls.from_pretrained(out, output_loading_info=True)
+        check(not info["missing_keys"] and not info["unexpected_keys"],
+              f"{t} {flag}: from_pretrained of the export reports missing {sorted(info['missing_keys'])[:5]} "
+              f"unexpected {sorted(info['unexpected_keys'])[:5]}")
+        shutil.rmtree(ref, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(Path(tmp) / t, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

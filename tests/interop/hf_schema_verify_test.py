@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""verify and exports against the model schema (meta/hf_schema.h), on folders transformers saved.
+
+    hf_schema_verify_test.py DCPCTL
+
+For each of glm4_moe, deepseek_v3, gpt_oss and t5, a tiny float32 model saved by transformers'
+save_pretrained (tools/hf_schema.py's tiny_config, seed 0), then damaged the three ways
+from_pretrained reports (its loading info names each damaged key: checked here too):
+  - a key renamed to a near name (a layer norm's `weight` to `weigth`): `verify` exits 3 with
+    schema-key-unexpected naming the key and the nearest the schema defines, and schema-key-missing
+    for the layer that lost it;
+  - one layer's norm dropped: schema-key-missing naming the layer;
+  - an extra `mlp.shared_expert_gate.weight` in a layer: schema-key-unexpected;
+and one way it does not (its loader reports a size mismatch): a norm of the wrong length,
+schema-shape-mismatch naming the config field. The undamaged folder verifies clean with the schema
+checked (`hf.schema.checked`); a config whose model_type the schema does not hold gives the note
+schema-not-checked and exit 0; longcat_flash as transformers saves it (zero experts numbered past
+n_routed_experts) verifies clean. `consolidate` of a damaged folder to an HF folder exits 3 with the
+schema's code and leaves nothing; `--map` with a map that renames a tensor to a name the model does
+not define exits 5 and leaves nothing.
+
+Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import re
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, run, summary  # noqa: E402
+
+TYPES = {  # model type -> a layer norm key of layer 1
+    "glm4_moe": "model.layers.1.post_attention_layernorm.weight",
+    "deepseek_v3": "model.layers.1.input_layernorm.weight",
+    "gpt_oss": "model.layers.1.post_attention_layernorm.weight",
+    "t5": "encoder.block.1.layer.0.layer_norm.weight",
+}
+
+
+def save_tiny(t: str, d: Path):
+    import torch
+    import transformers
+    import hf_schema
+    cls = getattr(transformers, hf_schema.primary_class(t))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        torch.manual_seed(0)
+        cls._from_config(hf_schema.tiny_config(t), dtype=torch.float32).save_pretrained(d)
+    return cls
+
+
+def rewrite(d: Path, edit) -> None:
+    from safetensors.torch import load_file, save_file
+    f = d / "model.safetensors"
+    sd = load_file(f)
+    edit(sd)
+    save_file(sd, f, metadata={"format": "pt"})
+
+
+def loading_info(cls, d: Path) -> dict:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        _, info = cls.from_pretrained(d, output_loading_info=True)
+    return info
+
+
+def verify_json(dcpctl: str, d: Path, rc: int, what: str) -> dict:
+    r = run(dcpctl, "verify", str(d), "--json")
+    expect_rc(r, rc, what)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        check(False, f"{what}: --json is not JSON: {r.stdout[-300:]!r}")
+        return {}
+
+
+def codes(doc: dict, key: str = "problems") -> list:
+    return [(p["code"], p["key"]) for p in doc.get(key, [])]
+
+
+def main() -> int:
+    dcpctl = sys.argv[1]
+    import torch
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    with tempfile.TemporaryDirectory(prefix="dcpctl-schema-") as tmp:
+        tmp = Path(tmp)
+        for t, norm in TYPES.items():
+            base = tmp / t / "base"
+            cls = save_tiny(t, base)
+            doc = verify_json(dcpctl, base, EXIT_OK, f"{t}: verify of transformers' folder")
+            check(doc.get("hf", {}).get("schema", {}).get("checked") is True, f"{t}: the schema checked: {doc.get('hf')}")
+
+            # A near name.
+            near = tmp / t / "near"
+            shutil.copytree(base, near)
+            rewrite(near, lambda sd: sd.__setitem__(norm[:-len("weight")] + "weigth", sd.pop(norm)))
+            info = loading_info(cls, near)
+            check(norm in info["missing_keys"], f"{t}: from_pretrained reports {norm} missing: {info['missing_keys']}")
+            doc = verify_json(dcpctl, near, EXIT_INVALID, f"{t}: verify of a key renamed to a near name")
+            got = codes(doc)
+            check(("schema-key-unexpected", norm[:-len("weight")] + "weigth") in got, f"{t}: near name unexpected: {got}")
+            msg = " ".join(p["message"] for p in doc.get("problems", []) if p["code"] == "schema-key-unexpected")
+            check("nearest it defines" in msg, f"{t}: the nearest key named: {msg}")
+            check(any(c == "schema-key-missing" for c, _ in got), f"{t}: the renamed norm missing: {got}")
+
+            # A layer's norm dropped.
+            drop = tmp / t / "drop"
+            shutil.copytree(base, drop)
+            rewrite(drop, lambda sd: sd.pop(norm))
+            info = loading_info(cls, drop)
+            check(norm in info["missing_keys"], f"{t}: from_pretrained reports the dropped norm missing")
+            doc = verify_json(dcpctl, drop, EXIT_INVALID, f"{t}: verify of a dropped norm")
+            msg = [p["message"] for p in doc.get("problems", []) if p["code"] == "schema-key-missing"]
+            check(len(msg) == 1 and re.search(r"layer 1(\.0)? here does not", msg[0]) is not None, f"{t}: the dropped norm's layer named: {codes(doc)} {msg}")
+
+            # An extra shared_expert_gate.
+            extra = tmp / t / "extra"
+            shutil.copytree(base, extra)
+            layer = norm.split(".layer.")[0] if t == "t5" else norm.rsplit(".", 2)[0]
+            gate = layer + ".mlp.shared_expert_gate.weight"
+            rewrite(extra, lambda sd: sd.__setitem__(gate, torch.zeros(1, 64)))
+            info = loading_info(cls, extra)
+            check(gate in info["unexpected_keys"], f"{t}: from_pretrained reports {gate} unexpected")
+            doc = verify_json(dcpctl, extra, EXIT_INVALID, f"{t}: verify of an extra shared_expert_gate")
+            check(("schema-key-unexpected", gate) in codes(doc), f"{t}: the extra gate named: {codes(doc)}")
+
+            # A norm of the wrong length.
+            short = tmp / t / "short"
+            shutil.copytree(base, short)
+            rewrite(short, lambda sd: sd.__setitem__(norm, sd[norm][:-1].clone()))
+            doc = verify_json(dcpctl, short, EXIT_INVALID, f"{t}: verify of a norm one short")
+            msg = [p["message"] for p in doc.get("problems", []) if p["code"] == "schema-shape-mismatch"]
+            check(len(msg) == 1 and ("hidden_size" in msg[0] or "d_model" in msg[0]),
+                  f"{t}: the shape's config field named: {codes(doc)} {msg}")
+
+            # An export of the damaged folder: exit 3, nothing left.
+            out = tmp / t / "out"
+            r = run(dcpctl, "consolidate", str(extra), "-o", str(out) + "/")
+            expect_rc(r, EXIT_INVALID, f"{t}: consolidate of a folder with an extra key", "schema-key-unexpected", gate)
+            check(not out.exists(), f"{t}: nothing left at {out}")
+
+        # A model type the schema does not hold: a note.
+        odd = tmp / "odd"
+        shutil.copytree(tmp / "glm4_moe" / "base", odd)
+        c = json.loads((odd / "config.json").read_text())
+        c["model_type"], c["architectures"] = "not_a_model_type", ["NotAModel"]
+        (odd / "config.json").write_text(json.dumps(c))
+        doc = verify_json(dcpctl, odd, EXIT_OK, "verify of a model type the schema does not hold")
+        check(("schema-not-checked", "") in [(n["code"], n["key"] or "") for n in doc.get("notes", [])],
+              f"the note schema-not-checked: {doc.get('notes')}")
+
+        # A map that renames a tensor to a name the model does not define (the Megatron GLM-4.5 case:
+        # glm4_moe's shared_experts written under Qwen2-MoE's shared_expert): exit 5, nothing left.
+
+        from safetensors import safe_open
+        with safe_open(str(tmp / "glm4_moe" / "base" / "model.safetensors"), "pt") as f:
+            keys = list(f.keys())
+        pats = sorted({re.sub(r"\.(\d+)\.", ".{N}.", re.sub(r"\.(\d+)\.(.*)\.(\d+)\.", r".{L}.\2.{E}.", k)) for k in keys})
+        pats = sorted({p.replace("{N}", "{L}") for p in pats})
+        rules = [{"src": p, "hf": p.replace(".shared_experts.", ".shared_expert.")} for p in pats]
+        mp = tmp / "bad_map.json"
+        mp.write_text(json.dumps({"schema": "dcpctl-map/1", "name": "rename-shared-experts",
+                                  "sides": ["src", "hf"], "rules": rules}))
+        out = tmp / "mapped"
+        r = run(dcpctl, "consolidate", str(tmp / "glm4_moe" / "base"), "--map", str(mp), "-o", str(out) + "/")
+        expect_rc(r, EXIT_UNSUPPORTED, "consolidate --map that renames shared_experts to shared_expert",
+                  "schema-key-unexpected", "mlp.shared_expert.")
+        check(not out.exists(), f"nothing left at {out}")
+
+        # longcat_flash as transformers saves it (zero experts numbered past n_routed_experts).
+        lc = tmp / "longcat"
+        save_tiny("longcat_flash", lc)
+        cfg = json.loads((lc / "config.json").read_text())
+        check(cfg.get("zero_expert_num", 0) > 0, f"longcat_flash has zero experts: {cfg.get('zero_expert_num')}")
+        verify_json(dcpctl, lc, EXIT_OK, "verify of longcat_flash as transformers saves it")
+    return summary("hf-schema-verify")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

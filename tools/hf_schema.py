@@ -1,0 +1,496 @@
+#!/usr/bin/env python3
+"""Writes src/meta/hf_schema.json: what transformers' save_pretrained puts on disk, per model type.
+
+For every model type in transformers' CONFIG_MAPPING_NAMES, the model class a Hugging Face folder of
+that type names first (the first of the causal-LM, seq2seq-LM, image-text-to-text, multimodal-LM,
+masked-LM and base-model auto mappings that has one) is built on the meta device from its config
+class's defaults (no memory, no weights), with the layer count cut to at most 8 (every list field as
+long as the layer count cut with it). What `save_pretrained` would write is derived as it derives it
+(modeling_utils.py): the state dict, less `_keys_to_ignore_on_save`, less tied weights
+(remove_tied_weights_from_state_dict), through revert_weight_conversion (the reverse of the load-time
+renames of conversion_mapping.py), so every name below is an on-disk name.
+
+Per model type the table holds (llama.cpp's per-architecture tensor tables are the model):
+  "class"  the class built; "prefix" its base_model_prefix;
+  "keys"   [pattern, dims, keep, when, required]: the on-disk key with every integer path component written
+           `#` (layer, expert, MTP indices); dims, one per dimension, the config field it equals
+           ("hidden_size", "text_config.vocab_size", "2*intermediate_size",
+           "n_routed_experts+zero_expert_num") or null where no such field was found: found by
+           building the model again with each size field of the config doubled, one at a time, and
+           keeping the linear form that explains the change; keep, two characters, the dtype
+           transformers keeps the tensor in when loading with dtype=bfloat16 then float16 (after its
+           load-time renames, so in on-disk names): '-' the target dtype, 'f' float32, 'i' not a
+           floating tensor (never cast); when, "" for a key of the default build, or the boolean
+           config field value that brings it ("tie_word_embeddings=false"); required, 1 for a key
+           outside numbered blocks or one every block of its stack holds in the default build (a
+           layer's norms, not the MLP of the dense layers only), else 0.
+  "experts" the number of experts the per-expert keys (`experts.#.`) count, as config fields
+           ("n_routed_experts+zero_expert_num": LongCat saves its zero experts), null when no
+           field explains it; absent for a model without per-expert keys.
+  "absent" [pattern, when]: keys of the default build that a flipped boolean removes (the head when
+           tie_word_embeddings=true): optional under that condition.
+  "memory" in-memory names that differ from the on-disk ones (a folder may hold these: transformers
+           loads them unrenamed); "renamed" the on-disk ones they stand for.
+  "ignore_unexpected", "ignore_missing": the class's _keys_to_ignore_on_load_* regexes.
+  "prefixes" [on-disk prefix, schema prefix]: the prefixes the loader changes (conversion_mapping's
+           PrefixChange: Qwen3.5's `model.language_model.` loaded as `model.`).
+"failed": model type -> why it could not be built. "transformers"/"torch": the versions.
+
+The dtype each tensor is kept in is derived as from_pretrained derives it (core_model_loading.py,
+convert_and_load_state_dict_in_model): float32 where the class's dtype plan (_get_dtype_plan:
+_keep_in_fp32_modules_strict, _keep_in_fp32_modules for float16) matches the in-memory name, else
+the dtype the parameter was created in when it is not the target (a float32 buffer), else the target.
+
+Regenerate (one command; the project's virtualenv pins transformers==5.23.0, torch==2.15.0):
+
+    .venv/bin/python tools/hf_schema.py > src/meta/hf_schema.json
+
+It runs the model types in 2 worker processes (-j N to change); runtime and size are in
+docs/architecture.md.
+"""
+import argparse
+import contextlib
+import copy
+import io
+import json
+import logging
+import multiprocessing
+import re
+import sys
+import warnings
+
+LAYER_CAP = 8
+KEEP_TABLE = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "src", "plan", "keep_in_fp32.json")
+HEADS = [
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+    "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "MODEL_MAPPING_NAMES",
+]
+LAYER_FIELDS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers",
+                "num_decoder_layers")
+# Size fields whose doubling is tried, one at a time (the dims a check can compare with the config).
+SIZE_RE = re.compile(r"^(hidden_size|d_model|n_embd|vocab_size|n_vocab|intermediate_size|d_ff|ffn_dim|n_inner|"
+                     r"moe_intermediate_size|shared_expert_intermediate_size|expert_ffn_hidden_size|"
+                     r"n_routed_experts|num_local_experts|num_experts|moe_num_experts|zero_expert_num|"
+                     r"n_shared_experts|num_shared_experts|head_dim|kv_lora_rank|q_lora_rank|"
+                     r"max_position_embeddings|num_attention_heads|num_key_value_heads|n_head|num_heads)$")
+FIRST_INT = re.compile(r"^(.*?)\.(\d+)\.(.*)$")
+INT_COMPONENT = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.)")
+
+
+def quiet():
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    import transformers
+    transformers.logging.set_verbosity_error()
+
+
+def pattern_of(key):
+    return INT_COMPONENT.sub("#", key)
+
+
+def primary_class(model_type):
+    from transformers.models.auto import modeling_auto
+    for name in HEADS:
+        m = getattr(modeling_auto, name, {})
+        if model_type in m:
+            v = m[model_type]
+            return v[0] if isinstance(v, (list, tuple)) else v
+    return None
+
+
+def cut_layers(cfg):
+    """Cuts the layer count of cfg (and its sub-configs) to LAYER_CAP, list fields with it."""
+    from transformers import PretrainedConfig
+    for c in [cfg] + [getattr(cfg, k) for k in list(vars(cfg)) if isinstance(getattr(cfg, k, None), PretrainedConfig)]:
+        for f in LAYER_FIELDS:
+            n = getattr(c, f, None)
+            if isinstance(n, int) and not isinstance(n, bool) and n > LAYER_CAP:
+                setattr(c, f, LAYER_CAP)
+                for k, v in list(vars(c).items()):
+                    if isinstance(v, list) and len(v) == n:
+                        setattr(c, k, v[:LAYER_CAP])
+
+
+def sub_configs(cfg):
+    from transformers import PretrainedConfig
+    out = [("", cfg)]
+    for k in sorted(vars(cfg)):
+        v = getattr(cfg, k, None)
+        if isinstance(v, PretrainedConfig):
+            out.append((k + ".", v))
+    return out
+
+
+def build(cls, cfg, dtype):
+    import torch
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    from transformers.core_model_loading import revert_weight_conversion
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with torch.device("meta"):
+            model = cls._from_config(copy.deepcopy(cfg), dtype=dtype)
+    sd = model.state_dict()
+    memory = {k: (tuple(v.shape), v.dtype) for k, v in sd.items()}
+    for k in list(model._keys_to_ignore_on_save or []):
+        sd.pop(k, None)
+    return model, sd, memory
+
+
+def disk_keys(model, sd, dtypes=None):
+    """save_pretrained's names: tied weights out, load-time renames reverted. dtypes: in-memory key ->
+    dtype to give each tensor first (the loaded dtype), so the reverted ones carry it."""
+    import torch
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    from transformers.core_model_loading import revert_weight_conversion
+    sd = dict(sd)
+    if dtypes is not None:
+        for k in sd:
+            if k in dtypes and sd[k].dtype != dtypes[k]:
+                sd[k] = sd[k].to(dtypes[k])  # meta: a new tensor; tied ones compared through the model
+    sd = remove_tied_weights_from_state_dict(sd, model)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        sd = revert_weight_conversion(model, sd)
+    return {k: (tuple(v.shape), v.dtype) for k, v in sd.items()}
+
+
+def loaded_dtypes(model, memory, target, built):
+    """The dtype from_pretrained(dtype=target) leaves each in-memory tensor in (core_model_loading.py);
+    the model was built with default dtype `built`, which from_pretrained would have made `target`."""
+    import torch
+    from transformers.core_model_loading import build_glob_alternation
+    plan = model._get_dtype_plan(target)
+    alt = build_glob_alternation(list(plan.keys()))[0] if plan else None
+    out = {}
+    for k, (_, d) in memory.items():
+        if alt is not None and alt.search(k):
+            out[k] = torch.float32
+        elif d != built:
+            out[k] = d
+        else:
+            out[k] = target
+    return out
+
+
+def keep_char(d, target):
+    import torch
+    if not d.is_floating_point:
+        return "i"
+    if d == target:
+        return "-"
+    if d == torch.float32:
+        return "f"
+    return {torch.float64: "d", torch.bfloat16: "b", torch.float16: "h"}.get(d, "?")
+
+
+def linear_form(base, pert, dim_index, key):
+    """The config fields that explain dimension dim_index of key: sum of coeff*field, or None."""
+    v0 = base[key][0][dim_index]
+    terms, total = [], 0
+    for field, (f0, f1, shapes) in pert.items():
+        if key not in shapes or len(shapes[key][0]) != len(base[key][0]):
+            continue
+        v1 = shapes[key][0][dim_index]
+        if v1 == v0:
+            continue
+        delta = f1 - f0
+        if delta == 0 or (v1 - v0) % delta:
+            return None
+        c = (v1 - v0) // delta
+        terms.append((field, c))
+        total += c * f0
+    if not terms or total != v0 or any(c not in (1, 2) for _, c in terms):
+        return None  # a product (heads * head_dim), or a count the config does not name
+    return "+".join(f if c == 1 else f"{c}*{f}" for f, c in terms)
+
+
+EXPERT_ID = re.compile(r"(?:^|\.)experts\.(\d+)\.")
+
+
+def expert_count(keys):
+    """How many experts the per-expert keys number (the largest index + 1), or 0."""
+    ids = [int(m.group(1)) for k in keys for m in [EXPERT_ID.search(k)] if m]
+    return max(ids) + 1 if ids else 0
+
+
+def count_form(n0, pert):
+    """The config fields that explain the per-expert key count n0, as linear_form does for dims."""
+    terms, total = [], 0
+    for field, (f0, f1, shapes) in pert.items():
+        n1 = expert_count(shapes)
+        if n1 == n0:
+            continue
+        delta = f1 - f0
+        if delta == 0 or (n1 - n0) % delta:
+            return None
+        c = (n1 - n0) // delta
+        terms.append((field, c))
+        total += c * f0
+    if not terms or total != n0 or any(c != 1 for _, c in terms):
+        return None
+    return "+".join(f for f, _ in terms)
+
+
+NOT_FLIPPED = {"return_dict", "output_hidden_states", "is_decoder", "output_attentions", "use_cache",
+               "is_encoder_decoder", "torchscript", "pretraining_tp", "num_experts_per_tok", "n_group",
+               "topk_group", "num_key_value_heads"}
+
+
+def optional_ints(config_class):
+    """The config class's fields annotated `int | None` (through its bases)."""
+    out = set()
+    for k in reversed(config_class.__mro__):
+        for f, a in getattr(k, "__annotations__", {}).items():
+            args = getattr(a, "__args__", ())
+            if int in args and type(None) in args:
+                out.add(f)
+    return out
+
+
+def schema_of(model_type):
+    quiet()
+    import torch
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    cls_name = primary_class(model_type)
+    if cls_name is None:
+        return model_type, None, "no model class in the auto mappings"
+    try:
+        cfg_cls = getattr(transformers, CONFIG_MAPPING_NAMES[model_type])
+        cls = getattr(transformers, cls_name)
+    except Exception as e:
+        return model_type, None, f"not imported: {type(e).__name__}: {str(e)[:160]}"
+    try:
+        cfg = cfg_cls()
+        cut_layers(cfg)
+        model, sd, memory = build(cls, cfg, torch.bfloat16)
+    except Exception as e:
+        return model_type, None, f"{cls_name} not built from {cfg_cls.__name__}(): {type(e).__name__}: {str(e)[:160]}"
+    disk = disk_keys(model, sd)
+    keep = {}
+    for target, pos in ((torch.bfloat16, 0), (torch.float16, 1)):
+        for k, (_, d) in disk_keys(model, sd, loaded_dtypes(model, memory, target, torch.bfloat16)).items():
+            keep.setdefault(k, ["-", "-"])[pos] = keep_char(d, target)
+    # Dims: each size field doubled, one at a time.
+    pert = {}
+    for prefix, c in sub_configs(cfg):
+        if prefix not in ("", "text_config."):
+            continue  # a vision or audio tower's sizes: not tried (time), its dims left unknown
+        for f, v in sorted(vars(c).items()):
+            if not SIZE_RE.match(f) or not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                continue
+            c2 = copy.deepcopy(cfg)
+            target = c2 if not prefix else getattr(c2, prefix[:-1])
+            setattr(target, f, v * 2)
+            try:
+                m2, sd2, _ = build(cls, c2, torch.bfloat16)
+                pert[prefix + f] = (v, v * 2, disk_keys(m2, sd2))
+            except Exception:
+                pass
+    # Booleans flipped, optional integers set to None, empty layer lists given layer 0, one at a
+    # time: the keys they bring or take away (attention_bias=true brings q_proj.bias; q_lora_rank=null
+    # swaps DeepSeek's q_a_proj for q_proj; mlp_only_layers=nonempty brings Qwen3-MoE's dense MLP).
+    when, absent = {}, []
+    flips = []
+    for prefix, c in sub_configs(cfg):
+        if prefix not in ("", "text_config."):
+            continue  # a vision or audio tower's flags: not flipped (time), its default keys only
+        optional = optional_ints(type(c))
+        for f, v in sorted(vars(c).items()):
+            if f.startswith("_") or f in NOT_FLIPPED:
+                continue
+            if isinstance(v, bool):
+                flips.append((prefix, f, not v, "true" if not v else "false"))
+            elif isinstance(v, int) and f in optional and not f.endswith(("_token_id", "_token_ids")):
+                flips.append((prefix, f, None, "null"))
+            elif isinstance(v, list) and not v and "layer" in f:
+                flips.append((prefix, f, [0], "nonempty"))  # mlp_only_layers=[0]: a dense layer 0
+    for prefix, f, value, text in flips:
+        c2 = copy.deepcopy(cfg)
+        target = c2 if not prefix else getattr(c2, prefix[:-1])
+        setattr(target, f, value)
+        try:
+            m2, sd2, _ = build(cls, c2, torch.bfloat16)
+            k2 = disk_keys(m2, sd2)
+        except Exception:
+            continue
+        cond = f"{prefix}{f}={text}"
+        p1 = {pattern_of(k) for k in disk}
+        for k, s in k2.items():
+            p = pattern_of(k)
+            if p not in p1:
+                when.setdefault(p, (cond, s))
+        p2 = {pattern_of(k) for k in k2}
+        for p in sorted(p1 - p2):
+            absent.append([p, cond])
+    # Required: a key outside any numbered block, or one every block of its stack holds (the
+    # attention and norms of every layer, not the MLP of the dense layers only).
+    blocks = {}
+    for k in disk:
+        m = FIRST_INT.match(k)
+        if m:
+            blocks.setdefault(m.group(1), {}).setdefault(m.group(2), set()).add(pattern_of(m.group(3)))
+    core = set()
+    for stack, per in blocks.items():
+        for rest in set.intersection(*per.values()):
+            core.add(pattern_of(stack) + ".#." + rest)
+    keys, shape_of = {}, {}
+    for k, (shape, _) in disk.items():
+        p = pattern_of(k)
+        dims = [linear_form(disk, pert, i, k) for i in range(len(shape))]
+        if p in keys:
+            # One pattern, two shapes or forms (a Sequential's modules: CTRL's ffn.0 and ffn.2):
+            # its dims are not one form, so none is given.
+            if shape_of[p] != shape or keys[p][1] != dims:
+                keys[p][1] = []
+            continue
+        shape_of[p] = shape
+        required = 1 if (not FIRST_INT.match(k) or p in core) else 0
+        keys[p] = [p, dims, "".join(keep.get(k, ["-", "-"])), "", required]
+    for p, (cond, shape) in when.items():
+        keys.setdefault(p, [p, [None] * len(shape), "--", cond, 0])
+    disk_patterns = {pattern_of(k) for k in disk}
+    memory_patterns = {pattern_of(k) for k in memory}
+    memory_only = sorted(memory_patterns - disk_patterns)
+    renamed = sorted(disk_patterns - memory_patterns)
+    out = {
+        "class": cls_name,
+        "prefix": getattr(cls, "base_model_prefix", "") or "",
+        "keys": [keys[p] for p in sorted(keys)],
+    }
+    # The prefixes transformers' loader changes (PrefixChange, which revert_weight_conversion leaves
+    # out for a model built from scratch): [on-disk prefix, the schema's].
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import PrefixChange
+    prefixes = []
+    try:
+        for conv in get_model_conversion_mapping(model, add_legacy=False):
+            if isinstance(conv, PrefixChange):
+                m = conv.model_prefix + "." if conv.model_prefix else ""
+                if conv.prefix_to_remove:
+                    prefixes.append([m + conv.prefix_to_remove + ".", m])
+                elif conv.prefix_to_add:
+                    prefixes.append([m, m + conv.prefix_to_add + "."])
+    except Exception:
+        pass
+    n0 = expert_count(disk)
+    if n0:
+        out["experts"] = count_form(n0, pert)
+    if absent:
+        out["absent"] = sorted(absent)
+    if prefixes:
+        out["prefixes"] = prefixes
+    if memory_only:
+        out["memory"] = memory_only
+        out["renamed"] = renamed
+    for attr, name in (("_keys_to_ignore_on_load_unexpected", "ignore_unexpected"),
+                       ("_keys_to_ignore_on_load_missing", "ignore_missing")):
+        v = sorted(getattr(model, attr, None) or [])
+        if v:
+            out[name] = v
+    return model_type, out, None
+
+
+# Tiny configs, for tests that save real (CPU) models of every type: every size field made small,
+# the layer count cut to TINY_LAYERS. A type this cannot shrink is left out by its caller.
+TINY_LAYERS = 4
+TINY = {
+    "hidden_size": 64, "d_model": 64, "n_embd": 64, "embed_dim": 64, "dim": 64,
+    "intermediate_size": 96, "d_ff": 96, "ffn_dim": 96, "n_inner": 96, "encoder_ffn_dim": 96,
+    "decoder_ffn_dim": 96, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+    "expert_ffn_hidden_size": 32, "ffn_hidden_size": 96,
+    "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "d_kv": 16,
+    "kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+    "v_head_dim": 16, "qk_head_dim": 16,
+    "n_routed_experts": 4, "num_local_experts": 4, "num_experts": 4, "moe_num_experts": 4,
+    "num_experts_per_tok": 2, "moe_k": 2, "top_k": 2, "n_group": 1, "topk_group": 1,
+    "n_shared_experts": 1, "num_shared_experts": 1, "zero_expert_num": 2,
+    "vocab_size": 256,
+}
+
+
+def tiny_config(model_type):
+    """A small config of model_type (its class defaults, sizes cut), or raises."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    cfg = getattr(transformers, CONFIG_MAPPING_NAMES[model_type])()
+    global LAYER_CAP
+    saved, LAYER_CAP = LAYER_CAP, TINY_LAYERS
+    try:
+        cut_layers(cfg)
+    finally:
+        LAYER_CAP = saved
+    for _, c in sub_configs(cfg):
+        for f, v in list(vars(c).items()):
+            if f in TINY and isinstance(v, int) and not isinstance(v, bool) and v > TINY[f]:
+                setattr(c, f, TINY[f])
+        if getattr(c, "num_key_value_heads", None) and getattr(c, "num_attention_heads", None):
+            if c.num_attention_heads % c.num_key_value_heads:
+                c.num_key_value_heads = c.num_attention_heads
+        vocab = getattr(c, "vocab_size", None)
+        if isinstance(vocab, int):
+            for f in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
+                      "cls_token_id", "mask_token_id", "unk_token_id"):
+                v = getattr(c, f, None)
+                if isinstance(v, int) and v >= vocab:
+                    setattr(c, f, vocab - 1 - (hash(f) % 8))
+                elif isinstance(v, list):
+                    setattr(c, f, [x if x < vocab else vocab - 1 for x in v])
+    return cfg
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-j", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("types", nargs="*", help="only these model types (default: all)")
+    args = ap.parse_args()
+    import torch
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    skipped = {}
+    if args.types:
+        types = args.types
+    else:
+        # The model types a Hugging Face export is of: a language-model class (causal, seq2seq,
+        # image-text-to-text, multimodal), or a keep-in-float32 list (src/plan/keep_in_fp32.json's).
+        from transformers.models.auto import modeling_auto
+        lm = set()
+        for name in HEADS[:4]:
+            lm |= set(getattr(modeling_auto, name))
+        keep = json.load(open(KEEP_TABLE))
+        lm |= set(keep["strict"]) | set(keep["fp16"])
+        types = sorted(t for t in CONFIG_MAPPING_NAMES if t in lm)
+        skipped = {t: "no language-model class and no keep-in-float32 list: not built" for t in sorted(CONFIG_MAPPING_NAMES)
+                   if t not in lm}
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(args.j, maxtasksperchild=200) as pool:
+        results = []
+        for r in pool.imap_unordered(schema_of, types, chunksize=1):
+            results.append(r)
+            print(f"hf_schema: {len(results)}/{len(types)} {r[0]}", file=sys.stderr, flush=True)
+        results.sort()
+    schema, failed = {}, {}
+    for t, s, why in results:
+        if s is None:
+            failed[t] = why
+            print(f"hf_schema: {t}: {why}", file=sys.stderr)
+        else:
+            schema[t] = s
+    out = {
+        "schema": "dcpctl-hf-schema/1",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__.split("+")[0],
+        "source": "tools/hf_schema.py: save_pretrained's on-disk keys of each model type's primary class, built on the meta device",
+        "types": schema,
+        "failed": failed,
+        "skipped": skipped,
+    }
+    json.dump(out, sys.stdout, separators=(",", ":"), sort_keys=False)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
