@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 from testlib import EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, run, summary  # noqa: E402
 
 import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 import quant_producers as qp  # noqa: E402
 
@@ -140,6 +140,66 @@ def ct_cases(root: Path, only: set) -> list:
     return cases
 
 
+def ct_top_format_case(root: Path, only: set) -> list:
+    """W4A16 whose config names the format only at the top (no group's `format`)."""
+    name = "ct-w4a16-top-format"
+    if only and name not in only:
+        return []
+    src = root / "dense" if (root / "dense").exists() else qp.tiny_dense(root / "dense")
+    f = qp.ct_quantize(src, root / name, "w4a16", group_format=False)
+    stored = qp.folder_tensors(f)
+    want = {w: qp.ct_reference(f, d) for w, d in DTYPES.items()}
+    return [Case(name, f, "pack-quantized", {k for k in want["fp32"] if k not in stored}, want=want, source=stored)]
+
+
+def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
+    """Fail closed: exit 5 (unexplained) or 3 (a scale missing) under --dtype, naming the scheme or the
+    tensor, nothing written."""
+    cases = []
+    src = root / "dense" if (root / "dense").exists() else qp.tiny_dense(root / "dense")
+    # a compressed-tensors format no codec explains (the bytes are W4A16's)
+    f = qp.ct_quantize(src, root / "ct-unknown", "w4a16")
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["quantization_config"]["format"] = "marlin-24"
+    cfg["quantization_config"]["config_groups"]["group_0"]["format"] = "marlin-24"
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("ct format marlin-24", f, {EXIT_UNSUPPORTED}, ["marlin-24", "weight_packed"]))
+    # a scale removed from a compressed-tensors NVFP4 folder
+    f = qp.ct_quantize(src, root / "ct-noscale", "nvfp4a16")
+    t = qp.folder_tensors(f)
+    del t["model.layers.1.mlp.up_proj.weight_scale"]
+    save_file(t, f / "model.safetensors")
+    cases.append(("ct nvfp4 without a weight_scale", f, {3, EXIT_UNSUPPORTED}, ["model.layers.1.mlp.up_proj"]))
+    # a ModelOpt algorithm no codec explains (the bytes are NVFP4's)
+    f = root / "mo-unknown"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    for name in ("config.json", "hf_quant_config.json"):
+        text = (f / name).read_text().replace('"NVFP4"', '"W4A8_AWQ"')
+        (f / name).write_text(text)
+    cases.append(("modelopt quant_algo W4A8_AWQ", f, {EXIT_UNSUPPORTED}, ["W4A8_AWQ", "model.layers.0"]))
+    # hf_quant_config.json alone says ModelOpt (config.json without quantization_config)
+    f = root / "mo-sidecar"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    cfg = json.loads((f / "config.json").read_text())
+    del cfg["quantization_config"]
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("hf_quant_config.json only", f, {EXIT_UNSUPPORTED}, ["hf_quant_config.json", "NVFP4"]))
+    # DeepSeek-V4: an FP8 weight whose X.scale is gone is never cast
+    f = qp.dsv4(root / "dsv4-noscale")
+    t = qp.folder_tensors(f)
+    del t["layers.1.attn.wq_a.scale"]
+    save_file(t, f / "model.safetensors")
+    cases.append(("DeepSeek-V4 FP8 weight without X.scale", f, {3, EXIT_UNSUPPORTED}, ["layers.1.attn.wq_a"]))
+    for what, folder, rcs, names in cases:
+        out = root / ("never-" + folder.name)
+        r = run(dcpctl, "consolidate", folder, "-o", f"{out}/", "--dtype", "bf16", "-q")
+        if report:
+            print(f"  refusal {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        check(r.returncode in rcs and all(n in r.stderr for n in names),
+              f"{what}: exit {r.returncode} (wanted {sorted(rcs)}) naming {names}: {r.stderr.strip()[-300:]}")
+        check(not out.exists(), f"{what}: nothing written")
+
+
 def modelopt_cases(fixtures: Path, only: set) -> list:
     cases = []
     for d in sorted((fixtures / "layouts").glob("modelopt_*")):
@@ -177,13 +237,16 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dcpctl-codecs-"))
     t0 = time.time()
     try:
-        cases = ct_cases(work / "src", only) + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only)
+        cases = (ct_cases(work / "src", only) + ct_top_format_case(work / "src", only)
+                 + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only))
         (work / "out").mkdir()
         print(f"{len(cases)} folders written and their references computed in {time.time() - t0:.1f} s")
         for case in cases:
             if a.report:
                 print(case.name)
             check_read(a.dcpctl, case, work / "out", a.report)
+        if not only or "refusals" in only:
+            refusals(a.dcpctl, work / "src", a.fixtures, a.report)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"codecs: {time.time() - t0:.1f} s")

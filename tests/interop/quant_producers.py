@@ -253,10 +253,15 @@ def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
     return tensors, qc
 
 
-def ct_quantize(src: Path, out: Path, scheme_name: str, ignore=CT_IGNORE) -> Path:
-    """src (an HF folder of one safetensors file) -> out, a compressed-tensors folder."""
+def ct_quantize(src: Path, out: Path, scheme_name: str, ignore=CT_IGNORE, group_format: bool = True) -> Path:
+    """src (an HF folder of one safetensors file) -> out, a compressed-tensors folder. group_format=False:
+    the config names the format only at its top level, as some writers leave it (compressed-tensors'
+    own readers infer each group's format from its weights' arguments then)."""
     out.mkdir(parents=True, exist_ok=True)
     tensors, qc = ct_quantize_tensors(folder_tensors(src), scheme_name, ignore)
+    if not group_format:
+        for g in qc["config_groups"].values():
+            g.pop("format", None)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
     cfg = json.loads((src / "config.json").read_text())
     cfg["quantization_config"] = qc
