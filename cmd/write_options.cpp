@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cmd/commands.h"
+#include "meta/codecs/codecs.h"
 #include "util/error.h"
 #include "util/numeric.h"
 #include "util/size.h"
@@ -40,8 +41,8 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   if (!c.quantize.empty()) {
     w.quantize.scheme = c.quantize;
     w.quantize.skip = c.quantize_skip;
-    if (!c.quantize_block.empty() && c.quantize == "mxfp4")
-      throw UsageError(Where(), "--quantize-block goes with fp8-block: mxfp4's blocks are 32 values, one E8M0 scale each");
+    if (const Codec* codec = quantize_codec(c.quantize); !c.quantize_block.empty() && codec && *codec->block_refusal)
+      throw UsageError(Where(), codec->block_refusal);
     if (!c.quantize_block.empty()) {
       long long r = 0, n = 0;
       char tail = 0;
@@ -59,12 +60,16 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
 }
 
 void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
-  sub->add_option("--quantize", c.quantize,
-                  "Write the Linear weights quantized, as serving stacks load them: fp8-block (float8_e4m3fn and a float32 "
-                  "weight_scale_inv per block, DeepSeek's and transformers' FP8 layout; embeddings, lm_head, norms, routers, MTP and "
-                  "vision weights kept); mxfp4 (GPT-OSS's MoE experts as E2M1 _blocks and E8M0 _scales, OCP MX v1.0; the other "
-                  "weights kept). After --map and --lora merge")
-      ->check(CLI::IsMember({"fp8-block", "mxfp4"}))
+  // The codecs --quantize writes (meta/codecs/codecs.h), each with its part of the help.
+  std::vector<std::string> words;
+  std::string help = "Write the Linear weights quantized, as serving stacks load them: ";
+  for (const Codec* codec : codecs())
+    if (codec->quantize_word) {
+      help += std::string(words.empty() ? "" : "; ") + codec->quantize_word + " (" + codec->quantize_help + ")";
+      words.push_back(codec->quantize_word);
+    }
+  sub->add_option("--quantize", c.quantize, help + ". After --map and --lora merge")
+      ->check(CLI::IsMember(words))
       ->type_name("SCHEME");
   sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");
   sub->add_option("--quantize-skip", c.quantize_skip, "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
@@ -83,10 +88,8 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
   if (r.contains("quantized")) {
     const auto& q = r["quantized"];
     out << "quantized " << q["weights"].get<size_t>() << " weight(s) to " << q["scheme"].get<std::string>();
-    if (q["scheme"] == "mxfp4")
-      out << " (stacked experts as _blocks of E2M1 pairs beside _scales, one E8M0 exponent per 32 values)";
-    else
-      out << " (" << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks, each beside its weight_scale_inv)";
+    const int64_t block[2] = {q["block"][0].get<int64_t>(), q["block"][1].get<int64_t>()};
+    if (const Codec* codec = quantize_codec(q["scheme"].get<std::string>())) out << codec->written_summary(block);
     if (q["kept"].empty()) out << "\n";
     else out << "; kept " << q["kept"].size() << " weight(s) as they were:\n";
     size_t n = 0;

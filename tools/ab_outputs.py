@@ -101,7 +101,9 @@ def same_tree(a: Path, b: Path) -> str:
 
 
 def run(binary: str, args: list, out: Path):
-    argv = [binary] + [str(x).replace("{out}", str(out)) for x in args] + ["--json", "-q"]
+    # --json everywhere; -q (no progress line) where it means that: diff's -q stops at the first difference
+    quiet = ["-q"] if args[0] in ("consolidate", "reshard", "cast") else []
+    argv = [binary] + [str(x).replace("{out}", str(out)) for x in args] + ["--json"] + quiet
     r = subprocess.run(argv, capture_output=True, text=True)
     summary = None
     try:
@@ -112,6 +114,92 @@ def run(binary: str, args: list, out: Path):
         summary.pop("checkpoint", None)
         summary.pop("output", None)
     return r.returncode, scrub(summary), r.stderr.replace(str(out.parent), "WORK")
+
+
+def f4_folder(d: Path, fp8_scale: bool = False) -> None:
+    """An HF folder holding safetensors F4 (safetensors' save_file, as f4_test.py writes one): a
+    weight beside an F8_E8M0 `_scale`, one without, an orphan scale, and a quantization_config, so
+    that verify's HF checks and the planner's scale names meet the F4 row; with `fp8_scale`, also a
+    float8 weight beside a `_scale` (which --dtype refuses to cast without it)."""
+    import torch
+    from safetensors.torch import save_file
+    d.mkdir(parents=True)
+    g = torch.Generator().manual_seed(5)
+    f4 = lambda *s: torch.randint(0, 256, s, generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    e8 = lambda *s: torch.randint(100, 140, s, generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    save_file({"model.layers.0.mlp.down_proj.weight": f4(8, 4), "model.layers.0.mlp.down_proj.weight_scale": e8(8, 1),
+               "model.layers.0.mlp.up_proj.weight": f4(8, 4), "model.layers.1.mlp.up_proj.weight_scale": e8(8, 1),
+               "model.norm.weight": torch.ones(8, dtype=torch.bfloat16),
+               **({"model.layers.1.mlp.down_proj.weight": torch.ones(8, 8).to(torch.float8_e4m3fn),
+                   "model.layers.1.mlp.down_proj.weight_scale": torch.ones(1)} if fp8_scale else {})}, str(d / "model.safetensors"))
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "dtype": "bfloat16", "num_hidden_layers": 2,
+                                               "quantization_config": {"quant_method": "fp4", "modules_to_not_convert": ["model.layers.0.mlp.up_proj"]}}))
+
+
+def codec_cases(work: Path, old: str) -> list:
+    """Every codec path of the codec list (meta/codecs/, view/codecs/): --quantize fp8-block on 2-D
+    weights and on stacked experts, --quantize mxfp4, their refusals and --dry-run --json, F4 through
+    the planner and verify, inspect's description, verify's HF checks and diff's audit of quantized
+    exports (made once here by OLD, the same bytes the cases above compare)."""
+    import torch
+    sys.argv[1:] = [old, str(ROOT / "tests/fixtures")]  # quantize_test reads them at import
+    import quantize_test as qt
+    shutil.rmtree(qt.WORK, ignore_errors=True)
+    qwen, gemma, gptoss, f4 = work / "qwen3", work / "gemma4", work / "gpt-oss", work / "f4"
+    qt.make_model(torch.bfloat16, qwen)
+    qt.make_gemma4(gemma)
+    qt.make_gpt_oss(gptoss)
+    f4_folder(f4)
+    f4_folder(work / "f4-fp8", fp8_scale=True)
+    made = {}
+    for name, args in [("qwen3-q", [qwen, "--quantize", "fp8-block", "--quantize-block", "16x16"]),
+                       ("gemma4-q", [gemma, "--quantize", "fp8-block", "--quantize-block", "16x16"]),
+                       ("gpt-oss-q", [gptoss, "--quantize", "mxfp4"]),
+                       ("ds-q", [L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3", "--config",
+                                 L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block"])]:
+        made[name] = work / name
+        subprocess.run([old, "consolidate", *map(str, args), "-o", f"{made[name]}/", "-q"], check=True)
+    ds_step = L / "titan_deepseek_v3/run/step-2"
+    return [
+        ("qwen3 --quantize fp8-block HF", ["consolidate", qwen, "--quantize", "fp8-block", "--quantize-block", "16x16", "-o", "{out}/"]),
+        ("qwen3 --quantize fp8-block .safetensors", ["consolidate", qwen, "--quantize", "fp8-block", "-o", "{out}.safetensors"]),
+        ("qwen3 cast --dtype fp32 --quantize fp8-block", ["cast", qwen, "--dtype", "fp32", "--quantize", "fp8-block", "-o", "{out}"]),
+        ("qwen3 --quantize-skip", ["consolidate", qwen, "--quantize", "fp8-block", "--quantize-skip", "*.o_proj.weight", "-o", "{out}/"]),
+        ("gemma4 stacks --quantize fp8-block HF", ["consolidate", gemma, "--quantize", "fp8-block", "--quantize-block", "16x16", "-o", "{out}/"]),
+        ("gemma4 stacks --quantize fp8-block reshard -w 2", ["reshard", gemma, "--quantize", "fp8-block", "--quantize-block", "16x16", "-w", "2", "-o", "{out}"]),
+        ("gemma4 stacks partial blocks kept", ["consolidate", gemma, "--quantize", "fp8-block", "--quantize-block", "32x32", "-o", "{out}/"]),
+        ("gpt-oss --quantize mxfp4 HF", ["consolidate", gptoss, "--quantize", "mxfp4", "-o", "{out}/"]),
+        ("gpt-oss --quantize mxfp4 reshard -w 2", ["reshard", gptoss, "--quantize", "mxfp4", "-w", "2", "-o", "{out}"]),
+        ("gpt-oss --quantize fp8-block (stacks kept)", ["consolidate", gptoss, "--quantize", "fp8-block", "--quantize-block", "16x16", "-o", "{out}/"]),
+        ("--quantize mxfp4 --dry-run --json", ["consolidate", gptoss, "--quantize", "mxfp4", "--dry-run", "-o", "{out}/"]),
+        ("--quantize fp8-block --dry-run --json", ["consolidate", gemma, "--quantize", "fp8-block", "--dry-run", "-o", "{out}/"]),
+        ("--dtype bf16 of fp8 --dry-run --json", ["consolidate", L / "hf_fp8_deepseek/ckpt", "--dtype", "bf16", "--dry-run", "-o", "{out}/"]),
+        ("mxfp4 export dequantized --dtype bf16", ["consolidate", made["gpt-oss-q"], "--dtype", "bf16", "-o", "{out}.safetensors"]),
+        ("stacked fp8 export dequantized --dtype fp32", ["consolidate", made["gemma4-q"], "--dtype", "fp32", "-o", "{out}/"]),
+        ("refused: --quantize mxfp4 --quantize-block", ["consolidate", gptoss, "--quantize", "mxfp4", "--quantize-block", "32x32", "-o", "{out}/"]),
+        ("refused: --quantize unknown", ["consolidate", gptoss, "--quantize", "int4", "-o", "{out}/"]),
+        ("refused: --quantize mxfp4 of qwen3", ["consolidate", qwen, "--quantize", "mxfp4", "-o", "{out}/"]),
+        ("refused: --quantize fp8-block of fp8", ["consolidate", L / "hf_fp8_deepseek/ckpt", "--quantize", "fp8-block", "-o", "{out}/"]),
+        ("refused: --quantize mxfp4 of mxfp4", ["consolidate", made["gpt-oss-q"], "--quantize", "mxfp4", "-o", "{out}/"]),
+        ("refused: --dtype fp8_e4m3 of fp8", ["consolidate", L / "hf_fp8_deepseek/ckpt", "--dtype", "fp8_e4m3", "-o", "{out}.safetensors"]),
+        ("refused: --dtype fp8_e4m3 of mxfp4", ["consolidate", made["gpt-oss-q"], "--dtype", "fp8_e4m3", "-o", "{out}.safetensors"]),
+        ("refused: mxfp4 --dtype without its config", ["consolidate", made["gpt-oss-q"], "--dtype", "bf16", "--assets", qwen, "-o", "{out}/"]),
+        ("F4 --dtype bf16", ["consolidate", f4, "--dtype", "bf16", "-o", "{out}.safetensors"]),
+        ("F4 kept as saved HF", ["consolidate", f4, "-o", "{out}/"]),
+        ("refused: --dtype of fp8 beside a _scale", ["consolidate", work / "f4-fp8", "--dtype", "bf16", "-o", "{out}.safetensors"]),
+        ("inspect fp8-deepseek", ["inspect", L / "hf_fp8_deepseek/ckpt"]),
+        ("inspect mxfp4 export", ["inspect", made["gpt-oss-q"]]),
+        ("inspect stacked fp8 export", ["inspect", made["gemma4-q"]]),
+        ("inspect F4", ["inspect", f4]),
+        ("verify fp8 export", ["verify", made["qwen3-q"]]),
+        ("verify stacked fp8 export", ["verify", made["gemma4-q"]]),
+        ("verify mxfp4 export", ["verify", made["gpt-oss-q"]]),
+        ("verify fp8-deepseek", ["verify", L / "hf_fp8_deepseek/ckpt"]),
+        ("verify F4", ["verify", f4]),
+        ("diff audit of an fp8 export", ["diff", ds_step, made["ds-q"], "--map", "torchtitan-deepseek-v3", "--config",
+                                         L / "titan_deepseek_v3/config.json"]),
+        ("diff audit of an mxfp4 export refused", ["diff", L / "titan_gpt_oss/run/step-2", made["gpt-oss-q"], "--map", "torchtitan-gpt-oss"]),
+    ]
 
 
 def main() -> int:
@@ -127,6 +215,10 @@ def main() -> int:
                   ("mxfp4 refused without --dtype", ["consolidate", mx, "--map", "gpt-oss-mxfp4", "-o", "{out}/"])]
     except ImportError as e:
         print(f"SKIP mxfp4 cases: {e}")
+    try:
+        cases += codec_cases(work, old)
+    except ImportError as e:
+        print(f"SKIP codec cases: {e}")
     bad = 0
     for i, (name, args) in enumerate(cases):
         outs = [work / f"{i}-a" / "o", work / f"{i}-b" / "o"]

@@ -14,32 +14,36 @@ using nlohmann::json;
 
 std::map<std::string, ExportBound> dequantize_export(Input& exported, const Input& source) {
   std::map<std::string, ExportBound> bounds;
+  const Codec& fp8 = fp8_block_codec();
   for (const auto& t : source.ck.md.tensors)
-    if (t.dtype && is_float8(*t.dtype)) return bounds;
+    if (t.dtype && fp8.weight_dtype(*t.dtype)) return bounds;
   const Metadata& md = exported.ck.md;
-  auto by_name = tensor_names(md);
-  if (auto pairs = mxfp4_pairs(md, by_name); !pairs.empty())
-    throw UnsupportedError(
-        Where(exported.path, std::nullopt, md.tensors[pairs[0].first].fqn),
-        "auditing an MXFP4 export is not supported (its error bound is not implemented); compare it with "
-        "`diff --dtype`-free tolerances (--atol) instead");
+  const NameIndex by_name = tensor_names(md);
+  // A codec whose error bound is not implemented: refused, naming its first weight.
+  for (const Codec* c : codecs())
+    if (c->pairs && !c->half_step)
+      if (auto pairs = c->pairs(md, by_name); !pairs.empty())
+        throw UnsupportedError(
+            Where(exported.path, std::nullopt, md.tensors[pairs[0].first].fqn),
+            std::string("auditing an ") + c->display + " export is not supported (its error bound is not implemented); compare it with "
+            "`diff --dtype`-free tolerances (--atol) instead");
   std::optional<Checkpoint> view = dequantized_view(exported.ck, DType::Float32, "");
   if (!view) return bounds;
   int64_t b0 = 128, b1 = 128;
   const json& said = view->derived ? view->derived->views.value("dequantized", json()) : json();
   if (said.is_object() && said.value("block", json()).is_array())
     b0 = said["block"][0].get<int64_t>(), b1 = said["block"][1].get<int64_t>();
-  for (const auto& w : md.tensors) {
-    if (!w.dtype || !is_float8(*w.dtype) || w.shape.size() != 2) continue;
-    auto s = by_name.find(w.fqn + kScaleSuffix);
-    if (s == by_name.end() || !view->derived->find(w.fqn)) continue;
-    const TensorMeta& st = md.tensors[s->second];
+  for (const auto& [wi, si] : fp8.pairs(md, by_name)) {
+    const TensorMeta& w = md.tensors[wi];
+    if (w.shape.size() != 2 || !view->derived->find(w.fqn)) continue;
+    const TensorMeta& st = md.tensors[si];
     if (st.dtype != DType::Float32 || st.num_chunks() != 1 || st.chunk_numel(0) != st.numel())
       throw UnsupportedError(Where(exported.path, std::nullopt, st.fqn), "a scale that is not one float32 chunk");
     auto scales = std::make_shared<std::vector<float>>(st.numel());
     exported.reader->read_chunk(st, 0, scales->data());
     ExportBound b;
     b.kind = ExportBound::Kind::Fp8Block;
+    b.half_step = fp8.half_step;
     b.scales = std::move(scales);
     b.cols = std::max<int64_t>(1, w.shape[1]);
     b.b0 = b0;

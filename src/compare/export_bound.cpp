@@ -8,13 +8,6 @@
 
 namespace dcpctl {
 
-double e4m3_half_ulp(double q) {
-  double m = std::fabs(q);
-  if (!(m >= 0x1p-6)) return 0x1p-10;  // subnormals (and zero): ulp 2^-9
-  int e = std::ilogb(m);
-  return std::ldexp(1.0, e - 4);  // ulp 2^(e - 3)
-}
-
 void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
                      const ExportBound& bound, uint8_t* scratch, double* wa, double* wb, DiffAccumulator& acc) {
   std::optional<DType> ud = ulp_dtype(da, db);
@@ -42,7 +35,7 @@ void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, s
             col = static_cast<int64_t>(f % static_cast<uint64_t>(bound.cols));
     size_t si = static_cast<size_t>((row / bound.b0) * bound.grid_cols + col / bound.b1);
     double s = si < scales.size() ? std::fabs(static_cast<double>(scales[si])) : 0;
-    double limit = s > 0 ? s * e4m3_half_ulp(dq / s) * (1 + 0x1p-10) + std::fabs(x) * 0x1p-20 : 0;
+    double limit = s > 0 ? s * bound.half_step(dq / s) * (1 + 0x1p-10) + std::fabs(x) * 0x1p-20 : 0;
     if (std::isfinite(x) && std::isfinite(dq) && std::fabs(x - dq) <= limit) {
       ++acc.inexact;
       continue;

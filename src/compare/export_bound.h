@@ -21,19 +21,19 @@
 #include <vector>
 
 #include "compare/diff_core.h"
+#include "meta/codecs/codecs.h"
 #include "util/dtype.h"
 
 namespace dcpctl {
 
 struct ExportBound {
   enum class Kind { Exact, Cast, Fp8Block } kind = Kind::Exact;
-  // Fp8Block: the weight's scales, row-major [ceil(rows / b0), grid_cols]; cols: the weight's.
+  // Fp8Block: the weight's scales, row-major [ceil(rows / b0), grid_cols]; cols: the weight's;
+  // half_step: the codec's bound (meta/codecs/codecs.h: fp8-block's e4m3_half_ulp).
   std::shared_ptr<const std::vector<float>> scales;
+  double (*half_step)(double q) = nullptr;
   int64_t cols = 1, b0 = 1, b1 = 1, grid_cols = 1;
 };
-
-// Half an e4m3fn ULP at |q| (q a value of the format, or near one).
-double e4m3_half_ulp(double q);
 
 // Compares n source elements `pa` (dtype da) with export elements `pb` (db), flat index `start` the
 // first, under `bound` (not Exact: that is compare_elements' rule). `scratch` holds n elements of db

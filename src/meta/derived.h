@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,18 +73,29 @@ class DerivedTensor {
   virtual std::vector<const TensorMeta*> inputs() const { return {&follows()}; }
 };
 
+// What the views leave for a writer and the planner, carried up through every table above them.
+struct ViewOutput {
+  // --lora adapter: adapter_config.json as written.
+  std::optional<nlohmann::json> adapter_config;
+  // --dtype dequantized quantized weights: an HF config loses its quantization_config.
+  bool dequantized = false;
+  // --quantize: config.json's quantization_config as written.
+  std::optional<nlohmann::json> quantization_config;
+  // --quantize: the keys --dtype must not cast (the quantized weights and their scales).
+  std::vector<std::string> keep_dtype;
+};
+
 struct DerivedTable {
   struct Entry {
     std::shared_ptr<const DerivedTensor> tensor;
     std::shared_ptr<const DerivedTable> inputs;  // the table its inputs are in; null: the saved tensors
   };
   std::unordered_map<std::string, Entry> tensors;  // by name in this table
-  // What each view applied says of itself (--json's "dequantized", "lora"), by the view's name.
+  // What each view applied says of itself (--json's "dequantized", "lora", "quantized"), by the
+  // view's name: printed, never read back to decide.
   nlohmann::json views = nlohmann::json::object();
-  // What the views leave for a writer: `adapter_config` (--lora adapter: adapter_config.json as
-  // written), `dequantized` (true: quantized weights were dequantized, so an HF config loses its
-  // quantization_config).
-  nlohmann::json output = nlohmann::json::object();
+  // What the views leave for a writer and the planner.
+  ViewOutput output;
 
   // The entry of the derived tensor named `fqn`; null for a saved tensor.
   const Entry* find(const std::string& fqn) const;

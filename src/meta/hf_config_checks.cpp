@@ -5,6 +5,8 @@
 #include <regex>
 #include <set>
 
+#include "meta/codecs/codecs.h"
+
 namespace dcpctl {
 
 using nlohmann::json;
@@ -58,11 +60,20 @@ class HfConfigView {
 bool float_dtype_name(const std::string& d) {
   return d == "float16" || d == "bfloat16" || d == "float32" || d == "float64";
 }
+// A quantized weight's dtype (torch's name): a codec's whose weight keeps its own name
+// (meta/codecs/codecs.h: fp8-block's float8 types, F4's float4_e2m1fn_x2), or, as a safetensors
+// header or a newer torch may spell one dcpctl has no dtype for, another float8 but the E8M0 scale
+// type, F4 and the F6 types (no codec reads those yet).
 bool quantized_dtype(const std::string& d) {
-  return d.rfind("float8_", 0) == 0 && d != "float8_e8m0fnu"
-             ? true
-             : d == "F4" || d == "F6_E2M3" || d == "F6_E3M2" || d == "float4_e2m1fn_x2";
+  for (const Codec* c : codecs())
+    if (!*c->weight_suffix)
+      for (const CodecRow& r : c->rows)
+        if (d == torch_name(r.weight)) return true;
+  return (d.rfind("float8_", 0) == 0 && d != "float8_e8m0fnu") || d == "F4" || d == "F6_E2M3" || d == "F6_E3M2";
 }
+// compressed-tensors' packed weight and its scale (no codec reads them yet): `X.weight_packed`
+// beside `X.weight_scale`.
+constexpr const char* kPacked = ".weight_packed";
 bool key_ends(const std::string& s, const std::string& t) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
@@ -91,15 +102,15 @@ bool excluded(const std::string& module, const std::vector<std::string>& pattern
 }
 
 // Tensors a model keeps in float32 whatever its dtype (transformers' _keep_in_fp32_modules and
-// what releases store so), and quantization scales, which have dtypes of their own.
+// what releases store so), and quantization scales, which have dtypes of their own: the codecs'
+// (meta/codecs/codecs.h) and those of formats no codec reads yet (ModelOpt's, the KV cache's).
 bool own_dtype(const std::string& key) {
+  for (const Codec* c : codecs())
+    if (key_ends(key, c->scale_suffix)) return true;
   static const char* kSuffixes[] = {"e_score_correction_bias",
                                     ".A_log",
                                     ".dt_bias",
                                     ".D",
-                                    "_scale",
-                                    "_scale_inv",
-                                    "_scales",
                                     "_scale_2",
                                     "global_scale",
                                     "input_scale",
@@ -305,15 +316,24 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
           if (p.is_string()) skip.push_back(p.get<std::string>());
     for (const auto& t : tensors) {
       const std::string& k = t.key;
-      const bool blocks = key_ends(k, "_blocks");
-      const bool packed = key_ends(k, ".weight_packed");
-      if (!blocks && !packed && !(key_ends(k, ".weight") && quantized_dtype(t.dtype))) continue;
+      // A codec's weight under a name of its own (mxfp4's X_blocks), scaled by X + its scale suffix.
+      const Codec* named = nullptr;
+      for (const Codec* c : codecs())
+        if (!named && *c->weight_suffix && key_ends(k, c->weight_suffix)) named = c;
+      const bool packed = key_ends(k, kPacked);
+      if (!named && !packed && !(key_ends(k, ".weight") && quantized_dtype(t.dtype))) continue;
       const std::string module = k.substr(0, k.rfind('.'));
       std::vector<std::string> scales;
-      if (blocks)
-        scales = {k.substr(0, k.size() - 7) + "_scales"};
-      else
-        scales = {k + "_scale_inv", k + "_scale", module + ".weight_scale", module + ".weight_scale_inv"};
+      if (named) {
+        scales = {k.substr(0, k.size() - std::string(named->weight_suffix).size()) + named->scale_suffix};
+      } else {
+        // The codecs' scales of a weight that keeps its name (fp8-block's X_scale_inv, F4's X_scale),
+        // then compressed-tensors' of X.weight_packed.
+        for (const Codec* c : codecs())
+          if (!*c->weight_suffix) scales.push_back(k + c->scale_suffix);
+        scales.push_back(module + ".weight_scale");
+        scales.push_back(module + ".weight_scale_inv");
+      }
       if (std::none_of(scales.begin(), scales.end(), [&](const std::string& s) { return by_key.count(s) > 0; }))
         problem("quant-scale-missing", k,
                 "a quantized weight (" + t.dtype + ") with no scale tensor (" + scales[0] + ")");
@@ -323,15 +343,17 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
     }
     for (const auto& t : tensors) {
       const std::string& k = t.key;
+      // A codec's scale (meta/codecs/codecs.h: orphan_tail) names its weight; X.weight_scale may
+      // also be compressed-tensors' of X.weight_packed.
       std::vector<std::string> bases;
-      if (key_ends(k, ".weight_scale_inv"))
-        bases = {k.substr(0, k.size() - 10)};
-      else if (key_ends(k, ".weight_scale"))
-        bases = {k.substr(0, k.size() - 6), k.substr(0, k.size() - 6) + "_packed"};
-      else if (key_ends(k, "_scales") && k.find(".experts.") != std::string::npos)
-        bases = {k.substr(0, k.size() - 7) + "_blocks"};
-      else
-        continue;
+      for (const Codec* c : codecs())
+        if (bases.empty() && *c->orphan_tail && key_ends(k, c->orphan_tail) &&
+            (!*c->orphan_within || k.find(c->orphan_within) != std::string::npos)) {
+          const std::string base = k.substr(0, k.size() - std::string(c->scale_suffix).size());
+          bases.push_back(base + c->weight_suffix);
+          if (key_ends(k, ".weight_scale")) bases.push_back(base + "_packed");
+        }
+      if (bases.empty()) continue;
       if (std::none_of(bases.begin(), bases.end(), [&](const std::string& b) { return by_key.count(b) > 0; }))
         problem("quant-scale-orphan", k, "a scale tensor whose weight (" + bases[0] + ") is not here");
     }

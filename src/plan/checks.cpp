@@ -30,9 +30,8 @@ void CoverageCheck::refuse_if_incomplete(const Where& where, const std::string& 
                                  what + ":" + holes_);
 }
 
-void CastChoice::keep_for_view(const nlohmann::json& fqns, const std::string& reason) {
-  if (fqns.is_array())
-    for (const auto& k : fqns) view_kept_[k.get<std::string>()] = reason;
+void CastChoice::keep_for_view(const std::vector<std::string>& fqns, const std::string& reason) {
+  for (const std::string& k : fqns) view_kept_[k] = reason;
 }
 
 DType CastChoice::target(DType src, const std::string& key, const std::string& fqn) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "meta/codecs/codecs.h"
 #include "plan/memory.h"
 #include "util/error.h"
 
@@ -89,25 +90,24 @@ PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::
 }
 
 // --dtype on a scaled float8 weight that is still float8 here: a block-scaled weight with its
-// `_scale_inv` is dequantized before planning (meta/quantized.h), so what reaches this is a scale
+// `_scale_inv` is dequantized before planning (view/dequantize.h), so what reaches this is a scale
 // dcpctl does not apply (a `_scale`, whose meaning differs between quantizers). Casting the weight
 // alone would write values off by the whole scale, silently: refused (exit 5), naming the weight
-// and its scale. Without --dtype, fp8 stays fp8 and its scales are written as they are.
+// and its scale. Without --dtype, fp8 stays fp8 and its scales are written as they are. The scale
+// names are those of the codecs whose weight keeps its own name (meta/codecs/codecs.h: fp8-block's
+// `_scale_inv`, F4's `_scale`), in the codec list's order.
 void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
   const Metadata& md = ck.md;
   std::unordered_set<std::string_view> names;
   names.reserve(md.tensors.size());
   for (const auto& t : md.tensors) names.insert(t.fqn);
-  auto is_fp8 = [](DType d) {
-    return d == DType::Float8_E4M3FN || d == DType::Float8_E5M2 || d == DType::Float8_E4M3FNUZ || d == DType::Float8_E5M2FNUZ;
-  };
   auto scale_of = [&](const std::string& key) -> std::string {
-    for (const char* suffix : {"_scale_inv", "_scale"})
-      if (names.count(key + suffix)) return key + suffix;
+    for (const Codec* c : codecs())
+      if (!*c->weight_suffix && names.count(key + c->scale_suffix)) return key + c->scale_suffix;
     return {};
   };
   for (const auto& pt : plan.tensors) {
-    if (!is_fp8(pt.src) || pt.dst == pt.src) continue;
+    if (!fp8_block_codec().weight_dtype(pt.src) || pt.dst == pt.src) continue;
     std::vector<std::string> sources{pt.t->fqn};
     if (pt.mapped)
       for (const MapPart& part : pt.mapped->parts) sources.push_back(md.tensors[part.tensor].fqn);
@@ -189,8 +189,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   plan.target = target;
   plan.items = select_items(md, selection);
   plan.cast = CastChoice(cast, target.precision);
-  if (ck.derived && ck.derived->output.contains("keep_dtype"))
-    plan.cast.keep_for_view(ck.derived->output["keep_dtype"], "quantized (--quantize)");
+  if (ck.derived) plan.cast.keep_for_view(ck.derived->output.keep_dtype, "quantized (--quantize)");
 
   int world = 1;
   if (target.rank_files()) {

@@ -1,5 +1,6 @@
-// The dequantize view: a checkpoint's quantized weights read as float32 (meta/quantized.h has the
-// formats: block-scaled float8 beside `W_scale_inv`, GPT-OSS's MXFP4 `_blocks` beside `_scales`).
+// The dequantize view: a checkpoint's quantized weights read as float32 (meta/codecs/codecs.h has
+// the formats: block-scaled float8 beside `W_scale_inv`, GPT-OSS's MXFP4 `_blocks` beside
+// `_scales`; view/codecs/ their decoders).
 //
 // Every scaled fp8 weight becomes a float32 tensor of the same name, shape and chunks, computed
 // from its fp8 chunk and its whole scale (torch's QuantizedHuggingFaceStorageReader's arithmetic,

@@ -1,6 +1,6 @@
 // The arithmetic of the derived tensors views compute (src/view/), element for element.
 //
-// Dequantizing block-scaled float8 weights (meta/quantized.h has the format): the arithmetic of
+// Dequantizing block-scaled float8 weights (meta/codecs/fp8_block.cpp describes the format): the arithmetic of
 // torch's QuantizedHuggingFaceStorageReader._dequantize_tensor, element for element:
 // float32(q) * scale_inv[row / b0, col / b1], one float32 multiply (no fused or wider arithmetic),
 // the product left in float32 for --dtype's cast.
@@ -23,7 +23,7 @@ void dequantize_fp8_blocks(DType q_dtype, const uint8_t* q, const Box& box, cons
 // 0 the subnormal 2^-127, 255 NaN.
 void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out);
 
-// MXFP4 (meta/quantized.h): `packed` holds the dense bytes of box `box` of blocks [..., G, B] (the
+// MXFP4 (meta/codecs/mxfp4.cpp): `packed` holds the dense bytes of box `box` of blocks [..., G, B] (the
 // box spans B); `scales` the whole uint8 scales of shape `scale_shape` ([..., G]); `out`: the
 // box's 2 * box.numel() float32 values, [..., g, 2B] of each group in order, the low nibble first:
 // ldexp(E2M1(nibble), scale - 127) rounded once to float32, as torch's _dequantize_tensor_mxfp4

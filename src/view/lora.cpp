@@ -241,7 +241,7 @@ std::string common_prefix(const LoraModel& lora) {
 
 Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq) {
   const Metadata& md = ck.md;
-  if (ck.derived && ck.derived->views.contains("dequantized"))
+  if (ck.derived && ck.derived->output.dequantized)
     throw UnsupportedError(
         Where(ck.dir),
         "--lora on a dequantized view (--dtype of fp8/MXFP4 weights): export or merge the adapter without --dtype");
@@ -694,7 +694,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
     if (dora) cfg["use_dora"] = true;
     if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
   }
-  if (!merge) table->output["adapter_config"] = cfg;
+  if (!merge) table->output.adapter_config = cfg;
   json& summary = table->views["lora"];
   summary = {{"mode", merge ? "merge" : "adapter"},
              {"adapter", adapter.empty() ? json(nullptr) : json(adapter)},

@@ -21,7 +21,7 @@
 // whole (in modules_to_not_convert). Every other 3-D floating tensor (GPT-OSS's and Llama 4's
 // [E, in, out], biased stacks, partial blocks) is kept and listed with its reason.
 //
-// --quantize mxfp4 (quantize_mxfp4.cpp): GPT-OSS's layout, the stacked MoE experts only. Each
+// --quantize mxfp4 (view/codecs/mxfp4.cpp): GPT-OSS's layout, the stacked MoE experts only. Each
 // `X.experts.gate_up_proj` / `down_proj` of transformers' GptOssExperts ([E, in, out], floating)
 // becomes `X..._blocks` uint8 [E, out, in / 32, 16] (E2M1 pairs, the low nibble first) beside
 // `X..._scales` uint8 [E, out, in / 32] (E8M0), OCP MX v1.0's rule (view/kernels.h), one chunk an
@@ -32,6 +32,10 @@
 //
 // A quantized weight's chunk is read from the rows of whole blocks around it; its scale, whole,
 // block row by block row: memory is a block row of the weight in float32, never the checkpoint.
+//
+// Each scheme is a codec's (meta/codecs/codecs.h: its --quantize word, names, dtypes and written
+// config); its DerivedTensors and the weights it takes are in its file in src/view/codecs/
+// (fp8_block.cpp, mxfp4.cpp); what is here is the choice of codec and the carve-outs they share.
 #pragma once
 
 #include <cstdint>
@@ -53,17 +57,17 @@ struct QuantizeRequest {
 
 // Why key `key` of a 2-D floating tensor is not quantized ("" : it is), by the rules above.
 std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq);
+// The language model's part of config.json: its `text_config` where it has one (a multimodal
+// release), else the config itself; an empty object when there is no config.
+const nlohmann::json& language_config(const nlohmann::json& config);
 
-// The checkpoint with its Linear weights quantized. Its table's view "quantized" says {"scheme",
-// "block", "weights": n, "kept": [{"key", "reason"}]}; its output "quantization_config" is the
-// config.json object to write, and "keep_dtype" the keys --dtype must not cast (the fp8 weights
-// and their scales). UsageError (exit 2): an unknown scheme, a block not two positive integers;
+// The checkpoint with its Linear weights quantized by the codec whose --quantize word is
+// rq.scheme. Its table's view "quantized" says {"scheme", "block", "weights": n, "kept": [{"key",
+// "reason"}]}; its output's quantization_config is the config.json object to write, and its
+// keep_dtype the keys --dtype must not cast (the quantized weights and their scales). UsageError (exit 2): an unknown scheme, a block not two positive integers;
 // UnsupportedError (exit 5) naming the key: a weight already quantized (float8 or with a scale,
 // MXFP4 blocks); for mxfp4, experts of a model_type other than gpt_oss, an input dimension not a
 // multiple of 32, no expert stack at all.
 Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq);
-
-// quantized_view for scheme "mxfp4".
-Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq);
 
 }  // namespace dcpctl

@@ -47,6 +47,7 @@ Quantized quantize(int64_t rows, int64_t cols, int64_t b, unsigned seed) {
       q.dq[i] = e4m3fn_to_f32(f32_to_e4m3fn(q.x[i] / s)) * s;
     }
   q.bound.kind = ExportBound::Kind::Fp8Block;
+  q.bound.half_step = e4m3_half_ulp;
   q.bound.scales = scales;
   q.bound.cols = cols;
   q.bound.b0 = q.bound.b1 = b;

@@ -75,7 +75,7 @@ TEST_CASE("views: a dequantized weight is computed through the item reader and i
   CHECK_FALSE(view->derived->find(w + "_scale_inv"));
   for (const TensorMeta& t : view->md.tensors) CHECK(t.fqn != w + "_scale_inv");
   CHECK(view->derived->views.contains("dequantized"));
-  CHECK(view->derived->output.value("dequantized", false));
+  CHECK(view->derived->output.dequantized);
 
   // The saved checkpoint's reader gives the fp8 bytes; the view's computes the float32 values from
   // them and the scale, exactly as the kernel does.

@@ -37,10 +37,10 @@ namespace {
 DcpAdditions quantized_config_file(const WriteJob& job, const std::string& assets) {
   DcpAdditions add;
   const Checkpoint& ck = job.request.ck;
-  if (!ck.derived || !ck.derived->output.contains("quantization_config")) return add;
+  if (!ck.derived || !ck.derived->output.quantization_config) return add;
   const MapConfig config = checkpoint_config(ck, assets);
   const std::string text = config.json.is_null() ? "{}" : read_text(config.path);
-  add.files.push_back({"config.json", quantized_config(text, ck.derived->output["quantization_config"])});
+  add.files.push_back({"config.json", quantized_config(text, *ck.derived->output.quantization_config)});
   return add;
 }
 

@@ -46,9 +46,9 @@ class HfFolder final : public SafetensorsFiles {
     // --quantize: the config gains the quantization_config the loaders read (view/quantize.h).
     std::function<std::string(const std::string&)> edit;
     const Checkpoint& ck = job.request.ck;
-    const bool dequantized = ck.derived && ck.derived->output.value("dequantized", false);
+    const bool dequantized = ck.derived && ck.derived->output.dequantized;
     const nlohmann::json quantization =
-        ck.derived && ck.derived->output.contains("quantization_config") ? ck.derived->output["quantization_config"] : nlohmann::json();
+        ck.derived && ck.derived->output.quantization_config ? *ck.derived->output.quantization_config : nlohmann::json();
     if (o_.cast || !quantization.is_null()) {
       edit = [cast = o_.cast, dequantized, quantization](const std::string& text) {
         std::string out = text;

@@ -36,9 +36,8 @@ class PeftAdapter final : public SafetensorsFiles {
   // What the LoRA view (view/lora.h) left for this writer; null without --lora adapter.
   static const json* adapter_config(const WriteJob& job) {
     const Checkpoint& ck = job.request.ck;
-    if (!ck.derived) return nullptr;
-    auto it = ck.derived->output.find("adapter_config");
-    return it == ck.derived->output.end() ? nullptr : &*it;
+    if (!ck.derived || !ck.derived->output.adapter_config) return nullptr;
+    return &*ck.derived->output.adapter_config;
   }
 };
 

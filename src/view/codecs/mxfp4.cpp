@@ -1,4 +1,7 @@
-// --quantize mxfp4: GPT-OSS's stacked MoE experts as MXFP4 `_blocks` and `_scales` (view/quantize.h).
+// mxfp4's DerivedTensors (meta/codecs/mxfp4.cpp describes the format): the decode, GPT-OSS's
+// `_blocks` and `_scales` read as float32 (torch's _dequantize_tensor_mxfp4, view/kernels.h), and
+// the encode, --quantize mxfp4: GPT-OSS's stacked MoE experts as MXFP4 `_blocks` and `_scales`
+// (OCP MX v1.0's rule; view/quantize.h).
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -10,18 +13,71 @@
 #include <regex>
 #include <set>
 
-#include "meta/derived.h"
-#include "meta/quantized.h"
+#include "meta/geometry.h"
+#include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
+#include "view/codecs/codecs.h"
 #include "view/kernels.h"
-#include "view/quantize.h"
 
 namespace dcpctl {
 
 using nlohmann::json;
 
 namespace {
+
+// An MXFP4 weight read as float32: its chunk of blocks and the whole scales, dequantized (two
+// values a byte).
+class Mxfp4Weight final : public DerivedTensor {
+ public:
+  Mxfp4Weight(std::string path, TensorMeta blocks, TensorMeta scales)
+      : path_(std::move(path)), b_(std::move(blocks)), s_(std::move(scales)) {}
+  const TensorMeta& follows() const override { return b_; }
+  void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const uint64_t q = b_.chunk_numel(chunk);
+    read_computed(path_, b_, chunk, q * 2, from, n, dst, [&](float* out) {
+      std::vector<uint8_t> packed(q);
+      below.read(b_, chunk, 0, q, packed.data());
+      std::vector<uint8_t> scales = below.read_whole(s_);
+      dequantize_mxfp4(packed.data(), chunk_box(b_, chunk), scales.data(), s_.shape, out);
+    });
+  }
+  // The packed chunk, the scales read whole, and the chunk's float32 values when a part is asked.
+  uint64_t working_bytes(size_t chunk) const override { return b_.chunk_numel(chunk) * 9 + whole_read_bytes(s_); }
+
+ private:
+  std::string path_;
+  TensorMeta b_, s_;
+};
+
+// The view's tensor of MXFP4 blocks `b` [..., G, B]: float32 [..., G * 2B], chunk for chunk.
+TensorMeta mxfp4_float_meta(const Checkpoint& ck, const TensorMeta& b, const TensorMeta& s) {
+  const size_t nd = b.ndim();
+  std::vector<int64_t> groups(b.shape.begin(), b.shape.end() - (nd ? 1 : 0));
+  if (nd < 2 || s.shape != groups)
+    throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
+                      "MXFP4 scales of shape " + dims_text(s.shape) + " are not the groups of blocks '" + b.fqn + "' " +
+                          dims_text(b.shape) + " (the blocks' shape less its last dimension)");
+  const int64_t B = b.shape[nd - 1];
+  TensorMeta v = b;
+  v.dtype = DType::Float32;
+  v.dtype_name = torch_name(DType::Float32);
+  v.shape = groups;
+  v.shape.back() *= 2 * B;
+  v.chunk_dims.clear();
+  for (size_t c = 0; c < b.num_chunks(); ++c) {
+    const int64_t *off = b.chunk_offsets(c), *size = b.chunk_sizes(c);
+    if (off[nd - 1] != 0 || size[nd - 1] != B)
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, b.fqn),
+                             "MXFP4 blocks saved in chunks that split a group's " + std::to_string(B) +
+                                 " bytes (chunk " + std::to_string(c) + "): dcpctl dequantizes whole groups");
+    v.chunk_dims.insert(v.chunk_dims.end(), off, off + nd - 1);
+    v.chunk_dims.back() *= 2 * B;
+    v.chunk_dims.insert(v.chunk_dims.end(), size, size + nd - 1);
+    v.chunk_dims.back() *= 2 * B;
+  }
+  return v;
+}
 
 constexpr int64_t kGroup = 32;  // values an E8M0 scale covers
 constexpr int64_t kGroupBytes = kGroup / 2;
@@ -209,14 +265,36 @@ json not_convert_list(const std::vector<std::string>& kept, const std::vector<st
   return out;
 }
 
-}  // namespace
 
+// --dtype: confirmed only when config.json says so (quant_method "mxfp4"): a uint8 X_blocks beside
+// X_scales is GPT-OSS's layout by name alone, and another format (int4 pairs, FP4 with other
+// scales, a model's own uint8 buffers) with those names would be dequantized into garbage.
+void confirm_mxfp4(const Checkpoint& ck, const std::vector<std::pair<uint32_t, uint32_t>>& mx, const QuantConfig& qc) {
+  const Metadata& md = ck.md;
+  if (qc.quant_method != mxfp4_codec().quant_method)
+    throw UnsupportedError(
+        Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
+        md.tensors[mx[0].first].dtype_name + " blocks beside '" + md.tensors[mx[0].second].fqn +
+            "' are laid out as GPT-OSS's MXFP4, but the config does not say they are: " + describe_quant_config(qc) +
+            "; dcpctl does not dequantize one-byte tensors by guess: give the release's config.json (--assets DIR) "
+            "with "
+            "quantization_config.quant_method \"mxfp4\", or leave out --dtype to write them as saved");
+}
+
+// --dtype: blocks `b` [..., G, B] beside scales `s` as float32 [..., G * 2B], chunk for chunk.
+DecodedTensor decode_mxfp4(const Checkpoint& ck, const TensorMeta& b, const TensorMeta& s, const QuantConfig&) {
+  TensorMeta v = mxfp4_float_meta(ck, b, s);
+  return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s)};
+}
+
+// --quantize mxfp4 (view/quantize.h).
 Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   // The row written: uint8 _blocks beside uint8 _scales (Mxfp4Part computes those).
-  const Codec& codec = writing_codec(CodecFamily::Mxfp4);
+  const Codec& codec = mxfp4_codec();
+  const CodecRow& row = codec.written_row();
   const Metadata& md = ck.md;
   auto by_name = tensor_names(md);
-  if (auto mx = mxfp4_pairs(md, by_name); !mx.empty())
+  if (auto mx = codec.pairs(md, by_name); !mx.empty())
     throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[mx[0].first].fqn),
                            "--quantize on weights that are already quantized (MXFP4 blocks beside '" +
                                md.tensors[mx[0].second].fqn +
@@ -228,7 +306,8 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
   Checkpoint view = ck;
   std::shared_ptr<DerivedTable> table = table_over(ck.derived);
   auto computed = std::make_shared<Mxfp4Scales>();  // every stack's
-  json kept = json::array(), keep_dtype = json::array();
+  json kept = json::array();
+  std::vector<std::string> keep_dtype;
   std::vector<std::string> kept_modules, quantized_modules;
   std::vector<TensorMeta> out;
   std::vector<uint32_t> index(md.tensors.size());
@@ -236,7 +315,7 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
   for (uint32_t i = 0; i < md.tensors.size(); ++i) {
     const TensorMeta& t = md.tensors[i];
     index[i] = static_cast<uint32_t>(out.size());
-    if (t.dtype && (is_float8(*t.dtype) || by_name.count(t.fqn + kScaleSuffix)))
+    if (t.dtype && (fp8_block_codec().weight_dtype(*t.dtype) || by_name.count(t.fqn + fp8_block_codec().scale_suffix)))
       throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
                              "--quantize on a weight that is already quantized (" + t.dtype_name +
                                  "): give --dtype to dequantize the checkpoint first, or export it as it is");
@@ -271,8 +350,8 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
                              "--quantize mxfp4: the experts' input dimension " + std::to_string(t.shape[1]) +
                                  " is not a multiple of 32 (one E8M0 scale per 32 values)");
     const int64_t O = t.shape[2], G = t.shape[1] / kGroup;
-    TensorMeta b = part_meta(t, t.fqn + codec.weight_suffix, codec.weight, {O, G, kGroupBytes});
-    TensorMeta s = part_meta(t, t.fqn + codec.scale_suffix, codec.scale, {O, G});
+    TensorMeta b = part_meta(t, t.fqn + codec.weight_suffix, row.weight, {O, G, kGroupBytes});
+    TensorMeta s = part_meta(t, t.fqn + codec.scale_suffix, row.scale, {O, G});
     table->tensors[b.fqn] = {std::make_shared<Mxfp4Part>(t, false, computed), ck.derived};
     table->tensors[s.fqn] = {std::make_shared<Mxfp4Part>(t, true, computed), ck.derived};
     table->tensors.erase(t.fqn);
@@ -307,13 +386,23 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
   std::sort(quantized_modules.begin(), quantized_modules.end());
   quantized_modules.erase(std::unique(quantized_modules.begin(), quantized_modules.end()), quantized_modules.end());
   size_t stacks = 0;
-  for (const json& k : keep_dtype) stacks += ends_with(k.get<std::string>(), codec.weight_suffix);
-  table->views["quantized"] = {{"scheme", rq.scheme}, {"block", {1, kGroup}}, {"weights", stacks}, {"kept", kept}};
-  table->output["quantization_config"] =
-      written_quant_config(codec, rq.block, not_convert_list(kept_modules, quantized_modules));
-  table->output["keep_dtype"] = keep_dtype;
-  view.derived = std::move(table);
-  return view;
+  for (const std::string& k : keep_dtype) stacks += ends_with(k, codec.weight_suffix);
+  const int64_t group[2] = {1, kGroup};
+  json config = codec.written_config(row, rq.block, not_convert_list(kept_modules, quantized_modules));
+  return quantized_result(std::move(view), std::move(table), rq.scheme, group, stacks, std::move(kept), std::move(config),
+                          std::move(keep_dtype));
+}
+
+}  // namespace
+
+CodecView mxfp4_codec_view() {
+  CodecView v;
+  v.codec = &mxfp4_codec();
+  v.confirm = confirm_mxfp4;
+  v.decode = decode_mxfp4;
+  v.said = "mxfp4";
+  v.quantize = mxfp4_quantized_view;
+  return v;
 }
 
 }  // namespace dcpctl

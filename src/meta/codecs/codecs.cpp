@@ -1,0 +1,54 @@
+#include "meta/codecs/codecs.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace dcpctl {
+
+const std::vector<const Codec*>& codecs() {
+  // A new codec: one line here (and its file in src/meta/codecs/).
+  static const std::vector<const Codec*> list = {
+      &fp8_block_codec(),
+      &mxfp4_codec(),
+      &f4_codec(),
+  };
+  return list;
+}
+
+const Codec* quantize_codec(const std::string& word) {
+  for (const Codec* c : codecs())
+    if (c->quantize_word && word == c->quantize_word) return c;
+  return nullptr;
+}
+
+const CodecRow* Codec::row(DType weight, DType scale) const {
+  for (const CodecRow& r : rows)
+    if (r.weight == weight && r.scale == scale) return &r;
+  return nullptr;
+}
+
+const CodecRow& Codec::written_row() const {
+  for (const CodecRow& r : rows)
+    if (r.writes) return r;
+  throw std::logic_error(std::string("no row of codec ") + name + " is written");
+}
+
+bool Codec::weight_dtype(DType d) const {
+  for (const CodecRow& r : rows)
+    if (r.weight == d) return true;
+  return false;
+}
+
+NameIndex tensor_names(const Metadata& md) {
+  NameIndex by_name;
+  by_name.reserve(md.tensors.size());
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, i);
+  return by_name;
+}
+
+bool ends_with_longer(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() > n && s.compare(s.size() - n, std::string::npos, tail) == 0;
+}
+
+}  // namespace dcpctl

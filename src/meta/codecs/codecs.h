@@ -1,0 +1,112 @@
+// The codec list: every quantized format dcpctl reads or writes, and the one place the rest of
+// dcpctl asks about them.
+//
+// A codec is a format of quantized weights on disk: a weight in a narrow dtype beside the scales
+// that decode it. Its description (this header's `Codec`, one file each in src/meta/codecs/) says
+// what is on disk and what config.json says of it: the `quantization_config` keys that name it,
+// its rows (the weight's and scale's dtypes, one row per variant), the weight's and the scale's
+// names beside each other, how a weight is recognised with its scale, what --quantize writes of it
+// (its word, its help, the config it writes) and the error an export is held to (compare/audit.h).
+// What decodes and encodes its bytes (the DerivedTensors of the dequantize and quantize views) is
+// in src/view/codecs/, one file a codec, listed in view/codecs/codecs.h.
+//
+// Why two layers: the planner (plan/plan.cpp: which scales a cast would lose), verify's HF checks
+// (meta/hf_config_checks.cpp: every quantized weight has its scale), inspect (meta/quantized.h) and
+// the audit's bounds (compare/) all ask the codec list, and meta/ and plan/ sit below view/
+// (docs/architecture.md: a folder includes only from the folders below it). So the descriptions
+// are data and recognition here, in meta/, and the arithmetic over tensor reads stays in view/.
+//
+// A new codec: its description, a file in src/meta/codecs/ (a `const Codec& NAME_codec()`), and a
+// line in codecs() (codecs.cpp); when a view decodes or encodes it, its DerivedTensors in a file in
+// src/view/codecs/ and a line in codec_views() (view/codecs/codecs.cpp). The CLI's --quantize
+// choices and help, the planner's and the HF checks' scale names, inspect and the audit follow.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meta/metadata.h"
+
+namespace dcpctl {
+
+// The tensor indices of a table by name.
+using NameIndex = std::unordered_map<std::string_view, uint32_t>;
+
+// One variant of a codec: the saved weight's and scale's dtypes, and what quantization_config says
+// of them.
+struct CodecRow {
+  const char* name;       // for messages and --json: "fp8-block e4m3 float32", ...
+  const char* fmt;        // quantization_config.fmt: "e4m3", "e5m2"; "" where the format has none
+  const char* scale_fmt;  // quantization_config.scale_fmt: "float", "ue8m0"; "" where it has none
+  DType weight;           // the saved weight's dtype
+  DType scale;            // the saved scale's dtype
+  bool writes;            // --quantize writes this row
+};
+
+struct Codec {
+  const char* name;          // "fp8-block", "mxfp4", "F4"
+  const char* quant_method;  // quantization_config.quant_method that names it: "fp8", "mxfp4"; "" none
+  const char* weight_suffix;  // the weight's name: X + weight_suffix ("": X itself)
+  const char* scale_suffix;   // the scale's name beside it: X + scale_suffix
+  std::vector<CodecRow> rows;
+
+  // Recognition: the (weight, scale) pairs of `md` this codec reads (by name and rows), in table
+  // order of the weights. Null: no view reads it as a weight (its dtype is read and written as is).
+  std::vector<std::pair<uint32_t, uint32_t>> (*pairs)(const Metadata& md, const NameIndex& by_name) = nullptr;
+
+  // verify's HF checks: a scale whose key ends in `orphan_tail` (and holds `orphan_within`) and
+  // whose weight (the key less scale_suffix, plus weight_suffix) is not there is an orphan.
+  const char* orphan_tail = "";
+  const char* orphan_within = "";
+
+  // --quantize: the word that writes it (null: --quantize does not), its part of the option's
+  // help, the brief a refusal lists, and what the summary says of a write (`block`: --quantize-block).
+  const char* quantize_word = nullptr;
+  const char* quantize_help = "";
+  const char* quantize_brief = "";
+  // --quantize-block's refusal where the codec has no block of its choosing ("": it takes one).
+  const char* block_refusal = "";
+  std::string (*written_summary)(const int64_t block[2]) = nullptr;
+  // quantization_config as --quantize writes it (block: --quantize-block; not_convert: the modules
+  // kept), in the key order the releases use.
+  nlohmann::json (*written_config)(const CodecRow& row, const int64_t block[2], const nlohmann::json& not_convert) = nullptr;
+
+  // The audit's error bound (compare/export_bound.h): half a step of the element format at a
+  // value q of it, so that |x - dq| <= s * half_step(dq / s) for a scale s. Null: no bound
+  // implemented (auditing such an export is refused, naming `display`).
+  double (*half_step)(double q) = nullptr;
+  const char* display = "";  // in messages: "block-scaled float8", "MXFP4"
+  const char* scale_is = "scale is";  // in messages: "this one's scale is", "scales are"
+
+  // The row of weight dtype `weight` beside scale dtype `scale`, or null.
+  const CodecRow* row(DType weight, DType scale) const;
+  // The row --quantize writes (logic_error where none does).
+  const CodecRow& written_row() const;
+  // Whether `d` is the weight dtype of one of its rows.
+  bool weight_dtype(DType d) const;
+};
+
+// The codecs, each once, in the order messages and lists give them.
+const std::vector<const Codec*>& codecs();
+// The codec --quantize WORD writes, or null.
+const Codec* quantize_codec(const std::string& word);
+
+// The codecs' descriptions (src/meta/codecs/*.cpp).
+const Codec& fp8_block_codec();
+const Codec& mxfp4_codec();
+const Codec& f4_codec();
+// fp8-block's half_step: half an e4m3fn ULP at |q| (q a value of the format, or near one).
+double e4m3_half_ulp(double q);
+
+// The tensor indices by name.
+NameIndex tensor_names(const Metadata& md);
+// Whether `s` ends in `tail` and is longer than it.
+bool ends_with_longer(const std::string& s, const char* tail);
+
+}  // namespace dcpctl
