@@ -10,7 +10,7 @@ most of its time). For each folder:
 
   - `consolidate F -o OUT/ --dtype fp32` and `--dtype bf16`: every quantized weight equals the
     reference in that dtype, byte for byte (compressed-tensors 0.20.0's CompressedTensorsDequantizer,
-    ModelOpt 0.47.0's QTensor.dequantize as recorded in expected.json, transformers 5.23's
+    ModelOpt 0.47.0's QTensor.dequantize as recorded in dequantized.json, transformers 5.23's
     Fp8Dequantize._dequantize_one), every other tensor is the source's cast as torch's Tensor.to()
     casts it, no scale, packed weight, zero point, shape or global scale is left, and config.json
     has no quantization_config;
@@ -57,8 +57,8 @@ def out_tensors(d: Path) -> dict:
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),
-                                                                      b.contiguous().view(torch.uint8))
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                                                      b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def sha_f32(t: torch.Tensor) -> str:
@@ -75,7 +75,45 @@ class Case:
         self.source = source or {}  # every tensor as stored
 
 
+# The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
+# --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
+READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
+    "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_fp8", "modelopt_mxfp8", "dsv4-i8", "dsv4-f4"}
+
+
+def refused_word(case: "Case") -> str:
+    if case.name.startswith("ct-"):
+        return "compressed-tensors"
+    if case.name.startswith("modelopt"):
+        return "modelopt"
+    return "expert_dtype 'fp4'"
+
+
+def check_refused(dcpctl: str, case: "Case", work: Path, report: bool) -> None:
+    for word in DTYPES:
+        out = work / f"{case.name}-{word}"
+        r = run(dcpctl, "consolidate", case.folder, "-o", f"{out}/", "--dtype", word, "-q")
+        what = f"{case.name}: consolidate --dtype {word} (no codec reads it yet)"
+        if report:
+            print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        named = [k for k in case.source if f"'{k}'" in r.stderr]
+        check(r.returncode == EXIT_UNSUPPORTED and refused_word(case) in r.stderr and named,
+              f"{what}: exit {r.returncode} (wanted 5) naming {refused_word(case)!r} and a tensor: {r.stderr.strip()[-300:]}")
+        check(not out.exists(), f"{what}: nothing written")
+    r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-q')}/", "--quantize", "fp8-block", "-q")
+    check(r.returncode == EXIT_UNSUPPORTED and refused_word(case) in r.stderr,
+          f"{case.name}: --quantize fp8-block of it: exit {r.returncode} (wanted 5): {r.stderr.strip()[-300:]}")
+    r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-copy')}/", "-q")
+    if expect_rc(r, EXIT_OK, f"{case.name}: without --dtype it is copied as saved"):
+        got = out_tensors(work / (case.name + "-copy"))
+        check(all(k in got and same_bytes(got[k], v) for k, v in case.source.items()),
+              f"{case.name}: the copy holds every tensor byte for byte")
+
+
 def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
+    if case.name not in READS:
+        check_refused(dcpctl, case, work, report)
+        return
     for word, dtype in DTYPES.items():
         out = work / f"{case.name}-{word}"
         r = run(dcpctl, "consolidate", case.folder, "-o", f"{out}/", "--dtype", word, "-q")
@@ -169,7 +207,8 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     t = qp.folder_tensors(f)
     del t["model.layers.1.mlp.up_proj.weight_scale"]
     save_file(t, f / "model.safetensors")
-    cases.append(("ct nvfp4 without a weight_scale", f, {3, EXIT_UNSUPPORTED}, ["model.layers.1.mlp.up_proj"]))
+    cases.append(("ct nvfp4 without a weight_scale", f, {3, EXIT_UNSUPPORTED},
+                  ["model.layers.1.mlp.up_proj"] if "ct-nvfp4a16-dense" in READS else ["compressed-tensors", "weight"]))
     # a ModelOpt algorithm no codec explains (the bytes are NVFP4's)
     f = root / "mo-unknown"
     shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
@@ -189,7 +228,8 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     t = qp.folder_tensors(f)
     del t["layers.1.attn.wq_a.scale"]
     save_file(t, f / "model.safetensors")
-    cases.append(("DeepSeek-V4 FP8 weight without X.scale", f, {3, EXIT_UNSUPPORTED}, ["layers.1.attn.wq_a"]))
+    cases.append(("DeepSeek-V4 FP8 weight without X.scale", f, {3, EXIT_UNSUPPORTED},
+                  ["layers.1.attn.wq_a"] if "dsv4-i8" in READS else ["expert_dtype", "weight"]))
     for what, folder, rcs, names in cases:
         out = root / ("never-" + folder.name)
         r = run(dcpctl, "consolidate", folder, "-o", f"{out}/", "--dtype", "bf16", "-q")
@@ -205,7 +245,7 @@ def modelopt_cases(fixtures: Path, only: set) -> list:
     for d in sorted((fixtures / "layouts").glob("modelopt_*")):
         if only and d.name not in only:
             continue
-        exp = json.loads((d / "expected.json").read_text())
+        exp = json.loads((d / "dequantized.json").read_text())
         stored = qp.folder_tensors(d / "ckpt")
         cases.append(Case(d.name, d / "ckpt", exp["quant_algo"], set(exp["float32_sha256"]),
                           digests=exp["float32_sha256"], source=stored))

@@ -361,7 +361,7 @@ def ct_formula(folder: Path) -> dict:
 
 def modelopt_formula(folder: Path) -> dict:
     """ModelOpt 0.47.0's QTensor.dequantize(dtype=float32) of each quantized weight, written out (the
-    committed folders' expected.json holds ModelOpt's own digests): NVFP4: w = f32(e2m1) * (f32(s_e4m3)
+    committed folders' dequantized.json holds ModelOpt's own digests): NVFP4: w = f32(e2m1) * (f32(s_e4m3)
     * weight_scale_2), the product of the two scales first, the code of -0 read as +0.0; MXFP8: w = f32(q) * 2^(e-127) (e = 255:
     inf); FP8: w = f32(q) * f32(weight_scale)."""
     algo = json.loads((Path(folder) / "hf_quant_config.json").read_text())["quantization"]["quant_algo"]
@@ -444,7 +444,7 @@ def dsv4(out: Path, experts: str = "i8", expert_dtype_at: str = "qc") -> Path:
                             ("ffn.shared_experts.w3", (I, H))):
             fp8_weights[p + name] = rnd(*shape, s=0.05 * (1 + layer))
         tensors[p + "ffn.gate.weight"] = rnd(E, H)
-        tensors[p + "ffn.gate.bias"] = rnd(E).float()
+        tensors[p + "ffn.gate.bias"] = rnd(E)
         for e in range(E):
             for w, shape in (("w1", (I, H)), ("w2", (H, I)), ("w3", (I, H))):
                 packed, scale = _dsv4_fp4(rnd(*shape, s=0.02 * (1 + e)).float())
