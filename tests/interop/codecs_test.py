@@ -230,6 +230,24 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     save_file(t, f / "model.safetensors")
     cases.append(("DeepSeek-V4 FP8 weight without X.scale", f, {3, EXIT_UNSUPPORTED},
                   ["layers.1.attn.wq_a"] if "dsv4-i8" in READS else ["expert_dtype", "weight"]))
+    # verify: a ModelOpt weight_scale removed, a module the config ignores quantized (issue 57: both
+    # passed before)
+    f = root / "mo-verify-noscale"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    t = qp.folder_tensors(f)
+    del t["model.layers.0.self_attn.q_proj.weight_scale"]
+    save_file(t, f / "model.safetensors")
+    r = run(dcpctl, "verify", f)
+    check(r.returncode == 3 and "quant-scale-missing" in r.stdout + r.stderr and "model.layers.0.self_attn.q_proj.weight" in r.stdout + r.stderr,
+          f"verify of a ModelOpt folder without a weight_scale: exit {r.returncode} naming the weight: {(r.stdout + r.stderr)[-300:]}")
+    f = root / "mo-verify-ignored"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["quantization_config"]["ignore"].append("model.layers.0.self_attn.q_proj")
+    (f / "config.json").write_text(json.dumps(cfg))
+    r = run(dcpctl, "verify", f)
+    check(r.returncode == 3 and "quant-excluded-quantized" in r.stdout + r.stderr,
+          f"verify of a ModelOpt folder quantizing an ignored module: exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
     for what, folder, rcs, names in cases:
         out = root / ("never-" + folder.name)
         r = run(dcpctl, "consolidate", folder, "-o", f"{out}/", "--dtype", "bf16", "-q")
