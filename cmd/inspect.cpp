@@ -134,7 +134,8 @@ void render_summary(const json& r) {
       std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
     else {
       std::string counts;
-      for (const auto& [name, n] : q.value("codecs", json::object()).items())
+      const json per_codec = q.value("codecs", json::object());  // held: items() of a temporary would dangle
+      for (const auto& [name, n] : per_codec.items())
         counts += (counts.empty() ? "" : ", ") + std::to_string(n.get<uint64_t>()) + " " + name;
       std::cout << counts << " weights beside their scales: --dtype bf16 (or fp32) dequantizes them as their producer does\n";
     }

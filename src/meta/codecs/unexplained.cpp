@@ -72,13 +72,13 @@ std::optional<std::string> unexplained_scheme(const Checkpoint& ck, const MapCon
 // The first tensor that says it is quantized in a way no codec reads, and why; or nothing.
 std::optional<std::pair<const TensorMeta*, std::string>> unexplained_tensor(const Metadata& md) {
   const NameIndex by_name = tensor_names(md);
-  for (const TensorMeta& t : md.tensors) {
-    const std::string param = last_component(t.fqn);
-    for (const char* p : kParams)
-      if (param == p)
+  for (const char* p : kParams)  // in kParams' order: a packed weight before its shape
+    for (const TensorMeta& t : md.tensors)
+      if (last_component(t.fqn) == p)
         return std::make_pair(&t,
-                              "a quantization parameter '" + param +
+                              "a quantization parameter '" + std::string(p) +
                                   "' (compressed-tensors', ModelOpt's, GPTQ's) that nothing in this request decodes");
+  for (const TensorMeta& t : md.tensors) {
     if (t.dtype && *t.dtype == DType::Float4_E2M1FN_X2 && ends_with_longer(t.fqn, ".weight"))
       return std::make_pair(&t, std::string("an F4 weight: packed FP4 (E2M1) codes, two a byte, that nothing in "
                                             "this request decodes and that are never cast"));
@@ -159,7 +159,7 @@ void refuse_unexplained_tensors(const Checkpoint& ck, const std::string& assets,
     const MapConfig config = checkpoint_config(ck, assets);
     throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t->first->fqn),
                            t->second + " (" + (config.json.is_object() ? config.path : std::string("no config.json")) +
-                               " explains it by no codec)" + tail);
+                               "; --dtype dequantizes the formats a codec reads)" + tail);
   }
   // A packed or one-byte weight with no scale at all, where config.json says the checkpoint is
   // quantized: its scale is missing (a float8 weight cast alone would be off by the whole scale).
