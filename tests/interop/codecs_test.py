@@ -153,6 +153,9 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
     r = run(dcpctl, "inspect", "--json", case.folder)
     if expect_rc(r, EXIT_OK, f"{case.name}: inspect --json"):
         check(case.scheme in r.stdout, f"{case.name}: inspect names the scheme {case.scheme!r}")
+    r = run(dcpctl, "inspect", case.folder)
+    if expect_rc(r, EXIT_OK, f"{case.name}: inspect"):
+        check(case.scheme in r.stdout, f"{case.name}: inspect's text names the scheme {case.scheme!r}")
     r = run(dcpctl, "verify", case.folder)
     if report:
         print(f"  {case.name}: verify exit {r.returncode}")
