@@ -287,7 +287,7 @@ std::string emit_man(const CommandDoc& root) {
   text_lines(o, "--map NAME|FILE (consolidate, reshard, cast, diff, stats) renames and reshapes tensors between two "
                 "naming conventions as torchtitan's state-dict adapters do; the direction follows the input's keys, "
                 "parameters come from config.json (--config, --assets DIR, or beside the checkpoint). A FILE is a "
-                "dcpctl-map/1 JSON map (docs/maps.md). The built-in maps (dcpctl maps):");
+                "dcpctl-map/1 JSON map, or a dcpctl-map/2 family of them whose variant config.json's model_type chooses (docs/maps.md). The built-in maps (dcpctl maps):");
   for (const KeyMap& m : builtin_key_maps()) {
     o << ".TP\n" << bold(m.name) << "\n";
     text_lines(o, m.sides[0] + " <-> " + m.sides[1] + ": " + m.description);

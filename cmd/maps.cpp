@@ -21,8 +21,12 @@ int run_maps(const MapsCliOptions& o) {
       for (const auto& [k, v] : m.params.items()) params[k] = v;
       json model = json::object();
       for (int s = 0; s < 2 && m.has_model; ++s) model[m.sides[s]] = m.model[s];
+      json variants = json::array();
+      for (const auto& v : m.variants)
+        variants.push_back({{"name", v.name}, {"model_types", v.model_types}, {"default", v.is_default}, {"description", v.description}});
       list.push_back({{"name", m.name}, {"sides", {m.sides[0], m.sides[1]}}, {"description", m.description}, {"models", m.models},
-                      {"model", m.has_model ? model : json()}, {"rule_kinds", rule_kinds(m)}, {"rules", m.rules.size()}, {"params", params}});
+                      {"model", m.has_model ? model : json()}, {"rule_kinds", rule_kinds(m)}, {"rules", m.rules.size()}, {"params", params},
+                      {"family", m.family.empty() ? json() : json(m.family)}, {"variants", variants}});
     }
     std::cout << json{{"schema_version", 1}, {"maps", list}}.dump(2) << "\n";
     return 0;
@@ -36,6 +40,15 @@ int run_maps(const MapsCliOptions& o) {
     for (const auto& x : rule_kinds(m)) kinds += (kinds.empty() ? "" : ", ") + x;
     if (!models.empty()) std::cout << pad << "models: " << models << "\n";
     std::cout << pad << "rule kinds: " << kinds << "\n";
+    if (!m.family.empty()) {
+      std::string vs;
+      for (const auto& v : m.variants) {
+        std::string types;
+        for (const auto& t : v.model_types) types += (types.empty() ? "" : " ") + t;
+        vs += (vs.empty() ? "" : "; ") + v.name + (v.is_default ? " (default)" : "") + ": " + types;
+      }
+      std::cout << pad << "family " << m.family << ", variants by model_type: " << vs << "\n";
+    }
     for (int s = 0; s < 2 && m.has_model; ++s) {
       std::string ns;
       for (const auto& x : m.model[s]) ns += (ns.empty() ? "" : " ") + x;

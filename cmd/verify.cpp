@@ -25,6 +25,7 @@ struct VerifyCliOptions {
   std::string expect_assets;
   bool require_mtp = false;
   bool write_manifest = false;
+  std::string manifest = "crc32";
 };
 
 static void print_findings(const json& list, const char* title) {
@@ -74,7 +75,8 @@ int run_verify(const VerifyCliOptions& o) {
   }
   // --write-manifest: only for a checkpoint that passed, so the manifest vouches for good bytes.
   if (o.write_manifest && ok) {
-    const Manifest m = make_manifest(o.checkpoint, o.checkpoint, "verify --write-manifest", "", o.threads ? o.threads : 4, true);
+    const Manifest m = make_manifest(o.checkpoint, o.checkpoint, "verify --write-manifest", "", o.threads ? o.threads : 4, true,
+                                     nullptr, *algorithm_named(o.manifest));
     write_manifest_file(o.checkpoint, m);
     std::cerr << "wrote " << manifest_path(o.checkpoint) << " (" << m.files.size() << " files"
               << (m.tensors ? ", " + std::to_string(m.tensors->size()) + " tensors" : std::string()) << ")\n";
@@ -109,8 +111,15 @@ void setup_verify(CLI::App& parent, RunFn& run) {
                 "A Hugging Face folder: every MTP layer num_nextn_predict_layers counts must be there (none at all is "
                 "otherwise a warning, as transformers' save_pretrained leaves them out)");
   sub->add_flag("--write-manifest", o->write_manifest,
-                "When the checks pass, write dcpctl-manifest.json (every file's size and SHA-256, every tensor's SHA-256) "
-                "into the checkpoint folder, or FILE.dcpctl-manifest.json beside a file; later runs of verify check it");
+                "When the checks pass, write dcpctl-manifest.json (every file's size and digest, every tensor's digest, "
+                "in --manifest's algorithm) into the checkpoint folder, or FILE.dcpctl-manifest.json beside a file; later "
+                "runs of verify check it");
+  sub->add_option("--manifest", o->manifest,
+                  "The digest --write-manifest records: crc32 (zip's CRC-32; catches accidental damage) or sha256 "
+                  "(cryptographic, slower)")
+      ->check(CLI::IsMember({"crc32", "sha256"}))
+      ->capture_default_str()
+      ->type_name("ALGO");
   sub->callback([&run, o] { run = [o] { return run_verify(*o); }; });
 }
 

@@ -33,6 +33,7 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.dry_run = c.dry_run;
   w.threads = c.threads;
   w.direct_io = c.io == "direct";
+  w.manifest = *algorithm_named(c.manifest);  // checked by CLI11 (add_io_option)
   w.map = c.map;
   w.map_config = c.config;
   if (!c.config.empty() && c.map.empty()) throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
@@ -132,6 +133,12 @@ void add_io_option(CLI::App* sub, WriteCliOptions& c) {
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str()
       ->type_name("MODE");
+  sub->add_option("--manifest", c.manifest,
+                  "The digest of the manifest written with the output: crc32 (zip's CRC-32, computed as the bytes "
+                  "pass; catches accidental damage) or sha256 (cryptographic, slower)")
+      ->check(CLI::IsMember({"crc32", "sha256"}))
+      ->capture_default_str()
+      ->type_name("ALGO");
 }
 
 void add_map_options(CLI::App* sub, std::string& map, std::string& config) {

@@ -14,7 +14,7 @@
 namespace dcpctl::cli {
 
 struct WriteCliOptions {
-  std::string checkpoint, output, dtype, max_memory, select, io = "direct", map, config;
+  std::string checkpoint, output, dtype, max_memory, select, io = "direct", map, config, manifest = "crc32";
   std::vector<std::string> include, exclude, keep_dtype;
   std::string quantize, quantize_block;  // --quantize SCHEME, --quantize-block RxC
   std::vector<std::string> quantize_skip;

@@ -16,8 +16,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('--filter' '--value' '--max-values')
             ;;
         'dcpctl verify')
-            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io' '--expect-assets' '--require-mtp' '--write-manifest')
-            _dcpctl_vals=('--threads' '--max-memory' '--io' '--expect-assets')
+            _dcpctl_opts=('-h' '--help' '--json' '--deep' '--checksum' '--threads' '--max-memory' '--io' '--expect-assets' '--require-mtp' '--write-manifest' '--manifest')
+            _dcpctl_vals=('--threads' '--max-memory' '--io' '--expect-assets' '--manifest')
             ;;
         'dcpctl ls')
             _dcpctl_opts=('-h' '--help' '--json' '--verified')
@@ -30,16 +30,16 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '--timeout' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--timeout' '-w' '--world-size' '--layout' '--dtype')
             ;;
         'dcpctl cast')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--map' '--config' '--format' '--iteration' '--timeout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--timeout' '--dtype')
             ;;
         'dcpctl compat')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--link' '--force' '--json' '-q' '--quiet')
@@ -74,10 +74,12 @@ _dcpctl_value() {
     case "$1|$2" in
         'dcpctl verify|--io') _dcpctl_kind='choice' _dcpctl_choices=('auto' 'direct' 'buffered') ;;
         'dcpctl verify|--expect-assets') _dcpctl_kind='dir' ;;
+        'dcpctl verify|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch' 'megatron') ;;
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;
         'dcpctl consolidate|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl consolidate|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl consolidate|--config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--lora') _dcpctl_kind='choice' _dcpctl_choices=('keep' 'adapter' 'merge') ;;
         'dcpctl consolidate|--lora-config') _dcpctl_kind='file' ;;
@@ -87,12 +89,14 @@ _dcpctl_value() {
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
         'dcpctl reshard|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4') ;;
         'dcpctl reshard|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl reshard|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl reshard|--config') _dcpctl_kind='file' ;;
         'dcpctl reshard|--format') _dcpctl_kind='choice' _dcpctl_choices=('dcp' 'megatron') ;;
         'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
         'dcpctl cast|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4') ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
+        'dcpctl cast|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl cast|--config') _dcpctl_kind='file' ;;
         'dcpctl cast|--format') _dcpctl_kind='choice' _dcpctl_choices=('dcp' 'megatron') ;;
         'dcpctl compat|-o' | 'dcpctl compat|--output') _dcpctl_kind='dir' ;;

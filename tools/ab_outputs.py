@@ -6,6 +6,7 @@ byte (files and folders), and the --json summaries compared with timings removed
 For refactors that must not change a byte (the view layer, issue 48's first step):
 
     tools/ab_outputs.py OLD/dcpctl build/cmd/dcpctl        # exit 0: every output identical
+    tools/ab_outputs.py OLD NEW --new-key map.variant      # a summary field NEW adds is not a difference
 
 Run with the project's virtualenv (.venv/bin/python): the MXFP4 case writes its GPT-OSS folder with
 transformers, as tests/interop/fp8_test.py does. Prints one line per case; exit 1 on any difference.
@@ -46,11 +47,49 @@ CASES = [
     ("map deepseek-v3 reshard", ["reshard", L / "titan_deepseek_v3/hf", "--map", "torchtitan-deepseek-v3", "-w", "2", "-o", "{out}"]),
     ("map deepseek-v3 --quantize fp8-block", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3", "--config",
                                              L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "-o", "{out}/"]),
+    ("map gpt-oss torchtitan->hf (expert_bias_E zeros, dropped)", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map",
+                                                                  "torchtitan-gpt-oss", "--config", L / "titan_gpt_oss/config.json", "-o", "{out}/"]),
+    ("map qwen3_5 torchtitan->hf (expert_bias_E zeros, dropped)", ["consolidate", L / "titan_qwen3_5/run/step-2", "--map",
+                                                                   "torchtitan-qwen3_5", "--config", L / "titan_qwen3_5/config.json", "-o", "{out}/"]),
     ("map gpt-oss cast bf16", ["cast", L / "titan_gpt_oss/hf", "--map", "torchtitan-gpt-oss", "--dtype", "bf16", "-o", "{out}"]),
+    # key maps from and to megatron-core (the megatron map family and its old names)
+    *[(f"map {f} megatron->hf --map {m}", ["consolidate", L / f / "ckpt", "--map", m, "--assets", L / f / "hf", "-o", "{out}/"])
+      for f, m in [("megatron_llama", "megatron-gpt"), ("megatron_qwen", "megatron-gpt"), ("megatron_qwen3", "megatron-gpt"),
+                   ("megatron_qwen3_moe", "megatron-gpt"), ("megatron_qwen2_moe", "megatron-gpt"), ("megatron_qwen3_mtp", "megatron-gpt"),
+                   ("megatron_qwen3_moe_mixed", "megatron-gpt"), ("megatron_qwen3_moe_mixed", "megatron-gpt-layers"),
+                   ("megatron_mixtral", "megatron-mixtral"), ("megatron_mixtral", "megatron-gpt")]],
+    *[(f"map {f} hf->megatron --map {m}", ["reshard", L / f / "hf", "--map", m, "-w", "2", "-o", "{out}"])
+      for f, m in [("megatron_llama", "megatron-gpt"), ("megatron_qwen", "megatron-gpt"), ("megatron_qwen3", "megatron-gpt"),
+                   ("megatron_qwen3_moe", "megatron-gpt"), ("megatron_qwen2_moe", "megatron-gpt"), ("megatron_qwen3_mtp", "megatron-gpt"),
+                   ("megatron_qwen3_moe_mixed", "megatron-gpt-layers"), ("megatron_qwen3_moe_mixed", "megatron-gpt"),
+                   ("megatron_mixtral", "megatron-mixtral"), ("megatron_mixtral", "megatron-gpt")]],
+    ("map qwen3_moe hf->megatron --format megatron", ["reshard", L / "megatron_qwen3_moe/hf", "--map", "megatron-gpt", "-w", "2",
+                                                      "--format", "megatron", "-o", "{out}"]),
+    ("map megatron-fsdp->hf", ["consolidate", L / "run_megatron_fsdp/run/iter_0000002", "--map", "megatron-gpt", "--assets",
+                               L / "megatron_fsdp_hf", "-o", "{out}/"]),
+    ("map megatron-gpt tp2 dry-run", ["consolidate", L / "megatron_gpt_tp2/ckpt", "--map", "megatron-gpt", "--dry-run", "-o", "{out}/"]),
     ("sample bf16 HF folder", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--dtype", "bf16", "-o", "{out}/"]),
     ("sample reshard -w 4", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "4", "-o", "{out}"]),
     ("sample cast fp16", ["cast", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "fp16", "-o", "{out}"]),
 ]
+
+
+# Keys the new binary's summary may add (a field an old binary did not print): dropped from the new
+# summary when the old one lacks them, and said so (--new-key map.variant: the megatron map family's
+# chosen variant).
+NEW_KEYS: list[str] = []
+
+
+def drop_new(old, new):
+    for path in NEW_KEYS:
+        *head, last = path.split(".")
+        a, b = old, new
+        for h in head:
+            a = a.get(h) if isinstance(a, dict) else None
+            b = b.get(h) if isinstance(b, dict) else None
+        if isinstance(b, dict) and last in b and not (isinstance(a, dict) and last in a):
+            del b[last]
+    return new
 
 
 def scrub(summary):
@@ -203,7 +242,12 @@ def codec_cases(work: Path, old: str) -> list:
 
 
 def main() -> int:
-    old, new = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    while "--new-key" in args:
+        i = args.index("--new-key")
+        NEW_KEYS.append(args[i + 1])
+        del args[i:i + 2]
+    old, new = args[0], args[1]
     work = Path(tempfile.mkdtemp(prefix="dcpctl-ab-"))
     cases = list(CASES)
     try:
@@ -225,6 +269,7 @@ def main() -> int:
         for o in outs:
             o.parent.mkdir(parents=True)
         (ra, sa, ea), (rb, sb, eb) = run(old, args, outs[0]), run(new, args, outs[1])
+        sb = drop_new(sa, sb)
         why = ""
         if ra != rb:
             why = f"exit {ra} vs {rb}: {ea.strip()[:200]} | {eb.strip()[:200]}"

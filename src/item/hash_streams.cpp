@@ -10,6 +10,7 @@
 
 #include "store/file.h"
 #include "util/error.h"
+#include "util/crc32.h"
 #include "util/sha256.h"
 
 namespace dcpctl {
@@ -182,6 +183,7 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
 
   auto hasher = [&](Lane& lane) {
     std::optional<Sha256> sha;
+    uint32_t crc = 0;
     for (;;) {
       std::unique_lock<std::mutex> lock(mu);
       lane.cv.wait(lock, [&] {
@@ -193,15 +195,16 @@ std::vector<StreamDigest> hash_streams(const std::vector<HashStream>& streams, c
       lock.unlock();
       std::string hex;
       try {
-        if (j.first) sha.emplace();
+        if (j.first) sha.emplace(), crc = 0;
         if (hash) sha->update(j.data, j.k);
+        if (hash && p.crc) crc = crc32_update(crc, j.data, j.k);
         if (hash && j.last) hex = sha->hex();
       } catch (...) {
         lock.lock();
         return halt(std::current_exception());
       }
       lock.lock();
-      if (j.last && hash) out[j.stream].hex = std::move(hex);
+      if (j.last && hash) out[j.stream].hex = std::move(hex), out[j.stream].crc = crc;
       free_slots.push_back(j.slot);
       lane.ahead -= j.k;
       lane.queue.pop_front();

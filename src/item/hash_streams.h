@@ -52,6 +52,7 @@ struct HashPipeline {
   unsigned hashers = 1, readers = 1;
   unsigned slots = 2;
   uint64_t slot_bytes = 0;  // a multiple of kDirectAlign, more than 2 * kDirectAlign
+  bool crc = false;         // each stream's CRC-32 too (StreamDigest::crc)
 };
 
 // One per stream: its SHA-256 as lower-case hex, or the error (an Error: IoError, FormatError,
@@ -59,6 +60,7 @@ struct HashPipeline {
 // stops everything and is rethrown.
 struct StreamDigest {
   std::string hex;
+  uint32_t crc = 0;  // with HashPipeline::crc, the stream's CRC-32 (a CRC-32 manifest's tensor digest, meta/manifest.h)
   std::exception_ptr error;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -45,12 +47,28 @@ std::vector<KeyMap::Part> parse_side(const json& side, const std::string& source
   return out;
 }
 
-KeyMap parse_map(const std::string& text, const std::string& source) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) bad_map(source, "not a JSON object");
-  if (j.value("schema", "") != "dcpctl-map/1") bad_map(source, "\"schema\" must be \"dcpctl-map/1\"");
+constexpr const char* kSchema1 = "dcpctl-map/1";
+constexpr const char* kSchema2 = "dcpctl-map/2";
+
+// A flat map (dcpctl-map/1, or a family expanded by expand_family: its variants table and the
+// rules' "variants" tags kept for choose_variant).
+KeyMap parse_map(const json& j, const std::string& source) {
+  const bool family = j.value("schema", "") == kSchema2;
   KeyMap m;
   m.source = source;
+  if (family) {
+    m.family = j.value("family", "");
+    const json variants = j.value("variants", json::object());
+    for (const auto& [name, v] : variants.items()) {
+      KeyMap::Variant var;
+      var.name = name;
+      var.description = v.value("description", "");
+      var.is_default = v.value("default", false);
+      var.params = v.value("params", json::object());
+      for (const auto& t : v.value("model_types", json::array())) var.model_types.push_back(t.get<std::string>());
+      m.variants.push_back(std::move(var));
+    }
+  }
   if (!j.contains("name") || !j["name"].is_string()) bad_map(source, "\"name\" is missing");
   m.name = j["name"];
   m.description = j.value("description", "");
@@ -111,7 +129,7 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype")
+          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && !(family && k == "variants"))
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -127,6 +145,9 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     if (one_sided && !r.contains("reason"))
       bad_map(source, where + " names one side only: it drops those keys, and needs a \"reason\" (why the other side has no such tensor)");
     rule.reason = r.value("reason", "");
+    if (r.contains("drop_when") && (r["drop_when"] != "zeros" || !one_sided))
+      bad_map(source, where + ": \"drop_when\": \"zeros\" belongs to a one-sided rule (its keys dropped only when all zeros)");
+    rule.drop_when_zeros = r.contains("drop_when");
     if (rule.list[0] && rule.list[1]) bad_map(source, where + ": only one side may be a list");
     const bool list = rule.list[0] || rule.list[1];
     rule.dim = r.value("dim", int64_t{0});
@@ -201,10 +222,151 @@ KeyMap parse_map(const std::string& text, const std::string& source) {
     }
     if (r.contains("keep_dtype") && !r["keep_dtype"].is_boolean()) bad_map(source, where + ": \"keep_dtype\" is true or false");
     rule.keep_dtype = r.value("keep_dtype", false);
+    const json tags = family ? r.value("variants", json::array()) : json::array();
+    if (!tags.is_array() || !std::all_of(tags.begin(), tags.end(), [](const json& x) { return x.is_string(); }))
+      bad_map(source, where + ": \"variants\" is a list of the family's variant names");
+    for (const auto& v : tags) rule.variants.push_back(v.get<std::string>());
     rule.shape = list ? RuleShape::Concat : !rule.experts.is_null() ? RuleShape::Experts : RuleShape::OneToOne;
     m.rules.push_back(std::move(rule));
   }
   return m;
+}
+
+// dcpctl-map/2, a family (docs/maps.md, "Families and variants"): one flat map (the family's
+// own, or an alias's) with each {"group": NAME} of its rules replaced by that group's rules and
+// each {"layers": PREFIX} by the family's layer rules under that prefix: a rule's patterns
+// prefixed, and under a prefix with "stack" ([L, ...] layers) each rule's tensors stacked over
+// its axis first, before the rule's own (experts [L, E, ...]). A layer rule with "prefixes" is
+// used under those only; one without, under every prefix not marked "explicit". The variants an
+// alias allows are kept, and the rules' "variants" tags, for choose_variant.
+// tests/interop/map_reference.py's expand() is the same in Python.
+json expand_family(const json& fam, const std::string& alias, const std::string& source) {
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) bad_map(source, what);
+  };
+  need(fam.contains("name") && fam["name"].is_string(), "\"name\" is missing");
+  need(fam.contains("sides") && fam["sides"].is_array() && fam["sides"].size() == 2 && fam["sides"][0].is_string() && fam["sides"][1].is_string(),
+       "\"sides\" must name two sides");
+  const json variants = fam.value("variants", json::object()), prefixes = fam.value("prefixes", json::object()),
+             groups = fam.value("groups", json::object()), layer_rules = fam.value("layer_rules", json::array()),
+             aliases = fam.value("aliases", json::object());
+  need(variants.is_object() && prefixes.is_object() && groups.is_object() && layer_rules.is_array() && aliases.is_object(),
+       "\"variants\", \"prefixes\", \"groups\" and \"aliases\" are objects, \"layer_rules\" a list");
+  for (const auto& [n, v] : variants.items()) {
+    bool ok = v.is_object() && v.contains("model_types") && v["model_types"].is_array();
+    for (const auto& t : ok ? v["model_types"] : json::array()) ok = ok && t.is_string();
+    for (const auto& [f, x] : v.is_object() ? v.items() : variants.items())
+      ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) || (f == "params" && x.is_object()));
+    need(ok, "variant " + n + ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}}");
+  }
+  json a = json::object();
+  if (!alias.empty()) {
+    need(aliases.contains(alias) && aliases[alias].is_object(), "no alias " + alias);
+    a = aliases[alias];
+  }
+  std::vector<std::string> sides = {fam["sides"][0].get<std::string>(), fam["sides"][1].get<std::string>()};
+  json allowed = a.value("variants", json::array());
+  if (!a.contains("variants"))
+    for (const auto& [n, v] : variants.items()) allowed.push_back(n);
+  json out_variants = json::object();
+  for (const auto& n : allowed) {
+    need(n.is_string() && variants.contains(n.get<std::string>()), "alias " + alias + ": \"variants\" names a variant the family lacks");
+    out_variants[n.get<std::string>()] = variants[n.get<std::string>()];
+  }
+  json rules = json::array();
+  auto placeholders = [&](const json& side) {
+    std::set<std::string> names;
+    for (const auto& p : side.is_array() ? side : json::array({side}))
+      for (const auto& n : Pattern::parse(p.is_object() ? p.value("key", "") : p.get<std::string>(), source).names) names.insert(n);
+    return names;
+  };
+  auto layer = [&](const std::string& pname) {
+    need(prefixes.contains(pname) && prefixes[pname].is_object(), "no prefix " + pname);
+    const json& p = prefixes[pname];
+    for (const auto& s : sides) need(p.contains(s) && p[s].is_string(), "prefix " + pname + ": a key prefix for each side");
+    for (const auto& r : layer_rules) {
+      need(r.is_object(), "a layer rule is an object");
+      const bool explicit_only = p.value("explicit", false);
+      if (r.contains("prefixes")) {
+        need(r["prefixes"].is_array(), "a layer rule's \"prefixes\" is a list of prefix names");
+        if (std::find(r["prefixes"].begin(), r["prefixes"].end(), json(pname)) == r["prefixes"].end()) continue;
+      } else if (explicit_only) {
+        continue;
+      }
+      json nr = r;
+      nr.erase("prefixes");
+      for (const auto& s : sides) {
+        if (!nr.contains(s)) continue;
+        if (nr[s].is_string()) nr[s] = p[s].get<std::string>() + nr[s].get<std::string>();
+        else if (nr[s].is_array())
+          for (auto& part : nr[s])
+            if (part.is_object() && part.contains("key") && part["key"].is_string()) part["key"] = p[s].get<std::string>() + part["key"].get<std::string>();
+      }
+      if (p.contains("stack")) {
+        const json& ax = p["stack"];
+        need(ax.is_object() && ax.contains("dim") && ax.contains("count") && ax.contains("index"),
+             "prefix " + pname + ": \"stack\" is {\"dim\", \"count\", \"index\"}");
+        json own = nr.contains("stack") ? nr["stack"] : nr.value("experts", json());
+        nr.erase("stack");
+        nr.erase("experts");
+        if (own.is_null()) {
+          nr["stack"] = {{"dim", ax["dim"]}, {"count", ax["count"]}};
+        } else {
+          // the rule's own axis is indexed by the placeholder its per-entry side has and its
+          // stacked side lacks (the expert's {E})
+          std::set<std::string> a0 = placeholders(r.value(sides[0], json(""))), a1 = placeholders(r.value(sides[1], json(""))), diff;
+          std::set_symmetric_difference(a0.begin(), a0.end(), a1.begin(), a1.end(), std::inserter(diff, diff.end()));
+          need(own.is_object() && own.contains("dim") && own["dim"].is_number_integer() && diff.size() == 1,
+               "a layer rule's stack under the stacked prefix " + pname + " is one axis, indexed by one placeholder");
+          nr["stack"] = json::array({ax, {{"dim", own["dim"].get<int64_t>() + 1}, {"count", own["count"]}, {"index", *diff.begin()}}});
+        }
+      }
+      rules.push_back(std::move(nr));
+    }
+  };
+  std::function<void(const json&, int)> emit = [&](const json& entries, int depth) {
+    need(entries.is_array() && depth < 8, "\"rules\" and each group are lists (groups nest at most 8 deep)");
+    for (const auto& e : entries) {
+      if (e.is_object() && e.size() == 1 && e.contains("group") && e["group"].is_string()) {
+        need(groups.contains(e["group"].get<std::string>()), "no group " + e["group"].get<std::string>());
+        emit(groups[e["group"].get<std::string>()], depth + 1);
+      } else if (e.is_object() && e.size() == 1 && e.contains("layers") && e["layers"].is_string()) {
+        layer(e["layers"].get<std::string>());
+      } else {
+        rules.push_back(e);
+      }
+    }
+  };
+  emit(a.value("rules", fam.value("rules", json::array())), 0);
+  json out = {{"schema", kSchema2},
+              {"name", alias.empty() ? fam["name"] : json(alias)},
+              {"family", fam["name"]},
+              {"description", a.value("description", fam.value("description", ""))},
+              {"sides", fam["sides"]},
+              {"params", fam.value("params", json::object())},
+              {"variants", out_variants},
+              {"rules", rules}};
+  if (a.contains("models") || fam.contains("models")) out["models"] = a.value("models", fam.value("models", json::array()));
+  if (a.contains("model") || fam.contains("model")) out["model"] = a.value("model", fam.value("model", json()));
+  return out;
+}
+
+json parse_text(const std::string& text, const std::string& source) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) bad_map(source, "not a JSON object");
+  const std::string schema = j.value("schema", "");
+  if (schema != kSchema1 && schema != kSchema2) bad_map(source, "\"schema\" must be \"dcpctl-map/1\" or \"dcpctl-map/2\" (a family)");
+  return j;
+}
+
+// A map file's maps: a flat map, or a family's own and its aliases'.
+std::vector<KeyMap> parse_maps(const std::string& text, const std::string& source, bool aliases) {
+  json j = parse_text(text, source);
+  if (j["schema"] == kSchema1) return {parse_map(j, source)};
+  std::vector<KeyMap> out = {parse_map(expand_family(j, "", source), source)};
+  const json names = aliases ? j.value("aliases", json::object()) : json::object();
+  for (const auto& [name, a] : names.items()) out.push_back(parse_map(expand_family(j, name, source), source));
+  return out;
 }
 
 }  // namespace
@@ -219,7 +381,8 @@ std::string read_text(const std::string& path) {
 
 std::vector<KeyMap> builtin_key_maps() {
   std::vector<KeyMap> out;
-  for (const auto& [name, text] : builtin_key_map_texts()) out.push_back(parse_map(text, "built-in map " + name));
+  for (const auto& [name, text] : builtin_key_map_texts())
+    for (auto& m : parse_maps(text, "built-in map " + name, true)) out.push_back(std::move(m));
   std::sort(out.begin(), out.end(), [](const KeyMap& a, const KeyMap& b) { return a.name < b.name; });
   return out;
 }
@@ -229,10 +392,64 @@ KeyMap load_key_map(const std::string& name_or_path) {
   if (!file)
     for (auto& m : builtin_key_maps())
       if (m.name == name_or_path) return m;
-  if (path_exists(name_or_path) && !is_directory(name_or_path)) return parse_map(read_text(name_or_path), name_or_path);
+  if (path_exists(name_or_path) && !is_directory(name_or_path)) return parse_maps(read_text(name_or_path), name_or_path, false)[0];
   std::string names;
   for (const auto& m : builtin_key_maps()) names += (names.empty() ? "" : ", ") + m.name;
   throw UsageError(Where(name_or_path), file ? "no such map file" : "no built-in map of this name (built-in: " + names + "; or give a .json file)");
+}
+
+KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<std::string>& keys, std::string* chosen, std::string* why) {
+  if (map.family.empty()) return map;
+  const KeyMap::Variant* pick = nullptr;
+  std::string how;
+  const std::string mt = config.is_object() && config.contains("model_type") && config["model_type"].is_string() ? config["model_type"].get<std::string>() : "";
+  if (map.variants.size() == 1) {
+    pick = &map.variants[0];
+    how = "map " + map.name + "'s only variant";
+  } else if (!mt.empty()) {
+    for (const auto& v : map.variants)
+      if (!pick && std::find(v.model_types.begin(), v.model_types.end(), mt) != v.model_types.end()) pick = &v;
+    how = "config.json's model_type " + mt;
+  } else {
+    // the checkpoint's keys: the variant whose own rules (those tagged with it) match most of
+    // them; a tie goes to the default
+    size_t best = 0;
+    std::vector<const KeyMap::Variant*> tied;
+    for (const auto& v : map.variants) {
+      std::vector<Pattern> pats;
+      for (const auto& r : map.rules)
+        if (std::find(r.variants.begin(), r.variants.end(), v.name) != r.variants.end())
+          for (int s = 0; s < 2; ++s)
+            for (const auto& p : r.side[s]) {
+              Pattern pat = Pattern::parse(p.pattern, map.source);
+              if (!pat.has_offsets()) pats.push_back(std::move(pat));
+            }
+      size_t n = 0;
+      for (const auto& k : keys) {
+        std::map<std::string, std::string> vals;
+        n += std::any_of(pats.begin(), pats.end(), [&](const Pattern& p) { return vals.clear(), p.match(k, vals); });
+      }
+      if (n > best) tied.clear(), best = n;
+      if (n == best && n > 0) tied.push_back(&v);
+    }
+    for (const auto* v : tied)
+      if (!pick || v->is_default) pick = pick && pick->is_default ? pick : v;
+    how = pick ? "the checkpoint's keys (" + std::to_string(best) + " match the variant's rules; config.json names no model_type)" : "";
+    for (const auto& v : map.variants)
+      if (!pick && v.is_default) pick = &v, how = "the default (config.json names no model_type and the checkpoint's keys do not tell)";
+  }
+  KeyMap out = map;
+  out.rules.clear();
+  for (const auto& r : map.rules)
+    if (r.variants.empty() || (pick && std::find(r.variants.begin(), r.variants.end(), pick->name) != r.variants.end())) {
+      out.rules.push_back(r);
+      out.rules.back().index = out.rules.size() - 1;
+    }
+  if (pick)
+    for (const auto& [k, v] : pick->params.items()) out.params[k] = v;
+  if (chosen) *chosen = pick ? pick->name : "";
+  if (why) *why = how;
+  return out;
 }
 
 json MappedModel::describe() const {
@@ -244,6 +461,8 @@ json MappedModel::describe() const {
   j["config"] = config.empty() ? json() : json(config);
   j["tie_word_embeddings"] = tied.empty() ? json() : json(tied == "true");
   j["params"] = params.is_null() ? json::object() : params;
+  j["variant"] = variant.empty() ? json() : json(variant);
+  j["dropped_zeros"] = zero_checked;
   return j;
 }
 

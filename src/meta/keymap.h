@@ -70,6 +70,19 @@ struct KeyMap {
   // "model" counts every tensor key as the model.
   std::vector<std::string> model[2];
   bool has_model = false;
+  // A family's map (schema dcpctl-map/2, expanded when loaded: docs/maps.md "Families and
+  // variants"): the family's name (empty for a dcpctl-map/1 map), and the variants this name
+  // allows. A variant is chosen per checkpoint (choose_variant): config.json's model_type, else
+  // the checkpoint's keys, else the default; rules tagged with other variants are left out and
+  // the variant's params replace the family's.
+  std::string family;
+  struct Variant {
+    std::string name, description;
+    std::vector<std::string> model_types;
+    nlohmann::json params = nlohmann::json::object();
+    bool is_default = false;
+  };
+  std::vector<Variant> variants;
   nlohmann::json params;  // name -> {"config": key | [keys], "default": expr}
   struct Part {
     std::string pattern;
@@ -92,7 +105,12 @@ struct KeyMap {
     // A one-sided rule's "reason" (required): why the other side has no such tensor, reported
     // beside each key it drops.
     std::string reason;
+    // "drop_when": "zeros" on a one-sided rule: its keys are dropped only when every value is zero
+    // (a load-balancing bias the trainer starts at zeros and the other side has no tensor for);
+    // build_model reads them (MappedModel::zero_checked) and refuses one that is not, exit 5.
+    bool drop_when_zeros = false;
     bool keep_dtype = false;    // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
+    std::vector<std::string> variants;  // a family's rule: the variants it belongs to (empty: every one)
     size_t index = 0;           // position in "rules", for messages
   };
   std::vector<Rule> rules;
@@ -102,8 +120,16 @@ struct KeyMap {
 // UsageError (exit 2) naming the choices when there is no such map, and when the file is not a
 // valid map (naming the rule and the field).
 KeyMap load_key_map(const std::string& name_or_path);
-// The built-in maps, in name order.
+// The built-in maps, in name order (a family's own name and its aliases each one).
 std::vector<KeyMap> builtin_key_maps();
+
+// A family's map for one checkpoint: the variant config.json's model_type names (none when the
+// family has no variant for that model_type: only the untagged rules are left, so what a variant
+// would name is refused as uncovered), else the one whose own rules match most of `keys`, else
+// the default. `*chosen` is its name ("" for none), `*why` how it was chosen. A map without
+// variants comes back as it is.
+KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std::vector<std::string>& keys, std::string* chosen,
+                      std::string* why);
 // The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.
 std::vector<std::string> rule_kinds(const KeyMap& map);
 
@@ -162,11 +188,14 @@ struct MappedModel {
   std::vector<std::string> left_out;  // selected keys no rule covers (tensors and other items)
   std::vector<std::string> dropped;   // input keys a one-sided rule drops
   std::vector<std::string> reasons;   // beside each of `dropped`: its rule's reason
+  std::vector<std::string> zero_checked;  // of `dropped`: those its rule drops only when all zeros (checked by build_model)
   std::vector<std::string> missing;   // output keys a rule would make but some input is missing
   std::vector<std::string> model;     // the input side's model namespaces; empty: every tensor key
   std::vector<std::string> excluded;  // keys --exclude left out (set by the caller: excluded_keys)
   std::string tied;                   // a config with tie_word_embeddings: what it says, else empty
   std::string config;                 // the config.json the parameters came from ("" if none needed)
+  std::string family, variant;        // a family's map: the variant chosen ("" : none fits), and why
+  std::string variant_from;
   // Each parameter the rules used: name -> {"value", "from"}: config.json's key (or the alias
   // transformers reads it through, or text_config's), the tensors' shapes, or the map's default.
   nlohmann::json params = nlohmann::json::object();

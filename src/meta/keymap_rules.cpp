@@ -162,6 +162,7 @@ class MapBuilder {
   void drop(const Match& m) {
     out_.dropped.push_back(m.item.key);
     out_.reasons.push_back(map_.rules[m.rule].reason);
+    if (map_.rules[m.rule].drop_when_zeros) out_.zero_checked.push_back(m.item.key);
     used_.insert(m.item.key);
   }
 
@@ -710,24 +711,50 @@ class MapBuilder {
 
 MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vector<SelectedItem>& items, const MapConfig& config,
                           const std::string& from) {
+  std::vector<std::string> keys;
+  for (const auto& it : items)
+    if (it.tensor) keys.push_back(it.key);
+  // A family's map: the variant for this model (choose_variant), then the map it leaves.
+  auto build = [&](const KeyMap& m, std::string* variant, std::string* why) {
+    KeyMap chosen = choose_variant(m, config.json, keys, variant, why);
+    return MapBuilder(chosen, md, items, config, from).build();
+  };
+  std::string variant, why;
   try {
-    return MapBuilder(map, md, items, config, from).build();
+    MappedModel out = build(map, &variant, &why);
+    out.family = map.family;
+    out.variant = variant;
+    out.variant_from = why;
+    return out;
   } catch (const UnsupportedError& e) {
+    std::string detail = e.detail();
+    // A family without a variant for the config's model_type maps only what every variant shares.
+    if (!map.family.empty() && variant.empty()) {
+      std::string vs;
+      for (const auto& v : map.variants) {
+        std::string types;
+        for (const auto& t : v.model_types) types += (types.empty() ? "" : ", ") + t;
+        vs += (vs.empty() ? "" : "; ") + v.name + " (" + types + ")";
+      }
+      detail += "\n  " + why + ": map " + map.name + " has no variant for it, so only the rules every variant shares apply (its variants: " +
+                vs + ")";
+    }
     // A built-in map that refuses a checkpoint another built-in map of the same two sides takes
     // whole (a Megatron model keyed per layer, a Mixtral's expert names): say which, so the user
     // need not read every map's description. Tried only on this path, each in full.
-    if (map.source.rfind("built-in", 0) != 0) throw;
     std::string fits;
-    for (const KeyMap& other : builtin_key_maps()) {
-      if (other.name == map.name || other.sides[0] != map.sides[0] || other.sides[1] != map.sides[1]) continue;
-      try {
-        MapBuilder(other, md, items, config, from).build();
-        fits += (fits.empty() ? "" : ", ") + other.name;
-      } catch (const Error&) {
+    if (map.source.rfind("built-in", 0) == 0)
+      for (const KeyMap& other : builtin_key_maps()) {
+        if (other.name == map.name || other.sides[0] != map.sides[0] || other.sides[1] != map.sides[1]) continue;
+        try {
+          build(other, nullptr, nullptr);
+          fits += (fits.empty() ? "" : ", ") + other.name;
+        } catch (const Error&) {
+        }
       }
-    }
-    if (fits.empty()) throw;
-    throw UnsupportedError(e.where(), e.detail() + "\n  the built-in map" + (fits.find(',') == std::string::npos ? " " : "s ") +
+    if (fits.empty() && detail == e.detail()) throw;
+    if (fits.empty()) throw UnsupportedError(e.where(), detail);
+    throw UnsupportedError(e.where(), detail + "\n  the built-in map" + (fits.find(',') == std::string::npos ? " " : "s ") +
                                           fits + " map" + (fits.find(',') == std::string::npos ? "s" : "") +
                                           " every model key of this checkpoint: --map " + fits.substr(0, fits.find(',')));
   }

@@ -1,6 +1,7 @@
 #include "meta/manifest.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -9,6 +10,7 @@
 #include "store/file.h"
 #include "util/parallel.h"
 #include "util/io_buffer.h"
+#include "util/crc32.h"
 #include "util/sha256.h"
 
 namespace dcpctl {
@@ -20,8 +22,8 @@ namespace {
 constexpr uint64_t kMaxManifestBytes = 256ull << 20;
 constexpr size_t kReadWindow = 8u << 20;  // aligned: each read_direct starts on a block
 
-bool hex_digest(const json& v) {
-  if (!v.is_string() || v.get_ref<const std::string&>().size() != 64) return false;
+bool hex_digest(const json& v, size_t digits) {
+  if (!v.is_string() || v.get_ref<const std::string&>().size() != digits) return false;
   for (char c : v.get_ref<const std::string&>())
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
@@ -45,12 +47,16 @@ std::string base_dir(const std::string& path) {
 // Read past the page cache where the filesystem allows it (ReadFile::read_direct): the output was
 // just written past it and synced, and hashing it must not fill the cache with it again
 // (memory-large-items checks that a consolidate leaves its output uncached).
-FileDigest hash_file(const std::string& path) {
+FileDigest hash_file(const std::string& path, ManifestAlgorithm alg) {
   ReadFile f(path);
+  if (alg == ManifestAlgorithm::Crc32) return {f.size(), crc32_hex(crc_file_range(f, 0, f.size()))};
   Sha256 h;
   hash_file_range(f, 0, f.size(), h);
   return {f.size(), h.hex()};
 }
+
+size_t digest_digits(ManifestAlgorithm a) { return a == ManifestAlgorithm::Crc32 ? 8 : 64; }
+const char* digest_label(ManifestAlgorithm a) { return a == ManifestAlgorithm::Crc32 ? "CRC-32" : "SHA-256"; }
 
 // The files a manifest of `path` covers: a folder's regular files (the manifest excepted), or the file.
 std::vector<std::string> covered(const std::string& path) {
@@ -63,6 +69,20 @@ std::vector<std::string> covered(const std::string& path) {
 
 }  // namespace
 
+const char* algorithm_name(ManifestAlgorithm a) { return a == ManifestAlgorithm::Crc32 ? "crc32" : "sha256"; }
+
+std::optional<ManifestAlgorithm> algorithm_named(const std::string& name) {
+  if (name == "crc32") return ManifestAlgorithm::Crc32;
+  if (name == "sha256") return ManifestAlgorithm::Sha256;
+  return std::nullopt;
+}
+
+std::string crc32_hex(uint32_t crc) {
+  char b[9];
+  std::snprintf(b, sizeof b, "%08x", crc);
+  return b;
+}
+
 std::string manifest_path(const std::string& path) {
   if (is_directory(path)) return join_path(path, kManifestFile);
   return path + "." + kManifestFile;
@@ -71,10 +91,11 @@ std::string manifest_path(const std::string& path) {
 json Manifest::to_json() const {
   nlohmann::ordered_json j;
   j["format"] = "dcpctl-manifest";
-  j["version"] = 1;
-  j["algorithm"] = "sha256";
+  // SHA-256 manifests stay version 1, so that a dcpctl of before CRC-32 manifests reads them.
+  j["version"] = algorithm == ManifestAlgorithm::Crc32 ? 2 : 1;
+  j["algorithm"] = algorithm_name(algorithm);
   nlohmann::ordered_json f = nlohmann::ordered_json::object(), s = nlohmann::ordered_json::object();
-  for (const auto& [name, d] : files) f[name] = d.sha256, s[name] = d.size;
+  for (const auto& [name, d] : files) f[name] = d.hex, s[name] = d.size;
   j["files"] = f;
   j["sizes"] = s;
   if (tensors) {
@@ -105,9 +126,15 @@ void hash_file_range(const ReadFile& f, uint64_t from, uint64_t to, Sha256& h) {
   read_file_range(f, from, to, [&](const uint8_t* p, uint64_t n, uint64_t) { h.update(p, n); });
 }
 
+uint32_t crc_file_range(const ReadFile& f, uint64_t from, uint64_t to) {
+  uint32_t crc = 0;
+  read_file_range(f, from, to, [&](const uint8_t* p, uint64_t n, uint64_t) { crc = crc32_update(crc, p, n); });
+  return crc;
+}
+
 std::map<std::string, FileDigest> digest_files(
     const std::string& path, unsigned threads,
-    const std::function<std::optional<FileDigest>(const std::string&)>& known, uint64_t* read) {
+    const std::function<std::optional<FileDigest>(const std::string&)>& known, uint64_t* read, ManifestAlgorithm alg) {
   const std::vector<std::string> names = covered(path);
   const std::string dir = base_dir(path);
   std::vector<FileDigest> digests(names.size());
@@ -116,7 +143,7 @@ std::map<std::string, FileDigest> digest_files(
     const std::string p = join_path(dir, names[i]);
     std::optional<FileDigest> d = known ? known(p) : std::nullopt;
     was_read[i] = !d;
-    digests[i] = d ? *d : hash_file(p);
+    digests[i] = d ? *d : hash_file(p, alg);
   });
   if (read)
     for (size_t i = 0; i < names.size(); ++i) *read += was_read[i] ? digests[i].size : 0;
@@ -138,7 +165,7 @@ bool listed_name_inside(const std::string& name) {
 }
 
 void check_listed_files(const std::vector<ListedFile>& files, unsigned threads, const ListedCodes& codes,
-                        Findings& problems, uint64_t& bytes_read) {
+                        Findings& problems, uint64_t& bytes_read, ManifestAlgorithm alg) {
   std::mutex mu;
   parallel_for(files.size(), std::max(1u, threads), [&](size_t i) {
     const ListedFile& e = files[i];
@@ -153,12 +180,13 @@ void check_listed_files(const std::vector<ListedFile>& files, unsigned threads, 
                    ": the file changed after " + codes.made};
     } else {
       try {
-        FileDigest d = hash_file(e.path);
+        FileDigest d = hash_file(e.path, alg);
         read = d.size;
-        if (d.sha256 != e.sha256)
+        if (d.hex != e.digest)
           found = {codes.mismatch, Where(e.path),
-                   "SHA-256 " + d.sha256.substr(0, 16) + "... differs from " + e.sha256.substr(0, 16) +
-                       "... recorded in " + codes.list + ": the file changed after " + codes.made};
+                   std::string(digest_label(alg)) + " " + d.hex.substr(0, 16) + (d.hex.size() > 16 ? "..." : "") +
+                       " differs from " + e.digest.substr(0, 16) + (e.digest.size() > 16 ? "..." : "") +
+                       " recorded in " + codes.list + ": the file changed after " + codes.made};
       } catch (const Error& err) {
         found = {"io-error", err.where(), err.detail()};
       }
@@ -203,18 +231,26 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
     invalid("", "is not a dcpctl manifest (a JSON object with \"format\": \"dcpctl-manifest\")");
     return r;
   }
-  if (j.value("version", 0) != 1 || j.value("algorithm", "") != "sha256" || !j.contains("files") ||
+  // Version 1: SHA-256 only; version 2: CRC-32 (the default) or SHA-256.
+  const json version = j.contains("version") ? j["version"] : json();
+  std::optional<ManifestAlgorithm> alg;
+  if (j.contains("algorithm") && j["algorithm"].is_string()) alg = algorithm_named(j["algorithm"].get<std::string>());
+  const bool known_version = version.is_number_unsigned() && (version.get<uint64_t>() == 1 || version.get<uint64_t>() == 2);
+  if (!known_version || !alg || (version.get<uint64_t>() == 1 && *alg != ManifestAlgorithm::Sha256) || !j.contains("files") ||
       !j["files"].is_object() || !j.contains("sizes") || !j["sizes"].is_object()) {
-    invalid("", "is not version 1 of the format (algorithm sha256, \"files\" and \"sizes\" objects)");
+    invalid("", "is not version 1 (algorithm sha256) or 2 (algorithm crc32 or sha256) of the format, with \"files\" "
+                "and \"sizes\" objects");
     return r;
   }
+  r.algorithm = *alg;
+  const size_t digits = digest_digits(r.algorithm);
   if (j.contains("tensors") && j["tensors"].is_object()) {
     r.tensors.emplace();
     for (const auto& [k, v] : j["tensors"].items())
-      if (hex_digest(v))
+      if (hex_digest(v, digits))
         (*r.tensors)[k] = v.get<std::string>();
       else
-        invalid(k, "tensor digest " + v.dump() + " is not 64 lower-case hexadecimal digits");
+        invalid(k, "tensor digest " + v.dump() + " is not " + std::to_string(digits) + " lower-case hexadecimal digits");
   }
   if (j.contains("source") && j["source"].is_string()) r.source = j["source"].get<std::string>();
   if (j.contains("written_by") && j["written_by"].is_object()) r.tool_version = j["written_by"].value("version", "");
@@ -230,20 +266,31 @@ ManifestReport check_manifest(const std::string& path, unsigned threads) {
       continue;
     }
     const json& size = j["sizes"].contains(name) ? j["sizes"][name] : json();
-    if (!hex_digest(digest) || !size.is_number_unsigned()) {
-      invalid(name, "has no 64-digit lower-case SHA-256 and byte size for '" + name + "'");
+    if (!hex_digest(digest, digits) || !size.is_number_unsigned()) {
+      invalid(name, "has no " + std::to_string(digits) + "-digit lower-case " + digest_label(r.algorithm) +
+                        " and byte size for '" + name + "'");
       continue;
     }
     entries.push_back({join_path(dir, name), digest.get<std::string>(), size.get<uint64_t>()});
   }
   check_listed_files(entries, threads, {"manifest-missing-file", "manifest-mismatch", r.path, "it was written"},
-                     r.problems, r.bytes_read);
+                     r.problems, r.bytes_read, r.algorithm);
   for (const std::string& name : covered(path))
     if (!listed.count(name))
       r.problems.push_back(
           {"manifest-unlisted-file", Where(join_path(dir, name)),
            "not listed in " + r.path + ": added after the manifest was written, nothing vouches for it"});
   return r;
+}
+
+std::optional<ManifestAlgorithm> manifest_algorithm(const std::string& path) {
+  const std::string m = manifest_path(path);
+  if (!path_exists(m)) return std::nullopt;
+  Findings ignored;  // check_manifest reports them
+  std::optional<json> j = read_listing(m, kMaxManifestBytes, "manifest-invalid", ignored);
+  if (!j || j->is_discarded() || !j->is_object() || !j->contains("algorithm") || !(*j)["algorithm"].is_string())
+    return std::nullopt;
+  return algorithm_named((*j)["algorithm"].get<std::string>());
 }
 
 bool manifest_verified(const std::string& path, unsigned threads) {

@@ -15,6 +15,7 @@
 #include "meta/geometry.h"
 #include "meta/hf_checks.h"
 #include "meta/manifest.h"
+#include "util/crc32.h"
 #include "plan/memory.h"
 #include "report/integrity.h"
 #include "store/file.h"
@@ -125,6 +126,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
   Collector col;
   json checked = {{"files", 0}, {"tensors", 0}, {"chunks", 0}, {"bytes_items", 0}, {"bytes_read", 0}};
   json checksums = json::object();
+  // Each tensor's CRC-32 beside its SHA-256, for a CRC-32 manifest's tensor digests (meta/manifest.h):
+  // taken only where such a manifest will compare them.
+  std::map<std::string, std::string> tensor_crcs;
+  const bool want_crcs = opts.checksum && manifest_algorithm(dir) == ManifestAlgorithm::Crc32;
 
   std::unique_ptr<Checkpoint> ck;
   try {
@@ -236,7 +241,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       std::vector<char> piped(md.tensors.size(), 0);
       if (opts.checksum) {
         const unsigned cores = default_threads();
-        const HashPipeline pipe = hash_pipeline(opts.max_memory, opts.threads ? std::min(opts.threads, cores) : cores, kHashReaders);
+        HashPipeline pipe = hash_pipeline(opts.max_memory, opts.threads ? std::min(opts.threads, cores) : cores, kHashReaders);
+        pipe.crc = want_crcs;
         std::vector<std::optional<HashStream>> found(md.tensors.size());
         if (pipe.slots)
           parallel_for(md.tensors.size(), threads, [&](size_t i) {
@@ -269,6 +275,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             continue;
           }
           checksums[streams[k].key] = digests[k].hex;
+          if (want_crcs) tensor_crcs[streams[k].key] = crc32_hex(digests[k].crc);
           bytes_read += streams[k].bytes();
         }
       }
@@ -310,14 +317,19 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             std::vector<std::pair<int64_t, DirectRun>> runs = c_order_runs(t);
             if (!runs.empty() && window_bytes >= kDirectMinRun) {
               Sha256 h;
+              uint32_t crc = 0;
               uint64_t done = 0;
               const uint64_t w = prepare_run_windows(buf, window_bytes);
               for (const auto& [row, r] : runs) {
-                read_run(r, past_cache(r), t.fqn, buf.a(), buf.b(), w, [&](const uint8_t* p, uint64_t k) { h.update(p, k); });
+                read_run(r, past_cache(r), t.fqn, buf.a(), buf.b(), w, [&](const uint8_t* p, uint64_t k) {
+                  h.update(p, k);
+                  if (want_crcs) crc = crc32_update(crc, p, k);
+                });
                 done += r.bytes;
               }
               std::lock_guard<std::mutex> lock(mu);
               checksums[t.fqn] = h.hex();
+              tensor_crcs[t.fqn] = crc32_hex(crc);
               bytes_read += done;
               return;
             }
@@ -326,16 +338,19 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
             std::vector<Window> plan = plan_windows(t.shape, window_bytes / item);
             windows.expect(t, plan);
             Sha256 h;
+            uint32_t crc = 0;
             uint64_t done = 0;
             for (const Window& w : plan) {
               uint64_t bytes = w.numel * item;
               buf.prepare(bytes, bytes, decoded);
               windows.fill(t, w, buf.a(), buf.b());
               h.update(buf.a(), bytes);
+              if (want_crcs) crc = crc32_update(crc, buf.a(), bytes);
               done += bytes;
             }
             std::lock_guard<std::mutex> lock(mu);
             checksums[t.fqn] = h.hex();
+            tensor_crcs[t.fqn] = crc32_hex(crc);
             bytes_read += done;
           } catch (const Error& e) {
             col.from_error(e);
@@ -373,8 +388,10 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       });
       if (opts.checksum)
         for (size_t i = 0; i < alias.size(); ++i)
-          if (alias[i] && checksums.contains(md.tensors[*alias[i]].fqn))
+          if (alias[i] && checksums.contains(md.tensors[*alias[i]].fqn)) {
             checksums[md.tensors[i].fqn] = checksums[md.tensors[*alias[i]].fqn];
+            tensor_crcs[md.tensors[i].fqn] = tensor_crcs[md.tensors[*alias[i]].fqn];
+          }
       checked["bytes_read"] = bytes_read;
     }
   }
@@ -393,11 +410,15 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
   for (const auto& p : manifest.problems) col.problem(p.code, p.where, p.message);
   uint64_t tensors_compared = 0;
   if (manifest.present && manifest.tensors && opts.checksum) {
+    const bool crc = manifest.algorithm == ManifestAlgorithm::Crc32;
     for (const auto& [key, want] : *manifest.tensors) {
       if (!checksums.contains(key)) {
         col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key),
                     "the manifest lists this tensor and the checkpoint has no such tensor");
-      } else if (checksums[key].get<std::string>() != want) {
+      } else if (crc && tensor_crcs[key] != want) {
+        col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key),
+                    "CRC-32 " + tensor_crcs[key] + " differs from " + want + " the manifest records");
+      } else if (!crc && checksums[key].get<std::string>() != want) {
         col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key),
                     "SHA-256 " + checksums[key].get<std::string>().substr(0, 16) + "... differs from " + want.substr(0, 16) +
                         "... the manifest records");
@@ -409,6 +430,7 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
         col.problem("manifest-tensor-mismatch", Where(manifest.path, std::nullopt, key), "a tensor the manifest does not list");
   }
   out["manifest"] = manifest.present ? json{{"path", manifest.path},
+                                            {"algorithm", algorithm_name(manifest.algorithm)},
                                             {"files", manifest.files},
                                             {"bytes_read", manifest.bytes_read},
                                             {"tensors", manifest.tensors ? json(manifest.tensors->size()) : json(nullptr)},

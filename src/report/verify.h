@@ -11,8 +11,8 @@
 //  "checksums": {"<key>": "<sha256 of the full tensor, C order, little-endian>"}   (--checksum),
 //  "integrity": {"manifest", "algorithm", "files", "bytes_read"} | null   (megatron-core's
 //               integrity.json, checked whenever the directory has one: report/integrity.h),
-//  "manifest": {"path", "files", "bytes_read", "tensors", "tensors_compared", "source",
-//               "written_by"} | null   (dcpctl's own manifest, meta/manifest.h)}
+//  "manifest": {"path", "algorithm", "files", "bytes_read", "tensors", "tensors_compared", "source",
+//               "written_by"} | null   (dcpctl's own manifest, meta/manifest.h: crc32 or sha256)}
 // Problem codes: metadata-invalid, missing-file, window-out-of-file, window-overlap,
 // chunk-gap, chunk-overlap, chunk-out-of-bounds, missing-storage, orphan-storage,
 // duplicate-storage, dangerous-global, unknown-dtype, item-invalid, item-unsupported, io-error,

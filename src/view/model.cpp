@@ -4,11 +4,59 @@
 #include "view/lora.h"
 #include "view/map_view.h"
 #include "view/quantize.h"
+#include "item/item_reader.h"
 #include "meta/codecs/unexplained.h"
 #include "meta/quantized.h"
+#include "util/dtype.h"
 #include "util/error.h"
 
 namespace dcpctl {
+
+namespace {
+
+// Whether every value of a floating-point or integer tensor is zero (a sign bit alone counts as
+// zero: -0.0). Read chunk by chunk; the tensors a map drops by value are small (a router's bias).
+bool all_zeros(const ItemReader& reader, const TensorMeta& t) {
+  if (!t.dtype) return false;  // a dtype dcpctl does not know: not shown to be zeros
+  const size_t item = itemsize(*t.dtype);
+  const bool floating = info(*t.dtype).floating;
+  std::vector<uint8_t> buf;
+  for (size_t c = 0; c < t.num_chunks(); ++c) {
+    buf.resize(static_cast<size_t>(t.chunk_numel(c)) * item);
+    reader.read_chunk(t, c, buf.data());
+    for (size_t i = 0; i < buf.size(); i += item)
+      for (size_t b = 0; b < item; ++b) {
+        // little-endian: the sign bit is the top bit of the last byte
+        const uint8_t v = floating && b == item - 1 ? buf[i + b] & 0x7f : buf[i + b];
+        if (v) return false;
+      }
+  }
+  return true;
+}
+
+// A map's rule that drops a tensor only when it holds nothing (meta/keymap.h's drop_when_zeros):
+// read it; a non-zero one would change the model the output claims to be (a router's bias moves
+// which experts a token goes to), so it is refused, exit 5, unless --exclude leaves it out.
+void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {
+  if (mm.zero_checked.empty()) return;
+  ItemReader reader(in);
+  std::vector<std::string> bad;
+  for (const auto& key : mm.zero_checked) {
+    const TensorMeta* t = nullptr;
+    for (const auto& x : in.md.tensors)
+      if (x.fqn == key) t = &x;
+    if (t && !all_zeros(reader, *t)) bad.push_back(key);
+  }
+  if (bad.empty()) return;
+  std::string text = "map " + mm.name + " (" + mm.from + "->" + mm.to + ") drops " + std::to_string(bad.size()) +
+                     " tensor(s) only when all zeros, and they are not: the " + mm.to +
+                     " model has no such tensor, so the output would compute otherwise than the checkpoint; nothing is written";
+  for (const auto& k : bad) text += "\n    " + k;
+  text += "\n  leave them out on purpose with --exclude GLOB";
+  throw UnsupportedError(Where(in.dir), text);
+}
+
+}  // namespace
 
 Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   Model m;
@@ -26,6 +74,7 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     m.map_ = apply_key_map(load_key_map(rq.map), in.md, select_items(in.md, m.selection_),
                            find_map_config(in.dir, rq.map_config, rq.map_assets), rq.map_from);
     m.map_->excluded = excluded_keys(in.md, m.selection_);
+    check_zero_drops(in, *m.map_);
     // A view after the map reads its outputs as a table (view/map_view.h); without one, the
     // planner plans the map's parts straight from the table below (plan/plan.h).
     if (!rq.quantize.scheme.empty()) {

@@ -145,7 +145,9 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   rq.budget_given = o.max_memory != 0;
   rq.visibility = &job.visibility;
   const bool remote = is_remote(o.output);
-  rq.hash_window = !group && !remote ? kHashDealWindow : 0;  // hashed as written (below), near its prefix
+  // SHA-256 is hashed as written (below) near the file's prefix, so the lanes are dealt consecutive
+  // windows; a CRC-32 takes the writes in any order.
+  rq.hash_window = !group && !remote && o.manifest == ManifestAlgorithm::Sha256 ? kHashDealWindow : 0;
   if (remote) {
     rq.upload = true;
     rq.part_rules = store::of_url(o.output).part_rules();
@@ -186,7 +188,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
     if (remote) forget_listings();  // the prefix was listed before its objects were written
     const bool folder = is_directory(staged);
     uint64_t read_back = 0;
-    Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back);
+    Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back, o.manifest);
     m.tensors = written_tensor_digests(job.plan, &read_back);  // hashed as written (write/tensor_hash.h)
     write_manifest_file(staged, m, folder ? "" : final_path, job.uploads);
     uint64_t hashed = 0;
@@ -196,7 +198,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   };
   // A single process hashes its files (local or uploaded) as it writes them (write/write_hash.h);
   // under torchrun other processes write into the leader's files, so its manifest reads them.
-  HashWrites hashing(!group);
+  HashWrites hashing(!group, o.manifest);
   const std::vector<HashPart> hash_parts = declare_planned_tensors(job.plan);
   MemoryGate gate(job.deal.gate_bytes(me));
   // An object-storage output's uploads (store/upload.h): a failure anywhere aborts those this
@@ -224,7 +226,9 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
       Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
       executor.direct_io = o.direct_io;
       executor.hash_parts = &hash_parts;
-      // No descriptor to copy_file_range into; and bytes the kernel copies are not hashed as written.
+      // No descriptor to copy_file_range into; and bytes the kernel copies are not hashed as written
+      // (they would be read back from the output: passing them through a lane's buffer costs a
+      // copy in memory, reading them back a read of the disk).
       if (uploads || hashing_writes()) executor.cfr_ok = false;
       try {
         writer.write(job, executor, set_up);

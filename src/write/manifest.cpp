@@ -11,6 +11,7 @@
 #include "meta/checkpoint.h"
 #include "store/file.h"
 #include "util/dtype.h"
+#include "util/crc32.h"
 #include "util/parallel.h"
 #include "util/sha256.h"
 #include "write/output.h"
@@ -23,7 +24,7 @@ namespace {
 constexpr uint64_t kHashWindow = 16ull << 20;
 
 // Every tensor of the checkpoint (or file) at `dir`, hashed in C order window by window.
-std::map<std::string, std::string> tensor_digests(const std::string& dir, unsigned threads) {
+std::map<std::string, std::string> tensor_digests(const std::string& dir, unsigned threads, ManifestAlgorithm alg) {
   Checkpoint ck = open_checkpoint(dir);
   ItemReader reader(ck);
   const std::vector<TensorMeta>& ts = ck.md.tensors;
@@ -39,11 +40,15 @@ std::map<std::string, std::string> tensor_digests(const std::string& dir, unsign
     for (const Window& w : plan) most = std::max(most, w.numel * item);
     std::vector<uint8_t> buf(most), scratch(most);
     Sha256 h;
+    uint32_t crc = 0;
     for (const Window& w : plan) {
       windows.fill(t, w, buf.data(), scratch.data());
-      h.update(buf.data(), w.numel * item);
+      if (alg == ManifestAlgorithm::Crc32)
+        crc = crc32_update(crc, buf.data(), w.numel * item);
+      else
+        h.update(buf.data(), w.numel * item);
     }
-    digests[i] = h.hex();
+    digests[i] = alg == ManifestAlgorithm::Crc32 ? crc32_hex(crc) : h.hex();
   });
   std::map<std::string, std::string> out;
   for (size_t i = 0; i < ts.size(); ++i)
@@ -68,8 +73,10 @@ const std::string& manifest_tool_version() {
 }
 
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
-                       const std::string& source, unsigned threads, bool tensors, uint64_t* read_back) {
+                       const std::string& source, unsigned threads, bool tensors, uint64_t* read_back,
+                       ManifestAlgorithm alg) {
   Manifest m;
+  m.algorithm = alg;
   m.tool_version = manifest_tool_version();
   m.command = command;
   m.source = source;
@@ -82,9 +89,9 @@ Manifest make_manifest(const std::string& staged, const std::string& final_path,
     return w->digest;
   };
   uint64_t unknown = 0;
-  m.files = digest_files(staged, threads, known, &unknown);
+  m.files = digest_files(staged, threads, known, &unknown, alg);
   if (read_back) *read_back = read + unknown;
-  if (tensors) m.tensors = tensor_digests(staged, threads);
+  if (tensors) m.tensors = tensor_digests(staged, threads, alg);
   if (!is_directory(staged) && m.files.size() == 1) {  // a file under its temporary name: listed under its own
     std::string name = final_path.substr(final_path.rfind('/') == std::string::npos ? 0 : final_path.rfind('/') + 1);
     FileDigest d = m.files.begin()->second;

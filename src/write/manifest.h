@@ -22,8 +22,10 @@ const std::string& manifest_tool_version();
 // leaves them out here and sets those hashed as it wrote (write/tensor_hash.h). The files' digests are those computed as they
 // were written (write/write_hash.h) where there are some, else read; `read_back` (when given) gets
 // the bytes read to hash them.
+// `alg`: the digest (meta/manifest.h); the written digests a write recorded are in the same one.
 Manifest make_manifest(const std::string& staged, const std::string& final_path, const std::string& command,
-                       const std::string& source, unsigned threads, bool tensors = false, uint64_t* read_back = nullptr);
+                       const std::string& source, unsigned threads, bool tensors = false, uint64_t* read_back = nullptr,
+                       ManifestAlgorithm alg = ManifestAlgorithm::Crc32);
 
 // Writes `m` as manifest_path(path): into a folder, or beside a file as `<file>.dcpctl-manifest.json`
 // (`beside`: the file's final path, when `path` is its temporary name). Under a temporary name, then

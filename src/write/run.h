@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "meta/manifest.h"
 #include "meta/select.h"
 #include "view/quantize.h"
 #include "util/dtype.h"
@@ -53,6 +54,9 @@ struct WriteOptions {
   // --io direct: bulk bytes are read and written past the page cache (O_DIRECT, where the
   // filesystem allows it; see Executor::direct_io); --io buffered sets it false.
   bool direct_io = true;
+  // --manifest: the digest of the manifest every output gets (meta/manifest.h): CRC-32 by
+  // default, SHA-256 where asked.
+  ManifestAlgorithm manifest = ManifestAlgorithm::Crc32;
   uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
   // --map NAME|FILE (meta/keymap.h): the outputs are the map's tensors; its parameters from
   // --config FILE, else `map_assets` (consolidate's --assets DIR), else the checkpoint's config.json.

@@ -11,6 +11,7 @@
 #include "meta/manifest.h"
 #include "plan/plan.h"
 #include "store/file.h"
+#include "util/crc_ledger.h"
 #include "util/sha256.h"
 #include "write/write_hash.h"
 
@@ -39,6 +40,12 @@ struct TensorChain {
   uint64_t fed = 0;     // its bytes hashed
   uint64_t claimed = 0;  // the tensor's bytes claimed (claim_part_bytes) up to here
   bool broken = false;  // a file written twice: every part read back
+  bool crc = false;     // CRC-32 (write/write_hash.h): the pieces below, not h
+  struct CrcPiece {
+    uint64_t pos = 0, n = 0;  // in the tensor's bytes
+    uint32_t crc = 0;
+  };
+  std::vector<CrcPiece> crcs;
 
   uint64_t hashed_to() const { return cur < parts.size() ? starts[cur] + fed : starts.back(); }
   uint64_t claimed_to() const { return std::max(claimed, hashed_to()); }
@@ -113,6 +120,7 @@ void declare_tensor(const std::string& key, const std::vector<uint64_t>& part_le
     c->starts.push_back(c->starts.back() + part_lengths[i]);
   }
   c->advance();  // past empty parts
+  c->crc = hashing_algorithm() == ManifestAlgorithm::Crc32;
   TensorRegistry& r = tensor_registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.chains[key] = std::move(c);
@@ -216,6 +224,20 @@ void hash_part_bytes(const HashPart& p, uint64_t at, const uint8_t* data, uint64
   part.kept.insert(part.kept.end(), data, data + n);
 }
 
+void crc_part_bytes(const HashPart& p, uint64_t at, uint64_t n, uint32_t crc) {
+  TensorChain* c = chain_of(p.tensor);
+  if (!c || n == 0) return;
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (c->broken || p.part >= c->parts.size() || at + n > c->parts[p.part].length) return void(c->broken = true);
+  const uint64_t pos = c->starts[p.part] + at;
+  if (!c->crcs.empty() && c->crcs.back().pos + c->crcs.back().n == pos) {  // continues the last: joined now
+    c->crcs.back().crc = crc32_combine(c->crcs.back().crc, crc, n);
+    c->crcs.back().n += n;
+    return;
+  }
+  c->crcs.push_back({pos, n, crc});
+}
+
 void part_rewritten(const HashPart& p) {
   TensorChain* c = chain_of(p.tensor);
   if (!c) return;
@@ -235,6 +257,48 @@ std::optional<std::string> declared_tensor_digest(const std::string& key, uint64
     hash_file_range(f, p.offset + from, p.offset + p.length, h);
     read += p.length - from;
   };
+  if (c->crc) {
+    // The CRC of the tensor's bytes [from, to), read back from its parts' files.
+    auto read_crc = [&](uint64_t from, uint64_t to) {
+      uint32_t crc = 0;
+      bool first = true;
+      for (size_t k = 0; k < c->parts.size(); ++k) {
+        const uint64_t a = std::max(from, c->starts[k]), b = std::min(to, c->starts[k + 1]);
+        if (a >= b) continue;
+        const TensorPart& p = c->parts[k];
+        const uint32_t got = crc_file_range(ReadFile(part_file(p)), p.offset + (a - c->starts[k]), p.offset + (b - c->starts[k]));
+        crc = first ? got : crc32_combine(crc, got, b - a);
+        first = false;
+        read += b - a;
+      }
+      return crc;
+    };
+    std::sort(c->crcs.begin(), c->crcs.end(), [](const auto& a, const auto& b) { return a.pos < b.pos; });
+    const uint64_t total = c->starts.back();
+    uint64_t end = 0;
+    for (const auto& piece : c->crcs) {
+      c->broken = c->broken || piece.pos < end;  // a byte shown twice
+      end = std::max(end, piece.pos + piece.n);
+    }
+    uint32_t crc = 0;
+    uint64_t at = 0;
+    auto join = [&](uint32_t got, uint64_t n) {
+      crc = at == 0 ? got : crc32_combine(crc, got, n);
+      at += n;
+    };
+    if (c->broken || end > total) {
+      if (total) join(read_crc(0, total), total);
+    } else {
+      for (const auto& piece : c->crcs) {
+        if (piece.n == 0) continue;
+        if (piece.pos > at) join(read_crc(at, piece.pos), piece.pos - at);
+        join(piece.crc, piece.n);
+      }
+      if (at < total) join(read_crc(at, total), total - at);
+    }
+    c->crcs.clear();
+    return crc32_hex(crc);
+  }
   if (c->broken) {
     c->drop_kept();
     Sha256 h;

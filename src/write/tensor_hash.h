@@ -1,6 +1,8 @@
-// Each output tensor's SHA-256 (C order, little-endian: `verify --checksum`'s digest, the manifest's
-// `tensors`) computed from the bytes as they are written, with the files' digests
-// (write/write_hash.h), so that the manifest costs no second read of the output.
+// Each output tensor's digest (C order, little-endian: the manifest's `tensors`, in its algorithm)
+// computed from the bytes as they are written, with the files' digests (write/write_hash.h), so
+// that the manifest costs no second read of the output. CRC-32 (the default) needs no order: each
+// write hands each part it holds the CRC of its bytes (crc_part_bytes), joined at the end. SHA-256
+// (`--manifest sha256`) is sequential, as follows.
 //
 // A tensor is written as one or more parts (a record of an HF shard or a .pt is the whole tensor;
 // a DCP output has one per box), each a contiguous range of one output file. Where the parts in
@@ -56,6 +58,11 @@ bool claim_part_bytes(const HashPart& p, uint64_t at, uint64_t n);
 void hash_claimed(const HashPart& p, uint64_t at, const uint8_t* data, uint64_t n);
 // The part's file was written twice: its bytes are read back.
 void part_rewritten(const HashPart& p);
+// CRC-32 manifests (write/write_hash.h): bytes [at, at + n) of part `p` have CRC-32 `crc`; said
+// in any order, from any thread. The tensor's CRC joins them in its order (crc32_combine); what
+// no write showed is read back from the part's file, and a tensor shown a byte twice is read back
+// whole.
+void crc_part_bytes(const HashPart& p, uint64_t at, uint64_t n, uint32_t crc);
 
 // The first HashWrites of a run: what an earlier run declared is forgotten.
 void forget_declared_tensors();

@@ -8,6 +8,8 @@
 
 #include "store/file.h"
 #include "store/upload.h"
+#include "util/crc32.h"
+#include "util/crc_ledger.h"
 
 namespace dcpctl {
 
@@ -19,6 +21,7 @@ uint64_t written_size(const std::string& path) {
 }
 
 std::atomic<int> g_hashing{0};
+std::atomic<ManifestAlgorithm> g_algorithm{ManifestAlgorithm::Crc32};
 
 // By the file itself (device and inode), whatever name it has or is reached by.
 using WrittenFileId = std::pair<uint64_t, uint64_t>;
@@ -41,7 +44,7 @@ WrittenDigests& written_digests() {
 }  // namespace
 
 WriteHash::WriteHash(std::string temp_path, std::string final_path)
-    : temp_(std::move(temp_path)), final_(std::move(final_path)) {}
+    : temp_(std::move(temp_path)), final_(std::move(final_path)), crc_(hashing_algorithm() == ManifestAlgorithm::Crc32) {}
 
 WriteHash::~WriteHash() { release_bytes(held_); }
 
@@ -55,8 +58,108 @@ void WriteHash::add_part(const HashPart& p, uint64_t offset, uint64_t n) {
     again = !fresh && (it->second.part.tensor != p.tensor || it->second.part.part != p.part || it->second.n != n);
     if (!fresh && !again) return;  // said again (each window of a record's run): as it was
   }
+  if (crc_) {  // a CRC is taken of whatever comes, in any order: only a second place matters
+    if (again) part_rewritten(p);
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (again || rewritten_ || offset < next_) part_rewritten(p);  // its bytes are read back
+}
+
+uint32_t WriteHash::crc_through(const uint8_t* data, uint64_t n, uint64_t offset) {
+  std::vector<std::pair<uint64_t, Segment>> over;
+  {
+    std::lock_guard<std::mutex> lock(seg_mu_);
+    auto it = segs_.upper_bound(offset);
+    if (it != segs_.begin()) --it;
+    for (; it != segs_.end() && it->first < offset + n; ++it)
+      if (it->first + it->second.n > offset) over.emplace_back(*it);
+  }
+  // One pass: the CRC of each stretch between part boundaries, joined for the file.
+  uint32_t crc = 0;
+  uint64_t at = offset;
+  auto stretch = [&](uint64_t to) -> uint32_t {
+    const uint32_t c = crc32_update(0, data + (at - offset), to - at);
+    crc = at == offset ? c : crc32_combine(crc, c, to - at);
+    at = to;
+    return c;
+  };
+  for (const auto& [seg_at, seg] : over) {
+    const uint64_t from = std::max(seg_at, offset), to = std::min(seg_at + seg.n, offset + n);
+    if (from > at) stretch(from);
+    const uint32_t c = stretch(to);
+    crc_part_bytes(seg.part, from - seg_at, to - from, c);
+  }
+  if (at < offset + n) stretch(offset + n);
+  return crc;
+}
+
+void WriteHash::crc_wrote(const uint8_t* data, uint64_t n, uint64_t offset) {
+  const uint32_t crc = crc_through(data, n, offset);
+  std::lock_guard<std::mutex> lock(mu_);
+  // A write that continues the one before it (appends, a lane's consecutive windows) joins it.
+  if (!crcs_.empty() && crcs_.back().at + crcs_.back().n == offset) {
+    crcs_.back().crc = crc32_combine(crcs_.back().crc, crc, n);
+    crcs_.back().n += n;
+    return;
+  }
+  crcs_.push_back({offset, n, crc});
+}
+
+FileDigest WriteHash::crc_finish(const std::string& path, std::optional<uint64_t> known_size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<ReadFile> file;
+  auto f = [&]() -> const ReadFile& {
+    if (!file) {
+      if (is_remote(path)) forget_listings();  // listed before it was written
+      file.emplace(path);
+    }
+    return *file;
+  };
+  const uint64_t size = known_size ? *known_size : f().size();
+  std::sort(crcs_.begin(), crcs_.end(), [](const CrcPiece& a, const CrcPiece& b) { return a.at < b.at; });
+  uint64_t end = 0;
+  bool twice = false;
+  for (const CrcPiece& p : crcs_) {
+    twice = twice || p.at < end;
+    end = std::max(end, p.at + p.n);
+  }
+  // What the writes did not show is read back (the tensors' parts among it take their CRCs too).
+  auto read_back = [&](uint64_t from, uint64_t to) -> uint32_t {
+    uint32_t crc = 0;
+    read_file_range(f(), from, to, [&](const uint8_t* p, uint64_t n, uint64_t at) {
+      const uint32_t c = crc_through(p, n, at);
+      crc = at == from ? c : crc32_combine(crc, c, n);
+    });
+    read_back_ += to - from;
+    return crc;
+  };
+  if (twice || end > size) {  // a range written twice: the whole file as it is now, its parts too
+    {
+      std::lock_guard<std::mutex> seg_lock(seg_mu_);
+      for (const auto& [offset, seg] : segs_) part_rewritten(seg.part);
+      segs_.clear();
+    }
+    crcs_.clear();
+    const uint32_t whole = size ? read_back(0, size) : 0;
+    rewritten_ = true;
+    return {size, crc32_hex(whole)};
+  }
+  uint32_t crc = 0;
+  uint64_t at = 0;
+  auto join = [&](uint32_t c, uint64_t n) {
+    crc = at == 0 ? c : crc32_combine(crc, c, n);
+    at += n;
+  };
+  for (const CrcPiece& p : crcs_) {
+    if (p.n == 0) continue;
+    if (p.at > at) join(read_back(at, p.at), p.at - at);
+    join(p.crc, p.n);
+  }
+  if (at < size) join(read_back(at, size), size - at);
+  crcs_.clear();
+  rewritten_ = true;  // finished: later writes are not hashed
+  return {size, crc32_hex(crc)};
 }
 
 std::vector<WriteHash::Claim> WriteHash::claim(const uint8_t* data, uint64_t n, uint64_t at) {
@@ -89,12 +192,20 @@ void WriteHash::hashed(const uint8_t* data, uint64_t n, uint64_t at) {
 }
 
 void WriteHash::take_turns() {
+  if (crc_) return;  // a CRC needs no order
   std::lock_guard<std::mutex> lock(mu_);
   turns_ = true;
 }
 
 void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
   if (n == 0) return;
+  if (crc_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (rewritten_) return;
+    }
+    return crc_wrote(static_cast<const uint8_t*>(data), n, offset);
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (turns_ && offset > next_)
     idle_.wait_for(lock, kTurnWait, [&] { return rewritten_ || (next_ >= offset && !hashing_); });
@@ -147,6 +258,7 @@ void WriteHash::wrote(const void* data, uint64_t n, uint64_t offset) {
 }
 
 void WriteHash::landed(uint64_t offset, uint64_t n) {
+  if (crc_) return;  // nothing is let go
   std::unique_lock<std::mutex> lock(mu_);
   auto it = let_go_.find(offset);
   if (it == let_go_.end() || it->second.n != n) return;
@@ -207,6 +319,7 @@ void WriteHash::drain(std::unique_lock<std::mutex>& lock) {
 }
 
 FileDigest WriteHash::finish(const std::string& path, std::optional<uint64_t> known_size) {
+  if (crc_) return crc_finish(path, known_size);
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return !hashing_; });
   // The file is opened only to read some of it back (an object: only then is a request made).
@@ -251,8 +364,9 @@ FileDigest WriteHash::finish(const std::string& path, std::optional<uint64_t> kn
   return {size, h_.hex()};
 }
 
-HashWrites::HashWrites(bool on) : on_(on) {
+HashWrites::HashWrites(bool on, ManifestAlgorithm alg) : on_(on) {
   if (on_ && g_hashing++ == 0) {  // a run begins: what an earlier one recorded by name is forgotten
+    g_algorithm = alg;
     forget_declared_tensors();
     WrittenDigests& r = written_digests();
     std::lock_guard<std::mutex> lock(r.mu);
@@ -263,6 +377,7 @@ HashWrites::~HashWrites() {
   if (on_) --g_hashing;
 }
 bool hashing_writes() { return g_hashing.load() > 0; }
+ManifestAlgorithm hashing_algorithm() { return g_algorithm.load(); }
 
 void record_written_digest(const std::string& path, const FileDigest& d, uint64_t read_back) {
   if (is_remote(path)) {

@@ -1,5 +1,14 @@
-// The SHA-256 of an output file computed as it is written, so that the manifest (meta/manifest.h)
+// The digest of an output file computed as it is written, so that the manifest (meta/manifest.h)
 // costs no second read of the output.
+//
+// CRC-32 (the default manifest): every write's CRC is taken as it passes, by the thread that wrote
+// it, split where tensor parts begin and end (write/tensor_hash.h: each part gets the CRC of its
+// bytes), and kept as (offset, length, CRC); finish() sorts them and joins them in the file's order
+// (crc32_combine). No write waits for another and nothing is copied or held: order does not
+// matter to a CRC. What no write showed (ranges the kernel copied) is read back, and a range
+// written twice makes finish() read the whole file, as below.
+//
+// SHA-256 (`--manifest sha256`) is computed in the file's order, so:
 //
 // A file is hashed in order, and writers write it out of order: lanes write records at their
 // offsets, the executor copies some ranges in the kernel (copy_file_range) where no byte passes
@@ -63,6 +72,15 @@ class WriteHash {
   ~WriteHash();
 
  private:
+  // CRC-32 (above): the CRC of bytes [offset, offset + n), the tensor parts among them given theirs.
+  uint32_t crc_through(const uint8_t* data, uint64_t n, uint64_t offset);
+  void crc_wrote(const uint8_t* data, uint64_t n, uint64_t offset);
+  FileDigest crc_finish(const std::string& path, std::optional<uint64_t> size);
+  struct CrcPiece {
+    uint64_t at = 0, n = 0;
+    uint32_t crc = 0;
+  };
+
   void drain(std::unique_lock<std::mutex>& lock);  // hashes the kept pieces that continue the prefix
   void written_twice();                            // finish() hashes the whole file
   void stop();                                     // no write is hashed any more
@@ -80,6 +98,8 @@ class WriteHash {
   bool continues() const;  // a kept or let-go write begins at (or before) the prefix's end
 
   std::string temp_, final_;
+  const bool crc_;                  // the manifest's algorithm is CRC-32
+  std::vector<CrcPiece> crcs_;      // CRC-32: every write's, in the order they came (mu_)
   std::mutex mu_;
   std::condition_variable idle_;
   Sha256 h_;
@@ -104,10 +124,11 @@ class WriteHash {
   std::map<uint64_t, Segment> segs_;      // the tensor parts, by offset
 };
 
-// While one is alive, OutputFiles opened for local files hash what they write (OutputFile::digest).
+// While one is alive, OutputFiles opened for local files hash what they write (OutputFile::digest),
+// in `alg`.
 class HashWrites {
  public:
-  explicit HashWrites(bool on);
+  explicit HashWrites(bool on, ManifestAlgorithm alg = ManifestAlgorithm::Crc32);
   ~HashWrites();
   HashWrites(const HashWrites&) = delete;
   HashWrites& operator=(const HashWrites&) = delete;
@@ -116,6 +137,8 @@ class HashWrites {
   bool on_;
 };
 bool hashing_writes();
+// The algorithm of the HashWrites alive (CRC-32 when none is).
+ManifestAlgorithm hashing_algorithm();
 
 // The digests OutputFiles computed, by the file (device and inode: the same under its temporary
 // name and once renamed; a file of another size than hashed has none): what make_manifest takes

@@ -17,8 +17,10 @@ fail() {
   exit 1
 }
 
-# has LIST WORD / lacks LIST WORD: whether the newline-separated LIST holds the line WORD.
-has() { printf '%s\n' "$1" | grep -qxF -- "$2"; }
+# has LIST WORD / lacks LIST WORD: whether the newline-separated LIST holds the line WORD. A here-string,
+# not `printf | grep -q`: under pipefail, grep -q leaving at the first match can kill printf with
+# SIGPIPE, and the pipeline then fails although the word is there (seen under load: 2 runs in 3).
+has() { grep -qxF -- "$2" <<<"$1"; }
 lacks() { ! has "$1" "$2"; }
 
 # bash_complete FILE WORD...: what FILE's completion offers for the command line WORD...,

@@ -14,7 +14,8 @@ zpty -w z '_zc_done() { print -r -- "DO""NE"; }; zle -N _zc_done; bindkey "^X^D"
 
 out=""
 wait_for() {  # wait_for WORD: reads the terminal until WORD shows up
-  local chunk deadline=$((EPOCHREALTIME + 20))
+  # A hang guard far above what a loaded machine stretches a completion (milliseconds) to.
+  local chunk deadline=$((EPOCHREALTIME + 300))
   while (( EPOCHREALTIME < deadline )); do
     if zpty -r -t z chunk; then
       out+=$chunk
@@ -23,7 +24,7 @@ wait_for() {  # wait_for WORD: reads the terminal until WORD shows up
       sleep 0.02
     fi
   done
-  print -u2 "zsh_complete.zsh: no $1 from zsh within 20 s"
+  print -u2 "zsh_complete.zsh: no $1 from zsh within 300 s"
   exit 1
 }
 # The sentinels are spelled so that the terminal's echo of the command cannot match.

@@ -536,6 +536,10 @@ def cases_for(p, work):
     add("cast", "cast --map torchtitan-gpt-oss (drops)",
         ["cast", fx("layouts", "titan_gpt_oss", "run", "step-2"), "-o", co("gpt-oss-cast"), "--dtype", "bf16", "--map", "torchtitan-gpt-oss",
          "--dry-run", "--json"])
+    # a map family's variant (map.variant): GLM-4.5 on Megatron through megatron-gpt's glm4_moe variant
+    add("consolidate", "consolidate --map megatron-gpt (a family's variant)",
+        ["consolidate", fx("layouts", "megatron_glm4_moe", "ckpt"), "-o", co("glm-hf/"), "--map", "megatron-gpt",
+         "--assets", fx("layouts", "megatron_glm4_moe", "hf"), "--dry-run", "--json"])
     add("maps", "maps --json", ["maps", "--json"])
     # bench staging, host side (no GPU needed)
     bench_dir = os.path.join(work, "bench")
@@ -583,7 +587,7 @@ def torchrun_consolidate(work):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         out = os.path.join(work, "out", f"torchrun{attempt}.safetensors")
-        args = ["consolidate", fx("sample", "ckpt"), "-o", out, "--json", "--timeout", "60"]
+        args = ["consolidate", fx("sample", "ckpt"), "-o", out, "--json", "--timeout", "300"]
         procs = []
         for r in range(2):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

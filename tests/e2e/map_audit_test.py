@@ -150,7 +150,8 @@ def named_keys(stderr: str, head: str = "no rule covers") -> list[str]:
 
 def main() -> int:
     dcpctl, fixtures = sys.argv[1], Path(sys.argv[2]).resolve()
-    maps = {p.stem: mr.load_map(p) for p in sorted(MAPS.glob("*.json"))}
+    # every built-in name: a flat map's file, a family (dcpctl-map/2) and each of its aliases
+    family = {n: mr.load_map(n) for n in mr.builtin_names()}
     table = []
     with tempfile.TemporaryDirectory(prefix="dcpctl-map-audit-") as tmp:
         out = Path(tmp) / "x.safetensors"
@@ -159,9 +160,10 @@ def main() -> int:
             if not keys:
                 continue  # nothing dcpctl opens as one checkpoint without options (e.g. a .bin folder's parent)
             rel = ckpt.relative_to(fixtures)
-            for name, m in maps.items():
+            for name, fm in family.items():
                 cfg_path = config_for(ckpt, fixtures)
                 cfg = json.loads(cfg_path.read_text()) if cfg_path else None
+                m = mr.concrete(fm, cfg, keys)  # a family's variant for this checkpoint
                 try:
                     src, _ = mr.direction(m, keys, mr.Params(m, cfg))
                 except mr.MapError:

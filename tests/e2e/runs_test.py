@@ -481,8 +481,9 @@ def unremovable(tmp):
         undo()
 
 
-def wait_state(pid, timeout=30):
-    """The process state letter from /proc/<pid>/stat once it is stopped (T) or gone (None)."""
+def wait_state(pid, timeout=300):
+    """The process state letter from /proc/<pid>/stat once it is stopped (T) or gone (None). The
+    timeout is a hang guard far above what load stretches a stop (milliseconds away) to."""
     end = time.time() + timeout
     while time.time() < end:
         try:
@@ -522,10 +523,10 @@ def mid_run_steps(run, hidden, proc):
         new_state = tree_state(os.path.join(run, "step-4"))
     while proc.poll() is None:  # continue it at every stop (one per victim)
         os.kill(proc.pid, signal.SIGCONT)
-        if wait_state(proc.pid, 60) in ("timeout", "Z"):
+        if wait_state(proc.pid) in ("timeout", "Z"):
             break
     try:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()

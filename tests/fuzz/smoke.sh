@@ -12,7 +12,9 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"  # crash-* artifacts land here and are printed below
-if "$bin" "$work" "$corpus" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+# -timeout is libFuzzer's per-input hang guard, on the wall clock (SIGALRM): inputs take
+# microseconds to milliseconds instrumented, so 60 s is far above what a loaded machine adds.
+if "$bin" "$work" "$corpus" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
   >"$work/log" 2>&1; then
   grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^Done" "$work/log"
   exit 0

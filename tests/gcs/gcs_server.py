@@ -140,7 +140,8 @@ def quote(name):
 class GcsServer:
     """fake-gcs-server on 127.0.0.1:PORT."""
     kind = "fake-gcs-server"
-    START_TIMEOUT = 30
+    # A start-up bound far above what load can stretch a start of about a second to (not a speed claim).
+    START_TIMEOUT = 300
 
     def __init__(self, port=0, backend="memory"):
         if backend not in ("memory", "filesystem"):

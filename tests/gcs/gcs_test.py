@@ -201,7 +201,9 @@ def case_write(gcs: GcsServer, env: dict, refs: Path, work: Path) -> None:
 
 # ---- signal ----
 
-def wait_stopped(pid: int, timeout=60) -> bool:
+def wait_stopped(pid: int, timeout=300) -> bool:
+    """Whether `pid` stopped itself (a failpoint) within `timeout` s: a hang guard far above what a
+    loaded machine stretches a run of seconds to."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:

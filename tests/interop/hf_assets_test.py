@@ -323,7 +323,7 @@ def test_failed_copy(fx: Path, work: Path) -> None:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, DCPCTL_FAILPOINT="assets-copy:stop"))
     stopped = False
-    for _ in range(600):  # wait until the process stopped itself at the failpoint
+    for _ in range(6000):  # wait (up to 300 s: far above what load adds) until it stopped itself at the failpoint
         try:
             state = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
@@ -354,12 +354,12 @@ def test_torchrun(fx: Path, work: Path) -> None:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            args = [DCPCTL, "consolidate", str(case / "ckpt"), "-o", f"{out}/", "--json", "--timeout", "60", *extra]
+            args = [DCPCTL, "consolidate", str(case / "ckpt"), "-o", f"{out}/", "--json", "--timeout", "300", *extra]
             procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
                                                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
                      for r in range(2)]
-            res = [pr.communicate(timeout=240) + (pr.returncode,) for pr in procs]
+            res = [pr.communicate(timeout=600) + (pr.returncode,) for pr in procs]
             if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
                 continue
             break

@@ -372,11 +372,11 @@ def moe_checks():
         single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
         ok(dcpctl("consolidate", fx / "ckpt", *extra, "-o", single, "-q"), f"peft_moe: {' '.join(extra)}, one process")
         port = free_port()
-        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), *extra, "-o", str(dist), "-q", "--timeout", "60"],
+        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), *extra, "-o", str(dist), "-q", "--timeout", "300"],
                                   env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                                            MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for r in range(2)]
-        outs = [p.communicate(timeout=120)[0] for p in procs]
+        outs = [p.communicate(timeout=600)[0] for p in procs]
         files = [name] if name.endswith(".safetensors") else [name + "adapter_model.safetensors", name + "adapter_config.json"]
         same = all(p.returncode == 0 for p in procs) and all(
             (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
@@ -543,11 +543,11 @@ def main() -> int:
         single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
         ok(dcpctl("consolidate", fx / "ckpt", "--lora", mode, "-o", single, "-q"), f"peft_lora: --lora {mode}, one process")
         port = free_port()
-        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), "--lora", mode, "-o", str(dist), "-q", "--timeout", "60"],
+        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), "--lora", mode, "-o", str(dist), "-q", "--timeout", "300"],
                                   env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                                            MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for r in range(2)]
-        outs = [p.communicate(timeout=120)[0] for p in procs]
+        outs = [p.communicate(timeout=600)[0] for p in procs]
         files = ["m.safetensors"] if mode == "merge" else ["ad/adapter_model.safetensors", "ad/adapter_config.json"]
         same = all(p.returncode == 0 for p in procs) and all(
             (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
@@ -720,7 +720,7 @@ def main() -> int:
                               env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
                                        MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(3)]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
     if check(all(p.returncode == 0 for p in procs), f"peft_dora: torch saves the base split along dim 1 on 3 ranks: {outs[0][-500:]}"):
         r = dcpctl("inspect", tp, "--json")
         split = ok(r, "peft_dora (dim 1): inspect") and any(

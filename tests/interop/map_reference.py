@@ -68,9 +68,10 @@ from typing import Any
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 SCHEMA = "dcpctl-map/1"
+SCHEMA2 = "dcpctl-map/2"  # a family: layer rules shared by prefix, variants by model_type (expand)
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
+_RULE_FIELDS = {"variants", "drop_when", "rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
 
 
 class MapError(Exception):
@@ -81,21 +82,139 @@ class MapError(Exception):
 
 
 def load_map(name_or_path: str | Path) -> dict:
+    """A map by built-in name (a file's own name, or a family file's alias) or path; a family file
+    (schema dcpctl-map/2, with "layer_rules") comes back expanded (`expand`)."""
     p = Path(name_or_path)
+    alias = None
     if not (p.suffix == ".json" and p.is_file()):
         p = MAPS_DIR / f"{name_or_path}.json"
         if not p.is_file():
-            raise MapError(f"no map named {name_or_path!r} (built-in: {', '.join(builtin_names())})")
+            for f in sorted(MAPS_DIR.glob("*.json")):
+                if name_or_path in json.loads(f.read_text()).get("aliases", {}):
+                    p, alias = f, str(name_or_path)
+                    break
+            else:
+                raise MapError(f"no map named {name_or_path!r} (built-in: {', '.join(builtin_names())})")
     try:
         m = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise MapError(f"{p}: not JSON: {e}") from e
+    if m.get("schema") == SCHEMA2:
+        m = expand(m, alias, str(p))
     validate(m, str(p))
     return m
 
 
 def builtin_names() -> list[str]:
-    return sorted(p.stem for p in MAPS_DIR.glob("*.json"))
+    names = []
+    for p in MAPS_DIR.glob("*.json"):
+        names += [p.stem] + list(json.loads(p.read_text()).get("aliases", {}))
+    return sorted(names)
+
+
+def expand(fam: dict, alias: str | None = None, where: str = "map") -> dict:
+    """A family file (dcpctl-map/2) as one flat map: its "rules" (or the alias's) with each
+    {"group": NAME} replaced by the group's rules and each {"layers": PREFIX} by the layer rules
+    under that prefix (a rule's sides prefixed; a prefix with "stack" stacks each rule's tensors
+    over its axis, before the rule's own); the variants the alias allows, rules tagged with
+    "variants" kept for `concrete` to choose among."""
+    def fail(msg):
+        raise MapError(f"{where}: {msg}")
+
+    a = {}
+    if alias is not None:
+        a = fam.get("aliases", {}).get(alias)
+        if a is None:
+            fail(f"no alias {alias!r}")
+    sides = fam["sides"]
+    allowed = a.get("variants", list(fam.get("variants", {})))
+    for v in allowed:
+        if v not in fam.get("variants", {}):
+            fail(f"alias {alias}: no variant {v!r}")
+    prefixes = fam.get("prefixes", {})
+    rules: list = []
+
+    def layer(pname):
+        p = prefixes.get(pname)
+        if p is None:
+            fail(f"no prefix {pname!r}")
+        for r in fam.get("layer_rules", []):
+            ps = r.get("prefixes")
+            if (ps is None and p.get("explicit")) or (ps is not None and pname not in ps):
+                continue
+            nr = {k: v for k, v in r.items() if k != "prefixes"}
+            for s in sides:
+                if isinstance(nr.get(s), str):
+                    nr[s] = p[s] + nr[s]
+                elif isinstance(nr.get(s), list):
+                    nr[s] = [dict(part, key=p[s] + part["key"]) for part in nr[s]]
+            if "stack" in p:
+                own = nr.pop("stack", nr.pop("experts", None))
+                ax = p["stack"]
+                if own is None:
+                    nr["stack"] = {"dim": ax["dim"], "count": ax["count"]}
+                else:
+                    # the rule's own axis is indexed by the placeholder its per-entry side has
+                    # and its stacked side lacks (the expert's {E})
+                    names = [_side_names(r, s) for s in sides]
+                    index = sorted(names[0] ^ names[1])
+                    if len(index) != 1 or isinstance(own, list):
+                        fail(f"layer rule {r}: a stack under a stacked prefix is one axis, indexed by one placeholder")
+                    nr["stack"] = [dict(ax), {"dim": own["dim"] + 1, "count": own["count"], "index": index[0]}]
+            rules.append(nr)
+
+    def emit(entries):
+        for e in entries:
+            if "group" in e:
+                emit(fam.get("groups", {})[e["group"]])
+            elif "layers" in e:
+                layer(e["layers"])
+            else:
+                rules.append(e)
+
+    emit(a.get("rules", fam["rules"]))
+    out = {"schema": SCHEMA2, "name": alias or fam["name"], "family": fam["name"],
+           "description": a.get("description", fam.get("description", "")), "sides": sides,
+           "models": a.get("models", fam.get("models", [])), "params": fam.get("params", {}),
+           "variants": {v: fam["variants"][v] for v in allowed}, "rules": rules}
+    if "model" in a or "model" in fam:
+        out["model"] = a.get("model", fam.get("model"))
+    return out
+
+
+def choose_variant(m: dict, config: dict | None, keys=()) -> str | None:
+    """The variant of a family map for a model: config.json's model_type's (None: the family has
+    none for it), else the one whose own rules match most of the keys, else the default."""
+    variants = m.get("variants") or {}
+    mt = (config or {}).get("model_type")
+    if len(variants) == 1:  # a name that allows one variant (megatron-mixtral) chooses it
+        return next(iter(variants))
+    if isinstance(mt, str) and mt:
+        return next((n for n, v in variants.items() if mt in v.get("model_types", [])), None)
+    score, tied = 0, []
+    for n in variants:
+        pats = [_pattern(p) for r in m["rules"] if n in r.get("variants", []) for s in m["sides"] for p in _patterns(r, s)]
+        c = sum(1 for k in keys if any(p.regex.match(k) for p in pats if not any(o for _, o in p.slots)))
+        if c > score:
+            score, tied = c, []
+        if c == score and c > 0:
+            tied.append(n)
+    default = next((n for n, v in variants.items() if v.get("default")), None)
+    return (default if default in tied else tied[0]) if tied else default
+
+
+def concrete(m: dict, config: dict | None, keys=()) -> dict:
+    """A family map with its variant chosen (`choose_variant`): the rules of other variants gone,
+    the variant's params over the family's. A map without variants as it is."""
+    if "variants" not in m:
+        return m
+    v = choose_variant(m, config, keys)
+    spec = m["variants"].get(v, {}) if v else {}
+    out = {k: x for k, x in m.items() if k != "variants"}
+    out["variant"] = v
+    out["params"] = dict(m.get("params", {}), **spec.get("params", {}))
+    out["rules"] = [{k: x for k, x in r.items() if k != "variants"} for r in m["rules"] if v in r.get("variants", [v])]
+    return out
 
 
 def _stack_spec(r: dict) -> dict | None:
@@ -112,14 +231,14 @@ def validate(m: Any, where: str) -> None:
 
     if not isinstance(m, dict):
         fail("a map is a JSON object")
-    extra = set(m) - {"schema", "name", "description", "sides", "models", "model", "params", "rules"}
+    extra = set(m) - {"schema", "name", "description", "sides", "models", "model", "params", "rules", "family", "variants", "variant"}
     if extra:
         fail(f"unknown fields {sorted(extra)}")
     models = m.get("models", [])
     if not (isinstance(models, list) and all(isinstance(x, str) and x for x in models)):
         fail("models is a list of names (the models the map covers)")
-    if m.get("schema") != SCHEMA:
-        fail(f"schema must be {SCHEMA!r}, got {m.get('schema')!r}")
+    if m.get("schema") not in (SCHEMA, SCHEMA2):
+        fail(f"schema must be {SCHEMA!r} (or an expanded {SCHEMA2!r}), got {m.get('schema')!r}")
     if not isinstance(m.get("name"), str) or not isinstance(m.get("description", ""), str):
         fail("name and description are strings")
     sides = m.get("sides")
@@ -160,7 +279,9 @@ def validate(m: Any, where: str) -> None:
             fail(f"rule {i}: keep_dtype is true or false")
         if "note" in r and not isinstance(r["note"], str):
             fail(f"rule {i}: note is a string")
-        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype"}:
+        if "drop_when" in r and (r["drop_when"] != "zeros" or len(present) != 1):
+            fail(f"rule {i}: drop_when is 'zeros', on a one-sided rule")
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when"}:
             fail(f"rule {i}: a one-sided rule only names keys (with its reason, an optional note and keep_dtype)")
         if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
             fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
@@ -536,6 +657,7 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
     Returns (output state dict, report {name, direction, mapped, left_out, dropped, params})."""
     import torch
 
+    m = concrete(m, config, sd.keys())
     params = Params(m, config)
     src, dst = direction(m, sd.keys(), params)
     first = m["sides"][0]
@@ -593,6 +715,9 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
         if rule.get("_unsupported"):
             raise MapError(f"rule {idx}: a stack over several axes is not applied by the reference")
         if dst not in rule:
+            # "drop_when": "zeros": dropped only when it holds nothing (dcpctl: exit 5 otherwise)
+            if rule.get("drop_when") == "zeros" and isinstance(value, torch.Tensor) and bool(value.ne(0).any()):
+                raise MapError(f"{key}: rule {idx} drops it only when all zeros, and it is not")
             dropped.append(key)
             continue
         if not isinstance(value, torch.Tensor):

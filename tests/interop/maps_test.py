@@ -75,6 +75,7 @@ except ImportError as e:
 
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
+import map_reference as mr  # noqa: E402
 from testlib import EXIT_USAGE, check, problems, run, summary  # noqa: E402  (tests/testlib.py)
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
@@ -135,8 +136,15 @@ def test_maps_listing() -> None:
         return
     doc = jdoc(r, "maps --json")
     maps = doc.get("maps", doc) if isinstance(doc, dict) else doc
-    files = {p.stem: json.loads(p.read_text()) for p in MAPS_DIR.glob("*.json")}
+    # a family file (dcpctl-map/2) is listed as the family and each alias, expanded
+    files = {n: mr.load_map(n) for n in mr.builtin_names()}
     listed = {m.get("name"): m for m in maps} if isinstance(maps, list) else {}
+    for name, f in files.items():
+        m = listed.get(name, {})
+        check(m.get("family") == f.get("family") and [v.get("name") for v in m.get("variants", [])] == sorted(f.get("variants", {}))
+              and m.get("rules") == len(f["rules"]),
+              f"maps --json: {name}: family {m.get('family')}, variants {m.get('variants')}, {m.get('rules')} rules "
+              f"(the reference's expansion: {f.get('family')}, {sorted(f.get('variants', {}))}, {len(f['rules'])})")
     check(set(listed) == set(files), f"maps --json lists {sorted(listed)}, src/maps has {sorted(files)}")
     for name, f in files.items():
         m = listed.get(name, {})
@@ -187,7 +195,11 @@ def test_file_and_options(case: mo.Case, work: Path) -> None:
         return
     problems(mo.check_hf_tensors(case, hf_tensors(base), f"{case.name}: -o x.safetensors"))
     f = work / f"{case.name}-file.safetensors"
-    r = dcpctl("consolidate", case.ckpt, "-o", f, "--map", MAPS_DIR / f"{case.map}.json", "--config", case.config_path)
+    # an alias's file is its family's (megatron-gpt: megatron.json, whose variant the config chooses alike)
+    path = MAPS_DIR / f"{case.map}.json"
+    if not path.exists():
+        path = next(p for p in MAPS_DIR.glob("*.json") if case.map in json.loads(p.read_text()).get("aliases", {}))
+    r = dcpctl("consolidate", case.ckpt, "-o", f, "--map", path, "--config", case.config_path)
     if ok(r, f"{case.name}: --map FILE.json"):
         check(f.read_bytes() == base.read_bytes(), f"{case.name}: --map FILE.json differs from --map {case.map}")
     small = work / f"{case.name}-small.safetensors"
@@ -439,12 +451,12 @@ def test_torchrun(case: mo.Case, work: Path) -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         args = [DCPCTL, "consolidate", str(case.ckpt), "-o", str(out), "--map", case.map, "--config",
-                str(case.config_path), "--timeout", "60"]
+                str(case.config_path), "--timeout", "300"]
         procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=dict(os.environ, RANK=str(rk), WORLD_SIZE="2", LOCAL_RANK=str(rk),
                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
                  for rk in range(2)]
-        res = [pr.communicate(timeout=240) + (pr.returncode,) for pr in procs]
+        res = [pr.communicate(timeout=600) + (pr.returncode,) for pr in procs]
         if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
             continue
         break
@@ -511,7 +523,8 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     hf/ (transformers' save_pretrained) goes back to the checkpoint's own tensors bit for bit."""
     from transformers import AutoModelForCausalLM
 
-    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp"):
+    for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp",
+                 "megatron_glm4_moe"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"
@@ -533,7 +546,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         back = work / f"{name}-back"
         # a model mixing dense and MoE layers is keyed per layer: megatron-gpt-layers (megatron-gpt stacks
         # the layers, and refuses what it cannot stack rather than drop it)
-        m = "megatron-gpt-layers" if name.endswith("_mixed") else "megatron-gpt"
+        m = "megatron-gpt-layers" if name.endswith("_mixed") or name == "megatron_glm4_moe" else "megatron-gpt"
         if m != "megatron-gpt":
             r = dcpctl("reshard", d / "hf", "-o", work / f"{name}-stacked", "-w", "1", "--map", "megatron-gpt")
             check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists()
@@ -545,6 +558,102 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
         ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
         same_tensors(got, ref, f"{name}: hf->megatron vs the checkpoint megatron-core wrote")
+
+
+def test_megatron_glm(fixtures: Path, work: Path) -> None:
+    """Issue 58 item 4: GLM-4.5 on Megatron (megatron_glm4_moe: megatron-core 0.19.2, TP2 x EP2, layer 0
+    dense, a sigmoid router with its expert bias, a gate-less shared expert, partial RoPE, q/k norms, QKV
+    bias; make_megatron_qwen3.py). test_megatron_qwen3 checks the export and the way back bit for bit and
+    transformers' Glm4MoeForCausalLM logits; here what the glm4_moe variant adds: the variant chosen by
+    config.json's model_type (and by the checkpoint's keys without one), the router's bias float32 under
+    --dtype bf16 (transformers keeps e_score_correction_bias so), and the failure of issue 58 gone: the
+    family without its glm4_moe variant (a map file) must refuse, exit 5, not write Qwen2-MoE's names."""
+    d = fixtures / "layouts" / "megatron_glm4_moe"
+    out = work / "glm-hf"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", "megatron", "--assets", d / "hf", "--json")
+    if ok(r, "megatron_glm4_moe: --map megatron"):
+        mdoc = jdoc(r, "megatron_glm4_moe").get("map") or {}
+        check(mdoc.get("variant") == "glm4_moe", f"megatron_glm4_moe: map.variant {mdoc.get('variant')}")
+        same_tensors(hf_tensors(out), load_file(str(d / "expected_hf.safetensors")), "megatron_glm4_moe: --map megatron")
+    # config.json without a model_type: the expert bias (a key only glm4_moe's rules name) chooses the variant
+    nocfg = dict(json.loads((d / "hf" / "config.json").read_text()))
+    del nocfg["model_type"]
+    (work / "glm-config-no-type.json").write_text(json.dumps(nocfg))
+    r = dcpctl("consolidate", d / "ckpt", "-o", work / "glm-notype.safetensors", "--map", "megatron", "--config",
+               work / "glm-config-no-type.json", "--json")
+    if ok(r, "megatron_glm4_moe: config.json without a model_type"):
+        check((jdoc(r, "glm no type").get("map") or {}).get("variant") == "glm4_moe", "megatron_glm4_moe: the keys chose no glm4_moe")
+        got = load_file(str(work / "glm-notype.safetensors"))
+        check(any(k.endswith("mlp.shared_experts.down_proj.weight") for k in got)
+              and not any(".shared_expert." in k for k in got), "megatron_glm4_moe: without a model_type, not GLM's names")
+    bf = work / "glm-bf16"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{bf}/", "--map", "megatron-gpt", "--assets", d / "hf", "--dtype", "bf16")
+    if ok(r, "megatron_glm4_moe: --dtype bf16"):
+        t = hf_tensors(bf)
+        bias = [k for k in t if k.endswith("e_score_correction_bias")]
+        check(bias and all(t[k].dtype == torch.float32 for k in bias)
+              and t["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16,
+              f"megatron_glm4_moe: --dtype bf16: {[(k, t[k].dtype) for k in bias]}")
+    # the family without its glm4_moe variant: GLM's config names no variant it has, so its MoE keys are
+    # uncovered (exit 5), never exported under Qwen2-MoE's names with exit 0
+    fam = json.loads((MAPS_DIR / "megatron.json").read_text())
+    fam["name"] = "megatron-without-glm"
+    del fam["variants"]["glm4_moe"], fam["aliases"]
+    for r_ in fam["layer_rules"]:
+        if "variants" in r_:
+            r_["variants"] = [v for v in r_["variants"] if v != "glm4_moe"] or ["mixtral"]
+    (work / "no-glm.json").write_text(json.dumps(fam))
+    for m in ("megatron-gpt", work / "no-glm.json"):
+        for extra in ([], ["--exclude", "*.expert_bias"]):
+            o = work / f"glm-{len(extra)}-{Path(str(m)).stem}"
+            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra)
+            if m == "megatron-gpt":  # the built-in: GLM's names (the bias left out on request)
+                check(r.returncode == 0 and not any(".shared_expert." in k for k in (hf_tensors(o) if o.exists() else {"none.shared_expert.": 0})),
+                      f"megatron_glm4_moe: --map megatron-gpt {extra}: exit {r.returncode} {r.stderr[-300:]}")
+            else:
+                check(r.returncode == 5 and "shared_experts" in r.stderr and "model_type glm4_moe" in r.stderr
+                      and "has no variant for it" in r.stderr and not o.exists(),
+                      f"megatron_glm4_moe: a map without the glm4_moe variant {extra}: exit {r.returncode} (want 5): "
+                      f"{r.stderr.strip()[-400:]!r}")
+
+
+def test_drop_by_value(fixtures: Path, work: Path) -> None:
+    """Issue 56 item 5: a rule may drop a tensor only when all zeros ("drop_when": "zeros"): torchtitan's
+    load-balancing `moe.expert_bias_E`, which the Hugging Face model has no tensor for. On the checkpoint
+    real torchtitan 0.3.0 wrote (titan_gpt_oss run/step-2: the bias at its initial zeros) it is dropped,
+    with a note (--json map.dropped_zeros, the summary); the same checkpoint with the bias set through
+    torch and saved by torch's own dcp.save is refused, exit 5, naming it, nothing written; --exclude
+    leaves it out on purpose (exit 0)."""
+    import torch.distributed.checkpoint as dcp
+
+    d = fixtures / "layouts" / "titan_gpt_oss"
+    src = d / "run" / "step-2"
+    r = dcpctl("consolidate", src, "-o", work / "gptoss-zeros.safetensors", "--map", "torchtitan-gpt-oss", "--config",
+               d / "config.json", "--json")
+    if ok(r, "titan_gpt_oss: expert_bias_E zeros"):
+        m = jdoc(r, "drop zeros").get("map") or {}
+        want = ["layers.0.moe.expert_bias_E", "layers.1.moe.expert_bias_E"]
+        check(sorted(m.get("dropped_zeros") or []) == want and set(want) <= set(m.get("dropped") or []),
+              f"titan_gpt_oss: map.dropped_zeros {m.get('dropped_zeros')} (want {want})")
+    flat = {k: v for k, v in dcp_oracle.flat_state_from_dcp(src).items()
+            if isinstance(v, torch.Tensor) and not k.startswith(("optimizer", "lr_scheduler", "dataloader", "train_state"))}
+    check(all(flat[k].eq(0).all() for k in ("layers.0.moe.expert_bias_E", "layers.1.moe.expert_bias_E")),
+          "titan_gpt_oss: the fixture's expert_bias_E are not zeros")
+    flat["layers.1.moe.expert_bias_E"] = flat["layers.1.moe.expert_bias_E"].clone()
+    flat["layers.1.moe.expert_bias_E"][2] = 0.25  # as the load-balancing hook would move it
+    biased = work / "gptoss-biased"
+    dcp.save(flat, storage_writer=dcp.FileSystemWriter(str(biased)), no_dist=True)
+    out = work / "gptoss-biased.safetensors"
+    r = dcpctl("consolidate", biased, "-o", out, "--map", "torchtitan-gpt-oss", "--config", d / "config.json")
+    check(r.returncode == 5 and "layers.1.moe.expert_bias_E" in r.stderr and "layers.0.moe.expert_bias_E" not in r.stderr
+          and "only when all zeros" in r.stderr and not out.exists(),
+          f"titan_gpt_oss with a non-zero expert_bias_E: exit {r.returncode} (want 5 naming it): {r.stderr.strip()[-300:]!r}")
+    r = dcpctl("consolidate", biased, "-o", out, "--map", "torchtitan-gpt-oss", "--config", d / "config.json",
+               "--exclude", "layers.1.moe.expert_bias_E", "--json")
+    if ok(r, "titan_gpt_oss non-zero bias --exclude"):
+        m = jdoc(r, "drop --exclude").get("map") or {}
+        check(m.get("excluded") == ["layers.1.moe.expert_bias_E"] and m.get("dropped_zeros") == ["layers.0.moe.expert_bias_E"],
+              f"titan_gpt_oss --exclude: excluded {m.get('excluded')}, dropped_zeros {m.get('dropped_zeros')}")
 
 
 def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
@@ -586,8 +695,9 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         check(diff <= doc["logits"]["atol"], f"megatron_mixtral: transformers on the export vs megatron's logits: {diff}")
         print(f"megatron_mixtral: MixtralForCausalLM on the export vs megatron's logits: max abs diff {diff:.3g}")
     # the control: the same map with w1 <-> w3 swapped is told apart by the checks above
-    wrong = json.loads((MAPS_DIR / "megatron-mixtral.json").read_text().replace(".w1.", ".w@.").replace(".w3.", ".w1.").replace(".w@.", ".w3."))
-    wrong["name"] = "megatron-mixtral-w1-w3"
+    wrong = json.loads((MAPS_DIR / "megatron.json").read_text().replace(".w1.", ".w@.").replace(".w3.", ".w1.").replace(".w@.", ".w3."))
+    wrong["name"] = "megatron-mixtral-w1-w3"  # the family, its variant chosen by the config's model_type: mixtral
+    del wrong["aliases"]
     (work / "mixtral-wrong.json").write_text(json.dumps(wrong))
     bad = export(str(work / "mixtral-wrong.json"), work / "mixtral-wrong-hf")
     if bad is not None:
@@ -601,9 +711,13 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(back).items() if isinstance(v, torch.Tensor)}
         ref = {k: v for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items() if isinstance(v, torch.Tensor)}
         same_tensors(got, ref, "megatron_mixtral: hf->megatron vs the checkpoint megatron-core wrote")
+    # the family takes it by the config's model_type (its mixtral variant), as megatron-mixtral does
+    fam = export("megatron", work / "mixtral-family")
+    if fam is not None:
+        same_tensors(fam[0], want, "megatron_mixtral: megatron->hf --map megatron (the family's mixtral variant)")
     r = dcpctl("reshard", d / "hf", "-o", work / "mixtral-gpt", "-w", "1", "--map", "megatron-gpt")
     check(r.returncode == 5 and "block_sparse_moe" in r.stderr and not (work / "mixtral-gpt").exists()
-          and "--map megatron-mixtral" in r.stderr,
+          and "the built-in maps megatron, megatron-mixtral map every model key of this checkpoint: --map megatron" in r.stderr,
           f"megatron_mixtral: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
 
 
@@ -642,14 +756,22 @@ def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
 
 
 def test_megatron_layers_map() -> None:
-    """megatron-gpt-layers is megatron-gpt's per-layer rules (decoder.layers.{L}.*) and nothing else of the
-    layers: the two files say the same of every per-layer key."""
-    gpt = json.loads((MAPS_DIR / "megatron-gpt.json").read_text())
-    layers = json.loads((MAPS_DIR / "megatron-gpt-layers.json").read_text())
+    """One megatron family (src/maps/megatron.json, dcpctl-map/2): megatron-gpt, megatron-gpt-layers and
+    megatron-mixtral are its aliases, not copies. megatron-gpt-layers is megatron-gpt's per-layer
+    rules (decoder.layers.{L}.*) and nothing else of the layers; megatron-mixtral's MoE rules are the
+    family's mixtral variant."""
+    check(not any((MAPS_DIR / f"{n}.json").exists() for n in ("megatron-gpt", "megatron-gpt-layers", "megatron-mixtral")),
+          "src/maps still has a copy of a megatron map")
+    gpt = mr.concrete(mr.load_map("megatron-gpt"), {"model_type": "qwen3_moe"})
+    layers = mr.concrete(mr.load_map("megatron-gpt-layers"), {"model_type": "qwen3_moe"})
     per = [r for r in gpt["rules"] if str(r.get("megatron", "")).startswith("decoder.layers.{L}.")]
     check(per and per == [r for r in layers["rules"] if str(r.get("megatron", "")).startswith("decoder.layers.")],
           "megatron-gpt-layers' per-layer rules differ from megatron-gpt's")
     check(all(r in gpt["rules"] for r in layers["rules"]), "megatron-gpt-layers has a rule megatron-gpt lacks")
+    mix = mr.concrete(mr.load_map("megatron"), {"model_type": "mixtral"})
+    check(mix.get("variant") == "mixtral" and any("block_sparse_moe.gate" in str(r.get("hf")) for r in mix["rules"])
+          and not any("mlp.gate.weight" in str(r.get("hf")) for r in mix["rules"]),
+          f"the family's mixtral variant: {mix.get('variant')}")
 
 
 def main() -> int:
@@ -664,6 +786,8 @@ def main() -> int:
         steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
                  ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
+                 ("megatron glm", lambda: test_megatron_glm(fixtures, work)),
+                 ("drop by value", lambda: test_drop_by_value(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]

@@ -4,7 +4,8 @@ megatron-core 0.19.2 itself wrote for the same model (tests/fixtures/layouts/meg
 megatron_qwen3{,_moe}, megatron_qwen2_moe, megatron_qwen3_moe_mixed, whose dense and MoE layers
 megatron-core keys one by one, `decoder.layers.<i>.`, mapped with megatron-gpt-layers, and
 megatron_qwen3_mtp, an MTP layer `mtp.layers.0.*` under DeepSeek-V3's Hugging Face names, and
-megatron_mixtral, MixtralForCausalLM's names mapped with megatron-mixtral:
+megatron_mixtral, MixtralForCausalLM's names mapped with megatron-mixtral, and megatron_glm4_moe,
+Glm4MoeForCausalLM's names through the megatron family's glm4_moe variant:
 make_megatron_hf.py, make_megatron_qwen3.py), with torch's own DCP reader:
 
     megatron_format_test.py DCPCTL FIXTURES_DIR             # the files megatron's loader reads
@@ -26,7 +27,8 @@ state [None]). A control: without --format megatron (plain dcp) the same checks 
 outputs of the four cases (dense Llama, Qwen3 qk-norm, Qwen3-MoE, Qwen2-MoE with a shared expert), and the
 HF -> Megatron outputs of the fifth (layer 0 dense, layer 1 MoE, keys per layer) and the sixth (Qwen3 with
 a multi-token-prediction layer, `mtp.layers.0.*`) and the seventh (Mixtral: MixtralForCausalLM's names,
---map megatron-mixtral), into
+--map megatron-mixtral) and the eighth (GLM-4.5: Glm4MoeForCausalLM's names, the router's expert bias
+`e_score_correction_bias`, gate-less `shared_experts`, partial RoPE, first layer dense), into
 fresh models (other weights)
 of tensor parallelism 2, and 2 x expert parallelism 2 for the MoE case, on 2 gloo CPU ranks, all in
 one torchrun launch, and compares their logits with the fixture's (megatron's own forward):
@@ -62,14 +64,15 @@ import dcp_oracle  # noqa: E402
 from testlib import check, run, summary  # noqa: E402
 
 CASES = ("megatron_llama", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed",
-         "megatron_qwen3_mtp", "megatron_mixtral")
+         "megatron_qwen3_mtp", "megatron_mixtral", "megatron_glm4_moe")
 # The map HF -> Megatron takes: a model mixing dense and MoE layers is keyed per layer (decoder.layers.<i>.)
 # a Mixtral (MixtralForCausalLM's names, block_sparse_moe.experts.<e>.w1/w3/w2) is megatron-mixtral's
-MAPS = {"megatron_qwen3_moe_mixed": "megatron-gpt-layers", "megatron_mixtral": "megatron-mixtral"}
+# and a GLM-4.5 (first layer dense: keyed per layer) is megatron-gpt-layers' with the family's glm4_moe variant
+MAPS = {"megatron_qwen3_moe_mixed": "megatron-gpt-layers", "megatron_mixtral": "megatron-mixtral", "megatron_glm4_moe": "megatron-gpt-layers"}
 # Loaded by megatron-core in --load: HF -> Megatron and Megatron -> Megatron; for the mixed case the first
 # only (the second copies megatron-core's own ShardedObjects; CI's time); Mixtral's Megatron -> Megatron is
 # megatron_qwen3_moe's without the q/k norms
-ONE_LOAD = ("megatron_qwen3_moe_mixed", "megatron_qwen3_mtp", "megatron_mixtral")
+ONE_LOAD = ("megatron_qwen3_moe_mixed", "megatron_qwen3_mtp", "megatron_mixtral", "megatron_glm4_moe")
 META_JSON = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1}'
 
 

@@ -1293,7 +1293,7 @@ def mode_memory(tmp: Path) -> None:
         # peak RSS measured by GNU time (wait4 of a small parent): dcpctl's own peak_rss_bytes is
         # getrusage(RUSAGE_SELF) and keeps the RSS of the process that exec'd it (this python)
         gtime = ["/usr/bin/time", "-f", "%M"] if os.access("/usr/bin/time", os.X_OK) else []
-        p = run(*gtime, DCPCTL, *args, "--json", timeout=90)  # a hang is a failure there
+        p = run(*gtime, DCPCTL, *args, "--json", timeout=900)  # a hang is a failure there (far above a loaded run)
         if p.timed_out:
             return None
         if p.returncode != 0:

@@ -47,7 +47,7 @@ def launch(dcpctl: str, args: list[str], world: int = 2) -> list[tuple[int, floa
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(["/usr/bin/time", "-f", "%M", dcpctl, *args, "--timeout", "60"], env=env,
+        procs.append(subprocess.Popen(["/usr/bin/time", "-f", "%M", dcpctl, *args, "--timeout", "300"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     out = []
     for p in procs:

@@ -392,7 +392,10 @@ def main():
         secs = time.monotonic() - t
         expect_rc(r, EXIT_IO, "an unreachable IMDS", "IMDS", f"127.0.0.1:{port}", "environment: AWS_ACCESS_KEY_ID not set",
                   "web identity:", "container:")
-        check(secs < 20, f"an unreachable IMDS took {secs:.1f} s to fail")
+        # A refused connection fails in milliseconds; what this catches is a retry loop with back-off
+        # or libcurl's default connect timeout (300 s), so the bound sits far above what a loaded
+        # machine stretches a run of milliseconds to.
+        check(secs < 60, f"an unreachable IMDS took {secs:.1f} s to fail")
 
         # --- container endpoint ---
         auth = "container-auth-" + os.urandom(6).hex()

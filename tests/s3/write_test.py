@@ -131,8 +131,8 @@ MANIFEST = "dcpctl-manifest.json"
 
 def check_object_manifest(prefix: str, manifest_key: str, local_manifest: Path, result: subprocess.CompletedProcess,
                           what: str) -> None:
-    """The manifest object of an output at `prefix` (a folder `x/`, or a file's key): last, hashlib's
-    digests of the objects, the local output's tensor digests, nothing read back; verify checks it."""
+    """The manifest object of an output at `prefix` (a folder `x/`, or a file's key): last, Python's
+    digests of the objects (zlib's CRC-32, or hashlib's SHA-256), the local output's tensor digests, nothing read back; verify checks it."""
     import hashlib
     objs = SERVER.keys(BUCKET, prefix)
     if not check(manifest_key in objs, f"{what}: no {manifest_key} among {sorted(objs)}"):
@@ -143,9 +143,13 @@ def check_object_manifest(prefix: str, manifest_key: str, local_manifest: Path, 
     listed = {(prefix + n if folder else prefix[:prefix.rfind("/") + 1] + n): d for n, d in m["files"].items()}
     want = sorted(k for k in objs if k != manifest_key) if folder else [prefix]
     check(sorted(listed) == want, f"{what}: the manifest lists {sorted(listed)}, the prefix holds {want}")
+    import zlib
+    alg = m.get("algorithm")  # crc32 by default (version 2), sha256 where asked (meta/manifest.h)
     for k, d in listed.items():
         if k in objs:
-            check(hashlib.sha256(SERVER.get(BUCKET, k)).hexdigest() == d, f"{what}: {k}: the manifest's SHA-256 is not hashlib's")
+            data = SERVER.get(BUCKET, k)
+            got = f"{zlib.crc32(data):08x}" if alg == "crc32" else hashlib.sha256(data).hexdigest()
+            check(got == d, f"{what}: {k}: the manifest's {alg} is not Python's")
     check(isinstance(m.get("tensors"), dict) and m["tensors"] == local.get("tensors"),
           f"{what}: tensor digests differ from the local output's")
     check(all(o["LastModified"] <= objs[manifest_key]["LastModified"] for o in objs.values()), f"{what}: an object newer than the manifest")
@@ -308,7 +312,7 @@ def case_outputs(work: Path) -> None:
     # killed at the write leaves nothing
     def launch(*args, env=None):  # torchrun (exits 1 when a worker fails; each worker's code is in its report)
         return run_argv(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
-                        DCPCTL, *args, "--timeout", "60", env=env or ENV)
+                        DCPCTL, *args, "--timeout", "300", env=env or ENV)
     r = launch("reshard", ckpt, "-o", url("tr-re3/"), "--world-size", "3")
     if check(r.returncode == 0, f"torchrun reshard -o s3: {r.stderr[-2000:]}"):
         for n in ("__0_0.distcp", "__1_0.distcp", "__2_0.distcp"):
@@ -372,7 +376,9 @@ def case_outputs(work: Path) -> None:
 
 # ---- faults ----
 
-def wait_stopped(pid: int, timeout=60) -> bool:
+def wait_stopped(pid: int, timeout=300) -> bool:
+    """Whether `pid` stopped itself (a failpoint) within `timeout` s: a hang guard far above what a
+    loaded machine stretches a run of seconds to."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:

@@ -36,6 +36,10 @@ struct Wire {
   std::map<std::tuple<int, int, uint32_t>, std::deque<std::shared_ptr<Msg>>> queues;  // (src, dst, tag)
 };
 
+// How long a fake transfer waits for its peer thread before it calls the run a deadlock: far above
+// any scheduling delay (the peer needs microseconds of CPU), so a loaded machine cannot trip it.
+constexpr std::chrono::seconds kDeadlock{120};
+
 class FakeGroup final : public Group {
  public:
   FakeGroup(Wire& w, int rank, int size) : w_(w), rank_(rank), size_(size) {}
@@ -49,7 +53,7 @@ class FakeGroup final : public Group {
   }
   std::string fetch(const std::string& key) override {
     std::unique_lock<std::mutex> lock(w_.mu);
-    if (!w_.cv.wait_for(lock, std::chrono::seconds(5), [&] { return w_.kv.count(key) > 0; }))
+    if (!w_.cv.wait_for(lock, kDeadlock, [&] { return w_.kv.count(key) > 0; }))
       throw IoError(Where(), "fake: no " + key);
     return w_.kv[key];
   }
@@ -64,13 +68,13 @@ class FakeGroup final : public Group {
     std::unique_lock<std::mutex> lock(w_.mu);
     w_.queues[{rank_, dst, tag}].push_back(m);
     w_.cv.notify_all();
-    if (!w_.cv.wait_for(lock, std::chrono::seconds(5), [&] { return m->taken; }))
+    if (!w_.cv.wait_for(lock, kDeadlock, [&] { return m->taken; }))
       throw IoError(Where(), "fake: send to " + std::to_string(dst) + " never received (deadlock?)");
   }
   void recv(int src, uint32_t tag, void* data, uint64_t n) override {
     std::unique_lock<std::mutex> lock(w_.mu);
     auto& q = w_.queues[{src, rank_, tag}];
-    if (!w_.cv.wait_for(lock, std::chrono::seconds(5), [&] { return !q.empty(); }))
+    if (!w_.cv.wait_for(lock, kDeadlock, [&] { return !q.empty(); }))
       throw IoError(Where(), "fake: nothing from " + std::to_string(src) + " (deadlock?)");
     auto m = q.front();
     q.pop_front();

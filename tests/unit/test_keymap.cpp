@@ -254,7 +254,7 @@ TEST_CASE("keymap: refusals name what is wrong") {
   // Bad map files: the rule and field are named.
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "perm": 1}]})"),
                     Catch::Contains("rule 0 has an unknown field \"perm\""));
-  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k"}]})"),
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/3", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k"}]})"),
                     Catch::Contains("dcpctl-map/1"));
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k.{L", "b": "j"}]})"),
                     Catch::Contains("unclosed"));

@@ -170,3 +170,86 @@ TEST_CASE("keymap model: every built-in map declares its model on both sides, an
 }
 
 }  // namespace dcpctl
+
+namespace dcpctl {
+namespace {
+
+// A family (dcpctl-map/2): layer rules written once under two prefixes, a variant per HF family.
+const char* kFamilyMap = R"({"schema": "dcpctl-map/2", "name": "fam", "sides": ["mg", "hf"],
+  "model": {"mg": ["decoder."], "hf": ["model."]},
+  "variants": {"a": {"model_types": ["type_a"], "default": true}, "b": {"model_types": ["type_b"]}},
+  "prefixes": {"stacked": {"mg": "decoder.layers.", "hf": "model.layers.{L}.", "stack": {"dim": 0, "count": "2", "index": "L"}},
+               "layer": {"mg": "decoder.layers.{L}.", "hf": "model.layers.{L}."}},
+  "layer_rules": [{"mg": "attn.w", "hf": "attn.w"},
+                  {"mg": "moe.shared.w", "hf": "mlp.shared_expert.w", "variants": ["a"]},
+                  {"mg": "moe.shared.w", "hf": "mlp.shared_experts.w", "variants": ["b"]},
+                  {"mg": "moe.bias", "hf": "mlp.gate.bias", "variants": ["b"]}],
+  "rules": [{"layers": "stacked"}, {"layers": "layer"}],
+  "aliases": {"fam-a": {"description": "a only", "variants": ["a"], "rules": [{"layers": "layer"}]}}})";
+
+MapConfig config_of(const std::string& json) {
+  return {nlohmann::json::parse(json), "config.json"};
+}
+
+std::vector<std::string> output_keys(const MappedModel& mm) {
+  std::vector<std::string> keys;
+  for (const auto& t : mm.tensors) keys.push_back(t.meta.fqn);
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("keymap family: layer rules expand under each prefix, the variant comes from model_type, else the keys, else the default") {
+  KeyMap km = model_map_of(kFamilyMap);
+  CHECK(km.family == "fam");
+  REQUIRE(km.rules.size() == 8);  // 4 layer rules x 2 prefixes
+  CHECK(km.rules[0].side[0][0].pattern == "decoder.layers.attn.w");
+  CHECK(km.rules[0].experts.value("count", "") == "2");
+  CHECK(km.rules[4].side[0][0].pattern == "decoder.layers.{L}.attn.w");
+  Checkpoint ck = checkpoint({t2("decoder.layers.0.attn.w"), t2("decoder.layers.0.moe.shared.w")});
+  // model_type chooses
+  MappedModel a = apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "type_a"})"));
+  CHECK(a.variant == "a");
+  CHECK(output_keys(a) == std::vector<std::string>{"model.layers.0.attn.w", "model.layers.0.mlp.shared_expert.w"});
+  MappedModel b = apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "type_b"})"));
+  CHECK(b.variant == "b");
+  CHECK(output_keys(b) == std::vector<std::string>{"model.layers.0.attn.w", "model.layers.0.mlp.shared_experts.w"});
+  CHECK(b.describe()["variant"] == "b");
+  // a model_type no variant lists: only the shared rules apply, the rest is refused naming it
+  CHECK_THROWS_AS(apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "other"})")), UnsupportedError);
+  CHECK_THROWS_WITH(apply_key_map(km, ck.md, select_items(ck.md, {}), config_of(R"({"model_type": "other"})")),
+                    Catch::Contains("decoder.layers.0.moe.shared.w") && Catch::Contains("config.json's model_type other") &&
+                        Catch::Contains("has no variant for it"));
+  // no model_type: the keys (b's own rule matches the bias), a tie goes to the default
+  Checkpoint biased = checkpoint({t2("decoder.layers.0.attn.w"), t2("decoder.layers.0.moe.shared.w"), t2("decoder.layers.0.moe.bias")});
+  CHECK(apply_key_map(km, biased.md, select_items(biased.md, {}), no_config()).variant == "b");
+  CHECK(apply_key_map(km, ck.md, select_items(ck.md, {}), no_config()).variant == "a");
+  // the hf side's names tell too
+  Checkpoint hf = checkpoint({t2("model.layers.0.attn.w"), t2("model.layers.0.mlp.shared_experts.w"), t2("model.layers.1.attn.w"),
+                              t2("model.layers.1.mlp.shared_experts.w")});
+  MappedModel back = apply_key_map(km, hf.md, select_items(hf.md, {}), no_config());
+  CHECK(back.variant == "b");
+  CHECK(output_keys(back) == std::vector<std::string>{"decoder.layers.attn.w", "decoder.layers.moe.shared.w"});
+}
+
+TEST_CASE("keymap family: an alias has its own rules and variants, and a bad family is refused naming what is wrong") {
+  std::vector<KeyMap> all = builtin_key_maps();
+  bool megatron = false;
+  for (const auto& m : all) megatron = megatron || (m.name == "megatron-mixtral" && m.family == "megatron" && m.variants.size() == 1);
+  CHECK(megatron);
+  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "rules": [{"layers": "nope"}]})"),
+                    Catch::Contains("no prefix nope"));
+  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/2", "name": "x", "sides": ["a", "b"], "variants": {"v": {}}, "rules": [{"a": "k", "b": "k"}]})"),
+                    Catch::Contains("variant v"));
+  // "drop_when": "zeros" belongs to a one-sided rule; there it marks the keys build_model checks
+  CHECK_THROWS_WITH(model_map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "k", "b": "j", "drop_when": "zeros"}]})"),
+                    Catch::Contains("drop_when"));
+  KeyMap z = model_map_of(R"({"schema": "dcpctl-map/1", "name": "z", "sides": ["a", "b"],
+    "rules": [{"a": "w", "b": "w"}, {"a": "bias", "reason": "none on b", "drop_when": "zeros"}]})");
+  Checkpoint ck = checkpoint({t2("w"), t2("bias")});
+  MappedModel mm = apply_key_map(z, ck.md, select_items(ck.md, {}), no_config());
+  CHECK(mm.zero_checked == std::vector<std::string>{"bias"});
+  CHECK(mm.describe()["dropped_zeros"] == nlohmann::json::array({"bias"}));
+}
+
+}  // namespace dcpctl

@@ -5,9 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -59,21 +62,21 @@ std::vector<size_t> pieces_of(size_t bytes, size_t piece) {
 
 // The digest recorded for the committed file at `path`, and what it read back.
 struct Recorded {
-  std::string sha256;
+  std::string sha256;  // the digest, in the run's algorithm
   uint64_t read_back;
 };
 Recorded commit_and_look(OutputFile& out, const std::string& path) {
   out.commit();
   std::optional<WrittenDigest> d = written_digest(path);
   REQUIRE(d);
-  return {d->digest.sha256, d->read_back};
+  return {d->digest.hex, d->read_back};
 }
 
 }  // namespace
 
 TEST_CASE("write hash: appends in order are hashed as written", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> bytes = random_bytes(3 << 20, 11);
   const std::string path = dir.path + "/a.bin";
   OutputFile out(path);
@@ -85,7 +88,7 @@ TEST_CASE("write hash: appends in order are hashed as written", "[write_hash]") 
 
 TEST_CASE("write hash: staged appends past the page cache are hashed as written", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> bytes = random_bytes((5 << 20) + 77, 12);
   const std::string path = dir.path + "/s.bin";
   OutputFile out(path);
@@ -99,7 +102,7 @@ TEST_CASE("write hash: staged appends past the page cache are hashed as written"
 
 TEST_CASE("write hash: writes out of order are kept until the prefix reaches them", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> bytes = random_bytes(4 << 20, 13);
   const std::string path = dir.path + "/o.bin";
   OutputFile out(path);
@@ -113,7 +116,7 @@ TEST_CASE("write hash: writes out of order are kept until the prefix reaches the
 
 TEST_CASE("write hash: direct writes from several threads", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const size_t piece = 1 << 20;
   const std::vector<uint8_t> bytes = random_bytes(24 * piece + 4097, 14);
   const std::string path = dir.path + "/t.bin";
@@ -137,7 +140,7 @@ TEST_CASE("write hash: direct writes from several threads", "[write_hash]") {
 
 TEST_CASE("write hash: ranges no write showed are read back, and only those", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> bytes = random_bytes(2 << 20, 15);
   const std::string path = dir.path + "/g.bin";
   OutputFile out(path);
@@ -153,7 +156,7 @@ TEST_CASE("write hash: ranges no write showed are read back, and only those", "[
 
 TEST_CASE("write hash: a range written twice makes the whole file read back", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   std::vector<uint8_t> bytes = random_bytes(1 << 20, 16);
   const std::string path = dir.path + "/w.bin";
   OutputFile out(path);
@@ -221,7 +224,7 @@ std::pair<std::string, uint64_t> two_part_tensor(const TempDir& dir, const std::
 
 TEST_CASE("tensor hash: parts in two files, shown out of order, hashed as written", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> p0 = random_bytes(300000, 5), p1 = random_bytes(200000, 6);
   auto [digest, read] = two_part_tensor(dir, p0, p1, false);
   CHECK(digest == sha_of(p0, p1));
@@ -232,14 +235,14 @@ TEST_CASE("tensor hash: a file written twice, or a part past the budget, is read
   const std::vector<uint8_t> p0 = random_bytes(300000, 5), p1 = random_bytes(200000, 6);
   {
     TempDir dir;
-    HashWrites on(true);
+    HashWrites on(true, ManifestAlgorithm::Sha256);
     auto [digest, read] = two_part_tensor(dir, p0, p1, true);
     CHECK(digest == sha_of(p0, p1));
     CHECK(read == p0.size() + p1.size());
   }
   {
     TempDir dir;
-    HashWrites on(true);
+    HashWrites on(true, ManifestAlgorithm::Sha256);
     REQUIRE(hold_bytes(kHeldBudget - 1000));  // the budget nearly spent: part 1 cannot be kept
     auto [digest, read] = two_part_tensor(dir, p0, p1, false);
     release_bytes(kHeldBudget - 1000);
@@ -248,7 +251,7 @@ TEST_CASE("tensor hash: a file written twice, or a part past the budget, is read
   }
   {
     TempDir dir;
-    HashWrites on(true);
+    HashWrites on(true, ManifestAlgorithm::Sha256);
     uint64_t read = 0;
     CHECK_FALSE(declared_tensor_digest("w", read));  // an earlier run's declarations are forgotten
   }
@@ -256,7 +259,7 @@ TEST_CASE("tensor hash: a file written twice, or a part past the budget, is read
 
 TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches it, and the prefix goes on", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> bytes = random_bytes(3 << 20, 21);
   const std::string path = dir.path + "/a.bin";
   REQUIRE(hold_bytes(kHeldBudget - 1000));  // nothing can be kept: a write ahead of the prefix is let go
@@ -283,7 +286,7 @@ TEST_CASE("write hash: a write let go is read back as soon as the prefix reaches
 // wrote it, into the file's digest and its tensor's, and nothing is read back.
 TEST_CASE("write hash: lanes writing consecutive windows take turns, nothing kept or read back", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const size_t window = 64 << 10;
   const std::vector<uint64_t> sizes = {300000, 1 << 20, 5 * window + 17};
   const std::vector<uint8_t> head = random_bytes(4096, 30);
@@ -336,7 +339,7 @@ TEST_CASE("write hash: lanes writing consecutive windows take turns, nothing kep
 // is read back.
 TEST_CASE("tensor hash: a part past the budget waits for the parts before it being written", "[write_hash]") {
   TempDir dir;
-  HashWrites on(true);
+  HashWrites on(true, ManifestAlgorithm::Sha256);
   const std::vector<uint8_t> p0 = random_bytes(600000, 7), p1 = random_bytes(500000, 8);
   declare_tensor("w", {p0.size(), p1.size()});
   OutputFile a(dir.path + "/a.bin"), b(dir.path + "/b.bin");
@@ -360,4 +363,95 @@ TEST_CASE("tensor hash: a part past the budget waits for the parts before it bei
   REQUIRE(d);
   CHECK(*d == sha_of(p0, p1));
   CHECK(read == 0);
+}
+
+// CRC-32 manifests (the default): every write's CRC as it passes, in any order and from any
+// thread, joined per file and per tensor; nothing kept, nothing waits; the digest is zlib's CRC-32
+// of the file (the tensor's bytes in C order).
+namespace {
+
+std::string zlib_crc_hex(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b = {}) {
+  uLong c = ::crc32(0L, Z_NULL, 0);
+  // (zlib's crc32 of a null buffer is its initial value, 0: an empty piece is left out)
+  if (!a.empty()) c = ::crc32(c, a.data(), static_cast<uInt>(a.size()));
+  if (!b.empty()) c = ::crc32(c, b.data(), static_cast<uInt>(b.size()));
+  return crc32_hex(static_cast<uint32_t>(c));
+}
+
+std::string file_crc_hex(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<uint8_t> all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return zlib_crc_hex(all);
+}
+
+}  // namespace
+
+TEST_CASE("crc write hash: writes in any order from several threads are joined, and nothing is read back", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true);  // CRC-32 by default
+  REQUIRE(hashing_algorithm() == ManifestAlgorithm::Crc32);
+  const std::vector<uint8_t> bytes = random_bytes((5 << 20) + 12345, 21);
+  const std::string path = dir.path + "/c.bin";
+  OutputFile out(path);
+  // Pieces dealt to 4 threads, each writing its own backwards: no write continues another.
+  const size_t piece = 77777;
+  const std::vector<size_t> all = pieces_of(bytes.size(), piece);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t k = all.size(); k-- > 0;)
+        if (k % 4 == t) write_pieces(out, bytes, piece, {k});
+    });
+  for (auto& th : threads) th.join();
+  Recorded r = commit_and_look(out, path);
+  CHECK(r.sha256 == zlib_crc_hex(bytes));
+  CHECK(r.sha256 == file_crc_hex(path));
+  CHECK(r.read_back == 0);
+}
+
+TEST_CASE("crc write hash: ranges no write showed are read back, and only those", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true, ManifestAlgorithm::Crc32);
+  const std::vector<uint8_t> bytes = random_bytes(2 << 20, 22);
+  const std::string path = dir.path + "/g.bin";
+  OutputFile out(path);
+  const size_t a = 300000, b = 700000;  // written behind the hash's back, as copy_file_range does
+  out.pwrite_all(bytes.data() + b, bytes.size() - b, b);
+  REQUIRE(::pwrite(out.fd(), bytes.data() + a, b - a, static_cast<off_t>(a)) == static_cast<ssize_t>(b - a));
+  out.pwrite_all(bytes.data(), a, 0);
+  Recorded r = commit_and_look(out, path);
+  CHECK(r.sha256 == zlib_crc_hex(bytes));
+  CHECK(r.read_back == b - a);
+}
+
+TEST_CASE("crc write hash: a range written twice makes the whole file read back", "[write_hash]") {
+  TempDir dir;
+  HashWrites on(true, ManifestAlgorithm::Crc32);
+  std::vector<uint8_t> bytes = random_bytes(1 << 20, 23);
+  const std::string path = dir.path + "/w.bin";
+  OutputFile out(path);
+  out.pwrite_all(bytes.data(), bytes.size(), 0);
+  bytes[1000] ^= 0xff;
+  out.pwrite_all(bytes.data() + 1000, 1, 1000);
+  Recorded r = commit_and_look(out, path);
+  CHECK(r.sha256 == zlib_crc_hex(bytes));  // the file as it is, the second write's byte in it
+  CHECK(r.read_back == bytes.size());
+}
+
+TEST_CASE("crc tensor hash: parts in two files out of order are joined, and a file written twice is read back", "[write_hash]") {
+  const std::vector<uint8_t> p0 = random_bytes(300000, 5), p1 = random_bytes(200000, 6);
+  {
+    TempDir dir;
+    HashWrites on(true);
+    auto [digest, read] = two_part_tensor(dir, p0, p1, false);
+    CHECK(digest == zlib_crc_hex(p0, p1));
+    CHECK(read == 0);
+  }
+  {
+    TempDir dir;
+    HashWrites on(true);
+    auto [digest, read] = two_part_tensor(dir, p0, p1, true);
+    CHECK(digest == zlib_crc_hex(p0, p1));
+    CHECK(read == p0.size() + p1.size());
+  }
 }
