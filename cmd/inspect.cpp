@@ -130,7 +130,16 @@ void render_summary(const json& r) {
       std::cout << ")" << (q.value("mxfp4", uint64_t{0}) > 0 ? ", " : "");
     }
     if (q.value("mxfp4", uint64_t{0}) > 0) std::cout << q["mxfp4"].get<uint64_t>() << " MXFP4 weights (_blocks with their _scales)";
-    std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
+    if (q["scaled_weights"].get<uint64_t>() > 0 || q.value("mxfp4", uint64_t{0}) > 0)
+      std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
+    else {
+      std::string counts;
+      const json per_codec = q.value("codecs", json::object());  // held: items() of a temporary would dangle
+      for (const auto& [name, n] : per_codec.items())
+        counts += (counts.empty() ? "" : ", ") + std::to_string(n.get<uint64_t>()) + " " + name;
+      std::cout << counts << " weights beside their scales: --dtype bf16 (or fp32) dequantizes them as their producer does\n";
+    }
+    if (!q.value("scheme", json()).is_null()) std::cout << "            config.json: quant_method " << q["scheme"].get<std::string>() << "\n";
   }
   if (const json& l = r["lora"]; !l.is_null()) {
     for (const json& a : l["adapters"]) {

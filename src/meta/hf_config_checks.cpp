@@ -347,12 +347,15 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
       if (named) {
         scales = {k.substr(0, k.size() - std::string(named->weight_suffix).size()) + named->scale_suffix};
       } else {
-        // The codecs' scales of a weight that keeps its name (fp8-block's X_scale_inv, F4's X_scale),
-        // then compressed-tensors' of X.weight_packed.
+        // compressed-tensors' scale of X.weight_packed first (the one a message names); the codecs'
+        // scales of a weight that keeps its name (fp8-block's X_scale_inv, F4's X_scale), then
+        // compressed-tensors' and ModelOpt's X.weight_scale and DeepSeek-V4's X.scale.
+        if (packed) scales.push_back(module + ".weight_scale");
         for (const Codec* c : codecs())
           if (!*c->weight_suffix) scales.push_back(k + c->scale_suffix);
         scales.push_back(module + ".weight_scale");
         scales.push_back(module + ".weight_scale_inv");
+        scales.push_back(module + ".scale");
       }
       if (std::none_of(scales.begin(), scales.end(), [&](const std::string& s) { return by_key.count(s) > 0; }))
         problem("quant-scale-missing", k,

@@ -13,10 +13,12 @@ QuantConfig quant_config(const MapConfig& config) {
   q.path = config.path;
   q.found = !config.json.is_null();
   q.block = configured_block(config);
+  q.root = config.json;
   if (!config.json.is_object() || !config.json.contains("quantization_config")) return q;
   const json& c = config.json["quantization_config"];
   if (!c.is_object()) return q;
   q.present = true;
+  q.raw = c;
   auto text = [&](const char* k) { return c.contains(k) && c[k].is_string() ? c[k].get<std::string>() : ""; };
   q.quant_method = text("quant_method");
   q.fmt = text("fmt");
@@ -62,18 +64,35 @@ json describe_quantization(const Checkpoint& ck) {
     if (t.dtype && fp8.weight_dtype(*t.dtype)) ++unscaled;
   unscaled -= scaled;
   const size_t mx = mxfp4_codec().pairs(md, by_name).size();
-  if (scaled == 0 && mx == 0) return nullptr;
-  json block = nullptr, path = nullptr;
+  // Every codec's weights by its name (a weight two codecs pair is counted under each; config.json's
+  // scheme says which reads it).
+  json per_codec = json::object();
+  for (const Codec* c : codecs())
+    if (c->pairs)
+      if (size_t n = c->pairs(md, by_name).size()) per_codec[c->name] = n;
+  if (scaled == 0 && mx == 0 && per_codec.empty()) return nullptr;
+  json block = nullptr, path = nullptr, scheme = nullptr;
   try {
     MapConfig config = checkpoint_config(ck, "");
     if (auto b = configured_block(config)) {
       block = {b->first, b->second};
       path = config.path;
     }
+    const QuantConfig qc = quant_config(config);
+    if (qc.present) {
+      std::string s = qc.quant_method.empty() ? "(no quant_method)" : qc.quant_method;
+      for (const char* k : {"format", "quant_algo", "expert_dtype"})
+        if (qc.raw.contains(k) && qc.raw[k].is_string()) s += std::string(" ") + k + " " + qc.raw[k].get<std::string>();
+      if (!qc.raw.contains("expert_dtype") && qc.root.is_object() && qc.root.contains("expert_dtype") && qc.root["expert_dtype"].is_string())
+        s += " expert_dtype " + qc.root["expert_dtype"].get<std::string>();
+      scheme = s;
+      path = config.path;
+    }
   } catch (const Error&) {
     // a config.json that is not JSON, or a bad block size: a write with --dtype says so
   }
-  return {{"scaled_weights", scaled}, {"block", block}, {"config", path}, {"float8_unscaled", unscaled}, {"mxfp4", mx}};
+  return {{"scaled_weights", scaled}, {"block", block}, {"config", path}, {"float8_unscaled", unscaled}, {"mxfp4", mx},
+          {"scheme", scheme}, {"codecs", per_codec}};
 }
 
 std::string dequantized_config(const std::string& config_text, DType dtype) {

@@ -32,6 +32,8 @@ struct QuantConfig {
   std::string quant_method, fmt, scale_fmt;
   std::optional<std::pair<int64_t, int64_t>> block;  // weight_block_size
   std::vector<std::string> modules_to_not_convert;
+  nlohmann::json raw;   // the quantization_config object (null: none)
+  nlohmann::json root;  // the whole config.json (null: none)
 };
 struct MapConfig;
 // UsageError naming the file: a weight_block_size that is not two positive integers.

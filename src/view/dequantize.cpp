@@ -3,6 +3,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "meta/codecs/unexplained.h"
 #include "meta/derived.h"
 #include "meta/keymap.h"
 #include "meta/quantized.h"
@@ -25,14 +26,22 @@ void refuse_mxfp4(const Checkpoint& ck, const std::string& what) {
 
 std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets) {
   if (!cast) return std::nullopt;
+  const std::string what = std::string("--dtype ") + torch_name(*cast);
+  refuse_unexplained_scheme(ck, assets, what);
   const Metadata& md = ck.md;
   const NameIndex by_name = tensor_names(md);
-  // Each codec's (weight, scale) pairs, in codec_views()' order.
+  // Each codec's (weight, scale) pairs, in codec_views()' order; a codec that reads only some
+  // configs (codec_views()' `applies`) asks config.json, read once when one has pairs.
   const std::vector<CodecView>& codecs = codec_views();
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> pairs;
   const CodecView* first = nullptr;  // the first codec with weights here
+  std::optional<QuantConfig> config_said;
   for (const CodecView& v : codecs) {
     pairs.push_back(v.decode && v.codec->pairs ? v.codec->pairs(md, by_name) : std::vector<std::pair<uint32_t, uint32_t>>());
+    if (!pairs.back().empty() && v.applies) {
+      if (!config_said) config_said = quant_config(checkpoint_config(ck, assets));
+      if (!v.applies(*config_said)) pairs.back().clear();
+    }
     if (!first && !pairs.back().empty()) first = &v;
   }
   // Scales named as fp8-block's beside weights that are not float8.
@@ -46,7 +55,10 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
     if (w != by_name.end() && !(md.tensors[w->second].dtype && fp8.weight_dtype(*md.tensors[w->second].dtype)))
       ignored.push_back(i);
   }
-  if (!first) return std::nullopt;
+  if (!first) {
+    refuse_unexplained_tensors(ck, assets, what);
+    return std::nullopt;
+  }
   if (fp8.weight_dtype(*cast)) {
     const auto& [wi, si] = pairs[static_cast<size_t>(first - codecs.data())][0];
     throw UnsupportedError(
@@ -83,9 +95,12 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   for (size_t k = 0; k < codecs.size(); ++k) {
     for (const auto& [wi, si] : pairs[k]) {
       DecodedTensor d = codecs[k].decode(ck, md.tensors[wi], md.tensors[si], qc);
-      table->tensors[md.tensors[wi].fqn] = {std::move(d.tensor), ck.derived};
+      table->tensors[d.meta.fqn] = {std::move(d.tensor), ck.derived};
+      if (d.meta.fqn != md.tensors[wi].fqn) table->tensors.erase(md.tensors[wi].fqn);
       view.md.tensors[wi] = std::move(d.meta);
       is_scale[si] = true;
+      for (const std::string& c : d.consumed)
+        if (auto it = by_name.find(c); it != by_name.end()) is_scale[it->second] = true;
     }
     if (codecs[k].decode) said[codecs[k].said] = pairs[k].size();
     if (codecs[k].codec == &fp8) fp8_weights = pairs[k].size();
@@ -116,6 +131,9 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   table->views["dequantized"] = said;
   table->output.dequantized = true;
   view.derived = std::move(table);
+  // What is left that still says it is quantized (a parameter no codec consumed, a packed weight
+  // beside a scale no codec read) is refused, not cast.
+  refuse_unexplained_tensors(view, assets, what);
   return view;
 }
 

@@ -5,6 +5,7 @@
 #include "view/map_view.h"
 #include "view/quantize.h"
 #include "item/item_reader.h"
+#include "meta/codecs/unexplained.h"
 #include "meta/quantized.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -87,6 +88,8 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     // The config.json the map's parameters came from (--config, --assets) decides first.
     if (q.config.is_null() && !rq.map.empty()) q.config = find_map_config(ck.dir, rq.map_config, rq.map_assets).json;
     if (q.config.is_null()) q.config = checkpoint_config(m.checkpoint(), rq.assets).json;
+    // Without --dtype nothing was dequantized: weights no codec reads are refused, not encoded.
+    if (!rq.cast) refuse_unexplained_quantization(m.checkpoint(), rq.assets, "--quantize " + q.scheme);
     m.own_ = quantized_view(m.checkpoint(), q);
   }
   return m;

@@ -78,7 +78,7 @@ DEFINITIONS = "common"  # common.schema.json: definitions only, no document of i
 # lack; every other key is required where it appears
 # (the drift check removes each key in turn, and it must also be rejected when not listed here).
 MAPS = {
-    "inspect": {"/summary/dtypes"},
+    "inspect": {"/summary/dtypes", "/quantization/codecs"},  # codecs: keyed by codec name
     "maps": {"/maps/[]/params", "/maps/[]/model"},  # model: keyed by the map's side names
     # a mapped write's dropped keys, each with its rule's reason
     "consolidate": {"/map/drop_reasons", "/map/params"},  # params: keyed by the map's parameter names

@@ -11,6 +11,9 @@ const std::vector<const Codec*>& codecs() {
       &fp8_block_codec(),
       &mxfp4_codec(),
       &f4_codec(),
+      &deepseek_v4_codec(),
+      &compressed_tensors_codec(),
+      &modelopt_codec(),
   };
   return list;
 }

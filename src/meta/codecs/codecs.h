@@ -55,6 +55,9 @@ struct Codec {
   const char* weight_suffix;  // the weight's name: X + weight_suffix ("": X itself)
   const char* scale_suffix;   // the scale's name beside it: X + scale_suffix
   std::vector<CodecRow> rows;
+  // Whether the codec reads what config.json's quantization_config `qc` (in `config`) declares;
+  // null: the quant_method is its own. Asked by the fail-closed check (meta/codecs/unexplained.h).
+  bool (*explains)(const nlohmann::json& qc, const nlohmann::json& config) = nullptr;
 
   // Recognition: the (weight, scale) pairs of `md` this codec reads (by name and rows), in table
   // order of the weights. Null: no view reads it as a weight (its dtype is read and written as is).
@@ -101,6 +104,12 @@ const Codec* quantize_codec(const std::string& word);
 const Codec& fp8_block_codec();
 const Codec& mxfp4_codec();
 const Codec& f4_codec();
+const Codec& deepseek_v4_codec();
+const Codec& compressed_tensors_codec();
+const Codec& modelopt_codec();
+// The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
+bool ct_format_read(const std::string& format);
+bool modelopt_algo_read(const std::string& algo);
 // fp8-block's half_step: half an e4m3fn ULP at |q| (q a value of the format, or near one).
 double e4m3_half_ulp(double q);
 

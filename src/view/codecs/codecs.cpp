@@ -9,6 +9,9 @@ const std::vector<CodecView>& codec_views() {
   static const std::vector<CodecView> list = {
       fp8_block_codec_view(),
       mxfp4_codec_view(),
+      deepseek_v4_codec_view(),
+      compressed_tensors_codec_view(),
+      modelopt_codec_view(),
   };
   return list;
 }

@@ -25,12 +25,16 @@ namespace dcpctl {
 
 // A decoded weight: its tensor in the dequantize view (float32) and what computes it.
 struct DecodedTensor {
-  TensorMeta meta;
+  TensorMeta meta;  // its name may differ from the stored weight's (compressed-tensors' X.weight_packed -> X.weight)
   std::shared_ptr<const DerivedTensor> tensor;
+  std::vector<std::string> consumed;  // further tensors that leave the view with it (global scales, zero points)
 };
 
 struct CodecView {
   const Codec* codec;
+  // Whether this codec reads the checkpoint whose config says `qc` (several codecs pair the same
+  // names: compressed-tensors' and ModelOpt's X.weight beside X.weight_scale); null: always.
+  bool (*applies)(const QuantConfig& qc) = nullptr;
   // --dtype: refuses (UnsupportedError naming the first weight) what `qc` does not confirm of this
   // codec's `pairs` before anything is decoded; null: the names and dtypes suffice.
   void (*confirm)(const Checkpoint& ck, const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
@@ -49,6 +53,9 @@ const std::vector<CodecView>& codec_views();
 // Each codec's (src/view/codecs/*.cpp).
 CodecView fp8_block_codec_view();
 CodecView mxfp4_codec_view();
+CodecView deepseek_v4_codec_view();
+CodecView compressed_tensors_codec_view();
+CodecView modelopt_codec_view();
 
 // Shared by the encoders: `view` with `table`, which says of itself (the view "quantized")
 // {"scheme", "block", "weights", "kept"} and leaves the quantization_config to write and the keys

@@ -344,7 +344,7 @@ DecodedTensor decode_fp8_block(const Checkpoint& ck, const TensorMeta& w, const 
             (block ? " (block size from " + qc.path + ")"
                    : " (no quantization_config.weight_block_size found: 128x128 assumed, as torch's reader does; " +
                          qc.path + ")"));
-  DecodedTensor out{w, std::make_shared<Fp8BlockWeight>(ck.metadata_path, w, s, b0, b1)};
+  DecodedTensor out{w, std::make_shared<Fp8BlockWeight>(ck.metadata_path, w, s, b0, b1), {}};
   out.meta.dtype = DType::Float32;
   out.meta.dtype_name = torch_name(DType::Float32);
   return out;

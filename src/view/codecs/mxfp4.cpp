@@ -284,7 +284,7 @@ void confirm_mxfp4(const Checkpoint& ck, const std::vector<std::pair<uint32_t, u
 // --dtype: blocks `b` [..., G, B] beside scales `s` as float32 [..., G * 2B], chunk for chunk.
 DecodedTensor decode_mxfp4(const Checkpoint& ck, const TensorMeta& b, const TensorMeta& s, const QuantConfig&) {
   TensorMeta v = mxfp4_float_meta(ck, b, s);
-  return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s)};
+  return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s), {}};
 }
 
 // --quantize mxfp4 (view/quantize.h).

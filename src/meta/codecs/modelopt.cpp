@@ -1,0 +1,67 @@
+// NVIDIA ModelOpt's Hugging Face export (nvidia-modelopt 0.47.0, export_hf_checkpoint): config.json's
+// quantization_config is {"quant_method": "modelopt", "quant_algo", "config_groups", "ignore",
+// "producer"}, and hf_quant_config.json beside it says the same (its `exclude_modules`; dcpctl reads
+// config.json only). Per quantized Linear X:
+//   NVFP4, W4A16_NVFP4  X.weight uint8 [N, K / 2] (E2M1, low nibble first), X.weight_scale e4m3
+//                       [N, K / 16], X.weight_scale_2 float32 [] (amax / (6 * 448): the reciprocal
+//                       of compressed-tensors' global scale); NVFP4 (W4A4) adds X.input_scale
+//   FP8                 X.weight e4m3 [N, K], X.weight_scale float32 [], X.input_scale float32 []
+//   MXFP8               X.weight e4m3 [N, K], X.weight_scale uint8 [N, K / 32] (E8M0)
+// Decoded as ModelOpt's own QTensor.dequantize computes (view/codecs/modelopt.cpp), in float32:
+// NVFP4 e2m1 * (float32(scale) * weight_scale_2), the code of -0 read as +0.0; MXFP8 q * 2^(e-127);
+// FP8 q * weight_scale. The activation scales leave with the weight: a dequantized model has none.
+#include <string>
+
+#include "meta/codecs/codecs.h"
+
+namespace dcpctl {
+
+// The quant_algo values view/codecs/modelopt.cpp decodes.
+bool modelopt_algo_read(const std::string& algo) {
+  return algo == "NVFP4" || algo == "W4A16_NVFP4" || algo == "FP8" || algo == "MXFP8";
+}
+
+namespace {
+
+std::vector<std::pair<uint32_t, uint32_t>> modelopt_pairs(const Metadata& md, const NameIndex& by_name) {
+  const Codec& codec = modelopt_codec();
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
+    const TensorMeta& w = md.tensors[i];
+    if (!w.dtype || !codec.weight_dtype(*w.dtype) || !ends_with_longer(w.fqn, ".weight")) continue;
+    auto s = by_name.find(w.fqn + "_scale");
+    if (s != by_name.end()) pairs.push_back({i, s->second});
+  }
+  return pairs;
+}
+
+bool modelopt_explains(const nlohmann::json& qc, const nlohmann::json& config) {
+  (void)config;
+  return qc.value("quant_method", "") == "modelopt" && qc.contains("quant_algo") && qc["quant_algo"].is_string() &&
+         modelopt_algo_read(qc["quant_algo"].get<std::string>());
+}
+
+}  // namespace
+
+const Codec& modelopt_codec() {
+  static const Codec codec = [] {
+    using D = DType;
+    Codec c;
+    c.name = "modelopt";
+    c.quant_method = "modelopt";
+    c.weight_suffix = "";
+    c.scale_suffix = "_scale";
+    c.rows = {
+        {"modelopt NVFP4", "", "", D::UInt8, D::Float8_E4M3FN, false},
+        {"modelopt FP8", "", "", D::Float8_E4M3FN, D::Float32, false},
+        {"modelopt MXFP8", "", "", D::Float8_E4M3FN, D::UInt8, false},
+    };
+    c.explains = modelopt_explains;
+    c.pairs = modelopt_pairs;
+    c.display = "ModelOpt";
+    return c;
+  }();
+  return codec;
+}
+
+}  // namespace dcpctl

@@ -1,0 +1,103 @@
+// modelopt's DerivedTensors (meta/codecs/modelopt.cpp describes the format): each quantized weight
+// read as float32 the way ModelOpt 0.47.0's own QTensor.dequantize(dtype=float32) computes it
+// (qtensor/nvfp4_tensor.py, mxfp8_tensor.py, fp8_tensor.py).
+#include <cmath>
+
+#include "meta/geometry.h"
+#include "util/error.h"
+#include "util/numeric.h"
+#include "view/codecs/codecs.h"
+#include "view/codecs/rows.h"
+
+namespace dcpctl {
+
+namespace {
+
+bool mo_applies(const QuantConfig& qc) {
+  return qc.quant_method == "modelopt";
+}
+
+[[noreturn]] void mo_misshapen(const Checkpoint& ck, const TensorMeta& s, const TensorMeta& w,
+                               const std::string& want) {
+  throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
+                    s.dtype_name + " " + dims_text(s.shape) + " is not the scale of ModelOpt weight '" + w.fqn + "' " +
+                        dims_text(w.shape) + ": " + want + " expected");
+}
+
+DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const TensorMeta& s, const QuantConfig& qc) {
+  const std::string algo = qc.raw.value("quant_algo", "");
+  const std::string module = w.fqn.substr(0, w.fqn.size() - 7);
+  std::vector<const TensorMeta*> aux{&s};
+  if (const TensorMeta* in = tensor_named(ck, module + ".input_scale")) aux.push_back(in);  // leaves with it
+  if (w.ndim() != 2) mo_misshapen(ck, w, w, "a 2-D Linear weight");
+  const int64_t N = w.shape[0];
+  if (algo == "NVFP4" || algo == "W4A16_NVFP4") {
+    const int64_t bytes = w.shape[1], K = bytes * 2;
+    if (*w.dtype != DType::UInt8 || s.dtype != DType::Float8_E4M3FN || s.shape != std::vector<int64_t>{N, K / 16} ||
+        K % 16)
+      mo_misshapen(ck, s, w, "float8_e4m3fn [" + std::to_string(N) + ", " + std::to_string(K / 16) + "]");
+    const TensorMeta* s2 = tensor_named(ck, module + ".weight_scale_2");
+    if (!s2 || s2->dtype != DType::Float32 || s2->numel() != 1)
+      throw FormatError(Where(ck.metadata_path, std::nullopt, w.fqn),
+                        "ModelOpt NVFP4 weight without its float32 per-tensor scale '" + module + ".weight_scale_2'");
+    aux.insert(aux.begin() + 1, s2);
+    DecodedTensor d = row_decoded(
+        ck, w.fqn, w, aux, K,
+        [bytes, K](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
+          const float s2v = float_at(a[1], DType::Float32, 0);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < K; ++j) {
+              const uint8_t b = p[r * bytes + j / 2];
+              const uint8_t code = (j & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 15);
+              const float block = e4m3fn_to_f32(a[0][(r0 + r) * (K / 16) + j / 16]) * s2v;
+              out[r * K + j] = e2m1_value(code, false) * block;
+            }
+        });
+    d.consumed.erase(d.consumed.begin());  // the scale leaves as the pair's
+    return d;
+  }
+  const int64_t K = w.shape[1];
+  if (*w.dtype != DType::Float8_E4M3FN) mo_misshapen(ck, w, w, "float8_e4m3fn");
+  if (algo == "MXFP8") {
+    if (s.dtype != DType::UInt8 || K % 32 || s.shape != std::vector<int64_t>{N, K / 32})
+      mo_misshapen(ck, s, w, "uint8 (E8M0) [" + std::to_string(N) + ", " + std::to_string(K / 32) + "]");
+    DecodedTensor d = row_decoded(
+        ck, w.fqn, w, aux, K,
+        [K](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < K; ++j) {
+              const int e = a[0][(r0 + r) * (K / 32) + j / 32];
+              out[r * K + j] = e4m3fn_to_f32(p[r * K + j]) * std::exp2(static_cast<float>(e - 127));
+            }
+        });
+    d.consumed.erase(d.consumed.begin());
+    return d;
+  }
+  if (algo == "FP8") {
+    if (s.dtype != DType::Float32 || s.numel() != 1) mo_misshapen(ck, s, w, "float32 [] (one scale)");
+    DecodedTensor d = row_decoded(
+        ck, w.fqn, w, aux, K,
+        [K](const uint8_t* p, int64_t, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
+          const float sv = float_at(a[0], DType::Float32, 0);
+          for (int64_t i = 0; i < rows * K; ++i) out[i] = e4m3fn_to_f32(p[i]) * sv;
+        });
+    d.consumed.erase(d.consumed.begin());
+    return d;
+  }
+  throw UnsupportedError(
+      Where(ck.metadata_path, std::nullopt, w.fqn),
+      "ModelOpt quant_algo '" + algo + "' (" + qc.path + "): dcpctl decodes NVFP4, W4A16_NVFP4, FP8 and MXFP8");
+}
+
+}  // namespace
+
+CodecView modelopt_codec_view() {
+  CodecView v;
+  v.codec = &modelopt_codec();
+  v.applies = mo_applies;
+  v.decode = decode_modelopt;
+  v.said = "modelopt";
+  return v;
+}
+
+}  // namespace dcpctl

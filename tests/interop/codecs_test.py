@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Quantized folders of every producer read by dcpctl, checked against the producer's own
+dequantization bit for bit (issue 57; the folders and references: quant_producers.py and
+tests/fixtures/layouts/make_modelopt.py).
+
+    codecs_test.py DCPCTL FIXTURES [--only NAME[,NAME...]] [--report]
+
+One Python launch for every case (the imports of torch, transformers and compressed-tensors are
+most of its time). For each folder:
+
+  - `consolidate F -o OUT/ --dtype fp32` and `--dtype bf16`: every quantized weight equals the
+    reference in that dtype, byte for byte (compressed-tensors 0.20.0's CompressedTensorsDequantizer,
+    ModelOpt 0.47.0's QTensor.dequantize as recorded in dequantized.json, transformers 5.23's
+    Fp8Dequantize._dequantize_one), every other tensor is the source's cast as torch's Tensor.to()
+    casts it, no scale, packed weight, zero point, shape or global scale is left, and config.json
+    has no quantization_config;
+  - `inspect --json F` and `verify F` describe the folder (exit 0; the scheme named);
+
+and the fail-closed cases: a scheme no codec explains, a config naming a format its tensors do not
+have, a DeepSeek-V4 FP8 weight without its `.scale`: exit 5 under --dtype, naming the scheme and
+the tensor, nothing written.
+
+`--report` prints each case's outcome and carries on (what the current binary does with each
+folder); without it the first failure of a case is reported and the test fails at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from testlib import EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, run, summary  # noqa: E402
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import quant_producers as qp  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "weight_scale_2", "weight_global_scale", "weight_packed",
+                  "weight_shape", "weight_zero_point", "weight_g_idx", "input_scale", "input_global_scale", ".scale")
+
+
+def out_tensors(d: Path) -> dict:
+    out = {}
+    for f in sorted(d.glob("*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                                                                      b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def sha_f32(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.to(torch.float32).contiguous().numpy().tobytes()).hexdigest()
+
+
+class Case:
+    def __init__(self, name: str, folder: Path, scheme: str, quantized: set, want: dict | None = None,
+                 digests: dict | None = None, source: dict | None = None):
+        self.name, self.folder, self.scheme = name, folder, scheme
+        self.quantized = quantized  # weight names the reference dequantizes
+        self.want = want or {}  # dtype word -> {name: tensor} (the reference)
+        self.digests = digests or {}  # name -> float32 sha256 (ModelOpt's, recorded)
+        self.source = source or {}  # every tensor as stored
+
+
+# The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
+# --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
+READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
+    "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_fp8", "modelopt_mxfp8", "dsv4-i8", "dsv4-f4"}
+
+
+def refused_word(case: "Case") -> str:
+    if case.name.startswith("ct-"):
+        return "compressed-tensors"
+    if case.name.startswith("modelopt"):
+        return "modelopt"
+    return "expert_dtype 'fp4'"
+
+
+def check_refused(dcpctl: str, case: "Case", work: Path, report: bool) -> None:
+    for word in DTYPES:
+        out = work / f"{case.name}-{word}"
+        r = run(dcpctl, "consolidate", case.folder, "-o", f"{out}/", "--dtype", word, "-q")
+        what = f"{case.name}: consolidate --dtype {word} (no codec reads it yet)"
+        if report:
+            print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        named = [k for k in case.source if f"'{k}'" in r.stderr]
+        check(r.returncode == EXIT_UNSUPPORTED and refused_word(case) in r.stderr and named,
+              f"{what}: exit {r.returncode} (wanted 5) naming {refused_word(case)!r} and a tensor: {r.stderr.strip()[-300:]}")
+        check(not out.exists(), f"{what}: nothing written")
+    r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-q')}/", "--quantize", "fp8-block", "-q")
+    check(r.returncode == EXIT_UNSUPPORTED and refused_word(case) in r.stderr,
+          f"{case.name}: --quantize fp8-block of it: exit {r.returncode} (wanted 5): {r.stderr.strip()[-300:]}")
+    r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-copy')}/", "-q")
+    if expect_rc(r, EXIT_OK, f"{case.name}: without --dtype it is copied as saved"):
+        got = out_tensors(work / (case.name + "-copy"))
+        check(all(k in got and same_bytes(got[k], v) for k, v in case.source.items()),
+              f"{case.name}: the copy holds every tensor byte for byte")
+
+
+def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
+    if case.name not in READS:
+        check_refused(dcpctl, case, work, report)
+        return
+    for word, dtype in DTYPES.items():
+        out = work / f"{case.name}-{word}"
+        r = run(dcpctl, "consolidate", case.folder, "-o", f"{out}/", "--dtype", word, "-q")
+        what = f"{case.name}: consolidate --dtype {word}"
+        if report:
+            print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        if not expect_rc(r, EXIT_OK, what):
+            continue
+        got = out_tensors(out)
+        left = sorted(k for k in got if k.endswith(QUANT_SUFFIXES))
+        check(not left, f"{what}: no scale or packed tensor left: {left[:5]}")
+        cfg = json.loads((out / "config.json").read_text())
+        check("quantization_config" not in cfg, f"{what}: config.json keeps quantization_config")
+        bad = []
+        for k in sorted(case.quantized):
+            g = got.get(k)
+            if g is None:
+                bad.append(f"{k} missing")
+                continue
+            if word in case.want:
+                if not same_bytes(g, case.want[word][k]):
+                    d = (g.float() - case.want[word][k].float()).abs().max().item() if g.shape == case.want[word][k].shape else "shape"
+                    bad.append(f"{k} {g.dtype} {tuple(g.shape)} off by {d}")
+            elif word == "fp32" and case.digests:
+                if g.dtype != torch.float32 or sha_f32(g) != case.digests[k]:
+                    bad.append(f"{k} {g.dtype}: not ModelOpt's float32 bytes")
+        check(not bad, f"{what}: quantized weights equal the reference: {bad[:4]} ({len(bad)} of {len(case.quantized)})")
+        plain = [k for k in case.source if not k.endswith(QUANT_SUFFIXES) and k not in case.quantized
+                 and k.rsplit(".", 1)[0] + ".weight" not in case.quantized]
+        wrong = []
+        for k in plain:
+            src = case.source[k]
+            want = src.to(dtype) if src.is_floating_point() else src
+            if k not in got or not same_bytes(got[k], want):
+                wrong.append(k)
+        check(not wrong, f"{what}: the unquantized tensors are the source's cast: {wrong[:4]}")
+    r = run(dcpctl, "inspect", "--json", case.folder)
+    if expect_rc(r, EXIT_OK, f"{case.name}: inspect --json"):
+        check(case.scheme in r.stdout, f"{case.name}: inspect names the scheme {case.scheme!r}")
+    r = run(dcpctl, "inspect", case.folder)
+    if expect_rc(r, EXIT_OK, f"{case.name}: inspect"):
+        check(case.scheme in r.stdout, f"{case.name}: inspect's text names the scheme {case.scheme!r}")
+    r = run(dcpctl, "verify", case.folder)
+    if report:
+        print(f"  {case.name}: verify exit {r.returncode}")
+    expect_rc(r, EXIT_OK, f"{case.name}: verify")
+
+
+def ct_cases(root: Path, only: set) -> list:
+    cases = []
+    dense = qp.tiny_dense(root / "dense")
+    moe = qp.tiny_moe(root / "moe")
+    for scheme in qp.CT_SCHEMES:
+        for src in (dense, moe):
+            name = f"ct-{scheme}-{src.name}"
+            if only and name not in only and scheme not in only:
+                continue
+            f = qp.ct_quantize(src, root / name, scheme)
+            stored = qp.folder_tensors(f)
+            want = {w: qp.ct_reference(f, d) for w, d in DTYPES.items()}
+            quantized = {k for k in want["fp32"] if k not in stored}
+            quantized |= {k for k in stored if k.endswith(".weight") and k[:-7] + ".weight_scale" in stored}
+            fmt = json.loads((f / "config.json").read_text())["quantization_config"]["format"]
+            cases.append(Case(name, f, fmt, quantized, want=want, source=stored))
+    return cases
+
+
+def ct_top_format_case(root: Path, only: set) -> list:
+    """W4A16 whose config names the format only at the top (no group's `format`)."""
+    name = "ct-w4a16-top-format"
+    if only and name not in only:
+        return []
+    src = root / "dense" if (root / "dense").exists() else qp.tiny_dense(root / "dense")
+    f = qp.ct_quantize(src, root / name, "w4a16", group_format=False)
+    stored = qp.folder_tensors(f)
+    want = {w: qp.ct_reference(f, d) for w, d in DTYPES.items()}
+    return [Case(name, f, "pack-quantized", {k for k in want["fp32"] if k not in stored}, want=want, source=stored)]
+
+
+def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
+    """Fail closed: exit 5 (unexplained) or 3 (a scale missing) under --dtype, naming the scheme or the
+    tensor, nothing written."""
+    cases = []
+    src = root / "dense" if (root / "dense").exists() else qp.tiny_dense(root / "dense")
+    # a compressed-tensors format no codec explains (the bytes are W4A16's)
+    f = qp.ct_quantize(src, root / "ct-unknown", "w4a16")
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["quantization_config"]["format"] = "marlin-24"
+    cfg["quantization_config"]["config_groups"]["group_0"]["format"] = "marlin-24"
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("ct format marlin-24", f, {EXIT_UNSUPPORTED}, ["marlin-24", "weight_packed"]))
+    # a scale removed from a compressed-tensors NVFP4 folder
+    f = qp.ct_quantize(src, root / "ct-noscale", "nvfp4a16")
+    t = qp.folder_tensors(f)
+    del t["model.layers.1.mlp.up_proj.weight_scale"]
+    save_file(t, f / "model.safetensors")
+    cases.append(("ct nvfp4 without a weight_scale", f, {3, EXIT_UNSUPPORTED},
+                  ["model.layers.1.mlp.up_proj"] if "ct-nvfp4a16-dense" in READS else ["compressed-tensors", "weight"]))
+    # a ModelOpt algorithm no codec explains (the bytes are NVFP4's)
+    f = root / "mo-unknown"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    for name in ("config.json", "hf_quant_config.json"):
+        text = (f / name).read_text().replace('"NVFP4"', '"W4A8_AWQ"')
+        (f / name).write_text(text)
+    cases.append(("modelopt quant_algo W4A8_AWQ", f, {EXIT_UNSUPPORTED}, ["W4A8_AWQ", "model.layers.0"]))
+    # hf_quant_config.json alone says ModelOpt (config.json without quantization_config)
+    f = root / "mo-sidecar"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    cfg = json.loads((f / "config.json").read_text())
+    del cfg["quantization_config"]
+    (f / "config.json").write_text(json.dumps(cfg))
+    cases.append(("hf_quant_config.json only", f, {EXIT_UNSUPPORTED}, ["hf_quant_config.json", "NVFP4"]))
+    # DeepSeek-V4: an FP8 weight whose X.scale is gone is never cast
+    f = qp.dsv4(root / "dsv4-noscale")
+    t = qp.folder_tensors(f)
+    del t["layers.1.attn.wq_a.scale"]
+    save_file(t, f / "model.safetensors")
+    cases.append(("DeepSeek-V4 FP8 weight without X.scale", f, {3, EXIT_UNSUPPORTED},
+                  ["layers.1.attn.wq_a"] if "dsv4-i8" in READS else ["expert_dtype", "weight"]))
+    # verify: a ModelOpt weight_scale removed, a module the config ignores quantized (issue 57: both
+    # passed before)
+    f = root / "mo-verify-noscale"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    t = qp.folder_tensors(f)
+    del t["model.layers.0.self_attn.q_proj.weight_scale"]
+    save_file(t, f / "model.safetensors")
+    r = run(dcpctl, "verify", f)
+    check(r.returncode == 3 and "quant-scale-missing" in r.stdout + r.stderr and "model.layers.0.self_attn.q_proj.weight" in r.stdout + r.stderr,
+          f"verify of a ModelOpt folder without a weight_scale: exit {r.returncode} naming the weight: {(r.stdout + r.stderr)[-300:]}")
+    f = root / "mo-verify-ignored"
+    shutil.copytree(fixtures / "layouts" / "modelopt_nvfp4" / "ckpt", f)
+    cfg = json.loads((f / "config.json").read_text())
+    cfg["quantization_config"]["ignore"].append("model.layers.0.self_attn.q_proj")
+    (f / "config.json").write_text(json.dumps(cfg))
+    r = run(dcpctl, "verify", f)
+    check(r.returncode == 3 and "quant-excluded-quantized" in r.stdout + r.stderr,
+          f"verify of a ModelOpt folder quantizing an ignored module: exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+    for what, folder, rcs, names in cases:
+        out = root / ("never-" + folder.name)
+        r = run(dcpctl, "consolidate", folder, "-o", f"{out}/", "--dtype", "bf16", "-q")
+        if report:
+            print(f"  refusal {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        check(r.returncode in rcs and all(n in r.stderr for n in names),
+              f"{what}: exit {r.returncode} (wanted {sorted(rcs)}) naming {names}: {r.stderr.strip()[-300:]}")
+        check(not out.exists(), f"{what}: nothing written")
+
+
+def modelopt_cases(fixtures: Path, only: set) -> list:
+    cases = []
+    for d in sorted((fixtures / "layouts").glob("modelopt_*")):
+        if only and d.name not in only:
+            continue
+        exp = json.loads((d / "dequantized.json").read_text())
+        stored = qp.folder_tensors(d / "ckpt")
+        cases.append(Case(d.name, d / "ckpt", exp["quant_algo"], set(exp["float32_sha256"]),
+                          digests=exp["float32_sha256"], source=stored))
+    return cases
+
+
+def dsv4_cases(root: Path, only: set) -> list:
+    cases = []
+    for experts, at in (("i8", "qc"), ("f4", "top")):
+        name = f"dsv4-{experts}"
+        if only and name not in only:
+            continue
+        f = qp.dsv4(root / name, experts=experts, expert_dtype_at=at)
+        stored = qp.folder_tensors(f)
+        want = {w: qp.dsv4_reference(f, d) for w, d in DTYPES.items()}
+        quantized = {k for k in stored if k.endswith(".weight") and k[:-7] + ".scale" in stored}
+        cases.append(Case(name, f, "fp8", quantized, want=want, source=stored))
+    return cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dcpctl")
+    ap.add_argument("fixtures", type=Path)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args()
+    only = set(filter(None, a.only.split(",")))
+    work = Path(tempfile.mkdtemp(prefix="dcpctl-codecs-"))
+    t0 = time.time()
+    try:
+        cases = (ct_cases(work / "src", only) + ct_top_format_case(work / "src", only)
+                 + modelopt_cases(a.fixtures, only) + dsv4_cases(work / "src", only))
+        (work / "out").mkdir()
+        print(f"{len(cases)} folders written and their references computed in {time.time() - t0:.1f} s")
+        for case in cases:
+            if a.report:
+                print(case.name)
+            check_read(a.dcpctl, case, work / "out", a.report)
+        if not only or "refusals" in only:
+            refusals(a.dcpctl, work / "src", a.fixtures, a.report)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"codecs: {time.time() - t0:.1f} s")
+    return summary("codecs")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
