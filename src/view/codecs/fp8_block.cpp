@@ -98,6 +98,11 @@ void read_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t
     if (e < k.e0 || e >= k.e0 + k.ne || r0 >= r1 || k.nc == 0) continue;
     const int64_t first = (e - k.e0) * k.nr;  // the expert's first row in the chunk
     if (k.c0 == 0 && k.nc == cols) {
+      if (*t.dtype == DType::Float32) {  // straight into the rows: no second copy
+        below.read(t, c, static_cast<uint64_t>((first + r0 - k.r0) * cols) * 4, static_cast<uint64_t>((r1 - r0) * cols) * 4,
+                   out + (r0 - a) * cols);
+        continue;
+      }
       raw.resize(static_cast<size_t>((r1 - r0) * cols) * item);
       below.read(t, c, static_cast<uint64_t>((first + r0 - k.r0) * cols) * item, raw.size(), raw.data());
       cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out + (r0 - a) * cols),
@@ -225,18 +230,26 @@ class Fp8Weight final : public DerivedTensor {
           }
         }
       } unclaim{*this, rows_of, e, k.e0 + k.ne};
-      std::vector<float> x, scale;
+      // The rows, every value of which read_rows writes: not zeroed first (a page faulted in is
+      // written once).
+      size_t most = 0;
+      for (int64_t f = k.e0; f < k.e0 + k.ne; ++f) {
+        auto [a, b] = rows_of(f);
+        most = std::max(most, static_cast<size_t>((b - a) * cols));
+      }
+      std::unique_ptr<float[]> rows(new float[most]);
+      float* x = rows.get();
+      std::vector<float> scale;
       for (; e < k.e0 + k.ne; ++e) {
         const int64_t top = e * R + k.r0;
         const auto [a, b] = rows_of(e);
-        x.resize(static_cast<size_t>((b - a) * cols));
-        read_rows(below, w_, a, b, x.data());
+        read_rows(below, w_, a, b, x);
         const int64_t block_rows = (b - a + bm_ - 1) / bm_;
         scale.resize(static_cast<size_t>(block_rows * ((cols + bn_ - 1) / bn_)));
-        fp8_block_scales(x.data(), b - a, cols, bm_, bn_, scale.data());
+        fp8_block_scales(x, b - a, cols, bm_, bn_, scale.data());
         scales_->put(a / bm_, block_rows, scale.data());
         scales_->unclaim(a / bm_, block_rows);
-        quantize_fp8_box(x.data(), cols, bm_, bn_, scale.data(), top - a, top - a + k.nr, k.c0, k.c0 + k.nc,
+        quantize_fp8_box(x, cols, bm_, bn_, scale.data(), top - a, top - a + k.nr, k.c0, k.c0 + k.nc,
                          q + (e - k.e0) * k.nr * k.nc);
       }
     });
