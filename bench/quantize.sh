@@ -21,7 +21,12 @@
 #
 # --quantize mxfp4 on a GPT-OSS-layout model: bench/quantize_mxfp4.sh (the same work dir).
 #
-# Environment: DCPCTL, PYTHON (torch 2.15.0, transformers 5.23.0), REPEAT.
+# With BASE=/path/to/another/dcpctl (e.g. main's), the same two dcpctl exports with it too (base_fp8,
+# base_bf16), in the same rounds; PEERS=0 leaves out the peers (their rows and the agreement check).
+# Each round also prints dcpctl_fp8 over dcpctl_bf16 in wall and in CPU seconds: what quantizing
+# adds to the same export (issue 59: at most 1.2x).
+#
+# Environment: DCPCTL, BASE, PEERS, PYTHON (torch 2.15.0, transformers 5.23.0), REPEAT.
 set -euo pipefail
 set -- "${1:-/tmp/dcpctl-bench-quantize}"
 own_ckpt=1
@@ -33,9 +38,13 @@ echo "== the model: $work/src (bench/quantize_peer.py make; kept between runs)"
 "$py" "$root/bench/quantize_peer.py" make "$work"
 echo "   src/ $(du -sh --apparent-size "$src" | cut -f1); $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
      "dcpctl $("$dcpctl" --version | head -n 1)"
-names=(dcpctl_fp8 peer_fp8 dcpctl_bf16 peer_bf16)
+names=(dcpctl_fp8 dcpctl_bf16)
+if [ "${PEERS:-1}" != 0 ]; then names+=(peer_fp8 peer_bf16); fi
+if [ -n "${BASE:-}" ]; then names+=(base_fp8 base_bf16); echo "   BASE: $("$BASE" --version | head -n 1) ($BASE)"; fi
 cmd_for() {
   case $1 in
+    base_fp8) echo "'$BASE' consolidate '$src' -o '$work/out-base-fp8/' --quantize fp8-block --dtype bf16 -q" ;;
+    base_bf16) echo "'$BASE' consolidate '$src' -o '$work/out-base-bf16/' --dtype bf16 -q" ;;
     dcpctl_fp8) echo "'$py' '$root/bench/read_bytes.py' '$dcpctl' consolidate '$src' -o '$work/out-dcpctl-fp8/' --quantize fp8-block --dtype bf16 -q 2>> '$work/read_bytes.log'" ;;
     peer_fp8) echo "'$py' '$root/bench/quantize_peer.py' fp8 '$src' '$work/out-peer-fp8' 2>> '$work/peer_phases.log'" ;;
     dcpctl_bf16) echo "'$dcpctl' consolidate '$src' -o '$work/out-dcpctl-bf16/' --dtype bf16 -q" ;;
@@ -46,6 +55,7 @@ before_run() {
   case $1 in
     dcpctl_fp8) rm -rf "$work/out-dcpctl-fp8" ;;
     dcpctl_bf16) rm -rf "$work/out-dcpctl-bf16" ;;
+    base_*) rm -rf "$work/out-base-${1#base_}" ;;
   esac
 }
 # The peers return with their output in the page cache; dcpctl fsyncs before it exits: a sync
@@ -69,14 +79,23 @@ sed 's/^/   /' "$work/read_bytes.log" || true
 import json, os, sys
 work, repeat, names = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 sys.path.insert(0, sys.argv[3])
-from timing import print_paired, report, table
+from timing import print_paired, print_paired_cpu, report, table
 info = json.load(open(os.path.join(work, "info.json")))
 print("\nper run (in round order):")
 rows = {n: report(work, "quantize", n, repeat, 14) for n in names}
 print(f"\nmodel: {info['parameters']:,} parameters ({info['bytes'] / 1e9:.2f} GB float32)")
 table(rows, repeat, 14)
-for a, b in (("peer_fp8", "dcpctl_fp8"), ("peer_bf16", "dcpctl_bf16")):
-    print_paired(work, "quantize", a, b, repeat)
+for a, b in (("peer_fp8", "dcpctl_fp8"), ("peer_bf16", "dcpctl_bf16"), ("dcpctl_fp8", "dcpctl_bf16"),
+             ("base_fp8", "base_bf16"), ("dcpctl_fp8", "base_fp8")):
+    if a in names and b in names:
+        print_paired(work, "quantize", a, b, repeat)
+        print_paired_cpu(work, "quantize", a, b, repeat)
 PY
-echo "== agreement of the fp8 outputs:"
-"$py" "$root/bench/quantize_peer.py" check "$work/out-dcpctl-fp8" "$work/out-peer-fp8"
+if [ "${PEERS:-1}" != 0 ]; then
+  echo "== agreement of the fp8 outputs:"
+  "$py" "$root/bench/quantize_peer.py" check "$work/out-dcpctl-fp8" "$work/out-peer-fp8"
+fi
+if [ -n "${BASE:-}" ]; then
+  echo "== dcpctl_fp8's output against BASE's, byte for byte:"
+  (cd "$work/out-dcpctl-fp8" && find . -type f | sort | while read -r f; do cmp "$f" "$work/out-base-fp8/$f" && echo "   $f same"; done)
+fi

@@ -15,7 +15,11 @@
 #
 #   bench/quantize_mxfp4.sh [WORKDIR]    (default /tmp/dcpctl-bench-quantize; ~8 GB free)
 #
-# Environment: DCPCTL, PYTHON (torch 2.15.0, transformers 5.23.0), REPEAT.
+# With BASE=/path/to/another/dcpctl (e.g. main's), the same two dcpctl exports with it too
+# (base_mxfp4, base_plain), in the same rounds; PEERS=0 leaves out peer_save. Each round also
+# prints dcpctl_mxfp4 over dcpctl_plain in wall and in CPU seconds (issue 59: at most 1.2x).
+#
+# Environment: DCPCTL, BASE, PEERS, PYTHON (torch 2.15.0, transformers 5.23.0), REPEAT.
 set -euo pipefail
 set -- "${1:-/tmp/dcpctl-bench-quantize}"
 own_ckpt=1
@@ -27,9 +31,13 @@ echo "== the model: $src (bench/quantize_peer.py make-gpt-oss; kept between runs
 "$py" "$root/bench/quantize_peer.py" make-gpt-oss "$work"
 echo "   $(du -sh --apparent-size "$src" | cut -f1); $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB;" \
      "load average $(cut -d' ' -f1-3 /proc/loadavg); dcpctl $("$dcpctl" --version | head -n 1)"
-names=(dcpctl_mxfp4 dcpctl_plain peer_save)
+names=(dcpctl_mxfp4 dcpctl_plain)
+if [ "${PEERS:-1}" != 0 ]; then names+=(peer_save); fi
+if [ -n "${BASE:-}" ]; then names+=(base_mxfp4 base_plain); echo "   BASE: $("$BASE" --version | head -n 1) ($BASE)"; fi
 cmd_for() {
   case $1 in
+    base_mxfp4) echo "'$BASE' consolidate '$src' -o '$work/out-base-mxfp4/' --quantize mxfp4 -q" ;;
+    base_plain) echo "'$BASE' consolidate '$src' -o '$work/out-base-plain/' -q" ;;
     dcpctl_mxfp4) echo "'$dcpctl' consolidate '$src' -o '$work/out-dcpctl-mxfp4/' --quantize mxfp4 -q" ;;
     dcpctl_plain) echo "'$dcpctl' consolidate '$src' -o '$work/out-dcpctl-plain/' -q" ;;
     peer_save) echo "'$py' '$root/bench/quantize_peer.py' save '$src' '$work/out-peer-save' 2>> '$work/peer_phases.log'" ;;
@@ -39,6 +47,7 @@ before_run() {
   case $1 in
     dcpctl_mxfp4) rm -rf "$work/out-dcpctl-mxfp4" ;;
     dcpctl_plain) rm -rf "$work/out-dcpctl-plain" ;;
+    base_*) rm -rf "$work/out-base-${1#base_}" ;;
   esac
 }
 # The peer returns with its output in the page cache; dcpctl fsyncs before it exits: a sync after
@@ -61,14 +70,21 @@ echo "   load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 import json, os, sys
 work, repeat, names = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 sys.path.insert(0, sys.argv[3])
-from timing import print_paired, report, table
+from timing import print_paired, print_paired_cpu, report, table
 info = json.load(open(os.path.join(work, "info-gpt-oss.json")))
 print("\nper run (in round order):")
 rows = {n: report(work, "quantize-mxfp4", n, repeat, 14) for n in names}
 print(f"\nmodel: {info['parameters']:,} parameters ({info['bytes'] / 1e9:.2f} GB float32)")
 table(rows, repeat, 14)
-for a, b in (("dcpctl_mxfp4", "dcpctl_plain"), ("peer_save", "dcpctl_mxfp4")):
-    print_paired(work, "quantize-mxfp4", a, b, repeat)
+for a, b in (("dcpctl_mxfp4", "dcpctl_plain"), ("peer_save", "dcpctl_mxfp4"), ("base_mxfp4", "base_plain"),
+             ("dcpctl_mxfp4", "base_mxfp4")):
+    if a in names and b in names:
+        print_paired(work, "quantize-mxfp4", a, b, repeat)
+        print_paired_cpu(work, "quantize-mxfp4", a, b, repeat)
 PY
+if [ -n "${BASE:-}" ]; then
+  echo "== dcpctl_mxfp4's output against BASE's, byte for byte:"
+  (cd "$work/out-dcpctl-mxfp4" && find . -type f | sort | while read -r f; do cmp "$f" "$work/out-base-mxfp4/$f" && echo "   $f same"; done)
+fi
 echo "== the MXFP4 output: sizes"
 du -sh --apparent-size "$work/out-dcpctl-mxfp4" "$work/out-dcpctl-plain" | sed 's/^/   /'

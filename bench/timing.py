@@ -90,3 +90,12 @@ def table(rows: dict[str, tuple[float, int, int]], repeat: int, width: int = 24)
 def print_paired(work: str, tag: str, a: str, b: str, repeat: int) -> None:
     """paired() as one line: a's time over b's, round by round."""
     print(f"{a} / {b}, round by round: " + " ".join(f"{x:.2f}x" for x in paired(work, tag, a, b, repeat)))
+
+
+def print_paired_cpu(work: str, tag: str, a: str, b: str, repeat: int) -> None:
+    """a's CPU seconds (user + sys) over b's and their difference, round by round: on a machine
+    others load, the CPU a run took moves less than its wall clock."""
+    pairs = zip(runs(work, tag, a, repeat), runs(work, tag, b, repeat))
+    cpu = [(x["user"] + x["sys"], y["user"] + y["sys"]) for x, y in pairs]
+    print(f"{a} / {b} in CPU seconds, round by round: "
+          + " ".join(f"{x / y:.2f}x ({x - y:+.2f} CPU-s)" if y else "-" for x, y in cpu))

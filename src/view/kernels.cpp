@@ -192,25 +192,68 @@ namespace {
 constexpr float kFp8Max = 448.0f;  // torch.finfo(torch.float8_e4m3fn).max
 }
 
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// f32_to_e4m3fn (util/numeric.h, c10's fp8e4m3fn_from_fp32_value) of a value clamped to [-448,
+// 448] (NaN kept), without a branch: both of its roundings (subnormal and normal) are computed
+// and one is selected, so a loop of these vectorises. Below 2^-6 the float add rounds the value to a
+// multiple of 2^-9 (nearest even) and its low bits are the code; above, the mantissa is rounded to 3
+// bits, nearest even, by adding 0x7FFFF plus the kept bit. |v| <= 448 never reaches the saturating
+// branch (464 would): only NaN does, as 0x7F with its sign.
+inline uint8_t e4m3fn_clamped(float v) {
+  const uint32_t u = f32_bits(v), sign = u & 0x80000000u, whole = u ^ sign;
+  // torch.clamp(-448, 448), which keeps NaN: on the magnitude's bits (448 is 0x43E00000).
+  const uint32_t over = 0u - static_cast<uint32_t>((whole > 0x43E00000u) & (whole <= 0x7F800000u));
+  const uint32_t a = (whole & ~over) | (0x43E00000u & over);
+  const uint32_t sub = f32_bits(bits_f32(a) + 16384.0f) - (141u << 23);
+  const uint32_t norm = (a - (120u << 23) + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+  // Selected by masks, not `?:`: GCC would move the float add under a branch of its own.
+  const uint32_t small = 0u - static_cast<uint32_t>(a < (121u << 23)), nan = 0u - static_cast<uint32_t>(a > 0x7F800000u);
+  const uint32_t r = (((sub & small) | (norm & ~small)) & ~nan) | (0x7Fu & nan);
+  return static_cast<uint8_t>(r | (sign >> 24));
+}
+
+}  // namespace
+
 void fp8_block_scales(const float* x, int64_t rows, int64_t cols, int64_t bm, int64_t bn, float* scale) {
   const int64_t rb = (rows + bm - 1) / bm, cb = (cols + bn - 1) / bn;
-  std::vector<float> amax(static_cast<size_t>(rb * cb), 0.0f);
+  // Each block's amax as the bits of |x|: for non-negative floats the integer order is the float
+  // order and every NaN lies above infinity, so an integer max (a vectorised loop, no branch) gives
+  // the amax, or a NaN where the block holds one (torch's amax propagates NaN; transformers then
+  // takes a block whose amax is not > 0, zero or NaN, at scale 1, so its NaNs stay NaN and nothing
+  // else in the block is scaled).
+  std::vector<uint32_t> amax(static_cast<size_t>(rb * cb), 0u);
   for (int64_t r = 0; r < rows; ++r) {
-    float* m = amax.data() + (r / bm) * cb;
+    uint32_t* m = amax.data() + (r / bm) * cb;
     const float* row = x + r * cols;
-    for (int64_t c = 0; c < cols; ++c) {
-      // torch's amax propagates NaN; transformers then takes a block whose amax is not > 0 (zero
-      // or NaN) at scale 1, so its NaNs stay NaN and nothing else in the block is scaled.
-      const float a = std::fabs(row[c]);
-      float& slot = m[c / bn];
-      if (a != a) slot = a;
-      else if (a > slot) slot = a;
+    for (int64_t j = 0; j < cb; ++j) {
+      const int64_t c0 = j * bn, c1 = std::min(cols, c0 + bn);
+      uint32_t most = m[j];
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint32_t a = f32_bits(row[c]) & 0x7FFFFFFFu;
+        most = a > most ? a : most;
+      }
+      m[j] = most;
     }
   }
   // transformers writes `_FP8_MAX / safe_max_abs`, which torch computes as Tensor.__rtruediv__:
   // reciprocal() * 448, two float32 roundings (measured: a single division differs in ~5% of
   // scales).
-  for (size_t i = 0; i < amax.size(); ++i) scale[i] = amax[i] > 0.0f ? (1.0f / amax[i]) * kFp8Max : 1.0f;
+  for (size_t i = 0; i < amax.size(); ++i) {
+    const float a = bits_f32(amax[i]);
+    scale[i] = a > 0.0f ? (1.0f / a) * kFp8Max : 1.0f;
+  }
 }
 
 void fp8_inverse_scales(const float* scale, size_t n, float* inv) {
@@ -220,16 +263,19 @@ void fp8_inverse_scales(const float* scale, size_t n, float* inv) {
 void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, const float* scale, int64_t r0, int64_t r1, int64_t c0,
                       int64_t c1, uint8_t* q) {
   const int64_t cb = (cols + bn - 1) / bn, w = c1 - c0;
-  std::vector<float> scaled(static_cast<size_t>(w));
   for (int64_t r = r0; r < r1; ++r) {
     const float* row = x + r * cols;
     const float* s = scale + (r / bm) * cb;
-    for (int64_t c = c0; c < c1; ++c) {
-      float v = row[c] * s[c / bn];
-      scaled[static_cast<size_t>(c - c0)] = v < -kFp8Max ? -kFp8Max : (v > kFp8Max ? kFp8Max : v);  // torch.clamp keeps NaN
+    uint8_t* out = q + (r - r0) * w - c0;
+    // Block column by block column: one scale each, then a plain loop (multiply, clamp, round)
+    // the vectoriser takes.
+    for (int64_t j = c0 / bn; j * bn < c1; ++j) {
+      const int64_t a = std::max(c0, j * bn), b = std::min(c1, (j + 1) * bn);
+      const float sj = s[j];
+      for (int64_t c = a; c < b; ++c) {
+        out[c] = e4m3fn_clamped(row[c] * sj);
+      }
     }
-    cast_elements(DType::Float32, DType::Float8_E4M3FN, reinterpret_cast<const uint8_t*>(scaled.data()), q + (r - r0) * w,
-                  static_cast<size_t>(w));
   }
 }
 
@@ -237,20 +283,30 @@ void quantize_fp8_box(const float* x, int64_t cols, int64_t bm, int64_t bn, cons
 
 namespace dcpctl {
 
-uint8_t e2m1_nibble(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  const uint8_t sign = (bits >> 31) ? 0x8 : 0x0;
+namespace {
+
+// e2m1_nibble without a loop or branch (inlined into loops the vectoriser takes): the count of the
+// seven midpoints `a` lies above, a tie counting where the code above it is even (the midpoints
+// 0.75, 1.75 and 3.5, whose upper neighbours 1, 2 and 4 have even codes); NaN counts none.
+inline uint32_t e2m1_code(float v) {
   const float a = std::fabs(v);
-  // The codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; between two neighbours the midpoint goes to the
-  // one whose code is even (its mantissa bit 0), as round-to-nearest-even does. The code is the
-  // number of midpoints a lies above (a tie counting where the code above it is even): those
-  // midpoints are a prefix of the rising list, so the count needs no branch (NaN counts none).
-  static constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  int code = 0;
-  for (int c = 0; c < 7; ++c) code += static_cast<int>(a > kMid[c]) | (static_cast<int>(a == kMid[c]) & (c & 1));
-  return static_cast<uint8_t>(sign | code);
+  const uint32_t code = static_cast<uint32_t>(a > 0.25f) + static_cast<uint32_t>(a >= 0.75f) +
+                        static_cast<uint32_t>(a > 1.25f) + static_cast<uint32_t>(a >= 1.75f) +
+                        static_cast<uint32_t>(a > 2.5f) + static_cast<uint32_t>(a >= 3.5f) +
+                        static_cast<uint32_t>(a > 5.0f);
+  return code | ((f32_bits(v) >> 28) & 0x8u);
 }
+
+// The float32 a group's values are multiplied by for scale byte `biased` (at most 253: an amax's
+// exponent field less 2): 2^(127 - biased), and 2^126 for byte 0 (torchao's scale is at least
+// 2^-126; see quantize_mxfp4). Its exponent field, selected without a branch.
+inline float mxfp4_inverse(uint32_t biased) {
+  return bits_f32((biased == 0 ? 253u : 254u - biased) << 23);
+}
+
+}  // namespace
+
+uint8_t e2m1_nibble(float v) { return static_cast<uint8_t>(e2m1_code(v)); }
 
 uint8_t mxfp4_scale_byte(float amax) {
   constexpr int kEmaxE2M1 = 2;
@@ -270,10 +326,44 @@ void quantize_mxfp4(const float* x, size_t groups, uint8_t* packed, uint8_t* sca
     // torchao: the scale as float32 from its bits (biased << 23), at least 2^-126 (the smallest
     // normal). A power of two between 2^-126 and 2^126 (an amax's exponent field is at most 255):
     // multiplying by its reciprocal (exact, normal) rounds once to the same float32 as dividing.
-    const float inv = biased == 0 ? std::ldexp(1.0f, 126) : std::ldexp(1.0f, 127 - static_cast<int>(biased));
+    const float inv = mxfp4_inverse(biased);
     uint8_t* out = packed + g * (kBlock / 2);
     for (int k = 0; k < kBlock; k += 2)
-      out[k / 2] = static_cast<uint8_t>(e2m1_nibble(v[k] * inv) | (e2m1_nibble(v[k + 1] * inv) << 4));
+      out[k / 2] = static_cast<uint8_t>(e2m1_code(v[k] * inv) | (e2m1_code(v[k + 1] * inv) << 4));
+  }
+}
+
+void quantize_mxfp4_columns(const float* x, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales) {
+  constexpr int64_t kBlock = 32, kBytes = kBlock / 2;
+  const int64_t groups = rows / kBlock;
+  const size_t n = static_cast<size_t>(cols);
+  std::vector<float> amax(n), inv(n);
+  std::vector<uint8_t> tile(static_cast<size_t>(kBytes) * n);  // [16][cols]: byte k of each column's group
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* top = x + g * kBlock * cols;
+    // Each column's amax over the group's 32 rows, row by row (contiguous, vectorised along the
+    // columns): std::max as quantize_mxfp4 takes it (a NaN never enters).
+    std::fill(amax.begin(), amax.end(), 0.0f);
+    for (int64_t r = 0; r < kBlock; ++r) {
+      const float* row = top + r * cols;
+      for (size_t c = 0; c < n; ++c) amax[c] = std::max(amax[c], std::fabs(row[c]));
+    }
+    for (size_t c = 0; c < n; ++c) {
+      const uint8_t biased = mxfp4_scale_byte(amax[c]);
+      scales[c * static_cast<size_t>(groups) + static_cast<size_t>(g)] = biased;
+      inv[c] = mxfp4_inverse(biased);
+    }
+    // Rows 2k and 2k + 1 of the group make byte k of every column's 16, the first in the low nibble.
+    for (int64_t k = 0; k < kBytes; ++k) {
+      const float *lo = top + 2 * k * cols, *hi = lo + cols;
+      uint8_t* t = tile.data() + static_cast<size_t>(k) * n;
+      for (size_t c = 0; c < n; ++c) t[c] = static_cast<uint8_t>(e2m1_code(lo[c] * inv[c]) | (e2m1_code(hi[c] * inv[c]) << 4));
+    }
+    // The tile into each column's group: [cols, groups, 16].
+    for (size_t c = 0; c < n; ++c) {
+      uint8_t* out = packed + (c * static_cast<size_t>(groups) + static_cast<size_t>(g)) * kBytes;
+      for (int64_t k = 0; k < kBytes; ++k) out[k] = tile[static_cast<size_t>(k) * n + c];
+    }
   }
 }
 

@@ -127,6 +127,11 @@ uint8_t e2m1_nibble(float v);
 // A group's E8M0 scale byte from its amax (the first rule above): what quantize_mxfp4 writes in
 // `scales`, for a reader that needs the scales alone.
 uint8_t mxfp4_scale_byte(float amax);
+// quantize_mxfp4 of the transpose of `x` [rows, cols] (rows a multiple of 32), without transposing
+// it: `packed` [cols, rows / 32, 16], `scales` [cols, rows / 32], column c's group g over rows
+// 32g..32g+31, byte for byte what quantize_mxfp4 writes for the transposed values (the loops run
+// along the columns, vectorised).
+void quantize_mxfp4_columns(const float* x, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales);
 // The scales quantize_mxfp4 writes for the transpose of `x` [rows, cols] (rows a multiple of 32),
 // without transposing or rounding: [cols, rows / 32], column c's group g over rows 32g..32g+31.
 // GPT-OSS's expert stacks are [E, in, out] and quantized along `in`.

@@ -75,5 +75,34 @@ TEST_CASE("mxfp4: the scales alone, from the untransposed matrix, equal quantize
   CHECK(std::set<uint8_t>(want.begin(), want.end()).size() > 30);  // the columns span many exponents
 }
 
+
+TEST_CASE("mxfp4: quantize_mxfp4_columns equals quantize_mxfp4 of the transpose, byte for byte", "[mxfp4]") {
+  // Every E2M1 midpoint and its neighbours at several scales, NaN, infinities, zeros of both signs,
+  // subnormals and a group of them (scale byte 0), in 3 groups of 45 columns (not a vector width).
+  const int64_t rows = 96, cols = 45;
+  const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 7.0f, 0.5f, 1.5f, 3.0f};
+  std::vector<float> x(static_cast<size_t>(rows * cols)), xt(x.size());
+  uint32_t state = 777;
+  for (size_t i = 0; i < x.size(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    const int e = static_cast<int>(i % 7) - 3;
+    float v = std::ldexp(mids[(state >> 24) % 12], e);
+    if ((state >> 20) & 1) v = std::nextafter(v, (state >> 19) & 1 ? 100.0f : 0.0f);
+    if (((state >> 16) & 15) == 0) v = std::ldexp(static_cast<float>((state >> 4) & 0xFFF), -140);  // subnormal
+    x[i] = (state & 1) ? -v : v;
+  }
+  x[3] = NAN, x[cols + 4] = -INFINITY, x[2 * cols + 5] = INFINITY, x[6] = -0.0f, x[cols] = 0.0f;
+  for (int64_t r = 32; r < 64; ++r) x[static_cast<size_t>(r * cols + 7)] = 1e-39f;  // a group below 2^-124
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) xt[static_cast<size_t>(c * rows + r)] = x[static_cast<size_t>(r * cols + c)];
+  const size_t groups = static_cast<size_t>(cols * rows / 32);
+  std::vector<uint8_t> want_packed(groups * 16), want_scales(groups), packed(groups * 16, 0xAA), scales(groups, 0xAA);
+  quantize_mxfp4(xt.data(), groups, want_packed.data(), want_scales.data());
+  quantize_mxfp4_columns(x.data(), rows, cols, packed.data(), scales.data());
+  CHECK(scales == want_scales);
+  CHECK(packed == want_packed);
+  CHECK(std::set<uint8_t>(want_packed.begin(), want_packed.end()).size() > 60);  // many code pairs
+}
+
 }  // namespace
 }  // namespace dcpctl

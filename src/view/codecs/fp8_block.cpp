@@ -4,6 +4,8 @@
 // stacks as e4m3 blocks beside a float32 weight_scale_inv (transformers 5.23's Fp8Quantize; which
 // weights, view/quantize.h).
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -96,6 +98,11 @@ void read_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t
     if (e < k.e0 || e >= k.e0 + k.ne || r0 >= r1 || k.nc == 0) continue;
     const int64_t first = (e - k.e0) * k.nr;  // the expert's first row in the chunk
     if (k.c0 == 0 && k.nc == cols) {
+      if (*t.dtype == DType::Float32) {  // straight into the rows: no second copy
+        below.read(t, c, static_cast<uint64_t>((first + r0 - k.r0) * cols) * 4, static_cast<uint64_t>((r1 - r0) * cols) * 4,
+                   out + (r0 - a) * cols);
+        continue;
+      }
       raw.resize(static_cast<size_t>((r1 - r0) * cols) * item);
       below.read(t, c, static_cast<uint64_t>((first + r0 - k.r0) * cols) * item, raw.size(), raw.data());
       cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(out + (r0 - a) * cols),
@@ -129,22 +136,53 @@ uint64_t rows_need(const TensorMeta& t, int64_t rows) {
 // only for the others, so an export reads each weight once, not once for the fp8 bytes and once
 // more for the scale. Held for the view's life: the scale's size (a 128x128 block's 4 bytes per
 // 64 KiB of float32 weight), never the weight's.
+//
+// The executor deals a weight and its scale to different lanes that start together: a weight's
+// read claims its block rows before it reads them, and the scale's read waits for rows a read has
+// claimed (that read holds its memory and waits for no scale) instead of reading them again; a
+// read that fails gives its claim back. Rows no read has claimed yet the scale's read waits for
+// once, briefly (kFirstWait: the weight's lane starting), then computes itself. What it writes is
+// the same either way; only how often the weight is read depends on the timing.
 class Fp8Scales {
  public:
+  static constexpr std::chrono::milliseconds kFirstWait{200};
   Fp8Scales(int64_t block_rows, int64_t block_cols)
       : cb_(block_cols),
         inv_(static_cast<size_t>(block_rows * block_cols)),
-        have_(static_cast<size_t>(block_rows), false) {}
+        have_(static_cast<size_t>(block_rows), false),
+        claimed_(static_cast<size_t>(block_rows), 0) {}
+  // Block rows [r0, r0 + n): a weight's read is computing them (claim) or gave up (unclaim).
+  void claim(int64_t r0, int64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t r = r0; r < r0 + n; ++r) ++claimed_[static_cast<size_t>(r)];
+  }
+  void unclaim(int64_t r0, int64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int64_t r = r0; r < r0 + n; ++r) --claimed_[static_cast<size_t>(r)];
+    }
+    cv_.notify_all();
+  }
   // Block rows [r0, r0 + n) of the scale (448 / amax, as fp8_block_scales gives it), computed.
   void put(int64_t r0, int64_t n, const float* scale) {
-    std::lock_guard<std::mutex> lock(mu_);
-    fp8_inverse_scales(scale, static_cast<size_t>(n * cb_), inv_.data() + r0 * cb_);
-    std::fill(have_.begin() + r0, have_.begin() + r0 + n, true);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fp8_inverse_scales(scale, static_cast<size_t>(n * cb_), inv_.data() + r0 * cb_);
+      std::fill(have_.begin() + r0, have_.begin() + r0 + n, true);
+    }
+    cv_.notify_all();
   }
-  // Block row r's inverse scales into `inv` (cb values); false when no read computed it yet.
-  bool get(int64_t r, float* inv) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!have_[static_cast<size_t>(r)]) return false;
+  // Block row r's inverse scales into `inv` (cb values); false when no read computed it (after
+  // waiting for a read that claimed it, and once per `first_wait` for one to claim it).
+  bool get(int64_t r, float* inv, bool& first_wait) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    const size_t i = static_cast<size_t>(r);
+    if (first_wait && !have_[i] && !claimed_[i]) {
+      first_wait = false;
+      cv_.wait_for(lock, kFirstWait, [&] { return have_[i] || claimed_[i] > 0; });
+    }
+    cv_.wait(lock, [&] { return have_[i] || claimed_[i] == 0; });
+    if (!have_[i]) return false;
     std::memcpy(inv, inv_.data() + r * cb_, static_cast<size_t>(cb_) * 4);
     return true;
   }
@@ -152,8 +190,10 @@ class Fp8Scales {
  private:
   int64_t cb_;
   mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
   std::vector<float> inv_;
   std::vector<bool> have_;
+  std::vector<int> claimed_;
 };
 
 // A quantized weight: its chunk's fp8 bytes, from the rows of the whole blocks around it.
@@ -167,17 +207,49 @@ class Fp8Weight final : public DerivedTensor {
     const uint64_t bytes = w_.chunk_numel(chunk);  // one byte an element
     read_part(Where("", std::nullopt, w_.fqn), "chunk " + std::to_string(chunk), bytes, from, n, dst, [&](uint8_t* q) {
       const int64_t R = matrix_rows(w_), cols = w_.shape.back();
-      std::vector<float> x, scale;
-      for (int64_t e = k.e0; e < k.e0 + k.ne; ++e) {  // each matrix (expert) of the chunk
-        const int64_t top = e * R + k.r0;             // the chunk's first flat row in it
-        const int64_t a = top / bm_ * bm_, b = std::min((e + 1) * R, (top + k.nr + bm_ - 1) / bm_ * bm_);
-        x.resize(static_cast<size_t>((b - a) * cols));
-        read_rows(below, w_, a, b, x.data());
+      // Each matrix (expert) of the chunk: flat rows [a, b) around its rows, claimed for the scale
+      // (Fp8Scales) until computed, or given back when the read fails.
+      auto rows_of = [&](int64_t e) {
+        const int64_t top = e * R + k.r0;  // the chunk's first flat row in it
+        return std::pair<int64_t, int64_t>{top / bm_ * bm_, std::min((e + 1) * R, (top + k.nr + bm_ - 1) / bm_ * bm_)};
+      };
+      int64_t e = k.e0;
+      for (int64_t f = k.e0; f < k.e0 + k.ne; ++f) {
+        auto [a, b] = rows_of(f);
+        scales_->claim(a / bm_, (b - a + bm_ - 1) / bm_);
+      }
+      struct Unclaim {
+        const Fp8Weight& w;
+        decltype(rows_of)& rows;
+        int64_t& from;
+        int64_t end;
+        ~Unclaim() {
+          for (int64_t f = from; f < end; ++f) {
+            auto [a, b] = rows(f);
+            w.scales_->unclaim(a / w.bm_, (b - a + w.bm_ - 1) / w.bm_);
+          }
+        }
+      } unclaim{*this, rows_of, e, k.e0 + k.ne};
+      // The rows, every value of which read_rows writes: not zeroed first (a page faulted in is
+      // written once).
+      size_t most = 0;
+      for (int64_t f = k.e0; f < k.e0 + k.ne; ++f) {
+        auto [a, b] = rows_of(f);
+        most = std::max(most, static_cast<size_t>((b - a) * cols));
+      }
+      std::unique_ptr<float[]> rows(new float[most]);
+      float* x = rows.get();
+      std::vector<float> scale;
+      for (; e < k.e0 + k.ne; ++e) {
+        const int64_t top = e * R + k.r0;
+        const auto [a, b] = rows_of(e);
+        read_rows(below, w_, a, b, x);
         const int64_t block_rows = (b - a + bm_ - 1) / bm_;
         scale.resize(static_cast<size_t>(block_rows * ((cols + bn_ - 1) / bn_)));
-        fp8_block_scales(x.data(), b - a, cols, bm_, bn_, scale.data());
+        fp8_block_scales(x, b - a, cols, bm_, bn_, scale.data());
         scales_->put(a / bm_, block_rows, scale.data());
-        quantize_fp8_box(x.data(), cols, bm_, bn_, scale.data(), top - a, top - a + k.nr, k.c0, k.c0 + k.nc,
+        scales_->unclaim(a / bm_, block_rows);
+        quantize_fp8_box(x, cols, bm_, bn_, scale.data(), top - a, top - a + k.nr, k.c0, k.c0 + k.nc,
                          q + (e - k.e0) * k.nr * k.nc);
       }
     });
@@ -207,8 +279,9 @@ class Fp8ScaleInv final : public DerivedTensor {
     read_part(Where("", std::nullopt, w_.fqn + fp8_block_codec().scale_suffix), "scale", bytes, from, n, dst, [&](uint8_t* out) {
       float* inv = reinterpret_cast<float*>(out);
       std::vector<float> x, scale(static_cast<size_t>(cb));
+      bool first_wait = true;
       for (int64_t r = 0; r < rows; r += bm_) {
-        if (scales_->get(r / bm_, inv + (r / bm_) * cb)) continue;
+        if (scales_->get(r / bm_, inv + (r / bm_) * cb, first_wait)) continue;
         const int64_t b = std::min(rows, r + bm_);
         x.resize(static_cast<size_t>((b - r) * cols));
         read_rows(below, w_, r, b, x.data());

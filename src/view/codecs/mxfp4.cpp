@@ -122,21 +122,6 @@ void read_expert(const TensorReads& below, const TensorMeta& t, int64_t e, float
   }
 }
 
-// Expert `e`'s values transposed to [out, in] (GPT-OSS's orientation: each group is 32 consecutive
-// `in` values of an output row), tile by tile so that neither side is walked a value a cache line.
-void transposed_expert(const TensorReads& below, const TensorMeta& t, int64_t e, std::vector<float>& xt) {
-  constexpr int64_t kTile = 32;
-  const int64_t in = t.shape[1], cols = t.shape[2];
-  std::vector<float> x(static_cast<size_t>(in * cols));
-  read_expert(below, t, e, x.data());
-  xt.resize(x.size());
-  for (int64_t i0 = 0; i0 < in; i0 += kTile)
-    for (int64_t o0 = 0; o0 < cols; o0 += kTile)
-      for (int64_t i = i0; i < std::min(in, i0 + kTile); ++i)
-        for (int64_t o = o0; o < std::min(cols, o0 + kTile); ++o)
-          xt[static_cast<size_t>(o * in + i)] = x[static_cast<size_t>(i * cols + o)];
-}
-
 // The scales of the experts whose `_blocks` were computed and whose `_scales` were not yet read:
 // a `_blocks` read leaves its expert's scales here and the `_scales` read takes them, so each
 // expert is read and quantized once. Each entry is 1/64 of its expert's float32 values; all the
@@ -181,8 +166,9 @@ uint64_t expert_need(const TensorMeta& t) {
     if (!(off[1] == 0 && size[1] == t.shape[1] && off[2] == 0 && size[2] == t.shape[2]))
       most = std::max(most, t.chunk_numel(c) * (4 + item));
   }
-  // the saved bytes, the float32 expert and its transpose, the other part (blocks or scales)
-  return n * (item + 8) + n / 2 + most;
+  // the saved bytes, the float32 expert, the other part (blocks or scales) and
+  // quantize_mxfp4_columns' tile of 16 packed rows (at most n / 2 bytes)
+  return n * (item + 4) + n / 2 + n / 2 + most;
 }
 
 // An expert stack's `_blocks` (scales = false) or `_scales`, one chunk an expert.
@@ -201,10 +187,12 @@ class Mxfp4Part final : public DerivedTensor {
                   if (!computed_->take(t_.fqn, e, out, groups)) expert_scales(below, t_, e, out);
                   return;
                 }
-                std::vector<float> xt;
-                transposed_expert(below, t_, e, xt);
+                // GPT-OSS's orientation [out, in]: each group is 32 consecutive `in` values of an
+                // output row, quantized from the [in, out] values as they are (no transpose).
+                std::vector<float> x(static_cast<size_t>(t_.shape[1] * t_.shape[2]));
+                read_expert(below, t_, e, x.data());
                 std::vector<uint8_t> scales(groups);
-                quantize_mxfp4(xt.data(), groups, out, scales.data());
+                quantize_mxfp4_columns(x.data(), t_.shape[1], t_.shape[2], out, scales.data());
                 computed_->put(t_.fqn, e, scales.data(), scales.size());
               });
   }
