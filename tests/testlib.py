@@ -152,6 +152,59 @@ def free_port(avoid=()) -> int:
             return port
 
 
+# What a rank prints when the port its store should listen on was taken between free_port() and
+# the bind (another test's rank, or one of gloo's own connections, on the same machine at -j2):
+# c10d's TCPStore says EADDRINUSE.
+PORT_TAKEN = ("EADDRINUSE", "address already in use", "Address already in use")
+
+
+def launch_ranks(argv_for_rank, world: int, env=None, timeout: float = 600, tries: int = 3):
+    """Run `world` processes as a launcher would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT on 127.0.0.1): argv_for_rank(r) is rank r's command. Returns (return codes,
+    outputs), stdout and stderr together. Once a rank fails the group cannot finish: the others
+    get 20 s to say why, then are killed (a rank killed so, or past `timeout`, returns a negative
+    code). A port taken before rank 0's store could listen on it is the machine's race, not the
+    code's: the whole group is run again on a fresh port (up to `tries` times); any other failure
+    comes back as it is, every rank's output with it."""
+    import tempfile
+    import time
+    for attempt in range(tries):
+        port = free_port()
+        with tempfile.TemporaryDirectory() as logs:
+            files = [open(Path(logs) / f"rank{r}.log", "w+") for r in range(world)]
+            procs = [subprocess.Popen([str(a) for a in argv_for_rank(r)],
+                                      env=dict(env or os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)),
+                                      stdout=files[r], stderr=subprocess.STDOUT, text=True) for r in range(world)]
+            end, failed_at = time.monotonic() + timeout, None
+            while any(p.poll() is None for p in procs) and time.monotonic() < end:
+                if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() > failed_at + 20:
+                    break
+                time.sleep(0.1)
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            outs = []
+            for f in files:
+                f.seek(0)
+                outs.append(f.read())
+                f.close()
+        rcs = [p.returncode for p in procs]
+        taken = any(rc != 0 for rc in rcs) and any(m in o for o in outs for m in PORT_TAKEN)
+        if not taken or attempt == tries - 1:
+            return rcs, outs
+        print(f"launch_ranks: port {port} was taken before the store listened; again on a fresh port", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def ranks_text(rcs, outs, tail: int = 400) -> str:
+    """Each rank's exit and the end of its output, for a check's message."""
+    return "; ".join(f"rank {r} exit {rc}: {o.strip()[-tail:]!r}" for r, (rc, o) in enumerate(zip(rcs, outs)))
+
+
 def tree_digest(root) -> dict[str, str]:
     """Relative path -> "MODE SHA256" of a file, "dir MODE", or "link:TARGET", for everything
     under root, hidden files included: equal digests before and after prove a run left an input

@@ -366,21 +366,15 @@ def moe_checks():
     per_expert_adapter_checks(fx)
     # Two processes (a launcher's RANK/WORLD_SIZE): the per-expert tensors (each lies where its expert's chunk
     # does) written with the one-process bytes.
-    import subprocess
-    from testlib import free_port
+    from testlib import launch_ranks, ranks_text
     for extra, name in ((("--lora", "merge"), "moe-m.safetensors"), (("--lora", "adapter", "--lora-layout", "per-expert"), "moe-ad/")):
         single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
         ok(dcpctl("consolidate", fx / "ckpt", *extra, "-o", single, "-q"), f"peft_moe: {' '.join(extra)}, one process")
-        port = free_port()
-        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), *extra, "-o", str(dist), "-q", "--timeout", "300"],
-                                  env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                           MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(2)]
-        outs = [p.communicate(timeout=600)[0] for p in procs]
+        rcs, outs = launch_ranks(lambda r: [DCPCTL, "consolidate", fx / "ckpt", *extra, "-o", dist, "-q", "--timeout", "300"], 2)
         files = [name] if name.endswith(".safetensors") else [name + "adapter_model.safetensors", name + "adapter_config.json"]
-        same = all(p.returncode == 0 for p in procs) and all(
+        same = all(rc == 0 for rc in rcs) and all(
             (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
-        check(same, f"peft_moe: {' '.join(extra)} on 2 ranks writes the one-process bytes: exits {[p.returncode for p in procs]} {outs[0][-300:]}")
+        check(same, f"peft_moe: {' '.join(extra)} on 2 ranks writes the one-process bytes: {ranks_text(rcs, outs)}")
     # The adapter alone (what ignore_frozen_params=True saves: the LoRA tensors, no base), saved here by
     # torch's dcp.save from the fixture's tensors: E is not in it, so r comes from the config, never from r*E.
     import torch.distributed.checkpoint as dcp
@@ -537,21 +531,15 @@ def main() -> int:
         check(sorted(a) == sorted(b) and "layers.0.attention.qkv_linear.wq.weight" in a and all(same_tensor(a[k], b[k]) is None for k in a),
               f"peft_lora: --lora merge --map gives the map of merge_and_unload's model, bit for bit: {sorted(a)[:3]}")
     # Two processes (a launcher's RANK/WORLD_SIZE; the chunks move to rank 0): the same bytes.
-    import subprocess
-    from testlib import free_port
+    from testlib import launch_ranks, ranks_text
     for mode, name in (("merge", "m.safetensors"), ("adapter", "ad/")):
         single, dist = WORK / f"single-{name}", WORK / f"dist-{name}"
         ok(dcpctl("consolidate", fx / "ckpt", "--lora", mode, "-o", single, "-q"), f"peft_lora: --lora {mode}, one process")
-        port = free_port()
-        procs = [subprocess.Popen([DCPCTL, "consolidate", str(fx / "ckpt"), "--lora", mode, "-o", str(dist), "-q", "--timeout", "300"],
-                                  env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                           MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(2)]
-        outs = [p.communicate(timeout=600)[0] for p in procs]
+        rcs, outs = launch_ranks(lambda r: [DCPCTL, "consolidate", fx / "ckpt", "--lora", mode, "-o", dist, "-q", "--timeout", "300"], 2)
         files = ["m.safetensors"] if mode == "merge" else ["ad/adapter_model.safetensors", "ad/adapter_config.json"]
-        same = all(p.returncode == 0 for p in procs) and all(
+        same = all(rc == 0 for rc in rcs) and all(
             (WORK / f"single-{f}").read_bytes() == (WORK / f"dist-{f}").read_bytes() for f in files)
-        check(same, f"peft_lora: --lora {mode} on 2 ranks writes the one-process bytes: exits {[p.returncode for p in procs]} {outs[0][-300:]}")
+        check(same, f"peft_lora: --lora {mode} on 2 ranks writes the one-process bytes: {ranks_text(rcs, outs)}")
     # --lora keep (the default): the keys as saved.
     keep = WORK / "keep.safetensors"
     if ok(dcpctl("consolidate", fx / "ckpt", "--select", "model", "-o", keep, "-q"), "peft_lora: consolidate (--lora keep)"):
@@ -699,8 +687,7 @@ def main() -> int:
     # The base weights split along dim 1 (tensor parallel: DTensor Shard(1) over 3 gloo ranks, 32
     # columns as 11 + 11 + 10, saved by torch's dcp.save): each chunk's rows need the other chunks'
     # columns for DoRA's norm; the merge is the same bits as from whole rows.
-    import subprocess
-    from testlib import free_port
+    from testlib import launch_ranks, ranks_text
     tp = WORK / "dora-tp3"
     worker = (
         "import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp\n"
@@ -715,13 +702,8 @@ def main() -> int:
         "m = {k: distribute_tensor(v, mesh, [Shard(1) if v.ndim == 2 and 'base_layer' in k else Replicate()]) for k, v in sd['model'].items()}\n"
         "dcp.save({'model': m}, checkpoint_id=sys.argv[2])\n"
         "dist.destroy_process_group()\n")
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", worker, str(do / "ckpt"), str(tp)],
-                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=str(port)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(3)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    if check(all(p.returncode == 0 for p in procs), f"peft_dora: torch saves the base split along dim 1 on 3 ranks: {outs[0][-500:]}"):
+    rcs, outs = launch_ranks(lambda r: [sys.executable, "-c", worker, do / "ckpt", tp], 3)
+    if check(all(rc == 0 for rc in rcs), f"peft_dora: torch saves the base split along dim 1 on 3 ranks: {ranks_text(rcs, outs)}"):
         r = dcpctl("inspect", tp, "--json")
         split = ok(r, "peft_dora (dim 1): inspect") and any(
             it.get("key", "").endswith("q_proj.base_layer.weight") and it.get("chunks") == 3 and it.get("sharding") == "Shard(1) over 3"
