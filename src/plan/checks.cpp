@@ -6,6 +6,13 @@
 namespace dcpctl {
 
 bool CoverageCheck::covered(const TensorMeta& t) {
+  if (auto it = seen_.find(&t); it != seen_.end()) return it->second;
+  const bool exact = check(t);
+  seen_.emplace(&t, exact);
+  return exact;
+}
+
+bool CoverageCheck::check(const TensorMeta& t) {
   Coverage cov = check_coverage(t, 4);
   bool missing = false;
   for (size_t c = 0; c < t.num_chunks(); ++c) missing = missing || (!t.storage[c].present() && t.chunk_numel(c) > 0);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,15 +25,18 @@ namespace dcpctl {
 // bounds, chunks without a storage entry), with a description of each (the first ~2000 chars).
 class CoverageCheck {
  public:
-  // True if `t` is fully covered; otherwise records why and returns false.
+  // True if `t` is fully covered; otherwise records why and returns false. Asked again of the same
+  // tensor (a map's stack of 384 experts is a part of 384 outputs), the first answer, counted once.
   bool covered(const TensorMeta& t);
   // Throws FormatError (exit 3) at `where` if any tensor was not covered: "N selected tensor(s)
   // are not fully covered by their chunks; refusing to <what>:" and the list.
   void refuse_if_incomplete(const Where& where, const std::string& what) const;
 
  private:
+  bool check(const TensorMeta& t);
   size_t incomplete_ = 0;
   std::string holes_;
+  std::unordered_map<const TensorMeta*, bool> seen_;
 };
 
 // --dtype: floating tensors that can be cast are written in the target dtype, but those the
