@@ -7,6 +7,7 @@ For refactors that must not change a byte (the view layer, issue 48's first step
 
     tools/ab_outputs.py OLD/dcpctl build/cmd/dcpctl        # exit 0: every output identical
     tools/ab_outputs.py OLD NEW --new-key map.variant      # a summary field NEW adds is not a difference
+    tools/ab_outputs.py OLD NEW --only map --only diff     # the cases whose name holds a word
 
 Run with the project's virtualenv (.venv/bin/python): the MXFP4 case writes its GPT-OSS folder with
 transformers, as tests/interop/fp8_test.py does. Prints one line per case; exit 1 on any difference.
@@ -68,6 +69,71 @@ CASES = [
     ("map megatron-fsdp->hf", ["consolidate", L / "run_megatron_fsdp/run/iter_0000002", "--map", "megatron-gpt", "--assets",
                                L / "megatron_fsdp_hf", "-o", "{out}/"]),
     ("map megatron-gpt tp2 dry-run", ["consolidate", L / "megatron_gpt_tp2/ckpt", "--map", "megatron-gpt", "--dry-run", "-o", "{out}/"]),
+    # the map's write paths (issue 58 item 1: one path for every map): .pt (stored records), --dtype,
+    # --max-memory, the tied head (titan_qwen3 ties: an HF folder leaves it out, a reshard from hf/
+    # copies it), --exclude, and --dry-run --json (every record's pieces and memory need, the deal)
+    ("map llama3 .pt", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                        L / "titan_llama3/config.json", "-o", "{out}.pt"]),
+    ("map qwen3 .pt (tied head kept)", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--config",
+                                        L / "titan_qwen3/config.json", "-o", "{out}.pt"]),
+    ("map llama3 --dtype bf16 .safetensors", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                                              L / "titan_llama3/config.json", "--dtype", "bf16", "-o", "{out}.safetensors"]),
+    ("map llama3 --max-memory 16KiB", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                                       L / "titan_llama3/config.json", "--max-memory", "16KiB", "-o", "{out}.safetensors"]),
+    ("map qwen3 --exclude lm_head HF folder", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--exclude",
+                                               "output.weight", "--assets", L / "titan_qwen3/hf", "-o", "{out}/"]),
+    ("map qwen3 hf->titan reshard (tied head copied)", ["reshard", L / "titan_qwen3/hf", "--map", "torchtitan-qwen3", "-w", "2", "-o", "{out}"]),
+    ("map qwen3 HF folder --dry-run (tied)", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--assets",
+                                              L / "titan_qwen3/hf", "--dry-run", "-o", "{out}/"]),
+    ("map llama3 .pt --dry-run", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                                  L / "titan_llama3/config.json", "--dry-run", "-o", "{out}.pt"]),
+    ("map deepseek-v3 reshard --dry-run", ["reshard", L / "titan_deepseek_v3/hf", "--map", "torchtitan-deepseek-v3", "-w", "2",
+                                           "--dry-run", "-o", "{out}"]),
+    ("map deepseek-v3 .safetensors --dry-run", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3",
+                                                "--config", L / "titan_deepseek_v3/config.json", "--dry-run", "-o", "{out}.safetensors"]),
+    ("map deepseek-v3 --quantize --dry-run", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3",
+                                              "--config", L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "--dry-run",
+                                              "-o", "{out}/"]),
+    # --quantize after the map: outputs no codec takes (gpt-oss's transposed expert stacks) are the
+    # map table's derived tensors, streamed into a .pt (the planner-side map stores such a record)
+    ("map gpt-oss --quantize fp8-block .pt", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config",
+                                              L / "titan_gpt_oss/config.json", "--quantize", "fp8-block", "-o", "{out}.pt"]),
+    ("map gpt-oss --quantize fp8-block .pt --dry-run", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss",
+                                                        "--config", L / "titan_gpt_oss/config.json", "--quantize", "fp8-block",
+                                                        "--dry-run", "-o", "{out}.pt"]),
+    ("map deepseek-v3 --quantize fp8-block .pt", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3",
+                                                  "--config", L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "-o", "{out}.pt"]),
+    ("map gpt-oss .pt", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config",
+                         L / "titan_gpt_oss/config.json", "-o", "{out}.pt"]),
+    ("map megatron_qwen3_moe hf->megatron --dry-run", ["reshard", L / "megatron_qwen3_moe/hf", "--map", "megatron-gpt", "-w", "2",
+                                                       "--dry-run", "-o", "{out}"]),
+    ("map lora merge --map --dry-run", ["consolidate", L / "peft_lora/ckpt", "--lora", "merge", "--map", "torchtitan-llama3", "--config",
+                                        L / "peft_lora/base/config.json", "--dry-run", "-o", "{out}.safetensors"]),
+    # diff and stats through a map (--json: every key's status and numbers, the audit's counts)
+    ("diff --map llama3 titan vs hf", ["diff", L / "titan_llama3/run/step-2", L / "titan_llama3/hf", "--map", "torchtitan-llama3",
+                                       "--config", L / "titan_llama3/config.json"]),
+    ("diff --map qwen3 titan vs hf (tied)", ["diff", L / "titan_qwen3/run/step-2", L / "titan_qwen3/hf", "--map", "torchtitan-qwen3",
+                                             "--config", L / "titan_qwen3/config.json"]),
+    ("diff --map deepseek-v3 titan vs hf", ["diff", L / "titan_deepseek_v3/run/step-2", L / "titan_deepseek_v3/hf", "--map",
+                                            "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json"]),
+    ("diff --map megatron_qwen3_moe vs hf", ["diff", L / "megatron_qwen3_moe/ckpt", L / "megatron_qwen3_moe/hf", "--map", "megatron-gpt",
+                                             "--config", L / "megatron_qwen3_moe/hf/config.json"]),
+    ("diff --map megatron_qwen3_moe without a config (refused)", ["diff", L / "megatron_qwen3_moe/ckpt", L / "megatron_qwen3_moe/hf", "--map",
+                                                                  "megatron-gpt"]),
+    ("diff --map hf vs megatron (B mapped too: on A's side)", ["diff", L / "megatron_qwen3_moe/hf", L / "megatron_qwen3_moe/ckpt", "--map",
+                                                               "megatron-gpt", "--config", L / "megatron_qwen3_moe/hf/config.json"]),
+    ("diff --map llama3 titan vs itself (both mapped)", ["diff", L / "titan_llama3/run/step-2", L / "titan_llama3/run/step-2",
+                                                                  "--map", "torchtitan-llama3", "--config", L / "titan_llama3/config.json"]),
+    ("diff --map llama3 titan vs qwen3 hf (values and shapes differ)", ["diff", L / "titan_llama3/run/step-2", L / "titan_qwen3/hf",
+                                                                        "--map", "torchtitan-llama3", "--config", L / "titan_llama3/config.json"]),
+    ("diff --map --include llama3 (B's names not selected)", ["diff", L / "titan_llama3/run/step-2", L / "titan_llama3/hf", "--map", "torchtitan-llama3",
+                                    "--config", L / "titan_llama3/config.json", "--include", "layers.0.*"]),
+    ("stats --map llama3", ["stats", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config", L / "titan_llama3/config.json"]),
+    ("stats --map deepseek-v3", ["stats", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3", "--config",
+                                 L / "titan_deepseek_v3/config.json"]),
+    ("stats --map megatron_qwen3_moe", ["stats", L / "megatron_qwen3_moe/ckpt", "--map", "megatron-gpt", "--config",
+                                        L / "megatron_qwen3_moe/hf/config.json"]),
+    ("stats --map gpt-oss", ["stats", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config", L / "titan_gpt_oss/config.json"]),
     ("sample bf16 HF folder", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--dtype", "bf16", "-o", "{out}/"]),
     ("sample reshard -w 4", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "4", "-o", "{out}"]),
     ("sample cast fp16", ["cast", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "fp16", "-o", "{out}"]),
@@ -247,6 +313,11 @@ def main() -> int:
         i = args.index("--new-key")
         NEW_KEYS.append(args[i + 1])
         del args[i:i + 2]
+    only = []  # --only WORD (repeatable): the cases whose name holds one of them
+    while "--only" in args:
+        i = args.index("--only")
+        only.append(args[i + 1])
+        del args[i:i + 2]
     old, new = args[0], args[1]
     work = Path(tempfile.mkdtemp(prefix="dcpctl-ab-"))
     cases = list(CASES)
@@ -263,6 +334,8 @@ def main() -> int:
         cases += codec_cases(work, old)
     except ImportError as e:
         print(f"SKIP codec cases: {e}")
+    if only:
+        cases = [c for c in cases if any(w in c[0] for w in only)]
     bad = 0
     for i, (name, args) in enumerate(cases):
         outs = [work / f"{i}-a" / "o", work / f"{i}-b" / "o"]
