@@ -9,6 +9,9 @@ For refactors that must not change a byte (the view layer, issue 48's first step
     tools/ab_outputs.py OLD NEW --new-key map.variant      # a summary field NEW adds is not a difference
     tools/ab_outputs.py OLD NEW --only map --only diff     # the cases whose name holds a word
 
+The torchrun cases run each binary's ranks with LibTorch's plugin beside it (a build's cmd/), else
+DCPCTL_TORCH_PLUGIN (a copied binary: DCPCTL_TORCH_PLUGIN=/work/main/build/cmd/libdcpctl_torch.so).
+
 Run with the project's virtualenv (.venv/bin/python): the MXFP4 case writes its GPT-OSS folder with
 transformers, as tests/interop/fp8_test.py does. Prints one line per case; exit 1 on any difference.
 """
@@ -205,11 +208,39 @@ def same_tree(a: Path, b: Path) -> str:
     return ""
 
 
+def ranks(argv: list, n: int) -> subprocess.CompletedProcess:
+    """`argv` as torchrun runs it: n processes (gloo) with RANK, WORLD_SIZE, MASTER_*; rank 0's
+    output and the worst exit status."""
+    import os
+    import socket
+    env = dict(os.environ)
+    # LibTorch's plugin beside the binary (a build's cmd/), else DCPCTL_TORCH_PLUGIN as given
+    if (Path(argv[0]).parent / "libdcpctl_torch.so").exists():
+        env.pop("DCPCTL_TORCH_PLUGIN", None)
+    for attempt in range(2):
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        procs = [subprocess.Popen(argv + ["--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))) for r in range(n)]
+        res = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+        if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
+            continue
+        break
+    rc = next((c for _, _, c in res if c != 0), 0)
+    return subprocess.CompletedProcess(argv, rc, res[0][0], "".join(err for _, err, _ in res))
+
+
 def run(binary: str, args: list, out: Path):
+    # ("torchrun", N, *args): N processes as torchrun launches them
+    n = 1
+    if args[0] == "torchrun":
+        n, args = args[1], args[2:]
     # --json everywhere; -q (no progress line) where it means that: diff's -q stops at the first difference
     quiet = ["-q"] if args[0] in ("consolidate", "reshard", "cast") else []
     argv = [binary] + [str(x).replace("{out}", str(out)) for x in args] + ["--json"] + quiet
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True) if n == 1 else ranks(argv, n)
     summary = None
     try:
         summary = json.loads(r.stdout.replace(str(out.parent), "WORK"))
@@ -330,6 +361,29 @@ def main() -> int:
                   ("mxfp4 refused without --dtype", ["consolidate", mx, "--map", "gpt-oss-mxfp4", "-o", "{out}/"])]
     except ImportError as e:
         print(f"SKIP mxfp4 cases: {e}")
+    # The map under torchrun (2 ranks, gloo: the deal's chunk exchange) and --local-files (each
+    # rank reads only its own copy of the files: .metadata and __0_0 in r0, __1_0 in r1).
+    tr = []
+    for name in ("titan_llama3", "titan_deepseek_v3", "titan_qwen3"):
+        split = work / f"split-{name}"
+        for r in (0, 1):
+            (split / f"r{r}").mkdir(parents=True)
+            shutil.copy(L / name / f"run/step-2/__{r}_0.distcp", split / f"r{r}")
+        shutil.copy(L / name / "run/step-2/.metadata", split / "r0")
+    m = {"titan_llama3": "torchtitan-llama3", "titan_deepseek_v3": "torchtitan-deepseek-v3", "titan_qwen3": "torchtitan-qwen3"}
+    for name, out in [("titan_llama3", "{out}.safetensors"), ("titan_llama3", "{out}.pt"), ("titan_deepseek_v3", "{out}.pt"),
+                      ("titan_deepseek_v3", "{out}.safetensors"), ("titan_qwen3", "{out}/")]:
+        opts = ["--map", m[name], "--config", L / name / "config.json"] + (["--assets", L / name / "hf"] if out.endswith("/") else [])
+        tr.append((f"map {name} torchrun x2 -o {out[5:] if out != '{out}/' else 'HF/'}", ["torchrun", 2, "consolidate", L / name / "run/step-2", *opts, "-o", out]))
+        tr.append((f"map {name} torchrun x2 --local-files -o {out[5:] if out != '{out}/' else 'HF/'}",
+                   ["torchrun", 2, "consolidate", work / f"split-{name}/r{{rank}}", "--local-files", *opts, "-o", out]))
+    tr.append(("map deepseek-v3 torchrun x2 reshard -w 3", ["torchrun", 2, "reshard", L / "titan_deepseek_v3/run/step-2", "--map",
+                                                            "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json",
+                                                            "-w", "3", "-o", "{out}"]))
+    tr.append(("map deepseek-v3 torchrun x2 .pt --dry-run", ["torchrun", 2, "consolidate", L / "titan_deepseek_v3/run/step-2", "--map",
+                                                             "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json",
+                                                             "--dry-run", "-o", "{out}.pt"]))
+    cases += tr
     try:
         cases += codec_cases(work, old)
     except ImportError as e:
