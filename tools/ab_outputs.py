@@ -98,7 +98,7 @@ CASES = [
                                               "--config", L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "--dry-run",
                                               "-o", "{out}/"]),
     # --quantize after the map: outputs no codec takes (gpt-oss's transposed expert stacks) are the
-    # map table's derived tensors, streamed into a .pt (the planner-side map stores such a record)
+    # map table's derived tensors, streamed into a .pt (the written map table stores such a record)
     ("map gpt-oss --quantize fp8-block .pt", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config",
                                               L / "titan_gpt_oss/config.json", "--quantize", "fp8-block", "-o", "{out}.pt"]),
     ("map gpt-oss --quantize fp8-block .pt --dry-run", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss",

@@ -1,6 +1,6 @@
-// The key map as a view (view/map_view.h): its outputs read as a table, any byte range assembled
-// from the parts, equal to what the planner-side map assembles (item/window.h's WindowReader over
-// the MappedModel, the path every --map export without a later view takes).
+// The key map as a table (view/map_view.h): its outputs read as tensors, any byte range assembled
+// from the parts, equal to what the written table's parts assemble (item/window.h's WindowReader,
+// as the planner plans every --map export without a later view).
 
 #include <catch2/catch.hpp>
 
@@ -45,12 +45,17 @@ TEST_CASE("views: the map view reads each output's byte ranges as the planner's 
   Checkpoint ck = open_checkpoint(dir + "/run/step-2");
   MappedModel map = apply_key_map(load_key_map("torchtitan-deepseek-v3"), ck.md, select_items(ck.md, {}),
                                   find_map_config(ck.dir, dir + "/config.json", ""));
-  Checkpoint view = mapped_view(ck, map);
+  Checkpoint view = mapped_view(ck, map, MapTable::Read);
   REQUIRE(view.md.tensors.size() == map.tensors.size());
   REQUIRE(view.derived);
   CHECK(view.derived->views["map"]["name"] == "torchtitan-deepseek-v3");
-  ItemReader saved(ck), mapped(view);
-  WindowReader windows(saved, nullptr, &map);
+  CHECK(view.derived->parts.empty());  // read as tensors by the view above
+  // The written table: the inputs held, each output filled from its parts as the planner plans it.
+  Checkpoint written = mapped_view(ck, map, MapTable::Written);
+  REQUIRE(written.md.tensors.size() > ck.md.tensors.size());
+  CHECK(written.derived->parts.size() == map.tensors.size());
+  ItemReader held(written), mapped(view);
+  WindowReader windows(held, nullptr);
   std::mt19937 rng(7);
   size_t assembled = 0, renamed = 0, reshaped = 0;
   for (size_t i = 0; i < map.tensors.size(); ++i) {
