@@ -7,6 +7,10 @@ For refactors that must not change a byte (the view layer, issue 48's first step
 
     tools/ab_outputs.py OLD/dcpctl build/cmd/dcpctl        # exit 0: every output identical
     tools/ab_outputs.py OLD NEW --new-key map.variant      # a summary field NEW adds is not a difference
+    tools/ab_outputs.py OLD NEW --only map --only diff     # the cases whose name holds a word
+
+The torchrun cases run each binary's ranks with LibTorch's plugin beside it (a build's cmd/), else
+DCPCTL_TORCH_PLUGIN (a copied binary: DCPCTL_TORCH_PLUGIN=/work/main/build/cmd/libdcpctl_torch.so).
 
 Run with the project's virtualenv (.venv/bin/python): the MXFP4 case writes its GPT-OSS folder with
 transformers, as tests/interop/fp8_test.py does. Prints one line per case; exit 1 on any difference.
@@ -68,6 +72,71 @@ CASES = [
     ("map megatron-fsdp->hf", ["consolidate", L / "run_megatron_fsdp/run/iter_0000002", "--map", "megatron-gpt", "--assets",
                                L / "megatron_fsdp_hf", "-o", "{out}/"]),
     ("map megatron-gpt tp2 dry-run", ["consolidate", L / "megatron_gpt_tp2/ckpt", "--map", "megatron-gpt", "--dry-run", "-o", "{out}/"]),
+    # the map's write paths (issue 58 item 1: one path for every map): .pt (stored records), --dtype,
+    # --max-memory, the tied head (titan_qwen3 ties: an HF folder leaves it out, a reshard from hf/
+    # copies it), --exclude, and --dry-run --json (every record's pieces and memory need, the deal)
+    ("map llama3 .pt", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                        L / "titan_llama3/config.json", "-o", "{out}.pt"]),
+    ("map qwen3 .pt (tied head kept)", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--config",
+                                        L / "titan_qwen3/config.json", "-o", "{out}.pt"]),
+    ("map llama3 --dtype bf16 .safetensors", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                                              L / "titan_llama3/config.json", "--dtype", "bf16", "-o", "{out}.safetensors"]),
+    ("map llama3 --max-memory 16KiB", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                                       L / "titan_llama3/config.json", "--max-memory", "16KiB", "-o", "{out}.safetensors"]),
+    ("map qwen3 --exclude lm_head HF folder", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--exclude",
+                                               "output.weight", "--assets", L / "titan_qwen3/hf", "-o", "{out}/"]),
+    ("map qwen3 hf->titan reshard (tied head copied)", ["reshard", L / "titan_qwen3/hf", "--map", "torchtitan-qwen3", "-w", "2", "-o", "{out}"]),
+    ("map qwen3 HF folder --dry-run (tied)", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--assets",
+                                              L / "titan_qwen3/hf", "--dry-run", "-o", "{out}/"]),
+    ("map llama3 .pt --dry-run", ["consolidate", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config",
+                                  L / "titan_llama3/config.json", "--dry-run", "-o", "{out}.pt"]),
+    ("map deepseek-v3 reshard --dry-run", ["reshard", L / "titan_deepseek_v3/hf", "--map", "torchtitan-deepseek-v3", "-w", "2",
+                                           "--dry-run", "-o", "{out}"]),
+    ("map deepseek-v3 .safetensors --dry-run", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3",
+                                                "--config", L / "titan_deepseek_v3/config.json", "--dry-run", "-o", "{out}.safetensors"]),
+    ("map deepseek-v3 --quantize --dry-run", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3",
+                                              "--config", L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "--dry-run",
+                                              "-o", "{out}/"]),
+    # --quantize after the map: outputs no codec takes (gpt-oss's transposed expert stacks) are the
+    # map table's derived tensors, streamed into a .pt (the written map table stores such a record)
+    ("map gpt-oss --quantize fp8-block .pt", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config",
+                                              L / "titan_gpt_oss/config.json", "--quantize", "fp8-block", "-o", "{out}.pt"]),
+    ("map gpt-oss --quantize fp8-block .pt --dry-run", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss",
+                                                        "--config", L / "titan_gpt_oss/config.json", "--quantize", "fp8-block",
+                                                        "--dry-run", "-o", "{out}.pt"]),
+    ("map deepseek-v3 --quantize fp8-block .pt", ["consolidate", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3",
+                                                  "--config", L / "titan_deepseek_v3/config.json", "--quantize", "fp8-block", "-o", "{out}.pt"]),
+    ("map gpt-oss .pt", ["consolidate", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config",
+                         L / "titan_gpt_oss/config.json", "-o", "{out}.pt"]),
+    ("map megatron_qwen3_moe hf->megatron --dry-run", ["reshard", L / "megatron_qwen3_moe/hf", "--map", "megatron-gpt", "-w", "2",
+                                                       "--dry-run", "-o", "{out}"]),
+    ("map lora merge --map --dry-run", ["consolidate", L / "peft_lora/ckpt", "--lora", "merge", "--map", "torchtitan-llama3", "--config",
+                                        L / "peft_lora/base/config.json", "--dry-run", "-o", "{out}.safetensors"]),
+    # diff and stats through a map (--json: every key's status and numbers, the audit's counts)
+    ("diff --map llama3 titan vs hf", ["diff", L / "titan_llama3/run/step-2", L / "titan_llama3/hf", "--map", "torchtitan-llama3",
+                                       "--config", L / "titan_llama3/config.json"]),
+    ("diff --map qwen3 titan vs hf (tied)", ["diff", L / "titan_qwen3/run/step-2", L / "titan_qwen3/hf", "--map", "torchtitan-qwen3",
+                                             "--config", L / "titan_qwen3/config.json"]),
+    ("diff --map deepseek-v3 titan vs hf", ["diff", L / "titan_deepseek_v3/run/step-2", L / "titan_deepseek_v3/hf", "--map",
+                                            "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json"]),
+    ("diff --map megatron_qwen3_moe vs hf", ["diff", L / "megatron_qwen3_moe/ckpt", L / "megatron_qwen3_moe/hf", "--map", "megatron-gpt",
+                                             "--config", L / "megatron_qwen3_moe/hf/config.json"]),
+    ("diff --map megatron_qwen3_moe without a config (refused)", ["diff", L / "megatron_qwen3_moe/ckpt", L / "megatron_qwen3_moe/hf", "--map",
+                                                                  "megatron-gpt"]),
+    ("diff --map hf vs megatron (B mapped too: on A's side)", ["diff", L / "megatron_qwen3_moe/hf", L / "megatron_qwen3_moe/ckpt", "--map",
+                                                               "megatron-gpt", "--config", L / "megatron_qwen3_moe/hf/config.json"]),
+    ("diff --map llama3 titan vs itself (both mapped)", ["diff", L / "titan_llama3/run/step-2", L / "titan_llama3/run/step-2",
+                                                                  "--map", "torchtitan-llama3", "--config", L / "titan_llama3/config.json"]),
+    ("diff --map llama3 titan vs qwen3 hf (values and shapes differ)", ["diff", L / "titan_llama3/run/step-2", L / "titan_qwen3/hf",
+                                                                        "--map", "torchtitan-llama3", "--config", L / "titan_llama3/config.json"]),
+    ("diff --map --include llama3 (B's names not selected)", ["diff", L / "titan_llama3/run/step-2", L / "titan_llama3/hf", "--map", "torchtitan-llama3",
+                                    "--config", L / "titan_llama3/config.json", "--include", "layers.0.*"]),
+    ("stats --map llama3", ["stats", L / "titan_llama3/run/step-2", "--map", "torchtitan-llama3", "--config", L / "titan_llama3/config.json"]),
+    ("stats --map deepseek-v3", ["stats", L / "titan_deepseek_v3/run/step-2", "--map", "torchtitan-deepseek-v3", "--config",
+                                 L / "titan_deepseek_v3/config.json"]),
+    ("stats --map megatron_qwen3_moe", ["stats", L / "megatron_qwen3_moe/ckpt", "--map", "megatron-gpt", "--config",
+                                        L / "megatron_qwen3_moe/hf/config.json"]),
+    ("stats --map gpt-oss", ["stats", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config", L / "titan_gpt_oss/config.json"]),
     ("sample bf16 HF folder", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--dtype", "bf16", "-o", "{out}/"]),
     ("sample reshard -w 4", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "4", "-o", "{out}"]),
     ("sample cast fp16", ["cast", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "fp16", "-o", "{out}"]),
@@ -139,11 +208,39 @@ def same_tree(a: Path, b: Path) -> str:
     return ""
 
 
+def ranks(argv: list, n: int) -> subprocess.CompletedProcess:
+    """`argv` as torchrun runs it: n processes (gloo) with RANK, WORLD_SIZE, MASTER_*; rank 0's
+    output and the worst exit status."""
+    import os
+    import socket
+    env = dict(os.environ)
+    # LibTorch's plugin beside the binary (a build's cmd/), else DCPCTL_TORCH_PLUGIN as given
+    if (Path(argv[0]).parent / "libdcpctl_torch.so").exists():
+        env.pop("DCPCTL_TORCH_PLUGIN", None)
+    for attempt in range(2):
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        procs = [subprocess.Popen(argv + ["--timeout", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))) for r in range(n)]
+        res = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+        if attempt == 0 and any("ddress already in use" in err for _, err, _ in res):
+            continue
+        break
+    rc = next((c for _, _, c in res if c != 0), 0)
+    return subprocess.CompletedProcess(argv, rc, res[0][0], "".join(err for _, err, _ in res))
+
+
 def run(binary: str, args: list, out: Path):
+    # ("torchrun", N, *args): N processes as torchrun launches them
+    n = 1
+    if args[0] == "torchrun":
+        n, args = args[1], args[2:]
     # --json everywhere; -q (no progress line) where it means that: diff's -q stops at the first difference
     quiet = ["-q"] if args[0] in ("consolidate", "reshard", "cast") else []
     argv = [binary] + [str(x).replace("{out}", str(out)) for x in args] + ["--json"] + quiet
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True) if n == 1 else ranks(argv, n)
     summary = None
     try:
         summary = json.loads(r.stdout.replace(str(out.parent), "WORK"))
@@ -247,6 +344,11 @@ def main() -> int:
         i = args.index("--new-key")
         NEW_KEYS.append(args[i + 1])
         del args[i:i + 2]
+    only = []  # --only WORD (repeatable): the cases whose name holds one of them
+    while "--only" in args:
+        i = args.index("--only")
+        only.append(args[i + 1])
+        del args[i:i + 2]
     old, new = args[0], args[1]
     work = Path(tempfile.mkdtemp(prefix="dcpctl-ab-"))
     cases = list(CASES)
@@ -259,10 +361,35 @@ def main() -> int:
                   ("mxfp4 refused without --dtype", ["consolidate", mx, "--map", "gpt-oss-mxfp4", "-o", "{out}/"])]
     except ImportError as e:
         print(f"SKIP mxfp4 cases: {e}")
+    # The map under torchrun (2 ranks, gloo: the deal's chunk exchange) and --local-files (each
+    # rank reads only its own copy of the files: .metadata and __0_0 in r0, __1_0 in r1).
+    tr = []
+    for name in ("titan_llama3", "titan_deepseek_v3", "titan_qwen3"):
+        split = work / f"split-{name}"
+        for r in (0, 1):
+            (split / f"r{r}").mkdir(parents=True)
+            shutil.copy(L / name / f"run/step-2/__{r}_0.distcp", split / f"r{r}")
+        shutil.copy(L / name / "run/step-2/.metadata", split / "r0")
+    m = {"titan_llama3": "torchtitan-llama3", "titan_deepseek_v3": "torchtitan-deepseek-v3", "titan_qwen3": "torchtitan-qwen3"}
+    for name, out in [("titan_llama3", "{out}.safetensors"), ("titan_llama3", "{out}.pt"), ("titan_deepseek_v3", "{out}.pt"),
+                      ("titan_deepseek_v3", "{out}.safetensors"), ("titan_qwen3", "{out}/")]:
+        opts = ["--map", m[name], "--config", L / name / "config.json"] + (["--assets", L / name / "hf"] if out.endswith("/") else [])
+        tr.append((f"map {name} torchrun x2 -o {out[5:] if out != '{out}/' else 'HF/'}", ["torchrun", 2, "consolidate", L / name / "run/step-2", *opts, "-o", out]))
+        tr.append((f"map {name} torchrun x2 --local-files -o {out[5:] if out != '{out}/' else 'HF/'}",
+                   ["torchrun", 2, "consolidate", work / f"split-{name}/r{{rank}}", "--local-files", *opts, "-o", out]))
+    tr.append(("map deepseek-v3 torchrun x2 reshard -w 3", ["torchrun", 2, "reshard", L / "titan_deepseek_v3/run/step-2", "--map",
+                                                            "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json",
+                                                            "-w", "3", "-o", "{out}"]))
+    tr.append(("map deepseek-v3 torchrun x2 .pt --dry-run", ["torchrun", 2, "consolidate", L / "titan_deepseek_v3/run/step-2", "--map",
+                                                             "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json",
+                                                             "--dry-run", "-o", "{out}.pt"]))
+    cases += tr
     try:
         cases += codec_cases(work, old)
     except ImportError as e:
         print(f"SKIP codec cases: {e}")
+    if only:
+        cases = [c for c in cases if any(w in c[0] for w in only)]
     bad = 0
     for i, (name, args) in enumerate(cases):
         outs = [work / f"{i}-a" / "o", work / f"{i}-b" / "o"]

@@ -87,7 +87,7 @@ std::optional<std::string> export_only_reason(const KeyMap& map, const std::stri
 
 ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, const KeyMap& map) {
   ExportAudit x;
-  const MappedModel& m = *a.mapped;
+  const MappedModel& m = *a.map;  // the map's table says what it applied
   x.map = m.name;
   x.direction = m.from + "->" + m.to;
   x.mapped = m.inputs;

@@ -91,9 +91,9 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     map_input(a, o.map, side_selection(pa), o.map_config);
     try {
       // Only on A's side: B on the other is not mapped, and its keys are not the map's to refuse.
-      map_input(b, o.map, side_selection(pb), o.map_config, a.mapped->from);
+      map_input(b, o.map, side_selection(pb), o.map_config, a.map->from);
     } catch (const UsageError&) {
-      b.mapped.reset();
+      // left as it was
     }
   }
   auto select_side = [&](const Input& in, bool use_prefix) {
@@ -123,7 +123,8 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     auto it = in_b.find(ia.key);
     if (it == in_b.end() && audit && ia.tensor) {
       // A head the export leaves out because its config ties it: compared with what it is tied to.
-      std::string tied = tied_key(*a.mapped, a.mapped->tensors[ia.index], *keymap);
+      const MappedTensor* mt = mapped_tensor(a, a.ck.md.tensors[ia.index].fqn);
+      std::string tied = mt ? tied_key(*a.map, *mt, *keymap) : "";
       if (!tied.empty() && in_b.count(tied) && export_ties_embeddings(b)) {
         it = in_b.find(tied);
         k.b_key = tied;
@@ -160,7 +161,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
   // Window buffers and decoded chunks kept for several windows (item/window.h) share it;
   // declared before the readers, which give back what they hold when destroyed.
   MemoryGate gate(o.max_memory);
-  WindowReader ra(*a.reader, &gate, a.mapped ? &*a.mapped : nullptr), rb(*b.reader, &gate, b.mapped ? &*b.mapped : nullptr);
+  WindowReader ra(*a.reader, &gate), rb(*b.reader, &gate);
   const uint64_t buffer_budget = std::min(window_budget(a.ck.md, o.max_memory), window_budget(b.ck.md, o.max_memory));
   std::vector<DiffRule> rules(r.keys.size());
   std::vector<ExportBound> kbounds(r.keys.size());

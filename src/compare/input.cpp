@@ -2,6 +2,7 @@
 
 #include "item/torch_file.h"
 #include "pickle/repr.h"
+#include "meta/derived.h"
 #include "meta/geometry.h"
 #include "view/model.h"
 
@@ -39,51 +40,45 @@ void map_input(Input& in, const std::string& map, const Selection& selection, co
   rq.map = map;
   rq.map_config = config;
   rq.map_from = from;
-  // No view but the map applies to a diff: the model's table is the input's checkpoint, which its
-  // reader reads and the map's parts index.
-  in.mapped = build_model(in.ck, rq).take_map();
+  // No view but the map applies to a diff: the model is the map's table over the input.
+  Checkpoint table = build_model(in.ck, rq).checkpoint();
+  in.ck = std::move(table);
+  in.reader = std::make_unique<ItemReader>(in.ck);
+  in.map = in.ck.derived->output.map.get();
 }
 
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection) {
-  if (!in.mapped) return select_items(in.ck.md, selection);
-  std::vector<SelectedItem> out;
-  for (size_t i = 0; i < in.mapped->tensors.size(); ++i) {
-    const std::string& key = in.mapped->tensors[i].meta.fqn;
-    out.push_back({true, static_cast<uint32_t>(i), key, {PathElem{false, key, 0}}});
-  }
-  return out;
+  return select_items(in.ck.md, in.map ? Selection{} : selection);
 }
 
 void expect_reads(Input& in, const std::vector<const SelectedItem*>& items) {
   std::vector<StorageRef> refs;
   auto add = [&](const TensorMeta& t) { refs.insert(refs.end(), t.storage.begin(), t.storage.end()); };
   for (const SelectedItem* it : items) {
-    if (!it->tensor)
+    if (!it->tensor) {
       refs.push_back(in.ck.md.bytes[it->index].storage);
-    else if (!in.mapped)
+    } else if (const MappedTensor* mt = mapped_tensor(in, in.ck.md.tensors[it->index].fqn)) {
+      for (const MapPart& part : mt->parts) add(in.ck.md.tensors[part.tensor]);
+    } else {
       add(in.ck.md.tensors[it->index]);
-    else
-      for (const MapPart& part : in.mapped->tensors[it->index].parts) add(in.ck.md.tensors[part.tensor]);
+    }
   }
   in.reader->expect(refs);
 }
 
 const TensorMeta& input_tensor(const Input& in, const SelectedItem& item) {
-  return in.mapped ? in.mapped->tensors[item.index].meta : in.ck.md.tensors[item.index];
+  const TensorMeta& t = in.ck.md.tensors[item.index];
+  const MappedTensor* mt = item.tensor ? mapped_tensor(in, t.fqn) : nullptr;
+  return mt ? mt->meta : t;
 }
 
-const MappedTensor* mapped_tensor(const Input& in, const TensorMeta& t) {
-  if (!in.mapped) return nullptr;
-  for (const auto& mt : in.mapped->tensors)
-    if (&mt.meta == &t) return &mt;
-  return nullptr;
+const MappedTensor* mapped_tensor(const Input& in, const std::string& fqn) {
+  return in.ck.derived ? in.ck.derived->parts_of(fqn) : nullptr;
 }
 
-void require_tiled(const Input& in, const TensorMeta& t) {
-  if (const MappedTensor* mt = mapped_tensor(in, t)) {
-    for (const MapPart& part : mt->parts) require_tiled(in, in.ck.md.tensors[part.tensor]);
-    return;
-  }
+namespace {
+
+void require_chunks_tile(const Input& in, const TensorMeta& t) {
   for (size_t i = 0; i < t.num_chunks(); ++i)
     if (!t.storage[i].present() && t.chunk_numel(i) > 0)
       throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "chunk " + std::to_string(i) + " has no storage entry");
@@ -94,6 +89,17 @@ void require_tiled(const Input& in, const TensorMeta& t) {
   if (c.overlap_elements) why += std::string(why.empty() ? "" : ", ") + std::to_string(c.overlap_elements) + " elements held twice";
   if (!c.out_of_bounds.empty()) why += std::string(why.empty() ? "" : ", ") + "a chunk outside the shape";
   throw FormatError(Where(in.ck.metadata_path, std::nullopt, t.fqn), "the chunks do not tile the tensor: " + why);
+}
+
+}  // namespace
+
+void require_tiled(const Input& in, const TensorMeta& t) {
+  // A key map's output: its parts' tensors (inputs, one of them maybe under the output's own name).
+  if (const MappedTensor* mt = mapped_tensor(in, t.fqn)) {
+    for (const MapPart& part : mt->parts) require_chunks_tile(in, in.ck.md.tensors[part.tensor]);
+    return;
+  }
+  require_chunks_tile(in, t);
 }
 
 }  // namespace dcpctl

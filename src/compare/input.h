@@ -20,7 +20,9 @@ struct Input {
   Checkpoint ck;
   std::map<std::string, std::string> inline_values;  // torch.save files: key -> repr of a non-tensor leaf
   std::unique_ptr<ItemReader> reader;                // reads ck (which therefore never moves)
-  std::optional<MappedModel> mapped;                 // --map: its tensors seen through a key map
+  // --map: ck is the key map's table (view/map_view.h), its outputs the items, the selection
+  // applied; null otherwise.
+  const MappedModel* map = nullptr;
 };
 
 std::unique_ptr<Input> open_input(const std::string& path);
@@ -28,19 +30,20 @@ std::unique_ptr<Input> open_input(const std::string& path);
 // A non-tensor value as Python would repr it (decoded by the restricted VM, never executed).
 std::string value_repr(const Input& in, const BytesMeta& b);
 
-// --map: the input's selected tensors seen through the key map `map` (a name or a file;
-// view/model.h builds it), its parameters from `config` or the input's own config.json; `from`
-// as apply_key_map's. Throws what build_model throws; `excluded` lists what --exclude left out.
+// --map: the input becomes the model view/model.h builds with the key map `map` (a name or a
+// file), its parameters from `config` or the input's own config.json, `from` as apply_key_map's:
+// the map's table, whose outputs its reader reads from their parts. Throws what build_model
+// throws, leaving the input as it was; `excluded` lists what --exclude left out.
 void map_input(Input& in, const std::string& map, const Selection& selection, const std::string& config, const std::string& from = "");
-// The selected items: the map's tensors (index: into mapped->tensors) when the input is mapped.
+// The selected items (a mapped input's: every output of the map, which applied the selection).
 std::vector<SelectedItem> input_items(const Input& in, const Selection& selection);
-// Tells the input's reader which of those items will be read (ItemReader::expect): under a map,
-// the saved tensors its outputs are made of.
+// Tells the input's reader which of those items will be read (ItemReader::expect): a key map's
+// output, the tensors it is made of.
 void expect_reads(Input& in, const std::vector<const SelectedItem*>& items);
-// The tensor an item of input_items names.
+// The tensor an item of input_items names (a key map's output: the map's meta of it).
 const TensorMeta& input_tensor(const Input& in, const SelectedItem& item);
-// The map's tensor whose synthetic meta `t` is, or null for a saved tensor.
-const MappedTensor* mapped_tensor(const Input& in, const TensorMeta& t);
+// The key map's output named `fqn` (meta/derived.h's DerivedTable::parts), or null.
+const MappedTensor* mapped_tensor(const Input& in, const std::string& fqn);
 
 // Throws FormatError naming the tensor when its chunks do not tile it exactly (a hole or an
 // overlap would make a window's bytes undefined).

@@ -69,7 +69,7 @@ StatsResult compute_stats(Input& in, const StatsOptions& o) {
   // declared before the reader, which gives back what it holds when destroyed.
   MemoryGate gate(o.max_memory);
   const uint64_t buffer_budget = window_budget(md, o.max_memory);
-  WindowReader reader(*in.reader, &gate, in.mapped ? &*in.mapped : nullptr);
+  WindowReader reader(*in.reader, &gate);
   uint64_t total_bytes = 0;
   unsigned threads = std::max(1u, o.threads);
   for (const auto& it : items) {

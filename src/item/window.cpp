@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "meta/derived.h"
 #include "meta/pieces.h"
 
 namespace dcpctl {
@@ -59,15 +60,13 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i) {
   return idx;
 }
 
-WindowReader::WindowReader(const ItemReader& reader, MemoryGate* gate, const MappedModel* mapped)
-    : reader_(reader), decoded_(reader, gate), chunks_(reader, 16ull << 20, &decoded_) {
-  if (mapped)
-    for (const auto& mt : mapped->tensors) mapped_.emplace(&mt.meta, &mt);
-}
+WindowReader::WindowReader(const ItemReader& reader, MemoryGate* gate)
+    : reader_(reader), decoded_(reader, gate), chunks_(reader, 16ull << 20, &decoded_) {}
 
 std::vector<Piece> WindowReader::pieces(const TensorMeta& t, const Box& box) const {
-  auto it = mapped_.find(&t);
-  return it == mapped_.end() ? plan_pieces(t, box) : plan_mapped_pieces(reader_.checkpoint().md, *it->second, box);
+  const Checkpoint& ck = reader_.checkpoint();
+  const MappedTensor* mt = ck.derived ? ck.derived->parts_of(t.fqn) : nullptr;
+  return mt ? plan_mapped_pieces(ck.md, *mt, box) : plan_pieces(t, box);
 }
 
 void WindowReader::expect(const TensorMeta& t, const std::vector<Window>& windows) {

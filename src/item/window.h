@@ -20,9 +20,6 @@
 #include "item/decoded_chunks.h"
 #include "item/item_reader.h"
 #include "meta/geometry.h"
-#include <unordered_map>
-
-#include "meta/keymap.h"
 #include "util/memory_gate.h"
 
 namespace dcpctl {
@@ -49,9 +46,10 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i);
 // gate, each window decodes it for itself. Safe to use from several threads.
 class WindowReader {
  public:
-  // `mapped`: the key map's tensors (meta/keymap.h) a TensorMeta given here may be the synthetic
-  // meta of; their windows are filled from the saved tensors' pieces.
-  WindowReader(const ItemReader& reader, MemoryGate* gate, const MappedModel* mapped = nullptr);
+  // A tensor the reader's table says has parts (a key map's output, meta/derived.h's
+  // DerivedTable::parts; given as the table's or the map's TensorMeta) is filled from the pieces
+  // of those parts, as the planner plans it.
+  WindowReader(const ItemReader& reader, MemoryGate* gate);
   // The windows of `t` that will be filled, each once.
   void expect(const TensorMeta& t, const std::vector<Window>& windows);
   // Window w of `t` into dst (w.numel * itemsize bytes); `scratch`, as many bytes, holds the
@@ -64,7 +62,6 @@ class WindowReader {
  private:
   std::vector<Piece> pieces(const TensorMeta& t, const Box& box) const;
   const ItemReader& reader_;
-  std::unordered_map<const TensorMeta*, const MappedTensor*> mapped_;
   DecodedChunks decoded_;
   LocalChunks chunks_;
 };

@@ -13,6 +13,11 @@ const DerivedTable::Entry* DerivedTable::find(const std::string& fqn) const {
   return it == tensors.end() ? nullptr : &it->second;
 }
 
+const MappedTensor* DerivedTable::parts_of(const std::string& fqn) const {
+  auto it = parts.find(fqn);
+  return it == parts.end() ? nullptr : it->second;
+}
+
 uint64_t DerivedTable::working_bytes(const TensorMeta& t, size_t chunk) const {
   const Entry* e = find(t.fqn);
   if (!e) return 0;

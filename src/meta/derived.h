@@ -38,6 +38,8 @@
 namespace dcpctl {
 
 struct DerivedTable;
+struct MappedModel;   // meta/keymap.h
+struct MappedTensor;
 
 // What a derived tensor reads its inputs through: the tensors of the table below it, saved or
 // derived (the item reader implements it for every level).
@@ -83,6 +85,9 @@ struct ViewOutput {
   std::optional<nlohmann::json> quantization_config;
   // --quantize: the keys --dtype must not cast (the quantized weights and their scales).
   std::vector<std::string> keep_dtype;
+  // --map: the key map as applied (view/map_view.h): what it made, left out, dropped and ties,
+  // for the summary and diff's audit.
+  std::shared_ptr<const MappedModel> map;
 };
 
 struct DerivedTable {
@@ -96,9 +101,16 @@ struct DerivedTable {
   nlohmann::json views = nlohmann::json::object();
   // What the views leave for a writer and the planner.
   ViewOutput output;
+  // A key map's table that holds its inputs (view/map_view.h): each output's parts of this
+  // table's tensors, by the output's name, pointing into output.map. The planner plans such a
+  // tensor's records from its parts, and a window reader reads it so (item/window.h). Not
+  // carried by table_over: a view over the map reads its outputs as tensors.
+  std::unordered_map<std::string, const MappedTensor*> parts;
 
   // The entry of the derived tensor named `fqn`; null for a saved tensor.
   const Entry* find(const std::string& fqn) const;
+  // The parts of the key map's output named `fqn` (see `parts`); null for any other tensor.
+  const MappedTensor* parts_of(const std::string& fqn) const;
   // The most one read of chunk `chunk` of `t` (a tensor of this table) holds: 0 for a saved tensor;
   // for a derived one its own working_bytes and, on top, the most a read of any chunk of one of its
   // inputs() holds in the table below (a view over a view: the quantized weight over a mapped or

@@ -32,8 +32,9 @@
 //
 // The direction follows the input: the side whose patterns the input's tensor keys match. What a
 // map yields is geometry only, from .metadata: each output tensor as parts (boxes of saved
-// tensors and where they land), which the write planner turns into pieces (meta/pieces.h). No
-// byte moves here.
+// tensors and where they land), a MappedModel, which view/map_view.h makes the model's table (the
+// one path: every command reads and plans the map's outputs there; the write planner turns a
+// written output's parts into pieces, meta/pieces.h). No byte moves here.
 #pragma once
 
 #include <cstdint>

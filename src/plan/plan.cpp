@@ -121,63 +121,53 @@ void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
   }
 }
 
-// --map: the map's tensors, each made of parts of saved tensors, as records. A whole saved tensor
-// under a new name is planned as that tensor (plan_saved). Otherwise the pieces are runs where a
-// region is contiguous in its chunk and in the box (placed like any run), else copied with their
-// frames; such a record is never streamed (its pieces need not come in output order), so it is
-// assembled (.pt, DCP) or written piece by piece at its offsets (safetensors).
-void plan_mapped(const Checkpoint& ck, const MappedModel& map, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
-                 CoverageCheck& coverage, WritePlan& plan) {
+// A key map's output (view/map_view.h: the table written holds the map's inputs and says each
+// output's parts), as records of pieces of those inputs. A whole tensor under a new name is
+// planned as that tensor (plan_saved). Otherwise the pieces are runs where a region is contiguous
+// in its chunk and in the box (placed like any run), else copied with their frames; such a record
+// is never streamed (its pieces need not come in output order), so it is assembled (.pt, DCP) or
+// written piece by piece at its offsets (safetensors). A mapped tensor has no saved layout to
+// keep: cast (keep_layout) shards it by rows over the source's ranks.
+void plan_parts(const Checkpoint& ck, const MappedTensor& mt, const Target& target, int world, std::vector<uint64_t>& rank_bytes,
+                CoverageCheck& coverage, WritePlan& plan) {
   const Metadata& md = ck.md;
-  // A mapped tensor has no saved layout to keep: cast (keep_layout) shards it by rows over the
-  // source's ranks.
   Target rows = target;
   rows.keep_layout = false;
-  plan.items.clear();
-  plan.values.clear();
-  for (const MappedTensor& mt : map.tensors) {
-    if (!mt.meta.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
-    bool covered = true;
-    for (const MapPart& part : mt.parts) covered = coverage.covered(md.tensors[part.tensor]) && covered;
-    if (!covered) continue;
-    SelectedItem it;
-    it.tensor = true;
-    it.index = static_cast<uint32_t>(plan.tensors.size());
-    it.key = mt.meta.fqn;
-    it.path = {PathElem{false, mt.meta.fqn, 0}};
-    plan.items.push_back(it);
-    if (renames_whole(md, mt)) {
-      PlannedTensor& pt = plan_saved(ck, md.tensors[mt.parts[0].tensor], mt.meta.fqn, rows, world, rank_bytes, plan);
-      pt.mapped = &mt;
-      pt.renamed = true;
-      continue;
-    }
-    PlannedTensor pt;
-    pt.t = &mt.meta;
+  if (!mt.meta.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+  bool covered = true;
+  for (const MapPart& part : mt.parts) covered = coverage.covered(md.tensors[part.tensor]) && covered;
+  if (!covered) return;
+  if (renames_whole(md, mt)) {
+    PlannedTensor& pt = plan_saved(ck, md.tensors[mt.parts[0].tensor], mt.meta.fqn, rows, world, rank_bytes, plan);
     pt.mapped = &mt;
-    pt.key = mt.meta.fqn;
-    pt.src = *mt.meta.dtype;
-    pt.dst = plan.cast.target(pt.src, pt.key);
-    std::vector<Box> boxes;
-    std::vector<uint32_t> ranks;
-    target_boxes(ck, mt.meta, rows, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
-    size_t ti = plan.tensors.size();
-    for (size_t b = 0; b < boxes.size(); ++b) {
-      Record r;
-      r.tensor = ti;
-      r.box = std::move(boxes[b]);
-      r.dest = ranks[b];
-      r.pieces = plan_mapped_pieces(md, mt, r.box);
-      r.out_bytes = r.box.numel() * itemsize(pt.dst);
-      r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
-      r.streams = false;
-      for (const Piece& p : r.pieces) pt.transformed = pt.transformed || p.source->storage[p.chunk].transforms != 0;
-      pt.records.push_back(plan.records.size());
-      plan.total_bytes += r.out_bytes;
-      plan.records.push_back(std::move(r));
-    }
-    plan.tensors.push_back(std::move(pt));
+    pt.renamed = true;
+    return;
   }
+  PlannedTensor pt;
+  pt.t = &mt.meta;
+  pt.mapped = &mt;
+  pt.key = mt.meta.fqn;
+  pt.src = *mt.meta.dtype;
+  pt.dst = plan.cast.target(pt.src, pt.key);
+  std::vector<Box> boxes;
+  std::vector<uint32_t> ranks;
+  target_boxes(ck, mt.meta, rows, world, rank_bytes, itemsize(pt.dst), boxes, ranks);
+  size_t ti = plan.tensors.size();
+  for (size_t b = 0; b < boxes.size(); ++b) {
+    Record r;
+    r.tensor = ti;
+    r.box = std::move(boxes[b]);
+    r.dest = ranks[b];
+    r.pieces = plan_mapped_pieces(md, mt, r.box);
+    r.out_bytes = r.box.numel() * itemsize(pt.dst);
+    r.runs = std::all_of(r.pieces.begin(), r.pieces.end(), [](const Piece& p) { return p.run; });
+    r.streams = false;
+    for (const Piece& p : r.pieces) pt.transformed = pt.transformed || p.source->storage[p.chunk].transforms != 0;
+    pt.records.push_back(plan.records.size());
+    plan.total_bytes += r.out_bytes;
+    plan.records.push_back(std::move(r));
+  }
+  plan.tensors.push_back(std::move(pt));
 }
 
 }  // namespace
@@ -204,19 +194,19 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
 
   CoverageCheck coverage;
-  if (target.map) {
-    plan_mapped(ck, *target.map, target, world, rank_bytes, coverage, plan);
-  } else {
   for (const auto& it : plan.items) {
     if (!it.tensor) {
       plan.values.push_back(&it);
       continue;
     }
     const TensorMeta& t = md.tensors[it.index];
+    if (const MappedTensor* mt = ck.derived ? ck.derived->parts_of(t.fqn) : nullptr) {
+      plan_parts(ck, *mt, target, world, rank_bytes, coverage, plan);
+      continue;
+    }
     if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
     if (!coverage.covered(t)) continue;
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
-  }
   }
   coverage.refuse_if_incomplete(Where(ck.dir), target.rank_files() ? "reshard" : "write a partial model");
   refuse_scaled_casts(ck, plan);

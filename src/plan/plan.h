@@ -6,6 +6,9 @@
 // file or target rank, and its offset there), whether it streams, and the memory writing it takes.
 // Everything a run would refuse is refused here, before a byte is written: unknown dtypes, tensors
 // their chunks do not cover, dtypes the format cannot hold, a record that cannot fit the budget.
+// A key map's output (the written map table, view/map_view.h: DerivedTable::parts) is planned
+// from its parts: pieces of the table's inputs, the saved chunks (a whole tensor renamed: that
+// tensor's records), sharded by rows where ranks are written.
 //
 // Whether a record streams (its bytes go out front to back, read in place a window at a time, no
 // buffer of its size) is decided here and nowhere else, from .metadata: every process of a
@@ -45,9 +48,6 @@ struct Target {
   unsigned threads = 1;                     // InOrder: an assembled record reads its chunks on all threads
   uint64_t window = 64ull << 20;            // safetensors: the copy window of a chunk read in place
   uint64_t max_memory = 0;                  // --max-memory (0: automatic, see memory_budget)
-  // --map: the outputs are the key map's tensors (meta/keymap.h), made of parts of the selected
-  // saved tensors; null: the selected tensors under their own names.
-  const MappedModel* map = nullptr;
   // --dtype's precision policy (plan/precision.h): the tensors it keeps in their saved dtype;
   // null: every floating tensor is cast.
   const PrecisionPolicy* precision = nullptr;
@@ -78,15 +78,17 @@ struct Record {
 
 // A selected tensor, as written.
 struct PlannedTensor {
-  // The saved tensor; under --map the output's synthetic TensorMeta (its shape and dtype; its
-  // bytes are in the pieces' source tensors), or the saved tensor it renames (`renamed`).
+  // The saved tensor; for a key map's output (`mapped`) its synthetic TensorMeta (its shape and
+  // dtype; its bytes are in the pieces' source tensors), or the tensor it renames (`renamed`).
   const TensorMeta* t = nullptr;
   std::string key;   // the output key (after --select)
   DType src{}, dst{};
   bool transformed = false;  // some chunk is stream-transformed (zstd)
-  const MappedTensor* mapped = nullptr;  // --map: what it is made of
-  // --map, a whole saved tensor under a new name (renames_whole): `t` is the saved tensor, and it
-  // is planned, read and written as without a map (its runs stream; nothing is assembled).
+  // A key map's output in the table written (view/map_view.h, DerivedTable::parts): what it is
+  // made of, planned as pieces of the table's inputs.
+  const MappedTensor* mapped = nullptr;
+  // A whole tensor under a new name (renames_whole): `t` is that tensor, and it is planned, read
+  // and written as without a map (its runs stream; nothing is assembled).
   bool renamed = false;
   std::vector<size_t> records;  // indices into WritePlan::records, in box order
 };

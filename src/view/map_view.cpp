@@ -96,34 +96,73 @@ class MappedTensorRead final : public DerivedTensor {
 
 }  // namespace
 
-Checkpoint mapped_view(const Checkpoint& ck, const MappedModel& map) {
+void set_map(DerivedTable& table, std::shared_ptr<const MappedModel> map, bool parts) {
+  table.views["map"] = map->describe();
+  table.parts.clear();
+  if (parts)
+    for (const MappedTensor& mt : map->tensors) table.parts[mt.meta.fqn] = &mt;
+  table.output.map = std::move(map);
+}
+
+Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind) {
+  const bool inputs = kind == MapTable::Written;
+  auto map = std::make_shared<const MappedModel>(std::move(applied));
   auto md = std::make_shared<const Metadata>(ck.md);
   Checkpoint view = ck;
-  view.md.tensors.clear();
   view.md.order.clear();
   view.md.planner_data.clear();
-  view.md.has_planner_data = false;  // each output a top-level key (select.h: a key without a path)
-  std::shared_ptr<DerivedTable> table = table_over(ck.derived, [](const std::string&) { return std::string(); });
-  for (const MappedTensor& mt : map.tensors) {
-    for (const MapPart& part : mt.parts) {
-      const TensorMeta& s = md->tensors[part.tensor];
-      Coverage cov = check_coverage(s, 1);
-      bool missing = false;
-      for (size_t c = 0; c < s.num_chunks(); ++c)
-        missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
-      if (!cov.exact || missing)
-        throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
-                          "not fully covered by its chunks; refusing to map it into '" + mt.meta.fqn + "'");
+  // Each output a top-level key (select.h: a key without a path). The written table keeps the
+  // flag: a DCP writer records its outputs' paths as it did the inputs'.
+  if (!inputs) {
+    view.md.tensors.clear();
+    view.md.has_planner_data = false;
+  }
+  std::shared_ptr<DerivedTable> table = table_over(ck.derived, [&](const std::string& n) { return inputs ? n : std::string(); });
+  if (inputs) {
+    // An input that shares its name with an output it is not (renamed to itself) is kept under a
+    // name of its own, so that reading either by name finds it.
+    std::unordered_map<std::string, size_t> outputs;
+    for (size_t i = 0; i < map->tensors.size(); ++i) outputs.emplace(map->tensors[i].meta.fqn, i);
+    for (size_t i = 0; i < ck.md.tensors.size(); ++i) {
+      auto o = outputs.find(ck.md.tensors[i].fqn);
+      if (o == outputs.end()) continue;
+      const MappedTensor& mt = map->tensors[o->second];
+      if (renames_whole(ck.md, mt) && mt.parts[0].tensor == i) continue;
+      TensorMeta& kept = view.md.tensors[i];
+      const std::string name = kept.fqn + " (input of --map)";
+      if (auto e = table->tensors.find(kept.fqn); e != table->tensors.end()) {
+        table->tensors.emplace(name, e->second);
+        table->tensors.erase(e);
+      }
+      kept.fqn = name;
     }
+  }
+  for (const MappedTensor& mt : map->tensors) {
+    if (!inputs)  // a view reads the outputs: their parts must be there (the planner checks the written table's)
+      for (const MapPart& part : mt.parts) {
+        const TensorMeta& s = md->tensors[part.tensor];
+        Coverage cov = check_coverage(s, 1);
+        bool missing = false;
+        for (size_t c = 0; c < s.num_chunks(); ++c)
+          missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
+        if (!cov.exact || missing)
+          throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
+                            "not fully covered by its chunks; refusing to map it into '" + mt.meta.fqn + "'");
+      }
     TensorMeta t;
     if (renames_whole(ck.md, mt)) {
       const TensorMeta& s = md->tensors[mt.parts[0].tensor];
+      if (inputs && s.fqn == mt.meta.fqn) {  // the input itself
+        view.md.order.push_back({true, mt.parts[0].tensor});
+        continue;
+      }
       t = s;
       t.fqn = mt.meta.fqn;
       if (ck.derived)
         if (const DerivedTable::Entry* e = ck.derived->find(s.fqn)) table->tensors[t.fqn] = *e;
     } else {
-      if (!mt.meta.dtype)
+      // The written table's planner refuses it, in the outputs' order (plan/plan.h).
+      if (!mt.meta.dtype && !inputs)
         throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn),
                                "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
       t = mt.meta;
@@ -137,7 +176,7 @@ Checkpoint mapped_view(const Checkpoint& ck, const MappedModel& map) {
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));
   }
-  table->views["map"] = map.describe();
+  set_map(*table, std::move(map), inputs);
   view.derived = std::move(table);
   return view;
 }

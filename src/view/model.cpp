@@ -71,17 +71,14 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   if (!rq.map.empty()) {
     const Checkpoint& in = m.checkpoint();
     refuse_mxfp4(in, "--map " + rq.map);
-    m.map_ = apply_key_map(load_key_map(rq.map), in.md, select_items(in.md, m.selection_),
-                           find_map_config(in.dir, rq.map_config, rq.map_assets), rq.map_from);
-    m.map_->excluded = excluded_keys(in.md, m.selection_);
-    check_zero_drops(in, *m.map_);
-    // A view after the map reads its outputs as a table (view/map_view.h); without one, the
-    // planner plans the map's parts straight from the table below (plan/plan.h).
-    if (!rq.quantize.scheme.empty()) {
-      m.own_ = mapped_view(in, *m.map_);
-      m.map_.reset();
-      m.selection_ = {};
-    }
+    MappedModel map = apply_key_map(load_key_map(rq.map), in.md, select_items(in.md, m.selection_),
+                                    find_map_config(in.dir, rq.map_config, rq.map_assets), rq.map_from);
+    map.excluded = excluded_keys(in.md, m.selection_);
+    check_zero_drops(in, map);
+    // The outputs are the table (view/map_view.h): written, they are planned from their parts;
+    // a view after the map reads them as tensors.
+    m.own_ = mapped_view(in, std::move(map), rq.quantize.scheme.empty() ? MapTable::Written : MapTable::Read);
+    m.selection_ = {};
   }
   if (!rq.quantize.scheme.empty()) {
     QuantizeRequest q = rq.quantize;

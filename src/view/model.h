@@ -3,8 +3,8 @@
 //   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
 //   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/dequantize.h)
 //   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora.h)
-//   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h); a table
-//                (view/map_view.h) when a view follows it, else planned from its parts (plan/plan.h)
+//   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h), as a
+//                table (view/map_view.h); written, each is planned from its parts (plan/plan.h)
 //   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/quantize.h)
 //   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
 //
@@ -42,20 +42,15 @@ class Model {
  public:
   // The table every step after the views reads: the checkpoint itself when no view applied.
   const Checkpoint& checkpoint() const { return own_ ? *own_ : *saved_; }
-  // What is left to select in it: the request's selection, or none once the LoRA view applied it.
+  // What is left to select in it: the request's selection, or none once the LoRA view or the
+  // key map applied it.
   const Selection& selection() const { return selection_; }
-  // --map's tensors over checkpoint(), or null (also when the map is a view of checkpoint(): with
-  // --quantize, whose table then says "map" of itself).
-  const MappedModel* map() const { return map_ ? &*map_ : nullptr; }
-  // The map, for a caller that keeps it beside the checkpoint it was built over (diff's inputs).
-  std::optional<MappedModel> take_map() && { return std::move(map_); }
 
  private:
   friend Model build_model(const Checkpoint& ck, const ModelRequest& rq);
   const Checkpoint* saved_ = nullptr;
   std::optional<Checkpoint> own_;
   Selection selection_;
-  std::optional<MappedModel> map_;
 };
 
 // The views `rq` asks for over `ck` (which must outlive the model), in the order above. Throws what

@@ -64,27 +64,20 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, rq);
   opts.selection = model.selection();
-  target.map = model.map();
   // A tied model's export leaves out a head equal to the embedding (write/tied_head.h).
-  std::optional<MappedModel> untied;
+  std::optional<Checkpoint> untied;
   json tied_left_out = nullptr;
   // Every rank compares the two the same way; under --local-files a rank may not see their files,
   // and the head is kept (equal, it passes the folder's check).
   if (hf && !o.local_files)
     if (const std::string config = copied_config(ck, o); !config.empty())
-      if (std::optional<TiedHead> t = tied_head_to_drop(config, model.checkpoint(), opts.selection, model.map())) {
+      if (std::optional<TiedHead> t = tied_head_to_drop(config, model.checkpoint(), opts.selection)) {
         tied_left_out = {{"key", t->head}, {"equal_to", t->embedding}};
-        if (model.map()) {
-          untied = *model.map();
-          drop_tied_head(*untied, *t);
-          target.map = &*untied;
-        } else {
-          opts.selection.exclude.push_back(t->head);
-        }
+        if (!(untied = without_tied_head(model.checkpoint(), *t))) opts.selection.exclude.push_back(t->head);
         command["tied_head"] = t->head;
       }
   std::unique_ptr<OutputWriter> writer = opts.format->consolidate_writer(opts);
-  json r = execute({model.checkpoint(), opts, target, command, opts.parallel_write, opts.local_files}, *writer);
+  json r = execute({untied ? *untied : model.checkpoint(), opts, target, command, opts.parallel_write, opts.local_files}, *writer);
   r["model_subtree"] = subtree;
   if (r.contains("tie_word_embeddings") && r["tie_word_embeddings"].is_object())
     r["tie_word_embeddings"]["left_out"] = tied_left_out;

@@ -166,8 +166,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["cast"] = job.plan.cast.summary();
   summary["max_memory"] = job.deal.budget;
   summary["dry_run"] = o.dry_run;
-  if (request.target.map) summary["map"] = request.target.map->describe();
-  if (ck.derived)  // what the views said of themselves ("dequantized", "lora")
+  if (ck.derived)  // what the views said of themselves ("dequantized", "lora", "map", "quantized")
     for (const auto& [view, said] : ck.derived->views.items()) summary[view] = said;
   if (remote)  // the store's object: its part size and buffers here, what it moved added by the command
     summary[store::of_url(o.output).report_name()] = {{"part_size", job.deal.part_size[static_cast<size_t>(me)]},

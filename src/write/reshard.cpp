@@ -20,9 +20,10 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   if (!o.quantize.scheme.empty())
     command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, model_request(o, "", {}));
-  target.map = model.map();
-  std::unique_ptr<OutputWriter> writer = format.reshard_writer(o);
-  return execute({model.checkpoint(), o, target, command}, *writer);
+  ReshardOptions opts = o;
+  opts.selection = model.selection();  // none left once the key map applied it
+  std::unique_ptr<OutputWriter> writer = format.reshard_writer(opts);
+  return execute({model.checkpoint(), opts, target, command}, *writer);
 }
 
 }  // namespace dcpctl

@@ -8,6 +8,7 @@
 #include "item/item_reader.h"
 #include "item/window.h"
 #include "util/dtype.h"
+#include "view/map_view.h"
 
 namespace dcpctl {
 
@@ -28,12 +29,11 @@ bool config_ties(const std::string& text) {
 }
 
 // Every byte of `a` equals `b`'s: same dtype and shape, then window by window in C order.
-bool same_bytes(const ItemReader& reader, const MappedModel* map, const TensorMeta& a, const TensorMeta& b,
-                uint64_t window) {
+bool same_bytes(const ItemReader& reader, const TensorMeta& a, const TensorMeta& b, uint64_t window) {
   if (!a.dtype || !b.dtype || *a.dtype != *b.dtype || a.shape != b.shape) return false;
   const uint64_t item = itemsize(*a.dtype);
   const std::vector<Window> plan = plan_windows(a.shape, std::max<uint64_t>(1, window / item));
-  WindowReader ra(reader, nullptr, map), rb(reader, nullptr, map);
+  WindowReader ra(reader, nullptr), rb(reader, nullptr);
   ra.expect(a, plan);
   rb.expect(b, plan);
   uint64_t most = 0;
@@ -59,31 +59,7 @@ std::optional<size_t> embedding_of(const std::vector<std::string>& keys) {
   return count == 1 ? only : std::nullopt;
 }
 
-}  // namespace
-
-std::optional<TiedHead> tied_head_to_drop(const std::string& config, const Checkpoint& ck, const Selection& sel,
-                                          const MappedModel* map, uint64_t window) {
-  if (!config_ties(config)) return std::nullopt;
-  std::vector<std::string> keys;
-  std::vector<const TensorMeta*> metas;
-  if (map) {
-    for (const MappedTensor& mt : map->tensors) keys.push_back(mt.meta.fqn), metas.push_back(&mt.meta);
-  } else {
-    for (const SelectedItem& it : select_items(ck.md, sel))
-      if (it.tensor) keys.push_back(it.key), metas.push_back(&ck.md.tensors[it.index]);
-  }
-  TiedHead t;
-  auto head = std::find(keys.begin(), keys.end(), t.head);
-  std::optional<size_t> embed = embedding_of(keys);
-  if (head == keys.end() || !embed) return std::nullopt;
-  const size_t h = static_cast<size_t>(head - keys.begin());
-  ItemReader reader(ck);
-  if (!same_bytes(reader, map, *metas[h], *metas[*embed], window)) return std::nullopt;
-  t.embedding = keys[*embed];
-  if (map && !map->tensors[h].inputs.empty()) t.input = map->tensors[h].inputs[0];
-  return t;
-}
-
+// `map` without the head: its tensor erased, its input counted as dropped with the reason.
 void drop_tied_head(MappedModel& map, const TiedHead& tied) {
   auto it = std::find_if(map.tensors.begin(), map.tensors.end(),
                          [&](const MappedTensor& mt) { return mt.meta.fqn == tied.head; });
@@ -102,6 +78,40 @@ void drop_tied_head(MappedModel& map, const TiedHead& tied) {
         "tied: equal to " + tied.embedding + " and config.json says tie_word_embeddings, so " + tied.head +
         " is left out as save_pretrained and to_hf leave it (from_pretrained ties it to the embedding)");
   }
+}
+
+}  // namespace
+
+std::optional<TiedHead> tied_head_to_drop(const std::string& config, const Checkpoint& ck, const Selection& sel,
+                                          uint64_t window) {
+  if (!config_ties(config)) return std::nullopt;
+  std::vector<std::string> keys;
+  std::vector<const TensorMeta*> metas;
+  for (const SelectedItem& it : select_items(ck.md, sel))
+    if (it.tensor) keys.push_back(it.key), metas.push_back(&ck.md.tensors[it.index]);
+  TiedHead t;
+  auto head = std::find(keys.begin(), keys.end(), t.head);
+  std::optional<size_t> embed = embedding_of(keys);
+  if (head == keys.end() || !embed) return std::nullopt;
+  const size_t h = static_cast<size_t>(head - keys.begin());
+  ItemReader reader(ck);
+  if (!same_bytes(reader, *metas[h], *metas[*embed], window)) return std::nullopt;
+  t.embedding = keys[*embed];
+  return t;
+}
+
+std::optional<Checkpoint> without_tied_head(const Checkpoint& table, const TiedHead& tied) {
+  if (!table.derived || table.derived->parts.empty() || !table.derived->output.map) return std::nullopt;
+  MappedModel map = *table.derived->output.map;
+  drop_tied_head(map, tied);
+  Checkpoint out = table;
+  auto derived = std::make_shared<DerivedTable>(*table.derived);
+  set_map(*derived, std::make_shared<const MappedModel>(std::move(map)), true);
+  out.derived = std::move(derived);
+  auto& order = out.md.order;
+  order.erase(std::remove_if(order.begin(), order.end(), [&](const auto& o) { return o.first && out.md.tensors[o.second].fqn == tied.head; }),
+              order.end());
+  return out;
 }
 
 }  // namespace dcpctl

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "meta/checkpoint.h"
-#include "meta/keymap.h"
 #include "meta/select.h"
 
 namespace dcpctl {
@@ -23,16 +22,17 @@ namespace dcpctl {
 struct TiedHead {
   std::string head = "lm_head.weight";
   std::string embedding;  // the output key of the input embedding it equals
-  std::string input;      // with a map: the input key the head is made of (e.g. output.weight)
 };
 
-// Whether `config` (config.json's text) ties the word embeddings and the output (the selected
-// keys of `ck`, or `map`'s tensors over it) holds lm_head.weight equal, byte for byte, to the
-// embedding: then the head to leave out. `window` bounds the bytes read at a time.
+// Whether `config` (config.json's text) ties the word embeddings and the selected keys of `ck`
+// (the model's table: a key map's outputs where there is one) hold lm_head.weight equal, byte for
+// byte, to the embedding: then the head to leave out. `window` bounds the bytes read at a time.
 std::optional<TiedHead> tied_head_to_drop(const std::string& config, const Checkpoint& ck, const Selection& sel,
-                                          const MappedModel* map, uint64_t window = 64ull << 20);
+                                          uint64_t window = 64ull << 20);
 
-// `map` without the head: its tensor erased, its input counted as dropped with the reason.
-void drop_tied_head(MappedModel& map, const TiedHead& tied);
+// A key map's written table (view/map_view.h) without the head: no longer an item, and the map
+// without its tensor, its input counted as dropped with the reason. Nothing for any other table
+// (the caller excludes the head from its selection).
+std::optional<Checkpoint> without_tied_head(const Checkpoint& table, const TiedHead& tied);
 
 }  // namespace dcpctl

@@ -20,6 +20,7 @@
 #include "meta/pieces.h"
 #include "plan/deal.h"
 #include "plan/plan.h"
+#include "view/map_view.h"
 #include "metadata_models.h"
 #include "util/error.h"
 
@@ -290,20 +291,25 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
   CHECK_FALSE(renames_whole(ck.md, mm.tensors[0]));
   CHECK(renames_whole(ck.md, mm.tensors[1]));
 
+  // The map's written table (view/map_view.h): the inputs held at their indices, each output's parts.
+  const Checkpoint table = mapped_view(ck, mm, MapTable::Written);
+  REQUIRE(table.derived);
+  const MappedModel& applied = *table.derived->output.map;
   for (const Format* kind : {&formats::safetensors, &formats::torch_file, &formats::dcp}) {
     Target plain;
     plain.format = kind;
     plain.world_size = 2;
-    Target mapped = plain;
-    mapped.map = &mm;
-    WritePlan a = plan_write(ck, {}, std::nullopt, plain), b = plan_write(ck, {}, std::nullopt, mapped);
+    WritePlan a = plan_write(ck, {}, std::nullopt, plain), b = plan_write(table, {}, std::nullopt, plain);
     REQUIRE(b.tensors.size() == 2);
     const PlannedTensor &tok = b.tensors[1], &wq = b.tensors[0];
     CHECK(tok.renamed);
     CHECK(tok.key == "model.embed_tokens.weight");
-    CHECK(tok.t == &ck.md.tensors[1]);  // read as the saved tensor
+    CHECK(tok.t == &table.md.tensors[1]);  // read as the saved tensor, held in the table
+    CHECK(tok.t->fqn == "tok");
     CHECK_FALSE(wq.renamed);
-    CHECK(wq.t == &mm.tensors[0].meta);
+    CHECK(wq.t == &applied.tensors[0].meta);
+    for (size_t ri : wq.records)
+      for (const Piece& p : b.records[ri].pieces) CHECK(p.source == &table.md.tensors[0]);  // the input's chunks
     // The renamed tensor's records are the unmapped plan's: the same boxes, pieces, streaming and need.
     const PlannedTensor& want = a.tensors[1];
     REQUIRE(tok.records.size() == want.records.size());
@@ -320,7 +326,7 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
     // Dealt like the unmapped tensor: the permuted one is one assembled task, the renamed one not.
     if (kind == &formats::dcp) continue;  // a DCP rank file is written record by record, no tasks
     DealRequest rq;
-    Deal d = deal_work(ck, b, rq);
+    Deal d = deal_work(table, b, rq);
     for (const Task& t : d.tasks) {
       if (b.records[t.record].tensor == 0) CHECK(t.whole);
       if (b.records[t.record].tensor == 1) CHECK(t.whole == (kind == &formats::torch_file && !b.records[t.record].streams));

@@ -1,10 +1,14 @@
-// The key map as a view (view/map_view.h): its outputs read as a table, any byte range assembled
-// from the parts, equal to what the planner-side map assembles (item/window.h's WindowReader over
-// the MappedModel, the path every --map export without a later view takes).
+// The key map as a table (view/map_view.h): its outputs read as tensors, any byte range assembled
+// from the parts, equal to what the written table's parts assemble (item/window.h's WindowReader,
+// as the planner plans every --map export without a later view).
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "item/item_reader.h"
@@ -45,12 +49,17 @@ TEST_CASE("views: the map view reads each output's byte ranges as the planner's 
   Checkpoint ck = open_checkpoint(dir + "/run/step-2");
   MappedModel map = apply_key_map(load_key_map("torchtitan-deepseek-v3"), ck.md, select_items(ck.md, {}),
                                   find_map_config(ck.dir, dir + "/config.json", ""));
-  Checkpoint view = mapped_view(ck, map);
+  Checkpoint view = mapped_view(ck, map, MapTable::Read);
   REQUIRE(view.md.tensors.size() == map.tensors.size());
   REQUIRE(view.derived);
   CHECK(view.derived->views["map"]["name"] == "torchtitan-deepseek-v3");
-  ItemReader saved(ck), mapped(view);
-  WindowReader windows(saved, nullptr, &map);
+  CHECK(view.derived->parts.empty());  // read as tensors by the view above
+  // The written table: the inputs held, each output filled from its parts as the planner plans it.
+  Checkpoint written = mapped_view(ck, map, MapTable::Written);
+  REQUIRE(written.md.tensors.size() > ck.md.tensors.size());
+  CHECK(written.derived->parts.size() == map.tensors.size());
+  ItemReader held(written), mapped(view);
+  WindowReader windows(held, nullptr);
   std::mt19937 rng(7);
   size_t assembled = 0, renamed = 0, reshaped = 0;
   for (size_t i = 0; i < map.tensors.size(); ++i) {
@@ -125,4 +134,54 @@ TEST_CASE("views: a quantized weight over the map view counts the map's read und
     }
   }
   CHECK(over_parts >= 2);  // the unstacked experts, the joined attention weights
+}
+
+TEST_CASE("views: the written map table holds an input named as another output apart, and reads both") {
+  // A map that names its outputs as other inputs: down.weight <- qkv.weight transposed (computed),
+  // up.weight <- proj.weight (renamed); the inputs down.weight and up.weight are held beside them.
+  char name[] = "/tmp/dcpctl-map-XXXXXX.json";
+  const int fd = ::mkstemps(name, 5);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  std::ofstream(name) << R"({"schema": "dcpctl-map/1", "name": "swap", "sides": ["a", "b"], "rules": [
+    {"a": "app.model.layers.{L}.down.weight", "b": "m.layers.{L}.up.weight", "transpose": true},
+    {"a": "app.model.layers.{L}.up.weight", "b": "m.layers.{L}.proj.weight"},
+    {"a": "app.model.layers.{L}.proj.weight", "b": "app.model.layers.{L}.up.weight"},
+    {"a": "app.model.layers.{L}.qkv.weight", "b": "app.model.layers.{L}.down.weight", "transpose": true}]})";
+  const KeyMap km = load_key_map(name);
+  std::remove(name);
+  Checkpoint ck = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/sample/ckpt");
+  Selection sel;
+  sel.include = {"*.down.weight", "*.up.weight", "*.proj.weight", "*.qkv.weight"};
+  MappedModel map = apply_key_map(km, ck.md, select_items(ck.md, sel), MapConfig{});
+  const Checkpoint written = mapped_view(ck, map, MapTable::Written), read = mapped_view(ck, map, MapTable::Read);
+  ItemReader saved(ck), in_written(written), in_read(read);
+  WindowReader windows(in_written, nullptr);
+  size_t apart = 0;
+  for (size_t i = 0; i < ck.md.tensors.size(); ++i) {  // every input held at its index, read as itself
+    const TensorMeta &s = ck.md.tensors[i], &h = written.md.tensors[i];
+    if (h.fqn != s.fqn) {
+      CHECK(h.fqn == s.fqn + " (input of --map)");
+      ++apart;
+    }
+    if (!s.dtype || s.numel() == 0) continue;
+    std::vector<uint8_t> want(s.nbytes()), got(s.nbytes()), scratch(s.nbytes());
+    WindowReader plain(saved, nullptr);
+    plain.fill(s, Window{0, s.numel()}, want.data(), scratch.data());
+    windows.fill(h, Window{0, h.numel()}, got.data(), scratch.data());
+    CHECK(got == want);
+  }
+  CHECK(apart == 4);  // down.weight and up.weight of both layers
+  WindowReader computed(in_read, nullptr);
+  for (const TensorMeta& t : read.md.tensors) {  // each output: from its parts = as the view computes it
+    std::vector<uint8_t> want(t.nbytes()), got(t.nbytes()), scratch(t.nbytes());
+    computed.fill(t, Window{0, t.numel()}, want.data(), scratch.data());
+    windows.fill(t, Window{0, t.numel()}, got.data(), scratch.data());
+    CHECK(got == want);
+  }
+  // Planned from the held inputs: a record's pieces point at them.
+  WritePlan plan = plan_write(written, {}, std::nullopt, Target{});
+  REQUIRE(plan.tensors.size() == map.tensors.size());
+  for (const Record& r : plan.records)
+    for (const Piece& p : r.pieces) CHECK((p.source >= written.md.tensors.data() && p.source < written.md.tensors.data() + ck.md.tensors.size()));
 }
