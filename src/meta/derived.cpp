@@ -26,8 +26,12 @@ uint64_t DerivedTable::working_bytes(const TensorMeta& t, size_t chunk) const {
   // the block rows around its chunk, a mapped tensor its parts' chunks.
   uint64_t below = 0;
   if (e->inputs)
-    for (const TensorMeta* in : e->tensor->inputs())
+    for (const TensorMeta* in : e->tensor->inputs()) {
+      // A saved input's reads hold nothing: asked once, not once for each of its chunks (a stack of
+      // experts under EP x FSDP has 2,048, and each of its 384 outputs asks).
+      if (!e->inputs->find(in->fqn)) continue;
       for (size_t c = 0; c < in->num_chunks(); ++c) below = std::max(below, e->inputs->working_bytes(*in, c));
+    }
   const uint64_t own = e->tensor->working_bytes(chunk);
   return own > UINT64_MAX - below ? UINT64_MAX : own + below;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "item/chunk_source.h"
 #include "meta/derived.h"
@@ -42,7 +44,9 @@ class BelowChunks final : public ChunkSource {
 // of it assembled from its parts.
 class MappedTensorRead final : public DerivedTensor {
  public:
-  MappedTensorRead(std::shared_ptr<const Metadata> md, MappedTensor mt) : md_(std::move(md)), mt_(std::move(mt)) {}
+  // `largest`: the bytes of the largest chunk of any part's tensor (mapped_view knows them per tensor).
+  MappedTensorRead(std::shared_ptr<const Metadata> md, MappedTensor mt, uint64_t largest)
+      : md_(std::move(md)), mt_(std::move(mt)), largest_(largest) {}
   const TensorMeta& follows() const override { return md_->tensors[mt_.parts.at(0).tensor]; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const TensorMeta& t = mt_.meta;
@@ -71,15 +75,7 @@ class MappedTensorRead final : public DerivedTensor {
   // A piece that is not a contiguous run of its chunk is placed from a whole copy of that chunk
   // (assemble_box): the largest such chunk. What reading it through the table below holds (a
   // chunk that table computes) is added by DerivedTable::working_bytes over inputs().
-  uint64_t working_bytes(size_t) const override {
-    uint64_t most = 0;
-    for (const MapPart& part : mt_.parts) {
-      const TensorMeta& s = md_->tensors[part.tensor];
-      if (!s.dtype) continue;
-      for (size_t c = 0; c < s.num_chunks(); ++c) most = std::max(most, s.chunk_numel(c) * itemsize(*s.dtype));
-    }
-    return most;
-  }
+  uint64_t working_bytes(size_t) const override { return largest_; }
   std::vector<const TensorMeta*> inputs() const override {
     std::vector<const TensorMeta*> out;
     for (const MapPart& part : mt_.parts) {
@@ -92,6 +88,7 @@ class MappedTensorRead final : public DerivedTensor {
  private:
   std::shared_ptr<const Metadata> md_;  // the table below's tensors, which the parts index
   MappedTensor mt_;
+  uint64_t largest_;
 };
 
 }  // namespace
@@ -137,9 +134,25 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
       kept.fqn = name;
     }
   }
+  // Each input checked once, and its largest chunk found once: a stack of 384 experts is a part of
+  // 384 outputs.
+  std::vector<bool> checked(md->tensors.size(), false);
+  std::vector<std::optional<uint64_t>> largest(md->tensors.size());
+  auto largest_chunk_bytes = [&](uint32_t i) {
+    if (!largest[i]) {
+      const TensorMeta& s = md->tensors[i];
+      uint64_t most = 0;
+      if (s.dtype)
+        for (size_t c = 0; c < s.num_chunks(); ++c) most = std::max(most, s.chunk_numel(c) * itemsize(*s.dtype));
+      largest[i] = most;
+    }
+    return *largest[i];
+  };
   for (const MappedTensor& mt : map->tensors) {
     if (!inputs)  // a view reads the outputs: their parts must be there (the planner checks the written table's)
       for (const MapPart& part : mt.parts) {
+        if (checked[part.tensor]) continue;
+        checked[part.tensor] = true;
         const TensorMeta& s = md->tensors[part.tensor];
         Coverage cov = check_coverage(s, 1);
         bool missing = false;
@@ -171,7 +184,9 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
       // A derived tensor's reads never touch its storage; the planner and the deal ask where its
       // chunk lies: where its first part's first chunk does.
       t.storage = {md->tensors[mt.parts.at(0).tensor].storage.at(0)};
-      table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt), ck.derived};
+      uint64_t most = 0;
+      for (const MapPart& part : mt.parts) most = std::max(most, largest_chunk_bytes(part.tensor));
+      table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, most), ck.derived};
     }
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));

@@ -126,9 +126,11 @@ uint64_t largest_chunk(const TensorMeta& t) {
 
 // What reading rows [a, b) holds: their float32 values and their saved bytes, or a whole chunk and
 // its float32 copy when a chunk does not span every column.
-uint64_t rows_need(const TensorMeta& t, int64_t rows) {
+// `largest`: largest_chunk(t), which the caller keeps (asked once per chunk, it would be
+// quadratic in the chunks: 2,048 of them under FSDP over 2,048 ranks).
+uint64_t rows_need(const TensorMeta& t, int64_t rows, uint64_t largest) {
   const uint64_t n = static_cast<uint64_t>(rows * t.shape.back()), item = itemsize(*t.dtype);
-  return n * (4 + item) + largest_chunk(t) * (4 + item);
+  return n * (4 + item) + largest * (4 + item);
 }
 
 // The weight_scale_inv of one quantized weight, block row by block row, as its weight's reads
@@ -200,7 +202,7 @@ class Fp8Scales {
 class Fp8Weight final : public DerivedTensor {
  public:
   Fp8Weight(TensorMeta w, int64_t bm, int64_t bn, std::shared_ptr<Fp8Scales> scales)
-      : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)) {}
+      : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)), largest_(largest_chunk(w_)) {}
   const TensorMeta& follows() const override { return w_; }
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const ChunkBox k = chunk_box3(w_, chunk);
@@ -256,13 +258,14 @@ class Fp8Weight final : public DerivedTensor {
   }
   uint64_t working_bytes(size_t chunk) const override {
     const int64_t rows = chunk_box3(w_, chunk).nr + 2 * bm_;
-    return rows_need(w_, rows) + 2 * w_.chunk_numel(chunk);
+    return rows_need(w_, rows, largest_) + 2 * w_.chunk_numel(chunk);
   }
 
  private:
   TensorMeta w_;
   int64_t bm_, bn_;
   std::shared_ptr<Fp8Scales> scales_;
+  uint64_t largest_;
 };
 
 // A quantized weight's weight_scale_inv, one chunk: the block rows its weight's reads computed,
@@ -270,7 +273,7 @@ class Fp8Weight final : public DerivedTensor {
 class Fp8ScaleInv final : public DerivedTensor {
  public:
   Fp8ScaleInv(TensorMeta w, int64_t bm, int64_t bn, std::shared_ptr<Fp8Scales> scales)
-      : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)) {}
+      : w_(std::move(w)), bm_(bm), bn_(bn), scales_(std::move(scales)), largest_(largest_chunk(w_)) {}
   const TensorMeta& follows() const override { return w_; }
   void read(const TensorReads& below, size_t, uint64_t from, uint64_t n, void* dst) const override {
     const int64_t rows = flat_rows(w_), cols = w_.shape.back(), cb = (cols + bn_ - 1) / bn_,
@@ -294,13 +297,14 @@ class Fp8ScaleInv final : public DerivedTensor {
   uint64_t working_bytes(size_t) const override {
     const uint64_t cb = static_cast<uint64_t>((w_.shape.back() + bn_ - 1) / bn_),
                    rb = static_cast<uint64_t>((flat_rows(w_) + bm_ - 1) / bm_);
-    return rows_need(w_, bm_) + (rb + 1) * cb * 4;
+    return rows_need(w_, bm_, largest_) + (rb + 1) * cb * 4;
   }
 
  private:
   TensorMeta w_;
   int64_t bm_, bn_;
   std::shared_ptr<Fp8Scales> scales_;
+  uint64_t largest_;
 };
 
 const char* const kExpertProjections[] = {"gate_up_proj", "up_proj", "down_proj"};
