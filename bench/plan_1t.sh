@@ -14,6 +14,7 @@
 #
 # Rows, the file in the page cache, RUNS times each (default 3), medians; wall time and peak RSS
 # of the whole process (/usr/bin/time):
+# (and user + system CPU seconds: on a loaded machine the wall clock is mostly waiting):
 #   (a) cat .metadata > /dev/null                                   the anchor: reading the file
 #   (b) dcpctl inspect --json DIR > /dev/null                       parse and describe everything
 #   (c) dcpctl consolidate DIR --map torchtitan-deepseek-v3 -o OUT/ --dry-run --json --max-memory 16GiB
@@ -21,6 +22,8 @@
 #   (d) the same with --quantize fp8-block: every Linear but the carve-outs as FP8 128x128 blocks
 #       and their weight_scale_inv; then the plan's own figures (tensors, bytes, files, records,
 #       pieces, the largest record's buffer, each process's memory from the one memory model)
+# BASE=/path/to/another/dcpctl adds (c) and (d) with that binary in the same rounds, and says
+# whether its plans are byte for byte the same.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,12 +41,13 @@ cat "$MD" >/dev/null
 
 field() { sed -n "s/^[[:space:]]*$2: //p" "$1"; }
 wall_s() { field "$1" "Elapsed (wall clock) time (h:mm:ss or m:ss)" | awk -F: '{ s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; print s }'; }
+cpu_s() { awk -v u="$(field "$1" "User time (seconds)")" -v s="$(field "$1" "System time (seconds)")" 'BEGIN { printf "%.2f\n", u + s }'; }
 rss_mb() { field "$1" "Maximum resident set size (kbytes)" | awk '{ printf "%.0f\n", $1 / 1024 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-plan() {  # plan OUTFILE TIMEFILE [extra args]: one dry run, its exit checked
+plan() {  # plan OUTFILE TIMEFILE [extra args]: one dry run, its exit checked (BIN: the binary)
   local out=$1 tf=$2 rc=0
   shift 2
-  /usr/bin/time -v -o "$tf" "$DCPCTL" consolidate "$DIR" --map torchtitan-deepseek-v3 -o "$TMP/out/" --dry-run --json \
+  /usr/bin/time -v -o "$tf" "${BIN:-$DCPCTL}" consolidate "$DIR" --map torchtitan-deepseek-v3 -o "$TMP/out/" --dry-run --json \
     --max-memory 16GiB "$@" >"$out" || rc=$?
   [ "$rc" = 0 ] || { echo "consolidate --dry-run $* exited $rc" >&2; exit 1; }
 }
@@ -54,21 +58,34 @@ for k in $(seq "$RUNS"); do  # interleaved rounds
   /usr/bin/time -v -o "$TMP/b$k" "$DCPCTL" inspect --json "$DIR" >/dev/null
   plan "$TMP/plan-map.json" "$TMP/c$k"
   plan "$TMP/plan-fp8.json" "$TMP/d$k" --quantize fp8-block
+  if [ -n "${BASE:-}" ]; then
+    BIN=$BASE plan "$TMP/base-map.json" "$TMP/e$k"
+    BIN=$BASE plan "$TMP/base-fp8.json" "$TMP/f$k" --quantize fp8-block
+  fi
 done
 
 row() {  # row LABEL PREFIX
-  local w r
+  local w c r
   w=$(for k in $(seq "$RUNS"); do wall_s "$TMP/$2$k"; done | median)
+  c=$(for k in $(seq "$RUNS"); do cpu_s "$TMP/$2$k"; done | median)
   r=$(for k in $(seq "$RUNS"); do rss_mb "$TMP/$2$k"; done | median)
-  printf '| %-62s | %8s s | %8s MB |\n' "$1" "$w" "$r"
+  printf '| %-62s | %8s s | %8s s | %8s MB |\n' "$1" "$w" "$c" "$r"
 }
 echo
-printf '| %-62s | %10s | %11s |\n' "run (median of $RUNS, file in the page cache)" "wall" "peak RSS"
-echo "|---|---|---|"
+printf '| %-62s | %10s | %10s | %11s |\n' "run (median of $RUNS, file in the page cache)" "wall" "CPU" "peak RSS"
+echo "|---|---|---|---|"
 row "(a) cat .metadata" a
 row "(b) dcpctl inspect --json" b
 row "(c) consolidate --map torchtitan-deepseek-v3 --dry-run --json" c
 row "(d) the same, --quantize fp8-block" d
+if [ -n "${BASE:-}" ]; then
+  row "(c) with BASE ($(basename "$BASE"))" e
+  row "(d) with BASE" f
+  for f in map fp8; do
+    cmp -s "$TMP/plan-$f.json" "$TMP/base-$f.json" && echo "($f: the plan's JSON is BASE's, byte for byte)" ||
+      echo "($f: the plan's JSON differs from BASE's)"
+  done
+fi
 for f in map fp8; do
   echo
   echo "The plan's own figures ($f):"
