@@ -63,13 +63,14 @@ MetadataOut dcp_like(int tensors, int ranks) {
   return out;
 }
 
-std::string report(const std::string& bytes, bool fold) {
+std::string report(const std::string& bytes, bool fold, bool attach = true) {
   Checkpoint ck;
   ck.dir = "d";
   ck.metadata_path = "d/.metadata";
   ck.metadata_bytes = bytes.size();
   MetadataParseOptions po;
   po.fold = fold;
+  po.attach = attach;
   ck.md = parse_metadata(ByteSpan(bytes), ck.metadata_path, po);
   for (const auto& rel : ck.md.files) {
     DataFileInfo fi;
@@ -89,6 +90,7 @@ TEST_CASE("a DCP-shaped .metadata of many chunks decodes to the same model folde
   std::string bytes = metadata_pickle(out);
   std::string folded = report(bytes, true);
   CHECK(folded == report(bytes, false));
+  CHECK(folded == report(bytes, true, false));
 
   Metadata md = parse_metadata(ByteSpan(bytes), "d/.metadata");
   REQUIRE(md.tensors.size() == 60);
@@ -121,6 +123,7 @@ TEST_CASE("a DCP-shaped .metadata of many chunks decodes to the same model folde
       mixed.tensors[i].chunks[r].file = static_cast<uint32_t>(i % 4 == 0 ? r / 5 : (r * 7 + i * 3) % 12);
   std::string mixed_bytes = metadata_pickle(mixed);
   CHECK(report(mixed_bytes, true) == report(mixed_bytes, false));
+  CHECK(report(mixed_bytes, true) == report(mixed_bytes, true, false));
   Metadata mm = parse_metadata(ByteSpan(mixed_bytes), "d/.metadata");
   REQUIRE(mm.tensors.size() == mixed.tensors.size());
   for (size_t i = 0; i < mm.tensors.size(); ++i)
@@ -135,9 +138,9 @@ TEST_CASE("every cut and many mutations of a DCP-shaped .metadata: the folded de
   // generic path overwrites the state; and the expansion budget is charged a little
   // differently.) Cuts fail identically.
   std::string bytes = metadata_pickle(dcp_like(6, 5));
-  auto outcome = [](const std::string& b, bool fold) -> std::string {
+  auto outcome = [](const std::string& b, bool fold, bool attach = true) -> std::string {
     try {
-      return report(b, fold);
+      return report(b, fold, attach);
     } catch (const Error& e) {
       return std::string("error: ") + e.what();
     }
@@ -146,6 +149,7 @@ TEST_CASE("every cut and many mutations of a DCP-shaped .metadata: the folded de
     std::string cut = bytes.substr(0, n);
     INFO("cut at " << n);
     CHECK(outcome(cut, true) == outcome(cut, false));
+    CHECK(outcome(cut, true) == outcome(cut, true, false));
   }
   for (size_t i = 0; i < bytes.size(); i += 5)
     for (char op : {'\x94', 'h', 'j', 'K', 'M', 'u', 'b', '\x86', '\x85', ')', 'N', '(', 'R', '\x81', '}'}) {
@@ -153,6 +157,8 @@ TEST_CASE("every cut and many mutations of a DCP-shaped .metadata: the folded de
       m[i] = op;
       INFO("byte " << i << " set to " << static_cast<int>(static_cast<unsigned char>(op)));
       std::string f = outcome(m, true);
+      // Storage entries attached while decoding, or not: the same outcome, errors included.
+      CHECK(f == outcome(m, true, false));
       if (f.rfind("error: ", 0) == 0) continue;
       CHECK(f == outcome(m, false));
     }
