@@ -469,9 +469,13 @@ class Machine {
 
   [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
 
-  void push(const Value& v) {
-    if (stack_.size() >= kMaxStack) fail("pickle stack exceeds " + std::to_string(kMaxStack) + " entries");
+  // Inlined (every opcode pushes); the failure is out of line.
+  [[gnu::always_inline]] void push(const Value& v) {
+    if (__builtin_expect(stack_.size() >= kMaxStack, 0)) stack_full();
     stack_.push_back(v);
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void stack_full() {
+    fail("pickle stack exceeds " + std::to_string(kMaxStack) + " entries");
   }
   Value pop() {
     if (stack_.size() <= floor()) fail(std::string(op_name(op_)) + " on an empty stack");
@@ -600,12 +604,32 @@ class Machine {
     uint64_t memo;  // memo_len_ as the generic run would have it
   };
 
-  // A MEMOIZE at p, if any: taken when its entry is never read back.
-  bool flat_memoize(Flat& f) {
+  // A MEMOIZE at p, if any. Whether its entry is ever read back (then the object is not taken) is
+  // asked once for all the entries an object makes (flat_memo_clear).
+  [[gnu::always_inline]] static bool flat_memoize(Flat& f) {
     if (f.p < f.end && *f.p == MEMOIZE) {
-      if (f.memo > opts_.limits.max_memo_index || read_back(f.memo)) return false;
       ++f.memo;
       ++f.p;
+    }
+    return true;
+  }
+
+  // No memo entry in [from, to) is ever read back, and none is beyond the memo index cap.
+  bool flat_memo_clear(uint64_t from, uint64_t to) const {
+    if (from == to) return true;
+    if (to - 1 > opts_.limits.max_memo_index) return false;
+    if (to > data_.size) {
+      for (uint64_t i = from; i < to; ++i)
+        if (read_back(i)) return false;
+      return true;
+    }
+    const size_t nw = near_bits_.size();
+    size_t w0 = static_cast<size_t>(from / 64), w1 = static_cast<size_t>((to - 1) / 64);
+    for (size_t w = w0; w <= w1 && w < nw; ++w) {
+      uint64_t m = ~uint64_t{0};
+      if (w == w0) m &= ~uint64_t{0} << (from % 64);
+      if (w == w1) m &= ~uint64_t{0} >> (63 - (to - 1) % 64);
+      if (near_bits_[w] & m) return false;
     }
     return true;
   }
@@ -787,6 +811,7 @@ class Machine {
     }
     if (n % 2 != 0 || f.end - f.p < 2 || f.p[1] != BUILD) return false;
     f.p += 2;  // SETITEMS BUILD
+    if (!flat_memo_clear(memo_len_, f.memo)) return false;
     Value state;
     state.kind = Kind::Dict;
     state.len = static_cast<uint32_t>(n);
