@@ -244,9 +244,12 @@ bool MetadataFolder::join_pair(Value* last, Value& k, Value& v) {
     tensors[v.bits].name = id;
     return false;
   }
-  if (k.kind != Kind::Ext || v.kind != Kind::Ext || k.len != kKey || v.len != kStorage || k.bits != v.bits) return false;
+  if (k.kind != Kind::Ext || v.kind != Kind::Ext || k.len != kKey || v.len != kStorage) return false;
+  // (A key the folder declined, e.g. one without an offset attribute, puts the key and storage
+  // records out of step: such pairs can still be attached, not joined into runs.)
   if (attach && try_attach(last, k, v)) return true;
   if (k.len == kAttached) return false;  // the first pair of a new attached run
+  if (k.bits != v.bits) return false;
   if (last && last[0].kind == Kind::Ext && last[0].len == kRun && last[0].bits + last[1].bits == k.bits &&
       last[1].bits < UINT32_MAX) {
     ++last[1].bits;
@@ -263,8 +266,8 @@ bool MetadataFolder::join_pair(Value* last, Value& k, Value& v) {
 // false with k, v unchanged when it cannot be attached.
 bool MetadataFolder::try_attach(Value* last, Value& k, Value& v) {
   if ((k.flags | v.flags) & Value::kMemo) return false;  // the records must stay: another reference reads them
-  const uint64_t i = k.bits;
-  if (i >= keys.size() || i >= storage.size()) return false;
+  const uint64_t i = k.bits, j = v.bits;
+  if (i >= keys.size() || j >= storage.size()) return false;
   const Key kr = keys[i];
   if (kr.nd() == kNoOffset || kr.index == kNoIndex || kr.fqn >= named_.size()) return false;
   const uint32_t tid = named_[kr.fqn];
@@ -276,7 +279,7 @@ bool MetadataFolder::try_attach(Value* last, Value& k, Value& v) {
   const int64_t* have = t.meta.chunk_dims.data() + 2 * kr.index * nd;
   for (size_t d = 0; d < nd; ++d)
     if (want[d] != have[d]) return false;
-  const Stored s = storage[i];
+  const Stored s = storage[j];
   if (s.transforms & ~kHasTransformField) return false;
   StorageRef& slot = t.meta.storage[kr.index];
   if (slot.present()) return false;
@@ -286,7 +289,8 @@ bool MetadataFolder::try_attach(Value* last, Value& k, Value& v) {
   slot.length = s.length;
   ++t.attached;
   ++attached_total;
-  give_back(i, nd);
+  give_back_key(i, nd);
+  give_back_storage(j);
   bool merged = last && last[0].kind == Kind::Ext && last[0].len == kAttached && last[0].bits + 1 == runs.size();
   if (!merged) {
     AttachedRun r;
@@ -308,24 +312,29 @@ bool MetadataFolder::try_attach(Value* last, Value& k, Value& v) {
   return false;
 }
 
-// The records of attached pair i are no longer read. A SETITEMS offers up to 1,000 pairs whose
+// The records of an attached pair are no longer read. A SETITEMS offers up to 1,000 pairs whose
 // records were all made before the first is offered, so they are given back once a run of
-// attached pairs reaches the last records made (their offsets too, when nothing else was put
-// among them in `dims`).
-void MetadataFolder::give_back(uint64_t i, size_t nd) {
-  if (dead_from_ == dead_to_ || i != dead_to_) {
-    dead_from_ = i;
-    dead_to_ = i;
-    dead_dims_ = 0;
-  }
-  ++dead_to_;
-  dead_dims_ += nd;
-  if (dead_to_ != keys.size() || dead_to_ != storage.size()) return;
-  const uint64_t at = keys[dead_from_].dims_at();
-  if (at + dead_dims_ == dims.size()) dims.truncate(at);
-  keys.truncate(dead_from_);
-  storage.truncate(dead_from_);
-  dead_to_ = dead_from_;
+// attached pairs' records reaches the last records made (a key's offsets too, when nothing else
+// was put among them in `dims`).
+void MetadataFolder::give_back_key(uint64_t i, size_t nd) {
+  Dead& d = dead_keys_;
+  if (d.from == d.to || i != d.to) d = {i, i, 0};
+  ++d.to;
+  d.dims += nd;
+  if (d.to != keys.size()) return;
+  const uint64_t at = keys[d.from].dims_at();
+  if (at + d.dims == dims.size()) dims.truncate(at);
+  keys.truncate(d.from);
+  d.to = d.from;
+}
+
+void MetadataFolder::give_back_storage(uint64_t j) {
+  Dead& d = dead_storage_;
+  if (d.from == d.to || j != d.to) d = {j, j, 0};
+  ++d.to;
+  if (d.to != storage.size()) return;
+  storage.truncate(d.from);
+  d.to = d.from;
 }
 
 // Storage entries and keys come one per chunk, and a DCP writer's `.metadata` spends about 140

@@ -264,8 +264,12 @@ class MetadataFolder final : public pickle::Folder {
   bool storage_info(const Value& st, Value& out);
   bool tensor(const Value& st, Value& out);
   bool try_attach(Value* last, Value& k, Value& v);
-  void give_back(uint64_t i, size_t nd);
-  uint64_t dead_from_ = 0, dead_to_ = 0, dead_dims_ = 0;  // attached records not yet given back
+  void give_back_key(uint64_t i, size_t nd);
+  void give_back_storage(uint64_t j);
+  struct Dead {  // records of attached pairs, [from, to), not yet given back
+    uint64_t from = 0, to = 0, dims = 0;
+  };
+  Dead dead_keys_, dead_storage_;
   // The interning state of one list (fqns or files).
   struct Interned {
     std::unordered_map<std::string_view, uint32_t, StrHash> ids;

@@ -631,6 +631,7 @@ bool parse_once(Metadata& md, ByteSpan bytes, const std::string& source, const M
     options.stats->scan_seconds += ps.scan_seconds;
     options.stats->decode_seconds += ps.decode_seconds;
     options.stats->map_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++options.stats->parses;
   }
   return ok;
 }

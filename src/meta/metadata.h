@@ -139,6 +139,7 @@ struct MetadataParseStats {
   double scan_seconds = 0;    // VM pass 1
   double decode_seconds = 0;  // VM pass 2, folding included
   double map_seconds = 0;     // the tree mapped to the model
+  unsigned parses = 0;        // 2 when attaching storage entries while decoding did not hold
   double total_seconds() const { return scan_seconds + decode_seconds + map_seconds; }
 };
 
