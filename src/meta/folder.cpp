@@ -54,8 +54,17 @@ bool read_properties(const Value& props, TensorMeta& t) {
 bool MetadataFolder::fold(const pickle::GlobalRef& cls, const Value& args, const Value& state, Value& out) {
   if (args.kind != Kind::Tuple || args.len != 0 || state.kind != Kind::Dict) return false;
   uint32_t tag = 0;
-  auto seen = std::find_if(seen_.begin(), seen_.end(), [&](const Seen& s) { return s.cls == &cls; });
-  if (seen != seen_.end()) {
+  // The classes folded so far first (a pointer each: the Tree interns globals), then the others seen.
+  for (uint32_t t = kChunk; t <= kTensor; ++t)
+    if (cls_[t] == &cls) {
+      tag = t;
+      break;
+    }
+  auto seen = seen_.end();
+  if (!tag) seen = std::find_if(seen_.begin(), seen_.end(), [&](const Seen& s) { return s.cls == &cls; });
+  if (tag) {
+    // (a class some record was folded from)
+  } else if (seen != seen_.end()) {
     tag = seen->tag;
   } else {
     if (cls.name == "ChunkStorageMetadata") tag = kChunk;

@@ -321,6 +321,10 @@ inline uint64_t load_u64le(const uint8_t* p) { return uint64_t{load_u32le(p)} | 
 constexpr uint64_t kSizeCallTail = uint64_t{MEMOIZE} | uint64_t{TUPLE1} << 8 | uint64_t{MEMOIZE} << 16 |
                                    uint64_t{REDUCE} << 24 | uint64_t{MEMOIZE} << 32;
 constexpr uint64_t kSetitemsBuild = uint64_t{SETITEMS} | uint64_t{BUILD} << 8;
+// The start of every dataclass object after the GET of its class: `() NEWOBJ MEMOIZE {} MEMOIZE (`.
+constexpr uint64_t kObjectHead = uint64_t{EMPTY_TUPLE} | uint64_t{NEWOBJ} << 8 | uint64_t{MEMOIZE} << 16 |
+                                 uint64_t{EMPTY_DICT} << 24 | uint64_t{MEMOIZE} << 32 | uint64_t{MARK} << 40;
+constexpr uint64_t kLow48 = (uint64_t{1} << 48) - 1;
 
 class Machine {
  public:
@@ -409,17 +413,25 @@ class Machine {
           case BININT2: case EXT2: pos += 3; continue;
           case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
           case BINFLOAT: pos += 9; continue;
-          case BINGET:
+          case BINGET: {
             note_get(base[pos + 1]);
             if (base[pos + 2] == BINGET) {  // an attribute name and a class: two GETs in a row
               note_get(base[pos + 3]);
               pos += 4;
               continue;
             }
-            pos += 2;
+            // A class, and the head of the object made of it (8 bytes: within kScanSlack).
+            uint64_t w = load_u64le(base + pos);
+            pos += (w >> 16) == kObjectHead ? 8 : 2;
             continue;
+          }
           case LONG_BINGET:
             note_get(load_u32le(base + pos + 1));
+            // A class and its object's head: 11 bytes, past kScanSlack, so bounded here.
+            if (size - pos >= 13 && (load_u64le(base + pos + 5) & kLow48) == kObjectHead) {
+              pos += 11;
+              continue;
+            }
             pos += 5;
             continue;
           case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
