@@ -54,8 +54,17 @@ bool read_properties(const Value& props, TensorMeta& t) {
 bool MetadataFolder::fold(const pickle::GlobalRef& cls, const Value& args, const Value& state, Value& out) {
   if (args.kind != Kind::Tuple || args.len != 0 || state.kind != Kind::Dict) return false;
   uint32_t tag = 0;
-  auto seen = std::find_if(seen_.begin(), seen_.end(), [&](const Seen& s) { return s.cls == &cls; });
-  if (seen != seen_.end()) {
+  // The classes folded so far first (a pointer each: the Tree interns globals), then the others seen.
+  for (uint32_t t = kChunk; t <= kTensor; ++t)
+    if (cls_[t] == &cls) {
+      tag = t;
+      break;
+    }
+  auto seen = seen_.end();
+  if (!tag) seen = std::find_if(seen_.begin(), seen_.end(), [&](const Seen& s) { return s.cls == &cls; });
+  if (tag) {
+    // (a class some record was folded from)
+  } else if (seen != seen_.end()) {
     tag = seen->tag;
   } else {
     if (cls.name == "ChunkStorageMetadata") tag = kChunk;
@@ -220,6 +229,7 @@ bool MetadataFolder::tensor(const Value& st, Value& out) {
     t.meta.chunk_dims.insert(t.meta.chunk_dims.end(), d, d + 2 * nd);
   }
   t.chunks = cs.size();
+  if (attach) t.meta.storage.resize(cs.size());  // attached storage entries are written here
   if (props->kind == Kind::Object && props->as_object().callable.kind == Kind::Global) {
     const pickle::GlobalRef& g = props->as_object().callable.as_global();
     t.props_class = std::string(g.module) + "." + std::string(g.name);
@@ -233,9 +243,22 @@ bool MetadataFolder::tensor(const Value& st, Value& out) {
   return true;
 }
 
-// storage_data's pairs, (kKey i, kStorage i) for i = 0, 1, 2, ..., become one run pair.
+// storage_data's pairs, (kKey i, kStorage i) for i = 0, 1, 2, ..., become one run pair (or are
+// attached: see the class comment); state_dict_metadata's pairs (str, kTensor) name tensors.
 bool MetadataFolder::join_pair(Value* last, Value& k, Value& v) {
-  if (k.kind != Kind::Ext || v.kind != Kind::Ext || k.len != kKey || v.len != kStorage || k.bits != v.bits) return false;
+  if (attach && k.kind == Kind::Str && v.kind == Kind::Ext && v.len == kTensor && !(v.flags & Value::kMemo)) {
+    uint32_t id = intern(fqns, fqn_in_, k.as_str());
+    if (named_.size() <= id) named_.resize(id + 1, kNoName);
+    named_[id] = named_[id] == kNoName ? static_cast<uint32_t>(v.bits) : kAmbiguous;
+    tensors[v.bits].name = id;
+    return false;
+  }
+  if (k.kind != Kind::Ext || v.kind != Kind::Ext || k.len != kKey || v.len != kStorage) return false;
+  // (A key the folder declined, e.g. one without an offset attribute, puts the key and storage
+  // records out of step: such pairs can still be attached, not joined into runs.)
+  if (attach && try_attach(last, k, v)) return true;
+  if (k.len == kAttached) return false;  // the first pair of a new attached run
+  if (k.bits != v.bits) return false;
   if (last && last[0].kind == Kind::Ext && last[0].len == kRun && last[0].bits + last[1].bits == k.bits &&
       last[1].bits < UINT32_MAX) {
     ++last[1].bits;
@@ -245,6 +268,82 @@ bool MetadataFolder::join_pair(Value* last, Value& k, Value& v) {
   k = ext(kRun, first);
   v = ext(kRun, 1);
   return false;
+}
+
+// The pair (kKey i, kStorage i) written into its tensor's storage vector, if it can be (see the
+// class comment): true when merged into `last`, false with k, v rewritten into a new run pair, or
+// false with k, v unchanged when it cannot be attached.
+bool MetadataFolder::try_attach(Value* last, Value& k, Value& v) {
+  if ((k.flags | v.flags) & Value::kMemo) return false;  // the records must stay: another reference reads them
+  const uint64_t i = k.bits, j = v.bits;
+  if (i >= keys.size() || j >= storage.size()) return false;
+  const Key kr = keys[i];
+  if (kr.nd() == kNoOffset || kr.index == kNoIndex || kr.fqn >= named_.size()) return false;
+  const uint32_t tid = named_[kr.fqn];
+  if (tid >= kAmbiguous) return false;
+  Tensor& t = tensors[tid];
+  const size_t nd = t.meta.shape.size();
+  if (t.moved || kr.nd() != nd || kr.index >= t.chunks || t.meta.storage.size() != t.chunks) return false;
+  const int64_t* want = dims.data() + kr.dims_at();
+  const int64_t* have = t.meta.chunk_dims.data() + 2 * kr.index * nd;
+  for (size_t d = 0; d < nd; ++d)
+    if (want[d] != have[d]) return false;
+  const Stored s = storage[j];
+  if (s.transforms & ~kHasTransformField) return false;
+  StorageRef& slot = t.meta.storage[kr.index];
+  if (slot.present()) return false;
+  slot.file = s.file;
+  slot.transforms = 0;
+  slot.offset = s.offset;
+  slot.length = s.length;
+  ++t.attached;
+  ++attached_total;
+  give_back_key(i, nd);
+  give_back_storage(j);
+  bool merged = last && last[0].kind == Kind::Ext && last[0].len == kAttached && last[0].bits + 1 == runs.size();
+  if (!merged) {
+    AttachedRun r;
+    r.files_begin = r.files_end = static_cast<uint32_t>(run_files.size());
+    runs.push_back(r);
+  }
+  AttachedRun& run = runs.back();
+  ++run.count;
+  run.transform_field = run.transform_field || (s.transforms & kHasTransformField);
+  if (file_stamp_.size() <= s.file) file_stamp_.resize(s.file + 1, 0);
+  if (file_stamp_[s.file] != runs.size()) {
+    file_stamp_[s.file] = static_cast<uint32_t>(runs.size());
+    run_files.push_back(s.file);
+    ++run.files_end;
+  }
+  if (merged) return true;
+  k = ext(kAttached, runs.size() - 1);
+  v = ext(kAttached, 0);
+  return false;
+}
+
+// The records of an attached pair are no longer read. A SETITEMS offers up to 1,000 pairs whose
+// records were all made before the first is offered, so they are given back once a run of
+// attached pairs' records reaches the last records made (a key's offsets too, when nothing else
+// was put among them in `dims`).
+void MetadataFolder::give_back_key(uint64_t i, size_t nd) {
+  Dead& d = dead_keys_;
+  if (d.from == d.to || i != d.to) d = {i, i, 0};
+  ++d.to;
+  d.dims += nd;
+  if (d.to != keys.size()) return;
+  const uint64_t at = keys[d.from].dims_at();
+  if (at + d.dims == dims.size()) dims.truncate(at);
+  keys.truncate(d.from);
+  d.to = d.from;
+}
+
+void MetadataFolder::give_back_storage(uint64_t j) {
+  Dead& d = dead_storage_;
+  if (d.from == d.to || j != d.to) d = {j, j, 0};
+  ++d.to;
+  if (d.to != storage.size()) return;
+  storage.truncate(d.from);
+  d.to = d.from;
 }
 
 // Storage entries and keys come one per chunk, and a DCP writer's `.metadata` spends about 140

@@ -178,9 +178,20 @@ class RecordVec {
 // only when no chunk value of it was ever copied.
 // Cost per chunk: its offsets and sizes in its tensor's chunk_dims, and per storage entry 16 + 24
 // bytes of records plus its offsets.
+//
+// Attaching (`attach`): a storage pair whose key names a folded tensor (by the name a dict pair
+// (str, kTensor) gave it), with offsets equal to those of the chunk its index names, no transforms,
+// and a chunk slot still empty, is written straight into that tensor's storage vector (the
+// StorageRef the Mapper would write, its file an index into `files`), its key and storage records
+// are given back at once, and the pair becomes (or extends) a kAttached run pair. What the Mapper
+// would have done with those pairs is then nothing but that write, provided the dict it reads as
+// storage_data holds every attached run exactly once, each tensor written to was moved (not
+// copied) into the model under the same name, and no other storage entry targets such a tensor;
+// the Mapper checks all three, and when one fails the whole parse is done again without
+// attaching (parse_metadata). A 5-million-chunk storage_data then costs no records at all.
 class MetadataFolder final : public pickle::Folder {
  public:
-  enum Tag : uint32_t { kChunk = 1, kKey, kStorage, kTensor, kRun, kTags };
+  enum Tag : uint32_t { kChunk = 1, kKey, kStorage, kTensor, kRun, kAttached, kTags };
   static constexpr uint32_t kNoOffset = 255;  // Key::nd of a key whose offset is None
   static constexpr uint32_t kNoIndex = UINT32_MAX;
   struct Key {
@@ -195,12 +206,29 @@ class MetadataFolder final : public pickle::Folder {
     uint32_t transforms;  // index into transform_sets | kHasTransformField when the attribute was there
     uint64_t offset, length;
   };
+  static constexpr uint32_t kNoName = UINT32_MAX;      // named_: no tensor of that name yet
+  static constexpr uint32_t kAmbiguous = UINT32_MAX - 1;  // named_: more than one
   struct Tensor {
-    TensorMeta meta;            // fqn empty, storage empty
+    TensorMeta meta;            // fqn empty; storage sized to the chunks, attached entries filled in
     uint64_t chunks = 0;        // how many the storage vector must hold
     std::string props_class;    // the Mapper's class_name of its properties
     bool moved = false;         // meta was moved into the model
+    uint32_t name = kNoName;    // the fqn id a dict pair gave it (attaching looks it up by that)
+    uint64_t attached = 0;      // storage entries written into meta.storage while decoding
+    size_t md_index = SIZE_MAX; // where the Mapper moved it
   };
+  // Consecutive attached pairs of one dict: the first pair is (kAttached run id, kAttached 0), and
+  // the others are merged into it. files: the folder file ids the run's entries name, in the order
+  // of their first use within the run (the Mapper assigns model file ids in that order).
+  struct AttachedRun {
+    uint64_t count = 0;
+    uint32_t files_begin = 0, files_end = 0;  // into run_files
+    bool transform_field = false;             // some entry had the transform_descriptors attribute
+  };
+  bool attach = true;
+  std::vector<AttachedRun> runs;
+  std::vector<uint32_t> run_files;
+  uint64_t attached_total = 0;
 
   // input_bytes: the size of the pickle, from which the record vectors are first reserved.
   MetadataFolder(Tables& tb, uint64_t input_bytes) : tb_(tb), input_bytes_(input_bytes) {}
@@ -235,6 +263,13 @@ class MetadataFolder final : public pickle::Folder {
   bool key(const Value& st, Value& out);
   bool storage_info(const Value& st, Value& out);
   bool tensor(const Value& st, Value& out);
+  bool try_attach(Value* last, Value& k, Value& v);
+  void give_back_key(uint64_t i, size_t nd);
+  void give_back_storage(uint64_t j);
+  struct Dead {  // records of attached pairs, [from, to), not yet given back
+    uint64_t from = 0, to = 0, dims = 0;
+  };
+  Dead dead_keys_, dead_storage_;
   // The interning state of one list (fqns or files).
   struct Interned {
     std::unordered_map<std::string_view, uint32_t, StrHash> ids;
@@ -265,6 +300,8 @@ class MetadataFolder final : public pickle::Folder {
   };
   std::vector<Seen> seen_;
   Interned fqn_in_, file_in_;
+  std::vector<uint32_t> named_;       // fqn id -> tensor id, kNoName or kAmbiguous
+  std::vector<uint32_t> file_stamp_;  // folder file id -> 1 + the last run that listed it
   struct Cached {
     const std::deque<std::string>* list = nullptr;
     std::string_view view;

@@ -187,7 +187,9 @@ Coverage check_coverage(const TensorMeta& t, size_t max_report) {
   return c;
 }
 
-std::string describe_sharding(const TensorMeta& t) {
+std::string describe_sharding(const TensorMeta& t) { return describe_sharding(t, check_coverage(t, 1)); }
+
+std::string describe_sharding(const TensorMeta& t, const Coverage& c) {
   size_t n = t.num_chunks();
   if (n == 0) return "no chunks";
   size_t nd = t.ndim();
@@ -207,14 +209,13 @@ std::string describe_sharding(const TensorMeta& t) {
   for (size_t d = 0; d < nd; ++d) {
     std::vector<int64_t> offs;
     for (size_t i : live) offs.push_back(t.chunk_offsets(i)[d]);
-    std::sort(offs.begin(), offs.end());
+    if (!std::is_sorted(offs.begin(), offs.end())) std::sort(offs.begin(), offs.end());  // (Shard(0): in order)
     size_t k = static_cast<size_t>(std::unique(offs.begin(), offs.end()) - offs.begin());
     if (k > 1) {
       split_dims.push_back(d);
       grid *= k;
     }
   }
-  Coverage c = check_coverage(t, 1);
   if (!c.exact || grid != live.size()) return "irregular (" + std::to_string(n) + " chunks)";
   std::string suffix = empty ? " (" + std::to_string(empty) + " empty)" : "";
   if (split_dims.size() == 1) return "Shard(" + std::to_string(split_dims[0]) + ") over " + std::to_string(n) + suffix;
@@ -222,7 +223,7 @@ std::string describe_sharding(const TensorMeta& t) {
   for (size_t d : split_dims) {
     std::vector<int64_t> offs;
     for (size_t i : live) offs.push_back(t.chunk_offsets(i)[d]);
-    std::sort(offs.begin(), offs.end());
+    if (!std::is_sorted(offs.begin(), offs.end())) std::sort(offs.begin(), offs.end());
     s += (s.empty() ? "" : "x") + std::to_string(std::unique(offs.begin(), offs.end()) - offs.begin());
   }
   std::string dims;

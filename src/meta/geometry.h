@@ -45,5 +45,7 @@ Coverage check_coverage(const TensorMeta& t, size_t max_report = 16);
 // How a tensor is split, for people: "whole", "Shard(0) over 4", "Shard(0) over 4 (1 empty)",
 // "2×2 grid", "irregular (7 chunks)".
 std::string describe_sharding(const TensorMeta& t);
+// The same, given check_coverage(t) (only its `exact` is read).
+std::string describe_sharding(const TensorMeta& t, const Coverage& c);
 
 }  // namespace dcpctl

@@ -143,7 +143,8 @@ class Mapper {
     if (!v || v->kind == Kind::None) return std::nullopt;
     if (v->kind == Kind::Str) return std::string(v->as_str());
     // A folded object was made with no arguments: a path of no parts, as below.
-    if (v->kind == Kind::Ext && v->len != MetadataFolder::kRun) return std::string();
+    if (v->kind == Kind::Ext && v->len != MetadataFolder::kRun && v->len != MetadataFolder::kAttached)
+      return std::string();
     // pathlib paths: REDUCE(PosixPath, (part, part, ...)).
     if (v->kind == Kind::Object && v->as_object().args.kind == Kind::Tuple) {
       std::string s;
@@ -174,6 +175,8 @@ class Mapper {
       MetadataFolder::Tensor& ft = folded_.tensors[v.bits];
       if (ft.moved) fail(fqn, "internal error: a folded tensor record was read twice");
       md_.properties_class = ft.props_class;
+      if (md_attached_.size() <= md_.tensors.size()) md_attached_.resize(md_.tensors.size() + 1, 0);
+      md_attached_[md_.tensors.size()] = ft.attached > 0;
       if (v.flags & Value::kMemo) {
         // Shared through the memo: every use is a copy, charged as the generic path charges it.
         size_t nd = ft.meta.shape.size();
@@ -184,6 +187,7 @@ class Mapper {
       } else {
         md_.tensors.push_back(std::move(ft.meta));
         ft.moved = true;
+        ft.md_index = md_.tensors.size() - 1;
       }
       md_.tensors.back().fqn = fqn;
       md_.tensors.back().storage.resize(ft.chunks);
@@ -369,6 +373,9 @@ class Mapper {
       return;
     }
     TensorMeta& t = md_.tensors[tg.id];
+    // Storage entries were written into this tensor while decoding: this entry's outcome would
+    // depend on whether it came before or after them. Done again without attaching.
+    if (tg.id < md_attached_.size() && md_attached_[tg.id]) attach_conflict_ = true;
     size_t nd = t.ndim();
     auto matches = [&](size_t i) { return key.nd == nd && std::equal(key.offset, key.offset + nd, t.chunk_offsets(i)); };
     size_t hit = t.num_chunks();
@@ -455,7 +462,55 @@ class Mapper {
     md_.storage_meta = std::move(info);
   }
 
-  void run(const pickle::Tree& tree) {
+  // The entries of attached run `r` (see MetadataFolder): their storage is already in their
+  // tensors; what storage_entry would still do is assign model file ids in the order of first use
+  // and note the transform_descriptors attribute.
+  void attached_run(uint64_t r) {
+    if (run_seen_.size() < folded_.runs.size()) run_seen_.resize(folded_.runs.size(), 0);
+    if (run_seen_[r]) attach_conflict_ = true;  // the same run twice: the dict was copied into itself
+    run_seen_[r] = 1;
+    const MetadataFolder::AttachedRun& run = folded_.runs[r];
+    attached_seen_ += run.count;
+    if (run.transform_field) md_.has_transform_field = true;
+    for (uint32_t i = run.files_begin; i < run.files_end; ++i) {
+      uint32_t fid = folded_.run_files[i];
+      if (folded_files_.size() <= fid) folded_files_.resize(fid + 1, StorageRef::kNone);
+      uint32_t& f = folded_files_[fid];
+      if (f == StorageRef::kNone) f = tb_.file_index(folded_.files[fid]);
+    }
+  }
+
+  // Whether the storage entries attached while decoding are exactly what reading storage_data
+  // entry by entry would have written (see MetadataFolder); if so, their file ids are made the
+  // model's.
+  bool attached_as_read() {
+    if (folded_.attached_total == 0) return true;
+    if (attach_conflict_ || attached_seen_ != folded_.attached_total) return false;
+    for (const MetadataFolder::Tensor& ft : folded_.tensors) {
+      if (!ft.attached) continue;
+      if (!ft.moved || ft.md_index >= md_.tensors.size() || ft.name >= folded_.fqns.size() ||
+          md_.tensors[ft.md_index].fqn != folded_.fqns[ft.name])
+        return false;
+    }
+    // Every attached entry's file was mapped by its run (attached_run), each run read once: the
+    // folder's file ids become the model's (usually the same: both number files by first use).
+    bool same = true;
+    for (uint32_t fid = 0; fid < folded_files_.size(); ++fid) same = same && folded_files_[fid] == fid;
+    if (same) return true;
+    for (const MetadataFolder::Tensor& ft : folded_.tensors) {
+      if (!ft.attached) continue;
+      for (StorageRef& r : md_.tensors[ft.md_index].storage) {
+        if (!r.present()) continue;
+        if (r.file >= folded_files_.size() || folded_files_[r.file] == StorageRef::kNone) return false;
+        r.file = folded_files_[r.file];
+      }
+    }
+    return true;
+  }
+
+  // False: storage entries attached while decoding do not match what storage_data says (see
+  // MetadataFolder); the caller parses again without attaching.
+  bool run(const pickle::Tree& tree) {
     for (const auto* g : tree.globals()) {
       std::string path = std::string(g->module) + "." + std::string(g->name);
       md_.globals.push_back(path);
@@ -503,6 +558,11 @@ class Mapper {
     if (const Value* sd = st->get("storage_data"); sd && sd->kind == Kind::Dict) {
       pickle::Items e = sd->items();
       for (uint64_t i = 0; i + 1 < e.size(); i += 2) {
+        if (e[i].kind == Kind::Ext && e[i].len == MetadataFolder::kAttached && e[i].bits < folded_.runs.size() &&
+            e[i + 1].kind == Kind::Ext && e[i + 1].len == MetadataFolder::kAttached) {
+          attached_run(e[i].bits);
+          continue;
+        }
         if (e[i].kind == Kind::Ext && e[i].len == MetadataFolder::kRun) {
           // Pairs (kKey j, kStorage j) for j in [first, first + count), joined while decoding.
           for (uint64_t j = e[i].bits, end = e[i].bits + e[i + 1].bits; j < end; ++j)
@@ -514,6 +574,7 @@ class Mapper {
     } else if (sd && sd->kind != Kind::None) {
       fail("", std::string("Metadata.storage_data is a ") + pickle::kind_name(sd->kind));
     }
+    if (!attached_as_read()) return false;
     if (const Value* pd = st->get("planner_data")) planner(*pd);
     if (const Value* sm = st->get("storage_meta")) {
       md_.has_storage_meta_field = true;
@@ -523,6 +584,7 @@ class Mapper {
       md_.has_version_field = true;
       md_.version = opt_str(ver);
     }
+    return true;
   }
 
  private:
@@ -534,19 +596,27 @@ class Mapper {
   std::vector<std::pair<Target, bool>> folded_targets_;  // by folded fqn id: {target, known}
   std::vector<uint32_t> folded_files_;                   // folded file id -> Metadata::files index
   std::vector<uint32_t> folded_sets_;                    // folded transform set -> Metadata's
+  std::vector<uint8_t> md_attached_;                     // by model tensor: storage attached while decoding
+  std::vector<uint8_t> run_seen_;                        // by attached run: read in storage_data
+  uint64_t attached_seen_ = 0;
+  bool attach_conflict_ = false;
 };
 
 int pickle_protocol(ByteSpan b) { return b.size >= 2 && b.data[0] == 0x80 ? b.data[1] : (b.size ? 0 : -1); }
 
 }  // namespace
 
-Metadata parse_metadata(ByteSpan bytes, const std::string& source, const MetadataParseOptions& options) {
-  Metadata md;
+namespace {
+
+// One parse; false when attaching storage entries while decoding did not hold (see MetadataFolder).
+bool parse_once(Metadata& md, ByteSpan bytes, const std::string& source, const MetadataParseOptions& options,
+                bool attach) {
   md.source = source;
   md.pickle_protocol = pickle_protocol(bytes);
   if (bytes.size == 0) throw FormatError(Where(source, 0), "file is empty");
   Tables tables{md, 2 * static_cast<uint64_t>(bytes.size) + (1u << 20), {}};
   MetadataFolder folder(tables, bytes.size);
+  folder.attach = attach;
   pickle::ParseOptions opts;
   opts.source = source;
   if (options.fold) opts.folder = &folder;
@@ -555,13 +625,27 @@ Metadata parse_metadata(ByteSpan bytes, const std::string& source, const Metadat
   opts.stats = &ps;
   std::unique_ptr<pickle::Tree> tree = pickle::parse(bytes, opts);
   auto t0 = std::chrono::steady_clock::now();
-  Mapper(tables, folder).run(*tree);
+  bool ok = Mapper(tables, folder).run(*tree);
   if (options.stats) {
     options.stats->bytes = bytes.size;
-    options.stats->scan_seconds = ps.scan_seconds;
-    options.stats->decode_seconds = ps.decode_seconds;
-    options.stats->map_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    options.stats->scan_seconds += ps.scan_seconds;
+    options.stats->decode_seconds += ps.decode_seconds;
+    options.stats->map_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++options.stats->parses;
   }
+  return ok;
+}
+
+}  // namespace
+
+Metadata parse_metadata(ByteSpan bytes, const std::string& source, const MetadataParseOptions& options) {
+  if (options.stats) *options.stats = MetadataParseStats{};
+  {
+    Metadata md;
+    if (parse_once(md, bytes, source, options, options.fold && options.attach)) return md;
+  }
+  Metadata md;
+  parse_once(md, bytes, source, options, false);
   return md;
 }
 

@@ -139,6 +139,7 @@ struct MetadataParseStats {
   double scan_seconds = 0;    // VM pass 1
   double decode_seconds = 0;  // VM pass 2, folding included
   double map_seconds = 0;     // the tree mapped to the model
+  unsigned parses = 0;        // 2 when attaching storage entries while decoding did not hold
   double total_seconds() const { return scan_seconds + decode_seconds + map_seconds; }
 };
 
@@ -148,7 +149,11 @@ struct MetadataParseOptions {
   // Fold chunks and storage entries into compact records while decoding (see MetadataFolder in
   // metadata.cpp). Off only to check that both paths build the same model.
   bool fold = true;
-  MetadataParseStats* stats = nullptr;  // filled in when set
+  // Write storage entries into their tensors while decoding, when the Mapper can tell that this is
+  // what reading storage_data would do (else the file is parsed again without). Off only to check
+  // that both build the same model.
+  bool attach = true;
+  MetadataParseStats* stats = nullptr;  // filled in when set (both parses together)
 };
 
 // Parses `.metadata` bytes. Throws FormatError (malformed) or UnsupportedError.

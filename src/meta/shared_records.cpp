@@ -27,15 +27,32 @@ struct Unit {
 WindowReport check_windows(const Checkpoint& ck) {
   WindowReport out;
   const Metadata& md = ck.md;
-  std::vector<std::vector<Window>> windows(md.files.size());
-  auto window = [&](const StorageRef& r, const std::string& key) {
-    if (r.present() && r.file < windows.size()) windows[r.file].push_back({r.offset, r.length, &key});
+  // Counted first: only the windows of files that exist are kept (and judged below), each file's
+  // vector reserved once (5 million chunks of a metadata-only copy cost no memory here).
+  out.per_file.assign(md.files.size(), 0);
+  auto count = [&](const StorageRef& r) {
+    if (r.present() && r.file < out.per_file.size()) ++out.per_file[r.file];
   };
   for (const auto& t : md.tensors)
-    for (const auto& r : t.storage) window(r, t.fqn);
-  for (const auto& b : md.bytes) window(b.storage, b.fqn);
-  out.per_file.resize(md.files.size());
-  for (size_t f = 0; f < windows.size(); ++f) out.per_file[f] = windows[f].size();
+    for (const auto& r : t.storage) count(r);
+  for (const auto& b : md.bytes) count(b.storage);
+  std::vector<std::vector<Window>> windows(md.files.size());
+  std::vector<uint8_t> kept(md.files.size(), 0);
+  bool any = false;
+  for (size_t f = 0; f < windows.size(); ++f) {
+    if (f >= ck.files.size() || !ck.files[f].size) continue;  // missing-file: judged by the caller
+    kept[f] = 1;
+    any = true;
+    windows[f].reserve(out.per_file[f]);
+  }
+  auto window = [&](const StorageRef& r, const std::string& key) {
+    if (r.present() && r.file < windows.size() && kept[r.file]) windows[r.file].push_back({r.offset, r.length, &key});
+  };
+  if (any) {
+    for (const auto& t : md.tensors)
+      for (const auto& r : t.storage) window(r, t.fqn);
+    for (const auto& b : md.bytes) window(b.storage, b.fqn);
+  }
 
   // The CRC-watched records of each file, by offset (zip records never overlap; a record listed
   // once per key that names it is one record).

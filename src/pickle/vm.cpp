@@ -321,6 +321,10 @@ inline uint64_t load_u64le(const uint8_t* p) { return uint64_t{load_u32le(p)} | 
 constexpr uint64_t kSizeCallTail = uint64_t{MEMOIZE} | uint64_t{TUPLE1} << 8 | uint64_t{MEMOIZE} << 16 |
                                    uint64_t{REDUCE} << 24 | uint64_t{MEMOIZE} << 32;
 constexpr uint64_t kSetitemsBuild = uint64_t{SETITEMS} | uint64_t{BUILD} << 8;
+// The start of every dataclass object after the GET of its class: `() NEWOBJ MEMOIZE {} MEMOIZE (`.
+constexpr uint64_t kObjectHead = uint64_t{EMPTY_TUPLE} | uint64_t{NEWOBJ} << 8 | uint64_t{MEMOIZE} << 16 |
+                                 uint64_t{EMPTY_DICT} << 24 | uint64_t{MEMOIZE} << 32 | uint64_t{MARK} << 40;
+constexpr uint64_t kLow48 = (uint64_t{1} << 48) - 1;
 
 class Machine {
  public:
@@ -409,17 +413,25 @@ class Machine {
           case BININT2: case EXT2: pos += 3; continue;
           case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
           case BINFLOAT: pos += 9; continue;
-          case BINGET:
+          case BINGET: {
             note_get(base[pos + 1]);
             if (base[pos + 2] == BINGET) {  // an attribute name and a class: two GETs in a row
               note_get(base[pos + 3]);
               pos += 4;
               continue;
             }
-            pos += 2;
+            // A class, and the head of the object made of it (8 bytes: within kScanSlack).
+            uint64_t w = load_u64le(base + pos);
+            pos += (w >> 16) == kObjectHead ? 8 : 2;
             continue;
+          }
           case LONG_BINGET:
             note_get(load_u32le(base + pos + 1));
+            // A class and its object's head: 11 bytes, past kScanSlack, so bounded here.
+            if (size - pos >= 13 && (load_u64le(base + pos + 5) & kLow48) == kObjectHead) {
+              pos += 11;
+              continue;
+            }
             pos += 5;
             continue;
           case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
@@ -469,9 +481,13 @@ class Machine {
 
   [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
 
-  void push(const Value& v) {
-    if (stack_.size() >= kMaxStack) fail("pickle stack exceeds " + std::to_string(kMaxStack) + " entries");
+  // Inlined (every opcode pushes); the failure is out of line.
+  [[gnu::always_inline]] void push(const Value& v) {
+    if (__builtin_expect(stack_.size() >= kMaxStack, 0)) stack_full();
     stack_.push_back(v);
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void stack_full() {
+    fail("pickle stack exceeds " + std::to_string(kMaxStack) + " entries");
   }
   Value pop() {
     if (stack_.size() <= floor()) fail(std::string(op_name(op_)) + " on an empty stack");
@@ -600,12 +616,32 @@ class Machine {
     uint64_t memo;  // memo_len_ as the generic run would have it
   };
 
-  // A MEMOIZE at p, if any: taken when its entry is never read back.
-  bool flat_memoize(Flat& f) {
+  // A MEMOIZE at p, if any. Whether its entry is ever read back (then the object is not taken) is
+  // asked once for all the entries an object makes (flat_memo_clear).
+  [[gnu::always_inline]] static bool flat_memoize(Flat& f) {
     if (f.p < f.end && *f.p == MEMOIZE) {
-      if (f.memo > opts_.limits.max_memo_index || read_back(f.memo)) return false;
       ++f.memo;
       ++f.p;
+    }
+    return true;
+  }
+
+  // No memo entry in [from, to) is ever read back, and none is beyond the memo index cap.
+  bool flat_memo_clear(uint64_t from, uint64_t to) const {
+    if (from == to) return true;
+    if (to - 1 > opts_.limits.max_memo_index) return false;
+    if (to > data_.size) {
+      for (uint64_t i = from; i < to; ++i)
+        if (read_back(i)) return false;
+      return true;
+    }
+    const size_t nw = near_bits_.size();
+    size_t w0 = static_cast<size_t>(from / 64), w1 = static_cast<size_t>((to - 1) / 64);
+    for (size_t w = w0; w <= w1 && w < nw; ++w) {
+      uint64_t m = ~uint64_t{0};
+      if (w == w0) m &= ~uint64_t{0} << (from % 64);
+      if (w == w1) m &= ~uint64_t{0} >> (63 - (to - 1) % 64);
+      if (near_bits_[w] & m) return false;
     }
     return true;
   }
@@ -787,6 +823,7 @@ class Machine {
     }
     if (n % 2 != 0 || f.end - f.p < 2 || f.p[1] != BUILD) return false;
     f.p += 2;  // SETITEMS BUILD
+    if (!flat_memo_clear(memo_len_, f.memo)) return false;
     Value state;
     state.kind = Kind::Dict;
     state.len = static_cast<uint32_t>(n);

@@ -133,7 +133,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
     j["bytes"] = t.nbytes();
     j["requires_grad"] = t.requires_grad;
     j["chunks"] = t.num_chunks();
-    j["sharding"] = describe_sharding(t);
+    j["sharding"] = describe_sharding(t, cov);
     j["complete"] = ok;
     if (opts.chunks) {
       json cl = json::array();
