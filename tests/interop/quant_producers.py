@@ -253,6 +253,23 @@ def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
     return tensors, qc
 
 
+def ct_model_free_config(scheme_name: str, ignore: list) -> dict:
+    """The quantization_config llm-compressor 0.14's model_free_ptq writes for a preset, written out
+    (entrypoints/model_free/save_utils.py update_config / create_or_update_quant_config: a
+    QuantizationConfig of one `config_group_0` in compressed status, its format the scheme's, dumped
+    without quant_method, then version, quant_method and an empty transform_config added)."""
+    import compressed_tensors
+    from compressed_tensors.compressors.format import infer_module_format
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus
+    scheme = ct_scheme(scheme_name)
+    scheme.format = infer_module_format(torch.nn.Linear, scheme).value
+    qconfig = QuantizationConfig.model_validate({"config_groups": {"config_group_0": scheme}, "ignore": list(ignore),
+                                                 "quantization_status": QuantizationStatus.COMPRESSED,
+                                                 "format": scheme.format})
+    return {"version": compressed_tensors.__version__, "quant_method": "compressed-tensors", "transform_config": {},
+            **qconfig.model_dump(exclude=["quant_method"])}
+
+
 def ct_quantize(src: Path, out: Path, scheme_name: str, ignore=CT_IGNORE, group_format: bool = True) -> Path:
     """src (an HF folder of one safetensors file) -> out, a compressed-tensors folder. group_format=False:
     the config names the format only at its top level, as some writers leave it (compressed-tensors'
