@@ -305,10 +305,14 @@ def dsv4_cases(root: Path, only: set) -> list:
 # --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item 3).
 WRITES = {
     ("fp8-dynamic",): "fp8-channel",
+    ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block",
 }
+# Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
+# partial 128x128 blocks (an intermediate size of 200).
+EXTRA_SOURCES = {("fp8-block", "--quantize-format", "compressed-tensors"): ["dense-odd"]}
 # The modules each source keeps (fp8_kept_reason's carve-outs), which `ignore` must list.
 KEPT = {"dense": {"lm_head", "model.embed_tokens"}, "dense-fp32": {"lm_head", "model.embed_tokens"},
-        "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}}
+        "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}, "dense-odd": {"lm_head", "model.embed_tokens"}}
 
 
 def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
@@ -322,6 +326,8 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
     if not srcs["moe"].exists():
         qp.tiny_moe(srcs["moe"])
     qp.tiny_dense(srcs["dense-fp32"], torch.float32)
+    srcs["dense-odd"] = qp.tiny_dense(root / "dense-odd", dims=dict(qp.DENSE_DIMS, intermediate_size=200))
+    base = ["dense", "moe", "dense-fp32"]
     # schemes that need calibrated activation scales: refused, naming the scale, nothing written
     for word, missing in (("fp8-static", "input_scale"), ("nvfp4-w4a4", "input_global_scale")):
         out = root / f"never-{word}"
@@ -329,7 +335,8 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
         check(r.returncode == EXIT_UNSUPPORTED and missing in r.stderr and not out.exists(),
               f"--quantize {word}: exit {r.returncode} (wanted 5) naming {missing}, nothing written: {r.stderr.strip()[-300:]}")
     for flags, scheme in WRITES.items():
-        for sname, src in srcs.items():
+        for sname in base + EXTRA_SOURCES.get(flags, []):
+            src = srcs[sname]
             name = "write-" + "-".join(f.lstrip("-") for f in flags) + "-" + sname
             if only and name not in only and "writes" not in only:
                 continue

@@ -98,11 +98,11 @@ def _perturb(model) -> None:
         first.weight[:32, :32] = 0
 
 
-def tiny_dense(out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+def tiny_dense(out: Path, dtype: torch.dtype = torch.bfloat16, dims: dict | None = None) -> Path:
     """A Qwen3ForCausalLM transformers writes (2 layers: 14 Linear layers), seeded."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(SEED)
-    model = Qwen3ForCausalLM(Qwen3Config(**DENSE_DIMS)).to(dtype).eval()
+    model = Qwen3ForCausalLM(Qwen3Config(**(dims or DENSE_DIMS))).to(dtype).eval()
     _perturb(model)
     model.save_pretrained(out)
     return out

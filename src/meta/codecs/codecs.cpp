@@ -16,6 +16,7 @@ const std::vector<const Codec*>& codecs() {
       &compressed_tensors_codec(),
       &modelopt_codec(),
       &ct_fp8_dynamic_codec(),
+      &ct_fp8_block_codec(),
   };
   return list;
 }

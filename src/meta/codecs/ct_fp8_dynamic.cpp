@@ -17,12 +17,12 @@ using nlohmann::json;
 
 namespace {
 
-std::string summary(const int64_t*) {
+std::string fp8dyn_summary(const int64_t*) {
   return " (compressed-tensors float-quantized: e4m3 beside a weight_scale per output channel in the weight's dtype; "
          "activations quantized per token at run time)";
 }
 
-json config(const CodecRow&, const int64_t*, const json& ignore) {
+json fp8dyn_config(const CodecRow&, const int64_t*, const json& ignore) {
   const json weights = {{"dynamic", false}, {"group_size", nullptr}, {"num_bits", 8},     {"strategy", "channel"},
                         {"symmetric", true}, {"type", "float"}};
   const json input = {{"dynamic", true}, {"group_size", nullptr}, {"num_bits", 8},     {"strategy", "token"},
@@ -49,8 +49,8 @@ const Codec& ct_fp8_dynamic_codec() {
         "output channel in the weight's dtype, activations per token at run time";
     c.quantize_brief = "compressed-tensors e4m3, a scale per output channel";
     c.block_refusal = "--quantize-block goes with fp8-block: fp8-dynamic has one scale per output channel";
-    c.written_summary = summary;
-    c.written_config = config;
+    c.written_summary = fp8dyn_summary;
+    c.written_config = fp8dyn_config;
     c.half_step = e4m3_half_ulp;
     c.display = "channel-scaled float8";
     return c;

@@ -13,6 +13,7 @@ const std::vector<CodecView>& codec_views() {
       compressed_tensors_codec_view(),
       modelopt_codec_view(),
       ct_fp8_dynamic_codec_view(),
+      ct_fp8_block_codec_view(),
   };
   return list;
 }

@@ -37,7 +37,7 @@ void encode_channel(const float* x, int64_t rows, int64_t K, DType D, float, uin
   }
 }
 
-Checkpoint quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
+Checkpoint fp8dyn_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
   LinearEncoding enc;
   enc.codec = &ct_fp8_dynamic_codec();
   enc.weight_dtype = DType::Float8_E4M3FN;
@@ -52,7 +52,7 @@ Checkpoint quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
 CodecView ct_fp8_dynamic_codec_view() {
   CodecView v;
   v.codec = &ct_fp8_dynamic_codec();
-  v.quantize = quantize;
+  v.quantize = fp8dyn_quantize;
   return v;
 }
 
