@@ -306,6 +306,7 @@ def dsv4_cases(root: Path, only: set) -> list:
 WRITES = {
     ("fp8-dynamic",): "fp8-channel",
     ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block",
+    ("nvfp4",): "nvfp4a16",
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
 # partial 128x128 blocks (an intermediate size of 200).
@@ -353,12 +354,22 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
             want_qc = qp.ct_model_free_config(scheme, ignore)
             check(qc == want_qc, f"{what}: quantization_config is model_free_ptq's: {json.dumps(qc, sort_keys=True)[:600]} "
                                  f"!= {json.dumps(want_qc, sort_keys=True)[:600]}")
-            want, _ = qp.ct_quantize_tensors(qp.folder_tensors(src), scheme, ignore=ignore)
+            want, _ = qp.ct_quantize_tensors(qp.folder_tensors(src), scheme, ignore=ignore, fused=qp.FUSED + qp.EXPERT_FUSED)
             got = out_tensors(out)
             check(set(got) == set(want), f"{what}: the tensors compressed-tensors writes: {sorted(set(got) ^ set(want))[:6]}")
             bad = [f"{k} {got[k].dtype} {tuple(got[k].shape)} vs {want[k].dtype} {tuple(want[k].shape)}"
                    for k in sorted(want) if k in got and not same_bytes(got[k], want[k])]
             check(not bad, f"{what}: byte for byte compressed-tensors' own: {bad[:4]} ({len(bad)} of {len(want)})")
+            # one global scale a fused group: q/k/v, gate/up, each expert's gate/up (what vLLM fuses)
+            gs = {k: v for k, v in got.items() if k.endswith(".weight_global_scale")}
+            fused = {}
+            for k, v in gs.items():
+                key = re.sub(r"(q_proj|k_proj|v_proj)\.weight_global_scale$", "qkv", k)
+                key = re.sub(r"(gate_proj|up_proj)\.weight_global_scale$", "gate_up", key)
+                fused.setdefault(key, set()).add(v.item())
+            uneven = [k for k, v in fused.items() if len(v) != 1]
+            check(not gs or (len(fused) < len(gs) and not uneven),
+                  f"{what}: one global scale a fused group: {uneven[:4]}")
             # dcpctl reads back what it wrote as compressed-tensors' decompressor does
             back = root / (name + "-bf16")
             r = run(dcpctl, "consolidate", out, "-o", f"{back}/", "--dtype", "bf16", "-q")
@@ -377,9 +388,10 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                 check(not problems, f"{what}: from_pretrained reports {problems}")
                 sd = model.state_dict()
                 # (transformers 5.23 holds a Qwen3-MoE's experts stacked: the attention's are compared)
-                q = [k for k in want if k.endswith(".weight") and want[k].dtype == torch.float8_e4m3fn and k in sd]
-                check(q and all(k in sd and same_bytes(sd[k], got[k]) for k in q),
-                      f"{what}: from_pretrained holds the written float8 weights")
+                q = [k for k in want if k.endswith((".weight", ".weight_packed")) and k in sd
+                     and want[k].dtype in (torch.float8_e4m3fn, torch.uint8)]
+                check(q and all(same_bytes(sd[k], got[k]) for k in q),
+                      f"{what}: from_pretrained holds the written quantized weights")
                 del model
 
 

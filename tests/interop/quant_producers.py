@@ -186,12 +186,18 @@ FUSED = [
 ]
 
 
-def fused_groups(names) -> dict:
+# What vLLM fuses besides (each MoE expert's w13, one global scale: issue 57), which llm-compressor
+# 0.14's patterns miss for per-expert names (`mlp.experts.E.gate_proj`); dcpctl shares the global
+# scale there too, and its oracle is compressed-tensors' arithmetic with this grouping.
+EXPERT_FUSED = [[r".*experts\.\d+\.gate_proj\.weight$", r".*experts\.\d+\.up_proj\.weight$"]]
+
+
+def fused_groups(names, mappings=None) -> dict:
     """name -> a key shared by the members of its fused group (the name with the member's pattern
     part replaced), for the names that have every partner present."""
     out = {}
     names = set(names)
-    for group in FUSED:
+    for group in (FUSED if mappings is None else mappings):
         for n in names:
             if not re.match(group[0], n):
                 continue
@@ -207,7 +213,7 @@ def fused_groups(names) -> dict:
     return out
 
 
-def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
+def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE, fused=None):
     """tensors -> (compressed tensors, quantization_config dict), model-free as llm-compressor does."""
     from compressed_tensors.compressors import compress_module
     from compressed_tensors.offload import update_offload_parameter
@@ -220,7 +226,7 @@ def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
     tensors = dict(tensors)
     matched = [(m, n) for m, n in match_quantizable_tensors(tensors, config.ignore, scheme.targets)]
     microscale = scheme.weights.strategy == QuantizationStrategy.TENSOR_GROUP
-    groups = fused_groups([n for _, n in matched]) if microscale else {}
+    groups = fused_groups([n for _, n in matched], fused) if microscale else {}
     stats = {n: _min_max(tensors[n], scheme.weights) for _, n in matched}
     group_stats: dict = {}
     for n, key in groups.items():

@@ -17,6 +17,7 @@ const std::vector<const Codec*>& codecs() {
       &modelopt_codec(),
       &ct_fp8_dynamic_codec(),
       &ct_fp8_block_codec(),
+      &ct_nvfp4_codec(),
   };
   return list;
 }

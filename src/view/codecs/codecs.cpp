@@ -14,6 +14,7 @@ const std::vector<CodecView>& codec_views() {
       modelopt_codec_view(),
       ct_fp8_dynamic_codec_view(),
       ct_fp8_block_codec_view(),
+      ct_nvfp4_codec_view(),
   };
   return list;
 }

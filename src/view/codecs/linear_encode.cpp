@@ -47,7 +47,7 @@ class ScaleCache {
 // read a band of rows at a time), then global_from_amax.
 class GlobalScale {
  public:
-  GlobalScale(std::vector<TensorMeta> members, float (*from_amax)(float))
+  GlobalScale(std::vector<TensorMeta> members, float (*from_amax)(float, DType))
       : members_(std::move(members)), from_amax_(from_amax) {}
   float get(const TensorReads& below) {
     std::call_once(once_, [&] {
@@ -62,7 +62,7 @@ class GlobalScale {
           for (int64_t i = 0; i < (b - r) * K; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(i)]));
         }
       }
-      value_ = from_amax_(amax);
+      value_ = from_amax_(amax, *members_.front().dtype);
     });
     return value_;
   }
@@ -79,7 +79,7 @@ class GlobalScale {
 
  private:
   std::vector<TensorMeta> members_;
-  float (*from_amax_)(float);
+  float (*from_amax_)(float, DType);
   std::once_flag once_;
   float value_ = 1;
 };

@@ -43,9 +43,9 @@ struct LinearEncoding {
   // codec has none).
   void (*encode)(const float* x, int64_t rows, int64_t K, DType model, float global, uint8_t* w, uint8_t* s) = nullptr;
   // A codec with a global scale: its name (X.<global_name>, float32 [1]) and its value from the
-  // largest |x| of the weight's fused group.
+  // largest |x| of the weight's fused group (weights of dtype `model`).
   const char* global_name = "";
-  float (*global_from_amax)(float amax) = nullptr;
+  float (*global_from_amax)(float amax, DType model) = nullptr;
 };
 
 // --quantize with a LinearEncoding's codec: the checkpoint with its Linear weights encoded.
