@@ -307,6 +307,8 @@ WRITES = {
     ("fp8-dynamic",): "fp8-channel",
     ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block",
     ("nvfp4",): "nvfp4a16",
+    ("mxfp8",): "mxfp8a16",
+    ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4a16",
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
 # partial 128x128 blocks (an intermediate size of 200).
@@ -383,7 +385,22 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
             expect_rc(r, EXIT_OK, f"{what}: verify")
             if sname != "dense-fp32":
                 from transformers import AutoModelForCausalLM
-                model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+                try:
+                    model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+                except Exception as e:  # noqa: BLE001
+                    # transformers 5.23 cannot load some formats on fused MoE experts (its
+                    # CompressedTensorsDequantize takes per-channel scales only): so be it only where
+                    # compressed-tensors' own folder of the same tensors fails the same way
+                    theirs = root / (name + "-ct")
+                    shutil.copytree(out, theirs)
+                    save_file({k: v.contiguous() for k, v in want.items()}, theirs / "model.safetensors",
+                              metadata={"format": "pt"})
+                    try:
+                        AutoModelForCausalLM.from_pretrained(theirs)
+                        check(False, f"{what}: from_pretrained fails ({str(e)[-200:]}) where compressed-tensors' own folder loads")
+                    except Exception:  # noqa: BLE001
+                        print(f"  {what}: from_pretrained fails on compressed-tensors' own folder too (transformers 5.23)")
+                    continue
                 problems = {k: v for k, v in info.items() if v}
                 check(not problems, f"{what}: from_pretrained reports {problems}")
                 sd = model.state_dict()

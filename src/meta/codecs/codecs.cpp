@@ -18,6 +18,8 @@ const std::vector<const Codec*>& codecs() {
       &ct_fp8_dynamic_codec(),
       &ct_fp8_block_codec(),
       &ct_nvfp4_codec(),
+      &ct_mxfp8_codec(),
+      &ct_mxfp4_codec(),
   };
   return list;
 }

@@ -123,6 +123,8 @@ const Codec& modelopt_codec();
 const Codec& ct_fp8_dynamic_codec();
 const Codec& ct_fp8_block_codec();
 const Codec& ct_nvfp4_codec();
+const Codec& ct_mxfp8_codec();
+const Codec& ct_mxfp4_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);

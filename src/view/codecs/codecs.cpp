@@ -15,6 +15,8 @@ const std::vector<CodecView>& codec_views() {
       ct_fp8_dynamic_codec_view(),
       ct_fp8_block_codec_view(),
       ct_nvfp4_codec_view(),
+      ct_mxfp8_codec_view(),
+      ct_mxfp4_codec_view(),
   };
   return list;
 }
