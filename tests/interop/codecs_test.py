@@ -383,6 +383,16 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                       f"{what}, then --dtype bf16: compressed-tensors' dequantization: {wrong[:4]} {sorted(set(read) ^ set(ref))[:4]}")
             r = run(dcpctl, "verify", out)
             expect_rc(r, EXIT_OK, f"{what}: verify")
+            if sname == "dense" and flags == ("nvfp4",):
+                # a DCP output of 2 ranks (reshard --quantize), then consolidated: the same bytes
+                dcp, hf = root / (name + "-dcp"), root / (name + "-dcp-hf")
+                r = run(dcpctl, "reshard", src, "-o", dcp, "-w", "2", "--quantize", *flags, "-q")
+                if expect_rc(r, EXIT_OK, f"{what}: reshard -w 2 --quantize"):
+                    r = run(dcpctl, "consolidate", dcp, "-o", f"{hf}/", "-q")
+                    if expect_rc(r, EXIT_OK, f"{what}: reshard -w 2 --quantize, consolidated"):
+                        again = out_tensors(hf)
+                        check(set(again) == set(got) and all(same_bytes(again[k], got[k]) for k in got),
+                              f"{what}: reshard -w 2 --quantize then consolidate writes the same bytes")
             if sname != "dense-fp32":
                 from transformers import AutoModelForCausalLM
                 try:
