@@ -37,12 +37,22 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.map = c.map;
   w.map_config = c.config;
   if (!c.config.empty() && c.map.empty()) throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
-  if (c.quantize.empty() && (!c.quantize_block.empty() || !c.quantize_skip.empty()))
-    throw UsageError(Where(), "--quantize-block and --quantize-skip go with --quantize");
+  if (c.quantize.empty() && (!c.quantize_block.empty() || !c.quantize_skip.empty() || !c.quantize_format.empty()))
+    throw UsageError(Where(), "--quantize-block, --quantize-format and --quantize-skip go with --quantize");
   if (!c.quantize.empty()) {
+    for (const CalibratedScheme& s : calibrated_schemes())
+      if (c.quantize == s.word)
+        throw UnsupportedError(Where(), "--quantize " + c.quantize + " needs " + s.missing + "; dcpctl writes " + s.instead);
     w.quantize.scheme = c.quantize;
+    w.quantize.format = c.quantize_format;
     w.quantize.skip = c.quantize_skip;
-    if (const Codec* codec = quantize_codec(c.quantize); !c.quantize_block.empty() && codec && *codec->block_refusal)
+    if (!c.quantize_format.empty() && !quantize_codec(c.quantize, c.quantize_format)) {
+      std::string forms;
+      for (const std::string& f : quantize_formats(c.quantize)) forms += (forms.empty() ? "" : ", ") + f;
+      throw UsageError(Where(), "--quantize " + c.quantize + " --quantize-format " + c.quantize_format + ": " + c.quantize +
+                                    " is written in the form of " + forms);
+    }
+    if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format); !c.quantize_block.empty() && codec && *codec->block_refusal)
       throw UsageError(Where(), codec->block_refusal);
     if (!c.quantize_block.empty()) {
       long long r = 0, n = 0;
@@ -65,13 +75,26 @@ void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
   std::vector<std::string> words;
   std::string help = "Write the Linear weights quantized, as serving stacks load them: ";
   for (const Codec* codec : codecs())
-    if (codec->quantize_word) {
+    if (codec->quantize_word && quantize_codec(codec->quantize_word) == codec) {
       help += std::string(words.empty() ? "" : "; ") + codec->quantize_word + " (" + codec->quantize_help + ")";
       words.push_back(codec->quantize_word);
     }
+  // Schemes that need calibrated activation scales are named so that their refusal says why (exit 5).
+  for (const CalibratedScheme& s : calibrated_schemes()) words.push_back(s.word);
   sub->add_option("--quantize", c.quantize, help + ". After --map and --lora merge")
       ->check(CLI::IsMember(words))
       ->type_name("SCHEME");
+  // The forms a word is written in besides its first: "fp8-block: compressed-tensors (...)".
+  std::string forms;
+  for (const Codec* codec : codecs())
+    if (codec->quantize_word && quantize_codec(codec->quantize_word) != codec)
+      forms += std::string(forms.empty() ? "" : "; ") + codec->quantize_word + ": " + codec->quant_method + " (" +
+               codec->quantize_help + ")";
+  sub->add_option("--quantize-format", c.quantize_format,
+                  "The form --quantize writes, by the quant_method config.json names (default: each scheme's first). " +
+                      (forms.empty() ? std::string("Each scheme has one") : forms))
+      ->check(CLI::IsMember(quantize_formats()))
+      ->type_name("QUANT_METHOD");
   sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");
   sub->add_option("--quantize-skip", c.quantize_skip, "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
       ->type_name("GLOB");
@@ -90,7 +113,8 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
     const auto& q = r["quantized"];
     out << "quantized " << q["weights"].get<size_t>() << " weight(s) to " << q["scheme"].get<std::string>();
     const int64_t block[2] = {q["block"][0].get<int64_t>(), q["block"][1].get<int64_t>()};
-    if (const Codec* codec = quantize_codec(q["scheme"].get<std::string>())) out << codec->written_summary(block);
+    if (const Codec* codec = quantize_codec(q["scheme"].get<std::string>(), q.value("format", "")))
+      out << codec->written_summary(block);
     if (q["kept"].empty()) out << "\n";
     else out << "; kept " << q["kept"].size() << " weight(s) as they were:\n";
     size_t n = 0;

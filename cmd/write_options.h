@@ -17,6 +17,7 @@ struct WriteCliOptions {
   std::string checkpoint, output, dtype, max_memory, select, io = "direct", map, config, manifest = "crc32";
   std::vector<std::string> include, exclude, keep_dtype;
   std::string quantize, quantize_block;  // --quantize SCHEME, --quantize-block RxC
+  std::string quantize_format;           // --quantize-format QUANT_METHOD
   std::vector<std::string> quantize_skip;
   bool cast_all = false;
   bool force = false, dry_run = false, quiet = false, json = false;

@@ -50,12 +50,20 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {
 }
 
 Checkpoint quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
-  for (const CodecView& v : codec_views())
-    if (v.quantize && v.codec->quantize_word && rq.scheme == v.codec->quantize_word) return v.quantize(ck, rq);
+  if (const Codec* codec = quantize_codec(rq.scheme, rq.format))
+    for (const CodecView& v : codec_views())
+      if (v.quantize && v.codec == codec) return v.quantize(ck, rq);
+  if (!rq.format.empty() && quantize_codec(rq.scheme)) {
+    std::string forms;
+    for (const std::string& f : quantize_formats(rq.scheme)) forms += (forms.empty() ? "" : ", ") + f;
+    throw UsageError(Where(), "--quantize " + rq.scheme + " --quantize-format " + rq.format + ": " + rq.scheme +
+                                  " is written in the form of " + forms);
+  }
   // "fp8-block (e4m3, one float32 scale per block) or mxfp4 (GPT-OSS's experts)"
   std::vector<std::string> words;
   for (const CodecView& v : codec_views())
-    if (v.quantize) words.push_back(std::string(v.codec->quantize_word) + " (" + v.codec->quantize_brief + ")");
+    if (v.quantize && quantize_codec(v.codec->quantize_word) == v.codec)
+      words.push_back(std::string(v.codec->quantize_word) + " (" + v.codec->quantize_brief + ")");
   std::string list;
   for (size_t i = 0; i < words.size(); ++i) list += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
   throw UsageError(Where(), "--quantize " + rq.scheme + ": dcpctl quantizes to " + list);

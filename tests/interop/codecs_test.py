@@ -302,6 +302,126 @@ def dsv4_cases(root: Path, only: set) -> list:
     return cases
 
 
+# --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item 3).
+WRITES = {
+    ("fp8-dynamic",): "fp8-channel",
+    ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block",
+    ("nvfp4",): "nvfp4a16",
+    ("mxfp8",): "mxfp8a16",
+    ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4a16",
+}
+# Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
+# partial 128x128 blocks (an intermediate size of 200).
+EXTRA_SOURCES = {("fp8-block", "--quantize-format", "compressed-tensors"): ["dense-odd"]}
+# The modules each source keeps (fp8_kept_reason's carve-outs), which `ignore` must list.
+KEPT = {"dense": {"lm_head", "model.embed_tokens"}, "dense-fp32": {"lm_head", "model.embed_tokens"},
+        "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}, "dense-odd": {"lm_head", "model.embed_tokens"}}
+
+
+def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
+    """dcpctl's --quantize writes against compressed-tensors 0.20.0's own quantization of the same
+    weights, byte for byte (tensors, and the quantization_config llm-compressor's model_free_ptq
+    writes), read back by dcpctl as compressed-tensors' decompressor reads it, verify exit 0, and
+    transformers' from_pretrained reporting no missing or unexpected key."""
+    srcs = {"dense": root / "dense", "moe": root / "moe", "dense-fp32": root / "dense-fp32"}
+    if not srcs["dense"].exists():
+        qp.tiny_dense(srcs["dense"])
+    if not srcs["moe"].exists():
+        qp.tiny_moe(srcs["moe"])
+    qp.tiny_dense(srcs["dense-fp32"], torch.float32)
+    srcs["dense-odd"] = qp.tiny_dense(root / "dense-odd", dims=dict(qp.DENSE_DIMS, intermediate_size=200))
+    base = ["dense", "moe", "dense-fp32"]
+    # schemes that need calibrated activation scales: refused, naming the scale, nothing written
+    for word, missing in (("fp8-static", "input_scale"), ("nvfp4-w4a4", "input_global_scale")):
+        out = root / f"never-{word}"
+        r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", "--quantize", word, "-q")
+        check(r.returncode == EXIT_UNSUPPORTED and missing in r.stderr and not out.exists(),
+              f"--quantize {word}: exit {r.returncode} (wanted 5) naming {missing}, nothing written: {r.stderr.strip()[-300:]}")
+    for flags, scheme in WRITES.items():
+        for sname in base + EXTRA_SOURCES.get(flags, []):
+            src = srcs[sname]
+            name = "write-" + "-".join(f.lstrip("-") for f in flags) + "-" + sname
+            if only and name not in only and "writes" not in only:
+                continue
+            out = root / name
+            r = run(dcpctl, "consolidate", src, "-o", f"{out}/", "--quantize", *flags, "-q")
+            what = f"consolidate {sname} --quantize {' '.join(flags)}"
+            if report:
+                print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+            if not expect_rc(r, EXIT_OK, what):
+                continue
+            qc = json.loads((out / "config.json").read_text()).get("quantization_config", {})
+            ignore = qc.get("ignore", [])
+            check(set(ignore) == KEPT[sname], f"{what}: ignore lists the kept modules {sorted(KEPT[sname])}: {ignore}")
+            want_qc = qp.ct_model_free_config(scheme, ignore)
+            check(qc == want_qc, f"{what}: quantization_config is model_free_ptq's: {json.dumps(qc, sort_keys=True)[:600]} "
+                                 f"!= {json.dumps(want_qc, sort_keys=True)[:600]}")
+            want, _ = qp.ct_quantize_tensors(qp.folder_tensors(src), scheme, ignore=ignore, fused=qp.FUSED + qp.EXPERT_FUSED)
+            got = out_tensors(out)
+            check(set(got) == set(want), f"{what}: the tensors compressed-tensors writes: {sorted(set(got) ^ set(want))[:6]}")
+            bad = [f"{k} {got[k].dtype} {tuple(got[k].shape)} vs {want[k].dtype} {tuple(want[k].shape)}"
+                   for k in sorted(want) if k in got and not same_bytes(got[k], want[k])]
+            check(not bad, f"{what}: byte for byte compressed-tensors' own: {bad[:4]} ({len(bad)} of {len(want)})")
+            # one global scale a fused group: q/k/v, gate/up, each expert's gate/up (what vLLM fuses)
+            gs = {k: v for k, v in got.items() if k.endswith(".weight_global_scale")}
+            fused = {}
+            for k, v in gs.items():
+                key = re.sub(r"(q_proj|k_proj|v_proj)\.weight_global_scale$", "qkv", k)
+                key = re.sub(r"(gate_proj|up_proj)\.weight_global_scale$", "gate_up", key)
+                fused.setdefault(key, set()).add(v.item())
+            uneven = [k for k, v in fused.items() if len(v) != 1]
+            check(not gs or (len(fused) < len(gs) and not uneven),
+                  f"{what}: one global scale a fused group: {uneven[:4]}")
+            # dcpctl reads back what it wrote as compressed-tensors' decompressor does
+            back = root / (name + "-bf16")
+            r = run(dcpctl, "consolidate", out, "-o", f"{back}/", "--dtype", "bf16", "-q")
+            if expect_rc(r, EXIT_OK, f"{what}, then --dtype bf16"):
+                # (compressed-tensors' dequantizer leaves the unquantized tensors as stored: cast here)
+                ref, read = qp.ct_reference(out, torch.bfloat16), out_tensors(back)
+                wrong = [k for k in ref if k not in read or not same_bytes(read[k], ref[k].to(torch.bfloat16))]
+                check(set(read) == set(ref) and not wrong,
+                      f"{what}, then --dtype bf16: compressed-tensors' dequantization: {wrong[:4]} {sorted(set(read) ^ set(ref))[:4]}")
+            r = run(dcpctl, "verify", out)
+            expect_rc(r, EXIT_OK, f"{what}: verify")
+            if sname == "dense" and flags == ("nvfp4",):
+                # a DCP output of 2 ranks (reshard --quantize), then consolidated: the same bytes
+                dcp, hf = root / (name + "-dcp"), root / (name + "-dcp-hf")
+                r = run(dcpctl, "reshard", src, "-o", dcp, "-w", "2", "--quantize", *flags, "-q")
+                if expect_rc(r, EXIT_OK, f"{what}: reshard -w 2 --quantize"):
+                    r = run(dcpctl, "consolidate", dcp, "-o", f"{hf}/", "-q")
+                    if expect_rc(r, EXIT_OK, f"{what}: reshard -w 2 --quantize, consolidated"):
+                        again = out_tensors(hf)
+                        check(set(again) == set(got) and all(same_bytes(again[k], got[k]) for k in got),
+                              f"{what}: reshard -w 2 --quantize then consolidate writes the same bytes")
+            if sname != "dense-fp32":
+                from transformers import AutoModelForCausalLM
+                try:
+                    model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
+                except Exception as e:  # noqa: BLE001
+                    # transformers 5.23 cannot load some formats on fused MoE experts (its
+                    # CompressedTensorsDequantize takes per-channel scales only): so be it only where
+                    # compressed-tensors' own folder of the same tensors fails the same way
+                    theirs = root / (name + "-ct")
+                    shutil.copytree(out, theirs)
+                    save_file({k: v.contiguous() for k, v in want.items()}, theirs / "model.safetensors",
+                              metadata={"format": "pt"})
+                    try:
+                        AutoModelForCausalLM.from_pretrained(theirs)
+                        check(False, f"{what}: from_pretrained fails ({str(e)[-200:]}) where compressed-tensors' own folder loads")
+                    except Exception:  # noqa: BLE001
+                        print(f"  {what}: from_pretrained fails on compressed-tensors' own folder too (transformers 5.23)")
+                    continue
+                problems = {k: v for k, v in info.items() if v}
+                check(not problems, f"{what}: from_pretrained reports {problems}")
+                sd = model.state_dict()
+                # (transformers 5.23 holds a Qwen3-MoE's experts stacked: the attention's are compared)
+                q = [k for k in want if k.endswith((".weight", ".weight_packed")) and k in sd
+                     and want[k].dtype in (torch.float8_e4m3fn, torch.uint8)]
+                check(q and all(same_bytes(sd[k], got[k]) for k in q),
+                      f"{what}: from_pretrained holds the written quantized weights")
+                del model
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("dcpctl")
@@ -323,6 +443,9 @@ def main() -> int:
             check_read(a.dcpctl, case, work / "out", a.report)
         if not only or "refusals" in only:
             refusals(a.dcpctl, work / "src", a.fixtures, a.report)
+        t1 = time.time()
+        check_writes(a.dcpctl, work / "src", only, a.report)
+        print(f"--quantize writes: {time.time() - t1:.1f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"codecs: {time.time() - t0:.1f} s")

@@ -98,11 +98,11 @@ def _perturb(model) -> None:
         first.weight[:32, :32] = 0
 
 
-def tiny_dense(out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+def tiny_dense(out: Path, dtype: torch.dtype = torch.bfloat16, dims: dict | None = None) -> Path:
     """A Qwen3ForCausalLM transformers writes (2 layers: 14 Linear layers), seeded."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(SEED)
-    model = Qwen3ForCausalLM(Qwen3Config(**DENSE_DIMS)).to(dtype).eval()
+    model = Qwen3ForCausalLM(Qwen3Config(**(dims or DENSE_DIMS))).to(dtype).eval()
     _perturb(model)
     model.save_pretrained(out)
     return out
@@ -186,12 +186,18 @@ FUSED = [
 ]
 
 
-def fused_groups(names) -> dict:
+# What vLLM fuses besides (each MoE expert's w13, one global scale: issue 57), which llm-compressor
+# 0.14's patterns miss for per-expert names (`mlp.experts.E.gate_proj`); dcpctl shares the global
+# scale there too, and its oracle is compressed-tensors' arithmetic with this grouping.
+EXPERT_FUSED = [[r".*experts\.\d+\.gate_proj\.weight$", r".*experts\.\d+\.up_proj\.weight$"]]
+
+
+def fused_groups(names, mappings=None) -> dict:
     """name -> a key shared by the members of its fused group (the name with the member's pattern
     part replaced), for the names that have every partner present."""
     out = {}
     names = set(names)
-    for group in FUSED:
+    for group in (FUSED if mappings is None else mappings):
         for n in names:
             if not re.match(group[0], n):
                 continue
@@ -207,7 +213,7 @@ def fused_groups(names) -> dict:
     return out
 
 
-def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
+def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE, fused=None):
     """tensors -> (compressed tensors, quantization_config dict), model-free as llm-compressor does."""
     from compressed_tensors.compressors import compress_module
     from compressed_tensors.offload import update_offload_parameter
@@ -220,7 +226,7 @@ def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
     tensors = dict(tensors)
     matched = [(m, n) for m, n in match_quantizable_tensors(tensors, config.ignore, scheme.targets)]
     microscale = scheme.weights.strategy == QuantizationStrategy.TENSOR_GROUP
-    groups = fused_groups([n for _, n in matched]) if microscale else {}
+    groups = fused_groups([n for _, n in matched], fused) if microscale else {}
     stats = {n: _min_max(tensors[n], scheme.weights) for _, n in matched}
     group_stats: dict = {}
     for n, key in groups.items():
@@ -251,6 +257,23 @@ def ct_quantize_tensors(tensors: dict, scheme_name: str, ignore=CT_IGNORE):
     qc = QuantizationConfig(config_groups={"group_0": scheme}, ignore=list(ignore),
                             quantization_status=QuantizationStatus.COMPRESSED, format=fmt).to_dict()
     return tensors, qc
+
+
+def ct_model_free_config(scheme_name: str, ignore: list) -> dict:
+    """The quantization_config llm-compressor 0.14's model_free_ptq writes for a preset, written out
+    (entrypoints/model_free/save_utils.py update_config / create_or_update_quant_config: a
+    QuantizationConfig of one `config_group_0` in compressed status, its format the scheme's, dumped
+    without quant_method, then version, quant_method and an empty transform_config added)."""
+    import compressed_tensors
+    from compressed_tensors.compressors.format import infer_module_format
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus
+    scheme = ct_scheme(scheme_name)
+    scheme.format = infer_module_format(torch.nn.Linear, scheme).value
+    qconfig = QuantizationConfig.model_validate({"config_groups": {"config_group_0": scheme}, "ignore": list(ignore),
+                                                 "quantization_status": QuantizationStatus.COMPRESSED,
+                                                 "format": scheme.format})
+    return {"version": compressed_tensors.__version__, "quant_method": "compressed-tensors", "transform_config": {},
+            **qconfig.model_dump(exclude=["quant_method"])}
 
 
 def ct_quantize(src: Path, out: Path, scheme_name: str, ignore=CT_IGNORE, group_format: bool = True) -> Path:

@@ -1,5 +1,6 @@
 #include "meta/codecs/codecs.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -14,14 +15,46 @@ const std::vector<const Codec*>& codecs() {
       &deepseek_v4_codec(),
       &compressed_tensors_codec(),
       &modelopt_codec(),
+      &ct_fp8_dynamic_codec(),
+      &ct_fp8_block_codec(),
+      &ct_nvfp4_codec(),
+      &ct_mxfp8_codec(),
+      &ct_mxfp4_codec(),
   };
   return list;
 }
 
-const Codec* quantize_codec(const std::string& word) {
+const Codec* quantize_codec(const std::string& word, const std::string& format) {
   for (const Codec* c : codecs())
-    if (c->quantize_word && word == c->quantize_word) return c;
+    if (c->quantize_word && word == c->quantize_word && (format.empty() || format == c->quant_method)) return c;
   return nullptr;
+}
+
+std::vector<std::string> quantize_formats(const std::string& word) {
+  std::vector<std::string> out;
+  for (const Codec* c : codecs())
+    if (c->quantize_word && (word.empty() || word == c->quantize_word) &&
+        std::find(out.begin(), out.end(), c->quant_method) == out.end())
+      out.push_back(c->quant_method);
+  return out;
+}
+
+const std::vector<CalibratedScheme>& calibrated_schemes() {
+  static const std::vector<CalibratedScheme> list = {
+      {"fp8-static",
+       "input_scale, each Linear's static FP8 activation scale (compressed-tensors' FP8 preset, ModelOpt's FP8): "
+       "activation ranges calibrated on data, which a checkpoint does not hold",
+       "fp8-dynamic (activations scaled per token at run time)"},
+      {"nvfp4-w4a4",
+       "input_global_scale, each Linear's NVFP4 activation global scale (compressed-tensors' NVFP4 preset, "
+       "ModelOpt's NVFP4): activation ranges calibrated on data, which a checkpoint does not hold",
+       "a weights-only scheme"},
+  };
+  return list;
+}
+
+bool explained_by_reader(const nlohmann::json&, const nlohmann::json&) {
+  return false;
 }
 
 const CodecRow* Codec::row(DType weight, DType scale) const {

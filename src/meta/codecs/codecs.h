@@ -70,6 +70,8 @@ struct Codec {
 
   // --quantize: the word that writes it (null: --quantize does not), its part of the option's
   // help, the brief a refusal lists, and what the summary says of a write (`block`: --quantize-block).
+  // Several codecs may share a word (fp8-block in transformers' form and in compressed-tensors'):
+  // --quantize-format QUANT_METHOD picks one by its quant_method, the first in codecs() without it.
   const char* quantize_word = nullptr;
   const char* quantize_help = "";
   const char* quantize_brief = "";
@@ -97,8 +99,19 @@ struct Codec {
 
 // The codecs, each once, in the order messages and lists give them.
 const std::vector<const Codec*>& codecs();
-// The codec --quantize WORD writes, or null.
-const Codec* quantize_codec(const std::string& word);
+// The codec --quantize WORD writes in the form whose quant_method is `format` ("": the first in
+// codecs() with that word), or null.
+const Codec* quantize_codec(const std::string& word, const std::string& format = "");
+// --quantize words of schemes that need what no checkpoint holds (activation scales, calibrated
+// on data): each with what is missing and what dcpctl writes instead. Refused (exit 5).
+struct CalibratedScheme {
+  const char* word;     // "fp8-static", "nvfp4-w4a4"
+  const char* missing;  // "input_scale: ..."
+  const char* instead;  // "fp8-dynamic"
+};
+const std::vector<CalibratedScheme>& calibrated_schemes();
+// The quant_methods --quantize WORD writes, in codecs()' order ("" : of every word).
+std::vector<std::string> quantize_formats(const std::string& word = "");
 
 // The codecs' descriptions (src/meta/codecs/*.cpp).
 const Codec& fp8_block_codec();
@@ -107,11 +120,23 @@ const Codec& f4_codec();
 const Codec& deepseek_v4_codec();
 const Codec& compressed_tensors_codec();
 const Codec& modelopt_codec();
+const Codec& ct_fp8_dynamic_codec();
+const Codec& ct_fp8_block_codec();
+const Codec& ct_nvfp4_codec();
+const Codec& ct_mxfp8_codec();
+const Codec& ct_mxfp4_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
 // fp8-block's half_step: half an e4m3fn ULP at |q| (q a value of the format, or near one).
 double e4m3_half_ulp(double q);
+// The quantization_config llm-compressor's model_free_ptq writes (save_utils.update_config over
+// compressed-tensors 0.20.0's QuantizationConfig.model_dump) for one config group of `format` with
+// these weights' and input activations' arguments (null: none) and `ignore`.
+nlohmann::json ct_written_config(const std::string& format, const nlohmann::json& weights,
+                                 const nlohmann::json& input_activations, const nlohmann::json& ignore);
+// What a codec that --quantize writes and another codec reads answers the fail-closed check: no.
+bool explained_by_reader(const nlohmann::json& qc, const nlohmann::json& config);
 
 // The tensor indices by name.
 NameIndex tensor_names(const Metadata& md);

@@ -67,6 +67,30 @@ bool ct_explains(const nlohmann::json& qc, const nlohmann::json& config) {
 
 }  // namespace
 
+nlohmann::json ct_written_config(const std::string& format, const nlohmann::json& weights,
+                                 const nlohmann::json& input_activations, const nlohmann::json& ignore) {
+  using nlohmann::json;
+  // compressed-tensors 0.20.0's QuantizationScheme.model_dump: targets, weights, input and output
+  // activations, format; QuantizationConfig's: config_groups, quantization_status, format,
+  // global_compression_ratio, ignore, kv_cache_scheme, moe_sparsity_config; model_free_ptq adds
+  // version (compressed_tensors.__version__), quant_method and an empty transform_config.
+  json group = {{"targets", {"Linear"}},
+                {"weights", weights},
+                {"input_activations", input_activations},
+                {"output_activations", nullptr},
+                {"format", format}};
+  return {{"config_groups", {{"config_group_0", group}}},
+          {"format", format},
+          {"global_compression_ratio", nullptr},
+          {"ignore", ignore},
+          {"kv_cache_scheme", nullptr},
+          {"moe_sparsity_config", nullptr},
+          {"quant_method", "compressed-tensors"},
+          {"quantization_status", "compressed"},
+          {"transform_config", json::object()},
+          {"version", "0.20.0"}};
+}
+
 const Codec& compressed_tensors_codec() {
   static const Codec codec = [] {
     using D = DType;

@@ -12,6 +12,11 @@ const std::vector<CodecView>& codec_views() {
       deepseek_v4_codec_view(),
       compressed_tensors_codec_view(),
       modelopt_codec_view(),
+      ct_fp8_dynamic_codec_view(),
+      ct_fp8_block_codec_view(),
+      ct_nvfp4_codec_view(),
+      ct_mxfp8_codec_view(),
+      ct_mxfp4_codec_view(),
   };
   return list;
 }
@@ -28,8 +33,9 @@ uint64_t largest_chunk_bytes(const TensorMeta& t) {
 
 Checkpoint quantized_result(Checkpoint view, std::shared_ptr<DerivedTable> table, const std::string& scheme,
                             const int64_t block[2], size_t weights, nlohmann::json kept, nlohmann::json config,
-                            std::vector<std::string> keep_dtype) {
+                            std::vector<std::string> keep_dtype, const std::string& format) {
   table->views["quantized"] = {{"scheme", scheme}, {"block", {block[0], block[1]}}, {"weights", weights}, {"kept", std::move(kept)}};
+  if (!format.empty()) table->views["quantized"]["format"] = format;
   table->output.quantization_config = std::move(config);
   table->output.keep_dtype = std::move(keep_dtype);
   view.derived = std::move(table);

@@ -56,13 +56,29 @@ CodecView mxfp4_codec_view();
 CodecView deepseek_v4_codec_view();
 CodecView compressed_tensors_codec_view();
 CodecView modelopt_codec_view();
+CodecView ct_fp8_dynamic_codec_view();
+CodecView ct_fp8_block_codec_view();
+CodecView ct_nvfp4_codec_view();
+CodecView ct_mxfp8_codec_view();
+CodecView ct_mxfp4_codec_view();
 
 // Shared by the encoders: `view` with `table`, which says of itself (the view "quantized")
 // {"scheme", "block", "weights", "kept"} and leaves the quantization_config to write and the keys
 // --dtype keeps.
+// `format`: the quant_method of the form written where a word writes several (--quantize-format).
 Checkpoint quantized_result(Checkpoint view, std::shared_ptr<DerivedTable> table, const std::string& scheme,
                             const int64_t block[2], size_t weights, nlohmann::json kept, nlohmann::json config,
-                            std::vector<std::string> keep_dtype);
+                            std::vector<std::string> keep_dtype, const std::string& format = "");
+
+// Shared by the encoders (view/codecs/fp8_block.cpp): flat rows [a, b) of weight `t` (a 2-D weight,
+// or a 3-D stack's rows counted expert after expert, within one expert) as the table below has
+// them, as float32 into `out` ((b - a) * cols); and what such a read of `rows` rows holds.
+void read_weight_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t b, float* out);
+uint64_t weight_rows_need(const TensorMeta& t, int64_t rows);
+// The same with `largest` = largest_chunk(t) (elements of t's largest chunk), which a DerivedTensor
+// keeps: asked once for each of 2,048 chunks (FSDP over 2,048 ranks), the scan would be quadratic.
+uint64_t largest_chunk(const TensorMeta& t);
+uint64_t weight_rows_need(const TensorMeta& t, int64_t rows, uint64_t largest);
 
 // Shared by the decoders: what TensorReads::read_whole holds for `t` (the whole tensor and one
 // chunk of it at a time), and bytes [from, from + n) of a computed chunk of `values` float32s (n =

@@ -83,10 +83,12 @@ int64_t flat_rows(const TensorMeta& t) {
   return t.ndim() == 2 ? t.shape[0] : t.shape[0] * t.shape[1];
 }
 
+}  // namespace
+
 // Flat rows [a, b) of weight `t` (within one matrix; as the table below has it) as float32, into
 // `out` ((b - a) * cols). A chunk that spans every column gives its rows as one byte range; another
 // is read whole and the part inside copied.
-void read_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t b, float* out) {
+void read_weight_rows(const TensorReads& below, const TensorMeta& t, int64_t a, int64_t b, float* out) {
   const int64_t cols = t.shape.back(), R = matrix_rows(t), e = a / R;
   a -= e * R;
   b -= e * R;
@@ -126,12 +128,15 @@ uint64_t largest_chunk(const TensorMeta& t) {
 
 // What reading rows [a, b) holds: their float32 values and their saved bytes, or a whole chunk and
 // its float32 copy when a chunk does not span every column.
-// `largest`: largest_chunk(t), which the caller keeps (asked once per chunk, it would be
-// quadratic in the chunks: 2,048 of them under FSDP over 2,048 ranks).
-uint64_t rows_need(const TensorMeta& t, int64_t rows, uint64_t largest) {
+uint64_t weight_rows_need(const TensorMeta& t, int64_t rows, uint64_t largest) {
   const uint64_t n = static_cast<uint64_t>(rows * t.shape.back()), item = itemsize(*t.dtype);
   return n * (4 + item) + largest * (4 + item);
 }
+
+uint64_t weight_rows_need(const TensorMeta& t, int64_t rows) { return weight_rows_need(t, rows, largest_chunk(t)); }
+
+namespace {
+
 
 // The weight_scale_inv of one quantized weight, block row by block row, as its weight's reads
 // compute them: the scale's read takes the rows the weight's reads left it and reads the weight
@@ -245,7 +250,7 @@ class Fp8Weight final : public DerivedTensor {
       for (; e < k.e0 + k.ne; ++e) {
         const int64_t top = e * R + k.r0;
         const auto [a, b] = rows_of(e);
-        read_rows(below, w_, a, b, x);
+        read_weight_rows(below, w_, a, b, x);
         const int64_t block_rows = (b - a + bm_ - 1) / bm_;
         scale.resize(static_cast<size_t>(block_rows * ((cols + bn_ - 1) / bn_)));
         fp8_block_scales(x, b - a, cols, bm_, bn_, scale.data());
@@ -258,7 +263,7 @@ class Fp8Weight final : public DerivedTensor {
   }
   uint64_t working_bytes(size_t chunk) const override {
     const int64_t rows = chunk_box3(w_, chunk).nr + 2 * bm_;
-    return rows_need(w_, rows, largest_) + 2 * w_.chunk_numel(chunk);
+    return weight_rows_need(w_, rows, largest_) + 2 * w_.chunk_numel(chunk);
   }
 
  private:
@@ -287,7 +292,7 @@ class Fp8ScaleInv final : public DerivedTensor {
         if (scales_->get(r / bm_, inv + (r / bm_) * cb, first_wait)) continue;
         const int64_t b = std::min(rows, r + bm_);
         x.resize(static_cast<size_t>((b - r) * cols));
-        read_rows(below, w_, r, b, x.data());
+        read_weight_rows(below, w_, r, b, x.data());
         fp8_block_scales(x.data(), b - r, cols, bm_, bn_, scale.data());
         scales_->put(r / bm_, 1, scale.data());
         fp8_inverse_scales(scale.data(), scale.size(), inv + (r / bm_) * cb);
@@ -297,7 +302,7 @@ class Fp8ScaleInv final : public DerivedTensor {
   uint64_t working_bytes(size_t) const override {
     const uint64_t cb = static_cast<uint64_t>((w_.shape.back() + bn_ - 1) / bn_),
                    rb = static_cast<uint64_t>((flat_rows(w_) + bm_ - 1) / bm_);
-    return rows_need(w_, bm_, largest_) + (rb + 1) * cb * 4;
+    return weight_rows_need(w_, bm_, largest_) + (rb + 1) * cb * 4;
   }
 
  private:

@@ -1,0 +1,122 @@
+// mxfp8 and mxfp4 in compressed-tensors' form (meta/codecs/ct_mx.cpp describes them and their
+// exponent rule): each Linear weight row by row, groups of 32 values, compressed-tensors 0.20.0's
+// generate_mx_scales (round_to_power_2 on the amax's bits in the weight's dtype D),
+// calculate_qparams (the exponent clamped to a byte; 2^(e - 127) in D, 1 where that is 0),
+// compress_mx_scale, and _quantize in D. Checked byte for byte against its compress_module
+// (codecs-read).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "util/numeric.h"
+#include "view/codecs/linear_encode.h"
+#include "view/codecs/rows.h"
+
+namespace dcpctl {
+
+namespace {
+
+constexpr int64_t kMxGroup = 32;
+
+// E2M1's exponent of its largest power of two below its max (2 for 6), E4M3's (8 for 448).
+constexpr int kEmaxFp4 = 2, kEmaxFp8 = 8;
+
+// log2 of compressed-tensors' round_to_power_2(amax) (amax a value of D), or INT32_MIN for 0.
+int ct_power_2_exponent(float amax, DType D) {
+  uint32_t bits = 0;
+  int mantissa = 23, exponent = 8;
+  if (D == DType::BFloat16) {
+    bits = f32_to_bf16(amax), mantissa = 7;
+  } else if (D == DType::Float16) {
+    bits = f32_to_f16(amax), mantissa = 10, exponent = 5;
+  } else {
+    std::memcpy(&bits, &amax, 4);
+  }
+  const uint32_t add = 1u << (mantissa - 1 - 1);  // E2M1's one mantissa bit
+  const uint32_t mask = ((1u << (exponent + 1)) - 1) << mantissa;
+  const uint32_t p2 = (bits + add) & mask;
+  const int field = static_cast<int>(p2 >> mantissa);
+  if (field == 0) return INT32_MIN;  // zero (a subnormal that did not round up)
+  return field - ((1 << (exponent - 1)) - 1);
+}
+
+// The scale byte and the scale in D of a group of amax `amax`.
+uint8_t ct_mx_byte(float amax, DType D, int emax, float& scale) {
+  const int p = ct_power_2_exponent(amax, D);
+  const int e = p == INT32_MIN ? 0 : std::clamp(127 + p - emax, 0, 255);
+  scale = round_to(std::ldexp(1.0f, e - 127), D);
+  if (scale == 0) return static_cast<uint8_t>(127);  // compressed-tensors' eps for a uint8 scale: 1
+  return static_cast<uint8_t>(e);
+}
+
+uint8_t ct_fp4(float v) {  // as ct_nvfp4.cpp's: nearest even E2M1, the sign where v < 0
+  const float m = std::fabs(v);
+  const uint8_t i = m <= 0.25f ? 0 : m < 0.75f ? 1 : m <= 1.25f ? 2 : m < 1.75f ? 3 : m <= 2.5f ? 4 : m < 3.5f ? 5 : m <= 5.0f ? 6 : 7;
+  return static_cast<uint8_t>(i | (v < 0 ? 8 : 0));
+}
+
+template <bool kFp4>
+void encode_mx(const float* x, int64_t rows, int64_t K, DType D, float, uint8_t* w, uint8_t* s) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < K / kMxGroup; ++g) {
+      const float* v = x + r * K + g * kMxGroup;
+      float amax = 0;
+      for (int64_t k = 0; k < kMxGroup; ++k) amax = std::max(amax, std::fabs(v[k]));
+      float scale = 1;
+      s[r * (K / kMxGroup) + g] = ct_mx_byte(amax, D, kFp4 ? kEmaxFp4 : kEmaxFp8, scale);
+      if (scale == 0) scale = 1;
+      if (kFp4) {
+        uint8_t* out = w + (r * K + g * kMxGroup) / 2;
+        for (int64_t k = 0; k < kMxGroup; k += 2)
+          out[k / 2] = static_cast<uint8_t>(ct_fp4(std::clamp(round_to(v[k] / scale, D), -6.0f, 6.0f)) |
+                                            (ct_fp4(std::clamp(round_to(v[k + 1] / scale, D), -6.0f, 6.0f)) << 4));
+      } else {
+        uint8_t* out = w + r * K + g * kMxGroup;
+        for (int64_t k = 0; k < kMxGroup; ++k)
+          out[k] = f32_to_e4m3fn(std::clamp(round_to(v[k] / scale, D), -448.0f, 448.0f));
+      }
+    }
+}
+
+LinearEncoding mx_encoding(bool fp4) {
+  LinearEncoding enc;
+  enc.group = kMxGroup;
+  enc.block_cols = kMxGroup;
+  enc.per_byte = fp4 ? 2 : 1;
+  enc.weight_name = fp4 ? "weight_packed" : "weight";
+  enc.weight_dtype = fp4 ? DType::UInt8 : DType::Float8_E4M3FN;
+  enc.scale_dtype = [](DType) { return DType::UInt8; };
+  enc.scale_cols = [](int64_t K) { return K / kMxGroup; };
+  enc.encode = fp4 ? encode_mx<true> : encode_mx<false>;
+  return enc;
+}
+
+Checkpoint mxfp8_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
+  LinearEncoding enc = mx_encoding(false);
+  enc.codec = &ct_mxfp8_codec();
+  return encode_linears(ck, rq, enc);
+}
+
+Checkpoint ctmxfp4_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
+  LinearEncoding enc = mx_encoding(true);
+  enc.codec = &ct_mxfp4_codec();
+  return encode_linears(ck, rq, enc);
+}
+
+}  // namespace
+
+CodecView ct_mxfp8_codec_view() {
+  CodecView v;
+  v.codec = &ct_mxfp8_codec();
+  v.quantize = mxfp8_quantize;
+  return v;
+}
+
+CodecView ct_mxfp4_codec_view() {
+  CodecView v;
+  v.codec = &ct_mxfp4_codec();
+  v.quantize = ctmxfp4_quantize;
+  return v;
+}
+
+}  // namespace dcpctl
