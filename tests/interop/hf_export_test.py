@@ -39,7 +39,7 @@ except ImportError as e:
     skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
 
 import map_oracle as mo  # noqa: E402
-from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, problems, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, hf_loaded, problems, run, summary  # noqa: E402
 
 
 def tensors(folder: Path) -> dict:
@@ -56,6 +56,7 @@ def from_pretrained_clean(folder: Path, what: str, unexpected_ok: frozenset = fr
     info["unexpected_keys"] = set(info.get("unexpected_keys") or ()) - unexpected_ok
     bad = {k: v for k, v in info.items() if v}
     check(not bad, f"{what}: from_pretrained: {bad}")
+    hf_loaded(folder)
     return model
 
 

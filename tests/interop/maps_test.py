@@ -76,7 +76,7 @@ except ImportError as e:
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
 import map_reference as mr  # noqa: E402
-from testlib import EXIT_USAGE, check, problems, run, summary  # noqa: E402  (tests/testlib.py)
+from testlib import EXIT_USAGE, check, hf_loaded, problems, run, summary  # noqa: E402  (tests/testlib.py)
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 DCPCTL = ""
@@ -539,6 +539,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         mtp = {k for k in want if k.startswith(tuple(f"model.layers.{doc['dims']['layers'] + i}." for i in range(4)))}
         check(name.endswith("_mtp") == bool(mtp) and set(info.get("unexpected_keys") or ()) == mtp
               and not any(info.get(k) for k in ("missing_keys", "mismatched_keys")), f"{name}: from_pretrained of the export: {info}")
+        hf_loaded(out)
         lg = load_file(str(d / "logits.safetensors"))
         with torch.no_grad():
             diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
@@ -692,6 +693,7 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         same_tensors(tensors, want, "megatron_mixtral: megatron->hf vs the conversion megatron's logits confirm")
         check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
               f"megatron_mixtral: from_pretrained of the export: {info}")
+        hf_loaded(work / "mixtral-hf")
         check(diff <= doc["logits"]["atol"], f"megatron_mixtral: transformers on the export vs megatron's logits: {diff}")
         print(f"megatron_mixtral: MixtralForCausalLM on the export vs megatron's logits: max abs diff {diff:.3g}")
     # the control: the same map with w1 <-> w3 swapped is told apart by the checks above
@@ -746,6 +748,7 @@ def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
     same_tensors(hf_tensors(out), load_file(str(d / "expected_hf.safetensors")), "fsdp_dtensor->hf vs the conversion megatron's logits confirm")
     model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
     check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"fsdp_dtensor->hf: from_pretrained: {info}")
+    hf_loaded(out)
     lg = load_file(str(d / "logits.safetensors"))
     with torch.no_grad():
         diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
