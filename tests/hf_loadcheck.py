@@ -14,7 +14,8 @@ wrote. What is not loaded is counted, each with its reason, in the line summary(
     check of the keys: the same bytes are not loaded twice), or one with the same bytes as a
     folder already loaded;
   - a folder over MAX_BYTES of safetensors (tiny models only);
-  - a PEFT adapter folder (`--lora adapter`: adapter_config.json, no base model here to load it on);
+  - a PEFT adapter folder (`--lora adapter`: adapter_config.json) the test did not load with PEFT
+    itself (hf_loaded): no base model here to load it on;
   - the non-HF side of a `--map` (the input is a Hugging Face folder or .safetensors file, the
     output is torchtitan's or megatron's names);
   - no config.json (a bare weights folder), a model_type transformers does not define, a
@@ -56,6 +57,7 @@ class Recorder:
         self.loaded_by_test: set[str] = set()  # digests the test loaded itself
         self.tmp: str | None = None
         self.seconds = 0.0
+        self.cpu = 0.0  # CPU seconds, this process and the loader process (resource.getrusage)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -63,14 +65,16 @@ class Recorder:
     # ------------------------------------------------------------------------------- recording
     def record(self, cmd: list[str], cwd, partial: str | None) -> None:
         """cmd: a command that exited 0; records its HF folder output, if it wrote one."""
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), _cpu()
         try:
             self._record(cmd, cwd, partial)
         finally:
             self.seconds += time.monotonic() - t0
+            self.cpu += _cpu() - c0
 
     def _record(self, cmd: list[str], cwd, partial: str | None) -> None:
-        at = next((i for i, a in enumerate(cmd) if os.path.basename(a).startswith("dcpctl")), None)
+        at = next((i for i, a in enumerate(cmd) if os.path.basename(a).startswith("dcpctl")
+                   and os.path.isfile(a) and os.access(a, os.X_OK)), None)
         if at is None or len(cmd) < at + 2 or cmd[at + 1] != "consolidate":
             return
         args = cmd[at + 2:]
@@ -104,16 +108,14 @@ class Recorder:
         if partial:
             self.skip(f"opted out at the call site: {partial}")
             return
-        if "adapter_config.json" in names:
-            self.skip("PEFT adapter folder (--lora adapter; no base model to load it on)")
-            return
+        adapter = "adapter_config.json" in names
         if "--map" in args or any(a.startswith("--map=") for a in args):
             src = base / inp if inp and "://" not in inp else None
             if src is not None and (src.suffix == ".safetensors" or
                                     (src.is_dir() and any(src.glob("*.safetensors")) and not (src / ".metadata").exists())):
                 self.skip("non-HF side of a --map (a Hugging Face input)")
                 return
-        if "config.json" not in names:
+        if "config.json" not in names and not adapter:
             self.skip("no config.json (a bare weights folder)")
             return
         size = sum((d / n).stat().st_size for n in st)
@@ -129,7 +131,8 @@ class Recorder:
             if (n.endswith(".safetensors") or n.endswith(".json")) and (d / n).is_file() and n != "dcpctl-manifest.json":
                 shutil.copyfile(d / n, copy / n)
                 h.update(n.encode() + b"\0" + (copy / n).read_bytes())
-        self.records.append({"dir": str(d), "copy": str(copy), "cmd": " ".join(cmd[at:])[:400], "digest": h.hexdigest()})
+        self.records.append({"dir": str(d), "copy": str(copy), "cmd": " ".join(cmd[at:])[:400], "digest": h.hexdigest(),
+                             "adapter": adapter})
 
     def loaded(self, folder) -> None:
         """The test loaded this folder with from_pretrained and checked its keys itself."""
@@ -138,11 +141,13 @@ class Recorder:
     # ------------------------------------------------------------------------------- checking
     def check(self, check) -> None:
         """Loads each recorded folder (check(ok, msg) per folder) and prints the count line."""
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), _cpu()
         todo, seen = [], set()
         for r in self.records:
             if r["digest"] in self.loaded_by_test:
                 self.skip("loaded by the test itself")
+            elif r["adapter"]:
+                self.skip("PEFT adapter folder (--lora adapter) the test did not load with PEFT (no base model here)")
             elif r["digest"] in seen:
                 self.skip("same bytes as a folder loaded here")
             else:
@@ -160,11 +165,18 @@ class Recorder:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
         self.seconds += time.monotonic() - t0
+        self.cpu += _cpu() - c0
         n_skip = sum(self.skipped.values())
         why = "; ".join(f"{n} {k}" for k, n in sorted(self.skipped.items()))
         if loaded or n_skip:
             print(f"HF folders: {loaded} loaded, {n_skip} skipped{': ' + why if why else ''} "
-                  f"({self.seconds:.2f} s)", flush=True)
+                  f"({self.seconds:.2f} s, {self.cpu:.2f} s of CPU)", flush=True)
+
+
+def _cpu() -> float:
+    import resource
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def folder_digest(d: Path) -> str:
@@ -226,6 +238,8 @@ def load_one(d: Path) -> tuple[str, str]:
     except ValueError as e:
         return ("fail", f"config.json is not JSON: {e}")
     mt = cfg.get("model_type")
+    if mt is None:
+        return ("skip", "config.json names no model_type")
     if mt not in CONFIG_MAPPING:
         return ("skip", f"model_type {mt!r} transformers {transformers.__version__} does not define")
     transformers.utils.logging.disable_progress_bar()

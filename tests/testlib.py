@@ -219,6 +219,8 @@ def launch_ranks(argv_for_rank, world: int, env=None, timeout: float = 600, trie
         rcs = [p.returncode for p in procs]
         taken = any(rc != 0 for rc in rcs) and any(m in o for o in outs for m in PORT_TAKEN)
         if not taken or attempt == tries - 1:
+            if all(rc == 0 for rc in rcs):  # a group's HF folder output is loaded as run()'s are
+                HF_OUTPUTS.record([str(a) for a in argv_for_rank(0)], None, None)
             return rcs, outs
         print(f"launch_ranks: port {port} was taken before the store listened; again on a fresh port", file=sys.stderr)
     raise AssertionError("unreachable")

@@ -142,6 +142,7 @@ def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
     unexpected = list(res.unexpected_keys)
     missing = [k for k in res.missing_keys if ".again" in k or "lora_" in k and "again" in k]
     check(not unexpected and not missing, f"{case}: PeftModel loads the adapter: unexpected {unexpected[:3]}, missing {missing[:3]}")
+    hf_loaded(folder)
     pm.set_adapter("default")
     pm.eval()
     got = logits_of(pm, ids)

@@ -82,9 +82,10 @@ MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 DCPCTL = ""
 
 
-def dcpctl(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """dcpctl ARGS with env added to this environment; a crash is a failure (testlib.run)."""
-    return run(DCPCTL, *args, timeout=timeout, env=dict(os.environ, **(env or {})))
+def dcpctl(*args, env=None, timeout=600, hf_partial: str | None = None) -> subprocess.CompletedProcess:
+    """dcpctl ARGS with env added to this environment; a crash is a failure (testlib.run); hf_partial:
+    why an HF folder it writes is not a whole model (testlib.run: no from_pretrained check)."""
+    return run(DCPCTL, *args, timeout=timeout, env=dict(os.environ, **(env or {})), hf_partial=hf_partial)
 
 
 def ok(r: subprocess.CompletedProcess, what: str) -> bool:
@@ -239,8 +240,11 @@ def test_config_lookup(case: mo.Case, work: Path) -> None:
     bad_dir.mkdir()
     (bad_dir / "config.json").write_text(json.dumps(bad))
     out = work / f"{case.name}-cfgwins"
+    # The folder gets --assets' config.json (twice the heads), which disagrees with the weights --config's
+    # heads shaped: from_pretrained raises a size mismatch, and dcpctl exits 0 (reported, issue 56).
     r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", case.config_path,
-            "--assets", bad_dir)
+               "--assets", bad_dir, hf_partial="config.json copied from a wrong --assets config (heads doubled): "
+                                              "from_pretrained raises a size mismatch, dcpctl exits 0 (a known gap)")
     if ok(r, f"{case.name}: --config beside a wrong --assets config"):
         problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --config wins over --assets"))
     out = work / f"{case.name}-assetscfg"
@@ -607,7 +611,12 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
     for m in ("megatron-gpt", work / "no-glm.json"):
         for extra in ([], ["--exclude", "*.expert_bias"]):
             o = work / f"glm-{len(extra)}-{Path(str(m)).stem}"
-            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra)
+            # --exclude '*.expert_bias' leaves GLM's model.layers.1.mlp.gate.e_score_correction_bias out on
+            # request; from_pretrained reports it missing and dcpctl exits 0 (the schema holds a key of some
+            # layers as optional in every layer: reported, issue 56)
+            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra,
+                       hf_partial="--exclude '*.expert_bias': e_score_correction_bias left out on request, "
+                                  "from_pretrained reports it missing (a known gap)" if extra else None)
             if m == "megatron-gpt":  # the built-in: GLM's names (the bias left out on request)
                 check(r.returncode == 0 and not any(".shared_expert." in k for k in (hf_tensors(o) if o.exists() else {"none.shared_expert.": 0})),
                       f"megatron_glm4_moe: --map megatron-gpt {extra}: exit {r.returncode} {r.stderr[-300:]}")
