@@ -124,6 +124,8 @@ class Recorder:
             return
         if self.tmp is None:
             self.tmp = tempfile.mkdtemp(prefix="hf-loadcheck-")
+            import atexit
+            atexit.register(shutil.rmtree, self.tmp, True)
         copy = Path(self.tmp) / str(len(self.records))
         copy.mkdir()
         h = hashlib.sha256()
@@ -263,7 +265,10 @@ def load_one(d: Path) -> tuple[str, str]:
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model, info = cls.from_pretrained(str(d), dtype=torch.float32, output_loading_info=True, **kw)
+            # ignore_mismatched_sizes: a shape that disagrees with the config comes back in
+            # mismatched_keys, with both shapes, instead of an exception naming none
+            model, info = cls.from_pretrained(str(d), dtype=torch.float32, output_loading_info=True,
+                                              ignore_mismatched_sizes=True, **kw)
     except Exception as e:  # noqa: BLE001 - any refusal is the finding
         return ("fail", f"{cls.__name__}.from_pretrained raised {type(e).__name__}: {str(e)[:1500]}")
     ignored = _mtp_ignored(type(model), cfg, info.get("unexpected_keys") or [])
