@@ -171,7 +171,7 @@ class Recorder:
         n_skip = sum(self.skipped.values())
         why = "; ".join(f"{n} {k}" for k, n in sorted(self.skipped.items()))
         if loaded or n_skip:
-            print(f"HF folders: {loaded} loaded, {n_skip} skipped{': ' + why if why else ''} "
+            print(f"{loaded} HF folders loaded, {n_skip} skipped{': ' + why if why else ''} "
                   f"({self.seconds:.2f} s, {self.cpu:.2f} s of CPU)", flush=True)
 
 
