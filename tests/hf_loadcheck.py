@@ -156,16 +156,17 @@ class Recorder:
                 seen.add(r["digest"])
                 todo.append(r)
         loaded = 0
-        if todo:
-            for r, (status, detail) in zip(todo, load_all([r["copy"] for r in todo])):
+        try:
+            for r, (status, detail) in zip(todo, load_all([r["copy"] for r in todo]) if todo else []):
                 if status == "skip":
                     self.skip(detail)
                     continue
                 loaded += 1
                 check(status == "ok", f"from_pretrained of dcpctl's output {r['dir']} (from `{r['cmd']}`): {detail}")
-        if self.tmp:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self.tmp = None
+        finally:
+            if self.tmp:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                self.tmp = None
         self.seconds += time.monotonic() - t0
         self.cpu += _cpu() - c0
         n_skip = sum(self.skipped.values())
@@ -213,7 +214,14 @@ def load_all(folders: list[str]) -> list[tuple[str, str]]:
             return [tuple(x) for x in json.loads(p.stdout.strip().splitlines()[-1])]
         except (ValueError, IndexError):
             return [("fail", f"the loader ({py}) exited {p.returncode}: {p.stderr.strip()[-1500:]}") for _ in folders]
-    return [load_one(Path(f)) for f in folders]
+    return [_load_or_say(Path(f)) for f in folders]
+
+
+def _load_or_say(d: Path) -> tuple[str, str]:
+    try:
+        return load_one(d)
+    except Exception as e:  # noqa: BLE001 - the harness's own trouble is a failed check, not a crash
+        return ("fail", f"the load check raised {type(e).__name__}: {str(e)[:1500]}")
 
 
 def _model_class(cfg: dict):
