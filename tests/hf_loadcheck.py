@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +59,7 @@ class Recorder:
         self.tmp: str | None = None
         self.seconds = 0.0
         self.cpu = 0.0  # CPU seconds, this process and the loader process (resource.getrusage)
+        self.lock = threading.Lock()  # run() is called from thread pools (e2e/json_schema_test.py)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -65,12 +67,13 @@ class Recorder:
     # ------------------------------------------------------------------------------- recording
     def record(self, cmd: list[str], cwd, partial: str | None) -> None:
         """cmd: a command that exited 0; records its HF folder output, if it wrote one."""
-        t0, c0 = time.monotonic(), _cpu()
-        try:
-            self._record(cmd, cwd, partial)
-        finally:
-            self.seconds += time.monotonic() - t0
-            self.cpu += _cpu() - c0
+        with self.lock:
+            t0, c0 = time.monotonic(), _cpu()
+            try:
+                self._record(cmd, cwd, partial)
+            finally:
+                self.seconds += time.monotonic() - t0
+                self.cpu += _cpu() - c0
 
     def _record(self, cmd: list[str], cwd, partial: str | None) -> None:
         at = next((i for i, a in enumerate(cmd) if os.path.basename(a).startswith("dcpctl")
@@ -126,8 +129,7 @@ class Recorder:
             self.tmp = tempfile.mkdtemp(prefix="hf-loadcheck-")
             import atexit
             atexit.register(shutil.rmtree, self.tmp, True)
-        copy = Path(self.tmp) / str(len(self.records))
-        copy.mkdir()
+        copy = Path(tempfile.mkdtemp(dir=self.tmp))
         h = hashlib.sha256()
         for n in sorted(names):
             if (n.endswith(".safetensors") or n.endswith(".json")) and (d / n).is_file() and n != "dcpctl-manifest.json":
@@ -138,11 +140,17 @@ class Recorder:
 
     def loaded(self, folder) -> None:
         """The test loaded this folder with from_pretrained and checked its keys itself."""
-        self.loaded_by_test.add(folder_digest(Path(folder)))
+        digest = folder_digest(Path(folder))
+        with self.lock:
+            self.loaded_by_test.add(digest)
 
     # ------------------------------------------------------------------------------- checking
     def check(self, check) -> None:
         """Loads each recorded folder (check(ok, msg) per folder) and prints the count line."""
+        with self.lock:
+            self._check(check)
+
+    def _check(self, check) -> None:
         t0, c0 = time.monotonic(), _cpu()
         todo, seen = [], set()
         for r in self.records:
