@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hf_loadcheck import Recorder
 from skip import SKIP, skip_absent, skip_or_fail, skip_or_fail_code, strict  # noqa: F401 (re-exported)
 from tally import Tally
 
@@ -42,6 +43,21 @@ SANITIZER_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSani
 TALLY = Tally()
 check = TALLY.check
 problems = TALLY.problems
+# Every Hugging Face folder a dcpctl run of this test writes, loaded by transformers before the
+# summary (tests/hf_loadcheck.py).
+HF_OUTPUTS = Recorder()
+
+
+def hf_loaded(folder) -> None:
+    """Say that the test loaded this folder with from_pretrained and checked its keys itself: the
+    summary's check does not load the same bytes again."""
+    HF_OUTPUTS.loaded(folder)
+
+
+def record_hf_output(cmd, cwd=None, hf_partial: str | None = None) -> None:
+    """For a dcpctl run not made through run() (a Popen) that exited 0: its HF folder output, if
+    any, is loaded by transformers before the summary as run()'s are."""
+    HF_OUTPUTS.record([str(a) for a in cmd], cwd, hf_partial)
 
 
 def fail(msg: str) -> None:
@@ -60,7 +76,10 @@ def check_labelled(label: str, ok: bool, what: str) -> bool:
 def summary(name: str, min_checks: int = 1) -> int:
     """Prints "NAME: N checks passed, M failed"; the exit status: 1 on any failure, and when fewer
     than min_checks checks passed (a test that checked nothing has not passed). A script that only
-    calls fail() on what is wrong, and counts no passing check, says so with min_checks=0."""
+    calls fail() on what is wrong, and counts no passing check, says so with min_checks=0.
+    First, every Hugging Face folder the test's dcpctl runs wrote is loaded by transformers: a
+    check per folder, no missing, unexpected or mismatched key (tests/hf_loadcheck.py)."""
+    HF_OUTPUTS.check(TALLY.check)
     if TALLY.passed < min_checks and not TALLY.failures:
         TALLY.check(False, f"{name}: {TALLY.passed} checks made, fewer than {min_checks}")
     if min_checks == 0 and TALLY.passed == 0:  # a failures-only script
@@ -99,11 +118,14 @@ def crash_of(r: subprocess.CompletedProcess) -> str | None:
 
 
 def run(*argv, timeout: float = 600, env: dict | None = None, input: str | bytes | None = None,
-        cwd=None, text: bool = True, allow_signal: bool = False) -> subprocess.CompletedProcess:
+        cwd=None, text: bool = True, allow_signal: bool = False,
+        hf_partial: str | None = None) -> subprocess.CompletedProcess:
     """Runs argv (each item str()-ed; a list may be passed as the one argument) and returns its
     CompletedProcess with stdout and stderr captured. A timeout comes back as returncode -SIGKILL
     with r.timed_out set; a crash, a timeout or a sanitizer report is recorded as a failure here
-    (the test's own checks then fail on the exit code too)."""
+    (the test's own checks then fail on the exit code too). A dcpctl consolidate that exits 0 and
+    writes a Hugging Face folder is recorded: summary() loads it with transformers
+    (tests/hf_loadcheck.py); hf_partial="why" says the folder is not a whole model on purpose."""
     if len(argv) == 1 and isinstance(argv[0], (list, tuple)):
         argv = tuple(argv[0])
     cmd = [str(a) for a in argv]
@@ -117,6 +139,8 @@ def run(*argv, timeout: float = 600, env: dict | None = None, input: str | bytes
     how = crash_of(r)
     if how and not (allow_signal and not r.timed_out and r.returncode < 0):
         fail(f"{' '.join(cmd)[:300]}: {how}: {_text(r.stderr).strip()[-1500:]}")
+    if r.returncode == 0:
+        HF_OUTPUTS.record(cmd, cwd, hf_partial)
     return r
 
 
@@ -195,6 +219,8 @@ def launch_ranks(argv_for_rank, world: int, env=None, timeout: float = 600, trie
         rcs = [p.returncode for p in procs]
         taken = any(rc != 0 for rc in rcs) and any(m in o for o in outs for m in PORT_TAKEN)
         if not taken or attempt == tries - 1:
+            if all(rc == 0 for rc in rcs):  # a group's HF folder output is loaded as run()'s are
+                HF_OUTPUTS.record([str(a) for a in argv_for_rank(0)], None, None)
             return rcs, outs
         print(f"launch_ranks: port {port} was taken before the store listened; again on a fresh port", file=sys.stderr)
     raise AssertionError("unreachable")

@@ -51,7 +51,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from testlib import EXIT_INVALID, EXIT_UNSUPPORTED, check, expect_rc, run, same_tensor, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_UNSUPPORTED, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
@@ -234,6 +234,7 @@ def mxfp4_checks(dcpctl: str, tmp: Path) -> None:
         check(m.get("direction") == "mxfp4->hf" and m.get("left_out") == [] and m.get("dropped") == [], f"--json map {m}")
         model, info = AutoModelForCausalLM.from_pretrained(plain, dtype=torch.float32, output_loading_info=True)
         check(not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"from_pretrained of the plain folder: {info}")
+        hf_loaded(plain)
         params = dict(model.named_parameters())
         for k in blocks:
             name = k[: -len("_blocks")]
@@ -383,6 +384,7 @@ def main() -> int:
             from transformers import AutoModelForCausalLM
             model, info = AutoModelForCausalLM.from_pretrained(tmp / "hf", output_loading_info=True)
             check(not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"from_pretrained: {info}")
+            hf_loaded(tmp / "hf")
             check(getattr(model.config, "quantization_config", None) is None and model.dtype == torch.bfloat16,
                   f"from_pretrained: a plain bf16 model (dtype {model.dtype})")
             sd = model.state_dict()

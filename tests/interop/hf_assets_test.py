@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from testlib import check, run, skip_or_fail, summary  # noqa: E402
+from testlib import check, record_hf_output, run, skip_or_fail, summary  # noqa: E402
 
 try:
     import torch
@@ -368,6 +368,7 @@ def test_torchrun(fx: Path, work: Path) -> None:
         if not check(all(rc == want_rc for _, _, rc in res), f"{label}: {detail}"):
             continue
         if want_rc == 0:
+            record_hf_output(args)  # loaded by transformers before the summary (testlib.run's check)
             doc = json.loads(res[0][0])
             assets = sorted(json.loads((case / "expected.json").read_text())["assets"])
             check(doc["ranks"] == 2 and doc["assets"] == [str(out / n) for n in assets], f"{label}: --json {doc['assets']}")

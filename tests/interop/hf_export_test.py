@@ -39,7 +39,7 @@ except ImportError as e:
     skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
 
 import map_oracle as mo  # noqa: E402
-from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, problems, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, hf_loaded, problems, run, summary  # noqa: E402
 
 
 def tensors(folder: Path) -> dict:
@@ -56,7 +56,40 @@ def from_pretrained_clean(folder: Path, what: str, unexpected_ok: frozenset = fr
     info["unexpected_keys"] = set(info.get("unexpected_keys") or ()) - unexpected_ok
     bad = {k: v for k, v in info.items() if v}
     check(not bad, f"{what}: from_pretrained: {bad}")
+    hf_loaded(folder)
     return model
+
+
+def load_check_can_fail(cmd: list) -> None:
+    """testlib's load of every HF folder a test writes (tests/hf_loadcheck.py) fails on a damaged
+    copy: a key dropped (missing_keys), a key renamed (unexpected_keys and missing_keys), a shape cut
+    (a size mismatch); the clean folder passes; an opt-out is counted, with its reason, not loaded."""
+    from hf_loadcheck import Recorder, folder_digest
+    from safetensors.torch import save_file
+    rec = Recorder()
+    for _ in range(4):
+        rec.record(cmd, None, None)
+    rec.record(cmd, None, "a partial folder on purpose")
+    if not check(len(rec.records) == 4 and rec.skipped == {"opted out at the call site: a partial folder on purpose": 1},
+                 f"the recorder took the folder of {cmd[1:]}: {len(rec.records)} records, skipped {rec.skipped}"):
+        return
+    damage = [lambda t: t.pop("model.norm.weight"),
+              lambda t: t.__setitem__("model.norm.weights", t.pop("model.norm.weight")),
+              lambda t: t.__setitem__("model.norm.weight", t["model.norm.weight"][:-1].clone())]
+    for r, hurt in zip(rec.records[1:], damage):
+        f = Path(r["copy"]) / "model.safetensors"
+        t = load_file(str(f))
+        hurt(t)
+        save_file(t, str(f), metadata={"format": "pt"})
+        r["digest"] = folder_digest(Path(r["copy"]))
+    got = []
+    rec.check(lambda ok, msg: got.append((ok, msg)))
+    want = [(True, ["no missing"]), (False, ["missing_keys (1)", "'model.norm.weight'"]),
+            (False, ["unexpected_keys (1)", "'model.norm.weights'", "missing_keys (1)", "'model.norm.weight'"]),
+            (False, ["mismatched_keys (1)", "'model.norm.weight'"])]
+    check(len(got) == 4 and all(ok == w_ok and all(n in msg for n in names) and str(cmd[2]) in msg
+                                for (ok, msg), (w_ok, names) in zip(got, want)),
+          f"the load check: the clean folder passes, a dropped, a renamed and a cut key each fail naming it: {got}")
 
 
 def main() -> int:
@@ -96,6 +129,7 @@ def main() -> int:
             got = tensors(out)
             check("lm_head.weight" not in got and "model.embed_tokens.weight" in got, f"verl -o DIR/: keys {sorted(got)[:4]}")
             from_pretrained_clean(out, "verl -o DIR/")
+            load_check_can_fail([dcpctl, "consolidate", str(verl), "-o", f"{out}/", "--json", "--exclude", "model.loss_scale"])
 
         # The check before the rename: a config that disagrees with the tensors.
         assets = tmp / "assets3"

@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
-from testlib import EXIT_OK, TALLY, check, expect_rc, run, same_tensor, summary  # noqa: E402
+from testlib import EXIT_OK, TALLY, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
 
 SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
           "glm4_moe"]
@@ -142,6 +142,7 @@ def sweep_type(t: str, schema: dict, tmp: str, dcpctl: str, not_built: dict) -> 
         check(not info["missing_keys"] and not info["unexpected_keys"],
               f"{t} {flag}: from_pretrained of the export reports missing {sorted(info['missing_keys'])[:5]} "
               f"unexpected {sorted(info['unexpected_keys'])[:5]}")
+        hf_loaded(out)
         shutil.rmtree(ref, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(Path(tmp) / t, ignore_errors=True)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from testlib import EXIT_INVALID, EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, run, same_tensor, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
@@ -142,6 +142,7 @@ def peft_load_checks(case: str, folder: Path, base: Path, ids, want_logits):
     unexpected = list(res.unexpected_keys)
     missing = [k for k in res.missing_keys if ".again" in k or "lora_" in k and "again" in k]
     check(not unexpected and not missing, f"{case}: PeftModel loads the adapter: unexpected {unexpected[:3]}, missing {missing[:3]}")
+    hf_loaded(folder)
     pm.set_adapter("default")
     pm.eval()
     got = logits_of(pm, ids)
@@ -157,6 +158,7 @@ def merged_folder_checks(case: str, out: Path, ids, want_logits):
         model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
     check(not info["missing_keys"] and not info["unexpected_keys"],
           f"{case}: from_pretrained of the merged folder: missing {sorted(info['missing_keys'])[:3]}, unexpected {sorted(info['unexpected_keys'])[:3]}")
+    hf_loaded(out)
     model.eval()
     diff = (logits_of(model, ids) - want_logits).abs().max().item()
     check(diff <= 1e-5, f"{case}: the merged folder gives merge_and_unload's logits (max diff {diff:.3g})")
@@ -483,6 +485,7 @@ def torchtune_checks():
                 warnings.simplefilter("ignore")
                 model, info = AutoModelForCausalLM.from_pretrained(hf_out, dtype=torch.float32, output_loading_info=True)
             check(not info["missing_keys"] and not info["unexpected_keys"], f"{case}: from_pretrained loads the HF merge: {info}")
+            hf_loaded(hf_out)
             model.eval()
             diff = (logits_of(model, ids["input_ids"]) - ids["logits_tune"]).abs().max().item()
             check(diff <= 1e-4, f"{case}: from_pretrained of the HF merge gives the torchtune model's logits (max diff {diff:.3g})")

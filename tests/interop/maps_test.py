@@ -76,15 +76,16 @@ except ImportError as e:
 import dcp_oracle  # noqa: E402
 import map_oracle as mo  # noqa: E402
 import map_reference as mr  # noqa: E402
-from testlib import EXIT_USAGE, check, problems, run, summary  # noqa: E402  (tests/testlib.py)
+from testlib import EXIT_USAGE, check, hf_loaded, problems, run, summary  # noqa: E402  (tests/testlib.py)
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "src" / "maps"
 DCPCTL = ""
 
 
-def dcpctl(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """dcpctl ARGS with env added to this environment; a crash is a failure (testlib.run)."""
-    return run(DCPCTL, *args, timeout=timeout, env=dict(os.environ, **(env or {})))
+def dcpctl(*args, env=None, timeout=600, hf_partial: str | None = None) -> subprocess.CompletedProcess:
+    """dcpctl ARGS with env added to this environment; a crash is a failure (testlib.run); hf_partial:
+    why an HF folder it writes is not a whole model (testlib.run: no from_pretrained check)."""
+    return run(DCPCTL, *args, timeout=timeout, env=dict(os.environ, **(env or {})), hf_partial=hf_partial)
 
 
 def ok(r: subprocess.CompletedProcess, what: str) -> bool:
@@ -239,8 +240,12 @@ def test_config_lookup(case: mo.Case, work: Path) -> None:
     bad_dir.mkdir()
     (bad_dir / "config.json").write_text(json.dumps(bad))
     out = work / f"{case.name}-cfgwins"
+    # The folder gets --assets' config.json (twice the heads), which disagrees with the weights --config's
+    # heads shaped: from_pretrained reports every q/k/v/o_proj mismatched (q_proj [32, 16] on disk, [64, 16]
+    # for the config), and dcpctl exits 0: the schema has no dims for a heads x head_dim product (reported, issue 56).
     r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", case.config_path,
-            "--assets", bad_dir)
+               "--assets", bad_dir, hf_partial="config.json copied from a wrong --assets config (heads doubled): "
+                                              "from_pretrained reports q/k/v/o_proj mismatched, dcpctl exits 0 (a known gap)")
     if ok(r, f"{case.name}: --config beside a wrong --assets config"):
         problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --config wins over --assets"))
     out = work / f"{case.name}-assetscfg"
@@ -539,6 +544,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         mtp = {k for k in want if k.startswith(tuple(f"model.layers.{doc['dims']['layers'] + i}." for i in range(4)))}
         check(name.endswith("_mtp") == bool(mtp) and set(info.get("unexpected_keys") or ()) == mtp
               and not any(info.get(k) for k in ("missing_keys", "mismatched_keys")), f"{name}: from_pretrained of the export: {info}")
+        hf_loaded(out)
         lg = load_file(str(d / "logits.safetensors"))
         with torch.no_grad():
             diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
@@ -606,7 +612,12 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
     for m in ("megatron-gpt", work / "no-glm.json"):
         for extra in ([], ["--exclude", "*.expert_bias"]):
             o = work / f"glm-{len(extra)}-{Path(str(m)).stem}"
-            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra)
+            # --exclude '*.expert_bias' leaves GLM's model.layers.1.mlp.gate.e_score_correction_bias out on
+            # request; from_pretrained reports it missing and dcpctl exits 0 (the schema holds a key of some
+            # layers as optional in every layer: reported, issue 56)
+            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra,
+                       hf_partial="--exclude '*.expert_bias': e_score_correction_bias left out on request, "
+                                  "from_pretrained reports it missing (a known gap)" if extra else None)
             if m == "megatron-gpt":  # the built-in: GLM's names (the bias left out on request)
                 check(r.returncode == 0 and not any(".shared_expert." in k for k in (hf_tensors(o) if o.exists() else {"none.shared_expert.": 0})),
                       f"megatron_glm4_moe: --map megatron-gpt {extra}: exit {r.returncode} {r.stderr[-300:]}")
@@ -692,6 +703,7 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
         same_tensors(tensors, want, "megatron_mixtral: megatron->hf vs the conversion megatron's logits confirm")
         check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
               f"megatron_mixtral: from_pretrained of the export: {info}")
+        hf_loaded(work / "mixtral-hf")
         check(diff <= doc["logits"]["atol"], f"megatron_mixtral: transformers on the export vs megatron's logits: {diff}")
         print(f"megatron_mixtral: MixtralForCausalLM on the export vs megatron's logits: max abs diff {diff:.3g}")
     # the control: the same map with w1 <-> w3 swapped is told apart by the checks above
@@ -746,6 +758,7 @@ def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
     same_tensors(hf_tensors(out), load_file(str(d / "expected_hf.safetensors")), "fsdp_dtensor->hf vs the conversion megatron's logits confirm")
     model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
     check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"fsdp_dtensor->hf: from_pretrained: {info}")
+    hf_loaded(out)
     lg = load_file(str(d / "logits.safetensors"))
     with torch.no_grad():
         diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()

@@ -38,7 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from testlib import EXIT_USAGE, check, expect_rc, run, same_tensor, summary  # noqa: E402
+from testlib import EXIT_USAGE, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -129,6 +129,7 @@ def main() -> int:
             check(cfg.get("dtype") == "bfloat16", f"config.json dtype: {cfg.get('dtype')} (want bfloat16)")
             loaded, info = AutoModelForCausalLM.from_pretrained(out, dtype="auto", output_loading_info=True)
             check(not info["missing_keys"] and not info["unexpected_keys"], f"from_pretrained(OUT): {info}")
+            hf_loaded(out)
             check(loaded.dtype == torch.bfloat16, f"from_pretrained(dtype='auto'): a {loaded.dtype} model (want bfloat16)")
             params = dict(loaded.named_parameters()) | dict(loaded.named_buffers())
             for k in biases:
@@ -180,6 +181,7 @@ def main() -> int:
             check(cfg.get("dtype") == "bfloat16" and "quantization_config" not in cfg, f"FP8 export config.json: {cfg.get('dtype')}")
             loaded, info = AutoModelForCausalLM.from_pretrained(out8, dtype="auto", output_loading_info=True)
             check(not info["missing_keys"] and not info["unexpected_keys"] and loaded.dtype == torch.bfloat16, f"from_pretrained(FP8 export): {info}")
+            hf_loaded(out8)
             params = dict(loaded.named_parameters()) | dict(loaded.named_buffers())
             check(all(params[k].dtype == torch.float32 for k in biases), "from_pretrained(FP8 export): the bias float32")
             del loaded

@@ -88,7 +88,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from testlib import EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, run, same_tensor, summary  # noqa: E402
+from testlib import EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -276,6 +276,7 @@ def mxfp4_checks() -> tuple[Path, dict]:
                                                         output_loading_info=True)
     check(not info["missing_keys"] and not info["unexpected_keys"],
           f"from_pretrained (Mxfp4 dequantize=True): no missing or unexpected keys ({sorted(info['missing_keys'])[:3]}, {sorted(info['unexpected_keys'])[:3]})")
+    hf_loaded(q)
     import copy
     ref = copy.deepcopy(model)
     bad = []
@@ -541,6 +542,7 @@ def fp8_stack_checks() -> Path:
         FineGrainedFP8HfQuantizer.validate_environment = check_env
     check(not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"],
           f"from_pretrained (FP8Experts, FP8Linear): no missing, unexpected or mismatched keys ({info})")
+    hf_loaded(q)
     ex = loaded.model.layers[0].experts
     check(isinstance(ex, FP8Experts) and same_tensor(ex.gate_up_proj.detach(), out["model.layers.0.experts.gate_up_proj"]) is None,
           f"the experts load as FP8Experts holding dcpctl's bytes ({type(ex).__name__})")
@@ -657,6 +659,7 @@ def main() -> int:
                                                             dtype=torch.float32, output_loading_info=True)
         check(not info["missing_keys"] and not info["unexpected_keys"],
               f"from_pretrained: no missing or unexpected keys ({sorted(info['missing_keys'])[:3]}, {sorted(info['unexpected_keys'])[:3]})")
+        hf_loaded(q)
         # The model as transformers' own quantize-dequantize leaves it: the logits dcpctl's folder
         # must give, up to float32 summation order.
         import copy

@@ -86,7 +86,7 @@ except MissingServer as e:
 
 from fault_proxy import FaultProxy  # noqa: E402
 from harness import schema_errors, section  # noqa: E402
-from testlib import TALLY, run  # noqa: E402
+from testlib import TALLY, run, summary  # noqa: E402
 
 OK, FAILURE, USAGE, INVALID, IO, UNSUPPORTED = 0, 1, 2, 3, 4, 5
 DCPCTL, FIXTURES, SCHEMAS = (os.path.abspath(a) for a in (OPTS.dcpctl, OPTS.fixtures, OPTS.schemas))
@@ -210,7 +210,7 @@ def main():
     finally:
         s3.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return TALLY.summary(f"s3_read_test ({s3.kind})")
+    return summary(f"s3_read_test ({s3.kind})")
 
 
 def url(rel):

@@ -85,7 +85,7 @@ except ImportError as e:
 
 from fault_proxy import FaultProxy, upload_part  # noqa: E402
 from harness import schema_errors, section  # noqa: E402
-from testlib import TALLY  # noqa: E402
+from testlib import TALLY, summary  # noqa: E402
 from testlib import run as run_argv  # noqa: E402
 
 DCPCTL = ""
@@ -494,7 +494,7 @@ def main() -> int:
                     {"outputs": case_outputs, "faults": case_faults}[case](work)
         finally:
             SERVER.stop()
-    return TALLY.summary(f"write_test {opts.case} ({SERVER.kind})")
+    return summary(f"write_test {opts.case} ({SERVER.kind})")
 
 
 if __name__ == "__main__":
