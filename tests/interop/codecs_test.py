@@ -38,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, hf_loaded, run, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -395,6 +395,7 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                               f"{what}: reshard -w 2 --quantize then consolidate writes the same bytes")
             if sname != "dense-fp32":
                 from transformers import AutoModelForCausalLM
+                hf_loaded(out)  # judged here, a load that fails included (compressed-tensors' own folder beside it)
                 try:
                     model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
                 except Exception as e:  # noqa: BLE001
