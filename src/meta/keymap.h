@@ -140,7 +140,7 @@ struct MapConfig {
   std::string path;     // the file, or a sentence of where dcpctl looked
 };
 
-// A map's config.json is the model's (meta/model_config.h's Rule::Map), read by build_model().
+// A map's config.json is the model's (meta/model_config.h's map()), read by build_model().
 
 // A small text file (a key map, a config.json, an adapter_config.json): UsageError over 64 MiB.
 std::string read_text(const std::string& path);

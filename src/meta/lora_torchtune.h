@@ -28,7 +28,7 @@ struct TorchtuneHeads {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
 };
 
-// From the model's config.json (meta/model_config.h's Rule::Heads): --config, else the adapter's base
+// From the model's config.json (meta/model_config.h's heads_tries()): --config, else the adapter's base
 // model (base_model_name_or_path of the adapter's config when it is a folder, relative to the config's
 // own folder), else --assets, else beside the checkpoint (its folder, the folder above). nullopt when
 // none says num_attention_heads; `looked` lists where.

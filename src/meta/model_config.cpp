@@ -23,7 +23,7 @@ std::shared_ptr<const ConfigFile> ModelConfig::file(const std::string& path) con
 
 namespace {
 
-// Rule::Map's files: `config` alone when given, else `assets`/config.json, beside `dir`, and for a
+// map()'s files: `config` alone when given, else `assets`/config.json, beside `dir`, and for a
 // `sharded/` folder (spelled with a slash before it) its parent's.
 std::vector<std::string> map_tries(const std::string& config, const std::string& assets, const std::string& dir) {
   if (!config.empty()) return {config};

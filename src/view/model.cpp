@@ -85,8 +85,8 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   }
   if (!rq.quantize.scheme.empty()) {
     QuantizeRequest q = rq.quantize;
-    // The config.json the map's parameters came from (Rule::Map: --config, --assets) decides first,
-    // else the checkpoint's own (Rule::Saved).
+    // The config.json the map's parameters came from (map(): --config, --assets) decides first,
+    // else the checkpoint's own (saved()).
     if (q.config.is_null() && !rq.map.empty()) q.config = config.map(ck.dir).json;
     if (q.config.is_null()) q.config = config.saved(m.checkpoint()).json;
     // Without --dtype nothing was dequantized: weights no codec reads are refused, not encoded.
