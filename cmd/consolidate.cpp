@@ -73,7 +73,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   install_cleanup_handlers();
   ConsolidateOptions co;
   ProgressLine progress(wants_progress(o));
-  to_write_options(o, co, progress);
+  to_write_options(o, co, progress, o.lora != "keep");
   co.lora.mode = o.lora == "adapter" ? LoraMode::Adapter : o.lora == "merge" ? LoraMode::Merge : LoraMode::Keep;
   const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty() ||
                             !o.lora_layout.empty();

@@ -12,7 +12,7 @@
 
 namespace dcpctl::cli {
 
-void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line) {
+void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line, bool lora) {
   w.output = c.output;
   w.selection.include = c.include;
   w.selection.exclude = c.exclude;
@@ -36,7 +36,10 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.manifest = *algorithm_named(c.manifest);  // checked by CLI11 (add_io_option)
   w.map = c.map;
   w.map_config = c.config;
-  if (!c.config.empty() && c.map.empty()) throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
+  // --config is the model's config.json (meta/model_config.h): a key map's parameters, and a
+  // torchtune adapter's attention heads (--lora).
+  if (!c.config.empty() && c.map.empty() && !lora)
+    throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
   if (c.quantize.empty() && (!c.quantize_block.empty() || !c.quantize_skip.empty() || !c.quantize_format.empty()))
     throw UsageError(Where(), "--quantize-block, --quantize-format and --quantize-skip go with --quantize");
   if (!c.quantize.empty()) {

@@ -28,7 +28,8 @@ struct WriteCliOptions {
 // Fills `w` from `c`: the selection, --dtype and --max-memory checked (exit 2 naming the option),
 // progress drawn on `line` (which the caller creates with progress_line(c) and finishes), notes on
 // stderr unless --quiet.
-void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line);
+// `lora`: --lora adapter or merge is given (--config then gives a torchtune adapter's heads without --map).
+void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& line, bool lora = false);
 
 // --keep-dtype GLOB and --cast-all (the precision policy of --dtype, plan/precision.h), for every
 // write command.

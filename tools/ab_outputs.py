@@ -338,6 +338,49 @@ def codec_cases(work: Path, old: str) -> list:
     ]
 
 
+def config_cases(work: Path):
+    """Where the model's config.json comes from (issue 58 item 2: one config read): --assets over the
+    one beside the checkpoint, --config over --assets for a map, a sharded/ folder's parent, a
+    trainer's run folder, a LoRA adapter's base; each edited copy says in its output which was read."""
+    def edited(src: Path, dst: Path, **extra) -> Path:
+        dst.mkdir(parents=True, exist_ok=True)
+        j = json.loads(src.read_text())
+        j.update(extra)
+        (dst / "config.json").write_text(json.dumps(j, indent=2))
+        return dst
+    fp8_assets = edited(L / "hf_fp8_deepseek/ckpt/config.json", work / "cfg-fp8-assets", dcpctl_ab="assets")
+    qwen_assets = edited(L / "titan_qwen3/hf/config.json", work / "cfg-qwen3-assets", dcpctl_ab="assets")
+    shp = work / "cfg-sharded-parent"
+    shutil.copytree(L / "hf_consolidated/ckpt/sharded", shp / "sharded")
+    edited(L / "hf_transformers/ckpt/config.json", shp, dcpctl_ab="parent of sharded/")
+    tt = work / "cfg-torchtune"
+    shutil.copytree(L / "torchtune_lora/dist_epoch_0", tt / "dist_epoch_0")
+    shutil.copy(L / "torchtune_lora/adapter_config.json", tt)
+    shutil.copytree(L / "torchtune_lora/base", tt / "base")
+    return [
+        ("config --assets over beside (fp8 --dtype bf16 HF folder)", ["consolidate", L / "hf_fp8_deepseek/ckpt", "--dtype", "bf16",
+                                                                      "--assets", fp8_assets, "-o", "{out}/"]),
+        ("config beside (fp8 --dtype bf16 HF folder)", ["consolidate", L / "hf_fp8_deepseek/ckpt", "--dtype", "bf16", "-o", "{out}/"]),
+        ("config map --config over --assets HF folder", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--config",
+                                                          L / "titan_qwen3/config.json", "--assets", qwen_assets, "-o", "{out}/"]),
+        ("config map --assets alone HF folder --dtype bf16", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3",
+                                                               "--assets", qwen_assets, "--dtype", "bf16", "-o", "{out}/"]),
+        ("config map --config --dtype bf16 HF folder", ["consolidate", L / "titan_qwen3/run/step-2", "--map", "torchtitan-qwen3", "--config",
+                                                         L / "titan_qwen3/config.json", "--dtype", "bf16", "-o", "{out}/"]),
+        ("config sharded/ parent --dtype bf16 HF folder", ["consolidate", shp / "sharded", "--dtype", "bf16", "-o", "{out}/"]),
+        ("config sharded/ parent --dtype bf16 .safetensors", ["consolidate", shp / "sharded", "--dtype", "bf16", "-o", "{out}.safetensors"]),
+        ("config sharded/ parent --dtype bf16 --dry-run", ["consolidate", shp / "sharded", "--dtype", "bf16", "--dry-run", "-o", "{out}/"]),
+        ("config beside --dtype bf16 (policy) HF folder", ["consolidate", L / "hf_transformers/ckpt", "--dtype", "bf16", "-o", "{out}/"]),
+        ("config beside --dtype fp16 .safetensors", ["consolidate", L / "hf_transformers/ckpt", "--dtype", "fp16", "-o", "{out}.safetensors"]),
+        ("config run folder --dtype bf16 HF folder", ["consolidate", L / "run_hf_trainer/run/checkpoint-1", "--dtype", "bf16", "-o", "{out}/"]),
+        ("config torchtune --lora adapter (base's heads)", ["consolidate", tt / "dist_epoch_0", "--lora", "adapter", "-o", "{out}/"]),
+        ("config torchtune --lora merge --map HF folder", ["consolidate", tt / "dist_epoch_0", "--lora", "merge", "--map", "torchtune-llama3",
+                                                           "--assets", tt / "base", "-o", "{out}/"]),
+        ("config lora merge --dtype bf16 HF folder --assets base", ["consolidate", L / "peft_lora/ckpt", "--lora", "merge", "--dtype", "bf16",
+                                                                    "--assets", L / "peft_lora/base", "-o", "{out}/"]),
+    ]
+
+
 def main() -> int:
     args = sys.argv[1:]
     while "--new-key" in args:
@@ -384,6 +427,7 @@ def main() -> int:
                                                              "torchtitan-deepseek-v3", "--config", L / "titan_deepseek_v3/config.json",
                                                              "--dry-run", "-o", "{out}.pt"]))
     cases += tr
+    cases += config_cases(work)
     try:
         cases += codec_cases(work, old)
     except ImportError as e:

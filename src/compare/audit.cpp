@@ -5,6 +5,7 @@
 #include "compare/diff.h"
 #include "meta/hf_checks.h"
 #include "meta/keymap_terms.h"
+#include "meta/model_config.h"
 #include "meta/quantized.h"
 #include "view/dequantize.h"
 
@@ -27,7 +28,7 @@ std::map<std::string, ExportBound> dequantize_export(Input& exported, const Inpu
             Where(exported.path, std::nullopt, md.tensors[pairs[0].first].fqn),
             std::string("auditing an ") + c->display + " export is not supported (its error bound is not implemented); compare it with "
             "`diff --dtype`-free tolerances (--atol) instead");
-  std::optional<Checkpoint> view = dequantized_view(exported.ck, DType::Float32, "");
+  std::optional<Checkpoint> view = dequantized_view(exported.ck, DType::Float32, ModelConfig());
   if (!view) return bounds;
   int64_t b0 = 128, b1 = 128;
   const json& said = view->derived ? view->derived->views.value("dequantized", json()) : json();
@@ -58,7 +59,7 @@ std::map<std::string, ExportBound> dequantize_export(Input& exported, const Inpu
 }
 
 bool export_ties_embeddings(const Input& exported) {
-  MapConfig c = checkpoint_config(exported.ck, "");
+  MapConfig c = ModelConfig().saved(exported.ck);
   if (!c.json.is_object()) return false;
   for (const json* j : {&c.json, c.json.contains("text_config") ? &c.json["text_config"] : nullptr})
     if (j && j->is_object() && j->value("tie_word_embeddings", json()).is_boolean() &&

@@ -38,7 +38,7 @@ void map_input(Input& in, const std::string& map, const Selection& selection, co
   ModelRequest rq;
   rq.selection = selection;
   rq.map = map;
-  rq.map_config = config;
+  rq.config = config;
   rq.map_from = from;
   // No view but the map applies to a diff: the model is the map's table over the input.
   Checkpoint table = build_model(in.ck, rq).checkpoint();

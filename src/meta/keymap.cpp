@@ -466,33 +466,6 @@ json MappedModel::describe() const {
   return j;
 }
 
-MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& config, const std::string& assets) {
-  std::vector<std::string> tries;
-  if (!config.empty()) {
-    if (!path_exists(config) || is_directory(config)) throw UsageError(Where(config), "--config: no such file");
-    tries.push_back(config);
-  } else {
-    if (!assets.empty()) tries.push_back(join_path(assets, "config.json"));
-    tries.push_back(join_path(checkpoint_dir, "config.json"));
-    std::string parent = checkpoint_dir;
-    while (!parent.empty() && parent.back() == '/') parent.pop_back();
-    size_t slash = parent.rfind('/');
-    if (slash != std::string::npos && parent.substr(slash + 1) == "sharded") tries.push_back(join_path(parent.substr(0, slash), "config.json"));
-  }
-  for (const auto& p : tries) {
-    if (!path_exists(p) || is_directory(p)) continue;
-    MapConfig c;
-    c.path = p;
-    c.json = json::parse(read_text(p), nullptr, false);
-    if (c.json.is_discarded() || !c.json.is_object()) throw UsageError(Where(p), "not a JSON object: not a model's config.json");
-    return c;
-  }
-  MapConfig none;
-  none.path = "looked for";
-  for (size_t i = 0; i < tries.size(); ++i) none.path += (i ? ", " : " ") + tries[i];
-  return none;
-}
-
 std::vector<std::string> rule_kinds(const KeyMap& map) {
   std::set<std::string> kinds;
   for (const auto& r : map.rules) {

@@ -140,10 +140,7 @@ struct MapConfig {
   std::string path;     // the file, or a sentence of where dcpctl looked
 };
 
-// config.json for a map's parameters: `config` (--config) when given (UsageError if it is not a
-// file), else `assets`/config.json (--assets DIR), else the checkpoint's own, else, for a `sharded/`
-// folder, its parent's. None found: json null and `path` says where dcpctl looked.
-MapConfig find_map_config(const std::string& checkpoint_dir, const std::string& config, const std::string& assets);
+// A map's config.json is the model's (meta/model_config.h's map()), read by build_model().
 
 // A small text file (a key map, a config.json, an adapter_config.json): UsageError over 64 MiB.
 std::string read_text(const std::string& path);

@@ -3,6 +3,7 @@
 #include <regex>
 
 #include "meta/checkpoint.h"
+#include "meta/model_config.h"
 #include "store/file.h"
 
 namespace dcpctl {
@@ -25,20 +26,20 @@ std::string torchtune_hf_module(const std::string& module) {
   return "";
 }
 
-std::optional<TorchtuneHeads> torchtune_heads(const Checkpoint& ck, const LoraConfig& config, std::string* looked) {
-  std::vector<std::string> tries;
+std::optional<TorchtuneHeads> torchtune_heads(const Checkpoint& ck, const LoraConfig& config, const ModelConfig& model,
+                                              std::string* looked) {
+  std::string base_config;
   const json base = config.json.value("base_model_name_or_path", json());
   if (base.is_string() && !base.get<std::string>().empty()) {
     const std::string b = base.get<std::string>();
     const std::string dir = b[0] == '/' || config.path.empty() ? b : join_path(parent_path(config.path), b);
-    tries.push_back(join_path(dir, "config.json"));
+    base_config = join_path(dir, "config.json");
   }
-  tries.push_back(join_path(ck.dir, "config.json"));
-  tries.push_back(join_path(parent_path(ck.dir), "config.json"));
-  for (const std::string& p : tries) {
+  for (const std::string& p : model.heads_tries(ck, base_config)) {
     if (looked) *looked += (looked->empty() ? "" : ", ") + p;
-    if (!path_exists(p) || is_directory(p)) continue;
-    const json c = json::parse(read_text(p), nullptr, false);
+    std::shared_ptr<const ConfigFile> f = model.file(p);
+    if (!f) continue;
+    const json& c = f->json;
     if (!c.is_object() || !c.value("num_attention_heads", json()).is_number_integer() ||
         !c.value("hidden_size", json()).is_number_integer())
       continue;

@@ -16,6 +16,8 @@
 
 namespace dcpctl {
 
+class ModelConfig;
+
 // The HF module of a torchtune module ("layers.3.attn.q_proj" -> "model.layers.3.self_attn.q_proj",
 // mlp.w1/w2/w3 -> mlp.gate_proj/down_proj/up_proj, output -> lm_head: torchtune's _FROM_HF map
 // reversed); "" for one it does not name.
@@ -26,10 +28,12 @@ struct TorchtuneHeads {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
 };
 
-// From the HF config.json of the adapter's base model: base_model_name_or_path of the adapter's
-// config when it is a folder (relative to the config's own folder), else beside the checkpoint (its
-// folder, the folder above). nullopt when none says num_attention_heads; `looked` lists where.
-std::optional<TorchtuneHeads> torchtune_heads(const Checkpoint& ck, const LoraConfig& config, std::string* looked);
+// From the model's config.json (meta/model_config.h's heads_tries()): --config, else the adapter's base
+// model (base_model_name_or_path of the adapter's config when it is a folder, relative to the config's
+// own folder), else --assets, else beside the checkpoint (its folder, the folder above). nullopt when
+// none says num_attention_heads; `looked` lists where.
+std::optional<TorchtuneHeads> torchtune_heads(const Checkpoint& ck, const LoraConfig& config, const ModelConfig& model,
+                                              std::string* looked);
 
 // torchtune's _permute_lora_matrix(t, n_heads) as a row map: row i of the permuted [heads·head_dim, r]
 // is row rows[i] of torchtune's (t.view(heads, head_dim / 2, 2, r).transpose(1, 2)).

@@ -2,6 +2,7 @@
 
 #include "meta/checkpoint.h"
 #include "meta/keymap.h"
+#include "meta/model_config.h"
 #include "util/error.h"
 
 namespace dcpctl {
@@ -48,12 +49,6 @@ std::optional<std::pair<int64_t, int64_t>> configured_block(const MapConfig& con
   return std::make_pair(b[0].get<int64_t>(), b[1].get<int64_t>());
 }
 
-MapConfig checkpoint_config(const Checkpoint& ck, const std::string& assets) {
-  MapConfig config = find_map_config(ck.dir, "", assets);
-  for (size_t i = 0; config.json.is_null() && assets.empty() && i < ck.asset_dirs.size(); ++i) config = find_map_config(ck.asset_dirs[i], "", "");
-  return config;
-}
-
 json describe_quantization(const Checkpoint& ck) {
   const Metadata& md = ck.md;
   const NameIndex by_name = tensor_names(md);
@@ -73,7 +68,7 @@ json describe_quantization(const Checkpoint& ck) {
   if (scaled == 0 && mx == 0 && per_codec.empty()) return nullptr;
   json block = nullptr, path = nullptr, scheme = nullptr;
   try {
-    MapConfig config = checkpoint_config(ck, "");
+    MapConfig config = ModelConfig().saved(ck);
     if (auto b = configured_block(config)) {
       block = {b->first, b->second};
       path = config.path;

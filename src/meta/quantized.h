@@ -46,8 +46,6 @@ int64_t ceil_blocks(int64_t n, int64_t b);
 // config.json's quantization_config.weight_block_size, when it gives two positive integers;
 // UsageError naming the file when it is there and is not.
 std::optional<std::pair<int64_t, int64_t>> configured_block(const MapConfig& config);
-// The config.json beside the checkpoint (or `assets`, or its step folder's asset dirs).
-MapConfig checkpoint_config(const Checkpoint& ck, const std::string& assets);
 
 // What inspect says of a checkpoint's block-scaled weights, or null when it has none:
 // {"scaled_weights": n (float8 W beside W_scale_inv), "block": [b0, b1] (config.json's) or null,

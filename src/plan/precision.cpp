@@ -190,25 +190,4 @@ json PrecisionPolicy::describe() const {
           {"cast_all", cast_all_}};
 }
 
-void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets,
-                        PrecisionInputs& in) {
-  std::vector<std::string> tries;
-  if (!config.empty()) {
-    tries.push_back(config);
-  } else {
-    if (!assets.empty()) tries.push_back(join_path(assets, "config.json"));
-    tries.push_back(join_path(ck.dir, "config.json"));
-    if (base_name(ck.dir) == "sharded") tries.push_back(join_path(parent_path(ck.dir), "config.json"));
-    for (const auto& d : ck.asset_dirs) tries.push_back(join_path(d, "config.json"));
-  }
-  for (const auto& p : tries) {
-    if (!path_exists(p) || is_directory(p)) continue;
-    json j = json::parse(read_text(p), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
-    in.config = std::move(j);
-    in.config_path = p;
-    return;
-  }
-}
-
 }  // namespace dcpctl

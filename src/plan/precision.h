@@ -122,11 +122,4 @@ bool transformers_pattern_matches(const std::string& pattern, const std::string&
 // whatever its layer number).
 bool map_pattern_matches(const std::string& pattern, const std::string& key);
 
-// config.json for the policy: `config` (--config) when given, else `assets`/config.json (--assets),
-// else beside the checkpoint (its folder, a `sharded/` folder's parent, a trainer's step and run
-// folders: Checkpoint::asset_dirs). A file that is not a JSON object is passed over. Sets
-// `in.config` and `in.config_path`.
-void find_policy_config(const Checkpoint& ck, const std::string& config, const std::string& assets,
-                        PrecisionInputs& in);
-
 }  // namespace dcpctl

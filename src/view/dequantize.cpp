@@ -24,10 +24,10 @@ void refuse_mxfp4(const Checkpoint& ck, const std::string& what) {
           " would take their packed bytes for weights; give --dtype (bf16, fp32, ...) to dequantize them first");
 }
 
-std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets) {
+std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const ModelConfig& model) {
   if (!cast) return std::nullopt;
   const std::string what = std::string("--dtype ") + torch_name(*cast);
-  refuse_unexplained_scheme(ck, assets, what);
+  refuse_unexplained_scheme(ck, model, what);
   const Metadata& md = ck.md;
   const NameIndex by_name = tensor_names(md);
   // Each codec's (weight, scale) pairs, in codec_views()' order; a codec that reads only some
@@ -39,7 +39,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   for (const CodecView& v : codecs) {
     pairs.push_back(v.decode && v.codec->pairs ? v.codec->pairs(md, by_name) : std::vector<std::pair<uint32_t, uint32_t>>());
     if (!pairs.back().empty() && v.applies) {
-      if (!config_said) config_said = quant_config(checkpoint_config(ck, assets));
+      if (!config_said) config_said = quant_config(model.saved(ck));
       if (!v.applies(*config_said)) pairs.back().clear();
     }
     if (!first && !pairs.back().empty()) first = &v;
@@ -56,7 +56,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
       ignored.push_back(i);
   }
   if (!first) {
-    refuse_unexplained_tensors(ck, assets, what);
+    refuse_unexplained_tensors(ck, model, what);
     return std::nullopt;
   }
   if (fp8.weight_dtype(*cast)) {
@@ -68,7 +68,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
             "'): dcpctl dequantizes, it does not requantize; give a wider --dtype, or none to keep the weights and "
             "scales as they are");
   }
-  MapConfig config = checkpoint_config(ck, assets);
+  MapConfig config = model.saved(ck);
   const QuantConfig qc = quant_config(config);
   const std::optional<std::pair<int64_t, int64_t>>& block = qc.block;
   for (size_t k = 0; k < codecs.size(); ++k)
@@ -133,7 +133,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   view.derived = std::move(table);
   // What is left that still says it is quantized (a parameter no codec consumed, a packed weight
   // beside a scale no codec read) is refused, not cast.
-  refuse_unexplained_tensors(view, assets, what);
+  refuse_unexplained_tensors(view, model, what);
   return view;
 }
 

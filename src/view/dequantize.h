@@ -14,13 +14,14 @@
 #include <string>
 
 #include "meta/checkpoint.h"
+#include "meta/model_config.h"
 
 namespace dcpctl {
 
 // The checkpoint as its dequantized weights when it has scaled fp8 or MXFP4 weights and `cast`
 // asks for a dtype that is not float8; nullopt when there is nothing to dequantize or no cast. The
-// block size is config.json's quantization_config.weight_block_size (config.json from `assets`,
-// else the checkpoint's folders), else 128 x 128 as torch's reader assumes. Its table's view
+// block size is config.json's quantization_config.weight_block_size (the model's config.json,
+// meta/model_config.h's saved()), else 128 x 128 as torch's reader assumes. Its table's view
 // "dequantized" says {"weights": n (fp8), "block": [b0, b1] or null, "config": path|null,
 // "ignored_scales": [...], "mxfp4": n}.
 // FormatError (exit 3), naming the scale: a scale whose shape is not the weight's blocks; MXFP4
@@ -28,7 +29,7 @@ namespace dcpctl {
 // float8 `cast` of scaled weights (requantizing), a scaled weight that is not 2-D or a 3-D expert
 // stack ([E, R, C] beside a scale [E, ceil(R / b0), ceil(C / b1)]), MXFP4 blocks
 // saved in chunks that split a group's bytes.
-std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const std::string& assets);
+std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<DType> cast, const ModelConfig& model);
 
 // UnsupportedError (exit 5), naming the first MXFP4 pair, when `ck` still has one (no --dtype
 // dequantized it): `what` (the request, "--map NAME") would take the packed bytes for weights.

@@ -239,7 +239,7 @@ std::string common_prefix(const LoraModel& lora) {
 
 }  // namespace
 
-Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq) {
+Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq, const ModelConfig& model) {
   const Metadata& md = ck.md;
   if (ck.derived && ck.derived->output.dequantized)
     throw UnsupportedError(
@@ -410,7 +410,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       const bool q = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".q_proj") == 0;
       const bool k = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".k_proj") == 0;
       if ((q || k) && l.b >= 0) {
-        if (!heads_read) heads = torchtune_heads(ck, config, &looked), heads_read = true;
+        if (!heads_read) heads = torchtune_heads(ck, config, model, &looked), heads_read = true;
         if (!heads)
           throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b)].fqn),
                                  "torchtune LoRA on " + std::string(q ? "q_proj" : "k_proj") +

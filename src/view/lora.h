@@ -23,6 +23,7 @@ namespace dcpctl {
 // no adapter_config.json beside the checkpoint); FormatError (exit 3) for check_lora's findings;
 // UnsupportedError (exit 5) for a merge the config says is DoRA, or an adapter dcpctl cannot merge,
 // and for a checkpoint whose weights a view below derived (dequantized).
-Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq);
+// `model`: the model's config.json (a torchtune adapter's attention heads, meta/lora_torchtune.h).
+Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq, const ModelConfig& model);
 
 }  // namespace dcpctl

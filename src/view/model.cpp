@@ -62,17 +62,20 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   Model m;
   m.saved_ = &ck;
   m.selection_ = rq.selection;
-  if (std::optional<Checkpoint> view = dequantized_view(ck, rq.cast, rq.assets)) m.own_ = std::move(view);
+  m.config_ = std::make_shared<ModelConfig>(rq.config, rq.assets);
+  const ModelConfig& config = *m.config_;
+  if (std::optional<Checkpoint> view = dequantized_view(ck, rq.cast, config)) m.own_ = std::move(view);
   if (rq.lora.mode != LoraMode::Keep) {
     // The view is what is written, the selection already applied.
-    m.own_ = lora_view(m.checkpoint(), m.selection_, rq.lora);
+    m.own_ = lora_view(m.checkpoint(), m.selection_, rq.lora, config);
     m.selection_ = {};
   }
   if (!rq.map.empty()) {
     const Checkpoint& in = m.checkpoint();
     refuse_mxfp4(in, "--map " + rq.map);
-    MappedModel map = apply_key_map(load_key_map(rq.map), in.md, select_items(in.md, m.selection_),
-                                    find_map_config(in.dir, rq.map_config, rq.map_assets), rq.map_from);
+    m.key_map_ = std::make_shared<const KeyMap>(load_key_map(rq.map));
+    MappedModel map = apply_key_map(*m.key_map_, in.md, select_items(in.md, m.selection_),
+                                    config.map(in.dir), rq.map_from);
     map.excluded = excluded_keys(in.md, m.selection_);
     check_zero_drops(in, map);
     // The outputs are the table (view/map_view.h): written, they are planned from their parts;
@@ -82,11 +85,12 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
   }
   if (!rq.quantize.scheme.empty()) {
     QuantizeRequest q = rq.quantize;
-    // The config.json the map's parameters came from (--config, --assets) decides first.
-    if (q.config.is_null() && !rq.map.empty()) q.config = find_map_config(ck.dir, rq.map_config, rq.map_assets).json;
-    if (q.config.is_null()) q.config = checkpoint_config(m.checkpoint(), rq.assets).json;
+    // The config.json the map's parameters came from (map(): --config, --assets) decides first,
+    // else the checkpoint's own (saved()).
+    if (q.config.is_null() && !rq.map.empty()) q.config = config.map(ck.dir).json;
+    if (q.config.is_null()) q.config = config.saved(m.checkpoint()).json;
     // Without --dtype nothing was dequantized: weights no codec reads are refused, not encoded.
-    if (!rq.cast) refuse_unexplained_quantization(m.checkpoint(), rq.assets, "--quantize " + q.scheme);
+    if (!rq.cast) refuse_unexplained_quantization(m.checkpoint(), config, "--quantize " + q.scheme);
     m.own_ = quantized_view(m.checkpoint(), q);
   }
   return m;

@@ -8,12 +8,18 @@
 //   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/quantize.h)
 //   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
 //
+// The model's config.json is found and read once, here (meta/model_config.h: --config, --assets,
+// beside the checkpoint, a sharded/ folder's parent, the trainer's folders, the adapter's base, in
+// one order with its named exceptions), kept on the Model; every view, check (the precision policy,
+// the HF folder's checks) and writer (the config.json copied beside the weights) asks it.
+//
 // Each view maps the table below it to a new one (meta/derived.h); what a view computes is a
 // DerivedTensor the item reader hands its reads to, and the memory model charges (plan/memory.h).
 // consolidate, reshard, cast, diff and stats build their model here; inspect and verify read the
 // saved table (no view applies to them). A new view is a file in src/view/ and one step below.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -22,6 +28,7 @@
 #include "meta/checkpoint.h"
 #include "meta/keymap.h"
 #include "meta/lora.h"
+#include "meta/model_config.h"
 #include "meta/select.h"
 #include "view/quantize.h"
 #include "util/dtype.h"
@@ -31,10 +38,11 @@ namespace dcpctl {
 struct ModelRequest {
   Selection selection;                      // --select
   std::optional<DType> cast;                // --dtype: quantized weights are dequantized first
-  std::string assets;                       // consolidate's --assets: where config.json is (the fp8 block size)
+  std::string config;                       // --config FILE: the model's config.json
+  std::string assets;                       // consolidate's --assets DIR: its config.json, the assets copied
   LoraRequest lora;                         // --lora and its options
   QuantizeRequest quantize;                 // --quantize (scheme "": none)
-  std::string map, map_config, map_assets;  // --map NAME|FILE, --config FILE, --assets DIR
+  std::string map;                          // --map NAME|FILE
   std::string map_from;  // the side the map must map from (apply_key_map's `from`); "" : the input's
 };
 
@@ -45,12 +53,19 @@ class Model {
   // What is left to select in it: the request's selection, or none once the LoRA view or the
   // key map applied it.
   const Selection& selection() const { return selection_; }
+  // The model's config.json (meta/model_config.h), read once for every reader of this command.
+  const ModelConfig& config() const { return *config_; }
+  // --map's key map as loaded (before its variant is chosen), for the precision policy's keep_dtype
+  // rules; null without --map.
+  const KeyMap* key_map() const { return key_map_.get(); }
 
  private:
   friend Model build_model(const Checkpoint& ck, const ModelRequest& rq);
   const Checkpoint* saved_ = nullptr;
   std::optional<Checkpoint> own_;
   Selection selection_;
+  std::shared_ptr<const ModelConfig> config_ = std::make_shared<ModelConfig>();
+  std::shared_ptr<const KeyMap> key_map_;
 };
 
 // The views `rq` asks for over `ck` (which must outlive the model), in the order above. Throws what

@@ -74,7 +74,7 @@ void look_in(const std::string& dir, bool follow_any_link, std::map<std::string,
                                      " MiB dcpctl copies beside the weights"});
         continue;
       }
-      found[name] = {name, path, st.size};
+      found[name] = {name, path, st.size, nullptr};
       continue;
     }
     struct stat ls, st;
@@ -96,7 +96,7 @@ void look_in(const std::string& dir, bool follow_any_link, std::map<std::string,
                                    " MiB dcpctl copies beside the weights"});
       continue;
     }
-    found[name] = {name, path, static_cast<uint64_t>(st.st_size)};
+    found[name] = {name, path, static_cast<uint64_t>(st.st_size), nullptr};
   }
 }
 
@@ -108,7 +108,7 @@ bool is_asset_name(const std::string& name) {
          !matches(name, std::begin(kNeverNames), std::end(kNeverNames));
 }
 
-Assets find_assets(const Checkpoint& ck, const std::string& from) {
+Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelConfig* model) {
   Assets a;
   std::map<std::string, Asset> found;
   if (!from.empty()) {
@@ -123,7 +123,14 @@ Assets find_assets(const Checkpoint& ck, const std::string& from) {
       if (is_directory(d) && std::find(a.searched.begin(), a.searched.end(), d) == a.searched.end()) a.searched.push_back(d);
     for (const auto& dir : a.searched) look_in(dir, false, found, a.skipped);
   }
-  for (auto& [name, asset] : found) a.files.push_back(std::move(asset));
+  for (auto& [name, asset] : found) {
+    if (model && name == "config.json") try {
+        if (std::shared_ptr<const ConfigFile> f = model->file(asset.source)) asset.text = std::shared_ptr<const std::string>(f, &f->text);
+      } catch (const Error&) {
+        // unreadable: the copy reads it again and says so
+      }
+    a.files.push_back(std::move(asset));
+  }
   return a;
 }
 
@@ -133,8 +140,14 @@ void copy_assets(const Assets& assets, const std::function<std::string(const std
   std::unique_ptr<uint8_t[]> buf(new uint8_t[kWindow]);
   failpoint_stop("assets-copy");  // tests: a source removed between the listing and the copy
   for (const Asset& a : assets.files) {
-    ReadFile in(a.source);
     OutputFile out(path_of(a.name), uploads);
+    if (a.text) {  // config.json as the model read it
+      const std::string text = edit_config ? edit_config(*a.text) : *a.text;
+      out.append(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+      out.commit();
+      continue;
+    }
+    ReadFile in(a.source);
     if (edit_config && a.name == "config.json") {
       const std::string text = edit_config(in.read_all());
       out.append(reinterpret_cast<const uint8_t*>(text.data()), text.size());
@@ -167,7 +180,7 @@ std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::v
   if (cfg == assets.files.end()) return std::nullopt;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ReadFile(cfg->source).read_all(), nullptr, false);
+    j = nlohmann::json::parse(cfg->text ? *cfg->text : ReadFile(cfg->source).read_all(), nullptr, false);
   } catch (const Error&) {
     return std::nullopt;  // the copy reports it
   }

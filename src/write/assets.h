@@ -25,11 +25,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "meta/checkpoint.h"
+#include "meta/model_config.h"
 #include "util/dtype.h"
 
 namespace dcpctl {
@@ -42,6 +44,9 @@ struct Asset {
   std::string name;    // in the output folder (the source's base name)
   std::string source;  // the path it is copied from
   uint64_t bytes = 0;
+  // config.json: its text as the model read it (meta/model_config.h), checked and copied from
+  // there; null: read from `source` (another asset, or no model's config given to find_assets).
+  std::shared_ptr<const std::string> text;
 };
 
 struct AssetSkip {
@@ -58,8 +63,8 @@ struct Assets {
 bool is_asset_name(const std::string& name);
 
 // The assets beside checkpoint `ck`, or in `from` when not empty (UsageError naming it when it is
-// not a directory).
-Assets find_assets(const Checkpoint& ck, const std::string& from);
+// not a directory). The config.json found takes its text from `model` (one read per command).
+Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelConfig* model = nullptr);
 
 // Copies every asset to `path_of(name)`, each written under a temporary name and renamed (the
 // caller's folder is itself temporary: OutputDir). Throws IoError when a source vanished or

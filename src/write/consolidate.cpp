@@ -13,11 +13,12 @@ using nlohmann::json;
 
 namespace {
 
-// The config.json an HF folder output will hold (its text), or "" when none is copied.
-std::string copied_config(const Checkpoint& ck, const ConsolidateOptions& o) {
+// The config.json an HF folder output will hold (its text, as the model read it), or "" when none
+// is copied.
+std::string copied_config(const Checkpoint& ck, const ConsolidateOptions& o, const ModelConfig& model) {
   if (!o.copy_assets) return "";
-  for (const Asset& a : find_assets(ck, o.assets_from).files)
-    if (a.name == "config.json") return read_text(a.source);
+  for (const Asset& a : find_assets(ck, o.assets_from, &model).files)
+    if (a.name == "config.json") return a.text ? *a.text : read_text(a.source);
   return "";
 }
 
@@ -70,14 +71,14 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   // Every rank compares the two the same way; under --local-files a rank may not see their files,
   // and the head is kept (equal, it passes the folder's check).
   if (hf && !o.local_files)
-    if (const std::string config = copied_config(ck, o); !config.empty())
+    if (const std::string config = copied_config(ck, o, model.config()); !config.empty())
       if (std::optional<TiedHead> t = tied_head_to_drop(config, model.checkpoint(), opts.selection)) {
         tied_left_out = {{"key", t->head}, {"equal_to", t->embedding}};
         if (!(untied = without_tied_head(model.checkpoint(), *t))) opts.selection.exclude.push_back(t->head);
         command["tied_head"] = t->head;
       }
   std::unique_ptr<OutputWriter> writer = opts.format->consolidate_writer(opts);
-  json r = execute({untied ? *untied : model.checkpoint(), opts, target, command, opts.parallel_write, opts.local_files}, *writer);
+  json r = execute({untied ? *untied : model.checkpoint(), opts, model, target, command, opts.parallel_write, opts.local_files}, *writer);
   r["model_subtree"] = subtree;
   if (r.contains("tie_word_embeddings") && r["tie_word_embeddings"].is_object())
     r["tie_word_embeddings"]["left_out"] = tied_left_out;

@@ -85,14 +85,18 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 
 }  // namespace
 
-PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o) {
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model) {
   if (!o.cast) return PrecisionPolicy();
   PrecisionInputs in;
   in.cast = o.cast;
   in.keep_globs = o.keep_dtype;
   in.cast_all = o.cast_all;
-  if (cast_narrows(*o.cast)) find_policy_config(ck, o.map_config, o.map_assets, in);  // else only --keep-dtype counts
-  if (!o.map.empty()) in.maps.push_back(load_key_map(o.map));
+  if (cast_narrows(*o.cast)) {  // else only --keep-dtype counts
+    MapConfig c = model.config().policy(ck);
+    in.config = std::move(c.json);
+    in.config_path = std::move(c.path);
+  }
+  if (const KeyMap* m = model.key_map()) in.maps.push_back(*m);  // --map, loaded once by build_model
   for (KeyMap& m : builtin_key_maps())
     if (o.map.empty() || m.name != in.maps[0].name) in.maps.push_back(std::move(m));
   return PrecisionPolicy(in);
@@ -102,11 +106,11 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   ModelRequest rq;
   rq.selection = o.selection;
   rq.cast = o.cast;
-  rq.assets = assets;
+  // consolidate's --assets (`assets`) is the map's (o.map_assets): the one flag.
+  rq.config = o.map_config;
+  rq.assets = assets.empty() ? o.map_assets : assets;
   rq.lora = lora;
   rq.map = o.map;
-  rq.map_config = o.map_config;
-  rq.map_assets = o.map_assets;
   rq.quantize = o.quantize;
   return rq;
 }
@@ -130,7 +134,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   std::function<bool(const TensorMeta&, size_t)> in_place;
   if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
   // --dtype keeps what the model and the key maps keep in their saved dtype (plan/precision.h).
-  const PrecisionPolicy precision = precision_policy(ck, o);
+  const PrecisionPolicy precision = precision_policy(ck, o, request.model);
   Target target = request.target;
   target.precision = &precision;
   WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};

@@ -47,14 +47,16 @@ class Group;
 ModelRequest model_request(const WriteOptions& o, const std::string& assets, const LoraRequest& lora);
 
 // --dtype's precision policy (plan/precision.h) for `ck`: --keep-dtype, --cast-all, the model's
-// config.json (--config, --assets DIR's, else beside the checkpoint), --map's and the built-in
-// maps' keep_dtype rules. Keeps nothing without --dtype.
-PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o);
+// config.json (the model's, meta/model_config.h's policy(): --config, --assets DIR's, else beside the
+// checkpoint), --map's (the model's, as loaded) and the built-in maps' keep_dtype rules. Keeps
+// nothing without --dtype.
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model);
 
 // What a command asks for.
 struct WriteRequest {
   const Checkpoint& ck;
   const WriteOptions& o;
+  const Model& model;  // what `ck` was built as: its config.json (read once) and key map (view/model.h)
   Target target;
   nlohmann::json command;       // the options every rank must have been given alike
   bool parallel_write = false;  // consolidate under torchrun: every rank writes files

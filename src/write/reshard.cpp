@@ -23,7 +23,7 @@ json reshard(const Checkpoint& ck, const ReshardOptions& o) {
   ReshardOptions opts = o;
   opts.selection = model.selection();  // none left once the key map applied it
   std::unique_ptr<OutputWriter> writer = format.reshard_writer(opts);
-  return execute({model.checkpoint(), opts, target, command}, *writer);
+  return execute({model.checkpoint(), opts, model, target, command}, *writer);
 }
 
 }  // namespace dcpctl

@@ -30,7 +30,7 @@ adapter alone, r from its config; without r: exit 2), the merge per expert equal
 torchtune_dora (torchtune 0.6.1's DistributedCheckpointer save): the PEFT folder its converters write
 (bit for bit; PEFT's logits over it), get_merged_lora_ckpt's merge bit for bit, and with --map torchtune-llama3
 get_merged_lora_ckpt + tune_to_hf's bit for bit, loading in from_pretrained with the torchtune model's logits; no
-config: exit 5. peft_moe --lora-layout: the merge written per expert by default (save_pretrained's names and bits),
+config: exit 5; the base's heads from --config FILE when no config.json is found (no --map needed). peft_moe --lora-layout: the merge written per expert by default (save_pretrained's names and bits),
 fused as an option; --lora adapter --lora-layout per-expert as vLLM loads MoE LoRA (its own 3-D -> 2-D split of
 PEFT's adapter, bit for bit; r per expert in the config and the summary); per-expert without experts: exit 2.
 """
@@ -496,6 +496,22 @@ def torchtune_checks():
     r = dcpctl("consolidate", alone, "--lora", "merge", "-o", WORK / "tt-alone.safetensors")
     expect_rc(r, EXIT_UNSUPPORTED, "torchtune LoRA without its adapter_config.json", "torchtune", "lora_alpha")
     check(not (WORK / "tt-alone.safetensors").exists(), "torchtune LoRA without its config: nothing written")
+    # The base's heads from --config (issue 58 item 2): an adapter whose config names no base folder
+    # there is, with no config.json beside it, is refused (exit 5, no heads); with --config the base's
+    # config.json it writes tune_to_peft_adapter_weights' folder bit for bit (with --lora, --config
+    # needs no --map).
+    headless = WORK / "tt-headless"
+    shutil.copytree(FIXTURES / "torchtune_lora" / "dist_epoch_0", headless / "dist_epoch_0")
+    cfg = json.loads((FIXTURES / "torchtune_lora" / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "no-such-base"
+    (headless / "adapter_config.json").write_text(json.dumps(cfg))
+    r = dcpctl("consolidate", headless / "dist_epoch_0", "--lora", "adapter", "-o", f"{WORK / 'tt-headless-out'}/")
+    expect_rc(r, EXIT_UNSUPPORTED, "torchtune --lora adapter without the base's config.json", "num_attention_heads")
+    out = adapter_checks("torchtune_lora --config", headless / "dist_epoch_0", FIXTURES / "torchtune_lora" / "expected_adapter",
+                         extra=("--config", FIXTURES / "torchtune_lora" / "base" / "config.json"))
+    if out:
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        check(cfg.get("r") == 4, f"torchtune --lora adapter --config: the adapter's config is written: {cfg}")
 
 
 def main() -> int:

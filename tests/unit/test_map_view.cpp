@@ -48,7 +48,7 @@ TEST_CASE("views: the map view reads each output's byte ranges as the planner's 
   const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
   Checkpoint ck = open_checkpoint(dir + "/run/step-2");
   MappedModel map = apply_key_map(load_key_map("torchtitan-deepseek-v3"), ck.md, select_items(ck.md, {}),
-                                  find_map_config(ck.dir, dir + "/config.json", ""));
+                                  ModelConfig(dir + "/config.json", "").map(ck.dir));
   Checkpoint view = mapped_view(ck, map, MapTable::Read);
   REQUIRE(view.md.tensors.size() == map.tensors.size());
   REQUIRE(view.derived);
@@ -107,7 +107,7 @@ TEST_CASE("views: a quantized weight over the map view counts the map's read und
   Checkpoint ck = open_checkpoint(dir + "/run/step-2");
   ModelRequest rq;
   rq.map = "torchtitan-deepseek-v3";
-  rq.map_config = dir + "/config.json";
+  rq.config = dir + "/config.json";
   rq.quantize.scheme = "fp8-block";
   Model model = build_model(ck, rq);
   const Checkpoint& view = model.checkpoint();

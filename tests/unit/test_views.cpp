@@ -4,7 +4,11 @@
 // torch's HuggingFaceStorageWriter over transformers' FineGrainedFP8 quantizer, see its make_*.py).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "item/item_reader.h"
@@ -15,6 +19,7 @@
 #include "util/dtype.h"
 #include "view/dequantize.h"
 #include "view/kernels.h"
+#include "util/error.h"
 #include "view/model.h"
 
 using namespace dcpctl;
@@ -68,7 +73,7 @@ std::vector<float> read_chunk_floats(const ItemReader& r, const TensorMeta& t, s
 TEST_CASE("views: a dequantized weight is computed through the item reader and its scale leaves the table") {
   Checkpoint ck = fp8_fixture();
   const std::string w = first_scaled_weight(ck);
-  std::optional<Checkpoint> view = dequantized_view(ck, DType::BFloat16, "");
+  std::optional<Checkpoint> view = dequantized_view(ck, DType::BFloat16, ModelConfig());
   REQUIRE(view);
   REQUIRE(view->derived);
   REQUIRE(view->derived->find(w));
@@ -112,7 +117,7 @@ TEST_CASE("views: a dequantized weight is computed through the item reader and i
 TEST_CASE("views: tables compose: a view over a derived tensor reads it through the table below (renamed or dropped)") {
   Checkpoint ck = fp8_fixture();
   const std::string w = first_scaled_weight(ck);
-  std::optional<Checkpoint> deq = dequantized_view(ck, DType::Float32, "");
+  std::optional<Checkpoint> deq = dequantized_view(ck, DType::Float32, ModelConfig());
   REQUIRE(deq);
   // A second view: w renamed to "renamed.w" and negated; every other derived entry dropped.
   Checkpoint top = *deq;
@@ -179,4 +184,48 @@ TEST_CASE("views: --max-memory counts what a derived read holds (the scale and t
     }
   }
   CHECK(seen);
+}
+
+TEST_CASE("views: the model's config.json is read once per file, and each reader's rule picks from the same order") {
+  char tmpl[] = "/tmp/dcpctl-model-config-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  const std::string root = tmpl;
+  auto write = [](const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  for (const char* d : {"/run", "/run/sharded", "/assets"}) REQUIRE(mkdir((root + d).c_str(), 0755) == 0);
+  write(root + "/run/config.json", R"({"where": "run"})");
+  write(root + "/assets/config.json", R"({"where": "assets"})");
+  write(root + "/given.json", R"({"where": "given"})");
+  Checkpoint ck;
+  ck.dir = root + "/run/sharded";
+  // A sharded/ folder's parent: map, saved and policy all find it.
+  const ModelConfig plain;
+  CHECK(plain.map(ck.dir).json["where"] == "run");
+  CHECK(plain.saved(ck).json["where"] == "run");
+  CHECK(plain.policy(ck).json["where"] == "run");
+  // --assets first; --config first for the map and the policy, never for the saved config.
+  const ModelConfig both(root + "/given.json", root + "/assets");
+  CHECK(both.map(ck.dir).json["where"] == "given");
+  CHECK(both.policy(ck).json["where"] == "given");
+  CHECK(both.saved(ck).json["where"] == "assets");
+  CHECK(both.heads_tries(ck, "").front() == root + "/given.json");
+  // Read once: the held text stays what was read, the file changed or gone.
+  const ModelConfig once;
+  REQUIRE(once.file(root + "/run/config.json"));
+  std::remove((root + "/run/config.json").c_str());
+  CHECK(once.map(ck.dir).json["where"] == "run");
+  CHECK(once.file(root + "/run/config.json") == once.file(root + "/run/config.json"));
+  CHECK(plain.policy(ck).path == root + "/run/config.json");  // `plain` read it before too
+  CHECK(ModelConfig().map(ck.dir).json.is_null());            // a new command looks again
+  // Not a JSON object: the map refuses it, the policy passes over it.
+  write(ck.dir + "/config.json", "[1]");
+  CHECK_THROWS_AS(ModelConfig().map(ck.dir), UsageError);
+  CHECK(ModelConfig().policy(ck).json.is_null());
+  CHECK_THROWS_AS(ModelConfig(root + "/none.json", "").map(ck.dir), UsageError);
+  for (const char* f : {"/run/sharded/config.json", "/assets/config.json", "/given.json"}) std::remove((root + f).c_str());
+  for (const char* d : {"/run/sharded", "/run", "/assets", ""}) rmdir((root + d).c_str());
 }

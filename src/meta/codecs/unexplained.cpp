@@ -135,15 +135,15 @@ std::string tail_of(const std::string& what) {
 
 }  // namespace
 
-void refuse_unexplained_quantization(const Checkpoint& ck, const std::string& assets, const std::string& what) {
-  refuse_unexplained_scheme(ck, assets, what);
-  refuse_unexplained_tensors(ck, assets, what);
+void refuse_unexplained_quantization(const Checkpoint& ck, const ModelConfig& model, const std::string& what) {
+  refuse_unexplained_scheme(ck, model, what);
+  refuse_unexplained_tensors(ck, model, what);
 }
 
-void refuse_unexplained_scheme(const Checkpoint& ck, const std::string& assets, const std::string& what) {
+void refuse_unexplained_scheme(const Checkpoint& ck, const ModelConfig& model, const std::string& what) {
   const Metadata& md = ck.md;
   if (!looks_quantized(md)) return;
-  const MapConfig config = checkpoint_config(ck, assets);
+  const MapConfig config = model.saved(ck);
   if (std::optional<std::string> scheme = unexplained_scheme(ck, config)) {
     const TensorMeta* t = named_tensor(md);
     throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t ? t->fqn : ""),
@@ -151,12 +151,12 @@ void refuse_unexplained_scheme(const Checkpoint& ck, const std::string& assets, 
   }
 }
 
-void refuse_unexplained_tensors(const Checkpoint& ck, const std::string& assets, const std::string& what) {
+void refuse_unexplained_tensors(const Checkpoint& ck, const ModelConfig& model, const std::string& what) {
   const Metadata& md = ck.md;
   if (!looks_quantized(md)) return;
   const std::string tail = tail_of(what);
   if (auto t = unexplained_tensor(md)) {
-    const MapConfig config = checkpoint_config(ck, assets);
+    const MapConfig config = model.saved(ck);
     throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t->first->fqn),
                            t->second + " (" + (config.json.is_object() ? config.path : std::string("no config.json")) +
                                "; --dtype dequantizes the formats a codec reads)" + tail);
@@ -169,7 +169,7 @@ void refuse_unexplained_tensors(const Checkpoint& ck, const std::string& assets,
     const std::string stem = t.fqn.substr(0, t.fqn.size() - 7);
     if (by_name.count(t.fqn + "_scale_inv") || by_name.count(t.fqn + "_scale") || by_name.count(stem + ".scale"))
       continue;
-    const MapConfig config = checkpoint_config(ck, assets);
+    const MapConfig config = model.saved(ck);
     if (!config.json.is_object() || !config.json.contains("quantization_config")) return;
     const std::string module = t.fqn.substr(0, t.fqn.size() - 7);
     throw FormatError(Where(ck.metadata_path, std::nullopt, t.fqn),

@@ -30,18 +30,19 @@
 #include <string>
 
 #include "meta/checkpoint.h"
+#include "meta/model_config.h"
 
 namespace dcpctl {
 
 // UnsupportedError naming the scheme and a tensor when `ck` holds quantized weights no codec
 // explains; `what` is the request that would misread them ("--dtype bfloat16", "--quantize
-// fp8-block"). config.json (from `assets`, else beside the checkpoint: meta/quantized.h's
-// checkpoint_config) is read only when a tensor looks quantized (a parameter above, a one-byte or
-// F4 tensor, a scale's name), so a plain checkpoint costs no look-up.
-void refuse_unexplained_quantization(const Checkpoint& ck, const std::string& assets, const std::string& what);
+// fp8-block"). config.json (the model's: meta/model_config.h's saved()) is read only when a tensor
+// looks quantized (a parameter above, a one-byte or F4 tensor, a scale's name), so a plain
+// checkpoint costs no look-up.
+void refuse_unexplained_quantization(const Checkpoint& ck, const ModelConfig& model, const std::string& what);
 // Its two halves: what config.json (or the sidecar) declares, asked before a view decodes; what the
 // tensors say, asked of what is left after it (the dequantize view, view/dequantize.h).
-void refuse_unexplained_scheme(const Checkpoint& ck, const std::string& assets, const std::string& what);
-void refuse_unexplained_tensors(const Checkpoint& ck, const std::string& assets, const std::string& what);
+void refuse_unexplained_scheme(const Checkpoint& ck, const ModelConfig& model, const std::string& what);
+void refuse_unexplained_tensors(const Checkpoint& ck, const ModelConfig& model, const std::string& what);
 
 }  // namespace dcpctl

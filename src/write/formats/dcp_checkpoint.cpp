@@ -34,12 +34,13 @@ namespace {
 // their byte width (meta/quantized.h), so the checkpoint gets a config.json beside .metadata, the
 // source's (found as the quantize view found it) with the quantization_config the view wrote
 // (view/quantize.h): dequantizing it later, or exporting it as an HF folder, reads the same codec.
-DcpAdditions quantized_config_file(const WriteJob& job, const std::string& assets) {
+DcpAdditions quantized_config_file(const WriteJob& job) {
   DcpAdditions add;
   const Checkpoint& ck = job.request.ck;
   if (!ck.derived || !ck.derived->output.quantization_config) return add;
-  const MapConfig config = checkpoint_config(ck, assets);
-  const std::string text = config.json.is_null() ? "{}" : read_text(config.path);
+  const ModelConfig& model = job.request.model.config();
+  const MapConfig config = model.saved(ck);
+  const std::string text = config.json.is_null() ? "{}" : model.file(config.path)->text;
   add.files.push_back({"config.json", quantized_config(text, *ck.derived->output.quantization_config)});
   return add;
 }
@@ -230,7 +231,7 @@ Format dcp_row() {
     return PartBuffers{2 * at_once, at_once};
   };
   f.reshard_writer = [](const ReshardOptions& o) {
-    return dcp_writer(o, [assets = o.map_assets](const WriteJob& job) { return quantized_config_file(job, assets); });
+    return dcp_writer(o, [](const WriteJob& job) { return quantized_config_file(job); });
   };
   return f;
 }

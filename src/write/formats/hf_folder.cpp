@@ -32,7 +32,7 @@ class HfFolder final : public SafetensorsFiles {
   // Rank 0: the assets (an --assets folder that is not there is refused here).
   void check(const WriteRequest& request) override {
     SafetensorsFiles::check(request);
-    if (o_.copy_assets) assets_ = find_assets(request.ck, o_.assets_from);
+    if (o_.copy_assets) assets_ = find_assets(request.ck, o_.assets_from, &request.model.config());
     wants_config_ = o_.copy_assets;
   }
 
