@@ -26,7 +26,10 @@
 //             above the checkpoint (any name); one without num_attention_heads and hidden_size (or
 //             not JSON) is passed over. (torchtune --lora: q/k lora_B's RoPE rows, meta/lora_torchtune.h)
 //   The copied config.json (write/assets.h's find_assets): 2 alone when given, else 3, 4 (only for
-//   HF's consolidated layout), 5; found by the asset listing, its text read here (file()).
+//   HF's consolidated layout), 5; found by the asset listing, its text read here (file()). When one
+//   is found and --config was given, --config's is written in its place: the weights were shaped by
+//   its parameters, and a config.json that disagrees with them would not load (--assets still gives
+//   the tokenizer and the rest).
 #pragma once
 
 #include <map>
@@ -56,6 +59,8 @@ class ModelConfig {
   // `config`: --config FILE; `assets`: --assets DIR. Nothing is read until a rule asks.
   ModelConfig(std::string config, std::string assets) : config_(std::move(config)), assets_(std::move(assets)) {}
 
+  // --config FILE as given ("" without one).
+  const std::string& given() const { return config_; }
   // The file at `path`, read once for the command: null when there is none (no such file, a folder).
   std::shared_ptr<const ConfigFile> file(const std::string& path) const;
 
