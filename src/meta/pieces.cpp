@@ -243,10 +243,6 @@ Box shifted(Box b, const std::vector<int64_t>& by, int sign) {
   return b;
 }
 
-// The pieces of region `s` of saved tensor `t` (its coordinates), which lands at `d` of the output
-// (the output's coordinates; `s` and `d` hold the same elements in the same order, with a unit
-// dimension `drop` of `s` or `add` of `d` the other lacks, `units` of them from there), inside
-// target box `target`.
 // Whether chunk `c` of `t` meets box `s` (what intersect of its chunk_box and `s` says), asked
 // without making the chunk's box: a part of a stack of 384 experts is asked of every one of the
 // stack's chunks (2,048 of them under EP x FSDP), for each of its 384 outputs.
@@ -260,6 +256,10 @@ bool chunk_meets(const TensorMeta& t, size_t c, const Box& s) {
   return true;
 }
 
+// The pieces of region `s` of saved tensor `t` (its coordinates), which lands at `d` of the output
+// (the output's coordinates; `s` and `d` hold the same elements in the same order, with a unit
+// dimension `drop` of `s` or `add` of `d` the other lacks, `units` of them from there), inside
+// target box `target`.
 void region_pieces(const TensorMeta& t, const Box& s, const Box& d, int drop, int add, int units, const Box& target, size_t item,
                    std::vector<Piece>& out) {
   // The big frame: the one with a dimension more, else the saved tensor's. shift takes a box of
