@@ -125,10 +125,28 @@ struct Encoded {
   }
 };
 
-class EncodedWeight final : public DerivedTensor {
+// What a weight's encoded bytes and its scales share as derived tensors: the weight they follow,
+// what one read of a chunk holds (Encoded::need: the same rows make both), what it reads.
+class EncodedPart : public DerivedTensor {
  public:
-  explicit EncodedWeight(std::shared_ptr<const Encoded> e, std::string name) : e_(std::move(e)), name_(std::move(name)) {}
+  EncodedPart(std::shared_ptr<const Encoded> e, std::string name) : e_(std::move(e)), name_(std::move(name)) {}
   const TensorMeta& follows() const override { return e_->w; }
+  uint64_t working_bytes(size_t chunk) const override { return e_->need(chunk); }
+  std::vector<const TensorMeta*> inputs() const override {
+    std::vector<const TensorMeta*> in{&e_->w};
+    if (e_->global)
+      for (const TensorMeta* t : e_->global->inputs()) in.push_back(t);
+    return in;
+  }
+
+ protected:
+  std::shared_ptr<const Encoded> e_;
+  std::string name_;
+};
+
+class EncodedWeight final : public EncodedPart {
+ public:
+  using EncodedPart::EncodedPart;
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     read_part(Where("", std::nullopt, name_), "chunk " + std::to_string(chunk), e_->weight_bytes(chunk), from, n, dst,
               [&](uint8_t* out) {
@@ -137,40 +155,17 @@ class EncodedWeight final : public DerivedTensor {
                 e_->cache->put(chunk, std::move(s));
               });
   }
-  uint64_t working_bytes(size_t chunk) const override { return e_->need(chunk); }
-  std::vector<const TensorMeta*> inputs() const override {
-    std::vector<const TensorMeta*> in{&e_->w};
-    if (e_->global)
-      for (const TensorMeta* t : e_->global->inputs()) in.push_back(t);
-    return in;
-  }
-
- private:
-  std::shared_ptr<const Encoded> e_;
-  std::string name_;
 };
 
-class EncodedScale final : public DerivedTensor {
+class EncodedScale final : public EncodedPart {
  public:
-  explicit EncodedScale(std::shared_ptr<const Encoded> e, std::string name) : e_(std::move(e)), name_(std::move(name)) {}
-  const TensorMeta& follows() const override { return e_->w; }
+  using EncodedPart::EncodedPart;
   void read(const TensorReads& below, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
     const uint64_t bytes = e_->scale_bytes(chunk);
     read_part(Where("", std::nullopt, name_), "chunk " + std::to_string(chunk), bytes, from, n, dst, [&](uint8_t* out) {
       if (!e_->cache->take(chunk, out, bytes)) e_->compute(below, chunk, nullptr, out);
     });
   }
-  uint64_t working_bytes(size_t chunk) const override { return e_->need(chunk); }
-  std::vector<const TensorMeta*> inputs() const override {
-    std::vector<const TensorMeta*> in{&e_->w};
-    if (e_->global)
-      for (const TensorMeta* t : e_->global->inputs()) in.push_back(t);
-    return in;
-  }
-
- private:
-  std::shared_ptr<const Encoded> e_;
-  std::string name_;
 };
 
 class EncodedGlobal final : public DerivedTensor {
