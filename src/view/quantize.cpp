@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "util/error.h"
@@ -23,6 +24,15 @@ const json& language_config(const json& config) {
   static const json none = json::object();
   if (!config.is_object()) return none;
   return config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+}
+
+void list_tied_head(const json& config, bool saved_head, json& modules) {
+  const auto tied = [](const json& j) {
+    return j.is_object() && j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == true;
+  };
+  if ((tied(language_config(config)) || tied(config)) && !saved_head &&
+      std::find(modules.begin(), modules.end(), "lm_head") == modules.end())
+    modules.push_back("lm_head");
 }
 
 std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq) {

@@ -61,6 +61,11 @@ std::string fp8_kept_reason(const std::string& key, const QuantizeRequest& rq);
 // The language model's part of config.json: its `text_config` where it has one (a multimodal
 // release), else the config itself; an empty object when there is no config.
 const nlohmann::json& language_config(const nlohmann::json& config);
+// A model that ties its head to the embeddings saves no lm_head.weight, and transformers still makes
+// lm_head a Linear the quantizer would target: "lm_head" is added to `modules` (a codec's JSON list
+// of the modules kept or ignored), once, when config.json (or its text_config) says
+// tie_word_embeddings and `saved_head` is false.
+void list_tied_head(const nlohmann::json& config, bool saved_head, nlohmann::json& modules);
 
 // The checkpoint with its Linear weights quantized by the codec whose --quantize word is
 // rq.scheme. Its table's view "quantized" says {"scheme", "block", "weights": n, "kept": [{"key",

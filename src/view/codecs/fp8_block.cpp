@@ -519,15 +519,8 @@ Checkpoint fp8_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   }
   view.md.tensors = std::move(out);
   view.md.order = std::move(order);
-  // A model that ties its head to the embeddings saves no lm_head.weight, and transformers would
-  // still make lm_head an FP8Linear: it is named as kept (the releases list it).
-  const json& c = language_config(rq.config);
-  const auto tied = [](const json& j) {
-    return j.is_object() && j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == true;
-  };
-  if ((tied(c) || tied(rq.config)) && !by_name.count("lm_head.weight") &&
-      std::find(not_convert.begin(), not_convert.end(), "lm_head") == not_convert.end())
-    not_convert.push_back("lm_head");
+  // A tied head: transformers would still make lm_head an FP8Linear (the releases list it as kept).
+  list_tied_head(rq.config, by_name.count("lm_head.weight") != 0, not_convert);
   return quantized_result(std::move(view), std::move(table), rq.scheme, rq.block, quantized, std::move(kept),
                           codec.written_config(row, rq.block, not_convert), std::move(keep_dtype));
 }

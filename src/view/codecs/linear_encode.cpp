@@ -345,15 +345,8 @@ Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const
   }
   view.md.tensors = std::move(out);
   view.md.order = std::move(order);
-  // A model that ties its head to the embeddings saves no lm_head.weight; transformers still makes
-  // lm_head a Linear, which compressed-tensors would target: it is named as kept.
-  const json& c = language_config(rq.config);
-  const auto tied = [](const json& j) {
-    return j.is_object() && j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == true;
-  };
-  if ((tied(c) || tied(rq.config)) && !by_name.count("lm_head.weight") &&
-      std::find(ignore.begin(), ignore.end(), "lm_head") == ignore.end())
-    ignore.push_back("lm_head");
+  // A tied head: compressed-tensors would target transformers' lm_head Linear, so it is ignored.
+  list_tied_head(rq.config, by_name.count("lm_head.weight") != 0, ignore);
   const int64_t block[2] = {enc.band, enc.block_cols};
   return quantized_result(std::move(view), std::move(table), rq.scheme, block, quantized, std::move(kept),
                           codec.written_config(codec.written_row(), block, ignore), std::move(keep_dtype), codec.quant_method);
