@@ -41,6 +41,24 @@ WrittenDigests& written_digests() {
   return r;
 }
 
+// The written file, opened only when some of it is read back (an object: only then is a request
+// made, its listing, taken before it was written, forgotten first).
+class ReadBack {
+ public:
+  explicit ReadBack(const std::string& path) : path_(path) {}
+  const ReadFile& operator()() {
+    if (!file_) {
+      if (is_remote(path_)) forget_listings();
+      file_.emplace(path_);
+    }
+    return *file_;
+  }
+
+ private:
+  const std::string& path_;
+  std::optional<ReadFile> file_;
+};
+
 }  // namespace
 
 WriteHash::WriteHash(std::string temp_path, std::string final_path)
@@ -108,14 +126,7 @@ void WriteHash::crc_wrote(const uint8_t* data, uint64_t n, uint64_t offset) {
 
 FileDigest WriteHash::crc_finish(const std::string& path, std::optional<uint64_t> known_size) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::optional<ReadFile> file;
-  auto f = [&]() -> const ReadFile& {
-    if (!file) {
-      if (is_remote(path)) forget_listings();  // listed before it was written
-      file.emplace(path);
-    }
-    return *file;
-  };
+  ReadBack f(path);
   const uint64_t size = known_size ? *known_size : f().size();
   std::sort(crcs_.begin(), crcs_.end(), [](const CrcPiece& a, const CrcPiece& b) { return a.at < b.at; });
   uint64_t end = 0;
@@ -322,15 +333,7 @@ FileDigest WriteHash::finish(const std::string& path, std::optional<uint64_t> kn
   if (crc_) return crc_finish(path, known_size);
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return !hashing_; });
-  // The file is opened only to read some of it back (an object: only then is a request made).
-  std::optional<ReadFile> file;
-  auto f = [&]() -> const ReadFile& {
-    if (!file) {
-      if (is_remote(path)) forget_listings();  // listed before it was written
-      file.emplace(path);
-    }
-    return *file;
-  };
+  ReadBack f(path);
   const uint64_t size = known_size ? *known_size : f().size();
   // A kept piece that overlaps the prefix or the piece before it was written twice (two writes
   // that raced past the check in wrote()).
