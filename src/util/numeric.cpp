@@ -7,17 +7,6 @@
 namespace dcpctl {
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 std::string fmt_double(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
@@ -42,11 +31,11 @@ std::string fmt_float(float v) {
 
 }  // namespace
 
-float bf16_to_f32(uint16_t h) { return from_bits(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
 uint16_t f32_to_bf16(float f) {
   if (std::isnan(f)) return 0x7FC0;  // c10::BFloat16; casts pick torch's kernel NaNs (store_nan)
-  uint32_t u = bits(f);
+  uint32_t u = f32_bits(f);
   uint32_t bias = ((u >> 16) & 1) + 0x7FFF;
   return static_cast<uint16_t>((u + bias) >> 16);
 }
@@ -57,27 +46,27 @@ float f16_to_f32(uint16_t h) {
   const uint32_t sign = w & 0x80000000u;
   const uint32_t two_w = w + w;
   const uint32_t exp_offset = 0xE0u << 23;
-  const float exp_scale = from_bits(0x7800000u);
-  const float normalized = from_bits((two_w >> 4) + exp_offset) * exp_scale;
+  const float exp_scale = bits_f32(0x7800000u);
+  const float normalized = bits_f32((two_w >> 4) + exp_offset) * exp_scale;
   const uint32_t magic_mask = 126u << 23;
   const float magic_bias = 0.5f;
-  const float denormalized = from_bits((two_w >> 17) | magic_mask) - magic_bias;
+  const float denormalized = bits_f32((two_w >> 17) | magic_mask) - magic_bias;
   const uint32_t denormalized_cutoff = 1u << 27;
-  const uint32_t result = sign | (two_w < denormalized_cutoff ? bits(denormalized) : bits(normalized));
-  return from_bits(result);
+  const uint32_t result = sign | (two_w < denormalized_cutoff ? f32_bits(denormalized) : f32_bits(normalized));
+  return bits_f32(result);
 }
 
 uint16_t f32_to_f16(float f) {
-  const float scale_to_inf = from_bits(239u << 23);
-  const float scale_to_zero = from_bits(17u << 23);
+  const float scale_to_inf = bits_f32(239u << 23);
+  const float scale_to_zero = bits_f32(17u << 23);
   float base = (std::fabs(f) * scale_to_inf) * scale_to_zero;
-  const uint32_t w = bits(f);
+  const uint32_t w = f32_bits(f);
   const uint32_t shl1_w = w + w;
   const uint32_t sign = w & 0x80000000u;
   uint32_t bias = shl1_w & 0xFF000000u;
   if (bias < 0x71000000u) bias = 0x71000000u;
-  base = from_bits((bias >> 1) + 0x07800000u) + base;
-  const uint32_t b = bits(base);
+  base = bits_f32((bias >> 1) + 0x07800000u) + base;
+  const uint32_t b = f32_bits(base);
   const uint32_t exp_bits = (b >> 13) & 0x00007C00u;
   const uint32_t mantissa_bits = b & 0x00000FFFu;
   const uint32_t nonsign = exp_bits + mantissa_bits;
@@ -96,20 +85,20 @@ float e4m3fn_to_f32(uint8_t x) {
   uint32_t result = sign | ((((nonsign << renorm_shift >> 4) + ((0x78 - renorm_shift) << 23)) |
                              static_cast<uint32_t>(inf_nan_mask)) &
                             ~static_cast<uint32_t>(zero_mask));
-  return from_bits(result);
+  return bits_f32(result);
 }
 
 uint8_t f32_to_e4m3fn(float f) {
   constexpr uint32_t fp8_max = 1087u << 20;
   constexpr uint32_t denorm_mask = 141u << 23;
-  uint32_t f_bits = bits(f);
+  uint32_t f_bits = f32_bits(f);
   uint8_t result = 0;
   const uint32_t sign = f_bits & 0x80000000u;
   f_bits ^= sign;
   if (f_bits >= fp8_max) {
     result = f_bits > 0x7F800000u ? 0x7f : 0x7e;
   } else if (f_bits < (121u << 23)) {
-    f_bits = bits(from_bits(f_bits) + from_bits(denorm_mask));
+    f_bits = f32_bits(bits_f32(f_bits) + bits_f32(denorm_mask));
     result = static_cast<uint8_t>(f_bits - denorm_mask);
   } else {
     uint8_t mant_odd = (f_bits >> 20) & 1;
@@ -127,14 +116,14 @@ uint8_t f32_to_e5m2(float f) {
   constexpr uint32_t fp32_inf = 255u << 23;
   constexpr uint32_t fp8_max = 143u << 23;
   constexpr uint32_t denorm_mask = 134u << 23;
-  uint32_t f_bits = bits(f);
+  uint32_t f_bits = f32_bits(f);
   uint8_t result = 0;
   const uint32_t sign = f_bits & 0x80000000u;
   f_bits ^= sign;
   if (f_bits >= fp8_max) {
     result = f_bits > fp32_inf ? 0x7F : 0x7C;
   } else if (f_bits < (113u << 23)) {
-    f_bits = bits(from_bits(f_bits) + from_bits(denorm_mask));
+    f_bits = f32_bits(bits_f32(f_bits) + bits_f32(denorm_mask));
     result = static_cast<uint8_t>(f_bits - denorm_mask);
   } else {
     uint32_t mant_odd = (f_bits >> 21) & 1;
@@ -257,7 +246,7 @@ inline void store_elem(DType d, uint8_t* p, size_t i, double v) {
 inline bool store_nan(DType from, DType to, uint8_t* p, size_t i, double v) {
   if (!std::isnan(v)) return false;
   float f = static_cast<float>(v);
-  uint32_t b = bits(f);
+  uint32_t b = f32_bits(f);
   if (to == DType::BFloat16) {
     uint16_t h = from == DType::Float32 ? 0xFFFF : 0x7FC0;
     std::memcpy(p + 2 * i, &h, 2);

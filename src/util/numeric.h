@@ -7,11 +7,24 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "util/dtype.h"
 
 namespace dcpctl {
+
+// A float32's bits, and the float32 of given bits.
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);

@@ -194,17 +194,6 @@ constexpr float kFp8Max = 448.0f;  // torch.finfo(torch.float8_e4m3fn).max
 
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // f32_to_e4m3fn (util/numeric.h, c10's fp8e4m3fn_from_fp32_value) of a value clamped to [-448,
 // 448] (NaN kept), without a branch: both of its roundings (subnormal and normal) are computed
 // and one is selected, so a loop of these vectorises. Below 2^-6 the float add rounds the value to a

@@ -14,18 +14,6 @@ using namespace dcpctl;
 
 namespace {
 
-float f(uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
-
-uint32_t bits_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
-
 // cast_elements over float32 bit patterns, as consolidate --dtype does; T is the target's width.
 template <class T>
 std::vector<T> cast_bits(DType to, const std::vector<uint32_t>& in) {
@@ -50,10 +38,10 @@ TEST_CASE("fp32 -> bf16 rounds to nearest even, NaN as torch's CPU kernel writes
   CHECK(cast16(DType::BFloat16, kIn) == std::vector<uint16_t>{0xFFFF, 0xFFFF, 0xFFFF, 0x3F80, 0x3F82, 0x3F81, 0x4780, 0x4780,
                                                               0x3300, 0x3300, 0x7F80, 0x43E0, 0x43E8, 0x43F0});
   // The scalar conversion (c10::BFloat16) writes the canonical quiet NaN.
-  CHECK(f32_to_bf16(f(0x7FC00001)) == 0x7FC0);
+  CHECK(f32_to_bf16(bits_f32(0x7FC00001)) == 0x7FC0);
   CHECK(f32_to_bf16(-0.0f) == 0x8000);
-  CHECK(f32_to_bf16(f(0x7F7FFFFF)) == 0x7F80);  // FLT_MAX rounds up into inf
-  CHECK(bits_of(bf16_to_f32(0x3F82)) == 0x3F820000u);
+  CHECK(f32_to_bf16(bits_f32(0x7F7FFFFF)) == 0x7F80);  // FLT_MAX rounds up into inf
+  CHECK(f32_bits(bf16_to_f32(0x3F82)) == 0x3F820000u);
 }
 
 TEST_CASE("fp32 -> fp16 rounds to nearest even, overflows to inf, keeps NaN sign and payload") {
