@@ -720,7 +720,13 @@ def main() -> int:
         "mesh = init_device_mesh('cpu', (dist.get_world_size(),))\n"
         "m = {k: distribute_tensor(v, mesh, [Shard(1) if v.ndim == 2 and 'base_layer' in k else Replicate()]) for k, v in sd['model'].items()}\n"
         "dcp.save({'model': m}, checkpoint_id=sys.argv[2])\n"
-        "dist.destroy_process_group()\n")
+        "dist.barrier()\n"
+        "dist.destroy_process_group()\n"
+        # Past the save every rank has nothing left to do; the interpreter's own teardown once
+        # aborted a rank ('terminate called without an active exception', a gloo thread not
+        # joined: clean-clone CI), so a rank leaves at once.
+        "sys.stdout.flush(); sys.stderr.flush()\n"
+        "import os; os._exit(0)\n")
     rcs, outs = launch_ranks(lambda r: [sys.executable, "-c", worker, do / "ckpt", tp], 3)
     if check(all(rc == 0 for rc in rcs), f"peft_dora: torch saves the base split along dim 1 on 3 ranks: {ranks_text(rcs, outs)}"):
         r = dcpctl("inspect", tp, "--json")
