@@ -1,8 +1,8 @@
-// dcpctl maps: the built-in key maps (meta/keymap.h) that --map takes by name.
+// dcpctl maps: the built-in key maps (view/keymap.h) that --map takes by name.
 #include <iostream>
 
 #include "cmd/subcommands.h"
-#include "meta/keymap.h"
+#include "view/keymap.h"
 
 namespace dcpctl::cli {
 

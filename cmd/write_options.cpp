@@ -36,7 +36,7 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.manifest = *algorithm_named(c.manifest);  // checked by CLI11 (add_io_option)
   w.map = c.map;
   w.map_config = c.config;
-  // --config is the model's config.json (meta/model_config.h): a key map's parameters, and a
+  // --config is the model's config.json (view/model_config.h): a key map's parameters, and a
   // torchtune adapter's attention heads (--lora).
   if (!c.config.empty() && c.map.empty() && !lora)
     throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");

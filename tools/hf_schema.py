@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/meta/hf_schema.json: what transformers' save_pretrained puts on disk, per model type.
+"""Writes src/check/hf_schema.json: what transformers' save_pretrained puts on disk, per model type.
 
 For every model type in transformers' CONFIG_MAPPING_NAMES, the model class a Hugging Face folder of
 that type names first (the first of the causal-LM, seq2seq-LM, image-text-to-text, multimodal-LM,
@@ -43,7 +43,7 @@ the dtype the parameter was created in when it is not the target (a float32 buff
 
 Regenerate (one command; the project's virtualenv pins transformers==5.23.0, torch==2.15.0):
 
-    .venv/bin/python tools/hf_schema.py > src/meta/hf_schema.json
+    .venv/bin/python tools/hf_schema.py > src/check/hf_schema.json
 
 It runs the model types in 2 worker processes (-j N to change); runtime and size are in
 docs/architecture.md.

@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "compare/diff.h"
-#include "meta/hf_checks.h"
-#include "meta/keymap_terms.h"
-#include "meta/model_config.h"
-#include "meta/quantized.h"
+#include "check/hf_checks.h"
+#include "view/keymap_terms.h"
+#include "view/model_config.h"
+#include "view/quantized.h"
 #include "view/dequantize.h"
+#include "view/derived.h"
 
 namespace dcpctl {
 

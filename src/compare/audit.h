@@ -18,7 +18,7 @@
 //                    e.g. a buffer the export's convention keeps and the source's has no tensor for);
 //   left_out         keys outside the model (optimizer, rng, schedulers, trainer state);
 //   excluded         keys --exclude left out on purpose;
-//   config           the export's config.json against its tensors (meta/hf_config_checks.h): the
+//   config           the export's config.json against its tensors (check/hf_config_checks.h): the
 //                    checks that ran, and their problems;
 //   unexplained      everything else: a model key the export lacks, a key the export has and the
 //                    source does not make, a shape or dtype no rule explains, a value beyond its

@@ -2,7 +2,7 @@
 
 #include "item/torch_file.h"
 #include "pickle/repr.h"
-#include "meta/derived.h"
+#include "view/derived.h"
 #include "meta/geometry.h"
 #include "view/model.h"
 

@@ -10,7 +10,7 @@
 
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
-#include "meta/keymap.h"
+#include "view/keymap.h"
 #include "meta/select.h"
 
 namespace dcpctl {
@@ -42,7 +42,7 @@ std::vector<SelectedItem> input_items(const Input& in, const Selection& selectio
 void expect_reads(Input& in, const std::vector<const SelectedItem*>& items);
 // The tensor an item of input_items names (a key map's output: the map's meta of it).
 const TensorMeta& input_tensor(const Input& in, const SelectedItem& item);
-// The key map's output named `fqn` (meta/derived.h's DerivedTable::parts), or null.
+// The key map's output named `fqn` (view/derived.h's DerivedTable::parts), or null.
 const MappedTensor* mapped_tensor(const Input& in, const std::string& fqn);
 
 // Throws FormatError naming the tensor when its chunks do not tile it exactly (a hole or an

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "meta/derived.h"
+#include "view/derived.h"
 #include "meta/pieces.h"
 
 namespace dcpctl {

@@ -25,10 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "meta/derived.h"
 #include "meta/metadata.h"
 
 namespace dcpctl {
+
+struct DerivedTable;  // view/derived.h
 
 enum class CheckpointLayout {
   Dcp,                  // .metadata + torch.save items
@@ -78,7 +79,7 @@ struct Checkpoint {
     std::string key, record;
   };
   std::vector<RecordCrc> record_crcs;
-  // The tensors views derived (meta/derived.h: dequantized, merged): how each is read, and what
+  // The tensors views derived (view/derived.h: dequantized, merged): how each is read, and what
   // the views said. Null for a checkpoint as opened: every tensor is saved.
   std::shared_ptr<const DerivedTable> derived;
   uint64_t data_bytes() const;      // total size of the data files present

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "meta/keymap.h"
 #include "util/dtype.h"
 
 namespace dcpctl {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "meta/metadata.h"
@@ -49,7 +50,7 @@ void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, co
 // lands at its transposed place. At least 2 dimensions.
 void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
 
-// A piece of a key map's output (meta/keymap.h) that is not a run: its region, its chunk's box and
+// A piece of a key map's output (view/keymap.h) that is not a run: its region, its chunk's box and
 // the target box, all in one frame (the saved tensor's, or the output's when it has a dimension
 // more), for copy_box. `transpose`: the box's bytes hold its last two dims swapped (a key map's
 // transposed part): the three boxes are in the saved tensor's frame, copy_box_transposed places it.
@@ -81,12 +82,40 @@ struct Piece {
 // where they land when every piece is a run (else in chunk order). `t` must have a known dtype.
 std::vector<Piece> plan_pieces(const TensorMeta& t, const Box& target);
 
-// The pieces box `target` of a key map's output `mt` is made of (meta/keymap.h): per part that
+// One part of an output tensor: box `from` of saved tensor `tensor`, placed at `to` in the output.
+// `drop`: dimension of `from` (of size 1) that the output lacks (an expert taken out of a stack);
+// `add`: dimension of the output (of size 1 in this part) that the saved tensor lacks (an expert
+// stacked); `units` of them, consecutive from there (a part of a stack over two axes, Megatron's
+// experts [L, E, ...]: two). `rows`: a dim-0 permutation: the part's output row i comes from its saved row rows[i]
+// (relative to the box); null: in order. `transpose`: the part lands with its last two dims
+// swapped (its output region is `to` + `from.sizes` with the last two swapped; no drop, add or rows).
+struct MapPart {
+  uint32_t tensor = 0;  // index into Metadata::tensors
+  Box from;
+  std::vector<int64_t> to;
+  int drop = -1, add = -1;
+  int units = 1;
+  std::shared_ptr<const std::vector<int64_t>> rows;
+  bool transpose = false;
+};
+
+// An output tensor of a mapped write: its key, and a synthetic TensorMeta (fqn = key, shape,
+// dtype; no chunks: its bytes are the parts').
+struct MappedTensor {
+  TensorMeta meta;
+  std::vector<MapPart> parts;
+  size_t rule = 0;
+  std::vector<std::string> inputs;  // the input keys it is made of
+  // What the rule does to them, for --dry-run: "rename", "rope", "split", "join", "unstack",
+  // "stack" (and "rope" beside the latter where a part's rows are reordered, "transpose" where
+  // the last two dims are swapped; "copy" for a tied tensor made from another input).
+  std::vector<std::string> transforms;
+};
+
+// The pieces box `target` of a key map's output `mt` is made of (view/keymap.h): per part that
 // meets the box, per row of a part whose rows are reordered, the pieces of the saved chunks
 // there. A piece is a run when its region is contiguous both in its chunk and in the box (then
 // from/to/bytes place it); otherwise it carries its frames. In part order, then chunk order.
-struct MappedTensor;
-struct Metadata;
 std::vector<Piece> plan_mapped_pieces(const Metadata& md, const MappedTensor& mt, const Box& target);
 
 // The byte offset of region `in` in the dense bytes of box `b` (which holds it), when the region

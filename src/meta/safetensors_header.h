@@ -50,7 +50,7 @@ struct SafetensorsHeader {
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
 // The header's JSON decoded as written: the one parser of the reader (below) and the audit
-// (meta/safetensors_audit.h), which then judge the entries each its own way.
+// (check/safetensors_audit.h), which then judge the entries each its own way.
 struct SafetensorsEntries {
   std::vector<SafetensorsTensorInfo> tensors;   // in header order; `dtype` not resolved
   std::map<std::string, std::string> metadata;  // __metadata__ (string values only)

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "meta/geometry.h"
-#include "meta/lora.h"
+#include "view/lora_adapters.h"
 #include "meta/shared_records.h"
 
 namespace dcpctl {

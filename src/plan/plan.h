@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
-#include "meta/keymap.h"
+#include "view/keymap.h"
 #include "plan/checks.h"
 #include "meta/pieces.h"
 #include "meta/select.h"

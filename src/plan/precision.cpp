@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "meta/checkpoint.h"
-#include "meta/hf_schema.h"
-#include "meta/keymap_terms.h"
+#include "check/hf_schema.h"
+#include "view/keymap_terms.h"
 #include "store/file.h"
 #include "util/error.h"
 

@@ -2,7 +2,7 @@
 // are cast, and why. A tensor is kept when
 //
 //   - `--keep-dtype GLOB` matches its output key (a shell glob, fnmatch as --include; any --dtype);
-//   - the model schema says so (meta/hf_schema.h): config.json's model is in the schema and the
+//   - the model schema says so (check/hf_schema.h): config.json's model is in the schema and the
 //     output key is one of its on-disk keys; then the schema alone decides, as transformers would
 //     leave the tensor loading the folder in bf16 (fp16 for fp16 and fp8), after its load-time
 //     renames (hy_v3's `mlp.expert_bias`, T5's `wo` in fp16, float32 buffers); a key the schema
@@ -38,7 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "meta/keymap.h"
+#include "view/keymap.h"
 #include "util/dtype.h"
 
 namespace dcpctl {
@@ -93,7 +93,7 @@ class PrecisionPolicy {
   std::vector<std::string> model_types_, keep_globs_;
   std::string config_path_;
   bool cast_all_ = false;
-  const ModelSchema* schema_ = nullptr;  // the config's model in the model schema (meta/hf_schema.h)
+  const ModelSchema* schema_ = nullptr;  // the config's model in the model schema (check/hf_schema.h)
   bool schema_fp16_ = false;             // its float16 column (fp16, fp8), else bfloat16's
 };
 

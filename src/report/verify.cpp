@@ -13,7 +13,7 @@
 #include "meta/shared_records.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
-#include "meta/hf_checks.h"
+#include "check/hf_checks.h"
 #include "meta/manifest.h"
 #include "util/crc32.h"
 #include "plan/memory.h"

@@ -24,9 +24,9 @@
 // manifest-invalid, manifest-tensor-mismatch (--checksum; meta/manifest.h). Warnings add
 // integrity-unlisted.
 // A Hugging Face folder or .safetensors file (layouts hf-safetensors, hf-dcp-shards) is checked by
-// check_hf_folder (meta/hf_checks.h), whose codes join these (header-invalid, duplicate-key,
+// check_hf_folder (check/hf_checks.h), whose codes join these (header-invalid, duplicate-key,
 // size-mismatch, offsets-gap, key-in-several-files, index-total-size, the config's, the model
-// schema's schema-key-unexpected, schema-key-missing, schema-shape-mismatch (meta/hf_schema.h),
+// schema's schema-key-unexpected, schema-key-missing, schema-shape-mismatch (check/hf_schema.h),
 // sidecar-missing; warnings mtp-layers-absent, tie-not-compared; the note schema-not-checked), and
 // the report gains "hf": {"config", "index", "files_audited", "sidecars", "config_checks", "schema"}.
 #pragma once
@@ -35,7 +35,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "meta/hf_checks.h"
+#include "check/hf_checks.h"
 
 namespace dcpctl {
 
@@ -59,7 +59,7 @@ struct VerifyOptions {
   // 237 MB to 16 GB (2.4 GB: --deep 0.71 s against 0.86 s, --checksum 0.89 s against 1.17 s).
   enum class Io { Buffered, Direct };
   Io io = Io::Direct;
-  // A Hugging Face folder or .safetensors file: what check_hf_folder asks of it (meta/hf_checks.h).
+  // A Hugging Face folder or .safetensors file: what check_hf_folder asks of it (check/hf_checks.h).
   HfCheckOptions hf;
 };
 

@@ -3,10 +3,10 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "meta/codecs/unexplained.h"
-#include "meta/derived.h"
-#include "meta/keymap.h"
-#include "meta/quantized.h"
+#include "view/unexplained.h"
+#include "view/derived.h"
+#include "view/keymap.h"
+#include "view/quantized.h"
 #include "util/error.h"
 #include "view/codecs/codecs.h"
 

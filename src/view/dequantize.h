@@ -14,14 +14,14 @@
 #include <string>
 
 #include "meta/checkpoint.h"
-#include "meta/model_config.h"
+#include "view/model_config.h"
 
 namespace dcpctl {
 
 // The checkpoint as its dequantized weights when it has scaled fp8 or MXFP4 weights and `cast`
 // asks for a dtype that is not float8; nullopt when there is nothing to dequantize or no cast. The
 // block size is config.json's quantization_config.weight_block_size (the model's config.json,
-// meta/model_config.h's saved()), else 128 x 128 as torch's reader assumes. Its table's view
+// view/model_config.h's saved()), else 128 x 128 as torch's reader assumes. Its table's view
 // "dequantized" says {"weights": n (fp8), "block": [b0, b1] or null, "config": path|null,
 // "ignored_scales": [...], "mxfp4": n}.
 // FormatError (exit 3), naming the scale: a scale whose shape is not the weight's blocks; MXFP4

@@ -46,7 +46,7 @@ void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, co
 // The dtype PEFT's delta is in: lora_B's when it is bfloat16 or float16, else float32.
 DType lora_delta_dtype(DType b_dtype);
 
-// A 3-D ParamWrapper's merge (PEFT 0.21 target_parameters on fused MoE experts, meta/lora.h): box
+// A 3-D ParamWrapper's merge (PEFT 0.21 target_parameters on fused MoE experts, view/lora_adapters.h): box
 // `box` [e, o, i] of a base [E, out, in] (`transposed`: [E, in, out]) gets, for each expert e in it,
 // add_lora_delta of A_e = rows e·rank … of A [rank·E, a_cols] and B_e[o][k] = B[o][k·E + e] of B
 // [b_rows, rank·E]: PEFT's einsum("o r e, e r i -> e o i") · scaling, each expert's product summed

@@ -8,8 +8,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "meta/derived.h"
-#include "meta/lora_torchtune.h"
+#include "view/derived.h"
+#include "view/lora_torchtune.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
@@ -156,7 +156,7 @@ class LoraMergedWeight final : public DerivedTensor {
 };
 
 // torchtune's lora_B of q_proj / k_proj as PEFT's (tune_to_peft_adapter_weights): its rows permuted
-// back to HF's RoPE order (meta/lora_torchtune.h), read whole.
+// back to HF's RoPE order (view/lora_torchtune.h), read whole.
 class LoraPermutedRows final : public DerivedTensor {
  public:
   LoraPermutedRows(std::string path, TensorMeta t, std::vector<int64_t> rows)
@@ -386,7 +386,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   std::unordered_map<size_t, const LoraLayer*> merged_at;       // base tensor -> its adapter
   std::unordered_map<size_t, const LoraLayer*> merged_bias_at;  // base bias -> its adapter (lora_bias)
   // torchtune's adapter as its HF checkpointer converts it: PEFT's keys in the HF model's names, and
-  // lora_B of q_proj / k_proj with its rows in HF's RoPE order (meta/lora_torchtune.h).
+  // lora_B of q_proj / k_proj with its rows in HF's RoPE order (view/lora_torchtune.h).
   std::unordered_map<size_t, std::string> tune_names;
   std::unordered_map<size_t, std::vector<int64_t>> tune_rows;
   if (tune && !merge) {

@@ -1,4 +1,4 @@
-// MoE experts adapted by PEFT's target_parameters (meta/lora.h: one ParamWrapper on a fused
+// MoE experts adapted by PEFT's target_parameters (view/lora_adapters.h: one ParamWrapper on a fused
 // [E, out, in] stack, lora_A [r·E, in], lora_B [out, r·E]) written one expert at a time
 // (--lora-layout per-expert), for the LoRA view (view/lora.h):
 //   the adapter as vLLM loads MoE LoRA (vllm/lora/model_manager.py, its 2-D layout): per expert E,
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "meta/derived.h"
+#include "view/derived.h"
 #include "meta/metadata.h"
 
 namespace dcpctl {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "item/chunk_source.h"
-#include "meta/derived.h"
+#include "view/derived.h"
 #include "meta/geometry.h"
 #include "meta/pieces.h"
 #include "util/error.h"

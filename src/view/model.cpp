@@ -5,8 +5,8 @@
 #include "view/map_view.h"
 #include "view/quantize.h"
 #include "item/item_reader.h"
-#include "meta/codecs/unexplained.h"
-#include "meta/quantized.h"
+#include "view/unexplained.h"
+#include "view/quantized.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -34,7 +34,7 @@ bool all_zeros(const ItemReader& reader, const TensorMeta& t) {
   return true;
 }
 
-// A map's rule that drops a tensor only when it holds nothing (meta/keymap.h's drop_when_zeros):
+// A map's rule that drops a tensor only when it holds nothing (view/keymap.h's drop_when_zeros):
 // read it; a non-zero one would change the model the output claims to be (a router's bias moves
 // which experts a token goes to), so it is refused, exit 5, unless --exclude leaves it out.
 void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {

@@ -3,17 +3,17 @@
 //   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
 //   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/dequantize.h)
 //   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora.h)
-//   map          --map: the key map's tensors, parts of the tensors above (meta/keymap.h), as a
+//   map          --map: the key map's tensors, parts of the tensors above (view/keymap.h), as a
 //                table (view/map_view.h); written, each is planned from its parts (plan/plan.h)
 //   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/quantize.h)
 //   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
 //
-// The model's config.json is found and read once, here (meta/model_config.h: --config, --assets,
+// The model's config.json is found and read once, here (view/model_config.h: --config, --assets,
 // beside the checkpoint, a sharded/ folder's parent, the trainer's folders, the adapter's base, in
 // one order with its named exceptions), kept on the Model; every view, check (the precision policy,
 // the HF folder's checks) and writer (the config.json copied beside the weights) asks it.
 //
-// Each view maps the table below it to a new one (meta/derived.h); what a view computes is a
+// Each view maps the table below it to a new one (view/derived.h); what a view computes is a
 // DerivedTensor the item reader hands its reads to, and the memory model charges (plan/memory.h).
 // consolidate, reshard, cast, diff and stats build their model here; inspect and verify read the
 // saved table (no view applies to them). A new view is a file in src/view/ and one step below.
@@ -26,9 +26,9 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
-#include "meta/keymap.h"
-#include "meta/lora.h"
-#include "meta/model_config.h"
+#include "view/keymap.h"
+#include "view/lora_adapters.h"
+#include "view/model_config.h"
 #include "meta/select.h"
 #include "view/quantize.h"
 #include "util/dtype.h"
@@ -53,7 +53,7 @@ class Model {
   // What is left to select in it: the request's selection, or none once the LoRA view or the
   // key map applied it.
   const Selection& selection() const { return selection_; }
-  // The model's config.json (meta/model_config.h), read once for every reader of this command.
+  // The model's config.json (view/model_config.h), read once for every reader of this command.
   const ModelConfig& config() const { return *config_; }
   // --map's key map as loaded (before its variant is chosen), for the precision policy's keep_dtype
   // rules; null without --map.
@@ -69,7 +69,7 @@ class Model {
 };
 
 // The views `rq` asks for over `ck` (which must outlive the model), in the order above. Throws what
-// each view refuses (view/dequantize.h, view/lora.h, meta/keymap.h's apply_key_map), and
+// each view refuses (view/dequantize.h, view/lora.h, view/keymap.h's apply_key_map), and
 // UnsupportedError (exit 5) for --map over MXFP4 weights no --dtype dequantized.
 Model build_model(const Checkpoint& ck, const ModelRequest& rq);
 

@@ -124,7 +124,7 @@ Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelCon
     for (const auto& dir : a.searched) look_in(dir, false, found, a.skipped);
   }
   for (auto& [name, asset] : found) {
-    // --config's config.json in place of the one found (meta/model_config.h): the weights follow it.
+    // --config's config.json in place of the one found (view/model_config.h): the weights follow it.
     if (model && name == "config.json" && !model->given().empty()) asset.source = model->given();
     if (model && name == "config.json") try {
         if (std::shared_ptr<const ConfigFile> f = model->file(asset.source)) asset.text = std::shared_ptr<const std::string>(f, &f->text);

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "meta/checkpoint.h"
-#include "meta/model_config.h"
+#include "view/model_config.h"
 #include "util/dtype.h"
 
 namespace dcpctl {
@@ -44,7 +44,7 @@ struct Asset {
   std::string name;    // in the output folder (the source's base name)
   std::string source;  // the path it is copied from
   uint64_t bytes = 0;
-  // config.json: its text as the model read it (meta/model_config.h), checked and copied from
+  // config.json: its text as the model read it (view/model_config.h), checked and copied from
   // there; null: read from `source` (another asset, or no model's config given to find_assets).
   std::shared_ptr<const std::string> text;
 };
@@ -69,7 +69,7 @@ Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelCon
 // Copies every asset to `path_of(name)`, each written under a temporary name and renamed (the
 // caller's folder is itself temporary: OutputDir). Throws IoError when a source vanished or
 // cannot be read. `edit_config`, when given, makes config.json's content from the source's (a
-// dequantized export's config: meta/quantized.h). Into object storage through `uploads`, the
+// dequantized export's config: view/quantized.h). Into object storage through `uploads`, the
 // job's session (store/upload.h).
 void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of,
                  const std::function<std::string(const std::string&)>& edit_config = nullptr,

@@ -47,7 +47,7 @@ class Group;
 ModelRequest model_request(const WriteOptions& o, const std::string& assets, const LoraRequest& lora);
 
 // --dtype's precision policy (plan/precision.h) for `ck`: --keep-dtype, --cast-all, the model's
-// config.json (the model's, meta/model_config.h's policy(): --config, --assets DIR's, else beside the
+// config.json (the model's, view/model_config.h's policy(): --config, --assets DIR's, else beside the
 // checkpoint), --map's (the model's, as loaded) and the built-in maps' keep_dtype rules. Keeps
 // nothing without --dtype.
 PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model);

@@ -58,7 +58,7 @@ struct WriteOptions {
   // default, SHA-256 where asked.
   ManifestAlgorithm manifest = ManifestAlgorithm::Crc32;
   uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
-  // --map NAME|FILE (meta/keymap.h): the outputs are the map's tensors; its parameters from
+  // --map NAME|FILE (view/keymap.h): the outputs are the map's tensors; its parameters from
   // --config FILE, else `map_assets` (consolidate's --assets DIR), else the checkpoint's config.json.
   std::string map, map_config, map_assets;
   // --quantize (view/quantize.h): scheme "" for none. Not with --map (build_model refuses it).

@@ -7,7 +7,7 @@
 //
 // The head is left out only when its bytes equal the embedding's (read in bounded windows, through
 // the key map where there is one); a head that differs stays, and the export's own check
-// (meta/hf_checks.h: tied-head-differs) refuses the folder, so nothing is lost in silence.
+// (check/hf_checks.h: tied-head-differs) refuses the folder, so nothing is lost in silence.
 #pragma once
 
 #include <optional>

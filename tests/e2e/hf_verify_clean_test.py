@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """No false alarms: `verify` of every Hugging Face folder and `.safetensors` file real writers
-put into tests/fixtures passes, with the HF checks of meta/hf_checks.h on.
+put into tests/fixtures passes, with the HF checks of check/hf_checks.h on.
 
     hf_verify_clean_test.py DCPCTL FIXTURES_DIR
 
@@ -11,7 +11,7 @@ run_torchtitan_hf's step-4, hf_transformers*/ckpt), and every `.safetensors` fil
 (torch's reference outputs, PEFT's adapters, dcpctl's expected exports): exit 0, no problem, and
 for a folder with a config.json, the config checks its tensors allow ran (`hf.config_checks`).
 The MTP warning is expected where transformers dropped the MTP layers (titan_deepseek_v3*/hf,
-hf_fp8_deepseek), and nowhere else. The model schema (meta/hf_schema.h) compares at least 15 of
+hf_fp8_deepseek), and nowhere else. The model schema (check/hf_schema.h) compares at least 15 of
 them; hf_fp8_block, a few tensors of a DeepSeek-V3 layer, is the one folder it refuses
 (schema-key-missing only). Standard-library Python only. Exit 0 pass, 1 failure.
 """

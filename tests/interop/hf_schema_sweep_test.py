@@ -3,7 +3,7 @@
 
     hf_schema_sweep_test.py DCPCTL sample|all [TYPE ...]
 
-For each model type (`sample`: the types below; `all`: every type of src/meta/hf_schema.json; or
+For each model type (`sample`: the types below; `all`: every type of src/check/hf_schema.json; or
 the TYPEs named), a tiny float32 model of the type's schema class (tools/hf_schema.py's
 tiny_config: the class defaults, sizes cut, 4 layers; seed 0) saved by transformers'
 save_pretrained is the source, and for each target dtype in bf16 and fp16:
@@ -78,7 +78,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    schema = json.loads((HERE.parent.parent / "src" / "meta" / "hf_schema.json").read_text())
+    schema = json.loads((HERE.parent.parent / "src" / "check" / "hf_schema.json").read_text())
     types = sys.argv[3:] or (SAMPLE if which == "sample" else sorted(schema["types"]))
     not_built: dict[str, str] = {}
     started = time.monotonic()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""verify and exports against the model schema (meta/hf_schema.h), on folders transformers saved.
+"""verify and exports against the model schema (check/hf_schema.h), on folders transformers saved.
 
     hf_schema_verify_test.py DCPCTL
 

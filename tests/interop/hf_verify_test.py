@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`verify` of Hugging Face folders damaged the ways exports lose things: each problem code of
-meta/hf_checks.h (docs/integrity.md) on a folder a real writer wrote, then damaged.
+check/hf_checks.h (docs/integrity.md) on a folder a real writer wrote, then damaged.
 
     hf_verify_test.py DCPCTL FIXTURES_DIR
 

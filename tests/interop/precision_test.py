@@ -12,7 +12,7 @@ Checked:
   - `consolidate hf/ -o OUT/ --dtype bf16`: every tensor equal, dtype and bits, to what transformers
     writes when it loads the float32 folder in bfloat16 and saves it (from_pretrained(dtype=bfloat16)
     then save_pretrained: the peers' way), so the bias stays float32 bit for bit; the keys --json
-    lists as kept (each with its reason: the model schema's, src/meta/hf_schema.json) are exactly those transformers' own
+    lists as kept (each with its reason: the model schema's, src/check/hf_schema.json) are exactly those transformers' own
     `_keep_in_fp32_modules_strict` matches in the model's parameter names (re.search, as its
     loader does); config.json says bfloat16; from_pretrained(OUT, dtype="auto") builds a bfloat16
     model with no missing or unexpected keys whose bias is float32 and the source's bits; the

@@ -1,6 +1,6 @@
-// The HF checks' pure rules: the safetensors header audit (src/meta/safetensors_audit.h) and
-// config.json against a key list (src/meta/hf_config_checks.h), the keys against the model schema
-// (src/meta/hf_schema.h). The folders real writers wrote,
+// The HF checks' pure rules: the safetensors header audit (src/check/safetensors_audit.h) and
+// config.json against a key list (src/check/hf_config_checks.h), the keys against the model schema
+// (src/check/hf_schema.h). The folders real writers wrote,
 // damaged, are tests/interop/hf_verify_test.py's.
 #include <catch2/catch.hpp>
 
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "meta/hf_config_checks.h"
-#include "meta/hf_schema.h"
-#include "meta/safetensors_audit.h"
+#include "check/hf_config_checks.h"
+#include "check/hf_schema.h"
+#include "check/safetensors_audit.h"
 
 using namespace dcpctl;
 using nlohmann::json;

@@ -1,4 +1,4 @@
-// Key maps (meta/keymap.h) as geometry: a mapped output assembled from its pieces
+// Key maps (view/keymap.h) as geometry: a mapped output assembled from its pieces
 // (plan_mapped_pieces + assemble_box) equals the transform computed element by element here, for
 // shardings the torchtitan fixtures (FSDP dim-0 shards, all runs) never produce: column shards
 // (pieces copied with their frames), uneven row shards, target boxes that cut heads, experts
@@ -16,7 +16,7 @@
 #include <mutex>
 
 #include "item/chunk_source.h"
-#include "meta/keymap.h"
+#include "view/keymap.h"
 #include "meta/pieces.h"
 #include "plan/deal.h"
 #include "plan/plan.h"

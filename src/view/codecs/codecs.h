@@ -17,8 +17,8 @@
 
 #include "meta/checkpoint.h"
 #include "meta/codecs/codecs.h"
-#include "meta/derived.h"
-#include "meta/quantized.h"
+#include "view/derived.h"
+#include "view/quantized.h"
 #include "view/quantize.h"
 
 namespace dcpctl {

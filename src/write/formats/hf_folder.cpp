@@ -5,8 +5,8 @@
 // under --dtype the config says the dtype written, and a dequantized export's config loses its
 // quantization_config. Rank 0 copies them at commit, after
 // the shards and before the index. Then, before the folder is renamed into place, it checks the
-// folder as `verify` would (meta/hf_checks.h: headers, index, config against the tensors, the
-// assets copied, the keys against the model schema of its config: meta/hf_schema.h); any problem
+// folder as `verify` would (check/hf_checks.h: headers, index, config against the tensors, the
+// assets copied, the keys against the model schema of its config: check/hf_schema.h); any problem
 // is exit 3, or 5 where only the schema's are found and a key map named the keys (the map does not
 // cover the model), and leaves nothing (an object-storage folder, whose files
 // appear as they complete, is not checked here: `dcpctl verify` it).
@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <functional>
 
-#include "meta/hf_checks.h"
-#include "meta/quantized.h"
+#include "check/hf_checks.h"
+#include "view/quantized.h"
 #include "write/assets.h"
 #include "write/formats/safetensors_file.h"
 

@@ -1,6 +1,6 @@
 // The `peft-adapter` format (consolidate --lora adapter): the folder PeftModel.from_pretrained
 // loads. adapter_model.safetensors holds the adapter's tensors under the keys PEFT saves
-// (meta/lora.h: the view gives them), `__metadata__ {"format": "pt"}` as PEFT writes it, and
+// (view/lora_adapters.h: the view gives them), `__metadata__ {"format": "pt"}` as PEFT writes it, and
 // adapter_config.json beside it (the view's: the given or found config, completed from the
 // shapes), written after the weights, before the folder is committed.
 #include "write/formats/safetensors_file.h"

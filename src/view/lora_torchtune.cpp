@@ -1,9 +1,9 @@
-#include "meta/lora_torchtune.h"
+#include "view/lora_torchtune.h"
 
 #include <regex>
 
 #include "meta/checkpoint.h"
-#include "meta/model_config.h"
+#include "view/model_config.h"
 #include "store/file.h"
 
 namespace dcpctl {

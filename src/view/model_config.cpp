@@ -1,7 +1,7 @@
-#include "meta/model_config.h"
+#include "view/model_config.h"
 
 #include "meta/checkpoint.h"
-#include "meta/keymap.h"
+#include "view/keymap.h"
 #include "store/file.h"
 #include "util/error.h"
 

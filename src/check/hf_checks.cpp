@@ -1,13 +1,13 @@
-#include "meta/hf_checks.h"
+#include "check/hf_checks.h"
 
 #include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
 
-#include "meta/hf_config_checks.h"
-#include "meta/hf_schema.h"
-#include "meta/safetensors_audit.h"
+#include "check/hf_config_checks.h"
+#include "check/hf_schema.h"
+#include "check/safetensors_audit.h"
 #include "meta/structure.h"
 #include "store/file.h"
 
@@ -202,7 +202,7 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;
-    // The keys against the model schema of the config's model_type (meta/hf_schema.h).
+    // The keys against the model schema of the config's model_type (check/hf_schema.h).
     if (!c.is_discarded()) {
       SchemaCheckResult sr = check_hf_schema(c, config, tensors);
       precise.insert(precise.end(), sr.problems.begin(), sr.problems.end());

@@ -1,4 +1,4 @@
-#include "meta/keymap.h"
+#include "view/keymap.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "meta/keymap_terms.h"
+#include "view/keymap_terms.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "store/file.h"

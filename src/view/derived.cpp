@@ -1,4 +1,4 @@
-#include "meta/derived.h"
+#include "view/derived.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,6 +1,6 @@
 // Auditing a `.safetensors` file: every problem of its header at once, where the reader
 // (meta/safetensors_header.h) stops at the first. What `verify` reports for a Hugging Face folder
-// or a single `.safetensors` file, and what `check_hf_folder` (meta/hf_checks.h) runs on each file.
+// or a single `.safetensors` file, and what `check_hf_folder` (check/hf_checks.h) runs on each file.
 //
 // The format is the one safetensors_header.h describes. What the `safetensors` package itself
 // (safetensors 0.4-0.8, `validate` and `deserialize` in its Rust core) refuses, and so what is a

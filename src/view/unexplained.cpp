@@ -1,12 +1,12 @@
-#include "meta/codecs/unexplained.h"
+#include "view/unexplained.h"
 
 #include <cstring>
 #include <functional>
 #include <optional>
 
 #include "meta/codecs/codecs.h"
-#include "meta/keymap.h"
-#include "meta/quantized.h"
+#include "view/keymap.h"
+#include "view/quantized.h"
 #include "store/file.h"
 #include "util/error.h"
 

@@ -38,7 +38,7 @@
 namespace dcpctl {
 
 struct DerivedTable;
-struct MappedModel;   // meta/keymap.h
+struct MappedModel;   // view/keymap.h
 struct MappedTensor;
 
 // What a derived tensor reads its inputs through: the tensors of the table below it, saved or

@@ -1,8 +1,8 @@
-#include "meta/quantized.h"
+#include "view/quantized.h"
 
 #include "meta/checkpoint.h"
-#include "meta/keymap.h"
-#include "meta/model_config.h"
+#include "view/keymap.h"
+#include "view/model_config.h"
 #include "util/error.h"
 
 namespace dcpctl {

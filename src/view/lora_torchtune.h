@@ -1,4 +1,4 @@
-// torchtune's LoRA (torchtune 0.6.1 LoRALinear / DoRALinear, meta/lora.h finds it): a module M holds its
+// torchtune's LoRA (torchtune 0.6.1 LoRALinear / DoRALinear, view/lora_adapters.h finds it): a module M holds its
 // base as M.weight and its adapter as M.lora_a.weight [r, in], M.lora_b.weight [out, r] (DoRA:
 // M.magnitude [out]), under torchtune's own names (layers.N.attn.q_proj, mlp.w1, output). What
 // torchtune's HF checkpointer converts it to (convert_weights.tune_to_peft_adapter_weights /
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "meta/lora.h"
+#include "view/lora_adapters.h"
 
 namespace dcpctl {
 
@@ -28,7 +28,7 @@ struct TorchtuneHeads {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
 };
 
-// From the model's config.json (meta/model_config.h's heads_tries()): --config, else the adapter's base
+// From the model's config.json (view/model_config.h's heads_tries()): --config, else the adapter's base
 // model (base_model_name_or_path of the adapter's config when it is a folder, relative to the config's
 // own folder), else --assets, else beside the checkpoint (its folder, the folder above). nullopt when
 // none says num_attention_heads; `looked` lists where.

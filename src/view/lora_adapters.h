@@ -59,7 +59,7 @@ struct LoraLayer {
   // experts of a 3-D one (E, from the base's first dimension, or from the config's r when there is no base), and
   // whether that base is [E, in, out] (`is_transposed` experts) rather than [E, out, in].
   bool wrapper = false;
-  // torchtune's (meta/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight, M.magnitude over M.weight.
+  // torchtune's (view/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight, M.magnitude over M.weight.
   bool torchtune = false;
   std::string param;
   int64_t experts = 0;

@@ -1,5 +1,5 @@
 // The model schema: what transformers' save_pretrained puts on disk for every model type it
-// defines, generated from transformers itself (tools/hf_schema.py, src/meta/hf_schema.json,
+// defines, generated from transformers itself (tools/hf_schema.py, src/check/hf_schema.json,
 // compiled in; docs/architecture.md, "The model schema"), after llama.cpp's per-architecture tensor
 // tables. Per model type: the class its folders name, and each on-disk key with its integer path
 // components written `#` (layer, expert and MTP indices), its dims as config fields
@@ -8,14 +8,14 @@
 // in on-disk names), the boolean config value it needs ("tie_word_embeddings=false") and whether
 // every folder has it.
 //
-// check_hf_schema is the part of check_hf_folder (meta/hf_checks.h) that compares a folder's keys
+// check_hf_schema is the part of check_hf_folder (check/hf_checks.h) that compares a folder's keys
 // with the schema of its config's model_type:
 //   schema-key-unexpected  a key the architecture does not define (a near name: the nearest named);
 //   schema-key-missing     a key every folder of the type has (a norm, the embedding, the head
 //                          when not tied), or a per-layer key some layers have and others lack;
 //   schema-shape-mismatch  a dimension the schema derives from a config field disagrees with it.
 // Not checked: keys of MTP layers (layers past num_hidden_layers, `mtp.` namespaces: the layer
-// checks of meta/hf_config_checks.h count them), keys the class ignores on load
+// checks of check/hf_config_checks.h count them), keys the class ignores on load
 // (_keys_to_ignore_on_load_unexpected), quantization's own tensors (scales, packed weights) of a
 // config with a quantization_config, per-layer MLP keys absent from every layer (a config's layer
 // kinds decide which layers are dense). A model type the schema does not hold, or a folder whose
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "meta/hf_config_checks.h"
+#include "check/hf_config_checks.h"
 #include "util/finding.h"
 
 namespace dcpctl {

@@ -1,18 +1,18 @@
-#include "meta/hf_schema.h"
+#include "check/hf_schema.h"
 
 #include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
 
-#include "meta/keymap_terms.h"
+#include "view/keymap_terms.h"
 #include "util/error.h"
 
 namespace dcpctl {
 
 using nlohmann::json;
 
-// The schema's text (src/meta/hf_schema.json, compiled in by CMake: hf_schema_builtin.cpp).
+// The schema's text (src/check/hf_schema.json, compiled in by CMake: hf_schema_builtin.cpp).
 std::string hf_schema_text();
 
 namespace hf_schema_impl {

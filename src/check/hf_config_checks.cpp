@@ -1,7 +1,7 @@
-#include "meta/hf_config_checks.h"
+#include "check/hf_config_checks.h"
 
-#include "meta/hf_schema.h"
-#include "meta/keymap_terms.h"
+#include "check/hf_schema.h"
+#include "view/keymap_terms.h"
 
 #include <algorithm>
 #include <map>

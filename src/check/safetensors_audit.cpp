@@ -1,4 +1,4 @@
-#include "meta/safetensors_audit.h"
+#include "check/safetensors_audit.h"
 
 #include <nlohmann/json.hpp>
 

@@ -30,13 +30,13 @@
 #include <string>
 
 #include "meta/checkpoint.h"
-#include "meta/model_config.h"
+#include "view/model_config.h"
 
 namespace dcpctl {
 
 // UnsupportedError naming the scheme and a tensor when `ck` holds quantized weights no codec
 // explains; `what` is the request that would misread them ("--dtype bfloat16", "--quantize
-// fp8-block"). config.json (the model's: meta/model_config.h's saved()) is read only when a tensor
+// fp8-block"). config.json (the model's: view/model_config.h's saved()) is read only when a tensor
 // looks quantized (a parameter above, a one-byte or F4 tensor, a scale's name), so a plain
 // checkpoint costs no look-up.
 void refuse_unexplained_quantization(const Checkpoint& ck, const ModelConfig& model, const std::string& what);

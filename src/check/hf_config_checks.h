@@ -1,5 +1,5 @@
 // A Hugging Face `config.json` against the tensors of its folder: what from_pretrained or vLLM
-// would refuse, or worse, load at random. Part of check_hf_folder (meta/hf_checks.h); pure, so
+// would refuse, or worse, load at random. Part of check_hf_folder (check/hf_checks.h); pure, so
 // the rules are unit-tested on key lists.
 //
 // Fields are read from a nested `text_config` first (a multimodal model's language model), then

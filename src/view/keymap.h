@@ -46,12 +46,13 @@
 
 #include "meta/geometry.h"
 #include "meta/metadata.h"
+#include "meta/pieces.h"
 #include "meta/select.h"
 
 namespace dcpctl {
 
 // What a rule says of its two sides; the direction of the mapping decides what is done
-// (meta/keymap_rules.cpp: a concatenation is split one way and joined the other).
+// (view/keymap_rules.cpp: a concatenation is split one way and joined the other).
 enum class RuleShape {
   OneToOne,  // a pattern on each side (or on one: keys the other side lacks)
   Concat,    // a list of parts on one side, joined along `dim` into the other side's tensor
@@ -140,40 +141,12 @@ struct MapConfig {
   std::string path;     // the file, or a sentence of where dcpctl looked
 };
 
-// A map's config.json is the model's (meta/model_config.h's map()), read by build_model().
+// A map's config.json is the model's (view/model_config.h's map()), read by build_model().
 
 // A small text file (a key map, a config.json, an adapter_config.json): UsageError over 64 MiB.
 std::string read_text(const std::string& path);
 
-// One part of an output tensor: box `from` of saved tensor `tensor`, placed at `to` in the output.
-// `drop`: dimension of `from` (of size 1) that the output lacks (an expert taken out of a stack);
-// `add`: dimension of the output (of size 1 in this part) that the saved tensor lacks (an expert
-// stacked); `units` of them, consecutive from there (a part of a stack over two axes, Megatron's
-// experts [L, E, ...]: two). `rows`: a dim-0 permutation: the part's output row i comes from its saved row rows[i]
-// (relative to the box); null: in order. `transpose`: the part lands with its last two dims
-// swapped (its output region is `to` + `from.sizes` with the last two swapped; no drop, add or rows).
-struct MapPart {
-  uint32_t tensor = 0;  // index into Metadata::tensors
-  Box from;
-  std::vector<int64_t> to;
-  int drop = -1, add = -1;
-  int units = 1;
-  std::shared_ptr<const std::vector<int64_t>> rows;
-  bool transpose = false;
-};
-
-// An output tensor of a mapped write: its key, and a synthetic TensorMeta (fqn = key, shape,
-// dtype; no chunks: its bytes are the parts').
-struct MappedTensor {
-  TensorMeta meta;
-  std::vector<MapPart> parts;
-  size_t rule = 0;
-  std::vector<std::string> inputs;  // the input keys it is made of
-  // What the rule does to them, for --dry-run: "rename", "rope", "split", "join", "unstack",
-  // "stack" (and "rope" beside the latter where a part's rows are reordered, "transpose" where
-  // the last two dims are swapped; "copy" for a tied tensor made from another input).
-  std::vector<std::string> transforms;
-};
+// MapPart and MappedTensor, an output tensor made of boxes of saved ones: meta/pieces.h.
 
 // Whether `mt` is one whole saved tensor under a new name (no rows reordered, no dimension
 // dropped or added, nothing split or joined): it can be planned and read as that tensor.

@@ -1,4 +1,4 @@
-#include "meta/lora.h"
+#include "view/lora_adapters.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "meta/checkpoint.h"
 #include "meta/geometry.h"
-#include "meta/keymap.h"
+#include "view/keymap.h"
 #include "store/file.h"
 #include "util/error.h"
 
@@ -240,7 +240,7 @@ LoraModel find_lora(const Metadata& md) {
         m.originals.push_back(static_cast<int>(i));
         break;
       }
-      // torchtune's LoRALinear / DoRALinear (meta/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight,
+      // torchtune's LoRALinear / DoRALinear (view/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight,
       // M.magnitude, the base M.weight; no adapter name.
       const bool tune_ab = (part == "lora_a" || part == "lora_b") && rest == 1 && s[k + 1] == "weight";
       if (tune_ab || (part == "magnitude" && rest == 0)) {

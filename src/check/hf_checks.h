@@ -6,17 +6,17 @@
 //
 // Three sets of checks, on top of the structural ones that opening the folder makes
 // (meta/structure.h: missing files, keys an index names that its file lacks, ...):
-//   - each `.safetensors` file's header (meta/safetensors_audit.h): header-invalid,
+//   - each `.safetensors` file's header (check/safetensors_audit.h): header-invalid,
 //     duplicate-key, size-mismatch, window-out-of-file, window-overlap, offsets-gap;
 //   - the index: key-in-several-files (a key two files hold), index-total-size
 //     (`metadata.total_size` is neither the tensors' bytes, as transformers and huggingface_hub
 //     write it, nor the files' sizes);
-//   - `config.json` against the tensors (meta/hf_config_checks.h), read through transformers'
+//   - `config.json` against the tensors (check/hf_config_checks.h), read through transformers'
 //     `attribute_map` spellings and a nested `text_config`: layer-missing, layer-unexpected,
 //     mtp-layer-missing, expert-missing, expert-count-mismatch, vocab-size-mismatch,
 //     embedding-missing, lm-head-missing, tied-head-differs, quant-scale-missing,
 //     quant-scale-orphan, quant-excluded-quantized, dtype-mismatch, config-invalid;
-//   - the keys against the model schema of the config's model_type (meta/hf_schema.h):
+//   - the keys against the model schema of the config's model_type (check/hf_schema.h):
 //     schema-key-unexpected, schema-key-missing, schema-shape-mismatch (a note,
 //     schema-not-checked, where the schema does not hold the model);
 //   - sidecars: which of config.json, generation_config.json and the tokenizer files are there
