@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -529,7 +530,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp",
-                 "megatron_glm4_moe"):
+                 "megatron_glm4_moe", "megatron_glm4_moe_mtp", "megatron_deepseek_v3"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"
@@ -542,7 +543,10 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         # an MTP layer (DeepSeek-V3's names, model.layers.<num_hidden_layers + i>.*): no transformers model
         # loads one, Qwen3ForCausalLM reports exactly its keys as unexpected
         mtp = {k for k in want if k.startswith(tuple(f"model.layers.{doc['dims']['layers'] + i}." for i in range(4)))}
-        check(name.endswith("_mtp") == bool(mtp) and set(info.get("unexpected_keys") or ()) == mtp
+        # (an MoE MTP layer's experts as transformers 5 reports them: fused in memory, gate_up_proj / down_proj)
+        mtp = {re.sub(r"mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.weight",
+                      lambda m_: "mlp.experts." + ("down_proj" if m_[1] == "down_proj" else "gate_up_proj"), k) for k in mtp}
+        check(bool(doc["dims"].get("mtp_layers") or name.endswith("_mtp")) == bool(mtp) and set(info.get("unexpected_keys") or ()) == mtp
               and not any(info.get(k) for k in ("missing_keys", "mismatched_keys")), f"{name}: from_pretrained of the export: {info}")
         hf_loaded(out)
         lg = load_file(str(d / "logits.safetensors"))
@@ -552,7 +556,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         back = work / f"{name}-back"
         # a model mixing dense and MoE layers is keyed per layer: megatron-gpt-layers (megatron-gpt stacks
         # the layers, and refuses what it cannot stack rather than drop it)
-        m = "megatron-gpt-layers" if name.endswith("_mixed") or name == "megatron_glm4_moe" else "megatron-gpt"
+        m = "megatron-gpt-layers" if name.endswith("_mixed") or "_glm4_moe" in name or "deepseek" in name else "megatron-gpt"
         if m != "megatron-gpt":
             r = dcpctl("reshard", d / "hf", "-o", work / f"{name}-stacked", "-w", "1", "--map", "megatron-gpt")
             check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists()
@@ -626,6 +630,75 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
                       and "has no variant for it" in r.stderr and not o.exists(),
                       f"megatron_glm4_moe: a map without the glm4_moe variant {extra}: exit {r.returncode} (want 5): "
                       f"{r.stderr.strip()[-400:]!r}")
+
+
+def test_megatron_deepseek(fixtures: Path, work: Path) -> None:
+    """Issue 58 item 5: DeepSeek-V3 on Megatron (megatron_deepseek_v3: megatron-core 0.19.2, TP2 x EP2,
+    multi-latent attention with a q LoRA, YaRN RoPE, layer 0 dense, layer 1 MoE with expert bias and a
+    shared expert, one MTP layer; make_megatron_qwen3.py). test_megatron_qwen3 checks the export and the
+    way back bit for bit and transformers' DeepseekV3ForCausalLM logits; here what the deepseek_v3 variant
+    adds: chosen by config.json's model_type, and by the checkpoint's keys (the MLA names only its rules
+    have) without one; a model_type no variant lists (DeepSeek-V2's, whose router and RoPE differ) and the
+    family without the variant (a map file) refuse the MLA keys, exit 5, naming them, nothing written; and
+    the Transformer-Engine names of the MLA norms (linear_q_up_proj / linear_kv_up_proj.layer_norm_weight,
+    Megatron-Bridge 0.6.2's DeepSeek mapping) are the same tensors as the local spec's q/kv_layernorm."""
+    d = fixtures / "layouts" / "megatron_deepseek_v3"
+    want = load_file(str(d / "expected_hf.safetensors"))
+    out = work / "ds-hf"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", "megatron", "--assets", d / "hf", "--json")
+    if ok(r, "megatron_deepseek_v3: --map megatron"):
+        check((jdoc(r, "deepseek").get("map") or {}).get("variant") == "deepseek_v3", "megatron_deepseek_v3: map.variant")
+        same_tensors(hf_tensors(out), want, "megatron_deepseek_v3: --map megatron")
+    cfg = json.loads((d / "hf" / "config.json").read_text())
+    del cfg["model_type"]
+    (work / "ds-no-type.json").write_text(json.dumps(cfg))
+    r = dcpctl("consolidate", d / "ckpt", "-o", work / "ds-notype.safetensors", "--map", "megatron-gpt", "--config",
+               work / "ds-no-type.json", "--json")
+    if ok(r, "megatron_deepseek_v3: config.json without a model_type"):
+        check((jdoc(r, "ds no type").get("map") or {}).get("variant") == "deepseek_v3", "megatron_deepseek_v3: the keys chose no deepseek_v3")
+        same_tensors(load_file(str(work / "ds-notype.safetensors")), want, "megatron_deepseek_v3: without a model_type")
+    # a model_type no variant lists: the MLA keys are uncovered, exit 5, named with the model_type
+    (work / "ds-v2.json").write_text(json.dumps({**cfg, "model_type": "deepseek_v2"}))
+    o = work / "ds-v2"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", "megatron-gpt", "--config", work / "ds-v2.json")
+    check(r.returncode == 5 and "linear_q_down_proj" in r.stderr and "linear_kv_up_proj" in r.stderr
+          and "model_type deepseek_v2" in r.stderr and not o.exists(),
+          f"megatron_deepseek_v3 under model_type deepseek_v2: exit {r.returncode} (want 5): {r.stderr.strip()[-400:]!r}")
+    # the family without its deepseek_v3 variant (a map file): the same refusal, for DeepSeek-V3's own config
+    fam = json.loads((MAPS_DIR / "megatron.json").read_text())
+    fam["name"] = "megatron-without-deepseek"
+    del fam["variants"]["deepseek_v3"], fam["aliases"]
+    fam["layer_rules"] = [r_ for r_ in fam["layer_rules"] if r_.get("variants") != ["deepseek_v3"]]
+    for r_ in fam["layer_rules"]:
+        if "variants" in r_:
+            r_["variants"] = [v for v in r_["variants"] if v != "deepseek_v3"]
+    (work / "no-ds.json").write_text(json.dumps(fam))
+    o = work / "ds-nomap"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", work / "no-ds.json", "--assets", d / "hf")
+    check(r.returncode == 5 and "linear_q_down_proj" in r.stderr and "model_type deepseek_v3" in r.stderr and not o.exists(),
+          f"megatron_deepseek_v3: a map without the deepseek_v3 variant: exit {r.returncode} (want 5): {r.stderr.strip()[-400:]!r}")
+    # Transformer Engine's names for the MLA norms (TELayerNormColumnParallelLinear: the norm fused into the
+    # up projection): the checkpoint's tensors re-saved by torch's dcp.save under those names, as the TE spec
+    # keys them (dense layers: mlp.linear_fc1.layer_norm_weight), map to the same Hugging Face tensors
+    import torch.distributed.checkpoint as dcp
+
+    te = {"self_attention.q_layernorm.weight": "self_attention.linear_q_up_proj.layer_norm_weight",
+          "self_attention.kv_layernorm.weight": "self_attention.linear_kv_up_proj.layer_norm_weight"}
+    sd = {}
+    for k, v in dcp_oracle.flat_state_from_dcp(d / "ckpt").items():
+        if not isinstance(v, torch.Tensor):
+            continue
+        for a, b in te.items():
+            k = k[: -len(a)] + b if k.endswith(a) else k
+        if k == "decoder.layers.0.pre_mlp_layernorm.weight":  # the dense layer: TE fuses it into linear_fc1
+            k = "decoder.layers.0.mlp.linear_fc1.layer_norm_weight"
+        sd[k] = v
+    check(sum(k.endswith(".layer_norm_weight") for k in sd) == 7, f"megatron_deepseek_v3: TE names: {sorted(sd)}")
+    dcp.save(sd, checkpoint_id=str(work / "ds-te"), no_dist=True)
+    o = work / "ds-te-hf"
+    r = dcpctl("consolidate", work / "ds-te", "-o", f"{o}/", "--map", "megatron-gpt", "--assets", d / "hf")
+    if ok(r, "megatron_deepseek_v3: TE names"):
+        same_tensors(hf_tensors(o), want, "megatron_deepseek_v3: TE names")
 
 
 def test_drop_by_value(fixtures: Path, work: Path) -> None:
@@ -800,6 +873,7 @@ def main() -> int:
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
                  ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
                  ("megatron glm", lambda: test_megatron_glm(fixtures, work)),
+                 ("megatron deepseek", lambda: test_megatron_deepseek(fixtures, work)),
                  ("drop by value", lambda: test_drop_by_value(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
