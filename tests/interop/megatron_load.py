@@ -8,7 +8,8 @@ each fixture's (megatron's own forward of the weights it saved):
 Every pair is loaded in ONE torchrun launch (two ranks; the imports and the process group once, the
 model-parallel state made anew for each pair): a launch costs about a minute on a busy 2-core
 machine, a load a few seconds. CASE_DIR is one of tests/fixtures/layouts/megatron_{llama,qwen,
-qwen3,qwen3_moe,qwen2_moe} (make_megatron_hf.py's and make_megatron_qwen3.py's cases: the model's
+qwen3,qwen3_moe,qwen2_moe,...,glm4_moe_mtp,deepseek_v3} (make_megatron_hf.py's and make_megatron_qwen3.py's
+cases, multi-latent attention included: the model's
 dimensions, its logits.safetensors). The dense cases load with tensor parallelism 2, the MoE cases with tensor
 parallelism 2 x expert parallelism 2 (expert tensor parallelism 1), each model first built with
 other weights (seed + 999). Checked for each: the load returns no error (every ShardedTensor and
