@@ -530,7 +530,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp",
-                 "megatron_glm4_moe", "megatron_glm4_moe_mtp", "megatron_deepseek_v3"):
+                 "megatron_glm4_moe", "megatron_glm4_moe_mtp", "megatron_deepseek_v3", "megatron_deepseek_v3_moe"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"
@@ -556,7 +556,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
         back = work / f"{name}-back"
         # a model mixing dense and MoE layers is keyed per layer: megatron-gpt-layers (megatron-gpt stacks
         # the layers, and refuses what it cannot stack rather than drop it)
-        m = "megatron-gpt-layers" if name.endswith("_mixed") or "_glm4_moe" in name or "deepseek" in name else "megatron-gpt"
+        m = "megatron-gpt-layers" if any(k.startswith("decoder.layers.0.") for k in doc["model_keys"]) else "megatron-gpt"
         if m != "megatron-gpt":
             r = dcpctl("reshard", d / "hf", "-o", work / f"{name}-stacked", "-w", "1", "--map", "megatron-gpt")
             check(r.returncode == 5 and "model.layers.0.mlp.gate_proj.weight" in r.stderr and not (work / f"{name}-stacked").exists()
