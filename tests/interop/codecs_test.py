@@ -337,6 +337,13 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
         r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", "--quantize", word, "-q")
         check(r.returncode == EXIT_UNSUPPORTED and missing in r.stderr and not out.exists(),
               f"--quantize {word}: exit {r.returncode} (wanted 5) naming {missing}, nothing written: {r.stderr.strip()[-300:]}")
+    # ... and in ModelOpt's form, naming its input_scale
+    out = root / "never-nvfp4-w4a4-modelopt"
+    r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", "--quantize", "nvfp4-w4a4", "--quantize-format", "modelopt",
+            "-q")
+    check(r.returncode == EXIT_UNSUPPORTED and "input_scale (ModelOpt" in r.stderr and not out.exists(),
+          f"--quantize nvfp4-w4a4 --quantize-format modelopt: exit {r.returncode} (wanted 5) naming ModelOpt's input_scale: "
+          f"{r.stderr.strip()[-300:]}")
     for flags, scheme in WRITES.items():
         for sname in base + EXTRA_SOURCES.get(flags, []):
             src = srcs[sname]
@@ -423,6 +430,59 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                 del model
 
 
+def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, report: bool) -> None:
+    """--quantize nvfp4 --quantize-format modelopt against nvidia-modelopt 0.47.0's own export of
+    the same model (the committed modelopt_nvfp4*/src/, quantized by make_modelopt.py into ckpt/):
+    every tensor byte for byte (NVFP4's W4A4 input_scale aside: W4A16 writes none), config.json's
+    quantization_config and hf_quant_config.json as ModelOpt writes them for W4A16_NVFP4, one
+    weight_scale_2 a fused group, read back to ModelOpt's own dequantization, verify exit 0."""
+    for case in ("modelopt_nvfp4", "modelopt_nvfp4_moe"):
+        name = "write-nvfp4-modelopt-" + case
+        if only and name not in only and "writes" not in only:
+            continue
+        d, out = fixtures / "layouts" / case, root / name
+        r = run(dcpctl, "consolidate", d / "src", "-o", f"{out}/", "--quantize", "nvfp4", "--quantize-format", "modelopt",
+                "-q")
+        what = f"consolidate {case}/src --quantize nvfp4 --quantize-format modelopt"
+        if report:
+            print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        if not expect_rc(r, EXIT_OK, what):
+            continue
+        want = {k: v for k, v in qp.folder_tensors(d / "ckpt").items() if not k.endswith(".input_scale")}
+        got = out_tensors(out)
+        check(set(got) == set(want), f"{what}: the tensors ModelOpt writes: {sorted(set(got) ^ set(want))[:6]}")
+        bad = [f"{k} {got[k].dtype} {tuple(got[k].shape)} vs {want[k].dtype} {tuple(want[k].shape)}"
+               for k in sorted(want) if k in got and not same_bytes(got[k], want[k])]
+        check(not bad, f"{what}: byte for byte ModelOpt's own export: {bad[:4]} ({len(bad)} of {len(want)})")
+        s2 = {}
+        for k, v in got.items():
+            if k.endswith(".weight_scale_2"):
+                key = re.sub(r"(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight_scale_2$", "fused", k)
+                s2.setdefault(key, set()).add(v.item())
+        check(s2 and all(len(v) == 1 for v in s2.values()) and len(s2) < sum(k.endswith("_scale_2") for k in got),
+              f"{what}: one weight_scale_2 a fused group: {s2}")
+        # ModelOpt's config for the weight-only algorithm (the dense reference is W4A4: its
+        # quant_algo NVFP4 and its input activations are what W4A16_NVFP4 leaves out)
+        want_qc = json.loads((d / "ckpt" / "config.json").read_text())["quantization_config"]
+        want_qc["quant_algo"] = "W4A16_NVFP4"
+        want_qc["config_groups"]["group_0"].pop("input_activations", None)
+        qc = json.loads((out / "config.json").read_text()).get("quantization_config")
+        check(qc == want_qc, f"{what}: quantization_config is ModelOpt's: {qc} != {want_qc}")
+        want_hq = (d / "ckpt" / "hf_quant_config.json").read_text().replace('"quant_algo": "NVFP4"',
+                                                                              '"quant_algo": "W4A16_NVFP4"')
+        hq = out / "hf_quant_config.json"
+        check(hq.exists() and hq.read_text() == want_hq, f"{what}: hf_quant_config.json is ModelOpt's, byte for byte")
+        # read back as ModelOpt's QTensor.dequantize computes it (its digests, recorded)
+        exp = json.loads((d / "dequantized.json").read_text())["float32_sha256"]
+        back = root / (name + "-fp32")
+        r = run(dcpctl, "consolidate", out, "-o", f"{back}/", "--dtype", "fp32", "-q")
+        if expect_rc(r, EXIT_OK, f"{what}, then --dtype fp32"):
+            read = out_tensors(back)
+            wrong = [k for k, h in exp.items() if k not in read or sha_f32(read[k]) != h]
+            check(not wrong, f"{what}, then --dtype fp32: ModelOpt's dequantization: {wrong[:4]}")
+        expect_rc(run(dcpctl, "verify", out), EXIT_OK, f"{what}: verify")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("dcpctl")
@@ -446,6 +506,7 @@ def main() -> int:
             refusals(a.dcpctl, work / "src", a.fixtures, a.report)
         t1 = time.time()
         check_writes(a.dcpctl, work / "src", only, a.report)
+        check_modelopt_writes(a.dcpctl, a.fixtures, work / "src", only, a.report)
         print(f"--quantize writes: {time.time() - t1:.1f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -20,6 +20,7 @@ const std::vector<const Codec*>& codecs() {
       &ct_nvfp4_codec(),
       &ct_mxfp8_codec(),
       &ct_mxfp4_codec(),
+      &mo_nvfp4_codec(),
   };
   return list;
 }
@@ -46,9 +47,9 @@ const std::vector<CalibratedScheme>& calibrated_schemes() {
        "activation ranges calibrated on data, which a checkpoint does not hold",
        "fp8-dynamic (activations scaled per token at run time)"},
       {"nvfp4-w4a4",
-       "input_global_scale, each Linear's NVFP4 activation global scale (compressed-tensors' NVFP4 preset, "
-       "ModelOpt's NVFP4): activation ranges calibrated on data, which a checkpoint does not hold",
-       "a weights-only scheme"},
+       "input_global_scale (compressed-tensors' NVFP4 preset) or input_scale (ModelOpt's quant_algo NVFP4), each "
+       "Linear's NVFP4 activation global scale: activation ranges calibrated on data, which a checkpoint does not hold",
+       "nvfp4, weights only (compressed-tensors' NVFP4A16, or ModelOpt's W4A16_NVFP4 with --quantize-format modelopt)"},
   };
   return list;
 }

@@ -319,8 +319,8 @@ Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const
       const std::string gname = module + "." + enc.global_name;
       written[i].push_back(static_cast<uint32_t>(out.size()));
       out.push_back(written_meta(t, gname, DType::Float32, 1, 1, 1, 1));
-      out.back().shape = {1};
-      out.back().chunk_dims = {0, 1};
+      out.back().shape = enc.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+      out.back().chunk_dims = enc.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{0, 1};
       table->tensors[gname] = {std::make_shared<EncodedGlobal>(e, gname), ck.derived};
       keep_dtype.push_back(gname);
       names.push_back(gname);
@@ -348,8 +348,10 @@ Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const
   // A tied head: compressed-tensors would target transformers' lm_head Linear, so it is ignored.
   list_tied_head(rq.config, by_name.count("lm_head.weight") != 0, ignore);
   const int64_t block[2] = {enc.band, enc.block_cols};
+  json config = codec.written_config(codec.written_row(), block, ignore);
+  if (codec.written_files) table->output.quantization_files = codec.written_files(config);
   return quantized_result(std::move(view), std::move(table), rq.scheme, block, quantized, std::move(kept),
-                          codec.written_config(codec.written_row(), block, ignore), std::move(keep_dtype), codec.quant_method);
+                          std::move(config), std::move(keep_dtype), codec.quant_method);
 }
 
 }  // namespace dcpctl
