@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <set>
 
 #include "meta/geometry.h"
@@ -215,20 +214,6 @@ TensorMeta written_meta(const TensorMeta& w, const std::string& name, DType dtyp
 }
 
 }  // namespace
-
-std::string fused_group(const std::string& weight) {
-  // llm-compressor's microscale fused mappings (q/k/v, DeepSeek's wq_a/wkv_a_with_mqa, gate/up,
-  // w1/w3), and, as vLLM fuses each expert's w13 with one global scale, an expert's gate/up too.
-  static const std::vector<std::pair<std::regex, std::string>> members = {
-      {std::regex(R"(((attn|attention)\.)(q_proj|k_proj|v_proj)\.weight$)"), "$1{qkv}"},
-      {std::regex(R"(((attn|attention)\.)(wq_a|wkv_a_with_mqa)\.weight$)"), "$1{wq_a,wkv_a}"},
-      {std::regex(R"((\.)(gate_proj|up_proj)\.weight$)"), "$1{gate,up}"},
-      {std::regex(R"((^|\.)(w1|w3)\.weight$)"), "$1{w1,w3}"},
-  };
-  for (const auto& [re, key] : members)
-    if (std::regex_search(weight, re)) return std::regex_replace(weight, re, key);
-  return weight;
-}
 
 Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc) {
   const Codec& codec = *enc.codec;

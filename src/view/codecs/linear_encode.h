@@ -53,11 +53,6 @@ struct LinearEncoding {
 // --quantize with a LinearEncoding's codec: the checkpoint with its Linear weights encoded.
 Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc);
 
-// The fused groups a global scale is shared across (llm-compressor's microscale mappings, which
-// vLLM fuses into one matrix): the key of `weight`'s group (the name with its member's part
-// replaced), or the weight itself where it is in none.
-std::string fused_group(const std::string& weight);
-
 // Helpers of the kernels: torch.finfo(d).eps (compressed-tensors' scale for an all-zero group), and
 // v stored as one element of `d` (float32, bfloat16, float16, float8) at `out`.
 float dtype_eps(DType d);
