@@ -145,7 +145,7 @@ bool explained_by_reader(const nlohmann::json& qc, const nlohmann::json& config)
 // The fused groups a global scale is shared across (llm-compressor's microscale mappings, which
 // vLLM fuses into one matrix, and each MoE expert's gate/up): the key of `weight`'s group (the name
 // with its member's part replaced), or the weight itself where it is in none. Asked by the encoders
-// (view/codecs/linear_encode.h) and verify (meta/hf_config_checks.cpp).
+// (view/codecs/linear_encode.h) and verify (check/hf_config_checks.cpp).
 std::string fused_group(const std::string& weight);
 
 // The tensor indices by name.
