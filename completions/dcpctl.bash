@@ -85,11 +85,11 @@ _dcpctl_value() {
         'dcpctl consolidate|--lora-config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--lora-layout') _dcpctl_kind='choice' _dcpctl_choices=('fused' 'per-expert') ;;
         'dcpctl consolidate|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
-        'dcpctl consolidate|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors') ;;
+        'dcpctl consolidate|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors' 'modelopt') ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
         'dcpctl reshard|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
-        'dcpctl reshard|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors') ;;
+        'dcpctl reshard|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors' 'modelopt') ;;
         'dcpctl reshard|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl reshard|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl reshard|--config') _dcpctl_kind='file' ;;
@@ -97,7 +97,7 @@ _dcpctl_value() {
         'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
         'dcpctl cast|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
-        'dcpctl cast|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors') ;;
+        'dcpctl cast|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors' 'modelopt') ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl cast|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl cast|--config') _dcpctl_kind='file' ;;

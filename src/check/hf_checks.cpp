@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -10,6 +11,7 @@
 #include "check/safetensors_audit.h"
 #include "meta/structure.h"
 #include "store/file.h"
+#include "util/numeric.h"
 
 namespace dcpctl {
 
@@ -196,9 +198,27 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
     SameBytes same = [&](const std::string& a, const std::string& b) -> std::optional<bool> {
       return tensors_equal(*ck, *by_key.at(a), *by_key.at(b));
     };
+    // Global scales: four bytes each, read where they lie (one open file a shard at a time).
+    std::map<std::string, std::unique_ptr<ReadFile>> opened;
+    ReadScalar scalar = [&](const std::string& key) -> std::optional<double> {
+      auto it = by_key.find(key);
+      if (it == by_key.end()) return std::nullopt;
+      const TensorMeta& t = *it->second;
+      if (!t.dtype || *t.dtype != DType::Float32 || t.numel() != 1 || t.num_chunks() != 1) return std::nullopt;
+      const StorageRef& s = t.storage[0];
+      if (!s.present() || s.format != ItemFormat::Raw || s.length != 4) return std::nullopt;
+      const std::string path = ck->path_of(s.file);
+      auto& f = opened[path];
+      if (!f) f = std::make_unique<ReadFile>(path);
+      if (s.offset > f->size() || 4 > f->size() - s.offset) return std::nullopt;  // the audit reports the window
+      uint8_t b[4];
+      f->read_at(s.offset, b, 4, t.fqn);
+      return static_cast<double>(bits_f32(static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
+                                          static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24));
+    };
     ConfigCheckResult cr =
         c.is_discarded() ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
-                         : check_hf_config(c, config, tensors, same, opts.require_mtp);
+                         : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar);
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;

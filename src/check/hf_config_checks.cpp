@@ -4,6 +4,7 @@
 #include "view/keymap_terms.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <set>
@@ -136,12 +137,182 @@ bool own_dtype(const std::string& key) {
   return false;
 }
 
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+std::string dims(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// The formats a quantization_config names: compressed-tensors' top-level and per-group `format`s,
+// ModelOpt's quant_algo.
+std::set<std::string> quant_formats(const json& qc) {
+  std::set<std::string> out;
+  const std::string method = qc.value("quant_method", "");
+  if (method == "compressed-tensors") {
+    if (qc.contains("format") && qc["format"].is_string()) out.insert(qc["format"].get<std::string>());
+    if (qc.contains("config_groups") && qc["config_groups"].is_object())
+      for (const auto& [name, g] : qc["config_groups"].items())
+        if (g.is_object() && g.contains("format") && g["format"].is_string()) out.insert(g["format"].get<std::string>());
+  } else if (method == "modelopt" && qc.contains("quant_algo") && qc["quant_algo"].is_string()) {
+    out.insert(qc["quant_algo"].get<std::string>());
+  }
+  return out;
+}
+
+using Problem = std::function<void(const char*, const std::string&, const std::string&)>;
+
+// The scales of each quantized weight against it, by the codec the quantization_config names
+// (check_hf_config's comment in the header lists the codes); the global scales read through
+// `read_scalar`, four bytes each.
+void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const ReadScalar& read_scalar,
+                  const Problem& problem) {
+  const std::string method = qc.value("quant_method", "");
+  const std::set<std::string> formats = quant_formats(qc);
+  auto has = [&](const char* f) { return formats.count(f) > 0; };
+  auto at = [&](const std::string& k) -> const HfTensor* {
+    auto it = by_key.find(k);
+    return it == by_key.end() ? nullptr : it->second;
+  };
+  auto scalar = [](const HfTensor& t) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    return t.dtype == "float32" && n == 1 && t.shape.size() <= 1;
+  };
+  // `scale` of `weight`, which must be there in `dtype` with `shape`.
+  auto expect = [&](const std::string& weight, const std::string& scale, const std::string& dtype,
+                    const std::vector<int64_t>& shape, const std::string& what) {
+    const HfTensor* s = at(scale);
+    const HfTensor& w = *at(weight);
+    if (!s) {
+      problem("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                                                 scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
+      return;
+    }
+    if (s->dtype != dtype || s->shape != shape)
+      problem("quant-scale-shape", scale,
+              s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype + " " +
+                  dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
+  };
+  // The global scales whose fused groups and direction are checked: (the module's X.weight, the scale).
+  std::vector<std::pair<std::string, std::string>> globals;
+  auto global = [&](const std::string& weight, const std::string& name, const std::string& what) {
+    const HfTensor& w = *at(weight);
+    const std::string module = weight.substr(0, weight.rfind('.'));
+    const HfTensor* g = at(module + "." + name);
+    if (!g) {
+      problem("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                                                 name + " (" + module + "." + name + ")");
+      return;
+    }
+    if (!scalar(*g))
+      problem("quant-scale-shape", g->key,
+              g->dtype + " " + dims(g->shape) + " is not the global scale of " + what + " weight " + weight +
+                  ": one float32 expected");
+    else
+      globals.push_back({module + ".weight", g->key});
+  };
+  for (const auto& [k, tp] : by_key) {
+    const HfTensor& w = *tp;
+    const std::string module = k.substr(0, k.rfind('.'));
+    if (method == "modelopt" && key_ends(k, ".weight") && at(module + ".weight_scale") && w.shape.size() == 2) {
+      const int64_t N = w.shape[0];
+      if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
+        const int64_t K = w.shape[1] * 2;
+        expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
+        global(k, "weight_scale_2", "ModelOpt NVFP4");
+        if (has("NVFP4") && !at(module + ".input_scale"))
+          problem("quant-scale-missing", k,
+                  "a ModelOpt NVFP4 weight without its input_scale (" + module +
+                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
+      } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
+        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
+      } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
+        const HfTensor& s = *at(module + ".weight_scale");
+        if (!scalar(s))
+          problem("quant-scale-shape", s.key,
+                  s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
+        if (!at(module + ".input_scale"))
+          problem("quant-scale-missing", k,
+                  "a ModelOpt FP8 weight without its input_scale (" + module +
+                      ".input_scale): quant_algo FP8 quantizes the activations with it");
+      }
+    } else if (method == "compressed-tensors" && w.shape.size() == 2) {
+      const int64_t N = w.shape[0];
+      const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
+      if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
+        const int64_t K = w.shape[1] * 2;
+        if (nv) {
+          expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");
+          global(k, "weight_global_scale", "compressed-tensors NVFP4");
+        } else {
+          expect(k, module + ".weight_scale", "uint8", {N, K / 32}, "compressed-tensors MXFP4");
+        }
+      } else if (key_ends(k, ".weight") && w.dtype == "float8_e4m3fn" && has("mxfp8-quantized") && formats.size() == 1) {
+        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "compressed-tensors MXFP8");
+      }
+    } else if (method == "fp8" && key_ends(k, ".weight") && w.dtype.rfind("float8_", 0) == 0 && w.shape.size() == 2 &&
+               qc.contains("weight_block_size") && qc["weight_block_size"].is_array() &&
+               qc["weight_block_size"].size() == 2 && qc["weight_block_size"][0].is_number_integer() &&
+               qc["weight_block_size"][1].is_number_integer()) {
+      const HfTensor* s = at(k + "_scale_inv");
+      const int64_t b0 = qc["weight_block_size"][0].get<int64_t>(), b1 = qc["weight_block_size"][1].get<int64_t>();
+      if (s && b0 > 0 && b1 > 0) {
+        const std::vector<int64_t> want{(w.shape[0] + b0 - 1) / b0, (w.shape[1] + b1 - 1) / b1};
+        if (s->shape != want)
+          problem("quant-scale-shape", s->key,
+                  s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " +
+                      dims(w.shape) + ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " +
+                      dims(want) + " expected");
+      }
+    }
+  }
+  if (!read_scalar || globals.empty()) return;
+  // The direction: compressed-tensors stores 2688 / amax (above 1 for weights whose largest |w| is
+  // below 2688, as Linear weights' are), ModelOpt amax / 2688 (below 1); the reciprocal decodes
+  // every weight amax² / 2688² times too large or small. Then one value a fused group.
+  const bool ct = method == "compressed-tensors";
+  std::map<std::string, std::vector<std::pair<std::string, double>>> groups;
+  for (const auto& [weight, key] : globals) {
+    const std::optional<double> v = read_scalar(key);
+    if (!v) continue;
+    if (ct ? *v < 1 : *v > 1)
+      problem("quant-global-scale-inverted", key,
+              std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax" : "ModelOpt's weight_scale_2 is amax / 2688") +
+                  ", but " + num(*v) + " decodes " + weight + " to magnitudes up to about " +
+                  num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
+    groups[fused_group(weight)].push_back({key, *v});
+  }
+  for (const auto& [group, members] : groups) {
+    // The value most members hold (the first of a tie) is the group's; each other one is named.
+    size_t ref = 0, most = 0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const size_t n = static_cast<size_t>(std::count_if(members.begin(), members.end(), [&](const auto& m) {
+        return m.second == members[i].second;
+      }));
+      if (n > most) most = n, ref = i;
+    }
+    for (const auto& [key, v] : members)
+      if (v != members[ref].second)
+        problem("quant-global-scale-unfused", key,
+                num(v) + ", but " + members[ref].first + " of the same fused group holds " + num(members[ref].second) +
+                    ": vLLM fuses the group into one matrix and decodes it with one global scale (gate_proj's, or the "
+                    "largest), so the others' weights are misread");
+  }
+}
+
 }  // namespace hf_config_impl
 
 using namespace hf_config_impl;
 
 ConfigCheckResult check_hf_config(const json& config, const std::string& config_path,
-                                  const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp) {
+                                  const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
+                                  const ReadScalar& read_scalar) {
   ConfigCheckResult out;
   auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
     out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
@@ -380,6 +551,7 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
       if (std::none_of(bases.begin(), bases.end(), [&](const std::string& b) { return by_key.count(b) > 0; }))
         problem("quant-scale-orphan", k, "a scale tensor whose weight (" + bases[0] + ") is not here");
     }
+    check_scales(*qc, by_key, read_scalar, problem);
   }
 
   // dtype: the weights' floating dtype is the config's, but for what keeps its own.

@@ -38,7 +38,19 @@ struct ConfigCheckResult {
 // be compared (sharded differently).
 using SameBytes = std::function<std::optional<bool>(const std::string& a, const std::string& b)>;
 
+// The value of a one-element float32 tensor (a quantized weight's global scale); nullopt when it
+// is not one or could not be read. Null: no values are read (the global-scale checks are skipped).
+using ReadScalar = std::function<std::optional<double>(const std::string& key)>;
+
+// Quantized weights (the quantization_config's codec) are checked against their scales: each
+// scale's dtype and shape against the weight (`quant-scale-shape`), every scale the format needs
+// present (`quant-scale-missing`: ModelOpt's weight_scale_2 and, for its W4A4 NVFP4 and FP8,
+// input_scale; compressed-tensors' NVFP4 weight_global_scale), one global scale a fused group
+// (`quant-global-scale-unfused`: vLLM decodes the fused matrix with one), and that in the format's
+// direction (`quant-global-scale-inverted`: compressed-tensors' weight_global_scale is 2688 / amax,
+// ModelOpt's weight_scale_2 amax / 2688; read through `read_scalar`).
 ConfigCheckResult check_hf_config(const nlohmann::json& config, const std::string& config_path,
-                                  const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp);
+                                  const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
+                                  const ReadScalar& read_scalar = nullptr);
 
 }  // namespace dcpctl

@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +84,8 @@ struct ViewOutput {
   bool dequantized = false;
   // --quantize: config.json's quantization_config as written.
   std::optional<nlohmann::json> quantization_config;
+  // --quantize: further files written beside config.json (name, text): ModelOpt's hf_quant_config.json.
+  std::vector<std::pair<std::string, std::string>> quantization_files;
   // --quantize: the keys --dtype must not cast (the quantized weights and their scales).
   std::vector<std::string> keep_dtype;
   // --map: the key map as applied (view/map_view.h): what it made, left out, dropped and ties,

@@ -79,6 +79,7 @@ class Case:
         self.want = want or {}  # dtype word -> {name: tensor} (the reference)
         self.digests = digests or {}  # name -> float32 sha256 (ModelOpt's, recorded)
         self.source = source or {}  # every tensor as stored
+        self.verify_problem = None  # the one problem code verify names (exit 3); None: exit 0
 
 
 # The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
@@ -174,6 +175,14 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
             check(codes and codes <= {"schema-key-missing", "schema-key-unexpected"},
                   f"{case.name}: verify names only the model schema's key problems, not the codec's: {sorted(codes)}")
         return
+    if case.verify_problem:
+        # llm-compressor 0.14 leaves each per-expert gate/up unfused (quant_producers.py): vLLM
+        # decodes an expert's fused w13 with gate_proj's global scale, misreading up_proj
+        codes = set(re.findall(r"\[([a-z0-9-]+)\]", r.stdout + r.stderr))
+        check(r.returncode == EXIT_INVALID and codes == {case.verify_problem} and ".mlp.experts." in r.stdout,
+              f"{case.name}: verify exit {r.returncode} (wanted 3) naming only [{case.verify_problem}] of experts: "
+              f"{sorted(codes)}")
+        return
     expect_rc(r, EXIT_OK, f"{case.name}: verify")
 
 
@@ -193,6 +202,8 @@ def ct_cases(root: Path, only: set) -> list:
             quantized |= {k for k in stored if k.endswith(".weight") and k[:-7] + ".weight_scale" in stored}
             fmt = json.loads((f / "config.json").read_text())["quantization_config"]["format"]
             cases.append(Case(name, f, fmt, quantized, want=want, source=stored))
+            if scheme == "nvfp4a16" and src.name == "moe":
+                cases[-1].verify_problem = "quant-global-scale-unfused"
     return cases
 
 
@@ -266,6 +277,7 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
     r = run(dcpctl, "verify", f)
     check(r.returncode == 3 and "quant-excluded-quantized" in r.stdout + r.stderr,
           f"verify of a ModelOpt folder quantizing an ignored module: exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+    verify_damaged(dcpctl, root, fixtures, src)
     for what, folder, rcs, names in cases:
         out = root / ("never-" + folder.name)
         r = run(dcpctl, "consolidate", folder, "-o", f"{out}/", "--dtype", "bf16", "-q")
@@ -274,6 +286,71 @@ def refusals(dcpctl: str, root: Path, fixtures: Path, report: bool) -> None:
         check(r.returncode in rcs and all(n in r.stderr for n in names),
               f"{what}: exit {r.returncode} (wanted {sorted(rcs)}) naming {names}: {r.stderr.strip()[-300:]}")
         check(not out.exists(), f"{what}: nothing written")
+
+
+def verify_damaged(dcpctl: str, root: Path, fixtures: Path, src: Path) -> None:
+    """verify of quantized folders written by ModelOpt 0.47.0 (committed) and compressed-tensors
+    0.20.0 (at test time), each damaged one way: exit 3 with the scale check's code, naming the
+    tensor (issue 57 item 4)."""
+    def modelopt(case: str, name: str) -> Path:
+        f = root / name
+        shutil.copytree(fixtures / "layouts" / case / "ckpt", f)
+        return f
+
+    def damage(f: Path, edit) -> Path:
+        t = qp.folder_tensors(f)
+        edit(t)
+        save_file({k: v.contiguous() for k, v in t.items()}, f / "model.safetensors", metadata={"format": "pt"})
+        return f
+
+    ct_nv = qp.ct_quantize(src, root / "ct-verify-base", "nvfp4a16")
+    r = run(dcpctl, "verify", ct_nv)
+    expect_rc(r, EXIT_OK, "verify of compressed-tensors' NVFP4A16 dense folder (the base of the damaged copies)")
+
+    def ct(name: str) -> Path:
+        f = root / name
+        shutil.copytree(ct_nv, f)
+        return f
+    m = "model.layers.0."
+    e = "model.layers.0.mlp.experts."
+    cases = [
+        ("a ModelOpt weight_scale a column short", damage(modelopt("modelopt_nvfp4_moe", "mo-v-shape"),
+         lambda t: t.update({e + "1.up_proj.weight_scale": t[e + "1.up_proj.weight_scale"][:, :-1]})),
+         "quant-scale-shape", e + "1.up_proj.weight_scale"),
+        ("a ModelOpt weight_scale_2 removed", damage(modelopt("modelopt_nvfp4_moe", "mo-v-noscale2"),
+         lambda t: t.pop(m + "self_attn.o_proj.weight_scale_2")),
+         "quant-scale-missing", m + "self_attn.o_proj.weight_scale_2"),
+        ("a ModelOpt NVFP4 (W4A4) input_scale removed", damage(modelopt("modelopt_nvfp4", "mo-v-noinput"),
+         lambda t: t.pop(m + "mlp.down_proj.input_scale")),
+         "quant-scale-missing", m + "mlp.down_proj.input_scale"),
+        ("a ModelOpt k_proj weight_scale_2 doubled", damage(modelopt("modelopt_nvfp4_moe", "mo-v-unfused"),
+         lambda t: t.update({m + "self_attn.k_proj.weight_scale_2": t[m + "self_attn.k_proj.weight_scale_2"] * 2})),
+         "quant-global-scale-unfused", m + "self_attn.k_proj.weight_scale_2"),
+        ("ModelOpt's weight_scale_2 inverted (compressed-tensors' direction)", damage(
+            modelopt("modelopt_nvfp4_moe", "mo-v-inverted"),
+            lambda t: t.update({k: 1 / v for k, v in t.items() if k.endswith("weight_scale_2")})),
+         "quant-global-scale-inverted", m + "self_attn.q_proj.weight_scale_2"),
+        ("compressed-tensors' weight_global_scale inverted (ModelOpt's direction)", damage(
+            ct("ct-v-inverted"), lambda t: t.update({k: 1 / v for k, v in t.items() if k.endswith("weight_global_scale")})),
+         "quant-global-scale-inverted", m + "self_attn.q_proj.weight_global_scale"),
+        ("a compressed-tensors weight_global_scale removed", damage(
+            ct("ct-v-noglobal"), lambda t: t.pop("model.layers.1.mlp.down_proj.weight_global_scale")),
+         "quant-scale-missing", "model.layers.1.mlp.down_proj.weight_global_scale"),
+        ("a compressed-tensors gate_proj weight_global_scale changed", damage(
+            ct("ct-v-unfused"), lambda t: t.update({m + "mlp.gate_proj.weight_global_scale":
+                                                    t[m + "mlp.gate_proj.weight_global_scale"] * 0.5})),
+         "quant-global-scale-unfused", m + "mlp."),
+        ("a compressed-tensors weight_scale cast to bfloat16", damage(
+            ct("ct-v-dtype"), lambda t: t.update({m + "self_attn.v_proj.weight_scale":
+                                                  t[m + "self_attn.v_proj.weight_scale"].to(torch.bfloat16)})),
+         "quant-scale-shape", m + "self_attn.v_proj.weight_scale"),
+    ]
+    for what, f, code, key in cases:
+        r = run(dcpctl, "verify", f)
+        out = r.stdout + r.stderr
+        codes = set(re.findall(r"\[([a-z0-9-]+)\]", out))
+        check(r.returncode == EXIT_INVALID and codes == {code} and key in out,
+              f"verify, {what}: exit {r.returncode} (wanted 3) with only [{code}] naming {key}: {sorted(codes)} {out[-400:]}")
 
 
 def modelopt_cases(fixtures: Path, only: set) -> list:
@@ -337,6 +414,13 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
         r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", "--quantize", word, "-q")
         check(r.returncode == EXIT_UNSUPPORTED and missing in r.stderr and not out.exists(),
               f"--quantize {word}: exit {r.returncode} (wanted 5) naming {missing}, nothing written: {r.stderr.strip()[-300:]}")
+    # ... and in ModelOpt's form, naming its input_scale
+    out = root / "never-nvfp4-w4a4-modelopt"
+    r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", "--quantize", "nvfp4-w4a4", "--quantize-format", "modelopt",
+            "-q")
+    check(r.returncode == EXIT_UNSUPPORTED and "input_scale (ModelOpt" in r.stderr and not out.exists(),
+          f"--quantize nvfp4-w4a4 --quantize-format modelopt: exit {r.returncode} (wanted 5) naming ModelOpt's input_scale: "
+          f"{r.stderr.strip()[-300:]}")
     for flags, scheme in WRITES.items():
         for sname in base + EXTRA_SOURCES.get(flags, []):
             src = srcs[sname]
@@ -423,6 +507,59 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                 del model
 
 
+def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, report: bool) -> None:
+    """--quantize nvfp4 --quantize-format modelopt against nvidia-modelopt 0.47.0's own export of
+    the same model (the committed modelopt_nvfp4*/src/, quantized by make_modelopt.py into ckpt/):
+    every tensor byte for byte (NVFP4's W4A4 input_scale aside: W4A16 writes none), config.json's
+    quantization_config and hf_quant_config.json as ModelOpt writes them for W4A16_NVFP4, one
+    weight_scale_2 a fused group, read back to ModelOpt's own dequantization, verify exit 0."""
+    for case in ("modelopt_nvfp4", "modelopt_nvfp4_moe"):
+        name = "write-nvfp4-modelopt-" + case
+        if only and name not in only and "writes" not in only:
+            continue
+        d, out = fixtures / "layouts" / case, root / name
+        r = run(dcpctl, "consolidate", d / "src", "-o", f"{out}/", "--quantize", "nvfp4", "--quantize-format", "modelopt",
+                "-q")
+        what = f"consolidate {case}/src --quantize nvfp4 --quantize-format modelopt"
+        if report:
+            print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
+        if not expect_rc(r, EXIT_OK, what):
+            continue
+        want = {k: v for k, v in qp.folder_tensors(d / "ckpt").items() if not k.endswith(".input_scale")}
+        got = out_tensors(out)
+        check(set(got) == set(want), f"{what}: the tensors ModelOpt writes: {sorted(set(got) ^ set(want))[:6]}")
+        bad = [f"{k} {got[k].dtype} {tuple(got[k].shape)} vs {want[k].dtype} {tuple(want[k].shape)}"
+               for k in sorted(want) if k in got and not same_bytes(got[k], want[k])]
+        check(not bad, f"{what}: byte for byte ModelOpt's own export: {bad[:4]} ({len(bad)} of {len(want)})")
+        s2 = {}
+        for k, v in got.items():
+            if k.endswith(".weight_scale_2"):
+                key = re.sub(r"(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight_scale_2$", "fused", k)
+                s2.setdefault(key, set()).add(v.item())
+        check(s2 and all(len(v) == 1 for v in s2.values()) and len(s2) < sum(k.endswith("_scale_2") for k in got),
+              f"{what}: one weight_scale_2 a fused group: {s2}")
+        # ModelOpt's config for the weight-only algorithm (the dense reference is W4A4: its
+        # quant_algo NVFP4 and its input activations are what W4A16_NVFP4 leaves out)
+        want_qc = json.loads((d / "ckpt" / "config.json").read_text())["quantization_config"]
+        want_qc["quant_algo"] = "W4A16_NVFP4"
+        want_qc["config_groups"]["group_0"].pop("input_activations", None)
+        qc = json.loads((out / "config.json").read_text()).get("quantization_config")
+        check(qc == want_qc, f"{what}: quantization_config is ModelOpt's: {qc} != {want_qc}")
+        want_hq = (d / "ckpt" / "hf_quant_config.json").read_text().replace('"quant_algo": "NVFP4"',
+                                                                              '"quant_algo": "W4A16_NVFP4"')
+        hq = out / "hf_quant_config.json"
+        check(hq.exists() and hq.read_text() == want_hq, f"{what}: hf_quant_config.json is ModelOpt's, byte for byte")
+        # read back as ModelOpt's QTensor.dequantize computes it (its digests, recorded)
+        exp = json.loads((d / "dequantized.json").read_text())["float32_sha256"]
+        back = root / (name + "-fp32")
+        r = run(dcpctl, "consolidate", out, "-o", f"{back}/", "--dtype", "fp32", "-q")
+        if expect_rc(r, EXIT_OK, f"{what}, then --dtype fp32"):
+            read = out_tensors(back)
+            wrong = [k for k, h in exp.items() if k not in read or sha_f32(read[k]) != h]
+            check(not wrong, f"{what}, then --dtype fp32: ModelOpt's dequantization: {wrong[:4]}")
+        expect_rc(run(dcpctl, "verify", out), EXIT_OK, f"{what}: verify")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("dcpctl")
@@ -446,6 +583,7 @@ def main() -> int:
             refusals(a.dcpctl, work / "src", a.fixtures, a.report)
         t1 = time.time()
         check_writes(a.dcpctl, work / "src", only, a.report)
+        check_modelopt_writes(a.dcpctl, a.fixtures, work / "src", only, a.report)
         print(f"--quantize writes: {time.time() - t1:.1f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)

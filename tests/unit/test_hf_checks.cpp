@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -190,6 +192,51 @@ Findings schema_problems(const json& c, const std::vector<HfTensor>& t) {
 }
 
 }  // namespace
+
+TEST_CASE("hf config: quantized weights against their scales and global scales", "[hf]") {
+  // ModelOpt W4A16_NVFP4: q/k/v share weight_scale_2 (amax / 2688)
+  json mo = {{"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "W4A16_NVFP4"}}}};
+  std::vector<HfTensor> t;
+  std::map<std::string, double> v;
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    const std::string m = std::string("model.layers.0.self_attn.") + p;
+    t.push_back({m + ".weight", "uint8", {8, 16}});
+    t.push_back({m + ".weight_scale", "float8_e4m3fn", {8, 2}});
+    t.push_back({m + ".weight_scale_2", "float32", {}});
+    v[m + ".weight_scale_2"] = 0.001;
+  }
+  ReadScalar read = [&](const std::string& k) { return v.count(k) ? std::optional<double>(v[k]) : std::nullopt; };
+  auto run = [&](const json& c, const std::vector<HfTensor>& ts) {
+    return codes(check_hf_config(c, "config.json", ts, nullptr, false, read).problems);
+  };
+  CHECK(run(mo, t).empty());
+  std::vector<HfTensor> bad = t;
+  bad[1].shape = {8, 1};
+  CHECK(run(mo, bad) == std::vector<std::string>{"quant-scale-shape"});
+  bad = t;
+  bad.erase(bad.begin() + 2);
+  CHECK(run(mo, bad) == std::vector<std::string>{"quant-scale-missing"});
+  json w4a4 = {{"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}}};
+  CHECK(run(w4a4, t) == std::vector<std::string>{"quant-scale-missing", "quant-scale-missing", "quant-scale-missing"});
+  v["model.layers.0.self_attn.k_proj.weight_scale_2"] = 0.002;
+  CHECK(run(mo, t) == std::vector<std::string>{"quant-global-scale-unfused"});
+  for (auto& [k, x] : v) x = 1000;  // compressed-tensors' direction
+  CHECK(run(mo, t) == std::vector<std::string>{"quant-global-scale-inverted", "quant-global-scale-inverted",
+                                                "quant-global-scale-inverted"});
+  CHECK(codes(check_hf_config(mo, "config.json", t, nullptr, false).problems).empty());  // no values read
+  // compressed-tensors NVFP4: weight_global_scale is 2688 / amax
+  json ct = {{"quantization_config", {{"quant_method", "compressed-tensors"}, {"format", "nvfp4-pack-quantized"}}}};
+  std::vector<HfTensor> c = {{"model.layers.0.mlp.gate_proj.weight_packed", "uint8", {8, 16}},
+                             {"model.layers.0.mlp.gate_proj.weight_scale", "float8_e4m3fn", {8, 2}},
+                             {"model.layers.0.mlp.gate_proj.weight_global_scale", "float32", {1}}};
+  v = {{"model.layers.0.mlp.gate_proj.weight_global_scale", 1000}};
+  CHECK(run(ct, c).empty());
+  v["model.layers.0.mlp.gate_proj.weight_global_scale"] = 0.001;
+  CHECK(run(ct, c) == std::vector<std::string>{"quant-global-scale-inverted"});
+  c[1].dtype = "bfloat16";
+  c.pop_back();
+  CHECK(run(ct, c) == std::vector<std::string>{"quant-scale-shape", "quant-scale-missing"});
+}
 
 TEST_CASE("hf schema: keys and shapes against the model's schema", "[hf]") {
   CHECK(schema_problems(kLlama, llama_model(2)).empty());

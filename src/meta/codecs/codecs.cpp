@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <regex>
 #include <stdexcept>
 
 namespace dcpctl {
@@ -20,6 +21,7 @@ const std::vector<const Codec*>& codecs() {
       &ct_nvfp4_codec(),
       &ct_mxfp8_codec(),
       &ct_mxfp4_codec(),
+      &mo_nvfp4_codec(),
   };
   return list;
 }
@@ -46,9 +48,9 @@ const std::vector<CalibratedScheme>& calibrated_schemes() {
        "activation ranges calibrated on data, which a checkpoint does not hold",
        "fp8-dynamic (activations scaled per token at run time)"},
       {"nvfp4-w4a4",
-       "input_global_scale, each Linear's NVFP4 activation global scale (compressed-tensors' NVFP4 preset, "
-       "ModelOpt's NVFP4): activation ranges calibrated on data, which a checkpoint does not hold",
-       "a weights-only scheme"},
+       "input_global_scale (compressed-tensors' NVFP4 preset) or input_scale (ModelOpt's quant_algo NVFP4), each "
+       "Linear's NVFP4 activation global scale: activation ranges calibrated on data, which a checkpoint does not hold",
+       "nvfp4, weights only (compressed-tensors' NVFP4A16, or ModelOpt's W4A16_NVFP4 with --quantize-format modelopt)"},
   };
   return list;
 }
@@ -73,6 +75,20 @@ bool Codec::weight_dtype(DType d) const {
   for (const CodecRow& r : rows)
     if (r.weight == d) return true;
   return false;
+}
+
+std::string fused_group(const std::string& weight) {
+  // llm-compressor's microscale fused mappings (q/k/v, DeepSeek's wq_a/wkv_a_with_mqa, gate/up,
+  // w1/w3), and, as vLLM fuses each expert's w13 with one global scale, an expert's gate/up too.
+  static const std::vector<std::pair<std::regex, std::string>> members = {
+      {std::regex(R"(((attn|attention)\.)(q_proj|k_proj|v_proj)\.weight$)"), "$1{qkv}"},
+      {std::regex(R"(((attn|attention)\.)(wq_a|wkv_a_with_mqa)\.weight$)"), "$1{wq_a,wkv_a}"},
+      {std::regex(R"((\.)(gate_proj|up_proj)\.weight$)"), "$1{gate,up}"},
+      {std::regex(R"((^|\.)(w1|w3)\.weight$)"), "$1{w1,w3}"},
+  };
+  for (const auto& [re, key] : members)
+    if (std::regex_search(weight, re)) return std::regex_replace(weight, re, key);
+  return weight;
 }
 
 NameIndex tensor_names(const Metadata& md) {

@@ -81,6 +81,9 @@ struct Codec {
   // quantization_config as --quantize writes it (block: --quantize-block; not_convert: the modules
   // kept), in the key order the releases use.
   nlohmann::json (*written_config)(const CodecRow& row, const int64_t block[2], const nlohmann::json& not_convert) = nullptr;
+  // Files --quantize writes beside config.json, made from the quantization_config written (name,
+  // text): ModelOpt's hf_quant_config.json. Null: none.
+  std::vector<std::pair<std::string, std::string>> (*written_files)(const nlohmann::json& config) = nullptr;
 
   // The audit's error bound (compare/export_bound.h): half a step of the element format at a
   // value q of it, so that |x - dq| <= s * half_step(dq / s) for a scale s. Null: no bound
@@ -125,6 +128,7 @@ const Codec& ct_fp8_block_codec();
 const Codec& ct_nvfp4_codec();
 const Codec& ct_mxfp8_codec();
 const Codec& ct_mxfp4_codec();
+const Codec& mo_nvfp4_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
@@ -137,6 +141,12 @@ nlohmann::json ct_written_config(const std::string& format, const nlohmann::json
                                  const nlohmann::json& input_activations, const nlohmann::json& ignore);
 // What a codec that --quantize writes and another codec reads answers the fail-closed check: no.
 bool explained_by_reader(const nlohmann::json& qc, const nlohmann::json& config);
+
+// The fused groups a global scale is shared across (llm-compressor's microscale mappings, which
+// vLLM fuses into one matrix, and each MoE expert's gate/up): the key of `weight`'s group (the name
+// with its member's part replaced), or the weight itself where it is in none. Asked by the encoders
+// (view/codecs/linear_encode.h) and verify (check/hf_config_checks.cpp).
+std::string fused_group(const std::string& weight);
 
 // The tensor indices by name.
 NameIndex tensor_names(const Metadata& md);

@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <set>
 
 #include "meta/geometry.h"
@@ -216,20 +215,6 @@ TensorMeta written_meta(const TensorMeta& w, const std::string& name, DType dtyp
 
 }  // namespace
 
-std::string fused_group(const std::string& weight) {
-  // llm-compressor's microscale fused mappings (q/k/v, DeepSeek's wq_a/wkv_a_with_mqa, gate/up,
-  // w1/w3), and, as vLLM fuses each expert's w13 with one global scale, an expert's gate/up too.
-  static const std::vector<std::pair<std::regex, std::string>> members = {
-      {std::regex(R"(((attn|attention)\.)(q_proj|k_proj|v_proj)\.weight$)"), "$1{qkv}"},
-      {std::regex(R"(((attn|attention)\.)(wq_a|wkv_a_with_mqa)\.weight$)"), "$1{wq_a,wkv_a}"},
-      {std::regex(R"((\.)(gate_proj|up_proj)\.weight$)"), "$1{gate,up}"},
-      {std::regex(R"((^|\.)(w1|w3)\.weight$)"), "$1{w1,w3}"},
-  };
-  for (const auto& [re, key] : members)
-    if (std::regex_search(weight, re)) return std::regex_replace(weight, re, key);
-  return weight;
-}
-
 Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc) {
   const Codec& codec = *enc.codec;
   const Metadata& md = ck.md;
@@ -319,8 +304,8 @@ Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const
       const std::string gname = module + "." + enc.global_name;
       written[i].push_back(static_cast<uint32_t>(out.size()));
       out.push_back(written_meta(t, gname, DType::Float32, 1, 1, 1, 1));
-      out.back().shape = {1};
-      out.back().chunk_dims = {0, 1};
+      out.back().shape = enc.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+      out.back().chunk_dims = enc.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{0, 1};
       table->tensors[gname] = {std::make_shared<EncodedGlobal>(e, gname), ck.derived};
       keep_dtype.push_back(gname);
       names.push_back(gname);
@@ -348,8 +333,10 @@ Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const
   // A tied head: compressed-tensors would target transformers' lm_head Linear, so it is ignored.
   list_tied_head(rq.config, by_name.count("lm_head.weight") != 0, ignore);
   const int64_t block[2] = {enc.band, enc.block_cols};
+  json config = codec.written_config(codec.written_row(), block, ignore);
+  if (codec.written_files) table->output.quantization_files = codec.written_files(config);
   return quantized_result(std::move(view), std::move(table), rq.scheme, block, quantized, std::move(kept),
-                          codec.written_config(codec.written_row(), block, ignore), std::move(keep_dtype), codec.quant_method);
+                          std::move(config), std::move(keep_dtype), codec.quant_method);
 }
 
 }  // namespace dcpctl

@@ -5,7 +5,7 @@
 // Each 2-D floating `X.weight` [N, K] that the carve-outs of view/quantize.h leave (and whose K is
 // a multiple of the codec's group) becomes `X.<weight_name>` [N, K / per_byte] of the codec's dtype
 // beside `X.<scale_name>` [ceil(N / band), scale_cols(K)] (and, for a codec with a global scale,
-// `X.<global_name>` float32 [1], one value shared by the weight's fused group: q/k/v, gate/up,
+// `X.<global_name>` float32 [1] or [], one value shared by the weight's fused group: q/k/v, gate/up,
 // w1/w3). Every other tensor is written as it is; the 2-D weights kept and 3-D expert stacks (no
 // such codec has a stacked form) are listed with their reason, their modules in the config's
 // `ignore`. A weight already quantized (float8, or beside a scale) is refused (exit 5).
@@ -46,15 +46,12 @@ struct LinearEncoding {
   // largest |x| of the weight's fused group (weights of dtype `model`).
   const char* global_name = "";
   float (*global_from_amax)(float amax, DType model) = nullptr;
+  // The global scale's shape: false [1] (compressed-tensors), true [] (ModelOpt's scalar).
+  bool global_scalar = false;
 };
 
 // --quantize with a LinearEncoding's codec: the checkpoint with its Linear weights encoded.
 Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc);
-
-// The fused groups a global scale is shared across (llm-compressor's microscale mappings, which
-// vLLM fuses into one matrix): the key of `weight`'s group (the name with its member's part
-// replaced), or the weight itself where it is in none.
-std::string fused_group(const std::string& weight);
 
 // Helpers of the kernels: torch.finfo(d).eps (compressed-tensors' scale for an all-zero group), and
 // v stored as one element of `d` (float32, bfloat16, float16, float8) at `out`.

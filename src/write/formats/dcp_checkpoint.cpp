@@ -42,6 +42,7 @@ DcpAdditions quantized_config_file(const WriteJob& job) {
   const MapConfig config = model.saved(ck);
   const std::string text = config.json.is_null() ? "{}" : model.file(config.path)->text;
   add.files.push_back({"config.json", quantized_config(text, *ck.derived->output.quantization_config)});
+  for (const auto& [name, file_text] : ck.derived->output.quantization_files) add.files.push_back({name, file_text});
   return add;
 }
 

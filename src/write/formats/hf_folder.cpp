@@ -60,6 +60,9 @@ class HfFolder final : public SafetensorsFiles {
       };
     }
     copy_assets(assets_, [&](const std::string& name) { return dir_->path_of(name); }, edit, dir_->uploads());
+    // --quantize: the files a codec writes beside config.json (ModelOpt's hf_quant_config.json).
+    if (ck.derived)
+      for (const auto& [name, text] : ck.derived->output.quantization_files) write_text(name, text);
     if (job.plan.files.size() > 1) write_index(job.plan);
     if (!dir_->remote()) check_before_rename();
   }
