@@ -171,7 +171,7 @@ using Problem = std::function<void(const char*, const std::string&, const std::s
 // (check_hf_config's comment in the header lists the codes); the global scales read through
 // `read_scalar`, four bytes each.
 void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const ReadScalar& read_scalar,
-                  const Problem& problem) {
+                  const Problem& problem, const Problem& warning) {
   const std::string method = qc.value("quant_method", "");
   const std::set<std::string> formats = quant_formats(qc);
   auto has = [&](const char* f) { return formats.count(f) > 0; };
@@ -297,12 +297,19 @@ void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& 
       }));
       if (n > most) most = n, ref = i;
     }
+    // An expert's gate/up: vLLM's MoE methods check the two and load the fused w13 with gate_proj's
+    // scale, warning "Accuracy may be affected" (llm-compressor 0.14 writes them so): a warning here
+    // too. q/k/v and a dense gate/up are fused with no check (the largest scale): a problem.
+    const bool expert = group.find(".experts.") != std::string::npos;
     for (const auto& [key, v] : members)
       if (v != members[ref].second)
-        problem("quant-global-scale-unfused", key,
-                num(v) + ", but " + members[ref].first + " of the same fused group holds " + num(members[ref].second) +
-                    ": vLLM fuses the group into one matrix and decodes it with one global scale (gate_proj's, or the "
-                    "largest), so the others' weights are misread");
+        (expert ? warning : problem)(
+            "quant-global-scale-unfused", key,
+            num(v) + ", but " + members[ref].first + " of the same fused group holds " + num(members[ref].second) +
+                (expert ? ": vLLM fuses an expert's gate/up into one matrix and decodes it with gate_proj's global "
+                          "scale (it warns \"Accuracy may be affected\"), so up_proj's weights are misread there"
+                        : ": vLLM fuses the group into one matrix and decodes it with one global scale (the largest), "
+                          "so the others' weights are misread"));
   }
 }
 
@@ -551,7 +558,10 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
       if (std::none_of(bases.begin(), bases.end(), [&](const std::string& b) { return by_key.count(b) > 0; }))
         problem("quant-scale-orphan", k, "a scale tensor whose weight (" + bases[0] + ") is not here");
     }
-    check_scales(*qc, by_key, read_scalar, problem);
+    auto warning = [&](const char* code, const std::string& key, const std::string& msg) {
+      out.warnings.push_back({code, Where(config_path, std::nullopt, key), msg});
+    };
+    check_scales(*qc, by_key, read_scalar, problem, warning);
   }
 
   // dtype: the weights' floating dtype is the config's, but for what keeps its own.

@@ -46,7 +46,8 @@ using ReadScalar = std::function<std::optional<double>(const std::string& key)>;
 // scale's dtype and shape against the weight (`quant-scale-shape`), every scale the format needs
 // present (`quant-scale-missing`: ModelOpt's weight_scale_2 and, for its W4A4 NVFP4 and FP8,
 // input_scale; compressed-tensors' NVFP4 weight_global_scale), one global scale a fused group
-// (`quant-global-scale-unfused`: vLLM decodes the fused matrix with one), and that in the format's
+// (`quant-global-scale-unfused`: vLLM decodes the fused matrix with one; an MoE expert's gate/up is a
+// warning, as vLLM's own check there is), and that in the format's
 // direction (`quant-global-scale-inverted`: compressed-tensors' weight_global_scale is 2688 / amax,
 // ModelOpt's weight_scale_2 amax / 2688; read through `read_scalar`).
 ConfigCheckResult check_hf_config(const nlohmann::json& config, const std::string& config_path,
