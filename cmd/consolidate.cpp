@@ -21,6 +21,7 @@
 #include "util/numeric.h"
 #include "util/size.h"
 #include "write/consolidate.h"
+#include "write/execute.h"
 #include "write/output.h"
 
 namespace dcpctl::cli {
@@ -128,7 +129,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
     add_s3_transfer(r);
-    std::cout << r.dump(2) << "\n";
+    dump_summary(r, std::cout);
     return 0;
   }
   if (o.dry_run) {

@@ -13,6 +13,7 @@
 #include "util/error.h"
 #include "util/numeric.h"
 #include "util/size.h"
+#include "write/execute.h"
 #include "write/output.h"
 #include "write/reshard.h"
 
@@ -55,7 +56,7 @@ int run_reshard(const ReshardCliOptions& o) {
   if (group && group->rank() != 0) return 0;  // rank 0 reports for the job
   if (o.json) {
     add_s3_transfer(r);
-    std::cout << r.dump(2) << "\n";
+    dump_summary(r, std::cout);
     return 0;
   }
   if (o.dry_run) {

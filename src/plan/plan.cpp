@@ -281,20 +281,125 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   return plan;
 }
 
-json WritePlan::describe() const {
+namespace {
+
+json describe_record(const WritePlan& plan, const Record& r) {
+  const PlannedTensor& pt = plan.tensors[r.tensor];
+  json out = {{"key", pt.key}, {"dtype", torch_name(pt.dst)}, {"shape", pt.t->shape}, {"box", r.box.text()}, {"file", plan.files[r.dest].name},
+              {"bytes", r.out_bytes}, {"streams", r.streams}, {"need", r.need}};
+  if (pt.mapped) out["from"] = {{"keys", pt.mapped->inputs}, {"transforms", pt.mapped->transforms}};
+  return out;
+}
+
+json describe_piece(const Piece& p, bool mapped) {
+  if (mapped) return {{"tensor", p.source->fqn}, {"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}};
+  return {{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}};
+}
+
+// `j` as json::dump(2) writes it where it stands `indent` spaces in.
+void dump_at(std::string& out, const json& j, unsigned indent) {
+  nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(out), ' ', json::error_handler_t::strict);
+  s.dump(j, true, false, 2, indent);
+}
+
+// A string as json::dump writes it (ensure_ascii false): printable ASCII as it is, else through
+// nlohmann's own escaping.
+void put_string(std::string& out, const std::string& v) {
+  for (unsigned char c : v)
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') return dump_at(out, json(v), 0);
+  out += '"';
+  out += v;
+  out += '"';
+}
+
+void put_uint(std::string& out, uint64_t v) {
+  char buf[24];
+  char* e = buf + sizeof buf;
+  char* b = e;
+  do *--b = static_cast<char>('0' + v % 10); while (v /= 10);
+  out.append(b, e);
+}
+
+// A record's pieces, as describe_piece's objects in an array dumped at `indent` (the key's).
+void put_pieces(std::string& out, const std::vector<Piece>& pieces, bool mapped, unsigned indent) {
+  if (pieces.empty()) {
+    out += "[]";
+    return;
+  }
+  const std::string obj(indent + 2, ' '), key(indent + 4, ' ');
+  out += "[\n";
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    out += obj;
+    out += "{\n";
+    out += key;
+    out += "\"box\": ";
+    put_string(out, p.in.text());
+    out += ",\n";
+    out += key;
+    out += "\"bytes\": ";
+    put_uint(out, p.bytes);
+    out += ",\n";
+    out += key;
+    out += "\"chunk\": ";
+    put_uint(out, p.chunk);
+    out += ",\n";
+    out += key;
+    out += p.run ? "\"in_place\": true" : "\"in_place\": false";
+    if (mapped) {
+      out += ",\n";
+      out += key;
+      out += "\"tensor\": ";
+      put_string(out, p.source->fqn);
+    }
+    out += '\n';
+    out += obj;
+    out += i + 1 < pieces.size() ? "},\n" : "}\n";
+  }
+  out.append(indent, ' ');
+  out += ']';
+}
+
+}  // namespace
+
+json WritePlan::describe(bool with_pieces) const {
   json out = json::array();
   for (const Record& r : records) {
-    const PlannedTensor& pt = tensors[r.tensor];
+    out.push_back(describe_record(*this, r));
+    if (!with_pieces) continue;
+    const bool mapped = tensors[r.tensor].mapped != nullptr;
     json pieces = json::array();
-    for (const Piece& p : r.pieces)
-      if (pt.mapped)
-        pieces.push_back({{"tensor", p.source->fqn}, {"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
-      else
-        pieces.push_back({{"chunk", p.chunk}, {"box", p.in.text()}, {"bytes", p.bytes}, {"in_place", p.run}});
-    out.push_back({{"key", pt.key}, {"dtype", torch_name(pt.dst)}, {"shape", pt.t->shape}, {"box", r.box.text()}, {"file", files[r.dest].name},
-                   {"bytes", r.out_bytes}, {"streams", r.streams}, {"need", r.need}, {"pieces", pieces}});
-    if (pt.mapped) out.back()["from"] = {{"keys", pt.mapped->inputs}, {"transforms", pt.mapped->transforms}};
+    for (const Piece& p : r.pieces) pieces.push_back(describe_piece(p, mapped));
+    out.back()["pieces"] = std::move(pieces);
   }
+  return out;
+}
+
+std::string WritePlan::render(unsigned indent) const {
+  std::string out;
+  if (records.empty()) return "[]";
+  // Each record's JSON holds a mark where its pieces go ("pieces" sorts between "need" and
+  // "shape"): every quote inside a dumped string is escaped, so the mark's text is found only there.
+  static const std::string mark = "\"pieces\": \"\\u0001\"";
+  const std::string rec(indent + 2, ' ');
+  out += "[\n";
+  std::string one;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Record& r = records[i];
+    json j = describe_record(*this, r);
+    j["pieces"] = "\x01";
+    one.clear();
+    dump_at(one, j, indent + 2);
+    const size_t at = one.find(mark);
+    out += rec;
+    out.append(one, 0, at);
+    out += "\"pieces\": ";
+    put_pieces(out, r.pieces, tensors[r.tensor].mapped != nullptr, indent + 4);
+    out.append(one, at + mark.size(), std::string::npos);
+    out += i + 1 < records.size() ? ",\n" : "\n";
+  }
+  out.append(indent, ' ');
+  out += ']';
   return out;
 }
 

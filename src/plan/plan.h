@@ -114,7 +114,12 @@ struct WritePlan {
 
   const TensorMeta& meta(const Record& r) const { return *tensors[r.tensor].t; }
   // The plan as --dry-run prints it: every record with its pieces, streaming decision and need.
-  nlohmann::json describe() const;
+  // `pieces` false: the records without their pieces (what the text dry run prints).
+  nlohmann::json describe(bool pieces = true) const;
+  // describe().dump(2)'s text as it stands inside an object dumped with indent 2, the key at
+  // `indent` spaces (2 at the top level), without building the pieces' JSON objects: a record's
+  // pieces are written straight into the text (3.4 million of them in a Kimi-K2 map's plan).
+  std::string render(unsigned indent) const;
 };
 
 // Plans the write; throws on anything the write would refuse (see the top of this file).

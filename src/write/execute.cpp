@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <memory>
+#include <ostream>
+#include <string_view>
 
 #include "dist/commit.h"
 #include "dist/exchange.h"
@@ -180,8 +182,17 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // size and save id that differ.
   if (group) group->agree("plan", plan_digest(job.plan, job.deal));
   if (o.dry_run) {
-    summary["plan"] = job.plan.describe();
-    summary["deal"] = job.deal.describe();
+    if (o.plan_report == WriteOptions::PlanReport::Rendered) {
+      summary["plan"] = job.plan.render(2);
+      std::string deal;
+      nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(deal), ' ', json::error_handler_t::strict);
+      s.dump(job.deal.describe(), true, false, 2, 2);
+      summary["deal"] = std::move(deal);
+      summary[kRenderedPlan] = true;
+    } else {
+      summary["plan"] = job.plan.describe(o.plan_report == WriteOptions::PlanReport::Tree);
+      summary["deal"] = job.deal.describe();
+    }
     return summary;
   }
 
@@ -262,6 +273,31 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   summary["gb_per_s"] = secs > 0 ? static_cast<double>(job.plan.total_bytes) / secs / 1e9 : 0.0;
   summary["peak_rss_bytes"] = peak_rss_bytes();
   return summary;
+}
+
+void dump_summary(nlohmann::json& summary, std::ostream& os) {
+  if (!summary.is_object() || !summary.contains(kRenderedPlan)) {
+    os << summary.dump(2) << "\n";
+    return;
+  }
+  summary.erase(kRenderedPlan);
+  // Each rendered text is swapped for a mark, the rest dumped, and the text written where its mark
+  // is: the mark's quotes are not escaped, so it is not found inside a dumped string.
+  std::string plan = std::move(summary["plan"].get_ref<std::string&>());
+  std::string deal = std::move(summary["deal"].get_ref<std::string&>());
+  summary["plan"] = "\x01";
+  summary["deal"] = "\x01";
+  const std::string text = summary.dump(2);
+  const std::string plan_mark = "\"plan\": \"\\u0001\"", deal_mark = "\"deal\": \"\\u0001\"";
+  const size_t d = text.find(deal_mark), p = text.find(plan_mark);
+  if (d == std::string::npos || p == std::string::npos || d > p) throw Error(Where(), "internal error: the dry run's summary lost its plan");
+  os.write(text.data(), static_cast<std::streamsize>(d));
+  os << "\"deal\": " << deal;
+  os.write(text.data() + d + deal_mark.size(), static_cast<std::streamsize>(p - d - deal_mark.size()));
+  os << "\"plan\": " << plan;
+  os << std::string_view(text).substr(p + plan_mark.size()) << "\n";
+  summary.erase("plan");
+  summary.erase("deal");
 }
 
 }  // namespace dcpctl

@@ -114,4 +114,11 @@ class OutputWriter {
 // than 0 under torchrun it has `rank` and no timings.
 nlohmann::json execute(const WriteRequest& request, OutputWriter& writer);
 
+// A summary's key that says its `plan` and `deal` are rendered text (WriteOptions::PlanReport).
+inline constexpr const char* kRenderedPlan = "\x01rendered";
+
+// Prints `summary` as summary.dump(2) and a newline do, its rendered plan (if any) written in
+// place; the rendered texts are taken out of it.
+void dump_summary(nlohmann::json& summary, std::ostream& os);
+
 }  // namespace dcpctl

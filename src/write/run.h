@@ -50,6 +50,10 @@ struct WriteOptions {
   bool cast_all = false;
   bool force = false;         // replace an existing output
   bool dry_run = false;       // plan and check the output, write nothing
+  // What a dry run's summary holds of the plan (write/execute.h): `plan` and `deal` as JSON
+  // (Tree); the records without their pieces (Keys: the text dry run); or both already rendered as
+  // their text in `summary.dump(2)` (Rendered: print it with dump_summary()).
+  enum class PlanReport { Tree, Keys, Rendered } plan_report = PlanReport::Tree;
   unsigned threads = 4;
   // --io direct: bulk bytes are read and written past the page cache (O_DIRECT, where the
   // filesystem allows it; see Executor::direct_io); --io buffered sets it false.
