@@ -104,7 +104,21 @@ void set_map(DerivedTable& table, std::shared_ptr<const MappedModel> map, bool p
 Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind) {
   const bool inputs = kind == MapTable::Written;
   auto map = std::make_shared<const MappedModel>(std::move(applied));
-  auto md = std::make_shared<const Metadata>(ck.md);
+  // What the outputs' reads index: the table below's tensors that are some output's part, at their
+  // indices there; the others (the optimizer's states, what the map leaves out) are not copied.
+  auto md = [&] {
+    auto m = std::make_shared<Metadata>();
+    m->source = ck.md.source;
+    m->tensors.resize(ck.md.tensors.size());
+    std::vector<bool> copied(ck.md.tensors.size(), false);
+    for (const MappedTensor& mt : map->tensors)
+      for (const MapPart& part : mt.parts)
+        if (!copied[part.tensor]) {
+          copied[part.tensor] = true;
+          m->tensors[part.tensor] = ck.md.tensors.at(part.tensor);
+        }
+    return std::shared_ptr<const Metadata>(std::move(m));
+  }();
   Checkpoint view = ck;
   view.md.order.clear();
   view.md.planner_data.clear();
