@@ -22,8 +22,9 @@
 #   (d) the same with --quantize fp8-block: every Linear but the carve-outs as FP8 128x128 blocks
 #       and their weight_scale_inv; then the plan's own figures (tensors, bytes, files, records,
 #       pieces, the largest record's buffer, each process's memory from the one memory model)
-# BASE=/path/to/another/dcpctl adds (c) and (d) with that binary in the same rounds, and says
-# whether its plans are byte for byte the same.
+#   (e), (f) (c) and (d) without --json: the text dry run (the records, not their pieces)
+# BASE=/path/to/another/dcpctl adds (c) to (f) with that binary in the same rounds, and says
+# whether its plans (the --json and the text) are byte for byte the same.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,10 +45,10 @@ wall_s() { field "$1" "Elapsed (wall clock) time (h:mm:ss or m:ss)" | awk -F: '{
 cpu_s() { awk -v u="$(field "$1" "User time (seconds)")" -v s="$(field "$1" "System time (seconds)")" 'BEGIN { printf "%.2f\n", u + s }'; }
 rss_mb() { field "$1" "Maximum resident set size (kbytes)" | awk '{ printf "%.0f\n", $1 / 1024 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-plan() {  # plan OUTFILE TIMEFILE [extra args]: one dry run, its exit checked (BIN: the binary)
+plan() {  # plan OUTFILE TIMEFILE [extra args]: one dry run, its exit checked (BIN: the binary; JSON= for text)
   local out=$1 tf=$2 rc=0
   shift 2
-  /usr/bin/time -v -o "$tf" "${BIN:-$DCPCTL}" consolidate "$DIR" --map torchtitan-deepseek-v3 -o "$TMP/out/" --dry-run --json \
+  /usr/bin/time -v -o "$tf" "${BIN:-$DCPCTL}" consolidate "$DIR" --map torchtitan-deepseek-v3 -o "$TMP/out/" --dry-run ${JSON---json} \
     --max-memory 16GiB "$@" >"$out" || rc=$?
   [ "$rc" = 0 ] || { echo "consolidate --dry-run $* exited $rc" >&2; exit 1; }
 }
@@ -58,9 +59,13 @@ for k in $(seq "$RUNS"); do  # interleaved rounds
   /usr/bin/time -v -o "$TMP/b$k" "$DCPCTL" inspect --json "$DIR" >/dev/null
   plan "$TMP/plan-map.json" "$TMP/c$k"
   plan "$TMP/plan-fp8.json" "$TMP/d$k" --quantize fp8-block
+  JSON= plan "$TMP/plan-map.txt" "$TMP/e$k"
+  JSON= plan "$TMP/plan-fp8.txt" "$TMP/f$k" --quantize fp8-block
   if [ -n "${BASE:-}" ]; then
-    BIN=$BASE plan "$TMP/base-map.json" "$TMP/e$k"
-    BIN=$BASE plan "$TMP/base-fp8.json" "$TMP/f$k" --quantize fp8-block
+    BIN=$BASE plan "$TMP/base-map.json" "$TMP/g$k"
+    BIN=$BASE plan "$TMP/base-fp8.json" "$TMP/h$k" --quantize fp8-block
+    BIN=$BASE JSON= plan "$TMP/base-map.txt" "$TMP/i$k"
+    BIN=$BASE JSON= plan "$TMP/base-fp8.txt" "$TMP/j$k" --quantize fp8-block
   fi
 done
 
@@ -78,12 +83,16 @@ row "(a) cat .metadata" a
 row "(b) dcpctl inspect --json" b
 row "(c) consolidate --map torchtitan-deepseek-v3 --dry-run --json" c
 row "(d) the same, --quantize fp8-block" d
+row "(e) (c) without --json (the text dry run)" e
+row "(f) (d) without --json" f
 if [ -n "${BASE:-}" ]; then
-  row "(c) with BASE ($(basename "$BASE"))" e
-  row "(d) with BASE" f
-  for f in map fp8; do
-    cmp -s "$TMP/plan-$f.json" "$TMP/base-$f.json" && echo "($f: the plan's JSON is BASE's, byte for byte)" ||
-      echo "($f: the plan's JSON differs from BASE's)"
+  row "(c) with BASE ($(basename "$BASE"))" g
+  row "(d) with BASE" h
+  row "(e) with BASE" i
+  row "(f) with BASE" j
+  for f in map.json fp8.json map.txt fp8.txt; do
+    cmp -s "$TMP/plan-$f" "$TMP/base-$f" && echo "($f: the plan is BASE's, byte for byte)" ||
+      echo "($f: the plan differs from BASE's)"
   done
 fi
 for f in map fp8; do

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "item/item_reader.h"
 #include "item/window.h"
@@ -23,6 +24,7 @@
 #include "util/dtype.h"
 #include "view/map_view.h"
 #include "view/model.h"
+#include "write/execute.h"
 
 using namespace dcpctl;
 
@@ -184,4 +186,61 @@ TEST_CASE("views: the written map table holds an input named as another output a
   REQUIRE(plan.tensors.size() == map.tensors.size());
   for (const Record& r : plan.records)
     for (const Piece& p : r.pieces) CHECK((p.source >= written.md.tensors.data() && p.source < written.md.tensors.data() + ck.md.tensors.size()));
+}
+
+TEST_CASE("plan: the dry run's rendered plan is the JSON tree's text, byte for byte (mapped and saved pieces)") {
+  // --dry-run --json renders every record's pieces as text (WritePlan::render) and splices it into
+  // the summary's dump (dump_summary): it must print what json::dump(2) of the tree prints.
+  const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
+  Checkpoint mapped_ck = open_checkpoint(dir + "/run/step-2");
+  ModelRequest rq;
+  rq.map = "torchtitan-deepseek-v3";
+  rq.config = dir + "/config.json";
+  Model model = build_model(mapped_ck, rq);
+  Checkpoint saved = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/sample/ckpt");
+  Target sharded;
+  sharded.max_shard_size = 1 << 20;
+  // A piece's input named so that json::dump escapes it (a quote, a backslash, a control
+  // character, UTF-8): the text's slow path.
+  Checkpoint written = model.checkpoint();
+  const WritePlan first = plan_write(written, {}, std::nullopt, sharded);
+  REQUIRE((!first.records.empty() && !first.records[0].pieces.empty()));
+  const TensorMeta* in = first.records[0].pieces[0].source;
+  REQUIRE((in >= written.md.tensors.data() && in < written.md.tensors.data() + written.md.tensors.size()));
+  written.md.tensors[static_cast<size_t>(in - written.md.tensors.data())].fqn += "\"\\\x02\xc3\xa9";
+  for (const Checkpoint* ck : std::vector<const Checkpoint*>{&written, &saved}) {
+    WritePlan plan = plan_write(*ck, {}, std::nullopt, sharded);
+    REQUIRE(plan.records.size() >= 2);
+    bool mapped = false;
+    for (const PlannedTensor& pt : plan.tensors) mapped = mapped || pt.mapped;
+    CHECK(mapped == (ck != &saved));
+    if (mapped) CHECK(plan.describe().at(0).at("pieces").at(0).at("tensor").get<std::string>().find("\xc3\xa9") != std::string::npos);
+    // A key json::dump escapes.
+    plan.tensors[plan.records[0].tensor].key = "a\"b\\c\x01\xc3\xa9";
+    const nlohmann::json tree = plan.describe();
+    REQUIRE(tree.at(0).at("pieces").size() >= 1);
+    for (unsigned indent : {0u, 2u, 6u}) {
+      const std::string pad(indent, ' ');
+      // The tree dumped at that depth: an object's member, `indent` spaces in.
+      std::string want = tree.dump(2);
+      for (size_t at = want.find('\n'); at != std::string::npos; at = want.find('\n', at + 1)) want.insert(at + 1, pad);
+      CHECK(plan.render(indent) == want);
+    }
+    nlohmann::json summary = {{"schema_version", 1}, {"tensors", plan.tensors.size()}, {"deal", {{"lanes", 4}}}, {"zz", "last"}};
+    nlohmann::json rendered = summary;
+    summary["plan"] = tree;
+    rendered["plan"] = plan.render(2);
+    rendered["deal"] = "{\n    \"lanes\": 4\n  }";
+    rendered[kRenderedPlan] = true;
+    std::ostringstream os;
+    dump_summary(rendered, os);
+    CHECK(os.str() == summary.dump(2) + "\n");
+    // Without the mark the summary is dumped as it is.
+    std::ostringstream plain;
+    dump_summary(summary, plain);
+    CHECK(plain.str() == summary.dump(2) + "\n");
+  }
+  // No records: an empty array.
+  WritePlan none;
+  CHECK(none.render(2) == "[]");
 }
