@@ -344,6 +344,14 @@ def schema_of(model_type):
     # that the same blocks hold (GLM's MoE router weight, its e_score_correction_bias, the experts
     # and the shared experts of layers 1..7; the dense MLP of layer 0 is another group): a block
     # that holds one holds them all.
+    # A key numbered in its name (NLLB-MoE's `experts.expert_99.`: as many as num_experts says) is in no
+    # group: a size doubled brings a key of the same name but for its digits.
+    def digits_out(p):
+        return re.sub(r"\d+", "N", p)
+    default_patterns = {pattern_of(k) for k in disk}
+    sized = set()
+    for _, _, shapes in pert.values():
+        sized |= {digits_out(pattern_of(k)) for k in shapes if pattern_of(k) not in default_patterns}
     groups = {}
     for stack, per in blocks.items():
         holders = {}
@@ -351,6 +359,8 @@ def schema_of(model_type):
             for rest in rests:
                 holders.setdefault(rest, set()).add(layer)
         for rest, ids in holders.items():
+            if digits_out(pattern_of(stack) + ".#." + rest) in sized:
+                continue
             groups.setdefault((pattern_of(stack), rest.split(".")[0], frozenset(ids)), []).append(
                 pattern_of(stack) + ".#." + rest)
     together = sorted(sorted(g) for g in groups.values() if len(g) > 1)

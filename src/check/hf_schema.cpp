@@ -294,6 +294,11 @@ const ModelSchema* schema_for_config(const json& config) {
   return s;
 }
 
+bool schema_defines(const ModelSchema& s, const json& config, const std::string& key) {
+  const SchemaKey* k = s.lookup(schema_pattern(key));
+  return k && condition_holds(config, k->when);
+}
+
 std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bool fp16) {
   const SchemaKey* k = s.lookup(schema_pattern(key));
   if (!k || !k->when.empty()) return std::nullopt;  // a flag's key: its dtype was not derived
@@ -372,7 +377,6 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   const std::set<std::string> memory(s->memory.begin(), s->memory.end());
   for (const auto& t : tensors) {
     std::string key = t.key;
-    if (regex_search_any(s->ignore_unexpected, key)) continue;
     // What transformers' loader tolerates in every model that has these buffers, not persistent
     // now (modeling_utils.py, _adjust_missing_and_unexpected_keys): old checkpoints' copies.
     if (key_ends_with(key, "rotary_emb.inv_freq") || key == "position_ids" || key_ends_with(key, ".position_ids")) continue;
@@ -393,6 +397,9 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
         memory_present.insert(p);
         continue;
       }
+      // What the class ignores unexpected, searched as transformers searches it: only a key the
+      // model does not define (GPT-2's `attn.bias` also matches its own c_attn.bias, which it loads).
+      if (regex_search_any(s->ignore_unexpected, t.key)) continue;
       unexpected[p].push_back(key);
       continue;
     }

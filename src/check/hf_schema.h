@@ -76,6 +76,11 @@ std::string schema_pattern(const std::string& key);
 // `architectures` (when it has one) names the class the schema was built from.
 const ModelSchema* schema_for_config(const nlohmann::json& config);
 
+// Whether the model of `config` (its schema `s`) has `key`: its pattern is in the schema and the
+// config flag it needs, if any, holds (M2M-100 has model.decoder.embed_tokens.weight on disk only
+// with tie_word_embeddings false).
+bool schema_defines(const ModelSchema& s, const nlohmann::json& config, const std::string& key);
+
 // The dtype transformers leaves `key` in when it loads the model in `target` ("bfloat16",
 // "float16"): 'f' float32, '-' the target, 'i' not a floating tensor; nullopt when the schema has
 // no such key (a name transformers renames on load, for which its in-memory lists apply).
