@@ -78,6 +78,11 @@ KNOWN_GAPS = {
     "mllama": "the text model (model_type mllama_text_model, not in the schema) has vocab_size + 8 embedding rows: "
               "vocab-size-mismatch",
     "moshi": "MoshiForCausalLM's embedding has vocab_size + 1 rows: vocab-size-mismatch",
+    "roformer": "roformer.embeddings_project exists when embedding_size differs from hidden_size (tiny_config cuts "
+                "hidden_size only): two size fields differing, as OPT's project_in (schema-key-unexpected)",
+    "shieldgemma2": "transformers' from_pretrained + save_pretrained writes model.language_model.* where save_pretrained "
+                    "of the built model writes model.language_model.model.* (a prefix it changes on load): the export "
+                    "keeps the source's names and from_pretrained of it reports them missing",
 }
 
 
