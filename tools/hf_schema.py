@@ -27,6 +27,10 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
   "experts" the number of experts the per-expert keys (`experts.#.`) count, as config fields
            ("n_routed_experts+zero_expert_num": LongCat saves its zero experts), null when no
            field explains it; absent for a model without per-expert keys.
+  "together" [[pattern, ...], ...]: per numbered block, the keys of one of its modules (the first
+           path component after the block number: `mlp`, `self_attn`) that the same blocks of the
+           default build hold: a block holding one of them holds them all (an MoE layer's router,
+           its expert bias and its experts; a dense layer's MLP).
   "absent" [pattern, when]: keys of the default build that a flipped boolean removes (the head when
            tie_word_embeddings=true): optional under that condition.
   "memory" in-memory names that differ from the on-disk ones (a folder may hold these: transformers
@@ -336,6 +340,30 @@ def schema_of(model_type):
     for stack, per in blocks.items():
         for rest in set.intersection(*per.values()):
             core.add(pattern_of(stack) + ".#." + rest)
+    # Together: the keys of one module of a block (its first path component: `mlp`, `self_attn`)
+    # that the same blocks hold (GLM's MoE router weight, its e_score_correction_bias, the experts
+    # and the shared experts of layers 1..7; the dense MLP of layer 0 is another group): a block
+    # that holds one holds them all.
+    # A key numbered in its name (NLLB-MoE's `experts.expert_99.`: as many as num_experts says) is in no
+    # group: a size doubled brings a key of the same name but for its digits.
+    def digits_out(p):
+        return re.sub(r"\d+", "N", p)
+    default_patterns = {pattern_of(k) for k in disk}
+    sized = set()
+    for _, _, shapes in pert.values():
+        sized |= {digits_out(pattern_of(k)) for k in shapes if pattern_of(k) not in default_patterns}
+    groups = {}
+    for stack, per in blocks.items():
+        holders = {}
+        for layer, rests in per.items():
+            for rest in rests:
+                holders.setdefault(rest, set()).add(layer)
+        for rest, ids in holders.items():
+            if digits_out(pattern_of(stack) + ".#." + rest) in sized:
+                continue
+            groups.setdefault((pattern_of(stack), rest.split(".")[0], frozenset(ids)), []).append(
+                pattern_of(stack) + ".#." + rest)
+    together = sorted(sorted(g) for g in groups.values() if len(g) > 1)
     keys, shape_of = {}, {}
     for k, (shape, _) in disk.items():
         p = pattern_of(k)
@@ -380,6 +408,8 @@ def schema_of(model_type):
         out["experts"] = count_form(n0, pert)
     if absent:
         out["absent"] = sorted(absent)
+    if together:
+        out["together"] = together
     if prefixes:
         out["prefixes"] = prefixes
     if memory_only:

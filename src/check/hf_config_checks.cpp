@@ -466,7 +466,12 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
   const std::optional<int64_t> vocab = cfg.integer(kVocab);
   bool any_embed = false;
   for (const auto& t : tensors) any_embed = any_embed || t.key.find("embed") != std::string::npos;
-  if (have_stack && vocab && !any_embed && base.rfind("model.", 0) == 0)
+  // A model the schema holds: its own keys say whether it has these (M2M-100's embedding is
+  // model.shared.weight, FSMT's head model.decoder.output_projection.weight); the schema's
+  // schema-key-missing reports them missing where it has them.
+  const ModelSchema* schema = schema_for_config(config);
+  auto schema_lacks = [&](const std::string& key) { return schema && !schema_defines(*schema, config, key); };
+  if (have_stack && vocab && !any_embed && base.rfind("model.", 0) == 0 && !schema_lacks(base + "embed_tokens.weight"))
     problem("embedding-missing", base + "embed_tokens.weight",
             "the config has vocab_size " + std::to_string(*vocab) + " but no embedding is here");
   if (vocab) {
@@ -484,7 +489,7 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
   const std::optional<bool> tie = cfg.tie();
   bool head = false;
   for (const auto& t : tensors) head = head || t.key.rfind("lm_head.", 0) == 0;
-  if (tie && !*tie && !embed.empty() && !head && base.rfind("model.", 0) == 0) {
+  if (tie && !*tie && !embed.empty() && !head && base.rfind("model.", 0) == 0 && !schema_lacks("lm_head.weight")) {
     out.checked.push_back("tie_word_embeddings");
     problem("lm-head-missing", "lm_head.weight",
             "tie_word_embeddings is false but the folder holds no lm_head.weight: loaders initialise it at random");

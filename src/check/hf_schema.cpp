@@ -161,6 +161,26 @@ std::string block_id(const std::string& key, const std::string& pattern) {
   return id;
 }
 
+// The first integer path component of `key` ("3" of model.layers.3.mlp.experts.0.w1.weight), or "".
+std::string first_block(const std::string& key) {
+  size_t b = 0;
+  while (b < key.size()) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    if (all_digits(key, b, e)) return key.substr(b, e - b);
+    b = e + 1;
+  }
+  return {};
+}
+
+// A pattern's key in block `id` of its stack (its first `#`), any further `#` as 0.
+std::string key_in_block(const std::string& pattern, const std::string& id) {
+  std::string k = pattern;
+  if (size_t at = k.find('#'); at != std::string::npos) k.replace(at, 1, id);
+  for (size_t at = k.find('#'); at != std::string::npos; at = k.find('#', at)) k.replace(at, 1, "0");
+  return k;
+}
+
 std::string shape_text(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -246,6 +266,12 @@ const HfSchema& hf_schema() {
       m.ignore_unexpected = strings(o, "ignore_unexpected");
       m.ignore_missing = strings(o, "ignore_missing");
       if (o.contains("experts") && o["experts"].is_string()) m.experts = o["experts"].get<std::string>();
+      if (o.contains("together"))
+        for (const auto& g : o["together"]) {
+          std::vector<std::string> group;
+          for (const auto& x : g) group.push_back(x.get<std::string>());
+          m.together.push_back(std::move(group));
+        }
       if (o.contains("prefixes"))
         for (const auto& pr : o["prefixes"]) m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
       s.types.push_back(std::move(m));
@@ -266,6 +292,11 @@ const ModelSchema* schema_for_config(const json& config) {
       config["architectures"][0].is_string() && config["architectures"][0].get<std::string>() != s->cls)
     return nullptr;
   return s;
+}
+
+bool schema_defines(const ModelSchema& s, const json& config, const std::string& key) {
+  const SchemaKey* k = s.lookup(schema_pattern(key));
+  return k && condition_holds(config, k->when);
 }
 
 std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bool fp16) {
@@ -341,10 +372,11 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   std::map<std::string, std::set<std::string>> layers_of;  // pattern -> layer ids that hold it
   std::map<std::string, std::set<std::string>> stack_ids;  // stack pattern ("model.layers") -> layer ids
   std::map<std::string, std::vector<std::string>> unexpected;  // pattern -> keys
+  // (stack pattern up to its first `#`, that block's number) -> the patterns the block holds
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> block_holds;  // ... -> its key
   const std::set<std::string> memory(s->memory.begin(), s->memory.end());
   for (const auto& t : tensors) {
     std::string key = t.key;
-    if (regex_search_any(s->ignore_unexpected, key)) continue;
     // What transformers' loader tolerates in every model that has these buffers, not persistent
     // now (modeling_utils.py, _adjust_missing_and_unexpected_keys): old checkpoints' copies.
     if (key_ends_with(key, "rotary_emb.inv_freq") || key == "position_ids" || key_ends_with(key, ".position_ids")) continue;
@@ -365,10 +397,15 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
         memory_present.insert(p);
         continue;
       }
+      // What the class ignores unexpected, searched as transformers searches it: only a key the
+      // model does not define (GPT-2's `attn.bias` also matches its own c_attn.bias, which it loads).
+      if (regex_search_any(s->ignore_unexpected, t.key)) continue;
       unexpected[p].push_back(key);
       continue;
     }
     present.insert(p);
+    if (const size_t h = p.find(".#."); h != std::string::npos)
+      if (std::string id = first_block(key); !id.empty()) block_holds[{p.substr(0, h), id}].emplace(p, t.key);
     // The block this key is in: its stack (the pattern up to its last `#`) and its numbers there.
     if (const std::string id = block_id(key, p); !id.empty()) {
       layers_of[p].insert(id);
@@ -412,6 +449,15 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   // Missing: what every folder of the type has, but for what the config's flags take away.
   const bool memory_format = !memory_present.empty();
   const std::set<std::string> renamed(s->renamed.begin(), s->renamed.end());
+  // Whether a missing `pattern` is accounted for: a flag of the config takes it away, the folder
+  // is in in-memory names, or the class ignores it missing.
+  std::set<std::string> reported;  // patterns reported missing below
+  auto excused = [&](const std::string& pattern, const std::string& concrete) {
+    if (memory_format && renamed.count(pattern)) return true;
+    for (const auto& [p, cond] : s->absent)
+      if (p == pattern && condition_holds(config, cond)) return true;
+    return regex_search_any(s->ignore_missing, concrete);
+  };
   for (const auto& k : s->keys) {
     if (!k.required || !k.when.empty()) continue;
     if (memory_format && renamed.count(k.pattern)) continue;
@@ -436,8 +482,10 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     auto have = layers_of.find(k.pattern);
     const bool family = layer_kind_family(k.pattern.substr(h + 3));
     if (have == layers_of.end()) {
-      if (!family && !nested)
+      if (!family && !nested) {
         problem("schema-key-missing", k.pattern, "every layer of " + who + " holds this tensor, no layer here does");
+        reported.insert(k.pattern);
+      }
       continue;
     }
     // A block lacks it where the blocks it is compared with hold it: every block of a plain stack;
@@ -454,6 +502,44 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
       for (size_t i = 0; i < lost.size() && i < 16; ++i) list += (i ? ", " : "") + lost[i];
       problem("schema-key-missing", k.pattern,
               "every layer of " + who + " holds this tensor, layer " + list + " here does not (the others do)");
+      reported.insert(k.pattern);
+    }
+  }
+  // A block that holds a key of a group holds the group's others (GLM's MoE layer: the router's
+  // expert bias with its weight and experts); a pattern reported above is not again. The key named
+  // is the pattern in the first such block, its inner numbers left `#` (no expert's down_proj).
+  for (const auto& group : s->together) {
+    const size_t h = group.front().find(".#.");
+    if (h == std::string::npos) continue;
+    const std::string stack = group.front().substr(0, h);
+    // pattern -> the blocks that lack it, each with a key of the group it holds
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> lost;
+    for (const auto& [where, held] : block_holds) {
+      if (where.first != stack) continue;
+      // The key named as the witness: one the block holds, outside nested numbers where one is (the
+      // router's weight rather than an expert's).
+      auto any = group.end();
+      for (auto g = group.begin(); g != group.end(); ++g)
+        if (held.count(*g) && (any == group.end() || std::count(g->begin(), g->end(), '#') < std::count(any->begin(), any->end(), '#')))
+          any = g;
+      if (any == group.end()) continue;
+      for (const auto& g : group) {
+        if (held.count(g) || reported.count(g) || excused(g, key_in_block(g, where.second))) continue;
+        lost[g].emplace_back(where.second, held.at(*any));
+      }
+    }
+    for (auto& [g, ids] : lost) {
+      std::sort(ids.begin(), ids.end(), [](const auto& a, const auto& b) {
+        return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.first < b.first;
+      });
+      std::string list;
+      for (size_t i = 0; i < ids.size() && i < 16; ++i) list += (i ? ", " : "") + ids[i].first;
+      if (ids.size() > 16) list += ", ... (" + std::to_string(ids.size()) + " in all)";
+      std::string named = g;
+      named.replace(named.find('#'), 1, ids.front().first);
+      problem("schema-key-missing", named,
+              "a layer of " + who + " that holds " + ids.front().second + " holds " + g + " too; layer " + list +
+                  " here does not");
     }
   }
   return out;

@@ -12,13 +12,15 @@
 // with the schema of its config's model_type:
 //   schema-key-unexpected  a key the architecture does not define (a near name: the nearest named);
 //   schema-key-missing     a key every folder of the type has (a norm, the embedding, the head
-//                          when not tied), or a per-layer key some layers have and others lack;
+//                          when not tied), a per-layer key some layers have and others lack, or a
+//                          key of a block whose module holds another key of its group (`together`:
+//                          GLM's mlp.gate.e_score_correction_bias in a layer with mlp.gate.weight);
 //   schema-shape-mismatch  a dimension the schema derives from a config field disagrees with it.
 // Not checked: keys of MTP layers (layers past num_hidden_layers, `mtp.` namespaces: the layer
 // checks of check/hf_config_checks.h count them), keys the class ignores on load
 // (_keys_to_ignore_on_load_unexpected), quantization's own tensors (scales, packed weights) of a
 // config with a quantization_config, per-layer MLP keys absent from every layer (a config's layer
-// kinds decide which layers are dense). A model type the schema does not hold, or a folder whose
+// kinds decide which layers are dense; a layer holding any key of its MoE group is held to all). A model type the schema does not hold, or a folder whose
 // `architectures` names another class, is a note (schema-not-checked), not a problem.
 #pragma once
 
@@ -49,6 +51,10 @@ struct ModelSchema {
   std::vector<std::string> ignore_unexpected, ignore_missing;  // Python regexes
   std::vector<std::pair<std::string, std::string>> prefixes;  // on-disk prefix -> the schema's (PrefixChange)
   std::string experts;  // how many experts the per-expert keys number, as config fields ("" unknown)
+  // Keys of one module of a numbered block (`mlp`, `self_attn`) that the same blocks hold in the
+  // default build: a block holding one holds them all (an MoE layer's router weight, its expert
+  // bias, its experts).
+  std::vector<std::vector<std::string>> together;
   const SchemaKey* find(const std::string& pattern) const;
   // find, then through `prefixes` (an on-disk prefix the loader changes to the schema's).
   const SchemaKey* lookup(const std::string& pattern) const;
@@ -69,6 +75,11 @@ std::string schema_pattern(const std::string& key);
 // The schema of config.json's own model, or null: its model_type is in the schema and its
 // `architectures` (when it has one) names the class the schema was built from.
 const ModelSchema* schema_for_config(const nlohmann::json& config);
+
+// Whether the model of `config` (its schema `s`) has `key`: its pattern is in the schema and the
+// config flag it needs, if any, holds (M2M-100 has model.decoder.embed_tokens.weight on disk only
+// with tie_word_embeddings false).
+bool schema_defines(const ModelSchema& s, const nlohmann::json& config, const std::string& key);
 
 // The dtype transformers leaves `key` in when it loads the model in `target` ("bfloat16",
 // "float16"): 'f' float32, '-' the target, 'i' not a floating tensor; nullopt when the schema has

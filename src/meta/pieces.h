@@ -110,6 +110,10 @@ struct MappedTensor {
   // "stack" (and "rope" beside the latter where a part's rows are reordered, "transpose" where
   // the last two dims are swapped; "copy" for a tied tensor made from another input).
   std::vector<std::string> transforms;
+  // A rule's "zeros" output (no parts): all zeros, made from nothing the input holds. `place`: the
+  // input tensor whose first chunk it is dealt with (the first part's tensor of its `beside` output).
+  bool zeros = false;
+  uint32_t place = 0;
 };
 
 // The pieces box `target` of a key map's output `mt` is made of (view/keymap.h): per part that

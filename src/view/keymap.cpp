@@ -10,6 +10,7 @@
 
 #include "view/keymap_terms.h"
 #include "meta/pieces.h"
+#include "util/dtype.h"
 #include "util/error.h"
 #include "store/file.h"
 
@@ -129,7 +130,7 @@ KeyMap parse_map(const json& j, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && !(family && k == "variants"))
+          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && k != "zeros" && !(family && k == "variants"))
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -148,6 +149,25 @@ KeyMap parse_map(const json& j, const std::string& source) {
     if (r.contains("drop_when") && (r["drop_when"] != "zeros" || !one_sided))
       bad_map(source, where + ": \"drop_when\": \"zeros\" belongs to a one-sided rule (its keys dropped only when all zeros)");
     rule.drop_when_zeros = r.contains("drop_when");
+    if (r.contains("zeros")) {
+      const json& z = r["zeros"];
+      bool fine = rule.drop_when_zeros && z.is_object() && z.size() == 3 && z.contains("beside") && z["beside"].is_string() &&
+                  z.contains("shape") && z["shape"].is_array() && !z["shape"].empty() && z.contains("dtype") && z["dtype"].is_string() &&
+                  dtype_from_torch_name(z["dtype"].get<std::string>()).has_value();
+      for (const auto& d : fine ? z["shape"] : json::array()) fine = fine && d.is_string();
+      if (fine) {
+        const Pattern beside = Pattern::parse(z["beside"].get<std::string>(), source);
+        for (const auto& part : rule.side[0].empty() ? rule.side[1] : rule.side[0])
+          for (const auto& n : Pattern::parse(part.pattern, source).names)
+            fine = fine && std::find(beside.names.begin(), beside.names.end(), n) != beside.names.end();
+      }
+      if (!fine)
+        bad_map(source, where + ": \"zeros\" is {\"beside\": pattern with the rule's placeholders, \"shape\": [expression, ...], "
+                                "\"dtype\": torch dtype name} on a \"drop_when\": \"zeros\" rule");
+      rule.zeros_beside = z["beside"].get<std::string>();
+      for (const auto& d : z["shape"]) rule.zeros_shape.push_back(d.get<std::string>());
+      rule.zeros_dtype = z["dtype"].get<std::string>();
+    }
     if (rule.list[0] && rule.list[1]) bad_map(source, where + ": only one side may be a list");
     const bool list = rule.list[0] || rule.list[1];
     rule.dim = r.value("dim", int64_t{0});
@@ -463,6 +483,10 @@ json MappedModel::describe() const {
   j["params"] = params.is_null() ? json::object() : params;
   j["variant"] = variant.empty() ? json() : json(variant);
   j["dropped_zeros"] = zero_checked;
+  json zeros = json::array();
+  for (const auto& mt : tensors)
+    if (mt.zeros) zeros.push_back(mt.meta.fqn);
+  j["zeros"] = zeros;
   return j;
 }
 

@@ -111,6 +111,13 @@ struct KeyMap {
     // (a load-balancing bias the trainer starts at zeros and the other side has no tensor for);
     // build_model reads them (MappedModel::zero_checked) and refuses one that is not, exit 5.
     bool drop_when_zeros = false;
+    // "zeros": {"beside": PATTERN, "shape": [expr, ...], "dtype": NAME} on a "drop_when" rule: mapping
+    // to the rule's side, its key is written as zeros of that shape and dtype (what the trainer
+    // starts it at: torchtitan's expert_bias_E) for every output key `beside` matches, with the
+    // same placeholder values (the router weight of each MoE layer). Empty: never written.
+    std::string zeros_beside;
+    std::vector<std::string> zeros_shape;
+    std::string zeros_dtype;
     bool keep_dtype = false;    // "keep_dtype": true: --dtype keeps its tensors' saved dtype (plan/precision.h)
     std::vector<std::string> variants;  // a family's rule: the variants it belongs to (empty: every one)
     size_t index = 0;           // position in "rules", for messages

@@ -25,6 +25,7 @@
 #include "view/keymap.h"
 #include "view/keymap_terms.h"
 #include "meta/pieces.h"
+#include "util/dtype.h"
 #include "util/error.h"
 
 namespace dcpctl {
@@ -73,6 +74,7 @@ class MapBuilder {
       }
     }
     copy_tied();
+    make_zeros();
     return finish();
   }
 
@@ -425,6 +427,41 @@ class MapBuilder {
       mt.transforms = {"copy"};
       mt.inputs.push_back(src->first);
       out_.tensors.push_back(std::move(mt));
+    }
+  }
+
+  // A "drop_when": "zeros" rule with "zeros", mapping to its side: its key as zeros beside every
+  // output its `beside` pattern matches (torchtitan's expert_bias_E beside each MoE layer's router
+  // weight: the zeros its model starts from, which its strict dcp.load asks for), placed right
+  // after that output.
+  void make_zeros() {
+    for (size_t ri = 0; ri < map_.rules.size(); ++ri) {
+      const KeyMap::Rule& rule = map_.rules[ri];
+      if (rule.zeros_beside.empty() || !rule.side[from_].empty() || rule.side[to_].empty()) continue;
+      const Pattern beside = Pattern::parse(rule.zeros_beside, map_.source);
+      std::vector<MappedTensor> out;
+      for (MappedTensor& mt : out_.tensors) {
+        std::map<std::string, std::string> vals;
+        const bool match = !mt.zeros && !mt.parts.empty() && beside.match(mt.meta.fqn, vals, &params_);
+        const uint32_t place = mt.parts.empty() ? 0 : mt.parts[0].tensor;
+        out.push_back(std::move(mt));
+        if (!match) continue;
+        MappedTensor z;
+        z.meta.fqn = to_pat(ri, 0).fill(vals, &params_);
+        z.meta.dtype = dtype_from_torch_name(rule.zeros_dtype);
+        z.meta.dtype_name = rule.zeros_dtype;
+        for (const auto& d : rule.zeros_shape) {
+          const int64_t n = params_.eval(d, "the shape of " + z.meta.fqn + " (" + rule_name(ri) + ")");
+          if (n < 0) shape_error(z.meta.fqn, "a zeros tensor's dimension " + d + " is " + std::to_string(n));
+          z.meta.shape.push_back(n);
+        }
+        z.rule = ri;
+        z.zeros = true;
+        z.place = place;
+        z.transforms = {"zeros"};
+        out.push_back(std::move(z));
+      }
+      out_.tensors = std::move(out);
     }
   }
 

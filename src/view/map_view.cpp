@@ -91,13 +91,33 @@ class MappedTensorRead final : public DerivedTensor {
   uint64_t largest_;
 };
 
+// A rule's "zeros" output (MappedTensor::zeros): one chunk, the whole tensor, every byte zero;
+// nothing below is read.
+class ZerosRead final : public DerivedTensor {
+ public:
+  ZerosRead(std::shared_ptr<const Metadata> md, MappedTensor mt) : md_(std::move(md)), mt_(std::move(mt)) {}
+  const TensorMeta& follows() const override { return md_->tensors[mt_.place]; }
+  void read(const TensorReads&, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    const TensorMeta& t = mt_.meta;
+    n = checked_range(Where(md_->source, std::nullopt, t.fqn), "chunk " + std::to_string(chunk), t.numel() * itemsize(*t.dtype), from, n);
+    if (n) std::memset(dst, 0, n);
+  }
+  uint64_t working_bytes(size_t) const override { return 0; }
+  std::vector<const TensorMeta*> inputs() const override { return {}; }
+
+ private:
+  std::shared_ptr<const Metadata> md_;
+  MappedTensor mt_;
+};
+
 }  // namespace
 
 void set_map(DerivedTable& table, std::shared_ptr<const MappedModel> map, bool parts) {
   table.views["map"] = map->describe();
   table.parts.clear();
   if (parts)
-    for (const MappedTensor& mt : map->tensors) table.parts[mt.meta.fqn] = &mt;
+    for (const MappedTensor& mt : map->tensors)
+      if (!mt.zeros) table.parts[mt.meta.fqn] = &mt;  // a zeros output is planned as its own derived tensor
   table.output.map = std::move(map);
 }
 
@@ -196,11 +216,15 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
       t.chunk_dims.assign(t.ndim(), 0);
       t.chunk_dims.insert(t.chunk_dims.end(), t.shape.begin(), t.shape.end());
       // A derived tensor's reads never touch its storage; the planner and the deal ask where its
-      // chunk lies: where its first part's first chunk does.
-      t.storage = {md->tensors[mt.parts.at(0).tensor].storage.at(0)};
-      uint64_t most = 0;
-      for (const MapPart& part : mt.parts) most = std::max(most, largest_chunk_bytes(part.tensor));
-      table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, most), ck.derived};
+      // chunk lies: where its first part's first chunk does (a zeros output's: its place's).
+      t.storage = {md->tensors[mt.zeros ? mt.place : mt.parts.at(0).tensor].storage.at(0)};
+      if (mt.zeros) {
+        table->tensors[t.fqn] = {std::make_shared<ZerosRead>(md, mt), ck.derived};
+      } else {
+        uint64_t most = 0;
+        for (const MapPart& part : mt.parts) most = std::max(most, largest_chunk_bytes(part.tensor));
+        table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, most), ck.derived};
+      }
     }
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));

@@ -10,6 +10,8 @@ from_pretrained reports (its loading info names each damaged key: checked here t
     schema-key-unexpected naming the key and the nearest the schema defines, and schema-key-missing
     for the layer that lost it;
   - one layer's norm dropped: schema-key-missing naming the layer;
+  - one key of a layer's MoE group dropped, the group's others kept (GLM-4.5's and DeepSeek-V3's
+    mlp.gate.e_score_correction_bias, GPT-OSS's router bias; T5's wo): schema-key-missing naming it;
   - an extra `mlp.shared_expert_gate.weight` in a layer: schema-key-unexpected;
 and one way it does not (its loader reports a size mismatch): a norm of the wrong length,
 schema-shape-mismatch naming the config field. The undamaged folder verifies clean with the schema
@@ -44,6 +46,14 @@ TYPES = {  # model type -> a layer norm key of layer 1
     "deepseek_v3": "model.layers.1.input_layernorm.weight",
     "gpt_oss": "model.layers.1.post_attention_layernorm.weight",
     "t5": "encoder.block.1.layer.0.layer_norm.weight",
+}
+
+GROUP_KEY = {  # model type -> a key of an MoE (or MLP) layer that the layer's other MLP keys come with,
+    # and the key verify names (T5's: the pattern every block holds, named by the per-layer check)
+    "glm4_moe": ("model.layers.1.mlp.gate.e_score_correction_bias",) * 2,
+    "deepseek_v3": ("model.layers.3.mlp.gate.e_score_correction_bias",) * 2,
+    "gpt_oss": ("model.layers.1.mlp.router.bias",) * 2,
+    "t5": ("encoder.block.1.layer.1.DenseReluDense.wo.weight", "encoder.block.#.layer.#.DenseReluDense.wo.weight"),
 }
 
 
@@ -121,6 +131,19 @@ def main() -> int:
             doc = verify_json(dcpctl, drop, EXIT_INVALID, f"{t}: verify of a dropped norm")
             msg = [p["message"] for p in doc.get("problems", []) if p["code"] == "schema-key-missing"]
             check(len(msg) == 1 and re.search(r"layer 1(\.0)? here does not", msg[0]) is not None, f"{t}: the dropped norm's layer named: {codes(doc)} {msg}")
+
+            # A key of a layer's MoE group dropped, the rest of the group kept (the router's expert bias
+            # an --exclude '*.expert_bias' leaves out): schema-key-missing naming it (the schema's
+            # "together" groups: per-layer MLP keys are optional, since the config decides which
+            # layers are MoE, but a layer with the router's weight has its bias).
+            part = tmp / t / "part"
+            shutil.copytree(base, part)
+            key, named = GROUP_KEY[t]
+            rewrite(part, lambda sd: sd.pop(key))
+            info = loading_info(cls, part)
+            check(key in info["missing_keys"], f"{t}: from_pretrained reports {key} missing: {info['missing_keys']}")
+            doc = verify_json(dcpctl, part, EXIT_INVALID, f"{t}: verify of a layer without {key}")
+            check(codes(doc) == [("schema-key-missing", named)], f"{t}: {named} named missing, once: {codes(doc)}")
 
             # An extra shared_expert_gate.
             extra = tmp / t / "extra"

@@ -155,9 +155,14 @@ class Case:
 
     @cached_property
     def _side_tensors(self) -> dict:
-        if self.kind == "titan":
-            return load_file(str(self.dir / "expected_titan.safetensors"))
         import dcp_oracle  # tests/interop, on the path of both tests
+
+        if self.kind == "titan":
+            sd = load_file(str(self.dir / "expected_titan.safetensors"))
+            if self.dropped_keys:  # from_hf leaves them out; the model holds them at the zeros it starts from
+                flat = dcp_oracle.flat_state_from_dcp(self.ckpt)
+                sd.update({k: torch.zeros_like(flat[k]) for k in self.dropped_keys})
+            return sd
 
         flat = dcp_oracle.flat_state_from_dcp(self.ckpt)
         return {k: flat[k] for k in self.model_keys}
@@ -183,7 +188,9 @@ class Case:
         blocks' keys when the input lacks the MTP keys (hf/ of titan_deepseek_v3_mtp)."""
         hf_keys = set(hf_keys)
         keys = set(self.doc["expected_titan"]) if self.kind == "titan" else set(self.model_keys)
-        keys -= set(self.dropped_keys)  # nothing on the HF side makes them (dcpctl invents no tensor)
+        # the dropped keys (expert_bias_E) are in: the map's "zeros" writes them as the zeros torchtitan's
+        # model starts from (from_hf leaves them out, its strict dcp.load of the model asks for them)
+        keys |= set(self.dropped_keys)
         if self.mtp_hf_keys and not (self.mtp_hf_keys & hf_keys):
             keys = {k for k in keys if not k.startswith("mtp_layers.")}
         return keys

@@ -48,6 +48,10 @@ Semantics (the schema's, docs in src/maps/README.md):
     input lacks the rule's SIDE key, config.json says tie_word_embeddings: true and the input has KEY,
     the output is KEY's tensor under the rule's other name (the adapters' from_hf copies the
     embedding into lm_head.weight).
+  - "zeros": {"beside": PATTERN, "shape": [EXPR, ...], "dtype": NAME} on a "drop_when" rule: mapping
+    to its side, the rule's key is written as zeros of that shape and dtype beside every output key
+    PATTERN matches (the same placeholder values): torchtitan's expert_bias_E, which from_hf leaves
+    at the zeros the model starts from.
   - "keep_dtype": true: no transform; --dtype keeps the rule's tensors in their saved dtype (dcpctl's
     precision policy, checked by tests/interop/precision_test.py), which this reference does not cast.
   - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
@@ -71,7 +75,7 @@ SCHEMA = "dcpctl-map/1"
 SCHEMA2 = "dcpctl-map/2"  # a family: layer rules shared by prefix, variants by model_type (expand)
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"variants", "drop_when", "rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
+_RULE_FIELDS = {"variants", "drop_when", "zeros", "rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
 
 
 class MapError(Exception):
@@ -281,7 +285,13 @@ def validate(m: Any, where: str) -> None:
             fail(f"rule {i}: note is a string")
         if "drop_when" in r and (r["drop_when"] != "zeros" or len(present) != 1):
             fail(f"rule {i}: drop_when is 'zeros', on a one-sided rule")
-        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when"}:
+        if "zeros" in r:
+            z = r["zeros"]
+            if not ("drop_when" in r and isinstance(z, dict) and set(z) == {"beside", "shape", "dtype"}
+                    and isinstance(z["beside"], str) and isinstance(z["shape"], list) and z["shape"]
+                    and all(isinstance(d, str) for d in z["shape"]) and z["dtype"] in ("float32", "float64", "bfloat16", "float16")):
+                fail(f"rule {i}: zeros is {{beside: pattern, shape: [expr], dtype: torch dtype}} on a drop_when rule")
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when", "zeros"}:
             fail(f"rule {i}: a one-sided rule only names keys (with its reason, an optional note and keep_dtype)")
         if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
             fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
@@ -796,6 +806,18 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
             tied = (rule.get("tied") or {}).get(src)
             if tied and rule[src] not in sd and tied in sd:
                 put(rule[dst], sd[tied])
+
+    # "zeros" (mapping to a drop_when rule's side): its key as zeros beside each output `beside` matches
+    for rule in m["rules"]:
+        z = rule.get("zeros")
+        if not z or src in rule or dst not in rule:
+            continue
+        beside = _pattern(z["beside"])
+        for key in list(out):
+            vals = beside.match(key, params)
+            if vals is not None:
+                shape = [params.eval(d) for d in z["shape"]]
+                put(_pattern(rule[dst]).fill(vals, params), torch.zeros(shape, dtype=getattr(torch, z["dtype"])))
 
     report = {"name": m["name"], "direction": f"{src}->{dst}", "mapped": mapped, "left_out": left_out,
               "dropped": dropped, "params": {k: params.values[k] for k in params.used}}

@@ -320,6 +320,31 @@ def test_wrong_way(fixtures: Path, work: Path) -> None:
     check(refused_5 > 0, "no wrong-way map matched a key by accident: the exit-5 refusal went untested")
 
 
+def titan_load(case: mo.Case, dcp: Path, keys: set, what: str) -> None:
+    """torchtitan's own load of a DCP checkpoint (its checkpointer's dcp_load: dcp.load(state_dict,
+    checkpoint_id=...) with the default planner, which fails on a key of the model's state dict the
+    checkpoint lacks) into the state dict of the model real torchtitan saved (run/step-2's model keys,
+    shapes and dtypes; less the MTP block when the HF input has none). The load-balancing expert_bias_E
+    (GPT-OSS, Qwen 3.5 MoE), which from_hf leaves out, must be there: the zeros the model starts from."""
+    import torch.distributed.checkpoint as tdcp
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
+
+    real = dcp_oracle.flat_state_from_dcp(case.ckpt)
+    left = [k for k in case.model_keys if k not in keys]
+    check(all(k.startswith("mtp_layers.") for k in left), f"{what}: model keys the import need not hold: {left[:6]}")
+    sd = {k: torch.full_like(real[k], float("nan")) if real[k].is_floating_point() else torch.empty_like(real[k])
+          for k in case.model_keys if k in keys}
+    try:
+        tdcp.load(sd, checkpoint_id=str(dcp))
+    except (Exception, CheckpointException) as e:  # noqa: BLE001  (torch's planner: "Missing key in checkpoint state_dict: ...")
+        why = "; ".join(str(x) for x in getattr(e, "failures", {}).values()) or str(e)
+        check(False, f"{what}: torchtitan's dcp.load of its model's state dict: {type(e).__name__}: {why[:300]}")
+        return
+    zeros = case.dropped_keys  # the expert_bias_E the HF model has no tensor for
+    check(set(zeros) <= set(sd) and all(sd[k].dtype == torch.float32 and bool(sd[k].eq(0).all()) for k in zeros),
+          f"{what}: expert_bias_E loaded as float32 zeros: {[(k, sd.get(k)) for k in zeros]}")
+
+
 def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
     """reshard hf/ -> DCP with torchtitan names (convert_from_hf), and back."""
     dcp = work / f"{case.name}-dcp"
@@ -328,9 +353,13 @@ def test_import(case: mo.Case, work: Path) -> tuple[Path | None, Path | None]:
         return None, None
     doc = jdoc(r, f"{case.name}: reshard --json")
     check_map_summary(doc, case, case.import_direction, set(), f"{case.name}: reshard")
+    zeros = sorted((doc.get("map") or {}).get("zeros") or [])
+    check(zeros == case.dropped_keys, f"{case.name}: reshard --json map.zeros {zeros} (want {case.dropped_keys})")
     got = {k: v for k, v in dcp_oracle.flat_state_from_dcp(dcp).items()}
     hf_in = case.hf_input()
     problems(mo.check_side_tensors(case, got, hf_in.keys(), f"{case.name}: reshard hf/ --map (torch's reader)"))
+    if case.kind == "titan":
+        titan_load(case, dcp, case.expected_side_keys(hf_in.keys()), f"{case.name}: reshard hf/ --map")
     md = dcp_oracle.read_metadata(dcp)
     big = [k for k, v in md.state_dict_metadata.items() if hasattr(v, "chunks") and v.size[0] >= 2]
     check(big and all(len(md.state_dict_metadata[k].chunks) == 2 for k in big),
@@ -503,6 +532,13 @@ def test_config_aliases(work: Path) -> None:
     p = (jdoc(r, "qwen3-moe import").get("map") or {}).get("params") or {}
     check(p.get("n_experts", {}).get("value") == 4 and "num_local_experts" in p.get("n_experts", {}).get("from", ""),
           f"qwen3-moe import: --json map.params.n_experts says where it came from: {p}")
+    # torchtitan's Qwen3 MoE (load_balance_coeff 1e-3 by default) holds moe.expert_bias_E, float32 zeros of
+    # [num_experts] from MoE.__init__; Qwen3MoeForCausalLM has none: the import writes those zeros
+    bias = {k: v for k, v in dcp_oracle.flat_state_from_dcp(titan).items() if k.endswith("expert_bias_E")}
+    zeros = ["layers.0.moe.expert_bias_E", "layers.1.moe.expert_bias_E"]
+    check(sorted(bias) == zeros and all(v.dtype == torch.float32 and v.shape == (4,) and bool(v.eq(0).all()) for v in bias.values())
+          and sorted((jdoc(r, "qwen3-moe import").get("map") or {}).get("zeros") or []) == zeros,
+          f"qwen3-moe import: expert_bias_E as float32 zeros [4] in each MoE layer: {bias}")
     variants = {"transformers": written,
                 "release (num_experts)": {**{k: v for k, v in written.items() if k != "num_local_experts"}, "num_experts": 4},
                 "nested text_config": {"model_type": "qwen3_vl_moe", "text_config": written},
@@ -616,13 +652,18 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
     for m in ("megatron-gpt", work / "no-glm.json"):
         for extra in ([], ["--exclude", "*.expert_bias"]):
             o = work / f"glm-{len(extra)}-{Path(str(m)).stem}"
-            # --exclude '*.expert_bias' leaves GLM's model.layers.1.mlp.gate.e_score_correction_bias out on
-            # request; from_pretrained reports it missing and dcpctl exits 0 (the schema holds a key of some
-            # layers as optional in every layer: reported, issue 56)
-            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra,
-                       hf_partial="--exclude '*.expert_bias': e_score_correction_bias left out on request, "
-                                  "from_pretrained reports it missing (a known gap)" if extra else None)
-            if m == "megatron-gpt":  # the built-in: GLM's names (the bias left out on request)
+            # --exclude '*.expert_bias' would leave GLM's model.layers.1.mlp.gate.e_score_correction_bias out,
+            # which from_pretrained reports missing: the schema's "together" group of glm4_moe's MoE layer (the
+            # router's weight, its bias, the experts) refuses it, exit 5 (the map does not cover the model),
+            # naming the key, nothing written (issue 56)
+            r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", m, "--assets", d / "hf", *extra)
+            if m == "megatron-gpt" and extra:
+                check(r.returncode == 5 and "[schema-key-missing]" in r.stderr
+                      and "model.layers.1.mlp.gate.e_score_correction_bias" in r.stderr and not o.exists()
+                      and not any("dcpctl-tmp" in p.name for p in o.parent.iterdir()),
+                      f"megatron_glm4_moe: --map megatron-gpt --exclude '*.expert_bias': exit {r.returncode} (want 5 "
+                      f"naming the router's bias): {r.stderr.strip()[-400:]!r}")
+            elif m == "megatron-gpt":  # the built-in: GLM's names
                 check(r.returncode == 0 and not any(".shared_expert." in k for k in (hf_tensors(o) if o.exists() else {"none.shared_expert.": 0})),
                       f"megatron_glm4_moe: --map megatron-gpt {extra}: exit {r.returncode} {r.stderr[-300:]}")
             else:
