@@ -371,3 +371,73 @@ void mxfp4_column_scales(const float* x, int64_t rows, int64_t cols, uint8_t* sc
 }
 
 }  // namespace dcpctl
+
+namespace dcpctl {
+
+namespace {
+
+// |x| as bits, a NaN as 0 (so that an integer max skips it, as std::max(amax, |x|) does).
+inline uint32_t abs_bits_no_nan(float v) {
+  const uint32_t a = f32_bits(v) & 0x7FFFFFFFu;
+  return a & (0u - static_cast<uint32_t>(a <= 0x7F800000u));
+}
+
+}  // namespace
+
+void group_abs_max(const float* x, int64_t n, int64_t group, float* amax) {
+  for (int64_t g = 0; g * group < n; ++g) {
+    const float* v = x + g * group;
+    uint32_t most = 0;
+    for (int64_t k = 0; k < group; ++k) {
+      const uint32_t a = abs_bits_no_nan(v[k]);
+      most = a > most ? a : most;
+    }
+    amax[g] = bits_f32(most);
+  }
+}
+
+float abs_max(const float* x, size_t n) {
+  uint32_t most = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = abs_bits_no_nan(x[i]);
+    most = a > most ? a : most;
+  }
+  return bits_f32(most);
+}
+
+void divide_by_groups(const float* x, int64_t n, int64_t group, const float* scale, float* q) {
+  for (int64_t g = 0; g * group < n; ++g) {
+    const float s = scale[g];
+    const float* v = x + g * group;
+    float* o = q + g * group;
+    for (int64_t k = 0; k < group; ++k) o[k] = v[k] / s;
+  }
+}
+
+void e4m3fn_saturated(const float* q, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = e4m3fn_clamped(q[i]);
+}
+
+namespace {
+
+// fp4_code without a branch: 7 less the count of the bounds |v| lies at or below (a NaN lies
+// below none: 7), the sign from a compare.
+inline uint32_t fp4_code_bits(float v) {
+  const float m = std::fabs(v);
+  const uint32_t below = static_cast<uint32_t>(m <= 0.25f) + static_cast<uint32_t>(m < 0.75f) +
+                         static_cast<uint32_t>(m <= 1.25f) + static_cast<uint32_t>(m < 1.75f) +
+                         static_cast<uint32_t>(m <= 2.5f) + static_cast<uint32_t>(m < 3.5f) +
+                         static_cast<uint32_t>(m <= 5.0f);
+  return (7u - below) | (static_cast<uint32_t>(v < 0.0f) << 3);
+}
+
+}  // namespace
+
+uint8_t fp4_code(float v) { return static_cast<uint8_t>(fp4_code_bits(v)); }
+
+void fp4_pairs(const float* q, size_t n, uint8_t* out) {
+  for (size_t k = 0; k < n / 2; ++k)
+    out[k] = static_cast<uint8_t>(fp4_code_bits(q[2 * k]) | (fp4_code_bits(q[2 * k + 1]) << 4));
+}
+
+}  // namespace dcpctl

@@ -138,3 +138,35 @@ void quantize_mxfp4_columns(const float* x, int64_t rows, int64_t cols, uint8_t*
 void mxfp4_column_scales(const float* x, int64_t rows, int64_t cols, uint8_t* scales);
 
 }  // namespace dcpctl
+
+namespace dcpctl {
+
+// The row kernels of the encoders that quantize Linear weights row by row in groups
+// (view/codecs/ct_fp8_dynamic.cpp, ct_nvfp4.cpp, ct_mx.cpp, mo_nvfp4.cpp): each a plain loop,
+// branch-free, that the vectoriser takes (kernels.cpp is built with -ftree-vectorize). Each gives
+// byte for byte what the element-by-element code they replace gave (tests/unit/test_ct_kernels.cpp
+// checks them against it written out).
+//
+// The largest |x| of each group of `group` values of x[0, n) (n a multiple of group) into
+// amax[n / group], as `amax = std::max(amax, std::fabs(v))` from 0 takes it: a NaN is skipped, -0
+// counts as +0, an infinity wins. Computed on the bits of |x| (non-negative floats order as their
+// bits; a NaN's bits, above infinity's, count as 0).
+void group_abs_max(const float* x, int64_t n, int64_t group, float* amax);
+// The same over all of x[0, n): one value (0 for n = 0).
+float abs_max(const float* x, size_t n);
+// q[k] = x[k] / scale[k / group] for k < n (n a multiple of group): one float32 division each,
+// rounded once (no reciprocal: the scales need not be powers of two).
+void divide_by_groups(const float* x, int64_t n, int64_t group, const float* scale, float* q);
+// out[k] = f32_to_e4m3fn(std::clamp(q[k], -448, 448)) (util/numeric.h; NaN kept, as 0x7F with its
+// sign): torch's clamp then .to(float8_e4m3fn).
+void e4m3fn_saturated(const float* q, size_t n, uint8_t* out);
+// The E2M1 code of one value as compressed-tensors' cast_to_fp4 and ModelOpt's _cast_fp4 give it:
+// the magnitude to nearest even among 0, 0.5, 1, 1.5, 2, 3, 4, 6 (the bounds 0.25, 1.25, 2.5, 5
+// round down, 0.75, 1.75, 3.5 up), 7 (6) beyond 5 and for NaN; the sign bit 8 where v < 0 (-0.0
+// and NaN get none). Clamping v to +-6 first changes nothing.
+uint8_t fp4_code(float v);
+// out[k] = fp4_code(q[2k]) | fp4_code(q[2k + 1]) << 4 for k < n / 2 (n even): pack_fp4_to_uint8's
+// pairs, the first value in the low nibble.
+void fp4_pairs(const float* q, size_t n, uint8_t* out);
+
+}  // namespace dcpctl

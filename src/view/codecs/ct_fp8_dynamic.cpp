@@ -6,10 +6,12 @@
 // rounding to nearest even. The weights it takes and the tensors it names: linear_encode.h.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "util/numeric.h"
 #include "view/codecs/linear_encode.h"
 #include "view/codecs/rows.h"
+#include "view/kernels.h"
 
 namespace dcpctl {
 
@@ -24,16 +26,22 @@ void store_scalar(float v, DType d, uint8_t* out) {
 
 namespace {
 
+// Row by row through view/kernels.h's vectorised kernels: the amax (NaN skipped, as the scalar
+// std::max fold skipped it), the quotients x / scale in float32, rounded to D where D is narrower,
+// then e4m3 of them clamped.
 void encode_channel(const float* x, int64_t rows, int64_t K, DType D, float, uint8_t* w, uint8_t* s) {
+  thread_local std::vector<float> q;
+  q.resize(static_cast<size_t>(K));
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * K;
-    float amax = 0;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+    const float amax = abs_max(row, static_cast<size_t>(K));
     float scale = round_to(amax / 448.0f, D);
     if (scale == 0) scale = dtype_eps(D);
     store_scalar(scale, D, s + r * itemsize(D));
-    for (int64_t k = 0; k < K; ++k)
-      w[r * K + k] = f32_to_e4m3fn(std::clamp(round_to(row[k] / scale, D), -448.0f, 448.0f));
+    divide_by_groups(row, K, K, &scale, q.data());
+    if (D != DType::Float32)
+      for (float& v : q) v = round_to(v, D);
+    e4m3fn_saturated(q.data(), q.size(), w + r * K);
   }
 }
 

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "util/numeric.h"
 #include "view/codecs/linear_encode.h"
 #include "view/codecs/rows.h"
+#include "view/kernels.h"
 
 namespace dcpctl {
 
@@ -49,33 +51,33 @@ uint8_t ct_mx_byte(float amax, DType D, int emax, float& scale) {
   return static_cast<uint8_t>(e);
 }
 
-uint8_t ct_fp4(float v) {  // as ct_nvfp4.cpp's: nearest even E2M1, the sign where v < 0
-  const float m = std::fabs(v);
-  const uint8_t i = m <= 0.25f ? 0 : m < 0.75f ? 1 : m <= 1.25f ? 2 : m < 1.75f ? 3 : m <= 2.5f ? 4 : m < 3.5f ? 5 : m <= 5.0f ? 6 : 7;
-  return static_cast<uint8_t>(i | (v < 0 ? 8 : 0));
-}
-
+// Row by row: the groups' amax and the quotients x / scale through view/kernels.h's vectorised
+// kernels, each group's scale byte as before, the quotients rounded to D where D is narrower, then
+// e4m3 of them clamped to +-448 (mxfp8) or fp4_pairs (mxfp4: cast_to_fp4 of them clamped to +-6,
+// packed; the clamp changes no code).
 template <bool kFp4>
 void encode_mx(const float* x, int64_t rows, int64_t K, DType D, float, uint8_t* w, uint8_t* s) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < K / kMxGroup; ++g) {
-      const float* v = x + r * K + g * kMxGroup;
-      float amax = 0;
-      for (int64_t k = 0; k < kMxGroup; ++k) amax = std::max(amax, std::fabs(v[k]));
-      float scale = 1;
-      s[r * (K / kMxGroup) + g] = ct_mx_byte(amax, D, kFp4 ? kEmaxFp4 : kEmaxFp8, scale);
-      if (scale == 0) scale = 1;
-      if (kFp4) {
-        uint8_t* out = w + (r * K + g * kMxGroup) / 2;
-        for (int64_t k = 0; k < kMxGroup; k += 2)
-          out[k / 2] = static_cast<uint8_t>(ct_fp4(std::clamp(round_to(v[k] / scale, D), -6.0f, 6.0f)) |
-                                            (ct_fp4(std::clamp(round_to(v[k + 1] / scale, D), -6.0f, 6.0f)) << 4));
-      } else {
-        uint8_t* out = w + r * K + g * kMxGroup;
-        for (int64_t k = 0; k < kMxGroup; ++k)
-          out[k] = f32_to_e4m3fn(std::clamp(round_to(v[k] / scale, D), -448.0f, 448.0f));
-      }
+  const int64_t G = K / kMxGroup;
+  thread_local std::vector<float> q, amax, scale;
+  q.resize(static_cast<size_t>(K));
+  amax.resize(static_cast<size_t>(G));
+  scale.resize(static_cast<size_t>(G));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * K;
+    group_abs_max(row, K, kMxGroup, amax.data());
+    for (int64_t g = 0; g < G; ++g) {
+      float sc = 1;
+      s[r * G + g] = ct_mx_byte(amax[static_cast<size_t>(g)], D, kFp4 ? kEmaxFp4 : kEmaxFp8, sc);
+      scale[static_cast<size_t>(g)] = sc == 0 ? 1.0f : sc;
     }
+    divide_by_groups(row, K, kMxGroup, scale.data(), q.data());
+    if (D != DType::Float32)
+      for (float& v : q) v = round_to(v, D);
+    if (kFp4)
+      fp4_pairs(q.data(), q.size(), w + r * K / 2);
+    else
+      e4m3fn_saturated(q.data(), q.size(), w + r * K);
+  }
 }
 
 LinearEncoding mx_encoding(bool fp4) {

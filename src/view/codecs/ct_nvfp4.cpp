@@ -4,25 +4,18 @@
 // against compressed-tensors 0.20.0's calculate_qparams and compress_module (codecs-read).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "util/numeric.h"
 #include "view/codecs/linear_encode.h"
 #include "view/codecs/rows.h"
+#include "view/kernels.h"
 
 namespace dcpctl {
 
 namespace {
 
 constexpr int64_t kNvGroup = 16;
-
-// compressed-tensors' cast_to_fp4 then pack_fp4_to_uint8 of one value already clamped to +-6: the
-// magnitude to nearest even among 0, 0.5, 1, 1.5, 2, 3, 4, 6; the sign bit where v < 0 (a
-// negative that rounds to zero is -0.0 there; -0.0 itself is +0).
-uint8_t ct_fp4_code(float v) {
-  const float m = std::fabs(v);
-  const uint8_t i = m <= 0.25f ? 0 : m < 0.75f ? 1 : m <= 1.25f ? 2 : m < 1.75f ? 3 : m <= 2.5f ? 4 : m < 3.5f ? 5 : m <= 5.0f ? 6 : 7;
-  return static_cast<uint8_t>(i | (v < 0 ? 8 : 0));
-}
 
 float nvfp4_global(float amax, DType D) {
   const float tiny = D == DType::BFloat16 ? 0x1p-126f : D == DType::Float16 ? 0x1p-14f : 0x1p-126f;
@@ -32,21 +25,27 @@ float nvfp4_global(float amax, DType D) {
   return std::isfinite(g) ? g : 1.0f;
 }
 
+// Row by row: the groups' amax and the quotients x / scale through view/kernels.h's vectorised
+// kernels, each group's scale (16 values a scale) as before, then fp4_pairs (compressed-tensors'
+// cast_to_fp4 of the quotient clamped to +-6, packed: the clamp changes no code).
 void encode_nvfp4(const float* x, int64_t rows, int64_t K, DType D, float global, uint8_t* w, uint8_t* s) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < K / kNvGroup; ++g) {
-      const float* v = x + r * K + g * kNvGroup;
-      float amax = 0;
-      for (int64_t k = 0; k < kNvGroup; ++k) amax = std::max(amax, std::fabs(v[k]));
-      uint8_t e = f32_to_e4m3fn(std::clamp(global * round_to(amax / 6.0f, D), -448.0f, 448.0f));
+  const int64_t G = K / kNvGroup;
+  thread_local std::vector<float> q, amax, scale;
+  q.resize(static_cast<size_t>(K));
+  amax.resize(static_cast<size_t>(G));
+  scale.resize(static_cast<size_t>(G));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * K;
+    group_abs_max(row, K, kNvGroup, amax.data());
+    for (int64_t g = 0; g < G; ++g) {
+      uint8_t e = f32_to_e4m3fn(std::clamp(global * round_to(amax[static_cast<size_t>(g)] / 6.0f, D), -448.0f, 448.0f));
       if (e4m3fn_to_f32(e) == 0) e = f32_to_e4m3fn(0.125f);
-      s[r * (K / kNvGroup) + g] = e;
-      const float scale = e4m3fn_to_f32(e) / global;
-      uint8_t* out = w + (r * K + g * kNvGroup) / 2;
-      for (int64_t k = 0; k < kNvGroup; k += 2)
-        out[k / 2] = static_cast<uint8_t>(ct_fp4_code(std::clamp(v[k] / scale, -6.0f, 6.0f)) |
-                                          (ct_fp4_code(std::clamp(v[k + 1] / scale, -6.0f, 6.0f)) << 4));
+      s[r * G + g] = e;
+      scale[static_cast<size_t>(g)] = e4m3fn_to_f32(e) / global;
     }
+    divide_by_groups(row, K, kNvGroup, scale.data(), q.data());
+    fp4_pairs(q.data(), q.size(), w + r * K / 2);
+  }
 }
 
 Checkpoint nvfp4_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {

@@ -10,6 +10,7 @@
 
 #include "meta/geometry.h"
 #include "util/error.h"
+#include "view/kernels.h"
 
 namespace dcpctl {
 
@@ -58,7 +59,7 @@ class GlobalScale {
         for (int64_t r = 0; r < N; r += step) {
           const int64_t b = std::min(N, r + step);
           read_weight_rows(below, t, r, b, x.data());
-          for (int64_t i = 0; i < (b - r) * K; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(i)]));
+          amax = std::max(amax, abs_max(x.data(), static_cast<size_t>((b - r) * K)));  // NaN skipped, as before
         }
       }
       value_ = from_amax_(amax, *members_.front().dtype);
