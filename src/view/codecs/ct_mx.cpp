@@ -57,27 +57,22 @@ uint8_t ct_mx_byte(float amax, DType D, int emax, float& scale) {
 // packed; the clamp changes no code).
 template <bool kFp4>
 void encode_mx(const float* x, int64_t rows, int64_t K, DType D, float, uint8_t* w, uint8_t* s) {
-  const int64_t G = K / kMxGroup;
-  thread_local std::vector<float> q, amax, scale;
-  q.resize(static_cast<size_t>(K));
-  amax.resize(static_cast<size_t>(G));
-  scale.resize(static_cast<size_t>(G));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * K;
-    group_abs_max(row, K, kMxGroup, amax.data());
-    for (int64_t g = 0; g < G; ++g) {
-      float sc = 1;
-      s[r * G + g] = ct_mx_byte(amax[static_cast<size_t>(g)], D, kFp4 ? kEmaxFp4 : kEmaxFp8, sc);
-      scale[static_cast<size_t>(g)] = sc == 0 ? 1.0f : sc;
-    }
-    divide_by_groups(row, K, kMxGroup, scale.data(), q.data());
-    if (D != DType::Float32)
-      for (float& v : q) v = round_to(v, D);
-    if (kFp4)
-      fp4_pairs(q.data(), q.size(), w + r * K / 2);
-    else
-      e4m3fn_saturated(q.data(), q.size(), w + r * K);
-  }
+  encode_groups(
+      x, rows, K, kMxGroup, s,
+      [&](float amax, float& divisor) {
+        float sc = 1;
+        const uint8_t b = ct_mx_byte(amax, D, kFp4 ? kEmaxFp4 : kEmaxFp8, sc);
+        divisor = sc == 0 ? 1.0f : sc;
+        return b;
+      },
+      [&](std::vector<float>& q, int64_t r) {
+        if (D != DType::Float32)
+          for (float& v : q) v = round_to(v, D);
+        if (kFp4)
+          fp4_pairs(q.data(), q.size(), w + r * K / 2);
+        else
+          e4m3fn_saturated(q.data(), q.size(), w + r * K);
+      });
 }
 
 LinearEncoding mx_encoding(bool fp4) {

@@ -29,23 +29,15 @@ float nvfp4_global(float amax, DType D) {
 // kernels, each group's scale (16 values a scale) as before, then fp4_pairs (compressed-tensors'
 // cast_to_fp4 of the quotient clamped to +-6, packed: the clamp changes no code).
 void encode_nvfp4(const float* x, int64_t rows, int64_t K, DType D, float global, uint8_t* w, uint8_t* s) {
-  const int64_t G = K / kNvGroup;
-  thread_local std::vector<float> q, amax, scale;
-  q.resize(static_cast<size_t>(K));
-  amax.resize(static_cast<size_t>(G));
-  scale.resize(static_cast<size_t>(G));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * K;
-    group_abs_max(row, K, kNvGroup, amax.data());
-    for (int64_t g = 0; g < G; ++g) {
-      uint8_t e = f32_to_e4m3fn(std::clamp(global * round_to(amax[static_cast<size_t>(g)] / 6.0f, D), -448.0f, 448.0f));
-      if (e4m3fn_to_f32(e) == 0) e = f32_to_e4m3fn(0.125f);
-      s[r * G + g] = e;
-      scale[static_cast<size_t>(g)] = e4m3fn_to_f32(e) / global;
-    }
-    divide_by_groups(row, K, kNvGroup, scale.data(), q.data());
-    fp4_pairs(q.data(), q.size(), w + r * K / 2);
-  }
+  encode_groups(
+      x, rows, K, kNvGroup, s,
+      [&](float amax, float& divisor) {
+        uint8_t e = f32_to_e4m3fn(std::clamp(global * round_to(amax / 6.0f, D), -448.0f, 448.0f));
+        if (e4m3fn_to_f32(e) == 0) e = f32_to_e4m3fn(0.125f);
+        divisor = e4m3fn_to_f32(e) / global;
+        return e;
+      },
+      [&](std::vector<float>& q, int64_t r) { fp4_pairs(q.data(), q.size(), w + r * K / 2); });
 }
 
 Checkpoint nvfp4_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {

@@ -19,8 +19,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "view/codecs/codecs.h"
+#include "view/kernels.h"
 
 namespace dcpctl {
 
@@ -49,6 +51,26 @@ struct LinearEncoding {
   // The global scale's shape: false [1] (compressed-tensors), true [] (ModelOpt's scalar).
   bool global_scalar = false;
 };
+
+// The rows of a group-scaled encoder (nvfp4 in both forms, mxfp8, mxfp4), the part they share: per
+// row of x [rows, K], the groups' amax (view/kernels.h's group_abs_max), each group's scale byte
+// s[r * G + g] = scale_of(amax, divisor) with the divisor its values take, the quotients x / divisor
+// (divide_by_groups), then codes(q, r) writes row r's codes from the K quotients.
+template <class ScaleOf, class Codes>
+void encode_groups(const float* x, int64_t rows, int64_t K, int64_t group, uint8_t* s, ScaleOf scale_of, Codes codes) {
+  const int64_t G = K / group;
+  thread_local std::vector<float> q, amax, divisor;
+  q.resize(static_cast<size_t>(K));
+  amax.resize(static_cast<size_t>(G));
+  divisor.resize(static_cast<size_t>(G));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * K;
+    group_abs_max(row, K, group, amax.data());
+    for (int64_t g = 0; g < G; ++g) s[r * G + g] = scale_of(amax[static_cast<size_t>(g)], divisor[static_cast<size_t>(g)]);
+    divide_by_groups(row, K, group, divisor.data(), q.data());
+    codes(q, r);
+  }
+}
 
 // --quantize with a LinearEncoding's codec: the checkpoint with its Linear weights encoded.
 Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc);

@@ -28,24 +28,16 @@ float mo_scale_2(float amax, DType) {
 // more on an odd bound: to nearest even, saturating at 6; the sign bit where v < 0), packed.
 void encode_mo_nvfp4(const float* x, int64_t rows, int64_t K, DType, float s2, uint8_t* w, uint8_t* s) {
   const float six_s2 = 6.0f * s2;
-  const int64_t G = K / kMoGroup;
-  thread_local std::vector<float> q, amax, scale;
-  q.resize(static_cast<size_t>(K));
-  amax.resize(static_cast<size_t>(G));
-  scale.resize(static_cast<size_t>(G));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * K;
-    group_abs_max(row, K, kMoGroup, amax.data());
-    for (int64_t g = 0; g < G; ++g) {
-      float block = amax[static_cast<size_t>(g)] / six_s2;
-      if (block == 0) block = 1.0f;
-      const uint8_t e = f32_to_e4m3fn(std::clamp(block, 0x1p-9f, 448.0f));
-      s[r * G + g] = e;
-      scale[static_cast<size_t>(g)] = e4m3fn_to_f32(e) * s2;
-    }
-    divide_by_groups(row, K, kMoGroup, scale.data(), q.data());
-    fp4_pairs(q.data(), q.size(), w + r * K / 2);
-  }
+  encode_groups(
+      x, rows, K, kMoGroup, s,
+      [&](float amax, float& divisor) {
+        float block = amax / six_s2;
+        if (block == 0) block = 1.0f;
+        const uint8_t e = f32_to_e4m3fn(std::clamp(block, 0x1p-9f, 448.0f));
+        divisor = e4m3fn_to_f32(e) * s2;
+        return e;
+      },
+      [&](std::vector<float>& q, int64_t r) { fp4_pairs(q.data(), q.size(), w + r * K / 2); });
 }
 
 Checkpoint mo_nvfp4_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
