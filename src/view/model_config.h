@@ -29,7 +29,7 @@
 //   HF's consolidated layout), 5; found by the asset listing, its text read here (file()). When one
 //   is found and --config was given, --config's is written in its place: the weights were shaped by
 //   its parameters, and a config.json that disagrees with them would not load (--assets still gives
-//   the tokenizer and the rest).
+//   the tokenizer and the rest); when none is found, --config's is written.
 #pragma once
 
 #include <map>

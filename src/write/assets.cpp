@@ -133,6 +133,18 @@ Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelCon
       }
     a.files.push_back(std::move(asset));
   }
+  // No config.json where the assets were looked for, but --config gave one: that one (the weights
+  // were shaped by it; from_pretrained needs one).
+  if (model && !model->given().empty() && !found.count("config.json")) {
+    Asset asset{"config.json", model->given(), 0, nullptr};
+    if (std::shared_ptr<const ConfigFile> f = model->file(asset.source)) {
+      asset.text = std::shared_ptr<const std::string>(f, &f->text);
+      asset.bytes = f->text.size();
+      // in name order, as the listing gives the others
+      auto at = std::find_if(a.files.begin(), a.files.end(), [](const Asset& f) { return f.name > "config.json"; });
+      a.files.insert(at, std::move(asset));
+    }
+  }
   return a;
 }
 

@@ -249,6 +249,13 @@ def test_config_lookup(case: mo.Case, work: Path) -> None:
         problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: --config wins over --assets"))
         check(json.loads((out / "config.json").read_text()) == json.loads(Path(case.config_path).read_text()),
               f"{case.name}: the config.json written beside the weights is --config's, not --assets' (twice the heads)")
+    # --config alone into a folder (no --assets): its config.json is written beside the weights, as
+    # from_pretrained needs one (the harness loads the folder); main before this wrote none
+    out = work / f"{case.name}-cfgonly"
+    r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", case.config_path)
+    if ok(r, f"{case.name}: --config alone into a folder"):
+        check((out / "config.json").exists() and (out / "config.json").read_bytes() == Path(case.config_path).read_bytes(),
+              f"{case.name}: --config's config.json written beside the weights: {sorted(p.name for p in out.iterdir())}")
     out = work / f"{case.name}-assetscfg"
     r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--assets", case.hf_dir)
     if ok(r, f"{case.name}: --assets DIR's config.json"):
