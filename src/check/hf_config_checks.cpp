@@ -288,7 +288,9 @@ void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& 
                   num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
     groups[fused_group(weight)].push_back({key, *v});
   }
-  for (const auto& [group, members] : groups) {
+  for (const auto& entry : groups) {
+    const std::string& group = entry.first;
+    const auto& members = entry.second;  // (a structured binding: C++17 lambdas cannot capture it)
     // The value most members hold (the first of a tie) is the group's; each other one is named.
     size_t ref = 0, most = 0;
     for (size_t i = 0; i < members.size(); ++i) {
