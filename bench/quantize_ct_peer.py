@@ -9,7 +9,7 @@
                                            dcpctl leaves them (model_free_ptq, with no model definition, takes
                                            embed_tokens for a Linear)
   quantize_ct_peer.py check A B            every tensor of A/ against B/'s: the same keys, dtype, shape and
-                                           bytes; prints what differs (exit 1) or "identical"
+                                           bytes (bench/quantize_peer.py's check; exit 1 on a difference)
 
 Versions (recorded by the bench): llmcompressor 0.14.0.1, which pins torch<=2.14, transformers<=5.17 and
 compressed-tensors 0.19.0, installed with --no-deps over compressed-tensors 0.20.0, torch 2.15.0 and
@@ -43,40 +43,13 @@ def quantize(scheme: str, src: str, out: str) -> None:
     print(f"model_free_ptq {scheme}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
 
 
-def tensors(d: Path) -> dict:
-    from safetensors import safe_open
-    out = {}
-    for f in sorted(d.glob("*.safetensors")):
-        with safe_open(str(f), "pt") as h:
-            for k in h.keys():
-                out[k] = h.get_tensor(k)
-    return out
-
-
-def check(a: str, b: str) -> int:
-    import torch
-    ta, tb = tensors(Path(a)), tensors(Path(b))
-    bad = []
-    for k in sorted(set(ta) | set(tb)):
-        if k not in ta or k not in tb:
-            bad.append(f"{k}: only in {'A' if k in ta else 'B'}")
-            continue
-        x, y = ta[k], tb[k]
-        if x.dtype != y.dtype or x.shape != y.shape:
-            bad.append(f"{k}: {x.dtype} {tuple(x.shape)} vs {y.dtype} {tuple(y.shape)}")
-        elif not torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)):
-            bad.append(f"{k}: bytes differ")
-    print(f"   {len(ta)} tensors in A, {len(tb)} in B: " + ("identical" if not bad else f"{len(bad)} differ"))
-    for line in bad[:20]:
-        print("     " + line)
-    return 1 if bad else 0
-
-
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "make-tiny":
         make_tiny(Path(sys.argv[2]))
     elif cmd == "check":
-        sys.exit(check(sys.argv[2], sys.argv[3]))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from quantize_peer import check  # the same comparison as bench/quantize.sh's
+        sys.exit(check(Path(sys.argv[2]), Path(sys.argv[3])))
     else:
         quantize(cmd, sys.argv[2], sys.argv[3])

@@ -96,6 +96,15 @@ def refused_word(case: "Case") -> str:
     return "expert_dtype 'fp4'"
 
 
+def check_copy(dcpctl: str, case: "Case", work: Path) -> None:
+    """Without --dtype the folder is copied as saved: exit 0, every tensor byte for byte."""
+    r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-copy')}/", "-q")
+    if expect_rc(r, EXIT_OK, f"{case.name}: without --dtype it is copied as saved"):
+        got = out_tensors(work / (case.name + "-copy"))
+        check(all(k in got and same_bytes(got[k], v) for k, v in case.source.items()),
+              f"{case.name}: the copy holds every tensor byte for byte")
+
+
 def check_refused(dcpctl: str, case: "Case", work: Path, report: bool) -> None:
     for word in DTYPES:
         out = work / f"{case.name}-{word}"
@@ -111,11 +120,7 @@ def check_refused(dcpctl: str, case: "Case", work: Path, report: bool) -> None:
     r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-q')}/", "--quantize", "fp8-block", "-q")
     check(r.returncode == EXIT_UNSUPPORTED and refused_word(case) in r.stderr,
           f"{case.name}: --quantize fp8-block of it: exit {r.returncode} (wanted 5): {r.stderr.strip()[-300:]}")
-    r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-copy')}/", "-q")
-    if expect_rc(r, EXIT_OK, f"{case.name}: without --dtype it is copied as saved"):
-        got = out_tensors(work / (case.name + "-copy"))
-        check(all(k in got and same_bytes(got[k], v) for k, v in case.source.items()),
-              f"{case.name}: the copy holds every tensor byte for byte")
+    check_copy(dcpctl, case, work)
 
 
 def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
@@ -184,11 +189,7 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
               f"{case.name}: verify exit {r.returncode} (wanted 0) warning only [{case.verify_warning}] of experts: "
               f"{sorted(codes)}")
         # and a copy of it as saved is written (the export's own check warns, as verify does)
-        r = run(dcpctl, "consolidate", case.folder, "-o", f"{work / (case.name + '-copy')}/", "-q")
-        if expect_rc(r, EXIT_OK, f"{case.name}: without --dtype it is copied as saved"):
-            got = out_tensors(work / (case.name + "-copy"))
-            check(all(k in got and same_bytes(got[k], v) for k, v in case.source.items()),
-                  f"{case.name}: the copy holds every tensor byte for byte")
+        check_copy(dcpctl, case, work)
         return
     expect_rc(r, EXIT_OK, f"{case.name}: verify")
 
