@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <set>
 #include <vector>
@@ -18,17 +17,6 @@
 
 namespace dcpctl {
 namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // The reference: the scalar code the encoders ran before the kernels.
 uint8_t ref_fp4(float v) {
@@ -47,15 +35,15 @@ float ref_amax(const float* v, size_t n) {
 // both signs, and the specials.
 std::vector<float> patterns() {
   std::vector<float> x;
-  for (uint64_t b = 0; b < (1ull << 32); b += 4093) x.push_back(from_bits(static_cast<uint32_t>(b)));
+  for (uint64_t b = 0; b < (1ull << 32); b += 4093) x.push_back(bits_f32(static_cast<uint32_t>(b)));
   for (float centre : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 448.0f, 464.0f, 0x1p-9f, 0x1p-6f})
     for (uint32_t d = 0; d < 2048; ++d) {
-      x.push_back(from_bits(to_bits(centre) - 1024 + d));
-      x.push_back(-from_bits(to_bits(centre) - 1024 + d));
+      x.push_back(bits_f32(f32_bits(centre) - 1024 + d));
+      x.push_back(-bits_f32(f32_bits(centre) - 1024 + d));
     }
   const float inf = std::numeric_limits<float>::infinity();
   for (float s : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                  from_bits(0x7F800001u), from_bits(0xFFC00001u), from_bits(1u), from_bits(0x80000001u)})
+                  bits_f32(0x7F800001u), bits_f32(0xFFC00001u), bits_f32(1u), bits_f32(0x80000001u)})
     x.push_back(s);
   while (x.size() % 32) x.push_back(0.5f);
   return x;
@@ -105,29 +93,29 @@ TEST_CASE("ct kernels: group_abs_max and abs_max fold as std::max of std::fabs f
     group_abs_max(x.data(), n, group, got.data());
     size_t bad = 0;
     for (size_t g = 0; g < got.size(); ++g)
-      bad += to_bits(got[g]) != to_bits(ref_amax(x.data() + g * static_cast<size_t>(group), static_cast<size_t>(group)));
+      bad += f32_bits(got[g]) != f32_bits(ref_amax(x.data() + g * static_cast<size_t>(group), static_cast<size_t>(group)));
     CHECK(bad == 0);
   }
-  CHECK(to_bits(abs_max(x.data(), x.size())) == to_bits(ref_amax(x.data(), x.size())));
+  CHECK(f32_bits(abs_max(x.data(), x.size())) == f32_bits(ref_amax(x.data(), x.size())));
   CHECK(abs_max(x.data(), 32) == 7.75f);
   CHECK(abs_max(x.data() + 32, 32) == 0.0f);
-  CHECK(to_bits(abs_max(x.data() + 64, 32)) == 0u);
+  CHECK(f32_bits(abs_max(x.data() + 64, 32)) == 0u);
   CHECK(std::isinf(abs_max(x.data() + 96, 32)));
   for (size_t n = 0; n < 40; ++n)  // every length of a loop's remainder
-    CHECK(to_bits(abs_max(x.data() + 1, n)) == to_bits(ref_amax(x.data() + 1, n)));
+    CHECK(f32_bits(abs_max(x.data() + 1, n)) == f32_bits(ref_amax(x.data() + 1, n)));
 }
 
 TEST_CASE("ct kernels: divide_by_groups is one float32 division by each group's scale", "[ct-kernels]") {
   const std::vector<float> x = patterns();
   const int64_t n = static_cast<int64_t>(x.size()), group = 16;
   std::vector<float> scale(static_cast<size_t>(n / group));
-  for (size_t g = 0; g < scale.size(); ++g) scale[g] = from_bits(0x3A000000u + static_cast<uint32_t>(g * 2654435761u % 0x0A000000u));
+  for (size_t g = 0; g < scale.size(); ++g) scale[g] = bits_f32(0x3A000000u + static_cast<uint32_t>(g * 2654435761u % 0x0A000000u));
   std::vector<float> got(x.size());
   divide_by_groups(x.data(), n, group, scale.data(), got.data());
   size_t bad = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const float want = x[i] / scale[i / static_cast<size_t>(group)];
-    bad += to_bits(got[i]) != to_bits(want) && !(std::isnan(got[i]) && std::isnan(want));
+    bad += f32_bits(got[i]) != f32_bits(want) && !(std::isnan(got[i]) && std::isnan(want));
   }
   CHECK(bad == 0);
 }

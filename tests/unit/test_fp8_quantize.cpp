@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <set>
 #include <vector>
 
@@ -17,12 +16,6 @@
 
 namespace dcpctl {
 namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Values that reach every branch of the e4m3fn rounding: spread bit patterns (subnormal, normal,
 // ties, past 448, infinities, NaNs of both signs), in blocks that hold a NaN, zeros only, an
@@ -34,7 +27,7 @@ std::vector<float> values(int64_t rows, int64_t cols) {
     state = state * 1664525u + 1013904223u;
     // exponents 2^-20 .. 2^12 mostly (around e4m3's range once scaled), any pattern sometimes
     const uint32_t bits = (state >> 28) == 0 ? state : ((state & 0x807FFFFFu) | ((107u + (state >> 27)) << 23));
-    x[i] = from_bits(bits);
+    x[i] = bits_f32(bits);
   }
   for (int64_t r = 0; r < 16; ++r)
     for (int64_t c = 16; c < 32; ++c) x[static_cast<size_t>(r * cols + c)] = (r + c) % 3 ? 0.0f : -0.0f;  // zeros
@@ -80,11 +73,11 @@ TEST_CASE("fp8 quantize: every float32 bit pattern's e4m3 byte at scale 1 is f32
   // 2^32 patterns in steps of 4093 (a prime: every mantissa residue, every exponent, both signs)
   // plus each pattern's neighbourhood around 448, the subnormal edge and the ties.
   std::vector<float> x;
-  for (uint64_t b = 0; b < (1ull << 32); b += 4093) x.push_back(from_bits(static_cast<uint32_t>(b)));
+  for (uint64_t b = 0; b < (1ull << 32); b += 4093) x.push_back(bits_f32(static_cast<uint32_t>(b)));
   for (uint32_t centre : {0x43E00000u, 0x43E80000u, 0x3C800000u, 0x3B000000u, 0x3F880000u, 0x7F800000u})
     for (uint32_t d = 0; d < 2048; ++d) {
-      x.push_back(from_bits(centre - 1024 + d));
-      x.push_back(-from_bits(centre - 1024 + d));
+      x.push_back(bits_f32(centre - 1024 + d));
+      x.push_back(-bits_f32(centre - 1024 + d));
     }
   // Every tie (half a step of 1 to 6 kept mantissa bits: e4m3's subnormal and normal steps), at
   // each exponent around e4m3's range, odd and even, both signs.
@@ -92,8 +85,8 @@ TEST_CASE("fp8 quantize: every float32 bit pattern's e4m3 byte at scale 1 is f32
     for (uint32_t sh = 18; sh <= 23; ++sh)
       for (uint32_t k = 0; k < (1u << (23 - sh)); ++k) {
         const uint32_t b = (e << 23) | (k << sh) | (1u << (sh - 1));
-        x.push_back(from_bits(b));
-        x.push_back(from_bits(b | 0x80000000u));
+        x.push_back(bits_f32(b));
+        x.push_back(bits_f32(b | 0x80000000u));
       }
   const int64_t cols = static_cast<int64_t>(x.size());
   const float one = 1.0f;
