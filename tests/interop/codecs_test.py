@@ -85,7 +85,7 @@ class Case:
 # The folders dcpctl reads (their codecs are in src/view/codecs/); every other one is refused under
 # --dtype, naming its scheme (READ_REFUSED's word) and one of its tensors, nothing written.
 READS = {f"ct-{s}-{m}" for s in qp.CT_SCHEMES for m in ("dense", "moe")} | {"ct-w4a16-top-format"} | {
-    "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_fp8", "modelopt_mxfp8", "dsv4-i8", "dsv4-f4"}
+    "modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla", "modelopt_fp8", "modelopt_mxfp8", "dsv4-i8", "dsv4-f4"}
 
 
 def refused_word(case: "Case") -> str:
@@ -334,6 +334,11 @@ def verify_damaged(dcpctl: str, root: Path, fixtures: Path, src: Path) -> None:
         ("a ModelOpt k_proj weight_scale_2 doubled", damage(modelopt("modelopt_nvfp4_moe", "mo-v-unfused"),
          lambda t: t.update({m + "self_attn.k_proj.weight_scale_2": t[m + "self_attn.k_proj.weight_scale_2"] * 2})),
          "quant-global-scale-unfused", m + "self_attn.k_proj.weight_scale_2"),
+        ("a ModelOpt kv_a_proj_with_mqa weight_scale_2 doubled (MLA's fused_qkv_a_proj)", damage(
+            modelopt("modelopt_nvfp4_mla", "mo-v-unfused-mla"),
+            lambda t: t.update({m + "self_attn.kv_a_proj_with_mqa.weight_scale_2":
+                                t[m + "self_attn.kv_a_proj_with_mqa.weight_scale_2"] * 2})),
+         "quant-global-scale-unfused", m + "self_attn.q_a_proj.weight_scale_2"),
         ("ModelOpt's weight_scale_2 inverted (compressed-tensors' direction)", damage(
             modelopt("modelopt_nvfp4_moe", "mo-v-inverted"),
             lambda t: t.update({k: 1 / v for k, v in t.items() if k.endswith("weight_scale_2")})),
@@ -396,11 +401,14 @@ WRITES = {
     ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4a16",
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
-# partial 128x128 blocks (an intermediate size of 200).
-EXTRA_SOURCES = {("fp8-block", "--quantize-format", "compressed-tensors"): ["dense-odd"]}
+# partial 128x128 blocks (an intermediate size of 200); DeepSeek-V3's MLA (q_a_proj and kv_a_proj_with_mqa
+# share a global scale).
+EXTRA_SOURCES = {("fp8-block", "--quantize-format", "compressed-tensors"): ["dense-odd"],
+                 ("nvfp4",): ["mla"]}
 # The modules each source keeps (fp8_kept_reason's carve-outs), which `ignore` must list.
 KEPT = {"dense": {"lm_head", "model.embed_tokens"}, "dense-fp32": {"lm_head", "model.embed_tokens"},
-        "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}, "dense-odd": {"lm_head", "model.embed_tokens"}}
+        "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}, "dense-odd": {"lm_head", "model.embed_tokens"},
+        "mla": {"lm_head", "model.embed_tokens"}}
 
 
 def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
@@ -415,6 +423,7 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
         qp.tiny_moe(srcs["moe"])
     qp.tiny_dense(srcs["dense-fp32"], torch.float32)
     srcs["dense-odd"] = qp.tiny_dense(root / "dense-odd", dims=dict(qp.DENSE_DIMS, intermediate_size=200))
+    srcs["mla"] = qp.tiny_mla(root / "mla")
     base = ["dense", "moe", "dense-fp32"]
     # schemes that need calibrated activation scales: refused, naming the scale, nothing written
     for word, missing in (("fp8-static", "input_scale"), ("nvfp4-w4a4", "input_global_scale")):
@@ -448,18 +457,19 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
             want_qc = qp.ct_model_free_config(scheme, ignore)
             check(qc == want_qc, f"{what}: quantization_config is model_free_ptq's: {json.dumps(qc, sort_keys=True)[:600]} "
                                  f"!= {json.dumps(want_qc, sort_keys=True)[:600]}")
-            want, _ = qp.ct_quantize_tensors(qp.folder_tensors(src), scheme, ignore=ignore, fused=qp.FUSED + qp.EXPERT_FUSED)
+            want, _ = qp.ct_quantize_tensors(qp.folder_tensors(src), scheme, ignore=ignore, fused=qp.FUSED + qp.EXPERT_FUSED + qp.MLA_FUSED)
             got = out_tensors(out)
             check(set(got) == set(want), f"{what}: the tensors compressed-tensors writes: {sorted(set(got) ^ set(want))[:6]}")
             bad = [f"{k} {got[k].dtype} {tuple(got[k].shape)} vs {want[k].dtype} {tuple(want[k].shape)}"
                    for k in sorted(want) if k in got and not same_bytes(got[k], want[k])]
             check(not bad, f"{what}: byte for byte compressed-tensors' own: {bad[:4]} ({len(bad)} of {len(want)})")
-            # one global scale a fused group: q/k/v, gate/up, each expert's gate/up (what vLLM fuses)
+            # one global scale a fused group: q/k/v, gate/up, each expert's gate/up, MLA's q_a/kv_a (what vLLM fuses)
             gs = {k: v for k, v in got.items() if k.endswith(".weight_global_scale")}
             fused = {}
             for k, v in gs.items():
                 key = re.sub(r"(q_proj|k_proj|v_proj)\.weight_global_scale$", "qkv", k)
                 key = re.sub(r"(gate_proj|up_proj)\.weight_global_scale$", "gate_up", key)
+                key = re.sub(r"(q_a_proj|kv_a_proj_with_mqa)\.weight_global_scale$", "qkv_a", key)
                 fused.setdefault(key, set()).add(v.item())
             uneven = [k for k, v in fused.items() if len(v) != 1]
             check(not gs or (len(fused) < len(gs) and not uneven),
@@ -520,8 +530,9 @@ def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, re
     the same model (the committed modelopt_nvfp4*/src/, quantized by make_modelopt.py into ckpt/):
     every tensor byte for byte (NVFP4's W4A4 input_scale aside: W4A16 writes none), config.json's
     quantization_config and hf_quant_config.json as ModelOpt writes them for W4A16_NVFP4, one
-    weight_scale_2 a fused group, read back to ModelOpt's own dequantization, verify exit 0."""
-    for case in ("modelopt_nvfp4", "modelopt_nvfp4_moe"):
+    weight_scale_2 a fused group (q/k/v, gate/up, each expert's gate/up, MLA's q_a_proj and
+    kv_a_proj_with_mqa), read back to ModelOpt's own dequantization, verify exit 0."""
+    for case in ("modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla"):
         name = "write-nvfp4-modelopt-" + case
         if only and name not in only and "writes" not in only:
             continue
@@ -543,6 +554,7 @@ def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, re
         for k, v in got.items():
             if k.endswith(".weight_scale_2"):
                 key = re.sub(r"(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight_scale_2$", "fused", k)
+                key = re.sub(r"(q_a_proj|kv_a_proj_with_mqa)\.weight_scale_2$", "fused_qkv_a", key)
                 s2.setdefault(key, set()).add(v.item())
         check(s2 and all(len(v) == 1 for v in s2.values()) and len(s2) < sum(k.endswith("_scale_2") for k in got),
               f"{what}: one weight_scale_2 a fused group: {s2}")

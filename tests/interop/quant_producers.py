@@ -82,6 +82,12 @@ MOE_DIMS = dict(vocab_size=64, hidden_size=128, intermediate_size=256, moe_inter
                 num_experts_per_tok=2, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                 tie_word_embeddings=False, max_position_embeddings=64)
 
+MLA_DIMS = dict(vocab_size=64, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=1,
+                first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                num_attention_heads=2, num_key_value_heads=2, q_lora_rank=64, kv_lora_rank=64, qk_rope_head_dim=32,
+                qk_nope_head_dim=32, v_head_dim=32, num_nextn_predict_layers=0, tie_word_embeddings=False,
+                max_position_embeddings=64)
+
 
 def _perturb(model) -> None:
     """Weights of several magnitudes, so that scales differ between layers, groups and experts, and a
@@ -113,6 +119,17 @@ def tiny_moe(out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     torch.manual_seed(SEED)
     model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**MOE_DIMS)).to(dtype).eval()
+    _perturb(model)
+    model.save_pretrained(out)
+    return out
+
+
+def tiny_mla(out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """A DeepseekV3ForCausalLM transformers writes: one dense layer of multi-head latent attention
+    (q_a_proj, kv_a_proj_with_mqa, q_b_proj, kv_b_proj), seeded."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(SEED)
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(**MLA_DIMS)).to(dtype).eval()
     _perturb(model)
     model.save_pretrained(out)
     return out
@@ -190,6 +207,10 @@ FUSED = [
 # 0.14's patterns miss for per-expert names (`mlp.experts.E.gate_proj`); dcpctl shares the global
 # scale there too, and its oracle is compressed-tensors' arithmetic with this grouping.
 EXPERT_FUSED = [[r".*experts\.\d+\.gate_proj\.weight$", r".*experts\.\d+\.up_proj\.weight$"]]
+# MLA under transformers' names: vLLM loads q_a_proj and kv_a_proj_with_mqa into one fused_qkv_a_proj;
+# llm-compressor 0.14's calibrated path fuses their global scales (observers/helpers.py
+# FUSED_LAYER_NAMES), its model-free mappings only DeepSeek's own wq_a/wkv_a_with_mqa.
+MLA_FUSED = [[r".*(attn|attention)\.q_a_proj\.weight$", r".*(attn|attention)\.kv_a_proj_with_mqa\.weight$"]]
 
 
 def fused_groups(names, mappings=None) -> dict:
@@ -201,7 +222,7 @@ def fused_groups(names, mappings=None) -> dict:
         for n in names:
             if not re.match(group[0], n):
                 continue
-            stem = re.sub(r"(q_proj|wq_a|gate_proj|w1)\.weight$", "", n)
+            stem = re.sub(r"(q_proj|wq_a|q_a_proj|gate_proj|w1)\.weight$", "", n)
             members = []
             for pat in group:
                 hit = [m for m in names if re.match(pat, m) and m.startswith(stem) and "." not in m[len(stem):-7]]

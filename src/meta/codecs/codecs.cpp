@@ -80,9 +80,14 @@ bool Codec::weight_dtype(DType d) const {
 std::string fused_group(const std::string& weight) {
   // llm-compressor's microscale fused mappings (q/k/v, DeepSeek's wq_a/wkv_a_with_mqa, gate/up,
   // w1/w3), and, as vLLM fuses each expert's w13 with one global scale, an expert's gate/up too.
+  // MLA's q_a_proj/kv_a_proj_with_mqa under transformers' names: vLLM loads them into one
+  // fused_qkv_a_proj, ModelOpt 0.47's export gives them one weight_scale_2 (they read the same
+  // input), and llm-compressor's calibrated path fuses them (observers FUSED_LAYER_NAMES); its
+  // model-free mappings know DeepSeek's own names only.
   static const std::vector<std::pair<std::regex, std::string>> members = {
       {std::regex(R"(((attn|attention)\.)(q_proj|k_proj|v_proj)\.weight$)"), "$1{qkv}"},
       {std::regex(R"(((attn|attention)\.)(wq_a|wkv_a_with_mqa)\.weight$)"), "$1{wq_a,wkv_a}"},
+      {std::regex(R"(((attn|attention)\.)(q_a_proj|kv_a_proj_with_mqa)\.weight$)"), "$1{q_a,kv_a}"},
       {std::regex(R"((\.)(gate_proj|up_proj)\.weight$)"), "$1{gate,up}"},
       {std::regex(R"((^|\.)(w1|w3)\.weight$)"), "$1{w1,w3}"},
   };

@@ -6,7 +6,8 @@
 // values) and X.weight_global_scale float32 [1]. The global scale is shared across each fused
 // group, as vLLM fuses them into one matrix and reads one global scale: q/k/v, gate/up (and each
 // MoE expert's gate/up, which llm-compressor 0.14's mappings do not catch for per-expert names),
-// DeepSeek's wq_a/wkv_a_with_mqa and w1/w3 (codecs.h fused_group), computed
+// DeepSeek's wq_a/wkv_a_with_mqa (q_a_proj/kv_a_proj_with_mqa in transformers' names) and w1/w3
+// (codecs.h fused_group), computed
 // before the block scales. The arithmetic is compressed-tensors' (generate_gparam,
 // calculate_qparams, _quantize, cast_to_fp4, pack_fp4_to_uint8; D the weight's dtype): global =
 // round_D(round_D(1 / amax of the group) * 448 * 6) (torch's scalar / tensor; 1 where that is not

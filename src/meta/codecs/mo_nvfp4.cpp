@@ -6,7 +6,7 @@
 // beside X.weight_scale float8_e4m3fn [N, K / 16] (one per 16 values) and X.weight_scale_2
 // float32 [] (a scalar). weight_scale_2 is amax / (6 * 448), the *reciprocal* of compressed-
 // tensors' weight_global_scale, and is shared across each fused group (q/k/v, gate/up, each MoE
-// expert's gate/up, DeepSeek's wq_a/wkv_a_with_mqa and w1/w3: codecs.h
+// expert's gate/up, DeepSeek's wq_a/wkv_a_with_mqa or q_a_proj/kv_a_proj_with_mqa, and w1/w3: codecs.h
 // fused_group), as ModelOpt's export unifies the amax of the Linears that read one input
 // (quant_utils.preprocess_linear_fusion) and vLLM keeps one global scale for the fused matrix.
 // No input_scale is written: W4A4 (quant_algo NVFP4) needs one calibrated on data and is refused
