@@ -525,21 +525,28 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                 del model
 
 
+# The ModelOpt folders --quantize writes from their src/, by --quantize word: ModelOpt's NVFP4
+# (W4A4) reference stands for W4A16_NVFP4 (its weights and scales are the same; W4A16 leaves out
+# the input_scale and the input activations of the config).
+MODELOPT_WRITES = {"modelopt_nvfp4": "nvfp4", "modelopt_nvfp4_moe": "nvfp4", "modelopt_nvfp4_mla": "nvfp4",
+                   "modelopt_mxfp8": "mxfp8"}
+
+
 def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, report: bool) -> None:
-    """--quantize nvfp4 --quantize-format modelopt against nvidia-modelopt 0.47.0's own export of
-    the same model (the committed modelopt_nvfp4*/src/, quantized by make_modelopt.py into ckpt/):
+    """--quantize nvfp4|mxfp8 --quantize-format modelopt against nvidia-modelopt 0.47.0's own export
+    of the same model (the committed modelopt_*/src/, quantized by make_modelopt.py into ckpt/):
     every tensor byte for byte (NVFP4's W4A4 input_scale aside: W4A16 writes none), config.json's
-    quantization_config and hf_quant_config.json as ModelOpt writes them for W4A16_NVFP4, one
+    quantization_config and hf_quant_config.json as ModelOpt writes them (W4A16_NVFP4, MXFP8), one
     weight_scale_2 a fused group (q/k/v, gate/up, each expert's gate/up, MLA's q_a_proj and
     kv_a_proj_with_mqa), read back to ModelOpt's own dequantization, verify exit 0."""
-    for case in ("modelopt_nvfp4", "modelopt_nvfp4_moe", "modelopt_nvfp4_mla"):
-        name = "write-nvfp4-modelopt-" + case
+    for case, word in MODELOPT_WRITES.items():
+        name = f"write-{word}-modelopt-" + case
         if only and name not in only and "writes" not in only:
             continue
         d, out = fixtures / "layouts" / case, root / name
-        r = run(dcpctl, "consolidate", d / "src", "-o", f"{out}/", "--quantize", "nvfp4", "--quantize-format", "modelopt",
+        r = run(dcpctl, "consolidate", d / "src", "-o", f"{out}/", "--quantize", word, "--quantize-format", "modelopt",
                 "-q")
-        what = f"consolidate {case}/src --quantize nvfp4 --quantize-format modelopt"
+        what = f"consolidate {case}/src --quantize {word} --quantize-format modelopt"
         if report:
             print(f"  {what}: exit {r.returncode} {r.stderr.strip()[-200:]}")
         if not expect_rc(r, EXIT_OK, what):
@@ -550,23 +557,23 @@ def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, re
         bad = [f"{k} {got[k].dtype} {tuple(got[k].shape)} vs {want[k].dtype} {tuple(want[k].shape)}"
                for k in sorted(want) if k in got and not same_bytes(got[k], want[k])]
         check(not bad, f"{what}: byte for byte ModelOpt's own export: {bad[:4]} ({len(bad)} of {len(want)})")
-        s2 = {}
-        for k, v in got.items():
-            if k.endswith(".weight_scale_2"):
-                key = re.sub(r"(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight_scale_2$", "fused", k)
-                key = re.sub(r"(q_a_proj|kv_a_proj_with_mqa)\.weight_scale_2$", "fused_qkv_a", key)
-                s2.setdefault(key, set()).add(v.item())
-        check(s2 and all(len(v) == 1 for v in s2.values()) and len(s2) < sum(k.endswith("_scale_2") for k in got),
-              f"{what}: one weight_scale_2 a fused group: {s2}")
-        # ModelOpt's config for the weight-only algorithm (the dense reference is W4A4: its
-        # quant_algo NVFP4 and its input activations are what W4A16_NVFP4 leaves out)
+        if word == "nvfp4":
+            s2 = {}
+            for k, v in got.items():
+                if k.endswith(".weight_scale_2"):
+                    key = re.sub(r"(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight_scale_2$", "fused", k)
+                    key = re.sub(r"(q_a_proj|kv_a_proj_with_mqa)\.weight_scale_2$", "fused_qkv_a", key)
+                    s2.setdefault(key, set()).add(v.item())
+            check(s2 and all(len(v) == 1 for v in s2.values()) and len(s2) < sum(k.endswith("_scale_2") for k in got),
+                  f"{what}: one weight_scale_2 a fused group: {s2}")
         want_qc = json.loads((d / "ckpt" / "config.json").read_text())["quantization_config"]
-        want_qc["quant_algo"] = "W4A16_NVFP4"
-        want_qc["config_groups"]["group_0"].pop("input_activations", None)
+        want_hq = (d / "ckpt" / "hf_quant_config.json").read_text()
+        if want_qc["quant_algo"] == "NVFP4":  # the W4A4 reference, as W4A16_NVFP4
+            want_qc["quant_algo"] = "W4A16_NVFP4"
+            want_qc["config_groups"]["group_0"].pop("input_activations", None)
+            want_hq = want_hq.replace('"quant_algo": "NVFP4"', '"quant_algo": "W4A16_NVFP4"')
         qc = json.loads((out / "config.json").read_text()).get("quantization_config")
         check(qc == want_qc, f"{what}: quantization_config is ModelOpt's: {qc} != {want_qc}")
-        want_hq = (d / "ckpt" / "hf_quant_config.json").read_text().replace('"quant_algo": "NVFP4"',
-                                                                              '"quant_algo": "W4A16_NVFP4"')
         hq = out / "hf_quant_config.json"
         check(hq.exists() and hq.read_text() == want_hq, f"{what}: hf_quant_config.json is ModelOpt's, byte for byte")
         # read back as ModelOpt's QTensor.dequantize computes it (its digests, recorded)

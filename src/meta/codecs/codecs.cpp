@@ -22,6 +22,7 @@ const std::vector<const Codec*>& codecs() {
       &ct_mxfp8_codec(),
       &ct_mxfp4_codec(),
       &mo_nvfp4_codec(),
+      &mo_mxfp8_codec(),
   };
   return list;
 }

@@ -129,6 +129,7 @@ const Codec& ct_nvfp4_codec();
 const Codec& ct_mxfp8_codec();
 const Codec& ct_mxfp4_codec();
 const Codec& mo_nvfp4_codec();
+const Codec& mo_mxfp8_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
 bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
@@ -139,6 +140,12 @@ double e4m3_half_ulp(double q);
 // these weights' and input activations' arguments (null: none) and `ignore`.
 nlohmann::json ct_written_config(const std::string& format, const nlohmann::json& weights,
                                  const nlohmann::json& input_activations, const nlohmann::json& ignore);
+// ModelOpt's written form (meta/codecs/modelopt.cpp): quantization_config's `ignore`, each module by
+// its exact name, sorted as ModelOpt sorts it; hf_quant_config.json beside config.json as
+// export_hf_checkpoint writes it (json.dump, indent 4) for quantization_config `config` and the
+// algorithm's group size.
+nlohmann::json modelopt_written_ignore(const nlohmann::json& ignore);
+std::vector<std::pair<std::string, std::string>> modelopt_written_files(const nlohmann::json& config, int group_size);
 // What a codec that --quantize writes and another codec reads answers the fail-closed check: no.
 bool explained_by_reader(const nlohmann::json& qc, const nlohmann::json& config);
 

@@ -31,8 +31,6 @@
 // release whose form is written, as the compressed-tensors forms name compressed-tensors 0.20.0.
 // The ignore list holds each module kept by its exact name, sorted as ModelOpt sorts it (ModelOpt
 // may shorten a whole unquantized subtree to `prefix*`; vLLM reads both alike).
-#include <algorithm>
-
 #include "meta/codecs/codecs.h"
 
 namespace dcpctl {
@@ -46,36 +44,19 @@ std::string mo_nvfp4_summary(const int64_t*) {
          "weight_scale_2 shared by each fused group; hf_quant_config.json beside config.json)";
 }
 
-json sorted_ignore(const json& ignore) {
-  std::vector<std::string> names;
-  for (const json& m : ignore)
-    if (m.is_string()) names.push_back(m.get<std::string>());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 json mo_nvfp4_config(const CodecRow&, const int64_t*, const json& ignore) {
   return {{"config_groups",
            {{"group_0",
              {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", 16}}},
               {"targets", {"Linear"}}}}}},
-          {"ignore", sorted_ignore(ignore)},
+          {"ignore", modelopt_written_ignore(ignore)},
           {"quant_algo", "W4A16_NVFP4"},
           {"producer", {{"name", "modelopt"}, {"version", "0.47.0"}}},
           {"quant_method", "modelopt"}};
 }
 
-// hf_quant_config.json as export_hf_checkpoint writes it (json.dump, indent 4, in this key order).
 std::vector<std::pair<std::string, std::string>> mo_nvfp4_files(const json& config) {
-  nlohmann::ordered_json q;
-  q["quant_algo"] = config.at("quant_algo").get<std::string>();
-  q["kv_cache_quant_algo"] = nullptr;
-  q["group_size"] = 16;
-  q["exclude_modules"] = nlohmann::ordered_json::parse(config.at("ignore").dump());
-  nlohmann::ordered_json f;
-  f["producer"] = nlohmann::ordered_json::parse(R"({"name": "modelopt", "version": "0.47.0"})");
-  f["quantization"] = q;
-  return {{"hf_quant_config.json", f.dump(4)}};
+  return modelopt_written_files(config, 16);
 }
 
 }  // namespace

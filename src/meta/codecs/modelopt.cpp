@@ -10,6 +10,7 @@
 // Decoded as ModelOpt's own QTensor.dequantize computes (view/codecs/modelopt.cpp), in float32:
 // NVFP4 e2m1 * (float32(scale) * weight_scale_2), the code of -0 read as +0.0; MXFP8 q * 2^(e-127);
 // FP8 q * weight_scale. The activation scales leave with the weight: a dequantized model has none.
+#include <algorithm>
 #include <string>
 
 #include "meta/codecs/codecs.h"
@@ -42,6 +43,26 @@ bool modelopt_explains(const nlohmann::json& qc, const nlohmann::json& config) {
 }
 
 }  // namespace
+
+nlohmann::json modelopt_written_ignore(const nlohmann::json& ignore) {
+  std::vector<std::string> names;
+  for (const nlohmann::json& m : ignore)
+    if (m.is_string()) names.push_back(m.get<std::string>());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> modelopt_written_files(const nlohmann::json& config, int group_size) {
+  nlohmann::ordered_json q;
+  q["quant_algo"] = config.at("quant_algo").get<std::string>();
+  q["kv_cache_quant_algo"] = nullptr;
+  q["group_size"] = group_size;
+  q["exclude_modules"] = nlohmann::ordered_json::parse(config.at("ignore").dump());
+  nlohmann::ordered_json f;
+  f["producer"] = nlohmann::ordered_json::parse(R"({"name": "modelopt", "version": "0.47.0"})");
+  f["quantization"] = q;
+  return {{"hf_quant_config.json", f.dump(4)}};
+}
 
 const Codec& modelopt_codec() {
   static const Codec codec = [] {

@@ -18,6 +18,7 @@ const std::vector<CodecView>& codec_views() {
       ct_mxfp8_codec_view(),
       ct_mxfp4_codec_view(),
       mo_nvfp4_codec_view(),
+      mo_mxfp8_codec_view(),
   };
   return list;
 }
