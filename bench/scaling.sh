@@ -31,15 +31,17 @@
 #   e  cp -r CKPT copy && sync                     (anchor of c)
 #   f  python -m torch.distributed.checkpoint.format_utils dcp_to_torch CKPT out_torch.pt, in a
 #      memory cgroup of TORCH_LIMIT (exit 137: killed by the OOM killer, a result, not an error)
-# Then one table (size = GB of .distcp data, exit, seconds, GB/s, peak RSS, ratio to cat / cp -r),
-# and per command the seconds per GB at each size (linearity: the spread, max/min) and the peak
-# RSS at each size (flatness). The table is also written to WORKDIR/scaling_results.txt.
+# Then one table (size = GB of .distcp data, exit, seconds, GB/s, CPU seconds, peak RSS, ratio to
+# cat / cp -r), and per command the seconds and the CPU seconds per GB at each size (linearity: the
+# spread, max/min) and the peak RSS at each size (flatness). The table is also written to
+# WORKDIR/scaling_results.txt.
 #
 # MODE=kimi: the same loop on bench/plan_1t.sh's Kimi-K2 shape scaled down (bench/make_kimi_ckpt.py:
 # torchtitan 0.3's DeepSeek-V3 names, every width divided by 8, FSDP + expert parallelism over RANKS
 # ranks, EP of them on the experts, float32 with Adam's state, written by torch's dcp.save) at
 # KIMI="LAYERS:EXPERTS ..." (default "2:48 8:48 15:96": 0.96, 3.51 and 12.04 GB of tensors, a third
-# of them the model's weights, the rest Adam's); EP (default 4); REUSE entries "L:E:DIR". Commands:
+# of them the model's weights, the rest Adam's; ~26 GB free disk for the largest); EP (default 4);
+# REUSE entries "L:E:DIR"; CHECK (first, all or 0: which sizes' exports kimi_check checks). Commands:
 #   a  dcpctl consolidate CKPT --map torchtitan-deepseek-v3 --max-memory 16GiB -o out_map/ -q
 #   b  the same with --quantize fp8-block, -o out_fp8/
 #   d  cat CKPT/*.distcp > cat.out && sync         (anchor of a and b: every byte of the checkpoint,
@@ -69,7 +71,7 @@ torch_limit=${TORCH_LIMIT:-16G}
 
 outs=("$work/out.safetensors" "$work/out.pt" "$work/out_reshard" "$work/cat.out" "$work/copy" "$work/out_torch.pt"
       "$work/out_map" "$work/out_fp8")
-clean() { rm -rf "${outs[@]}" "$work"/.out*dcpctl-tmp*; }
+clean() { rm -rf "${outs[@]}" "$work"/.out*dcpctl-tmp* "$work"/out*.dcpctl-manifest.json; }  # (the manifests beside a file output)
 free_bytes() { df -B1 --output=avail "$work" | tail -n 1 | tr -d ' '; }
 
 # Each command, then its anchor (the table's "vs anchor" column).
