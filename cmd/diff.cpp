@@ -2,6 +2,9 @@
 // 1 different, like diff(1)/cmp(1); 2-5 as everywhere else.
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "cmd/format.h"
 #include "cmd/progress.h"
@@ -52,6 +55,7 @@ std::string detail(const json& k) {
       if (!k["max_ulp_diff"].is_null()) s += ", " + std::to_string(k["max_ulp_diff"].get<uint64_t>()) + " ULP";
     }
     s += "; first at " + dims_str(k["first_index"].get<std::vector<int64_t>>());
+    if (k.contains("codec")) s += "; beyond the " + k["codec"].get<std::string>() + " bound";
     if (k["a"]["dtype"] != k["b"]["dtype"]) s += "; " + side_text(k["a"]) + " vs " + side_text(k["b"]);
     return s;
   }
@@ -61,14 +65,35 @@ std::string detail(const json& k) {
   return a + " -> " + b;
 }
 
+// The keys compared within a codec's bound, by codec and what their scale is: "    NAME  N keys,
+// M of T values inexact: RULE".
+void print_codec_bounds(const json& keys) {
+  struct Count {
+    uint64_t keys = 0, inexact = 0, numel = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Count> by;
+  for (const auto& k : keys)
+    if (k.contains("codec") && k["status"] == "identical") {
+      Count& c = by[{k["codec"].get<std::string>(), k["bound_rule"].get<std::string>()}];
+      ++c.keys;
+      c.inexact += k["inexact"].get<uint64_t>();
+      c.numel += k["numel"].get<uint64_t>();
+    }
+  for (const auto& [what, c] : by)
+    std::cout << "    " << what.first << ": " << c.keys << (c.keys == 1 ? " key, " : " keys, ") << c.inexact << " of "
+              << c.numel << " values inexact; " << what.second << "\n";
+}
+
 // The audit's counts (diff --map), as Megatron-Bridge prints its exports' audits.
-void print_audit(const json& a) {
+void print_audit(const json& a, const json& keys) {
   const json& c = a["counts"];
   auto n = [&](const char* k) { return std::to_string(c[k].get<uint64_t>()); };
   std::cout << "audit (" << a["map"].get<std::string>() << ", " << a["direction"].get<std::string>() << "):\n"
             << "  keys mapped          " << n("mapped") << " source keys -> " << n("export_keys") << " export keys\n"
             << "  values bit-equal     " << n("bit_equal") << "\n"
-            << "  within codec error   " << n("within_codec") << " (fp8 block: |x - dq(q(x))| within half an e4m3 step of its scale)\n"
+            << "  within codec error   " << n("within_codec") << " (|x - dq| <= s * half_step(dq / s), s the element's scale)\n";
+  print_codec_bounds(keys);
+  std::cout
             << "  equal after cast     " << n("after_cast") << "\n"
             << "  tied to embedding    " << n("tied") << "\n"
             << "  dropped by the map   " << n("dropped") << "\n";
@@ -139,12 +164,19 @@ int run_diff(const DiffCliOptions& o) {
     std::cout << pad(k["status"].get<std::string>(), 15) << pad(k["key"].get<std::string>(), kw + 1) << detail(k) << "\n";
   }
   if (j.contains("audit")) {
-    print_audit(j["audit"]);
+    print_audit(j["audit"], j["keys"]);
     return code;
   }
   const json& c = j["counts"];
   if (r.same) {
     std::cout << "same: " << c["identical"].get<uint64_t>() << " keys identical (" << o.a << " vs " << o.b << ")\n";
+    size_t bounded = 0;
+    for (const auto& k : j["keys"]) bounded += k.contains("codec") ? 1 : 0;
+    if (bounded) {
+      std::cout << "  " << bounded << " of them quantized in " << o.b
+                << ", within their codec's bound (|x - dq| <= s * half_step(dq / s), s the element's scale):\n";
+      print_codec_bounds(j["keys"]);
+    }
   } else {
     std::cout << "different:";
     const char* sep = " ";

@@ -9,51 +9,64 @@
 #include "view/quantized.h"
 #include "view/dequantize.h"
 #include "view/derived.h"
+#include "item/item_reader.h"
+#include "meta/pieces.h"
 
 namespace dcpctl {
 
 using nlohmann::json;
 
+namespace {
+
+// The export's tensors as saved (what a codec bound reads its scales from): the checkpoint as opened,
+// and its reader, kept beside the dequantize view that replaces them.
+class SavedReads final : public TensorReads {
+ public:
+  explicit SavedReads(Checkpoint ck) : ck_(std::move(ck)), reader_(ck_) {}
+  void read(const TensorMeta& t, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    reader_.read_chunk_bytes(t, chunk, from, n, dst);
+  }
+  std::vector<uint8_t> read_whole(const TensorMeta& t) const override { return read_box(*this, t, whole_box(t)); }
+
+ private:
+  Checkpoint ck_;
+  ItemReader reader_;
+};
+
+// Whether `md` holds weights some codec reads with their scales (or any float8 tensor).
+bool holds_quantized(const Metadata& md) {
+  const NameIndex by_name = tensor_names(md);
+  for (const Codec* c : codecs())
+    if (c->pairs && !c->pairs(md, by_name).empty()) return true;
+  for (const auto& t : md.tensors)
+    if (t.dtype && fp8_block_codec().weight_dtype(*t.dtype)) return true;
+  return false;
+}
+
+}  // namespace
+
 std::map<std::string, ExportBound> dequantize_export(Input& exported, const Input& source) {
   std::map<std::string, ExportBound> bounds;
-  const Codec& fp8 = fp8_block_codec();
-  for (const auto& t : source.ck.md.tensors)
-    if (t.dtype && fp8.weight_dtype(*t.dtype)) return bounds;
-  const Metadata& md = exported.ck.md;
-  const NameIndex by_name = tensor_names(md);
-  // A codec whose error bound is not implemented: refused, naming its first weight.
-  for (const Codec* c : codecs())
-    if (c->pairs && !c->half_step)
-      if (auto pairs = c->pairs(md, by_name); !pairs.empty())
-        throw UnsupportedError(
-            Where(exported.path, std::nullopt, md.tensors[pairs[0].first].fqn),
-            std::string("auditing an ") + c->display + " export is not supported (its error bound is not implemented); compare it with "
-            "`diff --dtype`-free tolerances (--atol) instead");
+  if (holds_quantized(source.ck.md) || !holds_quantized(exported.ck.md)) return bounds;
   std::optional<Checkpoint> view = dequantized_view(exported.ck, DType::Float32, ModelConfig());
-  if (!view) return bounds;
-  int64_t b0 = 128, b1 = 128;
-  const json& said = view->derived ? view->derived->views.value("dequantized", json()) : json();
-  if (said.is_object() && said.value("block", json()).is_array())
-    b0 = said["block"][0].get<int64_t>(), b1 = said["block"][1].get<int64_t>();
-  for (const auto& [wi, si] : fp8.pairs(md, by_name)) {
-    const TensorMeta& w = md.tensors[wi];
-    if (w.shape.size() != 2 || !view->derived->find(w.fqn)) continue;
-    const TensorMeta& st = md.tensors[si];
-    if (st.dtype != DType::Float32 || st.num_chunks() != 1 || st.chunk_numel(0) != st.numel())
-      throw UnsupportedError(Where(exported.path, std::nullopt, st.fqn), "a scale that is not one float32 chunk");
-    auto scales = std::make_shared<std::vector<float>>(st.numel());
-    exported.reader->read_chunk(st, 0, scales->data());
-    ExportBound b;
-    b.kind = ExportBound::Kind::Fp8Block;
-    b.half_step = fp8.half_step;
-    b.scales = std::move(scales);
-    b.cols = std::max<int64_t>(1, w.shape[1]);
-    b.b0 = b0;
-    b.b1 = b1;
-    b.grid_cols = ceil_blocks(w.shape[1], b1);
-    bounds.emplace(w.fqn, std::move(b));
-  }
+  if (!view || !view->derived) return bounds;
+  // A weight whose format has no bound implemented: refused, naming it.
+  for (const auto& [name, d] : view->derived->output.decoded)
+    if (!d.bound)
+      throw UnsupportedError(
+          Where(exported.path, std::nullopt, name),
+          std::string("comparing an export of ") + (d.codec ? d.codec->display : "quantized") +
+              " weights with its source is not supported for this weight's format (its error bound is not "
+              "implemented); dequantize it (consolidate EXPORT -o DIR/ --dtype fp32) and compare that with --atol/--rtol");
   exported.reader.reset();  // it reads the checkpoint replaced below
+  auto saved = std::make_shared<SavedReads>(std::move(exported.ck));
+  for (const auto& [name, d] : view->derived->output.decoded) {
+    ExportBound b;
+    b.kind = ExportBound::Kind::Codec;
+    b.codec = d.bound;
+    b.saved = saved;
+    bounds.emplace(name, std::move(b));
+  }
   exported.ck = std::move(*view);
   exported.reader = std::make_unique<ItemReader>(exported.ck);
   return bounds;
@@ -105,7 +118,7 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, co
       case DiffStatus::Identical:
         if (!k.compared || (k.acc.inexact == 0))
           ++x.bit_equal;
-        else if (k.bound == ExportBound::Kind::Fp8Block)
+        else if (k.bound == ExportBound::Kind::Codec)
           ++x.within_codec;
         else
           ++x.after_cast;
@@ -133,7 +146,7 @@ ExportAudit audit_export(const Input& a, const Input& b, const DiffResult& r, co
         break;
       case DiffStatus::ValuesChanged:
         detail = std::to_string(k.acc.differ) + " values differ";
-        if (k.bound == ExportBound::Kind::Fp8Block) detail += " beyond the fp8 block bound";
+        if (k.codec) detail += " beyond the " + std::string(k.codec->codec().name) + " bound (" + k.codec->rule() + ")";
         if (k.bound == ExportBound::Kind::Cast) detail += " after the cast to " + k.b->dtype_name;
         if (!k.b_key.empty()) detail += " from " + k.b_key + " (the export ties them)";
         why(detail);

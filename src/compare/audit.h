@@ -3,13 +3,13 @@
 // transformers wrote from it, M the key map it was written through (issue 49, item 3; the counts
 // Megatron-Bridge publishes for its exports).
 //
-// The source is seen through the map (diff's --map); the export as it is, its block-scaled fp8
-// weights dequantized (view/dequantize.h) so that each is compared with the source's weight within
-// the codec's error, and each tensor in a dtype other than the source's compared after the same
+// The source is seen through the map (diff's --map); the export as it is, its quantized weights
+// decoded (view/dequantize.h) so that each is compared with the source's weight within its codec's
+// bound, and each tensor in a dtype other than the source's compared after the same
 // cast (compare/export_bound.h). Every source key is then accounted for:
 //   mapped           the model keys the map takes, and the export keys they make;
 //   bit_equal        export values equal to the source's bit for bit;
-//   within_codec     equal within the fp8 block bound, not bit for bit (a quantized export);
+//   within_codec     equal within their codec's bound, not bit for bit (a quantized export);
 //   after_cast       equal after the source is cast to the export's dtype, not bit for bit;
 //   tied             a head the export leaves out because its config ties it (tie_word_embeddings),
 //                    the source's head equal to the embedding the export keeps;
@@ -39,10 +39,13 @@ namespace dcpctl {
 
 struct DiffResult;
 
-// The export's block-scaled fp8 weights seen as float32 (the input's checkpoint and reader
-// replaced by the dequantize view), and for each the bound its values are compared under. Nothing
-// when the export has none, or when `source` holds fp8 weights itself (then both are compared as
-// saved). UnsupportedError (exit 5) for an MXFP4 export (its bound is not implemented).
+// The export's quantized weights seen as float32, as their codecs decode them (the input's
+// checkpoint and reader replaced by the dequantize view), and for each the bound its values are
+// compared under (compare/export_bound.h), by its name in the view. Nothing when the export has
+// none, or when `source` holds quantized weights itself (then both are compared as saved).
+// UnsupportedError (exit 5), naming the weight, for a format whose bound is not implemented
+// (compressed-tensors' INT4/INT8 pack-quantized, DeepSeek-V4's FP4 experts); what the dequantize
+// view refuses (view/dequantize.h) as it refuses it.
 std::map<std::string, ExportBound> dequantize_export(Input& exported, const Input& source);
 
 // Whether the export's config.json (or its text_config) says tie_word_embeddings.

@@ -82,8 +82,9 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     return s;
   };
   const bool audit = !o.map.empty();
-  // The audit sees B's fp8 block weights dequantized, each with the bound its values are held to.
-  std::map<std::string, ExportBound> bounds = audit ? dequantize_export(b, a) : std::map<std::string, ExportBound>{};
+  // B quantized and A not (an export of A): B's quantized weights decoded, each with the bound its
+  // values are held to.
+  std::map<std::string, ExportBound> bounds = dequantize_export(b, a);
   const std::optional<KeyMap> keymap = audit ? std::optional<KeyMap>(load_key_map(o.map)) : std::nullopt;
   if (audit) {
     // A through the map; B too when its keys are on A's side (else B is already named as the map
@@ -190,7 +191,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
       continue;
     }
     if (auto bd = bounds.find(p.ib->key); bd != bounds.end())
-      k.bound = ExportBound::Kind::Fp8Block;
+      k.bound = ExportBound::Kind::Codec, k.codec = bd->second.codec;
     else if (audit && ta.dtype != tb.dtype && ta.dtype && tb.dtype && castable(*ta.dtype) && castable(*tb.dtype))
       k.bound = ExportBound::Kind::Cast;
     if (ta.dtype_name != tb.dtype_name && !o.ignore_dtype && k.bound == ExportBound::Kind::Exact) {
@@ -202,7 +203,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     DiffRule rule;
     rule.exact = !o.atol && !o.rtol && *ta.dtype == *tb.dtype;
     if (k.bound != ExportBound::Kind::Exact) {
-      if (k.bound == ExportBound::Kind::Fp8Block)
+      if (k.bound == ExportBound::Kind::Codec)
         kbounds[p.key] = bounds.at(p.ib->key);
       else
         kbounds[p.key].kind = ExportBound::Kind::Cast;
@@ -219,7 +220,7 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     k.compared = true;
     rules[p.key] = rule;
     size_t ia = itemsize(*ta.dtype), ib = itemsize(*tb.dtype);
-    uint64_t per_elem = ia + ib + std::max(ia, ib);
+    uint64_t per_elem = ia + ib + std::max(ia, ib) + (k.codec ? 1 : 0);  // a codec's scales: a float a group
     std::vector<Window> windows = plan_windows(ta.shape, window_elems(o.window_bytes, std::max(ia, ib), buffer_budget, threads, per_elem));
     ra.expect(ta, windows);
     rb.expect(tb, windows);
@@ -240,20 +241,31 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     DType da = *k.a->dtype, db = *k.b->dtype;
     size_t ia = itemsize(da), ib = itemsize(db);
     uint64_t n = task.w.numel;
+    const ExportBound& bound = kbounds[task.key];
+    // A codec's bound: the scales of the rows the window spans, read for it.
+    int64_t r0 = 0, rows = 0;
+    if (bound.kind == ExportBound::Kind::Codec) {
+      const uint64_t cols = static_cast<uint64_t>(bound.codec->cols());
+      r0 = static_cast<int64_t>(task.w.start / cols);
+      rows = static_cast<int64_t>((task.w.start + n - 1) / cols + 1) - r0;
+    }
     // a: both sides' window; b: the scratch (its pages are touched only for chunks that do not
     // span the trailing dimensions). The float64 widening buffers are small and per thread.
-    buf.prepare(n * (ia + ib), n * std::max(ia, ib), 4 * kWiden * 8);
+    buf.prepare(n * (ia + ib), n * std::max(ia, ib), 4 * kWiden * 8 + (rows ? bound.codec->scale_bytes(rows) : 0));
     uint8_t* ba = buf.a();
     uint8_t* bb = ba + n * ia;
     thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
     thread_local std::vector<uint8_t> cast(kWiden * 16);
     ra.fill(*k.a, task.w, ba, buf.b());
     rb.fill(*k.b, task.w, bb, buf.b());
-    const ExportBound& bound = kbounds[task.key];
+    std::vector<float> scales;
+    if (rows) bound.codec->scales(*bound.saved, r0, rows, scales);
+    const ScaleWindow sw{scales.data(), r0};
     for (uint64_t e = 0; e < n; e += kWiden) {
       size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
       if (bound.kind != ExportBound::Kind::Exact)
-        compare_bounded(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, bound, cast.data(), wa.data(), wb.data(), partial[i]);
+        compare_bounded(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, bound, sw, cast.data(), wa.data(),
+                        wb.data(), partial[i]);
       else
         compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);
     }
@@ -319,10 +331,14 @@ json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOp
       e["max_rel_diff"] = json_float(k.acc.max_rel);
       e["max_ulp_diff"] = k.acc.ulp_known ? json(k.acc.max_ulp) : json(nullptr);
       e["first_index"] = k.acc.first == UINT64_MAX ? json(nullptr) : json(unravel(k.a->shape, k.acc.first));
-      if (r.audit) {
-        static const char* names[] = {"exact", "cast", "fp8_block"};
+      if (r.audit || k.codec) {
+        static const char* names[] = {"exact", "cast", "codec"};
         e["bound"] = names[static_cast<int>(k.bound)];
         e["inexact"] = k.acc.inexact;
+        if (k.codec) {
+          e["codec"] = k.codec->codec().name;
+          e["bound_rule"] = k.codec->rule();
+        }
       }
     }
     if (!k.b_key.empty()) e["b_key"] = k.b_key;

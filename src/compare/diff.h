@@ -13,9 +13,11 @@
 //   identical
 //   tied                    (--map) the export leaves the key out as its config ties it, and the
 //                           source's values equal those of the key it is tied to (b_key)
-// With --map, B is audited as an export of A (compare/audit.h): B's fp8 block weights are
-// dequantized, values are compared within the codec's error or after the cast to B's dtype, and
-// `same` is the audit's verdict (nothing unexplained).
+// B quantized (weights a codec reads beside their scales) and A not: B is an export of A, its
+// quantized weights decoded and compared within their codec's bound (compare/export_bound.h), each
+// such key's bound and inexact elements reported. With --map, B is audited as an export of A
+// (compare/audit.h): also compared after the cast to B's dtype, and `same` is the audit's verdict
+// (nothing unexplained).
 //
 // JSON (schema_version 1), built by diff_json():
 //   {"schema_version": 1, "same": bool,
@@ -26,7 +28,9 @@
 //    "keys": [{"key", "status", "a": {"dtype", "shape"} | {"value"} | null, "b": ...,
 //              for compared tensors: "numel", "differing", "nan_mismatch", "max_abs_diff",
 //              "max_rel_diff", "max_ulp_diff" (null when not measurable), "first_index";
-//              with --map: "bound" ("exact", "cast", "fp8_block"), "inexact", "b_key" (tied)}],
+//              with --map, or for a quantized weight of B: "bound" ("exact", "cast", "codec"),
+//              "inexact", and for "codec" the codec's name ("codec") and what s is ("bound_rule");
+//              "b_key" (tied)}],
 //    "audit": (with --map) audit_json(), "bytes_read", "seconds"}
 // keys: differing keys first, largest max_abs_diff first (NaN mismatches before all), then the
 // rest in A's order followed by B-only keys.
@@ -76,6 +80,7 @@ struct KeyDiff {
   // the embedding), and the bound the values were compared under (compare/export_bound.h).
   std::string b_key;
   ExportBound::Kind bound = ExportBound::Kind::Exact;
+  std::shared_ptr<const ElementBound> codec;  // bound Codec: the codec's bound (its name and rule)
   DiffAccumulator acc;
 };
 

@@ -9,7 +9,8 @@
 namespace dcpctl {
 
 void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, size_t n, uint64_t start,
-                     const ExportBound& bound, uint8_t* scratch, double* wa, double* wb, DiffAccumulator& acc) {
+                     const ExportBound& bound, const ScaleWindow& sw, uint8_t* scratch, double* wa, double* wb,
+                     DiffAccumulator& acc) {
   std::optional<DType> ud = ulp_dtype(da, db);
   widen(da, pa, n, wa);
   widen(db, pb, n, wb);
@@ -25,18 +26,17 @@ void compare_bounded(DType da, const uint8_t* pa, DType db, const uint8_t* pb, s
     }
     return;
   }
-  // Fp8Block: b is the dequantized float32 value.
-  const std::vector<float>& scales = *bound.scales;
+  // Codec: b is the decoded float32 value.
+  const ElementBound& eb = *bound.codec;
+  const uint64_t cols = static_cast<uint64_t>(eb.cols());
+  const int64_t groups = eb.groups(), bw = eb.block_cols();
   for (size_t i = 0; i < n; ++i) {
     double x = wa[i], dq = wb[i];
     if (x == dq || (std::isnan(x) && std::isnan(dq))) continue;
-    uint64_t f = start + i;
-    int64_t row = static_cast<int64_t>(f / static_cast<uint64_t>(bound.cols)),
-            col = static_cast<int64_t>(f % static_cast<uint64_t>(bound.cols));
-    size_t si = static_cast<size_t>((row / bound.b0) * bound.grid_cols + col / bound.b1);
-    double s = si < scales.size() ? std::fabs(static_cast<double>(scales[si])) : 0;
-    double limit = s > 0 ? s * bound.half_step(dq / s) * (1 + 0x1p-10) + std::fabs(x) * 0x1p-20 : 0;
-    if (std::isfinite(x) && std::isfinite(dq) && std::fabs(x - dq) <= limit) {
+    const uint64_t f = start + i;
+    const int64_t row = static_cast<int64_t>(f / cols), col = static_cast<int64_t>(f % cols);
+    const double s = std::fabs(static_cast<double>(sw.scales[(row - sw.first_row) * groups + col / bw]));
+    if (std::isfinite(x) && std::isfinite(dq) && std::fabs(x - dq) <= eb.limit(x, dq, s)) {
       ++acc.inexact;
       continue;
     }

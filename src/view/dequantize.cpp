@@ -95,6 +95,7 @@ std::optional<Checkpoint> dequantized_view(const Checkpoint& ck, std::optional<D
   for (size_t k = 0; k < codecs.size(); ++k) {
     for (const auto& [wi, si] : pairs[k]) {
       DecodedTensor d = codecs[k].decode(ck, md.tensors[wi], md.tensors[si], qc);
+      table->output.decoded[d.meta.fqn] = {codecs[k].codec, d.bound};
       table->tensors[d.meta.fqn] = {std::move(d.tensor), ck.derived};
       if (d.meta.fqn != md.tensors[wi].fqn) table->tensors.erase(md.tensors[wi].fqn);
       view.md.tensors[wi] = std::move(d.meta);

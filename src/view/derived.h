@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,8 @@
 namespace dcpctl {
 
 struct DerivedTable;
+struct Codec;         // meta/codecs/codecs.h
+class ElementBound;   // view/codecs/bound.h
 struct MappedModel;   // view/keymap.h
 struct MappedTensor;
 
@@ -82,6 +85,14 @@ struct ViewOutput {
   std::optional<nlohmann::json> adapter_config;
   // --dtype dequantized quantized weights: an HF config loses its quantization_config.
   bool dequantized = false;
+  // --dtype dequantized quantized weights: each decoded weight's codec and error bound (null: none
+  // implemented for its format), by its name in the dequantize view: what diff's audit of an
+  // export holds its values to (compare/export_bound.h).
+  struct Decoded {
+    const Codec* codec = nullptr;
+    std::shared_ptr<const ElementBound> bound;
+  };
+  std::map<std::string, Decoded> decoded;
   // --quantize: config.json's quantization_config as written.
   std::optional<nlohmann::json> quantization_config;
   // --quantize: further files written beside config.json (name, text): ModelOpt's hf_quant_config.json.

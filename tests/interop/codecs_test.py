@@ -20,6 +20,14 @@ and the fail-closed cases: a scheme no codec explains, a config naming a format 
 have, a DeepSeek-V4 FP8 weight without its `.scale`: exit 5 under --dtype, naming the scheme and
 the tensor, nothing written.
 
+`diff SRC OUT` of each quantized folder against the model it was written from (issue 57 item 4,
+check_diff): compressed-tensors' own folders, ModelOpt's committed ones and every `--quantize`
+export exit 0, each quantized weight compared within its codec's bound (`bound` codec, the codec
+named, `inexact` counted, in --json and text); compressed-tensors' INT4/INT8 (no bound) exit 5
+naming the weight; and each `--quantize` form of the dense model damaged on a copy (an element one
+step of its grid toward zero, from a value at or beyond it; a block's scale doubled; NVFP4's global
+scale inverted) exits 1 naming the weight.
+
 `--report` prints each case's outcome and carries on (what the current binary does with each
 folder); without it the first failure of a case is reported and the test fails at the end.
 """
@@ -68,8 +76,10 @@ def sha_f32(t: torch.Tensor) -> str:
 
 class Case:
     def __init__(self, name: str, folder: Path, scheme: str, quantized: set, want: dict | None = None,
-                 digests: dict | None = None, source: dict | None = None, partial_model: bool = False):
+                 digests: dict | None = None, source: dict | None = None, partial_model: bool = False,
+                 src: Path | None = None):
         self.name, self.folder, self.scheme = name, folder, scheme
+        self.src = src  # the unquantized folder it was written from, where there is one
         # The folder holds the codec's layout but not every tensor the model class defines (the
         # DeepSeek-V4 layout written after transformers' reading code: no hc_head, no compressor).
         # Its exports go to one .safetensors file, which the model schema does not judge, and verify
@@ -165,6 +175,14 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
             if k not in got or not same_bytes(got[k], want):
                 wrong.append(k)
         check(not wrong, f"{what}: the unquantized tensors are the source's cast: {wrong[:4]}")
+    if case.src is not None:
+        if "pack-quantized" == case.scheme:  # INT4/INT8: no bound implemented
+            r = run(dcpctl, "diff", case.src, case.folder)
+            check(r.returncode == EXIT_UNSUPPORTED and "compressed-tensors" in r.stderr and ".weight" in r.stderr,
+                  f"{case.name}: diff SRC F (no bound for its format): exit {r.returncode} (wanted 5) naming it: "
+                  f"{r.stderr.strip()[-300:]}")
+        else:
+            check_diff(dcpctl, case.src, case.folder, case.name, case.quantized)
     r = run(dcpctl, "inspect", "--json", case.folder)
     if expect_rc(r, EXIT_OK, f"{case.name}: inspect --json"):
         check(case.scheme in r.stdout, f"{case.name}: inspect names the scheme {case.scheme!r}")
@@ -194,6 +212,111 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
     expect_rc(r, EXIT_OK, f"{case.name}: verify")
 
 
+def check_diff(dcpctl: str, src: Path, out: Path, what: str, quantized, codec: str | None = None) -> None:
+    """`diff SRC OUT` of a quantized folder against its source: exit 0, each quantized weight under its
+    codec's bound (named, with its inexact count), in --json and text."""
+    r = run(dcpctl, "diff", src, out, "--json")
+    doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+    if not check(r.returncode == EXIT_OK and doc.get("same") is True,
+                 f"{what}: diff SRC OUT exit {r.returncode} (wanted 0): "
+                 f"{[(k['key'], k.get('differing'), k.get('codec')) for k in doc.get('keys', []) if k['status'] != 'identical'][:4]} "
+                 f"{r.stderr.strip()[-300:]}"):
+        return
+    keys = {k["key"]: k for k in doc["keys"]}
+    bounded = {k for k, v in keys.items() if v.get("bound") == "codec"}
+    check(bounded == set(quantized), f"{what}: diff compares exactly the quantized weights under their codec's bound: "
+                                     f"{sorted(bounded ^ set(quantized))[:4]}")
+    names = {keys[k].get("codec") for k in bounded}
+    check(all(n for n in names) and (codec is None or names == {codec}) and all(keys[k].get("bound_rule") for k in bounded),
+          f"{what}: the codec named for each ({names}, wanted {codec})")
+    check(sum(keys[k]["inexact"] for k in bounded) > 0, f"{what}: inexact values counted")
+    t = run(dcpctl, "diff", src, out)
+    check(t.returncode == EXIT_OK and "within their codec's bound" in t.stdout and all(n in t.stdout for n in names),
+          f"{what}: diff's text names the codec's bound: {t.stdout[-400:]}")
+
+
+def _step_toward_zero(t: torch.Tensor, flat: int, packed: bool) -> torch.Tensor:
+    """Element `flat` of a weight as stored one step of its grid toward zero: an E2M1 nibble (packed two a
+    byte, the low first) or an e4m3 byte, its magnitude code less one."""
+    t = t.clone()
+    b = t.view(torch.uint8).reshape(-1)
+    if packed:
+        byte, high = flat // 2, flat % 2
+        v = int(b[byte])
+        nib = (v >> 4) if high else (v & 15)
+        assert nib & 7, "a zero code"
+        nib -= 1
+        b[byte] = ((v & 15) | (nib << 4)) if high else ((v & 0xF0) | nib)
+    else:
+        assert int(b[flat]) & 0x7F, "a zero code"
+        b[flat] = int(b[flat]) - 1
+    return t
+
+
+def _scale_doubled(t: torch.Tensor, flat: int) -> torch.Tensor:
+    """One stored scale doubled: an E8M0 byte (uint8) one more, an e4m3 byte's exponent one more, a float
+    scale times two."""
+    t = t.clone()
+    if t.dtype == torch.uint8:
+        t.view(-1)[flat] += 1
+    elif t.dtype == torch.float8_e4m3fn:
+        b = t.view(torch.uint8).reshape(-1)
+        b[flat] = int(b[flat]) + 8
+    else:
+        t.view(-1)[flat] *= 2
+    return t
+
+
+def check_diff_damaged(dcpctl: str, src: Path, out: Path, what: str, root: Path) -> None:
+    """Copies of a quantized export, each damaged one way, against its source: exit 1 naming the weight."""
+    from safetensors import safe_open
+    stored = out_tensors(out)
+    source = out_tensors(src)
+    dq_dir = root / (out.name + "-diff-fp32")
+    r = run(dcpctl, "consolidate", out, "-o", f"{dq_dir}/", "--dtype", "fp32", "-q")
+    if not expect_rc(r, EXIT_OK, f"{what}: --dtype fp32 (to pick the elements to damage)"):
+        return
+    dq = out_tensors(dq_dir)
+    shutil.rmtree(dq_dir)
+    meta = {}
+    with safe_open(next(out.glob("*.safetensors")), "pt") as f:
+        meta = f.metadata()
+    w = max(k for k in dq if k.endswith("mlp.down_proj.weight") and k not in stored or k in stored
+            and k.endswith("mlp.down_proj.weight") and stored[k].dtype in (torch.uint8, torch.float8_e4m3fn))
+    wkey = w[:-7] + ".weight_packed" if w[:-7] + ".weight_packed" in stored else w
+    packed = stored[wkey].dtype == torch.uint8  # E2M1 pairs (compressed-tensors' weight_packed, ModelOpt's weight)
+    skey = next(k for k in (w + "_scale_inv", w[:-7] + ".weight_scale", w + "_scale") if k in stored)
+    x, d = source[w].float().reshape(-1), dq[w].float().reshape(-1)
+    pick = ((x.abs() >= d.abs()) & (d != 0)).nonzero().reshape(-1)
+    if not check(len(pick) > 0, f"{what}: an element to move"):
+        return
+    flat = int(pick[len(pick) // 2])
+    scale = stored[skey]
+    # the scale of a block holding nonzero values: the one `flat` sees
+    rows, cols = source[w].shape
+    sr, sc = (scale.shape[0], scale.shape[1]) if scale.dim() == 2 else (1, 1)
+    sflat = ((flat // cols) * sr // rows) * sc + (flat % cols) * sc // cols
+    damages = [("one element one step of the grid toward zero", wkey, _step_toward_zero(stored[wkey], flat, packed)),
+               ("one block's scale doubled", skey, _scale_doubled(scale, sflat))]
+    g = w[:-7] + ".weight_global_scale"
+    if g in stored:
+        damages.append(("the global scale inverted (ModelOpt's direction)", g, 1 / stored[g]))
+    for i, (how, key, value) in enumerate(damages):
+        bad = root / f"{out.name}-damaged-{i}"
+        shutil.copytree(out, bad)
+        t = dict(stored)
+        t[key] = value
+        for f in bad.glob("*.safetensors"):
+            f.unlink()
+        save_file({k: v.contiguous() for k, v in t.items()}, bad / "model.safetensors", metadata=meta)
+        r = run(dcpctl, "diff", src, bad, "--json")
+        doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+        changed = [k["key"] for k in doc.get("keys", []) if k["status"] != "identical"]
+        check(r.returncode == 1 and changed == [w],
+              f"{what}, {how}: diff exit {r.returncode} (wanted 1) naming only {w}: {changed[:4]} {r.stderr.strip()[-200:]}")
+        shutil.rmtree(bad)
+
+
 def ct_cases(root: Path, only: set) -> list:
     cases = []
     dense = qp.tiny_dense(root / "dense")
@@ -209,7 +332,7 @@ def ct_cases(root: Path, only: set) -> list:
             quantized = {k for k in want["fp32"] if k not in stored}
             quantized |= {k for k in stored if k.endswith(".weight") and k[:-7] + ".weight_scale" in stored}
             fmt = json.loads((f / "config.json").read_text())["quantization_config"]["format"]
-            cases.append(Case(name, f, fmt, quantized, want=want, source=stored))
+            cases.append(Case(name, f, fmt, quantized, want=want, source=stored, src=src))
             if scheme == "nvfp4a16" and src.name == "moe":
                 cases[-1].verify_warning = "quant-global-scale-unfused"
     return cases
@@ -374,7 +497,7 @@ def modelopt_cases(fixtures: Path, only: set) -> list:
         exp = json.loads((d / "dequantized.json").read_text())
         stored = qp.folder_tensors(d / "ckpt")
         cases.append(Case(d.name, d / "ckpt", exp["quant_algo"], set(exp["float32_sha256"]),
-                          digests=exp["float32_sha256"], source=stored))
+                          digests=exp["float32_sha256"], source=stored, src=d / "src" if (d / "src").exists() else None))
     return cases
 
 
@@ -399,6 +522,14 @@ WRITES = {
     ("nvfp4",): "nvfp4a16",
     ("mxfp8",): "mxfp8a16",
     ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4a16",
+}
+# The codec `diff` names for each form's quantized weights.
+CODECS = {
+    ("fp8-dynamic",): "fp8-dynamic",
+    ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block (compressed-tensors)",
+    ("nvfp4",): "nvfp4 (compressed-tensors)",
+    ("mxfp8",): "mxfp8 (compressed-tensors)",
+    ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4 (compressed-tensors)",
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
 # partial 128x128 blocks (an intermediate size of 200); DeepSeek-V3's MLA (q_a_proj and kv_a_proj_with_mqa
@@ -485,6 +616,11 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                       f"{what}, then --dtype bf16: compressed-tensors' dequantization: {wrong[:4]} {sorted(set(read) ^ set(ref))[:4]}")
             r = run(dcpctl, "verify", out)
             expect_rc(r, EXIT_OK, f"{what}: verify")
+            quantized = {k[:-len("_packed")] if k.endswith(".weight_packed") else k for k in got
+                         if k.endswith((".weight", ".weight_packed")) and k[:k.rfind(".")] + ".weight_scale" in got}
+            check_diff(dcpctl, src, out, what, quantized, CODECS[flags])
+            if sname == "dense":
+                check_diff_damaged(dcpctl, src, out, what, root)
             if sname == "dense" and flags == ("nvfp4",):
                 # a DCP output of 2 ranks (reshard --quantize), then consolidated: the same bytes
                 dcp, hf = root / (name + "-dcp"), root / (name + "-dcp-hf")
@@ -585,6 +721,9 @@ def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, re
             wrong = [k for k, h in exp.items() if k not in read or sha_f32(read[k]) != h]
             check(not wrong, f"{what}, then --dtype fp32: ModelOpt's dequantization: {wrong[:4]}")
         expect_rc(run(dcpctl, "verify", out), EXIT_OK, f"{what}: verify")
+        check_diff(dcpctl, d / "src", out, what, set(exp), "nvfp4 (modelopt)")
+        if case == "modelopt_nvfp4":
+            check_diff_damaged(dcpctl, d / "src", out, what, root)
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 #include "meta/codecs/codecs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <regex>
 #include <stdexcept>
@@ -54,6 +55,11 @@ const std::vector<CalibratedScheme>& calibrated_schemes() {
        "nvfp4, weights only (compressed-tensors' NVFP4A16, or ModelOpt's W4A16_NVFP4 with --quantize-format modelopt)"},
   };
   return list;
+}
+
+double e2m1_half_step(double q) {
+  const double m = std::fabs(q);
+  return m < 1.75 ? 0.25 : m < 3.5 ? 0.5 : 1.0;
 }
 
 bool explained_by_reader(const nlohmann::json&, const nlohmann::json&) {

@@ -85,9 +85,11 @@ struct Codec {
   // text): ModelOpt's hf_quant_config.json. Null: none.
   std::vector<std::pair<std::string, std::string>> (*written_files)(const nlohmann::json& config) = nullptr;
 
-  // The audit's error bound (compare/export_bound.h): half a step of the element format at a
-  // value q of it, so that |x - dq| <= s * half_step(dq / s) for a scale s. Null: no bound
-  // implemented (auditing such an export is refused, naming `display`).
+  // The audit's error bound (view/codecs/bound.h, compare/export_bound.h): half a step of the
+  // element grid at a value q of it (at the top code, what the codec's scale rule lets saturate),
+  // so that |x - dq| <= s * half_step(dq / s) for the scale s the element sees. The decode that
+  // reads the format builds each weight's bound with it. Null: no bound implemented (auditing such
+  // an export is refused, naming `display` and the weight).
   double (*half_step)(double q) = nullptr;
   const char* display = "";  // in messages: "block-scaled float8", "MXFP4"
   const char* scale_is = "scale is";  // in messages: "this one's scale is", "scales are"
@@ -135,6 +137,12 @@ bool ct_format_read(const std::string& format);
 bool modelopt_algo_read(const std::string& algo);
 // fp8-block's half_step: half an e4m3fn ULP at |q| (q a value of the format, or near one).
 double e4m3_half_ulp(double q);
+// NVFP4's and compressed-tensors' MXFP4's half_step: half the larger gap beside |q| on the E2M1 grid
+// (0, 0.5, 1, 1.5, 2, 3, 4, 6): 0.25 below 2, 0.5 below 4, 1 from 4 on. Their scales keep each block
+// within 6 (NVFP4's e4m3 block scale of amax / 6 rounds by at most 2^-4, saturating 6.4 to 6;
+// compressed-tensors' MX exponent rounds the amax up to a power of two from a significand of 1.25,
+// so |x| / s < 5), so the top code is within 1 too.
+double e2m1_half_step(double q);
 // The quantization_config llm-compressor's model_free_ptq writes (save_utils.update_config over
 // compressed-tensors 0.20.0's QuantizationConfig.model_dump) for one config group of `format` with
 // these weights' and input activations' arguments (null: none) and `ignore`.

@@ -61,6 +61,7 @@ const Codec& ct_mxfp8_codec() {
     c.block_refusal = "--quantize-block goes with fp8-block: MX groups are 32 values";
     c.written_summary = mxfp8_summary;
     c.written_config = mxfp8_config;
+    c.half_step = e4m3_half_ulp;  // compressed-tensors' exponent keeps |x| / s below 320 of e4m3's 448
     c.display = "MXFP8";
     return c;
   }();
@@ -85,6 +86,7 @@ const Codec& ct_mxfp4_codec() {
     c.block_refusal = "--quantize-block goes with fp8-block: MX groups are 32 values";
     c.written_summary = ctmxfp4_summary;
     c.written_config = ctmxfp4_config;
+    c.half_step = e2m1_half_step;
     c.display = "MXFP4";
     return c;
   }();

@@ -54,6 +54,7 @@ const Codec& ct_nvfp4_codec() {
     c.block_refusal = "--quantize-block goes with fp8-block: NVFP4's groups are 16 values";
     c.written_summary = nvfp4_summary;
     c.written_config = nvfp4_config;
+    c.half_step = e2m1_half_step;
     c.display = "NVFP4";
     return c;
   }();

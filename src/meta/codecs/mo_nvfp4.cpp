@@ -80,6 +80,7 @@ const Codec& mo_nvfp4_codec() {
     c.written_summary = mo_nvfp4_summary;
     c.written_config = mo_nvfp4_config;
     c.written_files = mo_nvfp4_files;
+    c.half_step = e2m1_half_step;
     c.display = "NVFP4";
     return c;
   }();

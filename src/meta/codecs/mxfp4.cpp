@@ -11,6 +11,8 @@
 // uint8 or float8_e8m0fnu X_scales beside it (the same biased exponent); dequantized only when
 // config.json's quantization_config.quant_method is "mxfp4" (view/dequantize.h). Decoded and
 // encoded by view/codecs/mxfp4.h.
+#include <cmath>
+
 #include "meta/codecs/codecs.h"
 
 namespace dcpctl {
@@ -31,6 +33,13 @@ std::vector<std::pair<uint32_t, uint32_t>> mxfp4_pairs(const Metadata& md, const
       out.push_back({i, s->second});
   }
   return out;
+}
+
+// Half a step of the E2M1 grid under OCP MX v1.0's exponent rule (torchao's to_mx, FLOOR): the
+// scale is 2^(floor(log2 amax) - 2), so a group's values reach up to 8 s and saturate at 6: 2 at
+// the top code, e2m1_half_step below it.
+double ocp_e2m1_half_step(double q) {
+  return std::fabs(q) >= 5 ? 2.0 : e2m1_half_step(q);
 }
 
 std::string mxfp4_summary(const int64_t*) {
@@ -66,6 +75,7 @@ const Codec& mxfp4_codec() {
     c.block_refusal = "--quantize-block goes with fp8-block: mxfp4's blocks are 32 values, one E8M0 scale each";
     c.written_summary = mxfp4_summary;
     c.written_config = mxfp4_config;
+    c.half_step = ocp_e2m1_half_step;
     c.display = "MXFP4";
     c.scale_is = "scales are";
     return c;

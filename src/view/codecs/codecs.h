@@ -17,6 +17,7 @@
 
 #include "meta/checkpoint.h"
 #include "meta/codecs/codecs.h"
+#include "view/codecs/bound.h"
 #include "view/derived.h"
 #include "view/quantized.h"
 #include "view/quantize.h"
@@ -28,6 +29,9 @@ struct DecodedTensor {
   TensorMeta meta;  // its name may differ from the stored weight's (compressed-tensors' X.weight_packed -> X.weight)
   std::shared_ptr<const DerivedTensor> tensor;
   std::vector<std::string> consumed;  // further tensors that leave the view with it (global scales, zero points)
+  // What diff's audit holds each of its elements to (view/codecs/bound.h); null where no bound is
+  // implemented for its format (the audit refuses it, naming the weight).
+  std::shared_ptr<const ElementBound> bound;
 };
 
 struct CodecView {

@@ -91,6 +91,13 @@ Scheme scheme_of(const Checkpoint& ck, const std::string& weight, const std::str
                                                                       "': " + want + " expected");
 }
 
+// The bound of decoded weight `v` in compressed-tensors form `form` (the codec that writes it, where
+// dcpctl does).
+std::shared_ptr<const ElementBound> ct_bound(const Checkpoint& ck, const Codec& form, const TensorMeta& v, ScaleGrid g,
+                                             double (*half_step)(double), double rounding, const std::string& rule) {
+  return std::make_shared<ElementBound>(ck.metadata_path, form, v, std::move(g), half_step, rounding, 0.0, rule);
+}
+
 float mx_scale(uint8_t e) {  // decompress_mx_scale: 2 ** (e - 127) in bfloat16
   return round_bf16(std::ldexp(1.0f, static_cast<int>(e) - 127));
 }
@@ -140,7 +147,7 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
     if (!(S == DType::BFloat16 || S == DType::Float32 || S == DType::Float16) ||
         s.numel() != static_cast<uint64_t>(sr * scols))
       ct_misshapen(ck, s, w.fqn, "a float scale of [" + std::to_string(sr) + ", " + std::to_string(scols) + "] values");
-    return row_decoded(
+    DecodedTensor d = row_decoded(
         ck, name, w, aux, K,
         [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
           for (int64_t r = 0; r < rows; ++r)
@@ -148,6 +155,17 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
               out[r * K + j] =
                   round_to(e4m3fn_to_f32(p[r * K + j]) * float_at(a[0], S, ((r0 + r) / bh) * scols + j / bw), S);
         });
+    // x / s and the decode in the scale's dtype (the model's)
+    const Codec& form = sc.strategy == "channel" ? ct_fp8_dynamic_codec()
+                        : sc.strategy == "block" ? ct_fp8_block_codec()
+                                                 : compressed_tensors_codec();
+    d.bound = ct_bound(ck, form, d.meta, scale_grid(s, bh, bw), e4m3_half_ulp, narrow_rounding(S),
+                       "s = weight_scale (" + s.dtype_name + ") per " +
+                           (sc.strategy == "tensor"    ? std::string("tensor")
+                            : sc.strategy == "channel" ? std::string("output channel")
+                                                       : std::to_string(bh) + "x" + std::to_string(bw) + " block") +
+                           "; e4m3 grid");
+    return d;
   }
   if (sc.format == "pack-quantized") {
     const int64_t b = sc.bits, words = w.shape[1];
@@ -223,7 +241,7 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
                           "NVFP4 weight without its float32 '" + module + ".weight_global_scale'");
       aux.insert(aux.begin() + 1, gs);
     }
-    return row_decoded(
+    DecodedTensor d = row_decoded(
         ck, name, w, aux, K,
         [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
           const float global = nv ? float_at(a[1], DType::Float32, 0) : 1.0f;
@@ -236,19 +254,32 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
               out[r * K + j] = round_bf16(e2m1_value(code, true) * scale);
             }
         });
+    // decoded in bfloat16 (x / s in the model's dtype, at most as narrow)
+    ScaleGrid sg = scale_grid(s, 1, nv ? 16 : 32);
+    sg.e8m0 = !nv;
+    if (nv) sg.global = *aux[1], sg.divide_by_global = true;
+    d.bound = ct_bound(ck, nv ? ct_nvfp4_codec() : ct_mxfp4_codec(), d.meta, std::move(sg), e2m1_half_step, 0x1p-8,
+                       nv ? "s = weight_scale (e4m3, per 16 values) / weight_global_scale; E2M1 grid"
+                          : "s = 2^(weight_scale - 127) per 32 values; E2M1 grid");
+    return d;
   }
   // mxfp8-quantized
   const int64_t K = w.shape[1];
   if (*w.dtype != DType::Float8_E4M3FN) ct_misshapen(ck, w, w.fqn, "float8_e4m3fn");
   if (K % 32 || s.dtype != DType::UInt8 || s.shape != std::vector<int64_t>{N, K / 32})
     ct_misshapen(ck, s, w.fqn, "uint8 (E8M0) [" + std::to_string(N) + ", " + std::to_string(K / 32) + "]");
-  return row_decoded(
+  DecodedTensor d = row_decoded(
       ck, name, w, aux, K,
       [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < K; ++j)
             out[r * K + j] = round_bf16(e4m3fn_to_f32(p[r * K + j]) * mx_scale(a[0][(r0 + r) * (K / 32) + j / 32]));
       });
+  ScaleGrid g = scale_grid(s, 1, 32);
+  g.e8m0 = true;
+  d.bound = ct_bound(ck, ct_mxfp8_codec(), d.meta, std::move(g), e4m3_half_ulp, 0x1p-8,  // decoded in bfloat16
+                     "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
+  return d;
 }
 
 }  // namespace

@@ -426,9 +426,18 @@ DecodedTensor decode_fp8_block(const Checkpoint& ck, const TensorMeta& w, const 
             (block ? " (block size from " + qc.path + ")"
                    : " (no quantization_config.weight_block_size found: 128x128 assumed, as torch's reader does; " +
                          qc.path + ")"));
-  DecodedTensor out{w, std::make_shared<Fp8BlockWeight>(ck.metadata_path, w, s, b0, b1), {}};
+  DecodedTensor out{w, std::make_shared<Fp8BlockWeight>(ck.metadata_path, w, s, b0, b1), {}, nullptr};
   out.meta.dtype = DType::Float32;
   out.meta.dtype_name = torch_name(DType::Float32);
+  if (*w.dtype == DType::Float8_E4M3FN) {  // the e4m3 grid's bound (e5m2 and the fnuz variants: none)
+    ScaleGrid grid = scale_grid(s, b0, b1);
+    grid.e8m0 = *s.dtype == DType::Float8_E8M0FNU;
+    const std::string tail = s.fqn.substr(s.fqn.rfind('.') + 1);
+    out.bound = std::make_shared<ElementBound>(
+        ck.metadata_path, fp8_block_codec(), out.meta, std::move(grid), fp8_block_codec().half_step, 0.0, 0.0,
+        "s = " + tail + " (" + s.dtype_name + ") per " + std::to_string(b0) + "x" + std::to_string(b1) +
+            " block; e4m3 grid");
+  }
   return out;
 }
 

@@ -272,7 +272,16 @@ void confirm_mxfp4(const Checkpoint& ck, const std::vector<std::pair<uint32_t, u
 // --dtype: blocks `b` [..., G, B] beside scales `s` as float32 [..., G * 2B], chunk for chunk.
 DecodedTensor decode_mxfp4(const Checkpoint& ck, const TensorMeta& b, const TensorMeta& s, const QuantConfig&) {
   TensorMeta v = mxfp4_float_meta(ck, b, s);
-  return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s), {}};
+  // The bound: one E8M0 scale per group of 2B values; torchao's rule quantizes a group whose amax is
+  // below 2^-124 with 2^-126 and stores byte 0 (2^-127): such a group's values are off by up to 5 *
+  // 2^-127, room the floor gives.
+  ScaleGrid grid = scale_grid(s, 1, 2 * b.shape.back());
+  grid.e8m0 = true;
+  auto bound = std::make_shared<ElementBound>(ck.metadata_path, mxfp4_codec(), v, std::move(grid),
+                                              mxfp4_codec().half_step, 0.0, 0x1p-124,
+                                              "s = 2^(_scales - 127) per " + std::to_string(2 * b.shape.back()) +
+                                                  " values (OCP MX); E2M1 grid, saturating");
+  return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s), {}, std::move(bound)};
 }
 
 // --quantize mxfp4 (view/quantize.h).
