@@ -287,10 +287,13 @@ def check_diff_damaged(dcpctl: str, src: Path, out: Path, what: str, root: Path)
     packed = stored[wkey].dtype == torch.uint8  # E2M1 pairs (compressed-tensors' weight_packed, ModelOpt's weight)
     skey = next(k for k in (w + "_scale_inv", w[:-7] + ".weight_scale", w + "_scale") if k in stored)
     x, d = source[w].float().reshape(-1), dq[w].float().reshape(-1)
-    pick = ((x.abs() >= d.abs()) & (d != 0)).nonzero().reshape(-1)
-    if not check(len(pick) > 0, f"{what}: an element to move"):
+    # the element whose source value lies nearest its decoded one, at or beyond it: moved one step
+    # toward zero it is off by that step (twice the half step) and little more, beyond the bound and
+    # within one of twice the half step (what a doubled half_step would let through)
+    beyond = torch.where((x.abs() >= d.abs()) & (d != 0), (x.abs() - d.abs()) / d.abs().clamp(min=1e-30), float("inf"))
+    if not check(bool(torch.isfinite(beyond.min())), f"{what}: an element to move"):
         return
-    flat = int(pick[len(pick) // 2])
+    flat = int(beyond.argmin())
     scale = stored[skey]
     # the scale of a block holding nonzero values: the one `flat` sees
     rows, cols = source[w].shape
