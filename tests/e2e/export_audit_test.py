@@ -147,7 +147,8 @@ def main() -> int:
     rc, doc, err = audit(src / "run" / "step-2", fp8, "torchtitan-deepseek-v3", src / "config.json")
     clean("titan_deepseek_v3 vs its fp8 block export", rc, doc, err, within_codec=14)
     q = "model.layers.0.self_attn.q_proj.weight"
-    keys = [k.get("key") for k in doc.get("keys", []) if k.get("bound") == "fp8_block"]
+    keys = [k.get("key") for k in doc.get("keys", []) if k.get("bound") == "codec" and k.get("codec") == "fp8-block"
+            and "weight_scale_inv" in k.get("bound_rule", "")]
     check(q in keys and len(keys) == 14, f"fp8 export: keys compared under the fp8 bound: {keys}")
 
     with tempfile.TemporaryDirectory(prefix="dcpctl-export-audit-") as tmp:

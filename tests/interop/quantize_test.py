@@ -47,6 +47,9 @@ float32, save_pretrained; experts [E, in, out] as GptOssExperts keeps them):
   - refusals: a model_type that is not gpt_oss, a model with no expert stacks, an MXFP4 folder,
     --quantize-block with mxfp4 (exit 5, 5, 5, 2), nothing written.
 
+  - `diff SRC Q --map gpt-oss-mxfp4` (mxfp4_audit): clean, the 4 stacks within MXFP4's bound; a
+    code one step toward zero or a group's scale doubled: exit 1 naming the stack.
+
 `reshard` and `cast` with --quantize (reshard_cast_checks): the DCP outputs, read by torch's DCP
 loader, hold consolidate's bytes.
 
@@ -199,6 +202,47 @@ def make_gpt_oss(d: Path):
     return model
 
 
+def mxfp4_audit(src: Path, q: Path, tensors: dict, out: dict, stacks: list) -> None:
+    """`diff SRC Q --map gpt-oss-mxfp4` (issue 57 item 4): the 4 expert stacks within MXFP4's bound (OCP's
+    saturating top code, torchao's 2^-124 groups), the rest bit-equal; a copy with one E2M1 code one step
+    toward zero (from the element whose source lies nearest its decoded value, at or beyond it) or one
+    group's scale doubled: exit 1 naming that stack."""
+    import shutil
+    from safetensors.torch import save_file
+    r = dcpctl("diff", src, q, "--map", "gpt-oss-mxfp4", "--json")
+    doc = json.loads(r.stdout) if r.stdout.startswith("{") else {}
+    a = doc.get("audit") or {}
+    c = a.get("counts", {})
+    keys = {k["key"]: k for k in doc.get("keys", [])}
+    check(r.returncode == 0 and a.get("clean") and c.get("within_codec") == 4 and c.get("unexplained") == 0,
+          f"diff SRC Q --map gpt-oss-mxfp4: exit {r.returncode}, counts {c}, unexplained {a.get('unexplained')}")
+    bounded = sorted(k for k, v in keys.items() if v.get("bound") == "codec" and v.get("codec") == "mxfp4" and v["inexact"] > 0)
+    check(bounded == sorted(k + "_blocks" for k in stacks), f"the expert stacks under mxfp4's bound: {bounded}")
+    k = "model.layers.1.mlp.experts.down_proj"
+    blocks, scales = out[k + "_blocks"], out[k + "_scales"]
+    x, d = tensors[k].transpose(1, 2).reshape(-1), mx_dequantize(blocks, scales).reshape(-1)
+    near = torch.where((x.abs() >= d.abs()) & (d != 0), (x.abs() - d.abs()) / d.abs().clamp(min=1e-30), float("inf"))
+    flat = int(near.argmin())
+    stepped = blocks.clone().reshape(-1)
+    v = int(stepped[flat // 2])
+    nib = ((v >> 4) if flat % 2 else (v & 15)) - 1
+    stepped[flat // 2] = ((v & 15) | (nib << 4)) if flat % 2 else ((v & 0xF0) | nib)
+    doubled = scales.clone().reshape(-1)
+    doubled[flat // 32] += 1
+    for how, name, value in (("an E2M1 code one step toward zero", k + "_blocks", stepped.reshape(blocks.shape)),
+                             ("a group's scale doubled", k + "_scales", doubled.reshape(scales.shape))):
+        bad = WORK / ("mx-damaged-" + name.rsplit("_", 1)[1])
+        shutil.copytree(q, bad)
+        t = load_file(bad / "model.safetensors")
+        t[name] = value
+        save_file(t, bad / "model.safetensors", metadata={"format": "pt"})
+        r = dcpctl("diff", src, bad, "--map", "gpt-oss-mxfp4", "--json")
+        doc = json.loads(r.stdout) if r.stdout.startswith("{") else {}
+        named = [u.get("key") for u in (doc.get("audit") or {}).get("unexplained", [])]
+        check(r.returncode == 1 and named == [k + "_blocks"],
+              f"diff SRC Q --map gpt-oss-mxfp4, {how}: exit {r.returncode} (wanted 1) naming {k}_blocks: {named}")
+
+
 def mxfp4_checks() -> tuple[Path, dict]:
     src = WORK / "gptoss"
     model = make_gpt_oss(src)
@@ -298,6 +342,8 @@ def mxfp4_checks() -> tuple[Path, dict]:
             o3 = folder_tensors(q3)
             check(sorted(o3) == sorted(out) and all(same_tensor(o3[k], out[k]) is None for k in out),
                   "the same bytes from a DCP copy whose chunks cut the expert stacks")
+
+    mxfp4_audit(src, q, tensors, out, stacks)
 
     # ---- refusals, nothing written ----
     other = WORK / "gptoss-as-qwen"
