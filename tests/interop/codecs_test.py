@@ -724,8 +724,8 @@ def check_modelopt_writes(dcpctl: str, fixtures: Path, root: Path, only: set, re
             wrong = [k for k, h in exp.items() if k not in read or sha_f32(read[k]) != h]
             check(not wrong, f"{what}, then --dtype fp32: ModelOpt's dequantization: {wrong[:4]}")
         expect_rc(run(dcpctl, "verify", out), EXIT_OK, f"{what}: verify")
-        check_diff(dcpctl, d / "src", out, what, set(exp), "nvfp4 (modelopt)")
-        if case == "modelopt_nvfp4":
+        check_diff(dcpctl, d / "src", out, what, set(exp), f"{word} (modelopt)")
+        if case in ("modelopt_nvfp4", "modelopt_mxfp8"):
             check_diff_damaged(dcpctl, d / "src", out, what, root)
 
 

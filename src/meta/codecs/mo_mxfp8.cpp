@@ -60,6 +60,7 @@ const Codec& mo_mxfp8_codec() {
     c.written_summary = mo_mxfp8_summary;
     c.written_config = mo_mxfp8_config;
     c.written_files = mo_mxfp8_files;
+    c.half_step = e4m3_half_ulp;  // ModelOpt's exponent, ceil(log2(amax / 448)), leaves nothing to saturate
     c.display = "MXFP8";
     return c;
   }();

@@ -77,7 +77,7 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
     d.consumed.erase(d.consumed.begin());
     ScaleGrid g = scale_grid(s, 1, 32);
     g.e8m0 = true;  // ModelOpt's exponent is ceil(log2(amax / 448)): nothing saturates
-    d.bound = std::make_shared<ElementBound>(ck.metadata_path, modelopt_codec(), d.meta, std::move(g), e4m3_half_ulp,
+    d.bound = std::make_shared<ElementBound>(ck.metadata_path, mo_mxfp8_codec(), d.meta, std::move(g), mo_mxfp8_codec().half_step,
                                              0.0, 0.0, "s = 2^(weight_scale - 127) per 32 values; e4m3 grid");
     return d;
   }
