@@ -30,11 +30,11 @@ VENV=$ROOT/.venv
 PY=$VENV/bin/python
 
 # What building dcpctl takes (DEMO_PACKAGES, all `demo` installs on a fresh machine), the
-# virtualenv's, then what the tests use.
-DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev catch2 libzstd-dev zlib1g-dev libssl-dev
+# virtualenv's, then what the tests use (Catch2: the unit tests, which the demo does not build).
+DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev
   libcurl4-openssl-dev libexpat1-dev ccache)
 VENV_PACKAGES=(python3 python3-venv)
-APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" mandoc shellcheck zsh fish time util-linux-extra)
+APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellcheck zsh fish time util-linux-extra)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian
 # 12's clang 14 and its runtime libraries.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
