@@ -3,7 +3,8 @@
 
 For every model type in transformers' CONFIG_MAPPING_NAMES, the model class a Hugging Face folder of
 that type names first (the first of the causal-LM, seq2seq-LM, image-text-to-text, multimodal-LM,
-masked-LM and base-model auto mappings that has one) is built on the meta device from its config
+masked-LM and base-model auto mappings that has one; and a model_type such a class saves its
+folders as, when that type has none: mllama_text_model, MllamaForCausalLM's) is built on the meta device from its config
 class's defaults (no memory, no weights), with the layer count cut to at most 8 (every list field as
 long as the layer count cut with it). What `save_pretrained` would write is derived as it derives it
 (modeling_utils.py): the state dict, less `_keys_to_ignore_on_save`, less tied weights
@@ -15,13 +16,16 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
   "keys"   [pattern, dims, keep, when, required]: the on-disk key with every integer path component written
            `#` (layer, expert, MTP indices); dims, one per dimension, the config field it equals
            ("hidden_size", "text_config.vocab_size", "2*intermediate_size",
-           "n_routed_experts+zero_expert_num") or null where no such field was found: found by
+           "n_routed_experts+zero_expert_num", "text_config.vocab_size+8": rows past the field's,
+           at most MAX_EXTRA_ROWS) or null where no such field was found: found by
            building the model again with each size field of the config doubled, one at a time, and
            keeping the linear form that explains the change; keep, two characters, the dtype
            transformers keeps the tensor in when loading with dtype=bfloat16 then float16 (after its
            load-time renames, so in on-disk names): '-' the target dtype, 'f' float32, 'i' not a
            floating tensor (never cast); when, "" for a key of the default build, or the boolean
-           config field value that brings it ("tie_word_embeddings=false"); required, 1 for a key
+           config field value that brings it ("tie_word_embeddings=false"), or two size fields
+           whose difference brings it ("hidden_size!=word_embed_proj_dim": OPT's project_in, found by
+           doubling one size field, then both); required, 1 for a key
            outside numbered blocks or one every block of its stack holds in the default build (a
            layer's norms, not the MLP of the dense layers only), else 0.
   "experts" the number of experts the per-expert keys (`experts.#.`) count, as config fields
@@ -36,6 +40,8 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
   "memory" in-memory names that differ from the on-disk ones (a folder may hold these: transformers
            loads them unrenamed); "renamed" the on-disk ones they stand for.
   "ignore_unexpected", "ignore_missing": the class's _keys_to_ignore_on_load_* regexes.
+  "head_untied" true when the class never ties lm_head.weight to the embedding (its
+           _tied_weights_keys lacks it): the head loads from the folder whatever tie_word_embeddings says.
   "prefixes" [on-disk prefix, schema prefix]: the prefixes the loader changes (conversion_mapping's
            PrefixChange: Qwen3.5's `model.language_model.` loaded as `model.`).
 "failed": model type -> why it could not be built. "transformers"/"torch": the versions.
@@ -76,7 +82,8 @@ HEADS = [
 LAYER_FIELDS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers",
                 "num_decoder_layers")
 # Size fields whose doubling is tried, one at a time (the dims a check can compare with the config).
-SIZE_RE = re.compile(r"^(hidden_size|d_model|n_embd|vocab_size|n_vocab|intermediate_size|d_ff|ffn_dim|n_inner|"
+SIZE_RE = re.compile(r"^(hidden_size|d_model|n_embd|vocab_size|n_vocab|decoder_vocab_size|embedding_size|"
+                     r"word_embed_proj_dim|intermediate_size|d_ff|ffn_dim|n_inner|"
                      r"moe_intermediate_size|shared_expert_intermediate_size|expert_ffn_hidden_size|"
                      r"n_routed_experts|num_local_experts|num_experts|moe_num_experts|zero_expert_num|"
                      r"n_shared_experts|num_shared_experts|head_dim|kv_lora_rank|q_lora_rank|"
@@ -189,8 +196,10 @@ def keep_char(d, target):
     return {torch.float64: "d", torch.bfloat16: "b", torch.float16: "h"}.get(d, "?")
 
 
-def linear_form(base, pert, dim_index, key):
-    """The config fields that explain dimension dim_index of key: sum of coeff*field, or None."""
+def linear_form(base, pert, dim_index, key, extra=None):
+    """The config fields that explain dimension dim_index of key: sum of coeff*field, or None.
+    extra(key, dim_index, rows): the form's tail for rows the fields leave over ("+qk_rope_head_dim"
+    when another field of that value explains them, "+8" when none does), or None."""
     v0 = base[key][0][dim_index]
     terms, total = [], 0
     for field, (f0, f1, shapes) in pert.items():
@@ -205,10 +214,20 @@ def linear_form(base, pert, dim_index, key):
         c = (v1 - v0) // delta
         terms.append((field, c))
         total += c * f0
-    if not terms or total != v0 or any(c not in (1, 2) for _, c in terms):
+    if not terms or any(c not in (1, 2) for _, c in terms):
         return None  # a product (heads * head_dim), or a count the config does not name
-    return "+".join(f if c == 1 else f"{c}*{f}" for f, c in terms)
+    form = "+".join(f if c == 1 else f"{c}*{f}" for f, c in terms)
+    if total == v0:
+        return form
+    if 0 < v0 - total <= MAX_EXTRA_ROWS and extra is not None:
+        tail = extra(key, dim_index, v0 - total)  # mllama's vocab_size+8, DeepSeek's kv_lora_rank+qk_rope_head_dim
+        return form + tail if tail else None
+    return None
 
+
+# The largest constant a dims formula may add to its fields (special rows: mllama's embedding has
+# text_config.vocab_size + 8 rows, moshi's vocab_size + 1).
+MAX_EXTRA_ROWS = 64
 
 EXPERT_ID = re.compile(r"(?:^|\.)experts\.(\d+)\.")
 
@@ -254,11 +273,16 @@ def optional_ints(config_class):
 
 
 def schema_of(model_type):
+    """model_type, or (model_type, class name): the schema of that class built from model_type's
+    config class (a model_type another type's class saves its folders as)."""
     quiet()
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    cls_name = primary_class(model_type)
+    if isinstance(model_type, tuple):
+        model_type, cls_name = model_type
+    else:
+        cls_name = primary_class(model_type)
     if cls_name is None:
         return model_type, None, "no model class in the auto mappings"
     try:
@@ -329,6 +353,39 @@ def schema_of(model_type):
         p2 = {pattern_of(k) for k in k2}
         for p in sorted(p1 - p2):
             absent.append([p, cond])
+    # Two size fields that differ: a size field doubled that brings a key the default build lacks,
+    # where another field of the same config had the same value, and doubling both takes the key
+    # away again: the key exists when the two differ (OPT's project_in/project_out when
+    # word_embed_proj_dim != hidden_size, RoFormer's embeddings_project when embedding_size !=
+    # hidden_size). Written "A!=B", the two names sorted.
+    default_patterns = {pattern_of(k) for k in disk}
+    for field, (v0, v1, shapes) in sorted(pert.items()):
+        new = {}
+        for k, (shape, _) in shapes.items():
+            if pattern_of(k) not in default_patterns:
+                new.setdefault(pattern_of(k), shape)
+        if not new or all(p in when for p in new):
+            continue
+        prefix, name = (field.rsplit(".", 1)[0] + ".", field.rsplit(".", 1)[1]) if "." in field else ("", field)
+        c = cfg if not prefix else getattr(cfg, prefix[:-1])
+        for g, gv in sorted(vars(c).items()):
+            if g == name or g.startswith("_") or not isinstance(gv, int) or isinstance(gv, bool) or gv != v0:
+                continue
+            c2 = copy.deepcopy(cfg)
+            target = c2 if not prefix else getattr(c2, prefix[:-1])
+            setattr(target, name, v1)
+            setattr(target, g, v1)
+            try:
+                m2, sd2, _ = build(cls, c2, torch.bfloat16)
+                both = {pattern_of(k) for k in disk_keys(m2, sd2)}
+            except Exception:
+                continue
+            gone = [p for p in new if p not in both and p not in when]
+            if gone:
+                cond = "!=".join(sorted([prefix + name, prefix + g]))
+                for p in gone:
+                    when[p] = (cond, new[p])
+                break
     # Required: a key outside any numbered block, or one every block of its stack holds (the
     # attention and norms of every layer, not the MLP of the dense layers only).
     blocks = {}
@@ -364,10 +421,41 @@ def schema_of(model_type):
             groups.setdefault((pattern_of(stack), rest.split(".")[0], frozenset(ids)), []).append(
                 pattern_of(stack) + ".#." + rest)
     together = sorted(sorted(g) for g in groups.values() if len(g) > 1)
+    # Rows a dims formula's fields leave over: another field of that value, when doubling it
+    # changes the dimension by as much (DeepSeek's kv_a_proj_with_mqa: kv_lora_rank +
+    # qk_rope_head_dim), else a constant when no field of that value changes it (mllama's
+    # embedding: text_config.vocab_size + 8), else unknown.
+    doubled = {}
+
+    def extra(key, i, rows):
+        v0 = disk[key][0][i]
+        for prefix, c in sub_configs(cfg):
+            if prefix not in ("", "text_config."):
+                continue
+            for g, gv in sorted(vars(c).items()):
+                if g.startswith("_") or not isinstance(gv, int) or isinstance(gv, bool) or gv != rows:
+                    continue
+                if prefix + g not in doubled:
+                    c2 = copy.deepcopy(cfg)
+                    setattr(c2 if not prefix else getattr(c2, prefix[:-1]), g, gv * 2)
+                    try:
+                        m2, sd2, _ = build(cls, c2, torch.bfloat16)
+                        doubled[prefix + g] = disk_keys(m2, sd2)
+                    except Exception:
+                        doubled[prefix + g] = None
+                shapes = doubled[prefix + g]
+                if shapes is None or key not in shapes or len(shapes[key][0]) != len(disk[key][0]):
+                    continue
+                v1 = shapes[key][0][i]
+                if v1 == v0:
+                    continue
+                return f"+{prefix}{g}" if v1 - v0 == rows else None
+        return f"+{rows}"
+
     keys, shape_of = {}, {}
     for k, (shape, _) in disk.items():
         p = pattern_of(k)
-        dims = [linear_form(disk, pert, i, k) for i in range(len(shape))]
+        dims = [linear_form(disk, pert, i, k, extra) for i in range(len(shape))]
         if p in keys:
             # One pattern, two shapes or forms (a Sequential's modules: CTRL's ffn.0 and ffn.2):
             # its dims are not one form, so none is given.
@@ -388,6 +476,9 @@ def schema_of(model_type):
         "prefix": getattr(cls, "base_model_prefix", "") or "",
         "keys": [keys[p] for p in sorted(keys)],
     }
+    saved_as = getattr(model.config, "model_type", model_type)
+    if saved_as and saved_as != model_type:
+        out["_saved_as"] = saved_as  # main() builds that type too (popped before writing)
     # The prefixes transformers' loader changes (PrefixChange, which revert_weight_conversion leaves
     # out for a model built from scratch): [on-disk prefix, the schema's].
     from transformers.conversion_mapping import get_model_conversion_mapping
@@ -403,6 +494,15 @@ def schema_of(model_type):
                     prefixes.append([m, m + conv.prefix_to_add + "."])
     except Exception:
         pass
+    # A head the class never ties (its _tied_weights_keys lacks lm_head.weight: BigBirdPegasusForCausalLM
+    # loads its own lm_head.weight whatever tie_word_embeddings says).
+    if "lm_head.weight" in disk:
+        tied = dict(getattr(cls, "_tied_weights_keys", None) or {})
+        tied.update(getattr(model, "all_tied_weights_keys", None) or {})
+        # Either side of a tie (BLT ties model.local_encoder.embed_tokens.weight to lm_head.weight).
+        if not any(k == "lm_head.weight" or re.fullmatch(k, "lm_head.weight") or v == "lm_head.weight"
+                   for k, v in tied.items()):
+            out["head_untied"] = True
     n0 = expert_count(disk)
     if n0:
         out["experts"] = count_form(n0, pert)
@@ -501,7 +601,18 @@ def main():
         for r in pool.imap_unordered(schema_of, types, chunksize=1):
             results.append(r)
             print(f"hf_schema: {len(results)}/{len(types)} {r[0]}", file=sys.stderr, flush=True)
-        results.sort()
+        # A class whose folders say another model_type than the one it was built for
+        # (MllamaForCausalLM from MllamaConfig saves a mllama_text_model config.json): that
+        # type too, when it is not one of the types above, the class built from its own config.
+        more = sorted({(r[1].pop("_saved_as"), r[1]["class"]) for r in results if r[1] and "_saved_as" in r[1]})
+        more = [m for m in more if m[0] not in types and m[0] in CONFIG_MAPPING_NAMES]
+        for r in pool.imap_unordered(schema_of, more, chunksize=1):
+            if r[1]:
+                r[1].pop("_saved_as", None)
+            results.append(r)
+            skipped.pop(r[0], None)
+            print(f"hf_schema: {r[0]} (the model_type {dict(more)[r[0]]} saves)", file=sys.stderr, flush=True)
+        results.sort(key=lambda r: r[0])
     schema, failed = {}, {}
     for t, s, why in results:
         if s is None:

@@ -483,9 +483,16 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
       const HfTensor& t = *it->second;
       if (t.shape.size() != 2 || !float_dtype_name(t.dtype)) continue;
       out.checked.push_back(k == embed ? "vocab_size" : "vocab_size (lm_head)");
-      if (t.shape[0] != *vocab)
+      // The rows the model schema derives from the config where it derives them (Marian's decoder
+      // embedding has decoder_vocab_size rows, mllama's text_config.vocab_size+8, Moshi's
+      // vocab_size+1), else vocab_size.
+      const auto rows = schema_dim(config, k, 0);
+      const int64_t want = rows ? rows->first : *vocab;
+      if (t.shape[0] != want)
         problem("vocab-size-mismatch", k,
-                std::to_string(t.shape[0]) + " rows but the config's vocab_size is " + std::to_string(*vocab));
+                std::to_string(t.shape[0]) + " rows but " +
+                    (rows ? "the config makes it " + rows->second + " = " + std::to_string(want) + " (the model schema's)"
+                          : "the config's vocab_size is " + std::to_string(want)));
     }
   }
   const std::optional<bool> tie = cfg.tie();
@@ -496,7 +503,9 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
     problem("lm-head-missing", "lm_head.weight",
             "tie_word_embeddings is false but the folder holds no lm_head.weight: loaders initialise it at random");
   }
-  if (tie && *tie && !embed.empty() && by_key.count("lm_head.weight")) {
+  // A class that never ties its head (the schema's head_untied: BigBirdPegasusForCausalLM) loads
+  // the folder's lm_head.weight whatever the flag says: nothing to compare.
+  if (tie && *tie && !embed.empty() && by_key.count("lm_head.weight") && !(schema && schema->head_untied)) {
     out.checked.push_back("tie_word_embeddings");
     const HfTensor &h = *by_key["lm_head.weight"], &e = *by_key[embed];
     std::optional<bool> same =

@@ -55,6 +55,14 @@ const json* config_field(const json& config, const std::string& path) {
 
 bool condition_holds(const json& config, const std::string& when) {
   if (when.empty()) return true;
+  // "A!=B": two size fields that differ (OPT's project_in when word_embed_proj_dim != hidden_size).
+  // A field the config lacks has the class's default, equal to the other's in the default build,
+  // so the condition does not hold.
+  if (const size_t ne = when.find("!="); ne != std::string::npos) {
+    const json* a = config_field(config, when.substr(0, ne));
+    const json* b = config_field(config, when.substr(ne + 2));
+    return a && b && a->is_number_integer() && b->is_number_integer() && a->get<int64_t>() != b->get<int64_t>();
+  }
   const size_t eq = when.find('=');
   if (when.compare(eq + 1, std::string::npos, "nonempty") == 0) {  // a layer list with a layer in it
     const json* v = config_field(config, when.substr(0, eq));
@@ -83,6 +91,11 @@ std::optional<int64_t> evaluate_dims(const json& config, const std::string& form
     if (plus == std::string::npos) plus = formula.size();
     std::string term = formula.substr(at, plus - at);
     int64_t coeff = 1;
+    if (all_digits(term, 0, term.size())) {  // rows past the fields' (mllama's vocab_size+8)
+      total += std::stoll(term);
+      at = plus + 1;
+      continue;
+    }
     if (size_t star = term.find('*'); star != std::string::npos) {
       coeff = std::stoll(term.substr(0, star));
       term = term.substr(star + 1);
@@ -266,6 +279,7 @@ const HfSchema& hf_schema() {
       m.ignore_unexpected = strings(o, "ignore_unexpected");
       m.ignore_missing = strings(o, "ignore_missing");
       if (o.contains("experts") && o["experts"].is_string()) m.experts = o["experts"].get<std::string>();
+      m.head_untied = o.value("head_untied", false);
       if (o.contains("together"))
         for (const auto& g : o["together"]) {
           std::vector<std::string> group;
@@ -311,6 +325,16 @@ std::optional<std::pair<int64_t, std::string>> schema_expert_count(const json& c
   std::optional<int64_t> n = evaluate_dims(config, s->experts);
   if (!n) return std::nullopt;
   return std::make_pair(*n, s->experts);
+}
+
+std::optional<std::pair<int64_t, std::string>> schema_dim(const json& config, const std::string& key, size_t dim) {
+  const ModelSchema* s = schema_for_config(config);
+  if (!s) return std::nullopt;
+  const SchemaKey* k = s->lookup(schema_pattern(key));
+  if (!k || dim >= k->dims.size() || k->dims[dim].empty() || !condition_holds(config, k->when)) return std::nullopt;
+  std::optional<int64_t> n = evaluate_dims(config, k->dims[dim]);
+  if (!n) return std::nullopt;
+  return std::make_pair(*n, k->dims[dim]);
 }
 
 bool schema_keeps_dtype(const json& config, const std::string& key, const std::string& tensor_dtype,

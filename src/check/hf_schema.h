@@ -50,6 +50,7 @@ struct ModelSchema {
   std::vector<std::string> memory, renamed;                 // in-memory names; the on-disk ones they stand for
   std::vector<std::string> ignore_unexpected, ignore_missing;  // Python regexes
   std::vector<std::pair<std::string, std::string>> prefixes;  // on-disk prefix -> the schema's (PrefixChange)
+  bool head_untied = false;  // the class never ties lm_head.weight: it loads the folder's whatever tie_word_embeddings says
   std::string experts;  // how many experts the per-expert keys number, as config fields ("" unknown)
   // Keys of one module of a numbered block (`mlp`, `self_attn`) that the same blocks hold in the
   // default build: a block holding one holds them all (an MoE layer's router weight, its expert
@@ -94,6 +95,12 @@ bool schema_keeps_dtype(const nlohmann::json& config, const std::string& key, co
 // How many experts the per-expert keys (`experts.J.`) of config.json's model number on disk, from
 // the schema's formula and the config, with the formula; nullopt when the schema does not say.
 std::optional<std::pair<int64_t, std::string>> schema_expert_count(const nlohmann::json& config);
+
+// Dimension `dim` of `key` of config.json's model as the schema derives it from the config, with
+// its formula ("decoder_vocab_size", "text_config.vocab_size+8"); nullopt when the schema does
+// not hold the model or the key, gives no formula for that dimension, or the config lacks a field.
+std::optional<std::pair<int64_t, std::string>> schema_dim(const nlohmann::json& config, const std::string& key,
+                                                          size_t dim);
 
 struct SchemaCheckResult {
   Findings problems, notes;

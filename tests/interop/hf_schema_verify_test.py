@@ -20,6 +20,12 @@ schema-not-checked and exit 0; longcat_flash as transformers saves it (zero expe
 n_routed_experts) verifies clean. `consolidate` of a damaged folder to an HF folder exits 3 with the
 schema's code and leaves nothing; `--map` with a map that renames a tensor to a name the model does
 not define exits 5 and leaves nothing.
+Keys and rows that come from more than one config field: tiny folders of opt (project_in/out:
+word_embed_proj_dim != hidden_size), roformer (embeddings_project: embedding_size != hidden_size),
+marian (decoder_vocab_size rows), moshi (vocab_size+1), mllama (text_config.vocab_size+8) and
+bigbird_pegasus (a head its class never ties) verify clean; OPT's project_in with the two fields
+made equal is schema-key-unexpected naming the condition, Marian's decoder embedding a row short is
+vocab-size-mismatch naming decoder_vocab_size.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -66,6 +72,12 @@ def save_tiny(t: str, d: Path):
         torch.manual_seed(0)
         cls._from_config(hf_schema.tiny_config(t), dtype=torch.float32).save_pretrained(d)
     return cls
+
+
+def transformers_class(t: str):
+    import transformers
+    import hf_schema
+    return getattr(transformers, hf_schema.primary_class(t))
 
 
 def rewrite(d: Path, edit) -> None:
@@ -198,6 +210,52 @@ def main() -> int:
         expect_rc(r, EXIT_UNSUPPORTED, "consolidate --map that renames shared_experts to shared_expert",
                   "schema-key-unexpected", "mlp.shared_expert.")
         check(not out.exists(), f"nothing left at {out}")
+
+        # Folders transformers saves whose keys or rows come from more than one config field: verify
+        # passes each (from_pretrained loads each clean: the oracle), and the field the schema
+        # derives them from is the one checked.
+        for t in ("opt", "roformer", "marian", "moshi", "mllama", "bigbird_pegasus"):
+            d = tmp / "fields" / t
+            cls = save_tiny(t, d)
+            info = loading_info(cls, d)
+            check(not info["missing_keys"] and not info["unexpected_keys"], f"{t}: transformers reloads its folder: {info}")
+            doc = verify_json(dcpctl, d, EXIT_OK, f"{t}: verify of transformers' folder")
+            check(doc.get("hf", {}).get("schema", {}).get("checked") is True, f"{t}: the schema checked: {doc.get('hf')}")
+        cfg = json.loads((tmp / "fields" / "opt" / "config.json").read_text())
+        check(cfg["word_embed_proj_dim"] != cfg["hidden_size"], f"opt: word_embed_proj_dim != hidden_size: {cfg}")
+        # OPT's project_in/project_out exist when word_embed_proj_dim != hidden_size: with the two
+        # made equal they are keys the model does not have (from_pretrained: unexpected).
+        same = tmp / "fields" / "opt-same"
+        shutil.copytree(tmp / "fields" / "opt", same)
+        cfg["word_embed_proj_dim"] = cfg["hidden_size"]
+        (same / "config.json").write_text(json.dumps(cfg))
+        rewrite(same, lambda sd: sd.__setitem__("model.decoder.embed_tokens.weight",
+                                                sd["model.decoder.embed_tokens.weight"].new_zeros(cfg["vocab_size"], cfg["hidden_size"])))
+        info = loading_info(transformers_class("opt"), same)
+        check("model.decoder.project_in.weight" in info["unexpected_keys"], f"opt: from_pretrained: project_in unexpected: {info}")
+        doc = verify_json(dcpctl, same, EXIT_INVALID, "opt: verify of project_in with word_embed_proj_dim == hidden_size")
+        msg = [p["message"] for p in doc.get("problems", []) if p["key"] == "model.decoder.project_in.weight"]
+        check(("schema-key-unexpected", "model.decoder.project_in.weight") in codes(doc)
+              and "hidden_size!=word_embed_proj_dim" in " ".join(msg), f"opt: project_in unexpected, the condition named: {msg}")
+        # Marian's decoder embedding has decoder_vocab_size rows (not vocab_size): one row fewer is named.
+        short = tmp / "fields" / "marian-short"
+        shutil.copytree(tmp / "fields" / "marian", short)
+        k = "model.decoder.embed_tokens.weight"
+        rewrite(short, lambda sd: sd.__setitem__(k, sd[k][:-1].clone()))
+        doc = verify_json(dcpctl, short, EXIT_INVALID, "marian: verify of a decoder embedding one row short")
+        msg = [p["message"] for p in doc.get("problems", []) if p["code"] == "vocab-size-mismatch"]
+        check(len(msg) == 1 and "decoder_vocab_size" in msg[0], f"marian: the rows against decoder_vocab_size: {codes(doc)} {msg}")
+        # BigBirdPegasusForCausalLM never ties its head (tie_word_embeddings true, _tied_weights_keys
+        # none): from_pretrained loads the folder's lm_head.weight, unlike the embedding.
+        bb = tmp / "fields" / "bigbird_pegasus"
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            m = transformers_class("bigbird_pegasus").from_pretrained(bb)
+        from safetensors.torch import load_file
+        sd = load_file(bb / "model.safetensors")
+        check(json.loads((bb / "config.json").read_text()).get("tie_word_embeddings") is True
+              and torch.equal(m.lm_head.weight.detach(), sd["lm_head.weight"])
+              and not torch.equal(sd["lm_head.weight"], sd["model.decoder.embed_tokens.weight"]),
+              "bigbird_pegasus: tie_word_embeddings true, and from_pretrained holds the folder's own lm_head")
 
         # longcat_flash as transformers saves it (zero experts numbered past n_routed_experts).
         lc = tmp / "longcat"

@@ -308,3 +308,42 @@ TEST_CASE("hf schema: what it does not hold is a note, dtypes and expert counts 
   experts.pop_back();
   CHECK(has(config_check(lc, experts).problems, "expert-missing"));
 }
+
+TEST_CASE("hf schema: keys and rows that come from two config fields, a head its class never ties", "[hf]") {
+  // OPT's project_in exists when word_embed_proj_dim differs from hidden_size (the schema's "A!=B");
+  // a field the config lacks has the class default, equal to the other's: the key is not there.
+  json opt = {{"model_type", "opt"}, {"hidden_size", 64}, {"word_embed_proj_dim", 32}};
+  const ModelSchema* s = schema_for_config(opt);
+  REQUIRE(s);
+  CHECK(schema_defines(*s, opt, "model.decoder.project_in.weight"));
+  CHECK(schema_defines(*s, opt, "model.decoder.project_out.weight"));
+  opt["word_embed_proj_dim"] = 64;
+  CHECK(!schema_defines(*s, opt, "model.decoder.project_in.weight"));
+  opt.erase("word_embed_proj_dim");
+  CHECK(!schema_defines(*s, opt, "model.decoder.project_in.weight"));
+  // Rows the schema derives past a field: a constant (mllama's text model: vocab_size + 8), another
+  // field (DeepSeek's kv_a_proj_with_mqa: kv_lora_rank + qk_rope_head_dim), another vocabulary
+  // (Marian's decoder: decoder_vocab_size).
+  json ml = {{"model_type", "mllama_text_model"}, {"vocab_size", 256}};
+  REQUIRE(schema_dim(ml, "model.embed_tokens.weight", 0));
+  CHECK(*schema_dim(ml, "model.embed_tokens.weight", 0) == std::make_pair(int64_t(264), std::string("vocab_size+8")));
+  json ds = {{"model_type", "deepseek_v3"}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 8}};
+  REQUIRE(schema_dim(ds, "model.layers.3.self_attn.kv_a_proj_with_mqa.weight", 0));
+  CHECK(schema_dim(ds, "model.layers.3.self_attn.kv_a_proj_with_mqa.weight", 0)->first == 24);
+  json marian = {{"model_type", "marian"}, {"vocab_size", 256}, {"decoder_vocab_size", 300}};
+  std::vector<HfTensor> dec = {{"model.decoder.embed_tokens.weight", "float32", {300, 8}}};
+  CHECK(!has(config_check(marian, dec).problems, "vocab-size-mismatch"));
+  dec[0].shape[0] = 256;
+  Findings f = config_check(marian, dec).problems;
+  REQUIRE(codes(f) == std::vector<std::string>{"vocab-size-mismatch"});
+  CHECK(f[0].message.find("decoder_vocab_size = 300") != std::string::npos);
+  // BigBirdPegasusForCausalLM loads its own lm_head whatever tie_word_embeddings says: a head
+  // unlike the embedding is no tied-head-differs there; it is for a class that ties it.
+  auto differs = [](const std::string&, const std::string&) { return std::optional<bool>(false); };
+  std::vector<HfTensor> bb = {{"model.decoder.embed_tokens.weight", "float32", {64, 16}},
+                              {"lm_head.weight", "float32", {64, 16}}};
+  json bbc = {{"model_type", "bigbird_pegasus"}, {"tie_word_embeddings", true}, {"vocab_size", 64}};
+  CHECK(!has(check_hf_config(bbc, "config.json", bb, differs, false).problems, "tied-head-differs"));
+  bbc["model_type"] = "pegasus";
+  CHECK(has(check_hf_config(bbc, "config.json", bb, differs, false).problems, "tied-head-differs"));
+}
