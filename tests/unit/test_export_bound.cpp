@@ -127,10 +127,12 @@ float e2m1_round(float v) {
 // NVFP4 per 16 values with a global scale (compressed-tensors' weight_global_scale g = 2688 / amax;
 // ModelOpt's weight_scale_2 = 1 / g): block scale e4m3(amax16 / 6 * g), each element's scale that
 // over g. `modelopt`: the bound reads weight_scale_2 and multiplies.
-Quantized nvfp4(int64_t rows, int64_t cols, bool modelopt, unsigned seed) {
+Quantized nvfp4(int64_t rows, int64_t cols, bool modelopt, unsigned seed, int tiny_rows = 0) {
   Quantized q;
   q.rows = rows, q.cols = cols;
   q.x = normal_weight(rows, cols, seed);
+  // The first `tiny_rows` rows 10^-5 of the rest: their blocks' e4m3 scales are subnormals.
+  for (size_t i = 0; i < static_cast<size_t>(tiny_rows * cols); ++i) q.x[i] *= 1e-5f * (1 + static_cast<float>(i / cols));
   float amax = 0;
   for (float v : q.x) amax = std::max(amax, std::fabs(v));
   const float g = 2688.0f / amax;
@@ -279,6 +281,30 @@ TEST_CASE("NVFP4 export: block scale and global scale in each form's direction",
   std::vector<float> bad = q.dq;
   bad[3] += 0.01f;
   CHECK(compare(q, bad).differ == 0);
+}
+
+TEST_CASE("NVFP4 export: an element its block scale's e4m3 rounding saturated is within the bound", "[export_bound]") {
+  for (bool modelopt : {false, true}) {
+    Quantized q = nvfp4(8, 64, modelopt, 5, 4);
+    // Elements the encoder saturated beyond the grid's half step at the top code: a subnormal e4m3
+    // block scale rounded down from amax16 / 6.
+    std::vector<size_t> saturated;
+    for (size_t i = 0; i < q.x.size(); ++i) {
+      const float si = q.scales(static_cast<int64_t>(i) / 64, 1)[(i % 64) / 16];
+      if (std::fabs(q.dq[i]) == 6 * si && std::fabs(q.x[i]) > 7 * si) saturated.push_back(i);
+    }
+    REQUIRE(!saturated.empty());
+    CHECK(compare(q, q.dq).differ >= 1);  // without the room: a correct export refused
+    q.bound->saturating(6, 3);
+    CHECK(compare(q, q.dq).differ == 0);
+    // The room is the top code's, toward the source: the same element moved down a step is not within it.
+    std::vector<float> bad = q.dq;
+    const size_t i = saturated.front();
+    bad[i] = q.dq[i] / 6 * 4;
+    DiffAccumulator d = compare(q, bad);
+    CHECK(d.differ == 1);
+    CHECK(d.first == i);
+  }
 }
 
 TEST_CASE("a scale whose shape is not the weight's grid is refused, naming it", "[export_bound]") {

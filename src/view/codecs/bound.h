@@ -75,11 +75,23 @@ class ElementBound {
   // What scales() of `rows` rows holds: its output and the stored rows read.
   uint64_t scale_bytes(int64_t rows) const;
 
+  // A codec whose block scale is itself rounded to a narrow float (NVFP4's e4m3 scale per 16
+  // values): an element the encoder saturated at the grid's `top` code may lie beyond it by what
+  // that rounding took from its block's scale, at most `extra` times s (for e4m3: its subnormal
+  // scales, 2^-9 to 2^-6, round by up to 2^-10, half the smallest; so top / 2). Only the element
+  // decoded at the top code (within the decoder's rounding), with the source beyond it on the same
+  // side, gets the room: a code moved down from the top, or up to it, is held to the grid's half
+  // step as before.
+  void saturating(double top, double extra) { top_ = top, top_extra_ = extra; }
+
   // The bound of one element: x the source's value, dq the decoded one, s its scale.
   double limit(double x, double dq, double s) const {
     const double ax = x < 0 ? -x : x, ad = dq < 0 ? -dq : dq;
     double l = rounding_ * (ax + ad) + ax * 0x1p-20 + floor_;
-    if (s > 0) l += s * half_step_(dq / s) * (1 + 0x1p-10);
+    if (s > 0) {
+      l += s * half_step_(dq / s) * (1 + 0x1p-10);
+      if (top_ > 0 && ad >= top_ * s * (1 - 2 * rounding_ - 0x1p-20) && ax > ad && (x < 0) == (dq < 0)) l += top_extra_ * s;
+    }
     return l;
   }
 
@@ -88,6 +100,7 @@ class ElementBound {
   ScaleGrid grid_;
   double (*half_step_)(double);
   double rounding_, floor_;
+  double top_ = 0, top_extra_ = 0;  // saturating()
   std::string rule_;
   int64_t cols_ = 1, rows_per_stack_ = 1, groups_ = 1, stack_scale_rows_ = 1;
 };

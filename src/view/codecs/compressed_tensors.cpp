@@ -93,7 +93,7 @@ Scheme scheme_of(const Checkpoint& ck, const std::string& weight, const std::str
 
 // The bound of decoded weight `v` in compressed-tensors form `form` (the codec that writes it, where
 // dcpctl does).
-std::shared_ptr<const ElementBound> ct_bound(const Checkpoint& ck, const Codec& form, const TensorMeta& v, ScaleGrid g,
+std::shared_ptr<ElementBound> ct_bound(const Checkpoint& ck, const Codec& form, const TensorMeta& v, ScaleGrid g,
                                              double (*half_step)(double), double rounding, const std::string& rule) {
   return std::make_shared<ElementBound>(ck.metadata_path, form, v, std::move(g), half_step, rounding, 0.0, rule);
 }
@@ -258,9 +258,11 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
     ScaleGrid sg = scale_grid(s, 1, nv ? 16 : 32);
     sg.e8m0 = !nv;
     if (nv) sg.global = *aux[1], sg.divide_by_global = true;
-    d.bound = ct_bound(ck, nv ? ct_nvfp4_codec() : ct_mxfp4_codec(), d.meta, std::move(sg), e2m1_half_step, 0x1p-8,
-                       nv ? "s = weight_scale (e4m3, per 16 values) / weight_global_scale; E2M1 grid"
-                          : "s = 2^(weight_scale - 127) per 32 values; E2M1 grid");
+    auto bound = ct_bound(ck, nv ? ct_nvfp4_codec() : ct_mxfp4_codec(), d.meta, std::move(sg), e2m1_half_step, 0x1p-8,
+                          nv ? "s = weight_scale (e4m3, per 16 values) / weight_global_scale; E2M1 grid"
+                             : "s = 2^(weight_scale - 127) per 32 values; E2M1 grid");
+    if (nv) bound->saturating(6, 3);  // the e4m3 block scale's own rounding (bound.h)
+    d.bound = std::move(bound);
     return d;
   }
   // mxfp8-quantized

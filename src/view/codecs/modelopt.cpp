@@ -56,8 +56,10 @@ DecodedTensor decode_modelopt(const Checkpoint& ck, const TensorMeta& w, const T
     d.consumed.erase(d.consumed.begin());  // the scale leaves as the pair's
     ScaleGrid g = scale_grid(s, 1, 16);
     g.global = *s2;  // multiplies: weight_scale_2 = amax / 2688
-    d.bound = std::make_shared<ElementBound>(ck.metadata_path, mo_nvfp4_codec(), d.meta, std::move(g), e2m1_half_step,
-                                             0.0, 0.0, "s = weight_scale (e4m3, per 16 values) * weight_scale_2; E2M1 grid");
+    auto bound = std::make_shared<ElementBound>(ck.metadata_path, mo_nvfp4_codec(), d.meta, std::move(g), e2m1_half_step,
+                                                0.0, 0.0, "s = weight_scale (e4m3, per 16 values) * weight_scale_2; E2M1 grid");
+    bound->saturating(6, 3);  // the e4m3 block scale's own rounding (bound.h)
+    d.bound = std::move(bound);
     return d;
   }
   const int64_t K = w.shape[1];
