@@ -99,6 +99,19 @@ def titan_moe_params(m):
     yield ("model", "lm_head.weight"), (v, h), w, "fsdp"
 
 
+def write_titan_config(m, out, **extra):
+    """The Hugging Face config.json --map reads a titan_moe model's parameters from (and --quantize
+    its carve-outs), written by transformers' own DeepseekV3Config with the model's dimensions."""
+    from transformers import DeepseekV3Config
+    DeepseekV3Config(vocab_size=m["vocab"], hidden_size=m["hidden"], intermediate_size=m["ffn"],
+                     moe_intermediate_size=m["moe_ffn"], num_hidden_layers=m["layers"], num_attention_heads=m["heads"],
+                     num_key_value_heads=m["heads"], n_shared_experts=m["shared"], n_routed_experts=m["experts"],
+                     num_experts_per_tok=8, first_k_dense_replace=m["dense_layers"], q_lora_rank=m["q_lora"],
+                     kv_lora_rank=m["kv_lora"], qk_nope_head_dim=m["nope"], qk_rope_head_dim=m["rope"],
+                     v_head_dim=m["v_head"], n_group=1, topk_group=1, tie_word_embeddings=False,
+                     num_nextn_predict_layers=0, **extra).to_json_file(os.path.join(out, "config.json"))
+
+
 def model_params(m):
     """(planner path, shape, dtype, placement) of a model, layer after layer (a Llama-style one:
     every tensor Shard(0) over all ranks, "fsdp")."""
@@ -247,16 +260,7 @@ def main():
     t2 = time.time()
     m = MODELS[a.model]
     if m.get("titan_moe"):
-        # The Hugging Face config --map reads its parameters from (and --quantize its carve-outs),
-        # written by transformers' own DeepseekV3Config with the model's dimensions.
-        from transformers import DeepseekV3Config
-        DeepseekV3Config(vocab_size=m["vocab"], hidden_size=m["hidden"], intermediate_size=m["ffn"],
-                         moe_intermediate_size=m["moe_ffn"], num_hidden_layers=m["layers"], num_attention_heads=m["heads"],
-                         num_key_value_heads=m["heads"], n_shared_experts=m["shared"], n_routed_experts=m["experts"],
-                         num_experts_per_tok=8, first_k_dense_replace=m["dense_layers"], q_lora_rank=m["q_lora"],
-                         kv_lora_rank=m["kv_lora"], qk_nope_head_dim=m["nope"], qk_rope_head_dim=m["rope"],
-                         v_head_dim=m["v_head"], n_group=1, topk_group=1, tie_word_embeddings=False,
-                         num_nextn_predict_layers=0).to_json_file(os.path.join(a.out, "config.json"))
+        write_titan_config(m, a.out)
     chunks = sum(len(t.chunks) for t in md.state_dict_metadata.values() if isinstance(t, TensorStorageMetadata))
     size = os.path.getsize(os.path.join(a.out, ".metadata"))
     print(f"{a.out}/.metadata: {size} bytes ({size / 2**20:.1f} MiB), {len(md.state_dict_metadata)} items, {chunks} chunks, "

@@ -233,7 +233,6 @@ def main() -> int:
 
     import torch
     import torch.multiprocessing as mp
-    from transformers import DeepseekV3Config
 
     from make_big_ckpt import free_port, make_pools
 
@@ -251,13 +250,8 @@ def main() -> int:
             if os.path.exists(path):
                 os.remove(path)
     # What --map reads its parameters from and --quantize its carve-outs, as make_big_metadata.py writes it.
-    DeepseekV3Config(vocab_size=m["vocab"], hidden_size=m["hidden"], intermediate_size=m["ffn"],
-                     moe_intermediate_size=m["moe_ffn"], num_hidden_layers=m["layers"], num_attention_heads=m["heads"],
-                     num_key_value_heads=m["heads"], n_shared_experts=m["shared"], n_routed_experts=m["experts"],
-                     num_experts_per_tok=8, first_k_dense_replace=m["dense_layers"], q_lora_rank=m["q_lora"],
-                     kv_lora_rank=m["kv_lora"], qk_nope_head_dim=m["nope"], qk_rope_head_dim=m["rope"],
-                     v_head_dim=m["v_head"], n_group=1, topk_group=1, tie_word_embeddings=False,
-                     num_nextn_predict_layers=0, torch_dtype="float32").to_json_file(os.path.join(a.out, "config.json"))
+    from make_big_metadata import write_titan_config
+    write_titan_config(m, a.out, torch_dtype="float32")
     info = {"ranks": a.ranks, "ep": a.ep, "layers": a.layers, "experts": a.experts, "scale": a.scale,
             "pool_mib": a.pool, "tensor_bytes": total, "weight_bytes": weights,
             "seconds": round(time.time() - t, 1), "torch": torch.__version__}
