@@ -76,14 +76,7 @@ void encode_mx(const float* x, int64_t rows, int64_t K, DType D, float, uint8_t*
 }
 
 LinearEncoding mx_encoding(bool fp4) {
-  LinearEncoding enc;
-  enc.group = kMxGroup;
-  enc.block_cols = kMxGroup;
-  enc.per_byte = fp4 ? 2 : 1;
-  enc.weight_name = fp4 ? "weight_packed" : "weight";
-  enc.weight_dtype = fp4 ? DType::UInt8 : DType::Float8_E4M3FN;
-  enc.scale_dtype = [](DType) { return DType::UInt8; };
-  enc.scale_cols = [](int64_t K) { return K / kMxGroup; };
+  LinearEncoding enc = mx_layout(fp4);
   enc.encode = fp4 ? encode_mx<true> : encode_mx<false>;
   return enc;
 }
@@ -101,6 +94,18 @@ Checkpoint ctmxfp4_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
 }
 
 }  // namespace
+
+LinearEncoding mx_layout(bool fp4) {
+  LinearEncoding enc;
+  enc.group = kMxGroup;
+  enc.block_cols = kMxGroup;
+  enc.per_byte = fp4 ? 2 : 1;
+  enc.weight_name = fp4 ? "weight_packed" : "weight";
+  enc.weight_dtype = fp4 ? DType::UInt8 : DType::Float8_E4M3FN;
+  enc.scale_dtype = [](DType) { return DType::UInt8; };
+  enc.scale_cols = [](int64_t K) { return K / kMxGroup; };
+  return enc;
+}
 
 CodecView ct_mxfp8_codec_view() {
   CodecView v;

@@ -75,6 +75,12 @@ void encode_groups(const float* x, int64_t rows, int64_t K, int64_t group, uint8
 // --quantize with a LinearEncoding's codec: the checkpoint with its Linear weights encoded.
 Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc);
 
+// An OCP MX layout (view/codecs/ct_mx.cpp), without its codec and kernel: groups of 32 values, a
+// uint8 E8M0 weight_scale [N, K / 32] beside X.weight e4m3 [N, K] (MXFP8) or X.weight_packed uint8
+// [N, K / 2] (MXFP4, E2M1 pairs). compressed-tensors' and ModelOpt's MXFP8 differ only in the
+// exponent rule of their kernels.
+LinearEncoding mx_layout(bool fp4);
+
 // Helpers of the kernels: torch.finfo(d).eps (compressed-tensors' scale for an all-zero group), and
 // v stored as one element of `d` (float32, bfloat16, float16, float8) at `out`.
 float dtype_eps(DType d);

@@ -40,15 +40,8 @@ void encode_mo_mxfp8(const float* x, int64_t rows, int64_t K, DType, float, uint
 }
 
 Checkpoint mo_mxfp8_quantize(const Checkpoint& ck, const QuantizeRequest& rq) {
-  LinearEncoding enc;
+  LinearEncoding enc = mx_layout(false);  // X.weight e4m3 beside a uint8 weight_scale per 32, as compressed-tensors'
   enc.codec = &mo_mxfp8_codec();
-  enc.group = kMoMxGroup;
-  enc.block_cols = kMoMxGroup;
-  enc.per_byte = 1;
-  enc.weight_name = "weight";
-  enc.weight_dtype = DType::Float8_E4M3FN;
-  enc.scale_dtype = [](DType) { return DType::UInt8; };
-  enc.scale_cols = [](int64_t K) { return K / kMoMxGroup; };
   enc.encode = encode_mo_mxfp8;
   return encode_linears(ck, rq, enc);
 }
