@@ -82,6 +82,21 @@ def make_pools(folder: str, mib: int, pools: dict) -> None:
         t.view(torch.uint8).numpy().tofile(path)
 
 
+def spawn_ranks(worker, ranks: int, out: str, cfg: dict, pool_mib: int) -> None:
+    """`worker(rank, ranks, port, out, cfg)` on `ranks` processes, with cfg["pools"] made beside
+    `out` first when pool_mib (make_pools) and removed after, whatever happened."""
+    import torch.multiprocessing as mp
+
+    try:
+        if pool_mib:
+            make_pools(os.path.dirname(os.path.abspath(out)), pool_mib, cfg["pools"])
+        mp.spawn(worker, args=(ranks, free_port(), out, cfg), nprocs=ranks, join=True)
+    finally:
+        for path in cfg["pools"].values():
+            if os.path.exists(path):
+                os.remove(path)
+
+
 def worker(rank: int, world: int, port: int, out: str, cfg: dict) -> None:
     import torch
     import torch.distributed as dist
@@ -125,7 +140,6 @@ def main() -> int:
     a = ap.parse_args()
 
     import torch
-    import torch.multiprocessing as mp
 
     cfg = {"layers": a.layers, "hidden": a.hidden, "ffn": a.ffn, "vocab": a.vocab, "pools": {}}
     total = sum(torch.Size(s).numel() * torch.empty(0, dtype=d).element_size()
@@ -136,15 +150,7 @@ def main() -> int:
         shutil.rmtree(a.out)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     t = time.time()
-    parent = os.path.dirname(os.path.abspath(a.out))
-    try:
-        if a.pool:
-            make_pools(parent, a.pool, cfg["pools"])
-        mp.spawn(worker, args=(a.ranks, free_port(), a.out, cfg), nprocs=a.ranks, join=True)
-    finally:
-        for path in cfg["pools"].values():
-            if os.path.exists(path):
-                os.remove(path)
+    spawn_ranks(worker, a.ranks, a.out, cfg, a.pool)
     cfg["pools"] = f"{a.pool} MiB per dtype" if a.pool else "none (fresh randn)"
     info = {"ranks": a.ranks, **cfg, "tensor_bytes": total, "largest_tensor_bytes": largest,
             "files": sorted(os.listdir(a.out)), "seconds": round(time.time() - t, 1), "torch": torch.__version__}

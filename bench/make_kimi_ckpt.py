@@ -232,23 +232,15 @@ def main() -> int:
         ap.error(f"--ep {a.ep} must divide --ranks {a.ranks} and --experts {a.experts}")
 
     import torch
-    import torch.multiprocessing as mp
 
-    from make_big_ckpt import free_port, make_pools
+    from make_big_ckpt import spawn_ranks
 
     cfg = {"layers": a.layers, "experts": a.experts, "scale": a.scale, "ep": a.ep, "pools": {}}
     if os.path.exists(a.out):
         shutil.rmtree(a.out)
-    parent = os.path.dirname(os.path.abspath(a.out))
-    os.makedirs(parent, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     t = time.time()
-    try:
-        make_pools(parent, a.pool, cfg["pools"])
-        mp.spawn(worker, args=(a.ranks, free_port(), a.out, cfg), nprocs=a.ranks, join=True)
-    finally:
-        for path in cfg["pools"].values():
-            if os.path.exists(path):
-                os.remove(path)
+    spawn_ranks(worker, a.ranks, a.out, cfg, a.pool)
     # What --map reads its parameters from and --quantize its carve-outs, as make_big_metadata.py writes it.
     from make_big_metadata import write_titan_config
     write_titan_config(m, a.out, torch_dtype="float32")

@@ -518,21 +518,14 @@ def dsv4_cases(root: Path, only: set) -> list:
     return cases
 
 
-# --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item 3).
+# --quantize WORD [flags] -> the compressed-tensors scheme of quant_producers it writes (issue 57 item
+# 3), and the codec `diff` names for its quantized weights.
 WRITES = {
-    ("fp8-dynamic",): "fp8-channel",
-    ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block",
-    ("nvfp4",): "nvfp4a16",
-    ("mxfp8",): "mxfp8a16",
-    ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4a16",
-}
-# The codec `diff` names for each form's quantized weights.
-CODECS = {
-    ("fp8-dynamic",): "fp8-dynamic",
-    ("fp8-block", "--quantize-format", "compressed-tensors"): "fp8-block (compressed-tensors)",
-    ("nvfp4",): "nvfp4 (compressed-tensors)",
-    ("mxfp8",): "mxfp8 (compressed-tensors)",
-    ("mxfp4", "--quantize-format", "compressed-tensors"): "mxfp4 (compressed-tensors)",
+    ("fp8-dynamic",): ("fp8-channel", "fp8-dynamic"),
+    ("fp8-block", "--quantize-format", "compressed-tensors"): ("fp8-block", "fp8-block (compressed-tensors)"),
+    ("nvfp4",): ("nvfp4a16", "nvfp4 (compressed-tensors)"),
+    ("mxfp8",): ("mxfp8a16", "mxfp8 (compressed-tensors)"),
+    ("mxfp4", "--quantize-format", "compressed-tensors"): ("mxfp4a16", "mxfp4 (compressed-tensors)"),
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
 # partial 128x128 blocks (an intermediate size of 200); DeepSeek-V3's MLA (q_a_proj and kv_a_proj_with_mqa
@@ -572,7 +565,7 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
     check(r.returncode == EXIT_UNSUPPORTED and "input_scale (ModelOpt" in r.stderr and not out.exists(),
           f"--quantize nvfp4-w4a4 --quantize-format modelopt: exit {r.returncode} (wanted 5) naming ModelOpt's input_scale: "
           f"{r.stderr.strip()[-300:]}")
-    for flags, scheme in WRITES.items():
+    for flags, (scheme, codec) in WRITES.items():
         for sname in base + EXTRA_SOURCES.get(flags, []):
             src = srcs[sname]
             name = "write-" + "-".join(f.lstrip("-") for f in flags) + "-" + sname
@@ -621,7 +614,7 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
             expect_rc(r, EXIT_OK, f"{what}: verify")
             quantized = {k[:-len("_packed")] if k.endswith(".weight_packed") else k for k in got
                          if k.endswith((".weight", ".weight_packed")) and k[:k.rfind(".")] + ".weight_scale" in got}
-            check_diff(dcpctl, src, out, what, quantized, CODECS[flags])
+            check_diff(dcpctl, src, out, what, quantized, codec)
             if sname == "dense":
                 check_diff_damaged(dcpctl, src, out, what, root)
             if sname == "dense" and flags == ("nvfp4",):

@@ -28,6 +28,20 @@
 
 using namespace dcpctl;
 
+namespace {
+
+// The torchtitan DeepSeek-V3 fixture (its run's step and config.json) and the request that maps it.
+const std::string kTitanDsv3 = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
+
+ModelRequest titan_dsv3_request() {
+  ModelRequest rq;
+  rq.map = "torchtitan-deepseek-v3";
+  rq.config = kTitanDsv3 + "/config.json";
+  return rq;
+}
+
+}  // namespace
+
 TEST_CASE("pieces: run_boxes cuts any element range into at most 2 * ndim runs, in order, covering it") {
   const std::vector<int64_t> shape{3, 4, 5};
   const uint64_t total = 60;
@@ -47,10 +61,9 @@ TEST_CASE("pieces: run_boxes cuts any element range into at most 2 * ndim runs, 
 }
 
 TEST_CASE("views: the map view reads each output's byte ranges as the planner's map assembles them") {
-  const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
-  Checkpoint ck = open_checkpoint(dir + "/run/step-2");
+  Checkpoint ck = open_checkpoint(kTitanDsv3 + "/run/step-2");
   MappedModel map = apply_key_map(load_key_map("torchtitan-deepseek-v3"), ck.md, select_items(ck.md, {}),
-                                  ModelConfig(dir + "/config.json", "").map(ck.dir));
+                                  ModelConfig(kTitanDsv3 + "/config.json", "").map(ck.dir));
   Checkpoint view = mapped_view(ck, map, MapTable::Read);
   REQUIRE(view.md.tensors.size() == map.tensors.size());
   REQUIRE(view.derived);
@@ -105,11 +118,8 @@ TEST_CASE("views: the map view reads each output's byte ranges as the planner's 
 }
 
 TEST_CASE("views: a quantized weight over the map view counts the map's read under it (--max-memory)") {
-  const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
-  Checkpoint ck = open_checkpoint(dir + "/run/step-2");
-  ModelRequest rq;
-  rq.map = "torchtitan-deepseek-v3";
-  rq.config = dir + "/config.json";
+  Checkpoint ck = open_checkpoint(kTitanDsv3 + "/run/step-2");
+  ModelRequest rq = titan_dsv3_request();
   rq.quantize.scheme = "fp8-block";
   Model model = build_model(ck, rq);
   const Checkpoint& view = model.checkpoint();
@@ -191,12 +201,8 @@ TEST_CASE("views: the written map table holds an input named as another output a
 TEST_CASE("plan: the dry run's rendered plan is the JSON tree's text, byte for byte (mapped and saved pieces)") {
   // --dry-run --json renders every record's pieces as text (WritePlan::render) and splices it into
   // the summary's dump (dump_summary): it must print what json::dump(2) of the tree prints.
-  const std::string dir = std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/titan_deepseek_v3";
-  Checkpoint mapped_ck = open_checkpoint(dir + "/run/step-2");
-  ModelRequest rq;
-  rq.map = "torchtitan-deepseek-v3";
-  rq.config = dir + "/config.json";
-  Model model = build_model(mapped_ck, rq);
+  Checkpoint mapped_ck = open_checkpoint(kTitanDsv3 + "/run/step-2");
+  Model model = build_model(mapped_ck, titan_dsv3_request());
   Checkpoint saved = open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/sample/ckpt");
   Target sharded;
   sharded.max_shard_size = 1 << 20;
