@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 command -v shellcheck >/dev/null || skip_or_fail "shellcheck is not installed (tools/dev.sh setup installs it)"
-(cd "$src" && shellcheck -x tools/gpu-check.sh tests/bench/gpu_check_test.sh) || fail "shellcheck"
+(cd "$src" && shellcheck -x tools/gpu-check.sh tools/gpu-offline.sh tests/bench/gpu_check_test.sh) || fail "shellcheck"
 if compgen -G '/dev/nvidia[0-9]*' >/dev/null ||
   { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
   skip_absent "a GPU is present, so the no-GPU path cannot be tested here (run tools/gpu-check.sh itself)"
