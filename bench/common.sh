@@ -37,13 +37,16 @@ for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
 done
 refill=0
 # refill_for BYTES [FIXED]: what each run may take of fresh memory (the page cache it fills, its
-# writes' dirty pages), capped at MemAvailable less 1 GiB; with free page reporting only. FIXED 0
-# (run_rounds' own call) lets the next run_rounds set it again from its $ckpt.
+# writes' dirty pages), capped at half of MemAvailable and at REFILL_MAX bytes (default 8 GiB): on
+# a shared machine the touch must leave the other processes room to grow while it holds the memory
+# (uncapped, it was OOM-killed once); with free page reporting only. FIXED 0 (run_rounds' own call)
+# lets the next run_rounds set it again from its $ckpt.
 refill_for() {
-  local avail
+  local avail cap
   refill_fixed=${2:-1}
   avail=$(( $(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024 ))
-  refill=$(( $1 < avail - (1 << 30) ? $1 : avail - (1 << 30) ))
+  cap=$(( avail / 2 < ${REFILL_MAX:-8 << 30} ? avail / 2 : ${REFILL_MAX:-8 << 30} ))
+  refill=$(( $1 < cap ? $1 : cap ))
   if [ "${REFILL:-}" = 0 ] || [ "$reporting" = 0 ] || [ "$cold" = 0 ]; then refill=0; fi
   if [ "$refill" -gt 0 ]; then
     echo "== free page reporting is on (virtio-balloon): $((refill >> 20)) MiB touched and freed before each run (REFILL=0: not)"

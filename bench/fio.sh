@@ -3,9 +3,10 @@
 # On the 2.4 GB checkpoint of bench/integrity.sh (bench/make_big_ckpt.py --ranks 4 --layers 4,
 # written by real torch, generated on first use under WORKDIR/ckpt-4l-4r, never committed):
 #
-#   1. The sweep, once (page cache dropped before each run): fio reading every .distcp file with
-#      O_DIRECT, one job per file, over ioengine x block size x queue depth x jobs per file, and
-#      the same reads beside an O_DIRECT write of as many bytes into one new file, fsync'd at the
+#   1. The sweep, once (page cache dropped before each run): fio reading every .distcp file, one
+#      job per file, over ioengine x block size x queue depth x jobs per file x O_DIRECT or buffered
+#      (a virtual disk whose host caches it can read faster through the page cache), and
+#      the same reads beside a write of as many bytes (O_DIRECT or buffered, as the reads) into one new file, fsync'd at the
 #      end (what `consolidate -o X.safetensors` does). The fastest configuration of each is the
 #      anchor: the best this device gives, not one guess at it.
 #   2. Rounds (REPEAT, default 3, interleaved, page cache dropped before each run; medians):
@@ -20,8 +21,9 @@
 #   bench/fio.sh [WORKDIR]     (default /tmp/dcpctl-bench; root, for dropping the page cache;
 #                               needs fio: apt-get install fio; ~6 GB free)
 #
-# Environment: DCPCTL, PYTHON as in bench/common.sh; REPEAT; SWEEP="engines;sizes;depths;jobs"
-# (default "io_uring libaio;4M 16M;16 64;1 2 4": 24 configurations, two runs each;
+# Environment: DCPCTL, PYTHON as in bench/common.sh; REPEAT; SWEEP="engines;sizes;depths;jobs;direct"
+# (default "io_uring libaio psync;4M 16M;16 64;1 2 4;1 0": 60 configurations, two runs each (psync
+# ignores the depth);
 # a partial sweep of 1M-16M x depth 1-64 x 1-2 jobs on this project's VM put its best reads at 1.66-1.9 s
 # for 2.4 GB, each configuration within noise of the next above depth 4); LAYERS, RANKS as bench/integrity.sh.
 set -euo pipefail
@@ -41,15 +43,17 @@ total=0
 for f in "${files[@]}"; do total=$((total + $(stat -c %s "$f"))); done
 out=$work/fio.out
 refill_for $((total + (512 << 20)))
-IFS=';' read -r engines sizes depths jobs <<<"${SWEEP:-io_uring libaio;4M 16M;16 64;1 2 4}"
+IFS=';' read -r engines sizes depths jobs directs <<<"${SWEEP:-io_uring libaio psync;4M 16M;16 64;1 2 4;1 0}"
+directs=${directs:-1}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$out" "$work/fio.safetensors" "$work/fio.cat"' EXIT
 
-# fio_args ENGINE BS DEPTH JOBS WRITE: one job per file (JOBS jobs each reading its own part of
-# it), and with WRITE=1 one more job writing $total bytes into $out, fsync'd when done.
+# fio_args ENGINE BS DEPTH JOBS DIRECT WRITE: one job per file (JOBS jobs each reading its own part
+# of it), with O_DIRECT or through the page cache, and with WRITE=1 one more job writing $total
+# bytes into $out, fsync'd when done.
 fio_args() {
-  local eng=$1 bs=$2 qd=$3 nj=$4 wr=$5 f i=0 size part
-  printf '%s\n' --ioengine="$eng" --direct=1 --bs="$bs" --iodepth="$qd" --group_reporting \
+  local eng=$1 bs=$2 qd=$3 nj=$4 direct=$5 wr=$6 f i=0 size part
+  printf '%s\n' --ioengine="$eng" --direct="$direct" --bs="$bs" --iodepth="$qd" --group_reporting \
     --output-format=terse --invalidate=1
   for f in "${files[@]}"; do
     size=$(stat -c %s "$f")
@@ -78,7 +82,7 @@ timed() {
   echo "$t1 - $t0" | bc -l | tee -a "$tmp/$(file_of "$label")" | xargs printf "   %-60s %6.2f s\n" "$label"
 }
 file_of() { tr -c 'A-Za-z0-9_.=\n-' _ <<<"$1"; }  # a label as a file name under $tmp
-run_fio() {  # run_fio ENGINE BS DEPTH JOBS WRITE
+run_fio() {  # run_fio ENGINE BS DEPTH JOBS DIRECT WRITE
   local args
   mapfile -t args < <(fio_args "$@")
   fio "${args[@]}"
@@ -90,14 +94,17 @@ best_r="" best_r_t=999999 best_w="" best_w_t=999999
 for eng in $engines; do
   for bs in $sizes; do
     for qd in $depths; do
+      [ "$eng" != psync ] || [ "$qd" = "${depths%% *}" ] || continue  # psync has no queue: one depth
       for nj in $jobs; do
-        for wr in 0 1; do
-          label="fio $eng bs=$bs iodepth=$qd jobs/file=$nj"
-          [ "$wr" = 0 ] || label="$label +write+fsync"
-          if ! timed "$label" run_fio "$eng" "$bs" "$qd" "$nj" "$wr"; then echo "   ($label failed: skipped)"; continue; fi
-          t=$(tail -1 "$tmp/$(file_of "$label")")
-          if [ "$wr" = 0 ] && (($(echo "$t < $best_r_t" | bc -l))); then best_r="$eng $bs $qd $nj"; best_r_t=$t; fi
-          if [ "$wr" = 1 ] && (($(echo "$t < $best_w_t" | bc -l))); then best_w="$eng $bs $qd $nj"; best_w_t=$t; fi
+        for d in $directs; do
+          for wr in 0 1; do
+            label="fio $eng bs=$bs iodepth=$qd jobs/file=$nj direct=$d"
+            [ "$wr" = 0 ] || label="$label +write+fsync"
+            if ! timed "$label" run_fio "$eng" "$bs" "$qd" "$nj" "$d" "$wr"; then echo "   ($label failed: skipped)"; continue; fi
+            t=$(tail -1 "$tmp/$(file_of "$label")")
+            if [ "$wr" = 0 ] && (($(echo "$t < $best_r_t" | bc -l))); then best_r="$eng $bs $qd $nj $d"; best_r_t=$t; fi
+            if [ "$wr" = 1 ] && (($(echo "$t < $best_w_t" | bc -l))); then best_w="$eng $bs $qd $nj $d"; best_w_t=$t; fi
+          done
         done
       done
     done
