@@ -149,6 +149,8 @@ def tensors(n, m, prefix):
         if titan:
             path, fqn = path[1:], ".".join(path[1:])
         out.append((".".join(pre + path), pre + path, shape, dtype, placement))
+        if fqn.endswith("expert_bias_E"):
+            continue  # a buffer (torchtitan's load-balancing bias): no optimizer state
         optim = "optimizer" if titan else "optim"
         for state in ("exp_avg", "exp_avg_sq"):
             p = pre + (optim, "state", fqn, state)
