@@ -296,13 +296,13 @@ case "$cmd" in
     setup_old_torch
     build build
     if [ "${DCPCTL_SKIP_ASAN:-0}" = 1 ]; then
-      run_tests build -LE schema-all
+      run_tests build
     else
       # What the sanitizer pass runs below runs there only: the write paths labelled sanitize,
       # checked by the same real torch, and the damaged-items sweep (label instrumented). The every-byte
       # .metadata sweeps and the CRC flips (label sweep) run here, five times faster than
       # instrumented; the sanitizer pass runs the strided sample of the same cuts and the fuzzers.
-      run_tests build -LE 'instrumented|sanitize|schema-all'
+      run_tests build -LE 'instrumented|sanitize'
     fi
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
       build_asan

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The model schema's precision policy and key checks against transformers itself, type by type.
 
-    hf_schema_sweep_test.py DCPCTL sample|all [--shard K/N] [-j N] [--mem-gb G] [TYPE ...]
+    hf_schema_sweep_test.py DCPCTL sample|all|rest [--shard K/N] [-j N] [--mem-gb G] [TYPE ...]
 
-For each model type (`sample`: the types below; `all`: every type of src/check/hf_schema.json; or
-the TYPEs named), a tiny float32 model of the type's schema class (tools/hf_schema.py's
-tiny_config: the class defaults, sizes cut, 4 layers; seed 0) saved by transformers'
-save_pretrained is the source, and for each target dtype in bf16 and fp16:
+For each model type (`sample`: the types below; `all`: every type of src/check/hf_schema.json;
+`rest`: every type but the sample's; or the TYPEs named), a tiny float32 model of the type's schema
+class (tools/hf_schema.py's tiny_config: the class defaults, sizes cut, 4 layers; seed 0) saved by
+transformers' save_pretrained is the source, and for each target dtype in bf16 and fp16:
   - `dcpctl consolidate SRC -o OUT/ --dtype D` exits 0 (its post-write checks, the schema's among
     them, pass);
   - OUT holds the keys, dtypes and bytes of transformers' own from_pretrained(SRC, dtype=D) +
@@ -17,17 +17,23 @@ save_pretrained is the source, and for each target dtype in bf16 and fp16:
 A type whose tiny model transformers cannot build or reload is listed, not failed (the sweep covers
 "every type transformers builds"); the list is printed with the reason.
 
-How it runs: `all` runs each type in a process of its own (this script, `one TYPE`), -j N of them
-at a time (default 1), under a memory cap: the address space of the transformers steps (building,
-saving, from_pretrained) is limited to --mem-gb GiB (default 10; RLIMIT_AS, lifted for the dcpctl
-runs); a type that needs more is listed "not built tiny: memory", and a type whose process dies
-(killed, a crash) is a failure naming it; neither stops the others. --shard K/N sweeps every Nth
-type from the Kth (of the sorted list), so N shards cover all types once (ctest runs 4:
-hf-schema-sweep-all-K). `sample` runs in this process (its types are small; a process each would
-add an import of torch and transformers, about 3 s, per type); -j 1 or more makes it run as `all`.
+How it runs: a fork server. This process imports torch and transformers once, runs one type's
+transformers round trip as a warm-up (the shared modules and caches every type needs; --warm ''
+leaves it out), freezes its objects out of the garbage collector's way, then forks a child per type,
+-j N at a time (default 1). Each child sweeps one type and writes its checks to a file: its
+transformers steps (building, saving, from_pretrained) run under a memory cap (RLIMIT_AS of --mem-gb
+GiB, default 10; lifted for the dcpctl runs), so a type that needs more is listed "not built tiny:
+memory"; a child that dies (killed, a crash, past --cpu-limit CPU seconds or --timeout seconds
+of wall) is a failure naming the type; neither stops the others. torch runs on one thread (the
+child's models are tiny; two shards share two cores). A child's modules (its model's modeling file)
+die with it. --shard K/N sweeps every Nth type from the Kth (of the sorted list), so N shards cover
+the types once (ctest: hf-schema-sweep is the sample, hf-schema-sweep-all-K `rest --shard K/4`).
+Each type's CPU time (the child and its dcpctl runs, from wait4) and where it went (--profile
+prints it per type: import of its modeling file, build and save, verify, transformers' reference
+round trips, the consolidates, the comparison, the loads of the exports) are summed at the end.
 
-The sample (fast/interop tier) covers the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1,
-flint `self_attn.softmax_offset`), T5's `wo` kept in float16 loads, MoE router biases (deepseek_v3,
+The sample covers the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1, flint
+`self_attn.softmax_offset`), T5's `wo` kept in float16 loads, MoE router biases (deepseek_v3,
 ernie4_5_moe's `moe_statics`), zero experts (longcat_flash), fused experts (gpt_oss), a plain
 decoder (llama) and a gate-less shared expert (glm4_moe); a class's ignore-unexpected regex that
 matches its own keys (gpt2), an embedding under another name and a config flag (m2m_100's
@@ -38,25 +44,35 @@ Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure u
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
+import ctypes
+import gc
 import io
 import json
 import logging
 import os
 import resource
 import shutil
-import subprocess
+import signal
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
-from testlib import EXIT_OK, TALLY, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
+from testlib import EXIT_OK, HF_OUTPUTS, TALLY, check, expect_rc, hf_loaded, run, same_tensor, summary  # noqa: E402
+
+# One thread per process: the models are tiny (threads cost more than they give) and the shards
+# run two at a time on two cores. torch is imported before this script runs (tests/torch_main.py):
+# set_num_threads below sets its pools; the variables reach what starts later.
+for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_v] = "1"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: nothing asks the Hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
           "glm4_moe", "gpt2", "m2m_100", "nllb-moe"]
@@ -116,7 +132,25 @@ def quiet() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-# The memory cap of the transformers steps (bytes of address space; 0: none), set by `one`.
+def cpu_now() -> float:
+    """CPU seconds of this process and of the processes it started and waited for."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@contextlib.contextmanager
+def phase(phases: dict, name: str):
+    """Adds the CPU and wall seconds of the block to phases[name] ([cpu, wall])."""
+    c0, w0 = cpu_now(), time.monotonic()
+    try:
+        yield
+    finally:
+        p = phases.setdefault(name, [0.0, 0.0])
+        p[0] += cpu_now() - c0
+        p[1] += time.monotonic() - w0
+
+
+# The memory cap of the transformers steps (bytes of address space; 0: none), set in each child.
 CAP = [0]
 
 
@@ -149,48 +183,124 @@ def load_schema() -> dict:
     return json.loads((HERE.parent.parent / "src" / "check" / "hf_schema.json").read_text())
 
 
-def one(dcpctl: str, t: str, result: str, mem_gb: float) -> int:
-    """`one TYPE RESULT`: sweeps one type in this process, writes {"passed", "failures",
-    "not_built"} to RESULT (the parent judges them; a process that writes none died)."""
-    CAP[0] = int(mem_gb * (1 << 30))
-    quiet()
-    not_built: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-") as tmp:
-        sweep_type(t, load_schema(), tmp, dcpctl, not_built)
-    from testlib import HF_OUTPUTS
-    HF_OUTPUTS.check(TALLY.check)
-    Path(result).write_text(json.dumps({"passed": TALLY.passed, "failures": TALLY.failures,
-                                        "not_built": not_built.get(t)}))
-    return 0
+def warm_up(t: str, schema: dict) -> None:
+    """One type's transformers round trip in the server, before any fork (no dcpctl, no checks):
+    what every type's steps import and cache (modeling_utils, the loaders, safetensors) is then
+    loaded once, not once per child."""
+    import torch
+    import transformers
+    import hf_schema
+    cls = getattr(transformers, schema["types"][t]["class"])
+    with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-warm-") as tmp, \
+            contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        torch.manual_seed(0)
+        cls._from_config(hf_schema.tiny_config(t), dtype=torch.float32).save_pretrained(Path(tmp) / "src")
+        for dt in (torch.bfloat16, torch.float16):
+            model, _ = cls.from_pretrained(Path(tmp) / "src", dtype=dt, output_loading_info=True)
+            model.save_pretrained(Path(tmp) / "ref")
+            del model
+            tensors(Path(tmp) / "ref")
+            shutil.rmtree(Path(tmp) / "ref")
 
 
-def run_one(dcpctl: str, t: str, tmp: str, mem_gb: float, timeout: float) -> dict:
-    """One type in a process of its own; its result, or a failure saying how the process ended."""
-    result = Path(tmp) / f"{t}.json"
-    t0 = time.monotonic()
+def _die_with_parent() -> None:
+    """A child outlives no server (ctest's timeout kills the server): SIGKILL when it exits."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def child(t: str, schema: dict, dcpctl: str, tmp: str, result: Path, log: Path, mem_gb: float,
+          cpu_limit: int) -> int:
+    """In a forked child: sweeps type t, writes {"passed", "failures", "not_built", "phases"} to
+    result (the server judges them; a child that writes none died). Its output goes to log."""
+    code = 1
     try:
-        r = subprocess.run([sys.executable, str(Path(__file__).resolve()), dcpctl, "one", t, str(result),
-                            "--mem-gb", str(mem_gb)], capture_output=True, text=True, timeout=timeout)
-        rc, log = r.returncode, (r.stdout or "") + (r.stderr or "")
-    except subprocess.TimeoutExpired as e:
-        rc, log = None, str(e.stdout or "") + str(e.stderr or "")
-    seconds = time.monotonic() - t0
-    if result.exists():
+        os.setpgid(0, 0)  # its dcpctl runs with it: the server kills the group on a timeout
+        _die_with_parent()
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, hard))  # SIGXCPU past it: a hang guard in CPU time
+        CAP[0] = int(mem_gb * (1 << 30))
+        TALLY.passed, TALLY.failures = 0, []
+        HF_OUTPUTS.__init__()
+        not_built: dict[str, str] = {}
+        phases: dict[str, list] = {}
+        work = Path(tmp) / t
+        try:
+            sweep_type(t, schema, str(work), dcpctl, not_built, phases)
+            HF_OUTPUTS.check(TALLY.check)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        result.write_text(json.dumps({"passed": TALLY.passed, "failures": TALLY.failures,
+                                      "not_built": not_built.get(t), "phases": phases}))
+        code = 0
+    except BaseException:  # noqa: BLE001 - the server names the type and shows this
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return code
+
+
+def judge_child(t: str, result: Path, log: Path, rc: int, why_killed: str | None, mem_gb: float) -> dict:
+    """A child's result, or what its end says: killed past the memory cap in a way Python could
+    not catch (the kernel's OOM killer, an abort in a C allocation) is "not built tiny: memory";
+    any other end without a result (a crash, a timeout, past the CPU limit) is a failure naming it."""
+    tail = log.read_text(errors="replace").strip()[-600:] if log.exists() else ""
+    if result.exists() and not why_killed:
         out = json.loads(result.read_text())
-    elif rc is None:
-        out = {"passed": 0, "failures": [], "died": f"{t}: its process ran past {timeout:.0f} s", "not_built": None}
+    elif why_killed:
+        out = {"passed": 0, "failures": [], "died": f"{t}: {why_killed}: {tail}", "not_built": None}
+    elif rc == -signal.SIGXCPU:
+        out = {"passed": 0, "failures": [], "died": f"{t}: its process ran past its CPU limit (SIGXCPU): {tail}",
+               "not_built": None}
+    elif rc in (-9, 137) or "MemoryError" in tail or "std::bad_alloc" in tail or "allocate" in tail:
+        out = {"passed": 0, "failures": [], "not_built": f"memory: its process ended with {rc} past the "
+               f"{mem_gb:g} GiB cap: {tail[-200:]}"}
     else:
-        # Killed past the cap in a way Python could not catch (the kernel's OOM killer, an abort in
-        # a C allocation): memory when the log says so, else a failure naming how it died.
-        tail = log.strip()[-600:]
-        if rc in (-9, 137) or "MemoryError" in tail or "std::bad_alloc" in tail or "allocate" in tail:
-            out = {"passed": 0, "failures": [], "not_built": f"memory: its process ended with {rc} past the "
-                   f"{mem_gb:g} GiB cap: {tail[-200:]}"}
-        else:
-            out = {"passed": 0, "failures": [], "died": f"{t}: its process ended with {rc} and no result: {tail}",
-                   "not_built": None}
-    out["seconds"] = seconds
+        out = {"passed": 0, "failures": [], "died": f"{t}: its process ended with {rc} and no result: {tail}",
+               "not_built": None}
+    out["log"] = tail if result.exists() else ""
     return out
+
+
+def sweep_forked(todo: list, schema: dict, dcpctl: str, tmp: str, jobs: int, mem_gb: float, timeout: float,
+                 cpu_limit: int, report) -> None:
+    """Forks a child per type, jobs at a time; report(t, result) as each ends (result["seconds"]:
+    wall, result["cpu"]: the child's CPU and its dcpctl runs', from wait4)."""
+    queue, running = list(todo), {}  # pid -> [type, result, log, start, why killed]
+    while queue or running:
+        while queue and len(running) < jobs:
+            t = queue.pop(0)
+            result, log = Path(tmp) / f"{t}.result.json", Path(tmp) / f"{t}.log"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(child(t, schema, dcpctl, tmp, result, log, mem_gb, cpu_limit))
+            running[pid] = [t, result, log, time.monotonic(), None]
+        pid, status, ru = os.wait4(-1, os.WNOHANG)
+        if pid == 0:
+            now = time.monotonic()
+            for p, r in running.items():
+                if r[4] is None and now - r[3] > timeout:
+                    r[4] = f"its process ran past {timeout:g} s of wall time"
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p, signal.SIGKILL)
+            time.sleep(0.05)
+            continue
+        if pid not in running:
+            continue
+        t, result, log, start, why_killed = running.pop(pid)
+        out = judge_child(t, result, log, os.waitstatus_to_exitcode(status), why_killed, mem_gb)
+        out["seconds"] = time.monotonic() - start
+        out["cpu"] = ru.ru_utime + ru.ru_stime
+        report(t, out)
 
 
 def shard_of(types: list, spec: str) -> list:
@@ -203,39 +313,45 @@ def shard_of(types: list, spec: str) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(usage=__doc__.split("\n")[2].strip())
     ap.add_argument("dcpctl")
-    ap.add_argument("which", choices=["sample", "all", "one"])
+    ap.add_argument("which", choices=["sample", "all", "rest"])
     ap.add_argument("types", nargs="*")
     ap.add_argument("--shard", default="1/1")
-    ap.add_argument("-j", type=int, default=None)
+    ap.add_argument("-j", type=int, default=1, help="children at a time")
     ap.add_argument("--mem-gb", type=float, default=10.0)
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds a type's process may run")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="wall seconds a type's child may run")
+    ap.add_argument("--cpu-limit", type=int, default=600, help="CPU seconds a type's child may use")
+    ap.add_argument("--warm", default="llama", help="the type the server round-trips before forking ('': none)")
+    ap.add_argument("--profile", action="store_true", help="print each type's CPU seconds per phase")
     a = ap.parse_intermixed_args()
-    if a.which == "one":
-        return one(a.dcpctl, a.types[0], a.types[1], a.mem_gb)
     dcpctl, which = os.path.abspath(a.dcpctl), a.which
-    import torch  # noqa: F401 (the skip when it is missing)
-    import transformers  # noqa: F401
+    started, cpu0 = time.monotonic(), 0.0  # CPU: the whole process, the import of torch before this script included
+    import torch
+    import transformers  # noqa: F401 (the skip when it is missing)
+    torch.set_num_threads(1)
+    with contextlib.suppress(RuntimeError):  # set once per process, before any inter-op work
+        torch.set_num_interop_threads(1)
     quiet()
     schema = load_schema()
-    types = a.types or (SAMPLE if which == "sample" else sorted(schema["types"]))
+    types = a.types or (SAMPLE if which == "sample" else
+                        sorted(t for t in schema["types"] if which == "all" or t not in SAMPLE))
     types = shard_of(types, a.shard)
-    jobs = a.j if a.j is not None else (0 if which == "sample" else 1)
     not_built: dict[str, str] = {}
-    def cpu_now() -> float:  # this process and the processes it started (and waited for)
-        return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
-    started, cpu0 = time.monotonic(), cpu_now()
     todo = []
     for t in types:
         if t not in schema["types"]:
             check(False, f"{t}: not in the schema ({schema['failed'].get(t) or schema.get('skipped', {}).get(t)})")
         else:
             todo.append(t)
+    if a.warm:
+        warm_up(a.warm, schema)
+    gc.collect()
+    gc.freeze()  # the server's objects: no child's collection walks them, no page of them is copied for it
+    server_cpu = cpu_now() - cpu0
 
     def judge(t: str, failures: list, built_not: str | None) -> None:
         if built_not:
             not_built[t] = built_not
-        if which == "all" and t in KNOWN_GAPS:
+        if which != "sample" and t in KNOWN_GAPS:
             for msg in failures:
                 print(f"known gap: {msg[:300]}")
             print(f"known gap {t}: {KNOWN_GAPS[t]}")
@@ -244,28 +360,32 @@ def main() -> int:
             for msg in failures:
                 check(False, msg)
 
-    if jobs == 0:  # in this process
-        with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-") as tmp:
-            for t in todo:
-                before = len(TALLY.failures)
-                sweep_type(t, schema, tmp, dcpctl, not_built)
-                failures = TALLY.failures[before:]
-                del TALLY.failures[before:]
-                judge(t, failures, not_built.get(t))
-    else:
-        with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-") as tmp, \
-                concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(run_one, dcpctl, t, tmp, a.mem_gb, a.timeout): t for t in todo}
-            for n, f in enumerate(concurrent.futures.as_completed(futures), 1):
-                t, r = futures[f], f.result()
-                TALLY.passed += r["passed"]
-                state = ("not built: " + r["not_built"][:60]) if r["not_built"] else \
-                    "its process died" if r.get("died") else \
-                    f"{len(r['failures'])} failed" if r["failures"] else "ok"
-                print(f"[{n}/{len(todo)}] {t}: {r['passed']} checks, {state} ({r['seconds']:.0f} s)", flush=True)
-                judge(t, r["failures"], r["not_built"])
-                if r.get("died"):  # a crash or a hang is a failure, known gap or not
-                    check(False, r["died"])
+    phases: dict[str, list] = {}
+    done = [0, 0.0]  # types, CPU seconds
+
+    def report(t: str, r: dict) -> None:
+        done[0] += 1
+        done[1] += r["cpu"]
+        TALLY.passed += r["passed"]
+        for k, (c, w) in (r.get("phases") or {}).items():
+            p = phases.setdefault(k, [0.0, 0.0])
+            p[0] += c
+            p[1] += w
+        state = ("not built: " + r["not_built"][:60]) if r["not_built"] else \
+            "its process died" if r.get("died") else \
+            f"{len(r['failures'])} failed" if r["failures"] else "ok"
+        print(f"[{done[0]}/{len(todo)}] {t}: {r['passed']} checks, {state} ({r['seconds']:.1f} s wall, "
+              f"{r['cpu']:.1f} s CPU)", flush=True)
+        if a.profile and r.get("phases"):
+            print("    " + ", ".join(f"{k} {c:.2f}" for k, (c, _) in r["phases"].items()) + " (CPU s)", flush=True)
+        if r.get("log") and a.profile:  # a failure's own line says what; a death's carries the log's tail
+            print("    its output: " + r["log"][-600:].replace("\n", "\n    "), flush=True)
+        judge(t, r["failures"], r["not_built"])
+        if r.get("died"):  # a crash or a hang is a failure, known gap or not
+            check(False, r["died"])
+
+    with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-") as tmp:
+        sweep_forked(todo, schema, dcpctl, tmp, max(1, a.j), a.mem_gb, a.timeout, a.cpu_limit, report)
     for t, why in sorted(not_built.items()):
         print(f"not built tiny by transformers: {t}: {why}" + (f" (why: {NOT_RELOADED[t]})" if t in NOT_RELOADED else ""))
     for t in todo:
@@ -273,22 +393,27 @@ def main() -> int:
             check("from_pretrained of its own save_pretrained folder" in not_built.get(t, ""),
                   f"{t}: transformers now reloads its own folder: take it off NOT_RELOADED ({not_built.get(t)})")
     cpu = cpu_now() - cpu0
-    print(f"swept {len(todo) - len(not_built)} of {len(types)} types (shard {a.shard}, "
-          f"{'in this process' if jobs == 0 else f'{jobs} worker process(es)'}) in "
-          f"{time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU (this process and those it started)")
+    print(f"swept {len(todo) - len(not_built)} of {len(types)} types (shard {a.shard}, {a.j} child(ren) at a "
+          f"time) in {time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU: the server's imports and warm-up "
+          f"{server_cpu:.1f} s, the types {done[1]:.0f} s ({done[1] / max(1, done[0]):.2f} s a type)", flush=True)
+    if phases:
+        print("where the types' CPU went (s): " + ", ".join(f"{k} {c:.1f}" for k, (c, _) in phases.items()), flush=True)
     if which == "sample":
         check(not not_built, f"the sample's types all build tiny: {sorted(not_built)}")
     return summary("hf-schema-sweep")
 
 
-def sweep_type(t: str, schema: dict, tmp: str, dcpctl: str, not_built: dict) -> None:
+def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, phases: dict) -> None:
+    """Type t's checks, in the folder work (made here); phases: where its CPU went."""
     import torch
     import transformers
     import hf_schema
-    cls = getattr(transformers, schema["types"][t]["class"])
-    src = Path(tmp) / t / "src"
+    with phase(phases, "import"):  # the class's modeling file, imported lazily by transformers
+        cls = getattr(transformers, schema["types"][t]["class"])
+    src = Path(work) / "src"
     try:
-        with capped(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with phase(phases, "build+save"), capped(), \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             torch.manual_seed(0)
             model = cls._from_config(hf_schema.tiny_config(t), dtype=torch.float32)
             model.save_pretrained(src)
@@ -299,12 +424,14 @@ def sweep_type(t: str, schema: dict, tmp: str, dcpctl: str, not_built: dict) -> 
     except Exception as e:  # transformers cannot build it tiny: listed, not a dcpctl failure
         not_built[t] = f"{type(e).__name__}: {str(e)[:120]}"
         return
-    r = run(dcpctl, "verify", str(src))
+    with phase(phases, "verify"):
+        r = run(dcpctl, "verify", str(src))
     expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own save_pretrained folder")
     for flag, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        ref, out = Path(tmp) / t / f"ref-{flag}", Path(tmp) / t / f"out-{flag}"
+        ref, out = Path(work) / f"ref-{flag}", Path(work) / f"out-{flag}"
         try:
-            with capped(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with phase(phases, "reference"), capped(), \
+                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 model, info = cls.from_pretrained(src, dtype=dt, output_loading_info=True)
                 model.save_pretrained(ref)
                 del model
@@ -321,24 +448,27 @@ def sweep_type(t: str, schema: dict, tmp: str, dcpctl: str, not_built: dict) -> 
             not_built[t] = (f"transformers' from_pretrained of its own save_pretrained folder (dtype={flag}) raises "
                             f"{type(e).__name__}: {str(e)[:120]}")
             break
-        r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
+        with phase(phases, "consolidate"):
+            r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
         if not expect_rc(r, EXIT_OK, f"{t}: consolidate --dtype {flag}"):
             continue
-        a, b = tensors(out), tensors(ref)
-        check(set(a) == set(b), f"{t} {flag}: keys differ from transformers': only dcpctl "
-              f"{sorted(set(a) - set(b))[:5]}, only transformers {sorted(set(b) - set(a))[:5]}")
-        bad = [(k, same_tensor(a[k], b[k])) for k in sorted(set(a) & set(b))]
-        bad = [(k, why) for k, why in bad if why]
-        # An integer tensor transformers' dtype plan casts on load (granite_speech5's BatchNorm
-        # num_batches_tracked, under _keep_in_fp32_modules_strict "conv.norm": core_model_loading
-        # casts whatever the plan matches, floating or not): dcpctl keeps it as saved; the
-        # destination loads both to the same float32 tensor, checked below on the export.
-        cast = [k for k, _ in bad if not a[k].is_floating_point() and b[k].dtype == torch.float32
-                and torch.equal(a[k].to(torch.float32), b[k])]
-        bad = [(k, why) for k, why in bad if k not in cast]
-        check(not bad, f"{t} {flag}: {len(bad)} tensor(s) differ from transformers' own cast: {bad[:4]}")
+        with phase(phases, "compare"):
+            a, b = tensors(out), tensors(ref)
+            check(set(a) == set(b), f"{t} {flag}: keys differ from transformers': only dcpctl "
+                  f"{sorted(set(a) - set(b))[:5]}, only transformers {sorted(set(b) - set(a))[:5]}")
+            bad = [(k, same_tensor(a[k], b[k])) for k in sorted(set(a) & set(b))]
+            bad = [(k, why) for k, why in bad if why]
+            # An integer tensor transformers' dtype plan casts on load (granite_speech5's BatchNorm
+            # num_batches_tracked, under _keep_in_fp32_modules_strict "conv.norm": core_model_loading
+            # casts whatever the plan matches, floating or not): dcpctl keeps it as saved; the
+            # destination loads both to the same float32 tensor, checked below on the export.
+            cast = [k for k, _ in bad if not a[k].is_floating_point() and b[k].dtype == torch.float32
+                    and torch.equal(a[k].to(torch.float32), b[k])]
+            bad = [(k, why) for k, why in bad if k not in cast]
+            check(not bad, f"{t} {flag}: {len(bad)} tensor(s) differ from transformers' own cast: {bad[:4]}")
         try:
-            with capped(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with phase(phases, "load export"), capped(), \
+                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 loaded, info = cls.from_pretrained(out, dtype=dt, output_loading_info=True)
                 held = loaded.state_dict()
                 del loaded
@@ -356,10 +486,16 @@ def sweep_type(t: str, schema: dict, tmp: str, dcpctl: str, not_built: dict) -> 
                   f"transformers' round trip writes float32 (its dtype plan casts them on load); from_pretrained of "
                   f"the export holds them float32, equal to transformers'")
         hf_loaded(out)
+        del a, b, held
         shutil.rmtree(ref, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(Path(tmp) / t, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Out without the interpreter's teardown: nothing is left to clean (the children are reaped,
+    # the folders removed), and triton, which transformers imports, prints a page of nanobind
+    # "leaked" lines when its module is finalised.
+    os._exit(rc)
