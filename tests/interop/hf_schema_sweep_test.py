@@ -300,6 +300,7 @@ def sweep_forked(todo: list, schema: dict, dcpctl: str, tmp: str, jobs: int, mem
         out = judge_child(t, result, log, os.waitstatus_to_exitcode(status), why_killed, mem_gb)
         out["seconds"] = time.monotonic() - start
         out["cpu"] = ru.ru_utime + ru.ru_stime
+        out["rss"] = ru.ru_maxrss / (1 << 20)  # GiB (ru_maxrss is KiB): the child's peak, the server's pages it touched included
         report(t, out)
 
 
@@ -361,11 +362,13 @@ def main() -> int:
                 check(False, msg)
 
     phases: dict[str, list] = {}
-    done = [0, 0.0]  # types, CPU seconds
+    done = [0, 0.0, 0.0, ""]  # types, CPU seconds, the largest peak RSS (GiB) and its type
 
     def report(t: str, r: dict) -> None:
         done[0] += 1
         done[1] += r["cpu"]
+        if r["rss"] > done[2]:
+            done[2], done[3] = r["rss"], t
         TALLY.passed += r["passed"]
         for k, (c, w) in (r.get("phases") or {}).items():
             p = phases.setdefault(k, [0.0, 0.0])
@@ -375,7 +378,7 @@ def main() -> int:
             "its process died" if r.get("died") else \
             f"{len(r['failures'])} failed" if r["failures"] else "ok"
         print(f"[{done[0]}/{len(todo)}] {t}: {r['passed']} checks, {state} ({r['seconds']:.1f} s wall, "
-              f"{r['cpu']:.1f} s CPU)", flush=True)
+              f"{r['cpu']:.1f} s CPU, peak {r['rss']:.2f} GiB)", flush=True)
         if a.profile and r.get("phases"):
             print("    " + ", ".join(f"{k} {c:.2f}" for k, (c, _) in r["phases"].items()) + " (CPU s)", flush=True)
         if r.get("log") and a.profile:  # a failure's own line says what; a death's carries the log's tail
@@ -395,7 +398,8 @@ def main() -> int:
     cpu = cpu_now() - cpu0
     print(f"swept {len(todo) - len(not_built)} of {len(types)} types (shard {a.shard}, {a.j} child(ren) at a "
           f"time) in {time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU: the server's imports and warm-up "
-          f"{server_cpu:.1f} s, the types {done[1]:.0f} s ({done[1] / max(1, done[0]):.2f} s a type)", flush=True)
+          f"{server_cpu:.1f} s, the types {done[1]:.0f} s ({done[1] / max(1, done[0]):.2f} s a type); the largest "
+          f"child {done[2]:.2f} GiB resident ({done[3]})", flush=True)
     if phases:
         print("where the types' CPU went (s): " + ", ".join(f"{k} {c:.1f}" for k, (c, _) in phases.items()), flush=True)
     if which == "sample":
