@@ -217,6 +217,12 @@ def child(t: str, schema: dict, dcpctl: str, tmp: str, result: Path, log: Path, 
     try:
         os.setpgid(0, 0)  # its dcpctl runs with it: the server kills the group on a timeout
         _die_with_parent()
+        # torch's pthreadpool is corrupt after a fork and made again on its first use, unguarded:
+        # two threads meeting that first use at once can find none ("pool INTERNAL ASSERT FAILED
+        # ... Invalid thread pool!", caffe2's pthreadpool-cpp.cc; once in three sample runs here).
+        # Make it now, while the child has one thread.
+        import torch
+        torch.set_num_threads(1)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
