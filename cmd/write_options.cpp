@@ -153,8 +153,9 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
           << s["model_type"].get<std::string>() << ", transformers " << s["transformers"].get<std::string>() << ")";
       if (s.value("found_by", "") == "architectures")
         out << ", found by config.json's architectures"
-            << (pol["model_types"].empty() ? std::string()
-                                           : " (its model_type " + pol["model_types"][0].get<std::string>() + " is not in the schema)");
+            << (pol["model_types"].empty()
+                    ? std::string()
+                    : " (its model_type " + pol["model_types"][0].get<std::string>() + " is not in the schema)");
       out << "\n";
     } else if (pol["schema_why"].is_string()) {
       out << "precision policy: " << pol["schema_why"].get<std::string>() << "\n";

@@ -90,7 +90,8 @@ bool condition_holds(const json& config, const std::string& when, const std::str
   }
   // A field null by default that the config class derives and config.json then holds (BLT's
   // global_config.encoder_cross_output_size: its token_embedding_projection).
-  if (when.compare(eq + 1, std::string::npos, "set") == 0) return config_field(config, when.substr(0, eq), schema_type) != nullptr;
+  if (when.compare(eq + 1, std::string::npos, "set") == 0)
+    return config_field(config, when.substr(0, eq), schema_type) != nullptr;
   const json* v = config_field(config, when.substr(0, eq), schema_type);
   return v && v->is_boolean() && v->get<bool>() == (when.substr(eq + 1) == "true");
 }
@@ -264,7 +265,8 @@ const ModelSchema* HfSchema::of_class(const std::string& cls) const {
 
 std::string HfSchema::why_not(const std::string& model_type) const {
   if (const std::string* f = failed_reason(model_type))
-    return "transformers " + transformers + " defines model_type " + model_type + " but its model could not be built: " + *f;
+    return "transformers " + transformers + " defines model_type " + model_type +
+           " but its model could not be built: " + *f;
   if (std::binary_search(skipped.begin(), skipped.end(), model_type))
     return "transformers " + transformers + " defines model_type " + model_type + " with no language-model class";
   return "model_type " + model_type + " is not one transformers " + transformers + " defines";
@@ -341,7 +343,8 @@ SchemaMatch match_schema(const json& config) {
     m.why = "config.json is not a JSON object";
     return m;
   }
-  const std::string type = config.contains("model_type") && config["model_type"].is_string() ? config["model_type"].get<std::string>() : "";
+  const std::string type =
+      config.contains("model_type") && config["model_type"].is_string() ? config["model_type"].get<std::string>() : "";
   std::string arch;
   if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
       config["architectures"][0].is_string())
@@ -369,7 +372,9 @@ SchemaMatch match_schema(const json& config) {
   return m;
 }
 
-const ModelSchema* schema_for_config(const json& config) { return match_schema(config).schema; }
+const ModelSchema* schema_for_config(const json& config) {
+  return match_schema(config).schema;
+}
 
 bool schema_defines(const ModelSchema& s, const json& config, const std::string& key) {
   const SchemaKey* k = s.lookup(schema_pattern(key));
@@ -394,7 +399,8 @@ std::optional<std::pair<int64_t, std::string>> schema_dim(const json& config, co
   const ModelSchema* s = schema_for_config(config);
   if (!s) return std::nullopt;
   const SchemaKey* k = s->lookup(schema_pattern(key));
-  if (!k || dim >= k->dims.size() || k->dims[dim].empty() || !condition_holds(config, k->when, s->type)) return std::nullopt;
+  if (!k || dim >= k->dims.size() || k->dims[dim].empty() || !condition_holds(config, k->when, s->type))
+    return std::nullopt;
   std::optional<int64_t> n = evaluate_dims(config, k->dims[dim], s->type);
   if (!n) return std::nullopt;
   return std::make_pair(*n, k->dims[dim]);
@@ -436,9 +442,12 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   out.summary["found_by"] = match.found_by;
   out.summary["checked"] = true;
   // Found by architectures: the schema's type, and the config's own.
-  const std::string who = s->cls + " (model_type " + s->type +
-                          (s->type != type ? ", found by architectures for " + (type.empty() ? std::string("a config with no model_type") : "model_type " + type) : std::string()) +
-                          ", transformers " + schema.transformers + ")";
+  const std::string who =
+      s->cls + " (model_type " + s->type +
+      (s->type != type ? ", found by architectures for " +
+                             (type.empty() ? std::string("a config with no model_type") : "model_type " + type)
+                       : std::string()) +
+      ", transformers " + schema.transformers + ")";
   auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
     out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
   };

@@ -78,7 +78,7 @@ struct HfSchema {
   std::string transformers, torch;
   std::vector<ModelSchema> types;                        // sorted by type
   std::vector<std::pair<std::string, std::string>> failed;  // type, why it was not built
-  std::vector<std::string> skipped;                          // types without a language-model class, sorted
+  std::vector<std::string> skipped;                         // types without a language-model class, sorted
   const ModelSchema* of(const std::string& model_type) const;
   // The type whose folders `cls` writes: the one built from the class's own config class where
   // several types share it, else the one type that names it; null when no type does.

@@ -306,11 +306,13 @@ TEST_CASE("hf schema: what it does not hold is a note, dtypes and expert counts 
   CHECK(rr.summary["schema_model_type"] == "llama");
   std::vector<HfTensor> near = llama_model(2);
   near.push_back({"model.layers.0.mlp.router.weight", "float32", {4, 8}});
-  CHECK(codes(check_hf_schema(remote, "config.json", near).problems) == std::vector<std::string>{"schema-key-unexpected"});
+  CHECK(codes(check_hf_schema(remote, "config.json", near).problems) ==
+        std::vector<std::string>{"schema-key-unexpected"});
   remote["architectures"] = {"RemoteLlamaForCausalLM"};
   CHECK(!match_schema(remote).schema);
   CHECK(match_schema(remote).why.find("model_type remote_llama is not one transformers") != std::string::npos);
-  CHECK(codes(check_hf_schema(remote, "config.json", llama_model(2)).notes) == std::vector<std::string>{"schema-not-checked"});
+  CHECK(codes(check_hf_schema(remote, "config.json", llama_model(2)).notes) ==
+        std::vector<std::string>{"schema-not-checked"});
   CHECK(match_schema(json{{"model_type", "llama"}}).found_by == "model_type");
   CHECK(hf_schema().of_class("MllamaForCausalLM")->type == "mllama_text_model");
   // T5's wo stays float32 loading in float16, not in bfloat16; the dtype check accepts it.
