@@ -146,6 +146,21 @@ void print_cast_summary(const nlohmann::json& r, std::ostream& out) {
           << k["reason"].get<std::string>() << ")\n";
     }
   };
+  // Which model schema decided, and how it was found; or why none did.
+  if (const auto& pol = c["policy"]; pol.is_object()) {
+    if (const auto& s = pol["schema"]; s.is_object()) {
+      out << "precision policy: the model schema of " << s["class"].get<std::string>() << " (model_type "
+          << s["model_type"].get<std::string>() << ", transformers " << s["transformers"].get<std::string>() << ")";
+      if (s.value("found_by", "") == "architectures")
+        out << ", found by config.json's architectures"
+            << (pol["model_types"].empty()
+                    ? std::string()
+                    : " (its model_type " + pol["model_types"][0].get<std::string>() + " is not in the schema)");
+      out << "\n";
+    } else if (pol["schema_why"].is_string()) {
+      out << "precision policy: " << pol["schema_why"].get<std::string>() << "\n";
+    }
+  }
   if (!c["kept"].empty()) {
     out << "kept " << c["kept"].size() << " tensor(s) in their saved dtype, not " << to << " (--cast-all casts them):\n";
     list(c["kept"], false);

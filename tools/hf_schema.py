@@ -12,20 +12,28 @@ long as the layer count cut with it). What `save_pretrained` would write is deri
 renames of conversion_mapping.py), so every name below is an on-disk name.
 
 Per model type the table holds (llama.cpp's per-architecture tensor tables are the model):
-  "class"  the class built; "prefix" its base_model_prefix;
+  "class"  the class built; "prefix" its base_model_prefix; "class_type" the model type of the
+           class's own config class where it is another (a config.json whose model_type the schema
+           does not hold is looked up by the class its architectures names: that type's entry);
   "keys"   [pattern, dims, keep, when, required]: the on-disk key with every integer path component written
            `#` (layer, expert, MTP indices); dims, one per dimension, the config field it equals
            ("hidden_size", "text_config.vocab_size", "2*intermediate_size",
            "n_routed_experts+zero_expert_num", "text_config.vocab_size+8": rows past the field's,
            at most MAX_EXTRA_ROWS) or null where no such field was found: found by
-           building the model again with each size field of the config doubled, one at a time, and
-           keeping the linear form that explains the change; keep, two characters, the dtype
+           building the model again with each size field of the config or of any sub-config
+           ("vision_config.hidden_size", nested: "thinker_config.text_config.hidden_size") doubled,
+           one at a time, the config read back from its dict so that what its class derives from
+           the field follows it (as from_pretrained reads config.json), and keeping the linear form
+           that explains the change; keep, two characters, the dtype
            transformers keeps the tensor in when loading with dtype=bfloat16 then float16 (after its
            load-time renames, so in on-disk names): '-' the target dtype, 'f' float32, 'i' not a
            floating tensor (never cast); when, "" for a key of the default build, or the boolean
-           config field value that brings it ("tie_word_embeddings=false"), or two size fields
-           whose difference brings it ("hidden_size!=word_embed_proj_dim": OPT's project_in, found by
-           doubling one size field, then both); required, 1 for a key
+           config field value that brings it ("tie_word_embeddings=false", of any sub-config:
+           "vision_config.qkv_bias=true"), or two size fields whose difference brings it
+           ("hidden_size!=word_embed_proj_dim": OPT's project_in, found by doubling one size field,
+           then both), or a field, null by default, that the config class derives when a doubled
+           size field brings the key and config.json then holds ("global_config.encoder_cross_output_size=set":
+           BLT-7B's token_embedding_projection); required, 1 for a key
            outside numbered blocks or one every block of its stack holds in the default build (a
            layer's norms, not the MLP of the dense layers only), else 0.
   "experts" the number of experts the per-expert keys (`experts.#.`) count, as config fields
@@ -115,10 +123,9 @@ def primary_class(model_type):
 
 def cut_layers(cfg):
     """Cuts the layer count of cfg (and its sub-configs) to LAYER_CAP, list fields with it."""
-    from transformers import PretrainedConfig
-    for c in [cfg] + [getattr(cfg, k) for k in list(vars(cfg)) if isinstance(getattr(cfg, k, None), PretrainedConfig)]:
+    for _, c in sub_configs(cfg):
         for f in LAYER_FIELDS:
-            n = getattr(c, f, None)
+            n = vars(c).get(f)
             if isinstance(n, int) and not isinstance(n, bool) and n > LAYER_CAP:
                 setattr(c, f, LAYER_CAP)
                 for k, v in list(vars(c).items()):
@@ -126,13 +133,88 @@ def cut_layers(cfg):
                         setattr(c, k, v[:LAYER_CAP])
 
 
-def sub_configs(cfg):
+def sub_configs(cfg, prefix="", depth=0):
+    """cfg and its sub-configs, nested (Qwen3-Omni's thinker_config.text_config.), each with the
+    path prefix its fields are written with ("", "vision_config.", "thinker_config.text_config.")."""
     from transformers import PretrainedConfig
-    out = [("", cfg)]
-    for k in sorted(vars(cfg)):
-        v = getattr(cfg, k, None)
-        if isinstance(v, PretrainedConfig):
-            out.append((k + ".", v))
+    out = [(prefix, cfg)]
+    if depth >= SUB_DEPTH:
+        return out
+    # vars(), not getattr: a heterogeneous config (Gemma 4's text_config) raises on reading a
+    # per-layer field (head_dim) through the config.
+    for k, v in sorted(vars(cfg).items()):
+        if isinstance(v, PretrainedConfig) and not k.startswith("_"):
+            out += sub_configs(v, prefix + k + ".", depth + 1)
+    return out
+
+
+# How deep sub-configs are walked (Qwen3-Omni: thinker_config.text_config, two levels).
+SUB_DEPTH = 3
+
+
+def sub_config_at(cfg, prefix):
+    """The sub-config a prefix ("vision_config.", "") names in cfg."""
+    for name in prefix.split(".")[:-1]:
+        cfg = getattr(cfg, name)
+    return cfg
+
+
+def rebuilt(cfg):
+    """cfg read back from its dict, as from_pretrained reads a folder's config.json: the config class's
+    __post_init__ runs again, so what it derives from the fields edited (BLT's
+    global_config.encoder_cross_output_size from encoder_config.hidden_size, BLIP-2's
+    qformer_config.encoder_hidden_size from vision_config.hidden_size) follows them, as it would in a
+    real folder; cfg itself where its class does not take its own dict back."""
+    try:
+        return rebuilt_or_raise(cfg)
+    except Exception:
+        return cfg
+
+
+def rebuilt_or_raise(cfg):
+    d = cfg.to_dict()
+    cut_layer_keyed(d)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return type(cfg).from_dict(d)
+
+
+def cut_layer_keyed(d):
+    """In a config's dict (and its sub-configs'), entries keyed by layer index past the layer count
+    dropped: Gemma 4's text_config.per_layer_config {"05": ..., "29": ...} after the layers were cut
+    to fewer (its class refuses a key past num_hidden_layers)."""
+    n = next((d[f] for f in LAYER_FIELDS if isinstance(d.get(f), int) and not isinstance(d.get(f), bool)), None)
+    for k, v in list(d.items()):
+        if not isinstance(v, dict):
+            continue
+        if n is not None and v and k not in ("id2label", "label2id") and all(str(i).isdigit() for i in v):
+            d[k] = {i: x for i, x in v.items() if int(i) < n}
+        else:
+            cut_layer_keyed(v)
+
+
+# Whether schema_of reads edited configs back from their dicts: False for a type whose rebuilt
+# default config does not build where the config as made does (Gemma 4 with 8 layers: its
+# per-layer overrides then cover layer 5 and not the last layer, which __post_init__ makes full
+# attention too); its edits are then set on the config as made, as before.
+REBUILD = [True]
+
+
+def edited(cfg, *edits, rebuild=True):
+    """A copy of cfg with each (prefix, field, value) set, read back from its dict (rebuilt) unless
+    rebuild is False."""
+    c2 = copy.deepcopy(cfg)
+    for prefix, f, value in edits:
+        setattr(sub_config_at(c2, prefix), f, value)
+    return rebuilt(c2) if rebuild and REBUILD[0] else c2
+
+
+def flat_fields(cfg):
+    """{"vision_config.hidden_size": 1152, ...}: every field of cfg and its sub-configs by path."""
+    out = {}
+    for prefix, c in sub_configs(cfg):
+        for f, v in vars(c).items():
+            if not f.startswith("_") and not hasattr(v, "to_dict"):
+                out[prefix + f] = v
     return out
 
 
@@ -293,7 +375,14 @@ def schema_of(model_type):
     try:
         cfg = cfg_cls()
         cut_layers(cfg)
-        model, sd, memory = build(cls, cfg, torch.bfloat16)
+        REBUILD[0] = True
+        try:  # what __post_init__ derives from the cut layer counts follows them
+            back = rebuilt(cfg)
+            model, sd, memory = build(cls, back, torch.bfloat16)
+            cfg = back
+        except Exception:
+            REBUILD[0] = False
+            model, sd, memory = build(cls, cfg, torch.bfloat16)
     except Exception as e:
         return model_type, None, f"{cls_name} not built from {cfg_cls.__name__}(): {type(e).__name__}: {str(e)[:160]}"
     disk = disk_keys(model, sd)
@@ -301,20 +390,19 @@ def schema_of(model_type):
     for target, pos in ((torch.bfloat16, 0), (torch.float16, 1)):
         for k, (_, d) in disk_keys(model, sd, loaded_dtypes(model, memory, target, torch.bfloat16)).items():
             keep.setdefault(k, ["-", "-"])[pos] = keep_char(d, target)
-    # Dims: each size field doubled, one at a time.
-    pert = {}
+    # Dims: each size field of the config and of every sub-config (a vision or audio tower's, BLT's
+    # encoder_config) doubled, one at a time, the config read back from its dict (rebuilt) so that
+    # what its class derives from the field follows it.
+    pert, pert_fields = {}, {}
     for prefix, c in sub_configs(cfg):
-        if prefix not in ("", "text_config."):
-            continue  # a vision or audio tower's sizes: not tried (time), its dims left unknown
         for f, v in sorted(vars(c).items()):
             if not SIZE_RE.match(f) or not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 continue
-            c2 = copy.deepcopy(cfg)
-            target = c2 if not prefix else getattr(c2, prefix[:-1])
-            setattr(target, f, v * 2)
             try:
+                c2 = edited(cfg, (prefix, f, v * 2))
                 m2, sd2, _ = build(cls, c2, torch.bfloat16)
                 pert[prefix + f] = (v, v * 2, disk_keys(m2, sd2))
+                pert_fields[prefix + f] = flat_fields(c2)
             except Exception:
                 pass
     # Booleans flipped, optional integers set to None, empty layer lists given layer 0, one at a
@@ -323,8 +411,6 @@ def schema_of(model_type):
     when, absent = {}, []
     flips = []
     for prefix, c in sub_configs(cfg):
-        if prefix not in ("", "text_config."):
-            continue  # a vision or audio tower's flags: not flipped (time), its default keys only
         optional = optional_ints(type(c))
         for f, v in sorted(vars(c).items()):
             if f.startswith("_") or f in NOT_FLIPPED:
@@ -335,15 +421,29 @@ def schema_of(model_type):
                 flips.append((prefix, f, None, "null"))
             elif isinstance(v, list) and not v and "layer" in f:
                 flips.append((prefix, f, [0], "nonempty"))  # mlp_only_layers=[0]: a dense layer 0
+    # Set on the config as made, not read back: a class may override the flag it reads from a
+    # config.json (T5Config's __post_init__ forces tie_word_embeddings true, yet from_pretrained of
+    # an mT5 folder saying false, with its own lm_head.weight, loads that head untied and clean).
     for prefix, f, value, text in flips:
-        c2 = copy.deepcopy(cfg)
-        target = c2 if not prefix else getattr(c2, prefix[:-1])
-        setattr(target, f, value)
         try:
+            c2 = edited(cfg, (prefix, f, value), rebuild=False)
             m2, sd2, _ = build(cls, c2, torch.bfloat16)
             k2 = disk_keys(m2, sd2)
         except Exception:
-            continue
+            # A flag whose module needs sizes the default leaves null (Gemma 4's
+            # enable_moe_block=true needs num_experts, top_k_experts, moe_intermediate_size): once
+            # more with the sub-config's null optional integers given small values.
+            sub = sub_config_at(cfg, prefix)
+            fill = [(prefix, g, TINY.get(g, 2)) for g in sorted(optional_ints(type(sub)))
+                    if vars(sub).get(g, 0) is None and not g.endswith(("_token_id", "_token_ids"))]
+            if not fill or value is None:
+                continue
+            try:
+                c2 = edited(cfg, (prefix, f, value), *fill, rebuild=False)
+                m2, sd2, _ = build(cls, c2, torch.bfloat16)
+                k2 = disk_keys(m2, sd2)
+            except Exception:
+                continue
         cond = f"{prefix}{f}={text}"
         p1 = {pattern_of(k) for k in disk}
         for k, s in k2.items():
@@ -367,15 +467,12 @@ def schema_of(model_type):
         if not new or all(p in when for p in new):
             continue
         prefix, name = (field.rsplit(".", 1)[0] + ".", field.rsplit(".", 1)[1]) if "." in field else ("", field)
-        c = cfg if not prefix else getattr(cfg, prefix[:-1])
+        c = sub_config_at(cfg, prefix)
         for g, gv in sorted(vars(c).items()):
             if g == name or g.startswith("_") or not isinstance(gv, int) or isinstance(gv, bool) or gv != v0:
                 continue
-            c2 = copy.deepcopy(cfg)
-            target = c2 if not prefix else getattr(c2, prefix[:-1])
-            setattr(target, name, v1)
-            setattr(target, g, v1)
             try:
+                c2 = edited(cfg, (prefix, name, v1), (prefix, g, v1))
                 m2, sd2, _ = build(cls, c2, torch.bfloat16)
                 both = {pattern_of(k) for k in disk_keys(m2, sd2)}
             except Exception:
@@ -386,6 +483,18 @@ def schema_of(model_type):
                 for p in gone:
                     when[p] = (cond, new[p])
                 break
+        # A field the config class derives from the doubled one, null in the default and set now
+        # (BLT's global_config.encoder_cross_output_size, written to config.json, when
+        # encoder_config.hidden_size * cross_attn_k differs from global_config.hidden_size: the
+        # token_embedding_projection of BLT-7B): the key exists when that field is set ("FIELD=set").
+        left = [p for p in new if p not in when]
+        if left and field in pert_fields:
+            base_fields = flat_fields(cfg)
+            became = sorted(k for k, v in pert_fields[field].items()
+                            if v is not None and k in base_fields and base_fields[k] is None)
+            if len(became) == 1:
+                for p in left:
+                    when[p] = (f"{became[0]}=set", new[p])
     # Required: a key outside any numbered block, or one every block of its stack holds (the
     # attention and norms of every layer, not the MLP of the dense layers only).
     blocks = {}
@@ -430,15 +539,12 @@ def schema_of(model_type):
     def extra(key, i, rows):
         v0 = disk[key][0][i]
         for prefix, c in sub_configs(cfg):
-            if prefix not in ("", "text_config."):
-                continue
             for g, gv in sorted(vars(c).items()):
                 if g.startswith("_") or not isinstance(gv, int) or isinstance(gv, bool) or gv != rows:
                     continue
                 if prefix + g not in doubled:
-                    c2 = copy.deepcopy(cfg)
-                    setattr(c2 if not prefix else getattr(c2, prefix[:-1]), g, gv * 2)
                     try:
+                        c2 = edited(cfg, (prefix, g, gv * 2))
                         m2, sd2, _ = build(cls, c2, torch.bfloat16)
                         doubled[prefix + g] = disk_keys(m2, sd2)
                     except Exception:
@@ -476,6 +582,11 @@ def schema_of(model_type):
         "prefix": getattr(cls, "base_model_prefix", "") or "",
         "keys": [keys[p] for p in sorted(keys)],
     }
+    # The type of the class's own config class, when another type's (a config's architectures
+    # finds the class's own type: LlamaForCausalLM is llama's, not internlm3's).
+    own = getattr(getattr(cls, "config_class", None), "model_type", None)
+    if own and own != model_type:
+        out["class_type"] = own
     saved_as = getattr(model.config, "model_type", model_type)
     if saved_as and saved_as != model_type:
         out["_saved_as"] = saved_as  # main() builds that type too (popped before writing)
@@ -543,10 +654,18 @@ TINY = {
 
 
 def tiny_config(model_type):
-    """A small config of model_type (its class defaults, sizes cut), or raises."""
+    """A small config of model_type (its class defaults, sizes cut), or raises. The cut config is read
+    back from its dict (rebuilt), as from_pretrained reads the folder's config.json, so that what the
+    config class derives in __post_init__ follows the cut sizes (BLIP's text_config.encoder_hidden_size,
+    T5Gemma's decoder.cross_attention_hidden_size, MiniMax-M3-VL's merged_hidden_size): the model built
+    is the one its own folder reloads as."""
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     cfg = getattr(transformers, CONFIG_MAPPING_NAMES[model_type])()
+    # Which sub-configs have as many key/value heads as attention heads (GLM-5-Next's validator
+    # requires it): kept so if the cut sizes are refused.
+    mha = {p for p, c in sub_configs(cfg) if vars(c).get("num_key_value_heads") is not None
+           and vars(c).get("num_key_value_heads") == vars(c).get("num_attention_heads")}
     global LAYER_CAP
     saved, LAYER_CAP = LAYER_CAP, TINY_LAYERS
     try:
@@ -557,19 +676,39 @@ def tiny_config(model_type):
         for f, v in list(vars(c).items()):
             if f in TINY and isinstance(v, int) and not isinstance(v, bool) and v > TINY[f]:
                 setattr(c, f, TINY[f])
-        if getattr(c, "num_key_value_heads", None) and getattr(c, "num_attention_heads", None):
-            if c.num_attention_heads % c.num_key_value_heads:
-                c.num_key_value_heads = c.num_attention_heads
-        vocab = getattr(c, "vocab_size", None)
+        fields = vars(c)  # not getattr: a per-layer field of a heterogeneous config raises there
+        if isinstance(fields.get("num_key_value_heads"), int) and isinstance(fields.get("num_attention_heads"), int):
+            if fields["num_key_value_heads"] and fields["num_attention_heads"] % fields["num_key_value_heads"]:
+                c.num_key_value_heads = fields["num_attention_heads"]
+        vocab = fields.get("vocab_size")
         if isinstance(vocab, int):
             for f in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                       "cls_token_id", "mask_token_id", "unk_token_id"):
-                v = getattr(c, f, None)
+                v = fields.get(f)
                 if isinstance(v, int) and v >= vocab:
                     setattr(c, f, vocab - 1 - (hash(f) % 8))
                 elif isinstance(v, list):
                     setattr(c, f, [x if x < vocab else vocab - 1 for x in v])
-    return cfg
+    try:
+        return rebuilt_or_raise(cfg)
+    except Exception:
+        pass
+    # The config class refuses the cut sizes (its validators run when it is read back): keep the
+    # relations they check — as many key/value heads as attention heads where the default had
+    # (GLM-5-Next), a multimodal RoPE's sections summing to half the cut head_dim (Cosmos3-Edge's
+    # mrope_section [24, 20, 20] for head_dim 128 becomes [4, 2, 2] for 16) — and try again.
+    for p, c in sub_configs(cfg):
+        fields = vars(c)
+        if p in mha and isinstance(fields.get("num_attention_heads"), int):
+            c.num_key_value_heads = fields["num_attention_heads"]
+        rp, hd = fields.get("rope_parameters"), fields.get("head_dim")
+        if isinstance(rp, dict) and isinstance(rp.get("mrope_section"), list) and isinstance(hd, int):
+            sec, half = rp["mrope_section"], hd // 2
+            if sum(sec) != half and len(sec) <= half:
+                scaled = [max(1, x * half // sum(sec)) for x in sec]
+                scaled[0] += half - sum(scaled)
+                rp["mrope_section"] = scaled
+    return rebuilt(cfg)
 
 
 def main():

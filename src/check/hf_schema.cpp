@@ -28,22 +28,37 @@ bool key_ends_with(const std::string& s, const std::string& t) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
 
-// `FIELD=VALUE` or `SUB.FIELD=VALUE` against the config; a field the config lacks has the class's
-// default, which is the default build's, so the condition (a flipped default) does not hold.
-const json* config_field(const json& config, const std::string& path) {
+// The object a field path ("hidden_size", "vision_config.hidden_size",
+// "thinker_config.text_config.hidden_size") is in, and the field's name there; null when a
+// sub-config on the way is not an object of the config.
+const json* field_parent(const json& config, const std::string& path, std::string& name) {
   const json* at = &config;
-  std::string name = path;
-  if (size_t dot = path.find('.'); dot != std::string::npos) {
-    const std::string sub = path.substr(0, dot);
-    if (!config.contains(sub) || !config[sub].is_object()) return nullptr;
-    at = &config[sub];
-    name = path.substr(dot + 1);
+  size_t b = 0;
+  for (size_t dot = path.find('.'); dot != std::string::npos; b = dot + 1, dot = path.find('.', b)) {
+    const std::string sub = path.substr(b, dot - b);
+    if (!at->is_object() || !at->contains(sub) || !(*at)[sub].is_object()) return nullptr;
+    at = &(*at)[sub];
   }
+  name = path.substr(b);
+  return at->is_object() ? at : nullptr;
+}
+
+// `FIELD=VALUE` or `SUB.FIELD=VALUE` (sub-configs nested to any depth) against the config; a field
+// the config lacks has the class's default, which is the default build's, so the condition (a
+// flipped default) does not hold. `schema_type`: the schema's model_type, whose attribute_map
+// applies where the config's own type has none (a remote kimi_k2 config read as deepseek_v3's,
+// found by its architectures).
+const json* config_field(const json& config, const std::string& path, const std::string& schema_type) {
+  std::string name;
+  const json* at = field_parent(config, path, name);
+  if (!at) return nullptr;
   if (at->contains(name) && !(*at)[name].is_null()) return &(*at)[name];
   // transformers' attribute_map, both ways (a config written with an alias).
   std::string type = at->value("model_type", std::string());
   if (type.empty()) type = config.value("model_type", std::string());
-  const json& amap = config_aliases(type);
+  const json* aliases = &config_aliases(type);
+  if (!aliases->is_object() && !schema_type.empty()) aliases = &config_aliases(schema_type);
+  const json& amap = *aliases;
   if (amap.is_object()) {
     if (amap.contains(name) && amap[name].is_string() && at->contains(amap[name].get<std::string>()))
       return &(*at)[amap[name].get<std::string>()];
@@ -53,37 +68,37 @@ const json* config_field(const json& config, const std::string& path) {
   return nullptr;
 }
 
-bool condition_holds(const json& config, const std::string& when) {
+bool condition_holds(const json& config, const std::string& when, const std::string& schema_type) {
   if (when.empty()) return true;
   // "A!=B": two size fields that differ (OPT's project_in when word_embed_proj_dim != hidden_size).
   // A field the config lacks has the class's default, equal to the other's in the default build,
   // so the condition does not hold.
   if (const size_t ne = when.find("!="); ne != std::string::npos) {
-    const json* a = config_field(config, when.substr(0, ne));
-    const json* b = config_field(config, when.substr(ne + 2));
+    const json* a = config_field(config, when.substr(0, ne), schema_type);
+    const json* b = config_field(config, when.substr(ne + 2), schema_type);
     return a && b && a->is_number_integer() && b->is_number_integer() && a->get<int64_t>() != b->get<int64_t>();
   }
   const size_t eq = when.find('=');
   if (when.compare(eq + 1, std::string::npos, "nonempty") == 0) {  // a layer list with a layer in it
-    const json* v = config_field(config, when.substr(0, eq));
+    const json* v = config_field(config, when.substr(0, eq), schema_type);
     return v && v->is_array() && !v->empty();
   }
   if (when.compare(eq + 1, std::string::npos, "null") == 0) {  // written null (absent: the default, not null)
-    const std::string path = when.substr(0, eq);
-    const size_t dot = path.find('.');
-    const json* at = dot == std::string::npos ? &config
-                     : config.contains(path.substr(0, dot)) ? &config[path.substr(0, dot)]
-                                                            : nullptr;
-    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
-    return at && at->is_object() && at->contains(name) && (*at)[name].is_null();
+    std::string name;
+    const json* at = field_parent(config, when.substr(0, eq), name);
+    return at && at->contains(name) && (*at)[name].is_null();
   }
-  const json* v = config_field(config, when.substr(0, eq));
+  // A field null by default that the config class derives and config.json then holds (BLT's
+  // global_config.encoder_cross_output_size: its token_embedding_projection).
+  if (when.compare(eq + 1, std::string::npos, "set") == 0)
+    return config_field(config, when.substr(0, eq), schema_type) != nullptr;
+  const json* v = config_field(config, when.substr(0, eq), schema_type);
   return v && v->is_boolean() && v->get<bool>() == (when.substr(eq + 1) == "true");
 }
 
 // A dims formula ("hidden_size", "2*intermediate_size", "a+b") from the config; nullopt when a
 // field is not there.
-std::optional<int64_t> evaluate_dims(const json& config, const std::string& formula) {
+std::optional<int64_t> evaluate_dims(const json& config, const std::string& formula, const std::string& schema_type) {
   int64_t total = 0;
   size_t at = 0;
   while (at <= formula.size()) {
@@ -100,7 +115,7 @@ std::optional<int64_t> evaluate_dims(const json& config, const std::string& form
       coeff = std::stoll(term.substr(0, star));
       term = term.substr(star + 1);
     }
-    const json* v = config_field(config, term);
+    const json* v = config_field(config, term, schema_type);
     if (!v || !v->is_number_integer()) return std::nullopt;
     total += coeff * v->get<int64_t>();
     at = plus + 1;
@@ -138,7 +153,10 @@ bool quant_extra(const std::string& key) {
   static const char* kSuffixes[] = {".weight_scale",      ".weight_scale_inv", ".weight_scale_2",  ".input_scale",
                                     ".weight_global_scale", ".input_global_scale", ".weight_zero_point",
                                     ".weight_shape",      ".k_scale",          ".v_scale",          "_scales",
-                                    ".weight_g_idx",      ".scales",           ".biases"};
+                                    ".weight_g_idx",      ".scales",           ".biases",
+                                    // a stacked expert parameter's FP8 block scale (transformers'
+                                    // FP8Experts: experts.gate_up_proj_scale_inv beside gate_up_proj)
+                                    "_scale_inv"};
   for (const char* s : kSuffixes)
     if (key_ends_with(key, s)) return true;
   return false;
@@ -238,6 +256,22 @@ const ModelSchema* HfSchema::of(const std::string& model_type) const {
   return it != types.end() && it->type == model_type ? &*it : nullptr;
 }
 
+const ModelSchema* HfSchema::of_class(const std::string& cls) const {
+  const ModelSchema* found = nullptr;
+  for (const auto& m : types)
+    if (m.cls == cls && (!found || (!found->class_type.empty() && m.class_type.empty()))) found = &m;
+  return found;
+}
+
+std::string HfSchema::why_not(const std::string& model_type) const {
+  if (const std::string* f = failed_reason(model_type))
+    return "transformers " + transformers + " defines model_type " + model_type +
+           " but its model could not be built: " + *f;
+  if (std::binary_search(skipped.begin(), skipped.end(), model_type))
+    return "transformers " + transformers + " defines model_type " + model_type + " with no language-model class";
+  return "model_type " + model_type + " is not one transformers " + transformers + " defines";
+}
+
 const std::string* HfSchema::failed_reason(const std::string& model_type) const {
   for (const auto& [t, why] : failed)
     if (t == model_type) return &why;
@@ -260,6 +294,7 @@ const HfSchema& hf_schema() {
       ModelSchema m;
       m.type = type;
       m.cls = o.at("class").get<std::string>();
+      m.class_type = o.value("class_type", std::string());
       m.prefix = o.value("prefix", std::string());
       for (const auto& k : o.at("keys")) {
         SchemaKey sk;
@@ -293,24 +328,57 @@ const HfSchema& hf_schema() {
     std::sort(s.types.begin(), s.types.end(), [](const ModelSchema& a, const ModelSchema& b) { return a.type < b.type; });
     if (j.contains("failed"))
       for (const auto& [t, why] : j["failed"].items()) s.failed.emplace_back(t, why.get<std::string>());
+    if (j.contains("skipped"))
+      for (const auto& [t, why] : j["skipped"].items()) s.skipped.push_back(t);
+    std::sort(s.skipped.begin(), s.skipped.end());
     return s;
   }();
   return schema;
 }
 
-const ModelSchema* schema_for_config(const json& config) {
-  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string()) return nullptr;
-  const ModelSchema* s = hf_schema().of(config["model_type"].get<std::string>());
-  if (!s) return nullptr;
+SchemaMatch match_schema(const json& config) {
+  SchemaMatch m;
+  const HfSchema& schema = hf_schema();
+  if (!config.is_object()) {
+    m.why = "config.json is not a JSON object";
+    return m;
+  }
+  const std::string type =
+      config.contains("model_type") && config["model_type"].is_string() ? config["model_type"].get<std::string>() : "";
+  std::string arch;
   if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
-      config["architectures"][0].is_string() && config["architectures"][0].get<std::string>() != s->cls)
-    return nullptr;
-  return s;
+      config["architectures"][0].is_string())
+    arch = config["architectures"][0].get<std::string>();
+  if (const ModelSchema* s = type.empty() ? nullptr : schema.of(type)) {
+    if (arch.empty() || arch == s->cls) {
+      m.schema = s;
+      m.found_by = "model_type";
+    } else {
+      m.why = "its architectures names " + arch + ", the schema holds " + s->cls + " for model_type " + type;
+    }
+    return m;
+  }
+  // A model_type the schema does not hold (remote code: Kimi-K2's kimi_k2): the class it names.
+  if (!arch.empty())
+    if (const ModelSchema* s = schema.of_class(arch)) {
+      m.schema = s;
+      m.found_by = "architectures";
+      return m;
+    }
+  m.why = (type.empty() ? "config.json names no model_type" : schema.why_not(type)) +
+          (arch.empty() ? std::string(", and no architectures")
+                        : ", and its architectures' " + arch + " is no class of the model schema (transformers " +
+                              schema.transformers + ")");
+  return m;
+}
+
+const ModelSchema* schema_for_config(const json& config) {
+  return match_schema(config).schema;
 }
 
 bool schema_defines(const ModelSchema& s, const json& config, const std::string& key) {
   const SchemaKey* k = s.lookup(schema_pattern(key));
-  return k && condition_holds(config, k->when);
+  return k && condition_holds(config, k->when, s.type);
 }
 
 std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bool fp16) {
@@ -322,7 +390,7 @@ std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bo
 std::optional<std::pair<int64_t, std::string>> schema_expert_count(const json& config) {
   const ModelSchema* s = schema_for_config(config);
   if (!s || s->experts.empty()) return std::nullopt;
-  std::optional<int64_t> n = evaluate_dims(config, s->experts);
+  std::optional<int64_t> n = evaluate_dims(config, s->experts, s->type);
   if (!n) return std::nullopt;
   return std::make_pair(*n, s->experts);
 }
@@ -331,8 +399,9 @@ std::optional<std::pair<int64_t, std::string>> schema_dim(const json& config, co
   const ModelSchema* s = schema_for_config(config);
   if (!s) return std::nullopt;
   const SchemaKey* k = s->lookup(schema_pattern(key));
-  if (!k || dim >= k->dims.size() || k->dims[dim].empty() || !condition_holds(config, k->when)) return std::nullopt;
-  std::optional<int64_t> n = evaluate_dims(config, k->dims[dim]);
+  if (!k || dim >= k->dims.size() || k->dims[dim].empty() || !condition_holds(config, k->when, s->type))
+    return std::nullopt;
+  std::optional<int64_t> n = evaluate_dims(config, k->dims[dim], s->type);
   if (!n) return std::nullopt;
   return std::make_pair(*n, k->dims[dim]);
 }
@@ -352,6 +421,8 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   const std::string type = config.is_object() ? config.value("model_type", std::string()) : std::string();
   out.summary = {{"model_type", type.empty() ? json() : json(type)},
                  {"class", nullptr},
+                 {"schema_model_type", nullptr},
+                 {"found_by", nullptr},
                  {"transformers", schema.transformers},
                  {"checked", false},
                  {"why", nullptr}};
@@ -359,25 +430,24 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     out.summary["why"] = why;
     out.notes.push_back({"schema-not-checked", Where(config_path), why});
   };
-  if (type.empty()) {
-    note("config.json names no model_type: its keys are not compared with a model schema");
-    return out;
-  }
-  const ModelSchema* s = schema.of(type);
+  const SchemaMatch match = match_schema(config);
+  const ModelSchema* s = match.schema;
   if (!s) {
-    const std::string* failed = schema.failed_reason(type);
-    note("model_type " + type + " is not in the model schema (transformers " + schema.transformers + ")" +
-         (failed ? ": " + *failed : std::string()) + "; its keys are not compared with one");
+    if (const ModelSchema* own = type.empty() ? nullptr : schema.of(type)) out.summary["class"] = own->cls;
+    note(match.why + "; its keys are not compared with a model schema");
     return out;
   }
   out.summary["class"] = s->cls;
-  if (!schema_for_config(config)) {
-    note("architectures names " + config["architectures"][0].get<std::string>() + ", the schema holds " + s->cls +
-         " for model_type " + type + "; its keys are not compared with one");
-    return out;
-  }
+  out.summary["schema_model_type"] = s->type;
+  out.summary["found_by"] = match.found_by;
   out.summary["checked"] = true;
-  const std::string who = s->cls + " (model_type " + type + ", transformers " + schema.transformers + ")";
+  // Found by architectures: the schema's type, and the config's own.
+  const std::string who =
+      s->cls + " (model_type " + s->type +
+      (s->type != type ? ", found by architectures for " +
+                             (type.empty() ? std::string("a config with no model_type") : "model_type " + type)
+                       : std::string()) +
+      ", transformers " + schema.transformers + ")";
   auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
     out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
   };
@@ -416,7 +486,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     std::string p = schema_pattern(key);
     const SchemaKey* sk = s->lookup(p);
     if (sk) p = sk->pattern;
-    if (!sk || !condition_holds(config, sk->when)) {
+    if (!sk || !condition_holds(config, sk->when, s->type)) {
       if (memory.count(p)) {
         memory_present.insert(p);
         continue;
@@ -447,7 +517,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     }
     for (size_t d = 0; d < sk->dims.size() && d < t.shape.size(); ++d) {
       if (sk->dims[d].empty()) continue;
-      std::optional<int64_t> want = evaluate_dims(config, sk->dims[d]);
+      std::optional<int64_t> want = evaluate_dims(config, sk->dims[d], s->type);
       if (want && *want != t.shape[d])
         problem("schema-shape-mismatch", t.key,
                 "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " + shape_text(t.shape) +
@@ -479,7 +549,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   auto excused = [&](const std::string& pattern, const std::string& concrete) {
     if (memory_format && renamed.count(pattern)) return true;
     for (const auto& [p, cond] : s->absent)
-      if (p == pattern && condition_holds(config, cond)) return true;
+      if (p == pattern && condition_holds(config, cond, s->type)) return true;
     return regex_search_any(s->ignore_missing, concrete);
   };
   for (const auto& k : s->keys) {
@@ -487,7 +557,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     if (memory_format && renamed.count(k.pattern)) continue;
     bool taken = false;
     for (const auto& [p, cond] : s->absent)
-      if (p == k.pattern && condition_holds(config, cond)) taken = true;
+      if (p == k.pattern && condition_holds(config, cond, s->type)) taken = true;
     if (taken) continue;
     std::string concrete = k.pattern;
     for (size_t at = concrete.find('#'); at != std::string::npos; at = concrete.find('#', at)) concrete.replace(at, 1, "0");

@@ -20,8 +20,15 @@
 // checks of check/hf_config_checks.h count them), keys the class ignores on load
 // (_keys_to_ignore_on_load_unexpected), quantization's own tensors (scales, packed weights) of a
 // config with a quantization_config, per-layer MLP keys absent from every layer (a config's layer
-// kinds decide which layers are dense; a layer holding any key of its MoE group is held to all). A model type the schema does not hold, or a folder whose
-// `architectures` names another class, is a note (schema-not-checked), not a problem.
+// kinds decide which layers are dense; a layer holding any key of its MoE group is held to all).
+//
+// Which schema a config.json is checked against (match_schema): its model_type's, when its
+// `architectures` (if any) names that type's class; else, when the schema holds no such model_type
+// (remote code: Kimi-K2's `kimi_k2` naming DeepseekV3ForCausalLM), the type whose class its
+// `architectures` names, so a remote class that saves other keys is refused by the key checks as
+// any folder would be. A model the schema finds neither way, or a known model_type whose
+// `architectures` names another class, is a note (schema-not-checked), not a problem; the
+// precision policy refuses it for an export that claims to be that model (plan/precision.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -39,12 +46,18 @@ struct SchemaKey {
   std::vector<std::string> dims;  // per dimension: a formula of config fields, or "" (unknown)
   char keep_bf16 = '-';           // '-' cast to the target, 'f' kept float32, 'i' not floating, ...
   char keep_fp16 = '-';
-  std::string when;               // "" or "FIELD=true|false": the config value that brings the key
+  // "" or what brings the key: "FIELD=true|false|null|nonempty|set" (FIELD a path into sub-configs,
+  // "vision_config.qkv_bias"; `set`: present and not null) or "A!=B" (two size fields that differ)
+  std::string when;
   bool required = false;
 };
 
 struct ModelSchema {
   std::string type, cls, prefix;
+  // The model_type of `cls`'s own config class when it is another type's (MllamaForCausalLM,
+  // built for mllama, is mllama_text_model's class; LlamaForCausalLM, built for internlm3, is
+  // llama's), else "": the type a config's `architectures` finds for the class is its own.
+  std::string class_type;
   std::vector<SchemaKey> keys;                              // sorted by pattern
   std::vector<std::pair<std::string, std::string>> absent;  // pattern, "FIELD=VALUE" that removes it
   std::vector<std::string> memory, renamed;                 // in-memory names; the on-disk ones they stand for
@@ -65,16 +78,30 @@ struct HfSchema {
   std::string transformers, torch;
   std::vector<ModelSchema> types;                        // sorted by type
   std::vector<std::pair<std::string, std::string>> failed;  // type, why it was not built
+  std::vector<std::string> skipped;                         // types without a language-model class, sorted
   const ModelSchema* of(const std::string& model_type) const;
+  // The type whose folders `cls` writes: the one built from the class's own config class where
+  // several types share it, else the one type that names it; null when no type does.
+  const ModelSchema* of_class(const std::string& cls) const;
   const std::string* failed_reason(const std::string& model_type) const;
+  // Why the schema has no entry for `model_type`: not a type transformers defines, could not be
+  // built (the reason), or has no language-model class.
+  std::string why_not(const std::string& model_type) const;
 };
 const HfSchema& hf_schema();
+
+// The schema a config.json's model is checked against and how it was found (see above).
+struct SchemaMatch {
+  const ModelSchema* schema = nullptr;
+  std::string found_by;  // "model_type" or "architectures"; "" when none
+  std::string why;       // when none: why ("model_type kimi_k2 is not one transformers 5.23.0 defines, ...")
+};
+SchemaMatch match_schema(const nlohmann::json& config);
 
 // `key` with every integer path component replaced by `#` (as the schema writes its patterns).
 std::string schema_pattern(const std::string& key);
 
-// The schema of config.json's own model, or null: its model_type is in the schema and its
-// `architectures` (when it has one) names the class the schema was built from.
+// match_schema(config).schema: the schema of config.json's own model, or null.
 const ModelSchema* schema_for_config(const nlohmann::json& config);
 
 // Whether the model of `config` (its schema `s`) has `key`: its pattern is in the schema and the
@@ -104,7 +131,10 @@ std::optional<std::pair<int64_t, std::string>> schema_dim(const nlohmann::json& 
 
 struct SchemaCheckResult {
   Findings problems, notes;
-  nlohmann::json summary;  // {"model_type", "class", "transformers", "checked": bool, "why"}
+  // {"model_type" (config.json's), "class", "schema_model_type" (the schema's type: another one when
+  // found by architectures), "found_by" ("model_type", "architectures" or null), "transformers",
+  // "checked": bool, "why"}
+  nlohmann::json summary;
 };
 SchemaCheckResult check_hf_schema(const nlohmann::json& config, const std::string& config_path,
                                   const std::vector<HfTensor>& tensors);

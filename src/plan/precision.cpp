@@ -126,9 +126,47 @@ PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
   if (!cast_narrows(*in.cast)) return;
   const KeepInFp32& table = keep_in_fp32();
   const bool fp16_list = *in.cast != DType::BFloat16;  // fp16 and fp8: transformers' fp16 list too
-  schema_ = schema_for_config(in.config);
+  if (in.config.is_null()) {
+    schema_why_ =
+        "no config.json was found, so no model schema decides: kept only what --keep-dtype and the key "
+        "maps' keep_dtype rules name";
+  } else {
+    const SchemaMatch match = match_schema(in.config);
+    schema_ = match.schema;
+    found_by_ = match.found_by;
+    if (!schema_) {
+      const std::string type =
+          in.config.is_object() && in.config.contains("model_type") && in.config["model_type"].is_string()
+              ? in.config["model_type"].get<std::string>()
+              : std::string();
+      const std::string model =
+          type.empty() ? std::string("a model whose config.json names no model_type") : "model_type " + type;
+      // An export that claims to be a model the schema does not know, cast without the user's say:
+      // refused, nothing written. (A model_type the schema holds, under another class than its
+      // own, is known: transformers' lists for the type apply, and schema_why says so.)
+      const bool type_known = !type.empty() && hf_schema().of(type);
+      if (in.model_output && !type_known && !in.cast_all && in.keep_globs.empty())
+        throw UnsupportedError(
+            Where(in.config_path),
+            "--dtype " + std::string(torch_name(*in.cast)) + " of a Hugging Face folder of " + model +
+                ": no model schema says which of its tensors transformers keeps in float32 when it loads it in " +
+                (fp16_list ? "float16" : "bfloat16") + " (" + match.why +
+                "); nothing written. Say which tensors to keep in their saved dtype with --keep-dtype GLOB "
+                "(repeatable, "
+                "e.g. '*e_score_correction_bias' for a router bias; transformers' lists and the key maps' keep_dtype "
+                "rules apply beside it), or cast every floating tensor with --cast-all");
+      schema_why_ = "no model schema decides (" + match.why + "): kept what " +
+                    (in.keep_globs.empty() ? std::string() : "--keep-dtype, ") +
+                    "transformers' keep-in-float32 lists and the key maps' keep_dtype rules name";
+    }
+  }
   schema_fp16_ = fp16_list;
-  for (const auto& type : model_types_) {
+  // transformers' lists, for keys the schema does not hold: the config's types', and the schema's
+  // type's where the schema was found by the class (a remote model_type has no lists of its own).
+  std::vector<std::string> list_types = model_types_;
+  if (schema_ && std::find(list_types.begin(), list_types.end(), schema_->type) == list_types.end())
+    list_types.push_back(schema_->type);
+  for (const auto& type : list_types) {
     if (const auto* pats = table.strict_of(type))
       for (const auto& p : *pats)
         add(KeepRule::Model, p,
@@ -183,9 +221,12 @@ json PrecisionPolicy::describe() const {
   return {{"config", config_path_.empty() ? json() : json(config_path_)},
           {"model_types", model_types_},
           {"transformers", keep_in_fp32().transformers},
-          {"schema", schema_ ? json{{"model_type", schema_->type}, {"class", schema_->cls},
-                                    {"transformers", hf_schema().transformers}}
+          {"schema", schema_ ? json{{"model_type", schema_->type},
+                                    {"class", schema_->cls},
+                                    {"transformers", hf_schema().transformers},
+                                    {"found_by", found_by_}}
                              : json()},
+          {"schema_why", schema_why_.empty() ? json() : json(schema_why_)},
           {"keep_dtype", keep_globs_},
           {"cast_all", cast_all_}};
 }

@@ -2,11 +2,13 @@
 // are cast, and why. A tensor is kept when
 //
 //   - `--keep-dtype GLOB` matches its output key (a shell glob, fnmatch as --include; any --dtype);
-//   - the model schema says so (check/hf_schema.h): config.json's model is in the schema and the
-//     output key is one of its on-disk keys; then the schema alone decides, as transformers would
-//     leave the tensor loading the folder in bf16 (fp16 for fp16 and fp8), after its load-time
-//     renames (hy_v3's `mlp.expert_bias`, T5's `wo` in fp16, float32 buffers); a key the schema
-//     does not hold (another writer's names) falls to the rules below;
+//   - the model schema says so (check/hf_schema.h): config.json's model is in the schema (by its
+//     model_type, or, for a model_type the schema does not hold, by the class its `architectures`
+//     names: Kimi-K2's kimi_k2 is DeepseekV3ForCausalLM's) and the output key is one of its
+//     on-disk keys; then the schema alone decides, as transformers would leave the tensor loading
+//     the folder in bf16 (fp16 for fp16 and fp8), after its load-time renames (hy_v3's
+//     `mlp.expert_bias`, T5's `wo` in fp16, float32 buffers); a key the schema does not hold
+//     (another writer's names) falls to the rules below;
 //   - a key map declares it (`"keep_dtype": true` on a rule, docs/maps.md): either side's pattern
 //     matches the output key, for the map in use (--map) and for every built-in map, so a
 //     torchtitan checkpoint cast or resharded without --map keeps its `expert_bias` too;
@@ -22,6 +24,18 @@
 // Casting up (fp32, fp64) keeps nothing but what --keep-dtype names. A kept tensor is written in
 // its saved dtype; `--cast-all` casts it anyway, and the summary lists it as cast despite the
 // policy, never silently.
+//
+// Unknown models fail closed. An output that claims to be a model (a Hugging Face folder, which
+// carries config.json: `model_output`) cast narrower with a config.json whose model the schema
+// finds neither by model_type nor by architectures (a model_type it does not hold: not one
+// transformers defines, or one it could not build) is refused, UnsupportedError (exit 5) naming
+// the model type, before anything is written: dcpctl does not know what transformers (or the
+// model's remote code) keeps in float32. The user's decision ends the refusal: `--keep-dtype GLOB`
+// (what to keep; the lists and maps apply beside it) or `--cast-all` (nothing kept). Outputs that
+// carry no config.json (a .safetensors file, a .pt, a DCP checkpoint: their reader brings the
+// model) and runs with no config.json at all (nothing names a model to decide for) are not
+// refused: the lists, the maps and --keep-dtype decide, and `describe()`'s `schema_why` (the
+// summary's precision line) says that no schema did and why.
 //
 // How a transformers pattern matches (core_model_loading.py's build_glob_alternation and dtype
 // plan): `*` becomes `.*` and the regex is searched in the key (so "norm" matches every key holding
@@ -61,6 +75,7 @@ struct PrecisionInputs {
   std::vector<KeyMap> maps;             // maps whose keep_dtype rules count (--map's, the built-in ones)
   std::vector<std::string> keep_globs;  // --keep-dtype
   bool cast_all = false;                // --cast-all
+  bool model_output = false;            // the output carries config.json (an HF folder): unknown models refused
 };
 
 class PrecisionPolicy {
@@ -76,7 +91,9 @@ class PrecisionPolicy {
   const std::vector<std::string>& model_types() const { return model_types_; }
   const std::vector<KeepRule>& rules() const { return rules_; }
   // The `policy` object of the --json summary's `cast`: config, model_types, transformers, schema
-  // ({model_type, class, transformers} or null), keep_dtype, cast_all.
+  // ({model_type, class, transformers, found_by: "model_type" | "architectures"} or null),
+  // schema_why (why no schema decides, or null when one does or the cast narrows nothing),
+  // keep_dtype, cast_all.
   nlohmann::json describe() const;
 
  private:
@@ -94,6 +111,7 @@ class PrecisionPolicy {
   std::string config_path_;
   bool cast_all_ = false;
   const ModelSchema* schema_ = nullptr;  // the config's model in the model schema (check/hf_schema.h)
+  std::string found_by_, schema_why_;    // how it was found; why none was (narrowing casts only)
   bool schema_fp16_ = false;             // its float16 column (fp16, fp8), else bfloat16's
 };
 

@@ -87,12 +87,13 @@ std::vector<StorageRef> items_read(const WriteJob& job, bool exchange) {
 
 }  // namespace
 
-PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model) {
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model, bool model_output) {
   if (!o.cast) return PrecisionPolicy();
   PrecisionInputs in;
   in.cast = o.cast;
   in.keep_globs = o.keep_dtype;
   in.cast_all = o.cast_all;
+  in.model_output = model_output;
   if (cast_narrows(*o.cast)) {  // else only --keep-dtype counts
     MapConfig c = model.config().policy(ck);
     in.config = std::move(c.json);
@@ -136,7 +137,9 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   std::function<bool(const TensorMeta&, size_t)> in_place;
   if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
   // --dtype keeps what the model and the key maps keep in their saved dtype (plan/precision.h).
-  const PrecisionPolicy precision = precision_policy(ck, o, request.model);
+  // An HF folder carries config.json: it claims to be the model, so an unknown model is refused there.
+  const PrecisionPolicy precision =
+      precision_policy(ck, o, request.model, request.target.format == &formats::hf_folder);
   Target target = request.target;
   target.precision = &precision;
   WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};

@@ -49,8 +49,9 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
 // --dtype's precision policy (plan/precision.h) for `ck`: --keep-dtype, --cast-all, the model's
 // config.json (the model's, view/model_config.h's policy(): --config, --assets DIR's, else beside the
 // checkpoint), --map's (the model's, as loaded) and the built-in maps' keep_dtype rules. Keeps
-// nothing without --dtype.
-PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model);
+// nothing without --dtype. `model_output`: the output is a Hugging Face folder (it carries
+// config.json), where a model no schema finds is refused (plan/precision.h).
+PrecisionPolicy precision_policy(const Checkpoint& ck, const WriteOptions& o, const Model& model, bool model_output);
 
 // What a command asks for.
 struct WriteRequest {

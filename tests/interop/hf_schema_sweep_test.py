@@ -97,18 +97,6 @@ KNOWN_GAPS: dict[str, str] = {}
 # folder reports missing and unexpected keys, so there is no reference to compare with. Listed as not
 # built, with the reason printed; one that reloads clean fails the sweep until it is taken off.
 NOT_RELOADED = {
-    "blt": "tiny_config cuts the sub-configs' hidden sizes after BltConfig.__init__, which derives "
-           "global_config.encoder_cross_output_size (encoder hidden_size * cross_attn_k when it differs from the "
-           "global hidden_size) only there: the folder's config says null, the config read back derives 128 and "
-           "the model read back has model.global_transformer.token_embedding_projection.weight, which the folder "
-           "lacks (the sweep's config, not a config transformers writes; a real BLT folder with the projection "
-           "is not in the schema either: its default build has none)",
-    "blip-2": "tiny_config cuts vision_config.hidden_size after Blip2Config.__init__, which sets "
-              "qformer_config.encoder_hidden_size from it only there: the model is built with 1408 (the default's), "
-              "the config read back derives 64, and from_pretrained raises on the size mismatch (the sweep's config; "
-              "verify of the folder, OPT's project_in/out with it, passes)",
-    "instructblip": "as blip-2: qformer_config.encoder_hidden_size derived in InstructBlipConfig.__init__ only",
-    "instructblipvideo": "as blip-2: qformer_config.encoder_hidden_size derived in InstructBlipVideoConfig.__init__ only",
     "shieldgemma2": "Gemma3ForConditionalGeneration built from ShieldGemma2Config saves model.language_model.model.* "
                     "(the conversion mapping of model_type shieldgemma2, reverted on save); from_pretrained reads the "
                     "folder as Gemma3Config, whose mapping does not undo it: every language-model key is reported "

@@ -26,6 +26,11 @@ marian (decoder_vocab_size rows), moshi (vocab_size+1), mllama (text_config.voca
 bigbird_pegasus (a head its class never ties) verify clean; OPT's project_in with the two fields
 made equal is schema-key-unexpected naming the condition, Marian's decoder embedding a row short is
 vocab-size-mismatch naming decoder_vocab_size.
+Keys and shapes that sub-config fields bring: a tiny BLT (encoder_config.hidden_size x cross_attn_k
+differs from global_config.hidden_size, so BltConfig derives global_config.encoder_cross_output_size
+and the model has model.global_transformer.token_embedding_projection, as BLT-7B) verifies clean and
+exports with --dtype bf16 to a folder from_pretrained loads without missing or unexpected keys; a
+global-transformer norm of the wrong length is schema-shape-mismatch naming global_config.hidden_size.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -256,6 +261,31 @@ def main() -> int:
               and torch.equal(m.lm_head.weight.detach(), sd["lm_head.weight"])
               and not torch.equal(sd["lm_head.weight"], sd["model.decoder.embed_tokens.weight"]),
               "bigbird_pegasus: tie_word_embeddings true, and from_pretrained holds the folder's own lm_head")
+
+        # BLT: a key and shapes from sub-config fields (the schema's generator varies every sub-config).
+        blt = tmp / "blt"
+        cls = save_tiny("blt", blt)
+        cfg = json.loads((blt / "config.json").read_text())
+        proj = "model.global_transformer.token_embedding_projection.weight"
+        from safetensors.torch import load_file
+        check(proj in load_file(blt / "model.safetensors") and cfg["global_config"].get("encoder_cross_output_size"),
+              f"blt: the tiny model has the projection (global_config {cfg['global_config'].get('encoder_cross_output_size')})")
+        info = loading_info(cls, blt)
+        check(not info["missing_keys"] and not info["unexpected_keys"], f"blt: transformers reloads its folder: {info}")
+        doc = verify_json(dcpctl, blt, EXIT_OK, "blt: verify of transformers' folder with the projection")
+        check(doc.get("hf", {}).get("schema", {}).get("checked") is True, f"blt: the schema checked: {doc.get('hf')}")
+        out = tmp / "blt-bf16"
+        r = run(dcpctl, "consolidate", str(blt), "-o", f"{out}/", "--dtype", "bf16")
+        if expect_rc(r, EXIT_OK, "blt: consolidate --dtype bf16 -o DIR/"):
+            info = loading_info(cls, out)
+            check(not info["missing_keys"] and not info["unexpected_keys"], f"blt: from_pretrained of the export: {info}")
+        short = tmp / "blt-short"
+        shutil.copytree(blt, short)
+        k = "model.global_transformer.layers.0.input_layernorm.weight"
+        rewrite(short, lambda sd: sd.__setitem__(k, sd[k][:-1].clone()))
+        doc = verify_json(dcpctl, short, EXIT_INVALID, "blt: verify of a global-transformer norm one short")
+        msg = [p["message"] for p in doc.get("problems", []) if p["code"] == "schema-shape-mismatch" and p["key"] == k]
+        check(len(msg) == 1 and "global_config.hidden_size" in msg[0], f"blt: the norm against global_config.hidden_size: {codes(doc)} {msg}")
 
         # longcat_flash as transformers saves it (zero experts numbered past n_routed_experts).
         lc = tmp / "longcat"

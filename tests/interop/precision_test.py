@@ -24,7 +24,15 @@ Checked:
   - reshard (HF folder to DCP) and cast (the torchtitan DCP, no --map: the built-in map's
     keep_dtype declaration keeps `expert_bias_E`), read back by torch's DCP reader; consolidate of
     the torchtitan DCP with --map torchtitan-deepseek-v3: HF names, the bias float32;
-  - refusals (exit 2, nothing written): --keep-dtype or --cast-all without --dtype, both together.
+  - refusals (exit 2, nothing written): --keep-dtype or --cast-all without --dtype, both together;
+  - a model_type the schema lacks: the fixture's tensors (transformers' DeepseekV3 save_pretrained)
+    under Kimi-K2's config (model_type kimi_k2, remote code, architectures DeepseekV3ForCausalLM):
+    `--dtype bf16 -o DIR/` gets deepseek_v3's schema by the class (tensor for tensor transformers'
+    own bf16 round trip, the bias float32; --json `cast.policy.schema.found_by` architectures, the
+    summary says so), verify checks its keys against that schema; a config whose model_type and
+    class are both unknown is refused, exit 5, nothing written, naming the type, --keep-dtype and
+    --cast-all, and either option ends the refusal; a .safetensors output (no config.json of its
+    own) is written, its policy saying why no schema decided.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -212,6 +221,65 @@ def main() -> int:
             got = folder_tensors(out_t)
             check(all(got[k].dtype == torch.float32 for k in biases), "--map: the HF bias float32")
             check(got["model.embed_tokens.weight"].dtype == torch.bfloat16, "--map: the rest bfloat16")
+
+        # ---- a model_type the schema lacks: found by its architectures, else refused for DIR/ ----
+        def with_config(name: str, **fields) -> Path:
+            d = tmp / name
+            shutil.copytree(hf, d)
+            cfg = json.loads((d / "config.json").read_text())
+            cfg.update(fields)
+            (d / "config.json").write_text(json.dumps(cfg, indent=2))
+            return d
+        # Kimi-K2's config.json names its own model_type and remote code, and transformers' class.
+        kimi = with_config("kimi", model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"],
+                           auto_map={"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                                     "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                                     "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"})
+        out_k = tmp / "kimi-bf16"
+        r = run(dcpctl, "consolidate", kimi, "-o", f"{out_k}/", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "consolidate a kimi_k2 folder --dtype bf16 -o DIR/"):
+            got = folder_tensors(out_k)
+            bad = {k: d for k in want if k in got and (d := same_tensor(got[k], want[k]))}
+            check(sorted(got) == sorted(want) and not bad,
+                  f"kimi_k2 --dtype bf16 differs from transformers' DeepseekV3 bf16 round trip: {dict(list(bad.items())[:3])}")
+            cast = jdoc(r, "kimi_k2 --json").get("cast", {})
+            check(sorted(k["key"] for k in cast.get("kept", [])) == biases, f"kimi_k2 kept: {cast.get('kept')}")
+            pol = cast.get("policy") or {}
+            check(pol.get("schema") == {"model_type": "deepseek_v3", "class": "DeepseekV3ForCausalLM",
+                                        "transformers": "5.23.0", "found_by": "architectures"}
+                  and pol.get("schema_why") is None and pol.get("model_types") == ["kimi_k2"], f"kimi_k2 policy: {pol}")
+        r = run(dcpctl, "consolidate", kimi, "-o", f"{tmp / 'kimi-text'}/", "--dtype", "bf16")
+        if expect_rc(r, 0, "consolidate the kimi_k2 folder (summary)"):
+            check("precision policy: the model schema of DeepseekV3ForCausalLM (model_type deepseek_v3, transformers "
+                  "5.23.0), found by config.json's architectures (its model_type kimi_k2 is not in the schema)" in r.stderr,
+                  f"kimi_k2 summary: {r.stderr!r}")
+        r = run(dcpctl, "verify", kimi, "--json")
+        if expect_rc(r, 0, "verify the kimi_k2 folder"):
+            sch = jdoc(r, "verify kimi_k2 --json").get("hf", {}).get("schema", {})
+            check(sch.get("checked") is True and sch.get("found_by") == "architectures"
+                  and sch.get("schema_model_type") == "deepseek_v3" and sch.get("model_type") == "kimi_k2",
+                  f"verify kimi_k2: hf.schema {sch}")
+        # Neither the type nor the class is known: an HF folder is refused until the user decides.
+        unknown = with_config("unknown", model_type="no_such_moe", architectures=["NoSuchMoeForCausalLM"])
+        out_u = tmp / "unknown-bf16"
+        r = run(dcpctl, "consolidate", unknown, "-o", f"{out_u}/", "--dtype", "bf16")
+        expect_rc(r, 5, "an unknown model_type and class --dtype bf16 -o DIR/", "model_type no_such_moe",
+                  "NoSuchMoeForCausalLM", "--keep-dtype", "--cast-all")
+        check(not out_u.exists() and not any(tmp.glob("unknown-bf16*")), "the refusal leaves nothing")
+        r = run(dcpctl, "consolidate", unknown, "-o", f"{out_u}/", "--dtype", "bf16", "--keep-dtype", f"*{BIAS}", "--json")
+        if expect_rc(r, 0, "the unknown model with --keep-dtype"):
+            got = folder_tensors(out_u)
+            check(all(got[k].dtype == torch.float32 for k in biases) and got["model.embed_tokens.weight"].dtype == torch.bfloat16,
+                  "--keep-dtype: the biases float32, the rest bfloat16")
+            pol = jdoc(r, "unknown --keep-dtype --json").get("cast", {}).get("policy") or {}
+            check(pol.get("schema") is None and "no_such_moe" in str(pol.get("schema_why")), f"unknown policy: {pol}")
+        r = run(dcpctl, "consolidate", unknown, "-o", f"{tmp / 'unknown-all'}/", "--dtype", "bf16", "--cast-all")
+        if expect_rc(r, 0, "the unknown model with --cast-all"):
+            check(all(v.dtype == torch.bfloat16 for v in folder_tensors(tmp / "unknown-all").values()), "--cast-all: all bfloat16")
+        r = run(dcpctl, "consolidate", unknown, "-o", tmp / "unknown.safetensors", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "the unknown model to one .safetensors (no config.json of its own)"):
+            pol = jdoc(r, "unknown .safetensors --json").get("cast", {}).get("policy") or {}
+            check(pol.get("schema") is None and "no_such_moe" in str(pol.get("schema_why")), f"unknown .safetensors policy: {pol}")
 
         # ---- refusals ----
         for args, what, names in ((["--keep-dtype", "*.bias"], "--keep-dtype without --dtype", ["--keep-dtype", "needs --dtype"]),

@@ -287,6 +287,34 @@ TEST_CASE("hf schema: what it does not hold is a note, dtypes and expert counts 
   json other = kLlama;
   other["architectures"] = {"LlamaModel"};
   CHECK(codes(check_hf_schema(other, "config.json", llama_model(2)).notes) == std::vector<std::string>{"schema-not-checked"});
+  // A model_type the schema lacks (remote code, as Kimi-K2's kimi_k2 names DeepseekV3ForCausalLM) is
+  // checked against the type whose own class its architectures names (LlamaForCausalLM: llama's,
+  // not internlm3's, which the schema also builds with that class); keys the class does not save
+  // are refused as usual.
+  json remote = kLlama;
+  remote["model_type"] = "remote_llama";
+  remote["architectures"] = {"LlamaForCausalLM"};
+  SchemaMatch m = match_schema(remote);
+  REQUIRE(m.schema);
+  CHECK(m.schema->type == "llama");
+  CHECK(m.found_by == "architectures");
+  SchemaCheckResult rr = check_hf_schema(remote, "config.json", llama_model(2));
+  CHECK(rr.problems.empty());
+  CHECK(rr.notes.empty());
+  CHECK(rr.summary["checked"] == true);
+  CHECK(rr.summary["found_by"] == "architectures");
+  CHECK(rr.summary["schema_model_type"] == "llama");
+  std::vector<HfTensor> near = llama_model(2);
+  near.push_back({"model.layers.0.mlp.router.weight", "float32", {4, 8}});
+  CHECK(codes(check_hf_schema(remote, "config.json", near).problems) ==
+        std::vector<std::string>{"schema-key-unexpected"});
+  remote["architectures"] = {"RemoteLlamaForCausalLM"};
+  CHECK(!match_schema(remote).schema);
+  CHECK(match_schema(remote).why.find("model_type remote_llama is not one transformers") != std::string::npos);
+  CHECK(codes(check_hf_schema(remote, "config.json", llama_model(2)).notes) ==
+        std::vector<std::string>{"schema-not-checked"});
+  CHECK(match_schema(json{{"model_type", "llama"}}).found_by == "model_type");
+  CHECK(hf_schema().of_class("MllamaForCausalLM")->type == "mllama_text_model");
   // T5's wo stays float32 loading in float16, not in bfloat16; the dtype check accepts it.
   json t5 = {{"model_type", "t5"}};
   CHECK(schema_keeps_dtype(t5, "encoder.block.0.layer.1.DenseReluDense.wo.weight", "float32", "float16"));

@@ -247,6 +247,67 @@ TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cas
   CHECK(c["policy"]["cast_all"] == true);
 }
 
+TEST_CASE("precision: a model_type the schema lacks is found by its architectures, or refused for an HF folder") {
+  // Kimi-K2's config: remote code (model_type kimi_k2) naming transformers' DeepseekV3ForCausalLM.
+  const json kimi = {{"model_type", "kimi_k2"}, {"architectures", {"DeepseekV3ForCausalLM"}}};
+  auto hf = [](json config, std::vector<std::string> globs = {}, bool cast_all = false) {
+    PrecisionInputs in;
+    in.cast = DType::BFloat16;
+    in.config = std::move(config);
+    in.config_path = "ckpt/config.json";
+    in.keep_globs = std::move(globs);
+    in.cast_all = cast_all;
+    in.model_output = true;
+    return PrecisionPolicy(in);
+  };
+  PrecisionPolicy p = hf(kimi);
+  CHECK(p.reason(kBias).find("DeepseekV3ForCausalLM (model_type deepseek_v3) keeps") != std::string::npos);
+  CHECK(p.reason("model.layers.1.mlp.gate.weight").empty());
+  json d = p.describe();
+  CHECK(d["schema"]["model_type"] == "deepseek_v3");
+  CHECK(d["schema"]["found_by"] == "architectures");
+  CHECK(d["schema_why"].is_null());
+  CHECK(d["model_types"] == json::array({"kimi_k2"}));
+  CHECK(policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}}).describe()["schema"]["found_by"] == "model_type");
+  // Neither its type nor its class: an HF folder is refused (exit 5) naming both and the ways out.
+  const json unknown = {{"model_type", "no_such_model"}, {"architectures", {"NoSuchModelForCausalLM"}}};
+  try {
+    hf(unknown);
+    FAIL("no refusal");
+  } catch (const UnsupportedError& e) {
+    const std::string m = e.what();
+    CHECK(m.find("model_type no_such_model") != std::string::npos);
+    CHECK(m.find("NoSuchModelForCausalLM") != std::string::npos);
+    CHECK(m.find("--keep-dtype") != std::string::npos);
+    CHECK(m.find("--cast-all") != std::string::npos);
+    CHECK(m.find("ckpt/config.json") != std::string::npos);
+  }
+  CHECK_THROWS_AS(hf(json{{"architectures", {"NoSuchModelForCausalLM"}}}), UnsupportedError);
+  // The user's decision ends it: what to keep, or nothing; the summary says no schema decided.
+  PrecisionPolicy kept = hf(unknown, {"*.router_bias"});
+  CHECK(kept.reason("model.layers.0.mlp.router_bias") == "--keep-dtype '*.router_bias'");
+  CHECK(kept.describe()["schema"].is_null());
+  CHECK(kept.describe()["schema_why"].get<std::string>().find("model_type no_such_model is not one transformers") !=
+        std::string::npos);
+  CHECK_NOTHROW(hf(unknown, {}, true));
+  // A model_type the schema holds, another class named: known, its lists apply, not refused.
+  PrecisionPolicy other = hf(json{{"model_type", "deepseek_v3"}, {"architectures", {"DeepseekV3Model"}}});
+  CHECK(other.describe()["schema"].is_null());
+  CHECK(other.describe()["schema_why"].get<std::string>().find("DeepseekV3Model") != std::string::npos);
+  CHECK(other.reason(kBias).find("_keep_in_fp32_modules_strict") != std::string::npos);
+  // An output with no config.json of its own (a .safetensors file, a DCP) is not refused; nor a run
+  // with no config.json at all, which says so.
+  CHECK(policy(DType::BFloat16, unknown).describe()["schema_why"].is_string());
+  CHECK_NOTHROW(hf(nullptr));
+  CHECK(hf(nullptr).describe()["schema_why"].get<std::string>().find("no config.json") != std::string::npos);
+  // Casting up decides nothing: no refusal.
+  PrecisionInputs up;
+  up.cast = DType::Float32;
+  up.config = unknown;
+  up.model_output = true;
+  CHECK_NOTHROW(PrecisionPolicy(up));
+}
+
 TEST_CASE("precision: config.json says the dtype written, keys in their order") {
   std::string in =
       R"({"architectures": ["X"], "dtype": "float32", "text_config": {"dtype": "float32", "a": 1}, "vision_config": {"b": 2}, "z": 0})";
