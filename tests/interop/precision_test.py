@@ -281,6 +281,30 @@ def main() -> int:
             pol = jdoc(r, "unknown .safetensors --json").get("cast", {}).get("policy") or {}
             check(pol.get("schema") is None and "no_such_moe" in str(pol.get("schema_why")), f"unknown .safetensors policy: {pol}")
 
+        # ---- a type transformers defines whose default config builds no model (so the schema lacks
+        # it) and no class of which keeps a tensor in float32: Ministral. Cast whole, as transformers'
+        # own bf16 round trip of the same folder; Dots1, whose class keeps its router bias, stays refused.
+        from transformers import MinistralConfig, MinistralForCausalLM
+        torch.manual_seed(0)
+        mini, mini_ref = tmp / "ministral", tmp / "ministral-ref"
+        MinistralForCausalLM(MinistralConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )).to(torch.float32).save_pretrained(mini)
+        MinistralForCausalLM.from_pretrained(mini, dtype=torch.bfloat16).save_pretrained(mini_ref)
+        r = run(dcpctl, "consolidate", mini, "-o", f"{tmp / 'ministral-bf16'}/", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "consolidate a Ministral folder --dtype bf16 -o DIR/ (a type the schema could not build)"):
+            got, want = folder_tensors(tmp / "ministral-bf16"), folder_tensors(mini_ref)
+            bad = {k: same_tensor(got.get(k), v) for k, v in want.items() if same_tensor(got.get(k), v)}
+            check(set(got) == set(want) and not bad, f"Ministral --dtype bf16 against transformers' bf16 round trip: {bad}")
+            pol = jdoc(r, "ministral --json").get("cast", {}).get("policy") or {}
+            check(pol.get("schema") is None and "no class of model_type ministral declares keep-in-float32 modules"
+                  in str(pol.get("schema_why")), f"ministral policy: {pol}")
+        dots1 = with_config("dots1", model_type="dots1", architectures=["Dots1ForCausalLM"])
+        r = run(dcpctl, "consolidate", dots1, "-o", f"{tmp / 'dots1-bf16'}/", "--dtype", "bf16")
+        expect_rc(r, 5, "a dots1 folder --dtype bf16 -o DIR/ (not built, and its class keeps tensors in float32)",
+                  "model_type dots1", "--keep-dtype", "--cast-all")
+
         # ---- refusals ----
         for args, what, names in ((["--keep-dtype", "*.bias"], "--keep-dtype without --dtype", ["--keep-dtype", "needs --dtype"]),
                                   (["--cast-all"], "--cast-all without --dtype", ["--cast-all", "needs --dtype"]),
