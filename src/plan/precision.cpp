@@ -144,13 +144,13 @@ PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
       // An export that claims to be a model the schema does not know, cast without the user's say:
       // refused, nothing written. (A model_type the schema holds, under another class than its
       // own, is known: transformers' lists for the type apply, and schema_why says so.)
-      const bool type_known = !type.empty() && hf_schema().of(type);
+      const HfSchema& schema = hf_schema();
+      const bool type_known = !type.empty() && schema.of(type);
       // A type transformers defines whose model the schema could not build tiny (or that has no
       // language-model class), and for which no class declares keep-in-float32 modules: transformers
       // casts every floating tensor of it when it loads it (tools/keep_in_fp32.py read every class's
       // lists, not only the built ones'), and so does this export. (Ministral, Nemotron, DBRX, Gemma 3n
       // ... whose default configs cannot build a model.)
-      const HfSchema& schema = hf_schema();
       const bool keeps_nothing =
           !type.empty() && !type_known &&
           (schema.failed_reason(type) || std::binary_search(schema.skipped.begin(), schema.skipped.end(), type)) &&

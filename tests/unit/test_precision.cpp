@@ -300,6 +300,15 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   CHECK(policy(DType::BFloat16, unknown).describe()["schema_why"].is_string());
   CHECK_NOTHROW(hf(nullptr));
   CHECK(hf(nullptr).describe()["schema_why"].get<std::string>().find("no config.json") != std::string::npos);
+  // A type transformers defines that the schema could not build: no class of ministral keeps a
+  // tensor in float32, so it is cast whole and not refused; dots1's class keeps its router bias, so
+  // it is refused as any model no schema finds.
+  PrecisionPolicy ministral = hf(json{{"model_type", "ministral"}, {"architectures", {"MinistralForCausalLM"}}});
+  CHECK(ministral.describe()["schema"].is_null());
+  CHECK(ministral.describe()["schema_why"].get<std::string>().find(
+            "no class of model_type ministral declares keep-in-float32 modules") != std::string::npos);
+  CHECK(ministral.reason("model.layers.0.mlp.gate_proj.weight").empty());
+  CHECK_THROWS_AS(hf(json{{"model_type", "dots1"}, {"architectures", {"Dots1ForCausalLM"}}}), UnsupportedError);
   // Casting up decides nothing: no refusal.
   PrecisionInputs up;
   up.cast = DType::Float32;
