@@ -42,7 +42,19 @@ void CastChoice::keep_for_view(const std::vector<std::string>& fqns, const std::
 }
 
 DType CastChoice::target(DType src, const std::string& key, const std::string& fqn) {
-  if (!cast_ || *cast_ == src) return src;
+  if (!cast_) return src;
+  if (*cast_ == src) {
+    // already the target's dtype: only what transformers loads in float32 changes (a bf16 folder's
+    // router bias, upcast as from_pretrained(dtype=bfloat16) upcasts it)
+    if (policy_ && !policy_->cast_all() && info(src).floating && itemsize(src) < itemsize(DType::Float32) &&
+        policy_->keeps_float32(key))
+      if (std::string why = policy_->reason(key); !why.empty()) {
+        kept_.push_back({key, DType::Float32,
+                         why + "; written in float32 (saved " + torch_name(src) + "), as transformers loads it"});
+        return DType::Float32;
+      }
+    return src;
+  }
   if (auto v = view_kept_.find(fqn.empty() ? key : fqn); v != view_kept_.end()) {
     kept_.push_back({key, src, v->second});
     return src;
@@ -51,6 +63,13 @@ DType CastChoice::target(DType src, const std::string& key, const std::string& f
     if (policy_)
       if (std::string why = policy_->reason(key); !why.empty()) {
         if (!policy_->cast_all()) {
+          // transformers loads it in float32: a narrower saved tensor is upcast, as its
+          // from_pretrained(dtype=...) + save_pretrained would write it (plan/precision.h)
+          if (info(src).floating && itemsize(src) < itemsize(DType::Float32) && policy_->keeps_float32(key)) {
+            kept_.push_back({key, DType::Float32,
+                             why + "; written in float32 (saved " + torch_name(src) + "), as transformers loads it"});
+            return DType::Float32;
+          }
           kept_.push_back({key, src, std::move(why)});
           return src;
         }
