@@ -66,6 +66,10 @@ class CastChoice {
   nlohmann::json summary() const;
 
  private:
+  // A kept tensor (`why`) that transformers loads in float32 (PrecisionPolicy::keeps_float32), saved
+  // narrower: recorded as kept in float32, and true (it is written in float32, as transformers'
+  // from_pretrained(dtype=...) + save_pretrained write it).
+  bool kept_float32(DType src, const std::string& key, const std::string& why);
   std::optional<DType> cast_;
   const PrecisionPolicy* policy_ = nullptr;
   std::vector<std::string> cast_keys_, not_cast_;

@@ -277,10 +277,13 @@ json expand_family(const json& fam, const std::string& alias, const std::string&
     bool ok = v.is_object() && v.contains("model_types") && v["model_types"].is_array();
     for (const auto& t : ok ? v["model_types"] : json::array()) ok = ok && t.is_string();
     for (const auto& [f, x] : v.is_object() ? v.items() : variants.items())
-      ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) || (f == "params" && x.is_object()) ||
-                  (f == "classes" && x.is_array() && std::all_of(x.begin(), x.end(), [](const json& c) { return c.is_string(); })));
+      ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) ||
+                  (f == "params" && x.is_object()) ||
+                  (f == "classes" && x.is_array() &&
+                   std::all_of(x.begin(), x.end(), [](const json& c) { return c.is_string(); })));
     need(ok, "variant " + n +
-                 ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}, \"classes\": [class, ...]}");
+                 ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}, "
+                 "\"classes\": [class, ...]}");
   }
   json a = json::object();
   if (!alias.empty()) {
@@ -435,8 +438,8 @@ KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<s
     how = "config.json's model_type " + mt;
     // remote code (auto_map: the model_type is the release's own, Kimi-K2's kimi_k2) whose
     // architectures names a class a variant writes: that variant, as the model schema finds its class
-    const json* arch = config.contains("architectures") && config["architectures"].is_array() && config["architectures"].size() == 1 &&
-                               config["architectures"][0].is_string()
+    const json* arch = config.contains("architectures") && config["architectures"].is_array() &&
+                               config["architectures"].size() == 1 && config["architectures"][0].is_string()
                            ? &config["architectures"][0]
                            : nullptr;
     if (!pick && arch && config.contains("auto_map") && config["auto_map"].is_object())

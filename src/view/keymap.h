@@ -140,8 +140,9 @@ std::vector<KeyMap> builtin_key_maps();
 // family has no variant for that model_type: only the untagged rules are left, so what a variant
 // would name is refused as uncovered; but a remote-code config, with `auto_map`, whose
 // `architectures` names a variant's class takes that variant, as transformers' class is the model
-// it claims to be), else the one whose own rules match most of `keys`, else the default. `*chosen` is its name ("" for none), `*why` how it was chosen. A map without
-// variants comes back as it is.
+// it claims to be), else the one whose own rules match most of `keys`, else the default.
+// `*chosen` is its name ("" for none), `*why` how it was chosen. A map without variants comes
+// back as it is.
 KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std::vector<std::string>& keys, std::string* chosen,
                       std::string* why);
 // The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.

@@ -346,10 +346,11 @@ class MapBuilder {
     const TensorMeta& t = tensor(m.item.index);
     Experts e = experts(m);
     if (!stack_fits(t, e))
-      shape_error(m.item.key, e.units() == 1 ? "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() + " is not the " +
-                                                   std::to_string(e.count) + " entries of its stack (" + e.axes[0].count_expr + ", {" +
-                                                   e.axes[0].name + "})"
-                                             : "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(e));
+      shape_error(m.item.key, e.units() == 1
+                                  ? "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() +
+                                        " is not the " + std::to_string(e.count) + " entries of its stack (" +
+                                        e.axes[0].count_expr + ", {" + e.axes[0].name + "})"
+                                  : "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(e));
     for (int64_t x = 0; x < e.count; ++x) {
       auto v = m.vals;
       e.set(v, x);
@@ -488,7 +489,7 @@ class MapBuilder {
   // experts [L, E, ...]). Its entries are numbered row-major over the axes.
   struct Axis {
     int64_t dim, count;
-    std::string name;   // the placeholder indexing it
+    std::string name;        // the placeholder indexing it
     std::string count_expr;  // the count's expression ("n_experts", "n_layers")
   };
   struct Experts {

@@ -105,9 +105,11 @@ class HfFolder final : public SafetensorsFiles {
                                                    codes + "), so the folder was not put in place:" + what);
     // Tensors saved in another dtype than the config's (a Megatron run's float32 norms beside bf16
     // weights), exported without --dtype: casting them is the user's call, and --dtype makes it.
-    if (!o_.cast && std::any_of(r.problems.begin(), r.problems.end(), [](const Finding& f) { return f.code == "dtype-mismatch"; }))
-      what += "\n  the tensors are written in their saved dtypes; --dtype DTYPE casts them to the config's (the precision policy "
-              "keeps what transformers keeps in float32)";
+    if (!o_.cast &&
+        std::any_of(r.problems.begin(), r.problems.end(), [](const Finding& f) { return f.code == "dtype-mismatch"; }))
+      what +=
+          "\n  the tensors are written in their saved dtypes; --dtype DTYPE casts them to the config's (the "
+          "precision policy keeps what transformers keeps in float32)";
     throw FormatError(Where(o_.output), "the folder written fails the checks of `dcpctl verify` (" + codes +
                                             "), so it was not put in place:" + what);
   }
