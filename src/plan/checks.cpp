@@ -41,8 +41,22 @@ void CastChoice::keep_for_view(const std::vector<std::string>& fqns, const std::
   for (const std::string& k : fqns) view_kept_[k] = reason;
 }
 
+bool CastChoice::kept_float32(DType src, const std::string& key, const std::string& why) {
+  if (!info(src).floating || itemsize(src) >= itemsize(DType::Float32) || !policy_->keeps_float32(key)) return false;
+  kept_.push_back(
+      {key, DType::Float32, why + "; written in float32 (saved " + torch_name(src) + "), as transformers loads it"});
+  return true;
+}
+
 DType CastChoice::target(DType src, const std::string& key, const std::string& fqn) {
-  if (!cast_ || *cast_ == src) return src;
+  if (!cast_) return src;
+  if (*cast_ == src) {
+    // already the target's dtype: only what transformers loads in float32 changes (a bf16 folder's
+    // router bias, upcast as from_pretrained(dtype=bfloat16) upcasts it)
+    if (policy_ && !policy_->cast_all() && !view_kept_.count(fqn.empty() ? key : fqn))
+      if (std::string why = policy_->reason(key); !why.empty() && kept_float32(src, key, why)) return DType::Float32;
+    return src;
+  }
   if (auto v = view_kept_.find(fqn.empty() ? key : fqn); v != view_kept_.end()) {
     kept_.push_back({key, src, v->second});
     return src;
@@ -51,6 +65,7 @@ DType CastChoice::target(DType src, const std::string& key, const std::string& f
     if (policy_)
       if (std::string why = policy_->reason(key); !why.empty()) {
         if (!policy_->cast_all()) {
+          if (kept_float32(src, key, why)) return DType::Float32;
           kept_.push_back({key, src, std::move(why)});
           return src;
         }

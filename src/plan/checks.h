@@ -50,7 +50,8 @@ class CastChoice {
   // Tensors (by their name in the table) a view wrote in the dtype they must keep (the quantize
   // view's fp8 weights and scales): never cast, listed as kept with `reason`, whatever --cast-all says.
   void keep_for_view(const std::vector<std::string>& fqns, const std::string& reason);
-  // A tensor the policy keeps: written in `dtype` (its saved one), or, under --cast-all, cast from it.
+  // A tensor the policy keeps: written in `dtype` (its saved one, or float32 where a Hugging Face
+  // folder's transformers keeps it so: PrecisionPolicy::keeps_float32), or, under --cast-all, cast from it.
   struct Kept {
     std::string key;
     DType dtype;
@@ -65,6 +66,10 @@ class CastChoice {
   nlohmann::json summary() const;
 
  private:
+  // A kept tensor (`why`) that transformers loads in float32 (PrecisionPolicy::keeps_float32), saved
+  // narrower: recorded as kept in float32, and true (it is written in float32, as transformers'
+  // from_pretrained(dtype=...) + save_pretrained write it).
+  bool kept_float32(DType src, const std::string& key, const std::string& why);
   std::optional<DType> cast_;
   const PrecisionPolicy* policy_ = nullptr;
   std::vector<std::string> cast_keys_, not_cast_;

@@ -119,7 +119,7 @@ std::vector<std::string> config_model_types(const json& config) {
 }
 
 PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
-    : keep_globs_(in.keep_globs), config_path_(in.config_path), cast_all_(in.cast_all) {
+    : keep_globs_(in.keep_globs), config_path_(in.config_path), cast_all_(in.cast_all), model_output_(in.model_output) {
   model_types_ = config_model_types(in.config);
   if (!in.cast) return;
   for (const auto& g : in.keep_globs) add(KeepRule::User, g, "--keep-dtype '" + g + "'");
@@ -232,6 +232,21 @@ std::string PrecisionPolicy::reason(const std::string& key) const {
     if (hit) return r.reason;
   }
   return {};
+}
+
+bool PrecisionPolicy::keeps_float32(const std::string& key) const {
+  if (!model_output_) return false;
+  // reason()'s order: --keep-dtype (the saved dtype, as asked), the schema, the lists and maps
+  for (size_t i = 0; i < rules_.size(); ++i)
+    if (rules_[i].kind == KeepRule::User && ::fnmatch(rules_[i].pattern.c_str(), key.c_str(), 0) == 0) return false;
+  if (schema_)
+    if (std::optional<char> keep = schema_keep(*schema_, key, schema_fp16_)) return *keep == 'f';
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const KeepRule& r = rules_[i];
+    if (r.kind == KeepRule::Model && wildcard_full(compiled_[i].wildcard, key)) return true;
+    if (r.kind == KeepRule::Map && lits_match(compiled_[i].lits, 0, key, 0)) return false;
+  }
+  return false;
 }
 
 json PrecisionPolicy::describe() const {

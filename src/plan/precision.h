@@ -23,7 +23,11 @@
 // transformers' dtype plan), and to fp8 (narrower still); `_keep_in_fp32_modules` to fp16 and fp8.
 // Casting up (fp32, fp64) keeps nothing but what --keep-dtype names. A kept tensor is written in
 // its saved dtype; `--cast-all` casts it anyway, and the summary lists it as cast despite the
-// policy, never silently.
+// policy, never silently. One exception, for a Hugging Face folder output (`model_output`): a
+// tensor kept because transformers keeps it in float32 (the model schema's float32, or its
+// keep-in-float32 lists), saved narrower (bf16, fp16), is written in float32, as transformers'
+// from_pretrained(dtype=...) upcasts it and save_pretrained writes it (`keeps_float32`): a bf16
+// GPT-OSS folder cast to fp16 keeps its norms in float32, not in bf16 beside a float16 config.
 //
 // Unknown models fail closed. An output that claims to be a model (a Hugging Face folder, which
 // carries config.json: `model_output`) cast narrower with a config.json whose model the schema
@@ -91,6 +95,10 @@ class PrecisionPolicy {
   // maps (the first match gives the reason).
   std::string reason(const std::string& key) const;
   bool cast_all() const { return cast_all_; }
+  // Whether kept tensor `key` is one transformers loads in float32 into a Hugging Face folder
+  // output: the reason() that keeps it is the model schema's float32 or a transformers
+  // keep-in-float32 list, not --keep-dtype or a map's keep_dtype alone. (False for other outputs.)
+  bool keeps_float32(const std::string& key) const;
   const std::vector<std::string>& model_types() const { return model_types_; }
   const std::vector<KeepRule>& rules() const { return rules_; }
   // The `policy` object of the --json summary's `cast`: config, model_types, transformers, schema
@@ -113,6 +121,7 @@ class PrecisionPolicy {
   std::vector<std::string> model_types_, keep_globs_;
   std::string config_path_;
   bool cast_all_ = false;
+  bool model_output_ = false;
   const ModelSchema* schema_ = nullptr;  // the config's model in the model schema (check/hf_schema.h)
   std::string found_by_, schema_why_;    // how it was found; why none was (narrowing casts only)
   bool schema_fp16_ = false;             // its float16 column (fp16, fp8), else bfloat16's

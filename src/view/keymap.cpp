@@ -67,6 +67,7 @@ KeyMap parse_map(const json& j, const std::string& source) {
       var.is_default = v.value("default", false);
       var.params = v.value("params", json::object());
       for (const auto& t : v.value("model_types", json::array())) var.model_types.push_back(t.get<std::string>());
+      for (const auto& t : v.value("classes", json::array())) var.classes.push_back(t.get<std::string>());
       m.variants.push_back(std::move(var));
     }
   }
@@ -276,8 +277,13 @@ json expand_family(const json& fam, const std::string& alias, const std::string&
     bool ok = v.is_object() && v.contains("model_types") && v["model_types"].is_array();
     for (const auto& t : ok ? v["model_types"] : json::array()) ok = ok && t.is_string();
     for (const auto& [f, x] : v.is_object() ? v.items() : variants.items())
-      ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) || (f == "params" && x.is_object()));
-    need(ok, "variant " + n + ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}}");
+      ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) ||
+                  (f == "params" && x.is_object()) ||
+                  (f == "classes" && x.is_array() &&
+                   std::all_of(x.begin(), x.end(), [](const json& c) { return c.is_string(); })));
+    need(ok, "variant " + n +
+                 ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}, "
+                 "\"classes\": [class, ...]}");
   }
   json a = json::object();
   if (!alias.empty()) {
@@ -430,6 +436,19 @@ KeyMap choose_variant(const KeyMap& map, const json& config, const std::vector<s
     for (const auto& v : map.variants)
       if (!pick && std::find(v.model_types.begin(), v.model_types.end(), mt) != v.model_types.end()) pick = &v;
     how = "config.json's model_type " + mt;
+    // remote code (auto_map: the model_type is the release's own, Kimi-K2's kimi_k2) whose
+    // architectures names a class a variant writes: that variant, as the model schema finds its class
+    const json* arch = config.contains("architectures") && config["architectures"].is_array() &&
+                               config["architectures"].size() == 1 && config["architectures"][0].is_string()
+                           ? &config["architectures"][0]
+                           : nullptr;
+    if (!pick && arch && config.contains("auto_map") && config["auto_map"].is_object())
+      for (const auto& v : map.variants)
+        if (!pick && std::find(v.classes.begin(), v.classes.end(), arch->get<std::string>()) != v.classes.end()) {
+          pick = &v;
+          how = "config.json's architectures " + arch->get<std::string>() + " (its model_type " + mt +
+                " is remote code's, auto_map, which no variant lists)";
+        }
   } else {
     // the checkpoint's keys: the variant whose own rules (those tagged with it) match most of
     // them; a tie goes to the default

@@ -81,6 +81,10 @@ struct KeyMap {
   struct Variant {
     std::string name, description;
     std::vector<std::string> model_types;
+    // the Hugging Face classes it writes (`"classes"`): a remote-code config (auto_map) whose
+    // model_type no variant lists chooses the variant of the class its `architectures` names
+    // (Kimi-K2's kimi_k2 is DeepseekV3ForCausalLM's)
+    std::vector<std::string> classes;
     nlohmann::json params = nlohmann::json::object();
     bool is_default = false;
   };
@@ -134,9 +138,11 @@ std::vector<KeyMap> builtin_key_maps();
 
 // A family's map for one checkpoint: the variant config.json's model_type names (none when the
 // family has no variant for that model_type: only the untagged rules are left, so what a variant
-// would name is refused as uncovered), else the one whose own rules match most of `keys`, else
-// the default. `*chosen` is its name ("" for none), `*why` how it was chosen. A map without
-// variants comes back as it is.
+// would name is refused as uncovered; but a remote-code config, with `auto_map`, whose
+// `architectures` names a variant's class takes that variant, as transformers' class is the model
+// it claims to be), else the one whose own rules match most of `keys`, else the default.
+// `*chosen` is its name ("" for none), `*why` how it was chosen. A map without variants comes
+// back as it is.
 KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std::vector<std::string>& keys, std::string* chosen,
                       std::string* why);
 // The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.

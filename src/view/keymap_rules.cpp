@@ -346,9 +346,11 @@ class MapBuilder {
     const TensorMeta& t = tensor(m.item.index);
     Experts e = experts(m);
     if (!stack_fits(t, e))
-      shape_error(m.item.key, e.units() == 1 ? "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() + " is not the " +
-                                                   std::to_string(e.count) + " experts"
-                                             : "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(e));
+      shape_error(m.item.key, e.units() == 1
+                                  ? "dimension " + std::to_string(e.dim) + " of shape " + whole_box(t).text() +
+                                        " is not the " + std::to_string(e.count) + " entries of its stack (" +
+                                        e.axes[0].count_expr + ", {" + e.axes[0].name + "})"
+                                  : "shape " + whole_box(t).text() + " is not the stacked entries " + stack_text(e));
     for (int64_t x = 0; x < e.count; ++x) {
       auto v = m.vals;
       e.set(v, x);
@@ -487,7 +489,8 @@ class MapBuilder {
   // experts [L, E, ...]). Its entries are numbered row-major over the axes.
   struct Axis {
     int64_t dim, count;
-    std::string name;  // the placeholder indexing it
+    std::string name;        // the placeholder indexing it
+    std::string count_expr;  // the count's expression ("n_experts", "n_layers")
   };
   struct Experts {
     std::vector<Axis> axes;
@@ -522,7 +525,8 @@ class MapBuilder {
     for (const auto& a : axes) {
       Axis x;
       x.dim = a.value("dim", int64_t{0});
-      x.count = params_.eval(a["count"].get<std::string>(), "the stack of " + m.item.key + " (" + rule_name(m.rule) + ")");
+      x.count_expr = a["count"].get<std::string>();
+      x.count = params_.eval(x.count_expr, "the stack of " + m.item.key + " (" + rule_name(m.rule) + ")");
       x.name = a.contains("index") ? a["index"].get<std::string>() : extra.size() == 1 ? extra[0] : "";
       if (x.name.empty() || std::find(extra.begin(), extra.end(), x.name) == extra.end())
         bad_map(map_.source, rule_name(m.rule) + ": each axis of a stack is indexed by a placeholder the per-entry side has and the stacked side lacks");

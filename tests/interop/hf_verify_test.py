@@ -224,6 +224,13 @@ def main() -> int:
         d = case("dtype")
         edit_json(d / "config.json", lambda j: j.__setitem__("dtype", "float32"))
         expect(dcpctl, "config dtype float32, weights bfloat16", d, 3, "dtype-mismatch")
+        # exported as it is, the same folder stops at the post-write check, which says how to cast it
+        # (a Megatron run's float32 norms beside bf16 weights under a bf16 config); --dtype does
+        r = run(dcpctl, "consolidate", d, "-o", f"{tmp / 'dtype-out'}/")
+        check(r.returncode == 3 and "[dtype-mismatch]" in r.stderr and "--dtype DTYPE casts them to the config's" in r.stderr
+              and not (tmp / "dtype-out").exists(), f"consolidate of the dtype case: exit {r.returncode}: {r.stderr.strip()[-300:]!r}")
+        r = run(dcpctl, "consolidate", d, "-o", f"{tmp / 'dtype-out'}/", "--dtype", "fp32")
+        check(r.returncode == 0, f"consolidate of the dtype case --dtype fp32: exit {r.returncode}: {r.stderr.strip()[-300:]!r}")
         d = case("sidecar")
         (d / "generation_config.json").unlink()
         expect(dcpctl, "generation_config.json lost, not asked for", d, 0, None)

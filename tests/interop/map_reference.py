@@ -188,13 +188,19 @@ def expand(fam: dict, alias: str | None = None, where: str = "map") -> dict:
 
 def choose_variant(m: dict, config: dict | None, keys=()) -> str | None:
     """The variant of a family map for a model: config.json's model_type's (None: the family has
-    none for it), else the one whose own rules match most of the keys, else the default."""
+    none for it, unless the config is remote code, auto_map, whose architectures names a variant's
+    class), else the one whose own rules match most of the keys, else the default."""
     variants = m.get("variants") or {}
     mt = (config or {}).get("model_type")
     if len(variants) == 1:  # a name that allows one variant (megatron-mixtral) chooses it
         return next(iter(variants))
     if isinstance(mt, str) and mt:
-        return next((n for n, v in variants.items() if mt in v.get("model_types", [])), None)
+        pick = next((n for n, v in variants.items() if mt in v.get("model_types", [])), None)
+        arch = (config or {}).get("architectures")
+        if pick is None and isinstance((config or {}).get("auto_map"), dict) and isinstance(arch, list) and len(arch) == 1:
+            # remote code (Kimi-K2's kimi_k2) naming a class a variant writes
+            pick = next((n for n, v in variants.items() if arch[0] in v.get("classes", [])), None)
+        return pick
     score, tied = 0, []
     for n in variants:
         pats = [_pattern(p) for r in m["rules"] if n in r.get("variants", []) for s in m["sides"] for p in _patterns(r, s)]

@@ -712,6 +712,22 @@ def test_megatron_deepseek(fixtures: Path, work: Path) -> None:
     check(r.returncode == 5 and "linear_q_down_proj" in r.stderr and "linear_kv_up_proj" in r.stderr
           and "model_type deepseek_v2" in r.stderr and not o.exists(),
           f"megatron_deepseek_v3 under model_type deepseek_v2: exit {r.returncode} (want 5): {r.stderr.strip()[-400:]!r}")
+    # Kimi-K2's config.json (remote code: model_type kimi_k2, auto_map, architectures DeepseekV3ForCausalLM): the
+    # variant of the class it names, as the model schema finds it; without auto_map the model_type alone decides
+    kimi = {**cfg, "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
+            "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                         "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+    (work / "ds-kimi.json").write_text(json.dumps(kimi))
+    o = work / "ds-kimi"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", "megatron", "--config", work / "ds-kimi.json", "--json")
+    if ok(r, "megatron_deepseek_v3 under Kimi-K2's config (kimi_k2, remote code)"):
+        check((jdoc(r, "ds kimi").get("map") or {}).get("variant") == "deepseek_v3", "megatron_deepseek_v3 under kimi_k2: map.variant")
+        same_tensors(hf_tensors(o), want, "megatron_deepseek_v3 under kimi_k2")
+    (work / "ds-kimi-noauto.json").write_text(json.dumps({k: v for k, v in kimi.items() if k != "auto_map"}))
+    o = work / "ds-kimi-noauto"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{o}/", "--map", "megatron", "--config", work / "ds-kimi-noauto.json")
+    check(r.returncode == 5 and "model_type kimi_k2" in r.stderr and not o.exists(),
+          f"megatron_deepseek_v3 under kimi_k2 without auto_map: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
     # the family without its deepseek_v3 variant (a map file): the same refusal, for DeepSeek-V3's own config
     fam = json.loads((MAPS_DIR / "megatron.json").read_text())
     fam["name"] = "megatron-without-deepseek"

@@ -24,6 +24,9 @@ Checked:
   - reshard (HF folder to DCP) and cast (the torchtitan DCP, no --map: the built-in map's
     keep_dtype declaration keeps `expert_bias_E`), read back by torch's DCP reader; consolidate of
     the torchtitan DCP with --map torchtitan-deepseek-v3: HF names, the bias float32;
+  - a folder saved in bfloat16 (GPT-OSS, cast to fp16; the DeepSeek-V3 folder re-saved in bf16, cast to
+    bf16): what transformers keeps in float32 is upcast to float32, tensor for tensor transformers'
+    own from_pretrained(dtype=...) + save_pretrained, --json listing each as kept in float32;
   - refusals (exit 2, nothing written): --keep-dtype or --cast-all without --dtype, both together;
   - a model_type the schema lacks: the fixture's tensors (transformers' DeepseekV3 save_pretrained)
     under Kimi-K2's config (model_type kimi_k2, remote code, architectures DeepseekV3ForCausalLM):
@@ -304,6 +307,34 @@ def main() -> int:
         r = run(dcpctl, "consolidate", dots1, "-o", f"{tmp / 'dots1-bf16'}/", "--dtype", "bf16")
         expect_rc(r, 5, "a dots1 folder --dtype bf16 -o DIR/ (not built, and its class keeps tensors in float32)",
                   "model_type dots1", "--keep-dtype", "--cast-all")
+
+        # ---- a folder saved in bfloat16 (a release's own dtype): what transformers keeps in float32 is
+        # upcast, as its from_pretrained(dtype=...) + save_pretrained write it. GPT-OSS's norms under fp16
+        # (its _keep_in_fp32_modules): they were written bf16 beside a float16 config, and dcpctl's own
+        # post-write check refused the folder, exit 3; DeepSeek-V3's router bias under bf16 stayed bf16.
+        from transformers import AutoModelForCausalLM, GptOssConfig, GptOssForCausalLM
+        torch.manual_seed(0)
+        oss, oss_ref = tmp / "gpt-oss-bf16", tmp / "gpt-oss-ref-fp16"
+        GptOssForCausalLM(GptOssConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+            layer_types=["sliding_attention", "full_attention"])).to(torch.bfloat16).save_pretrained(oss)
+        GptOssForCausalLM.from_pretrained(oss, dtype=torch.float16).save_pretrained(oss_ref)
+        ds_bf16, ds_ref = tmp / "deepseek-bf16", tmp / "deepseek-bf16-ref"
+        AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).to(torch.bfloat16).save_pretrained(ds_bf16)
+        AutoModelForCausalLM.from_pretrained(ds_bf16, dtype=torch.bfloat16).save_pretrained(ds_ref)
+        for src_dir, ref_dir, dt, what in ((oss, oss_ref, "fp16", "a bf16 GPT-OSS folder --dtype fp16"),
+                                          (ds_bf16, ds_ref, "bf16", "a bf16 DeepSeek-V3 folder --dtype bf16")):
+            out_b = tmp / (src_dir.name + "-" + dt)
+            r = run(dcpctl, "consolidate", src_dir, "-o", f"{out_b}/", "--dtype", dt, "--json")
+            if expect_rc(r, 0, what):
+                got, want = folder_tensors(out_b), folder_tensors(ref_dir)
+                bad = {k: same_tensor(got.get(k), v) for k, v in want.items() if same_tensor(got.get(k), v)}
+                up = sorted(k for k, v in want.items() if v.dtype == torch.float32)
+                check(set(got) == set(want) and not bad and up, f"{what} against transformers' round trip: {bad}")
+                kept = {k["key"]: k for k in jdoc(r, f"{what} --json").get("cast", {}).get("kept", [])}
+                check(sorted(kept) == up and all(k["dtype"] == "float32" and "saved bfloat16" in k["reason"] for k in kept.values()),
+                      f"{what}: --json kept {kept}")
 
         # ---- refusals ----
         for args, what, names in ((["--keep-dtype", "*.bias"], "--keep-dtype without --dtype", ["--keep-dtype", "needs --dtype"]),

@@ -562,7 +562,7 @@ TEST_CASE("keymap: a parameter from a dotted config key reads a nested object (t
   CHECK(mm.config == "config.json");
   // The top-level key wins where both are there; a nested value that is not an integer is no value.
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"num_experts": 2, "text_config": {"num_experts": 3}})")),
-                    Catch::Contains("is not the 2 experts"));
+                    Catch::Contains("is not the 2 entries of its stack (n, {E})"));
   CHECK_THROWS_WITH(apply_key_map(km, ck.md, all_items(ck.md), config(R"({"text_config": {"num_experts": "3"}})")),
                     Catch::Contains("text_config.num_experts"));
 }

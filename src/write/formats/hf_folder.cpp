@@ -103,6 +103,13 @@ class HfFolder final : public SafetensorsFiles {
     if (!o_.map.empty() && schema_only)
       throw UnsupportedError(Where(o_.output), "key map " + o_.map + " does not cover the model its config.json names (" +
                                                    codes + "), so the folder was not put in place:" + what);
+    // Tensors saved in another dtype than the config's (a Megatron run's float32 norms beside bf16
+    // weights), exported without --dtype: casting them is the user's call, and --dtype makes it.
+    if (!o_.cast &&
+        std::any_of(r.problems.begin(), r.problems.end(), [](const Finding& f) { return f.code == "dtype-mismatch"; }))
+      what +=
+          "\n  the tensors are written in their saved dtypes; --dtype DTYPE casts them to the config's (the "
+          "precision policy keeps what transformers keeps in float32)";
     throw FormatError(Where(o_.output), "the folder written fails the checks of `dcpctl verify` (" + codes +
                                             "), so it was not put in place:" + what);
   }
