@@ -12,7 +12,8 @@ weights) from real_config's config: the config class's defaults, completed where
 model with what every released config.json holds (head_dim, a missing RoPE, ... : `completed`), with
 the layer count cut to at most 8 (every list field as long as the layer count cut with it). A type
 no mapping names a class for is in "skipped" with why: a part of a composite model (a tower whose
-config is a composite's sub-config: the composite's folders hold its keys) or a model of another task. What `save_pretrained` would write is derived as it derives it
+config is a composite's sub-config: the composite's folders hold its keys) or a model of another task.
+What `save_pretrained` would write is derived as it derives it
 (modeling_utils.py): the state dict, less `_keys_to_ignore_on_save`, less tied weights
 (remove_tied_weights_from_state_dict), through revert_weight_conversion (the reverse of the load-time
 renames of conversion_mapping.py), so every name below is an on-disk name.
@@ -205,7 +206,8 @@ def real_config(model_type, cls):
             cut_layers(probe)
             build(cls, probe, torch.bfloat16)
         except Exception as e:
-            errors.append(f"{type(e).__name__}: {str(e)[:160]}" + (f" (with {', '.join(filled)} filled)" if stage else ""))
+            errors.append(f"{type(e).__name__}: {str(e)[:160]}"
+                          + (f" (with {', '.join(filled)} filled)" if stage else ""))
             continue
         return c, filled
     raise ValueError("; ".join(errors))
@@ -219,12 +221,15 @@ def completed(cfg, cls, stage):
         = num_attention_heads (Nemotron); a per-layer-type RoPE missing a layer type the config's
         layer_types holds given the default RoPE (Cohere Compass: layer_types full_attention, its
         rope_parameters {}); an attention sub-config holding no RoPE given its parent's rope_theta (DBRX's
-        attn_config, which its modeling reads rope_theta from); a mapping field left null given an empty mapping (Chameleon's
-        and Emu3's vocabulary_map: the tokenizer's, no tensor depends on it); is_decoder true for a
-        class of the causal-LM mapping (ReformerModelWithLMHead asserts it).
+        attn_config, which its modeling reads rope_theta from); a mapping field left null given an
+        empty mapping (Chameleon's and Emu3's vocabulary_map: the tokenizer's, no tensor depends on
+        it); is_decoder true for a class of the causal-LM mapping (ReformerModelWithLMHead asserts it).
       stage 2 (where stage 1 does not build): the null optional integers of every sub-config given
         small values (the TINY sizes, else 2: Dots1's n_routed_experts and n_shared_experts,
-        Diffusion-Gemma's num_experts, Qwen4-Exp's indexer sizes), as a flag's module is built below."""
+        Diffusion-Gemma's num_experts), as a flag's module is built below. Each candidate is read back
+        by real_config (the validators run): Qwen4-Exp's indexer sizes given 2 are refused (its QSA
+        wants one key head and an index head at least as wide as the rotary dimensions), so it stays
+        failed."""
     from transformers.models.auto import modeling_auto
     c = copy.deepcopy(cfg)
     parents = {}
@@ -276,7 +281,8 @@ def cut_layers(cfg):
                 for k, v in list(vars(c).items()):
                     if isinstance(v, list) and len(v) == n:
                         setattr(c, k, v[:LAYER_CAP])
-                    elif k in LAST_LAYERS_FIELDS and isinstance(v, int) and not isinstance(v, bool) and LAYER_CAP <= v < n:
+                    elif (k in LAST_LAYERS_FIELDS and isinstance(v, int) and not isinstance(v, bool)
+                          and LAYER_CAP <= v < n):
                         setattr(c, k, max(1, v * LAYER_CAP // n))
 
 
