@@ -85,10 +85,11 @@ class HfFolder final : public SafetensorsFiles {
   void check_before_rename(const WritePlan& plan) const {
     HfCheckOptions opts;
     for (const Asset& a : assets_.files) opts.expect_files.push_back(a.name);
-    // What --dtype's policy kept in its saved dtype (not cast despite it: --cast-all) is no mismatch.
+    // What --dtype's policy kept (in its saved dtype, or float32 as transformers loads it; not cast
+    // despite it: --cast-all) is no mismatch.
     if (const PrecisionPolicy* p = plan.target.precision; p && !p->cast_all())
       for (const PlannedTensor& t : plan.tensors)
-        if (t.src == t.dst && !p->reason(t.key).empty()) opts.kept_dtype.insert(t.key);
+        if (!p->reason(t.key).empty()) opts.kept_dtype.insert(t.key);
     const HfReport r = check_hf_folder(dir_->temp_path(), opts);
     if (r.problems.empty()) return;
     auto final_name = [&](std::string s) {
