@@ -218,7 +218,7 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
     };
     ConfigCheckResult cr =
         c.is_discarded() ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
-                         : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar);
+                         : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar, opts.kept_dtype);
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct HfCheckOptions {
   std::vector<std::string> expect_files;
   // The config's MTP layers must all be there (all absent is then a problem, not a warning).
   bool require_mtp = false;
+  // An export's own check: the keys its --dtype precision policy kept in their saved dtype (the
+  // dtype check accepts them; check_hf_config's kept_dtype).
+  std::set<std::string> kept_dtype;
 };
 
 struct HfReport {

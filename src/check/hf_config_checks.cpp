@@ -321,7 +321,7 @@ using namespace hf_config_impl;
 
 ConfigCheckResult check_hf_config(const json& config, const std::string& config_path,
                                   const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
-                                  const ReadScalar& read_scalar) {
+                                  const ReadScalar& read_scalar, const std::set<std::string>& kept_dtype) {
   ConfigCheckResult out;
   auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
     out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
@@ -585,7 +585,8 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
     out.checked.push_back("dtype");
     std::map<std::string, std::vector<std::string>> off;  // dtype -> keys
     for (const auto& t : tensors)
-      if (float_dtype_name(t.dtype) && t.dtype != *d && !own_dtype(t.key) && !schema_keeps_dtype(config, t.key, t.dtype, *d))
+      if (float_dtype_name(t.dtype) && t.dtype != *d && !own_dtype(t.key) && !kept_dtype.count(t.key) &&
+          !schema_keeps_dtype(config, t.key, t.dtype, *d))
         off[t.dtype].push_back(t.key);
     for (const auto& [dt, keys] : off)
       problem("dtype-mismatch", keys[0],

@@ -16,6 +16,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,13 @@ using ReadScalar = std::function<std::optional<double>(const std::string& key)>;
 // warning, as vLLM's own check there is), and that in the format's
 // direction (`quant-global-scale-inverted`: compressed-tensors' weight_global_scale is 2688 / amax,
 // ModelOpt's weight_scale_2 amax / 2688; read through `read_scalar`).
+//
+// `kept_dtype`: keys an export's precision policy kept in their saved dtype under --dtype
+// (--keep-dtype, the model's lists, the key maps' keep_dtype rules): the dtype check accepts them,
+// as it accepts what the model schema keeps.
 ConfigCheckResult check_hf_config(const nlohmann::json& config, const std::string& config_path,
                                   const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
-                                  const ReadScalar& read_scalar = nullptr);
+                                  const ReadScalar& read_scalar = nullptr,
+                                  const std::set<std::string>& kept_dtype = {});
 
 }  // namespace dcpctl

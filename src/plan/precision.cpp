@@ -146,16 +146,12 @@ PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
       // own, is known: transformers' lists for the type apply, and schema_why says so.)
       const HfSchema& schema = hf_schema();
       const bool type_known = !type.empty() && schema.of(type);
-      // A type transformers defines whose model the schema could not build tiny (or that has no
-      // language-model class), and for which no class declares keep-in-float32 modules: transformers
-      // casts every floating tensor of it when it loads it (tools/keep_in_fp32.py read every class's
-      // lists, not only the built ones'), and so does this export. (Ministral, Nemotron, DBRX, Gemma 3n
-      // ... whose default configs cannot build a model.)
-      const bool keeps_nothing =
-          !type.empty() && !type_known &&
-          (schema.failed_reason(type) || std::binary_search(schema.skipped.begin(), schema.skipped.end(), type)) &&
-          !table.strict_of(type) && !table.fp16_of(type);
-      if (in.model_output && !type_known && !keeps_nothing && !in.cast_all && in.keep_globs.empty())
+      // A type transformers defines whose model the schema could not build (its config, completed, builds
+      // no model: LFM2-MoE, Qwen4-Exp, Gemma 3n ...) is refused as well, even where no class declares
+      // keep-in-float32 modules: a class keeps more than its lists in float32 (LFM2-MoE's router
+      // expert_bias, a buffer made float32, stays float32 in transformers' bfloat16 load), which only
+      // building the model shows.
+      if (in.model_output && !type_known && !in.cast_all && in.keep_globs.empty())
         throw UnsupportedError(
             Where(in.config_path),
             "--dtype " + std::string(torch_name(*in.cast)) + " of a Hugging Face folder of " + model +
@@ -165,14 +161,7 @@ PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
                 "(repeatable, "
                 "e.g. '*e_score_correction_bias' for a router bias; transformers' lists and the key maps' keep_dtype "
                 "rules apply beside it), or cast every floating tensor with --cast-all");
-      schema_why_ =
-          keeps_nothing
-              ? "no model schema decides (" + match.why + "), but no class of model_type " + type +
-                    " declares keep-in-float32 modules in transformers " + table.transformers +
-                    ", which casts every floating tensor of it: so does this export" +
-                    (in.keep_globs.empty() ? std::string() : " (but what --keep-dtype names)") +
-                    " (the key maps' keep_dtype rules aside)"
-              : "no model schema decides (" + match.why + "): kept what " +
+      schema_why_ = "no model schema decides (" + match.why + "): kept what " +
                     (in.keep_globs.empty() ? std::string() : "--keep-dtype, ") +
                     "transformers' keep-in-float32 lists and the key maps' keep_dtype rules name";
     }

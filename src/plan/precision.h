@@ -34,10 +34,10 @@
 // finds neither by model_type nor by architectures (a model_type it does not hold: not one
 // transformers defines, or one it could not build) is refused, UnsupportedError (exit 5) naming
 // the model type, before anything is written: dcpctl does not know what transformers (or the
-// model's remote code) keeps in float32. Not refused among those: a model_type transformers
-// defines (the schema could not build it, or it has no language-model class) for which no class
-// declares keep-in-float32 modules (plan/keep_in_fp32.json holds every class's lists): transformers
-// casts every floating tensor of it, and so does the export. The user's decision ends the refusal: `--keep-dtype GLOB`
+// model's remote code) keeps in float32. That holds for a model_type transformers defines that the
+// schema could not build as well, even where no class declares keep-in-float32 modules: a class
+// keeps more than its lists say (LFM2-MoE's expert_bias, a buffer made float32, stays float32 when
+// transformers loads the model in bfloat16). The user's decision ends the refusal: `--keep-dtype GLOB`
 // (what to keep; the lists and maps apply beside it) or `--cast-all` (nothing kept). Outputs that
 // carry no config.json (a .safetensors file, a .pt, a DCP checkpoint: their reader brings the
 // model) and runs with no config.json at all (nothing names a model to decide for) are not

@@ -284,29 +284,41 @@ def main() -> int:
             pol = jdoc(r, "unknown .safetensors --json").get("cast", {}).get("policy") or {}
             check(pol.get("schema") is None and "no_such_moe" in str(pol.get("schema_why")), f"unknown .safetensors policy: {pol}")
 
-        # ---- a type transformers defines whose default config builds no model (so the schema lacks
-        # it) and no class of which keeps a tensor in float32: Ministral. Cast whole, as transformers'
-        # own bf16 round trip of the same folder; Dots1, whose class keeps its router bias, stays refused.
-        from transformers import MinistralConfig, MinistralForCausalLM
+        # ---- a type transformers defines whose config builds no model even completed (so the schema
+        # lacks it), no class of which declares keep-in-float32 modules: LFM2-MoE (its class leaves
+        # layer_types null; a real config.json says which layers are convolutions). Refused: its router
+        # expert_bias is a buffer made float32 that transformers' own bf16 round trip keeps float32, so
+        # casting it whole would differ; --keep-dtype '*expert_bias' then equals that round trip.
+        # ernie4_5_vl_moe_text (a part of ernie4_5_vl_moe, no class of its own) is refused too.
+        from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
         torch.manual_seed(0)
-        mini, mini_ref = tmp / "ministral", tmp / "ministral-ref"
-        MinistralForCausalLM(MinistralConfig(
-            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        )).to(torch.float32).save_pretrained(mini)
-        MinistralForCausalLM.from_pretrained(mini, dtype=torch.bfloat16).save_pretrained(mini_ref)
-        r = run(dcpctl, "consolidate", mini, "-o", f"{tmp / 'ministral-bf16'}/", "--dtype", "bf16", "--json")
-        if expect_rc(r, 0, "consolidate a Ministral folder --dtype bf16 -o DIR/ (a type the schema could not build)"):
-            got, want = folder_tensors(tmp / "ministral-bf16"), folder_tensors(mini_ref)
+        lfm, lfm_ref = tmp / "lfm2_moe", tmp / "lfm2_moe-ref"
+        Lfm2MoeForCausalLM(Lfm2MoeConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+            layer_types=["conv", "full_attention"],
+        )).to(torch.float32).save_pretrained(lfm)
+        Lfm2MoeForCausalLM.from_pretrained(lfm, dtype=torch.bfloat16).save_pretrained(lfm_ref)
+        want = folder_tensors(lfm_ref)
+        check([k for k, v in want.items() if v.dtype == torch.float32] == ["model.layers.1.feed_forward.expert_bias"],
+              f"transformers' bf16 round trip of LFM2-MoE keeps its expert_bias float32: "
+              f"{ {k: v.dtype for k, v in want.items() if v.dtype != torch.bfloat16} }")
+        out_l = tmp / "lfm2_moe-bf16"
+        r = run(dcpctl, "consolidate", lfm, "-o", f"{out_l}/", "--dtype", "bf16")
+        expect_rc(r, 5, "an LFM2-MoE folder --dtype bf16 -o DIR/ (a type the schema could not build)",
+                  "model_type lfm2_moe", "could not be built", "--keep-dtype", "--cast-all")
+        check(not out_l.exists(), "the LFM2-MoE refusal leaves nothing")
+        r = run(dcpctl, "consolidate", lfm, "-o", f"{out_l}/", "--dtype", "bf16", "--keep-dtype", "*expert_bias", "--json")
+        if expect_rc(r, 0, "the LFM2-MoE folder --dtype bf16 --keep-dtype '*expert_bias'"):
+            got = folder_tensors(out_l)
             bad = {k: same_tensor(got.get(k), v) for k, v in want.items() if same_tensor(got.get(k), v)}
-            check(set(got) == set(want) and not bad, f"Ministral --dtype bf16 against transformers' bf16 round trip: {bad}")
-            pol = jdoc(r, "ministral --json").get("cast", {}).get("policy") or {}
-            check(pol.get("schema") is None and "no class of model_type ministral declares keep-in-float32 modules"
-                  in str(pol.get("schema_why")), f"ministral policy: {pol}")
-        dots1 = with_config("dots1", model_type="dots1", architectures=["Dots1ForCausalLM"])
-        r = run(dcpctl, "consolidate", dots1, "-o", f"{tmp / 'dots1-bf16'}/", "--dtype", "bf16")
-        expect_rc(r, 5, "a dots1 folder --dtype bf16 -o DIR/ (not built, and its class keeps tensors in float32)",
-                  "model_type dots1", "--keep-dtype", "--cast-all")
+            check(set(got) == set(want) and not bad, f"LFM2-MoE --keep-dtype against transformers' bf16 round trip: {bad}")
+            pol = jdoc(r, "lfm2_moe --json").get("cast", {}).get("policy") or {}
+            check(pol.get("schema") is None and "lfm2_moe" in str(pol.get("schema_why")), f"lfm2_moe policy: {pol}")
+        part = with_config("ernie_text", model_type="ernie4_5_vl_moe_text", architectures=["Ernie4_5_VLMoeTextModel"])
+        r = run(dcpctl, "consolidate", part, "-o", f"{tmp / 'ernie_text-bf16'}/", "--dtype", "bf16")
+        expect_rc(r, 5, "an ernie4_5_vl_moe_text folder --dtype bf16 -o DIR/ (a part of a composite, no class of its own)",
+                  "model_type ernie4_5_vl_moe_text", "--keep-dtype", "--cast-all")
 
         # ---- a folder saved in bfloat16 (a release's own dtype): what transformers keeps in float32 is
         # upcast, as its from_pretrained(dtype=...) + save_pretrained write it. GPT-OSS's norms under fp16

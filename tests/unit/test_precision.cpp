@@ -7,11 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "check/hf_schema.h"
 #include "metadata_models.h"
 #include "plan/plan.h"
 #include "plan/precision.h"
@@ -300,15 +302,23 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   CHECK(policy(DType::BFloat16, unknown).describe()["schema_why"].is_string());
   CHECK_NOTHROW(hf(nullptr));
   CHECK(hf(nullptr).describe()["schema_why"].get<std::string>().find("no config.json") != std::string::npos);
-  // A type transformers defines that the schema could not build: no class of ministral keeps a
-  // tensor in float32, so it is cast whole and not refused; dots1's class keeps its router bias, so
-  // it is refused as any model no schema finds.
-  PrecisionPolicy ministral = hf(json{{"model_type", "ministral"}, {"architectures", {"MinistralForCausalLM"}}});
-  CHECK(ministral.describe()["schema"].is_null());
-  CHECK(ministral.describe()["schema_why"].get<std::string>().find(
-            "no class of model_type ministral declares keep-in-float32 modules") != std::string::npos);
-  CHECK(ministral.reason("model.layers.0.mlp.gate_proj.weight").empty());
-  CHECK_THROWS_AS(hf(json{{"model_type", "dots1"}, {"architectures", {"Dots1ForCausalLM"}}}), UnsupportedError);
+  // A type transformers defines that the schema could not build (LFM2-MoE: its class defaults leave
+  // layer_types null, which only a real checkpoint fills) is refused although no class of it declares
+  // keep-in-float32 modules (its expert_bias buffer stays float32 in transformers: the lists do not
+  // say all); --keep-dtype ends the refusal. A part of a composite (ernie4_5_vl_moe_text, skipped: no
+  // class of its own) is refused too.
+  REQUIRE(hf_schema().failed_reason("lfm2_moe") != nullptr);
+  CHECK(keep_in_fp32().strict_of("lfm2_moe") == nullptr);
+  const json lfm2 = {{"model_type", "lfm2_moe"}, {"architectures", {"Lfm2MoeForCausalLM"}}};
+  CHECK_THROWS_AS(hf(lfm2), UnsupportedError);
+  PrecisionPolicy kept_bias = hf(lfm2, {"*expert_bias"});
+  CHECK(kept_bias.describe()["schema"].is_null());
+  CHECK(kept_bias.describe()["schema_why"].get<std::string>().find("lfm2_moe") != std::string::npos);
+  CHECK(!kept_bias.reason("model.layers.1.feed_forward.expert_bias").empty());
+  CHECK(kept_bias.reason("model.layers.0.feed_forward.w1.weight").empty());
+  REQUIRE(std::binary_search(hf_schema().skipped.begin(), hf_schema().skipped.end(), "ernie4_5_vl_moe_text"));
+  CHECK_THROWS_AS(hf(json{{"model_type", "ernie4_5_vl_moe_text"}, {"architectures", {"Ernie4_5_VLMoeTextModel"}}}),
+                  UnsupportedError);
   // Casting up decides nothing: no refusal.
   PrecisionInputs up;
   up.cast = DType::Float32;

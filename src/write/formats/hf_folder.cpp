@@ -15,6 +15,8 @@
 #include <functional>
 
 #include "check/hf_checks.h"
+#include "plan/plan.h"
+#include "plan/precision.h"
 #include "view/quantized.h"
 #include "write/assets.h"
 #include "write/formats/safetensors_file.h"
@@ -64,7 +66,7 @@ class HfFolder final : public SafetensorsFiles {
     if (ck.derived)
       for (const auto& [name, text] : ck.derived->output.quantization_files) write_text(name, text);
     if (job.plan.files.size() > 1) write_index(job.plan);
-    if (!dir_->remote()) check_before_rename();
+    if (!dir_->remote()) check_before_rename(job.plan);
   }
 
  private:
@@ -80,9 +82,14 @@ class HfFolder final : public SafetensorsFiles {
 
   // The folder as from_pretrained will take it, in its temporary place: every problem check_hf_folder
   // finds (named under the final path) stops the commit; the temporary folder is then removed.
-  void check_before_rename() const {
+  void check_before_rename(const WritePlan& plan) const {
     HfCheckOptions opts;
     for (const Asset& a : assets_.files) opts.expect_files.push_back(a.name);
+    // What --dtype's policy kept (in its saved dtype, or float32 as transformers loads it; not cast
+    // despite it: --cast-all) is no mismatch.
+    if (const PrecisionPolicy* p = plan.target.precision; p && !p->cast_all())
+      for (const PlannedTensor& t : plan.tensors)
+        if (!p->reason(t.key).empty()) opts.kept_dtype.insert(t.key);
     const HfReport r = check_hf_folder(dir_->temp_path(), opts);
     if (r.problems.empty()) return;
     auto final_name = [&](std::string s) {
