@@ -124,6 +124,7 @@ bool own_dtype(const std::string& key) {
   for (const Codec* c : codecs())
     if (key_ends(key, c->scale_suffix)) return true;
   static const char* kSuffixes[] = {"e_score_correction_bias",
+                                    "expert_bias",  // a router's (LFM2-MoE, HY-V3, Megatron): loaders keep it float32
                                     ".A_log",
                                     ".dt_bias",
                                     ".D",

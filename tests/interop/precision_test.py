@@ -315,6 +315,10 @@ def main() -> int:
             check(set(got) == set(want) and not bad, f"LFM2-MoE --keep-dtype against transformers' bf16 round trip: {bad}")
             pol = jdoc(r, "lfm2_moe --json").get("cast", {}).get("policy") or {}
             check(pol.get("schema") is None and "lfm2_moe" in str(pol.get("schema_why")), f"lfm2_moe policy: {pol}")
+            # verify of that export, and of transformers' own bf16 folder (its float32 expert_bias beside a
+            # bfloat16 config): clean, not dtype-mismatch.
+            expect_rc(run(dcpctl, "verify", out_l), 0, "verify of the LFM2-MoE --keep-dtype export")
+        expect_rc(run(dcpctl, "verify", lfm_ref), 0, "verify of transformers' own bf16 LFM2-MoE folder")
         part = with_config("ernie_text", model_type="ernie4_5_vl_moe_text", architectures=["Ernie4_5_VLMoeTextModel"])
         r = run(dcpctl, "consolidate", part, "-o", f"{tmp / 'ernie_text-bf16'}/", "--dtype", "bf16")
         expect_rc(r, 5, "an ernie4_5_vl_moe_text folder --dtype bf16 -o DIR/ (a part of a composite, no class of its own)",
