@@ -42,7 +42,9 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            size field brings the key and config.json then holds ("global_config.encoder_cross_output_size=set":
            BLT-7B's token_embedding_projection); required, 1 for a key
            outside numbered blocks or one every block of its stack holds in the default build (a
-           layer's norms, not the MLP of the dense layers only), else 0.
+           layer's norms, not the MLP of the dense layers only), a key a boolean or optional field
+           brings likewise in the build with that field set (Llama's attention_bias=true: every
+           layer's q/k/v/o_proj.bias; checked missing where config.json sets the field), else 0.
   "experts" the number of experts the per-expert keys (`experts.#.`) count, as config fields
            ("n_routed_experts+zero_expert_num": LongCat saves its zero experts), null when no
            field explains it; absent for a model without per-expert keys.
@@ -539,6 +541,26 @@ def no_class_why(model_type):
     return ": no model of it is a class any auto mapping names (a standalone model, no language model)"
 
 
+def blocks_of(disk):
+    """The stacks of numbered blocks: the key up to its first number -> block number -> the patterns
+    of the rest of the keys in that block."""
+    blocks = {}
+    for k in disk:
+        m = FIRST_INT.match(k)
+        if m:
+            blocks.setdefault(m.group(1), {}).setdefault(m.group(2), set()).add(pattern_of(m.group(3)))
+    return blocks
+
+
+def core_patterns(disk):
+    """The numbered keys every block of their stack holds, as patterns."""
+    core = set()
+    for stack, per in blocks_of(disk).items():
+        for rest in set.intersection(*per.values()):
+            core.add(pattern_of(stack) + ".#." + rest)
+    return core
+
+
 def schema_of(model_type):
     """model_type, or (model_type, class name): the schema of that class built from model_type's
     config class (a model_type another type's class saves its folders as)."""
@@ -635,10 +657,17 @@ def schema_of(model_type):
                 continue
         cond = f"{prefix}{f}={text}"
         p1 = {pattern_of(k) for k in disk}
+        core2 = core_patterns(k2)
         for k, s in k2.items():
             p = pattern_of(k)
             if p not in p1:
-                when.setdefault(p, (cond, s))
+                # Required under its flag as a key of the default build is: outside numbered blocks,
+                # or held by every block of its stack in the build with the flag set (Llama's
+                # attention_bias=true: every layer's q/k/v/o_proj.bias). Not under a tie_* flag: a
+                # class may override it (T5Config forces tie_word_embeddings), and the heads and
+                # embeddings it ties are checked by the tied-head rules.
+                need = not f.startswith("tie_") and (not FIRST_INT.match(k) or p in core2)
+                when.setdefault(p, (cond, s, 1 if need else 0))
         p2 = {pattern_of(k) for k in k2}
         for p in sorted(p1 - p2):
             absent.append([p, cond])
@@ -686,15 +715,8 @@ def schema_of(model_type):
                     when[p] = (f"{became[0]}=set", new[p])
     # Required: a key outside any numbered block, or one every block of its stack holds (the
     # attention and norms of every layer, not the MLP of the dense layers only).
-    blocks = {}
-    for k in disk:
-        m = FIRST_INT.match(k)
-        if m:
-            blocks.setdefault(m.group(1), {}).setdefault(m.group(2), set()).add(pattern_of(m.group(3)))
-    core = set()
-    for stack, per in blocks.items():
-        for rest in set.intersection(*per.values()):
-            core.add(pattern_of(stack) + ".#." + rest)
+    blocks = blocks_of(disk)
+    core = core_patterns(disk)
     # Together: the keys of one module of a block (its first path component: `mlp`, `self_attn`)
     # that the same blocks hold (GLM's MoE router weight, its e_score_correction_bias, the experts
     # and the shared experts of layers 1..7; the dense MLP of layer 0 is another group): a block
@@ -760,8 +782,8 @@ def schema_of(model_type):
         shape_of[p] = shape
         required = 1 if (not FIRST_INT.match(k) or p in core) else 0
         keys[p] = [p, dims, "".join(keep.get(k, ["-", "-"])), "", required]
-    for p, (cond, shape) in when.items():
-        keys.setdefault(p, [p, [None] * len(shape), "--", cond, 0])
+    for p, (cond, shape, *required) in when.items():
+        keys.setdefault(p, [p, [None] * len(shape), "--", cond, required[0] if required else 0])
     disk_patterns = {pattern_of(k) for k in disk}
     memory_patterns = {pattern_of(k) for k in memory}
     memory_only = sorted(memory_patterns - disk_patterns)

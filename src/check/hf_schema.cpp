@@ -553,7 +553,10 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     return regex_search_any(s->ignore_missing, concrete);
   };
   for (const auto& k : s->keys) {
-    if (!k.required || !k.when.empty()) continue;
+    // A key a flag brings (attention_bias=true: every layer's q/k/v/o_proj.bias) is required where
+    // config.json sets the flag, as transformers reports it missing there.
+    if (!k.required || !condition_holds(config, k.when, s->type)) continue;
+    const std::string whose = k.when.empty() ? who : who + " with " + k.when + " in config.json";
     if (memory_format && renamed.count(k.pattern)) continue;
     bool taken = false;
     for (const auto& [p, cond] : s->absent)
@@ -565,7 +568,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     const size_t h = k.pattern.find(".#.");
     if (h == std::string::npos) {
       if (!present.count(k.pattern))
-        problem("schema-key-missing", k.pattern, "every " + who + " folder holds this tensor, this one does not");
+        problem("schema-key-missing", k.pattern, "every " + whose + " folder holds this tensor, this one does not");
       continue;
     }
     const size_t last = k.pattern.rfind(".#.");
@@ -577,7 +580,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     const bool family = layer_kind_family(k.pattern.substr(h + 3));
     if (have == layers_of.end()) {
       if (!family && !nested) {
-        problem("schema-key-missing", k.pattern, "every layer of " + who + " holds this tensor, no layer here does");
+        problem("schema-key-missing", k.pattern, "every layer of " + whose + " holds this tensor, no layer here does");
         reported.insert(k.pattern);
       }
       continue;
@@ -595,7 +598,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
       std::string list;
       for (size_t i = 0; i < lost.size() && i < 16; ++i) list += (i ? ", " : "") + lost[i];
       problem("schema-key-missing", k.pattern,
-              "every layer of " + who + " holds this tensor, layer " + list + " here does not (the others do)");
+              "every layer of " + whose + " holds this tensor, layer " + list + " here does not (the others do)");
       reported.insert(k.pattern);
     }
   }

@@ -31,6 +31,10 @@ differs from global_config.hidden_size, so BltConfig derives global_config.encod
 and the model has model.global_transformer.token_embedding_projection, as BLT-7B) verifies clean and
 exports with --dtype bf16 to a folder from_pretrained loads without missing or unexpected keys; a
 global-transformer norm of the wrong length is schema-shape-mismatch naming global_config.hidden_size.
+Keys a config flag brings are required where config.json sets it: a tiny Qwen3 with
+attention_bias=true verifies clean; with every layer's o_proj.bias dropped (transformers reports them
+missing) verify exits 3 with schema-key-missing naming the pattern and the flag, and consolidate to
+an HF folder exits 3 and leaves nothing.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -286,6 +290,31 @@ def main() -> int:
         doc = verify_json(dcpctl, short, EXIT_INVALID, "blt: verify of a global-transformer norm one short")
         msg = [p["message"] for p in doc.get("problems", []) if p["code"] == "schema-shape-mismatch" and p["key"] == k]
         check(len(msg) == 1 and "global_config.hidden_size" in msg[0], f"blt: the norm against global_config.hidden_size: {codes(doc)} {msg}")
+
+        # A key a flag brings is required where config.json sets the flag: Qwen3 with attention_bias=true
+        # (megatron-core's add_qkv_bias exported under such a config has no o_proj.bias).
+        import hf_schema
+        import transformers
+        qb = tmp / "qwen3-bias"
+        cfg = hf_schema.tiny_config("qwen3")
+        cfg.attention_bias = True
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            torch.manual_seed(0)
+            transformers.Qwen3ForCausalLM._from_config(cfg, dtype=torch.float32).save_pretrained(qb)
+        verify_json(dcpctl, qb, EXIT_OK, "qwen3 attention_bias=true: verify of transformers' folder")
+        nb = tmp / "qwen3-bias-o-lost"
+        shutil.copytree(qb, nb)
+        rewrite(nb, lambda sd: [sd.pop(k) for k in list(sd) if k.endswith("o_proj.bias")])
+        info = loading_info(transformers.Qwen3ForCausalLM, nb)
+        check(any(k.endswith("o_proj.bias") for k in info["missing_keys"]), f"qwen3: transformers reports o_proj.bias missing: {info}")
+        doc = verify_json(dcpctl, nb, EXIT_INVALID, "qwen3 attention_bias=true: verify with no layer's o_proj.bias")
+        msg = [p["message"] for p in doc.get("problems", [])
+               if p["code"] == "schema-key-missing" and p["key"] == "model.layers.#.self_attn.o_proj.bias"]
+        check(len(msg) == 1 and "attention_bias=true" in msg[0], f"qwen3: o_proj.bias missing under attention_bias=true: {codes(doc)} {msg}")
+        out = tmp / "qwen3-bias-out"
+        r = run(dcpctl, "consolidate", str(nb), "-o", f"{out}/", "--dtype", "bf16")
+        expect_rc(r, EXIT_INVALID, "qwen3 attention_bias=true, o_proj.bias lost: consolidate -o DIR/")
+        check(not out.exists(), "qwen3: the refused export left nothing")
 
         # longcat_flash as transformers saves it (zero experts numbered past n_routed_experts).
         lc = tmp / "longcat"
