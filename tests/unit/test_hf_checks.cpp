@@ -255,8 +255,18 @@ TEST_CASE("hf schema: keys and shapes against the model's schema", "[hf]") {
   f = schema_problems(kLlama, extra);
   CHECK(codes(f) == std::vector<std::string>{"schema-key-unexpected", "schema-key-unexpected"});
   CHECK(f[1].message.find("only with attention_bias=true") != std::string::npos);
+  // With the flag set, every layer holds the four biases: the ones lost are missing (transformers
+  // reports them), named with the flag.
   json biased = kLlama;
   biased["attention_bias"] = true;
+  f = schema_problems(biased, extra);
+  CHECK(codes(f) == std::vector<std::string>{"schema-key-unexpected", "schema-key-missing", "schema-key-missing",
+                                             "schema-key-missing", "schema-key-missing"});
+  CHECK(f[1].message.find("with attention_bias=true in config.json holds this tensor") != std::string::npos);
+  for (const char* l : {"0", "1"})
+    for (const char* p : {"q", "k", "v", "o"})
+      if (std::string(l) != "0" || std::string(p) != "q")
+        extra.push_back({std::string("model.layers.") + l + ".self_attn." + p + "_proj.bias", "bfloat16", {16}});
   CHECK(codes(schema_problems(biased, extra)) == std::vector<std::string>{"schema-key-unexpected"});
   // The head: required untied, optional tied; the final norm always.
   std::vector<HfTensor> headless = llama_model(2);
