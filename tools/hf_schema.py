@@ -886,8 +886,8 @@ TINY = {
 # 7 stages; Gemma 4's per-layer input embedding, vocab_size_per_layer_input x hidden_size_per_layer_input
 # per layer; BLT's hash embedding of encoder_hash_byte_group_vocab rows; XLM's emb_dim; Janus's
 # projection_dim and VQ codebook). A list of widths (MuseSpark audio's hidden_sizes [256, ..., 2048],
-# Florence-2 vision's embed_dim) is divided by one power of two, its ratios kept. tiny_config tries the cut without them where the
-# cut with them is refused.
+# Florence-2 vision's embed_dim) is divided by one power of two, its ratios kept. tiny_config tries
+# the cut without them where the cut with them is refused.
 TINY_PATTERNS = [
     (re.compile(r"vocab"), 256),
     (re.compile(r"^num_embeddings$"), 256),
@@ -917,8 +917,8 @@ def tiny_patterns(cfg):
                 continue
             if isinstance(v, int) and not isinstance(v, bool) and v > cap and f not in TINY:
                 setattr(c, f, cap)  # (TINY's own ints are tiny_cut's: its relations kept there)
-            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v) \
-                    and max(v) > cap:
+            elif isinstance(v, (list, tuple)) and v and \
+                    all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v) and max(v) > cap:
                 d = 1
                 while max(v) // d > cap:
                     d *= 2
@@ -939,7 +939,9 @@ def tiny_config(model_type, cls=None, build=None):
     class cannot be built from is retried as one its validators refuse is (below), and the result is
     (config, what build returned). Without it, the config.
 
-    Where the cut config is refused (its class's validators, read back; or build), it is retried with
+    The cut (tiny_cut) makes the size fields TINY names small, then those TINY_PATTERNS names by
+    name (tried without them where refused). Where the cut config is refused (its class's
+    validators, read back; or build), it is retried with
     the relations the validators check kept (tiny_repairs), then with the layer count cut to LAYER_CAP
     rather than TINY_LAYERS (Zamba's shared attention needs two hybrid layers, the first at 2 and one
     every attn_layer_period after). Where every try fails, the cut config unchecked (as before: the
@@ -1004,7 +1006,8 @@ def tiny_cut(cfg, layers):
                 setattr(c, f, TINY[f])
         fields = vars(c)  # not getattr: a per-layer field of a heterogeneous config raises there
         if isinstance(fields.get("num_key_value_heads"), int) and isinstance(fields.get("num_attention_heads"), int):
-            if p in mha or (fields["num_key_value_heads"] and fields["num_attention_heads"] % fields["num_key_value_heads"]):
+            kv, heads = fields["num_key_value_heads"], fields["num_attention_heads"]
+            if p in mha or (kv and heads % kv):
                 c.num_key_value_heads = fields["num_attention_heads"]
         tiny_token_ids(c, fields.get("vocab_size"))
         tiny_mrope(c)
