@@ -15,8 +15,10 @@ transformers' save_pretrained is the source, and for each target dtype in bf16 a
     renames, is what the policy kept);
   - from_pretrained(OUT) reports no missing or unexpected keys;
   - `dcpctl verify SRC` exits 0 (the schema accepts what transformers itself saves).
-A type whose tiny model transformers cannot build or reload is listed, not failed (the sweep covers
-"every type transformers builds"); the list is printed with the reason.
+A type whose tiny folder transformers itself cannot reload (NOT_RELOADED) is listed, not failed, with
+the reason; so is one NOT_BUILT names for a reason outside transformers (a missing optional package).
+Any other type that is not built tiny fails the sweep, naming why: tiny_config builds every type
+transformers builds (the sweep covers them all).
 
 How it runs: a fork server. This process imports torch and transformers once, runs one type's
 transformers round trip as a warm-up (the shared modules and caches every type needs; --warm ''
@@ -104,6 +106,14 @@ KNOWN_GAPS: dict[str, str] = {
                         "schema holds no norm_7 or later, which a folder of the default 24 has. Building it "
                         "with fewer vision layers than output scales needs scipy (transformers' plan_out_scales "
                         "imports linear_sum_assignment; tools/requirements.txt); without it, not built",
+}
+
+# Types not built tiny here for a reason outside transformers and tiny_config: (what the reason
+# prints, why). Any other type of the schema that is not built tiny fails the sweep.
+NOT_BUILT = {
+    "inkling_mm_model": ("No module named 'scipy'", "transformers' Inkling vision tower imports scipy.optimize to "
+                         "build with fewer layers than output scales; scipy is in tools/requirements.txt, the "
+                         "virtualenv may predate it"),
 }
 
 # Types transformers itself cannot round-trip tiny: its from_pretrained of its own save_pretrained
@@ -400,11 +410,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-sweep-") as tmp:
         sweep_forked(todo, schema, dcpctl, tmp, max(1, a.j), a.mem_gb, a.timeout, a.cpu_limit, report)
     for t, why in sorted(not_built.items()):
-        print(f"not built tiny by transformers: {t}: {why}" + (f" (why: {NOT_RELOADED[t]})" if t in NOT_RELOADED else ""))
+        reason = NOT_RELOADED.get(t) or (NOT_BUILT[t][1] if t in NOT_BUILT else None)
+        print(f"not built tiny by transformers: {t}: {why}" + (f" (why: {reason})" if reason else ""))
     for t in todo:
         if t in NOT_RELOADED:
             check("from_pretrained of its own save_pretrained folder" in not_built.get(t, ""),
                   f"{t}: transformers now reloads its own folder: take it off NOT_RELOADED ({not_built.get(t)})")
+        elif t in not_built:
+            # Every other type of the schema builds tiny (tiny_config keeps the relations its validators
+            # check): one that does not is a failure naming why, unless NOT_BUILT says why not here.
+            expected = NOT_BUILT.get(t)
+            check(expected is not None and expected[0] in not_built[t],
+                  f"{t}: not built tiny ({not_built[t][:200]}): tools/hf_schema.py's tiny_config should build "
+                  f"every type transformers builds" + (f"; NOT_BUILT expects {expected[0]!r}" if expected else ""))
     cpu = cpu_now() - cpu0
     print(f"swept {len(todo) - len(not_built)} of {len(types)} types (shard {a.shard}, {a.j} child(ren) at a "
           f"time) in {time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU: the server's imports and warm-up "
