@@ -25,7 +25,7 @@ transformers round trip as a warm-up (the shared modules and caches every type n
 leaves it out), freezes its objects out of the garbage collector's way, then forks a child per type,
 -j N at a time (default 1). Each child sweeps one type and writes its checks to a file: its
 transformers steps (building, saving, from_pretrained) run under a memory cap (RLIMIT_AS of --mem-gb
-GiB, default 10; lifted for the dcpctl runs), so a type that needs more is listed "not built tiny:
+GiB, default 10; lifted for the dcpctl runs), so a type that needs more fails "not built tiny:
 memory"; a child that dies (killed, a crash, past --cpu-limit CPU seconds or --timeout seconds
 of wall) is a failure naming the type; neither stops the others. torch runs on one thread (the
 child's models are tiny; two shards share two cores). A child's modules (its model's modeling file)
