@@ -1188,6 +1188,8 @@ def flat_ints(cfg):
         for f, v in vars(c).items():
             if f.startswith("_") or isinstance(v, bool):
                 continue
+            if isinstance(v, tuple):
+                v = list(v)  # Reformer's axial_pos_embds_dim (64, 192)
             if isinstance(v, int) or (isinstance(v, list) and v and all(
                     isinstance(x, int) and not isinstance(x, bool) for x in v)):
                 out[prefix + f] = v
@@ -1197,9 +1199,6 @@ def flat_ints(cfg):
 def set_path(cfg, path, value):
     prefix, _, f = path.rpartition(".")
     setattr(sub_config_at(cfg, prefix + "." if prefix else ""), f, value)
-
-
-SELF_CHAIN = re.compile(r"\bself((?:\.[A-Za-z_]\w*)+)")
 
 
 def refusal(cfg, build=None):
@@ -1215,14 +1214,22 @@ def refusal(cfg, build=None):
         return None
     except Exception as e:
         cause = e.__cause__ if e.__cause__ is not None else e
-        tb, frame = cause.__traceback__, None
+        # The innermost frame validating a config (its `self`), else the innermost reading one (a
+        # module's __init__ checking its `config`: Reformer's axial position embeddings).
+        tb, frame, name = cause.__traceback__, None, "self"
+        reader = None
         while tb is not None:
-            if "self" in tb.tb_frame.f_locals and hasattr(tb.tb_frame.f_locals["self"], "to_dict"):
+            loc = tb.tb_frame.f_locals
+            if "self" in loc and hasattr(loc["self"], "to_dict"):
                 frame = tb
+            elif "config" in loc and hasattr(loc["config"], "to_dict"):
+                reader = tb
             tb = tb.tb_next
+        if frame is None and reader is not None:
+            frame, name = reader, "config"
         if frame is None:
             return (str(e)[:200], None, None), []
-        owner = frame.tb_frame.f_locals["self"]
+        owner = frame.tb_frame.f_locals[name]
         code = frame.tb_frame.f_code
         try:
             src = inspect.getsource(code)
@@ -1230,7 +1237,8 @@ def refusal(cfg, build=None):
             src = ""
         prefixes = [p for p, x in sub_configs(cfg) if type(x) is type(owner)]
         fields = []
-        for chain in dict.fromkeys(m.group(1)[1:] for m in SELF_CHAIN.finditer(src)):
+        chains = re.finditer(r"\b" + name + r"((?:\.[A-Za-z_]\w*)+)", src)
+        for chain in dict.fromkeys(m.group(1)[1:] for m in chains):
             for p in prefixes[:1]:
                 fields.append(p + chain)
         return (code, frame.tb_lineno, type(owner)), fields
@@ -1257,12 +1265,17 @@ def repair_candidates(fields, base, now):
         if f not in now or f not in base:
             continue
         if isinstance(now[f], list):
-            # Layer indices: scaled with the layer count among the fields that the cut changed.
+            # Layer indices: scaled with the layer count among the fields that the cut changed;
+            # sizes (Reformer's axial_pos_embds_dim, which sums to hidden_size): scaled with a size.
             for g, (n1, n0) in ratios.items():
                 if g.rsplit(".", 1)[-1] in LAYER_FIELDS and n0 > n1:
                     v = [x * n1 // n0 if x >= 0 else max(x, -n1) for x in base[f]]
-                    if v != now[f]:
-                        out.append((0, 0, 1, f, v))
+                elif all(x > 0 and x * n1 % n0 == 0 for x in base[f]):
+                    v = [x * n1 // n0 for x in base[f]]
+                else:
+                    continue
+                if v != now[f]:
+                    out.append((0, 0, 1, f, v))
             continue
         if f not in ints:
             continue
