@@ -89,6 +89,7 @@ import multiprocessing
 import re
 import sys
 import warnings
+import zlib
 
 LAYER_CAP = 8
 KEEP_TABLE = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "src", "plan", "keep_in_fp32.json")
@@ -112,7 +113,11 @@ SIZE_RE = re.compile(r"^(hidden_size|d_model|n_embd|vocab_size|n_vocab|decoder_v
                      r"moe_intermediate_size|shared_expert_intermediate_size|expert_ffn_hidden_size|"
                      r"n_routed_experts|num_local_experts|num_experts|moe_num_experts|zero_expert_num|"
                      r"n_shared_experts|num_shared_experts|head_dim|kv_lora_rank|q_lora_rank|"
-                     r"max_position_embeddings|num_attention_heads|num_key_value_heads|n_head|num_heads)$")
+                     r"max_position_embeddings|num_attention_heads|num_key_value_heads|n_head|num_heads|"
+                     # A multiplier of a width (Mamba's expand: in_proj and out_proj are
+                     # expand*hidden_size wide): doubled too, so a dimension it scales is a product
+                     # (no form) rather than 2*hidden_size, true only of the default expand.
+                     r"expand|mamba_expand)$")
 FIRST_INT = re.compile(r"^(.*?)\.(\d+)\.(.*)$")
 INT_COMPONENT = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.)")
 
@@ -326,9 +331,13 @@ def rebuilt(cfg):
         return cfg
 
 
-def rebuilt_or_raise(cfg):
+def rebuilt_or_raise(cfg, tiny=False):
+    """rebuilt, raising where the config class refuses its dict; tiny: the entries keyed by layer
+    index cut as tiny_config cuts the config (tiny_layer_keyed)."""
     d = cfg.to_dict()
     cut_layer_keyed(d)
+    if tiny:
+        tiny_layer_keyed(d)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return type(cfg).from_dict(d)
 
@@ -488,9 +497,9 @@ def count_form(n0, pert):
         c = (n1 - n0) // delta
         terms.append((field, c))
         total += c * f0
-    if not terms or total != n0 or any(c != 1 for _, c in terms):
-        return None
-    return "+".join(f for f, _ in terms)
+    if not terms or total != n0 or any(c not in (1, 2) for _, c in terms):
+        return None  # ERNIE-4.5-VL numbers its text and vision experts in one list: 2*moe_num_experts
+    return "+".join(f if c == 1 else f"{c}*{f}" for f, c in terms)
 
 
 NOT_FLIPPED = {"return_dict", "output_hidden_states", "is_decoder", "output_attentions", "use_cache",
@@ -872,65 +881,427 @@ TINY = {
 }
 
 
-def tiny_config(model_type, cls=None):
+# Size fields TINY does not name, by name, each with the most it may keep: a tower's widths
+# (VibeVoice's acoustic and semantic tokenizers are num_filters * 2**stage wide, 2048 at the last of
+# 7 stages; Gemma 4's per-layer input embedding, vocab_size_per_layer_input x hidden_size_per_layer_input
+# per layer; BLT's hash embedding of encoder_hash_byte_group_vocab rows; XLM's emb_dim; Janus's
+# projection_dim and VQ codebook). A list of widths (MuseSpark audio's hidden_sizes [256, ..., 2048],
+# Florence-2 vision's embed_dim) is divided by one power of two, its ratios kept. tiny_config tries
+# the cut without them where the cut with them is refused.
+TINY_PATTERNS = [
+    (re.compile(r"vocab"), 256),
+    (re.compile(r"^num_embeddings$"), 256),
+    (re.compile(r"(hidden_size|hidden_dim|embed_dim|emb_dim|projection_dim)s?(_|$)"), 64),
+    (re.compile(r"^num_filters$"), 4),
+    (re.compile(r"(^|_)channels$"), 32),  # Janus's VQ base_channels (x channel_multiplier 4), latent_channels
+]
+
+
+def tiny_pattern_cap(f):
+    if f in TINY:
+        return TINY[f]  # a list of them (Florence-2 vision's embed_dim per stage): the int is TINY's cut
+    if f.endswith(("_token_id", "_token_ids", "_id")):
+        return None
+    for rx, cap in TINY_PATTERNS:
+        if rx.search(f):
+            return cap
+    return None
+
+
+def tiny_patterns(cfg):
+    """cfg (cut in place) with the size fields TINY_PATTERNS names made small."""
+    for _, c in sub_configs(cfg):
+        for f, v in list(vars(c).items()):
+            cap = None if f.startswith("_") else tiny_pattern_cap(f)
+            if cap is None:
+                continue
+            if isinstance(v, int) and not isinstance(v, bool) and v > cap and f not in TINY:
+                setattr(c, f, cap)  # (TINY's own ints are tiny_cut's: its relations kept there)
+            elif isinstance(v, (list, tuple)) and v and \
+                    all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v) and max(v) > cap:
+                d = 1
+                while max(v) // d > cap:
+                    d *= 2
+                if all(x % d == 0 for x in v):
+                    setattr(c, f, [x // d for x in v])
+    return cfg
+
+
+def tiny_config(model_type, cls=None, build=None):
     """A small config of model_type (its class defaults, sizes cut), or raises. The cut config is read
     back from its dict (rebuilt), as from_pretrained reads the folder's config.json, so that what the
     config class derives in __post_init__ follows the cut sizes (BLIP's text_config.encoder_hidden_size,
     T5Gemma's decoder.cross_attention_hidden_size, MiniMax-M3-VL's merged_hidden_size): the model built
     is the one its own folder reloads as. Its starting point is real_config's, as the schema's (cls:
-    the class built, primary_class's by default)."""
+    the class built, primary_class's by default).
+
+    build: a function that builds the model of a config (raises when it cannot); given, a config its
+    class cannot be built from is retried as one its validators refuse is (below), and the result is
+    (config, what build returned). Without it, the config.
+
+    The cut (tiny_cut) makes the size fields TINY names small, then those TINY_PATTERNS names by
+    name (tried without them where refused). Where the cut config is refused (its class's
+    validators, read back; or build), it is retried with
+    the relations the validators check kept (tiny_repairs), then with the layer count cut to LAYER_CAP
+    rather than TINY_LAYERS (Zamba's shared attention needs two hybrid layers, the first at 2 and one
+    every attn_layer_period after). Where every try fails, the cut config unchecked (as before: the
+    caller's build or its reload reports why)."""
     import transformers
     if cls is None:
         name = primary_class(model_type)
         cls = getattr(transformers, name) if name else None
     cfg, _ = real_config(model_type, cls)  # the schema's starting point: its class defaults, completed
-    # Which sub-configs have as many key/value heads as attention heads (GLM-5-Next's validator
-    # requires it): kept so if the cut sizes are refused.
-    mha = {p for p, c in sub_configs(cfg) if vars(c).get("num_key_value_heads") is not None
-           and vars(c).get("num_key_value_heads") == vars(c).get("num_attention_heads")}
+    first = None
+    for layers in (TINY_LAYERS, LAYER_CAP):
+        cut = tiny_cut(cfg, layers)
+        if first is None:
+            first = cut
+        elif config_dict(cut) == config_dict(first):
+            break  # no layer count past TINY_LAYERS: nothing more to try
+        for patterns in (True, False):
+            if patterns:
+                c0 = tiny_patterns(copy.deepcopy(cut))
+                if config_dict(c0) == config_dict(cut):
+                    continue  # nothing TINY_PATTERNS names: the same as the cut without them
+            else:
+                c0 = cut
+            for c in tiny_repairs(c0, cfg, build):
+                try:
+                    back = rebuilt_or_raise(c, tiny=True)
+                    return (back, build(back)) if build is not None else back
+                except Exception:
+                    continue
+    back = rebuilt(first)
+    return (back, build(back)) if build is not None else back
+
+
+def config_dict(cfg):
+    try:
+        return cfg.to_dict()
+    except Exception:
+        return None
+
+
+def tiny_cut(cfg, layers):
+    """cfg (a copy) with its layer counts cut to `layers` and every size field TINY names made small,
+    the token ids kept inside the cut vocabulary and a multimodal RoPE's sections summing to half the
+    cut head_dim."""
+    # Sub-configs (towers, a multimodal model's language model) with as many key/value heads as
+    # attention heads by default keep them equal: transformers' own conversions may assume it
+    # (NeMo Speech-LM's audio encoders load q, k and v from one fused tensor split in three equal
+    # parts: a tiny tower of 4 heads and 2 key/value heads saves 160 rows that reload as 54, 54, 52).
+    # The top-level model keeps TINY's 2 key/value heads for 4 (grouped-query attention).
+    mha = {p for p, x in sub_configs(cfg) if p and vars(x).get("num_key_value_heads") is not None
+           and vars(x).get("num_key_value_heads") == vars(x).get("num_attention_heads")}
+    cfg = copy.deepcopy(cfg)
     global LAYER_CAP
-    saved, LAYER_CAP = LAYER_CAP, TINY_LAYERS
+    saved, LAYER_CAP = LAYER_CAP, layers
     try:
         cut_layers(cfg)
     finally:
         LAYER_CAP = saved
-    for _, c in sub_configs(cfg):
+    for p, c in sub_configs(cfg):
         for f, v in list(vars(c).items()):
             if f in TINY and isinstance(v, int) and not isinstance(v, bool) and v > TINY[f]:
                 setattr(c, f, TINY[f])
         fields = vars(c)  # not getattr: a per-layer field of a heterogeneous config raises there
         if isinstance(fields.get("num_key_value_heads"), int) and isinstance(fields.get("num_attention_heads"), int):
-            if fields["num_key_value_heads"] and fields["num_attention_heads"] % fields["num_key_value_heads"]:
+            kv, heads = fields["num_key_value_heads"], fields["num_attention_heads"]
+            if p in mha or (kv and heads % kv):
                 c.num_key_value_heads = fields["num_attention_heads"]
-        vocab = fields.get("vocab_size")
-        if isinstance(vocab, int):
-            for f in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
-                      "cls_token_id", "mask_token_id", "unk_token_id"):
-                v = fields.get(f)
-                if isinstance(v, int) and v >= vocab:
-                    setattr(c, f, vocab - 1 - (hash(f) % 8))
-                elif isinstance(v, list):
-                    setattr(c, f, [x if x < vocab else vocab - 1 for x in v])
+        tiny_token_ids(c, fields.get("vocab_size"))
+        tiny_mrope(c)
+    return cfg
+
+
+def tiny_token_ids(c, vocab):
+    """Every token id field of config c (`pad_token_id`, `audio_pad_token_id`, `image_token_id`, lists
+    of them) past the cut vocabulary brought inside it (the last 8 ids; Kyutai's embedding pads at
+    audio_pad_token_id)."""
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 8:
+        return
+    for f, v in list(vars(c).items()):
+        if not f.endswith(("_token_id", "_token_ids")):
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and v >= vocab:
+            setattr(c, f, vocab - 1 - zlib.crc32(f.encode()) % 8)
+        elif isinstance(v, list) and all(isinstance(x, int) for x in v):
+            setattr(c, f, [x if x < vocab else vocab - 1 for x in v])
+
+
+def tiny_mrope(c):
+    """A multimodal RoPE's sections summing to half the cut head_dim (Cosmos3-Edge's mrope_section
+    [24, 20, 20] for head_dim 128 becomes [4, 2, 2] for 16; ERNIE-4.5-VL's [22, 22, 20] sizes its
+    inverse frequencies at build, unchecked by its validators)."""
+    fields = vars(c)
+    rp, hd = fields.get("rope_parameters"), fields.get("head_dim")
+    if not isinstance(hd, int) and isinstance(fields.get("hidden_size"), int) and \
+            isinstance(fields.get("num_attention_heads"), int) and fields["num_attention_heads"]:
+        hd = fields["hidden_size"] // fields["num_attention_heads"]
+    if isinstance(rp, dict) and isinstance(rp.get("mrope_section"), list) and isinstance(hd, int):
+        sec, half = rp["mrope_section"], hd // 2
+        if sum(sec) != half and len(sec) <= half:
+            scaled = [max(1, x * half // sum(sec)) for x in sec]
+            scaled[0] += half - sum(scaled)
+            rp["mrope_section"] = scaled
+
+
+def tiny_layer_keyed(d):
+    """In a config's dict, the entries keyed by layer index (Dots-3-Note's per_layer_config: each
+    sliding layer's heads, ranks and head sizes) cut as the config's own fields are: every size TINY
+    names made small, as many key/value heads as attention heads where the entry had."""
+    for k, v in list(d.items()):
+        if not isinstance(v, dict):
+            continue
+        if v and k not in ("id2label", "label2id") and all(str(i).isdigit() for i in v):
+            for entry in v.values():
+                if not isinstance(entry, dict):
+                    continue
+                mha = entry.get("num_key_value_heads") is not None and \
+                    entry.get("num_key_value_heads") == entry.get("num_attention_heads")
+                for f, x in list(entry.items()):
+                    if f in TINY and isinstance(x, int) and not isinstance(x, bool) and x > TINY[f]:
+                        entry[f] = TINY[f]
+                if mha:
+                    entry["num_key_value_heads"] = entry["num_attention_heads"]
+        else:
+            tiny_layer_keyed(v)
+
+
+def tiny_repairs(cut, default, build=None, rounds=6):
+    """The cut config, then copies of it its config class (or build) refuses less: yields cut, then
+    (where it is refused) cut with the relations its default held kept, one repair after another:
+      - as many key/value heads as attention heads where the default had (GLM-5-Next's validator);
+      - a field the failing validator reads set to what keeps the relation its default held
+        (repair_refused);
+      - where the refusal is not a validator's (build): a multimodal RoPE given sections for the cut
+        head_dim where its class takes them (`mrope_section` among its rope keys) and its
+        rope_parameters leave them to the modeling code's default for the default head_dim
+        (ERNIE-4.5-VL: [22, 22, 20] of 64, 8 wide when cut); then every integer field the cut left at
+        its default that equalled a field the cut changed in the same config follows that field
+        (Mimi's upsample_groups, its hidden_size: a depthwise convolution, 512 of 512 by default).
+    build, given: a config that reads back but does not build is repaired as a refused one."""
+    yield cut
+    c = copy.deepcopy(cut)
+    mha = {p for p, x in sub_configs(default) if vars(x).get("num_key_value_heads") is not None
+           and vars(x).get("num_key_value_heads") == vars(x).get("num_attention_heads")}
+    for p, x in sub_configs(c):
+        if p in mha and isinstance(vars(x).get("num_attention_heads"), int):
+            x.num_key_value_heads = vars(x)["num_attention_heads"]
+    yield c
+    c = yield from repair_refused(c, default, build, rounds)
+    for fix in (mrope_for_class, follow_equal):
+        c2 = fix(c, default)
+        if c2 is None:
+            continue
+        c = c2
+        yield c
+        c = yield from repair_refused(c, default, build, rounds)
+
+
+def repair_refused(c, default, build, rounds):
+    """Yields c repaired, one field at a time, while the config class refuses it; returns the last.
+    The failing validator's own source names the fields (`self.vision_config.out_hidden_size`,
+    `self.text_config.hidden_size`); a field among them is given its default value times the ratios
+    the cut gave one, two or three of the others (granite_docling's vision_config.out_hidden_size
+    follows text_config.hidden_size; fun_asr_nano's adaptor_config.intermediate_size is
+    text_config.hidden_size // 4 by default, 256 of 1024, and becomes 16 of 64; XLNet's d_head,
+    d_model // n_head; Mamba-2's expand in hidden_size * expand == num_heads * head_dim), a list of
+    layer indices scaled with the layer count it indexes (Molmo2's adapter_config.vision_feature_layer
+    [24, 18] of 25 vision layers, [3, 2] of 4). Fields the cut left at their default are tried first,
+    values that shrink before values that grow; a repair is kept where the config then reads back, or
+    is refused at a later check of the same validator or by another config class's (the next
+    relation); `rounds` repairs at most."""
+    base = flat_ints(default)
+    for _ in range(rounds):
+        err = refusal(c, build)
+        if err is None or not err[1]:
+            return c
+        where, fields = err
+        now = flat_ints(c)
+        fixed = None
+        for path, value in repair_candidates(fields, base, now):
+            trial = copy.deepcopy(c)
+            set_path(trial, path, value)
+            e2 = refusal(trial, build)
+            if e2 is None or progressed(where, e2[0]):
+                fixed = trial
+                break
+        if fixed is None:
+            return c
+        c = fixed
+        yield c
+    return c
+
+
+def mrope_for_class(c, default):
+    """c with RoPE sections for its cut head_dim where a config class takes `mrope_section` (its
+    ignore_keys_at_rope_validation) and its rope_parameters have none; None where none changed."""
+    out, changed = copy.deepcopy(c), False
+    for _, x in sub_configs(out):
+        rp = vars(x).get("rope_parameters")
+        if not isinstance(rp, dict) or "mrope_section" in rp or \
+                "mrope_section" not in (getattr(type(x), "ignore_keys_at_rope_validation", None) or ()):
+            continue
+        fields = vars(x)
+        hd = fields.get("head_dim")
+        if not isinstance(hd, int) and isinstance(fields.get("hidden_size"), int) and fields.get("num_attention_heads"):
+            hd = fields["hidden_size"] // fields["num_attention_heads"]
+        if isinstance(hd, int) and hd >= 6:
+            half = hd // 2
+            rp["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+            changed = True
+    return out if changed else None
+
+
+def follow_equal(c, default):
+    """c with each integer field the cut left at its default that equalled, in the same config, a
+    field the cut changed, set to that field's cut value; None where none changed."""
+    out, changed = copy.deepcopy(c), False
+    cuts = dict(sub_configs(default))
+    for p, x in sub_configs(out):
+        d = cuts.get(p)
+        if d is None:
+            continue
+        dv, nv = vars(d), vars(x)
+        moved = {}
+        for f, v in nv.items():
+            v0 = dv.get(f)
+            if f.startswith("_") or isinstance(v, bool) or not isinstance(v, int) or not isinstance(v0, int):
+                continue
+            if v != v0 and v0 > 1:
+                moved.setdefault(v0, v)
+        for f, v in list(nv.items()):
+            if f.startswith("_") or isinstance(v, bool) or not isinstance(v, int) or f.endswith(("_token_id", "_id")):
+                continue
+            if dv.get(f) == v and v in moved and moved[v] < v:
+                setattr(x, f, moved[v])
+                changed = True
+    return out if changed else None
+
+
+def flat_ints(cfg):
+    """{"vision_config.out_hidden_size": 1024, "adapter_config.vision_feature_layer": [24, 18], ...}:
+    the integer fields (and lists of integers) of cfg and its sub-configs by path."""
+    out = {}
+    for prefix, c in sub_configs(cfg):
+        for f, v in vars(c).items():
+            if f.startswith("_") or isinstance(v, bool):
+                continue
+            if isinstance(v, tuple):
+                v = list(v)  # Reformer's axial_pos_embds_dim (64, 192)
+            if isinstance(v, int) or (isinstance(v, list) and v and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in v)):
+                out[prefix + f] = v
+    return out
+
+
+def set_path(cfg, path, value):
+    prefix, _, f = path.rpartition(".")
+    setattr(sub_config_at(cfg, prefix + "." if prefix else ""), f, value)
+
+
+def refusal(cfg, build=None):
+    """None where cfg reads back from its dict (and builds, with build), else (where, fields): where the
+    refusal was raised (the validator's code object, line and config class), and the paths in cfg of
+    the fields the raising validator reads (`self.a.b` in its source, self the config it validates,
+    found in cfg by its class)."""
+    import inspect
     try:
-        return rebuilt_or_raise(cfg)
-    except Exception:
-        pass
-    # The config class refuses the cut sizes (its validators run when it is read back): keep the
-    # relations they check — as many key/value heads as attention heads where the default had
-    # (GLM-5-Next), a multimodal RoPE's sections summing to half the cut head_dim (Cosmos3-Edge's
-    # mrope_section [24, 20, 20] for head_dim 128 becomes [4, 2, 2] for 16) — and try again.
-    for p, c in sub_configs(cfg):
-        fields = vars(c)
-        if p in mha and isinstance(fields.get("num_attention_heads"), int):
-            c.num_key_value_heads = fields["num_attention_heads"]
-        rp, hd = fields.get("rope_parameters"), fields.get("head_dim")
-        if isinstance(rp, dict) and isinstance(rp.get("mrope_section"), list) and isinstance(hd, int):
-            sec, half = rp["mrope_section"], hd // 2
-            if sum(sec) != half and len(sec) <= half:
-                scaled = [max(1, x * half // sum(sec)) for x in sec]
-                scaled[0] += half - sum(scaled)
-                rp["mrope_section"] = scaled
-    return rebuilt(cfg)
+        back = rebuilt_or_raise(cfg, tiny=True)
+        if build is not None:
+            build(back)
+        return None
+    except Exception as e:
+        cause = e.__cause__ if e.__cause__ is not None else e
+        # The innermost frame validating a config (its `self`), else the innermost reading one (a
+        # module's __init__ checking its `config`: Reformer's axial position embeddings).
+        tb, frame, name = cause.__traceback__, None, "self"
+        reader = None
+        while tb is not None:
+            loc = tb.tb_frame.f_locals
+            if "self" in loc and hasattr(loc["self"], "to_dict"):
+                frame = tb
+            elif "config" in loc and hasattr(loc["config"], "to_dict"):
+                reader = tb
+            tb = tb.tb_next
+        if frame is None and reader is not None:
+            frame, name = reader, "config"
+        if frame is None:
+            return (str(e)[:200], None, None), []
+        owner = frame.tb_frame.f_locals[name]
+        code = frame.tb_frame.f_code
+        try:
+            src = inspect.getsource(code)
+        except Exception:
+            src = ""
+        prefixes = [p for p, x in sub_configs(cfg) if type(x) is type(owner)]
+        fields = []
+        chains = re.finditer(r"\b" + name + r"((?:\.[A-Za-z_]\w*)+)", src)
+        for chain in dict.fromkeys(m.group(1)[1:] for m in chains):
+            for p in prefixes[:1]:
+                fields.append(p + chain)
+        return (code, frame.tb_lineno, type(owner)), fields
+
+
+def progressed(where, now):
+    """Whether a refusal at `now` is past the one at `where`: a later line of the same validator, or
+    another config class's validator (a sub-config's refusal fixed, its parent's next)."""
+    code, line, owner = where
+    code2, line2, owner2 = now
+    if code2 is code:
+        return line2 > line
+    return owner2 is not owner and owner2 is not None
+
+
+def repair_candidates(fields, base, now):
+    """(path, value) candidates, in the order repair tries them (see tiny_repairs)."""
+    from itertools import combinations, product
+    ints = [f for f in fields if isinstance(now.get(f), int) and isinstance(base.get(f), int)
+            and base[f] > 0 and now[f] > 0]
+    ratios = {f: (now[f], base[f]) for f in ints if now[f] != base[f]}
+    out = []
+    for f in fields:
+        if f not in now or f not in base:
+            continue
+        if isinstance(now[f], list):
+            # Layer indices: scaled with the layer count among the fields that the cut changed;
+            # sizes (Reformer's axial_pos_embds_dim, which sums to hidden_size): scaled with a size.
+            for g, (n1, n0) in ratios.items():
+                if g.rsplit(".", 1)[-1] in LAYER_FIELDS and n0 > n1:
+                    v = [x * n1 // n0 if x >= 0 else max(x, -n1) for x in base[f]]
+                elif all(x > 0 and x * n1 % n0 == 0 for x in base[f]):
+                    v = [x * n1 // n0 for x in base[f]]
+                else:
+                    continue
+                if v != now[f]:
+                    out.append((0, 0, 1, f, v))
+            continue
+        if f not in ints:
+            continue
+        others = [g for g in ratios if g != f]
+        if now[f] != base[f]:
+            out.append((1, 0 if base[f] < now[f] else 1, 0, f, base[f]))  # its default again
+        for k in (1, 2, 3):
+            for gs in combinations(others, k):
+                for es in product((1, -1), repeat=k):
+                    num, den = base[f], 1
+                    for g, e in zip(gs, es):
+                        n1, n0 = ratios[g]
+                        num, den = (num * n1, den * n0) if e > 0 else (num * n0, den * n1)
+                    if num % den:
+                        continue
+                    v = num // den
+                    if v <= 0 or v == now[f]:
+                        continue
+                    out.append((0 if now[f] == base[f] else 1, 0 if v < now[f] else 1, k, f, v))
+    out.sort(key=lambda x: x[:3])
+    seen = set()
+    for *_, f, v in out:
+        key = (f, repr(v))
+        if key not in seen:
+            seen.add(key)
+            yield f, v
 
 
 def main():

@@ -438,9 +438,12 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
     if (any) out.checked.push_back("experts");
     // Per-expert keys number what the model schema says save_pretrained numbers (LongCat's zero
     // experts: n_routed_experts + zero_expert_num), else the routed experts.
+    // Where the schema holds per-expert keys that no config field counts (ERNIE-4.5-VL's text and
+    // vision experts in one list), the config's count is not compared with them.
     const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config);
     const int64_t numbered = saved ? saved->first : *experts;
     const std::string counted = saved ? " (" + saved->second + ", as transformers saves them)" : std::string();
+    if (!saved && schema_expert_count_unexplained(config)) per_layer.clear();
     for (const auto& [layer, ids] : per_layer) {
       std::vector<int64_t> missing, extra;
       for (int64_t j = 0; j < numbered && j < (1 << 20); ++j)
@@ -483,11 +486,13 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
       if (k.empty() || it == by_key.end()) continue;
       const HfTensor& t = *it->second;
       if (t.shape.size() != 2 || !float_dtype_name(t.dtype)) continue;
-      out.checked.push_back(k == embed ? "vocab_size" : "vocab_size (lm_head)");
       // The rows the model schema derives from the config where it derives them (Marian's decoder
       // embedding has decoder_vocab_size rows, mllama's text_config.vocab_size+8, Moshi's
-      // vocab_size+1), else vocab_size.
+      // vocab_size+1), else vocab_size; none where the schema derives the key's other dimension
+      // but not its rows (Kyutai's: vocab_size + num_codebooks * codebook_vocab_size + 1).
       const auto rows = schema_dim(config, k, 0);
+      if (!rows && schema_dim_unexplained(config, k, 0)) continue;
+      out.checked.push_back(k == embed ? "vocab_size" : "vocab_size (lm_head)");
       const int64_t want = rows ? rows->first : *vocab;
       if (t.shape[0] != want)
         problem("vocab-size-mismatch", k,

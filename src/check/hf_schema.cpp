@@ -314,6 +314,7 @@ const HfSchema& hf_schema() {
       m.ignore_unexpected = strings(o, "ignore_unexpected");
       m.ignore_missing = strings(o, "ignore_missing");
       if (o.contains("experts") && o["experts"].is_string()) m.experts = o["experts"].get<std::string>();
+      m.experts_unexplained = o.contains("experts") && o["experts"].is_null();
       m.head_untied = o.value("head_untied", false);
       if (o.contains("together"))
         for (const auto& g : o["together"]) {
@@ -393,6 +394,19 @@ std::optional<std::pair<int64_t, std::string>> schema_expert_count(const json& c
   std::optional<int64_t> n = evaluate_dims(config, s->experts, s->type);
   if (!n) return std::nullopt;
   return std::make_pair(*n, s->experts);
+}
+
+bool schema_expert_count_unexplained(const json& config) {
+  const ModelSchema* s = schema_for_config(config);
+  return s && s->experts_unexplained;
+}
+
+bool schema_dim_unexplained(const json& config, const std::string& key, size_t dim) {
+  const ModelSchema* s = schema_for_config(config);
+  if (!s) return false;
+  const SchemaKey* k = s->lookup(schema_pattern(key));
+  if (!k || !k->when.empty() || dim >= k->dims.size() || !k->dims[dim].empty()) return false;
+  return std::any_of(k->dims.begin(), k->dims.end(), [](const std::string& d) { return !d.empty(); });
 }
 
 std::optional<std::pair<int64_t, std::string>> schema_dim(const json& config, const std::string& key, size_t dim) {

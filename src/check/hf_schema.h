@@ -65,6 +65,9 @@ struct ModelSchema {
   std::vector<std::pair<std::string, std::string>> prefixes;  // on-disk prefix -> the schema's (PrefixChange)
   bool head_untied = false;  // the class never ties lm_head.weight: it loads the folder's whatever tie_word_embeddings says
   std::string experts;  // how many experts the per-expert keys number, as config fields ("" unknown)
+  // The class has per-expert keys but no config field explains how many it numbers (the schema's
+  // "experts": null): the config's expert count is not what transformers saves.
+  bool experts_unexplained = false;
   // Keys of one module of a numbered block (`mlp`, `self_attn`) that the same blocks hold in the
   // default build: a block holding one holds them all (an MoE layer's router weight, its expert
   // bias, its experts).
@@ -122,6 +125,17 @@ bool schema_keeps_dtype(const nlohmann::json& config, const std::string& key, co
 // How many experts the per-expert keys (`experts.J.`) of config.json's model number on disk, from
 // the schema's formula and the config, with the formula; nullopt when the schema does not say.
 std::optional<std::pair<int64_t, std::string>> schema_expert_count(const nlohmann::json& config);
+
+// Whether the schema holds config.json's model with per-expert keys whose number no config field
+// explains (ERNIE-4.5-VL numbers its text and vision experts in one list, twice moe_num_experts):
+// the config's expert count is then no measure of the folder's numbering.
+bool schema_expert_count_unexplained(const nlohmann::json& config);
+
+// Whether the schema holds `key` of config.json's model (unconditionally: no flag brings it) with a
+// config field for some dimension but none for dimension `dim`: that dimension is not a field the
+// config names (Kyutai's embedding: vocab_size + num_codebooks * codebook_vocab_size + 1 rows, a
+// product), so it is no measure of it.
+bool schema_dim_unexplained(const nlohmann::json& config, const std::string& key, size_t dim);
 
 // Dimension `dim` of `key` of config.json's model as the schema derives it from the config, with
 // its formula ("decoder_vocab_size", "text_config.vocab_size+8"); nullopt when the schema does

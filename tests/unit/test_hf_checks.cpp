@@ -385,3 +385,32 @@ TEST_CASE("hf schema: keys and rows that come from two config fields, a head its
   bbc["model_type"] = "pegasus";
   CHECK(has(check_hf_config(bbc, "config.json", bb, differs, false).problems, "tied-head-differs"));
 }
+
+TEST_CASE("hf schema: an expert count or embedding rows that no config field explains are not compared", "[hf]") {
+  // ERNIE-4.5-VL-MoE saves its text and vision experts in one list (experts 0..7 for
+  // moe_num_experts 4, as transformers' own save_pretrained writes them): the config's count is no
+  // measure of the numbering where the schema holds per-expert keys that no field counts (or counts
+  // them itself: 2*text_config.moe_num_experts).
+  json ernie = {{"model_type", "ernie4_5_vl_moe"}, {"text_config", {{"moe_num_experts", 4}}}};
+  std::vector<HfTensor> experts;
+  for (int j = 0; j < 8; ++j)
+    experts.push_back({"model.layers.1.mlp.experts." + std::to_string(j) + ".up_proj.weight", "float32", {2, 2}});
+  CHECK(schema_expert_count_unexplained(ernie) != schema_expert_count(ernie).has_value());
+  CHECK(!has(config_check(ernie, experts).problems, "expert-count-mismatch"));
+  // A type whose numbering the config counts is still held to it.
+  json qwen = {{"model_type", "qwen2_moe"}, {"num_experts", 4}};
+  CHECK(!schema_expert_count_unexplained(qwen));
+  CHECK(has(config_check(qwen, experts).problems, "expert-count-mismatch"));
+  // Kyutai's embedding has vocab_size + num_codebooks * codebook_vocab_size + 1 rows (8,453 for the
+  // tiny model transformers saves): the schema derives its width (hidden_size), not its rows.
+  json ky = {{"model_type", "kyutai_speech_to_text"}, {"vocab_size", 256}, {"hidden_size", 64}};
+  CHECK(schema_dim_unexplained(ky, "model.embed_tokens.embed_tokens.weight", 0));
+  CHECK(!schema_dim_unexplained(ky, "model.embed_tokens.embed_tokens.weight", 1));
+  std::vector<HfTensor> emb = {{"model.embed_tokens.embed_tokens.weight", "float32", {8453, 64}}};
+  CHECK(!has(config_check(ky, emb).problems, "vocab-size-mismatch"));
+  // Rows the schema derives from vocab_size are still compared.
+  json llama = {{"model_type", "llama"}, {"vocab_size", 256}};
+  CHECK(!schema_dim_unexplained(llama, "model.embed_tokens.weight", 0));
+  std::vector<HfTensor> le = {{"model.embed_tokens.weight", "float32", {300, 64}}};
+  CHECK(has(config_check(llama, le).problems, "vocab-size-mismatch"));
+}
