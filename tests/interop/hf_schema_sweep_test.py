@@ -93,12 +93,9 @@ SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "fl
 # (BigBirdPegasusForCausalLM never ties its head: the schema's head_untied, so no tied-head-differs);
 # granite_speech5_ctc and granite_speech5_encoder (BatchNorm's int64 num_batches_tracked, which
 # transformers' dtype plan casts to float32 on load: dcpctl keeps it as saved, from_pretrained of
-# the export holds the same float32 tensor, checked).
+# the export holds the same float32 tensor, checked); mamba2 (its mixer.out_proj width was 2*hidden_size, expand's
+# default taken for a constant: the generator now doubles expand too, so the width gets no form).
 KNOWN_GAPS: dict[str, str] = {
-    "mamba2": "the committed schema gives Mamba-2's mixer.out_proj dimension 1 as 2*hidden_size (expand's default "
-              "2 taken for a constant; the tiny config's validator repair gives expand 1, so hidden_size*expand is "
-              "64): schema-shape-mismatch on transformers' own folder. tools/hf_schema.py now doubles expand and "
-              "mamba_expand too, so that dimension gets no form (a product); regenerating the schema fixes it",
     "inkling_mm_model": "its vision tower's layers are numbered in their names, not as path components "
                         "(model.visual.layers.norm_N.weight, linear_N.weight: one per vision_config.num_hidden_layers, "
                         "24 by default), which the schema, built with 8, holds as 15 fixed keys every folder has: "
