@@ -507,6 +507,29 @@ def test_torchrun(case: mo.Case, work: Path) -> None:
         check(out.read_bytes() == single.read_bytes(), f"{case.name}: torchrun output differs from one process's")
 
 
+def test_composite_config(case: mo.Case, work: Path) -> None:
+    """A text model (torchtitan's Qwen 3.5) exported under its release's composite config.json
+    (transformers' own Qwen3_5MoeConfig with this text_config: the vision tower the checkpoint does
+    not hold): refused, exit 5, nothing left, the missing vision keys named and the way out (a config
+    of the text_config alone, its model_type) said."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    text = json.loads(Path(case.config_path).read_text())
+    composite_type = text["model_type"].removesuffix("_text")
+    cfg = CONFIG_MAPPING[composite_type](text_config={k: v for k, v in text.items() if k != "architectures"})
+    d = work / f"{case.name}-composite-config"
+    d.mkdir()
+    cfg.architectures = [text["architectures"][0].replace("ForCausalLM", "ForConditionalGeneration")]
+    cfg.save_pretrained(d)
+    out = work / f"{case.name}-composite"
+    r = dcpctl("consolidate", case.ckpt, "-o", f"{out}/", "--map", case.map, "--config", d / "config.json")
+    err = r.stdout + r.stderr
+    check(r.returncode == 5 and "schema-key-missing" in err and "model.visual." in err
+          and f"made of its text_config (model_type {text['model_type']})" in err,
+          f"{case.name}: a text model under the composite {composite_type} config: exit {r.returncode} (want 5, "
+          f"the vision keys missing and the text_config named): {err.strip()[-500:]!r}")
+    check(not out.exists(), f"{case.name}: the refused composite export left nothing")
+
+
 def same_tensors(got: dict, want: dict, what: str) -> None:
     check(set(got) == set(want), f"{what}: keys differ: {sorted(set(got) ^ set(want))[:8]}")
     bad = [k for k in set(got) & set(want) if got[k].dtype != want[k].dtype or not torch.equal(got[k], want[k])]
@@ -957,6 +980,8 @@ def main() -> int:
             if case.family == "llama3" or case.kind == "megatron":
                 steps.append((f"{case.name} config lookup", lambda c=case: test_config_lookup(c, work)))
                 steps.append((f"{case.name} refusals", lambda c=case: test_refusals(c, work, fixtures)))
+            if case.family == "qwen3_5":
+                steps.append((f"{case.name} composite config", lambda c=case: test_composite_config(c, work)))
             if case.name == "titan_llama3":
                 steps.append((f"{case.name} torchrun", lambda c=case: test_torchrun(c, work)))
         for label, fn in steps:

@@ -12,6 +12,7 @@
 // appear as they complete, is not checked here: `dcpctl verify` it).
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 
 #include "check/hf_checks.h"
@@ -26,6 +27,33 @@ namespace dcpctl {
 using nlohmann::json;
 
 namespace {
+
+// Every key the model schema finds missing lies under one module (`model.visual.`) of a model whose
+// config.json has a text_config: the checkpoint holds the language model of a composite model alone
+// (torchtitan's Qwen 3.5 text model exported under the release's config.json). The way out, named;
+// empty otherwise.
+std::string part_missing_hint(const HfReport& r, const std::string& config_path) {
+  std::string part;
+  for (const Finding& f : r.problems) {
+    if (f.code != "schema-key-missing") continue;
+    const size_t dot = f.where.key.find('.');
+    const size_t end = dot == std::string::npos ? dot : f.where.key.find('.', dot + 1);
+    if (end == std::string::npos) return {};
+    const std::string p = f.where.key.substr(0, end + 1);
+    if (p.find('#') != std::string::npos || (!part.empty() && p != part)) return {};
+    part = p;
+  }
+  if (part.empty()) return {};
+  std::ifstream in(config_path);
+  const json c = json::parse(in, nullptr, false);
+  if (c.is_discarded() || !c.is_object() || !c.contains("text_config") || !c["text_config"].is_object()) return {};
+  const json& t = c["text_config"];
+  const std::string type = c.value("model_type", std::string("?"));
+  const std::string text = t.contains("model_type") && t["model_type"].is_string() ? t["model_type"].get<std::string>() : "";
+  return "\n  every missing key is under '" + part + "', which this checkpoint does not hold: config.json names the whole " +
+         type + " model; to export its language model alone, give --config a config.json made of its text_config" +
+         (text.empty() ? std::string() : " (model_type " + text + ")");
+}
 
 class HfFolder final : public SafetensorsFiles {
  public:
@@ -107,6 +135,7 @@ class HfFolder final : public SafetensorsFiles {
     const bool schema_only = std::all_of(r.problems.begin(), r.problems.end(), [](const Finding& f) {
       return f.code == "schema-key-unexpected" || f.code == "schema-key-missing" || f.code == "schema-shape-mismatch";
     });
+    what += part_missing_hint(r, join_path(dir_->temp_path(), "config.json"));
     if (!o_.map.empty() && schema_only)
       throw UnsupportedError(Where(o_.output), "key map " + o_.map + " does not cover the model its config.json names (" +
                                                    codes + "), so the folder was not put in place:" + what);
