@@ -34,7 +34,8 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            that explains the change; keep, two characters, the dtype
            transformers keeps the tensor in when loading with dtype=bfloat16 then float16 (after its
            load-time renames, so in on-disk names): '-' the target dtype, 'f' float32, 'i' not a
-           floating tensor (never cast); when, "" for a key of the default build, or the boolean
+           floating tensor (never cast), "" not derived (a key two size fields or a derived field
+           bring); when, "" for a key of the default build, or the boolean
            config field value that brings it ("tie_word_embeddings=false", of any sub-config:
            "vision_config.qkv_bias=true"), or two size fields whose difference brings it
            ("hidden_size!=word_embed_proj_dim": OPT's project_in, found by doubling one size field,
@@ -647,7 +648,7 @@ def schema_of(model_type):
     for prefix, f, value, text in flips:
         try:
             c2 = edited(cfg, (prefix, f, value), rebuild=False)
-            m2, sd2, _ = build(cls, c2, torch.bfloat16)
+            m2, sd2, mem2 = build(cls, c2, torch.bfloat16)
             k2 = disk_keys(m2, sd2)
         except Exception:
             # A flag whose module needs sizes the default leaves null (Gemma 4's
@@ -660,13 +661,23 @@ def schema_of(model_type):
                 continue
             try:
                 c2 = edited(cfg, (prefix, f, value), *fill, rebuild=False)
-                m2, sd2, _ = build(cls, c2, torch.bfloat16)
+                m2, sd2, mem2 = build(cls, c2, torch.bfloat16)
                 k2 = disk_keys(m2, sd2)
             except Exception:
                 continue
         cond = f"{prefix}{f}={text}"
         p1 = {pattern_of(k) for k in disk}
         core2 = core_patterns(k2)
+        # The dtype transformers keeps each key of that build in, as for the default build's keys;
+        # not derived ("") where transformers' tied-weight check refuses the flipped build's dict (a
+        # tie_* flag set on the config as made).
+        keep2 = {}
+        try:
+            for target, pos in ((torch.bfloat16, 0), (torch.float16, 1)):
+                for k, (_, d) in disk_keys(m2, sd2, loaded_dtypes(m2, mem2, target, torch.bfloat16)).items():
+                    keep2.setdefault(k, ["-", "-"])[pos] = keep_char(d, target)
+        except Exception:
+            keep2 = None
         for k, s in k2.items():
             p = pattern_of(k)
             if p not in p1:
@@ -676,7 +687,7 @@ def schema_of(model_type):
                 # class may override it (T5Config forces tie_word_embeddings), and the heads and
                 # embeddings it ties are checked by the tied-head rules.
                 need = not f.startswith("tie_") and (not FIRST_INT.match(k) or p in core2)
-                when.setdefault(p, (cond, s, 1 if need else 0))
+                when.setdefault(p, (cond, s, 1 if need else 0, "".join(keep2[k]) if keep2 and k in keep2 else ""))
         p2 = {pattern_of(k) for k in k2}
         for p in sorted(p1 - p2):
             absent.append([p, cond])
@@ -791,8 +802,9 @@ def schema_of(model_type):
         shape_of[p] = shape
         required = 1 if (not FIRST_INT.match(k) or p in core) else 0
         keys[p] = [p, dims, "".join(keep.get(k, ["-", "-"])), "", required]
-    for p, (cond, shape, *required) in when.items():
-        keys.setdefault(p, [p, [None] * len(shape), "--", cond, required[0] if required else 0])
+    # A key of another condition (two fields that differ, a derived field set) has no dtype derived: "".
+    for p, (cond, shape, *more) in when.items():
+        keys.setdefault(p, [p, [None] * len(shape), more[1] if more else "", cond, more[0] if more else 0])
     disk_patterns = {pattern_of(k) for k in disk}
     memory_patterns = {pattern_of(k) for k in memory}
     memory_only = sorted(memory_patterns - disk_patterns)

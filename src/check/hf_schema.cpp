@@ -301,7 +301,7 @@ const HfSchema& hf_schema() {
         sk.pattern = k.at(0).get<std::string>();
         for (const auto& d : k.at(1)) sk.dims.push_back(d.is_string() ? d.get<std::string>() : std::string());
         const std::string keep = k.at(2).get<std::string>();
-        if (keep.size() == 2) sk.keep_bf16 = keep[0], sk.keep_fp16 = keep[1];
+        if (keep.size() == 2) sk.keep_bf16 = keep[0], sk.keep_fp16 = keep[1], sk.keep_known = true;
         sk.when = k.at(3).get<std::string>();
         sk.required = k.size() > 4 && k.at(4).get<int>() != 0;
         m.keys.push_back(std::move(sk));
@@ -384,7 +384,7 @@ bool schema_defines(const ModelSchema& s, const json& config, const std::string&
 
 std::optional<char> schema_keep(const ModelSchema& s, const std::string& key, bool fp16) {
   const SchemaKey* k = s.lookup(schema_pattern(key));
-  if (!k || !k->when.empty()) return std::nullopt;  // a flag's key: its dtype was not derived
+  if (!k || !k->keep_known) return std::nullopt;  // a key two size fields bring: its dtype was not derived
   return fp16 ? k->keep_fp16 : k->keep_bf16;
 }
 

@@ -46,6 +46,7 @@ struct SchemaKey {
   std::vector<std::string> dims;  // per dimension: a formula of config fields, or "" (unknown)
   char keep_bf16 = '-';           // '-' cast to the target, 'f' kept float32, 'i' not floating, ...
   char keep_fp16 = '-';
+  bool keep_known = false;  // the generator derived the two above (not for a key two size fields bring)
   // "" or what brings the key: "FIELD=true|false|null|nonempty|set" (FIELD a path into sub-configs,
   // "vision_config.qkv_bias"; `set`: present and not null) or "A!=B" (two size fields that differ)
   std::string when;
