@@ -200,42 +200,38 @@ void PrecisionPolicy::add(KeepRule::Kind kind, const std::string& pattern, std::
   compiled_.push_back(std::move(c));
 }
 
-std::string PrecisionPolicy::reason(const std::string& key) const {
+PrecisionPolicy::Decision PrecisionPolicy::decide(const std::string& key) const {
   // --keep-dtype first; then the model schema, for a key it holds (its on-disk names: what
   // transformers keeps after its load-time renames); then transformers' lists and the maps.
   for (size_t i = 0; i < rules_.size(); ++i)
     if (rules_[i].kind == KeepRule::User && ::fnmatch(rules_[i].pattern.c_str(), key.c_str(), 0) == 0)
-      return rules_[i].reason;
+      return {&rules_[i], std::nullopt};
   if (schema_)
-    if (std::optional<char> keep = schema_keep(*schema_, key, schema_fp16_)) {
-      if (*keep == '-' || *keep == 'i') return {};
-      return "transformers " + hf_schema().transformers + " " + schema_->cls + " (model_type " + schema_->type +
-             ") keeps " + schema_pattern(key) + " in " + (*keep == 'f' ? "float32" : std::string(1, *keep)) +
-             " when it loads in " + (schema_fp16_ ? "float16" : "bfloat16") + " (model schema)";
-    }
+    if (std::optional<char> keep = schema_keep(*schema_, key, schema_fp16_)) return {nullptr, keep};
   for (size_t i = 0; i < rules_.size(); ++i) {
     const KeepRule& r = rules_[i];
-    bool hit = r.kind == KeepRule::User    ? ::fnmatch(r.pattern.c_str(), key.c_str(), 0) == 0
-               : r.kind == KeepRule::Model ? wildcard_full(compiled_[i].wildcard, key)
-                                           : lits_match(compiled_[i].lits, 0, key, 0);
-    if (hit) return r.reason;
+    if ((r.kind == KeepRule::Model && wildcard_full(compiled_[i].wildcard, key)) ||
+        (r.kind == KeepRule::Map && lits_match(compiled_[i].lits, 0, key, 0)))
+      return {&r, std::nullopt};
   }
   return {};
 }
 
+std::string PrecisionPolicy::reason(const std::string& key) const {
+  const Decision d = decide(key);
+  if (d.rule) return d.rule->reason;
+  if (!d.schema || *d.schema == '-' || *d.schema == 'i') return {};
+  return "transformers " + hf_schema().transformers + " " + schema_->cls + " (model_type " + schema_->type + ") keeps " +
+         schema_pattern(key) + " in " + (*d.schema == 'f' ? "float32" : std::string(1, *d.schema)) + " when it loads in " +
+         (schema_fp16_ ? "float16" : "bfloat16") + " (model schema)";
+}
+
 bool PrecisionPolicy::keeps_float32(const std::string& key) const {
   if (!model_output_) return false;
-  // reason()'s order: --keep-dtype (the saved dtype, as asked), the schema, the lists and maps
-  for (size_t i = 0; i < rules_.size(); ++i)
-    if (rules_[i].kind == KeepRule::User && ::fnmatch(rules_[i].pattern.c_str(), key.c_str(), 0) == 0) return false;
-  if (schema_)
-    if (std::optional<char> keep = schema_keep(*schema_, key, schema_fp16_)) return *keep == 'f';
-  for (size_t i = 0; i < rules_.size(); ++i) {
-    const KeepRule& r = rules_[i];
-    if (r.kind == KeepRule::Model && wildcard_full(compiled_[i].wildcard, key)) return true;
-    if (r.kind == KeepRule::Map && lits_match(compiled_[i].lits, 0, key, 0)) return false;
-  }
-  return false;
+  // the schema's float32, or a transformers keep-in-float32 list; not --keep-dtype (the saved dtype,
+  // as asked) nor a map's keep_dtype alone
+  const Decision d = decide(key);
+  return d.schema ? *d.schema == 'f' : d.rule && d.rule->kind == KeepRule::Model;
 }
 
 json PrecisionPolicy::describe() const {

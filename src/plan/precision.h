@@ -115,6 +115,14 @@ class PrecisionPolicy {
     std::vector<std::string> lits;
   };
   void add(KeepRule::Kind kind, const std::string& pattern, std::string reason);
+  // What decides `key`, in reason()'s order: a --keep-dtype rule; else the model schema's keep
+  // character for a key it holds; else the first of transformers' lists and the maps' rules that
+  // matches; else nothing.
+  struct Decision {
+    const KeepRule* rule = nullptr;
+    std::optional<char> schema;
+  };
+  Decision decide(const std::string& key) const;
 
   std::vector<KeepRule> rules_;
   std::vector<Compiled> compiled_;
