@@ -432,6 +432,17 @@ def loaded_dtypes(model, memory, target, built):
     return out
 
 
+def keeps_of(model, sd, memory):
+    """On-disk key -> [its keep character under dtype=bfloat16, under float16] (keep_char) of a model
+    built in bfloat16 (build)."""
+    import torch
+    keep = {}
+    for target, pos in ((torch.bfloat16, 0), (torch.float16, 1)):
+        for k, (_, d) in disk_keys(model, sd, loaded_dtypes(model, memory, target, torch.bfloat16)).items():
+            keep.setdefault(k, ["-", "-"])[pos] = keep_char(d, target)
+    return keep
+
+
 def keep_char(d, target):
     import torch
     if not d.is_floating_point:
@@ -607,10 +618,7 @@ def schema_of(model_type):
     except Exception as e:
         return model_type, None, f"{cls_name} not built from {cfg_cls.__name__}(): {type(e).__name__}: {str(e)[:160]}"
     disk = disk_keys(model, sd)
-    keep = {}
-    for target, pos in ((torch.bfloat16, 0), (torch.float16, 1)):
-        for k, (_, d) in disk_keys(model, sd, loaded_dtypes(model, memory, target, torch.bfloat16)).items():
-            keep.setdefault(k, ["-", "-"])[pos] = keep_char(d, target)
+    keep = keeps_of(model, sd, memory)
     # Dims: each size field of the config and of every sub-config (a vision or audio tower's, BLT's
     # encoder_config) doubled, one at a time, the config read back from its dict (rebuilt) so that
     # what its class derives from the field follows it.
@@ -671,11 +679,8 @@ def schema_of(model_type):
         # The dtype transformers keeps each key of that build in, as for the default build's keys;
         # not derived ("") where transformers' tied-weight check refuses the flipped build's dict (a
         # tie_* flag set on the config as made).
-        keep2 = {}
         try:
-            for target, pos in ((torch.bfloat16, 0), (torch.float16, 1)):
-                for k, (_, d) in disk_keys(m2, sd2, loaded_dtypes(m2, mem2, target, torch.bfloat16)).items():
-                    keep2.setdefault(k, ["-", "-"])[pos] = keep_char(d, target)
+            keep2 = keeps_of(m2, sd2, mem2)
         except Exception:
             keep2 = None
         for k, s in k2.items():
