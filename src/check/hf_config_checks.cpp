@@ -589,11 +589,29 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
   // dtype: the weights' floating dtype is the config's, but for what keeps its own.
   if (std::optional<std::string> d = cfg.string({"dtype", "torch_dtype"}); d && float_dtype_name(*d)) {
     out.checked.push_back("dtype");
+    auto keeps = [&](const HfTensor& t, const std::string& dtype) {
+      return own_dtype(t.key) || kept_dtype.count(t.key) || schema_keeps_dtype(config, t.key, t.dtype, dtype);
+    };
+    // transformers' save_pretrained writes model.dtype, its first floating parameter's: a bfloat16
+    // model whose first parameter it keeps float32 (XLNet's mask_emb, made by torch.FloatTensor) is
+    // saved with dtype float32 over bfloat16 tensors. Such a folder, every float32 tensor one kept
+    // under the one other floating dtype its tensors hold, is checked as of that dtype (transformers'
+    // own, loaded as it loads its folder). Not a folder all bfloat16: its first parameter is not float32.
+    std::string dtype = *d;
+    if (dtype == "float32") {
+      std::set<std::string> other;
+      bool any32 = false;
+      for (const auto& t : tensors)
+        if (float_dtype_name(t.dtype) && t.dtype != "float32") other.insert(t.dtype);
+        else any32 = any32 || t.dtype == "float32";
+      if (any32 && other.size() == 1 && (*other.begin() == "bfloat16" || *other.begin() == "float16") &&
+          std::all_of(tensors.begin(), tensors.end(),
+                      [&](const HfTensor& t) { return t.dtype != "float32" || keeps(t, *other.begin()); }))
+        dtype = *other.begin();
+    }
     std::map<std::string, std::vector<std::string>> off;  // dtype -> keys
     for (const auto& t : tensors)
-      if (float_dtype_name(t.dtype) && t.dtype != *d && !own_dtype(t.key) && !kept_dtype.count(t.key) &&
-          !schema_keeps_dtype(config, t.key, t.dtype, *d))
-        off[t.dtype].push_back(t.key);
+      if (float_dtype_name(t.dtype) && t.dtype != dtype && !keeps(t, dtype)) off[t.dtype].push_back(t.key);
     for (const auto& [dt, keys] : off)
       problem("dtype-mismatch", keys[0],
               std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +

@@ -35,6 +35,9 @@ Keys a config flag brings are required where config.json sets it: a tiny Qwen3 w
 attention_bias=true verifies clean; with every layer's o_proj.bias dropped (transformers reports them
 missing) verify exits 3 with schema-key-missing naming the pattern and the flag, and consolidate to
 an HF folder exits 3 and leaves nothing.
+transformers' own bfloat16 XLNet folder (config.json dtype float32: save_pretrained writes the first
+parameter's dtype, and XLNet's mask_emb stays float32) verifies clean and consolidates; with
+lm_loss.bias made float32 it is dtype-mismatch (the folder is then checked as float32).
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -322,6 +325,32 @@ def main() -> int:
         cfg = json.loads((lc / "config.json").read_text())
         check(cfg.get("zero_expert_num", 0) > 0, f"longcat_flash has zero experts: {cfg.get('zero_expert_num')}")
         verify_json(dcpctl, lc, EXIT_OK, "verify of longcat_flash as transformers saves it")
+
+        # transformers' own bfloat16 XLNet folder says dtype float32: save_pretrained writes model.dtype,
+        # the first floating parameter's, and XLNet's mask_emb (torch.FloatTensor) stays float32 under
+        # from_pretrained(dtype=bfloat16), as do its attention's q/k/v/o/r (37 float32, 34 bfloat16).
+        # verify and a plain consolidate take it (they refused it [dtype-mismatch] exit 3); one tensor
+        # transformers does not keep float32 made float32 in it is still dtype-mismatch.
+        xs, xb = tmp / "xlnet-src", tmp / "xlnet-bf16"
+        xcls = save_tiny("xlnet", xs)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            xcls.from_pretrained(xs, dtype=torch.bfloat16).save_pretrained(xb)
+        from safetensors.torch import load_file
+        held = load_file(xb / "model.safetensors")
+        check(json.loads((xb / "config.json").read_text()).get("dtype") == "float32" and
+              {v.dtype for v in held.values()} == {torch.float32, torch.bfloat16},
+              f"xlnet: transformers' bf16 folder says float32 over mixed tensors: {sorted({str(v.dtype) for v in held.values()})}")
+        verify_json(dcpctl, xb, EXIT_OK, "xlnet: verify of transformers' own bf16 folder (config dtype float32)")
+        out = tmp / "xlnet-out"
+        r = run(dcpctl, "consolidate", str(xb), "-o", f"{out}/")
+        if expect_rc(r, EXIT_OK, "xlnet: consolidate of transformers' own bf16 folder -o DIR/"):
+            info = loading_info(xcls, out)
+            check(not info["missing_keys"] and not info["unexpected_keys"], f"xlnet: from_pretrained of the export: {info}")
+        xw = tmp / "xlnet-bias-f32"
+        shutil.copytree(xb, xw)
+        rewrite(xw, lambda sd: sd.__setitem__("lm_loss.bias", sd["lm_loss.bias"].float()))
+        doc = verify_json(dcpctl, xw, EXIT_INVALID, "xlnet bf16 folder with lm_loss.bias float32")
+        check([c for c, _ in codes(doc)] == ["dtype-mismatch"], f"xlnet: the mixed folder is dtype-mismatch: {codes(doc)}")
     return summary("hf-schema-verify")
 
 
