@@ -307,10 +307,12 @@ case "$cmd" in
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
       build_asan
       # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs),
-      # the fuzz smoke runs (the tree's libFuzzer targets, label fuzz), then the write paths of
+      # the fuzz smoke runs (the tree's libFuzzer targets, label fuzz), and the write paths of
       # the tests labelled "torch" (label "sanitize": consolidate, reshard, the torchrun
-      # exchange). The other torch tests repeat those paths on more fixtures with more Python
-      # checks, and ran in the first pass; the install tests check packaging.
+      # exchange), in one CTest run (label asan, tests/CMakeLists.txt: every test not labelled
+      # torch, install or sweep, and the sanitize ones). The other torch tests repeat those paths
+      # on more fixtures with more Python checks, and ran in the first pass; the install tests
+      # check packaging.
       # intercept_tls_get_addr=0: LeakSanitizer (compiler-rt's code, in GCC 12 and clang 14 alike)
       # guesses the extent of dlopen'd libraries' dynamic TLS (the LibTorch plugin's) with a
       # glibc-2.19 heuristic that misfires on glibc 2.36 by address; its tracer then scans a bogus
@@ -318,8 +320,7 @@ case "$cmd" in
       # seen in CI on e2e-cli-refusals, then a GCC build).
       export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1
       export LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0"
-      run_tests build-asan -LE 'torch|install|sweep'
-      run_tests build-asan -L sanitize
+      run_tests build-asan -L '^asan$'
     fi
     ;;
   tsan)
