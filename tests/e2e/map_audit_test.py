@@ -22,6 +22,18 @@ M --dry-run --json` must either
 A map that needs config.json's numbers gets the fixture's own (its folder's or a parent's
 config.json, as a user would pass --config). The table printed at the end is the audit: which
 fixture each map maps, and which it refuses naming which keys (docs/maps.md quotes it).
+
+    map_audit_test.py DCPCTL FIXTURES_DIR --sanitized
+
+With --sanitized (the sanitizer tree, CI's second pass, after the first ran the whole audit with the
+plain build: about 1,900 dcpctl runs, 118 s instrumented against 18 s) the same checks on a subset
+of the (fixture, map) pairs: every fixture's keys as before (`inspect` or the dequantized plan),
+then every pair whose model keys the map all covers (mapped, or refused for a lost input or a
+missing config.json: the map engine's whole work), and of the refusals (the map does not apply;
+model keys no rule covers; another framework's keys) the first pair of each map and of each
+fixture with that outcome, so that every map takes every path it takes on any fixture, and every
+fixture's keys go through every path they meet, in the instrumented dcpctl. The pairs left out
+are counted in the output.
 """
 from __future__ import annotations
 
@@ -149,10 +161,29 @@ def named_keys(stderr: str, head: str = "no rule covers") -> list[str]:
 
 
 def main() -> int:
-    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2]).resolve()
+    args = [a for a in sys.argv[1:] if a != "--sanitized"]
+    sanitized = "--sanitized" in sys.argv[1:]
+    if len(args) != 2:
+        sys.exit(__doc__)
+    dcpctl, fixtures = args[0], Path(args[1]).resolve()
     # every built-in name: a flat map's file, a family (dcpctl-map/2) and each of its aliases
     family = {n: mr.load_map(n) for n in mr.builtin_names()}
     table = []
+    seen: set[tuple[str, str]] = set()  # --sanitized: the (map or fixture, outcome) pairs run
+    left = 0
+
+    def wanted(rel: Path, name: str, outcome: str) -> bool:
+        """Under --sanitized, whether this pair is the first of its map or of its fixture with
+        this expected outcome; always, otherwise."""
+        nonlocal left
+        if not sanitized:
+            return True
+        keys_ = {("map " + name, outcome), ("fixture " + str(rel), outcome)}
+        if keys_ <= seen:
+            left += 1
+            return False
+        seen.update(keys_)
+        return True
     with tempfile.TemporaryDirectory(prefix="dcpctl-map-audit-") as tmp:
         out = Path(tmp) / "x.safetensors"
         for ckpt in inputs(fixtures):
@@ -168,12 +199,18 @@ def main() -> int:
                     src, _ = mr.direction(m, keys, mr.Params(m, cfg))
                 except mr.MapError:
                     # the map does not apply: dcpctl must say so (exit 2), not map anything
+                    if not wanted(rel, name, "does not apply"):
+                        continue
                     r = run(dcpctl, "consolidate", ckpt, "-o", out, "--map", name, "--dry-run", "--json")
                     check(r.returncode == EXIT_USAGE and ("matches none" in r.stderr or "ambiguous" in r.stderr),
                           f"{rel} --map {name}: a map matching none (or both sides alike) of the keys: exit {r.returncode}: "
                           f"{r.stderr.strip()[-300:]}")
                     continue
                 want = uncovered(m, src, keys, cfg)
+                alien, mapped = foreign(m, src, keys, cfg) if not want else ([], 0)
+                if want and not wanted(rel, name, "uncovered") or \
+                        len(alien) > mapped and not wanted(rel, name, "foreign"):
+                    continue
                 argv = ["consolidate", ckpt, "-o", out, "--map", name, "--dry-run", "--json"]
                 if cfg_path:
                     argv += ["--config", cfg_path]
@@ -197,7 +234,6 @@ def main() -> int:
                     table.append((str(rel), name, f"refused (exit 5): {len(want)} model keys no rule covers: " + ", ".join(want[:4])
                                   + (" ..." if len(want) > 4 else "")))
                     continue
-                alien, mapped = foreign(m, src, keys, cfg)
                 if not want and len(alien) > mapped:
                     check(r.returncode == EXIT_UNSUPPORTED and f"map {name} ({src}->" in r.stderr
                           and f"the checkpoint is not on its {src} side: {len(alien)} of its tensor keys" in r.stderr
@@ -225,6 +261,9 @@ def main() -> int:
     print("\nthe audit (fixture, map, outcome):")
     for row in table:
         print("  " + "  ".join(row))
+    if sanitized:
+        print(f"--sanitized: {left} (fixture, map) pairs left out, each a map's and a fixture's outcome already run "
+              "(the first pass runs them all)")
     check(len(table) >= 20, f"the audit covered {len(table)} (fixture, map) pairs: fewer than the fixtures the maps are for")
     return summary("map_audit_test")
 
