@@ -23,7 +23,8 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            class's own config class where it is another (a config.json whose model_type the schema
            does not hold is looked up by the class its architectures names: that type's entry);
   "keys"   [pattern, dims, keep, when, required]: the on-disk key with every integer path component written
-           `#` (layer, expert, MTP indices); dims, one per dimension, the config field it equals
+           `#` (layer, expert, MTP indices), and every index numbered in a name ("named": Inkling's
+           `norm_#`); dims, one per dimension, the config field it equals
            ("hidden_size", "text_config.vocab_size", "2*intermediate_size",
            "n_routed_experts+zero_expert_num", "text_config.vocab_size+8": rows past the field's,
            at most MAX_EXTRA_ROWS) or null where no such field was found: found by
@@ -49,6 +50,12 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
   "experts" the number of experts the per-expert keys (`experts.#.`) count, as config fields
            ("n_routed_experts+zero_expert_num": LongCat saves its zero experts), null when no
            field explains it; absent for a model without per-expert keys.
+  "named"  [[pattern, count], ...]: the indices numbered in names rather than as path components,
+           each as the key pattern up to that component ("model.visual.layers.norm_#": Inkling's
+           vision layers.norm_0.., written `#` in "keys" too), found where a name family numbered
+           0..n-1 changes its n when a size field is doubled or a layer count halved (fc1, ln_2,
+           wi_0 do not); count, how many it numbers as config fields
+           ("vision_config.num_hidden_layers-1", "num_experts"), null when no field explains it.
   "together" [[pattern, ...], ...]: per numbered block, the keys of one of its modules (the first
            path component after the block number: `mlp`, `self_attn`) that the same blocks of the
            default build hold: a block holding one of them holds them all (an MoE layer's router,
@@ -130,8 +137,102 @@ def quiet():
     transformers.logging.set_verbosity_error()
 
 
+# A name component that ends in an index (`norm_3`, `expert_12`, `fc1`): its stem and number.
+NAMED_COMPONENT = re.compile(r"^(.*\D)(\d+)$")
+# The in-name indices of the type schema_of is building (named_indices): the pattern up to and
+# including each such component, its number written `#` ("model.visual.layers.norm_#"). Set per type.
+NAMED = [frozenset()]
+
+
 def pattern_of(key):
-    return INT_COMPONENT.sub("#", key)
+    """key with every integer path component written `#` (layer, expert, MTP indices), and every
+    index numbered in a name (NAMED: Inkling's vision `layers.norm_3`, NLLB-MoE's `experts.expert_12`)
+    likewise (`norm_#`); a fixed name with digits (`fc1`, `conv2d`, `wi_0`) stays as it is."""
+    p = INT_COMPONENT.sub("#", key)
+    if not NAMED[0]:
+        return p
+    out = []
+    for c in p.split("."):
+        m = NAMED_COMPONENT.match(c)
+        if m and ".".join(out + [m.group(1) + "#"]) in NAMED[0]:
+            c = m.group(1) + "#"
+        out.append(c)
+    return ".".join(out)
+
+
+def named_values(keys):
+    """{template: the numbers it takes}: per key, each component ending in digits (not all digits)
+    written `#`, the key's integer path components `#` and its other components as they are; and
+    {template: its pattern up to that component}."""
+    out, upto = {}, {}
+    for k in keys:
+        comps = INT_COMPONENT.sub("#", k).split(".")
+        for i, c in enumerate(comps):
+            m = NAMED_COMPONENT.match(c)
+            if m:
+                t = ".".join(comps[:i] + [m.group(1) + "#"] + comps[i + 1:])
+                out.setdefault(t, set()).add(int(m.group(2)))
+                upto[t] = ".".join(comps[:i] + [m.group(1) + "#"])
+    return out, upto
+
+
+def named_indices(disk, builds):
+    """The indices numbered in names, found as a count varying with the config: a template of
+    named_values whose numbers are 0..n-1 in every build that has it, n not the same in all (the
+    default build `disk` and `builds`: [(field, its value in the default, its value there, that
+    build's keys)]). Inkling's vision layers.norm_0..norm_6 (vision_config.num_hidden_layers - 1 of
+    them), NLLB-MoE's experts.expert_0..expert_127 (num_experts); not GPT-2's ln_1/ln_2, T5's
+    wi_0/wi_1, the same in every build. Returns {template: count}, count the linear form of config
+    fields ("vision_config.num_hidden_layers-1", "num_experts") or None where none explains it, keyed
+    by the pattern up to the numbered component ("model.visual.layers.norm_#"; its keys' forms agree,
+    else None)."""
+    base, upto = named_values(disk)
+    runs = [(f, v0, v1, named_values(keys)[0]) for f, v0, v1, keys in builds]
+
+    def counted(nums):
+        return nums == set(range(len(nums)))
+
+    out = {}
+    for t, nums in base.items():
+        if not counted(nums):
+            continue
+        seen = [(f, v0, v1, len(v[t])) for f, v0, v1, v in runs if t in v and counted(v[t])]
+        if all(n == len(nums) for *_, n in seen) or any(t in v and not counted(v[t]) for *_, v in runs):
+            continue
+        n0, terms, total, form = len(nums), [], 0, True
+        for f, v0, v1, n1 in seen:
+            if n1 == n0:
+                continue
+            if v1 == v0 or (n1 - n0) % (v1 - v0) or (n1 - n0) // (v1 - v0) not in (1, 2):
+                form = False
+                break
+            c = (n1 - n0) // (v1 - v0)
+            terms.append(f if c == 1 else f"{c}*{f}")
+            total += c * v0
+        rest = n0 - total
+        count = ("+".join(terms) + (f"+{rest}" if rest > 0 else f"-{-rest}" if rest < 0 else "")
+                 if form and terms and abs(rest) <= MAX_EXTRA_ROWS else None)
+        out[upto[t]] = count if out.get(upto[t], count) == count else None
+    return out
+
+
+def layer_counts_halved(cfg):
+    """(field path, its value, half of it, the config so edited) per layer count of cfg and its
+    sub-configs above 1, each list field as long as the count cut with it (as cut_layers cuts)."""
+    out = []
+    for prefix, c in sub_configs(cfg):
+        for f in LAYER_FIELDS:
+            n = vars(c).get(f)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+                continue
+            c2 = copy.deepcopy(cfg)
+            sub = sub_config_at(c2, prefix)
+            setattr(sub, f, n // 2)
+            for k, v in list(vars(sub).items()):
+                if isinstance(v, list) and len(v) == n:
+                    setattr(sub, k, v[:n // 2])
+            out.append((prefix + f, n, n // 2, rebuilt(c2) if REBUILD[0] else c2))
+    return out
 
 
 def primary_class(model_type):
@@ -569,7 +670,9 @@ def blocks_of(disk):
     for k in disk:
         m = FIRST_INT.match(k)
         if m:
-            blocks.setdefault(m.group(1), {}).setdefault(m.group(2), set()).add(pattern_of(m.group(3)))
+            # the rest's pattern as the whole key's (an index numbered in a name is known by its prefix)
+            rest = ".".join(pattern_of(k).split(".")[m.group(1).count(".") + 2:])
+            blocks.setdefault(m.group(1), {}).setdefault(m.group(2), set()).add(rest)
     return blocks
 
 
@@ -617,6 +720,7 @@ def schema_of(model_type):
             model, sd, memory = build(cls, cfg, torch.bfloat16)
     except Exception as e:
         return model_type, None, f"{cls_name} not built from {cfg_cls.__name__}(): {type(e).__name__}: {str(e)[:160]}"
+    NAMED[0] = frozenset()
     disk = disk_keys(model, sd)
     keep = keeps_of(model, sd, memory)
     # Dims: each size field of the config and of every sub-config (a vision or audio tower's, BLT's
@@ -634,6 +738,22 @@ def schema_of(model_type):
                 pert_fields[prefix + f] = flat_fields(c2)
             except Exception:
                 pass
+    # Indices numbered in names (Inkling's vision layers.norm_N, one per vision layer but the last;
+    # NLLB-MoE's experts.expert_N): where the default build has a name family numbered 0..n-1, the
+    # builds with a size field doubled and with each layer count halved tell whether n counts with
+    # the config; pattern_of writes those `#` from here on, and "counts" holds n as config fields.
+    named = {}
+    if any(NAMED_COMPONENT.match(c) and int(NAMED_COMPONENT.match(c).group(2)) == 0
+           for k in disk for c in k.split(".")):
+        builds = [(f, v0, v1, keys) for f, (v0, v1, keys) in pert.items()]
+        for f, v0, v1, c2 in layer_counts_halved(cfg):
+            try:
+                m2, sd2, _ = build(cls, c2, torch.bfloat16)
+                builds.append((f, v0, v1, disk_keys(m2, sd2)))
+            except Exception:
+                pass
+        named = named_indices(disk, builds)
+        NAMED[0] = frozenset(named)
     # Booleans flipped, optional integers set to None, empty layer lists given layer 0, one at a
     # time: the keys they bring or take away (attention_bias=true brings q_proj.bias; q_lora_rank=null
     # swaps DeepSeek's q_a_proj for q_proj; mlp_only_layers=nonempty brings Qwen3-MoE's dense MLP).
@@ -862,6 +982,8 @@ def schema_of(model_type):
     n0 = expert_count(disk)
     if n0:
         out["experts"] = count_form(n0, pert)
+    if named:
+        out["named"] = [[p, named[p]] for p in sorted(named)]
     if absent:
         out["absent"] = sorted(absent)
     if together:

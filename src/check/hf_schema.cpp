@@ -96,21 +96,23 @@ bool condition_holds(const json& config, const std::string& when, const std::str
   return v && v->is_boolean() && v->get<bool>() == (when.substr(eq + 1) == "true");
 }
 
-// A dims formula ("hidden_size", "2*intermediate_size", "a+b") from the config; nullopt when a
-// field is not there.
+// A dims formula ("hidden_size", "2*intermediate_size", "a+b") or count ("vision_config.n_layers-1":
+// a constant may be taken away) from the config; nullopt when a field is not there.
 std::optional<int64_t> evaluate_dims(const json& config, const std::string& formula, const std::string& schema_type) {
   int64_t total = 0;
   size_t at = 0;
   while (at <= formula.size()) {
-    size_t plus = formula.find('+', at);
+    size_t plus = formula.find_first_of("+-", at);
     if (plus == std::string::npos) plus = formula.size();
     std::string term = formula.substr(at, plus - at);
     int64_t coeff = 1;
-    if (all_digits(term, 0, term.size())) {  // rows past the fields' (mllama's vocab_size+8)
-      total += std::stoll(term);
+    const bool minus = at > 0 && formula[at - 1] == '-';
+    if (all_digits(term, 0, term.size())) {  // rows past the fields' (mllama's vocab_size+8), or fewer (n_layers-1)
+      total += (minus ? -1 : 1) * std::stoll(term);
       at = plus + 1;
       continue;
     }
+    if (minus) return std::nullopt;  // only a constant is taken away
     if (size_t star = term.find('*'); star != std::string::npos) {
       coeff = std::stoll(term.substr(0, star));
       term = term.substr(star + 1);
@@ -175,21 +177,64 @@ bool layer_kind_family(const std::string& rest) {
   return false;
 }
 
-// The integer components of `key` up to the last `#` of its pattern, joined by '.' ("3", "1.0"),
-// or "" for a key outside numbered blocks.
+// The integer components of `key` up to the last `#` component of its pattern, joined by '.'
+// ("3", "1.0"), or "" for a key outside numbered blocks. Key and pattern have the same components
+// (an index numbered in a name, `expert_12` for `expert_#`, is one component of either).
 std::string block_id(const std::string& key, const std::string& pattern) {
   const size_t last = pattern.rfind(".#.");
   if (last == std::string::npos) return {};
-  const size_t upto = key.size() - (pattern.size() - last - 2);  // the key up to that number's end
+  const size_t count = std::count(pattern.begin(), pattern.begin() + last + 1, '.') + 1;  // components up to that `#`
   std::string id;
   size_t b = 0;
-  while (b < upto) {
+  for (size_t i = 0; i < count && b <= key.size(); ++i) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    if (all_digits(key, b, e)) id += (id.empty() ? "" : ".") + key.substr(b, e - b);
+    b = e + 1;
+  }
+  return id;
+}
+
+// The integer components of key[0, upto), joined by '.' ("3" of model.decoder.layers.3.ffn.).
+std::string path_numbers(const std::string& key, size_t upto) {
+  std::string id;
+  for (size_t b = 0; b < upto;) {
     size_t e = key.find('.', b);
     if (e == std::string::npos || e > upto) e = upto;
     if (all_digits(key, b, e)) id += (id.empty() ? "" : ".") + key.substr(b, e - b);
     b = e + 1;
   }
   return id;
+}
+
+// Where component `n` (from 0) of `key` ends (the offset of the dot after it, or the key's size).
+size_t components_end(const std::string& key, size_t n) {
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    at = key.find('.', at);
+    if (at == std::string::npos) return key.size();
+    ++at;
+  }
+  const size_t e = key.find('.', at);
+  return e == std::string::npos ? key.size() : e;
+}
+
+// The number a name ends in (`norm_12`: 12), or -1 (none, or past what an index holds).
+int64_t name_index(const std::string& component) {
+  size_t d = component.size();
+  while (d > 0 && component[d - 1] >= '0' && component[d - 1] <= '9') --d;
+  if (d == 0 || d == component.size() || component.size() - d > 9) return -1;
+  return std::stoll(component.substr(d));
+}
+
+// Indices as a short list ("0, 1, 5" or "3 to 23").
+std::string index_list(const std::vector<int64_t>& v) {
+  if (!v.empty() && v.size() > 3 && v.back() - v.front() + 1 == static_cast<int64_t>(v.size()))
+    return std::to_string(v.front()) + " to " + std::to_string(v.back());
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > 16) s += ", ... (" + std::to_string(v.size()) + " in all)";
+  return s;
 }
 
 // The first integer path component of `key` ("3" of model.layers.3.mlp.experts.0.w1.weight), or "".
@@ -241,13 +286,56 @@ const SchemaKey* ModelSchema::find(const std::string& pattern) const {
   return it != keys.end() && it->pattern == pattern ? &*it : nullptr;
 }
 
+std::string ModelSchema::named_pattern(const std::string& pattern) const {
+  if (named.empty()) return pattern;
+  std::string out;
+  size_t b = 0;
+  while (b <= pattern.size()) {
+    size_t e = pattern.find('.', b);
+    if (e == std::string::npos) e = pattern.size();
+    std::string c = pattern.substr(b, e - b);
+    if (name_index(c) >= 0) {
+      size_t d = c.size();
+      while (c[d - 1] >= '0' && c[d - 1] <= '9') --d;
+      const std::string stem = c.substr(0, d) + "#";
+      const std::string upto = out + (b ? "." : "") + stem;
+      for (const auto& n : named)
+        if (n.first == upto) c = stem;
+    }
+    out += (b ? "." : "") + c;
+    b = e + 1;
+  }
+  return out;
+}
+
+const std::pair<std::string, std::string>* ModelSchema::named_of(const std::string& pattern) const {
+  for (const auto& n : named)
+    if (pattern.size() > n.first.size() && pattern.compare(0, n.first.size(), n.first) == 0 &&
+        pattern[n.first.size()] == '.')
+      return &n;
+  return nullptr;
+}
+
 const SchemaKey* ModelSchema::lookup(const std::string& pattern) const {
-  if (const SchemaKey* k = find(pattern)) return k;
+  // The pattern as it is (a fixed name with digits, `fc1`), else with its indices numbered in names.
+  auto found = [&](const std::string& p) -> const SchemaKey* {
+    if (const SchemaKey* k = find(p)) return k;
+    if (named.empty()) return nullptr;
+    const std::string n = named_pattern(p);
+    return n != p ? find(n) : nullptr;
+  };
+  if (const SchemaKey* k = found(pattern)) return k;
   // A prefix transformers' loader changes (Qwen3.5's model.language_model. read as model.).
   for (const auto& [disk, own] : prefixes)
     if (pattern.rfind(disk, 0) == 0 && (own.size() < disk.size() || pattern.rfind(own, 0) != 0))
-      if (const SchemaKey* k = find(own + pattern.substr(disk.size()))) return k;
+      if (const SchemaKey* k = found(own + pattern.substr(disk.size()))) return k;
   return nullptr;
+}
+
+std::string ModelSchema::pattern_of(const std::string& key) const {
+  const std::string p = schema_pattern(key);
+  const SchemaKey* k = lookup(p);
+  return k ? k->pattern : p;
 }
 
 const ModelSchema* HfSchema::of(const std::string& model_type) const {
@@ -324,6 +412,9 @@ const HfSchema& hf_schema() {
         }
       if (o.contains("prefixes"))
         for (const auto& pr : o["prefixes"]) m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
+      if (o.contains("named"))
+        for (const auto& n : o["named"])
+          m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
       s.types.push_back(std::move(m));
     }
     std::sort(s.types.begin(), s.types.end(), [](const ModelSchema& a, const ModelSchema& b) { return a.type < b.type; });
@@ -482,6 +573,9 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   std::map<std::string, std::vector<std::string>> unexpected;  // pattern -> keys
   // (stack pattern up to its first `#`, that block's number) -> the patterns the block holds
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> block_holds;  // ... -> its key
+  // Indices numbered in names: (the `named` prefix, the key's path numbers before that name) ->
+  // pattern -> index -> the key.
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<int64_t, std::string>>> named_held;
   const std::set<std::string> memory(s->memory.begin(), s->memory.end());
   for (const auto& t : tensors) {
     std::string key = t.key;
@@ -512,6 +606,18 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
       continue;
     }
     present.insert(p);
+    if (const auto* n = s->named_of(p)) {
+      // The numbered name's component, counted from the end (a prefix the loader changes may make
+      // the key's start another length than the pattern's).
+      const size_t after = std::count(p.begin(), p.end(), '.') - std::count(n->first.begin(), n->first.end(), '.');
+      const size_t comps = std::count(key.begin(), key.end(), '.') + 1;
+      if (comps > after) {
+        const size_t at = comps - 1 - after;
+        const size_t b = at ? components_end(key, at - 1) + 1 : 0;
+        const int64_t index = name_index(key.substr(b, components_end(key, at) - b));
+        if (index >= 0) named_held[{n->first, path_numbers(key, b)}][p].emplace(index, t.key);
+      }
+    }
     if (const size_t h = p.find(".#."); h != std::string::npos)
       if (std::string id = first_block(key); !id.empty()) block_holds[{p.substr(0, h), id}].emplace(p, t.key);
     // The block this key is in: its stack (the pattern up to its last `#`) and its numbers there.
@@ -536,6 +642,50 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
         problem("schema-shape-mismatch", t.key,
                 "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " + shape_text(t.shape) +
                     ") but " + who + " makes it " + sk->dims[d] + " = " + std::to_string(*want) + " from config.json");
+    }
+  }
+  // An index numbered in a name: 0 to the count the config gives it (Inkling's vision
+  // layers.norm_N: vision_config.n_layers-1), each of its patterns at every index; where the count
+  // is not known, at every index another of its patterns holds.
+  for (const auto& [where, patterns] : named_held) {
+    const std::pair<std::string, std::string>* named = nullptr;
+    for (const auto& n : s->named)
+      if (n.first == where.first) named = &n;
+    int64_t count = -1;  // unknown
+    if (named && !named->second.empty())
+      if (const std::optional<int64_t> c = evaluate_dims(config, named->second, s->type); c && *c >= 0 && *c <= (1 << 20))
+        count = *c;
+    std::set<int64_t> any;
+    for (const auto& pk : patterns)
+      for (const auto& ik : pk.second) any.insert(ik.first);
+    const std::string counted = count >= 0 ? " 0 to " + std::to_string(count - 1) + " (" + named->second + " = " +
+                                                 std::to_string(count) + " from config.json)"
+                                           : std::string(" at the indices its other tensors here have");
+    for (const auto& [pattern, held] : patterns) {
+      std::vector<int64_t> lost, past;
+      if (count >= 0) {
+        for (int64_t i = 0; i < count; ++i)
+          if (!held.count(i)) lost.push_back(i);
+        for (const auto& ik : held)
+          if (ik.first >= count) past.push_back(ik.first);
+      } else {
+        for (int64_t i : any)
+          if (!held.count(i)) lost.push_back(i);
+      }
+      // The key named: a held one with its number changed (its digits are the name's last).
+      const std::string& some = held.begin()->second;
+      const size_t end = components_end(some, std::count(some.begin(), some.end(), '.') -
+                                                  (std::count(pattern.begin(), pattern.end(), '.') -
+                                                   std::count(where.first.begin(), where.first.end(), '.')));
+      size_t digits = end;
+      while (digits > 0 && some[digits - 1] >= '0' && some[digits - 1] <= '9') --digits;
+      auto named_key = [&](int64_t i) { return some.substr(0, digits) + std::to_string(i) + some.substr(end); };
+      if (!lost.empty())
+        problem("schema-key-missing", named_key(lost.front()),
+                who + " numbers " + pattern + counted + "; index " + index_list(lost) + " here has none");
+      if (!past.empty())
+        problem("schema-key-unexpected", held.at(past.front()),
+                who + " numbers " + pattern + counted + "; index " + index_list(past) + " here is past it");
     }
   }
   for (const auto& [p, keys] : unexpected) {

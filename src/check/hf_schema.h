@@ -10,11 +10,14 @@
 //
 // check_hf_schema is the part of check_hf_folder (check/hf_checks.h) that compares a folder's keys
 // with the schema of its config's model_type:
-//   schema-key-unexpected  a key the architecture does not define (a near name: the nearest named);
+//   schema-key-unexpected  a key the architecture does not define (a near name: the nearest named),
+//                          or an index numbered in a name past the count the config gives it;
 //   schema-key-missing     a key every folder of the type has (a norm, the embedding, the head
-//                          when not tied), a per-layer key some layers have and others lack, or a
+//                          when not tied), a per-layer key some layers have and others lack, a
 //                          key of a block whose module holds another key of its group (`together`:
-//                          GLM's mlp.gate.e_score_correction_bias in a layer with mlp.gate.weight);
+//                          GLM's mlp.gate.e_score_correction_bias in a layer with mlp.gate.weight),
+//                          or an index numbered in a name below the count the config gives it
+//                          (Inkling's vision layers.norm_N: vision_config.n_layers-1 of them);
 //   schema-shape-mismatch  a dimension the schema derives from a config field disagrees with it.
 // Not checked: keys of MTP layers (layers past num_hidden_layers, `mtp.` namespaces: the layer
 // checks of check/hf_config_checks.h count them), keys the class ignores on load
@@ -73,9 +76,23 @@ struct ModelSchema {
   // default build: a block holding one holds them all (an MoE layer's router weight, its expert
   // bias, its experts).
   std::vector<std::vector<std::string>> together;
+  // The indices numbered in names rather than as path components (Inkling's vision
+  // `model.visual.layers.norm_3.weight`, NLLB-MoE's `experts.expert_12.fc1.weight`): the pattern up
+  // to that component, its number `#` ("model.visual.layers.norm_#"), and how many it numbers as
+  // config fields ("vision_config.n_layers-1", "num_experts"; "" unknown). Keys below such a prefix
+  // are patterns with that `#` ("model.visual.layers.norm_#.weight"); a fixed name with digits
+  // (`fc1`, `ln_2`) is not one.
+  std::vector<std::pair<std::string, std::string>> named;
   const SchemaKey* find(const std::string& pattern) const;
-  // find, then through `prefixes` (an on-disk prefix the loader changes to the schema's).
+  // `pattern` (schema_pattern's) with each index numbered in a name that `named` holds written `#`.
+  std::string named_pattern(const std::string& pattern) const;
+  // The `named` entry whose prefix `pattern` (the schema's) is under, or null.
+  const std::pair<std::string, std::string>* named_of(const std::string& pattern) const;
+  // find, with the indices numbered in names, then through `prefixes` (an on-disk prefix the
+  // loader changes to the schema's).
   const SchemaKey* lookup(const std::string& pattern) const;
+  // The schema's pattern of `key`: the one lookup finds, else schema_pattern(key).
+  std::string pattern_of(const std::string& key) const;
 };
 
 struct HfSchema {
@@ -102,7 +119,8 @@ struct SchemaMatch {
 };
 SchemaMatch match_schema(const nlohmann::json& config);
 
-// `key` with every integer path component replaced by `#` (as the schema writes its patterns).
+// `key` with every integer path component replaced by `#` (as the schema writes its patterns; an
+// index numbered in a name is the schema's to know: ModelSchema::lookup, pattern_of).
 std::string schema_pattern(const std::string& key);
 
 // match_schema(config).schema: the schema of config.json's own model, or null.

@@ -17,6 +17,12 @@
 using namespace dcpctl;
 using nlohmann::json;
 
+// The schema check's helpers (src/check/hf_schema.cpp), tested on their own.
+namespace dcpctl::hf_schema_impl {
+std::optional<int64_t> evaluate_dims(const json& config, const std::string& formula, const std::string& schema_type);
+std::string block_id(const std::string& key, const std::string& pattern);
+}  // namespace dcpctl::hf_schema_impl
+
 namespace {
 
 std::vector<std::string> codes(const Findings& f) {
@@ -384,6 +390,57 @@ TEST_CASE("hf schema: keys and rows that come from two config fields, a head its
   CHECK(!has(check_hf_config(bbc, "config.json", bb, differs, false).problems, "tied-head-differs"));
   bbc["model_type"] = "pegasus";
   CHECK(has(check_hf_config(bbc, "config.json", bb, differs, false).problems, "tied-head-differs"));
+}
+
+TEST_CASE("hf schema: indices numbered in names are the schema's to know, fixed names with digits are not", "[hf]") {
+  // Inkling's vision layers are model.visual.layers.norm_N / linear_N, NLLB-MoE's experts
+  // experts.expert_N: the schema's `named` prefixes say so; GPT-2's ln_1, BART's fc1 stay names.
+  ModelSchema s;
+  s.type = "made_up";
+  for (const char* p : {"model.visual.layers.norm_#.weight", "model.visual.layers.linear_#.weight",
+                        "model.layers.#.mlp.fc1.weight", "model.layers.#.ln_1.weight",
+                        "model.layers.#.ffn.experts.expert_#.fc1.weight", "model.norm_1.weight"}) {
+    SchemaKey k;
+    k.pattern = p;
+    s.keys.push_back(k);
+  }
+  std::sort(s.keys.begin(), s.keys.end(), [](const SchemaKey& a, const SchemaKey& b) { return a.pattern < b.pattern; });
+  s.named = {{"model.layers.#.ffn.experts.expert_#", "num_experts"},
+             {"model.visual.layers.linear_#", "vision_config.n_layers"},
+             {"model.visual.layers.norm_#", "vision_config.n_layers-1"}};
+  s.prefixes = {{"model.language_model.", "model."}};
+  CHECK(s.named_pattern("model.visual.layers.norm_22.weight") == "model.visual.layers.norm_#.weight");
+  CHECK(s.pattern_of("model.visual.layers.norm_22.weight") == "model.visual.layers.norm_#.weight");
+  CHECK(s.pattern_of("model.visual.layers.linear_0.weight") == "model.visual.layers.linear_#.weight");
+  CHECK(s.pattern_of("model.layers.3.ffn.experts.expert_127.fc1.weight") == "model.layers.#.ffn.experts.expert_#.fc1.weight");
+  CHECK(s.pattern_of("model.language_model.layers.3.ffn.experts.expert_9.fc1.weight") ==
+        "model.layers.#.ffn.experts.expert_#.fc1.weight");  // through the loader's prefix
+  // fc1, ln_1 and a fixed norm_1 outside a named prefix are names: found as they are, never `#`.
+  CHECK(s.pattern_of("model.layers.3.mlp.fc1.weight") == "model.layers.#.mlp.fc1.weight");
+  CHECK(s.pattern_of("model.layers.3.ln_1.weight") == "model.layers.#.ln_1.weight");
+  CHECK(s.pattern_of("model.norm_1.weight") == "model.norm_1.weight");
+  CHECK(s.named_pattern("model.layers.#.mlp.fc2.weight") == "model.layers.#.mlp.fc2.weight");
+  CHECK(s.lookup(schema_pattern("model.layers.3.mlp.fc2.weight")) == nullptr);
+  CHECK(s.lookup(schema_pattern("model.norm_2.weight")) == nullptr);
+  // A numbered name under another prefix, or a key below the prefix the schema lacks, is not found.
+  CHECK(s.lookup(schema_pattern("model.audio.layers.norm_3.weight")) == nullptr);
+  CHECK(s.lookup(schema_pattern("model.visual.layers.norm_3.bias")) == nullptr);
+  CHECK(s.lookup(schema_pattern("model.visual.layers.norm_.weight")) == nullptr);
+  REQUIRE(s.named_of("model.visual.layers.norm_#.weight"));
+  CHECK(s.named_of("model.visual.layers.norm_#.weight")->second == "vision_config.n_layers-1");
+  CHECK(s.named_of("model.visual.layers.norm_#") == nullptr);
+  CHECK(s.named_of("model.layers.#.mlp.fc1.weight") == nullptr);
+  // A count may take a constant away (the last vision layer has no norm).
+  json ink = {{"vision_config", {{"n_layers", 24}}}};
+  REQUIRE(hf_schema_impl::evaluate_dims(ink, "vision_config.n_layers-1", ""));
+  CHECK(*hf_schema_impl::evaluate_dims(ink, "vision_config.n_layers-1", "") == 23);
+  CHECK(*hf_schema_impl::evaluate_dims(ink, "vision_config.n_layers+2", "") == 26);
+  CHECK(!hf_schema_impl::evaluate_dims(ink, "vision_config.n_layers-vision_config.n_layers", ""));
+  // The block a key is in: its path numbers, a number in a name not among them.
+  CHECK(hf_schema_impl::block_id("model.layers.3.ffn.experts.expert_127.fc1.weight",
+                                 "model.layers.#.ffn.experts.expert_#.fc1.weight") == "3");
+  CHECK(hf_schema_impl::block_id("encoder.block.1.layer.12.mlp.experts.expert_5.wi.weight",
+                                 "encoder.block.#.layer.#.mlp.experts.expert_#.wi.weight") == "1.12");
 }
 
 TEST_CASE("hf schema: an expert count or embedding rows that no config field explains are not compared", "[hf]") {
