@@ -43,7 +43,8 @@ bool sidecar_name(const std::string& n) {
                                  "chat_template.json",
                                  "tekken.json",
                                  "merges.txt",
-                                 "spiece.model"};
+                                 "spiece.model",
+                                 "spk_dict.pt"};  // Qwen2.5-Omni's speakers (write/assets.h)
   for (const char* k : kNames)
     if (n == k) return true;
   return n.rfind("tokenizer", 0) == 0 || n.rfind("vocab", 0) == 0 || name_ends(n, ".tiktoken");

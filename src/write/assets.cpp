@@ -36,6 +36,12 @@ constexpr const char* kAssetNames[] = {
     "configuration_*.py", "modeling_*.py", "tokenization_*.py", "*processing_*.py",
 };
 
+// Files a model class's from_pretrained reads beside the weights that are pickles by name, but no
+// weights of the checkpoint: Qwen2.5-Omni's speakers (Qwen2_5OmniForConditionalGeneration's
+// load_speakers, torch.load(weights_only=True) of spk_dict.pt; its from_pretrained raises without
+// one, and save_pretrained does not write it: a released folder ships it). Copied byte for byte.
+constexpr const char* kModelSidecars[] = {"spk_dict.pt"};
+
 // Weights, indexes and checkpoint metadata: never assets, whatever the allow-list matches.
 constexpr const char* kNeverNames[] = {
     "*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.distcp", "*.metadata", "*.index.json",
@@ -104,6 +110,7 @@ void look_in(const std::string& dir, bool follow_any_link, std::map<std::string,
 
 bool is_asset_name(const std::string& name) {
   if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos) return false;
+  if (std::find(std::begin(kModelSidecars), std::end(kModelSidecars), name) != std::end(kModelSidecars)) return true;
   return matches(name, std::begin(kAssetNames), std::end(kAssetNames)) &&
          !matches(name, std::begin(kNeverNames), std::end(kNeverNames));
 }

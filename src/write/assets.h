@@ -7,7 +7,9 @@
 // special_tokens_map.json, added_tokens.json, tekken.json); chat templates (chat_template.jinja,
 // chat_template.json); processor configs (*processor_config.json, feature_extractor_config.json);
 // a PEFT adapter_config.json; the remote code save_pretrained copies (configuration_*.py,
-// modeling_*.py, tokenization_*.py, *processing_*.py). Never weights or indexes (*.safetensors,
+// modeling_*.py, tokenization_*.py, *processing_*.py); and the one pickle a model class reads beside
+// its weights, Qwen2.5-Omni's speakers (spk_dict.pt: its from_pretrained raises without it). Never
+// other weights or indexes (*.safetensors,
 // *.bin, *.pt, *.pth, *.distcp, *.metadata, *.index.json, *.gguf, ...), never a hidden file (a
 // dcpctl temporary is `.<name>.dcpctl-tmp-<pid>`), never a folder, nothing over kMaxAssetBytes.
 //

@@ -54,12 +54,13 @@ TEST_CASE("assets: the allow-list by name, never weights, indexes, hidden files 
                         "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "spiece.model",
                         "chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
                         "video_preprocessor_config.json", "qwen.tiktoken", "tekken.json", "modeling_tiny.py",
-                        "configuration_tiny.py", "adapter_config.json"})
+                        "configuration_tiny.py", "adapter_config.json", "spk_dict.pt"})
     CHECK(is_asset_name(n));
   for (const char* n : {"model.safetensors", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
                         "pytorch_model.bin", "vocab.safetensors", "vocab.bin", "tokenizer.index.json", "__0_0.distcp", ".metadata",
                         "__0.metadata", ".config.json.dcpctl-tmp-123", "config.json.dcpctl-tmp-1", ".hidden.json", "README.md",
-                        "train.py", "optimizer.pt", "trainer_state.json", "training_args.bin", "sharded", ""})
+                        "train.py", "optimizer.pt", "trainer_state.json", "training_args.bin", "sharded", "",
+                        "spk_dict.pt.bak", "my_spk_dict.pt"})
     CHECK_FALSE(is_asset_name(n));
 }
 
