@@ -528,7 +528,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
             _, model = hf_schema.tiny_config(base, build=make)
             model.save_pretrained(src)
             del model
-            for name, write in SIDECARS.get(t, {}).items():
+            for name, write in SIDECARS.get(base, {}).items():
                 write(src / name)
     except OutOfMemory as e:
         not_built[t] = f"memory: {e}"
@@ -552,7 +552,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
         try:
             with phase(phases, "reference"), capped(), \
                     contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                model, info = load_with_info(cls, src, dt, t)
+                model, info = load_with_info(cls, src, dt, base)
                 model.save_pretrained(ref)
                 del model
             if info["missing_keys"] or info["unexpected_keys"]:
@@ -572,7 +572,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
             r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
         if not expect_rc(r, EXIT_OK, f"{t}: consolidate --dtype {flag}"):
             continue
-        for name in SIDECARS.get(t, {}):
+        for name in SIDECARS.get(base, {}):
             check((out / name).is_file() and (out / name).read_bytes() == (src / name).read_bytes(),
                   f"{t} {flag}: the export carries {name} from the source folder, byte for byte (from_pretrained reads it)")
         with phase(phases, "compare"):
@@ -592,7 +592,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
         try:
             with phase(phases, "load export"), capped(), \
                     contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                loaded, info = load_with_info(cls, out, dt, t)
+                loaded, info = load_with_info(cls, out, dt, base)
                 held = loaded.state_dict()
                 del loaded
         except OutOfMemory as e:
