@@ -222,7 +222,7 @@ std::string PrecisionPolicy::reason(const std::string& key) const {
   if (d.rule) return d.rule->reason;
   if (!d.schema || *d.schema == '-' || *d.schema == 'i') return {};
   return "transformers " + hf_schema().transformers + " " + schema_->cls + " (model_type " + schema_->type + ") keeps " +
-         schema_->pattern_of(key) + " in " + (*d.schema == 'f' ? "float32" : std::string(1, *d.schema)) + " when it loads in " +
+         schema_->named_pattern(schema_pattern(key)) + " in " + (*d.schema == 'f' ? "float32" : std::string(1, *d.schema)) + " when it loads in " +
          (schema_fp16_ ? "float16" : "bfloat16") + " (model schema)";
 }
 

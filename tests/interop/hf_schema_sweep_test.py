@@ -105,24 +105,17 @@ FLAG_SAMPLE = ["qwen3[attention_bias=true]", "llama[mlp_bias=true]", "deepseek_v
 # granite_speech5_ctc and granite_speech5_encoder (BatchNorm's int64 num_batches_tracked, which
 # transformers' dtype plan casts to float32 on load: dcpctl keeps it as saved, from_pretrained of
 # the export holds the same float32 tensor, checked); mamba2 (its mixer.out_proj width was 2*hidden_size, expand's
-# default taken for a constant: the generator now doubles expand too, so the width gets no form).
-KNOWN_GAPS: dict[str, str] = {
-    "inkling_mm_model": "its vision tower's layers are numbered in their names, not as path components "
-                        "(model.visual.layers.norm_N.weight, linear_N.weight: one per vision_config.num_hidden_layers, "
-                        "24 by default), which the schema, built with 8, holds as 15 fixed keys every folder has: "
-                        "the tiny folder (4 vision layers) is refused schema-key-missing for norm_4..norm_6, and the "
-                        "schema holds no norm_7 or later, which a folder of the default 24 has. Building it "
-                        "with fewer vision layers than output scales needs scipy (transformers' plan_out_scales "
-                        "imports linear_sum_assignment; tools/requirements.txt); without it, not built",
-}
+# default taken for a constant: the generator now doubles expand too, so the width gets no form);
+# inkling_mm_model (its vision layers
+# are numbered in their names, model.visual.layers.norm_N / linear_N, which the schema held as 15 fixed
+# keys of its 8-layer build: the schema's "named" indices now stand for them, counted with
+# vision_config.n_layers).
+KNOWN_GAPS: dict[str, str] = {}
 
 # Types not built tiny here for a reason outside transformers and tiny_config: (what the reason
-# prints, why). Any other type of the schema that is not built tiny fails the sweep.
-NOT_BUILT = {
-    "inkling_mm_model": ("No module named 'scipy'", "transformers' Inkling vision tower imports scipy.optimize to "
-                         "build with fewer layers than output scales; scipy is in tools/requirements.txt, the "
-                         "virtualenv may predate it"),
-}
+# prints, why). Any other type of the schema that is not built tiny fails the sweep. (Inkling's
+# vision tower needs scipy to build with fewer layers than output scales: tools/requirements.txt.)
+NOT_BUILT: dict[str, tuple[str, str]] = {}
 
 # Types transformers itself cannot round-trip tiny: its from_pretrained of its own save_pretrained
 # folder reports missing and unexpected keys, so there is no reference to compare with. Listed as not

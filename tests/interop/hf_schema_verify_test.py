@@ -38,6 +38,12 @@ an HF folder exits 3 and leaves nothing.
 transformers' own bfloat16 XLNet folder (config.json dtype float32: save_pretrained writes the first
 parameter's dtype, and XLNet's mask_emb stays float32) verifies clean and consolidates; with
 lm_loss.bias made float32 it is dtype-mismatch (the folder is then checked as float32).
+Indices numbered in names: a tiny Inkling with 12 vision layers (the schema was built with 8; its
+layers are model.visual.layers.linear_N and norm_N, vision_config.n_layers and one fewer) and a tiny
+Switch Transformer with 16 experts (experts.expert_N; the schema's build has 8) verify clean; Inkling
+with vision layer 5's norm dropped is schema-key-missing counted from vision_config.n_layers-1, with a
+norm for its last layer schema-key-unexpected; Switch with one block's expert 15 dropped is
+schema-key-missing naming it (transformers reports each).
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -351,6 +357,55 @@ def main() -> int:
         rewrite(xw, lambda sd: sd.__setitem__("lm_loss.bias", sd["lm_loss.bias"].float()))
         doc = verify_json(dcpctl, xw, EXIT_INVALID, "xlnet bf16 folder with lm_loss.bias float32")
         check([c for c, _ in codes(doc)] == ["dtype-mismatch"], f"xlnet: the mixed folder is dtype-mismatch: {codes(doc)}")
+        # Indices numbered in names (the schema's "named"): Inkling's vision layers
+        # model.visual.layers.linear_N / norm_N, as many as vision_config.n_layers and one fewer (the
+        # schema was built with 8, its default is 24: 12 here, with patch_size 2, as the tower's
+        # widths grow with the layers past its plan of scales), and Switch's experts.expert_N (8 by
+        # default, switch-base-128's 128).
+        ink = tmp / "inkling-12"
+        cfg = hf_schema.tiny_config("inkling_mm_model")
+        cfg.vision_config.n_layers = 12
+        cfg.vision_config.patch_size = 2
+        icls = transformers_class("inkling_mm_model")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            torch.manual_seed(0)
+            icls._from_config(cfg, dtype=torch.float32).save_pretrained(ink)
+        info = loading_info(icls, ink)
+        check(not info["missing_keys"] and not info["unexpected_keys"], f"inkling 12 vision layers: transformers reloads it clean: {info}")
+        doc = verify_json(dcpctl, ink, EXIT_OK, "inkling_mm_model with 12 vision layers: verify of transformers' folder")
+        check(doc.get("hf", {}).get("schema", {}).get("checked") is True, f"inkling: the schema checked: {doc.get('hf')}")
+        lost = tmp / "inkling-12-norm-lost"  # the norm of vision layer 5 dropped
+        shutil.copytree(ink, lost)
+        rewrite(lost, lambda sd: sd.pop("model.visual.layers.norm_5.weight"))
+        info = loading_info(icls, lost)
+        check(any("encoder_layers.5.layer_norm" in k for k in info["missing_keys"]), f"inkling: transformers reports norm 5 missing: {info}")
+        doc = verify_json(dcpctl, lost, EXIT_INVALID, "inkling: verify with vision layer 5's norm dropped")
+        msg = [p["message"] for p in doc.get("problems", [])
+               if p["code"] == "schema-key-missing" and p["key"] == "model.visual.layers.norm_5.weight"]
+        check(codes(doc) == [("schema-key-missing", "model.visual.layers.norm_5.weight")] and
+              "vision_config.n_layers-1 = 11" in msg[0], f"inkling: norm 5 missing, counted from the config: {codes(doc)} {msg}")
+        past = tmp / "inkling-12-norm-past"  # a norm for the last vision layer, which has none
+        shutil.copytree(ink, past)
+        rewrite(past, lambda sd: sd.__setitem__("model.visual.layers.norm_11.weight", sd["model.visual.layers.norm_10.weight"].clone()))
+        info = loading_info(icls, past)
+        check(any("encoder_layers.11.layer_norm" in k for k in info["unexpected_keys"]), f"inkling: transformers reports norm 11 unexpected: {info}")
+        doc = verify_json(dcpctl, past, EXIT_INVALID, "inkling: verify with a norm past the count")
+        check(codes(doc) == [("schema-key-unexpected", "model.visual.layers.norm_11.weight")],
+              f"inkling: norm 11 past the count: {codes(doc)}")
+        sw = tmp / "switch-16"
+        cfg = hf_schema.tiny_config("switch_transformers")
+        cfg.num_experts = 16
+        scls = transformers_class("switch_transformers")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            torch.manual_seed(0)
+            scls._from_config(cfg, dtype=torch.float32).save_pretrained(sw)
+        info = loading_info(scls, sw)
+        check(not info["missing_keys"] and not info["unexpected_keys"], f"switch 16 experts: transformers reloads it clean: {info}")
+        verify_json(dcpctl, sw, EXIT_OK, "switch_transformers with 16 experts (the schema built with 8): verify")
+        rewrite(sw, lambda sd: [sd.pop(k) for k in list(sd) if k.startswith("encoder.block.1.layer.1.mlp.experts.expert_15.")])
+        doc = verify_json(dcpctl, sw, EXIT_INVALID, "switch: verify with one layer's expert 15 dropped")
+        check(("schema-key-missing", "encoder.block.1.layer.1.mlp.experts.expert_15.wi.weight") in codes(doc),
+              f"switch: expert 15 of block 1 missing: {codes(doc)}")
     return summary("hf-schema-verify")
 
 

@@ -443,6 +443,61 @@ TEST_CASE("hf schema: indices numbered in names are the schema's to know, fixed 
                                  "encoder.block.#.layer.#.mlp.experts.expert_#.wi.weight") == "1.12");
 }
 
+TEST_CASE("hf schema: an index numbered in a name is held to the count its config gives", "[hf]") {
+  // Inkling's vision layers: linear_0..linear_{n-1} and norm_0..norm_{n-2} (the last layer projects to
+  // the text width, with no norm), n = vision_config.n_layers; the schema was built with 8.
+  json ink = {{"model_type", "inkling_mm_model"}, {"vision_config", {{"n_layers", 12}}}};
+  const ModelSchema* s = schema_for_config(ink);
+  REQUIRE(s);
+  REQUIRE(s->named.size() == 2);
+  std::vector<HfTensor> t;
+  for (int i = 0; i < 12; ++i) {
+    t.push_back({"model.visual.layers.linear_" + std::to_string(i) + ".weight", "float32", {4, 4}});
+    if (i < 11) t.push_back({"model.visual.layers.norm_" + std::to_string(i) + ".weight", "float32", {4}});
+  }
+  // The findings about the vision layers' keys (the folder holds nothing else: the rest is missing).
+  auto vision = [](const Findings& f) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& x : f)
+      if (x.where.key.rfind("model.visual.layers.", 0) == 0) out.emplace_back(x.code, x.where.key);
+    return out;
+  };
+  CHECK(vision(schema_problems(ink, t)).empty());
+  std::vector<HfTensor> lost = t;
+  lost.erase(std::remove_if(lost.begin(), lost.end(), [](const HfTensor& x) { return x.key == "model.visual.layers.norm_5.weight"; }),
+             lost.end());
+  Findings f = schema_problems(ink, lost);
+  REQUIRE(vision(f) == std::vector<std::pair<std::string, std::string>>{{"schema-key-missing", "model.visual.layers.norm_5.weight"}});
+  std::vector<HfTensor> past = t;
+  past.push_back({"model.visual.layers.norm_11.weight", "float32", {4}});
+  CHECK(vision(schema_problems(ink, past)) ==
+        std::vector<std::pair<std::string, std::string>>{{"schema-key-unexpected", "model.visual.layers.norm_11.weight"}});
+  ink["vision_config"]["n_layers"] = 13;  // the config counts one more layer than the folder has
+  CHECK(vision(schema_problems(ink, t)) ==
+        std::vector<std::pair<std::string, std::string>>{{"schema-key-missing", "model.visual.layers.linear_12.weight"},
+                                                         {"schema-key-missing", "model.visual.layers.norm_11.weight"}});
+  // NLLB-MoE's experts.expert_N, as many as num_experts (its schema built with 128): counted per layer.
+  json nllb = {{"model_type", "nllb-moe"}, {"num_experts", 4}};
+  std::vector<HfTensor> e = {{"model.encoder.layers.3.ffn.router.classifier.weight", "float32", {4, 4}}};
+  for (int j = 0; j < 4; ++j)
+    for (const char* w : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"})
+      e.push_back({"model.encoder.layers.3.ffn.experts.expert_" + std::to_string(j) + "." + w, "float32",
+                   std::string(w).find("bias") != std::string::npos ? std::vector<int64_t>{4} : std::vector<int64_t>{4, 4}});
+  auto experts = [](const Findings& f) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& x : f)
+      if (x.where.key.find(".experts.expert_") != std::string::npos) out.emplace_back(x.code, x.where.key);
+    return out;
+  };
+  CHECK(experts(schema_problems(nllb, e)).empty());
+  nllb["num_experts"] = 3;
+  CHECK(experts(schema_problems(nllb, e)) ==
+        std::vector<std::pair<std::string, std::string>>{{"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc1.bias"},
+                                                         {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc1.weight"},
+                                                         {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc2.bias"},
+                                                         {"schema-key-unexpected", "model.encoder.layers.3.ffn.experts.expert_3.fc2.weight"}});
+}
+
 TEST_CASE("hf schema: an expert count or embedding rows that no config field explains are not compared", "[hf]") {
   // ERNIE-4.5-VL-MoE saves its text and vision experts in one list (experts 0..7 for
   // moe_num_experts 4, as transformers' own save_pretrained writes them): the config's count is no
