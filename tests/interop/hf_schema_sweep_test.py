@@ -16,7 +16,8 @@ transformers' save_pretrained is the source, and for each target dtype in bf16 a
     save_pretrained, tensor for tensor (what transformers keeps in float32, after its load-time
     renames, is what the policy kept);
   - from_pretrained(OUT) reports no missing or unexpected keys;
-  - `dcpctl verify SRC` exits 0 (the schema accepts what transformers itself saves).
+  - `dcpctl verify SRC` exits 0 (the schema accepts what transformers itself saves), and so does
+    `verify` of transformers' own bf16 and fp16 folders (the references above).
 A type whose from_pretrained reads a file beside the weights that save_pretrained does not write
 (SIDECARS: Qwen2.5-Omni's speakers, spk_dict.pt) has it written into its source folder, as a released
 folder ships it, and its export must carry it byte for byte (dcpctl's assets).
@@ -561,6 +562,9 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
             not_built[t] = (f"transformers' from_pretrained of its own save_pretrained folder (dtype={flag}) raises "
                             f"{type(e).__name__}: {str(e)[:120]}")
             break
+        with phase(phases, "verify"):  # transformers' own bf16/fp16 folder (XLNet's says dtype float32)
+            r = run(dcpctl, "verify", str(ref))
+        expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own {flag} folder (from_pretrained(dtype={flag}) + save_pretrained)")
         with phase(phases, "consolidate"):
             r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
         if not expect_rc(r, EXIT_OK, f"{t}: consolidate --dtype {flag}"):
