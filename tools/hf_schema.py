@@ -298,19 +298,24 @@ def real_config(model_type, cls):
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    cfg = getattr(transformers, CONFIG_MAPPING_NAMES[model_type])()
+    cfg, refused = default_config(getattr(transformers, CONFIG_MAPPING_NAMES[model_type]))
     if cls is None:  # a type no auto mapping gives a class (a model_type another type's class saves)
         return cfg, []
     _, cfg = sub_config_of(cfg, cls)
     errors, before = [], flat_fields(cfg)
-    for stage in (0, 1, 2):
+    for stage in (0, 1, 2, 3, 4):
         done = completed(cfg, cls, stage) if stage else cfg
         filled = sorted(k for k, v in flat_fields(done).items() if k not in before or before[k] != v)
         if stage and not filled:
             continue
         try:
-            # Read back from its dict (its class's validators run, as from_pretrained's would).
-            c = rebuilt_or_raise(done) if stage else done
+            # Read back from its dict (its class's validators run, as from_pretrained's would); from
+            # stage 3 on, a validator's refusal that names the value a field must take is followed
+            # (validator_repairs).
+            if stage >= 3:
+                done = validator_repairs(done)
+                filled = sorted(k for k, v in flat_fields(done).items() if k not in before or before[k] != v)
+            c = rebuilt_or_raise(done) if stage or refused else done
             probe = copy.deepcopy(c)
             cut_layers(probe)
             build(cls, probe, torch.bfloat16)
@@ -320,6 +325,90 @@ def real_config(model_type, cls):
             continue
         return c, filled
     raise ValueError("; ".join(errors))
+
+
+def default_config(config_class):
+    """(config_class's defaults, False), or where its own validators refuse its defaults (Gemma 4
+    Assistant's: `hidden_size_per_layer_input must be 0, got 256`, of its default text_config), the
+    defaults made without them and True: real_config reads them back (the validators run) after
+    validator_repairs."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return config_class(), False
+    except Exception:
+        pass
+    saved = config_class.__dict__.get("validate")
+    config_class.validate = lambda self: None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return config_class(), True
+    finally:
+        if saved is None:
+            del config_class.validate
+        else:
+            config_class.validate = saved
+
+
+# A validator's message naming the one value a field must take: "requires indexer_kv_heads=1",
+# "hidden_size_per_layer_input must be 0, got 256", "enable_moe_block must be False".
+MUST_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s*(?:=|must be|must equal|should be)\s*(-?\d+|True|False)\b(?!\s*[%/*])")
+# Every `name=number` a message names ("rotary_dim=64, indexer_head_dim=2").
+NAMED_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s*=\s*(-?\d+)\b")
+
+
+def validator_repairs(cfg, rounds=8):
+    """cfg, repaired one field at a time while its config class's validators refuse it, each repair
+    taken from the refusal's own message: a field the message says must take one value gets it
+    (Qwen4-Exp's "QSA requires indexer_kv_heads=1"; Gemma 4 Assistant's "hidden_size_per_layer_input
+    must be 0, got 256"), and a field the message names beside another quantity it must fit is given
+    that quantity ("RoPE dimensions must fit the QSA index head: rotary_dim=64, indexer_head_dim=2":
+    indexer_head_dim 64). A repair is kept where the config then reads back or is refused at a later
+    check (progressed); the fields are looked up in the config (or sub-config) the validator checks."""
+    for _ in range(rounds):
+        said = []
+        err = refusal(cfg, tiny=False, message=said)
+        if err is None:
+            return cfg
+        where, _ = err
+        if not isinstance(where, tuple) or len(where) != 3 or where[2] is None:
+            return cfg
+        msg = said[0]
+        prefixes = [p for p, x in sub_configs(cfg) if type(x) is where[2]]
+        if not prefixes:
+            return cfg
+        owner = sub_config_at(cfg, prefixes[0])
+        # Also the sub-configs the validator reads through (`text_config.hidden_size_per_layer_input`).
+        scopes = [(prefixes[0], owner)] + [(prefixes[0] + k + ".", v) for k, v in sorted(vars(owner).items())
+                                           if hasattr(v, "to_dict") and not k.startswith("_")]
+        candidates = []
+        for m in MUST_RE.finditer(msg):
+            candidates.append((m.group(1), m.group(2)))
+        named = NAMED_RE.findall(msg)
+        for f, _v in named:
+            for g, w in named:
+                if g != f:
+                    candidates.append((f, w))
+        fixed = None
+        for f, v in candidates:
+            value = {"True": True, "False": False}.get(v, None)
+            if value is None:
+                value = int(v)
+            for prefix, scope in scopes:
+                cur = vars(scope).get(f, "missing")
+                if cur == "missing" or cur == value or isinstance(cur, bool) != isinstance(value, bool):
+                    continue
+                trial = copy.deepcopy(cfg)
+                setattr(sub_config_at(trial, prefix), f, value)
+                e2 = refusal(trial, tiny=False)
+                if e2 is None or (isinstance(e2[0], tuple) and len(e2[0]) == 3 and progressed(where, e2[0])):
+                    fixed = trial
+                    break
+            if fixed is not None:
+                break
+        if fixed is None:
+            return cfg
+        cfg = fixed
+    return cfg
 
 
 def completed(cfg, cls, stage):
@@ -371,11 +460,46 @@ def completed(cfg, cls, stage):
                 setattr(sub, k, {})
         if prefix == "" and f.get("is_decoder") is False and cls.__name__ in causal:
             sub.is_decoder = True
-        if stage >= 2:
+        if stage >= 3:
+            n = next((f[g] for g in LAYER_FIELDS if isinstance(f.get(g), int) and not isinstance(f.get(g), bool)), None)
+            for k, v in list(f.items()):
+                if v is None and n and (k == "layer_types" or k.endswith("_layer_types")):
+                    kinds = layer_kinds(cls, k)
+                    setattr(sub, k, [kinds[i % len(kinds)] for i in range(n)])
+            heads, hidden = f.get("num_attention_heads"), f.get("hidden_size")
+            if isinstance(heads, int) and isinstance(hidden, int) and not isinstance(heads, bool) and \
+                    heads > 0 and hidden % heads and not isinstance(f.get("head_dim"), int):
+                to = min((d for d in range(1, hidden + 1) if hidden % d == 0), key=lambda d: (abs(d - heads), -d))
+                if f.get("num_key_value_heads") == heads:
+                    sub.num_key_value_heads = to
+                sub.num_attention_heads = to
+        if stage in (2, 4):
             for g in sorted(optional_ints(type(sub))):
                 if g in f and f[g] is None and not g.endswith(("_token_id", "_token_ids")):
                     setattr(sub, g, TINY.get(g, 2))
     return c
+
+
+def layer_kinds(cls, field):
+    """The layer kinds a null per-layer list `field` of cls's config is made of (real_config, stage 3):
+    the kinds transformers allows in it (configuration_utils' ALLOWED_MLP_LAYER_TYPES for
+    `mlp_layer_types`, ALLOWED_ATTN_LAYER_TYPES for `layer_types` and the others) that cls's modeling
+    module names ("conv" and "full_attention": LFM2-MoE's), in transformers' order, with the plain
+    kind (full_attention, dense) first where it names fewer than two: the kind its `else` branch
+    builds (DeepSeek-OCR-2 tests `mlp_layer_types[i] == "sparse"` only). Each layer takes the next
+    kind in turn, so every kind's keys are in the build."""
+    import inspect
+    from transformers import configuration_utils as cu
+    allowed = list(cu.ALLOWED_MLP_LAYER_TYPES if field.startswith("mlp_") else cu.ALLOWED_ATTN_LAYER_TYPES)
+    try:
+        src = inspect.getsource(sys.modules[cls.__module__])
+    except Exception:
+        src = ""
+    named = [t for t in allowed if f'"{t}"' in src or f"'{t}'" in src]
+    plain = next(t for t in allowed if t in ("full_attention", "dense"))
+    if len(named) < 2 and plain not in named:
+        named = [plain] + named
+    return named
 
 
 def cut_layers(cfg):
@@ -1340,19 +1464,22 @@ def set_path(cfg, path, value):
     setattr(sub_config_at(cfg, prefix + "." if prefix else ""), f, value)
 
 
-def refusal(cfg, build=None):
+def refusal(cfg, build=None, tiny=True, message=None):
     """None where cfg reads back from its dict (and builds, with build), else (where, fields): where the
     refusal was raised (the validator's code object, line and config class), and the paths in cfg of
     the fields the raising validator reads (`self.a.b` in its source, self the config it validates,
-    found in cfg by its class)."""
+    found in cfg by its class). tiny: read back as tiny_config's (rebuilt_or_raise's tiny); message, a
+    list: the refusal's message appended."""
     import inspect
     try:
-        back = rebuilt_or_raise(cfg, tiny=True)
+        back = rebuilt_or_raise(cfg, tiny=tiny)
         if build is not None:
             build(back)
         return None
     except Exception as e:
         cause = e.__cause__ if e.__cause__ is not None else e
+        if message is not None:
+            message.append(str(cause))
         # The innermost frame validating a config (its `self`), else the innermost reading one (a
         # module's __init__ checking its `config`: Reformer's axial position embeddings).
         tb, frame, name = cause.__traceback__, None, "self"
