@@ -305,26 +305,125 @@ def real_config(model_type, cls):
     errors, before = [], flat_fields(cfg)
     for stage in (0, 1, 2, 3, 4):
         done = completed(cfg, cls, stage) if stage else cfg
+        if stage >= 3:
+            # A validator's refusal that names the value a field must take is followed.
+            done = validator_repairs(done)
         filled = sorted(k for k, v in flat_fields(done).items() if k not in before or before[k] != v)
-        if stage and not filled:
+        if stage in (1, 2) and not filled:
             continue
-        try:
-            # Read back from its dict (its class's validators run, as from_pretrained's would); from
-            # stage 3 on, a validator's refusal that names the value a field must take is followed
-            # (validator_repairs).
-            if stage >= 3:
-                done = validator_repairs(done)
-                filled = sorted(k for k, v in flat_fields(done).items() if k not in before or before[k] != v)
-            c = rebuilt_or_raise(done) if stage or refused else done
-            probe = copy.deepcopy(c)
-            cut_layers(probe)
-            build(cls, probe, torch.bfloat16)
-        except Exception as e:
-            errors.append(f"{type(e).__name__}: {str(e)[:160]}"
-                          + (f" (with {', '.join(filled)} filled)" if stage else ""))
+        for _ in range(4 if stage >= 3 else 1):
+            try:
+                # Read back from its dict (its class's validators run, as from_pretrained's would).
+                c = rebuilt_or_raise(done) if stage or refused else done
+                probe = copy.deepcopy(c)
+                cut_layers(probe)
+                build(cls, probe, torch.bfloat16)
+            except Exception as e:
+                more = (dividing_heads(done, e) or documented_fills(done, e)) if stage >= 3 else None
+                if more is not None:
+                    done = more
+                    filled = sorted(k for k, v in flat_fields(done).items() if k not in before or before[k] != v)
+                    continue
+                why = f"{type(e).__name__}: {str(e)[:160]}" + (f" (with {', '.join(filled)} filled)" if filled else "")
+                if why not in errors:
+                    errors.append(why)
+                break
+            return c, filled
+    # The defaults' refusal and the last completion's (the tries between are on the way to it).
+    raise ValueError("; ".join(errors[:1] + errors[-1:] if len(errors) > 2 else errors))
+
+
+def failing_config(cfg, exc):
+    """(prefix in cfg, the config) that the innermost modeling frame raising exc reads (its `config`,
+    else its `self.config`), found in cfg by its class (the build's config is a copy); None if none."""
+    tb, frame = exc.__traceback__, None
+    while tb is not None:
+        if "/transformers/models/" in tb.tb_frame.f_code.co_filename:
+            frame = tb
+        tb = tb.tb_next
+    if frame is None:
+        return None
+    loc = frame.tb_frame.f_locals
+    root = loc.get("config")
+    if root is None and hasattr(loc.get("self"), "config"):
+        root = loc["self"].config
+    if root is None or not hasattr(root, "to_dict"):
+        return None
+    at = next((p for p, x in sub_configs(cfg) if type(x) is type(root)), None)
+    return None if at is None else (at, frame, root)
+
+
+def dividing_heads(cfg, exc):
+    """A copy of cfg where exc is a module's refusal of heads that do not divide the width ("embed_dim
+    must be divisible by num_heads (got `embed_dim`: 1152 and `num_heads`: 14)": Aya Vision's default
+    SigLIP tower), the config it reads given the divisor of its hidden_size nearest its heads, the
+    larger on a tie (16: its release's), its key/value heads with them where they were equal; None
+    otherwise."""
+    if "divisible" not in str(exc):
+        return None
+    found = failing_config(cfg, exc)
+    if found is None:
+        return None
+    out = copy.deepcopy(cfg)
+    sub = sub_config_at(out, found[0])
+    f = vars(sub)
+    heads, hidden = f.get("num_attention_heads"), f.get("hidden_size")
+    if not (isinstance(heads, int) and isinstance(hidden, int) and not isinstance(heads, bool)
+            and heads > 0 and hidden % heads):
+        return None
+    to = min((d for d in range(1, hidden + 1) if hidden % d == 0), key=lambda d: (abs(d - heads), -d))
+    if f.get("num_key_value_heads") == heads:
+        sub.num_key_value_heads = to
+    sub.num_attention_heads = to
+    return out
+
+
+def documented_fills(cfg, exc):
+    """A copy of cfg with the null fields that the modeling line raising exc reads (`config.X`,
+    `config.vision_config.X`: Granite 4 Vision's `len(config.deepstack_layer_map)`,
+    `config.downsample_rate.split("/")`) given the value their class's docstring shows: its example
+    (`e.g. "1/4"`), or, for a list of `[a, b]` tuples (`List of [vision_layer_idx, llm_layer_idx]
+    pairs`), one such tuple of zeros; None where none is filled."""
+    import ast
+    import linecache
+    found = failing_config(cfg, exc)
+    if found is None:
+        return None
+    at, frame, root = found
+    line = linecache.getline(frame.tb_frame.f_code.co_filename, frame.tb_lineno)
+    out, changed = copy.deepcopy(cfg), False
+    for m in re.finditer(r"\bconfig((?:\.[A-Za-z_]\w*)+)", line):
+        # The chain's sub-configs, then the field it reads (`config.downsample_rate.split`: downsample_rate).
+        owner, prefix, f = root, at, None
+        for n in m.group(1)[1:].split("."):
+            v = vars(owner).get(n, 0)
+            if hasattr(v, "to_dict"):
+                owner, prefix = v, prefix + n + "."
+                continue
+            f = n
+            break
+        if f is None or vars(owner).get(f, 0) is not None:
             continue
-        return c, filled
-    raise ValueError("; ".join(errors))
+        doc = type(owner).__doc__ or ""
+        entry = re.search(r"^\s*" + re.escape(f) + r" \(.*?\):\n((?:\s{8,}.*\n?)+)", doc, re.M)
+        if entry is None:
+            continue
+        text = " ".join(entry.group(1).split())
+        value = None
+        ex = re.search(r"e\.g\.\s*`([^`]+)`", text)
+        if ex:
+            try:
+                value = ast.literal_eval(ex.group(1))
+            except Exception:
+                value = None
+        pair = re.search(r"[Ll]ist of `\[([^\]`]+)\]` (?:pairs|tuples)", text)
+        if value is None and pair:
+            value = [[0] * len(pair.group(1).split(","))]
+        if value is None:
+            continue
+        setattr(sub_config_at(out, prefix), f, value)
+        changed = True
+    return out if changed else None
 
 
 def default_config(config_class):
@@ -425,9 +524,13 @@ def completed(cfg, cls, stage):
       stage 2 (where stage 1 does not build): the null optional integers of every sub-config given
         small values (the TINY sizes, else 2: Dots1's n_routed_experts and n_shared_experts,
         Diffusion-Gemma's num_experts), as a flag's module is built below. Each candidate is read back
-        by real_config (the validators run): Qwen4-Exp's indexer sizes given 2 are refused (its QSA
-        wants one key head and an index head at least as wide as the rotary dimensions), so it stays
-        failed."""
+        by real_config (the validators run).
+      stage 3 (where stages 1 and 2 do not build), then 4 (3 with stage 2's integers): a null per-layer
+        kind list (layer_types, mlp_layer_types) made for the layer count of the kinds layer_kinds
+        finds, in turn (LFM2-MoE, DeepSeek-OCR-2). real_config then follows the validators' messages
+        (validator_repairs: Qwen4-Exp's indexer sizes, given 2 in stage 4, become one key head and an
+        index head as wide as the rotary dimensions) and, where the build still fails, fixes what the
+        failing modeling line reads (dividing_heads: Aya Vision; documented_fills: Granite 4 Vision)."""
     from transformers.models.auto import modeling_auto
     c = copy.deepcopy(cfg)
     parents = {}
@@ -466,13 +569,6 @@ def completed(cfg, cls, stage):
                 if v is None and n and (k == "layer_types" or k.endswith("_layer_types")):
                     kinds = layer_kinds(cls, k)
                     setattr(sub, k, [kinds[i % len(kinds)] for i in range(n)])
-            heads, hidden = f.get("num_attention_heads"), f.get("hidden_size")
-            if isinstance(heads, int) and isinstance(hidden, int) and not isinstance(heads, bool) and \
-                    heads > 0 and hidden % heads and not isinstance(f.get("head_dim"), int):
-                to = min((d for d in range(1, hidden + 1) if hidden % d == 0), key=lambda d: (abs(d - heads), -d))
-                if f.get("num_key_value_heads") == heads:
-                    sub.num_key_value_heads = to
-                sub.num_attention_heads = to
         if stage in (2, 4):
             for g in sorted(optional_ints(type(sub))):
                 if g in f and f[g] is None and not g.endswith(("_token_id", "_token_ids")):

@@ -46,7 +46,10 @@ The sample covers the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1, flin
 ernie4_5_moe's `moe_statics`), zero experts (longcat_flash), fused experts (gpt_oss), a plain
 decoder (llama) and a gate-less shared expert (glm4_moe); a class's ignore-unexpected regex that
 matches its own keys (gpt2), an embedding under another name and a config flag (m2m_100's
-shared embedding) and experts numbered in their names (nllb-moe's experts.expert_N).
+shared embedding), experts numbered in their names (nllb-moe's experts.expert_N) and a released
+hybrid whose schema real_config completes (lfm2_moe, LiquidAI's LFM2-8B-A1B: its null layer_types
+made of its conv and attention kinds; a float32 router `feed_forward.expert_bias`; per-expert
+w1/w2/w3 on disk, fused in memory).
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -85,7 +88,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: nothing asks
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
-          "glm4_moe", "gpt2", "m2m_100", "nllb-moe"]
+          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe"]
 # Cases (flag_cases): a type built with a config field set that brings keys, checked as a type is.
 # `flags` sweeps every case of the schema (253 with transformers 5.23: 247 pass, 6 transformers does not
 # build or reload with the field alone; ~140 s of CPU, run after regenerating, not in CI); the sample
