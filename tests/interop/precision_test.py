@@ -35,7 +35,11 @@ Checked:
     summary says so), verify checks its keys against that schema; a config whose model_type and
     class are both unknown is refused, exit 5, nothing written, naming the type, --keep-dtype and
     --cast-all, and either option ends the refusal; a .safetensors output (no config.json of its
-    own) is written, its policy saying why no schema decided.
+    own) is written, its policy saying why no schema decided;
+  - LFM2-MoE (its class defaults leave layer_types null; the schema completes them): `--dtype bf16
+    -o DIR/` equals transformers' own bf16 round trip, its router expert_bias float32 by the schema's
+    policy (no list names it); a type the schema could not build (perception_lm) is refused, exit 5,
+    naming it, nothing written.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -284,12 +288,14 @@ def main() -> int:
             pol = jdoc(r, "unknown .safetensors --json").get("cast", {}).get("policy") or {}
             check(pol.get("schema") is None and "no_such_moe" in str(pol.get("schema_why")), f"unknown .safetensors policy: {pol}")
 
-        # ---- a type transformers defines whose config builds no model even completed (so the schema
-        # lacks it), no class of which declares keep-in-float32 modules: LFM2-MoE (its class leaves
-        # layer_types null; a real config.json says which layers are convolutions). Refused: its router
-        # expert_bias is a buffer made float32 that transformers' own bf16 round trip keeps float32, so
-        # casting it whole would differ; --keep-dtype '*expert_bias' then equals that round trip.
-        # ernie4_5_vl_moe_text (a part of ernie4_5_vl_moe, no class of its own) is refused too.
+        # ---- LFM2-MoE (LiquidAI's LFM2-8B-A1B), whose class defaults leave layer_types null: the schema
+        # holds it since real_config completes them from its conv and attention kinds (before, it was in
+        # the schema's "failed" and this export was refused, exit 5). No class of it declares
+        # keep-in-float32 modules, yet its router expert_bias is a buffer made float32 that transformers'
+        # own bf16 round trip keeps float32: the schema's policy keeps it, so the export equals that round
+        # trip with no flag. A type the schema could not build (perception_lm: its timm vision tower's
+        # default architecture is no release's) is refused; ernie4_5_vl_moe_text (a part of
+        # ernie4_5_vl_moe, no class of its own) too.
         from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
         torch.manual_seed(0)
         lfm, lfm_ref = tmp / "lfm2_moe", tmp / "lfm2_moe-ref"
@@ -304,21 +310,24 @@ def main() -> int:
               f"transformers' bf16 round trip of LFM2-MoE keeps its expert_bias float32: "
               f"{ {k: v.dtype for k, v in want.items() if v.dtype != torch.bfloat16} }")
         out_l = tmp / "lfm2_moe-bf16"
-        r = run(dcpctl, "consolidate", lfm, "-o", f"{out_l}/", "--dtype", "bf16")
-        expect_rc(r, 5, "an LFM2-MoE folder --dtype bf16 -o DIR/ (a type the schema could not build)",
-                  "model_type lfm2_moe", "could not be built", "--keep-dtype", "--cast-all")
-        check(not out_l.exists(), "the LFM2-MoE refusal leaves nothing")
-        r = run(dcpctl, "consolidate", lfm, "-o", f"{out_l}/", "--dtype", "bf16", "--keep-dtype", "*expert_bias", "--json")
-        if expect_rc(r, 0, "the LFM2-MoE folder --dtype bf16 --keep-dtype '*expert_bias'"):
+        r = run(dcpctl, "consolidate", lfm, "-o", f"{out_l}/", "--dtype", "bf16", "--json")
+        if expect_rc(r, 0, "an LFM2-MoE folder --dtype bf16 -o DIR/ (the schema's lfm2_moe)"):
             got = folder_tensors(out_l)
             bad = {k: same_tensor(got.get(k), v) for k, v in want.items() if same_tensor(got.get(k), v)}
-            check(set(got) == set(want) and not bad, f"LFM2-MoE --keep-dtype against transformers' bf16 round trip: {bad}")
+            check(set(got) == set(want) and not bad, f"LFM2-MoE --dtype bf16 against transformers' bf16 round trip: {bad}")
             pol = jdoc(r, "lfm2_moe --json").get("cast", {}).get("policy") or {}
-            check(pol.get("schema") is None and "lfm2_moe" in str(pol.get("schema_why")), f"lfm2_moe policy: {pol}")
+            check("lfm2_moe" in json.dumps(pol.get("schema")), f"lfm2_moe policy is the schema's: {pol}")
             # verify of that export, and of transformers' own bf16 folder (its float32 expert_bias beside a
             # bfloat16 config): clean, not dtype-mismatch.
-            expect_rc(run(dcpctl, "verify", out_l), 0, "verify of the LFM2-MoE --keep-dtype export")
+            expect_rc(run(dcpctl, "verify", out_l), 0, "verify of the LFM2-MoE export")
         expect_rc(run(dcpctl, "verify", lfm_ref), 0, "verify of transformers' own bf16 LFM2-MoE folder")
+        failed = with_config("perception", model_type="perception_lm",
+                             architectures=["PerceptionLMForConditionalGeneration"])
+        out_p = tmp / "perception-bf16"
+        r = run(dcpctl, "consolidate", failed, "-o", f"{out_p}/", "--dtype", "bf16")
+        expect_rc(r, 5, "a perception_lm folder --dtype bf16 -o DIR/ (a type the schema could not build)",
+                  "model_type perception_lm", "could not be built", "--keep-dtype", "--cast-all")
+        check(not out_p.exists(), "the perception_lm refusal leaves nothing")
         part = with_config("ernie_text", model_type="ernie4_5_vl_moe_text", architectures=["Ernie4_5_VLMoeTextModel"])
         r = run(dcpctl, "consolidate", part, "-o", f"{tmp / 'ernie_text-bf16'}/", "--dtype", "bf16")
         expect_rc(r, 5, "an ernie4_5_vl_moe_text folder --dtype bf16 -o DIR/ (a part of a composite, no class of its own)",

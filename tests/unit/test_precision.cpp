@@ -302,20 +302,27 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   CHECK(policy(DType::BFloat16, unknown).describe()["schema_why"].is_string());
   CHECK_NOTHROW(hf(nullptr));
   CHECK(hf(nullptr).describe()["schema_why"].get<std::string>().find("no config.json") != std::string::npos);
-  // A type transformers defines that the schema could not build (LFM2-MoE: its class defaults leave
-  // layer_types null, which only a real checkpoint fills) is refused although no class of it declares
-  // keep-in-float32 modules (its expert_bias buffer stays float32 in transformers: the lists do not
-  // say all); --keep-dtype ends the refusal. A part of a composite (ernie4_5_vl_moe_text, skipped: no
-  // class of its own) is refused too.
-  REQUIRE(hf_schema().failed_reason("lfm2_moe") != nullptr);
+  // A type transformers defines that the schema could not build (PerceptionLM: its timm vision tower's
+  // default architecture is no release's) is refused although no class of it declares keep-in-float32
+  // modules (the lists do not say all); --keep-dtype ends the refusal. A part of a composite
+  // (ernie4_5_vl_moe_text, skipped: no class of its own) is refused too.
+  REQUIRE(hf_schema().failed_reason("perception_lm") != nullptr);
+  CHECK(keep_in_fp32().strict_of("perception_lm") == nullptr);
+  const json plm = {{"model_type", "perception_lm"}, {"architectures", {"PerceptionLMForConditionalGeneration"}}};
+  CHECK_THROWS_AS(hf(plm), UnsupportedError);
+  PrecisionPolicy kept_proj = hf(plm, {"*multi_modal_projector*"});
+  CHECK(kept_proj.describe()["schema"].is_null());
+  CHECK(kept_proj.describe()["schema_why"].get<std::string>().find("perception_lm") != std::string::npos);
+  CHECK(!kept_proj.reason("model.multi_modal_projector.linear_1.bias").empty());
+  CHECK(kept_proj.reason("model.language_model.layers.0.mlp.up_proj.weight").empty());
+  // LFM2-MoE, whose class defaults leave layer_types null (the schema's real_config completes them):
+  // the schema's, its router expert_bias kept float32 as transformers keeps it, though no list says so.
+  REQUIRE(hf_schema().failed_reason("lfm2_moe") == nullptr);
   CHECK(keep_in_fp32().strict_of("lfm2_moe") == nullptr);
-  const json lfm2 = {{"model_type", "lfm2_moe"}, {"architectures", {"Lfm2MoeForCausalLM"}}};
-  CHECK_THROWS_AS(hf(lfm2), UnsupportedError);
-  PrecisionPolicy kept_bias = hf(lfm2, {"*expert_bias"});
-  CHECK(kept_bias.describe()["schema"].is_null());
-  CHECK(kept_bias.describe()["schema_why"].get<std::string>().find("lfm2_moe") != std::string::npos);
-  CHECK(!kept_bias.reason("model.layers.1.feed_forward.expert_bias").empty());
-  CHECK(kept_bias.reason("model.layers.0.feed_forward.w1.weight").empty());
+  PrecisionPolicy lfm2 = hf(json{{"model_type", "lfm2_moe"}, {"architectures", {"Lfm2MoeForCausalLM"}}});
+  CHECK(lfm2.describe()["schema"].is_object());
+  CHECK(lfm2.reason("model.layers.1.feed_forward.expert_bias").find("model schema") != std::string::npos);
+  CHECK(lfm2.reason("model.layers.0.feed_forward.w1.weight").empty());
   REQUIRE(std::binary_search(hf_schema().skipped.begin(), hf_schema().skipped.end(), "ernie4_5_vl_moe_text"));
   CHECK_THROWS_AS(hf(json{{"model_type", "ernie4_5_vl_moe_text"}, {"architectures", {"Ernie4_5_VLMoeTextModel"}}}),
                   UnsupportedError);
