@@ -91,8 +91,8 @@ SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "fl
           "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe"]
 # Cases (flag_cases): a type built with a config field set that brings keys, checked as a type is.
 # `flags` sweeps every case of the schema (253 with transformers 5.23: 247 pass, 6 transformers does not
-# build or reload with the field alone; ~140 s of CPU, run after regenerating, not in CI); the sample
-# takes an attention-bias flag, an MLP-bias flag and a null LoRA rank.
+# build or reload with the field alone; ~140 s of CPU: ctest's hf-schema-sweep-flags-1 and -2, label
+# slow); the sample takes an attention-bias flag, an MLP-bias flag and a null LoRA rank.
 FLAG_SAMPLE = ["qwen3[attention_bias=true]", "llama[mlp_bias=true]", "deepseek_v2[q_lora_rank=null]"]
 
 # The types the sweep of every type (`all`) fails on, each with why (swept with transformers
