@@ -81,14 +81,16 @@ GROUP_KEY = {  # model type -> a key of an MoE (or MLP) layer that the layer's o
 }
 
 
-def save_tiny(t: str, d: Path):
+def save_tiny(t: str, d: Path, cfg=None):
+    """A float32 model of type t (of cfg, default tools/hf_schema.py's tiny_config), seed 0, saved by
+    transformers' save_pretrained to d; returns its class."""
     import torch
     import transformers
     import hf_schema
     cls = getattr(transformers, hf_schema.primary_class(t))
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         torch.manual_seed(0)
-        cls._from_config(hf_schema.tiny_config(t), dtype=torch.float32).save_pretrained(d)
+        cls._from_config(cfg or hf_schema.tiny_config(t), dtype=torch.float32).save_pretrained(d)
     return cls
 
 
@@ -307,9 +309,7 @@ def main() -> int:
         qb = tmp / "qwen3-bias"
         cfg = hf_schema.tiny_config("qwen3")
         cfg.attention_bias = True
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            torch.manual_seed(0)
-            transformers.Qwen3ForCausalLM._from_config(cfg, dtype=torch.float32).save_pretrained(qb)
+        save_tiny("qwen3", qb, cfg)
         verify_json(dcpctl, qb, EXIT_OK, "qwen3 attention_bias=true: verify of transformers' folder")
         nb = tmp / "qwen3-bias-o-lost"
         shutil.copytree(qb, nb)
@@ -366,10 +366,7 @@ def main() -> int:
         cfg = hf_schema.tiny_config("inkling_mm_model")
         cfg.vision_config.n_layers = 12
         cfg.vision_config.patch_size = 2
-        icls = transformers_class("inkling_mm_model")
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            torch.manual_seed(0)
-            icls._from_config(cfg, dtype=torch.float32).save_pretrained(ink)
+        icls = save_tiny("inkling_mm_model", ink, cfg)
         info = loading_info(icls, ink)
         check(not info["missing_keys"] and not info["unexpected_keys"], f"inkling 12 vision layers: transformers reloads it clean: {info}")
         doc = verify_json(dcpctl, ink, EXIT_OK, "inkling_mm_model with 12 vision layers: verify of transformers' folder")
@@ -395,10 +392,7 @@ def main() -> int:
         sw = tmp / "switch-16"
         cfg = hf_schema.tiny_config("switch_transformers")
         cfg.num_experts = 16
-        scls = transformers_class("switch_transformers")
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            torch.manual_seed(0)
-            scls._from_config(cfg, dtype=torch.float32).save_pretrained(sw)
+        scls = save_tiny("switch_transformers", sw, cfg)
         info = loading_info(scls, sw)
         check(not info["missing_keys"] and not info["unexpected_keys"], f"switch 16 experts: transformers reloads it clean: {info}")
         verify_json(dcpctl, sw, EXIT_OK, "switch_transformers with 16 experts (the schema built with 8): verify")
