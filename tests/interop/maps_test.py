@@ -597,8 +597,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     for name in ("megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed", "megatron_qwen3_mtp",
-                 "megatron_glm4_moe", "megatron_glm4_moe_mtp", "megatron_deepseek_v3", "megatron_deepseek_v3_moe",
-                 "megatron_llama_bias"):
+                 "megatron_glm4_moe", "megatron_glm4_moe_mtp", "megatron_deepseek_v3", "megatron_deepseek_v3_moe"):
         d = fixtures / "layouts" / name
         doc = json.loads((d / "expected.json").read_text())
         out = work / f"{name}-hf"
@@ -902,8 +901,8 @@ def test_megatron_llama_bias(fixtures: Path, work: Path) -> None:
     """megatron-core's linear biases (add_bias_linear=True, megatron's default; megatron_llama_bias: TP2,
     the biases seeded noise; make_megatron_qwen3.py) <-> LlamaForCausalLM with attention_bias and mlp_bias:
     linear_proj.bias = o_proj.bias, linear_fc1.bias = [gate_proj.bias; up_proj.bias], linear_fc2.bias =
-    down_proj.bias. test_megatron_qwen3 checks the export bit for bit, from_pretrained and megatron's
-    logits, and the way back; here: the export's --json summary maps every model key (the llama_qwen
+    down_proj.bias. The case is map_oracle's (test_export, test_import, ...: the export bit for bit,
+    from_pretrained and megatron's logits, the way back to megatron-core's own tensors); here: the export's --json summary maps every model key (the llama_qwen
     variant); the model schema refuses the same tensors under a config without mlp_bias, and under
     qwen2 (whose o_proj and MLP have no bias), exit 5 naming the unexpected keys, nothing left; controls
     that the checks can fail: the map with fc1's bias halves swapped moves exactly the gate/up biases and
