@@ -902,11 +902,12 @@ def test_megatron_llama_bias(fixtures: Path, work: Path) -> None:
     the biases seeded noise; make_megatron_qwen3.py) <-> LlamaForCausalLM with attention_bias and mlp_bias:
     linear_proj.bias = o_proj.bias, linear_fc1.bias = [gate_proj.bias; up_proj.bias], linear_fc2.bias =
     down_proj.bias. The case is map_oracle's (test_export, test_import, ...: the export bit for bit,
-    from_pretrained and megatron's logits, the way back to megatron-core's own tensors); here: the export's --json summary maps every model key (the llama_qwen
-    variant); the model schema refuses the same tensors under a config without mlp_bias, and under
-    qwen2 (whose o_proj and MLP have no bias), exit 5 naming the unexpected keys, nothing left; controls
-    that the checks can fail: the map with fc1's bias halves swapped moves exactly the gate/up biases and
-    the logits (more than 1e-3), and the map without the bias rules refuses, exit 5, naming the three
+    from_pretrained and megatron's logits, the way back to megatron-core's own tensors). Here: the
+    export's --json summary maps every model key (the llama_qwen variant); the model schema refuses
+    the same tensors under a config without mlp_bias, without attention_bias, and under qwen2 (whose
+    o_proj and MLP have no bias), exit 5 naming the unexpected keys, nothing left; controls that the
+    checks can fail: the map with fc1's bias halves swapped moves exactly the gate/up biases and the
+    logits (more than 1e-3), and the map without the bias rules refuses, exit 5, naming the three
     keys; megatron-gpt-layers writes each layer's biases as the stacked tensor's row."""
     from transformers import AutoModelForCausalLM
 
@@ -932,21 +933,25 @@ def test_megatron_llama_bias(fixtures: Path, work: Path) -> None:
               f"megatron_llama_bias: map summary {({k: mdoc.get(k) for k in ('direction', 'variant', 'mapped', 'dropped', 'missing')})}")
     # the destination's model schema: a bias key is the config flag's (attention_bias, mlp_bias)
     cfg = json.loads((d / "hf" / "config.json").read_text())
-    configs = {"without mlp_bias": ({k: v for k, v in cfg.items() if k != "mlp_bias"},
-                                    [f"model.layers.{i}.mlp.{n}_proj.bias" for i in range(n_layers) for n in ("gate", "up", "down")]),
+    # (the refusal names each kind's layer-0 key, "and 1 more like it")
+    mlp = [f"model.layers.0.mlp.{n}_proj.bias" for n in ("gate", "up", "down")]
+    configs = {"without mlp_bias": ({k: v for k, v in cfg.items() if k != "mlp_bias"}, mlp),
+               "without attention_bias": ({k: v for k, v in cfg.items() if k != "attention_bias"},
+                                          [f"model.layers.0.self_attn.{n}_proj.bias" for n in "qkvo"]),
                "qwen2": ({**{k: v for k, v in cfg.items() if k not in ("attention_bias", "mlp_bias", "head_dim")},
                           "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
-                         [f"model.layers.{i}.self_attn.o_proj.bias" for i in range(n_layers)])}
+                         ["model.layers.0.self_attn.o_proj.bias", *mlp])}
     for label, (c, unexpected) in configs.items():
-        assets = work / f"bias-config-{label.split()[0]}"
+        tag = label.replace(" ", "-")
+        assets = work / f"bias-config-{tag}"
         assets.mkdir()
         (assets / "config.json").write_text(json.dumps(c))
-        out = work / f"bias-hf-{label.split()[0]}"
+        out = work / f"bias-hf-{tag}"
         r = export("megatron-gpt", out, assets)
-        check(r.returncode == 5 and "[schema-key-unexpected]" in r.stderr and all(k in r.stderr for k in unexpected[:1])
+        check(r.returncode == 5 and "[schema-key-unexpected]" in r.stderr and all(f"key '{k}'" in r.stderr for k in unexpected)
               and not out.exists() and not any("dcpctl-tmp" in p.name for p in out.parent.iterdir()),
               f"megatron_llama_bias: export under a config {label}: exit {r.returncode} (want 5 naming the unexpected "
-              f"{unexpected[0]}, nothing written): {r.stderr.strip()[-600:]!r}")
+              f"{unexpected}, nothing written): {r.stderr.strip()[-900:]!r}")
     # control: fc1's bias split the wrong way round (up first) is told apart by the tensors and the logits
     fam = json.loads((MAPS_DIR / "megatron.json").read_text())
     del fam["aliases"]
