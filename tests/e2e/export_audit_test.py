@@ -39,7 +39,7 @@ DCPCTL = ""
 TITAN = {"titan_llama3": "torchtitan-llama3", "titan_llama3_v02": "torchtitan-llama3-0.2", "titan_qwen3": "torchtitan-qwen3",
          "titan_deepseek_v3": "torchtitan-deepseek-v3", "titan_kimi_k2_7": "torchtitan-deepseek-v3",
          "titan_gpt_oss": "torchtitan-gpt-oss", "titan_qwen3_5": "torchtitan-qwen3_5"}
-MEGATRON = ["megatron_llama", "megatron_qwen", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe"]
+MEGATRON = ["megatron_llama", "megatron_qwen", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_llama_bias"]
 
 
 def audit(source: Path, export: Path, m: str, config: Path | None, *extra) -> tuple[int, dict, str]:

@@ -41,6 +41,7 @@ CASES = {
     "titan_qwen3_5": "torchtitan-qwen3_5",
     "megatron_llama": "megatron-gpt",
     "megatron_qwen": "megatron-gpt",
+    "megatron_llama_bias": "megatron-gpt",
 }
 # transformers vs torchtitan logits (float32, rtol 1e-4), as make_titan_maps.py accepted them; the
 # megatron cases record theirs in expected.json (logits.atol, rtol 0: make_megatron_hf.py)

@@ -12,7 +12,9 @@ logits. No dcpctl involved: this pins the semantics the engine must have.
 Checks, per case (titan_llama3, titan_llama3_v02, titan_qwen3 (tied), titan_deepseek_v3 (MoE),
 titan_deepseek_v3_mtp (MTP: offsets in patterns), titan_kimi_k2_7 (q LoRA), titan_gpt_oss (transpose),
 titan_qwen3_5 (Gated DeltaNet concatenations; both drop expert_bias_E), megatron_llama,
-megatron_qwen (groups, stack + list)):
+megatron_qwen (groups, stack + list), megatron_llama_bias (linear biases: linear_fc1.bias a stack + list
+like its weight; made by make_megatron_qwen3.py, its expected_hf the plain-torch conversion whose
+transformers logits equal megatron's)):
   - side -> hf on the whole checkpoint (torch's dcp_to_torch_save view: titan: model, optimizer,
     lr_scheduler, dataloader, train_state; megatron: the stacked model tensors, _extra_state and
     common_state): the direction, the output equals expected_hf.safetensors (plus the tied
@@ -266,6 +268,18 @@ def megatron_controls(case: mo.Case, m: dict, flat: dict, out: dict, work: Path)
     swapped = edited(m, lambda r: r.update(hf=r["hf"][::-1]) if r.get("megatron") == fc1 else None)
     o, _ = apply_map(swapped, flat, config)
     fails(mo.check_hf_tensors(case, o, "gate/up swapped"), ["gate_proj", "up_proj"], f"{case.name}: gate/up swapped")
+    fc1_bias = "decoder.layers.mlp.linear_fc1.bias"
+    if fc1_bias in flat:  # add_bias_linear (megatron_llama_bias): the bias halves swapped, or the biases dropped
+        swapped = edited(m, lambda r: r.update(hf=r["hf"][::-1]) if r.get("megatron") == fc1_bias else None)
+        o, _ = apply_map(swapped, flat, config)
+        fails(mo.check_hf_tensors(case, o, "bias gate/up swapped"), ["gate_proj.bias", "up_proj.bias"],
+              f"{case.name}: fc1's bias halves swapped")
+        fails(mo.check_from_pretrained(case, mo.hf_folder_from_tensors(case, o, work), "bias gate/up swapped"),
+              ["logits differ"], f"{case.name}: fc1's bias halves swapped, logits")
+        zeros = {k: torch.zeros_like(v) if k.endswith(".o_proj.bias") or (".mlp." in k and k.endswith(".bias")) else v
+                 for k, v in exp_hf.items()}
+        fails(mo.check_from_pretrained(case, mo.hf_folder_from_tensors(case, zeros, work), "biases dropped"),
+              ["logits differ"], f"{case.name}: the o_proj and MLP biases at zeros (dropped), logits")
     # rope on a part of a grouped rule: a map error
     roped = copy.deepcopy(m)
     for r in roped["rules"]:
@@ -299,7 +313,7 @@ def megatron_controls(case: mo.Case, m: dict, flat: dict, out: dict, work: Path)
     o, r = apply_map(user, src, config)
     want = {k: v for k, v in exp_hf.items() if any(k.endswith(f"{s}.weight") for s in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
     want.update({k.replace("model.", "t.", 1): v.t().contiguous() for k, v in exp_hf.items()
-                 if "gate_proj" in k or "up_proj" in k})
+                 if k.endswith(("gate_proj.weight", "up_proj.weight"))})
     problems(mo.compare_tensors(o, want, set(want), f"{case.name}: stack dim 1 / list dim 1"))
     o2, r2 = apply_map(user, o, config)
     check(r2["direction"] == "hf->megatron", f"{case.name}: stack dims, back: {r2['direction']}")

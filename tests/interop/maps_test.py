@@ -53,6 +53,7 @@ Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure u
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -893,6 +894,107 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
           f"megatron_mixtral: hf->megatron with megatron-gpt: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
 
 
+LINEAR_BIASES = ("self_attention.linear_proj.bias", "mlp.linear_fc1.bias", "mlp.linear_fc2.bias")
+
+
+def test_megatron_llama_bias(fixtures: Path, work: Path) -> None:
+    """megatron-core's linear biases (add_bias_linear=True, megatron's default; megatron_llama_bias: TP2,
+    the biases seeded noise; make_megatron_qwen3.py) <-> LlamaForCausalLM with attention_bias and mlp_bias:
+    linear_proj.bias = o_proj.bias, linear_fc1.bias = [gate_proj.bias; up_proj.bias], linear_fc2.bias =
+    down_proj.bias. The case is map_oracle's (test_export, test_import, ...: the export bit for bit,
+    from_pretrained and megatron's logits, the way back to megatron-core's own tensors). Here: the
+    export's --json summary maps every model key (the llama_qwen variant); the model schema refuses
+    the same tensors under a config without mlp_bias, without attention_bias, and under qwen2 (whose
+    o_proj and MLP have no bias), exit 5 naming the unexpected keys, nothing left; controls that the
+    checks can fail: the map with fc1's bias halves swapped moves exactly the gate/up biases and the
+    logits (more than 1e-3), and the map without the bias rules refuses, exit 5, naming the three
+    keys; megatron-gpt-layers writes each layer's biases as the stacked tensor's row."""
+    from transformers import AutoModelForCausalLM
+
+    d = fixtures / "layouts" / "megatron_llama_bias"
+    doc = json.loads((d / "expected.json").read_text())
+    want = load_file(str(d / "expected_hf.safetensors"))
+    lg = load_file(str(d / "logits.safetensors"))
+    n_layers = doc["dims"]["layers"]
+    biases = sorted(k for k in want if k.endswith(("o_proj.bias", "gate_proj.bias", "up_proj.bias", "down_proj.bias")))
+    check(len(biases) == 4 * n_layers and all(bool(want[k].ne(0).all()) for k in biases)
+          and all(f"decoder.layers.{b}" in doc["model_keys"] for b in LINEAR_BIASES),
+          f"megatron_llama_bias: the fixture's linear biases are not all there and non-zero: {biases}")
+
+    def export(m, out: Path, assets: Path):
+        r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", m, "--assets", assets, "--json")
+        return r
+
+    r = export("megatron-gpt", work / "bias-hf", d / "hf")
+    if ok(r, "megatron_llama_bias: megatron->hf"):
+        mdoc = jdoc(r, "megatron_llama_bias").get("map") or {}
+        check(mdoc.get("direction") == "megatron->hf" and mdoc.get("variant") == "llama_qwen"
+              and mdoc.get("mapped") == len(doc["model_keys"]) and not mdoc.get("dropped") and not mdoc.get("missing"),
+              f"megatron_llama_bias: map summary {({k: mdoc.get(k) for k in ('direction', 'variant', 'mapped', 'dropped', 'missing')})}")
+    # the destination's model schema: a bias key is the config flag's (attention_bias, mlp_bias)
+    cfg = json.loads((d / "hf" / "config.json").read_text())
+    # (the refusal names each kind's layer-0 key, "and 1 more like it")
+    mlp = [f"model.layers.0.mlp.{n}_proj.bias" for n in ("gate", "up", "down")]
+    configs = {"without mlp_bias": ({k: v for k, v in cfg.items() if k != "mlp_bias"}, mlp),
+               "without attention_bias": ({k: v for k, v in cfg.items() if k != "attention_bias"},
+                                          [f"model.layers.0.self_attn.{n}_proj.bias" for n in "qkvo"]),
+               "qwen2": ({**{k: v for k, v in cfg.items() if k not in ("attention_bias", "mlp_bias", "head_dim")},
+                          "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
+                         ["model.layers.0.self_attn.o_proj.bias", *mlp])}
+    for label, (c, unexpected) in configs.items():
+        tag = label.replace(" ", "-")
+        assets = work / f"bias-config-{tag}"
+        assets.mkdir()
+        (assets / "config.json").write_text(json.dumps(c))
+        out = work / f"bias-hf-{tag}"
+        r = export("megatron-gpt", out, assets)
+        check(r.returncode == 5 and "[schema-key-unexpected]" in r.stderr and all(f"key '{k}'" in r.stderr for k in unexpected)
+              and not out.exists() and not any("dcpctl-tmp" in p.name for p in out.parent.iterdir()),
+              f"megatron_llama_bias: export under a config {label}: exit {r.returncode} (want 5 naming the unexpected "
+              f"{unexpected}, nothing written): {r.stderr.strip()[-900:]!r}")
+    # control: fc1's bias split the wrong way round (up first) is told apart by the tensors and the logits
+    fam = json.loads((MAPS_DIR / "megatron.json").read_text())
+    del fam["aliases"]
+    wrong = copy.deepcopy(fam)
+    wrong["name"] = "megatron-bias-gate-up"
+    for r_ in wrong["layer_rules"]:
+        if r_.get("megatron") == "mlp.linear_fc1.bias":
+            r_["hf"] = r_["hf"][::-1]
+    (work / "bias-wrong.json").write_text(json.dumps(wrong))
+    r = export(str(work / "bias-wrong.json"), work / "bias-wrong-hf", d / "hf")
+    if ok(r, "megatron_llama_bias: the gate/up-swapped map"):
+        got = hf_tensors(work / "bias-wrong-hf")
+        moved = sorted(k for k in want if not torch.equal(got[k], want[k]))
+        model = AutoModelForCausalLM.from_pretrained(work / "bias-wrong-hf", dtype=torch.float32).eval()
+        with torch.no_grad():
+            diff = (model(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        check(moved == sorted(k for k in want if k.endswith(("gate_proj.bias", "up_proj.bias"))) and diff > 1e-3,
+              f"megatron_llama_bias: the map with fc1's bias halves swapped: moved {moved}, logits diff {diff} "
+              "(want the gate and up biases, and more than 1e-3)")
+        print(f"megatron_llama_bias: fc1's bias halves swapped: logits move by {diff:.3g}")
+    # control: the family without the bias rules (the map before them) refuses the checkpoint, naming them
+    nobias = copy.deepcopy(fam)
+    nobias["name"] = "megatron-no-linear-bias"
+    nobias["layer_rules"] = [r_ for r_ in fam["layer_rules"]
+                             if not str(r_.get("megatron", "")).startswith(LINEAR_BIASES)]  # fsdp's bias_w / bias_v too
+    (work / "no-bias.json").write_text(json.dumps(nobias))
+    out = work / "bias-nobias-hf"
+    r = export(str(work / "no-bias.json"), out, d / "hf")
+    check(r.returncode == 5 and all(f"decoder.layers.{b}" in r.stderr for b in LINEAR_BIASES) and not out.exists(),
+          f"megatron_llama_bias: the map without the bias rules: exit {r.returncode} (want 5 naming the three biases): "
+          f"{r.stderr.strip()[-400:]!r}")
+    # HF -> Megatron keyed per layer: each layer's bias is the stacked tensor's row
+    r = dcpctl("reshard", d / "hf", "-o", work / "bias-layers", "-w", "2", "--map", "megatron-gpt-layers")
+    if ok(r, "megatron_llama_bias: hf->megatron-gpt-layers"):
+        got = dcp_oracle.flat_state_from_dcp(work / "bias-layers")
+        ref = dcp_oracle.flat_state_from_dcp(d / "ckpt")
+        for b in LINEAR_BIASES:
+            for i in range(n_layers):
+                k = f"decoder.layers.{i}.{b}"
+                check(k in got and torch.equal(got[k], ref[f"decoder.layers.{b}"][i]),
+                      f"megatron_llama_bias: hf->megatron-gpt-layers: {k} is not the checkpoint's row {i}")
+
+
 def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
     """Issue 50 item 2: Megatron-FSDP's fsdp_dtensor checkpoint (run_megatron_fsdp: Megatron-LM's own
     save_checkpoint, keys `model.module.decoder.layers.<i>.*`, SwiGLU fc1 as weight_w / weight_v, the
@@ -959,6 +1061,7 @@ def main() -> int:
         steps = [("maps listing", test_maps_listing), ("config aliases", lambda: test_config_aliases(work)),
                  ("megatron qwen3", lambda: test_megatron_qwen3(fixtures, work)),
                  ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
+                 ("megatron linear biases", lambda: test_megatron_llama_bias(fixtures, work)),
                  ("megatron glm", lambda: test_megatron_glm(fixtures, work)),
                  ("megatron deepseek", lambda: test_megatron_deepseek(fixtures, work)),
                  ("drop by value", lambda: test_drop_by_value(fixtures, work)),

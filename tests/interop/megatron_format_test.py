@@ -7,7 +7,9 @@ megatron_qwen3_mtp, an MTP layer `mtp.layers.0.*` under DeepSeek-V3's Hugging Fa
 megatron_mixtral, MixtralForCausalLM's names mapped with megatron-mixtral, and megatron_glm4_moe,
 Glm4MoeForCausalLM's names through the megatron family's glm4_moe variant, megatron_glm4_moe_mtp, the
 same with an MTP layer, and megatron_deepseek_v3{,_moe}, multi-latent attention with MoE (and an MTP
-layer; every layer MoE, stacked) in DeepseekV3ForCausalLM's names through the deepseek_v3 variant:
+layer; every layer MoE, stacked) in DeepseekV3ForCausalLM's names through the deepseek_v3 variant, and
+megatron_llama_bias, linear biases (add_bias_linear: linear_qkv, linear_proj, linear_fc1, linear_fc2)
+from LlamaForCausalLM's attention_bias and mlp_bias:
 make_megatron_hf.py, make_megatron_qwen3.py), with torch's own DCP reader:
 
     megatron_format_test.py DCPCTL FIXTURES_DIR             # the files megatron's loader reads
@@ -32,7 +34,7 @@ a multi-token-prediction layer, `mtp.layers.0.*`) and the seventh (Mixtral: Mixt
 --map megatron-mixtral) and the eighth (GLM-4.5: Glm4MoeForCausalLM's names, the router's expert bias
 `e_score_correction_bias`, gate-less `shared_experts`, partial RoPE, first layer dense), the ninth (the
 same with an MTP layer) and the tenth and eleventh (DeepSeek-V3: multi-latent attention, first layer dense
-and an MTP layer; every layer MoE, stacked), into
+and an MTP layer; every layer MoE, stacked) and the twelfth (Llama with linear biases), into
 fresh models (other weights)
 of tensor parallelism 2, and 2 x expert parallelism 2 for the MoE case, on 2 gloo CPU ranks, all in
 one torchrun launch, and compares their logits with the fixture's (megatron's own forward):
@@ -69,7 +71,7 @@ from testlib import check, run, summary  # noqa: E402
 
 CASES = ("megatron_llama", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_qwen3_moe_mixed",
          "megatron_qwen3_mtp", "megatron_mixtral", "megatron_glm4_moe", "megatron_glm4_moe_mtp", "megatron_deepseek_v3",
-         "megatron_deepseek_v3_moe")
+         "megatron_deepseek_v3_moe", "megatron_llama_bias")
 # The map HF -> Megatron takes: a model mixing dense and MoE layers is keyed per layer (decoder.layers.<i>.)
 # a Mixtral (MixtralForCausalLM's names, block_sparse_moe.experts.<e>.w1/w3/w2) is megatron-mixtral's
 # and a GLM-4.5 or a DeepSeek-V3 (first layer dense: keyed per layer) is megatron-gpt-layers' with the family's
@@ -80,7 +82,7 @@ MAPS = {"megatron_qwen3_moe_mixed": "megatron-gpt-layers", "megatron_mixtral": "
 # only (the second copies megatron-core's own ShardedObjects; CI's time); Mixtral's Megatron -> Megatron is
 # megatron_qwen3_moe's without the q/k norms
 ONE_LOAD = ("megatron_qwen3_moe_mixed", "megatron_qwen3_mtp", "megatron_mixtral", "megatron_glm4_moe", "megatron_glm4_moe_mtp",
-            "megatron_deepseek_v3", "megatron_deepseek_v3_moe")
+            "megatron_deepseek_v3", "megatron_deepseek_v3_moe", "megatron_llama_bias")
 META_JSON = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1}'
 
 
