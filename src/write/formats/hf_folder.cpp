@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include "check/hf_checks.h"
+#include "check/hf_schema.h"
 #include "plan/plan.h"
 #include "plan/precision.h"
 #include "view/quantized.h"
@@ -53,6 +55,23 @@ std::string part_missing_hint(const HfReport& r, const std::string& config_path)
   return "\n  every missing key is under '" + part + "', which this checkpoint does not hold: config.json names the whole " +
          type + " model; to export its language model alone, give --config a config.json made of its text_config" +
          (text.empty() ? std::string() : " (model_type " + text + ")");
+}
+
+// Every problem is a key the model has only under a config setting config.json does not make
+// (Megatron's linear biases under a Llama config.json without attention_bias / mlp_bias): the
+// checkpoint is right and config.json does not describe it. The settings, named; empty otherwise.
+std::string flag_settings(const HfReport& r) {
+  std::set<std::string> settings;
+  for (const Finding& f : r.problems) {
+    const size_t at = f.code == "schema-key-unexpected" ? f.message.find(kOnlyWith) : std::string::npos;
+    if (at == std::string::npos) return {};
+    const size_t from = at + std::string(kOnlyWith).size(), end = f.message.find(" in config.json", from);
+    if (end == std::string::npos) return {};
+    settings.insert(f.message.substr(from, end - from));
+  }
+  std::string out;
+  for (const std::string& s : settings) out += (out.empty() ? "" : ", ") + s;
+  return out;
 }
 
 class HfFolder final : public SafetensorsFiles {
@@ -120,9 +139,11 @@ class HfFolder final : public SafetensorsFiles {
         if (!p->reason(t.key).empty()) opts.kept_dtype.insert(t.key);
     const HfReport r = check_hf_folder(dir_->temp_path(), opts);
     if (r.problems.empty()) return;
+    std::string output = o_.output;  // "out/" names the folder; its files are "out/config.json"
+    while (output.size() > 1 && output.back() == '/') output.pop_back();
     auto final_name = [&](std::string s) {
       for (size_t at = s.find(dir_->temp_path()); at != std::string::npos; at = s.find(dir_->temp_path(), at))
-        s.replace(at, dir_->temp_path().size(), o_.output);
+        s.replace(at, dir_->temp_path().size(), output);
       return s;
     };
     std::string codes, what;
@@ -136,9 +157,15 @@ class HfFolder final : public SafetensorsFiles {
       return f.code == "schema-key-unexpected" || f.code == "schema-key-missing" || f.code == "schema-shape-mismatch";
     });
     what += part_missing_hint(r, join_path(dir_->temp_path(), "config.json"));
-    if (!o_.map.empty() && schema_only)
+    if (!o_.map.empty() && schema_only) {
+      if (const std::string settings = flag_settings(r); !settings.empty())
+        throw UnsupportedError(Where(o_.output), "config.json does not describe this checkpoint: the model it names has the tensors "
+                                                 "key map " + o_.map + " wrote only with " + settings +
+                                                     ": give a config.json that sets it (--assets DIR, --config FILE) (" + codes +
+                                                     "), so the folder was not put in place:" + what);
       throw UnsupportedError(Where(o_.output), "key map " + o_.map + " does not cover the model its config.json names (" +
                                                    codes + "), so the folder was not put in place:" + what);
+    }
     // Tensors saved in another dtype than the config's (a Megatron run's float32 norms beside bf16
     // weights), exported without --dtype: casting them is the user's call, and --dtype makes it.
     if (!o_.cast &&
