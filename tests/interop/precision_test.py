@@ -19,6 +19,13 @@ Checked:
     summary on stderr names the kept key and the reason;
   - `--cast-all`: the bias is cast to bfloat16 and --json and stderr list it as cast despite the
     policy; `--keep-dtype GLOB` keeps more; `--dtype fp32` keeps nothing (nothing narrows);
+  - `--keep-dtype model.norm.*` to a sharded DIR/: every shard's __metadata__ records the globs
+    (`dcpctl.keep_dtype`, read by safetensors' safe_open), `verify OUT/` exits 0 with the warning
+    dtype-kept-by-user naming the key and the glob (exit 3 [dtype-mismatch] before), from_pretrained
+    loads it (the norm cast to bfloat16, as the warning says); the same folder with the entry removed
+    by hand is exit 3 [dtype-mismatch]; a garbled, oversized or over-long entry is ignored with
+    keep-dtype-entry-invalid (exit 3 [dtype-mismatch]); no --keep-dtype, `{"format": "pt"}` alone; an
+    upcast (`--dtype fp32`) keeping a bf16 norm verifies with the warning too;
   - the FP8 folder dequantized with `--dtype bf16`: the bias float32, config.json bfloat16 without
     quantization_config, loaded by from_pretrained(dtype="auto") with the bias float32;
   - reshard (HF folder to DCP) and cast (the torchtitan DCP, no --map: the built-in map's
