@@ -549,6 +549,9 @@ TEST_CASE("hf keep_dtype entry: read under caps, user-kept keys a warning", "[hf
     KeepDtypeEntry b = read_keep_dtype_entry({{kKeepDtypeEntry, bad}});
     CHECK((b.present && !b.error.empty() && b.globs.empty()));
   }
+  // Nested 30,000 deep inside the byte cap: refused, no recursion to overflow.
+  KeepDtypeEntry deep = read_keep_dtype_entry({{kKeepDtypeEntry, std::string(30000, '[') + std::string(30000, ']')}});
+  CHECK((deep.present && !deep.error.empty()));
   json many = json::array();
   for (size_t i = 0; i <= kMaxKeepDtypeGlobs; ++i) many.push_back("g");
   CHECK(!read_keep_dtype_entry({{kKeepDtypeEntry, many.dump()}}).error.empty());
