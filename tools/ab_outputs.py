@@ -138,6 +138,13 @@ CASES = [
                                         L / "megatron_qwen3_moe/hf/config.json"]),
     ("stats --map gpt-oss", ["stats", L / "titan_gpt_oss/run/step-2", "--map", "torchtitan-gpt-oss", "--config", L / "titan_gpt_oss/config.json"]),
     ("sample bf16 HF folder", ["consolidate", ROOT / "tests/fixtures/sample/ckpt", "--select", "app.model", "--dtype", "bf16", "-o", "{out}/"]),
+    # the precision policy: a DIR/ output records --keep-dtype's globs in its headers' __metadata__
+    # (meta/keep_dtype_entry.h); a file output and a DIR/ without --keep-dtype do not
+    ("precision --keep-dtype HF folder", ["consolidate", L / "titan_deepseek_v3/hf", "--dtype", "bf16", "--keep-dtype", "model.norm.*",
+                                          "-o", "{out}/"]),
+    ("precision --keep-dtype .safetensors", ["consolidate", L / "titan_deepseek_v3/hf", "--dtype", "bf16", "--keep-dtype", "model.norm.*",
+                                             "-o", "{out}.safetensors"]),
+    ("precision --dtype bf16 HF folder", ["consolidate", L / "titan_deepseek_v3/hf", "--dtype", "bf16", "-o", "{out}/"]),
     ("sample reshard -w 4", ["reshard", ROOT / "tests/fixtures/sample/ckpt", "-w", "4", "-o", "{out}"]),
     ("sample cast fp16", ["cast", ROOT / "tests/fixtures/sample/ckpt", "--dtype", "fp16", "-o", "{out}"]),
 ]

@@ -9,6 +9,7 @@
 #include "check/hf_config_checks.h"
 #include "check/hf_schema.h"
 #include "check/safetensors_audit.h"
+#include "meta/keep_dtype_entry.h"
 #include "meta/structure.h"
 #include "store/file.h"
 #include "util/numeric.h"
@@ -147,9 +148,18 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
   Findings precise;
   std::map<std::string, std::vector<std::string>> files_of;  // key -> files holding it
   uint64_t tensor_bytes = 0, file_bytes = 0;
+  std::map<std::string, std::string> user_kept;  // key -> the --keep-dtype glob its file's header records
   for (const auto& f : files) {
     SafetensorsAudit a = audit_safetensors_file(f);
     precise.insert(precise.end(), a.problems.begin(), a.problems.end());
+    const KeepDtypeEntry keep = read_keep_dtype_entry(a.metadata);
+    if (!keep.error.empty())
+      r.warnings.push_back({"keep-dtype-entry-invalid",
+                            Where(f, std::nullopt, std::string("__metadata__.") + kKeepDtypeEntry),
+                            keep.error + ": ignored, so no tensor of this file counts as kept by --keep-dtype"});
+    if (!keep.globs.empty())
+      for (const auto& t : a.tensors)
+        if (const std::string* g = keep_dtype_glob_of(keep.globs, t.key)) user_kept.emplace(t.key, *g);
     file_bytes += 8 + a.header_bytes + a.data_bytes;
     std::set<std::string> here;
     for (const auto& t : a.tensors)
@@ -218,8 +228,9 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
                                           static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24));
     };
     ConfigCheckResult cr =
-        c.is_discarded() ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
-                         : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar, opts.kept_dtype);
+        c.is_discarded()
+            ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
+            : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar, opts.kept_dtype, user_kept);
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;

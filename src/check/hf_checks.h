@@ -24,7 +24,10 @@
 //     sidecar-missing. Nothing else is asked of them: a bare torch export has no config at all.
 // Warnings: mtp-layers-absent (the config counts MTP layers and the folder holds none, as
 // transformers' save_pretrained writes DeepSeek-V3; a problem with `require_mtp`),
-// tie-not-compared (a tied head sharded differently from the embedding).
+// tie-not-compared (a tied head sharded differently from the embedding), dtype-kept-by-user (a
+// tensor off the config's dtype that a --keep-dtype glob its file's header records matches:
+// meta/keep_dtype_entry.h; the user's choice, where otherwise dtype-mismatch), keep-dtype-entry-invalid
+// (that entry garbled or over its caps: ignored).
 // Deliberately not checked (no false alarms on real releases): a missing config.json, tokenizer
 // or generation config when nothing asked for them; per-layer tensor sets (models mix layer kinds).
 #pragma once

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "meta/codecs/codecs.h"
+#include "meta/keep_dtype_entry.h"
 
 namespace dcpctl {
 
@@ -322,7 +323,8 @@ using namespace hf_config_impl;
 
 ConfigCheckResult check_hf_config(const json& config, const std::string& config_path,
                                   const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
-                                  const ReadScalar& read_scalar, const std::set<std::string>& kept_dtype) {
+                                  const ReadScalar& read_scalar, const std::set<std::string>& kept_dtype,
+                                  const std::map<std::string, std::string>& user_kept) {
   ConfigCheckResult out;
   auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
     out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
@@ -610,12 +612,31 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
         dtype = *other.begin();
     }
     std::map<std::string, std::vector<std::string>> off;  // dtype -> keys
+    std::map<std::pair<std::string, std::string>, std::vector<std::string>> by_user;  // (glob, dtype) -> keys
     for (const auto& t : tensors)
-      if (float_dtype_name(t.dtype) && t.dtype != dtype && !keeps(t, dtype)) off[t.dtype].push_back(t.key);
+      if (float_dtype_name(t.dtype) && t.dtype != dtype && !keeps(t, dtype)) {
+        if (auto u = user_kept.find(t.key); u != user_kept.end())
+          by_user[{u->second, t.dtype}].push_back(t.key);
+        else
+          off[t.dtype].push_back(t.key);
+      }
     for (const auto& [dt, keys] : off)
       problem("dtype-mismatch", keys[0],
               std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +
                   (keys.size() > 1 ? " (the first named)" : ""));
+    for (const auto& [what, keys] : by_user) {
+      const auto& [glob, dt] = what;
+      std::string named;
+      for (size_t i = 0; i < keys.size() && i < 5; ++i) named += (i ? ", " : "") + keys[i];
+      if (keys.size() > 5) named += " and " + std::to_string(keys.size() - 5) + " more";
+      out.warnings.push_back({"dtype-kept-by-user", Where(config_path, std::nullopt, keys[0]),
+                              std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " +
+                                  *d + ": kept in their saved dtype by --keep-dtype '" + glob +
+                                  "' (the export's choice, recorded in the safetensors header's __metadata__ \"" +
+                                  kKeepDtypeEntry + "\"): " + named + "; transformers' from_pretrained loads them in " +
+                                  dtype +
+                                  " all the same (it casts them; only its own keep-in-float32 lists stay float32)"});
+    }
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -55,9 +56,14 @@ using ReadScalar = std::function<std::optional<double>(const std::string& key)>;
 // `kept_dtype`: keys an export's precision policy kept in their saved dtype under --dtype
 // (--keep-dtype, the model's lists, the key maps' keep_dtype rules): the dtype check accepts them,
 // as it accepts what the model schema keeps.
+// `user_kept`: keys a `--keep-dtype` glob recorded in their file's header matches
+// (meta/keep_dtype_entry.h), key -> the glob. One the dtype check would find off the config's
+// dtype (and nothing else keeps) is the user's decision, not damage: a warning,
+// `dtype-kept-by-user`, one per glob and dtype, naming the keys, as transformers' from_pretrained
+// casts such a tensor to the config's dtype (only its own keep-in-float32 lists stay float32).
 ConfigCheckResult check_hf_config(const nlohmann::json& config, const std::string& config_path,
                                   const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
-                                  const ReadScalar& read_scalar = nullptr,
-                                  const std::set<std::string>& kept_dtype = {});
+                                  const ReadScalar& read_scalar = nullptr, const std::set<std::string>& kept_dtype = {},
+                                  const std::map<std::string, std::string>& user_kept = {});
 
 }  // namespace dcpctl

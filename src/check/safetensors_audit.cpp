@@ -58,6 +58,7 @@ SafetensorsAudit audit_safetensors_header(std::string_view text, uint64_t data_s
   }
   a.decoded = true;
   a.tensors = std::move(entries.tensors);
+  a.metadata = std::move(entries.metadata);
   for (const auto& k : entries.duplicates)
     a.problems.push_back(
         {"duplicate-key", Where(source, header_at, k),

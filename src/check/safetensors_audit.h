@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,7 @@ struct SafetensorsAudit {
   bool decoded = false;  // the header's JSON could be read: `tensors` is what it holds
   uint64_t header_bytes = 0, data_start = 0, data_bytes = 0;
   std::vector<AuditedTensor> tensors;  // in header order, duplicates included
+  std::map<std::string, std::string> metadata;  // __metadata__ (when decoded)
 };
 
 // Bits per element of a safetensors dtype name ("BF16" -> 16, "F4" -> 4); 0 when unknown.

@@ -1,7 +1,9 @@
 // The precision policy of --dtype: which floating tensors keep their saved dtype when the others
 // are cast, and why. A tensor is kept when
 //
-//   - `--keep-dtype GLOB` matches its output key (a shell glob, fnmatch as --include; any --dtype);
+//   - `--keep-dtype GLOB` matches its output key (a shell glob, fnmatch as --include; any --dtype;
+//     a Hugging Face folder output records the globs in its files' headers, meta/keep_dtype_entry.h,
+//     so that a later `verify` knows what the user kept);
 //   - the model schema says so (check/hf_schema.h): config.json's model is in the schema (by its
 //     model_type, or, for a model_type the schema does not hold, by the class its `architectures`
 //     names: Kimi-K2's kimi_k2 is DeepseekV3ForCausalLM's) and the output key is one of its

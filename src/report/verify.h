@@ -27,7 +27,8 @@
 // check_hf_folder (check/hf_checks.h), whose codes join these (header-invalid, duplicate-key,
 // size-mismatch, offsets-gap, key-in-several-files, index-total-size, the config's, the model
 // schema's schema-key-unexpected, schema-key-missing, schema-shape-mismatch (check/hf_schema.h),
-// sidecar-missing; warnings mtp-layers-absent, tie-not-compared; the note schema-not-checked), and
+// sidecar-missing; warnings mtp-layers-absent, tie-not-compared,
+// dtype-kept-by-user, keep-dtype-entry-invalid; the note schema-not-checked), and
 // the report gains "hf": {"config", "index", "files_audited", "sidecars", "config_checks", "schema"}.
 #pragma once
 

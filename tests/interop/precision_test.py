@@ -19,6 +19,13 @@ Checked:
     summary on stderr names the kept key and the reason;
   - `--cast-all`: the bias is cast to bfloat16 and --json and stderr list it as cast despite the
     policy; `--keep-dtype GLOB` keeps more; `--dtype fp32` keeps nothing (nothing narrows);
+  - `--keep-dtype model.norm.*` to a sharded DIR/: every shard's __metadata__ records the globs
+    (`dcpctl.keep_dtype`, read by safetensors' safe_open), `verify OUT/` exits 0 with the warning
+    dtype-kept-by-user naming the key and the glob (exit 3 [dtype-mismatch] before), from_pretrained
+    loads it (the norm cast to bfloat16, as the warning says); the same folder with the entry removed
+    by hand is exit 3 [dtype-mismatch]; a garbled, oversized or over-long entry is ignored with
+    keep-dtype-entry-invalid (exit 3 [dtype-mismatch]); no --keep-dtype, `{"format": "pt"}` alone; an
+    upcast (`--dtype fp32`) keeping a bf16 norm verifies with the warning too;
   - the FP8 folder dequantized with `--dtype bf16`: the bias float32, config.json bfloat16 without
     quantization_config, loaded by from_pretrained(dtype="auto") with the bias float32;
   - reshard (HF folder to DCP) and cast (the torchtitan DCP, no --map: the built-in map's
@@ -85,6 +92,20 @@ def jdoc(r, what: str) -> dict:
         check(False, f"{what}: --json is not JSON: {r.stdout[-300:]!r}")
         return {}
 
+
+def rewrite_metadata(folder: Path, edit) -> None:
+    """Rewrites each .safetensors header of `folder` by hand with edit(metadata) as its __metadata__
+    (the tensors' bytes as they were), and drops dcpctl's manifest, which digests the old bytes."""
+    import struct
+    for f in sorted(folder.glob("*.safetensors")):
+        raw = f.read_bytes()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        header["__metadata__"] = edit(dict(header.get("__metadata__", {})))
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)
+        f.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    (folder / "dcpctl-manifest.json").unlink(missing_ok=True)
 
 def transformers_kept(model, keys) -> set:
     """The keys transformers keeps in float32 when it loads `model`'s class in bfloat16: its
@@ -180,6 +201,71 @@ def main() -> int:
                   and got["model.embed_tokens.weight"].dtype == torch.bfloat16, "--keep-dtype keeps model.norm.weight and the biases")
             reasons = {k["key"]: k["reason"] for k in jdoc(r, "--keep-dtype --json").get("cast", {}).get("kept", [])}
             check(reasons.get("model.norm.weight") == "--keep-dtype 'model.norm.*'", f"--keep-dtype reason: {reasons}")
+
+        # ---- --keep-dtype to a DIR/: each file's __metadata__ records the globs ("dcpctl.keep_dtype"), so a
+        # later `verify OUT/` accepts what the user kept as the export's own check did: a warning
+        # (dtype-kept-by-user, naming the key and the glob), exit 0. Before, that verify was exit 3
+        # [dtype-mismatch] on the tool's own export. The same folder without the entry is that mismatch
+        # again: the entry decides. A garbled entry is ignored with a warning.
+        out_kd = tmp / "keep-dir"
+        r = run(dcpctl, "consolidate", hf, "-o", f"{out_kd}/", "--dtype", "bf16", "--keep-dtype", "model.norm.*",
+                "--keep-dtype", "*.no_such_tensor", "--max-shard-size", "8000")
+        if expect_rc(r, 0, "consolidate -o DIR/ --dtype bf16 --keep-dtype model.norm.*"):
+            from safetensors import safe_open
+            shards = sorted(out_kd.glob("*.safetensors"))
+            got = {}
+            for f in shards:
+                with safe_open(f, "pt") as so:
+                    check(so.metadata() == {"format": "pt", "dcpctl.keep_dtype": '["model.norm.*","*.no_such_tensor"]'},
+                          f"{f.name}: __metadata__ {so.metadata()}")
+                    got.update({k: so.get_tensor(k) for k in so.keys()})
+            check(len(shards) > 1 and sorted(got) == sorted(src), f"safe_open: {len(shards)} shards, keys {len(got)} of {len(src)}")
+            check(got["model.norm.weight"].dtype == torch.float32 and same_tensor(got["model.norm.weight"], src["model.norm.weight"]) is None
+                  and got["model.embed_tokens.weight"].dtype == torch.bfloat16, "--keep-dtype DIR/: model.norm.weight float32, as saved")
+            r = run(dcpctl, "verify", out_kd, "--json")
+            if expect_rc(r, 0, "verify of the --keep-dtype export"):
+                doc = jdoc(r, "verify --keep-dtype export --json")
+                kept = [w for w in doc.get("warnings", []) if w.get("code") == "dtype-kept-by-user"]
+                check(len(kept) == 1 and kept[0].get("key") == "model.norm.weight"
+                      and all(w in kept[0].get("message", "") for w in ("--keep-dtype 'model.norm.*'", "model.norm.weight",
+                                                                        "from_pretrained loads them in bfloat16"))
+                      and doc.get("problems") == [], f"verify --json: warnings {kept}, problems {doc.get('problems')}")
+            expect_rc(run(dcpctl, "verify", out_kd), 0, "verify of the --keep-dtype export (text)", "[dtype-kept-by-user]", "model.norm.weight")
+            # transformers reads only `format`, and casts the kept tensor to the config's dtype, as the warning says.
+            loaded, info = AutoModelForCausalLM.from_pretrained(out_kd, dtype="auto", output_loading_info=True)
+            check(not info["missing_keys"] and not info["unexpected_keys"], f"from_pretrained(--keep-dtype export): {info}")
+            check(loaded.dtype == torch.bfloat16 and dict(loaded.named_parameters())["model.norm.weight"].dtype == torch.bfloat16,
+                  "from_pretrained(dtype='auto') loads the user-kept norm in bfloat16")
+            del loaded
+            bare = tmp / "keep-dir-no-entry"
+            shutil.copytree(out_kd, bare)
+            rewrite_metadata(bare, lambda m: {k: v for k, v in m.items() if k != "dcpctl.keep_dtype"})
+            r = run(dcpctl, "verify", bare)
+            expect_rc(r, 3, "verify of the export without its dcpctl.keep_dtype entry", "[dtype-mismatch]", "model.norm.weight")
+            check("dtype-kept-by-user" not in r.stdout + r.stderr, "no entry, no user-kept warning")
+            for bad, what in (("model.norm.*", "not JSON"), ('{"glob": "model.norm.*"}', "not a JSON list"),
+                              (json.dumps(["x"] * 5000), "over the 1024"),
+                              (json.dumps(["x" * 70000]), "over the 65536")):
+                garbled = tmp / "keep-dir-garbled"
+                shutil.rmtree(garbled, ignore_errors=True)
+                shutil.copytree(out_kd, garbled)
+                rewrite_metadata(garbled, lambda m: m | {"dcpctl.keep_dtype": bad})
+                expect_rc(run(dcpctl, "verify", garbled), 3, f"verify with a garbled entry ({what})", "[keep-dtype-entry-invalid]",
+                          what, "[dtype-mismatch]")
+        # Without --keep-dtype the header is today's.
+        out_nk = tmp / "no-keep-dir"
+        if expect_rc(run(dcpctl, "consolidate", hf, "-o", f"{out_nk}/", "--dtype", "bf16"), 0, "consolidate -o DIR/ --dtype bf16"):
+            from safetensors import safe_open
+            with safe_open(out_nk / "model.safetensors", "pt") as so:
+                check(so.metadata() == {"format": "pt"}, f"no --keep-dtype: __metadata__ {so.metadata()}")
+        # Casting up keeps what --keep-dtype names too (a bf16 norm beside a float32 config): recorded alike.
+        all_bf16, up = tmp / "all-bf16", tmp / "keep-up"
+        if expect_rc(run(dcpctl, "consolidate", hf, "-o", f"{all_bf16}/", "--dtype", "bf16", "--cast-all"), 0, "--cast-all DIR/") and \
+                expect_rc(run(dcpctl, "consolidate", all_bf16, "-o", f"{up}/", "--dtype", "fp32", "--keep-dtype", "model.norm.*"),
+                          0, "--dtype fp32 --keep-dtype model.norm.*"):
+            expect_rc(run(dcpctl, "verify", up), 0, "verify of the upcast --keep-dtype export", "[dtype-kept-by-user]",
+                      "bfloat16 but the config's dtype is float32")
+
         r = run(dcpctl, "consolidate", hf, "-o", tmp / "fp32.safetensors", "--dtype", "fp32", "--json")
         if expect_rc(r, 0, "--dtype fp32"):
             check(jdoc(r, "--dtype fp32").get("cast", {}).get("kept") == [], "--dtype fp32 keeps nothing")

@@ -13,6 +13,7 @@
 #include "check/hf_config_checks.h"
 #include "check/hf_schema.h"
 #include "check/safetensors_audit.h"
+#include "meta/keep_dtype_entry.h"
 
 using namespace dcpctl;
 using nlohmann::json;
@@ -525,4 +526,66 @@ TEST_CASE("hf schema: an expert count or embedding rows that no config field exp
   CHECK(!schema_dim_unexplained(llama, "model.embed_tokens.weight", 0));
   std::vector<HfTensor> le = {{"model.embed_tokens.weight", "float32", {300, 64}}};
   CHECK(has(config_check(llama, le).problems, "vocab-size-mismatch"));
+}
+
+// The user's --keep-dtype globs an export records in each file's __metadata__ (meta/keep_dtype_entry.h):
+// read back under caps, a hostile entry refused whole; a key they match is a warning, not a mismatch.
+TEST_CASE("hf keep_dtype entry: read under caps, user-kept keys a warning", "[hf]") {
+  const std::vector<std::string> globs = {"*.bias", "model.norm.*"};
+  const std::string text = keep_dtype_entry(globs);
+  CHECK(text == R"(["*.bias","model.norm.*"])");
+  KeepDtypeEntry e = read_keep_dtype_entry({{"format", "pt"}, {kKeepDtypeEntry, text}});
+  CHECK((e.present && e.error.empty() && e.globs == globs));
+  CHECK(!read_keep_dtype_entry({{"format", "pt"}}).present);
+  // The audit hands the header's metadata on.
+  const std::string header = std::string(R"({"__metadata__":{"dcpctl.keep_dtype":"[\"*.bias\"]","format":"pt"},)") +
+                             R"("a.bias":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  CHECK(read_keep_dtype_entry(audit_safetensors_header(header, 8 + header.size(), 4, "t").metadata).globs ==
+        std::vector<std::string>{"*.bias"});
+  for (const std::string& bad :
+       {std::string("*.bias"), std::string("{}"), std::string("[]"), std::string("[1]"), std::string(R"(["a", 2])"),
+        std::string(R"([""])"), std::string(R"(["a")"), std::string(R"(["a\u0000b"])"),
+        "[\"" + std::string(kMaxKeepDtypeGlob + 1, 'a') + "\"]", std::string(kMaxKeepDtypeEntry + 1, ' ')}) {
+    KeepDtypeEntry b = read_keep_dtype_entry({{kKeepDtypeEntry, bad}});
+    CHECK((b.present && !b.error.empty() && b.globs.empty()));
+  }
+  // Nested 30,000 deep inside the byte cap: refused, no recursion to overflow.
+  KeepDtypeEntry deep = read_keep_dtype_entry({{kKeepDtypeEntry, std::string(30000, '[') + std::string(30000, ']')}});
+  CHECK((deep.present && !deep.error.empty()));
+  json many = json::array();
+  for (size_t i = 0; i <= kMaxKeepDtypeGlobs; ++i) many.push_back("g");
+  CHECK(!read_keep_dtype_entry({{kKeepDtypeEntry, many.dump()}}).error.empty());
+  // fnmatch, as --keep-dtype: `*` crosses dots.
+  CHECK(*keep_dtype_glob_of(globs, "model.layers.0.attn.q.bias") == "*.bias");
+  CHECK(*keep_dtype_glob_of(globs, "model.norm.weight") == "model.norm.*");
+  CHECK(keep_dtype_glob_of(globs, "model.embed_tokens.weight") == nullptr);
+
+  // A float32 tensor beside a bfloat16 config: a mismatch, unless a recorded glob kept it (a warning
+  // naming the key and the glob); what nothing kept stays a mismatch.
+  json c = {{"num_hidden_layers", 2}, {"dtype", "bfloat16"}, {"tie_word_embeddings", false}};
+  std::vector<HfTensor> t = llama(2);
+  t[2].dtype = "float32";  // model.norm.weight
+  auto same = [](const std::string&, const std::string&) { return std::optional<bool>(true); };
+  CHECK(codes(check_hf_config(c, "config.json", t, same, false).problems) ==
+        std::vector<std::string>{"dtype-mismatch"});
+  ConfigCheckResult r =
+      check_hf_config(c, "config.json", t, same, false, nullptr, {}, {{"model.norm.weight", "model.norm.*"}});
+  CHECK(r.problems.empty());
+  REQUIRE(codes(r.warnings) == std::vector<std::string>{"dtype-kept-by-user"});
+  CHECK(r.warnings[0].where.key == "model.norm.weight");
+  CHECK(r.warnings[0].message.find("--keep-dtype 'model.norm.*'") != std::string::npos);
+  CHECK(r.warnings[0].message.find("model.norm.weight") != std::string::npos);
+  t[0].dtype = "float32";  // the embedding: no glob names it
+  r = check_hf_config(c, "config.json", t, same, false, nullptr, {}, {{"model.norm.weight", "model.norm.*"}});
+  CHECK(codes(r.problems) == std::vector<std::string>{"dtype-mismatch"});
+  CHECK(r.problems[0].where.key == "model.embed_tokens.weight");
+  CHECK(codes(r.warnings) == std::vector<std::string>{"dtype-kept-by-user"});
+  // Kept by the policy at export (kept_dtype) or in the config's dtype: no warning.
+  t[0].dtype = "bfloat16";
+  CHECK(check_hf_config(c, "config.json", t, same, false, nullptr, {"model.norm.weight"},
+                        {{"model.norm.weight", "model.norm.*"}})
+            .warnings.empty());
+  t[2].dtype = "bfloat16";
+  CHECK(check_hf_config(c, "config.json", t, same, false, nullptr, {}, {{"model.norm.weight", "model.norm.*"}})
+            .warnings.empty());
 }

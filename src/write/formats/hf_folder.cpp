@@ -4,7 +4,8 @@
 // tokenizer and processor files (write/assets.h), copied from beside the checkpoint or --assets;
 // under --dtype the config says the dtype written, and a dequantized export's config loses its
 // quantization_config. Rank 0 copies them at commit, after
-// the shards and before the index. Then, before the folder is renamed into place, it checks the
+// the shards and before the index. Exported with --dtype and --keep-dtype, each file's header
+// records the globs (meta/keep_dtype_entry.h). Then, before the folder is renamed into place, it checks the
 // folder as `verify` would (check/hf_checks.h: headers, index, config against the tensors, the
 // assets copied, the keys against the model schema of its config: check/hf_schema.h); any problem
 // is exit 3, or 5 where only the schema's are found and a key map named the keys (the map does not
@@ -18,6 +19,7 @@
 
 #include "check/hf_checks.h"
 #include "check/hf_schema.h"
+#include "meta/keep_dtype_entry.h"
 #include "plan/plan.h"
 #include "plan/precision.h"
 #include "view/quantized.h"
@@ -87,6 +89,14 @@ class HfFolder final : public SafetensorsFiles {
 
  protected:
   std::string path_of(const PlannedFile& f) const override { return join_path(o_.output, f.name); }
+  // --dtype with --keep-dtype: the user's globs, so that a later `verify` accepts what they kept
+  // as this export's own check does (meta/keep_dtype_entry.h). --cast-all keeps nothing and
+  // cannot be given with --keep-dtype; without --dtype nothing is cast or kept.
+  std::map<std::string, std::string> metadata() const override {
+    std::map<std::string, std::string> m = SafetensorsFiles::metadata();
+    if (o_.cast && !o_.cast_all && !o_.keep_dtype.empty()) m[kKeepDtypeEntry] = keep_dtype_entry(o_.keep_dtype);
+    return m;
+  }
   void more_files(const WritePlan& plan, json& files) const override {
     if (plan.files.size() > 1) files.push_back({{"path", join_path(o_.output, "model.safetensors.index.json")}});
   }
