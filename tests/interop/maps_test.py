@@ -1047,7 +1047,8 @@ def test_megatron_fsdp_bias(fixtures: Path, work: Path) -> None:
     gate_proj.bias / up_proj.bias, linear_fc2.bias = down_proj.bias. Every model key mapped, the
     tensors the oracle's bit for bit, from_pretrained with no missing or unexpected key, its logits
     megatron's own; under a config.json without mlp_bias (or attention_bias) exit 5 naming the bias
-    keys, nothing written; control: the map with bias_w / bias_v swapped moves exactly the gate and up
+    keys, nothing written, and under qwen2 exit 5 naming the o_proj and MLP biases (not the q/k/v
+    biases Qwen2 has); control: the map with bias_w / bias_v swapped moves exactly the gate and up
     biases and the logits."""
     from transformers import AutoModelForCausalLM
 
@@ -1098,6 +1099,18 @@ def test_megatron_fsdp_bias(fixtures: Path, work: Path) -> None:
               and not out.exists() and not any("dcpctl-tmp" in p.name for p in out.parent.iterdir()),
               f"fsdp_dtensor bias->hf under a config without {flag}: exit {r.returncode} (want 5 naming {names}, "
               f"nothing written): {r.stderr.strip()[-900:]!r}")
+    # Qwen2 has q/k/v biases but no o_proj or MLP bias: those are refused, the qkv bias is not named
+    assets = work / "fsdp-bias-qwen2"
+    assets.mkdir()
+    (assets / "config.json").write_text(json.dumps({**{k: v for k, v in cfg.items() if k not in ("attention_bias", "mlp_bias", "head_dim")},
+                                                    "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    out = work / "fsdp-bias-hf-qwen2"
+    r = export("megatron-gpt", out, assets)
+    refused = ["model.layers.0.self_attn.o_proj.bias", *[f"model.layers.0.mlp.{n}_proj.bias" for n in ("gate", "up", "down")]]
+    check(r.returncode == 5 and all(f"key '{k}'" in r.stderr for k in refused) and "q_proj.bias" not in r.stderr
+          and "v_proj.bias" not in r.stderr and not out.exists(),
+          f"fsdp_dtensor bias->hf under qwen2: exit {r.returncode} (want 5 naming {refused}, not the q/k/v biases "
+          f"Qwen2 has): {r.stderr.strip()[-900:]!r}")
     # control: Megatron-FSDP's fc1 bias halves the wrong way round are told apart by tensors and logits
     fam = json.loads((MAPS_DIR / "megatron.json").read_text())
     del fam["aliases"]
