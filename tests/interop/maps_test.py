@@ -1037,6 +1037,102 @@ def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
           f"fsdp_dtensor->hf without a config.json: exit {r.returncode} (want 2, asking for it): {r.stderr.strip()[-300:]!r}")
 
 
+def test_megatron_fsdp_bias(fixtures: Path, work: Path) -> None:
+    """Megatron-FSDP with every linear bias (run_megatron_fsdp_bias: Megatron-LM's own training loop
+    and save_checkpoint in fsdp_dtensor, add_bias_linear and --add-qkv-bias, one AdamW step so each
+    bias is non-zero; make_megatron_fsdp.py) to Hugging Face through megatron-gpt, the config.json of
+    megatron_fsdp_bias_hf/ (LlamaConfig with attention_bias and mlp_bias; make_megatron_fsdp_hf.py):
+    linear_qkv.bias = q/k/v_proj.bias grouped per query group (the fsdp prefix of the shared rule),
+    linear_proj.bias = o_proj.bias, linear_fc1.bias_w / bias_v (Megatron-FSDP's SwiGLU split) =
+    gate_proj.bias / up_proj.bias, linear_fc2.bias = down_proj.bias. Every model key mapped, the
+    tensors the oracle's bit for bit, from_pretrained with no missing or unexpected key, its logits
+    megatron's own; under a config.json without mlp_bias (or attention_bias) exit 5 naming the bias
+    keys, nothing written, and under qwen2 exit 5 naming the o_proj and MLP biases (not the q/k/v
+    biases Qwen2 has); control: the map with bias_w / bias_v swapped moves exactly the gate and up
+    biases and the logits."""
+    from transformers import AutoModelForCausalLM
+
+    d = fixtures / "layouts" / "megatron_fsdp_bias_hf"
+    ckpt = fixtures / "layouts" / "run_megatron_fsdp_bias" / "run" / "iter_0000001"
+    doc = json.loads((d / "expected.json").read_text())
+    want = load_file(str(d / "expected_hf.safetensors"))
+    lg = load_file(str(d / "logits.safetensors"))
+    biases = sorted(k for k in want if k.endswith(".bias"))
+    check(len(biases) == 7 * doc["dims"]["layers"] and all(bool(want[k].ne(0).any()) for k in biases)
+          and all(f"model.module.decoder.layers.0.{b}" in doc["model_keys"]
+                  for b in ("self_attention.linear_qkv.bias", "self_attention.linear_proj.bias", "mlp.linear_fc1.bias_w",
+                            "mlp.linear_fc1.bias_v", "mlp.linear_fc2.bias")),
+          f"megatron_fsdp_bias: the fixture's linear biases are not all there and non-zero: {biases}")
+
+    def export(m, out: Path, assets: Path):
+        return dcpctl("consolidate", ckpt, "-o", f"{out}/", "--map", m, "--assets", assets, "--json")
+
+    out = work / "fsdp-bias-hf"
+    r = export("megatron-gpt", out, d)
+    if ok(r, "fsdp_dtensor bias->hf"):
+        mdoc = jdoc(r, "fsdp_dtensor bias->hf").get("map") or {}
+        check(mdoc.get("direction") == "megatron->hf" and mdoc.get("variant") == "llama_qwen"
+              and mdoc.get("mapped") == len(doc["model_keys"]) and not mdoc.get("dropped") and not mdoc.get("missing")
+              and not [k for k in mdoc.get("left_out", []) if k.startswith("model.module.")],
+              f"fsdp_dtensor bias->hf: map summary {({k: mdoc.get(k) for k in ('direction', 'variant', 'mapped', 'dropped', 'missing')})}")
+        same_tensors(hf_tensors(out), want, "fsdp_dtensor bias->hf vs the conversion megatron's logits confirm")
+        model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+        check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
+              f"fsdp_dtensor bias->hf: from_pretrained: {info}")
+        hf_loaded(out)
+        with torch.no_grad():
+            diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        check(diff <= doc["logits"]["atol"], f"fsdp_dtensor bias->hf: transformers' logits vs megatron's: {diff}")
+        print(f"megatron_fsdp_bias: transformers' logits vs megatron's: {diff:.3g}")
+    # a config.json without the bias settings: the model schema refuses the bias keys, nothing written
+    cfg = json.loads((d / "config.json").read_text())
+    for flag, names in (("mlp_bias", [f"model.layers.0.mlp.{n}_proj.bias" for n in ("gate", "up", "down")]),
+                        ("attention_bias", [f"model.layers.0.self_attn.{n}_proj.bias" for n in "qkvo"])):
+        assets = work / f"fsdp-bias-no-{flag}"
+        assets.mkdir()
+        (assets / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != flag}))
+        out = work / f"fsdp-bias-hf-no-{flag}"
+        r = export("megatron-gpt", out, assets)
+        head = r.stderr.split("\n", 1)[0]
+        check(r.returncode == 5 and "[schema-key-unexpected]" in r.stderr and all(f"key '{k}'" in r.stderr for k in names)
+              and "config.json does not describe this checkpoint" in head and f"only with {flag}=true:" in head
+              and not out.exists() and not any("dcpctl-tmp" in p.name for p in out.parent.iterdir()),
+              f"fsdp_dtensor bias->hf under a config without {flag}: exit {r.returncode} (want 5 naming {names}, "
+              f"nothing written): {r.stderr.strip()[-900:]!r}")
+    # Qwen2 has q/k/v biases but no o_proj or MLP bias: those are refused, the qkv bias is not named
+    assets = work / "fsdp-bias-qwen2"
+    assets.mkdir()
+    (assets / "config.json").write_text(json.dumps({**{k: v for k, v in cfg.items() if k not in ("attention_bias", "mlp_bias", "head_dim")},
+                                                    "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    out = work / "fsdp-bias-hf-qwen2"
+    r = export("megatron-gpt", out, assets)
+    refused = ["model.layers.0.self_attn.o_proj.bias", *[f"model.layers.0.mlp.{n}_proj.bias" for n in ("gate", "up", "down")]]
+    check(r.returncode == 5 and all(f"key '{k}'" in r.stderr for k in refused) and "q_proj.bias" not in r.stderr
+          and "v_proj.bias" not in r.stderr and not out.exists(),
+          f"fsdp_dtensor bias->hf under qwen2: exit {r.returncode} (want 5 naming {refused}, not the q/k/v biases "
+          f"Qwen2 has): {r.stderr.strip()[-900:]!r}")
+    # control: Megatron-FSDP's fc1 bias halves the wrong way round are told apart by tensors and logits
+    fam = json.loads((MAPS_DIR / "megatron.json").read_text())
+    del fam["aliases"]
+    fam["name"] = "megatron-fsdp-bias-swapped"
+    for r_ in fam["layer_rules"]:
+        if r_.get("megatron") in ("mlp.linear_fc1.bias_w", "mlp.linear_fc1.bias_v"):
+            r_["hf"] = {"mlp.gate_proj.bias": "mlp.up_proj.bias", "mlp.up_proj.bias": "mlp.gate_proj.bias"}[r_["hf"]]
+    (work / "fsdp-bias-swapped.json").write_text(json.dumps(fam))
+    out = work / "fsdp-bias-swapped-hf"
+    r = export(str(work / "fsdp-bias-swapped.json"), out, d)
+    if ok(r, "fsdp_dtensor bias->hf, bias_w / bias_v swapped"):
+        got = hf_tensors(out)
+        moved = sorted(k for k in want if not torch.equal(got[k], want[k]))
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+        with torch.no_grad():
+            diff = (model(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        check(moved == sorted(k for k in want if k.endswith(("gate_proj.bias", "up_proj.bias"))) and diff > 1e-4,
+              f"megatron_fsdp_bias: the map with bias_w / bias_v swapped: moved {moved}, logits diff {diff} "
+              "(want the gate and up biases, and more than 1e-4)")
+        print(f"megatron_fsdp_bias: bias_w / bias_v swapped: logits move by {diff:.3g}")
+
+
 def test_megatron_layers_map() -> None:
     """One megatron family (src/maps/megatron.json, dcpctl-map/2): megatron-gpt, megatron-gpt-layers and
     megatron-mixtral are its aliases, not copies. megatron-gpt-layers is megatron-gpt's per-layer
@@ -1073,6 +1169,7 @@ def main() -> int:
                  ("megatron deepseek", lambda: test_megatron_deepseek(fixtures, work)),
                  ("drop by value", lambda: test_drop_by_value(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
+                 ("megatron-fsdp biases", lambda: test_megatron_fsdp_bias(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]
         for case in mo.cases(fixtures):
