@@ -185,7 +185,7 @@ struct MappedModel {
   nlohmann::json params = nlohmann::json::object();
   // Megatron -> Hugging Face only (set by build_model: check/megatron_args.h): the checkpoint's
   // Megatron-LM args compared with config.json: where they came from ("" : none, `args_note` says
-  // why) and each field compared. `args_checked` null: not such a map.
+  // why) and each field compared. `args_checked` null: not such a map (--json says null for all three).
   std::string args_from, args_note;
   nlohmann::json args_checked;
   nlohmann::json describe() const;    // the `map` object of --json
