@@ -20,8 +20,13 @@ megatron_llama/ckpt is megatron-core 0.19.2's dist_checkpointing.save of a model
 common state (`common_state/shard_0_1`, real bytes) holds the iteration and no args: the export
 exits 0 and says so (`args_from` null, `args_note`, `args_checked` empty).
 
-Not here: a torch_dist checkpoint written by Megatron-LM's save_checkpoint (args inside the common
-state); num_experts_per_tok and the router's settings (no MoE fixture carries args).
+megatron_args_torch_dist/run/iter_0000001 is Megatron-LM's save_checkpoint with --ckpt-format
+torch_dist (make_megatron_args_torch_dist.py; run_megatron_fsdp's model, --rotary-base 500000): the
+args inside the common state (`common_state/shard_0_1`, torch.save([state]), state['args']). Under
+the oracle config.json with rope_theta 500000 it exits 0, `args_from` naming the common state; with
+rope_theta 10000 it exits 3 naming both values and the common state, nothing written.
+
+Not here: num_experts_per_tok and the router's settings (no MoE fixture carries args).
 """
 from __future__ import annotations
 
@@ -107,6 +112,28 @@ def main() -> int:
                     check(n in err, f"{label}: stderr does not name {n!r}: {err.strip()[-500:]}")
                 left = sorted(p.name for p in outdir.iterdir())
                 check(not left, f"{label}: left behind {left}")
+
+        # torch_dist from Megatron-LM's save_checkpoint: the args inside the common state (real bytes,
+        # make_megatron_args_torch_dist.py: run_megatron_fsdp's model with --rotary-base 500000).
+        td = layouts / "megatron_args_torch_dist" / "run" / "iter_0000001"
+        for name, theta, rc in (("torch_dist", 500000.0, EXIT_OK), ("torch_dist-rope_theta", 10000.0, EXIT_INVALID)):
+            assets = tmp / f"assets-{name}"
+            assets.mkdir()
+            (assets / "config.json").write_text(json.dumps(edit(lambda c: c["rope_parameters"].update(rope_theta=theta))))
+            outdir = tmp / f"out-{name}"
+            outdir.mkdir()
+            r = run(dcpctl, "consolidate", td, "-o", f"{outdir / 'hf'}/", "--map", "megatron-gpt", "--assets", assets, "--json")
+            check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
+            if rc == EXIT_OK and r.returncode == EXIT_OK:
+                m = json.loads(r.stdout).get("map", {})
+                got = {(c.get("config"), c.get("args"), c.get("value")) for c in m.get("args_checked") or []}
+                check(("rope_parameters.rope_theta", "rotary_base", 500000.0) in got and len(got) >= 12,
+                      f"{name}: args_checked {sorted(map(str, got))}")
+                check("common_state/shard_0_1" in str(m.get("args_from")), f"{name}: args_from {m.get('args_from')!r}")
+            if rc == EXIT_INVALID:
+                for n in ("rope_parameters.rope_theta = 10000.0", "args.rotary_base = 500000", "common_state/shard_0_1", "config.json"):
+                    check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
+                check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
 
         # torch_dist from dist_checkpointing.save: a common state without args.
         d = layouts / "megatron_llama"
