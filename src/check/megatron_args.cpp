@@ -95,6 +95,7 @@ class ArgsChecker {
   // `said`: how the args are named in a message when `av` is derived from them ("" : args.FIELD = av).
   void compare(const std::string& field, const json& cv, const std::string& from, const std::string& arg_field,
                const json& av, const std::string& said = "") {
+    if (!has_arg(arg_field.substr(0, arg_field.find(' ')))) return;  // an older Megatron-LM without the field
     if (args_same_value(cv, av)) {
       checked_.push_back({{"config", field}, {"args", arg_field}, {"value", cv}, {"config_from", from}});
       return;
@@ -104,6 +105,7 @@ class ArgsChecker {
   }
   // A setting with no config.json field: the args must hold `want` (what `what` can represent).
   void require(const std::string& what, const std::string& arg_field, const json& want) {
+    if (!has_arg(arg_field)) return;
     const json av = arg(arg_field);
     if (args_same_value(av, want)) {
       checked_.push_back({{"config", what}, {"args", arg_field}, {"value", want}, {"config_from", "model"}});
@@ -219,7 +221,7 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     // transformers' ACT2FN: "silu" and "swish" are both SiLU; Megatron-LM's --swiglu is SiLU-gated.
     std::optional<json> act = c.stated("hidden_act");
     if (!act && d) act = json("silu");
-    if (act) {
+    if (act && c.has_arg("swiglu")) {
       const bool silu = *act == json("silu") || *act == json("swish");
       const json sw = c.arg("swiglu");
       if (silu && sw == json(true))
@@ -320,11 +322,13 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
                   "moe_router_pre_softmax", json(!pre),
                   "args.moe_router_pre_softmax = " + args_shown(c.arg("moe_router_pre_softmax")) +
                       " (without it megatron-core renormalizes the top k: norm_topk_prob True)");
-      if (!(scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1))))
+      const bool unscaled =
+          scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
+      if (c.has_arg("moe_router_topk_scaling_factor") && !unscaled)
         c.problems_.push_back(
             std::string(mixtral ? "Mixtral" : "Qwen-MoE") +
             "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " + args_shown(scale));
-      else
+      else if (c.has_arg("moe_router_topk_scaling_factor"))
         c.checked_.push_back({{"config", "(no routed scaling)"},
                               {"args", "moe_router_topk_scaling_factor"},
                               {"value", scale},

@@ -236,3 +236,14 @@ TEST_CASE("megatron args: every contradiction named at once; an unknown model_ty
   CHECK_FALSE(compared(checked, "rms_norm_eps", "norm_epsilon"));  // no class, no default: not compared
   CHECK_FALSE(compared(checked, "tie_word_embeddings", "untie_embeddings_and_output_weights"));
 }
+
+TEST_CASE("megatron args: a field an older Megatron-LM's args lack is not compared", "[megatron_args]") {
+  MegatronArgs a = llama_args();
+  for (const char* f : {"rotary_interleaved", "use_rope_scaling", "norm_epsilon", "swiglu"}) a.values.erase(f);
+  a.values["layernorm_epsilon"] = 1e-5;
+  const json checked = check_megatron_args(a, llama_config(), "cfg/config.json", "llama_qwen");
+  CHECK(compared(checked, "rms_norm_eps", "layernorm_epsilon"));
+  CHECK_FALSE(compared(checked, "hidden_act", "swiglu"));
+  CHECK_FALSE(compared(checked, "rope_parameters.rope_type", "use_rope_scaling"));
+  CHECK(compared(checked, "rope_parameters.rope_theta", "rotary_base"));
+}
