@@ -75,8 +75,8 @@ void print_map_summary(const nlohmann::json& r) {
   // Megatron -> Hugging Face: the checkpoint's training arguments against config.json.
   if (m.contains("args_checked") && m["args_checked"].is_array()) {
     if (m["args_from"].is_string())
-      std::cerr << "config.json agrees with the checkpoint's Megatron-LM args on " << m["args_checked"].size() << " settings ("
-                << m["args_from"].get<std::string>() << ")\n";
+      std::cerr << "config.json agrees with the checkpoint's Megatron-LM args on " << m["args_checked"].size()
+                << " settings (" << m["args_from"].get<std::string>() << ")\n";
     else if (m["args_note"].is_string())
       std::cerr << "note: " << m["args_note"].get<std::string>() << "\n";
   }
