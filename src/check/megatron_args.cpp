@@ -9,6 +9,7 @@
 #include "pickle/repr.h"
 #include "pickle/tree.h"
 #include "util/error.h"
+#include "view/keymap.h"
 
 namespace dcpctl {
 
@@ -345,6 +346,19 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     throw FormatError(Where(config_path), text);
   }
   return std::move(c.checked_);
+}
+
+void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConfig& config) {
+  if (map.from != "megatron" || map.to != "hf") return;
+  std::string note;
+  std::optional<MegatronArgs> args = read_megatron_args(saved, &note);
+  map.args_checked = json::array();
+  if (!args) {
+    map.args_note = note;
+    return;
+  }
+  map.args_from = args->from;
+  map.args_checked = check_megatron_args(*args, config.json, config.path, map.variant);
 }
 
 }  // namespace dcpctl

@@ -85,6 +85,8 @@
 namespace dcpctl {
 
 struct Checkpoint;
+struct MappedModel;
+struct MapConfig;
 
 struct MegatronArgs {
   std::string from;       // where they were read: "<checkpoint>: item 'args'" and the like
@@ -101,5 +103,10 @@ std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string
 // `variant`: the map's variant (megatron.json); config.json's model_type chooses the defaults.
 nlohmann::json check_megatron_args(const MegatronArgs& args, const nlohmann::json& config,
                                    const std::string& config_path, const std::string& variant);
+
+// The check of a --map output (view/model.h's ModelRequest::check_map, set by the exports): for a
+// Megatron -> Hugging Face map, reads `saved`'s args and checks them against `config`, filling
+// `map`'s args_from / args_checked / args_note (its --json); any other map is left as it is.
+void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConfig& config);
 
 }  // namespace dcpctl

@@ -1,7 +1,5 @@
 #include "view/model.h"
 
-#include "check/megatron_args.h"
-
 #include "view/dequantize.h"
 #include "view/lora.h"
 #include "view/map_view.h"
@@ -58,21 +56,6 @@ void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {
   throw UnsupportedError(Where(in.dir), text);
 }
 
-// A Megatron checkpoint mapped to Hugging Face: its own training arguments against config.json
-// (check/megatron_args.h), before anything is written; what was compared goes to the map's --json.
-void check_args(const Checkpoint& ck, MappedModel& map, const MapConfig& config) {
-  if (map.from != "megatron" || map.to != "hf") return;
-  std::string note;
-  std::optional<MegatronArgs> args = read_megatron_args(ck, &note);
-  map.args_checked = nlohmann::json::array();
-  if (!args) {
-    map.args_note = note;
-    return;
-  }
-  map.args_from = args->from;
-  map.args_checked = check_megatron_args(*args, config.json, config.path, map.variant);
-}
-
 }  // namespace
 
 Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
@@ -93,7 +76,7 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     m.key_map_ = std::make_shared<const KeyMap>(load_key_map(rq.map));
     const MapConfig map_config = config.map(in.dir);
     MappedModel map = apply_key_map(*m.key_map_, in.md, select_items(in.md, m.selection_), map_config, rq.map_from);
-    check_args(ck, map, map_config);
+    if (rq.check_map) rq.check_map(ck, map, map_config);
     map.excluded = excluded_keys(in.md, m.selection_);
     check_zero_drops(in, map);
     // The outputs are the table (view/map_view.h): written, they are planned from their parts;
