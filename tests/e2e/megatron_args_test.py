@@ -26,7 +26,12 @@ args inside the common state (`common_state/shard_0_1`, torch.save([state]), sta
 the oracle config.json with rope_theta 500000 it exits 0, `args_from` naming the common state; with
 rope_theta 10000 it exits 3 naming both values and the common state, nothing written.
 
-Not here: num_experts_per_tok and the router's settings (no MoE fixture carries args).
+megatron_args_torch_dist/moe/iter_0000001 is the same save of a Qwen3-MoE (4 experts, top 2, the
+softmax router without pre-softmax, q/k norms, one KV group): under a Qwen3MoeConfig of its sizes
+(norm_topk_prob True) it exits 0 listing the router's rows; num_experts_per_tok 4, norm_topk_prob
+False, or norm_topk_prob left out (Qwen3MoeConfig's default False) exit 3 naming both sides.
+
+Not here: the sigmoid routers (GLM-4.5, DeepSeek-V3) and Mixtral on real args (unit:megatron_args).
 """
 from __future__ import annotations
 
@@ -133,6 +138,51 @@ def main() -> int:
             if rc == EXIT_INVALID:
                 for n in ("rope_parameters.rope_theta = 10000.0", "args.rotary_base = 500000", "common_state/shard_0_1", "config.json"):
                     check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
+                check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
+
+        # The MoE case (Qwen3-MoE: 4 experts, top 2, softmax router without pre-softmax) under a
+        # Qwen3MoeConfig of its sizes: the router's rows compared, and contradicted.
+        moe = layouts / "megatron_args_torch_dist" / "moe" / "iter_0000001"
+        moe_config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 16,
+                      "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+                      "intermediate_size": 32, "moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                      "norm_topk_prob": True, "rms_norm_eps": 1e-05, "vocab_size": 32, "max_position_embeddings": 8,
+                      "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "tie_word_embeddings": False,
+                      "hidden_act": "silu"}
+
+        def moe_edit(f):
+            c = copy.deepcopy(moe_config)
+            f(c)
+            return c
+
+        moe_cases = [
+            ("moe", moe_config, EXIT_OK, []),
+            ("moe-num_experts_per_tok", moe_edit(lambda c: c.update(num_experts_per_tok=4)), EXIT_INVALID,
+             ["num_experts_per_tok = 4", "args.moe_router_topk = 2"]),
+            ("moe-norm_topk_prob", moe_edit(lambda c: c.update(norm_topk_prob=False)), EXIT_INVALID,
+             ["norm_topk_prob = False", "args.moe_router_pre_softmax = False"]),
+            ("moe-norm_topk_prob-default", moe_edit(lambda c: c.pop("norm_topk_prob")), EXIT_INVALID,
+             ["norm_topk_prob = False (qwen3_moe's default)", "args.moe_router_pre_softmax = False"]),
+        ]
+        for name, config, rc, names in moe_cases:
+            assets = tmp / f"assets-{name}"
+            assets.mkdir()
+            (assets / "config.json").write_text(json.dumps(config))
+            outdir = tmp / f"out-{name}"
+            outdir.mkdir()
+            r = run(dcpctl, "consolidate", moe, "-o", f"{outdir / 'hf'}/", "--map", "megatron-gpt", "--assets", assets, "--json")
+            check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
+            if rc == EXIT_OK and r.returncode == EXIT_OK:
+                m = json.loads(r.stdout).get("map", {})
+                got = {(c.get("config"), c.get("args")) for c in m.get("args_checked") or []}
+                want = {("num_experts_per_tok", "moe_router_topk"), ("norm_topk_prob", "moe_router_pre_softmax"),
+                        ("num_experts", "num_experts"), ("moe_intermediate_size", "moe_ffn_hidden_size"),
+                        ("num_key_value_heads", "num_query_groups"), ("Qwen-MoE's softmax router", "moe_router_score_function"),
+                        ("(no routed scaling)", "moe_router_topk_scaling_factor")}
+                check(want <= got, f"{name}: args_checked lacks {sorted(want - got)}")
+            for n in names + (["common_state/shard_0_1", "config.json"] if names else []):
+                check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
+            if rc == EXIT_INVALID:
                 check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
 
         # torch_dist from dist_checkpointing.save: a common state without args.
