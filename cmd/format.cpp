@@ -72,6 +72,14 @@ void print_map_summary(const nlohmann::json& r) {
     std::cerr << "; excluded " << m["excluded"].size() << " by --exclude (first: " << m["excluded"][0].get<std::string>() << ")";
   if (!m["missing"].empty()) std::cerr << "; could not make " << m["missing"].size() << " (first: " << m["missing"][0].get<std::string>() << ")";
   std::cerr << "\n";
+  // Megatron -> Hugging Face: the checkpoint's training arguments against config.json.
+  if (m.contains("args_checked") && m["args_checked"].is_array()) {
+    if (m["args_from"].is_string())
+      std::cerr << "config.json agrees with the checkpoint's Megatron-LM args on " << m["args_checked"].size()
+                << " settings (" << m["args_from"].get<std::string>() << ")\n";
+    else if (m["args_note"].is_string())
+      std::cerr << "note: " << m["args_note"].get<std::string>() << "\n";
+  }
 }
 
 }  // namespace dcpctl::cli

@@ -506,6 +506,9 @@ json MappedModel::describe() const {
   for (const auto& mt : tensors)
     if (mt.zeros) zeros.push_back(mt.meta.fqn);
   j["zeros"] = zeros;
+  j["args_from"] = args_from.empty() ? json() : json(args_from);
+  j["args_checked"] = args_checked;  // null: not a Megatron -> Hugging Face map
+  j["args_note"] = args_note.empty() ? json() : json(args_note);
   return j;
 }
 

@@ -183,6 +183,11 @@ struct MappedModel {
   // Each parameter the rules used: name -> {"value", "from"}: config.json's key (or the alias
   // transformers reads it through, or text_config's), the tensors' shapes, or the map's default.
   nlohmann::json params = nlohmann::json::object();
+  // Megatron -> Hugging Face only (set by build_model: check/megatron_args.h): the checkpoint's
+  // Megatron-LM args compared with config.json: where they came from ("" : none, `args_note` says
+  // why) and each field compared. `args_checked` null: not such a map (--json says null for all three).
+  std::string args_from, args_note;
+  nlohmann::json args_checked;
   nlohmann::json describe() const;    // the `map` object of --json
 };
 

@@ -74,8 +74,9 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     const Checkpoint& in = m.checkpoint();
     refuse_mxfp4(in, "--map " + rq.map);
     m.key_map_ = std::make_shared<const KeyMap>(load_key_map(rq.map));
-    MappedModel map = apply_key_map(*m.key_map_, in.md, select_items(in.md, m.selection_),
-                                    config.map(in.dir), rq.map_from);
+    const MapConfig map_config = config.map(in.dir);
+    MappedModel map = apply_key_map(*m.key_map_, in.md, select_items(in.md, m.selection_), map_config, rq.map_from);
+    if (rq.check_map) rq.check_map(ck, map, map_config);
     map.excluded = excluded_keys(in.md, m.selection_);
     check_zero_drops(in, map);
     // The outputs are the table (view/map_view.h): written, they are planned from their parts;

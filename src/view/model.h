@@ -19,6 +19,7 @@
 // saved table (no view applies to them). A new view is a file in src/view/ and one step below.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,10 @@ struct ModelRequest {
   QuantizeRequest quantize;                 // --quantize (scheme "": none)
   std::string map;                          // --map NAME|FILE
   std::string map_from;  // the side the map must map from (apply_key_map's `from`); "" : the input's
+  // Asked of --map's output before its view is made (`saved`: the checkpoint as saved, `config`: the
+  // config.json the map's parameters came from); it may throw, and may add to the map's --json. The
+  // exports set it (write/execute.h's model_request: check/megatron_args.h, which sits above view/).
+  std::function<void(const Checkpoint& saved, MappedModel& map, const MapConfig& config)> check_map;
 };
 
 class Model {

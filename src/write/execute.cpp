@@ -5,19 +5,20 @@
 #include <ostream>
 #include <string_view>
 
+#include "check/megatron_args.h"
 #include "dist/commit.h"
 #include "dist/exchange.h"
 #include "dist/group.h"
 #include "item/chunk_source.h"
 #include "item/decoded_chunks.h"
+#include "store/upload.h"
 #include "util/failpoint.h"
 #include "util/memory_gate.h"
 #include "util/numeric.h"
 #include "util/sha256.h"
 #include "write/manifest.h"
-#include "write/write_hash.h"
 #include "write/output.h"
-#include "store/upload.h"
+#include "write/write_hash.h"
 
 namespace dcpctl {
 
@@ -115,6 +116,7 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   rq.lora = lora;
   rq.map = o.map;
   rq.quantize = o.quantize;
+  rq.check_map = check_megatron_map;  // a Megatron checkpoint's own args against config.json
   return rq;
 }
 

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""A Megatron checkpoint's own training arguments against the config.json it is exported under
+(check/megatron_args.h), end to end on checkpoints real Megatron code wrote.
+
+    megatron_args_test.py DCPCTL FIXTURES_DIR
+
+run_megatron_fsdp/run/iter_0000002 is Megatron-LM's training loop's own save (fsdp_dtensor,
+make_megatron_fsdp.py): it carries the argparse Namespace as the item `args`. Exported with
+`--map megatron-gpt --assets megatron_fsdp_hf/` (transformers' LlamaConfig of the model, the oracle
+whose logits equal megatron's) it exits 0 and --json's `map.args_checked` lists the fields compared
+(rope_theta, rms_norm_eps, tie_word_embeddings, hidden_act, the sizes, ...) and `map.args_from`
+the item. The same config.json with one setting no tensor shape shows changed (rope_theta as
+rope_parameters and as the older top-level spelling, rms_norm_eps, rms_norm_eps left out so that
+LlamaConfig's default 1e-6 applies, tie_word_embeddings, hidden_act, partial_rotary_factor, Llama 3
+RoPE scaling) exits 3 naming config.json's field and value, the args field and value and the item
+they came from, and writes nothing (the output folder absent, its parent empty), for a folder and
+a single-file output.
+
+megatron_llama/ckpt is megatron-core 0.19.2's dist_checkpointing.save of a model (torch_dist): its
+common state (`common_state/shard_0_1`, real bytes) holds the iteration and no args: the export
+exits 0 and says so (`args_from` null, `args_note`, `args_checked` empty).
+
+megatron_args_torch_dist/run/iter_0000001 is Megatron-LM's save_checkpoint with --ckpt-format
+torch_dist (make_megatron_args_torch_dist.py; run_megatron_fsdp's model, --rotary-base 500000): the
+args inside the common state (`common_state/shard_0_1`, torch.save([state]), state['args']). Under
+the oracle config.json with rope_theta 500000 it exits 0, `args_from` naming the common state; with
+rope_theta 10000 it exits 3 naming both values and the common state, nothing written.
+
+megatron_args_torch_dist/moe/iter_0000001 is the same save of a Qwen3-MoE (4 experts, top 2, the
+softmax router without pre-softmax, q/k norms, one KV group): under a Qwen3MoeConfig of its sizes
+(norm_topk_prob True) it exits 0 listing the router's rows; num_experts_per_tok 4, norm_topk_prob
+False, or norm_topk_prob left out (Qwen3MoeConfig's default False) exit 3 naming both sides.
+
+Not here: the sigmoid routers (GLM-4.5, DeepSeek-V3) and Mixtral on real args (unit:megatron_args).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testlib import EXIT_INVALID, EXIT_OK, check, run, summary  # noqa: E402
+
+
+def main() -> int:
+    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2])
+    layouts = fixtures / "layouts"
+    ckpt = layouts / "run_megatron_fsdp" / "run" / "iter_0000002"
+    oracle = json.loads((layouts / "megatron_fsdp_hf" / "config.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="dcpctl-megatron-args-") as tmp:
+        tmp = Path(tmp)
+
+        def export(config: dict, name: str, single_file: bool = False):
+            assets = tmp / f"assets-{name}"
+            assets.mkdir()
+            (assets / "config.json").write_text(json.dumps(config))
+            outdir = tmp / f"out-{name}"
+            outdir.mkdir()
+            out = outdir / ("model.safetensors" if single_file else "hf")
+            extra = ["--config", assets / "config.json"] if single_file else ["--assets", assets]
+            r = run(dcpctl, "consolidate", ckpt, "-o", f"{out}" if single_file else f"{out}/", "--map", "megatron-gpt", *extra, "--json")
+            return r, outdir
+
+        # The oracle config: every field agrees.
+        r, outdir = export(oracle, "oracle")
+        check(r.returncode == EXIT_OK, f"oracle config: exit {r.returncode}: {r.stderr.strip()[-400:]}")
+        if r.returncode == EXIT_OK:
+            m = json.loads(r.stdout).get("map", {})
+            got = {(c.get("config"), c.get("args")) for c in m.get("args_checked") or []}
+            want = {("rope_parameters.rope_theta", "rotary_base"), ("rms_norm_eps", "layernorm_epsilon"),
+                    ("tie_word_embeddings", "untie_embeddings_and_output_weights"), ("hidden_act", "swiglu"),
+                    ("num_hidden_layers", "num_layers"), ("hidden_size", "hidden_size"), ("num_attention_heads", "num_attention_heads"),
+                    ("num_key_value_heads", "num_attention_heads"), ("head_dim", "kv_channels"), ("intermediate_size", "ffn_hidden_size"),
+                    ("partial_rotary_factor", "rotary_percent"), ("rope_parameters.rope_type", "use_rope_scaling")}
+            check(want <= got, f"oracle config: args_checked lacks {sorted(want - got)} (has {sorted(got)})")
+            check("item 'args'" in str(m.get("args_from")), f"oracle config: args_from {m.get('args_from')!r}")
+            check((outdir / "hf" / "config.json").is_file(), "oracle config: nothing written")
+
+        # One setting changed at a time: (name, edit, [what stderr must name]).
+        def edit(f):
+            c = copy.deepcopy(oracle)
+            f(c)
+            return c
+
+        def legacy_theta(c):
+            del c["rope_parameters"]
+            c["rope_theta"] = 500000.0
+
+        def llama3(c):
+            c["rope_parameters"].update({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 8192})
+
+        cases = [
+            ("rope_theta", edit(lambda c: c["rope_parameters"].update(rope_theta=500000.0)),
+             ["rope_parameters.rope_theta = 500000.0", "args.rotary_base = 10000"]),
+            ("rope_theta-top-level", edit(legacy_theta), ["rope_theta = 500000.0", "args.rotary_base = 10000"]),
+            ("rms_norm_eps", edit(lambda c: c.update(rms_norm_eps=1e-6)), ["rms_norm_eps = 1e-06", "args.layernorm_epsilon = 1e-05"]),
+            ("rms_norm_eps-default", edit(lambda c: c.pop("rms_norm_eps")),
+             ["rms_norm_eps = 1e-06 (llama's default)", "args.layernorm_epsilon = 1e-05"]),
+            ("tie_word_embeddings", edit(lambda c: c.update(tie_word_embeddings=True)),
+             ["tie_word_embeddings = True", "args.untie_embeddings_and_output_weights = True"]),
+            ("hidden_act", edit(lambda c: c.update(hidden_act="gelu")), ['hidden_act = "gelu"', "args.swiglu = True"]),
+            ("partial_rotary_factor", edit(lambda c: c["rope_parameters"].update(partial_rotary_factor=0.5)),
+             ["rope_parameters.partial_rotary_factor = 0.5", "args.rotary_percent = 1.0"]),
+            ("llama3-scaling", edit(llama3), ['rope_parameters.rope_type = "llama3"', "args.use_rope_scaling = False"]),
+        ]
+        for name, config, names in cases:
+            for single in (False, True):
+                label = f"{name}{' (one file)' if single else ''}"
+                r, outdir = export(config, name + ("-file" if single else ""), single)
+                err = r.stderr
+                check(r.returncode == EXIT_INVALID, f"{label}: exit {r.returncode}, want 3: {err.strip()[-400:]}")
+                for n in names + ["config.json", "item 'args'", str(ckpt)]:
+                    check(n in err, f"{label}: stderr does not name {n!r}: {err.strip()[-500:]}")
+                left = sorted(p.name for p in outdir.iterdir())
+                check(not left, f"{label}: left behind {left}")
+
+        # torch_dist from Megatron-LM's save_checkpoint: the args inside the common state (real bytes,
+        # make_megatron_args_torch_dist.py: run_megatron_fsdp's model with --rotary-base 500000).
+        td = layouts / "megatron_args_torch_dist" / "run" / "iter_0000001"
+        for name, theta, rc in (("torch_dist", 500000.0, EXIT_OK), ("torch_dist-rope_theta", 10000.0, EXIT_INVALID)):
+            assets = tmp / f"assets-{name}"
+            assets.mkdir()
+            (assets / "config.json").write_text(json.dumps(edit(lambda c: c["rope_parameters"].update(rope_theta=theta))))
+            outdir = tmp / f"out-{name}"
+            outdir.mkdir()
+            r = run(dcpctl, "consolidate", td, "-o", f"{outdir / 'hf'}/", "--map", "megatron-gpt", "--assets", assets, "--json")
+            check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
+            if rc == EXIT_OK and r.returncode == EXIT_OK:
+                m = json.loads(r.stdout).get("map", {})
+                got = {(c.get("config"), c.get("args"), c.get("value")) for c in m.get("args_checked") or []}
+                check(("rope_parameters.rope_theta", "rotary_base", 500000.0) in got and len(got) >= 12,
+                      f"{name}: args_checked {sorted(map(str, got))}")
+                check("common_state/shard_0_1" in str(m.get("args_from")), f"{name}: args_from {m.get('args_from')!r}")
+            if rc == EXIT_INVALID:
+                for n in ("rope_parameters.rope_theta = 10000.0", "args.rotary_base = 500000", "common_state/shard_0_1", "config.json"):
+                    check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
+                check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
+
+        # The MoE case (Qwen3-MoE: 4 experts, top 2, softmax router without pre-softmax) under a
+        # Qwen3MoeConfig of its sizes: the router's rows compared, and contradicted.
+        moe = layouts / "megatron_args_torch_dist" / "moe" / "iter_0000001"
+        moe_config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 16,
+                      "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+                      "intermediate_size": 32, "moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                      "norm_topk_prob": True, "rms_norm_eps": 1e-05, "vocab_size": 32, "max_position_embeddings": 8,
+                      "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "tie_word_embeddings": False,
+                      "hidden_act": "silu"}
+
+        def moe_edit(f):
+            c = copy.deepcopy(moe_config)
+            f(c)
+            return c
+
+        moe_cases = [
+            ("moe", moe_config, EXIT_OK, []),
+            ("moe-num_experts_per_tok", moe_edit(lambda c: c.update(num_experts_per_tok=4)), EXIT_INVALID,
+             ["num_experts_per_tok = 4", "args.moe_router_topk = 2"]),
+            ("moe-norm_topk_prob", moe_edit(lambda c: c.update(norm_topk_prob=False)), EXIT_INVALID,
+             ["norm_topk_prob = False", "args.moe_router_pre_softmax = False"]),
+            ("moe-norm_topk_prob-default", moe_edit(lambda c: c.pop("norm_topk_prob")), EXIT_INVALID,
+             ["norm_topk_prob = False (qwen3_moe's default)", "args.moe_router_pre_softmax = False"]),
+        ]
+        for name, config, rc, names in moe_cases:
+            assets = tmp / f"assets-{name}"
+            assets.mkdir()
+            (assets / "config.json").write_text(json.dumps(config))
+            outdir = tmp / f"out-{name}"
+            outdir.mkdir()
+            r = run(dcpctl, "consolidate", moe, "-o", f"{outdir / 'hf'}/", "--map", "megatron-gpt", "--assets", assets, "--json")
+            check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
+            if rc == EXIT_OK and r.returncode == EXIT_OK:
+                m = json.loads(r.stdout).get("map", {})
+                got = {(c.get("config"), c.get("args")) for c in m.get("args_checked") or []}
+                want = {("num_experts_per_tok", "moe_router_topk"), ("norm_topk_prob", "moe_router_pre_softmax"),
+                        ("num_experts", "num_experts"), ("moe_intermediate_size", "moe_ffn_hidden_size"),
+                        ("num_key_value_heads", "num_query_groups"), ("Qwen-MoE's softmax router", "moe_router_score_function"),
+                        ("(no routed scaling)", "moe_router_topk_scaling_factor")}
+                check(want <= got, f"{name}: args_checked lacks {sorted(want - got)}")
+            for n in names + (["common_state/shard_0_1", "config.json"] if names else []):
+                check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
+            if rc == EXIT_INVALID:
+                check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
+
+        # torch_dist from dist_checkpointing.save: a common state without args.
+        d = layouts / "megatron_llama"
+        r = run(dcpctl, "consolidate", d / "ckpt", "-o", f"{tmp / 'llama'}/", "--map", "megatron-gpt", "--assets", d / "hf", "--json")
+        check(r.returncode == EXIT_OK, f"megatron_llama: exit {r.returncode}: {r.stderr.strip()[-400:]}")
+        if r.returncode == EXIT_OK:
+            m = json.loads(r.stdout).get("map", {})
+            check(m.get("args_from") is None and m.get("args_checked") == [] and "no Megatron-LM args" in str(m.get("args_note")),
+                  f"megatron_llama: {({k: m.get(k) for k in ('args_from', 'args_checked', 'args_note')})}")
+        # The folders written (exit 0) are loaded by transformers before they go (testlib's summary).
+        return summary("megatron-args", min_checks=40)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
