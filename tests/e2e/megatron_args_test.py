@@ -53,7 +53,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-megatron-args-") as tmp:
         tmp = Path(tmp)
 
-        def export(config: dict, name: str, single_file: bool = False):
+        def export(config: dict, name: str, single_file: bool = False, src: Path = ckpt):
             assets = tmp / f"assets-{name}"
             assets.mkdir()
             (assets / "config.json").write_text(json.dumps(config))
@@ -61,7 +61,7 @@ def main() -> int:
             outdir.mkdir()
             out = outdir / ("model.safetensors" if single_file else "hf")
             extra = ["--config", assets / "config.json"] if single_file else ["--assets", assets]
-            r = run(dcpctl, "consolidate", ckpt, "-o", f"{out}" if single_file else f"{out}/", "--map", "megatron-gpt", *extra, "--json")
+            r = run(dcpctl, "consolidate", src, "-o", f"{out}" if single_file else f"{out}/", "--map", "megatron-gpt", *extra, "--json")
             return r, outdir
 
         # The oracle config: every field agrees.
@@ -122,12 +122,7 @@ def main() -> int:
         # make_megatron_args_torch_dist.py: run_megatron_fsdp's model with --rotary-base 500000).
         td = layouts / "megatron_args_torch_dist" / "run" / "iter_0000001"
         for name, theta, rc in (("torch_dist", 500000.0, EXIT_OK), ("torch_dist-rope_theta", 10000.0, EXIT_INVALID)):
-            assets = tmp / f"assets-{name}"
-            assets.mkdir()
-            (assets / "config.json").write_text(json.dumps(edit(lambda c: c["rope_parameters"].update(rope_theta=theta))))
-            outdir = tmp / f"out-{name}"
-            outdir.mkdir()
-            r = run(dcpctl, "consolidate", td, "-o", f"{outdir / 'hf'}/", "--map", "megatron-gpt", "--assets", assets, "--json")
+            r, outdir = export(edit(lambda c: c["rope_parameters"].update(rope_theta=theta)), name, src=td)
             check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
             if rc == EXIT_OK and r.returncode == EXIT_OK:
                 m = json.loads(r.stdout).get("map", {})
@@ -165,12 +160,7 @@ def main() -> int:
              ["norm_topk_prob = False (qwen3_moe's default)", "args.moe_router_pre_softmax = False"]),
         ]
         for name, config, rc, names in moe_cases:
-            assets = tmp / f"assets-{name}"
-            assets.mkdir()
-            (assets / "config.json").write_text(json.dumps(config))
-            outdir = tmp / f"out-{name}"
-            outdir.mkdir()
-            r = run(dcpctl, "consolidate", moe, "-o", f"{outdir / 'hf'}/", "--map", "megatron-gpt", "--assets", assets, "--json")
+            r, outdir = export(config, name, src=moe)
             check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
             if rc == EXIT_OK and r.returncode == EXIT_OK:
                 m = json.loads(r.stdout).get("map", {})
