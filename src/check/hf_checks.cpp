@@ -240,6 +240,7 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
       precise.insert(precise.end(), sr.problems.begin(), sr.problems.end());
       r.notes.insert(r.notes.end(), sr.notes.begin(), sr.notes.end());
       schema = sr.summary;
+      r.only_with = std::move(sr.only_with);
     }
   }
 

@@ -32,6 +32,7 @@
 // or generation config when nothing asked for them; per-layer tensor sets (models mix layer kinds).
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -59,6 +60,9 @@ struct HfReport {
   // verify --json's "hf": {"config", "index", "files_audited", "sidecars", "config_checks",
   // "schema"} (schema: check_hf_schema's summary, null without a config.json)
   nlohmann::json summary;
+  // check_hf_schema's only_with: a schema-key-unexpected problem's key -> the config setting under
+  // which the model has it.
+  std::map<std::string, std::string> only_with;
 };
 
 // Whether `ck` is a folder or file these checks are for (HF safetensors, HF-mode DCP shards).

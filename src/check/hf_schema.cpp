@@ -698,9 +698,10 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     const SchemaKey* sk = s->find(p);
     std::string msg = (keys.size() > 1 ? "and " + std::to_string(keys.size() - 1) + " more like it (" + p + "): " : std::string()) +
                       "not a tensor of " + who;
-    if (sk && !sk->when.empty())
-      msg += kOnlyWith + sk->when + " in config.json";
-    else if (near && best <= std::max<size_t>(3, p.size() / 5))
+    if (sk && !sk->when.empty()) {
+      msg += ": it has one only with " + sk->when + " in config.json";
+      out.only_with[keys.front()] = sk->when;
+    } else if (near && best <= std::max<size_t>(3, p.size() / 5))
       msg += " (the nearest it defines: " + near->pattern + ")";
     problem("schema-key-unexpected", keys.front(), msg);
   }

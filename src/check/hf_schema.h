@@ -34,6 +34,7 @@
 // precision policy refuses it for an export that claims to be that model (plan/precision.h).
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -131,11 +132,6 @@ const ModelSchema* schema_for_config(const nlohmann::json& config);
 // with tie_word_embeddings false).
 bool schema_defines(const ModelSchema& s, const nlohmann::json& config, const std::string& key);
 
-// How a schema-key-unexpected finding names the config setting under which the model has the key
-// ("...: it has one only with mlp_bias=true in config.json"): the export's refusal reads it back to
-// say that config.json, not the key map, disagrees with the checkpoint.
-inline constexpr const char* kOnlyWith = ": it has one only with ";
-
 // The dtype transformers leaves `key` in when it loads the model in `target` ("bfloat16",
 // "float16"): 'f' float32, '-' the target, 'i' not a floating tensor; nullopt when the schema has
 // no such key (a name transformers renames on load, for which its in-memory lists apply).
@@ -173,6 +169,9 @@ struct SchemaCheckResult {
   // found by architectures), "found_by" ("model_type", "architectures" or null), "transformers",
   // "checked": bool, "why"}
   nlohmann::json summary;
+  // A schema-key-unexpected finding whose keys the model has only under a config setting config.json
+  // does not make: the finding's key -> that setting ("mlp_bias=true").
+  std::map<std::string, std::string> only_with;
 };
 SchemaCheckResult check_hf_schema(const nlohmann::json& config, const std::string& config_path,
                                   const std::vector<HfTensor>& tensors);

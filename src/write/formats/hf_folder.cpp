@@ -18,7 +18,6 @@
 #include <set>
 
 #include "check/hf_checks.h"
-#include "check/hf_schema.h"
 #include "meta/keep_dtype_entry.h"
 #include "plan/plan.h"
 #include "plan/precision.h"
@@ -65,11 +64,9 @@ std::string part_missing_hint(const HfReport& r, const std::string& config_path)
 std::string flag_settings(const HfReport& r) {
   std::set<std::string> settings;
   for (const Finding& f : r.problems) {
-    const size_t at = f.code == "schema-key-unexpected" ? f.message.find(kOnlyWith) : std::string::npos;
-    if (at == std::string::npos) return {};
-    const size_t from = at + std::string(kOnlyWith).size(), end = f.message.find(" in config.json", from);
-    if (end == std::string::npos) return {};
-    settings.insert(f.message.substr(from, end - from));
+    auto it = f.code == "schema-key-unexpected" ? r.only_with.find(f.where.key) : r.only_with.end();
+    if (it == r.only_with.end()) return {};
+    settings.insert(it->second);
   }
   std::string out;
   for (const std::string& s : settings) out += (out.empty() ? "" : ", ") + s;
