@@ -111,6 +111,22 @@ def hf_tensors(path: Path) -> dict:
     return sd
 
 
+def logits_diff(model, lg: dict) -> float:
+    """The largest |transformers' logits - the reference's| on the reference's tokens (a fixture's
+    logits.safetensors: `tokens`, `logits`)."""
+    with torch.no_grad():
+        return (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+
+
+def moved_and_logits(out: Path, want: dict, lg: dict) -> tuple[list, float]:
+    """A control export's tensors that differ from `want` (sorted), and how far from_pretrained of it
+    moves the logits."""
+    from transformers import AutoModelForCausalLM
+    got = hf_tensors(out)
+    moved = sorted(k for k in want if not torch.equal(got[k], want[k]))
+    return moved, logits_diff(AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32), lg)
+
+
 def refused(r: subprocess.CompletedProcess, out: Path, needle: str, what: str) -> None:
     check(r.returncode == 2, f"{what}: exit {r.returncode} (want 2), stderr {r.stderr.strip()[-500:]!r}")
     check(needle in r.stderr, f"{what}: stderr does not name {needle!r}: {r.stderr.strip()[-500:]!r}")
@@ -617,8 +633,7 @@ def test_megatron_qwen3(fixtures: Path, work: Path) -> None:
               and not any(info.get(k) for k in ("missing_keys", "mismatched_keys")), f"{name}: from_pretrained of the export: {info}")
         hf_loaded(out)
         lg = load_file(str(d / "logits.safetensors"))
-        with torch.no_grad():
-            diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        diff = logits_diff(model, lg)
         check(diff <= doc["logits"]["atol"], f"{name}: transformers on the export vs megatron's logits: {diff}")
         back = work / f"{name}-back"
         # a model mixing dense and MoE layers is keyed per layer: megatron-gpt-layers (megatron-gpt stacks
@@ -854,8 +869,7 @@ def test_megatron_mixtral(fixtures: Path, work: Path) -> None:
               and not mdoc.get("dropped") and not mdoc.get("missing"),
               f"megatron_mixtral: map summary {({k: mdoc.get(k) for k in ('direction', 'mapped', 'dropped', 'missing')})}")
         model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
-        with torch.no_grad():
-            diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        diff = logits_diff(model, lg)
         return hf_tensors(out), diff, info
 
     got = export("megatron-mixtral", work / "mixtral-hf")
@@ -909,7 +923,6 @@ def test_megatron_llama_bias(fixtures: Path, work: Path) -> None:
     checks can fail: the map with fc1's bias halves swapped moves exactly the gate/up biases and the
     logits (more than 1e-3), and the map without the bias rules refuses, exit 5, naming the three
     keys; megatron-gpt-layers writes each layer's biases as the stacked tensor's row."""
-    from transformers import AutoModelForCausalLM
 
     d = fixtures / "layouts" / "megatron_llama_bias"
     doc = json.loads((d / "expected.json").read_text())
@@ -970,11 +983,7 @@ def test_megatron_llama_bias(fixtures: Path, work: Path) -> None:
     (work / "bias-wrong.json").write_text(json.dumps(wrong))
     r = export(str(work / "bias-wrong.json"), work / "bias-wrong-hf", d / "hf")
     if ok(r, "megatron_llama_bias: the gate/up-swapped map"):
-        got = hf_tensors(work / "bias-wrong-hf")
-        moved = sorted(k for k in want if not torch.equal(got[k], want[k]))
-        model = AutoModelForCausalLM.from_pretrained(work / "bias-wrong-hf", dtype=torch.float32).eval()
-        with torch.no_grad():
-            diff = (model(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        moved, diff = moved_and_logits(work / "bias-wrong-hf", want, lg)
         check(moved == sorted(k for k in want if k.endswith(("gate_proj.bias", "up_proj.bias"))) and diff > 1e-3,
               f"megatron_llama_bias: the map with fc1's bias halves swapped: moved {moved}, logits diff {diff} "
               "(want the gate and up biases, and more than 1e-3)")
@@ -1029,8 +1038,7 @@ def test_megatron_fsdp(fixtures: Path, work: Path) -> None:
     check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), f"fsdp_dtensor->hf: from_pretrained: {info}")
     hf_loaded(out)
     lg = load_file(str(d / "logits.safetensors"))
-    with torch.no_grad():
-        diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+    diff = logits_diff(model, lg)
     check(diff <= doc["logits"]["atol"], f"fsdp_dtensor->hf: transformers' logits vs megatron's: {diff}")
     r = dcpctl("consolidate", ckpt, "-o", work / "fsdp-noconfig.safetensors", "--map", "megatron-gpt", "--no-assets")
     check(r.returncode == EXIT_USAGE and "config.json" in r.stderr and "n_kv_heads" in r.stderr,
@@ -1080,8 +1088,7 @@ def test_megatron_fsdp_bias(fixtures: Path, work: Path) -> None:
         check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
               f"fsdp_dtensor bias->hf: from_pretrained: {info}")
         hf_loaded(out)
-        with torch.no_grad():
-            diff = (model.eval()(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        diff = logits_diff(model, lg)
         check(diff <= doc["logits"]["atol"], f"fsdp_dtensor bias->hf: transformers' logits vs megatron's: {diff}")
         print(f"megatron_fsdp_bias: transformers' logits vs megatron's: {diff:.3g}")
     # a config.json without the bias settings: the model schema refuses the bias keys, nothing written
@@ -1122,11 +1129,7 @@ def test_megatron_fsdp_bias(fixtures: Path, work: Path) -> None:
     out = work / "fsdp-bias-swapped-hf"
     r = export(str(work / "fsdp-bias-swapped.json"), out, d)
     if ok(r, "fsdp_dtensor bias->hf, bias_w / bias_v swapped"):
-        got = hf_tensors(out)
-        moved = sorted(k for k in want if not torch.equal(got[k], want[k]))
-        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-        with torch.no_grad():
-            diff = (model(lg["tokens"]).logits.float() - lg["logits"]).abs().max().item()
+        moved, diff = moved_and_logits(out, want, lg)
         check(moved == sorted(k for k in want if k.endswith(("gate_proj.bias", "up_proj.bias"))) and diff > 1e-4,
               f"megatron_fsdp_bias: the map with bias_w / bias_v swapped: moved {moved}, logits diff {diff} "
               "(want the gate and up biases, and more than 1e-4)")
