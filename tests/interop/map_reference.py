@@ -301,7 +301,7 @@ def validate(m: Any, where: str) -> None:
                     and isinstance(z["beside"], str) and isinstance(z["shape"], list) and z["shape"]
                     and all(isinstance(d, str) for d in z["shape"]) and z["dtype"] in ("float32", "float64", "bfloat16", "float16")):
                 fail(f"rule {i}: zeros is {{beside: pattern, shape: [expr], dtype: torch dtype}} on a drop_when rule")
-        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when", "zeros"}:
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when", "zeros", "variants"}:
             fail(f"rule {i}: a one-sided rule only names keys (with its reason, an optional note and keep_dtype)")
         if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
             fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
