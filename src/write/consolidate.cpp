@@ -32,8 +32,10 @@ std::string copied_config(const Checkpoint& ck, const ConsolidateOptions& o, con
 // Face's: from_pretrained would load none of them, and the folder's own check would refuse it once
 // written. Valid input this export does not cover without the map: exit 5, before anything is
 // written, naming the map (with --lora keep, the adapters' keys aside, and --lora merge named).
+// Only a folder with a config.json claims to be a model (--no-assets writes tensors alone).
 void refuse_framework_names(const Checkpoint& ck, const Selection& sel, LoraMode lora, const std::string& config_text,
                             const std::string& output) {
+  if (config_text.empty()) return;
   std::set<int> adapters;
   if (lora == LoraMode::Keep)
     for (const LoraLayer& l : find_lora(ck.md).layers)
