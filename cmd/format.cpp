@@ -71,6 +71,15 @@ void print_map_summary(const nlohmann::json& r) {
   if (m.contains("excluded") && !m["excluded"].empty())
     std::cerr << "; excluded " << m["excluded"].size() << " by --exclude (first: " << m["excluded"][0].get<std::string>() << ")";
   if (!m["missing"].empty()) std::cerr << "; could not make " << m["missing"].size() << " (first: " << m["missing"][0].get<std::string>() << ")";
+  // Written as zeros, from nothing the checkpoint holds: each with its rule's reason (the first).
+  if (m.contains("zeros") && !m["zeros"].empty()) {
+    const std::string first = m["zeros"][0].get<std::string>();
+    std::cerr << "; wrote " << m["zeros"].size() << " as zeros, the checkpoint holding none (first: " << first;
+    if (m.contains("zero_reasons") && m["zero_reasons"].contains(first) &&
+        !m["zero_reasons"][first].get<std::string>().empty())
+      std::cerr << ": " << m["zero_reasons"][first].get<std::string>();
+    std::cerr << ")";
+  }
   std::cerr << "\n";
   // Megatron -> Hugging Face: the checkpoint's training arguments against config.json.
   if (m.contains("args_checked") && m["args_checked"].is_array()) {

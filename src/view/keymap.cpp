@@ -327,8 +327,13 @@ json expand_family(const json& fam, const std::string& alias, const std::string&
         else if (nr[s].is_array())
           for (auto& part : nr[s])
             if (part.is_object() && part.contains("key") && part["key"].is_string()) part["key"] = p[s].get<std::string>() + part["key"].get<std::string>();
+        // a zeros rule's `beside` is a key of the side the rule names, under the same prefix
+        if (nr.contains("zeros") && nr["zeros"].is_object() && nr["zeros"].contains("beside") &&
+            nr["zeros"]["beside"].is_string())
+          nr["zeros"]["beside"] = p[s].get<std::string>() + nr["zeros"]["beside"].get<std::string>();
       }
-      if (p.contains("stack")) {
+      // a one-sided rule (a key one side has and the other lacks) stacks nothing: its keys are its side's own
+      if (p.contains("stack") && nr.contains(sides[0]) && nr.contains(sides[1])) {
         const json& ax = p["stack"];
         need(ax.is_object() && ax.contains("dim") && ax.contains("count") && ax.contains("index"),
              "prefix " + pname + ": \"stack\" is {\"dim\", \"count\", \"index\"}");
@@ -506,10 +511,65 @@ json MappedModel::describe() const {
   for (const auto& mt : tensors)
     if (mt.zeros) zeros.push_back(mt.meta.fqn);
   j["zeros"] = zeros;
+  j["zero_reasons"] = zero_reasons.is_null() ? json::object() : zero_reasons;
   j["args_from"] = args_from.empty() ? json() : json(args_from);
   j["args_checked"] = args_checked;  // null: not a Megatron -> Hugging Face map
   j["args_note"] = args_note.empty() ? json() : json(args_note);
   return j;
+}
+
+std::vector<std::string> maps_to_hf_for(const std::vector<std::string>& keys, const json& config) {
+  // The model's class: config.json's architectures, else its model_type's causal LM (a config saved
+  // without a model, as `Config().save_pretrained` writes it, names no architectures): qwen3_moe is
+  // Qwen3MoeForCausalLM, compared without case.
+  auto lower = [](std::string t) {
+    std::string out;
+    for (char c : t)
+      if (c != '_') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  std::string cls;
+  if (config.is_object() && config.contains("architectures") && config["architectures"].is_array() &&
+      !config["architectures"].empty() && config["architectures"][0].is_string())
+    cls = lower(config["architectures"][0].get<std::string>());
+  else if (config.is_object() && config.contains("model_type") && config["model_type"].is_string())
+    cls = lower(config["model_type"].get<std::string>()) + "forcausallm";
+  std::vector<std::string> fits, named;
+  std::set<std::string> families;
+  for (const KeyMap& m : builtin_key_maps()) {
+    const int h = m.sides[1] == "hf" ? 1 : m.sides[0] == "hf" ? 0 : -1;
+    if (h < 0) continue;
+    const int s = 1 - h;
+    std::vector<Pattern> pats[2];
+    for (const auto& r : m.rules)
+      for (int side = 0; side < 2; ++side)
+        for (const auto& p : r.side[side]) {
+          Pattern pat = Pattern::parse(p.pattern, m.source);
+          if (!pat.has_offsets()) pats[side].push_back(std::move(pat));  // an offset needs a parameter
+        }
+    auto matches = [](const std::vector<Pattern>& ps, const std::string& k) {
+      std::map<std::string, std::string> vals;
+      return std::any_of(ps.begin(), ps.end(), [&](const Pattern& p) { return vals.clear(), p.match(k, vals); });
+    };
+    size_t model = 0, foreign = 0, hf = 0;
+    bool covered = true;
+    for (const std::string& k : keys) {
+      const bool in_model = !m.has_model || std::any_of(m.model[s].begin(), m.model[s].end(),
+                                                        [&](const std::string& p) { return k.rfind(p, 0) == 0; });
+      const bool ours = matches(pats[s], k), theirs = matches(pats[h], k);
+      model += in_model;
+      covered = covered && (!in_model || ours);
+      foreign += ours && !theirs;
+      hf += theirs;
+    }
+    if (!covered || model == 0 || foreign <= hf) continue;
+    if (!m.family.empty() && !families.insert(m.family).second) continue;
+    fits.push_back(m.name);
+    if (!cls.empty() &&
+        std::any_of(m.models.begin(), m.models.end(), [&](const std::string& c) { return lower(c) == cls; }))
+      named.push_back(m.name);
+  }
+  return named.empty() ? fits : named;
 }
 
 std::vector<std::string> rule_kinds(const KeyMap& map) {

@@ -145,6 +145,14 @@ std::vector<KeyMap> builtin_key_maps();
 // back as it is.
 KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std::vector<std::string>& keys, std::string* chosen,
                       std::string* why);
+// The built-in maps that take `keys` from another framework's names to Hugging Face's: those with
+// an "hf" side whose other side's rules match every key under that side's model prefixes, and match
+// more of `keys` than the hf side's rules do (torchtune's `layers.N.attn.q_proj.weight` are no Hugging
+// Face model's). Where some of them list config.json's class among their "models" (its
+// `architectures`, else its model_type's `...ForCausalLM`), only those (a torchtune Llama is also every key of the
+// Qwen2 map); a family's aliases count once. Patterns are only matched: no parameter is read, nothing is mapped. In
+// name order; empty: none.
+std::vector<std::string> maps_to_hf_for(const std::vector<std::string>& keys, const nlohmann::json& config);
 // The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.
 std::vector<std::string> rule_kinds(const KeyMap& map);
 
@@ -176,6 +184,9 @@ struct MappedModel {
   std::vector<std::string> missing;   // output keys a rule would make but some input is missing
   std::vector<std::string> model;     // the input side's model namespaces; empty: every tensor key
   std::vector<std::string> excluded;  // keys --exclude left out (set by the caller: excluded_keys)
+  // Each output written as zeros (a "zeros" rule, MappedTensor::zeros) -> its rule's reason: why
+  // zeros are that tensor (the trainer starts it so; a router bias of zeros shifts no choice).
+  nlohmann::json zero_reasons = nlohmann::json::object();
   std::string tied;                   // a config with tie_word_embeddings: what it says, else empty
   std::string config;                 // the config.json the parameters came from ("" if none needed)
   std::string family, variant;        // a family's map: the variant chosen ("" : none fits), and why

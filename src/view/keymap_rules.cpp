@@ -435,8 +435,11 @@ class MapBuilder {
   // A "drop_when": "zeros" rule with "zeros", mapping to its side: its key as zeros beside every
   // output its `beside` pattern matches (torchtitan's expert_bias_E beside each MoE layer's router
   // weight: the zeros its model starts from, which its strict dcp.load asks for), placed right
-  // after that output.
+  // after that output; not where another rule made that key from the input (a GLM-4.5 router's
+  // e_score_correction_bias from Megatron's router.expert_bias, when the run trained one).
   void make_zeros() {
+    std::set<std::string> made;
+    for (const MappedTensor& mt : out_.tensors) made.insert(mt.meta.fqn);
     for (size_t ri = 0; ri < map_.rules.size(); ++ri) {
       const KeyMap::Rule& rule = map_.rules[ri];
       if (rule.zeros_beside.empty() || !rule.side[from_].empty() || rule.side[to_].empty()) continue;
@@ -448,8 +451,12 @@ class MapBuilder {
         const uint32_t place = mt.parts.empty() ? 0 : mt.parts[0].tensor;
         out.push_back(std::move(mt));
         if (!match) continue;
+        const std::string key = to_pat(ri, 0).fill(vals, &params_);
+        if (made.count(key) || held_unselected(ri, key, vals)) continue;
+        made.insert(key);
         MappedTensor z;
-        z.meta.fqn = to_pat(ri, 0).fill(vals, &params_);
+        z.meta.fqn = key;
+        out_.zero_reasons[key] = rule.reason;
         z.meta.dtype = dtype_from_torch_name(rule.zeros_dtype);
         z.meta.dtype_name = rule.zeros_dtype;
         for (const auto& d : rule.zeros_shape) {
@@ -465,6 +472,31 @@ class MapBuilder {
       }
       out_.tensors = std::move(out);
     }
+  }
+
+  // Whether another rule makes `key` (a zeros rule's output) from an input the checkpoint holds
+  // that the selection left out (--exclude '*.expert_bias'): then no zeros stand in for a trained
+  // tensor, and the output lacks it (the folder's check names it). Saved keys are matched whole or
+  // as a suffix after a dot (a --select prefix).
+  bool held_unselected(size_t zeros_rule, const std::string& key, const std::map<std::string, std::string>& vals) {
+    for (size_t ri = 0; ri < map_.rules.size(); ++ri) {
+      const KeyMap::Rule& r = map_.rules[ri];
+      if (ri == zeros_rule || r.side[from_].empty()) continue;
+      bool makes = false;
+      for (const auto& part : r.side[to_]) {
+        std::map<std::string, std::string> v;
+        makes = makes || Pattern::parse(part.pattern, map_.source).match(key, v, &params_);
+      }
+      if (!makes) continue;
+      for (const auto& part : r.side[from_]) {
+        const std::string in = Pattern::parse(part.pattern, map_.source).fill(vals, &params_);
+        for (const TensorMeta& t : md_.tensors)
+          if (t.fqn == in || (t.fqn.size() > in.size() && t.fqn.compare(t.fqn.size() - in.size(), in.size(), in) == 0 &&
+                              t.fqn[t.fqn.size() - in.size() - 1] == '.'))
+            return true;
+      }
+    }
+    return false;
   }
 
   // ---- what the kinds share ----

@@ -1,6 +1,11 @@
 #include "write/consolidate.h"
 
+#include <algorithm>
+#include <set>
+
 #include "store/file.h"
+#include "util/error.h"
+#include "view/lora_adapters.h"
 #include "view/model.h"
 #include "write/assets.h"
 #include "write/execute.h"
@@ -20,6 +25,43 @@ std::string copied_config(const Checkpoint& ck, const ConsolidateOptions& o, con
   for (const Asset& a : find_assets(ck, o.assets_from, &model).files)
     if (a.name == "config.json") return a.text ? *a.text : read_text(a.source);
   return "";
+}
+
+// An HF folder without --map whose tensors bear another framework's names (torchtune's
+// `layers.N.attn.q_proj.weight`, torchtitan's, Megatron's) that a built-in map takes to Hugging
+// Face's: from_pretrained would load none of them, and the folder's own check would refuse it once
+// written. Valid input this export does not cover without the map: exit 5, before anything is
+// written, naming the map (with --lora keep, the adapters' keys aside, and --lora merge named).
+// Only a folder with a config.json claims to be a model (--no-assets writes tensors alone).
+void refuse_framework_names(const Checkpoint& ck, const Selection& sel, LoraMode lora, const std::string& config_text,
+                            const std::string& output) {
+  if (config_text.empty()) return;
+  std::set<int> adapters;
+  if (lora == LoraMode::Keep)
+    for (const LoraLayer& l : find_lora(ck.md).layers)
+      for (int t : {l.a, l.b, l.b_bias, l.magnitude})
+        if (t >= 0) adapters.insert(t);
+  std::vector<std::string> keys;
+  for (const SelectedItem& it : select_items(ck.md, sel))
+    if (it.tensor && !adapters.count(static_cast<int>(it.index))) keys.push_back(it.key);
+  const json config = config_text.empty() ? json() : json::parse(config_text, nullptr, false);
+  const std::vector<std::string> maps = maps_to_hf_for(keys, config.is_discarded() ? json() : config);
+  if (maps.empty()) return;
+  const KeyMap m = load_key_map(maps[0]);
+  const std::string side = m.sides[0] == "hf" ? m.sides[1] : m.sides[0];
+  std::string names;
+  for (const std::string& n : maps) names += (names.empty() ? "" : ", ") + n;
+  const std::string flags = std::string(adapters.empty() ? "" : "--lora merge ") + "--map " + maps[0];
+  throw UnsupportedError(
+      Where(output), "the checkpoint's tensors are " + side + "'s names (" + keys[0] +
+                         ", ...), not a Hugging Face model's: " +
+                         "from_pretrained would load none of them. The built-in map" + (maps.size() > 1 ? "s " : " ") +
+                         names + " take" + (maps.size() > 1 ? "" : "s") + " them to Hugging Face's: give " + flags +
+                         (maps.size() > 1 ? " (or another of them, for the model config.json names)" : "") +
+                         (adapters.empty() ? std::string()
+                                           : " (the checkpoint holds LoRA adapters: --lora merge folds them in, --lora "
+                                             "adapter writes them alone)") +
+                         "; nothing was written");
 }
 
 }  // namespace
@@ -65,6 +107,9 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, rq);
   opts.selection = model.selection();
+  if (hf && o.map.empty())
+    refuse_framework_names(model.checkpoint(), opts.selection, o.lora.mode, copied_config(ck, o, model.config()),
+                           o.output);
   // A tied model's export leaves out a head equal to the embedding (write/tied_head.h).
   std::optional<Checkpoint> untied;
   json tied_left_out = nullptr;

@@ -489,6 +489,16 @@ def torchtune_checks():
             model.eval()
             diff = (logits_of(model, ids["input_ids"]) - ids["logits_tune"]).abs().max().item()
             check(diff <= 1e-4, f"{case}: from_pretrained of the HF merge gives the torchtune model's logits (max diff {diff:.3g})")
+        # Without --map, an HF folder of torchtune's names is no Hugging Face model: exit 5 (valid input no map
+        # was given for), naming the map that covers it, nothing written (issue 68: it was exit 3, "damaged").
+        nomap = WORK / f"{case}-merged-nomap"
+        r = dcpctl("consolidate", ckpt, "--lora", "merge", "--assets", fx / "base", "-o", f"{nomap}/")
+        expect_rc(r, EXIT_UNSUPPORTED, f"{case}: --lora merge to an HF folder without --map", "torchtune", "--map torchtune-llama3")
+        check(not nomap.exists(), f"{case}: --lora merge without --map: nothing written")
+        r = dcpctl("consolidate", ckpt, "--assets", fx / "base", "-o", f"{nomap}/")
+        expect_rc(r, EXIT_UNSUPPORTED, f"{case}: its adapters kept, to an HF folder without --map", "--lora merge --map torchtune-llama3",
+                  "--lora adapter")
+        check(not nomap.exists(), f"{case}: an HF folder without --map: nothing written")
     # Without the adapter_config.json torchtune writes beside its adapter, r and alpha are not known: exit 5.
     import shutil
     alone = WORK / "tt-alone" / "dist_epoch_0"
@@ -512,6 +522,71 @@ def torchtune_checks():
     if out:
         cfg = json.loads((out / "adapter_config.json").read_text())
         check(cfg.get("r") == 4, f"torchtune --lora adapter --config: the adapter's config is written: {cfg}")
+
+
+def torchtune_family_checks():
+    """The other families torchtune 0.6.1's checkpointer converts (make_torchtune_maps.py): Qwen2 (qwen2_tune_to_hf:
+    names only, q/k/v biases, tied embeddings) under --map torchtune-qwen2, with --lora merge; Mistral and Gemma
+    (convert_weights.tune_to_hf, as Llama's: q/k rows RoPE-permuted; Gemma's head_dim 24 != hidden / heads, tied)
+    under --map torchtune-llama3. Each bit for bit against torchtune's own conversion, loading in from_pretrained
+    with nothing missing or unexpected and the torchtune model's logits; without --map, exit 5 naming the map."""
+    from transformers import AutoModelForCausalLM
+
+    cases = (("torchtune_qwen2_lora", "torchtune-qwen2", True, "expected_merged_hf.safetensors"),
+             ("torchtune_mistral", "torchtune-llama3", False, "expected_hf.safetensors"),
+             ("torchtune_gemma", "torchtune-llama3", False, "expected_hf.safetensors"))
+    for case, name, lora, truth in cases:
+        fx = FIXTURES / case
+        ckpt = fx / "dist_epoch_0"
+        if not ckpt.exists():
+            check(False, f"{case}: fixture missing")
+            continue
+        how = ("--lora", "merge") if lora else ("--select", "model")
+        out = WORK / f"{case}-hf"
+        r = dcpctl("consolidate", ckpt, *how, "--map", name, "--assets", fx / "hf", "-o", f"{out}/", "--json", "-q")
+        if ok(r, f"{case}: {' '.join(how)} --map {name}"):
+            m = json.loads(r.stdout).get("map") or {}
+            check(m.get("direction") == "torchtune->hf" and not m.get("missing"), f"{case}: the map's summary: {m.get('direction')}, {m.get('missing')}")
+            ours = {}
+            for f in sorted(out.glob("*.safetensors")):
+                ours.update(load_file(f))
+            theirs = load_file(fx / truth)
+            check(sorted(ours) == sorted(theirs), f"{case}: torchtune's tune_to_hf keys: {sorted(set(ours) ^ set(theirs))[:4]}")
+            bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
+            check(not bad, f"{case}: --map {name} is torchtune's own conversion bit for bit: {bad[:4]}")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+            check(not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"],
+                  f"{case}: from_pretrained loads the export: {info}")
+            hf_loaded(out)
+            model.eval()
+            ids = load_file(fx / "logits.safetensors")
+            diff = (logits_of(model, ids["input_ids"]) - ids["logits_tune"]).abs().max().item()
+            print(f"  {case}: transformers' logits of the export vs torchtune's forward: {diff:.3g}")
+            check(diff <= 1e-4, f"{case}: from_pretrained of the export gives the torchtune model's logits (max diff {diff:.3g})")
+        # the wrong torchtune map: Llama's RoPE permutation on a Qwen2 (whose rotary embedding rotates halves) moves
+        # the logits; the Qwen2 map on a Gemma writes q/k unpermuted and moves them too
+        wrong = "torchtune-llama3" if name == "torchtune-qwen2" else "torchtune-qwen2"
+        bad_out = WORK / f"{case}-wrong-hf"
+        r = dcpctl("consolidate", ckpt, *how, "--map", wrong, "--assets", fx / "hf", "-o", f"{bad_out}/", "-q")
+        if r.returncode == 0:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = AutoModelForCausalLM.from_pretrained(bad_out, dtype=torch.float32)
+            model.eval()
+            ids = load_file(fx / "logits.safetensors")
+            diff = (logits_of(model, ids["input_ids"]) - ids["logits_tune"]).abs().max().item()
+            check(diff > 1e-3, f"{case}: the wrong map ({wrong}) moves the logits (max diff {diff:.3g})")
+        else:
+            check(r.returncode == EXIT_UNSUPPORTED, f"{case}: the wrong map ({wrong}) exports or refuses (exit 5): exit {r.returncode}")
+        # without --map: exit 5 naming the map for the model config.json names, nothing written
+        nomap = WORK / f"{case}-nomap"
+        r = dcpctl("consolidate", ckpt, *(how if lora else ()), "--assets", fx / "hf", "-o", f"{nomap}/")
+        expect_rc(r, EXIT_UNSUPPORTED, f"{case}: to an HF folder without --map", "torchtune", f"--map {name}")
+        other = "torchtune-qwen2" if name == "torchtune-llama3" else "torchtune-llama3"
+        check(other not in r.stderr, f"{case}: only the map of config.json's class is named: {r.stderr[-300:]}")
+        check(not nomap.exists(), f"{case}: without --map: nothing written")
 
 
 def main() -> int:
@@ -764,6 +839,7 @@ def main() -> int:
 
     moe_checks()
     torchtune_checks()
+    torchtune_family_checks()
     megatron_bridge_checks()
 
     # ---- accelerate's FSDP2 save_state ----

@@ -50,8 +50,10 @@ Semantics (the schema's, docs in src/maps/README.md):
     embedding into lm_head.weight).
   - "zeros": {"beside": PATTERN, "shape": [EXPR, ...], "dtype": NAME} on a "drop_when" rule: mapping
     to its side, the rule's key is written as zeros of that shape and dtype beside every output key
-    PATTERN matches (the same placeholder values): torchtitan's expert_bias_E, which from_hf leaves
-    at the zeros the model starts from.
+    PATTERN matches (the same placeholder values), unless another rule made that key from the input:
+    torchtitan's expert_bias_E, which from_hf leaves at the zeros the model starts from; GLM-4.5's
+    e_score_correction_bias when the Megatron run trained no router.expert_bias (zeros shift no choice).
+    In a family's layer rule, "beside" takes the prefix of the rule's side.
   - "keep_dtype": true: no transform; --dtype keeps the rule's tensors in their saved dtype (dcpctl's
     precision policy, checked by tests/interop/precision_test.py), which this reference does not cast.
   - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
@@ -152,7 +154,9 @@ def expand(fam: dict, alias: str | None = None, where: str = "map") -> dict:
                     nr[s] = p[s] + nr[s]
                 elif isinstance(nr.get(s), list):
                     nr[s] = [dict(part, key=p[s] + part["key"]) for part in nr[s]]
-            if "stack" in p:
+                if s in nr and isinstance(nr.get("zeros"), dict):  # `beside` is a key of the rule's side
+                    nr["zeros"] = dict(nr["zeros"], beside=p[s] + nr["zeros"]["beside"])
+            if "stack" in p and all(s in nr for s in sides):  # a one-sided rule stacks nothing
                 own = nr.pop("stack", nr.pop("experts", None))
                 ax = p["stack"]
                 if own is None:
@@ -297,7 +301,7 @@ def validate(m: Any, where: str) -> None:
                     and isinstance(z["beside"], str) and isinstance(z["shape"], list) and z["shape"]
                     and all(isinstance(d, str) for d in z["shape"]) and z["dtype"] in ("float32", "float64", "bfloat16", "float16")):
                 fail(f"rule {i}: zeros is {{beside: pattern, shape: [expr], dtype: torch dtype}} on a drop_when rule")
-        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when", "zeros"}:
+        if len(present) == 1 and set(r) - set(sides) - {"note", "reason", "keep_dtype", "drop_when", "zeros", "variants"}:
             fail(f"rule {i}: a one-sided rule only names keys (with its reason, an optional note and keep_dtype)")
         if len(present) == 1 and not (isinstance(r.get("reason"), str) and r["reason"]):
             fail(f"rule {i}: a one-sided rule drops keys and says why: 'reason'")
@@ -813,7 +817,8 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
             if tied and rule[src] not in sd and tied in sd:
                 put(rule[dst], sd[tied])
 
-    # "zeros" (mapping to a drop_when rule's side): its key as zeros beside each output `beside` matches
+    # "zeros" (mapping to a drop_when rule's side): its key as zeros beside each output `beside` matches,
+    # unless another rule made that key from the input (GLM-4.5's e_score_correction_bias from router.expert_bias)
     for rule in m["rules"]:
         z = rule.get("zeros")
         if not z or src in rule or dst not in rule:
@@ -822,8 +827,11 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
         for key in list(out):
             vals = beside.match(key, params)
             if vals is not None:
+                key_z = _pattern(rule[dst]).fill(vals, params)
+                if key_z in out:
+                    continue
                 shape = [params.eval(d) for d in z["shape"]]
-                put(_pattern(rule[dst]).fill(vals, params), torch.zeros(shape, dtype=getattr(torch, z["dtype"])))
+                put(key_z, torch.zeros(shape, dtype=getattr(torch, z["dtype"])))
 
     report = {"name": m["name"], "direction": f"{src}->{dst}", "mapped": mapped, "left_out": left_out,
               "dropped": dropped, "params": {k: params.values[k] for k in params.used}}

@@ -719,6 +719,50 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
                       f"{r.stderr.strip()[-400:]!r}")
 
 
+def test_megatron_glm_no_expert_bias(fixtures: Path, work: Path) -> None:
+    """Issue 68 item 4: a GLM-4.5-style Megatron MoE trained without the router's expert bias
+    (megatron_glm4_moe_nobias: megatron-core 0.19.2, TP2 x EP2, moe_router_enable_expert_bias off, so no
+    router.expert_bias; make_megatron_qwen3.py). Glm4MoeForCausalLM has mlp.gate.e_score_correction_bias;
+    the export writes it as float32 zeros (the bias only shifts the top-k choice: zeros shift nothing), says
+    so (map.zeros, map.zero_reasons, the summary line), and transformers loads it with nothing missing and
+    megatron's own logits. Was exit 5 (schema-key-missing). A checkpoint that holds the bias gets no zeros,
+    and one whose bias --exclude leaves out is still refused (zeros never stand in for a trained bias)."""
+    from transformers import AutoModelForCausalLM
+
+    d = fixtures / "layouts" / "megatron_glm4_moe_nobias"
+    doc = json.loads((d / "expected.json").read_text())
+    key = "model.layers.1.mlp.gate.e_score_correction_bias"
+    out = work / "glm-nobias-hf"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{out}/", "--map", "megatron", "--assets", d / "hf", "--json")
+    if ok(r, "megatron_glm4_moe_nobias: --map megatron"):
+        m = jdoc(r, "glm nobias").get("map") or {}
+        check(m.get("zeros") == [key] and "shift" in (m.get("zero_reasons") or {}).get(key, ""),
+              f"megatron_glm4_moe_nobias: map.zeros / zero_reasons name the router bias: {m.get('zeros')} {m.get('zero_reasons')}")
+        got = hf_tensors(out)
+        check(key in got and got[key].dtype == torch.float32 and list(got[key].shape) == [doc["dims"]["experts"]]
+              and not bool(got[key].ne(0).any()), f"megatron_glm4_moe_nobias: {key} float32 zeros [E]")
+        same_tensors(got, load_file(str(d / "expected_hf.safetensors")), "megatron_glm4_moe_nobias: --map megatron")
+        model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+        check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
+              f"megatron_glm4_moe_nobias: from_pretrained of the export: {info}")
+        hf_loaded(out)
+        diff = logits_diff(model, load_file(str(d / "logits.safetensors")))
+        print(f"  megatron_glm4_moe_nobias: transformers on the export vs megatron's logits: {diff:.3g}")
+        check(diff <= doc["logits"]["atol"], f"megatron_glm4_moe_nobias: transformers on the export vs megatron's logits: {diff}")
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{work / 'glm-nobias-text'}/", "--map", "megatron", "--assets", d / "hf")
+    check(r.returncode == 0 and "wrote 1 as zeros" in r.stderr and key in r.stderr,
+          f"megatron_glm4_moe_nobias: the summary says the zeros: {r.stderr.strip()[-400:]!r}")
+    bf = work / "glm-nobias-bf16"
+    r = dcpctl("consolidate", d / "ckpt", "-o", f"{bf}/", "--map", "megatron", "--assets", d / "hf", "--dtype", "bf16")
+    if ok(r, "megatron_glm4_moe_nobias: --dtype bf16"):
+        check(hf_tensors(bf)[key].dtype == torch.float32, "megatron_glm4_moe_nobias: --dtype bf16 keeps the zeros float32")
+    # the checkpoint with its trained bias: mapped, no zeros
+    b = fixtures / "layouts" / "megatron_glm4_moe"
+    r = dcpctl("consolidate", b / "ckpt", "-o", f"{work / 'glm-bias-hf'}/", "--map", "megatron", "--assets", b / "hf", "--json")
+    if ok(r, "megatron_glm4_moe: --map megatron"):
+        check((jdoc(r, "glm bias").get("map") or {}).get("zeros") == [], "megatron_glm4_moe: a trained bias is mapped, no zeros")
+
+
 def test_megatron_deepseek(fixtures: Path, work: Path) -> None:
     """Issue 58 item 5: DeepSeek-V3 on Megatron (megatron_deepseek_v3: megatron-core 0.19.2, TP2 x EP2,
     multi-latent attention with a q LoRA, YaRN RoPE, layer 0 dense, layer 1 MoE with expert bias and a
@@ -1169,6 +1213,7 @@ def main() -> int:
                  ("megatron mixtral", lambda: test_megatron_mixtral(fixtures, work)),
                  ("megatron linear biases", lambda: test_megatron_llama_bias(fixtures, work)),
                  ("megatron glm", lambda: test_megatron_glm(fixtures, work)),
+                 ("megatron glm without expert bias", lambda: test_megatron_glm_no_expert_bias(fixtures, work)),
                  ("megatron deepseek", lambda: test_megatron_deepseek(fixtures, work)),
                  ("drop by value", lambda: test_drop_by_value(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
