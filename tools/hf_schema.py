@@ -121,6 +121,9 @@ SIZE_RE = re.compile(r"^(hidden_size|d_model|n_embd|vocab_size|n_vocab|decoder_v
                      r"moe_intermediate_size|shared_expert_intermediate_size|expert_ffn_hidden_size|"
                      r"n_routed_experts|num_local_experts|num_experts|moe_num_experts|zero_expert_num|"
                      r"n_shared_experts|num_shared_experts|head_dim|kv_lora_rank|q_lora_rank|"
+                     # MLA's head widths (DeepSeek's defaults make qk_nope_head_dim = v_head_dim:
+                     # o_proj's input is heads x v_head_dim, not x qk_nope_head_dim)
+                     r"qk_nope_head_dim|qk_rope_head_dim|v_head_dim|"
                      r"max_position_embeddings|num_attention_heads|num_key_value_heads|n_head|num_heads|"
                      # A multiplier of a width (Mamba's expand: in_proj and out_proj are
                      # expand*hidden_size wide): doubled too, so a dimension it scales is a product
@@ -793,7 +796,7 @@ def linear_form(base, pert, dim_index, key, extra=None):
         c = (v1 - v0) // delta
         terms.append((field, c))
         total += c * f0
-    if not terms or any(c not in (1, 2) for _, c in terms):
+    if not terms or any(c not in (1, 2, 3, 4) for _, c in terms):
         return None  # a product (heads * head_dim), or a count the config does not name
     form = "+".join(f if c == 1 else f"{c}*{f}" for f, c in terms)
     if total == v0:
@@ -883,6 +886,283 @@ def no_class_why(model_type):
     return ": no model of it is a class any auto mapping names (a standalone model, no language model)"
 
 
+# ---- Formulas that hold for every configuration of a class, not one --------------------------------
+#
+# A dims formula found by doubling one size field at a time (linear_form) can be true only of the
+# configuration it was found in: with head_dim derived from hidden_size / num_attention_heads,
+# o_proj's input width doubles with hidden_size and "hidden_size" explains it, yet a released
+# config.json that sets head_dim (Qwen3-30B-A3B: hidden 2048, 32 heads x 128) makes it 4096. So
+# every formula is checked against more builds of the class: the default, each size field doubled,
+# the configurations distinct_sizes makes (head_dim set so that heads x head_dim is not the
+# width, fewer key/value heads than heads, two ratios), and the layer patterns pattern_configs makes
+# (a dense first layer, every other layer MoE). A formula is recorded only when it holds in every
+# build whose config has its fields and varies across them; otherwise the next candidate is tried
+# (a product of two fields of one config: num_attention_heads*head_dim), and where none holds the
+# dimension is left unchecked and listed ("unchecked").
+
+# Head widths of the distinct-size configurations, as fractions of hidden_size / heads: the i-th
+# (sub-)config with attention heads takes RATIOS[(2*i + k) % len] in configuration k (tiny: 16 ->
+# 20, 28, 24, ...; heads x head_dim then 80 and 112 against a width of 64, no intermediate size of
+# TINY's), rounded to even (RoPE halves the head); ratios differ per sub-config, so no two of a
+# composite's towers scale alike. Configuration 1 also doubles the heads (a product's two fields
+# both vary across the builds that set head_dim).
+RATIOS = ((5, 4), (7, 4), (3, 2), (9, 4), (5, 2), (11, 4))
+DISTINCT = (0, 1)
+# The tiny intermediate sizes of the sweep's distinct configurations (TINY's are 96, 32, 48, 32,
+# 96): no two alike, none 2x another or a head product of RATIOS'.
+DISTINCT_TINY = ({"intermediate_size": 120, "moe_intermediate_size": 36, "shared_expert_intermediate_size": 52,
+                  "expert_ffn_hidden_size": 36, "ffn_hidden_size": 120, "d_ff": 120, "ffn_dim": 120,
+                  "vocab_size": 272},
+                 {"intermediate_size": 88, "moe_intermediate_size": 44, "shared_expert_intermediate_size": 60,
+                  "expert_ffn_hidden_size": 44, "ffn_hidden_size": 88, "d_ff": 88, "ffn_dim": 88,
+                  "vocab_size": 304})
+HEADS_FIELDS = ("num_attention_heads", "n_head", "num_heads")
+
+
+def even(x):
+    return max(2, x + (x % 2))
+
+
+def distinct_edits(cfg, k, tiny=False):
+    """The edits [(prefix, field, value)] of distinct-size configuration k (0 or 1) of cfg: per
+    (sub-)config with a width and attention heads, head_dim set to its RATIOS share of hidden_size
+    / heads (whether or not the class names the field: Qwen3-MoE's config has none, yet its
+    modeling reads one that config.json sets), num_key_value_heads to heads/2 (k 0) or 1 (k 1), and
+    in k 1 twice the heads; tiny: the intermediate sizes and vocabulary of DISTINCT_TINY[k] too,
+    where the config has them."""
+    edits, i = [], 0
+    for prefix, c in sub_configs(cfg):
+        fields = vars(c)
+        h = next((fields[f] for f in ("hidden_size", "d_model", "n_embd") if isinstance(fields.get(f), int)
+                  and not isinstance(fields.get(f), bool)), None)
+        heads = next((f for f in HEADS_FIELDS if isinstance(fields.get(f), int) and not isinstance(fields.get(f), bool)),
+                     None)
+        n = fields[heads] if heads else None
+        if h and n and n > 0 and h >= n:
+            num, den = RATIOS[(2 * i + k) % len(RATIOS)]
+            i += 1
+            edits.append((prefix, "head_dim", even((h // n) * num // den)))
+            if k == 1:
+                edits.append((prefix, heads, 2 * n))
+            if "num_key_value_heads" in fields:
+                edits.append((prefix, "num_key_value_heads", n // 2 if k == 0 and n % 2 == 0 else 1))
+        if tiny:
+            for f, v in DISTINCT_TINY[k].items():
+                if isinstance(fields.get(f), int) and not isinstance(fields.get(f), bool):
+                    edits.append((prefix, f, v))
+    return edits
+
+
+def distinct_configs(cfg, build_ok, tiny=False, ks=None):
+    """[(label, config, what build_ok returned)]: the distinct-size configurations of cfg that
+    build_ok(config) builds (returns a true value for; raises or returns a false one where not),
+    each edit set tried whole, then (where the class refuses it) without the heads doubled, then its
+    head_dim edits alone, then its key/value head edits alone, so that a class that requires kv ==
+    heads still gets the head_dim one. label: the edits, "head_dim=20,num_key_value_heads=2"."""
+    out = []
+    for k in DISTINCT if ks is None else ks:
+        edits = distinct_edits(cfg, k, tiny)
+        if not edits:
+            continue
+        tries = [edits, [e for e in edits if e[1] not in HEADS_FIELDS],
+                 [e for e in edits if e[1] not in HEADS_FIELDS and e[1] != "num_key_value_heads"],
+                 [e for e in edits if e[1] == "num_key_value_heads"]]
+        seen = []
+        for t in tries:
+            if not t or t in seen:
+                continue
+            seen.append(t)
+            try:  # a field the class derives as a property (Falcon's head_dim) takes no value
+                c2 = copy.deepcopy(cfg)
+                for prefix, f, v in t:
+                    setattr(sub_config_at(c2, prefix), f, v)
+                c2 = rebuilt(c2) if REBUILD[0] else c2
+                r = build_ok(c2)
+            except Exception:
+                continue
+            if r:
+                out.append((",".join(f"{p}{f}={v}" for p, f, v in t), c2, r))
+                break
+    return out
+
+
+# Layer-pattern fields: which layers are dense, MoE, of which attention kind. Each is built with
+# another value (pattern_configs), so the keys of every layer kind are in the schema and no key of
+# one kind is required of every layer.
+PATTERN_INTS = {"first_k_dense_replace": lambda v: 0 if v else 1, "num_dense_layers": lambda v: 0 if v else 1,
+                "moe_layer_start_index": lambda v: 0 if v else 1,
+                "decoder_sparse_step": lambda v: 2 if v == 1 else 1, "encoder_sparse_step": lambda v: 2 if v == 1 else 1,
+                "moe_layer_freq": lambda v: 2 if v == 1 else 1, "moe_layer_interval": lambda v: 2 if v == 1 else 1,
+                "interleave_moe_layer_step": lambda v: 2 if v == 1 else 1}
+
+
+def pattern_configs(cfg, cls):
+    """[(label, config)]: cfg with one layer-pattern field changed: the integer ones of PATTERN_INTS
+    ("first_k_dense_replace=1": DeepSeek-V2's and Dots1's dense first layer), mlp_only_layers made
+    [0] or [], and a per-layer kind list (mlp_layer_types, layer_types) of one kind with its first
+    layer given each other kind layer_kinds names."""
+    out = []
+    for prefix, c in sub_configs(cfg):
+        for f, v in sorted(vars(c).items()):
+            edit = None
+            if f in PATTERN_INTS and isinstance(v, int) and not isinstance(v, bool):
+                edit = [PATTERN_INTS[f](v)]
+            elif f == "mlp_only_layers" and isinstance(v, list):
+                edit = [[] if v else [0]]
+            elif f.endswith("layer_types") and isinstance(v, list) and v and all(isinstance(x, str) for x in v) \
+                    and len(set(v)) == 1:
+                edit = [[kind] + v[1:] for kind in layer_kinds(cls, f) if kind != v[0]][:2]
+            for value in edit or []:
+                c2 = copy.deepcopy(cfg)
+                try:
+                    setattr(sub_config_at(c2, prefix), f, value)
+                except Exception:
+                    continue
+                shown = value[0] if isinstance(value, list) and value and isinstance(value[0], str) else value
+                out.append((f"{prefix}{f}={json.dumps(shown)}" if not isinstance(value, list) or not value
+                            or not isinstance(value[0], str) else f"{prefix}{f}[0]={shown}",
+                            rebuilt(c2) if REBUILD[0] else c2))
+    return out
+
+
+TERM_RE = re.compile(r"[+-]")
+
+
+def sweep_config(cfg, cls, spec, build):
+    """The sweep's configuration `spec` of a tiny cfg (tests/interop/hf_schema_sweep_test.py), with
+    what build returned for it: "d0"/"d1" the distinct sizes k (distinct_configs, tiny: DISTINCT_TINY's
+    intermediate sizes too); "p:FIELD" the layer pattern that changes FIELD (pattern_configs); "" cfg
+    itself. Raises where the class builds none (the caller says so)."""
+    if not spec:
+        return cfg, build(cfg)
+    if spec.startswith("d"):
+        got = distinct_configs(cfg, build, tiny=True, ks=[int(spec[1:])])
+        if not got:
+            raise ValueError(f"no distinct-size configuration {spec} of this config builds")
+        return got[0][1], got[0][2]
+    field = spec[2:]
+    for label, c2 in pattern_configs(cfg, cls):
+        if label.split("=")[0].split("[")[0].rpartition(".")[2] == field.rpartition(".")[2]:
+            return c2, build(c2)
+    raise ValueError(f"no layer pattern of {field} in this config")
+
+
+def evaluate(form, fields):
+    """A dims formula from a config's integer fields (flat_ints), as check/hf_schema.cpp's
+    evaluate_dims computes it: terms joined by + (a constant may be taken away), each a constant, a
+    field, c*field or field*field; None where a field is missing or not an integer."""
+    total, at = 0, 0
+    for m in list(TERM_RE.finditer(form)) + [None]:
+        end = m.start() if m else len(form)
+        term = form[at:end]
+        sign = -1 if at > 0 and form[at - 1] == "-" else 1
+        if term.isdigit():
+            total += sign * int(term)
+        else:
+            if sign < 0:
+                return None
+            prod = 1
+            for factor in term.split("*"):
+                if factor.isdigit():
+                    prod *= int(factor)
+                    continue
+                v = fields.get(factor)
+                if not isinstance(v, int) or isinstance(v, bool):
+                    return None
+                prod *= v
+            total += prod
+        at = end + 1
+    return total
+
+
+def candidate_forms(v, fields):
+    """Formulas a dimension of v could be, from one build's fields, simplest first: a field, twice
+    one, the product of two fields of one (sub-)config, the sum of two (MLA's kv_lora_rank +
+    qk_rope_head_dim)."""
+    ints = {f: x for f, x in fields.items() if isinstance(x, int) and not isinstance(x, bool) and x > 0}
+    names = sorted(ints)
+    out = [f for f in names if ints[f] == v]
+    out += [f"{c}*{f}" for c in (2, 3, 4) for f in names if c * ints[f] == v]
+    by_prefix = {}
+    for f in names:
+        by_prefix.setdefault(f.rpartition(".")[0], []).append(f)
+    for group in by_prefix.values():
+        for i, a in enumerate(group):
+            if ints[a] < 2 or v % ints[a]:
+                continue
+            for b in group[i:]:
+                if ints[b] >= 2 and ints[a] * ints[b] == v:
+                    out.append(f"{a}*{b}")
+    for group in by_prefix.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                if ints[a] + ints[b] == v:
+                    out.append(f"{a}+{b}")
+    return out
+
+
+def holds_everywhere(form, observations):
+    """Whether form gives the observed size in every observation [(label, fields, size)] that has
+    its fields, in at least two of them, with at least two different sizes and two values of each
+    of its fields: a formula no build varied is not known to be one."""
+    seen, values = set(), {}
+    names = [f for f in re.split(r"[+*-]", form) if f and not f.isdigit()]
+    for _, fields, size in observations:
+        v = evaluate(form, fields)
+        if v is None:
+            continue
+        if v != size:
+            return False
+        seen.add(size)
+        for f in names:
+            values.setdefault(f, set()).add(fields[f])
+    # Each field varied too: a field no build changed (Qwen2-VL's max_window_layers, 28 as its heads
+    # are) proves nothing of its place in the product.
+    return len(seen) >= 2 and all(len(values.get(f, ())) >= 2 for f in names)
+
+
+def settled_form(first, observations):
+    """The dims formula of one dimension: `first` (linear_form's, from doubling) when it holds in
+    every observation [(label, fields, size)] (the first is the reference build's), else the first
+    of candidate_forms that does; (formula, None) or (None, why none)."""
+    if first and holds_everywhere(first, observations):
+        return first, None
+    # Candidates from the reference build first, then from each other (a field the reference's
+    # config does not have: Qwen2's head_dim, set only in the distinct-size builds).
+    tried = {first}
+    for _, fields, size in observations:
+        for form in candidate_forms(size, fields):
+            if form not in tried:
+                tried.add(form)
+                if holds_everywhere(form, observations):
+                    return form, None
+    if first:
+        bad = next((label for label, fields, size in observations if evaluate(first, fields) not in (None, size)), None)
+        return None, f"{first} does not hold in {bad}" if bad else f"{first}: no build varies it"
+    return None, "no formula of config fields holds in every build"
+
+
+def json_lines(out):
+    """The schema as JSON with one model type a line (and each of failed/skipped's entries), so that
+    a regeneration's diff shows what changed per type."""
+    def dump(v):
+        return json.dumps(v, separators=(",", ":"), sort_keys=False)
+    lines = ["{"]
+    top = [(k, v) for k, v in out.items()]
+    for i, (k, v) in enumerate(top):
+        end = "," if i + 1 < len(top) else ""
+        if isinstance(v, dict) and k in ("types", "failed", "skipped"):
+            lines.append(f"{dump(k)}:{{")
+            items = list(v.items())
+            for j, (t, e) in enumerate(items):
+                lines.append(f"{dump(t)}:{dump(e)}" + ("," if j + 1 < len(items) else ""))
+            lines.append("}" + end)
+        else:
+            lines.append(f"{dump(k)}:{dump(v)}{end}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def blocks_of(disk):
     """The stacks of numbered blocks: the key up to its first number -> block number -> the patterns
     of the rest of the keys in that block."""
@@ -946,7 +1226,7 @@ def schema_of(model_type):
     # Dims: each size field of the config and of every sub-config (a vision or audio tower's, BLT's
     # encoder_config) doubled, one at a time, the config read back from its dict (rebuilt) so that
     # what its class derives from the field follows it.
-    pert, pert_fields = {}, {}
+    pert, pert_fields, pert_ints = {}, {}, {}
     for prefix, c in sub_configs(cfg):
         for f, v in sorted(vars(c).items()):
             if not SIZE_RE.match(f) or not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -956,8 +1236,47 @@ def schema_of(model_type):
                 m2, sd2, _ = build(cls, c2, torch.bfloat16)
                 pert[prefix + f] = (v, v * 2, disk_keys(m2, sd2))
                 pert_fields[prefix + f] = flat_fields(c2)
+                pert_ints[prefix + f] = flat_ints(c2)
             except Exception:
                 pass
+
+    def disk_of(c2):
+        m2, sd2, _ = build(cls, c2, torch.bfloat16)
+        return disk_keys(m2, sd2)
+
+    # The builds every formula is checked against (settled_form): [(label, fields, on-disk keys)],
+    # the default's first, then each size field doubled, then the distinct-size configurations.
+    checks = [("default", flat_ints(cfg), disk)]
+    checks += [(f"{f}*2", pert_ints[f], keys2) for f, (_, _, keys2) in pert.items()]
+    distinct = distinct_configs(cfg, disk_of)
+    checks += [(label, flat_ints(c2), keys2) for label, c2, keys2 in distinct]
+    # The layer patterns (a dense first layer, MoE every other layer, another attention kind in
+    # layer 0): their builds, and for one that brings keys the default lacks, its own doubled and
+    # distinct-size builds (the formulas of those keys are found and checked there).
+    patterned = []  # (label, config, keys, [(field, v0, v1, keys)] doubled)
+    base_raw = set(disk)
+    for label, c2 in pattern_configs(cfg, cls):
+        try:
+            k2 = disk_of(c2)
+        except Exception:
+            continue
+        checks.append((label, flat_ints(c2), k2))
+        doubled2 = {}
+        if {INT_COMPONENT.sub("#", k) for k in k2} - {INT_COMPONENT.sub("#", k) for k in base_raw}:
+            for prefix, c in sub_configs(c2):
+                for f, v in sorted(vars(c).items()):
+                    if not SIZE_RE.match(f) or not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                        continue
+                    try:
+                        c3 = edited(c2, (prefix, f, v * 2))
+                        k3 = disk_of(c3)
+                    except Exception:
+                        continue
+                    doubled2[prefix + f] = (v, v * 2, k3)
+                    checks.append((f"{label},{prefix}{f}*2", flat_ints(c3), k3))
+            for label3, c3, k3 in distinct_configs(c2, disk_of):
+                checks.append((f"{label},{label3}", flat_ints(c3), k3))
+        patterned.append((label, c2, k2, doubled2))
     # Indices numbered in names (Inkling's vision layers.norm_N, one per vision layer but the last;
     # NLLB-MoE's experts.expert_N): where the default build has a name family numbered 0..n-1, the
     # builds with a size field doubled and with each layer count halved tell whether n counts with
@@ -1080,8 +1399,10 @@ def schema_of(model_type):
                     when[p] = (f"{became[0]}=set", new[p])
     # Required: a key outside any numbered block, or one every block of its stack holds (the
     # attention and norms of every layer, not the MLP of the dense layers only).
-    blocks = blocks_of(disk)
-    core = core_patterns(disk)
+    # Over the default build and the layer patterns' (a key the dense first layer lacks is no
+    # key of every layer).
+    layered = [disk] + [k2 for _, _, k2, _ in patterned]
+    core = set.intersection(*(core_patterns(k) for k in layered))
     # Together: the keys of one module of a block (its first path component: `mlp`, `self_attn`)
     # that the same blocks hold (GLM's MoE router weight, its e_score_correction_bias, the experts
     # and the shared experts of layers 1..7; the dense MLP of layer 0 is another group): a block
@@ -1094,12 +1415,16 @@ def schema_of(model_type):
     sized = set()
     for _, _, shapes in pert.values():
         sized |= {digits_out(pattern_of(k)) for k in shapes if pattern_of(k) not in default_patterns}
+    # A block of each build is a block of its own: keys that come together come together in every
+    # layer pattern.
+    stacks = {}
+    for n, keys_n in enumerate(layered):
+        for stack, per in blocks_of(keys_n).items():
+            for layer, rests in per.items():
+                for rest in rests:
+                    stacks.setdefault(stack, {}).setdefault(rest, set()).add((n, layer))
     groups = {}
-    for stack, per in blocks.items():
-        holders = {}
-        for layer, rests in per.items():
-            for rest in rests:
-                holders.setdefault(rest, set()).add(layer)
+    for stack, holders in stacks.items():
         for rest, ids in holders.items():
             if digits_out(pattern_of(stack) + ".#." + rest) in sized:
                 continue
@@ -1147,6 +1472,61 @@ def schema_of(model_type):
         shape_of[p] = shape
         required = 1 if (not FIRST_INT.match(k) or p in core) else 0
         keys[p] = [p, dims, "".join(keep.get(k, ["-", "-"])), "", required]
+    # Every formula checked against every build (settled_form); what no formula explains in all of
+    # them is left unchecked, and listed.
+    shapes_in = []  # per build of `checks`: pattern -> its shape (None: two shapes in that build)
+    for _, _, keys_b in checks:
+        per = {}
+        for k, (shape, _) in keys_b.items():
+            p = pattern_of(k)
+            per[p] = shape if per.get(p, shape) == shape else None
+        shapes_in.append(per)
+
+    def observed(p, i, first=0):
+        order = [first] + [n for n in range(len(checks)) if n != first]
+        out = []
+        for n in order:
+            shape = shapes_in[n].get(p)
+            if shape is not None and len(shape) > i:
+                out.append((checks[n][0], checks[n][1], shape[i]))
+        return out
+
+    unchecked = []
+
+    def settle(p, dims, first=0):
+        for i, form in enumerate(dims):
+            obs = observed(p, i, first)
+            if not obs or obs[0][0] != checks[first][0]:
+                dims[i] = None
+                continue
+            dims[i], why = settled_form(form, obs)
+            if dims[i] is None:
+                unchecked.append([p, i, why])
+
+    for p, entry in keys.items():
+        if entry[1]:
+            settle(p, entry[1])
+    # The keys a layer pattern brings (the dense MLP of DeepSeek-V2's first layer): no condition
+    # (which layers a config makes dense is the config's to say), required of no layer.
+    for label, c2, k2, doubled2 in patterned:
+        first = next(n for n, c in enumerate(checks) if c[0] == label)
+        keep2 = None
+        for k, (shape, _) in k2.items():
+            p = pattern_of(k)
+            if p in keys:
+                continue
+            if keep2 is None:
+                try:
+                    m2, sd2, mem2 = build(cls, c2, torch.bfloat16)
+                    keep2 = keeps_of(m2, sd2, mem2)
+                except Exception:
+                    keep2 = {}
+            dims = [linear_form(k2, doubled2, i, k) for i in range(len(shape))]
+            if shapes_in[first].get(p) is None:
+                dims = []
+            settle(p, dims, first)
+            keys[p] = [p, dims, "".join(keep2[k]) if k in keep2 else "", "", 0]
+            when.pop(p, None)
     # A key of another condition (two fields that differ, a derived field set) has no dtype derived: "".
     for p, (cond, shape, *more) in when.items():
         keys.setdefault(p, [p, [None] * len(shape), more[1] if more else "", cond, more[0] if more else 0])
@@ -1208,6 +1588,12 @@ def schema_of(model_type):
         out["absent"] = sorted(absent)
     if together:
         out["together"] = together
+    # The configurations the formulas were checked in, and the dimensions none explains in all.
+    out["checked_in"] = [c[0] for c in checks]
+    if patterned:
+        out["patterns"] = sorted({label.split("=")[0].split("[")[0] for label, *_ in patterned})
+    if unchecked:
+        out["unchecked"] = sorted(unchecked)
     if prefixes:
         out["prefixes"] = prefixes
     if memory_only:
@@ -1728,8 +2114,7 @@ def main():
         "failed": failed,
         "skipped": dict(sorted(skipped.items())),
     }
-    json.dump(out, sys.stdout, separators=(",", ":"), sort_keys=False)
-    sys.stdout.write("\n")
+    sys.stdout.write(json_lines(out))
 
 
 if __name__ == "__main__":

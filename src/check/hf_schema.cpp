@@ -96,30 +96,48 @@ bool condition_holds(const json& config, const std::string& when, const std::str
   return v && v->is_boolean() && v->get<bool>() == (when.substr(eq + 1) == "true");
 }
 
-// A dims formula ("hidden_size", "2*intermediate_size", "a+b") or count ("vision_config.n_layers-1":
-// a constant may be taken away) from the config; nullopt when a field is not there.
+// A dims formula ("hidden_size", "2*intermediate_size", "a+b", "head_dim*num_attention_heads") or
+// count ("vision_config.n_layers-1": a constant may be taken away) from the config: terms joined by
+// `+`, each a constant or a product of constants and fields (tools/hf_schema.py's evaluate); nullopt
+// when a field is not there or not an integer, or a value is past 2^40 (no tensor dimension is).
 std::optional<int64_t> evaluate_dims(const json& config, const std::string& formula, const std::string& schema_type) {
+  constexpr int64_t kCap = int64_t{1} << 40;
   int64_t total = 0;
   size_t at = 0;
   while (at <= formula.size()) {
     size_t plus = formula.find_first_of("+-", at);
     if (plus == std::string::npos) plus = formula.size();
-    std::string term = formula.substr(at, plus - at);
-    int64_t coeff = 1;
+    const std::string term = formula.substr(at, plus - at);
     const bool minus = at > 0 && formula[at - 1] == '-';
+    if (term.empty()) return std::nullopt;
     if (all_digits(term, 0, term.size())) {  // rows past the fields' (mllama's vocab_size+8), or fewer (n_layers-1)
+      if (term.size() > 12) return std::nullopt;
       total += (minus ? -1 : 1) * std::stoll(term);
       at = plus + 1;
       continue;
     }
     if (minus) return std::nullopt;  // only a constant is taken away
-    if (size_t star = term.find('*'); star != std::string::npos) {
-      coeff = std::stoll(term.substr(0, star));
-      term = term.substr(star + 1);
+    int64_t product = 1;
+    for (size_t f = 0; f <= term.size();) {
+      size_t star = term.find('*', f);
+      if (star == std::string::npos) star = term.size();
+      const std::string factor = term.substr(f, star - f);
+      int64_t value = 0;
+      if (factor.empty()) return std::nullopt;
+      if (all_digits(factor, 0, factor.size())) {
+        if (factor.size() > 12) return std::nullopt;
+        value = std::stoll(factor);
+      } else {
+        const json* v = config_field(config, factor, schema_type);
+        if (!v || !v->is_number_integer()) return std::nullopt;
+        value = v->get<int64_t>();
+      }
+      if (value < 0 || value > kCap || (value && product > kCap / value)) return std::nullopt;
+      product *= value;
+      f = star + 1;
     }
-    const json* v = config_field(config, term, schema_type);
-    if (!v || !v->is_number_integer()) return std::nullopt;
-    total += coeff * v->get<int64_t>();
+    total += product;
+    if (total > kCap) return std::nullopt;
     at = plus + 1;
   }
   return total;

@@ -5,11 +5,15 @@
 
 For each model type (`sample`: the types below; `all`: every type of src/check/hf_schema.json;
 `rest`: every type but the sample's; `flags`: every case TYPE[FIELD=VALUE], the type built with a
-config field set under which the schema requires keys, e.g. qwen3[attention_bias=true]; or the
-TYPEs and cases named), a tiny float32 model of the type's schema
-class (tools/hf_schema.py's tiny_config: the class defaults, sizes cut, 4 layers, retried with the
-relations its validators check kept where the cut is refused or does not build; seed 0) saved by
-transformers' save_pretrained is the source, and for each target dtype in bf16 and fp16:
+config field set under which the schema requires keys, e.g. qwen3[attention_bias=true], and every
+layer-pattern case TYPE[@FIELD], the type built with a layer-pattern field changed, e.g.
+deepseek_v2[@first_k_dense_replace]: a dense first layer; or the TYPEs and cases named), a tiny
+float32 model of the type's schema class (tools/hf_schema.py's tiny_config: the class defaults,
+sizes cut, 4 layers, retried with the relations its validators check kept where the cut is refused
+or does not build; seed 0), made of distinct sizes (hf_schema.sweep_config: head_dim not hidden_size
+/ heads, fewer key/value heads, intermediate sizes no two alike; one configuration for bf16, another
+for fp16: SOURCES) and saved by transformers' save_pretrained is the source, and for each target
+dtype in bf16 and fp16 (each on its own source):
   - `dcpctl consolidate SRC -o OUT/ --dtype D` exits 0 (its post-write checks, the schema's among
     them, pass);
   - OUT holds the keys, dtypes and bytes of transformers' own from_pretrained(SRC, dtype=D) +
@@ -49,7 +53,8 @@ matches its own keys (gpt2), an embedding under another name and a config flag (
 shared embedding), experts numbered in their names (nllb-moe's experts.expert_N) and a released
 hybrid whose schema real_config completes (lfm2_moe, LiquidAI's LFM2-8B-A1B: its null layer_types
 made of its conv and attention kinds; a float32 router `feed_forward.expert_bias`; per-expert
-w1/w2/w3 on disk, fused in memory).
+w1/w2/w3 on disk, fused in memory), and Mixtral with an explicit head_dim (its attention wider than
+hidden_size, as the distinct sizes make every type's: the schema once took one for the other).
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -88,12 +93,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: nothing asks
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
-          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe"]
+          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe", "mixtral"]
 # Cases (flag_cases): a type built with a config field set that brings keys, checked as a type is.
 # `flags` sweeps every case of the schema (253 with transformers 5.23: 247 pass, 6 transformers does not
 # build or reload with the field alone; ~140 s of CPU: ctest's hf-schema-sweep-flags-1 and -2, label
 # slow); the sample takes an attention-bias flag, an MLP-bias flag and a null LoRA rank.
-FLAG_SAMPLE = ["qwen3[attention_bias=true]", "llama[mlp_bias=true]", "deepseek_v2[q_lora_rank=null]"]
+FLAG_SAMPLE = ["qwen3[attention_bias=true]", "llama[mlp_bias=true]", "deepseek_v2[q_lora_rank=null]",
+               # layer patterns (pattern_cases): DeepSeek-V2's dense first layer, Qwen3-MoE's MoE
+               # every other layer
+               "deepseek_v2[@first_k_dense_replace]", "qwen3_moe[@decoder_sparse_step]"]
 
 # The types the sweep of every type (`all`) fails on, each with why (swept with transformers
 # 5.23.0). Their failures are printed, not counted; one that passes fails the sweep until it is
@@ -235,11 +243,20 @@ def flag_cases(schema: dict) -> list:
     return out
 
 
+def pattern_cases(schema: dict) -> list:
+    """TYPE[@FIELD] for each layer-pattern field the generator varied for a type (its "patterns":
+    first_k_dense_replace, decoder_sparse_step, mlp_only_layers, mlp_layer_types, ...), sorted."""
+    return [f"{t}[@{f}]" for t, s in sorted(schema["types"].items()) for f in s.get("patterns", [])]
+
+
 def case_of(t: str) -> tuple:
-    """(type, None) of a type; (type, (field path, value)) of a case TYPE[FIELD=VALUE]."""
+    """(type, None) of a type; (type, (field path, value)) of a case TYPE[FIELD=VALUE]; (type,
+    ("@FIELD", None)) of a layer-pattern case TYPE[@FIELD]."""
     if not t.endswith("]"):
         return t, None
     base, cond = t[:-1].split("[", 1)
+    if cond.startswith("@"):
+        return base, (cond, None)
     field, val = cond.rsplit("=", 1)
     return base, (field, {"true": True, "false": False, "null": None}[val])
 
@@ -310,6 +327,7 @@ def child(t: str, schema: dict, dcpctl: str, tmp: str, result: Path, log: Path, 
         CAP[0] = int(mem_gb * (1 << 30))
         TALLY.passed, TALLY.failures = 0, []
         HF_OUTPUTS.__init__()
+        SIZES_REFUSED.clear()
         not_built: dict[str, str] = {}
         phases: dict[str, list] = {}
         work = Path(tmp) / t
@@ -319,7 +337,8 @@ def child(t: str, schema: dict, dcpctl: str, tmp: str, result: Path, log: Path, 
         finally:
             shutil.rmtree(work, ignore_errors=True)
         result.write_text(json.dumps({"passed": TALLY.passed, "failures": TALLY.failures,
-                                      "not_built": not_built.get(t), "phases": phases}))
+                                      "not_built": not_built.get(t), "phases": phases,
+                                      "sizes_refused": SIZES_REFUSED.get(t)}))
         code = 0
     except BaseException:  # noqa: BLE001 - the server names the type and shows this
         traceback.print_exc()
@@ -416,7 +435,8 @@ def main() -> int:
         torch.set_num_interop_threads(1)
     quiet()
     schema = load_schema()
-    types = a.types or (SAMPLE + FLAG_SAMPLE if which == "sample" else flag_cases(schema) if which == "flags" else
+    types = a.types or (SAMPLE + FLAG_SAMPLE if which == "sample" else
+                        flag_cases(schema) + pattern_cases(schema) if which == "flags" else
                         sorted(t for t in schema["types"] if which == "all" or t not in SAMPLE))
     types = shard_of(types, a.shard)
     not_built: dict[str, str] = {}
@@ -446,6 +466,7 @@ def main() -> int:
                 check(False, msg)
 
     phases: dict[str, list] = {}
+    at_tiny: dict[str, str] = {}  # case -> why its class refused a distinct-size configuration
     done = [0, 0.0, 0.0, ""]  # types, CPU seconds, the largest peak RSS (GiB) and its type
 
     def report(t: str, r: dict) -> None:
@@ -468,6 +489,8 @@ def main() -> int:
         if r.get("log") and a.profile:  # a failure's own line says what; a death's carries the log's tail
             print("    its output: " + r["log"][-600:].replace("\n", "\n    "), flush=True)
         judge(t, r["failures"], r["not_built"])
+        if r.get("sizes_refused"):
+            at_tiny[t] = r["sizes_refused"]
         if r.get("died"):  # a crash or a hang is a failure, known gap or not
             check(False, r["died"])
 
@@ -492,6 +515,8 @@ def main() -> int:
             check(expected is not None and expected[0] in not_built[t],
                   f"{t}: not built tiny ({not_built[t][:200]}): tools/hf_schema.py's tiny_config should build "
                   f"every type transformers builds" + (f"; NOT_BUILT expects {expected[0]!r}" if expected else ""))
+    for t, why in sorted(at_tiny.items()):
+        print(f"swept at TINY's sizes (the class builds no distinct-size configuration): {t}: {why}")
     cpu = cpu_now() - cpu0
     print(f"swept {len(todo) - len(not_built)} of {len(types)} types (shard {a.shard}, {a.j} child(ren) at a "
           f"time) in {time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU: the server's imports and warm-up "
@@ -504,114 +529,146 @@ def main() -> int:
     return summary("hf-schema-sweep")
 
 
+# The sizes each target dtype's source folder is built in (hf_schema.sweep_config): the bf16 checks
+# on distinct-size configuration 0 (head_dim 5/4 of hidden_size / heads, key/value heads half the
+# heads, intermediate sizes no two alike), the fp16 checks on configuration 1 (head_dim 7/4, one
+# key/value head): no product of the tiny sizes coincides (TINY's own: 4 heads x 16 = 64 =
+# hidden_size), so a formula true of one configuration only fails here. A type whose class builds
+# neither is swept at TINY's sizes and said so (SIZES_REFUSED).
+SOURCES = (("d0", "bf16"), ("d1", "fp16"))
+# Per case, why its class built neither distinct-size configuration of a source (the child's; the
+# server prints them).
+SIZES_REFUSED: dict[str, str] = {}
+
+
 def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, phases: dict) -> None:
     """Type t's checks, in the folder work (made here); phases: where its CPU went. t may be a case
-    TYPE[FIELD=VALUE] (flag_cases): the type built with that config field set."""
+    TYPE[FIELD=VALUE] (flag_cases): the type built with that config field set; or TYPE[@FIELD]
+    (pattern_cases): the type built with that layer-pattern field changed (a dense first layer)."""
     import torch
     import transformers
     import hf_schema
     base, setting = case_of(t)
     with phase(phases, "import"):  # the class's modeling file, imported lazily by transformers
         cls = getattr(transformers, schema["types"][base]["class"])
-    src = Path(work) / "src"
-    try:
-        with phase(phases, "build+save"), capped(), \
-                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            def make(cfg):  # seed 0 for each build tiny_config tries
-                if setting:
-                    cfg = with_field(cfg, *setting)
-                torch.manual_seed(0)
-                return cls._from_config(cfg, dtype=torch.float32)
-            _, model = hf_schema.tiny_config(base, build=make)
-            model.save_pretrained(src)
-            del model
-            for name, write in SIDECARS.get(base, {}).items():
-                write(src / name)
-    except OutOfMemory as e:
-        not_built[t] = f"memory: {e}"
-        return
-    except Exception as e:  # transformers cannot build it tiny: listed, not a dcpctl failure
-        not_built[t] = f"{type(e).__name__}: {str(e)[:120]}"
-        return
-    if setting:  # the case builds what it is for: a key the field brings is in the folder
-        cond = t[len(base) + 1:-1]
-        brought = [re.compile(re.escape(k[0]).replace("\\#", r"\d+") + "$") for k in schema["types"][base]["keys"]
-                   if k[3] == cond]
-        held = list(tensors(src))
-        check(any(p.match(k) for p in brought for k in held),
-              f"{t}: the folder holds none of the keys the schema says {cond} brings "
-              f"({[p.pattern for p in brought][:2]})")
-    with phase(phases, "verify"):
-        r = run(dcpctl, "verify", str(src))
-    expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own save_pretrained folder")
-    for flag, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        ref, out = Path(work) / f"ref-{flag}", Path(work) / f"out-{flag}"
+    for spec, flag in SOURCES:
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[flag]
+        src = Path(work) / f"src-{spec}"
         try:
-            with phase(phases, "reference"), capped(), \
+            with phase(phases, "build+save"), capped(), \
                     contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                model, info = load_with_info(cls, src, dt, base)
-                model.save_pretrained(ref)
+                def make(cfg):  # seed 0 for each build tiny_config tries
+                    if setting and setting[0].startswith("@"):
+                        cfg, _ = hf_schema.sweep_config(cfg, cls, "p:" + setting[0][1:], lambda c: True)
+                    elif setting:
+                        cfg = with_field(cfg, *setting)
+                    torch.manual_seed(0)
+                    return cls._from_config(cfg, dtype=torch.float32)
+
+                def sized(cfg):  # the distinct sizes of `spec` where the class builds them, else TINY's
+                    try:
+                        return hf_schema.sweep_config(cfg, cls, spec, make)[1]
+                    except Exception as e:
+                        SIZES_REFUSED.setdefault(t, f"{spec}: {type(e).__name__}: {str(e)[:100]}")
+                        return make(cfg)
+                _, model = hf_schema.tiny_config(base, build=sized)
+                model.save_pretrained(src)
                 del model
-            if info["missing_keys"] or info["unexpected_keys"]:
-                # transformers' own folder does not load into its own class (shieldgemma2: saved as
-                # model.language_model.model.*, loaded as model.language_model.*): no oracle to compare with.
-                not_built[t] = (f"transformers' from_pretrained of its own save_pretrained folder (dtype={flag}) reports "
-                                f"missing {sorted(info['missing_keys'])[:3]} unexpected {sorted(info['unexpected_keys'])[:3]}")
-                break
+                for name, write in SIDECARS.get(base, {}).items():
+                    write(src / name)
         except OutOfMemory as e:
-            not_built[t] = f"memory: from_pretrained(dtype={flag}): {e}"
-            break
-        except Exception as e:
-            not_built[t] = (f"transformers' from_pretrained of its own save_pretrained folder (dtype={flag}) raises "
-                            f"{type(e).__name__}: {str(e)[:120]}")
-            break
-        with phase(phases, "verify"):  # transformers' own bf16/fp16 folder (XLNet's says dtype float32)
-            r = run(dcpctl, "verify", str(ref))
-        expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own {flag} folder (from_pretrained(dtype={flag}) + save_pretrained)")
-        with phase(phases, "consolidate"):
-            r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
-        if not expect_rc(r, EXIT_OK, f"{t}: consolidate --dtype {flag}"):
-            continue
-        for name in SIDECARS.get(base, {}):
-            check((out / name).is_file() and (out / name).read_bytes() == (src / name).read_bytes(),
-                  f"{t} {flag}: the export carries {name} from the source folder, byte for byte (from_pretrained reads it)")
-        with phase(phases, "compare"):
-            a, b = tensors(out), tensors(ref)
-            check(set(a) == set(b), f"{t} {flag}: keys differ from transformers': only dcpctl "
-                  f"{sorted(set(a) - set(b))[:5]}, only transformers {sorted(set(b) - set(a))[:5]}")
-            bad = [(k, same_tensor(a[k], b[k])) for k in sorted(set(a) & set(b))]
-            bad = [(k, why) for k, why in bad if why]
-            # An integer tensor transformers' dtype plan casts on load (granite_speech5's BatchNorm
-            # num_batches_tracked, under _keep_in_fp32_modules_strict "conv.norm": core_model_loading
-            # casts whatever the plan matches, floating or not): dcpctl keeps it as saved; the
-            # destination loads both to the same float32 tensor, checked below on the export.
-            cast = [k for k, _ in bad if not a[k].is_floating_point() and b[k].dtype == torch.float32
-                    and torch.equal(a[k].to(torch.float32), b[k])]
-            bad = [(k, why) for k, why in bad if k not in cast]
-            check(not bad, f"{t} {flag}: {len(bad)} tensor(s) differ from transformers' own cast: {bad[:4]}")
-        try:
-            with phase(phases, "load export"), capped(), \
-                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                loaded, info = load_with_info(cls, out, dt, base)
-                held = loaded.state_dict()
-                del loaded
-        except OutOfMemory as e:
-            not_built[t] = f"memory: from_pretrained of the export: {e}"
-            break
-        check(not info["missing_keys"] and not info["unexpected_keys"],
-              f"{t} {flag}: from_pretrained of the export reports missing {sorted(info['missing_keys'])[:5]} "
-              f"unexpected {sorted(info['unexpected_keys'])[:5]}")
-        if cast:
-            wrong = [k for k in cast if k not in held or held[k].dtype != b[k].dtype or not torch.equal(held[k], b[k])]
-            check(not wrong, f"{t} {flag}: from_pretrained(dtype={flag}) of the export holds {wrong[:4]} unlike "
-                  f"transformers' own round trip ({b[wrong[0]].dtype if wrong else ''})")
-            print(f"{t} {flag}: {len(cast)} integer tensor(s) ({cast[0]}, ...) kept {a[cast[0]].dtype} as saved where "
-                  f"transformers' round trip writes float32 (its dtype plan casts them on load); from_pretrained of "
-                  f"the export holds them float32, equal to transformers'")
-        hf_loaded(out)
-        del a, b, held
-        shutil.rmtree(ref, ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
+            not_built[t] = f"memory: {e}"
+            return
+        except Exception as e:  # transformers cannot build it tiny: listed, not a dcpctl failure
+            not_built[t] = f"{type(e).__name__}: {str(e)[:120]}"
+            return
+        if setting and not setting[0].startswith("@"):  # the case builds what it is for: a key the field brings
+            cond = t[len(base) + 1:-1]
+            brought = [re.compile(re.escape(k[0]).replace("\\#", r"\d+") + "$") for k in schema["types"][base]["keys"]
+                       if k[3] == cond]
+            held = list(tensors(src))
+            check(any(p.match(k) for p in brought for k in held),
+                  f"{t}: the folder holds none of the keys the schema says {cond} brings "
+                  f"({[p.pattern for p in brought][:2]})")
+        with phase(phases, "verify"):
+            r = run(dcpctl, "verify", str(src))
+        expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own save_pretrained folder ({spec} sizes)")
+        if not check_dtype(t, base, cls, src, spec, flag, dt, work, dcpctl, not_built, phases):
+            return
+
+
+def check_dtype(t, base, cls, src, spec, flag, dt, work, dcpctl, not_built, phases) -> bool:
+    """consolidate --dtype flag of the folder src against transformers' own from_pretrained(dtype) +
+    save_pretrained, and the export's reload; False where transformers itself cannot (listed)."""
+    import torch
+    ref, out = Path(work) / f"ref-{flag}", Path(work) / f"out-{flag}"
+    try:
+        with phase(phases, "reference"), capped(), \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            model, info = load_with_info(cls, src, dt, base)
+            model.save_pretrained(ref)
+            del model
+        if info["missing_keys"] or info["unexpected_keys"]:
+            # transformers' own folder does not load into its own class (shieldgemma2: saved as
+            # model.language_model.model.*, loaded as model.language_model.*): no oracle to compare with.
+            not_built[t] = (f"transformers' from_pretrained of its own save_pretrained folder (dtype={flag}) reports "
+                            f"missing {sorted(info['missing_keys'])[:3]} unexpected {sorted(info['unexpected_keys'])[:3]}")
+            return False
+    except OutOfMemory as e:
+        not_built[t] = f"memory: from_pretrained(dtype={flag}): {e}"
+        return False
+    except Exception as e:
+        not_built[t] = (f"transformers' from_pretrained of its own save_pretrained folder (dtype={flag}) raises "
+                        f"{type(e).__name__}: {str(e)[:120]}")
+        return False
+    with phase(phases, "verify"):  # transformers' own bf16/fp16 folder (XLNet's says dtype float32)
+        r = run(dcpctl, "verify", str(ref))
+    expect_rc(r, EXIT_OK, f"{t}: verify of transformers' own {flag} folder (from_pretrained(dtype={flag}) + save_pretrained)")
+    with phase(phases, "consolidate"):
+        r = run(dcpctl, "consolidate", str(src), "-o", str(out) + "/", "--dtype", flag)
+    if not expect_rc(r, EXIT_OK, f"{t}: consolidate --dtype {flag} ({spec} sizes)"):
+        return True
+    for name in SIDECARS.get(base, {}):
+        check((out / name).is_file() and (out / name).read_bytes() == (src / name).read_bytes(),
+              f"{t} {flag}: the export carries {name} from the source folder, byte for byte (from_pretrained reads it)")
+    with phase(phases, "compare"):
+        a, b = tensors(out), tensors(ref)
+        check(set(a) == set(b), f"{t} {flag}: keys differ from transformers': only dcpctl "
+              f"{sorted(set(a) - set(b))[:5]}, only transformers {sorted(set(b) - set(a))[:5]}")
+        bad = [(k, same_tensor(a[k], b[k])) for k in sorted(set(a) & set(b))]
+        bad = [(k, why) for k, why in bad if why]
+        # An integer tensor transformers' dtype plan casts on load (granite_speech5's BatchNorm
+        # num_batches_tracked, under _keep_in_fp32_modules_strict "conv.norm": core_model_loading
+        # casts whatever the plan matches, floating or not): dcpctl keeps it as saved; the
+        # destination loads both to the same float32 tensor, checked below on the export.
+        cast = [k for k, _ in bad if not a[k].is_floating_point() and b[k].dtype == torch.float32
+                and torch.equal(a[k].to(torch.float32), b[k])]
+        bad = [(k, why) for k, why in bad if k not in cast]
+        check(not bad, f"{t} {flag}: {len(bad)} tensor(s) differ from transformers' own cast: {bad[:4]}")
+    try:
+        with phase(phases, "load export"), capped(), \
+                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            loaded, info = load_with_info(cls, out, dt, base)
+            held = loaded.state_dict()
+            del loaded
+    except OutOfMemory as e:
+        not_built[t] = f"memory: from_pretrained of the export: {e}"
+        return False
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"{t} {flag}: from_pretrained of the export reports missing {sorted(info['missing_keys'])[:5]} "
+          f"unexpected {sorted(info['unexpected_keys'])[:5]}")
+    if cast:
+        wrong = [k for k in cast if k not in held or held[k].dtype != b[k].dtype or not torch.equal(held[k], b[k])]
+        check(not wrong, f"{t} {flag}: from_pretrained(dtype={flag}) of the export holds {wrong[:4]} unlike "
+              f"transformers' own round trip ({b[wrong[0]].dtype if wrong else ''})")
+        print(f"{t} {flag}: {len(cast)} integer tensor(s) ({cast[0]}, ...) kept {a[cast[0]].dtype} as saved where "
+              f"transformers' round trip writes float32 (its dtype plan casts them on load); from_pretrained of "
+              f"the export holds them float32, equal to transformers'")
+    hf_loaded(out)
+    del a, b, held
+    shutil.rmtree(ref, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    return True
 
 
 if __name__ == "__main__":

@@ -530,6 +530,49 @@ TEST_CASE("hf schema: an expert count or embedding rows that no config field exp
 
 // The user's --keep-dtype globs an export records in each file's __metadata__ (meta/keep_dtype_entry.h):
 // read back under caps, a hostile entry refused whole; a key they match is a warning, not a mismatch.
+TEST_CASE("hf schema: formulas hold for every configuration, products of fields, dense first layers", "[hf]") {
+  // Qwen3-30B-A3B's shape: 4 heads x head_dim 32 = 128 wide attention on a 64 wide model. The
+  // schema of one tiny build took o_proj's input for hidden_size (its default head_dim is derived).
+  json q = {{"model_type", "qwen3_moe"}, {"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"head_dim", 32},    {"intermediate_size", 96}, {"moe_intermediate_size", 40}, {"num_experts", 4},
+            {"num_hidden_layers", 2}, {"vocab_size", 100}};
+  REQUIRE(schema_dim(q, "model.layers.1.self_attn.o_proj.weight", 1));
+  CHECK(schema_dim(q, "model.layers.1.self_attn.o_proj.weight", 1)->first == 128);
+  CHECK(schema_dim(q, "model.layers.1.self_attn.o_proj.weight", 0)->first == 64);
+  CHECK(schema_dim(q, "model.layers.1.self_attn.k_proj.weight", 0)->first == 64);  // 2 kv heads x 32
+  CHECK(schema_dim(q, "model.layers.1.self_attn.q_norm.weight", 0)->first == 32);
+  std::vector<HfTensor> attn = {{"model.layers.0.self_attn.o_proj.weight", "bfloat16", {64, 128}}};
+  CHECK(!has(schema_problems(q, attn), "schema-shape-mismatch"));
+  attn[0].shape = {64, 64};  // what the old rule wanted: now a mismatch naming the product
+  Findings f = schema_problems(q, attn);
+  REQUIRE(has(f, "schema-shape-mismatch"));
+  // A config.json without head_dim (its release predates the field): the width is not checked,
+  // never refused.
+  json no_hd = q;
+  no_hd.erase("head_dim");
+  CHECK(!schema_dim(no_hd, "model.layers.1.self_attn.o_proj.weight", 1));
+  CHECK(!has(schema_problems(no_hd, attn), "schema-shape-mismatch"));
+  // Products are capped: a hostile config.json gives no value, not an overflow.
+  json huge = q;
+  huge["head_dim"] = int64_t(1) << 40;
+  CHECK(!schema_dim(huge, "model.layers.1.self_attn.o_proj.weight", 1));
+  CHECK(!hf_schema_impl::evaluate_dims(huge, "head_dim*num_attention_heads", "qwen3_moe"));
+  CHECK(*hf_schema_impl::evaluate_dims(q, "head_dim*num_attention_heads+2*hidden_size", "qwen3_moe") == 256);
+  CHECK(!hf_schema_impl::evaluate_dims(q, "head_dim**hidden_size", "qwen3_moe"));
+  CHECK(!hf_schema_impl::evaluate_dims(q, "head_dim*", "qwen3_moe"));
+  // DeepSeek-V2 with first_k_dense_replace 1: layer 0's dense MLP is the model's, the MoE layers'
+  // router and experts are not required of it.
+  json ds = {{"model_type", "deepseek_v2"}, {"first_k_dense_replace", 1}, {"num_hidden_layers", 2}};
+  const ModelSchema* s = schema_for_config(ds);
+  REQUIRE(s);
+  for (const char* k : {"model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+                        "model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.3.up_proj.weight"})
+    CHECK(schema_defines(*s, ds, k));
+  const SchemaKey* gate = s->find("model.layers.#.mlp.gate.weight");
+  REQUIRE(gate);
+  CHECK(!gate->required);
+}
+
 TEST_CASE("hf keep_dtype entry: read under caps, user-kept keys a warning", "[hf]") {
   const std::vector<std::string> globs = {"*.bias", "model.norm.*"};
   const std::string text = keep_dtype_entry(globs);
