@@ -69,6 +69,14 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            _tied_weights_keys lacks it): the head loads from the folder whatever tie_word_embeddings says.
   "prefixes" [on-disk prefix, schema prefix]: the prefixes the loader changes (conversion_mapping's
            PrefixChange: Qwen3.5's `model.language_model.` loaded as `model.`).
+  "load_renames" [[release pattern, save pattern], ...]: a layout transformers' load-time renames
+           (conversion_mapping.py, applied by from_pretrained) read that save_pretrained does not
+           write, DeepSeek-V4's published `embed.weight`, `layers.#.attn.wq_a.weight` for
+           `model.embed_tokens.weight`, `model.layers.#.attn.wq_a.weight` (load_renames: the
+           in-memory names without the base model prefix through revert_weight_conversion, each
+           checked to load, as from_pretrained renames it, onto the parameter its save name loads
+           onto); absent where the release names are the save names. "load_renames_not_derived":
+           why a type with renames has none (a release name no save key pairs with).
   "completed" the fields real_config filled in the class's defaults (they build no model otherwise:
            Ministral's head_dim, Nemotron's num_key_value_heads): the schema's config, as a release's.
 "failed": model type -> why it could not be built, its defaults and their completion;
@@ -1599,6 +1607,11 @@ def schema_of(model_type):
     if memory_only:
         out["memory"] = memory_only
         out["renamed"] = renamed
+    renames, why = load_renames(model, sd)
+    if renames:
+        out["load_renames"] = renames
+    elif why:
+        out["load_renames_not_derived"] = why
     for attr, name in (("_keys_to_ignore_on_load_unexpected", "ignore_unexpected"),
                        ("_keys_to_ignore_on_load_missing", "ignore_missing")):
         v = sorted(getattr(model, attr, None) or [])
@@ -1606,6 +1619,75 @@ def schema_of(model_type):
             out[name] = v
     return model_type, out, None
 
+
+def load_renames(model, sd):
+    """The release layout transformers converts on load, as [[release pattern, save pattern], ...]
+    (the "load_renames" of the module docstring), or ([], why not) / ([], None) when the type has no
+    such layout. The release names are what the load-time renames of conversion_mapping.py were
+    written for: the in-memory state dict (tied weights out) with the base model prefix taken off,
+    through revert_weight_conversion; every one is then renamed as from_pretrained renames a
+    checkpoint key (core_model_loading.rename_source_key, with the base-prefix rule, the model's
+    meta state dict and convert_and_load_state_dict_in_model's fallback for a key already among the
+    model's names) and must land on a parameter of the model, and each is paired with the
+    save_pretrained key (disk_keys) that lands on the same parameter through the same converter
+    source with the same indices and shape. Recorded only where some release name differs from its
+    save name by more than the base prefix (a type whose renames revert to the names they read,
+    Mixtral's per-expert weights, has none to record)."""
+    import torch
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import (PrefixChange, WeightConverter, WeightRenaming,
+                                                 rename_source_key, revert_weight_conversion)
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    try:
+        mapping = get_model_conversion_mapping(model, add_legacy=False)
+    except Exception as e:
+        return [], f"get_model_conversion_mapping: {type(e).__name__}: {str(e)[:160]}"
+    load = [c for c in mapping or [] if not isinstance(c, PrefixChange)]
+    if not any(isinstance(c, WeightRenaming) for c in load):
+        return [], None  # converters only: save_pretrained reverts them to the names they read
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    dot = prefix + "." if prefix else ""
+    meta = model.state_dict()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            kept = remove_tied_weights_from_state_dict(dict(sd), model)
+            save = revert_weight_conversion(model, dict(kept))
+            release = revert_weight_conversion(
+                model, {k[len(dot):] if dot and k.startswith(dot) else k: v for k, v in kept.items()})
+    except Exception as e:
+        return [], f"revert_weight_conversion: {type(e).__name__}: {str(e)[:160]}"
+    # Fresh transforms, as from_pretrained builds them, for the forward renames.
+    fresh = get_model_conversion_mapping(model, add_legacy=False)
+    renamings = [c for c in fresh if isinstance(c, WeightRenaming)]
+    converters = [c for c in fresh if isinstance(c, WeightConverter)]
+
+    def lands(key):
+        renamed, source = rename_source_key(key, renamings, converters, prefix or None, meta)
+        if renamed not in meta and key in meta:  # the loader's own fallback: a model name is kept
+            renamed, source = rename_source_key(key, [], [], prefix or None, meta)
+        return (renamed, source, tuple(INT_COMPONENT.findall(key))) if renamed in meta else None
+    by_landing = {}
+    for k, v in save.items():
+        at = lands(k)
+        if at is None:
+            return [], f"save_pretrained's {k} does not load back (rename_source_key)"
+        by_landing.setdefault(at, []).append((k, tuple(v.shape)))
+    pairs, beyond_prefix = {}, False
+    for k, v in release.items():
+        at = lands(k)
+        if at is None:
+            return [], f"the release name {k} is not loaded by from_pretrained's renames"
+        found = by_landing.get(at, [])
+        if len(found) != 1 or found[0][1] != tuple(v.shape):
+            return [], f"the release name {k} pairs with {len(found)} save_pretrained keys"
+        s = found[0][0]
+        if k != s:
+            pairs[pattern_of(k)] = pattern_of(s)
+            if (dot + k) != s:
+                beyond_prefix = True
+    if not beyond_prefix:
+        return [], None
+    return [[r, pairs[r]] for r in sorted(pairs)], None
 
 # Tiny configs, for tests that save real (CPU) models of every type: every size field made small,
 # the layer count cut to TINY_LAYERS. A type this cannot shrink is left out by its caller.

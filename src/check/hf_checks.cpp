@@ -200,12 +200,51 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
   json schema;
   if (has_config && ck) {
     json c = read_json(config);
+    // A release layout transformers renames on load (check/hf_schema.h: load_renames) is checked
+    // under the save_pretrained names its keys load as; the findings name the folder's keys.
+    KeyLayout layout;
+    const ModelSchema* model = c.is_discarded() ? nullptr : schema_for_config(c);
+    if (model) {
+      std::vector<std::string> keys;
+      for (const auto& t : ck->md.tensors) keys.push_back(t.fqn);
+      layout = key_layout(*model, keys);
+    }
+    std::map<std::string, std::string> folder_key;  // save_pretrained name -> the folder's key
+    for (const auto& [key, save] : layout.save_names) folder_key.emplace(save, key);
+    for (const auto& [key, other] : layout.collisions)
+      precise.push_back({"key-loads-twice", Where(config, std::nullopt, key),
+                         "and " + other + " both load as " + model->cls + "'s " +
+                             (layout.save_names.count(key) ? layout.save_names.at(key) : key) +
+                             " (transformers' load-time renames): from_pretrained keeps one of the two"});
     std::vector<HfTensor> tensors;
     std::map<std::string, const TensorMeta*> by_key;
     for (const auto& t : ck->md.tensors) {
-      tensors.push_back({t.fqn, t.dtype ? torch_name(*t.dtype) : t.dtype_name, t.shape});
-      by_key[t.fqn] = &t;
+      auto n = layout.save_names.find(t.fqn);
+      const std::string& key = n == layout.save_names.end() ? t.fqn : n->second;
+      if (by_key.count(key)) continue;  // key-loads-twice
+      tensors.push_back({key, t.dtype ? torch_name(*t.dtype) : t.dtype_name, t.shape});
+      by_key[key] = &t;
     }
+    // What the export kept (its keys are the folder's) under the names checked.
+    auto save_name = [&](const std::string& k) -> const std::string& {
+      auto n = layout.save_names.find(k);
+      return n == layout.save_names.end() ? k : n->second;
+    };
+    std::set<std::string> kept_dtype;
+    for (const auto& k : opts.kept_dtype) kept_dtype.insert(save_name(k));
+    std::map<std::string, std::string> user_kept_saved;
+    for (const auto& [k, g] : user_kept) user_kept_saved.emplace(save_name(k), g);
+    // A finding's key as the folder names it: its own key, or a missing one in its layout's name.
+    auto own_names = [&](Findings& fs) {
+      if (layout.save_names.empty()) return;
+      for (auto& f : fs) {
+        if (auto k = folder_key.find(f.where.key); k != folder_key.end()) {
+          f.where.key = k->second;
+        } else if (std::string r = release_name(*model, f.where.key); !r.empty()) {
+          f.where.key = r;
+        }
+      }
+    };
     SameBytes same = [&](const std::string& a, const std::string& b) -> std::optional<bool> {
       return tensors_equal(*ck, *by_key.at(a), *by_key.at(b));
     };
@@ -230,13 +269,21 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
     ConfigCheckResult cr =
         c.is_discarded()
             ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
-            : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar, opts.kept_dtype, user_kept);
+            : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar, kept_dtype, user_kept_saved);
+    own_names(cr.problems);
+    own_names(cr.warnings);
     precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
     r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
     config_checks = cr.checked;
     // The keys against the model schema of the config's model_type (check/hf_schema.h).
     if (!c.is_discarded()) {
       SchemaCheckResult sr = check_hf_schema(c, config, tensors);
+      own_names(sr.problems);
+      own_names(sr.notes);
+      if (sr.summary.value("checked", false)) sr.summary["layout"] = layout.layout;
+      std::map<std::string, std::string> only_with;
+      for (auto& [key, setting] : sr.only_with) only_with[folder_key.count(key) ? folder_key.at(key) : key] = setting;
+      sr.only_with = std::move(only_with);
       precise.insert(precise.end(), sr.problems.begin(), sr.problems.end());
       r.notes.insert(r.notes.end(), sr.notes.begin(), sr.notes.end());
       schema = sr.summary;

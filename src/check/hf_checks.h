@@ -8,6 +8,8 @@
 // (meta/structure.h: missing files, keys an index names that its file lacks, ...):
 //   - each `.safetensors` file's header (check/safetensors_audit.h): header-invalid,
 //     duplicate-key, size-mismatch, window-out-of-file, window-overlap, offsets-gap;
+//   - a release layout's key beside the save_pretrained key it loads as: key-loads-twice (a folder
+//     in a release layout, check/hf_schema.h's load_renames, is checked under the names it loads as);
 //   - the index: key-in-several-files (a key two files hold), index-total-size
 //     (`metadata.total_size` is neither the tensors' bytes, as transformers and huggingface_hub
 //     write it, nor the files' sizes);

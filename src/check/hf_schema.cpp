@@ -1,12 +1,14 @@
 #include "check/hf_schema.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <regex>
 #include <set>
 
-#include "view/keymap_terms.h"
+#include "store/file.h"
 #include "util/error.h"
+#include "view/keymap_terms.h"
 
 namespace dcpctl {
 
@@ -347,7 +349,92 @@ const SchemaKey* ModelSchema::lookup(const std::string& pattern) const {
   for (const auto& [disk, own] : prefixes)
     if (pattern.rfind(disk, 0) == 0 && (own.size() < disk.size() || pattern.rfind(own, 0) != 0))
       if (const SchemaKey* k = found(own + pattern.substr(disk.size()))) return k;
+  // A release name transformers renames on load (load_renames): its save_pretrained key.
+  if (!load_renames.empty())
+    if (const std::string save = save_pattern(pattern); !save.empty()) return found(save);
   return nullptr;
+}
+
+std::string ModelSchema::save_pattern(const std::string& pattern) const {
+  auto it = std::lower_bound(load_renames.begin(), load_renames.end(), pattern,
+                             [](const auto& r, const std::string& p) { return r.first < p; });
+  if (it != load_renames.end() && it->first == pattern) return it->second;
+  // A tensor renamed with its module: X.weight's release pattern, another last component (`.scale`).
+  const size_t dot = pattern.rfind('.');
+  if (dot == std::string::npos || pattern.compare(dot, std::string::npos, ".weight") == 0 ||
+      pattern.compare(dot, std::string::npos, ".#") == 0)
+    return {};
+  it = std::lower_bound(load_renames.begin(), load_renames.end(), pattern.substr(0, dot) + ".weight",
+                        [](const auto& r, const std::string& p) { return r.first < p; });
+  if (it == load_renames.end() || it->first != pattern.substr(0, dot) + ".weight" ||
+      !key_ends_with(it->second, ".weight"))
+    return {};
+  return it->second.substr(0, it->second.size() - 7) + pattern.substr(dot);
+}
+
+std::string ModelSchema::save_name(const std::string& key) const {
+  if (load_renames.empty()) return {};
+  const std::string p = schema_pattern(key);
+  if (find(p)) return {};  // a save_pretrained name already
+  const std::string save = save_pattern(p);
+  if (save.empty()) return {};
+  // The key's integer components, in order, into the save pattern's `#` components.
+  std::vector<std::string> ints;
+  for (size_t b = 0; b <= key.size();) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    if (all_digits(key, b, e)) ints.push_back(key.substr(b, e - b));
+    b = e + 1;
+  }
+  std::string out;
+  size_t used = 0;
+  for (size_t b = 0; b <= save.size();) {
+    size_t e = save.find('.', b);
+    if (e == std::string::npos) e = save.size();
+    const std::string c = save.substr(b, e - b);
+    if (c == "#" && used >= ints.size()) return {};
+    out += (b ? "." : "") + (c == "#" ? ints[used++] : c);
+    b = e + 1;
+  }
+  return used == ints.size() ? out : std::string();
+}
+
+// The release name of a save_pretrained `key` (load_renames read backwards), or "" where none.
+std::string release_name(const ModelSchema& s, const std::string& key) {
+  const std::string p = schema_pattern(key);
+  for (const auto& [release, save] : s.load_renames) {
+    if (save != p) continue;
+    std::vector<std::string> ints;
+    for (size_t b = 0; b <= key.size();) {
+      size_t e = key.find('.', b);
+      if (e == std::string::npos) e = key.size();
+      if (all_digits(key, b, e)) ints.push_back(key.substr(b, e - b));
+      b = e + 1;
+    }
+    std::string out = release;
+    for (size_t i = 0, at = out.find('#'); at != std::string::npos && i < ints.size(); at = out.find('#', at), ++i) {
+      out.replace(at, 1, ints[i]);
+      at += ints[i].size();
+    }
+    return out;
+  }
+  return {};
+}
+
+KeyLayout key_layout(const ModelSchema& s, const std::vector<std::string>& keys) {
+  KeyLayout out;
+  if (s.load_renames.empty()) return out;
+  for (const auto& k : keys)
+    if (std::string n = s.save_name(k); !n.empty() && n != k) out.save_names.emplace(k, std::move(n));
+  if (out.save_names.empty()) return out;
+  out.layout = kReleaseLayout;
+  std::map<std::string, std::string> loads_as;  // save_pretrained name -> the first key loading as it
+  for (const auto& k : keys) {
+    auto n = out.save_names.find(k);
+    auto [it, fresh] = loads_as.emplace(n == out.save_names.end() ? k : n->second, k);
+    if (!fresh) out.collisions.emplace_back(k, it->second);
+  }
+  return out;
 }
 
 std::string ModelSchema::pattern_of(const std::string& key) const {
@@ -386,7 +473,8 @@ const std::string* HfSchema::failed_reason(const std::string& model_type) const 
 
 const HfSchema& hf_schema() {
   static const HfSchema schema = [] {
-    const json j = json::parse(hf_schema_text());
+    const char* file = std::getenv("DCPCTL_HF_SCHEMA");
+    const json j = json::parse(file && *file ? ReadFile(file).read_all() : hf_schema_text());
     HfSchema s;
     s.transformers = j.at("transformers").get<std::string>();
     s.torch = j.value("torch", std::string());
@@ -429,7 +517,12 @@ const HfSchema& hf_schema() {
           m.together.push_back(std::move(group));
         }
       if (o.contains("prefixes"))
-        for (const auto& pr : o["prefixes"]) m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
+        for (const auto& pr : o["prefixes"])
+          m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
+      if (o.contains("load_renames"))
+        for (const auto& r : o["load_renames"])
+          m.load_renames.emplace_back(r.at(0).get<std::string>(), r.at(1).get<std::string>());
+      std::sort(m.load_renames.begin(), m.load_renames.end());
       if (o.contains("named"))
         for (const auto& n : o["named"])
           m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
@@ -595,6 +688,8 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
   // pattern -> index -> the key.
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<int64_t, std::string>>> named_held;
   const std::set<std::string> memory(s->memory.begin(), s->memory.end());
+  std::set<std::string> all_keys;
+  for (const auto& t : tensors) all_keys.insert(t.key);
   for (const auto& t : tensors) {
     std::string key = t.key;
     // What transformers' loader tolerates in every model that has these buffers, not persistent
@@ -607,6 +702,9 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
     bool packed = false;
     if (quantized) {
       if (quant_extra(key)) continue;
+      // X.scale beside X.weight: an FP8 release's block scale (DeepSeek-V4; transformers' FP8
+      // quantizer renames it to X.weight_scale_inv on load), not a module's own `scale`.
+      if (key_ends_with(key, ".scale") && all_keys.count(key.substr(0, key.size() - 6) + ".weight")) continue;
       if (std::string u = unpacked_name(key); !u.empty()) key = u, packed = true;
     }
     std::string p = schema_pattern(key);

@@ -25,6 +25,12 @@
 // config with a quantization_config, per-layer MLP keys absent from every layer (a config's layer
 // kinds decide which layers are dense; a layer holding any key of its MoE group is held to all).
 //
+// A folder in a release layout transformers converts on load (ModelSchema::load_renames:
+// DeepSeek-V4's published `embed.weight`, `layers.N.attn.wq_a.weight`, `hc_head_fn`) is checked
+// under the save_pretrained names its keys load as (check/hf_checks.h: release_layout), every
+// finding naming the folder's own key; lookup finds a release name's schema key, so the precision
+// policy keeps what transformers keeps in either layout.
+//
 // Which schema a config.json is checked against (match_schema): its model_type's, when its
 // `architectures` (if any) names that type's class; else, when the schema holds no such model_type
 // (remote code: Kimi-K2's `kimi_k2` naming DeepseekV3ForCausalLM), the type whose class its
@@ -84,6 +90,13 @@ struct ModelSchema {
   // are patterns with that `#` ("model.visual.layers.norm_#.weight"); a fixed name with digits
   // (`fc1`, `ln_2`) is not one.
   std::vector<std::pair<std::string, std::string>> named;
+  // The release layout transformers converts on load (conversion_mapping.py's renames, applied by
+  // from_pretrained; the generator's "load_renames"): release pattern -> the save_pretrained pattern
+  // of the same parameter, sorted by release pattern, the `#`s of both in the same order
+  // (DeepSeek-V4's `layers.#.ffn.experts.#.w1.weight` -> `model.layers.#.ffn.experts.#.w1.weight`,
+  // `embed.weight` -> `model.embed_tokens.weight`). Empty for a type whose save names are the ones
+  // its renames read.
+  std::vector<std::pair<std::string, std::string>> load_renames;
   const SchemaKey* find(const std::string& pattern) const;
   // `pattern` (schema_pattern's) with each index numbered in a name that `named` holds written `#`.
   std::string named_pattern(const std::string& pattern) const;
@@ -94,6 +107,13 @@ struct ModelSchema {
   const SchemaKey* lookup(const std::string& pattern) const;
   // The schema's pattern of `key`: the one lookup finds, else schema_pattern(key).
   std::string pattern_of(const std::string& key) const;
+  // The save_pretrained pattern of a release `pattern` (load_renames), or "" when it is none.
+  std::string save_pattern(const std::string& pattern) const;
+  // The save_pretrained name of the release-layout `key` (`layers.3.ffn.experts.0.w1.weight` ->
+  // `model.layers.3.ffn.experts.0.w1.weight`), or "" when `key` is not a release name. A tensor
+  // beside a renamed weight (an FP8 release's `layers.3.attn.wq_a.scale`, a bias) is renamed with
+  // its module (`X.weight`'s), as the loader's renames act on the module path.
+  std::string save_name(const std::string& key) const;
 };
 
 struct HfSchema {
@@ -110,6 +130,8 @@ struct HfSchema {
   // built (the reason), or has no language-model class.
   std::string why_not(const std::string& model_type) const;
 };
+// The compiled-in schema, or the one in the file DCPCTL_HF_SCHEMA names (a schema regenerated with
+// tools/hf_schema.py, tried without rebuilding dcpctl; read once, at the first use).
 const HfSchema& hf_schema();
 
 // The schema a config.json's model is checked against and how it was found (see above).
@@ -162,6 +184,21 @@ bool schema_dim_unexplained(const nlohmann::json& config, const std::string& key
 // not hold the model or the key, gives no formula for that dimension, or the config lacks a field.
 std::optional<std::pair<int64_t, std::string>> schema_dim(const nlohmann::json& config, const std::string& key,
                                                           size_t dim);
+
+// The layout of a folder's keys against its schema `s` (see load_renames above): each key in the
+// release layout -> its save_pretrained name. `layout` is "save_pretrained" when no key is a release
+// name, else kReleaseLayout; `collisions` the pairs of keys that load as one parameter (a release
+// name beside its own save_pretrained name: from_pretrained keeps one of the two).
+inline constexpr const char* kReleaseLayout = "release (transformers load-time renames)";
+struct KeyLayout {
+  std::string layout = "save_pretrained";
+  std::map<std::string, std::string> save_names;                // release key -> save_pretrained name
+  std::vector<std::pair<std::string, std::string>> collisions;  // (key, the other key of that name)
+};
+KeyLayout key_layout(const ModelSchema& s, const std::vector<std::string>& keys);
+// The release name of a save_pretrained `key` (load_renames read backwards: a missing key named as
+// the folder's layout names it), or "" where the schema has none.
+std::string release_name(const ModelSchema& s, const std::string& key);
 
 struct SchemaCheckResult {
   Findings problems, notes;

@@ -142,15 +142,21 @@ PrecisionPolicy::PrecisionPolicy(const PrecisionInputs& in)
       const std::string model =
           type.empty() ? std::string("a model whose config.json names no model_type") : "model_type " + type;
       // An export that claims to be a model the schema does not know, cast without the user's say:
-      // refused, nothing written. (A model_type the schema holds, under another class than its
-      // own, is known: transformers' lists for the type apply, and schema_why says so.)
+      // refused (exit 5, with the way out), nothing written, where a wrong dtype may follow: a
+      // model_type transformers does not define (remote code), or one it defines whose classes
+      // declare no keep-in-float32 list (PerceptionLM, which the schema could not build; a part of a
+      // composite): a class keeps more than its lists say (LFM2-MoE's expert_bias, a buffer made
+      // float32, stays float32 in transformers' bfloat16 load), which only building the model shows.
+      // A type transformers defines whose classes do keep tensors in float32 but which the schema
+      // could not build or did not build (its "failed" and "skipped": Pop2Piano's `wo`, SLANeXt's
+      // structure generator) is cast as transformers casts it, its lists (keep_in_fp32.json, read
+      // from every class of the type) deciding, and schema_why says no schema did. (A model_type
+      // the schema holds, under another class than its own, is known: its lists apply.)
       const HfSchema& schema = hf_schema();
-      const bool type_known = !type.empty() && schema.of(type);
-      // A type transformers defines whose model the schema could not build (its config, completed, builds
-      // no model: LFM2-MoE, Qwen4-Exp, Gemma 3n ...) is refused as well, even where no class declares
-      // keep-in-float32 modules: a class keeps more than its lists in float32 (LFM2-MoE's router
-      // expert_bias, a buffer made float32, stays float32 in transformers' bfloat16 load), which only
-      // building the model shows.
+      const bool defined = !type.empty() && (schema.failed_reason(type) ||
+                                             std::binary_search(schema.skipped.begin(), schema.skipped.end(), type));
+      const bool listed = table.strict_of(type) || table.fp16_of(type);
+      const bool type_known = !type.empty() && (schema.of(type) || (defined && listed));
       if (in.model_output && !type_known && !in.cast_all && in.keep_globs.empty())
         throw UnsupportedError(
             Where(in.config_path),

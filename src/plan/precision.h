@@ -33,14 +33,19 @@
 //
 // Unknown models fail closed. An output that claims to be a model (a Hugging Face folder, which
 // carries config.json: `model_output`) cast narrower with a config.json whose model the schema
-// finds neither by model_type nor by architectures (a model_type it does not hold: not one
-// transformers defines, or one it could not build) is refused, UnsupportedError (exit 5) naming
+// finds neither by model_type nor by architectures, of a model_type transformers does not define
+// (remote code, a typo), is refused, UnsupportedError (exit 5) naming
 // the model type, before anything is written: dcpctl does not know what transformers (or the
-// model's remote code) keeps in float32. That holds for a model_type transformers defines that the
-// schema could not build as well, even where no class declares keep-in-float32 modules: a class
-// keeps more than its lists say (LFM2-MoE's expert_bias, a buffer made float32, stays float32 when
-// transformers loads the model in bfloat16). The user's decision ends the refusal: `--keep-dtype GLOB`
-// (what to keep; the lists and maps apply beside it) or `--cast-all` (nothing kept). Outputs that
+// model's remote code) keeps in float32. So is a model_type transformers defines whose classes
+// declare no keep-in-float32 list but that the schema could not build (PerceptionLM) or did not
+// build (a part of a composite): a class keeps more than its lists say (LFM2-MoE's expert_bias, a
+// buffer made float32, stays float32 when transformers loads the model in bfloat16). A type
+// transformers defines whose classes do keep tensors in float32 (keep_in_fp32.json lists them) but
+// that the schema could not or did not build (Pop2Piano's `wo`, SLANeXt's structure generator) is
+// not refused: those lists decide, as transformers' own load casts the rest, and `schema_why`
+// says no schema did (a float32 buffer beside the lists would be the residual risk). The user's decision ends the
+// refusal: `--keep-dtype GLOB` (what to keep; the lists and maps apply beside it) or `--cast-all`
+// (nothing kept). Outputs that
 // carry no config.json (a .safetensors file, a .pt, a DCP checkpoint: their reader brings the
 // model) and runs with no config.json at all (nothing names a model to decide for) are not
 // refused: the lists, the maps and --keep-dtype decide, and `describe()`'s `schema_why` (the

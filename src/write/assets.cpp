@@ -12,9 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "check/hf_schema.h"
+#include "store/file.h"
 #include "util/error.h"
 #include "util/failpoint.h"
-#include "store/file.h"
 #include "write/output.h"
 
 namespace dcpctl {
@@ -196,20 +197,46 @@ std::string config_with_dtype(const std::string& config_text, DType dtype) {
   return j.dump(2) + "\n";
 }
 
-std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys) {
+namespace {
+
+// The config.json copied beside the weights, or discarded.
+nlohmann::json copied_config(const Assets& assets) {
   auto cfg = std::find_if(assets.files.begin(), assets.files.end(), [](const Asset& a) { return a.name == "config.json"; });
-  if (cfg == assets.files.end()) return std::nullopt;
-  nlohmann::json j;
+  if (cfg == assets.files.end()) return nlohmann::json::value_t::discarded;
   try {
-    j = nlohmann::json::parse(cfg->text ? *cfg->text : ReadFile(cfg->source).read_all(), nullptr, false);
+    return nlohmann::json::parse(cfg->text ? *cfg->text : ReadFile(cfg->source).read_all(), nullptr, false);
   } catch (const Error&) {
-    return std::nullopt;  // the copy reports it
+    return nlohmann::json::value_t::discarded;  // the copy reports it
   }
+}
+
+}  // namespace
+
+nlohmann::json output_layout(const Assets& assets, const std::vector<std::string>& output_keys) {
+  const nlohmann::json j = copied_config(assets);
+  const ModelSchema* s = j.is_discarded() ? nullptr : schema_for_config(j);
+  if (!s) return nullptr;
+  const KeyLayout layout = key_layout(*s, output_keys);
+  return {{"layout", layout.layout}, {"model_type", s->type}, {"renamed_on_load", layout.save_names.size()}};
+}
+
+std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys) {
+  const nlohmann::json j = copied_config(assets);
   if (j.is_discarded() || !j.is_object() || !j.contains("tie_word_embeddings") || !j["tie_word_embeddings"].is_boolean())
     return std::nullopt;
   TiedEmbeddings t;
   t.config = j["tie_word_embeddings"].get<bool>();
-  t.lm_head = std::find(output_keys.begin(), output_keys.end(), "lm_head.weight") != output_keys.end();
+  // The head: lm_head.weight, or what the model schema has tie_word_embeddings take away (DeepSeek-V4's
+  // head.weight), in either layout of the folder's keys.
+  std::vector<std::string> heads = {"lm_head.weight"};
+  const ModelSchema* s = schema_for_config(j);
+  if (s)
+    for (const auto& [pattern, when] : s->absent)
+      if (when == "tie_word_embeddings=true" && pattern.find('#') == std::string::npos) heads.push_back(pattern);
+  for (const auto& k : output_keys) {
+    const std::string save = s ? s->save_name(k) : std::string();
+    if (std::find(heads.begin(), heads.end(), save.empty() ? k : save) != heads.end()) t.lm_head = true;
+  }
   bool causal_lm = false;
   if (j.contains("architectures") && j["architectures"].is_array())
     for (const auto& a : j["architectures"])

@@ -97,9 +97,17 @@ std::string quantized_config(const std::string& config_text, const nlohmann::jso
 // object, or it has no boolean `tie_word_embeddings`.
 struct TiedEmbeddings {
   bool config = false;   // config.json's tie_word_embeddings
-  bool lm_head = false;  // the output holds lm_head.weight
+  bool lm_head =
+      false;  // the output holds the LM head (lm_head.weight, or the model schema's head: DeepSeek-V4's head.weight)
   std::string note;      // what follows, for people; empty when nothing is worth saying
 };
 std::optional<TiedEmbeddings> tied_embeddings(const Assets& assets, const std::vector<std::string>& output_keys);
+
+// The layout of an HF folder's keys (check/hf_schema.h, key_layout) against the model schema of the
+// config.json copied beside them: {"layout": "save_pretrained" or "release (transformers load-time
+// renames)", "model_type", "renamed_on_load": how many keys transformers renames as it loads them};
+// null without a config.json the schema holds. An export writes the keys under the names it read
+// them by, so a release layout stays one (the summary's "hf_layout").
+nlohmann::json output_layout(const Assets& assets, const std::vector<std::string>& output_keys);
 
 }  // namespace dcpctl

@@ -45,13 +45,18 @@ Checked:
     own) is written, its policy saying why no schema decided;
   - LFM2-MoE (its class defaults leave layer_types null; the schema completes them): `--dtype bf16
     -o DIR/` equals transformers' own bf16 round trip, its router expert_bias float32 by the schema's
-    policy (no list names it); a type the schema could not build (perception_lm) is refused, exit 5,
-    naming it, nothing written.
+    policy (no list names it); a type the schema could not build (perception_lm) and no class of
+    which declares a keep-in-float32 list is refused, exit 5, naming it, nothing written;
+  - Pop2Piano (the schema's "skipped", its classes' _keep_in_fp32_modules `wo`): `--dtype fp16 -o
+    DIR/` is not refused; it equals transformers' own fp16 round trip, schema_why saying no schema
+    decided.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shutil
@@ -380,8 +385,7 @@ def main() -> int:
         # keep-in-float32 modules, yet its router expert_bias is a buffer made float32 that transformers'
         # own bf16 round trip keeps float32: the schema's policy keeps it, so the export equals that round
         # trip with no flag. A type the schema could not build (perception_lm: its timm vision tower's
-        # default architecture is no release's) is refused; ernie4_5_vl_moe_text (a part of
-        # ernie4_5_vl_moe, no class of its own) too.
+        # default architecture is no release's), no class of which declares a keep list, is refused.
         from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
         torch.manual_seed(0)
         lfm, lfm_ref = tmp / "lfm2_moe", tmp / "lfm2_moe-ref"
@@ -415,9 +419,37 @@ def main() -> int:
                   "model_type perception_lm", "could not be built", "--keep-dtype", "--cast-all")
         check(not out_p.exists(), "the perception_lm refusal leaves nothing")
         part = with_config("ernie_text", model_type="ernie4_5_vl_moe_text", architectures=["Ernie4_5_VLMoeTextModel"])
-        r = run(dcpctl, "consolidate", part, "-o", f"{tmp / 'ernie_text-bf16'}/", "--dtype", "bf16")
-        expect_rc(r, 5, "an ernie4_5_vl_moe_text folder --dtype bf16 -o DIR/ (a part of a composite, no class of its own)",
-                  "model_type ernie4_5_vl_moe_text", "--keep-dtype", "--cast-all")
+        # A part of a composite whose classes keep tensors in float32 (its router's gate.weight): cast by
+        # those lists, not refused (it was, exit 5); --dry-run (the folder is another model's, relabelled).
+        r = run(dcpctl, "consolidate", part, "-o", f"{tmp / 'ernie_text-bf16'}/", "--dtype", "bf16", "--dry-run", "--json")
+        if expect_rc(r, 0, "an ernie4_5_vl_moe_text folder --dtype bf16 -o DIR/ (a part of a composite, keep lists)"):
+            pol = jdoc(r, "ernie_text --json").get("cast", {}).get("policy") or {}
+            check("ernie4_5_vl_moe_text" in str(pol.get("schema_why")), f"the note says no schema decided: {pol}")
+
+        # ---- Pop2Piano: a type transformers defines whose classes keep tensors in float32 (its T5 `wo`
+        # under float16: _keep_in_fp32_modules) but which the schema did not build (its "skipped": no
+        # language-model class). It was refused, exit 5; its classes' lists decide now, with a note
+        # (schema_why), and `--dtype fp16` equals transformers' own float16 round trip tensor for tensor.
+        from transformers import Pop2PianoConfig, Pop2PianoForConditionalGeneration
+        torch.manual_seed(0)
+        p2p, p2p_ref = tmp / "pop2piano", tmp / "pop2piano-ref"
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            Pop2PianoForConditionalGeneration(Pop2PianoConfig(
+                vocab_size=256, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,
+                composer_vocab_size=4)).save_pretrained(p2p)
+            Pop2PianoForConditionalGeneration.from_pretrained(p2p, dtype=torch.float16).save_pretrained(p2p_ref)
+        want = folder_tensors(p2p_ref)
+        check(any(v.dtype == torch.float32 for v in want.values()),
+              "transformers' float16 round trip of Pop2Piano keeps its wo float32")
+        out_pp = tmp / "pop2piano-fp16"
+        r = run(dcpctl, "consolidate", p2p, "-o", f"{out_pp}/", "--dtype", "fp16", "--json")
+        if expect_rc(r, 0, "a Pop2Piano folder --dtype fp16 -o DIR/ (a type the schema did not build, with keep lists)"):
+            got = folder_tensors(out_pp)
+            bad = {k: same_tensor(got.get(k), v) for k, v in want.items() if same_tensor(got.get(k), v)}
+            check(set(got) == set(want) and not bad, f"Pop2Piano --dtype fp16 against transformers' fp16 round trip: {bad}")
+            pol = jdoc(r, "pop2piano --json").get("cast", {}).get("policy") or {}
+            check(pol.get("schema") is None and "pop2piano" in str(pol.get("schema_why")),
+                  f"the note says no schema decided: {pol}")
 
         # ---- a folder saved in bfloat16 (a release's own dtype): what transformers keeps in float32 is
         # upcast, as its from_pretrained(dtype=...) + save_pretrained write it. GPT-OSS's norms under fp16

@@ -304,8 +304,7 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   CHECK(hf(nullptr).describe()["schema_why"].get<std::string>().find("no config.json") != std::string::npos);
   // A type transformers defines that the schema could not build (PerceptionLM: its timm vision tower's
   // default architecture is no release's) is refused although no class of it declares keep-in-float32
-  // modules (the lists do not say all); --keep-dtype ends the refusal. A part of a composite
-  // (ernie4_5_vl_moe_text, skipped: no class of its own) is refused too.
+  // modules (the lists do not say all); --keep-dtype ends the refusal.
   REQUIRE(hf_schema().failed_reason("perception_lm") != nullptr);
   CHECK(keep_in_fp32().strict_of("perception_lm") == nullptr);
   const json plm = {{"model_type", "perception_lm"}, {"architectures", {"PerceptionLMForConditionalGeneration"}}};
@@ -324,8 +323,24 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   CHECK(lfm2.reason("model.layers.1.feed_forward.expert_bias").find("model schema") != std::string::npos);
   CHECK(lfm2.reason("model.layers.0.feed_forward.w1.weight").empty());
   REQUIRE(std::binary_search(hf_schema().skipped.begin(), hf_schema().skipped.end(), "ernie4_5_vl_moe_text"));
-  CHECK_THROWS_AS(hf(json{{"model_type", "ernie4_5_vl_moe_text"}, {"architectures", {"Ernie4_5_VLMoeTextModel"}}}),
-                  UnsupportedError);
+  // A part of a composite (ernie4_5_vl_moe_text, skipped: no class of its own) whose classes keep
+  // tensors in float32 (its router's gate.weight and moe_statics) is cast by those lists, not refused.
+  PrecisionPolicy ernie =
+      hf(json{{"model_type", "ernie4_5_vl_moe_text"}, {"architectures", {"Ernie4_5_VLMoeTextModel"}}});
+  CHECK(!ernie.reason("model.layers.1.mlp.gate.weight").empty());
+  // A type transformers defines whose classes keep tensors in float32 but which the schema did not
+  // build (SLANeXt, Pop2Piano: its "skipped") is not refused: its classes' lists decide, and
+  // schema_why says no schema did (it was refused, exit 5).
+  for (const char* t : {"slanext", "pop2piano"}) {
+    REQUIRE(hf_schema().of(t) == nullptr);
+    REQUIRE(std::binary_search(hf_schema().skipped.begin(), hf_schema().skipped.end(), t));
+  }
+  PrecisionPolicy sla = hf(json{{"model_type", "slanext"}, {"architectures", {"SLANeXtForTableRecognition"}}});
+  CHECK(sla.describe()["schema"].is_null());
+  CHECK(sla.describe()["schema_why"].get<std::string>().find("slanext") != std::string::npos);
+  CHECK(sla.reason("head.structure_generator.0.weight").find("_keep_in_fp32_modules_strict") != std::string::npos);
+  CHECK(sla.reason("backbone.encoder.layers.0.weight").empty());
+  CHECK_NOTHROW(hf(json{{"model_type", "pop2piano"}, {"architectures", {"Pop2PianoForConditionalGeneration"}}}));
   // Casting up decides nothing: no refusal.
   PrecisionInputs up;
   up.cast = DType::Float32;
