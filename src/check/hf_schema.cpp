@@ -1,12 +1,10 @@
 #include "check/hf_schema.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <regex>
 #include <set>
 
-#include "store/file.h"
 #include "util/error.h"
 #include "view/keymap_terms.h"
 
@@ -355,6 +353,20 @@ const SchemaKey* ModelSchema::lookup(const std::string& pattern) const {
   return nullptr;
 }
 
+namespace {
+// The integer path components of `key`, in order ("model.layers.3.mlp.experts.7.w1" -> 3, 7).
+std::vector<std::string> int_components(const std::string& key) {
+  std::vector<std::string> ints;
+  for (size_t b = 0; b <= key.size();) {
+    size_t e = key.find('.', b);
+    if (e == std::string::npos) e = key.size();
+    if (all_digits(key, b, e)) ints.push_back(key.substr(b, e - b));
+    b = e + 1;
+  }
+  return ints;
+}
+}  // namespace
+
 std::string ModelSchema::save_pattern(const std::string& pattern) const {
   auto it = std::lower_bound(load_renames.begin(), load_renames.end(), pattern,
                              [](const auto& r, const std::string& p) { return r.first < p; });
@@ -379,13 +391,7 @@ std::string ModelSchema::save_name(const std::string& key) const {
   const std::string save = save_pattern(p);
   if (save.empty()) return {};
   // The key's integer components, in order, into the save pattern's `#` components.
-  std::vector<std::string> ints;
-  for (size_t b = 0; b <= key.size();) {
-    size_t e = key.find('.', b);
-    if (e == std::string::npos) e = key.size();
-    if (all_digits(key, b, e)) ints.push_back(key.substr(b, e - b));
-    b = e + 1;
-  }
+  const std::vector<std::string> ints = int_components(key);
   std::string out;
   size_t used = 0;
   for (size_t b = 0; b <= save.size();) {
@@ -404,13 +410,7 @@ std::string release_name(const ModelSchema& s, const std::string& key) {
   const std::string p = schema_pattern(key);
   for (const auto& [release, save] : s.load_renames) {
     if (save != p) continue;
-    std::vector<std::string> ints;
-    for (size_t b = 0; b <= key.size();) {
-      size_t e = key.find('.', b);
-      if (e == std::string::npos) e = key.size();
-      if (all_digits(key, b, e)) ints.push_back(key.substr(b, e - b));
-      b = e + 1;
-    }
+    const std::vector<std::string> ints = int_components(key);
     std::string out = release;
     for (size_t i = 0, at = out.find('#'); at != std::string::npos && i < ints.size(); at = out.find('#', at), ++i) {
       out.replace(at, 1, ints[i]);
@@ -473,8 +473,7 @@ const std::string* HfSchema::failed_reason(const std::string& model_type) const 
 
 const HfSchema& hf_schema() {
   static const HfSchema schema = [] {
-    const char* file = std::getenv("DCPCTL_HF_SCHEMA");
-    const json j = json::parse(file && *file ? ReadFile(file).read_all() : hf_schema_text());
+    const json j = json::parse(hf_schema_text());
     HfSchema s;
     s.transformers = j.at("transformers").get<std::string>();
     s.torch = j.value("torch", std::string());

@@ -130,8 +130,7 @@ struct HfSchema {
   // built (the reason), or has no language-model class.
   std::string why_not(const std::string& model_type) const;
 };
-// The compiled-in schema, or the one in the file DCPCTL_HF_SCHEMA names (a schema regenerated with
-// tools/hf_schema.py, tried without rebuilding dcpctl; read once, at the first use).
+// The compiled-in schema (read once, at the first use).
 const HfSchema& hf_schema();
 
 // The schema a config.json's model is checked against and how it was found (see above).

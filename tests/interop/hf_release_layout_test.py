@@ -36,8 +36,7 @@ nothing missing or unexpected (checked).
     loaded models are compared).
 
 The schema data (src/check/hf_schema.json's deepseek_v4 "load_renames") is tools/hf_schema.py's
-load_renames; until the committed schema is regenerated with it, the test writes a copy of the
-committed schema with that entry added and points DCPCTL_HF_SCHEMA at it.
+load_renames, compiled in.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
@@ -145,21 +144,13 @@ def clean_load(d: Path, what: str, dtype=None):
     return model
 
 
-def schema_with_renames(tmp: Path, model) -> dict | None:
-    """The committed schema's deepseek_v4 load_renames; where it has none yet, a copy with
-    tools/hf_schema.py's, DCPCTL_HF_SCHEMA pointed at it. Returns the release -> save pattern table."""
-    import hf_schema
+def schema_renames() -> dict:
+    """The committed schema's deepseek_v4 load_renames (tools/hf_schema.py's load_renames): the
+    release -> save pattern table."""
     committed = json.loads((ROOT / "src" / "check" / "hf_schema.json").read_text())
-    entry = committed["types"]["deepseek_v4"]
-    if "load_renames" not in entry:
-        with quiet():
-            renames, why = hf_schema.load_renames(model, model.state_dict())
-        check(bool(renames), f"tools/hf_schema.py derives deepseek_v4's load_renames: {why}")
-        entry["load_renames"] = renames
-        path = tmp / "hf_schema.json"
-        path.write_text(json.dumps(committed, separators=(",", ":")))
-        os.environ["DCPCTL_HF_SCHEMA"] = str(path)
-    return dict(entry.get("load_renames") or [])
+    renames = committed["types"]["deepseek_v4"].get("load_renames") or []
+    check(bool(renames), "the schema holds deepseek_v4's load_renames (tools/hf_schema.py's load_renames)")
+    return dict(renames)
 
 
 def save_name(table: dict, key: str) -> str:
@@ -212,7 +203,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dcpctl-release-") as tmp:
         tmp = Path(tmp)
         model = tiny_model()
-        table = schema_with_renames(tmp, model)
+        table = schema_renames()
         config = model.config.to_dict()
         config["architectures"] = ["DeepseekV4ForCausalLM"]
 
