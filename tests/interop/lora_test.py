@@ -528,13 +528,20 @@ def torchtune_family_checks():
     """The other families torchtune 0.6.1's checkpointer converts (make_torchtune_maps.py): Qwen2 (qwen2_tune_to_hf:
     names only, q/k/v biases, tied embeddings) under --map torchtune-qwen2, with --lora merge; Mistral and Gemma
     (convert_weights.tune_to_hf, as Llama's: q/k rows RoPE-permuted; Gemma's head_dim 24 != hidden / heads, tied)
-    under --map torchtune-llama3. Each bit for bit against torchtune's own conversion, loading in from_pretrained
-    with nothing missing or unexpected and the torchtune model's logits; without --map, exit 5 naming the map."""
+    under --map torchtune-llama3; Phi-3 (phi3_tune_to_hf: q/k/v fused into qkv_proj, w1/w3 into gate_up_proj) under
+    --map torchtune-phi3, with --lora merge; Gemma 2 under --map torchtune-gemma2, against the conversion that
+    computes what torchtune's forward computes (gemma2_tune_to_hf with its two feed-forward norms swapped back:
+    torchtune's own output is shown to give other logits). Each bit for bit against the truth, loading in
+    from_pretrained with nothing missing or unexpected and the torchtune model's logits; without --map, exit 5
+    naming the map; HF -> torchtune (Qwen2, Phi-3) bit for bit against torchtune's hf_to_tune."""
     from transformers import AutoModelForCausalLM
 
     cases = (("torchtune_qwen2_lora", "torchtune-qwen2", True, "expected_merged_hf.safetensors"),
              ("torchtune_mistral", "torchtune-llama3", False, "expected_hf.safetensors"),
-             ("torchtune_gemma", "torchtune-llama3", False, "expected_hf.safetensors"))
+             ("torchtune_gemma", "torchtune-llama3", False, "expected_hf.safetensors"),
+             ("torchtune_gemma2", "torchtune-gemma2", False, "expected_hf.safetensors"),
+             ("torchtune_phi3_lora", "torchtune-phi3", True, "expected_merged_hf.safetensors"))
+    tune_maps = ("torchtune-llama3", "torchtune-qwen2", "torchtune-gemma2", "torchtune-phi3")
     for case, name, lora, truth in cases:
         fx = FIXTURES / case
         ckpt = fx / "dist_epoch_0"
@@ -553,7 +560,7 @@ def torchtune_family_checks():
             theirs = load_file(fx / truth)
             check(sorted(ours) == sorted(theirs), f"{case}: torchtune's tune_to_hf keys: {sorted(set(ours) ^ set(theirs))[:4]}")
             bad = [k for k in sorted(set(ours) & set(theirs)) if same_tensor(ours[k], theirs[k]) is not None]
-            check(not bad, f"{case}: --map {name} is torchtune's own conversion bit for bit: {bad[:4]}")
+            check(not bad, f"{case}: --map {name} is {truth} (torchtune's conversion{', norms as its forward' if case == 'torchtune_gemma2' else ''}) bit for bit: {bad[:4]}")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
@@ -567,6 +574,10 @@ def torchtune_family_checks():
             check(diff <= 1e-4, f"{case}: from_pretrained of the export gives the torchtune model's logits (max diff {diff:.3g})")
         # the wrong torchtune map: Llama's RoPE permutation on a Qwen2 (whose rotary embedding rotates halves) moves
         # the logits; the Qwen2 map on a Gemma writes q/k unpermuted and moves them too
+            if case == "torchtune_gemma2":
+                gemma2_swap_checks(fx, out)
+        if (fx / "expected_tune_from_hf.safetensors").exists():
+            reverse_checks(case, name, fx, truth)
         wrong = "torchtune-llama3" if name == "torchtune-qwen2" else "torchtune-qwen2"
         bad_out = WORK / f"{case}-wrong-hf"
         r = dcpctl("consolidate", ckpt, *how, "--map", wrong, "--assets", fx / "hf", "-o", f"{bad_out}/", "-q")
@@ -584,9 +595,101 @@ def torchtune_family_checks():
         nomap = WORK / f"{case}-nomap"
         r = dcpctl("consolidate", ckpt, *(how if lora else ()), "--assets", fx / "hf", "-o", f"{nomap}/")
         expect_rc(r, EXIT_UNSUPPORTED, f"{case}: to an HF folder without --map", "torchtune", f"--map {name}")
-        other = "torchtune-qwen2" if name == "torchtune-llama3" else "torchtune-llama3"
-        check(other not in r.stderr, f"{case}: only the map of config.json's class is named: {r.stderr[-300:]}")
+        others = [o for o in tune_maps if o != name and o in r.stderr]
+        check(not others, f"{case}: only the map of config.json's class is named: {r.stderr[-300:]}")
         check(not nomap.exists(), f"{case}: without --map: nothing written")
+
+
+def hf_folder_of(fx: Path, tensors: Path, name: str) -> Path:
+    """An HF folder of the fixture's config.json and a truth's tensors (what torchtune's HF checkpointer writes)."""
+    import shutil
+    from safetensors.torch import save_file
+    folder = WORK / name
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(fx / "hf" / "config.json", folder / "config.json")
+    save_file(load_file(tensors), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def hf_logits_of(folder: Path, ids) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.eval()
+    return logits_of(model, ids)
+
+
+def gemma2_swap_checks(fx: Path, out: Path):
+    """torchtune 0.6.1's gemma2_tune_to_hf names mlp_norm (applied before the MLP in TransformerSelfAttentionLayer)
+    post_feedforward_layernorm and mlp_scale (after it) pre_feedforward_layernorm. The map follows the forward: its
+    export is torchtune's own conversion bit for bit but for those two norms, exchanged; and torchtune's own
+    conversion, loaded the same way, does not give the torchtune model's logits (the choice proven, not asserted)."""
+    ours = {}
+    for f in sorted(out.glob("*.safetensors")):
+        ours.update(load_file(f))
+    own_file = fx / "torchtune_gemma2_tune_to_hf.safetensors"
+    own = load_file(own_file)
+    check(sorted(ours) == sorted(own), f"torchtune_gemma2: gemma2_tune_to_hf's keys: {sorted(set(ours) ^ set(own))[:4]}")
+    differ = sorted(k for k in set(ours) & set(own) if same_tensor(ours[k], own[k]) is not None)
+    norms = sorted(k for k in own if k.endswith("_feedforward_layernorm.weight"))
+    check(differ == norms and len(norms) == 4,
+          f"torchtune_gemma2: only the pre/post feed-forward norms differ from gemma2_tune_to_hf: {differ[:6]}")
+    swap = {".pre_feedforward_layernorm.": ".post_feedforward_layernorm.", ".post_feedforward_layernorm.": ".pre_feedforward_layernorm."}
+    exchanged = [k for k in norms if k in ours and same_tensor(ours[k], own[next(k.replace(a, b) for a, b in swap.items() if a in k)]) is None]
+    check(exchanged == norms, f"torchtune_gemma2: each of ours is gemma2_tune_to_hf's other norm: {sorted(set(norms) - set(exchanged))[:4]}")
+    ids = load_file(fx / "logits.safetensors")
+    theirs = hf_logits_of(hf_folder_of(fx, own_file, "gemma2-torchtune-own"), ids["input_ids"])
+    diff = (theirs - ids["logits_tune"]).abs().max().item()
+    print(f"  torchtune_gemma2: transformers' logits of torchtune's own gemma2_tune_to_hf vs torchtune's forward: {diff:.3g}")
+    check(diff > 1e-2, f"torchtune_gemma2: torchtune's own conversion (norms swapped) gives other logits (max diff {diff:.3g})")
+    # HF -> torchtune: the export back under the same map is the model state torchtune saved (torch's reader of
+    # dist_epoch_0), bit for bit: the map is its own inverse, norms included (gemma2_hf_to_tune swaps them again).
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    sd: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _load_state_dict(sd, storage_reader=dcp.FileSystemReader(str(fx / "dist_epoch_0")), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    want = sd["model"]
+    back = WORK / "torchtune_gemma2-back.safetensors"
+    r = dcpctl("consolidate", out, "-o", back, "--map", "torchtune-gemma2", "-q")
+    if ok(r, "torchtune_gemma2: consolidate the HF export --map torchtune-gemma2 (HF -> torchtune)"):
+        got = load_file(back)
+        check(sorted(got) == sorted(want), f"torchtune_gemma2: HF -> torchtune keys are the saved model's: {sorted(set(got) ^ set(want))[:4]}")
+        bad = [k for k in sorted(set(got) & set(want)) if same_tensor(got[k], want[k]) is not None]
+        check(not bad, f"torchtune_gemma2: HF -> torchtune of the export is the saved model bit for bit: {bad[:4]}")
+
+
+def reverse_checks(case: str, name: str, fx: Path, truth: str):
+    """HF -> torchtune: an HF folder of the truth's tensors under --map NAME is torchtune's hf_to_tune of them
+    (expected_tune_from_hf.safetensors, written by torchtune 0.6.1) bit for bit: consolidate to one file, and
+    reshard to a 2-rank DCP checkpoint read back by torch's own reader."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    hf = hf_folder_of(fx, fx / truth, f"{case}-hf-in")
+    want = load_file(fx / "expected_tune_from_hf.safetensors")
+    got_file = WORK / f"{case}-tune.safetensors"
+    r = dcpctl("consolidate", hf, "-o", got_file, "--map", name, "--json", "-q")
+    if ok(r, f"{case}: consolidate HF --map {name} (HF -> torchtune)"):
+        m = json.loads(r.stdout).get("map") or {}
+        check(m.get("direction") == "hf->torchtune", f"{case}: HF -> torchtune direction: {m.get('direction')}")
+        got = load_file(got_file)
+        check(sorted(got) == sorted(want), f"{case}: hf_to_tune's keys: {sorted(set(got) ^ set(want))[:4]}")
+        bad = [k for k in sorted(set(got) & set(want)) if same_tensor(got[k], want[k]) is not None]
+        check(not bad, f"{case}: --map {name} HF -> torchtune is torchtune's hf_to_tune bit for bit: {bad[:4]}")
+    out = WORK / f"{case}-tune-dcp"
+    r = dcpctl("reshard", hf, "-o", out, "-w", "2", "--map", name, "-q")
+    if ok(r, f"{case}: reshard HF -w 2 --map {name}"):
+        sd: dict = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _load_state_dict(sd, storage_reader=dcp.FileSystemReader(str(out)), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+        check(sorted(sd) == sorted(want), f"{case}: reshard's DCP holds hf_to_tune's keys: {sorted(set(sd) ^ set(want))[:4]}")
+        bad = [k for k in sorted(set(sd) & set(want)) if same_tensor(sd[k], want[k]) is not None]
+        check(not bad, f"{case}: reshard --map {name}'s DCP (torch's reader) is hf_to_tune bit for bit: {bad[:4]}")
 
 
 def main() -> int:
