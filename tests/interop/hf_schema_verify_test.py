@@ -19,7 +19,10 @@ checked (`hf.schema.checked`); a config whose model_type the schema does not hol
 schema-not-checked and exit 0; longcat_flash as transformers saves it (zero experts numbered past
 n_routed_experts) verifies clean. `consolidate` of a damaged folder to an HF folder exits 3 with the
 schema's code and leaves nothing; `--map` with a map that renames a tensor to a name the model does
-not define exits 5 and leaves nothing.
+not define exits 5 and leaves nothing; a trainer's checkpoint (the bundled sample) exported under a
+config.json that does not describe it exits 5 naming config.json and the ways out, and leaves
+nothing, while the same tensors as an HF folder beside that config.json are damaged: verify and its
+export exit 3.
 Keys and rows that come from more than one config field: tiny folders of opt (project_in/out:
 word_embed_proj_dim != hidden_size), roformer (embeddings_project: embedding_size != hidden_size),
 marian (decoder_vocab_size rows), moshi (vocab_size+1), mllama (text_config.vocab_size+8) and
@@ -229,6 +232,30 @@ def main() -> int:
         r = run(dcpctl, "consolidate", str(tmp / "glm4_moe" / "base"), "--map", str(mp), "-o", str(out) + "/")
         expect_rc(r, EXIT_UNSUPPORTED, "consolidate --map that renames shared_experts to shared_expert",
                   "schema-key-unexpected", "mlp.shared_expert.")
+        check(not out.exists(), f"nothing left at {out}")
+
+        # Exit codes by what is wrong (issue 68): a trainer's checkpoint (the bundled FSDP2 sample, real
+        # torch's dcp.save) exported to an HF folder under a config.json that does not describe it
+        # (a tiny glm4_moe's): the checkpoint is intact, so exit 5 naming config.json and the ways
+        # out, nothing left; the same tensors as a Hugging Face folder beside that config.json are
+        # a damaged folder: verify and an export of it exit 3.
+        sample = HERE.parent / "fixtures" / "sample" / "ckpt"
+        glm_assets = tmp / "glm_assets"
+        glm_assets.mkdir()
+        shutil.copy(tmp / "glm4_moe" / "base" / "config.json", glm_assets / "config.json")
+        out = tmp / "undescribed"
+        r = run(dcpctl, "consolidate", str(sample), "--select", "app.model", "-o", str(out) + "/", "--assets", str(glm_assets))
+        expect_rc(r, EXIT_UNSUPPORTED, "consolidate of a trainer's checkpoint under a config.json that does not describe it",
+                  "config.json does not describe the checkpoint's tensors", "--map", "--no-assets")
+        check(not out.exists(), f"nothing left at {out}")
+        plain = tmp / "plain"
+        r = run(dcpctl, "consolidate", str(sample), "--select", "app.model", "-o", str(plain) + "/", "--no-assets")
+        expect_rc(r, EXIT_OK, "consolidate --no-assets (tensors as they are)")
+        shutil.copy(glm_assets / "config.json", plain / "config.json")
+        verify_json(dcpctl, plain, EXIT_INVALID, "verify of an HF folder whose tensors its config.json does not describe")
+        out = tmp / "from_plain"
+        r = run(dcpctl, "consolidate", str(plain), "-o", str(out) + "/")
+        expect_rc(r, EXIT_INVALID, "consolidate of that HF folder", "fails the checks of `dcpctl verify`")
         check(not out.exists(), f"nothing left at {out}")
 
         # Folders transformers saves whose keys or rows come from more than one config field: verify

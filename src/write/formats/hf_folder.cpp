@@ -8,8 +8,9 @@
 // records the globs (meta/keep_dtype_entry.h). Then, before the folder is renamed into place, it checks the
 // folder as `verify` would (check/hf_checks.h: headers, index, config against the tensors, the
 // assets copied, the keys against the model schema of its config: check/hf_schema.h); any problem
-// is exit 3, or 5 where only the schema's are found and a key map named the keys (the map does not
-// cover the model), and leaves nothing (an object-storage folder, whose files
+// is exit 3, or 5 where the input is a trainer's checkpoint (not an HF folder) and every problem is
+// config.json and the tensors disagreeing (a key map that does not cover the model, names that are
+// not the model's, a config.json that does not describe them), and leaves nothing (an object-storage folder, whose files
 // appear as they complete, is not checked here: `dcpctl verify` it).
 #include <algorithm>
 #include <cstdio>
@@ -82,6 +83,7 @@ class HfFolder final : public SafetensorsFiles {
     SafetensorsFiles::check(request);
     if (o_.copy_assets) assets_ = find_assets(request.ck, o_.assets_from, &request.model.config());
     wants_config_ = o_.copy_assets;
+    from_hf_folder_ = request.ck.layout == CheckpointLayout::HfSafetensors;
   }
 
  protected:
@@ -164,6 +166,27 @@ class HfFolder final : public SafetensorsFiles {
       return f.code == "schema-key-unexpected" || f.code == "schema-key-missing" || f.code == "schema-shape-mismatch";
     });
     what += part_missing_hint(r, join_path(dir_->temp_path(), "config.json"));
+    // Out of a trainer's checkpoint (not a Hugging Face folder), problems that are all config.json
+    // and the tensors disagreeing (the keys, shapes, rows, layers, experts, head, dtype it names):
+    // the checkpoint is intact, and what it holds is not the model config.json names as written.
+    // Valid input this export does not cover (exit 5), with the ways out; out of an HF folder they
+    // are its own damage, which `verify` of it reports (exit 3), as are problems of the files.
+    const bool described = std::all_of(r.problems.begin(), r.problems.end(), [](const Finding& f) {
+      static const std::set<std::string> kDescription = {
+          "schema-key-unexpected", "schema-key-missing", "schema-shape-mismatch", "vocab-size-mismatch",
+          "dtype-mismatch",        "embedding-missing",  "lm-head-missing",       "layer-missing",
+          "layer-unexpected",      "mtp-layer-missing",  "expert-count-mismatch", "expert-missing",
+          "tied-head-differs"};
+      return kDescription.count(f.code) > 0;
+    });
+    if (o_.map.empty() && described && !from_hf_folder_)
+      throw UnsupportedError(Where(o_.output), "config.json does not describe the checkpoint's tensors as written (" + codes +
+                                                   "): from_pretrained would not load them as the model it names. Give "
+                                                   "a key map that takes them there (--map NAME or FILE: `dcpctl maps`), "
+                                                   "a config.json that describes them (--assets DIR)" +
+                                                   (o_.cast ? std::string() : ", --dtype DTYPE for the config's dtype") +
+                                                   ", or write them as they are (-o FILE.safetensors, or --no-assets); "
+                                                   "the folder was not put in place:" + what);
     if (!o_.map.empty() && schema_only) {
       if (const std::string settings = flag_settings(r); !settings.empty())
         throw UnsupportedError(Where(o_.output), "config.json does not describe this checkpoint: the model it names has the tensors "
@@ -173,6 +196,11 @@ class HfFolder final : public SafetensorsFiles {
       throw UnsupportedError(Where(o_.output), "key map " + o_.map + " does not cover the model its config.json names (" +
                                                    codes + "), so the folder was not put in place:" + what);
     }
+    if (!o_.map.empty() && described && !from_hf_folder_)
+      throw UnsupportedError(Where(o_.output), "config.json does not describe what key map " + o_.map + " made of the checkpoint (" +
+                                                   codes + "): give a config.json that does (--config FILE, --assets DIR)" +
+                                                   (o_.cast ? std::string() : " or --dtype DTYPE for the config's dtype") +
+                                                   "; the folder was not put in place:" + what);
     // Tensors saved in another dtype than the config's (a Megatron run's float32 norms beside bf16
     // weights), exported without --dtype: casting them is the user's call, and --dtype makes it.
     if (!o_.cast &&
@@ -184,6 +212,7 @@ class HfFolder final : public SafetensorsFiles {
                                             "), so it was not put in place:" + what);
   }
 
+  bool from_hf_folder_ = false;  // the input is a Hugging Face folder (its keys are a model's, or damaged)
 };
 
 }  // namespace
