@@ -343,7 +343,7 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     text +=
         "\n  the exported model would compute something else than the one trained: correct config.json (--assets DIR, "
         "--config FILE)";
-    throw FormatError(Where(config_path), text);
+    throw UnsupportedError(Where(config_path), text);
   }
   return std::move(c.checked_);
 }

@@ -98,7 +98,8 @@ struct MegatronArgs {
 std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string* note = nullptr);
 
 // What was compared: one {"config", "args", "value", "config_from"} per agreeing field, in the
-// table's order. FormatError (exit 3) naming `config_path`, every contradiction (config.json's field
+// table's order. UnsupportedError (exit 5: the checkpoint is intact, config.json does not describe
+// it) naming `config_path`, every contradiction (config.json's field
 // and value, the args field and value) and where the args came from, when any disagree.
 // `variant`: the map's variant (megatron.json); config.json's model_type chooses the defaults.
 nlohmann::json check_megatron_args(const MegatronArgs& args, const nlohmann::json& config,

@@ -12,7 +12,7 @@ whose logits equal megatron's) it exits 0 and --json's `map.args_checked` lists 
 the item. The same config.json with one setting no tensor shape shows changed (rope_theta as
 rope_parameters and as the older top-level spelling, rms_norm_eps, rms_norm_eps left out so that
 LlamaConfig's default 1e-6 applies, tie_word_embeddings, hidden_act, partial_rotary_factor, Llama 3
-RoPE scaling) exits 3 naming config.json's field and value, the args field and value and the item
+RoPE scaling) exits 5 (issue 68: the checkpoint is intact) naming config.json's field and value, the args field and value and the item
 they came from, and writes nothing (the output folder absent, its parent empty), for a folder and
 a single-file output.
 
@@ -24,12 +24,12 @@ megatron_args_torch_dist/run/iter_0000001 is Megatron-LM's save_checkpoint with 
 torch_dist (make_megatron_args_torch_dist.py; run_megatron_fsdp's model, --rotary-base 500000): the
 args inside the common state (`common_state/shard_0_1`, torch.save([state]), state['args']). Under
 the oracle config.json with rope_theta 500000 it exits 0, `args_from` naming the common state; with
-rope_theta 10000 it exits 3 naming both values and the common state, nothing written.
+rope_theta 10000 it exits 5 naming both values and the common state, nothing written.
 
 megatron_args_torch_dist/moe/iter_0000001 is the same save of a Qwen3-MoE (4 experts, top 2, the
 softmax router without pre-softmax, q/k norms, one KV group): under a Qwen3MoeConfig of its sizes
 (norm_topk_prob True) it exits 0 listing the router's rows; num_experts_per_tok 4, norm_topk_prob
-False, or norm_topk_prob left out (Qwen3MoeConfig's default False) exit 3 naming both sides.
+False, or norm_topk_prob left out (Qwen3MoeConfig's default False) exit 5 naming both sides.
 
 Not here: the sigmoid routers (GLM-4.5, DeepSeek-V3) and Mixtral on real args (unit:megatron_args).
 """
@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from testlib import EXIT_INVALID, EXIT_OK, check, run, summary  # noqa: E402
+from testlib import EXIT_OK, EXIT_UNSUPPORTED, check, run, summary  # noqa: E402
 
 
 def main() -> int:
@@ -112,7 +112,7 @@ def main() -> int:
                 label = f"{name}{' (one file)' if single else ''}"
                 r, outdir = export(config, name + ("-file" if single else ""), single)
                 err = r.stderr
-                check(r.returncode == EXIT_INVALID, f"{label}: exit {r.returncode}, want 3: {err.strip()[-400:]}")
+                check(r.returncode == EXIT_UNSUPPORTED, f"{label}: exit {r.returncode}, want 5: {err.strip()[-400:]}")
                 for n in names + ["config.json", "item 'args'", str(ckpt)]:
                     check(n in err, f"{label}: stderr does not name {n!r}: {err.strip()[-500:]}")
                 left = sorted(p.name for p in outdir.iterdir())
@@ -121,7 +121,7 @@ def main() -> int:
         # torch_dist from Megatron-LM's save_checkpoint: the args inside the common state (real bytes,
         # make_megatron_args_torch_dist.py: run_megatron_fsdp's model with --rotary-base 500000).
         td = layouts / "megatron_args_torch_dist" / "run" / "iter_0000001"
-        for name, theta, rc in (("torch_dist", 500000.0, EXIT_OK), ("torch_dist-rope_theta", 10000.0, EXIT_INVALID)):
+        for name, theta, rc in (("torch_dist", 500000.0, EXIT_OK), ("torch_dist-rope_theta", 10000.0, EXIT_UNSUPPORTED)):
             r, outdir = export(edit(lambda c: c["rope_parameters"].update(rope_theta=theta)), name, src=td)
             check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
             if rc == EXIT_OK and r.returncode == EXIT_OK:
@@ -130,7 +130,7 @@ def main() -> int:
                 check(("rope_parameters.rope_theta", "rotary_base", 500000.0) in got and len(got) >= 12,
                       f"{name}: args_checked {sorted(map(str, got))}")
                 check("common_state/shard_0_1" in str(m.get("args_from")), f"{name}: args_from {m.get('args_from')!r}")
-            if rc == EXIT_INVALID:
+            if rc == EXIT_UNSUPPORTED:
                 for n in ("rope_parameters.rope_theta = 10000.0", "args.rotary_base = 500000", "common_state/shard_0_1", "config.json"):
                     check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
                 check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
@@ -152,11 +152,11 @@ def main() -> int:
 
         moe_cases = [
             ("moe", moe_config, EXIT_OK, []),
-            ("moe-num_experts_per_tok", moe_edit(lambda c: c.update(num_experts_per_tok=4)), EXIT_INVALID,
+            ("moe-num_experts_per_tok", moe_edit(lambda c: c.update(num_experts_per_tok=4)), EXIT_UNSUPPORTED,
              ["num_experts_per_tok = 4", "args.moe_router_topk = 2"]),
-            ("moe-norm_topk_prob", moe_edit(lambda c: c.update(norm_topk_prob=False)), EXIT_INVALID,
+            ("moe-norm_topk_prob", moe_edit(lambda c: c.update(norm_topk_prob=False)), EXIT_UNSUPPORTED,
              ["norm_topk_prob = False", "args.moe_router_pre_softmax = False"]),
-            ("moe-norm_topk_prob-default", moe_edit(lambda c: c.pop("norm_topk_prob")), EXIT_INVALID,
+            ("moe-norm_topk_prob-default", moe_edit(lambda c: c.pop("norm_topk_prob")), EXIT_UNSUPPORTED,
              ["norm_topk_prob = False (qwen3_moe's default)", "args.moe_router_pre_softmax = False"]),
         ]
         for name, config, rc, names in moe_cases:
@@ -172,7 +172,7 @@ def main() -> int:
                 check(want <= got, f"{name}: args_checked lacks {sorted(want - got)}")
             for n in names + (["common_state/shard_0_1", "config.json"] if names else []):
                 check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
-            if rc == EXIT_INVALID:
+            if rc == EXIT_UNSUPPORTED:
                 check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
 
         # torch_dist from dist_checkpointing.save: a common state without args.

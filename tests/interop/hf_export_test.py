@@ -12,7 +12,8 @@
 - verl 0.9.1's FSDP2 save of a tied Llama (layouts/verl_fsdp2_tied, the head and the embedding one
   torch.save storage): the folder has no lm_head.weight, from_pretrained takes it (but the recipe's own buffer).
 - The check before the rename: the same export with a config.json that says 3 layers (the
-  checkpoint has 2) is exit 3 naming layer-missing, and leaves nothing (no folder, no temporary).
+  checkpoint has 2) is exit 5 naming layer-missing and config.json (the checkpoint is intact:
+  issue 68's exit codes), and leaves nothing (no folder, no temporary).
 - The README's sample (app.model beside app.optim): `-o DIR/` takes app.model and says so;
   `-o x.safetensors` writes everything, with a note naming --select app.model. torchtitan's flat
   model keys beside optimizer.*: `-o DIR/` leaves optimizer.* out.
@@ -39,7 +40,7 @@ except ImportError as e:
     skip_or_fail(f"torch, safetensors and transformers are needed ({e}); tools/requirements.txt pins them")
 
 import map_oracle as mo  # noqa: E402
-from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, hf_loaded, problems, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, hf_loaded, problems, run, summary  # noqa: E402
 
 
 def tensors(folder: Path) -> dict:
@@ -120,9 +121,11 @@ def main() -> int:
         out = tmp / "verl"
         # model.loss_scale: a buffer the fixture's recipe registers on the LlamaModel (make_verl.py,
         # verl issue #7610), which LlamaForCausalLM has no place for: the model schema refuses it
-        # (exit 3, nothing left), and --exclude leaves it out.
+        # (exit 5: the checkpoint is intact, config.json does not describe it; nothing left), and
+        # --exclude leaves it out.
         r = run(dcpctl, "consolidate", verl, "-o", f"{out}/")
-        expect_rc(r, EXIT_INVALID, "verl_fsdp2_tied -o DIR/ with model.loss_scale", "schema-key-unexpected", "model.loss_scale")
+        expect_rc(r, EXIT_UNSUPPORTED, "verl_fsdp2_tied -o DIR/ with model.loss_scale", "schema-key-unexpected",
+                  "model.loss_scale", "--exclude")
         check(not out.exists(), "verl -o DIR/ refused: nothing left")
         r = run(dcpctl, "consolidate", verl, "-o", f"{out}/", "--json", "--exclude", "model.loss_scale")
         if expect_rc(r, EXIT_OK, "verl_fsdp2_tied -o DIR/ --exclude model.loss_scale"):
@@ -140,7 +143,8 @@ def main() -> int:
         (assets / "config.json").write_text(json.dumps(cfg))
         bad = tmp / "bad"
         r = run(dcpctl, "consolidate", case.ckpt, "-o", f"{bad}/", "--map", case.map, "--assets", assets)
-        expect_rc(r, EXIT_INVALID, "a folder whose config says 3 layers", "layer-missing", "not put in place")
+        expect_rc(r, EXIT_UNSUPPORTED, "a folder whose config says 3 layers", "layer-missing", "not put in place",
+                  "config.json does not describe")
         check(not bad.exists() and not [p for p in tmp.iterdir() if "dcpctl-tmp" in p.name],
               f"a refused folder left {sorted(p.name for p in tmp.iterdir())}")
 

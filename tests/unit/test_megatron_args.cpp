@@ -55,7 +55,7 @@ json llama_config() {
 std::string fails(const MegatronArgs& a, const json& c, const std::string& variant) {
   try {
     check_megatron_args(a, c, "cfg/config.json", variant);
-  } catch (const FormatError& e) {
+  } catch (const UnsupportedError& e) {
     return e.what();
   }
   return "";

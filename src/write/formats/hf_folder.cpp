@@ -185,7 +185,8 @@ class HfFolder final : public SafetensorsFiles {
                                                    "a key map that takes them there (--map NAME or FILE: `dcpctl maps`), "
                                                    "a config.json that describes them (--assets DIR)" +
                                                    (o_.cast ? std::string() : ", --dtype DTYPE for the config's dtype") +
-                                                   ", or write them as they are (-o FILE.safetensors, or --no-assets); "
+                                                   ", --exclude GLOB for what the model does not have, or write them "
+                                                   "as they are (-o FILE.safetensors, or --no-assets); "
                                                    "the folder was not put in place:" + what);
     if (!o_.map.empty() && schema_only) {
       if (const std::string settings = flag_settings(r); !settings.empty())
