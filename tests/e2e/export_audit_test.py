@@ -37,6 +37,7 @@ from testlib import EXIT_FAILURE, EXIT_OK, check, run, summary  # noqa: E402
 
 DCPCTL = ""
 TITAN = {"titan_llama3": "torchtitan-llama3", "titan_llama3_v02": "torchtitan-llama3-0.2", "titan_qwen3": "torchtitan-qwen3",
+         "titan_qwen3_moe": "torchtitan-qwen3",
          "titan_deepseek_v3": "torchtitan-deepseek-v3", "titan_kimi_k2_7": "torchtitan-deepseek-v3",
          "titan_gpt_oss": "torchtitan-gpt-oss", "titan_qwen3_5": "torchtitan-qwen3_5"}
 MEGATRON = ["megatron_llama", "megatron_qwen", "megatron_qwen3", "megatron_qwen3_moe", "megatron_qwen2_moe", "megatron_llama_bias"]

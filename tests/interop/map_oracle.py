@@ -34,6 +34,7 @@ CASES = {
     "titan_llama3": "torchtitan-llama3",
     "titan_llama3_v02": "torchtitan-llama3-0.2",
     "titan_qwen3": "torchtitan-qwen3",
+    "titan_qwen3_moe": "torchtitan-qwen3",
     "titan_deepseek_v3": "torchtitan-deepseek-v3",
     "titan_deepseek_v3_mtp": "torchtitan-deepseek-v3",
     "titan_kimi_k2_7": "torchtitan-deepseek-v3",
@@ -45,9 +46,10 @@ CASES = {
 }
 # transformers vs torchtitan logits (float32, rtol 1e-4), as make_titan_maps.py accepted them; the
 # megatron cases record theirs in expected.json (logits.atol, rtol 0: make_megatron_hf.py)
-LOGITS_ATOL = {"llama3": 1e-5, "qwen3": 1e-5, "deepseek_v3": 1e-4, "kimi_k2_7": 1e-4, "gpt_oss": 1e-5, "qwen3_5": 1e-6}
+LOGITS_ATOL = {"llama3": 1e-5, "qwen3": 1e-5, "qwen3_moe": 1e-5, "deepseek_v3": 1e-4, "kimi_k2_7": 1e-4, "gpt_oss": 1e-5, "qwen3_5": 1e-6}
 # an HF key whose source tensor(s) each case's --dry-run plan and diff checks look at
-PROBE = {"titan_kimi_k2_7": ("model.layers.1.self_attn.q_b_proj.weight", "attention.wq_b.weight"),
+PROBE = {"titan_qwen3_moe": ("model.layers.1.mlp.experts.4.down_proj.weight", "inner_experts.w2_EDF"),
+         "titan_kimi_k2_7": ("model.layers.1.self_attn.q_b_proj.weight", "attention.wq_b.weight"),
          "titan_deepseek_v3_mtp": ("model.layers.2.self_attn.q_proj.weight", "mtp_layers.0.attention.wq.weight"),
          "titan_gpt_oss": ("model.layers.1.mlp.experts.down_proj", "mlp2_weight_EDF"),
          "titan_qwen3_5": ("model.language_model.layers.1.self_attn.q_proj.weight", "attn.wq.weight"),
@@ -95,9 +97,9 @@ class Case:
     @property
     def dropped_keys(self) -> list[str]:
         """The checkpoint's model keys the map drops on purpose and reports (dropped): torchtitan's
-        load-balancing expert_bias_E, which GPT-OSS and Qwen 3.5 in transformers have no tensor for
-        (their adapters drop it too; DeepSeek-V3's is e_score_correction_bias). Sorted."""
-        if self.family in ("gpt_oss", "qwen3_5"):
+        load-balancing expert_bias_E, which GPT-OSS, Qwen 3 MoE and Qwen 3.5 in transformers have no
+        tensor for (their adapters drop it too; DeepSeek-V3's is e_score_correction_bias). Sorted."""
+        if self.family in ("gpt_oss", "qwen3_moe", "qwen3_5"):
             return sorted(k for k in self.model_keys if k.endswith(".moe.expert_bias_E"))
         return []
 

@@ -56,7 +56,8 @@ Semantics (the schema's, docs in src/maps/README.md):
     In a family's layer rule, "beside" takes the prefix of the rule's side.
   - "keep_dtype": true: no transform; --dtype keeps the rule's tensors in their saved dtype (dcpctl's
     precision policy, checked by tests/interop/precision_test.py), which this reference does not cast.
-  - params: {"config": KEY or [KEY, ...] (first present), "default": EXPR}; expressions are integer
+  - params: {"config": KEY or [KEY, ...] (first present, as written or through transformers'
+    attribute_map of config.json's model_type, both ways), "default": EXPR}; expressions are integer
     arithmetic (+ - * / and parentheses) over param names, config keys and integers; "/" must divide
     exactly. A param is resolved only when it is needed: by a rule that matched the input, or to
     match a pattern that has it in an offset; one that cannot be resolved is a MapError naming it.
@@ -523,6 +524,23 @@ def _config_value(config: dict, key: str) -> Any:
     return v
 
 
+def _aliased_value(config: dict, key: str) -> Any:
+    """config.json's value for key as transformers reads it: through the attribute_map of the
+    config's model_type class, both ways (transformers 5.23 writes Qwen3-MoE's num_experts as
+    num_local_experts, which Qwen3MoeConfig.attribute_map aliases to num_experts). transformers itself
+    is the oracle here, not dcpctl's table (src/view/config_aliases.json)."""
+    v = _config_value(config, key)
+    if v is not None or "." in key or not isinstance(config.get("model_type"), str):
+        return v
+    try:
+        from transformers import CONFIG_MAPPING
+        amap = getattr(CONFIG_MAPPING[config["model_type"]], "attribute_map", {}) or {}
+    except (ImportError, KeyError):
+        return None
+    names = ([amap[key]] if key in amap else []) + [a for a, b in amap.items() if b == key]
+    return next((config[n] for n in names if config.get(n) is not None), None)
+
+
 class Params:
     """Lazily resolved params: `get(name)` evaluates the param (or a config key) on first use."""
 
@@ -542,7 +560,7 @@ class Params:
             keys = spec.get("config", [])
             keys = [keys] if isinstance(keys, str) else keys
             for k in keys:
-                v = _config_value(self.config, k)
+                v = _aliased_value(self.config, k)
                 if v is not None:
                     self.values[name] = self._int(v, f"config.json {k}")
                     break

@@ -9,7 +9,8 @@ logits. No dcpctl involved: this pins the semantics the engine must have.
 
     map_reference_test.py FIXTURES_DIR
 
-Checks, per case (titan_llama3, titan_llama3_v02, titan_qwen3 (tied), titan_deepseek_v3 (MoE),
+Checks, per case (titan_llama3, titan_llama3_v02, titan_qwen3 (tied), titan_qwen3_moe (grouped experts,
+hidden 48 != heads x head_dim 64; drops expert_bias_E), titan_deepseek_v3 (MoE),
 titan_deepseek_v3_mtp (MTP: offsets in patterns), titan_kimi_k2_7 (q LoRA), titan_gpt_oss (transpose),
 titan_qwen3_5 (Gated DeltaNet concatenations; both drop expert_bias_E), megatron_llama,
 megatron_qwen (groups, stack + list), megatron_llama_bias (linear biases: linear_fc1.bias a stack + list
@@ -180,6 +181,8 @@ def run_case(case: mo.Case, work: Path) -> None:
     if case.family == "qwen3":
         check("num_experts" not in config and "n_experts" not in rep["params"],
               f"{case.name}: dense Qwen 3 resolved n_experts? {rep['params']}")
+    if case.family == "qwen3_moe":
+        qwen3_moe_controls(case, m, flat, rep)
     if case.map == "torchtitan-deepseek-v3":
         check(rep["params"].get("n_experts") == config["n_routed_experts"], f"{case.name}: params {rep['params']}")
         cfg = dict(config)
@@ -193,6 +196,31 @@ def run_case(case: mo.Case, work: Path) -> None:
             check("n_layers" not in rep["params"], f"{case.name}: no MTP block, yet params {rep['params']}")
     if case.kind == "megatron":
         megatron_controls(case, m, flat, out, work)
+
+
+def qwen3_moe_controls(case: mo.Case, m: dict, flat: dict, rep: dict) -> None:
+    """Grouped experts [E, ...] <-> one key per expert: the count from config.json (transformers 5.23
+    writes num_local_experts, which num_experts aliases; the shapes fallback is dcpctl's alone, checked
+    by maps_test.py); an expert
+    missing on the HF side is an error; gate and up swapped give other tensors and other logits."""
+    config = case.config
+    n = case.doc["dims"]["experts"]
+    check(rep["params"].get("n_experts") == n and config.get("num_local_experts") == n,
+          f"{case.name}: n_experts {rep['params'].get('n_experts')} (config.json num_local_experts "
+          f"{config.get('num_local_experts')}, want {n})")
+    hf_in = case.hf_input()
+    part = {k: v for k, v in hf_in.items() if ".experts.5." not in k}
+    raises(lambda: apply_map(m, part, config), "missing", f"{case.name}: an expert missing")
+    gate, up = "inner_experts.w1_EFD", "inner_experts.w3_EFD"
+    swapped = edited(m, lambda r: r.update(torchtitan=r["torchtitan"].replace(gate, "@").replace(up, gate)
+                                           .replace("@", up)) if isinstance(r.get("torchtitan"), str) else None)
+    o, _ = apply_map(swapped, flat, config)
+    bad = mo.check_hf_tensors(case, o, "gate/up swapped")
+    fails(bad, ["gate_proj", "up_proj"], f"{case.name}: expert gate/up swapped")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = mo.hf_folder_from_tensors(case, o, Path(tmp))
+        fails(mo.check_from_pretrained(case, folder, "gate/up swapped"), ["logits differ"],
+              f"{case.name}: expert gate/up swapped, logits")
 
 
 def mtp_controls(case: mo.Case, m: dict, flat: dict, rep: dict) -> None:

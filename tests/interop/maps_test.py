@@ -2,7 +2,8 @@
 """`--map NAME|FILE` (issue 27): dcpctl's key maps against torchtitan's own StateDictAdapters,
 Megatron-Bridge's export and transformers, on checkpoints real torchtitan and megatron-core wrote
 (tests/fixtures/layouts/titan_*, made by make_titan_maps.py: titan_llama3 and titan_qwen3 (tied),
-titan_deepseek_v3 (MoE), titan_deepseek_v3_mtp (MTP block: HF layer num_hidden_layers + M) and
+titan_qwen3_moe (grouped experts; hidden 48 != heads x head_dim 64), titan_deepseek_v3 (MoE),
+titan_deepseek_v3_mtp (MTP block: HF layer num_hidden_layers + M) and
 titan_kimi_k2_7 (q LoRA) from torchtitan 0.3.0, titan_gpt_oss (experts transposed, biases, sinks) and
 titan_qwen3_5 (Gated DeltaNet fused, release prefix; make_titan_qwen3_5.py) from 0.3.0 against
 transformers' own layout (their adapters are wrong, see src/maps/README.md), titan_llama3_v02 from
@@ -28,6 +29,10 @@ Checks:
     the built-in name), `--max-memory 16KiB` (byte-identical), `--dry-run --json` (a probe key planned
     from its source: the rope transforms of Llama, the MTP block's HF layer 2 from mtp_layers.0, a
     grouped k_proj from the stacked linear_qkv in more than one piece; writes nothing);
+  - (torchtitan-qwen3: titan_qwen3, titan_qwen3_moe) `consolidate CKPT -o OUT/ --map torchtitan-qwen3
+    --config config.json` (no --assets) exit 0, the adapter's to_hf tensor for tensor, `verify OUT/`
+    exit 0 (the model schema, issue 68: Qwen3-MoE's attention width is not its hidden size),
+    from_pretrained(OUT/) with nothing missing or unexpected and the recorded logits;
   - (Llama, Megatron) config.json lookup: --config, else --assets DIR's, else the checkpoint's own;
     --config wins;
   - (Llama, Megatron) refusals, exit 2, nothing written: an unknown map name, a param the config
@@ -223,8 +228,10 @@ def test_file_and_options(case: mo.Case, work: Path) -> None:
         check(f.read_bytes() == base.read_bytes(), f"{case.name}: --map FILE.json differs from --map {case.map}")
     small = work / f"{case.name}-small.safetensors"
     # a budget well under the checkpoint's model tensors (titan: 4 KiB the largest; megatron: stacked
-    # [2, 64, 128] float32 Megatron tensors of 64 KiB, which consolidate without --map reads whole)
-    budget = "96KiB" if case.kind == "megatron" else "16KiB"
+    # [2, 64, 128] float32 Megatron tensors of 64 KiB, which consolidate without --map reads whole;
+    # titan_qwen3_moe: grouped experts [6, 24, 48] of 27 KiB, saved as two [3, 24, 48] FSDP chunks, one
+    # expert's slab written from its 13.5 KiB chunk plus its own 4.5 KiB: 18 KiB at once)
+    budget = "96KiB" if case.kind == "megatron" else "24KiB" if case.name == "titan_qwen3_moe" else "16KiB"
     r = dcpctl("consolidate", case.ckpt, "-o", small, "--map", case.map, "--config", case.config_path,
             "--max-memory", budget, "--threads", "2")
     if ok(r, f"{case.name}: --max-memory {budget}"):
@@ -247,6 +254,26 @@ def test_file_and_options(case: mo.Case, work: Path) -> None:
                 rows = [int(str(p.get("box", "[0:")).strip("[").split(":")[0]) for p in rec["pieces"]]
                 check(rows != sorted(rows), f"{case.name}: --dry-run --json: {q}'s pieces take rows {rows} "
                       "in order: no RoPE permutation shown")
+
+
+def test_config_folder_verify(case: mo.Case, work: Path) -> None:
+    """Issue 68: an export whose model's attention width (heads x head_dim) is not its hidden size,
+    torchtitan 0.3.0's Qwen3-MoE (titan_qwen3_moe: 64 vs 48), was refused, exit 5, by a model schema
+    that took the one for the other. Into a folder with --config alone: exit 0, the adapter's to_hf,
+    `verify` of the folder exit 0, and transformers loads it with torchtitan's logits."""
+    out = work / f"{case.name}-config-folder"
+    r = dcpctl("consolidate", case.ckpt, "--map", case.map, "-o", f"{out}/", "--config", case.config_path, "--json")
+    if not ok(r, f"{case.name}: consolidate --map {case.map} -o DIR/ --config"):
+        return
+    problems(mo.check_hf_tensors(case, hf_tensors(out), f"{case.name}: -o DIR/ --config", folder=True))
+    if case.family == "qwen3_moe":  # config.json's num_local_experts, through Qwen3MoeConfig's alias
+        p = ((jdoc(r, f"{case.name}: -o DIR/ --config --json").get("map") or {}).get("params") or {}).get("n_experts") or {}
+        check(p.get("value") == case.doc["dims"]["experts"],
+              f"{case.name}: --json map.params.n_experts {p} (want {case.doc['dims']['experts']} from config.json)")
+    r = dcpctl("verify", f"{out}/")
+    check(r.returncode == 0, f"{case.name}: verify of the exported folder: exit {r.returncode} (want 0), "
+          f"{(r.stdout + r.stderr).strip()[-800:]!r}")
+    problems(mo.check_from_pretrained(case, out, f"{case.name}: from_pretrained(-o DIR/ --config)"))
 
 
 def test_config_lookup(case: mo.Case, work: Path) -> None:
@@ -1235,6 +1262,8 @@ def main() -> int:
             if case.family == "llama3" or case.kind == "megatron":
                 steps.append((f"{case.name} config lookup", lambda c=case: test_config_lookup(c, work)))
                 steps.append((f"{case.name} refusals", lambda c=case: test_refusals(c, work, fixtures)))
+            if case.map == "torchtitan-qwen3":
+                steps.append((f"{case.name} --config folder, verify", lambda c=case: test_config_folder_verify(c, work)))
             if case.family == "qwen3_5":
                 steps.append((f"{case.name} composite config", lambda c=case: test_composite_config(c, work)))
             if case.name == "titan_llama3":
