@@ -120,9 +120,11 @@ def check_verl_folder(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     exp = json.loads((d / "expected.json").read_text())
     out = tmp / "verl-hf"
     # make_verl.py's model.loss_scale is no tensor of LlamaForCausalLM: the model schema refuses the
-    # folder (exit 3, nothing left) until --exclude leaves it out.
+    # folder (exit 5: the run is intact, config.json does not describe it; nothing left) until
+    # --exclude leaves it out.
     r = run(dcpctl, "consolidate", d / "run" / "global_step_2", "-o", f"{out}/")
-    expect_rc(r, 3, "run_verl: consolidate global_step_2 to a folder with model.loss_scale", "schema-key-unexpected", "model.loss_scale")
+    expect_rc(r, 5, "run_verl: consolidate global_step_2 to a folder with model.loss_scale", "schema-key-unexpected",
+              "model.loss_scale", "--exclude")
     check(not out.exists(), "run_verl: the refused folder left nothing")
     r = run(dcpctl, "consolidate", d / "run" / "global_step_2", "-o", f"{out}/", "--json", "--exclude", "model.loss_scale")
     if not expect_rc(r, 0, "run_verl: consolidate global_step_2 to a folder"):
