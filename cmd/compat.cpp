@@ -38,6 +38,9 @@ int run_compat(const CompatCliOptions& o) {
   co.output = o.output;
   co.force = o.force;
   co.link = parse_link(o.link);
+  co.note = [quiet = o.quiet](const std::string& s) {
+    if (!quiet) std::cerr << "dcpctl: note: " << s << "\n";
+  };
   CompatResult r = write_compat(ck, co);
   if (o.json) {
     json j = {{"schema_version", 1},

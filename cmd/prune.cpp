@@ -6,6 +6,7 @@
 #include "meta/run_folder.h"
 #include "report/runs.h"
 #include "util/error.h"
+#include "write/leftovers.h"
 #include "write/prune.h"
 
 namespace dcpctl::cli {
@@ -25,9 +26,21 @@ int run_prune(const PruneCliOptions& o) {
   std::vector<PruneDecision> plan = plan_prune(rf, o.keep, o.incomplete);
   json removed = json::array(), kept = json::array();
   uint64_t freed = 0;
+  size_t checkpoints = 0;  // of `removed`; the rest are leftovers (an interrupted prune's, a killed run's temporaries)
   auto row = [](const PruneDecision& d) { return json{{"name", d.entry->name}, {"path", d.entry->path}, {"reason", d.reason}}; };
   for (const auto& d : plan)
     if (!d.remove) kept.push_back(row(d));
+  // The temporaries killed dcpctl runs left in the folder (write/leftovers.h): those of a process
+  // gone from this host go; a live run's, another host's and an old output moved aside stay.
+  std::vector<Leftover> temps = find_leftovers_in(rf.dir);
+  auto temp_row = [](const Leftover& l) {
+    return json{{"name", l.path.substr(l.path.find_last_of('/') + 1)},
+                {"path", l.path},
+                {"reason", l.reason()},
+                {"bytes", l.bytes}};
+  };
+  for (const auto& l : temps)
+    if (!l.removable()) kept.push_back(temp_row(l));
   auto report = [&] {
     if (o.json) {
       std::cout << json{{"schema_version", 1}, {"run_folder", rf.dir}, {"dry_run", o.dry_run}, {"keep", o.keep},
@@ -36,7 +49,9 @@ int run_prune(const PruneCliOptions& o) {
                 << "\n";
     } else if (!o.quiet) {
       for (const auto& k : kept) std::cout << "keep    " << k["path"].get<std::string>() << "  (" << k["reason"].get<std::string>() << ")\n";
-      std::cout << (o.dry_run ? "would remove " : "removed ") << removed.size() << " checkpoint(s), " << human_bytes(freed) << "\n";
+      std::cout << (o.dry_run ? "would remove " : "removed ") << checkpoints << " checkpoint(s), ";
+      if (removed.size() > checkpoints) std::cout << removed.size() - checkpoints << " leftover(s), ";
+      std::cout << human_bytes(freed) << "\n";
     }
   };
   if (o.dry_run) {
@@ -44,9 +59,16 @@ int run_prune(const PruneCliOptions& o) {
       removed.push_back({{"name", left.substr(left.find_last_of('/') + 1)}, {"path", left}, {"reason", "left by an interrupted prune"}});
       if (!o.json && !o.quiet) std::cout << "remove  " << left << "  (left by an interrupted prune)\n";
     }
+    for (const auto& l : temps)
+      if (l.removable()) {
+        removed.push_back(temp_row(l));
+        freed += l.bytes;
+        if (!o.json && !o.quiet) std::cout << "remove  " << l.path << "  (" << l.reason() << ")\n";
+      }
     for (const auto& d : plan)
       if (d.remove) {
         removed.push_back(row(d));
+        ++checkpoints;
         freed += d.entry->bytes;
         if (!o.json && !o.quiet) std::cout << "remove  " << d.entry->path << "  (" << d.reason << ")\n";
       }
@@ -54,11 +76,19 @@ int run_prune(const PruneCliOptions& o) {
     return 0;
   }
   try {
+    for (const auto& l : temps)
+      if (l.removable()) {
+        remove_leftover(l);
+        removed.push_back(temp_row(l));
+        freed += l.bytes;
+        if (!o.json && !o.quiet) std::cout << "removed " << l.path << "  (" << l.reason() << ")\n";
+      }
     execute_prune(rf, plan, [&](const std::string& path) {
       json r = {{"name", path.substr(path.find_last_of('/') + 1)}, {"path", path}, {"reason", "left by an interrupted prune"}};
       for (const auto& d : plan)
         if (d.entry->path == path) {
           r = row(d);
+          ++checkpoints;
           freed += d.entry->bytes;
         }
       removed.push_back(r);

@@ -189,6 +189,9 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
       rf.prune_leftovers.push_back(join_path(dir, n));
       continue;
     }
+    // .NAME.dcpctl-tmp-*: an output a dcpctl run is writing, or one a killed run left
+    // (write/leftovers.h; prune removes those). Never a checkpoint, though its name may end in digits.
+    if (n[0] == '.' && n.find(".dcpctl-tmp-") != std::string::npos) continue;
     if (!std::regex_match(n, m, kName) || m[2].length() > 18) continue;
     std::string p = join_path(dir, n);
     PathInfo lst = stat_path(p, false);

@@ -16,6 +16,7 @@
 #include "util/error.h"
 #include "store/file.h"
 #include "write/dcp_metadata.h"
+#include "write/leftovers.h"
 #include "write/output.h"
 
 namespace dcpctl {
@@ -200,6 +201,7 @@ CompatResult write_compat(const Checkpoint& ck, const CompatOptions& opts) {
     throw FormatError(Where(ck.dir), "the checkpoint is incomplete or invalid; refusing to copy it:" + text);
   }
   check_output_path(opts.output, opts.force, ck.dir);
+  clear_dead_temporaries(opts.output, false, opts.note);  // what a killed run left: write/leftovers.h
 
   CompatResult res;
   res.strided_tensors = ck.md.strided_tensors();

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "meta/checkpoint.h"
@@ -28,7 +29,8 @@ enum class LinkMode { Auto, Reflink, Hard, Copy };
 struct CompatOptions {
   std::string output;
   bool force = false;
-  LinkMode link = LinkMode::Auto;  // Auto: reflink, else hard link, else copy, per file
+  LinkMode link = LinkMode::Auto;                // Auto: reflink, else hard link, else copy, per file
+  std::function<void(const std::string&)> note;  // one-line notices (stderr): a dead run's temporary removed
 };
 
 struct CompatResult {

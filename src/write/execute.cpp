@@ -16,6 +16,7 @@
 #include "util/memory_gate.h"
 #include "util/numeric.h"
 #include "util/sha256.h"
+#include "write/leftovers.h"
 #include "write/manifest.h"
 #include "write/output.h"
 #include "write/write_hash.h"
@@ -35,6 +36,8 @@ void check_output(const WriteRequest& request, OutputWriter& writer, bool leader
   try {
     check_output_path(request.o.output, request.o.force, request.ck.dir);
     writer.check(request);
+    // What a killed run (SIGKILL: no handler ran) left for this output: write/leftovers.h.
+    if (!is_remote(request.o.output)) clear_dead_temporaries(request.o.output, request.o.dry_run, request.o.note);
   } catch (const std::exception& e) {
     if (request.o.group) request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
     throw;

@@ -18,6 +18,7 @@
 #include "util/error.h"
 #include "util/failpoint.h"
 #include "util/io_buffer.h"
+#include "write/leftovers.h"
 #include "write/write_hash.h"
 
 namespace dcpctl {
@@ -125,12 +126,6 @@ std::string basename_of(std::string p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-std::string temp_name(const std::string& final_path) {
-  std::string f = final_path;
-  while (f.size() > 1 && f.back() == '/') f.pop_back();
-  return dirname_of(f) + "/." + basename_of(f) + ".dcpctl-tmp-" + std::to_string(::getpid());
-}
-
 std::string real(const std::string& p) {
   char buf[PATH_MAX];
   if (::realpath(p.c_str(), buf)) return buf;
@@ -203,6 +198,7 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     release(slot_);
     throw IoError(Where(tmp_), "cannot create: " + errno_text(e));
   }
+  failpoint_stop(("created/" + basename_of(final_)).c_str());  // tests: killed with only the temporary there
   if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);
 }
 
@@ -406,6 +402,8 @@ void OutputFile::commit() {
     throw IoError(Where(final_), "close failed: " + errno_text(errno));
   }
   fd_ = -1;
+  // tests: killed with the whole output under its temporary name
+  failpoint_stop(("rename/" + basename_of(final_)).c_str());
   if (::rename(tmp_.c_str(), final_.c_str()) != 0)
     throw IoError(Where(final_), "cannot rename " + tmp_ + " into place: " + errno_text(errno));
   committed_ = true;
@@ -430,6 +428,7 @@ OutputDir::OutputDir(std::string final_path, UploadSession* uploads) : final_(st
     release(slot_);
     throw IoError(Where(tmp_), "cannot create directory: " + errno_text(e));
   }
+  failpoint_stop(("created/" + basename_of(final_)).c_str());
 }
 
 OutputDir::~OutputDir() {
@@ -448,6 +447,7 @@ void OutputDir::commit() {
     ::fsync(fd);
     ::close(fd);
   }
+  failpoint_stop(("rename/" + basename_of(final_)).c_str());
   struct stat st;
   if (::lstat(final_.c_str(), &st) == 0) {
     // Replacing an existing output: one atomic swap, so that the final name always names a
@@ -464,7 +464,7 @@ void OutputDir::commit() {
   }
   std::string aside;
   if (::lstat(final_.c_str(), &st) == 0) {
-    aside = temp_name(final_) + "-old";
+    aside = aside_name(final_);
     if (::rename(final_.c_str(), aside.c_str()) != 0)
       throw IoError(Where(final_), "cannot move the old output aside: " + errno_text(errno));
     failpoint("output-dir-commit", 0);  // the window: no output under the final name

@@ -3,11 +3,13 @@
 // Every output is written under a temporary name next to its final place (same filesystem) and
 // renamed when complete; a failed run removes its temporaries, and so do SIGINT/SIGTERM/SIGHUP
 // (install_cleanup_handlers). Only SIGKILL or a power cut can leave a temporary behind, and it is
-// named `.<name>.dcpctl-tmp-<pid>`, never the final name. An existing output is replaced only with
-// `force`; a directory output replaces the old one by an atomic swap (renameat2 RENAME_EXCHANGE)
-// and the old one is removed after, so the final name never goes missing; where the filesystem
-// cannot swap, the old one is renamed aside first (a window in which a signal leaves no output
-// under the final name, the old one under `.<name>.dcpctl-tmp-<pid>-old`).
+// named `.<name>.dcpctl-tmp-<pid>-<start>@<host>` (write/leftovers.h), never the final name; the
+// next run to the same output removes it once its process is gone from this host. An existing
+// output is replaced only with `force`; a directory output replaces the old one by an atomic swap
+// (renameat2 RENAME_EXCHANGE) and the old one is removed after, so the final name never goes
+// missing; where the filesystem cannot swap, the old one is renamed aside first (a window in
+// which a signal leaves no output under the final name, the old one under
+// `.<name>.dcpctl-tmp-<pid>-<start>-old@<host>`).
 //
 // An `s3://bucket/key` output is the same object over an upload instead of a file (store/upload.h):
 // no temporary name (the object appears when commit() completes its upload), no descriptor

@@ -147,9 +147,7 @@ int remove_contents(int dfd, int depth) {
 
 }  // namespace
 
-// Removes the tree at `path` (already renamed to a hidden name). A file written into it meanwhile
-// is removed on the next pass. Returns 0 or the errno of the failure.
-static int remove_hidden_tree(const std::string& path) {
+int remove_tree_no_follow(const std::string& path) {
   int err = 0;
   for (int pass = 0; pass < 5; ++pass) {
     int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -167,7 +165,8 @@ static int remove_hidden_tree(const std::string& path) {
 void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
                    const std::function<void(const std::string& path)>& removed) {
   for (const auto& left : rf.prune_leftovers) {  // an interrupted prune had decided these already
-    if (int err = remove_hidden_tree(left)) throw IoError(Where(left), "cannot remove what an interrupted prune left: " + errno_text(err));
+    if (int err = remove_tree_no_follow(left))
+      throw IoError(Where(left), "cannot remove what an interrupted prune left: " + errno_text(err));
     removed(left);
   }
   for (const auto& d : plan) {
@@ -181,7 +180,7 @@ void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
     if (::rename(e.path.c_str(), hidden.c_str()) != 0)
       throw IoError(Where(e.path), "cannot remove: " + errno_text(errno));
     failpoint_stop("prune-renamed");  // tests: change the tree while the removal is under way
-    if (int err = remove_hidden_tree(hidden)) {
+    if (int err = remove_tree_no_follow(hidden)) {
       std::string back = ::rename(hidden.c_str(), e.path.c_str()) == 0 ? e.path : hidden;
       throw IoError(Where(e.path), "cannot remove: " + errno_text(err) + "; what is left stays at " + back);
     }

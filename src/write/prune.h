@@ -36,4 +36,9 @@ std::vector<PruneDecision> plan_prune(const RunFolder& rf, int keep, bool incomp
 void execute_prune(const RunFolder& rf, const std::vector<PruneDecision>& plan,
                    const std::function<void(const std::string& path)>& removed);
 
+// Removes the directory tree at `path` without following any symbolic link (one inside is
+// unlinked); a file written into it meanwhile is removed on the next pass. Returns 0 or the errno
+// of the failure (ENOTDIR when `path` is not a directory).
+int remove_tree_no_follow(const std::string& path);
+
 }  // namespace dcpctl

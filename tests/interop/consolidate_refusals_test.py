@@ -28,6 +28,15 @@ was wrong on stderr.
                SIGTERM and SIGINT mid-write for every format (and over an existing output with
                --force): the process dies of the signal, no output, no temporary, the old output
                intact.
+  killed       A ~96 MB checkpoint written by torch (dcp.save); a consolidate to a file and to a
+               folder and a reshard (a folder) killed with SIGKILL at three points: just after its
+               temporary was made (DCPCTL_FAILPOINT created/NAME:stop, then kill -9), mid-write,
+               and with the whole output under its temporary name (rename/NAME:stop). Each leaves
+               `.NAME.dcpctl-tmp-PID-START@HOST`; the next run to the same output removes it and
+               says so, and writes what an uninterrupted run writes (byte for byte; loaded by torch).
+               A live run's temporary (stopped at created/NAME) and one named for another host are
+               left alone and named. `dcpctl prune RUN --keep 2` (and --dry-run, --json) lists a
+               dead run's temporary in a run folder and removes it, and keeps the others.
 Exit status: 0 pass, 1 failure, 77 skip (torch missing; a failure instead under CI, tests/skip.py).
 """
 
@@ -525,6 +534,262 @@ def case_signals(fixtures: Path, tmp: Path) -> None:
     g.check()
 
 
+def proc_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat ('T' stopped, 'Z' zombie, ...), '' when gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return text[text.rfind(")") + 2:].split()[0]
+
+
+def wait_stopped(p: subprocess.Popen, what: str, timeout: float = 60) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if p.poll() is not None:
+            fail(f"{what}: the run ended (exit {p.returncode}) before its failpoint stopped it")
+            return False
+        if proc_state(p.pid) == "T":
+            return True
+        time.sleep(0.005)
+    fail(f"{what}: the run did not stop at its failpoint in {timeout} s")
+    p.kill()
+    p.wait()
+    return False
+
+
+def temps_of(work: Path, out: str, pid: int | None = None) -> list[str]:
+    """The names in `work` that are dcpctl temporaries of output `out` (of process `pid`)."""
+    pre = f".{out.rstrip('/')}.dcpctl-tmp-"
+    if pid is None:
+        return sorted(n for n in os.listdir(work) if n.startswith(pre))
+    # .NAME.dcpctl-tmp-PID-START@HOST; an older dcpctl's .NAME.dcpctl-tmp-PID
+    return sorted(n for n in os.listdir(work) if n == f"{pre}{pid}" or n.startswith(f"{pre}{pid}-"))
+
+
+def outputs_equal(a: Path, b: Path) -> str | None:
+    """None when the two outputs (files or folders) hold the same bytes, manifests and a DCP
+    .metadata aside (it records the output's path and a random save_id; dcp.load checks it)."""
+    def files(p: Path) -> dict[str, bytes]:
+        if p.is_file():
+            return {"": p.read_bytes()}
+        return {str(q.relative_to(p)): q.read_bytes() for q in sorted(p.rglob("*"))
+                if q.is_file() and not q.name.endswith("dcpctl-manifest.json") and q.name != ".metadata"}
+    fa, fb = files(a), files(b)
+    if sorted(fa) != sorted(fb):
+        return f"files {sorted(fa)} != {sorted(fb)}"
+    bad = [k for k in fa if fa[k] != fb[k]]
+    return f"files differ: {bad}" if bad else None
+
+
+def case_killed(fixtures: Path, tmp: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    work = tmp / "w"
+    work.mkdir()
+    ck = work / "big"
+    make_big_ckpt(ck, 96)
+    slow = ["--threads", "1", "--dtype", "bf16"]
+    # (label, command, output name, extra arguments)
+    runs = [("consolidate-file", "consolidate", "out.safetensors", slow),
+            ("consolidate-folder", "consolidate", "outdir/", ["--max-shard-size", "40MB", "--include", "*"] + slow),
+            ("reshard", "reshard", "resh", ["-w", "2"] + slow)]
+    g = Guard(ck, work, "killed")
+    ref = work / "ref"
+    ref.mkdir()
+    durations = {}
+    for label, cmd, out, extra in runs:
+        t = time.time()
+        r = run([DCPCTL, cmd, str(ck), "-o", outp(ref, out), *extra, "-q"])
+        durations[label] = time.time() - t
+        if r.returncode != 0:
+            fail(f"{label}: an uninterrupted run: exit {r.returncode}: {r.stderr.strip()[:300]}")
+            return
+        print(f"uninterrupted {label}: {durations[label]:.2f} s")
+    # the reference outputs, checked by torch: the tensors make_big_ckpt saved, cast to bf16
+    gen = torch.Generator().manual_seed(7)
+    per = 32 << 20
+    saved = {f"layers.{i}.weight": torch.randn(per // 4 // 2048, 2048, generator=gen) for i in range(max(1, (96 << 20) // per))}
+    st = load_file(str(ref / "out.safetensors"))
+    if sorted(st) != sorted(saved) or any(not torch.equal(st[k], v.to(torch.bfloat16)) for k, v in saved.items()):
+        fail(f"reference safetensors: not the saved tensors in bf16 ({sorted(st)})")
+    sd = {k: torch.empty(v.shape, dtype=torch.bfloat16) for k, v in saved.items()}
+    dcp.load(sd, checkpoint_id=str(ref / "resh"), no_dist=True)
+    if any(not torch.equal(sd[k], v.to(torch.bfloat16)) for k, v in saved.items()):
+        fail("reference reshard: dcp.load does not give the saved tensors in bf16")
+
+    def start(cmd: str, out: str, extra: list[str], failpoint: str | None, force: bool = False) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.pop("DCPCTL_FAILPOINT", None)
+        if failpoint:
+            env["DCPCTL_FAILPOINT"] = failpoint
+        args = [DCPCTL, cmd, str(ck), "-o", outp(work, out), *extra] + (["--force"] if force else [])
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+    def rerun(label: str, cmd: str, out: str, extra: list[str], leftover: list[str], what: str) -> None:
+        """Runs again to the same output: the dead run's temporary is removed and said so."""
+        r = run([DCPCTL, cmd, str(ck), "-o", outp(work, out), *extra])
+        if r.returncode != 0:
+            fail(f"{what}: the next run: exit {r.returncode}: {r.stderr.strip()[:300]}")
+            return
+        for n in leftover:
+            if (work / n).exists():
+                fail(f"{what}: the next run left the dead run's temporary {n}")
+            if not any(n in line and "removed" in line for line in r.stderr.splitlines()):
+                fail(f"{what}: the next run did not say it removed {n}: {r.stderr.strip()[:400]}")
+        if temps_of(work, out):
+            fail(f"{what}: temporaries after the next run: {temps_of(work, out)}")
+        if (d := outputs_equal(work / out.rstrip("/"), ref / out.rstrip("/"))) is not None:
+            fail(f"{what}: the output is not what an uninterrupted run writes: {d}")
+        if cmd == "reshard":
+            sd = {k: torch.empty(v.shape, dtype=torch.bfloat16) for k, v in saved.items()}
+            dcp.load(sd, checkpoint_id=str(work / out), no_dist=True)
+            if any(not torch.equal(sd[k], v.to(torch.bfloat16)) for k, v in saved.items()):
+                fail(f"{what}: dcp.load of the next run's output does not give the saved tensors in bf16")
+        target = work / out.rstrip("/")
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        for m in work.glob(out.rstrip("/") + ".dcpctl-manifest.json"):
+            m.unlink()
+
+    name_of = lambda out: out.rstrip("/")  # noqa: E731
+    for label, cmd, out, extra in runs:
+        for point in ("early", "mid-write", "before-rename"):
+            what = f"{label} killed {point}"
+            hit = False
+            for attempt in range(6):
+                fp = {"early": f"created/{name_of(out)}:stop", "before-rename": f"rename/{name_of(out)}:stop"}.get(point)
+                p = start(cmd, out, extra, fp)
+                if fp:
+                    if not wait_stopped(p, what):
+                        break
+                else:
+                    # mid-write: once the temporary exists, part of the uninterrupted run's time later
+                    deadline = time.time() + 60
+                    while time.time() < deadline and p.poll() is None and not temps_of(work, out, p.pid):
+                        time.sleep(0.001)
+                    time.sleep(durations[label] * 0.15 / (attempt + 1))
+                if p.poll() is not None:
+                    print(f"  {what}: finished before the kill (attempt {attempt})")
+                    p.wait()
+                    target = work / name_of(out)
+                    shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+                    for m in work.glob(name_of(out) + ".dcpctl-manifest.json"):
+                        m.unlink()
+                    continue
+                p.send_signal(signal.SIGKILL)
+                p.communicate(timeout=60)
+                if p.returncode != -signal.SIGKILL:
+                    fail(f"{what}: exit status {p.returncode}, want death by SIGKILL")
+                left = temps_of(work, out, p.pid)
+                if (work / name_of(out)).exists():
+                    fail(f"{what}: the output exists after the kill")
+                if not left:
+                    fail(f"{what}: no temporary was left to clean up (listing {listing(work)})")
+                    break
+                size = sum(q.stat().st_size for q in (work / left[0]).rglob("*") if q.is_file()) \
+                    if (work / left[0]).is_dir() else (work / left[0]).stat().st_size
+                print(f"  {what}: left {left} ({size} bytes)")
+                rerun(label, cmd, out, extra, left, what)
+                hit = True
+                break
+            if not hit:
+                fail(f"{what}: could not kill a run while it was writing")
+
+    # A live run's temporary is left alone (and named); so is another host's.
+    label, cmd, out, extra = runs[0]
+    live = start(cmd, out, extra, f"created/{name_of(out)}:stop")
+    if wait_stopped(live, "live run"):
+        live_tmp = temps_of(work, out, live.pid)
+        other = work / f".{name_of(out)}.dcpctl-tmp-4194304-12345@another-node.example"
+        other.write_bytes(b"another node's run")
+        r = run([DCPCTL, cmd, str(ck), "-o", outp(work, out), *extra])
+        if r.returncode != 0:
+            fail(f"beside a live run: exit {r.returncode}: {r.stderr.strip()[:300]}")
+        if not live_tmp or not (work / live_tmp[0]).exists():
+            fail(f"beside a live run: its temporary {live_tmp} was removed")
+        elif not any(live_tmp[0] in line and "still running" in line for line in r.stderr.splitlines()):
+            fail(f"beside a live run: its temporary is not named: {r.stderr.strip()[:400]}")
+        if other.read_bytes() != b"another node's run":
+            fail("another host's temporary was touched")
+        elif not any(other.name in line and "another host" in line for line in r.stderr.splitlines()):
+            fail(f"another host's temporary is not named: {r.stderr.strip()[:400]}")
+        print(f"beside a live run and another host's: {r.stderr.strip()[:600]}")
+        (work / name_of(out)).unlink(missing_ok=True)
+        for m in work.glob(name_of(out) + ".dcpctl-manifest.json"):
+            m.unlink()
+        # once the live run is killed, its temporary goes with the next run
+        live.send_signal(signal.SIGKILL)
+        live.communicate(timeout=60)
+        other.unlink()
+        rerun(label, cmd, out, extra, live_tmp, "after the live run was killed")
+
+    # dcpctl prune of a run folder: a dead run's temporary listed (--dry-run, --json) and removed;
+    # a live run's and another host's kept.
+    rundir = work / "run"
+    rundir.mkdir()
+    for step in (1, 2):
+        shutil.copytree(fixtures / "sample" / "ckpt", rundir / f"step-{step}")
+    sample = rundir / "step-2"
+
+    def start_into(out: str, failpoint: str) -> subprocess.Popen:
+        env = dict(os.environ, DCPCTL_FAILPOINT=failpoint)
+        return subprocess.Popen([DCPCTL, "reshard", str(sample), "-o", str(rundir / out), "-w", "1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+    dead = start_into("step-3", "rename/step-3:stop")
+    live = start_into("step-4", "created/step-4:stop")
+    if wait_stopped(dead, "prune: a run to kill") and wait_stopped(live, "prune: a live run"):
+        dead.send_signal(signal.SIGKILL)
+        dead.communicate(timeout=60)
+        dead_tmp = temps_of(rundir, "step-3", dead.pid)
+        live_tmp = temps_of(rundir, "step-4", live.pid)
+        other = rundir / ".step-5.dcpctl-tmp-4194304-12345@another-node.example"
+        other.mkdir()
+        (other / "__0_0.distcp").write_bytes(b"x")
+        if len(dead_tmp) != 1 or len(live_tmp) != 1:
+            fail(f"prune: the runs left {listing(rundir)}")
+        else:
+            ls = run([DCPCTL, "ls", str(rundir), "--json"])
+            if ls.returncode != 0 or "dcpctl-tmp" in ls.stdout:
+                fail(f"ls of the run folder lists a temporary as a checkpoint (exit {ls.returncode}): {ls.stdout[:400]}")
+            before = listing(rundir)
+            dry = run([DCPCTL, "prune", str(rundir), "--keep", "2", "--dry-run"])
+            lines = dry.stdout.splitlines()
+            if dry.returncode != 0 or listing(rundir) != before:
+                fail(f"prune --dry-run: exit {dry.returncode}, listing {before} -> {listing(rundir)}")
+            if not any(x.startswith("remove ") and dead_tmp[0] in x for x in lines):
+                fail(f"prune --dry-run does not list the dead run's temporary: {dry.stdout[:600]}")
+            for kept in (live_tmp[0], other.name):
+                if not any(x.startswith("keep ") and kept in x for x in lines):
+                    fail(f"prune --dry-run does not name {kept} as kept: {dry.stdout[:600]}")
+            js = run([DCPCTL, "prune", str(rundir), "--keep", "2", "--dry-run", "--json"])
+            import json as _json
+            j = _json.loads(js.stdout) if js.returncode == 0 else {}
+            if [Path(x["path"]).name for x in j.get("removed", [])] != dead_tmp:
+                fail(f"prune --dry-run --json: removed {j.get('removed')}")
+            print(f"prune --dry-run:\n{dry.stdout.strip()}")
+            pr = run([DCPCTL, "prune", str(rundir), "--keep", "2"])
+            if pr.returncode != 0:
+                fail(f"prune: exit {pr.returncode}: {pr.stderr.strip()[:300]}")
+            if (rundir / dead_tmp[0]).exists():
+                fail("prune left the dead run's temporary")
+            if not (rundir / live_tmp[0]).exists() or not (other / "__0_0.distcp").exists():
+                fail(f"prune removed a live run's or another host's temporary: {listing(rundir)}")
+            if not (sample / ".metadata").exists() or not (rundir / "step-1" / ".metadata").exists():
+                fail(f"prune removed a checkpoint: {listing(rundir)}")
+            if not any(x.startswith("removed ") and dead_tmp[0] in x for x in pr.stdout.splitlines()):
+                fail(f"prune does not say it removed the temporary: {pr.stdout[:400]}")
+            print(f"prune:\n{pr.stdout.strip()}")
+    for p in (dead, live):
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.communicate(timeout=60)
+    shutil.rmtree(rundir)
+    shutil.rmtree(ref)
+    g.check()
+
+
 def main() -> int:
     global DCPCTL
     if len(sys.argv) != 4:
@@ -532,7 +797,8 @@ def main() -> int:
         return 2
     case, DCPCTL, fixtures = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     fn = {"incomplete": case_incomplete, "overwrite": case_overwrite, "dry-run": case_dry_run,
-          "inside": case_inside, "full-disk": case_full_disk, "signals": case_signals}.get(case)
+          "inside": case_inside, "full-disk": case_full_disk, "signals": case_signals,
+          "killed": case_killed}.get(case)
     if fn is None:
         print(f"unknown case {case}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,6 +30,7 @@
 #include "random_bytes.h"
 #include "util/error.h"
 #include "store/file.h"
+#include "write/leftovers.h"
 #include "write/output.h"
 
 using namespace dcpctl;
@@ -171,7 +174,9 @@ void check_staged_appends(const std::string& dir, uint64_t block) {
 
 }  // namespace
 
-TEST_CASE("output: pwrite_direct writes exactly its range from several threads, on the build tree's filesystem and on tmpfs") {
+TEST_CASE(
+    "output: pwrite_direct writes exactly its range from several threads, on the build tree's filesystem and on "
+    "tmpfs") {
   check_pwrite_direct(".");  // the build tree: ext4 in CI, where O_DIRECT bypasses the page cache
   if (is_directory("/dev/shm")) check_pwrite_direct("/dev/shm");
 }
@@ -209,7 +214,7 @@ TEST_CASE("output: a staged write that fails in the background is an error, not 
       } catch (...) {
         code = 3;
       }
-      if (code == 0 && path_exists("./.dcpctl-test-efbig.bin.dcpctl-tmp-" + std::to_string(::getpid()))) code = 4;
+      if (code == 0 && path_exists(temp_name(path))) code = 4;
       ::_exit(code);
     }
     int status = 0;
@@ -219,4 +224,106 @@ TEST_CASE("output: a staged write that fails in the background is an error, not 
     CHECK_FALSE(path_exists(path));
     std::remove(path.c_str());
   }
+}
+
+namespace {
+
+std::string make_temp_dir() {
+  char tmpl[] = "/tmp/dcpctl-leftovers-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+void touch(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs("x", f);
+  std::fclose(f);
+}
+
+// A PID that no process holds now: a child that has exited and been reaped.
+long long dead_pid() {
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("leftovers: a temporary's name records its process, start time and host") {
+  std::string t = temp_name("/some/dir/model.safetensors");
+  CHECK(t.rfind("/some/dir/.model.safetensors.dcpctl-tmp-" + std::to_string(::getpid()) + "-", 0) == 0);
+  CHECK(t.find('@') != std::string::npos);
+  CHECK(temp_name("/some/dir/hf/") == temp_name("/some/dir/hf"));
+  std::string a = aside_name("/some/dir/hf");
+  CHECK(a.find("-old@") != std::string::npos);
+}
+
+TEST_CASE("leftovers: only a dead process's temporary of this host, for this output, is removable") {
+  std::string dir = make_temp_dir();
+  std::string out = dir + "/out.safetensors";
+  std::string mine = temp_name(out);  // this process: live
+  std::string host = mine.substr(mine.find('@') + 1);
+  long long gone = dead_pid();
+  std::string dead = dir + "/.out.safetensors.dcpctl-tmp-" + std::to_string(gone) + "-1@" + host;
+  std::string dead_dir = dir + "/.out.safetensors.dcpctl-tmp-" + std::to_string(gone) + "-2@" + host;
+  std::string dead_manifest =
+      dir + "/.out.safetensors.dcpctl-manifest.json.dcpctl-tmp-" + std::to_string(gone) + "-1@" + host;
+  // PID 1 runs, but did not start at that tick (317 years after boot): its PID was reused.
+  std::string reused = dir + "/.out.safetensors.dcpctl-tmp-1-99999999999@" + host;
+  std::string other = dir + "/.out.safetensors.dcpctl-tmp-" + std::to_string(gone) + "-1@another-node";
+  std::string legacy = dir + "/.out.safetensors.dcpctl-tmp-" + std::to_string(gone);
+  std::string aside = dir + "/.out.safetensors.dcpctl-tmp-" + std::to_string(gone) + "-1-old@" + host;
+  std::string someone_else =
+      dir + "/.out.safetensors.dcpctl-tmp-" + std::to_string(gone) + "-1@" + host + "/x";  // not a name at all
+  std::string not_ours = dir + "/.other.safetensors.dcpctl-tmp-" + std::to_string(gone) + "-1@" + host;
+  std::string junk = dir + "/.out.safetensors.dcpctl-tmp-12ab";
+  for (const auto& p : {mine, dead, dead_manifest, reused, other, legacy, aside, not_ours, junk}) touch(p);
+  REQUIRE(::mkdir(dead_dir.c_str(), 0755) == 0);
+  touch(dead_dir + "/shard-1.safetensors");
+  REQUIRE(::symlink("/etc/passwd", (dead_dir + "/link").c_str()) == 0);
+  (void)someone_else;
+
+  std::vector<Leftover> found = find_leftovers(out);
+  std::map<std::string, Leftover::Owner> owner;
+  std::map<std::string, bool> removable;
+  for (const auto& l : found) {
+    owner[l.path] = l.owner;
+    removable[l.path] = l.removable();
+  }
+  CHECK(found.size() == 8);  // not .other..., not the junk name
+  CHECK(owner.count(not_ours) == 0);
+  CHECK(owner.count(junk) == 0);
+  CHECK(owner[mine] == Leftover::Owner::Live);
+  CHECK(owner[dead] == Leftover::Owner::Gone);
+  CHECK(owner[dead_dir] == Leftover::Owner::Gone);
+  CHECK(owner[dead_manifest] == Leftover::Owner::Gone);
+  CHECK(owner[reused] == Leftover::Owner::Gone);
+  CHECK(owner[other] == Leftover::Owner::OtherHost);
+  CHECK(owner[legacy] == Leftover::Owner::Unknown);
+  CHECK(owner[aside] == Leftover::Owner::Gone);
+  CHECK_FALSE(removable[aside]);
+  CHECK_FALSE(removable[mine]);
+  CHECK_FALSE(removable[other]);
+  CHECK_FALSE(removable[legacy]);
+
+  std::vector<std::string> notes;
+  clear_dead_temporaries(out, true, [&](const std::string& s) { notes.push_back(s); });
+  CHECK(notes.size() == 8);
+  CHECK(path_exists(dead));  // a dry run removes nothing
+  notes.clear();
+  clear_dead_temporaries(out, false, [&](const std::string& s) { notes.push_back(s); });
+  for (const auto& p : {dead, dead_dir, dead_manifest, reused}) CHECK_FALSE(path_exists(p));
+  for (const auto& p : {mine, other, legacy, aside, not_ours, junk}) CHECK(path_exists(p));
+  CHECK(path_exists("/etc/passwd"));
+  size_t said_removed = 0;
+  for (const auto& n : notes) said_removed += n.rfind("removed ", 0) == 0;
+  CHECK(said_removed == 4);
+  // prune's view: every name of the folder
+  CHECK(find_leftovers_in(dir).size() == 5);  // mine, other, legacy, aside, not_ours (now removable)
+  for (const auto& p : {mine, other, legacy, aside, not_ours, junk}) std::remove(p.c_str());
+  ::rmdir(dir.c_str());
 }
