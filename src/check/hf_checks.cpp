@@ -280,7 +280,8 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
       SchemaCheckResult sr = check_hf_schema(c, config, tensors);
       own_names(sr.problems);
       own_names(sr.notes);
-      if (sr.summary.value("checked", false)) sr.summary["layout"] = layout.layout;
+      sr.summary["layout"] =
+          sr.summary.value("checked", false) ? nlohmann::json(layout.layout) : nlohmann::json(nullptr);
       std::map<std::string, std::string> only_with;
       for (auto& [key, setting] : sr.only_with) only_with[folder_key.count(key) ? folder_key.at(key) : key] = setting;
       sr.only_with = std::move(only_with);
