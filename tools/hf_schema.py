@@ -77,6 +77,12 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            checked to load, as from_pretrained renames it, onto the parameter its save name loads
            onto); absent where the release names are the save names. "load_renames_not_derived":
            why a type with renames has none (a release name no save key pairs with).
+  "checked_in" the builds every dims formula was checked against (settled_form): "default", each
+           size field doubled ("hidden_size*2"), the distinct-size configurations
+           ("head_dim=160,num_key_value_heads=16"), the sweep's tiny ones ("tiny:d0", refuting
+           only), the layer patterns ("first_k_dense_replace=1", with their own doubled and
+           distinct builds where they bring keys); "patterns" the layer-pattern fields varied;
+           "unchecked" [pattern, dim, why]: the dimensions no formula explains in every build.
   "completed" the fields real_config filled in the class's defaults (they build no model otherwise:
            Ministral's head_dim, Nemotron's num_key_value_heads): the schema's config, as a release's.
 "failed": model type -> why it could not be built, its defaults and their completion;
@@ -901,7 +907,7 @@ def no_class_why(model_type):
 # o_proj's input width doubles with hidden_size and "hidden_size" explains it, yet a released
 # config.json that sets head_dim (Qwen3-30B-A3B: hidden 2048, 32 heads x 128) makes it 4096. So
 # every formula is checked against more builds of the class: the default, each size field doubled,
-# the configurations distinct_sizes makes (head_dim set so that heads x head_dim is not the
+# the configurations distinct_configs makes (head_dim set so that heads x head_dim is not the
 # width, fewer key/value heads than heads, two ratios), and the layer patterns pattern_configs makes
 # (a dense first layer, every other layer MoE). A formula is recorded only when it holds in every
 # build whose config has its fields and varies across them; otherwise the next candidate is tried
