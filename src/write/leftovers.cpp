@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "meta/manifest.h"
+#include "store/file.h"
 #include "util/error.h"
 #include "write/prune.h"
 
@@ -26,19 +27,6 @@ namespace {
 constexpr const char* kMarker = ".dcpctl-tmp-";
 constexpr unsigned long long kInitPidNs = 0xEFFFFFFCull;  // PROC_PID_INIT_INO: the host's own PID namespace
 constexpr size_t kMaxHost = 64;
-
-std::string dirname_of(const std::string& p) {
-  size_t slash = p.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
-std::string basename_of(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  size_t slash = p.find_last_of('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
 
 std::string trim_slashes(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
@@ -97,7 +85,7 @@ Self self() {
 std::string name_for(const std::string& final_path, bool aside) {
   const std::string f = trim_slashes(final_path);
   const Self me = self();
-  return dirname_of(f) + "/." + basename_of(f) + kMarker + std::to_string(me.pid) + "-" + std::to_string(me.start) +
+  return parent_path(f) + "/." + base_name(f) + kMarker + std::to_string(me.pid) + "-" + std::to_string(me.start) +
          (aside ? "-old" : "") + "@" + me.host;
 }
 
@@ -247,7 +235,7 @@ std::string Leftover::reason() const {
 
 std::vector<Leftover> find_leftovers(const std::string& final_path) {
   const std::string f = trim_slashes(final_path);
-  const std::string dir = dirname_of(f), name = basename_of(f);
+  const std::string dir = parent_path(f), name = base_name(f);
   std::vector<Leftover> out;
   for (const std::string& n : names_in(dir)) {
     Leftover l;

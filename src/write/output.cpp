@@ -15,6 +15,7 @@
 #include <future>
 #include <new>
 
+#include "store/file.h"
 #include "util/error.h"
 #include "util/failpoint.h"
 #include "util/io_buffer.h"
@@ -113,19 +114,6 @@ extern "C" void on_signal(int sig) {
   ::raise(sig);
 }
 
-std::string dirname_of(const std::string& p) {
-  size_t slash = p.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
-std::string basename_of(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  size_t slash = p.find_last_of('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
 std::string real(const std::string& p) {
   char buf[PATH_MAX];
   if (::realpath(p.c_str(), buf)) return buf;
@@ -165,7 +153,7 @@ void check_output_path(const std::string& path_in, bool force, const std::string
   if (is_remote(path_in)) return check_remote_output(path_in, force, protect_dir);
   std::string path = path_in;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
-  std::string parent = dirname_of(path);
+  std::string parent = parent_path(path);
   struct stat st;
   if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw IoError(Where(path), "output directory " + parent + " does not exist");
@@ -198,7 +186,7 @@ OutputFile::OutputFile(std::string final_path, UploadSession* uploads) : final_(
     release(slot_);
     throw IoError(Where(tmp_), "cannot create: " + errno_text(e));
   }
-  failpoint_stop(("created/" + basename_of(final_)).c_str());  // tests: killed with only the temporary there
+  failpoint_stop(("created/" + base_name(final_)).c_str());  // tests: killed with only the temporary there
   if (hashing_writes()) hash_ = std::make_unique<WriteHash>(tmp_, final_);
 }
 
@@ -403,7 +391,7 @@ void OutputFile::commit() {
   }
   fd_ = -1;
   // tests: killed with the whole output under its temporary name
-  failpoint_stop(("rename/" + basename_of(final_)).c_str());
+  failpoint_stop(("rename/" + base_name(final_)).c_str());
   if (::rename(tmp_.c_str(), final_.c_str()) != 0)
     throw IoError(Where(final_), "cannot rename " + tmp_ + " into place: " + errno_text(errno));
   committed_ = true;
@@ -428,7 +416,7 @@ OutputDir::OutputDir(std::string final_path, UploadSession* uploads) : final_(st
     release(slot_);
     throw IoError(Where(tmp_), "cannot create directory: " + errno_text(e));
   }
-  failpoint_stop(("created/" + basename_of(final_)).c_str());
+  failpoint_stop(("created/" + base_name(final_)).c_str());
 }
 
 OutputDir::~OutputDir() {
@@ -447,7 +435,7 @@ void OutputDir::commit() {
     ::fsync(fd);
     ::close(fd);
   }
-  failpoint_stop(("rename/" + basename_of(final_)).c_str());
+  failpoint_stop(("rename/" + base_name(final_)).c_str());
   struct stat st;
   if (::lstat(final_.c_str(), &st) == 0) {
     // Replacing an existing output: one atomic swap, so that the final name always names a
