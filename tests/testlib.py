@@ -155,6 +155,19 @@ def expect_rc(r: subprocess.CompletedProcess, rc: int, what: str, *names: str) -
     return ok
 
 
+def verify_json(dcpctl, path, rc: int, what: str) -> dict:
+    """`dcpctl verify PATH --json`: expects exit rc (expect_rc) and returns the document, {} (a
+    failure) where stdout is not JSON."""
+    import json
+    r = run(dcpctl, "verify", str(path), "--json")
+    expect_rc(r, rc, what)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        check(False, f"{what}: --json is not JSON: {r.stdout[-300:]!r}")
+        return {}
+
+
 def expect_rc_in(r: subprocess.CompletedProcess, rcs: dict[int, str], what: str, *names: str) -> bool:
     """For the rare run whose outcome legitimately has more than one exit code: rcs maps each
     accepted code to the reason it is right (kept in the test, so the choice is reviewable)."""

@@ -58,7 +58,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(ROOT / "tools"))
-from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, check, expect_rc, run, same_tensor, summary, verify_json  # noqa: E402
 
 RELEASE = "release (transformers load-time renames)"
 INT = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.)")
@@ -170,22 +170,6 @@ def tensors_of(d: Path) -> dict:
     return out
 
 
-def same(a, b) -> bool:
-    import torch
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8) if a.dim() else a,
-                                                                     b.contiguous().view(torch.uint8) if b.dim() else b)
-
-
-def verify(dcpctl: str, d: Path, rc: int, what: str) -> dict:
-    r = run(dcpctl, "verify", str(d), "--json")
-    expect_rc(r, rc, what)
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        check(False, f"{what}: --json is not JSON: {r.stdout[-300:]!r}")
-        return {}
-
-
 def layout_of(doc: dict):
     return ((doc.get("hf") or {}).get("schema") or {}).get("layout")
 
@@ -210,7 +194,7 @@ def main() -> int:
         # transformers' own folder: the save_pretrained layout.
         with quiet():
             model.save_pretrained(tmp / "save")
-        doc = verify(dcpctl, tmp / "save", EXIT_OK, "verify of transformers' save_pretrained folder")
+        doc = verify_json(dcpctl, tmp / "save", EXIT_OK, "verify of transformers' save_pretrained folder")
         check(layout_of(doc) == "save_pretrained", f"its layout is save_pretrained's: {layout_of(doc)}")
 
         # The release layout, through transformers' conversion code.
@@ -225,7 +209,7 @@ def main() -> int:
         check(all(save_name(table, k) in tensors_of(tmp / "save") for k in rel_sd),
               "every release name pairs with a save_pretrained key through load_renames")
 
-        doc = verify(dcpctl, rel, EXIT_OK, "verify of the release folder")
+        doc = verify_json(dcpctl, rel, EXIT_OK, "verify of the release folder")
         check(layout_of(doc) == RELEASE, f"its layout is the release's: {layout_of(doc)}")
         check(not doc.get("problems"), f"no problem: {[p['code'] for p in doc.get('problems', [])][:5]}")
 
@@ -247,24 +231,24 @@ def main() -> int:
             check(set(written) == set(rel_sd), f"the keys written as read: {sorted(set(written) ^ set(rel_sd))[:6]}")
             mapped = {save_name(table, k): v for k, v in written.items()}
             check(set(mapped) == set(ref), f"the same tensors as transformers' round trip: {sorted(set(mapped) ^ set(ref))[:6]}")
-            differ = [k for k in ref if k in mapped and not same(mapped[k], ref[k])]
+            differ = [k for k in ref if k in mapped and same_tensor(mapped[k], ref[k])]
             check(not differ, f"each equal, dtype and bytes, to transformers' from_pretrained(bf16)+save_pretrained: {differ[:5]}")
             kept = sorted(k for k, v in written.items() if v.dtype == torch.float32)
             check(any("hc_attn_fn" in k for k in kept), f"transformers' float32 tensors kept float32: {kept[:4]}")
             clean_load(out, "the export")
-            doc = verify(dcpctl, out, EXIT_OK, "verify of the export")
+            doc = verify_json(dcpctl, out, EXIT_OK, "verify of the export")
             check(layout_of(doc) == RELEASE, f"the export's layout is the release's: {layout_of(doc)}")
 
         # Damaged release folders are still refused, named in their own layout.
         drop = write_folder(tmp / "drop", {k: v for k, v in rel_sd.items() if k != "layers.1.attn_norm.weight"}, config)
         info = load(drop)[1]
         check("model.layers.1.input_layernorm.weight" in info["missing_keys"], "from_pretrained reports the norm missing")
-        doc = verify(dcpctl, drop, EXIT_INVALID, "verify of a release folder without a layer's attn_norm")
+        doc = verify_json(dcpctl, drop, EXIT_INVALID, "verify of a release folder without a layer's attn_norm")
         named = [(p["code"], p["key"]) for p in doc.get("problems", [])]
         check(any(c == "schema-key-missing" and k.startswith("layers.") and "attn_norm" in k for c, k in named),
               f"schema-key-missing named in the release layout: {named}")
         twice = write_folder(tmp / "twice", {**rel_sd, "model.embed_tokens.weight": rel_sd["embed.weight"].clone()}, config)
-        doc = verify(dcpctl, twice, EXIT_INVALID, "verify of a folder with embed.weight and model.embed_tokens.weight")
+        doc = verify_json(dcpctl, twice, EXIT_INVALID, "verify of a folder with embed.weight and model.embed_tokens.weight")
         named = [(p["code"], p["key"]) for p in doc.get("problems", [])]
         check(any(c == "key-loads-twice" for c, _ in named), f"key-loads-twice: {named}")
 
@@ -277,7 +261,7 @@ def main() -> int:
                                                        "activation_scheme": "dynamic", "weight_block_size": [128, 128]})
         fp8 = write_folder(tmp / "fp8", fp8_sd, fp8_config)
         fp8_ref = clean_load(fp8, "the FP8 release folder", torch.bfloat16)
-        doc = verify(dcpctl, fp8, EXIT_OK, "verify of the FP8 release folder")
+        doc = verify_json(dcpctl, fp8, EXIT_OK, "verify of the FP8 release folder")
         check(layout_of(doc) == RELEASE, f"the FP8 release's layout: {layout_of(doc)}")
         out8 = tmp / "out8"
         r = run(dcpctl, "consolidate", str(fp8), "-o", f"{out8}/", "--dtype", "bf16", "--json")

@@ -66,7 +66,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
-from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, run, summary, verify_json  # noqa: E402
 
 TYPES = {  # model type -> a layer norm key of layer 1
     "glm4_moe": "model.layers.1.post_attention_layernorm.weight",
@@ -115,16 +115,6 @@ def loading_info(cls, d: Path) -> dict:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         _, info = cls.from_pretrained(d, output_loading_info=True)
     return info
-
-
-def verify_json(dcpctl: str, d: Path, rc: int, what: str) -> dict:
-    r = run(dcpctl, "verify", str(d), "--json")
-    expect_rc(r, rc, what)
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        check(False, f"{what}: --json is not JSON: {r.stdout[-300:]!r}")
-        return {}
 
 
 def codes(doc: dict, key: str = "problems") -> list:
