@@ -71,13 +71,17 @@ class GlooTransport final : public Transport {
       std::lock_guard<std::mutex> lock(mu_);
       inflight_.erase(std::find(inflight_.begin(), inflight_.end(), w));
     };
+    bool done = false;
     try {
-      w->wait(timeout_);
+      done = w->wait(timeout_);
     } catch (...) {
       forget();
       throw;
     }
     forget();
+    // An aborted send or receive returns false instead of throwing (c10d's Gloo SendWork and
+    // RecvWork::wait): its buffer holds nothing received, and must not be read as a message.
+    if (!done) throw std::runtime_error("transfers were cancelled (this rank is failing)");
   }
 
   // Recent torch makes default options (a device, the thread count) with Options::create_default;

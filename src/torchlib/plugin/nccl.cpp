@@ -40,6 +40,7 @@ class NcclTransport final : public Transport {
     dev.copy_(pinned_.narrow(0, 0, static_cast<int64_t>(n)), /*non_blocking=*/false);
     std::vector<at::Tensor> t{dev};
     pg_->send(t, dst, 0)->wait(timeout_);
+    check();  // aborted while waiting: the message may not have gone
     c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
   }
 
@@ -50,6 +51,7 @@ class NcclTransport final : public Transport {
     at::Tensor dev = device_buf_.narrow(0, 0, static_cast<int64_t>(n));
     std::vector<at::Tensor> t{dev};
     pg_->recv(t, src, 0)->wait(timeout_);
+    check();  // aborted while waiting: the buffer holds no message
     at::Tensor host = pinned_.narrow(0, 0, static_cast<int64_t>(n));
     host.copy_(dev, /*non_blocking=*/false);
     std::memcpy(data, pinned_.data_ptr(), n);
