@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 RUN_LANGS = {"sh", "bash", "shell"}
+README_MAX_LINES = 200  # the front page stays one page (issue 72); details belong in docs/
 PATH_PREFIXES = (".ci/", "bench/", "cmake/", "cmd/", "completions/", "docs/", "man/", "src/", "tests/", "tools/")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)(.*)$")
 NORUN = re.compile(r"^\s*<!--\s*norun(?::\s*(.*?))?\s*-->\s*$")
@@ -476,6 +477,8 @@ def main():
             for code in range(6):
                 if not re.search(rf"^\|\s*{code}\s*\|", text, re.M):
                     finding("README.md", f"the exit code table has no row for {code}")
+            if text.count("\n") > README_MAX_LINES:
+                finding("README.md", f"{text.count(chr(10))} lines, over {README_MAX_LINES}: move details to docs/")
 
     # Pages run side by side (each in its own sandbox); most of a command's time is LibTorch loading.
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
