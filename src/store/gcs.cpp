@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -126,7 +128,21 @@ std::pair<std::string, std::string> parse_error_body(std::string_view text) {
 std::string parts_prefix(const Location& loc, const std::string& id) {
   size_t slash = loc.key.find_last_of('/');
   std::string folder = slash == std::string::npos ? "" : loc.key.substr(0, slash + 1);
-  return folder + ".dcpctl-upload-" + id + "/";
+  return folder + "." + loc.key.substr(folder.size()) + kPartsMarker + id + "/";
+}
+
+std::optional<std::pair<std::string, std::string>> upload_of_part(const std::string& key) {
+  size_t slash = key.rfind('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const std::string prefix = key.substr(0, slash);
+  size_t seg = prefix.rfind('/');
+  const std::string dir = seg == std::string::npos ? "" : prefix.substr(0, seg + 1);
+  const std::string last = prefix.substr(dir.size());
+  size_t m = last.rfind(kPartsMarker);
+  if (last.size() < 2 || last[0] != '.' || m == std::string::npos || m < 2) return std::nullopt;
+  std::string id = last.substr(m + std::strlen(kPartsMarker));
+  if (id.empty()) return std::nullopt;
+  return std::make_pair(dir + last.substr(1, m - 1), id);
 }
 
 std::vector<std::vector<std::vector<size_t>>> compose_levels(size_t n, size_t fan_in) {
@@ -413,6 +429,19 @@ void Client::complete_upload(const Location& loc, const std::string& id, const s
     }
     throw;
   }
+}
+
+std::vector<std::pair<Location, std::string>> Client::open_uploads(const Location& under) {
+  // The object's own parts lie beside it; those of the objects below it, under its prefix.
+  size_t slash = under.key.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "" : under.key.substr(0, slash + 1);
+  std::set<std::pair<std::string, std::string>> found;
+  for (const Location& where : {under.with_key(folder + "." + under.key.substr(folder.size()) + kPartsMarker), under.with_key(under.key + "/")})
+    for (const auto& [key, size] : list_objects(where, false).objects)
+      if (auto u = upload_of_part(key); u && (u->first == under.key || u->first.rfind(under.key + "/", 0) == 0)) found.insert(*u);
+  std::vector<std::pair<Location, std::string>> out;
+  for (const auto& [key, id] : found) out.emplace_back(under.with_key(key), id);
+  return out;
 }
 
 void Client::abort_upload(const Location& loc, const std::string& id) {

@@ -73,8 +73,13 @@ uint64_t parse_object_size(std::string_view json, const std::string& url);
 // GCS's error body {"error": {"code", "message", "errors": [{"reason"}]}}: reason and message
 // (empty when the body is not one).
 std::pair<std::string, std::string> parse_error_body(std::string_view json);
-// The temporary prefix of upload `id` of `loc`: "<folder of loc.key>/.dcpctl-upload-<id>/".
+// The temporary prefix of upload `id` of `loc`: "<folder of loc.key>/.<name>.dcpctl-upload-<id>/"
+// (the name, so that a later run can tell whose parts they are: open_uploads).
+constexpr const char* kPartsMarker = ".dcpctl-upload-";
 std::string parts_prefix(const Location& loc, const std::string& id);
+// {object key, upload id} of a part's key, "<dir>/.<name>.dcpctl-upload-<id>/<part>"; nullopt for
+// any other key.
+std::optional<std::pair<std::string, std::string>> upload_of_part(const std::string& key);
 // The composition plan of `n` parts, at most `fan_in` sources a request: for each level, the
 // groups of the level below (indices into it) each request composes; the last level has one group.
 std::vector<std::vector<std::vector<size_t>>> compose_levels(size_t n, size_t fan_in = 32);
@@ -94,6 +99,7 @@ class Client final : public store::ObjectStore {
   std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n) override;
   void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& tags) override;
   void abort_upload(const Location&, const std::string& id) override;
+  std::vector<std::pair<Location, std::string>> open_uploads(const Location& under) override;  // by listing the parts
   void remove(const Location&) override;
 
   const char* report_name() const override { return "gcs"; }

@@ -584,6 +584,50 @@ void Client::complete_upload(const Location& loc, const std::string& id, const s
     throw IoError(Where(loc.url()), "CompleteMultipartUpload failed: " + code + (msg.empty() ? "" : ": " + msg));
 }
 
+std::vector<std::pair<Location, std::string>> Client::open_uploads(const Location& under) {
+  std::vector<std::pair<Location, std::string>> out;
+  std::string key_marker, id_marker;
+  for (int page = 0;; ++page) {
+    Request r;
+    r.loc = under.with_key("");
+    r.display = under.url();
+    // Sorted by name, as SigV4's canonical query wants them.
+    r.query = (key_marker.empty() ? "" : "key-marker=" + uri_encode(key_marker, false) + "&") + "prefix=" + uri_encode(under.key, false) +
+              (id_marker.empty() ? "" : "&upload-id-marker=" + uri_encode(id_marker, false)) + "&uploads=";
+    Response resp = perform(r);
+    std::string root, key, id, next_key, next_id, problem;
+    bool truncated = false;
+    XmlWalk w;
+    w.on_start = [&](const std::vector<std::string>& path) {
+      if (path.size() == 1) root = path[0];
+      if (path.size() == 2 && path[1] == "Upload") key.clear(), id.clear();
+    };
+    w.on_end = [&](const std::vector<std::string>& path, const std::string& text) {
+      if (path.size() == 3 && path[1] == "Upload" && path[2] == "Key") key = text;
+      if (path.size() == 3 && path[1] == "Upload" && path[2] == "UploadId") id = text;
+      if (path.size() == 2 && path[1] == "Upload") {
+        if (key.empty() || id.empty()) problem = "an Upload without Key or UploadId";
+        // The prefix matches "out.bin" for "out"; only the object itself and those below it count.
+        else if (key == under.key || key.rfind(under.key + "/", 0) == 0)
+          out.emplace_back(under.with_key(key), id);
+      }
+      if (path.size() == 2 && path[1] == "IsTruncated") truncated = text == "true";
+      if (path.size() == 2 && path[1] == "NextKeyMarker") next_key = text;
+      if (path.size() == 2 && path[1] == "NextUploadIdMarker") next_id = text;
+    };
+    if (auto err = walk_xml(resp.body, w)) throw IoError(Where(under.url()), "malformed upload listing from the server: " + *err);
+    if (root != "ListMultipartUploadsResult")
+      throw IoError(Where(under.url()), "malformed upload listing from the server: root element '" + root + "'");
+    if (!problem.empty()) throw IoError(Where(under.url()), "malformed upload listing from the server: " + problem);
+    if (!truncated) break;
+    if (next_key.empty() || page > 100000 || (next_key == key_marker && next_id == id_marker))
+      throw IoError(Where(under.url()), "the server's upload listing does not advance");
+    key_marker = next_key;
+    id_marker = next_id;
+  }
+  return out;
+}
+
 void Client::abort_upload(const Location& loc, const std::string& id) {
   Request r;
   r.method = "DELETE";

@@ -120,6 +120,7 @@ class Client final : public store::ObjectStore {
   std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n) override;  // -> ETag
   void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& etags) override;
   void abort_upload(const Location&, const std::string& id) override;
+  std::vector<std::pair<Location, std::string>> open_uploads(const Location& under) override;  // ListMultipartUploads
   void remove(const Location&) override;
 
   const char* report_name() const override { return "s3"; }

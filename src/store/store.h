@@ -121,6 +121,9 @@ class ObjectStore : public Store {
   virtual std::string upload_part(const Location&, const std::string& id, int part, const void* data, size_t n) = 0;  // -> the part's tag
   virtual void complete_upload(const Location&, const std::string& id, const std::vector<std::string>& tags) = 0;
   virtual void abort_upload(const Location&, const std::string& id) = 0;
+  // The uploads begun and neither completed nor aborted of the object `under` and of every object
+  // below `under`/: {object, upload id}, for abort_upload (write/leftovers.h).
+  virtual std::vector<std::pair<Location, std::string>> open_uploads(const Location& under) = 0;
   virtual void remove(const Location&) = 0;
   virtual PartRules part_rules() const { return {}; }
 

@@ -14,9 +14,12 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 #include "util/failpoint.h"
@@ -143,16 +146,53 @@ void remove_quietly(const Entry& e, std::vector<std::string>& leftovers) noexcep
 
 }  // namespace
 
+// The record that this process is writing uploads for an output (UploadSession::journal_in).
+struct Journal {
+  std::mutex mu;
+  std::optional<store::Location> loc;
+  std::string output;
+  bool written = false;
+};
+
 struct UploadSession::Impl {
   Pool pool;
   WriteWindow window;
   Registry reg;
+  Journal journal;
   std::vector<std::string> leftovers;  // what a cleanup could not undo
 };
 
 namespace {
 
 bool closing_locked(const Registry& reg) { return reg.closed || g_sig.signal.load() != 0; }
+
+// Writes the session's journal before its first upload begins (one PUT; the uploads it stands for
+// are found by listing, store::ObjectStore::open_uploads).
+void journal_touch(UploadSession::Impl& s) {
+  Journal& j = s.journal;
+  std::lock_guard<std::mutex> lock(j.mu);
+  if (!j.loc || j.written) return;
+  const std::string body = nlohmann::json{{"dcpctl_upload_journal", 1}, {"output", j.output}, {"pid", ::getpid()}}.dump();
+  store::of(*j.loc).put(*j.loc, body.data(), body.size());
+  j.written = true;
+}
+
+// Deletes the journal once no upload is open; what cannot be deleted is said.
+void journal_drop(UploadSession::Impl& s, std::vector<std::string>& leftovers) noexcept {
+  Journal& j = s.journal;
+  std::lock_guard<std::mutex> lock(j.mu);
+  if (!j.loc || !j.written) return;
+  try {
+    store::of(*j.loc).remove(*j.loc);
+  } catch (const store::NotFound&) {
+  } catch (const std::exception& x) {
+    try {
+      leftovers.push_back("could not delete " + j.loc->url() + ", this run's record of its uploads: " + x.what());
+    } catch (...) {
+    }
+  }
+  j.written = false;
+}
 
 // After a signal: waits (a while) for the requests that start or complete an upload to settle,
 // then aborts what is open and deletes what was completed, and dies of the signal.
@@ -181,6 +221,7 @@ void cleanup_thread() {
       if (e->state == Entry::Open) abort_quietly(*e, leftovers);
       if (e->state == Entry::Done || e->state == Entry::Completing) remove_quietly(*e, leftovers);
     }
+    journal_drop(*session, leftovers);
     if (auto print = g_sig.printer.load())
       for (const auto& l : leftovers) print(l.c_str());
   }
@@ -372,6 +413,18 @@ void UploadSession::keep() {
       ++it;
     }
   }
+  if (!v.empty()) return;  // uploads still open: the journal stays until they settle
+  lock.unlock();
+  std::vector<std::string> left;
+  journal_drop(*s_, left);
+  lock.lock();
+  for (auto& l : left) s_->leftovers.push_back(std::move(l));
+}
+
+void UploadSession::journal_in(const std::string& url, const std::string& output) {
+  std::lock_guard<std::mutex> lock(s_->journal.mu);
+  s_->journal.loc = store::parse_url(url);
+  s_->journal.output = output;
 }
 
 std::vector<std::string> UploadSession::discard() noexcept {
@@ -396,6 +449,7 @@ std::vector<std::string> UploadSession::discard() noexcept {
     if (e->state == Entry::Done) remove_quietly(*e, leftovers);
     e->state = Entry::Gone;
   }
+  journal_drop(*s_, leftovers);
   s_->window.fail(std::current_exception());
   std::lock_guard<std::mutex> lock(reg.mu);
   for (auto& l : s_->leftovers) leftovers.push_back(std::move(l));
@@ -532,6 +586,7 @@ struct Upload::State {
     if (entry && entry->state == Entry::Gone) throw IoError(Where(url), "upload abandoned (the run failed)");
     entry = reg_begin(session->reg, loc);
     try {
+      journal_touch(*session);  // before the upload exists: a SIGKILL never leaves one unrecorded
       entry->id = store->start_upload(loc);
     } catch (...) {
       reg_drop(session->reg, entry);

@@ -92,6 +92,14 @@ class UploadSession {
   // never end.
   void fail_tasks(std::exception_ptr cause);
 
+  // Before its first multipart upload begins, writes the object `url` (a small JSON record naming
+  // `output` and this process), so that a later run finds the uploads this process leaves open if
+  // it is killed before it could abort them (SIGKILL, an OOM kill: no handler runs): they are the
+  // open uploads under `output`, listed by the store. The record is deleted once no upload is
+  // open: at keep(), at discard(), by the signal's cleanup. write/leftovers.h names it, and finds
+  // and clears dead runs' records.
+  void journal_in(const std::string& url, const std::string& output);
+
   // The job committed: the objects it completed are its output.
   void keep();
   // The job failed: aborts every upload still open and deletes every object completed since the

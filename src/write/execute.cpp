@@ -37,7 +37,10 @@ void check_output(const WriteRequest& request, OutputWriter& writer, bool leader
     check_output_path(request.o.output, request.o.force, request.ck.dir);
     writer.check(request);
     // What a killed run (SIGKILL: no handler ran) left for this output: write/leftovers.h.
-    if (!is_remote(request.o.output)) clear_dead_temporaries(request.o.output, request.o.dry_run, request.o.note);
+    if (!is_remote(request.o.output))
+      clear_dead_temporaries(request.o.output, request.o.dry_run, request.o.note);
+    else
+      clear_dead_uploads(request.o.output, request.o.dry_run, request.o.note);
   } catch (const std::exception& e) {
     if (request.o.group) request.o.group->announce("agree/command", std::string("rank 0 failed: ") + e.what(), exit_code_of(e));
     throw;
@@ -227,7 +230,11 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // process started and deletes the objects it completed; they are its output only once the run
   // committed.
   std::unique_ptr<UploadSession> uploads;
-  if (remote) uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)], job.deal.part_buffers[static_cast<size_t>(me)]);
+  if (remote) {
+    uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)], job.deal.part_buffers[static_cast<size_t>(me)]);
+    // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
+    if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
+  }
   job.uploads = uploads.get();
   WriteProgress prog(job.plan.total_bytes, o.progress);
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).

@@ -18,6 +18,7 @@
 
 #include "meta/manifest.h"
 #include "store/file.h"
+#include "store/store.h"
 #include "util/error.h"
 #include "write/prune.h"
 
@@ -207,6 +208,9 @@ std::vector<std::string> names_in(const std::string& dir) {
 std::string temp_name(const std::string& final_path) {
   return name_for(final_path, false);
 }
+std::string upload_journal_name(const std::string& output_url) {
+  return store::parse_url(trim_slashes(output_url)).key.empty() ? std::string() : name_for(output_url, false);
+}
 std::string aside_name(const std::string& final_path) {
   return name_for(final_path, true);
 }
@@ -289,6 +293,64 @@ void clear_dead_temporaries(const std::string& final_path, bool dry_run,
     } catch (const Error& e) {
       say(std::string(e.what()) + "; the run goes on");
     }
+  }
+}
+
+void clear_dead_uploads(const std::string& output_url, bool dry_run, const std::function<void(const std::string&)>& note) {
+  auto say = [&](const std::string& s) {
+    if (note) note(s);
+  };
+  const store::Location out = store::parse_url(trim_slashes(output_url));
+  if (out.key.empty()) return;  // the bucket itself: no name to write a record under
+  const std::string name = base_name(out.key);
+  const std::string dir = out.key.substr(0, out.key.size() - name.size());
+  const store::Location prefix = out.with_key(dir + "." + name + kMarker);
+  store::ObjectStore& st = store::of(out);
+  std::vector<store::Location> dead;
+  std::vector<std::string> others;
+  for (const auto& [key, size] : st.list_objects(prefix, false).objects) {
+    Leftover l;
+    unsigned long long start = 0;
+    const std::string tail = key.substr(prefix.key.size());
+    if (tail.find('/') != std::string::npos || !parse_tail(tail, l, start) || l.aside) continue;
+    const std::string what = out.with_key(key).url() + ": the record of a dcpctl run writing " + out.url();
+    switch (owner_of(l, start)) {
+      case Leftover::Owner::Gone:
+        dead.push_back(out.with_key(key));
+        continue;
+      case Leftover::Owner::Live:
+        others.push_back(what + ", still running (process " + std::to_string(l.pid) + " on this host)");
+        continue;
+      case Leftover::Owner::OtherHost:
+        others.push_back(what + " on another host or container (process " + std::to_string(l.pid) + " on " + l.host +
+                         "), which this host cannot tell is gone");
+        continue;
+      case Leftover::Owner::Unknown:
+        continue;
+    }
+  }
+  for (const std::string& o : others) say(o + "; left alone");
+  if (dead.empty()) return;
+  const std::string whose = std::to_string(dead.size()) + " dcpctl run(s) on this host that are gone (" + dead.front().url() +
+                            (dead.size() > 1 ? ", ..." : "") + ")";
+  // The open uploads under the output are told apart by nothing but the records: with a run that
+  // may still be writing it, none is aborted.
+  if (!others.empty()) {
+    say("the uploads left open by " + whose + " are not aborted while another run may be writing " + out.url());
+    return;
+  }
+  try {
+    const auto open = st.open_uploads(out);
+    if (dry_run) {
+      say("would abort " + std::to_string(open.size()) + " upload(s) left open under " + out.url() + " by " + whose);
+      return;
+    }
+    for (const auto& [loc, id] : open) st.abort_upload(loc, id);
+    for (const store::Location& j : dead) st.remove(j);
+    say("aborted " + std::to_string(open.size()) + " upload(s) left open under " + out.url() + " by " + whose +
+        ", and removed their record(s)");
+  } catch (const Error& e) {
+    say(std::string(e.what()) + "; the run goes on");
   }
 }
 

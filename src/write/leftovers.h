@@ -23,7 +23,19 @@
 // (no host recorded), and an old output moved aside (`-old`: it may be the only copy of the
 // previous output; move it back or remove it by hand). Removal never follows a symbolic link.
 // Object-storage outputs have no temporary name (store/upload.h): what a killed run leaves there
-// is an unfinished multipart upload, which these functions do not look for.
+// is an unfinished multipart upload, invisible to a listing of objects and billed until aborted.
+// So a run writing to `s3://`/`gs://` writes a record before its first upload begins: an object
+// under the temporary's name (`<parent>/.<name>.dcpctl-tmp-<pid>-<start>@<host>`, a small JSON),
+// deleted once none of its uploads is open (UploadSession::journal_in). A later run into the same
+// output lists the records named for it. When each is a dead process's by the rules above, it
+// aborts the uploads open under the output (the object itself and those below its prefix, as the
+// store lists them: store::ObjectStore::open_uploads) and deletes the records, saying so. A record
+// of a live process, another host or a container is named, and then nothing is aborted: the open
+// uploads of two runs of the same output cannot be told apart.
+//
+// How this fits the existing checks: objects a killed run completed (a folder's first files) are
+// objects like any other: the next run into that prefix is refused without --force, as for a local
+// output that exists.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +47,9 @@ namespace dcpctl {
 
 // This process's temporary for `final_path` (a trailing '/' ignored): `dir/.NAME.dcpctl-tmp-...`.
 std::string temp_name(const std::string& final_path);
+// This process's record of its uploads into an object-storage output (the temporary's name; see
+// below), or "" for an output that is a whole bucket.
+std::string upload_journal_name(const std::string& output_url);
 // Where an old output is moved while a folder replaces it on a filesystem without RENAME_EXCHANGE.
 std::string aside_name(const std::string& final_path);
 
@@ -73,5 +88,10 @@ void remove_leftover(const Leftover& l);
 // that fails is named too, and the run goes on.
 void clear_dead_temporaries(const std::string& final_path, bool dry_run,
                             const std::function<void(const std::string&)>& note);
+
+// The same for an object-storage output (`s3://`, `gs://`): aborts the uploads dead runs left open
+// under it and deletes their records, names the others' (see above). Failures are named and the
+// run goes on.
+void clear_dead_uploads(const std::string& output_url, bool dry_run, const std::function<void(const std::string&)>& note);
 
 }  // namespace dcpctl

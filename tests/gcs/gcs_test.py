@@ -17,7 +17,8 @@ Application Default Credentials end to end against token servers this test serve
                DCP's .metadata digest aside: a fresh save id), nothing read back to hash it, and
                `verify --checksum gs://...` checking it
   signal       SIGTERM while the first part is in flight: dies of SIGTERM, nothing left under the
-               prefix, temporary parts included
+               prefix, temporary parts included; SIGKILL there: the next run deletes the parts and
+               the run's record, and says so (write/leftovers.h)
   credentials  DCPCTL_GCS_ENDPOINT is a proxy (this test's) in front of the emulator that records
                every Authorization header: a service account's JWT (verified by the token endpoint
                with the key's public half: RS256, claims), gcloud's authorized_user file, the GCE
@@ -234,6 +235,28 @@ def case_signal(gcs: GcsServer, env: dict, work: Path) -> None:
         check(p.returncode == -signal.SIGTERM, f"{prefix}: ended with {p.returncode}, not SIGTERM: {err}")
         left = sorted(gcs.keys(BUCKET, prefix)) + sorted(k for k in gcs.keys(BUCKET, "") if ".dcpctl-upload" in k)
         check(left == [], f"{prefix}: objects left: {left}; dcpctl said: {err.strip()[-600:]}")
+    # SIGKILL (no handler runs) at the first part: its parts and the run's record stay; the next run
+    # into the same output deletes the parts (aborts the upload), removes the record, says so
+    args = ["consolidate", local_ck, "-o", f"gs://{BUCKET}/kill/model.safetensors"]
+    p = subprocess.Popen([DCPCTL, *map(str, args)], env=dict(env, DCPCTL_FAILPOINT="s3-upload-part:stop"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check(wait_stopped(p.pid), "kill: dcpctl never stopped at its first part"):
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate()
+        record = [k for k in gcs.keys(BUCKET, "kill/") if ".dcpctl-tmp-" in k]
+        check(len(record) == 1 and f"-tmp-{p.pid}-" in record[0], f"kill: the killed run's record: {record}")
+        # The failpoint stops before the first part is sent; a part that had landed is an object of
+        # its own under the upload's prefix (store/gcs.h parts_prefix), as written here.
+        gcs.put(BUCKET, "kill/.model.safetensors.dcpctl-upload-0123456789abcdef/00001", b"x" * 1024)
+        r = dcpctl(args, env)
+        check(r.returncode == 0 and "aborted 1 upload(s) left open" in r.stderr,
+              f"kill: the next run: exit {r.returncode}, did not say it aborted the upload: {r.stderr[-600:]}")
+        left = sorted(k for k in gcs.keys(BUCKET, "kill/") if ".dcpctl-tmp-" in k or ".dcpctl-upload-" in k)
+        check(left == [] and "kill/model.safetensors" in gcs.keys(BUCKET, "kill/"),
+              f"kill: after the next run: temporaries {left}, objects {sorted(gcs.keys(BUCKET, 'kill/'))}")
+    else:
+        p.kill()
+        p.communicate()
 
 
 # ---- credentials ----

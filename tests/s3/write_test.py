@@ -51,7 +51,13 @@ faults:
     dies of SIGTERM; no object under the prefix; ListMultipartUploads empty;
   - SIGTERM once the rank files of a resharded checkpoint are complete and .metadata is not
     (s3-commit/.metadata:stop): the completed rank files are deleted, nothing left;
-  - the server stopped mid-upload: exit 4 naming the s3:// URL, within the retries.
+  - the server stopped mid-upload: exit 4 naming the s3:// URL, within the retries;
+  - SIGKILL at the first part (no handler runs) of a consolidate to a file and a reshard to a
+    prefix: the open upload and the run's record stay; a run beside the stopped process
+    names it and leaves it; after its death a --dry-run says what it would abort, and the next run
+    aborts the upload, deletes the record, says so, and writes its output; hand-made records: a
+    record of another host is named and nothing is aborted, a dead one alone gets the open upload
+    of its output aborted, never one of an object that only shares the prefix.
 
 Exit status: 0 pass, 1 failure, 77 skip (torch, safetensors, boto3, moto[server] or SeaweedFS's
 weed missing; a failure under CI, tests/skip.py).
@@ -407,8 +413,74 @@ def sigterm_at(failpoint: str, args: list, prefix: str) -> None:
     check(SERVER.uploads(BUCKET) == [], f"{failpoint}: incomplete multipart uploads left: {SERVER.uploads(BUCKET)}")
 
 
+def journals(prefix: str) -> list:
+    """The records of runs writing uploads (write/leftovers.h) under `prefix`."""
+    return [k for k in SERVER.keys(BUCKET, prefix) if ".dcpctl-tmp-" in k]
+
+
+def killed_then_rerun(what: str, args: list, parent: str, out_prefix: str) -> str:
+    """SIGKILL mid-upload leaves open multipart uploads and the run's record; a run beside the
+    stopped (live) process names it and aborts nothing; after its death a --dry-run says what it
+    would abort, and the next run aborts the uploads, removes the record, says so, and writes its
+    output. Returns the host part of the record's name."""
+    env = dict(ENV, DCPCTL_FAILPOINT="s3-upload-part:stop")
+    p = subprocess.Popen([DCPCTL, *map(str, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not check(wait_stopped(p.pid), f"{what}: dcpctl never stopped at its first part"):
+        p.kill()
+        p.communicate()
+        return ""
+    left = journals(parent)
+    check(len(left) == 1 and f"-tmp-{p.pid}-" in left[0], f"{what}: the stopped run's record: {left}")
+    live = dcpctl(*args, "--dry-run")
+    check(live.returncode == 0 and "still running" in live.stderr and journals(parent) == left and SERVER.uploads(BUCKET),
+          f"{what}: beside the live run: exit {live.returncode}, {live.stderr[-400:]}, records {journals(parent)}")
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate()
+    open_uploads = SERVER.uploads(BUCKET)
+    check(open_uploads and journals(parent) == left, f"{what}: after SIGKILL: uploads {open_uploads}, records {journals(parent)}")
+    dry = dcpctl(*args, "--dry-run")
+    check(dry.returncode == 0 and f"would abort {len(open_uploads)} upload(s)" in dry.stderr and SERVER.uploads(BUCKET) == open_uploads,
+          f"{what}: --dry-run: exit {dry.returncode}: {dry.stderr[-400:]}; uploads {SERVER.uploads(BUCKET)}")
+    r = dcpctl(*args)
+    check(r.returncode == 0 and f"aborted {len(open_uploads)} upload(s) left open" in r.stderr,
+          f"{what}: the next run: exit {r.returncode}, did not say it aborted {len(open_uploads)}: {r.stderr[-600:]}")
+    check(SERVER.uploads(BUCKET) == [] and journals(parent) == [],
+          f"{what}: after the next run: uploads {SERVER.uploads(BUCKET)}, records {journals(parent)}")
+    check(SERVER.keys(BUCKET, out_prefix), f"{what}: the next run wrote nothing under {out_prefix}")
+    return left[0].rsplit("@", 1)[-1] if left else ""
+
+
+def records_decide(host: str) -> None:
+    """Hand-made records beside an open upload: another host's is named and nothing is aborted; a
+    dead process's of this host (PID 4194304, above Linux's pid_max) alone gets the upload aborted;
+    an upload of another object that only shares the prefix ("model.safetensors.bak") is never
+    touched."""
+    ours = SERVER.client.create_multipart_upload(Bucket=BUCKET, Key="k3/model.safetensors")["UploadId"]
+    other = SERVER.client.create_multipart_upload(Bucket=BUCKET, Key="k3/model.safetensors.bak")["UploadId"]
+    foreign, dead = "k3/.model.safetensors.dcpctl-tmp-77-1@elsewhere", f"k3/.model.safetensors.dcpctl-tmp-4194304-1@{host}"
+    for k in (foreign, dead):
+        SERVER.client.put_object(Bucket=BUCKET, Key=k, Body=b"{}")
+    r = dcpctl("consolidate", FIXTURES / "sample/ckpt", "-o", url("k3/model.safetensors"), "--dry-run")
+    check(r.returncode == 0 and "another host" in r.stderr and "not aborted" in r.stderr
+          and sorted(SERVER.uploads(BUCKET)) == ["k3/model.safetensors", "k3/model.safetensors.bak"],
+          f"records: another host's: exit {r.returncode}, {r.stderr[-600:]}, uploads {SERVER.uploads(BUCKET)}")
+    SERVER.client.delete_object(Bucket=BUCKET, Key=foreign)
+    r = dcpctl("consolidate", FIXTURES / "sample/ckpt", "-o", url("k3/model.safetensors"), "--select", "app.model")
+    check(r.returncode == 0 and "aborted 1 upload(s)" in r.stderr and SERVER.uploads(BUCKET) == ["k3/model.safetensors.bak"]
+          and journals("k3/") == [],
+          f"records: a dead one alone: exit {r.returncode}, {r.stderr[-600:]}, uploads {SERVER.uploads(BUCKET)}, "
+          f"records {journals('k3/')}")
+    SERVER.client.abort_multipart_upload(Bucket=BUCKET, Key="k3/model.safetensors.bak", UploadId=other)
+    del ours
+
+
 def case_faults(work: Path) -> None:
     ckpt, _ = make_checkpoint(work)
+    # kill -9 (no handler runs): what is left open is aborted by the next run (issue 72 item 3)
+    killed_then_rerun("killed consolidate", ["consolidate", ckpt, "-o", url("k1/model.safetensors")], "k1/", "k1/model")
+    host = killed_then_rerun("killed reshard", ["reshard", ckpt, "-o", url("k2/out/"), "--world-size", "2"], "k2/", "k2/out/")
+    if check(host, "no record's host to make records with"):
+        records_decide(host)
     sigterm_at("s3-upload-part", ["consolidate", ckpt, "-o", url("sig1/model.safetensors")], "sig1/")
     sigterm_at("s3-upload-part", ["reshard", ckpt, "-o", url("sig2/"), "--world-size", "2"], "sig2/")
     sigterm_at("s3-commit/.metadata", ["reshard", ckpt, "-o", url("sig3/"), "--world-size", "2"], "sig3/")

@@ -98,9 +98,19 @@ TEST_CASE("gcs object metadata and error bodies", "[gcs]") {
 }
 
 TEST_CASE("gcs composite uploads: the temporary prefix beside the object, the composition plan", "[gcs]") {
-  CHECK(parts_prefix({"gs", "b", "out/model.safetensors"}, "abc") == "out/.dcpctl-upload-abc/");
-  CHECK(parts_prefix({"gs", "b", "model.safetensors"}, "abc") == ".dcpctl-upload-abc/");
-  CHECK(parts_prefix({"gs", "b", "a/b/c/.metadata"}, "0f") == "a/b/c/.dcpctl-upload-0f/");
+  CHECK(parts_prefix({"gs", "b", "out/model.safetensors"}, "abc") == "out/.model.safetensors.dcpctl-upload-abc/");
+  CHECK(parts_prefix({"gs", "b", "model.safetensors"}, "abc") == ".model.safetensors.dcpctl-upload-abc/");
+  CHECK(parts_prefix({"gs", "b", "a/b/c/.metadata"}, "0f") == "a/b/c/..metadata.dcpctl-upload-0f/");
+  // and back, from a part's key to its object and upload
+  for (const char* key : {"out/model.safetensors", "model.safetensors", "a/b/c/.metadata"}) {
+    auto u = upload_of_part(parts_prefix({"gs", "b", key}, "0f") + "00001");
+    REQUIRE(u);
+    CHECK(u->first == key);
+    CHECK(u->second == "0f");
+  }
+  CHECK(!upload_of_part("out/model.safetensors"));
+  CHECK(!upload_of_part("out/.dcpctl-upload-0f/00001"));  // no object name: not one of ours
+  CHECK(!upload_of_part("out/.x.dcpctl-upload-/00001"));
 
   // One part, 32, 33, 1024, 1025: every part composed once, each request at most 32 sources, the
   // last level one request, each level's groups covering the level below in order.
