@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     std::fputs(sentence, stderr);
     std::fputc('\n', stderr);
   });
-  install_rank_torch_files();  // open_checkpoint reads verl's per-rank torch.save files too
+  install_item_readers();  // the readers of torch.save zips (meta/readers.h)
   set_manifest_tool_version(DCPCTL_VERSION);  // what the manifests it writes record
   CLI::App app;
   RunFn run;

@@ -1,6 +1,5 @@
 #include "compare/input.h"
 
-#include "item/torch_file.h"
 #include "pickle/repr.h"
 #include "view/derived.h"
 #include "meta/geometry.h"
@@ -11,14 +10,9 @@ namespace dcpctl {
 std::unique_ptr<Input> open_input(const std::string& path) {
   auto in = std::make_unique<Input>();
   in->path = path;
-  bool file = stat_path(path).kind == PathInfo::file;
-  if ((file && is_torch_file_name(path)) || (!file && is_hf_torch_dir(path))) {
-    TorchFileView v = file ? open_torch_file(path) : open_hf_torch_dir(path);
-    in->ck = std::move(v.ck);
-    in->inline_values = std::move(v.values);
-  } else {
-    in->ck = open_checkpoint(path);
-  }
+  OpenOptions o;
+  o.compare = true;
+  in->ck = open_checkpoint(path, o);
   if (!in->ck.incomplete.empty()) {
     std::string text;
     for (const auto& f : in->ck.incomplete) text += "\n  " + f.text();
@@ -29,7 +23,7 @@ std::unique_ptr<Input> open_input(const std::string& path) {
 }
 
 std::string value_repr(const Input& in, const BytesMeta& b) {
-  if (auto it = in.inline_values.find(b.fqn); it != in.inline_values.end()) return it->second;
+  if (auto it = in.ck.values.find(b.fqn); it != in.ck.values.end()) return it->second;
   std::unique_ptr<pickle::Tree> tree = in.reader->read_bytes(b);
   return pickle::repr(tree->root, 1u << 20);
 }

@@ -1,7 +1,7 @@
-// What diff and stats read: any checkpoint open_checkpoint() opens (every DCP layout, a Hugging
-// Face directory, one .safetensors file) or a torch.save file (item/torch_file.h), with a reader
-// over it. Incomplete inputs are refused (FormatError, exit 3): a comparison that silently
-// skipped a missing shard would be a gate that lies.
+// What diff and stats read: any checkpoint open_checkpoint() opens for a comparison (every
+// layout of the readers' table, meta/readers.h, the torch.save row included), with a reader over
+// it. Incomplete inputs are refused (FormatError, exit 3): a comparison that silently skipped a
+// missing shard would be a gate that lies.
 #pragma once
 
 #include <map>
@@ -18,7 +18,6 @@ namespace dcpctl {
 struct Input {
   std::string path;
   Checkpoint ck;
-  std::map<std::string, std::string> inline_values;  // torch.save files: key -> repr of a non-tensor leaf
   std::unique_ptr<ItemReader> reader;                // reads ck (which therefore never moves)
   // --map: ck is the key map's table (view/map_view.h), its outputs the items, the selection
   // applied; null otherwise.

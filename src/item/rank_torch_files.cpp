@@ -558,6 +558,4 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
   return ck;
 }
 
-void install_rank_torch_files() { set_rank_torch_files_opener(&open_rank_torch_files); }
-
 }  // namespace dcpctl

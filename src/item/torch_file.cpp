@@ -251,14 +251,6 @@ TorchFileView open_torch_file(const std::string& path) {
   return view;
 }
 
-bool is_hf_torch_dir(const std::string& dir) {
-  if (!is_directory(dir) || path_exists(join_path(dir, ".metadata"))) return false;
-  if (!path_exists(join_path(dir, kHfIndex)) && !path_exists(join_path(dir, kHfSingle))) return false;
-  for (const auto& n : list_dir(dir))  // transformers prefers safetensors, as we do
-    if (meta_detail::ends_with(n, ".safetensors")) return false;
-  return true;
-}
-
 TorchFileView open_hf_torch_dir(const std::string& dir) {
   TorchFileView view;
   Checkpoint& ck = view.ck;
@@ -305,6 +297,28 @@ TorchFileView open_hf_torch_dir(const std::string& dir) {
         md.problems.push_back({"unindexed-key", Where(ck.path_of(f), std::nullopt, key), "a value the file holds that the index does not name"});
   }
   return view;
+}
+
+namespace {
+
+Checkpoint open_torch_save_row(const Probe& p) {
+  TorchFileView v = p.directory ? open_hf_torch_dir(p.path) : open_torch_file(p.path);
+  v.ck.values = std::move(v.values);
+  return std::move(v.ck);
+}
+
+Checkpoint open_torch_save_ranks_row(const Probe& p) {
+  std::vector<std::string> names;
+  for (const auto& n : p.names())
+    if (rank_torch_file(n)) names.push_back(n);
+  return open_rank_torch_files(p.path, names);
+}
+
+}  // namespace
+
+void install_item_readers() {
+  install_reader(CheckpointLayout::TorchSave, &open_torch_save_row);
+  install_reader(CheckpointLayout::TorchSaveRanks, &open_torch_save_ranks_row);
 }
 
 }  // namespace dcpctl

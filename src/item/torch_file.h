@@ -46,9 +46,9 @@ TorchFileView open_torch_file(const std::string& path);
 // one chunk in its own file. A file the index names that is missing, or a key the index names
 // that its file does not hold, makes the view incomplete (exit 3); a key in two files is
 // invalid; a key the index does not name is reported as a problem and still read.
-// is_hf_torch_dir: a directory without .metadata and without any .safetensors file (those are
-// read as DCP / Hugging Face safetensors, as transformers prefers them) holding either file.
-bool is_hf_torch_dir(const std::string& dir);
+// The torch-save row of the readers' table (meta/readers.h) detects such a directory: one without
+// .metadata and without any .safetensors file (those are read as DCP / Hugging Face safetensors,
+// as transformers prefers them) holding either file.
 TorchFileView open_hf_torch_dir(const std::string& dir);
 
 // One torch.save archive opened: its zip index (LibTorch's reader, through the plugin) and its
@@ -72,11 +72,15 @@ std::string key_text(const pickle::Value& k);
 // readers leave it out: the root OrderedDict's "_metadata" holding a dict.
 bool is_module_metadata(const pickle::Value& root, const pickle::Value& key, const pickle::Value& value);
 
+// Installs the openers of the readers' rows that read torch.save zips (meta/ cannot open one
+// itself; meta/readers.h): torch-save (open_torch_file, open_hf_torch_dir) and torch-save-ranks
+// (open_rank_torch_files). The CLI calls it first thing.
+void install_item_readers();
+
 // Directories of per-rank torch.save files of DTensor shards (verl's FSDP checkpoint:
-// `model_world_size_W_rank_R.pt`), read as one sharded checkpoint (layout torch-save-ranks) by
-// open_checkpoint once this is called: the CLI calls it first thing (meta/ cannot open a
-// torch.save zip itself; see set_rank_torch_files_opener). item/rank_torch_files.cpp.
-void install_rank_torch_files();
+// `model_world_size_W_rank_R.pt`), read as one sharded checkpoint (layout torch-save-ranks).
+// item/rank_torch_files.cpp.
 Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::string>& names);
+
 
 }  // namespace dcpctl

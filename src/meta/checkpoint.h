@@ -1,5 +1,6 @@
 // Opening a checkpoint: every layout a trainer leaves behind, as one typed view (Metadata).
 //
+// Every layout is a row of the readers' table (readers.h), which open_checkpoint() asks in order.
 // Layouts (shared/docs/dcp-format.md §0, §5, §9):
 // - DCP: `.metadata` (pickle) plus `__{rank}_{n}.distcp` data files of torch.save items.
 // - DCP, safetensors items: the same, saved with SerializationFormat.SAFETENSORS: each .distcp
@@ -20,29 +21,21 @@
 // names the checkpoints inside and the newest complete one.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "meta/metadata.h"
+#include "meta/readers.h"
 
 namespace dcpctl {
 
 struct DerivedTable;  // view/derived.h
 
-enum class CheckpointLayout {
-  Dcp,                  // .metadata + torch.save items
-  DcpSafetensorsItems,  // .metadata + one safetensors blob per .distcp
-  DcpRankLocal,         // __R.metadata per rank, no .metadata
-  HfDcpShards,          // safetensors files with DCP_SHARDING_INFO (HuggingFaceStorageWriter)
-  HfSafetensors,        // plain Hugging Face safetensors (consolidated) or one .safetensors file
-  TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
-  TorchSaveRanks,       // model_world_size_W_rank_R.pt: one torch.save of DTensor shards per rank (verl)
-};
 
-// Stable names for scripts ("dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp",
-// "hf-safetensors", "torch-save", "torch-save-ranks") and a phrase for people.
+// The layout's row's stable name for scripts ("dcp", "hf-safetensors", ...) and phrase for people.
 const char* layout_name(CheckpointLayout l);
 const char* layout_description(CheckpointLayout l);
 
@@ -79,6 +72,8 @@ struct Checkpoint {
     std::string key, record;
   };
   std::vector<RecordCrc> record_crcs;
+  // Non-tensor leaves a reader decoded as it opened (a torch.save file's): key -> Python repr.
+  std::map<std::string, std::string> values;
   // The tensors views derived (view/derived.h: dequantized, merged): how each is read, and what
   // the views said. Null for a checkpoint as opened: every tensor is saved.
   std::shared_ptr<const DerivedTable> derived;
@@ -92,6 +87,11 @@ struct Checkpoint {
 // With `metadata`, those bytes stand for the directory's .metadata (a distributed run whose
 // node-local directory holds only data files got them from another rank).
 Checkpoint open_checkpoint(const std::string& path, const std::vector<uint8_t>* metadata = nullptr);
+struct OpenOptions {
+  const std::vector<uint8_t>* metadata = nullptr;  // as above
+  bool compare = false;  // diff and stats: a torch.save file or directory of them too (readers.h)
+};
+Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options);
 
 // Throws FormatError naming every finding in ck.incomplete (writers call it before writing).
 void require_complete(const Checkpoint& ck);
@@ -102,12 +102,6 @@ struct RankTorchFile {
   int world_size = 0, rank = 0;
 };
 std::optional<RankTorchFile> rank_torch_file(const std::string& name);
-
-// Opens a directory of per-rank torch.save files (`names`, each a rank_torch_file). Reading their
-// zips takes the item layer (dcpctl_core), which installs it (install_rank_torch_files() in
-// item/torch_file.h); until then open_checkpoint refuses such a directory as unsupported.
-using RankTorchFilesOpener = Checkpoint (*)(const std::string& dir, const std::vector<std::string>& names);
-void set_rank_torch_files_opener(RankTorchFilesOpener opener);
 
 // The rank that wrote a data file, from its name `__{rank}_{n}.distcp` (nullopt if not that form).
 std::optional<int> rank_of_file(const std::string& relative_path);

@@ -1,4 +1,4 @@
-// The layouts open_checkpoint() reads besides plain DCP (see checkpoint.h). Internal to meta/.
+// The openers of meta/'s rows of the readers' table (readers.h). Internal to meta/.
 #pragma once
 
 #include <map>
@@ -21,6 +21,9 @@ void stat_data_files(Checkpoint& ck);
 // DCP saved with SerializationFormat.SAFETENSORS: points every tensor item of a file whose
 // items start with a safetensors blob at its own bytes (ItemFormat::Raw). Other files untouched.
 void resolve_safetensors_items(Checkpoint& ck);
+
+// `.metadata` (or its bytes, received from another rank) and the data files it names.
+Checkpoint open_dcp(const std::string& dir, const std::vector<uint8_t>* metadata);
 
 // `__R.metadata` files (names given) merged into one view.
 Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string>& rank_files);

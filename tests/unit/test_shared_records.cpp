@@ -20,7 +20,7 @@ const char* const kEmbed = "model.embed_tokens.weight";
 const char* const kHead = "lm_head.weight";
 
 Checkpoint open_tied() {
-  install_rank_torch_files();
+  install_item_readers();
   return open_checkpoint(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures/layouts/verl_fsdp2_tied/ckpt");
 }
 
