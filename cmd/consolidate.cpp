@@ -37,26 +37,21 @@ struct ConsolidateCliOptions : WriteCliOptions {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
+// The row --format names, else the one the output's name ends in (plan/format.h `suffixes`): a
+// directory that exists, or --max-shard-size, names a folder.
 const Format* pick_format(const ConsolidateCliOptions& o) {
   if (!o.format.empty()) {
     if (const Format* f = formats::by_flag(o.format)) return f;
     throw UsageError(Where(), "--format must be " + formats::flags());
   }
   const std::string& out = o.output;
-  bool file_name = ends_with(out, ".safetensors") || ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin");
-  if (!o.max_shard_size.empty() && file_name)
-    throw UsageError(Where(out), "--max-shard-size writes a directory of shards; give DIR/ as the output");
-  if (ends_with(out, "/") || is_directory(out) || !o.max_shard_size.empty()) return &formats::hf_folder;
-  if (ends_with(out, ".safetensors")) return &formats::safetensors;
-  if (ends_with(out, ".pt") || ends_with(out, ".pth") || ends_with(out, ".bin")) return &formats::torch_file;
-  throw UsageError(Where(out), "cannot tell the output format from the name: use a .safetensors, .pt/.pth/.bin "
-                               "or DIR/ output, or --format");
+  if (!o.max_shard_size.empty())
+    if (const Format* named = formats::by_output(out, false); named && !named->sharded)
+      throw UsageError(Where(out), "--max-shard-size writes a directory of shards; give DIR/ as the output");
+  if (const Format* f = formats::by_output(out, is_directory(out) || !o.max_shard_size.empty())) return f;
+  throw UsageError(Where(out), "cannot tell the output format from the name: use a " + formats::output_names() +
+                                   " output, or --format");
 }
-
 
 }  // namespace
 
@@ -106,7 +101,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
   co.keep_unsafe_values = o.keep_unsafe;
-  if (!o.assets.empty() && co.format != &formats::hf_folder)
+  if (!o.assets.empty() && !co.format->whole_model)
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
   co.copy_assets = !o.no_assets;
   co.assets_from = o.assets;

@@ -1,13 +1,23 @@
 // Output formats: one module each, one row each.
 //
+// A row (a `Format`) is everything the rest of the write side may know of a format, and nothing
+// asks which format it is. It says how the format's files are written (`Writing`: at offsets on
+// many lanes, in order on one lane, one file per target rank), what the files may hold (tensors
+// only, the non-tensor items too), whether they are a folder and sharded, how they are named, the
+// output names that choose it (`suffixes`: `-o model.safetensors`, `-o DIR/`), whether it holds a
+// whole model as a runtime loads it (`whole_model`: an HF folder gets the model checks, the
+// precision policy's refusals and the model schema; a .safetensors of whatever was selected does
+// not), its s3:// part buffers, and the writer it makes for each command that writes it.
+//
 // The rows are declared here, in plan/, because the planner and the deal plan from them; each is
-// defined with its writer in write/formats/. A format is a row of the table in
-// write/formats/formats.cpp (a `Format`) and a module in that folder that
-// makes its writer (an OutputWriter, write/execute.h: what it derives from the plan, how its
-// outputs are created, written and committed). The planner (plan/plan.h), the deal (plan/deal.h),
-// the executor (write/executor.h) and the upload planner (write/execute.cpp) ask a format only what
-// its row says, never which format it is; consolidate and reshard translate options and pick a
-// row. A new format is a new module and a new row (docs/architecture.md, "A new output format").
+// defined with its writer in a module of write/formats/ (an OutputWriter, write/execute.h: what it
+// derives from the plan, how its outputs are created, written and committed), and
+// write/formats/formats.cpp lists them. The planner (plan/plan.h), the deal (plan/deal.h), the
+// executor (write/executor.h), the upload planner and the model checks (write/execute.cpp,
+// write/consolidate.cpp) ask a format only what its row says; consolidate and reshard translate
+// options and pick a row (by --format's word, by the output's name, or by the command: --lora
+// adapter). A new format is a new module and a new row (docs/architecture.md, "A new output
+// format"): nothing else changes.
 //
 //   safetensors     safetensors_file.cpp  one .safetensors file
 //   hf-safetensors  hf_folder.cpp         a Hugging Face folder: shards, their index, the config
@@ -58,6 +68,16 @@ struct Format {
   bool writes_values = false;  // writes the selected non-tensor items (so the leader reads them)
   bool folder = false;         // the output is a directory of files
   bool sharded = false;        // AtOffsets: files of at most --max-shard-size data bytes each
+  // The endings of an output name that choose this row when --format does not (".safetensors";
+  // "/" for a folder, which a directory that exists and --max-shard-size choose too). Empty: only
+  // --format or the command picks it (a DCP checkpoint, a PEFT adapter).
+  std::vector<std::string_view> suffixes;
+  // Holds a whole model as a runtime loads it, config and all (an HF folder), rather than tensors
+  // under the names the checkpoint gave them. Such an output gets the model checks (the model alone
+  // when optimizer state is beside it, a trainer's names refused without --map, a tied head left
+  // out), the precision policy's refusal of a model the schema does not know, and its config and
+  // tokenizer from beside the checkpoint or --assets.
+  bool whole_model = false;
   // The name of planned file `index` of `count` (inside the folder, for a folder); a format of one
   // file not in a folder is named by the output path.
   std::string (*file_name)(size_t index, size_t count) = nullptr;
@@ -78,6 +98,11 @@ const std::vector<const Format*>& all();
 const Format* by_flag(std::string_view word);
 // "safetensors, hf or torch": the words --format takes.
 std::string flags();
+// The consolidate format whose suffix ends `output` (`directory`: it names a folder, as "DIR/");
+// nullptr if none.
+const Format* by_output(std::string_view output, bool directory);
+// ".safetensors, DIR/ or .pt/.pth/.bin": the output names that choose a format.
+std::string output_names();
 }  // namespace formats
 
 }  // namespace dcpctl

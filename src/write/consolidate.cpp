@@ -83,13 +83,13 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   if (o.lora.mode != LoraMode::Keep)
     command["lora"] = {{"mode", static_cast<int>(o.lora.mode)}, {"name", o.lora.name}, {"select", o.selection.prefix}};
   ConsolidateOptions opts = o;
-  const bool hf = o.format == &formats::hf_folder;
-  // A model beside optimizer state (write/model_subtree.h): an HF folder takes the model alone.
+  const bool whole_model = o.format->whole_model;
+  // A model beside optimizer state (write/model_subtree.h): a whole model's output takes the model alone.
   json subtree = nullptr;
   if (o.selection.empty() && o.map.empty() && o.lora.mode == LoraMode::Keep)
     if (std::optional<ModelSubtree> m = model_subtree(ck.md)) {
-      subtree = {{"option", m->option}, {"beside", m->beside}, {"taken", hf}};
-      if (hf) {
+      subtree = {{"option", m->option}, {"beside", m->beside}, {"taken", whole_model}};
+      if (whole_model) {
         opts.selection = m->selection;
         if (o.note)
           o.note("the checkpoint holds the model beside " + m->beside +
@@ -107,7 +107,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
     command["quantize"] = {{"scheme", o.quantize.scheme}, {"block", {o.quantize.block[0], o.quantize.block[1]}}, {"skip", o.quantize.skip}};
   const Model model = build_model(ck, rq);
   opts.selection = model.selection();
-  if (hf && o.map.empty())
+  if (whole_model && o.map.empty())
     refuse_framework_names(model.checkpoint(), opts.selection, o.lora.mode, copied_config(ck, o, model.config()),
                            o.output);
   // A tied model's export leaves out a head equal to the embedding (write/tied_head.h).
@@ -115,7 +115,7 @@ json consolidate(const Checkpoint& ck, const ConsolidateOptions& o) {
   json tied_left_out = nullptr;
   // Every rank compares the two the same way; under --local-files a rank may not see their files,
   // and the head is kept (equal, it passes the folder's check).
-  if (hf && !o.local_files)
+  if (whole_model && !o.local_files)
     if (const std::string config = copied_config(ck, o, model.config()); !config.empty())
       if (std::optional<TiedHead> t = tied_head_to_drop(config, model.checkpoint(), opts.selection)) {
         tied_left_out = {{"key", t->head}, {"equal_to", t->embedding}};

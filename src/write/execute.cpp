@@ -145,9 +145,8 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   std::function<bool(const TensorMeta&, size_t)> in_place;
   if (!group || !writer.exchange()) in_place = [&](const TensorMeta& t, size_t c) { return reader.readable_in_place(t, c); };
   // --dtype keeps what the model and the key maps keep in their saved dtype (plan/precision.h).
-  // An HF folder carries config.json: it claims to be the model, so an unknown model is refused there.
-  const PrecisionPolicy precision =
-      precision_policy(ck, o, request.model, request.target.format == &formats::hf_folder);
+  // A whole model's output (an HF folder) claims to be the model, so an unknown model is refused there.
+  const PrecisionPolicy precision = precision_policy(ck, o, request.model, request.target.format->whole_model);
   Target target = request.target;
   target.precision = &precision;
   WriteJob job{request, reader, plan_write(ck, o.selection, o.cast, target, in_place), {}, {}, group, me, leader};

@@ -115,7 +115,7 @@ void ConsolidatedWriter::assets_summary(const WritePlan& plan, json& summary) co
   std::optional<TiedEmbeddings> tied = tied_embeddings(assets_, keys);
   // An HF folder's keys are written under the names they were read by: a release layout stays one
   // (null for the other outputs).
-  summary["hf_layout"] = o_.format->flag == "hf" ? output_layout(assets_, keys) : json(nullptr);
+  summary["hf_layout"] = keeps_layout_ ? output_layout(assets_, keys) : json(nullptr);
   summary["tie_word_embeddings"] = nullptr;
   if (tied) {
     summary["tie_word_embeddings"] = {{"config", tied->config}, {"lm_head_weight", tied->lm_head}};

@@ -59,6 +59,7 @@ class ConsolidatedWriter : public OutputWriter {
   LightningMerge lightning_;
   Assets assets_;              // rank 0's: found by a format that copies them (check)
   bool wants_config_ = false;  // and that from_pretrained needs a config.json among them
+  bool keeps_layout_ = false;  // writes the keys under the names they were read by (the summary's hf_layout)
 };
 
 }  // namespace dcpctl

@@ -83,6 +83,7 @@ class HfFolder final : public SafetensorsFiles {
     SafetensorsFiles::check(request);
     if (o_.copy_assets) assets_ = find_assets(request.ck, o_.assets_from, &request.model.config());
     wants_config_ = o_.copy_assets;
+    keeps_layout_ = true;
     from_hf_folder_ = request.ck.layout == CheckpointLayout::HfSafetensors;
   }
 
@@ -226,6 +227,8 @@ const Format formats::hf_folder = [] {
   f.tensors_only = true;
   f.folder = true;
   f.sharded = true;
+  f.suffixes = {"/"};
+  f.whole_model = true;
   f.file_name = [](size_t index, size_t count) {
     if (count == 1) return std::string("model.safetensors");
     char name[64];

@@ -96,6 +96,7 @@ const Format formats::safetensors = [] {
   f.name = f.flag = "safetensors";
   f.writing = Writing::AtOffsets;
   f.tensors_only = true;
+  f.suffixes = {".safetensors"};
   f.file_name = [](size_t, size_t) { return std::string("model.safetensors"); };
   f.part_buffers = at_offsets_part_buffers;
   f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<SafetensorsFile>(o); };

@@ -182,6 +182,7 @@ const Format formats::torch_file = [] {
   f.name = f.flag = "torch";
   f.writing = Writing::InOrder;
   f.writes_values = true;
+  f.suffixes = {".pt", ".pth", ".bin"};
   f.part_buffers = [](size_t files, unsigned, unsigned) { return files == 0 ? PartBuffers{0, 0} : PartBuffers{2, 1}; };
   f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<TorchFile>(o); };
   return f;
