@@ -34,24 +34,60 @@ json args_namespace_fields(const pickle::Value& v) {
   return out;
 }
 
-// transformers 5.23's config class defaults of the settings that change no shape, by model_type
-// (printed from each class: LlamaConfig() and so on).
-struct ArgsDefaults {
-  double rms_norm_eps, rope_theta, partial_rotary_factor;
-  int64_t num_experts_per_tok;  // 0: not an MoE class
-  std::optional<bool> norm_topk_prob;
-  std::optional<double> routed_scaling_factor;
+// How the variant's Hugging Face config reads the args: its "args" in the map (megatron.json's
+// variants), checked here since this file is its only reader.
+//   attention        "gqa": num_key_value_heads and head_dim are compared; "mla": not (MLA's sizes)
+//   rope             "rotate_half": the RoPE rows of the table; "unchecked": none (DeepSeek-V3's YaRN)
+//   moe_ffn          the config field of the routed experts' size (Mixtral's is intermediate_size)
+//   router           score_function softmax | sigmoid; norm_topk_prob: "not_pre_softmax" (compared
+//                    with not moe_router_pre_softmax), "renormalized" (the class always renormalizes:
+//                    moe_router_pre_softmax False), "topk_above_1" (megatron-core renormalizes a
+//                    sigmoid top k when k > 1); routed_scaling: whether routed_scaling_factor exists;
+//                    name: how messages call the router (absent: the config's model_type)
+//   config_defaults  model_type -> transformers 5.23's class defaults of the settings no shape shows
+//                    (rms_norm_eps, rope_theta, partial_rotary_factor, tie_word_embeddings,
+//                    hidden_act, num_experts_per_tok, norm_topk_prob, routed_scaling_factor; printed
+//                    from each class: LlamaConfig() and so on); a model_type not listed: only what
+//                    config.json states is compared
+struct VariantArgs {
+  bool mla = false, rope_checked = true, sigmoid = false, routed_scaling = false;
+  std::string moe_ffn = "moe_intermediate_size", router_name, norm_topk;
+  json defaults;  // config_defaults[model_type], or null
+
+  bool known() const { return defaults.is_object(); }
+  std::optional<json> dflt(const char* field) const {
+    if (!known() || !defaults.contains(field)) return std::nullopt;
+    return defaults[field];
+  }
 };
-const ArgsDefaults* args_defaults_of(const std::string& model_type) {
-  static const std::map<std::string, ArgsDefaults> table = {
-      {"llama", {1e-6, 10000, 1.0, 0, {}, {}}},        {"mistral", {1e-6, 10000, 1.0, 0, {}, {}}},
-      {"qwen2", {1e-6, 10000, 1.0, 0, {}, {}}},        {"qwen3", {1e-6, 10000, 1.0, 0, {}, {}}},
-      {"qwen2_moe", {1e-6, 10000, 1.0, 4, false, {}}}, {"qwen3_moe", {1e-6, 10000, 1.0, 8, false, {}}},
-      {"glm4_moe", {1e-5, 10000, 0.5, 8, true, 1.0}},  {"deepseek_v3", {1e-6, 10000, 1.0, 8, true, 2.5}},
-      {"mixtral", {1e-5, 1e6, 1.0, 2, {}, {}}},
+
+VariantArgs variant_args_of(const json& a, const std::string& model_type) {
+  auto bad = [](const std::string& what) {
+    throw UsageError(Where("key map"), "the variant's \"args\": " + what + " (src/check/megatron_args.cpp lists the fields)");
   };
-  auto it = table.find(model_type);
-  return it == table.end() ? nullptr : &it->second;
+  if (!a.is_object()) bad("not an object");
+  auto text = [&](const json& o, const char* field, std::initializer_list<const char*> allowed) {
+    const json v = o.value(field, json());
+    if (!v.is_string()) bad(std::string("\"") + field + "\" is missing");
+    for (const char* x : allowed)
+      if (v == x) return v.get<std::string>();
+    bad(std::string("\"") + field + "\" = " + v.dump() + " is none of the values it takes");
+    return std::string();
+  };
+  VariantArgs v;
+  v.mla = text(a, "attention", {"gqa", "mla"}) == "mla";
+  v.rope_checked = text(a, "rope", {"rotate_half", "unchecked"}) == "rotate_half";
+  v.moe_ffn = text(a, "moe_ffn", {"moe_intermediate_size", "intermediate_size"});
+  const json r = a.value("router", json());
+  if (!r.is_object()) bad("\"router\" is missing");
+  v.sigmoid = text(r, "score_function", {"softmax", "sigmoid"}) == "sigmoid";
+  v.norm_topk = text(r, "norm_topk_prob", {"not_pre_softmax", "renormalized", "topk_above_1"});
+  if (!r.value("routed_scaling", json()).is_boolean()) bad("router \"routed_scaling\" is a boolean");
+  v.routed_scaling = r["routed_scaling"].get<bool>();
+  v.router_name = r.value("name", model_type);
+  const json d = a.value("config_defaults", json::object());
+  if (d.is_object() && d.contains(model_type) && d[model_type].is_object()) v.defaults = d[model_type];
+  return v;
 }
 
 std::string args_shown(const json& v) {
@@ -178,20 +214,18 @@ std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string
 }
 
 json check_megatron_args(const MegatronArgs& args, const json& config, const std::string& config_path,
-                         const std::string& variant) {
+                         const json& variant_args) {
   const std::string model_type = config.is_object() ? config.value("model_type", std::string()) : std::string();
   static const json kNone = json::object();
   ArgsChecker c(args, config.is_object() ? config : kNone, model_type);
-  const ArgsDefaults* d = args_defaults_of(model_type);
-  const bool deepseek = variant == "deepseek_v3", mixtral = variant == "mixtral";
-  const bool sigmoid_router = deepseek || variant == "glm4_moe";
+  const VariantArgs v = variant_args_of(variant_args, model_type);
   const bool moe = !c.arg("num_experts").is_null();
 
   // ---- sizes (stated ones) ----
   c.size("num_hidden_layers", "num_layers", c.arg("num_layers"));
   c.size("hidden_size", "hidden_size", c.arg("hidden_size"));
   c.size("num_attention_heads", "num_attention_heads", c.arg("num_attention_heads"));
-  if (!deepseek) {
+  if (!v.mla) {
     const bool gqa = c.arg("group_query_attention") == json(true);
     c.size("num_key_value_heads", gqa ? "num_query_groups" : "num_attention_heads",
            c.arg(gqa ? "num_query_groups" : "num_attention_heads"));
@@ -206,22 +240,22 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   } else {
     const bool own = !c.arg("moe_ffn_hidden_size").is_null();
     const std::string moe_ffn = own ? "moe_ffn_hidden_size" : "ffn_hidden_size";
-    c.size(mixtral ? "intermediate_size" : "moe_intermediate_size", moe_ffn, c.arg(moe_ffn));
+    c.size(v.moe_ffn, moe_ffn, c.arg(moe_ffn));
     for (const char* f : {"num_experts", "n_routed_experts", "num_local_experts"})
       c.size(f, "num_experts", c.arg("num_experts"));
     c.setting("num_experts_per_tok", c.stated("num_experts_per_tok"),
-              d && d->num_experts_per_tok ? std::optional<json>(d->num_experts_per_tok) : std::nullopt,
+              v.dflt("num_experts_per_tok"),
               "moe_router_topk", c.arg("moe_router_topk"));
   }
 
   // ---- the settings no shape shows ----
-  c.setting("tie_word_embeddings", c.stated("tie_word_embeddings"), d ? std::optional<json>(false) : std::nullopt,
+  c.setting("tie_word_embeddings", c.stated("tie_word_embeddings"), v.dflt("tie_word_embeddings"),
             "untie_embeddings_and_output_weights", json(!(c.arg("untie_embeddings_and_output_weights") == json(true))),
             "args.untie_embeddings_and_output_weights = " + args_shown(c.arg("untie_embeddings_and_output_weights")));
   {
     // transformers' ACT2FN: "silu" and "swish" are both SiLU; Megatron-LM's --swiglu is SiLU-gated.
     std::optional<json> act = c.stated("hidden_act");
-    if (!act && d) act = json("silu");
+    if (!act) act = v.dflt("hidden_act");
     if (act && c.has_arg("swiglu")) {
       const bool silu = *act == json("silu") || *act == json("swish");
       const json sw = c.arg("swiglu");
@@ -241,20 +275,20 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   c.require("every variant's norm is RMSNorm", "normalization", "RMSNorm");
   {
     const std::string eps = c.has_arg("norm_epsilon") ? "norm_epsilon" : "layernorm_epsilon";
-    c.setting("rms_norm_eps", c.stated("rms_norm_eps"), d ? std::optional<json>(d->rms_norm_eps) : std::nullopt, eps,
+    c.setting("rms_norm_eps", c.stated("rms_norm_eps"), v.dflt("rms_norm_eps"), eps,
               c.arg(eps));
   }
   {
     auto theta = c.rope("rope_theta");
     c.setting(theta ? theta->second : "rope_theta", theta ? std::optional<json>(theta->first) : std::nullopt,
-              d ? std::optional<json>(d->rope_theta) : std::nullopt, "rotary_base", c.arg("rotary_base"));
+              v.dflt("rope_theta"), "rotary_base", c.arg("rotary_base"));
   }
-  if (!deepseek) {
+  if (v.rope_checked) {
     c.require("Hugging Face's RoPE (no learned or absolute positions)", "position_embedding_type", "rope");
     c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
     auto prf = c.rope("partial_rotary_factor");
     c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
-              d ? std::optional<json>(d->partial_rotary_factor) : std::nullopt, "rotary_percent",
+              v.dflt("partial_rotary_factor"), "rotary_percent",
               c.arg("rotary_percent"));
     auto type = c.rope("rope_type");
     if (!type) type = c.rope("type");
@@ -295,40 +329,36 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     }
   }
 
-  // ---- the router ----
+  // ---- the router (the variant's "router") ----
   if (moe) {
     const json topk = c.arg("moe_router_topk");
     const json scale = c.arg("moe_router_topk_scaling_factor");
-    if (sigmoid_router) {
-      c.require(model_type + "'s sigmoid router", "moe_router_score_function", "sigmoid");
+    const std::string score = v.sigmoid ? "sigmoid" : "softmax";
+    c.require(v.router_name + "'s " + score + " router", "moe_router_score_function", score);
+    if (v.norm_topk == "topk_above_1") {
       const bool renorm = topk.is_number_integer() && topk.get<int64_t>() > 1;
-      c.setting("norm_topk_prob", c.stated("norm_topk_prob"),
-                d && d->norm_topk_prob ? std::optional<json>(*d->norm_topk_prob) : std::nullopt, "moe_router_topk",
-                renorm,
+      c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_topk", renorm,
                 "args.moe_router_topk = " + args_shown(topk) +
                     " (megatron-core renormalizes a sigmoid router's top k when k > 1)");
+    } else if (v.norm_topk == "renormalized") {
+      c.require(v.router_name + " renormalizes its top-k probabilities", "moe_router_pre_softmax", false);
+    } else {
+      const bool pre = c.arg("moe_router_pre_softmax") == json(true);
+      c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_pre_softmax",
+                json(!pre),
+                "args.moe_router_pre_softmax = " + args_shown(c.arg("moe_router_pre_softmax")) +
+                    " (without it megatron-core renormalizes the top k: norm_topk_prob True)");
+    }
+    if (v.routed_scaling) {
       const json s = scale.is_number() && scale.get<double>() != 0 ? scale : json(1.0);
-      c.setting("routed_scaling_factor", c.stated("routed_scaling_factor"),
-                d && d->routed_scaling_factor ? std::optional<json>(*d->routed_scaling_factor) : std::nullopt,
+      c.setting("routed_scaling_factor", c.stated("routed_scaling_factor"), v.dflt("routed_scaling_factor"),
                 "moe_router_topk_scaling_factor", s);
     } else {
-      c.require((mixtral ? "Mixtral" : "Qwen-MoE") + std::string("'s softmax router"), "moe_router_score_function",
-                "softmax");
-      const bool pre = c.arg("moe_router_pre_softmax") == json(true);
-      if (mixtral)
-        c.require("Mixtral renormalizes its top-k probabilities", "moe_router_pre_softmax", false);
-      else
-        c.setting("norm_topk_prob", c.stated("norm_topk_prob"),
-                  d && d->norm_topk_prob ? std::optional<json>(*d->norm_topk_prob) : std::nullopt,
-                  "moe_router_pre_softmax", json(!pre),
-                  "args.moe_router_pre_softmax = " + args_shown(c.arg("moe_router_pre_softmax")) +
-                      " (without it megatron-core renormalizes the top k: norm_topk_prob True)");
       const bool unscaled =
           scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
       if (c.has_arg("moe_router_topk_scaling_factor") && !unscaled)
-        c.problems_.push_back(
-            std::string(mixtral ? "Mixtral" : "Qwen-MoE") +
-            "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " + args_shown(scale));
+        c.problems_.push_back(v.router_name + "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " +
+                              args_shown(scale));
       else if (c.has_arg("moe_router_topk_scaling_factor"))
         c.checked_.push_back({{"config", "(no routed scaling)"},
                               {"args", "moe_router_topk_scaling_factor"},
@@ -358,7 +388,10 @@ void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConf
     return;
   }
   map.args_from = args->from;
-  map.args_checked = check_megatron_args(*args, config.json, config.path, map.variant);
+  // A map file whose variants carry no "args" (a copy of an older megatron.json) reads them as the
+  // built-in family's variant of the same name.
+  const json rules = map.variant_args.is_object() ? map.variant_args : variant_args(load_key_map("megatron"), map.variant);
+  map.args_checked = check_megatron_args(*args, config.json, config.path, rules);
 }
 
 }  // namespace dcpctl

@@ -16,9 +16,10 @@
 // Shapes already tie the sizes to the tensors; the settings that change no shape are taken from
 // config.json on faith, and a wrong one gives a wrong model with exit 0. check_megatron_args
 // compares them, as transformers 5.23 reads config.json for the map's variant (megatron.json:
-// llama_qwen, glm4_moe, deepseek_v3, mixtral). A setting config.json leaves out is its config
-// class's default (taken from transformers 5.23's classes, by model_type; a model_type not in the
-// table: only what config.json states is compared). RoPE settings are read from
+// llama_qwen, glm4_moe, deepseek_v3, mixtral; each variant's "args" says which rows below apply
+// and its router, as data: a new variant is a row of megatron.json). A setting config.json leaves
+// out is its config class's default (the variant's "config_defaults", from transformers 5.23's
+// classes, by model_type; a model_type not listed: only what config.json states is compared). RoPE settings are read from
 // `rope_parameters` first, then the top level (transformers < 5's spelling), then `rope_scaling`.
 // Floats agree within a relative 1e-6 (a value written through float32 is the same setting).
 //
@@ -101,9 +102,11 @@ std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string
 // table's order. UnsupportedError (exit 5: the checkpoint is intact, config.json does not describe
 // it) naming `config_path`, every contradiction (config.json's field
 // and value, the args field and value) and where the args came from, when any disagree.
-// `variant`: the map's variant (megatron.json); config.json's model_type chooses the defaults.
+// `variant_args`: the "args" of the map's variant (view/keymap.h's variant_args: megatron.json's
+// variants say how their config reads the args: attention, RoPE, router, and each model_type's
+// class defaults); config.json's model_type chooses the defaults. UsageError when it is malformed.
 nlohmann::json check_megatron_args(const MegatronArgs& args, const nlohmann::json& config,
-                                   const std::string& config_path, const std::string& variant);
+                                   const std::string& config_path, const nlohmann::json& variant_args);
 
 // The check of a --map output (view/model.h's ModelRequest::check_map, set by the exports): for a
 // Megatron -> Hugging Face map, reads `saved`'s args and checks them against `config`, filling

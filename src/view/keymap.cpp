@@ -66,6 +66,7 @@ KeyMap parse_map(const json& j, const std::string& source) {
       var.description = v.value("description", "");
       var.is_default = v.value("default", false);
       var.params = v.value("params", json::object());
+      var.args = v.value("args", json());
       for (const auto& t : v.value("model_types", json::array())) var.model_types.push_back(t.get<std::string>());
       for (const auto& t : v.value("classes", json::array())) var.classes.push_back(t.get<std::string>());
       m.variants.push_back(std::move(var));
@@ -278,12 +279,12 @@ json expand_family(const json& fam, const std::string& alias, const std::string&
     for (const auto& t : ok ? v["model_types"] : json::array()) ok = ok && t.is_string();
     for (const auto& [f, x] : v.is_object() ? v.items() : variants.items())
       ok = ok && (f == "model_types" || f == "description" || (f == "default" && x.is_boolean()) ||
-                  (f == "params" && x.is_object()) ||
+                  (f == "params" && x.is_object()) || (f == "args" && x.is_object()) ||
                   (f == "classes" && x.is_array() &&
                    std::all_of(x.begin(), x.end(), [](const json& c) { return c.is_string(); })));
     need(ok, "variant " + n +
                  ": {\"model_types\": [model_type, ...], \"description\", \"default\": bool, \"params\": {...}, "
-                 "\"classes\": [class, ...]}");
+                 "\"classes\": [class, ...], \"args\": {...}}");
   }
   json a = json::object();
   if (!alias.empty()) {
@@ -570,6 +571,22 @@ std::vector<std::string> maps_to_hf_for(const std::vector<std::string>& keys, co
       named.push_back(m.name);
   }
   return named.empty() ? fits : named;
+}
+
+json variant_args(const KeyMap& map, const std::string& variant) {
+  const KeyMap::Variant *pick = nullptr, *dflt = nullptr;
+  json defaults = json::object();
+  for (const auto& v : map.variants) {
+    if (v.name == variant && v.args.is_object()) pick = &v;
+    if (v.is_default && v.args.is_object()) dflt = &v;
+    if (v.args.is_object() && v.args.contains("config_defaults") && v.args["config_defaults"].is_object())
+      for (const auto& [model_type, d] : v.args["config_defaults"].items()) defaults[model_type] = d;
+  }
+  if (!pick) pick = dflt;
+  if (!pick) return nullptr;
+  json out = pick->args;
+  out["config_defaults"] = std::move(defaults);
+  return out;
 }
 
 std::vector<std::string> rule_kinds(const KeyMap& map) {

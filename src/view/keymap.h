@@ -87,6 +87,10 @@ struct KeyMap {
     std::vector<std::string> classes;
     nlohmann::json params = nlohmann::json::object();
     bool is_default = false;
+    // `"args"`: how the variant's Hugging Face config reads the training arguments a checkpoint of
+    // the other side carries (megatron.json: the attention and RoPE checked, the router, and each
+    // model_type's config class defaults); read by check/megatron_args.h, null when the file has none.
+    nlohmann::json args;
   };
   std::vector<Variant> variants;
   nlohmann::json params;  // name -> {"config": key | [keys], "default": expr}
@@ -155,6 +159,10 @@ KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std
 std::vector<std::string> maps_to_hf_for(const std::vector<std::string>& keys, const nlohmann::json& config);
 // The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.
 std::vector<std::string> rule_kinds(const KeyMap& map);
+// The "args" of `variant` (the default variant's when `variant` is "" or has none), its
+// "config_defaults" the union over every variant of `map`, so a model_type's class defaults are
+// found whichever variant an alias allows; null when no variant of `map` has "args".
+nlohmann::json variant_args(const KeyMap& map, const std::string& variant);
 
 // Where a map's parameters come from: config.json's content, and its path for messages.
 struct MapConfig {
@@ -199,6 +207,7 @@ struct MappedModel {
   // why) and each field compared. `args_checked` null: not such a map (--json says null for all three).
   std::string args_from, args_note;
   nlohmann::json args_checked;
+  nlohmann::json variant_args;  // variant_args() of the map and the variant chosen (not in --json)
   nlohmann::json describe() const;    // the `map` object of --json
 };
 

@@ -798,6 +798,7 @@ MappedModel apply_key_map(const KeyMap& map, const Metadata& md, const std::vect
     out.family = map.family;
     out.variant = variant;
     out.variant_from = why;
+    out.variant_args = variant_args(map, variant);
     return out;
   } catch (const UnsupportedError& e) {
     std::string detail = e.detail();

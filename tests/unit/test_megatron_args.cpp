@@ -8,6 +8,7 @@
 #include <string>
 
 #include "check/megatron_args.h"
+#include "view/keymap.h"
 #include "util/error.h"
 
 using namespace dcpctl;
@@ -52,9 +53,12 @@ json llama_config() {
           {"rms_norm_eps", 1e-5},     {"rope_parameters", {{"rope_theta", 500000.0}, {"rope_type", "default"}}}};
 }
 
+// The variant's "args" as the built-in map holds them (megatron.json).
+json rules(const std::string& variant) { return variant_args(load_key_map("megatron"), variant); }
+
 std::string fails(const MegatronArgs& a, const json& c, const std::string& variant) {
   try {
-    check_megatron_args(a, c, "cfg/config.json", variant);
+    check_megatron_args(a, c, "cfg/config.json", rules(variant));
   } catch (const UnsupportedError& e) {
     return e.what();
   }
@@ -70,7 +74,7 @@ bool compared(const json& checked, const std::string& config_field, const std::s
 }  // namespace
 
 TEST_CASE("megatron args: a dense Llama agrees; the settings no shape shows are compared", "[megatron_args]") {
-  const json checked = check_megatron_args(llama_args(), llama_config(), "cfg/config.json", "llama_qwen");
+  const json checked = check_megatron_args(llama_args(), llama_config(), "cfg/config.json", rules("llama_qwen"));
   CHECK(compared(checked, "num_key_value_heads", "num_query_groups"));
   CHECK(compared(checked, "rms_norm_eps", "norm_epsilon"));
   CHECK(compared(checked, "rope_parameters.rope_theta", "rotary_base"));
@@ -133,7 +137,7 @@ TEST_CASE("megatron args: Qwen-MoE's softmax router, norm_topk_prob = not pre-so
   c["num_experts"] = 8;
   c["num_experts_per_tok"] = 2;
   c["norm_topk_prob"] = true;
-  const json checked = check_megatron_args(a, c, "cfg/config.json", "llama_qwen");
+  const json checked = check_megatron_args(a, c, "cfg/config.json", rules("llama_qwen"));
   CHECK(compared(checked, "norm_topk_prob", "moe_router_pre_softmax"));
   CHECK(compared(checked, "num_experts_per_tok", "moe_router_topk"));
   CHECK(compared(checked, "moe_intermediate_size", "moe_ffn_hidden_size"));
@@ -162,7 +166,7 @@ TEST_CASE("megatron args: Mixtral always renormalizes its top k", "[megatron_arg
   c["model_type"] = "mixtral";
   c["num_local_experts"] = 4;
   c["num_experts_per_tok"] = 2;
-  const json checked = check_megatron_args(a, c, "cfg/config.json", "mixtral");
+  const json checked = check_megatron_args(a, c, "cfg/config.json", rules("mixtral"));
   CHECK(compared(checked, "intermediate_size", "ffn_hidden_size"));  // the experts' ffn
   CHECK(compared(checked, "num_local_experts", "num_experts"));
   a.values["moe_router_pre_softmax"] = true;
@@ -182,7 +186,7 @@ TEST_CASE("megatron args: the sigmoid routers of GLM-4.5 and DeepSeek-V3", "[meg
   c["n_routed_experts"] = 8;
   c["num_experts_per_tok"] = 2;
   // Glm4MoeConfig's defaults: partial_rotary_factor 0.5, norm_topk_prob True, routed_scaling_factor 1.0.
-  const json checked = check_megatron_args(a, c, "cfg/config.json", "glm4_moe");
+  const json checked = check_megatron_args(a, c, "cfg/config.json", rules("glm4_moe"));
   CHECK(compared(checked, "partial_rotary_factor", "rotary_percent"));
   CHECK(compared(checked, "norm_topk_prob", "moe_router_topk"));
   CHECK(compared(checked, "routed_scaling_factor", "moe_router_topk_scaling_factor"));
@@ -231,7 +235,7 @@ TEST_CASE("megatron args: every contradiction named at once; an unknown model_ty
 
   a = llama_args();
   c = {{"model_type", "somebody_else"}, {"hidden_size", 64}};
-  const json checked = check_megatron_args(a, c, "cfg/config.json", "llama_qwen");
+  const json checked = check_megatron_args(a, c, "cfg/config.json", rules("llama_qwen"));
   CHECK(compared(checked, "hidden_size", "hidden_size"));
   CHECK_FALSE(compared(checked, "rms_norm_eps", "norm_epsilon"));  // no class, no default: not compared
   CHECK_FALSE(compared(checked, "tie_word_embeddings", "untie_embeddings_and_output_weights"));
@@ -241,9 +245,52 @@ TEST_CASE("megatron args: a field an older Megatron-LM's args lack is not compar
   MegatronArgs a = llama_args();
   for (const char* f : {"rotary_interleaved", "use_rope_scaling", "norm_epsilon", "swiglu"}) a.values.erase(f);
   a.values["layernorm_epsilon"] = 1e-5;
-  const json checked = check_megatron_args(a, llama_config(), "cfg/config.json", "llama_qwen");
+  const json checked = check_megatron_args(a, llama_config(), "cfg/config.json", rules("llama_qwen"));
   CHECK(compared(checked, "rms_norm_eps", "layernorm_epsilon"));
   CHECK_FALSE(compared(checked, "hidden_act", "swiglu"));
   CHECK_FALSE(compared(checked, "rope_parameters.rope_type", "use_rope_scaling"));
   CHECK(compared(checked, "rope_parameters.rope_theta", "rotary_base"));
+}
+
+TEST_CASE("megatron args: a variant is data (megatron.json's \"args\"), malformed data is refused",
+          "[megatron_args]") {
+  // A variant the code never names: a softmax router that applies routed scaling, its own class defaults.
+  const json v = {{"attention", "gqa"},
+                  {"rope", "rotate_half"},
+                  {"moe_ffn", "moe_intermediate_size"},
+                  {"router",
+                   {{"name", "Made-up"}, {"score_function", "softmax"}, {"norm_topk_prob", "renormalized"},
+                    {"routed_scaling", true}}},
+                  {"config_defaults", {{"made_up", {{"rms_norm_eps", 1e-5}, {"routed_scaling_factor", 3.0}}}}}};
+  MegatronArgs a = llama_args();
+  a.values["num_experts"] = 4;
+  a.values["moe_router_topk"] = 2;
+  a.values["moe_router_score_function"] = "softmax";
+  a.values["moe_router_pre_softmax"] = false;
+  a.values["moe_router_topk_scaling_factor"] = 3.0;
+  json c = llama_config();
+  c["model_type"] = "made_up";
+  c["num_experts_per_tok"] = 2;
+  const json checked = check_megatron_args(a, c, "cfg/config.json", v);
+  CHECK(compared(checked, "routed_scaling_factor", "moe_router_topk_scaling_factor"));  // the default 3.0
+  CHECK(compared(checked, "Made-up renormalizes its top-k probabilities", "moe_router_pre_softmax"));
+  a.values["moe_router_topk_scaling_factor"] = 1.0;
+  try {
+    check_megatron_args(a, c, "cfg/config.json", v);
+    FAIL("a routed scaling of 1.0 against the variant's default 3.0 passed");
+  } catch (const UnsupportedError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("routed_scaling_factor = 3.0 (made_up's default)"));
+  }
+  json bad = v;
+  bad["router"]["score_function"] = "tanh";
+  CHECK_THROWS_AS(check_megatron_args(a, c, "cfg/config.json", bad), UsageError);
+  bad = v;
+  bad.erase("attention");
+  CHECK_THROWS_AS(check_megatron_args(a, c, "cfg/config.json", bad), UsageError);
+  // Every built-in variant carries its "args" and a row of defaults for each model_type it lists.
+  for (const KeyMap::Variant& var : load_key_map("megatron").variants) {
+    INFO(var.name);
+    REQUIRE(var.args.is_object());
+    for (const std::string& t : var.model_types) CHECK(var.args["config_defaults"].contains(t));
+  }
 }
