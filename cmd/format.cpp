@@ -89,6 +89,13 @@ void print_map_summary(const nlohmann::json& r) {
     else if (m["args_note"].is_string())
       std::cerr << "note: " << m["args_note"].get<std::string>() << "\n";
   }
+  // Megatron -> Hugging Face: the padding rows of its vocabulary cut (check/megatron_vocab.h).
+  if (m.contains("vocab") && m["vocab"].is_object()) {
+    const auto& v = m["vocab"];
+    std::cerr << "vocabulary: wrote the first " << v["vocab_size"] << " of " << v["rows"] << " rows of "
+              << v["tensors"].size() << " tensor(s), dropping " << v["rows_dropped"] << " rows of Megatron's padding ("
+              << v["rule"].get<std::string>() << "; " << v["rule_from"].get<std::string>() << ")\n";
+  }
 }
 
 }  // namespace dcpctl::cli

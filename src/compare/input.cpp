@@ -1,5 +1,6 @@
 #include "compare/input.h"
 
+#include "check/megatron_vocab.h"
 #include "pickle/repr.h"
 #include "view/derived.h"
 #include "meta/geometry.h"
@@ -34,6 +35,7 @@ void map_input(Input& in, const std::string& map, const Selection& selection, co
   rq.map = map;
   rq.config = config;
   rq.map_from = from;
+  rq.fit_map = fit_megatron_vocab;  // a Megatron checkpoint's padded vocabulary, as the exports cut it
   // No view but the map applies to a diff: the model is the map's table over the input.
   Checkpoint table = build_model(in.ck, rq).checkpoint();
   in.ck = std::move(table);

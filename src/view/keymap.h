@@ -208,6 +208,9 @@ struct MappedModel {
   std::string args_from, args_note;
   nlohmann::json args_checked;
   nlohmann::json variant_args;  // variant_args() of the map and the variant chosen (not in --json)
+  // Rows of the vocabulary cut as the framework's padding (check/megatron_vocab.h): {vocab_size,
+  // rows, rows_dropped, tensors, rule, rule_from}; null: none (--json's `vocab`).
+  nlohmann::json vocab;
   nlohmann::json describe() const;    // the `map` object of --json
 };
 

@@ -76,6 +76,7 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     m.key_map_ = std::make_shared<const KeyMap>(load_key_map(rq.map));
     const MapConfig map_config = config.map(in.dir);
     MappedModel map = apply_key_map(*m.key_map_, in.md, select_items(in.md, m.selection_), map_config, rq.map_from);
+    if (rq.fit_map) rq.fit_map(ck, map, map_config);
     if (rq.check_map) rq.check_map(ck, map, map_config);
     map.excluded = excluded_keys(in.md, m.selection_);
     check_zero_drops(in, map);

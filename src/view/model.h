@@ -49,6 +49,10 @@ struct ModelRequest {
   // config.json the map's parameters came from); it may throw, and may add to the map's --json. The
   // exports set it (write/execute.h's model_request: check/megatron_args.h, which sits above view/).
   std::function<void(const Checkpoint& saved, MappedModel& map, const MapConfig& config)> check_map;
+  // Asked first, by every command that maps (exports, diff, stats): fits the map's outputs to
+  // config.json where the framework's own rule says how (check/megatron_vocab.h: Megatron's padded
+  // vocabulary cut to vocab_size); it may throw, and may add to the map's --json.
+  std::function<void(const Checkpoint& saved, MappedModel& map, const MapConfig& config)> fit_map;
 };
 
 class Model {

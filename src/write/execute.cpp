@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "check/megatron_args.h"
+#include "check/megatron_vocab.h"
 #include "dist/commit.h"
 #include "dist/exchange.h"
 #include "dist/group.h"
@@ -123,6 +124,7 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   rq.map = o.map;
   rq.quantize = o.quantize;
   rq.check_map = check_megatron_map;  // a Megatron checkpoint's own args against config.json
+  rq.fit_map = fit_megatron_vocab;    // its padded vocabulary cut to config.json's vocab_size
   return rq;
 }
 
