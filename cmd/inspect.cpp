@@ -93,7 +93,7 @@ void render_summary(const json& r) {
   std::cout << "Checkpoint  " << r["checkpoint"].get<std::string>() << "\n";
   std::string layout = r["layout"].get<std::string>();
   if (layout != "dcp") std::cout << "Layout      " << layout << "\n";
-  if (layout.rfind("hf-", 0) == 0 || layout == "torch-save-ranks") {
+  if (layout.rfind("hf-", 0) == 0 || layout == "torch-save-ranks" || layout == "torch-checkpointing") {
     std::cout << "Metadata    " << m["class"].get<std::string>() << ", " << human_bytes(m["bytes"].get<uint64_t>()) << ", "
               << m["sources"].size() << " file(s)\n";
   } else {

@@ -318,67 +318,116 @@ std::vector<Run> runs_of(const RankPiece& p, const Where& w) {
   return runs;
 }
 
+bool contains_tensor(const Value& v, int depth = 0) {
+  if (depth > 64 || is_tensor(v) || v.is_global("torch._tensor", "_rebuild_from_type_v2")) return true;
+  if (v.kind == Kind::Dict || v.kind == Kind::List || v.kind == Kind::Tuple)
+    for (const Value& x : v.items())
+      if (contains_tensor(x, depth + 1)) return true;
+  return false;
+}
+
+bool traversed_list(const Value& v, int depth = 0) {
+  if (depth > 64) return true;
+  for (const Value& x : v.items())
+    if (x.kind == Kind::Dict || is_tensor(x) || x.is_global("torch._tensor", "_rebuild_from_type_v2") ||
+        (x.kind == Kind::List && traversed_list(x, depth + 1)))
+      return true;
+  return false;
+}
+
 }  // namespace
 
 Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::string>& names) {
-  std::map<int, std::string> by_rank;
-  int world = 0;
-  std::string world_file;
+  RankFileSet set;
+  set.dir = dir;
   for (const auto& n : names) {
     auto f = rank_torch_file(n);
     if (!f) continue;
-    if (world == 0) {
-      world = f->world_size;
-      world_file = n;
-    } else if (f->world_size != world) {
-      throw FormatError(Where(join_path(dir, n)), "saved by a world of " + std::to_string(f->world_size) + " ranks, but " + world_file +
-                                                     " by " + std::to_string(world) + ": two saves share this folder");
+    if (set.world == 0) {
+      set.world = f->world_size;
+      set.files.push_back({f->rank, n, ""});
+    } else if (f->world_size != set.world) {
+      throw FormatError(Where(join_path(dir, n)), "saved by a world of " + std::to_string(f->world_size) + " ranks, but " +
+                                                     set.files.front().name + " by " + std::to_string(set.world) +
+                                                     ": two saves share this folder");
+    } else {
+      set.files.push_back({f->rank, n, ""});
     }
-    if (f->rank >= world) throw FormatError(Where(join_path(dir, n)), "rank " + std::to_string(f->rank) + " of a world of " + std::to_string(world));
-    by_rank[f->rank] = n;
+    if (f->rank >= set.world)
+      throw FormatError(Where(join_path(dir, n)), "rank " + std::to_string(f->rank) + " of a world of " + std::to_string(set.world));
   }
+  set.layout = CheckpointLayout::TorchSaveRanks;
+  set.metadata_class = "torch.save per rank (DTensor shards), data.pkl";
+  set.asset_dirs = {join_path(dir, "huggingface")};
+  set.file_name = [world = set.world](int r, const std::string&) {
+    return "model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(r) + ".pt";
+  };
+  set.pattern = "model_world_size_" + std::to_string(set.world) + "_rank_R.pt";
+  return open_rank_file_set(set);
+}
+
+Checkpoint open_rank_file_set(RankFileSet set) {
+  const std::string& dir = set.dir;
+  const int world = set.world;
+  std::stable_sort(set.files.begin(), set.files.end(), [](const RankFileSet::File& a, const RankFileSet::File& b) {
+    return a.prefix != b.prefix ? a.prefix < b.prefix : a.rank < b.rank;
+  });
+  std::set<std::string> prefixes;
+  for (const auto& f : set.files) prefixes.insert(f.prefix);
   Checkpoint ck;
   ck.dir = dir;
-  ck.layout = CheckpointLayout::TorchSaveRanks;
-  ck.asset_dirs = {join_path(dir, "huggingface")};
+  ck.layout = set.layout;
+  ck.asset_dirs = set.asset_dirs;
   Metadata& md = ck.md;
-  md.metadata_class = "torch.save per rank (DTensor shards), data.pkl";
+  md.metadata_class = set.metadata_class;
   md.pickle_protocol = 2;  // torch.save's
-  for (const auto& [rank, name] : by_rank) md.files.push_back(name);
-  ck.metadata_path = join_path(dir, md.files.front());
+  for (const auto& f : set.files) md.files.push_back(f.name);
+  ck.metadata_path = set.metadata_path.empty() ? join_path(dir, md.files.front()) : set.metadata_path;
   md.source = ck.metadata_path;
   meta_detail::stat_data_files(ck);
   // Each missing rank named, up to a few; a name claiming millions of ranks costs one finding.
   constexpr size_t kNamed = 16;
-  size_t missing = 0;
-  for (int r = 0; r < world; ++r) {
-    if (by_rank.count(r) || ++missing > kNamed) continue;
-    ck.incomplete.push_back({"missing-rank", Where(join_path(dir, "model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(r) + ".pt")),
-                             "rank " + std::to_string(r) + " of " + std::to_string(world) + " has no file: its save did not finish"});
+  for (const std::string& prefix : prefixes) {
+    std::set<int> have;
+    for (const auto& f : set.files)
+      if (f.prefix == prefix) have.insert(f.rank);
+    size_t missing = 0;
+    for (int r = 0; r < world; ++r) {
+      if (have.count(r) || ++missing > kNamed) continue;
+      ck.incomplete.push_back({"missing-rank", Where(join_path(dir, set.file_name(r, prefix))),
+                               "rank " + std::to_string(r) + " of " + std::to_string(world) + " has no file: its save did not finish"});
+    }
+    if (missing > kNamed)
+      ck.incomplete.push_back({"missing-rank", Where(dir), std::to_string(missing - kNamed) + " more of the " + std::to_string(world) +
+                                                               " ranks have no " + set.pattern + " file"});
   }
-  if (missing > kNamed)
-    ck.incomplete.push_back({"missing-rank", Where(dir), std::to_string(missing - kNamed) + " more of the " + std::to_string(world) +
-                                                             " ranks have no model_world_size_" + std::to_string(world) + "_rank_R.pt file"});
 
   std::vector<Gathered> tensors;
   std::map<std::string, size_t> index;
   std::vector<std::vector<int64_t>> mesh_shapes;  // per tensor: from the pickle, else the coordinates
   std::vector<std::vector<Leaf>> leaves;          // per tensor, per file read (parallel to pieces' ranks)
-  uint32_t f = 0;
-  for (const auto& [rank, name] : by_rank) {
+  std::map<std::string, std::pair<std::string, std::string>> values;  // key -> repr, the file it came from
+  for (uint32_t file = 0; file < set.files.size(); ++file) {
+    const int rank = set.files[file].rank;
+    const std::string& name = set.files[file].name;
+    const std::string& prefix = set.files[file].prefix;
     std::string path = join_path(dir, name);
-    uint32_t file = f++;
     TorchArchive arc = open_torch_archive(path);
     ck.metadata_sources.push_back(path);
     ck.metadata_bytes += arc.pickle_bytes;
     const Value& root = arc.tree->root;
-    if (root.kind != Kind::Dict)
-      throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a state_dict");
     // Flatten nested dicts the way traverse_state_dict does ("." between keys).
     std::vector<std::pair<std::string, const Value*>> stack;
-    pickle::Items top = root.items();
-    for (uint64_t i = top.size(); i >= 2; i -= 2)
-      if (!is_module_metadata(root, top[i - 2], top[i - 1])) stack.push_back({key_text(top[i - 2]), &top[i - 1]});
+    if (root.kind == Kind::Dict) {
+      pickle::Items top = root.items();
+      for (uint64_t i = top.size(); i >= 2; i -= 2)
+        if (!is_module_metadata(root, top[i - 2], top[i - 1]))
+          stack.push_back({(prefix.empty() ? "" : prefix + ".") + key_text(top[i - 2]), &top[i - 1]});
+    } else if (!prefix.empty()) {
+      stack.push_back({prefix, &root});  // an item that is one value (a step count, a tensor)
+    } else {
+      throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a state_dict");
+    }
     while (!stack.empty()) {
       auto [key, v] = stack.back();
       stack.pop_back();
@@ -388,9 +437,25 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
         for (uint64_t i = it.size(); i >= 2; i -= 2) stack.push_back({key + "." + key_text(it[i - 2]), &it[i - 1]});
         continue;
       }
-      if (!is_tensor(*v) && !v->is_global("torch._tensor", "_rebuild_from_type_v2"))
-        throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v->kind) + " (" + pickle::repr(*v, 80) +
-                                      ") in the model's state dict; only tensors are read from per-rank files");
+      // A list holding a dict or a tensor is traversed by index, as DCP's traverse_state_dict
+      // does (an optimizer's param_groups: `param_groups.0.lr`); any other list, and a tuple, is one value.
+      if (set.values && v->kind == Kind::List && traversed_list(*v)) {
+        pickle::Items it = v->items();
+        for (uint64_t i = it.size(); i-- > 0;) stack.push_back({key + "." + std::to_string(i), &it[i]});
+        continue;
+      }
+      if (!is_tensor(*v) && !v->is_global("torch._tensor", "_rebuild_from_type_v2")) {
+        if (!set.values)
+          throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v->kind) + " (" + pickle::repr(*v, 80) +
+                                        ") in the model's state dict; only tensors are read from per-rank files");
+        if (contains_tensor(*v))
+          throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v->kind) + " holding tensors; only dicts of tensors are read");
+        std::string text = pickle::repr(*v, 1u << 20);
+        auto [vit, fresh] = values.emplace(key, std::make_pair(text, name));
+        if (!fresh && vit->second.first != text)
+          ck.incomplete.push_back({"value-mismatch", w, "this rank's value " + pickle::repr(*v, 80) + " differs from " + vit->second.second + "'s"});
+        continue;
+      }
       Leaf leaf = read_leaf(*v, w);
       auto [it, fresh] = index.emplace(key, tensors.size());
       if (fresh) {
@@ -497,9 +562,9 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
   };
   std::set<std::pair<uint32_t, uint64_t>> watched;  // (file, record offset) in record_crcs
   for (Gathered& g : tensors) {
-    for (const auto& [rank, name] : by_rank)
-      if (!g.ranks.count(rank))
-        ck.incomplete.push_back({"missing-key", Where(join_path(dir, name), std::nullopt, g.fqn),
+    for (const auto& f : set.files)
+      if (!g.ranks.count(f.rank) && (f.prefix.empty() || g.fqn == f.prefix || g.fqn.rfind(f.prefix + ".", 0) == 0))
+        ck.incomplete.push_back({"missing-key", Where(join_path(dir, f.name), std::nullopt, g.fqn),
                                  "this rank's file lacks the tensor (" + g.first_file + " holds it)"});
     TensorMeta t;
     t.fqn = g.fqn;
@@ -555,6 +620,7 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
     md.order.push_back({true, static_cast<uint32_t>(md.tensors.size())});
     md.tensors.push_back(std::move(t));
   }
+  for (auto& [key, v] : values) ck.values[key] = std::move(v.first);
   return ck;
 }
 

@@ -17,6 +17,7 @@
 // run of bytes cannot express.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -82,5 +83,28 @@ void install_item_readers();
 // item/rank_torch_files.cpp.
 Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::string>& names);
 
+// The reader under both verl's files and torch_checkpointing's default layout: per-rank
+// torch.save files, each of one item (`prefix`, "" for a file holding the whole state dict)
+// of one rank, their DTensors placed as above, the items' keys `prefix.key`. Every rank
+// 0..world-1 must have its file of every item (file_name names a missing one in the finding).
+// With `values`, a non-tensor leaf (a step count, an optimizer's param_groups) is kept as its repr
+// in Checkpoint::values (copies on other ranks must be equal) instead of being refused.
+struct RankFileSet {
+  struct File {
+    int rank = 0;
+    std::string name, prefix;
+  };
+  std::string dir, metadata_path, metadata_class, pattern;
+  int world = 0;
+  std::vector<File> files;
+  CheckpointLayout layout = CheckpointLayout::TorchSaveRanks;
+  std::vector<std::string> asset_dirs;
+  bool values = false;
+  std::function<std::string(int rank, const std::string& prefix)> file_name;
+};
+Checkpoint open_rank_file_set(RankFileSet set);
+
+// torch_checkpointing's row (item/torch_checkpointing.cpp); install_item_readers() calls it.
+void install_torch_checkpointing();
 
 }  // namespace dcpctl

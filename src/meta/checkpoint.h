@@ -34,7 +34,6 @@ namespace dcpctl {
 
 struct DerivedTable;  // view/derived.h
 
-
 // The layout's row's stable name for scripts ("dcp", "hf-safetensors", ...) and phrase for people.
 const char* layout_name(CheckpointLayout l);
 const char* layout_description(CheckpointLayout l);

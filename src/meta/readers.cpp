@@ -62,6 +62,15 @@ bool detect_torch_save_ranks(const Probe& p) {
   return p.directory && std::any_of(p.names().begin(), p.names().end(), [](const std::string& n) { return rank_torch_file(n).has_value(); });
 }
 
+// --- torch-checkpointing: metadata.pkl, or <item>_<rank>.pt files with a rank 0 --------------
+bool detect_torch_checkpointing(const Probe& p) {
+  if (!p.directory) return false;
+  if (p.exists("metadata.pkl")) return true;
+  static const std::regex kRank0(R"(.+_0\.pt)");
+  return std::any_of(p.names().begin(), p.names().end(),
+                     [](const std::string& n) { return std::regex_match(n, kRank0) && !rank_torch_file(n); });
+}
+
 // --- hf-safetensors / hf-dcp: `.safetensors` files, or only HuggingFaceStorageWriter's sharded/ -
 std::vector<std::string> sharded_files(const Probe& p) {
   std::vector<std::string> inner;
@@ -106,6 +115,10 @@ std::vector<LayoutReader>& table() {
       {CheckpointLayout::TorchSaveRanks, "torch-save-ranks", "per-rank torch.save files of DTensor shards (verl FSDP)",
        "every rank 0..W-1 has its file, every file holds the same keys, and copies of a box are equal",
        detect_torch_save_ranks, nullptr},
+      {CheckpointLayout::TorchCheckpointing, "torch-checkpointing",
+       "torch_checkpointing (DCPv2) items: <item>_<rank>.pt per rank (+ metadata.pkl)",
+       "every rank 0..W-1 (metadata.pkl's world size) has its file of every item, the files agree, and the pieces tile every tensor",
+       detect_torch_checkpointing, nullptr},
       {CheckpointLayout::HfSafetensors, "hf-safetensors", "Hugging Face safetensors (consolidated)",
        "every file the index (or the model-i-of-N names) promises is present and holds its keys", detect_safetensors,
        open_safetensors_row},

@@ -58,7 +58,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   m["class"] = md.metadata_class;
   m["version"] = opt(md.version);
   // Dated from .metadata's classes and fields; per-rank torch.save files carry none of them.
-  m["writer_releases"] = ck.layout == CheckpointLayout::TorchSaveRanks ? std::string("unknown") : md.writer_releases();
+  m["writer_releases"] = ck.layout == CheckpointLayout::TorchSaveRanks || ck.layout == CheckpointLayout::TorchCheckpointing ? std::string("unknown") : md.writer_releases();
   m["strided_tensors"] = md.strided_tensors();
   Metadata::LoaderBound lb = md.oldest_loader();
   m["loadable_by"] = {{"oldest", lb.release.empty() ? json(nullptr) : json(lb.release)},

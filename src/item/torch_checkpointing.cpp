@@ -1,0 +1,171 @@
+// torch_checkpointing ("DCPv2"; PyPI torch-checkpointing, meta-pytorch/torch_checkpointing; read
+// from checkpoints 0.1.1 wrote with torch 2.15): its CheckpointManager.save leaves a folder of
+// top-level items, one file per item and rank, and no `.metadata`:
+//
+//   <item>_<rank>.pt   the default layout (TorchSerialization): torch.save of the item's value on
+//                      that rank. A state dict's DTensors are pickled whole (mesh, placements and
+//                      the local tensor: item/rank_torch_files.cpp reads them exactly as it reads
+//                      verl's files, never executing anything); a plain value (`step_0.pt` holding
+//                      7) is one value.
+//   metadata.pkl       rank 0's, when an item declares a resharder: a pickle of plain dicts,
+//                      {"version": "2.0", "world_size": W, "metadata": {item: {
+//                      "nested_path_to_metadata": {'["a"]["b"]': [{"ranks": (...),
+//                      "sharding_metadata": {...global_shape, dtype, stride, mesh_spec,
+//                      placements...}}]}, "rank_to_layout_info": {rank: None | layout}}}}.
+//                      Read here for the world size and each item's layout only (the restricted
+//                      VM: its classes would be refused, none are expected); the geometry comes
+//                      from the pickled DTensors, which the files must agree with.
+//   other layouts      per item (ItemSpec.layout: SafetensorsSerialization's local shards under
+//                      flattened keys, custom paths with `{rank}`, JSON, raw bytes): recognised
+//                      and refused (UnsupportedError naming torch_checkpointing and the layout).
+//
+// Keys are `<item>.<flattened key>` (DCP's flattening, so a dcp.save twin of the same payload has
+// the same keys); non-tensor leaves (an optimizer's param_groups, a step count) are kept as values
+// (Checkpoint::values), not as items. Complete: every rank 0..W-1 (W from metadata.pkl, else the
+// highest rank seen + 1: a missing last rank is then invisible) has its file of every item, every
+// file holds the same keys, and the pieces tile every tensor (verify checks the tiling).
+// The commit protocol writes `tmp_<name>/` and renames it; a `tmp_` folder is a save in flight.
+#include <algorithm>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "item/torch_file.h"
+#include "meta/layouts.h"
+#include "pickle/repr.h"
+#include "pickle/vm.h"
+#include "store/file.h"
+
+namespace dcpctl {
+
+using pickle::Kind;
+using pickle::Value;
+
+namespace {
+
+struct ItemFile {
+  std::string item;
+  int rank = 0;
+};
+
+std::optional<ItemFile> item_file(const std::string& n, const std::string& ext) {
+  static const std::regex kPt(R"((.+)_(\d{1,7})\.pt)"), kSt(R"((.+)_(\d{1,7})\.safetensors)");
+  std::smatch m;
+  if (!std::regex_match(n, m, ext == ".pt" ? kPt : kSt)) return std::nullopt;
+  return ItemFile{m[1].str(), std::stoi(m[2].str())};
+}
+
+struct TcMetadata {
+  int world = 0;
+  std::map<std::string, std::string> layouts;  // item -> its layout's type, for items not in the default
+  std::set<std::string> items;
+};
+
+TcMetadata read_tc_metadata(const std::string& path) {
+  MappedFile mf(path);
+  pickle::ParseOptions po;
+  po.source = path;
+  std::unique_ptr<pickle::Tree> tree = pickle::parse(mf.span(), po);
+  const Value& root = tree->root;
+  Where w(path);
+  if (root.kind != Kind::Dict) throw FormatError(w, std::string("holds a ") + pickle::kind_name(root.kind) + ", not torch_checkpointing's metadata dict");
+  const Value* version = root.get("version");
+  if (!version || version->kind != Kind::Str)
+    throw FormatError(Where(path, std::nullopt, "version"), "missing: not torch_checkpointing's metadata.pkl");
+  if (version->as_str() != "2.0")
+    throw UnsupportedError(Where(path, std::nullopt, "version"), "torch_checkpointing metadata version " + std::string(version->as_str()) +
+                                                                  "; dcpctl reads version 2.0 (torch-checkpointing 0.1)");
+  TcMetadata md;
+  const Value* ws = root.get("world_size");
+  if (!ws || ws->kind != Kind::Int || ws->as_int() < 1 || ws->as_int() > 1000000)
+    throw FormatError(Where(path, std::nullopt, "world_size"), "missing or not a positive int");
+  md.world = static_cast<int>(ws->as_int());
+  const Value* items = root.get("metadata");
+  if (!items || items->kind != Kind::Dict) throw FormatError(Where(path, std::nullopt, "metadata"), "missing or not a dict");
+  pickle::Items it = items->items();
+  for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
+    if (it[i].kind != Kind::Str) throw FormatError(Where(path, std::nullopt, "metadata"), "an item key that is not a str");
+    std::string item(it[i].as_str());
+    md.items.insert(item);
+    const Value* layouts = it[i + 1].kind == Kind::Dict ? it[i + 1].get("rank_to_layout_info") : nullptr;
+    if (!layouts || layouts->kind != Kind::Dict) continue;
+    pickle::Items li = layouts->items();
+    for (uint64_t j = 1; j < li.size(); j += 2) {
+      if (li[j].kind == Kind::None) continue;
+      std::string type = pickle::repr(li[j], 200);
+      if (li[j].kind == Kind::Dict)
+        if (const Value* fmt = li[j].get("serialization_format"); fmt && fmt->kind == Kind::Dict)
+          if (const Value* t = fmt->get("type"); t && t->kind == Kind::Str) type = std::string(t->as_str());
+      md.layouts.emplace(item, type);
+    }
+  }
+  return md;
+}
+
+Checkpoint open_torch_checkpointing(const Probe& p) {
+  const std::string& dir = p.path;
+  std::string meta_path = join_path(dir, "metadata.pkl");
+  std::optional<TcMetadata> meta;
+  if (p.exists("metadata.pkl")) meta = read_tc_metadata(meta_path);
+  RankFileSet set;
+  set.dir = dir;
+  set.layout = CheckpointLayout::TorchCheckpointing;
+  set.metadata_class = meta ? "torch_checkpointing metadata.pkl (version 2.0) + <item>_<rank>.pt" : "torch_checkpointing <item>_<rank>.pt (no metadata.pkl)";
+  set.values = true;
+  set.pattern = "<item>_R.pt";
+  set.file_name = [](int r, const std::string& item) { return item + "_" + std::to_string(r) + ".pt"; };
+  int max_rank = -1;
+  std::set<std::string> items_seen;
+  for (const auto& n : p.names()) {
+    if (auto st = item_file(n, ".safetensors"))
+      throw UnsupportedError(Where(join_path(dir, n)), "torch_checkpointing: item '" + st->item +
+                                                           "' is saved in the SafetensorsSerialization layout (each rank's local shard "
+                                                           "under flattened keys), which dcpctl does not read yet");
+    auto f = item_file(n, ".pt");
+    if (!f) continue;
+    set.files.push_back({f->rank, n, f->item});
+    items_seen.insert(f->item);
+    max_rank = std::max(max_rank, f->rank);
+  }
+  if (meta) {
+    for (const auto& [item, type] : meta->layouts)
+      throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in a " + type +
+                                                                        " layout, which dcpctl does not read (only the default TorchSerialization "
+                                                                        "layout, <item>_<rank>.pt)");
+    for (const auto& item : meta->items)
+      if (!items_seen.count(item)) {
+        set.files.push_back({0, "", item});  // placeholder: every rank of it missing
+      }
+    set.world = meta->world;
+    set.metadata_path = meta_path;
+  } else {
+    set.world = max_rank + 1;
+  }
+  // Files of items every rank lacks are named in the findings, not read.
+  std::vector<RankFileSet::File> present;
+  std::vector<std::string> absent_items;
+  for (auto& f : set.files) {
+    if (f.name.empty()) {
+      absent_items.push_back(f.prefix);
+      continue;
+    }
+    if (f.rank >= set.world)
+      throw FormatError(Where(join_path(dir, f.name)), "rank " + std::to_string(f.rank) + " of a world of " + std::to_string(set.world) +
+                                                           " (metadata.pkl's world_size)");
+    present.push_back(f);
+  }
+  set.files = std::move(present);
+  if (set.files.empty()) throw FormatError(Where(dir), "torch_checkpointing: no <item>_<rank>.pt file");
+  Checkpoint ck = open_rank_file_set(set);
+  if (meta) ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path);
+  for (const auto& item : absent_items)
+    ck.incomplete.push_back({"missing-item", Where(join_path(dir, item + "_0.pt")),
+                             "metadata.pkl names item '" + item + "', but no rank's file of it is here"});
+  return ck;
+}
+
+}  // namespace
+
+void install_torch_checkpointing() { install_reader(CheckpointLayout::TorchCheckpointing, &open_torch_checkpointing); }
+
+}  // namespace dcpctl

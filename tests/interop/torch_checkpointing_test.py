@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""torch_checkpointing ("DCPv2") checkpoints, written by the real torch-checkpointing 0.1.1
+(tests/fixtures/layouts/make_torch_checkpointing.py), read by dcpctl:
+
+    torch_checkpointing_test.py DCPCTL FIXTURES_DIR
+
+Oracles: expected.safetensors is what the library's own CheckpointManager.load gave back into a
+fresh FSDP2 model and optimizer (recorded by the generator: the venv has no torch-checkpointing);
+dcpctl's consolidate of the checkpoint must equal it tensor for tensor (dtype, shape, bytes), and
+must be byte-identical to dcpctl's consolidate of the dcp.save twin of the same payload (tc_sync_2r/
+dcp_twin, read by torch's own dcp.load too): every tensor's dtype, shape and bytes (the key order of
+the two files is each writer's). Every reading command runs on each default-layout case
+(inspect, verify, verify --deep, consolidate to .safetensors/.pt/an HF-less folder, reshard to DCP
+loaded by dcp.load, diff against the twin, stats); the safetensors layout is refused with exit 5
+naming torch_checkpointing and the layout; damage (a missing rank file, a cut file, an item metadata.pkl names without files)
+is exit 3.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testlib import check, expect_rc, run, summary  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+DEFAULT_CASES = ["tc_sync_2r", "tc_async_2r", "tc_sync_1r", "tc_nometa_2r"]
+
+
+def same(label, got: dict, want: dict) -> None:
+    check(sorted(got) == sorted(want), f"{label}: keys {sorted(set(got) ^ set(want))} differ")
+    for k in sorted(set(got) & set(want)):
+        a, b = got[k], want[k]
+        ok = a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+        check(ok, f"{label}: {k}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}")
+
+
+def main() -> int:
+    dcpctl, fixtures = sys.argv[1], Path(sys.argv[2]) / "layouts"
+    tmp = Path(tempfile.mkdtemp(prefix="dcpctl-tc-"))
+    try:
+        twin_out = tmp / "twin.safetensors"
+        r = run(dcpctl, "consolidate", fixtures / "tc_sync_2r/dcp_twin", "-o", twin_out)
+        expect_rc(r, 0, "consolidate the dcp.save twin")
+        twin = load_file(twin_out) if twin_out.exists() else {}
+        for case in DEFAULT_CASES:
+            ck = fixtures / case / "ckpt"
+            r = run(dcpctl, "inspect", ck)
+            expect_rc(r, 0, f"{case}: inspect", "torch-checkpointing")
+            r = run(dcpctl, "verify", ck)
+            expect_rc(r, 0, f"{case}: verify")
+            r = run(dcpctl, "verify", "--deep", ck)
+            expect_rc(r, 0, f"{case}: verify --deep")
+            out = tmp / f"{case}.safetensors"
+            r = run(dcpctl, "consolidate", ck, "-o", out)
+            if not expect_rc(r, 0, f"{case}: consolidate .safetensors"):
+                continue
+            got = load_file(out)
+            exp = fixtures / case / "expected.safetensors"
+            if exp.exists():  # the library's own load
+                same(f"{case} vs CheckpointManager.load", got, load_file(exp))
+            if case in ("tc_sync_2r", "tc_async_2r"):  # the same payload saved by dcp.save
+                # Every tensor's bytes, dtype and shape equal; the files' key order is each
+                # writer's (dcp.save's planner moves the replicated step tensors last).
+                same(f"{case} vs dcp twin", got, twin)
+            pt = tmp / f"{case}.pt"
+            r = run(dcpctl, "consolidate", ck, "-o", pt)
+            if expect_rc(r, 0, f"{case}: consolidate .pt"):
+                sd = torch.load(pt, weights_only=True)
+                same(f"{case} .pt", {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}, got)
+            rs = tmp / f"{case}-reshard"
+            r = run(dcpctl, "reshard", ck, "-w", "3", "-o", rs)
+            if expect_rc(r, 0, f"{case}: reshard -w 3"):
+                sd = {k: torch.empty_like(v) for k, v in got.items()}
+                dcp.load(sd, checkpoint_id=str(rs), no_dist=True)
+                same(f"{case} reshard via dcp.load", sd, got)
+            r = run(dcpctl, "stats", ck)
+            expect_rc(r, 0, f"{case}: stats")
+        # Tensors only: the twin's non-tensor items (step, param_groups) are values, not items, here.
+        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_sync_2r/dcp_twin", "--include", "model.*",
+                "--include", "optimizer.state.*")
+        expect_rc(r, 0, "diff against the dcp.save twin")
+        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_nometa_2r/ckpt")
+        expect_rc(r, 0, "diff of two saves of the same state (with and without metadata.pkl)")
+        # The twin through torch itself: dcp.load equals the library's load.
+        want = load_file(fixtures / "tc_sync_2r/expected.safetensors")
+        sd = {k: torch.empty_like(v) for k, v in want.items()}
+        dcp.load(sd, checkpoint_id=str(fixtures / "tc_sync_2r/dcp_twin"), no_dist=True)
+        same("dcp twin via dcp.load vs CheckpointManager.load", sd, want)
+        # What is not read: exit 5 naming the format and the layout.
+        for cmd in ("inspect", "verify", "consolidate"):
+            argv = [dcpctl, cmd, fixtures / "tc_safetensors_2r/refused"] + (["-o", tmp / "st.safetensors"] if cmd == "consolidate" else [])
+            expect_rc(run(*argv), 5, f"safetensors layout: {cmd}", "torch_checkpointing", "SafetensorsSerialization")
+        # Damage: a missing rank's file, a missing item, a cut file.
+        for name, change in (("rank", lambda d: (d / "model_1.pt").unlink()),
+                             ("item", lambda d: [(d / f"optimizer_{r}.pt").unlink() for r in (0, 1)]),
+                             ("cut", lambda d: (d / "optimizer_1.pt").write_bytes((d / "optimizer_1.pt").read_bytes()[:300]))):
+            d = tmp / f"broken-{name}"
+            shutil.copytree(fixtures / "tc_sync_2r/ckpt", d)
+            change(d)
+            expect_rc(run(dcpctl, "verify", d), 3, f"broken ({name}): verify")
+            expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"b-{name}.safetensors"), 3, f"broken ({name}): consolidate")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary("torch-checkpointing", min_checks=40)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
