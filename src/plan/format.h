@@ -26,6 +26,7 @@
 //   megatron        megatron.cpp          megatron-core's torch_dist: a DCP checkpoint, metadata.json,
 //                                         the common state and the layers' extra states
 //   peft-adapter    peft_adapter.cpp      a PEFT adapter folder (--lora adapter)
+//   gguf            gguf_file.cpp         llama.cpp's GGUF file (-o model.gguf; refused so far, exit 5)
 #pragma once
 
 #include <cstddef>
@@ -91,7 +92,7 @@ struct Format {
 
 // The rows (formats.cpp).
 namespace formats {
-extern const Format safetensors, hf_folder, torch_file, dcp, megatron, peft_adapter;
+extern const Format safetensors, hf_folder, torch_file, dcp, megatron, peft_adapter, gguf;
 // Every row, in the order --help lists them.
 const std::vector<const Format*>& all();
 // The consolidate format --format WORD names; nullptr if none.

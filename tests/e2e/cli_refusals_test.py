@@ -10,6 +10,10 @@ unchanged and no temporary behind.
                output inside the checkpoint are refused with exit 2; with --force the plan prints.
   sizes        `--max-memory` / `--max-shard-size` values of less than one byte (`0.5`, `0.1B`)
                are usage errors (exit 2) naming the option, not 0 ("automatic").
+  names        the output's name chooses its format (plan/format.h's suffixes): a name no format
+               ends in is exit 2 listing the names that do; `--max-shard-size` with a file name is
+               exit 2; `-o model.gguf` is refused (exit 5, GGUF is not written yet: docs/gguf.md),
+               with --dry-run too, before anything is written.
   commit       replacing an existing directory output is one atomic swap: a run killed right
                after it (DCPCTL_FAILPOINT=output-dir-commit:0, SIGKILL) leaves the complete new
                output under the final name, never no output at all.
@@ -26,7 +30,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corruption"))
 import harness  # noqa: E402
-from harness import EXIT_OK, EXIT_USAGE  # noqa: E402
+from harness import EXIT_OK, EXIT_UNSUPPORTED, EXIT_USAGE  # noqa: E402
 
 
 def listing(d):
@@ -119,6 +123,18 @@ def case_sizes(chk, dcpctl, fixtures, work):
     chk.expect(listing(work) == [], f"sizes: left behind {listing(work)}")
 
 
+def case_names(chk, dcpctl, fixtures, work):
+    ck = os.path.join(fixtures, "sample", "ckpt")
+    refuses(chk, [dcpctl, "consolidate", ck, "-o", os.path.join(work, "m.xyz")], EXIT_USAGE,
+            ["cannot tell the output format", ".safetensors, DIR/, .pt/.pth/.bin or .gguf"], "consolidate -o m.xyz")
+    refuses(chk, [dcpctl, "consolidate", ck, "-o", os.path.join(work, "m.pt"), "--max-shard-size", "1GB"], EXIT_USAGE,
+            ["--max-shard-size writes a directory"], "consolidate -o m.pt --max-shard-size")
+    for dry in ([], ["--dry-run"]):
+        refuses(chk, [dcpctl, "consolidate", ck, "--select", "app.model", "-o", os.path.join(work, "m.gguf"), *dry],
+                EXIT_UNSUPPORTED, ["m.gguf", "GGUF output is not written yet"], f"consolidate -o m.gguf {' '.join(dry)}")
+    chk.expect(listing(work) == [], f"names: left behind {listing(work)}")
+
+
 def case_commit(chk, dcpctl, fixtures, work):
     ck = os.path.join(fixtures, "sample", "ckpt")
     env = dict(os.environ, DCPCTL_FAILPOINT="output-dir-commit:0")
@@ -168,7 +184,7 @@ def main():
         return 2
     dcpctl, fixtures = args
     chk = harness.Checker(sanitized)
-    for name, fn in (("dry-run", case_dry_run), ("sizes", case_sizes), ("commit", case_commit)):
+    for name, fn in (("dry-run", case_dry_run), ("sizes", case_sizes), ("names", case_names), ("commit", case_commit)):
         with tempfile.TemporaryDirectory(prefix=f"dcpctl-cli-{name}-") as work:
             fn(chk, dcpctl, fixtures, work)
     return harness.finish(chk, "cli refusals")

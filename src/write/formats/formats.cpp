@@ -4,7 +4,7 @@
 namespace dcpctl::formats {
 
 const std::vector<const Format*>& all() {
-  static const std::vector<const Format*> rows{&safetensors, &hf_folder, &torch_file, &dcp, &megatron, &peft_adapter};
+  static const std::vector<const Format*> rows{&safetensors, &hf_folder, &torch_file, &dcp, &megatron, &peft_adapter, &gguf};
   return rows;
 }
 

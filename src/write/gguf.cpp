@@ -1,0 +1,178 @@
+// GGUF v3 headers and tensor encodings (write/gguf.h).
+#include "write/gguf.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "util/le.h"
+#include "util/numeric.h"
+
+namespace dcpctl::gguf {
+
+namespace {
+
+constexpr uint64_t kQ8Block = 32, kQ8BlockBytes = 34;
+
+uint64_t padded(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+
+void put_string(std::vector<uint8_t>& b, std::string_view s) {
+  put_le64(b, s.size());
+  b.insert(b.end(), s.begin(), s.end());
+}
+
+// gguf-py's BF16 (quants.py): a NaN made quiet in its top half, then round to nearest even.
+uint16_t bf16_of(float f) {
+  uint32_t n = f32_bits(f);
+  if ((n & 0x7fffffffu) > 0x7f800000u) n = (n & 0xffff0000u) | (64u << 16);
+  return static_cast<uint16_t>((uint64_t{n} + (0x7fffu + ((n >> 16) & 1u))) >> 16);
+}
+
+// np_roundf: half away from zero.
+float round_away(float x) {
+  const float a = std::fabs(x), floored = std::floor(a);
+  const float b = floored + std::floor(2 * (a - floored));
+  return x < 0 ? -b : b;
+}
+
+}  // namespace
+
+const char* type_name(TensorType t) {
+  switch (t) {
+    case TensorType::F32: return "F32";
+    case TensorType::F16: return "F16";
+    case TensorType::BF16: return "BF16";
+    case TensorType::Q8_0: return "Q8_0";
+  }
+  return "?";
+}
+
+bool fits(TensorType t, uint64_t row) { return t != TensorType::Q8_0 || row % kQ8Block == 0; }
+
+uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row) {
+  (void)row;
+  switch (t) {
+    case TensorType::F32: return elements * 4;
+    case TensorType::F16:
+    case TensorType::BF16: return elements * 2;
+    case TensorType::Q8_0: return elements / kQ8Block * kQ8BlockBytes;
+  }
+  return 0;
+}
+
+void Header::key(std::string_view k, ValueType t) {
+  put_string(kv_, k);
+  put_le32(kv_, static_cast<uint32_t>(t));
+  ++kv_count_;
+}
+
+void Header::add_u32(std::string_view k, uint32_t v) {
+  key(k, ValueType::U32);
+  put_le32(kv_, v);
+  if (k == "general.alignment") {
+    if (v == 0 || (v & (v - 1)) != 0 || tensor_count_ != 0) throw std::logic_error("gguf: general.alignment must be a power of two, set first");
+    alignment_ = v;
+  }
+}
+void Header::add_i32(std::string_view k, int32_t v) {
+  key(k, ValueType::I32);
+  put_le32(kv_, static_cast<uint32_t>(v));
+}
+void Header::add_u64(std::string_view k, uint64_t v) {
+  key(k, ValueType::U64);
+  put_le64(kv_, v);
+}
+void Header::add_f32(std::string_view k, float v) {
+  key(k, ValueType::F32);
+  put_le32(kv_, f32_bits(v));
+}
+void Header::add_bool(std::string_view k, bool v) {
+  key(k, ValueType::Bool);
+  kv_.push_back(v ? 1 : 0);
+}
+void Header::add_string(std::string_view k, std::string_view v) {
+  key(k, ValueType::String);
+  put_string(kv_, v);
+}
+void Header::add_strings(std::string_view k, const std::vector<std::string>& v) {
+  key(k, ValueType::Array);
+  put_le32(kv_, static_cast<uint32_t>(ValueType::String));
+  put_le64(kv_, v.size());
+  for (const std::string& s : v) put_string(kv_, s);
+}
+void Header::add_i32s(std::string_view k, const std::vector<int32_t>& v) {
+  key(k, ValueType::Array);
+  put_le32(kv_, static_cast<uint32_t>(ValueType::I32));
+  put_le64(kv_, v.size());
+  for (int32_t x : v) put_le32(kv_, static_cast<uint32_t>(x));
+}
+void Header::add_f32s(std::string_view k, const std::vector<float>& v) {
+  key(k, ValueType::Array);
+  put_le32(kv_, static_cast<uint32_t>(ValueType::F32));
+  put_le64(kv_, v.size());
+  for (float x : v) put_le32(kv_, f32_bits(x));
+}
+
+uint64_t Header::add_tensor(std::string_view name, const std::vector<int64_t>& shape, TensorType type) {
+  uint64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw std::logic_error("gguf: negative dimension");
+    elements *= static_cast<uint64_t>(d);
+  }
+  const uint64_t row = shape.empty() ? 1 : static_cast<uint64_t>(shape.back());
+  if (!fits(type, row)) throw std::logic_error("gguf: a Q8_0 row must hold a multiple of 32 elements");
+  put_string(infos_, name);
+  put_le32(infos_, static_cast<uint32_t>(shape.size()));
+  for (size_t i = shape.size(); i-- > 0;) put_le64(infos_, static_cast<uint64_t>(shape[i]));
+  put_le32(infos_, static_cast<uint32_t>(type));
+  const uint64_t offset = next_offset_;
+  put_le64(infos_, offset);
+  next_offset_ += padded(tensor_bytes(type, elements, row), alignment_);
+  ++tensor_count_;
+  return offset;
+}
+
+std::vector<uint8_t> Header::bytes() const {
+  std::vector<uint8_t> b{'G', 'G', 'U', 'F'};
+  put_le32(b, kVersion);
+  put_le64(b, tensor_count_);
+  put_le64(b, kv_count_);
+  b.insert(b.end(), kv_.begin(), kv_.end());
+  b.insert(b.end(), infos_.begin(), infos_.end());
+  b.resize(padded(b.size(), alignment_), 0);
+  return b;
+}
+
+void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
+  switch (t) {
+    case TensorType::F32: std::memcpy(out, x, n * 4); return;
+    case TensorType::F16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_f16(x[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case TensorType::BF16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = bf16_of(x[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case TensorType::Q8_0:
+      if (n % kQ8Block != 0) throw std::logic_error("gguf: Q8_0 takes whole blocks of 32");
+      for (size_t b = 0; b < n / kQ8Block; ++b) {
+        const float* v = x + b * kQ8Block;
+        uint8_t* o = out + b * kQ8BlockBytes;
+        float amax = 0.0f;
+        for (size_t j = 0; j < kQ8Block; ++j) amax = std::fmax(amax, std::fabs(v[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t h = f32_to_f16(d);
+        std::memcpy(o, &h, 2);
+        for (size_t j = 0; j < kQ8Block; ++j) o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(round_away(v[j] * id)));
+      }
+      return;
+  }
+}
+
+}  // namespace dcpctl::gguf

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""llama.cpp's converter as the oracle of dcpctl's GGUF output (docs/gguf.md), fetched, not vendored.
+
+    tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
+    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR
+    tools/gguf_oracle.py check                 # both tokenizers rebuilt, each named by the converter's table
+
+Everything comes from one pinned source distribution, llama-cpp-python 0.3.36 (PyPI, checked by its
+SHA-256): llama.cpp's convert_hf_to_gguf.py with its conversion/ package, its gguf-py (0.19.0, the
+same as PyPI's gguf==0.19.0) and llama.cpp's vocab-only test files (models/ggml-vocab-*.gguf).
+
+Why the tokenizers: the converter names a BPE tokenizer (`tokenizer.ggml.pre`) by the SHA-256 of the
+token ids it gives a fixed text (get_vocab_base_pre) and refuses a digest it does not know, so a
+tokenizer trained for a test never converts. llama.cpp's vocab files of Llama 3 (`llama-bpe`) and
+Qwen2 (`qwen2`) hold the tokens, their types and the merges; with the pre-tokenizer those models
+publish (Llama 3's and Qwen2's split patterns, byte-level) and Llama 3's BOS template they make a
+tokenizer.json that transformers loads and whose digest is the converter's own for that name
+(`check` asserts it each time), without downloading a model.
+
+Run with the project's virtualenv (.venv/bin/python: transformers, tokenizers, numpy).
+"""
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+VERSION = "0.3.36"
+SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dcpctl" / f"llama-cpp-python-{VERSION}"
+LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
+# What the converter and these checks read of the sdist (76 MB; these are a few MB).
+MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
+           "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf")
+
+# The split patterns of the published tokenizer.json files (Llama 3: numbers in threes; Qwen2: one
+# digit a piece), and the digest the converter's table gives each name.
+PATTERNS = {
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+
+def fetch():
+    """The unpacked members, downloaded once (pip, no build) and checked by the sdist's SHA-256."""
+    if all((LLAMA / m).exists() for m in MEMBERS):
+        return LLAMA
+    CACHE.mkdir(parents=True, exist_ok=True)
+    archive = CACHE / SDIST
+    if not archive.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+                        f"llama-cpp-python=={VERSION}", "-d", str(CACHE)], check=True)
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if digest != SDIST_SHA256:
+        archive.unlink()
+        sys.exit(f"gguf_oracle: {archive}: SHA-256 {digest}, want {SDIST_SHA256} (removed)")
+    prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+    with tarfile.open(archive) as t:
+        wanted = [m for m in t.getmembers() if m.name.startswith(prefix)
+                  and any(m.name[len(prefix):].startswith(w) for w in MEMBERS) and (m.isfile() or m.isdir())]
+        t.extractall(CACHE, members=wanted, filter="data")
+    return LLAMA
+
+
+def gguf_py():
+    sys.path.insert(0, str(fetch() / "gguf-py"))
+    import gguf
+    return gguf
+
+
+def converter_digests(name):
+    """The chkhsh values the converter's get_vocab_base_pre maps to `name` (qwen2 has several)."""
+    text = (fetch() / "conversion" / "base.py").read_text()
+    found = [d for d, res in re.findall(r'if chkhsh == "([0-9a-f]{64})":\n(?:\s*#.*\n)*\s*res = "([^"]+)"', text) if res == name]
+    if not found:
+        sys.exit(f"gguf_oracle: the converter names no digest {name}")
+    return found
+
+
+def check_text():
+    text = (fetch() / "conversion" / "base.py").read_text()
+    return ast.literal_eval(re.search(r"\n\s*chktxt = (.*)\n", text).group(1))
+
+
+def tokenizer(name, out):
+    """tokenizer.json and tokenizer_config.json for `name` in `out`; returns the digest transformers
+    gives them, checked against the converter's."""
+    gguf = gguf_py()
+    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
+    get = lambda k: r.fields[k].contents()  # noqa: E731
+    tokens, types, merges = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type"), get("tokenizer.ggml.merges")
+    bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
+    normal = int(gguf.TokenType.NORMAL)
+    control = int(gguf.TokenType.CONTROL)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in enumerate(tokens) if types[i] == control]
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] in (normal, control)}
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+              {"type": "Split", "pattern": {"Regex": PATTERNS[name]}, "behavior": "Isolated", "invert": False},
+              {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+          "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+          "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                    "ignore_merges": name == "llama-bpe", "vocab": vocab, "merges": [m.split(" ", 1) for m in merges]}}
+    if name == "llama-bpe":  # Llama 3 adds <|begin_of_text|>
+        b = tokens[bos]
+        tj["post_processor"] = {"type": "TemplateProcessing",
+                                "single": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                                "pair": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": {"id": b, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                                "special_tokens": {b: {"id": b, "ids": [bos], "tokens": [b]}}}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": tokens[bos], "eos_token": tokens[eos], "tokenizer_class": "PreTrainedTokenizerFast"}))
+    from transformers import AutoTokenizer
+    ids = AutoTokenizer.from_pretrained(str(out)).encode(check_text())
+    digest = hashlib.sha256(str(ids).encode()).hexdigest()
+    want = converter_digests(name)
+    if digest not in want:
+        sys.exit(f"gguf_oracle: the rebuilt {name} tokenizer's digest is {digest}, the converter's {', '.join(want)}")
+    return digest
+
+
+def main(argv):
+    if argv[:1] == ["fetch"] and len(argv) == 1:
+        print(fetch())
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in PATTERNS:
+        print(tokenizer(argv[1], argv[2]))
+    elif argv[:1] == ["check"] and len(argv) == 1:
+        import tempfile
+        for name in PATTERNS:
+            with tempfile.TemporaryDirectory() as d:
+                print(f"{name}: {tokenizer(name, d)} (the converter's)")
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
