@@ -66,6 +66,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     return run_megatron_output(o, o.iteration);
   }
   if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
+  check_megatron_target_options(o, false);
   install_cleanup_handlers();
   ConsolidateOptions co;
   ProgressLine progress(wants_progress(o));
@@ -187,6 +188,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--iteration", o->iteration, "--format megatron: write Megatron-LM's iter_NNNNNNN/ and latest_checkpointed_iteration.txt")
       ->check(CLI::Range(int64_t{0}, int64_t{9999999}))
       ->type_name("N");
+  add_megatron_target_options(sub, *o);
   sub->add_option("--max-shard-size", o->max_shard_size, "Largest shard of a DIR/ output (5GB decimal as Hugging Face, 4GiB, bytes; default 5GB)")
       ->type_name("SIZE");
   sub->add_option("--include", o->include, "Keep only keys matching this shell glob (repeatable)")->type_name("GLOB");

@@ -89,8 +89,23 @@ void print_map_summary(const nlohmann::json& r) {
     else if (m["args_note"].is_string())
       std::cerr << "note: " << m["args_note"].get<std::string>() << "\n";
   }
+  if (m.contains("megatron_args") && m["megatron_args"].is_object()) {
+    const auto& a = m["megatron_args"];
+    std::cerr << "args: Megatron-LM's argparse.Namespace of " << a["fields"].size() << " fields in the common state (from "
+              << a["from"].get<std::string>() << ")";
+    if (!a["set"].empty()) {
+      std::cerr << "; over the file's:";
+      for (const auto& [k, v] : a["set"].items()) std::cerr << " " << k << " " << v["was"].dump() << " -> " << v["now"].dump();
+    }
+    std::cerr << "\n";
+  }
   // Megatron -> Hugging Face: the padding rows of its vocabulary cut (check/megatron_vocab.h).
-  if (m.contains("vocab") && m["vocab"].is_object()) {
+  if (m.contains("vocab") && m["vocab"].is_object() && m["vocab"].contains("rows_added")) {
+    // Hugging Face -> Megatron-LM: padded as the run pads it (check/megatron_vocab.h).
+    const auto& v = m["vocab"];
+    std::cerr << "vocabulary: " << v["vocab_size"] << " rows padded to " << v["rows"] << " in " << v["tensors"].size()
+              << " tensor(s), " << v["rows_added"] << " zero rows at the end (" << v["rule"].get<std::string>() << ")\n";
+  } else if (m.contains("vocab") && m["vocab"].is_object()) {
     const auto& v = m["vocab"];
     std::cerr << "vocabulary: wrote the first " << v["vocab_size"] << " of " << v["rows"] << " rows of "
               << v["tensors"].size() << " tensor(s), dropping " << v["rows_dropped"] << " rows of Megatron's padding ("

@@ -35,6 +35,7 @@ int run_reshard(const ReshardCliOptions& o) {
   to_write_options(o, ro, progress);
   ro.layout = o.is_cast || o.layout == "keep" ? Layout::Keep : Layout::Fsdp;
   ro.world_size = o.world_size;
+  check_megatron_target_options(o, o.format == "megatron");
   if (o.format == "megatron") {
     ro.format = &formats::megatron;
     // torch_dist loads into any parallelism: one rank file unless -w says otherwise.
@@ -113,6 +114,7 @@ static void common_options(CLI::App* sub, const std::shared_ptr<ReshardCliOption
   sub->add_option("--iteration", o->iteration, "--format megatron: write Megatron-LM's iter_NNNNNNN/ and latest_checkpointed_iteration.txt")
       ->check(CLI::Range(int64_t{0}, int64_t{9999999}))
       ->type_name("N");
+  add_megatron_target_options(sub, *o);
   sub->add_flag("-f,--force", o->force, "Replace an existing output directory");
   sub->add_flag("-n,--dry-run", o->dry_run, "Print the plan per target rank and write nothing");
   sub->add_flag("-q,--quiet", o->quiet, "No summary on stderr");

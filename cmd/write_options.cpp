@@ -39,6 +39,9 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   w.manifest = *algorithm_named(c.manifest);  // checked by CLI11 (add_io_option)
   w.map = c.map;
   w.map_config = c.config;
+  w.megatron.args_file = c.megatron_args;
+  w.megatron.divisible_by = c.make_vocab_size_divisible_by;
+  w.megatron.tp = c.tensor_model_parallel_size;
   // --config is the model's config.json (view/model_config.h): a key map's parameters, and a
   // torchtune adapter's attention heads (--lora).
   if (!c.config.empty() && c.map.empty() && !lora)
@@ -198,5 +201,29 @@ void add_map_options(CLI::App* sub, std::string& map, std::string& config) {
 }
 
 bool wants_progress(const WriteCliOptions& c) { return !c.quiet && stderr_is_tty() && !c.dry_run && std::getenv("RANK") == nullptr; }
+
+void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c) {
+  sub->add_option("--megatron-args", c.megatron_args,
+                  "--format megatron of a Hugging Face model for Megatron-LM: a JSON object of its arguments "
+                  "(json.dump(vars(args))): the vocabulary padded as it pads it, the args saved as it saves them")
+      ->type_name("FILE");
+  sub->add_option("--make-vocab-size-divisible-by", c.make_vocab_size_divisible_by,
+                  "--format megatron for Megatron-LM: pad the vocabulary to a multiple of N x the tensor-parallel size "
+                  "(default 128, as Megatron-LM)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->type_name("N");
+  sub->add_option("--tensor-model-parallel-size", c.tensor_model_parallel_size,
+                  "--format megatron for Megatron-LM: the run's tensor-parallel size the vocabulary is padded for (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->type_name("N");
+}
+
+void check_megatron_target_options(const WriteCliOptions& c, bool megatron_format) {
+  if (c.megatron_args.empty() && c.make_vocab_size_divisible_by == 0 && c.tensor_model_parallel_size == 0) return;
+  if (!megatron_format || c.map.empty())
+    throw UsageError(Where(), "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say the "
+                              "Megatron-LM run a Hugging Face model is written for: they go with --format megatron and "
+                              "--map megatron");
+}
 
 }  // namespace dcpctl::cli

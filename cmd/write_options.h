@@ -23,6 +23,9 @@ struct WriteCliOptions {
   bool force = false, dry_run = false, quiet = false, json = false;
   unsigned threads = 4;
   DistOptions dist;
+  // --format megatron of a Hugging Face model for a Megatron-LM run (write/run.h's MegatronTarget).
+  std::string megatron_args;
+  int64_t make_vocab_size_divisible_by = 0, tensor_model_parallel_size = 0;
 };
 
 // Fills `w` from `c`: the selection, --dtype and --max-memory checked (exit 2 naming the option),
@@ -42,6 +45,12 @@ void print_cast_summary(const nlohmann::json& summary, std::ostream& out);
 
 // --quantize, --quantize-block and --quantize-skip (view/quantize.h), for every write command.
 void add_quantize_options(CLI::App* sub, WriteCliOptions& c);
+
+// --megatron-args FILE, --make-vocab-size-divisible-by N, --tensor-model-parallel-size N: the
+// Megatron-LM run --format megatron writes a Hugging Face model for (reshard, cast, consolidate).
+void add_megatron_target_options(CLI::App* sub, WriteCliOptions& c);
+// UsageError unless they go with --format megatron and --map (nothing given: nothing to check).
+void check_megatron_target_options(const WriteCliOptions& c, bool megatron_format);
 
 // --io MODE, for every write command.
 void add_io_option(CLI::App* sub, WriteCliOptions& c);

@@ -30,16 +30,16 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--timeout' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--timeout' '-w' '--world-size' '--layout' '--dtype')
             ;;
         'dcpctl cast')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--timeout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--timeout' '--dtype')
             ;;
         'dcpctl compat')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--link' '--force' '--json' '-q' '--quiet')
@@ -77,6 +77,7 @@ _dcpctl_value() {
         'dcpctl verify|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl consolidate|-o' | 'dcpctl consolidate|--output') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--format') _dcpctl_kind='choice' _dcpctl_choices=('safetensors' 'hf' 'torch' 'megatron') ;;
+        'dcpctl consolidate|--megatron-args') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--assets') _dcpctl_kind='dir' ;;
         'dcpctl consolidate|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl consolidate|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
@@ -94,6 +95,7 @@ _dcpctl_value() {
         'dcpctl reshard|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl reshard|--config') _dcpctl_kind='file' ;;
         'dcpctl reshard|--format') _dcpctl_kind='choice' _dcpctl_choices=('dcp' 'megatron') ;;
+        'dcpctl reshard|--megatron-args') _dcpctl_kind='file' ;;
         'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
         'dcpctl cast|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
@@ -102,6 +104,7 @@ _dcpctl_value() {
         'dcpctl cast|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
         'dcpctl cast|--config') _dcpctl_kind='file' ;;
         'dcpctl cast|--format') _dcpctl_kind='choice' _dcpctl_choices=('dcp' 'megatron') ;;
+        'dcpctl cast|--megatron-args') _dcpctl_kind='file' ;;
         'dcpctl compat|-o' | 'dcpctl compat|--output') _dcpctl_kind='dir' ;;
         'dcpctl compat|--link') _dcpctl_kind='choice' _dcpctl_choices=('auto' 'reflink' 'hard' 'copy') ;;
         'dcpctl diff|--config') _dcpctl_kind='file' ;;

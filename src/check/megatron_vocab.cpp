@@ -8,6 +8,7 @@
 #include "meta/checkpoint.h"
 #include "util/error.h"
 #include "view/keymap.h"
+#include "write/run.h"
 
 namespace dcpctl {
 
@@ -21,6 +22,10 @@ int64_t padded_of(int64_t vocab, int64_t multiple) { return (vocab + multiple - 
 // The Hugging Face names of the vocabulary's rows (Megatron-Bridge's _is_vocab_export_task: the
 // token embedding and the language-model head).
 bool is_vocab_output(const std::string& key) { return key == "model.embed_tokens.weight" || key == "lm_head.weight"; }
+// Their megatron-core names (torch_dist): GPTModel's embedding and untied output layer.
+bool is_megatron_vocab(const std::string& key) {
+  return key == "embedding.word_embeddings.weight" || key == "output_layer.weight";
+}
 
 // The number of row blocks a saved 2-d tensor is in, when they are equal, full width and tile it
 // (torch_dist: one per TP rank, DP replicas deduplicated by the planner); 0 otherwise.
@@ -151,6 +156,140 @@ void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConf
                {"tensors", keys},
                {"rule", rule.text},
                {"rule_from", rule.from}};
+}
+
+namespace {
+
+// A positive integer field of the args file, or 0 when it has none (null: Megatron-LM's "not set").
+int64_t file_int(const json& file, const char* name, const std::string& path) {
+  if (!file.contains(name) || file[name].is_null()) return 0;
+  if (!file[name].is_number_integer() || file[name].get<int64_t>() <= 0)
+    throw UsageError(Where(path), std::string("--megatron-args: ") + name + " = " + file[name].dump() +
+                                      " is not a positive integer");
+  return file[name].get<int64_t>();
+}
+
+}  // namespace
+
+void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const MapConfig& config) {
+  if (!target.given()) return;
+  if (map.from != "hf" || map.to != "megatron")
+    throw UsageError(Where(), "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say "
+                              "the Megatron-LM run a Hugging Face model is written for: they go with --map megatron "
+                              "from a Hugging Face checkpoint (this map goes " + map.from + " -> " + map.to + ")");
+  json file = json::object();
+  if (!target.args_file.empty()) {
+    try {
+      file = json::parse(read_text(target.args_file));
+    } catch (const json::exception& e) {
+      throw UsageError(Where(target.args_file), std::string("--megatron-args: not JSON: ") + e.what());
+    }
+    if (!file.is_object())
+      throw UsageError(Where(target.args_file),
+                       "--megatron-args: want a JSON object of Megatron-LM's argument names (json.dump(vars(args)))");
+  }
+  const std::string& path = target.args_file;
+  // Each setting from its flag, else the file, else Megatron-LM's default; a flag and the file
+  // disagreeing is a usage error naming both.
+  auto pick = [&](const char* name, const char* flag, int64_t given, int64_t dflt, std::string* from) {
+    const int64_t in_file = file_int(file, name, path);
+    if (given > 0 && in_file > 0 && given != in_file)
+      throw UsageError(Where(path), std::string(flag) + " " + std::to_string(given) + ", but --megatron-args says " + name +
+                                        " = " + std::to_string(in_file));
+    *from = given > 0 ? std::string(flag) : in_file > 0 ? path : "Megatron-LM's default";
+    return given > 0 ? given : in_file > 0 ? in_file : dflt;
+  };
+  std::string by_from, tp_from;
+  const int64_t padded_file = file_int(file, "padded_vocab_size", path);
+  const bool by_stated = target.divisible_by > 0 || file_int(file, "make_vocab_size_divisible_by", path) > 0;
+  const int64_t by = pick("make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", target.divisible_by, 128, &by_from);
+  const int64_t tp = pick("tensor_model_parallel_size", "--tensor-model-parallel-size", target.tp, 1, &tp_from);
+
+  std::vector<MappedTensor*> pad;
+  for (MappedTensor& mt : map.tensors)
+    if (is_megatron_vocab(mt.meta.fqn) && !mt.zeros && mt.meta.ndim() == 2) pad.push_back(&mt);
+  if (pad.empty())
+    throw UnsupportedError(Where(), "map " + map.name + ": the output has no embedding.word_embeddings.weight to pad "
+                                    "for Megatron-LM; leave out --megatron-args / --make-vocab-size-divisible-by / "
+                                    "--tensor-model-parallel-size");
+  const int64_t rows = pad[0]->meta.shape[0];
+  for (const MappedTensor* mt : pad)
+    if (mt->meta.shape[0] != rows)
+      throw FormatError(Where(), "map " + map.name + ": " + pad[0]->meta.fqn + " has " + std::to_string(rows) + " rows but " +
+                                     mt->meta.fqn + " " + std::to_string(mt->meta.shape[0]));
+  const json cv = config.json.is_object() ? config.json.value("vocab_size", json()) : json();
+  if (cv.is_number_integer() && cv.get<int64_t>() != rows)
+    throw FormatError(Where(config.path), "config.json's vocab_size is " + cv.dump() + " but " + pad[0]->inputs.at(0) +
+                                              " has " + std::to_string(rows) + " rows");
+  const int64_t vocab = rows;
+  const int64_t tokens = file_int(file, "vocab_size", path);
+  if (tokens > 0 && tokens != vocab)
+    throw UsageError(Where(path), "--megatron-args says vocab_size (the tokenizer's) = " + std::to_string(tokens) +
+                                      ", but the model's vocabulary has " + std::to_string(vocab) + " rows (" +
+                                      pad[0]->inputs.at(0) + "; " + config.path + ")");
+  // Megatron-LM's _set_padded_vocab_size: a padded_vocab_size already set is kept; else the rule.
+  Rule rule;
+  rule.multiple = by * tp;
+  rule.padded = padded_of(vocab, rule.multiple);
+  rule.text = "Megatron-LM's padding to a multiple of make_vocab_size_divisible_by " + std::to_string(by) + " (" + by_from +
+              ") x tensor_model_parallel_size " + std::to_string(tp) + " (" + tp_from + ") = " + std::to_string(rule.multiple);
+  rule.from = path.empty() ? "the command line" : path;
+  if (padded_file > 0 && !by_stated && target.tp == 0) {
+    rule.padded = padded_file;
+    rule.multiple = 0;
+    rule.text = "--megatron-args' padded_vocab_size = " + std::to_string(padded_file);
+  } else if (padded_file > 0 && padded_file != rule.padded) {
+    throw UsageError(Where(path), "--megatron-args says padded_vocab_size = " + std::to_string(padded_file) + ", but " +
+                                      rule.text + " pads " + std::to_string(vocab) + " to " + std::to_string(rule.padded));
+  }
+  if (rule.padded < vocab)
+    throw UsageError(Where(path), "--megatron-args says padded_vocab_size = " + std::to_string(rule.padded) +
+                                      ", fewer than the vocabulary's " + std::to_string(vocab) + " rows");
+  json keys = json::array();
+  for (MappedTensor* mt : pad) {
+    if (rule.padded == vocab) break;
+    mt->pad_rows = rule.padded - vocab;
+    mt->meta.shape[0] = rule.padded;
+    mt->transforms.push_back("pad");
+    keys.push_back(mt->meta.fqn);
+  }
+  map.vocab = {{"vocab_size", vocab},
+               {"rows", rule.padded},
+               {"rows_added", rule.padded - vocab},
+               {"tensors", keys},
+               {"rule", rule.text},
+               {"rule_from", rule.from},
+               {"padding", "zero rows at the end (Megatron-Bridge's _pad_right_dim0)"}};
+
+  // The Namespace: the file's fields, else what load_checkpoint compares from config.json; then
+  // what this checkpoint is, whatever the file said (`set` lists each field written over it).
+  json fields = file;
+  json set = json::object();
+  auto put = [&](const std::string& name, const json& v) {
+    if (fields.contains(name) && fields[name] != v) set[name] = {{"was", fields[name]}, {"now", v}};
+    fields[name] = v;
+  };
+  if (target.args_file.empty()) {
+    const json& c = config.json;
+    for (const auto& [arg, key] : {std::pair<const char*, const char*>{"num_layers", "num_hidden_layers"},
+                                   {"hidden_size", "hidden_size"},
+                                   {"num_attention_heads", "num_attention_heads"},
+                                   {"max_position_embeddings", "max_position_embeddings"}})
+      if (c.is_object() && c.contains(key) && c[key].is_number_integer()) fields[arg] = c[key];
+  }
+  put("vocab_size", vocab);
+  put("padded_vocab_size", rule.padded);
+  put("make_vocab_size_divisible_by", by);
+  put("tensor_model_parallel_size", tp);
+  bool untied = false;
+  for (const MappedTensor& mt : map.tensors) untied = untied || mt.meta.fqn == "output_layer.weight";
+  put("untie_embeddings_and_output_weights", untied);
+  put("ckpt_format", "torch_dist");
+  put("no_save_optim", true);
+  put("no_save_rng", true);
+  map.megatron_args = {{"from", path.empty() ? json("config.json and the command line") : json(path)},
+                       {"fields", fields},
+                       {"set", set}};
 }
 
 }  // namespace dcpctl

@@ -21,18 +21,49 @@
 // (exit 5: a valid checkpoint this map does not cover), naming the counts, the rule and where it
 // was read, and which vocab_size values the rows would be the padding of. Fewer rows than
 // vocab_size are left to the export's checks.
+//
+// The other way (pad_megatron_vocab), a Hugging Face model written for a Megatron-LM run
+// (--format megatron with --megatron-args FILE, --make-vocab-size-divisible-by N or
+// --tensor-model-parallel-size N): the embedding (and an untied output layer) gets the rows
+// Megatron-LM pads the tokenizer's vocab_size to for that run, zero rows at the end, as
+// Megatron-Bridge's import writes them (param_mapping.py, `_pad_right_dim0`: torch.cat([x,
+// zeros(pad_size, ...)], dim=0)). The rule, as Megatron-LM's own validate_args + build_tokenizer:
+// the file's padded_vocab_size when it has one and no divisor, else the ceil above with the file's
+// (or the flags') make_vocab_size_divisible_by (default 128) and tensor_model_parallel_size
+// (default 1); a flag and the file disagreeing is a usage error, and so is a padded_vocab_size
+// that is not that rule's, or a file's vocab_size that is not config.json's (both named). The
+// common state then carries `args` (write/formats/megatron.cpp), an argparse.Namespace as
+// Megatron-LM's save_checkpoint writes it: the file's fields, or without a file the ones
+// Megatron-LM's load_checkpoint compares with its run (check_checkpoint_args: num_layers,
+// hidden_size, num_attention_heads, max_position_embeddings) from config.json; with, either way,
+// vocab_size, padded_vocab_size, make_vocab_size_divisible_by, tensor_model_parallel_size,
+// untie_embeddings_and_output_weights (whether output_layer.weight is written), ckpt_format
+// "torch_dist", and no_save_optim / no_save_rng True (the checkpoint holds neither, so
+// load_checkpoint resumes from it without --no-load-optim / --no-load-rng or --finetune). Without
+// any of the three options nothing is padded and no args are written (megatron-core's
+// dist_checkpointing.load into a GPTModel built with config.json's vocab_size, as before).
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 namespace dcpctl {
 
 struct Checkpoint;
 struct MappedModel;
 struct MapConfig;
+struct MegatronTarget;
 
 // For a Megatron -> Hugging Face map: the outputs model.embed_tokens.weight and lm_head.weight
 // cut to config.json's vocab_size rows where the rest is Megatron's padding (the map's `vocab`
 // in --json says what was dropped, the rule and where it was read); any other map as it is.
 // view/model.h's ModelRequest::fit_map (set by the exports, diff and stats).
 void fit_megatron_vocab(const Checkpoint& saved, MappedModel& map, const MapConfig& config);
+
+// For a Hugging Face -> Megatron map with `target` given: the vocabulary's outputs padded (their
+// MappedTensor::pad_rows) and map.megatron_args set, map.vocab saying what was added; UsageError
+// when `target` is given and the map is not Hugging Face -> Megatron, or the target contradicts
+// itself or config.json. Nothing when `target` is not given.
+void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const MapConfig& config);
+
 
 }  // namespace dcpctl

@@ -114,6 +114,10 @@ struct MappedTensor {
   // input tensor whose first chunk it is dealt with (the first part's tensor of its `beside` output).
   bool zeros = false;
   uint32_t place = 0;
+  // Rows at the end of dim 0 that no part covers and are written as zeros: a vocabulary padded for
+  // Megatron-LM (check/megatron_vocab.h), as Megatron-Bridge pads it. Such an output is read as a
+  // derived tensor (view/map_view.h), never planned from its parts alone.
+  int64_t pad_rows = 0;
 };
 
 // The pieces box `target` of a key map's output `mt` is made of (view/keymap.h): per part that

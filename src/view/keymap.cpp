@@ -517,6 +517,7 @@ json MappedModel::describe() const {
   j["args_checked"] = args_checked;  // null: not a Megatron -> Hugging Face map
   j["args_note"] = args_note.empty() ? json() : json(args_note);
   j["vocab"] = vocab;
+  j["megatron_args"] = megatron_args;
   return j;
 }
 

@@ -211,6 +211,10 @@ struct MappedModel {
   // Rows of the vocabulary cut as the framework's padding (check/megatron_vocab.h): {vocab_size,
   // rows, rows_dropped, tensors, rule, rule_from}; null: none (--json's `vocab`).
   nlohmann::json vocab;
+  // Hugging Face -> Megatron for Megatron-LM (check/megatron_vocab.h's pad_megatron_vocab): the
+  // fields of the argparse.Namespace the megatron format writes as the common state's `args`, and
+  // where they came from; null: no args written (--json's `megatron_args`: {from, fields, set}).
+  nlohmann::json megatron_args;
   nlohmann::json describe() const;    // the `map` object of --json
 };
 

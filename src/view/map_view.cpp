@@ -60,14 +60,21 @@ class MappedTensorRead final : public DerivedTensor {
     std::vector<uint8_t> own(whole ? 0 : (last - first) * item);
     uint8_t* out = whole ? static_cast<uint8_t*>(dst) : own.data();
     BelowChunks src(below);
+    // Padding rows (MappedTensor::pad_rows) are no part's: zeros, the rest from the parts.
+    Box held = whole_box(t);
+    held.sizes[0] -= mt_.pad_rows;
     for (const Box& box : run_boxes(t.shape, first, last - first)) {
       const std::vector<Piece> pieces = plan_mapped_pieces(*md_, mt_, box);
-      uint64_t filled = 0, want = box.numel() * item;
+      const uint64_t want = box.numel() * item;
+      Box in;
+      const uint64_t covered = mt_.pad_rows == 0 ? want : intersect(box, held, in) ? in.numel() * item : 0;
+      uint64_t filled = 0;
       for (const Piece& p : pieces) filled += p.bytes;
-      if (filled != want)  // checked before reading: a gap would leave bytes unwritten
-        throw FormatError(where, "the parts hold " + std::to_string(filled) + " of the " + std::to_string(want) +
+      if (filled != covered)  // checked before reading: a gap would leave bytes unwritten
+        throw FormatError(where, "the parts hold " + std::to_string(filled) + " of the " + std::to_string(covered) +
                                      " bytes of box " + box.text());
-      assemble_box(src, t, box, pieces, out, nullptr, 1, 0);
+      if (covered != want) std::memset(out, 0, want);
+      if (!pieces.empty()) assemble_box(src, t, box, pieces, out, nullptr, 1, 0);
       out += want;
     }
     if (!whole) std::memcpy(dst, own.data() + (from - first * item), n);
@@ -117,7 +124,8 @@ void set_map(DerivedTable& table, std::shared_ptr<const MappedModel> map, bool p
   table.parts.clear();
   if (parts)
     for (const MappedTensor& mt : map->tensors)
-      if (!mt.zeros) table.parts[mt.meta.fqn] = &mt;  // a zeros output is planned as its own derived tensor
+      // a zeros or padded output is planned as its own derived tensor (its parts do not tile it)
+      if (!mt.zeros && mt.pad_rows == 0) table.parts[mt.meta.fqn] = &mt;
   table.output.map = std::move(map);
 }
 

@@ -124,7 +124,12 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   rq.map = o.map;
   rq.quantize = o.quantize;
   rq.check_map = check_megatron_map;  // a Megatron checkpoint's own args against config.json
-  rq.fit_map = fit_megatron_vocab;    // its padded vocabulary cut to config.json's vocab_size
+  // Megatron -> HF: its padded vocabulary cut to config.json's vocab_size; HF -> Megatron for a
+  // Megatron-LM run (--megatron-args and the like): padded as that run pads it.
+  rq.fit_map = [target = o.megatron](const Checkpoint& saved, MappedModel& map, const MapConfig& config) {
+    fit_megatron_vocab(saved, map, config);
+    pad_megatron_vocab(target, map, config);
+  };
   return rq;
 }
 

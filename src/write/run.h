@@ -39,6 +39,17 @@ namespace dcpctl {
 
 class Group;
 
+// The Megatron-LM run a Hugging Face model is written for (--format megatron with --map
+// megatron: check/megatron_vocab.h's pad_megatron_vocab): --megatron-args FILE (a JSON object of
+// Megatron-LM's argument names, what `json.dump(vars(args))` writes), --make-vocab-size-divisible-by,
+// --tensor-model-parallel-size (0: not given). Any of them given: the vocabulary is padded as
+// Megatron-LM pads it and the common state carries an `args` Namespace.
+struct MegatronTarget {
+  std::string args_file;
+  int64_t divisible_by = 0, tp = 0;
+  bool given() const { return !args_file.empty() || divisible_by > 0 || tp > 0; }
+};
+
 // What every write command (consolidate, reshard, cast) takes.
 struct WriteOptions {
   std::string output;
@@ -67,6 +78,7 @@ struct WriteOptions {
   std::string map, map_config, map_assets;
   // --quantize (view/quantize.h): scheme "" for none. Not with --map (build_model refuses it).
   QuantizeRequest quantize;
+  MegatronTarget megatron;  // --megatron-args, --make-vocab-size-divisible-by, --tensor-model-parallel-size
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads
   std::function<void(const std::string&)> note;                 // one-line notices (stderr)
   // Several processes (torchrun); nullptr: one process.

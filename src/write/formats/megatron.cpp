@@ -7,7 +7,10 @@
 //   common_state/shard_0_1
 //                   the common (non-sharded) state, a ShardedObject: torch.save([state]) with
 //                   state = {"iteration": N, "checkpoint_version": 3.0} (what
-//                   load_common_state_dict reads; megatron-core 0.19.2 no longer writes common.pt);
+//                   load_common_state_dict reads; megatron-core 0.19.2 no longer writes common.pt),
+//                   and for a Hugging Face model written for a Megatron-LM run (--megatron-args and
+//                   the like, check/megatron_vocab.h) "args": the argparse.Namespace Megatron-LM's
+//                   load_checkpoint reads (iteration N stays as above);
 //   <module>._extra_state/shard_<offsets>_<shape>
 //                   one ShardedObject per parallel linear (ColumnParallelLinear, RowParallelLinear:
 //                   a `linear_*` module under `decoder.layers.`) and stacked position, which
@@ -27,6 +30,7 @@
 // dist_checkpointing.save of a model's state dict writes); one that holds more (Megatron-LM's
 // args, the scheduler, ...) is refused rather than cut or left saying another iteration.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -37,6 +41,8 @@
 #include "pickle/tree.h"
 #include "plan/format.h"
 #include "util/error.h"
+#include "view/derived.h"
+#include "view/keymap.h"
 #include "write/execute.h"
 #include "write/formats/dcp_checkpoint.h"
 #include "write/pickler.h"
@@ -58,7 +64,44 @@ std::vector<uint8_t> list_of_none() {
   return torch_save_object_blob(p.data());
 }
 
-std::vector<uint8_t> common_state(int64_t iteration, double version = 3.0) {
+// A JSON value as the Python value json.load gives (an integer past int64 as a float).
+void pickle_json(Pickler& p, const nlohmann::json& v) {
+  if (v.is_null()) return p.none();
+  if (v.is_boolean()) return p.boolean(v.get<bool>());
+  if (v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= INT64_MAX : true))
+    return p.integer(v.get<int64_t>());
+  if (v.is_number()) return p.floating(v.get<double>());
+  if (v.is_string()) return p.str(v.get<std::string>());
+  if (v.is_array()) {
+    p.empty_list();
+    if (v.empty()) return;
+    p.mark();
+    for (const auto& e : v) pickle_json(p, e);
+    return p.appends();
+  }
+  p.empty_dict();
+  if (v.empty()) return;
+  p.mark();
+  for (const auto& [k, e] : v.items()) {
+    p.str(k, true);
+    pickle_json(p, e);
+  }
+  p.setitems();
+}
+
+// Megatron-LM's args: an argparse.Namespace as CPython pickles it (protocol 2, object's
+// __reduce_ex__: copyreg.__newobj__ of the class, then its __dict__ by BUILD).
+void pickle_namespace(Pickler& p, const nlohmann::json& fields) {
+  p.global("argparse", "Namespace");
+  p.empty_tuple();
+  p.newobj();
+  pickle_json(p, fields);
+  p.build();
+}
+
+// `args`: the Namespace's fields (check/megatron_vocab.h: a Hugging Face model written for a
+// Megatron-LM run, as its save_checkpoint puts them in the common state); null: none.
+std::vector<uint8_t> common_state(int64_t iteration, double version = 3.0, const nlohmann::json& args = nullptr) {
   Pickler p(2);
   p.empty_list();
   p.empty_dict();
@@ -67,6 +110,10 @@ std::vector<uint8_t> common_state(int64_t iteration, double version = 3.0) {
   p.integer(iteration);
   p.str("checkpoint_version");
   p.floating(version);
+  if (args.is_object()) {
+    p.str("args");
+    pickle_namespace(p, args);
+  }
   p.setitems();
   p.append();
   p.stop();
@@ -177,8 +224,11 @@ DcpAdditions megatron_additions(const WriteJob& job, std::optional<int64_t> iter
   add.files.emplace_back(add.subdir.empty() ? "metadata.json" : add.subdir + "/metadata.json",
                          R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1})");
   constexpr const char* kCommon = "common_state/shard_0_1";
+  const Checkpoint& ck = job.request.ck;
+  const MappedModel* map = ck.derived && ck.derived->output.map ? ck.derived->output.map.get() : nullptr;
+  const nlohmann::json args = map && map->megatron_args.is_object() ? map->megatron_args["fields"] : nlohmann::json();
   if (!have.count(kCommon)) {
-    add.items.emplace_back(kCommon, common_state(iteration.value_or(0)));
+    add.items.emplace_back(kCommon, common_state(iteration.value_or(0), 3.0, args));
   } else if (iteration) {
     for (const SelectedItem* v : plan.values)
       if (v->key == kCommon) add.replaced.emplace(kCommon, renamed_common_state(job, *v, *iteration));
