@@ -118,9 +118,11 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   std::set<std::string> items_seen;
   for (const auto& n : p.names()) {
     if (auto st = item_file(n, ".safetensors"))
-      throw UnsupportedError(Where(join_path(dir, n)), "torch_checkpointing: item '" + st->item +
-                                                           "' is saved in the SafetensorsSerialization layout (each rank's local shard "
-                                                           "under flattened keys), which dcpctl does not read yet");
+      throw UnsupportedError(Where(join_path(dir, n)),
+                             "torch_checkpointing: item '" + st->item +
+                                 "' is saved in the SafetensorsSerialization layout, which dcpctl does not read yet: not a Hugging "
+                                 "Face model, but each rank's local shard under the same flattened keys (" + st->item + "_<rank>.safetensors, "
+                                 "no offsets), placed by " + (meta ? "metadata.pkl beside them" : "a metadata.pkl this folder lacks"));
     auto f = item_file(n, ".pt");
     if (!f) continue;
     set.files.push_back({f->rank, n, f->item});

@@ -96,7 +96,25 @@ def main() -> int:
         # What is not read: exit 5 naming the format and the layout.
         for cmd in ("inspect", "verify", "consolidate"):
             argv = [dcpctl, cmd, fixtures / "tc_safetensors_2r/refused"] + (["-o", tmp / "st.safetensors"] if cmd == "consolidate" else [])
-            expect_rc(run(*argv), 5, f"safetensors layout: {cmd}", "torch_checkpointing", "SafetensorsSerialization")
+            expect_rc(run(*argv), 5, f"safetensors layout: {cmd}", "torch_checkpointing", "SafetensorsSerialization",
+                      "not a Hugging Face model", "local shard", "metadata.pkl beside them")
+        # The same local shards alone (no metadata.pkl, no .pt items: what a later save of a manager
+        # leaves, or the model files copied out) look like a Hugging Face folder: inspect says why
+        # they are not a model and exits 5 as verify does, instead of showing each rank's shard
+        # shape as the tensor's.
+        alone = tmp / "local-shards"
+        alone.mkdir()
+        for r in (0, 1):
+            shutil.copy(fixtures / "tc_safetensors_2r/refused" / f"model_{r}.safetensors", alone)
+        for cmd in ("inspect", "verify", "consolidate"):
+            argv = [dcpctl, cmd, alone] + (["-o", tmp / "alone.safetensors"] if cmd == "consolidate" else [])
+            expect_rc(run(*argv), 5, f"local shards without metadata.pkl: {cmd}", "not a Hugging Face model",
+                      "model_0.safetensors .. model_1.safetensors", "local shard", "which is not here")
+        r = run(dcpctl, "inspect", "--json", alone)
+        check(r.returncode == 5 and '"unsupported"' in r.stdout, f"local shards: inspect --json: exit {r.returncode} {r.stdout[:300]}")
+        # One shard alone, or shards holding different keys, stay a Hugging Face folder.
+        (alone / "model_1.safetensors").unlink()
+        expect_rc(run(dcpctl, "inspect", alone), 0, "one local shard alone: inspect", "hf-safetensors")
         # Damage: a missing rank's file, a missing item, a cut file.
         for name, change in (("rank", lambda d: (d / "model_1.pt").unlink()),
                              ("item", lambda d: [(d / f"optimizer_{r}.pt").unlink() for r in (0, 1)]),
