@@ -18,6 +18,7 @@ is exit 3.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -124,6 +125,33 @@ def main() -> int:
             change(d)
             expect_rc(run(dcpctl, "verify", d), 3, f"broken ({name}): verify")
             expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"b-{name}.safetensors"), 3, f"broken ({name}): consolidate")
+        # metadata.pkl against the DTensors: a global shape or dtype it gets wrong, a tensor it
+        # names that no file holds (each made by editing the real metadata.pkl, plain dicts).
+        def edit_meta(d, change):
+            md = pickle.loads((d / "metadata.pkl").read_bytes())
+            change(md["metadata"])
+            (d / "metadata.pkl").write_bytes(pickle.dumps(md))
+
+        def data(m, item, path):
+            return m[item]["nested_path_to_metadata"][path][0]["sharding_metadata"]["data"]
+
+        for name, change, names in (
+                ("shape", lambda m: data(m, "model", '["proj.weight"]').__setitem__("global_shape", [34, 8]),
+                 ["metadata-mismatch", "model.proj.weight", "[34, 8]", "[33, 8]"]),
+                ("dtype", lambda m: data(m, "optimizer", '["state","emb.weight","exp_avg"]').__setitem__("dtype", "torch.bfloat16"),
+                 ["metadata-mismatch", "optimizer.state.emb.weight.exp_avg", "bfloat16"]),
+                ("key", lambda m: m["model"]["nested_path_to_metadata"].__setitem__(
+                    '["ghost.weight"]', m["model"]["nested_path_to_metadata"]['["proj.weight"]']),
+                 ["missing-key", "model.ghost.weight"])):
+            d = tmp / f"meta-{name}"
+            shutil.copytree(fixtures / "tc_sync_2r/ckpt", d)
+            edit_meta(d, change)
+            expect_rc(run(dcpctl, "verify", d), 3, f"metadata.pkl ({name}): verify", *names)
+            expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"m-{name}.safetensors"), 3, f"metadata.pkl ({name}): consolidate")
+        d = tmp / "meta-same"
+        shutil.copytree(fixtures / "tc_sync_2r/ckpt", d)
+        edit_meta(d, lambda m: None)
+        expect_rc(run(dcpctl, "verify", d), 0, "metadata.pkl re-pickled unchanged: verify")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary("torch-checkpointing", min_checks=40)
