@@ -12,9 +12,12 @@
 //                      "nested_path_to_metadata": {'["a"]["b"]': [{"ranks": (...),
 //                      "sharding_metadata": {...global_shape, dtype, stride, mesh_spec,
 //                      placements...}}]}, "rank_to_layout_info": {rank: None | layout}}}}.
-//                      Read here for the world size and each item's layout only (the restricted
-//                      VM: its classes would be refused, none are expected); the geometry comes
-//                      from the pickled DTensors, which the files must agree with.
+//                      Read here (the restricted VM: its classes would be refused, none are
+//                      expected) for the world size, each item's layout, and each DTensor's
+//                      global shape and dtype, which the pickled DTensors must agree with
+//                      (metadata-mismatch, missing-key); the geometry read is the DTensors'.
+//                      0.1.1 writes it in a CheckpointManager's first save only (it caches the
+//                      metadata and writes again only when it changes).
 //   other layouts      per item (ItemSpec.layout: SafetensorsSerialization's local shards under
 //                      flattened keys, custom paths with `{rank}`, JSON, raw bytes): recognised
 //                      and refused (UnsupportedError naming torch_checkpointing and the layout).
@@ -24,7 +27,9 @@
 // (Checkpoint::values), not as items. Complete: every rank 0..W-1 (W from metadata.pkl, else the
 // highest rank seen + 1: a missing last rank is then invisible) has its file of every item, every
 // file holds the same keys, and the pieces tile every tensor (verify checks the tiling).
-// The commit protocol writes `tmp_<name>/` and renames it; a `tmp_` folder is a save in flight.
+// The commit protocol writes `tmp_<name>/` and renames it; a `tmp_` folder is a save in flight
+// (meta/run_folder.cpp). An HF-looking folder of `<item>_<R>.safetensors` local shards without
+// metadata.pkl is refused by the safetensors row (meta/readers.cpp refuse_local_shards).
 #include <algorithm>
 #include <optional>
 #include <regex>
