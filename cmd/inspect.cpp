@@ -354,7 +354,7 @@ static int inspect(const InspectCliOptions& o) {
     throw UsageError(Where(o.checkpoint), "no key matches the --filter glob(s)");
   if (o.json) {
     add_s3_transfer(r);
-    std::cout << r.dump(2) << "\n";
+    std::cout << r.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return 0;
   }
   render_summary(r);
@@ -374,7 +374,7 @@ int run_inspect(const InspectCliOptions& o) {
     json err = {{"exit_code", code}, {"kind", kKinds[code]}, {"file", e.where().file},
                 {"offset", e.where().offset ? json(*e.where().offset) : json(nullptr)}, {"key", e.where().key},
                 {"message", e.detail()}};
-    std::cout << json{{"schema_version", 1}, {"checkpoint", o.checkpoint}, {"error", err}}.dump(2) << "\n";
+    std::cout << json{{"schema_version", 1}, {"checkpoint", o.checkpoint}, {"error", err}}.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     throw;
   }
 }

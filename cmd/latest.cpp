@@ -53,7 +53,7 @@ int run_latest(const LatestCliOptions& o) {
               {"layout", e->layout ? json(layout_name(*e->layout)) : json(nullptr)}, {"timing", run_folder_timing(rf)}};
   add_s3_transfer(doc);
   if (o.json)
-    std::cout << doc.dump(2)
+    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace)
               << "\n";
   else
     std::cout << e->path << "\n";

@@ -60,7 +60,7 @@ int run_ls(const LsCliOptions& o) {
       doc["newest_verified"] = newest_verified ? json(newest_verified->path) : json(nullptr);
     }
     add_s3_transfer(doc);
-    std::cout << doc.dump(2) << "\n";
+    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return 0;
   }
   size_t name_width = 6;

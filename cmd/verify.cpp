@@ -56,7 +56,7 @@ int run_verify(const VerifyCliOptions& o) {
   bool ok = r["ok"].get<bool>();
   if (o.json) {
     add_s3_transfer(r);
-    std::cout << r.dump(2) << "\n";
+    std::cout << r.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
     const json& c = r["checked"];
     print_findings(r["problems"], "Problems:");

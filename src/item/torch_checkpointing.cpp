@@ -12,9 +12,12 @@
 //                      "nested_path_to_metadata": {'["a"]["b"]': [{"ranks": (...),
 //                      "sharding_metadata": {...global_shape, dtype, stride, mesh_spec,
 //                      placements...}}]}, "rank_to_layout_info": {rank: None | layout}}}}.
-//                      Read here for the world size and each item's layout only (the restricted
-//                      VM: its classes would be refused, none are expected); the geometry comes
-//                      from the pickled DTensors, which the files must agree with.
+//                      Read here (the restricted VM: its classes would be refused, none are
+//                      expected) for the world size, each item's layout, and each DTensor's
+//                      global shape and dtype, which the pickled DTensors must agree with
+//                      (metadata-mismatch, missing-key); the geometry read is the DTensors'.
+//                      0.1.1 writes it in a CheckpointManager's first save only (it caches the
+//                      metadata and writes again only when it changes).
 //   other layouts      per item (ItemSpec.layout: SafetensorsSerialization's local shards under
 //                      flattened keys, custom paths with `{rank}`, JSON, raw bytes): recognised
 //                      and refused (UnsupportedError naming torch_checkpointing and the layout).
@@ -24,11 +27,15 @@
 // (Checkpoint::values), not as items. Complete: every rank 0..W-1 (W from metadata.pkl, else the
 // highest rank seen + 1: a missing last rank is then invisible) has its file of every item, every
 // file holds the same keys, and the pieces tile every tensor (verify checks the tiling).
-// The commit protocol writes `tmp_<name>/` and renames it; a `tmp_` folder is a save in flight.
+// The commit protocol writes `tmp_<name>/` and renames it; a `tmp_` folder is a save in flight
+// (meta/run_folder.cpp). An HF-looking folder of `<item>_<R>.safetensors` local shards without
+// metadata.pkl is refused by the safetensors row (meta/readers.cpp refuse_local_shards).
 #include <algorithm>
 #include <optional>
 #include <regex>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "item/torch_file.h"
 #include "meta/layouts.h"
@@ -59,7 +66,87 @@ struct TcMetadata {
   int world = 0;
   std::map<std::string, std::string> layouts;  // item -> its layout's type, for items not in the default
   std::set<std::string> items;
+  // `<item>.<flattened key>` -> what metadata.pkl says of that DTensor: global shape and dtype
+  // ("float32"); checked against the pickled DTensors (check_against_metadata).
+  struct Tensor {
+    std::vector<int64_t> shape;
+    std::string dtype;
+  };
+  std::map<std::string, Tensor> tensors;
 };
+
+// '["state","proj.weight","exp_avg"]' -> "state.proj.weight.exp_avg" (DCP's flattening); nullopt
+// for anything else.
+std::optional<std::string> flatten_nested_path(const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(path, nullptr, false);
+  if (j.is_discarded() || !j.is_array() || j.empty()) return std::nullopt;
+  std::string out;
+  for (const auto& e : j) {
+    if (!out.empty()) out += ".";
+    if (e.is_string()) out += e.get<std::string>();
+    else if (e.is_number_integer()) out += std::to_string(e.get<int64_t>());
+    else return std::nullopt;
+  }
+  return out;
+}
+
+// Each DTensor's global shape and dtype from an item's nested_path_to_metadata (0.1.1:
+// {path: [{"ranks": (...), "sharding_metadata": {"type": "DTensorShardingMetadata", "data":
+// {"global_shape": [...], "dtype": "torch.float32", ...}}}]}); entries of another form are skipped.
+void read_tc_tensors(const std::string& path, const std::string& item, const Value& entry, TcMetadata& md) {
+  const Value* nested = entry.kind == Kind::Dict ? entry.get("nested_path_to_metadata") : nullptr;
+  if (!nested || nested->kind != Kind::Dict) return;
+  pickle::Items np = nested->items();
+  for (uint64_t i = 0; i + 1 < np.size(); i += 2) {
+    if (np[i].kind != Kind::Str) continue;
+    std::optional<std::string> key = flatten_nested_path(std::string(np[i].as_str()));
+    if (!key || (np[i + 1].kind != Kind::List && np[i + 1].kind != Kind::Tuple)) continue;
+    for (const Value& shard : np[i + 1].items()) {
+      const Value* sm = shard.kind == Kind::Dict ? shard.get("sharding_metadata") : nullptr;
+      const Value* type = sm && sm->kind == Kind::Dict ? sm->get("type") : nullptr;
+      const Value* data = sm && sm->kind == Kind::Dict ? sm->get("data") : nullptr;
+      if (!type || type->kind != Kind::Str || type->as_str() != "DTensorShardingMetadata" || !data || data->kind != Kind::Dict) continue;
+      const Value* gs = data->get("global_shape");
+      const Value* dt = data->get("dtype");
+      if (!gs || (gs->kind != Kind::List && gs->kind != Kind::Tuple) || !dt || dt->kind != Kind::Str) continue;
+      TcMetadata::Tensor t;
+      for (const Value& d : gs->items()) {
+        if (d.kind != Kind::Int || d.as_int() < 0)
+          throw FormatError(Where(path, std::nullopt, item + "." + *key), "global_shape holds " + pickle::repr(d, 40) + ", not a size");
+        t.shape.push_back(d.as_int());
+      }
+      std::string dtype(dt->as_str());
+      t.dtype = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
+      md.tensors[item + "." + *key] = t;
+    }
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// metadata.pkl against the DTensors the files hold: a tensor whose global shape or dtype differs,
+// or one metadata.pkl names that no file holds, makes the checkpoint incomplete (the library's
+// resharding load plans from metadata.pkl, so either side being wrong breaks it).
+void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const TcMetadata& md, const std::set<std::string>& items_present) {
+  std::set<std::string> seen;
+  for (const auto& t : ck.md.tensors) {
+    auto it = md.tensors.find(t.fqn);
+    if (it == md.tensors.end()) continue;
+    seen.insert(t.fqn);
+    if (it->second.shape != t.shape || it->second.dtype != t.dtype_name)
+      ck.incomplete.push_back({"metadata-mismatch", Where(meta_path, std::nullopt, t.fqn),
+                               "metadata.pkl says " + it->second.dtype + " " + shape_text(it->second.shape) + ", the ranks' files hold " +
+                                   t.dtype_name + " " + shape_text(t.shape)});
+  }
+  for (const auto& [fqn, t] : md.tensors)
+    if (!seen.count(fqn) && items_present.count(fqn.substr(0, fqn.find('.'))) && ck.md.find_tensor(fqn) == nullptr)
+      ck.incomplete.push_back({"missing-key", Where(meta_path, std::nullopt, fqn),
+                               "metadata.pkl names this " + t.dtype + " " + shape_text(t.shape) + " tensor; no rank's file holds it"});
+}
 
 TcMetadata read_tc_metadata(const std::string& path) {
   MappedFile mf(path);
@@ -87,6 +174,7 @@ TcMetadata read_tc_metadata(const std::string& path) {
     if (it[i].kind != Kind::Str) throw FormatError(Where(path, std::nullopt, "metadata"), "an item key that is not a str");
     std::string item(it[i].as_str());
     md.items.insert(item);
+    read_tc_tensors(path, item, it[i + 1], md);
     const Value* layouts = it[i + 1].kind == Kind::Dict ? it[i + 1].get("rank_to_layout_info") : nullptr;
     if (!layouts || layouts->kind != Kind::Dict) continue;
     pickle::Items li = layouts->items();
@@ -118,9 +206,11 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   std::set<std::string> items_seen;
   for (const auto& n : p.names()) {
     if (auto st = item_file(n, ".safetensors"))
-      throw UnsupportedError(Where(join_path(dir, n)), "torch_checkpointing: item '" + st->item +
-                                                           "' is saved in the SafetensorsSerialization layout (each rank's local shard "
-                                                           "under flattened keys), which dcpctl does not read yet");
+      throw UnsupportedError(Where(join_path(dir, n)),
+                             "torch_checkpointing: item '" + st->item +
+                                 "' is saved in the SafetensorsSerialization layout, which dcpctl does not read yet: not a Hugging "
+                                 "Face model, but each rank's local shard under the same flattened keys (" + st->item + "_<rank>.safetensors, "
+                                 "no offsets), placed by " + (meta ? "metadata.pkl beside them" : "a metadata.pkl this folder lacks"));
     auto f = item_file(n, ".pt");
     if (!f) continue;
     set.files.push_back({f->rank, n, f->item});
@@ -157,7 +247,10 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   set.files = std::move(present);
   if (set.files.empty()) throw FormatError(Where(dir), "torch_checkpointing: no <item>_<rank>.pt file");
   Checkpoint ck = open_rank_file_set(set);
-  if (meta) ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path);
+  if (meta) {
+    ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path);
+    check_against_metadata(ck, meta_path, *meta, items_seen);
+  }
   for (const auto& item : absent_items)
     ck.incomplete.push_back({"missing-item", Where(join_path(dir, item + "_0.pt")),
                              "metadata.pkl names item '" + item + "', but no rank's file of it is here"});

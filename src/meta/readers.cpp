@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 
 #include "meta/checkpoint.h"
 #include "meta/layouts.h"
@@ -80,6 +81,41 @@ std::vector<std::string> sharded_files(const Probe& p) {
     if (ends_with(n, ".safetensors")) inner.push_back("sharded/" + n);
   return inner;
 }
+// A folder of `<item>_<R>.safetensors`, R = 0..N-1 (N >= 2), every file holding every key: each
+// rank's local shard under the same keys (torch_checkpointing's SafetensorsSerialization layout,
+// `<item>_{rank}.safetensors`), not a model. A model's shards never repeat a key; read as one, this
+// would show each local shard's shape as the tensor's. The global shapes and each rank's slice are
+// in torch_checkpointing's metadata.pkl, which only the first save of a CheckpointManager writes
+// (with it, the torch-checkpointing row takes the folder). Refused as unsupported: valid input that
+// dcpctl does not read.
+void refuse_local_shards(const Probe& p, const std::vector<std::string>& names, const Checkpoint& ck) {
+  static const std::regex kRankFile(R"((.+)_(\d{1,7})\.safetensors)");
+  std::string stem;
+  std::set<int> ranks;
+  for (const auto& n : names) {
+    std::smatch m;
+    if (!std::regex_match(n, m, kRankFile) || (!stem.empty() && m[1].str() != stem)) return;
+    stem = m[1].str();
+    ranks.insert(std::stoi(m[2].str()));
+  }
+  const size_t n = names.size();
+  if (ck.layout != CheckpointLayout::HfSafetensors || n < 2 || ranks.size() != n || *ranks.rbegin() != static_cast<int>(n) - 1 ||
+      ck.md.tensors.empty())
+    return;
+  for (const auto& t : ck.md.tensors) {
+    std::set<uint32_t> files;
+    for (const auto& s : t.storage) files.insert(s.file);
+    if (files.size() != n) return;
+  }
+  throw UnsupportedError(Where(p.path),
+                         "not a Hugging Face model: " + stem + "_0.safetensors .. " + stem + "_" + std::to_string(n - 1) +
+                             ".safetensors each hold the same " + std::to_string(ck.md.tensors.size()) +
+                             " keys, each rank's local shard without offsets (torch_checkpointing's SafetensorsSerialization "
+                             "layout writes <item>_{rank}.safetensors so); the global shapes and slices are in its metadata.pkl, " +
+                             (p.exists("metadata.pkl") ? std::string("which is beside them") : std::string("which is not here")) +
+                             ", and dcpctl does not read this layout");
+}
+
 bool detect_safetensors(const Probe& p) {
   if (!p.directory) return ends_with(p.path, ".safetensors");
   return !p.ending(".safetensors").empty() || !sharded_files(p).empty();
@@ -92,7 +128,11 @@ Checkpoint open_safetensors_row(const Probe& p) {
   }
   std::vector<std::string> safet = p.ending(".safetensors");
   std::string index = join_path(p.path, "model.safetensors.index.json");
-  if (!safet.empty()) return meta_detail::open_safetensors_files(p.path, safet, path_exists(index) ? index : "");
+  if (!safet.empty()) {
+    Checkpoint ck = meta_detail::open_safetensors_files(p.path, safet, path_exists(index) ? index : "");
+    if (!path_exists(index)) refuse_local_shards(p, safet, ck);
+    return ck;
+  }
   // HuggingFaceStorageWriter(enable_consolidation=True) writes the per-rank shards to sharded/
   // and the consolidated files beside it; with only the shards left, read those.
   return meta_detail::open_safetensors_files(p.path, sharded_files(p), "");

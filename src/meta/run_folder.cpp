@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "meta/layouts.h"
+#include "meta/readers.h"
 #include "meta/structure.h"
 #include "store/file.h"
 
@@ -23,7 +24,12 @@ const RunEntry* RunFolder::newest_complete() const {
 }
 
 bool holds_checkpoint_files(const std::string& dir) {
-  for (const auto& n : list_dir(dir)) {
+  // torch_checkpointing's step folders (metadata.pkl, <item>_<rank>.pt): its reader's own test.
+  Probe probe;
+  probe.path = dir;
+  probe.directory = true;
+  if (layout_reader(CheckpointLayout::TorchCheckpointing).detect(probe)) return true;
+  for (const auto& n : probe.names()) {
     if (n == ".metadata" || n == "model.safetensors.index.json" || ends_with(n, ".distcp") || ends_with(n, ".safetensors") ||
         (n.size() > 11 && n.compare(0, 2, "__") == 0 && ends_with(n, ".metadata")) || rank_torch_file(n))
       return true;
@@ -268,7 +274,11 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
       e.complete = false;
       e.problems = 1;
-      e.why_incomplete = "its name marks a save in flight";
+      e.why_incomplete = e.name.rfind("tmp_", 0) == 0
+                             ? "its name marks a save in flight: torch_checkpointing writes " + e.name +
+                                   "/ and renames it to " + e.name.substr(4) + "/ once every rank has written, so this save "
+                                   "is in flight or was killed before its commit"
+                             : "its name marks a save in flight";
     }
   };
   if (judge == Judge::All)

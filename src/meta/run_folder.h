@@ -18,7 +18,10 @@
 // `latest_checkpointed_iteration.txt` names the last finished `iter_N/`: a newer one is in
 // flight or died; verl writes the same tracker for its `global_step_N/` folders (the model's
 // per-rank files in `actor/`, its config and tokenizer in `actor/huggingface/`). Lightning's `epoch=E-step=S.ckpt/` folders are checkpoints (DCP + meta.pt);
-// `tmp-checkpoint-N` (transformers' staging name) is a save in flight.
+// `tmp-checkpoint-N` (transformers' staging name) is a save in flight. torch_checkpointing's
+// CheckpointManager saves to the path it is given (torchtitan: `step-N/`) by writing
+// `tmp_<name>/` and renaming it (its only commit: no marker), so `tmp_<name>/` is a save in flight
+// (or one killed before its rename) however complete its files look; it has no keep-latest.
 //
 // Cost: judging a checkpoint reads and parses all of its metadata (a `.metadata` of 5 million
 // chunks is ~700 MB), since completeness needs every storage entry; the file sizes come from stat.

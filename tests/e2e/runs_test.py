@@ -23,7 +23,7 @@ import testlib  # noqa: E402
 
 DCPCTL = FIX = None
 RESULTS = {"n/a": 0}
-LAYOUTS = {"dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp", "hf-safetensors"}
+LAYOUTS = {"dcp", "dcp-safetensors-items", "dcp-rank-local", "hf-dcp", "hf-safetensors", "torch-checkpointing"}
 EXPECTED_LAYOUT = {"dcp": "dcp", "hf_safetensors_consolidated": "hf-safetensors"}
 
 
@@ -577,6 +577,51 @@ def save_in_flight(tmp):
           repr(os.listdir(run)))
 
 
+def torch_checkpointing_run(tmp):
+    """torch-checkpointing 0.1.1's CheckpointManager (tests/fixtures/layouts/tc_run): step-10/20/30
+    saved, then a save killed before its commit (the rename of tmp_step-40/ onto step-40/): every
+    file is in tmp_step-40/, so only its name says the save did not finish."""
+    exp = json.load(open(layout("tc_run", "expected.json")))
+    run = layout("tc_run", "run")
+    names = exp["complete"] + exp["in_flight"]
+    expect("tc_run: tmp_step-40 holds every file a finished step holds",
+          exp["files"]["tmp_step-40"] == [n for n in exp["files"]["step-30"] if n != "metadata.pkl"], repr(exp["files"]))
+    doc = ls_json("tc_run", run) or {"checkpoints": []}
+    got = [(e["name"], e["complete"], e["layout"]) for e in doc["checkpoints"]]
+    want = [(n, True, "torch-checkpointing") for n in exp["complete"]] + [("tmp_step-40", False, "torch-checkpointing")]
+    expect("tc_run: ls lists step-10, step-20, step-30 complete and tmp_step-40 in flight, in order", got == want,
+          f"{got} != {want}")
+    tmp40 = [e for e in doc["checkpoints"] if e["name"] == "tmp_step-40"]
+    expect("tc_run: tmp_step-40 is incomplete because its name marks a save in flight",
+          tmp40 and "in flight" in (tmp40[0]["why_incomplete"] or "")
+          and "renames it to step-40/" in tmp40[0]["why_incomplete"], repr(tmp40))
+    expect("tc_run: steps are the names' numbers", [e["step"] for e in doc["checkpoints"]] == [10, 20, 30, 40], "")
+    newest = os.path.join(run, "step-30")
+    latest_is("tc_run", run, newest)
+    p = dc("tc_run: ls (text) exits 0", ["ls", run])
+    expect("tc_run: ls text names every step and the newest complete",
+          all(n in p.stdout for n in names) and f"newest complete: {newest}" in p.stdout, p.stdout[-400:])
+    dc("tc_run: inspect on the run folder exits 2 naming the newest complete", ["inspect", run], 2, [run, newest])
+    # A copy: prune keeps the newest complete and the newer save in flight, and removes an older
+    # left-over tmp_ only with --incomplete.
+    copy = os.path.join(tmp, "run")
+    shutil.copytree(run, copy)
+    shutil.copytree(os.path.join(run, "tmp_step-40"), os.path.join(copy, "tmp_step-15"))
+    keep = {n: tree_state(os.path.join(copy, n)) for n in ("step-30", "tmp_step-40", "tmp_step-15")}
+    dc("tc_run: prune --keep 1 exits 0", ["prune", "-q", "--keep", "1", copy])
+    expect("tc_run: prune --keep 1 removed step-10 and step-20; step-30, tmp_step-40 and tmp_step-15 intact",
+          sorted(os.listdir(copy)) == sorted(keep) and all(tree_state(os.path.join(copy, n)) == s for n, s in keep.items()),
+          repr(sorted(os.listdir(copy))))
+    dc("tc_run: prune --keep 1 --incomplete exits 0", ["prune", "-q", "--keep", "1", "--incomplete", copy])
+    expect("tc_run: --incomplete removed the older tmp_step-15, never the newer tmp_step-40",
+          sorted(os.listdir(copy)) == ["step-30", "tmp_step-40"]
+          and tree_state(os.path.join(copy, "tmp_step-40")) == keep["tmp_step-40"], repr(sorted(os.listdir(copy))))
+    # A finished-looking step missing one rank's file is incomplete: latest falls back past it.
+    os.remove(os.path.join(copy, "step-30", "model_1.pt"))
+    shutil.copytree(os.path.join(run, "step-20"), os.path.join(copy, "step-20"))
+    latest_is("tc_run (step-30 without model_1.pt)", copy, os.path.join(copy, "step-20"))
+
+
 def main():
     global DCPCTL, FIX
     if len(sys.argv) != 3:
@@ -588,7 +633,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dcpctl-runs-") as tmp:
         for scenario in (real_run_folders, refusals, naming_and_order, incomplete_cases, prune_rules,
                          symlinks_inside, symlinked_checkpoint, links_between_checkpoints, unremovable, mid_run_changes,
-                         interrupted_prune, save_in_flight):
+                         interrupted_prune, save_in_flight, torch_checkpointing_run):
             work = os.path.join(tmp, scenario.__name__)
             os.makedirs(work)
             try:

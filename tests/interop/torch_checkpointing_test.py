@@ -18,6 +18,7 @@ is exit 3.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -96,7 +97,25 @@ def main() -> int:
         # What is not read: exit 5 naming the format and the layout.
         for cmd in ("inspect", "verify", "consolidate"):
             argv = [dcpctl, cmd, fixtures / "tc_safetensors_2r/refused"] + (["-o", tmp / "st.safetensors"] if cmd == "consolidate" else [])
-            expect_rc(run(*argv), 5, f"safetensors layout: {cmd}", "torch_checkpointing", "SafetensorsSerialization")
+            expect_rc(run(*argv), 5, f"safetensors layout: {cmd}", "torch_checkpointing", "SafetensorsSerialization",
+                      "not a Hugging Face model", "local shard", "metadata.pkl beside them")
+        # The same local shards alone (no metadata.pkl, no .pt items: what a later save of a manager
+        # leaves, or the model files copied out) look like a Hugging Face folder: inspect says why
+        # they are not a model and exits 5 as verify does, instead of showing each rank's shard
+        # shape as the tensor's.
+        alone = tmp / "local-shards"
+        alone.mkdir()
+        for r in (0, 1):
+            shutil.copy(fixtures / "tc_safetensors_2r/refused" / f"model_{r}.safetensors", alone)
+        for cmd in ("inspect", "verify", "consolidate"):
+            argv = [dcpctl, cmd, alone] + (["-o", tmp / "alone.safetensors"] if cmd == "consolidate" else [])
+            expect_rc(run(*argv), 5, f"local shards without metadata.pkl: {cmd}", "not a Hugging Face model",
+                      "model_0.safetensors .. model_1.safetensors", "local shard", "which is not here")
+        r = run(dcpctl, "inspect", "--json", alone)
+        check(r.returncode == 5 and '"unsupported"' in r.stdout, f"local shards: inspect --json: exit {r.returncode} {r.stdout[:300]}")
+        # One shard alone, or shards holding different keys, stay a Hugging Face folder.
+        (alone / "model_1.safetensors").unlink()
+        expect_rc(run(dcpctl, "inspect", alone), 0, "one local shard alone: inspect", "hf-safetensors")
         # Damage: a missing rank's file, a missing item, a cut file.
         for name, change in (("rank", lambda d: (d / "model_1.pt").unlink()),
                              ("item", lambda d: [(d / f"optimizer_{r}.pt").unlink() for r in (0, 1)]),
@@ -106,6 +125,33 @@ def main() -> int:
             change(d)
             expect_rc(run(dcpctl, "verify", d), 3, f"broken ({name}): verify")
             expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"b-{name}.safetensors"), 3, f"broken ({name}): consolidate")
+        # metadata.pkl against the DTensors: a global shape or dtype it gets wrong, a tensor it
+        # names that no file holds (each made by editing the real metadata.pkl, plain dicts).
+        def edit_meta(d, change):
+            md = pickle.loads((d / "metadata.pkl").read_bytes())
+            change(md["metadata"])
+            (d / "metadata.pkl").write_bytes(pickle.dumps(md))
+
+        def data(m, item, path):
+            return m[item]["nested_path_to_metadata"][path][0]["sharding_metadata"]["data"]
+
+        for name, change, names in (
+                ("shape", lambda m: data(m, "model", '["proj.weight"]').__setitem__("global_shape", [34, 8]),
+                 ["metadata-mismatch", "model.proj.weight", "[34, 8]", "[33, 8]"]),
+                ("dtype", lambda m: data(m, "optimizer", '["state","emb.weight","exp_avg"]').__setitem__("dtype", "torch.bfloat16"),
+                 ["metadata-mismatch", "optimizer.state.emb.weight.exp_avg", "bfloat16"]),
+                ("key", lambda m: m["model"]["nested_path_to_metadata"].__setitem__(
+                    '["ghost.weight"]', m["model"]["nested_path_to_metadata"]['["proj.weight"]']),
+                 ["missing-key", "model.ghost.weight"])):
+            d = tmp / f"meta-{name}"
+            shutil.copytree(fixtures / "tc_sync_2r/ckpt", d)
+            edit_meta(d, change)
+            expect_rc(run(dcpctl, "verify", d), 3, f"metadata.pkl ({name}): verify", *names)
+            expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"m-{name}.safetensors"), 3, f"metadata.pkl ({name}): consolidate")
+        d = tmp / "meta-same"
+        shutil.copytree(fixtures / "tc_sync_2r/ckpt", d)
+        edit_meta(d, lambda m: None)
+        expect_rc(run(dcpctl, "verify", d), 0, "metadata.pkl re-pickled unchanged: verify")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary("torch-checkpointing", min_checks=40)
