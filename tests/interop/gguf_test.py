@@ -111,6 +111,26 @@ def compare(label: str, want: Path, got: Path) -> None:
     fail(f"{label}: the files differ" + ("" if len(FAILS) > before else ", yet every key and tensor is equal (padding?)"))
 
 
+def check_summary(r: subprocess.CompletedProcess) -> None:
+    import json
+    import jsonschema
+    import referencing
+    import referencing.jsonschema
+    if r.returncode != 0:
+        fail(f"--json: exit {r.returncode}, {r.stderr!r}")
+        return
+    folder = HERE.parent.parent / "docs" / "schemas"
+    docs = {p.name: json.loads(p.read_text()) for p in folder.glob("*.schema.json")}
+    registry = referencing.Registry().with_resources(
+        [(d["$id"], referencing.jsonschema.DRAFT202012.create_resource(d)) for d in docs.values()])
+    summary = json.loads(r.stdout)
+    v = jsonschema.Draft202012Validator(docs["consolidate.schema.json"], registry=registry)
+    for e in v.iter_errors(summary):
+        fail(f"--json: {list(e.absolute_path)}: {e.message[:200]}")
+    if summary.get("format") != "gguf" or summary.get("gguf") != {"architecture": "llama", "outtype": "f16"}:
+        fail(f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
+
+
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2:f16", "qwen3:q8_0"]
@@ -158,6 +178,9 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_0"], capture_output=True, text=True)
             if r.returncode != 2:
                 fail(f"--outtype q4_0: exit {r.returncode}, {r.stderr!r}")
+            # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
+            r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
+            check_summary(r)
     if FAILS:
         print(f"{len(FAILS)} failure(s)", file=sys.stderr)
         return 1
