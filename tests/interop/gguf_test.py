@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2:f16 qwen3:q8_0)
+    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2:f16 qwen3:bf16)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
@@ -133,7 +133,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2:f16", "qwen3:q8_0"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2:f16", "qwen3:bf16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
