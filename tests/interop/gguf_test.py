@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2:f16 qwen3:bf16)
+    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:f16 qwen3:bf16; ARCH-tied: the head tied)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
@@ -49,6 +49,9 @@ def fail(msg: str) -> None:
 
 
 def tiny_model(arch: str, out: Path) -> None:
+    """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out)."""
+    tied = arch.endswith("-tied")
+    arch = arch.removesuffix("-tied")
     out.mkdir(parents=True)
     gguf_oracle.tokenizer("llama-bpe" if arch == "llama" else "qwen2", str(out))
     import json
@@ -56,7 +59,7 @@ def tiny_model(arch: str, out: Path) -> None:
     vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
     torch.manual_seed(0)
     kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              vocab_size=vocab, max_position_embeddings=256)
+              vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied)
     cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
     model = transformers.AutoModelForCausalLM.from_config(cls(**kw))
     with torch.no_grad():  # norms that are not all ones, so that a misplaced norm shows
@@ -67,10 +70,16 @@ def tiny_model(arch: str, out: Path) -> None:
 
 
 def dcp_of(hf: Path, out: Path) -> None:
+    """A trainer's state dict: a tied head saved as lm_head.weight too (dcpctl leaves it out, as
+    save_pretrained does)."""
+    import json
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
     out.mkdir(parents=True)
-    dcp.save(load_file(hf / "model.safetensors"), checkpoint_id=str(out), no_dist=True)
+    sd = load_file(hf / "model.safetensors")
+    if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    dcp.save(sd, checkpoint_id=str(out), no_dist=True)
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(hf / name, out / name)
 
@@ -133,7 +142,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2:f16", "qwen3:bf16"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:f16", "qwen3:bf16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
