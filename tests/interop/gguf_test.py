@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:f16 qwen3:bf16; ARCH-tied: the head tied)
+    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16;
+                                               ARCH-tied: the head tied; ARCH-bf16: saved in bfloat16)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
@@ -49,7 +50,10 @@ def fail(msg: str) -> None:
 
 
 def tiny_model(arch: str, out: Path) -> None:
-    """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out)."""
+    """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
+    `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does)."""
+    bf16 = arch.endswith("-bf16")
+    arch = arch.removesuffix("-bf16")
     tied = arch.endswith("-tied")
     arch = arch.removesuffix("-tied")
     out.mkdir(parents=True)
@@ -66,6 +70,8 @@ def tiny_model(arch: str, out: Path) -> None:
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
+    if bf16:
+        model = model.to(torch.bfloat16)
     model.save_pretrained(out)
 
 
@@ -142,7 +148,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:f16", "qwen3:bf16"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
