@@ -29,7 +29,7 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
-  std::string format, max_shard_size, assets;
+  std::string format, max_shard_size, assets, outtype;
   int64_t iteration = -1;
   std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base, lora_layout;
   bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
@@ -101,6 +101,9 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   }
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
+  if (!o.outtype.empty() && co.format != &formats::gguf)
+    throw UsageError(Where(o.output), "--outtype goes with a GGUF output (-o model.gguf)");
+  co.outtype = o.outtype;
   co.keep_unsafe_values = o.keep_unsafe;
   if (!o.assets.empty() && !co.format->whole_model)
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
@@ -196,6 +199,8 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   sub->add_option("--dtype", o->dtype, "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
       ->type_name("DTYPE");
+  sub->add_option("--outtype", o->outtype, ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0 (norms and 1-D tensors stay F32)")
+      ->type_name("TYPE");
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");

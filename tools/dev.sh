@@ -108,6 +108,12 @@ setup_venv() {
   echo "$full" >"$VENV/.dcpctl-requirements"
 }
 
+# llama.cpp's converter, the oracle of the GGUF output (tests/interop/gguf_test.py): the pinned
+# llama-cpp-python sdist, downloaded once into ~/.cache/dcpctl and checked by its SHA-256.
+setup_gguf_oracle() {
+  "$PY" tools/gguf_oracle.py fetch >/dev/null
+}
+
 # The older torch releases that the interop tests load dcpctl's outputs with
 # (DCPCTL_OLD_TORCH_PYTHON, a colon-separated list of interpreters), so that what dcpctl writes is
 # checked against the releases users still run, not only the pinned one: torch 2.14.1
@@ -189,6 +195,7 @@ setup_gloo() {
 setup() {  # setup [extra Debian packages...]
   setup_apt "$@"
   setup_venv
+  setup_gguf_oracle
   setup_megatron
   setup_gloo
   use_ccache

@@ -26,7 +26,7 @@
 //   megatron        megatron.cpp          megatron-core's torch_dist: a DCP checkpoint, metadata.json,
 //                                         the common state and the layers' extra states
 //   peft-adapter    peft_adapter.cpp      a PEFT adapter folder (--lora adapter)
-//   gguf            gguf_file.cpp         llama.cpp's GGUF file (-o model.gguf; refused so far, exit 5)
+//   gguf            gguf_file.cpp         llama.cpp's GGUF file (-o model.gguf: llama, qwen2, qwen3; docs/gguf.md)
 #pragma once
 
 #include <cstddef>

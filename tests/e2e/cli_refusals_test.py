@@ -12,7 +12,7 @@ unchanged and no temporary behind.
                are usage errors (exit 2) naming the option, not 0 ("automatic").
   names        the output's name chooses its format (plan/format.h's suffixes): a name no format
                ends in is exit 2 listing the names that do; `--max-shard-size` with a file name is
-               exit 2; `-o model.gguf` is refused (exit 5, GGUF is not written yet: docs/gguf.md),
+               exit 2; `-o model.gguf` without a config.json is refused (exit 5: docs/gguf.md),
                with --dry-run too, before anything is written.
   commit       replacing an existing directory output is one atomic swap: a run killed right
                after it (DCPCTL_FAILPOINT=output-dir-commit:0, SIGKILL) leaves the complete new
@@ -131,7 +131,7 @@ def case_names(chk, dcpctl, fixtures, work):
             ["--max-shard-size writes a directory"], "consolidate -o m.pt --max-shard-size")
     for dry in ([], ["--dry-run"]):
         refuses(chk, [dcpctl, "consolidate", ck, "--select", "app.model", "-o", os.path.join(work, "m.gguf"), *dry],
-                EXIT_UNSUPPORTED, ["m.gguf", "GGUF output is not written yet"], f"consolidate -o m.gguf {' '.join(dry)}")
+                EXIT_UNSUPPORTED, ["m.gguf", "a GGUF output needs the model's config.json"], f"consolidate -o m.gguf {' '.join(dry)}")
     chk.expect(listing(work) == [], f"names: left behind {listing(work)}")
 
 

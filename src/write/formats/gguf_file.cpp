@@ -2,51 +2,191 @@
 // (convert_hf_to_gguf.py) writes it for the same model: one file, a whole model, its config and
 // tokenizer from beside the checkpoint or --assets (issue 71 item 1; docs/gguf.md).
 //
-// What is here so far: the row (the `.gguf` name chooses it) and the file's layout and tensor
-// arithmetic (write/gguf.h). What is not, and so refused before anything is written (exit 5):
-// the architecture's tensor table (gguf-py's tensor_mapping), the Llama-family Q/K row permutation,
-// the metadata keys from config.json, and the tokenizer, whose `tokenizer.ggml.pre` the converter
-// picks from a SHA-256 of the token ids the tokenizer gives a fixed text (get_vocab_base_pre).
-#include "write/formats/consolidated.h"
-
+// The header (write/gguf.h) is a function of config.json, the tokenizer files and the plan's
+// tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
+// the first byte: rank 0 creates the file under a temporary name with its header and its space,
+// then converts one tensor at a time (read whole in its saved dtype, float32, the Llama Q/K row
+// permutation, the output type: F32, F16, BF16 or Q8_0) into its place, inside --max-memory, and
+// renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
+// safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
+// tensor, config setting or tokenizer write/gguf_model.h does not write, a non-floating tensor,
+// and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
+// writer does not follow yet).
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <sstream>
 #include <stdexcept>
+
+#include "item/chunk_source.h"
+#include "util/numeric.h"
+#include "write/executor.h"
+#include "write/formats/consolidated.h"
+#include "write/gguf_model.h"
 
 namespace dcpctl {
 
 namespace {
 
-class GgufFile final : public ConsolidatedWriter {
+using nlohmann::json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(Where(path), "cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json parse(const std::string& text, const std::string& path) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw FormatError(Where(path), "not a JSON object");
+  return j;
+}
+
+// "tiny-llama" of ".../tiny-llama.gguf".
+std::string stem(const std::string& output) {
+  std::string base = output.substr(output.find_last_of('/') + 1);
+  return base.size() > 5 ? base.substr(0, base.size() - 5) : base;
+}
+
+class GgufFile final : public ConsolidatedWriter, protected FileSink {
  public:
   using ConsolidatedWriter::ConsolidatedWriter;
 
   void check(const WriteRequest& request) override {
     ConsolidatedWriter::check(request);
-    throw UnsupportedError(Where(o_.output),
-                           "a GGUF output is not written yet: the architecture's tensor names, the llama.cpp "
-                           "converter's metadata and its tokenizer (tokenizer.ggml.pre) are still to come (issue 71); "
-                           "write a Hugging Face folder (-o DIR/) and convert it with llama.cpp's convert_hf_to_gguf.py; "
-                           "nothing was written");
+    if (o_.cast) throw UsageError(Where(o_.output), "--dtype does not apply to a GGUF output: --outtype f32, f16, bf16 or q8_0 says its type");
+    out_ = gguf::out_type(o_.outtype.empty() ? "f16" : o_.outtype);
+    Assets assets = find_assets(request.ck, o_.assets_from, &request.model.config());
+    std::string tokenizer_config, jinja;
+    for (const Asset& a : assets.files) {
+      if (a.name == "config.json") config_ = parse(a.text ? *a.text : read_text(a.source), a.source);
+      if (a.name == "tokenizer.json") tokenizer_ = parse(read_text(a.source), a.source);
+      if (a.name == "tokenizer_config.json") tokenizer_config_ = parse(read_text(a.source), a.source);
+      if (a.name == "chat_template.jinja") jinja_ = read_text(a.source);
+    }
+    std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
+    if (config_.is_null() || tokenizer_.is_null())
+      throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
+                                               (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found");
+    where_ = where;
+    arch_ = gguf::arch_of(config_, where_);
   }
-  std::string set_up(WriteJob&) override { throw std::logic_error("gguf: refused at check"); }
-  void commit(WriteJob&) override { throw std::logic_error("gguf: refused at check"); }
+
+  std::string set_up(WriteJob& job) override {
+    out_file_ = std::make_unique<OutputFile>(o_.output, job.uploads);
+    out_file_->reserve(header_.size() + data_bytes_);
+    out_file_->pwrite_all(header_.data(), header_.size(), 0);
+    return out_file_->temp_path() + "\n";
+  }
+
+  void commit(WriteJob&) override {
+    if (seal && !out_file_->remote()) {
+      out_file_->finish_writes();
+      seal(out_file_->temp_path(), o_.output);
+    }
+    out_file_->commit();
+    if (seal && out_file_->remote()) seal(o_.output, o_.output);
+  }
 
  protected:
-  void plan_files(WriteJob&, nlohmann::json&) override { throw std::logic_error("gguf: refused at check"); }
-  void write_files(WriteJob&, Executor&, const std::string&) override { throw std::logic_error("gguf: refused at check"); }
+  void plan_files(WriteJob& job, json& summary) override {
+    const WritePlan& plan = job.plan;
+    if (job.group)
+      throw UnsupportedError(Where(o_.output), "a GGUF output is written by one process: run consolidate without torchrun");
+    order_.resize(plan.tensors.size());
+    std::iota(order_.begin(), order_.end(), size_t{0});
+    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return plan.tensors[a].key < plan.tensors[b].key; });
+    plans_.clear();
+    uint64_t params = 0, most = 0;
+    for (size_t i : order_) {
+      const PlannedTensor& pt = plan.tensors[i];
+      if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
+        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
+      plans_.push_back(gguf::tensor_plan(arch_, config_, pt.key, pt.t->shape, out_, where_));
+      params += static_cast<uint64_t>(pt.t->numel());
+      most = std::max(most, need(pt, plans_.back()));
+    }
+    if (most > plan.budget)
+      throw UnsupportedError(Where(o_.output), "a GGUF tensor is converted whole: the largest needs " + std::to_string(most) +
+                                                   " bytes, more than --max-memory's " + std::to_string(plan.budget));
+    gguf::Header h;
+    gguf::add_model_keys(h, arch_, config_, gguf::id_to_title(stem(o_.output)), params, out_, where_);
+    gguf::add_tokenizer_keys(h, config_, tokenizer_, tokenizer_config_, jinja_, where_);
+    offsets_.clear();
+    for (size_t k = 0; k < order_.size(); ++k)
+      offsets_.push_back(h.add_tensor(plans_[k].name, plan.tensors[order_[k]].t->shape, plans_[k].type));
+    header_ = h.bytes();
+    data_bytes_ = h.data_bytes();
+    summary["files"] = json::array({{{"path", o_.output}, {"tensors", order_.size()}, {"bytes", header_.size() + data_bytes_}}});
+    summary["gguf"] = {{"architecture", arch_.name}, {"outtype", o_.outtype.empty() ? "f16" : o_.outtype}};
+  }
+
+  void write_files(WriteJob& job, Executor& ex, const std::string&) override {
+    if (!job.leader) return;
+    const WritePlan& plan = job.plan;
+    for (size_t k = 0; k < order_.size(); ++k) {
+      const PlannedTensor& pt = plan.tensors[order_[k]];
+      const gguf::TensorPlan& tp = plans_[k];
+      GateReservation hold(ex.gate, need(pt, tp));
+      const uint64_t n = static_cast<uint64_t>(pt.t->numel());
+      std::vector<uint8_t> raw(pt.t->nbytes());
+      read_full_tensor(ex.src, *pt.t, raw.data());
+      std::vector<uint8_t> f32;
+      const uint8_t* x = raw.data();
+      if (pt.src != DType::Float32) {
+        f32.resize(n * 4);
+        cast_elements(pt.src, DType::Float32, raw.data(), f32.data(), n);
+        x = f32.data();
+        std::vector<uint8_t>().swap(raw);
+      }
+      std::vector<uint8_t> permuted;
+      if (tp.permute_heads > 0) {
+        const int64_t rows = pt.t->shape[0], cols = rows ? static_cast<int64_t>(n) / rows : 0;
+        permuted = gguf::permute_rows(x, rows, cols, 4, tp.permute_heads);
+        x = permuted.data();
+      }
+      const uint64_t row = pt.t->shape.empty() ? 1 : static_cast<uint64_t>(pt.t->shape.back());
+      std::vector<uint8_t> enc(gguf::tensor_bytes(tp.type, n, row));
+      gguf::encode(tp.type, reinterpret_cast<const float*>(x), n, enc.data());
+      out_file_->pwrite_all(enc.data(), enc.size(), header_.size() + offsets_[k]);
+      ex.prog.add(enc.size());
+    }
+  }
+
+  OutputFile& file(size_t) override { return *out_file_; }
+
+ private:
+  // The bytes a tensor's conversion holds at once: as saved, float32, permuted, encoded.
+  static uint64_t need(const PlannedTensor& pt, const gguf::TensorPlan& tp) {
+    const uint64_t n = static_cast<uint64_t>(pt.t->numel());
+    const uint64_t row = pt.t->shape.empty() ? 1 : static_cast<uint64_t>(pt.t->shape.back());
+    return pt.t->nbytes() + (pt.src == DType::Float32 ? 0 : 4 * n) + (tp.permute_heads ? 4 * n : 0) + gguf::tensor_bytes(tp.type, n, row);
+  }
+
+  gguf::OutType out_;
+  gguf::Arch arch_;
+  json config_, tokenizer_, tokenizer_config_;
+  std::string jinja_, where_;
+  std::vector<size_t> order_;
+  std::vector<gguf::TensorPlan> plans_;
+  std::vector<uint64_t> offsets_;
+  std::vector<uint8_t> header_;
+  uint64_t data_bytes_ = 0;
+  std::unique_ptr<OutputFile> out_file_;
 };
 
 }  // namespace
 
 const Format formats::gguf = [] {
   Format f;
-  f.name = "gguf";
-  // Not a --format word until it is written: the name (-o model.gguf) chooses it, to refuse it.
-  f.writing = Writing::AtOffsets;
+  f.name = "gguf";  // chosen by the name (-o model.gguf), not a --format word
+  // One file, written by rank 0 tensor by tensor at the offsets its header gives.
+  f.writing = Writing::InOrder;
   f.tensors_only = true;
   f.suffixes = {".gguf"};
-  // A whole model once it is written; until then the model checks would read the checkpoint (a
-  // tied head is compared with the embedding) only to be refused at check.
-  f.whole_model = false;
+  f.whole_model = true;
   f.file_name = [](size_t, size_t) { return std::string("model.gguf"); };
   f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<GgufFile>(o); };
   return f;

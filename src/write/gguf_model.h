@@ -1,0 +1,67 @@
+// What llama.cpp's converter (convert_hf_to_gguf.py of llama-cpp-python 0.3.36; docs/gguf.md)
+// writes for a Hugging Face model, beside the bytes of its tensors: the architecture's tensor names
+// (gguf-py's tensor_mapping.py), each tensor's type, the Llama-family Q/K row permutation, the
+// metadata keys from config.json, and the tokenizer's keys from tokenizer.json and
+// tokenizer_config.json, each in the order the converter adds them.
+//
+// Architectures: config.json's architectures[0] LlamaForCausalLM (llama), Qwen2ForCausalLM (qwen2),
+// Qwen3ForCausalLM (qwen3). Anything else, a tensor the table does not name, a rope scaling, or a
+// tokenizer the converter would treat otherwise (not byte-level BPE, a pre-tokenizer it does not
+// name: write/gguf_vocab.h) is refused, UnsupportedError (exit 5) naming it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "write/gguf.h"
+
+namespace dcpctl::gguf {
+
+// The converter's --outtype: f32, f16, bf16, q8_0.
+struct OutType {
+  TensorType type = TensorType::F16;
+  uint32_t file_type = 1;  // general.file_type (LlamaFileType): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32
+};
+// The word's type; UsageError naming the words otherwise.
+OutType out_type(const std::string& word);
+
+// An architecture the converter writes.
+struct Arch {
+  std::string name;         // general.architecture ("llama")
+  bool permute_qk = false;  // LlamaModel.permute of q_proj / k_proj rows (and biases)
+};
+// config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
+Arch arch_of(const nlohmann::json& config, const std::string& where);
+
+// One tensor as the converter writes it.
+struct TensorPlan {
+  std::string name;            // the GGUF name ("blk.0.attn_q.weight")
+  TensorType type = TensorType::F32;
+  int64_t permute_heads = 0;   // > 0: rows permuted as LlamaModel.permute with this many heads
+};
+// The HF key's GGUF tensor; UnsupportedError naming the key when the table has none.
+TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std::string& key,
+                       const std::vector<int64_t>& shape, OutType out, const std::string& where);
+
+// LlamaModel.permute: rows (h, i, j) -> (h, j, i) of a [rows, cols] tensor of `elem` bytes per
+// element, rows = heads * 2 * half (a bias: cols 1). Returns the permuted bytes.
+std::vector<uint8_t> permute_rows(const uint8_t* data, int64_t rows, int64_t cols, size_t elem, int64_t heads);
+
+// general.size_label for `params` parameters (gguf-py's model_weight_count_rounded_notation).
+std::string size_label(uint64_t params);
+// gguf-py's Metadata.id_to_title ("tiny-llama" -> "Tiny Llama").
+std::string id_to_title(const std::string& id);
+
+// The keys before the tokenizer, in the converter's order: general.*, the architecture's, file type.
+void add_model_keys(Header& h, const Arch& arch, const nlohmann::json& config, const std::string& name,
+                    uint64_t params, OutType out, const std::string& where);
+// The tokenizer's keys (tokenizer.ggml.*) as _set_vocab_gpt2 and gguf-py's SpecialVocab write them.
+// `tokenizer_config` null: none; `chat_template_jinja` "": no chat_template.jinja beside it.
+void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer,
+                        const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
+                        const std::string& where);
+
+}  // namespace dcpctl::gguf

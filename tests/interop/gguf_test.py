@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
+
+    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16;
+                                               ARCH-tied: the head tied; ARCH-bf16: saved in bfloat16)
+
+For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
+with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
+qwen3), in a folder named `tiny`; llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's, the
+oracle) writes tiny.gguf from it, and dcpctl writes tiny.gguf twice: from the Hugging Face folder
+and from a DCP checkpoint of the same state dict (torch.distributed.checkpoint.save, the config and
+tokenizer files beside it). gguf-py's GGUFReader reads all three: every metadata key, its type and
+value, and every tensor's name, type, shape and bytes must be the converter's, and the files equal
+byte for byte. general.name is the converter's from the folder's name ("Tiny") and dcpctl's from
+the output's ("tiny.gguf"), hence both named tiny.
+
+Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
+transformers, or the sdist was never fetched; a failure instead under CI, tests/skip.py).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from skip import skip_or_fail  # noqa: E402
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+    import gguf
+    import sentencepiece  # noqa: F401  (the converter imports it for Llama)
+    import gguf_oracle
+except ImportError as e:
+    skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
+
+FAILS: list[str] = []
+
+
+def fail(msg: str) -> None:
+    FAILS.append(msg)
+    print("FAIL:", msg, file=sys.stderr)
+
+
+def tiny_model(arch: str, out: Path) -> None:
+    """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
+    `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does)."""
+    bf16 = arch.endswith("-bf16")
+    arch = arch.removesuffix("-bf16")
+    tied = arch.endswith("-tied")
+    arch = arch.removesuffix("-tied")
+    out.mkdir(parents=True)
+    gguf_oracle.tokenizer("llama-bpe" if arch == "llama" else "qwen2", str(out))
+    import json
+    tok = json.loads((out / "tokenizer.json").read_text())
+    vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
+    torch.manual_seed(0)
+    kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied)
+    cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
+    model = transformers.AutoModelForCausalLM.from_config(cls(**kw))
+    with torch.no_grad():  # norms that are not all ones, so that a misplaced norm shows
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    if bf16:
+        model = model.to(torch.bfloat16)
+    model.save_pretrained(out)
+
+
+def dcp_of(hf: Path, out: Path) -> None:
+    """A trainer's state dict: a tied head saved as lm_head.weight too (dcpctl leaves it out, as
+    save_pretrained does)."""
+    import json
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+    out.mkdir(parents=True)
+    sd = load_file(hf / "model.safetensors")
+    if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    dcp.save(sd, checkpoint_id=str(out), no_dist=True)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(hf / name, out / name)
+
+
+def fields(path: Path) -> tuple[dict, dict]:
+    r = gguf.GGUFReader(path)
+    kv = {}
+    for k, f in r.fields.items():
+        v = f.contents()
+        kv[k] = ([t.name for t in f.types], v)
+    ts = {t.name: (t.tensor_type.name, [int(x) for x in t.shape], np.asarray(t.data).tobytes()) for t in r.tensors}
+    return kv, ts
+
+
+def compare(label: str, want: Path, got: Path) -> None:
+    if want.read_bytes() == got.read_bytes():  # then every key and tensor is equal; else say which
+        return
+    before = len(FAILS)
+    wkv, wts = fields(want)
+    gkv, gts = fields(got)
+    if list(wkv) != list(gkv):
+        fail(f"{label}: keys differ: only the converter's {sorted(set(wkv) - set(gkv))}, only dcpctl's "
+             f"{sorted(set(gkv) - set(wkv))}, or the order")
+    for k in wkv:
+        if k in gkv and wkv[k] != gkv[k]:
+            w, g = wkv[k], gkv[k]
+            fail(f"{label}: {k}: converter {w[0]} {str(w[1])[:120]}, dcpctl {g[0]} {str(g[1])[:120]}")
+    if list(wts) != list(gts):
+        fail(f"{label}: tensors differ: converter {list(wts)}, dcpctl {list(gts)}")
+    for n, (wt, ws, wb) in wts.items():
+        if n not in gts:
+            continue
+        gt, gs, gb = gts[n]
+        if (wt, ws) != (gt, gs):
+            fail(f"{label}: {n}: converter {wt} {ws}, dcpctl {gt} {gs}")
+        elif wb != gb:
+            fail(f"{label}: {n}: {wt} {ws}: bytes differ")
+    fail(f"{label}: the files differ" + ("" if len(FAILS) > before else ", yet every key and tensor is equal (padding?)"))
+
+
+def check_summary(r: subprocess.CompletedProcess) -> None:
+    import json
+    import jsonschema
+    import referencing
+    import referencing.jsonschema
+    if r.returncode != 0:
+        fail(f"--json: exit {r.returncode}, {r.stderr!r}")
+        return
+    folder = HERE.parent.parent / "docs" / "schemas"
+    docs = {p.name: json.loads(p.read_text()) for p in folder.glob("*.schema.json")}
+    registry = referencing.Registry().with_resources(
+        [(d["$id"], referencing.jsonschema.DRAFT202012.create_resource(d)) for d in docs.values()])
+    summary = json.loads(r.stdout)
+    v = jsonschema.Draft202012Validator(docs["consolidate.schema.json"], registry=registry)
+    for e in v.iter_errors(summary):
+        fail(f"--json: {list(e.absolute_path)}: {e.message[:200]}")
+    if summary.get("format") != "gguf" or summary.get("gguf") != {"architecture": "llama", "outtype": "f16"}:
+        fail(f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
+
+
+def main(argv: list[str]) -> int:
+    dcpctl = argv[0]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16"]
+    try:
+        llama = gguf_oracle.fetch()
+    except Exception as e:  # noqa: BLE001
+        skip_or_fail(f"llama-cpp-python's sdist not fetched ({e}); tools/dev.sh setup fetches it")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for case in cases:
+            arch, outtype = case.split(":")
+            root = tmp / case.replace(":", "-")
+            hf, dcp_dir = tmp / arch / "hf" / "tiny", tmp / arch / "dcp"
+            if not hf.exists():
+                tiny_model(arch, hf)
+                dcp_of(hf, dcp_dir)
+            want = root / "converter" / "tiny.gguf"
+            want.parent.mkdir(parents=True)
+            env = dict(os.environ, PYTHONPATH=str(llama / "gguf-py"))
+            r = subprocess.run([sys.executable, str(llama / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
+                                "--outfile", str(want)], capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
+                continue
+            for src in (hf, dcp_dir):
+                got = root / f"from-{src.name}" / "tiny.gguf"
+                got.parent.mkdir(parents=True)
+                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q"],
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    fail(f"{case} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
+                    continue
+                compare(f"{case} from {src.name}", want, got)
+            print(f"{case}: {'ok' if not FAILS else 'FAILED'}")
+        # Refusals: an architecture the converter's table here does not have, a --dtype, a wrong word.
+        src = tmp / "llama" / "hf" / "tiny" if (tmp / "llama").exists() else None
+        if src is not None:
+            odd = tmp / "odd"
+            shutil.copytree(src, odd)
+            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "MistralForCausalLM")
+            (odd / "config.json").write_text(cfg)
+            r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd.gguf")], capture_output=True, text=True)
+            if r.returncode != 5 or "MistralForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists():
+                fail(f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
+            r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_0"], capture_output=True, text=True)
+            if r.returncode != 2:
+                fail(f"--outtype q4_0: exit {r.returncode}, {r.stderr!r}")
+            # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
+            r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
+            check_summary(r)
+    if FAILS:
+        print(f"{len(FAILS)} failure(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+// What the converter writes beside the tensor bytes (write/gguf_model.h): the Llama Q/K row
+// permutation (LlamaModel.permute), gguf-py's size label and title, the tensor table and types.
+// The values were computed with numpy and gguf-py 0.19.0 (utility.size_label, Metadata.id_to_title);
+// tests/interop/gguf_test.py checks whole files against the converter itself.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "util/error.h"
+#include "write/gguf_model.h"
+
+using namespace dcpctl;
+using namespace dcpctl::gguf;
+
+TEST_CASE("gguf_model: LlamaModel.permute of 8 rows, 2 heads") {
+  // numpy: np.arange(8).reshape(2, 2, 2, 1).swapaxes(1, 2).reshape(8) == [0, 2, 1, 3, 4, 6, 5, 7]
+  std::vector<float> x{0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<uint8_t> out = permute_rows(reinterpret_cast<const uint8_t*>(x.data()), 8, 1, 4, 2);
+  std::vector<float> y(8);
+  std::memcpy(y.data(), out.data(), 32);
+  CHECK(y == std::vector<float>{0, 2, 1, 3, 4, 6, 5, 7});
+}
+
+TEST_CASE("gguf_model: size label and title as gguf-py writes them") {
+  CHECK(size_label(16'783'000) == "17M");
+  CHECK(size_label(19'474'432) == "19M");
+  CHECK(size_label(1'500'000) == "1.5M");
+  CHECK(size_label(7'241'732'096) == "7.2B");
+  CHECK(size_label(999'000) == "999K");
+  CHECK(id_to_title("tiny") == "Tiny");
+  CHECK(id_to_title("tiny-llama v2 8B") == "Tiny Llama v2 8B");
+}
+
+TEST_CASE("gguf_model: names and types as the converter picks them") {
+  nlohmann::json config{{"architectures", {"LlamaForCausalLM"}}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
+  Arch a = arch_of(config, "cfg");
+  CHECK(a.name == "llama");
+  OutType q8 = out_type("q8_0");
+  TensorPlan q = tensor_plan(a, config, "model.layers.3.self_attn.q_proj.weight", {64, 64}, q8, "cfg");
+  CHECK(q.name == "blk.3.attn_q.weight");
+  CHECK(q.type == TensorType::Q8_0);
+  CHECK(q.permute_heads == 4);
+  CHECK(tensor_plan(a, config, "model.layers.3.self_attn.k_proj.weight", {32, 64}, q8, "cfg").permute_heads == 2);
+  CHECK(tensor_plan(a, config, "model.layers.0.input_layernorm.weight", {64}, q8, "cfg").type == TensorType::F32);
+  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 48}, q8, "cfg").type == TensorType::F16);
+  CHECK(tensor_plan(a, config, "lm_head.weight", {100, 64}, out_type("bf16"), "cfg").name == "output.weight");
+  CHECK_THROWS_AS(tensor_plan(a, config, "model.layers.0.self_attn.q_norm.weight", {16}, q8, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"MistralForCausalLM"}}}, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(out_type("q4_0"), UsageError);
+}
