@@ -26,13 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "interop")]
 L = HERE.parent / "fixtures" / "layouts"
-FAILS = []
 
-
-def check(ok, what):
-    if not ok:
-        FAILS.append(what)
-        print("FAIL", what)
+from testlib import check, summary  # noqa: E402
 
 
 def main(dcpctl: str) -> int:
@@ -98,8 +93,7 @@ def main(dcpctl: str) -> int:
                   f"(load_checkpoint) / {f['dist_checkpointing_vs_hf']} (dist_checkpointing.load)")
             check(f["padding_max_abs"] == 0.0, f"{case}: the padding rows are not zeros (max |x| {f['padding_max_abs']})")
             check(f["same_weights"], f"{case}: load_checkpoint and dist_checkpointing.load gave different weights")
-    print("FAILED" if FAILS else "ok", len(FAILS))
-    return 1 if FAILS else 0
+    return summary("e2e-megatron-vocab-pad")
 
 
 if __name__ == "__main__":

@@ -23,14 +23,10 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 L = HERE.parent / "fixtures" / "layouts"
-FAILS = []
 
-
-def check(ok, what):
-    if not ok:
-        FAILS.append(what)
-        print("FAIL", what)
+from testlib import check, summary  # noqa: E402
 
 
 def main(dcpctl: str) -> int:
@@ -77,8 +73,7 @@ def main(dcpctl: str) -> int:
                                capture_output=True, text=True)
             check(r.returncode == 5 and "256 rows" in r.stderr and "args.vocab_size (the tokenizer's) = 250, not 200" in r.stderr
                   and not out.exists(), f"{case}: vocab_size 200: exit {r.returncode} (want 5), {r.stderr[-600:]}")
-    print("FAILED" if FAILS else "ok", len(FAILS))
-    return 1 if FAILS else 0
+    return summary("e2e-megatron-vocab")
 
 
 if __name__ == "__main__":
