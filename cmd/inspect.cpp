@@ -93,7 +93,13 @@ void render_summary(const json& r) {
   std::cout << "Checkpoint  " << r["checkpoint"].get<std::string>() << "\n";
   std::string layout = r["layout"].get<std::string>();
   if (layout != "dcp") std::cout << "Layout      " << layout << "\n";
-  if (layout.rfind("hf-", 0) == 0 || layout == "torch-save-ranks" || layout == "torch-checkpointing") {
+  if (layout == "gguf") {
+    const json& keys = r["gguf"]["keys"];
+    auto key = [&](const char* k) { return keys.contains(k) ? keys[k].get<std::string>() : std::string("(none)"); };
+    std::cout << "Metadata    " << r["gguf"]["format"].get<std::string>() << " header, " << human_bytes(m["bytes"].get<uint64_t>()) << ", "
+              << keys.size() << " keys; general.architecture " << key("general.architecture") << ", general.name " << key("general.name")
+              << "\n";
+  } else if (layout.rfind("hf-", 0) == 0 || layout == "torch-save-ranks" || layout == "torch-checkpointing") {
     std::cout << "Metadata    " << m["class"].get<std::string>() << ", " << human_bytes(m["bytes"].get<uint64_t>()) << ", "
               << m["sources"].size() << " file(s)\n";
   } else {
@@ -382,7 +388,7 @@ int run_inspect(const InspectCliOptions& o) {
 void setup_inspect(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<InspectCliOptions>();
   auto* sub = parent.add_subcommand("inspect", "Show what a checkpoint holds, how it is sharded and whether it is complete");
-  sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory or a .safetensors file")->required()->type_name("DIR");
+  sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory, a .safetensors or a .gguf file")->required()->type_name("DIR");
   sub->add_flag("--json", o->json, "Print the report as JSON (schema_version 1) on stdout");
   sub->add_flag("--flat", o->flat, "One row per key instead of a tree grouped by prefix");
   sub->add_flag("--chunks", o->chunks, "List every chunk with its offsets, sizes, file, offset and length");

@@ -90,7 +90,7 @@ int run_verify(const VerifyCliOptions& o) {
 void setup_verify(CLI::App& parent, RunFn& run) {
   auto o = std::make_shared<VerifyCliOptions>();
   auto* sub = parent.add_subcommand("verify", "Check a checkpoint for every problem: files, windows, chunk tiling, megatron's integrity.json; --deep decodes items");
-  sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory or a .safetensors file")->required()->type_name("DIR");
+  sub->add_option("checkpoint", o->checkpoint, "Checkpoint: a DCP directory (any layout), an HF safetensors directory, a .safetensors or a .gguf file")->required()->type_name("DIR");
   sub->add_flag("--json", o->json, "Print the report as JSON (schema_version 1) on stdout");
   sub->add_flag("--deep", o->deep, "Also read every item: its dtype, shape and length against .metadata, and the CRC-32 of every record it holds");
   sub->add_flag("--checksum", o->checksum, "With --deep: print the SHA-256 of every full tensor (C order, little-endian)");

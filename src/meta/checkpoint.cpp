@@ -166,4 +166,6 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options) 
   throw IoError(Where(path), "not a directory: a DCP checkpoint is a directory holding .metadata");
 }
 
+bool opaque_type(const Checkpoint& ck, const TensorMeta& t) { return ck.layout == CheckpointLayout::Gguf && !t.dtype; }
+
 }  // namespace dcpctl

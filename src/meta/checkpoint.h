@@ -95,6 +95,11 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options);
 // Throws FormatError naming every finding in ck.incomplete (writers call it before writing).
 void require_complete(const Checkpoint& ck);
 
+// A tensor of a type its reader knows but dcpctl does not decode (a GGUF block type: Q8_0, Q4_K,
+// ...; meta/gguf_reader.cpp): laid out and checked like any tensor, its one chunk stored whole
+// (its bytes, stored_bytes), never "unknown"; a command that reads its values refuses it.
+bool opaque_type(const Checkpoint& ck, const TensorMeta& t);
+
 // A per-rank torch.save file of a sharded state dict, from its name: verl's
 // `model_world_size_{W}_rank_{R}.pt` gives {W, R}; nullopt for any other name.
 struct RankTorchFile {

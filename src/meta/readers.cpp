@@ -138,6 +138,10 @@ Checkpoint open_safetensors_row(const Probe& p) {
   return meta_detail::open_safetensors_files(p.path, sharded_files(p), "");
 }
 
+// --- gguf: one llama.cpp model file ---------------------------------------------------------
+bool detect_gguf(const Probe& p) { return !p.directory && ends_with(p.path, ".gguf"); }
+Checkpoint open_gguf_row(const Probe& p) { return meta_detail::open_gguf(p.path); }
+
 std::vector<LayoutReader>& table() {
   static std::vector<LayoutReader> rows = {
       {CheckpointLayout::Dcp, "dcp", "DCP (.metadata + torch.save items)",
@@ -165,6 +169,10 @@ std::vector<LayoutReader>& table() {
       {CheckpointLayout::HfDcpShards, "hf-dcp", "HF-mode DCP (HuggingFaceStorageWriter safetensors with DCP_SHARDING_INFO)",
        "no shard below the highest present is missing, and the chunks tile every tensor (a missing last rank cannot be seen)",
        nullptr, nullptr},
+      {CheckpointLayout::Gguf, "gguf", "GGUF file (llama.cpp's model file, versions 2 and 3)",
+       "the header parses as llama.cpp's reader parses it, every tensor's data sits where llama.cpp expects it "
+       "(in order, each padded to the alignment) and inside the file",
+       detect_gguf, open_gguf_row},
   };
   return rows;
 }

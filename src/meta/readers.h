@@ -45,6 +45,7 @@ enum class CheckpointLayout {
   TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
   TorchSaveRanks,       // model_world_size_W_rank_R.pt: one torch.save of DTensor shards per rank (verl)
   TorchCheckpointing,   // torch_checkpointing ("DCPv2"): <item>_<rank>.pt (+ metadata.pkl) (item/torch_checkpointing.cpp)
+  Gguf,                 // one GGUF file, llama.cpp's (meta/gguf_reader.cpp)
 };
 
 // What detection looks at: the path as given, whether it is a directory, and for a directory

@@ -36,7 +36,7 @@ StructureReport check_structure(const Checkpoint& ck) {
     if (!dangerous(g)) out.warnings.push_back({"unknown-global", Where(ck.metadata_path), ".metadata names unknown class " + g});
 
   for (const auto& t : md.tensors) {
-    if (!t.dtype) problem("unknown-dtype", Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
+    if (!t.dtype && !opaque_type(ck, t)) problem("unknown-dtype", Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
     Coverage cov = check_coverage(t, 8);
     Where w(ck.metadata_path, std::nullopt, t.fqn);
     if (cov.missing_elements) {

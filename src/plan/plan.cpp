@@ -204,7 +204,10 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
       plan_parts(ck, *mt, target, world, rank_bytes, coverage, plan);
       continue;
     }
-    if (!t.dtype) throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn), "dtype " + t.dtype_name + " is unknown to dcpctl");
+    if (!t.dtype)
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                             opaque_type(ck, t) ? "GGUF type " + t.dtype_name + ": dcpctl lists and checks it but does not decode its values"
+                                                : "dtype " + t.dtype_name + " is unknown to dcpctl");
     if (!coverage.covered(t)) continue;
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);
   }

@@ -114,14 +114,16 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
         problems.push_back({{"code", "missing-storage"}, {"key", t.fqn},
                             {"message", std::to_string(missing_storage) + " chunk(s) have no storage_data entry"}});
     }
-    if (!t.dtype)
+    const bool opaque = opaque_type(ck, t);  // a GGUF block type: known, laid out, not decoded
+    if (!t.dtype && !opaque)
       problems.push_back({{"code", "unknown-dtype"}, {"key", t.fqn}, {"message", "dtype " + t.dtype_name + " is unknown to dcpctl"}});
+    const uint64_t bytes = opaque ? t.storage[0].length : t.nbytes();
     ++n_tensors;
     chunks += t.num_chunks();
-    tensor_bytes += t.nbytes();
+    tensor_bytes += bytes;
     auto& d = dtypes[t.dtype_name];
     d.first += 1;
-    d.second += t.nbytes();
+    d.second += bytes;
     if (!opts.filters.empty() && !matches_any(t.fqn, opts.filters)) continue;
     json j;
     j["key"] = t.fqn;
@@ -130,7 +132,7 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
     j["dtype"] = t.dtype_name;
     j["shape"] = t.shape;
     j["numel"] = t.numel();
-    j["bytes"] = t.nbytes();
+    j["bytes"] = bytes;
     j["requires_grad"] = t.requires_grad;
     j["chunks"] = t.num_chunks();
     j["sharding"] = describe_sharding(t, cov);
@@ -197,6 +199,9 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   for (const auto& [name, v] : dtypes) dj[name] = {{"tensors", v.first}, {"bytes", v.second}};
   s["dtypes"] = dj;
   out["summary"] = s;
+  // A GGUF file's keys (meta/gguf_reader.cpp: each value as text, an array of more than 8 as its
+  // length and element type).
+  if (ck.layout == CheckpointLayout::Gguf) out["gguf"] = {{"format", md.metadata_class}, {"keys", ck.values}};
   out["files"] = files;
   out["items"] = items;
   out["problems"] = problems;

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""GGUF files as input (meta/gguf_reader.cpp, docs/gguf.md "Reading a GGUF"): inspect, verify and
+consolidate of files written by gguf-py 0.19.0's GGUFWriter (the writer llama.cpp's converter uses),
+read back against gguf-py's GGUFReader; then the same file damaged by hand, each damage a refusal
+that names the file, the offset and the key or tensor.
+
+    gguf_read_test.py DCPCTL
+
+What is checked:
+- inspect --json: layout gguf, every tensor's name, shape (torch's order: GGUFReader's reversed)
+  and dtype (F32/F16/BF16/I32 as torch's, Q8_0 and Q4_0 by ggml's name), every key's value
+  (strings, numbers, a 300-token array as its length);
+- verify: exit 0 on the file as written; exit 3 naming gguf-truncated (the last bytes cut),
+  gguf-offset (a tensor's offset moved), and exit 3 at the byte for a bad magic, a key or string
+  count past the file, a duplicate key, a row that is not whole blocks; exit 5 for
+  version 1 and for a ggml type id dcpctl does not know;
+- consolidate -o .safetensors of the plain tensors (--include): each equal to GGUFReader's data,
+  byte for byte; a quantized tensor read for its values is exit 5 naming it.
+
+Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf or numpy; a failure under CI).
+"""
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from skip import skip_or_fail  # noqa: E402
+from testlib import check, expect_rc, run, summary  # noqa: E402
+
+try:
+    import gguf
+    import numpy as np
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import quantize
+    from safetensors.numpy import load_file
+except ImportError as e:
+    skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
+
+
+def write_model(path: Path) -> dict:
+    """A small file as GGUFWriter writes one: keys of every kind, plain and quantized tensors."""
+    rng = np.random.default_rng(7)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("Tiny Reader")
+    w.add_block_count(1)
+    w.add_context_length(128)
+    w.add_embedding_length(64)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_token_list([f"tok{i}" for i in range(300)])
+    w.add_array("llama.small_list", [1, 2, 3])
+    tensors = {
+        "token_embd.weight": rng.standard_normal((10, 64)).astype(np.float32),  # F32 [10, 64]
+        "blk.0.attn_norm.weight": rng.standard_normal(64).astype(np.float32),
+        "blk.0.ffn_up.weight": rng.standard_normal((6, 96)).astype(np.float16),  # F16
+        "blk.0.rows.weight": np.arange(12, dtype=np.int32).reshape(3, 4),       # I32
+    }
+    for name, a in tensors.items():
+        w.add_tensor(name, a)
+    q8 = rng.standard_normal((4, 64)).astype(np.float32)
+    w.add_tensor("blk.0.attn_q.weight", quantize(q8, T.Q8_0), raw_dtype=T.Q8_0)
+    q4 = rng.standard_normal((2, 32)).astype(np.float32)
+    w.add_tensor("blk.0.attn_k.weight", quantize(q4, T.Q4_0), raw_dtype=T.Q4_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tensors
+
+
+def main() -> int:
+    dcpctl = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "in").mkdir()
+        model = tmp / "in" / "tiny.gguf"
+        write_model(model)
+        reader = gguf.GGUFReader(str(model))
+        r = run(dcpctl, "inspect", model, "--json")
+        check(r.returncode == 0, f"inspect exit {r.returncode}: {r.stderr[-600:]}")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        check(doc.get("layout") == "gguf", f"layout {doc.get('layout')}")
+        got = {t["key"]: t for t in doc.get("items", []) if t.get("kind") == "tensor"}
+        for t in reader.tensors:
+            mine = got.get(t.name)
+            if not check(mine is not None, f"inspect lists {t.name}"):
+                continue
+            want_shape = [int(x) for x in reversed(t.shape.tolist())]
+            check(mine["shape"] == want_shape, f"{t.name}: shape {mine['shape']}, GGUFReader's reversed {want_shape}")
+            plain = {T.F32: "float32", T.F16: "float16", T.BF16: "bfloat16", T.I32: "int32"}
+            want_dtype = plain.get(t.tensor_type, t.tensor_type.name)
+            check(mine["dtype"] == want_dtype, f"{t.name}: dtype {mine['dtype']}, wanted {want_dtype}")
+        check(len(got) == len(reader.tensors), f"{len(got)} tensors listed, the file has {len(reader.tensors)}")
+        values = (doc.get("gguf") or {}).get("keys") or {}
+        check(values.get("general.architecture") == "'llama'", f"general.architecture {values.get('general.architecture')!r}")
+        check(values.get("llama.block_count") == "1", f"block_count {values.get('llama.block_count')!r}")
+        check(values.get("tokenizer.ggml.tokens") == "[300 string]", f"tokens {values.get('tokenizer.ggml.tokens')!r}")
+        check(values.get("llama.small_list") == "[1, 2, 3]", f"small_list {values.get('llama.small_list')!r}")
+        check(values.get("tokenizer.ggml.add_bos_token") == "True", f"add_bos {values.get('tokenizer.ggml.add_bos_token')!r}")
+
+        r = run(dcpctl, "verify", model)
+        expect_rc(r, 0, "verify of the file as written")
+
+        # The plain tensors, consolidated, equal GGUFReader's data byte for byte.
+        out = tmp / "plain.safetensors"
+        r = run(dcpctl, "consolidate", model, "--exclude", "blk.0.attn_q.weight", "--exclude", "blk.0.attn_k.weight", "-o", out)
+        if expect_rc(r, 0, "consolidate of the plain tensors"):
+            st = load_file(str(out))
+            for t in reader.tensors:
+                if t.tensor_type in (T.Q8_0, T.Q4_0):
+                    continue
+                want = np.asarray(t.data).reshape([int(x) for x in reversed(t.shape.tolist())])
+                a = st.get(t.name)
+                check(a is not None and a.dtype == want.dtype and a.tobytes() == want.tobytes(),
+                      f"{t.name}: consolidated equals GGUFReader's data")
+        r = run(dcpctl, "consolidate", model, "-o", tmp / "all.safetensors")
+        expect_rc(r, 5, "consolidate of a Q8_0 tensor's values", "blk.0.attn_q.weight", "Q8_0")
+
+        data = model.read_bytes()
+        first = reader.tensors[0]
+        # Hostile copies: each names its file, and the offset or the tensor.
+        def damaged(name: str, b: bytes) -> Path:
+            p = tmp / f"{name}.gguf"
+            p.write_bytes(b)
+            return p
+
+        p = damaged("truncated", data[:-40])
+        expect_rc(run(dcpctl, "verify", p), 3, "verify of a truncated file", "gguf-truncated", "blk.0.attn_k.weight")
+        r = run(dcpctl, "inspect", p, "--json")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        check(r.returncode == 0 and doc["summary"]["complete"] is False and
+              any(x["code"] == "gguf-truncated" for x in doc.get("problems", [])),
+              f"inspect of a truncated file: exit {r.returncode}, incomplete with gguf-truncated: {r.stdout[-400:]} {r.stderr[-400:]}")
+        # The first tensor's offset field: the last 8 bytes of its info.
+        def info_end(t) -> int:  # where a tensor's info ends: its offset the last 8 bytes, its type the 4 before
+            return t.field.offset + sum(p.nbytes for p in t.field.parts)
+        off_at = info_end(first) - 8
+        moved = bytearray(data)
+        moved[off_at:off_at + 8] = struct.pack("<Q", 64)
+        expect_rc(run(dcpctl, "verify", damaged("moved", bytes(moved))), 3, "verify of a moved offset", "gguf-offset", first.name)
+        bad = bytearray(data)
+        bad[0:4] = b"GGUX"
+        expect_rc(run(dcpctl, "verify", damaged("magic", bytes(bad))), 3, "bad magic", "offset 0", "GGUF")
+        v1 = bytearray(data)
+        v1[4:8] = struct.pack("<I", 1)
+        expect_rc(run(dcpctl, "inspect", damaged("v1", bytes(v1))), 5, "version 1", "version 1")
+        huge = bytearray(data)
+        huge[16:24] = struct.pack("<Q", 1 << 60)
+        expect_rc(run(dcpctl, "inspect", damaged("kvcount", bytes(huge))), 3, "a key count past the file", "offset 16")
+        # The first key's length: past the file.
+        klen = bytearray(data)
+        klen[24:32] = struct.pack("<Q", 1 << 40)
+        expect_rc(run(dcpctl, "inspect", damaged("keylen", bytes(klen))), 3, "a key length past the file", "offset 24")
+        # A duplicate key: general.name's bytes made general.architecture's (same length keys are not
+        # available, so the architecture key's name is written over the next key of its length).
+        fields = list(reader.fields.values())
+        arch = next(f for f in fields if f.name == "general.architecture")
+        twin = next((f for f in fields if f.name != arch.name and len(f.name) == len(arch.name)), None)
+        if twin is not None:
+            dup = bytearray(data)
+            name_at = twin.offset + 8
+            dup[name_at:name_at + len(arch.name)] = arch.name.encode()
+            expect_rc(run(dcpctl, "inspect", damaged("dupkey", bytes(dup))), 3, "a duplicate key", "general.architecture", "second time")
+        # The Q8_0 tensor's type made Q4_K (rows of 64 are not whole blocks of 256).
+        q8 = next(t for t in reader.tensors if t.name == "blk.0.attn_q.weight")
+        type_at = info_end(q8) - 12
+        blocks = bytearray(data)
+        blocks[type_at:type_at + 4] = struct.pack("<I", int(T.Q4_K))
+        expect_rc(run(dcpctl, "inspect", damaged("blocks", bytes(blocks))), 3, "rows not whole blocks", "blk.0.attn_q.weight", "Q4_K", "256")
+        unknown = bytearray(data)
+        unknown[type_at:type_at + 4] = struct.pack("<I", 200)
+        expect_rc(run(dcpctl, "inspect", damaged("unknown", bytes(unknown))), 5, "an unknown ggml type", "ggml type 200", "blk.0.attn_q.weight")
+    return summary("gguf-read", min_checks=20)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
