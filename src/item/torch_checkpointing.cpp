@@ -22,10 +22,15 @@
 //   other layouts      per item (ItemSpec.layout), recorded per rank in metadata.pkl's
 //                      rank_to_layout_info ({file_path, serialization_format}):
 //                      SafetensorsSerialization's local shards under flattened keys are read,
-//                      placed by metadata.pkl's sharding metadata (item/tc_safetensors.cpp); custom
-//                      TorchSerialization paths, JSON and raw bytes are recognised and refused
-//                      (UnsupportedError naming torch_checkpointing and the layout), as are
-//                      `<item>_<rank>.safetensors` files without metadata.pkl (nothing places them).
+//                      placed by metadata.pkl's sharding metadata (item/tc_safetensors.cpp);
+//                      TorchSerialization at a custom path (`rank_{rank}/model.pt`, filled in per
+//                      rank, sub-folders allowed, never leaving the folder) is read as the default
+//                      files are. JSON and raw-bytes items hold no tensors and are not read
+//                      (0.1.1 records only items with sharding metadata, so usually nothing on
+//                      disk says which files they are); they are never taken for tensors. Other
+//                      layout types are refused (UnsupportedError naming torch_checkpointing and
+//                      the layout), as are `<item>_<rank>.safetensors` files without metadata.pkl
+//                      (nothing places them).
 //
 // Keys are `<item>.<flattened key>` (DCP's flattening, so a dcp.save twin of the same payload has
 // the same keys); non-tensor leaves (an optimizer's param_groups, a step count) are kept as values
@@ -301,8 +306,10 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   std::string meta_path = join_path(dir, "metadata.pkl");
   std::optional<tc::Metadata> meta;
   if (p.exists("metadata.pkl")) meta = tc::read_metadata(meta_path);
-  // Items metadata.pkl says are saved in another layout than the default.
-  std::set<std::string> st_items;
+  // Items metadata.pkl says are saved in another layout than the default: safetensors local
+  // shards, or torch.save files at a custom path (`rank_{rank}/model.pt`, filled in per rank).
+  std::set<std::string> st_items, not_read;
+  std::map<std::pair<std::string, int>, std::string> custom;  // (item, rank) -> its .pt path
   if (meta)
     for (const auto& item : meta->items) {
       std::string type = meta->item_layout(item);
@@ -311,9 +318,24 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
         st_items.insert(item);
         continue;
       }
+      if (type == "JsonSerialization" || type == "RawSerialization") {
+        not_read.insert(item);  // no tensors; never taken for any (docs/layouts.md)
+        continue;
+      }
+      if (type == "TorchSerialization") {
+        for (const auto& [rank, l] : meta->layouts.at(item)) {
+          if (l && l->type != type)
+            throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in " + type +
+                                                                              " by some ranks and in " + l->type + " by rank " +
+                                                                              std::to_string(rank) + "; dcpctl reads an item in one layout");
+          custom[{item, rank}] = l ? l->file_path : item + "_" + std::to_string(rank) + ".pt";
+        }
+        continue;
+      }
       throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in a " + type +
-                                                                        " layout, which dcpctl does not read (the default TorchSerialization "
-                                                                        "<item>_<rank>.pt and SafetensorsSerialization layouts are read)");
+                                                                        " layout, which dcpctl does not read (TorchSerialization, at "
+                                                                        "<item>_<rank>.pt or a custom path, and SafetensorsSerialization "
+                                                                        "are read)");
     }
   RankFileSet set;
   set.dir = dir;
@@ -323,10 +345,21 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
                             : "torch_checkpointing <item>_<rank>.pt (no metadata.pkl)";
   set.values = true;
   set.pattern = "<item>_R.pt";
-  set.file_name = [](int r, const std::string& item) { return item + "_" + std::to_string(r) + ".pt"; };
+  set.file_name = [custom](int r, const std::string& item) {
+    auto it = custom.find({item, r});
+    return it != custom.end() ? it->second : item + "_" + std::to_string(r) + ".pt";
+  };
   int max_rank = -1;
-  std::set<std::string> items_seen;
+  std::set<std::string> items_seen, claimed;
+  for (const auto& [key, path] : custom) {
+    claimed.insert(path);
+    if (!path_exists(join_path(dir, path))) continue;  // open_rank_file_set names the missing rank
+    items_seen.insert(key.first);
+    set.files.push_back({key.second, path, key.first});
+    max_rank = std::max(max_rank, key.second);
+  }
   for (const auto& n : p.names()) {
+    if (claimed.count(n)) continue;  // a custom path that also looks like <item>_<rank>.pt
     if (auto st = item_file(n, ".safetensors")) {
       if (meta) continue;  // read where metadata.pkl's layouts say
       throw UnsupportedError(Where(join_path(dir, n)),
@@ -345,7 +378,7 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   }
   if (meta) {
     for (const auto& item : meta->items)
-      if (!items_seen.count(item) && !st_items.count(item)) {
+      if (!items_seen.count(item) && !st_items.count(item) && !not_read.count(item)) {
         set.files.push_back({0, "", item});  // placeholder: every rank of it missing
       }
     set.world = meta->world;

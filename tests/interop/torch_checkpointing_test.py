@@ -41,6 +41,9 @@ from safetensors.torch import load_file  # noqa: E402
 
 DEFAULT_CASES = ["tc_sync_2r", "tc_async_2r", "tc_sync_1r", "tc_nometa_2r"]
 SAFETENSORS_CASES = ["tc_safetensors_2r", "tc_safetensors_async_2r", "tc_safetensors_1r", "tc_strided_4r"]
+# The model item at a custom path with sub-folders (rank_{rank}/model.pt), beside a JSON item
+# (config_{rank}.json) and a raw-bytes item (extra/blob_{rank}.bin) that metadata.pkl does not record.
+CUSTOM_CASES = ["tc_custom_2r"]
 
 
 def same(label, got: dict, want: dict) -> None:
@@ -69,7 +72,7 @@ def main() -> int:
         r = run(dcpctl, "consolidate", fixtures / "tc_sync_2r/dcp_twin", "-o", twin_out)
         expect_rc(r, 0, "consolidate the dcp.save twin")
         twin = load_file(twin_out) if twin_out.exists() else {}
-        for case in DEFAULT_CASES + SAFETENSORS_CASES:
+        for case in DEFAULT_CASES + SAFETENSORS_CASES + CUSTOM_CASES:
             ck = fixtures / case / "ckpt"
             r = run(dcpctl, "inspect", ck)
             expect_rc(r, 0, f"{case}: inspect", "torch-checkpointing")
@@ -163,6 +166,25 @@ def main() -> int:
             change(d)
             expect_rc(run(dcpctl, "verify", d), 3, f"safetensors layout broken ({name}): verify", *names)
             expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"stb-{name}.safetensors"), 3, f"safetensors layout broken ({name}): consolidate")
+        # Custom paths: the JSON and raw files are never read as tensors (the same 12 tensors as the
+        # default layout's), and a rank's file missing at its custom path is exit 3 naming it.
+        r = run(dcpctl, "inspect", "--json", fixtures / "tc_custom_2r/ckpt")
+        check(r.returncode == 0 and '"model.proj.weight"' in r.stdout and "config" not in r.stdout.replace('"config_', '')
+              and "blob" not in r.stdout, f"custom paths: inspect --json lists the tensors only: exit {r.returncode}")
+        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_custom_2r/ckpt", "--rtol", "1e-5", "--atol", "1e-8")
+        expect_rc(r, 0, "diff of the default layout and custom paths of one training")
+        d = tmp / "custom-missing"
+        shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+        (d / "rank_1/model.pt").unlink()
+        expect_rc(run(dcpctl, "verify", d), 3, "custom path missing: verify", "missing-rank", "rank_1/model.pt")
+        expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / "cm.safetensors"), 3, "custom path missing: consolidate")
+        # A JSON item metadata.pkl does record (its layout entry added by hand: 0.1.1 records only
+        # items with sharding metadata) is skipped, not refused and not read as tensors.
+        d = tmp / "custom-json-recorded"
+        shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+        edit_meta(d, lambda m: m.__setitem__("config", {"nested_path_to_metadata": {}, "rank_to_layout_info": {
+            r: {"file_path": f"config_{r}.json", "serialization_format": {"type": "JsonSerialization", "cls": None}} for r in (0, 1)}}))
+        expect_rc(run(dcpctl, "verify", d), 0, "a JSON item recorded in metadata.pkl: verify")
         # What is not read: the safetensors layout without metadata.pkl, exit 5 naming the format,
         # the layout and what is missing.
         for cmd in ("inspect", "verify", "consolidate"):
