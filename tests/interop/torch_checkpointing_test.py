@@ -205,6 +205,18 @@ def main() -> int:
                       "model_0.safetensors .. model_1.safetensors", "local shard", "which is not here")
         r = run(dcpctl, "inspect", "--json", alone)
         check(r.returncode == 5 and '"unsupported"' in r.stdout, f"local shards: inspect --json: exit {r.returncode} {r.stdout[:300]}")
+        # A key one rank's file lacks (rank 1's proj.bias removed: the files no longer hold the same
+        # keys) is still local shards repeating keys, not a model: exit 5 as verify exits non-zero.
+        part = tmp / "local-shards-part"
+        part.mkdir()
+        shutil.copy(alone / "model_0.safetensors", part)
+        from safetensors.torch import save_file
+        r1 = load_file(alone / "model_1.safetensors")
+        del r1["proj.bias"]
+        save_file(r1, part / "model_1.safetensors")
+        expect_rc(run(dcpctl, "inspect", part), 5, "local shards, one key in rank 0's file only: inspect", "not a Hugging Face model",
+                  "repeat 2 of their 3 keys")
+        check(run(dcpctl, "verify", part).returncode != 0, "local shards, one key in rank 0's file only: verify exits non-zero")
         # One shard alone, or shards holding different keys, stay a Hugging Face folder.
         (alone / "model_1.safetensors").unlink()
         expect_rc(run(dcpctl, "inspect", alone), 0, "one local shard alone: inspect", "hf-safetensors")
