@@ -13,14 +13,24 @@
 //                      "sharding_metadata": {...global_shape, dtype, stride, mesh_spec,
 //                      placements...}}]}, "rank_to_layout_info": {rank: None | layout}}}}.
 //                      Read here (the restricted VM: its classes would be refused, none are
-//                      expected) for the world size, each item's layout, and each DTensor's
-//                      global shape and dtype, which the pickled DTensors must agree with
-//                      (metadata-mismatch, missing-key); the geometry read is the DTensors'.
+//                      expected) for the world size, each item's layout per rank, and each
+//                      DTensor's global shape, dtype, mesh and placements; the pickled DTensors
+//                      of .pt items must agree with it (metadata-mismatch, missing-key), their
+//                      geometry read is the DTensors'; safetensors items are placed by it.
 //                      0.1.1 writes it in a CheckpointManager's first save only (it caches the
 //                      metadata and writes again only when it changes).
-//   other layouts      per item (ItemSpec.layout: SafetensorsSerialization's local shards under
-//                      flattened keys, custom paths with `{rank}`, JSON, raw bytes): recognised
-//                      and refused (UnsupportedError naming torch_checkpointing and the layout).
+//   other layouts      per item (ItemSpec.layout), recorded per rank in metadata.pkl's
+//                      rank_to_layout_info ({file_path, serialization_format}):
+//                      SafetensorsSerialization's local shards under flattened keys are read,
+//                      placed by metadata.pkl's sharding metadata (item/tc_safetensors.cpp);
+//                      TorchSerialization at a custom path (`rank_{rank}/model.pt`, filled in per
+//                      rank, sub-folders allowed, never leaving the folder) is read as the default
+//                      files are. JSON and raw-bytes items hold no tensors and are not read
+//                      (0.1.1 records only items with sharding metadata, so usually nothing on
+//                      disk says which files they are); they are never taken for tensors. Other
+//                      layout types are refused (UnsupportedError naming torch_checkpointing and
+//                      the layout), as are `<item>_<rank>.safetensors` files without metadata.pkl
+//                      (nothing places them).
 //
 // Keys are `<item>.<flattened key>` (DCP's flattening, so a dcp.save twin of the same payload has
 // the same keys); non-tensor leaves (an optimizer's param_groups, a step count) are kept as values
@@ -37,7 +47,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "item/torch_checkpointing.h"
 #include "item/torch_file.h"
+#include "meta/geometry.h"
 #include "meta/layouts.h"
 #include "pickle/repr.h"
 #include "pickle/vm.h"
@@ -62,19 +74,6 @@ std::optional<ItemFile> item_file(const std::string& n, const std::string& ext) 
   return ItemFile{m[1].str(), std::stoi(m[2].str())};
 }
 
-struct TcMetadata {
-  int world = 0;
-  std::map<std::string, std::string> layouts;  // item -> its layout's type, for items not in the default
-  std::set<std::string> items;
-  // `<item>.<flattened key>` -> what metadata.pkl says of that DTensor: global shape and dtype
-  // ("float32"); checked against the pickled DTensors (check_against_metadata).
-  struct Tensor {
-    std::vector<int64_t> shape;
-    std::string dtype;
-  };
-  std::map<std::string, Tensor> tensors;
-};
-
 // '["state","proj.weight","exp_avg"]' -> "state.proj.weight.exp_avg" (DCP's flattening); nullopt
 // for anything else.
 std::optional<std::string> flatten_nested_path(const std::string& path) {
@@ -90,37 +89,191 @@ std::optional<std::string> flatten_nested_path(const std::string& path) {
   return out;
 }
 
-// Each DTensor's global shape and dtype from an item's nested_path_to_metadata (0.1.1:
-// {path: [{"ranks": (...), "sharding_metadata": {"type": "DTensorShardingMetadata", "data":
-// {"global_shape": [...], "dtype": "torch.float32", ...}}}]}); entries of another form are skipped.
-void read_tc_tensors(const std::string& path, const std::string& item, const Value& entry, TcMetadata& md) {
+bool is_seq(const Value* v) { return v && (v->kind == Kind::List || v->kind == Kind::Tuple); }
+
+std::vector<int64_t> ints(const Value* v, const Where& w, const char* what, int64_t lo) {
+  if (!is_seq(v)) throw FormatError(w, std::string(what) + " is not a list of ints");
+  std::vector<int64_t> out;
+  for (const Value& d : v->items()) {
+    if (d.kind != Kind::Int || d.as_int() < lo) throw FormatError(w, std::string(what) + " holds " + pickle::repr(d, 40));
+    out.push_back(d.as_int());
+  }
+  return out;
+}
+
+// One DTensorShardingMetadata's data: {"global_shape", "dtype", "stride", "mesh_spec":
+// {"device_type", "mesh_shape", "mesh_data", "mesh_dim_names"}, "placements": [{"type": "Shard",
+// "dim"} | {"type": "StridedShard", "dim", "split_factor"} | {"type": "Replicate"}]}.
+tc::ShardGroup read_group(const Value& ranks, const Value& data, const Where& w, size_t ndim) {
+  tc::ShardGroup g;
+  for (int64_t r : ints(&ranks, w, "ranks", 0)) g.ranks.push_back(static_cast<int>(std::min<int64_t>(r, 1 << 30)));
+  const Value* mesh = data.get("mesh_spec");
+  if (!mesh || mesh->kind != Kind::Dict) throw FormatError(w, "sharding metadata without a mesh_spec dict");
+  g.mesh_shape = ints(mesh->get("mesh_shape"), w, "mesh_shape", 1);
+  g.mesh_data = ints(mesh->get("mesh_data"), w, "mesh_data", 0);
+  int64_t n = 1;
+  for (int64_t d : g.mesh_shape) {
+    if (d > (int64_t{1} << 24) || n > (int64_t{1} << 24)) throw FormatError(w, "a mesh of shape " + dims_text(g.mesh_shape));
+    n *= d;
+  }
+  if (static_cast<int64_t>(g.mesh_data.size()) != n)
+    throw FormatError(w, "mesh_data holds " + std::to_string(g.mesh_data.size()) + " ranks, mesh_shape " + dims_text(g.mesh_shape) +
+                             " needs " + std::to_string(n));
+  const Value* pl = data.get("placements");
+  if (!is_seq(pl)) throw FormatError(w, "sharding metadata without a placements list");
+  for (const Value& p : pl->items()) {
+    const Value* type = p.kind == Kind::Dict ? p.get("type") : nullptr;
+    if (!type || type->kind != Kind::Str) throw FormatError(w, "a placement " + pickle::repr(p, 60) + " without a type");
+    MeshPlacement mp;
+    std::string t(type->as_str());
+    if (t == "Replicate") {
+      mp.kind = MeshPlacement::Replicate;
+    } else if (t == "Shard" || t == "StridedShard") {
+      mp.kind = t == "Shard" ? MeshPlacement::Shard : MeshPlacement::StridedShard;
+      const Value* dim = p.get("dim");
+      if (!dim || dim->kind != Kind::Int) throw FormatError(w, t + " placement without an int dim");
+      mp.dim = dim->as_int() < 0 ? dim->as_int() + static_cast<int64_t>(ndim) : dim->as_int();
+      if (mp.kind == MeshPlacement::StridedShard) {
+        const Value* sf = p.get("split_factor");
+        if (!sf || sf->kind != Kind::Int) throw FormatError(w, "StridedShard placement without an int split_factor");
+        mp.split_factor = sf->as_int();
+      }
+    } else {
+      throw UnsupportedError(w, "torch_checkpointing: a DTensor placement of type '" + t + "' (only Shard, StridedShard and Replicate)");
+    }
+    g.placements_text += (g.placements_text.empty() ? "" : ", ") + mp.text();
+    g.placements.push_back(mp);
+  }
+  if (g.placements.size() != g.mesh_shape.size())
+    throw FormatError(w, std::to_string(g.placements.size()) + " placements on a mesh of shape " + dims_text(g.mesh_shape));
+  return g;
+}
+
+// Each tensor of an item's nested_path_to_metadata (0.1.1: {path: [{"ranks": (...),
+// "sharding_metadata": {"type": "DTensorShardingMetadata", "data": {...}}}]}); entries of another
+// form are skipped.
+void read_tc_tensors(const std::string& path, const std::string& item, const Value& entry, tc::Metadata& md) {
   const Value* nested = entry.kind == Kind::Dict ? entry.get("nested_path_to_metadata") : nullptr;
   if (!nested || nested->kind != Kind::Dict) return;
   pickle::Items np = nested->items();
   for (uint64_t i = 0; i + 1 < np.size(); i += 2) {
     if (np[i].kind != Kind::Str) continue;
     std::optional<std::string> key = flatten_nested_path(std::string(np[i].as_str()));
-    if (!key || (np[i + 1].kind != Kind::List && np[i + 1].kind != Kind::Tuple)) continue;
+    if (!key || !is_seq(&np[i + 1])) continue;
+    std::string fqn = item + "." + *key;
+    Where w(path, std::nullopt, fqn);
+    tc::Tensor t;
+    t.item = item;
+    bool described = false;
     for (const Value& shard : np[i + 1].items()) {
       const Value* sm = shard.kind == Kind::Dict ? shard.get("sharding_metadata") : nullptr;
       const Value* type = sm && sm->kind == Kind::Dict ? sm->get("type") : nullptr;
       const Value* data = sm && sm->kind == Kind::Dict ? sm->get("data") : nullptr;
       if (!type || type->kind != Kind::Str || type->as_str() != "DTensorShardingMetadata" || !data || data->kind != Kind::Dict) continue;
-      const Value* gs = data->get("global_shape");
       const Value* dt = data->get("dtype");
-      if (!gs || (gs->kind != Kind::List && gs->kind != Kind::Tuple) || !dt || dt->kind != Kind::Str) continue;
-      TcMetadata::Tensor t;
-      for (const Value& d : gs->items()) {
-        if (d.kind != Kind::Int || d.as_int() < 0)
-          throw FormatError(Where(path, std::nullopt, item + "." + *key), "global_shape holds " + pickle::repr(d, 40) + ", not a size");
-        t.shape.push_back(d.as_int());
-      }
+      if (!dt || dt->kind != Kind::Str) continue;
+      std::vector<int64_t> shape = ints(data->get("global_shape"), w, "global_shape", 0);
       std::string dtype(dt->as_str());
-      t.dtype = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
-      md.tensors[item + "." + *key] = t;
+      if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
+      if (described && (shape != t.shape || dtype != t.dtype))
+        throw FormatError(w, "two groups of ranks describe it as " + t.dtype + " " + dims_text(t.shape) + " and " + dtype + " " + dims_text(shape));
+      t.shape = shape;
+      t.dtype = dtype;
+      described = true;
+      const Value* ranks = shard.get("ranks");
+      if (ranks) t.groups.push_back(read_group(*ranks, *data, w, shape.size()));
     }
+    if (!described) continue;
+    if (!md.tensors.count(fqn)) md.order.push_back(fqn);
+    md.tensors[fqn] = std::move(t);
   }
 }
+
+// rank_to_layout_info: {rank: None | {"file_path": "model_0.safetensors", "serialization_format":
+// {"type": "SafetensorsSerialization", ...}}}.
+void read_tc_layouts(const std::string& path, const std::string& item, const Value& entry, tc::Metadata& md) {
+  const Value* layouts = entry.kind == Kind::Dict ? entry.get("rank_to_layout_info") : nullptr;
+  if (!layouts || layouts->kind != Kind::Dict) return;
+  pickle::Items li = layouts->items();
+  for (uint64_t j = 0; j + 1 < li.size(); j += 2) {
+    Where w(path, std::nullopt, item);
+    if (li[j].kind != Kind::Int || li[j].as_int() < 0 || li[j].as_int() >= md.world)
+      throw FormatError(w, "rank_to_layout_info has a rank " + pickle::repr(li[j], 40) + " outside the world of " + std::to_string(md.world));
+    int rank = static_cast<int>(li[j].as_int());
+    const Value& v = li[j + 1];
+    if (v.kind == Kind::None) {
+      md.layouts[item][rank] = std::nullopt;
+      continue;
+    }
+    const Value* fp = v.kind == Kind::Dict ? v.get("file_path") : nullptr;
+    const Value* fmt = v.kind == Kind::Dict ? v.get("serialization_format") : nullptr;
+    const Value* type = fmt && fmt->kind == Kind::Dict ? fmt->get("type") : nullptr;
+    if (!fp || fp->kind != Kind::Str || !type || type->kind != Kind::Str)
+      throw FormatError(w, "rank " + std::to_string(rank) + "'s layout " + pickle::repr(v, 120) + " is not {file_path, serialization_format}");
+    tc::FileLayout fl{std::string(fp->as_str()), std::string(type->as_str())};
+    tc::check_inside(fl.file_path, w);
+    md.layouts[item][rank] = fl;
+  }
+}
+
+}  // namespace
+
+namespace tc {
+
+void check_inside(const std::string& rel, const Where& where) {
+  bool bad = rel.empty() || rel[0] == '/' || rel.find('\0') != std::string::npos;
+  for (size_t b = 0; !bad && b < rel.size();) {
+    size_t e = std::min(rel.find('/', b), rel.size());
+    bad = rel.compare(b, e - b, "..") == 0 && e - b == 2;
+    b = e + 1;
+  }
+  if (bad) throw FormatError(where, "file_path '" + rel + "' leaves the checkpoint folder");
+}
+
+std::string Metadata::item_layout(const std::string& item) const {
+  auto it = layouts.find(item);
+  if (it == layouts.end()) return "";
+  for (const auto& [rank, l] : it->second)
+    if (l) return l->type;
+  return "";
+}
+
+Metadata read_metadata(const std::string& path) {
+  MappedFile mf(path);
+  pickle::ParseOptions po;
+  po.source = path;
+  std::unique_ptr<pickle::Tree> tree = pickle::parse(mf.span(), po);
+  const Value& root = tree->root;
+  Where w(path);
+  if (root.kind != Kind::Dict) throw FormatError(w, std::string("holds a ") + pickle::kind_name(root.kind) + ", not torch_checkpointing's metadata dict");
+  const Value* version = root.get("version");
+  if (!version || version->kind != Kind::Str)
+    throw FormatError(Where(path, std::nullopt, "version"), "missing: not torch_checkpointing's metadata.pkl");
+  if (version->as_str() != "2.0")
+    throw UnsupportedError(Where(path, std::nullopt, "version"), "torch_checkpointing metadata version " + std::string(version->as_str()) +
+                                                                  "; dcpctl reads version 2.0 (torch-checkpointing 0.1)");
+  Metadata md;
+  md.path = path;
+  const Value* ws = root.get("world_size");
+  if (!ws || ws->kind != Kind::Int || ws->as_int() < 1 || ws->as_int() > 1000000)
+    throw FormatError(Where(path, std::nullopt, "world_size"), "missing or not a positive int");
+  md.world = static_cast<int>(ws->as_int());
+  const Value* items = root.get("metadata");
+  if (!items || items->kind != Kind::Dict) throw FormatError(Where(path, std::nullopt, "metadata"), "missing or not a dict");
+  pickle::Items it = items->items();
+  for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
+    if (it[i].kind != Kind::Str) throw FormatError(Where(path, std::nullopt, "metadata"), "an item key that is not a str");
+    std::string item(it[i].as_str());
+    md.items.insert(item);
+    read_tc_tensors(path, item, it[i + 1], md);
+    read_tc_layouts(path, item, it[i + 1], md);
+  }
+  return md;
+}
+
+}  // namespace tc
+
+namespace {
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -131,7 +284,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // metadata.pkl against the DTensors the files hold: a tensor whose global shape or dtype differs,
 // or one metadata.pkl names that no file holds, makes the checkpoint incomplete (the library's
 // resharding load plans from metadata.pkl, so either side being wrong breaks it).
-void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const TcMetadata& md, const std::set<std::string>& items_present) {
+void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const tc::Metadata& md, const std::set<std::string>& items_present) {
   std::set<std::string> seen;
   for (const auto& t : ck.md.tensors) {
     auto it = md.tensors.find(t.fqn);
@@ -148,69 +301,75 @@ void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const 
                                "metadata.pkl names this " + t.dtype + " " + shape_text(t.shape) + " tensor; no rank's file holds it"});
 }
 
-TcMetadata read_tc_metadata(const std::string& path) {
-  MappedFile mf(path);
-  pickle::ParseOptions po;
-  po.source = path;
-  std::unique_ptr<pickle::Tree> tree = pickle::parse(mf.span(), po);
-  const Value& root = tree->root;
-  Where w(path);
-  if (root.kind != Kind::Dict) throw FormatError(w, std::string("holds a ") + pickle::kind_name(root.kind) + ", not torch_checkpointing's metadata dict");
-  const Value* version = root.get("version");
-  if (!version || version->kind != Kind::Str)
-    throw FormatError(Where(path, std::nullopt, "version"), "missing: not torch_checkpointing's metadata.pkl");
-  if (version->as_str() != "2.0")
-    throw UnsupportedError(Where(path, std::nullopt, "version"), "torch_checkpointing metadata version " + std::string(version->as_str()) +
-                                                                  "; dcpctl reads version 2.0 (torch-checkpointing 0.1)");
-  TcMetadata md;
-  const Value* ws = root.get("world_size");
-  if (!ws || ws->kind != Kind::Int || ws->as_int() < 1 || ws->as_int() > 1000000)
-    throw FormatError(Where(path, std::nullopt, "world_size"), "missing or not a positive int");
-  md.world = static_cast<int>(ws->as_int());
-  const Value* items = root.get("metadata");
-  if (!items || items->kind != Kind::Dict) throw FormatError(Where(path, std::nullopt, "metadata"), "missing or not a dict");
-  pickle::Items it = items->items();
-  for (uint64_t i = 0; i + 1 < it.size(); i += 2) {
-    if (it[i].kind != Kind::Str) throw FormatError(Where(path, std::nullopt, "metadata"), "an item key that is not a str");
-    std::string item(it[i].as_str());
-    md.items.insert(item);
-    read_tc_tensors(path, item, it[i + 1], md);
-    const Value* layouts = it[i + 1].kind == Kind::Dict ? it[i + 1].get("rank_to_layout_info") : nullptr;
-    if (!layouts || layouts->kind != Kind::Dict) continue;
-    pickle::Items li = layouts->items();
-    for (uint64_t j = 1; j < li.size(); j += 2) {
-      if (li[j].kind == Kind::None) continue;
-      std::string type = pickle::repr(li[j], 200);
-      if (li[j].kind == Kind::Dict)
-        if (const Value* fmt = li[j].get("serialization_format"); fmt && fmt->kind == Kind::Dict)
-          if (const Value* t = fmt->get("type"); t && t->kind == Kind::Str) type = std::string(t->as_str());
-      md.layouts.emplace(item, type);
-    }
-  }
-  return md;
-}
-
 Checkpoint open_torch_checkpointing(const Probe& p) {
   const std::string& dir = p.path;
   std::string meta_path = join_path(dir, "metadata.pkl");
-  std::optional<TcMetadata> meta;
-  if (p.exists("metadata.pkl")) meta = read_tc_metadata(meta_path);
+  std::optional<tc::Metadata> meta;
+  if (p.exists("metadata.pkl")) meta = tc::read_metadata(meta_path);
+  // Items metadata.pkl says are saved in another layout than the default: safetensors local
+  // shards, or torch.save files at a custom path (`rank_{rank}/model.pt`, filled in per rank).
+  std::set<std::string> st_items, not_read;
+  std::map<std::pair<std::string, int>, std::string> custom;  // (item, rank) -> its .pt path
+  if (meta)
+    for (const auto& item : meta->items) {
+      std::string type = meta->item_layout(item);
+      if (type.empty()) continue;
+      if (type == "SafetensorsSerialization") {
+        st_items.insert(item);
+        continue;
+      }
+      if (type == "JsonSerialization" || type == "RawSerialization") {
+        not_read.insert(item);  // no tensors; never taken for any (docs/layouts.md)
+        continue;
+      }
+      if (type == "TorchSerialization") {
+        for (const auto& [rank, l] : meta->layouts.at(item)) {
+          if (l && l->type != type)
+            throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in " + type +
+                                                                              " by some ranks and in " + l->type + " by rank " +
+                                                                              std::to_string(rank) + "; dcpctl reads an item in one layout");
+          custom[{item, rank}] = l ? l->file_path : item + "_" + std::to_string(rank) + ".pt";
+        }
+        continue;
+      }
+      throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in a " + type +
+                                                                        " layout, which dcpctl does not read (TorchSerialization, at "
+                                                                        "<item>_<rank>.pt or a custom path, and SafetensorsSerialization "
+                                                                        "are read)");
+    }
   RankFileSet set;
   set.dir = dir;
   set.layout = CheckpointLayout::TorchCheckpointing;
-  set.metadata_class = meta ? "torch_checkpointing metadata.pkl (version 2.0) + <item>_<rank>.pt" : "torch_checkpointing <item>_<rank>.pt (no metadata.pkl)";
+  set.metadata_class = meta ? std::string("torch_checkpointing metadata.pkl (version 2.0) + <item>_<rank>.pt") +
+                                  (st_items.empty() ? "" : " + <item>_<rank>.safetensors")
+                            : "torch_checkpointing <item>_<rank>.pt (no metadata.pkl)";
   set.values = true;
   set.pattern = "<item>_R.pt";
-  set.file_name = [](int r, const std::string& item) { return item + "_" + std::to_string(r) + ".pt"; };
+  set.file_name = [custom](int r, const std::string& item) {
+    auto it = custom.find({item, r});
+    return it != custom.end() ? it->second : item + "_" + std::to_string(r) + ".pt";
+  };
   int max_rank = -1;
-  std::set<std::string> items_seen;
+  std::set<std::string> items_seen, claimed;
+  for (const auto& [key, path] : custom) {
+    claimed.insert(path);
+    if (!path_exists(join_path(dir, path))) continue;  // open_rank_file_set names the missing rank
+    items_seen.insert(key.first);
+    set.files.push_back({key.second, path, key.first});
+    max_rank = std::max(max_rank, key.second);
+  }
   for (const auto& n : p.names()) {
-    if (auto st = item_file(n, ".safetensors"))
+    if (claimed.count(n)) continue;  // a custom path that also looks like <item>_<rank>.pt
+    if (auto st = item_file(n, ".safetensors")) {
+      if (meta) continue;  // read where metadata.pkl's layouts say
       throw UnsupportedError(Where(join_path(dir, n)),
                              "torch_checkpointing: item '" + st->item +
-                                 "' is saved in the SafetensorsSerialization layout, which dcpctl does not read yet: not a Hugging "
-                                 "Face model, but each rank's local shard under the same flattened keys (" + st->item + "_<rank>.safetensors, "
-                                 "no offsets), placed by " + (meta ? "metadata.pkl beside them" : "a metadata.pkl this folder lacks"));
+                                 "' is saved in the SafetensorsSerialization layout: not a Hugging Face model, but each rank's local "
+                                 "shard under the same flattened keys (" + st->item + "_<rank>.safetensors, no offsets); their global "
+                                 "shapes and each rank's slice are in metadata.pkl, which this folder lacks (torch-checkpointing 0.1 "
+                                 "writes it only when an item declares a resharder, in a manager's first save), so the local shards "
+                                 "cannot be placed");
+    }
     auto f = item_file(n, ".pt");
     if (!f) continue;
     set.files.push_back({f->rank, n, f->item});
@@ -218,12 +377,8 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
     max_rank = std::max(max_rank, f->rank);
   }
   if (meta) {
-    for (const auto& [item, type] : meta->layouts)
-      throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in a " + type +
-                                                                        " layout, which dcpctl does not read (only the default TorchSerialization "
-                                                                        "layout, <item>_<rank>.pt)");
     for (const auto& item : meta->items)
-      if (!items_seen.count(item)) {
+      if (!items_seen.count(item) && !st_items.count(item) && !not_read.count(item)) {
         set.files.push_back({0, "", item});  // placeholder: every rank of it missing
       }
     set.world = meta->world;
@@ -245,9 +400,21 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
     present.push_back(f);
   }
   set.files = std::move(present);
-  if (set.files.empty()) throw FormatError(Where(dir), "torch_checkpointing: no <item>_<rank>.pt file");
-  Checkpoint ck = open_rank_file_set(set);
+  Checkpoint ck;
+  if (!set.files.empty()) {
+    ck = open_rank_file_set(set);
+  } else if (st_items.empty()) {
+    throw FormatError(Where(dir), "torch_checkpointing: no <item>_<rank>.pt file");
+  } else {  // every item in the safetensors layout
+    ck.dir = dir;
+    ck.layout = CheckpointLayout::TorchCheckpointing;
+    ck.metadata_path = meta_path;
+    ck.md.metadata_class = set.metadata_class;
+    ck.md.source = meta_path;
+  }
   if (meta) {
+    for (const auto& item : st_items) tc::add_safetensors_item(ck, *meta, item);
+    if (!st_items.empty()) meta_detail::stat_data_files(ck);
     ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path);
     check_against_metadata(ck, meta_path, *meta, items_seen);
   }

@@ -81,13 +81,13 @@ std::vector<std::string> sharded_files(const Probe& p) {
     if (ends_with(n, ".safetensors")) inner.push_back("sharded/" + n);
   return inner;
 }
-// A folder of `<item>_<R>.safetensors`, R = 0..N-1 (N >= 2), every file holding every key: each
+// A folder of `<item>_<R>.safetensors`, R = 0..N-1 (N >= 2), files repeating keys: each
 // rank's local shard under the same keys (torch_checkpointing's SafetensorsSerialization layout,
 // `<item>_{rank}.safetensors`), not a model. A model's shards never repeat a key; read as one, this
 // would show each local shard's shape as the tensor's. The global shapes and each rank's slice are
 // in torch_checkpointing's metadata.pkl, which only the first save of a CheckpointManager writes
-// (with it, the torch-checkpointing row takes the folder). Refused as unsupported: valid input that
-// dcpctl does not read.
+// (with it, the torch-checkpointing row takes the folder and places each shard). Refused as
+// unsupported: valid input whose geometry is not here.
 void refuse_local_shards(const Probe& p, const std::vector<std::string>& names, const Checkpoint& ck) {
   static const std::regex kRankFile(R"((.+)_(\d{1,7})\.safetensors)");
   std::string stem;
@@ -102,18 +102,22 @@ void refuse_local_shards(const Probe& p, const std::vector<std::string>& names, 
   if (ck.layout != CheckpointLayout::HfSafetensors || n < 2 || ranks.size() != n || *ranks.rbegin() != static_cast<int>(n) - 1 ||
       ck.md.tensors.empty())
     return;
+  // A key in two files: a model's shards never repeat one (verify reports it); local shards do
+  // (every rank writes every key; one a rank holds nothing of may be left out).
+  size_t repeated = 0;
   for (const auto& t : ck.md.tensors) {
     std::set<uint32_t> files;
     for (const auto& s : t.storage) files.insert(s.file);
-    if (files.size() != n) return;
+    if (files.size() >= 2) ++repeated;
   }
+  if (repeated == 0) return;
   throw UnsupportedError(Where(p.path),
                          "not a Hugging Face model: " + stem + "_0.safetensors .. " + stem + "_" + std::to_string(n - 1) +
-                             ".safetensors each hold the same " + std::to_string(ck.md.tensors.size()) +
+                             ".safetensors repeat " + std::to_string(repeated) + " of their " + std::to_string(ck.md.tensors.size()) +
                              " keys, each rank's local shard without offsets (torch_checkpointing's SafetensorsSerialization "
                              "layout writes <item>_{rank}.safetensors so); the global shapes and slices are in its metadata.pkl, " +
                              (p.exists("metadata.pkl") ? std::string("which is beside them") : std::string("which is not here")) +
-                             ", and dcpctl does not read this layout");
+                             ": without it the local shards cannot be placed (with it, dcpctl reads the folder as torch_checkpointing)");
 }
 
 bool detect_safetensors(const Probe& p) {
@@ -160,8 +164,9 @@ std::vector<LayoutReader>& table() {
        "every rank 0..W-1 has its file, every file holds the same keys, and copies of a box are equal",
        detect_torch_save_ranks, nullptr},
       {CheckpointLayout::TorchCheckpointing, "torch-checkpointing",
-       "torch_checkpointing (DCPv2) items: <item>_<rank>.pt per rank (+ metadata.pkl)",
-       "every rank 0..W-1 (metadata.pkl's world size) has its file of every item, the files agree, and the pieces tile every tensor",
+       "torch_checkpointing (DCPv2) items: <item>_<rank>.pt per rank (+ metadata.pkl; safetensors local shards placed by it)",
+       "every rank 0..W-1 (metadata.pkl's world size) has its file of every item, the files agree with metadata.pkl, and the pieces "
+       "tile every tensor",
        detect_torch_checkpointing, nullptr},
       {CheckpointLayout::HfSafetensors, "hf-safetensors", "Hugging Face safetensors (consolidated)",
        "every file the index (or the model-i-of-N names) promises is present and holds its keys", detect_safetensors,

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""torch_checkpointing's files damaged (tests/fixtures/layouts/tc_sync_2r/ckpt, written by
-torch-checkpointing 0.1.1): metadata.pkl and the per-rank <item>_<rank>.pt files cut at many
-lengths and byte-flipped, each damage on a fresh copy, then `dcpctl verify --deep --json`.
+"""torch_checkpointing's files damaged (tests/fixtures/layouts/tc_sync_2r/ckpt, tc_safetensors_2r/ckpt
+and tc_strided_4r/ckpt, written by torch-checkpointing 0.1.1): metadata.pkl, the per-rank
+<item>_<rank>.pt files and the safetensors layout's per-rank local shards (model_<rank>.safetensors,
+placed by metadata.pkl) cut at many lengths and byte-flipped, each damage on a fresh copy, then
+`dcpctl verify --deep --json`.
 
 Every run must end cleanly: no signal, no sanitizer report, no hang, bounded memory (harness).
 A cut file must be detected: exit 3 naming the file (a cut torch.save zip has no central
@@ -23,7 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED  # noqa: E402
 
-FILES = ["metadata.pkl", "model_1.pt", "optimizer_0.pt", "step_0.pt"]
+SOURCES = [("tc_sync_2r", ["metadata.pkl", "model_1.pt", "optimizer_0.pt", "step_0.pt"]),
+           ("tc_safetensors_2r", ["metadata.pkl", "model_1.safetensors"]),
+           ("tc_strided_4r", ["metadata.pkl", "model_2.safetensors"])]
 
 
 def offsets(size, n):
@@ -46,15 +50,22 @@ def main():
         del argv[i:i + 2]
     args, sanitized = harness.parse_args(argv)
     dcpctl, fixtures = os.path.abspath(args[0]), os.path.abspath(args[1])
-    src = os.path.join(fixtures, "layouts", "tc_sync_2r", "ckpt")
     chk = harness.Checker(sanitized)
-    fixtures_before = harness.tree_digest(os.path.dirname(src))
     counts = {"cut": 0, "flip": 0, "flip-unnoticed": 0, "flip-unsupported": 0}
+    for case, files in SOURCES:
+        sweep(chk, dcpctl, os.path.join(fixtures, "layouts", case, "ckpt"), files, per_file, counts)
+    print(f"{counts['cut']} cuts (all detected), {counts['flip']} flips ({counts['flip-unnoticed']} in bytes no reader checks, "
+          f"{counts['flip-unsupported']} refused as unsupported)")
+    return harness.finish(chk, "corruption-torch-checkpointing")
+
+
+def sweep(chk, dcpctl, src, files, per_file, counts):
+    fixtures_before = harness.tree_digest(os.path.dirname(src))
     with tempfile.TemporaryDirectory(prefix="dcpctl-tc-corrupt-") as base:
         work = os.path.join(base, "ckpt")
         r = chk.run([dcpctl, "verify", "--deep", src])
         chk.expect(r.rc == EXIT_OK, f"the intact fixture verifies: {r.describe()}")
-        for fname in FILES:
+        for fname in files:
             blob = open(os.path.join(src, fname), "rb").read()
             for kind in ("cut", "flip"):
                 places = offsets(len(blob), per_file)
@@ -68,7 +79,7 @@ def main():
                     damaged = blob[:off] if kind == "cut" else blob[:off] + bytes([blob[off] ^ 0xFF]) + blob[off + 1:]
                     with open(os.path.join(work, fname), "wb") as f:
                         f.write(damaged)
-                    label = f"{fname} {kind} at {off} of {len(blob)}"
+                    label = f"{os.path.basename(os.path.dirname(src))}/{fname} {kind} at {off} of {len(blob)}"
                     r = chk.run([dcpctl, "verify", "--deep", "--json", work])
                     if r.rc < 0:
                         continue  # the harness recorded it
@@ -93,9 +104,6 @@ def main():
                     ri = chk.run([dcpctl, "inspect", work])
                     chk.expect(ri.rc in (EXIT_OK, EXIT_INVALID, EXIT_UNSUPPORTED), f"{label}: inspect: {ri.describe()}")
     chk.expect(harness.tree_digest(os.path.dirname(src)) == fixtures_before, "the fixture changed")
-    print(f"{counts['cut']} cuts (all detected), {counts['flip']} flips ({counts['flip-unnoticed']} in bytes no reader checks, "
-          f"{counts['flip-unsupported']} refused as unsupported)")
-    return harness.finish(chk, "corruption-torch-checkpointing")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,17 @@ must be byte-identical to dcpctl's consolidate of the dcp.save twin of the same 
 dcp_twin, read by torch's own dcp.load too): every tensor's dtype, shape and bytes (the key order of
 the two files is each writer's). Every reading command runs on each default-layout case
 (inspect, verify, verify --deep, consolidate to .safetensors/.pt/an HF-less folder, reshard to DCP
-loaded by dcp.load, diff against the twin, stats); the safetensors layout is refused with exit 5
-naming torch_checkpointing and the layout; damage (a missing rank file, a cut file, an item metadata.pkl names without files)
+loaded by dcp.load, diff against the twin, stats); damage (a missing rank file, a cut file, an item metadata.pkl names without files)
 is exit 3.
+
+The safetensors layout (each rank's local shard under flattened keys, placed by metadata.pkl:
+tc_safetensors_2r, tc_safetensors_async_2r, tc_safetensors_1r, and tc_strided_4r, FSDP2 over
+tensor parallel on a 2x2 mesh, proj's rows placed (_StridedShard(0, split_factor=2), Shard(0))):
+the same commands, consolidate equal to the library's load AND to the library's own
+consolidate_hf_safetensors_checkpoint (hf_consolidated/, keys without the item prefix); the same
+shards placed as plain Shard (metadata.pkl edited) must give different rows, so the comparison
+catches a wrong slice. Without metadata.pkl (tc_safetensors_nometa_2r) exit 5 naming
+torch_checkpointing, the layout and the missing metadata.pkl.
 """
 from __future__ import annotations
 
@@ -32,6 +40,10 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 DEFAULT_CASES = ["tc_sync_2r", "tc_async_2r", "tc_sync_1r", "tc_nometa_2r"]
+SAFETENSORS_CASES = ["tc_safetensors_2r", "tc_safetensors_async_2r", "tc_safetensors_1r", "tc_strided_4r"]
+# The model item at a custom path with sub-folders (rank_{rank}/model.pt), beside a JSON item
+# (config_{rank}.json) and a raw-bytes item (extra/blob_{rank}.bin) that metadata.pkl does not record.
+CUSTOM_CASES = ["tc_custom_2r"]
 
 
 def same(label, got: dict, want: dict) -> None:
@@ -42,6 +54,16 @@ def same(label, got: dict, want: dict) -> None:
         check(ok, f"{label}: {k}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}")
 
 
+def edit_meta(d, change):
+    md = pickle.loads((d / "metadata.pkl").read_bytes())
+    change(md["metadata"])
+    (d / "metadata.pkl").write_bytes(pickle.dumps(md))
+
+
+def data(m, item, path):
+    return m[item]["nested_path_to_metadata"][path][0]["sharding_metadata"]["data"]
+
+
 def main() -> int:
     dcpctl, fixtures = sys.argv[1], Path(sys.argv[2]) / "layouts"
     tmp = Path(tempfile.mkdtemp(prefix="dcpctl-tc-"))
@@ -50,7 +72,7 @@ def main() -> int:
         r = run(dcpctl, "consolidate", fixtures / "tc_sync_2r/dcp_twin", "-o", twin_out)
         expect_rc(r, 0, "consolidate the dcp.save twin")
         twin = load_file(twin_out) if twin_out.exists() else {}
-        for case in DEFAULT_CASES:
+        for case in DEFAULT_CASES + SAFETENSORS_CASES + CUSTOM_CASES:
             ck = fixtures / case / "ckpt"
             r = run(dcpctl, "inspect", ck)
             expect_rc(r, 0, f"{case}: inspect", "torch-checkpointing")
@@ -66,6 +88,20 @@ def main() -> int:
             exp = fixtures / case / "expected.safetensors"
             if exp.exists():  # the library's own load
                 same(f"{case} vs CheckpointManager.load", got, load_file(exp))
+            hf = fixtures / case / "hf_consolidated"
+            if hf.exists():  # the library's own consolidate_hf_safetensors_checkpoint of the model item
+                lib = {}
+                for f in sorted(hf.glob("*.safetensors")):
+                    lib.update({"model." + k: v for k, v in load_file(f).items()})
+                same(f"{case} vs consolidate_hf_safetensors_checkpoint", {k: v for k, v in got.items() if k.startswith("model.")}, lib)
+                d = tmp / f"{case}-hf"
+                r = run(dcpctl, "consolidate", ck, "-o", str(d) + "/", "--include", "model.*")
+                if expect_rc(r, 0, f"{case}: consolidate to an HF folder"):
+                    out_hf = {}
+                    for f in sorted(d.glob("*.safetensors")):
+                        out_hf.update(load_file(f))
+                    same(f"{case} HF folder vs consolidate_hf_safetensors_checkpoint", {"model." + k: v for k, v in out_hf.items()}
+                         if not any(k.startswith("model.") for k in out_hf) else out_hf, lib)
             if case in ("tc_sync_2r", "tc_async_2r"):  # the same payload saved by dcp.save
                 # Every tensor's bytes, dtype and shape equal; the files' key order is each
                 # writer's (dcp.save's planner moves the replicated step tensors last).
@@ -94,11 +130,67 @@ def main() -> int:
         sd = {k: torch.empty_like(v) for k, v in want.items()}
         dcp.load(sd, checkpoint_id=str(fixtures / "tc_sync_2r/dcp_twin"), no_dist=True)
         same("dcp twin via dcp.load vs CheckpointManager.load", sd, want)
-        # What is not read: exit 5 naming the format and the layout.
+        # The same seeded training saved in the default layout and in the safetensors layout (two
+        # runs: gloo's reductions differ by a few ULP, so within 1e-5; a misplaced row is far off).
+        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_safetensors_2r/ckpt", "--rtol", "1e-5", "--atol", "1e-8")
+        expect_rc(r, 0, "diff of the default and the safetensors layout of one training")
+        # A wrong slice is caught: tc_strided_4r's shards placed as plain Shard (metadata.pkl's
+        # StridedShard edited to Shard; the local shapes still fit) give other rows than the library's load.
+        d = tmp / "strided-as-shard"
+        shutil.copytree(fixtures / "tc_strided_4r/ckpt", d)
+        md = pickle.loads((d / "metadata.pkl").read_bytes())
+        for groups in md["metadata"]["model"]["nested_path_to_metadata"].values():
+            for g in groups:
+                for p in g["sharding_metadata"]["data"]["placements"]:
+                    if p["type"] == "StridedShard":
+                        p["type"] = "Shard"
+                        del p["split_factor"]
+        (d / "metadata.pkl").write_bytes(pickle.dumps(md))
+        r = run(dcpctl, "consolidate", d, "-o", tmp / "strided-as-shard.safetensors")
+        if expect_rc(r, 0, "strided shards placed as plain Shard: consolidate"):
+            wrong = load_file(tmp / "strided-as-shard.safetensors")
+            want = load_file(fixtures / "tc_strided_4r/expected.safetensors")
+            check(not torch.equal(wrong["model.proj.weight"], want["model.proj.weight"]),
+                  "placed as plain Shard, proj.weight must differ from the library's load (else the oracle cannot see a wrong slice)")
+            check(torch.equal(wrong["model.emb.weight"], want["model.emb.weight"]), "emb.weight (plain Shard) is unchanged")
+        # Safetensors-layout damage: a rank's file missing or cut, a local shard metadata.pkl
+        # places with another shape.
+        for name, change, names in (
+                ("rank", lambda d: (d / "model_1.safetensors").unlink(), ["missing-rank", "model_1.safetensors"]),
+                ("cut", lambda d: (d / "model_1.safetensors").write_bytes((d / "model_1.safetensors").read_bytes()[:200]),
+                 ["model_1.safetensors"]),
+                ("shape", lambda d: edit_meta(d, lambda m: data(m, "model", '["proj.weight"]').__setitem__("global_shape", [35, 8])),
+                 ["metadata-mismatch", "model.proj.weight", "[35, 8]"])):
+            d = tmp / f"st-broken-{name}"
+            shutil.copytree(fixtures / "tc_safetensors_2r/ckpt", d)
+            change(d)
+            expect_rc(run(dcpctl, "verify", d), 3, f"safetensors layout broken ({name}): verify", *names)
+            expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"stb-{name}.safetensors"), 3, f"safetensors layout broken ({name}): consolidate")
+        # Custom paths: the JSON and raw files are never read as tensors (the same 12 tensors as the
+        # default layout's), and a rank's file missing at its custom path is exit 3 naming it.
+        r = run(dcpctl, "inspect", "--json", fixtures / "tc_custom_2r/ckpt")
+        check(r.returncode == 0 and '"model.proj.weight"' in r.stdout and "config" not in r.stdout.replace('"config_', '')
+              and "blob" not in r.stdout, f"custom paths: inspect --json lists the tensors only: exit {r.returncode}")
+        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_custom_2r/ckpt", "--rtol", "1e-5", "--atol", "1e-8")
+        expect_rc(r, 0, "diff of the default layout and custom paths of one training")
+        d = tmp / "custom-missing"
+        shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+        (d / "rank_1/model.pt").unlink()
+        expect_rc(run(dcpctl, "verify", d), 3, "custom path missing: verify", "missing-rank", "rank_1/model.pt")
+        expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / "cm.safetensors"), 3, "custom path missing: consolidate")
+        # A JSON item metadata.pkl does record (its layout entry added by hand: 0.1.1 records only
+        # items with sharding metadata) is skipped, not refused and not read as tensors.
+        d = tmp / "custom-json-recorded"
+        shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+        edit_meta(d, lambda m: m.__setitem__("config", {"nested_path_to_metadata": {}, "rank_to_layout_info": {
+            r: {"file_path": f"config_{r}.json", "serialization_format": {"type": "JsonSerialization", "cls": None}} for r in (0, 1)}}))
+        expect_rc(run(dcpctl, "verify", d), 0, "a JSON item recorded in metadata.pkl: verify")
+        # What is not read: the safetensors layout without metadata.pkl, exit 5 naming the format,
+        # the layout and what is missing.
         for cmd in ("inspect", "verify", "consolidate"):
-            argv = [dcpctl, cmd, fixtures / "tc_safetensors_2r/refused"] + (["-o", tmp / "st.safetensors"] if cmd == "consolidate" else [])
-            expect_rc(run(*argv), 5, f"safetensors layout: {cmd}", "torch_checkpointing", "SafetensorsSerialization",
-                      "not a Hugging Face model", "local shard", "metadata.pkl beside them")
+            argv = [dcpctl, cmd, fixtures / "tc_safetensors_nometa_2r/refused"] + (["-o", tmp / "st.safetensors"] if cmd == "consolidate" else [])
+            expect_rc(run(*argv), 5, f"safetensors layout without metadata.pkl: {cmd}", "torch_checkpointing", "SafetensorsSerialization",
+                      "not a Hugging Face model", "local shard", "metadata.pkl, which this folder lacks")
         # The same local shards alone (no metadata.pkl, no .pt items: what a later save of a manager
         # leaves, or the model files copied out) look like a Hugging Face folder: inspect says why
         # they are not a model and exits 5 as verify does, instead of showing each rank's shard
@@ -106,13 +198,25 @@ def main() -> int:
         alone = tmp / "local-shards"
         alone.mkdir()
         for r in (0, 1):
-            shutil.copy(fixtures / "tc_safetensors_2r/refused" / f"model_{r}.safetensors", alone)
+            shutil.copy(fixtures / "tc_safetensors_nometa_2r/refused" / f"model_{r}.safetensors", alone)
         for cmd in ("inspect", "verify", "consolidate"):
             argv = [dcpctl, cmd, alone] + (["-o", tmp / "alone.safetensors"] if cmd == "consolidate" else [])
             expect_rc(run(*argv), 5, f"local shards without metadata.pkl: {cmd}", "not a Hugging Face model",
                       "model_0.safetensors .. model_1.safetensors", "local shard", "which is not here")
         r = run(dcpctl, "inspect", "--json", alone)
         check(r.returncode == 5 and '"unsupported"' in r.stdout, f"local shards: inspect --json: exit {r.returncode} {r.stdout[:300]}")
+        # A key one rank's file lacks (rank 1's proj.bias removed: the files no longer hold the same
+        # keys) is still local shards repeating keys, not a model: exit 5 as verify exits non-zero.
+        part = tmp / "local-shards-part"
+        part.mkdir()
+        shutil.copy(alone / "model_0.safetensors", part)
+        from safetensors.torch import save_file
+        r1 = load_file(alone / "model_1.safetensors")
+        del r1["proj.bias"]
+        save_file(r1, part / "model_1.safetensors")
+        expect_rc(run(dcpctl, "inspect", part), 5, "local shards, one key in rank 0's file only: inspect", "not a Hugging Face model",
+                  "repeat 2 of their 3 keys")
+        check(run(dcpctl, "verify", part).returncode != 0, "local shards, one key in rank 0's file only: verify exits non-zero")
         # One shard alone, or shards holding different keys, stay a Hugging Face folder.
         (alone / "model_1.safetensors").unlink()
         expect_rc(run(dcpctl, "inspect", alone), 0, "one local shard alone: inspect", "hf-safetensors")
@@ -127,13 +231,6 @@ def main() -> int:
             expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"b-{name}.safetensors"), 3, f"broken ({name}): consolidate")
         # metadata.pkl against the DTensors: a global shape or dtype it gets wrong, a tensor it
         # names that no file holds (each made by editing the real metadata.pkl, plain dicts).
-        def edit_meta(d, change):
-            md = pickle.loads((d / "metadata.pkl").read_bytes())
-            change(md["metadata"])
-            (d / "metadata.pkl").write_bytes(pickle.dumps(md))
-
-        def data(m, item, path):
-            return m[item]["nested_path_to_metadata"][path][0]["sharding_metadata"]["data"]
 
         for name, change, names in (
                 ("shape", lambda m: data(m, "model", '["proj.weight"]').__setitem__("global_shape", [34, 8]),
@@ -154,7 +251,7 @@ def main() -> int:
         expect_rc(run(dcpctl, "verify", d), 0, "metadata.pkl re-pickled unchanged: verify")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return summary("torch-checkpointing", min_checks=40)
+    return summary("torch-checkpointing", min_checks=80)
 
 
 if __name__ == "__main__":
