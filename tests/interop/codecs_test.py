@@ -23,10 +23,16 @@ the tensor, nothing written.
 `diff SRC OUT` of each quantized folder against the model it was written from (issue 57 item 4,
 check_diff): compressed-tensors' own folders, ModelOpt's committed ones and every `--quantize`
 export exit 0, each quantized weight compared within its codec's bound (`bound` codec, the codec
-named, `inexact` counted, in --json and text); compressed-tensors' INT4/INT8 (no bound) exit 5
+named, `inexact` counted, in --json and text); compressed-tensors' asymmetric INT4 (no bound) exit 5
 naming the weight; and each `--quantize` form of the dense model damaged on a copy (an element one
 step of its grid toward zero, from a value at or beyond it; a block's scale doubled; NVFP4's global
 scale inverted) exits 1 naming the weight.
+
+`--quantize w4a16` (compressed-tensors' W4A16, and --quantize-group 64) is checked as the other writes
+(check_writes: byte for byte against compressed-tensors' own compressor, its config, read back,
+verified, diffed, damaged, a DCP output through reshard), and transformers' from_pretrained of it
+gives the logits of the model holding dcpctl's read-back weights (check_w4a16_logits); --quantize-group
+with another scheme, not a multiple of 8, or without --quantize: exit 2.
 
 `--report` prints each case's outcome and carries on (what the current binary does with each
 folder); without it the first failure of a case is reported and the test fails at the end.
@@ -46,7 +52,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, hf_loaded, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, hf_loaded, run, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -578,6 +584,15 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
     check(r.returncode == EXIT_UNSUPPORTED and "input_scale (ModelOpt" in r.stderr and not out.exists(),
           f"--quantize nvfp4-w4a4 --quantize-format modelopt: exit {r.returncode} (wanted 5) naming ModelOpt's input_scale: "
           f"{r.stderr.strip()[-300:]}")
+    # --quantize-group: w4a16's alone, a multiple of 8, with --quantize (exit 2, nothing written)
+    for flags, why in ((("--quantize", "nvfp4", "--quantize-group", "64"), "--quantize-group goes with w4a16"),
+                       (("--quantize", "w4a16", "--quantize-group", "12"), "a multiple of 8"),
+                       (("--quantize-group", "64"), "go with --quantize")):
+        out = root / "never-group"
+        r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", *flags, "-q")
+        check(r.returncode == EXIT_USAGE and why in r.stderr and not out.exists(),
+              f"consolidate {' '.join(flags)}: exit {r.returncode} (wanted 2) saying {why!r}, nothing written: "
+              f"{r.stderr.strip()[-300:]}")
     for flags, (scheme, codec) in WRITES.items():
         for sname in ONLY_SOURCES.get(flags, base) + EXTRA_SOURCES.get(flags, []):
             src = srcs[sname]
@@ -630,7 +645,7 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
             check_diff(dcpctl, src, out, what, quantized, codec)
             if sname == "dense":
                 check_diff_damaged(dcpctl, src, out, what, root)
-            if sname == "dense" and flags == ("nvfp4",):
+            if sname == "dense" and flags in (("nvfp4",), ("w4a16",)):
                 # a DCP output of 2 ranks (reshard --quantize), then consolidated: the same bytes
                 dcp, hf = root / (name + "-dcp"), root / (name + "-dcp-hf")
                 r = run(dcpctl, "reshard", src, "-o", dcp, "-w", "2", "--quantize", *flags, "-q")
