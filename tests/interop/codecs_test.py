@@ -28,7 +28,7 @@ naming the weight; and each `--quantize` form of the dense model damaged on a co
 step of its grid toward zero, from a value at or beyond it; a block's scale doubled; NVFP4's global
 scale inverted) exits 1 naming the weight.
 
-`--quantize w4a16` (compressed-tensors' W4A16, and --quantize-group 64) is checked as the other writes
+`--quantize w4a16` (compressed-tensors' W4A16, and --quantize-group 32) is checked as the other writes
 (check_writes: byte for byte against compressed-tensors' own compressor, its config, read back,
 verified, diffed, damaged, a DCP output through reshard), and transformers' from_pretrained of it
 gives the logits of the model holding dcpctl's read-back weights (check_w4a16_logits); --quantize-group
@@ -542,7 +542,7 @@ WRITES = {
     ("mxfp8",): ("mxfp8a16", "mxfp8 (compressed-tensors)"),
     ("mxfp4", "--quantize-format", "compressed-tensors"): ("mxfp4a16", "mxfp4 (compressed-tensors)"),
     ("w4a16",): ("w4a16", "w4a16 (compressed-tensors)"),
-    ("w4a16", "--quantize-group", "64"): ("w4a16-g64", "w4a16 (compressed-tensors)"),
+    ("w4a16", "--quantize-group", "32"): ("w4a16-g32", "w4a16 (compressed-tensors)"),  # o_proj's zero block: whole groups (eps scales)
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
 # partial 128x128 blocks (an intermediate size of 200); DeepSeek-V3's MLA (q_a_proj and kv_a_proj_with_mqa
@@ -550,7 +550,7 @@ WRITES = {
 EXTRA_SOURCES = {("fp8-block", "--quantize-format", "compressed-tensors"): ["dense-odd"],
                  ("nvfp4",): ["mla"]}
 # Sources a scheme is written from instead of `base` (--quantize-group's own run: the dense model).
-ONLY_SOURCES = {("w4a16", "--quantize-group", "64"): ["dense"]}
+ONLY_SOURCES = {("w4a16", "--quantize-group", "32"): ["dense"]}
 # The modules each source keeps (fp8_kept_reason's carve-outs), which `ignore` must list.
 KEPT = {"dense": {"lm_head", "model.embed_tokens"}, "dense-fp32": {"lm_head", "model.embed_tokens"},
         "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}, "dense-odd": {"lm_head", "model.embed_tokens"},
