@@ -46,8 +46,9 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
   // torchtune adapter's attention heads (--lora).
   if (!c.config.empty() && c.map.empty() && !lora)
     throw UsageError(Where(c.config), "--config gives a key map's parameters; it needs --map");
-  if (c.quantize.empty() && (!c.quantize_block.empty() || !c.quantize_skip.empty() || !c.quantize_format.empty()))
-    throw UsageError(Where(), "--quantize-block, --quantize-format and --quantize-skip go with --quantize");
+  if (c.quantize.empty() &&
+      (!c.quantize_block.empty() || !c.quantize_skip.empty() || !c.quantize_format.empty() || c.quantize_group))
+    throw UsageError(Where(), "--quantize-block, --quantize-group, --quantize-format and --quantize-skip go with --quantize");
   if (!c.quantize.empty()) {
     for (const CalibratedScheme& s : calibrated_schemes())
       if (c.quantize == s.word)
@@ -63,6 +64,14 @@ void to_write_options(const WriteCliOptions& c, WriteOptions& w, ProgressLine& l
     }
     if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format); !c.quantize_block.empty() && codec && *codec->block_refusal)
       throw UsageError(Where(), codec->block_refusal);
+    if (const Codec* codec = quantize_codec(c.quantize, c.quantize_format); c.quantize_group && codec) {
+      if (!codec->quantize_group)
+        throw UsageError(Where(), "--quantize-group goes with w4a16: --quantize " + c.quantize + " has groups of its own");
+      if (c.quantize_group % 8 != 0)
+        throw UsageError(Where(), "--quantize-group " + std::to_string(c.quantize_group) +
+                                      ": a multiple of 8 (each int32 word of weight_packed holds 8 values)");
+      w.quantize.group = c.quantize_group;
+    }
     if (!c.quantize_block.empty()) {
       long long r = 0, n = 0;
       char tail = 0;
@@ -105,6 +114,10 @@ void add_quantize_options(CLI::App* sub, WriteCliOptions& c) {
       ->check(CLI::IsMember(quantize_formats()))
       ->type_name("QUANT_METHOD");
   sub->add_option("--quantize-block", c.quantize_block, "--quantize fp8-block: the block, RxC (default 128x128)")->type_name("RxC");
+  sub->add_option("--quantize-group", c.quantize_group,
+                  "--quantize w4a16: the values one scale covers along a row, a multiple of 8 (default 128)")
+      ->check(CLI::Range(int64_t{8}, int64_t{1} << 20))
+      ->type_name("N");
   sub->add_option("--quantize-skip", c.quantize_skip, "--quantize: also keep the weights whose key matches GLOB as they are (repeatable)")
       ->type_name("GLOB");
 }

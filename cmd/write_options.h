@@ -18,6 +18,7 @@ struct WriteCliOptions {
   std::vector<std::string> include, exclude, keep_dtype;
   std::string quantize, quantize_block;  // --quantize SCHEME, --quantize-block RxC
   std::string quantize_format;           // --quantize-format QUANT_METHOD
+  int64_t quantize_group = 0;            // --quantize-group N (0: not given)
   std::vector<std::string> quantize_skip;
   bool cast_all = false;
   bool force = false, dry_run = false, quiet = false, json = false;

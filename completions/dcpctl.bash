@@ -30,16 +30,16 @@ _dcpctl_spec() {
             _dcpctl_vals=('--keep')
             ;;
         'dcpctl consolidate')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--outtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
-            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--outtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--timeout' '--backend')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--outtype' '--flat' '--keep-unsafe-values' '--assets' '--no-assets' '--no-lightning-meta' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-group' '--quantize-skip' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--backend' '--local-files' '--parallel-write')
+            _dcpctl_vals=('-o' '--output' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--max-shard-size' '--include' '--exclude' '--select' '--dtype' '--outtype' '--assets' '--threads' '--max-memory' '--keep-dtype' '--io' '--manifest' '--map' '--config' '--lora' '--lora-name' '--lora-config' '--lora-alpha' '--lora-base' '--lora-layout' '--quantize' '--quantize-format' '--quantize-block' '--quantize-group' '--quantize-skip' '--timeout' '--backend')
             ;;
         'dcpctl reshard')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--timeout' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-group' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '-w' '--world-size' '--layout' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-group' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--timeout' '-w' '--world-size' '--layout' '--dtype')
             ;;
         'dcpctl cast')
-            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
-            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--timeout' '--dtype')
+            _dcpctl_opts=('-h' '--help' '-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--cast-all' '--quantize' '--quantize-format' '--quantize-block' '--quantize-group' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '-f' '--force' '-n' '--dry-run' '-q' '--quiet' '--json' '--timeout' '--single-process' '--dtype')
+            _dcpctl_vals=('-o' '--output' '--include' '--exclude' '--select' '--threads' '--max-memory' '--keep-dtype' '--quantize' '--quantize-format' '--quantize-block' '--quantize-group' '--quantize-skip' '--io' '--manifest' '--map' '--config' '--format' '--iteration' '--megatron-args' '--make-vocab-size-divisible-by' '--tensor-model-parallel-size' '--timeout' '--dtype')
             ;;
         'dcpctl compat')
             _dcpctl_opts=('-h' '--help' '-o' '--output' '--link' '--force' '--json' '-q' '--quiet')
@@ -85,11 +85,11 @@ _dcpctl_value() {
         'dcpctl consolidate|--lora') _dcpctl_kind='choice' _dcpctl_choices=('keep' 'adapter' 'merge') ;;
         'dcpctl consolidate|--lora-config') _dcpctl_kind='file' ;;
         'dcpctl consolidate|--lora-layout') _dcpctl_kind='choice' _dcpctl_choices=('fused' 'per-expert') ;;
-        'dcpctl consolidate|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
+        'dcpctl consolidate|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'w4a16' 'fp8-static' 'nvfp4-w4a4') ;;
         'dcpctl consolidate|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors' 'modelopt') ;;
         'dcpctl consolidate|--backend') _dcpctl_kind='choice' _dcpctl_choices=('gloo' 'nccl') ;;
         'dcpctl reshard|-o' | 'dcpctl reshard|--output') _dcpctl_kind='dir' ;;
-        'dcpctl reshard|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
+        'dcpctl reshard|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'w4a16' 'fp8-static' 'nvfp4-w4a4') ;;
         'dcpctl reshard|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors' 'modelopt') ;;
         'dcpctl reshard|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl reshard|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;
@@ -98,7 +98,7 @@ _dcpctl_value() {
         'dcpctl reshard|--megatron-args') _dcpctl_kind='file' ;;
         'dcpctl reshard|--layout') _dcpctl_kind='choice' _dcpctl_choices=('fsdp' 'keep') ;;
         'dcpctl cast|-o' | 'dcpctl cast|--output') _dcpctl_kind='dir' ;;
-        'dcpctl cast|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'fp8-static' 'nvfp4-w4a4') ;;
+        'dcpctl cast|--quantize') _dcpctl_kind='choice' _dcpctl_choices=('fp8-block' 'mxfp4' 'fp8-dynamic' 'nvfp4' 'mxfp8' 'w4a16' 'fp8-static' 'nvfp4-w4a4') ;;
         'dcpctl cast|--quantize-format') _dcpctl_kind='choice' _dcpctl_choices=('fp8' 'mxfp4' 'compressed-tensors' 'modelopt') ;;
         'dcpctl cast|--io') _dcpctl_kind='choice' _dcpctl_choices=('direct' 'buffered') ;;
         'dcpctl cast|--manifest') _dcpctl_kind='choice' _dcpctl_choices=('crc32' 'sha256') ;;

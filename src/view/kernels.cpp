@@ -440,4 +440,21 @@ void fp4_pairs(const float* q, size_t n, uint8_t* out) {
     out[k] = static_cast<uint8_t>(fp4_code_bits(q[2 * k]) | (fp4_code_bits(q[2 * k + 1]) << 4));
 }
 
+namespace {
+
+// int4_pairs' code without a branch: NaN as 0, clamped, rounded half to even by adding and taking
+// away 1.5 * 2^23 (exact for |v| <= 8 in float32's default rounding), offset by 8.
+inline uint32_t int4_code(float v) {
+  v = v == v ? v : 0.0f;
+  v = std::min(std::max(v, -8.0f), 7.0f);
+  const float r = (v + 0x1.8p23f) - 0x1.8p23f;
+  return static_cast<uint32_t>(static_cast<int32_t>(r) + 8);
+}
+
+}  // namespace
+
+void int4_pairs(const float* q, size_t n, uint8_t* out) {
+  for (size_t k = 0; k < n / 2; ++k) out[k] = static_cast<uint8_t>(int4_code(q[2 * k]) | (int4_code(q[2 * k + 1]) << 4));
+}
+
 }  // namespace dcpctl

@@ -168,5 +168,11 @@ uint8_t fp4_code(float v);
 // out[k] = fp4_code(q[2k]) | fp4_code(q[2k + 1]) << 4 for k < n / 2 (n even): pack_fp4_to_uint8's
 // pairs, the first value in the low nibble.
 void fp4_pairs(const float* q, size_t n, uint8_t* out);
+// compressed-tensors' symmetric INT4 (pack-quantized, view/codecs/ct_w4a16.cpp): out[k] = c(q[2k]) |
+// c(q[2k + 1]) << 4 for k < n / 2 (n even), c(v) = round-half-even(clamp(v, -8, 7)) + 8 (torch's
+// clamp, torch.round, then pack_to_int32's offset; NaN gives 8, the code of 0, as torch's cast of a
+// NaN to int8 does on x86). pack_to_int32 puts element i at bits [4i, 4i + 4) of little-endian int32
+// words, so its bytes are these pairs, the first value in the low nibble, on any host.
+void int4_pairs(const float* q, size_t n, uint8_t* out);
 
 }  // namespace dcpctl

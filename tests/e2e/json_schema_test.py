@@ -100,10 +100,10 @@ OPTIONAL = {
     # map: only with --map, and a piece's tensor with it
     # dequantized: only with --dtype on block-scaled float8 weights
     # lora: only with --lora adapter or merge; its scale with merge
-    # quantized: only with --quantize
+    # quantized: only with --quantize; its format for the codecs written row by row (linear_encode.h)
     # manifest: not in a dry run nor for an object-storage output
     "consolidate": {"/manifest", "/manifest_bytes", "/lightning_meta", "/map", "/plan/[]/pieces/[]/tensor", "/plan/[]/from", "/dequantized",
-                    "/lora", "/lora/scale", "/quantized"},
+                    "/lora", "/lora/scale", "/quantized", "/quantized/format"},
     "reshard": {"/manifest", "/manifest_bytes", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
     "maps": {"/maps/[]/params/{}/config", "/maps/[]/params/{}/default", "/maps/[]/params/{}/shape"},
     "cast": {"/manifest", "/manifest_bytes", "/map", "/dequantized", "/plan/[]/pieces/[]/tensor", "/plan/[]/from"},
@@ -433,6 +433,9 @@ def cases_for(p, work):
     add("consolidate", "consolidate --quantize fp8-block (a transformers folder)",
         ["consolidate", fx("layouts", "hf_transformers", "ckpt"), "-o", co("fp8-quantized/"), "--quantize", "fp8-block",
          "--quantize-block", "16x16", "--json", "-q"])
+    add("consolidate", "consolidate --quantize w4a16 --quantize-group 16 (a transformers folder)",
+        ["consolidate", fx("layouts", "hf_transformers", "ckpt"), "-o", co("w4a16-quantized/"), "--quantize", "w4a16",
+         "--quantize-group", "16", "--json", "-q"])
     add("consolidate", "consolidate an FP8 block-scaled folder to DIR/ --dtype bf16 (dequantized)",
         ["consolidate", fx("layouts", "hf_fp8_transformers", "ckpt"), "-o", co("fp8-hf/"), "--dtype", "bf16", "--json", "-q"])
     add("reshard", "reshard an FP8 block-scaled folder --dtype fp32 (dequantized)",

@@ -23,10 +23,16 @@ the tensor, nothing written.
 `diff SRC OUT` of each quantized folder against the model it was written from (issue 57 item 4,
 check_diff): compressed-tensors' own folders, ModelOpt's committed ones and every `--quantize`
 export exit 0, each quantized weight compared within its codec's bound (`bound` codec, the codec
-named, `inexact` counted, in --json and text); compressed-tensors' INT4/INT8 (no bound) exit 5
+named, `inexact` counted, in --json and text); compressed-tensors' asymmetric INT4 (no bound) exit 5
 naming the weight; and each `--quantize` form of the dense model damaged on a copy (an element one
 step of its grid toward zero, from a value at or beyond it; a block's scale doubled; NVFP4's global
 scale inverted) exits 1 naming the weight.
+
+`--quantize w4a16` (compressed-tensors' W4A16, and --quantize-group 32) is checked as the other writes
+(check_writes: byte for byte against compressed-tensors' own compressor, its config, read back,
+verified, diffed, damaged, a DCP output through reshard), and transformers' from_pretrained of it
+gives the logits of the model holding dcpctl's read-back weights (check_w4a16_logits); --quantize-group
+with another scheme, not a multiple of 8, or without --quantize: exit 2.
 
 `--report` prints each case's outcome and carries on (what the current binary does with each
 folder); without it the first failure of a case is reported and the test fails at the end.
@@ -46,7 +52,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, check, expect_rc, hf_loaded, run, summary  # noqa: E402
+from testlib import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED, EXIT_USAGE, check, expect_rc, hf_loaded, run, summary  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -176,7 +182,7 @@ def check_read(dcpctl: str, case: Case, work: Path, report: bool) -> None:
                 wrong.append(k)
         check(not wrong, f"{what}: the unquantized tensors are the source's cast: {wrong[:4]}")
     if case.src is not None:
-        if "pack-quantized" == case.scheme:  # INT4/INT8: no bound implemented
+        if "pack-quantized" == case.scheme and "-asym" in case.name:  # asymmetric INT4: no bound implemented
             r = run(dcpctl, "diff", case.src, case.folder)
             check(r.returncode == EXIT_UNSUPPORTED and "compressed-tensors" in r.stderr and ".weight" in r.stderr,
                   f"{case.name}: diff SRC F (no bound for its format): exit {r.returncode} (wanted 5) naming it: "
@@ -237,10 +243,19 @@ def check_diff(dcpctl: str, src: Path, out: Path, what: str, quantized, codec: s
 
 def _step_toward_zero(t: torch.Tensor, flat: int, packed: bool) -> torch.Tensor:
     """Element `flat` of a weight as stored one step of its grid toward zero: an E2M1 nibble (packed two a
-    byte, the low first) or an e4m3 byte, its magnitude code less one."""
+    byte, the low first) or an e4m3 byte, its magnitude code less one; an INT4 of int32 words (compressed-
+    tensors' pack-quantized: the bytes of little-endian words, two values a byte, the low first, stored + 8)
+    one integer nearer 0."""
     t = t.clone()
     b = t.view(torch.uint8).reshape(-1)
-    if packed:
+    if t.dtype == torch.int32:
+        byte, high = flat // 2, flat % 2
+        v = int(b[byte])
+        q = ((v >> 4) if high else (v & 15)) - 8
+        assert q, "a zero code"
+        u = q - (1 if q > 0 else -1) + 8
+        b[byte] = ((v & 15) | (u << 4)) if high else ((v & 0xF0) | u)
+    elif packed:
         byte, high = flat // 2, flat % 2
         v = int(b[byte])
         nib = (v >> 4) if high else (v & 15)
@@ -526,12 +541,16 @@ WRITES = {
     ("nvfp4",): ("nvfp4a16", "nvfp4 (compressed-tensors)"),
     ("mxfp8",): ("mxfp8a16", "mxfp8 (compressed-tensors)"),
     ("mxfp4", "--quantize-format", "compressed-tensors"): ("mxfp4a16", "mxfp4 (compressed-tensors)"),
+    ("w4a16",): ("w4a16", "w4a16 (compressed-tensors)"),
+    ("w4a16", "--quantize-group", "32"): ("w4a16-g32", "w4a16 (compressed-tensors)"),  # o_proj's zero block: whole groups (eps scales)
 }
 # Sources each scheme is written from besides the bf16 dense and MoE and the fp32 dense ones:
 # partial 128x128 blocks (an intermediate size of 200); DeepSeek-V3's MLA (q_a_proj and kv_a_proj_with_mqa
 # share a global scale).
 EXTRA_SOURCES = {("fp8-block", "--quantize-format", "compressed-tensors"): ["dense-odd"],
                  ("nvfp4",): ["mla"]}
+# Sources a scheme is written from instead of `base` (--quantize-group's own run: the dense model).
+ONLY_SOURCES = {("w4a16", "--quantize-group", "32"): ["dense"]}
 # The modules each source keeps (fp8_kept_reason's carve-outs), which `ignore` must list.
 KEPT = {"dense": {"lm_head", "model.embed_tokens"}, "dense-fp32": {"lm_head", "model.embed_tokens"},
         "moe": {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate"}, "dense-odd": {"lm_head", "model.embed_tokens"},
@@ -565,8 +584,17 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
     check(r.returncode == EXIT_UNSUPPORTED and "input_scale (ModelOpt" in r.stderr and not out.exists(),
           f"--quantize nvfp4-w4a4 --quantize-format modelopt: exit {r.returncode} (wanted 5) naming ModelOpt's input_scale: "
           f"{r.stderr.strip()[-300:]}")
+    # --quantize-group: w4a16's alone, a multiple of 8, with --quantize (exit 2, nothing written)
+    for flags, why in ((("--quantize", "nvfp4", "--quantize-group", "64"), "--quantize-group goes with w4a16"),
+                       (("--quantize", "w4a16", "--quantize-group", "12"), "a multiple of 8"),
+                       (("--quantize-group", "64"), "go with --quantize")):
+        out = root / "never-group"
+        r = run(dcpctl, "consolidate", srcs["dense"], "-o", f"{out}/", *flags, "-q")
+        check(r.returncode == EXIT_USAGE and why in r.stderr and not out.exists(),
+              f"consolidate {' '.join(flags)}: exit {r.returncode} (wanted 2) saying {why!r}, nothing written: "
+              f"{r.stderr.strip()[-300:]}")
     for flags, (scheme, codec) in WRITES.items():
-        for sname in base + EXTRA_SOURCES.get(flags, []):
+        for sname in ONLY_SOURCES.get(flags, base) + EXTRA_SOURCES.get(flags, []):
             src = srcs[sname]
             name = "write-" + "-".join(f.lstrip("-") for f in flags) + "-" + sname
             if only and name not in only and "writes" not in only:
@@ -617,7 +645,7 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
             check_diff(dcpctl, src, out, what, quantized, codec)
             if sname == "dense":
                 check_diff_damaged(dcpctl, src, out, what, root)
-            if sname == "dense" and flags == ("nvfp4",):
+            if sname == "dense" and flags in (("nvfp4",), ("w4a16",)):
                 # a DCP output of 2 ranks (reshard --quantize), then consolidated: the same bytes
                 dcp, hf = root / (name + "-dcp"), root / (name + "-dcp-hf")
                 r = run(dcpctl, "reshard", src, "-o", dcp, "-w", "2", "--quantize", *flags, "-q")
@@ -651,10 +679,31 @@ def check_writes(dcpctl: str, root: Path, only: set, report: bool) -> None:
                 sd = model.state_dict()
                 # (transformers 5.23 holds a Qwen3-MoE's experts stacked: the attention's are compared)
                 q = [k for k in want if k.endswith((".weight", ".weight_packed")) and k in sd
-                     and want[k].dtype in (torch.float8_e4m3fn, torch.uint8)]
+                     and want[k].dtype in (torch.float8_e4m3fn, torch.uint8, torch.int32)]
                 check(q and all(same_bytes(sd[k], got[k]) for k in q),
                       f"{what}: from_pretrained holds the written quantized weights")
+                if flags[0] == "w4a16" and sname == "dense":
+                    check_w4a16_logits(model, src, back, what)
                 del model
+
+
+def check_w4a16_logits(model, src: Path, back: Path, what: str) -> None:
+    """transformers' own decompression of the W4A16 folder (CompressedTensorsConfig, decompressed on CPU at
+    the first forward) gives the logits of the unquantized model with dcpctl's read-back weights put in
+    (`back`: --dtype bf16 of the folder), and they are near the unquantized model's."""
+    from transformers import AutoModelForCausalLM
+    ids = torch.arange(1, 33).reshape(2, 16) % 64
+    base = AutoModelForCausalLM.from_pretrained(src).eval()
+    read = AutoModelForCausalLM.from_pretrained(src).eval()
+    read.load_state_dict(out_tensors(back), strict=False)
+    with torch.no_grad():
+        want, got, exact = base(ids).logits.float(), model.eval()(ids).logits.float(), read(ids).logits.float()
+    err = (got - exact).abs().max().item()
+    check(err <= 1e-2 * exact.abs().max().item(),
+          f"{what}: from_pretrained's logits are those of dcpctl's read-back weights: off by {err}")
+    q_err, top = (got - want).abs().max().item(), want.abs().max().item()
+    print(f"  {what}: logits off the unquantized model's by {q_err:.3f} of {top:.3f} (INT4 round to nearest)")
+    check(q_err <= 0.5 * top, f"{what}: logits near the unquantized model's: off by {q_err} of {top}")
 
 
 # The ModelOpt folders --quantize writes from their src/, by --quantize word: ModelOpt's NVFP4

@@ -145,8 +145,15 @@ def folder_tensors(d: Path) -> dict:
 
 
 def ct_scheme(name: str):
+    """A scheme of CT_SCHEMES by its name, or `w4a16-gN`: W4A16 with groups of N values (what
+    llm-compressor writes for a recipe that sets the group_size)."""
     from compressed_tensors.quantization import (QuantizationArgs, QuantizationScheme, QuantizationStrategy,
                                                  QuantizationType, preset_name_to_scheme)
+    if m := re.fullmatch(r"w4a16-g(\d+)", name):
+        return QuantizationScheme(
+            targets=["Linear"],
+            weights=QuantizationArgs(num_bits=4, type=QuantizationType.INT, strategy=QuantizationStrategy.GROUP,
+                                     group_size=int(m[1]), symmetric=True, dynamic=False))
     preset = CT_SCHEMES[name]
     if preset is not None:
         return preset_name_to_scheme(preset, ["Linear"])

@@ -120,5 +120,34 @@ TEST_CASE("ct kernels: divide_by_groups is one float32 division by each group's 
   CHECK(bad == 0);
 }
 
+TEST_CASE("ct kernels: int4_pairs is torch.round of the clamp, + 8, the first value in the low nibble", "[ct-kernels]") {
+  // every pattern and each quarter from -9 to 9 with its float32 neighbours (the ties of round half to
+  // even, the clamp's bounds)
+  std::vector<float> x = patterns();
+  for (int k = -36; k <= 36; ++k)
+    for (int d = -1; d <= 1; ++d) x.push_back(bits_f32(f32_bits(0.25f * static_cast<float>(k)) + static_cast<uint32_t>(d)));
+  if (x.size() % 2) x.push_back(0.0f);
+  std::vector<uint8_t> got(x.size() / 2);
+  int4_pairs(x.data(), x.size(), got.data());
+  // torch.round(torch.clamp(v, -8, 7)) + 8 (std::nearbyint rounds half to even); a NaN: 0 (stored 8)
+  auto ref = [](float v) {
+    if (std::isnan(v)) return 8;
+    return static_cast<int>(std::nearbyint(std::clamp(v, -8.0f, 7.0f))) + 8;
+  };
+  size_t bad = 0;
+  std::set<int> codes;
+  for (size_t k = 0; k < got.size(); ++k) {
+    bad += got[k] != static_cast<uint8_t>(ref(x[2 * k]) | (ref(x[2 * k + 1]) << 4));
+    codes.insert(ref(x[2 * k]));
+  }
+  CHECK(bad == 0);
+  CHECK(codes.size() == 16);
+  // the order pack_to_int32 gives: element i at bits [4i, 4i + 4) of a little-endian int32
+  const float eight[8] = {-8, -7, 0, 1, 2.5f, 3.5f, -0.5f, 7.6f};
+  uint8_t word[4];
+  int4_pairs(eight, 8, word);
+  CHECK(static_cast<uint32_t>(word[0] | word[1] << 8 | word[2] << 16 | static_cast<uint32_t>(word[3]) << 24) == 0xF8CA9810u);
+}
+
 }  // namespace
 }  // namespace dcpctl

@@ -22,6 +22,7 @@ const std::vector<const Codec*>& codecs() {
       &ct_nvfp4_codec(),
       &ct_mxfp8_codec(),
       &ct_mxfp4_codec(),
+      &ct_w4a16_codec(),
       &mo_nvfp4_codec(),
       &mo_mxfp8_codec(),
   };

@@ -77,6 +77,9 @@ struct Codec {
   const char* quantize_brief = "";
   // --quantize-block's refusal where the codec has no block of its choosing ("": it takes one).
   const char* block_refusal = "";
+  // --quantize-group's default where the codec's groups are of the user's choosing (0: they are not,
+  // and --quantize-group is refused with it).
+  int64_t quantize_group = 0;
   std::string (*written_summary)(const int64_t block[2]) = nullptr;
   // quantization_config as --quantize writes it (block: --quantize-block; not_convert: the modules
   // kept), in the key order the releases use.
@@ -130,6 +133,7 @@ const Codec& ct_fp8_block_codec();
 const Codec& ct_nvfp4_codec();
 const Codec& ct_mxfp8_codec();
 const Codec& ct_mxfp4_codec();
+const Codec& ct_w4a16_codec();
 const Codec& mo_nvfp4_codec();
 const Codec& mo_mxfp8_codec();
 // The compressed-tensors formats and ModelOpt quant_algo values dcpctl decodes.
@@ -143,6 +147,8 @@ double e4m3_half_ulp(double q);
 // compressed-tensors' MX exponent rounds the amax up to a power of two from a significand of 1.25,
 // so |x| / s < 5), so the top code is within 1 too.
 double e2m1_half_step(double q);
+// The integer grid's half_step (compressed-tensors' pack-quantized, symmetric): 0.5 everywhere.
+double int_half_step(double q);
 // The quantization_config llm-compressor's model_free_ptq writes (save_utils.update_config over
 // compressed-tensors 0.20.0's QuantizationConfig.model_dump) for one config group of `format` with
 // these weights' and input activations' arguments (null: none) and `ignore`.

@@ -17,6 +17,7 @@ const std::vector<CodecView>& codec_views() {
       ct_nvfp4_codec_view(),
       ct_mxfp8_codec_view(),
       ct_mxfp4_codec_view(),
+      ct_w4a16_codec_view(),
       mo_nvfp4_codec_view(),
       mo_mxfp8_codec_view(),
   };

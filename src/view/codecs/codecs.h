@@ -65,6 +65,7 @@ CodecView ct_fp8_block_codec_view();
 CodecView ct_nvfp4_codec_view();
 CodecView ct_mxfp8_codec_view();
 CodecView ct_mxfp4_codec_view();
+CodecView ct_w4a16_codec_view();
 CodecView mo_nvfp4_codec_view();
 CodecView mo_mxfp8_codec_view();
 

@@ -199,7 +199,7 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
     const bool asym = !sc.symmetric;
     const int64_t zrows = asym ? zp->shape[0] : 0;
     const std::string where = ck.metadata_path, wname = w.fqn;
-    return row_decoded(
+    DecodedTensor dec = row_decoded(
         ck, name, w, aux, K,
         [=](const uint8_t* p, int64_t r0, int64_t rows, const std::vector<std::vector<uint8_t>>& a, float* out) {
           int64_t dims[2];
@@ -225,6 +225,15 @@ DecodedTensor decode_ct(const Checkpoint& ck, const TensorMeta& w, const TensorM
               out[r * K + j] = round_to(d * float_at(a[0], S, (r0 + r) * groups + g), S);
             }
         });
+    // Symmetric: round to nearest on the integer grid, x / s in the scale's dtype (the model's).
+    // Asymmetric: no bound implemented (the audit refuses it, naming the weight).
+    if (!asym)
+      dec.bound = ct_bound(ck, sc.strategy == "group" && b == 4 ? ct_w4a16_codec() : compressed_tensors_codec(), dec.meta,
+                         scale_grid(s, 1, gsz), int_half_step, narrow_rounding(S),
+                         "s = weight_scale (" + s.dtype_name + ") per " +
+                             (sc.strategy == "channel" ? std::string("output channel") : std::to_string(gsz) + " values") +
+                             "; INT" + std::to_string(b) + " grid");
+    return dec;
   }
   if (sc.format == "nvfp4-pack-quantized" || sc.format == "mxfp4-pack-quantized") {
     const bool nv = sc.format[0] == 'n';

@@ -186,6 +186,25 @@ class EncodedGlobal final : public DerivedTensor {
   std::string name_;
 };
 
+// The weight's shape, {N, K} as int64 (compressed-tensors' weight_shape).
+class EncodedShape final : public DerivedTensor {
+ public:
+  EncodedShape(TensorMeta w, std::string name) : w_(std::move(w)), name_(std::move(name)) {}
+  const TensorMeta& follows() const override { return w_; }
+  void read(const TensorReads&, size_t chunk, uint64_t from, uint64_t n, void* dst) const override {
+    read_part(Where("", std::nullopt, name_), "chunk " + std::to_string(chunk), 16, from, n, dst, [&](uint8_t* out) {
+      const int64_t dims[2] = {w_.shape[0], w_.shape[1]};
+      std::memcpy(out, dims, 16);
+    });
+  }
+  uint64_t working_bytes(size_t) const override { return 16; }
+  std::vector<const TensorMeta*> inputs() const override { return {}; }
+
+ private:
+  TensorMeta w_;
+  std::string name_;
+};
+
 // The storage of the chunk of `t` that holds row r (a derived chunk's reads never touch it; the
 // planner and the deal ask where it lies).
 StorageRef row_storage(const TensorMeta& t, int64_t r) {
@@ -310,6 +329,16 @@ Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const
       table->tensors[gname] = {std::make_shared<EncodedGlobal>(e, gname), ck.derived};
       keep_dtype.push_back(gname);
       names.push_back(gname);
+    }
+    if (*enc.shape_name) {
+      const std::string shname = module + "." + enc.shape_name;
+      written[i].push_back(static_cast<uint32_t>(out.size()));
+      out.push_back(written_meta(t, shname, DType::Int64, 1, 2, 1, 1));
+      out.back().shape = {2};
+      out.back().chunk_dims = {0, 2};
+      table->tensors[shname] = {std::make_shared<EncodedShape>(t, shname), ck.derived};
+      keep_dtype.push_back(shname);
+      names.push_back(shname);
     }
     if (md.has_planner_data)
       if (auto p = md.planner_data.find(t.fqn); p != md.planner_data.end()) {

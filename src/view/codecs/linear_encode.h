@@ -6,7 +6,7 @@
 // a multiple of the codec's group) becomes `X.<weight_name>` [N, K / per_byte] of the codec's dtype
 // beside `X.<scale_name>` [ceil(N / band), scale_cols(K)] (and, for a codec with a global scale,
 // `X.<global_name>` float32 [1] or [], one value shared by the weight's fused group: q/k/v, gate/up,
-// w1/w3). Every other tensor is written as it is; the 2-D weights kept and 3-D expert stacks (no
+// w1/w3; for compressed-tensors' pack-quantized, `X.<shape_name>` int64 [2]). Every other tensor is written as it is; the 2-D weights kept and 3-D expert stacks (no
 // such codec has a stacked form) are listed with their reason, their modules in the config's
 // `ignore`. A weight already quantized (float8, or beside a scale) is refused (exit 5).
 //
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,18 +39,22 @@ struct LinearEncoding {
   // The scale's dtype for a weight of dtype `model`.
   DType (*scale_dtype)(DType model) = nullptr;
   // The scale's columns for a weight of K columns.
-  int64_t (*scale_cols)(int64_t K) = nullptr;
+  std::function<int64_t(int64_t K)> scale_cols;
   // `rows` (at most band) rows of K values of dtype `model` (as float32, `x` row-major) encoded:
   // their stored elements into `w` (rows * K / per_byte) and their row of scales into `s`
   // (scale_cols(K) elements of scale_dtype(model)); `global`: the weight's global scale (1 where the
   // codec has none).
-  void (*encode)(const float* x, int64_t rows, int64_t K, DType model, float global, uint8_t* w, uint8_t* s) = nullptr;
+  // (std::function: an encoder whose group is the user's, --quantize-group, binds it.)
+  std::function<void(const float* x, int64_t rows, int64_t K, DType model, float global, uint8_t* w, uint8_t* s)> encode;
   // A codec with a global scale: its name (X.<global_name>, float32 [1]) and its value from the
   // largest |x| of the weight's fused group (weights of dtype `model`).
   const char* global_name = "";
   float (*global_from_amax)(float amax, DType model) = nullptr;
   // The global scale's shape: false [1] (compressed-tensors), true [] (ModelOpt's scalar).
   bool global_scalar = false;
+  // A codec that records the weight's shape beside it: its name (X.<shape_name>, int64 [2] = {N, K},
+  // compressed-tensors' weight_shape); "": none.
+  const char* shape_name = "";
 };
 
 // The rows of a group-scaled encoder (nvfp4 in both forms, mxfp8, mxfp4), the part they share: per

@@ -52,6 +52,7 @@ struct QuantizeRequest {
   std::string scheme;                // "fp8-block", "mxfp4", "fp8-dynamic"
   std::string format;                // --quantize-format: the quant_method of the form ("": the word's first)
   int64_t block[2] = {128, 128};     // --quantize-block RxC
+  int64_t group = 0;                 // --quantize-group N (0: the codec's quantize_group)
   std::vector<std::string> skip;     // --quantize-skip GLOB (fnmatch on the key)
   nlohmann::json config;             // the model's config.json (null: none): num_hidden_layers
 };
