@@ -10,7 +10,7 @@
 
 #include "meta/checkpoint.h"
 #include "util/error.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 
