@@ -180,8 +180,9 @@ def main() -> int:
                     layouts / "titan_llama3", "--json")
             check(r.returncode == EXIT_OK, f"no job config: exit {r.returncode}: {r.stderr[-400:]}")
             if r.returncode == EXIT_OK:
-                t = json.loads(r.stdout)["map"]["trainer_config"]
-                check(t["from"] is None and "no torchtitan job config" in str(t["note"]), f"no job config: {t}")
+                t = json.loads(r.stdout).get("map", {}).get("trainer_config") or {}
+                check("from" in t and t["from"] is None and "no torchtitan job config" in str(t.get("note")),
+                      f"no job config: {t}")
     return summary("titan-config", min_checks=40)
 
 
