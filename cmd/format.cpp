@@ -89,6 +89,15 @@ void print_map_summary(const nlohmann::json& r) {
     else if (m["args_note"].is_string())
       std::cerr << "note: " << m["args_note"].get<std::string>() << "\n";
   }
+  // torchtitan -> Hugging Face: the run's own job config against config.json.
+  if (m.contains("trainer_config") && m["trainer_config"].is_object()) {
+    const auto& t = m["trainer_config"];
+    if (t["from"].is_string() && !t["checked"].empty())
+      std::cerr << "config.json agrees with the torchtitan job config on " << t["checked"].size() << " settings ("
+                << t["from"].get<std::string>() << ", model " << t["model"].get<std::string>() << " flavor "
+                << t["flavor"].get<std::string>() << ")\n";
+    if (t["note"].is_string()) std::cerr << "note: " << t["note"].get<std::string>() << "\n";
+  }
   if (m.contains("megatron_args") && m["megatron_args"].is_object()) {
     const auto& a = m["megatron_args"];
     std::cerr << "args: Megatron-LM's argparse.Namespace of " << a["fields"].size() << " fields in the common state (from "

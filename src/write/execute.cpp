@@ -7,6 +7,7 @@
 
 #include "check/megatron_args.h"
 #include "check/megatron_vocab.h"
+#include "check/titan_config.h"
 #include "dist/commit.h"
 #include "dist/exchange.h"
 #include "dist/group.h"
@@ -123,7 +124,11 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   rq.lora = lora;
   rq.map = o.map;
   rq.quantize = o.quantize;
-  rq.check_map = check_megatron_map;  // a Megatron checkpoint's own args against config.json
+  // A Megatron checkpoint's own args, a torchtitan run's own job config, against config.json.
+  rq.check_map = [](const Checkpoint& saved, MappedModel& map, const MapConfig& config) {
+    check_megatron_map(saved, map, config);
+    check_titan_map(saved, map, config);
+  };
   // Megatron -> HF: its padded vocabulary cut to config.json's vocab_size; HF -> Megatron for a
   // Megatron-LM run (--megatron-args and the like): padded as that run pads it.
   rq.fit_map = [target = o.megatron](const Checkpoint& saved, MappedModel& map, const MapConfig& config) {

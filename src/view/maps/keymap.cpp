@@ -516,6 +516,7 @@ json MappedModel::describe() const {
   j["args_from"] = args_from.empty() ? json() : json(args_from);
   j["args_checked"] = args_checked;  // null: not a Megatron -> Hugging Face map
   j["args_note"] = args_note.empty() ? json() : json(args_note);
+  j["trainer_config"] = trainer_config;  // null: not a torchtitan -> Hugging Face map
   j["vocab"] = vocab;
   j["megatron_args"] = megatron_args;
   return j;

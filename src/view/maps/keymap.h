@@ -208,6 +208,9 @@ struct MappedModel {
   std::string args_from, args_note;
   nlohmann::json args_checked;
   nlohmann::json variant_args;  // variant_args() of the map and the variant chosen (not in --json)
+  // torchtitan -> Hugging Face only (check/titan_config.h): the run's own job config compared with
+  // config.json: {from, model, flavor, checked, note}; null: not such a map (--json's `trainer_config`).
+  nlohmann::json trainer_config;
   // Rows of the vocabulary cut as the framework's padding (check/megatron_vocab.h): {vocab_size,
   // rows, rows_dropped, tensors, rule, rule_from}; null: none (--json's `vocab`).
   nlohmann::json vocab;
