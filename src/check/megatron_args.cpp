@@ -37,7 +37,12 @@ json args_namespace_fields(const pickle::Value& v) {
 // How the variant's Hugging Face config reads the args: its "args" in the map (megatron.json's
 // variants), checked here since this file is its only reader.
 //   attention        "gqa": num_key_value_heads and head_dim are compared; "mla": not (MLA's sizes)
-//   rope             "rotate_half": the RoPE rows of the table; "unchecked": none (DeepSeek-V3's YaRN)
+//   rope             "rotate_half": the RoPE rows of the table; "unchecked": none (DeepSeek-V3's YaRN);
+//                    "yarn": GPT-OSS's YaRN (position_embedding_type yarn, check_yarn)
+//   activation       "swiglu" (absent: hidden_act silu = --swiglu) or "quick_geglu" (GPT-OSS's clamped
+//                    SwiGLU: --quick-geglu, glu_linear_offset 1, activation_func_clamp_value = swiglu_limit)
+//   sinks            true: learnable attention sinks (softmax_type learnable)
+//   sliding_window   true: sliding_window and layer_types against window_size and window_attn_skip_freq
 //   moe_ffn          the config field of the routed experts' size (Mixtral's is intermediate_size)
 //   router           score_function softmax | sigmoid; norm_topk_prob: "not_pre_softmax" (compared
 //                    with not moe_router_pre_softmax), "renormalized" (the class always renormalizes:
@@ -51,6 +56,7 @@ json args_namespace_fields(const pickle::Value& v) {
 //                    config.json states is compared
 struct VariantArgs {
   bool mla = false, rope_checked = true, sigmoid = false, routed_scaling = false;
+  bool yarn = false, quick_geglu = false, sinks = false, sliding_window = false;
   std::string moe_ffn = "moe_intermediate_size", router_name, norm_topk;
   json defaults;  // config_defaults[model_type], or null
 
@@ -76,7 +82,14 @@ VariantArgs variant_args_of(const json& a, const std::string& model_type) {
   };
   VariantArgs v;
   v.mla = text(a, "attention", {"gqa", "mla"}) == "mla";
-  v.rope_checked = text(a, "rope", {"rotate_half", "unchecked"}) == "rotate_half";
+  const std::string rope = text(a, "rope", {"rotate_half", "unchecked", "yarn"});
+  v.rope_checked = rope == "rotate_half";
+  v.yarn = rope == "yarn";
+  if (a.contains("activation")) v.quick_geglu = text(a, "activation", {"swiglu", "quick_geglu"}) == "quick_geglu";
+  for (const char* f : {"sinks", "sliding_window"})
+    if (a.contains(f) && !a[f].is_boolean()) bad(std::string("\"") + f + "\" is a boolean");
+  v.sinks = a.value("sinks", false);
+  v.sliding_window = a.value("sliding_window", false);
   v.moe_ffn = text(a, "moe_ffn", {"moe_intermediate_size", "intermediate_size"});
   const json r = a.value("router", json());
   if (!r.is_object()) bad("\"router\" is missing");
@@ -171,6 +184,114 @@ class ArgsChecker {
   std::string model_type_;
 };
 
+// GPT-OSS's clamped SwiGLU (GptOssExperts: (up + 1) * gate * sigmoid(alpha * gate), gate clamped
+// above and up on both sides at swiglu_limit) is megatron-core's quick_gelu GLU (--quick-geglu:
+// x * sigmoid(1.702 x)) with glu_linear_offset 1 and activation_func_clamp_value the limit.
+void check_quick_geglu(ArgsChecker& c, const VariantArgs& v) {
+  c.require("GPT-OSS's gated x * sigmoid(alpha * x) MLP (--quick-geglu)", "quick_geglu", true);
+  c.require("GPT-OSS's (up + 1) in its gated MLP", "glu_linear_offset", 1.0);
+  c.setting("swiglu_limit", c.stated("swiglu_limit"), v.dflt("swiglu_limit"), "activation_func_clamp_value",
+            c.arg("activation_func_clamp_value"));
+  if (c.has_arg("quick_geglu"))  // megatron-core's quick_gelu fixes alpha at 1.702
+    c.setting("swiglu_alpha", c.stated("swiglu_alpha"), json(1.702), "quick_geglu (megatron-core's fixed 1.702)", 1.702);
+}
+
+// YaRN (position_embedding_type yarn; Megatron-LM's _apply_yarn_config_from_args: rotary_scaling_factor,
+// yarn_original_max_position_embeddings, yarn_beta_fast, yarn_beta_slow, yarn_correction_range_round_to_int,
+// mscale, mscale_all_dim, None taken as megatron-core's YarnRotaryEmbedding defaults 1, 4096, 32, 1,
+// True, 1, 0) against transformers 5.23's _compute_yarn_parameters (a missing truncate is True, a
+// missing factor max_position_embeddings / original_max_position_embeddings; the cos/sin scale
+// attention_factor, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) with both
+// given, else get_mscale(factor); megatron-core's _yarn_get_concentration_factor the same ratio).
+void check_yarn(ArgsChecker& c, const VariantArgs& v) {
+  // config.json's value of a RoPE field: stated (in rope_parameters or at the top level), else the
+  // class's default when config.json gives no rope_parameters at all (GptOssConfig's), else `missing`.
+  const bool own = c.stated("rope_parameters").has_value() || c.stated("rope_scaling").has_value();
+  auto field = [&](const char* key, const json& missing) -> std::pair<json, std::string> {
+    if (auto r = c.rope(key)) return {r->first, "config.json"};
+    if (!own)
+      if (auto d = v.dflt(key)) return {*d, c.model_type() + "'s default"};
+    return {missing, "transformers' default"};
+  };
+  auto num = [](const json& j, double d) { return j.is_number() ? j.get<double>() : d; };
+  auto [type, type_from] = field("rope_type", json("default"));
+  if (type == json("default")) type = field("type", json("default")).first;
+  const json pet = c.arg("position_embedding_type");
+  c.compare("rope_parameters.rope_type", type, type_from, "position_embedding_type", pet == json("yarn") ? json("yarn") : json(pet),
+            "args.position_embedding_type = " + args_shown(pet) + " (YaRN RoPE: rope_type \"yarn\")");
+  c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
+  auto prf = field("partial_rotary_factor", json(1.0));
+  c.compare("partial_rotary_factor", prf.first, prf.second, "rotary_percent", c.arg("rotary_percent"));
+  if (type != json("yarn") || pet != json("yarn")) return;
+  auto orig = field("original_max_position_embeddings", json());
+  c.compare("rope_parameters.original_max_position_embeddings", orig.first, orig.second, "yarn_original_max_position_embeddings",
+            json(num(c.arg("yarn_original_max_position_embeddings"), 4096)),
+            "args.yarn_original_max_position_embeddings = " + args_shown(c.arg("yarn_original_max_position_embeddings")) +
+                " (None: 4096)");
+  auto factor = field("factor", json());
+  if (factor.first.is_null() && c.stated("max_position_embeddings") && orig.first.is_number() && orig.first.get<double>() > 0)
+    factor = {json(num(*c.stated("max_position_embeddings"), 0) / orig.first.get<double>()),
+              "max_position_embeddings / original_max_position_embeddings"};
+  const double f_args = num(c.arg("rotary_scaling_factor"), 1.0);
+  c.compare("rope_parameters.factor", factor.first, factor.second, "rotary_scaling_factor", json(f_args));
+  auto bf = field("beta_fast", json(32.0)), bs = field("beta_slow", json(1.0));
+  c.compare("rope_parameters.beta_fast", bf.first, bf.second, "yarn_beta_fast", json(num(c.arg("yarn_beta_fast"), 32.0)),
+            "args.yarn_beta_fast = " + args_shown(c.arg("yarn_beta_fast")) + " (None: 32)");
+  c.compare("rope_parameters.beta_slow", bs.first, bs.second, "yarn_beta_slow", json(num(c.arg("yarn_beta_slow"), 1.0)),
+            "args.yarn_beta_slow = " + args_shown(c.arg("yarn_beta_slow")) + " (None: 1)");
+  auto tr = field("truncate", json(true));
+  const json round = c.arg("yarn_correction_range_round_to_int");
+  c.compare("rope_parameters.truncate", tr.first, tr.second, "yarn_correction_range_round_to_int", json(round.is_boolean() ? round.get<bool>() : true),
+            "args.yarn_correction_range_round_to_int = " + args_shown(round) + " (None: True)");
+  // the cos/sin scale each side computes
+  auto mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+  const double f_hf = num(factor.first, f_args);
+  auto af = field("attention_factor", json()), ms = field("mscale", json()), msa = field("mscale_all_dim", json());
+  double hf = af.first.is_number() ? af.first.get<double>()
+              : (num(ms.first, 0) != 0 && num(msa.first, 0) != 0) ? mscale(f_hf, num(ms.first, 0)) / mscale(f_hf, num(msa.first, 0))
+                                                                 : mscale(f_hf, 1.0);
+  const double mg = mscale(f_args, num(c.arg("mscale"), 1.0)) / mscale(f_args, num(c.arg("mscale_all_dim"), 0.0));
+  if (c.has_arg("mscale"))
+    c.compare("YaRN's attention factor (rope_parameters attention_factor / mscale / mscale_all_dim)", json(hf), af.second,
+              "mscale", json(mg),
+              "args.mscale = " + args_shown(c.arg("mscale")) + " and args.mscale_all_dim = " + args_shown(c.arg("mscale_all_dim")) +
+                  " give megatron-core's YaRN concentration factor " + json(mg).dump());
+}
+
+// GPT-OSS's sliding window (transformers: a key within sliding_window positions of the query,
+// itself included, on the layers layer_types calls "sliding_attention") is megatron-core's
+// window_size (W - 1, 0) on the layers window_attn_skip_freq leaves windowed
+// (is_layer_window_attention: an int N windows layer i unless (i + 1) % N == 0; a list windows
+// the layers it holds 1 for; None: every layer).
+void check_sliding_window(ArgsChecker& c, const VariantArgs& v) {
+  if (!c.has_arg("window_size")) return;
+  const json ws = c.arg("window_size"), freq = c.arg("window_attn_skip_freq");
+  std::optional<json> sw = c.stated("sliding_window");
+  const std::string sw_from = sw ? "config.json" : c.model_type() + "'s default";
+  if (!sw) sw = v.dflt("sliding_window");
+  const bool windowed = ws.is_array() && ws.size() == 2 && ws[0].is_number_integer() && ws[1].is_number_integer();
+  if (sw && sw->is_number_integer())
+    c.compare("sliding_window", *sw, sw_from, "window_size", windowed && ws[1] == json(0) ? json(ws[0].get<int64_t>() + 1) : ws,
+              "args.window_size = " + args_shown(ws) + (windowed ? " (a window of window_size[0] + 1 keys when window_size[1] is 0)" : " (no sliding window)"));
+  const json layers = c.arg("num_layers");
+  if (!layers.is_number_integer()) return;
+  const int64_t n = layers.get<int64_t>();
+  std::optional<json> lt = c.stated("layer_types");
+  const std::string lt_from = lt ? "config.json" : c.model_type() + "'s default (sliding, full, ...)";
+  json want = json::array(), got = json::array();
+  for (int64_t i = 0; i < n; ++i) want.push_back(lt && lt->is_array() && i < static_cast<int64_t>(lt->size()) ? (*lt)[static_cast<size_t>(i)]
+                                                  : json((i + 1) % 2 ? "sliding_attention" : "full_attention"));
+  for (int64_t i = 0; i < n; ++i) {
+    bool w = windowed;
+    if (w && freq.is_number_integer()) w = freq.get<int64_t>() > 0 && (i + 1) % freq.get<int64_t>() != 0;
+    else if (w && freq.is_array()) w = i < static_cast<int64_t>(freq.size()) && freq[static_cast<size_t>(i)] == json(1);
+    got.push_back(w ? "sliding_attention" : "full_attention");
+  }
+  c.compare("layer_types", want, lt_from, "window_attn_skip_freq", got,
+            "args.window_size = " + args_shown(ws) + " and args.window_attn_skip_freq = " + args_shown(freq) + " window the layers " +
+                got.dump());
+}
+
 }  // namespace
 
 std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string* note) {
@@ -252,7 +373,9 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   c.setting("tie_word_embeddings", c.stated("tie_word_embeddings"), v.dflt("tie_word_embeddings"),
             "untie_embeddings_and_output_weights", json(!(c.arg("untie_embeddings_and_output_weights") == json(true))),
             "args.untie_embeddings_and_output_weights = " + args_shown(c.arg("untie_embeddings_and_output_weights")));
-  {
+  if (v.quick_geglu) {
+    check_quick_geglu(c, v);
+  } else {
     // transformers' ACT2FN: "silu" and "swish" are both SiLU; Megatron-LM's --swiglu is SiLU-gated.
     std::optional<json> act = c.stated("hidden_act");
     if (!act) act = v.dflt("hidden_act");
@@ -328,6 +451,10 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
                     " and no rotary_seq_len_interpolation_factor (unscaled RoPE: rope_type \"default\")");
     }
   }
+
+  if (v.yarn) check_yarn(c, v);
+  if (v.sinks) c.require("the model's learnable attention sinks (self_attn.sinks)", "softmax_type", "learnable");
+  if (v.sliding_window) check_sliding_window(c, v);
 
   // ---- the router (the variant's "router") ----
   if (moe) {

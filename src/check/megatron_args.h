@@ -16,7 +16,7 @@
 // Shapes already tie the sizes to the tensors; the settings that change no shape are taken from
 // config.json on faith, and a wrong one gives a wrong model with exit 0. check_megatron_args
 // compares them, as transformers 5.23 reads config.json for the map's variant (megatron.json:
-// llama_qwen, glm4_moe, deepseek_v3, mixtral; each variant's "args" says which rows below apply
+// llama_qwen, glm4_moe, deepseek_v3, mixtral, gpt_oss; each variant's "args" says which rows below apply
 // and its router, as data: a new variant is a row of megatron.json). A setting config.json leaves
 // out is its config class's default (the variant's "config_defaults", from transformers 5.23's
 // classes, by model_type; a model_type not listed: only what config.json states is compared). RoPE settings are read from
@@ -60,6 +60,16 @@
 //   norm_topk_prob                     moe_router_topk > 1 (megatron-core
 //                                      normalizes a sigmoid top-k when k > 1)    glm4_moe, deepseek_v3
 //   routed_scaling_factor              moe_router_topk_scaling_factor (None: 1)  glm4_moe, deepseek_v3
+//   (GPT-OSS's gated MLP)              quick_geglu True, glu_linear_offset 1     gpt_oss (not hidden_act)
+//   swiglu_limit, swiglu_alpha         activation_func_clamp_value; 1.702        gpt_oss
+//   (sinks)                            softmax_type == learnable                 gpt_oss
+//   sliding_window, layer_types        window_size (W - 1, 0), the layers
+//                                      window_attn_skip_freq windows             gpt_oss
+//   rope_parameters yarn: factor,      position_embedding_type yarn,
+//     original_max_position_embed-     rotary_scaling_factor, yarn_original_max_
+//     dings, beta_fast, beta_slow,     position_embeddings, yarn_beta_fast/slow,
+//     truncate, the cos/sin scale      yarn_correction_range_round_to_int (None:
+//                                      True), mscale / mscale_all_dim            gpt_oss
 //
 // Why these mappings: megatron-core 0.19.2's topk_routing_with_score_function (softmax without
 // pre-softmax is a softmax over the top k logits, i.e. transformers' renormalized top-k probs;

@@ -308,18 +308,42 @@ std::vector<int64_t> swap_last(std::vector<int64_t> v) {
 
 // The pieces of a transposed part (MapPart::transpose) inside `target`: the part lands at
 // to + its sizes with the last two swapped. Each is copied with the target box in the saved
-// tensor's frame (the box's bytes hold it transposed).
+// tensor's frame (the box's bytes hold it transposed). A part taken out of a stack (`drop`) or put
+// into one (`add`) is placed in the frame with the stack's dims: the saved tensor's, or the saved
+// tensor's with the output's stack dims inserted where the part lands on them (the target may span
+// several entries of the stack; they are not among the last two dims, so the swap is the same).
 void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& target, size_t item, std::vector<Piece>& out) {
-  Box d{part.to, swap_last(part.from.sizes)}, in;
+  const int units = part.units;
+  std::vector<int64_t> from_at = part.from.offsets, from_size = part.from.sizes, to_big = part.to;
+  if (part.add >= 0)
+    for (int u = 0; u < units; ++u) {
+      from_at.insert(from_at.begin() + part.add + u, part.to[static_cast<size_t>(part.add + u)]);
+      from_size.insert(from_size.begin() + part.add + u, 1);
+    }
+  if (part.drop >= 0) to_big.insert(to_big.begin() + part.drop, static_cast<size_t>(units), 0);
+  std::vector<int64_t> land = swap_last(from_size);  // its sizes in the output's frame
+  if (part.drop >= 0) land.erase(land.begin() + part.drop, land.begin() + part.drop + units);
+  Box d{part.to, land}, in;
   if (!intersect(d, target, in)) return;
-  auto to_saved = [&](const Box& b) {
-    Box o{swap_last(b.offsets), swap_last(b.sizes)};
-    std::vector<int64_t> to = swap_last(part.to);
-    for (size_t k = 0; k < o.offsets.size(); ++k) o.offsets[k] += part.from.offsets[k] - to[k];
+  const std::vector<int64_t> to_sw = swap_last(to_big);
+  auto to_saved = [&](const Box& b) {  // an output box in the big frame, its last two swapped back
+    Box o = part.drop >= 0 ? with_unit(b, part.drop, 0, units) : b;
+    o = Box{swap_last(o.offsets), swap_last(o.sizes)};
+    for (size_t k = 0; k < o.offsets.size(); ++k) o.offsets[k] += from_at[k] - to_sw[k];
     return o;
   };
-  const Box s = to_saved(in);
+  const Box s_big = to_saved(in);
   const Box box = to_saved(target);
+  const Box s = part.add >= 0 ? without(s_big, part.add, units) : s_big;
+  auto big = [&](const Box& b) {  // a box of the saved tensor in the big frame (the part's place on the output's stack dims)
+    if (part.add < 0) return b;
+    Box o = b;
+    for (int u = 0; u < units; ++u) {
+      o.offsets.insert(o.offsets.begin() + part.add + u, s_big.offsets[static_cast<size_t>(part.add + u)]);
+      o.sizes.insert(o.sizes.begin() + part.add + u, 1);
+    }
+    return o;
+  };
   for (size_t c = 0; c < t.num_chunks(); ++c) {
     if (!chunk_meets(t, c, s)) continue;
     Box cb = chunk_box(t, c);
@@ -329,8 +353,8 @@ void transposed_pieces(const TensorMeta& t, const MapPart& part, const Box& targ
     p.chunk = static_cast<uint32_t>(c);
     p.bytes = p.in.numel() * item;
     auto f = std::make_shared<PieceFrames>();
-    f->in = p.in;
-    f->chunk = cb;
+    f->in = big(p.in);
+    f->chunk = big(cb);
     f->box = box;
     f->transpose = true;
     p.frames = std::move(f);

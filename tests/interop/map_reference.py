@@ -43,7 +43,10 @@ Semantics (the schema's, docs in src/maps/README.md):
   - "transpose": true: each tensor of one side is its counterpart's with the last two dims swapped
     (t.transpose(-2, -1)); on a list rule each part is, and "dim" is a dimension of the one joined
     tensor (Qwen 3.5's gate_up_proj = cat(w1ᵀ, w3ᵀ, -1) in torchtitan's adapter). Not with "rope",
-    "groups" or a stack.
+    "groups" or a stacked list; a stack's entries are transposed one by one.
+  - "interleave": D on a rule with one key on each side: along dimension D of one entry (in the first
+    side's frame when transposed) the first side holds two halves ([gate; up]), the second the same
+    slices alternating (gate 0, up 0, gate 1, ...: GPT-OSS's gate_up_proj from Megatron's linear_fc1).
   - "tied": {SIDE: KEY} on a rename of two keys without placeholders: mapping from SIDE, when the
     input lacks the rule's SIDE key, config.json says tie_word_embeddings: true and the input has KEY,
     the output is KEY's tensor under the rule's other name (the adapters' from_hf copies the
@@ -78,7 +81,8 @@ SCHEMA = "dcpctl-map/1"
 SCHEMA2 = "dcpctl-map/2"  # a family: layer rules shared by prefix, variants by model_type (expand)
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(.*)\Z", re.S)
-_RULE_FIELDS = {"variants", "drop_when", "zeros", "rope", "dim", "groups", "experts", "stack", "transpose", "tied", "note", "reason", "keep_dtype"}
+_RULE_FIELDS = {"variants", "drop_when", "zeros", "rope", "dim", "groups", "experts", "stack", "transpose", "interleave", "tied", "note",
+                "reason", "keep_dtype"}
 
 
 class MapError(Exception):
@@ -345,9 +349,14 @@ def validate(m: Any, where: str) -> None:
         if "transpose" in r:
             if not isinstance(r["transpose"], bool):
                 fail(f"rule {i}: transpose is true or false")
-            if r["transpose"] and (len(present) != 2 or "rope" in r or "groups" in r or _stack_spec(r) is not None
+            if r["transpose"] and (len(present) != 2 or "rope" in r or "groups" in r
+                                   or (_stack_spec(r) is not None and any(isinstance(r[s], list) for s in present))
                                    or any("rope" in p for s in present if isinstance(r[s], list) for p in r[s])):
-                fail(f"rule {i}: transpose needs both sides, and goes with no rope, groups or stack")
+                fail(f"rule {i}: transpose needs both sides, and goes with no rope, groups or stacked list")
+        if "interleave" in r:
+            if not _is_dim(r["interleave"]) or len(present) != 2 or any(isinstance(r[s], list) for s in present) \
+                    or "rope" in r or "groups" in r:
+                fail(f"rule {i}: interleave is a dimension (>= 0) on a rule with one key on each side, without rope")
         if "tied" in r:
             t = r["tied"]
             if not (isinstance(t, dict) and len(t) == 1 and set(t) <= set(sides) and all(isinstance(v, str) for v in t.values())
@@ -726,6 +735,24 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
             raise MapError(f"{what}: a {t.dim()}-d tensor has no last two dims to transpose")
         return t.transpose(-2, -1).contiguous()
 
+    def conv(rule, t, what):
+        """A one-key side's tensor on the other side: transposed, and (interleave) its halves on the
+        first side alternating on the second, along the dimension the rule names in the first's frame."""
+        if "interleave" not in rule:
+            return flip(rule, t, what)
+        d = rule["interleave"]
+        if src == first:
+            t = t if d < t.dim() and t.shape[d] % 2 == 0 else None
+            if t is None:
+                raise MapError(f"{what}: dimension {d} is not two halves to interleave")
+            gate, up = t.chunk(2, dim=d)
+            return flip(rule, torch.stack((gate, up), dim=d + 1).flatten(d, d + 1), what)
+        t = flip(rule, t, what)
+        if d >= t.dim() or t.shape[d] % 2:
+            raise MapError(f"{what}: dimension {d} is not two halves to interleave")
+        pairs = t.unflatten(d, (-1, 2))
+        return torch.cat((pairs.select(d + 1, 0), pairs.select(d + 1, 1)), dim=d).contiguous()
+
     def emit(rule, vals, t, what):
         """One tensor of the source's shape of a (per-index) rule side -> the destination side."""
         if isinstance(rule[dst], list):
@@ -737,7 +764,7 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
         else:
             if "rope" in rule:
                 t = rope(rule["rope"], t)
-            put(_pattern(rule[dst]).fill(vals, params), flip(rule, t, what))
+            put(_pattern(rule[dst]).fill(vals, params), conv(rule, t, what))
 
     for key, value in sd.items():
         hit = None
@@ -791,7 +818,7 @@ def apply_map(m: dict, sd: dict, config: dict | None) -> tuple[dict, dict]:
         def joined(i):
             """The per-index (or, without a stack, the one) tensor of the source side, at index i."""
             if not isinstance(rule[src], list):
-                return parts[(i, None)][1]
+                return conv(rule, parts[(i, None)][1], parts[(i, None)][0])
             plist = rule[src]
             missing = [_pattern(p["key"]).fill({**vals, **({} if i is None else {ix: i})}, params)
                        for j, p in enumerate(plist) if (i, j) not in parts]

@@ -542,10 +542,68 @@ TEST_CASE("keymap: transposed grouped experts, one to one and fused along the la
     "rules": [{"a": "w", "b": "v", "transpose": true, "rope": {"heads": "h", "head_dim": "h"}}]})"),
                     Catch::Contains("\"transpose\" with \"rope\""));
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "2"}},
-    "rules": [{"a": "w", "b": "v.{E}", "transpose": true, "experts": {"dim": 0, "count": "n"}}]})"),
-                    Catch::Contains("\"transpose\" with \"experts\""));
+    "rules": [{"a": [{"key": "w1.{E}", "size": "n"}, {"key": "w3.{E}", "size": "n"}], "b": "v", "dim": 1, "transpose": true,
+               "experts": {"dim": 0, "count": "n"}}]})"),
+                    Catch::Contains("\"transpose\" of a stacked list"));
   CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "rules": [{"a": "w", "b": "v", "transpose": 1}]})"),
                     Catch::Contains("true or false"));
+}
+
+TEST_CASE("keymap: a stacked transpose with gate/up interleaved (megatron's GPT-OSS experts), both ways, in boxes that cut them") {
+  // w [L 2, E 2, 2F 4, D 3] ([gate; up] along dim 2, one layer's entry [E, 2F, D]) <-> v.<l> [E 2, D 3, 2F 4]
+  // alternating: v[l][e][d][2r + h] = w[l][e][h F + r][d], F = 2.
+  const char* map = R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"], "params": {"n": {"default": "2"}},
+    "rules": [{"a": "w", "b": "v.{L}", "transpose": true, "interleave": 1, "stack": {"dim": 0, "count": "n"}}]})";
+  KeyMap km = map_of(map);
+  CHECK(rule_kinds(km) == std::vector<std::string>{"interleave", "stack", "transpose"});
+  Checkpoint ck = checkpoint({tensor("w", {2, 2, 4, 3}, {{0, 0, 0, 0, 1, 2, 4, 3}, {1, 0, 0, 0, 1, 2, 2, 3}, {1, 0, 2, 0, 1, 2, 2, 3}})});
+  MappedModel mm = apply_key_map(km, ck.md, all_items(ck.md), config("{}"));
+  REQUIRE(mm.tensors.size() == 2);
+  std::vector<float> w = ValueChunks(ck.md, false, false).values(ck.md.tensors[0]);
+  auto src = [](int64_t c) { return (c % 2) * 2 + c / 2; };  // v's column c <- w's row
+  for (int64_t l = 0; l < 2; ++l) {
+    const MappedTensor& mt = mm.tensors[static_cast<size_t>(l)];
+    CHECK(mt.meta.fqn == "v." + std::to_string(l));
+    CHECK(mt.meta.shape == std::vector<int64_t>{2, 3, 4});
+    CHECK(mt.transforms == std::vector<std::string>{"unstack", "transpose", "interleave"});
+    std::vector<float> want;
+    for (int64_t e = 0; e < 2; ++e)
+      for (int64_t d = 0; d < 3; ++d)
+        for (int64_t c = 0; c < 4; ++c) want.push_back(w[static_cast<size_t>(((l * 2 + e) * 4 + src(c)) * 3 + d)]);
+    for (const Box& b : {box({0, 0, 0}, {2, 3, 4}), box({1, 1, 1}, {1, 2, 2}), box({0, 2, 0}, {2, 1, 3})})
+      for (const auto& got : assembled(ck.md, mt, b)) CHECK(got == cut3(want, {2, 3, 4}, b));
+  }
+  // Back: v.0, v.1 (each cut along its last dim, across the interleaving) stacked into w.
+  Checkpoint hf = checkpoint({tensor("v.0", {2, 3, 4}, {{0, 0, 0, 2, 3, 2}, {0, 0, 2, 2, 3, 2}}),
+                              tensor("v.1", {2, 3, 4}, {{0, 0, 0, 1, 3, 4}, {1, 0, 0, 1, 3, 4}})});
+  MappedModel back = apply_key_map(km, hf.md, all_items(hf.md), config("{}"));
+  REQUIRE(back.tensors.size() == 1);
+  const MappedTensor& bt = back.tensors[0];
+  CHECK(bt.meta.fqn == "w");
+  CHECK(bt.meta.shape == std::vector<int64_t>{2, 2, 4, 3});
+  CHECK(bt.transforms == std::vector<std::string>{"stack", "transpose", "interleave"});
+  ValueChunks hv(hf.md, false, false);
+  std::vector<float> v0 = hv.values(hf.md.tensors[0]), v1 = hv.values(hf.md.tensors[1]), want;
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t e = 0; e < 2; ++e)
+      for (int64_t j = 0; j < 4; ++j)
+        for (int64_t d = 0; d < 3; ++d) want.push_back((l ? v1 : v0)[static_cast<size_t>((e * 3 + d) * 4 + (j % 2) * 2 + j / 2)]);
+  auto cut4 = [&](const Box& b) {
+    std::vector<float> out;
+    for (int64_t a = b.offsets[0]; a < b.offsets[0] + b.sizes[0]; ++a)
+      for (int64_t e = b.offsets[1]; e < b.offsets[1] + b.sizes[1]; ++e)
+        for (int64_t j = b.offsets[2]; j < b.offsets[2] + b.sizes[2]; ++j)
+          for (int64_t d = b.offsets[3]; d < b.offsets[3] + b.sizes[3]; ++d) out.push_back(want[static_cast<size_t>(((a * 2 + e) * 4 + j) * 3 + d)]);
+    return out;
+  };
+  for (const Box& b : {box({0, 0, 0, 0}, {2, 2, 4, 3}), box({0, 1, 1, 0}, {2, 1, 2, 3}), box({1, 0, 3, 1}, {1, 2, 1, 2})})
+    for (const auto& got : assembled(hf.md, bt, b)) CHECK(got == cut4(b));
+  // Interleave takes two halves, one key on each side, and no rope.
+  Checkpoint odd = checkpoint({tensor("w", {2, 2, 3, 3}, {{0, 0, 0, 0, 2, 2, 3, 3}})});
+  CHECK_THROWS_WITH(apply_key_map(km, odd.md, all_items(odd.md), config("{}")), Catch::Contains("not two halves to interleave"));
+  CHECK_THROWS_WITH(map_of(R"({"schema": "dcpctl-map/1", "name": "x", "sides": ["a", "b"],
+    "rules": [{"a": [{"key": "g", "size": "2"}, {"key": "u", "size": "2"}], "b": "v", "dim": 0, "interleave": 0}]})"),
+                    Catch::Contains("\"interleave\" belongs to a rule with one key on each side"));
 }
 
 }  // namespace dcpctl

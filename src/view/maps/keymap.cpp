@@ -132,7 +132,7 @@ KeyMap parse_map(const json& j, const std::string& source) {
     if (!r.is_object()) bad_map(source, "rule " + std::to_string(i) + " is not an object");
     for (const auto& [k, v] : r.items())
       if (k != m.sides[0] && k != m.sides[1] && k != "rope" && k != "dim" && k != "experts" && k != "stack" && k != "groups" && k != "transpose" &&
-          k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && k != "zeros" && !(family && k == "variants"))
+          k != "interleave" && k != "tied" && k != "note" && k != "reason" && k != "keep_dtype" && k != "drop_when" && k != "zeros" && !(family && k == "variants"))
         bad_map(source, "rule " + std::to_string(i) + " has an unknown field \"" + k + "\"");
     const std::string where = "rule " + std::to_string(i);
     KeyMap::Rule rule;
@@ -220,14 +220,21 @@ KeyMap parse_map(const json& j, const std::string& source) {
     }
     if (rule.transpose) {
       // The piece copier swaps the last two dims of a box; a transposed part is neither re-rowed
-      // nor taken out of (or put into) a stack, nor cut into groups.
+      // nor cut into groups; a stack's entries are transposed one by one (not a stacked list).
       bool part_rope = false;
       for (int s = 0; s < 2; ++s)
         for (const auto& p : rule.side[s]) part_rope = part_rope || !p.rope.is_null();
       if (!rule.rope.is_null() || part_rope) bad_map(source, where + ": \"transpose\" with \"rope\" is not a rule kind");
-      if (!rule.experts.is_null()) bad_map(source, where + ": \"transpose\" with \"experts\" / \"stack\" is not a rule kind");
+      if (!rule.experts.is_null() && list) bad_map(source, where + ": \"transpose\" of a stacked list is not a rule kind");
       if (!rule.groups.empty()) bad_map(source, where + ": \"transpose\" with \"groups\" is not a rule kind");
       if (rule.side[0].empty() || rule.side[1].empty()) bad_map(source, where + ": \"transpose\" needs both sides");
+    }
+    if (r.contains("interleave")) {
+      if (!r["interleave"].is_number_integer() || r["interleave"].get<int64_t>() < 0)
+        bad_map(source, where + ": \"interleave\" is a dimension (an integer, 0 or more)");
+      rule.interleave = r["interleave"].get<int64_t>();
+      if (list || !rule.rope.is_null() || !rule.groups.empty() || rule.side[0].empty() || rule.side[1].empty())
+        bad_map(source, where + ": \"interleave\" belongs to a rule with one key on each side (renamed or stacked), without \"rope\"");
     }
     if (r.contains("tied")) {
       const json& t = r["tied"];
@@ -601,6 +608,7 @@ std::vector<std::string> rule_kinds(const KeyMap& map) {
     if (!r.experts.is_null()) kinds.insert("stack");
     if (!r.groups.empty()) kinds.insert("groups");
     if (r.transpose) kinds.insert("transpose");
+    if (r.interleave >= 0) kinds.insert("interleave");
     if (!r.tied[0].empty() || !r.tied[1].empty()) kinds.insert("tied");
     bool rope = !r.rope.is_null();
     for (int s = 0; s < 2; ++s)

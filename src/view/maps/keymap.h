@@ -25,7 +25,8 @@
 // `experts`: the one tensor stacks `count` tensors along a new dimension `dim`, which the other
 // side holds one key each ({E} = 0 .. count-1). `transpose`: each tensor of one side is its
 // counterpart's with the last two dims swapped (grouped experts [E, out, in] <-> [E, in, out]); on a
-// list rule, each part is, and `dim` is a dimension of the one joined tensor. `tied` {SIDE: KEY}:
+// list rule, each part is, and `dim` is a dimension of the one joined tensor; under a stack, each
+// entry is. `interleave`: along a dimension, halves on the first side, alternating on the second. `tied` {SIDE: KEY}:
 // from SIDE, a missing key of a tied model is made from KEY (lm_head from the embedding). Parameters come from config.json (the first key of
 // a list that is present), else `default`; expressions are integer arithmetic (+ - * / and
 // parentheses) over parameters, config keys and integers.
@@ -108,6 +109,11 @@ struct KeyMap {
     nlohmann::json experts;     // null or {"dim", "count"} ("experts" or "stack" in the file)
     std::string groups;         // a list rule: the concatenation repeats this many times (expression), or ""
     bool transpose = false;     // each tensor of one side is the other's with its last two dims swapped
+    // "interleave": N: along dimension N of one entry (a stack's entry: the tensor without the
+    // stack's dims; in the first side's frame when transposed) the first side holds two halves one
+    // after the other ([gate; up]) and the second the same slices alternating (gate 0, up 0, gate 1,
+    // ...: GPT-OSS's gate_up_proj, Megatron-Bridge's GPTOSSMLPGateUpProjMapping). -1: none.
+    int64_t interleave = -1;
     // "tied": {SIDE: KEY}: mapping from SIDE, when the input lacks this 1:1 rule's key, config.json
     // says tie_word_embeddings: true and the input has KEY, the output is a copy of KEY (the
     // adapters' from_hf: lm_head.weight from model.embed_tokens.weight). Empty: none.
@@ -157,7 +163,7 @@ KeyMap choose_variant(const KeyMap& map, const nlohmann::json& config, const std
 // Qwen2 map); a family's aliases count once. Patterns are only matched: no parameter is read, nothing is mapped. In
 // name order; empty: none.
 std::vector<std::string> maps_to_hf_for(const std::vector<std::string>& keys, const nlohmann::json& config);
-// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, tied.
+// The rule kinds a map uses, sorted: drop, rename, rope, concat, groups, stack, offset, transpose, interleave, tied.
 std::vector<std::string> rule_kinds(const KeyMap& map);
 // The "args" of `variant` (the default variant's when `variant` is "" or has none), its
 // "config_defaults" the union over every variant of `map`, so a model_type's class defaults are

@@ -8,9 +8,10 @@
 //   unstack   a stack of `count` experts into one key each (`experts`, input side stacked);
 //   stack     `count` per-expert keys into one stack (`experts`, output side stacked).
 //
-// `transpose` rides on rename, split and join: each part lands with its last two dims swapped
-// (MapPart::transpose), so a grouped expert weight [E, out, in] maps to [E, in, out] and the
-// fused [E, in, 2F] is cat(w1ᵀ, w3ᵀ, -1); the piece copier does the swap.
+// `transpose` rides on rename, split, join, unstack and stack: each part lands with its last two
+// dims swapped (MapPart::transpose), so a grouped expert weight [E, out, in] maps to [E, in, out]
+// and the fused [E, in, 2F] is cat(w1ᵀ, w3ᵀ, -1); the piece copier does the swap. `interleave`
+// rides on rename, unstack and stack: one part per slice of the interleaved dimension.
 //
 // A map's rule has one shape in the file (view/maps/keymap.h's RuleShape); the direction of the
 // mapping decides which kind carries it out (a list is split one way, joined the other). Every
@@ -179,7 +180,12 @@ class MapBuilder {
     }
     part.transpose = rule.transpose;
     mt.transforms = {part.rows ? "rope" : rule.transpose ? "transpose" : "rename"};
-    mt.parts.push_back(part);
+    if (rule.interleave >= 0) {
+      interleaved_parts(part, m, static_cast<int64_t>(t.ndim()), 0, -1, mt);
+      mt.transforms.push_back("interleave");
+    } else {
+      mt.parts.push_back(part);
+    }
     mt.inputs.push_back(m.item.key);
     out_.tensors.push_back(std::move(mt));
     used_.insert(m.item.key);
@@ -343,6 +349,7 @@ class MapBuilder {
 
   // One stacked tensor -> `count` tensors, one per expert.
   void unstack(const Match& m) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
     const TensorMeta& t = tensor(m.item.index);
     Experts e = experts(m);
     if (!stack_fits(t, e))
@@ -356,6 +363,9 @@ class MapBuilder {
       e.set(v, x);
       std::vector<int64_t> shape = t.shape;
       shape.erase(shape.begin() + e.dim, shape.begin() + e.dim + e.units());
+      if (rule.transpose && e.dim + e.units() > static_cast<int64_t>(t.ndim()) - 2)
+        shape_error(m.item.key, "a stack along one of the last two dims, which the rule transposes");
+      shape = transposed(shape, rule, m.item.key);
       MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(v, &params_), shape, t, m.rule);
       MapPart part = whole_part(m.item.index);
       for (size_t a = 0; a < e.axes.size(); ++a) {
@@ -365,8 +375,15 @@ class MapBuilder {
       part.to.assign(shape.size(), 0);
       part.drop = static_cast<int>(e.dim);
       part.units = e.units();
-      mt.parts.push_back(part);
+      part.transpose = rule.transpose;
+      if (rule.interleave >= 0) {
+        interleaved_parts(part, m, static_cast<int64_t>(shape.size()), e.units(), e.dim, mt);
+      } else {
+        mt.parts.push_back(part);
+      }
       mt.transforms = {"unstack"};
+      if (rule.transpose) mt.transforms.push_back("transpose");
+      if (rule.interleave >= 0) mt.transforms.push_back("interleave");
       mt.inputs.push_back(m.item.key);
       out_.tensors.push_back(std::move(mt));
     }
@@ -375,6 +392,7 @@ class MapBuilder {
 
   // `count` per-expert tensors -> one stack: gather them all.
   void stack(const Match& m) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
     const TensorMeta& t = tensor(m.item.index);
     Experts e = experts(m);
     std::vector<std::string> keys;
@@ -389,8 +407,10 @@ class MapBuilder {
     // The keys before the first missing one are taken (the stack is reported missing).
     for (size_t k = 0; k < keys.size() && (!parts.empty() || by_key_.count(keys[k])); ++k) used_.insert(keys[k]);
     if (parts.empty()) return;
-    std::vector<int64_t> shape = t.shape;
+    std::vector<int64_t> shape = transposed(t.shape, rule, m.item.key);
     if (e.dim < 0 || e.dim > static_cast<int64_t>(shape.size())) shape_error(m.item.key, "experts dimension out of range");
+    if (rule.transpose && e.dim > static_cast<int64_t>(shape.size()) - 2)
+      shape_error(m.item.key, "a stack along one of the last two dims, which the rule transposes");
     for (auto a = e.axes.rbegin(); a != e.axes.rend(); ++a) shape.insert(shape.begin() + e.dim, a->count);
     MappedTensor mt = new_tensor(to_pat(m.rule, 0).fill(base, &params_), shape, t, m.rule);
     for (int64_t x = 0; x < e.count; ++x) {
@@ -402,11 +422,43 @@ class MapBuilder {
       for (size_t a = 0; a < e.axes.size(); ++a) part.to[static_cast<size_t>(e.axes[a].dim)] = e.coord(a, x);
       part.add = static_cast<int>(e.dim);
       part.units = e.units();
-      mt.parts.push_back(part);
+      part.transpose = rule.transpose;
+      if (rule.interleave >= 0) {
+        interleaved_parts(part, m, static_cast<int64_t>(pe.ndim()), 0, -1, mt, e.units(), e.dim);
+      } else {
+        mt.parts.push_back(part);
+      }
       mt.transforms = {"stack"};
+      if (rule.transpose) mt.transforms.push_back("transpose");
+      if (rule.interleave >= 0) mt.transforms.push_back("interleave");
       mt.inputs.push_back(keys[static_cast<size_t>(x)]);
     }
     out_.tensors.push_back(std::move(mt));
+  }
+
+  // `base` (one entry's whole part) cut along the rule's `interleave` dimension into one part per
+  // slice, input slice i landing at its place on the other side: the first side holds two halves
+  // ([gate; up]), the second the slices alternating (gate 0, up 0, gate 1, ...). `rank` is one
+  // entry's; the input's stack dims (`in_units` from `in_dim`) and the output's (`out_units` from
+  // `out_dim`) shift the dimension in part.from and part.to. A transposed rule's second side has the
+  // dimension's partner among the last two.
+  void interleaved_parts(const MapPart& base, const Match& m, int64_t rank, int in_units, int64_t in_dim, MappedTensor& mt, int out_units = 0,
+                         int64_t out_dim = -1) {
+    const KeyMap::Rule& rule = map_.rules[m.rule];
+    const int64_t d = rule.interleave;
+    if (d >= rank) shape_error(m.item.key, "interleave dimension " + std::to_string(d) + " out of range of one entry's " + std::to_string(rank));
+    const int64_t partner = rule.transpose && d >= rank - 2 ? 2 * rank - 3 - d : d;
+    const int64_t din = from_ == 0 ? d : partner, dout = from_ == 0 ? partner : d;
+    const int64_t fdim = din + (in_units && in_dim <= din ? in_units : 0), tdim = dout + (out_units && out_dim <= dout ? out_units : 0);
+    const int64_t n = base.from.sizes[static_cast<size_t>(fdim)], half = n / 2;
+    if (n % 2) shape_error(m.item.key, "dimension " + std::to_string(fdim) + " is " + std::to_string(n) + " long: not two halves to interleave");
+    for (int64_t i = 0; i < n; ++i) {
+      MapPart p = base;
+      p.from.offsets[static_cast<size_t>(fdim)] += i;
+      p.from.sizes[static_cast<size_t>(fdim)] = 1;
+      p.to[static_cast<size_t>(tdim)] += from_ == 0 ? (i % half) * 2 + i / half : (i % 2) * half + i / 2;
+      mt.parts.push_back(p);
+    }
   }
 
   // A tied model's missing tensor (`tied`): when the input lacks a rule's key on its side and
