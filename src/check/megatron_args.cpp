@@ -75,8 +75,7 @@ struct VariantArgs {
 
 VariantArgs variant_args_of(const json& a, const std::string& model_type) {
   auto bad = [](const std::string& what) {
-    throw UsageError(Where("key map"),
-                     "the variant's \"args\": " + what + " (src/check/megatron_args.cpp lists the fields)");
+    throw UsageError(Where("key map"), "the variant's \"args\": " + what + " (src/check/megatron_args.cpp lists the fields)");
   };
   if (!a.is_object()) bad("not an object");
   auto text = [&](const json& o, const char* field, std::initializer_list<const char*> allowed) {
@@ -270,7 +269,8 @@ void check_mla_rope(ArgsChecker& c, const VariantArgs& v) {
   if (want == "default") {
     auto prf = c.rope("partial_rotary_factor");
     c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
-              v.dflt("partial_rotary_factor"), "rotary_percent", c.arg("rotary_percent"));
+              v.dflt("partial_rotary_factor"), "rotary_percent",
+              c.arg("rotary_percent"));
     c.compare("(the softmax scale of unscaled RoPE)", 1.0, "model", "mscale_all_dim", mg_softmax,
               "megatron-core scales MLA's softmax by mscale(rotary_scaling_factor, mscale_all_dim)^2 = " +
                   shown_number(mg_softmax) + " (" + mg_said + ")");
@@ -513,8 +513,9 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     c.size(v.moe_ffn, moe_ffn, c.arg(moe_ffn));
     for (const char* f : {"num_experts", "n_routed_experts", "num_local_experts"})
       c.size(f, "num_experts", c.arg("num_experts"));
-    c.setting("num_experts_per_tok", c.stated("num_experts_per_tok"), v.dflt("num_experts_per_tok"), "moe_router_topk",
-              c.arg("moe_router_topk"));
+    c.setting("num_experts_per_tok", c.stated("num_experts_per_tok"),
+              v.dflt("num_experts_per_tok"),
+              "moe_router_topk", c.arg("moe_router_topk"));
   }
 
   // ---- the settings no shape shows ----
@@ -544,7 +545,8 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   c.require("every variant's norm is RMSNorm", "normalization", "RMSNorm");
   {
     const std::string eps = c.has_arg("norm_epsilon") ? "norm_epsilon" : "layernorm_epsilon";
-    c.setting("rms_norm_eps", c.stated("rms_norm_eps"), v.dflt("rms_norm_eps"), eps, c.arg(eps));
+    c.setting("rms_norm_eps", c.stated("rms_norm_eps"), v.dflt("rms_norm_eps"), eps,
+              c.arg(eps));
   }
   {
     auto theta = c.rope("rope_theta");
@@ -556,7 +558,8 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
     auto prf = c.rope("partial_rotary_factor");
     c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
-              v.dflt("partial_rotary_factor"), "rotary_percent", c.arg("rotary_percent"));
+              v.dflt("partial_rotary_factor"), "rotary_percent",
+              c.arg("rotary_percent"));
     auto type = c.rope("rope_type");
     if (!type) type = c.rope("type");
     const std::string rope_type = type && type->first.is_string() ? type->first.get<std::string>() : "default";
@@ -628,9 +631,8 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
       const bool unscaled =
           scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
       if (c.has_arg("moe_router_topk_scaling_factor") && !unscaled)
-        c.problems_.push_back(
-            v.router_name +
-            "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " + args_shown(scale));
+        c.problems_.push_back(v.router_name + "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " +
+                              args_shown(scale));
       else if (c.has_arg("moe_router_topk_scaling_factor"))
         c.checked_.push_back({{"config", "(no routed scaling)"},
                               {"args", "moe_router_topk_scaling_factor"},
@@ -662,8 +664,7 @@ void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConf
   map.args_from = args->from;
   // A map file whose variants carry no "args" (a copy of an older megatron.json) reads them as the
   // built-in family's variant of the same name.
-  const json rules =
-      map.variant_args.is_object() ? map.variant_args : variant_args(load_key_map("megatron"), map.variant);
+  const json rules = map.variant_args.is_object() ? map.variant_args : variant_args(load_key_map("megatron"), map.variant);
   map.args_checked = check_megatron_args(*args, config.json, config.path, rules);
 }
 
