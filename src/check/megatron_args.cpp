@@ -269,8 +269,7 @@ void check_mla_rope(ArgsChecker& c, const VariantArgs& v) {
   if (want == "default") {
     auto prf = c.rope("partial_rotary_factor");
     c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
-              v.dflt("partial_rotary_factor"), "rotary_percent",
-              c.arg("rotary_percent"));
+              v.dflt("partial_rotary_factor"), "rotary_percent", c.arg("rotary_percent"));
     c.compare("(the softmax scale of unscaled RoPE)", 1.0, "model", "mscale_all_dim", mg_softmax,
               "megatron-core scales MLA's softmax by mscale(rotary_scaling_factor, mscale_all_dim)^2 = " +
                   shown_number(mg_softmax) + " (" + mg_said + ")");
