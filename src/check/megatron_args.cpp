@@ -1,5 +1,6 @@
 #include "check/megatron_args.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -36,9 +37,15 @@ json args_namespace_fields(const pickle::Value& v) {
 
 // How the variant's Hugging Face config reads the args: its "args" in the map (megatron.json's
 // variants), checked here since this file is its only reader.
-//   attention        "gqa": num_key_value_heads and head_dim are compared; "mla": not (MLA's sizes)
-//   rope             "rotate_half": the RoPE rows of the table; "unchecked": none (DeepSeek-V3's YaRN);
-//                    "yarn": GPT-OSS's YaRN (position_embedding_type yarn, check_yarn)
+//   attention        "gqa": num_key_value_heads and head_dim are compared, multi_latent_attention
+//                    False; "mla": not those, multi_latent_attention True
+//   rope             "rotate_half": the RoPE rows of the table; "mla": multi-latent attention's
+//                    (check_mla_rope: rope_type, YaRN, rope_interleave); "yarn": GPT-OSS's YaRN
+//                    (position_embedding_type yarn, check_yarn); "unchecked": none
+//   sizes            [[config field, args field], ...]: sizes compared where config.json states
+//                    them, null included (DeepSeek-V3's MLA: q_lora_rank null is no q LoRA)
+//   dense_layers     which layers are dense, against moe_layer_freq (check_dense_layers):
+//                    "first_k_dense_replace", "mlp_only_layers" (with decoder_sparse_step), "none"
 //   activation       "swiglu" (absent: hidden_act silu = --swiglu) or "quick_geglu" (GPT-OSS's clamped
 //                    SwiGLU: --quick-geglu, glu_linear_offset 1, activation_func_clamp_value = swiglu_limit)
 //   sinks            true: learnable attention sinks (softmax_type learnable)
@@ -48,7 +55,9 @@ json args_namespace_fields(const pickle::Value& v) {
 //                    with not moe_router_pre_softmax), "renormalized" (the class always renormalizes:
 //                    moe_router_pre_softmax False), "topk_above_1" (megatron-core renormalizes a
 //                    sigmoid top k when k > 1); routed_scaling: whether routed_scaling_factor exists;
-//                    name: how messages call the router (absent: the config's model_type)
+//                    name: how messages call the router (absent: the config's model_type);
+//                    groups: {"n_group", "topk_group": config fields, "top_per_group": how many
+//                    scores the class sums per group} (group-limited routing, check_router_groups)
 //   config_defaults  model_type -> transformers 5.23's class defaults of the settings no shape shows
 //                    (rms_norm_eps, rope_theta, partial_rotary_factor, tie_word_embeddings,
 //                    hidden_act, num_experts_per_tok, norm_topk_prob, routed_scaling_factor; printed
@@ -56,9 +65,11 @@ json args_namespace_fields(const pickle::Value& v) {
 //                    config.json states is compared
 struct VariantArgs {
   bool mla = false, rope_checked = true, sigmoid = false, routed_scaling = false;
-  bool yarn = false, quick_geglu = false, sinks = false, sliding_window = false;
-  std::string moe_ffn = "moe_intermediate_size", router_name, norm_topk;
-  json defaults;  // config_defaults[model_type], or null
+  bool yarn = false, quick_geglu = false, sinks = false, sliding_window = false, mla_rope = false;
+  std::string moe_ffn = "moe_intermediate_size", router_name, norm_topk, dense_layers;
+  json sizes = json::array();  // [[config field, args field], ...]
+  json groups;                 // router "groups", or null
+  json defaults;               // config_defaults[model_type], or null
 
   bool known() const { return defaults.is_object(); }
   std::optional<json> dflt(const char* field) const {
@@ -82,9 +93,19 @@ VariantArgs variant_args_of(const json& a, const std::string& model_type) {
   };
   VariantArgs v;
   v.mla = text(a, "attention", {"gqa", "mla"}) == "mla";
-  const std::string rope = text(a, "rope", {"rotate_half", "unchecked", "yarn"});
+  const std::string rope = text(a, "rope", {"rotate_half", "mla", "unchecked", "yarn"});
   v.rope_checked = rope == "rotate_half";
+  v.mla_rope = rope == "mla";
   v.yarn = rope == "yarn";
+  if (a.contains("sizes")) {
+    v.sizes = a["sizes"];
+    bool ok = v.sizes.is_array();
+    for (const json& p : ok ? v.sizes : json::array())
+      ok = ok && p.is_array() && p.size() == 2 && p[0].is_string() && p[1].is_string();
+    if (!ok) bad("\"sizes\" is a list of [config field, args field] pairs");
+  }
+  if (a.contains("dense_layers"))
+    v.dense_layers = text(a, "dense_layers", {"first_k_dense_replace", "mlp_only_layers", "none"});
   if (a.contains("activation")) v.quick_geglu = text(a, "activation", {"swiglu", "quick_geglu"}) == "quick_geglu";
   for (const char* f : {"sinks", "sliding_window"})
     if (a.contains(f) && !a[f].is_boolean()) bad(std::string("\"") + f + "\" is a boolean");
@@ -98,6 +119,13 @@ VariantArgs variant_args_of(const json& a, const std::string& model_type) {
   if (!r.value("routed_scaling", json()).is_boolean()) bad("router \"routed_scaling\" is a boolean");
   v.routed_scaling = r["routed_scaling"].get<bool>();
   v.router_name = r.value("name", model_type);
+  if (r.contains("groups")) {
+    const json g = r["groups"];
+    if (!g.is_object() || !g.value("n_group", json()).is_string() || !g.value("topk_group", json()).is_string() ||
+        !g.value("top_per_group", json()).is_number_integer())
+      bad("router \"groups\" is {\"n_group\": FIELD, \"topk_group\": FIELD, \"top_per_group\": N}");
+    v.groups = g;
+  }
   const json d = a.value("config_defaults", json::object());
   if (d.is_object() && d.contains(model_type) && d[model_type].is_object()) v.defaults = d[model_type];
   return v;
@@ -136,6 +164,12 @@ class ArgsChecker {
         if (auto top = stated(key)) return std::make_pair(*top, key);
     }
     return std::nullopt;
+  }
+  // config.json's `key` as written, null included (nullopt: absent).
+  std::optional<json> given(const std::string& key) const {
+    auto it = config_.find(key);
+    if (it == config_.end()) return std::nullopt;
+    return *it;
   }
   json arg(const std::string& name) const { return args_.values.value(name, json()); }
   bool has_arg(const std::string& name) const { return args_.values.contains(name); }
@@ -290,6 +324,231 @@ void check_sliding_window(ArgsChecker& c, const VariantArgs& v) {
   c.compare("layer_types", want, lt_from, "window_attn_skip_freq", got,
             "args.window_size = " + args_shown(ws) + " and args.window_attn_skip_freq = " + args_shown(freq) + " window the layers " +
                 got.dump());
+// transformers' and megatron-core's YaRN attention scale (both: 0.1 * m * ln(factor) + 1, 1 when
+// factor <= 1).
+double yarn_mscale(double factor, double m) {
+  return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+}
+
+double number_or(const json& v, double dflt) {
+  return v.is_number() ? v.get<double>() : dflt;
+}
+
+std::string shown_number(double x) {
+  return args_shown(json(x));
+}
+
+// Multi-latent attention's RoPE (variant "rope": "mla"): megatron-core 0.19.2's
+// MultiLatentAttention against transformers 5.23's DeepseekV3Attention.
+//   - megatron always takes the RoPE columns even then odd before the halves rotation
+//     (apply_rotary_pos_emb(..., mla_rotary_interleaved=True)), transformers only with
+//     rope_interleave (DeepseekV3Config's default True); rotary_interleaved on top of it (the
+//     rotate-half of adjacent pairs) no Hugging Face config represents;
+//   - args.rope_type None is MLATransformerConfig's default "yarn"; "rope" is rope_type "default";
+//   - YaRN: factor = rotary_scaling_factor; original_max_position_embeddings, beta_fast and
+//     beta_slow are MLATransformerConfig's fixed 4096, 32 and 1 (Megatron-LM has no argument for
+//     them under MLA: --yarn-* are read for other attention only, argument_utils.py), truncate its
+//     correction_range_round_to_int True; the two scales YaRN applies are compared as computed,
+//     since both read mscale / mscale_all_dim differently: the cos/sin scale (transformers:
+//     attention_factor, else mscale(f, mscale) / mscale(f, mscale_all_dim) when both are set, else
+//     mscale(f, 1); megatron: mscale(f, mscale) / mscale(f, mscale_all_dim)) and the softmax scale
+//     (transformers: mscale(f, mscale_all_dim)^2 when rope_type is not default and mscale_all_dim
+//     is set; megatron: mscale(rotary_scaling_factor, mscale_all_dim)^2 always, plain RoPE included).
+void check_mla_rope(ArgsChecker& c, const VariantArgs& v) {
+  {
+    std::optional<json> il = c.stated("rope_interleave");
+    const bool stated = il.has_value();
+    if (!il) il = v.dflt("rope_interleave");
+    if (il)
+      c.compare("rope_interleave", *il, stated ? "config.json" : c.model_type() + "'s default",
+                "multi_latent_attention", json(true),
+                "megatron-core's multi-latent attention always takes the RoPE columns even then odd "
+                "(mla_rotary_interleaved; transformers: rope_interleave True)");
+  }
+  c.require("transformers' MLA RoPE (it cannot represent rotary_interleaved)", "rotary_interleaved", false);
+  if (!c.has_arg("rope_type")) return;  // an older Megatron-LM: the RoPE type is not known
+  auto type = c.rope("rope_type");
+  if (!type) type = c.rope("type");
+  const std::string hf_type = type && type->first.is_string() ? type->first.get<std::string>() : "default";
+  const std::string type_field = type ? type->second : "rope_type";
+  const json mg = c.arg("rope_type");
+  const std::string mg_type = mg.is_string() ? mg.get<std::string>() : "yarn";
+  const std::string want = mg_type == "rope" ? "default" : mg_type;
+  c.compare(type_field, hf_type, type ? "config.json" : "default", "rope_type", want,
+            "args.rope_type = " + args_shown(mg) + (mg.is_null() ? " (MLATransformerConfig's default \"yarn\")" : "") +
+                " (rope_type \"" + want + "\")");
+  if (hf_type != want) return;
+  const double mg_factor = number_or(c.arg("rotary_scaling_factor"), 40.0);
+  const double mg_mscale = number_or(c.arg("mscale"), 1.0), mg_all = number_or(c.arg("mscale_all_dim"), 0.0);
+  const double mg_softmax = std::pow(yarn_mscale(mg_factor, mg_all), 2);
+  const std::string mg_said = "args.rotary_scaling_factor " + shown_number(mg_factor) + ", mscale " +
+                              shown_number(mg_mscale) + ", mscale_all_dim " + shown_number(mg_all);
+  if (want == "default") {
+    auto prf = c.rope("partial_rotary_factor");
+    c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
+              v.dflt("partial_rotary_factor"), "rotary_percent", c.arg("rotary_percent"));
+    c.compare("(the softmax scale of unscaled RoPE)", 1.0, "model", "mscale_all_dim", mg_softmax,
+              "megatron-core scales MLA's softmax by mscale(rotary_scaling_factor, mscale_all_dim)^2 = " +
+                  shown_number(mg_softmax) + " (" + mg_said + ")");
+    return;
+  }
+  if (want != "yarn") return;
+  auto f = c.rope("factor");
+  if (!f || !f->first.is_number()) {
+    c.problems_.push_back("rope_parameters.factor is missing, but args.rotary_scaling_factor = " +
+                          shown_number(mg_factor));
+    return;
+  }
+  const double factor = f->first.get<double>();
+  c.compare(f->second, f->first, "config.json", "rotary_scaling_factor", mg_factor);
+  auto fixed = [&](const char* key, const json& mg_value, const json& hf_default, const std::string& why) {
+    auto got = c.rope(key);
+    const json hv = got ? got->first : hf_default;
+    if (hv.is_null()) {
+      c.problems_.push_back(std::string("rope_parameters.") + key + " is missing, but megatron-core's MLA uses " +
+                            args_shown(mg_value) + " (" + why + ")");
+      return;
+    }
+    c.compare(got ? got->second : std::string("rope_parameters.") + key, hv,
+              got ? "config.json" : "transformers' default", "multi_latent_attention", mg_value,
+              "megatron-core's MLA uses " + args_shown(mg_value) + " (" + why + ")");
+  };
+  fixed("original_max_position_embeddings", 4096, json(),
+        "MLATransformerConfig's original_max_position_embeddings: no Megatron-LM argument sets it under MLA");
+  fixed("beta_fast", 32.0, 32.0, "MLATransformerConfig's beta_fast");
+  fixed("beta_slow", 1.0, 1.0, "MLATransformerConfig's beta_slow");
+  fixed("truncate", true, true, "YarnRotaryEmbedding's correction_range_round_to_int");
+  // The two scales, as each side computes them.
+  auto hv = [&](const char* key) {
+    auto got = c.rope(key);
+    return got ? got->first : json();
+  };
+  const json h_mscale = hv("mscale"), h_all = hv("mscale_all_dim"), h_att = hv("attention_factor");
+  const bool both = number_or(h_mscale, 0) != 0 && number_or(h_all, 0) != 0;
+  const double hf_cos = h_att.is_number() ? h_att.get<double>()
+                        : both ? yarn_mscale(factor, h_mscale.get<double>()) / yarn_mscale(factor, h_all.get<double>())
+                               : yarn_mscale(factor, 1.0);
+  const double mg_cos = yarn_mscale(mg_factor, mg_mscale) / yarn_mscale(mg_factor, mg_all);
+  const double hf_softmax = number_or(h_all, 0) != 0 ? std::pow(yarn_mscale(factor, h_all.get<double>()), 2) : 1.0;
+  const std::string hf_said = "factor " + shown_number(factor) + ", mscale " + args_shown(h_mscale) +
+                              ", mscale_all_dim " + args_shown(h_all) +
+                              (h_att.is_null() ? "" : ", attention_factor " + args_shown(h_att));
+  c.compare("rope_parameters.mscale / mscale_all_dim (YaRN's cos/sin scale)", hf_cos, "config.json", "mscale", mg_cos,
+            "megatron-core's is " + shown_number(mg_cos) + " (" + mg_said + "); transformers' from " + hf_said);
+  c.compare("rope_parameters.mscale_all_dim (YaRN's softmax scale)", hf_softmax, "config.json", "mscale_all_dim",
+            mg_softmax,
+            "megatron-core's is " + shown_number(mg_softmax) + " (" + mg_said + "); transformers' from " + hf_said);
+}
+
+// Group-limited routing (the router's "groups"): transformers' DeepSeek-V3 / GLM-4.5 routers pick
+// topk_group of n_group expert groups, scoring a group by the sum of its top `top_per_group` (2)
+// biased scores; megatron-core 0.19.2 (group_limited_topk, with moe_router_group_topk set) picks
+// moe_router_group_topk of moe_router_num_groups groups scoring each by its top moe_router_topk /
+// moe_router_group_topk. Both choose every group when topk_group >= n_group (no limit: megatron's
+// default, moe_router_group_topk None); otherwise the counts must agree and megatron's per-group
+// top must be transformers' 2 (DeepSeek-V3's 8 / 4), or the two pick other experts.
+void check_router_groups(ArgsChecker& c, const VariantArgs& v) {
+  if (!v.groups.is_object() || !c.has_arg("moe_router_group_topk")) return;
+  const std::string nf = v.groups["n_group"], kf = v.groups["topk_group"];
+  const int64_t per_group = v.groups["top_per_group"];
+  std::optional<json> n = c.stated(nf), k = c.stated(kf);
+  const std::string dflt_from = c.model_type() + "'s default";
+  const std::string n_from = n ? "config.json" : dflt_from, k_from = k ? "config.json" : dflt_from;
+  if (!n) n = v.dflt(nf.c_str());
+  if (!k) k = v.dflt(kf.c_str());
+  if (!n || !k || !n->is_number_integer() || !k->is_number_integer()) return;
+  const std::string from = n_from == k_from ? n_from : "config.json and " + dflt_from;
+  const json mn = c.arg("moe_router_num_groups"), mk = c.arg("moe_router_group_topk"), topk = c.arg("moe_router_topk");
+  const bool hf_limited = k->get<int64_t>() < n->get<int64_t>();
+  const bool mg_limited = mk.is_number_integer() && mk.get<int64_t>() > 0 &&
+                          !(mn.is_number_integer() && mk.get<int64_t>() >= mn.get<int64_t>());
+  const std::string hf_said = nf + " = " + args_shown(*n) + (n_from == k_from ? "" : " (" + n_from + ")") + ", " + kf +
+                              " = " + args_shown(*k) + (k_from == "config.json" ? "" : " (" + k_from + ")");
+  const std::string mg_said =
+      "args.moe_router_num_groups = " + args_shown(mn) + ", moe_router_group_topk = " + args_shown(mk);
+  if (!hf_limited && !mg_limited) {
+    c.checked_.push_back({{"config", nf + ", " + kf},
+                          {"args", "moe_router_num_groups, moe_router_group_topk"},
+                          {"value", "no group limit"},
+                          {"config_from", from}});
+    return;
+  }
+  if (hf_limited != mg_limited) {
+    c.problems_.push_back(hf_said +
+                          (hf_limited
+                               ? " (routing limited to " + args_shown(*k) + " of " + args_shown(*n) + " expert groups)"
+                               : " (every group chosen: no limit)") +
+                          ", but " + mg_said + (mg_limited ? " (group-limited routing)" : " (no group limit)"));
+    return;
+  }
+  c.compare(nf, *n, n_from, "moe_router_num_groups", mn);
+  c.compare(kf, *k, k_from, "moe_router_group_topk", mk);
+  if (topk.is_number_integer() && topk.get<int64_t>() / mk.get<int64_t>() != per_group)
+    c.problems_.push_back(
+        v.router_name + " scores an expert group by its top " + std::to_string(per_group) +
+        " experts, but megatron-core by its top moe_router_topk / moe_router_group_topk = " + args_shown(topk) + " / " +
+        args_shown(mk) + " = " + std::to_string(topk.get<int64_t>() / mk.get<int64_t>()) + " (args)");
+}
+
+// Which layers are MoE, 1 per layer: megatron-core's moe_layer_freq (an int N: every N-th layer
+// from 0; a list: the pattern itself, gpt_layer_specs.get_gpt_decoder_block_spec) against the
+// variant's config (first_k_dense_replace: layers >= k; Qwen-MoE's mlp_only_layers and
+// decoder_sparse_step: i not listed and (i + 1) % step == 0; "none": every layer).
+std::string layers_said(const std::vector<int>& moe) {
+  std::string out;
+  for (size_t i = 0; i < moe.size(); ++i)
+    if (!moe[i]) out += (out.empty() ? "" : ", ") + std::to_string(i);
+  return out.empty() ? "no dense layer" : "dense layers " + out;
+}
+
+void check_dense_layers(ArgsChecker& c, const VariantArgs& v) {
+  if (v.dense_layers.empty() || !c.has_arg("moe_layer_freq") || !c.arg("num_layers").is_number_integer()) return;
+  const int64_t L = c.arg("num_layers").get<int64_t>();
+  if (L <= 0 || L > 100000) return;
+  const json freq = c.arg("moe_layer_freq");
+  std::vector<int> mg(L, 0), hf(L, 1);
+  if (freq.is_number_integer() && freq.get<int64_t>() > 0) {
+    for (int64_t i = 0; i < L; ++i) mg[i] = i % freq.get<int64_t>() == 0;
+  } else if (freq.is_array() && static_cast<int64_t>(freq.size()) == L) {
+    for (int64_t i = 0; i < L; ++i) mg[i] = freq[i] == json(1);
+  } else {
+    return;  // megatron-core itself refuses another pattern
+  }
+  std::string field, from = "config.json";
+  json value;
+  if (v.dense_layers == "first_k_dense_replace") {
+    field = "first_k_dense_replace";
+    std::optional<json> k = c.stated(field);
+    if (!k) {
+      k = v.dflt(field.c_str());
+      from = c.model_type() + "'s default";
+    }
+    if (!k || !k->is_number_integer()) return;
+    value = *k;
+    for (int64_t i = 0; i < L; ++i) hf[i] = i >= k->get<int64_t>();
+  } else if (v.dense_layers == "mlp_only_layers") {
+    field = "mlp_only_layers";
+    const json only = c.stated("mlp_only_layers").value_or(json::array());
+    const json step = c.stated("decoder_sparse_step").value_or(json(1));
+    if (!only.is_array() || !step.is_number_integer() || step.get<int64_t>() <= 0) return;
+    if (!c.stated("mlp_only_layers") && !c.stated("decoder_sparse_step")) from = c.model_type() + "'s default";
+    value = only;
+    for (int64_t i = 0; i < L; ++i)
+      hf[i] = std::find(only.begin(), only.end(), json(i)) == only.end() && (i + 1) % step.get<int64_t>() == 0;
+    if (step.get<int64_t>() != 1) field += ", decoder_sparse_step = " + step.dump();
+  } else {
+    field = "(every layer MoE)";
+    from = "model";
+    value = "every layer";
+  }
+  if (mg == hf) {
+    c.checked_.push_back({{"config", field}, {"args", "moe_layer_freq"}, {"value", value}, {"config_from", from}});
+    return;
+  }
+  c.problems_.push_back(field + (v.dense_layers == "none" ? "" : " = " + args_shown(value)) +
+                        (from == "config.json" || v.dense_layers == "none" ? "" : " (" + from + ")") + " (" +
+                        layers_said(hf) + "), but args.moe_layer_freq = " + args_shown(freq) + " (" + layers_said(mg) +
+                        ")");
 }
 
 }  // namespace
@@ -346,6 +605,12 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   c.size("num_hidden_layers", "num_layers", c.arg("num_layers"));
   c.size("hidden_size", "hidden_size", c.arg("hidden_size"));
   c.size("num_attention_heads", "num_attention_heads", c.arg("num_attention_heads"));
+  c.require(v.mla ? "multi-latent attention (the variant's q_a_proj / kv_a_proj_with_mqa)"
+                  : "the variant's q_proj / k_proj / v_proj attention (not multi-latent)",
+            "multi_latent_attention", v.mla);
+  for (const json& p : v.sizes)
+    if (auto cv = c.given(p[0].get<std::string>()))
+      c.compare(p[0].get<std::string>(), *cv, "config.json", p[1].get<std::string>(), c.arg(p[1].get<std::string>()));
   if (!v.mla) {
     const bool gqa = c.arg("group_query_attention") == json(true);
     c.size("num_key_value_heads", gqa ? "num_query_groups" : "num_attention_heads",
@@ -455,9 +720,12 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   if (v.yarn) check_yarn(c, v);
   if (v.sinks) c.require("the model's learnable attention sinks (self_attn.sinks)", "softmax_type", "learnable");
   if (v.sliding_window) check_sliding_window(c, v);
+  if (v.mla_rope) check_mla_rope(c, v);
 
-  // ---- the router (the variant's "router") ----
+  // ---- the router (the variant's "router") and which layers are MoE ----
   if (moe) {
+    check_router_groups(c, v);
+    check_dense_layers(c, v);
     const json topk = c.arg("moe_router_topk");
     const json scale = c.arg("moe_router_topk_scaling_factor");
     const std::string score = v.sigmoid ? "sigmoid" : "softmax";

@@ -70,6 +70,27 @@
 //     dings, beta_fast, beta_slow,     position_embeddings, yarn_beta_fast/slow,
 //     truncate, the cos/sin scale      yarn_correction_range_round_to_int (None:
 //                                      True), mscale / mscale_all_dim            gpt_oss
+//   (the attention)                    multi_latent_attention (True: MLA)        all
+//   q_lora_rank (null: none),          q_lora_rank, kv_lora_rank, qk_head_dim,   deepseek_v3 ("sizes",
+//     kv_lora_rank, qk_nope_head_dim,    qk_pos_emb_head_dim, v_head_dim           if stated)
+//     qk_rope_head_dim, v_head_dim
+//   rope_interleave (True)             multi_latent_attention (MLA always takes  deepseek_v3
+//                                      the RoPE columns even then odd);
+//                                      rotary_interleaved False
+//   rope_type yarn / default           rope_type (None: MLA's "yarn") / "rope"   deepseek_v3
+//   yarn factor                        rotary_scaling_factor                     deepseek_v3
+//   yarn original_max_position_        MLATransformerConfig's fixed 4096, 32,    deepseek_v3
+//     embeddings, beta_fast,             1, True (no Megatron-LM argument under
+//     beta_slow, truncate                MLA)
+//   yarn's cos/sin and softmax scales  mscale, mscale_all_dim, as computed       deepseek_v3
+//     (attention_factor, mscale,         (check_mla_rope); plain RoPE: megatron's
+//     mscale_all_dim)                    softmax scale must be 1
+//   n_group, topk_group                moe_router_num_groups, moe_router_group_  glm4_moe, deepseek_v3
+//                                      topk (no limit either side agrees), and    (router "groups")
+//                                      moe_router_topk / group_topk = 2
+//   first_k_dense_replace /            moe_layer_freq (int N: every N-th layer;  MoE ("dense_layers")
+//     mlp_only_layers + decoder_       list: the pattern)
+//     sparse_step / (Mixtral: none)
 //
 // Why these mappings: megatron-core 0.19.2's topk_routing_with_score_function (softmax without
 // pre-softmax is a softmax over the top k logits, i.e. transformers' renormalized top-k probs;
@@ -78,15 +99,16 @@
 // (Llama 3 scaling with low/high frequency factors 1 and 4 and an original context of 8192, fixed),
 // and transformers 5.23's Qwen2/3-MoE, Mixtral, GLM-4.5 and DeepSeek-V3 routers.
 //
+// Group-limited routing: transformers' DeepSeek-V3 and GLM-4.5 routers score a group by the sum
+// of its top 2 biased scores, megatron-core 0.19.2's group_limited_topk by its top moe_router_topk /
+// moe_router_group_topk: the same choice only when that quotient is 2 (DeepSeek-V3's 8 / 4).
+//
 // Not checked (no exact mapping known here, or shapes already decide): a size config.json leaves
-// out (its class defaults differ per model_type and the tensors decide them); DeepSeek-V3's
-// multi-latent attention sizes (q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
-// v_head_dim), its YaRN RoPE (rope_type yarn, mscale) and rope_interleave; group-limited routing
-// (moe_router_num_groups / moe_router_group_topk against n_group / topk_group: megatron-core's
-// group score sums the top topk/group_topk of each group, transformers' DeepSeek-V3 the top 2);
-// first_k_dense_replace / mlp_only_layers against moe_layer_freq; the shared experts' sizes and
-// gate; qk_layernorm, add_qkv_bias, add_bias_linear (keys and shapes decide them); vocab sizes;
-// max_position_embeddings; dtypes.
+// out (its class defaults differ per model_type and the tensors decide them); the shared experts'
+// sizes and gate; qk_layernorm, add_qkv_bias, add_bias_linear (keys and shapes decide them); vocab
+// sizes (check/megatron_vocab.h); max_position_embeddings; dtypes; a model_type no variant's
+// config_defaults lists (Kimi K2's kimi_k2: its remote-code class) has only what config.json
+// states compared.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -31,7 +31,16 @@ softmax router without pre-softmax, q/k norms, one KV group): under a Qwen3MoeCo
 (norm_topk_prob True) it exits 0 listing the router's rows; num_experts_per_tok 4, norm_topk_prob
 False, or norm_topk_prob left out (Qwen3MoeConfig's default False) exit 5 naming both sides.
 
-Not here: the sigmoid routers (GLM-4.5, DeepSeek-V3) and Mixtral on real args (unit:megatron_args).
+megatron_args_torch_dist/mla/iter_0000001 is the same save of a DeepSeek-V3 (multi-latent attention
+with q_lora_rank 12, kv_lora_rank 8, qk 8 + RoPE 4, v 6; YaRN factor 4 with mscale_all_dim 1; the
+sigmoid router with expert bias, routed scaling 2.5, 2 expert groups of which 1 is chosen; layer 0
+dense by --moe-layer-freq [0]+[1]; a shared expert): under a DeepseekV3Config of its sizes it exits
+0 listing the MLA, YaRN, group and dense-layer rows; each contradicted (an MLA size, q_lora_rank
+null, rope_interleave False, the YaRN factor, original_max_position_embeddings, mscale_all_dim left
+out, plain RoPE, no group limit, other groups, first_k_dense_replace left to DeepseekV3Config's 3)
+exits 5 naming both sides, nothing written.
+
+Not here: GLM-4.5's router and Mixtral on real args (unit:megatron_args).
 """
 from __future__ import annotations
 
@@ -175,6 +184,72 @@ def main() -> int:
             if rc == EXIT_UNSUPPORTED:
                 check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
 
+        # The MLA case (a DeepSeek-V3 through Megatron-LM's parser: multi-latent attention with a q
+        # LoRA, YaRN, group-limited routing, layer 0 dense by --moe-layer-freq) under a
+        # DeepseekV3Config of its sizes: the MLA, YaRN, group and dense-layer rows compared, and each
+        # contradicted.
+        mla = layouts / "megatron_args_torch_dist" / "mla" / "iter_0000001"
+        mla_config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 16,
+                      "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 32,
+                      "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                      "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": True,
+                      "routed_scaling_factor": 2.5, "q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 8,
+                      "qk_rope_head_dim": 4, "v_head_dim": 6, "rms_norm_eps": 1e-05, "vocab_size": 31,
+                      "max_position_embeddings": 8, "rope_interleave": True, "tie_word_embeddings": False, "hidden_act": "silu",
+                      "rope_parameters": {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
+                                          "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
+                                          "mscale": 1.0, "mscale_all_dim": 1.0}}
+
+        def mla_edit(f):
+            c = copy.deepcopy(mla_config)
+            f(c)
+            return c
+
+        mla_cases = [
+            ("mla", mla_config, EXIT_OK, []),
+            ("mla-kv_lora_rank", mla_edit(lambda c: c.update(kv_lora_rank=16)), EXIT_UNSUPPORTED,
+             ["kv_lora_rank = 16", "args.kv_lora_rank = 8"]),
+            ("mla-q_lora_rank-null", mla_edit(lambda c: c.update(q_lora_rank=None)), EXIT_UNSUPPORTED,
+             ["q_lora_rank = None", "args.q_lora_rank = 12"]),
+            ("mla-rope_interleave", mla_edit(lambda c: c.update(rope_interleave=False)), EXIT_UNSUPPORTED,
+             ["rope_interleave = False", "always takes the RoPE columns even then odd"]),
+            ("mla-yarn-factor", mla_edit(lambda c: c["rope_parameters"].update(factor=40.0)), EXIT_UNSUPPORTED,
+             ["rope_parameters.factor = 40.0", "args.rotary_scaling_factor = 4.0"]),
+            ("mla-yarn-original", mla_edit(lambda c: c["rope_parameters"].update(original_max_position_embeddings=256)),
+             EXIT_UNSUPPORTED, ["rope_parameters.original_max_position_embeddings = 256", "megatron-core's MLA uses 4096"]),
+            ("mla-yarn-mscale_all_dim", mla_edit(lambda c: c["rope_parameters"].pop("mscale_all_dim")), EXIT_UNSUPPORTED,
+             ["YaRN's softmax scale) = 1.0", "megatron-core's is 1.2964"]),
+            ("mla-rope-default", mla_edit(lambda c: c.update(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+             EXIT_UNSUPPORTED, ['rope_parameters.rope_type = "default"', "args.rope_type = None"]),
+            ("mla-n_group", mla_edit(lambda c: c.update(n_group=1, topk_group=1)), EXIT_UNSUPPORTED,
+             ["n_group = 1, topk_group = 1 (every group chosen: no limit)", "args.moe_router_num_groups = 2, moe_router_group_topk = 1"]),
+            ("mla-topk_group", mla_edit(lambda c: c.update(n_group=4, topk_group=2)), EXIT_UNSUPPORTED,
+             ["n_group = 4, but args.moe_router_num_groups = 2", "topk_group = 2, but args.moe_router_group_topk = 1"]),
+            ("mla-first_k_dense_replace", mla_edit(lambda c: c.pop("first_k_dense_replace")), EXIT_UNSUPPORTED,
+             ["first_k_dense_replace = 3 (deepseek_v3's default) (dense layers 0, 1)", "args.moe_layer_freq = [0,1] (dense layers 0)"]),
+        ]
+        for name, config, rc, names in mla_cases:
+            r, outdir = export(config, name, src=mla)
+            check(r.returncode == rc, f"{name}: exit {r.returncode}, want {rc}: {r.stderr.strip()[-400:]}")
+            if rc == EXIT_OK and r.returncode == EXIT_OK:
+                m = json.loads(r.stdout).get("map", {})
+                got = {(c.get("config"), c.get("args")) for c in m.get("args_checked") or []}
+                want = {("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"), ("qk_nope_head_dim", "qk_head_dim"),
+                        ("qk_rope_head_dim", "qk_pos_emb_head_dim"), ("v_head_dim", "v_head_dim"),
+                        ("rope_interleave", "multi_latent_attention"), ("rope_parameters.rope_type", "rope_type"),
+                        ("rope_parameters.factor", "rotary_scaling_factor"),
+                        ("rope_parameters.mscale / mscale_all_dim (YaRN's cos/sin scale)", "mscale"),
+                        ("rope_parameters.mscale_all_dim (YaRN's softmax scale)", "mscale_all_dim"),
+                        ("n_group", "moe_router_num_groups"), ("topk_group", "moe_router_group_topk"),
+                        ("first_k_dense_replace", "moe_layer_freq"), ("norm_topk_prob", "moe_router_topk"),
+                        ("routed_scaling_factor", "moe_router_topk_scaling_factor")}
+                check(want <= got, f"{name}: args_checked lacks {sorted(want - got)}")
+                check(m.get("variant") == "deepseek_v3", f"{name}: variant {m.get('variant')!r}")
+            for n in names + (["common_state/shard_0_1", "config.json"] if names else []):
+                check(n in r.stderr, f"{name}: stderr does not name {n!r}: {r.stderr.strip()[-500:]}")
+            if rc == EXIT_UNSUPPORTED:
+                check(not any(outdir.iterdir()), f"{name}: left behind {sorted(p.name for p in outdir.iterdir())}")
+
         # torch_dist from dist_checkpointing.save: a common state without args.
         d = layouts / "megatron_llama"
         r = run(dcpctl, "consolidate", d / "ckpt", "-o", f"{tmp / 'llama'}/", "--map", "megatron-gpt", "--assets", d / "hf", "--json")
@@ -184,7 +259,7 @@ def main() -> int:
             check(m.get("args_from") is None and m.get("args_checked") == [] and "no Megatron-LM args" in str(m.get("args_note")),
                   f"megatron_llama: {({k: m.get(k) for k in ('args_from', 'args_checked', 'args_note')})}")
         # The folders written (exit 0) are loaded by transformers before they go (testlib's summary).
-        return summary("megatron-args", min_checks=40)
+        return summary("megatron-args", min_checks=60)
 
 
 if __name__ == "__main__":

@@ -1207,6 +1207,62 @@ def test_megatron_fsdp_bias(fixtures: Path, work: Path) -> None:
         print(f"megatron_fsdp_bias: bias_w / bias_v swapped: logits move by {diff:.3g}")
 
 
+def test_megatron_fsdp_qk(fixtures: Path, work: Path) -> None:
+    """Megatron-FSDP with Qwen3's q/k norms (run_megatron_fsdp_qk: Megatron-LM's own training loop and
+    save_checkpoint in fsdp_dtensor with --qk-layernorm, one AdamW step so the norms are off their
+    ones; make_megatron_fsdp.py) to Hugging Face through megatron-gpt under megatron_fsdp_qk_hf/'s
+    Qwen3Config (make_megatron_fsdp_hf.py): model.module.decoder.layers.<i>.self_attention.q_layernorm /
+    k_layernorm = self_attn.q_norm / k_norm (the shared rules' fsdp prefix). Every model key mapped,
+    the tensors the oracle's bit for bit, from_pretrained with no missing or unexpected key, its logits
+    megatron's own; control: the map with the two norms swapped moves exactly them and the logits."""
+    from transformers import AutoModelForCausalLM
+
+    d = fixtures / "layouts" / "megatron_fsdp_qk_hf"
+    ckpt = fixtures / "layouts" / "run_megatron_fsdp_qk" / "run" / "iter_0000001"
+    doc = json.loads((d / "expected.json").read_text())
+    want = load_file(str(d / "expected_hf.safetensors"))
+    lg = load_file(str(d / "logits.safetensors"))
+    norms = sorted(k for k in want if k.endswith(("q_norm.weight", "k_norm.weight")))
+    check(len(norms) == 2 * doc["dims"]["layers"] and all(bool(want[k].ne(1).any()) for k in norms),
+          f"megatron_fsdp_qk: the fixture's q/k norms are not all there and trained: {norms}")
+
+    def export(m, out: Path):
+        return dcpctl("consolidate", ckpt, "-o", f"{out}/", "--map", m, "--assets", d, "--json")
+
+    out = work / "fsdp-qk-hf"
+    r = export("megatron-gpt", out)
+    if ok(r, "fsdp_dtensor qk->hf"):
+        mdoc = jdoc(r, "fsdp_dtensor qk->hf").get("map") or {}
+        check(mdoc.get("direction") == "megatron->hf" and mdoc.get("variant") == "llama_qwen"
+              and mdoc.get("mapped") == len(doc["model_keys"]) and not mdoc.get("dropped") and not mdoc.get("missing"),
+              f"fsdp_dtensor qk->hf: map summary {({k: mdoc.get(k) for k in ('direction', 'variant', 'mapped', 'dropped', 'missing')})}")
+        same_tensors(hf_tensors(out), want, "fsdp_dtensor qk->hf vs the conversion megatron's logits confirm")
+        model, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True, dtype=torch.float32)
+        check(not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")),
+              f"fsdp_dtensor qk->hf: from_pretrained: {info}")
+        hf_loaded(out)
+        diff = logits_diff(model, lg)
+        check(diff <= doc["logits"]["atol"], f"fsdp_dtensor qk->hf: transformers' logits vs megatron's: {diff}")
+        print(f"megatron_fsdp_qk: transformers' logits vs megatron's: {diff:.3g}")
+    # control: q_layernorm and k_layernorm the wrong way round are told apart by tensors and logits
+    fam = json.loads((MAPS_DIR / "megatron.json").read_text())
+    del fam["aliases"]
+    fam["name"] = "megatron-fsdp-qk-swapped"
+    for r_ in fam["layer_rules"]:
+        if r_.get("megatron") in ("self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight") and \
+                r_.get("hf") in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
+            r_["hf"] = {"self_attn.q_norm.weight": "self_attn.k_norm.weight", "self_attn.k_norm.weight": "self_attn.q_norm.weight"}[r_["hf"]]
+    (work / "fsdp-qk-swapped.json").write_text(json.dumps(fam))
+    out = work / "fsdp-qk-swapped-hf"
+    r = export(str(work / "fsdp-qk-swapped.json"), out)
+    if ok(r, "fsdp_dtensor qk->hf, q/k norms swapped"):
+        moved, diff = moved_and_logits(out, want, lg)
+        check(moved == norms and diff > 1e-4,
+              f"megatron_fsdp_qk: the map with the q/k norms swapped: moved {moved}, logits diff {diff} "
+              "(want the q and k norms, and more than 1e-4)")
+        print(f"megatron_fsdp_qk: q/k norms swapped: logits move by {diff:.3g}")
+
+
 def test_megatron_layers_map() -> None:
     """One megatron family (src/maps/megatron.json, dcpctl-map/2): megatron-gpt, megatron-gpt-layers and
     megatron-mixtral are its aliases, not copies. megatron-gpt-layers is megatron-gpt's per-layer
@@ -1245,6 +1301,7 @@ def main() -> int:
                  ("drop by value", lambda: test_drop_by_value(fixtures, work)),
                  ("megatron-fsdp", lambda: test_megatron_fsdp(fixtures, work)),
                  ("megatron-fsdp biases", lambda: test_megatron_fsdp_bias(fixtures, work)),
+                 ("megatron-fsdp q/k norms", lambda: test_megatron_fsdp_qk(fixtures, work)),
                  ("megatron-gpt-layers", test_megatron_layers_map),
                  ("maps the wrong way round", lambda: test_wrong_way(fixtures, work))]
         for case in mo.cases(fixtures):

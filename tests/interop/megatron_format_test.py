@@ -26,6 +26,11 @@ ShardedObject: the common state and each parallel linear's `_extra_state/shard_<
 every tensor bit for bit megatron's; every ShardedObject read back by torch.load(weights_only=True)
 as megatron-core reads it (the common state {"iteration": N, "checkpoint_version": 3.0}, each extra
 state [None]). A control: without --format megatron (plain dcp) the same checks must fail.
+Kimi K2: megatron_deepseek_v3's hf/ under Kimi-K2's config.json (model_type kimi_k2, auto_map,
+architectures DeepseekV3ForCausalLM) takes the deepseek_v3 variant by its class and gives the same
+checkpoint (and, with --load, megatron-core's load of it, the logits of megatron's forward); without
+auto_map the model_type alone decides: exit 5 naming kimi_k2. MLA without a q LoRA (a DeepseekV3ForCausalLM
+with q_lora_rank null, saved by transformers): exit 5 naming q_proj, nothing written.
 
 --load runs megatron-core's `dist_checkpointing.load` of the HF -> Megatron and Megatron -> Megatron
 outputs of the four cases (dense Llama, Qwen3 qk-norm, Qwen3-MoE, Qwen2-MoE with a shared expert), and the
@@ -51,6 +56,7 @@ import io
 import json
 import os
 import subprocess
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -206,6 +212,41 @@ def main() -> int:
                 found = like_megatron(plain, ref, None, f"{case}: control (plain dcp)", {"iteration": 0, "checkpoint_version": 3.0})
                 check(any("metadata.json" in p for p in found) and any(".metadata keys" in p for p in found),
                       f"{case}: control: a plain DCP checkpoint passed the megatron checks ({found[:3]})")
+        # Kimi K2 (model_type kimi_k2, remote code: auto_map, architectures DeepseekV3ForCausalLM): the
+        # megatron_deepseek_v3 model under Kimi-K2's config takes the deepseek_v3 variant by its class, and
+        # HF -> Megatron writes megatron-core's own checkpoint; without auto_map the model_type decides: exit 5
+        d = fixtures / "layouts" / "megatron_deepseek_v3"
+        kimi = work / "kimi-hf"
+        shutil.copytree(d / "hf", kimi)
+        cfg = json.loads((kimi / "config.json").read_text())
+        cfg.update(model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"],
+                   auto_map={"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                             "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"})
+        (kimi / "config.json").write_text(json.dumps(cfg))
+        out = work / "kimi-megatron"
+        r = run(dcpctl, "reshard", kimi, "-o", out, "--format", "megatron", "--map", "megatron-gpt-layers", "--json")
+        if check(r.returncode == 0, f"kimi_k2 hf->megatron: exit {r.returncode}: {r.stderr.strip()[-600:]!r}"):
+            check((json.loads(r.stdout).get("map") or {}).get("variant") == "deepseek_v3", "kimi_k2 hf->megatron: map.variant")
+            probs = like_megatron(out, d / "ckpt", None, "kimi_k2 hf->megatron", {"iteration": 0, "checkpoint_version": 3.0})
+            check(not probs, "kimi_k2 hf->megatron: " + "; ".join(probs[:6]))
+            loads.append(("megatron_deepseek_v3", out))
+        del cfg["auto_map"]
+        (kimi / "config.json").write_text(json.dumps(cfg))
+        r = run(dcpctl, "reshard", kimi, "-o", work / "kimi-noauto", "--format", "megatron", "--map", "megatron-gpt-layers")
+        check(r.returncode == 5 and "kimi_k2" in r.stderr and not (work / "kimi-noauto").exists(),
+              f"kimi_k2 without auto_map hf->megatron: exit {r.returncode} (want 5): {r.stderr.strip()[-300:]!r}")
+        # MLA without a q LoRA (q_lora_rank null: DeepSeek-V2-Lite, Moonlight): megatron-core 0.19.2 builds no
+        # model of that attention (docs/maps.md), so q_proj has no megatron key: refused, exit 5, naming it,
+        # nothing written (the HF side written by transformers' DeepseekV3ForCausalLM.save_pretrained)
+        from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+        cfg = json.loads((d / "config.json").read_text())
+        cfg = {k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version", "dtype", "model_type")}
+        torch.manual_seed(0)
+        DeepseekV3ForCausalLM(DeepseekV3Config(**{**cfg, "q_lora_rank": None})).save_pretrained(work / "noqlora-hf")
+        r = run(dcpctl, "reshard", work / "noqlora-hf", "-o", work / "noqlora", "--format", "megatron", "--map", "megatron-gpt-layers")
+        check(r.returncode == 5 and "model.layers.0.self_attn.q_proj.weight" in r.stderr and not (work / "noqlora").exists(),
+              f"MLA without q LoRA hf->megatron: exit {r.returncode} (want 5 naming q_proj): {r.stderr.strip()[-400:]!r}")
         # Megatron-LM's own run (megatron.training's save_checkpoint, run_megatron): --iteration 5 rewrites its
         # common state's iteration (2), every other object and tensor as Megatron-LM wrote them
         src = fixtures / "layouts" / "run_megatron" / "run" / "iter_0000002"
@@ -227,7 +268,7 @@ def main() -> int:
             check(r.returncode == 0, f"megatron-core's load of {len(loads)} outputs: exit {r.returncode}: "
                                      f"{(r.stdout + r.stderr).strip()[-3000:]!r}")
             done = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
-            wanted = 2 * len(CASES) - len(ONE_LOAD)
+            wanted = 2 * len(CASES) - len(ONE_LOAD) + 1  # + Kimi K2's
             check(len(done) == len(loads) == wanted, f"{len(done)} loads passed of {len(loads)} ({wanted} wanted)")
             for ln in done:
                 print(ln)

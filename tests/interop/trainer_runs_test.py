@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The run folders real trainers leave (tests/fixtures/layouts/run_{hf_trainer,lightning,
-llamafactory,megatron,automodel}, written by make_trainer_runs.py; run_megatron_fsdp and run_megatron_fsdp_bias, Megatron-FSDP's
+llamafactory,megatron,automodel}, written by make_trainer_runs.py; run_megatron_fsdp, run_megatron_fsdp_bias and run_megatron_fsdp_qk, Megatron-FSDP's
 fsdp_dtensor format, by make_megatron_fsdp.py; run_verl, by make_verl.py),
 read by dcpctl and checked against torch.
 
@@ -39,7 +39,7 @@ except ImportError as e:
     skip_or_fail(f"the virtualenv lacks a module: {e}")
 import dcp_oracle  # noqa: E402
 
-CASES = ["run_hf_trainer", "run_lightning", "run_llamafactory", "run_megatron", "run_megatron_fsdp", "run_megatron_fsdp_bias",
+CASES = ["run_hf_trainer", "run_lightning", "run_llamafactory", "run_megatron", "run_megatron_fsdp", "run_megatron_fsdp_bias", "run_megatron_fsdp_qk",
          "run_automodel", "run_verl"]
 
 

@@ -5,6 +5,7 @@
 // the reading of real ones is tests/e2e/megatron_args_test.py's.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <string>
 
 #include "check/megatron_args.h"
@@ -207,12 +208,17 @@ TEST_CASE("megatron args: the sigmoid routers of GLM-4.5 and DeepSeek-V3", "[meg
   a.values["moe_router_score_function"] = "softmax";
   CHECK_THAT(fails(a, c, "glm4_moe"), Contains("sigmoid router, but args.moe_router_score_function = \"softmax\""));
 
-  // DeepSeek-V3: routed_scaling_factor's default 2.5; no RoPE-type or attention-size rows.
+  // DeepSeek-V3: routed_scaling_factor's default 2.5 (these args predate MLA's fields: no MLA rows).
   a.values["moe_router_score_function"] = "sigmoid";
   a.values["moe_router_topk_scaling_factor"] = 2.5;
-  a.values["rotary_interleaved"] = true;  // not compared for deepseek_v3 (rope_interleave: not in the table)
   c["model_type"] = "deepseek_v3";
+  c["n_group"] = 1;  // DeepseekV3Config's default 8 groups, 4 chosen: not these args' routing
+  c["topk_group"] = 1;
   CHECK(fails(a, c, "deepseek_v3").empty());
+  a.values["rotary_interleaved"] = true;  // MLA's even/odd RoPE columns, then no rotate-half of pairs
+  CHECK_THAT(fails(a, c, "deepseek_v3"),
+             Contains("(it cannot represent rotary_interleaved), but args.rotary_interleaved = True"));
+  a.values["rotary_interleaved"] = false;
   a.values["moe_router_topk_scaling_factor"] = nullptr;
   CHECK_THAT(
       fails(a, c, "deepseek_v3"),
@@ -293,4 +299,222 @@ TEST_CASE("megatron args: a variant is data (megatron.json's \"args\"), malforme
     REQUIRE(var.args.is_object());
     for (const std::string& t : var.model_types) CHECK(var.args["config_defaults"].contains(t));
   }
+}
+
+namespace {
+
+// A DeepSeek-V3's args as Megatron-LM 0.19.2's parse_args + validate_args give them for
+// make_megatron_args_torch_dist.py's MLA flags (--multi-latent-attention --q-lora-rank 12
+// --kv-lora-rank 8 --qk-head-dim 8 --qk-pos-emb-head-dim 4 --v-head-dim 6 --rotary-scaling-factor 4
+// --mscale 1 --mscale-all-dim 1 --moe-layer-freq [0]+[1] --moe-router-num-groups 2
+// --moe-router-group-topk 1 ...; the fixture megatron_args_torch_dist/mla holds them).
+MegatronArgs deepseek_args() {
+  MegatronArgs a = llama_args();
+  const json mla = {{"group_query_attention", false},
+                    {"num_query_groups", 1},
+                    {"multi_latent_attention", true},
+                    {"q_lora_rank", 12},
+                    {"kv_lora_rank", 8},
+                    {"qk_head_dim", 8},
+                    {"qk_pos_emb_head_dim", 4},
+                    {"v_head_dim", 6},
+                    {"rope_type", nullptr},
+                    {"rotary_scaling_factor", 4.0},
+                    {"mscale", 1.0},
+                    {"mscale_all_dim", 1.0},
+                    {"num_experts", 4},
+                    {"moe_ffn_hidden_size", 16},
+                    {"moe_router_topk", 2},
+                    {"moe_router_score_function", "sigmoid"},
+                    {"moe_router_topk_scaling_factor", 2.5},
+                    {"moe_router_num_groups", 2},
+                    {"moe_router_group_topk", 1},
+                    {"moe_layer_freq", {0, 1}}};
+  for (const auto& [k, v] : mla.items()) a.values[k] = v;
+  return a;
+}
+
+json deepseek_config() {
+  return {{"model_type", "deepseek_v3"},
+          {"num_hidden_layers", 2},
+          {"hidden_size", 64},
+          {"num_attention_heads", 4},
+          {"q_lora_rank", 12},
+          {"kv_lora_rank", 8},
+          {"qk_nope_head_dim", 8},
+          {"qk_rope_head_dim", 4},
+          {"v_head_dim", 6},
+          {"n_routed_experts", 4},
+          {"moe_intermediate_size", 16},
+          {"num_experts_per_tok", 2},
+          {"n_group", 2},
+          {"topk_group", 1},
+          {"first_k_dense_replace", 1},
+          {"rms_norm_eps", 1e-5},
+          {"rope_parameters",
+           {{"rope_type", "yarn"},
+            {"rope_theta", 500000.0},
+            {"factor", 4.0},
+            {"original_max_position_embeddings", 4096},
+            {"beta_fast", 32.0},
+            {"beta_slow", 1.0},
+            {"mscale", 1.0},
+            {"mscale_all_dim", 1.0}}}};
+}
+
+}  // namespace
+
+TEST_CASE("megatron args: DeepSeek-V3's MLA sizes, YaRN and rope_interleave", "[megatron_args]") {
+  const MegatronArgs a = deepseek_args();
+  const json checked = check_megatron_args(a, deepseek_config(), "cfg/config.json", rules("deepseek_v3"));
+  for (const auto& [cf, af] : {std::pair<const char*, const char*>{"q_lora_rank", "q_lora_rank"},
+                               {"kv_lora_rank", "kv_lora_rank"},
+                               {"qk_nope_head_dim", "qk_head_dim"},
+                               {"qk_rope_head_dim", "qk_pos_emb_head_dim"},
+                               {"v_head_dim", "v_head_dim"},
+                               {"rope_interleave", "multi_latent_attention"},
+                               {"rope_parameters.rope_type", "rope_type"},
+                               {"rope_parameters.factor", "rotary_scaling_factor"},
+                               {"rope_parameters.original_max_position_embeddings", "multi_latent_attention"},
+                               {"rope_parameters.mscale / mscale_all_dim (YaRN's cos/sin scale)", "mscale"},
+                               {"rope_parameters.mscale_all_dim (YaRN's softmax scale)", "mscale_all_dim"},
+                               {"n_group", "moe_router_num_groups"},
+                               {"topk_group", "moe_router_group_topk"},
+                               {"first_k_dense_replace", "moe_layer_freq"}}) {
+    INFO(cf);
+    CHECK(compared(checked, cf, af));
+  }
+  CHECK_FALSE(compared(checked, "num_key_value_heads", "num_attention_heads"));  // MLA: not GQA's rows
+
+  auto with = [](const std::function<void(json&)>& f) {
+    json c = deepseek_config();
+    f(c);
+    return c;
+  };
+  CHECK_THAT(fails(a, with([](json& c) { c["kv_lora_rank"] = 16; }), "deepseek_v3"),
+             Contains("kv_lora_rank = 16, but args.kv_lora_rank = 8"));
+  CHECK_THAT(fails(a, with([](json& c) { c["qk_nope_head_dim"] = 16; }), "deepseek_v3"),
+             Contains("qk_nope_head_dim = 16, but args.qk_head_dim = 8"));
+  // No q LoRA (DeepSeek-V2-Lite, Moonlight): null is a value, compared as one.
+  CHECK_THAT(fails(a, with([](json& c) { c["q_lora_rank"] = nullptr; }), "deepseek_v3"),
+             Contains("q_lora_rank = None, but args.q_lora_rank = 12"));
+  CHECK_THAT(
+      fails(a, with([](json& c) { c["rope_interleave"] = false; }), "deepseek_v3"),
+      Contains("rope_interleave = False, but megatron-core's multi-latent attention always takes the RoPE columns"));
+  CHECK_THAT(fails(a, with([](json& c) { c["rope_parameters"]["factor"] = 40.0; }), "deepseek_v3"),
+             Contains("rope_parameters.factor = 40.0, but args.rotary_scaling_factor = 4.0"));
+  CHECK_THAT(
+      fails(a, with([](json& c) { c["rope_parameters"]["original_max_position_embeddings"] = 256; }), "deepseek_v3"),
+      Contains("rope_parameters.original_max_position_embeddings = 256, but megatron-core's MLA uses 4096"));
+  CHECK_THAT(fails(a, with([](json& c) { c["rope_parameters"]["beta_fast"] = 16.0; }), "deepseek_v3"),
+             Contains("rope_parameters.beta_fast = 16.0, but megatron-core's MLA uses 32.0"));
+  // mscale_all_dim left out: transformers' cos/sin scale is mscale(4, 1) = 1.139 and its softmax is
+  // not scaled; megatron's mscale(4, 1) / mscale(4, 1) = 1 and mscale(4, 1)^2 = 1.2965.
+  const std::string e = fails(a, with([](json& c) { c["rope_parameters"].erase("mscale_all_dim"); }), "deepseek_v3");
+  CHECK_THAT(e,
+             Contains("YaRN's cos/sin scale) = 1.1386") &&
+                 Contains("megatron-core's is 1.0 (args.rotary_scaling_factor 4.0, mscale 1.0, mscale_all_dim 1.0)"));
+  CHECK_THAT(e, Contains("YaRN's softmax scale) = 1.0") && Contains("megatron-core's is 1.2964"));
+  // attention_factor stated: taken as transformers takes it.
+  CHECK(fails(a, with([](json& c) { c["rope_parameters"]["attention_factor"] = 1.0; }), "deepseek_v3").empty());
+  CHECK_THAT(fails(a, with([](json& c) { c["rope_parameters"]["attention_factor"] = 1.5; }), "deepseek_v3"),
+             Contains("YaRN's cos/sin scale) = 1.5"));
+
+  // args.rope_type None is MLA's YaRN; "rope" is transformers' default RoPE, whose softmax megatron
+  // still scales by mscale(rotary_scaling_factor, mscale_all_dim)^2.
+  json plain = with([](json& c) { c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}}; });
+  CHECK_THAT(fails(a, plain, "deepseek_v3"), Contains("rope_parameters.rope_type = \"default\", but args.rope_type = "
+                                                      "None (MLATransformerConfig's default \"yarn\")"));
+  MegatronArgs r = a;
+  r.values["rope_type"] = "rope";
+  CHECK_THAT(
+      fails(r, plain, "deepseek_v3"),
+      Contains("megatron-core scales MLA's softmax by mscale(rotary_scaling_factor, mscale_all_dim)^2 = 1.2964"));
+  r.values["rotary_scaling_factor"] = 1.0;  // Megatron-LM's default
+  CHECK(fails(r, plain, "deepseek_v3").empty());
+  CHECK_THAT(fails(r, deepseek_config(), "deepseek_v3"),
+             Contains("rope_parameters.rope_type = \"yarn\", but args.rope_type = \"rope\""));
+
+  // A GQA variant under MLA args, and the other way.
+  MegatronArgs g = llama_args();
+  g.values["multi_latent_attention"] = true;
+  CHECK_THAT(fails(g, llama_config(), "llama_qwen"),
+             Contains("(not multi-latent), but args.multi_latent_attention = True"));
+  MegatronArgs m = a;
+  m.values["multi_latent_attention"] = false;
+  CHECK_THAT(fails(m, deepseek_config(), "deepseek_v3"), Contains("multi-latent attention (the variant's q_a_proj"));
+}
+
+TEST_CASE("megatron args: group-limited routing and the dense layers", "[megatron_args]") {
+  const MegatronArgs a = deepseek_args();
+  auto with = [](const std::function<void(json&)>& f) {
+    json c = deepseek_config();
+    f(c);
+    return c;
+  };
+  // n_group / topk_group left out: DeepseekV3Config's 8 and 4, but megatron's 2 groups, 1 chosen.
+  CHECK_THAT(fails(a, with([](json& c) { c.erase("n_group"); }), "deepseek_v3"),
+             Contains("n_group = 8 (deepseek_v3's default), but args.moe_router_num_groups = 2"));
+  CHECK_THAT(fails(a, with([](json& c) {
+                     c.erase("n_group");
+                     c.erase("topk_group");
+                   }),
+                   "deepseek_v3"),
+             Contains("n_group = 8 (deepseek_v3's default), but args.moe_router_num_groups = 2") &&
+                 Contains("topk_group = 4 (deepseek_v3's default), but args.moe_router_group_topk = 1"));
+  // No group limit either side: one group (GLM-4.5's default) against megatron's None.
+  MegatronArgs u = a;
+  u.values["moe_router_num_groups"] = nullptr;
+  u.values["moe_router_group_topk"] = nullptr;
+  const json checked = check_megatron_args(u, with([](json& c) {
+                                             c["n_group"] = 1;
+                                             c["topk_group"] = 1;
+                                           }),
+                                           "cfg/config.json", rules("deepseek_v3"));
+  CHECK(compared(checked, "n_group, topk_group", "moe_router_num_groups, moe_router_group_topk"));
+  CHECK_THAT(fails(u, deepseek_config(), "deepseek_v3"),
+             Contains("(routing limited to 1 of 2 expert groups), but args.moe_router_num_groups = None, "
+                      "moe_router_group_topk = None (no group limit)"));
+  // Both limited alike, but megatron scores a group by its top 4 / 1 = 4, transformers by its top 2.
+  MegatronArgs w = a;
+  w.values["moe_router_topk"] = 4;
+  CHECK_THAT(fails(w, with([](json& c) { c["num_experts_per_tok"] = 4; }), "deepseek_v3"),
+             Contains("scores an expert group by its top 2 experts, but megatron-core by its top moe_router_topk / "
+                      "moe_router_group_topk = 4 / 1 = 4"));
+
+  // first_k_dense_replace against moe_layer_freq [0, 1] (layer 0 dense).
+  CHECK_THAT(fails(a, with([](json& c) { c["first_k_dense_replace"] = 0; }), "deepseek_v3"),
+             Contains("first_k_dense_replace = 0 (no dense layer), but args.moe_layer_freq = [0,1] (dense layers 0)"));
+  CHECK_THAT(fails(a, with([](json& c) { c.erase("first_k_dense_replace"); }), "deepseek_v3"),
+             Contains("first_k_dense_replace = 3 (deepseek_v3's default) (dense layers 0, 1)"));
+  MegatronArgs every = a;
+  every.values["moe_layer_freq"] = 1;  // Megatron-LM's default: every layer MoE
+  CHECK(fails(every, with([](json& c) { c["first_k_dense_replace"] = 0; }), "deepseek_v3").empty());
+
+  // Qwen-MoE's mlp_only_layers and decoder_sparse_step; Mixtral's every layer.
+  MegatronArgs q = llama_args();
+  q.values["num_experts"] = 4;
+  q.values["moe_layer_freq"] = json::array({0, 1});
+  json qc = llama_config();
+  qc["model_type"] = "qwen3_moe";
+  qc["norm_topk_prob"] = true;
+  qc["num_experts_per_tok"] = 2;
+  CHECK_THAT(fails(q, qc, "llama_qwen"),
+             Contains("mlp_only_layers = [] (qwen3_moe's default) (no dense layer), but args.moe_layer_freq = [0,1]"));
+  qc["mlp_only_layers"] = {0};
+  CHECK(compared(check_megatron_args(q, qc, "cfg/config.json", rules("llama_qwen")), "mlp_only_layers",
+                 "moe_layer_freq"));
+  qc.erase("mlp_only_layers");
+  qc["decoder_sparse_step"] = 2;  // layers 1, 3, ... MoE
+  CHECK(compared(check_megatron_args(q, qc, "cfg/config.json", rules("llama_qwen")),
+                 "mlp_only_layers, decoder_sparse_step = 2", "moe_layer_freq"));
+  q.values["moe_layer_freq"] = 1;
+  json mc = llama_config();
+  mc["model_type"] = "mixtral";
+  mc["num_experts_per_tok"] = 2;
+  CHECK(
+      compared(check_megatron_args(q, mc, "cfg/config.json", rules("mixtral")), "(every layer MoE)", "moe_layer_freq"));
+  q.values["moe_layer_freq"] = 2;
+  CHECK_THAT(fails(q, mc, "mixtral"),
+             Contains("(every layer MoE) (no dense layer), but args.moe_layer_freq = 2 (dense layers 1)"));
 }
