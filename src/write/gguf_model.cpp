@@ -35,11 +35,40 @@ int64_t need_int(const json& c, const char* key, const std::string& where) {
   return v;
 }
 
-// TextModel's rope_parameters: rope_parameters, else rope_scaling, else {}.
+// prepare_tensors: one dimension, a *_norm.weight, a router (ffn_gate_inp), a name not ending
+// .weight: F32; a Q8_0 whose rows are not a multiple of 32: F16.
+TensorType type_of(const std::string& n, const std::vector<int64_t>& shape, OutType out) {
+  auto ends = [&](const char* s) { size_t k = std::strlen(s); return n.size() >= k && n.compare(n.size() - k, k, s) == 0; };
+  bool f32 = shape.size() <= 1 || ends("_norm.weight") || ends(".ffn_gate_inp.weight") || !ends(".weight");
+  TensorType t = f32 ? TensorType::F32 : out.type;
+  if (t == TensorType::Q8_0 && !fits(TensorType::Q8_0, static_cast<uint64_t>(shape.back()))) t = TensorType::F16;
+  return t;
+}
+
+// find_hparam: the first of `keys` config.json has (its value, null too); null when none.
+json find_hparam(const json& c, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (auto it = c.find(k); it != c.end()) return *it;
+  return json();
+}
+
+// TextModel's rope_parameters: rope_parameters, else rope_scaling, else {}; with the top level's
+// rope_theta, original_max_position_embeddings and a `type` mirrored into it as TextModel does.
 json rope_params(const json& c) {
+  json r = json::object();
   for (const char* k : {"rope_parameters", "rope_scaling"})
-    if (auto it = c.find(k); it != c.end() && it->is_object() && !it->empty()) return *it;
-  return json::object();
+    if (auto it = c.find(k); it != c.end()) {
+      if (it->is_object() && !it->empty()) r = *it;
+      break;  // hparams.get("rope_parameters", ...) takes the key when present, even null
+    }
+  if (r.contains("full_attention") || r.contains("sliding_attention")) return r;
+  if (json t = find_hparam(c, {"global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta", "rotary_emb_base"});
+      !r.contains("rope_theta") && !t.is_null())
+    r["rope_theta"] = t;
+  if (!r.contains("rope_type") && r.contains("type") && !r["type"].is_null()) r["rope_type"] = r["type"];
+  if (json o = find_hparam(c, {"original_max_position_embeddings"}); !r.contains("original_max_position_embeddings") && !o.is_null())
+    r["original_max_position_embeddings"] = o;
+  return r;
 }
 
 }  // namespace
@@ -48,11 +77,15 @@ Arch arch_of(const json& config, const std::string& where) {
   std::string hf;
   if (auto it = config.find("architectures"); it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     hf = (*it)[0].get<std::string>();
-  if (hf == "LlamaForCausalLM") return {"llama", true};
+  // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
+  if (hf == "LlamaForCausalLM" || hf == "MistralForCausalLM") return {"llama", true};
+  if (hf == "MixtralForCausalLM") return {"llama", true, Arch::Experts::Mixtral};
   if (hf == "Qwen2ForCausalLM") return {"qwen2", false};
   if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
+  if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
-                                           "' is not written (dcpctl writes LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM)");
+                                           "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
+                                           "Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM)");
 }
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
@@ -63,7 +96,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       {"input_layernorm", "attn_norm"},       {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
       {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+      {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}};
   static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
   static const std::regex top_re(R"((.+)\.(weight|bias))");
   TensorPlan p;
@@ -72,7 +106,9 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   if (std::regex_match(key, m, layer_re)) {
     auto it = layer.find(m[2]);
     bool qk_norm = it != layer.end() && it->second.find("_norm") != std::string::npos && it->second.rfind("attn_", 0) == 0 && it->second != "attn_norm";
-    if (it != layer.end() && (!qk_norm || arch.name == "qwen3")) {
+    bool router = it != layer.end() && it->second == "ffn_gate_inp";
+    if (it != layer.end() && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe") &&
+        (!router || (arch.experts == Arch::Experts::Qwen ? m[2] == "mlp.gate" : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
       p.name = "blk." + m[1].str() + "." + it->second + "." + m[3].str();
       module = m[2];
     }
@@ -82,13 +118,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   if (p.name.empty())
     throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has no tensor in llama.cpp's " + arch.name +
                                                   " table (gguf-py's tensor_mapping) as dcpctl writes it");
-  // prepare_tensors: one dimension, a *_norm.weight, a name not ending .weight: F32; a Q8_0 whose
-  // rows are not a multiple of 32: F16.
-  const std::string& n = p.name;
-  bool f32 = shape.size() <= 1 || (n.size() >= 12 && n.compare(n.size() - 12, 12, "_norm.weight") == 0) ||
-             n.size() < 7 || n.compare(n.size() - 7, 7, ".weight") != 0;
-  p.type = f32 ? TensorType::F32 : out.type;
-  if (p.type == TensorType::Q8_0 && !fits(TensorType::Q8_0, static_cast<uint64_t>(shape.back()))) p.type = TensorType::F16;
+  p.shape = shape;
+  p.type = type_of(p.name, shape, out);
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
@@ -111,6 +142,130 @@ std::vector<uint8_t> permute_rows(const uint8_t* data, int64_t rows, int64_t col
         std::memcpy(out.data() + static_cast<size_t>(h * 2 * half + j * 2 + i) * row_bytes,
                     data + static_cast<size_t>(h * 2 * half + i * half + j) * row_bytes, row_bytes);
   return out;
+}
+
+std::vector<float> llama3_rope_factors(const json& config) {
+  json rope = rope_params(config);
+  auto num = [&](const char* k, double d) { json v = rope.value(k, json()); return v.is_number() ? v.get<double>() : d; };
+  // Python floats (double) wherever the converter's arithmetic is on Python numbers, float32 where
+  // it is on torch tensors (a Python number there is made float32 first, and `x / t` is
+  // `t.reciprocal() * x`, Tensor.__rtruediv__).
+  const float base = static_cast<float>(num("rope_theta", 10000.0));
+  int64_t dim = int_of(config, "head_dim");
+  if (dim < 0) dim = int_of(config, "hidden_size") / int_of(config, "num_attention_heads");
+  const double factor = num("factor", 8.0), low = num("low_freq_factor", 1.0), high = num("high_freq_factor", 4.0),
+               old = num("original_max_position_embeddings", 8192.0);
+  const double low_wavelen = old / low, high_wavelen = old / high;
+  std::vector<float> out;
+  for (int64_t i = 0; i < dim; i += 2) {
+    float e = static_cast<float>(i) / static_cast<float>(dim);
+    float freq = 1.0f / static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(e)));
+    float wavelen = (1.0f / freq) * static_cast<float>(2 * M_PI);
+    if (wavelen < static_cast<float>(high_wavelen)) {
+      out.push_back(1.0f);
+    } else if (wavelen > static_cast<float>(low_wavelen)) {
+      out.push_back(static_cast<float>(factor));
+    } else {
+      float smooth = ((1.0f / wavelen) * static_cast<float>(old) - static_cast<float>(low)) / static_cast<float>(high - low);
+      float denom = (1.0f - smooth) / static_cast<float>(factor) + smooth;
+      out.push_back((1.0f / denom) * 1.0f);
+    }
+  }
+  return out;
+}
+
+std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs, OutType out,
+                                     const std::string& where) {
+  std::vector<TensorPlan> plans;
+  if (arch.name == "llama") {
+    json rope = rope_params(config);
+    if (json t = rope.value("rope_type", json()); t.is_string()) {
+      std::string low = t.get<std::string>();
+      for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (low == "llama3") {
+        TensorPlan p;
+        p.name = "rope_freqs.weight";
+        p.values = llama3_rope_factors(config);
+        p.shape = {static_cast<int64_t>(p.values.size())};
+        p.type = TensorType::F32;
+        plans.push_back(std::move(p));
+      }
+    }
+  }
+  // Experts: Qwen2MoeModel's mlp.experts.X.{down,gate,up}_proj, LlamaModel's (Mixtral)
+  // block_sparse_moe.experts.X.{w1,w2,w3}; each layer's stacked when it has all of them.
+  static const std::regex qwen_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(down_proj|gate_proj|up_proj)\.weight)");
+  static const std::regex mixtral_re(R"(model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight)");
+  const bool qwen = arch.experts == Arch::Experts::Qwen;
+  const std::vector<std::pair<std::string, std::string>> order =
+      qwen ? std::vector<std::pair<std::string, std::string>>{{"down_proj", "ffn_down_exps"}, {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}}
+           : std::vector<std::pair<std::string, std::string>>{{"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}};
+  int64_t n_experts = 0;
+  if (arch.experts != Arch::Experts::None) {
+    json n = qwen ? find_hparam(config, {"num_local_experts", "num_experts"}) : config.value("num_local_experts", json());
+    if (!n.is_number_integer() || n.get<int64_t>() <= 0)
+      throw UnsupportedError(Where(where), "a GGUF of " + arch.name + " experts needs config.json's " + (qwen ? "num_experts" : "num_local_experts"));
+    n_experts = n.get<int64_t>();
+  }
+  std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Input& in = inputs[i];
+    std::smatch m;
+    if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
+      int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
+      if (xid >= n_experts)
+        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is expert " + std::to_string(xid) + " of config.json's " +
+                                                                std::to_string(n_experts));
+      auto& layer = pending[bid];
+      layer[{m[3].str(), xid}] = i;
+      if (static_cast<int64_t>(layer.size()) < 3 * n_experts) continue;
+      for (const auto& [proj, gguf_name] : order) {
+        TensorPlan p;
+        p.name = "blk." + std::to_string(bid) + "." + gguf_name + ".weight";
+        for (int64_t x = 0; x < n_experts; ++x) {
+          size_t k = layer.at({proj, x});
+          if (inputs[k].shape != inputs[layer.at({proj, 0})].shape || inputs[k].shape.size() != 2)
+            throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
+          p.inputs.push_back(k);
+        }
+        p.shape = inputs[p.inputs[0]].shape;
+        p.shape.insert(p.shape.begin(), n_experts);
+        p.type = type_of(p.name, p.shape, out);
+        plans.push_back(std::move(p));
+      }
+      pending.erase(bid);
+      continue;
+    }
+    if (arch.experts != Arch::Experts::None && in.key.find("experts") != std::string::npos)
+      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is an expert tensor of a form dcpctl does not write into a GGUF of " +
+                                                              arch.name + " yet (one tensor per expert and projection)");
+    TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
+    p.inputs = {i};
+    plans.push_back(std::move(p));
+  }
+  if (!pending.empty())
+    throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
+                                             " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
+  return plans;
+}
+
+std::string size_label(const std::vector<TensorPlan>& tensors) {
+  uint64_t total = 0, shared = 0, expert = 0, expert_sum = 0, n_expert_tensors = 0;
+  for (const TensorPlan& t : tensors) {
+    uint64_t size = 1;
+    for (int64_t d : t.shape) size *= static_cast<uint64_t>(d);
+    if (t.name.find("_exps.") != std::string::npos && t.shape.size() >= 3) {
+      uint64_t count = static_cast<uint64_t>(t.shape[t.name.find(".bias") != std::string::npos ? t.shape.size() - 2 : t.shape.size() - 3]);
+      expert += size / count, expert_sum += count, ++n_expert_tensors;
+    } else {
+      shared += size;
+    }
+    total += size;
+  }
+  if (total == 0) return {};
+  if (n_expert_tensors > 0 && expert_sum / n_expert_tensors > 0)
+    return std::to_string(expert_sum / n_expert_tensors) + "x" + size_label(shared + expert);
+  return size_label(total);
 }
 
 std::string size_label(uint64_t params) {
@@ -162,21 +317,33 @@ std::string id_to_title(const std::string& id) {
   return out;
 }
 
-void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, uint64_t params, OutType out,
+void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, const std::string& label, OutType out,
                     const std::string& where) {
   const std::string& a = arch.name;
-  for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts", "layer_norm_eps", "layer_norm_epsilon", "mrope_section"})
+  const bool moe = arch.experts != Arch::Experts::None;
+  for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
+    if (!moe && config.contains(k) && !config[k].is_null())
+      throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
+  for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "n_group", "topk_group",
+                        "shared_expert_intermediate_size", "score_function", "scoring_func", "score_func"})
     if (config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   json rope = rope_params(config);
   if (rope.contains("full_attention") || rope.contains("sliding_attention") || rope.contains("mrope_section"))
     throw UnsupportedError(Where(where), "config.json's per-attention rope parameters are not written into a GGUF by dcpctl yet");
-  if (auto t = rope.find("rope_type"); t != rope.end() && !(t->is_string() && t->get<std::string>() == "default"))
-    throw UnsupportedError(Where(where), "config.json's rope type " + t->dump() + " is not written into a GGUF by dcpctl yet (default only)");
+  std::string rope_type;
+  if (auto t = rope.find("rope_type"); t != rope.end() && !t->is_null()) {
+    rope_type = t->is_string() ? t->get<std::string>() : t->dump();
+    bool llama3 = t->is_string() && rope_type.size() == 6 && std::equal(rope_type.begin(), rope_type.end(), "llama3",
+                                                                        [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; });
+    if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && a == "llama")))
+      throw UnsupportedError(Where(where), "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
+                                               " by dcpctl (default, linear, yarn" + (a == "llama" ? ", llama3)" : ")"));
+  }
   h.add_string("general.architecture", a);
   h.add_string("general.type", "model");
   h.add_string("general.name", name);
-  if (params > 0) h.add_string("general.size_label", size_label(params));
+  if (!label.empty()) h.add_string("general.size_label", label);
   h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)));
   if (int64_t v = int_of(config, "max_position_embeddings"); v >= 0) h.add_u32(a + ".context_length", static_cast<uint32_t>(v));
   int64_t hidden = need_int(config, "hidden_size", where);
@@ -185,11 +352,34 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   int64_t heads = need_int(config, "num_attention_heads", where);
   h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
   if (int64_t v = int_of(config, "num_key_value_heads"); v >= 0) h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(v));
-  // rope_theta: in rope_parameters (transformers 5), else at the top (mirrored there by the converter).
-  json theta = rope.contains("rope_theta") ? rope["rope_theta"] : config.value("rope_theta", json());
-  if (theta.is_number()) h.add_f32(a + ".rope.freq_base", theta.get<float>());
-  if (auto e = config.find("rms_norm_eps"); e != config.end() && e->is_number())
-    h.add_f32(a + ".attention.layer_norm_rms_epsilon", e->get<float>());
+  // The rope scaling keys (TextModel.set_gguf_parameters): linear and yarn with a factor; llama3
+  // is the rope_freqs tensor instead (plan_tensors).
+  if (json factor = rope.value("factor", json()); (rope_type == "linear" || rope_type == "yarn") && !factor.is_null()) {
+    if (!factor.is_number()) throw UnsupportedError(Where(where), "config.json's rope factor " + factor.dump() + " is not a number");
+    h.add_string(a + ".rope.scaling.type", rope_type);
+    h.add_f32(a + ".rope.scaling.factor", factor.get<float>());
+    if (rope_type == "yarn") {
+      json orig = rope.value("original_max_position_embeddings", json());
+      if (!orig.is_number_integer() || orig.get<int64_t>() < 0)
+        throw UnsupportedError(Where(where), "a yarn rope needs original_max_position_embeddings (the converter fails without it)");
+      h.add_u32(a + ".rope.scaling.original_context_length", orig.get<uint32_t>());
+      json attn = rope.contains("attention_factor") ? rope["attention_factor"] : rope.value("attn_factor", json());
+      for (auto [key, v] : {std::pair<const char*, json>{"yarn_ext_factor", rope.value("extrapolation_factor", json())},
+                            {"yarn_attn_factor", attn},
+                            {"yarn_beta_fast", rope.value("beta_fast", json())},
+                            {"yarn_beta_slow", rope.value("beta_slow", json())}}) {
+        if (v.is_null()) continue;
+        if (!v.is_number()) throw UnsupportedError(Where(where), std::string("config.json's rope ") + key + " " + v.dump() + " is not a number");
+        h.add_f32(a + ".rope.scaling." + key, v.get<float>());
+      }
+    }
+  }
+  if (json theta = rope.value("rope_theta", json()); theta.is_number()) h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  if (json e = find_hparam(config, {"rms_norm_eps", "norm_eps"}); e.is_number()) h.add_f32(a + ".attention.layer_norm_rms_epsilon", e.get<float>());
+  if (json n = find_hparam(config, {"num_local_experts", "num_experts", "n_routed_experts"}); n.is_number_integer())
+    h.add_u32(a + ".expert_count", n.get<uint32_t>());
+  if (json n = find_hparam(config, {"num_experts_per_tok", "num_experts_per_token", "top_k_experts"}); n.is_number_integer())
+    h.add_u32(a + ".expert_used_count", n.get<uint32_t>());
   int64_t head_dim = int_of(config, "head_dim");
   if (head_dim >= 0) {
     h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
@@ -199,6 +389,9 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   if (a == "llama") {
     h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim >= 0 ? head_dim : hidden / heads));
+  }
+  if (arch.experts == Arch::Experts::Qwen) {  // Qwen2MoeModel.set_gguf_parameters
+    if (int64_t v = int_of(config, "moe_intermediate_size"); v >= 0) h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(v));
   }
   h.add_u32("general.quantization_version", 2);
 }
