@@ -35,7 +35,8 @@ struct Arch {
   // How its experts are saved and stacked: none; Qwen2MoeModel's mlp.experts.N.{down,gate,up}_proj
   // (emitted down, gate, up); LlamaModel's (Mixtral) block_sparse_moe.experts.N.w1/w2/w3 (emitted
   // w1 gate, w2 down, w3 up).
-  enum class Experts { None, Qwen, Mixtral } experts = Experts::None;
+  // DeepseekV2Model's are Qwen's too, counted by n_routed_experts.
+  enum class Experts { None, Qwen, Mixtral, Deepseek } experts = Experts::None;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
@@ -51,7 +52,13 @@ struct TensorPlan {
   // the converter computes (rope_freqs), whose float32 values are `values`.
   std::vector<size_t> inputs;
   std::vector<float> values;
+  // DeepseekV2Model's kv_b_proj split (MLA): 'k' k_b (each head's first qk_nope rows,
+  // transposed), 'v' v_b (its last v_head_dim rows); 0 none.
+  char kv_b = 0;
+  int64_t kv_b_heads = 0, kv_b_nope = 0, kv_b_v = 0;
 };
+// The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
+std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
 // The HF key's GGUF tensor; UnsupportedError naming the key when the table has none.
 TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std::string& key,
                        const std::vector<int64_t>& shape, OutType out, const std::string& where);

@@ -62,8 +62,15 @@ ARCHS = {
     "mixtral": (transformers.MixtralConfig, "llama-bpe", dict(num_local_experts=4, num_experts_per_tok=2)),
     "qwen2": (transformers.Qwen2Config, "qwen2", dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
     "qwen3": (transformers.Qwen3Config, "qwen2", dict(rope_parameters={
-        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64})),
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0})),
     "qwen3moe": (transformers.Qwen3MoeConfig, "qwen2", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
+    # DeepSeek-V3's MLA (q_lora, kv_lora, the kv_b split), a dense first layer, a shared expert,
+    # expert groups and the sigmoid router; llama-bpe, which DeepseekV2Model's _set_vocab_gpt2 takes.
+    "deepseek2": (transformers.DeepseekV3Config, "llama-bpe", dict(
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=32,
+        kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
+        topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
 }
 
 
@@ -166,7 +173,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001

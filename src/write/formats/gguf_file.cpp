@@ -147,6 +147,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           std::memcpy(f32.data() + at, permuted.data(), permuted.size());
         }
       }
+      if (tp.kv_b) {  // DeepSeek's kv_b_proj: its k_b or v_b part
+        std::vector<float> part = gguf::kv_b_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape[1]);
+        f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
+      }
       uint64_t n = 1;
       for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
       const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
@@ -167,7 +171,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
     for (size_t input : tp.inputs) {
       const PlannedTensor& pt = plan.tensors[order_[input]];
-      most = std::max(most, pt.t->nbytes() + (tp.permute_heads ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
+      most = std::max(most, pt.t->nbytes() + (tp.permute_heads || tp.kv_b ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
     }
     const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
     return 4 * n + most + gguf::tensor_bytes(tp.type, n, row);
