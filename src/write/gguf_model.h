@@ -4,10 +4,13 @@
 // metadata keys from config.json, and the tokenizer's keys from tokenizer.json and
 // tokenizer_config.json, each in the order the converter adds them.
 //
-// Architectures: config.json's architectures[0] LlamaForCausalLM (llama), Qwen2ForCausalLM (qwen2),
-// Qwen3ForCausalLM (qwen3). Anything else, a tensor the table does not name, a rope scaling, or a
-// tokenizer the converter would treat otherwise (not byte-level BPE, a pre-tokenizer it does not
-// name: write/gguf_vocab.h) is refused, UnsupportedError (exit 5) naming it.
+// Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
+// MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
+// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2); experts stacked per layer,
+// DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
+// else, a tensor the table does not name, another rope type, or a tokenizer the converter would
+// treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: write/gguf_vocab.h) is
+// refused, UnsupportedError (exit 5) naming it.
 #pragma once
 
 #include <cstdint>

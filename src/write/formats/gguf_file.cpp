@@ -5,9 +5,10 @@
 // The header (write/gguf.h) is a function of config.json, the tokenizer files and the plan's
 // tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
-// then converts one tensor at a time (read whole in its saved dtype, float32, the Llama Q/K row
-// permutation, the output type: F32, F16, BF16 or Q8_0) into its place, inside --max-memory, and
-// renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
+// then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
+// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, or the values the
+// converter computes (rope_freqs); the output type: F32, F16, BF16 or Q8_0) into its place, inside
+// --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
 // tensor, config setting or tokenizer write/gguf_model.h does not write, a non-floating tensor,
 // and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
