@@ -8,7 +8,7 @@
 #include "build_info.h"
 #include "cmd/exit_codes.h"
 #include "cmd/generate_model.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl::cli::gen {
 namespace {

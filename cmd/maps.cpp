@@ -1,8 +1,8 @@
-// dcpctl maps: the built-in key maps (view/keymap.h) that --map takes by name.
+// dcpctl maps: the built-in key maps (view/maps/keymap.h) that --map takes by name.
 #include <iostream>
 
 #include "cmd/subcommands.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl::cli {
 

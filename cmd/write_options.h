@@ -43,7 +43,7 @@ void add_precision_options(CLI::App* sub, WriteCliOptions& c);
 // lists all). Nothing without --dtype.
 void print_cast_summary(const nlohmann::json& summary, std::ostream& out);
 
-// --quantize, --quantize-block and --quantize-skip (view/quantize.h), for every write command.
+// --quantize, --quantize-block and --quantize-skip (view/codecs/quantize.h), for every write command.
 void add_quantize_options(CLI::App* sub, WriteCliOptions& c);
 
 // --megatron-args FILE, --make-vocab-size-divisible-by N, --tensor-model-parallel-size N: the

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""Writes src/view/config_aliases.json: the other names transformers gives config.json parameters.
+"""Writes src/view/maps/config_aliases.json: the other names transformers gives config.json parameters.
 
 A transformers config class may declare `attribute_map` {ALIAS: NAME}: reading `config.ALIAS`
 reads `config.NAME`, and `save_pretrained` writes NAME only. Qwen3MoeConfig maps `num_experts` to
 `num_local_experts`, so transformers 5.23 writes Qwen3-MoE's expert count as `num_local_experts`,
 where the releases' own config.json files (written by older transformers) say `num_experts`.
-dcpctl's key maps (view/keymap.h, Params) read a parameter through these tables both ways: asked
+dcpctl's key maps (view/maps/keymap.h, Params) read a parameter through these tables both ways: asked
 for ALIAS, a config that has NAME answers; asked for NAME, one that has ALIAS does.
 
 The table is per `model_type` (the config class's), the `attribute_map` of every config class in
 transformers' CONFIG_MAPPING_NAMES that declares one. Written with the project's virtualenv, which
 pins transformers==5.23.0 (tools/requirements.txt):
 
-    .venv/bin/python tools/config_aliases.py > src/view/config_aliases.json
+    .venv/bin/python tools/config_aliases.py > src/view/maps/config_aliases.json
 """
 import json
 import sys

@@ -1,7 +1,7 @@
 #include "check/hf_config_checks.h"
 
 #include "check/hf_schema.h"
-#include "view/keymap_terms.h"
+#include "view/maps/keymap_terms.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "util/error.h"
-#include "view/keymap_terms.h"
+#include "view/maps/keymap_terms.h"
 
 namespace dcpctl {
 

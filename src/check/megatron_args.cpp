@@ -9,7 +9,7 @@
 #include "pickle/repr.h"
 #include "pickle/tree.h"
 #include "util/error.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

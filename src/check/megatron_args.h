@@ -102,7 +102,7 @@ std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string
 // table's order. UnsupportedError (exit 5: the checkpoint is intact, config.json does not describe
 // it) naming `config_path`, every contradiction (config.json's field
 // and value, the args field and value) and where the args came from, when any disagree.
-// `variant_args`: the "args" of the map's variant (view/keymap.h's variant_args: megatron.json's
+// `variant_args`: the "args" of the map's variant (view/maps/keymap.h's variant_args: megatron.json's
 // variants say how their config reads the args: attention, RoPE, router, and each model_type's
 // class defaults); config.json's model_type chooses the defaults. UsageError when it is malformed.
 nlohmann::json check_megatron_args(const MegatronArgs& args, const nlohmann::json& config,

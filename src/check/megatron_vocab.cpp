@@ -7,7 +7,7 @@
 #include "check/megatron_args.h"
 #include "meta/checkpoint.h"
 #include "util/error.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "write/run.h"
 
 namespace dcpctl {

@@ -4,11 +4,11 @@
 
 #include "compare/diff.h"
 #include "check/hf_checks.h"
-#include "view/keymap_terms.h"
+#include "view/maps/keymap_terms.h"
 #include "view/model_config.h"
-#include "view/quantized.h"
-#include "view/dequantize.h"
-#include "view/derived.h"
+#include "view/codecs/quantized.h"
+#include "view/codecs/dequantize.h"
+#include "meta/derived.h"
 #include "item/item_reader.h"
 #include "meta/pieces.h"
 

@@ -4,7 +4,7 @@
 // Megatron-Bridge publishes for its exports).
 //
 // The source is seen through the map (diff's --map); the export as it is, its quantized weights
-// decoded (view/dequantize.h) so that each is compared with the source's weight within its codec's
+// decoded (view/codecs/dequantize.h) so that each is compared with the source's weight within its codec's
 // bound, and each tensor in a dtype other than the source's compared after the same
 // cast (compare/export_bound.h). Every source key is then accounted for:
 //   mapped           the model keys the map takes, and the export keys they make;
@@ -45,7 +45,7 @@ struct DiffResult;
 // none, or when `source` holds quantized weights itself (then both are compared as saved).
 // UnsupportedError (exit 5), naming the weight, for a format whose bound is not implemented
 // (compressed-tensors' INT4/INT8 pack-quantized, DeepSeek-V4's FP4 experts); what the dequantize
-// view refuses (view/dequantize.h) as it refuses it.
+// view refuses (view/codecs/dequantize.h) as it refuses it.
 std::map<std::string, ExportBound> dequantize_export(Input& exported, const Input& source);
 
 // Whether the export's config.json (or its text_config) says tie_word_embeddings.

@@ -60,7 +60,7 @@ struct DiffOptions {
   // Only the verdict is wanted (--quiet): stop reading at the first difference found. The
   // per-key results are then incomplete; `same` is exact.
   bool stop_early = false;
-  // --map NAME|FILE (view/keymap.h): A is seen through the map (the direction its keys choose),
+  // --map NAME|FILE (view/maps/keymap.h): A is seen through the map (the direction its keys choose),
   // and B too when its keys are on A's side of the map; --config for its parameters.
   std::string map, map_config;
   std::function<void(uint64_t done, uint64_t total)> progress;

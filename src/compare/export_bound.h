@@ -7,7 +7,7 @@
 //              for bit; an upcast is exact
 //   codec      the export holds the weight quantized (fp8 blocks or channels, NVFP4, MXFP8, MXFP4: each
 //              codec --quantize writes, and those dcpctl reads that share their grids), read here as
-//              its codec decodes it (view/dequantize.h): each element within its codec's bound,
+//              its codec decodes it (view/codecs/dequantize.h): each element within its codec's bound,
 //              |x - dq| <= s * half_step(dq / s) with the scale s as the element sees it and room for
 //              the producer's and decoder's float rounding (view/codecs/bound.h says it exactly).
 //              The bound comes with the decoded weight (DecodedTensor::bound), the codec's own; its

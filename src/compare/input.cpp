@@ -2,7 +2,7 @@
 
 #include "check/megatron_vocab.h"
 #include "pickle/repr.h"
-#include "view/derived.h"
+#include "meta/derived.h"
 #include "meta/geometry.h"
 #include "view/model.h"
 

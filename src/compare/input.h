@@ -10,7 +10,7 @@
 
 #include "item/item_reader.h"
 #include "meta/checkpoint.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "meta/select.h"
 
 namespace dcpctl {
@@ -19,7 +19,7 @@ struct Input {
   std::string path;
   Checkpoint ck;
   std::unique_ptr<ItemReader> reader;                // reads ck (which therefore never moves)
-  // --map: ck is the key map's table (view/map_view.h), its outputs the items, the selection
+  // --map: ck is the key map's table (view/maps/map_view.h), its outputs the items, the selection
   // applied; null otherwise.
   const MappedModel* map = nullptr;
 };
@@ -41,7 +41,7 @@ std::vector<SelectedItem> input_items(const Input& in, const Selection& selectio
 void expect_reads(Input& in, const std::vector<const SelectedItem*>& items);
 // The tensor an item of input_items names (a key map's output: the map's meta of it).
 const TensorMeta& input_tensor(const Input& in, const SelectedItem& item);
-// The key map's output named `fqn` (view/derived.h's DerivedTable::parts), or null.
+// The key map's output named `fqn` (meta/derived.h's DerivedTable::parts), or null.
 const MappedTensor* mapped_tensor(const Input& in, const std::string& fqn);
 
 // Throws FormatError naming the tensor when its chunks do not tile it exactly (a hole or an

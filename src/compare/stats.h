@@ -42,7 +42,7 @@ struct StatsOptions {
   uint64_t window_bytes = 32ull << 20;  // per window of raw elements (float64 widening on top)
   int depth = 0;                        // group by the first `depth` key components (0: no groups)
   bool check_finite = false, check_zero = false;
-  std::string map, map_config;  // --map NAME|FILE, --config FILE (view/keymap.h)
+  std::string map, map_config;  // --map NAME|FILE, --config FILE (view/maps/keymap.h)
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 

@@ -6,7 +6,7 @@
 
 #include "item/torch_zip.h"
 #include "item/transforms.h"
-#include "view/derived.h"
+#include "meta/derived.h"
 #include "meta/geometry.h"
 #include "meta/pieces.h"
 #include "pickle/vm.h"

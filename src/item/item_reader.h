@@ -53,7 +53,7 @@ class ItemReader {
 
   // Decodes chunk `chunk` of `t` into dst: C-contiguous, t.chunk_numel(chunk) * itemsize bytes.
   // The reader reads saved items; a tensor some view derived (the checkpoint's DerivedTable,
-  // view/derived.h: a dequantized or merged weight) is computed by its DerivedTensor from the
+  // meta/derived.h: a dequantized or merged weight) is computed by its DerivedTensor from the
   // tensors of the table below it, which this reader reads for it the same way. Such a tensor is
   // never readable in place.
   void read_chunk(const TensorMeta& t, size_t chunk, void* dst) const;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "view/derived.h"
+#include "meta/derived.h"
 #include "meta/pieces.h"
 
 namespace dcpctl {

@@ -46,7 +46,7 @@ std::vector<int64_t> unravel(const std::vector<int64_t>& shape, uint64_t i);
 // gate, each window decodes it for itself. Safe to use from several threads.
 class WindowReader {
  public:
-  // A tensor the reader's table says has parts (a key map's output, view/derived.h's
+  // A tensor the reader's table says has parts (a key map's output, meta/derived.h's
   // DerivedTable::parts; given as the table's or the map's TensorMeta) is filled from the pieces
   // of those parts, as the planner plans it.
   WindowReader(const ItemReader& reader, MemoryGate* gate);

@@ -32,7 +32,7 @@
 
 namespace dcpctl {
 
-struct DerivedTable;  // view/derived.h
+struct DerivedTable;  // meta/derived.h
 
 // The layout's row's stable name for scripts ("dcp", "hf-safetensors", ...) and phrase for people.
 const char* layout_name(CheckpointLayout l);
@@ -73,7 +73,7 @@ struct Checkpoint {
   std::vector<RecordCrc> record_crcs;
   // Non-tensor leaves a reader decoded as it opened (a torch.save file's): key -> Python repr.
   std::map<std::string, std::string> values;
-  // The tensors views derived (view/derived.h: dequantized, merged): how each is read, and what
+  // The tensors views derived (meta/derived.h: dequantized, merged): how each is read, and what
   // the views said. Null for a checkpoint as opened: every tensor is saved.
   std::shared_ptr<const DerivedTable> derived;
   uint64_t data_bytes() const;      // total size of the data files present

@@ -50,7 +50,7 @@ void copy_box(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, co
 // lands at its transposed place. At least 2 dimensions.
 void copy_box_transposed(const uint8_t* src, const Box& sb, uint8_t* dst, const Box& db, const Box& in, size_t item);
 
-// A piece of a key map's output (view/keymap.h) that is not a run: its region, its chunk's box and
+// A piece of a key map's output (view/maps/keymap.h) that is not a run: its region, its chunk's box and
 // the target box, all in one frame (the saved tensor's, or the output's when it has a dimension
 // more), for copy_box. `transpose`: the box's bytes hold its last two dims swapped (a key map's
 // transposed part): the three boxes are in the saved tensor's frame, copy_box_transposed places it.
@@ -116,11 +116,11 @@ struct MappedTensor {
   uint32_t place = 0;
   // Rows at the end of dim 0 that no part covers and are written as zeros: a vocabulary padded for
   // Megatron-LM (check/megatron_vocab.h), as Megatron-Bridge pads it. Such an output is read as a
-  // derived tensor (view/map_view.h), never planned from its parts alone.
+  // derived tensor (view/maps/map_view.h), never planned from its parts alone.
   int64_t pad_rows = 0;
 };
 
-// The pieces box `target` of a key map's output `mt` is made of (view/keymap.h): per part that
+// The pieces box `target` of a key map's output `mt` is made of (view/maps/keymap.h): per part that
 // meets the box, per row of a part whose rows are reordered, the pieces of the saved chunks
 // there. A piece is a run when its region is contiguous both in its chunk and in the box (then
 // from/to/bytes place it); otherwise it carries its frames. In part order, then chunk order.
@@ -138,7 +138,7 @@ Box row_slab(const Box& in, const Box& chunk);
 // The elements [first, first + count) of a tensor of `shape` (C order) as boxes that are each a
 // run (is_run), in order: the partial rows up to the first whole block, whole blocks, partial rows
 // after them; at most 2 * ndim boxes. How a byte range of a tensor made of parts is assembled box
-// by box (view/map_view.h). Empty when count is 0.
+// by box (view/maps/map_view.h). Empty when count is 0.
 std::vector<Box> run_boxes(const std::vector<int64_t>& shape, uint64_t first, uint64_t count);
 
 // Whether the pieces (as plan_pieces orders them) are all runs that tile [0, total) exactly,

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "meta/geometry.h"
-#include "view/lora_adapters.h"
+#include "meta/lora_keys.h"
 #include "meta/shared_records.h"
 
 namespace dcpctl {

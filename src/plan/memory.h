@@ -4,7 +4,7 @@
 // (util/memory_gate.h) from the figures here, and every refusal of a --max-memory too small is
 // decided from them, before a byte moves:
 //
-//   reading a derived chunk what a view's DerivedTensor holds to compute it (view/derived.h: the
+//   reading a derived chunk what a view's DerivedTensor holds to compute it (meta/derived.h: the
 //                           saved inputs it reads, whole scales or adapters, float32 working
 //                           copies), on top of what the record holds for it (view_read_need)
 //   reading a saved chunk   its dense bytes; what the item reader allocates itself to produce them
@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "view/derived.h"
+#include "meta/derived.h"
 #include "meta/metadata.h"
 #include "plan/plan.h"
 
@@ -59,7 +59,7 @@ uint64_t bytes_item_need(const StorageRef& s);
 
 // ---- Writing: a record of a write plan.
 
-// The most a view's read of one of `pieces`' chunks holds besides the chunk (view/derived.h:
+// The most a view's read of one of `pieces`' chunks holds besides the chunk (meta/derived.h:
 // DerivedTensor::working_bytes); 0 for saved chunks or without a table.
 uint64_t view_read_need(const DerivedTable* derived, const std::vector<Piece>& pieces);
 // What writing record `r` of tensor `pt` holds at once (Record::need; for a safetensors run read

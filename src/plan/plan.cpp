@@ -90,7 +90,7 @@ PlannedTensor& plan_saved(const Checkpoint& ck, const TensorMeta& t, const std::
 }
 
 // --dtype on a scaled float8 weight that is still float8 here: a block-scaled weight with its
-// `_scale_inv` is dequantized before planning (view/dequantize.h), so what reaches this is a scale
+// `_scale_inv` is dequantized before planning (view/codecs/dequantize.h), so what reaches this is a scale
 // dcpctl does not apply (a `_scale`, whose meaning differs between quantizers). Casting the weight
 // alone would write values off by the whole scale, silently: refused (exit 5), naming the weight
 // and its scale. Without --dtype, fp8 stays fp8 and its scales are written as they are. The scale
@@ -121,7 +121,7 @@ void refuse_scaled_casts(const Checkpoint& ck, const WritePlan& plan) {
   }
 }
 
-// A key map's output (view/map_view.h: the table written holds the map's inputs and says each
+// A key map's output (view/maps/map_view.h: the table written holds the map's inputs and says each
 // output's parts), as records of pieces of those inputs. A whole tensor under a new name is
 // planned as that tensor (plan_saved). Otherwise the pieces are runs where a region is contiguous
 // in its chunk and in the box (placed like any run), else copied with their frames; such a record

@@ -6,7 +6,7 @@
 // file or target rank, and its offset there), whether it streams, and the memory writing it takes.
 // Everything a run would refuse is refused here, before a byte is written: unknown dtypes, tensors
 // their chunks do not cover, dtypes the format cannot hold, a record that cannot fit the budget.
-// A key map's output (the written map table, view/map_view.h: DerivedTable::parts) is planned
+// A key map's output (the written map table, view/maps/map_view.h: DerivedTable::parts) is planned
 // from its parts: pieces of the table's inputs, the saved chunks (a whole tensor renamed: that
 // tensor's records), sharded by rows where ranks are written.
 //
@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "plan/checks.h"
 #include "meta/pieces.h"
 #include "meta/select.h"
@@ -84,7 +84,7 @@ struct PlannedTensor {
   std::string key;   // the output key (after --select)
   DType src{}, dst{};
   bool transformed = false;  // some chunk is stream-transformed (zstd)
-  // A key map's output in the table written (view/map_view.h, DerivedTable::parts): what it is
+  // A key map's output in the table written (view/maps/map_view.h, DerivedTable::parts): what it is
   // made of, planned as pieces of the table's inputs.
   const MappedTensor* mapped = nullptr;
   // A whole tensor under a new name (renames_whole): `t` is that tensor, and it is planned, read

@@ -6,7 +6,7 @@
 
 #include "meta/checkpoint.h"
 #include "check/hf_schema.h"
-#include "view/keymap_terms.h"
+#include "view/maps/keymap_terms.h"
 #include "store/file.h"
 #include "util/error.h"
 

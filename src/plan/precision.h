@@ -66,7 +66,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "util/dtype.h"
 
 namespace dcpctl {

@@ -7,8 +7,8 @@
 
 #include "meta/frameworks.h"
 #include "meta/geometry.h"
-#include "view/lora_adapters.h"
-#include "view/quantized.h"
+#include "meta/lora_keys.h"
+#include "view/codecs/quantized.h"
 #include "meta/shared_records.h"
 
 namespace dcpctl {

@@ -31,7 +31,7 @@ void e8m0_to_float(const uint8_t* e8m0, size_t n, float* out);
 void dequantize_mxfp4(const uint8_t* packed, const Box& box, const uint8_t* scales,
                       const std::vector<int64_t>& scale_shape, float* out);
 
-// A LoRA merge (view/lora.h) of box `box` of a base weight: `w`, the box's base values as float32,
+// A LoRA merge (view/lora/lora.h) of box `box` of a base weight: `w`, the box's base values as float32,
 // gets scale·(B·A) added (with `transposed`, (B·A)ᵀ: an Embedding's or fan_in_fan_out's), as PEFT's
 // merge_and_unload computes it: B·A in float32, each element a fused multiply-add over k = 0..r-1
 // from 0 (what torch's CPU sgemm does for these shapes, measured bit for bit on the fixtures'
@@ -46,7 +46,7 @@ void add_lora_delta(float* w, const Box& box, const float* a, int64_t a_cols, co
 // The dtype PEFT's delta is in: lora_B's when it is bfloat16 or float16, else float32.
 DType lora_delta_dtype(DType b_dtype);
 
-// A 3-D ParamWrapper's merge (PEFT 0.21 target_parameters on fused MoE experts, view/lora_adapters.h): box
+// A 3-D ParamWrapper's merge (PEFT 0.21 target_parameters on fused MoE experts, meta/lora_keys.h): box
 // `box` [e, o, i] of a base [E, out, in] (`transposed`: [E, in, out]) gets, for each expert e in it,
 // add_lora_delta of A_e = rows e·rank … of A [rank·E, a_cols] and B_e[o][k] = B[o][k·E + e] of B
 // [b_rows, rank·E]: PEFT's einsum("o r e, e r i -> e o i") · scaling, each expert's product summed

@@ -1,12 +1,12 @@
 #include "view/model.h"
 
-#include "view/dequantize.h"
-#include "view/lora.h"
-#include "view/map_view.h"
-#include "view/quantize.h"
+#include "view/codecs/dequantize.h"
+#include "view/lora/lora.h"
+#include "view/maps/map_view.h"
+#include "view/codecs/quantize.h"
 #include "item/item_reader.h"
-#include "view/unexplained.h"
-#include "view/quantized.h"
+#include "view/codecs/unexplained.h"
+#include "view/codecs/quantized.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -34,7 +34,7 @@ bool all_zeros(const ItemReader& reader, const TensorMeta& t) {
   return true;
 }
 
-// A map's rule that drops a tensor only when it holds nothing (view/keymap.h's drop_when_zeros):
+// A map's rule that drops a tensor only when it holds nothing (view/maps/keymap.h's drop_when_zeros):
 // read it; a non-zero one would change the model the output claims to be (a router's bias moves
 // which experts a token goes to), so it is refused, exit 5, unless --exclude leaves it out.
 void check_zero_drops(const Checkpoint& in, const MappedModel& mm) {
@@ -80,7 +80,7 @@ Model build_model(const Checkpoint& ck, const ModelRequest& rq) {
     if (rq.check_map) rq.check_map(ck, map, map_config);
     map.excluded = excluded_keys(in.md, m.selection_);
     check_zero_drops(in, map);
-    // The outputs are the table (view/map_view.h): written, they are planned from their parts;
+    // The outputs are the table (view/maps/map_view.h): written, they are planned from their parts;
     // a view after the map reads them as tensors.
     m.own_ = mapped_view(in, std::move(map), rq.quantize.scheme.empty() ? MapTable::Written : MapTable::Read);
     m.selection_ = {};

@@ -1,11 +1,11 @@
 // The model a command reads: a checkpoint's saved tensors rewritten by views, in one order.
 //
 //   saved        what `.metadata` or the safetensors headers say (meta/checkpoint.h)
-//   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/dequantize.h)
-//   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora.h)
-//   map          --map: the key map's tensors, parts of the tensors above (view/keymap.h), as a
-//                table (view/map_view.h); written, each is planned from its parts (plan/plan.h)
-//   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/quantize.h)
+//   dequantize   --dtype over fp8 / MXFP4 weights: float32 weights, the scales gone (view/codecs/dequantize.h)
+//   lora         --lora adapter | merge: the adapter alone, or the merged weights (view/lora/lora.h)
+//   map          --map: the key map's tensors, parts of the tensors above (view/maps/keymap.h), as a
+//                table (view/maps/map_view.h); written, each is planned from its parts (plan/plan.h)
+//   quantize     --quantize fp8-block | mxfp4: weights as FP8 blocks / MXFP4 and their scales (view/codecs/quantize.h)
 //   cast         --dtype: the written dtype of each floating tensor (plan/checks.h, in the plan)
 //
 // The model's config.json is found and read once, here (view/model_config.h: --config, --assets,
@@ -13,7 +13,7 @@
 // one order with its named exceptions), kept on the Model; every view, check (the precision policy,
 // the HF folder's checks) and writer (the config.json copied beside the weights) asks it.
 //
-// Each view maps the table below it to a new one (view/derived.h); what a view computes is a
+// Each view maps the table below it to a new one (meta/derived.h); what a view computes is a
 // DerivedTensor the item reader hands its reads to, and the memory model charges (plan/memory.h).
 // consolidate, reshard, cast, diff and stats build their model here; inspect and verify read the
 // saved table (no view applies to them). A new view is a file in src/view/ and one step below.
@@ -27,11 +27,11 @@
 #include <nlohmann/json.hpp>
 
 #include "meta/checkpoint.h"
-#include "view/keymap.h"
-#include "view/lora_adapters.h"
+#include "view/maps/keymap.h"
+#include "view/lora/lora_config.h"
 #include "view/model_config.h"
 #include "meta/select.h"
-#include "view/quantize.h"
+#include "view/codecs/quantize.h"
 #include "util/dtype.h"
 
 namespace dcpctl {
@@ -78,7 +78,7 @@ class Model {
 };
 
 // The views `rq` asks for over `ck` (which must outlive the model), in the order above. Throws what
-// each view refuses (view/dequantize.h, view/lora.h, view/keymap.h's apply_key_map), and
+// each view refuses (view/codecs/dequantize.h, view/lora/lora.h, view/maps/keymap.h's apply_key_map), and
 // UnsupportedError (exit 5) for --map over MXFP4 weights no --dtype dequantized.
 Model build_model(const Checkpoint& ck, const ModelRequest& rq);
 

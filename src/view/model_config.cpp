@@ -1,7 +1,7 @@
 #include "view/model_config.h"
 
 #include "meta/checkpoint.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "store/file.h"
 #include "util/error.h"
 

@@ -24,7 +24,7 @@
 //             (was find_policy_config: --dtype's precision policy, plan/precision.h)
 //   heads_tries()  1, the adapter config's base_model_name_or_path/config.json, 2, 3, the folder
 //             above the checkpoint (any name); one without num_attention_heads and hidden_size (or
-//             not JSON) is passed over. (torchtune --lora: q/k lora_B's RoPE rows, view/lora_torchtune.h)
+//             not JSON) is passed over. (torchtune --lora: q/k lora_B's RoPE rows, view/lora/lora_torchtune.h)
 //   The copied config.json (write/assets.h's find_assets): 2 alone when given, else 3, 4 (only for
 //   HF's consolidated layout), 5; found by the asset listing, its text read here (file()). When one
 //   is found and --config was given, --config's is written in its place: the weights were shaped by

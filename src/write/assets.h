@@ -71,7 +71,7 @@ Assets find_assets(const Checkpoint& ck, const std::string& from, const ModelCon
 // Copies every asset to `path_of(name)`, each written under a temporary name and renamed (the
 // caller's folder is itself temporary: OutputDir). Throws IoError when a source vanished or
 // cannot be read. `edit_config`, when given, makes config.json's content from the source's (a
-// dequantized export's config: view/quantized.h). Into object storage through `uploads`, the
+// dequantized export's config: view/codecs/quantized.h). Into object storage through `uploads`, the
 // job's session (store/upload.h).
 void copy_assets(const Assets& assets, const std::function<std::string(const std::string&)>& path_of,
                  const std::function<std::string(const std::string&)>& edit_config = nullptr,
@@ -86,7 +86,7 @@ void copy_assets(const Assets& assets, const std::function<std::string(const std
 std::string config_with_dtype(const std::string& config_text, DType dtype);
 
 // config.json with `quantization_config` set to `quantization` (a quantized export,
-// view/quantize.h), the order of the other keys kept. The text as given when it is not a JSON
+// view/codecs/quantize.h), the order of the other keys kept. The text as given when it is not a JSON
 // object.
 std::string quantized_config(const std::string& config_text, const nlohmann::json& quantization);
 

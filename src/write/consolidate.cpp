@@ -5,7 +5,7 @@
 
 #include "store/file.h"
 #include "util/error.h"
-#include "view/lora_adapters.h"
+#include "view/lora/lora_config.h"
 #include "view/model.h"
 #include "write/assets.h"
 #include "write/execute.h"

@@ -23,8 +23,8 @@
 #include <string>
 
 #include "meta/checkpoint.h"
-#include "view/lora_adapters.h"
-#include "view/quantize.h"
+#include "view/lora/lora_config.h"
+#include "view/codecs/quantize.h"
 #include "plan/format.h"
 #include "write/run.h"
 
@@ -35,7 +35,7 @@ struct ConsolidateOptions : WriteOptions {
   uint64_t max_shard_size = 5'000'000'000;  // a sharded format (the HF folder)
   // --lora: the checkpoint's LoRA adapter written as it is (Keep), as a PEFT adapter folder
   // (Adapter: formats::peft_adapter) or merged into its base model (Merge), through the view of
-  // view/lora_adapters.h; the selection picks what the view is made of.
+  // meta/lora_keys.h; the selection picks what the view is made of.
   LoraRequest lora;
   bool flat = false;                // Torch: flat keys
   std::string outtype;              // GGUF: --outtype f32, f16, bf16 or q8_0 ("": f16, the converter's default)

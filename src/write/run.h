@@ -30,7 +30,7 @@
 
 #include "meta/manifest.h"
 #include "meta/select.h"
-#include "view/quantize.h"
+#include "view/codecs/quantize.h"
 #include "util/dtype.h"
 #include "store/file.h"
 #include "util/io_buffer.h"
@@ -73,10 +73,10 @@ struct WriteOptions {
   // default, SHA-256 where asked.
   ManifestAlgorithm manifest = ManifestAlgorithm::Crc32;
   uint64_t max_memory = 0;    // 0: automatic (the largest single need, at least 1 GiB)
-  // --map NAME|FILE (view/keymap.h): the outputs are the map's tensors; its parameters from
+  // --map NAME|FILE (view/maps/keymap.h): the outputs are the map's tensors; its parameters from
   // --config FILE, else `map_assets` (consolidate's --assets DIR), else the checkpoint's config.json.
   std::string map, map_config, map_assets;
-  // --quantize (view/quantize.h): scheme "" for none. Not with --map (build_model refuses it).
+  // --quantize (view/codecs/quantize.h): scheme "" for none. Not with --map (build_model refuses it).
   QuantizeRequest quantize;
   MegatronTarget megatron;  // --megatron-args, --make-vocab-size-divisible-by, --tensor-model-parallel-size
   std::function<void(uint64_t done, uint64_t total)> progress;  // called from worker threads

@@ -8,7 +8,7 @@
 #include "item/item_reader.h"
 #include "item/window.h"
 #include "util/dtype.h"
-#include "view/map_view.h"
+#include "view/maps/map_view.h"
 
 namespace dcpctl {
 

@@ -30,7 +30,7 @@ struct TiedHead {
 std::optional<TiedHead> tied_head_to_drop(const std::string& config, const Checkpoint& ck, const Selection& sel,
                                           uint64_t window = 64ull << 20);
 
-// A key map's written table (view/map_view.h) without the head: no longer an item, and the map
+// A key map's written table (view/maps/map_view.h) without the head: no longer an item, and the map
 // without its tensor, its input counted as dropped with the reason. Nothing for any other table
 // (the caller excludes the head from its selection).
 std::optional<Checkpoint> without_tied_head(const Checkpoint& table, const TiedHead& tied);

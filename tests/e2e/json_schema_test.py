@@ -516,7 +516,7 @@ def cases_for(p, work):
     add("compat", "compat --link copy", ["compat", t215, "-o", os.path.join(work, "compat-copy"), "--link", "copy", "--json"])
     add("inspect", "inspect a torch 2.15 checkpoint", ["inspect", t215, "--json"])
 
-    # --map (view/keymap.h): the HF folder transformers wrote, to torchtitan names and back
+    # --map (view/maps/keymap.h): the HF folder transformers wrote, to torchtitan names and back
     hfs = fx("layouts", "hf_transformers", "start")
     titan = p["titan"]
     add("consolidate", "consolidate --map torchtitan-llama3 --config", ["consolidate", titan, "-o", co("mapped/"), "--map",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FP8 block-scaled Hugging Face folders in, bf16/fp32 out (view/quantized.h): `--dtype` dequantizes
+"""FP8 block-scaled Hugging Face folders in, bf16/fp32 out (view/codecs/quantized.h): `--dtype` dequantizes
 every float8 weight with its `<name>_scale_inv` and writes no scale, exactly as torch's reference
 `QuantizedHuggingFaceStorageReader` does (the oracle, run here on the same folder); the exported
 config.json loses its `quantization_config` and says the dtype written, so `from_pretrained` loads

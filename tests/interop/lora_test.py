@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""LoRA fine-tunes (view/lora_adapters.h, consolidate --lora): checkpoints written by real PEFT 0.21 on FSDP2
+"""LoRA fine-tunes (meta/lora_keys.h, consolidate --lora): checkpoints written by real PEFT 0.21 on FSDP2
 (tests/fixtures/layouts/peft_*, make_peft.py), checked against what PEFT itself wrote from the
 gathered model: save_pretrained (expected_adapter/) and merge_and_unload (expected_merged/).
 
@@ -10,7 +10,7 @@ has PEFT's r, lora_alpha, target_modules, modules_to_save, use_rslora / use_dora
 in PeftModel.from_pretrained over the base model with no missing or unexpected adapter keys and
 gives PEFT's logits. --lora merge: every tensor of merge_and_unload's model under the same names;
 those without an adapter bit for bit, the merged ones within the bound of float rounding
-(view/lora_adapters.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
+(meta/lora_keys.h: B·A summed in another order than torch's sgemm), the folder loads in from_pretrained
 and gives the merged logits; .safetensors and .pt outputs hold the same tensors; --dtype casts the
 merged values; with --map, the map of PEFT's merged model; on 2 ranks, the one-process bytes; a
 bfloat16 and a float16 fine-tune (cast and saved here by dcp.save) merge to merge_and_unload's bits. DoRA

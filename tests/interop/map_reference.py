@@ -528,7 +528,7 @@ def _aliased_value(config: dict, key: str) -> Any:
     """config.json's value for key as transformers reads it: through the attribute_map of the
     config's model_type class, both ways (transformers 5.23 writes Qwen3-MoE's num_experts as
     num_local_experts, which Qwen3MoeConfig.attribute_map aliases to num_experts). transformers itself
-    is the oracle here, not dcpctl's table (src/view/config_aliases.json)."""
+    is the oracle here, not dcpctl's table (src/view/maps/config_aliases.json)."""
     v = _config_value(config, key)
     if v is not None or "." in key or not isinstance(config.get("model_type"), str):
         return v

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`consolidate --quantize fp8-block` (issue 48 item 3; view/quantize.h), checked by transformers
+"""`consolidate --quantize fp8-block` (issue 48 item 3; view/codecs/quantize.h), checked by transformers
 5.23 and torch 2.15 on a model transformers itself writes here (a tiny Qwen3ForCausalLM, seeded,
 save_pretrained in float32 and in bfloat16; a DCP copy of it through dcp.save, sharded over 2 ranks'
 worth of chunks by torch's own planner is not needed: the HF folder and a DCP checkpoint written
@@ -77,7 +77,7 @@ transformers 5.23's other MoE models write per-expert 2-D weights, and GPT-OSS /
     [E, in, out] stacks.
 
 `--map M --quantize S` in one command (map_fp8_checks, map_mxfp4_checks; the map a view the
-quantize view reads, view/map_view.h): bit for bit the two-step path (consolidate --map M -o A/,
+quantize view reads, view/maps/map_view.h): bit for bit the two-step path (consolidate --map M -o A/,
 then consolidate A/ --quantize S), on torchtitan 0.3.0's DeepSeek-V3 fixtures (fp8-block, experts
 unstacked by the map, the MTP block kept) and on the GPT-OSS model above in torchtitan's names
 (mxfp4); consolidate, reshard and cast alike.
@@ -443,7 +443,7 @@ def same_folders(got: Path, want: Path, what: str) -> None:
 
 
 def map_fp8_checks() -> None:
-    """--map beside --quantize fp8-block (issue 48 items 1, 3; view/map_view.h): on torchtitan 0.3.0's
+    """--map beside --quantize fp8-block (issue 48 items 1, 3; view/maps/map_view.h): on torchtitan 0.3.0's
     DeepSeek-V3 (MLA, 4 routed experts stacked [E, out, in] unstacked by the map into 2-D HF
     experts, a dense layer) and its MTP variant, consolidate, reshard and cast --map M --quantize
     fp8-block write the bits of the two-step path (consolidate --map M -o A/, then consolidate A/
@@ -543,7 +543,7 @@ def make_gemma4(d: Path):
 
 
 def fp8_stack_checks() -> Path:
-    """--quantize fp8-block on stacked experts (view/quantize.h): Gemma 4's [E, out, in] stacks
+    """--quantize fp8-block on stacked experts (view/codecs/quantize.h): Gemma 4's [E, out, in] stacks
     quantized expert by expert, equal to transformers' Fp8Quantize per expert; stacks FP8Experts
     does not load as they are ([E, in, out], biased, partial blocks) kept, listed with a reason and
     in modules_to_not_convert."""

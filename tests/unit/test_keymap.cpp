@@ -1,4 +1,4 @@
-// Key maps (view/keymap.h) as geometry: a mapped output assembled from its pieces
+// Key maps (view/maps/keymap.h) as geometry: a mapped output assembled from its pieces
 // (plan_mapped_pieces + assemble_box) equals the transform computed element by element here, for
 // shardings the torchtitan fixtures (FSDP dim-0 shards, all runs) never produce: column shards
 // (pieces copied with their frames), uneven row shards, target boxes that cut heads, experts
@@ -16,11 +16,11 @@
 #include <mutex>
 
 #include "item/chunk_source.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "meta/pieces.h"
 #include "plan/deal.h"
 #include "plan/plan.h"
-#include "view/map_view.h"
+#include "view/maps/map_view.h"
 #include "metadata_models.h"
 #include "util/error.h"
 
@@ -291,7 +291,7 @@ TEST_CASE("keymap: a whole tensor under a new name is planned as the saved tenso
   CHECK_FALSE(renames_whole(ck.md, mm.tensors[0]));
   CHECK(renames_whole(ck.md, mm.tensors[1]));
 
-  // The map's written table (view/map_view.h): the inputs held at their indices, each output's parts.
+  // The map's written table (view/maps/map_view.h): the inputs held at their indices, each output's parts.
   const Checkpoint table = mapped_view(ck, mm, MapTable::Written);
   REQUIRE(table.derived);
   const MappedModel& applied = *table.derived->output.map;

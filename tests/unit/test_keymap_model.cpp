@@ -1,4 +1,4 @@
-// A key map never drops a model weight without saying so in the exit code (view/keymap.h): the
+// A key map never drops a model weight without saying so in the exit code (view/maps/keymap.h): the
 // map's "model" namespaces say which input keys are the model; a model key no rule covers, or one
 // taken into an output that could not be made, is UnsupportedError (exit 5) naming the map and
 // every such key; a one-sided rule drops a key only with its "reason"; --exclude (excluded_keys)
@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "meta/select.h"
 #include "metadata_models.h"
 #include "util/error.h"

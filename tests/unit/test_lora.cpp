@@ -1,4 +1,4 @@
-// LoRA adapters (view/lora_adapters.h): finding them in the keys PEFT writes, the shape checks, and the
+// LoRA adapters (meta/lora_keys.h): finding them in the keys PEFT writes, the shape checks, and the
 // merge arithmetic (view/kernels.h add_lora_delta) against a plain element-by-element reference.
 // The oracle for whole checkpoints is PEFT itself (tests/interop/lora_test.py); these pin the parts.
 #include <catch2/catch.hpp>
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <random>
 
-#include "view/lora_adapters.h"
-#include "view/lora_torchtune.h"
+#include "view/lora/lora_config.h"
+#include "view/lora/lora_torchtune.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
 

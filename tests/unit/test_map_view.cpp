@@ -1,4 +1,4 @@
-// The key map as a table (view/map_view.h): its outputs read as tensors, any byte range assembled
+// The key map as a table (view/maps/map_view.h): its outputs read as tensors, any byte range assembled
 // from the parts, equal to what the written table's parts assemble (item/window.h's WindowReader,
 // as the planner plans every --map export without a later view).
 
@@ -15,14 +15,14 @@
 #include "item/item_reader.h"
 #include "item/window.h"
 #include "meta/checkpoint.h"
-#include "view/derived.h"
-#include "view/keymap.h"
+#include "meta/derived.h"
+#include "view/maps/keymap.h"
 #include "meta/pieces.h"
 #include "meta/select.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "util/dtype.h"
-#include "view/map_view.h"
+#include "view/maps/map_view.h"
 #include "view/model.h"
 #include "write/execute.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "check/megatron_args.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "util/error.h"
 
 using namespace dcpctl;

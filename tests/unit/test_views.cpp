@@ -1,4 +1,4 @@
-// The view layer (view/derived.h, src/view/): derived tensors read through the item reader at
+// The view layer (meta/derived.h, src/view/): derived tensors read through the item reader at
 // every level of a table, tables carried and renamed, and the memory a derived read holds counted
 // by the plan. On real fixtures: DeepSeek-V3-style fp8 blocks (hf_fp8_deepseek, written by
 // torch's HuggingFaceStorageWriter over transformers' FineGrainedFP8 quantizer, see its make_*.py).
@@ -17,7 +17,7 @@
 #include "plan/memory.h"
 #include "plan/plan.h"
 #include "util/dtype.h"
-#include "view/dequantize.h"
+#include "view/codecs/dequantize.h"
 #include "view/kernels.h"
 #include "util/error.h"
 #include "view/model.h"

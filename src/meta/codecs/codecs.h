@@ -11,7 +11,7 @@
 // in src/view/codecs/, one file a codec, listed in view/codecs/codecs.h.
 //
 // Why two layers: the planner (plan/plan.cpp: which scales a cast would lose), verify's HF checks
-// (check/hf_config_checks.cpp: every quantized weight has its scale), inspect (view/quantized.h) and
+// (check/hf_config_checks.cpp: every quantized weight has its scale), inspect (view/codecs/quantized.h) and
 // the audit's bounds (compare/) all ask the codec list, and meta/ and plan/ sit below view/
 // (docs/architecture.md: a folder includes only from the folders below it). So the descriptions
 // are data and recognition here, in meta/, and the arithmetic over tensor reads stays in view/.
@@ -56,7 +56,7 @@ struct Codec {
   const char* scale_suffix;   // the scale's name beside it: X + scale_suffix
   std::vector<CodecRow> rows;
   // Whether the codec reads what config.json's quantization_config `qc` (in `config`) declares;
-  // null: the quant_method is its own. Asked by the fail-closed check (view/unexplained.h).
+  // null: the quant_method is its own. Asked by the fail-closed check (view/codecs/unexplained.h).
   bool (*explains)(const nlohmann::json& qc, const nlohmann::json& config) = nullptr;
 
   // Recognition: the (weight, scale) pairs of `md` this codec reads (by name and rows), in table

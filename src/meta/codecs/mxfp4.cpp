@@ -9,7 +9,7 @@
 // returns wrong values for such a folder: its _dequantize_tensor_mxfp4 called directly is the reference the tests use.)
 // A uint8 or int8 X_blocks (the same nibbles: DeepSeek-V4-style releases keep MXFP4 in I8) with a
 // uint8 or float8_e8m0fnu X_scales beside it (the same biased exponent); dequantized only when
-// config.json's quantization_config.quant_method is "mxfp4" (view/dequantize.h). Decoded and
+// config.json's quantization_config.quant_method is "mxfp4" (view/codecs/dequantize.h). Decoded and
 // encoded by view/codecs/mxfp4.h.
 #include <cmath>
 

@@ -7,7 +7,7 @@
 #include "meta/geometry.h"
 #include "util/error.h"
 #include "view/codecs/rows.h"
-#include "view/quantized.h"
+#include "view/codecs/quantized.h"
 
 namespace dcpctl {
 

@@ -29,7 +29,7 @@
 
 #include "meta/codecs/codecs.h"
 #include "meta/metadata.h"
-#include "view/derived.h"
+#include "meta/derived.h"
 
 namespace dcpctl {
 

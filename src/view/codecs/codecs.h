@@ -1,5 +1,5 @@
 // The codecs' DerivedTensors: how the views decode (--dtype over a quantized checkpoint,
-// view/dequantize.h) and encode (--quantize, view/quantize.h) each codec of meta/codecs/codecs.h.
+// view/codecs/dequantize.h) and encode (--quantize, view/codecs/quantize.h) each codec of meta/codecs/codecs.h.
 //
 // One file a codec here (fp8_block.cpp, mxfp4.cpp), one line in codec_views(). The description
 // (rows, names, recognition, --quantize word, bound) is the codec's file in src/meta/codecs/, where
@@ -18,9 +18,9 @@
 #include "meta/checkpoint.h"
 #include "meta/codecs/codecs.h"
 #include "view/codecs/bound.h"
-#include "view/derived.h"
-#include "view/quantized.h"
-#include "view/quantize.h"
+#include "meta/derived.h"
+#include "view/codecs/quantized.h"
+#include "view/codecs/quantize.h"
 
 namespace dcpctl {
 

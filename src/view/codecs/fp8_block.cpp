@@ -2,7 +2,7 @@
 // float8 weight and its block scale read as float32 (torch's QuantizedHuggingFaceStorageReader's
 // arithmetic, view/kernels.h), and the encode, --quantize fp8-block's Linear weights and expert
 // stacks as e4m3 blocks beside a float32 weight_scale_inv (transformers 5.23's Fp8Quantize; which
-// weights, view/quantize.h).
+// weights, view/codecs/quantize.h).
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -441,7 +441,7 @@ DecodedTensor decode_fp8_block(const Checkpoint& ck, const TensorMeta& w, const 
   return out;
 }
 
-// --quantize fp8-block (view/quantize.h).
+// --quantize fp8-block (view/codecs/quantize.h).
 Checkpoint fp8_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   const int64_t bm = rq.block[0], bn = rq.block[1];
   if (bm <= 0 || bn <= 0) throw UsageError(Where(), "--quantize-block: two positive integers, RxC (128x128)");

@@ -2,7 +2,7 @@
 // and ModelOpt's forms: view/codecs/ct_*.cpp): what picks the weights, names the tensors written
 // and computes them, shared; each codec gives its kernel and names (a LinearEncoding).
 //
-// Each 2-D floating `X.weight` [N, K] that the carve-outs of view/quantize.h leave (and whose K is
+// Each 2-D floating `X.weight` [N, K] that the carve-outs of view/codecs/quantize.h leave (and whose K is
 // a multiple of the codec's group) becomes `X.<weight_name>` [N, K / per_byte] of the codec's dtype
 // beside `X.<scale_name>` [ceil(N / band), scale_cols(K)] (and, for a codec with a global scale,
 // `X.<global_name>` float32 [1] or [], one value shared by the weight's fused group: q/k/v, gate/up,

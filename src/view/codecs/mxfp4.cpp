@@ -1,7 +1,7 @@
 // mxfp4's DerivedTensors (meta/codecs/mxfp4.cpp describes the format): the decode, GPT-OSS's
 // `_blocks` and `_scales` read as float32 (torch's _dequantize_tensor_mxfp4, view/kernels.h), and
 // the encode, --quantize mxfp4: GPT-OSS's stacked MoE experts as MXFP4 `_blocks` and `_scales`
-// (OCP MX v1.0's rule; view/quantize.h).
+// (OCP MX v1.0's rule; view/codecs/quantize.h).
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -284,7 +284,7 @@ DecodedTensor decode_mxfp4(const Checkpoint& ck, const TensorMeta& b, const Tens
   return {std::move(v), std::make_shared<Mxfp4Weight>(ck.metadata_path, b, s), {}, std::move(bound)};
 }
 
-// --quantize mxfp4 (view/quantize.h).
+// --quantize mxfp4 (view/codecs/quantize.h).
 Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   // The row written: uint8 _blocks beside uint8 _scales (Mxfp4Part computes those).
   const Codec& codec = mxfp4_codec();

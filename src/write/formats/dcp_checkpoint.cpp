@@ -14,7 +14,7 @@
 #include <stdexcept>
 
 #include "dist/group.h"
-#include "view/quantized.h"
+#include "view/codecs/quantized.h"
 #include "write/assets.h"
 #include "write/dcp_metadata.h"
 #include "write/execute.h"
@@ -31,9 +31,9 @@ using nlohmann::json;
 namespace {
 
 // --quantize: the quantized tensors' codec is read from a quantization_config, never guessed from
-// their byte width (view/quantized.h), so the checkpoint gets a config.json beside .metadata, the
+// their byte width (view/codecs/quantized.h), so the checkpoint gets a config.json beside .metadata, the
 // source's (found as the quantize view found it) with the quantization_config the view wrote
-// (view/quantize.h): dequantizing it later, or exporting it as an HF folder, reads the same codec.
+// (view/codecs/quantize.h): dequantizing it later, or exporting it as an HF folder, reads the same codec.
 DcpAdditions quantized_config_file(const WriteJob& job) {
   DcpAdditions add;
   const Checkpoint& ck = job.request.ck;

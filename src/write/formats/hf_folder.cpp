@@ -22,7 +22,7 @@
 #include "meta/keep_dtype_entry.h"
 #include "plan/plan.h"
 #include "plan/precision.h"
-#include "view/quantized.h"
+#include "view/codecs/quantized.h"
 #include "write/assets.h"
 #include "write/formats/safetensors_file.h"
 
@@ -103,8 +103,8 @@ class HfFolder final : public SafetensorsFiles {
 
   void finish_folder(WriteJob& job) override {
     // --dtype: the config says the dtype written (write/assets.h); a dequantized export
-    // (view/dequantize.h) is a plain model, and its config loses the quantization_config too.
-    // --quantize: the config gains the quantization_config the loaders read (view/quantize.h).
+    // (view/codecs/dequantize.h) is a plain model, and its config loses the quantization_config too.
+    // --quantize: the config gains the quantization_config the loaders read (view/codecs/quantize.h).
     std::function<std::string(const std::string&)> edit;
     const Checkpoint& ck = job.request.ck;
     const bool dequantized = ck.derived && ck.derived->output.dequantized;

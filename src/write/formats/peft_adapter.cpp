@@ -1,6 +1,6 @@
 // The `peft-adapter` format (consolidate --lora adapter): the folder PeftModel.from_pretrained
 // loads. adapter_model.safetensors holds the adapter's tensors under the keys PEFT saves
-// (view/lora_adapters.h: the view gives them), `__metadata__ {"format": "pt"}` as PEFT writes it, and
+// (meta/lora_keys.h: the view gives them), `__metadata__ {"format": "pt"}` as PEFT writes it, and
 // adapter_config.json beside it (the view's: the given or found config, completed from the
 // shapes), written after the weights, before the folder is committed.
 #include "write/formats/safetensors_file.h"
@@ -33,7 +33,7 @@ class PeftAdapter final : public SafetensorsFiles {
   }
 
  private:
-  // What the LoRA view (view/lora.h) left for this writer; null without --lora adapter.
+  // What the LoRA view (view/lora/lora.h) left for this writer; null without --lora adapter.
   static const json* adapter_config(const WriteJob& job) {
     const Checkpoint& ck = job.request.ck;
     if (!ck.derived || !ck.derived->output.adapter_config) return nullptr;

@@ -1,7 +1,7 @@
-#include "view/quantized.h"
+#include "view/codecs/quantized.h"
 
 #include "meta/checkpoint.h"
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 #include "view/model_config.h"
 #include "util/error.h"
 

@@ -1,6 +1,6 @@
-// The terms a key map's rules are written in (view/keymap.h): key patterns with {NAME}
+// The terms a key map's rules are written in (view/maps/keymap.h): key patterns with {NAME}
 // placeholders, and integer parameters from config.json. Shared by the map's loader (which checks
-// every pattern when the map is read) and the rule kinds (view/keymap_rules.cpp).
+// every pattern when the map is read) and the rule kinds (view/maps/keymap_rules.cpp).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 
@@ -89,7 +89,7 @@ class Params {
   nlohmann::json sources_ = nlohmann::json::object();
 };
 
-// transformers' attribute_map of a model_type ({ALIAS: NAME}; src/view/config_aliases.json, written
+// transformers' attribute_map of a model_type ({ALIAS: NAME}; src/view/maps/config_aliases.json, written
 // by tools/config_aliases.py); null when it declares none.
 const nlohmann::json& config_aliases(const std::string& model_type);
 

@@ -42,7 +42,7 @@ namespace dcpctl {
 struct DerivedTable;
 struct Codec;         // meta/codecs/codecs.h
 class ElementBound;   // view/codecs/bound.h
-struct MappedModel;   // view/keymap.h
+struct MappedModel;   // view/maps/keymap.h
 struct MappedTensor;
 
 // What a derived tensor reads its inputs through: the tensors of the table below it, saved or
@@ -99,7 +99,7 @@ struct ViewOutput {
   std::vector<std::pair<std::string, std::string>> quantization_files;
   // --quantize: the keys --dtype must not cast (the quantized weights and their scales).
   std::vector<std::string> keep_dtype;
-  // --map: the key map as applied (view/map_view.h): what it made, left out, dropped and ties,
+  // --map: the key map as applied (view/maps/map_view.h): what it made, left out, dropped and ties,
   // for the summary and diff's audit.
   std::shared_ptr<const MappedModel> map;
 };
@@ -115,7 +115,7 @@ struct DerivedTable {
   nlohmann::json views = nlohmann::json::object();
   // What the views leave for a writer and the planner.
   ViewOutput output;
-  // A key map's table that holds its inputs (view/map_view.h): each output's parts of this
+  // A key map's table that holds its inputs (view/maps/map_view.h): each output's parts of this
   // table's tensors, by the output's name, pointing into output.map. The planner plans such a
   // tensor's records from its parts, and a window reader reads it so (item/window.h). Not
   // carried by table_over: a view over the map reads its outputs as tensors.

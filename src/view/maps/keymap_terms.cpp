@@ -1,4 +1,4 @@
-#include "view/keymap_terms.h"
+#include "view/maps/keymap_terms.h"
 
 #include <algorithm>
 #include <cctype>
@@ -231,7 +231,7 @@ const json* lookup(const json& obj, const std::string& k) {
 
 }  // namespace
 
-// The built-in table's text (src/view/config_aliases.json, compiled in by CMake).
+// The built-in table's text (src/view/maps/config_aliases.json, compiled in by CMake).
 std::string config_aliases_text();
 
 const json& config_aliases(const std::string& model_type) {

@@ -1,4 +1,4 @@
-#include "view/quantize.h"
+#include "view/codecs/quantize.h"
 
 #include <fnmatch.h>
 

@@ -1,12 +1,12 @@
-#include "view/dequantize.h"
+#include "view/codecs/dequantize.h"
 
 #include <cstring>
 #include <unordered_map>
 
-#include "view/unexplained.h"
-#include "view/derived.h"
-#include "view/keymap.h"
-#include "view/quantized.h"
+#include "view/codecs/unexplained.h"
+#include "meta/derived.h"
+#include "view/maps/keymap.h"
+#include "view/codecs/quantized.h"
 #include "util/error.h"
 #include "view/codecs/codecs.h"
 

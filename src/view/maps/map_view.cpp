@@ -1,4 +1,4 @@
-#include "view/map_view.h"
+#include "view/maps/map_view.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "item/chunk_source.h"
-#include "view/derived.h"
+#include "meta/derived.h"
 #include "meta/geometry.h"
 #include "meta/pieces.h"
 #include "util/error.h"

@@ -1,4 +1,4 @@
-#include "view/lora_torchtune.h"
+#include "view/lora/lora_torchtune.h"
 
 #include <regex>
 

@@ -1,4 +1,4 @@
-#include "view/derived.h"
+#include "meta/derived.h"
 
 #include <algorithm>
 #include <cstring>

@@ -32,7 +32,7 @@
 //
 // The direction follows the input: the side whose patterns the input's tensor keys match. What a
 // map yields is geometry only, from .metadata: each output tensor as parts (boxes of saved
-// tensors and where they land), a MappedModel, which view/map_view.h makes the model's table (the
+// tensors and where they land), a MappedModel, which view/maps/map_view.h makes the model's table (the
 // one path: every command reads and plans the map's outputs there; the write planner turns a
 // written output's parts into pieces, meta/pieces.h). No byte moves here.
 #pragma once
@@ -52,7 +52,7 @@
 namespace dcpctl {
 
 // What a rule says of its two sides; the direction of the mapping decides what is done
-// (view/keymap_rules.cpp: a concatenation is split one way and joined the other).
+// (view/maps/keymap_rules.cpp: a concatenation is split one way and joined the other).
 enum class RuleShape {
   OneToOne,  // a pattern on each side (or on one: keys the other side lacks)
   Concat,    // a list of parts on one side, joined along `dim` into the other side's tensor

@@ -1,4 +1,4 @@
-// torchtune's LoRA (torchtune 0.6.1 LoRALinear / DoRALinear, view/lora_adapters.h finds it): a module M holds its
+// torchtune's LoRA (torchtune 0.6.1 LoRALinear / DoRALinear, meta/lora_keys.h finds it): a module M holds its
 // base as M.weight and its adapter as M.lora_a.weight [r, in], M.lora_b.weight [out, r] (DoRA:
 // M.magnitude [out]), under torchtune's own names (layers.N.attn.q_proj, mlp.w1, output). What
 // torchtune's HF checkpointer converts it to (convert_weights.tune_to_peft_adapter_weights /
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "view/lora_adapters.h"
+#include "view/lora/lora_config.h"
 
 namespace dcpctl {
 

@@ -1,4 +1,4 @@
-// The LoRA view: a checkpoint holding PEFT LoRA adapters (view/lora_adapters.h) seen as the adapter alone
+// The LoRA view: a checkpoint holding PEFT LoRA adapters (meta/lora_keys.h) seen as the adapter alone
 // (--lora adapter) or as the model with one adapter merged (--lora merge).
 //
 // A merged weight keeps its base weight's name, dtype, shape and chunks, and is read chunk by
@@ -7,7 +7,7 @@
 #pragma once
 
 #include "meta/checkpoint.h"
-#include "view/lora_adapters.h"
+#include "view/lora/lora_config.h"
 #include "view/model_config.h"
 #include "meta/select.h"
 
@@ -24,7 +24,7 @@ namespace dcpctl {
 // no adapter_config.json beside the checkpoint); FormatError (exit 3) for check_lora's findings;
 // UnsupportedError (exit 5) for a merge the config says is DoRA, or an adapter dcpctl cannot merge,
 // and for a checkpoint whose weights a view below derived (dequantized).
-// `model`: the model's config.json (a torchtune adapter's attention heads, view/lora_torchtune.h).
+// `model`: the model's config.json (a torchtune adapter's attention heads, view/lora/lora_torchtune.h).
 Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq, const ModelConfig& model);
 
 }  // namespace dcpctl

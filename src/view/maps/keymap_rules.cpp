@@ -1,4 +1,4 @@
-// apply_key_map (view/keymap.h): each input key is taken by the first rule one of whose patterns
+// apply_key_map (view/maps/keymap.h): each input key is taken by the first rule one of whose patterns
 // on the input's side matches it, and that rule's kind makes the outputs. One function per kind:
 //
 //   drop      the other side lacks the key (a one-sided rule): reported, not written;
@@ -12,7 +12,7 @@
 // (MapPart::transpose), so a grouped expert weight [E, out, in] maps to [E, in, out] and the
 // fused [E, in, 2F] is cat(w1ᵀ, w3ᵀ, -1); the piece copier does the swap.
 //
-// A map's rule has one shape in the file (view/keymap.h's RuleShape); the direction of the
+// A map's rule has one shape in the file (view/maps/keymap.h's RuleShape); the direction of the
 // mapping decides which kind carries it out (a list is split one way, joined the other). Every
 // kind yields geometry only (parts: boxes of saved tensors and where they land); no byte moves.
 #include <algorithm>
@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "view/keymap.h"
-#include "view/keymap_terms.h"
+#include "view/maps/keymap.h"
+#include "view/maps/keymap_terms.h"
 #include "meta/pieces.h"
 #include "util/dtype.h"
 #include "util/error.h"

@@ -1,12 +1,12 @@
-#include "view/unexplained.h"
+#include "view/codecs/unexplained.h"
 
 #include <cstring>
 #include <functional>
 #include <optional>
 
 #include "meta/codecs/codecs.h"
-#include "view/keymap.h"
-#include "view/quantized.h"
+#include "view/maps/keymap.h"
+#include "view/codecs/quantized.h"
 #include "store/file.h"
 #include "util/error.h"
 

@@ -24,7 +24,7 @@
 //
 // find_lora reads that structure from the tensor keys alone (no config needed); check_lora says
 // what of it cannot be right (an adapter whose rank or shape disagrees with its pair or its base
-// layer: accelerate #4206 saved one rank's slice of each adapter); the LoRA view (view/lora.h)
+// layer: accelerate #4206 saved one rank's slice of each adapter); the LoRA view (view/lora/lora.h)
 // turns it into what a writer writes (--lora adapter, merge).
 #pragma once
 
@@ -59,7 +59,7 @@ struct LoraLayer {
   // experts of a 3-D one (E, from the base's first dimension, or from the config's r when there is no base), and
   // whether that base is [E, in, out] (`is_transposed` experts) rather than [E, out, in].
   bool wrapper = false;
-  // torchtune's (view/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight, M.magnitude over M.weight.
+  // torchtune's (view/lora/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight, M.magnitude over M.weight.
   bool torchtune = false;
   std::string param;
   int64_t experts = 0;
@@ -111,49 +111,7 @@ LoraModel find_lora(const Metadata& md);
 // features are not its base layer's, a magnitude vector that is not [out].
 Findings check_lora(const Metadata& md, const LoraModel& lora);
 
-// What --lora asks (write/consolidate.h).
-enum class LoraMode { Keep, Adapter, Merge };
-
-// An adapter's scaling: alpha / r, or alpha / sqrt(r) with rsLoRA; per module from the config's
-// rank_pattern / alpha_pattern where they name it.
-struct LoraConfig {
-  nlohmann::json json;  // adapter_config.json as found or given (an object), or built
-  std::string path;     // where it came from; "" when built from --lora-alpha
-  // alpha_pattern in the file's order: PEFT takes the first pattern that matches a module.
-  std::vector<std::pair<std::string, double>> alpha_patterns;
-  double alpha(const std::string& module) const;  // module: its key under the model
-  bool rslora() const;
-  bool fan_in_fan_out() const;
-  // The LoRA variant the config turns on whose merge is not W + s·B·A (PEFT's is_lora_variant
-  // fields, MiCA's init_lora_weights, lora_bias, trainable tokens, layer replication), as
-  // "NAME (field)"; "" for plain LoRA and rsLoRA.
-  std::string variant() const;
-};
-
-// --lora-layout: how MoE experts adapted by target_parameters are written. Default: Fused for
-// --lora adapter (PEFT's own [r·E] layout), PerExpert for --lora merge (what transformers'
-// save_pretrained writes: mlp.experts.E.{gate,up,down}_proj.weight).
-enum class LoraLayout { Default, Fused, PerExpert };
-
-// The options of --lora: the adapter (--lora-name; "" for the only one), and where its
-// adapter_config.json comes from.
-struct LoraRequest {
-  LoraMode mode = LoraMode::Keep;
-  std::string name;             // --lora-name
-  std::string config_file;      // --lora-config FILE
-  std::optional<double> alpha;  // --lora-alpha
-  std::string base_model;       // base_model_name_or_path for a built config ("" : from the config, or none)
-  LoraLayout layout = LoraLayout::Default;  // --lora-layout
-};
-
-// The adapter's config: --lora-config FILE, else an adapter_config.json beside the checkpoint (its
-// folder, the folder above, the trainer's asset folders; an adapter other than "default" in a
-// subfolder of its name), else built from --lora-alpha; with --lora-alpha its lora_alpha wins.
-// UsageError naming where dcpctl looked when none says alpha; UnsupportedError for a peft_type
-// that is not LORA.
-LoraConfig find_lora_config(const Checkpoint& ck, const LoraRequest& rq, const std::string& adapter);
-
-// PEFT's names, shared with the LoRA view (view/lora.h).
+// PEFT's names, shared with the LoRA view (view/lora/lora.h).
 inline constexpr std::string_view kPeftPrefix = "base_model.model.";
 // Where PEFT's `base_model.model.` starts in `key` (at a segment boundary), or npos.
 size_t peft_prefix_at(std::string_view key);
@@ -162,8 +120,6 @@ size_t peft_prefix_at(std::string_view key);
 std::string module_in_model(const std::string& module);
 // PEFT's _remove_adapter_name_from_state_dict_key, then DoRA's rename.
 std::string peft_saved_key(const std::string& key, const std::string& adapter);
-// Whether a rank_pattern / alpha_pattern key names `key` (PEFT's regex rule).
-bool pattern_matches(const std::string& pattern, const std::string& key);
 // The adapter's rank: lora_A's rows (0 when it has none); a 3-D ParamWrapper's, those rows / E.
 int64_t lora_rank(const Metadata& md, const LoraLayer& l);
 

@@ -1,6 +1,6 @@
 // The key map as a table: --map's output tensors, the table every step after the map reads.
 //
-// view/keymap.h's apply_key_map says what each output tensor is made of (parts: boxes of the
+// view/maps/keymap.h's apply_key_map says what each output tensor is made of (parts: boxes of the
 // tensors of the table below, where they land); this view makes those outputs a table, in the
 // map's order, the only items (the selection was applied by apply_key_map). A whole tensor under
 // a new name (renames_whole) is that tensor renamed: a saved one keeps its chunks and storage, so
@@ -30,8 +30,8 @@
 #include <memory>
 
 #include "meta/checkpoint.h"
-#include "view/derived.h"
-#include "view/keymap.h"
+#include "meta/derived.h"
+#include "view/maps/keymap.h"
 
 namespace dcpctl {
 

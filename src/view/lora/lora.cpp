@@ -1,4 +1,4 @@
-#include "view/lora.h"
+#include "view/lora/lora.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,13 +8,13 @@
 #include <set>
 #include <unordered_map>
 
-#include "view/derived.h"
-#include "view/lora_torchtune.h"
+#include "meta/derived.h"
+#include "view/lora/lora_torchtune.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
-#include "view/lora_experts.h"
+#include "view/lora/lora_experts.h"
 
 namespace dcpctl {
 
@@ -156,7 +156,7 @@ class LoraMergedWeight final : public DerivedTensor {
 };
 
 // torchtune's lora_B of q_proj / k_proj as PEFT's (tune_to_peft_adapter_weights): its rows permuted
-// back to HF's RoPE order (view/lora_torchtune.h), read whole.
+// back to HF's RoPE order (view/lora/lora_torchtune.h), read whole.
 class LoraPermutedRows final : public DerivedTensor {
  public:
   LoraPermutedRows(std::string path, TensorMeta t, std::vector<int64_t> rows)
@@ -343,7 +343,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   };
 
   // --lora-layout: MoE experts adapted by target_parameters written one expert at a time
-  // (view/lora_experts.h): by default a merge's (what transformers' save_pretrained writes), an
+  // (view/lora/lora_experts.h): by default a merge's (what transformers' save_pretrained writes), an
   // adapter's when asked (what vLLM loads).
   std::unordered_map<size_t, const LoraLayer*> per_expert_at;  // its A (adapter) or stack (merge) -> the layer
   int64_t expert_rank = 0;
@@ -386,7 +386,7 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
   std::unordered_map<size_t, const LoraLayer*> merged_at;       // base tensor -> its adapter
   std::unordered_map<size_t, const LoraLayer*> merged_bias_at;  // base bias -> its adapter (lora_bias)
   // torchtune's adapter as its HF checkpointer converts it: PEFT's keys in the HF model's names, and
-  // lora_B of q_proj / k_proj with its rows in HF's RoPE order (view/lora_torchtune.h).
+  // lora_B of q_proj / k_proj with its rows in HF's RoPE order (view/lora/lora_torchtune.h).
   std::unordered_map<size_t, std::string> tune_names;
   std::unordered_map<size_t, std::vector<int64_t>> tune_rows;
   if (tune && !merge) {

@@ -41,7 +41,7 @@ namespace dcpctl {
 // checkpoint costs no look-up.
 void refuse_unexplained_quantization(const Checkpoint& ck, const ModelConfig& model, const std::string& what);
 // Its two halves: what config.json (or the sidecar) declares, asked before a view decodes; what the
-// tensors say, asked of what is left after it (the dequantize view, view/dequantize.h).
+// tensors say, asked of what is left after it (the dequantize view, view/codecs/dequantize.h).
 void refuse_unexplained_scheme(const Checkpoint& ck, const ModelConfig& model, const std::string& what);
 void refuse_unexplained_tensors(const Checkpoint& ck, const ModelConfig& model, const std::string& what);
 

@@ -2,7 +2,7 @@
 //
 // The codecs themselves (FP8 blocks, MXFP4, F4: their rows, names, recognition, --quantize words
 // and bounds) are described in meta/codecs/codecs.h, each in its file; the dequantize view
-// (view/dequantize.h) reads their weights as float32, the quantize view (view/quantize.h) writes
+// (view/codecs/dequantize.h) reads their weights as float32, the quantize view (view/codecs/quantize.h) writes
 // them. What is here is shared by inspect and the views: the quantization_config keys that choose a
 // codec, the block size, the config.json of a dequantized export.
 #pragma once

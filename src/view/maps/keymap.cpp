@@ -1,4 +1,4 @@
-#include "view/keymap.h"
+#include "view/maps/keymap.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "view/keymap_terms.h"
+#include "view/maps/keymap_terms.h"
 #include "meta/pieces.h"
 #include "util/dtype.h"
 #include "util/error.h"
