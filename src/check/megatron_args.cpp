@@ -324,6 +324,8 @@ void check_sliding_window(ArgsChecker& c, const VariantArgs& v) {
   c.compare("layer_types", want, lt_from, "window_attn_skip_freq", got,
             "args.window_size = " + args_shown(ws) + " and args.window_attn_skip_freq = " + args_shown(freq) + " window the layers " +
                 got.dump());
+}
+
 // transformers' and megatron-core's YaRN attention scale (both: 0.1 * m * ln(factor) + 1, 1 when
 // factor <= 1).
 double yarn_mscale(double factor, double m) {

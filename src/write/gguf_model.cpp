@@ -35,11 +35,40 @@ int64_t need_int(const json& c, const char* key, const std::string& where) {
   return v;
 }
 
-// TextModel's rope_parameters: rope_parameters, else rope_scaling, else {}.
+// prepare_tensors: one dimension, a *_norm.weight, a router (ffn_gate_inp), a name not ending
+// .weight: F32; a Q8_0 whose rows are not a multiple of 32: F16.
+TensorType type_of(const std::string& n, const std::vector<int64_t>& shape, OutType out) {
+  auto ends = [&](const char* s) { size_t k = std::strlen(s); return n.size() >= k && n.compare(n.size() - k, k, s) == 0; };
+  bool f32 = shape.size() <= 1 || ends("_norm.weight") || ends(".ffn_gate_inp.weight") || !ends(".weight");
+  TensorType t = f32 ? TensorType::F32 : out.type;
+  if (t == TensorType::Q8_0 && !fits(TensorType::Q8_0, static_cast<uint64_t>(shape.back()))) t = TensorType::F16;
+  return t;
+}
+
+// find_hparam: the first of `keys` config.json has (its value, null too); null when none.
+json find_hparam(const json& c, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (auto it = c.find(k); it != c.end()) return *it;
+  return json();
+}
+
+// TextModel's rope_parameters: rope_parameters, else rope_scaling, else {}; with the top level's
+// rope_theta, original_max_position_embeddings and a `type` mirrored into it as TextModel does.
 json rope_params(const json& c) {
+  json r = json::object();
   for (const char* k : {"rope_parameters", "rope_scaling"})
-    if (auto it = c.find(k); it != c.end() && it->is_object() && !it->empty()) return *it;
-  return json::object();
+    if (auto it = c.find(k); it != c.end()) {
+      if (it->is_object() && !it->empty()) r = *it;
+      break;  // hparams.get("rope_parameters", ...) takes the key when present, even null
+    }
+  if (r.contains("full_attention") || r.contains("sliding_attention")) return r;
+  if (json t = find_hparam(c, {"global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta", "rotary_emb_base"});
+      !r.contains("rope_theta") && !t.is_null())
+    r["rope_theta"] = t;
+  if (!r.contains("rope_type") && r.contains("type") && !r["type"].is_null()) r["rope_type"] = r["type"];
+  if (json o = find_hparam(c, {"original_max_position_embeddings"}); !r.contains("original_max_position_embeddings") && !o.is_null())
+    r["original_max_position_embeddings"] = o;
+  return r;
 }
 
 }  // namespace
@@ -48,11 +77,16 @@ Arch arch_of(const json& config, const std::string& where) {
   std::string hf;
   if (auto it = config.find("architectures"); it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     hf = (*it)[0].get<std::string>();
-  if (hf == "LlamaForCausalLM") return {"llama", true};
+  // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
+  if (hf == "LlamaForCausalLM" || hf == "MistralForCausalLM") return {"llama", true};
+  if (hf == "MixtralForCausalLM") return {"llama", true, Arch::Experts::Mixtral};
   if (hf == "Qwen2ForCausalLM") return {"qwen2", false};
   if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
+  if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
+  if (hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
-                                           "' is not written (dcpctl writes LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM)");
+                                           "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
+                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM)");
 }
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
@@ -63,17 +97,34 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       {"input_layernorm", "attn_norm"},       {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
       {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
-  static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
+      {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}};
+  // DeepseekV2Model's MLA and shared experts (kv_b_proj is split by plan_tensors).
+  static const std::map<std::string, std::string> mla{
+      {"self_attn.q_a_proj", "attn_q_a"},     {"self_attn.q_a_layernorm", "attn_q_a_norm"}, {"self_attn.q_b_proj", "attn_q_b"},
+      {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"}, {"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+      {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"}, {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_experts.down_proj", "ffn_down_shexp"}, {"mlp.gate.e_score_correction", "exp_probs_b"}};
+  static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+)[._](weight|bias))");
   static const std::regex top_re(R"((.+)\.(weight|bias))");
   TensorPlan p;
   std::smatch m;
   std::string module;
   if (std::regex_match(key, m, layer_re)) {
-    auto it = layer.find(m[2]);
-    bool qk_norm = it != layer.end() && it->second.find("_norm") != std::string::npos && it->second.rfind("attn_", 0) == 0 && it->second != "attn_norm";
-    if (it != layer.end() && (!qk_norm || arch.name == "qwen3")) {
-      p.name = "blk." + m[1].str() + "." + it->second + "." + m[3].str();
+    // A "_bias" ending only for e_score_correction_bias (mapped to .bias, as the converter's
+    // try_suffixes do).
+    const bool underscore = key[key.size() - m[3].length() - 1] == '_';
+    const std::string* gname = nullptr;
+    if (auto it = layer.find(m[2]); it != layer.end() && !underscore) gname = &it->second;
+    if (auto it = mla.find(m[2]); !gname && arch.name == "deepseek2" && it != mla.end() && (!underscore || it->second == "exp_probs_b"))
+      gname = &it->second;
+    bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
+    bool router = gname && *gname == "ffn_gate_inp";
+    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe") &&
+        (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek)
+                         ? m[2] == "mlp.gate"
+                         : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
+      p.name = "blk." + m[1].str() + "." + *gname + "." + m[3].str();
       module = m[2];
     }
   } else if (std::regex_match(key, m, top_re)) {
@@ -82,13 +133,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   if (p.name.empty())
     throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has no tensor in llama.cpp's " + arch.name +
                                                   " table (gguf-py's tensor_mapping) as dcpctl writes it");
-  // prepare_tensors: one dimension, a *_norm.weight, a name not ending .weight: F32; a Q8_0 whose
-  // rows are not a multiple of 32: F16.
-  const std::string& n = p.name;
-  bool f32 = shape.size() <= 1 || (n.size() >= 12 && n.compare(n.size() - 12, 12, "_norm.weight") == 0) ||
-             n.size() < 7 || n.compare(n.size() - 7, 7, ".weight") != 0;
-  p.type = f32 ? TensorType::F32 : out.type;
-  if (p.type == TensorType::Q8_0 && !fits(TensorType::Q8_0, static_cast<uint64_t>(shape.back()))) p.type = TensorType::F16;
+  p.shape = shape;
+  p.type = type_of(p.name, shape, out);
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
@@ -111,6 +157,177 @@ std::vector<uint8_t> permute_rows(const uint8_t* data, int64_t rows, int64_t col
         std::memcpy(out.data() + static_cast<size_t>(h * 2 * half + j * 2 + i) * row_bytes,
                     data + static_cast<size_t>(h * 2 * half + i * half + j) * row_bytes, row_bytes);
   return out;
+}
+
+std::vector<float> llama3_rope_factors(const json& config) {
+  json rope = rope_params(config);
+  auto num = [&](const char* k, double d) { json v = rope.value(k, json()); return v.is_number() ? v.get<double>() : d; };
+  // Python floats (double) wherever the converter's arithmetic is on Python numbers, float32 where
+  // it is on torch tensors (a Python number there is made float32 first, and `x / t` is
+  // `t.reciprocal() * x`, Tensor.__rtruediv__).
+  const float base = static_cast<float>(num("rope_theta", 10000.0));
+  int64_t dim = int_of(config, "head_dim");
+  if (dim < 0) dim = int_of(config, "hidden_size") / int_of(config, "num_attention_heads");
+  const double factor = num("factor", 8.0), low = num("low_freq_factor", 1.0), high = num("high_freq_factor", 4.0),
+               old = num("original_max_position_embeddings", 8192.0);
+  const double low_wavelen = old / low, high_wavelen = old / high;
+  std::vector<float> out;
+  for (int64_t i = 0; i < dim; i += 2) {
+    float e = static_cast<float>(i) / static_cast<float>(dim);
+    float freq = 1.0f / static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(e)));
+    float wavelen = (1.0f / freq) * static_cast<float>(2 * M_PI);
+    if (wavelen < static_cast<float>(high_wavelen)) {
+      out.push_back(1.0f);
+    } else if (wavelen > static_cast<float>(low_wavelen)) {
+      out.push_back(static_cast<float>(factor));
+    } else {
+      float smooth = ((1.0f / wavelen) * static_cast<float>(old) - static_cast<float>(low)) / static_cast<float>(high - low);
+      float denom = (1.0f - smooth) / static_cast<float>(factor) + smooth;
+      out.push_back((1.0f / denom) * 1.0f);
+    }
+  }
+  return out;
+}
+
+std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs, OutType out,
+                                     const std::string& where) {
+  std::vector<TensorPlan> plans;
+  if (arch.name == "llama") {
+    json rope = rope_params(config);
+    if (json t = rope.value("rope_type", json()); t.is_string()) {
+      std::string low = t.get<std::string>();
+      for (char& c : low) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (low == "llama3") {
+        TensorPlan p;
+        p.name = "rope_freqs.weight";
+        p.values = llama3_rope_factors(config);
+        p.shape = {static_cast<int64_t>(p.values.size())};
+        p.type = TensorType::F32;
+        plans.push_back(std::move(p));
+      }
+    }
+  }
+  // Experts: Qwen2MoeModel's mlp.experts.X.{down,gate,up}_proj, LlamaModel's (Mixtral)
+  // block_sparse_moe.experts.X.{w1,w2,w3}; each layer's stacked when it has all of them.
+  static const std::regex qwen_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(down_proj|gate_proj|up_proj)\.weight)");
+  static const std::regex mixtral_re(R"(model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight)");
+  const bool qwen = arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek;
+  const std::vector<std::pair<std::string, std::string>> order =
+      qwen ? std::vector<std::pair<std::string, std::string>>{{"down_proj", "ffn_down_exps"}, {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}}
+           : std::vector<std::pair<std::string, std::string>>{{"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}};
+  int64_t n_experts = 0;
+  if (arch.experts != Arch::Experts::None) {
+    const char* what = arch.experts == Arch::Experts::Deepseek ? "n_routed_experts" : qwen ? "num_experts" : "num_local_experts";
+    json n = arch.experts == Arch::Experts::Deepseek ? config.value("n_routed_experts", json())
+             : qwen                                  ? find_hparam(config, {"num_local_experts", "num_experts"})
+                                                     : config.value("num_local_experts", json());
+    if (!n.is_number_integer() || n.get<int64_t>() <= 0)
+      throw UnsupportedError(Where(where), "a GGUF of " + arch.name + " experts needs config.json's " + what);
+    n_experts = n.get<int64_t>();
+  }
+  std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
+  static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
+  const bool deepseek = arch.name == "deepseek2";
+  const int64_t layers = int_of(config, "num_hidden_layers");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Input& in = inputs[i];
+    std::smatch m;
+    if (deepseek) {
+      // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
+      // num_hidden_layers) are left out.
+      if (in.key == "lm_head.weight" && config.value("tie_word_embeddings", false)) continue;
+      if (std::regex_match(in.key, m, layer_re) && std::stoll(m[1]) >= layers) continue;
+      static const std::regex kv_b_re(R"(model\.layers\.(\d+)\.self_attn\.kv_b_proj\.weight)");
+      if (std::regex_match(in.key, m, kv_b_re)) {
+        const int64_t heads = int_of(config, "num_key_value_heads"), nope = int_of(config, "qk_nope_head_dim"),
+                      v = int_of(config, "v_head_dim");
+        if (heads <= 0 || nope <= 0 || v <= 0 || in.shape.size() != 2 || in.shape[0] != heads * (nope + v))
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is not num_key_value_heads x (qk_nope_head_dim + v_head_dim) rows: "
+                                                                  "the converter's k_b / v_b split cannot be made");
+        for (char part : {'k', 'v'}) {
+          TensorPlan p;
+          p.name = "blk." + m[1].str() + (part == 'k' ? ".attn_k_b.weight" : ".attn_v_b.weight");
+          p.inputs = {i};
+          p.kv_b = part, p.kv_b_heads = heads, p.kv_b_nope = nope, p.kv_b_v = v;
+          p.shape = part == 'k' ? std::vector<int64_t>{heads, in.shape[1], nope} : std::vector<int64_t>{heads, v, in.shape[1]};
+          p.type = type_of(p.name, p.shape, out);
+          plans.push_back(std::move(p));
+        }
+        continue;
+      }
+    }
+    if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
+      int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
+      if (xid >= n_experts)
+        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is expert " + std::to_string(xid) + " of config.json's " +
+                                                                std::to_string(n_experts));
+      auto& layer = pending[bid];
+      layer[{m[3].str(), xid}] = i;
+      if (static_cast<int64_t>(layer.size()) < 3 * n_experts) continue;
+      for (const auto& [proj, gguf_name] : order) {
+        TensorPlan p;
+        p.name = "blk." + std::to_string(bid) + "." + gguf_name + ".weight";
+        for (int64_t x = 0; x < n_experts; ++x) {
+          size_t k = layer.at({proj, x});
+          if (inputs[k].shape != inputs[layer.at({proj, 0})].shape || inputs[k].shape.size() != 2)
+            throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
+          p.inputs.push_back(k);
+        }
+        p.shape = inputs[p.inputs[0]].shape;
+        p.shape.insert(p.shape.begin(), n_experts);
+        p.type = type_of(p.name, p.shape, out);
+        plans.push_back(std::move(p));
+      }
+      pending.erase(bid);
+      continue;
+    }
+    if (arch.experts != Arch::Experts::None && in.key.find(".experts.") != std::string::npos)
+      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is an expert tensor of a form dcpctl does not write into a GGUF of " +
+                                                              arch.name + " yet (one tensor per expert and projection)");
+    TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
+    p.inputs = {i};
+    plans.push_back(std::move(p));
+  }
+  if (!pending.empty())
+    throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
+                                             " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
+  return plans;
+}
+
+std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols) {
+  // view(heads, nope + v, cols); k_b = [:, :nope].transpose(1, 2), v_b = [:, nope:].
+  const int64_t heads = p.kv_b_heads, nope = p.kv_b_nope, v = p.kv_b_v, per = nope + v;
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(heads * (p.kv_b == 'k' ? nope : v) * cols));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* head = x + h * per * cols;
+    if (p.kv_b == 'k') {
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < nope; ++r) out.push_back(head[r * cols + c]);
+    } else {
+      out.insert(out.end(), head + nope * cols, head + per * cols);
+    }
+  }
+  return out;
+}
+
+std::string size_label(const std::vector<TensorPlan>& tensors) {
+  uint64_t total = 0, shared = 0, expert = 0, expert_sum = 0, n_expert_tensors = 0;
+  for (const TensorPlan& t : tensors) {
+    uint64_t size = 1;
+    for (int64_t d : t.shape) size *= static_cast<uint64_t>(d);
+    if (t.name.find("_exps.") != std::string::npos && t.shape.size() >= 3) {
+      uint64_t count = static_cast<uint64_t>(t.shape[t.name.find(".bias") != std::string::npos ? t.shape.size() - 2 : t.shape.size() - 3]);
+      expert += size / count, expert_sum += count, ++n_expert_tensors;
+    } else {
+      shared += size;
+    }
+    total += size;
+  }
+  if (total == 0) return {};
+  if (n_expert_tensors > 0 && expert_sum / n_expert_tensors > 0)
+    return std::to_string(expert_sum / n_expert_tensors) + "x" + size_label(shared + expert);
+  return size_label(total);
 }
 
 std::string size_label(uint64_t params) {
@@ -162,21 +379,38 @@ std::string id_to_title(const std::string& id) {
   return out;
 }
 
-void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, uint64_t params, OutType out,
+void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, const std::string& label, OutType out,
                     const std::string& where) {
   const std::string& a = arch.name;
-  for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts", "layer_norm_eps", "layer_norm_epsilon", "mrope_section"})
+  const bool moe = arch.experts != Arch::Experts::None;
+  for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
+    if (!moe && config.contains(k) && !config[k].is_null())
+      throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
+  const bool deepseek = a == "deepseek2";
+  for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
     if (config.contains(k) && !config[k].is_null())
+      throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
+  // Expert groups and the router's score function: DeepSeek's only, here.
+  for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func", "moe_router_activation",
+                        "moe_router_activation_func", "expert_selection_fn"})
+    if (!deepseek && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   json rope = rope_params(config);
   if (rope.contains("full_attention") || rope.contains("sliding_attention") || rope.contains("mrope_section"))
     throw UnsupportedError(Where(where), "config.json's per-attention rope parameters are not written into a GGUF by dcpctl yet");
-  if (auto t = rope.find("rope_type"); t != rope.end() && !(t->is_string() && t->get<std::string>() == "default"))
-    throw UnsupportedError(Where(where), "config.json's rope type " + t->dump() + " is not written into a GGUF by dcpctl yet (default only)");
+  std::string rope_type;
+  if (auto t = rope.find("rope_type"); t != rope.end() && !t->is_null()) {
+    rope_type = t->is_string() ? t->get<std::string>() : t->dump();
+    bool llama3 = t->is_string() && rope_type.size() == 6 && std::equal(rope_type.begin(), rope_type.end(), "llama3",
+                                                                        [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; });
+    if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && a == "llama")))
+      throw UnsupportedError(Where(where), "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
+                                               " by dcpctl (default, linear, yarn" + (a == "llama" ? ", llama3)" : ")"));
+  }
   h.add_string("general.architecture", a);
   h.add_string("general.type", "model");
   h.add_string("general.name", name);
-  if (params > 0) h.add_string("general.size_label", size_label(params));
+  if (!label.empty()) h.add_string("general.size_label", label);
   h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)));
   if (int64_t v = int_of(config, "max_position_embeddings"); v >= 0) h.add_u32(a + ".context_length", static_cast<uint32_t>(v));
   int64_t hidden = need_int(config, "hidden_size", where);
@@ -184,21 +418,92 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   if (int64_t v = int_of(config, "intermediate_size"); v >= 0) h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(v));
   int64_t heads = need_int(config, "num_attention_heads", where);
   h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
-  if (int64_t v = int_of(config, "num_key_value_heads"); v >= 0) h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(v));
-  // rope_theta: in rope_parameters (transformers 5), else at the top (mirrored there by the converter).
-  json theta = rope.contains("rope_theta") ? rope["rope_theta"] : config.value("rope_theta", json());
-  if (theta.is_number()) h.add_f32(a + ".rope.freq_base", theta.get<float>());
-  if (auto e = config.find("rms_norm_eps"); e != config.end() && e->is_number())
-    h.add_f32(a + ".attention.layer_norm_rms_epsilon", e->get<float>());
+  // DeepseekV2Model: MLA is written as MQA (one KV head).
+  if (int64_t v = deepseek ? 1 : int_of(config, "num_key_value_heads"); v >= 0) h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(v));
+  // The rope scaling keys (TextModel.set_gguf_parameters): linear and yarn with a factor; llama3
+  // is the rope_freqs tensor instead (plan_tensors).
+  if (json factor = rope.value("factor", json()); (rope_type == "linear" || rope_type == "yarn") && !factor.is_null()) {
+    if (!factor.is_number()) throw UnsupportedError(Where(where), "config.json's rope factor " + factor.dump() + " is not a number");
+    h.add_string(a + ".rope.scaling.type", rope_type);
+    h.add_f32(a + ".rope.scaling.factor", factor.get<float>());
+    if (rope_type == "yarn") {
+      json orig = rope.value("original_max_position_embeddings", json());
+      if (!orig.is_number_integer() || orig.get<int64_t>() < 0)
+        throw UnsupportedError(Where(where), "a yarn rope needs original_max_position_embeddings (the converter fails without it)");
+      h.add_u32(a + ".rope.scaling.original_context_length", orig.get<uint32_t>());
+      json attn = rope.contains("attention_factor") ? rope["attention_factor"] : rope.value("attn_factor", json());
+      for (auto [key, v] : {std::pair<const char*, json>{"yarn_ext_factor", rope.value("extrapolation_factor", json())},
+                            {"yarn_attn_factor", attn},
+                            {"yarn_beta_fast", rope.value("beta_fast", json())},
+                            {"yarn_beta_slow", rope.value("beta_slow", json())}}) {
+        if (v.is_null()) continue;
+        if (!v.is_number()) throw UnsupportedError(Where(where), std::string("config.json's rope ") + key + " " + v.dump() + " is not a number");
+        h.add_f32(a + ".rope.scaling." + key, v.get<float>());
+      }
+    }
+  }
+  if (json theta = rope.value("rope_theta", json()); theta.is_number()) h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  json eps = find_hparam(config, {"rms_norm_eps", "norm_eps"});
+  if (deepseek && config.value("rms_norm_eps", json()).is_null()) eps = 1e-6;  // hparams.get('rms_norm_eps', 1e-6)
+  if (eps.is_number()) h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  bool expert_count = false;
+  if (json n = find_hparam(config, {"num_local_experts", "num_experts", "n_routed_experts"}); n.is_number_integer())
+    h.add_u32(a + ".expert_count", n.get<uint32_t>()), expert_count = true;
+  if (json n = find_hparam(config, {"num_experts_per_tok", "num_experts_per_token", "top_k_experts"}); n.is_number_integer())
+    h.add_u32(a + ".expert_used_count", n.get<uint32_t>());
+  if (json n = config.value("n_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_count", n.get<uint32_t>());
+  if (json n = config.value("topk_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_used_count", n.get<uint32_t>());
+  if (json f = find_hparam(config, {"score_function", "scoring_func", "score_func", "moe_router_activation", "moe_router_activation_func",
+                                    "expert_selection_fn"});
+      !f.is_null()) {
+    static const std::map<std::string, uint32_t> funcs{{"softmax", 1}, {"sigmoid", 2}, {"sqrtsoftplus", 4}};
+    auto it = f.is_string() ? funcs.find(f.get<std::string>()) : funcs.end();
+    if (it == funcs.end()) throw UnsupportedError(Where(where), "config.json's expert score function " + f.dump() + " is not one llama.cpp has");
+    h.add_u32(a + ".expert_gating_func", it->second);
+  }
+  // DeepseekV2Model: key_length kv_lora_rank + qk_rope_head_dim, value_length kv_lora_rank, in the
+  // place of head_dim's when config.json has one (gguf-py overwrites a key where it stands).
+  const int64_t kv_lora = deepseek ? (config.value("kv_lora_rank", json()).is_null() ? 512 : need_int(config, "kv_lora_rank", where)) : 0;
+  const int64_t rope_dim = deepseek ? need_int(config, "qk_rope_head_dim", where) : 0;
   int64_t head_dim = int_of(config, "head_dim");
+  bool lengths = false;
   if (head_dim >= 0) {
-    h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
-    h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+    h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(deepseek ? kv_lora + rope_dim : head_dim));
+    h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(deepseek ? kv_lora : head_dim));
+    lengths = true;
   }
   h.add_u32("general.file_type", out.file_type);
+  if (deepseek) {
+    const bool has_moe = !config.value("n_routed_experts", json()).is_null();
+    json dense = config.value("first_k_dense_replace", json());
+    h.add_u32(a + ".leading_dense_block_count", dense.is_null() ? (has_moe ? 0 : static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)))
+                                                                : dense.get<uint32_t>());
+    h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
+    if (json q = config.value("q_lora_rank", json()); !q.is_null()) h.add_u32(a + ".attention.q_lora_rank", q.get<uint32_t>());
+    h.add_u32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(kv_lora));
+    if (!lengths) {
+      h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(kv_lora + rope_dim));
+      h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(kv_lora));
+    }
+    h.add_u32(a + ".attention.key_length_mla", static_cast<uint32_t>(need_int(config, "qk_nope_head_dim", where) + rope_dim));
+    h.add_u32(a + ".attention.value_length_mla", static_cast<uint32_t>(need_int(config, "v_head_dim", where)));
+    json ff = find_hparam(config, {"moe_intermediate_size", "intermediate_size"});
+    if (!ff.is_number_integer()) throw UnsupportedError(Where(where), "a GGUF of deepseek2 needs config.json's moe_intermediate_size");
+    h.add_u32(a + ".expert_feed_forward_length", ff.get<uint32_t>());
+    if (json n = config.value("n_routed_experts", json()); !n.is_null() && !expert_count) h.add_u32(a + ".expert_count", n.get<uint32_t>());
+    json shared = config.value("n_shared_experts", json(0));
+    h.add_u32(a + ".expert_shared_count", shared.is_number_integer() ? shared.get<uint32_t>() : 0);
+    if (json s = config.value("routed_scaling_factor", json()); s.is_number()) h.add_f32(a + ".expert_weights_scale", s.get<float>());
+    if (json n = config.value("norm_topk_prob", json()); n.is_boolean() && n.get<bool>()) h.add_bool(a + ".expert_weights_norm", true);
+    h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(rope_dim));
+    if (json m = rope.value("mscale_all_dim", json()); m.is_number()) h.add_f32(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * m.get<double>()));
+  }
   if (a == "llama") {
     h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim >= 0 ? head_dim : hidden / heads));
+  }
+  if (arch.experts == Arch::Experts::Qwen) {  // Qwen2MoeModel.set_gguf_parameters
+    if (int64_t v = int_of(config, "moe_intermediate_size"); v >= 0) h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(v));
   }
   h.add_u32("general.quantization_version", 2);
 }

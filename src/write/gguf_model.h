@@ -4,10 +4,13 @@
 // metadata keys from config.json, and the tokenizer's keys from tokenizer.json and
 // tokenizer_config.json, each in the order the converter adds them.
 //
-// Architectures: config.json's architectures[0] LlamaForCausalLM (llama), Qwen2ForCausalLM (qwen2),
-// Qwen3ForCausalLM (qwen3). Anything else, a tensor the table does not name, a rope scaling, or a
-// tokenizer the converter would treat otherwise (not byte-level BPE, a pre-tokenizer it does not
-// name: write/gguf_vocab.h) is refused, UnsupportedError (exit 5) naming it.
+// Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
+// MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
+// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2); experts stacked per layer,
+// DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
+// else, a tensor the table does not name, another rope type, or a tokenizer the converter would
+// treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: write/gguf_vocab.h) is
+// refused, UnsupportedError (exit 5) naming it.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,11 @@ OutType out_type(const std::string& word);
 struct Arch {
   std::string name;         // general.architecture ("llama")
   bool permute_qk = false;  // LlamaModel.permute of q_proj / k_proj rows (and biases)
+  // How its experts are saved and stacked: none; Qwen2MoeModel's mlp.experts.N.{down,gate,up}_proj
+  // (emitted down, gate, up); LlamaModel's (Mixtral) block_sparse_moe.experts.N.w1/w2/w3 (emitted
+  // w1 gate, w2 down, w3 up).
+  // DeepseekV2Model's are Qwen's too, counted by n_routed_experts.
+  enum class Experts { None, Qwen, Mixtral, Deepseek } experts = Experts::None;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
@@ -41,10 +49,39 @@ struct TensorPlan {
   std::string name;            // the GGUF name ("blk.0.attn_q.weight")
   TensorType type = TensorType::F32;
   int64_t permute_heads = 0;   // > 0: rows permuted as LlamaModel.permute with this many heads
+  std::vector<int64_t> shape;  // as written, torch's order
+  // The Hugging Face tensors it is made of (indices into plan_tensors' inputs): one, or the experts
+  // of a layer stacked along a new first dimension in expert order (torch.stack); none for a tensor
+  // the converter computes (rope_freqs), whose float32 values are `values`.
+  std::vector<size_t> inputs;
+  std::vector<float> values;
+  // DeepseekV2Model's kv_b_proj split (MLA): 'k' k_b (each head's first qk_nope rows,
+  // transposed), 'v' v_b (its last v_head_dim rows); 0 none.
+  char kv_b = 0;
+  int64_t kv_b_heads = 0, kv_b_nope = 0, kv_b_v = 0;
 };
+// The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
+std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
 // The HF key's GGUF tensor; UnsupportedError naming the key when the table has none.
 TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std::string& key,
                        const std::vector<int64_t>& shape, OutType out, const std::string& where);
+
+// A Hugging Face tensor of the checkpoint.
+struct Input {
+  std::string key;
+  std::vector<int64_t> shape;
+};
+// Every GGUF tensor of a model whose tensors are `inputs` (sorted by key, as the converter reads a
+// safetensors file), in the converter's order: the generated ones first (rope_freqs), then each as
+// its key comes, a layer's experts stacked where the last of them comes (the converter buffers
+// them until it has all n_experts x 3). UnsupportedError naming a key the table has none for, or
+// an expert that is missing.
+std::vector<TensorPlan> plan_tensors(const Arch& arch, const nlohmann::json& config, const std::vector<Input>& inputs,
+                                     OutType out, const std::string& where);
+
+// Llama 3's rope_freqs (LlamaModel.generate_extra_tensors for rope_type llama3): head_dim / 2
+// factors, computed in float32 as torch computes them there.
+std::vector<float> llama3_rope_factors(const nlohmann::json& config);
 
 // LlamaModel.permute: rows (h, i, j) -> (h, j, i) of a [rows, cols] tensor of `elem` bytes per
 // element, rows = heads * 2 * half (a bias: cols 1). Returns the permuted bytes.
@@ -52,12 +89,16 @@ std::vector<uint8_t> permute_rows(const uint8_t* data, int64_t rows, int64_t col
 
 // general.size_label for `params` parameters (gguf-py's model_weight_count_rounded_notation).
 std::string size_label(uint64_t params);
+// general.size_label of the tensors written (gguf-py's GGUFWriter.get_total_parameter_count and
+// utility.size_label): "4x1.2M" when there are experts (*_exps. tensors), else size_label(total).
+std::string size_label(const std::vector<TensorPlan>& tensors);
 // gguf-py's Metadata.id_to_title ("tiny-llama" -> "Tiny Llama").
 std::string id_to_title(const std::string& id);
 
 // The keys before the tokenizer, in the converter's order: general.*, the architecture's, file type.
+// `label` "": no general.size_label.
 void add_model_keys(Header& h, const Arch& arch, const nlohmann::json& config, const std::string& name,
-                    uint64_t params, OutType out, const std::string& where);
+                    const std::string& label, OutType out, const std::string& where);
 // The tokenizer's keys (tokenizer.ggml.*) as _set_vocab_gpt2 and gguf-py's SpecialVocab write them.
 // `tokenizer_config` null: none; `chat_template_jinja` "": no chat_template.jinja beside it.
 void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer,

@@ -49,6 +49,31 @@ def fail(msg: str) -> None:
     print("FAIL:", msg, file=sys.stderr)
 
 
+# Each architecture: its config class, the tokenizer, and what it sets beyond the common tiny sizes.
+# llama: Llama 3.1's rope (rope_type llama3, theta 500000, factor 8, original context 8192) with
+# head_dim 128, so that rope_freqs holds Llama 3's own 64 factors; qwen2: a linear rope; qwen3: a
+# yarn rope; the MoE ones 4 experts, 2 used per token.
+ARCHS = {
+    "llama": (transformers.LlamaConfig, "llama-bpe", dict(
+        head_dim=128, max_position_embeddings=131072,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    "mistral": (transformers.MistralConfig, "llama-bpe", {}),
+    "mixtral": (transformers.MixtralConfig, "llama-bpe", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2": (transformers.Qwen2Config, "qwen2", dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
+    "qwen3": (transformers.Qwen3Config, "qwen2", dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0})),
+    "qwen3moe": (transformers.Qwen3MoeConfig, "qwen2", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
+    # DeepSeek-V3's MLA (q_lora, kv_lora, the kv_b split), a dense first layer, a shared expert,
+    # expert groups and the sigmoid router; llama-bpe, which DeepseekV2Model's _set_vocab_gpt2 takes.
+    "deepseek2": (transformers.DeepseekV3Config, "llama-bpe", dict(
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=32,
+        kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
+        topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
+}
+
+
 def tiny_model(arch: str, out: Path) -> None:
     """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
     `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does)."""
@@ -57,15 +82,15 @@ def tiny_model(arch: str, out: Path) -> None:
     tied = arch.endswith("-tied")
     arch = arch.removesuffix("-tied")
     out.mkdir(parents=True)
-    gguf_oracle.tokenizer("llama-bpe" if arch == "llama" else "qwen2", str(out))
+    gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
     import json
     tok = json.loads((out / "tokenizer.json").read_text())
     vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
     torch.manual_seed(0)
     kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied)
-    cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
-    model = transformers.AutoModelForCausalLM.from_config(cls(**kw))
+    kw.update(ARCHS[arch][2])
+    model = transformers.AutoModelForCausalLM.from_config(ARCHS[arch][0](**kw))
     with torch.no_grad():  # norms that are not all ones, so that a misplaced norm shows
         for n, p in model.named_parameters():
             if p.dim() == 1:
@@ -148,7 +173,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -185,10 +210,10 @@ def main(argv: list[str]) -> int:
         if src is not None:
             odd = tmp / "odd"
             shutil.copytree(src, odd)
-            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "MistralForCausalLM")
+            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "FalconForCausalLM")
             (odd / "config.json").write_text(cfg)
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd.gguf")], capture_output=True, text=True)
-            if r.returncode != 5 or "MistralForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists():
+            if r.returncode != 5 or "FalconForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists():
                 fail(f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_0"], capture_output=True, text=True)
             if r.returncode != 2:

@@ -47,6 +47,53 @@ TEST_CASE("gguf_model: names and types as the converter picks them") {
   CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 48}, q8, "cfg").type == TensorType::F16);
   CHECK(tensor_plan(a, config, "lm_head.weight", {100, 64}, out_type("bf16"), "cfg").name == "output.weight");
   CHECK_THROWS_AS(tensor_plan(a, config, "model.layers.0.self_attn.q_norm.weight", {16}, q8, "cfg"), UnsupportedError);
-  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"MistralForCausalLM"}}}, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"FalconForCausalLM"}}}, "cfg"), UnsupportedError);
+  CHECK(arch_of(nlohmann::json{{"architectures", {"MixtralForCausalLM"}}}, "cfg").name == "llama");
   CHECK_THROWS_AS(out_type("q4_0"), UsageError);
+}
+
+TEST_CASE("gguf_model: Llama 3's rope_freqs as the converter's torch arithmetic gives them") {
+  // LlamaModel.generate_extra_tensors under torch 2 (float32), printed with float.hex().
+  nlohmann::json config{{"head_dim", 16},
+                        {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}};
+  std::vector<float> want{1.0f, 0x1.4b42p+0f, 0x1.eab67p+2f, 8.0f, 8.0f, 8.0f, 8.0f, 8.0f};
+  CHECK(llama3_rope_factors(config) == want);
+}
+
+TEST_CASE("gguf_model: experts stacked where the converter emits them, kv_b split, size label") {
+  nlohmann::json config{{"architectures", {"Qwen3MoeForCausalLM"}}, {"num_attention_heads", 4}, {"num_experts", 2}};
+  Arch a = arch_of(config, "cfg");
+  std::vector<Input> in;
+  for (const char* k : {"model.layers.0.mlp.experts.0.down_proj.weight", "model.layers.0.mlp.experts.0.gate_proj.weight",
+                        "model.layers.0.mlp.experts.0.up_proj.weight", "model.layers.0.mlp.experts.1.down_proj.weight",
+                        "model.layers.0.mlp.experts.1.gate_proj.weight", "model.layers.0.mlp.experts.1.up_proj.weight",
+                        "model.layers.0.mlp.gate.weight"})
+    in.push_back({k, {32, 64}});
+  std::vector<TensorPlan> p = plan_tensors(a, config, in, out_type("q8_0"), "cfg");
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].name == "blk.0.ffn_down_exps.weight");
+  CHECK(p[1].name == "blk.0.ffn_gate_exps.weight");
+  CHECK(p[1].inputs == std::vector<size_t>{1, 4});
+  CHECK(p[1].shape == std::vector<int64_t>{2, 32, 64});
+  CHECK(p[2].inputs == std::vector<size_t>{2, 5});
+  CHECK(p[3].name == "blk.0.ffn_gate_inp.weight");
+  CHECK(p[3].type == TensorType::F32);
+  in.pop_back();
+  in.erase(in.begin() + 4);  // expert 1's gate_proj missing
+  CHECK_THROWS_AS(plan_tensors(a, config, in, out_type("q8_0"), "cfg"), UnsupportedError);
+
+  TensorPlan kb;
+  kb.kv_b = 'k', kb.kv_b_heads = 2, kb.kv_b_nope = 2, kb.kv_b_v = 1;
+  std::vector<float> x(18);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  CHECK(kv_b_part(kb, x.data(), 3) == std::vector<float>{0, 3, 1, 4, 2, 5, 9, 12, 10, 13, 11, 14});
+  kb.kv_b = 'v';
+  CHECK(kv_b_part(kb, x.data(), 3) == std::vector<float>{6, 7, 8, 15, 16, 17});
+
+  // gguf-py 0.19.0: size_label(total, 1000 shared, 6144 expert, 4 experts) == "4x7.1K".
+  std::vector<TensorPlan> t(4);
+  t[0].name = "token_embd.weight", t[0].shape = {1000};
+  for (int i = 1; i < 4; ++i) t[i].name = "blk.0.ffn_up_exps.weight", t[i].shape = {4, 32, 64};
+  CHECK(size_label(t) == "4x7.1K");
 }

@@ -5,14 +5,16 @@
 // The header (write/gguf.h) is a function of config.json, the tokenizer files and the plan's
 // tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
-// then converts one tensor at a time (read whole in its saved dtype, float32, the Llama Q/K row
-// permutation, the output type: F32, F16, BF16 or Q8_0) into its place, inside --max-memory, and
-// renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
+// then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
+// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, or the values the
+// converter computes (rope_freqs); the output type: F32, F16, BF16 or Q8_0) into its place, inside
+// --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
 // tensor, config setting or tokenizer write/gguf_model.h does not write, a non-floating tensor,
 // and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
 // writer does not follow yet).
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -98,58 +100,63 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     order_.resize(plan.tensors.size());
     std::iota(order_.begin(), order_.end(), size_t{0});
     std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return plan.tensors[a].key < plan.tensors[b].key; });
-    plans_.clear();
-    uint64_t params = 0, most = 0;
+    std::vector<gguf::Input> inputs;
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
       if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
         throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
-      plans_.push_back(gguf::tensor_plan(arch_, config_, pt.key, pt.t->shape, out_, where_));
-      params += static_cast<uint64_t>(pt.t->numel());
-      most = std::max(most, need(pt, plans_.back()));
+      inputs.push_back({pt.key, pt.t->shape});
     }
+    plans_ = gguf::plan_tensors(arch_, config_, inputs, out_, where_);
+    uint64_t most = 0;
+    for (const gguf::TensorPlan& tp : plans_) most = std::max(most, need(plan, tp));
     if (most > plan.budget)
       throw UnsupportedError(Where(o_.output), "a GGUF tensor is converted whole: the largest needs " + std::to_string(most) +
                                                    " bytes, more than --max-memory's " + std::to_string(plan.budget));
     gguf::Header h;
-    gguf::add_model_keys(h, arch_, config_, gguf::id_to_title(stem(o_.output)), params, out_, where_);
+    gguf::add_model_keys(h, arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
     gguf::add_tokenizer_keys(h, config_, tokenizer_, tokenizer_config_, jinja_, where_);
     offsets_.clear();
-    for (size_t k = 0; k < order_.size(); ++k)
-      offsets_.push_back(h.add_tensor(plans_[k].name, plan.tensors[order_[k]].t->shape, plans_[k].type));
+    for (const gguf::TensorPlan& tp : plans_) offsets_.push_back(h.add_tensor(tp.name, tp.shape, tp.type));
     header_ = h.bytes();
     data_bytes_ = h.data_bytes();
-    summary["files"] = json::array({{{"path", o_.output}, {"tensors", order_.size()}, {"bytes", header_.size() + data_bytes_}}});
+    summary["files"] = json::array({{{"path", o_.output}, {"tensors", plans_.size()}, {"bytes", header_.size() + data_bytes_}}});
     summary["gguf"] = {{"architecture", arch_.name}, {"outtype", o_.outtype.empty() ? "f16" : o_.outtype}};
   }
 
   void write_files(WriteJob& job, Executor& ex, const std::string&) override {
     if (!job.leader) return;
     const WritePlan& plan = job.plan;
-    for (size_t k = 0; k < order_.size(); ++k) {
-      const PlannedTensor& pt = plan.tensors[order_[k]];
+    for (size_t k = 0; k < plans_.size(); ++k) {
       const gguf::TensorPlan& tp = plans_[k];
-      GateReservation hold(ex.gate, need(pt, tp));
-      const uint64_t n = static_cast<uint64_t>(pt.t->numel());
-      std::vector<uint8_t> raw(pt.t->nbytes());
-      read_full_tensor(ex.src, *pt.t, raw.data());
+      GateReservation hold(ex.gate, need(plan, tp));
+      // float32 of each input (permuted), one after the other: stacked experts are their concatenation.
       std::vector<uint8_t> f32;
-      const uint8_t* x = raw.data();
-      if (pt.src != DType::Float32) {
-        f32.resize(n * 4);
-        cast_elements(pt.src, DType::Float32, raw.data(), f32.data(), n);
-        x = f32.data();
-        std::vector<uint8_t>().swap(raw);
+      if (tp.inputs.empty()) f32.assign(reinterpret_cast<const uint8_t*>(tp.values.data()), reinterpret_cast<const uint8_t*>(tp.values.data() + tp.values.size()));
+      for (size_t input : tp.inputs) {
+        const PlannedTensor& pt = plan.tensors[order_[input]];
+        const uint64_t n = static_cast<uint64_t>(pt.t->numel());
+        std::vector<uint8_t> raw(pt.t->nbytes());
+        read_full_tensor(ex.src, *pt.t, raw.data());
+        const size_t at = f32.size();
+        f32.resize(at + n * 4);
+        if (pt.src != DType::Float32) cast_elements(pt.src, DType::Float32, raw.data(), f32.data() + at, n);
+        else std::memcpy(f32.data() + at, raw.data(), n * 4);
+        if (tp.permute_heads > 0) {
+          const int64_t rows = pt.t->shape[0], cols = rows ? static_cast<int64_t>(n) / rows : 0;
+          std::vector<uint8_t> permuted = gguf::permute_rows(f32.data() + at, rows, cols, 4, tp.permute_heads);
+          std::memcpy(f32.data() + at, permuted.data(), permuted.size());
+        }
       }
-      std::vector<uint8_t> permuted;
-      if (tp.permute_heads > 0) {
-        const int64_t rows = pt.t->shape[0], cols = rows ? static_cast<int64_t>(n) / rows : 0;
-        permuted = gguf::permute_rows(x, rows, cols, 4, tp.permute_heads);
-        x = permuted.data();
+      if (tp.kv_b) {  // DeepSeek's kv_b_proj: its k_b or v_b part
+        std::vector<float> part = gguf::kv_b_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape[1]);
+        f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
       }
-      const uint64_t row = pt.t->shape.empty() ? 1 : static_cast<uint64_t>(pt.t->shape.back());
+      uint64_t n = 1;
+      for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
+      const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
       std::vector<uint8_t> enc(gguf::tensor_bytes(tp.type, n, row));
-      gguf::encode(tp.type, reinterpret_cast<const float*>(x), n, enc.data());
+      gguf::encode(tp.type, reinterpret_cast<const float*>(f32.data()), n, enc.data());
       out_file_->pwrite_all(enc.data(), enc.size(), header_.size() + offsets_[k]);
       ex.prog.add(enc.size());
     }
@@ -158,11 +165,17 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   OutputFile& file(size_t) override { return *out_file_; }
 
  private:
-  // The bytes a tensor's conversion holds at once: as saved, float32, permuted, encoded.
-  static uint64_t need(const PlannedTensor& pt, const gguf::TensorPlan& tp) {
-    const uint64_t n = static_cast<uint64_t>(pt.t->numel());
-    const uint64_t row = pt.t->shape.empty() ? 1 : static_cast<uint64_t>(pt.t->shape.back());
-    return pt.t->nbytes() + (pt.src == DType::Float32 ? 0 : 4 * n) + (tp.permute_heads ? 4 * n : 0) + gguf::tensor_bytes(tp.type, n, row);
+  // The bytes a tensor's conversion holds at once: its inputs in float32, one input as saved and
+  // permuted, the encoded bytes.
+  uint64_t need(const WritePlan& plan, const gguf::TensorPlan& tp) const {
+    uint64_t n = 1, most = 0;
+    for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
+    for (size_t input : tp.inputs) {
+      const PlannedTensor& pt = plan.tensors[order_[input]];
+      most = std::max(most, pt.t->nbytes() + (tp.permute_heads || tp.kv_b ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
+    }
+    const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
+    return 4 * n + most + gguf::tensor_bytes(tp.type, n, row);
   }
 
   gguf::OutType out_;
