@@ -18,7 +18,14 @@ OutType out_type(const std::string& word) {
   if (word == "f16") return {TensorType::F16, 1};
   if (word == "bf16") return {TensorType::BF16, 32};
   if (word == "q8_0") return {TensorType::Q8_0, 7};
-  throw UsageError(Where(), "--outtype must be f32, f16, bf16 or q8_0 (convert_hf_to_gguf.py's words), not '" + word + "'");
+  // llama-quantize's words for these types, and the LlamaFileType it writes for each (Q4_K and Q5_K
+  // are its _M file types, as `llama-quantize --pure IN OUT Q4_K` writes).
+  if (word == "q4_0") return {TensorType::Q4_0, 2};
+  if (word == "q4_k") return {TensorType::Q4_K, 15};
+  if (word == "q5_k") return {TensorType::Q5_K, 17};
+  if (word == "q6_k") return {TensorType::Q6_K, 18};
+  throw UsageError(Where(), "--outtype must be f32, f16, bf16, q8_0 (convert_hf_to_gguf.py's words), q4_0, q4_k, q5_k or q6_k "
+                            "(llama-quantize's, --pure), not '" + word + "'");
 }
 
 namespace {
@@ -87,8 +94,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   const std::string& n = p.name;
   bool f32 = shape.size() <= 1 || (n.size() >= 12 && n.compare(n.size() - 12, 12, "_norm.weight") == 0) ||
              n.size() < 7 || n.compare(n.size() - 7, 7, ".weight") != 0;
-  p.type = f32 ? TensorType::F32 : out.type;
-  if (p.type == TensorType::Q8_0 && !fits(TensorType::Q8_0, static_cast<uint64_t>(shape.back()))) p.type = TensorType::F16;
+  p.type = f32 ? TensorType::F32 : row_type(out.type, static_cast<uint64_t>(shape.back()));
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
