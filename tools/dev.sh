@@ -118,8 +118,8 @@ setup_gguf_oracle() {
 # and of the quantizers (ggml's own reference functions): llama-cpp-python 0.3.36 built from that
 # sdist, CPU only with portable flags, once (tools/gguf_oracle.py build keeps the wheel and its
 # install under ~/.cache/dcpctl, keyed by the sdist's SHA-256 and the flags; the next run finds them
-# and costs nothing). The first build takes about BUILD_MINUTES min with 1 job on this
-# 2-core machine, busy. Only `test` needs it.
+# and costs nothing: 0.5 s). The first build took 614 s of CPU (88 min of wall time with one job,
+# the 2 cores shared with five other builds; docs/gguf.md). Only `test` needs it.
 setup_llama_cpp() {
   "$PY" -c 'import sys; sys.path.insert(0, "tools"); import gguf_oracle; sys.exit(0 if (gguf_oracle.build_dir() / "built").exists() else 1)' &&
     return 0
