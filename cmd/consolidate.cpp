@@ -199,7 +199,7 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   sub->add_option("--dtype", o->dtype, "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
       ->type_name("DTYPE");
-  sub->add_option("--outtype", o->outtype, ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0 (norms and 1-D tensors stay F32)")
+  sub->add_option("--outtype", o->outtype, ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0, or as llama-quantize --pure: q4_0, q4_k, q5_k or q6_k (norms and 1-D tensors stay F32)")
       ->type_name("TYPE");
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,

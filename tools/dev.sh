@@ -114,6 +114,19 @@ setup_gguf_oracle() {
   "$PY" tools/gguf_oracle.py fetch >/dev/null
 }
 
+# llama.cpp itself, the load and logits oracle of the GGUF output (tests/interop/gguf_llama_test.py)
+# and of the quantizers (ggml's own reference functions): llama-cpp-python 0.3.36 built from that
+# sdist, CPU only with portable flags, once (tools/gguf_oracle.py build keeps the wheel and its
+# install under ~/.cache/dcpctl, keyed by the sdist's SHA-256 and the flags; the next run finds them
+# and costs nothing: 0.5 s). The first build took 614 s of CPU (88 min of wall time with one job,
+# the 2 cores shared with five other builds; docs/gguf.md). Only `test` needs it.
+setup_llama_cpp() {
+  "$PY" -c 'import sys; sys.path.insert(0, "tools"); import gguf_oracle; sys.exit(0 if (gguf_oracle.build_dir() / "built").exists() else 1)' &&
+    return 0
+  log "building llama-cpp-python 0.3.36 from its sdist (CPU, portable; once, kept in ~/.cache/dcpctl)"
+  DCPCTL_LLAMA_JOBS=${DCPCTL_LLAMA_JOBS:-$JOBS} "$PY" tools/gguf_oracle.py build >/dev/null
+}
+
 # The older torch releases that the interop tests load dcpctl's outputs with
 # (DCPCTL_OLD_TORCH_PYTHON, a colon-separated list of interpreters), so that what dcpctl writes is
 # checked against the releases users still run, not only the pinned one: torch 2.14.1
@@ -313,6 +326,7 @@ case "$cmd" in
     require_venv
     setup "${FUZZ_PACKAGES[@]}"
     setup_old_torch
+    setup_llama_cpp
     build build
     if [ "${DCPCTL_SKIP_ASAN:-0}" = 1 ]; then
       run_tests build

@@ -4,6 +4,8 @@
     tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
     tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR
     tools/gguf_oracle.py check                 # both tokenizers rebuilt, each named by the converter's table
+    tools/gguf_oracle.py build                 # llama-cpp-python built from the sdist (CPU, portable), cached;
+                                               # prints the directory to put on sys.path
 
 Everything comes from one pinned source distribution, llama-cpp-python 0.3.36 (PyPI, checked by its
 SHA-256): llama.cpp's convert_hf_to_gguf.py with its conversion/ package, its gguf-py (0.19.0, the
@@ -17,6 +19,15 @@ publish (Llama 3's and Qwen2's split patterns, byte-level) and Llama 3's BOS tem
 tokenizer.json that transformers loads and whose digest is the converter's own for that name
 (`check` asserts it each time), without downloading a model.
 
+`build`: llama.cpp itself, as llama-cpp-python 0.3.36 builds it from the same sdist (pip wheel, no
+build isolation: the backend is .venv's pinned scikit-build-core and ninja, the system's cmake and
+C/C++ compiler), CPU only and portable: BUILD_FLAGS turn off -march=native and every x86 extension
+flag (ggml-cpu is then plain x86-64; ggml-base, whose ggml-quants.c holds the reference quantizers,
+never gets them), no OpenMP, no llava/mtmd. The wheel and its install (with diskcache, its one
+dependency .venv lacks) are kept under ~/.cache/dcpctl/llama-cpp-python-0.3.36/build-KEY/, KEY the
+SHA-256 of the sdist's digest and the flags: a second run finds them and costs nothing.
+DCPCTL_LLAMA_JOBS sets the compile's parallelism (default 1: the cores are shared).
+
 Run with the project's virtualenv (.venv/bin/python: transformers, tokenizers, numpy).
 """
 import ast
@@ -27,6 +38,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 VERSION = "0.3.36"
@@ -37,6 +49,12 @@ LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
            "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf")
+
+# llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine.
+BUILD_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_SSE42=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF",
+               "-DGGML_FMA=OFF", "-DGGML_F16C=OFF", "-DGGML_AVX512=OFF", "-DGGML_OPENMP=OFF", "-DGGML_CCACHE=OFF",
+               "-DLLAVA_BUILD=OFF")
+DISKCACHE = "diskcache==5.6.3"
 
 # The split patterns of the published tokenizer.json files (Llama 3: numbers in threes; Qwen2: one
 # digit a piece), and the digest the converter's table gives each name.
@@ -65,6 +83,46 @@ def fetch():
                   and any(m.name[len(prefix):].startswith(w) for w in MEMBERS) and (m.isfile() or m.isdir())]
         t.extractall(CACHE, members=wanted, filter="data")
     return LLAMA
+
+
+def build_dir():
+    key = hashlib.sha256((SDIST_SHA256 + " " + " ".join(BUILD_FLAGS)).encode()).hexdigest()[:16]
+    return CACHE / f"build-{key}"
+
+
+def build():
+    """The directory holding the built llama_cpp package (and diskcache), built once."""
+    out = build_dir()
+    site, done = out / "site", out / "built"
+    if done.exists() and (site / "llama_cpp" / "lib").is_dir():
+        return site
+    fetch()
+    archive = CACHE / SDIST
+    if not archive.exists() or hashlib.sha256(archive.read_bytes()).hexdigest() != SDIST_SHA256:
+        sys.exit(f"gguf_oracle: {archive} is missing or not the pinned sdist; run `gguf_oracle.py fetch` after removing it")
+    import shutil
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "wheel").mkdir(parents=True)
+    env = dict(os.environ, CMAKE_ARGS=" ".join(BUILD_FLAGS), FORCE_CMAKE="1",
+               CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("DCPCTL_LLAMA_JOBS", "1"))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(out / "wheel"), str(archive)], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"gguf_oracle: building llama-cpp-python failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+    seconds = time.monotonic() - t0
+    wheels = list((out / "wheel").glob("llama_cpp_python-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheels[0]),
+                    DISKCACHE], check=True)
+    done.write_text(f"built in {seconds:.0f} s with {env['CMAKE_BUILD_PARALLEL_LEVEL']} job(s): {' '.join(BUILD_FLAGS)}\n")
+    return site
+
+
+def llama_cpp():
+    """llama-cpp-python's package, built from the sdist (build())."""
+    sys.path.insert(0, str(build()))
+    import llama_cpp as lc
+    return lc
 
 
 def gguf_py():
@@ -135,6 +193,8 @@ def main(argv):
         print(fetch())
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in PATTERNS:
         print(tokenizer(argv[1], argv[2]))
+    elif argv[:1] == ["build"] and len(argv) == 1:
+        print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
         import tempfile
         for name in PATTERNS:

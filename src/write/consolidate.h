@@ -38,7 +38,7 @@ struct ConsolidateOptions : WriteOptions {
   // meta/lora_keys.h; the selection picks what the view is made of.
   LoraRequest lora;
   bool flat = false;                // Torch: flat keys
-  std::string outtype;              // GGUF: --outtype f32, f16, bf16 or q8_0 ("": f16, the converter's default)
+  std::string outtype;              // GGUF: --outtype f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k ("": f16, the converter's default)
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
   // The HF folder: the files a Hugging Face folder needs beside its weights (config.json, the tokenizer;
   // write/assets.h), copied from beside the checkpoint, or from `assets_from` when not empty;

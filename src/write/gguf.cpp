@@ -7,6 +7,7 @@
 
 #include "util/le.h"
 #include "util/numeric.h"
+#include "write/gguf_quants.h"
 
 namespace dcpctl::gguf {
 
@@ -43,11 +44,40 @@ const char* type_name(TensorType t) {
     case TensorType::F16: return "F16";
     case TensorType::BF16: return "BF16";
     case TensorType::Q8_0: return "Q8_0";
+    case TensorType::Q4_0: return "Q4_0";
+    case TensorType::Q5_0: return "Q5_0";
+    case TensorType::Q5_1: return "Q5_1";
+    case TensorType::Q4_K: return "Q4_K";
+    case TensorType::Q5_K: return "Q5_K";
+    case TensorType::Q6_K: return "Q6_K";
   }
   return "?";
 }
 
-bool fits(TensorType t, uint64_t row) { return t != TensorType::Q8_0 || row % kQ8Block == 0; }
+uint64_t block_size(TensorType t) {
+  switch (t) {
+    case TensorType::F32:
+    case TensorType::F16:
+    case TensorType::BF16: return 1;
+    case TensorType::Q4_0:
+    case TensorType::Q5_0:
+    case TensorType::Q5_1:
+    case TensorType::Q8_0: return kQ8Block;
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+    case TensorType::Q6_K: return 256;
+  }
+  return 1;
+}
+
+bool fits(TensorType t, uint64_t row) { return row % block_size(t) == 0; }
+
+TensorType row_type(TensorType t, uint64_t row) {
+  if (fits(t, row)) return t;
+  TensorType f = t == TensorType::Q4_K ? TensorType::Q5_0 : t == TensorType::Q5_K ? TensorType::Q5_1
+               : t == TensorType::Q6_K ? TensorType::Q8_0 : t;
+  return fits(f, row) ? f : TensorType::F16;
+}
 
 uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row) {
   (void)row;
@@ -56,6 +86,12 @@ uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row) {
     case TensorType::F16:
     case TensorType::BF16: return elements * 2;
     case TensorType::Q8_0: return elements / kQ8Block * kQ8BlockBytes;
+    case TensorType::Q4_0: return elements / 32 * 18;
+    case TensorType::Q5_0: return elements / 32 * 22;
+    case TensorType::Q5_1: return elements / 32 * 24;
+    case TensorType::Q4_K: return elements / 256 * 144;
+    case TensorType::Q5_K: return elements / 256 * 176;
+    case TensorType::Q6_K: return elements / 256 * 210;
   }
   return 0;
 }
@@ -120,7 +156,7 @@ uint64_t Header::add_tensor(std::string_view name, const std::vector<int64_t>& s
     elements *= static_cast<uint64_t>(d);
   }
   const uint64_t row = shape.empty() ? 1 : static_cast<uint64_t>(shape.back());
-  if (!fits(type, row)) throw std::logic_error("gguf: a Q8_0 row must hold a multiple of 32 elements");
+  if (!fits(type, row)) throw std::logic_error(std::string("gguf: a ") + type_name(type) + " row must hold whole blocks");
   put_string(infos_, name);
   put_le32(infos_, static_cast<uint32_t>(shape.size()));
   for (size_t i = shape.size(); i-- > 0;) put_le64(infos_, static_cast<uint64_t>(shape[i]));
@@ -144,7 +180,14 @@ std::vector<uint8_t> Header::bytes() const {
 }
 
 void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
+  if (n % block_size(t) != 0) throw std::logic_error(std::string("gguf: ") + type_name(t) + " takes whole blocks");
   switch (t) {
+    case TensorType::Q4_0: quants::q4_0(x, n, out); return;
+    case TensorType::Q5_0: quants::q5_0(x, n, out); return;
+    case TensorType::Q5_1: quants::q5_1(x, n, out); return;
+    case TensorType::Q4_K: quants::q4_k(x, n, out); return;
+    case TensorType::Q5_K: quants::q5_k(x, n, out); return;
+    case TensorType::Q6_K: quants::q6_k(x, n, out); return;
     case TensorType::F32: std::memcpy(out, x, n * 4); return;
     case TensorType::F16:
       for (size_t i = 0; i < n; ++i) {

@@ -25,7 +25,9 @@
 // fp16 scale d = amax / 127 then 32 int8 q = round(x / d) (half away from zero), with x / d
 // computed as x * (1 / d) in float32 (ggml-quants.c's quantize_row_q8_0_ref, and gguf-py's Q8_0
 // "with bit-exact same results"); a row whose length is not a multiple of 32 cannot be Q8_0
-// (the converter falls back to F16 for such a tensor).
+// (the converter falls back to F16 for such a tensor). Q4_0 (2), Q5_0 (6), Q5_1 (7) in blocks of
+// 32 and Q4_K (12), Q5_K (13), Q6_K (14) in super-blocks of 256 are ggml's reference quantizers
+// (write/gguf_quants.h), what llama-quantize writes without an importance matrix.
 #pragma once
 
 #include <cstddef>
@@ -44,15 +46,23 @@ enum class ValueType : uint32_t {
   String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
 };
 
-enum class TensorType : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30 };
+enum class TensorType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+};
 
-// "F32", "F16", "BF16", "Q8_0": gguf-py's GGMLQuantizationType names.
+// "F32", "F16", "BF16", "Q8_0", "Q4_K", ...: gguf-py's GGMLQuantizationType names.
 const char* type_name(TensorType t);
-// Bytes of a tensor of `t` whose rows hold `row` elements, `elements` in all (row divides it; for
-// Q8_0, 32 divides row).
+// Elements per block of `t` (1 for F32, F16, BF16; 32 for Q4_0, Q5_0, Q5_1, Q8_0; 256 for the K-quants).
+uint64_t block_size(TensorType t);
+// Bytes of a tensor of `t` whose rows hold `row` elements, `elements` in all (row divides it, and
+// the block size divides row).
 uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row);
 // Whether a tensor whose rows hold `row` elements can be written as `t`.
 bool fits(TensorType t, uint64_t row);
+// The type a weight of rows of `row` elements gets for an output type `t`: `t` when its blocks fit
+// the row, else llama-quantize's fallback (tensor_type_fallback: Q4_K -> Q5_0, Q5_K -> Q5_1,
+// Q6_K -> Q8_0) when that fits, else F16 (the converter's Q8_0 rule too).
+TensorType row_type(TensorType t, uint64_t row);
 
 // The header of a GGUF file: the keys and the tensor infos, in the order they are added.
 class Header {
@@ -83,8 +93,8 @@ class Header {
   uint64_t alignment_ = kDefaultAlignment;
 };
 
-// Encodes n float32 elements (n a multiple of 32 for Q8_0) into `t`'s bytes at `out`
-// (tensor_bytes(t, n, n) of them), with gguf-py's arithmetic.
+// Encodes n float32 elements (n a multiple of the block size) into `t`'s bytes at `out`
+// (tensor_bytes(t, n, n) of them), with gguf-py's arithmetic (ggml's for the quantized types).
 void encode(TensorType t, const float* x, size_t n, uint8_t* out);
 
 }  // namespace dcpctl::gguf

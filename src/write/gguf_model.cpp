@@ -18,7 +18,14 @@ OutType out_type(const std::string& word) {
   if (word == "f16") return {TensorType::F16, 1};
   if (word == "bf16") return {TensorType::BF16, 32};
   if (word == "q8_0") return {TensorType::Q8_0, 7};
-  throw UsageError(Where(), "--outtype must be f32, f16, bf16 or q8_0 (convert_hf_to_gguf.py's words), not '" + word + "'");
+  // llama-quantize's words for these types, and the LlamaFileType it writes for each (Q4_K and Q5_K
+  // are its _M file types, as `llama-quantize --pure IN OUT Q4_K` writes).
+  if (word == "q4_0") return {TensorType::Q4_0, 2};
+  if (word == "q4_k") return {TensorType::Q4_K, 15};
+  if (word == "q5_k") return {TensorType::Q5_K, 17};
+  if (word == "q6_k") return {TensorType::Q6_K, 18};
+  throw UsageError(Where(), "--outtype must be f32, f16, bf16, q8_0 (convert_hf_to_gguf.py's words), q4_0, q4_k, q5_k or q6_k "
+                            "(llama-quantize's, --pure), not '" + word + "'");
 }
 
 namespace {
@@ -40,9 +47,9 @@ int64_t need_int(const json& c, const char* key, const std::string& where) {
 TensorType type_of(const std::string& n, const std::vector<int64_t>& shape, OutType out) {
   auto ends = [&](const char* s) { size_t k = std::strlen(s); return n.size() >= k && n.compare(n.size() - k, k, s) == 0; };
   bool f32 = shape.size() <= 1 || ends("_norm.weight") || ends(".ffn_gate_inp.weight") || !ends(".weight");
-  TensorType t = f32 ? TensorType::F32 : out.type;
-  if (t == TensorType::Q8_0 && !fits(TensorType::Q8_0, static_cast<uint64_t>(shape.back()))) t = TensorType::F16;
-  return t;
+  // llama-quantize's fallbacks where the rows are not whole blocks (write/gguf.h's row_type): a Q8_0
+  // (or Q4_0) whose rows are not a multiple of 32 is F16, a K-quant another block type first.
+  return f32 ? TensorType::F32 : row_type(out.type, static_cast<uint64_t>(shape.back()));
 }
 
 // find_hparam: the first of `keys` config.json has (its value, null too); null when none.

@@ -215,9 +215,9 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd.gguf")], capture_output=True, text=True)
             if r.returncode != 5 or "FalconForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists():
                 fail(f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
-            r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_0"], capture_output=True, text=True)
+            r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_k_m"], capture_output=True, text=True)
             if r.returncode != 2:
-                fail(f"--outtype q4_0: exit {r.returncode}, {r.stderr!r}")
+                fail(f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")
             # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
             check_summary(r)

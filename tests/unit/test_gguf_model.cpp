@@ -49,7 +49,13 @@ TEST_CASE("gguf_model: names and types as the converter picks them") {
   CHECK_THROWS_AS(tensor_plan(a, config, "model.layers.0.self_attn.q_norm.weight", {16}, q8, "cfg"), UnsupportedError);
   CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"FalconForCausalLM"}}}, "cfg"), UnsupportedError);
   CHECK(arch_of(nlohmann::json{{"architectures", {"MixtralForCausalLM"}}}, "cfg").name == "llama");
-  CHECK_THROWS_AS(out_type("q4_0"), UsageError);
+  CHECK_THROWS_AS(out_type("q4_k_m"), UsageError);
+  CHECK_THROWS_AS(out_type("Q4_0"), UsageError);
+  CHECK(out_type("q4_k").file_type == 15);
+  // llama-quantize's fallbacks: rows of 64 take Q5_0 for Q4_K; norms stay F32.
+  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 64}, out_type("q4_k"), "cfg").type == TensorType::Q5_0);
+  CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 512}, out_type("q6_k"), "cfg").type == TensorType::Q6_K);
+  CHECK(tensor_plan(a, config, "model.layers.0.input_layernorm.weight", {512}, out_type("q4_0"), "cfg").type == TensorType::F32);
 }
 
 TEST_CASE("gguf_model: Llama 3's rope_freqs as the converter's torch arithmetic gives them") {

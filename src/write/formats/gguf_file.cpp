@@ -7,7 +7,7 @@
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
 // then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
 // Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, or the values the
-// converter computes (rope_freqs); the output type: F32, F16, BF16 or Q8_0) into its place, inside
+// converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
 // tensor, config setting or tokenizer write/gguf_model.h does not write, a non-floating tensor,
@@ -58,7 +58,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 
   void check(const WriteRequest& request) override {
     ConsolidatedWriter::check(request);
-    if (o_.cast) throw UsageError(Where(o_.output), "--dtype does not apply to a GGUF output: --outtype f32, f16, bf16 or q8_0 says its type");
+    if (o_.cast) throw UsageError(Where(o_.output), "--dtype does not apply to a GGUF output: --outtype (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k) says its type");
     out_ = gguf::out_type(o_.outtype.empty() ? "f16" : o_.outtype);
     Assets assets = find_assets(request.ck, o_.assets_from, &request.model.config());
     std::string tokenizer_config, jinja;

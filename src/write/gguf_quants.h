@@ -1,0 +1,34 @@
+// ggml's block quantizers, as llama.cpp's llama-quantize writes them without an importance matrix:
+// ggml-quants.c's reference functions (quantize_row_q4_0_ref, q5_0, q5_1, q4_K, q5_K, q6_K; Q8_0 is
+// gguf.cpp's), operation for operation, so that each block's bytes are ggml's bit for bit
+// (docs/gguf.md, "Types"; checked against libggml itself by tools/gguf_quants_fixtures.py's vectors
+// and tests/interop/gguf_llama_test.py).
+//
+// Block layouts (little-endian, `h` an IEEE half):
+//   Q4_0  32 elements, 18 bytes: h d, 16 nibbles pairs (element j low, j + 16 high)
+//   Q5_0  32 elements, 22 bytes: h d, u32 high bits, 16 bytes of low nibbles
+//   Q5_1  32 elements, 24 bytes: h d, h m, u32 high bits, 16 bytes of low nibbles
+//   Q4_K 256 elements, 144 bytes: h d, h dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+//   Q5_K 256 elements, 176 bytes: h d, h dmin, 12 bytes of scales and mins, 32 bytes of high bits, 128 of nibbles
+//   Q6_K 256 elements, 210 bytes: 128 bytes low nibbles, 64 bytes high 2-bits, 16 int8 scales, h d
+//
+// The arithmetic is float32 throughout, in ggml's order of operations; this file is compiled with
+// -ffp-contract=off (src/CMakeLists.txt) so that no multiply-add is fused: ggml-base, where
+// ggml-quants.c lives, gets no FMA flags on x86-64 (the CPU flags go to ggml-cpu only), so its
+// results are these. (A GCC build of ggml for a target with FMA in its baseline, such as aarch64,
+// may contract a*b+c there and then differ in a rare last bit of a scale.)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dcpctl::gguf::quants {
+
+void q4_0(const float* x, size_t n, uint8_t* out);  // n a multiple of 32
+void q5_0(const float* x, size_t n, uint8_t* out);
+void q5_1(const float* x, size_t n, uint8_t* out);
+void q4_k(const float* x, size_t n, uint8_t* out);  // n a multiple of 256
+void q5_k(const float* x, size_t n, uint8_t* out);
+void q6_k(const float* x, size_t n, uint8_t* out);
+
+}  // namespace dcpctl::gguf::quants

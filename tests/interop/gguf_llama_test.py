@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""llama.cpp itself loads dcpctl's GGUF files: its logits and greedy tokens are transformers' (docs/gguf.md).
+
+    gguf_llama_test.py DCPCTL [MODEL:TYPE,TYPE... ...]
+        MODEL: ARCH[-tied][-bf16][@HIDDEN] (default hidden 64); the default cases are DEFAULT below
+
+llama.cpp is llama-cpp-python 0.3.36 built from its sdist (tools/gguf_oracle.py build, a set-up step of
+tools/dev.sh: CPU only, portable flags). For each model, a tiny one saved by transformers with a real
+tokenizer (tools/gguf_oracle.py's, as tests/interop/gguf_test.py builds them: 2 layers, 4 heads, 2 KV
+heads, the hidden size given, intermediate twice it), dcpctl writes tiny.gguf at each type from the
+Hugging Face folder, and:
+
+- llama.cpp tokenizes the prompt to transformers' ids, and its logits at every position of the prompt
+  and of transformers' greedy continuation (8 tokens; the tokens fed in, as transformers computed them)
+  are transformers' float32 logits within the type's bound for F32, F16 and BF16 (BOUND below, a
+  fraction of the logits' standard deviation); for the block types the error is printed, not bounded
+  yet (see BOUND), and the logits must be finite;
+- llama.cpp's own greedy decoding (its KV cache, one token at a time) gives transformers' tokens (F32,
+  F16, BF16),
+  where a step whose two candidates transformers' logits separate by less than the bound may differ
+  (then the rest of the sequence is not compared);
+- for the quantized types, `llama_model_quantize` (llama-quantize's code, pure, no importance
+  matrix) run on dcpctl's F32 file writes what dcpctl wrote: every tensor's name, type, shape and
+  bytes, and every metadata key and value (the tensors' order may differ: llama-quantize writes
+  them sorted by name);
+- a deliberately wrong file (the F32 llama file with its Q/K rows not permuted) must fail the logits
+  check: the check sees a wrong conversion.
+
+Exit status: 0 pass, 1 failure, 77 skip (llama-cpp-python not built by tools/dev.sh setup, or the
+virtualenv lacks torch/transformers/gguf; a failure instead under CI, tests/skip.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+from skip import skip_or_fail  # noqa: E402
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+    import gguf
+    import gguf_oracle
+except ImportError as e:
+    skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
+
+# The CI cases: F32 and F16 logits, a K-quant and a fallback type against llama_model_quantize. The
+# whole matrix (every type on each architecture, about 300 s of CPU) runs by naming it:
+#   gguf_llama_test.py DCPCTL llama-tied@256:f32,q8_0,q4_0,q4_k,q5_k,q6_k qwen2-tied:f32,bf16,q4_k qwen3-bf16:f16,q5_k,q6_k
+DEFAULT = ["llama-tied@256:f32,q4_k", "qwen3-bf16:f16,q6_k"]
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+NEW_TOKENS = 8
+# Max |llama.cpp - transformers| over all positions and the vocabulary, as a fraction of the standard
+# deviation of transformers' logits. F32: summation order only (measured 2e-6 with the KV cache in
+# float32); BF16 / F16: the weights' rounding, 2^-9 / 2^-12 relative at most (measured 0.024 for BF16).
+# The block types are not bounded yet: on these tiny random models (initializer_range 0.1) a
+# quantization step moves the logits by much of their spread (measured Q8_0 0.45, Q4_0 2.9): their
+# error is printed, their bytes are llama-quantize's (below), and a bound needs a model whose
+# logits are less sensitive (docs/gguf.md).
+BOUND = {"f32": 1e-4, "f16": 2e-2, "bf16": 0.1}
+# LlamaFileType of each type, as dcpctl and llama-quantize write general.file_type.
+FTYPE = {"q4_0": 2, "q4_k": 15, "q5_k": 17, "q6_k": 18}
+
+FAILS: list[str] = []
+
+
+def fail(msg: str) -> None:
+    FAILS.append(msg)
+    print("FAIL:", msg, file=sys.stderr)
+
+
+def tiny_model(model: str, out: Path) -> None:
+    arch, _, hidden = model.partition("@")
+    hidden = int(hidden or 64)
+    bf16 = arch.endswith("-bf16")
+    arch = arch.removesuffix("-bf16")
+    tied = arch.endswith("-tied")
+    arch = arch.removesuffix("-tied")
+    out.mkdir(parents=True)
+    gguf_oracle.tokenizer("llama-bpe" if arch == "llama" else "qwen2", str(out))
+    import json
+    tok = json.loads((out / "tokenizer.json").read_text())
+    vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
+    torch.manual_seed(0)
+    kw = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied,
+              initializer_range=0.1)  # logits spread wider than the default 0.02's, so that greedy picks are clear
+    cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[arch]
+    m = transformers.AutoModelForCausalLM.from_config(cls(**kw))
+    with torch.no_grad():
+        for _, p in m.named_parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    if bf16:
+        m = m.to(torch.bfloat16)
+    m.save_pretrained(out)
+
+
+def reference(hf: Path) -> tuple[list[int], list[int], np.ndarray]:
+    """transformers' prompt ids, its greedy continuation, and its float32 logits at every position."""
+    tok = transformers.AutoTokenizer.from_pretrained(str(hf))
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(hf), dtype=torch.float32).eval()
+    ids = tok(PROMPT)["input_ids"]
+    with torch.no_grad():
+        seq = m.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS,
+                         pad_token_id=tok.eos_token_id)[0].tolist()
+        logits = m(torch.tensor([seq])).logits[0].float().numpy()
+    return ids, seq[len(ids):], logits
+
+
+def llama_logits(lc, path: Path, prompt: list[int], new: list[int]) -> tuple[list[int], np.ndarray, list[int]]:
+    """llama.cpp's ids for the prompt, its logits for prompt + new, and its own greedy continuation."""
+    # The KV cache in float32 (llama.cpp's default is F16, 1e-3 of the logits' spread by itself), so
+    # that what differs is the file's types.
+    llm = lc.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_threads=2,
+                   n_threads_batch=2, type_k=0, type_v=0)
+    try:
+        ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
+        llm.eval(prompt + new)
+        logits = np.array(llm.scores[: len(prompt) + len(new)], dtype=np.float32)
+        llm.reset()
+        llm.eval(prompt)
+        greedy = []
+        for _ in range(NEW_TOKENS):
+            t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            greedy.append(t)
+            llm.eval([t])
+        return ids, logits, greedy
+    finally:
+        llm.close()
+
+
+def check_logits(label: str, outtype: str, ref: tuple, got: tuple, report: dict) -> bool:
+    """True when llama.cpp's output is transformers' within the type's bound (failures recorded by the caller)."""
+    ids, new, want = ref
+    got_ids, logits, greedy = got
+    problems = []
+    if got_ids != ids:
+        problems.append(f"llama.cpp tokenizes the prompt as {got_ids[:12]}..., transformers as {ids[:12]}...")
+    scale = float(np.std(want))
+    err = float(np.max(np.abs(logits - want))) / scale
+    report[label] = err
+    if not np.all(np.isfinite(logits)):
+        problems.append("llama.cpp's logits are not all finite")
+    if outtype not in BOUND:
+        for p in problems:
+            print(f"  {label}: {p}", file=sys.stderr)
+        return not problems
+    if not err <= BOUND[outtype]:
+        problems.append(f"logits differ by {err:.3g} of their standard deviation, more than {outtype}'s {BOUND[outtype]:g}")
+    for k, (t, w) in enumerate(zip(greedy, new)):
+        if t != w:
+            row = want[len(ids) + k - 1]
+            if row[w] - row[t] > BOUND[outtype] * scale:
+                problems.append(f"greedy token {k}: llama.cpp {t}, transformers {w} (their logits {row[t]:.4f} < {row[w]:.4f})")
+            break
+    for p in problems:
+        print(f"  {label}: {p}", file=sys.stderr)
+    return not problems
+
+
+def fields(path: Path) -> tuple[dict, dict]:
+    r = gguf.GGUFReader(path)
+    kv = {k: ([t.name for t in f.types], f.contents()) for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    ts = {t.name: (t.tensor_type.name, [int(x) for x in t.shape], np.asarray(t.data).tobytes()) for t in r.tensors}
+    return kv, ts
+
+
+def quantize_oracle(lc, f32: Path, out: Path, outtype: str) -> None:
+    p = lc.llama_model_quantize_default_params()
+    p.ftype = FTYPE[outtype]
+    p.pure = True
+    p.nthread = 2
+    rc = lc.llama_model_quantize(str(f32).encode(), str(out).encode(), ctypes.byref(p))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize returned {rc}")
+
+
+def compare_files(label: str, want: Path, got: Path) -> None:
+    wkv, wts = fields(want)
+    gkv, gts = fields(got)
+    for k in sorted(set(wkv) | set(gkv)):
+        if wkv.get(k) != gkv.get(k):
+            fail(f"{label}: {k}: llama-quantize {str(wkv.get(k))[:120]}, dcpctl {str(gkv.get(k))[:120]}")
+    if sorted(wts) != sorted(gts):
+        fail(f"{label}: tensors: only llama-quantize's {sorted(set(wts) - set(gts))}, only dcpctl's {sorted(set(gts) - set(wts))}")
+    for n in sorted(set(wts) & set(gts)):
+        (wt, ws, wb), (gt, gs, gb) = wts[n], gts[n]
+        if (wt, ws) != (gt, gs):
+            fail(f"{label}: {n}: llama-quantize {wt} {ws}, dcpctl {gt} {gs}")
+        elif wb != gb:
+            bad = next(i for i in range(len(wb)) if wb[i] != gb[i])
+            fail(f"{label}: {n}: {wt}: bytes differ (first at byte {bad} of {len(wb)})")
+
+
+def unpermute_qk(src: Path, dst: Path) -> None:
+    """A wrong file: the F32 llama file with attn_q / attn_k rows as Hugging Face holds them."""
+    shutil.copy(src, dst)
+    r = gguf.GGUFReader(dst, "r+")
+    heads = {"attn_q": int(r.fields["llama.attention.head_count"].contents()),
+             "attn_k": int(r.fields["llama.attention.head_count_kv"].contents())}
+    for t in r.tensors:
+        kind = t.name.split(".")[-2]
+        if kind in heads:
+            w = np.array(t.data)  # [rows, cols], rows permuted as LlamaModel.permute
+            n = heads[kind]
+            rows, cols = w.shape
+            t.data[...] = w.reshape(n, rows // n // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+    del r
+
+
+def main(argv: list[str]) -> int:
+    dcpctl = argv[0]
+    cases = argv[1:] or DEFAULT
+    try:
+        gguf_oracle.fetch()
+    except Exception as e:  # noqa: BLE001
+        skip_or_fail(f"llama-cpp-python's sdist not fetched ({e}); tools/dev.sh setup fetches it")
+    if not (gguf_oracle.build_dir() / "built").exists():
+        skip_or_fail("llama-cpp-python is not built (tools/dev.sh setup runs tools/gguf_oracle.py build)")
+    lc = gguf_oracle.llama_cpp()
+    report: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for case in cases:
+            model, _, types = case.partition(":")
+            t0 = time.monotonic()
+            hf = tmp / model / "tiny"
+            tiny_model(model, hf)
+            ref = reference(hf)
+            files = {}
+            for outtype in ["f32"] + [t for t in types.split(",") if t != "f32"]:
+                out = tmp / model / outtype / "tiny.gguf"
+                out.parent.mkdir(parents=True)
+                r = subprocess.run([dcpctl, "consolidate", str(hf), "-o", str(out), "--outtype", outtype, "-q"],
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    fail(f"{model}:{outtype}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
+                    continue
+                files[outtype] = out
+            for outtype in types.split(","):
+                if outtype not in files:
+                    continue
+                label = f"{model}:{outtype}"
+                if not check_logits(label, outtype, ref, llama_logits(lc, files[outtype], ref[0], ref[1]), report):
+                    fail(f"{label}: llama.cpp's output is not transformers'")
+                if outtype in FTYPE and "f32" in files:
+                    want = tmp / model / outtype / "llama-quantize.gguf"
+                    quantize_oracle(lc, files["f32"], want, outtype)
+                    compare_files(label, want, files[outtype])
+            if model.startswith("llama") and "f32" in files:
+                wrong = tmp / model / "f32" / "unpermuted.gguf"
+                unpermute_qk(files["f32"], wrong)
+                if check_logits(f"{model}:f32 with Q/K not permuted", "f32", ref, llama_logits(lc, wrong, ref[0], ref[1]), {}):
+                    fail(f"{model}: a file whose Q/K rows are not permuted passes the logits check")
+                else:
+                    print(f"{model}: the file with Q/K rows not permuted fails the check, as it must")
+            shutil.rmtree(tmp / model)
+            print(f"{case}: {'ok' if not FAILS else 'FAILED'} ({time.monotonic() - t0:.0f} s)")
+    for label, err in report.items():
+        print(f"  {label}: max |llama.cpp - transformers| = {err:.3g} x std(logits)")
+    if FAILS:
+        print(f"{len(FAILS)} failure(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
