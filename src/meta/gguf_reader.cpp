@@ -288,6 +288,9 @@ Checkpoint open_gguf(const std::string& path) {
     if (!t.ne.empty() && t.ne[0] % t.type->block)
       c.fail(type_at, std::string(t.type->name) + " with rows of " + std::to_string(t.ne[0]) + " elements, not whole blocks of " +
                           std::to_string(t.type->block));
+    // Its bytes must be a number: elements within int64 can still be more bytes than 2^64.
+    if (elements / t.type->block > std::numeric_limits<uint64_t>::max() / t.type->block_bytes)
+      c.fail(dims_at, std::to_string(elements) + " elements of " + t.type->name + ", more bytes than any file holds");
     t.offset = c.u64("the tensor's offset");
     infos.push_back(std::move(t));
   }

@@ -172,6 +172,12 @@ def main() -> int:
         blocks = bytearray(data)
         blocks[type_at:type_at + 4] = struct.pack("<I", int(T.Q4_K))
         expect_rc(run(dcpctl, "inspect", damaged("blocks", bytes(blocks))), 3, "rows not whole blocks", "blk.0.attn_q.weight", "Q4_K", "256")
+        # The first tensor's dimensions made 2^60 x 4 float32: 2^62 elements (within int64), 2^64 bytes.
+        n_dims_at = first.field.offset + 8 + len(first.name.encode())
+        big = bytearray(data)
+        big[n_dims_at + 4:n_dims_at + 12] = struct.pack("<Q", 1 << 60)
+        big[n_dims_at + 12:n_dims_at + 20] = struct.pack("<Q", 4)
+        expect_rc(run(dcpctl, "inspect", damaged("bytes", bytes(big))), 3, "more bytes than 2^64", first.name, "more bytes than any file")
         unknown = bytearray(data)
         unknown[type_at:type_at + 4] = struct.pack("<I", 200)
         expect_rc(run(dcpctl, "inspect", damaged("unknown", bytes(unknown))), 5, "an unknown ggml type", "ggml type 200", "blk.0.attn_q.weight")
