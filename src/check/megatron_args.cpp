@@ -764,15 +764,19 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
     }
   }
 
-  if (!c.problems_.empty()) {
-    std::string text = "config.json disagrees with the training arguments the checkpoint carries (" + args.from + "):";
-    for (const std::string& p : c.problems_) text += "\n  " + p;
-    text +=
-        "\n  the exported model would compute something else than the one trained: correct config.json (--assets DIR, "
-        "--config FILE)";
-    throw UnsupportedError(Where(config_path), text);
-  }
+  if (!c.problems_.empty())
+    throw_config_contradiction(config_path, "config.json disagrees with the training arguments the checkpoint carries (" + args.from + "):",
+                               c.problems_);
   return std::move(c.checked_);
+}
+
+void throw_config_contradiction(const std::string& config_path, const std::string& header, const std::vector<std::string>& problems) {
+  std::string text = header;
+  for (const std::string& p : problems) text += "\n  " + p;
+  text +=
+      "\n  the exported model would compute something else than the one trained: correct config.json (--assets DIR, "
+      "--config FILE)";
+  throw UnsupportedError(Where(config_path), text);
 }
 
 void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConfig& config) {

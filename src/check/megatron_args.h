@@ -114,6 +114,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dcpctl {
 
@@ -144,5 +145,11 @@ nlohmann::json check_megatron_args(const MegatronArgs& args, const nlohmann::jso
 // Megatron -> Hugging Face map, reads `saved`'s args and checks them against `config`, filling
 // `map`'s args_from / args_checked / args_note (its --json); any other map is left as it is.
 void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConfig& config);
+
+// The refusal of a config.json that contradicts what the trainer recorded (the Megatron args, the
+// torchtitan job config: check/titan_config.h): `header` says what it disagrees with, each of
+// `problems` one disagreement. Exit 5: the checkpoint is intact, config.json does not describe it.
+[[noreturn]] void throw_config_contradiction(const std::string& config_path, const std::string& header,
+                                             const std::vector<std::string>& problems);
 
 }  // namespace dcpctl

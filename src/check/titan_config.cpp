@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "check/megatron_args.h"
 #include "meta/checkpoint.h"
 #include "util/error.h"
 #include "view/maps/keymap.h"
@@ -259,14 +260,11 @@ json check_titan_job_config(const TitanJobConfig& job, const json& config, const
   for (const json& r : rows.value("rows", json::array())) c.row(r, job.path);
   if (!c.problems_.empty()) {
     const json& ms = job.values["model_spec"];
-    std::string text = "config.json disagrees with the torchtitan job config the run saved (" + job.path +
-                       ": debug.save_config_file, model " + ms["name"].get<std::string>() + " flavor " +
-                       ms["flavor"].get<std::string>() + "):";
-    for (const std::string& p : c.problems_) text += "\n  " + p;
-    text +=
-        "\n  the exported model would compute something else than the one trained: correct config.json (--assets DIR, "
-        "--config FILE)";
-    throw UnsupportedError(Where(config_path), text);
+    throw_config_contradiction(config_path,
+                               "config.json disagrees with the torchtitan job config the run saved (" + job.path +
+                                   ": debug.save_config_file, model " + ms["name"].get<std::string>() + " flavor " +
+                                   ms["flavor"].get<std::string>() + "):",
+                               c.problems_);
   }
   return std::move(c.checked_);
 }
