@@ -147,7 +147,31 @@ def check_text():
 
 def tokenizer(name, out):
     """tokenizer.json and tokenizer_config.json for `name` in `out`; returns the digest transformers
-    gives them, checked against the converter's."""
+    gives them, checked against the converter's. Built once (gguf-py's reader takes 10 to 15 s over
+    a vocab file's 150,000 strings) and kept under CACHE/tokenizers/NAME-KEY, KEY the SHA-256 of the
+    sdist's digest and this file: what is copied from there was checked when it was built."""
+    import shutil
+    key = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes()).hexdigest()[:16]
+    kept = CACHE / "tokenizers" / f"{name}-{key}"
+    files = ("tokenizer.json", "tokenizer_config.json")
+    out = Path(out)
+    if not (kept / "digest").exists():
+        tmp = kept.with_name(f"{kept.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        digest = built_tokenizer(name, tmp)
+        (tmp / "digest").write_text(digest)
+        try:
+            tmp.rename(kept)
+        except OSError:  # another run kept it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copyfile(kept / f, out / f)
+    return (kept / "digest").read_text()
+
+
+def built_tokenizer(name, out):
+    """tokenizer(), built from llama.cpp's vocab file."""
     gguf = gguf_py()
     r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
     get = lambda k: r.fields[k].contents()  # noqa: E731

@@ -232,6 +232,22 @@ def capped():
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+def parameter_bytes(cls, cfg) -> int:
+    """The float32 bytes of cls built from cfg, counted on the meta device (no memory, no init).
+    What the class refuses of cfg it refuses there too, raised as is (Zamba's tie_weights_keys,
+    after every layer is built); 0 where the meta device itself is refused (a module that reads a
+    tensor's values in __init__): the real build then says."""
+    import torch
+    try:
+        with torch.device("meta"):
+            model = cls._from_config(cfg, dtype=torch.float32)
+    except Exception as e:
+        if isinstance(e, NotImplementedError) or "meta" in str(e).lower():
+            return 0
+        raise
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
 def flag_cases(schema: dict) -> list:
     """TYPE[FIELD=VALUE] for each condition under which the schema requires keys of a type (a
     boolean config field set, an optional integer null: the keys a flag brings), sorted."""
@@ -566,6 +582,11 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
                         cfg, _ = hf_schema.sweep_config(cfg, cls, "p:" + setting[0][1:], lambda c: True)
                     elif setting:
                         cfg = with_field(cfg, *setting)
+                    if CAP[0] and parameter_bytes(cls, cfg) > CAP[0]:
+                        # what the class or the cap refuses, refused before the real build
+                        # allocates and initialises the layers (Zamba's tiny repairs try ~100
+                        # configs, some of GiBs: 120 s of CPU, 1 s so)
+                        raise OutOfMemory(f"its parameters alone are past the {CAP[0] >> 30} GiB cap")
                     torch.manual_seed(0)
                     return cls._from_config(cfg, dtype=torch.float32)
 
