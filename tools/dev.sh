@@ -39,7 +39,7 @@ APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellche
 # 12's clang 14 and its runtime libraries.
 FUZZ_PACKAGES=(clang libclang-rt-14-dev)
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+log() { printf '\033[1m==> [%s] %s\033[0m\n' "$(date +%T)" "$*" >&2; }
 
 setup_apt() {  # setup_apt [extra packages...]; SETUP_PACKAGES names the base set (default APT_PACKAGES)
   local missing=() p base=("${APT_PACKAGES[@]}")
