@@ -248,6 +248,18 @@ def main() -> int:
         check(r.returncode == 0 and json.loads(r.stdout or "{}").get("value") == nt["config"], f"recorded JSON item: inspect --value: exit {r.returncode}")
         (d / "config_1.json").unlink()
         expect_rc(run(dcpctl, "verify", d), 3, "a recorded JSON item's rank file missing: verify", "missing-rank", "config_1.json")
+        # A raw item metadata.pkl records is read where it says; a JSON item recorded at a name
+        # that is not .json is refused (dcpctl tells JSON from raw by the name), exit 5.
+        for fmt, rc in (("RawSerialization", 0), ("JsonSerialization", 5)):
+            d = tmp / f"custom-blob-{fmt}"
+            shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+            edit_meta(d, lambda m: m.__setitem__("blob", {"nested_path_to_metadata": {}, "rank_to_layout_info": {
+                r: {"file_path": f"extra/blob_{r}.bin", "serialization_format": {"type": fmt}} for r in (0, 1)}}))
+            r = run(dcpctl, "consolidate", d, "-o", tmp / f"blob-{fmt}.pt")
+            if expect_rc(r, rc, f"blob recorded as {fmt}: consolidate .pt", *([] if rc == 0 else ["blob", fmt, ".json"])) and rc == 0:
+                blob = torch.load(tmp / f"blob-{fmt}.pt", weights_only=True).get("blob")
+                check(isinstance(blob, bytes) and hashlib.sha256(blob).hexdigest() == nt["blob_rank0_sha256"],
+                      f"blob recorded as {fmt}: rank 0's bytes")
         # What is not read: the safetensors layout without metadata.pkl, exit 5 naming the format,
         # the layout and what is missing.
         for cmd in ("inspect", "verify", "consolidate"):
