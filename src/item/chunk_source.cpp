@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "meta/pieces.h"
@@ -138,6 +139,10 @@ void assemble_box(ChunkSource& src, const TensorMeta& t, const Box& box, const s
 }
 
 void read_full_tensor(ChunkSource& src, const TensorMeta& t, uint8_t* full, unsigned threads, unsigned lane) {
+  // A tensor a key map builds from parts of others has no chunks of its own: read as one it would be
+  // zeros, silently (the GGUF writer did that once); its record's pieces are what to assemble.
+  if (t.num_chunks() == 0 && t.numel() > 0)
+    throw std::logic_error("read_full_tensor: '" + t.fqn + "' has no stored chunks (a tensor a map builds)");
   Box whole = whole_box(t);
   assemble_box(src, t, whole, plan_pieces(t, whole), full, threads, lane);
 }
