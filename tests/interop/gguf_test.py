@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16;
-                                               ARCH-tied: the head tied; ARCH-bf16: saved in bfloat16)
+    gguf_test.py DCPCTL [ARCH:OUTTYPE[:split] ...]   (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16 ...
+                                                     llama:q8_0:split; ARCH-tied: the head tied; ARCH-bf16:
+                                                     saved in bfloat16; :split: SPLIT's options to both)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
@@ -11,8 +12,10 @@ oracle) writes tiny.gguf from it, and dcpctl writes tiny.gguf twice: from the Hu
 and from a DCP checkpoint of the same state dict (torch.distributed.checkpoint.save, the config and
 tokenizer files beside it). gguf-py's GGUFReader reads all three: every metadata key, its type and
 value, and every tensor's name, type, shape and bytes must be the converter's, and the files equal
-byte for byte. general.name is the converter's from the folder's name ("Tiny") and dcpctl's from
-the output's ("tiny.gguf"), hence both named tiny.
+byte for byte. A `:split` case gives both the converter's --split-max-size and --split-max-tensors
+(SPLIT): the shards' names must be the converter's, more than one, each equal byte for byte, and
+nothing else left beside them. general.name is the converter's from the folder's name ("Tiny")
+and dcpctl's from the output's ("tiny.gguf"), hence both named tiny.
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
 transformers, or the sdist was never fetched; a failure instead under CI, tests/skip.py).
@@ -72,6 +75,11 @@ ARCHS = {
         kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
         topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
 }
+
+
+# A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
+# and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
+SPLIT = ["--split-max-size", "1M", "--split-max-tensors", "8"]
 
 
 def tiny_model(arch: str, out: Path) -> None:
@@ -173,7 +181,8 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
+                         "llama:q8_0:split"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -181,7 +190,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for case in cases:
-            arch, outtype = case.split(":")
+            arch, outtype, *split = case.split(":")
+            split_args = SPLIT if split == ["split"] else []
             root = tmp / case.replace(":", "-")
             hf, dcp_dir = tmp / arch / "hf" / "tiny", tmp / arch / "dcp"
             if not hf.exists():
@@ -191,19 +201,27 @@ def main(argv: list[str]) -> int:
             want.parent.mkdir(parents=True)
             env = dict(os.environ, PYTHONPATH=str(llama / "gguf-py"))
             r = subprocess.run([sys.executable, str(llama / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
-                                "--outfile", str(want)], capture_output=True, text=True, env=env)
+                                "--outfile", str(want), *split_args], capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
                 continue
+            wants = sorted(p.name for p in want.parent.iterdir())
+            if split_args and (len(wants) < 2 or "tiny.gguf" in wants):
+                fail(f"{case}: the converter wrote {wants}, not a split")
             for src in (hf, dcp_dir):
                 got = root / f"from-{src.name}" / "tiny.gguf"
                 got.parent.mkdir(parents=True)
-                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q"],
+                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", *split_args],
                                    capture_output=True, text=True)
                 if r.returncode != 0:
                     fail(f"{case} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
                     continue
-                compare(f"{case} from {src.name}", want, got)
+                gots = sorted(p.name for p in got.parent.iterdir() if not p.name.endswith(".dcpctl-manifest.json"))
+                if gots != wants:
+                    fail(f"{case} from {src.name}: dcpctl wrote {gots}, the converter {wants}")
+                for name in wants:
+                    if (got.parent / name).exists():
+                        compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
             print(f"{case}: {'ok' if not FAILS else 'FAILED'}")
         # Refusals: an architecture the converter's table here does not have, a --dtype, a wrong word.
         src = tmp / "llama" / "hf" / "tiny" if (tmp / "llama").exists() else None
@@ -218,6 +236,12 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_k_m"], capture_output=True, text=True)
             if r.returncode != 2:
                 fail(f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")
+            # The split options: the converter's size forms only, and only for a GGUF output.
+            for args, out in ((["--split-max-size", "5X"], "x.gguf"), (["--split-max-size", "2GB"], "x.gguf"),
+                              (["--split-max-tensors", "2"], "x.safetensors")):
+                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / out), *args], capture_output=True, text=True)
+                if r.returncode != 2 or "split-max" not in r.stderr:
+                    fail(f"{args} -o {out}: exit {r.returncode}, {r.stderr!r}")
             # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
             check_summary(r)
