@@ -15,13 +15,19 @@ What is checked:
   count past the file, a duplicate key, a row that is not whole blocks; exit 5 for
   version 1 and for a ggml type id dcpctl does not know;
 - consolidate -o .safetensors of the plain tensors (--include): each equal to GGUFReader's data,
-  byte for byte; a quantized tensor read for its values is exit 5 naming it.
+  byte for byte; a quantized tensor read for its values is exit 5 naming it;
+- split files (GGUFWriter's split_max_tensors=2: 3 shards): inspect of the first and of the last
+  lists every tensor GGUFReader finds in the shards, with the first's keys; verify passes; the
+  plain tensors consolidated from them equal GGUFReader's data; exit 3 naming the shard for a shard
+  removed (missing-shard), a wrong split.no, a split.count of another split, a wrong
+  split.tensors.count (gguf-split), and a first shard renamed (its name no longer finds the others).
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf or numpy; a failure under CI).
 """
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import sys
 import tempfile
@@ -42,10 +48,11 @@ except ImportError as e:
     skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
 
 
-def write_model(path: Path) -> dict:
-    """A small file as GGUFWriter writes one: keys of every kind, plain and quantized tensors."""
+def write_model(path: Path, split_max_tensors: int = 0) -> dict:
+    """A small file as GGUFWriter writes one: keys of every kind, plain and quantized tensors; with
+    split_max_tensors, GGUFWriter's split files (PATH-00001-of-0000N.gguf)."""
     rng = np.random.default_rng(7)
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     w.add_name("Tiny Reader")
     w.add_block_count(1)
     w.add_context_length(128)
@@ -181,7 +188,69 @@ def main() -> int:
         unknown = bytearray(data)
         unknown[type_at:type_at + 4] = struct.pack("<I", 200)
         expect_rc(run(dcpctl, "inspect", damaged("unknown", bytes(unknown))), 5, "an unknown ggml type", "ggml type 200", "blk.0.attn_q.weight")
+        check_split(dcpctl, tmp)
     return summary("gguf-read", min_checks=20)
+
+
+def value_at(reader, key: str) -> int:
+    """The offset of a key's value in the file GGUFReader read."""
+    f = reader.fields[key]
+    return f.offset + sum(p.nbytes for p in f.parts[:-1])
+
+
+def check_split(dcpctl: str, tmp: Path) -> None:
+    folder = tmp / "split"
+    folder.mkdir()
+    tensors = write_model(folder / "tiny.gguf", split_max_tensors=2)
+    names = sorted(p.name for p in folder.iterdir())
+    if not check(names == [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)], f"GGUFWriter wrote {names}"):
+        return
+    readers = [gguf.GGUFReader(str(folder / n)) for n in names]
+    want = {t.name: [int(x) for x in reversed(t.shape.tolist())] for r in readers for t in r.tensors}
+    for name in (names[0], names[2]):
+        r = run(dcpctl, "inspect", folder / name, "--json")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        got = {t["key"]: t["shape"] for t in doc.get("items", []) if t.get("kind") == "tensor"}
+        check(got == want, f"inspect of {name}: exit {r.returncode}, {sorted(got)} against gguf-py's {sorted(want)} {r.stderr[-300:]}")
+        keys = (doc.get("gguf") or {}).get("keys") or {}
+        check(keys.get("general.architecture") == "'llama'" and keys.get("split.count") == "3",
+              f"inspect of {name}: the first shard's keys: {sorted(keys)[:8]}")
+    expect_rc(run(dcpctl, "verify", folder / names[0]), 0, "verify of a split")
+    out = tmp / "split-plain.safetensors"
+    r = run(dcpctl, "consolidate", folder / names[1], "--exclude", "blk.0.attn_q.weight", "--exclude", "blk.0.attn_k.weight", "-o", out)
+    if expect_rc(r, 0, "consolidate of a split's plain tensors"):
+        st = load_file(str(out))
+        check(sorted(st) == sorted(tensors) and all(st[k].tobytes() == a.tobytes() for k, a in tensors.items()),
+              f"a split's plain tensors consolidated equal what was written: {sorted(st)}")
+
+    def damaged(label: str, change) -> Path:
+        copy = tmp / f"split-{label}"
+        shutil.copytree(folder, copy)
+        change(copy)
+        return copy / names[0]
+
+    def patch(copy: Path, shard: int, key: str, fmt: str, value: int) -> None:
+        p = copy / names[shard]
+        b = bytearray(p.read_bytes())
+        at = value_at(readers[shard], key)
+        b[at:at + struct.calcsize(fmt)] = struct.pack(fmt, value)
+        p.write_bytes(bytes(b))
+
+    first = damaged("removed", lambda c: (c / names[1]).unlink())
+    expect_rc(run(dcpctl, "verify", first), 3, "a shard removed", "missing-shard", names[1])
+    expect_rc(run(dcpctl, "consolidate", first, "-o", tmp / "x.safetensors", "--exclude", "blk.0.attn_q.weight",
+                  "--exclude", "blk.0.attn_k.weight"), 3,
+              "consolidate of a split without a shard", names[1])
+    first = damaged("no", lambda c: patch(c, 2, "split.no", "<H", 1))
+    expect_rc(run(dcpctl, "verify", first), 3, "a wrong split.no", "gguf-split", names[2], "split.no is 1")
+    first = damaged("count", lambda c: patch(c, 1, "split.count", "<H", 4))
+    expect_rc(run(dcpctl, "verify", first), 3, "a split.count of another split", "gguf-split", names[1], "split.count is 4")
+    first = damaged("total", lambda c: patch(c, 0, "split.tensors.count", "<i", 5))
+    expect_rc(run(dcpctl, "verify", first), 3, "a wrong split.tensors.count", "gguf-split", "split.tensors.count is 5")
+    renamed = tmp / "split-renamed"
+    shutil.copytree(folder, renamed)
+    (renamed / names[0]).rename(renamed / "tiny.gguf")
+    expect_rc(run(dcpctl, "inspect", renamed / "tiny.gguf"), 3, "a first shard renamed", "tiny.gguf", "-00001-of-00003.gguf")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ tokenizer files beside it). gguf-py's GGUFReader reads all three: every metadata
 value, and every tensor's name, type, shape and bytes must be the converter's, and the files equal
 byte for byte. A `:split` case gives both the converter's --split-max-size and --split-max-tensors
 (SPLIT): the shards' names must be the converter's, more than one, each equal byte for byte, and
-nothing else left beside them. general.name is the converter's from the folder's name ("Tiny")
+nothing else left beside them; then inspect of the first and of the last shard read the set as one
+model (every tensor gguf-py finds in the shards), and a copy with a shard removed fails verify (exit
+3 naming it). general.name is the converter's from the folder's name ("Tiny")
 and dcpctl's from the output's ("tiny.gguf"), hence both named tiny.
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
@@ -159,6 +161,28 @@ def compare(label: str, want: Path, got: Path) -> None:
     fail(f"{label}: the files differ" + ("" if len(FAILS) > before else ", yet every key and tensor is equal (padding?)"))
 
 
+def check_split_read(dcpctl: str, case: str, folder: Path, names: list[str]) -> None:
+    """The converter's shards read as one model: inspect of the first (and of the last) lists every
+    tensor gguf-py's GGUFReader finds in all of them; a copy without its second shard is refused."""
+    import json
+    want = {}
+    for name in names:
+        for t in gguf.GGUFReader(folder / name).tensors:
+            want[t.name] = [int(x) for x in reversed(t.shape.tolist())]
+    for name in (names[0], names[-1]):
+        r = subprocess.run([dcpctl, "inspect", str(folder / name), "--json"], capture_output=True, text=True)
+        got = {t["key"]: t["shape"] for t in json.loads(r.stdout).get("items", []) if t.get("kind") == "tensor"} if r.returncode == 0 else {}
+        if got != want:
+            fail(f"{case}: inspect of {name}: exit {r.returncode}, {len(got)} tensors, gguf-py reads {len(want)} in the shards "
+                 f"({sorted(set(want) ^ set(got))[:6]}) {r.stderr[-400:]}")
+    cut = folder.parent / "cut"
+    shutil.copytree(folder, cut)
+    (cut / names[1]).unlink()
+    r = subprocess.run([dcpctl, "verify", str(cut / names[0])], capture_output=True, text=True)
+    if r.returncode != 3 or names[1] not in r.stdout:
+        fail(f"{case}: verify without {names[1]}: exit {r.returncode}, {r.stdout[-800:]} {r.stderr[-400:]}")
+
+
 def check_summary(r: subprocess.CompletedProcess) -> None:
     import json
     import jsonschema
@@ -222,6 +246,8 @@ def main(argv: list[str]) -> int:
                 for name in wants:
                     if (got.parent / name).exists():
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
+            if split_args and len(wants) > 1:
+                check_split_read(dcpctl, case, want.parent, wants)
             print(f"{case}: {'ok' if not FAILS else 'FAILED'}")
         # Refusals: an architecture the converter's table here does not have, a --dtype, a wrong word.
         src = tmp / "llama" / "hf" / "tiny" if (tmp / "llama").exists() else None
