@@ -16,7 +16,8 @@ byte for byte. A `:split` case gives both the converter's --split-max-size and -
 (SPLIT): the shards' names must be the converter's, more than one, each equal byte for byte, and
 nothing else left beside them; then inspect of the first and of the last shard read the set as one
 model (every tensor gguf-py finds in the shards), and a copy with a shard removed fails verify (exit
-3 naming it). general.name is the converter's from the folder's name ("Tiny")
+3 naming it). verify of every converter file (the split's first shard) must pass: its tensors
+against the architecture's table. general.name is the converter's from the folder's name ("Tiny")
 and dcpctl's from the output's ("tiny.gguf"), hence both named tiny.
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
@@ -232,6 +233,10 @@ def main(argv: list[str]) -> int:
             wants = sorted(p.name for p in want.parent.iterdir())
             if split_args and (len(wants) < 2 or "tiny.gguf" in wants):
                 fail(f"{case}: the converter wrote {wants}, not a split")
+            # The converter's file (its first shard) passes verify: names and shapes against the table.
+            r = subprocess.run([dcpctl, "verify", str(want.parent / wants[0])], capture_output=True, text=True)
+            if r.returncode != 0 or "gguf-arch" in r.stdout:
+                fail(f"{case}: verify of the converter's file: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
             for src in (hf, dcp_dir):
                 got = root / f"from-{src.name}" / "tiny.gguf"
                 got.parent.mkdir(parents=True)
