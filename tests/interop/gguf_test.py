@@ -253,7 +253,7 @@ def main(argv: list[str]) -> int:
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
             if split_args and len(wants) > 1:
                 check_split_read(dcpctl, case, want.parent, wants)
-            print(f"{case}: {'ok' if not FAILS else 'FAILED'}")
+            print(f"{case}: {'ok' if not FAILS else 'FAILED'}" + (f" ({len(wants)} shards)" if split_args else ""))
         # Refusals: an architecture the converter's table here does not have, a --dtype, a wrong word.
         src = tmp / "llama" / "hf" / "tiny" if (tmp / "llama").exists() else None
         if src is not None:
