@@ -22,6 +22,7 @@
 #include "util/size.h"
 #include "write/consolidate.h"
 #include "write/execute.h"
+#include "write/gguf.h"
 #include "write/output.h"
 
 namespace dcpctl::cli {
@@ -29,8 +30,9 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
-  std::string format, max_shard_size, assets, outtype;
+  std::string format, max_shard_size, assets, outtype, split_max_size;
   int64_t iteration = -1;
+  uint64_t split_max_tensors = 0;
   std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base, lora_layout;
   bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
 };
@@ -104,6 +106,10 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (!o.outtype.empty() && co.format != &formats::gguf)
     throw UsageError(Where(o.output), "--outtype goes with a GGUF output (-o model.gguf)");
   co.outtype = o.outtype;
+  if ((!o.split_max_size.empty() || o.split_max_tensors) && co.format != &formats::gguf)
+    throw UsageError(Where(o.output), "--split-max-size and --split-max-tensors go with a GGUF output (-o model.gguf)");
+  if (!o.split_max_size.empty()) co.gguf_split_max_size = gguf::split_size(o.split_max_size);
+  co.gguf_split_max_tensors = o.split_max_tensors;
   co.keep_unsafe_values = o.keep_unsafe;
   if (!o.assets.empty() && !co.format->whole_model)
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
@@ -201,6 +207,13 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
       ->type_name("DTYPE");
   sub->add_option("--outtype", o->outtype, ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0, or as llama-quantize --pure: q4_0, q4_k, q5_k or q6_k (norms and 1-D tensors stay F32)")
       ->type_name("TYPE");
+  sub->add_option("--split-max-size", o->split_max_size,
+                  ".gguf output: split it as convert_hf_to_gguf.py --split-max-size does, a shard's tensor data at most N bytes "
+                  "(K, M, G: powers of 1000; a larger tensor alone), into NAME-00001-of-0000N.gguf beside NAME.gguf")
+      ->type_name("N");
+  sub->add_option("--split-max-tensors", o->split_max_tensors,
+                  ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard")
+      ->type_name("N");
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");

@@ -77,6 +77,8 @@ complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l exclude -x -d
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l select -x -d 'Keep one subtree and strip its prefix (e.g. app.model)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l dtype -x -d 'Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l outtype -x -d '.gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py\'s --outtype: f32, f16 (default), bf16 or q8_0, or as llama-quantize --pure: q4_0, q4_k, q5_k or q6_k (norms and 1-D tensors stay F32)'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l split-max-size -x -d '.gguf output: split it as convert_hf_to_gguf.py --split-max-size does, a shard\'s tensor data at most N bytes (K, M, G: powers of 1000; a larger tensor alone), into NAME-00001-of-0000N.gguf beside NAME.gguf'
+complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l split-max-tensors -x -d '.gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l flat -d '.pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l keep-unsafe-values -d '.pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)'
 complete -c dcpctl -n '__fish_seen_subcommand_from consolidate' -l assets -x -a '(__fish_complete_directories)' -d 'DIR/ output: copy config.json, tokenizer and processor files from this folder (default: those beside the checkpoint)'

@@ -16,6 +16,15 @@
 //            the ones before it, each padded to the alignment (gguf.cpp refuses any other offset),
 //            its bytes inside the file (the model loader's "not within the file bounds")
 //
+// Split files (`NAME-00001-of-0000N.gguf`, write/gguf.h; llama-model-loader.cpp's splits): a file
+// whose split.count is above 1 is one shard of a model; the shards are named from its own name,
+// split.no and split.count (llama_split_prefix; a name that does not end so is damage), read in
+// order as one model whatever shard was given, the keys the first shard's, each tensor stored in
+// its shard. A shard absent is `missing-shard`; a shard whose split.no is not its place (or not a
+// u16), whose split.count is not the given file's, or a first shard's split.tensors.count that is
+// not the tensors found, is `gguf-split` (ck.incomplete, naming the shard and the key's offset:
+// verify exits 3, writers refuse); a tensor name in two shards is damage as within one file.
+//
 // A break of the first three is the file's damage at that offset (FormatError, exit 3): llama.cpp
 // would not open it. An offset out of place is a problem of the file (md.problems), bytes past the
 // end a missing piece (ck.incomplete), each naming the tensor, so that `verify` lists every one.
@@ -31,6 +40,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -203,20 +214,33 @@ std::string value_text(Cursor& c, uint32_t type, uint64_t type_at) {
   return shown + "]";
 }
 
-}  // namespace
+// One file's header: its keys (each value as text), the split keys' values and where they are,
+// and its tensor infos; the data laid out by lay_out.
+struct Info {
+  std::string name;
+  std::vector<int64_t> ne;
+  const gguf::GgmlType* type;
+  uint64_t offset, at;
+};
+struct SplitKey {
+  bool present = false;
+  uint32_t type = 0;
+  std::string text;
+  uint64_t at = 0;  // the value's offset
+};
+struct Parsed {
+  std::string path;
+  uint32_t version = 0;
+  std::map<std::string, std::string> values;
+  std::map<std::string, SplitKey> split;  // split.no, split.count, split.tensors.count
+  std::vector<Info> infos;
+  uint64_t alignment = kDefaultAlignment, data_start = 0, file_size = 0;
+};
 
-Checkpoint open_gguf(const std::string& path) {
-  Checkpoint ck;
-  size_t slash = path.find_last_of('/');
-  ck.dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  ck.layout = CheckpointLayout::Gguf;
-  ck.metadata_path = path;
-  ck.metadata_sources.push_back(path);
-  Metadata& md = ck.md;
-  md.source = path;
-  md.files = {slash == std::string::npos ? path : path.substr(slash + 1)};
-  stat_data_files(ck);
-
+// `names`: the tensor names of the files read before (a split's shards share one namespace).
+Parsed parse_file(const std::string& path, std::unordered_set<std::string>& names) {
+  Parsed p;
+  p.path = path;
   ReadFile f(path);
   Cursor c(f, path);
   const uint8_t* magic = c.take(4, "the magic");
@@ -225,41 +249,33 @@ Checkpoint open_gguf(const std::string& path) {
   if ((version & 0xFFFF) == 0) c.fail(4, "GGUF version " + std::to_string(version) + ": written in the other byte order (big-endian), which llama.cpp does not read");
   if (version == 1) throw UnsupportedError(Where(path, 4), "GGUF version 1, which llama.cpp no longer reads (versions 2 and 3)");
   if (version > kMaxVersion) throw UnsupportedError(Where(path, 4), "GGUF version " + std::to_string(version) + ", newer than the versions dcpctl knows (2 and 3)");
-  md.metadata_class = "GGUF v" + std::to_string(version);
+  p.version = version;
   uint64_t n_tensors = c.u64("the tensor count");
   uint64_t n_kv = c.u64("the key count");
   // Each key takes at least 12 bytes (length, type) and each tensor info 24: counts past that are damage.
   if (n_kv > f.size() / 12) c.fail(16, "a key count of " + std::to_string(n_kv) + ", more than a file of " + std::to_string(f.size()) + " bytes can hold");
   if (n_tensors > f.size() / 24) c.fail(8, "a tensor count of " + std::to_string(n_tensors) + ", more than a file of " + std::to_string(f.size()) + " bytes can hold");
 
-  uint64_t alignment = kDefaultAlignment;
   for (uint64_t i = 0; i < n_kv; ++i) {
     uint64_t at = c.pos();
     c.set_key({});
     std::string key = c.str("a key");
     c.set_key(key);
-    if (ck.values.count(key)) c.fail(at, "the key '" + key + "' a second time");
+    if (p.values.count(key)) c.fail(at, "the key '" + key + "' a second time");
     uint64_t type_at = c.pos();
     uint32_t type = c.u32("a value type");
     if (key == "general.alignment") {
       if (type != U32) c.fail(type_at, std::string("general.alignment is a ") + (type < kTypeCount ? kTypeNames[type] : "?") + ", not the u32 llama.cpp reads");
-      alignment = c.u32("general.alignment");
-      if (alignment == 0 || (alignment & (alignment - 1)))
-        c.fail(type_at + 4, "general.alignment " + std::to_string(alignment) + " is not a power of two");
-      ck.values[key] = std::to_string(alignment);
+      p.alignment = c.u32("general.alignment");
+      if (p.alignment == 0 || (p.alignment & (p.alignment - 1)))
+        c.fail(type_at + 4, "general.alignment " + std::to_string(p.alignment) + " is not a power of two");
+      p.values[key] = std::to_string(p.alignment);
       continue;
     }
-    ck.values[key] = value_text(c, type, type_at);
+    p.values[key] = value_text(c, type, type_at);
+    if (key == "split.no" || key == "split.count" || key == "split.tensors.count") p.split[key] = {true, type, p.values[key], type_at + 4};
   }
 
-  struct Info {
-    std::string name;
-    std::vector<int64_t> ne;
-    const gguf::GgmlType* type;
-    uint64_t offset, at;
-  };
-  std::vector<Info> infos;
-  std::unordered_set<std::string> names;
   for (uint64_t i = 0; i < n_tensors; ++i) {
     Info t;
     t.at = c.pos();
@@ -268,7 +284,7 @@ Checkpoint open_gguf(const std::string& path) {
     c.set_key(t.name);
     if (t.name.size() >= kMaxName)
       c.fail(t.at, "a tensor name of " + std::to_string(t.name.size()) + " bytes; llama.cpp takes names shorter than " + std::to_string(kMaxName));
-    if (!names.insert(t.name).second) c.fail(t.at, "the tensor name '" + t.name + "' a second time");
+    if (!names.insert(t.name).second) c.fail(t.at, "the tensor name '" + t.name + "' a second time (in this file or an earlier shard of its split)");
     uint64_t dims_at = c.pos();
     uint32_t n_dims = c.u32("the tensor's dimension count");
     if (n_dims > kMaxDims) c.fail(dims_at, std::to_string(n_dims) + " dimensions; ggml tensors have at most " + std::to_string(kMaxDims));
@@ -292,27 +308,31 @@ Checkpoint open_gguf(const std::string& path) {
     if (elements / t.type->block > std::numeric_limits<uint64_t>::max() / t.type->block_bytes)
       c.fail(dims_at, std::to_string(elements) + " elements of " + t.type->name + ", more bytes than any file holds");
     t.offset = c.u64("the tensor's offset");
-    infos.push_back(std::move(t));
+    p.infos.push_back(std::move(t));
   }
   c.set_key({});
-  const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
-  ck.metadata_bytes = data_start;
+  p.data_start = (c.pos() + p.alignment - 1) / p.alignment * p.alignment;
+  p.file_size = f.size();
+  return p;
+}
 
-  // The data: each tensor where gguf.cpp expects it, inside the file.
-  const uint64_t file_size = f.size();
+// The file's tensors into ck.md, stored in md.files[file]: each where gguf.cpp expects it, inside the file.
+void lay_out(Checkpoint& ck, const Parsed& p, uint32_t file) {
+  Metadata& md = ck.md;
   uint64_t expected = 0;
   size_t truncated = 0;
   std::string first_truncated;
-  for (const auto& t : infos) {
+  for (const auto& t : p.infos) {
     uint64_t elements = 1;
     for (int64_t v : t.ne) elements *= static_cast<uint64_t>(v);
     const uint64_t bytes = elements / t.type->block * t.type->block_bytes;
-    Where where(path, t.at, t.name);
+    Where where(p.path, t.at, t.name);
     if (t.offset != expected)
       md.problems.push_back({"gguf-offset", where,
                              "data at offset " + std::to_string(t.offset) + " of the data section; llama.cpp expects " + std::to_string(expected) +
-                                 " (the tensors before it, each padded to " + std::to_string(alignment) + " bytes) and refuses the file"});
-    expected += (bytes + alignment - 1) / alignment * alignment;
+                                 " (the tensors before it, each padded to " + std::to_string(p.alignment) + " bytes) and refuses the file"});
+    expected += (bytes + p.alignment - 1) / p.alignment * p.alignment;
+    const uint64_t file_size = p.file_size, data_start = p.data_start;
     const bool inside = t.offset <= file_size && data_start <= file_size - t.offset && bytes <= file_size - data_start - t.offset;
     if (!inside && truncated++ == 0) first_truncated = t.name;
 
@@ -324,7 +344,7 @@ Checkpoint open_gguf(const std::string& path) {
     m.chunk_dims.assign(m.shape.size(), 0);
     m.chunk_dims.insert(m.chunk_dims.end(), m.shape.begin(), m.shape.end());
     StorageRef ref;
-    ref.file = 0;
+    ref.file = file;
     ref.offset = data_start + t.offset;
     ref.length = bytes;
     ref.format = ItemFormat::Raw;
@@ -333,9 +353,117 @@ Checkpoint open_gguf(const std::string& path) {
     md.tensors.push_back(std::move(m));
   }
   if (truncated)
-    ck.incomplete.push_back({"gguf-truncated", Where(path, std::nullopt, first_truncated),
-                             std::to_string(truncated) + " tensor(s) end past the file's " + std::to_string(file_size) +
+    ck.incomplete.push_back({"gguf-truncated", Where(p.path, std::nullopt, first_truncated),
+                             std::to_string(truncated) + " tensor(s) end past the file's " + std::to_string(p.file_size) +
                                  " bytes, the first this one (llama.cpp: \"data is not within the file bounds\")"});
+}
+
+// A split key's value as a number; nullopt when absent or not a number.
+std::optional<uint64_t> split_value(const Parsed& p, const char* key) {
+  auto it = p.split.find(key);
+  if (it == p.split.end() || it->second.text.empty() || it->second.text.find_first_not_of("0123456789") != std::string::npos ||
+      it->second.text.size() > 18)
+    return std::nullopt;
+  return std::stoull(it->second.text);
+}
+
+}  // namespace
+
+Checkpoint open_gguf(const std::string& path) {
+  Checkpoint ck;
+  size_t slash = path.find_last_of('/');
+  ck.dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  ck.layout = CheckpointLayout::Gguf;
+  ck.metadata_path = path;
+  Metadata& md = ck.md;
+  md.source = path;
+
+  std::unordered_set<std::string> names;
+  Parsed given = parse_file(path, names);
+  md.metadata_class = "GGUF v" + std::to_string(given.version);
+  const std::optional<uint64_t> count = split_value(given, "split.count");
+  if (!count || *count <= 1) {  // one file (llama.cpp reads split.count > 1 only as a split)
+    ck.metadata_sources.push_back(path);
+    md.files = {base_name(path)};
+    stat_data_files(ck);
+    ck.values = std::move(given.values);
+    ck.metadata_bytes = given.data_start;
+    lay_out(ck, given, 0);
+    return ck;
+  }
+
+  // A split (llama-model-loader.cpp: llama_get_list_splits, the checks of each shard): the shards
+  // are named from this one's name, its split.no and split.count (llama_split_prefix), read in
+  // order as one model, the keys the first's.
+  if (const SplitKey& k = given.split["split.count"]; k.type != U16)
+    throw FormatError(Where(path, k.at, "split.count"), std::string("split.count is a ") + kTypeNames[k.type] + ", not the u16 llama.cpp reads");
+  const std::optional<uint64_t> no = split_value(given, "split.no");
+  if (!no || *no >= *count)
+    throw FormatError(Where(path, given.split.count("split.no") ? std::optional<uint64_t>(given.split["split.no"].at) : std::nullopt, "split.no"),
+                      "split.count is " + std::to_string(*count) + " but split.no " +
+                          (no ? "is " + std::to_string(*no) + ", not a shard of them" : std::string("is missing or not a number")));
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(*no + 1), static_cast<unsigned long long>(*count));
+  const std::string suffix = tail;
+  if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0)
+    throw FormatError(Where(path, given.split["split.no"].at, "split.no"),
+                      "shard " + std::to_string(*no + 1) + " of " + std::to_string(*count) + " by its split keys, but its name does not end " + suffix +
+                          ": the other shards cannot be found by name (llama.cpp: invalid split file name)");
+  const std::string prefix = path.substr(0, path.size() - suffix.size());
+  std::vector<std::pair<Parsed, uint32_t>> shards;  // each shard present, with its index
+  names.clear();
+  for (uint64_t i = 0; i < *count; ++i) {
+    std::snprintf(tail, sizeof tail, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(i + 1), static_cast<unsigned long long>(*count));
+    const std::string shard = prefix + tail;
+    if (!path_exists(shard)) {
+      ck.incomplete.push_back({"missing-shard", Where(shard),
+                               "split.count in " + base_name(path) + " is " + std::to_string(*count) + ": shard " + std::to_string(i + 1) +
+                                   " is not here (llama.cpp: failed to load GGUF split)"});
+      continue;
+    }
+    Parsed p = parse_file(shard, names);
+    // Each shard's split.no must be its place (llama.cpp refuses another), and its split.count the first's.
+    const std::optional<uint64_t> its_no = split_value(p, "split.no"), its_count = split_value(p, "split.count");
+    const SplitKey& no_key = p.split["split.no"];
+    if (!its_no || no_key.type != U16)
+      ck.incomplete.push_back({"gguf-split", Where(shard, no_key.present ? std::optional<uint64_t>(no_key.at) : std::nullopt, "split.no"),
+                               no_key.present ? "split.no is " + no_key.text + (no_key.type != U16 ? " of type " + std::string(kTypeNames[no_key.type]) + ", not the u16 llama.cpp reads" : "")
+                                              : std::string("no split.no key: llama.cpp refuses a shard without it")});
+    else if (*its_no != i)
+      ck.incomplete.push_back({"gguf-split", Where(shard, no_key.at, "split.no"),
+                               "split.no is " + std::to_string(*its_no) + " in shard " + std::to_string(i + 1) + " of " + std::to_string(*count) +
+                                   " (its name): llama.cpp expects " + std::to_string(i) + " (invalid split file idx)"});
+    if (!its_count || *its_count != *count) {
+      const SplitKey& k = p.split["split.count"];
+      ck.incomplete.push_back({"gguf-split", Where(shard, k.present ? std::optional<uint64_t>(k.at) : std::nullopt, "split.count"),
+                               (k.present ? "split.count is " + k.text : std::string("no split.count key")) + ", not the " + std::to_string(*count) +
+                                   " shards " + base_name(path) + " names: a shard of another split"});
+    }
+    shards.emplace_back(std::move(p), static_cast<uint32_t>(i));
+  }
+  for (const auto& shard : shards) {
+    ck.metadata_sources.push_back(shard.first.path);
+    md.files.push_back(base_name(shard.first.path));
+    ck.metadata_bytes += shard.first.data_start;
+  }
+  stat_data_files(ck);
+  for (size_t f = 0; f < shards.size(); ++f) lay_out(ck, shards[f].first, static_cast<uint32_t>(f));
+  // The keys are the first shard's (the others hold only their split keys); its split.tensors.count
+  // is every tensor of the split.
+  if (!shards.empty() && shards.front().second == 0) {
+    Parsed& p0 = shards.front().first;
+    ck.values = p0.values;
+    ck.metadata_path = p0.path;
+    const std::optional<uint64_t> total = split_value(p0, "split.tensors.count");
+    const SplitKey& k = p0.split["split.tensors.count"];
+    if (ck.incomplete.empty() && (!total || *total != md.tensors.size()))
+      ck.incomplete.push_back({"gguf-split", Where(p0.path, k.present ? std::optional<uint64_t>(k.at) : std::nullopt, "split.tensors.count"),
+                               (k.present ? "split.tensors.count is " + k.text : std::string("no split.tensors.count key")) + "; the " +
+                                   std::to_string(shards.size()) + " shards hold " + std::to_string(md.tensors.size()) +
+                                   " tensors (llama.cpp: corrupted model)"});
+  } else {
+    ck.values = given.values;
+  }
   return ck;
 }
 

@@ -13,6 +13,7 @@
 #include "meta/shared_records.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
+#include "check/gguf_arch.h"
 #include "check/hf_checks.h"
 #include "meta/manifest.h"
 #include "util/crc32.h"
@@ -157,6 +158,11 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       }
     } else {
       add_structure(*ck, col);
+      if (ck->layout == CheckpointLayout::Gguf) {  // its tensors against its architecture's table
+        GgufArchReport g = check_gguf_arch(*ck);
+        for (const auto& p : g.problems) col.problem(p.code, p.where, p.message);
+        for (const auto& n : g.notes) col.note(n.code, n.where, n.message);
+      }
     }
     const Metadata& md = ck->md;
     uint64_t nchunks = 0;

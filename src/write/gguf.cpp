@@ -2,9 +2,12 @@
 #include "write/gguf.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
+#include "util/error.h"
 #include "util/le.h"
 #include "util/numeric.h"
 #include "write/gguf_quants.h"
@@ -102,6 +105,10 @@ void Header::key(std::string_view k, ValueType t) {
   ++kv_count_;
 }
 
+void Header::add_u16(std::string_view k, uint16_t v) {
+  key(k, ValueType::U16);
+  put_le16(kv_, v);
+}
 void Header::add_u32(std::string_view k, uint32_t v) {
   key(k, ValueType::U32);
   put_le32(kv_, v);
@@ -177,6 +184,47 @@ std::vector<uint8_t> Header::bytes() const {
   b.insert(b.end(), infos_.begin(), infos_.end());
   b.resize(padded(b.size(), alignment_), 0);
   return b;
+}
+
+std::vector<size_t> split_shards(const std::vector<uint64_t>& bytes, uint64_t max_tensors, uint64_t max_size) {
+  std::vector<size_t> shard(bytes.size());
+  size_t at = 0;
+  uint64_t count = 0, size = 0;  // the current shard's
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (count > 0 && ((max_tensors != 0 && count >= max_tensors) || (max_size != 0 && size + bytes[i] > max_size))) {
+      ++at;
+      count = size = 0;
+    }
+    shard[i] = at;
+    ++count;
+    size += bytes[i];
+  }
+  return shard;
+}
+
+std::string shard_path(const std::string& path, size_t i, size_t n) {
+  const size_t slash = path.find_last_of('/');
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || dot <= base) dot = path.size();  // Path.stem keeps a leading dot's name whole
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "-%05zu-of-%05zu.gguf", i + 1, n);
+  return path.substr(0, dot) + tail;
+}
+
+uint64_t split_size(const std::string& text) {
+  std::string digits = text;
+  uint64_t unit = 1;
+  if (!digits.empty() && (digits.back() == 'K' || digits.back() == 'M' || digits.back() == 'G')) {
+    unit = digits.back() == 'K' ? 1000 : digits.back() == 'M' ? 1000 * 1000 : 1000 * 1000 * 1000;
+    digits.pop_back();
+  }
+  const bool ok = !digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
+  const uint64_t n = ok ? std::stoull(digits) : 0;
+  if (!ok || n > std::numeric_limits<uint64_t>::max() / unit)
+    throw UsageError(Where(), "--split-max-size must be a number of bytes, optionally followed by K, M or G (as the converter's: 500M, 2G), not '" +
+                                  text + "'");
+  return n * unit;
 }
 
 void encode(TensorType t, const float* x, size_t n, uint8_t* out) {

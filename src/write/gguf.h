@@ -67,6 +67,7 @@ TensorType row_type(TensorType t, uint64_t row);
 // The header of a GGUF file: the keys and the tensor infos, in the order they are added.
 class Header {
  public:
+  void add_u16(std::string_view key, uint16_t v);
   void add_u32(std::string_view key, uint32_t v);
   void add_i32(std::string_view key, int32_t v);
   void add_u64(std::string_view key, uint64_t v);
@@ -92,6 +93,26 @@ class Header {
   uint64_t kv_count_ = 0, tensor_count_ = 0, next_offset_ = 0;
   uint64_t alignment_ = kDefaultAlignment;
 };
+
+// Split files (gguf-py's GGUFWriter with split_max_tensors / split_max_size, what the converter's
+// --split-max-tensors / --split-max-size give it; llama.cpp's loader reads the set as one model):
+// tensors go, in order, into the current shard unless it already holds one and either holds
+// `max_tensors` (0: no limit) or would pass `max_size` bytes of tensor data (0: no limit; the
+// tensors' unpadded bytes, the header not counted) with this one; then a new shard starts. The
+// first shard has every key and then split.no (u16, 0), split.count (u16, N) and
+// split.tensors.count (i32, all tensors); every other shard has only those three keys (its own
+// split.no). Each shard is a whole GGUF file (its own header, its tensors' offsets from its own
+// data section), named `<stem>-00001-of-0000N.gguf` beside the output's name; when the limits
+// give one shard, the file is the plain one with no split keys (gguf-py: "not splitting").
+
+// The shard of each tensor of `bytes[i]` bytes, from 0.
+std::vector<size_t> split_shards(const std::vector<uint64_t>& bytes, uint64_t max_tensors, uint64_t max_size);
+// Shard i (from 0) of n of `path`: "dir/tiny.gguf" -> "dir/tiny-00001-of-00003.gguf" (gguf-py's
+// SHARD_NAME_FORMAT on Path.stem; llama.cpp's llama_split_path).
+std::string shard_path(const std::string& path, size_t i, size_t n);
+// The converter's --split-max-size: a number of bytes, optionally followed by K, M or G (powers of
+// 1000); 0 is no limit. UsageError otherwise.
+uint64_t split_size(const std::string& text);
 
 // Encodes n float32 elements (n a multiple of the block size) into `t`'s bytes at `out`
 // (tensor_bytes(t, n, n) of them), with gguf-py's arithmetic (ggml's for the quantized types).

@@ -702,4 +702,108 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   if (chat_template.is_string()) h.add_string("tokenizer.chat_template", chat_template.get<std::string>());
 }
 
+// ---- The loader's tensors for an architecture written here (expected_tensors, gguf_model.h) ----
+
+std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
+                                                            const std::function<std::optional<int64_t>(const std::string&)>& key) {
+  const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
+             moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2";
+  if (!llama && !qwen2 && !qwen3 && !deepseek) return std::nullopt;
+  auto k = [&](const std::string& name) { return key(arch + "." + name); };
+  auto or_unknown = [](std::optional<int64_t> v) { return v.value_or(-1); };
+  // A product of dimensions, unknown (-1) when one is.
+  auto mul = [](int64_t a, int64_t b) { return a < 0 || b < 0 ? int64_t{-1} : a * b; };
+  const int64_t layers = or_unknown(k("block_count")), embd = or_unknown(k("embedding_length")), ff = or_unknown(k("feed_forward_length"));
+  const int64_t heads = or_unknown(k("attention.head_count"));
+  const int64_t heads_kv = k("attention.head_count_kv").value_or(heads);
+  const int64_t head_k = k("attention.key_length").value_or(heads > 0 && embd >= 0 ? embd / heads : -1);
+  const int64_t head_v = k("attention.value_length").value_or(head_k);
+  std::optional<int64_t> vocab = k("vocab_size");
+  if (!vocab) vocab = key("tokenizer.ggml.tokens");
+  const int64_t n_vocab = or_unknown(vocab), experts = k("expert_count").value_or(0);
+  const int64_t ff_exp = moe3 || deepseek ? or_unknown(k("expert_feed_forward_length")) : ff;
+  std::vector<ExpectedTensor> out;
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool required = true, std::string unless = {}) {
+    out.push_back({std::move(name), std::move(shape), required, std::move(unless)});
+  };
+  add("token_embd.weight", {n_vocab, embd});
+  add("output_norm.weight", {embd});
+  add("output.weight", {n_vocab, embd}, false);  // absent: the embeddings serve (a tied head)
+  if (qwen2) add("output.bias", {n_vocab}, false);
+  if (const int64_t rot = k("rope.dimension_count").value_or(head_k); llama) add("rope_freqs.weight", {rot < 0 ? -1 : rot / 2}, false);
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    add(b + "attn_norm.weight", {embd});
+    add(b + "ffn_norm.weight", {embd});
+    if (!deepseek) {
+      // create_tensor_qkv: q, k, v (and their biases), or one fused attn_qkv.
+      const int64_t q = qwen2 ? embd : mul(head_k, heads);
+      const int64_t kk = llama ? mul(head_k, heads_kv) : mul(head_v, heads_kv), v = mul(head_v, heads_kv);
+      const int64_t qkv = q < 0 || kk < 0 || v < 0 ? -1 : q + kk + v;
+      add(b + "attn_qkv.weight", {qkv, embd}, false);
+      add(b + "attn_qkv.bias", {qkv}, false);
+      add(b + "attn_q.weight", {q, embd}, true, b + "attn_qkv.weight");
+      add(b + "attn_k.weight", {kk, embd}, true, b + "attn_qkv.weight");
+      add(b + "attn_v.weight", {v, embd}, true, b + "attn_qkv.weight");
+      add(b + "attn_q.bias", {q}, false);
+      add(b + "attn_k.bias", {kk}, false);
+      add(b + "attn_v.bias", {v}, false);
+      add(b + "attn_output.weight", {embd, qwen2 ? embd : mul(head_k, heads)});
+      if (llama) add(b + "attn_output.bias", {embd}, false);
+      if (qwen3) {
+        add(b + "attn_q_norm.weight", {head_k});
+        add(b + "attn_k_norm.weight", {head_k});
+      }
+    } else {
+      // MLA (DeepseekV2Model's tensors as llama.cpp reads them).
+      const int64_t q_lora = k("attention.q_lora_rank").value_or(0), kv_lora = or_unknown(k("attention.kv_lora_rank"));
+      const int64_t k_mla = k("attention.key_length_mla").value_or(head_k), v_mla = k("attention.value_length_mla").value_or(head_v);
+      const int64_t rope = k("rope.dimension_count").value_or(head_k), nope = k_mla < 0 || rope < 0 ? -1 : k_mla - rope;
+      if (q_lora > 0) {
+        add(b + "attn_q_a_norm.weight", {q_lora});
+        add(b + "attn_q_a.weight", {q_lora, embd});
+        add(b + "attn_q_b.weight", {mul(heads, k_mla), q_lora});
+      } else {
+        add(b + "attn_q.weight", {mul(heads, k_mla), embd});
+      }
+      add(b + "attn_kv_a_norm.weight", {kv_lora});
+      add(b + "attn_kv_a_mqa.weight", {kv_lora < 0 || rope < 0 ? -1 : kv_lora + rope, embd});
+      if (k("attention.key_length_mla")) {
+        add(b + "attn_k_b.weight", {heads, kv_lora, nope});
+        add(b + "attn_v_b.weight", {heads, v_mla, kv_lora});
+      } else {
+        add(b + "attn_kv_b.weight", {mul(heads, nope < 0 || v_mla < 0 ? -1 : nope + v_mla), kv_lora});
+      }
+      add(b + "attn_output.weight", {embd, mul(heads, v_mla)});
+    }
+    const bool dense = deepseek ? i < k("leading_dense_block_count").value_or(0) : !moe3 && experts == 0;
+    if (dense) {
+      add(b + "ffn_gate.weight", {ff, embd});
+      add(b + "ffn_down.weight", {embd, ff});
+      add(b + "ffn_up.weight", {ff, embd});
+      if (llama) {
+        add(b + "ffn_gate.bias", {ff}, false);
+        add(b + "ffn_down.bias", {embd}, false);
+        add(b + "ffn_up.bias", {ff}, false);
+      }
+      continue;
+    }
+    const int64_t n_expert = moe3 || deepseek ? or_unknown(k("expert_count")) : experts;
+    add(b + "ffn_gate_inp.weight", {n_expert, embd});
+    add(b + "ffn_gate_up_exps.weight", {n_expert, mul(2, ff_exp), embd}, false);
+    add(b + "ffn_gate_exps.weight", {n_expert, ff_exp, embd}, !llama, b + "ffn_gate_up_exps.weight");
+    add(b + "ffn_up_exps.weight", {n_expert, ff_exp, embd}, true, b + "ffn_gate_up_exps.weight");
+    add(b + "ffn_down_exps.weight", {n_expert, embd, ff_exp});
+    if (deepseek) {
+      add(b + "exp_probs_b.bias", {n_expert}, false);
+      const int64_t shared = mul(ff_exp, k("expert_shared_count").value_or(0));
+      const bool any = shared != 0;
+      add(b + "ffn_gate_shexp.weight", {shared, embd}, any);
+      add(b + "ffn_down_shexp.weight", {embd, shared}, any);
+      add(b + "ffn_up_shexp.weight", {shared, embd}, any);
+    }
+  }
+  return out;
+}
+
 }  // namespace dcpctl::gguf

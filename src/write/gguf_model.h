@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,5 +106,21 @@ void add_model_keys(Header& h, const Arch& arch, const nlohmann::json& config, c
 void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer,
                         const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
                         const std::string& where);
+
+// What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
+// docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,
+// qwen3, qwen3moe, deepseek2), from the file's keys: each tensor's name and shape (torch's order:
+// ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
+// needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
+// ffn_gate_up_exps for the gate and up experts). `key`: the file's value of a key as an integer
+// (tokenizer.ggml.tokens: its length), nullopt when absent. nullopt: an architecture not here.
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool required = true;
+  std::string unless;  // "": none; else a tensor that, present, makes this one not required
+};
+std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
+                                                            const std::function<std::optional<int64_t>(const std::string&)>& key);
 
 }  // namespace dcpctl::gguf

@@ -15,13 +15,23 @@ What is checked:
   count past the file, a duplicate key, a row that is not whole blocks; exit 5 for
   version 1 and for a ggml type id dcpctl does not know;
 - consolidate -o .safetensors of the plain tensors (--include): each equal to GGUFReader's data,
-  byte for byte; a quantized tensor read for its values is exit 5 naming it.
+  byte for byte; a quantized tensor read for its values is exit 5 naming it;
+- verify against the architecture's table (check/gguf_arch.h): a tiny llama GGUFWriter wrote with
+  llama.cpp's names and shapes passes; copies written with a tensor renamed, one dropped, one of
+  another shape, and a layer past block_count are exit 3 naming the code, the tensor and (but for
+  a missing one) its offset; the converter's own files pass in gguf-converter;
+- split files (GGUFWriter's split_max_tensors=2: 3 shards): inspect of the first and of the last
+  lists every tensor GGUFReader finds in the shards, with the first's keys; verify passes; the
+  plain tensors consolidated from them equal GGUFReader's data; exit 3 naming the shard for a shard
+  removed (missing-shard), a wrong split.no, a split.count of another split, a wrong
+  split.tensors.count (gguf-split), and a first shard renamed (its name no longer finds the others).
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf or numpy; a failure under CI).
 """
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import sys
 import tempfile
@@ -42,10 +52,13 @@ except ImportError as e:
     skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
 
 
-def write_model(path: Path) -> dict:
-    """A small file as GGUFWriter writes one: keys of every kind, plain and quantized tensors."""
+def write_model(path: Path, split_max_tensors: int = 0) -> dict:
+    """A small file as GGUFWriter writes one: keys of every kind, plain and quantized tensors; with
+    split_max_tensors, GGUFWriter's split files (PATH-00001-of-0000N.gguf)."""
     rng = np.random.default_rng(7)
-    w = gguf.GGUFWriter(str(path), "llama")
+    # An architecture llama.cpp does not have: its tensors are no model's (verify notes that it
+    # cannot check them against a table; check_arch below writes a llama that it checks).
+    w = gguf.GGUFWriter(str(path), "reader", split_max_tensors=split_max_tensors)
     w.add_name("Tiny Reader")
     w.add_block_count(1)
     w.add_context_length(128)
@@ -97,14 +110,14 @@ def main() -> int:
             check(mine["dtype"] == want_dtype, f"{t.name}: dtype {mine['dtype']}, wanted {want_dtype}")
         check(len(got) == len(reader.tensors), f"{len(got)} tensors listed, the file has {len(reader.tensors)}")
         values = (doc.get("gguf") or {}).get("keys") or {}
-        check(values.get("general.architecture") == "'llama'", f"general.architecture {values.get('general.architecture')!r}")
-        check(values.get("llama.block_count") == "1", f"block_count {values.get('llama.block_count')!r}")
+        check(values.get("general.architecture") == "'reader'", f"general.architecture {values.get('general.architecture')!r}")
+        check(values.get("reader.block_count") == "1", f"block_count {values.get('reader.block_count')!r}")
         check(values.get("tokenizer.ggml.tokens") == "[300 string]", f"tokens {values.get('tokenizer.ggml.tokens')!r}")
         check(values.get("llama.small_list") == "[1, 2, 3]", f"small_list {values.get('llama.small_list')!r}")
         check(values.get("tokenizer.ggml.add_bos_token") == "True", f"add_bos {values.get('tokenizer.ggml.add_bos_token')!r}")
 
         r = run(dcpctl, "verify", model)
-        expect_rc(r, 0, "verify of the file as written")
+        expect_rc(r, 0, "verify of the file as written", "gguf-arch-not-checked", "'reader'")
 
         # The plain tensors, consolidated, equal GGUFReader's data byte for byte.
         out = tmp / "plain.safetensors"
@@ -181,7 +194,133 @@ def main() -> int:
         unknown = bytearray(data)
         unknown[type_at:type_at + 4] = struct.pack("<I", 200)
         expect_rc(run(dcpctl, "inspect", damaged("unknown", bytes(unknown))), 5, "an unknown ggml type", "ggml type 200", "blk.0.attn_q.weight")
+        check_split(dcpctl, tmp)
+        check_arch(dcpctl, tmp)
     return summary("gguf-read", min_checks=20)
+
+
+def value_at(reader, key: str) -> int:
+    """The offset of a key's value in the file GGUFReader read."""
+    f = reader.fields[key]
+    return f.offset + sum(p.nbytes for p in f.parts[:-1])
+
+
+def check_split(dcpctl: str, tmp: Path) -> None:
+    folder = tmp / "split"
+    folder.mkdir()
+    tensors = write_model(folder / "tiny.gguf", split_max_tensors=2)
+    names = sorted(p.name for p in folder.iterdir())
+    if not check(names == [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)], f"GGUFWriter wrote {names}"):
+        return
+    readers = [gguf.GGUFReader(str(folder / n)) for n in names]
+    want = {t.name: [int(x) for x in reversed(t.shape.tolist())] for r in readers for t in r.tensors}
+    for name in (names[0], names[2]):
+        r = run(dcpctl, "inspect", folder / name, "--json")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        got = {t["key"]: t["shape"] for t in doc.get("items", []) if t.get("kind") == "tensor"}
+        check(got == want, f"inspect of {name}: exit {r.returncode}, {sorted(got)} against gguf-py's {sorted(want)} {r.stderr[-300:]}")
+        keys = (doc.get("gguf") or {}).get("keys") or {}
+        check(keys.get("general.architecture") == "'reader'" and keys.get("split.count") == "3",
+              f"inspect of {name}: the first shard's keys: {sorted(keys)[:8]}")
+    expect_rc(run(dcpctl, "verify", folder / names[0]), 0, "verify of a split")
+    out = tmp / "split-plain.safetensors"
+    r = run(dcpctl, "consolidate", folder / names[1], "--exclude", "blk.0.attn_q.weight", "--exclude", "blk.0.attn_k.weight", "-o", out)
+    if expect_rc(r, 0, "consolidate of a split's plain tensors"):
+        st = load_file(str(out))
+        check(sorted(st) == sorted(tensors) and all(st[k].tobytes() == a.tobytes() for k, a in tensors.items()),
+              f"a split's plain tensors consolidated equal what was written: {sorted(st)}")
+
+    def damaged(label: str, change) -> Path:
+        copy = tmp / f"split-{label}"
+        shutil.copytree(folder, copy)
+        change(copy)
+        return copy / names[0]
+
+    def patch(copy: Path, shard: int, key: str, fmt: str, value: int) -> None:
+        p = copy / names[shard]
+        b = bytearray(p.read_bytes())
+        at = value_at(readers[shard], key)
+        b[at:at + struct.calcsize(fmt)] = struct.pack(fmt, value)
+        p.write_bytes(bytes(b))
+
+    first = damaged("removed", lambda c: (c / names[1]).unlink())
+    expect_rc(run(dcpctl, "verify", first), 3, "a shard removed", "missing-shard", names[1])
+    expect_rc(run(dcpctl, "consolidate", first, "-o", tmp / "x.safetensors", "--exclude", "blk.0.attn_q.weight",
+                  "--exclude", "blk.0.attn_k.weight"), 3,
+              "consolidate of a split without a shard", names[1])
+    first = damaged("no", lambda c: patch(c, 2, "split.no", "<H", 1))
+    expect_rc(run(dcpctl, "verify", first), 3, "a wrong split.no", "gguf-split", names[2], "split.no is 1")
+    first = damaged("count", lambda c: patch(c, 1, "split.count", "<H", 4))
+    expect_rc(run(dcpctl, "verify", first), 3, "a split.count of another split", "gguf-split", names[1], "split.count is 4")
+    first = damaged("total", lambda c: patch(c, 0, "split.tensors.count", "<i", 5))
+    expect_rc(run(dcpctl, "verify", first), 3, "a wrong split.tensors.count", "gguf-split", "split.tensors.count is 5")
+    renamed = tmp / "split-renamed"
+    shutil.copytree(folder, renamed)
+    (renamed / names[0]).rename(renamed / "tiny.gguf")
+    expect_rc(run(dcpctl, "inspect", renamed / "tiny.gguf"), 3, "a first shard renamed", "tiny.gguf", "-00001-of-00003.gguf")
+
+
+
+def llama_tensors() -> dict:
+    """A tiny llama as llama.cpp's loader asks for it (torch's order): hidden 64, 4 heads of 16, 2 KV
+    heads, feed-forward 128, 2 layers, 300 tokens."""
+    rng = np.random.default_rng(3)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    t = {"token_embd.weight": f(300, 64), "output_norm.weight": f(64), "output.weight": f(300, 64)}
+    for i in range(2):
+        b = f"blk.{i}."
+        t.update({b + "attn_norm.weight": f(64), b + "attn_q.weight": f(64, 64), b + "attn_k.weight": f(32, 64),
+                  b + "attn_v.weight": f(32, 64), b + "attn_output.weight": f(64, 64), b + "ffn_norm.weight": f(64),
+                  b + "ffn_gate.weight": f(128, 64), b + "ffn_down.weight": f(64, 128), b + "ffn_up.weight": f(128, 64)})
+    return t
+
+
+def write_llama(path: Path, tensors: dict) -> None:
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_token_list([f"tok{i}" for i in range(300)])
+    for name, a in tensors.items():
+        w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def check_arch(dcpctl: str, tmp: Path) -> None:
+    good = llama_tensors()
+    write_llama(tmp / "llama.gguf", good)
+    r = run(dcpctl, "verify", tmp / "llama.gguf")
+    expect_rc(r, 0, "verify of a llama with llama.cpp's names and shapes")
+    check("gguf-arch-not-checked" not in r.stdout, f"a llama is checked against its table: {r.stdout[-300:]}")
+
+    def copy(label: str, change) -> Path:
+        t = dict(good)
+        change(t)
+        p = tmp / f"llama-{label}.gguf"
+        write_llama(p, t)
+        return p
+
+    def offset_of(p: Path, name: str) -> str:
+        r = gguf.GGUFReader(str(p))
+        return f"offset {next(x.data_offset for x in r.tensors if x.name == name)}"
+
+    p = copy("renamed", lambda t: t.update({"blk.1.attn_x.weight": t.pop("blk.1.attn_q.weight")}))
+    expect_rc(run(dcpctl, "verify", p), 3, "a renamed tensor", "gguf-tensor-unexpected", "blk.1.attn_x.weight",
+              offset_of(p, "blk.1.attn_x.weight"), "gguf-tensor-missing", "blk.1.attn_q.weight")
+    p = copy("dropped", lambda t: t.pop("blk.0.ffn_up.weight"))
+    expect_rc(run(dcpctl, "verify", p), 3, "a dropped tensor", "gguf-tensor-missing", "blk.0.ffn_up.weight")
+    p = copy("shape", lambda t: t.update({"blk.0.attn_k.weight": np.zeros((64, 64), np.float32)}))
+    expect_rc(run(dcpctl, "verify", p), 3, "a wrong shape", "gguf-shape-mismatch", "blk.0.attn_k.weight", "[64, 64]", "[32, 64]",
+              offset_of(p, "blk.0.attn_k.weight"))
+    p = copy("layer", lambda t: t.update({"blk.2.attn_norm.weight": np.ones(64, np.float32)}))
+    expect_rc(run(dcpctl, "verify", p), 3, "a layer past block_count", "gguf-tensor-unexpected", "blk.2.attn_norm.weight")
+    p = copy("tied", lambda t: t.pop("output.weight"))
+    expect_rc(run(dcpctl, "verify", p), 0, "a tied head (no output.weight: the embeddings serve)")
 
 
 if __name__ == "__main__":

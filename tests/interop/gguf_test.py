@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16;
-                                               ARCH-tied: the head tied; ARCH-bf16: saved in bfloat16)
+    gguf_test.py DCPCTL [ARCH:OUTTYPE[:split] ...]   (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16 ...
+                                                     llama:q8_0:split; ARCH-tied: the head tied; ARCH-bf16:
+                                                     saved in bfloat16; :split: SPLIT's options to both)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
@@ -11,8 +12,13 @@ oracle) writes tiny.gguf from it, and dcpctl writes tiny.gguf twice: from the Hu
 and from a DCP checkpoint of the same state dict (torch.distributed.checkpoint.save, the config and
 tokenizer files beside it). gguf-py's GGUFReader reads all three: every metadata key, its type and
 value, and every tensor's name, type, shape and bytes must be the converter's, and the files equal
-byte for byte. general.name is the converter's from the folder's name ("Tiny") and dcpctl's from
-the output's ("tiny.gguf"), hence both named tiny.
+byte for byte. A `:split` case gives both the converter's --split-max-size and --split-max-tensors
+(SPLIT): the shards' names must be the converter's, more than one, each equal byte for byte, and
+nothing else left beside them; then inspect of the first and of the last shard read the set as one
+model (every tensor gguf-py finds in the shards), and a copy with a shard removed fails verify (exit
+3 naming it). verify of every converter file (the split's first shard) must pass: its tensors
+against the architecture's table. general.name is the converter's from the folder's name ("Tiny")
+and dcpctl's from the output's ("tiny.gguf"), hence both named tiny.
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
 transformers, or the sdist was never fetched; a failure instead under CI, tests/skip.py).
@@ -72,6 +78,14 @@ ARCHS = {
         kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
         topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
 }
+
+
+# The architectures whose files verify checks against write/gguf_model.cpp's expected_tensors.
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2"}
+
+# A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
+# and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
+SPLIT = ["--split-max-size", "1M", "--split-max-tensors", "8"]
 
 
 def tiny_model(arch: str, out: Path) -> None:
@@ -151,6 +165,28 @@ def compare(label: str, want: Path, got: Path) -> None:
     fail(f"{label}: the files differ" + ("" if len(FAILS) > before else ", yet every key and tensor is equal (padding?)"))
 
 
+def check_split_read(dcpctl: str, case: str, folder: Path, names: list[str]) -> None:
+    """The converter's shards read as one model: inspect of the first (and of the last) lists every
+    tensor gguf-py's GGUFReader finds in all of them; a copy without its second shard is refused."""
+    import json
+    want = {}
+    for name in names:
+        for t in gguf.GGUFReader(folder / name).tensors:
+            want[t.name] = [int(x) for x in reversed(t.shape.tolist())]
+    for name in (names[0], names[-1]):
+        r = subprocess.run([dcpctl, "inspect", str(folder / name), "--json"], capture_output=True, text=True)
+        got = {t["key"]: t["shape"] for t in json.loads(r.stdout).get("items", []) if t.get("kind") == "tensor"} if r.returncode == 0 else {}
+        if got != want:
+            fail(f"{case}: inspect of {name}: exit {r.returncode}, {len(got)} tensors, gguf-py reads {len(want)} in the shards "
+                 f"({sorted(set(want) ^ set(got))[:6]}) {r.stderr[-400:]}")
+    cut = folder.parent / "cut"
+    shutil.copytree(folder, cut)
+    (cut / names[1]).unlink()
+    r = subprocess.run([dcpctl, "verify", str(cut / names[0])], capture_output=True, text=True)
+    if r.returncode != 3 or names[1] not in r.stdout:
+        fail(f"{case}: verify without {names[1]}: exit {r.returncode}, {r.stdout[-800:]} {r.stderr[-400:]}")
+
+
 def check_summary(r: subprocess.CompletedProcess) -> None:
     import json
     import jsonschema
@@ -173,7 +209,8 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
+                         "llama:q8_0:split"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -181,7 +218,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for case in cases:
-            arch, outtype = case.split(":")
+            arch, outtype, *split = case.split(":")
+            split_args = SPLIT if split == ["split"] else []
             root = tmp / case.replace(":", "-")
             hf, dcp_dir = tmp / arch / "hf" / "tiny", tmp / arch / "dcp"
             if not hf.exists():
@@ -191,20 +229,36 @@ def main(argv: list[str]) -> int:
             want.parent.mkdir(parents=True)
             env = dict(os.environ, PYTHONPATH=str(llama / "gguf-py"))
             r = subprocess.run([sys.executable, str(llama / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
-                                "--outfile", str(want)], capture_output=True, text=True, env=env)
+                                "--outfile", str(want), *split_args], capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
                 continue
+            wants = sorted(p.name for p in want.parent.iterdir())
+            if split_args and (len(wants) < 2 or "tiny.gguf" in wants):
+                fail(f"{case}: the converter wrote {wants}, not a split")
+            # The converter's file (its first shard) passes verify: names and shapes against the table
+            # (check/gguf_arch.h), which must know the architectures of TABLE_CHECKED.
+            r = subprocess.run([dcpctl, "verify", str(want.parent / wants[0])], capture_output=True, text=True)
+            base = arch.removesuffix("-bf16").removesuffix("-tied")
+            if r.returncode != 0 or (base in TABLE_CHECKED and "gguf-arch-not-checked" in r.stdout):
+                fail(f"{case}: verify of the converter's file: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
             for src in (hf, dcp_dir):
                 got = root / f"from-{src.name}" / "tiny.gguf"
                 got.parent.mkdir(parents=True)
-                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q"],
+                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", *split_args],
                                    capture_output=True, text=True)
                 if r.returncode != 0:
                     fail(f"{case} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
                     continue
-                compare(f"{case} from {src.name}", want, got)
-            print(f"{case}: {'ok' if not FAILS else 'FAILED'}")
+                gots = sorted(p.name for p in got.parent.iterdir() if not p.name.endswith(".dcpctl-manifest.json"))
+                if gots != wants:
+                    fail(f"{case} from {src.name}: dcpctl wrote {gots}, the converter {wants}")
+                for name in wants:
+                    if (got.parent / name).exists():
+                        compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
+            if split_args and len(wants) > 1:
+                check_split_read(dcpctl, case, want.parent, wants)
+            print(f"{case}: {'ok' if not FAILS else 'FAILED'}" + (f" ({len(wants)} shards)" if split_args else ""))
         # Refusals: an architecture the converter's table here does not have, a --dtype, a wrong word.
         src = tmp / "llama" / "hf" / "tiny" if (tmp / "llama").exists() else None
         if src is not None:
@@ -218,6 +272,12 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_k_m"], capture_output=True, text=True)
             if r.returncode != 2:
                 fail(f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")
+            # The split options: the converter's size forms only, and only for a GGUF output.
+            for args, out in ((["--split-max-size", "5X"], "x.gguf"), (["--split-max-size", "2GB"], "x.gguf"),
+                              (["--split-max-tensors", "2"], "x.safetensors")):
+                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / out), *args], capture_output=True, text=True)
+                if r.returncode != 2 or "split-max" not in r.stderr:
+                    fail(f"{args} -o {out}: exit {r.returncode}, {r.stderr!r}")
             # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
             check_summary(r)

@@ -89,3 +89,22 @@ TEST_CASE("gguf: the header and the data offsets are GGUFWriter's") {
         "5a5e62666b6f73777b7ff03741434547494b4d4f51535557595b5d5f61636567696b6d6f71737577797b7d7f0000000000000000000000"
         "0000000000000000000000000000000000");
 }
+
+TEST_CASE("gguf: split shards, names and sizes as gguf-py's GGUFWriter and the converter make them") {
+  // A shard takes a tensor unless it holds one already and is at its count or would pass the size.
+  CHECK(split_shards({10, 10, 10, 10, 10}, 2, 0) == std::vector<size_t>{0, 0, 1, 1, 2});
+  CHECK(split_shards({10, 10, 10, 10, 10}, 0, 25) == std::vector<size_t>{0, 0, 1, 1, 2});
+  CHECK(split_shards({10, 10, 10}, 0, 20) == std::vector<size_t>{0, 0, 1});       // equal to the size: stays
+  CHECK(split_shards({100, 5, 100, 5}, 0, 50) == std::vector<size_t>{0, 1, 2, 3});  // a larger tensor alone
+  CHECK(split_shards({1, 1, 100, 1, 1, 1}, 2, 50) == std::vector<size_t>{0, 0, 1, 2, 2, 3});
+  CHECK(split_shards({10, 10}, 0, 0) == std::vector<size_t>{0, 0});
+  CHECK(shard_path("out/tiny.gguf", 0, 3) == "out/tiny-00001-of-00003.gguf");
+  CHECK(shard_path("tiny.gguf", 11, 12) == "tiny-00012-of-00012.gguf");
+  CHECK(shard_path("a.b/m.v2.gguf", 1, 2) == "a.b/m.v2-00002-of-00002.gguf");
+  CHECK(split_size("500M") == 500'000'000u);
+  CHECK(split_size("2G") == 2'000'000'000u);
+  CHECK(split_size("7K") == 7000u);
+  CHECK(split_size("123") == 123u);
+  CHECK(split_size("0") == 0u);
+  for (const char* bad : {"", "M", "5X", "2GB", "-1", "1.5G", " 5"}) CHECK_THROWS(split_size(bad));
+}

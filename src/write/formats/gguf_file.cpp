@@ -1,6 +1,8 @@
 // The `gguf` format (consolidate -o model.gguf): llama.cpp's model file, as its converter
 // (convert_hf_to_gguf.py) writes it for the same model: one file, a whole model, its config and
-// tokenizer from beside the checkpoint or --assets (issue 71 item 1; docs/gguf.md).
+// tokenizer from beside the checkpoint or --assets (issue 71 item 1; docs/gguf.md); or, with
+// --split-max-size / --split-max-tensors, the converter's split files (write/gguf.h), each shard
+// a file of its own under a temporary name, renamed only once every shard is complete.
 //
 // The header (write/gguf.h) is a function of config.json, the tokenizer files and the plan's
 // tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
@@ -13,6 +15,8 @@
 // tensor, config setting or tokenizer write/gguf_model.h does not write, a non-floating tensor,
 // and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
 // writer does not follow yet).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -25,6 +29,7 @@
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
 #include "write/gguf_model.h"
+#include "write/output.h"
 
 namespace dcpctl {
 
@@ -90,19 +95,35 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   }
 
   std::string set_up(WriteJob& job) override {
-    out_file_ = std::make_unique<OutputFile>(o_.output, job.uploads);
-    out_file_->reserve(header_.size() + data_bytes_);
-    out_file_->pwrite_all(header_.data(), header_.size(), 0);
-    return out_file_->temp_path() + "\n";
+    std::string list;
+    for (size_t f = 0; f < headers_.size(); ++f) {
+      outs_.push_back(std::make_unique<OutputFile>(paths_[f], job.uploads));
+      outs_[f]->reserve(headers_[f].size() + data_bytes_[f]);
+      outs_[f]->pwrite_all(headers_[f].data(), headers_[f].size(), 0);
+      list += outs_[f]->temp_path() + "\n";
+    }
+    return list;
   }
 
+  // Every shard complete before the first is renamed: each one's manifest beside it, then the
+  // renames, in order; should one fail, the shards already renamed are removed again, so that no
+  // incomplete set is left under the final names (the rest are removed as temporaries).
   void commit(WriteJob&) override {
-    if (seal && !out_file_->remote()) {
-      out_file_->finish_writes();
-      seal(out_file_->temp_path(), o_.output);
+    for (auto& out : outs_)
+      if (seal && !out->remote()) {
+        out->finish_writes();
+        seal(out->temp_path(), out->final_path());
+      }
+    size_t done = 0;
+    try {
+      for (; done < outs_.size(); ++done) outs_[done]->commit();
+    } catch (...) {
+      for (size_t f = 0; f < done && outs_.size() > 1; ++f)
+        if (!outs_[f]->remote()) ::unlink(outs_[f]->final_path().c_str());
+      throw;
     }
-    out_file_->commit();
-    if (seal && out_file_->remote()) seal(o_.output, o_.output);
+    for (auto& out : outs_)
+      if (seal && out->remote()) seal(out->final_path(), out->final_path());
   }
 
  protected:
@@ -126,14 +147,43 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     if (most > plan.budget)
       throw UnsupportedError(Where(o_.output), "a GGUF tensor is converted whole: the largest needs " + std::to_string(most) +
                                                    " bytes, more than --max-memory's " + std::to_string(plan.budget));
-    gguf::Header h;
-    gguf::add_model_keys(h, arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
-    gguf::add_tokenizer_keys(h, config_, tokenizer_, tokenizer_config_, jinja_, where_);
+    // The shards (write/gguf.h): one, the plain file, unless a limit splits it.
+    std::vector<uint64_t> bytes;
+    for (const gguf::TensorPlan& tp : plans_) {
+      uint64_t n = 1;
+      for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
+      bytes.push_back(gguf::tensor_bytes(tp.type, n, tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back())));
+    }
+    shard_ = gguf::split_shards(bytes, o_.gguf_split_max_tensors, o_.gguf_split_max_size);
+    const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
+    std::vector<gguf::Header> h(shards);
+    gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
+    gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_);
+    if (shards > 65535) throw UnsupportedError(Where(o_.output), std::to_string(shards) + " shards: split.count is a u16 (at most 65535)");
+    paths_.assign(1, o_.output);
+    if (shards > 1) {
+      paths_.clear();
+      for (size_t f = 0; f < shards; ++f) {
+        h[f].add_u16("split.no", static_cast<uint16_t>(f));
+        h[f].add_u16("split.count", static_cast<uint16_t>(shards));
+        h[f].add_i32("split.tensors.count", static_cast<int32_t>(plans_.size()));
+        paths_.push_back(gguf::shard_path(o_.output, f, shards));
+      }
+      // execute() checked the plain name; the shards' names are known only now.
+      if (job.leader)
+        for (const std::string& p : paths_) check_output_path(p, o_.force, job.request.ck.dir);
+    }
     offsets_.clear();
-    for (const gguf::TensorPlan& tp : plans_) offsets_.push_back(h.add_tensor(tp.name, tp.shape, tp.type));
-    header_ = h.bytes();
-    data_bytes_ = h.data_bytes();
-    summary["files"] = json::array({{{"path", o_.output}, {"tensors", plans_.size()}, {"bytes", header_.size() + data_bytes_}}});
+    for (size_t k = 0; k < plans_.size(); ++k) offsets_.push_back(h[shard_[k]].add_tensor(plans_[k].name, plans_[k].shape, plans_[k].type));
+    headers_.clear();
+    data_bytes_.clear();
+    json files = json::array();
+    for (size_t f = 0; f < shards; ++f) {
+      headers_.push_back(h[f].bytes());
+      data_bytes_.push_back(h[f].data_bytes());
+      files.push_back({{"path", paths_[f]}, {"tensors", h[f].tensors()}, {"bytes", headers_[f].size() + data_bytes_[f]}});
+    }
+    summary["files"] = files;
     summary["gguf"] = {{"architecture", arch_.name}, {"outtype", o_.outtype.empty() ? "f16" : o_.outtype}};
   }
 
@@ -170,12 +220,13 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
       std::vector<uint8_t> enc(gguf::tensor_bytes(tp.type, n, row));
       gguf::encode(tp.type, reinterpret_cast<const float*>(f32.data()), n, enc.data());
-      out_file_->pwrite_all(enc.data(), enc.size(), header_.size() + offsets_[k]);
+      const size_t f = shard_[k];
+      outs_[f]->pwrite_all(enc.data(), enc.size(), headers_[f].size() + offsets_[k]);
       ex.prog.add(enc.size());
     }
   }
 
-  OutputFile& file(size_t) override { return *out_file_; }
+  OutputFile& file(size_t f) override { return *outs_[f < outs_.size() ? f : 0]; }
 
  private:
   // The bytes a tensor's conversion holds at once: its inputs in float32, one input as saved and
@@ -199,10 +250,12 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   std::string jinja_, where_;
   std::vector<size_t> order_;
   std::vector<gguf::TensorPlan> plans_;
-  std::vector<uint64_t> offsets_;
-  std::vector<uint8_t> header_;
-  uint64_t data_bytes_ = 0;
-  std::unique_ptr<OutputFile> out_file_;
+  std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section
+  std::vector<size_t> shard_;      // each tensor's shard
+  std::vector<std::string> paths_;  // each shard's final path (one: the output's)
+  std::vector<std::vector<uint8_t>> headers_;
+  std::vector<uint64_t> data_bytes_;
+  std::vector<std::unique_ptr<OutputFile>> outs_;
 };
 
 }  // namespace

@@ -1,0 +1,26 @@
+// verify of a GGUF file (or a split's shards read as one: meta/gguf_reader.cpp) against what
+// llama.cpp's loader asks of its architecture (write/gguf_model.h's expected_tensors, for the
+// architectures dcpctl writes: llama, qwen2, qwen3, qwen3moe, deepseek2), from the file's own keys
+// (block_count, embedding_length, feed_forward_length, head counts, key/value lengths, expert
+// counts and lengths, the vocabulary's size):
+//   gguf-tensor-unexpected  a tensor the architecture does not have (llama.cpp: "wrong number of
+//                           tensors"), or a layer's past block_count;
+//   gguf-tensor-missing     a tensor it needs (llama.cpp: "missing tensor");
+//   gguf-shape-mismatch     a tensor of another shape than the keys give (llama.cpp: "tensor has
+//                           wrong shape"); a dimension from a key the file lacks is not compared;
+// each naming the tensor, its file and its data's offset there (a missing one the first file).
+// Another architecture is a note (gguf-arch-not-checked): llama.cpp has many more than these.
+#pragma once
+
+#include "meta/checkpoint.h"
+#include "util/finding.h"
+
+namespace dcpctl {
+
+struct GgufArchReport {
+  Findings problems, notes;
+};
+
+GgufArchReport check_gguf_arch(const Checkpoint& ck);
+
+}  // namespace dcpctl
