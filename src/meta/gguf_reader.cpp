@@ -21,7 +21,7 @@
 // split.no and split.count (llama_split_prefix; a name that does not end so is damage), read in
 // order as one model whatever shard was given, the keys the first shard's, each tensor stored in
 // its shard. A shard absent is `missing-shard`; a shard whose split.no is not its place (or not a
-// u16), whose split.count is not the given file's, or a first shard's split.tensors.count that is
+// u16), or a first shard's split.tensors.count that is
 // not the tensors found, is `gguf-split` (ck.incomplete, naming the shard and the key's offset:
 // verify exits 3, writers refuse); a tensor name in two shards is damage as within one file.
 //
@@ -422,8 +422,8 @@ Checkpoint open_gguf(const std::string& path) {
       continue;
     }
     Parsed p = parse_file(shard, names);
-    // Each shard's split.no must be its place (llama.cpp refuses another), and its split.count the first's.
-    const std::optional<uint64_t> its_no = split_value(p, "split.no"), its_count = split_value(p, "split.count");
+    // Each shard's split.no must be its place (llama.cpp refuses another).
+    const std::optional<uint64_t> its_no = split_value(p, "split.no");
     const SplitKey& no_key = p.split["split.no"];
     if (!its_no || no_key.type != U16)
       ck.incomplete.push_back({"gguf-split", Where(shard, no_key.present ? std::optional<uint64_t>(no_key.at) : std::nullopt, "split.no"),
@@ -433,12 +433,8 @@ Checkpoint open_gguf(const std::string& path) {
       ck.incomplete.push_back({"gguf-split", Where(shard, no_key.at, "split.no"),
                                "split.no is " + std::to_string(*its_no) + " in shard " + std::to_string(i + 1) + " of " + std::to_string(*count) +
                                    " (its name): llama.cpp expects " + std::to_string(i) + " (invalid split file idx)"});
-    if (!its_count || *its_count != *count) {
-      const SplitKey& k = p.split["split.count"];
-      ck.incomplete.push_back({"gguf-split", Where(shard, k.present ? std::optional<uint64_t>(k.at) : std::nullopt, "split.count"),
-                               (k.present ? "split.count is " + k.text : std::string("no split.count key")) + ", not the " + std::to_string(*count) +
-                                   " shards " + base_name(path) + " names: a shard of another split"});
-    }
+    // A later shard's own split.count is not read: llama.cpp takes the count from the first shard
+    // only (llama_model_loader), so a shard found by its name loads whatever it says there.
     shards.emplace_back(std::move(p), static_cast<uint32_t>(i));
   }
   for (const auto& shard : shards) {
