@@ -73,6 +73,8 @@ json rope_params(const json& c) {
       !r.contains("rope_theta") && !t.is_null())
     r["rope_theta"] = t;
   if (!r.contains("rope_type") && r.contains("type") && !r["type"].is_null()) r["rope_type"] = r["type"];
+  if (json f = find_hparam(c, {"partial_rotary_factor", "rope_pct", "rope_percent"}); !r.contains("partial_rotary_factor") && !f.is_null())
+    r["partial_rotary_factor"] = f;
   if (json o = find_hparam(c, {"original_max_position_embeddings"}); !r.contains("original_max_position_embeddings") && !o.is_null())
     r["original_max_position_embeddings"] = o;
   return r;
@@ -91,9 +93,11 @@ Arch arch_of(const json& config, const std::string& where) {
   if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
   if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
   if (hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
+  if (hf == "Glm4MoeForCausalLM") return {"glm4moe", false, Arch::Experts::Deepseek};
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
                                            "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM)");
+                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and "
+                                           "Glm4MoeForCausalLM)");
 }
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
@@ -123,15 +127,20 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     const bool underscore = key[key.size() - m[3].length() - 1] == '_';
     const std::string* gname = nullptr;
     if (auto it = layer.find(m[2]); it != layer.end() && !underscore) gname = &it->second;
-    if (auto it = mla.find(m[2]); !gname && arch.name == "deepseek2" && it != mla.end() && (!underscore || it->second == "exp_probs_b"))
+    // Glm4MoeModel: DeepSeek's shared experts and e_score_correction_bias, not its MLA.
+    const bool glm = arch.name == "glm4moe";
+    if (auto it = mla.find(m[2]); !gname && (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
+                                  it != mla.end() && (!underscore || it->second == "exp_probs_b"))
       gname = &it->second;
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
-    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe") &&
+    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
         (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek)
                          ? m[2] == "mlp.gate"
                          : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
-      p.name = "blk." + m[1].str() + "." + *gname + "." + m[3].str();
+      // GLM4_MOE has no ffn_norm: post_attention_layernorm is its post_attention_norm.
+      const bool post = *gname == "ffn_norm" && glm;
+      p.name = "blk." + m[1].str() + "." + (post ? std::string("post_attention_norm") : *gname) + "." + m[3].str();
       module = m[2];
     }
   } else if (std::regex_match(key, m, top_re)) {
@@ -263,6 +272,9 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         continue;
       }
     }
+    if (arch.name == "glm4moe" && std::regex_match(in.key, m, layer_re) && layers >= 0 && std::stoll(m[1]) >= layers)
+      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is past config.json's num_hidden_layers " + std::to_string(layers) +
+                                                              ": GLM's MTP (nextn) layers are not written into a GGUF by dcpctl yet");
     if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
       int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
       if (xid >= n_experts)
@@ -393,14 +405,19 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (!moe && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
-  const bool deepseek = a == "deepseek2";
+  const bool deepseek = a == "deepseek2", glm = a == "glm4moe";
+  // Glm4MoeModel counts the MTP (nextn) layers as blocks, whether or not the checkpoint holds them
+  // (transformers' GLM does not; their tensors are refused by plan_tensors).
+  const json nextn = glm ? config.value("num_nextn_predict_layers", json()) : json();
+  if (!nextn.is_null() && !(nextn.is_number_integer() && nextn.get<int64_t>() >= 0))
+    throw UnsupportedError(Where(where), "config.json's num_nextn_predict_layers " + nextn.dump() + " is not a count");
   for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
     if (config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
-  // Expert groups and the router's score function: DeepSeek's only, here.
+  // Expert groups and the router's score function: DeepSeek's and GLM's only, here.
   for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func", "moe_router_activation",
                         "moe_router_activation_func", "expert_selection_fn"})
-    if (!deepseek && config.contains(k) && !config[k].is_null())
+    if (!deepseek && !glm && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   json rope = rope_params(config);
   if (rope.contains("full_attention") || rope.contains("sliding_attention") || rope.contains("mrope_section"))
@@ -418,7 +435,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   h.add_string("general.type", "model");
   h.add_string("general.name", name);
   if (!label.empty()) h.add_string("general.size_label", label);
-  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) + (nextn.is_null() ? 0 : nextn.get<int64_t>())));
   if (int64_t v = int_of(config, "max_position_embeddings"); v >= 0) h.add_u32(a + ".context_length", static_cast<uint32_t>(v));
   int64_t hidden = need_int(config, "hidden_size", where);
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
@@ -460,13 +477,15 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".expert_used_count", n.get<uint32_t>());
   if (json n = config.value("n_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_count", n.get<uint32_t>());
   if (json n = config.value("topk_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_used_count", n.get<uint32_t>());
+  bool gating = false;
   if (json f = find_hparam(config, {"score_function", "scoring_func", "score_func", "moe_router_activation", "moe_router_activation_func",
                                     "expert_selection_fn"});
       !f.is_null()) {
     static const std::map<std::string, uint32_t> funcs{{"softmax", 1}, {"sigmoid", 2}, {"sqrtsoftplus", 4}};
     auto it = f.is_string() ? funcs.find(f.get<std::string>()) : funcs.end();
     if (it == funcs.end()) throw UnsupportedError(Where(where), "config.json's expert score function " + f.dump() + " is not one llama.cpp has");
-    h.add_u32(a + ".expert_gating_func", it->second);
+    // Glm4MoeModel sets sigmoid later, over this one where it stands.
+    h.add_u32(a + ".expert_gating_func", glm ? 2 : it->second), gating = true;
   }
   // DeepseekV2Model: key_length kv_lora_rank + qk_rope_head_dim, value_length kv_lora_rank, in the
   // place of head_dim's when config.json has one (gguf-py overwrites a key where it stands).
@@ -480,6 +499,20 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     lengths = true;
   }
   h.add_u32("general.file_type", out.file_type);
+  if (glm) {  // Glm4MoeModel.set_gguf_parameters
+    json pr = rope.value("partial_rotary_factor", json(0.5));
+    if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
+    const double dim = static_cast<double>(head_dim >= 0 ? head_dim : hidden / heads) * pr.get<double>();
+    h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(dim));  // int(): toward zero
+    // expert_count: written above from n_routed_experts already (gguf-py overwrites it in place).
+    if (json v = config.value("moe_intermediate_size", json()); !v.is_null()) h.add_u32(a + ".expert_feed_forward_length", v.get<uint32_t>());
+    if (json v = config.value("n_shared_experts", json()); !v.is_null()) h.add_u32(a + ".expert_shared_count", v.get<uint32_t>());
+    if (json v = config.value("first_k_dense_replace", json()); !v.is_null()) h.add_u32(a + ".leading_dense_block_count", v.get<uint32_t>());
+    if (!gating) h.add_u32(a + ".expert_gating_func", 2);  // sigmoid
+    if (json v = config.value("routed_scaling_factor", json()); !v.is_null()) h.add_f32(a + ".expert_weights_scale", v.get<float>());
+    if (json v = config.value("norm_topk_prob", json()); !v.is_null()) h.add_bool(a + ".expert_weights_norm", v.get<bool>());
+    if (!nextn.is_null()) h.add_u32(a + ".nextn_predict_layers", nextn.get<uint32_t>());
+  }
   if (deepseek) {
     const bool has_moe = !config.value("n_routed_experts", json()).is_null();
     json dense = config.value("first_k_dense_replace", json());
@@ -547,7 +580,7 @@ std::string sequence_id(const json& step) {
 }  // namespace
 
 void add_tokenizer_keys(Header& h, const json& config, const json& tok, const json& tconf, const std::string& jinja,
-                        const std::string& where) {
+                        const std::string& where, const std::string& arch) {
   const json& model = tok.contains("model") ? tok["model"] : json();
   if (!model.is_object() || model.value("type", "") != "BPE")
     throw UnsupportedError(Where(where), "a GGUF output needs a byte-level BPE tokenizer.json (llama.cpp's gpt2 vocabulary); this one is " +
@@ -692,10 +725,22 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
     json v = config.value(std::string(typ) + "_token_id", json());
     if (v.is_number_integer()) set_id(typ, v.get<int64_t>());
   }
+  if (arch == "glm4moe") {  // _set_vocab_glm: tokenizer.get_added_vocab()[...], each where not set already
+    for (const auto& [typ, text] : std::vector<std::pair<std::string, std::string>>{
+             {"bos", "[gMASK]"}, {"eot", "<|user|>"}, {"unk", "<|endoftext|>"}, {"eom", "<|observation|>"}}) {
+      int64_t id = -1;
+      for (const json& a : added)
+        if (a.value("content", "") == text) id = a["id"].get<int64_t>();
+      if (id < 0)
+        throw UnsupportedError(Where(where), "a GGUF of glm4moe needs the added token '" + text + "' (the converter's _set_vocab_glm looks it up)");
+      set_id(typ, id);
+    }
+  }
   if (!merges.empty()) h.add_strings("tokenizer.ggml.merges", merges);
   static const std::map<std::string, std::string> id_keys{{"bos", "bos_token_id"}, {"eos", "eos_token_id"}, {"unk", "unknown_token_id"},
                                                           {"sep", "seperator_token_id"}, {"pad", "padding_token_id"},
-                                                          {"cls", "cls_token_id"}, {"mask", "mask_token_id"}};
+                                                          {"cls", "cls_token_id"}, {"mask", "mask_token_id"},
+                                                          {"eot", "eot_token_id"}, {"eom", "eom_token_id"}};
   for (const auto& [t, id] : ids) h.add_u32("tokenizer.ggml." + id_keys.at(t), static_cast<uint32_t>(id));
   for (const auto& [t, v] : add)
     if (t == "bos" || t == "eos" || t == "sep") h.add_bool("tokenizer.ggml.add_" + t + "_token", v);

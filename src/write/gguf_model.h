@@ -6,8 +6,8 @@
 //
 // Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
 // MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
-// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2); experts stacked per layer,
-// DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
+// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2), Glm4MoeForCausalLM (glm4moe);
+// experts stacked per layer, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
 // else, a tensor the table does not name, another rope type, or a tokenizer the converter would
 // treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: write/gguf_vocab.h) is
 // refused, UnsupportedError (exit 5) naming it.
@@ -38,7 +38,7 @@ struct Arch {
   // How its experts are saved and stacked: none; Qwen2MoeModel's mlp.experts.N.{down,gate,up}_proj
   // (emitted down, gate, up); LlamaModel's (Mixtral) block_sparse_moe.experts.N.w1/w2/w3 (emitted
   // w1 gate, w2 down, w3 up).
-  // DeepseekV2Model's are Qwen's too, counted by n_routed_experts.
+  // DeepseekV2Model's (and Glm4MoeModel's) are Qwen's too, counted by n_routed_experts.
   enum class Experts { None, Qwen, Mixtral, Deepseek } experts = Experts::None;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
@@ -101,8 +101,10 @@ void add_model_keys(Header& h, const Arch& arch, const nlohmann::json& config, c
                     const std::string& label, OutType out, const std::string& where);
 // The tokenizer's keys (tokenizer.ggml.*) as _set_vocab_gpt2 and gguf-py's SpecialVocab write them.
 // `tokenizer_config` null: none; `chat_template_jinja` "": no chat_template.jinja beside it.
+// `arch` glm4moe: _set_vocab_glm's special tokens too ([gMASK] bos, <|user|> eot, <|endoftext|> unk,
+// <|observation|> eom, each where not set already).
 void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer,
                         const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
-                        const std::string& where);
+                        const std::string& where, const std::string& arch = "");
 
 }  // namespace dcpctl::gguf

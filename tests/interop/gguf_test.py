@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16;
+    gguf_test.py DCPCTL [ARCH:OUTTYPE ...]     (default: main()'s cases;
                                                ARCH-tied: the head tied; ARCH-bf16: saved in bfloat16)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
@@ -71,7 +71,18 @@ ARCHS = {
         num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=32,
         kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
         topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
+    # GLM-4.5's layout (Glm4MoeModel): head_dim 32 (not hidden / heads), partial rotary 0.5 (rope
+    # dimension 16), attention biases, q/k norms, a dense first layer, a shared expert, expert
+    # groups, e_score_correction_bias; Qwen2's tokenizer with GLM's special tokens added
+    # (_set_vocab_glm looks them up), which keeps its pre-tokenizer digest.
+    "glm4moe": (transformers.Glm4MoeConfig, "qwen2", dict(
+        head_dim=32, attention_bias=True, use_qk_norm=True, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
+        routed_scaling_factor=2.5)),
 }
+
+# _set_vocab_glm's tokens, added to Qwen2's tokenizer for glm4moe (<|endoftext|> is Qwen2's own).
+GLM_TOKENS = ("[gMASK]", "<|user|>", "<|observation|>")
 
 
 def tiny_model(arch: str, out: Path) -> None:
@@ -85,6 +96,12 @@ def tiny_model(arch: str, out: Path) -> None:
     gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
     import json
     tok = json.loads((out / "tokenizer.json").read_text())
+    if arch == "glm4moe":
+        ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
+        for i, t in enumerate(GLM_TOKENS):
+            tok["added_tokens"].append({"id": max(ids) + 1 + i, "content": t, "single_word": False, "lstrip": False,
+                                        "rstrip": False, "normalized": False, "special": True})
+        (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
     torch.manual_seed(0)
     kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -95,6 +112,9 @@ def tiny_model(arch: str, out: Path) -> None:
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
+        for n, b in model.named_buffers():  # GLM's e_score_correction_bias, zeros otherwise
+            if n.endswith("e_score_correction_bias"):
+                b.uniform_(0.0, 0.1)
     if bf16:
         model = model.to(torch.bfloat16)
     model.save_pretrained(out)
@@ -173,7 +193,8 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
-    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0"]
+    cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
+                         "glm4moe:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001

@@ -103,3 +103,19 @@ TEST_CASE("gguf_model: experts stacked where the converter emits them, kv_b spli
   for (int i = 1; i < 4; ++i) t[i].name = "blk.0.ffn_up_exps.weight", t[i].shape = {4, 32, 64};
   CHECK(size_label(t) == "4x7.1K");
 }
+
+TEST_CASE("gguf_model: GLM-4.5's table as Glm4MoeModel maps it") {
+  // Glm4MoeModel: GLM4_MOE's table (post_attention_norm, q/k norms, shared experts, exp_probs_b),
+  // DeepSeek's MLA names refused, a layer past num_hidden_layers (MTP) refused.
+  nlohmann::json glm{{"architectures", {"Glm4MoeForCausalLM"}}, {"num_attention_heads", 4}, {"n_routed_experts", 2}, {"num_hidden_layers", 1}};
+  Arch g = arch_of(glm, "cfg");
+  CHECK(tensor_plan(g, glm, "model.layers.0.post_attention_layernorm.weight", {8}, out_type("f16"), "cfg").name ==
+        "blk.0.post_attention_norm.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.self_attn.k_norm.weight", {8}, out_type("f16"), "cfg").name == "blk.0.attn_k_norm.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.mlp.shared_experts.up_proj.weight", {8, 8}, out_type("f16"), "cfg").name ==
+        "blk.0.ffn_up_shexp.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.mlp.gate.e_score_correction_bias", {2}, out_type("f16"), "cfg").name ==
+        "blk.0.exp_probs_b.bias");
+  CHECK_THROWS_AS(tensor_plan(g, glm, "model.layers.0.self_attn.q_a_proj.weight", {8, 8}, out_type("f16"), "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"), UnsupportedError);
+}

@@ -115,7 +115,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
                                                    " bytes, more than --max-memory's " + std::to_string(plan.budget));
     gguf::Header h;
     gguf::add_model_keys(h, arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
-    gguf::add_tokenizer_keys(h, config_, tokenizer_, tokenizer_config_, jinja_, where_);
+    gguf::add_tokenizer_keys(h, config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
     offsets_.clear();
     for (const gguf::TensorPlan& tp : plans_) offsets_.push_back(h.add_tensor(tp.name, tp.shape, tp.type));
     header_ = h.bytes();
