@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <stdexcept>
 
 #include "util/error.h"
 #include "write/gguf_vocab.h"
@@ -94,10 +95,11 @@ Arch arch_of(const json& config, const std::string& where) {
   if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
   if (hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
   if (hf == "Glm4MoeForCausalLM") return {"glm4moe", false, Arch::Experts::Deepseek};
+  if (hf == "GptOssForCausalLM") return {"gpt-oss", false, Arch::Experts::GptOss};
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
                                            "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and "
-                                           "Glm4MoeForCausalLM)");
+                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM and "
+                                           "GptOssForCausalLM)");
 }
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
@@ -109,7 +111,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}};
+      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}, {"mlp.router", "ffn_gate_inp"}};
   // DeepseekV2Model's MLA and shared experts (kv_b_proj is split by plan_tensors).
   static const std::map<std::string, std::string> mla{
       {"self_attn.q_a_proj", "attn_q_a"},     {"self_attn.q_a_layernorm", "attn_q_a_norm"}, {"self_attn.q_b_proj", "attn_q_b"},
@@ -135,11 +137,11 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
     if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
-        (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek)
-                         ? m[2] == "mlp.gate"
-                         : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
-      // GLM4_MOE has no ffn_norm: post_attention_layernorm is its post_attention_norm.
-      const bool post = *gname == "ffn_norm" && glm;
+        (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
+                     : arch.experts == Arch::Experts::GptOss ? m[2] == "mlp.router"
+                                                             : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
+      // GLM4_MOE and GPT_OSS have no ffn_norm: post_attention_layernorm is their post_attention_norm.
+      const bool post = *gname == "ffn_norm" && (glm || arch.name == "gpt-oss");
       p.name = "blk." + m[1].str() + "." + (post ? std::string("post_attention_norm") : *gname) + "." + m[3].str();
       module = m[2];
     }
@@ -275,6 +277,52 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     if (arch.name == "glm4moe" && std::regex_match(in.key, m, layer_re) && layers >= 0 && std::stoll(m[1]) >= layers)
       throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is past config.json's num_hidden_layers " + std::to_string(layers) +
                                                               ": GLM's MTP (nextn) layers are not written into a GGUF by dcpctl yet");
+    if (arch.experts == Arch::Experts::GptOss) {
+      // GptOssModel: self_attn.sinks as attn_sinks.weight; the fused experts split (gate_up_proj:
+      // transposed, its even rows the gate, odd the up; down_proj transposed; their biases alike).
+      static const std::regex sinks_re(R"(model\.layers\.(\d+)\.self_attn\.sinks)");
+      static const std::regex fused_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks|_scales)?)");
+      if (std::regex_match(in.key, m, sinks_re)) {
+        TensorPlan p;
+        p.name = "blk." + m[1].str() + ".attn_sinks.weight";
+        p.inputs = {i};
+        p.shape = in.shape;
+        p.type = type_of(p.name, p.shape, out);
+        plans.push_back(std::move(p));
+        continue;
+      }
+      if (std::regex_match(in.key, m, fused_re)) {
+        const std::string blk = "blk." + m[1].str() + ".", proj = m[2], suffix = m[3];
+        if (suffix == "_blocks" || suffix == "_scales")
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is MXFP4 (the converter repacks it as ggml's MXFP4): "
+                                                                  "not written into a GGUF by dcpctl yet");
+        const bool bias = suffix == "_bias";
+        const size_t dims = bias ? 2 : 3;
+        if (in.shape.size() != dims || in.shape[0] != n_experts || (proj == "gate_up_proj" && in.shape.back() % 2 != 0))
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is not [" + std::to_string(n_experts) + " experts, " +
+                                                                  (bias ? "" : "rows, ") + (proj == "gate_up_proj" ? "2 x ffn" : "cols") +
+                                                                  "]: GPT-OSS's experts cannot be split");
+        auto add = [&](const std::string& name, char part, bool transpose, std::vector<int64_t> shape) {
+          TensorPlan p;
+          p.name = blk + name + (bias ? ".bias" : ".weight");
+          p.inputs = {i};
+          p.gate_up = part, p.transpose = transpose;
+          p.shape = std::move(shape);
+          p.type = type_of(p.name, p.shape, out);
+          plans.push_back(std::move(p));
+        };
+        const int64_t e = in.shape[0];
+        if (proj == "down_proj") {
+          if (bias) add("ffn_down_exps", 0, false, in.shape);
+          else add("ffn_down_exps", 0, true, {e, in.shape[2], in.shape[1]});
+        } else {
+          const int64_t ffn = in.shape.back() / 2;
+          for (char part : {'g', 'u'})
+            add(part == 'g' ? "ffn_gate_exps" : "ffn_up_exps", part, false, bias ? std::vector<int64_t>{e, ffn} : std::vector<int64_t>{e, ffn, in.shape[1]});
+        }
+        continue;
+      }
+    }
     if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
       int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
       if (xid >= n_experts)
@@ -311,6 +359,26 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
                                              " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
   return plans;
+}
+
+std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::vector<int64_t>& in) {
+  std::vector<float> out;
+  if (in.size() == 2 && p.gate_up) {  // a bias [E, 2F]: [..., off::2]
+    const int64_t e = in[0], f = in[1] / 2, off = p.gate_up == 'u';
+    out.reserve(static_cast<size_t>(e * f));
+    for (int64_t a = 0; a < e; ++a)
+      for (int64_t j = 0; j < f; ++j) out.push_back(x[a * 2 * f + 2 * j + off]);
+    return out;
+  }
+  if (in.size() != 3) throw std::logic_error("gguf: fused_part of a tensor that is not [experts, rows, cols]");
+  const int64_t e = in[0], r = in[1], c = in[2];
+  // transpose(-1, -2): out[a][j][k] = x[a][k][j]; gate_up then keeps the rows j = 2i + off.
+  const int64_t step = p.gate_up ? 2 : 1, off = p.gate_up == 'u', rows = c / step;
+  out.reserve(static_cast<size_t>(e * rows * r));
+  for (int64_t a = 0; a < e; ++a)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t k = 0; k < r; ++k) out.push_back(x[(a * r + k) * c + i * step + off]);
+  return out;
 }
 
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols) {
@@ -405,7 +473,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (!moe && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
-  const bool deepseek = a == "deepseek2", glm = a == "glm4moe";
+  const bool deepseek = a == "deepseek2", glm = a == "glm4moe", gpt_oss = a == "gpt-oss";
   // Glm4MoeModel counts the MTP (nextn) layers as blocks, whether or not the checkpoint holds them
   // (transformers' GLM does not; their tensors are refused by plan_tensors).
   const json nextn = glm ? config.value("num_nextn_predict_layers", json()) : json();
@@ -512,6 +580,10 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     if (json v = config.value("routed_scaling_factor", json()); !v.is_null()) h.add_f32(a + ".expert_weights_scale", v.get<float>());
     if (json v = config.value("norm_topk_prob", json()); !v.is_null()) h.add_bool(a + ".expert_weights_norm", v.get<bool>());
     if (!nextn.is_null()) h.add_u32(a + ".nextn_predict_layers", nextn.get<uint32_t>());
+  }
+  if (gpt_oss) {  // GptOssModel.set_gguf_parameters
+    h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(config, "sliding_window", where)));
+    h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(need_int(config, "intermediate_size", where)));
   }
   if (deepseek) {
     const bool has_moe = !config.value("n_routed_experts", json()).is_null();

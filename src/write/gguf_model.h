@@ -6,8 +6,8 @@
 //
 // Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
 // MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
-// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2), Glm4MoeForCausalLM (glm4moe);
-// experts stacked per layer, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
+// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2), Glm4MoeForCausalLM (glm4moe),
+// GptOssForCausalLM (gpt-oss); experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
 // else, a tensor the table does not name, another rope type, or a tokenizer the converter would
 // treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: write/gguf_vocab.h) is
 // refused, UnsupportedError (exit 5) naming it.
@@ -39,7 +39,9 @@ struct Arch {
   // (emitted down, gate, up); LlamaModel's (Mixtral) block_sparse_moe.experts.N.w1/w2/w3 (emitted
   // w1 gate, w2 down, w3 up).
   // DeepseekV2Model's (and Glm4MoeModel's) are Qwen's too, counted by n_routed_experts.
-  enum class Experts { None, Qwen, Mixtral, Deepseek } experts = Experts::None;
+  // GptOssModel's are fused per layer: mlp.experts.gate_up_proj [experts, hidden, 2 x ffn] (gate and
+  // up interleaved), down_proj [experts, ffn, hidden], and their biases.
+  enum class Experts { None, Qwen, Mixtral, Deepseek, GptOss } experts = Experts::None;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
@@ -59,9 +61,16 @@ struct TensorPlan {
   // transposed), 'v' v_b (its last v_head_dim rows); 0 none.
   char kv_b = 0;
   int64_t kv_b_heads = 0, kv_b_nope = 0, kv_b_v = 0;
+  // GptOssModel's fused experts: gate_up 'g' the even, 'u' the odd rows of gate_up_proj transposed
+  // ([experts, hidden, 2 x ffn] -> [experts, ffn, hidden]), or of its bias's last dimension
+  // ([experts, 2 x ffn] -> [experts, ffn]); transpose: the last two dimensions swapped (down_proj).
+  char gate_up = 0;
+  bool transpose = false;
 };
 // The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
+// The gate_up / transpose part (`p.gate_up`, `p.transpose`) of a float32 input of shape `in` at `x`.
+std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::vector<int64_t>& in);
 // The HF key's GGUF tensor; UnsupportedError naming the key when the table has none.
 TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std::string& key,
                        const std::vector<int64_t>& shape, OutType out, const std::string& where);

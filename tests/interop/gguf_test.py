@@ -79,6 +79,11 @@ ARCHS = {
         head_dim=32, attention_bias=True, use_qk_norm=True, n_routed_experts=4, num_experts_per_tok=2,
         moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
         routed_scaling_factor=2.5)),
+    # GPT-OSS (GptOssModel): attention sinks and biases, sliding window, yarn rope (the config's
+    # default), the experts fused as transformers saves them (gate_up_proj interleaved, down_proj,
+    # their biases), the router with its bias.
+    "gpt-oss": (transformers.GptOssConfig, "llama-bpe", dict(
+        head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=16)),
 }
 
 # _set_vocab_glm's tokens, added to Qwen2's tokenizer for glm4moe (<|endoftext|> is Qwen2's own).
@@ -194,7 +199,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
-                         "glm4moe:q8_0"]
+                         "glm4moe:q8_0", "gpt-oss:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001

@@ -6,7 +6,7 @@
 // tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
 // then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
-// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, or the values the
+// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
@@ -103,6 +103,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     std::vector<gguf::Input> inputs;
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
+      const bool mxfp4 = pt.key.size() > 7 && (pt.key.compare(pt.key.size() - 7, 7, "_blocks") == 0 || pt.key.compare(pt.key.size() - 7, 7, "_scales") == 0);
+      if (!info(pt.src).floating && mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss)
+        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is MXFP4 (the converter repacks it as ggml's MXFP4): "
+                                                                   "not written into a GGUF by dcpctl yet");
       if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
         throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
       inputs.push_back({pt.key, pt.t->shape});
@@ -148,6 +152,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           std::memcpy(f32.data() + at, permuted.data(), permuted.size());
         }
       }
+      if (tp.gate_up || tp.transpose) {  // GPT-OSS's fused experts: the gate or up part, transposed
+        std::vector<float> part = gguf::fused_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape);
+        f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
+      }
       if (tp.kv_b) {  // DeepSeek's kv_b_proj: its k_b or v_b part
         std::vector<float> part = gguf::kv_b_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape[1]);
         f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
@@ -172,7 +180,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
     for (size_t input : tp.inputs) {
       const PlannedTensor& pt = plan.tensors[order_[input]];
-      most = std::max(most, pt.t->nbytes() + (tp.permute_heads || tp.kv_b ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
+      most = std::max(most, pt.t->nbytes() + (tp.permute_heads || tp.kv_b || tp.gate_up || tp.transpose ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
     }
     const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
     return 4 * n + most + gguf::tensor_bytes(tp.type, n, row);
