@@ -139,7 +139,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
         (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
                      : arch.experts == Arch::Experts::GptOss ? m[2] == "mlp.router"
-                                                             : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
+                                                             : arch.experts == Arch::Experts::Mixtral &&
+                                                                   (m[2] == "block_sparse_moe.gate" || m[2] == "mlp.gate")))) {
       // GLM4_MOE and GPT_OSS have no ffn_norm: post_attention_layernorm is their post_attention_norm.
       const bool post = *gname == "ffn_norm" && (glm || arch.name == "gpt-oss");
       p.name = "blk." + m[1].str() + "." + (post ? std::string("post_attention_norm") : *gname) + "." + m[3].str();
@@ -244,6 +245,7 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     n_experts = n.get<int64_t>();
   }
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
+  std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input
   static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
   const bool deepseek = arch.name == "deepseek2";
   const int64_t layers = int_of(config, "num_hidden_layers");
@@ -323,6 +325,34 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         continue;
       }
     }
+    static const std::regex in_memory_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj))");
+    if (arch.experts != Arch::Experts::None && arch.experts != Arch::Experts::GptOss && std::regex_match(in.key, m, in_memory_re)) {
+      // transformers' in-memory experts: both of a layer's, then emitted as its experts saved one
+      // by one would be (the same place in key order: the experts' keys are adjacent either way).
+      const int64_t bid = std::stoll(m[1]);
+      auto& layer = fused[bid];
+      layer[m[2].str()] = i;
+      if (layer.size() < 2) continue;
+      const Input &gu = inputs[layer.at("gate_up_proj")], &down = inputs[layer.at("down_proj")];
+      if (gu.shape.size() != 3 || down.shape.size() != 3 || gu.shape[0] != n_experts || down.shape[0] != n_experts ||
+          gu.shape[1] != 2 * down.shape[2] || gu.shape[2] != down.shape[1])
+        throw UnsupportedError(Where(where, std::nullopt, gu.key), "'" + gu.key + "' and its down_proj are not [" + std::to_string(n_experts) +
+                                                                " experts, 2 x ffn, hidden] and [experts, hidden, ffn] (transformers' in-memory "
+                                                                "experts, not transposed): dcpctl does not write them into a GGUF");
+      const int64_t e = gu.shape[0], ffn = down.shape[2], hidden = down.shape[1];
+      for (const auto& [proj, gguf_name] : order) {
+        TensorPlan p;
+        p.name = "blk." + std::to_string(bid) + "." + gguf_name + ".weight";
+        const bool is_down = proj == "down_proj" || proj == "w2";
+        p.inputs = {layer.at(is_down ? "down_proj" : "gate_up_proj")};
+        if (!is_down) p.gate_up = proj == "gate_proj" || proj == "w1" ? 'G' : 'U';
+        p.shape = is_down ? std::vector<int64_t>{e, hidden, ffn} : std::vector<int64_t>{e, ffn, hidden};
+        p.type = type_of(p.name, p.shape, out);
+        plans.push_back(std::move(p));
+      }
+      fused.erase(bid);
+      continue;
+    }
     if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
       int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
       if (xid >= n_experts)
@@ -355,10 +385,22 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     p.inputs = {i};
     plans.push_back(std::move(p));
   }
+  if (!fused.empty()) {
+    const auto& [proj, k] = *fused.begin()->second.begin();
+    throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' has no " +
+                                                                  (proj == "down_proj" ? "gate_up_proj" : "down_proj") + " beside it: the experts cannot be written");
+  }
   if (!pending.empty())
     throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
                                              " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
   return plans;
+}
+
+std::string sort_key(const Arch& arch, const std::string& key) {
+  static const std::regex mixtral_mlp(R"((model\.layers\.\d+\.)mlp\.((?:experts|gate)\..*))");
+  std::smatch m;
+  if (arch.experts == Arch::Experts::Mixtral && std::regex_match(key, m, mixtral_mlp)) return m[1].str() + "block_sparse_moe." + m[2].str();
+  return key;
 }
 
 std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::vector<int64_t>& in) {
@@ -372,6 +414,12 @@ std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::ve
   }
   if (in.size() != 3) throw std::logic_error("gguf: fused_part of a tensor that is not [experts, rows, cols]");
   const int64_t e = in[0], r = in[1], c = in[2];
+  if (p.gate_up == 'G' || p.gate_up == 'U') {  // [E, 2F, H] -> rows [0, F) or [F, 2F) of each expert
+    const int64_t f = r / 2, off = p.gate_up == 'U' ? f : 0;
+    out.reserve(static_cast<size_t>(e * f * c));
+    for (int64_t a = 0; a < e; ++a) out.insert(out.end(), x + (a * r + off) * c, x + (a * r + off + f) * c);
+    return out;
+  }
   // transpose(-1, -2): out[a][j][k] = x[a][k][j]; gate_up then keeps the rows j = 2i + off.
   const int64_t step = p.gate_up ? 2 : 1, off = p.gate_up == 'u', rows = c / step;
   out.reserve(static_cast<size_t>(e * rows * r));

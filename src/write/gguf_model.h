@@ -38,7 +38,11 @@ struct Arch {
   // How its experts are saved and stacked: none; Qwen2MoeModel's mlp.experts.N.{down,gate,up}_proj
   // (emitted down, gate, up); LlamaModel's (Mixtral) block_sparse_moe.experts.N.w1/w2/w3 (emitted
   // w1 gate, w2 down, w3 up).
-  // DeepseekV2Model's (and Glm4MoeModel's) are Qwen's too, counted by n_routed_experts.
+  // DeepseekV2Model's (and Glm4MoeModel's) are Qwen's too, counted by n_routed_experts. Qwen's,
+  // Mixtral's and DeepSeek's may also come in transformers' in-memory form (a DCP checkpoint of a
+  // transformers-5 model): mlp.experts.gate_up_proj [experts, 2 x ffn, hidden] (the gate rows, then
+  // the up rows) and mlp.experts.down_proj [experts, hidden, ffn], Mixtral's under mlp. too; written
+  // as the converter writes the same model saved per expert.
   // GptOssModel's are fused per layer: mlp.experts.gate_up_proj [experts, hidden, 2 x ffn] (gate and
   // up interleaved), down_proj [experts, ffn, hidden], and their biases.
   enum class Experts { None, Qwen, Mixtral, Deepseek, GptOss } experts = Experts::None;
@@ -63,7 +67,9 @@ struct TensorPlan {
   int64_t kv_b_heads = 0, kv_b_nope = 0, kv_b_v = 0;
   // GptOssModel's fused experts: gate_up 'g' the even, 'u' the odd rows of gate_up_proj transposed
   // ([experts, hidden, 2 x ffn] -> [experts, ffn, hidden]), or of its bias's last dimension
-  // ([experts, 2 x ffn] -> [experts, ffn]); transpose: the last two dimensions swapped (down_proj).
+  // ([experts, 2 x ffn] -> [experts, ffn]); 'G' the first, 'U' the second half of transformers'
+  // in-memory gate_up_proj's rows ([experts, 2 x ffn, hidden] -> [experts, ffn, hidden]);
+  // transpose: the last two dimensions swapped (down_proj).
   char gate_up = 0;
   bool transpose = false;
 };
@@ -80,7 +86,11 @@ struct Input {
   std::string key;
   std::vector<int64_t> shape;
 };
-// Every GGUF tensor of a model whose tensors are `inputs` (sorted by key, as the converter reads a
+// The key `inputs` are sorted by: the key itself, or for Mixtral's in-memory form
+// (model.layers.N.mlp.{experts,gate}) the key its safetensors file has (block_sparse_moe.), so that
+// the tensors come in the converter's order.
+std::string sort_key(const Arch& arch, const std::string& key);
+// Every GGUF tensor of a model whose tensors are `inputs` (sorted by sort_key, as the converter reads a
 // safetensors file), in the converter's order: the generated ones first (rope_freqs), then each as
 // its key comes, a layer's experts stacked where the last of them comes (the converter buffers
 // them until it has all n_experts x 3). UnsupportedError naming a key the table has none for, or

@@ -127,12 +127,23 @@ def tiny_model(arch: str, out: Path) -> None:
 
 def dcp_of(hf: Path, out: Path) -> None:
     """A trainer's state dict: a tied head saved as lm_head.weight too (dcpctl leaves it out, as
-    save_pretrained does)."""
+    save_pretrained does). A mixture of experts (but GPT-OSS, whose saved form is its in-memory one):
+    the model's state dict as transformers 5 holds it in memory, its experts fused per layer
+    (mlp.experts.gate_up_proj [experts, 2 x ffn, hidden], down_proj; Mixtral's under mlp.), which
+    save_pretrained turns back into one tensor per expert: dcpctl writes what the converter writes
+    from that folder."""
     import json
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
     out.mkdir(parents=True)
     sd = load_file(hf / "model.safetensors")
+    cfg = json.loads((hf / "config.json").read_text())
+    if any(cfg.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts")) and \
+            cfg["architectures"][0] != "GptOssForCausalLM":
+        model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype="auto")
+        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if not any(k.endswith("mlp.experts.gate_up_proj") for k in sd):
+            raise AssertionError(f"{hf}: transformers holds no fused experts: {sorted(sd)[:8]}")
     if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     dcp.save(sd, checkpoint_id=str(out), no_dist=True)

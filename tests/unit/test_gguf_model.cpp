@@ -154,3 +154,51 @@ TEST_CASE("gguf_model: GPT-OSS's fused experts split as GptOssModel splits them"
                   UnsupportedError);
   CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {3, 4, 3}}}, out_type("f16"), "cfg"), UnsupportedError);
 }
+
+TEST_CASE("gguf_model: transformers' in-memory experts written as the same model saved per expert") {
+  // Qwen3-MoE: gate_up_proj [2 experts, 2 x 2 ffn, 3 hidden], down_proj [2, 3, 2]: emitted down, gate,
+  // up at the later of the two, before the router, as Qwen2MoeModel emits the per-expert tensors.
+  nlohmann::json config{{"architectures", {"Qwen3MoeForCausalLM"}}, {"num_attention_heads", 4}, {"num_experts", 2}};
+  Arch a = arch_of(config, "cfg");
+  std::vector<Input> in{{"model.layers.0.mlp.experts.down_proj", {2, 3, 2}},
+                        {"model.layers.0.mlp.experts.gate_up_proj", {2, 4, 3}},
+                        {"model.layers.0.mlp.gate.weight", {2, 3}}};
+  std::vector<TensorPlan> p = plan_tensors(a, config, in, out_type("f16"), "cfg");
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].name == "blk.0.ffn_down_exps.weight");
+  CHECK(p[0].inputs == std::vector<size_t>{0});
+  CHECK(p[0].gate_up == 0);
+  CHECK(p[0].shape == std::vector<int64_t>{2, 3, 2});
+  CHECK(p[1].name == "blk.0.ffn_gate_exps.weight");
+  CHECK(p[1].gate_up == 'G');
+  CHECK(p[1].shape == std::vector<int64_t>{2, 2, 3});
+  CHECK(p[2].name == "blk.0.ffn_up_exps.weight");
+  CHECK(p[2].gate_up == 'U');
+  CHECK(p[3].name == "blk.0.ffn_gate_inp.weight");
+  // torch: arange(24).reshape(2, 4, 3).chunk(2, dim=1): gate, up.
+  std::vector<float> x(24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  CHECK(fused_part(p[1], x.data(), {2, 4, 3}) == std::vector<float>{0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16, 17});
+  CHECK(fused_part(p[2], x.data(), {2, 4, 3}) == std::vector<float>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21, 22, 23});
+  // Transposed ([experts, hidden, 2 x ffn]) or alone: refused.
+  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {2, 2, 3}}, {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}}},
+                               out_type("f16"), "cfg"),
+                  UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.gate_up_proj", {2, 4, 3}}}, out_type("f16"), "cfg"), UnsupportedError);
+
+  // Mixtral: sorted as its safetensors keys (block_sparse_moe. before input_layernorm), emitted
+  // gate, down, up as LlamaModel emits w1, w2, w3.
+  nlohmann::json mixtral{{"architectures", {"MixtralForCausalLM"}}, {"num_attention_heads", 4}, {"num_local_experts", 2}};
+  Arch mx = arch_of(mixtral, "cfg");
+  CHECK(sort_key(mx, "model.layers.0.mlp.experts.gate_up_proj") == "model.layers.0.block_sparse_moe.experts.gate_up_proj");
+  CHECK(sort_key(mx, "model.layers.0.mlp.gate.weight") == "model.layers.0.block_sparse_moe.gate.weight");
+  CHECK(sort_key(mx, "model.layers.0.input_layernorm.weight") == "model.layers.0.input_layernorm.weight");
+  CHECK(sort_key(a, "model.layers.0.mlp.gate.weight") == "model.layers.0.mlp.gate.weight");
+  p = plan_tensors(mx, mixtral, in, out_type("f16"), "cfg");
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].name == "blk.0.ffn_gate_exps.weight");
+  CHECK(p[0].gate_up == 'G');
+  CHECK(p[1].name == "blk.0.ffn_down_exps.weight");
+  CHECK(p[2].name == "blk.0.ffn_up_exps.weight");
+  CHECK(p[3].name == "blk.0.ffn_gate_inp.weight");
+}

@@ -99,7 +99,9 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(o_.output), "a GGUF output is written by one process: run consolidate without torchrun");
     order_.resize(plan.tensors.size());
     std::iota(order_.begin(), order_.end(), size_t{0});
-    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return plan.tensors[a].key < plan.tensors[b].key; });
+    std::vector<std::string> keys;
+    for (const PlannedTensor& pt : plan.tensors) keys.push_back(gguf::sort_key(arch_, pt.key));
+    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
     std::vector<gguf::Input> inputs;
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
