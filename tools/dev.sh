@@ -332,10 +332,12 @@ case "$cmd" in
       run_tests build
     else
       # What the sanitizer pass runs below runs there only: the write paths labelled sanitize,
-      # checked by the same real torch, and the damaged-items sweep (label instrumented). The every-byte
+      # checked by the same real torch, the damaged-items sweep (label instrumented), and every test
+      # it runs whole (label asan in this tree too: tests/CMakeLists.txt). The every-byte
       # .metadata sweeps and the CRC flips (label sweep) run here, five times faster than
-      # instrumented; the sanitizer pass runs the strided sample of the same cuts and the fuzzers.
-      run_tests build -LE 'instrumented|sanitize'
+      # instrumented, and so does the whole of each test the sanitizer pass samples (--sanitized);
+      # the sanitizer pass runs the strided sample of the same cuts and the fuzzers.
+      run_tests build -LE 'instrumented|sanitize|asan'
     fi
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
       build_asan

@@ -154,17 +154,8 @@ class ArgsChecker {
     if (it == config_.end() || it->is_null()) return std::nullopt;
     return *it;
   }
-  // A RoPE setting: rope_parameters, the top level, then rope_scaling (older spellings).
-  std::optional<std::pair<json, std::string>> rope(const std::string& key) const {
-    for (const char* where : {"rope_parameters", "rope_scaling"}) {
-      auto it = config_.find(where);
-      if (it != config_.end() && it->is_object() && it->contains(key) && !(*it)[key].is_null())
-        return std::make_pair((*it)[key], std::string(where) + "." + key);
-      if (std::string(where) == "rope_parameters")
-        if (auto top = stated(key)) return std::make_pair(*top, key);
-    }
-    return std::nullopt;
-  }
+  // A RoPE setting (config_rope_field).
+  std::optional<std::pair<json, std::string>> rope(const std::string& key) const { return config_rope_field(config_, key); }
   // config.json's `key` as written, null included (nullopt: absent).
   std::optional<json> given(const std::string& key) const {
     auto it = config_.find(key);
@@ -777,6 +768,17 @@ void throw_config_contradiction(const std::string& config_path, const std::strin
       "\n  the exported model would compute something else than the one trained: correct config.json (--assets DIR, "
       "--config FILE)";
   throw UnsupportedError(Where(config_path), text);
+}
+
+std::optional<std::pair<json, std::string>> config_rope_field(const json& config, const std::string& key) {
+  auto stated = [](const json& o, const std::string& k) { return o.is_object() && o.contains(k) && !o[k].is_null(); };
+  for (const char* where : {"rope_parameters", "", "rope_scaling"}) {
+    const json& o = *where ? config.value(where, json()) : config;
+    if (stated(o, key)) return std::make_pair(o[key], *where ? std::string(where) + "." + key : key);
+    if (std::string(where) == "rope_scaling" && key == "rope_type" && stated(o, "type"))
+      return std::make_pair(o["type"], std::string("rope_scaling.type"));
+  }
+  return std::nullopt;
 }
 
 void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConfig& config) {

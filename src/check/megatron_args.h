@@ -152,4 +152,10 @@ void check_megatron_map(const Checkpoint& saved, MappedModel& map, const MapConf
 [[noreturn]] void throw_config_contradiction(const std::string& config_path, const std::string& header,
                                              const std::vector<std::string>& problems);
 
+// config.json's RoPE field `key` (not null) and how it is spelled there, for both checks:
+// rope_parameters.KEY, then the top level's KEY, then rope_scaling.KEY (transformers < 5), and for
+// rope_type rope_scaling.type (transformers < 5's name for it); nullopt where none is given.
+std::optional<std::pair<nlohmann::json, std::string>> config_rope_field(const nlohmann::json& config,
+                                                                        const std::string& key);
+
 }  // namespace dcpctl

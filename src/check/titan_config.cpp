@@ -113,17 +113,9 @@ class RowChecker {
     const std::string name = rope ? field.substr(5) : field;
     auto stated = [&](const json& o, const std::string& k) { return o.is_object() && o.contains(k) && !o[k].is_null(); };
     if (rope) {
-      for (const char* where : {"rope_parameters", "", "rope_scaling"}) {
-        const json& o = *where ? config_.value(where, json()) : config_;
-        if (stated(o, name)) {
-          *from = "config.json";
-          return std::make_pair(o[name], *where ? std::string(where) + "." + name : name);
-        }
-        // transformers < 5: the RoPE type as rope_scaling.type
-        if (std::string(where) == "rope_scaling" && name == "rope_type" && stated(o, "type")) {
-          *from = "config.json";
-          return std::make_pair(o["type"], std::string("rope_scaling.type"));
-        }
+      if (auto got = config_rope_field(config_, name)) {
+        *from = "config.json";
+        return got;
       }
     } else if (stated(config_, name)) {
       *from = "config.json";

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 
+#include "item/torch_checkpointing.h"
 #include "item/torch_zip.h"
 #include "item/transforms.h"
 #include "meta/derived.h"
@@ -356,6 +357,15 @@ const ReadFile& ItemReader::watched_item_file(const BytesMeta& bm) const {
 std::unique_ptr<pickle::Tree> ItemReader::read_bytes(const BytesMeta& bm) const {
   const StorageRef& ref = bm.storage;
   Opened o = open(ref, bm.fqn, bytes_item_cap(ref));
+  if (ref.format == ItemFormat::Raw) {  // the value's own bytes: torch_checkpointing's JSON and raw items
+    if (o.src->size() > limits_.max_pickle_bytes)
+      throw UnsupportedError(o.where, "a non-tensor item of " + std::to_string(o.src->size()) +
+                                          " bytes, more than dcpctl decodes (" +
+                                          std::to_string(limits_.max_pickle_bytes) + ")");
+    std::string bytes(static_cast<size_t>(o.src->size()), '\0');
+    o.src->read(0, bytes.data(), bytes.size());
+    return tc::value_tree(bytes, tc::json_item_file(ck_.md.files.at(ref.file)), o.where);
+  }
   if (!o.zip) throw FormatError(o.where, "non-tensor item is not a torch.save archive");
   std::vector<uint8_t> pkl = o.zip->read_small("data.pkl", limits_.max_pickle_bytes);
   pickle::ParseOptions po;

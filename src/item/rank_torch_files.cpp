@@ -15,15 +15,18 @@
 //
 // DeviceMesh's state holds `_coordinate_on_dim`, the saving rank's coordinate on the mesh, and
 // the mesh's shape: a `mesh` tensor up to torch 2.14, `_layout`'s axes (_FlatLayout shapes) in
-// 2.15. Placements are Shard(dim) or Replicate() per mesh dimension. Tensors FSDP leaves whole
-// (buffers) are plain tensors in every rank's file. Nothing here is executed: the classes are
-// names the restricted VM records.
+// 2.15. Placements are Shard(dim), _StridedShard(dim, split_factor) or Replicate() per mesh
+// dimension. Tensors FSDP leaves whole (buffers) are plain tensors in every rank's file. Nothing
+// here is executed: the classes are names the restricted VM records.
 //
 // The view (one Metadata, every chunk a Raw item inside its rank's zip, CRC-checked as read):
 // - a DTensor's chunk on a rank is placed the way torch's compute_local_shape_and_global_offset
-//   places it: for each mesh dimension in order, Shard(d) cuts the current extent of dim d into
-//   torch.chunk pieces (ceil(n / mesh size), the last ones shorter or empty); the local tensor's
-//   shape must be exactly that (FormatError otherwise). _StridedShard, Partial and a non-default
+//   places it (item/dtensor_slices.h, shared with torch_checkpointing's safetensors layout): for
+//   each mesh dimension in order, Shard(d) cuts the current extent of dim d into torch.chunk
+//   pieces (ceil(n / mesh size), the last ones shorter or empty), and _StridedShard(d,
+//   split_factor=f) (FSDP2 over tensor parallel) takes this coordinate's piece of each of f
+//   pieces, so a local tensor may be several boxes of the global one (each its own chunk); the
+//   local tensor's shape must be exactly that (FormatError otherwise). Partial and a non-default
 //   shard order are refused (UnsupportedError naming the key). A local tensor saved as a strided
 //   view (torch 2.6 keeps a Shard(1) shard as a view into its padded storage) is read as runs of
 //   its contiguous trailing dims, one chunk each;
@@ -49,6 +52,7 @@
 #include <memory>
 #include <set>
 
+#include "item/dtensor_slices.h"
 #include "item/tensor_blob.h"
 #include "item/torch_file.h"
 #include "meta/geometry.h"
@@ -61,11 +65,6 @@ using pickle::Kind;
 using pickle::Value;
 
 namespace {
-
-// A placement per mesh dimension: Shard(dim) (dim >= 0) or Replicate() (dim == -1).
-struct Placement {
-  int64_t shard_dim = -1;
-};
 
 // One rank's piece of one tensor.
 struct RankPiece {
@@ -132,7 +131,7 @@ struct Leaf {
   bool dtensor = false;
   std::vector<int64_t> global_shape;
   std::optional<DType> global_dtype;
-  std::vector<Placement> placements;
+  std::vector<MeshPlacement> placements;
   std::string placements_text;
   std::optional<std::vector<int64_t>> coordinate;  // nullopt: this rank is not on the mesh
   std::optional<std::vector<int64_t>> mesh_shape;  // nullopt: the pickle does not say
@@ -200,22 +199,34 @@ Leaf read_leaf(const Value& v_in, const Where& w) {
     throw FormatError(w, "DTensorSpec has no placements tuple");
   leaf.placements_text = "(";
   for (const Value& p : placements->items()) {
-    Placement pl;
-    if (class_named(p, "Shard")) {
+    MeshPlacement pl;
+    const bool strided = class_named(p, "_StridedShard");
+    if (strided || class_named(p, "Shard")) {
+      const char* name = strided ? "_StridedShard" : "Shard";
       const Value* dim = attr(p, "dim");
-      if (!dim || dim->kind != Kind::Int) throw FormatError(w, "Shard placement without an int dim");
-      pl.shard_dim = dim->as_int();
-      if (pl.shard_dim < 0) pl.shard_dim += static_cast<int64_t>(leaf.global_shape.size());
-      if (pl.shard_dim < 0 || pl.shard_dim >= static_cast<int64_t>(leaf.global_shape.size()))
-        throw FormatError(w, "Shard(dim=" + std::to_string(dim->as_int()) + ") of a " + std::to_string(leaf.global_shape.size()) +
-                                 "-dim tensor");
-      leaf.placements_text += "Shard(dim=" + std::to_string(pl.shard_dim) + "),";
+      if (!dim || dim->kind != Kind::Int) throw FormatError(w, std::string(name) + " placement without an int dim");
+      pl.kind = strided ? MeshPlacement::StridedShard : MeshPlacement::Shard;
+      pl.dim = dim->as_int();
+      if (pl.dim < 0) pl.dim += static_cast<int64_t>(leaf.global_shape.size());
+      if (pl.dim < 0 || pl.dim >= static_cast<int64_t>(leaf.global_shape.size()))
+        throw FormatError(w, std::string(name) + "(dim=" + std::to_string(dim->as_int()) + ") of a " +
+                                 std::to_string(leaf.global_shape.size()) + "-dim tensor");
+      if (strided) {
+        const Value* sf = attr(p, "split_factor");
+        if (!sf || sf->kind != Kind::Int || sf->as_int() < 1)
+          throw FormatError(w, "_StridedShard placement without a positive int split_factor");
+        pl.split_factor = sf->as_int();
+        leaf.placements_text +=
+            "_StridedShard(dim=" + std::to_string(pl.dim) + ", split_factor=" + std::to_string(pl.split_factor) + "),";
+      } else {
+        leaf.placements_text += "Shard(dim=" + std::to_string(pl.dim) + "),";
+      }
     } else if (class_named(p, "Replicate")) {
       leaf.placements_text += "Replicate(),";
     } else {
-      throw UnsupportedError(w, "DTensor placement " + global_name(p) +
-                                    " (only Shard and Replicate are read; _StridedShard comes from FSDP over tensor "
-                                    "parallel, Partial from an unreduced value)");
+      throw UnsupportedError(
+          w, "DTensor placement " + global_name(p) +
+                 " (only Shard, _StridedShard and Replicate are read; Partial comes from an unreduced value)");
     }
     leaf.placements.push_back(pl);
   }
@@ -245,14 +256,6 @@ Leaf read_leaf(const Value& v_in, const Where& w) {
     throw FormatError(w, "a " + std::to_string(leaf.mesh_shape->size()) + "-dim mesh with " + std::to_string(leaf.placements.size()) +
                              " placements");
   return leaf;
-}
-
-// torch's _local_shard_size_and_offset (torch.chunk semantics).
-std::pair<int64_t, int64_t> chunk_of(int64_t extent, int64_t pieces, int64_t index) {
-  int64_t full = (extent + pieces - 1) / pieces;
-  int64_t start = full * index;
-  if (start >= extent) return {0, extent};
-  return {std::min(extent, start + full) - start, start};
 }
 
 bool same_bytes(const ReadFile& a, uint64_t ao, const ReadFile& b, uint64_t bo, uint64_t n) {
@@ -518,32 +521,57 @@ Checkpoint open_rank_file_set(RankFileSet set) {
           if (l.coordinate)
             for (size_t d = 0; d < mesh.size(); ++d) mesh[d] = std::max(mesh[d], (*l.coordinate)[d] + 1);
       }
+      std::vector<RankPiece> boxes;  // a piece per box of the global tensor each local tensor holds
       for (size_t i = 0; i < g.pieces.size(); ++i) {
         RankPiece& p = g.pieces[i];
         const Leaf& l = ls[i];
         std::string path = join_path(dir, md.files[p.file]);
-        std::vector<int64_t> offs(g.shape.size(), 0), sizes = g.shape;
-        if (!l.coordinate) {
-          std::fill(sizes.begin(), sizes.end(), 0);  // not on the mesh: holds nothing
-        } else {
-          for (size_t d = 0; d < l.placements.size(); ++d) {
-            int64_t c = (*l.coordinate)[d];
-            if (c < 0 || c >= mesh[d])
-              throw FormatError(Where(path, std::nullopt, g.fqn), "mesh coordinate " + dims_text(*l.coordinate) + " outside a mesh of " +
-                                                                      dims_text(mesh));
-            int64_t sd = l.placements[d].shard_dim;
-            if (sd < 0) continue;
-            auto [n, start] = chunk_of(sizes[sd], mesh[d], c);
-            sizes[sd] = n;
-            offs[sd] += start;
-          }
+        Where w(path, std::nullopt, g.fqn);
+        std::vector<int64_t> sizes(g.shape.size(), 0);
+        std::vector<IndexRuns> runs;
+        if (l.coordinate) {  // not on the mesh: holds nothing
+          runs = local_index_runs(g.shape, mesh, *l.coordinate, l.placements, w);
+          sizes = local_shape(runs);
         }
         if (sizes != p.sizes)
-          throw FormatError(Where(path, std::nullopt, g.fqn), "local shape " + dims_text(p.sizes) + ", but " + g.placements_text +
-                                                                  " of " + dims_text(g.shape) + " on a mesh of " + dims_text(mesh) +
-                                                                  " gives " + dims_text(sizes) + " at this rank's coordinate");
-        p.offsets = offs;
+          throw FormatError(w, "local shape " + dims_text(p.sizes) + ", but " + g.placements_text + " of " +
+                                   dims_text(g.shape) + " on a mesh of " + dims_text(mesh) + " gives " +
+                                   dims_text(sizes) + " at this rank's coordinate");
+        uint64_t numel = 1;
+        for (int64_t s : sizes) numel *= static_cast<uint64_t>(s);
+        if (!l.coordinate || numel == 0) {
+          p.offsets.assign(g.shape.size(), 0);
+          boxes.push_back(std::move(p));
+          continue;
+        }
+        // Every combination of one run per dim is a box: global offsets at the runs' starts,
+        // local ones where the runs sit in the local tensor (one box unless a _StridedShard's
+        // runs lie apart).
+        const size_t nd = g.shape.size();
+        std::vector<size_t> at(nd, 0);
+        for (;;) {
+          RankPiece b = p;
+          b.offsets.resize(nd);
+          b.sizes.resize(nd);
+          int64_t elem = 0;
+          uint64_t n = 1;
+          for (size_t d = 0; d < nd; ++d) {
+            int64_t lo = 0;
+            for (size_t r = 0; r < at[d]; ++r) lo += runs[d][r].length;
+            b.offsets[d] = runs[d][at[d]].start;
+            b.sizes[d] = runs[d][at[d]].length;
+            elem += lo * p.stride[d];
+            n *= static_cast<uint64_t>(b.sizes[d]);
+          }
+          b.ref.offset = p.ref.offset + static_cast<uint64_t>(elem) * p.item;
+          b.ref.length = n * p.item;
+          boxes.push_back(std::move(b));
+          size_t d = nd;
+          while (d > 0 && ++at[d - 1] == runs[d - 1].size()) at[--d] = 0;
+          if (d == 0) break;
+        }
       }
+      g.pieces = std::move(boxes);
     } else {
       for (RankPiece& p : g.pieces) {
         p.offsets.assign(g.shape.size(), 0);

@@ -25,12 +25,17 @@
 //                      placed by metadata.pkl's sharding metadata (item/tc_safetensors.cpp);
 //                      TorchSerialization at a custom path (`rank_{rank}/model.pt`, filled in per
 //                      rank, sub-folders allowed, never leaving the folder) is read as the default
-//                      files are. JSON and raw-bytes items hold no tensors and are not read
-//                      (0.1.1 records only items with sharding metadata, so usually nothing on
-//                      disk says which files they are); they are never taken for tensors. Other
-//                      layout types are refused (UnsupportedError naming torch_checkpointing and
-//                      the layout), as are `<item>_<rank>.safetensors` files without metadata.pkl
-//                      (nothing places them).
+//                      files are. JSON and raw-bytes items (JsonSerialization: json.dumps of the
+//                      value, sort_keys, indent 4; RawSerialization: the bytes as given) are
+//                      non-tensor items: 0.1.1 records only items with sharding metadata, so
+//                      their files are found by name (`<item>_<rank>[.ext]`, not claimed by
+//                      another item, sub-folders too: `config_0.json`, `extra/blob_0.bin`), or
+//                      where metadata.pkl records them; each is one bytes item holding its lowest
+//                      rank's file (ItemFormat::Raw, decoded by the item reader through
+//                      tc::value_tree: `.json` the JSON value, else bytes). Other layout types
+//                      are refused (UnsupportedError naming torch_checkpointing and the layout),
+//                      as are `<item>_<rank>.safetensors` files without metadata.pkl (nothing
+//                      places them).
 //
 // Keys are `<item>.<flattened key>` (DCP's flattening, so a dcp.save twin of the same payload has
 // the same keys); non-tensor leaves (an optimizer's param_groups, a step count) are kept as values
@@ -41,9 +46,11 @@
 // (meta/run_folder.cpp). An HF-looking folder of `<item>_<R>.safetensors` local shards without
 // metadata.pkl is refused by the safetensors row (meta/readers.cpp refuse_local_shards).
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <set>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +61,7 @@
 #include "pickle/repr.h"
 #include "pickle/vm.h"
 #include "store/file.h"
+#include "write/pickler.h"
 
 namespace dcpctl {
 
@@ -230,6 +238,140 @@ void check_inside(const std::string& rel, const Where& where) {
   if (bad) throw FormatError(where, "file_path '" + rel + "' leaves the checkpoint folder");
 }
 
+bool json_item_file(const std::string& path) {
+  return ends_with(path, ".json");
+}
+
+namespace {
+
+// Python's json.loads reads NaN, Infinity and -Infinity (json.dumps writes them for such floats),
+// which JSON has not: outside strings each becomes a sentinel string, turned back into the float
+// once parsed. nullopt when the text has none of them.
+constexpr const char* kPyFloat = "\\u0001dcpctl-py-float:";     // as written in the text (an escape)
+constexpr const char* kPyFloatParsed = "\x01" "dcpctl-py-float:";  // as parsed
+
+std::optional<std::pair<std::string, size_t>> python_floats_as_strings(const std::string& t) {
+  std::string out;
+  size_t n = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_str) {
+      out.push_back(c);
+      if (c == '\\' && i + 1 < t.size())
+        out.push_back(t[++i]);
+      else if (c == '"')
+        in_str = false;
+      continue;
+    }
+    const char* token = t.compare(i, 3, "NaN") == 0         ? "NaN"
+                        : t.compare(i, 8, "Infinity") == 0  ? "Infinity"
+                        : t.compare(i, 9, "-Infinity") == 0 ? "-Infinity"
+                                                            : nullptr;
+    if (token) {
+      out += std::string("\"") + kPyFloat + token + "\"";
+      i += std::char_traits<char>::length(token) - 1;
+      ++n;
+      continue;
+    }
+    if (c == '"') in_str = true;
+    out.push_back(c);
+  }
+  if (n == 0) return std::nullopt;
+  return std::make_pair(std::move(out), n);
+}
+
+// The sentinels back into floats; how many were found (a string of the input that spells one
+// too makes the count differ).
+size_t restore_python_floats(nlohmann::json& v, int depth) {
+  if (depth > 1000) throw std::length_error("JSON nested too deep");
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    const std::string prefix = kPyFloatParsed;
+    if (s.compare(0, prefix.size(), prefix) != 0) return 0;
+    const std::string token = s.substr(prefix.size());
+    const double inf = std::numeric_limits<double>::infinity();
+    v = token == "NaN" ? std::numeric_limits<double>::quiet_NaN() : token == "Infinity" ? inf : -inf;
+    return 1;
+  }
+  size_t n = 0;
+  if (v.is_array() || v.is_object())
+    for (auto& e : v) n += restore_python_floats(e, depth + 1);
+  return n;
+}
+
+// A JSON value as the Python value json.loads gives: None, bool, int (past int64 too, up to
+// uint64), float, str, list, dict (keys memoized). (write/formats/megatron.cpp pickles Megatron's
+// args from JSON alike, within 64-bit ints.) std::length_error past 1000 levels of nesting, where
+// Python's json stops (its recursion limit).
+void pickle_json(Pickler& p, const nlohmann::json& v, int depth) {
+  if (depth > 1000) throw std::length_error("JSON nested too deep");
+  if (v.is_null()) return p.none();
+  if (v.is_boolean()) return p.boolean(v.get<bool>());
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    const uint64_t u = v.get<uint64_t>();
+    std::string le;
+    for (int i = 0; i < 8; ++i) le.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
+    le.push_back('\0');  // positive: a sign byte
+    return p.big_integer(le);
+  }
+  if (v.is_number_integer()) return p.integer(v.get<int64_t>());
+  if (v.is_number()) return p.floating(v.get<double>());
+  if (v.is_string()) return p.str(v.get_ref<const std::string&>());
+  if (v.is_array()) {
+    p.empty_list();
+    if (v.empty()) return;
+    p.mark();
+    for (const auto& e : v) pickle_json(p, e, depth + 1);
+    return p.appends();
+  }
+  p.empty_dict();
+  if (v.empty()) return;
+  p.mark();
+  for (const auto& [k, e] : v.items()) {
+    p.str(k, true);
+    pickle_json(p, e, depth + 1);
+  }
+  p.setitems();
+}
+
+}  // namespace
+
+std::unique_ptr<pickle::Tree> value_tree(const std::string& bytes, bool json, const Where& where) {
+  Pickler p(2);
+  if (json) {
+    nlohmann::json j;
+    try {
+      try {
+        j = nlohmann::json::parse(bytes);
+      } catch (const nlohmann::json::parse_error&) {
+        auto py = python_floats_as_strings(bytes);
+        if (!py) throw;
+        j = nlohmann::json::parse(py->first);
+        if (restore_python_floats(j, 0) != py->second)
+          throw UnsupportedError(
+              where,
+              "torch_checkpointing: a JSON item holding NaN or Infinity and a string that spells dcpctl's "
+              "stand-in for them");
+      }
+      pickle_json(p, j, 0);
+    } catch (const nlohmann::json::parse_error& e) {
+      if (bytes.find("\\ud") != std::string::npos || bytes.find("\\uD") != std::string::npos)
+        throw UnsupportedError(where, std::string("torch_checkpointing: a JSON item dcpctl does not parse (") +
+                                          e.what() + "); Python's json may read it (a lone surrogate escape)");
+      throw FormatError(where, std::string("a JSON item (JsonSerialization) that does not parse: ") + e.what());
+    } catch (const std::length_error&) {
+      throw FormatError(where, "a JSON item nested deeper than Python's json reads (1000 levels)");
+    }
+  } else {
+    p.bytes(bytes);
+  }
+  p.stop();
+  pickle::ParseOptions po;
+  po.source = where.file;
+  return pickle::parse(ByteSpan(reinterpret_cast<const uint8_t*>(p.data().data()), p.data().size()), po);
+}
+
 std::string Metadata::item_layout(const std::string& item) const {
   auto it = layouts.find(item);
   if (it == layouts.end()) return "";
@@ -301,6 +443,104 @@ void check_against_metadata(Checkpoint& ck, const std::string& meta_path, const 
                                "metadata.pkl names this " + t.dtype + " " + shape_text(t.shape) + " tensor; no rank's file holds it"});
 }
 
+// A JSON or raw-bytes item: its file per rank (relative paths).
+struct ValueItem {
+  std::string key, pattern;  // pattern: for messages ("extra/blob_{rank}.bin")
+  bool recorded = false;     // metadata.pkl's rank_to_layout_info names its files
+  std::map<int, std::string> files;
+};
+
+// Files no other item claims, named `<item>_<rank>` with any extension but a torch or safetensors
+// file's (the library's default naming, as `<item>_<rank>.pt`), at the top of the folder or in
+// sub-folders (3 deep, 64 folders listed at most): 0.1.1 records no layout of JSON and raw items,
+// so their names are all there is. `.json` is a JSON item, any other a raw one; the key is the
+// name before `_<rank>` (`extra/blob_0.bin` is item "blob"). Ranks at or past the world are not
+// an item's.
+void scan_value_files(const std::string& dir, const std::string& rel, const std::vector<std::string>& names, int depth,
+                      const std::set<std::string>& claimed, int world, std::map<std::string, ValueItem>& found,
+                      int& listings) {
+  static const std::regex kRanked(R"((.+)_(\d{1,7})(\.[A-Za-z0-9]{1,16})?)");
+  for (const auto& n : names) {
+    const std::string path = rel.empty() ? n : rel + "/" + n;
+    if (claimed.count(path) || n == "metadata.pkl" || ends_with(n, ".pt") || ends_with(n, ".pth") ||
+        ends_with(n, ".safetensors") || ends_with(n, ".pkl"))
+      continue;
+    PathInfo st = stat_path(join_path(dir, path));
+    if (st.kind == PathInfo::directory) {
+      if (depth < 3 && listings < 64) {
+        ++listings;
+        scan_value_files(dir, path, list_dir(join_path(dir, path)), depth + 1, claimed, world, found, listings);
+      }
+      continue;
+    }
+    std::smatch m;
+    if (st.kind != PathInfo::file || !std::regex_match(n, m, kRanked)) continue;
+    const int rank = std::stoi(m[2].str());
+    if (rank >= world) continue;
+    const std::string pattern = (rel.empty() ? "" : rel + "/") + m[1].str() + "_{rank}" + m[3].str();
+    ValueItem& vi = found[pattern];
+    vi.key = m[1].str();
+    vi.pattern = pattern;
+    vi.files[rank] = path;
+  }
+}
+
+// Lists each JSON or raw item as one non-tensor item of ck.md (BytesMeta, ItemFormat::Raw: the
+// file's bytes as they are), its value the lowest rank's file (what a one-process load reads;
+// the library gives each rank its own file's). Every rank's JSON file must parse (item-invalid
+// otherwise); a file metadata.pkl names that is missing is a missing rank.
+void add_value_items(Checkpoint& ck, const std::map<std::string, ValueItem>& items, int world,
+                     const std::string& meta_path) {
+  std::vector<std::pair<const ValueItem*, uint32_t>> listed;  // item, its value's file
+  for (const auto& [key, vi] : items) {
+    if (vi.recorded)
+      for (int r = 0; r < world; ++r)
+        if (!vi.files.count(r))
+          ck.incomplete.push_back({"missing-rank", Where(meta_path, std::nullopt, key),
+                                   "rank_to_layout_info gives rank " + std::to_string(r) + " of " +
+                                       std::to_string(world) + " no file of item '" + key + "'"});
+    bool first = true;
+    for (const auto& [rank, rel] : vi.files) {
+      const std::string path = join_path(ck.dir, rel);
+      if (!path_exists(path)) {  // only a recorded item names files that may be absent
+        ck.incomplete.push_back({"missing-rank", Where(path),
+                                 "rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                                     " has no file of item '" + key +
+                                     "' where metadata.pkl's rank_to_layout_info puts it: its save did not finish"});
+        continue;
+      }
+      const uint32_t file = static_cast<uint32_t>(ck.md.files.size());
+      ck.md.files.push_back(rel);
+      if (first) listed.push_back({&vi, file});
+      first = false;
+      if (!tc::json_item_file(rel)) continue;
+      ReadFile f(path);
+      if (f.size() > (uint64_t{64} << 20)) continue;  // checked when read
+      std::string text(static_cast<size_t>(f.size()), '\0');
+      f.read_at(0, text.data(), text.size(), key);
+      try {
+        tc::value_tree(text, true, Where(path, std::nullopt, key));
+      } catch (const FormatError& e) {
+        ck.incomplete.push_back({"item-invalid", e.where(), e.detail()});
+      } catch (const UnsupportedError&) {
+        // valid: refused when a command needs the value
+      }
+    }
+  }
+  meta_detail::stat_data_files(ck);
+  for (const auto& [vi, file] : listed) {
+    if (!ck.files[file].size) continue;
+    BytesMeta b;
+    b.fqn = vi->key;
+    b.storage.file = file;
+    b.storage.offset = 0;
+    b.storage.length = *ck.files[file].size;
+    b.storage.format = ItemFormat::Raw;
+    ck.md.order.push_back({false, static_cast<uint32_t>(ck.md.bytes.size())});
+    ck.md.bytes.push_back(std::move(b));
+  }
+}
+
 Checkpoint open_torch_checkpointing(const Probe& p) {
   const std::string& dir = p.path;
   std::string meta_path = join_path(dir, "metadata.pkl");
@@ -308,7 +548,8 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   if (p.exists("metadata.pkl")) meta = tc::read_metadata(meta_path);
   // Items metadata.pkl says are saved in another layout than the default: safetensors local
   // shards, or torch.save files at a custom path (`rank_{rank}/model.pt`, filled in per rank).
-  std::set<std::string> st_items, not_read;
+  std::set<std::string> st_items;
+  std::map<std::string, ValueItem> values;                    // JSON and raw items, by key
   std::map<std::pair<std::string, int>, std::string> custom;  // (item, rank) -> its .pt path
   if (meta)
     for (const auto& item : meta->items) {
@@ -319,7 +560,24 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
         continue;
       }
       if (type == "JsonSerialization" || type == "RawSerialization") {
-        not_read.insert(item);  // no tensors; never taken for any (docs/layouts.md)
+        ValueItem& vi = values[item];
+        vi.key = item;
+        vi.recorded = true;
+        for (const auto& [rank, l] : meta->layouts.at(item)) {
+          if (!l || l->type != type)
+            throw UnsupportedError(Where(meta_path, std::nullopt, item),
+                                   "torch_checkpointing: item '" + item + "' is saved in " + type +
+                                       " by some ranks and in " + (l ? l->type : std::string("the default layout")) +
+                                       " by rank " + std::to_string(rank) + "; dcpctl reads an item in one layout");
+          if (tc::json_item_file(l->file_path) != (type == "JsonSerialization"))
+            throw UnsupportedError(
+                Where(meta_path, std::nullopt, item),
+                "torch_checkpointing: item '" + item + "' is saved in " + type + " at " + l->file_path +
+                    "; dcpctl tells a JSON item by its .json name (0.1 records no layout of such items), so it "
+                    "reads neither a JSON item under another name nor a raw item under a .json one");
+          vi.files[rank] = l->file_path;
+          vi.pattern = l->file_path;
+        }
         continue;
       }
       if (type == "TorchSerialization") {
@@ -332,10 +590,11 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
         }
         continue;
       }
-      throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in a " + type +
-                                                                        " layout, which dcpctl does not read (TorchSerialization, at "
-                                                                        "<item>_<rank>.pt or a custom path, and SafetensorsSerialization "
-                                                                        "are read)");
+      throw UnsupportedError(Where(meta_path, std::nullopt, item),
+                             "torch_checkpointing: item '" + item + "' is saved in a " + type +
+                                 " layout, which dcpctl does not read (TorchSerialization, at "
+                                 "<item>_<rank>.pt or a custom path, SafetensorsSerialization, "
+                                 "JsonSerialization and RawSerialization are read)");
     }
   RankFileSet set;
   set.dir = dir;
@@ -378,13 +637,31 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
   }
   if (meta) {
     for (const auto& item : meta->items)
-      if (!items_seen.count(item) && !st_items.count(item) && !not_read.count(item)) {
+      if (!items_seen.count(item) && !st_items.count(item) && !values.count(item)) {
         set.files.push_back({0, "", item});  // placeholder: every rank of it missing
       }
     set.world = meta->world;
     set.metadata_path = meta_path;
   } else {
     set.world = max_rank + 1;
+  }
+  // JSON and raw items: those metadata.pkl records, and files no other item claims named as an
+  // item's (0.1.1 records none of them).
+  std::set<std::string> taken = claimed;
+  if (meta)
+    for (const auto& [item, ranks] : meta->layouts)
+      for (const auto& [rank, l] : ranks)
+        if (l) taken.insert(l->file_path);
+  std::map<std::string, ValueItem> found;
+  int listings = 0;
+  scan_value_files(dir, "", p.names(), 0, taken, set.world, found, listings);
+  for (auto& [pattern, vi] : found) {
+    auto [it, fresh] = values.emplace(vi.key, vi);
+    if (!fresh)
+      throw UnsupportedError(Where(join_path(dir, vi.files.begin()->second)),
+                             "torch_checkpointing: " + it->second.pattern + " and " + pattern +
+                                 " both look like the files of item '" + vi.key +
+                                 "' (a JSON or raw item's, named <item>_<rank>); dcpctl cannot tell which is the item");
   }
   // Files of items every rank lacks are named in the findings, not read.
   std::vector<RankFileSet::File> present;
@@ -418,6 +695,7 @@ Checkpoint open_torch_checkpointing(const Probe& p) {
     ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path);
     check_against_metadata(ck, meta_path, *meta, items_seen);
   }
+  if (!values.empty()) add_value_items(ck, values, set.world, meta_path);
   for (const auto& item : absent_items)
     ck.incomplete.push_back({"missing-item", Where(join_path(dir, item + "_0.pt")),
                              "metadata.pkl names item '" + item + "', but no rank's file of it is here"});

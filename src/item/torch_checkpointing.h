@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "item/dtensor_slices.h"
 #include "meta/checkpoint.h"
+#include "pickle/tree.h"
 
 namespace dcpctl::tc {
 
@@ -56,5 +58,14 @@ void add_safetensors_item(Checkpoint& ck, const Metadata& md, const std::string&
 
 // A relative path inside the checkpoint folder (no "..", not absolute); FormatError otherwise.
 void check_inside(const std::string& rel, const Where& where);
+
+// A JSON or raw-bytes item (JsonSerialization, RawSerialization) is listed as a non-tensor item
+// whose storage is the whole file of its lowest rank, format ItemFormat::Raw (the value's bytes as
+// they are, no torch.save zip): the item reader decodes it here into the Python value the
+// library's load returns: a `.json` file's JSON value (json.loads), any other file's bytes.
+// FormatError (damage) for JSON that does not parse; UnsupportedError for JSON only Python's
+// json reads (NaN, Infinity, a lone surrogate).
+bool json_item_file(const std::string& path);
+std::unique_ptr<pickle::Tree> value_tree(const std::string& bytes, bool json, const Where& where);
 
 }  // namespace dcpctl::tc

@@ -26,6 +26,7 @@ import harness  # noqa: E402
 from harness import EXIT_INVALID, EXIT_OK, EXIT_UNSUPPORTED  # noqa: E402
 
 SOURCES = [("tc_sync_2r", ["metadata.pkl", "model_1.pt", "optimizer_0.pt", "step_0.pt"]),
+           ("tc_custom_2r", ["config_1.json"]),
            ("tc_safetensors_2r", ["metadata.pkl", "model_1.safetensors"]),
            ("tc_strided_4r", ["metadata.pkl", "model_2.safetensors"])]
 

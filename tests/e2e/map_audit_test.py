@@ -29,11 +29,12 @@ With --sanitized (the sanitizer tree, CI's second pass, after the first ran the 
 plain build: about 1,900 dcpctl runs, 118 s instrumented against 18 s) the same checks on a subset
 of the (fixture, map) pairs: every fixture's keys as before (`inspect` or the dequantized plan),
 then every pair whose model keys the map all covers (mapped, or refused for a lost input or a
-missing config.json: the map engine's whole work), and of the refusals (the map does not apply;
-model keys no rule covers; another framework's keys) the first pair of each map and of each
-fixture with that outcome, so that every map takes every path it takes on any fixture, and every
-fixture's keys go through every path they meet, in the instrumented dcpctl. The pairs left out
-are counted in the output.
+missing config.json: the map engine's whole work), and of the refusals (model keys no rule
+covers; another framework's keys) the first pair of each map and of each fixture with that
+outcome, and of "the map does not apply" (key matching alone, before anything is read) the first
+pair of each map, so that every map takes every path it takes on any fixture, and every fixture's
+keys go through every refusal that reads them, in the instrumented dcpctl. The pairs left out are
+counted in the output.
 """
 from __future__ import annotations
 
@@ -178,7 +179,8 @@ def main() -> int:
         nonlocal left
         if not sanitized:
             return True
-        keys_ = {("map " + name, outcome), ("fixture " + str(rel), outcome)}
+        keys_ = {("map " + name, outcome)} if outcome == "does not apply" else \
+            {("map " + name, outcome), ("fixture " + str(rel), outcome)}
         if keys_ <= seen:
             left += 1
             return False

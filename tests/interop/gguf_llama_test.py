@@ -53,12 +53,14 @@ try:
 except ImportError as e:
     skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
 
-# The CI cases: F32 and F16 logits, a K-quant and a fallback type against llama_model_quantize. The
-# whole matrix (every type on each architecture, about 300 s of CPU) runs by naming it:
+# The CI case: F32 logits (the Q/K permutation llama.cpp undoes) and a K-quant against
+# llama_model_quantize (CI's time: qwen3-bf16:f16,q6_k, F16 logits and Q6_K, cost another 27 s of CPU;
+# name it). The whole matrix (every type on each architecture, about 300 s of CPU) runs by naming it:
 #   gguf_llama_test.py DCPCTL llama-tied@256:f32,q8_0,q4_0,q4_k,q5_k,q6_k qwen2-tied:f32,bf16,q4_k qwen3-bf16:f16,q5_k,q6_k
-#   (gpt-oss:f32,f16 runs by name too: llama.cpp's F32 logits are transformers' within 1.3e-3 of
-#   their std, over F32's summation bound, F16 0.0027; not a case until that is understood)
-DEFAULT = ["llama-tied@256:f32,q4_k", "qwen3-bf16:f16,q6_k", "glm4moe:f32"]
+#   glm4moe:f32 (15 s: logits 2.1e-6 of the std) and gpt-oss:f32,f16 run by name too (gpt-oss: llama.cpp's
+#   F32 logits are transformers' within 1.3e-3 of their std, over F32's summation bound, F16 0.0027;
+#   not understood yet)
+DEFAULT = ["llama-tied@256:f32,q4_k"]
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 NEW_TOKENS = 8
 # Max |llama.cpp - transformers| over all positions and the vocabulary, as a fraction of the standard

@@ -77,6 +77,7 @@ import tempfile
 import time
 import traceback
 import warnings
+import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -441,7 +442,9 @@ def main() -> int:
     ap.add_argument("--cpu-limit", type=int, default=600, help="CPU seconds a type's child may use")
     ap.add_argument("--warm", default="llama", help="the type the server round-trips before forking ('': none)")
     ap.add_argument("--profile", action="store_true", help="print each type's CPU seconds per phase")
+    ap.add_argument("--one-dtype", action="store_true", help="each type in bf16 or fp16, not both (sources_of)")
     a = ap.parse_intermixed_args()
+    ONE_DTYPE[0] = a.one_dtype and os.environ.get("DCPCTL_SWEEP_BOTH_DTYPES") != "1"
     dcpctl, which = os.path.abspath(a.dcpctl), a.which
     started, cpu0 = time.monotonic(), 0.0  # CPU: the whole process, the import of torch before this script included
     import torch
@@ -538,6 +541,9 @@ def main() -> int:
           f"time) in {time.monotonic() - started:.0f} s wall, {cpu:.0f} s CPU: the server's imports and warm-up "
           f"{server_cpu:.1f} s, the types {done[1]:.0f} s ({done[1] / max(1, done[0]):.2f} s a type); the largest "
           f"child {done[2]:.2f} GiB resident ({done[3]})", flush=True)
+    if ONE_DTYPE[0]:
+        n = sum(1 for t in todo if not case_of(t)[1] and sources_of(t)[0][0] == "d0")
+        print(f"--one-dtype: {n} types swept in bf16 (d0), {sum(1 for t in todo if not case_of(t)[1]) - n} in fp16 (d1)")
     if phases:
         print("where the types' CPU went (s): " + ", ".join(f"{k} {c:.1f}" for k, (c, _) in phases.items()), flush=True)
     if which == "sample":
@@ -552,9 +558,19 @@ def main() -> int:
 # hidden_size), so a formula true of one configuration only fails here. A type whose class builds
 # neither is swept at TINY's sizes and said so (SIZES_REFUSED).
 SOURCES = (("d0", ("bf16",)), ("d1", ("fp16",)))
-# A case (a flag or a layer pattern: the type swept already) checks both dtypes on one source, as
-# before the distinct sizes: CI's time.
-CASE_SOURCES = (("d0", ("bf16", "fp16")),)
+# --one-dtype (CI's shards of every type: its time): each type swept in one of them, SOURCES[crc32 of
+# its name % 2] (about half the types each; the same choice every run); DCPCTL_SWEEP_BOTH_DTYPES=1
+# overrides it. The sample sweeps both.
+ONE_DTYPE = [False]
+
+
+def sources_of(t: str):
+    return (SOURCES[zlib.crc32(t.encode()) % 2],) if ONE_DTYPE[0] else SOURCES
+
+
+# A case (a flag or a layer pattern: the type swept already, in both dtypes) checks the keys its
+# setting brings, in one dtype on one source: CI's time (the fp16 pass cost a third of each case).
+CASE_SOURCES = (("d0", ("bf16",)),)
 # Per case, why its class built neither distinct-size configuration of a source (the child's; the
 # server prints them).
 SIZES_REFUSED: dict[str, str] = {}
@@ -570,7 +586,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
     base, setting = case_of(t)
     with phase(phases, "import"):  # the class's modeling file, imported lazily by transformers
         cls = getattr(transformers, schema["types"][base]["class"])
-    todo = list(CASE_SOURCES if setting else SOURCES)
+    todo = list(CASE_SOURCES if setting else sources_of(t))
     while todo:
         spec, flags = todo.pop(0)
         src = Path(work) / f"src-{spec or 'tiny'}"

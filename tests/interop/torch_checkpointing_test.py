@@ -14,6 +14,17 @@ the two files is each writer's). Every reading command runs on each default-layo
 loaded by dcp.load, diff against the twin, stats); damage (a missing rank file, a cut file, an item metadata.pkl names without files)
 is exit 3.
 
+JSON and raw-bytes items (tc_custom_2r: config_{rank}.json, extra/blob_{rank}.bin, which metadata.pkl
+does not record) are non-tensor items: inspect lists them, `inspect --value` and consolidate .pt
+give what the library's load gave rank 0 (expected.json's non_tensor_items: the JSON value; the
+bytes, whose last byte is the rank, so another rank's file is caught), reshard keeps them as DCP
+bytes items that torch's dcp_to_torch_save reads back; a JSON file that does not parse is exit 3,
+one holding NaN (Python's json reads it) verifies and is refused (5) where its value is needed.
+
+_StridedShard in the default layout (tc_strided_4r's optimizer item: Adam's state DTensors pickled
+with (_StridedShard(0, split_factor=2), Shard(0)) on a 2x2 mesh): consolidate equals the library's
+load and the dcp.save twin of the same payload (tc_strided_4r/dcp_twin).
+
 The safetensors layout (each rank's local shard under flattened keys, placed by metadata.pkl:
 tc_safetensors_2r, tc_safetensors_async_2r, tc_safetensors_1r, and tc_strided_4r, FSDP2 over
 tensor parallel on a 2x2 mesh, proj's rows placed (_StridedShard(0, split_factor=2), Shard(0))):
@@ -25,6 +36,9 @@ torch_checkpointing, the layout and the missing metadata.pkl.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
 import pickle
 import shutil
@@ -106,17 +120,36 @@ def main() -> int:
                 # Every tensor's bytes, dtype and shape equal; the files' key order is each
                 # writer's (dcp.save's planner moves the replicated step tensors last).
                 same(f"{case} vs dcp twin", got, twin)
+            if (fixtures / case / "dcp_twin").exists() and case != "tc_sync_2r":  # tc_strided_4r's own twin
+                own = tmp / f"{case}-twin.safetensors"
+                r = run(dcpctl, "consolidate", fixtures / case / "dcp_twin", "-o", own)
+                if expect_rc(r, 0, f"{case}: consolidate its dcp.save twin"):
+                    same(f"{case} vs its dcp twin", got, load_file(own))
             pt = tmp / f"{case}.pt"
             r = run(dcpctl, "consolidate", ck, "-o", pt)
             if expect_rc(r, 0, f"{case}: consolidate .pt"):
                 sd = torch.load(pt, weights_only=True)
                 same(f"{case} .pt", {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}, got)
+                if case in CUSTOM_CASES:  # the JSON and raw items, as the library's load gave rank 0
+                    nt = json.loads((fixtures / case / "expected.json").read_text())["non_tensor_items"]
+                    check(sd.get("config") == nt["config"], f"{case} .pt: config {sd.get('config')!r} vs the library's {nt['config']!r}")
+                    blob = sd.get("blob")
+                    check(isinstance(blob, bytes) and hashlib.sha256(blob).hexdigest() == nt["blob_rank0_sha256"]
+                          and len(blob) == nt["blob_rank0_bytes"], f"{case} .pt: blob is rank 0's bytes ({type(blob).__name__})")
             rs = tmp / f"{case}-reshard"
             r = run(dcpctl, "reshard", ck, "-w", "3", "-o", rs)
             if expect_rc(r, 0, f"{case}: reshard -w 3"):
                 sd = {k: torch.empty_like(v) for k, v in got.items()}
                 dcp.load(sd, checkpoint_id=str(rs), no_dist=True)
                 same(f"{case} reshard via dcp.load", sd, got)
+                if case in CUSTOM_CASES:  # the JSON and raw items as DCP bytes items, read back by torch
+                    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+                    dcp_to_torch_save(str(rs), str(tmp / f"{case}-reshard.pt"))
+                    back = torch.load(tmp / f"{case}-reshard.pt", weights_only=True)
+                    nt = json.loads((fixtures / case / "expected.json").read_text())["non_tensor_items"]
+                    check(back.get("config") == nt["config"] and isinstance(back.get("blob"), bytes)
+                          and hashlib.sha256(back["blob"]).hexdigest() == nt["blob_rank0_sha256"],
+                          f"{case} reshard: config and blob through dcp_to_torch_save: {back.get('config')!r}")
             r = run(dcpctl, "stats", ck)
             expect_rc(r, 0, f"{case}: stats")
         # Tensors only: the twin's non-tensor items (step, param_groups) are values, not items, here.
@@ -166,25 +199,67 @@ def main() -> int:
             change(d)
             expect_rc(run(dcpctl, "verify", d), 3, f"safetensors layout broken ({name}): verify", *names)
             expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / f"stb-{name}.safetensors"), 3, f"safetensors layout broken ({name}): consolidate")
-        # Custom paths: the JSON and raw files are never read as tensors (the same 12 tensors as the
-        # default layout's), and a rank's file missing at its custom path is exit 3 naming it.
+        # Custom paths: the JSON and raw files are non-tensor items, never tensors (the same
+        # tensors as the library's load), and a rank's file missing at its custom path is exit 3 naming it.
+        nt = json.loads((fixtures / "tc_custom_2r/expected.json").read_text())["non_tensor_items"]
         r = run(dcpctl, "inspect", "--json", fixtures / "tc_custom_2r/ckpt")
-        check(r.returncode == 0 and '"model.proj.weight"' in r.stdout and "config" not in r.stdout.replace('"config_', '')
-              and "blob" not in r.stdout, f"custom paths: inspect --json lists the tensors only: exit {r.returncode}")
-        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_custom_2r/ckpt", "--rtol", "1e-5", "--atol", "1e-8")
+        if expect_rc(r, 0, "custom paths: inspect --json"):
+            items = json.loads(r.stdout)["items"]
+            nb = {i["key"]: i for i in items if i["kind"] == "bytes"}
+            check(sorted(nb) == ["blob", "config"] and nb["config"]["file"] == "config_0.json"
+                  and nb["blob"]["file"] == "extra/blob_0.bin" and nb["blob"]["length"] == nt["blob_rank0_bytes"],
+                  f"custom paths: inspect lists config and blob as non-tensor items: {nb}")
+            check(sorted(i["key"] for i in items if i["kind"] == "tensor") == sorted(load_file(fixtures / "tc_custom_2r/expected.safetensors")),
+                  "custom paths: inspect lists the library's tensors")
+        r = run(dcpctl, "inspect", "--json", "--value", "config", fixtures / "tc_custom_2r/ckpt")
+        check(r.returncode == 0 and json.loads(r.stdout or "{}").get("value") == nt["config"], f"inspect --value config: exit {r.returncode}")
+        r = run(dcpctl, "diff", fixtures / "tc_sync_2r/ckpt", fixtures / "tc_custom_2r/ckpt", "--rtol", "1e-5", "--atol", "1e-8",
+                "--include", "model.*", "--include", "optimizer.*")
         expect_rc(r, 0, "diff of the default layout and custom paths of one training")
+        # A JSON item that does not parse is damage (exit 3 naming the file); one holding NaN and
+        # -Infinity is valid (Python's json reads them, the library loads it): read as those floats.
+        d = tmp / "custom-bad-json"
+        shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+        (d / "config_1.json").write_text('{"lr": 0.01,')
+        expect_rc(run(dcpctl, "verify", d), 3, "a JSON item that does not parse: verify", "item-invalid", "config_1.json")
+        expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / "bad-json.pt"), 3, "a JSON item that does not parse: consolidate", "config_1.json")
+        d = tmp / "custom-nan-json"
+        shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+        (d / "config_0.json").write_text(json.dumps({"lr": float("nan"), "floor": float("-inf"), "name": "NaN"}, indent=4))
+        expect_rc(run(dcpctl, "verify", d), 0, "a JSON item holding NaN: verify")
+        r = run(dcpctl, "consolidate", d, "-o", tmp / "nan-json.pt")
+        if expect_rc(r, 0, "a JSON item holding NaN: consolidate .pt"):
+            c = torch.load(tmp / "nan-json.pt", weights_only=True).get("config", {})
+            check(sorted(c) == ["floor", "lr", "name"] and math.isnan(c["lr"]) and c["floor"] == float("-inf") and c["name"] == "NaN",
+                  f"a JSON item holding NaN: {c!r}")
         d = tmp / "custom-missing"
         shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
         (d / "rank_1/model.pt").unlink()
         expect_rc(run(dcpctl, "verify", d), 3, "custom path missing: verify", "missing-rank", "rank_1/model.pt")
         expect_rc(run(dcpctl, "consolidate", d, "-o", tmp / "cm.safetensors"), 3, "custom path missing: consolidate")
         # A JSON item metadata.pkl does record (its layout entry added by hand: 0.1.1 records only
-        # items with sharding metadata) is skipped, not refused and not read as tensors.
+        # items with sharding metadata) is the same non-tensor item, never read as tensors.
         d = tmp / "custom-json-recorded"
         shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
         edit_meta(d, lambda m: m.__setitem__("config", {"nested_path_to_metadata": {}, "rank_to_layout_info": {
             r: {"file_path": f"config_{r}.json", "serialization_format": {"type": "JsonSerialization", "cls": None}} for r in (0, 1)}}))
         expect_rc(run(dcpctl, "verify", d), 0, "a JSON item recorded in metadata.pkl: verify")
+        r = run(dcpctl, "inspect", "--json", "--value", "config", d)
+        check(r.returncode == 0 and json.loads(r.stdout or "{}").get("value") == nt["config"], f"recorded JSON item: inspect --value: exit {r.returncode}")
+        (d / "config_1.json").unlink()
+        expect_rc(run(dcpctl, "verify", d), 3, "a recorded JSON item's rank file missing: verify", "missing-rank", "config_1.json")
+        # A raw item metadata.pkl records is read where it says; a JSON item recorded at a name
+        # that is not .json is refused (dcpctl tells JSON from raw by the name), exit 5.
+        for fmt, rc in (("RawSerialization", 0), ("JsonSerialization", 5)):
+            d = tmp / f"custom-blob-{fmt}"
+            shutil.copytree(fixtures / "tc_custom_2r/ckpt", d)
+            edit_meta(d, lambda m: m.__setitem__("blob", {"nested_path_to_metadata": {}, "rank_to_layout_info": {
+                r: {"file_path": f"extra/blob_{r}.bin", "serialization_format": {"type": fmt}} for r in (0, 1)}}))
+            r = run(dcpctl, "consolidate", d, "-o", tmp / f"blob-{fmt}.pt")
+            if expect_rc(r, rc, f"blob recorded as {fmt}: consolidate .pt", *([] if rc == 0 else ["blob", fmt, ".json"])) and rc == 0:
+                blob = torch.load(tmp / f"blob-{fmt}.pt", weights_only=True).get("blob")
+                check(isinstance(blob, bytes) and hashlib.sha256(blob).hexdigest() == nt["blob_rank0_sha256"],
+                      f"blob recorded as {fmt}: rank 0's bytes")
         # What is not read: the safetensors layout without metadata.pkl, exit 5 naming the format,
         # the layout and what is missing.
         for cmd in ("inspect", "verify", "consolidate"):

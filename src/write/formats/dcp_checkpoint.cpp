@@ -14,15 +14,18 @@
 #include <stdexcept>
 
 #include "dist/group.h"
+#include "item/item_reader.h"
+#include "plan/format.h"
 #include "view/codecs/quantized.h"
 #include "write/assets.h"
 #include "write/dcp_metadata.h"
 #include "write/execute.h"
 #include "write/executor.h"
-#include "plan/format.h"
 #include "write/output.h"
+#include "write/pickler.h"
 #include "write/reshard.h"
 #include "write/stream.h"
+#include "write/torch_save.h"
 
 namespace dcpctl {
 
@@ -139,6 +142,19 @@ class DcpCheckpoint final : public OutputWriter, FileSink {
       if (const auto r = extra_.replaced.find(mb.fqn); r != extra_.replaced.end()) {
         mb.length = r->second.size();
         out.append(r->second.data(), r->second.size());
+        continue;
+      }
+      if (bm.storage.format == ItemFormat::Raw) {
+        // A value stored as itself (torch_checkpointing's JSON and raw items): DCP keeps it as
+        // torch.save of the Python value, what the source's own load returns.
+        Pickler p(2);
+        if (!p.value(job_->reader.read_bytes(bm)->root))
+          throw UnsupportedError(Where(job_->request.ck.path_of(bm.storage.file), std::nullopt, bm.fqn),
+                                 "a value dcpctl cannot re-pickle");
+        p.stop();
+        const std::vector<uint8_t> blob = torch_save_object_blob(p.data());
+        mb.length = blob.size();
+        out.append(blob.data(), blob.size());
         continue;
       }
       mb.length = bm.storage.length;

@@ -46,6 +46,19 @@ json parse(const std::string& text, const std::string& path) {
   return j;
 }
 
+// A tensor's bytes, whole: a saved tensor (or one a map renames whole) from its chunks; any other key
+// map output (a layer of Megatron's stacked tensors, q/k/v split out of linear_qkv, the vocabulary's
+// first rows, a permuted q) from its record's pieces of the saved tensors it is made of: its
+// synthetic TensorMeta has no chunks of its own (read as such it would be zeros).
+bool assembled(const PlannedTensor& pt) { return pt.mapped && !pt.renamed; }
+
+void read_whole(ChunkSource& src, const WritePlan& plan, const PlannedTensor& pt, uint8_t* dst) {
+  if (!assembled(pt)) return read_full_tensor(src, *pt.t, dst);
+  if (pt.records.size() != 1) throw std::logic_error("gguf: '" + pt.key + "' is not planned as one whole record");
+  const Record& r = plan.records[pt.records[0]];
+  assemble_box(src, *pt.t, r.box, r.pieces, dst);
+}
+
 // "tiny-llama" of ".../tiny-llama.gguf".
 std::string stem(const std::string& output) {
   std::string base = output.substr(output.find_last_of('/') + 1);
@@ -143,7 +156,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         const PlannedTensor& pt = plan.tensors[order_[input]];
         const uint64_t n = static_cast<uint64_t>(pt.t->numel());
         std::vector<uint8_t> raw(pt.t->nbytes());
-        read_full_tensor(ex.src, *pt.t, raw.data());
+        read_whole(ex.src, plan, pt, raw.data());
         const size_t at = f32.size();
         f32.resize(at + n * 4);
         if (pt.src != DType::Float32) cast_elements(pt.src, DType::Float32, raw.data(), f32.data() + at, n);
@@ -182,7 +195,9 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
     for (size_t input : tp.inputs) {
       const PlannedTensor& pt = plan.tensors[order_[input]];
-      most = std::max(most, pt.t->nbytes() + (tp.permute_heads || tp.kv_b || tp.gate_up || tp.transpose ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
+      // an assembled input: its record's need (the tensor and the copies of source chunks it takes)
+      const uint64_t in = assembled(pt) ? std::max(pt.t->nbytes(), plan.records[pt.records.at(0)].need) : pt.t->nbytes();
+      most = std::max(most, in + (tp.permute_heads || tp.kv_b || tp.gate_up || tp.transpose ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
     }
     const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
     return 4 * n + most + gguf::tensor_bytes(tp.type, n, row);
