@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <stdexcept>
 
 #include "util/error.h"
 #include "write/gguf_vocab.h"
@@ -73,6 +74,8 @@ json rope_params(const json& c) {
       !r.contains("rope_theta") && !t.is_null())
     r["rope_theta"] = t;
   if (!r.contains("rope_type") && r.contains("type") && !r["type"].is_null()) r["rope_type"] = r["type"];
+  if (json f = find_hparam(c, {"partial_rotary_factor", "rope_pct", "rope_percent"}); !r.contains("partial_rotary_factor") && !f.is_null())
+    r["partial_rotary_factor"] = f;
   if (json o = find_hparam(c, {"original_max_position_embeddings"}); !r.contains("original_max_position_embeddings") && !o.is_null())
     r["original_max_position_embeddings"] = o;
   return r;
@@ -91,9 +94,12 @@ Arch arch_of(const json& config, const std::string& where) {
   if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
   if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
   if (hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
+  if (hf == "Glm4MoeForCausalLM") return {"glm4moe", false, Arch::Experts::Deepseek};
+  if (hf == "GptOssForCausalLM") return {"gpt-oss", false, Arch::Experts::GptOss};
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
                                            "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and DeepseekV3ForCausalLM)");
+                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM and "
+                                           "GptOssForCausalLM)");
 }
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
@@ -105,7 +111,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},          {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}};
+      {"mlp.gate", "ffn_gate_inp"},           {"block_sparse_moe.gate", "ffn_gate_inp"}, {"mlp.router", "ffn_gate_inp"}};
   // DeepseekV2Model's MLA and shared experts (kv_b_proj is split by plan_tensors).
   static const std::map<std::string, std::string> mla{
       {"self_attn.q_a_proj", "attn_q_a"},     {"self_attn.q_a_layernorm", "attn_q_a_norm"}, {"self_attn.q_b_proj", "attn_q_b"},
@@ -123,15 +129,21 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     const bool underscore = key[key.size() - m[3].length() - 1] == '_';
     const std::string* gname = nullptr;
     if (auto it = layer.find(m[2]); it != layer.end() && !underscore) gname = &it->second;
-    if (auto it = mla.find(m[2]); !gname && arch.name == "deepseek2" && it != mla.end() && (!underscore || it->second == "exp_probs_b"))
+    // Glm4MoeModel: DeepSeek's shared experts and e_score_correction_bias, not its MLA.
+    const bool glm = arch.name == "glm4moe";
+    if (auto it = mla.find(m[2]); !gname && (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
+                                  it != mla.end() && (!underscore || it->second == "exp_probs_b"))
       gname = &it->second;
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
-    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe") &&
-        (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek)
-                         ? m[2] == "mlp.gate"
-                         : arch.experts == Arch::Experts::Mixtral && m[2] == "block_sparse_moe.gate"))) {
-      p.name = "blk." + m[1].str() + "." + *gname + "." + m[3].str();
+    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
+        (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
+                     : arch.experts == Arch::Experts::GptOss ? m[2] == "mlp.router"
+                                                             : arch.experts == Arch::Experts::Mixtral &&
+                                                                   (m[2] == "block_sparse_moe.gate" || m[2] == "mlp.gate")))) {
+      // GLM4_MOE and GPT_OSS have no ffn_norm: post_attention_layernorm is their post_attention_norm.
+      const bool post = *gname == "ffn_norm" && (glm || arch.name == "gpt-oss");
+      p.name = "blk." + m[1].str() + "." + (post ? std::string("post_attention_norm") : *gname) + "." + m[3].str();
       module = m[2];
     }
   } else if (std::regex_match(key, m, top_re)) {
@@ -233,6 +245,7 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     n_experts = n.get<int64_t>();
   }
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
+  std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input
   static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
   const bool deepseek = arch.name == "deepseek2";
   const int64_t layers = int_of(config, "num_hidden_layers");
@@ -262,6 +275,83 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         }
         continue;
       }
+    }
+    if (arch.name == "glm4moe" && std::regex_match(in.key, m, layer_re) && layers >= 0 && std::stoll(m[1]) >= layers)
+      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is past config.json's num_hidden_layers " + std::to_string(layers) +
+                                                              ": GLM's MTP (nextn) layers are not written into a GGUF by dcpctl yet");
+    if (arch.experts == Arch::Experts::GptOss) {
+      // GptOssModel: self_attn.sinks as attn_sinks.weight; the fused experts split (gate_up_proj:
+      // transposed, its even rows the gate, odd the up; down_proj transposed; their biases alike).
+      static const std::regex sinks_re(R"(model\.layers\.(\d+)\.self_attn\.sinks)");
+      static const std::regex fused_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks|_scales)?)");
+      if (std::regex_match(in.key, m, sinks_re)) {
+        TensorPlan p;
+        p.name = "blk." + m[1].str() + ".attn_sinks.weight";
+        p.inputs = {i};
+        p.shape = in.shape;
+        p.type = type_of(p.name, p.shape, out);
+        plans.push_back(std::move(p));
+        continue;
+      }
+      if (std::regex_match(in.key, m, fused_re)) {
+        const std::string blk = "blk." + m[1].str() + ".", proj = m[2], suffix = m[3];
+        if (suffix == "_blocks" || suffix == "_scales")
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is MXFP4 (the converter repacks it as ggml's MXFP4): "
+                                                                  "not written into a GGUF by dcpctl yet");
+        const bool bias = suffix == "_bias";
+        const size_t dims = bias ? 2 : 3;
+        if (in.shape.size() != dims || in.shape[0] != n_experts || (proj == "gate_up_proj" && in.shape.back() % 2 != 0))
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is not [" + std::to_string(n_experts) + " experts, " +
+                                                                  (bias ? "" : "rows, ") + (proj == "gate_up_proj" ? "2 x ffn" : "cols") +
+                                                                  "]: GPT-OSS's experts cannot be split");
+        auto add = [&](const std::string& name, char part, bool transpose, std::vector<int64_t> shape) {
+          TensorPlan p;
+          p.name = blk + name + (bias ? ".bias" : ".weight");
+          p.inputs = {i};
+          p.gate_up = part, p.transpose = transpose;
+          p.shape = std::move(shape);
+          p.type = type_of(p.name, p.shape, out);
+          plans.push_back(std::move(p));
+        };
+        const int64_t e = in.shape[0];
+        if (proj == "down_proj") {
+          if (bias) add("ffn_down_exps", 0, false, in.shape);
+          else add("ffn_down_exps", 0, true, {e, in.shape[2], in.shape[1]});
+        } else {
+          const int64_t ffn = in.shape.back() / 2;
+          for (char part : {'g', 'u'})
+            add(part == 'g' ? "ffn_gate_exps" : "ffn_up_exps", part, false, bias ? std::vector<int64_t>{e, ffn} : std::vector<int64_t>{e, ffn, in.shape[1]});
+        }
+        continue;
+      }
+    }
+    static const std::regex in_memory_re(R"(model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj))");
+    if (arch.experts != Arch::Experts::None && arch.experts != Arch::Experts::GptOss && std::regex_match(in.key, m, in_memory_re)) {
+      // transformers' in-memory experts: both of a layer's, then emitted as its experts saved one
+      // by one would be (the same place in key order: the experts' keys are adjacent either way).
+      const int64_t bid = std::stoll(m[1]);
+      auto& layer = fused[bid];
+      layer[m[2].str()] = i;
+      if (layer.size() < 2) continue;
+      const Input &gu = inputs[layer.at("gate_up_proj")], &down = inputs[layer.at("down_proj")];
+      if (gu.shape.size() != 3 || down.shape.size() != 3 || gu.shape[0] != n_experts || down.shape[0] != n_experts ||
+          gu.shape[1] != 2 * down.shape[2] || gu.shape[2] != down.shape[1])
+        throw UnsupportedError(Where(where, std::nullopt, gu.key), "'" + gu.key + "' and its down_proj are not [" + std::to_string(n_experts) +
+                                                                " experts, 2 x ffn, hidden] and [experts, hidden, ffn] (transformers' in-memory "
+                                                                "experts, not transposed): dcpctl does not write them into a GGUF");
+      const int64_t e = gu.shape[0], ffn = down.shape[2], hidden = down.shape[1];
+      for (const auto& [proj, gguf_name] : order) {
+        TensorPlan p;
+        p.name = "blk." + std::to_string(bid) + "." + gguf_name + ".weight";
+        const bool is_down = proj == "down_proj" || proj == "w2";
+        p.inputs = {layer.at(is_down ? "down_proj" : "gate_up_proj")};
+        if (!is_down) p.gate_up = proj == "gate_proj" || proj == "w1" ? 'G' : 'U';
+        p.shape = is_down ? std::vector<int64_t>{e, hidden, ffn} : std::vector<int64_t>{e, ffn, hidden};
+        p.type = type_of(p.name, p.shape, out);
+        plans.push_back(std::move(p));
+      }
+      fused.erase(bid);
+      continue;
     }
     if (arch.experts != Arch::Experts::None && std::regex_match(in.key, m, qwen ? qwen_re : mixtral_re)) {
       int64_t bid = std::stoll(m[1]), xid = std::stoll(m[2]);
@@ -295,10 +385,48 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     p.inputs = {i};
     plans.push_back(std::move(p));
   }
+  if (!fused.empty()) {
+    const auto& [proj, k] = *fused.begin()->second.begin();
+    throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' has no " +
+                                                                  (proj == "down_proj" ? "gate_up_proj" : "down_proj") + " beside it: the experts cannot be written");
+  }
   if (!pending.empty())
     throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
                                              " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
   return plans;
+}
+
+std::string sort_key(const Arch& arch, const std::string& key) {
+  static const std::regex mixtral_mlp(R"((model\.layers\.\d+\.)mlp\.((?:experts|gate)\..*))");
+  std::smatch m;
+  if (arch.experts == Arch::Experts::Mixtral && std::regex_match(key, m, mixtral_mlp)) return m[1].str() + "block_sparse_moe." + m[2].str();
+  return key;
+}
+
+std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::vector<int64_t>& in) {
+  std::vector<float> out;
+  if (in.size() == 2 && p.gate_up) {  // a bias [E, 2F]: [..., off::2]
+    const int64_t e = in[0], f = in[1] / 2, off = p.gate_up == 'u';
+    out.reserve(static_cast<size_t>(e * f));
+    for (int64_t a = 0; a < e; ++a)
+      for (int64_t j = 0; j < f; ++j) out.push_back(x[a * 2 * f + 2 * j + off]);
+    return out;
+  }
+  if (in.size() != 3) throw std::logic_error("gguf: fused_part of a tensor that is not [experts, rows, cols]");
+  const int64_t e = in[0], r = in[1], c = in[2];
+  if (p.gate_up == 'G' || p.gate_up == 'U') {  // [E, 2F, H] -> rows [0, F) or [F, 2F) of each expert
+    const int64_t f = r / 2, off = p.gate_up == 'U' ? f : 0;
+    out.reserve(static_cast<size_t>(e * f * c));
+    for (int64_t a = 0; a < e; ++a) out.insert(out.end(), x + (a * r + off) * c, x + (a * r + off + f) * c);
+    return out;
+  }
+  // transpose(-1, -2): out[a][j][k] = x[a][k][j]; gate_up then keeps the rows j = 2i + off.
+  const int64_t step = p.gate_up ? 2 : 1, off = p.gate_up == 'u', rows = c / step;
+  out.reserve(static_cast<size_t>(e * rows * r));
+  for (int64_t a = 0; a < e; ++a)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t k = 0; k < r; ++k) out.push_back(x[(a * r + k) * c + i * step + off]);
+  return out;
 }
 
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols) {
@@ -393,14 +521,19 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (!moe && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
-  const bool deepseek = a == "deepseek2";
+  const bool deepseek = a == "deepseek2", glm = a == "glm4moe", gpt_oss = a == "gpt-oss";
+  // Glm4MoeModel counts the MTP (nextn) layers as blocks, whether or not the checkpoint holds them
+  // (transformers' GLM does not; their tensors are refused by plan_tensors).
+  const json nextn = glm ? config.value("num_nextn_predict_layers", json()) : json();
+  if (!nextn.is_null() && !(nextn.is_number_integer() && nextn.get<int64_t>() >= 0))
+    throw UnsupportedError(Where(where), "config.json's num_nextn_predict_layers " + nextn.dump() + " is not a count");
   for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
     if (config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
-  // Expert groups and the router's score function: DeepSeek's only, here.
+  // Expert groups and the router's score function: DeepSeek's and GLM's only, here.
   for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func", "moe_router_activation",
                         "moe_router_activation_func", "expert_selection_fn"})
-    if (!deepseek && config.contains(k) && !config[k].is_null())
+    if (!deepseek && !glm && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   json rope = rope_params(config);
   if (rope.contains("full_attention") || rope.contains("sliding_attention") || rope.contains("mrope_section"))
@@ -418,7 +551,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   h.add_string("general.type", "model");
   h.add_string("general.name", name);
   if (!label.empty()) h.add_string("general.size_label", label);
-  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where)));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) + (nextn.is_null() ? 0 : nextn.get<int64_t>())));
   if (int64_t v = int_of(config, "max_position_embeddings"); v >= 0) h.add_u32(a + ".context_length", static_cast<uint32_t>(v));
   int64_t hidden = need_int(config, "hidden_size", where);
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
@@ -460,13 +593,15 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".expert_used_count", n.get<uint32_t>());
   if (json n = config.value("n_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_count", n.get<uint32_t>());
   if (json n = config.value("topk_group", json()); n.is_number_integer()) h.add_u32(a + ".expert_group_used_count", n.get<uint32_t>());
+  bool gating = false;
   if (json f = find_hparam(config, {"score_function", "scoring_func", "score_func", "moe_router_activation", "moe_router_activation_func",
                                     "expert_selection_fn"});
       !f.is_null()) {
     static const std::map<std::string, uint32_t> funcs{{"softmax", 1}, {"sigmoid", 2}, {"sqrtsoftplus", 4}};
     auto it = f.is_string() ? funcs.find(f.get<std::string>()) : funcs.end();
     if (it == funcs.end()) throw UnsupportedError(Where(where), "config.json's expert score function " + f.dump() + " is not one llama.cpp has");
-    h.add_u32(a + ".expert_gating_func", it->second);
+    // Glm4MoeModel sets sigmoid later, over this one where it stands.
+    h.add_u32(a + ".expert_gating_func", glm ? 2 : it->second), gating = true;
   }
   // DeepseekV2Model: key_length kv_lora_rank + qk_rope_head_dim, value_length kv_lora_rank, in the
   // place of head_dim's when config.json has one (gguf-py overwrites a key where it stands).
@@ -480,6 +615,24 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     lengths = true;
   }
   h.add_u32("general.file_type", out.file_type);
+  if (glm) {  // Glm4MoeModel.set_gguf_parameters
+    json pr = rope.value("partial_rotary_factor", json(0.5));
+    if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
+    const double dim = static_cast<double>(head_dim >= 0 ? head_dim : hidden / heads) * pr.get<double>();
+    h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(dim));  // int(): toward zero
+    // expert_count: written above from n_routed_experts already (gguf-py overwrites it in place).
+    if (json v = config.value("moe_intermediate_size", json()); !v.is_null()) h.add_u32(a + ".expert_feed_forward_length", v.get<uint32_t>());
+    if (json v = config.value("n_shared_experts", json()); !v.is_null()) h.add_u32(a + ".expert_shared_count", v.get<uint32_t>());
+    if (json v = config.value("first_k_dense_replace", json()); !v.is_null()) h.add_u32(a + ".leading_dense_block_count", v.get<uint32_t>());
+    if (!gating) h.add_u32(a + ".expert_gating_func", 2);  // sigmoid
+    if (json v = config.value("routed_scaling_factor", json()); !v.is_null()) h.add_f32(a + ".expert_weights_scale", v.get<float>());
+    if (json v = config.value("norm_topk_prob", json()); !v.is_null()) h.add_bool(a + ".expert_weights_norm", v.get<bool>());
+    if (!nextn.is_null()) h.add_u32(a + ".nextn_predict_layers", nextn.get<uint32_t>());
+  }
+  if (gpt_oss) {  // GptOssModel.set_gguf_parameters
+    h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(config, "sliding_window", where)));
+    h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(need_int(config, "intermediate_size", where)));
+  }
   if (deepseek) {
     const bool has_moe = !config.value("n_routed_experts", json()).is_null();
     json dense = config.value("first_k_dense_replace", json());
@@ -547,7 +700,7 @@ std::string sequence_id(const json& step) {
 }  // namespace
 
 void add_tokenizer_keys(Header& h, const json& config, const json& tok, const json& tconf, const std::string& jinja,
-                        const std::string& where) {
+                        const std::string& where, const std::string& arch) {
   const json& model = tok.contains("model") ? tok["model"] : json();
   if (!model.is_object() || model.value("type", "") != "BPE")
     throw UnsupportedError(Where(where), "a GGUF output needs a byte-level BPE tokenizer.json (llama.cpp's gpt2 vocabulary); this one is " +
@@ -692,10 +845,22 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
     json v = config.value(std::string(typ) + "_token_id", json());
     if (v.is_number_integer()) set_id(typ, v.get<int64_t>());
   }
+  if (arch == "glm4moe") {  // _set_vocab_glm: tokenizer.get_added_vocab()[...], each where not set already
+    for (const auto& [typ, text] : std::vector<std::pair<std::string, std::string>>{
+             {"bos", "[gMASK]"}, {"eot", "<|user|>"}, {"unk", "<|endoftext|>"}, {"eom", "<|observation|>"}}) {
+      int64_t id = -1;
+      for (const json& a : added)
+        if (a.value("content", "") == text) id = a["id"].get<int64_t>();
+      if (id < 0)
+        throw UnsupportedError(Where(where), "a GGUF of glm4moe needs the added token '" + text + "' (the converter's _set_vocab_glm looks it up)");
+      set_id(typ, id);
+    }
+  }
   if (!merges.empty()) h.add_strings("tokenizer.ggml.merges", merges);
   static const std::map<std::string, std::string> id_keys{{"bos", "bos_token_id"}, {"eos", "eos_token_id"}, {"unk", "unknown_token_id"},
                                                           {"sep", "seperator_token_id"}, {"pad", "padding_token_id"},
-                                                          {"cls", "cls_token_id"}, {"mask", "mask_token_id"}};
+                                                          {"cls", "cls_token_id"}, {"mask", "mask_token_id"},
+                                                          {"eot", "eot_token_id"}, {"eom", "eom_token_id"}};
   for (const auto& [t, id] : ids) h.add_u32("tokenizer.ggml." + id_keys.at(t), static_cast<uint32_t>(id));
   for (const auto& [t, v] : add)
     if (t == "bos" || t == "eos" || t == "sep") h.add_bool("tokenizer.ggml.add_" + t + "_token", v);

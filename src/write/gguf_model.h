@@ -6,8 +6,8 @@
 //
 // Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
 // MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
-// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2); experts stacked per layer,
-// DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
+// Qwen3MoeForCausalLM (qwen3moe), DeepseekV3ForCausalLM (deepseek2), Glm4MoeForCausalLM (glm4moe),
+// GptOssForCausalLM (gpt-oss); experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
 // else, a tensor the table does not name, another rope type, or a tokenizer the converter would
 // treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: write/gguf_vocab.h) is
 // refused, UnsupportedError (exit 5) naming it.
@@ -40,8 +40,14 @@ struct Arch {
   // How its experts are saved and stacked: none; Qwen2MoeModel's mlp.experts.N.{down,gate,up}_proj
   // (emitted down, gate, up); LlamaModel's (Mixtral) block_sparse_moe.experts.N.w1/w2/w3 (emitted
   // w1 gate, w2 down, w3 up).
-  // DeepseekV2Model's are Qwen's too, counted by n_routed_experts.
-  enum class Experts { None, Qwen, Mixtral, Deepseek } experts = Experts::None;
+  // DeepseekV2Model's (and Glm4MoeModel's) are Qwen's too, counted by n_routed_experts. Qwen's,
+  // Mixtral's and DeepSeek's may also come in transformers' in-memory form (a DCP checkpoint of a
+  // transformers-5 model): mlp.experts.gate_up_proj [experts, 2 x ffn, hidden] (the gate rows, then
+  // the up rows) and mlp.experts.down_proj [experts, hidden, ffn], Mixtral's under mlp. too; written
+  // as the converter writes the same model saved per expert.
+  // GptOssModel's are fused per layer: mlp.experts.gate_up_proj [experts, hidden, 2 x ffn] (gate and
+  // up interleaved), down_proj [experts, ffn, hidden], and their biases.
+  enum class Experts { None, Qwen, Mixtral, Deepseek, GptOss } experts = Experts::None;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
@@ -61,9 +67,18 @@ struct TensorPlan {
   // transposed), 'v' v_b (its last v_head_dim rows); 0 none.
   char kv_b = 0;
   int64_t kv_b_heads = 0, kv_b_nope = 0, kv_b_v = 0;
+  // GptOssModel's fused experts: gate_up 'g' the even, 'u' the odd rows of gate_up_proj transposed
+  // ([experts, hidden, 2 x ffn] -> [experts, ffn, hidden]), or of its bias's last dimension
+  // ([experts, 2 x ffn] -> [experts, ffn]); 'G' the first, 'U' the second half of transformers'
+  // in-memory gate_up_proj's rows ([experts, 2 x ffn, hidden] -> [experts, ffn, hidden]);
+  // transpose: the last two dimensions swapped (down_proj).
+  char gate_up = 0;
+  bool transpose = false;
 };
 // The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
+// The gate_up / transpose part (`p.gate_up`, `p.transpose`) of a float32 input of shape `in` at `x`.
+std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::vector<int64_t>& in);
 // The HF key's GGUF tensor; UnsupportedError naming the key when the table has none.
 TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std::string& key,
                        const std::vector<int64_t>& shape, OutType out, const std::string& where);
@@ -73,7 +88,11 @@ struct Input {
   std::string key;
   std::vector<int64_t> shape;
 };
-// Every GGUF tensor of a model whose tensors are `inputs` (sorted by key, as the converter reads a
+// The key `inputs` are sorted by: the key itself, or for Mixtral's in-memory form
+// (model.layers.N.mlp.{experts,gate}) the key its safetensors file has (block_sparse_moe.), so that
+// the tensors come in the converter's order.
+std::string sort_key(const Arch& arch, const std::string& key);
+// Every GGUF tensor of a model whose tensors are `inputs` (sorted by sort_key, as the converter reads a
 // safetensors file), in the converter's order: the generated ones first (rope_freqs), then each as
 // its key comes, a layer's experts stacked where the last of them comes (the converter buffers
 // them until it has all n_experts x 3). UnsupportedError naming a key the table has none for, or
@@ -103,9 +122,11 @@ void add_model_keys(Header& h, const Arch& arch, const nlohmann::json& config, c
                     const std::string& label, OutType out, const std::string& where);
 // The tokenizer's keys (tokenizer.ggml.*) as _set_vocab_gpt2 and gguf-py's SpecialVocab write them.
 // `tokenizer_config` null: none; `chat_template_jinja` "": no chat_template.jinja beside it.
+// `arch` glm4moe: _set_vocab_glm's special tokens too ([gMASK] bos, <|user|> eot, <|endoftext|> unk,
+// <|observation|> eom, each where not set already).
 void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer,
                         const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
-                        const std::string& where);
+                        const std::string& where, const std::string& arch = "");
 
 // What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
 // docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,

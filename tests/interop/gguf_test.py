@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """consolidate -o model.gguf against llama.cpp's own converter (docs/gguf.md, issue 71).
 
-    gguf_test.py DCPCTL [ARCH:OUTTYPE[:split] ...]   (default: llama:q8_0 qwen2-tied:bf16 qwen3-bf16:f16 ...
-                                                     llama:q8_0:split; ARCH-tied: the head tied; ARCH-bf16:
-                                                     saved in bfloat16; :split: SPLIT's options to both)
+    gguf_test.py DCPCTL [ARCH:OUTTYPE[:split] ...]   (default: main()'s cases; ARCH-tied: the head
+                                                     tied; ARCH-bf16: saved in bfloat16; :split:
+                                                     SPLIT's options to both)
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
@@ -77,7 +77,23 @@ ARCHS = {
         num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=32,
         kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
         topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
+    # GLM-4.5's layout (Glm4MoeModel): head_dim 32 (not hidden / heads), partial rotary 0.5 (rope
+    # dimension 16), attention biases, q/k norms, a dense first layer, a shared expert, expert
+    # groups, e_score_correction_bias; Qwen2's tokenizer with GLM's special tokens added
+    # (_set_vocab_glm looks them up), which keeps its pre-tokenizer digest.
+    "glm4moe": (transformers.Glm4MoeConfig, "qwen2", dict(
+        head_dim=32, attention_bias=True, use_qk_norm=True, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
+        routed_scaling_factor=2.5)),
+    # GPT-OSS (GptOssModel): attention sinks and biases, sliding window, yarn rope (the config's
+    # default), the experts fused as transformers saves them (gate_up_proj interleaved, down_proj,
+    # their biases), the router with its bias.
+    "gpt-oss": (transformers.GptOssConfig, "llama-bpe", dict(
+        head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=16)),
 }
+
+# _set_vocab_glm's tokens, added to Qwen2's tokenizer for glm4moe (<|endoftext|> is Qwen2's own).
+GLM_TOKENS = ("[gMASK]", "<|user|>", "<|observation|>")
 
 
 # The architectures whose files verify checks against write/gguf_model.cpp's expected_tensors.
@@ -99,6 +115,12 @@ def tiny_model(arch: str, out: Path) -> None:
     gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
     import json
     tok = json.loads((out / "tokenizer.json").read_text())
+    if arch == "glm4moe":
+        ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
+        for i, t in enumerate(GLM_TOKENS):
+            tok["added_tokens"].append({"id": max(ids) + 1 + i, "content": t, "single_word": False, "lstrip": False,
+                                        "rstrip": False, "normalized": False, "special": True})
+        (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
     torch.manual_seed(0)
     kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -109,6 +131,9 @@ def tiny_model(arch: str, out: Path) -> None:
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
+        for n, b in model.named_buffers():  # GLM's e_score_correction_bias, zeros otherwise
+            if n.endswith("e_score_correction_bias"):
+                b.uniform_(0.0, 0.1)
     if bf16:
         model = model.to(torch.bfloat16)
     model.save_pretrained(out)
@@ -116,12 +141,23 @@ def tiny_model(arch: str, out: Path) -> None:
 
 def dcp_of(hf: Path, out: Path) -> None:
     """A trainer's state dict: a tied head saved as lm_head.weight too (dcpctl leaves it out, as
-    save_pretrained does)."""
+    save_pretrained does). A mixture of experts (but GPT-OSS, whose saved form is its in-memory one):
+    the model's state dict as transformers 5 holds it in memory, its experts fused per layer
+    (mlp.experts.gate_up_proj [experts, 2 x ffn, hidden], down_proj; Mixtral's under mlp.), which
+    save_pretrained turns back into one tensor per expert: dcpctl writes what the converter writes
+    from that folder."""
     import json
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
     out.mkdir(parents=True)
     sd = load_file(hf / "model.safetensors")
+    cfg = json.loads((hf / "config.json").read_text())
+    if any(cfg.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts")) and \
+            cfg["architectures"][0] != "GptOssForCausalLM":
+        model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype="auto")
+        sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if not any(k.endswith("mlp.experts.gate_up_proj") for k in sd):
+            raise AssertionError(f"{hf}: transformers holds no fused experts: {sorted(sd)[:8]}")
     if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     dcp.save(sd, checkpoint_id=str(out), no_dist=True)
@@ -210,7 +246,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
-                         "llama:q8_0:split"]
+                         "glm4moe:q8_0", "gpt-oss:f16", "llama:q8_0:split"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001

@@ -103,3 +103,102 @@ TEST_CASE("gguf_model: experts stacked where the converter emits them, kv_b spli
   for (int i = 1; i < 4; ++i) t[i].name = "blk.0.ffn_up_exps.weight", t[i].shape = {4, 32, 64};
   CHECK(size_label(t) == "4x7.1K");
 }
+
+TEST_CASE("gguf_model: GLM-4.5's table as Glm4MoeModel maps it") {
+  // Glm4MoeModel: GLM4_MOE's table (post_attention_norm, q/k norms, shared experts, exp_probs_b),
+  // DeepSeek's MLA names refused, a layer past num_hidden_layers (MTP) refused.
+  nlohmann::json glm{{"architectures", {"Glm4MoeForCausalLM"}}, {"num_attention_heads", 4}, {"n_routed_experts", 2}, {"num_hidden_layers", 1}};
+  Arch g = arch_of(glm, "cfg");
+  CHECK(tensor_plan(g, glm, "model.layers.0.post_attention_layernorm.weight", {8}, out_type("f16"), "cfg").name ==
+        "blk.0.post_attention_norm.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.self_attn.k_norm.weight", {8}, out_type("f16"), "cfg").name == "blk.0.attn_k_norm.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.mlp.shared_experts.up_proj.weight", {8, 8}, out_type("f16"), "cfg").name ==
+        "blk.0.ffn_up_shexp.weight");
+  CHECK(tensor_plan(g, glm, "model.layers.0.mlp.gate.e_score_correction_bias", {2}, out_type("f16"), "cfg").name ==
+        "blk.0.exp_probs_b.bias");
+  CHECK_THROWS_AS(tensor_plan(g, glm, "model.layers.0.self_attn.q_a_proj.weight", {8, 8}, out_type("f16"), "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"), UnsupportedError);
+}
+
+TEST_CASE("gguf_model: GPT-OSS's fused experts split as GptOssModel splits them") {
+  nlohmann::json config{{"architectures", {"GptOssForCausalLM"}}, {"num_attention_heads", 4}, {"num_local_experts", 2}};
+  Arch a = arch_of(config, "cfg");
+  std::vector<Input> in{{"model.layers.0.mlp.experts.down_proj", {2, 4, 3}},     {"model.layers.0.mlp.experts.down_proj_bias", {2, 3}},
+                        {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}},  {"model.layers.0.mlp.experts.gate_up_proj_bias", {2, 4}},
+                        {"model.layers.0.mlp.router.bias", {2}},                 {"model.layers.0.mlp.router.weight", {2, 3}},
+                        {"model.layers.0.post_attention_layernorm.weight", {3}}, {"model.layers.0.self_attn.sinks", {4}}};
+  std::vector<TensorPlan> p = plan_tensors(a, config, in, out_type("f16"), "cfg");
+  std::vector<std::string> names;
+  for (const TensorPlan& t : p) names.push_back(t.name);
+  CHECK(names == std::vector<std::string>{"blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps.bias", "blk.0.ffn_gate_exps.weight",
+                                          "blk.0.ffn_up_exps.weight", "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias",
+                                          "blk.0.ffn_gate_inp.bias", "blk.0.ffn_gate_inp.weight", "blk.0.post_attention_norm.weight",
+                                          "blk.0.attn_sinks.weight"});
+  CHECK(p[0].shape == std::vector<int64_t>{2, 3, 4});
+  CHECK(p[2].shape == std::vector<int64_t>{2, 2, 3});
+  CHECK(p[4].shape == std::vector<int64_t>{2, 2});
+  CHECK(p[2].type == TensorType::F16);
+  CHECK(p[4].type == TensorType::F32);
+  // torch: x = arange(24).reshape(2, 3, 4); x.transpose(-1, -2)[:, ::2, :] (gate), [:, 1::2, :] (up);
+  // arange(24).reshape(2, 4, 3).transpose(-1, -2) (down); arange(8).reshape(2, 4)[..., ::2] (bias).
+  std::vector<float> x(24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  CHECK(fused_part(p[2], x.data(), {2, 3, 4}) == std::vector<float>{0, 4, 8, 2, 6, 10, 12, 16, 20, 14, 18, 22});
+  CHECK(fused_part(p[3], x.data(), {2, 3, 4}) == std::vector<float>{1, 5, 9, 3, 7, 11, 13, 17, 21, 15, 19, 23});
+  CHECK(fused_part(p[0], x.data(), {2, 4, 3}) ==
+        std::vector<float>{0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, 12, 15, 18, 21, 13, 16, 19, 22, 14, 17, 20, 23});
+  CHECK(fused_part(p[4], x.data(), {2, 4}) == std::vector<float>{0, 2, 4, 6});
+  CHECK(fused_part(p[5], x.data(), {2, 4}) == std::vector<float>{1, 3, 5, 7});
+  // MXFP4 blocks and 3 experts where config.json says 2: refused.
+  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj_blocks", {2, 3, 1, 16}}}, out_type("f16"), "cfg"),
+                  UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {3, 4, 3}}}, out_type("f16"), "cfg"), UnsupportedError);
+}
+
+TEST_CASE("gguf_model: transformers' in-memory experts written as the same model saved per expert") {
+  // Qwen3-MoE: gate_up_proj [2 experts, 2 x 2 ffn, 3 hidden], down_proj [2, 3, 2]: emitted down, gate,
+  // up at the later of the two, before the router, as Qwen2MoeModel emits the per-expert tensors.
+  nlohmann::json config{{"architectures", {"Qwen3MoeForCausalLM"}}, {"num_attention_heads", 4}, {"num_experts", 2}};
+  Arch a = arch_of(config, "cfg");
+  std::vector<Input> in{{"model.layers.0.mlp.experts.down_proj", {2, 3, 2}},
+                        {"model.layers.0.mlp.experts.gate_up_proj", {2, 4, 3}},
+                        {"model.layers.0.mlp.gate.weight", {2, 3}}};
+  std::vector<TensorPlan> p = plan_tensors(a, config, in, out_type("f16"), "cfg");
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].name == "blk.0.ffn_down_exps.weight");
+  CHECK(p[0].inputs == std::vector<size_t>{0});
+  CHECK(p[0].gate_up == 0);
+  CHECK(p[0].shape == std::vector<int64_t>{2, 3, 2});
+  CHECK(p[1].name == "blk.0.ffn_gate_exps.weight");
+  CHECK(p[1].gate_up == 'G');
+  CHECK(p[1].shape == std::vector<int64_t>{2, 2, 3});
+  CHECK(p[2].name == "blk.0.ffn_up_exps.weight");
+  CHECK(p[2].gate_up == 'U');
+  CHECK(p[3].name == "blk.0.ffn_gate_inp.weight");
+  // torch: arange(24).reshape(2, 4, 3).chunk(2, dim=1): gate, up.
+  std::vector<float> x(24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  CHECK(fused_part(p[1], x.data(), {2, 4, 3}) == std::vector<float>{0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16, 17});
+  CHECK(fused_part(p[2], x.data(), {2, 4, 3}) == std::vector<float>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21, 22, 23});
+  // Transposed ([experts, hidden, 2 x ffn]) or alone: refused.
+  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.down_proj", {2, 2, 3}}, {"model.layers.0.mlp.experts.gate_up_proj", {2, 3, 4}}},
+                               out_type("f16"), "cfg"),
+                  UnsupportedError);
+  CHECK_THROWS_AS(plan_tensors(a, config, {{"model.layers.0.mlp.experts.gate_up_proj", {2, 4, 3}}}, out_type("f16"), "cfg"), UnsupportedError);
+
+  // Mixtral: sorted as its safetensors keys (block_sparse_moe. before input_layernorm), emitted
+  // gate, down, up as LlamaModel emits w1, w2, w3.
+  nlohmann::json mixtral{{"architectures", {"MixtralForCausalLM"}}, {"num_attention_heads", 4}, {"num_local_experts", 2}};
+  Arch mx = arch_of(mixtral, "cfg");
+  CHECK(sort_key(mx, "model.layers.0.mlp.experts.gate_up_proj") == "model.layers.0.block_sparse_moe.experts.gate_up_proj");
+  CHECK(sort_key(mx, "model.layers.0.mlp.gate.weight") == "model.layers.0.block_sparse_moe.gate.weight");
+  CHECK(sort_key(mx, "model.layers.0.input_layernorm.weight") == "model.layers.0.input_layernorm.weight");
+  CHECK(sort_key(a, "model.layers.0.mlp.gate.weight") == "model.layers.0.mlp.gate.weight");
+  p = plan_tensors(mx, mixtral, in, out_type("f16"), "cfg");
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].name == "blk.0.ffn_gate_exps.weight");
+  CHECK(p[0].gate_up == 'G');
+  CHECK(p[1].name == "blk.0.ffn_down_exps.weight");
+  CHECK(p[2].name == "blk.0.ffn_up_exps.weight");
+  CHECK(p[3].name == "blk.0.ffn_gate_inp.weight");
+}

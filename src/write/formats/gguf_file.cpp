@@ -8,7 +8,7 @@
 // tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
 // then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
-// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, or the values the
+// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
@@ -133,10 +133,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(o_.output), "a GGUF output is written by one process: run consolidate without torchrun");
     order_.resize(plan.tensors.size());
     std::iota(order_.begin(), order_.end(), size_t{0});
-    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return plan.tensors[a].key < plan.tensors[b].key; });
+    std::vector<std::string> keys;
+    for (const PlannedTensor& pt : plan.tensors) keys.push_back(gguf::sort_key(arch_, pt.key));
+    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
     std::vector<gguf::Input> inputs;
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
+      const bool mxfp4 = pt.key.size() > 7 && (pt.key.compare(pt.key.size() - 7, 7, "_blocks") == 0 || pt.key.compare(pt.key.size() - 7, 7, "_scales") == 0);
+      if (!info(pt.src).floating && mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss)
+        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is MXFP4 (the converter repacks it as ggml's MXFP4): "
+                                                                   "not written into a GGUF by dcpctl yet");
       if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
         throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
       inputs.push_back({pt.key, pt.t->shape});
@@ -158,7 +164,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
     gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
-    gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_);
+    gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
     if (shards > 65535) throw UnsupportedError(Where(o_.output), std::to_string(shards) + " shards: split.count is a u16 (at most 65535)");
     paths_.assign(1, o_.output);
     if (shards > 1) {
@@ -211,6 +217,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           std::memcpy(f32.data() + at, permuted.data(), permuted.size());
         }
       }
+      if (tp.gate_up || tp.transpose) {  // GPT-OSS's fused experts: the gate or up part, transposed
+        std::vector<float> part = gguf::fused_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape);
+        f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
+      }
       if (tp.kv_b) {  // DeepSeek's kv_b_proj: its k_b or v_b part
         std::vector<float> part = gguf::kv_b_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape[1]);
         f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
@@ -238,7 +248,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const PlannedTensor& pt = plan.tensors[order_[input]];
       // an assembled input: its record's need (the tensor and the copies of source chunks it takes)
       const uint64_t in = assembled(pt) ? std::max(pt.t->nbytes(), plan.records[pt.records.at(0)].need) : pt.t->nbytes();
-      most = std::max(most, in + (tp.permute_heads || tp.kv_b ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
+      most = std::max(most, in + (tp.permute_heads || tp.kv_b || tp.gate_up || tp.transpose ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
     }
     const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
     return 4 * n + most + gguf::tensor_bytes(tp.type, n, row);
