@@ -46,11 +46,9 @@
 // (meta/run_folder.cpp). An HF-looking folder of `<item>_<R>.safetensors` local shards without
 // metadata.pkl is refused by the safetensors row (meta/readers.cpp refuse_local_shards).
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <regex>
 #include <set>
-#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
