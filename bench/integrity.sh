@@ -5,7 +5,7 @@
 # the 16 GB one, its shards memory-mapped from a 2 GiB pool: make_big_ckpt.py --pool), side by side in
 # one run, page cache dropped before each:
 #   (a) dcpctl verify --deep                 every record read, its CRC-32 checked
-#   (b) dcpctl verify --deep --checksum      and the SHA-256 of every full tensor (OpenSSL, SHA-NI)
+#   (b) dcpctl verify --deep --checksum      and the SHA-256 of every full tensor (SHA-NI, two a core)
 #   (a2), (b2): the same with --io buffered (through the page cache; verify's default is direct)
 #   (c) dcpctl consolidate -o X.safetensors  (its CRC checks on; --io direct, the default)
 #   (d) dcpctl reshard -w 2                  (--io direct)

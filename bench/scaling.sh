@@ -284,6 +284,16 @@ for n in names:
     v = [res[(l, n)][1]["cpu"] / res[(l, n)][0] for l in done]
     print(f"  {n:22} " + " ".join(f"{x:9.3f}" for x in v) + (f"   {max(v) / min(v):6.2f}x" if len(v) > 1 and min(v) else "     -"))
 print()
+# Where CPU per GB grows, user or system: the user time is dcpctl's own work (flat if it scales),
+# the system time the kernel's (page-cache copies and reclaim), which the anchor, made of nothing
+# else, measures on the same machine in the same rounds (issue 72 item 5).
+for part in ("user", "sys"):
+    print(f"{part} CPU seconds per GB at each size (median of the rounds; spread = max/min):")
+    print(f"  {'command':22} " + " ".join(f"{res[(l, names[0])][0]:>7.2f}GB" for l in done) + "   spread")
+    for n in names:
+        v = [res[(l, n)][1][part] / res[(l, n)][0] for l in done]
+        print(f"  {n:22} " + " ".join(f"{x:9.3f}" for x in v) + (f"   {max(v) / min(v):6.2f}x" if len(v) > 1 and min(v) else "     -"))
+print()
 print("peak RSS (MiB) at each size (spread = max/min; flat = 1.00):")
 print(f"  {'command':22} " + " ".join(f"{res[(l, names[0])][0]:>7.2f}GB" for l in done) + "   spread")
 for n in names:

@@ -52,6 +52,7 @@ def summary(rs: list[dict]) -> dict:
     seconds the disk was busy (None where not recorded)."""
     disk = statistics.median(x["disk"]["busy"] for x in rs) if all(x.get("disk") for x in rs) else None
     return {"secs": statistics.median(x["secs"] for x in rs), "cpu": statistics.median(x["user"] + x["sys"] for x in rs),
+            "user": statistics.median(x["user"] for x in rs), "sys": statistics.median(x["sys"] for x in rs),
             "rss": max(x["rss"] for x in rs), "rc": max(x["rc"] for x in rs), "disk": disk}
 
 

@@ -78,11 +78,13 @@ TEST_CASE("crc32 equals the bitwise definition at every length and alignment on 
   CHECK(crc32_update(0, data.data(), data.size()) == crc32_bitwise(data.data(), data.size()));
 }
 
-// SHA-256 (OpenSSL's EVP, util/sha256.h) against FIPS 180-4's examples, fed whole and in pieces.
+// SHA-256 (util/sha256.h: the SHA-NI kernel, and OpenSSL's EVP) against FIPS 180-4's examples, fed whole and in pieces.
 #include "util/sha256.h"
 
 TEST_CASE("sha256 test vectors, whole and in pieces") {
   using dcpctl::Sha256;
+  const bool native = GENERATE(true, false);  // the SHA-NI kernel (where the CPU has it), OpenSSL
+  Sha256::use_native_for_testing(native);
   CHECK(Sha256::of("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   CHECK(Sha256::of("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
@@ -96,4 +98,61 @@ TEST_CASE("sha256 test vectors, whole and in pieces") {
     left -= k;
   }
   CHECK(h.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  Sha256::use_native_for_testing(true);
+}
+
+// The SHA-NI kernel and update_pair against OpenSSL's EVP_Digest (an implementation not dcpctl's):
+// every length around a block's edges, and pairs fed in pieces that leave each stream a different
+// number of bytes into a block, so the joint blocks start at different offsets of the two inputs.
+#include <openssl/evp.h>
+
+#include "random_bytes.h"
+
+namespace {
+std::string openssl_sha256(const uint8_t* p, size_t n) {
+  unsigned char md[32];
+  unsigned int len = 0;
+  REQUIRE(EVP_Digest(p, n, md, &len, EVP_sha256(), nullptr) == 1);
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (unsigned i = 0; i < len; ++i) s += digits[md[i] >> 4], s += digits[md[i] & 15];
+  return s;
+}
+}  // namespace
+
+TEST_CASE("sha256: the SHA-NI kernel and update_pair equal OpenSSL's digest") {
+  using dcpctl::Sha256;
+  const bool native = GENERATE(true, false);
+  Sha256::use_native_for_testing(native);
+  CAPTURE(native, Sha256::pairs());
+  const std::vector<uint8_t> data = random_bytes(300000, 7);
+  for (size_t n : {0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 129, 1000, 4096, 65537, 300000}) {
+    CAPTURE(n);
+    Sha256 h;
+    h.update(data.data(), n);
+    CHECK(h.hex() == openssl_sha256(data.data(), n));
+  }
+  // Two streams over different bytes: a head fed alone to each (0-130 bytes), then pairs of
+  // pieces of varied sizes, then a tail alone; each must equal its bytes' digest.
+  const uint8_t* a = data.data();
+  const uint8_t* b = data.data() + 150001;
+  for (size_t head_a : {0, 1, 63, 64, 100}) {
+    for (size_t head_b : {0, 5, 64, 130}) {
+      Sha256 x, y;
+      x.update(a, head_a);
+      y.update(b, head_b);
+      size_t at_a = head_a, at_b = head_b, piece = 1;
+      while (at_a + piece < 140000 && at_b + piece < 140000) {
+        Sha256::update_pair(x, a + at_a, y, b + at_b, piece);
+        at_a += piece, at_b += piece;
+        piece = piece * 7 % 9973 + 1;
+      }
+      x.update(a + at_a, 140000 - at_a);
+      y.update(b + at_b, 149999 - at_b);
+      CAPTURE(head_a, head_b);
+      CHECK(x.hex() == openssl_sha256(a, 140000));
+      CHECK(y.hex() == openssl_sha256(b, 149999));
+    }
+  }
+  Sha256::use_native_for_testing(true);
 }
