@@ -223,11 +223,12 @@ void add_kimi_tokenizer_keys(Header& h, const json& config, const std::string& t
   if (!merges.empty()) h.add_strings("tokenizer.ggml.merges", merges);  // gguf-py writes no empty array
 
   // SpecialVocab(load_merges=False) without tokenizer.json: no added tokens to find
-  // tokenizer_config.json's bos_token & co. in, so the ids are config.json's alone.
-  static const char* kTypes[] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+  // tokenizer_config.json's bos_token & co. in, so the ids are config.json's alone. Its cls has no
+  // GGUFWriter method (add_to_gguf skips it with a warning), so none is written.
+  static const char* kTypes[] = {"bos", "eos", "unk", "sep", "pad", "mask"};
   static const char* kIdKeys[] = {"bos_token_id", "eos_token_id", "unknown_token_id", "seperator_token_id",
-                                  "padding_token_id", "cls_token_id", "mask_token_id"};
-  for (size_t t = 0; t < 7; ++t) {
+                                  "padding_token_id", "mask_token_id"};
+  for (size_t t = 0; t < 6; ++t) {
     json v = config.value(std::string(kTypes[t]) + "_token_id", json());
     if (v.is_null() && config.contains("text_config") && config["text_config"].is_object())
       v = config["text_config"].value(std::string(kTypes[t]) + "_token_id", json());

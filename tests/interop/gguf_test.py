@@ -236,6 +236,7 @@ def kimi_config(*folders: Path) -> None:
     for folder in folders:
         cfg = json.loads((folder / "config.json").read_text())
         cfg["model_type"] = "kimi_k2"
+        cfg["cls_token_id"] = KIMI_RANKS + 2  # not Kimi's: gguf-py has no cls key, so neither writes one
         cfg["auto_map"] = {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
                            "AutoModel": "modeling_deepseek.DeepseekV3Model",
                            "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}
