@@ -131,8 +131,9 @@ def gguf_py():
     return gguf
 
 
-def convert(hf, outfile, args=(), env=None):
-    """llama.cpp's convert_hf_to_gguf.py HF --outfile OUTFILE ARGS: the CompletedProcess, with the
+def convert(hf, outfile, args=(), env=None, python_args=()):
+    """llama.cpp's convert_hf_to_gguf.py HF --outfile OUTFILE ARGS (run as `python PYTHON_ARGS
+    convert_hf_to_gguf.py ...`: a `-c` script that runs it patched): the CompletedProcess, with the
     files it wrote beside OUTFILE (one, or its split's shards). Its output is a function of the
     folder's files, the arguments and the converter, so a successful run's files are kept under
     CACHE/converted/KEY (KEY: the SHA-256 of the sdist's digest, this file, ARGS and every file of HF,
@@ -141,7 +142,7 @@ def convert(hf, outfile, args=(), env=None):
     import shutil
     hf, outfile = Path(hf), Path(outfile)
     h = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes())
-    h.update(json.dumps([str(a) for a in args]).encode())
+    h.update(json.dumps([[str(a) for a in python_args], [str(a) for a in args]]).encode())
     for f in sorted(p for p in hf.rglob("*") if p.is_file()):
         h.update(str(f.relative_to(hf)).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
     kept = CACHE / "converted" / h.hexdigest()[:24]
@@ -152,7 +153,8 @@ def convert(hf, outfile, args=(), env=None):
                 shutil.copyfile(f, outfile.parent / f.name)
         return subprocess.CompletedProcess(["convert_hf_to_gguf.py (kept)"], 0, "", "")
     before = set(outfile.parent.iterdir())
-    r = subprocess.run([sys.executable, str(fetch() / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(outfile),
+    r = subprocess.run([sys.executable, *map(str, python_args), str(fetch() / "convert_hf_to_gguf.py"), str(hf),
+                        "--outfile", str(outfile),
                         *map(str, args)], capture_output=True, text=True,
                        env=env or dict(os.environ, PYTHONPATH=str(fetch() / "gguf-py")))
     if r.returncode == 0:

@@ -28,7 +28,7 @@ constexpr const char* kAssetNames[] = {
     "config.json", "generation_config.json", "adapter_config.json",
     // tokenizers
     "tokenizer*.json", "tokenizer*.model", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges*.txt",
-    "spiece.model", "sentencepiece*.model", "*.spm", "*.tiktoken", "tekken.json",
+    "spiece.model", "sentencepiece*.model", "*.spm", "*.tiktoken", "tiktoken.model", "tekken.json",
     // chat templates (transformers >= 4.43 writes chat_template.jinja, older chat_template.json)
     "chat_template.jinja", "chat_template.json",
     // image, video and audio processors

@@ -93,12 +93,13 @@ Arch arch_of(const json& config, const std::string& where) {
   if (hf == "Qwen2ForCausalLM") return {"qwen2", false};
   if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
   if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
-  if (hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
+  // DeepseekV2Model serves DeepSeek-V2 (V2-Lite: no q_lora, softmax gating) and V3 (Kimi K2's too).
+  if (hf == "DeepseekV2ForCausalLM" || hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
   if (hf == "Glm4MoeForCausalLM") return {"glm4moe", false, Arch::Experts::Deepseek};
   if (hf == "GptOssForCausalLM") return {"gpt-oss", false, Arch::Experts::GptOss};
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
                                            "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM and "
+                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM and "
                                            "GptOssForCausalLM)");
 }
 

@@ -59,7 +59,7 @@ except ImportError as e:
 #   gguf_llama_test.py DCPCTL llama-tied@256:f32,q8_0,q4_0,q4_k,q5_k,q6_k qwen2-tied:f32,bf16,q4_k qwen3-bf16:f16,q5_k,q6_k
 #   glm4moe:f32 (15 s: logits 2.1e-6 of the std) and gpt-oss:f32,f16 run by name too (gpt-oss: llama.cpp's
 #   F32 logits are transformers' within 1.3e-3 of their std, over F32's summation bound, F16 0.0027;
-#   not understood yet)
+#   not understood yet); deepseekv2:f32 (DeepSeek-V2-Lite's layout at 26 layers, MOE below) by name too
 DEFAULT = ["llama-tied@256:f32,q4_k"]
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 NEW_TOKENS = 8
@@ -80,6 +80,15 @@ MOE = {
     "gpt-oss": dict(head_dim=32, num_local_experts=4, num_experts_per_tok=2),
     "glm4moe": dict(head_dim=32, attention_bias=True, use_qk_norm=True, n_routed_experts=4, num_experts_per_tok=2,
                     moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1),
+    # DeepSeek-V2-Lite's layout (gguf_test.py's deepseekv2) with 26 layers: llama.cpp reads a deepseek2
+    # file without attention.q_lora_rank only as a "lite" model, by its layer count (26 or 27).
+    "deepseekv2": dict(num_hidden_layers=26, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+                       moe_intermediate_size=32, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=32,
+                       qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_shared_experts=2,
+                       scoring_func="softmax", topk_method="greedy", rope_parameters={
+                           "rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                           "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
+                           "mscale": 0.707, "mscale_all_dim": 0.707}),
 }
 
 FAILS: list[str] = []
@@ -113,7 +122,8 @@ def tiny_model(model: str, out: Path) -> None:
               num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied,
               initializer_range=0.1)  # logits spread wider than the default 0.02's, so that greedy picks are clear
     cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
-           "gpt-oss": transformers.GptOssConfig, "glm4moe": transformers.Glm4MoeConfig}[arch]
+           "gpt-oss": transformers.GptOssConfig, "glm4moe": transformers.Glm4MoeConfig,
+           "deepseekv2": transformers.DeepseekV2Config}[arch]
     kw.update(MOE.get(arch, {}))
     m = transformers.AutoModelForCausalLM.from_config(cls(**kw))
     with torch.no_grad():

@@ -77,6 +77,25 @@ ARCHS = {
         num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=32,
         kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=2,
         topk_group=1, n_shared_experts=1, scoring_func="sigmoid")),
+    # Kimi K2 (DeepseekV3ForCausalLM with Kimi's traits: one expert group, a yarn rope with
+    # mscale_all_dim, routed_scaling_factor 2.827, norm_topk_prob) and its tiktoken tokenizer
+    # (KIMI_TOKENS below: no tokenizer.json, DeepseekV2Model.set_vocab's kimi-k2 branch).
+    "kimi-k2": (transformers.DeepseekV3Config, "kimi", dict(
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=32,
+        kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1, n_group=1,
+        topk_group=1, n_shared_experts=1, scoring_func="sigmoid", topk_method="noaux_tc", routed_scaling_factor=2.827,
+        norm_topk_prob=True, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 50000.0, "factor": 32.0, "original_max_position_embeddings": 64,
+            "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})),
+    # DeepSeek-V2-Lite's layout (DeepseekV2ForCausalLM): no q_lora (q_proj), softmax gating
+    # (transformers' config has no scoring_func: written as the released config.json says it),
+    # greedy top-k without groups, no e_score_correction_bias, a yarn rope with mscale_all_dim.
+    "deepseekv2": (transformers.DeepseekV2Config, "llama-bpe", dict(
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, q_lora_rank=None,
+        kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=1,
+        n_shared_experts=2, scoring_func="softmax", topk_method="greedy", rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 64,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707})),
     # GLM-4.5's layout (Glm4MoeModel): head_dim 32 (not hidden / heads), partial rotary 0.5 (rope
     # dimension 16), attention biases, q/k norms, a dense first layer, a shared expert, expert
     # groups, e_score_correction_bias; Qwen2's tokenizer with GLM's special tokens added
@@ -96,8 +115,74 @@ ARCHS = {
 GLM_TOKENS = ("[gMASK]", "<|user|>", "<|observation|>")
 
 
+# Kimi K2's tokenizer files (kimi_tokenizer): its special tokens where Kimi K2's tokenizer_config.json
+# names them, relative to the first id after the ranks (Kimi K2: 163584); the 258 ids after the
+# ranks are the tokenizer's special tokens, of which config.json's vocab_size keeps 256 (163840).
+KIMI_TOKENS = {0: "[BOS]", 1: "[EOS]", 2: "<|im_end|>", 3: "<|im_user|>", 4: "<|im_assistant|>", 6: "<|start_header_id|>",
+               7: "<|end_header_id|>", 9: "[EOT]", 10: "<|im_system|>", 17: "<|im_middle|>", 254: "[UNK]", 255: "[PAD]"}
+KIMI_RANKS = 4096
+KIMI_TEMPLATE = ("{%- for message in messages -%}<|im_{{ message['role'] }}|>{{ message['role'] }}<|im_middle|>"
+                 "{{ message['content'] }}<|im_end|>{%- endfor -%}{%- if add_generation_prompt -%}"
+                 "<|im_assistant|>assistant<|im_middle|>{%- endif -%}")
+
+
+# The converter for the kimi-k2 case: its get_vocab_base_pre names a tokenizer by the digest of its
+# encoding of a fixed text, and these ranks (not Kimi's own) give another digest than Kimi K2's; so
+# the one function answers kimi-k2 for the TikTokenTokenizer (after encoding the text as the
+# converter does), and the converter runs as it is otherwise (its kimi-k2 branch reads the ranks and
+# special tokens through transformers' AutoTokenizer with trust_remote_code).
+KIMI_RUN = """
+import runpy, sys
+script = sys.argv[1]
+sys.path.insert(0, script.rsplit("/", 1)[0])
+import conversion.base as base
+plain = base.TextModel.get_vocab_base_pre
+def get_vocab_base_pre(self, tokenizer):
+    if type(tokenizer).__name__ != "TikTokenTokenizer":
+        return plain(self, tokenizer)
+    print("kimi digest input", len(tokenizer.encode("hello world")), file=sys.stderr)
+    return "kimi-k2"
+base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+def kimi_tokenizer(out: Path) -> tuple[int, dict]:
+    """Kimi K2's tokenizer files in `out`: tiktoken.model, tokenizer_config.json (auto_map to
+    tokenization_kimi.TikTokenTokenizer, added_tokens_decoder, bos/eos/unk/pad), chat_template.jinja
+    and tokenization_kimi.py (gguf_kimi_tokenizer.py: Kimi's class is remote code, not on PyPI).
+    Kimi K2's own tiktoken.model is not on PyPI either: the ranks are Llama 3's first KIMI_RANKS
+    (Llama 3's tokenizer is a tiktoken BPE too, published by Meta in this very format as
+    original/tokenizer.model: `base64(token) rank` a line), from llama.cpp's Llama 3 vocabulary.
+    Returns config.json's vocab_size and special token ids."""
+    import base64
+    import json
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    llama = out.parent / "llama-bpe"
+    llama.mkdir()
+    gguf_oracle.tokenizer("llama-bpe", str(llama))
+    vocab = json.loads((llama / "tokenizer.json").read_text())["model"]["vocab"]
+    shutil.rmtree(llama)
+    dec = {c: b for b, c in bytes_to_unicode().items()}
+    by_id = {i: bytes(dec[c] for c in t) for t, i in vocab.items() if i < KIMI_RANKS}
+    lines = [base64.b64encode(by_id[i]).decode() + f" {i}" for i in range(KIMI_RANKS)]
+    (out / "tiktoken.model").write_text("\n".join(lines) + "\n")
+    decoder = {str(KIMI_RANKS + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                     "single_word": False, "special": True} for i, t in KIMI_TOKENS.items()}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "added_tokens_decoder": decoder, "additional_special_tokens": ["<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+                                                                       "<|start_header_id|>", "<|end_header_id|>", "[EOT]",
+                                                                       "<|im_system|>", "<|im_middle|>"],
+        "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]}, "bos_token": "[BOS]",
+        "clean_up_tokenization_spaces": False, "eos_token": "[EOS]", "extra_special_tokens": {},
+        "model_max_length": 1048576, "pad_token": "[PAD]", "tokenizer_class": "TikTokenTokenizer", "unk_token": "[UNK]"},
+        indent=2))
+    (out / "chat_template.jinja").write_text(KIMI_TEMPLATE)
+    shutil.copy(HERE / "gguf_kimi_tokenizer.py", out / "tokenization_kimi.py")
+    return KIMI_RANKS + 256, dict(bos_token_id=KIMI_RANKS, eos_token_id=KIMI_RANKS + 1, pad_token_id=KIMI_RANKS + 255)
+
 # The architectures whose files verify checks against write/gguf_model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2"}
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -112,19 +197,23 @@ def tiny_model(arch: str, out: Path) -> None:
     tied = arch.endswith("-tied")
     arch = arch.removesuffix("-tied")
     out.mkdir(parents=True)
-    gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
     import json
-    tok = json.loads((out / "tokenizer.json").read_text())
+    if ARCHS[arch][1] == "kimi":
+        vocab, special = kimi_tokenizer(out)
+    else:
+        gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
+        tok = json.loads((out / "tokenizer.json").read_text())
+        vocab, special = len(tok["model"]["vocab"]) + len(tok["added_tokens"]), {}
     if arch == "glm4moe":
         ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
         for i, t in enumerate(GLM_TOKENS):
             tok["added_tokens"].append({"id": max(ids) + 1 + i, "content": t, "single_word": False, "lstrip": False,
                                         "rstrip": False, "normalized": False, "special": True})
         (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
-    vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
+        vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
     torch.manual_seed(0)
     kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied)
+              vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=tied, **special)
     kw.update(ARCHS[arch][2])
     model = transformers.AutoModelForCausalLM.from_config(ARCHS[arch][0](**kw))
     with torch.no_grad():  # norms that are not all ones, so that a misplaced norm shows
@@ -138,6 +227,20 @@ def tiny_model(arch: str, out: Path) -> None:
         model = model.to(torch.bfloat16)
     model.save_pretrained(out)
 
+
+def kimi_config(*folders: Path) -> None:
+    """Kimi K2's config.json: model_type kimi_k2 and its auto_map (remote code, which neither the
+    converter nor dcpctl runs: the converter's AutoConfig fails and it reads config.json as it is),
+    set after transformers has saved and loaded the model as DeepSeek-V3."""
+    import json
+    for folder in folders:
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["model_type"] = "kimi_k2"
+        cfg["cls_token_id"] = KIMI_RANKS + 2  # not Kimi's: gguf-py has no cls key, so neither writes one
+        cfg["auto_map"] = {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                           "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                           "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}
+        (folder / "config.json").write_text(json.dumps(cfg, indent=2))
 
 def dcp_of(hf: Path, out: Path) -> None:
     """A trainer's state dict: a tied head saved as lm_head.weight too (dcpctl leaves it out, as
@@ -161,8 +264,10 @@ def dcp_of(hf: Path, out: Path) -> None:
     if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     dcp.save(sd, checkpoint_id=str(out), no_dist=True)
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(hf / name, out / name)
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "tiktoken.model", "tokenization_kimi.py",
+                 "chat_template.jinja"):
+        if (hf / name).exists():
+            shutil.copy(hf / name, out / name)
 
 
 def fields(path: Path) -> tuple[dict, dict]:
@@ -246,7 +351,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
-                         "glm4moe:q8_0", "gpt-oss:f16", "llama:q8_0:split"]
+                         "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe:q8_0", "gpt-oss:f16", "llama:q8_0:split"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -261,9 +366,13 @@ def main(argv: list[str]) -> int:
             if not hf.exists():
                 tiny_model(arch, hf)
                 dcp_of(hf, dcp_dir)
+                if arch == "kimi-k2":
+                    kimi_config(hf, dcp_dir)
             want = root / "converter" / "tiny.gguf"
             want.parent.mkdir(parents=True)
-            r = gguf_oracle.convert(hf, want, ["--outtype", outtype, *split_args])
+            # Kimi's case runs the converter under KIMI_RUN (its tokenizer's name answered: see there).
+            r = gguf_oracle.convert(hf, want, ["--outtype", outtype, *split_args],
+                                    python_args=["-c", KIMI_RUN] if arch.startswith("kimi") else [])
             if r.returncode != 0:
                 fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
                 continue
@@ -315,6 +424,18 @@ def main(argv: list[str]) -> int:
             # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
             check_summary(r)
+        # A tiktoken.model whose class is not Kimi's: refused (the converter's kimi-k2 branch is Kimi's).
+        kimi = tmp / "kimi-k2" / "hf" / "tiny"
+        if kimi.exists():
+            import json
+            odd = tmp / "odd-kimi"
+            shutil.copytree(kimi, odd)
+            tc = json.loads((odd / "tokenizer_config.json").read_text())
+            tc["auto_map"] = {"AutoTokenizer": ["tokenization_other.TikTokenTokenizer", None]}
+            (odd / "tokenizer_config.json").write_text(json.dumps(tc))
+            r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-kimi.gguf")], capture_output=True, text=True)
+            if r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists():
+                fail(f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
     if FAILS:
         print(f"{len(FAILS)} failure(s)", file=sys.stderr)
         return 1

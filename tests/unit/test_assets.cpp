@@ -53,7 +53,7 @@ TEST_CASE("assets: the allow-list by name, never weights, indexes, hidden files 
   for (const char* n : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                         "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "spiece.model",
                         "chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
-                        "video_preprocessor_config.json", "qwen.tiktoken", "tekken.json", "modeling_tiny.py",
+                        "video_preprocessor_config.json", "qwen.tiktoken", "tiktoken.model", "tekken.json", "modeling_tiny.py",
                         "configuration_tiny.py", "adapter_config.json", "spk_dict.pt"})
     CHECK(is_asset_name(n));
   for (const char* n : {"model.safetensors", "model-00001-of-00002.safetensors", "model.safetensors.index.json",

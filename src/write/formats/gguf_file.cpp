@@ -29,6 +29,7 @@
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
 #include "write/gguf_model.h"
+#include "write/gguf_tiktoken.h"
 #include "write/output.h"
 
 namespace dcpctl {
@@ -85,13 +86,19 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       if (a.name == "tokenizer.json") tokenizer_ = parse(read_text(a.source), a.source);
       if (a.name == "tokenizer_config.json") tokenizer_config_ = parse(read_text(a.source), a.source);
       if (a.name == "chat_template.jinja") jinja_ = read_text(a.source);
+      if (a.name == "tiktoken.model") tiktoken_ = read_text(a.source);
     }
     std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
-    if (config_.is_null() || tokenizer_.is_null())
+    // Without tokenizer.json, Kimi K2's tiktoken.model (DeepseekV2Model.set_vocab's kimi-k2 branch).
+    const bool kimi = tokenizer_.is_null() && tiktoken_ && gguf::is_kimi_tokenizer(tokenizer_config_);
+    if (config_.is_null() || (tokenizer_.is_null() && !kimi))
       throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
-                                               (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found");
+                                               (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
+                                               (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : ""));
     where_ = where;
     arch_ = gguf::arch_of(config_, where_);
+    if (kimi && arch_.name != "deepseek2")
+      throw UnsupportedError(Where(where_), "Kimi's tiktoken tokenizer is written into a GGUF of deepseek2 only (the converter's DeepseekV2Model reads it)");
   }
 
   std::string set_up(WriteJob& job) override {
@@ -164,7 +171,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
     gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
-    gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
+    if (tokenizer_.is_null())
+      gguf::add_kimi_tokenizer_keys(h[0], config_, *tiktoken_, tokenizer_config_, jinja_, where_);
+    else
+      gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
     if (shards > 65535) throw UnsupportedError(Where(o_.output), std::to_string(shards) + " shards: split.count is a u16 (at most 65535)");
     paths_.assign(1, o_.output);
     if (shards > 1) {
@@ -258,6 +268,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   gguf::Arch arch_;
   json config_, tokenizer_, tokenizer_config_;
   std::string jinja_, where_;
+  std::optional<std::string> tiktoken_;  // tiktoken.model (Kimi K2: write/gguf_tiktoken.h)
   std::vector<size_t> order_;
   std::vector<gguf::TensorPlan> plans_;
   std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section
