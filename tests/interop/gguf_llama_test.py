@@ -97,6 +97,8 @@ def tiny_model(model: str, out: Path) -> None:
     arch = arch.removesuffix("-bf16")
     tied = arch.endswith("-tied")
     arch = arch.removesuffix("-tied")
+    mxfp4 = arch.endswith("-mxfp4")  # gpt-oss-mxfp4: the experts as OpenAI's MXFP4 (gguf_test.py's)
+    arch = arch.removesuffix("-mxfp4")
     out.mkdir(parents=True)
     gguf_oracle.tokenizer("llama-bpe" if arch == "llama" else "qwen2", str(out))
     import json
@@ -123,6 +125,16 @@ def tiny_model(model: str, out: Path) -> None:
     if bf16:
         m = m.to(torch.bfloat16)
     m.save_pretrained(out)
+    if mxfp4:  # transformers reads them back dequantized on CPU (its MXFP4 kernels need a GPU)
+        import json
+        from safetensors.torch import load_file, save_file
+        from gguf_test import MXFP4_CONFIG, mxfp4_of
+        sd = load_file(out / "model.safetensors")
+        for k in [k for k in sd if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+            sd[k + "_blocks"], sd[k + "_scales"] = mxfp4_of(sd.pop(k).transpose(-1, -2))
+        save_file(sd, out / "model.safetensors", metadata={"format": "pt"})
+        cfg = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps({**cfg, "quantization_config": MXFP4_CONFIG}, indent=2))
 
 
 def reference(hf: Path) -> tuple[list[int], list[int], np.ndarray]:
