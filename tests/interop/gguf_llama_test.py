@@ -60,8 +60,8 @@ except ImportError as e:
 #   glm4moe:f32 (15 s: logits 2.1e-6 of the std) and gpt-oss:f32,f16 run by name too (gpt-oss: llama.cpp's
 #   F32 logits are transformers' within 1.3e-3 of their std, over F32's summation bound, F16 0.0027;
 #   not understood yet). gpt-oss-mxfp4:f16 (its experts MXFP4, as OpenAI's releases; 22 s of CPU): llama.cpp
-#   loads dcpctl's file, logits 0.023 of the std from transformers' dequantized ones (unbounded, as the
-#   block types: ggml's MXFP4 dot product quantizes the activations to Q8_0)
+#   loads dcpctl's file, logits 0.023 of the std from transformers' dequantized ones, within BOUND["mxfp4"]
+#   (a wrong repack: 2.46)
 DEFAULT = ["llama-tied@256:f32,q4_k"]
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 NEW_TOKENS = 8
@@ -72,7 +72,12 @@ NEW_TOKENS = 8
 # quantization step moves the logits by much of their spread (measured Q8_0 0.45, Q4_0 2.9): their
 # error is printed, their bytes are llama-quantize's (below), and a bound needs a model whose
 # logits are less sensitive (docs/gguf.md).
-BOUND = {"f32": 1e-4, "f16": 2e-2, "bf16": 0.1}
+BOUND = {"f32": 1e-4, "f16": 2e-2, "bf16": 0.1,
+         # A model whose experts are MXFP4 (gpt-oss-mxfp4), any outtype: its expert weights are exact
+         # in both, but ggml's CPU MXFP4 dot product quantizes their activations to Q8_0
+         # (ggml_vec_dot_mxfp4_q8_0). Measured 0.023 at F16; the groups copied without the nibble
+         # reordering give 2.46.
+         "mxfp4": 0.25}
 # LlamaFileType of each type, as dcpctl and llama-quantize write general.file_type.
 FTYPE = {"q4_0": 2, "q4_k": 15, "q5_k": 17, "q6_k": 18}
 
@@ -285,8 +290,7 @@ def main(argv: list[str]) -> int:
                 if outtype not in files:
                     continue
                 label = f"{model}:{outtype}"
-                # MXFP4 experts: llama.cpp's CPU dot product quantizes their activations to Q8_0
-                # (ggml_vec_dot_mxfp4_q8_0), so their logits are printed like the block types', not bounded.
+                # MXFP4 experts: BOUND["mxfp4"], whatever the outtype.
                 bound = "mxfp4" if "-mxfp4" in model else outtype
                 if not check_logits(label, bound, ref, llama_logits(lc, files[outtype], ref[0], ref[1]), report):
                     fail(f"{label}: llama.cpp's output is not transformers'")
