@@ -1,5 +1,6 @@
 #include "write/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -83,6 +84,31 @@ json rope_params(const json& c) {
 
 }  // namespace
 
+bool mxfp4_config(const json& config) {
+  auto q = config.find("quantization_config");
+  return q != config.end() && q->is_object() && q->value("quant_method", json()) == "mxfp4";
+}
+
+std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales, const std::vector<int64_t>& bs) {
+  if (!p.mxfp4 || bs.size() != 4 || bs[3] != 16) throw std::logic_error("gguf: mxfp4_repack of a plan that is not MXFP4 blocks");
+  const int64_t e = bs[0], rows = bs[1], groups = bs[2];
+  const int64_t step = p.gate_up ? 2 : 1, first = p.gate_up == 'u' ? 1 : 0;
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(e * (rows / step) * groups * 17));
+  for (int64_t a = 0; a < e; ++a)
+    for (int64_t r = first; r < rows; r += step)
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t at = (a * rows + r) * groups + g;
+        const uint8_t* b = blocks + at * 16;
+        out.push_back(scales[at]);
+        for (int i = 0; i < 8; ++i) {  // transform_nibble_layout
+          out.push_back(static_cast<uint8_t>((b[i] & 0x0F) | (b[8 + i] & 0x0F) << 4));
+          out.push_back(static_cast<uint8_t>((b[i] >> 4) | (b[8 + i] >> 4) << 4));
+        }
+      }
+  return out;
+}
+
 Arch arch_of(const json& config, const std::string& where) {
   std::string hf;
   if (auto it = config.find("architectures"); it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
@@ -134,6 +160,14 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     const bool glm = arch.name == "glm4moe";
     if (auto it = mla.find(m[2]); !gname && (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
                                   it != mla.end() && (!underscore || it->second == "exp_probs_b"))
+      gname = &it->second;
+    // Glm4MoeModel's MTP (nextn) layers, past num_hidden_layers: a decoder layer's tensors named as
+    // any layer's, and these (gguf-py's NEXTN_* names, in that block).
+    static const std::map<std::string, std::string> nextn{
+        {"eh_proj", "nextn.eh_proj"}, {"embed_tokens", "nextn.embed_tokens"}, {"enorm", "nextn.enorm"},
+        {"hnorm", "nextn.hnorm"}, {"shared_head.head", "nextn.shared_head_head"}, {"shared_head.norm", "nextn.shared_head_norm"}};
+    if (auto it = nextn.find(m[2]); !gname && glm && !underscore && it != nextn.end() && int_of(config, "num_hidden_layers") >= 0 &&
+        std::stoll(m[1]) >= int_of(config, "num_hidden_layers"))
       gname = &it->second;
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
@@ -247,6 +281,8 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   }
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
   std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input
+  std::map<std::pair<int64_t, std::string>, size_t> mx_blocks;  // (layer, gate_up_proj / down_proj) -> its _blocks input
+  std::vector<TensorPlan> extras;  // written before the others (GPT-OSS's MXFP4 experts)
   static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
   const bool deepseek = arch.name == "deepseek2";
   const int64_t layers = int_of(config, "num_hidden_layers");
@@ -277,9 +313,12 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         continue;
       }
     }
-    if (arch.name == "glm4moe" && std::regex_match(in.key, m, layer_re) && layers >= 0 && std::stoll(m[1]) >= layers)
+    // Glm4MoeModel: the MTP (nextn) layers are blocks num_hidden_layers .. + num_nextn_predict_layers - 1
+    // (tensor_plan names them); one past those has no name in the converter's map.
+    if (arch.name == "glm4moe" && std::regex_match(in.key, m, layer_re) && layers >= 0 &&
+        std::stoll(m[1]) >= layers + std::max<int64_t>(int_of(config, "num_nextn_predict_layers"), 0))
       throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is past config.json's num_hidden_layers " + std::to_string(layers) +
-                                                              ": GLM's MTP (nextn) layers are not written into a GGUF by dcpctl yet");
+                                                              " and num_nextn_predict_layers: it has no block in llama.cpp's glm4moe table");
     if (arch.experts == Arch::Experts::GptOss) {
       // GptOssModel: self_attn.sinks as attn_sinks.weight; the fused experts split (gate_up_proj:
       // transposed, its even rows the gate, odd the up; down_proj transposed; their biases alike).
@@ -296,9 +335,38 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       }
       if (std::regex_match(in.key, m, fused_re)) {
         const std::string blk = "blk." + m[1].str() + ".", proj = m[2], suffix = m[3];
-        if (suffix == "_blocks" || suffix == "_scales")
-          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is MXFP4 (the converter repacks it as ggml's MXFP4): "
-                                                                  "not written into a GGUF by dcpctl yet");
+        if (suffix == "_blocks" || suffix == "_scales") {
+          // GptOssModel.generate_extra_tensors: each pair repacked at its scales (the blocks come
+          // just before them in key order), before every other tensor of the file.
+          if (!mxfp4_config(config))
+            throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is MXFP4 without config.json's quantization_config "
+                                                                    "quant_method mxfp4: not written into a GGUF by dcpctl");
+          if (suffix == "_blocks") {
+            mx_blocks[{std::stoll(m[1]), proj}] = i;
+            continue;
+          }
+          auto b = mx_blocks.find({std::stoll(m[1]), proj});
+          if (b == mx_blocks.end())
+            throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' has no " + proj + "_blocks before it: the MXFP4 experts cannot be repacked");
+          const std::vector<int64_t>& bs = inputs[b->second].shape;
+          if (bs.size() != 4 || bs[3] != 16 || bs[0] != n_experts || in.shape != std::vector<int64_t>(bs.begin(), bs.begin() + 3) ||
+              (proj == "gate_up_proj" && bs[1] % 2 != 0))
+            throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' and its blocks are not [" + std::to_string(n_experts) +
+                                                                    " experts, rows, groups] and [experts, rows, groups, 16]: the MXFP4 experts cannot be repacked");
+          auto add = [&](const std::string& name, char part) {
+            TensorPlan p;
+            p.name = blk + name + ".weight";
+            p.inputs = {b->second, i};
+            p.mxfp4 = true, p.gate_up = part;
+            p.shape = {bs[0], part ? bs[1] / 2 : bs[1], bs[2] * 32};
+            p.type = TensorType::MXFP4;
+            extras.push_back(std::move(p));
+          };
+          if (proj == "down_proj") add("ffn_down_exps", 0);
+          else add("ffn_gate_exps", 'g'), add("ffn_up_exps", 'u');
+          mx_blocks.erase(b);
+          continue;
+        }
         const bool bias = suffix == "_bias";
         const size_t dims = bias ? 2 : 3;
         if (in.shape.size() != dims || in.shape[0] != n_experts || (proj == "gate_up_proj" && in.shape.back() % 2 != 0))
@@ -394,6 +462,17 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   if (!pending.empty())
     throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
                                              " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
+  if (!mx_blocks.empty()) {
+    const std::string& k = inputs[mx_blocks.begin()->second].key;
+    throw UnsupportedError(Where(where, std::nullopt, k), "'" + k + "' has no _scales after it: the MXFP4 experts cannot be repacked");
+  }
+  if (!extras.empty()) {
+    // MXFP4 ggml types are llama-quantize's to requantize: the --pure files are not reproduced here.
+    if (out.type != TensorType::F32 && out.type != TensorType::F16 && out.type != TensorType::BF16 && out.type != TensorType::Q8_0)
+      throw UnsupportedError(Where(where), std::string("--outtype ") + type_name(out.type) + " of MXFP4 experts (llama-quantize over the converter's MXFP4 file) "
+                                                                                          "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them MXFP4");
+    plans.insert(plans.begin(), std::make_move_iterator(extras.begin()), std::make_move_iterator(extras.end()));
+  }
   return plans;
 }
 
@@ -615,7 +694,10 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(deepseek ? kv_lora : head_dim));
     lengths = true;
   }
-  h.add_u32("general.file_type", out.file_type);
+  // prepare_metadata: an MXFP4 model (quant_method mxfp4) written as f32, f16 or bf16 is MOSTLY_MXFP4_MOE.
+  const bool mxfp4_moe = gpt_oss && mxfp4_config(config) &&
+                         (out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16);
+  h.add_u32("general.file_type", mxfp4_moe ? 38 : out.file_type);
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));
     if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
@@ -709,10 +791,16 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   if (tok.contains("normalizer") && !tok["normalizer"].is_null())
     throw UnsupportedError(Where(where), "a tokenizer.json with a normalizer is not written into a GGUF by dcpctl yet");
   // tokenizer.ggml.pre: the converter's digest (write/gguf_vocab.h), a name it knows or refused.
-  std::string digest = pre_digest(tok, tconf, where), pre = pre_name(digest);
+  // transformers 5's AutoTokenizer loads a glm4_moe model's tokenizer.json as it is
+  // (TokenizersBackend, its registered class) whatever tokenizer_class tokenizer_config.json names
+  // (GLM's say PreTrainedTokenizer): that class does not change the digest there.
+  json digest_conf = tconf;
+  if (arch == "glm4moe" && config.value("model_type", json()) == "glm4_moe" && digest_conf.is_object() && !digest_conf.contains("auto_map"))
+    digest_conf.erase("tokenizer_class");
+  std::string digest = pre_digest(tok, digest_conf, where), pre = pre_name(digest);
   if (pre.empty())
     throw UnsupportedError(Where(where), "the tokenizer's pre-tokenizer (digest " + digest +
-                                             ") is not one llama.cpp's converter names here (llama-bpe, qwen2): BPE pre-tokenizer was not recognized");
+                                             ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4): BPE pre-tokenizer was not recognized");
   const int64_t vocab_size = need_int(config, "vocab_size", where);
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 5);  // UNUSED

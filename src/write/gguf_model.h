@@ -75,7 +75,20 @@ struct TensorPlan {
   // transpose: the last two dimensions swapped (down_proj).
   char gate_up = 0;
   bool transpose = false;
+  // GptOssModel.repack_mxfp4: MXFP4 experts as OpenAI's checkpoints hold them (inputs: X_blocks
+  // uint8 [experts, rows, groups, 16], then X_scales uint8 [experts, rows, groups]) copied into
+  // ggml's MXFP4 (type MXFP4, shape [experts, rows, groups x 32]); gate_up 'g' / 'u' their even /
+  // odd rows (gate_up_proj's), 0 all of them (down_proj).
+  bool mxfp4 = false;
 };
+// Whether config.json's quantization_config says quant_method mxfp4 (the converter's _is_mxfp4).
+bool mxfp4_config(const nlohmann::json& config);
+// The bytes of an MXFP4 plan (`p.mxfp4`) from its inputs' raw bytes: for each row kept and each
+// group, the scale byte, then the group's 16 bytes reordered as transform_nibble_layout reorders
+// them (OpenAI's byte i holds values 2i (low nibble) and 2i + 1; ggml's byte j holds values j (low)
+// and j + 16).
+std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales,
+                                  const std::vector<int64_t>& blocks_shape);
 // The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
 // The gate_up / transpose part (`p.gate_up`, `p.transpose`) of a float32 input of shape `in` at `x`.

@@ -267,6 +267,12 @@ std::string pre_name(const std::string& digest) {
   static const std::map<std::string, std::string> names{
       {"0ef9807a4087ebef797fc749390439009c3b9eda9ad1a097abbe738f486c01e5", "llama-bpe"},
       {"e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea", "qwen2"},
+      // GLM's (the converter's rows for glm-4-9b-hf, GLM-4.5-Air and GLM-4.7-Flash): Llama 3's split
+      // pattern over GLM's own vocabulary; not checked here, as no GLM vocabulary is at hand (a
+      // digest dcpctl computes otherwise than transformers matches none and is refused).
+      {"a1336059768a55c99a734006ffb02203cd450fed003e9a71886c88acf24fdbc2", "glm4"},
+      {"9ca2dd618e8afaf09731a7cf6e2105b373ba6a1821559f258b272fe83e6eb902", "glm4"},
+      {"cdf5f35325780597efd76153d4d1c16778f766173908894c04afc20108536267", "glm4"},
   };
   auto it = names.find(digest);
   return it == names.end() ? "" : it->second;

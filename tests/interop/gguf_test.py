@@ -111,6 +111,39 @@ ARCHS = {
         head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=16)),
 }
 
+# GPT-OSS's MXFP4 experts as OpenAI's checkpoints hold them (`gpt-oss-mxfp4`): config.json's
+# quantization_config, modules_to_not_convert as the releases' (tests/fixtures/release_configs/gpt-oss-20b).
+MXFP4_CONFIG = {"quant_method": "mxfp4", "modules_to_not_convert": [
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+
+
+def mxfp4_of(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """OCP MX v1.0 MXFP4 of the last dimension of `x` (its rows [..., K], K a multiple of 32) in
+    OpenAI's layout: blocks uint8 [..., K / 32, 16] (two E2M1 codes a byte, the first in the low
+    nibble), scales uint8 [..., K / 32] (E8M0). transformers quantizes only through the Hub's
+    triton kernels (quantize_to_mxfp4), which are not reachable here; torchao's to_mx (0.18.0, the
+    library whose rule OpenAI's format is) makes them where it is importable, else the same rule
+    written out (quantize_test.py's mx_reference, checked equal to torchao's to_mx byte for byte)."""
+    rows = x.to(torch.float32).reshape(-1, x.shape[-1]).contiguous()
+    try:
+        from torchao.prototype.mx_formats.mx_tensor import to_mx
+        scale, data = to_mx(rows, torch.float4_e2m1fn_x2, 32)
+        blocks, scales = data.view(torch.uint8), scale.view(torch.uint8)
+    except ImportError:
+        g = rows.reshape(rows.shape[0], -1, 32)
+        exp = ((g.abs().amax(-1).view(torch.int32) >> 23) & 0xFF) - 127 - 2
+        biased = exp.clamp(-127, 128) + 127
+        scale = (biased.to(torch.int32) << 23).view(torch.float32).clamp(min=2.0 ** -126)
+        v = (g / scale.unsqueeze(-1)).to(torch.float64)
+        dist = (v.abs().unsqueeze(-1) - E2M1).abs() + 1e-12 * (torch.arange(8) % 2)
+        code = dist.argmin(-1).to(torch.uint8) | (torch.signbit(v).to(torch.uint8) << 3)
+        blocks, scales = code[..., 0::2] | (code[..., 1::2] << 4), biased.to(torch.uint8)
+    return (blocks.reshape(*x.shape[:-1], x.shape[-1] // 32, 16).contiguous(),
+            scales.reshape(*x.shape[:-1], x.shape[-1] // 32).contiguous())
+
+
 # _set_vocab_glm's tokens, added to Qwen2's tokenizer for glm4moe (<|endoftext|> is Qwen2's own).
 GLM_TOKENS = ("[gMASK]", "<|user|>", "<|observation|>")
 
@@ -191,11 +224,17 @@ SPLIT = ["--split-max-size", "1M", "--split-max-tensors", "8"]
 
 def tiny_model(arch: str, out: Path) -> None:
     """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
-    `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does)."""
+    `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does);
+    `gpt-oss-mxfp4`: the experts as MXFP4 _blocks/_scales (mxfp4_of), as OpenAI's releases;
+    `glm4moe-mtp`: GLM-4.5's MTP layer (mtp_layer), as zai-org's releases."""
     bf16 = arch.endswith("-bf16")
     arch = arch.removesuffix("-bf16")
     tied = arch.endswith("-tied")
     arch = arch.removesuffix("-tied")
+    mxfp4 = arch.endswith("-mxfp4")
+    arch = arch.removesuffix("-mxfp4")
+    mtp = arch.endswith("-mtp")
+    arch = arch.removesuffix("-mtp")
     out.mkdir(parents=True)
     import json
     if ARCHS[arch][1] == "kimi":
@@ -210,6 +249,10 @@ def tiny_model(arch: str, out: Path) -> None:
             tok["added_tokens"].append({"id": max(ids) + 1 + i, "content": t, "single_word": False, "lstrip": False,
                                         "rstrip": False, "normalized": False, "special": True})
         (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+        # GLM's tokenizer_config.json names PreTrainedTokenizer; transformers 5 loads a glm4_moe
+        # model's tokenizer.json as it is all the same (TokenizersBackend), and so the converter.
+        tc = json.loads((out / "tokenizer_config.json").read_text())
+        (out / "tokenizer_config.json").write_text(json.dumps({**tc, "tokenizer_class": "PreTrainedTokenizer"}))
         vocab = len(tok["model"]["vocab"]) + len(tok["added_tokens"])
     torch.manual_seed(0)
     kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -226,6 +269,46 @@ def tiny_model(arch: str, out: Path) -> None:
     if bf16:
         model = model.to(torch.bfloat16)
     model.save_pretrained(out)
+    if mxfp4 or mtp:
+        import json as _json
+        from safetensors.torch import load_file, save_file
+        sd = load_file(out / "model.safetensors")
+        cfg = _json.loads((out / "config.json").read_text())
+        if mxfp4:
+            # GptOssExperts' [E, in, out] transposed to OpenAI's [E, out, in], quantized along `in`.
+            for k in [k for k in sd if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+                sd[k + "_blocks"], sd[k + "_scales"] = mxfp4_of(sd.pop(k).transpose(-1, -2))
+            cfg["quantization_config"] = MXFP4_CONFIG
+        if mtp:
+            sd.update(mtp_layer(kw, cfg))
+        save_file(sd, out / "model.safetensors", metadata={"format": "pt"})
+        (out / "config.json").write_text(_json.dumps(cfg, indent=2))
+
+
+def mtp_layer(kw: dict, cfg: dict) -> dict:
+    """GLM-4.5's MTP (nextn) layer as zai-org's checkpoints hold it: model.layers.{num_hidden_layers}
+    (config.json's num_nextn_predict_layers 1), a whole decoder layer (its MoE experts one tensor
+    each) and eh_proj [hidden, 2 x hidden], enorm, hnorm, shared_head.norm [hidden], shared_head.head
+    and embed_tokens [vocab, hidden]. transformers' Glm4Moe has no such layer: the decoder layer is
+    the last of the same model built one layer deeper (transformers' own init), the others seeded."""
+    n = cfg["num_hidden_layers"]
+    if cfg.get("num_nextn_predict_layers") != 1:
+        raise AssertionError(f"config.json's num_nextn_predict_layers {cfg.get('num_nextn_predict_layers')}, want 1")
+    from safetensors.torch import load_file
+    deeper = transformers.AutoModelForCausalLM.from_config(ARCHS["glm4moe"][0](**{**kw, "num_hidden_layers": n + 1}))
+    with tempfile.TemporaryDirectory() as d:
+        deeper.save_pretrained(d)  # per-expert tensors, as a checkpoint has them
+        saved = load_file(Path(d) / "model.safetensors")
+    p = f"model.layers.{n}."
+    out = {k: v for k, v in saved.items() if k.startswith(p)}
+    g = torch.Generator().manual_seed(3)
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    out[p + "eh_proj.weight"] = torch.randn(h, 2 * h, generator=g) * 0.02
+    out[p + "embed_tokens.weight"] = torch.randn(vocab, h, generator=g) * 0.02
+    out[p + "shared_head.head.weight"] = torch.randn(vocab, h, generator=g) * 0.02
+    for name in ("enorm", "hnorm", "shared_head.norm"):
+        out[p + name + ".weight"] = torch.rand(h, generator=g) + 0.5
+    return out
 
 
 def kimi_config(*folders: Path) -> None:
@@ -261,6 +344,10 @@ def dcp_of(hf: Path, out: Path) -> None:
         sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         if not any(k.endswith("mlp.experts.gate_up_proj") for k in sd):
             raise AssertionError(f"{hf}: transformers holds no fused experts: {sorted(sd)[:8]}")
+        # GLM's MTP layer, which transformers does not load: as saved (its experts one tensor each).
+        n = cfg["num_hidden_layers"]
+        sd.update({k: v for k, v in load_file(hf / "model.safetensors").items()
+                   if k.startswith("model.layers.") and int(k.split(".")[2]) >= n})
     if json.loads((hf / "config.json").read_text()).get("tie_word_embeddings"):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     dcp.save(sd, checkpoint_id=str(out), no_dist=True)
@@ -351,7 +438,8 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
-                         "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe:q8_0", "gpt-oss:f16", "llama:q8_0:split"]
+                         "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
+                         "llama:q8_0:split"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001

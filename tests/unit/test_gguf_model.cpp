@@ -118,6 +118,12 @@ TEST_CASE("gguf_model: GLM-4.5's table as Glm4MoeModel maps it") {
         "blk.0.exp_probs_b.bias");
   CHECK_THROWS_AS(tensor_plan(g, glm, "model.layers.0.self_attn.q_a_proj.weight", {8, 8}, out_type("f16"), "cfg"), UnsupportedError);
   CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"), UnsupportedError);
+  // With num_nextn_predict_layers 1, layer 1 is the MTP block: blk.1.nextn.*; layer 2 is still refused.
+  glm["num_nextn_predict_layers"] = 1;
+  CHECK(plan_tensors(g, glm, {{"model.layers.1.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg").at(0).name == "blk.1.nextn.eh_proj.weight");
+  CHECK(plan_tensors(g, glm, {{"model.layers.1.shared_head.head.weight", {8, 8}}}, out_type("f16"), "cfg").at(0).name ==
+        "blk.1.nextn.shared_head_head.weight");
+  CHECK_THROWS_AS(plan_tensors(g, glm, {{"model.layers.2.eh_proj.weight", {8, 16}}}, out_type("f16"), "cfg"), UnsupportedError);
 }
 
 TEST_CASE("gguf_model: GPT-OSS's fused experts split as GptOssModel splits them") {

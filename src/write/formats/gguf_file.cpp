@@ -147,9 +147,15 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
       const bool mxfp4 = pt.key.size() > 7 && (pt.key.compare(pt.key.size() - 7, 7, "_blocks") == 0 || pt.key.compare(pt.key.size() - 7, 7, "_scales") == 0);
-      if (!info(pt.src).floating && mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss)
-        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is MXFP4 (the converter repacks it as ggml's MXFP4): "
-                                                                   "not written into a GGUF by dcpctl yet");
+      // GPT-OSS's MXFP4 experts are copied as bytes (gguf::mxfp4_repack): uint8 blocks and scales
+      // only, as the converter's repack_mxfp4 asserts.
+      if (mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss && pt.src != DType::UInt8)
+        throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) +
+                                                                   ": the converter repacks MXFP4 blocks and scales of uint8 only");
+      if (mxfp4 && arch_.experts == gguf::Arch::Experts::GptOss) {
+        inputs.push_back({pt.key, pt.t->shape});
+        continue;
+      }
       if (!info(pt.src).floating || pt.src == DType::Float4_E2M1FN_X2)
         throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is " + torch_name(pt.src) + ": a GGUF output holds floating tensors");
       inputs.push_back({pt.key, pt.t->shape});
@@ -209,6 +215,17 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (size_t k = 0; k < plans_.size(); ++k) {
       const gguf::TensorPlan& tp = plans_[k];
       GateReservation hold(ex.gate, need(plan, tp));
+      if (tp.mxfp4) {  // GPT-OSS's MXFP4 experts: their bytes repacked, nothing computed
+        const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]], &scales = plan.tensors[order_[tp.inputs.at(1)]];
+        std::vector<uint8_t> b(blocks.t->nbytes()), s(scales.t->nbytes());
+        read_whole(ex.src, plan, blocks, b.data());
+        read_whole(ex.src, plan, scales, s.data());
+        std::vector<uint8_t> enc = gguf::mxfp4_repack(tp, b.data(), s.data(), blocks.t->shape);
+        const size_t f = shard_[k];
+        outs_[f]->pwrite_all(enc.data(), enc.size(), headers_[f].size() + offsets_[k]);
+        ex.prog.add(enc.size());
+        continue;
+      }
       // float32 of each input (permuted), one after the other: stacked experts are their concatenation.
       std::vector<uint8_t> f32;
       if (tp.inputs.empty()) f32.assign(reinterpret_cast<const uint8_t*>(tp.values.data()), reinterpret_cast<const uint8_t*>(tp.values.data() + tp.values.size()));
@@ -254,6 +271,11 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   uint64_t need(const WritePlan& plan, const gguf::TensorPlan& tp) const {
     uint64_t n = 1, most = 0;
     for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
+    if (tp.mxfp4) {  // the blocks and scales as saved, and the repacked bytes
+      uint64_t in = 0;
+      for (size_t input : tp.inputs) in += plan.tensors[order_[input]].t->nbytes();
+      return in + gguf::tensor_bytes(tp.type, n, static_cast<uint64_t>(tp.shape.back()));
+    }
     for (size_t input : tp.inputs) {
       const PlannedTensor& pt = plan.tensors[order_[input]];
       // an assembled input: its record's need (the tensor and the copies of source chunks it takes)
