@@ -70,6 +70,16 @@ void check_sub_block(DiffAccumulator& acc, uint64_t start, const float* x, const
   }
 }
 
+// The signed code of element i (0..31) of a Q8_0, Q4_0 or Q5_0 block at p.
+int code(uint32_t type, const uint8_t* p, int i) {
+  if (type == Q8_0) return static_cast<int8_t>(p[2 + i]);
+  const int j = i % 16;
+  if (type == Q4_0) return (i < 16 ? p[2 + j] & 0x0F : p[2 + j] >> 4) - 8;
+  const uint32_t qh = u32(p + 2);
+  const int xh = i < 16 ? ((qh >> j) << 4) & 0x10 : (qh >> (j + 12)) & 0x10;
+  return ((i < 16 ? p[6 + j] & 0x0F : p[6 + j] >> 4) | xh) - 16;
+}
+
 void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
   if (j < 4) {
     d = q[j] & 63;
@@ -285,9 +295,9 @@ void compare_gguf(uint32_t type, const uint8_t* data, const float* x, uint64_t n
         const double d = h(p), hd = h16(d);
         const int top = type == Q4_0 ? 15 : 31, mid = type == Q8_0 ? 0 : type == Q4_0 ? 8 : 16;
         for (uint64_t i = 0; i < bs; ++i) {
-          const double q = d != 0 ? std::nearbyint(y[i] / d) : 0;  // the code, as decoded (exact: |q| <= 127)
+          const double q = code(type, p, static_cast<int>(i));  // as stored (dq is 0 whatever it is when d is)
           double limit = 0.5 * (std::fabs(d) + hd) + std::fabs(q) * hd;
-          if (type != Q8_0 && d != 0 && q + mid == top) limit += 0.5 * (std::fabs(d) + hd);
+          if (type != Q8_0 && q + mid == top) limit += 0.5 * (std::fabs(d) + hd);
           check(acc, at + i, xb[i], y[i], limit + eps(xb[i], y[i]));
         }
         break;
