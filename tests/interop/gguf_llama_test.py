@@ -24,7 +24,10 @@ Hugging Face folder, and:
   bytes, and every metadata key and value (the tensors' order may differ: llama-quantize writes
   them sorted by name);
 - a deliberately wrong file (the F32 llama file with its Q/K rows not permuted) must fail the logits
-  check: the check sees a wrong conversion.
+  check: the check sees a wrong conversion;
+- `dcpctl diff HF FILE` exits 0 for each file, and for llama_model_quantize's own (ggml's quantizer
+  on K-quant blocks that fit, each tensor within its type's bound), and exits 1 naming exactly the
+  attn_q/attn_k tensors of the unpermuted file.
 
 Exit status: 0 pass, 1 failure, 77 skip (llama-cpp-python not built by tools/dev.sh setup, or the
 virtualenv lacks torch/transformers/gguf; a failure instead under CI, tests/skip.py).

@@ -17,7 +17,12 @@ byte for byte. A `:split` case gives both the converter's --split-max-size and -
 nothing else left beside them; then inspect of the first and of the last shard read the set as one
 model (every tensor gguf-py finds in the shards), and a copy with a shard removed fails verify (exit
 3 naming it). verify of every converter file (the split's first shard) must pass: its tensors
-against the architecture's table. general.name is the converter's from the folder's name ("Tiny")
+against the architecture's table. `diff` (docs/gguf.md, "Diff against the source") of the HF folder
+against the converter's file, and of the DCP checkpoint against dcpctl's file from it, must exit 0
+with every tensor within its type's bound: the converter's file is the oracle that dcpctl's
+un-mapping (its one table of names and transforms) is llama.cpp's; llama:q8_0 also diffs dcpctl's
+q4_0, q4_k and q5_k files (Q4_0, Q5_0, Q5_1 at hidden 64) and damaged copies (a Q8_0 block scale
+doubled, a norm's value moved), each exit 1 naming that tensor. general.name is the converter's from the folder's name ("Tiny")
 and dcpctl's from the output's ("tiny.gguf"), hence both named tiny.
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
