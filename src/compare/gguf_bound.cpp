@@ -244,6 +244,11 @@ uint64_t bound_block(uint32_t type) {
   return 1;
 }
 
+uint64_t tensor_bytes_of(uint32_t type, uint64_t n) {
+  using namespace bound_impl;
+  return n / bound_block(type) * block_bytes(type);
+}
+
 void decode_gguf(uint32_t type, const uint8_t* data, uint64_t n, float* out) {
   using namespace bound_impl;
   if (type == F32) return std::memcpy(out, data, n * 4), void();

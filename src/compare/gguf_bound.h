@@ -49,8 +49,9 @@ std::optional<uint32_t> decoded_type(const std::string& dtype_name);
 // ggml's name of the type ("Q8_0") and the bound's rule in words, for diff's output.
 const char* bound_name(uint32_t type);
 const char* bound_rule(uint32_t type);
-// Elements per block of a decoded type.
+// Elements per block of a decoded type (1 for F32, F16, BF16), and the bytes of `n` elements of it.
 uint64_t bound_block(uint32_t type);
+uint64_t tensor_bytes_of(uint32_t type, uint64_t n);
 
 // Compares n source values `x` (float32; n a multiple of the block) with `data`, the same elements
 // of type `type` as the file holds them, flat index `start` the first: an element beyond its bound

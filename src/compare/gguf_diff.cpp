@@ -1,12 +1,16 @@
 #include "compare/gguf_diff.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "compare/gguf_bound.h"
 #include "item/window.h"
@@ -74,6 +78,25 @@ uint64_t numel_of(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
   return n;
+}
+
+// compare_gguf over `threads` ranges of whole blocks at once, merged.
+void compare_parallel(uint32_t type, const uint8_t* data, const float* x, uint64_t n, unsigned threads, DiffAccumulator& acc) {
+  const uint64_t block = gguf::bound_block(type), blocks = n / block;
+  const uint64_t bytes_per_block = blocks ? static_cast<uint64_t>(gguf::tensor_bytes_of(type, block)) : 0;
+  const uint64_t per = (blocks + threads - 1) / threads;
+  if (threads == 1 || n < (1u << 16)) return gguf::compare_gguf(type, data, x, n, 0, acc);
+  std::vector<DiffAccumulator> part(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    const uint64_t b0 = std::min(blocks, t * per), b1 = std::min(blocks, b0 + per);
+    if (b0 == b1) continue;
+    pool.emplace_back([&, t, b0, b1] {
+      gguf::compare_gguf(type, data + b0 * bytes_per_block, x + b0 * block, (b1 - b0) * block, b0 * block, part[t]);
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (const auto& p : part) acc.merge(p);
 }
 
 }  // namespace gguf_diff_impl
@@ -188,6 +211,45 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     r.keys.push_back(std::move(k));
   }
 
+  // The architecture's keys from config.json ({arch}.*, general.architecture): as the writer's
+  // add_model_keys writes them, laid out in a file of no tensors and read back by the same reader
+  // as the file's, so that each value's text is compared with the file's.
+  {
+    gguf::Header h;
+    gguf::add_model_keys(h, arch, config, "", "", f32, where);
+    const std::vector<uint8_t> bytes = h.bytes();
+    const std::string path = "/tmp/dcpctl-gguf-diff-" + std::to_string(::getpid()) + ".gguf";
+    {
+      std::ofstream out(path, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (!out) throw IoError(Where(path), "cannot write the keys' file");
+    }
+    Checkpoint keys;
+    try {
+      keys = open_checkpoint(path);
+    } catch (...) {
+      std::remove(path.c_str());
+      throw;
+    }
+    std::remove(path.c_str());
+    const std::string prefix = arch.name + ".";
+    for (const auto& [name, value] : keys.values) {
+      if (name != "general.architecture" && name.compare(0, prefix.size(), prefix) != 0) continue;
+      if (!chosen(name) && !(o.selection.include.empty() && o.selection.exclude.empty())) continue;
+      KeyDiff k;
+      k.key = name;
+      k.value_a = value;
+      auto it = file.ck.values.find(name);
+      if (it == file.ck.values.end()) {
+        k.status = DiffStatus::OnlyInA;
+      } else {
+        k.value_b = it->second;
+        k.status = value == it->second ? DiffStatus::Identical : DiffStatus::ValuesChanged;
+      }
+      r.keys.push_back(std::move(k));
+    }
+  }
+
   // Each tensor whole, as the writer converts it: its inputs read and made float32 one after the
   // other (stacked experts are their concatenation), permuted, split; then the file's bytes.
   uint64_t done = 0;
@@ -225,7 +287,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     if (tp.kv_b) x = gguf::kv_b_part(tp, x.data(), metas[tp.inputs[0]]->shape[1]);
     if (x.size() != n) throw std::logic_error("gguf diff: '" + tp.name + "' planned as " + std::to_string(n) + " elements, made " + std::to_string(x.size()));
     std::vector<uint8_t> stored = read_stored(file, ft);
-    gguf::compare_gguf(*k.gguf_type, stored.data(), x.data(), n, 0, k.acc);
+    compare_parallel(*k.gguf_type, stored.data(), x.data(), n, std::max(1u, o.threads), k.acc);
     if (k.acc.differ) found = true;
     done += 4 * n + stored.size();
     if (o.progress) o.progress(done, total);
@@ -238,6 +300,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   if (file_is_a)
     for (auto& k : r.keys) {
       std::swap(k.a, k.b);
+      std::swap(k.value_a, k.value_b);
       if (k.status == DiffStatus::OnlyInA) k.status = DiffStatus::OnlyInB;
       else if (k.status == DiffStatus::OnlyInB) k.status = DiffStatus::OnlyInA;
     }

@@ -20,7 +20,9 @@
 // tensor the source does not make), tied (the file has no output.weight, config.json ties it, and
 // the source's head is within the bound of token_embd). A type not decoded (Q2_K, IQ*, MXFP4, ...)
 // is UnsupportedError (exit 5) naming the tensor; so is what plan_tensors refuses. Each tensor is
-// read whole (as the writer converts it), within --max-memory.
+// read whole (as the writer converts it), within --max-memory, its blocks checked by --threads
+// threads. The keys config.json makes ({arch}.*, general.architecture: the writer's
+// add_model_keys) are compared with the file's as values: identical, values_changed, only_in_a.
 #pragma once
 
 #include "compare/diff.h"

@@ -223,15 +223,20 @@ def check_diff(dcpctl: str, label: str, src: Path, file: Path) -> None:
         bad = [(k["key"], k["status"], k.get("max_abs_diff")) for k in (j or {}).get("keys", []) if k["status"] not in ("identical", "tied")]
         fail(f"{label}: diff against the source: exit {r.returncode}: {bad[:8]} {r.stderr[-800:]}")
         return
-    untyped = [k["key"] for k in j["keys"] if k.get("bound") != "gguf"]
+    untyped = [k["key"] for k in j["keys"] if k.get("bound") != "gguf" and "value" not in (k["a"] or {})]
+    keys = [k["key"] for k in j["keys"] if "value" in (k["a"] or {})]
     if untyped or not j["keys"]:
         fail(f"{label}: diff compared {untyped[:8]} without a GGUF bound")
+    if "general.architecture" not in keys or not any(k.endswith(".block_count") for k in keys):
+        fail(f"{label}: diff compared no metadata keys from config.json: {keys}")
 
 
 def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) -> None:
     """Copies of dcpctl's Q8_0 file, one tensor damaged each: a block's fp16 scale doubled
     (blk.0.attn_q.weight), a norm's first value moved (blk.1.attn_norm.weight, F32): diff exits 1
-    naming exactly that tensor."""
+    naming exactly that tensor; and the source's config.json with another rms_norm_eps: exit 1 naming
+    exactly that key."""
+    import json
     reader = gguf.GGUFReader(file)
     at = {t.name: (int(t.data_offset), t.tensor_type.name) for t in reader.tensors}
     for name, want_type in (("blk.0.attn_q.weight", "Q8_0"), ("blk.1.attn_norm.weight", "F32")):
@@ -253,6 +258,17 @@ def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) 
         if r.returncode != 1 or changed != [name] or j["keys"][0]["status"] != "values_changed":
             fail(f"{case}: diff of a copy with {name} damaged: exit {r.returncode}, changed {changed[:8]}, {r.stderr[-400:]}")
         bad.unlink()
+    # A key config.json makes: the source's config.json says another rms_norm_eps than the file's.
+    odd = tmp / "odd-eps"
+    shutil.copytree(src, odd)
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg["rms_norm_eps"] = cfg.get("rms_norm_eps", 1e-6) * 10
+    (odd / "config.json").write_text(json.dumps(cfg))
+    r, j = run_diff(dcpctl, odd, file)
+    changed = [k["key"] for k in (j or {}).get("keys", []) if k["status"] != "identical"]
+    if r.returncode != 1 or changed != ["llama.attention.layer_norm_rms_epsilon"]:
+        fail(f"{case}: diff against a config.json of another rms_norm_eps: exit {r.returncode}, changed {changed[:8]}")
+    shutil.rmtree(odd)
 
 
 def check_split_read(dcpctl: str, case: str, folder: Path, names: list[str]) -> None:
