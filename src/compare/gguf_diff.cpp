@@ -112,7 +112,13 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   const gguf::Arch arch = gguf::arch_of(config, where);
   Selection src_sel;
   src_sel.prefix = o.selection.prefix;
-  if (!o.map.empty()) map_input(source, o.map, src_sel, o.map_config);
+  // The map's parameters from --config, else --assets DIR's config.json (as consolidate's).
+  std::string map_config = o.map_config;
+  if (map_config.empty() && !o.assets.empty()) {
+    const std::string c = o.assets + "/config.json";
+    if (std::ifstream(c)) map_config = c;
+  }
+  if (!o.map.empty()) map_input(source, o.map, src_sel, map_config);
   std::vector<SelectedItem> items = input_items(source, src_sel);
 
   // The source's tensors in the converter's order (write/formats/gguf_file.cpp's plan_files).
