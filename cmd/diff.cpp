@@ -20,7 +20,7 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct DiffCliOptions {
-  std::string a, b, select, max_memory, map, config;
+  std::string a, b, select, max_memory, map, config, assets;
   std::vector<std::string> include, exclude;
   double atol = -1, rtol = -1;
   bool equal_nan = false, ignore_dtype = false, json = false, quiet = false, all = false;
@@ -120,6 +120,7 @@ int run_diff(const DiffCliOptions& o) {
   d.selection.prefix = o.select;
   d.map = o.map;
   d.map_config = o.config;
+  d.assets = o.assets;
   if (!o.config.empty() && o.map.empty()) throw UsageError(Where(o.config), "--config gives a key map's parameters; it needs --map");
   d.selection.include = o.include;
   d.selection.exclude = o.exclude;
@@ -172,7 +173,12 @@ int run_diff(const DiffCliOptions& o) {
     std::cout << "same: " << c["identical"].get<uint64_t>() << " keys identical (" << o.a << " vs " << o.b << ")\n";
     size_t bounded = 0;
     for (const auto& k : j["keys"]) bounded += k.contains("codec") ? 1 : 0;
-    if (bounded) {
+    size_t gguf = 0;
+    for (const auto& k : j["keys"]) gguf += k.value("bound", "") == "gguf" ? 1 : 0;
+    if (gguf) {
+      std::cout << "  each GGUF tensor within its type's bound of the source's values (docs/gguf.md):\n";
+      print_codec_bounds(j["keys"]);
+    } else if (bounded) {
       std::cout << "  " << bounded << " of them quantized in " << o.b
                 << ", within their codec's bound (|x - dq| <= s * half_step(dq / s), s the element's scale):\n";
       print_codec_bounds(j["keys"]);
@@ -202,6 +208,8 @@ void setup_diff(CLI::App& parent, RunFn& run) {
   sub->add_option("--select", o->select, "Compare one subtree of each side that has it, prefix stripped (e.g. app.model)")
       ->type_name("PREFIX");
   add_map_options(sub, o->map, o->config);
+  sub->add_option("--assets", o->assets, "One side a .gguf: the folder with its source's config.json (default: beside the source)")
+      ->type_name("DIR");
   sub->add_option("--include", o->include, "Compare only keys matching this shell glob (repeatable)")->type_name("GLOB");
   sub->add_option("--exclude", o->exclude, "Leave out keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is left out on purpose")->type_name("GLOB");
   sub->add_option("--atol", o->atol, "Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)")

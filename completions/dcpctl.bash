@@ -46,8 +46,8 @@ _dcpctl_spec() {
             _dcpctl_vals=('-o' '--output' '--link')
             ;;
         'dcpctl diff')
-            _dcpctl_opts=('-h' '--help' '--select' '--map' '--config' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
-            _dcpctl_vals=('--select' '--map' '--config' '--include' '--exclude' '--atol' '--rtol' '--threads' '--max-memory')
+            _dcpctl_opts=('-h' '--help' '--select' '--map' '--config' '--assets' '--include' '--exclude' '--atol' '--rtol' '--equal-nan' '--ignore-dtype' '--all' '--json' '--threads' '--max-memory' '-q' '--quiet')
+            _dcpctl_vals=('--select' '--map' '--config' '--assets' '--include' '--exclude' '--atol' '--rtol' '--threads' '--max-memory')
             ;;
         'dcpctl stats')
             _dcpctl_opts=('-h' '--help' '--json' '--depth' '--filter' '--select' '--map' '--config' '--include' '--exclude' '--check-finite' '--check-zero' '--threads' '--max-memory' '-q' '--quiet')
@@ -108,6 +108,7 @@ _dcpctl_value() {
         'dcpctl compat|-o' | 'dcpctl compat|--output') _dcpctl_kind='dir' ;;
         'dcpctl compat|--link') _dcpctl_kind='choice' _dcpctl_choices=('auto' 'reflink' 'hard' 'copy') ;;
         'dcpctl diff|--config') _dcpctl_kind='file' ;;
+        'dcpctl diff|--assets') _dcpctl_kind='dir' ;;
         'dcpctl stats|--config') _dcpctl_kind='file' ;;
         'dcpctl bench staging|--modes') _dcpctl_kind='choice' _dcpctl_choices=('pinned' 'registered' 'pageable' 'cold') ;;
         'dcpctl bench staging|--from-checkpoint') _dcpctl_kind='dir' ;;

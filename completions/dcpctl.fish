@@ -195,6 +195,7 @@ complete -c dcpctl -n '__fish_seen_subcommand_from diff' -s h -l help -d 'Print 
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l select -x -d 'Compare one subtree of each side that has it, prefix stripped (e.g. app.model)'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l map -x -d 'Rename and reshape tensors with a key map: a built-in one (dcpctl maps) or a FILE.json; the direction follows the input\'s keys (torchtitan -> Hugging Face, or back)'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l config -r -F -d 'The model\'s config.json, for the map\'s parameters (heads, experts); default: --assets DIR\'s, else the checkpoint\'s own'
+complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l assets -x -a '(__fish_complete_directories)' -d 'One side a .gguf: the folder with its source\'s config.json (default: beside the source)'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l include -x -d 'Compare only keys matching this shell glob (repeatable)'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l exclude -x -d 'Leave out keys matching this shell glob (repeatable); with --map, how a model weight no rule covers is left out on purpose'
 complete -c dcpctl -n '__fish_seen_subcommand_from diff' -l atol -x -d 'Absolute tolerance: equal when |a - b| <= atol + rtol * |b| (torch.allclose; default exact)'

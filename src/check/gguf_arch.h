@@ -1,6 +1,6 @@
 // verify of a GGUF file (or a split's shards read as one: meta/gguf_reader.cpp) against what
 // llama.cpp's loader asks of its architecture (write/gguf_model.h's expected_tensors, for the
-// architectures dcpctl writes: llama, qwen2, qwen3, qwen3moe, deepseek2), from the file's own keys
+// architectures dcpctl writes: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's own keys
 // (block_count, embedding_length, feed_forward_length, head counts, key/value lengths, expert
 // counts and lengths, the vocabulary's size):
 //   gguf-tensor-unexpected  a tensor the architecture does not have (llama.cpp: "wrong number of

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <map>
 
+#include "compare/gguf_bound.h"
+#include "compare/gguf_diff.h"
 #include "compare/stats.h"
 #include "item/window.h"
 #include "plan/memory.h"
@@ -71,6 +73,9 @@ size_t DiffResult::count(DiffStatus s) const {
 }
 
 DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
+  // A GGUF file against the model it was written from: through the writer's plan.
+  if (is_gguf(a) != is_gguf(b)) return is_gguf(b) ? diff_gguf(a, b, o, false) : diff_gguf(b, a, o, true);
+  if (!o.assets.empty()) throw UsageError(Where(o.assets), "--assets names a GGUF's source's config.json: it applies when one side is a .gguf file");
   auto t0 = std::chrono::steady_clock::now();
   const std::string& prefix = o.selection.prefix;
   bool pa = !prefix.empty() && has_prefix(a.ck.md, prefix), pb = !prefix.empty() && has_prefix(b.ck.md, prefix);
@@ -341,6 +346,13 @@ json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOp
         }
       }
     }
+    if (k.gguf_type && k.compared) {
+      e["bound"] = "gguf";
+      e["inexact"] = k.acc.inexact;
+      e["codec"] = gguf::bound_name(*k.gguf_type);
+      e["bound_rule"] = gguf::bound_rule(*k.gguf_type);
+    }
+    if (!k.sources.empty() || k.gguf_type) e["source_keys"] = k.sources;
     if (!k.b_key.empty()) e["b_key"] = k.b_key;
     j["keys"].push_back(e);
   }

@@ -30,12 +30,14 @@
 //              "max_rel_diff", "max_ulp_diff" (null when not measurable), "first_index";
 //              with --map, or for a quantized weight of B: "bound" ("exact", "cast", "codec"),
 //              "inexact", and for "codec" the codec's name ("codec") and what s is ("bound_rule");
-//              "b_key" (tied)}],
+//              "b_key" (tied); a GGUF against its source (compare/gguf_diff.h): "bound" "gguf",
+//              "codec" the file's type, "bound_rule", "inexact", "source_keys"}],
 //    "audit": (with --map) audit_json(), "bytes_read", "seconds"}
 // keys: differing keys first, largest max_abs_diff first (NaN mismatches before all), then the
 // rest in A's order followed by B-only keys.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -63,6 +65,9 @@ struct DiffOptions {
   // --map NAME|FILE (view/maps/keymap.h): A is seen through the map (the direction its keys choose),
   // and B too when its keys are on A's side of the map; --config for its parameters.
   std::string map, map_config;
+  // --assets DIR: where a GGUF comparison finds the source's config.json (compare/gguf_diff.h);
+  // "": beside the source.
+  std::string assets;
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
@@ -81,6 +86,10 @@ struct KeyDiff {
   std::string b_key;
   ExportBound::Kind bound = ExportBound::Kind::Exact;
   std::shared_ptr<const ElementBound> codec;  // bound Codec: the codec's bound (its name and rule)
+  // A GGUF against its source (compare/gguf_diff.h): the file's ggml type whose bound the values
+  // were held to (compare/gguf_bound.h), and the source's tensors the GGUF tensor is made of.
+  std::optional<uint32_t> gguf_type;
+  std::vector<std::string> sources;
   DiffAccumulator acc;
 };
 
@@ -90,6 +99,7 @@ struct DiffResult {
   uint64_t bytes_read = 0;
   double seconds = 0;
   std::optional<ExportAudit> audit;  // --map: the export audited against its source; `same` is its verdict
+  std::deque<TensorMeta> metas;      // the sides a comparison made itself (a GGUF's source tensors as planned)
   size_t count(DiffStatus s) const;
 };
 

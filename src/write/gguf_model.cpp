@@ -961,8 +961,8 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
 std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
                                                             const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
-             moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2";
-  if (!llama && !qwen2 && !qwen3 && !deepseek) return std::nullopt;
+             moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2", glm = arch == "glm4moe", oss = arch == "gpt-oss";
+  if (!llama && !qwen2 && !qwen3 && !deepseek && !glm && !oss) return std::nullopt;
   auto k = [&](const std::string& name) { return key(arch + "." + name); };
   auto or_unknown = [](std::optional<int64_t> v) { return v.value_or(-1); };
   // A product of dimensions, unknown (-1) when one is.
@@ -975,14 +975,78 @@ std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& a
   std::optional<int64_t> vocab = k("vocab_size");
   if (!vocab) vocab = key("tokenizer.ggml.tokens");
   const int64_t n_vocab = or_unknown(vocab), experts = k("expert_count").value_or(0);
-  const int64_t ff_exp = moe3 || deepseek ? or_unknown(k("expert_feed_forward_length")) : ff;
+  const int64_t ff_exp = moe3 || deepseek || oss ? or_unknown(k("expert_feed_forward_length")) : ff;
   std::vector<ExpectedTensor> out;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool required = true, std::string unless = {}) {
     out.push_back({std::move(name), std::move(shape), required, std::move(unless)});
   };
   add("token_embd.weight", {n_vocab, embd});
   add("output_norm.weight", {embd});
-  add("output.weight", {n_vocab, embd}, false);  // absent: the embeddings serve (a tied head)
+  add("output.weight", {n_vocab, embd}, oss);  // absent: the embeddings serve (a tied head); gpt-oss needs it
+  if (glm || oss) {
+    // glm4-moe.cpp's and openai-moe.cpp's load_arch_tensors (GLM-4.5's MTP layers, past
+    // block_count - nextn_predict_layers, optional: llama.cpp loads a file without them).
+    const int64_t nextn = glm ? k("nextn_predict_layers").value_or(0) : 0, trunk = layers < 0 ? -1 : layers - nextn;
+    const int64_t n_expert = or_unknown(k("expert_count")), used = k("expert_used_count").value_or(0);
+    const int64_t fe = glm ? k("expert_feed_forward_length").value_or(ff >= 0 && used > 0 ? ff / used : -1) : ff_exp;
+    const int64_t rot = oss ? k("rope.dimension_count").value_or(head_k) : head_k;
+    const int64_t q = mul(rot, heads), kv = mul(rot, heads_kv), v = oss ? kv : mul(head_v, heads_kv);
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string b = "blk." + std::to_string(i) + ".";
+      const bool need = i < trunk || trunk < 0;
+      add(b + "attn_norm.weight", {embd}, need);
+      const int64_t qkv = q < 0 || kv < 0 || v < 0 ? -1 : q + kv + v;
+      add(b + "attn_qkv.weight", {qkv, embd}, false);
+      add(b + "attn_qkv.bias", {qkv}, false);
+      add(b + "attn_q.weight", {q, embd}, need, b + "attn_qkv.weight");
+      add(b + "attn_k.weight", {kv, embd}, need, b + "attn_qkv.weight");
+      add(b + "attn_v.weight", {v, embd}, need, b + "attn_qkv.weight");
+      add(b + "attn_q.bias", {q}, false);
+      add(b + "attn_k.bias", {kv}, false);
+      add(b + "attn_v.bias", {v}, false);
+      add(b + "attn_output.weight", {embd, q}, need);
+      add(b + "post_attention_norm.weight", {embd}, need);
+      if (glm) {
+        add(b + "attn_q_norm.weight", {head_k}, false);
+        add(b + "attn_k_norm.weight", {head_k}, false);
+      } else {
+        add(b + "attn_output.bias", {embd});
+        add(b + "attn_sinks.weight", {heads});
+      }
+      if (glm && i < k("leading_dense_block_count").value_or(0)) {
+        add(b + "ffn_gate.weight", {ff, embd}, need);
+        add(b + "ffn_down.weight", {embd, ff}, need);
+        add(b + "ffn_up.weight", {ff, embd}, need);
+      } else {
+        add(b + "ffn_gate_inp.weight", {n_expert, embd}, need);
+        add(b + (glm ? "exp_probs_b.bias" : "ffn_gate_inp.bias"), {n_expert}, need);
+        add(b + "ffn_gate_exps.weight", {n_expert, fe, embd}, need);
+        add(b + "ffn_down_exps.weight", {n_expert, embd, fe}, need);
+        add(b + "ffn_up_exps.weight", {n_expert, fe, embd}, need);
+        if (oss) {
+          add(b + "ffn_gate_exps.bias", {n_expert, fe});
+          add(b + "ffn_down_exps.bias", {n_expert, embd});
+          add(b + "ffn_up_exps.bias", {n_expert, fe});
+        }
+        const int64_t shared = glm ? mul(fe, k("expert_shared_count").value_or(0)) : 0;
+        if (shared != 0) {
+          add(b + "ffn_gate_shexp.weight", {shared, embd}, need);
+          add(b + "ffn_down_shexp.weight", {embd, shared}, need);
+          add(b + "ffn_up_shexp.weight", {shared, embd}, need);
+        }
+      }
+      if (i >= trunk && trunk >= 0)
+        for (const char* t : {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.embed_tokens.weight",
+                              "nextn.shared_head_head.weight", "nextn.shared_head_norm.weight"}) {
+          const std::string n = t;
+          std::vector<int64_t> shape = n == "nextn.eh_proj.weight" ? std::vector<int64_t>{embd, mul(2, embd)}
+                                       : n == "nextn.embed_tokens.weight" || n == "nextn.shared_head_head.weight" ? std::vector<int64_t>{n_vocab, embd}
+                                                                                                                  : std::vector<int64_t>{embd};
+          add(b + n, shape, false);
+        }
+    }
+    return out;
+  }
   if (qwen2) add("output.bias", {n_vocab}, false);
   if (const int64_t rot = k("rope.dimension_count").value_or(head_k); llama) add("rope_freqs.weight", {rot < 0 ? -1 : rot / 2}, false);
   for (int64_t i = 0; i < layers; ++i) {

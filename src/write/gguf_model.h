@@ -144,7 +144,7 @@ void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann:
 
 // What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
 // docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,
-// qwen3, qwen3moe, deepseek2), from the file's keys: each tensor's name and shape (torch's order:
+// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's keys: each tensor's name and shape (torch's order:
 // ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
 // needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
 // ffn_gate_up_exps for the gate and up experts). `key`: the file's value of a key as an integer

@@ -24,7 +24,10 @@ Hugging Face folder, and:
   bytes, and every metadata key and value (the tensors' order may differ: llama-quantize writes
   them sorted by name);
 - a deliberately wrong file (the F32 llama file with its Q/K rows not permuted) must fail the logits
-  check: the check sees a wrong conversion.
+  check: the check sees a wrong conversion;
+- `dcpctl diff HF FILE` exits 0 for each file, and for llama_model_quantize's own (ggml's quantizer
+  on K-quant blocks that fit, each tensor within its type's bound), and exits 1 naming exactly the
+  attn_q/attn_k tensors of the unpermuted file.
 
 Exit status: 0 pass, 1 failure, 77 skip (llama-cpp-python not built by tools/dev.sh setup, or the
 virtualenv lacks torch/transformers/gguf; a failure instead under CI, tests/skip.py).
@@ -305,13 +308,16 @@ def main(argv: list[str]) -> int:
                 bound = "mxfp4" if "-mxfp4" in model else outtype
                 if not check_logits(label, bound, ref, llama_logits(lc, files[outtype], ref[0], ref[1]), report):
                     fail(f"{label}: llama.cpp's output is not transformers'")
+                check_diff(dcpctl, label, hf, files[outtype], True)
                 if outtype in FTYPE and "f32" in files:
                     want = tmp / model / outtype / "llama-quantize.gguf"
                     quantize_oracle(lc, files["f32"], want, outtype)
                     compare_files(label, want, files[outtype])
+                    check_diff(dcpctl, f"{label} (llama_model_quantize's file)", hf, want, True)
             if model.startswith("llama") and "f32" in files:
                 wrong = tmp / model / "f32" / "unpermuted.gguf"
                 unpermute_qk(files["f32"], wrong)
+                check_diff(dcpctl, f"{model}:f32 with Q/K not permuted", hf, wrong, False)
                 if check_logits(f"{model}:f32 with Q/K not permuted", "f32", ref, llama_logits(lc, wrong, ref[0], ref[1]), {}):
                     fail(f"{model}: a file whose Q/K rows are not permuted passes the logits check")
                 else:
@@ -324,6 +330,24 @@ def main(argv: list[str]) -> int:
         print(f"{len(FAILS)} failure(s)", file=sys.stderr)
         return 1
     return 0
+
+
+def check_diff(dcpctl: str, label: str, hf: Path, file: Path, same: bool) -> None:
+    """diff HF FILE (docs/gguf.md, "Diff against the source"): exit 0, every tensor within its
+    type's bound; or, for a file with its Q/K rows left unpermuted, exit 1 naming exactly the
+    attn_q and attn_k tensors."""
+    import json
+    r = subprocess.run([dcpctl, "diff", str(hf), str(file), "--json"], capture_output=True, text=True)
+    try:
+        keys = json.loads(r.stdout)["keys"]
+    except (ValueError, KeyError):
+        fail(f"{label}: diff exit {r.returncode}: {r.stderr[-800:]}")
+        return
+    changed = sorted(k["key"] for k in keys if k["status"] not in ("identical", "tied"))
+    if same and (r.returncode != 0 or changed):
+        fail(f"{label}: diff against the HF folder: exit {r.returncode}, {changed[:8]}")
+    if not same and (r.returncode != 1 or not changed or any(".attn_q." not in c and ".attn_k." not in c for c in changed)):
+        fail(f"{label}: diff: exit {r.returncode}, changed {changed[:8]}")
 
 
 if __name__ == "__main__":

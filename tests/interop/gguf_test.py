@@ -17,7 +17,12 @@ byte for byte. A `:split` case gives both the converter's --split-max-size and -
 nothing else left beside them; then inspect of the first and of the last shard read the set as one
 model (every tensor gguf-py finds in the shards), and a copy with a shard removed fails verify (exit
 3 naming it). verify of every converter file (the split's first shard) must pass: its tensors
-against the architecture's table. general.name is the converter's from the folder's name ("Tiny")
+against the architecture's table. `diff` (docs/gguf.md, "Diff against the source") of the HF folder
+against the converter's file, and of the DCP checkpoint against dcpctl's file from it, must exit 0
+with every tensor within its type's bound: the converter's file is the oracle that dcpctl's
+un-mapping (its one table of names and transforms) is llama.cpp's; llama:q8_0 also diffs dcpctl's
+q4_0, q4_k and q5_k files (Q4_0, Q5_0, Q5_1 at hidden 64) and damaged copies (a Q8_0 block scale
+doubled, a norm's value moved), each exit 1 naming that tensor. general.name is the converter's from the folder's name ("Tiny")
 and dcpctl's from the output's ("tiny.gguf"), hence both named tiny.
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, sentencepiece, torch or
@@ -215,7 +220,8 @@ def kimi_tokenizer(out: Path) -> tuple[int, dict]:
     return KIMI_RANKS + 256, dict(bos_token_id=KIMI_RANKS, eos_token_id=KIMI_RANKS + 1, pad_token_id=KIMI_RANKS + 255)
 
 # The architectures whose files verify checks against write/gguf_model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2"}
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -393,6 +399,71 @@ def compare(label: str, want: Path, got: Path) -> None:
     fail(f"{label}: the files differ" + ("" if len(FAILS) > before else ", yet every key and tensor is equal (padding?)"))
 
 
+def run_diff(dcpctl: str, src: Path, file: Path) -> tuple[subprocess.CompletedProcess, dict | None]:
+    import json
+    r = subprocess.run([dcpctl, "diff", str(src), str(file), "--json"], capture_output=True, text=True)
+    try:
+        return r, json.loads(r.stdout)
+    except ValueError:
+        return r, None
+
+
+def check_diff(dcpctl: str, label: str, src: Path, file: Path) -> None:
+    """diff SOURCE FILE (docs/gguf.md, "Diff against the source"): exit 0, every tensor of the file
+    compared within its type's bound (a tied head: within token_embd's), none on one side only."""
+    r, j = run_diff(dcpctl, src, file)
+    if r.returncode != 0 or j is None or not j["same"]:
+        bad = [(k["key"], k["status"], k.get("max_abs_diff")) for k in (j or {}).get("keys", []) if k["status"] not in ("identical", "tied")]
+        fail(f"{label}: diff against the source: exit {r.returncode}: {bad[:8]} {r.stderr[-800:]}")
+        return
+    untyped = [k["key"] for k in j["keys"] if k.get("bound") != "gguf" and "value" not in (k["a"] or {})]
+    keys = [k["key"] for k in j["keys"] if "value" in (k["a"] or {})]
+    if untyped or not j["keys"]:
+        fail(f"{label}: diff compared {untyped[:8]} without a GGUF bound")
+    if "general.architecture" not in keys or not any(k.endswith(".block_count") for k in keys):
+        fail(f"{label}: diff compared no metadata keys from config.json: {keys}")
+
+
+def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) -> None:
+    """Copies of dcpctl's Q8_0 file, one tensor damaged each: a block's fp16 scale doubled
+    (blk.0.attn_q.weight), a norm's first value moved (blk.1.attn_norm.weight, F32): diff exits 1
+    naming exactly that tensor; and the source's config.json with another rms_norm_eps: exit 1 naming
+    exactly that key."""
+    import json
+    reader = gguf.GGUFReader(file)
+    at = {t.name: (int(t.data_offset), t.tensor_type.name) for t in reader.tensors}
+    for name, want_type in (("blk.0.attn_q.weight", "Q8_0"), ("blk.1.attn_norm.weight", "F32")):
+        offset, ty = at[name]
+        if ty != want_type:
+            fail(f"{case}: {name} is {ty}, not {want_type}")
+            continue
+        data = bytearray(file.read_bytes())
+        if ty == "Q8_0":
+            d = np.frombuffer(bytes(data[offset:offset + 2]), dtype=np.float16)[0]
+            data[offset:offset + 2] = np.float16(d * 2).tobytes()
+        else:
+            v = np.frombuffer(bytes(data[offset:offset + 4]), dtype=np.float32)[0]
+            data[offset:offset + 4] = np.float32(v + 1e-3).tobytes()
+        bad = tmp / f"damaged-{name}.gguf"
+        bad.write_bytes(bytes(data))
+        r, j = run_diff(dcpctl, src, bad)
+        changed = [k["key"] for k in (j or {}).get("keys", []) if k["status"] != "identical"]
+        if r.returncode != 1 or changed != [name] or j["keys"][0]["status"] != "values_changed":
+            fail(f"{case}: diff of a copy with {name} damaged: exit {r.returncode}, changed {changed[:8]}, {r.stderr[-400:]}")
+        bad.unlink()
+    # A key config.json makes: the source's config.json says another rms_norm_eps than the file's.
+    odd = tmp / "odd-eps"
+    shutil.copytree(src, odd)
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg["rms_norm_eps"] = cfg.get("rms_norm_eps", 1e-6) * 10
+    (odd / "config.json").write_text(json.dumps(cfg))
+    r, j = run_diff(dcpctl, odd, file)
+    changed = [k["key"] for k in (j or {}).get("keys", []) if k["status"] != "identical"]
+    if r.returncode != 1 or changed != ["llama.attention.layer_norm_rms_epsilon"]:
+        fail(f"{case}: diff against a config.json of another rms_norm_eps: exit {r.returncode}, changed {changed[:8]}")
+    shutil.rmtree(odd)
+
+
 def check_split_read(dcpctl: str, case: str, folder: Path, names: list[str]) -> None:
     """The converter's shards read as one model: inspect of the first (and of the last) lists every
     tensor gguf-py's GGUFReader finds in all of them; a copy without its second shard is refused."""
@@ -473,6 +544,9 @@ def main(argv: list[str]) -> int:
             base = arch.removesuffix("-bf16").removesuffix("-tied")
             if r.returncode != 0 or (base in TABLE_CHECKED and "gguf-arch-not-checked" in r.stdout):
                 fail(f"{case}: verify of the converter's file: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
+            # The converter's own file against the HF folder: llama.cpp's names and transforms undone
+            # by dcpctl's table, each tensor within its type's bound.
+            check_diff(dcpctl, f"{case}: the converter's file", hf, want.parent / wants[0])
             for src in (hf, dcp_dir):
                 got = root / f"from-{src.name}" / "tiny.gguf"
                 got.parent.mkdir(parents=True)
@@ -487,6 +561,21 @@ def main(argv: list[str]) -> int:
                 for name in wants:
                     if (got.parent / name).exists():
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
+                if src is dcp_dir and (got.parent / wants[0]).exists():
+                    check_diff(dcpctl, f"{case} from {src.name}", src, got.parent / wants[0])
+            if case == "llama:q8_0":
+                # diff for the block types the converter does not write (hidden 64: q4_k falls back
+                # to Q5_0, q5_k to Q5_1), and damaged copies of dcpctl's Q8_0 file.
+                for outtype in ("q4_0", "q4_k", "q5_k"):
+                    out = root / f"{outtype}.gguf"
+                    r = subprocess.run([dcpctl, "consolidate", str(hf), "-o", str(out), "--outtype", outtype, "-q"],
+                                       capture_output=True, text=True)
+                    if r.returncode != 0:
+                        fail(f"{case}: consolidate --outtype {outtype}: exit {r.returncode}: {r.stderr[-800:]}")
+                        continue
+                    check_diff(dcpctl, f"{case}: dcpctl's {outtype}", hf, out)
+                    out.unlink()
+                check_diff_damage(dcpctl, case, hf, root / "from-tiny" / "tiny.gguf", root)
             if split_args and len(wants) > 1:
                 check_split_read(dcpctl, case, want.parent, wants)
             print(f"{case}: {'ok' if not FAILS else 'FAILED'}" + (f" ({len(wants)} shards)" if split_args else ""))

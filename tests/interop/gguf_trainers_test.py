@@ -20,6 +20,7 @@ convert_hf_to_gguf.py (llama-cpp-python 0.3.36, the oracle of gguf_test.py) on h
 must be equal byte for byte (where not, gguf_test.compare names every key and tensor that differs).
 torchtitan's checkpoint holds the tied lm_head.weight as well; to_hf and save_pretrained leave it
 out, so the route's export excludes it, and the GGUF leaves it out by itself (config.json ties it).
+`dcpctl diff CKPT tiny.gguf --map M --assets A` exits 0 (docs/gguf.md, "Diff against the source").
 Controls: the same checkpoint without --map is refused (exit 5 naming a trainer key, no file), and
 a tensor of hf/ altered by one element fails the SHA-256 check.
 
@@ -143,6 +144,11 @@ def main(argv: list[str]) -> int:
                 fail(f"{case}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
                 continue
             gt.compare(case, want, got)
+            # diff of the trainer's checkpoint through the map against the file: every tensor within
+            # its type's bound, the keys config.json makes equal (docs/gguf.md, "Diff against the source").
+            r = run([dcpctl, "diff", ckpt, got, "--map", c["map"], "--assets", assets, "-q"])
+            if r.returncode != 0:
+                fail(f"{case}: diff {ckpt.name} {got.name} --map {c['map']}: exit {r.returncode}: {r.stderr[-800:]}")
             print(f"{case}: {'ok' if not gt.FAILS else 'FAILED'}", flush=True)
     if gt.FAILS:
         print(f"{len(gt.FAILS)} failure(s)", file=sys.stderr)
