@@ -31,6 +31,7 @@ transformers, or the sdist was never fetched; a failure instead under CI, tests/
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -412,6 +413,11 @@ def check_diff(dcpctl: str, label: str, src: Path, file: Path) -> None:
     """diff SOURCE FILE (docs/gguf.md, "Diff against the source"): exit 0, every tensor of the file
     compared within its type's bound (a tied head: within token_embd's), none on one side only."""
     r, j = run_diff(dcpctl, src, file)
+    if "mxfp4" in label.split(":")[0]:
+        # MXFP4 experts are not compared yet: exit 5 naming the first blocks tensor, nothing passed over.
+        if r.returncode != 5 or not re.search(r"'model\.layers\.\d+\.mlp\.experts\.\w+_blocks'.*uint8", r.stderr):
+            fail(f"{label}: diff of MXFP4 experts: exit {r.returncode}, want 5 naming the blocks: {r.stderr[-800:]}")
+        return
     if r.returncode != 0 or j is None or not j["same"]:
         bad = [(k["key"], k["status"], k.get("max_abs_diff")) for k in (j or {}).get("keys", []) if k["status"] not in ("identical", "tied")]
         fail(f"{label}: diff against the source: exit {r.returncode}: {bad[:8]} {r.stderr[-800:]}")
