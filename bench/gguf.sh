@@ -88,11 +88,11 @@ fi
 out() { echo "$work/out-$1"; }
 cmd_for() {
   case $1 in
-    dcpctl_f16) echo "'$dcpctl' consolidate '$hf' -o '$(out "$1")/llama.gguf' --outtype f16 $mem -q" ;;
-    dcpctl_q8) echo "'$dcpctl' consolidate '$hf' -o '$(out "$1")/llama.gguf' --outtype q8_0 $mem -q" ;;
-    dcpctl_dcp_f16) echo "'$dcpctl' consolidate '$dcp' --assets '$hf' -o '$(out "$1")/llama.gguf' --outtype f16 $mem -q" ;;
-    dcpctl_dcp_q8) echo "'$dcpctl' consolidate '$dcp' --assets '$hf' -o '$(out "$1")/llama.gguf' --outtype q8_0 $mem -q" ;;
-    dcpctl_dcp_hf) echo "'$dcpctl' consolidate '$dcp' --assets '$hf' -o '$(out "$1")/llama/' -q" ;;
+    dcpctl_f16) echo "mkdir -p '$(out "$1")' && '$dcpctl' consolidate '$hf' -o '$(out "$1")/llama.gguf' --outtype f16 $mem -q" ;;
+    dcpctl_q8) echo "mkdir -p '$(out "$1")' && '$dcpctl' consolidate '$hf' -o '$(out "$1")/llama.gguf' --outtype q8_0 $mem -q" ;;
+    dcpctl_dcp_f16) echo "mkdir -p '$(out "$1")' && '$dcpctl' consolidate '$dcp' --assets '$hf' -o '$(out "$1")/llama.gguf' --outtype f16 $mem -q" ;;
+    dcpctl_dcp_q8) echo "mkdir -p '$(out "$1")' && '$dcpctl' consolidate '$dcp' --assets '$hf' -o '$(out "$1")/llama.gguf' --outtype q8_0 $mem -q" ;;
+    dcpctl_dcp_hf) echo "mkdir -p '$(out "$1")' && '$dcpctl' consolidate '$dcp' --assets '$hf' -o '$(out "$1")/llama/' -q" ;;
     conv_f16) echo "mkdir -p '$(out "$1")' && $conv '$hf' --outtype f16 --outfile '$(out "$1")/llama.gguf' 2>> '$work/conv.log'" ;;
     conv_q8) echo "mkdir -p '$(out "$1")' && $conv '$hf' --outtype q8_0 --outfile '$(out "$1")/llama.gguf' 2>> '$work/conv.log'" ;;
     lq_q8) echo "mkdir -p '$(out "$1")' && $lq '$work/in-f16/llama.gguf' '$(out "$1")/llama.gguf' Q8_0 >> '$work/lq.log' 2>&1" ;;
