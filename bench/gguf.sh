@@ -145,12 +145,14 @@ rows = [
 print(f"\nmodel: {info['parameters']:,} parameters ({info['bytes'] / 1e9:.2f} GB bfloat16)")
 print(f"median of {repeat} round(s) (two-step anchors: the sum of their steps' medians); max RSS and exit: the worst round")
 f = lambda r: f"{r['secs']:7.1f} s {r['cpu']:7.1f} CPU-s {r['rss'] / 2**20:6.0f} MiB{'' if r['rc'] == 0 else ' exit ' + str(r['rc'])}"  # noqa: E731
-print(f"{'':17} {'dcpctl':14} {'wall':>9} {'CPU':>11} {'max RSS':>10}   {'anchor':24} {'wall':>9} {'CPU':>11} {'max RSS':>10}  wall / CPU ratio")
+print(f"{'':17} {'dcpctl':14} {'wall':>9} {'CPU':>11} {'max RSS':>10}   {'anchor':24} {'wall':>9} {'CPU':>11} {'max RSS':>10}  anchor / dcpctl, wall / CPU")
 for what, a, bname, b in rows:
     if a not in m or b is None:
         continue
     ra = m[a]
     ratio = f"{b['secs'] / ra['secs']:.1f}x / {b['cpu'] / ra['cpu']:.1f}x" if ra["secs"] and ra["cpu"] else "-"
+    if bname == "dcpctl_plain":  # what quantizing adds to the same export: dcpctl's over the plain one
+        ratio = f"(w4a16 / plain: {ra['secs'] / b['secs']:.1f}x / {ra['cpu'] / b['cpu']:.1f}x)" if b["secs"] and b["cpu"] else "-"
     print(f"{what:17} {a:14} {f(ra)}   {bname:24} {f(b)}  {ratio}")
 PY
 
