@@ -131,6 +131,44 @@ def gguf_py():
     return gguf
 
 
+def convert(hf, outfile, args=(), env=None):
+    """llama.cpp's convert_hf_to_gguf.py HF --outfile OUTFILE ARGS: the CompletedProcess, with the
+    files it wrote beside OUTFILE (one, or its split's shards). Its output is a function of the
+    folder's files, the arguments and the converter, so a successful run's files are kept under
+    CACHE/converted/KEY (KEY: the SHA-256 of the sdist's digest, this file, ARGS and every file of HF,
+    name and bytes) and copied from there the next time (its stdout and stderr are then empty):
+    the converter's Python start-up and conversion were most of gguf-converter's time."""
+    import shutil
+    hf, outfile = Path(hf), Path(outfile)
+    h = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes())
+    h.update(json.dumps([str(a) for a in args]).encode())
+    for f in sorted(p for p in hf.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(hf)).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    kept = CACHE / "converted" / h.hexdigest()[:24]
+    outfile.parent.mkdir(parents=True, exist_ok=True)
+    if (kept / ".done").is_file():
+        for f in kept.iterdir():
+            if f.name != ".done":
+                shutil.copyfile(f, outfile.parent / f.name)
+        return subprocess.CompletedProcess(["convert_hf_to_gguf.py (kept)"], 0, "", "")
+    before = set(outfile.parent.iterdir())
+    r = subprocess.run([sys.executable, str(fetch() / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(outfile),
+                        *map(str, args)], capture_output=True, text=True,
+                       env=env or dict(os.environ, PYTHONPATH=str(fetch() / "gguf-py")))
+    if r.returncode == 0:
+        tmp = kept.with_name(f"{kept.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for f in set(outfile.parent.iterdir()) - before:
+            shutil.copyfile(f, tmp / f.name)
+        (tmp / ".done").write_text("")
+        try:
+            tmp.rename(kept)
+        except OSError:  # another run kept it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return r
+
+
 def converter_digests(name):
     """The chkhsh values the converter's get_vocab_base_pre maps to `name` (qwen2 has several)."""
     text = (fetch() / "conversion" / "base.py").read_text()

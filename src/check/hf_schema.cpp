@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <regex>
+#include <mutex>
 #include <set>
+#include <string_view>
 
 #include "util/error.h"
 #include "view/maps/keymap_terms.h"
@@ -16,6 +18,74 @@ using nlohmann::json;
 std::string hf_schema_text();
 
 namespace hf_schema_impl {
+
+// A scan of the compiled-in schema's structure, for its index (hf_schema): the text tools/hf_schema.py
+// writes with json.dump, so anything malformed is this build's defect (logic_error), not input.
+static char char_at(std::string_view t, size_t at) { return at < t.size() ? t[at] : '\0'; }
+
+static size_t skip_space(std::string_view t, size_t at) {
+  while (at < t.size() && (t[at] == ' ' || t[at] == '\n' || t[at] == '\r' || t[at] == '\t')) ++at;
+  return at;
+}
+
+[[noreturn]] static void malformed(size_t at) {
+  throw std::logic_error("the compiled-in model schema is malformed at byte " + std::to_string(at));
+}
+
+// Past the closing quote of the string whose opening quote is at `at`.
+static size_t string_end(std::string_view t, size_t at) {
+  for (++at; at < t.size(); ++at)
+    if (t[at] == '\\') ++at;
+    else if (t[at] == '"') return at + 1;
+  malformed(at);
+}
+
+// Past the value that starts at `at`: a string, an object or array (brackets counted, strings
+// skipped), or a literal.
+static size_t value_end(std::string_view t, size_t at) {
+  const char c = char_at(t, at);
+  if (c == '"') return string_end(t, at);
+  if (c == '{' || c == '[') {
+    size_t depth = 0;
+    for (; at < t.size(); ++at) {
+      const char d = t[at];
+      if (d == '"') at = string_end(t, at) - 1;
+      else if (d == '{' || d == '[') ++depth;
+      else if ((d == '}' || d == ']') && --depth == 0) return at + 1;
+    }
+    malformed(at);
+  }
+  const size_t begin = at;
+  while (at < t.size() && t[at] != ',' && t[at] != '}' && t[at] != ']' && t[at] != ' ' && t[at] != '\n') ++at;
+  if (at == begin) malformed(at);
+  return at;
+}
+
+// The members of the object at `at`: each key and its value's text, in order.
+static std::vector<std::pair<std::string, std::string_view>> members(std::string_view t, size_t at) {
+  std::vector<std::pair<std::string, std::string_view>> out;
+  at = skip_space(t, at);
+  if (char_at(t, at) != '{') malformed(at);
+  at = skip_space(t, at + 1);
+  if (char_at(t, at) == '}') return out;
+  for (;;) {
+    if (char_at(t, at) != '"') malformed(at);
+    const size_t key_end = string_end(t, at);
+    const std::string_view quoted = t.substr(at, key_end - at);
+    std::string key = quoted.find('\\') == std::string_view::npos ? std::string(quoted.substr(1, quoted.size() - 2))
+                                                                  : json::parse(quoted).get<std::string>();
+    at = skip_space(t, key_end);
+    if (char_at(t, at) != ':') malformed(at);
+    const size_t begin = skip_space(t, at + 1), end = value_end(t, begin);
+    out.emplace_back(std::move(key), t.substr(begin, end - begin));
+    at = skip_space(t, end);
+    if (char_at(t, at) == '}') return out;
+    if (char_at(t, at) != ',') malformed(at);
+    at = skip_space(t, at + 1);
+  }
+}
+
+ModelSchema parse_type(const std::string& type, const json& o);
 
 bool all_digits(const std::string& s, size_t b, size_t e) {
   if (b >= e) return false;
@@ -443,17 +513,28 @@ std::string ModelSchema::pattern_of(const std::string& key) const {
   return k ? k->pattern : p;
 }
 
+struct HfSchema::Parsed {
+  std::mutex lock;
+  std::map<std::string, std::unique_ptr<ModelSchema>> types;
+};
+
 const ModelSchema* HfSchema::of(const std::string& model_type) const {
-  auto it = std::lower_bound(types.begin(), types.end(), model_type,
-                             [](const ModelSchema& s, const std::string& t) { return s.type < t; });
-  return it != types.end() && it->type == model_type ? &*it : nullptr;
+  auto it = std::lower_bound(index.begin(), index.end(), model_type,
+                             [](const SchemaEntry& e, const std::string& t) { return e.type < t; });
+  if (it == index.end() || it->type != model_type) return nullptr;
+  std::lock_guard<std::mutex> hold(parsed->lock);
+  std::unique_ptr<ModelSchema>& m = parsed->types[model_type];
+  if (!m)
+    m = std::make_unique<ModelSchema>(
+        hf_schema_impl::parse_type(model_type, json::parse(text.begin() + it->begin, text.begin() + it->end)));
+  return m.get();
 }
 
 const ModelSchema* HfSchema::of_class(const std::string& cls) const {
-  const ModelSchema* found = nullptr;
-  for (const auto& m : types)
-    if (m.cls == cls && (!found || (!found->class_type.empty() && m.class_type.empty()))) found = &m;
-  return found;
+  const SchemaEntry* found = nullptr;
+  for (const auto& e : index)
+    if (e.cls == cls && (!found || (!found->class_type.empty() && e.class_type.empty()))) found = &e;
+  return found ? of(found->type) : nullptr;
 }
 
 std::string HfSchema::why_not(const std::string& model_type) const {
@@ -471,67 +552,95 @@ const std::string* HfSchema::failed_reason(const std::string& model_type) const 
   return nullptr;
 }
 
+namespace hf_schema_impl {
+
+// One type's object of the schema's JSON.
+ModelSchema parse_type(const std::string& type, const json& o) {
+  auto strings = [](const json& o, const char* f) {
+    std::vector<std::string> v;
+    if (o.contains(f))
+      for (const auto& x : o[f]) v.push_back(x.get<std::string>());
+    return v;
+  };
+  ModelSchema m;
+  m.type = type;
+  m.cls = o.at("class").get<std::string>();
+  m.class_type = o.value("class_type", std::string());
+  m.prefix = o.value("prefix", std::string());
+  for (const auto& k : o.at("keys")) {
+    SchemaKey sk;
+    sk.pattern = k.at(0).get<std::string>();
+    for (const auto& d : k.at(1)) sk.dims.push_back(d.is_string() ? d.get<std::string>() : std::string());
+    const std::string keep = k.at(2).get<std::string>();
+    if (keep.size() == 2) sk.keep_bf16 = keep[0], sk.keep_fp16 = keep[1], sk.keep_known = true;
+    sk.when = k.at(3).get<std::string>();
+    sk.required = k.size() > 4 && k.at(4).get<int>() != 0;
+    m.keys.push_back(std::move(sk));
+  }
+  std::sort(m.keys.begin(), m.keys.end(), [](const SchemaKey& a, const SchemaKey& b) { return a.pattern < b.pattern; });
+  if (o.contains("absent"))
+    for (const auto& a : o["absent"]) m.absent.emplace_back(a.at(0).get<std::string>(), a.at(1).get<std::string>());
+  m.memory = strings(o, "memory");
+  m.renamed = strings(o, "renamed");
+  m.ignore_unexpected = strings(o, "ignore_unexpected");
+  m.ignore_missing = strings(o, "ignore_missing");
+  if (o.contains("experts") && o["experts"].is_string()) m.experts = o["experts"].get<std::string>();
+  m.experts_unexplained = o.contains("experts") && o["experts"].is_null();
+  m.head_untied = o.value("head_untied", false);
+  if (o.contains("together"))
+    for (const auto& g : o["together"]) {
+      std::vector<std::string> group;
+      for (const auto& x : g) group.push_back(x.get<std::string>());
+      m.together.push_back(std::move(group));
+    }
+  if (o.contains("prefixes"))
+    for (const auto& pr : o["prefixes"])
+      m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
+  if (o.contains("load_renames"))
+    for (const auto& r : o["load_renames"])
+      m.load_renames.emplace_back(r.at(0).get<std::string>(), r.at(1).get<std::string>());
+  std::sort(m.load_renames.begin(), m.load_renames.end());
+  if (o.contains("named"))
+    for (const auto& n : o["named"])
+      m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
+  return m;
+}
+
+}  // namespace hf_schema_impl
+
+// The compiled-in text is indexed by a scan of its structure (scan_value: strings and brackets
+// only, no values built); each type's object is parsed when `of` first asks for it.
 const HfSchema& hf_schema() {
   static const HfSchema schema = [] {
-    const json j = json::parse(hf_schema_text());
+    using hf_schema_impl::members;
     HfSchema s;
-    s.transformers = j.at("transformers").get<std::string>();
-    s.torch = j.value("torch", std::string());
-    auto strings = [](const json& o, const char* f) {
-      std::vector<std::string> v;
-      if (o.contains(f))
-        for (const auto& x : o[f]) v.push_back(x.get<std::string>());
-      return v;
-    };
-    for (const auto& [type, o] : j.at("types").items()) {
-      ModelSchema m;
-      m.type = type;
-      m.cls = o.at("class").get<std::string>();
-      m.class_type = o.value("class_type", std::string());
-      m.prefix = o.value("prefix", std::string());
-      for (const auto& k : o.at("keys")) {
-        SchemaKey sk;
-        sk.pattern = k.at(0).get<std::string>();
-        for (const auto& d : k.at(1)) sk.dims.push_back(d.is_string() ? d.get<std::string>() : std::string());
-        const std::string keep = k.at(2).get<std::string>();
-        if (keep.size() == 2) sk.keep_bf16 = keep[0], sk.keep_fp16 = keep[1], sk.keep_known = true;
-        sk.when = k.at(3).get<std::string>();
-        sk.required = k.size() > 4 && k.at(4).get<int>() != 0;
-        m.keys.push_back(std::move(sk));
-      }
-      std::sort(m.keys.begin(), m.keys.end(), [](const SchemaKey& a, const SchemaKey& b) { return a.pattern < b.pattern; });
-      if (o.contains("absent"))
-        for (const auto& a : o["absent"]) m.absent.emplace_back(a.at(0).get<std::string>(), a.at(1).get<std::string>());
-      m.memory = strings(o, "memory");
-      m.renamed = strings(o, "renamed");
-      m.ignore_unexpected = strings(o, "ignore_unexpected");
-      m.ignore_missing = strings(o, "ignore_missing");
-      if (o.contains("experts") && o["experts"].is_string()) m.experts = o["experts"].get<std::string>();
-      m.experts_unexplained = o.contains("experts") && o["experts"].is_null();
-      m.head_untied = o.value("head_untied", false);
-      if (o.contains("together"))
-        for (const auto& g : o["together"]) {
-          std::vector<std::string> group;
-          for (const auto& x : g) group.push_back(x.get<std::string>());
-          m.together.push_back(std::move(group));
+    s.text = hf_schema_text();
+    s.parsed = std::make_shared<HfSchema::Parsed>();
+    const std::string_view all(s.text);
+    auto value = [&](std::string_view v) { return json::parse(v.begin(), v.end()); };
+    for (const auto& [key, v] : members(all, 0)) {
+      if (key == "transformers") s.transformers = value(v).get<std::string>();
+      else if (key == "torch") s.torch = value(v).get<std::string>();
+      else if (key == "failed") {
+        const json failed = value(v);
+        for (const auto& [t, why] : failed.items()) s.failed.emplace_back(t, why.get<std::string>());
+      } else if (key == "skipped") {
+        const json skipped = value(v);
+        for (const auto& [t, why] : skipped.items()) s.skipped.push_back(t);
+      } else if (key == "types")
+        for (const auto& [type, o] : members(all, size_t(v.data() - all.data()))) {
+          SchemaEntry e;
+          e.type = type;
+          e.begin = size_t(o.data() - all.data());
+          e.end = e.begin + o.size();
+          for (const auto& [field, fv] : members(all, e.begin))
+            if (field == "class") e.cls = value(fv).get<std::string>();
+            else if (field == "class_type") e.class_type = value(fv).get<std::string>();
+          s.index.push_back(std::move(e));
         }
-      if (o.contains("prefixes"))
-        for (const auto& pr : o["prefixes"])
-          m.prefixes.emplace_back(pr.at(0).get<std::string>(), pr.at(1).get<std::string>());
-      if (o.contains("load_renames"))
-        for (const auto& r : o["load_renames"])
-          m.load_renames.emplace_back(r.at(0).get<std::string>(), r.at(1).get<std::string>());
-      std::sort(m.load_renames.begin(), m.load_renames.end());
-      if (o.contains("named"))
-        for (const auto& n : o["named"])
-          m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
-      s.types.push_back(std::move(m));
     }
-    std::sort(s.types.begin(), s.types.end(), [](const ModelSchema& a, const ModelSchema& b) { return a.type < b.type; });
-    if (j.contains("failed"))
-      for (const auto& [t, why] : j["failed"].items()) s.failed.emplace_back(t, why.get<std::string>());
-    if (j.contains("skipped"))
-      for (const auto& [t, why] : j["skipped"].items()) s.skipped.push_back(t);
+    if (s.transformers.empty() || s.index.empty()) throw std::logic_error("the compiled-in model schema has no transformers version or types");
+    std::sort(s.index.begin(), s.index.end(), [](const SchemaEntry& a, const SchemaEntry& b) { return a.type < b.type; });
     std::sort(s.skipped.begin(), s.skipped.end());
     return s;
   }();

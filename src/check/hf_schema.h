@@ -41,6 +41,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -116,11 +117,22 @@ struct ModelSchema {
   std::string save_name(const std::string& key) const;
 };
 
+// A type of the schema as the index holds it: its name, class and class_type, and where its JSON
+// object is in the compiled-in text (parsed into a ModelSchema at its first use).
+struct SchemaEntry {
+  std::string type, cls, class_type;
+  size_t begin = 0, end = 0;  // its object in HfSchema::text
+};
+
 struct HfSchema {
   std::string transformers, torch;
-  std::vector<ModelSchema> types;                        // sorted by type
+  std::string text;                                         // the compiled-in JSON
+  std::vector<SchemaEntry> index;                           // sorted by type
   std::vector<std::pair<std::string, std::string>> failed;  // type, why it was not built
   std::vector<std::string> skipped;                         // types without a language-model class, sorted
+  // The type's schema, parsed from its object at the first call for it (any thread); null when the
+  // schema has no such type. A command reads one or two types of the 2.4 MB of them: parsing the
+  // whole text took 70 ms of every HF check (most of a tiny model's `verify`; far more under ASan).
   const ModelSchema* of(const std::string& model_type) const;
   // The type whose folders `cls` writes: the one built from the class's own config class where
   // several types share it, else the one type that names it; null when no type does.
@@ -129,6 +141,9 @@ struct HfSchema {
   // Why the schema has no entry for `model_type`: not a type transformers defines, could not be
   // built (the reason), or has no language-model class.
   std::string why_not(const std::string& model_type) const;
+
+  struct Parsed;  // the types parsed so far, behind a lock
+  std::shared_ptr<Parsed> parsed;
 };
 // The compiled-in schema (read once, at the first use).
 const HfSchema& hf_schema();

@@ -263,9 +263,7 @@ def main(argv: list[str]) -> int:
                 dcp_of(hf, dcp_dir)
             want = root / "converter" / "tiny.gguf"
             want.parent.mkdir(parents=True)
-            env = dict(os.environ, PYTHONPATH=str(llama / "gguf-py"))
-            r = subprocess.run([sys.executable, str(llama / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
-                                "--outfile", str(want), *split_args], capture_output=True, text=True, env=env)
+            r = gguf_oracle.convert(hf, want, ["--outtype", outtype, *split_args])
             if r.returncode != 0:
                 fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
                 continue

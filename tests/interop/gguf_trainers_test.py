@@ -132,8 +132,7 @@ def main(argv: list[str]) -> int:
             want, got = root / "converter" / "tiny.gguf", root / "dcpctl" / "tiny.gguf"
             want.parent.mkdir(parents=True)
             got.parent.mkdir(parents=True)
-            r = subprocess.run([sys.executable, str(llama / "convert_hf_to_gguf.py"), str(hf), "--outtype", outtype,
-                                "--outfile", str(want)], capture_output=True, text=True, env=env)
+            r = gguf_oracle.convert(hf, want, ["--outtype", outtype], env)
             if r.returncode != 0:
                 fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
                 continue

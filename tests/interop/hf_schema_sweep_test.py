@@ -56,6 +56,11 @@ made of its conv and attention kinds; a float32 router `feed_forward.expert_bias
 w1/w2/w3 on disk, fused in memory), and Mixtral with an explicit head_dim (its attention wider than
 hidden_size, as the distinct sizes make every type's: the schema once took one for the other).
 
+What transformers produced for a case (its source folder, its reference folders) is kept between
+runs in DCPCTL_SWEEP_CACHE (default ~/.cache/dcpctl/schema-sweep; 0: none), under a digest of
+transformers' and torch's versions, this file, tools/hf_schema.py and the schema: every dcpctl run, the
+comparison and from_pretrained of the export still run each time (cache_open).
+
 Exit status: 0 pass, 1 failure, 77 skip (torch/transformers missing; a failure under CI).
 """
 from __future__ import annotations
@@ -454,6 +459,7 @@ def main() -> int:
         torch.set_num_interop_threads(1)
     quiet()
     schema = load_schema()
+    cache_open()
     types = a.types or (SAMPLE + FLAG_SAMPLE if which == "sample" else
                         flag_cases(schema) + pattern_cases(schema) if which == "flags" else
                         sorted(t for t in schema["types"] if which == "all" or t not in SAMPLE))
@@ -575,6 +581,99 @@ CASE_SOURCES = (("d0", ("bf16",)),)
 # server prints them).
 SIZES_REFUSED: dict[str, str] = {}
 
+# The transformers side of a case, kept between runs: its source folder (the tiny model built with
+# seed 0 and saved) and its reference folders (transformers' own from_pretrained(dtype) +
+# save_pretrained of that source) are a function of transformers, torch, this file,
+# tools/hf_schema.py and the schema alone, so the cache's name is a digest of those; a change to any
+# of them starts a new one. Only what transformers produced is kept: every dcpctl run, the comparison
+# and from_pretrained of dcpctl's export run every time. A miss builds as before and stores what it
+# built (a temporary name, then a rename: a killed run leaves no half folder). DCPCTL_SWEEP_CACHE:
+# the cache's folder (default ~/.cache/dcpctl/schema-sweep), or 0 for none. CI's time: the builds
+# and round trips were about half of a case's CPU once dcpctl's own start-up was a few milliseconds.
+CACHE: list = [None]
+
+
+def cache_open() -> None:
+    import hashlib
+    import torch
+    import transformers
+    where = os.environ.get("DCPCTL_SWEEP_CACHE", "")
+    if where == "0":
+        return
+    root = Path(where) if where else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dcpctl" / "schema-sweep"
+    h = hashlib.sha256(f"{transformers.__version__}\0{torch.__version__}\0".encode())
+    for f in (Path(__file__), HERE.parent.parent / "tools" / "hf_schema.py", HERE.parent.parent / "src" / "check" / "hf_schema.json"):
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    CACHE[0] = root / h.hexdigest()[:20]
+    # One generation kept (~3 MB a case, ~2 GB for every shard): another digest's is gone for good.
+    if root.is_dir():
+        for old in root.iterdir():
+            if old != CACHE[0] and old.is_dir() and re.fullmatch(r"[0-9a-f]{20}", old.name):
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def cache_entry(t: str, name: str) -> Path | None:
+    """The cache's folder for case t's `name` (src-SPEC, ref-SPEC-FLAG), or None without a cache."""
+    if CACHE[0] is None:
+        return None
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", t)[:60] + "-" + format(zlib.crc32(t.encode()), "08x")
+    return CACHE[0] / safe / name
+
+
+def cache_get(t: str, name: str, dest: Path) -> dict | None:
+    """Copies case t's cached `name` to dest and returns what was stored beside it, or None (a miss)."""
+    entry = cache_entry(t, name)
+    if entry is None or not (entry / ".case.json").is_file():
+        return None
+    shutil.copytree(entry / "folder", dest)
+    return json.loads((entry / ".case.json").read_text())
+
+
+def cache_put(t: str, name: str, folder: Path, info: dict) -> None:
+    entry = cache_entry(t, name)
+    if entry is None or entry.exists():
+        return
+    tmp = entry.parent / f".{entry.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(folder, tmp / "folder")
+    (tmp / ".case.json").write_text(json.dumps(info))
+    try:
+        os.rename(tmp, entry)
+    except OSError:  # another shard stored it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_source(t: str, base: str, setting, cls, spec: str, src: Path) -> None:
+    """Case t's tiny model (the distinct sizes of `spec` where the class builds them, else TINY's),
+    saved by save_pretrained into src with the type's SIDECARS."""
+    import torch
+    import hf_schema
+
+    def make(cfg):  # seed 0 for each build tiny_config tries
+        if setting and setting[0].startswith("@"):
+            cfg, _ = hf_schema.sweep_config(cfg, cls, "p:" + setting[0][1:], lambda c: True)
+        elif setting:
+            cfg = with_field(cfg, *setting)
+        if CAP[0] and parameter_bytes(cls, cfg) > CAP[0]:
+            # what the class or the cap refuses, refused before the real build allocates and
+            # initialises the layers (Zamba's tiny repairs try ~100 configs, some of GiBs: 120 s of
+            # CPU, 1 s so)
+            raise OutOfMemory(f"its parameters alone are past the {CAP[0] >> 30} GiB cap")
+        torch.manual_seed(0)
+        return cls._from_config(cfg, dtype=torch.float32)
+
+    def sized(cfg):
+        try:
+            return hf_schema.sweep_config(cfg, cls, spec, make)[1]
+        except Exception as e:
+            SIZES_REFUSED.setdefault(t, f"{spec}: {type(e).__name__}: {str(e)[:100]}")
+            return make(cfg)
+    _, model = hf_schema.tiny_config(base, build=sized)
+    model.save_pretrained(src)
+    del model
+    for name, write in SIDECARS.get(base, {}).items():
+        write(src / name)
+
 
 def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, phases: dict) -> None:
     """Type t's checks, in the folder work (made here); phases: where its CPU went. t may be a case
@@ -582,7 +681,6 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
     (pattern_cases): the type built with that layer-pattern field changed (a dense first layer)."""
     import torch
     import transformers
-    import hf_schema
     base, setting = case_of(t)
     with phase(phases, "import"):  # the class's modeling file, imported lazily by transformers
         cls = getattr(transformers, schema["types"][base]["class"])
@@ -590,33 +688,15 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
     while todo:
         spec, flags = todo.pop(0)
         src = Path(work) / f"src-{spec or 'tiny'}"
+        hit = cache_get(t, src.name, src)
+        if hit is not None and hit.get("sizes_refused"):
+            SIZES_REFUSED.setdefault(t, hit["sizes_refused"])
         try:
-            with phase(phases, "build+save"), capped(), \
-                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                def make(cfg):  # seed 0 for each build tiny_config tries
-                    if setting and setting[0].startswith("@"):
-                        cfg, _ = hf_schema.sweep_config(cfg, cls, "p:" + setting[0][1:], lambda c: True)
-                    elif setting:
-                        cfg = with_field(cfg, *setting)
-                    if CAP[0] and parameter_bytes(cls, cfg) > CAP[0]:
-                        # what the class or the cap refuses, refused before the real build
-                        # allocates and initialises the layers (Zamba's tiny repairs try ~100
-                        # configs, some of GiBs: 120 s of CPU, 1 s so)
-                        raise OutOfMemory(f"its parameters alone are past the {CAP[0] >> 30} GiB cap")
-                    torch.manual_seed(0)
-                    return cls._from_config(cfg, dtype=torch.float32)
-
-                def sized(cfg):  # the distinct sizes of `spec` where the class builds them, else TINY's
-                    try:
-                        return hf_schema.sweep_config(cfg, cls, spec, make)[1]
-                    except Exception as e:
-                        SIZES_REFUSED.setdefault(t, f"{spec}: {type(e).__name__}: {str(e)[:100]}")
-                        return make(cfg)
-                _, model = hf_schema.tiny_config(base, build=sized)
-                model.save_pretrained(src)
-                del model
-                for name, write in SIDECARS.get(base, {}).items():
-                    write(src / name)
+            if hit is None:
+                with phase(phases, "build+save"), capped(), \
+                        contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    build_source(t, base, setting, cls, spec, src)
+                cache_put(t, src.name, src, {"sizes_refused": SIZES_REFUSED.get(t)})
         except OutOfMemory as e:
             not_built[t] = f"memory: {e}"
             return
@@ -660,11 +740,15 @@ def check_dtype(t, base, cls, src, spec, flag, dt, work, dcpctl, not_built, phas
     import torch
     ref, out = Path(work) / f"ref-{flag}", Path(work) / f"out-{flag}"
     try:
-        with phase(phases, "reference"), capped(), \
-                contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            model, info = load_with_info(cls, src, dt, base)
-            model.save_pretrained(ref)
-            del model
+        info = cache_get(t, f"ref-{spec or 'tiny'}-{flag}", ref)
+        if info is None:
+            with phase(phases, "reference"), capped(), \
+                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                model, info = load_with_info(cls, src, dt, base)
+                model.save_pretrained(ref)
+                del model
+            info = {k: sorted(info[k]) for k in ("missing_keys", "unexpected_keys")}
+            cache_put(t, f"ref-{spec or 'tiny'}-{flag}", ref, info)
         if info["missing_keys"] or info["unexpected_keys"]:
             # transformers' own folder does not load into its own class (shieldgemma2: saved as
             # model.language_model.model.*, loaded as model.language_model.*): no oracle to compare with.

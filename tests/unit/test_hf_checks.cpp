@@ -632,3 +632,26 @@ TEST_CASE("hf keep_dtype entry: read under caps, user-kept keys a warning", "[hf
   CHECK(check_hf_config(c, "config.json", t, same, false, nullptr, {}, {{"model.norm.weight", "model.norm.*"}})
             .warnings.empty());
 }
+
+TEST_CASE("the model schema's index: every type parses at its first use, as the whole text did", "[hf_schema]") {
+  // hf_schema() indexes the compiled-in JSON by a scan of its structure and parses a type when it is
+  // asked for: each indexed type's object must parse, hold its indexed class, and be found again.
+  const HfSchema& s = hf_schema();
+  REQUIRE(s.index.size() > 300);
+  REQUIRE(std::is_sorted(s.index.begin(), s.index.end(),
+                         [](const SchemaEntry& a, const SchemaEntry& b) { return a.type < b.type; }));
+  size_t keys = 0;
+  for (const auto& e : s.index) {
+    const ModelSchema* m = s.of(e.type);
+    REQUIRE(m);
+    CHECK(m->type == e.type);
+    CHECK(m->cls == e.cls);
+    CHECK(m->class_type == e.class_type);
+    CHECK(s.of(e.type) == m);  // parsed once
+    keys += m->keys.size();
+  }
+  CHECK(keys > 10000);
+  CHECK(!s.transformers.empty());
+  CHECK(s.of("no_such_type") == nullptr);
+  CHECK(s.of_class("LlamaForCausalLM")->type == "llama");
+}
