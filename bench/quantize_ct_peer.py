@@ -13,9 +13,9 @@
 
 Versions (recorded by the bench): llmcompressor 0.14.0.1, which pins torch<=2.14, transformers<=5.17 and
 compressed-tensors 0.19.0, installed with --no-deps over compressed-tensors 0.20.0, torch 2.15.0 and
-transformers 5.23.0 (the venv of tests/interop/codecs_test.py), plus loguru, datasets, accelerate:
+transformers 5.23.0 (the venv of tests/interop/codecs_test.py), plus loguru, datasets, accelerate, requests:
     python3 -m venv V && V/bin/pip install compressed-tensors==0.20.0 torch==2.15.0 transformers==5.23.0 \
-        datasets && V/bin/pip install --no-deps llmcompressor==0.14.0.1 loguru accelerate psutil nvidia-ml-py
+        datasets requests && V/bin/pip install --no-deps llmcompressor==0.14.0.1 loguru accelerate psutil nvidia-ml-py
 Its model_free_ptq imports and runs with them on CPU (what the bench shows).
 """
 import sys
