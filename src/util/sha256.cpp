@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -74,8 +75,13 @@ DCPCTL_SHANI void blocks_shani(uint32_t* const* state, const uint8_t* const* dat
   }
 }
 
+// CPUID: leaf 7's EBX bit 29 (SHA), leaf 1's ECX bits 19 (SSE4.1) and 9 (SSSE3). (clang 14's
+// __builtin_cpu_supports knows no "sha".)
 bool cpu_has_shani() {
-  return __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1") && __builtin_cpu_supports("ssse3");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) || !(c & (1u << 9))) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b & (1u << 29)) != 0;
 }
 #else
 bool cpu_has_shani() { return false; }
