@@ -205,6 +205,11 @@ void add_kimi_tokenizer_keys(Header& h, const json& config, const std::string& t
   if (!vs.is_number_integer() || vs.get<int64_t>() < 0)
     throw UnsupportedError(Where(where), "a GGUF output needs config.json's vocab_size");
   const int64_t vocab_size = vs.get<int64_t>();
+  // A token list is built per id: a vocab_size far past any tokenizer's (Kimi K2's 163,840) is refused
+  // before memory is reserved for it.
+  if (vocab_size > (int64_t(1) << 24))
+    throw UnsupportedError(Where(where), "config.json's vocab_size " + std::to_string(vocab_size) +
+                                             " is past the 16,777,216 ids a GGUF tokenizer is written for");
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   tokens.reserve(static_cast<size_t>(vocab_size)), types.reserve(static_cast<size_t>(vocab_size));
