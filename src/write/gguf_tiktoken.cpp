@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "write/gguf_vocab.h"
 
 namespace dcpctl::gguf {
 
@@ -15,25 +16,10 @@ using nlohmann::json;
 
 namespace {
 
-// GPT-2's bytes_to_unicode (QwenModel.token_bytes_to_string): each byte as the UTF-8 of its code point.
-const std::vector<std::string>& byte_text() {
-  static const std::vector<std::string> chars = [] {
-    std::vector<std::string> out(256);
-    unsigned next = 256;
-    for (unsigned b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      const unsigned c = printable ? b : next++;
-      out[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
-                        : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
-    }
-    return out;
-  }();
-  return chars;
-}
-
+// A rank's bytes as the converter's token text (QwenModel.token_bytes_to_string).
 std::string as_text(std::string_view token) {
   std::string s;
-  for (unsigned char b : token) s += byte_text()[b];
+  for (unsigned char b : token) s += byte_chars()[b];
   return s;
 }
 

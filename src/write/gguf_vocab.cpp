@@ -121,27 +121,6 @@ size_t match_at(const Text& t, size_t i, size_t digits) {
   throw std::logic_error("gguf: the split pattern matched nothing");
 }
 
-// GPT-2's bytes_to_unicode: each byte as the UTF-8 of the code point byte-level BPE spells it with.
-const std::vector<std::string>& byte_chars() {
-  static const std::vector<std::string> chars = [] {
-    std::vector<std::string> out(256);
-    unsigned next = 256;
-    for (unsigned b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      const unsigned c = printable ? b : next++;
-      std::string u;
-      if (c < 0x80) {
-        u += static_cast<char>(c);
-      } else {
-        u += static_cast<char>(0xC0 | (c >> 6));
-        u += static_cast<char>(0x80 | (c & 0x3F));
-      }
-      out[b] = u;
-    }
-    return out;
-  }();
-  return chars;
-}
 
 [[noreturn]] void refuse(const std::string& where, const std::string& what) {
   throw UnsupportedError(Where(where), "llama.cpp's converter names a tokenizer by its output, and dcpctl cannot run this one: " +
@@ -175,6 +154,27 @@ void template_ids(const json& pp, std::vector<int64_t>& before, std::vector<int6
 }
 
 }  // namespace
+
+const std::vector<std::string>& byte_chars() {
+  static const std::vector<std::string> chars = [] {
+    std::vector<std::string> out(256);
+    unsigned next = 256;
+    for (unsigned b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      const unsigned c = printable ? b : next++;
+      std::string u;
+      if (c < 0x80) {
+        u += static_cast<char>(c);
+      } else {
+        u += static_cast<char>(0xC0 | (c >> 6));
+        u += static_cast<char>(0x80 | (c & 0x3F));
+      }
+      out[b] = u;
+    }
+    return out;
+  }();
+  return chars;
+}
 
 std::string pre_digest(const json& tok, const json& config, const std::string& where) {
   if (config.is_object()) {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,10 @@ extern const char* const kCheckText;
 // The SHA-256 (hex) of str(ids) for kCheckText under this tokenizer, as the converter computes it.
 // `config` is tokenizer_config.json (null: none). UnsupportedError naming what is not reproduced.
 std::string pre_digest(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& where);
+
+// GPT-2's bytes_to_unicode (byte-level BPE; QwenModel.token_bytes_to_string): each byte as the UTF-8
+// of the code point that spells it.
+const std::vector<std::string>& byte_chars();
 
 // "llama-bpe", "qwen2", ...: the converter's name for a digest; "" for one it does not name here.
 std::string pre_name(const std::string& digest);
