@@ -980,6 +980,18 @@ std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& a
   auto add = [&](std::string name, std::vector<int64_t> shape, bool required = true, std::string unless = {}) {
     out.push_back({std::move(name), std::move(shape), required, std::move(unless)});
   };
+  // create_tensor_qkv: q, k and v (and their biases), or one fused attn_qkv in their place.
+  auto add_qkv = [&](const std::string& b, int64_t q, int64_t kv, int64_t v, bool required) {
+    const int64_t qkv = q < 0 || kv < 0 || v < 0 ? -1 : q + kv + v;
+    add(b + "attn_qkv.weight", {qkv, embd}, false);
+    add(b + "attn_qkv.bias", {qkv}, false);
+    add(b + "attn_q.weight", {q, embd}, required, b + "attn_qkv.weight");
+    add(b + "attn_k.weight", {kv, embd}, required, b + "attn_qkv.weight");
+    add(b + "attn_v.weight", {v, embd}, required, b + "attn_qkv.weight");
+    add(b + "attn_q.bias", {q}, false);
+    add(b + "attn_k.bias", {kv}, false);
+    add(b + "attn_v.bias", {v}, false);
+  };
   add("token_embd.weight", {n_vocab, embd});
   add("output_norm.weight", {embd});
   add("output.weight", {n_vocab, embd}, oss);  // absent: the embeddings serve (a tied head); gpt-oss needs it
@@ -995,15 +1007,7 @@ std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& a
       const std::string b = "blk." + std::to_string(i) + ".";
       const bool need = i < trunk || trunk < 0;
       add(b + "attn_norm.weight", {embd}, need);
-      const int64_t qkv = q < 0 || kv < 0 || v < 0 ? -1 : q + kv + v;
-      add(b + "attn_qkv.weight", {qkv, embd}, false);
-      add(b + "attn_qkv.bias", {qkv}, false);
-      add(b + "attn_q.weight", {q, embd}, need, b + "attn_qkv.weight");
-      add(b + "attn_k.weight", {kv, embd}, need, b + "attn_qkv.weight");
-      add(b + "attn_v.weight", {v, embd}, need, b + "attn_qkv.weight");
-      add(b + "attn_q.bias", {q}, false);
-      add(b + "attn_k.bias", {kv}, false);
-      add(b + "attn_v.bias", {v}, false);
+      add_qkv(b, q, kv, v, need);
       add(b + "attn_output.weight", {embd, q}, need);
       add(b + "post_attention_norm.weight", {embd}, need);
       if (glm) {
@@ -1054,18 +1058,9 @@ std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& a
     add(b + "attn_norm.weight", {embd});
     add(b + "ffn_norm.weight", {embd});
     if (!deepseek) {
-      // create_tensor_qkv: q, k, v (and their biases), or one fused attn_qkv.
       const int64_t q = qwen2 ? embd : mul(head_k, heads);
       const int64_t kk = llama ? mul(head_k, heads_kv) : mul(head_v, heads_kv), v = mul(head_v, heads_kv);
-      const int64_t qkv = q < 0 || kk < 0 || v < 0 ? -1 : q + kk + v;
-      add(b + "attn_qkv.weight", {qkv, embd}, false);
-      add(b + "attn_qkv.bias", {qkv}, false);
-      add(b + "attn_q.weight", {q, embd}, true, b + "attn_qkv.weight");
-      add(b + "attn_k.weight", {kk, embd}, true, b + "attn_qkv.weight");
-      add(b + "attn_v.weight", {v, embd}, true, b + "attn_qkv.weight");
-      add(b + "attn_q.bias", {q}, false);
-      add(b + "attn_k.bias", {kk}, false);
-      add(b + "attn_v.bias", {v}, false);
+      add_qkv(b, q, kk, v, true);
       add(b + "attn_output.weight", {embd, qwen2 ? embd : mul(head_k, heads)});
       if (llama) add(b + "attn_output.bias", {embd}, false);
       if (qwen3) {
