@@ -428,7 +428,7 @@ class Machine {
             // A class, and the head of the object made of it (8 bytes: within kScanSlack).
             uint64_t w = load_u64le(base + pos);
             if ((w >> 16) == kObjectHead) {
-              if (templates_ && scan_object(pos, base[pos + 1])) continue;
+              if (templates_ && scan_object(pos, base[pos + 1], limit)) continue;
               note_get(base[pos + 1]);
               pos += 8;
               continue;
@@ -441,7 +441,7 @@ class Machine {
             const uint32_t idx = load_u32le(base + pos + 1);
             // A class and its object's head: 11 bytes, past kScanSlack, so bounded here.
             if (size - pos >= 13 && (load_u64le(base + pos + 5) & kLow48) == kObjectHead) {
-              if (templates_ && scan_object(pos, idx)) continue;
+              if (templates_ && scan_object(pos, idx, limit)) continue;
               note_get(idx);
               pos += 11;
               continue;
@@ -526,6 +526,7 @@ class Machine {
     uint8_t short_val[kScanTplGets];  // their indices in the object it was learnt from
     uint32_t long_val[kScanTplGets];
     uint64_t word[kScanTplWords], mask[kScanTplWords];  // word i at 8 * i, the last at len - 8
+    ScanTpl* succ;  // the template matched right after this one last time, or null
   };
   static constexpr uint32_t kScanGiveUp = 256;  // failed learns of a bucket with no template
   struct ScanBucket {
@@ -551,18 +552,23 @@ class Machine {
 
   // At pos, the GET of class `cls_idx` and an object's head: the run of opcodes a template knows
   // (learnt now if none does), its GETs noted and pos past it. False (nothing done): no template.
-  // The class's own GET is part of the template's compared bytes: noted once, when learnt.
-  bool scan_object(size_t& pos, uint64_t cls_idx) {
+  // The class's own GET is part of the template's compared bytes: noted once, when learnt. Then,
+  // while pos is below `limit`, the objects that follow as they followed last time (a storage
+  // entry's key, then its _StorageInfo, then the next key): each template names the one matched
+  // right after it last time, tried there first (a template that matches there is one the switch
+  // would reach too: its bytes start with a class's GET and an object's head).
+  bool scan_object(size_t& pos, uint64_t cls_idx, size_t limit) {
     const uint8_t* p = data_.data + pos;
     const size_t left = data_.size - pos;
     if (!scan_buckets_) scan_buckets_.reset(new ScanBucket[kScanBuckets]);
+    ScanTpl* const prev = pos == chain_end_ ? chain_prev_ : nullptr;
     ScanBucket& b = scan_buckets_[cls_idx % kScanBuckets];
-    const ScanTpl* t = nullptr;
+    ScanTpl* t = nullptr;
     if (b.n) {
-      const ScanTpl& m = b.tpl[b.mru];
+      ScanTpl& m = b.tpl[b.mru];
       if (m.len <= left && scan_matches(m, p)) t = &m;
       for (uint8_t i = 0; !t && i < b.n; ++i) {
-        const ScanTpl& c = b.tpl[i];
+        ScanTpl& c = b.tpl[i];
         if (i != b.mru && c.len <= left && scan_matches(c, p)) {
           t = &c;
           b.mru = i;
@@ -587,21 +593,36 @@ class Machine {
       b.mru = b.next;
       b.next = static_cast<uint8_t>((b.next + 1) % kScanPerBucket);
       if (b.n < kScanPerBucket) ++b.n;
-      pos += learnt.len;
-      ++scan_templated_;
-      return true;
-    }
-    for (uint32_t k = 0; k < t->nshort; ++k) {
-      const uint8_t idx = p[t->short_at[k]];
-      if (idx != t->short_val[k]) note_get(idx);
-    }
-    for (uint32_t k = 0; k < t->nlong; ++k) {
-      const uint32_t idx = load_u32le(p + t->long_at[k]);
-      if (idx != t->long_val[k]) note_get(idx);
+      t = &slot;
+    } else {
+      scan_notes(*t, p);
     }
     pos += t->len;
     ++scan_templated_;
+    if (prev) prev->succ = t;
+    for (ScanTpl* n; pos < limit && (n = t->succ) != nullptr; t = n) {
+      const uint8_t* q = data_.data + pos;
+      if (n->len > data_.size - pos || !scan_matches(*n, q)) break;
+      scan_notes(*n, q);
+      pos += n->len;
+      ++scan_templated_;
+    }
+    chain_prev_ = t;
+    chain_end_ = pos;
     return true;
+  }
+
+  // The GETs of an object that matched template t at p, but those of the object it was learnt
+  // from (noted then).
+  [[gnu::always_inline]] void scan_notes(const ScanTpl& t, const uint8_t* p) {
+    for (uint32_t k = 0; k < t.nshort; ++k) {
+      const uint8_t idx = p[t.short_at[k]];
+      if (idx != t.short_val[k]) note_get(idx);
+    }
+    for (uint32_t k = 0; k < t.nlong; ++k) {
+      const uint32_t idx = load_u32le(p + t.long_at[k]);
+      if (idx != t.long_val[k]) note_get(idx);
+    }
   }
 
   // The template of the opcodes at p (left bytes to the end of the input) through the first BUILD,
@@ -611,6 +632,7 @@ class Machine {
     const size_t cap = std::min(left, kScanTplBytes);
     uint8_t mask[kScanTplBytes];
     t.nshort = t.nlong = 0;
+    t.succ = nullptr;
     size_t q = 0;
     bool built = false;
     while (q < cap) {
@@ -672,6 +694,8 @@ class Machine {
   }
 
   std::unique_ptr<ScanBucket[]> scan_buckets_;
+  ScanTpl* chain_prev_ = nullptr;  // the template matched last, ending at chain_end_
+  size_t chain_end_ = SIZE_MAX;
   uint64_t scan_templated_ = 0;
 
   [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
