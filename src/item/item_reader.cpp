@@ -53,6 +53,7 @@ const ReadFile& ItemReader::file(uint32_t index, const Where& where) const {
       throw FormatError(Where(ck_.path_of(index), std::nullopt, where.key), "data file missing: the checkpoint is incomplete (" + fi.error + ")");
     if (!fi.size) throw IoError(Where(ck_.path_of(index), std::nullopt, where.key), "data file unavailable: " + fi.error);
     files_[index] = std::make_unique<ReadFile>(ck_.path_of(index));
+    if (!readahead_) files_[index]->no_readahead();
     if (index < expected_.size()) files_[index]->expect(std::move(expected_[index]));
     for (const Checkpoint::RecordCrc& r : ck_.record_crcs)
       if (r.file == index) files_[index]->ledger().watch(files_[index]->path(), r.offset, r.size, r.crc, r.key, r.record);

@@ -82,6 +82,10 @@ class ItemReader {
   // that neighbours in a data file come in one request (ReadFile::expect). Call before reading.
   void expect(const std::vector<StorageRef>& items);
 
+  // The data files opened from now on read without the kernel's readahead (ReadFile::no_readahead):
+  // a write under --io direct (write/execute.cpp). Call before the first read.
+  void no_readahead() { readahead_ = false; }
+
   const Checkpoint& checkpoint() const { return ck_; }
   // The raw (still transformed) bytes of the item at `ref`, got elsewhere (another rank read
   // them): later reads of that item use them instead of the file.
@@ -115,6 +119,7 @@ class ItemReader {
   ItemLimits limits_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<ReadFile>> files_;
+  bool readahead_ = true;
   mutable std::vector<std::vector<std::pair<uint64_t, uint64_t>>> expected_;  // per file, moved out when it is opened (under mu_)
   std::map<std::pair<uint32_t, uint64_t>, std::shared_ptr<const ByteSource>> provided_;  // (file, offset)
   std::vector<std::map<uint64_t, uint64_t>> records_;  // per file: watched record offset -> size

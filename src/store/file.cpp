@@ -242,6 +242,10 @@ bool ReadFile::worth_reading_direct(uint64_t offset, uint64_t n) const {
   return n >= kDirectMinRun && !cached(offset, n);
 }
 
+void ReadFile::no_readahead() const {
+  if (!remote_ && fd_ >= 0) (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+}
+
 void ReadFile::prefetch(uint64_t offset, uint64_t n) const {
   if (remote_ || n == 0 || offset >= size_) return;
   (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(std::min(n, size_ - offset)), POSIX_FADV_WILLNEED);

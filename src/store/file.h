@@ -105,6 +105,12 @@ class ReadFile {
   // waiting (POSIX_FADV_WILLNEED): a reader that reads a window, then works on it, keeps the disk
   // busy with the next window meanwhile. A hint only: an s3:// object or a refusal is a no-op.
   void prefetch(uint64_t offset, uint64_t n) const;
+  // Turns the kernel's readahead off for this file (POSIX_FADV_RANDOM; a hint: an s3:// object or
+  // a refusal is a no-op): a reader whose bulk bytes go past the page cache (read_direct) reads
+  // only headers and small runs through it, and readahead behind a small read (up to the device's
+  // read_ahead_kb: 8 MiB on this project's VM) would put the bulk bytes that follow in the cache,
+  // where worth_reading_direct then finds them and they are copied through it after all.
+  void no_readahead() const;
   int fd() const { return fd_; }  // -1 for an s3:// object
   bool remote() const { return remote_; }
   // s3:// only (a local file ignores it): the byte ranges [offset, offset + length) this process

@@ -151,6 +151,11 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
 
   // ---- plan: what is written, then who does what; everything refused before a byte is written ----
   ItemReader reader(ck);
+  // A safetensors output under --io direct: the bulk bytes are read past the page cache, and the
+  // zip headers' small reads must not pull them into it by readahead first (ReadFile::no_readahead:
+  // at the kimi shapes of bench/scaling.sh 322 of 336 shared expert windows went through the page
+  // cache that way; docs/performance.md, item 5). The other formats keep it: not measured.
+  if (o.direct_io && request.target.format->writing == Writing::AtOffsets) reader.no_readahead();
   // Whether a chunk can be read in place decides whether some .pt and DCP records stream; it is
   // asked only where every process reads every chunk it writes (the answer must be the same on
   // every rank, and with an exchange the writer may not see the chunk's file).

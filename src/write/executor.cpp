@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "plan/memory.h"
@@ -9,6 +10,7 @@
 #include "util/numeric.h"
 #include "util/parallel.h"
 #include "plan/format.h"
+#include "write/shared_reads.h"
 #include "write/stream.h"
 #include "write/torch_save.h"
 
@@ -194,6 +196,146 @@ void Executor::offsets_task(const Task& task, FileSink& files, WorkerBuffers& sc
   }
 }
 
+uint64_t Executor::shared_cost(const Task& task) const {
+  if (!task.whole) return 0;
+  const Record& r = plan.records[task.record];
+  const PlannedTensor& pt = plan.tensors[r.tensor];
+  if (r.pieces.empty()) return 0;
+  // Every piece a run of an untransformed saved chunk of the record's dtype, the runs tiling the
+  // record exactly (the record is then all bytes read, nothing left as assemble_box's zeros).
+  const uint64_t raw = r.box.numel() * itemsize(pt.src);
+  std::vector<std::pair<uint64_t, uint64_t>> lands;
+  uint64_t held = 0;
+  for (const Piece& p : r.pieces) {
+    if (!p.run || p.frames || !p.source || !p.source->dtype || *p.source->dtype != pt.src || p.chunk >= p.source->storage.size() ||
+        p.source->storage[p.chunk].transforms != 0)
+      return 0;
+    lands.push_back({p.to, p.bytes});
+    held += p.bytes + 2 * kDirectAlign;  // its share of a window, and a window's alignment
+  }
+  std::sort(lands.begin(), lands.end());
+  uint64_t at = 0;
+  for (const auto& [to, bytes] : lands) {
+    if (to != at) return 0;
+    at += bytes;
+  }
+  if (at != raw) return 0;
+  // Its place in an output segment (and the segment's alignment), and the record before its cast.
+  return held + r.out_bytes + 2 * kDirectAlign + (pt.src != pt.dst ? align_up(raw) : 0);
+}
+
+bool Executor::shared_group(const std::vector<Task>& tasks, const std::vector<size_t>& mine, size_t begin, size_t end, FileSink& files,
+                            WorkerBuffers& scratch, uint64_t limit) {
+  // The chunks the group reads, each where it lies in its file (its record now watched by the
+  // file's CRC ledger), and every piece's run of them, task by task, piece by piece.
+  struct Source {
+    const TensorMeta* t;
+    DirectRun run;
+  };
+  std::vector<Source> sources;
+  std::map<std::pair<const TensorMeta*, uint32_t>, uint32_t> key_of;
+  std::vector<RunRead> runs;
+  uint64_t most_raw = 0;
+  for (size_t k = begin; k < end; ++k) {
+    const Record& r = plan.records[tasks[mine[k]].record];
+    const PlannedTensor& pt = plan.tensors[r.tensor];
+    if (pt.src != pt.dst) most_raw = std::max(most_raw, r.box.numel() * itemsize(pt.src));
+    for (const Piece& p : r.pieces) {
+      auto [it, fresh] = key_of.try_emplace({p.source, p.chunk}, static_cast<uint32_t>(sources.size()));
+      if (fresh) {
+        std::optional<DirectRun> run = src.in_place(*p.source, p.chunk);
+        if (!run) return false;
+        sources.push_back({p.source, *run});
+      }
+      if (p.from > sources[it->second].run.bytes || p.bytes > sources[it->second].run.bytes - p.from) return false;
+      runs.push_back({it->second, p.from, p.bytes});
+    }
+  }
+  const JoinedRuns joined = join_runs(runs, limit);
+  const std::vector<ReadWindow>& windows = joined.windows;
+  // The lane's first buffer: each window from an aligned place (a direct read's blocks around
+  // it), then the record a cast is taken from.
+  std::vector<uint64_t> slot(windows.size());
+  std::vector<bool> direct(windows.size());
+  uint64_t a_bytes = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const DirectRun& run = sources[windows[w].key].run;
+    const uint64_t at = run.offset + windows[w].offset, n = windows[w].bytes;
+    direct[w] = direct_io && n && run.file->worth_reading_direct(at, n);
+    slot[w] = a_bytes;
+    a_bytes += direct[w] ? direct_span(at, n) : align_up(n);
+  }
+  const uint64_t raw_at = a_bytes;
+  a_bytes += align_up(most_raw);
+  // The second: the segments, records back to back in one file, each placed as in its file
+  // (direct_place) so that its blocks can be written past the page cache.
+  struct Segment {
+    size_t begin, end;
+    uint32_t dest;
+    uint64_t at, bytes, slot;
+  };
+  std::vector<Segment> segments;
+  uint64_t b_bytes = 0;
+  for (size_t k = begin; k < end; ++k) {
+    const Record& r = plan.records[tasks[mine[k]].record];
+    const uint64_t base = files.data_start(r.dest) + r.offset;
+    if (!segments.empty() && segments.back().dest == r.dest && segments.back().at + segments.back().bytes == base) {
+      segments.back().end = k + 1;
+      segments.back().bytes += r.out_bytes;
+      continue;
+    }
+    segments.push_back({k, k + 1, r.dest, base, r.out_bytes, 0});
+  }
+  for (Segment& s : segments) {
+    s.slot = b_bytes;
+    b_bytes += align_up(s.at % kDirectAlign + s.bytes);
+  }
+  // One buffer of the group limit for both (a_bytes + b_bytes is within it: shared_cost counts
+  // every window's and segment's alignment), the same size from group to group and as the direct
+  // copy's window (kDirectWindow), so a lane keeps it: a fresh one is a fault and a cleared page
+  // per 4 KiB (clear_page was 19 % of a 6.48 GB export's samples with a buffer sized per group).
+  scratch.prepare(std::max(limit, a_bytes + b_bytes), 0, 0);
+  uint8_t* a = scratch.a();
+  uint8_t* b = a + a_bytes;
+  std::vector<const uint8_t*> data(windows.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const Source& s = sources[windows[w].key];
+    const uint64_t at = s.run.offset + windows[w].offset, n = windows[w].bytes;
+    if (direct[w]) {
+      data[w] = s.run.file->read_direct(at, n, a + slot[w], s.t->fqn);
+    } else {
+      if (n) s.run.file->read_at(at, a + slot[w], n, s.t->fqn);
+      data[w] = a + slot[w];
+    }
+  }
+  size_t ri = 0;  // the next piece's run
+  for (const Segment& s : segments) {
+    OutputFile& out = files.file(s.dest);
+    uint8_t* q = direct_place(b + s.slot, s.at);
+    for (size_t k = s.begin; k < s.end; ++k) {
+      const size_t record = tasks[mine[k]].record;
+      const Record& r = plan.records[record];
+      const PlannedTensor& pt = plan.tensors[r.tensor];
+      uint8_t* place = q + (files.data_start(r.dest) + r.offset - s.at);
+      if (const HashPart* part = part_of(record)) out.hash_part(*part, files.data_start(r.dest) + r.offset, r.out_bytes);
+      uint8_t* raw = pt.src != pt.dst ? a + raw_at : place;
+      for (const Piece& p : r.pieces) {
+        const uint32_t w = joined.window_of[ri];
+        if (p.bytes) std::memcpy(raw + p.to, data[w] + (runs[ri].offset - windows[w].offset), p.bytes);
+        ++ri;
+      }
+      if (pt.src != pt.dst) cast_elements(pt.src, pt.dst, raw, place, r.box.numel());
+      for (const Piece& p : r.pieces) src.done(*p.source, p.chunk);
+    }
+    if (direct_io)
+      out.pwrite_direct(q, s.bytes, s.at);
+    else
+      out.pwrite_all(q, s.bytes, s.at);
+    prog.add(s.bytes);
+  }
+  return true;
+}
+
 uint64_t Executor::task_need(const Task& task) const {
   const Record& r = plan.records[task.record];
   if (task.whole) return r.need;
@@ -236,6 +378,21 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
     most = std::max(most, task_need(t));
   }
   hash_turns = windows && most <= gate.cap() / std::max(1u, lanes);
+  // Where any lane may take any task: this writer's tasks in groups, those that read neighbouring
+  // runs of the same chunks carried out together (write/shared_reads.h), each group within a lane's
+  // share of the budget. An upload admits its tasks one by one: each runs alone there.
+  std::vector<size_t> mine;
+  std::vector<TaskGroup> groups;
+  const uint64_t limit = std::min(kDirectWindow, gate.cap() / std::max(1u, lanes));
+  if (!src.ordered()) {
+    std::vector<uint64_t> cost;
+    for (size_t i = 0; i < tasks.size(); ++i)
+      if (tasks[i].writer == me) {
+        mine.push_back(i);
+        cost.push_back(admit ? 0 : shared_cost(tasks[i]));
+      }
+    groups = group_tasks(cost, limit, kSharedMaxTasks);
+  }
   // Each lane keeps its scratch (the copy window) across its tasks; a failed lane stops the rest.
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -243,8 +400,11 @@ void Executor::write_at_offsets(const std::vector<Task>& tasks, int me, unsigned
     WorkerBuffers scratch(gate);
     try {
       if (!src.ordered()) {
-        for (size_t i; !failed && (i = next++) < tasks.size();)
-          if (tasks[i].writer == me) one(i, scratch);
+        for (size_t g; !failed && (g = next++) < groups.size();) {
+          const TaskGroup& group = groups[g];
+          if (group.shared && shared_group(tasks, mine, group.begin, group.end, files, scratch, limit)) continue;
+          for (size_t k = group.begin; k < group.end && !failed; ++k) one(mine[k], scratch);
+        }
         return;
       }
       for (size_t i = 0; i < tasks.size(); ++i)

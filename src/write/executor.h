@@ -92,6 +92,13 @@ struct Executor {
   void write_in_order(const std::vector<Task>& tasks, FileSink& files);
   void write_rank_files(const std::vector<size_t>& mine, FileSink& files);
   void offsets_task(const Task& task, FileSink& files, WorkerBuffers& scratch);
+  // Shared reads (write/shared_reads.h): what a task holds in a group (0: it cannot share), and a
+  // group of this writer's tasks (`mine`: their indices in `tasks`) carried out together, holding
+  // at most `limit` bytes; false, with nothing read or written, when a chunk it reads cannot be
+  // read in place after all (its tasks then run one by one).
+  uint64_t shared_cost(const Task& task) const;
+  bool shared_group(const std::vector<Task>& tasks, const std::vector<size_t>& mine, size_t begin, size_t end, FileSink& files,
+                    WorkerBuffers& scratch, uint64_t limit);
   void rank_file_record(size_t ri, OutputFile& out, WorkerBuffers& scratch, StreamWindow& win);
   uint64_t task_need(const Task& task) const;  // the most a task holds of the gate at once
   const HashPart* part_of(size_t record) const {

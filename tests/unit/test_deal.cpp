@@ -1,7 +1,8 @@
 // Dealing a plan to processes (plan/deal.h), on metadata models built in memory: the one dealing
 // rule, output files to writers, tasks and lanes, chunk transfers under --local-files, the memory
 // set aside for zstd chunks pushed whole and the budget refusals, and the plan digest the ranks
-// agree on.
+// agree on; and how the executor groups a writer's tasks to share their reads
+// (write/shared_reads.h: join_runs, group_tasks).
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -11,6 +12,7 @@
 #include "plan/deal.h"
 #include "plan/memory.h"
 #include "util/error.h"
+#include "write/shared_reads.h"
 
 using namespace dcpctl;
 
@@ -205,4 +207,57 @@ TEST_CASE("deal: the plan digest is the same for the same plan and deal, and cha
   rq.parallel_write = true;
   WritePlan bf16 = plan_write(ck, {}, DType::BFloat16, hf_dir(40));  // other bytes
   CHECK(plan_digest(bf16, deal_work(ck, bf16, rq)) != d1);
+}
+
+TEST_CASE("shared reads: runs that touch or overlap in one chunk are one window, gaps and other chunks are not") {
+  // Chunk 0: three experts' runs back to back (given out of order), one 100 bytes further on;
+  // chunk 1: a run at the same offsets, and one inside another.
+  std::vector<RunRead> runs = {{0, 100, 100}, {0, 0, 100}, {1, 0, 100}, {0, 200, 100}, {0, 400, 50}, {1, 20, 30}};
+  JoinedRuns j = join_runs(runs, 1 << 20);
+  REQUIRE(j.windows.size() == 3);
+  CHECK((j.windows[0].key == 0 && j.windows[0].offset == 0 && j.windows[0].bytes == 300));
+  CHECK((j.windows[1].key == 0 && j.windows[1].offset == 400 && j.windows[1].bytes == 50));  // a gap is never read
+  CHECK((j.windows[2].key == 1 && j.windows[2].offset == 0 && j.windows[2].bytes == 100));   // another chunk
+  CHECK(j.window_of == std::vector<uint32_t>{0, 0, 2, 0, 1, 2});
+  // Every run lies inside its window, at the offset the executor copies it from.
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ReadWindow& w = j.windows[j.window_of[i]];
+    CHECK(w.key == runs[i].key);
+    CHECK(runs[i].offset >= w.offset);
+    CHECK(runs[i].offset + runs[i].bytes <= w.offset + w.bytes);
+  }
+}
+
+TEST_CASE("shared reads: a window stays within its limit, a longer run is a window of its own") {
+  std::vector<RunRead> runs;
+  for (uint64_t e = 0; e < 12; ++e) runs.push_back({0, e * 100, 100});  // 12 experts of one chunk
+  JoinedRuns j = join_runs(runs, 450);
+  REQUIRE(j.windows.size() == 3);  // 4 runs a window: 400 bytes
+  for (const ReadWindow& w : j.windows) CHECK(w.bytes == 400);
+  CHECK(j.window_of[3] == 0);
+  CHECK(j.window_of[4] == 1);
+  CHECK(j.window_of[11] == 2);
+  j = join_runs({{0, 0, 1000}, {0, 1000, 10}}, 450);
+  REQUIRE(j.windows.size() == 2);
+  CHECK(j.windows[0].bytes == 1000);
+  CHECK(join_runs({}, 450).windows.empty());
+}
+
+TEST_CASE("shared reads: tasks grouped in order within the limit; one that cannot share runs alone") {
+  // cost 0: cannot share; 50 over the limit of 40: alone, not shared.
+  std::vector<TaskGroup> g = group_tasks({10, 10, 10, 10, 10, 0, 10, 50, 20, 25}, 40, 512);
+  REQUIRE(g.size() == 7);
+  auto is = [](const TaskGroup& t, size_t b, size_t e, bool shared) { return t.begin == b && t.end == e && t.shared == shared; };
+  CHECK(is(g[0], 0, 4, true));  // 4 x 10 = the limit
+  CHECK(is(g[1], 4, 5, true));
+  CHECK(is(g[2], 5, 6, false));
+  CHECK(is(g[3], 6, 7, true));  // the task of cost 0 ended the group before it
+  CHECK(is(g[4], 7, 8, false));
+  CHECK(is(g[5], 8, 9, true));  // 20 + 25 > 40
+  CHECK(is(g[6], 9, 10, true));
+  // At most max_tasks a group; every task in exactly one group, in order.
+  g = group_tasks(std::vector<uint64_t>(10, 1), 1000, 4);
+  REQUIRE(g.size() == 3);
+  CHECK((is(g[0], 0, 4, true) && is(g[1], 4, 8, true) && is(g[2], 8, 10, true)));
+  CHECK(group_tasks({}, 40, 4).empty());
 }
