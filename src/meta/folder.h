@@ -59,6 +59,9 @@ struct Tables {
     if (set.empty()) return 0;
     for (size_t i = 1; i < md.transform_sets.size(); ++i)
       if (md.transform_sets[i] == set) return static_cast<uint32_t>(i);
+    if (md.transform_sets.size() >= StorageRef::kMaxTransformSets)
+      throw UnsupportedError(Where(md.source), "more than " + std::to_string(StorageRef::kMaxTransformSets - 1) +
+                                                   " distinct sets of transform descriptors");
     md.transform_sets.push_back(std::move(set));
     return static_cast<uint32_t>(md.transform_sets.size() - 1);
   }

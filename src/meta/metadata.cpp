@@ -621,6 +621,7 @@ bool parse_once(Metadata& md, ByteSpan bytes, const std::string& source, const M
   opts.source = source;
   if (options.fold) opts.folder = &folder;
   opts.consumed = options.consumed;
+  opts.byte_templates = options.byte_templates;
   pickle::ParseStats ps;
   opts.stats = &ps;
   std::unique_ptr<pickle::Tree> tree = pickle::parse(bytes, opts);
@@ -630,6 +631,11 @@ bool parse_once(Metadata& md, ByteSpan bytes, const std::string& source, const M
     options.stats->bytes = bytes.size;
     options.stats->scan_seconds += ps.scan_seconds;
     options.stats->decode_seconds += ps.decode_seconds;
+    options.stats->flat_template += ps.flat_template;
+    options.stats->flat_generic += ps.flat_generic;
+    options.stats->flat_declined += ps.flat_declined;
+    options.stats->scan_templated = ps.scan_templated;
+    options.stats->memo_kept = ps.memo_kept;
     options.stats->map_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++options.stats->parses;
   }

@@ -45,16 +45,20 @@ enum class ItemFormat : uint8_t {
               // safetensors file or blob (HF-mode DCP, SerializationFormat.SAFETENSORS)
 };
 
-// Where one chunk's (or bytes item's) bytes live.
+// Where one chunk's (or bytes item's) bytes live. 24 bytes: a model holds one per chunk (5 million
+// in a large run's `.metadata`, all of them pages touched for the first time while it is parsed).
 struct StorageRef {
   static constexpr uint32_t kNone = UINT32_MAX;
-  uint32_t file = kNone;    // index into Metadata::files; kNone: no storage_data entry
-  uint32_t transforms = 0;  // index into Metadata::transform_sets; 0 = no transforms
+  static constexpr uint32_t kMaxTransformSets = 1u << 24;  // transforms' range (refused beyond)
+  uint32_t file = kNone;          // index into Metadata::files; kNone: no storage_data entry
+  uint32_t transforms : 24;       // index into Metadata::transform_sets; 0 = no transforms
+  ItemFormat format : 8;
   uint64_t offset = 0;
   uint64_t length = 0;
-  ItemFormat format = ItemFormat::TorchSave;
+  StorageRef() : transforms(0), format(ItemFormat::TorchSave) {}
   bool present() const { return file != kNone; }
 };
+static_assert(sizeof(StorageRef) == 24, "one per chunk");
 
 struct TensorMeta {
   std::string fqn;
@@ -140,6 +144,11 @@ struct MetadataParseStats {
   double decode_seconds = 0;  // VM pass 2, folding included
   double map_seconds = 0;     // the tree mapped to the model
   unsigned parses = 0;        // 2 when attaching storage entries while decoding did not hold
+  // Objects folded from a byte template, folded read opcode by opcode, and read by the flat path
+  // but declined by the folder (pickle::ParseStats).
+  uint64_t flat_template = 0, flat_generic = 0, flat_declined = 0;
+  uint64_t scan_templated = 0;  // of the last parse: pickle::ParseStats
+  uint64_t memo_kept = 0;
   double total_seconds() const { return scan_seconds + decode_seconds + map_seconds; }
 };
 
@@ -153,6 +162,9 @@ struct MetadataParseOptions {
   // what reading storage_data would do (else the file is parsed again without). Off only to check
   // that both build the same model.
   bool attach = true;
+  // The VM's byte templates (pickle::ParseOptions::byte_templates). Off only to check that both
+  // read the same.
+  bool byte_templates = true;
   MetadataParseStats* stats = nullptr;  // filled in when set (both parses together)
 };
 

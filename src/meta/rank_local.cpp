@@ -89,6 +89,9 @@ Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string
       if (added) out.files.push_back(m.files[r.file]);
       r.file = it->second;
       auto [tt, tadded] = transform_index.emplace(m.transform_sets[r.transforms], static_cast<uint32_t>(out.transform_sets.size()));
+      if (tadded && out.transform_sets.size() >= StorageRef::kMaxTransformSets)
+        throw UnsupportedError(Where(m.source), "more than " + std::to_string(StorageRef::kMaxTransformSets - 1) +
+                                                    " distinct sets of transform descriptors over the ranks");
       if (tadded) out.transform_sets.push_back(m.transform_sets[r.transforms]);
       r.transforms = tt->second;
       return r;

@@ -329,7 +329,7 @@ constexpr uint64_t kLow48 = (uint64_t{1} << 48) - 1;
 class Machine {
  public:
   Machine(ByteSpan data, const ParseOptions& opts)
-      : data_(data), opts_(opts), tree_(std::make_unique<Tree>()) {}
+      : data_(data), opts_(opts), tree_(std::make_unique<Tree>()), templates_(opts.byte_templates && opts.folder) {}
 
   std::unique_ptr<Tree> run() {
     auto t0 = std::chrono::steady_clock::now();
@@ -340,6 +340,11 @@ class Machine {
       auto t2 = std::chrono::steady_clock::now();
       opts_.stats->scan_seconds = std::chrono::duration<double>(t1 - t0).count();
       opts_.stats->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+      opts_.stats->flat_template = tpl_hits_;
+      opts_.stats->flat_generic = flat_generic_;
+      opts_.stats->flat_declined = flat_declined_;
+      opts_.stats->scan_templated = scan_templated_;
+      opts_.stats->memo_kept = memo_vals_.size();
     }
     return std::move(tree_);
   }
@@ -414,26 +419,37 @@ class Machine {
           case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
           case BINFLOAT: pos += 9; continue;
           case BINGET: {
-            note_get(base[pos + 1]);
             if (base[pos + 2] == BINGET) {  // an attribute name and a class: two GETs in a row
+              note_get(base[pos + 1]);
               note_get(base[pos + 3]);
               pos += 4;
               continue;
             }
             // A class, and the head of the object made of it (8 bytes: within kScanSlack).
             uint64_t w = load_u64le(base + pos);
-            pos += (w >> 16) == kObjectHead ? 8 : 2;
+            if ((w >> 16) == kObjectHead) {
+              if (templates_ && scan_object(pos, base[pos + 1], limit)) continue;
+              note_get(base[pos + 1]);
+              pos += 8;
+              continue;
+            }
+            note_get(base[pos + 1]);
+            pos += 2;
             continue;
           }
-          case LONG_BINGET:
-            note_get(load_u32le(base + pos + 1));
+          case LONG_BINGET: {
+            const uint32_t idx = load_u32le(base + pos + 1);
             // A class and its object's head: 11 bytes, past kScanSlack, so bounded here.
             if (size - pos >= 13 && (load_u64le(base + pos + 5) & kLow48) == kObjectHead) {
+              if (templates_ && scan_object(pos, idx, limit)) continue;
+              note_get(idx);
               pos += 11;
               continue;
             }
+            note_get(idx);
             pos += 5;
             continue;
+          }
           case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
             size_t n = 2 + size_t{base[pos + 1]};
             if (size - pos < n) break;
@@ -478,6 +494,209 @@ class Machine {
   }
 
   [[gnu::noinline]] void grow_bits(size_t w) { near_bits_.resize(w + 1, 0); }
+
+  // --- Scan templates ----------------------------------------------------------------------
+  //
+  // Most of a large `.metadata` is a few byte patterns repeated millions of times: torch's pickler
+  // writes every ChunkStorageMetadata, MetadataIndex and _StorageInfo as the same opcodes, and only
+  // their operands differ (ints, memo indices, the bytes of a short string). Of those bytes the
+  // scan needs nothing but where each opcode ends and which memo indices the GETs among them name.
+  // So at the GET of a class followed by an object's head, the run of opcodes from that GET through
+  // the object's BUILD (at most kScanTplBytes; only opcodes of a fixed length or with a one-byte
+  // length, no FRAME or STOP) is learnt once as a template: its opcode and length bytes and the
+  // class's memo index kept as they are, the other operand bytes masked, the offsets of the other
+  // GETs' operands noted. Bytes that match
+  // the template outside its operands are the same opcodes with the same lengths (the first opcode
+  // byte matches, hence its length, hence where the next one starts, and so on), all within the
+  // input: the scan notes the GETs at the template's offsets and steps over the run at once, as
+  // stepping opcode by opcode would have (these opcodes are never checked by the scan; read_arg
+  // sees only what lies within kScanSlack of the end). Anything else is stepped over as before.
+  // Templates are kept per class memo index (kScanBuckets buckets of kScanPerBucket, the last one
+  // matched tried first, replaced in turn).
+  static constexpr size_t kScanTplBytes = 128;
+  static constexpr size_t kScanTplWords = kScanTplBytes / 8;
+  static constexpr size_t kScanTplGets = 40;
+  static constexpr size_t kScanBuckets = 16;
+  static constexpr size_t kScanPerBucket = 8;
+  struct ScanTpl {  // (set by scan_learn; 45 KiB for all, not zero-filled)
+    uint32_t len, nwords;
+    uint8_t nshort, nlong;
+    uint8_t short_at[kScanTplGets];  // operand offsets of its BINGETs
+    uint8_t long_at[kScanTplGets];   // and of its LONG_BINGETs
+    uint8_t short_val[kScanTplGets];  // their indices in the object it was learnt from
+    uint32_t long_val[kScanTplGets];
+    uint64_t word[kScanTplWords], mask[kScanTplWords];  // word i at 8 * i, the last at len - 8
+    ScanTpl* succ;  // the template matched right after this one last time, or null
+  };
+  static constexpr uint32_t kScanGiveUp = 256;  // failed learns of a bucket with no template
+  struct ScanBucket {
+    uint8_t n = 0, mru = 0, next = 0;
+    uint32_t fails = 0;
+    ScanTpl tpl[kScanPerBucket];
+  };
+
+  static uint64_t load_word(const uint8_t* p) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    return w;
+  }
+
+  static bool scan_matches(const ScanTpl& t, const uint8_t* p) {
+    if (((load_word(p) & t.mask[0]) ^ t.word[0]) != 0) return false;
+    uint64_t diff = 0;
+    const uint32_t last = t.nwords - 1;
+    for (uint32_t w = 1; w < last; ++w) diff |= (load_word(p + 8 * w) & t.mask[w]) ^ t.word[w];
+    diff |= (load_word(p + t.len - 8) & t.mask[last]) ^ t.word[last];
+    return diff == 0;
+  }
+
+  // At pos, the GET of class `cls_idx` and an object's head: the run of opcodes a template knows
+  // (learnt now if none does), its GETs noted and pos past it. False (nothing done): no template.
+  // The class's own GET is part of the template's compared bytes: noted once, when learnt. Then,
+  // while pos is below `limit`, the objects that follow as they followed last time (a storage
+  // entry's key, then its _StorageInfo, then the next key): each template names the one matched
+  // right after it last time, tried there first (a template that matches there is one the switch
+  // would reach too: its bytes start with a class's GET and an object's head).
+  bool scan_object(size_t& pos, uint64_t cls_idx, size_t limit) {
+    const uint8_t* p = data_.data + pos;
+    const size_t left = data_.size - pos;
+    if (!scan_buckets_) scan_buckets_.reset(new ScanBucket[kScanBuckets]);
+    ScanTpl* const prev = pos == chain_end_ ? chain_prev_ : nullptr;
+    ScanBucket& b = scan_buckets_[cls_idx % kScanBuckets];
+    ScanTpl* t = nullptr;
+    if (b.n) {
+      ScanTpl& m = b.tpl[b.mru];
+      if (m.len <= left && scan_matches(m, p)) t = &m;
+      for (uint8_t i = 0; !t && i < b.n; ++i) {
+        ScanTpl& c = b.tpl[i];
+        if (i != b.mru && c.len <= left && scan_matches(c, p)) {
+          t = &c;
+          b.mru = i;
+        }
+      }
+    }
+    if (!t) {
+      // A class whose objects make no template (nested containers, text opcodes): tried no more.
+      if (b.fails > kScanGiveUp && b.n == 0) return false;
+      ScanTpl learnt;
+      if (!scan_learn(p, left, learnt)) {
+        ++b.fails;
+        return false;
+      }
+      // Every GET of the object it was learnt from noted now: a later match notes only the
+      // indices that differ from these (most are its attribute names, the same every time).
+      note_get(cls_idx);
+      for (uint32_t k = 0; k < learnt.nshort; ++k) note_get(learnt.short_val[k] = p[learnt.short_at[k]]);
+      for (uint32_t k = 0; k < learnt.nlong; ++k) note_get(learnt.long_val[k] = load_u32le(p + learnt.long_at[k]));
+      ScanTpl& slot = b.tpl[b.next];
+      slot = learnt;
+      b.mru = b.next;
+      b.next = static_cast<uint8_t>((b.next + 1) % kScanPerBucket);
+      if (b.n < kScanPerBucket) ++b.n;
+      t = &slot;
+    } else {
+      scan_notes(*t, p);
+    }
+    pos += t->len;
+    ++scan_templated_;
+    if (prev) prev->succ = t;
+    for (ScanTpl* n; pos < limit && (n = t->succ) != nullptr; t = n) {
+      const uint8_t* q = data_.data + pos;
+      if (n->len > data_.size - pos || !scan_matches(*n, q)) break;
+      scan_notes(*n, q);
+      pos += n->len;
+      ++scan_templated_;
+    }
+    chain_prev_ = t;
+    chain_end_ = pos;
+    return true;
+  }
+
+  // The GETs of an object that matched template t at p, but those of the object it was learnt
+  // from (noted then).
+  [[gnu::always_inline]] void scan_notes(const ScanTpl& t, const uint8_t* p) {
+    for (uint32_t k = 0; k < t.nshort; ++k) {
+      const uint8_t idx = p[t.short_at[k]];
+      if (idx != t.short_val[k]) note_get(idx);
+    }
+    for (uint32_t k = 0; k < t.nlong; ++k) {
+      const uint32_t idx = load_u32le(p + t.long_at[k]);
+      if (idx != t.long_val[k]) note_get(idx);
+    }
+  }
+
+  // The template of the opcodes at p (left bytes to the end of the input) through the first BUILD,
+  // at most kScanTplBytes. False when an opcode it does not take (or more GETs than it keeps)
+  // comes first.
+  static bool scan_learn(const uint8_t* p, size_t left, ScanTpl& t) {
+    const size_t cap = std::min(left, kScanTplBytes);
+    uint8_t mask[kScanTplBytes];
+    t.nshort = t.nlong = 0;
+    t.succ = nullptr;
+    size_t q = 0;
+    bool built = false;
+    while (q < cap) {
+      size_t n = 0, from = 1;  // the opcode's length; its operand's first byte (masked from there)
+      switch (p[q]) {
+        case BINGET:
+          if (t.nshort == kScanTplGets) break;
+          n = 2;
+          if (q + n <= cap) t.short_at[t.nshort++] = static_cast<uint8_t>(q + 1);
+          break;
+        case LONG_BINGET:
+          if (t.nlong == kScanTplGets) break;
+          n = 5;
+          if (q + n <= cap) t.long_at[t.nlong++] = static_cast<uint8_t>(q + 1);
+          break;
+        case BININT1: case BINPUT: n = 2; break;
+        case BININT2: n = 3; break;
+        case BININT: case LONG_BINPUT: n = 5; break;
+        case BINFLOAT: n = 9; break;
+        case LONG1: case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING:
+          if (q + 2 <= cap) n = 2 + size_t{p[q + 1]};
+          else n = cap + 1;  // does not fit
+          from = 2;  // the length byte is kept
+          break;
+        case MEMOIZE: case MARK: case EMPTY_TUPLE: case EMPTY_DICT: case EMPTY_LIST: case EMPTY_SET:
+        case NEWOBJ: case REDUCE: case TUPLE: case TUPLE1: case TUPLE2: case TUPLE3: case NONE:
+        case NEWTRUE: case NEWFALSE: case APPEND: case APPENDS: case SETITEM: case SETITEMS: case DICT:
+        case LIST: case POP: case POP_MARK: case DUP: case BINPERSID: case STACK_GLOBAL: case ADDITEMS:
+        case FROZENSET: case BUILD:
+          n = 1;
+          break;
+        default: break;
+      }
+      if (n == 0 || q + n > cap) break;
+      if (q == 0) {  // the class: compared, so that each template stands for one class (noted below)
+        from = n;
+        t.nshort = t.nlong = 0;
+      }
+      std::memset(mask + q, 0xFF, from);
+      std::memset(mask + q + from, 0, n - from);
+      const bool end = p[q] == BUILD;
+      q += n;
+      if (end) {
+        built = true;
+        break;
+      }
+    }
+    // Only a whole object: a run cut short (a FRAME inside it, an opcode not taken, the size cap)
+    // would also match, as a prefix, every later object of its class, and stand for none of them.
+    if (!built || q < 8) return false;
+    t.len = static_cast<uint32_t>(q);
+    t.nwords = static_cast<uint32_t>((q + 7) / 8);
+    for (uint32_t w = 0; w < t.nwords; ++w) {
+      const size_t off = w + 1 < t.nwords ? 8 * w : q - 8;
+      t.mask[w] = load_word(mask + off);
+      t.word[w] = load_word(p + off) & t.mask[w];
+    }
+    return true;
+  }
+
+  std::unique_ptr<ScanBucket[]> scan_buckets_;
+  ScanTpl* chain_prev_ = nullptr;  // the template matched last, ending at chain_end_
+  size_t chain_end_ = SIZE_MAX;
+  uint64_t scan_templated_ = 0;
 
   [[noreturn]] void fail(const std::string& msg) { r_->fail_at(op_pos_, msg); }
 
@@ -584,8 +803,10 @@ class Machine {
     if (!slot) return;  // never read back: no need to keep it
     if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
     v.flags |= Value::kMemo;
+    uint8_t& set = memo_set_[static_cast<size_t>(slot - memo_vals_.data())];
+    memo_overwrites_ += set;  // a stored entry replaced (PUT): templates check their entries again
     *slot = v;
-    memo_set_[static_cast<size_t>(slot - memo_vals_.data())] = 1;
+    set = 1;
   }
 
   void memo_get(uint64_t idx) {
@@ -760,6 +981,19 @@ class Machine {
     if (opts_.limits.max_depth < 8 || marks_.size() >= opts_.limits.max_marks ||
         stack_.size() + 4 + kFlatItems >= kMaxStack)
       return false;
+    const uint8_t* const obj = f.p;
+    if (templates_) {
+      const Template* t = match_template(idx, slot->bits, obj, f.end);
+      if (t) {
+        Value out;
+        if (finish_flat(cls, t->nitems, obj + t->len, memo_len_ + t->memos, r, out)) {
+          ++tpl_hits_;
+          return true;
+        }
+        ++flat_declined_;  // (the generic read below comes to the same state: declined again)
+        return false;
+      }
+    }
     f.p += 2;
     if (!flat_memoize(f)) return false;
     if (f.end - f.p < 2 || f.p[0] != EMPTY_DICT) return false;
@@ -774,6 +1008,8 @@ class Machine {
       if (op == SETITEMS) break;
       if (n == kFlatItems) return false;
       Value v;
+      learn_[n].at = static_cast<uint32_t>(f.p - obj);
+      learn_[n].src = kVarGet;
       switch (op) {
         case BINGET:
         case LONG_BINGET:
@@ -786,6 +1022,7 @@ class Machine {
               if (size_global_ || g.module != "torch" || g.name != "Size") return false;
               size_global_ = &g;  // the Tree interns globals: one GlobalRef per (module, name)
             }
+            learn_[n].src = kSize;
             if (!flat_size(f, v, ndims)) return false;
           } else if (v.depth + 1u > opts_.limits.max_depth) {
             return false;
@@ -796,15 +1033,18 @@ class Machine {
           if (!flat_int(f, i)) return false;
           v.kind = Kind::Int;
           v.bits = static_cast<uint64_t>(i);
+          learn_[n].src = kInt;
           break;
         }
-        case NONE: ++f.p; break;
+        case NONE: ++f.p; learn_[n].src = kConst; break;
         case NEWTRUE: case NEWFALSE:
           v.kind = Kind::Bool;
           v.bits = op == NEWTRUE;
           ++f.p;
+          learn_[n].src = kConst;
           break;
         case SHORT_BINUNICODE: {
+          learn_[n].src = kStr;
           if (f.end - f.p < 2) return false;
           size_t len = f.p[1];
           if (static_cast<size_t>(f.end - f.p) < 2 + len) return false;
@@ -823,18 +1063,285 @@ class Machine {
     }
     if (n % 2 != 0 || f.end - f.p < 2 || f.p[1] != BUILD) return false;
     f.p += 2;  // SETITEMS BUILD
-    if (!flat_memo_clear(memo_len_, f.memo)) return false;
+    Value out;
+    if (!finish_flat(cls, n, f.p, f.memo, r, out)) {
+      ++flat_declined_;
+      return false;
+    }
+    ++flat_generic_;
+    if (templates_) learn_template(idx, slot->bits, obj, f.p, n, f.memo - memo_len_before_);
+    return true;
+  }
+
+  // The object read (its state in flat_items_[0, n), ending before `end`, its memo entries up to
+  // `memo`), offered to the Folder as BUILD would offer it, and pushed when folded.
+  bool finish_flat(const GlobalRef& cls, size_t n, const uint8_t* end, uint64_t memo, SpanReader& r, Value& out) {
+    if (!flat_memo_clear(memo_len_, memo)) return false;
     Value state;
     state.kind = Kind::Dict;
     state.len = static_cast<uint32_t>(n);
     state.bits = reinterpret_cast<uint64_t>(flat_items_.data());
     Value args;
     args.kind = Kind::Tuple;
-    Value out;
     if (!opts_.folder->fold(cls, args, state, out)) return false;
-    memo_len_ = f.memo;
-    r.seek(static_cast<size_t>(f.p - base));
+    memo_len_before_ = memo_len_;
+    memo_len_ = memo;
+    r.seek(static_cast<size_t>(end - data_.data));
     push(out);
+    return true;
+  }
+
+  // --- Byte templates of flat objects ------------------------------------------------------
+  //
+  // A large `.metadata` repeats a few byte patterns millions of times: torch's pickler writes
+  // every ChunkStorageMetadata, MetadataIndex and _StorageInfo as the same opcodes, with the same
+  // memo reads for its class and attribute names; only the ints, some memo reads of values (a
+  // tensor's name) and short strings (a file name) differ. Once the flat path above has read and
+  // folded an object, its bytes (from after the class's GET through BUILD) become a template: the
+  // opcodes, length bytes and the memo indices of its keys (and of torch.Size) are compared as
+  // they are, and the operands of ints, value reads and strings are read at their known offsets.
+  // An object that matches a template byte for byte outside those operands is one the flat
+  // path above would walk opcode by opcode along the same way, so it gets the same state from
+  // the same bytes; the reads it would make are made here too: every memo entry the template
+  // compared as an index still holds the value it held then (a PUT may replace an entry), every
+  // value read names a stored entry that is not a global (the flat path may read a global as a
+  // call) and not too deep, every string is UTF-8, and no memo entry the object makes is read
+  // back. Anything else, and any object no template matches, takes the flat path above, which
+  // falls back to the generic opcodes in turn. Nothing else is decoded here.
+  enum : uint8_t { kVarGet, kFixedGet, kSize, kDim, kInt, kConst, kStr };
+  static constexpr size_t kTplBytes = 128;  // an object's bytes after its class's GET
+  static constexpr size_t kTplWords = kTplBytes / 8;
+  static constexpr size_t kTplVars = 48;    // operands read from the bytes
+  static constexpr size_t kTplFixed = 24;   // memo reads compared as indices
+  static constexpr size_t kTemplates = 32;
+  struct TplVar {
+    uint8_t src;  // kVarGet, kDim, kInt, kStr
+    uint8_t at;   // offset of its opcode in the object's bytes
+    uint8_t dst;  // kDim: index into flat_dims_; else into flat_items_
+  };
+  struct Template {
+    uint64_t cls_idx = UINT64_MAX;
+    uint64_t cls_bits = 0;
+    uint32_t len = 0, nwords = 0;
+    uint32_t nitems = 0, nvars = 0, nfixed = 0;
+    uint64_t memos = 0;
+    uint64_t word[kTplWords], mask[kTplWords];  // word i at offset 8*i; the last one at len - 8
+    Value items[kFlatItems];  // the state as read, the operands' items overwritten by each match
+    TplVar var[kTplVars];
+    const Value* fixed_slot[kTplFixed];
+    Value fixed_val[kTplFixed];
+    uint64_t overwrites = 0;  // memo_overwrites_ when it was learnt
+  };
+  struct LearnItem {
+    uint32_t at = 0;
+    uint8_t src = 0;
+  };
+  std::array<LearnItem, kFlatItems> learn_;
+  std::vector<Template> flat_tpls_;
+  size_t next_template_ = 0;
+  uint64_t memo_len_before_ = 0;
+  uint64_t tpl_hits_ = 0, flat_generic_ = 0, flat_declined_ = 0;
+
+  static uint64_t word_at(size_t off, const uint8_t* p, size_t len) {
+    uint64_t w;
+    std::memcpy(&w, p + (off + 8 <= len ? off : len - 8), 8);
+    return w;
+  }
+
+  // The size of the int opcode at p (BININT1, BININT2, BININT, LONG1), 0 for anything else.
+  static size_t int_size(const uint8_t* p) {
+    switch (*p) {
+      case BININT1: return 2;
+      case BININT2: return 3;
+      case BININT: return 5;
+      case LONG1: return 2 + size_t{p[1]};
+      default: return 0;
+    }
+  }
+
+  // Makes a template of the object just folded: its bytes [obj, end), n items as learn_ saw them
+  // (their values still in flat_items_, the dims of its sizes in flat_dims_).
+  void learn_template(uint64_t cls_idx, uint64_t cls_bits, const uint8_t* obj, const uint8_t* end, size_t n,
+                      uint64_t memos) {
+    const size_t len = static_cast<size_t>(end - obj);
+    if (len < 8 || len > kTplBytes) return;
+    Template t;
+    t.cls_idx = cls_idx;
+    t.cls_bits = cls_bits;
+    t.overwrites = memo_overwrites_;
+    t.len = static_cast<uint32_t>(len);
+    t.nwords = static_cast<uint32_t>((len + 7) / 8);
+    t.nitems = static_cast<uint32_t>(n);
+    t.memos = memos;
+    std::copy(flat_items_.begin(), flat_items_.begin() + n, t.items);
+    uint8_t mask[kTplBytes];
+    std::memset(mask, 0xFF, len);
+    auto fixed = [&](const uint8_t* p) {
+      if (t.nfixed == kTplFixed) return false;
+      uint64_t idx = *p == BINGET ? p[1] : load_u32le(p + 1);
+      const Value* slot = stored_slot(idx);
+      if (!slot) return false;
+      t.fixed_slot[t.nfixed] = slot;
+      t.fixed_val[t.nfixed] = *slot;
+      ++t.nfixed;
+      return true;
+    };
+    auto add = [&](uint8_t src, size_t at, size_t dst) {
+      if (t.nvars == kTplVars) return false;
+      t.var[t.nvars++] = TplVar{src, static_cast<uint8_t>(at), static_cast<uint8_t>(dst)};
+      return true;
+    };
+    size_t ndims = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = learn_[i].at;
+      const uint8_t* p = obj + at;
+      switch (learn_[i].src) {
+        case kVarGet:
+          if (i % 2 == 0) {  // a key: an attribute name, compared as its memo index
+            if (!fixed(p)) return;
+            break;
+          }
+          if (!add(kVarGet, at, i)) return;
+          std::memset(mask + at + 1, 0, *p == BINGET ? 1 : 4);
+          break;
+        case kSize: {
+          if (!fixed(p)) return;
+          // The Size value points at its dims in flat_dims_, where a match writes them again.
+          if (t.items[i].bits != (t.items[i].len ? reinterpret_cast<uint64_t>(&flat_dims_[ndims]) : 0)) return;
+          const uint8_t* q = p + (*p == BINGET ? 2 : 5);
+          for (size_t w; (w = int_size(q)) != 0; q += w) {
+            if (!add(kDim, static_cast<size_t>(q - obj), ndims++)) return;
+            size_t from = *q == LONG1 ? 2 : 1;  // LONG1's length byte is compared
+            std::memset(mask + (q - obj) + from, 0, w - from);
+          }
+          break;
+        }
+        case kInt: {
+          if (!add(kInt, at, i)) return;
+          size_t w = int_size(p), from = *p == LONG1 ? 2 : 1;
+          std::memset(mask + at + from, 0, w - from);
+          break;
+        }
+        case kConst: break;
+        case kStr:
+          if (!add(kStr, at, i)) return;
+          std::memset(mask + at + 2, 0, p[1]);
+          break;
+        default: return;
+      }
+    }
+    for (uint32_t w = 0; w < t.nwords; ++w) {
+      t.word[w] = word_at(8 * w, obj, len);
+      t.mask[w] = word_at(8 * w, mask, len);
+      t.word[w] &= t.mask[w];
+    }
+    if (flat_tpls_.size() < kTemplates) {
+      flat_tpls_.push_back(t);
+    } else {
+      flat_tpls_[next_template_] = t;
+      next_template_ = (next_template_ + 1) % kTemplates;
+    }
+  }
+
+  // The template that matched last for a class (by its memo index), tried first: objects of
+  // one class mostly repeat one shape.
+  static constexpr size_t kHints = 64;
+  std::array<uint8_t, kHints> hint_{};  // template index + 1, 0: none
+
+  static bool matches(const Template& t, const uint8_t* obj) {
+    uint64_t diff = 0;
+    const uint32_t last = t.nwords - 1;
+    for (uint32_t w = 0; w < last; ++w) diff |= (load_u64(obj + 8 * w) & t.mask[w]) ^ t.word[w];
+    diff |= (load_u64(obj + t.len - 8) & t.mask[last]) ^ t.word[last];
+    return diff == 0;
+  }
+  static uint64_t load_u64(const uint8_t* p) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    return w;
+  }
+
+  const Template* match_template(uint64_t cls_idx, uint64_t cls_bits, const uint8_t* obj, const uint8_t* end) {
+    const size_t left = static_cast<size_t>(end - obj);
+    uint8_t& hint = hint_[cls_idx % kHints];
+    auto fits = [&](const Template& t) { return t.cls_idx == cls_idx && t.cls_bits == cls_bits && t.len <= left; };
+    if (hint && hint <= flat_tpls_.size()) {
+      const Template& t = flat_tpls_[hint - 1];
+      if (fits(t) && matches(t, obj)) return fill_from_template(t, obj) ? &t : nullptr;
+    }
+    for (size_t i = 0; i < flat_tpls_.size(); ++i) {
+      const Template& t = flat_tpls_[i];
+      if (!fits(t) || !matches(t, obj)) continue;
+      hint = static_cast<uint8_t>(i + 1);
+      // The bytes are this template's: no other one matches them.
+      return fill_from_template(t, obj) ? &t : nullptr;
+    }
+    return nullptr;
+  }
+
+  static_assert(sizeof(Value) == 16, "a Value is two words");
+  static bool same_value(const Value* a, const Value* b) {
+    uint64_t x[2], y[2];
+    std::memcpy(x, a, sizeof x);
+    std::memcpy(y, b, sizeof y);
+    return ((x[0] ^ y[0]) | (x[1] ^ y[1])) == 0;
+  }
+
+  // An int of BININT1/BININT2/BININT/LONG1 (at most 8 bytes: the template compared its length)
+  // at p, as flat_int reads it.
+  static int64_t template_int(const uint8_t* p) {
+    switch (*p) {
+      case BININT1: return p[1];
+      case BININT2: return p[1] | p[2] << 8;
+      case BININT: return static_cast<int32_t>(load_u32le(p + 1));
+      default: {
+        Flat f{p, p + 2 + p[1], 0};
+        int64_t v = 0;
+        flat_int(f, v);
+        return v;
+      }
+    }
+  }
+
+  bool fill_from_template(const Template& t, const uint8_t* obj) {
+    // (A stored memo entry changes only when a PUT replaces it: none did since it was learnt, then
+    // every entry it compared still holds its value.)
+    if (t.overwrites != memo_overwrites_)
+      for (uint32_t k = 0; k < t.nfixed; ++k)
+        if (!same_value(t.fixed_slot[k], &t.fixed_val[k])) return false;
+    std::memcpy(flat_items_.data(), t.items, t.nitems * sizeof(Value));
+    for (uint32_t i = 0; i < t.nvars; ++i) {
+      const TplVar& s = t.var[i];
+      const uint8_t* p = obj + s.at;
+      switch (s.src) {
+        case kDim:
+        case kInt: {
+          Value v;
+          v.kind = Kind::Int;
+          v.bits = static_cast<uint64_t>(template_int(p));
+          (s.src == kDim ? flat_dims_[s.dst] : flat_items_[s.dst]) = v;
+          break;
+        }
+        case kVarGet: {
+          uint64_t idx = *p == BINGET ? p[1] : load_u32le(p + 1);
+          const Value* slot = stored_slot(idx);
+          if (!slot || slot->kind == Kind::Global || slot->depth + 1u > opts_.limits.max_depth) return false;
+          flat_items_[s.dst] = *slot;
+          break;
+        }
+        case kStr: {
+          std::string_view str(reinterpret_cast<const char*>(p + 2), p[1]);
+          if (check_utf8(str) != Utf8::ok) return false;
+          Value v;
+          v.kind = Kind::Str;
+          v.len = p[1];
+          v.bits = reinterpret_cast<uint64_t>(str.data());
+          flat_items_[s.dst] = v;
+          break;
+        }
+        default: return false;
+      }
+    }
     return true;
   }
 
@@ -1192,6 +1699,7 @@ class Machine {
   ByteSpan data_;
   const ParseOptions& opts_;
   std::unique_ptr<Tree> tree_;
+  const bool templates_;  // byte templates (a `.metadata`: a folder is set)
   SpanReader* r_ = nullptr;
   size_t op_pos_ = 0;
   uint8_t op_ = 0;
@@ -1204,6 +1712,7 @@ class Machine {
   std::vector<Value> memo_vals_;     // one slot per referenced index: near ones by rank, then far
   std::vector<uint8_t> memo_set_;
   uint64_t memo_len_ = 0;
+  uint64_t memo_overwrites_ = 0;  // stored memo entries replaced by a later PUT
 };
 
 }  // namespace

@@ -69,6 +69,12 @@ class Folder {
 struct ParseStats {
   double scan_seconds = 0;    // pass 1: which memo entries are read back
   double decode_seconds = 0;  // pass 2: the opcodes, folding included
+  // Objects folded (Folder) by the flat path: matched to a byte template of an earlier one
+  // (vm.cpp), or read opcode by opcode; and objects the flat path read up to the Folder, which
+  // declined them (then the generic opcodes ran).
+  uint64_t flat_template = 0, flat_generic = 0, flat_declined = 0;
+  uint64_t scan_templated = 0;  // runs of opcodes pass 1 stepped over by a byte template (vm.cpp)
+  uint64_t memo_kept = 0;       // memo entries read back, as pass 1 found them
 };
 
 struct ParseOptions {
@@ -85,6 +91,9 @@ struct ParseOptions {
   // process's copyreg registry held it) instead of refusing the whole pickle, so that a caller
   // can name the key that holds one (write/lightning_meta.h).
   bool opaque_extensions = false;
+  // Byte templates of the objects a large `.metadata` repeats (vm.cpp), in the scan and in the
+  // flat path, used when a folder is set. Off only to check that both read the same.
+  bool byte_templates = true;
 };
 
 inline constexpr const char* kExtensionModule = "copyreg._extension_registry";

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "item/tensor_blob.h"
 #include "meta/checkpoint.h"
@@ -44,13 +45,17 @@ void fuzz_pickle(dcpctl::ByteSpan data) {
   }
 }
 
-void fuzz_metadata(dcpctl::ByteSpan data) {
+// The inspect report of the input, or its error; `templates`: the VM's byte templates of flat
+// objects (pickle/vm.cpp) on or off.
+std::string metadata_outcome(dcpctl::ByteSpan data, bool templates) {
   try {
     dcpctl::Checkpoint ck;
     ck.dir = "fuzzdir";
     ck.metadata_path = "fuzzdir/.metadata";
     ck.metadata_bytes = data.size;
-    ck.md = dcpctl::parse_metadata(data, ck.metadata_path);
+    dcpctl::MetadataParseOptions po;
+    po.byte_templates = templates;
+    ck.md = dcpctl::parse_metadata(data, ck.metadata_path, po);
     for (const auto& rel : ck.md.files) {
       dcpctl::DataFileInfo fi;
       fi.relative_path = rel;
@@ -60,10 +65,17 @@ void fuzz_metadata(dcpctl::ByteSpan data) {
     (void)ck.md.writer_releases();
     dcpctl::InspectOptions io;
     io.chunks = true;
-    (void)dcpctl::inspect_report(ck, io).dump();
+    return dcpctl::inspect_report(ck, io).dump();
   } catch (const dcpctl::Error& e) {
     check_names_source(e, "fuzzdir/.metadata");
+    return std::string("error: ") + e.what();
   }
+}
+
+// The byte templates only replace the flat path's opcode walk: with and without them, the same
+// report or the same error.
+void fuzz_metadata(dcpctl::ByteSpan data) {
+  if (metadata_outcome(data, true) != metadata_outcome(data, false)) std::abort();
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // tensors, storage_data joined into runs) must build exactly the model the generic decode builds,
 // and the caps must still fire on it.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <chrono>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "meta/checkpoint.h"
@@ -65,7 +68,8 @@ MetadataOut dcp_like(int tensors, int ranks) {
   return out;
 }
 
-std::string report(const std::string& bytes, bool fold, bool attach = true) {
+std::string report(const std::string& bytes, bool fold, bool attach = true, bool templates = true,
+                   MetadataParseStats* stats = nullptr) {
   Checkpoint ck;
   ck.dir = "d";
   ck.metadata_path = "d/.metadata";
@@ -73,6 +77,8 @@ std::string report(const std::string& bytes, bool fold, bool attach = true) {
   MetadataParseOptions po;
   po.fold = fold;
   po.attach = attach;
+  po.byte_templates = templates;
+  po.stats = stats;
   ck.md = parse_metadata(ByteSpan(bytes), ck.metadata_path, po);
   for (const auto& rel : ck.md.files) {
     DataFileInfo fi;
@@ -83,6 +89,35 @@ std::string report(const std::string& bytes, bool fold, bool attach = true) {
   InspectOptions io;
   io.chunks = true;
   return inspect_report(ck, io).dump();
+}
+
+// The report, or the error, of a parse with or without the VM's byte templates.
+std::string outcome_of(const std::string& b, bool templates) {
+  try {
+    return report(b, true, true, templates);
+  } catch (const Error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+// Every .metadata under tests/fixtures (written by real torch, 2.6 to 2.15).
+std::vector<std::string> fixture_metadata() {
+  std::vector<std::string> paths;
+  std::function<void(const std::string&)> walk = [&](const std::string& dir) {
+    for (const auto& name : list_dir(dir)) {
+      std::string p = dir + "/" + name;
+      if (name == ".metadata") paths.push_back(p);
+      else if (is_directory(p)) walk(p);
+    }
+  };
+  walk(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures");
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+std::string read_all(const std::string& p) {
+  MappedFile mf(p);
+  return std::string(reinterpret_cast<const char*>(mf.span().data), mf.span().size);
 }
 
 }  // namespace
@@ -165,6 +200,7 @@ TEST_CASE("every cut and many mutations of a DCP-shaped .metadata: the folded de
       std::string f = outcome(m, true);
       // Storage entries attached while decoding, or not: the same outcome, errors included.
       CHECK(f == outcome(m, true, false));
+      CHECK(f == outcome_of(m, false));  // the byte templates: the same outcome, errors included
       if (f.rfind("error: ", 0) == 0) continue;
       CHECK(f == outcome(m, false));
     }
@@ -195,4 +231,142 @@ TEST_CASE("every fixture's .metadata (written by real torch): storage attached w
     CHECK(st.parses == 1);
     CHECK(report(bytes, true) == report(bytes, true, false));
   }
+}
+
+TEST_CASE("byte templates: torch's records of every fixture are read from templates, the same as the flat path") {
+  // Each fixture's objects of one class after its first are torch's same opcodes again: read from
+  // the template the first one made (pickle/vm.cpp), never declined, and the model is the same
+  // as without templates. A wrong value read from a template changes the report.
+  std::vector<std::string> paths = fixture_metadata();
+  REQUIRE(paths.size() >= 40);
+  uint64_t hits = 0, generic = 0, declined = 0;
+  for (const auto& p : paths) {
+    INFO(p);
+    std::string bytes = read_all(p);
+    MetadataParseStats st, off;
+    MetadataParseOptions po;
+    po.stats = &st;
+    (void)parse_metadata(ByteSpan(bytes), p, po);
+    po.stats = &off;
+    po.byte_templates = false;
+    (void)parse_metadata(ByteSpan(bytes), p, po);
+    CHECK(off.flat_template == 0);
+    // The same objects folded either way; a template only replaces the opcode walk.
+    CHECK(st.flat_template + st.flat_generic == off.flat_generic);
+    CHECK(st.flat_declined == off.flat_declined);
+    // Fixtures of more than a few chunks: most records come from templates.
+    if (st.flat_template + st.flat_generic >= 40) CHECK(st.flat_template * 2 >= st.flat_generic);
+    CHECK(report(bytes, true, true, true) == report(bytes, true, true, false));
+    hits += st.flat_template;
+    generic += st.flat_generic;
+    declined += st.flat_declined;
+  }
+  UNSCOPED_INFO("template " << hits << ", flat " << generic << ", declined " << declined);
+  CHECK(hits > generic);
+
+  // The DCP-shaped file of many chunks: every chunk, key and storage record after the first few
+  // of each byte shape is read from a template.
+  std::string big = metadata_pickle(dcp_like(60, 24));
+  MetadataParseStats st, off;
+  MetadataParseOptions po;
+  po.stats = &st;
+  (void)parse_metadata(ByteSpan(big), "d/.metadata", po);
+  po.stats = &off;
+  po.byte_templates = false;
+  (void)parse_metadata(ByteSpan(big), "d/.metadata", po);
+  CHECK(st.flat_template > 20 * st.flat_generic);
+  CHECK(st.flat_template + st.flat_generic == off.flat_generic);
+  CHECK(st.flat_declined == off.flat_declined);
+}
+
+TEST_CASE("byte templates: random mutations of real torch files and a DCP-shaped one read the same as without") {
+  // A few seconds of random byte mutations (1-4 bytes each: opcodes, ints, memo indices, string
+  // lengths) of every fixture's .metadata and a DCP-shaped file: with templates and without, the
+  // same report or the same error. Deterministic seeds; the mutation count is bounded by time.
+  std::vector<std::string> inputs;
+  for (const auto& p : fixture_metadata()) inputs.push_back(read_all(p));
+  inputs.push_back(metadata_pickle(dcp_like(8, 6)));
+  std::mt19937_64 rng(72);
+  const uint8_t ops[] = {0x94, 'h', 'j', 'K', 'M', 'J', 0x8a, 'u', 'b', 0x86, 0x85, ')', 'N', '(', 'R', 0x81,
+                         '}', 0x8c, 0x88, 0x89, 'e', ']', 't', 'q', 'r', 0x93};
+  auto t0 = std::chrono::steady_clock::now();
+  size_t runs = 0, errors = 0;
+  while (runs < 200 || std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
+    const std::string& base = inputs[rng() % inputs.size()];
+    if (base.empty()) continue;
+    std::string m = base;
+    int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t at = rng() % m.size();
+      switch (rng() % 3) {
+        case 0: m[at] = static_cast<char>(ops[rng() % sizeof ops]); break;
+        case 1: m[at] = static_cast<char>(rng()); break;
+        default: m[at] = static_cast<char>(m[at] + (rng() % 2 ? 1 : -1)); break;
+      }
+    }
+    std::string with = outcome_of(m, true), without = outcome_of(m, false);
+    if (with != without) {
+      FAIL_CHECK("mutation " << runs << " differs:\n  with templates: " << with.substr(0, 300)
+                             << "\n  without: " << without.substr(0, 300));
+    }
+    errors += with.rfind("error: ", 0) == 0;
+    ++runs;
+    if (runs > 100000) break;
+  }
+  UNSCOPED_INFO(runs << " mutations, " << errors << " refused");
+  CHECK(runs >= 200);
+}
+
+// The VM's byte templates (pickle/vm.cpp) only step over what the opcode-by-opcode walk would
+// have read the same way: with and without them, the same memo entries found read back by the
+// scan, and the same report or the same error.
+TEST_CASE("byte templates: the same memo entries read back and the same report, on every cut, mutation and fixture") {
+  auto outcome = [](const std::string& b, bool templates, uint64_t* kept = nullptr) -> std::string {
+    MetadataParseStats st;
+    try {
+      std::string r = report(b, true, true, templates, &st);
+      if (kept) *kept = st.memo_kept;
+      return r;
+    } catch (const Error& e) {
+      return std::string("error: ") + e.what();
+    }
+  };
+  // The fixture whose scan steps over the most objects by templates (real torch's bytes; dcpctl's
+  // own writer memoizes less than torch's pickler, and its objects' heads are not the pattern the
+  // scan takes), then every fifth cut and some mutations of it (a few CPU seconds).
+  std::string bytes;
+  uint64_t most = 0, templated = 0;
+  for (const auto& p : fixture_metadata()) {
+    INFO(p);
+    std::string fb = read_all(p);
+    MetadataParseStats on, off;
+    CHECK(report(fb, true, true, true, &on) == report(fb, true, true, false, &off));
+    CHECK(on.memo_kept == off.memo_kept);
+    CHECK(off.scan_templated == 0);
+    templated += on.scan_templated;
+    if (on.scan_templated > most && fb.size() < (12u << 10)) {
+      most = on.scan_templated;
+      bytes = fb;
+    }
+  }
+  CHECK(templated > 0);  // torch's objects are stepped over by templates
+  REQUIRE(most >= 8);
+  for (size_t n = 0; n < bytes.size(); n += 5) {
+    std::string cut = bytes.substr(0, n);
+    INFO("cut at " << n);
+    uint64_t a = 1, b = 2;
+    std::string with = outcome(cut, true, &a);
+    CHECK(with == outcome(cut, false, &b));
+    if (with.rfind("error: ", 0) != 0) CHECK(a == b);
+  }
+  for (size_t i = 0; i < bytes.size(); i += 11)
+    for (char op : {'\x94', 'h', 'j', 'K', 'M', 'J', '\x8c', 'u', 'b', '(', '\x95', '\xff'}) {
+      std::string m = bytes;
+      m[i] = op;
+      INFO("byte " << i << " set to " << static_cast<int>(static_cast<unsigned char>(op)));
+      uint64_t a = 1, b = 2;
+      std::string with = outcome(m, true, &a);
+      CHECK(with == outcome(m, false, &b));
+      if (with.rfind("error: ", 0) != 0) CHECK(a == b);
+    }
 }
