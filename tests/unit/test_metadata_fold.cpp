@@ -210,15 +210,7 @@ TEST_CASE("every fixture's .metadata (written by real torch): storage attached w
   // The fixtures' torch writes a first MetadataIndex the folder declines (its class is defined in
   // place, without an offset attribute in some releases), after which key and storage records
   // are out of step: attaching must not need them in step, or every such file is parsed twice.
-  std::vector<std::string> paths;
-  std::function<void(const std::string&)> walk = [&](const std::string& dir) {
-    for (const auto& name : list_dir(dir)) {
-      std::string p = dir + "/" + name;
-      if (name == ".metadata") paths.push_back(p);
-      else if (is_directory(p)) walk(p);
-    }
-  };
-  walk(std::string(DCPCTL_SOURCE_DIR) + "/tests/fixtures");
+  const std::vector<std::string> paths = fixture_metadata();
   REQUIRE(paths.size() >= 40);
   for (const auto& p : paths) {
     INFO(p);
