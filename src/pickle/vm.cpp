@@ -317,6 +317,26 @@ inline uint32_t load_u32le(const uint8_t* p) {
 
 inline uint64_t load_u64le(const uint8_t* p) { return uint64_t{load_u32le(p)} | uint64_t{load_u32le(p + 4)} << 32; }
 
+// Eight bytes as one word in the machine's order: the byte templates of Machine (the scan's and
+// the flat path's) are words loaded this way, compared with words of the input loaded the same way.
+inline uint64_t load_word(const uint8_t* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
+// A template's `len` bytes (at least 8) as ceil(len / 8) words, word i at 8 * i and the last at
+// len - 8 (overlapping the one before it where len is not a multiple of 8), each masked: only
+// the mask's bytes are compared.
+inline void template_words(const uint8_t* bytes, const uint8_t* mask, size_t len, uint64_t* word, uint64_t* masks) {
+  const size_t nwords = (len + 7) / 8;
+  for (size_t w = 0; w < nwords; ++w) {
+    const size_t off = w + 1 < nwords ? 8 * w : len - 8;
+    masks[w] = load_word(mask + off);
+    word[w] = load_word(bytes + off) & masks[w];
+  }
+}
+
 // Opcode runs the scan steps over at once, as little-endian words (first opcode lowest).
 constexpr uint64_t kSizeCallTail = uint64_t{MEMOIZE} | uint64_t{TUPLE1} << 8 | uint64_t{MEMOIZE} << 16 |
                                    uint64_t{REDUCE} << 24 | uint64_t{MEMOIZE} << 32;
@@ -535,12 +555,6 @@ class Machine {
     ScanTpl tpl[kScanPerBucket];
   };
 
-  static uint64_t load_word(const uint8_t* p) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    return w;
-  }
-
   static bool scan_matches(const ScanTpl& t, const uint8_t* p) {
     if (((load_word(p) & t.mask[0]) ^ t.word[0]) != 0) return false;
     uint64_t diff = 0;
@@ -685,11 +699,7 @@ class Machine {
     if (!built || q < 8) return false;
     t.len = static_cast<uint32_t>(q);
     t.nwords = static_cast<uint32_t>((q + 7) / 8);
-    for (uint32_t w = 0; w < t.nwords; ++w) {
-      const size_t off = w + 1 < t.nwords ? 8 * w : q - 8;
-      t.mask[w] = load_word(mask + off);
-      t.word[w] = load_word(p + off) & t.mask[w];
-    }
+    template_words(p, mask, q, t.word, t.mask);
     return true;
   }
 
@@ -1142,12 +1152,6 @@ class Machine {
   uint64_t memo_len_before_ = 0;
   uint64_t tpl_hits_ = 0, flat_generic_ = 0, flat_declined_ = 0;
 
-  static uint64_t word_at(size_t off, const uint8_t* p, size_t len) {
-    uint64_t w;
-    std::memcpy(&w, p + (off + 8 <= len ? off : len - 8), 8);
-    return w;
-  }
-
   // The size of the int opcode at p (BININT1, BININT2, BININT, LONG1), 0 for anything else.
   static size_t int_size(const uint8_t* p) {
     switch (*p) {
@@ -1230,11 +1234,7 @@ class Machine {
         default: return;
       }
     }
-    for (uint32_t w = 0; w < t.nwords; ++w) {
-      t.word[w] = word_at(8 * w, obj, len);
-      t.mask[w] = word_at(8 * w, mask, len);
-      t.word[w] &= t.mask[w];
-    }
+    template_words(obj, mask, len, t.word, t.mask);
     if (flat_tpls_.size() < kTemplates) {
       flat_tpls_.push_back(t);
     } else {
@@ -1251,14 +1251,9 @@ class Machine {
   static bool matches(const Template& t, const uint8_t* obj) {
     uint64_t diff = 0;
     const uint32_t last = t.nwords - 1;
-    for (uint32_t w = 0; w < last; ++w) diff |= (load_u64(obj + 8 * w) & t.mask[w]) ^ t.word[w];
-    diff |= (load_u64(obj + t.len - 8) & t.mask[last]) ^ t.word[last];
+    for (uint32_t w = 0; w < last; ++w) diff |= (load_word(obj + 8 * w) & t.mask[w]) ^ t.word[w];
+    diff |= (load_word(obj + t.len - 8) & t.mask[last]) ^ t.word[last];
     return diff == 0;
-  }
-  static uint64_t load_u64(const uint8_t* p) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    return w;
   }
 
   const Template* match_template(uint64_t cls_idx, uint64_t cls_bits, const uint8_t* obj, const uint8_t* end) {
