@@ -19,6 +19,7 @@ namespace dcpctl::cli {
 bool stderr_is_tty() { return ::isatty(2) == 1; }
 
 void build_app(CLI::App& app, RunFn& run) {
+  register_modules();
   app.description(
       "dcpctl: inspect, verify, consolidate and reshard PyTorch Distributed Checkpoint (DCP) "
       "checkpoints without Python, a process group or a GPU.");

@@ -21,6 +21,8 @@ const std::vector<Command>& commands();
 
 // Builds the whole CLI model (used by main and by `generate`).
 void build_app(CLI::App& app, RunFn& run);
+// Registers the modules this build holds (cmd/modules.cpp); build_app calls it first. Once.
+void register_modules();
 
 // Output conventions shared by subcommands.
 bool stderr_is_tty();

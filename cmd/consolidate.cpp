@@ -2,6 +2,7 @@
 // sharded checkpoint, streaming in bounded memory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -22,7 +23,6 @@
 #include "util/size.h"
 #include "write/consolidate.h"
 #include "write/execute.h"
-#include "write/gguf.h"
 #include "write/output.h"
 
 namespace dcpctl::cli {
@@ -30,9 +30,10 @@ namespace dcpctl::cli {
 using nlohmann::json;
 
 struct ConsolidateCliOptions : WriteCliOptions {
-  std::string format, max_shard_size, assets, outtype, split_max_size;
+  std::string format, max_shard_size, assets;
   int64_t iteration = -1;
-  uint64_t split_max_tensors = 0;
+  // The values of the formats' own options (plan/format.h FormatOption: a GGUF's --outtype), by flag.
+  FormatOptionValues format_options;
   std::string lora = "keep", lora_name, lora_config, lora_alpha, lora_base, lora_layout;
   bool flat = false, keep_unsafe = false, no_lightning_meta = false, parallel_write = false, no_assets = false;
 };
@@ -53,6 +54,21 @@ const Format* pick_format(const ConsolidateCliOptions& o) {
   if (const Format* f = formats::by_output(out, is_directory(out) || !o.max_shard_size.empty())) return f;
   throw UsageError(Where(out), "cannot tell the output format from the name: use a " + formats::output_names() +
                                    " output, or --format");
+}
+
+// The formats' own options: each given one must be the chosen format's (else its row's refusal,
+// naming what it goes with), and the row checks their values before anything is read.
+void take_format_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
+  for (const auto& [flag, value] : o.format_options) {
+    const bool own = std::any_of(co.format->options.begin(), co.format->options.end(),
+                                 [&, &flag = flag](const FormatOption& fo) { return fo.flag == flag; });
+    if (own) continue;
+    for (const Format* f : formats::all())
+      for (const FormatOption& fo : f->options)
+        if (fo.flag == flag) throw UsageError(Where(o.output), std::string(fo.elsewhere));
+  }
+  if (co.format->check_options) co.format->check_options(o.format_options);
+  co.format_options = o.format_options;
 }
 
 }  // namespace
@@ -103,13 +119,7 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   }
   if (!o.max_shard_size.empty()) co.max_shard_size = parse_size(o.max_shard_size, "--max-shard-size");
   co.flat = o.flat;
-  if (!o.outtype.empty() && co.format != &formats::gguf)
-    throw UsageError(Where(o.output), "--outtype goes with a GGUF output (-o model.gguf)");
-  co.outtype = o.outtype;
-  if ((!o.split_max_size.empty() || o.split_max_tensors) && co.format != &formats::gguf)
-    throw UsageError(Where(o.output), "--split-max-size and --split-max-tensors go with a GGUF output (-o model.gguf)");
-  if (!o.split_max_size.empty()) co.gguf_split_max_size = gguf::split_size(o.split_max_size);
-  co.gguf_split_max_tensors = o.split_max_tensors;
+  take_format_options(o, co);
   co.keep_unsafe_values = o.keep_unsafe;
   if (!o.assets.empty() && !co.format->whole_model)
     throw UsageError(Where(o.output), "--assets copies files beside the weights of a DIR/ (Hugging Face) output");
@@ -205,15 +215,12 @@ void setup_consolidate(CLI::App& parent, RunFn& run) {
   sub->add_option("--select", o->select, "Keep one subtree and strip its prefix (e.g. app.model)")->type_name("PREFIX");
   sub->add_option("--dtype", o->dtype, "Cast floating tensors to fp32, fp16, bf16, fp64, fp8_e4m3 or fp8_e5m2 (round to nearest even)")
       ->type_name("DTYPE");
-  sub->add_option("--outtype", o->outtype, ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0, or as llama-quantize --pure: q4_0, q4_k, q5_k or q6_k (norms and 1-D tensors stay F32)")
-      ->type_name("TYPE");
-  sub->add_option("--split-max-size", o->split_max_size,
-                  ".gguf output: split it as convert_hf_to_gguf.py --split-max-size does, a shard's tensor data at most N bytes "
-                  "(K, M, G: powers of 1000; a larger tensor alone), into NAME-00001-of-0000N.gguf beside NAME.gguf")
-      ->type_name("N");
-  sub->add_option("--split-max-tensors", o->split_max_tensors,
-                  ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard")
-      ->type_name("N");
+  // Each format's own options (a module's format's among them: the GGUF's --outtype).
+  for (const Format* f : formats::all())
+    for (const FormatOption& fo : f->options)
+      sub->add_option_function<std::string>(std::string(fo.flag), [o, flag = std::string(fo.flag)](const std::string& v) { o->format_options[flag] = v; },
+                                            std::string(fo.help))
+          ->type_name(std::string(fo.type_name));
   sub->add_flag("--flat", o->flat, ".pt output: flat keys instead of the nesting dcp_to_torch_save rebuilds");
   sub->add_flag("--keep-unsafe-values", o->keep_unsafe,
                 ".pt output: keep non-tensor values torch.load(weights_only=True) would refuse (e.g. BytesIO)");

@@ -388,6 +388,59 @@ def config_cases(work: Path):
     ]
 
 
+def gguf_cases(work: Path, old: str) -> list:
+    """The GGUF module's paths (src/gguf/): consolidate -o .gguf at every --outtype and split, from an
+    HF folder and a DCP checkpoint of tiny models with real tokenizers (gguf_test.py's, transformers
+    and tools/gguf_oracle.py), the refusals of the format's options, and inspect, verify and diff of
+    a GGUF file (made once here by OLD)."""
+    import gguf_test as gt
+    made = {}
+    for arch in ("llama", "qwen2-tied", "qwen3moe", "gpt-oss-mxfp4", "kimi-k2"):
+        hf, dcp_dir = work / "gguf" / arch / "tiny", work / "gguf" / arch / "dcp"
+        gt.tiny_model(arch, hf)
+        gt.dcp_of(hf, dcp_dir)
+        if arch == "kimi-k2":
+            gt.kimi_config(hf, dcp_dir)
+        made[arch] = (hf, dcp_dir)
+    hf, dcp_dir = made["llama"]
+    ref = work / "gguf" / "ref"
+    ref.mkdir()
+    for name, args in [("q8_0.gguf", [hf, "--outtype", "q8_0"]), ("q4_k.gguf", [hf, "--outtype", "q4_k"])]:
+        r = subprocess.run([old, "consolidate", *map(str, args), "-o", str(ref / name), "-q"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"ab_outputs: {old} did not write {name}: {r.stderr}")
+    split = ["--split-max-tensors", "7", "--split-max-size", "30K"]
+    cases = []
+    for arch, (hf, dcp_dir) in made.items():
+        for outtype in ("f16", "bf16", "f32", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"):
+            if arch != "llama" and outtype not in ("f16", "q8_0"):
+                continue
+            cases.append((f"gguf {arch} HF --outtype {outtype}", ["consolidate", hf, "--outtype", outtype, "-o", "{out}.gguf"]))
+        cases.append((f"gguf {arch} DCP --outtype q8_0", ["consolidate", dcp_dir, "--outtype", "q8_0", "-o", "{out}.gguf"]))
+    hf, dcp_dir = made["llama"]
+    cases += [
+        ("gguf llama split", ["consolidate", hf, *split, "-o", "{out}.gguf"]),
+        ("gguf llama --dry-run", ["consolidate", dcp_dir, "--outtype", "q8_0", "--dry-run", "-o", "{out}.gguf"]),
+        ("gguf llama --max-memory 64KiB (refused)", ["consolidate", hf, "--max-memory", "64KiB", "-o", "{out}.gguf"]),
+        ("gguf --outtype with .safetensors (refused)", ["consolidate", hf, "--outtype", "q8_0", "-o", "{out}.safetensors"]),
+        ("gguf --split-max-tensors with DIR/ (refused)", ["consolidate", hf, "--split-max-tensors", "3", "-o", "{out}/"]),
+        ("gguf --split-max-size bad (refused)", ["consolidate", hf, "--split-max-size", "12Q", "-o", "{out}.gguf"]),
+        ("gguf --outtype bad (refused)", ["consolidate", hf, "--outtype", "q4_k_m", "-o", "{out}.gguf"]),
+        ("gguf --dtype (refused)", ["consolidate", hf, "--dtype", "bf16", "-o", "{out}.gguf"]),
+        ("gguf trainer keys without --map (refused)", ["consolidate", L / "titan_qwen3/run/step-2", "--assets", L / "titan_qwen3/hf",
+                                                       "-o", "{out}.gguf"]),
+        ("gguf inspect q8_0", ["inspect", ref / "q8_0.gguf"]),
+        ("gguf inspect q4_k --chunks", ["inspect", ref / "q4_k.gguf", "--chunks"]),
+        ("gguf verify --deep q8_0", ["verify", "--deep", ref / "q8_0.gguf"]),
+        ("gguf stats q8_0", ["stats", ref / "q8_0.gguf"]),
+        ("gguf consolidate q8_0 -> .safetensors (refused)", ["consolidate", ref / "q8_0.gguf", "-o", "{out}.safetensors"]),
+        ("gguf diff HF vs q8_0", ["diff", hf, ref / "q8_0.gguf"]),
+        ("gguf diff q4_k vs DCP", ["diff", ref / "q4_k.gguf", dcp_dir]),
+        ("gguf diff --assets without a GGUF (refused)", ["diff", hf, dcp_dir, "--assets", hf]),
+    ]
+    return cases
+
+
 def main() -> int:
     args = sys.argv[1:]
     while "--new-key" in args:
@@ -439,6 +492,10 @@ def main() -> int:
         cases += codec_cases(work, old)
     except ImportError as e:
         print(f"SKIP codec cases: {e}")
+    try:
+        cases += gguf_cases(work, old)
+    except ImportError as e:
+        print(f"SKIP gguf cases: {e}")
     if only:
         cases = [c for c in cases if any(w in c[0] for w in only)]
     bad = 0

@@ -5,8 +5,6 @@
 #include <chrono>
 #include <map>
 
-#include "compare/gguf_bound.h"
-#include "compare/gguf_diff.h"
 #include "compare/stats.h"
 #include "item/window.h"
 #include "plan/memory.h"
@@ -72,10 +70,29 @@ size_t DiffResult::count(DiffStatus s) const {
   return static_cast<size_t>(std::count_if(keys.begin(), keys.end(), [s](const KeyDiff& k) { return k.status == s; }));
 }
 
+namespace {
+
+std::vector<DiffKind>& diff_kinds() {
+  static std::vector<DiffKind> kinds;
+  return kinds;
+}
+
+}  // namespace
+
+void register_diff_kind(const DiffKind& kind) {
+  for (const DiffKind& k : diff_kinds())
+    if (k.claims == kind.claims) return;
+  diff_kinds().push_back(kind);
+}
+
 DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
-  // A GGUF file against the model it was written from: through the writer's plan.
-  if (is_gguf(a) != is_gguf(b)) return is_gguf(b) ? diff_gguf(a, b, o, false) : diff_gguf(b, a, o, true);
-  if (!o.assets.empty()) throw UsageError(Where(o.assets), "--assets names a GGUF's source's config.json: it applies when one side is a .gguf file");
+  // A module's file against the model it was written from (a GGUF: through the writer's plan).
+  for (const DiffKind& kind : diff_kinds())
+    if (kind.claims(a) != kind.claims(b)) return kind.claims(b) ? kind.diff(a, b, o, false) : kind.diff(b, a, o, true);
+  if (!o.assets.empty())
+    throw UsageError(Where(o.assets), diff_kinds().empty() ? "--assets names the config.json of a module's file's source (a .gguf's), "
+                                                             "and this build of dcpctl has no such module"
+                                                           : diff_kinds().front().assets_use);
   auto t0 = std::chrono::steady_clock::now();
   const std::string& prefix = o.selection.prefix;
   bool pa = !prefix.empty() && has_prefix(a.ck.md, prefix), pb = !prefix.empty() && has_prefix(b.ck.md, prefix);
@@ -346,13 +363,13 @@ json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOp
         }
       }
     }
-    if (k.gguf_type && k.compared) {
-      e["bound"] = "gguf";
+    if (k.module_bound && k.compared) {
+      e["bound"] = k.module_bound->kind;
       e["inexact"] = k.acc.inexact;
-      e["codec"] = gguf::bound_name(*k.gguf_type);
-      e["bound_rule"] = gguf::bound_rule(*k.gguf_type);
+      e["codec"] = k.module_bound->codec;
+      e["bound_rule"] = k.module_bound->rule;
     }
-    if (!k.sources.empty() || k.gguf_type) e["source_keys"] = k.sources;
+    if (!k.sources.empty() || k.module_bound) e["source_keys"] = k.sources;
     if (!k.b_key.empty()) e["b_key"] = k.b_key;
     j["keys"].push_back(e);
   }

@@ -30,8 +30,9 @@
 //              "max_rel_diff", "max_ulp_diff" (null when not measurable), "first_index";
 //              with --map, or for a quantized weight of B: "bound" ("exact", "cast", "codec"),
 //              "inexact", and for "codec" the codec's name ("codec") and what s is ("bound_rule");
-//              "b_key" (tied); a GGUF against its source (compare/gguf_diff.h): "bound" "gguf",
-//              "codec" the file's type, "bound_rule", "inexact", "source_keys"}],
+//              "b_key" (tied); a file a module compares (DiffKind; a GGUF against its source,
+//              gguf/diff.h): "bound" the module's kind ("gguf"), "codec" the file's type,
+//              "bound_rule", "inexact", "source_keys"}],
 //    "audit": (with --map) audit_json(), "bytes_read", "seconds"}
 // keys: differing keys first, largest max_abs_diff first (NaN mismatches before all), then the
 // rest in A's order followed by B-only keys.
@@ -65,8 +66,8 @@ struct DiffOptions {
   // --map NAME|FILE (view/maps/keymap.h): A is seen through the map (the direction its keys choose),
   // and B too when its keys are on A's side of the map; --config for its parameters.
   std::string map, map_config;
-  // --assets DIR: where a GGUF comparison finds the source's config.json (compare/gguf_diff.h);
-  // "": beside the source.
+  // --assets DIR: where a module's comparison (DiffKind: a GGUF's, gguf/diff.h) finds the
+  // source's config.json; "": beside the source.
   std::string assets;
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
@@ -86,9 +87,13 @@ struct KeyDiff {
   std::string b_key;
   ExportBound::Kind bound = ExportBound::Kind::Exact;
   std::shared_ptr<const ElementBound> codec;  // bound Codec: the codec's bound (its name and rule)
-  // A GGUF against its source (compare/gguf_diff.h): the file's ggml type whose bound the values
-  // were held to (compare/gguf_bound.h), and the source's tensors the GGUF tensor is made of.
-  std::optional<uint32_t> gguf_type;
+  // A file compared by its module against its source (DiffKind: a GGUF, gguf/diff.h): the bound
+  // its values were held to, as the module names it ("bound" its kind, "codec", "bound_rule"),
+  // and the source's tensors the file's tensor is made of.
+  struct ModuleBound {
+    std::string kind, codec, rule;
+  };
+  std::optional<ModuleBound> module_bound;
   std::vector<std::string> sources;
   DiffAccumulator acc;
 };
@@ -104,6 +109,18 @@ struct DiffResult {
 };
 
 DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o);
+
+// A kind of input a module compares itself (a GGUF file against the model it was written from:
+// gguf/diff.h). diff_inputs hands a pair to the first kind that claims one side and not the
+// other: `diff(other, claimed, options, claimed_is_a)`. `assets_use` is the refusal of --assets
+// when no side is claimed (--assets names the claimed side's source's config.json).
+struct DiffKind {
+  bool (*claims)(const Input& in) = nullptr;
+  DiffResult (*diff)(Input& other, Input& claimed, const DiffOptions& o, bool claimed_is_a) = nullptr;
+  const char* assets_use = nullptr;
+};
+// Adds a module's kind (once: a kind whose `claims` is there already is ignored).
+void register_diff_kind(const DiffKind& kind);
 
 nlohmann::json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOptions& o);
 

@@ -157,8 +157,7 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options) 
   for (const LayoutReader& r : layout_readers()) {
     if (!r.detect || (r.compare_only && !p.compare) || !r.detect(p)) continue;
     if (!r.open)
-      throw UnsupportedError(Where(path), std::string(r.name) + ": reading this layout needs dcpctl's item layer, "
-                                                                 "which this program did not install");
+      throw UnsupportedError(Where(path), std::string(r.name) + ": reading this layout needs " + r.installed_by);
     return r.open(p);
   }
   if (p.directory) return open_unrecognised_dir(p, options);
@@ -166,6 +165,6 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options) 
   throw IoError(Where(path), "not a directory: a DCP checkpoint is a directory holding .metadata");
 }
 
-bool opaque_type(const Checkpoint& ck, const TensorMeta& t) { return ck.layout == CheckpointLayout::Gguf && !t.dtype; }
+bool opaque_type(const Checkpoint& ck, const TensorMeta& t) { return !t.dtype && layout_reader(ck.layout).opaque_types; }
 
 }  // namespace dcpctl

@@ -96,7 +96,7 @@ Checkpoint open_checkpoint(const std::string& path, const OpenOptions& options);
 void require_complete(const Checkpoint& ck);
 
 // A tensor of a type its reader knows but dcpctl does not decode (a GGUF block type: Q8_0, Q4_K,
-// ...; meta/gguf_reader.cpp): laid out and checked like any tensor, its one chunk stored whole
+// ...; gguf/reader.cpp): laid out and checked like any tensor, its one chunk stored whole
 // (its bytes, stored_bytes), never "unknown"; a command that reads its values refuses it.
 bool opaque_type(const Checkpoint& ck, const TensorMeta& t);
 

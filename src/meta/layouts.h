@@ -32,6 +32,4 @@ Checkpoint open_rank_local(const std::string& dir, const std::vector<std::string
 // model.safetensors.index.json path or empty.
 Checkpoint open_safetensors_files(const std::string& dir, const std::vector<std::string>& names, const std::string& index);
 
-// One GGUF file (meta/gguf_reader.cpp).
-Checkpoint open_gguf(const std::string& path);
 }  // namespace dcpctl::meta_detail

@@ -142,9 +142,8 @@ Checkpoint open_safetensors_row(const Probe& p) {
   return meta_detail::open_safetensors_files(p.path, sharded_files(p), "");
 }
 
-// --- gguf: one llama.cpp model file ---------------------------------------------------------
+// --- gguf: one llama.cpp model file (the GGUF module installs its reader) ------------------
 bool detect_gguf(const Probe& p) { return !p.directory && ends_with(p.path, ".gguf"); }
-Checkpoint open_gguf_row(const Probe& p) { return meta_detail::open_gguf(p.path); }
 
 std::vector<LayoutReader>& table() {
   static std::vector<LayoutReader> rows = {
@@ -177,7 +176,9 @@ std::vector<LayoutReader>& table() {
       {CheckpointLayout::Gguf, "gguf", "GGUF file (llama.cpp's model file, versions 2 and 3)",
        "the header parses as llama.cpp's reader parses it, every tensor's data sits where llama.cpp expects it "
        "(in order, each padded to the alignment) and inside the file",
-       detect_gguf, open_gguf_row},
+       detect_gguf, nullptr, false,
+       "the GGUF module (src/gguf/), which this build of dcpctl left out: configure it with -DDCPCTL_WITH_GGUF=ON",
+       "GGUF type", "gguf"},
   };
   return rows;
 }
@@ -195,6 +196,14 @@ const LayoutReader& layout_reader(CheckpointLayout l) {
 void install_reader(CheckpointLayout l, LayoutReader::Open open) {
   for (auto& r : table())
     if (r.layout == l) r.open = open;
+}
+
+void install_reader(CheckpointLayout l, LayoutReader::Open open, LayoutFindings (*check)(const Checkpoint&)) {
+  for (auto& r : table())
+    if (r.layout == l) {
+      r.open = open;
+      r.check = check;
+    }
 }
 
 }  // namespace dcpctl

@@ -19,8 +19,10 @@
 // - a row marked `compare_only` is asked only when the caller reads for a comparison (diff and
 //   stats read a lone torch.save file; every other command refuses one as before);
 // - a row whose reader lives above meta/ (a torch.save zip needs the item layer's LibTorch
-//   plugin) has its `open` installed by that layer (install_reader; item/torch_file.h's
-//   install_item_readers()); until then its paths are refused as unsupported, naming the layout;
+//   plugin) or in a module (a GGUF file: src/gguf/, which a build may leave out) has its `open`
+//   installed by that layer or module (install_reader; item/torch_file.h's install_item_readers(),
+//   gguf/register.h's register_gguf()); until then its paths are refused as unsupported, naming
+//   the layout and what would read it (`installed_by`);
 // - when no row takes a directory, what it is not is said in one place (open_checkpoint: a DCP
 //   save that did not finish, an index without its files, a trainer's step folder read through
 //   the model inside, a run folder, or "not a checkpoint directory").
@@ -31,6 +33,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "util/finding.h"
 
 namespace dcpctl {
 
@@ -45,7 +49,7 @@ enum class CheckpointLayout {
   TorchSave,            // one torch.save file of a state_dict (item/torch_file.h; diff and stats)
   TorchSaveRanks,       // model_world_size_W_rank_R.pt: one torch.save of DTensor shards per rank (verl)
   TorchCheckpointing,   // torch_checkpointing ("DCPv2"): <item>_<rank>.pt (+ metadata.pkl) (item/torch_checkpointing.cpp)
-  Gguf,                 // one GGUF file, llama.cpp's (meta/gguf_reader.cpp)
+  Gguf,                 // one GGUF file, llama.cpp's (the GGUF module, src/gguf/)
 };
 
 // What detection looks at: the path as given, whether it is a directory, and for a directory
@@ -63,6 +67,11 @@ struct Probe {
   mutable std::optional<std::vector<std::string>> names_;
 };
 
+// What a layout's own check finds (LayoutReader::check): problems fail verify, notes do not.
+struct LayoutFindings {
+  Findings problems, notes;
+};
+
 struct LayoutReader {
   using Detect = bool (*)(const Probe&);
   using Open = Checkpoint (*)(const Probe&);
@@ -71,8 +80,19 @@ struct LayoutReader {
   const char* description;  // for people
   const char* complete;     // what the reader calls complete
   Detect detect;            // null: reached through another row's opener
-  Open open;                // null until installed (a reader above meta/)
+  Open open;                // null until installed (a reader above meta/ or in a module)
   bool compare_only = false;
+  // What installs `open`, for the refusal of a path this row detects while it is not installed.
+  const char* installed_by = "dcpctl's item layer, which this program did not install";
+  // The reader lists tensors of types it knows but dcpctl does not decode (a GGUF block type:
+  // checkpoint.h's opaque_type); the phrase that names such a type ("GGUF type"). Null: none.
+  const char* opaque_types = nullptr;
+  // The section `inspect --json` gives the checkpoint's non-tensor keys (Checkpoint::values) in,
+  // with its header's format (report/inspect.h); null: the layout has none.
+  const char* values_section = nullptr;
+  // What verify checks of this layout beyond its structure (a GGUF file's tensors against its
+  // architecture's table), installed with `open` by the module that reads it; null: nothing.
+  LayoutFindings (*check)(const Checkpoint&) = nullptr;
 };
 
 // The table, in the order the opener asks it.
@@ -81,5 +101,8 @@ const LayoutReader& layout_reader(CheckpointLayout l);
 
 // Installs the opener of a row whose reader lives above meta/ (the item layer calls it).
 void install_reader(CheckpointLayout l, LayoutReader::Open open);
+// Installs a module's reader whole: its opener and what verify checks of it (a module calls it
+// from its register function).
+void install_reader(CheckpointLayout l, LayoutReader::Open open, LayoutFindings (*check)(const Checkpoint&));
 
 }  // namespace dcpctl

@@ -12,7 +12,8 @@
 // The rows are declared here, in plan/, because the planner and the deal plan from them; each is
 // defined with its writer in a module of write/formats/ (an OutputWriter, write/execute.h: what it
 // derives from the plan, how its outputs are created, written and committed), and
-// write/formats/formats.cpp lists them. The planner (plan/plan.h), the deal (plan/deal.h), the
+// write/formats/formats.cpp lists them; a module's row (the GGUF module's, src/gguf/) is added by
+// the module's register function (formats::add), after the built-in rows. The planner (plan/plan.h), the deal (plan/deal.h), the
 // executor (write/executor.h), the upload planner and the model checks (write/execute.cpp,
 // write/consolidate.cpp) ask a format only what its row says; consolidate and reshard translate
 // options and pick a row (by --format's word, by the output's name, or by the command: --lora
@@ -26,11 +27,12 @@
 //   megatron        megatron.cpp          megatron-core's torch_dist: a DCP checkpoint, metadata.json,
 //                                         the common state and the layers' extra states
 //   peft-adapter    peft_adapter.cpp      a PEFT adapter folder (--lora adapter)
-//   gguf            gguf_file.cpp         llama.cpp's GGUF file (-o model.gguf: llama, qwen2, qwen3; docs/gguf.md)
+//   gguf            gguf/format.cpp       llama.cpp's GGUF file (-o model.gguf; docs/gguf.md), the GGUF module's row
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,6 +63,19 @@ struct PartBuffers {
   unsigned want = 0, least = 0;
 };
 
+// An option of one format alone (a GGUF's --outtype): consolidate's command line offers it and
+// refuses it for another format's output; its value reaches the writer in
+// ConsolidateOptions::format_options under its flag.
+struct FormatOption {
+  std::string_view flag;       // "--outtype"
+  std::string_view type_name;  // "TYPE"
+  std::string_view help;
+  std::string_view elsewhere;  // the refusal when given with another format's output
+};
+
+// Values of a format's options, by flag ("--outtype" -> "q8_0"); a flag not given is absent.
+using FormatOptionValues = std::map<std::string, std::string, std::less<>>;
+
 struct Format {
   std::string_view name;     // the summary's "format", and --format's word unless `flag` says otherwise
   std::string_view flag;     // --format's word ("hf"); empty: --format does not choose it
@@ -88,13 +103,19 @@ struct Format {
   // Its writer, for the command that writes it (consolidate's formats, or reshard's).
   std::unique_ptr<OutputWriter> (*consolidate_writer)(const ConsolidateOptions&) = nullptr;
   std::unique_ptr<OutputWriter> (*reshard_writer)(const ReshardOptions&) = nullptr;
+  // Its own options; `check_options` refuses bad values (UsageError) before anything is read.
+  std::vector<FormatOption> options;
+  void (*check_options)(const FormatOptionValues&) = nullptr;
 };
 
 // The rows (formats.cpp).
 namespace formats {
-extern const Format safetensors, hf_folder, torch_file, dcp, megatron, peft_adapter, gguf;
-// Every row, in the order --help lists them.
+extern const Format safetensors, hf_folder, torch_file, dcp, megatron, peft_adapter;
+// Every row, in the order --help lists them: the built-in rows, then the modules' in the order
+// they were added.
 const std::vector<const Format*>& all();
+// Adds a module's row (once: a row added again is ignored). Before the command line is built.
+void add(const Format* row);
 // The consolidate format --format WORD names; nullptr if none.
 const Format* by_flag(std::string_view word);
 // "safetensors, hf or torch": the words --format takes.

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "meta/codecs/codecs.h"
+#include "meta/readers.h"
 #include "plan/memory.h"
 #include "util/error.h"
 
@@ -206,7 +207,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     }
     if (!t.dtype)
       throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                             opaque_type(ck, t) ? "GGUF type " + t.dtype_name + ": dcpctl lists and checks it but does not decode its values"
+                             opaque_type(ck, t) ? std::string(layout_reader(ck.layout).opaque_types) + " " + t.dtype_name + ": dcpctl lists and checks it but does not decode its values"
                                                 : "dtype " + t.dtype_name + " is unknown to dcpctl");
     if (!coverage.covered(t)) continue;
     plan_saved(ck, t, it.key, target, world, rank_bytes, plan);

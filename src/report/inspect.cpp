@@ -8,6 +8,7 @@
 #include "meta/frameworks.h"
 #include "meta/geometry.h"
 #include "meta/lora_keys.h"
+#include "meta/readers.h"
 #include "view/codecs/quantized.h"
 #include "meta/shared_records.h"
 
@@ -199,9 +200,10 @@ json inspect_report(const Checkpoint& ck, const InspectOptions& opts) {
   for (const auto& [name, v] : dtypes) dj[name] = {{"tensors", v.first}, {"bytes", v.second}};
   s["dtypes"] = dj;
   out["summary"] = s;
-  // A GGUF file's keys (meta/gguf_reader.cpp: each value as text, an array of more than 8 as its
-  // length and element type).
-  if (ck.layout == CheckpointLayout::Gguf) out["gguf"] = {{"format", md.metadata_class}, {"keys", ck.values}};
+  // A layout's own keys, in the section its reader names (meta/readers.h values_section: a GGUF
+  // file's, each value as text, an array of more than 8 as its length and element type).
+  if (const char* section = layout_reader(ck.layout).values_section)
+    out[section] = {{"format", md.metadata_class}, {"keys", ck.values}};
   out["files"] = files;
   out["items"] = items;
   out["problems"] = problems;

@@ -13,9 +13,9 @@
 #include "meta/shared_records.h"
 #include "meta/structure.h"
 #include "meta/geometry.h"
-#include "check/gguf_arch.h"
 #include "check/hf_checks.h"
 #include "meta/manifest.h"
+#include "meta/readers.h"
 #include "util/crc32.h"
 #include "plan/memory.h"
 #include "report/integrity.h"
@@ -158,8 +158,8 @@ json verify_checkpoint(const std::string& dir, const VerifyOptions& opts) {
       }
     } else {
       add_structure(*ck, col);
-      if (ck->layout == CheckpointLayout::Gguf) {  // its tensors against its architecture's table
-        GgufArchReport g = check_gguf_arch(*ck);
+      if (const auto check = layout_reader(ck->layout).check) {  // what its module checks (a GGUF's architecture)
+        LayoutFindings g = check(*ck);
         for (const auto& p : g.problems) col.problem(p.code, p.where, p.message);
         for (const auto& n : g.notes) col.note(n.code, n.where, n.message);
       }

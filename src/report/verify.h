@@ -31,8 +31,8 @@
 // dtype-kept-by-user, keep-dtype-entry-invalid; the note schema-not-checked), and
 // the report gains "hf": {"config", "index", "files_audited", "sidecars", "config_checks", "schema"}.
 // A GGUF file (layout gguf, one file or a split's shards) adds gguf-offset, gguf-truncated,
-// missing-shard, gguf-split (meta/gguf_reader.cpp) and, against its architecture's table
-// (check/gguf_arch.h), gguf-tensor-unexpected, gguf-tensor-missing, gguf-shape-mismatch; the note
+// missing-shard, gguf-split (gguf/reader.cpp) and, against its architecture's table
+// (gguf/arch_check.h), gguf-tensor-unexpected, gguf-tensor-missing, gguf-shape-mismatch; the note
 // gguf-arch-not-checked.
 #pragma once
 

@@ -38,9 +38,9 @@ struct ConsolidateOptions : WriteOptions {
   // meta/lora_keys.h; the selection picks what the view is made of.
   LoraRequest lora;
   bool flat = false;                // Torch: flat keys
-  std::string outtype;              // GGUF: --outtype f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k ("": f16, the converter's default)
-  // GGUF: split files as the converter's --split-max-size / --split-max-tensors (write/gguf.h); 0: no limit.
-  uint64_t gguf_split_max_size = 0, gguf_split_max_tensors = 0;
+  // The values of the format's own options (plan/format.h FormatOption: a GGUF's --outtype,
+  // --split-max-size, --split-max-tensors), checked by its row's check_options.
+  FormatOptionValues format_options;
   bool keep_unsafe_values = false;  // Torch: keep values torch.load(weights_only=True) refuses
   // The HF folder: the files a Hugging Face folder needs beside its weights (config.json, the tokenizer;
   // write/assets.h), copied from beside the checkpoint, or from `assets_from` when not empty;

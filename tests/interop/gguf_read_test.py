@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GGUF files as input (meta/gguf_reader.cpp, docs/gguf.md "Reading a GGUF"): inspect, verify and
+"""GGUF files as input (gguf/reader.cpp, docs/gguf.md "Reading a GGUF"): inspect, verify and
 consolidate of files written by gguf-py 0.19.0's GGUFWriter (the writer llama.cpp's converter uses),
 read back against gguf-py's GGUFReader; then the same file damaged by hand, each damage a refusal
 that names the file, the offset and the key or tensor.
@@ -16,7 +16,7 @@ What is checked:
   version 1 and for a ggml type id dcpctl does not know;
 - consolidate -o .safetensors of the plain tensors (--include): each equal to GGUFReader's data,
   byte for byte; a quantized tensor read for its values is exit 5 naming it;
-- verify against the architecture's table (check/gguf_arch.h): a tiny llama GGUFWriter wrote with
+- verify against the architecture's table (gguf/arch_check.h): a tiny llama GGUFWriter wrote with
   llama.cpp's names and shapes passes; copies written with a tensor renamed, one dropped, one of
   another shape, and a layer past block_count are exit 3 naming the code, the tensor and (but for
   a missing one) its offset; the converter's own files pass in gguf-converter;

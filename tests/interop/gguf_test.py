@@ -220,7 +220,7 @@ def kimi_tokenizer(out: Path) -> tuple[int, dict]:
     shutil.copy(HERE / "gguf_kimi_tokenizer.py", out / "tokenization_kimi.py")
     return KIMI_RANKS + 256, dict(bos_token_id=KIMI_RANKS, eos_token_id=KIMI_RANKS + 1, pad_token_id=KIMI_RANKS + 255)
 
-# The architectures whose files verify checks against write/gguf_model.cpp's expected_tensors.
+# The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
                  "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4"}
 
@@ -545,7 +545,7 @@ def main(argv: list[str]) -> int:
             if split_args and (len(wants) < 2 or "tiny.gguf" in wants):
                 fail(f"{case}: the converter wrote {wants}, not a split")
             # The converter's file (its first shard) passes verify: names and shapes against the table
-            # (check/gguf_arch.h), which must know the architectures of TABLE_CHECKED.
+            # (gguf/arch_check.h), which must know the architectures of TABLE_CHECKED.
             r = subprocess.run([dcpctl, "verify", str(want.parent / wants[0])], capture_output=True, text=True)
             base = arch.removesuffix("-bf16").removesuffix("-tied")
             if r.returncode != 0 or (base in TABLE_CHECKED and "gguf-arch-not-checked" in r.stdout):

@@ -1,4 +1,4 @@
-// GGUF v3 (write/gguf.h): the header's bytes and the tensor types' arithmetic, each against what
+// GGUF v3 (gguf/gguf.h): the header's bytes and the tensor types' arithmetic, each against what
 // gguf-py 0.19.0 (the gguf-py llama-cpp-python 0.3.36's sdist carries, the same as PyPI's gguf
 // 0.19.0) writes for the same input: GGUFWriter for the file, quants.quantize for Q8_0, BF16 and
 // F16. The expected bytes were produced by that code (the recipe is in docs/gguf.md).
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "write/gguf.h"
+#include "gguf/gguf.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;

@@ -1,9 +1,9 @@
-// Two tables of one fact: what the writer plans for an architecture (write/gguf_model.h's
+// Two tables of one fact: what the writer plans for an architecture (gguf/model.h's
 // plan_tensors, llama.cpp's converter's names and shapes) and what verify expects of it
 // (expected_tensors, llama.cpp's loader's). For each architecture dcpctl writes, a tiny model's
 // Hugging Face tensors are planned, the header the writer would write (its keys from
 // add_model_keys, the tokens' count, each planned tensor) laid out into a file, and that file read
-// back (meta/gguf_reader.cpp) and checked as verify checks it (check/gguf_arch.h): no problem, and
+// back (gguf/reader.cpp) and checked as verify checks it (gguf/arch_check.h): no problem, and
 // the architecture is one the table knows. A tensor dropped from the file is then missing.
 #include <catch2/catch.hpp>
 
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "check/gguf_arch.h"
+#include "gguf/arch_check.h"
 #include "meta/checkpoint.h"
-#include "write/gguf_model.h"
+#include "gguf/model.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;

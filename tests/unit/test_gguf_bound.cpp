@@ -1,4 +1,4 @@
-// diff's GGUF bounds (compare/gguf_bound.h): ggml's own bytes for tests/fixtures/gguf/quants/'s
+// diff's GGUF bounds (gguf/bound.h): ggml's own bytes for tests/fixtures/gguf/quants/'s
 // rows (libggml-base's quantize_row_*_ref, recorded by tests/fixtures/gguf/make_quants.py) are
 // within each type's bound of their input, and so are many rows more that dcpctl's encoder (ggml's
 // bytes bit for bit, unit:gguf_quants) quantizes; a code moved by one, a block scale changed, or
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "compare/gguf_bound.h"
+#include "gguf/bound.h"
 #include "util/numeric.h"
-#include "write/gguf.h"
+#include "gguf/gguf.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;

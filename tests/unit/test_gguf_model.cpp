@@ -1,4 +1,4 @@
-// What the converter writes beside the tensor bytes (write/gguf_model.h): the Llama Q/K row
+// What the converter writes beside the tensor bytes (gguf/model.h): the Llama Q/K row
 // permutation (LlamaModel.permute), gguf-py's size label and title, the tensor table and types.
 // The values were computed with numpy and gguf-py 0.19.0 (utility.size_label, Metadata.id_to_title);
 // tests/interop/gguf_test.py checks whole files against the converter itself.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "util/error.h"
-#include "write/gguf_model.h"
+#include "gguf/model.h"
 
 using namespace dcpctl;
 using namespace dcpctl::gguf;

@@ -1,4 +1,4 @@
-// ggml's reference quantizers (write/gguf_quants.h) against ggml itself: the bytes libggml-base
+// ggml's reference quantizers (gguf/quants.h) against ggml itself: the bytes libggml-base
 // (llama-cpp-python 0.3.36's llama.cpp, built by tools/gguf_oracle.py build) writes for the rows of
 // tests/fixtures/gguf/quants/input.f32, recorded by tests/fixtures/gguf/make_quants.py (its
 // docstring has the recipe and what each row exercises).
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "write/gguf.h"
+#include "gguf/gguf.h"
 
 using namespace dcpctl::gguf;
 

@@ -1,4 +1,4 @@
-// The converter's pre-tokenizer digest (write/gguf_vocab.h) against transformers': the tokenizers of
+// The converter's pre-tokenizer digest (gguf/vocab.h) against transformers': the tokenizers of
 // tests/fixtures/gguf (make_tokenizers.py: trained on the check text with Llama 3's and Qwen2's split
 // patterns; digests.json holds what transformers 5.23's AutoTokenizer gives, the way llama.cpp's
 // converter computes it), and the refusals of what dcpctl does not run.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "util/error.h"
-#include "write/gguf_vocab.h"
+#include "gguf/vocab.h"
 
 using namespace dcpctl;
 using nlohmann::json;

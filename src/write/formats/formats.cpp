@@ -1,11 +1,24 @@
 // The table of output formats (plan/format.h): each row is defined by its module.
 #include "plan/format.h"
 
+#include <algorithm>
+
 namespace dcpctl::formats {
 
-const std::vector<const Format*>& all() {
-  static const std::vector<const Format*> rows{&safetensors, &hf_folder, &torch_file, &dcp, &megatron, &peft_adapter, &gguf};
-  return rows;
+namespace {
+
+std::vector<const Format*>& rows() {
+  static std::vector<const Format*> table{&safetensors, &hf_folder, &torch_file, &dcp, &megatron, &peft_adapter};
+  return table;
+}
+
+}  // namespace
+
+const std::vector<const Format*>& all() { return rows(); }
+
+void add(const Format* row) {
+  std::vector<const Format*>& table = rows();
+  if (std::find(table.begin(), table.end(), row) == table.end()) table.push_back(row);
 }
 
 const Format* by_flag(std::string_view word) {

@@ -27,7 +27,7 @@
 // "with bit-exact same results"); a row whose length is not a multiple of 32 cannot be Q8_0
 // (the converter falls back to F16 for such a tensor). Q4_0 (2), Q5_0 (6), Q5_1 (7) in blocks of
 // 32 and Q4_K (12), Q5_K (13), Q6_K (14) in super-blocks of 256 are ggml's reference quantizers
-// (write/gguf_quants.h), what llama-quantize writes without an importance matrix.
+// (gguf/quants.h), what llama-quantize writes without an importance matrix.
 #pragma once
 
 #include <cstddef>

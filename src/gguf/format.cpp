@@ -1,18 +1,18 @@
 // The `gguf` format (consolidate -o model.gguf): llama.cpp's model file, as its converter
 // (convert_hf_to_gguf.py) writes it for the same model: one file, a whole model, its config and
 // tokenizer from beside the checkpoint or --assets (issue 71 item 1; docs/gguf.md); or, with
-// --split-max-size / --split-max-tensors, the converter's split files (write/gguf.h), each shard
+// --split-max-size / --split-max-tensors, the converter's split files (gguf/gguf.h), each shard
 // a file of its own under a temporary name, renamed only once every shard is complete.
 //
-// The header (write/gguf.h) is a function of config.json, the tokenizer files and the plan's
-// tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
+// The header (gguf/gguf.h) is a function of config.json, the tokenizer files and the plan's
+// tensors (gguf/model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
 // then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
 // Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
-// tensor, config setting or tokenizer write/gguf_model.h does not write, a non-floating tensor,
+// tensor, config setting or tokenizer gguf/model.h does not write, a non-floating tensor,
 // and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
 // writer does not follow yet).
 #include <unistd.h>
@@ -28,8 +28,10 @@
 #include "util/numeric.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
-#include "write/gguf_model.h"
-#include "write/gguf_tiktoken.h"
+#include "gguf/format.h"
+#include "gguf/gguf.h"
+#include "gguf/model.h"
+#include "gguf/tiktoken.h"
 #include "write/output.h"
 
 namespace dcpctl {
@@ -65,6 +67,32 @@ void read_whole(ChunkSource& src, const WritePlan& plan, const PlannedTensor& pt
   assemble_box(src, *pt.t, r.box, r.pieces, dst);
 }
 
+// The value of the format's option `flag` (FormatOption), "" when not given.
+std::string option(const FormatOptionValues& values, std::string_view flag) {
+  auto it = values.find(flag);
+  return it == values.end() ? std::string() : it->second;
+}
+
+// --outtype, "f16" (the converter's default) when not given.
+std::string outtype(const ConsolidateOptions& o) {
+  std::string t = option(o.format_options, "--outtype");
+  return t.empty() ? "f16" : t;
+}
+
+// --split-max-tensors: a whole number, 0 (no limit) when not given.
+uint64_t split_tensors(const std::string& text) {
+  if (text.empty()) return 0;
+  if (text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw UsageError(Where(), "--split-max-tensors must be a whole number, not '" + text + "'");
+  return std::stoull(text);
+}
+
+// The options' values refused before anything is read (the type: when the writer is made).
+void check_options(const FormatOptionValues& values) {
+  if (std::string size = option(values, "--split-max-size"); !size.empty()) gguf::split_size(size);
+  split_tensors(option(values, "--split-max-tensors"));
+}
+
 // "tiny-llama" of ".../tiny-llama.gguf".
 std::string stem(const std::string& output) {
   std::string base = output.substr(output.find_last_of('/') + 1);
@@ -78,7 +106,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   void check(const WriteRequest& request) override {
     ConsolidatedWriter::check(request);
     if (o_.cast) throw UsageError(Where(o_.output), "--dtype does not apply to a GGUF output: --outtype (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k) says its type");
-    out_ = gguf::out_type(o_.outtype.empty() ? "f16" : o_.outtype);
+    out_ = gguf::out_type(outtype(o_));
     Assets assets = find_assets(request.ck, o_.assets_from, &request.model.config());
     std::string tokenizer_config, jinja;
     for (const Asset& a : assets.files) {
@@ -166,14 +194,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     if (most > plan.budget)
       throw UnsupportedError(Where(o_.output), "a GGUF tensor is converted whole: the largest needs " + std::to_string(most) +
                                                    " bytes, more than --max-memory's " + std::to_string(plan.budget));
-    // The shards (write/gguf.h): one, the plain file, unless a limit splits it.
+    // The shards (gguf/gguf.h): one, the plain file, unless a limit splits it.
     std::vector<uint64_t> bytes;
     for (const gguf::TensorPlan& tp : plans_) {
       uint64_t n = 1;
       for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
       bytes.push_back(gguf::tensor_bytes(tp.type, n, tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back())));
     }
-    shard_ = gguf::split_shards(bytes, o_.gguf_split_max_tensors, o_.gguf_split_max_size);
+    const std::string split_size = option(o_.format_options, "--split-max-size");
+    shard_ = gguf::split_shards(bytes, split_tensors(option(o_.format_options, "--split-max-tensors")),
+                                split_size.empty() ? 0 : gguf::split_size(split_size));
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
     gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
@@ -206,7 +236,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       files.push_back({{"path", paths_[f]}, {"tensors", h[f].tensors()}, {"bytes", headers_[f].size() + data_bytes_[f]}});
     }
     summary["files"] = files;
-    summary["gguf"] = {{"architecture", arch_.name}, {"outtype", o_.outtype.empty() ? "f16" : o_.outtype}};
+    summary["gguf"] = {{"architecture", arch_.name}, {"outtype", outtype(o_)}};
   }
 
   void write_files(WriteJob& job, Executor& ex, const std::string&) override {
@@ -290,7 +320,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   gguf::Arch arch_;
   json config_, tokenizer_, tokenizer_config_;
   std::string jinja_, where_;
-  std::optional<std::string> tiktoken_;  // tiktoken.model (Kimi K2: write/gguf_tiktoken.h)
+  std::optional<std::string> tiktoken_;  // tiktoken.model (Kimi K2: gguf/tiktoken.h)
   std::vector<size_t> order_;
   std::vector<gguf::TensorPlan> plans_;
   std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section
@@ -303,7 +333,11 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 
 }  // namespace
 
-const Format formats::gguf = [] {
+namespace {
+constexpr const char* kSplitElsewhere = "--split-max-size and --split-max-tensors go with a GGUF output (-o model.gguf)";
+}  // namespace
+
+const Format gguf::output_format = [] {
   Format f;
   f.name = "gguf";  // chosen by the name (-o model.gguf), not a --format word
   // One file, written by rank 0 tensor by tensor at the offsets its header gives.
@@ -313,6 +347,18 @@ const Format formats::gguf = [] {
   f.whole_model = true;
   f.file_name = [](size_t, size_t) { return std::string("model.gguf"); };
   f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<GgufFile>(o); };
+  f.options = {
+      {"--outtype", "TYPE",
+       ".gguf output: the type of its 2-D weights, as convert_hf_to_gguf.py's --outtype: f32, f16 (default), bf16 or q8_0, or as "
+       "llama-quantize --pure: q4_0, q4_k, q5_k or q6_k (norms and 1-D tensors stay F32)",
+       "--outtype goes with a GGUF output (-o model.gguf)"},
+      {"--split-max-size", "N",
+       ".gguf output: split it as convert_hf_to_gguf.py --split-max-size does, a shard's tensor data at most N bytes "
+       "(K, M, G: powers of 1000; a larger tensor alone), into NAME-00001-of-0000N.gguf beside NAME.gguf", kSplitElsewhere},
+      {"--split-max-tensors", "N", ".gguf output: split it as convert_hf_to_gguf.py --split-max-tensors does, at most N tensors a shard",
+       kSplitElsewhere},
+  };
+  f.check_options = check_options;
   return f;
 }();
 

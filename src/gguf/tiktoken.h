@@ -23,7 +23,7 @@
 //     (tokenizer_config.json's, else chat_template.jinja).
 //
 // The converter names the tokenizer kimi-k2 by the digest of its encoding of a fixed text (as for
-// tokenizer.json, write/gguf_vocab.h); dcpctl does not run tiktoken's encoding, and names it so by
+// tokenizer.json, gguf/vocab.h); dcpctl does not run tiktoken's encoding, and names it so by
 // its class (is_kimi_tokenizer): a Kimi tokenizer whose ranks were changed, which the converter
 // would refuse, is written as kimi-k2.
 #pragma once
@@ -32,7 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "write/gguf.h"
+#include "gguf/gguf.h"
 
 namespace dcpctl::gguf {
 

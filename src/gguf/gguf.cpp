@@ -1,5 +1,5 @@
-// GGUF v3 headers and tensor encodings (write/gguf.h).
-#include "write/gguf.h"
+// GGUF v3 headers and tensor encodings (gguf/gguf.h).
+#include "gguf/gguf.h"
 
 #include <cmath>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "util/error.h"
 #include "util/le.h"
 #include "util/numeric.h"
-#include "write/gguf_quants.h"
+#include "gguf/quants.h"
 
 namespace dcpctl::gguf {
 

@@ -1,4 +1,4 @@
-#include "compare/gguf_bound.h"
+#include "gguf/bound.h"
 
 #include <cmath>
 #include <cstring>

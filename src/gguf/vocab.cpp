@@ -1,5 +1,5 @@
-// The converter's pre-tokenizer digest (write/gguf_vocab.h).
-#include "write/gguf_vocab.h"
+// The converter's pre-tokenizer digest (gguf/vocab.h).
+#include "gguf/vocab.h"
 
 #include <map>
 #include <stdexcept>

@@ -1,5 +1,5 @@
-// verify of a GGUF file (or a split's shards read as one: meta/gguf_reader.cpp) against what
-// llama.cpp's loader asks of its architecture (write/gguf_model.h's expected_tensors, for the
+// verify of a GGUF file (or a split's shards read as one: gguf/reader.cpp) against what
+// llama.cpp's loader asks of its architecture (gguf/model.h's expected_tensors, for the
 // architectures dcpctl writes: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's own keys
 // (block_count, embedding_length, feed_forward_length, head counts, key/value lengths, expert
 // counts and lengths, the vocabulary's size):
@@ -13,13 +13,11 @@
 #pragma once
 
 #include "meta/checkpoint.h"
-#include "util/finding.h"
+#include "meta/readers.h"
 
 namespace dcpctl {
 
-struct GgufArchReport {
-  Findings problems, notes;
-};
+using GgufArchReport = LayoutFindings;
 
 GgufArchReport check_gguf_arch(const Checkpoint& ck);
 

@@ -16,7 +16,7 @@
 //            the ones before it, each padded to the alignment (gguf.cpp refuses any other offset),
 //            its bytes inside the file (the model loader's "not within the file bounds")
 //
-// Split files (`NAME-00001-of-0000N.gguf`, write/gguf.h; llama-model-loader.cpp's splits): a file
+// Split files (`NAME-00001-of-0000N.gguf`, gguf/gguf.h; llama-model-loader.cpp's splits): a file
 // whose split.count is above 1 is one shard of a model; the shards are named from its own name,
 // split.no and split.count (llama_split_prefix; a name that does not end so is damage), read in
 // order as one model whatever shard was given, the keys the first shard's, each tensor stored in
@@ -45,7 +45,8 @@
 #include <set>
 #include <unordered_set>
 
-#include "meta/gguf_types.h"
+#include "gguf/reader.h"
+#include "gguf/types.h"
 #include "meta/layouts.h"
 #include "store/file.h"
 #include "util/error.h"
@@ -76,10 +77,6 @@ const GgmlType* ggml_type(uint32_t id) {
     if (t.id == id) return &t;
   return nullptr;
 }
-
-}  // namespace gguf
-
-namespace meta_detail {
 
 namespace {
 
@@ -385,7 +382,7 @@ Checkpoint open_gguf(const std::string& path) {
   if (!count || *count <= 1) {  // one file (llama.cpp reads split.count > 1 only as a split)
     ck.metadata_sources.push_back(path);
     md.files = {base_name(path)};
-    stat_data_files(ck);
+    meta_detail::stat_data_files(ck);
     ck.values = std::move(given.values);
     ck.metadata_bytes = given.data_start;
     lay_out(ck, given, 0);
@@ -442,7 +439,7 @@ Checkpoint open_gguf(const std::string& path) {
     md.files.push_back(base_name(shard.first.path));
     ck.metadata_bytes += shard.first.data_start;
   }
-  stat_data_files(ck);
+  meta_detail::stat_data_files(ck);
   for (size_t f = 0; f < shards.size(); ++f) lay_out(ck, shards[f].first, static_cast<uint32_t>(f));
   // The keys are the first shard's (the others hold only their split keys); its split.tensors.count
   // is every tensor of the split.
@@ -463,6 +460,6 @@ Checkpoint open_gguf(const std::string& path) {
   return ck;
 }
 
-}  // namespace meta_detail
+}  // namespace gguf
 
 }  // namespace dcpctl

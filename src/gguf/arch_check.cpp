@@ -1,10 +1,10 @@
-// A GGUF's tensors against its architecture's table (check/gguf_arch.h).
-#include "check/gguf_arch.h"
+// A GGUF's tensors against its architecture's table (gguf/arch_check.h).
+#include "gguf/arch_check.h"
 
 #include <map>
 #include <set>
 
-#include "write/gguf_model.h"
+#include "gguf/model.h"
 
 namespace dcpctl {
 
@@ -16,7 +16,7 @@ std::string arch_shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
-// A key's value as the reader keeps it (meta/gguf_reader.cpp): an integer's decimal text; an
+// A key's value as the reader keeps it (gguf/reader.cpp): an integer's decimal text; an
 // array of more than 8 elements "[N type]", of fewer its elements.
 std::optional<int64_t> key_integer(const std::map<std::string, std::string>& values, const std::string& key, bool length) {
   auto it = values.find(key);

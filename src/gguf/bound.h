@@ -1,5 +1,5 @@
 // How far a GGUF tensor's values may be from its source's and still be what a correct writer made
-// of them (diff SOURCE model.gguf, compare/gguf_diff.h; docs/gguf.md, "Diff against the source").
+// of them (diff SOURCE model.gguf, gguf/diff.h; docs/gguf.md, "Diff against the source").
 // Each type is decoded as ggml's dequantize_row_* decodes it (ggml-quants.c of llama.cpp as in the
 // sdist of docs/gguf.md), in float32, and each element x of the source (float32, as the writer
 // quantizes it) held to a bound derived from the type's reference arithmetic (quantize_row_*_ref,

@@ -1,6 +1,6 @@
-// ggml's reference block quantizers (write/gguf_quants.h), transcribed from ggml-quants.c of
+// ggml's reference block quantizers (gguf/quants.h), transcribed from ggml-quants.c of
 // llama-cpp-python 0.3.36's llama.cpp: the same float32 operations in the same order.
-#include "write/gguf_quants.h"
+#include "gguf/quants.h"
 
 #include <algorithm>
 #include <cfloat>

@@ -7,10 +7,10 @@
 // Architectures: config.json's architectures[0] LlamaForCausalLM, MistralForCausalLM and
 // MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
 // Qwen3MoeForCausalLM (qwen3moe), DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (deepseek2; Kimi K2 with
-// its tiktoken tokenizer: write/gguf_tiktoken.h), Glm4MoeForCausalLM (glm4moe),
+// its tiktoken tokenizer: gguf/tiktoken.h), Glm4MoeForCausalLM (glm4moe),
 // GptOssForCausalLM (gpt-oss); experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
 // else, a tensor the table does not name, another rope type, or a tokenizer the converter would
-// treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: write/gguf_vocab.h) is
+// treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: gguf/vocab.h) is
 // refused, UnsupportedError (exit 5) naming it.
 #pragma once
 
@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "write/gguf.h"
+#include "gguf/gguf.h"
 
 namespace dcpctl::gguf {
 

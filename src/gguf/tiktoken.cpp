@@ -1,5 +1,5 @@
-// Kimi K2's tiktoken tokenizer in a GGUF (write/gguf_tiktoken.h).
-#include "write/gguf_tiktoken.h"
+// Kimi K2's tiktoken tokenizer in a GGUF (gguf/tiktoken.h).
+#include "gguf/tiktoken.h"
 
 #include <cstdint>
 #include <string_view>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "util/error.h"
-#include "write/gguf_vocab.h"
+#include "gguf/vocab.h"
 
 namespace dcpctl::gguf {
 

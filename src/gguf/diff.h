@@ -5,13 +5,13 @@
 // folder, a .safetensors file, a DCP checkpoint of a Hugging Face model, or a trainer's checkpoint
 // through --map (the same maps). Its config.json (beside it, or --assets DIR) names the
 // architecture. The source's tensors are planned into GGUF tensors by the writer's own plan
-// (write/gguf_model.h's plan_tensors: the one table of llama.cpp's names, the Q/K row permutation,
+// (gguf/model.h's plan_tensors: the one table of llama.cpp's names, the Q/K row permutation,
 // the experts stacked per layer, DeepSeek's kv_b split, GPT-OSS's fused gate_up split, Llama 3's
 // rope_freqs computed from config.json), so each GGUF tensor is compared, under its GGUF name, with
 // the float32 values the writer quantizes for it, in the file's layout: equivalent to undoing each
 // transform on the file's side (each is a bijection of elements), and the blocks a bound is per are
 // the file's own. Each tensor's type is decoded as ggml decodes it and each element held to its
-// type's bound (compare/gguf_bound.h), whatever type the file chose for it (llama-quantize's mixes
+// type's bound (gguf/bound.h), whatever type the file chose for it (llama-quantize's mixes
 // too). The file's name is the key; "source_keys" lists the Hugging Face tensors it was made from.
 //
 // Per tensor: identical (every element within its bound: bound "gguf", "codec" the type, "inexact"

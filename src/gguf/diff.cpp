@@ -1,4 +1,4 @@
-#include "compare/gguf_diff.h"
+#include "gguf/diff.h"
 
 #include <unistd.h>
 
@@ -12,12 +12,12 @@
 #include <sstream>
 #include <thread>
 
-#include "compare/gguf_bound.h"
+#include "gguf/bound.h"
 #include "item/window.h"
 #include "util/elements.h"
 #include "util/numeric.h"
 #include "write/assets.h"
-#include "write/gguf_model.h"
+#include "gguf/model.h"
 
 namespace dcpctl {
 
@@ -121,7 +121,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   if (!o.map.empty()) map_input(source, o.map, src_sel, map_config);
   std::vector<SelectedItem> items = input_items(source, src_sel);
 
-  // The source's tensors in the converter's order (write/formats/gguf_file.cpp's plan_files).
+  // The source's tensors in the converter's order (gguf/format.cpp's plan_files).
   std::vector<const SelectedItem*> tensors;
   for (const SelectedItem& it : items)
     if (it.tensor) tensors.push_back(&it);
@@ -163,6 +163,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
   DiffResult r;
   struct Job {
     size_t key, plan, file;
+    uint32_t type;  // the file's tensor's ggml type, whose bound its values are held to
   };
   std::vector<Job> jobs;
   std::set<size_t> matched;
@@ -199,9 +200,9 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
         if (!type)
           throw UnsupportedError(Where(file.path, std::nullopt, ft.fqn), "'" + ft.fqn + "' is " + ft.dtype_name +
                                                                            ": diff decodes F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
-        k.gguf_type = *type;
+        k.module_bound = KeyDiff::ModuleBound{"gguf", gguf::bound_name(*type), gguf::bound_rule(*type)};
         k.compared = true;
-        jobs.push_back({r.keys.size(), p, it->second});
+        jobs.push_back({r.keys.size(), p, it->second, *type});
         total += numel_of(tp.shape) * 4;
       }
     }
@@ -293,7 +294,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     if (tp.kv_b) x = gguf::kv_b_part(tp, x.data(), metas[tp.inputs[0]]->shape[1]);
     if (x.size() != n) throw std::logic_error("gguf diff: '" + tp.name + "' planned as " + std::to_string(n) + " elements, made " + std::to_string(x.size()));
     std::vector<uint8_t> stored = read_stored(file, ft);
-    compare_parallel(*k.gguf_type, stored.data(), x.data(), n, std::max(1u, o.threads), k.acc);
+    compare_parallel(job.type, stored.data(), x.data(), n, std::max(1u, o.threads), k.acc);
     if (k.acc.differ) found = true;
     done += 4 * n + stored.size();
     if (o.progress) o.progress(done, total);

@@ -1,4 +1,4 @@
-#include "write/gguf_model.h"
+#include "gguf/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "util/error.h"
-#include "write/gguf_vocab.h"
+#include "gguf/vocab.h"
 
 namespace dcpctl::gguf {
 
@@ -49,7 +49,7 @@ int64_t need_int(const json& c, const char* key, const std::string& where) {
 TensorType type_of(const std::string& n, const std::vector<int64_t>& shape, OutType out) {
   auto ends = [&](const char* s) { size_t k = std::strlen(s); return n.size() >= k && n.compare(n.size() - k, k, s) == 0; };
   bool f32 = shape.size() <= 1 || ends("_norm.weight") || ends(".ffn_gate_inp.weight") || !ends(".weight");
-  // llama-quantize's fallbacks where the rows are not whole blocks (write/gguf.h's row_type): a Q8_0
+  // llama-quantize's fallbacks where the rows are not whole blocks (gguf/gguf.h's row_type): a Q8_0
   // (or Q4_0) whose rows are not a multiple of 32 is F16, a K-quant another block type first.
   return f32 ? TensorType::F32 : row_type(out.type, static_cast<uint64_t>(shape.back()));
 }
@@ -790,7 +790,7 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
                                              (model.is_object() ? model.value("type", std::string("untyped")) : std::string("missing")));
   if (tok.contains("normalizer") && !tok["normalizer"].is_null())
     throw UnsupportedError(Where(where), "a tokenizer.json with a normalizer is not written into a GGUF by dcpctl yet");
-  // tokenizer.ggml.pre: the converter's digest (write/gguf_vocab.h), a name it knows or refused.
+  // tokenizer.ggml.pre: the converter's digest (gguf/vocab.h), a name it knows or refused.
   // transformers 5's AutoTokenizer loads a glm4_moe model's tokenizer.json as it is
   // (TokenizersBackend, its registered class) whatever tokenizer_class tokenizer_config.json names
   // (GLM's say PreTrainedTokenizer): that class does not change the digest there.
