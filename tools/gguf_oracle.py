@@ -48,7 +48,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dcpctl
 LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
-           "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf")
+           "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf",
+           "models/ggml-vocab-llama-spm.gguf")
 
 # llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine.
 BUILD_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_SSE42=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF",
@@ -252,11 +253,92 @@ def built_tokenizer(name, out):
     return digest
 
 
+# SentencePiece vocabularies rebuilt as tokenizer.model (spm_tokenizer): llama.cpp's vocab file holds
+# each piece, its score and its type; the rest of the ModelProto is what the family's own
+# tokenizer.model says of how it tokenizes. Llama 2's (meta-llama/Llama-2-7b-hf, which Mistral 7B's
+# and Mixtral's 32000-piece models share in form): BPE with byte fallback, <unk> <s> </s> at 0 1 2,
+# no pad, the identity normalizer with a dummy prefix and whitespace kept as it is.
+SPM = {
+    "llama-spm": dict(
+        trainer=dict(model_type=2, vocab_size=32000, byte_fallback=True, split_digits=True, split_by_unicode_script=True,
+                     split_by_number=True, split_by_whitespace=True, allow_whitespace_only_pieces=True,
+                     max_sentencepiece_length=16, vocabulary_output_piece_score=True, hard_vocab_limit=True,
+                     unk_id=0, bos_id=1, eos_id=2, pad_id=-1, unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+                     pad_piece="<pad>", unk_surface=" \u2047 "),
+        normalizer=dict(name="identity", add_dummy_prefix=True, remove_extra_whitespaces=False, escape_whitespaces=True)),
+}
+
+
+def vocab_tests(name):
+    """llama.cpp's test texts for a vocab file and the ids its tokenizer gives each (no BOS):
+    models/ggml-vocab-NAME.gguf.inp / .out, as test-tokenizer-0 reads them."""
+    base = fetch() / "models" / f"ggml-vocab-{name}.gguf"
+    texts = base.with_name(base.name + ".inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    ids = base.with_name(base.name + ".out").read_text(encoding="utf-8").split("\n")
+    if texts[-1] != "" or ids[-1] != "" or len(texts) != len(ids):  # each file ends with its separator
+        sys.exit(f"gguf_oracle: {base.name}.inp has {len(texts) - 1} texts, .out {len(ids) - 1} lines")
+    return [(t, [int(x) for x in i.split()]) for t, i in zip(texts[:-1], ids[:-1])]
+
+
+def spm_tokenizer(name, out):
+    """tokenizer.model for `name` (SPM) in `out`, built from llama.cpp's vocab file and checked:
+    sentencepiece itself must give llama.cpp's ids for every one of its test texts. Kept under
+    CACHE/tokenizers as tokenizer() keeps its files. Returns the number of texts checked."""
+    import shutil
+    key = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes()).hexdigest()[:16]
+    kept = CACHE / "tokenizers" / f"{name}-{key}"
+    if not (kept / "checked").exists():
+        tmp = kept.with_name(f"{kept.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        n = built_spm_tokenizer(name, tmp)
+        (tmp / "checked").write_text(str(n))
+        try:
+            tmp.rename(kept)
+        except OSError:  # another run kept it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kept / "tokenizer.model", out / "tokenizer.model")
+    return int((kept / "checked").read_text())
+
+
+def built_spm_tokenizer(name, out):
+    """spm_tokenizer(), built: a ModelProto (sentencepiece's own protobuf classes) of the vocab
+    file's pieces, scores and types, and SPM[name]'s trainer and normalizer settings."""
+    gguf = gguf_py()
+    from sentencepiece import SentencePieceProcessor, sentencepiece_model_pb2 as pb
+    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
+    get = lambda k: r.fields[k].contents()  # noqa: E731
+    if get("tokenizer.ggml.model") != "llama":
+        sys.exit(f"gguf_oracle: ggml-vocab-{name}.gguf is not a SentencePiece vocabulary")
+    m = pb.ModelProto()
+    for text, score, typ in zip(get("tokenizer.ggml.tokens"), get("tokenizer.ggml.scores"), get("tokenizer.ggml.token_type")):
+        m.pieces.add(piece=text, score=score, type=typ)  # llama.cpp's token types are SentencePiece's piece types
+    for k, v in SPM[name]["trainer"].items():
+        setattr(m.trainer_spec, k, v)
+    for k, v in SPM[name]["normalizer"].items():
+        setattr(m.normalizer_spec, k, v)
+    if m.trainer_spec.vocab_size != len(m.pieces):
+        sys.exit(f"gguf_oracle: {name}: {len(m.pieces)} pieces, the trainer's vocab_size {m.trainer_spec.vocab_size}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+    sp = SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    tests = vocab_tests(name)
+    for text, want in tests:
+        got = sp.encode(text)
+        if got != want:
+            sys.exit(f"gguf_oracle: {name}: sentencepiece gives {text!r} {got}, llama.cpp's test {want}")
+    return len(tests)
+
+
 def main(argv):
     if argv[:1] == ["fetch"] and len(argv) == 1:
         print(fetch())
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in PATTERNS:
         print(tokenizer(argv[1], argv[2]))
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in SPM:
+        print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
     elif argv[:1] == ["build"] and len(argv) == 1:
         print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
@@ -264,6 +346,9 @@ def main(argv):
         for name in PATTERNS:
             with tempfile.TemporaryDirectory() as d:
                 print(f"{name}: {tokenizer(name, d)} (the converter's)")
+        for name in SPM:
+            with tempfile.TemporaryDirectory() as d:
+                print(f"{name}: {spm_tokenizer(name, d)} texts tokenized as llama.cpp's tests say")
     else:
         print(__doc__, file=sys.stderr)
         return 2
