@@ -31,13 +31,17 @@ size_t id_of(const json& v, const std::string& what, const std::string& where) {
     }
     ok = used == s.size() && used > 0;
   }
-  if (!ok || id < 0) throw UnsupportedError(Where(where), what + " " + v.dump() + " is not a token id dcpctl writes (an integer, at least 0)");
+  if (!ok || id < 0)
+    throw UnsupportedError(Where(where),
+                           what + " " + v.dump() + " is not a token id dcpctl writes (an integer, at least 0)");
   return static_cast<size_t>(id);
 }
 
 }  // namespace
 
-bool tries_sentencepiece(const std::string& arch) { return arch == "llama" || arch == "qwen2" || arch == "qwen3"; }
+bool tries_sentencepiece(const std::string& arch) {
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3";
+}
 
 bool is_llama_hf_tokenizer(const json& tok) {
   if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object()) return false;
@@ -45,11 +49,12 @@ bool is_llama_hf_tokenizer(const json& tok) {
   const bool bpe = m.value("type", json()) == "BPE";
   const bool llama3 = bpe && m.value("ignore_merges", false) && !m.value("byte_fallback", true);
   const json decoder = tok.value("decoder", json());
-  return !llama3 && bpe && m.value("byte_fallback", false) && decoder.is_object() && decoder.value("type", json()) == "Sequence";
+  return !llama3 && bpe && m.value("byte_fallback", false) && decoder.is_object() &&
+         decoder.value("type", json()) == "Sequence";
 }
 
-SpmVocab spm_vocab(const std::string& model, const std::string& model_path, const json& config, const json& added_tokens,
-                   const json& tconf, const std::string& where) {
+SpmVocab spm_vocab(const std::string& model, const std::string& model_path, const json& config,
+                   const json& added_tokens, const json& tconf, const std::string& where) {
   sentencepiece::SentencePieceProcessor sp;
   if (const auto st = sp.LoadFromSerializedProto(model); !st.ok())
     throw FormatError(Where(model_path), "SentencePiece does not load this tokenizer.model (" + st.ToString() +
@@ -59,12 +64,15 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
   int64_t n = pieces;
   for (const char* key : {"vocab_size_per_layer_input", "vocab_size"})
     if (const json v = config.value(key, json()); !v.is_null()) {
-      if (!v.is_number_integer()) throw UnsupportedError(Where(where), std::string("config.json's ") + key + " " + v.dump() + " is not an integer");
+      if (!v.is_number_integer())
+        throw UnsupportedError(Where(where),
+                               std::string("config.json's ") + key + " " + v.dump() + " is not an integer");
       n = v.get<int64_t>() != 0 ? v.get<int64_t>() : pieces;
       break;
     }
   if (n < 0 || n > (int64_t(1) << 24))
-    throw UnsupportedError(Where(where), "a vocabulary of " + std::to_string(n) + " tokens is not written into a GGUF by dcpctl");
+    throw UnsupportedError(Where(where),
+                           "a vocabulary of " + std::to_string(n) + " tokens is not written into a GGUF by dcpctl");
   SpmVocab v;
   v.tokens.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v.tokens.push_back("[PAD" + std::to_string(i) + "]");
@@ -72,15 +80,20 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
   v.types.assign(static_cast<size_t>(n), kUnused);
   for (int id = 0; id < pieces && id < n; ++id) {
     int32_t type = kNormal;
-    if (sp.IsUnknown(id)) type = kUnknown;
-    else if (sp.IsControl(id)) type = kControl;
-    else if (sp.IsUnused(id)) type = kUnused;
-    else if (sp.IsByte(id)) type = kByte;
+    if (sp.IsUnknown(id))
+      type = kUnknown;
+    else if (sp.IsControl(id))
+      type = kControl;
+    else if (sp.IsUnused(id))
+      type = kUnused;
+    else if (sp.IsByte(id))
+      type = kByte;
     v.tokens[id] = sp.IdToPiece(id), v.scores[id] = sp.GetScore(id), v.types[id] = type;
   }
   if (added_tokens.is_object())
     for (const auto& [text, idv] : added_tokens.items()) {
-      if (!idv.is_number_integer()) throw UnsupportedError(Where(where), "added_tokens.json's id of '" + text + "' is not an integer");
+      if (!idv.is_number_integer())
+        throw UnsupportedError(Where(where), "added_tokens.json's id of '" + text + "' is not an integer");
       const size_t k = id_of(idv, "added_tokens.json's id of '" + text + "'", where);
       if (k >= static_cast<size_t>(n)) continue;  // "ignore token ...: id is out of range"
       v.tokens[k] = text, v.scores[k] = -1000.0f, v.types[k] = kUserDefined;
@@ -89,14 +102,16 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
     for (const auto& [key, data] : tconf["added_tokens_decoder"].items()) {
       const size_t k = id_of(json(key), "tokenizer_config.json's added_tokens_decoder key", where);
       if (!data.is_object() || !data.contains("content") || !data["content"].is_string())
-        throw UnsupportedError(Where(where), "tokenizer_config.json's added_tokens_decoder '" + key + "' has no content string");
+        throw UnsupportedError(Where(where),
+                               "tokenizer_config.json's added_tokens_decoder '" + key + "' has no content string");
       if (k >= static_cast<size_t>(n)) continue;
       std::string text = data["content"].get<std::string>();
       const json special = data.value("special", json());
       if ((special.is_boolean() && special.get<bool>()) || does_token_look_special(text)) {
         v.types[k] = kControl;
       } else if (!special.is_null() && !special.is_boolean()) {
-        throw UnsupportedError(Where(where), "tokenizer_config.json's added_tokens_decoder '" + key + "': special is " + special.dump());
+        throw UnsupportedError(
+            Where(where), "tokenizer_config.json's added_tokens_decoder '" + key + "': special is " + special.dump());
       } else {
         for (size_t at; (at = text.find("\xe2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
         v.types[k] = kUserDefined;
@@ -110,14 +125,16 @@ void add_llama_vocab_keys(Header& h, const json& config, const json& tconf, cons
   const json vs = config.value("vocab_size", json(32000));
   if (vs == json(32016) || vs == json(49152))
     throw UnsupportedError(Where(where), "a llama vocabulary of " + vs.dump() +
-                                             " tokens (CodeLlama's, Granite's), to which the converter adds keys of its own, is not written into a GGUF by dcpctl yet");
+                                             " tokens (CodeLlama's, Granite's), to which the converter adds keys of "
+                                             "its own, is not written into a GGUF by dcpctl yet");
   if (tconf.is_object())
-    if (const json p = tconf.value("add_prefix_space", json()); p.is_boolean()) h.add_bool("tokenizer.ggml.add_space_prefix", p.get<bool>());
+    if (const json p = tconf.value("add_prefix_space", json()); p.is_boolean())
+      h.add_bool("tokenizer.ggml.add_space_prefix", p.get<bool>());
 }
 
 void add_spm_tokenizer_keys(Header& h, const json& config, const std::string& model, const std::string& model_path,
-                            const json& added_tokens, const json& tokenizer, const json& tconf, const std::string& jinja,
-                            const std::string& where) {
+                            const json& added_tokens, const json& tokenizer, const json& tconf,
+                            const std::string& jinja, const std::string& where) {
   const SpmVocab v = spm_vocab(model, model_path, config, added_tokens, tconf, where);
   h.add_string("tokenizer.ggml.model", "llama");
   h.add_string("tokenizer.ggml.pre", "default");

@@ -57,17 +57,19 @@ struct SpmVocab {
 // `added_tokens` (added_tokens.json) and `tokenizer_config` may be null. FormatError when
 // SentencePiece does not load the model; UnsupportedError for what the converter does otherwise.
 SpmVocab spm_vocab(const std::string& model, const std::string& model_path, const nlohmann::json& config,
-                   const nlohmann::json& added_tokens, const nlohmann::json& tokenizer_config, const std::string& where);
+                   const nlohmann::json& added_tokens, const nlohmann::json& tokenizer_config,
+                   const std::string& where);
 
 // LlamaModel.set_vocab's own key before the tokenizer's (general.architecture llama); UnsupportedError
 // for the vocabulary sizes it adds keys after them for.
-void add_llama_vocab_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer_config, const std::string& where);
+void add_llama_vocab_keys(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer_config,
+                          const std::string& where);
 
 // The keys of _set_vocab_sentencepiece (above). `tokenizer` (tokenizer.json), `added_tokens`,
 // `tokenizer_config`: null when absent; `chat_template_jinja` "": none.
 void add_spm_tokenizer_keys(Header& h, const nlohmann::json& config, const std::string& model,
-                            const std::string& model_path, const nlohmann::json& added_tokens, const nlohmann::json& tokenizer,
-                            const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
-                            const std::string& where);
+                            const std::string& model_path, const nlohmann::json& added_tokens,
+                            const nlohmann::json& tokenizer, const nlohmann::json& tokenizer_config,
+                            const std::string& chat_template_jinja, const std::string& where);
 
 }  // namespace dcpctl::gguf

@@ -75,6 +75,9 @@ ARCHS = {
     # mixtral-spm also pads the vocabulary past the model's pieces and adds a token (SPM_EXTRAS).
     "llama-spm": (transformers.LlamaConfig, "llama-spm", {}),
     "mixtral-spm": (transformers.MixtralConfig, "llama-spm", dict(num_local_experts=4, num_experts_per_tok=2)),
+    # Not a release's pairing and not a default case: Qwen2Model.set_vocab (qwen2, qwen3) also takes a
+    # tokenizer.model first, and dcpctl with it.
+    "qwen3-spm": (transformers.Qwen3Config, "llama-spm", {}),
     "mixtral": (transformers.MixtralConfig, "llama-bpe", dict(num_local_experts=4, num_experts_per_tok=2)),
     "qwen2": (transformers.Qwen2Config, "qwen2", dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
     "qwen3": (transformers.Qwen3Config, "qwen2", dict(rope_parameters={
@@ -267,7 +270,7 @@ def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
 
 
 # The architectures whose files verify checks against write/gguf_model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
                  "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
