@@ -13,11 +13,18 @@ using nlohmann::json;
 namespace {
 
 // SentencePieceTokenTypes (conversion/base.py), which are SentencePiece's ModelProto piece types.
-enum : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum : int32_t {
+  kPieceNormal = 1,
+  kPieceUnknown = 2,
+  kPieceControl = 3,
+  kPieceUserDefined = 4,
+  kPieceUnused = 5,
+  kPieceByte = 6
+};
 
 // An id the converter indexes its token lists with: an int (added_tokens_decoder's keys through
 // int()); a negative one, which Python would count from the end, is refused.
-size_t id_of(const json& v, const std::string& what, const std::string& where) {
+size_t token_id_of(const json& v, const std::string& what, const std::string& where) {
   int64_t id = -1;
   bool ok = v.is_number_integer();
   if (ok) id = v.get<int64_t>();
@@ -77,30 +84,30 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
   v.tokens.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v.tokens.push_back("[PAD" + std::to_string(i) + "]");
   v.scores.assign(static_cast<size_t>(n), -10000.0f);
-  v.types.assign(static_cast<size_t>(n), kUnused);
+  v.types.assign(static_cast<size_t>(n), kPieceUnused);
   for (int id = 0; id < pieces && id < n; ++id) {
-    int32_t type = kNormal;
+    int32_t type = kPieceNormal;
     if (sp.IsUnknown(id))
-      type = kUnknown;
+      type = kPieceUnknown;
     else if (sp.IsControl(id))
-      type = kControl;
+      type = kPieceControl;
     else if (sp.IsUnused(id))
-      type = kUnused;
+      type = kPieceUnused;
     else if (sp.IsByte(id))
-      type = kByte;
+      type = kPieceByte;
     v.tokens[id] = sp.IdToPiece(id), v.scores[id] = sp.GetScore(id), v.types[id] = type;
   }
   if (added_tokens.is_object())
     for (const auto& [text, idv] : added_tokens.items()) {
       if (!idv.is_number_integer())
         throw UnsupportedError(Where(where), "added_tokens.json's id of '" + text + "' is not an integer");
-      const size_t k = id_of(idv, "added_tokens.json's id of '" + text + "'", where);
+      const size_t k = token_id_of(idv, "added_tokens.json's id of '" + text + "'", where);
       if (k >= static_cast<size_t>(n)) continue;  // "ignore token ...: id is out of range"
-      v.tokens[k] = text, v.scores[k] = -1000.0f, v.types[k] = kUserDefined;
+      v.tokens[k] = text, v.scores[k] = -1000.0f, v.types[k] = kPieceUserDefined;
     }
   if (tconf.is_object() && tconf.contains("added_tokens_decoder") && tconf["added_tokens_decoder"].is_object())
     for (const auto& [key, data] : tconf["added_tokens_decoder"].items()) {
-      const size_t k = id_of(json(key), "tokenizer_config.json's added_tokens_decoder key", where);
+      const size_t k = token_id_of(json(key), "tokenizer_config.json's added_tokens_decoder key", where);
       if (!data.is_object() || !data.contains("content") || !data["content"].is_string())
         throw UnsupportedError(Where(where),
                                "tokenizer_config.json's added_tokens_decoder '" + key + "' has no content string");
@@ -108,13 +115,13 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
       std::string text = data["content"].get<std::string>();
       const json special = data.value("special", json());
       if ((special.is_boolean() && special.get<bool>()) || does_token_look_special(text)) {
-        v.types[k] = kControl;
+        v.types[k] = kPieceControl;
       } else if (!special.is_null() && !special.is_boolean()) {
         throw UnsupportedError(
             Where(where), "tokenizer_config.json's added_tokens_decoder '" + key + "': special is " + special.dump());
       } else {
         for (size_t at; (at = text.find("\xe2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
-        v.types[k] = kUserDefined;
+        v.types[k] = kPieceUserDefined;
       }
       v.scores[k] = -1000.0f, v.tokens[k] = text;
     }
