@@ -2,8 +2,10 @@
 """llama.cpp's converter as the oracle of dcpctl's GGUF output (docs/gguf.md), fetched, not vendored.
 
     tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
-    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR
-    tools/gguf_oracle.py check                 # both tokenizers rebuilt, each named by the converter's table
+    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR,
+                                               # or a real SentencePiece tokenizer.model (llama-spm: Llama 2's)
+    tools/gguf_oracle.py check                 # the BPE tokenizers rebuilt, each named by the converter's
+                                               # table; llama-spm's, tokenizing llama.cpp's test texts
     tools/gguf_oracle.py build                 # llama-cpp-python built from the sdist (CPU, portable), cached;
                                                # prints the directory to put on sys.path
 
@@ -17,7 +19,9 @@ tokenizer trained for a test never converts. llama.cpp's vocab files of Llama 3 
 Qwen2 (`qwen2`) hold the tokens, their types and the merges; with the pre-tokenizer those models
 publish (Llama 3's and Qwen2's split patterns, byte-level) and Llama 3's BOS template they make a
 tokenizer.json that transformers loads and whose digest is the converter's own for that name
-(`check` asserts it each time), without downloading a model.
+(`check` asserts it each time), without downloading a model. llama.cpp's Llama 2 vocab file
+(`llama-spm`: SentencePiece's pieces, scores and types) makes Llama 2's tokenizer.model the same way
+(SPM below), checked by sentencepiece's ids for the test texts beside the vocab file.
 
 `build`: llama.cpp itself, as llama-cpp-python 0.3.36 builds it from the same sdist (pip wheel, no
 build isolation: the backend is .venv's pinned scikit-build-core and ninja, the system's cmake and
@@ -48,7 +52,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dcpctl
 LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
-           "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf")
+           "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf",
+           "models/ggml-vocab-llama-spm.gguf")
 
 # llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine.
 BUILD_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_SSE42=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF",
@@ -252,11 +257,90 @@ def built_tokenizer(name, out):
     return digest
 
 
+# SentencePiece vocabularies rebuilt as tokenizer.model (spm_tokenizer): llama.cpp's vocab file holds
+# each piece, its score and its type; the rest of the ModelProto says how the model tokenizes, and
+# only what encoding reads is set (the trainer's other fields are about training): Llama 2's is a
+# BPE with byte fallback, <unk> <s> </s> at 0 1 2, no pad, the identity normalizer with a dummy
+# prefix, whitespace escaped but not collapsed. That these are Llama 2's is what the check shows:
+# sentencepiece then gives llama.cpp's ids for every test text of the vocab file.
+SPM = {
+    "llama-spm": dict(
+        trainer=dict(model_type=2, vocab_size=32000, byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                     unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>", pad_piece="<pad>"),
+        normalizer=dict(name="identity", add_dummy_prefix=True, remove_extra_whitespaces=False, escape_whitespaces=True)),
+}
+
+
+def vocab_tests(name):
+    """llama.cpp's test texts for a vocab file and the ids its tokenizer gives each (no BOS):
+    models/ggml-vocab-NAME.gguf.inp / .out, as test-tokenizer-0 reads them."""
+    base = fetch() / "models" / f"ggml-vocab-{name}.gguf"
+    texts = base.with_name(base.name + ".inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    ids = base.with_name(base.name + ".out").read_text(encoding="utf-8").split("\n")
+    if texts[-1] != "" or ids[-1] != "" or len(texts) != len(ids):  # each file ends with its separator
+        sys.exit(f"gguf_oracle: {base.name}.inp has {len(texts) - 1} texts, .out {len(ids) - 1} lines")
+    return [(t, [int(x) for x in i.split()]) for t, i in zip(texts[:-1], ids[:-1])]
+
+
+def spm_tokenizer(name, out):
+    """tokenizer.model for `name` (SPM) in `out`, built from llama.cpp's vocab file and checked:
+    sentencepiece itself must give llama.cpp's ids for every one of its test texts. Kept under
+    CACHE/tokenizers as tokenizer() keeps its files. Returns the number of texts checked."""
+    import shutil
+    key = hashlib.sha256((SDIST_SHA256 + " ").encode() + Path(__file__).read_bytes()).hexdigest()[:16]
+    kept = CACHE / "tokenizers" / f"{name}-{key}"
+    if not (kept / "checked").exists():
+        tmp = kept.with_name(f"{kept.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        n = built_spm_tokenizer(name, tmp)
+        (tmp / "checked").write_text(str(n))
+        try:
+            tmp.rename(kept)
+        except OSError:  # another run kept it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kept / "tokenizer.model", out / "tokenizer.model")
+    return int((kept / "checked").read_text())
+
+
+def built_spm_tokenizer(name, out):
+    """spm_tokenizer(), built: a ModelProto (sentencepiece's own protobuf classes) of the vocab
+    file's pieces, scores and types, and SPM[name]'s trainer and normalizer settings."""
+    gguf = gguf_py()
+    from sentencepiece import SentencePieceProcessor, sentencepiece_model_pb2 as pb
+    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
+    get = lambda k: r.fields[k].contents()  # noqa: E731
+    if get("tokenizer.ggml.model") != "llama":
+        sys.exit(f"gguf_oracle: ggml-vocab-{name}.gguf is not a SentencePiece vocabulary")
+    m = pb.ModelProto()
+    for text, score, typ in zip(get("tokenizer.ggml.tokens"), get("tokenizer.ggml.scores"), get("tokenizer.ggml.token_type")):
+        m.pieces.add(piece=text, score=score, type=typ)  # llama.cpp's token types are SentencePiece's piece types
+    for k, v in SPM[name]["trainer"].items():
+        setattr(m.trainer_spec, k, v)
+    for k, v in SPM[name]["normalizer"].items():
+        setattr(m.normalizer_spec, k, v)
+    if m.trainer_spec.vocab_size != len(m.pieces):
+        sys.exit(f"gguf_oracle: {name}: {len(m.pieces)} pieces, the trainer's vocab_size {m.trainer_spec.vocab_size}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+    sp = SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    tests = vocab_tests(name)
+    for text, want in tests:
+        got = sp.encode(text)
+        if got != want:
+            sys.exit(f"gguf_oracle: {name}: sentencepiece gives {text!r} {got}, llama.cpp's test {want}")
+    return len(tests)
+
+
 def main(argv):
     if argv[:1] == ["fetch"] and len(argv) == 1:
         print(fetch())
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in PATTERNS:
         print(tokenizer(argv[1], argv[2]))
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in SPM:
+        print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
     elif argv[:1] == ["build"] and len(argv) == 1:
         print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
@@ -264,6 +348,9 @@ def main(argv):
         for name in PATTERNS:
             with tempfile.TemporaryDirectory() as d:
                 print(f"{name}: {tokenizer(name, d)} (the converter's)")
+        for name in SPM:
+            with tempfile.TemporaryDirectory() as d:
+                print(f"{name}: {spm_tokenizer(name, d)} texts tokenized as llama.cpp's tests say")
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@
 #include "gguf/gguf.h"
 #include "gguf/model.h"
 #include "gguf/tiktoken.h"
+#include "gguf/spm.h"
 #include "write/output.h"
 
 namespace dcpctl {
@@ -115,16 +116,25 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       if (a.name == "tokenizer_config.json") tokenizer_config_ = parse(read_text(a.source), a.source);
       if (a.name == "chat_template.jinja") jinja_ = read_text(a.source);
       if (a.name == "tiktoken.model") tiktoken_ = read_text(a.source);
+      if (a.name == "tokenizer.model") spm_model_ = read_text(a.source), spm_path_ = a.source;
+      if (a.name == "added_tokens.json") added_tokens_ = parse(read_text(a.source), a.source);
     }
     std::string where = assets.searched.empty() ? o_.output : assets.searched.front();
-    // Without tokenizer.json, Kimi K2's tiktoken.model (DeepseekV2Model.set_vocab's kimi-k2 branch).
-    const bool kimi = tokenizer_.is_null() && tiktoken_ && gguf::is_kimi_tokenizer(tokenizer_config_);
-    if (config_.is_null() || (tokenizer_.is_null() && !kimi))
+    if (!config_.is_null()) arch_ = gguf::arch_of(config_, where);
+    // The converter's set_vocab: a SentencePiece tokenizer.model first where the architecture's
+    // tries one (gguf/spm.h), else tokenizer.json, else (DeepseekV2Model.set_vocab's kimi-k2
+    // branch) Kimi K2's tiktoken.model.
+    spm_ = spm_model_ && gguf::tries_sentencepiece(arch_.name);
+    const bool kimi = !spm_ && tokenizer_.is_null() && tiktoken_ && gguf::is_kimi_tokenizer(tokenizer_config_);
+    if (config_.is_null() || (tokenizer_.is_null() && !kimi && !spm_))
       throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
                                                (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
-                                               (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : ""));
+                                               (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : "") +
+                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3)" : ""));
     where_ = where;
-    arch_ = gguf::arch_of(config_, where_);
+    if (!spm_ && arch_.name == "llama" && gguf::is_llama_hf_tokenizer(tokenizer_))
+      throw UnsupportedError(Where(where_), "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "
+                                            "transformers (_set_vocab_llama_hf), which dcpctl does not yet; put the model's tokenizer.model beside it");
     if (kimi && arch_.name != "deepseek2")
       throw UnsupportedError(Where(where_), "Kimi's tiktoken tokenizer is written into a GGUF of deepseek2 only (the converter's DeepseekV2Model reads it)");
   }
@@ -207,7 +217,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
     gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
-    if (tokenizer_.is_null())
+    if (arch_.name == "llama") gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
+    if (spm_)
+      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_);
+    else if (tokenizer_.is_null())
       gguf::add_kimi_tokenizer_keys(h[0], config_, *tiktoken_, tokenizer_config_, jinja_, where_);
     else
       gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
@@ -321,6 +334,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   json config_, tokenizer_, tokenizer_config_;
   std::string jinja_, where_;
   std::optional<std::string> tiktoken_;  // tiktoken.model (Kimi K2: gguf/tiktoken.h)
+  std::optional<std::string> spm_model_;  // tokenizer.model (SentencePiece: gguf/spm.h)
+  std::string spm_path_;
+  json added_tokens_;  // added_tokens.json
+  bool spm_ = false;   // the tokenizer written is spm_model_'s
   std::vector<size_t> order_;
   std::vector<gguf::TensorPlan> plans_;
   std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section

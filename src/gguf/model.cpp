@@ -763,11 +763,15 @@ std::string token_text(const json& config, const std::string& key) {
   return {};
 }
 
-bool looks_special(const std::string& t) {
+}  // namespace
+
+bool does_token_look_special(const std::string& t) {
   auto ends = [&](const std::string& s) { return t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0; };
   return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]" || (t.rfind("<|", 0) == 0 && ends("|>")) ||
          (t.rfind("<\xef\xbd\x9c", 0) == 0 && ends("\xef\xbd\x9c>")) || (t.rfind("<unused", 0) == 0 && ends(">"));
 }
+
+namespace {
 
 std::string special_id(const json& step) {
   if (step.is_object() && step.contains("SpecialToken") && step["SpecialToken"].contains("id") && step["SpecialToken"]["id"].is_string())
@@ -814,7 +818,7 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   const json added = tok.value("added_tokens", json::array());
   for (const json& a : added) {
     std::string text = a.value("content", "");
-    if (!a.value("special", false) && !looks_special(text)) {
+    if (!a.value("special", false) && !does_token_look_special(text)) {
       if (text.find("\xe2\x96\x81") != std::string::npos || !a.value("normalized", true))
         throw UnsupportedError(Where(where), "added token '" + text + "' (not special, or not normalized) is not written into a GGUF by dcpctl yet");
       place(a["id"].get<int64_t>(), text, 4);  // USER_DEFINED
@@ -828,10 +832,35 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   h.add_string("tokenizer.ggml.pre", pre);
   h.add_strings("tokenizer.ggml.tokens", tokens);
   h.add_i32s("tokenizer.ggml.token_type", types);
+  add_special_vocab(h, config, tok, tconf, jinja, where, arch, true, -1);
+}
 
+namespace {
+
+// SpecialVocab._parse_normalizer: Lowercase, StripAccents, BertNormalizer's flags, within Sequences.
+void parse_normalizer(const json& n, json& lowercase, json& strip_accents) {
+  if (!n.is_object()) return;
+  const std::string type = n.value("type", "");
+  if (type == "Lowercase") lowercase = true;
+  if (type == "StripAccents") strip_accents = true;
+  if (type == "BertNormalizer") {
+    if (n.contains("lowercase")) lowercase = n["lowercase"];
+    if (n.contains("strip_accents")) strip_accents = n["strip_accents"];
+  }
+  if (type == "Sequence")
+    for (const json& m : n.value("normalizers", json::array())) parse_normalizer(m, lowercase, strip_accents);
+}
+
+}  // namespace
+
+void add_special_vocab(Header& h, const json& config, const json& tok, const json& tconf, const std::string& jinja,
+                       const std::string& where, const std::string& arch, bool load_merges, int64_t n_vocab) {
+  const json none = json::object();
+  const json& model = tok.is_object() && tok.contains("model") && tok["model"].is_object() ? tok["model"] : none;
+  const json added = tok.is_object() ? tok.value("added_tokens", json::array()) : json::array();
   // gguf-py's SpecialVocab (load_merges): merges, the special ids, add_*_token, the chat template.
   std::vector<std::string> merges;
-  if (model.contains("merges") && model["merges"].is_array())
+  if (load_merges && model.contains("merges") && model["merges"].is_array())
     for (const json& m : model["merges"]) {
       if (m.is_string()) {
         merges.push_back(m.get<std::string>());
@@ -844,11 +873,14 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
         merges.push_back(joined);
       }
     }
-  json tc = tconf.is_object() ? tconf : json();
+  json lowercase, strip_accents;
+  if (tok.is_object() && tok.contains("normalizer")) parse_normalizer(tok["normalizer"], lowercase, strip_accents);
+  // "if not tokenizer_config": an empty one counts as none.
+  json tc = tconf.is_object() && !tconf.empty() ? tconf : json();
   std::string bos = token_text(tc, "bos_token"), cls = token_text(tc, "cls_token"), eos = token_text(tc, "eos_token"),
               sep = token_text(tc, "sep_token");
-  if (bos.empty() && !cls.empty() && tc.is_object()) tc["bos_token"] = bos = cls;
-  if (eos.empty() && !sep.empty() && tc.is_object()) tc["eos_token"] = eos = sep;
+  if (tok.is_object() && bos.empty() && !cls.empty() && tc.is_object()) tc["bos_token"] = bos = cls;
+  if (tok.is_object() && eos.empty() && !sep.empty() && tc.is_object()) tc["eos_token"] = eos = sep;
   std::vector<std::pair<std::string, bool>> add;  // add_special_token, in insertion order
   auto set_add = [&](const std::string& typ, bool v, bool only_default) {
     for (auto& [t, val] : add)
@@ -858,7 +890,7 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
       }
     add.emplace_back(typ, v);
   };
-  if (tok.contains("post_processor") && tok["post_processor"].is_object()) {
+  if (tok.is_object() && tok.contains("post_processor") && tok["post_processor"].is_object()) {
     const json& pp = tok["post_processor"];
     json procs = pp.contains("processors") ? pp["processors"] : json::array({pp});
     for (const json& p : procs) {
@@ -906,7 +938,7 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   // The special ids: tokenizer_config.json's tokens found among the added tokens, then config.json's *_token_id.
   std::vector<std::pair<std::string, int64_t>> ids;
   auto set_id = [&](const std::string& typ, int64_t id) {
-    if (id < 0) return;
+    if (id < 0 || (n_vocab >= 0 && id >= n_vocab)) return;  // out of range: skipped with a warning
     for (const auto& [t, v] : ids)
       if (t == typ) return;
     ids.emplace_back(typ, id);
@@ -950,10 +982,13 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
                                                           {"sep", "seperator_token_id"}, {"pad", "padding_token_id"},
                                                           {"cls", "cls_token_id"}, {"mask", "mask_token_id"},
                                                           {"eot", "eot_token_id"}, {"eom", "eom_token_id"}};
-  for (const auto& [t, id] : ids) h.add_u32("tokenizer.ggml." + id_keys.at(t), static_cast<uint32_t>(id));
+  for (const auto& [t, id] : ids)  // GGUFWriter has no add_cls_token_id: add_to_gguf skips it
+    if (t != "cls") h.add_u32("tokenizer.ggml." + id_keys.at(t), static_cast<uint32_t>(id));
   for (const auto& [t, v] : add)
     if (t == "bos" || t == "eos" || t == "sep") h.add_bool("tokenizer.ggml.add_" + t + "_token", v);
   if (chat_template.is_string()) h.add_string("tokenizer.chat_template", chat_template.get<std::string>());
+  if (lowercase.is_boolean()) h.add_bool("tokenizer.ggml.normalizer.lowercase", lowercase.get<bool>());
+  if (strip_accents.is_boolean()) h.add_bool("tokenizer.ggml.normalizer.strip_accents", strip_accents.get<bool>());
 }
 
 // ---- The loader's tensors for an architecture written here (expected_tensors, gguf_model.h) ----

@@ -142,6 +142,18 @@ void add_tokenizer_keys(Header& h, const nlohmann::json& config, const nlohmann:
                         const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
                         const std::string& where, const std::string& arch = "");
 
+// gguf-py's SpecialVocab(dir, load_merges, n_vocab).add_to_gguf: tokenizer.json's merges (when
+// `load_merges`), the special ids (tokenizer_config.json's *_token found among tokenizer.json's
+// added tokens, then config.json's *_token_id; ids at or past `n_vocab` skipped, < 0: no limit),
+// add_bos/eos/sep_token (the post-processor's, then tokenizer_config.json's), the chat template and
+// the normalizer's lowercase / strip_accents. `tokenizer` null: no tokenizer.json. `arch` glm4moe:
+// _set_vocab_glm's ids too (add_tokenizer_keys).
+void add_special_vocab(Header& h, const nlohmann::json& config, const nlohmann::json& tokenizer,
+                       const nlohmann::json& tokenizer_config, const std::string& chat_template_jinja,
+                       const std::string& where, const std::string& arch, bool load_merges, int64_t n_vocab);
+// The converter's does_token_look_special: <pad>, <mask>, <|...|>, <unused...> and the like.
+bool does_token_look_special(const std::string& text);
+
 // What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
 // docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,
 // qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's keys: each tensor's name and shape (torch's order:

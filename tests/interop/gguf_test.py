@@ -7,7 +7,7 @@
 
 For each architecture a tiny model saved by transformers (hidden 64, 2 layers, 4 heads, 2 KV heads)
 with a real tokenizer rebuilt by tools/gguf_oracle.py (Llama 3's for llama, Qwen2's for qwen2 and
-qwen3), in a folder named `tiny`; llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's, the
+qwen3, Llama 2's SentencePiece tokenizer.model for llama-spm and mixtral-spm), in a folder named `tiny`; llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's, the
 oracle) writes tiny.gguf from it, and dcpctl writes tiny.gguf twice: from the Hugging Face folder
 and from a DCP checkpoint of the same state dict (torch.distributed.checkpoint.save, the config and
 tokenizer files beside it). gguf-py's GGUFReader reads all three: every metadata key, its type and
@@ -71,6 +71,13 @@ ARCHS = {
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
     "mistral": (transformers.MistralConfig, "llama-bpe", {}),
+    # Llama 2's SentencePiece tokenizer (spm_tokenizer below), the converter's _set_vocab_sentencepiece;
+    # mixtral-spm also pads the vocabulary past the model's pieces and adds a token (SPM_EXTRAS).
+    "llama-spm": (transformers.LlamaConfig, "llama-spm", {}),
+    "mixtral-spm": (transformers.MixtralConfig, "llama-spm", dict(num_local_experts=4, num_experts_per_tok=2)),
+    # Not a release's pairing and not a default case: Qwen2Model.set_vocab (qwen2, qwen3) also takes a
+    # tokenizer.model first, and dcpctl with it.
+    "qwen3-spm": (transformers.Qwen3Config, "llama-spm", {}),
     "mixtral": (transformers.MixtralConfig, "llama-bpe", dict(num_local_experts=4, num_experts_per_tok=2)),
     "qwen2": (transformers.Qwen2Config, "qwen2", dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
     "qwen3": (transformers.Qwen3Config, "qwen2", dict(rope_parameters={
@@ -220,8 +227,50 @@ def kimi_tokenizer(out: Path) -> tuple[int, dict]:
     shutil.copy(HERE / "gguf_kimi_tokenizer.py", out / "tokenization_kimi.py")
     return KIMI_RANKS + 256, dict(bos_token_id=KIMI_RANKS, eos_token_id=KIMI_RANKS + 1, pad_token_id=KIMI_RANKS + 255)
 
+# What mixtral-spm's folder adds to Llama 2's tokenizer, each a path of _create_vocab_sentencepiece
+# or SpecialVocab: config.json's vocab_size two past the 32,000 pieces (the converter pads with
+# [PAD{id}]), added_tokens.json giving the first of them a token (USER_DEFINED, score -1000), its id
+# as config.json's pad_token_id, tokenizer_config.json's add_prefix_space (LlamaModel.set_vocab's
+# tokenizer.ggml.add_space_prefix) and a chat template (a short one of this test's; its text is only copied).
+SPM_EXTRAS = dict(vocab=32002, added={"<pad>": 32000}, pad_token_id=32000, add_prefix_space=False,
+                  chat_template="{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}")
+
+
+def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
+    """A SentencePiece model's tokenizer files in `out`, as a Llama 2 / Mistral / Mixtral folder has
+    them: tokenizer.model (gguf_oracle.spm_tokenizer: Llama 2's vocabulary from llama.cpp's vocab
+    file, checked against its test vectors by sentencepiece), and the tokenizer.json and
+    tokenizer_config.json transformers 5.23 writes for it (AutoTokenizer.from_pretrained of
+    tokenizer.model with tokenizer_class LlamaTokenizer, then save_pretrained, which leaves
+    tokenizer.model out: copied beside them as the released folders hold it). tokenizer_config.json
+    then gets the keys the releases' carry and transformers 5.23 does not write back:
+    add_bos_token true, add_eos_token false and added_tokens_decoder for <unk>, <s>, </s>
+    (special); `extras`: SPM_EXTRAS. Returns config.json's vocab_size."""
+    import json
+    stage = out.parent / f"{name}-stage"
+    gguf_oracle.spm_tokenizer(name, str(stage))
+    (stage / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+    transformers.AutoTokenizer.from_pretrained(str(stage)).save_pretrained(str(out))
+    shutil.copy(stage / "tokenizer.model", out / "tokenizer.model")
+    shutil.rmtree(stage)
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    if tc.get("tokenizer_class") != "LlamaTokenizer":
+        raise AssertionError(f"transformers saved tokenizer_class {tc.get('tokenizer_class')!r}")
+    tc.update(add_bos_token=True, add_eos_token=False, added_tokens_decoder={
+        str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+        for i, t in enumerate(("<unk>", "<s>", "</s>"))})
+    vocab = 32000
+    if extras:
+        tc.update(add_prefix_space=extras["add_prefix_space"], chat_template=extras["chat_template"])
+        (out / "added_tokens.json").write_text(json.dumps(extras["added"]))
+        vocab = extras["vocab"]
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
+    return vocab
+
+
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
-TABLE_CHECKED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
+TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
                  "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
@@ -246,6 +295,10 @@ def tiny_model(arch: str, out: Path) -> None:
     import json
     if ARCHS[arch][1] == "kimi":
         vocab, special = kimi_tokenizer(out)
+    elif ARCHS[arch][1] in gguf_oracle.SPM:
+        extras = SPM_EXTRAS if arch == "mixtral-spm" else None
+        vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
+        special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
     else:
         gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
@@ -359,7 +412,7 @@ def dcp_of(hf: Path, out: Path) -> None:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     dcp.save(sd, checkpoint_id=str(out), no_dist=True)
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "tiktoken.model", "tokenization_kimi.py",
-                 "chat_template.jinja"):
+                 "chat_template.jinja", "tokenizer.model", "added_tokens.json"):
         if (hf / name).exists():
             shutil.copy(hf / name, out / name)
 
@@ -516,7 +569,7 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split"]
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -607,6 +660,22 @@ def main(argv: list[str]) -> int:
             # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
             check_summary(r)
+        # SentencePiece: without tokenizer.model, a byte-fallback tokenizer.json is the converter's
+        # _set_vocab_llama_hf, which dcpctl refuses (exit 5); a tokenizer.model SentencePiece does not
+        # load is refused as invalid (exit 3), as the converter fails on it. Nothing is written.
+        spm = tmp / "llama-spm" / "hf" / "tiny"
+        if spm.exists():
+            for name, change, code, says in (("no-model", None, 5, "_set_vocab_llama_hf"),
+                                             ("bad-model", b"\x0a\xff\xff", 3, "tokenizer.model")):
+                odd = tmp / f"odd-spm-{name}"
+                shutil.copytree(spm, odd)
+                if change is None:
+                    (odd / "tokenizer.model").unlink()
+                else:
+                    (odd / "tokenizer.model").write_bytes(change)
+                r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / f"{name}.gguf")], capture_output=True, text=True)
+                if r.returncode != code or says not in r.stderr or (tmp / f"{name}.gguf").exists():
+                    fail(f"a SentencePiece folder, {name}: exit {r.returncode}, want {code} naming {says}: {r.stderr!r}")
         # A tiktoken.model whose class is not Kimi's: refused (the converter's kimi-k2 branch is Kimi's).
         kimi = tmp / "kimi-k2" / "hf" / "tiny"
         if kimi.exists():
