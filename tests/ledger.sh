@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # The check ledger for shell tests (the twin of tests/ledger.py; docs/testing.md#no-test-passes-on-nothing).
-# Sourced by a test script. `passed WHAT` after each check that held: one check, appended to the
+# Sourced by a test script. `passed WHAT` after each check that held (`checked WHAT` after each
+# check made, in a script whose fail only counts the failure): one check, appended to the
 # test's ledger (DCPCTL_CHECK_LEDGER, given by tests/counted.sh) at once, so a check made in a
 # subshell or a pipeline counts too. `checks_at_least N` at the end: exit 1 when fewer than N
 # checks passed in this shell (a data-driven script that ran no case, or dropped its cases, fails
@@ -13,6 +14,10 @@ LEDGER_CHECKS=0
 passed() {  # passed [WHAT]: one check made, and it held
   LEDGER_CHECKS=$((LEDGER_CHECKS + 1))
   if [ -n "$LEDGER_FILE" ]; then echo "checks 1 ${0##*/}${1:+: $*}" >>"$LEDGER_FILE"; fi
+}
+
+checked() {  # checked [WHAT]: one check made, in a script that counts its own failures (its fail
+  passed "$@"  # does not exit; it exits 1 at the end when any failed)
 }
 
 checks_at_least() {  # checks_at_least N: the fewest checks this script makes on a full run (N >= 1)

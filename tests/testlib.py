@@ -65,6 +65,26 @@ def fail(msg: str) -> None:
     TALLY.check(False, msg)
 
 
+def checks_made() -> int:
+    """The checks this test has made so far, passed or not."""
+    return TALLY.passed + len(TALLY.failures)
+
+
+def each_case(cases, least: int, name=lambda c: getattr(c, "name", str(c))):
+    """Yields each of cases (a data-driven loop: `for case in each_case(fixtures, 5):`); the checks
+    made while the loop's body ran for a case must be at least `least`, so a case whose work was
+    skipped in silence (a `continue` before its comparisons) fails, naming it
+    (docs/testing.md#no-test-passes-on-nothing). No case at all is a failure too."""
+    n = 0
+    for c in cases:
+        n += 1
+        before = checks_made()
+        yield c
+        made = checks_made() - before
+        check(made >= least, f"{name(c)}: {made} checks made, fewer than the {least} each case makes")
+    check(n > 0, "no case to run")
+
+
 def check_labelled(label: str, ok: bool, what: str) -> bool:
     """One check printed either way, "ok   LABEL: WHAT" or a FAIL line (for the tests whose log
     is read as a table of what passed)."""

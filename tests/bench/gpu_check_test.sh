@@ -53,4 +53,5 @@ for bad in --bogus --out; do
   "$script" "$bad" >/dev/null 2>"$tmp/err" || rc=$?
   if [ $rc != 2 ] || [ ! -s "$tmp/err" ]; then fail "gpu-check.sh $bad: exit $rc, expected 2 with a message"; fi
 done
+checks_at_least 15
 echo "ok: exit 5 in $cpu_ms ms of CPU with nothing written, listing build, version, ctest, staging, nccl; usage errors exit 2"

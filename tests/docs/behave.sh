@@ -53,4 +53,5 @@ has "$r" ckpt_dir/ || fail "fish: 'dcpctl inspect ckpt<TAB>' offers [$r], not ck
 passed
 lacks "$r" ckpt_file || fail "fish: 'dcpctl inspect ckpt<TAB>' offers the file ckpt_file"
 passed
+checks_at_least 13
 echo "ok: bash and fish complete dcpctl"

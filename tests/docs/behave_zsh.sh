@@ -50,4 +50,5 @@ has "${ZR[7]}" ckpt_file || fail "zsh fixture: dst offers [${ZR[7]}]"
 passed
 [ -z "${ZR[8]}" ] || fail "zsh fixture: --name (free text) offers [${ZR[8]}]"
 passed
+checks_at_least 13
 echo "ok: zsh completes dcpctl and the fixture model"

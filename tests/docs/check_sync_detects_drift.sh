@@ -54,4 +54,5 @@ for f in completions/dcpctl.bash completions/_dcpctl completions/dcpctl.fish man
   rm "$tmp/src/$f"
   expect_drift "deleting $f"
 done
+checks_at_least 17
 echo "ok: check_sync.sh catches edited and missing files"

@@ -97,4 +97,5 @@ grep -q '^A footer of convert\.$' "$m" || fail "man: convert's own footer missin
 passed
 grep -q '^Root footer' "$m" && fail "man: the inherited root footer is repeated"
 passed
+checks_at_least 29
 echo "ok: generators on the fixture model"

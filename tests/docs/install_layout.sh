@@ -26,4 +26,5 @@ check share/man/man1/dcpctl.1 man/dcpctl.1
 check share/bash-completion/completions/dcpctl completions/dcpctl.bash
 check share/zsh/vendor-completions/_dcpctl completions/_dcpctl
 check share/fish/vendor_completions.d/dcpctl.fish completions/dcpctl.fish
+checks_at_least 10
 echo "ok: installed under $p"

@@ -32,4 +32,5 @@ for code in 0 1 2 3 4 5; do
 done
 grep -q 'generate' <(sed 1d "$page") && fail "the hidden generate command is documented"
 passed
+checks_at_least 17
 echo "ok: $page"
