@@ -102,7 +102,8 @@ def main() -> int:
         name = path.name
         e = read_ledger(path)
         made = sum(n for n, _ in e["checks"])
-        state = "passed" if e["exit"] == 0 else "skipped" if e["exit"] == 77 else \
+        state = "exited 0 with no checks: failed by counted.sh" if e["exit"] == 0 and e["verdict"] else \
+            "passed" if e["exit"] == 0 else "skipped" if e["exit"] == 77 else \
             "did not finish" if e["exit"] is None else f"failed (exit {e['exit']})"
         table.append(f"  {name:44s} {made:>9d} checks  {state}")
         if name not in commands:

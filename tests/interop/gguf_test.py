@@ -511,9 +511,10 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
           f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
 
 
-# What a full run (the default cases) always makes: fewer checks means cases were dropped
-# (docs/testing.md#no-test-passes-on-nothing).
-MIN_CHECKS = 1
+# What each case always makes: the converter's exit, its split, verify and diff of its file, and from
+# the HF folder and the DCP checkpoint dcpctl's exit, file names and a comparison each; fewer
+# checks mean a case was dropped (docs/testing.md#no-test-passes-on-nothing).
+CHECKS_PER_CASE = 10
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
@@ -619,7 +620,7 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-kimi.gguf")], capture_output=True, text=True)
             check(not (r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists()),
                   f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
-    return TALLY.summary("gguf-converter", min_checks=MIN_CHECKS)
+    return TALLY.summary("gguf-converter", min_checks=CHECKS_PER_CASE * len(cases))
 
 
 if __name__ == "__main__":
