@@ -1,7 +1,7 @@
 // The unit tests' main (Catch2's), and a listener that writes how many assertions the run made to
 // the test's check ledger (DCPCTL_CHECK_LEDGER, set by tests/counted.sh; tests/ledger.py's twin):
-// a CTest test that ran no assertion fails there and in ledger-judge, as --warn NoTests and
-// --warn NoAssertions make it fail here (docs/testing.md#no-test-passes-on-nothing).
+// a CTest test that ran no assertion (a file tag matching no case) fails there and in ledger-judge;
+// --warn NoAssertions fails a case without one here (docs/testing.md#no-test-passes-on-nothing).
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
