@@ -59,6 +59,7 @@ except ImportError as e:
 TALLY = Tally()
 FAILS = TALLY.failures
 check = TALLY.check
+problems = TALLY.problems
 
 
 def fail(msg: str) -> None:

@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import gguf_test as gt  # noqa: E402  (skips when the virtualenv lacks gguf, torch, transformers, ...)
-from gguf_test import TALLY, check, fail, gguf_oracle, skip_or_fail, torch  # noqa: E402
+from gguf_test import TALLY, check, fail, gguf_oracle, problems, skip_or_fail, torch  # noqa: E402
 
 LAYOUTS = HERE.parent / "fixtures" / "layouts"
 CASES = {
