@@ -7,9 +7,11 @@
     ...
     return TALLY.summary("my_test")     # "my_test: N checks passed, M failed"; 1 on any failure
 
-Used by the key-map tests (tests/interop/map_oracle.py hands it on) and the S3 tests (tests/s3).
+The count goes to the test's ledger (tests/ledger.py). Used by the key-map tests (tests/interop/map_oracle.py hands it on) and the S3 tests (tests/s3).
 """
 import sys
+
+import ledger
 
 
 class Tally:
@@ -35,6 +37,13 @@ class Tally:
             self.check(False, p)
         return not ps
 
-    def summary(self, name: str) -> int:
+    def summary(self, name: str, min_checks: int = 1) -> int:
+        """Prints "NAME: N checks passed, M failed" and records the count in the test's ledger
+        (tests/ledger.py); 1 on any failure, and when fewer than min_checks checks passed (at least
+        1: a test that checked nothing has not passed)."""
+        short = ledger.floor(name, self.passed, min_checks)
+        if short and not self.failures:
+            self.check(False, short)
+        ledger.record(self.passed + len(self.failures), name)
         print(f"{name}: {self.passed} checks passed, {len(self.failures)} failed", flush=True)
         return 1 if self.failures else 0

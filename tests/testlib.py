@@ -65,6 +65,26 @@ def fail(msg: str) -> None:
     TALLY.check(False, msg)
 
 
+def checks_made() -> int:
+    """The checks this test has made so far, passed or not."""
+    return TALLY.passed + len(TALLY.failures)
+
+
+def each_case(cases, least: int, name=lambda c: getattr(c, "name", str(c))):
+    """Yields each of cases (a data-driven loop: `for case in each_case(fixtures, 5):`); the checks
+    made while the loop's body ran for a case must be at least `least`, so a case whose work was
+    skipped in silence (a `continue` before its comparisons) fails, naming it
+    (docs/testing.md#no-test-passes-on-nothing). No case at all is a failure too."""
+    n = 0
+    for c in cases:
+        n += 1
+        before = checks_made()
+        yield c
+        made = checks_made() - before
+        check(made >= least, f"{name(c)}: {made} checks made, fewer than the {least} each case makes")
+    check(n > 0, "no case to run")
+
+
 def check_labelled(label: str, ok: bool, what: str) -> bool:
     """One check printed either way, "ok   LABEL: WHAT" or a FAIL line (for the tests whose log
     is read as a table of what passed)."""
@@ -74,18 +94,15 @@ def check_labelled(label: str, ok: bool, what: str) -> bool:
 
 
 def summary(name: str, min_checks: int = 1) -> int:
-    """Prints "NAME: N checks passed, M failed"; the exit status: 1 on any failure, and when fewer
-    than min_checks checks passed (a test that checked nothing has not passed). A script that only
-    calls fail() on what is wrong, and counts no passing check, says so with min_checks=0.
+    """Prints "NAME: N checks passed, M failed" and records the count in the test's ledger
+    (tests/ledger.py); the exit status: 1 on any failure, and when fewer than min_checks checks
+    passed. min_checks is the floor that is honest for the test: what a full run always makes
+    (not 1 where it runs 40 comparisons); it cannot be 0, since a test that checked nothing has not
+    passed (docs/testing.md#no-test-passes-on-nothing).
     First, every Hugging Face folder the test's dcpctl runs wrote is loaded by transformers: a
     check per folder, no missing, unexpected or mismatched key (tests/hf_loadcheck.py)."""
     HF_OUTPUTS.check(TALLY.check)
-    if TALLY.passed < min_checks and not TALLY.failures:
-        TALLY.check(False, f"{name}: {TALLY.passed} checks made, fewer than {min_checks}")
-    if min_checks == 0 and TALLY.passed == 0:  # a failures-only script
-        print(f"{name}: {len(TALLY.failures)} failed (this test counts failures only)", flush=True)
-        return 1 if TALLY.failures else 0
-    return TALLY.summary(name)
+    return TALLY.summary(name, min_checks)
 
 
 def _text(b) -> str:

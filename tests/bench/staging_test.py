@@ -38,6 +38,13 @@ def stop(msg):
     sys.exit(1)
 
 
+def expect(ok, msg):
+    """One check (counted: testlib's tally and the test's ledger), stopping the test when it fails."""
+    if not testlib.check(ok, msg):
+        sys.exit(1)
+    return True
+
+
 def dcpctl_rc(dcpctl, *args):
     p = run_argv(dcpctl, *args)  # a crash or a timeout fails by itself (testlib.run)
     if testlib.TALLY.failures:
@@ -46,8 +53,7 @@ def dcpctl_rc(dcpctl, *args):
 
 
 def want_rc(want, got, args, err):
-    if got != want:
-        stop(f"dcpctl {' '.join(args)}: exit {got}, expected {want}; stderr: {err.strip()}")
+    expect(got == want, f"dcpctl {' '.join(args)}: exit {got}, expected {want}; stderr: {err.strip()}")
 
 
 def parse_json(out, args):
@@ -58,50 +64,38 @@ def parse_json(out, args):
 
 
 def check_summary(s, n, what):
-    if not isinstance(s, dict) or s.get("n") != n:
-        stop(f"{what}: expected a summary of {n} samples, got {s}")
-    if not (0 <= s["min"] <= s["median"] <= s["max"]):
-        stop(f"{what}: min <= median <= max does not hold: {s}")
+    expect(not (not isinstance(s, dict) or s.get("n") != n), f"{what}: expected a summary of {n} samples, got {s}")
+    expect(0 <= s["min"] <= s["median"] <= s["max"], f"{what}: min <= median <= max does not hold: {s}")
 
 
 def check_report(j, iters, host_only):
     missing = TOP_FIELDS - set(j)
-    if missing:
-        stop(f"JSON lacks {sorted(missing)}")
-    if j["schema_version"] != 1 or j["benchmark"] != "staging" or j["host_only"] is not host_only:
-        stop(f"schema_version/benchmark/host_only: {j['schema_version']} {j['benchmark']} {j['host_only']}")
+    expect(not missing, f"JSON lacks {sorted(missing)}")
+    expect(not (j["schema_version"] != 1 or j["benchmark"] != "staging" or j["host_only"] is not host_only),
+           f"schema_version/benchmark/host_only: {j['schema_version']} {j['benchmark']} {j['host_only']}")
     for k in ("sizes", "modes", "iters", "warmup", "streams", "chunk_bytes", "write_to", "fsync"):
-        if k not in j["config"]:
-            stop(f"config lacks {k}")
+        expect(k in j["config"], f"config lacks {k}")
     for k in ("compiled", "usable", "reason", "runtime_version", "driver_version", "device_count", "gate", "toolkit"):
-        if k not in j["cuda"]:
-            stop(f"cuda lacks {k}")
+        expect(k in j["cuda"], f"cuda lacks {k}")
     for k in ("cpu_threads", "memory_bytes", "memlock_limit_bytes", "memlock_exempt", "pinned_memory"):
-        if k not in j["host"]:
-            stop(f"host lacks {k}")
+        expect(k in j["host"], f"host lacks {k}")
     ok = 0
     for r in j["results"]:
         what = f"{r.get('mode')} {r.get('bytes')}"
         missing = ROW_FIELDS - set(r)
-        if missing:
-            stop(f"{what}: row lacks {sorted(missing)}")
+        expect(not missing, f"{what}: row lacks {sorted(missing)}")
         if r["status"] == "skipped":
-            if not r["reason"]:
-                stop(f"{what}: skipped without a reason")
+            expect(r["reason"], f"{what}: skipped without a reason")
             continue
-        if r["status"] != "ok":
-            stop(f"{what}: status {r['status']}: {r['reason']}")
-        if r["verified"] is not True:
-            stop(f"{what}: bytes not verified")
+        expect(r["status"] == "ok", f"{what}: status {r['status']}: {r['reason']}")
+        expect(r["verified"] is True, f"{what}: bytes not verified")
         check_summary(r["seconds"], iters, what + " seconds")
-        if not (r["gbps"]["median"] > 0 and r["gbps"]["min"] <= r["gbps"]["median"] <= r["gbps"]["max"]):
-            stop(f"{what}: bad gbps {r['gbps']}")
+        expect(r["gbps"]["median"] > 0 and r["gbps"]["min"] <= r["gbps"]["median"] <= r["gbps"]["max"],
+               f"{what}: bad gbps {r['gbps']}")
         expect_dir = "h2file" if r["mode"].startswith("write") else ("h2h" if host_only else "d2h")
-        if r["direction"] != expect_dir:
-            stop(f"{what}: direction {r['direction']}, expected {expect_dir}")
+        expect(r["direction"] == expect_dir, f"{what}: direction {r['direction']}, expected {expect_dir}")
         if r["mode"] in ("pinned", "registered", "cold"):
-            if r["pin_seconds"] is None or not r["pin_seconds_per_gib"] > 0:
-                stop(f"{what}: no pinning cost")
+            expect(not (r["pin_seconds"] is None or not r["pin_seconds_per_gib"] > 0), f"{what}: no pinning cost")
         ok += 1
     return ok
 
@@ -114,21 +108,16 @@ def case_no_gpu(dcpctl, src):
     rc, out, err = dcpctl_rc(dcpctl, *args)
     want_rc(5, rc, args, err)
     lines = err.strip().splitlines()
-    if len(lines) != 1:
-        stop(f"expected one line on stderr, got {len(lines)}: {err!r}")
+    expect(len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {err!r}")
     line = lines[0]
-    if not line.startswith("dcpctl: error: bench staging needs a GPU, but "):
-        stop(f"unexpected message: {line}")
-    if "--host-only" not in line:
-        stop(f"the message does not point to --host-only: {line}")
-    if not ("no usable CUDA device" in line or "CUDA support was not compiled in" in line):
-        stop(f"the message does not say why: {line}")
-    if out:
-        stop(f"stdout is not empty: {out!r}")
+    expect(line.startswith("dcpctl: error: bench staging needs a GPU, but "), f"unexpected message: {line}")
+    expect("--host-only" in line, f"the message does not point to --host-only: {line}")
+    expect("no usable CUDA device" in line or "CUDA support was not compiled in" in line,
+           f"the message does not say why: {line}")
+    expect(not out, f"stdout is not empty: {out!r}")
     rc, out, err = dcpctl_rc(dcpctl, *args, "--json")
     want_rc(5, rc, args + ["--json"], err)
-    if out:
-        stop(f"--json: stdout is not empty: {out!r}")
+    expect(not out, f"--json: stdout is not empty: {out!r}")
     print(f"ok: exit 5 with: {line}")
     return 0
 
@@ -138,18 +127,15 @@ def case_host_only(dcpctl, src):
     rc, out, err = dcpctl_rc(dcpctl, *args)
     want_rc(0, rc, args, err)
     j = parse_json(out, args)
-    if check_report(j, 3, True) == 0:
-        stop("nothing was measured")
-    if [r["mode"] for r in j["results"]] != MODES:
-        stop(f"modes: {[r['mode'] for r in j['results']]}")
-    if any(r["bytes"] != 4 << 20 for r in j["results"]):
-        stop("a row does not copy 4 MiB")
-    if j["config"]["sizes"] != [4 << 20] or j["config"]["iters"] != 3 or j["device"] is not None:
-        stop(f"config/device: {j['config']} {j['device']}")
-    if not j["cuda"]["usable"] and j["host"]["pinned_memory"] != "mlock":
-        stop("without CUDA the pinned stand-in must be mlock")
-    if not j["cuda"]["usable"] and not any("stand-in" in n for n in j["notes"]):
-        stop("the notes do not say that mlock stands in for pinned memory")
+    expect(check_report(j, 3, True) != 0, "nothing was measured")
+    expect([r["mode"] for r in j["results"]] == MODES, f"modes: {[r['mode'] for r in j['results']]}")
+    expect(not any(r["bytes"] != 4 << 20 for r in j["results"]), "a row does not copy 4 MiB")
+    expect(not (j["config"]["sizes"] != [4 << 20] or j["config"]["iters"] != 3 or j["device"] is not None),
+           f"config/device: {j['config']} {j['device']}")
+    expect(not (not j["cuda"]["usable"] and j["host"]["pinned_memory"] != "mlock"),
+           "without CUDA the pinned stand-in must be mlock")
+    expect(not (not j["cuda"]["usable"] and not any("stand-in" in n for n in j["notes"])),
+           "the notes do not say that mlock stands in for pinned memory")
     print(f"ok: --host-only JSON, {len(j['results'])} rows")
 
     # The table, with two threads, chunks and the write leg.
@@ -160,19 +146,16 @@ def case_host_only(dcpctl, src):
         rc, out, err = dcpctl_rc(dcpctl, *targs)
         want_rc(0, rc, targs, err)
         for want in ("MODE", "MEDIAN", "GB/s", "pinned", "pageable", "write-fsync", "Memory", "Note:"):
-            if want not in out:
-                stop(f"the table lacks {want!r}:\n{out}")
-        if os.listdir(tmp):
-            stop(f"--write-to left files behind: {os.listdir(tmp)}")
+            expect(want in out, f"the table lacks {want!r}:\n{out}")
+        expect(not os.listdir(tmp), f"--write-to left files behind: {os.listdir(tmp)}")
         rc, out, err = dcpctl_rc(dcpctl, *targs, "--json")
         want_rc(0, rc, targs, err)
         j = parse_json(out, targs)
         check_report(j, 2, True)
         modes = [r["mode"] for r in j["results"]]
-        if modes != ["pinned", "pageable", "write", "write-fsync"] * 2:
-            stop(f"rows: {modes}")
-        if j["results"][4]["copies"] != 6 or j["results"][4]["chunk_bytes"] != 512 << 10:
-            stop(f"3 MiB in 512 KiB chunks should be 6 copies: {j['results'][4]}")
+        expect(modes == ["pinned", "pageable", "write", "write-fsync"] * 2, f"rows: {modes}")
+        expect(not (j["results"][4]["copies"] != 6 or j["results"][4]["chunk_bytes"] != 512 << 10),
+               f"3 MiB in 512 KiB chunks should be 6 copies: {j['results'][4]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("ok: table, chunks and --write-to")
@@ -184,8 +167,7 @@ def case_host_only(dcpctl, src):
         a = ["bench", "staging", "--host-only", "--iters", "1", "--sizes", "4KiB", *bad]
         rc, out, err = dcpctl_rc(dcpctl, *a)
         want_rc(code, rc, a, err)
-        if not err.strip():
-            stop(f"dcpctl {' '.join(a)}: exit {code} without a message")
+        expect(err.strip(), f"dcpctl {' '.join(a)}: exit {code} without a message")
     rc, out, err = dcpctl_rc(dcpctl, "bench")
     want_rc(2, rc, ["bench"], err)
     print("ok: usage errors exit 2, I/O errors 4")
@@ -227,20 +209,18 @@ def case_checkpoint(dcpctl, src):
         check_report(j, 2, True)
         want_bytes, want_count = torch_chunks(src, "sample", rank)
         c = j["checkpoint"]
-        if (c["bytes"], c["chunks"], c["rank"], c["ranks"]) != (want_bytes, want_count, rank, [0, 1]):
-            stop(f"rank {rank}: checkpoint {c}, torch says {want_bytes} bytes in {want_count} chunks")
+        expect((c["bytes"], c["chunks"], c["rank"], c["ranks"]) == (want_bytes, want_count, rank, [0, 1]),
+               f"rank {rank}: checkpoint {c}, torch says {want_bytes} bytes in {want_count} chunks")
         rows = {r["mode"]: r for r in j["results"]}
-        if list(rows) != ["per-tensor", "flat"]:
-            stop(f"rows: {list(rows)}")
-        if rows["per-tensor"]["copies"] != want_count or rows["flat"]["copies"] != 1:
-            stop(f"copies: {rows['per-tensor']['copies']} and {rows['flat']['copies']}")
-        if rows["per-tensor"]["bytes"] != want_bytes or rows["flat"]["bytes"] != want_bytes:
-            stop("per-tensor and flat must copy the rank's bytes")
+        expect(list(rows) == ["per-tensor", "flat"], f"rows: {list(rows)}")
+        expect(not (rows["per-tensor"]["copies"] != want_count or rows["flat"]["copies"] != 1),
+               f"copies: {rows['per-tensor']['copies']} and {rows['flat']['copies']}")
+        expect(not (rows["per-tensor"]["bytes"] != want_bytes or rows["flat"]["bytes"] != want_bytes),
+               "per-tensor and flat must copy the rank's bytes")
     args = ["bench", "staging", "--host-only", "--from-checkpoint", ckpt, "--rank", "9", "--iters", "1"]
     rc, out, err = dcpctl_rc(dcpctl, *args)
     want_rc(2, rc, args, err)
-    if "ranks with tensor data: 0,1" not in err:
-        stop(f"the error does not list the ranks: {err}")
+    expect("ranks with tensor data: 0,1" in err, f"the error does not list the ranks: {err}")
     args = ["bench", "staging", "--host-only", "--from-checkpoint", ckpt, "--modes", "pinned"]
     rc, out, err = dcpctl_rc(dcpctl, *args)
     want_rc(2, rc, args, err)
@@ -257,16 +237,12 @@ def case_gpu(dcpctl, src):
     rc, out, err = dcpctl_rc(dcpctl, *args)
     want_rc(0, rc, args, err)
     j = parse_json(out, args)
-    if j["device"] is None or not j["cuda"]["usable"]:
-        stop("a GPU run without a device in the report")
-    if check_report(j, 3, False) != 8:
-        stop("expected 8 measured rows (4 modes x 2 sizes)")
+    expect(not (j["device"] is None or not j["cuda"]["usable"]), "a GPU run without a device in the report")
+    expect(check_report(j, 3, False) == 8, "expected 8 measured rows (4 modes x 2 sizes)")
     for r in j["results"]:
         want = "cuda-events" if r["mode"] in ("pinned", "registered") else "host-clock"
-        if r["timing"] != want:
-            stop(f"{r['mode']}: timing {r['timing']}, expected {want}")
-        if r["reason"]:
-            stop(f"{r['mode']}: {r['reason']}")
+        expect(r["timing"] == want, f"{r['mode']}: timing {r['timing']}, expected {want}")
+        expect(not r["reason"], f"{r['mode']}: {r['reason']}")
     print(f"ok: {j['device']['name']}: " + ", ".join(
         f"{r['mode']} {r['bytes'] >> 20} MiB {r['gbps']['median']:.1f} GB/s" for r in j["results"]))
 
@@ -279,13 +255,11 @@ def case_gpu(dcpctl, src):
         want_rc(0, rc, args, err)
         j = parse_json(out, args)
         check_report(j, 2, False)
-        if os.listdir(tmp):
-            stop(f"--write-to left files behind: {os.listdir(tmp)}")
+        expect(not os.listdir(tmp), f"--write-to left files behind: {os.listdir(tmp)}")
         modes = [r["mode"] for r in j["results"]]
-        if modes.count("per-tensor") != 1 or modes.count("flat") != 1:
-            stop(f"rows: {modes}")
-        if j["results"][0]["copies"] != 3 or j["results"][0]["streams"] != 3:
-            stop(f"3 MiB in 1 MiB chunks over 3 streams: {j['results'][0]}")
+        expect(not (modes.count("per-tensor") != 1 or modes.count("flat") != 1), f"rows: {modes}")
+        expect(not (j["results"][0]["copies"] != 3 or j["results"][0]["streams"] != 3),
+               f"3 MiB in 1 MiB chunks over 3 streams: {j['results'][0]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("ok: streams, chunks, odd sizes, a checkpoint's tensors and --write-to on the GPU")
@@ -298,8 +272,7 @@ def case_no_driver_link(dcpctl, src):
     dyn = subprocess.run(["readelf", "-d", dcpctl], capture_output=True, text=True, check=True).stdout
     needed = [l.split("[", 1)[1].rstrip("]") for l in dyn.splitlines() if "(NEEDED)" in l]
     bad = [n for n in needed if n.startswith("libcuda.") or n.startswith("libcudart.")]
-    if bad:
-        stop(f"dcpctl needs {bad} at load time; it must start without a driver (link cudart_static)")
+    expect(not bad, f"dcpctl needs {bad} at load time; it must start without a driver (link cudart_static)")
     rc, out, err = dcpctl_rc(dcpctl, "--version")
     want_rc(0, rc, ["--version"], err)
     rc, out, err = dcpctl_rc(dcpctl, "inspect", os.path.join(src, "tests", "fixtures", "sample", "ckpt"))
@@ -318,7 +291,8 @@ def main():
     if case not in cases:
         print(f"unknown case {case}", file=sys.stderr)
         return 2
-    return cases[case](dcpctl, src)
+    rc = cases[case](dcpctl, src)
+    return testlib.TALLY.summary(f"bench-staging-{case}") if rc == 0 else rc
 
 
 if __name__ == "__main__":

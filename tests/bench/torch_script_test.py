@@ -21,16 +21,21 @@ def stop(msg):
     sys.exit(1)
 
 
+def expect(ok, msg):
+    """One check (counted: testlib's tally), stopping the test when it fails."""
+    if not testlib.check(ok, msg):
+        sys.exit(1)
+    return True
+
+
 def main():
     script = sys.argv[1]
     spec = importlib.util.spec_from_file_location("torch_staging", script)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    if "torch" in sys.modules:
-        stop("importing torch_staging.py imported torch")
+    expect("torch" not in sys.modules, "importing torch_staging.py imported torch")
     got = mod.parse_sizes("4MiB,64MiB,5GB,1.5GiB,4096,4MiB")
-    if got != [4 << 20, 64 << 20, 5 * 10**9, 3 << 29, 4096]:
-        stop(f"parse_sizes: {got}")
+    expect(got == [4 << 20, 64 << 20, 5 * 10**9, 3 << 29, 4096], f"parse_sizes: {got}")
     for bad in ("4K", "0", "1.5B", "x"):
         try:
             mod.parse_size(bad)
@@ -38,33 +43,29 @@ def main():
         except ValueError:
             pass
     p = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
-    if p.returncode != 0 or "--sizes" not in p.stdout:
-        stop(f"--help: exit {p.returncode}: {p.stderr}")
+    expect(not (p.returncode != 0 or "--sizes" not in p.stdout), f"--help: exit {p.returncode}: {p.stderr}")
     p = subprocess.run([sys.executable, script, "--sizes", "4K"], capture_output=True, text=True)
-    if p.returncode != 2:
-        stop(f"--sizes 4K: exit {p.returncode}, expected 2")
+    expect(p.returncode == 2, f"--sizes 4K: exit {p.returncode}, expected 2")
 
     p = subprocess.run([sys.executable, script, "--sizes", "4MiB,5000001", "--iters", "2", "--warmup", "1"],
                        capture_output=True, text=True, timeout=600)
     if p.returncode == 5:
         lines = p.stderr.strip().splitlines()
-        if len(lines) != 1 or "needs a GPU" not in lines[0] or p.stdout:
-            stop(f"no-GPU run: expected one line on stderr and no stdout: {p.stderr!r} {p.stdout!r}")
+        expect(not (len(lines) != 1 or "needs a GPU" not in lines[0] or p.stdout),
+               f"no-GPU run: expected one line on stderr and no stdout: {p.stderr!r} {p.stdout!r}")
         print(f"ok: importable, --help, sizes; no GPU here: {lines[0]}")
-        return 0
-    if p.returncode != 0:
-        stop(f"run: exit {p.returncode}: {p.stderr}")
+        return testlib.TALLY.summary("bench-torch-staging-script")
+    expect(p.returncode == 0, f"run: exit {p.returncode}: {p.stderr}")
     j = json.loads(p.stdout)
-    if j["schema_version"] != 1 or [r["mode"] for r in j["results"]] != mod.MODES * 2:
-        stop(f"unexpected report: {p.stdout[:500]}")
+    expect(not (j["schema_version"] != 1 or [r["mode"] for r in j["results"]] != mod.MODES * 2),
+           f"unexpected report: {p.stdout[:500]}")
     for r in j["results"]:
         if r["status"] == "skipped" and r["reason"]:  # the stager when /dev/shm is too small
             continue
-        if r["verified"] is not True or not r["gbps"]["median"] > 0:
-            stop(f"{r['mode']} {r['bytes']}: {r}")
+        expect(not (r["verified"] is not True or not r["gbps"]["median"] > 0), f"{r['mode']} {r['bytes']}: {r}")
     print("ok: " + ", ".join(f"{r['mode']} {r['bytes']} " + (f"{r['gbps']['median']:.1f} GB/s" if r["gbps"] else
                              "skipped: " + r["reason"]) for r in j["results"]))
-    return 0
+    return testlib.TALLY.summary("bench-torch-staging-script")
 
 
 if __name__ == "__main__":

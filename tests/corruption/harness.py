@@ -14,6 +14,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import ledger  # noqa: E402
 from testlib import SANITIZER_MARKERS, tree_digest  # noqa: E402,F401 (tree_digest: for the tests that import harness)
 
 # dcpctl's documented exit codes (README, man page, cmd/exit_codes.h).
@@ -116,7 +117,14 @@ class Checker:
         return res
 
 
-def finish(checker, name):
+def finish(checker, name, min_checks=1):
+    """Prints the count, records it in the test's ledger (tests/ledger.py) and returns the exit
+    status: 1 on any failure, or when fewer than min_checks checks were made (at least 1; a full
+    run's honest floor where it is known)."""
+    short = ledger.floor(name, checker.checks, min_checks)
+    if short and not checker.failures:
+        checker.fail(short)
+    ledger.record(checker.checks, name)
     print(f"{name}: {checker.checks} checks, {len(checker.failures)} failures")
     return 1 if checker.failures else 0
 

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import zstandard
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ledger  # noqa: E402
+
 BOMB_BYTES = 4 << 30
 PEAK_LIMIT_MIB = 640  # LibTorch's baseline is ~150 MiB; a bytes item may decode up to 256 MiB + 64x
 
@@ -87,6 +90,10 @@ def main() -> int:
                         failures.append(f"{label}: {what}")
                         print(f"FAIL {label}: {what}")
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    ledger.record(checks, "zstd bomb runs judged")
+    if checks < 24:  # 2 kinds x 3 commands x 4 checks
+        print(f"FAIL {checks} checks, fewer than the 24 a run makes")
+        return 1
     return 1 if failures else 0
 
 

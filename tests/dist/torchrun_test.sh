@@ -6,6 +6,7 @@
 set -uo pipefail
 dcpctl=$1 py=$2 fixtures=$3
 source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../ledger.sh"
 if [ -z "$py" ] || [ ! -x "$(dirname "$py")/torchrun" ]; then
   skip_or_fail "no virtualenv torchrun (tools/dev.sh creates it)"
 fi
@@ -20,7 +21,7 @@ fail=0
 # to, so a peer that is merely slow is never taken for a dead one; only a failing run waits for it.
 timeout=${DCPCTL_DIST_TIMEOUT:-300}
 check() { # check NAME COMMAND...
-  if "${@:2}"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi
+  if "${@:2}"; then echo "ok   $1"; passed "$1"; else echo "FAIL $1"; fail=1; fi
 }
 # Through torchrun (its agent hosts the c10d store; every rank is a client).
 run_tr() { # run_tr NPROC ARGS... (dcpctl arguments)
@@ -304,5 +305,9 @@ fi
 
 # A second run succeeds.
 check "second run after a fault succeeds" run_tr 2 consolidate "$fixtures/sample/ckpt" -o "$work/after.safetensors" -q
-[ $fail -eq 0 ] && echo "torchrun tests passed" || echo "torchrun tests FAILED"
-exit $fail
+[ $fail -eq 0 ] || { echo "torchrun tests FAILED"; exit 1; }
+echo "torchrun tests passed"
+# What a full run always makes: 3 fixtures x 2 launches x 9, the cast 2, the views 4, --parallel-write
+# 4, --local-files 18, 2 more, the failpoints 8, and the 22 checks after them (the --backend nccl
+# ones depend on the machine and are not counted here).
+checks_at_least 114

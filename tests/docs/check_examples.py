@@ -40,6 +40,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import ledger  # noqa: E402
+
 RUN_LANGS = {"sh", "bash", "shell"}
 README_MAX_LINES = 200  # the front page stays one page (issue 72); details belong in docs/
 PATH_PREFIXES = (".ci/", "bench/", "cmake/", "cmd/", "completions/", "docs/", "man/", "src/", "tests/", "tools/")
@@ -399,6 +402,10 @@ def check_commands_page(cli, rel, text):
             finding(rel, f"the global option {opt} is not mentioned")
 
 
+# The fewest commands a full run (not --no-run) of the README and docs/ runs: 147 on 2026-11-29,
+# so that pages whose blocks stopped running (a fence changed, a page lost) fail.
+MIN_COMMANDS = 140
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dcpctl")
@@ -493,6 +500,11 @@ def main():
 
     print(f"{len(files)} page(s): {ran} command(s) run{' (--no-run)' if a.no_run else ''}, "
           f"{skipped} block(s) skipped as marked")
+    # A check per page read (its links, anchors, paths, options) and per command run; a full run
+    # runs at least MIN_COMMANDS of the pages' commands (docs/testing.md#no-test-passes-on-nothing).
+    ledger.record(len(files) + ran, "pages checked and commands run")
+    if not a.no_run and not a.files and ran < MIN_COMMANDS:  # the whole README and docs/
+        finding("docs", f"{ran} commands run, fewer than the {MIN_COMMANDS} the pages hold")
     for f in findings:
         print(f"FAIL {f}")
     return 1 if findings else 0

@@ -43,6 +43,7 @@ expect_fail() {
     fail "check_examples.py passed after $what"
   fi
   grep -qE "^FAIL $pattern" "$tmp/log" || { cat "$tmp/log"; fail "after $what: no FAIL line matching '$pattern'"; }
+  passed
   echo "ok: caught $what"
 }
 
@@ -52,6 +53,7 @@ append() {  # append FILE TEXT: adds a paragraph at the end of a page of the cop
 
 fresh
 check README.md || { cat "$tmp/log"; fail "check_examples.py fails on an unchanged copy of README.md"; }
+passed
 if ! grep -qE " [1-9][0-9]* command\(s\) run" "$tmp/log"; then
   cat "$tmp/log"
   fail "no README command ran"
@@ -103,6 +105,7 @@ expect_fail "a tools/dev.sh command that does not exist" "README.md:[0-9]+: tool
 fresh
 sed -i 's|^exec tools/dev.sh test$|exec tools/dev.sh test-everything|' "$copy/.ci/run"
 grep -q '^exec tools/dev.sh test-everything$' "$copy/.ci/run" || fail ".ci/run has no 'exec tools/dev.sh test' line to change"
+passed
 expect_fail ".ci/run running a command the README does not show" "README.md: CI runs 'tools/dev.sh test-everything'" --no-run README.md
 fresh
 sed -i '/^| 5 |/d' "$copy/README.md"

@@ -6,6 +6,7 @@ set -euo pipefail
 bin=$1
 src=$2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -15,6 +16,7 @@ if ! diff -ru "$tmp/gen" "$tmp/again"; then
   echo "FAIL: dcpctl generate is not deterministic: two runs differ (above)" >&2
   exit 1
 fi
+passed "two runs of dcpctl generate are the same"
 
 status=0
 while IFS= read -r f; do
@@ -23,10 +25,13 @@ while IFS= read -r f; do
     status=1
   elif ! diff -u --label "$f (committed)" --label "$f (generated)" "$src/$f" "$tmp/gen/$f"; then
     status=1
+  else
+    passed "$f"
   fi
 done < <(cd "$tmp/gen" && find . -type f | sed 's|^\./||' | LC_ALL=C sort)
 
 if [ "$status" -ne 0 ]; then
   echo "FAIL: the committed completions or man page differ from the CLI model: run tools/regen-docs.sh" >&2
+  exit "$status"
 fi
-exit "$status"
+checks_at_least 4  # the bash, zsh and fish completions and the man page

@@ -31,6 +31,7 @@ fresh_copy() {
 
 fresh_copy
 bash "$here/check_sync.sh" "$bin" "$tmp/src" >"$tmp/log" 2>&1 || { cat "$tmp/log"; fail "check_sync.sh fails on freshly generated files"; }
+passed
 
 expect_drift() {  # expect_drift WHAT: check_sync.sh must fail after the change WHAT
   if bash "$here/check_sync.sh" "$bin" "$tmp/src" >"$tmp/log" 2>&1; then
@@ -38,16 +39,20 @@ expect_drift() {  # expect_drift WHAT: check_sync.sh must fail after the change 
     fail "check_sync.sh passed after $1"
   fi
   grep -q "run tools/regen-docs.sh" "$tmp/log" || { cat "$tmp/log"; fail "no 'run tools/regen-docs.sh' after $1"; }
+  passed
 }
 
 for f in completions/dcpctl.bash completions/_dcpctl completions/dcpctl.fish man/dcpctl.1; do
   fresh_copy
   [ -f "$tmp/src/$f" ] || fail "regen-docs.sh did not write $f"
+  passed
   sed -i '2s/$/ (edited)/' "$tmp/src/$f"
   expect_drift "editing $f"
   grep -q "^+++ $f (generated)" "$tmp/log" || { cat "$tmp/log"; fail "no diff shown for $f"; }
+  passed
   fresh_copy
   rm "$tmp/src/$f"
   expect_drift "deleting $f"
 done
+checks_at_least 17
 echo "ok: check_sync.sh catches edited and missing files"

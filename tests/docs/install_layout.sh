@@ -12,14 +12,19 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$cmake" --install "$build" --prefix "$tmp/prefix" >"$tmp/log" 2>&1 || { cat "$tmp/log"; fail "cmake --install"; }
+passed
 p=$tmp/prefix
 [ -x "$p/bin/dcpctl" ] || fail "bin/dcpctl not installed"
+passed
 check() {  # check INSTALLED SOURCE
   [ -f "$p/$1" ] || fail "$1 not installed"
+  passed
   cmp -s "$p/$1" "$src/$2" || fail "$1 differs from $2"
+  passed
 }
 check share/man/man1/dcpctl.1 man/dcpctl.1
 check share/bash-completion/completions/dcpctl completions/dcpctl.bash
 check share/zsh/vendor-completions/_dcpctl completions/_dcpctl
 check share/fish/vendor_completions.d/dcpctl.fish completions/dcpctl.fish
+checks_at_least 10
 echo "ok: installed under $p"

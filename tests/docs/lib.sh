@@ -2,6 +2,8 @@
 # Shared by the tests/docs scripts (sourced, not run).
 
 source "$(dirname "${BASH_SOURCE[0]}")/../skip.sh"
+# `passed` and `checks_at_least` (the check ledger: docs/testing.md#no-test-passes-on-nothing)
+source "$(dirname "${BASH_SOURCE[0]}")/../ledger.sh"
 
 # need TOOL...: names the first missing tool and exits 77 (CTest: skipped), or 1 under CI /
 # DCPCTL_REQUIRE_VENV=1: tools/dev.sh installs every one of them (tests/skip.sh).

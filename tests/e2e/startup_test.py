@@ -174,8 +174,7 @@ def main():
                     os.environ.pop(k, None)
     os.environ.pop("DCPCTL_TORCH_PLUGIN", None)
 
-    print(f"{chk.checks} checks, {len(chk.failures)} failures")
-    return 1 if chk.failures else 0
+    return harness.finish(chk, "e2e-startup")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../skip.sh"
+source "$here/../ledger.sh"
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
 py=${3:-}
@@ -45,6 +46,7 @@ for f in bin/dcpctl lib/dcpctl/libdcpctl_torch.so lib/libtorch_cpu.so lib/libc10
   share/bash-completion/completions/dcpctl share/zsh/vendor-completions/_dcpctl \
   share/fish/vendor_completions.d/dcpctl.fish; do
   [ -e "$root/$f" ] || fail "the archive lacks $f"
+  checked
 done
 while IFS= read -r f; do
   case "$f" in
@@ -80,9 +82,11 @@ check diff diff "$sample" "$tmp/run/model.safetensors" --select app.model
 check stats stats --json "$sample"
 "$ref" inspect "$sample" >"$tmp/ref/inspect.out"
 cmp -s "$tmp/run/inspect.out" "$tmp/ref/inspect.out" || fail "inspect prints differently from the build tree's dcpctl"
+checked
 "$ref" stats --json "$sample" >"$tmp/ref/stats.out"
 # Equal but for the timings.
 python3 - "$tmp/run/stats.out" "$tmp/ref/stats.out" <<'PY' || fail "stats --json differs from the build tree's dcpctl"
+checked
 import json, sys
 def load(p):
     def strip(v):
@@ -99,11 +103,13 @@ PY
 "$ref" reshard "$sample" --world-size 3 -o "$tmp/ref/w3" >/dev/null 2>&1
 for f in model.safetensors all.pt w3/__0_0.distcp w3/__1_0.distcp w3/__2_0.distcp; do
   cmp -s "$tmp/run/$f" "$tmp/ref/$f" || fail "$f written by the archive's dcpctl differs from the build tree's"
+  checked
 done
 "$py" -c "import sys, torch; sd = torch.load(sys.argv[1], weights_only=True); assert 'app' in sd, list(sd)" "$tmp/run/all.pt" ||
   fail "torch.load(weights_only=True) refuses the archive dcpctl's .pt"
 # The .metadata carries a fresh save_id (a uuid, as torch writes): torch must read the same plan.
 "$py" - "$tmp/run/w3" "$tmp/ref/w3" <<'PY' || fail "torch reads different metadata from the archive's reshard"
+checked
 import sys
 from torch.distributed.checkpoint import FileSystemReader
 a, b = (FileSystemReader(p).read_metadata() for p in sys.argv[1:3])
@@ -122,7 +128,9 @@ bare env $launch RANK=0 LOCAL_RANK=0 LD_DEBUG=libs "$root/bin/dcpctl" consolidat
   >/dev/null 2>"$tmp/ld.log" || fail "rank 0 of a two-rank consolidate under LD_DEBUG: $(grep -v '^ *[0-9]*:' "$tmp/ld.log" | head -c 400)"
 wait "$rank1" || fail "rank 1 of a two-rank consolidate: $(head -c 400 "$tmp/ld1.log")"
 [ -s "$tmp/ld.safetensors" ] || fail "the two-rank consolidate wrote no output"
+checked
 grep -q "calling init: .*libtorch_cpu.so" "$tmp/ld.log" || fail "LD_DEBUG shows no libtorch_cpu loaded (is the log empty?)"
+checked
 while IFS= read -r lib; do
   case "$lib" in
     "$root"/*) ;;
@@ -131,9 +139,12 @@ while IFS= read -r lib; do
   esac
 done < <(sed -n 's/.*calling init: //p' "$tmp/ld.log" | sort -u)
 grep -E "\.venv|$build" <(sed -n 's/.*calling init: //p' "$tmp/ld.log") && fail "a library resolved into the virtualenv or the build tree"
+checked
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)" >&2
   exit 1
 fi
+# 8 files, the RUNPATHs' and runs' 11 checks (docs/testing.md#no-test-passes-on-nothing)
+checks_at_least 19
 echo "ok: the archive runs bare; outputs identical to the build tree's"

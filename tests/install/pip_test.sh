@@ -18,6 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../skip.sh"
+source "$here/../ledger.sh"
 py=${1:-}
 src=$(cd "$2" && pwd)
 build=$(cd "$3" && pwd)
@@ -59,6 +60,7 @@ plugin="$venv/lib/dcpctl/libdcpctl_torch.so"
 for f in "$exe" "$plugin" "$venv/share/man/man1/dcpctl.1" "$venv/share/bash-completion/completions/dcpctl" \
   "$venv/share/zsh/vendor-completions/_dcpctl" "$venv/share/fish/vendor_completions.d/dcpctl.fish"; do
   [ -e "$f" ] || fail "pip install did not install $f"
+  checked
 done
 if [ -f "$plugin" ]; then
   rp=$(readelf -d "$plugin" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
@@ -70,6 +72,7 @@ if [ -f "$plugin" ]; then
   torch_lib=$("$py" -c "import os, torch; print(os.path.realpath(os.path.join(os.path.dirname(torch.__file__), 'lib')))")
   got=$(cd "$venv/lib/dcpctl" && ldd ./libdcpctl_torch.so | sed -n 's/.*libtorch_cpu.so => \([^ ]*\).*/\1/p')
   [ "$(readlink -f "$got")" = "$torch_lib/libtorch_cpu.so" ] || fail "the plugin resolves libtorch_cpu to '$got', not $torch_lib"
+  checked
 fi
 
 # The installed dcpctl, run the way a user would (the environment's bin on PATH), from elsewhere.
@@ -77,16 +80,21 @@ sample="$src/tests/fixtures/sample/ckpt"
 mkdir "$tmp/run" "$tmp/ref"
 run() { (cd "$tmp/run" && PATH="$venv/bin:/usr/bin:/bin" "$@"); }
 [ "$(run sh -c 'command -v dcpctl')" = "$exe" ] || fail "dcpctl on the environment's PATH is '$(run sh -c 'command -v dcpctl' || true)'"
+checked
 run dcpctl --version >"$tmp/version" || fail "dcpctl --version"
+checked
 grep -q "^LibTorch $torch_mm" "$tmp/version" || fail "--version does not name LibTorch $torch_mm: $(cat "$tmp/version")"
 run dcpctl verify --deep "$sample" >/dev/null || fail "installed dcpctl verify --deep"
+checked
 run dcpctl consolidate "$sample" -o "$tmp/run/all.pt" >/dev/null 2>&1 || fail "installed dcpctl consolidate .pt"
+checked
 run dcpctl consolidate "$sample" --select app.model -o "$tmp/run/model.safetensors" >/dev/null 2>&1 ||
   fail "installed dcpctl consolidate .safetensors"
 "$build/cmd/dcpctl" consolidate "$sample" -o "$tmp/ref/all.pt" >/dev/null 2>&1
 "$build/cmd/dcpctl" consolidate "$sample" --select app.model -o "$tmp/ref/model.safetensors" >/dev/null 2>&1
 for f in all.pt model.safetensors; do
   cmp -s "$tmp/run/$f" "$tmp/ref/$f" || fail "$f written by the installed dcpctl differs from the build tree's"
+  checked
 done
 
 # pip wheel: tag and torch constraint (the build directory is reused: no rebuild).
@@ -97,6 +105,7 @@ if "$py" -m pip wheel --no-build-isolation --no-deps "${config[@]}" -w "$tmp/whe
     *) fail "wheel is tagged $(basename "$whl"), want py3-none-linux_x86_64" ;;
   esac
   "$py" - "$whl" "$torch_mm" <<'PY' || fail "the wheel's METADATA does not require torch==$torch_mm.*"
+  checked
 import sys, zipfile
 whl, mm = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(whl) as z:
@@ -111,10 +120,15 @@ else
 fi
 
 "$py" -m pip uninstall -y -q dcpctl || fail "pip uninstall dcpctl"
+checked
 [ ! -e "$exe" ] && [ ! -e "$plugin" ] || fail "pip uninstall left $exe or $plugin behind"
+checked
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)" >&2
   exit 1
 fi
+# 6 files installed, 8 checks of the installed dcpctl and the uninstall (the plugin's RUNPATH and the
+# wheel's METADATA where they apply: not counted here)
+checks_at_least 14
 echo "ok: pip install --no-build-isolation puts a working dcpctl on the environment's PATH"

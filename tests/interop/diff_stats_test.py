@@ -608,7 +608,9 @@ def mode_formats(dcpctl: str, fixtures: Path, tmp: Path) -> None:
     # every fixture against torch's own dcp_to_torch_save of it
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    for case in sorted(p for p in fixtures.iterdir() if (p / "ckpt").is_dir()):
+    cases = sorted(p for p in fixtures.iterdir() if (p / "ckpt").is_dir())
+    check(len(cases) >= 14, f"{len(cases)} fixtures with a ckpt/ under {fixtures}, fewer than the 14 committed")
+    for case in cases:
         pt = tmp / f"{case.name}.pt"
         try:
             dcp_to_torch_save(str(case / "ckpt"), str(pt))

@@ -46,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 from skip import skip_or_fail  # noqa: E402
+from tally import Tally  # noqa: E402
 
 try:
     import numpy as np
@@ -102,12 +103,15 @@ MOE = {
                            "mscale": 0.707, "mscale_all_dim": 0.707}),
 }
 
-FAILS: list[str] = []
+# The checks made, counted (tests/tally.py; the count goes to the test's ledger:
+# docs/testing.md#no-test-passes-on-nothing); FAILS is its list of failures.
+TALLY = Tally()
+FAILS = TALLY.failures
+check = TALLY.check
 
 
 def fail(msg: str) -> None:
-    FAILS.append(msg)
-    print("FAIL:", msg, file=sys.stderr)
+    TALLY.check(False, msg)
 
 
 def tiny_model(model: str, out: Path) -> None:
@@ -242,10 +246,10 @@ def compare_files(label: str, want: Path, got: Path) -> None:
     wkv, wts = fields(want)
     gkv, gts = fields(got)
     for k in sorted(set(wkv) | set(gkv)):
-        if wkv.get(k) != gkv.get(k):
-            fail(f"{label}: {k}: llama-quantize {str(wkv.get(k))[:120]}, dcpctl {str(gkv.get(k))[:120]}")
-    if sorted(wts) != sorted(gts):
-        fail(f"{label}: tensors: only llama-quantize's {sorted(set(wts) - set(gts))}, only dcpctl's {sorted(set(gts) - set(wts))}")
+        check(wkv.get(k) == gkv.get(k),
+              f"{label}: {k}: llama-quantize {str(wkv.get(k))[:120]}, dcpctl {str(gkv.get(k))[:120]}")
+    check(sorted(wts) == sorted(gts),
+          f"{label}: tensors: only llama-quantize's {sorted(set(wts) - set(gts))}, only dcpctl's {sorted(set(gts) - set(wts))}")
     for n in sorted(set(wts) & set(gts)):
         (wt, ws, wb), (gt, gs, gb) = wts[n], gts[n]
         if (wt, ws) != (gt, gs):
@@ -270,6 +274,11 @@ def unpermute_qk(src: Path, dst: Path) -> None:
             t.data[...] = w.reshape(n, rows // n // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
     del r
 
+
+# What each outtype of a case always makes: dcpctl's exit, the logits against transformers', the
+# diff's exit and what it names; fewer checks mean a case was dropped
+# (docs/testing.md#no-test-passes-on-nothing).
+CHECKS_PER_OUTTYPE = 4
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
@@ -296,8 +305,7 @@ def main(argv: list[str]) -> int:
                 out.parent.mkdir(parents=True)
                 r = subprocess.run([dcpctl, "consolidate", str(hf), "-o", str(out), "--outtype", outtype, "-q"],
                                    capture_output=True, text=True)
-                if r.returncode != 0:
-                    fail(f"{model}:{outtype}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
+                if not check(r.returncode == 0, f"{model}:{outtype}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
                     continue
                 files[outtype] = out
             for outtype in types.split(","):
@@ -306,8 +314,8 @@ def main(argv: list[str]) -> int:
                 label = f"{model}:{outtype}"
                 # MXFP4 experts: BOUND["mxfp4"], whatever the outtype.
                 bound = "mxfp4" if "-mxfp4" in model else outtype
-                if not check_logits(label, bound, ref, llama_logits(lc, files[outtype], ref[0], ref[1]), report):
-                    fail(f"{label}: llama.cpp's output is not transformers'")
+                check(check_logits(label, bound, ref, llama_logits(lc, files[outtype], ref[0], ref[1]), report),
+                      f"{label}: llama.cpp's output is not transformers'")
                 check_diff(dcpctl, label, hf, files[outtype], True)
                 if outtype in FTYPE and "f32" in files:
                     want = tmp / model / outtype / "llama-quantize.gguf"
@@ -318,18 +326,16 @@ def main(argv: list[str]) -> int:
                 wrong = tmp / model / "f32" / "unpermuted.gguf"
                 unpermute_qk(files["f32"], wrong)
                 check_diff(dcpctl, f"{model}:f32 with Q/K not permuted", hf, wrong, False)
-                if check_logits(f"{model}:f32 with Q/K not permuted", "f32", ref, llama_logits(lc, wrong, ref[0], ref[1]), {}):
-                    fail(f"{model}: a file whose Q/K rows are not permuted passes the logits check")
-                else:
+                if check(not check_logits(f"{model}:f32 with Q/K not permuted", "f32", ref,
+                                          llama_logits(lc, wrong, ref[0], ref[1]), {}),
+                         f"{model}: a file whose Q/K rows are not permuted passes the logits check"):
                     print(f"{model}: the file with Q/K rows not permuted fails the check, as it must")
             shutil.rmtree(tmp / model)
             print(f"{case}: {'ok' if not FAILS else 'FAILED'} ({time.monotonic() - t0:.0f} s)")
     for label, err in report.items():
         print(f"  {label}: max |llama.cpp - transformers| = {err:.3g} x std(logits)")
-    if FAILS:
-        print(f"{len(FAILS)} failure(s)", file=sys.stderr)
-        return 1
-    return 0
+    outtypes = sum(len(c.partition(":")[2].split(",")) for c in cases)
+    return TALLY.summary("gguf-llama", min_checks=CHECKS_PER_OUTTYPE * outtypes)
 
 
 def check_diff(dcpctl: str, label: str, hf: Path, file: Path, same: bool) -> None:
@@ -344,10 +350,10 @@ def check_diff(dcpctl: str, label: str, hf: Path, file: Path, same: bool) -> Non
         fail(f"{label}: diff exit {r.returncode}: {r.stderr[-800:]}")
         return
     changed = sorted(k["key"] for k in keys if k["status"] not in ("identical", "tied"))
-    if same and (r.returncode != 0 or changed):
-        fail(f"{label}: diff against the HF folder: exit {r.returncode}, {changed[:8]}")
-    if not same and (r.returncode != 1 or not changed or any(".attn_q." not in c and ".attn_k." not in c for c in changed)):
-        fail(f"{label}: diff: exit {r.returncode}, changed {changed[:8]}")
+    check(not (same and (r.returncode != 0 or changed)),
+          f"{label}: diff against the HF folder: exit {r.returncode}, {changed[:8]}")
+    check(not (not same and (r.returncode != 1 or not changed or any(".attn_q." not in c and ".attn_k." not in c for c in changed))),
+          f"{label}: diff: exit {r.returncode}, changed {changed[:8]}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
 from skip import skip_or_fail  # noqa: E402
+from tally import Tally  # noqa: E402
 
 try:
     import numpy as np
@@ -53,12 +54,16 @@ try:
 except ImportError as e:
     skip_or_fail(f"the virtualenv lacks {e.name} (tools/requirements.txt)")
 
-FAILS: list[str] = []
+# The checks made, counted (tests/tally.py; the count goes to the test's ledger:
+# docs/testing.md#no-test-passes-on-nothing); FAILS is its list of failures.
+TALLY = Tally()
+FAILS = TALLY.failures
+check = TALLY.check
+problems = TALLY.problems
 
 
 def fail(msg: str) -> None:
-    FAILS.append(msg)
-    print("FAIL:", msg, file=sys.stderr)
+    TALLY.check(False, msg)
 
 
 # Each architecture: its config class, the tokenizer, and what it sets beyond the common tiny sizes.
@@ -433,15 +438,14 @@ def compare(label: str, want: Path, got: Path) -> None:
     before = len(FAILS)
     wkv, wts = fields(want)
     gkv, gts = fields(got)
-    if list(wkv) != list(gkv):
-        fail(f"{label}: keys differ: only the converter's {sorted(set(wkv) - set(gkv))}, only dcpctl's "
+    check(list(wkv) == list(gkv),
+          f"{label}: keys differ: only the converter's {sorted(set(wkv) - set(gkv))}, only dcpctl's "
              f"{sorted(set(gkv) - set(wkv))}, or the order")
     for k in wkv:
         if k in gkv and wkv[k] != gkv[k]:
             w, g = wkv[k], gkv[k]
             fail(f"{label}: {k}: converter {w[0]} {str(w[1])[:120]}, dcpctl {g[0]} {str(g[1])[:120]}")
-    if list(wts) != list(gts):
-        fail(f"{label}: tensors differ: converter {list(wts)}, dcpctl {list(gts)}")
+    check(list(wts) == list(gts), f"{label}: tensors differ: converter {list(wts)}, dcpctl {list(gts)}")
     for n, (wt, ws, wb) in wts.items():
         if n not in gts:
             continue
@@ -468,8 +472,8 @@ def check_diff(dcpctl: str, label: str, src: Path, file: Path) -> None:
     r, j = run_diff(dcpctl, src, file)
     if "mxfp4" in label.split(":")[0]:
         # MXFP4 experts are not compared yet: exit 5 naming the first blocks tensor, nothing passed over.
-        if r.returncode != 5 or not re.search(r"'model\.layers\.\d+\.mlp\.experts\.\w+_blocks'.*uint8", r.stderr):
-            fail(f"{label}: diff of MXFP4 experts: exit {r.returncode}, want 5 naming the blocks: {r.stderr[-800:]}")
+        check(not (r.returncode != 5 or not re.search(r"'model\.layers\.\d+\.mlp\.experts\.\w+_blocks'.*uint8", r.stderr)),
+              f"{label}: diff of MXFP4 experts: exit {r.returncode}, want 5 naming the blocks: {r.stderr[-800:]}")
         return
     if r.returncode != 0 or j is None or not j["same"]:
         bad = [(k["key"], k["status"], k.get("max_abs_diff")) for k in (j or {}).get("keys", []) if k["status"] not in ("identical", "tied")]
@@ -477,10 +481,9 @@ def check_diff(dcpctl: str, label: str, src: Path, file: Path) -> None:
         return
     untyped = [k["key"] for k in j["keys"] if k.get("bound") != "gguf" and "value" not in (k["a"] or {})]
     keys = [k["key"] for k in j["keys"] if "value" in (k["a"] or {})]
-    if untyped or not j["keys"]:
-        fail(f"{label}: diff compared {untyped[:8]} without a GGUF bound")
-    if "general.architecture" not in keys or not any(k.endswith(".block_count") for k in keys):
-        fail(f"{label}: diff compared no metadata keys from config.json: {keys}")
+    check(not (untyped or not j["keys"]), f"{label}: diff compared {untyped[:8]} without a GGUF bound")
+    check(not ("general.architecture" not in keys or not any(k.endswith(".block_count") for k in keys)),
+          f"{label}: diff compared no metadata keys from config.json: {keys}")
 
 
 def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) -> None:
@@ -493,8 +496,7 @@ def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) 
     at = {t.name: (int(t.data_offset), t.tensor_type.name) for t in reader.tensors}
     for name, want_type in (("blk.0.attn_q.weight", "Q8_0"), ("blk.1.attn_norm.weight", "F32")):
         offset, ty = at[name]
-        if ty != want_type:
-            fail(f"{case}: {name} is {ty}, not {want_type}")
+        if not check(ty == want_type, f"{case}: {name} is {ty}, not {want_type}"):
             continue
         data = bytearray(file.read_bytes())
         if ty == "Q8_0":
@@ -507,8 +509,8 @@ def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) 
         bad.write_bytes(bytes(data))
         r, j = run_diff(dcpctl, src, bad)
         changed = [k["key"] for k in (j or {}).get("keys", []) if k["status"] != "identical"]
-        if r.returncode != 1 or changed != [name] or j["keys"][0]["status"] != "values_changed":
-            fail(f"{case}: diff of a copy with {name} damaged: exit {r.returncode}, changed {changed[:8]}, {r.stderr[-400:]}")
+        check(not (r.returncode != 1 or changed != [name] or j["keys"][0]["status"] != "values_changed"),
+              f"{case}: diff of a copy with {name} damaged: exit {r.returncode}, changed {changed[:8]}, {r.stderr[-400:]}")
         bad.unlink()
     # A key config.json makes: the source's config.json says another rms_norm_eps than the file's.
     odd = tmp / "odd-eps"
@@ -518,8 +520,8 @@ def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) 
     (odd / "config.json").write_text(json.dumps(cfg))
     r, j = run_diff(dcpctl, odd, file)
     changed = [k["key"] for k in (j or {}).get("keys", []) if k["status"] != "identical"]
-    if r.returncode != 1 or changed != ["llama.attention.layer_norm_rms_epsilon"]:
-        fail(f"{case}: diff against a config.json of another rms_norm_eps: exit {r.returncode}, changed {changed[:8]}")
+    check(not (r.returncode != 1 or changed != ["llama.attention.layer_norm_rms_epsilon"]),
+          f"{case}: diff against a config.json of another rms_norm_eps: exit {r.returncode}, changed {changed[:8]}")
     shutil.rmtree(odd)
 
 
@@ -534,15 +536,15 @@ def check_split_read(dcpctl: str, case: str, folder: Path, names: list[str]) -> 
     for name in (names[0], names[-1]):
         r = subprocess.run([dcpctl, "inspect", str(folder / name), "--json"], capture_output=True, text=True)
         got = {t["key"]: t["shape"] for t in json.loads(r.stdout).get("items", []) if t.get("kind") == "tensor"} if r.returncode == 0 else {}
-        if got != want:
-            fail(f"{case}: inspect of {name}: exit {r.returncode}, {len(got)} tensors, gguf-py reads {len(want)} in the shards "
+        check(got == want,
+              f"{case}: inspect of {name}: exit {r.returncode}, {len(got)} tensors, gguf-py reads {len(want)} in the shards "
                  f"({sorted(set(want) ^ set(got))[:6]}) {r.stderr[-400:]}")
     cut = folder.parent / "cut"
     shutil.copytree(folder, cut)
     (cut / names[1]).unlink()
     r = subprocess.run([dcpctl, "verify", str(cut / names[0])], capture_output=True, text=True)
-    if r.returncode != 3 or names[1] not in r.stdout:
-        fail(f"{case}: verify without {names[1]}: exit {r.returncode}, {r.stdout[-800:]} {r.stderr[-400:]}")
+    check(not (r.returncode != 3 or names[1] not in r.stdout),
+          f"{case}: verify without {names[1]}: exit {r.returncode}, {r.stdout[-800:]} {r.stderr[-400:]}")
 
 
 def check_summary(r: subprocess.CompletedProcess) -> None:
@@ -550,8 +552,7 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
     import jsonschema
     import referencing
     import referencing.jsonschema
-    if r.returncode != 0:
-        fail(f"--json: exit {r.returncode}, {r.stderr!r}")
+    if not check(r.returncode == 0, f"--json: exit {r.returncode}, {r.stderr!r}"):
         return
     folder = HERE.parent.parent / "docs" / "schemas"
     docs = {p.name: json.loads(p.read_text()) for p in folder.glob("*.schema.json")}
@@ -559,11 +560,15 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
         [(d["$id"], referencing.jsonschema.DRAFT202012.create_resource(d)) for d in docs.values()])
     summary = json.loads(r.stdout)
     v = jsonschema.Draft202012Validator(docs["consolidate.schema.json"], registry=registry)
-    for e in v.iter_errors(summary):
-        fail(f"--json: {list(e.absolute_path)}: {e.message[:200]}")
-    if summary.get("format") != "gguf" or summary.get("gguf") != {"architecture": "llama", "outtype": "f16"}:
-        fail(f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
+    problems([f"--json: {list(e.absolute_path)}: {e.message[:200]}" for e in v.iter_errors(summary)])
+    check(not (summary.get("format") != "gguf" or summary.get("gguf") != {"architecture": "llama", "outtype": "f16"}),
+          f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
 
+
+# What each case always makes: the converter's exit, its split, verify and diff of its file, and from
+# the HF folder and the DCP checkpoint dcpctl's exit, file names and a comparison each; fewer
+# checks mean a case was dropped (docs/testing.md#no-test-passes-on-nothing).
+CHECKS_PER_CASE = 10
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
@@ -591,18 +596,17 @@ def main(argv: list[str]) -> int:
             # Kimi's case runs the converter under KIMI_RUN (its tokenizer's name answered: see there).
             r = gguf_oracle.convert(hf, want, ["--outtype", outtype, *split_args],
                                     python_args=["-c", KIMI_RUN] if arch.startswith("kimi") else [])
-            if r.returncode != 0:
-                fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
+            if not check(r.returncode == 0, f"{case}: the converter failed: {r.stderr[-2000:]}"):
                 continue
             wants = sorted(p.name for p in want.parent.iterdir())
-            if split_args and (len(wants) < 2 or "tiny.gguf" in wants):
-                fail(f"{case}: the converter wrote {wants}, not a split")
+            check(not (split_args and (len(wants) < 2 or "tiny.gguf" in wants)),
+                  f"{case}: the converter wrote {wants}, not a split")
             # The converter's file (its first shard) passes verify: names and shapes against the table
             # (gguf/arch_check.h), which must know the architectures of TABLE_CHECKED.
             r = subprocess.run([dcpctl, "verify", str(want.parent / wants[0])], capture_output=True, text=True)
             base = arch.removesuffix("-bf16").removesuffix("-tied")
-            if r.returncode != 0 or (base in TABLE_CHECKED and "gguf-arch-not-checked" in r.stdout):
-                fail(f"{case}: verify of the converter's file: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
+            check(not (r.returncode != 0 or (base in TABLE_CHECKED and "gguf-arch-not-checked" in r.stdout)),
+                  f"{case}: verify of the converter's file: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
             # The converter's own file against the HF folder: llama.cpp's names and transforms undone
             # by dcpctl's table, each tensor within its type's bound.
             check_diff(dcpctl, f"{case}: the converter's file", hf, want.parent / wants[0])
@@ -611,12 +615,11 @@ def main(argv: list[str]) -> int:
                 got.parent.mkdir(parents=True)
                 r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", *split_args],
                                    capture_output=True, text=True)
-                if r.returncode != 0:
-                    fail(f"{case} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
+                if not check(r.returncode == 0,
+                             f"{case} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
                     continue
                 gots = sorted(p.name for p in got.parent.iterdir() if not p.name.endswith(".dcpctl-manifest.json"))
-                if gots != wants:
-                    fail(f"{case} from {src.name}: dcpctl wrote {gots}, the converter {wants}")
+                check(gots == wants, f"{case} from {src.name}: dcpctl wrote {gots}, the converter {wants}")
                 for name in wants:
                     if (got.parent / name).exists():
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
@@ -629,8 +632,8 @@ def main(argv: list[str]) -> int:
                     out = root / f"{outtype}.gguf"
                     r = subprocess.run([dcpctl, "consolidate", str(hf), "-o", str(out), "--outtype", outtype, "-q"],
                                        capture_output=True, text=True)
-                    if r.returncode != 0:
-                        fail(f"{case}: consolidate --outtype {outtype}: exit {r.returncode}: {r.stderr[-800:]}")
+                    if not check(r.returncode == 0,
+                                 f"{case}: consolidate --outtype {outtype}: exit {r.returncode}: {r.stderr[-800:]}"):
                         continue
                     check_diff(dcpctl, f"{case}: dcpctl's {outtype}", hf, out)
                     out.unlink()
@@ -646,17 +649,16 @@ def main(argv: list[str]) -> int:
             cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "FalconForCausalLM")
             (odd / "config.json").write_text(cfg)
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd.gguf")], capture_output=True, text=True)
-            if r.returncode != 5 or "FalconForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists():
-                fail(f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
+            check(not (r.returncode != 5 or "FalconForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists()),
+                  f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_k_m"], capture_output=True, text=True)
-            if r.returncode != 2:
-                fail(f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")
+            check(r.returncode == 2, f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")
             # The split options: the converter's size forms only, and only for a GGUF output.
             for args, out in ((["--split-max-size", "5X"], "x.gguf"), (["--split-max-size", "2GB"], "x.gguf"),
                               (["--split-max-tensors", "2"], "x.safetensors")):
                 r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / out), *args], capture_output=True, text=True)
-                if r.returncode != 2 or "split-max" not in r.stderr:
-                    fail(f"{args} -o {out}: exit {r.returncode}, {r.stderr!r}")
+                check(not (r.returncode != 2 or "split-max" not in r.stderr),
+                      f"{args} -o {out}: exit {r.returncode}, {r.stderr!r}")
             # --json: the summary is consolidate's schema's (docs/schemas), format gguf.
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "j.gguf"), "--json"], capture_output=True, text=True)
             check_summary(r)
@@ -686,12 +688,9 @@ def main(argv: list[str]) -> int:
             tc["auto_map"] = {"AutoTokenizer": ["tokenization_other.TikTokenTokenizer", None]}
             (odd / "tokenizer_config.json").write_text(json.dumps(tc))
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-kimi.gguf")], capture_output=True, text=True)
-            if r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists():
-                fail(f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
-    if FAILS:
-        print(f"{len(FAILS)} failure(s)", file=sys.stderr)
-        return 1
-    return 0
+            check(not (r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists()),
+                  f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
+    return TALLY.summary("gguf-converter", min_checks=CHECKS_PER_CASE * len(cases))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import gguf_test as gt  # noqa: E402  (skips when the virtualenv lacks gguf, torch, transformers, ...)
-from gguf_test import fail, gguf_oracle, skip_or_fail, torch  # noqa: E402
+from gguf_test import TALLY, check, fail, gguf_oracle, problems, skip_or_fail, torch  # noqa: E402
 
 LAYOUTS = HERE.parent / "fixtures" / "layouts"
 CASES = {
@@ -82,6 +82,10 @@ def run(cmd: list) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
 
 
+# What each case always makes: the converter's exit, dcpctl's, the comparison of the files and the
+# diff's exit; fewer checks mean a case was dropped (docs/testing.md#no-test-passes-on-nothing).
+CHECKS_PER_CASE = 4
+
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["titan:f16", "titan:q8_0", "megatron:f16", "megatron:q8_0"]
@@ -107,26 +111,24 @@ def main(argv: list[str]) -> int:
                 # the two-step route's first step, checked against the trainer's own conversion
                 r = run([dcpctl, "consolidate", ckpt, "--map", c["map"], "--assets", assets, "-o", f"{hf}/", "-q",
                          *c["hf_args"]])
-                if r.returncode != 0:
-                    fail(f"{name}: consolidate -o hf/: exit {r.returncode}: {r.stderr[-2000:]}")
+                if not check(r.returncode == 0, f"{name}: consolidate -o hf/: exit {r.returncode}: {r.stderr[-2000:]}"):
                     continue
                 doc = json.loads((fixture / "expected.json").read_text())
                 expected = doc["expected_hf"]
                 got = hf_tensors(hf)
-                for p in hf_problems(got, expected):
-                    fail(f"{name}: {p}")
+                problems([f"{name}: {p}" for p in hf_problems(got, expected)])
                 # control: one element of one tensor off, the check must see it (and only it)
                 k = sorted(got)[-1]
                 got[k] = got[k].clone()
                 got[k].view(-1)[0] += 1
-                if [p.split(":")[0] for p in hf_problems(got, expected)] != [f"hf/ {k}"]:
-                    fail(f"{name}: the SHA-256 check did not single out {k} altered")
+                check([p.split(":")[0] for p in hf_problems(got, expected)] == [f"hf/ {k}"],
+                      f"{name}: the SHA-256 check did not single out {k} altered")
                 # control: the trainer's checkpoint without its map
                 bad = tmp / name / "nomap.gguf"
                 r = run([dcpctl, "consolidate", ckpt, "--assets", assets, "-o", bad])
                 named = [k for k in doc["checkpoint_tensors"] if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", r.stderr)]
-                if r.returncode != 5 or not named or bad.exists():
-                    fail(f"{name} without --map: exit {r.returncode}, {r.stderr[-600:]!r}")
+                check(not (r.returncode != 5 or not named or bad.exists()),
+                      f"{name} without --map: exit {r.returncode}, {r.stderr[-600:]!r}")
             if not hf.is_dir():
                 continue
             root = tmp / name / outtype
@@ -134,26 +136,21 @@ def main(argv: list[str]) -> int:
             want.parent.mkdir(parents=True)
             got.parent.mkdir(parents=True)
             r = gguf_oracle.convert(hf, want, ["--outtype", outtype], env)
-            if r.returncode != 0:
-                fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
+            if not check(r.returncode == 0, f"{case}: the converter failed: {r.stderr[-2000:]}"):
                 continue
             # the one command
             r = run([dcpctl, "consolidate", ckpt, "--map", c["map"], "--assets", assets, "-o", got, "--outtype", outtype,
                      "-q"])
-            if r.returncode != 0:
-                fail(f"{case}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
+            if not check(r.returncode == 0, f"{case}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
                 continue
             gt.compare(case, want, got)
             # diff of the trainer's checkpoint through the map against the file: every tensor within
             # its type's bound, the keys config.json makes equal (docs/gguf.md, "Diff against the source").
             r = run([dcpctl, "diff", ckpt, got, "--map", c["map"], "--assets", assets, "-q"])
-            if r.returncode != 0:
-                fail(f"{case}: diff {ckpt.name} {got.name} --map {c['map']}: exit {r.returncode}: {r.stderr[-800:]}")
+            check(r.returncode == 0,
+                  f"{case}: diff {ckpt.name} {got.name} --map {c['map']}: exit {r.returncode}: {r.stderr[-800:]}")
             print(f"{case}: {'ok' if not gt.FAILS else 'FAILED'}", flush=True)
-    if gt.FAILS:
-        print(f"{len(gt.FAILS)} failure(s)", file=sys.stderr)
-        return 1
-    return 0
+    return TALLY.summary("gguf-trainers", min_checks=CHECKS_PER_CASE * len(cases))
 
 
 if __name__ == "__main__":

@@ -188,6 +188,10 @@ def main() -> int:
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     names = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
+    unknown = sorted(only - set(names))
+    if unknown:  # a name given that is not a release config: an error, never a smaller run
+        print(f"no release config {unknown} under {FIXTURES}", file=sys.stderr)
+        return 2
     if only:
         names = [n for n in names if n in only]
     check(len(names) >= 20 or bool(only), f"at least 20 release configs: {len(names)}")
