@@ -19,7 +19,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 declare -A CORPUS=(
   [fuzz_metadata]=corpus [fuzz_tensor_pickle]=corpus [fuzz_pickle_roundtrip]=corpus
-  [fuzz_safetensors_header]=corpus_safetensors [fuzz_zstd]=corpus_zstd [fuzz_item]=corpus_item)
+  [fuzz_safetensors_header]=corpus_safetensors [fuzz_zstd]=corpus_zstd [fuzz_item]=corpus_item [fuzz_gguf]=corpus_gguf)
 if [ "${1:-}" = --list ]; then
   for t in "${!CORPUS[@]}"; do echo "$t tests/fuzz/${CORPUS[$t]}"; done | sort
   exit 0

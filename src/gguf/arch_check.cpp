@@ -39,6 +39,17 @@ GgufArchReport check_gguf_arch(const Checkpoint& ck) {
   std::string arch = ck.values.count("general.architecture") ? ck.values.at("general.architecture") : "";
   if (arch.size() >= 2 && arch.front() == '\'' && arch.back() == '\'') arch = arch.substr(1, arch.size() - 2);
   const std::string first = ck.metadata_path;
+  // The table has a row per tensor of every layer: a block_count the file's tensors cannot hold
+  // (every layer of every architecture has tensors of its own) is one finding, not a table of
+  // block_count layers built to list them (a damaged or hostile count would make it any size).
+  const std::string block_count = arch + ".block_count";
+  if (std::optional<int64_t> layers = key_integer(ck.values, block_count, false);
+      layers && static_cast<uint64_t>(*layers) > ck.md.tensors.size()) {
+    r.problems.push_back({"gguf-tensor-missing", Where(first, std::nullopt, block_count),
+                          block_count + " is " + std::to_string(*layers) + ", more layers than the file's " +
+                              std::to_string(ck.md.tensors.size()) + " tensors can hold (llama.cpp: missing tensor)"});
+    return r;
+  }
   auto table = gguf::expected_tensors(arch, [&](const std::string& key) {
     return key_integer(ck.values, key, key == "tokenizer.ggml.tokens");
   });
