@@ -86,7 +86,6 @@ checked
 "$ref" stats --json "$sample" >"$tmp/ref/stats.out"
 # Equal but for the timings.
 python3 - "$tmp/run/stats.out" "$tmp/ref/stats.out" <<'PY' || fail "stats --json differs from the build tree's dcpctl"
-checked
 import json, sys
 def load(p):
     def strip(v):
@@ -98,6 +97,7 @@ def load(p):
     return strip(json.load(open(p)))
 sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
 PY
+checked
 "$ref" consolidate "$sample" --select app.model -o "$tmp/ref/model.safetensors" >/dev/null 2>&1
 "$ref" consolidate "$sample" -o "$tmp/ref/all.pt" >/dev/null 2>&1
 "$ref" reshard "$sample" --world-size 3 -o "$tmp/ref/w3" >/dev/null 2>&1
@@ -109,13 +109,13 @@ done
   fail "torch.load(weights_only=True) refuses the archive dcpctl's .pt"
 # The .metadata carries a fresh save_id (a uuid, as torch writes): torch must read the same plan.
 "$py" - "$tmp/run/w3" "$tmp/ref/w3" <<'PY' || fail "torch reads different metadata from the archive's reshard"
-checked
 import sys
 from torch.distributed.checkpoint import FileSystemReader
 a, b = (FileSystemReader(p).read_metadata() for p in sys.argv[1:3])
 assert a.state_dict_metadata == b.state_dict_metadata, "state_dict_metadata"
 assert a.storage_data == b.storage_data, "storage_data"
 PY
+checked
 
 # Where every library came from, in a run that loads the plugin: a two-rank consolidate under
 # torchrun's environment (the process group is the only part of dcpctl that needs LibTorch).

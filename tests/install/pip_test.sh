@@ -105,7 +105,6 @@ if "$py" -m pip wheel --no-build-isolation --no-deps "${config[@]}" -w "$tmp/whe
     *) fail "wheel is tagged $(basename "$whl"), want py3-none-linux_x86_64" ;;
   esac
   "$py" - "$whl" "$torch_mm" <<'PY' || fail "the wheel's METADATA does not require torch==$torch_mm.*"
-  checked
 import sys, zipfile
 whl, mm = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(whl) as z:
@@ -114,6 +113,7 @@ with zipfile.ZipFile(whl) as z:
 print("Requires-Dist:", reqs)
 sys.exit(0 if reqs == [f"torch=={mm}.*"] else 1)
 PY
+  checked
 else
   tail -30 "$tmp/wheel.log" >&2
   fail "pip wheel --no-build-isolation"
