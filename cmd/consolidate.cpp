@@ -52,6 +52,7 @@ const Format* pick_format(const ConsolidateCliOptions& o) {
     if (const Format* named = formats::by_output(out, false); named && !named->sharded)
       throw UsageError(Where(out), "--max-shard-size writes a directory of shards; give DIR/ as the output");
   if (const Format* f = formats::by_output(out, is_directory(out) || !o.max_shard_size.empty())) return f;
+  if (std::string why = module_left_out(out); !why.empty()) throw UnsupportedError(Where(out), why);
   throw UsageError(Where(out), "cannot tell the output format from the name: use a " + formats::output_names() +
                                    " output, or --format");
 }
