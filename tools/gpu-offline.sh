@@ -20,7 +20,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 debs=$root/.gpu-debs
 packages=(nlohmann-json3-dev libcli11-dev catch2 libzstd-dev libzstd1 zlib1g-dev zlib1g libssl-dev libssl3
-  libexpat1-dev libexpat1 libcurl4-openssl-dev pkgconf pkgconf-bin libpkgconf3)
+  libexpat1-dev libexpat1 libcurl4-openssl-dev libutf8proc-dev libutf8proc2 libonig-dev libonig5 pkgconf pkgconf-bin libpkgconf3)
 
 case ${1:-} in
   fetch)
