@@ -24,7 +24,7 @@ const char* const kCheckText =
 
 namespace {
 
-[[noreturn]] void refuse(const std::string& where, const std::string& what) {
+[[noreturn]] void refuse_digest(const std::string& where, const std::string& what) {
   throw UnsupportedError(Where(where), "llama.cpp's converter names a tokenizer by its output, and dcpctl cannot run this one: " +
                                            what + " (tokenizer.ggml.pre)");
 }
@@ -58,7 +58,7 @@ std::string pre_digest(const json& tok, const json& tconf, const json& config, c
   const std::string raw = kCheckText, text = normalize(loaded.normalizer, raw, where);
   for (const std::string& a : loaded.added)
     if (!a.empty() && (raw.find(a) != std::string::npos || text.find(a) != std::string::npos))
-      refuse(where, "an added token found in the check text ('" + a + "')");
+      refuse_digest(where, "an added token found in the check text ('" + a + "')");
 
   std::map<std::string, int64_t> vocab;
   for (const auto& [k, v] : model.at("vocab").items()) vocab[k] = v.get<int64_t>();
@@ -71,7 +71,7 @@ std::string pre_digest(const json& tok, const json& tconf, const json& config, c
     } else {
       const std::string s = m.get<std::string>();
       const size_t sp = s.find(' ');
-      if (sp == std::string::npos) refuse(where, "a merge without a space");
+      if (sp == std::string::npos) refuse_digest(where, "a merge without a space");
       p = {s.substr(0, sp), s.substr(sp + 1)};
     }
     rank.emplace(std::move(p), r++);
@@ -99,7 +99,7 @@ std::string pre_digest(const json& tok, const json& tconf, const json& config, c
     }
     for (const std::string& s : sym) {
       auto it = vocab.find(s);
-      if (it == vocab.end()) refuse(where, "a symbol missing from the vocabulary ('" + s + "')");
+      if (it == vocab.end()) refuse_digest(where, "a symbol missing from the vocabulary ('" + s + "')");
       ids.push_back(it->second);
     }
   }
@@ -115,6 +115,12 @@ std::string pre_name(const std::string& digest) {
   static const std::map<std::string, std::string> names{
       {"0ef9807a4087ebef797fc749390439009c3b9eda9ad1a097abbe738f486c01e5", "llama-bpe"},
       {"e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea", "qwen2"},
+      // The families of gguf_oracle.py's FAMILIES (tests/interop/gguf_tokenizers_test.py).
+      {"049ecf7629871e3041641907f3de7c733e4dbfdc736f57d882ba0b0845599754", "deepseek-llm"},
+      {"347715f544604f9118bb75ed199f68779f423cabb20db6de6f31b908d04d7821", "deepseek-coder"},
+      {"3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454", "gpt-2"},
+      {"35d91631860c815f952d711435f48d356ebac988362536bed955d43bfa436e34", "starcoder"},
+      {"9c2227e4dd922002fb81bde4fc02b0483ca4f12911410dee2255e4987644e3f8", "command-r"},
       // GLM's (the converter's rows for glm-4-9b-hf, GLM-4.5-Air and GLM-4.7-Flash): Llama 3's split
       // pattern over GLM's own vocabulary; not checked here, as no GLM vocabulary is at hand (a
       // digest dcpctl computes otherwise than transformers matches none and is refused).

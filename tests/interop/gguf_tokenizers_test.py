@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""consolidate -o model.gguf with the families' tokenizers as they ship, against llama.cpp's converter.
+
+    gguf_tokenizers_test.py DCPCTL [ARCH/TOKENIZER:OUTTYPE[:refused] ...]   (default: CASES)
+
+The converter names a BPE tokenizer (tokenizer.ggml.pre) by the digest of the ids transformers'
+AutoTokenizer gives its check text, and which tokenizer AutoTokenizer builds depends on
+tokenizer_config.json's class and config.json's model type (src/gguf/hf_tokenizer.h). Each case is
+a tiny model of ARCH (gguf_test.py's, saved by transformers) with TOKENIZER, one of
+tools/gguf_oracle.py's FAMILIES (rebuilt from llama.cpp's vocab files with the normalizer, class and
+post-processor the release ships, and checked there against llama.cpp's .inp/.out token vectors
+and the converter's digest table). The converter writes tiny.gguf from the folder; dcpctl's must
+equal it byte for byte. A `refused` case is one whose tokenizer transformers rebuilds into one the
+converter's table does not know: the converter fails ("BPE pre-tokenizer was not recognized") and
+dcpctl must refuse too (exit 5 naming tokenizer.ggml.pre, no file): a digest computed otherwise than
+transformers computes it is never written.
+
+Exit status: 0 pass, 1 failure, 77 skip (as gguf_test.py).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gguf_test as gt  # noqa: E402  (skips, as gguf_test.py does, without its packages)
+
+# A handful, each a path of its own: the class transformers loads, then the normalizer.
+CASES = [
+    "qwen2/qwen2-nfc:f16",         # Qwen2Tokenizer (model_type qwen2 forces it), NFC
+    "qwen3/qwen2-nfc:q8_0",        # Qwen3's: tokenizer_class Qwen2Tokenizer under model_type qwen3
+    "llama/deepseek-llm:f16",      # the empty normalizer Sequence; LlamaTokenizerFast over ByteLevel, add_bos_token
+    "qwen3/deepseek-coder:f16",
+    "llama/gpt-2:f16",             # GPT2Tokenizer rebuilt (ByteLevel with GPT-2's pattern)
+    "qwen3/starcoder:f16",         # GPT2Tokenizer rebuilt without StarCoder's Digits: the same ids here
+    "qwen3-tied/command-r:f16",    # CohereTokenizer (NFC, Digits, ByteLevel), add_bos_token
+    "qwen2/starcoder:f16:refused",  # model_type qwen2 forces Qwen2Tokenizer over StarCoder's: a digest nobody names
+]
+
+
+def main(argv: list[str]) -> int:
+    dcpctl = argv[0]
+    cases = argv[1:] or CASES
+    try:
+        gt.gguf_oracle.fetch()
+    except Exception as e:  # noqa: BLE001
+        gt.skip_or_fail(f"llama-cpp-python's sdist not fetched ({e}); tools/dev.sh setup fetches it")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for case in cases:
+            spec, outtype, *flags = case.split(":")
+            arch, tokenizer = spec.split("/")
+            root = tmp / case.replace(":", "-").replace("/", "-")
+            hf = root / "tiny"
+            gt.tiny_model(arch, hf, tokenizer)
+            want = root / "converter" / "tiny.gguf"
+            want.parent.mkdir(parents=True)
+            r = gt.gguf_oracle.convert(hf, want, ["--outtype", outtype])
+            got = root / "dcpctl" / "tiny.gguf"
+            got.parent.mkdir(parents=True)
+            d = subprocess.run([dcpctl, "consolidate", str(hf), "-o", str(got), "--outtype", outtype, "-q"], capture_output=True, text=True)
+            if flags == ["refused"]:
+                if r.returncode == 0 or "BPE pre-tokenizer was not recognized" not in r.stderr:
+                    gt.fail(f"{case}: the converter: exit {r.returncode}, not its unknown digest: {r.stderr[-1200:]}")
+                if d.returncode != 5 or "tokenizer.ggml.pre" not in d.stderr or got.exists():
+                    gt.fail(f"{case}: dcpctl exit {d.returncode}, want 5 naming tokenizer.ggml.pre and no file: {d.stderr[-1200:]}")
+            elif r.returncode != 0:
+                gt.fail(f"{case}: the converter failed: {r.stderr[-2000:]}")
+            elif d.returncode != 0:
+                gt.fail(f"{case}: dcpctl exit {d.returncode}: {d.stderr[-2000:]}")
+            else:
+                gt.compare(case, want, got)
+                pre = json.dumps(gt.fields(got)[0]["tokenizer.ggml.pre"][1])
+                print(f"{case}: {'ok' if not gt.FAILS else 'FAILED'} (tokenizer.ggml.pre {pre})")
+            if flags == ["refused"]:
+                print(f"{case}: {'ok' if not gt.FAILS else 'FAILED'} (both refuse)")
+    if gt.FAILS:
+        print(f"{len(gt.FAILS)} failure(s)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
