@@ -39,8 +39,8 @@
 namespace dcpctl::gguf {
 
 struct LoadedTokenizer {
-  std::string cls;                  // the class transformers loads: "TokenizersBackend", "Qwen2Tokenizer", ...
-  nlohmann::json normalizer;        // null: none
+  std::string cls;            // the class transformers loads: "TokenizersBackend", "Qwen2Tokenizer", ...
+  nlohmann::json normalizer;  // null: none
   nlohmann::json pre_tokenizer;
   bool ignore_merges = false;
   std::vector<int64_t> before, after;  // the ids the post-processor puts around the sequence
@@ -49,7 +49,7 @@ struct LoadedTokenizer {
 
 // `tok` tokenizer.json, `tconf` tokenizer_config.json (null: none), `config` config.json.
 // UnsupportedError naming what dcpctl does not reproduce.
-LoadedTokenizer as_transformers_loads(const nlohmann::json& tok, const nlohmann::json& tconf, const nlohmann::json& config,
-                                      const std::string& where);
+LoadedTokenizer as_transformers_loads(const nlohmann::json& tok, const nlohmann::json& tconf,
+                                      const nlohmann::json& config, const std::string& where);
 
 }  // namespace dcpctl::gguf

@@ -15,15 +15,18 @@ using nlohmann::json;
 namespace {
 
 [[noreturn]] void refuse_normalizer(const std::string& where, const std::string& what) {
-  throw UnsupportedError(Where(where), "the tokenizer's normalizer " + what + " is not run by dcpctl (tokenizer.ggml.pre)");
+  throw UnsupportedError(Where(where),
+                         "the tokenizer's normalizer " + what + " is not run by dcpctl (tokenizer.ggml.pre)");
 }
 
 std::string utf8proc_mapped(const std::string& text, int options, const std::string& where) {
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
-                                          &out, static_cast<utf8proc_option_t>(options | UTF8PROC_STABLE));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(options | UTF8PROC_STABLE));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
-  if (n < 0) throw FormatError(Where(where), std::string("a text to normalize that utf8proc refuses: ") + utf8proc_errmsg(n));
+  if (n < 0)
+    throw FormatError(Where(where), std::string("a text to normalize that utf8proc refuses: ") + utf8proc_errmsg(n));
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
 
@@ -71,14 +74,15 @@ std::string normalize(const json& n, const std::string& text, const std::string&
   }
   if (type == "Replace") {
     const json pattern = n.value("pattern", json());
-    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() || !n.contains("content") ||
-        !n["content"].is_string())
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+        !n.contains("content") || !n["content"].is_string())
       refuse_normalizer(where, "Replace with a pattern other than a String");
     const std::string from = pattern["String"].get<std::string>(), to = n["content"].get<std::string>();
     if (from.empty()) refuse_normalizer(where, "Replace of an empty String");
     std::string out;
     size_t at = 0;
-    for (size_t hit; (hit = text.find(from, at)) != std::string::npos; at = hit + from.size()) out += text.substr(at, hit - at) + to;
+    for (size_t hit; (hit = text.find(from, at)) != std::string::npos; at = hit + from.size())
+      out += text.substr(at, hit - at) + to;
     return out + text.substr(at);
   }
   refuse_normalizer(where, type);

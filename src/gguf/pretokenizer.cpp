@@ -21,7 +21,8 @@ namespace {
 const char* const kByteLevelPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 [[noreturn]] void refuse_pre_tokenizer(const std::string& where, const std::string& what) {
-  throw UnsupportedError(Where(where), "the tokenizer's pre_tokenizer " + what + " is not run by dcpctl (tokenizer.ggml.pre)");
+  throw UnsupportedError(Where(where),
+                         "the tokenizer's pre_tokenizer " + what + " is not run by dcpctl (tokenizer.ggml.pre)");
 }
 
 // A span of a piece and whether the pattern matched it (tokenizers' Pattern::find_matches).
@@ -56,12 +57,15 @@ PieceMatches onig_matches(const std::string& pattern, const std::string& s, cons
   OnigPattern r;
   OnigErrorInfo info;
   const auto* p = reinterpret_cast<const OnigUChar*>(pattern.data());
-  if (int rc = onig_new(&r.re, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &info); rc != ONIG_NORMAL) {
+  if (int rc = onig_new(&r.re, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &info);
+      rc != ONIG_NORMAL) {
     OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(msg, rc, &info);
-    refuse_pre_tokenizer(where, "Split pattern that Oniguruma does not compile (" + std::string(reinterpret_cast<char*>(msg)) + ")");
+    refuse_pre_tokenizer(
+        where, "Split pattern that Oniguruma does not compile (" + std::string(reinterpret_cast<char*>(msg)) + ")");
   }
-  std::unique_ptr<OnigRegion, void (*)(OnigRegion*)> region(onig_region_new(), [](OnigRegion* g) { onig_region_free(g, 1); });
+  std::unique_ptr<OnigRegion, void (*)(OnigRegion*)> region(onig_region_new(),
+                                                            [](OnigRegion* g) { onig_region_free(g, 1); });
   const auto* str = reinterpret_cast<const OnigUChar*>(s.data());
   const OnigUChar* end = str + s.size();
   std::vector<std::pair<size_t, size_t>> found;
@@ -88,7 +92,8 @@ PieceMatches onig_matches(const std::string& pattern, const std::string& s, cons
 }
 
 // A span for each code point `pred` holds for (tokenizers' Pattern for a char predicate).
-PieceMatches code_point_matches(const std::string& s, const std::function<bool(int32_t)>& pred, const std::string& where) {
+PieceMatches code_point_matches(const std::string& s, const std::function<bool(int32_t)>& pred,
+                                const std::string& where) {
   std::vector<std::pair<size_t, size_t>> found;
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
   for (size_t i = 0; i < s.size();) {
@@ -102,7 +107,8 @@ PieceMatches code_point_matches(const std::string& s, const std::function<bool(i
 }
 
 // NormalizedString::split: the pieces `behavior` keeps, empty ones dropped.
-void split_piece(const std::string& s, const PieceMatches& m, const std::string& behavior, std::vector<std::string>& out, const std::string& where) {
+void split_piece(const std::string& s, const PieceMatches& m, const std::string& behavior,
+                 std::vector<std::string>& out, const std::string& where) {
   std::vector<std::string> pieces;
   if (behavior == "Isolated") {
     for (const auto& [span, hit] : m) pieces.push_back(s.substr(span.first, span.second - span.first));
@@ -132,7 +138,8 @@ bool rust_is_numeric(int32_t c) {
 }
 
 // One pre-tokenizer over every piece.
-std::vector<std::string> apply_pre_tokenizer(const json& pt, const std::vector<std::string>& in, const std::string& where) {
+std::vector<std::string> apply_pre_tokenizer(const json& pt, const std::vector<std::string>& in,
+                                             const std::string& where) {
   const std::string type = pt.is_object() ? pt.value("type", std::string()) : std::string();
   std::vector<std::string> out;
   if (type == "Split") {
@@ -142,10 +149,12 @@ std::vector<std::string> apply_pre_tokenizer(const json& pt, const std::vector<s
     for (const std::string& s : in) {
       if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
         split_piece(s, onig_matches(pattern["Regex"].get<std::string>(), s, where), behavior, out, where);
-      } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string() && !pattern["String"].get<std::string>().empty()) {
+      } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string() &&
+                 !pattern["String"].get<std::string>().empty()) {
         const std::string lit = pattern["String"].get<std::string>();
         std::vector<std::pair<size_t, size_t>> found;
-        for (size_t at = s.find(lit); at != std::string::npos; at = s.find(lit, at + lit.size())) found.push_back({at, at + lit.size()});
+        for (size_t at = s.find(lit); at != std::string::npos; at = s.find(lit, at + lit.size()))
+          found.push_back({at, at + lit.size()});
         split_piece(s, matches_covering(s, found), behavior, out, where);
       } else {
         refuse_pre_tokenizer(where, "Split without a OnigPattern or String pattern");
@@ -185,7 +194,8 @@ std::vector<std::string> pre_tokenize(const json& pre, const std::string& text, 
   if (steps.empty() || !steps.back().is_object() || steps.back().value("type", std::string()) != "ByteLevel")
     refuse_pre_tokenizer(where, "without ByteLevel last (a byte-level BPE's)");
   for (size_t i = 0; i + 1 < steps.size(); ++i)
-    if (steps[i].value("type", std::string()) == "ByteLevel") refuse_pre_tokenizer(where, "with a ByteLevel before its last step");
+    if (steps[i].value("type", std::string()) == "ByteLevel")
+      refuse_pre_tokenizer(where, "with a ByteLevel before its last step");
   std::vector<std::string> pieces;
   if (!text.empty()) pieces.push_back(text);
   for (const json& s : steps) pieces = apply_pre_tokenizer(s, pieces, where);

@@ -26,6 +26,7 @@
 
 namespace dcpctl::gguf {
 
-std::vector<std::string> pre_tokenize(const nlohmann::json& pre_tokenizer, const std::string& text, const std::string& where);
+std::vector<std::string> pre_tokenize(const nlohmann::json& pre_tokenizer, const std::string& text,
+                                      const std::string& where);
 
 }  // namespace dcpctl::gguf
