@@ -283,8 +283,10 @@ TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwe
 SPLIT = ["--split-max-size", "1M", "--split-max-tensors", "8"]
 
 
-def tiny_model(arch: str, out: Path) -> None:
-    """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
+def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: int = 0) -> None:
+    """`tokenizer`: gguf_oracle's tokenizer of that name instead of the architecture's own
+    (config.json's vocab_size its highest id + 1 + extra_vocab);
+    `ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
     `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does);
     `gpt-oss-mxfp4`: the experts as MXFP4 _blocks/_scales (mxfp4_of), as OpenAI's releases;
     `glm4moe-mtp`: GLM-4.5's MTP layer (mtp_layer), as zai-org's releases."""
@@ -305,9 +307,11 @@ def tiny_model(arch: str, out: Path) -> None:
         vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
         special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
     else:
-        gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
+        gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
         vocab, special = len(tok["model"]["vocab"]) + len(tok["added_tokens"]), {}
+        if tokenizer:
+            vocab = 1 + extra_vocab + max([*tok["model"]["vocab"].values(), *(a["id"] for a in tok["added_tokens"])])
     if arch == "glm4moe":
         ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
         for i, t in enumerate(GLM_TOKENS):
