@@ -8,6 +8,7 @@ rows):
     tools/ab_gguf.py OLD/dcpctl build/cmd/dcpctl            # exit 0: every output identical
     tools/ab_gguf.py OLD NEW --new-args=--max-memory=1MiB    # NEW run with extra arguments
     tools/ab_gguf.py OLD NEW --only llama --only gpt-oss     # the architectures named
+    tools/ab_gguf.py OLD NEW --outtype q8_0 --outtype q4_k   # those types only
 
 Run with the project's virtualenv (.venv/bin/python). An output refused by both with the same exit
 code is equal; one line per case, exit 1 on any difference.
@@ -34,6 +35,7 @@ def main() -> int:
     ap.add_argument("new")
     ap.add_argument("--new-args", default="", help="extra arguments of NEW's runs, '='-separated")
     ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--outtype", action="append", default=[], help="the --outtype words to run (default: all)")
     a = ap.parse_args()
     import gguf_test  # noqa: E402  (the tiny models)
     extra = [x for x in a.new_args.split("=") if x] if a.new_args else []
@@ -48,7 +50,7 @@ def main() -> int:
             gguf_test.dcp_of(hf, dcp)
             if arch == "kimi-k2":
                 gguf_test.kimi_config(hf, dcp)
-            for outtype in OUTTYPES:
+            for outtype in a.outtype or OUTTYPES:
                 for src in (hf, dcp):
                     outs = []
                     for name, binary, more in (("old", a.old, []), ("new", a.new, extra)):

@@ -512,6 +512,24 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
         fail(f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
 
 
+def check_small_memory(dcpctl: str, case: str, src: Path, outtype: str, want: Path, root: Path) -> None:
+    """dcpctl converts a tensor a window of whole rows (a head, an expert) at a time (src/gguf/rows.h):
+    with --max-memory 1MiB, far below the embedding's float32 bytes (151,936 x 64 x 4 = 39 MB for
+    Qwen's vocabulary, 128,256 x 64 x 4 for Llama 3's), the file is still the converter's, byte for byte."""
+    reader = gguf.GGUFReader(str(want))
+    largest = max(int(np.prod([int(d) for d in t.shape])) * 4 for t in reader.tensors)
+    if largest <= 4 << 20:
+        fail(f"{case}: the largest tensor is {largest} bytes in float32, not several MiB: 1 MiB windows are not exercised")
+    got = root / "from-dcp-1MiB" / "tiny.gguf"
+    got.parent.mkdir(parents=True)
+    r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", "--max-memory", "1MiB"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"{case} from dcp --max-memory 1MiB: dcpctl exit {r.returncode}: {r.stderr[-2000:]}")
+        return
+    compare(f"{case} from dcp --max-memory 1MiB", want, got)
+
+
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
@@ -569,6 +587,8 @@ def main(argv: list[str]) -> int:
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
                 if src is dcp_dir and (got.parent / wants[0]).exists():
                     check_diff(dcpctl, f"{case} from {src.name}", src, got.parent / wants[0])
+            if not split_args:
+                check_small_memory(dcpctl, case, dcp_dir, outtype, want, root)
             if case == "llama:q8_0":
                 # diff for the block types the converter does not write (hidden 64: q4_k falls back
                 # to Q5_0, q5_k to Q5_1), and damaged copies of dcpctl's Q8_0 file.

@@ -213,8 +213,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     }
     if (most > plan.budget)
       throw UnsupportedError(Where(o_.output, std::nullopt, plans_[neediest].name),
-                             "'" + plans_[neediest].name + "' is converted a window of whole " + unit_name(plans_[neediest]) +
-                                 " at a time: the smallest needs " + std::to_string(most) + " bytes, more than --max-memory's " +
+                             "a GGUF tensor is converted a window of whole " + unit_name(plans_[neediest]) +
+                                 " at a time: its smallest window needs " + std::to_string(most) + " bytes, more than --max-memory's " +
                                  std::to_string(plan.budget));
     job.plan.largest_need = most;
     for (ProcessMemory& m : job.deal.memory) m.buffers = m.buffers ? most : 0, m.budget = job.deal.budget;
