@@ -7,8 +7,9 @@
 // The header (write/gguf.h) is a function of config.json, the tokenizer files and the plan's
 // tensors (write/gguf_model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
-// then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
-// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
+// then converts one GGUF tensor at a time, a window of whole rows of its inputs at a time
+// (gguf/rows.h: a row, a head or an expert per unit, so that memory is a window's, not the
+// tensor's; each window read in its saved dtype, float32, the Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
@@ -206,7 +207,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     size_t neediest = 0;
     for (size_t k = 0; k < plans_.size(); ++k)
       if (uint64_t n = window_need(plan, plans_[k], derived, 1); n > most) most = n, neediest = k;
-    if (!o_.max_memory && most > job.deal.budget) {
+    if (!o_.max_memory && most > job.plan.budget) {
       job.deal.budget += most - job.plan.budget;
       job.plan.budget = most;
       summary["max_memory"] = job.deal.budget;
@@ -216,8 +217,14 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
                              "a GGUF tensor is converted a window of whole " + unit_name(plans_[neediest]) +
                                  " at a time: its smallest window needs " + std::to_string(most) + " bytes, more than --max-memory's " +
                                  std::to_string(plan.budget));
-    job.plan.largest_need = most;
-    for (ProcessMemory& m : job.deal.memory) m.buffers = m.buffers ? most : 0, m.budget = job.deal.budget;
+    // What the windows hold, as sized within that budget: the most any tensor's takes.
+    uint64_t held = 0;
+    for (const gguf::TensorPlan& tp : plans_) held = std::max(held, window_need(plan, tp, derived, window_units(plan, tp, derived)));
+    job.plan.largest_need = held;
+    for (size_t r = 0; r < job.deal.memory.size(); ++r) {  // what --dry-run --json says each process holds
+      job.deal.memory[r].buffers = r < job.deal.writes.size() && job.deal.writes[r] ? held : 0;
+      job.deal.memory[r].budget = job.deal.budget;
+    }
     // The shards (write/gguf.h): one, the plain file, unless a limit splits it.
     std::vector<uint64_t> bytes;
     for (const gguf::TensorPlan& tp : plans_) {
