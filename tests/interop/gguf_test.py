@@ -569,10 +569,32 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
           f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
 
 
+def check_small_memory(dcpctl: str, case: str, src: Path, outtype: str, want: Path, root: Path) -> None:
+    """dcpctl converts a tensor a window of whole rows (a head, an expert) at a time (src/gguf/rows.h):
+    with --max-memory 1MiB, far below the embedding's float32 bytes (151,936 x 64 x 4 = 39 MB for
+    Qwen's vocabulary, 128,256 x 64 x 4 for Llama 3's; every case's largest tensor more than 1 MiB), the
+    file is still the converter's, byte for byte."""
+    reader = gguf.GGUFReader(str(want))
+    largest = max(int(np.prod([int(d) for d in t.shape])) * 4 for t in reader.tensors)
+    # the smallest, Kimi's case: 1,114,112 bytes (4,352 x 64 floats)
+    check(largest > 1 << 20,
+          f"{case}: the largest tensor is {largest} bytes in float32, not more than 1 MiB: windows below it are not exercised")
+    got = root / "from-dcp-1MiB" / "tiny.gguf"
+    got.parent.mkdir(parents=True)
+    r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", "--max-memory", "1MiB"],
+                       capture_output=True, text=True)
+    if not check(r.returncode == 0, f"{case} from dcp --max-memory 1MiB: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
+        return
+    compare(f"{case} from dcp --max-memory 1MiB", want, got)
+
+
 # What each case always makes: the converter's exit, its split, verify and diff of its file, and from
 # the HF folder and the DCP checkpoint dcpctl's exit, file names and a comparison each; fewer
 # checks mean a case was dropped (docs/testing.md#no-test-passes-on-nothing).
 CHECKS_PER_CASE = 10
+# and a case that is not a split, from the DCP checkpoint at --max-memory 1MiB: its largest tensor
+# above 1 MiB and dcpctl's exit (check_small_memory)
+CHECKS_SMALL_MEMORY = 2
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
@@ -629,6 +651,8 @@ def main(argv: list[str]) -> int:
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
                 if src is dcp_dir and (got.parent / wants[0]).exists():
                     check_diff(dcpctl, f"{case} from {src.name}", src, got.parent / wants[0])
+            if not split_args:
+                check_small_memory(dcpctl, case, dcp_dir, outtype, want, root)
             if case == "llama:q8_0":
                 # diff for the block types the converter does not write (hidden 64: q4_k falls back
                 # to Q5_0, q5_k to Q5_1), and damaged copies of dcpctl's Q8_0 file.
@@ -694,7 +718,8 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-kimi.gguf")], capture_output=True, text=True)
             check(not (r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists()),
                   f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
-    return TALLY.summary("gguf-converter", min_checks=CHECKS_PER_CASE * len(cases))
+    least = CHECKS_PER_CASE * len(cases) + CHECKS_SMALL_MEMORY * sum(1 for c in cases if not c.endswith(":split"))
+    return TALLY.summary("gguf-converter", min_checks=least)
 
 
 if __name__ == "__main__":
