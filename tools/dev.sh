@@ -277,6 +277,38 @@ require_venv() {
   [ "${DCPCTL_LIBTORCH:-wheel}" = system ] || export DCPCTL_REQUIRE_VENV=1
 }
 
+# What each step of `test` took, printed when it ends (passed or not), so that a CI log shows
+# where its minutes went (docs/testing.md, "CI's time"): `lap NAME` closes the step begun at the
+# previous lap (or at the start) under NAME, with its wall seconds and the CPU seconds of the
+# processes it waited for.
+LAPS=()
+LAP_WALL=$SECONDS
+LAP_CPU=0
+cpu_seconds() {  # the CPU seconds (user + system) of this shell's children it has waited for
+  # /proc/PID/stat's cutime and cstime (fields 16, 17, in clock ticks) of the shell itself: $$, not
+  # the subshell a command substitution runs in.
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($16 + $17) / hz }' "/proc/$$/stat"
+}
+lap() {
+  local cpu
+  cpu=$(cpu_seconds)
+  LAPS+=("$1|$((SECONDS - LAP_WALL))|$((cpu - LAP_CPU))")
+  LAP_WALL=$SECONDS
+  LAP_CPU=$cpu
+}
+report_laps() {
+  local rc=$? l name wall cpu
+  [ ${#LAPS[@]} -gt 0 ] || return $rc
+  [ $rc -eq 0 ] || lap "(the step that failed)"
+  printf '\n==> where the time went (wall s, CPU s of the processes waited for):\n' >&2
+  for l in "${LAPS[@]}"; do
+    IFS='|' read -r name wall cpu <<<"$l"
+    printf '    %-36s %6s %7s\n' "$name" "$wall" "$cpu" >&2
+  done
+  printf '    %-34s %6s\n' total "$SECONDS" >&2
+  return $rc
+}
+
 cmd=${1:-}
 case "$cmd" in
   setup) setup ;;
@@ -323,13 +355,19 @@ case "$cmd" in
     build/cmd/dcpctl reshard "$sample" -o out/sample-w3 --world-size 3 --dtype bf16 --force
     ;;
   test)
+    trap report_laps EXIT
     require_venv
     setup "${FUZZ_PACKAGES[@]}"
+    lap setup
     setup_old_torch
+    lap "setup: older torch"
     setup_llama_cpp
+    lap "setup: llama.cpp"
     build build
+    lap "build build/"
     if [ "${DCPCTL_SKIP_ASAN:-0}" = 1 ]; then
       run_tests build
+      lap "tests: build/"
     else
       # What the sanitizer pass runs below runs there only: the write paths labelled sanitize,
       # checked by the same real torch, the damaged-items sweep (label instrumented), and every test
@@ -338,9 +376,11 @@ case "$cmd" in
       # instrumented, and so does the whole of each test the sanitizer pass samples (--sanitized);
       # the sanitizer pass runs the strided sample of the same cuts and the fuzzers.
       run_tests build -LE 'instrumented|sanitize|asan'
+      lap "tests: build/ (first pass)"
     fi
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
       build_asan
+      lap "build build-asan/"
       # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs),
       # the fuzz smoke runs (the tree's libFuzzer targets, label fuzz), and the write paths of
       # the tests labelled "torch" (label "sanitize": consolidate, reshard, the torchrun
@@ -356,6 +396,7 @@ case "$cmd" in
       export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1
       export LSAN_OPTIONS="suppressions=$ROOT/tests/corruption/lsan.supp:print_suppressions=0"
       run_tests build-asan -L '^asan$'
+      lap "tests: build-asan/ (sanitizer pass)"
     fi
     ;;
   tsan)

@@ -10,12 +10,12 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "gguf/bound.h"
 #include "item/window.h"
 #include "util/elements.h"
 #include "util/numeric.h"
+#include "util/parallel.h"
 #include "write/assets.h"
 #include "gguf/model.h"
 
@@ -80,22 +80,19 @@ uint64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// compare_gguf over `threads` ranges of whole blocks at once, merged.
+// compare_gguf over `threads` ranges of whole blocks at once, merged. util/parallel.h's workers:
+// an exception of one range (compare_gguf's refusals) reaches the caller, as a serial run's would.
 void compare_parallel(uint32_t type, const uint8_t* data, const float* x, uint64_t n, unsigned threads, DiffAccumulator& acc) {
   const uint64_t block = gguf::bound_block(type), blocks = n / block;
   const uint64_t bytes_per_block = blocks ? static_cast<uint64_t>(gguf::tensor_bytes_of(type, block)) : 0;
   const uint64_t per = (blocks + threads - 1) / threads;
   if (threads == 1 || n < (1u << 16)) return gguf::compare_gguf(type, data, x, n, 0, acc);
   std::vector<DiffAccumulator> part(threads);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
+  parallel_for(threads, threads, [&](size_t t) {
     const uint64_t b0 = std::min(blocks, t * per), b1 = std::min(blocks, b0 + per);
-    if (b0 == b1) continue;
-    pool.emplace_back([&, t, b0, b1] {
+    if (b0 < b1)
       gguf::compare_gguf(type, data + b0 * bytes_per_block, x + b0 * block, (b1 - b0) * block, b0 * block, part[t]);
-    });
-  }
-  for (auto& th : pool) th.join();
+  });
   for (const auto& p : part) acc.merge(p);
 }
 
