@@ -2,11 +2,13 @@
 #include "gguf/tiktoken.h"
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "util/base64.h"
 #include "util/error.h"
 #include "gguf/vocab.h"
 
@@ -21,36 +23,6 @@ std::string as_text(std::string_view token) {
   std::string s;
   for (unsigned char b : token) s += byte_chars()[b];
   return s;
-}
-
-bool b64_decode(std::string_view in, std::string& out) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (in.size() % 4 != 0) return false;
-  out.clear();
-  for (size_t i = 0; i < in.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      char c = in[i + k];
-      if (c == '=' && i + 4 == in.size() && k >= 2) {
-        v[k] = 0, ++pad;
-      } else {
-        if (pad || (v[k] = value(c)) < 0) return false;
-      }
-    }
-    const uint32_t n = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
-    out += static_cast<char>(n >> 16);
-    if (pad < 2) out += static_cast<char>((n >> 8) & 0xFF);
-    if (pad < 1) out += static_cast<char>(n & 0xFF);
-  }
-  return true;
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
@@ -80,8 +52,10 @@ Ranks read_ranks(const std::string& text, const std::string& where) {
       if (q > p) fields.push_back(line.substr(p, q - p));
       p = q;
     }
-    std::string token;
-    bool ok = fields.size() == 2 && b64_decode(fields[0], token) && !fields[1].empty() && fields[1].size() <= 18;
+    std::optional<std::string> decoded;
+    if (fields.size() == 2) decoded = base64_decode(fields[0], Base64::Standard);
+    const std::string token = decoded.value_or("");
+    bool ok = decoded && !fields[1].empty() && fields[1].size() <= 18;
     int64_t rank = 0;
     for (size_t k = 0; ok && k < fields[1].size(); ++k) {
       if (fields[1][k] < '0' || fields[1][k] > '9') ok = false;

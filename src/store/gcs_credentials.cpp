@@ -13,6 +13,7 @@
 
 #include "store/http.h"
 #include "store/s3.h"
+#include "util/base64.h"
 #include "util/text.h"
 
 namespace dcpctl::gcs {
@@ -198,57 +199,6 @@ Token parse_token_answer(std::string_view text, int64_t now, const std::string& 
 // ---------------------------------------------------------------------------------------------
 // The JWT
 
-std::string base64url(std::string_view bytes) {
-  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
-                 static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
-                 static_cast<unsigned char>(bytes[i + 2]);
-    out += abc[v >> 18 & 63];
-    out += abc[v >> 12 & 63];
-    out += abc[v >> 6 & 63];
-    out += abc[v & 63];
-  }
-  size_t rest = bytes.size() - i;
-  if (rest > 0) {
-    uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (rest == 2) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    out += abc[v >> 18 & 63];
-    out += abc[v >> 12 & 63];
-    if (rest == 2) out += abc[v >> 6 & 63];
-  }
-  return out;
-}
-
-std::optional<std::string> base64url_decode(std::string_view text) {
-  if (text.size() % 4 == 1) return std::nullopt;  // 6 bits cannot end a byte
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '-') return 62;
-    if (c == '_') return 63;
-    return -1;
-  };
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : text) {
-    int v = value(c);
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6 | static_cast<uint32_t>(v)) & 0xffffff;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>(acc >> bits & 0xff);
-    }
-  }
-  return out;
-}
-
 std::string jwt_signing_input(const CredentialsFile& sa, int64_t now, const std::string& scope) {
   nlohmann::ordered_json header = {{"alg", "RS256"}, {"typ", "JWT"}};
   if (!sa.private_key_id.empty()) header["kid"] = sa.private_key_id;
@@ -257,7 +207,7 @@ std::string jwt_signing_input(const CredentialsFile& sa, int64_t now, const std:
   auto dump = [](const nlohmann::ordered_json& j) {
     return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   };
-  return base64url(dump(header)) + "." + base64url(dump(claims));
+  return base64_encode(dump(header), Base64::Url) + "." + base64_encode(dump(claims), Base64::Url);
 }
 
 std::string sign_rs256(std::string_view input, const std::string& pem, const std::string& what) {
@@ -284,7 +234,7 @@ std::string sign_rs256(std::string_view input, const std::string& pem, const std
 
 std::string service_account_assertion(const CredentialsFile& sa, int64_t now, const std::string& what) {
   std::string input = jwt_signing_input(sa, now);
-  return input + "." + base64url(sign_rs256(input, sa.private_key, what));
+  return input + "." + base64_encode(sign_rs256(input, sa.private_key, what), Base64::Url);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -111,10 +111,6 @@ std::optional<std::string> parse_error_answer(std::string_view body);
 
 // --- the JWT of a service account ---
 
-// base64url (RFC 4648 §5) without padding, as JWTs use it; decode is nullopt on a character
-// outside the alphabet or an impossible length.
-std::string base64url(std::string_view bytes);
-std::optional<std::string> base64url_decode(std::string_view text);
 // base64url(header) "." base64url(claims): what RS256 signs.
 std::string jwt_signing_input(const CredentialsFile& sa, int64_t now, const std::string& scope = kStorageScope);
 // The RS256 signature (RSASSA-PKCS1-v1_5 over SHA-256, raw bytes) of `input` with the PEM private
