@@ -1,7 +1,8 @@
 #include "util/crc32.h"
 
+#include <zlib.h>
+
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -10,40 +11,6 @@
 
 namespace dcpctl {
 namespace {
-
-using Tables = std::array<std::array<uint32_t, 256>, 8>;
-
-Tables make_tables() {
-  Tables t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    t[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; ++i)
-    for (size_t s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFF];
-  return t;
-}
-
-const Tables& tables() {
-  static const Tables t = make_tables();
-  return t;
-}
-
-// Slicing-by-8 on the pre-inverted register `c`.
-uint32_t crc32_tables(uint32_t c, const uint8_t* p, size_t n) {
-  const Tables& t = tables();
-  for (; n >= 8; n -= 8, p += 8) {
-    uint32_t lo, hi;  // little-endian host (x86-64, aarch64), as the rest of dcpctl assumes
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= c;
-    c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][hi & 0xFF] ^
-        t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
-  }
-  while (n--) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xFF];
-  return c;
-}
 
 #if defined(__x86_64__)
 // Carry-less multiplication folding (Gopal et al., "Fast CRC Computation for Generic Polynomials
@@ -137,12 +104,12 @@ DCPCTL_VCLMUL uint32_t crc32_vclmul(uint32_t c, const uint8_t* p, size_t n) {
 
 Crc32Path detect() {
 #if defined(__x86_64__)
-  if (!__builtin_cpu_supports("pclmul") || !__builtin_cpu_supports("sse4.1")) return Crc32Path::Tables;
+  if (!__builtin_cpu_supports("pclmul") || !__builtin_cpu_supports("sse4.1")) return Crc32Path::Zlib;
   // GCC's avx2 test includes the OS saving the 256-bit registers (XCR0).
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq")) return Crc32Path::Vclmul;
   return Crc32Path::Clmul;
 #else
-  return Crc32Path::Tables;
+  return Crc32Path::Zlib;
 #endif
 }
 
@@ -155,17 +122,17 @@ Crc32Path crc32_best_path() {
 
 uint32_t crc32_update_via(Crc32Path path, uint32_t crc, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = ~crc;
   path = std::min(path, crc32_best_path());
 #if defined(__x86_64__)
   if (path >= Crc32Path::Clmul && n >= 64) {
     const size_t bulk = n & ~static_cast<size_t>(15);
-    c = path == Crc32Path::Vclmul && bulk >= 128 ? crc32_vclmul(c, p, bulk) : crc32_clmul(c, p, bulk);
+    const uint32_t c = ~crc;  // the folds work on the pre-inverted register
+    crc = ~(path == Crc32Path::Vclmul && bulk >= 128 ? crc32_vclmul(c, p, bulk) : crc32_clmul(c, p, bulk));
     p += bulk;
     n -= bulk;
   }
 #endif
-  return ~crc32_tables(c, p, n);
+  return static_cast<uint32_t>(crc32_z(crc, p, n));
 }
 
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n) { return crc32_update_via(crc32_best_path(), crc, data, n); }
