@@ -32,7 +32,7 @@ PY=$VENV/bin/python
 # What building dcpctl takes (DEMO_PACKAGES, all `demo` installs on a fresh machine), the
 # virtualenv's, then what the tests use (Catch2: the unit tests, which the demo does not build).
 DEMO_PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libzstd-dev zlib1g-dev libssl-dev
-  libcurl4-openssl-dev libexpat1-dev libsentencepiece-dev ccache)
+  libcurl4-openssl-dev libexpat1-dev libsentencepiece-dev libutf8proc-dev libonig-dev ccache)
 VENV_PACKAGES=(python3 python3-venv)
 APT_PACKAGES=("${DEMO_PACKAGES[@]}" "${VENV_PACKAGES[@]}" catch2 mandoc shellcheck zsh fish time util-linux-extra)
 # The sanitizer tree of `test` (build-asan, with the libFuzzer targets) and tools/fuzz.sh: Debian

@@ -2,10 +2,13 @@
 """llama.cpp's converter as the oracle of dcpctl's GGUF output (docs/gguf.md), fetched, not vendored.
 
     tools/gguf_oracle.py fetch                 # the sdist into ~/.cache/dcpctl, unpacked; prints the llama.cpp dir
-    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2) in DIR,
-                                               # or a real SentencePiece tokenizer.model (llama-spm: Llama 2's)
+    tools/gguf_oracle.py tokenizer NAME DIR    # a real tokenizer.json for NAME (llama-bpe, qwen2, or one of
+                                               # FAMILIES: qwen2-nfc, deepseek-llm, deepseek-coder, gpt-2,
+                                               # starcoder, command-r, mpt) in DIR, or a real SentencePiece
+                                               # tokenizer.model (llama-spm: Llama 2's)
     tools/gguf_oracle.py check                 # the BPE tokenizers rebuilt, each named by the converter's
-                                               # table; llama-spm's, tokenizing llama.cpp's test texts
+                                               # table (FAMILIES' also tokenizing llama.cpp's test texts);
+                                               # llama-spm's, tokenizing llama.cpp's test texts
     tools/gguf_oracle.py build                 # llama-cpp-python built from the sdist (CPU, portable), cached;
                                                # prints the directory to put on sys.path
 
@@ -21,7 +24,10 @@ publish (Llama 3's and Qwen2's split patterns, byte-level) and Llama 3's BOS tem
 tokenizer.json that transformers loads and whose digest is the converter's own for that name
 (`check` asserts it each time), without downloading a model. llama.cpp's Llama 2 vocab file
 (`llama-spm`: SentencePiece's pieces, scores and types) makes Llama 2's tokenizer.model the same way
-(SPM below), checked by sentencepiece's ids for the test texts beside the vocab file.
+(SPM below), checked by sentencepiece's ids for the test texts beside the vocab file. The other
+families' vocab files (FAMILIES below: DeepSeek LLM and Coder, GPT-2, StarCoder, Command-R, MPT, and
+Qwen2 with its release's NFC) make the tokenizer.json and tokenizer_config.json each release ships,
+checked by transformers' ids for those test texts and by the converter's digest.
 
 `build`: llama.cpp itself, as llama-cpp-python 0.3.36 builds it from the same sdist (pip wheel, no
 build isolation: the backend is .venv's pinned scikit-build-core and ninja, the system's cmake and
@@ -52,8 +58,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dcpctl
 LLAMA = CACHE / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
 # What the converter and these checks read of the sdist (76 MB; these are a few MB).
 MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-quants.c",
-           "models/ggml-vocab-llama-bpe.gguf", "models/ggml-vocab-qwen2.gguf",
-           "models/ggml-vocab-llama-spm.gguf")
+           *(f"models/ggml-vocab-{n}.gguf{x}" for n in ("llama-bpe", "qwen2", "llama-spm", "deepseek-llm", "deepseek-coder",
+                                                          "gpt-2", "starcoder", "command-r", "mpt") for x in ("", ".inp", ".out")))
 
 # llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine.
 BUILD_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_SSE42=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF",
@@ -217,6 +223,8 @@ def tokenizer(name, out):
 
 def built_tokenizer(name, out):
     """tokenizer(), built from llama.cpp's vocab file."""
+    if name in FAMILIES:
+        return family_tokenizer(name, out)
     gguf = gguf_py()
     r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
     get = lambda k: r.fields[k].contents()  # noqa: E731
@@ -334,10 +342,132 @@ def built_spm_tokenizer(name, out):
     return len(tests)
 
 
+# The families' tokenizers as their releases ship them (FAMILIES), rebuilt from llama.cpp's vocab
+# files: the tokens (NORMAL in the model's vocabulary, CONTROL as special added tokens, USER_DEFINED
+# but llama.cpp's `[PAD{i}]` fillers as added tokens that are not special) and merges, with the
+# normalizer, pre-tokenizer, post-processor and tokenizer_config.json the release has. Each is
+# checked twice: transformers' AutoTokenizer (the class it picks for `check_type`, the family's own
+# model type) encodes llama.cpp's test texts (.inp) to its token ids (.out, written by the update
+# script from the release's own tokenizer), and the check text to a digest the converter's table
+# names `converter`.
+SPLIT = lambda rx: {"type": "Split", "pattern": {"Regex": rx}, "behavior": "Isolated", "invert": False}  # noqa: E731
+BYTE_LEVEL = lambda regex: {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": regex}  # noqa: E731
+DIGITS = {"type": "Digits", "individual_digits": True}
+NFC = {"type": "NFC"}
+# deepseek-ai/deepseek-llm-7b-base's and deepseek-coder-6.7b-base's splits (llama.cpp's llama-vocab.cpp
+# carries the same patterns for them), escaped: several of their range ends (U+1FD3, U+2126, ...) are
+# not in NFC, and an editor that normalizes would empty their ranges.
+DEEPSEEK_LLM = ["[\r\n]",
+                "\\s?[A-Za-z\xb5\xc0-\xd6\xd8-\xf6\xf8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373\u0376\u0377"
+                "\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556"
+                "\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a"
+                "\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4"
+                "\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
+                "\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f"
+                "\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b"
+                "\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a"
+                "\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2"
+                "\U000118a0-\U000118df\U0001e900-\U0001e943]+",
+                "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", "\\s+$",
+                "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", "\\p{N}+"]
+DEEPSEEK_CODER = ["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"]
+FAMILIES = {
+    # Qwen2/2.5/3 (Qwen/Qwen1.5-7B's vocabulary): NFC and the class Qwen2Tokenizer, as every release.
+    "qwen2-nfc": dict(vocab="qwen2", converter="qwen2", check_type="qwen2", normalizer=NFC,
+                      pre={"type": "Sequence", "pretokenizers": [SPLIT(PATTERNS["qwen2"]), BYTE_LEVEL(False)]},
+                      config={"tokenizer_class": "Qwen2Tokenizer", "add_bos_token": False, "add_prefix_space": False,
+                              "bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                              "unk_token": None, "errors": "replace", "split_special_tokens": False}),
+    # DeepSeek LLM and Coder: an empty normalizer Sequence, LlamaTokenizerFast over a byte-level file.
+    "deepseek-llm": dict(vocab="deepseek-llm", converter="deepseek-llm", check_type="llama",
+                         normalizer={"type": "Sequence", "normalizers": []},
+                         pre={"type": "Sequence", "pretokenizers": [SPLIT(r) for r in DEEPSEEK_LLM] + [BYTE_LEVEL(False)]},
+                         bos=True, config={"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True,
+                                           "add_eos_token": False, "bos_token": "<｜begin▁of▁sentence｜>",
+                                           "eos_token": "<｜end▁of▁sentence｜>", "pad_token": None}),
+    "deepseek-coder": dict(vocab="deepseek-coder", converter="deepseek-coder", check_type="llama",
+                           normalizer={"type": "Sequence", "normalizers": []},
+                           pre={"type": "Sequence", "pretokenizers": [SPLIT(r) for r in DEEPSEEK_CODER] + [DIGITS, BYTE_LEVEL(False)]},
+                           bos=True, config={"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": True,
+                                             "add_eos_token": False, "bos_token": "<｜begin▁of▁sentence｜>",
+                                             "eos_token": "<｜end▁of▁sentence｜>", "pad_token": None}),
+    # GPT-2 and StarCoder: GPT2Tokenizer (StarCoder's Digits kept by its model type's TokenizersBackend).
+    "gpt-2": dict(vocab="gpt-2", converter="gpt-2", check_type="gpt2", normalizer=None, pre=BYTE_LEVEL(True),
+                  config={"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                          "unk_token": "<|endoftext|>", "add_prefix_space": False}),
+    "starcoder": dict(vocab="starcoder", converter="starcoder", check_type="gpt_bigcode", normalizer=None,
+                      pre={"type": "Sequence", "pretokenizers": [DIGITS, BYTE_LEVEL(True)]},
+                      config={"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>",
+                              "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}),
+    # Command-R (CohereForAI/c4ai-command-r-v01): NFC, digits, byte-level; CohereTokenizerFast.
+    "command-r": dict(vocab="command-r", converter="command-r", check_type="cohere", normalizer=NFC,
+                      pre={"type": "Sequence", "pretokenizers": [DIGITS, BYTE_LEVEL(True)]}, bos=True,
+                      config={"tokenizer_class": "CohereTokenizerFast", "add_bos_token": True, "add_eos_token": False,
+                              "bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>", "pad_token": "<PAD>",
+                              "unk_token": "<UNK>", "cls_token": "<CLS>", "sep_token": "<SEP>", "mask_token": "<MASK_TOKEN>"}),
+    # MPT (mosaicml/mpt-7b, GPT-NeoX's tokenizer): NFC, byte-level; GPTNeoXTokenizerFast.
+    "mpt": dict(vocab="mpt", converter="mpt", check_type="mpt", normalizer=NFC, pre=BYTE_LEVEL(True),
+                config={"tokenizer_class": "GPTNeoXTokenizerFast", "bos_token": "<|endoftext|>",
+                        "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}),
+}
+
+
+def family_tokenizer(name, out):
+    """tokenizer(), for FAMILIES[name]: the release's files rebuilt, checked as FAMILIES says."""
+    f = FAMILIES[name]
+    gguf = gguf_py()
+    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{f['vocab']}.gguf"))
+    get = lambda k: r.fields[k].contents()  # noqa: E731
+    tokens, types, merges = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type"), get("tokenizer.ggml.merges")
+    normal, control, user = int(gguf.TokenType.NORMAL), int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": types[i] != control, "special": types[i] == control}
+             for i, t in enumerate(tokens) if types[i] == control or (types[i] == user and not t.startswith("[PAD"))]
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] == normal}
+    post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+    config = dict(f["config"])
+    if f.get("bos"):
+        b = config["bos_token"]
+        post = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": b, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {b: {"id": b, "ids": [tokens.index(b)], "tokens": [b]}}}
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": f["normalizer"],
+          "pre_tokenizer": f["pre"], "post_processor": post,
+          "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                    "vocab": vocab, "merges": [m.split(" ", 1) for m in merges]}}
+    config["added_tokens_decoder"] = {str(a["id"]): {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
+                                      for a in added}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
+    from transformers import AutoTokenizer
+    (out / "config.json").write_text(json.dumps({"model_type": f["check_type"]}))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(out))
+    finally:
+        (out / "config.json").unlink()
+    tests = vocab_tests(f["vocab"])
+    for text, want in tests:
+        got = tok.encode(text, add_special_tokens=False)
+        if got != want:
+            sys.exit(f"gguf_oracle: {name} ({type(tok).__name__}) encodes {text!r} as {got}, llama.cpp's test {want}")
+    digest = hashlib.sha256(str(tok.encode(check_text())).encode()).hexdigest()
+    want = converter_digests(f["converter"])
+    if digest not in want:
+        sys.exit(f"gguf_oracle: the rebuilt {name} tokenizer ({type(tok).__name__}) has digest {digest}, the converter's {', '.join(want)}")
+    print(f"gguf_oracle: {name}: {type(tok).__name__} under model_type {f['check_type']}: {len(tests)} tests equal llama.cpp's, "
+          f"digest {f['converter']}'s", file=sys.stderr)
+    return digest
+
+
 def main(argv):
     if argv[:1] == ["fetch"] and len(argv) == 1:
         print(fetch())
-    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in PATTERNS:
+    elif argv[:1] == ["tokenizer"] and len(argv) == 3 and (argv[1] in PATTERNS or argv[1] in FAMILIES):
         print(tokenizer(argv[1], argv[2]))
     elif argv[:1] == ["tokenizer"] and len(argv) == 3 and argv[1] in SPM:
         print(f"{argv[1]}: tokenizer.model, {spm_tokenizer(argv[1], argv[2])} texts tokenized as llama.cpp's tests say")
@@ -345,7 +475,7 @@ def main(argv):
         print(build())
     elif argv[:1] == ["check"] and len(argv) == 1:
         import tempfile
-        for name in PATTERNS:
+        for name in [*PATTERNS, *FAMILIES]:
             with tempfile.TemporaryDirectory() as d:
                 print(f"{name}: {tokenizer(name, d)} (the converter's)")
         for name in SPM:

@@ -12,15 +12,16 @@
 #                                       torch, then tools/gpu-check.sh ARGS (its outputs in
 #                                       /tmp/gc); report.txt and gc.tgz (every log) land in $OUT
 #
-# dcpctl links libcrypto, libz, libzstd, libexpat and libsentencepiece from $SYS (a RUNPATH there), so nothing the
-# machine's own programs load is replaced. Environment: SYS (default /tmp/dcpctl-sys), PY (a Python
+# dcpctl links libcrypto, libz, libzstd, libexpat, libsentencepiece, libutf8proc and libonig from $SYS (a RUNPATH
+# there), so nothing the machine's own programs load is replaced. Environment: SYS (default /tmp/dcpctl-sys), PY (a Python
 # whose torch has CUDA; default python3), BUILD (default build), OUT (default /tmp/gpu-offline).
 # Exit: gpu-check.sh's, or 1 when unpacking or configuring failed (configure.log in $OUT), 2 usage.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 debs=$root/.gpu-debs
 packages=(nlohmann-json3-dev libcli11-dev catch2 libzstd-dev libzstd1 zlib1g-dev zlib1g libssl-dev libssl3
-  libexpat1-dev libexpat1 libcurl4-openssl-dev libsentencepiece-dev libsentencepiece0 pkgconf pkgconf-bin libpkgconf3)
+  libexpat1-dev libexpat1 libcurl4-openssl-dev libsentencepiece-dev libsentencepiece0 libutf8proc-dev libutf8proc2
+  libonig-dev libonig5 pkgconf pkgconf-bin libpkgconf3)
 
 case ${1:-} in
   fetch)

@@ -7,8 +7,9 @@
 // The header (gguf/gguf.h) is a function of config.json, the tokenizer files and the plan's
 // tensors (gguf/model.h: names, types, the converter's key order), so it is laid out before
 // the first byte: rank 0 creates the file under a temporary name with its header and its space,
-// then converts one GGUF tensor at a time (its inputs read whole in their saved dtype, float32, the
-// Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
+// then converts one GGUF tensor at a time, a window of whole rows of its inputs at a time
+// (gguf/rows.h: a row, a head or an expert per unit, so that memory is a window's, not the
+// tensor's; each window read in its saved dtype, float32, the Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
 // safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
@@ -24,7 +25,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "gguf/rows.h"
 #include "item/chunk_source.h"
+#include "meta/derived.h"
+#include "meta/pieces.h"
+#include "plan/memory.h"
 #include "util/numeric.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
@@ -55,17 +60,50 @@ json parse(const std::string& text, const std::string& path) {
   return j;
 }
 
-// A tensor's bytes, whole: a saved tensor (or one a map renames whole) from its chunks; any other key
-// map output (a layer of Megatron's stacked tensors, q/k/v split out of linear_qkv, the vocabulary's
-// first rows, a permuted q) from its record's pieces of the saved tensors it is made of: its
-// synthetic TensorMeta has no chunks of its own (read as such it would be zeros).
+// A tensor's bytes, a window of its rows at a time: a saved tensor (or one a map renames whole)
+// from its chunks; any other key map output (a layer of Megatron's stacked tensors, q/k/v split
+// out of linear_qkv, the vocabulary's first rows, a permuted q) from the pieces of the saved
+// tensors it is made of that fall in the window: its synthetic TensorMeta has no chunks of its own
+// (read as such it would be zeros).
 bool assembled(const PlannedTensor& pt) { return pt.mapped && !pt.renamed; }
 
-void read_whole(ChunkSource& src, const WritePlan& plan, const PlannedTensor& pt, uint8_t* dst) {
-  if (!assembled(pt)) return read_full_tensor(src, *pt.t, dst);
-  if (pt.records.size() != 1) throw std::logic_error("gguf: '" + pt.key + "' is not planned as one whole record");
-  const Record& r = plan.records[pt.records[0]];
-  assemble_box(src, *pt.t, r.box, r.pieces, dst);
+// Indices [first, first + rows) of the first dimension of a tensor of `shape`, every other
+// dimension whole; the whole tensor for one of no dimension.
+Box rows_box(const std::vector<int64_t>& shape, int64_t first, int64_t rows) {
+  Box b{std::vector<int64_t>(shape.size(), 0), shape};
+  if (!shape.empty()) b.offsets[0] = first, b.sizes[0] = rows;
+  return b;
+}
+
+std::vector<Piece> rows_pieces(const Metadata& md, const PlannedTensor& pt, const Box& box) {
+  return assembled(pt) ? plan_mapped_pieces(md, *pt.mapped, box) : plan_pieces(*pt.t, box);
+}
+
+// The window's bytes into `dst`; `scratch` (as many bytes) holds the pieces that are runs of their
+// chunk but not of the window (a chunk split along a later dimension).
+void read_rows(ChunkSource& src, const Metadata& md, const PlannedTensor& pt, int64_t first, int64_t rows, uint8_t* dst, uint8_t* scratch) {
+  const Box box = rows_box(pt.t->shape, first, rows);
+  assemble_box(src, *pt.t, box, rows_pieces(md, pt, box), dst, scratch);
+}
+
+// What reading a window of `pt` holds beside the window and its scratch, at most (plan/memory.h's
+// terms, over the whole tensor's pieces, which every window's lie in): a key map output's piece
+// that is not a run is placed from a copy of its whole chunk (several pieces of one chunk, a row
+// each, come so: item/chunk_source.h's assemble_box); a zstd chunk is decoded whole for the part a
+// window reads; a view's read works beside its chunk (view_read_need). A saved tensor's piece that
+// is not a run is, in a window of whole rows, one run of its chunk: read alone into the scratch.
+uint64_t rows_read_extra(const WritePlan& plan, const PlannedTensor& pt, const DerivedTable* derived) {
+  uint64_t copy = 0, decode = 0, view = 0;
+  for (size_t ri : pt.records) {
+    const std::vector<Piece>& pieces = plan.records[ri].pieces;
+    for (const Piece& p : pieces) {
+      if (assembled(pt) && !p.run) copy = std::max(copy, chunk_bytes(*p.source, p.chunk));
+      if (p.chunk < p.source->storage.size() && p.source->storage[p.chunk].transforms != 0)
+        decode = std::max(decode, whole_chunk_need(*p.source, p.chunk));
+    }
+    view = std::max(view, view_read_need(derived, pieces));
+  }
+  return copy + decode + view;
 }
 
 // The value of the format's option `flag` (FormatOption), "" when not given.
@@ -199,11 +237,32 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       inputs.push_back({pt.key, pt.t->shape});
     }
     plans_ = gguf::plan_tensors(arch_, config_, inputs, out_, where_);
+    // Each tensor converted a window of whole rows at a time (gguf/rows.h): the smallest window of
+    // each (one unit: a row, a head, an expert) must fit; the automatic budget rises to the
+    // largest of them (the largest tensor's need, at least 1 GiB: --max-memory's promise).
+    const DerivedTable* derived = job.request.ck.derived.get();
     uint64_t most = 0;
-    for (const gguf::TensorPlan& tp : plans_) most = std::max(most, need(plan, tp));
+    size_t neediest = 0;
+    for (size_t k = 0; k < plans_.size(); ++k)
+      if (uint64_t n = window_need(plan, plans_[k], derived, 1); n > most) most = n, neediest = k;
+    if (!o_.max_memory && most > job.plan.budget) {
+      job.deal.budget += most - job.plan.budget;
+      job.plan.budget = most;
+      summary["max_memory"] = job.deal.budget;
+    }
     if (most > plan.budget)
-      throw UnsupportedError(Where(o_.output), "a GGUF tensor is converted whole: the largest needs " + std::to_string(most) +
-                                                   " bytes, more than --max-memory's " + std::to_string(plan.budget));
+      throw UnsupportedError(Where(o_.output, std::nullopt, plans_[neediest].name),
+                             "a GGUF tensor is converted a window of whole " + unit_name(plans_[neediest]) +
+                                 " at a time: its smallest window needs " + std::to_string(most) + " bytes, more than --max-memory's " +
+                                 std::to_string(plan.budget));
+    // What the windows hold, as sized within that budget: the most any tensor's takes.
+    uint64_t held = 0;
+    for (const gguf::TensorPlan& tp : plans_) held = std::max(held, window_need(plan, tp, derived, window_units(plan, tp, derived)));
+    job.plan.largest_need = held;
+    for (size_t r = 0; r < job.deal.memory.size(); ++r) {  // what --dry-run --json says each process holds
+      job.deal.memory[r].buffers = r < job.deal.writes.size() && job.deal.writes[r] ? held : 0;
+      job.deal.memory[r].budget = job.deal.budget;
+    }
     // The shards (gguf/gguf.h): one, the plain file, unless a limit splits it.
     std::vector<uint64_t> bytes;
     for (const gguf::TensorPlan& tp : plans_) {
@@ -255,78 +314,129 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   void write_files(WriteJob& job, Executor& ex, const std::string&) override {
     if (!job.leader) return;
     const WritePlan& plan = job.plan;
+    const Metadata& md = job.request.ck.md;
+    const DerivedTable* derived = job.request.ck.derived.get();
     for (size_t k = 0; k < plans_.size(); ++k) {
       const gguf::TensorPlan& tp = plans_[k];
-      GateReservation hold(ex.gate, need(plan, tp));
-      if (tp.mxfp4) {  // GPT-OSS's MXFP4 experts: their bytes repacked, nothing computed
-        const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]], &scales = plan.tensors[order_[tp.inputs.at(1)]];
-        std::vector<uint8_t> b(blocks.t->nbytes()), s(scales.t->nbytes());
-        read_whole(ex.src, plan, blocks, b.data());
-        read_whole(ex.src, plan, scales, s.data());
-        std::vector<uint8_t> enc = gguf::mxfp4_repack(tp, b.data(), s.data(), blocks.t->shape);
-        const size_t f = shard_[k];
-        outs_[f]->pwrite_all(enc.data(), enc.size(), headers_[f].size() + offsets_[k]);
+      const size_t f = shard_[k];
+      uint64_t at = headers_[f].size() + offsets_[k];
+      auto put = [&](const std::vector<uint8_t>& enc) {
+        outs_[f]->pwrite_all(enc.data(), enc.size(), at);
+        at += enc.size();
         ex.prog.add(enc.size());
+      };
+      const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
+      if (tp.inputs.empty()) {  // values the converter computes (rope_freqs): a few floats, whole
+        GateReservation hold(ex.gate, window_need(plan, tp, derived, 1));
+        std::vector<uint8_t> enc(gguf::tensor_bytes(tp.type, tp.values.size(), row));
+        gguf::encode(tp.type, tp.values.data(), tp.values.size(), enc.data());
+        put(enc);
         continue;
       }
-      // float32 of each input (permuted), one after the other: stacked experts are their concatenation.
-      std::vector<uint8_t> f32;
-      if (tp.inputs.empty()) f32.assign(reinterpret_cast<const uint8_t*>(tp.values.data()), reinterpret_cast<const uint8_t*>(tp.values.data() + tp.values.size()));
+      const uint64_t units = window_units(plan, tp, derived);
+      GateReservation hold(ex.gate, window_need(plan, tp, derived, units));
+      if (tp.mxfp4) {  // GPT-OSS's MXFP4 experts: their bytes repacked, nothing computed, an expert window at a time
+        const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]], &scales = plan.tensors[order_[tp.inputs.at(1)]];
+        const int64_t experts = blocks.t->shape.at(0);
+        const uint64_t b_per = blocks.t->nbytes() / static_cast<uint64_t>(std::max<int64_t>(experts, 1)),
+                       s_per = scales.t->nbytes() / static_cast<uint64_t>(std::max<int64_t>(experts, 1));
+        std::vector<uint8_t> b(units * b_per), s(units * s_per), scratch(std::max(b.size(), s.size()));
+        for (int64_t e = 0; e < experts; e += static_cast<int64_t>(units)) {
+          const int64_t m = std::min<int64_t>(static_cast<int64_t>(units), experts - e);
+          read_rows(ex.src, md, blocks, e, m, b.data(), scratch.data());
+          read_rows(ex.src, md, scales, e, m, s.data(), scratch.data());
+          put(gguf::mxfp4_rows(tp, b.data(), s.data(), blocks.t->shape, m));
+        }
+        continue;
+      }
+      // Each input in turn (a layer's stacked experts: one after another), a window of whole units
+      // of its first dimension at a time: read, made float32, moved as the converter moves its
+      // rows, encoded, written after the window before.
+      std::vector<uint8_t> raw, scratch, enc;
       for (size_t input : tp.inputs) {
         const PlannedTensor& pt = plan.tensors[order_[input]];
-        const uint64_t n = static_cast<uint64_t>(pt.t->numel());
-        std::vector<uint8_t> raw(pt.t->nbytes());
-        read_whole(ex.src, plan, pt, raw.data());
-        const size_t at = f32.size();
-        f32.resize(at + n * 4);
-        if (pt.src != DType::Float32) cast_elements(pt.src, DType::Float32, raw.data(), f32.data() + at, n);
-        else std::memcpy(f32.data() + at, raw.data(), n * 4);
-        if (tp.permute_heads > 0) {
-          const int64_t rows = pt.t->shape[0], cols = rows ? static_cast<int64_t>(n) / rows : 0;
-          std::vector<uint8_t> permuted = gguf::permute_rows(f32.data() + at, rows, cols, 4, tp.permute_heads);
-          std::memcpy(f32.data() + at, permuted.data(), permuted.size());
+        const std::vector<int64_t>& shape = pt.t->shape;
+        const int64_t dim0 = shape.empty() ? 1 : shape[0];
+        const uint64_t per_index = dim0 ? static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) : 0;
+        const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
+        const size_t item = itemsize(pt.src);
+        for (int64_t first = 0; first < dim0; first += step) {
+          const int64_t rows = std::min(step, dim0 - first);
+          const uint64_t n = static_cast<uint64_t>(rows) * per_index;
+          raw.resize(n * item);
+          scratch.resize(n * item);
+          read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
+          std::vector<float> f32(n);
+          if (pt.src != DType::Float32) cast_elements(pt.src, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f32.data()), n);
+          else std::memcpy(f32.data(), raw.data(), n * 4);
+          std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
+          enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
+          gguf::encode(tp.type, out.data(), out.size(), enc.data());
+          put(enc);
         }
       }
-      if (tp.gate_up || tp.transpose) {  // GPT-OSS's fused experts: the gate or up part, transposed
-        std::vector<float> part = gguf::fused_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape);
-        f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
-      }
-      if (tp.kv_b) {  // DeepSeek's kv_b_proj: its k_b or v_b part
-        std::vector<float> part = gguf::kv_b_part(tp, reinterpret_cast<const float*>(f32.data()), plan.tensors[order_[tp.inputs[0]]].t->shape[1]);
-        f32.assign(reinterpret_cast<const uint8_t*>(part.data()), reinterpret_cast<const uint8_t*>(part.data() + part.size()));
-      }
-      uint64_t n = 1;
-      for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
-      const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
-      std::vector<uint8_t> enc(gguf::tensor_bytes(tp.type, n, row));
-      gguf::encode(tp.type, reinterpret_cast<const float*>(f32.data()), n, enc.data());
-      const size_t f = shard_[k];
-      outs_[f]->pwrite_all(enc.data(), enc.size(), headers_[f].size() + offsets_[k]);
-      ex.prog.add(enc.size());
     }
   }
 
   OutputFile& file(size_t f) override { return *outs_[f < outs_.size() ? f : 0]; }
 
  private:
-  // The bytes a tensor's conversion holds at once: its inputs in float32, one input as saved and
-  // permuted, the encoded bytes.
-  uint64_t need(const WritePlan& plan, const gguf::TensorPlan& tp) const {
-    uint64_t n = 1, most = 0;
-    for (int64_t d : tp.shape) n *= static_cast<uint64_t>(d);
-    if (tp.mxfp4) {  // the blocks and scales as saved, and the repacked bytes
-      uint64_t in = 0;
-      for (size_t input : tp.inputs) in += plan.tensors[order_[input]].t->nbytes();
-      return in + gguf::tensor_bytes(tp.type, n, static_cast<uint64_t>(tp.shape.back()));
+  // What the windows of `units` units of each input of `tp` hold at once, the most over its
+  // inputs (one is converted after the other): per input element its bytes as saved and their
+  // scratch (read_rows), float32, a moved copy (gguf/rows.h's moves_rows), the encoded bytes (at
+  // most 4, F32); beside them rows_read_extra. MXFP4 experts: the blocks and scales as saved,
+  // their scratch, and the repacked bytes (no more than the two).
+  uint64_t window_need(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived, uint64_t units) const {
+    if (tp.inputs.empty()) return 8 * static_cast<uint64_t>(tp.values.size());
+    if (tp.mxfp4) {
+      uint64_t in = 0, extra = 0;
+      for (size_t input : tp.inputs) {
+        const PlannedTensor& pt = plan.tensors[order_[input]];
+        in += units * pt.t->nbytes() / static_cast<uint64_t>(std::max<int64_t>(pt.t->shape.at(0), 1));
+        extra = std::max(extra, rows_read_extra(plan, pt, derived));
+      }
+      return 3 * in + extra;
     }
+    uint64_t most = 0;
     for (size_t input : tp.inputs) {
       const PlannedTensor& pt = plan.tensors[order_[input]];
-      // an assembled input: its record's need (the tensor and the copies of source chunks it takes)
-      const uint64_t in = assembled(pt) ? std::max(pt.t->nbytes(), plan.records[pt.records.at(0)].need) : pt.t->nbytes();
-      most = std::max(most, in + (tp.permute_heads || tp.kv_b || tp.gate_up || tp.transpose ? 4 * static_cast<uint64_t>(pt.t->numel()) : 0));
+      const std::vector<int64_t>& shape = pt.t->shape;
+      const int64_t dim0 = shape.empty() ? 1 : shape[0];
+      if (dim0 == 0) continue;
+      const uint64_t per_index = static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0);
+      const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, shape)), static_cast<uint64_t>(dim0));
+      const uint64_t per_elem = 2 * itemsize(pt.src) + 4 + (gguf::moves_rows(tp) ? 4 : 0) + 4;
+      most = std::max(most, rows * per_index * per_elem + rows_read_extra(plan, pt, derived));
     }
-    const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
-    return 4 * n + most + gguf::tensor_bytes(tp.type, n, row);
+    return most;
+  }
+
+  // Units per window of `tp`: as many as make a window of about kWindowElems input elements (one
+  // at least), fewer when that would not fit the budget.
+  uint64_t window_units(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived) const {
+    uint64_t unit_elems = 1;
+    for (size_t input : tp.inputs) {
+      const PlannedTensor& pt = plan.tensors[order_[input]];
+      const int64_t dim0 = pt.t->shape.empty() ? 1 : pt.t->shape[0];
+      if (dim0 > 0)
+        unit_elems = std::max(unit_elems, static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) *
+                                              static_cast<uint64_t>(tp.mxfp4 ? 1 : gguf::rows_unit(tp, pt.t->shape)));
+    }
+    uint64_t units = std::max<uint64_t>(1, kWindowElems / unit_elems);
+    // The need grows with the units; halve until it fits (the plan checked that one does).
+    while (units > 1 && window_need(plan, tp, derived, units) > plan.budget) units = (units + 1) / 2;
+    return units;
+  }
+
+  // About 16 MiB of float32 per window: enough that a window's reads and writes cost nothing beside
+  // its encoding; a few of them well inside the default budget.
+  static constexpr uint64_t kWindowElems = 4ull << 20;
+
+  // "rows", "heads" or "experts": what a window of `tp` holds whole, for messages.
+  static std::string unit_name(const gguf::TensorPlan& tp) {
+    if (tp.permute_heads > 0 || tp.kv_b) return "heads";
+    if (tp.mxfp4 || tp.gate_up || tp.transpose) return "experts";
+    return tp.inputs.empty() ? "values" : "rows";
   }
 
   gguf::OutType out_;
@@ -362,6 +472,7 @@ const Format gguf::output_format = [] {
   f.tensors_only = true;
   f.suffixes = {".gguf"};
   f.whole_model = true;
+  f.own_windows = true;  // a tensor converted a window of whole rows at a time (gguf/rows.h)
   f.file_name = [](size_t, size_t) { return std::string("model.gguf"); };
   f.consolidate_writer = [](const ConsolidateOptions& o) -> std::unique_ptr<OutputWriter> { return std::make_unique<GgufFile>(o); };
   f.options = {

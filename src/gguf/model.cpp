@@ -792,19 +792,13 @@ void add_tokenizer_keys(Header& h, const json& config, const json& tok, const js
   if (!model.is_object() || model.value("type", "") != "BPE")
     throw UnsupportedError(Where(where), "a GGUF output needs a byte-level BPE tokenizer.json (llama.cpp's gpt2 vocabulary); this one is " +
                                              (model.is_object() ? model.value("type", std::string("untyped")) : std::string("missing")));
-  if (tok.contains("normalizer") && !tok["normalizer"].is_null())
-    throw UnsupportedError(Where(where), "a tokenizer.json with a normalizer is not written into a GGUF by dcpctl yet");
-  // tokenizer.ggml.pre: the converter's digest (gguf/vocab.h), a name it knows or refused.
-  // transformers 5's AutoTokenizer loads a glm4_moe model's tokenizer.json as it is
-  // (TokenizersBackend, its registered class) whatever tokenizer_class tokenizer_config.json names
-  // (GLM's say PreTrainedTokenizer): that class does not change the digest there.
-  json digest_conf = tconf;
-  if (arch == "glm4moe" && config.value("model_type", json()) == "glm4_moe" && digest_conf.is_object() && !digest_conf.contains("auto_map"))
-    digest_conf.erase("tokenizer_class");
-  std::string digest = pre_digest(tok, digest_conf, where), pre = pre_name(digest);
+  // tokenizer.ggml.pre: the converter's digest (gguf/vocab.h), a name it knows or refused;
+  // the tokenizer class transformers loads depends on config.json's model_type too.
+  std::string digest = pre_digest(tok, tconf, config, where), pre = pre_name(digest);
   if (pre.empty())
     throw UnsupportedError(Where(where), "the tokenizer's pre-tokenizer (digest " + digest +
-                                             ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4): BPE pre-tokenizer was not recognized");
+                                             ") is not one llama.cpp's converter names here (llama-bpe, qwen2, glm4, deepseek-llm, deepseek-coder, gpt-2, "
+                                             "starcoder, command-r): BPE pre-tokenizer was not recognized (tokenizer.ggml.pre)");
   const int64_t vocab_size = need_int(config, "vocab_size", where);
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   std::vector<int32_t> types(static_cast<size_t>(vocab_size), 5);  // UNUSED

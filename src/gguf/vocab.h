@@ -6,27 +6,24 @@
 // them, takes the SHA-256 of Python's str() of the list of ids ("[128000, 198, 720]") and looks
 // that digest up in a table of the tokenizers llama.cpp implements; a digest it does not know is an
 // error. dcpctl computes the same digest by running the same tokenizer on the same text, for the
-// tokenizer.json it can run exactly, and refuses the others (UnsupportedError, exit 5, naming what):
+// tokenizers it can run exactly, and refuses the others (UnsupportedError, exit 5, naming what):
 //
-//   - normalizer: none;
-//   - pre_tokenizer: a Sequence of Split(Regex P, behavior Isolated, not inverted) and ByteLevel
-//     (add_prefix_space false, use_regex false), P one of Llama 3's and Qwen2's patterns (they
-//     differ in \p{N}{1,3} against \p{N}), matched as Oniguruma matches it (leftmost alternative,
-//     backtracking) on chktxt, whose code points are classified by a table of its own;
+//   - the tokenizer transformers loads (gguf/hf_tokenizer.h): the class AutoTokenizer picks for the
+//     folder (tokenizer_config.json's tokenizer_class and config.json's model_type) and what that
+//     class keeps of tokenizer.json or builds anew (Qwen2Tokenizer's NFC and split pattern, ...),
+//     the post-processor it ends with (add_bos_token / add_eos_token);
+//   - its normalizer (gguf/normalizer.h: NFC, NFKC, ..., by utf8proc), then its pre-tokenizer
+//     (gguf/pretokenizer.h: Split patterns run by Oniguruma, Digits, ByteLevel);
 //   - model: BPE over GPT-2's byte-to-unicode alphabet, no dropout, no byte fallback, no
 //     continuing-subword prefix or end-of-word suffix, `ignore_merges` honoured (a whole piece in
 //     the vocabulary is one token, as Llama 3's tokenizer says), merges applied lowest rank first,
 //     the leftmost on ties; every symbol left must be in the vocabulary;
-//   - added tokens: none whose text occurs in chktxt (tokenizers would split them out first);
+//   - added tokens: none whose text occurs in the check text, before or after normalization
+//     (tokenizers would split them out first);
 //   - post_processor: none, ByteLevel (adds nothing), TemplateProcessing whose `single` is special
-//     tokens around one Sequence A, or a Sequence of those;
-//   - tokenizer_config.json: tokenizer_class absent, PreTrainedTokenizerFast or TokenizersBackend
-//     (the classes that load tokenizer.json as it is; a model's own class may rebuild its
-//     pre-tokenizer or post-processor), and no add_bos_token / add_eos_token (which transformers
-//     applies over the post-processor).
+//     tokens around one Sequence A, or a Sequence of those.
 //
-// The digests named are the ones checked against the converter (tools/gguf_oracle.py check): a
-// digest outside them is refused as the converter refuses an unknown one.
+// A digest the converter's table does not name is refused as the converter refuses it (pre_name).
 #pragma once
 
 #include <string>
@@ -40,8 +37,10 @@ namespace dcpctl::gguf {
 extern const char* const kCheckText;
 
 // The SHA-256 (hex) of str(ids) for kCheckText under this tokenizer, as the converter computes it.
-// `config` is tokenizer_config.json (null: none). UnsupportedError naming what is not reproduced.
-std::string pre_digest(const nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& where);
+// `tokenizer_config` is tokenizer_config.json (null: none), `config` config.json (its model_type
+// decides transformers' class). UnsupportedError naming what is not reproduced.
+std::string pre_digest(const nlohmann::json& tokenizer, const nlohmann::json& tokenizer_config, const nlohmann::json& config,
+                       const std::string& where);
 
 // GPT-2's bytes_to_unicode (byte-level BPE; QwenModel.token_bytes_to_string): each byte as the UTF-8
 // of the code point that spells it.

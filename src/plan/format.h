@@ -94,6 +94,10 @@ struct Format {
   // out), the precision policy's refusal of a model the schema does not know, and its config and
   // tokenizer from beside the checkpoint or --assets.
   bool whole_model = false;
+  // Reads and converts its tensors in windows it sizes and charges itself (GGUF: gguf/rows.h), not
+  // through the executor's records: a record's need is never held, so the plan counts none, and
+  // the format says what it holds (and raises the automatic budget to it) once planned.
+  bool own_windows = false;
   // The name of planned file `index` of `count` (inside the folder, for a folder); a format of one
   // file not in a folder is named by the output path.
   std::string (*file_name)(size_t index, size_t count) = nullptr;

@@ -229,7 +229,7 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
     uint64_t read_need = target.rank_files() ? source_read_need(plan.records, pt.records) : 0;
     for (size_t ri : pt.records) {
       Record& r = plan.records[ri];
-      r.need = record_need(pt, r, target, read_need, ck.derived.get());
+      r.need = target.format->own_windows ? 0 : record_need(pt, r, target, read_need, ck.derived.get());
       // A streaming record (InOrder, RankFiles) whose pieces can all be read in place goes out through the
       // stream window and needs no buffer. Asked only when it would not fit (the answer reads each
       // source item's data.pkl); a chunk that cannot be read counts in full here and fails when

@@ -283,8 +283,10 @@ TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwe
 SPLIT = ["--split-max-size", "1M", "--split-max-tensors", "8"]
 
 
-def tiny_model(arch: str, out: Path) -> None:
-    """`ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
+def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: int = 0) -> None:
+    """`tokenizer`: gguf_oracle's tokenizer of that name instead of the architecture's own
+    (config.json's vocab_size its highest id + 1 + extra_vocab);
+    `ARCH-tied`: the head tied to the embeddings (save_pretrained leaves lm_head out);
     `ARCH-bf16`: saved in bfloat16 (the converter reads it as float32, as dcpctl does);
     `gpt-oss-mxfp4`: the experts as MXFP4 _blocks/_scales (mxfp4_of), as OpenAI's releases;
     `glm4moe-mtp`: GLM-4.5's MTP layer (mtp_layer), as zai-org's releases."""
@@ -305,9 +307,11 @@ def tiny_model(arch: str, out: Path) -> None:
         vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
         special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
     else:
-        gguf_oracle.tokenizer(ARCHS[arch][1], str(out))
+        gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
         vocab, special = len(tok["model"]["vocab"]) + len(tok["added_tokens"]), {}
+        if tokenizer:
+            vocab = 1 + extra_vocab + max([*tok["model"]["vocab"].values(), *(a["id"] for a in tok["added_tokens"])])
     if arch == "glm4moe":
         ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
         for i, t in enumerate(GLM_TOKENS):
@@ -565,10 +569,32 @@ def check_summary(r: subprocess.CompletedProcess) -> None:
           f"--json: format {summary.get('format')!r}, gguf {summary.get('gguf')!r}")
 
 
+def check_small_memory(dcpctl: str, case: str, src: Path, outtype: str, want: Path, root: Path) -> None:
+    """dcpctl converts a tensor a window of whole rows (a head, an expert) at a time (src/gguf/rows.h):
+    with --max-memory 1MiB, far below the embedding's float32 bytes (151,936 x 64 x 4 = 39 MB for
+    Qwen's vocabulary, 128,256 x 64 x 4 for Llama 3's; every case's largest tensor more than 1 MiB), the
+    file is still the converter's, byte for byte."""
+    reader = gguf.GGUFReader(str(want))
+    largest = max(int(np.prod([int(d) for d in t.shape])) * 4 for t in reader.tensors)
+    # the smallest, Kimi's case: 1,114,112 bytes (4,352 x 64 floats)
+    check(largest > 1 << 20,
+          f"{case}: the largest tensor is {largest} bytes in float32, not more than 1 MiB: windows below it are not exercised")
+    got = root / "from-dcp-1MiB" / "tiny.gguf"
+    got.parent.mkdir(parents=True)
+    r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", "--max-memory", "1MiB"],
+                       capture_output=True, text=True)
+    if not check(r.returncode == 0, f"{case} from dcp --max-memory 1MiB: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
+        return
+    compare(f"{case} from dcp --max-memory 1MiB", want, got)
+
+
 # What each case always makes: the converter's exit, its split, verify and diff of its file, and from
 # the HF folder and the DCP checkpoint dcpctl's exit, file names and a comparison each; fewer
 # checks mean a case was dropped (docs/testing.md#no-test-passes-on-nothing).
 CHECKS_PER_CASE = 10
+# and a case that is not a split, from the DCP checkpoint at --max-memory 1MiB: its largest tensor
+# above 1 MiB and dcpctl's exit (check_small_memory)
+CHECKS_SMALL_MEMORY = 2
 
 def main(argv: list[str]) -> int:
     dcpctl = argv[0]
@@ -625,6 +651,8 @@ def main(argv: list[str]) -> int:
                         compare(f"{case} from {src.name}: {name}", want.parent / name, got.parent / name)
                 if src is dcp_dir and (got.parent / wants[0]).exists():
                     check_diff(dcpctl, f"{case} from {src.name}", src, got.parent / wants[0])
+            if not split_args:
+                check_small_memory(dcpctl, case, dcp_dir, outtype, want, root)
             if case == "llama:q8_0":
                 # diff for the block types the converter does not write (hidden 64: q4_k falls back
                 # to Q5_0, q5_k to Q5_1), and damaged copies of dcpctl's Q8_0 file.
@@ -690,7 +718,8 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd-kimi.gguf")], capture_output=True, text=True)
             check(not (r.returncode != 5 or "tiktoken.model" not in r.stderr or (tmp / "odd-kimi.gguf").exists()),
                   f"a tiktoken.model of another class: exit {r.returncode}, {r.stderr!r}")
-    return TALLY.summary("gguf-converter", min_checks=CHECKS_PER_CASE * len(cases))
+    least = CHECKS_PER_CASE * len(cases) + CHECKS_SMALL_MEMORY * sum(1 for c in cases if not c.endswith(":split"))
+    return TALLY.summary("gguf-converter", min_checks=least)
 
 
 if __name__ == "__main__":

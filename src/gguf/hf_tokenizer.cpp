@@ -1,0 +1,234 @@
+// The tokenizer transformers loads (gguf/hf_tokenizer.h).
+#include "gguf/hf_tokenizer.h"
+
+#include <map>
+#include <optional>
+
+#include "util/error.h"
+
+namespace dcpctl::gguf {
+
+using nlohmann::json;
+
+namespace {
+
+const char* const kQwen2SplitPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+const std::string kBackendClass = "TokenizersBackend";
+
+[[noreturn]] void refuse_loaded(const std::string& where, const std::string& what) {
+  throw UnsupportedError(
+      Where(where),
+      "llama.cpp's converter names a tokenizer by transformers' output, and dcpctl cannot reproduce it here: " + what +
+          " (tokenizer.ggml.pre)");
+}
+
+// TOKENIZER_MAPPING_NAMES of transformers 5.23 for the model types dcpctl writes ("": none).
+const std::map<std::string, std::string>& registered_classes() {
+  static const std::map<std::string, std::string> m{{"llama", ""},
+                                                    {"mistral", kBackendClass},
+                                                    {"mixtral", kBackendClass},
+                                                    {"qwen2", "Qwen2Tokenizer"},
+                                                    {"qwen3", "Qwen2Tokenizer"},
+                                                    {"qwen3_moe", "Qwen2Tokenizer"},
+                                                    {"deepseek_v2", ""},
+                                                    {"deepseek_v3", ""},
+                                                    {"kimi_k2", ""},
+                                                    {"glm4_moe", kBackendClass},
+                                                    {"gpt_oss", ""}};
+  return m;
+}
+
+std::string strip_fast(std::string s) {
+  if (s.size() > 4 && s.compare(s.size() - 4, 4, "Fast") == 0) s.resize(s.size() - 4);
+  return s;
+}
+
+bool is_backend_class(const std::string& c) {
+  return c == kBackendClass || c == "PreTrainedTokenizerFast" || c == "PreTrainedTokenizer" || c == "PythonBackend" ||
+         c == "BloomTokenizer" || c == "BloomTokenizerFast";
+}
+
+// tokenizer_class_from_name for the classes dcpctl knows: TokenizersBackend for its aliases, the
+// class's own name, or nullopt for a class it does not know (which transformers may or may not have).
+std::optional<std::string> resolve_class(const std::string& name) {
+  if (is_backend_class(name)) return kBackendClass;
+  static const char* known[] = {"Qwen2Tokenizer", "GPT2Tokenizer", "CohereTokenizer", "GPTNeoXTokenizer",
+                                "LlamaTokenizer"};
+  for (const char* k : known)
+    if (name == k || name == std::string(k) + "Fast") return std::string(k);
+  return std::nullopt;
+}
+
+std::string resolved_class(const std::string& name, const std::string& where) {
+  auto c = resolve_class(name);
+  if (!c)
+    refuse_loaded(where, "tokenizer_class " + name + " (a class dcpctl does not know what transformers builds from)");
+  return *c;
+}
+
+std::string loaded_class(const json& tok, const json& tconf, const json& config, const std::string& where) {
+  if (tconf.is_object() && tconf.contains("auto_map"))
+    refuse_loaded(where, "tokenizer_config.json's auto_map (remote code)");
+  const std::string mt = config.is_object() && config.value("model_type", json()).is_string()
+                             ? config["model_type"].get<std::string>()
+                             : "";
+  auto reg_it = registered_classes().find(mt);
+  if (reg_it == registered_classes().end())
+    refuse_loaded(
+        where, "config.json's model_type '" + mt + "' (the class AutoTokenizer picks for it is not in dcpctl's table)");
+  const std::string reg = reg_it->second;
+  const bool incorrect_hub = mt == "qwen2";  // MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS
+  auto str = [](const json& j, const char* k) {
+    return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
+  };
+  const std::string tc_class = str(tconf, "tokenizer_class"), cfg_class = str(config, "tokenizer_class");
+  const std::string hub = !tc_class.empty() ? tc_class : cfg_class;
+  if (!hub.empty() && strip_fast(hub) == "LlamaTokenizer" && !incorrect_hub &&
+      tok.dump().find("\"ByteLevel\"") != std::string::npos)
+    return kBackendClass;
+  if (!hub.empty() && !reg.empty() && strip_fast(reg) != strip_fast(hub)) {
+    if (!is_backend_class(reg)) {
+      const std::string c = resolved_class(incorrect_hub ? reg : hub, where);
+      if (c != kBackendClass) return c;
+    }
+    return kBackendClass;
+  }
+  if (!tc_class.empty()) {
+    const std::string c = strip_fast(tc_class);
+    if (auto r = resolve_class(c)) return *r;
+    refuse_loaded(where,
+                  "tokenizer_class " + tc_class + " (a class dcpctl does not know what transformers builds from)");
+  }
+  if (!cfg_class.empty()) return resolved_class(cfg_class, where);
+  return reg.empty() ? kBackendClass : reg;
+}
+
+// A tokenizer_config.json token: a string or an AddedToken's content; nullopt: null or absent.
+std::optional<std::string> config_token(const json& tconf, const char* key, std::optional<std::string> dflt) {
+  if (!tconf.is_object() || !tconf.contains(key)) return dflt;
+  const json& v = tconf[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// The ids the post-processor puts before and after the sequence.
+void post_processor_ids(const json& pp, std::vector<int64_t>& before, std::vector<int64_t>& after,
+                        const std::string& where) {
+  const std::string type = pp.value("type", "");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    for (const json& p : pp.value("processors", json::array())) post_processor_ids(p, before, after, where);
+    return;
+  }
+  if (type != "TemplateProcessing") refuse_loaded(where, "post_processor " + type);
+  bool seen = false;
+  for (const json& piece : pp.at("single")) {
+    if (piece.contains("Sequence")) {
+      if (seen || piece["Sequence"].value("id", "") != "A")
+        refuse_loaded(where, "a TemplateProcessing other than special tokens around A");
+      seen = true;
+    } else if (piece.contains("SpecialToken")) {
+      const std::string id = piece["SpecialToken"].at("id").get<std::string>();
+      for (const json& x : pp.at("special_tokens").at(id).at("ids"))
+        (seen ? after : before).push_back(x.get<int64_t>());
+    } else {
+      refuse_loaded(where, "a TemplateProcessing piece it does not know");
+    }
+  }
+  if (!seen) refuse_loaded(where, "a TemplateProcessing without its sequence");
+}
+
+}  // namespace
+
+LoadedTokenizer as_transformers_loads(const json& tok, const json& tconf, const json& config,
+                                      const std::string& where) {
+  if (!tok.is_object()) refuse_loaded(where, "no tokenizer.json object");
+  LoadedTokenizer t;
+  t.cls = loaded_class(tok, tconf, config, where);
+  const json& model = tok.value("model", json());
+  if (model.value("type", "") != "BPE") refuse_loaded(where, "a model other than BPE");
+  const bool prefix = tconf.is_object() && tconf.value("add_prefix_space", json()).is_boolean() &&
+                      tconf["add_prefix_space"].get<bool>();
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", prefix}, {"trim_offsets", true}, {"use_regex", true}};
+  const json nfc = {{"type", "NFC"}};
+  std::optional<std::string> bos, eos;  // the class's defaults
+  if (t.cls == kBackendClass) {
+    auto absent_or = [&](const char* key, const json& want) {
+      return !model.contains(key) || model[key].is_null() || model[key] == want;
+    };
+    if (!absent_or("dropout", json()) || model.value("byte_fallback", false) ||
+        !absent_or("continuing_subword_prefix", "") || !absent_or("end_of_word_suffix", ""))
+      refuse_loaded(where, "BPE with dropout, byte fallback or subword affixes");
+    t.normalizer = tok.value("normalizer", json());
+    t.pre_tokenizer = tok.value("pre_tokenizer", json());
+    t.ignore_merges = model.value("ignore_merges", false);
+  } else if (t.cls == "Qwen2Tokenizer") {
+    t.normalizer = nfc;
+    json split = {
+        {"type", "Split"}, {"pattern", {{"Regex", kQwen2SplitPattern}}}, {"behavior", "Isolated"}, {"invert", false}};
+    json bl = byte_level;
+    bl["use_regex"] = false;
+    t.pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", {split, bl}}};
+  } else if (t.cls == "GPT2Tokenizer") {
+    t.pre_tokenizer = byte_level;
+    bos = eos = "<|endoftext|>";
+  } else if (t.cls == "CohereTokenizer") {
+    t.normalizer = nfc;
+    t.pre_tokenizer = {{"type", "Sequence"},
+                       {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level}}};
+    bos = "<BOS_TOKEN>", eos = "<|END_OF_TURN_TOKEN|>";
+  } else if (t.cls == "GPTNeoXTokenizer") {
+    t.normalizer = nfc;
+    t.pre_tokenizer = byte_level;
+    bos = eos = "<|endoftext|>";
+  } else {
+    refuse_loaded(where, "tokenizer_class " + t.cls + " (transformers builds it another way: not byte-level BPE)");
+  }
+
+  // The added tokens, split out of a text before the model: tokenizer.json's (the class keeps them,
+  // or adds them again from tokenizer_config.json), tokenizer_config.json's and the special tokens.
+  std::map<std::string, int64_t> ids;  // tokenizer.json's ids: the vocabulary's, then its added tokens'
+  if (model.contains("vocab") && model["vocab"].is_object())
+    for (const auto& [k, v] : model["vocab"].items())
+      if (v.is_number_integer()) ids[k] = v.get<int64_t>();
+  for (const json& a : tok.value("added_tokens", json::array()))
+    if (a.is_object() && a.value("content", json()).is_string()) {
+      t.added.push_back(a["content"].get<std::string>());
+      if (a.value("id", json()).is_number_integer()) ids[a["content"].get<std::string>()] = a["id"].get<int64_t>();
+    }
+  if (tconf.is_object() && tconf.value("added_tokens_decoder", json()).is_object())
+    for (const auto& [k, v] : tconf["added_tokens_decoder"].items())
+      if (v.is_object() && v.value("content", json()).is_string()) t.added.push_back(v["content"].get<std::string>());
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+    if (auto s = config_token(tconf, key, std::nullopt)) t.added.push_back(*s);
+
+  const json pp = tok.value("post_processor", json());
+  const bool names_flags = tconf.is_object() && (tconf.contains("add_bos_token") || tconf.contains("add_eos_token"));
+  if (!names_flags && !pp.is_null()) {
+    post_processor_ids(pp, t.before, t.after, where);
+    return t;
+  }
+  // update_post_processor: bos_token if add_bos_token, the sequence, eos_token if add_eos_token.
+  auto flag = [&](const char* key) {
+    const json v = tconf.is_object() ? tconf.value(key, json()) : json();
+    if (!v.is_null() && !v.is_boolean())
+      refuse_loaded(where, std::string("tokenizer_config.json's ") + key + " that is not a boolean");
+    return v.is_boolean() && v.get<bool>();
+  };
+  auto id_of = [&](const std::optional<std::string>& s, const char* what) {
+    auto it = ids.find(*s);
+    if (it == ids.end())
+      refuse_loaded(where, std::string(what) + " '" + *s + "' is not one of tokenizer.json's tokens");
+    return it->second;
+  };
+  bos = config_token(tconf, "bos_token", bos), eos = config_token(tconf, "eos_token", eos);
+  if (flag("add_bos_token") && bos) t.before.push_back(id_of(bos, "bos_token"));
+  if (flag("add_eos_token") && eos) t.after.push_back(id_of(eos, "eos_token"));
+  return t;
+}
+
+}  // namespace dcpctl::gguf
