@@ -278,7 +278,7 @@ require_venv() {
 }
 
 # What each step of `test` took, printed when it ends (passed or not), so that a CI log shows
-# where its minutes went (docs/testing.md, "CI's time"): `lap NAME` closes the step begun at the
+# where its minutes went (docs/testing.md, "CI"): `lap NAME` closes the step begun at the
 # previous lap (or at the start) under NAME, with its wall seconds and the CPU seconds of the
 # processes it waited for.
 LAPS=()
@@ -305,7 +305,7 @@ report_laps() {
     IFS='|' read -r name wall cpu <<<"$l"
     printf '    %-36s %6s %7s\n' "$name" "$wall" "$cpu" >&2
   done
-  printf '    %-34s %6s\n' total "$SECONDS" >&2
+  printf '    %-36s %6s\n' total "$SECONDS" >&2
   return $rc
 }
 

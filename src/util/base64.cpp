@@ -30,7 +30,8 @@ std::string base64_encode(std::string_view bytes, Base64 alphabet) {
 
 std::optional<std::string> base64_decode(std::string_view text, Base64 alphabet) {
   // EVP_DecodeBlock strips surrounding whitespace and reads padding anywhere in the last group, so
-  // what it takes is checked here first.
+  // what it takes is checked here first; it counts in int.
+  if (text.size() > (size_t(1) << 30)) return std::nullopt;
   size_t pad = 0;
   if (alphabet == Base64::Standard) {
     if (text.size() % 4 != 0) return std::nullopt;
@@ -40,7 +41,6 @@ std::optional<std::string> base64_decode(std::string_view text, Base64 alphabet)
   }
   for (size_t i = 0; i + pad < text.size(); ++i)
     if (!in_alphabet(text[i], alphabet)) return std::nullopt;
-  if (text.size() > (size_t(1) << 30)) return std::nullopt;
   std::string in(text);
   if (alphabet == Base64::Url) {
     for (char& c : in) c = c == '-' ? '+' : c == '_' ? '/' : c;
