@@ -9,12 +9,12 @@
 #include <unordered_map>
 
 #include "meta/derived.h"
-#include "view/lora/lora_torchtune.h"
 #include "meta/pieces.h"
 #include "util/error.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
 #include "view/lora/lora_experts.h"
+#include "view/lora/lora_torchtune.h"
 
 namespace dcpctl {
 
@@ -237,9 +237,25 @@ std::string common_prefix(const LoraModel& lora) {
   return prefix;
 }
 
-}  // namespace
+// `key` less its last `tail` and every `.base_layer`: the module of an expert stack's per-expert tensors.
+std::string experts_module(std::string key, const std::string& tail) {
+  key.erase(key.size() - tail.size());
+  for (size_t q; (q = key.find(".base_layer")) != std::string::npos && (q + 11 == key.size() || key[q + 11] == '.');)
+    key.erase(q, 11);
+  return key;
+}
 
-Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq, const ModelConfig& model) {
+// A key in the model's names: `base_model.model.` and every `.base_layer` removed.
+std::string model_key(const std::string& k) {
+  std::string out = k;
+  size_t p = peft_prefix_at(out);
+  if (p != std::string::npos) out.erase(p, kPeftPrefix.size());
+  for (size_t q; (q = out.find(".base_layer.")) != std::string::npos;) out.erase(q, 11);
+  return out;
+}
+
+// The checkpoint's LoRA model, refused unless it is one dcpctl exports or merges.
+LoraModel checked_lora(const Checkpoint& ck) {
   const Metadata& md = ck.md;
   if (ck.derived && ck.derived->output.dequantized)
     throw UnsupportedError(
@@ -260,326 +276,358 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
         bad.front().where,
         bad.front().message +
             (bad.size() > 1 ? " (and " + std::to_string(bad.size() - 1) + " more: dcpctl verify lists them)" : ""));
+  return lora;
+}
+
+// lora_view, a step at a time: the adapter and its config, how MoE experts are written, what each
+// tensor becomes (dropped, renamed, or its adapter merged in), the view over those, and the adapter
+// config PEFT would write with its summary. Each step reads what the earlier ones decided; the
+// LoraLayer pointers it keeps point into lora_, so a builder is neither copied nor moved.
+class LoraViewBuilder {
+ public:
+  LoraViewBuilder(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq, const ModelConfig& model)
+      : ck_(ck), md_(ck.md), rq_(rq), model_(model), lora_(checked_lora(ck)), merge_(rq.mode == LoraMode::Merge) {
+    select(selection);
+    choose_adapter();
+    read_config();
+    plan_experts();
+  }
+  LoraViewBuilder(const LoraViewBuilder&) = delete;
+  LoraViewBuilder& operator=(const LoraViewBuilder&) = delete;
+
+  Checkpoint build() {
+    out_name_.assign(md_.tensors.size(), std::string());
+    keep_.assign(md_.tensors.size(), false);
+    if (tune_ && !merge_) plan_torchtune_names();
+    if (merge_)
+      plan_merge();
+    else
+      plan_adapter();
+    Checkpoint view = ck_;
+    // No view below derives a tensor (a dequantized one is refused above), so the new table carries
+    // none; a merged weight reads its base, A and B as saved.
+    std::shared_ptr<DerivedTable> table = table_over(nullptr);
+    fill_view(view, *table);
+    const json cfg = peft_config();
+    if (!merge_) table->output.adapter_config = cfg;
+    table->views["lora"] = summary(cfg);
+    view.derived = std::move(table);
+    return view;
+  }
+
+ private:
+  const TensorMeta& tensor(int t) const { return md_.tensors[static_cast<size_t>(t)]; }
+  const SelectedItem* selected(int t) const { return by_tensor_[static_cast<size_t>(t)]; }
+  void put(size_t t, std::string name) { keep_[t] = true, out_name_[t] = std::move(name); }
+
   // The items: the selection, or, without one, the model the adapters are in ({"model": ...}).
-  Selection sel = selection;
-  if (sel.empty()) sel.prefix = common_prefix(lora);
-  std::vector<SelectedItem> items = select_items(md, sel);
-  std::vector<const SelectedItem*> by_tensor(md.tensors.size(), nullptr);
-  for (const SelectedItem& it : items)
-    if (it.tensor) by_tensor[it.index] = &it;
+  void select(const Selection& selection) {
+    sel_ = selection;
+    if (sel_.empty()) sel_.prefix = common_prefix(lora_);
+    items_ = select_items(md_, sel_);
+    by_tensor_.assign(md_.tensors.size(), nullptr);
+    for (const SelectedItem& it : items_)
+      if (it.tensor) by_tensor_[it.index] = &it;
+  }
+
   // The adapter: --lora-name, or the only one among the selected.
-  std::vector<std::string> names;
-  for (const LoraLayer& l : lora.layers)
-    if (l.a >= 0 && by_tensor[static_cast<size_t>(l.a)] &&
-        std::find(names.begin(), names.end(), l.adapter) == names.end())
-      names.push_back(l.adapter);
-  std::string list;
-  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + (n.empty() ? std::string("(unnamed)") : n);
-  if (names.empty()) throw UsageError(Where(ck.metadata_path), "the selection holds no LoRA adapter");
-  std::string adapter;
-  if (!rq.name.empty()) {
-    if (std::find(names.begin(), names.end(), rq.name) == names.end())
-      throw UsageError(Where(ck.metadata_path),
-                       "--lora-name " + rq.name + ": no such adapter; the checkpoint holds " + list);
-    adapter = rq.name;
-  } else if (names.size() > 1) {
-    throw UsageError(Where(ck.metadata_path), "the checkpoint holds " + std::to_string(names.size()) +
-                                                  " LoRA adapters (" + list + "): choose one with --lora-name");
-  } else {
-    adapter = names[0];
+  void choose_adapter() {
+    std::vector<std::string> names;
+    for (const LoraLayer& l : lora_.layers)
+      if (l.a >= 0 && selected(l.a) && std::find(names.begin(), names.end(), l.adapter) == names.end())
+        names.push_back(l.adapter);
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + (n.empty() ? std::string("(unnamed)") : n);
+    if (names.empty()) throw UsageError(Where(ck_.metadata_path), "the selection holds no LoRA adapter");
+    if (!rq_.name.empty()) {
+      if (std::find(names.begin(), names.end(), rq_.name) == names.end())
+        throw UsageError(Where(ck_.metadata_path),
+                         "--lora-name " + rq_.name + ": no such adapter; the checkpoint holds " + list);
+      adapter_ = rq_.name;
+    } else if (names.size() > 1) {
+      throw UsageError(Where(ck_.metadata_path), "the checkpoint holds " + std::to_string(names.size()) +
+                                                     " LoRA adapters (" + list + "): choose one with --lora-name");
+    } else {
+      adapter_ = names[0];
+    }
   }
-  const bool merge = rq.mode == LoraMode::Merge;
-  // DoRA and lora_bias are known by their keys (a magnitude vector, lora_B's bias); a config that
-  // says either where the keys have none cannot be the checkpoint's (PEFT would not load them).
-  bool has_magnitude = false, has_bias = false;
-  for (const LoraLayer& l : lora.layers)
-    if (l.adapter == adapter) has_magnitude = has_magnitude || l.magnitude >= 0, has_bias = has_bias || l.b_bias >= 0;
-  bool tune = false;
-  for (const LoraLayer& l : lora.layers) tune = tune || l.torchtune;
-  LoraConfig config;
-  try {
-    config = find_lora_config(ck, rq, adapter);
-  } catch (const UsageError& e) {
-    if (!tune) throw;
-    // torchtune's checkpoints say neither r nor alpha: its checkpointer writes them in the PEFT
-    // adapter_config.json beside its adapter; without one the scaling is not known.
-    throw UnsupportedError(Where(ck.dir), std::string("torchtune LoRA: ") + e.what() +
-                                              " (torchtune writes it beside its adapter: r and lora_alpha)");
+
+  // The adapter's config (given, found beside the checkpoint, or torchtune's refusal), the experts
+  // of an adapter saved without its base fitted from it, and a variant whose merge dcpctl does not
+  // compute refused.
+  void read_config() {
+    // DoRA and lora_bias are known by their keys (a magnitude vector, lora_B's bias); a config that
+    // says either where the keys have none cannot be the checkpoint's (PEFT would not load them).
+    for (const LoraLayer& l : lora_.layers)
+      if (l.adapter == adapter_)
+        has_magnitude_ = has_magnitude_ || l.magnitude >= 0, has_bias_ = has_bias_ || l.b_bias >= 0;
+    for (const LoraLayer& l : lora_.layers) tune_ = tune_ || l.torchtune;
+    try {
+      config_ = find_lora_config(ck_, rq_, adapter_);
+    } catch (const UsageError& e) {
+      if (!tune_) throw;
+      // torchtune's checkpoints say neither r nor alpha: its checkpointer writes them in the PEFT
+      // adapter_config.json beside its adapter; without one the scaling is not known.
+      throw UnsupportedError(Where(ck_.dir), std::string("torchtune LoRA: ") + e.what() +
+                                                 " (torchtune writes it beside its adapter: r and lora_alpha)");
+    }
+    fit_unbased_experts();
+    LoraConfig others = config_;  // the config less what the keys show and dcpctl merges
+    if (has_magnitude_) others.json.erase("use_dora");
+    if (has_bias_) others.json.erase("lora_bias");
+    if (const std::string variant = others.variant(); merge_ && !variant.empty())
+      throw UnsupportedError(
+          Where(config_.path.empty() ? ck_.dir : config_.path),
+          "the adapter is " + variant +
+              (variant.rfind("DoRA", 0) == 0 || variant.rfind("a LoRA bias", 0) == 0
+                   ? " but the checkpoint holds none of its tensors (lora_magnitude_vector, "
+                     "lora_B's bias): the config is not this adapter's"
+                   : ", whose merge is not W + s*B*A (or DoRA's, or a LoRA bias's): dcpctl merges plain "
+                     "LoRA, rsLoRA, DoRA and LoRA biases; export it with --lora adapter and merge it "
+                     "with PEFT"));
   }
+
   // A ParamWrapper saved without its base (an adapter alone): its E from the config's r, never from
   // the fused shapes (lora_A [r·E, in]).
-  for (LoraLayer& l : lora.layers)
-    if (l.adapter == adapter && l.wrapper && l.base < 0 && l.a >= 0 &&
-        md.tensors[static_cast<size_t>(l.a)].ndim() == 2) {
-      const int64_t rows = md.tensors[static_cast<size_t>(l.a)].shape[0];
-      const json r = config.json.value("r", json());
+  void fit_unbased_experts() {
+    for (LoraLayer& l : lora_.layers) {
+      if (l.adapter != adapter_ || !l.wrapper || l.base >= 0 || l.a < 0 || tensor(l.a).ndim() != 2) continue;
+      const int64_t rows = tensor(l.a).shape[0];
+      const json r = config_.json.value("r", json());
       if (!r.is_number_integer() || r.get<int64_t>() <= 0 || rows % r.get<int64_t>() != 0)
-        throw UsageError(Where(config.path.empty() ? ck.metadata_path : config.path, std::nullopt,
-                               md.tensors[static_cast<size_t>(l.a)].fqn),
+        throw UsageError(Where(config_.path.empty() ? ck_.metadata_path : config_.path, std::nullopt, tensor(l.a).fqn),
                          "a target_parameters adapter (lora_A [r*E, in], " + std::to_string(rows) +
                              " rows) without its base parameter: its rank r is not in the checkpoint; give "
                              "--lora-config adapter_config.json with r");
       l.experts = rows / r.get<int64_t>();
     }
-  LoraConfig others = config;  // the config less what the keys show and dcpctl merges
-  if (has_magnitude) others.json.erase("use_dora");
-  if (has_bias) others.json.erase("lora_bias");
-  if (const std::string variant = others.variant(); merge && !variant.empty())
-    throw UnsupportedError(
-        Where(config.path.empty() ? ck.dir : config.path),
-        "the adapter is " + variant +
-            (variant.rfind("DoRA", 0) == 0 || variant.rfind("a LoRA bias", 0) == 0
-                 ? " but the checkpoint holds none of its tensors (lora_magnitude_vector, "
-                   "lora_B's bias): the config is not this adapter's"
-                 : ", whose merge is not W + s*B*A (or DoRA's, or a LoRA bias's): dcpctl merges plain "
-                   "LoRA, rsLoRA, DoRA and LoRA biases; export it with --lora adapter and merge it "
-                   "with PEFT"));
-  auto scale_of = [&](const LoraLayer& l) {
-    int64_t r = lora_rank(md, l);
+  }
+
+  double scale_of(const LoraLayer& l) const {
+    int64_t r = lora_rank(md_, l);
     // torchtune's merge scales by its config's rank (get_merged_lora_ckpt(sd, rank, alpha)).
-    if (l.torchtune && config.json.value("r", json()).is_number_integer()) r = config.json["r"].get<int64_t>();
-    const double alpha = config.alpha(module_in_model(l.target()));
-    return config.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
-  };
+    if (l.torchtune && config_.json.value("r", json()).is_number_integer()) r = config_.json["r"].get<int64_t>();
+    const double alpha = config_.alpha(module_in_model(l.target()));
+    return config_.rslora() ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+  }
 
   // --lora-layout: MoE experts adapted by target_parameters written one expert at a time
   // (view/lora/lora_experts.h): by default a merge's (what transformers' save_pretrained writes), an
   // adapter's when asked (what vLLM loads).
-  std::unordered_map<size_t, const LoraLayer*> per_expert_at;  // its A (adapter) or stack (merge) -> the layer
-  int64_t expert_rank = 0;
-  bool has_experts = false;
-  {
+  void plan_experts() {
     std::string odd;
-    for (const LoraLayer& l : lora.layers)
-      if (l.adapter == adapter && l.wrapper && l.experts > 0 && l.a >= 0) {
-        has_experts = true;
-        expert_rank = lora_rank(md, l);
+    for (const LoraLayer& l : lora_.layers)
+      if (l.adapter == adapter_ && l.wrapper && l.experts > 0 && l.a >= 0) {
+        has_experts_ = true;
+        expert_rank_ = lora_rank(md_, l);
         if (expert_projections(l.param).empty() || l.param_transposed) odd = l.target();
       }
-    if (rq.layout == LoraLayout::PerExpert && !has_experts)
-      throw UsageError(Where(ck.metadata_path),
+    if (rq_.layout == LoraLayout::PerExpert && !has_experts_)
+      throw UsageError(Where(ck_.metadata_path),
                        "--lora-layout per-expert: the adapter adapts no MoE experts' parameters (target_parameters)");
-    if (rq.layout == LoraLayout::PerExpert && !odd.empty())
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, odd),
+    if (rq_.layout == LoraLayout::PerExpert && !odd.empty())
+      throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, odd),
                              "--lora-layout per-expert: '" + odd +
                                  "' is not an [E, out, in] gate_up_proj or down_proj stack (GPT-OSS keeps [E, in, out] "
                                  "with gate and up interleaved): write it fused");
-    const bool want = rq.layout == LoraLayout::PerExpert || (merge && rq.layout == LoraLayout::Default);
+    const bool want = rq_.layout == LoraLayout::PerExpert || (merge_ && rq_.layout == LoraLayout::Default);
     if (want && odd.empty())
-      for (const LoraLayer& l : lora.layers)
-        if (l.adapter == adapter && l.wrapper && l.experts > 0 && l.a >= 0 && (merge ? l.base >= 0 : true))
-          per_expert_at[static_cast<size_t>(merge ? l.base : l.a)] = &l;
+      for (const LoraLayer& l : lora_.layers)
+        if (l.adapter == adapter_ && l.wrapper && l.experts > 0 && l.a >= 0 && (merge_ ? l.base >= 0 : true))
+          per_expert_at_[static_cast<size_t>(merge_ ? l.base : l.a)] = &l;
   }
-  const bool per_expert = !per_expert_at.empty();
-  // The module of an expert stack's per-expert tensors: `key` less its last `tail` and every `.base_layer`.
-  auto experts_module = [](std::string key, const std::string& tail) {
-    key.erase(key.size() - tail.size());
-    for (size_t q; (q = key.find(".base_layer")) != std::string::npos &&
-                   (q + 11 == key.size() || key[q + 11] == '.');)
-      key.erase(q, 11);
-    return key;
-  };
 
-  // What each tensor becomes: dropped, renamed, or (merge) the base weight with its adapter folded in.
-  std::vector<std::string> out_name(md.tensors.size());
-  std::vector<bool> keep(md.tensors.size(), false);
-  std::unordered_map<size_t, const LoraLayer*> merged_at;       // base tensor -> its adapter
-  std::unordered_map<size_t, const LoraLayer*> merged_bias_at;  // base bias -> its adapter (lora_bias)
   // torchtune's adapter as its HF checkpointer converts it: PEFT's keys in the HF model's names, and
   // lora_B of q_proj / k_proj with its rows in HF's RoPE order (view/lora/lora_torchtune.h).
-  std::unordered_map<size_t, std::string> tune_names;
-  std::unordered_map<size_t, std::vector<int64_t>> tune_rows;
-  if (tune && !merge) {
+  void plan_torchtune_names() {
     std::string looked;
     std::optional<TorchtuneHeads> heads;
     bool heads_read = false;
-    for (const LoraLayer& l : lora.layers) {
-      if (!l.torchtune || l.a < 0 || !by_tensor[static_cast<size_t>(l.a)]) continue;
-      const std::string& ka = by_tensor[static_cast<size_t>(l.a)]->key;
+    for (const LoraLayer& l : lora_.layers) {
+      if (!l.torchtune || l.a < 0 || !selected(l.a)) continue;
+      const std::string& ka = selected(l.a)->key;
       const std::string rel = ka.substr(0, ka.size() - std::string(".lora_a.weight").size());
       const std::string hf = torchtune_hf_module(rel);
       if (hf.empty())
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
+        throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, tensor(l.a).fqn),
                                "torchtune LoRA on '" + rel +
                                    "', a module torchtune's HF name map (convert_weights._FROM_HF) does not name: "
                                    "dcpctl cannot give its PEFT name");
       const std::string p = std::string(kPeftPrefix) + hf;
-      tune_names[static_cast<size_t>(l.a)] = p + ".lora_A.weight";
-      if (l.b >= 0) tune_names[static_cast<size_t>(l.b)] = p + ".lora_B.weight";
-      if (l.magnitude >= 0) tune_names[static_cast<size_t>(l.magnitude)] = p + ".lora_magnitude_vector";
+      tune_names_[static_cast<size_t>(l.a)] = p + ".lora_A.weight";
+      if (l.b >= 0) tune_names_[static_cast<size_t>(l.b)] = p + ".lora_B.weight";
+      if (l.magnitude >= 0) tune_names_[static_cast<size_t>(l.magnitude)] = p + ".lora_magnitude_vector";
       const bool q = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".q_proj") == 0;
       const bool k = hf.size() > 7 && hf.compare(hf.size() - 7, 7, ".k_proj") == 0;
-      if ((q || k) && l.b >= 0) {
-        if (!heads_read) heads = torchtune_heads(ck, config, model, &looked), heads_read = true;
-        if (!heads)
-          throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b)].fqn),
-                                 "torchtune LoRA on " + std::string(q ? "q_proj" : "k_proj") +
-                                     ": PEFT's lora_B has its rows in HF's RoPE order, which needs the attention "
-                                     "heads: no config.json with num_attention_heads (looked in " +
-                                     looked + "; the adapter config's base_model_name_or_path names the base)");
-        const int64_t n = q ? heads->heads : heads->kv_heads;
-        const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
-        if (b.ndim() != 2 || b.shape[0] != n * heads->head_dim)
-          throw FormatError(Where(ck.metadata_path, std::nullopt, b.fqn),
-                            "lora_b is " + dims_text(b.shape) + " but the config's heads give " + std::to_string(n) +
-                                " x " + std::to_string(heads->head_dim) + " rows");
-        tune_rows[static_cast<size_t>(l.b)] = torchtune_rope_rows(n, heads->head_dim);
-      }
+      if (!(q || k) || l.b < 0) continue;
+      if (!heads_read) heads = torchtune_heads(ck_, config_, model_, &looked), heads_read = true;
+      if (!heads)
+        throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, tensor(l.b).fqn),
+                               "torchtune LoRA on " + std::string(q ? "q_proj" : "k_proj") +
+                                   ": PEFT's lora_B has its rows in HF's RoPE order, which needs the attention "
+                                   "heads: no config.json with num_attention_heads (looked in " +
+                                   looked + "; the adapter config's base_model_name_or_path names the base)");
+      const int64_t n = q ? heads->heads : heads->kv_heads;
+      const TensorMeta& b = tensor(l.b);
+      if (b.ndim() != 2 || b.shape[0] != n * heads->head_dim)
+        throw FormatError(Where(ck_.metadata_path, std::nullopt, b.fqn),
+                          "lora_b is " + dims_text(b.shape) + " but the config's heads give " + std::to_string(n) +
+                              " x " + std::to_string(heads->head_dim) + " rows");
+      tune_rows_[static_cast<size_t>(l.b)] = torchtune_rope_rows(n, heads->head_dim);
     }
   }
-  auto peft_key = [&](size_t ti) {  // the output key of a kept adapter tensor
-    if (auto t = tune_names.find(ti); t != tune_names.end()) return t->second;
-    std::string k = by_tensor[ti]->key;
-    size_t p = peft_prefix_at(k);
-    return peft_saved_key(p == std::string::npos ? k : k.substr(p), adapter);
-  };
-  auto model_key = [&](const std::string& k) {  // `base_model.model.` and `.base_layer` removed
-    std::string out = k;
-    size_t p = peft_prefix_at(out);
-    if (p != std::string::npos) out.erase(p, kPeftPrefix.size());
-    for (size_t q; (q = out.find(".base_layer.")) != std::string::npos;) out.erase(q, 11);
-    return out;
-  };
-  std::vector<bool> lora_tensor(md.tensors.size(), false);
-  for (const LoraLayer& l : lora.layers)
-    for (int t : {l.a, l.b, l.b_bias, l.magnitude})
-      if (t >= 0) lora_tensor[static_cast<size_t>(t)] = true;
-  for (const LoraSavedModule& s : lora.saved)
-    for (int t : s.tensors) lora_tensor[static_cast<size_t>(t)] = true;
-  for (int t : lora.originals) lora_tensor[static_cast<size_t>(t)] = true;
 
-  if (!merge) {
-    for (const LoraLayer& l : lora.layers)
-      if (l.adapter == adapter) {
-        for (int t : {l.a, l.b, l.b_bias, l.magnitude})
-          if (t >= 0 && by_tensor[static_cast<size_t>(t)] && !per_expert_at.count(static_cast<size_t>(l.a)))
-            keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = peft_key(static_cast<size_t>(t));
-        // A targeted embedding's base weight too, as PEFT's save_embedding_layers="auto" saves it.
-        if (l.embedding && l.base >= 0 && by_tensor[static_cast<size_t>(l.base)])
-          keep[static_cast<size_t>(l.base)] = true,
-          out_name[static_cast<size_t>(l.base)] = peft_key(static_cast<size_t>(l.base));
-      }
+  std::string peft_key(size_t ti) const {  // the output key of a kept adapter tensor
+    if (auto t = tune_names_.find(ti); t != tune_names_.end()) return t->second;
+    std::string k = by_tensor_[ti]->key;
+    size_t p = peft_prefix_at(k);
+    return peft_saved_key(p == std::string::npos ? k : k.substr(p), adapter_);
+  }
+
+  // --lora adapter: the chosen adapter's tensors under PEFT's saved names, and its modules to save.
+  void plan_adapter() {
+    for (const LoraLayer& l : lora_.layers) {
+      if (l.adapter != adapter_) continue;
+      for (int t : {l.a, l.b, l.b_bias, l.magnitude})
+        if (t >= 0 && selected(t) && !per_expert_at_.count(static_cast<size_t>(l.a)))
+          put(static_cast<size_t>(t), peft_key(static_cast<size_t>(t)));
+      // A targeted embedding's base weight too, as PEFT's save_embedding_layers="auto" saves it.
+      if (l.embedding && l.base >= 0 && selected(l.base))
+        put(static_cast<size_t>(l.base), peft_key(static_cast<size_t>(l.base)));
+    }
     // A module to save is saved as the module's own parameters: M.modules_to_save.NAME.weight -> M.weight.
-    for (const LoraSavedModule& s : lora.saved)
-      if (s.adapter == adapter)
+    for (const LoraSavedModule& s : lora_.saved)
+      if (s.adapter == adapter_)
         for (int t : s.tensors)
-          if (by_tensor[static_cast<size_t>(t)]) {
+          if (selected(t)) {
             std::string k = peft_key(static_cast<size_t>(t));
             size_t q = k.find(".modules_to_save.");
             if (q != std::string::npos) k.erase(q, std::string(".modules_to_save").size());
-            keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = k;
+            put(static_cast<size_t>(t), k);
           }
-  } else {
+  }
+
+  // --lora merge: every model tensor under its model name, the chosen adapter's copies of its modules
+  // to save (or the originals), and each adapted base weight (and bias) with its adapter folded in.
+  void plan_merge() {
+    std::vector<bool> lora_tensor(md_.tensors.size(), false);
+    for (const LoraLayer& l : lora_.layers)
+      for (int t : {l.a, l.b, l.b_bias, l.magnitude})
+        if (t >= 0) lora_tensor[static_cast<size_t>(t)] = true;
+    for (const LoraSavedModule& s : lora_.saved)
+      for (int t : s.tensors) lora_tensor[static_cast<size_t>(t)] = true;
+    for (int t : lora_.originals) lora_tensor[static_cast<size_t>(t)] = true;
     std::set<std::string> saved_here;  // modules whose chosen adapter trained a copy
-    for (const LoraSavedModule& s : lora.saved)
-      if (s.adapter == adapter) saved_here.insert(s.module);
-    for (size_t t = 0; t < md.tensors.size(); ++t) {
-      if (!by_tensor[t] || lora_tensor[t]) continue;
-      keep[t] = true;
-      out_name[t] = model_key(by_tensor[t]->key);
-    }
-    for (const LoraSavedModule& s : lora.saved)
-      if (s.adapter == adapter)
+    for (const LoraSavedModule& s : lora_.saved)
+      if (s.adapter == adapter_) saved_here.insert(s.module);
+    for (size_t t = 0; t < md_.tensors.size(); ++t)
+      if (by_tensor_[t] && !lora_tensor[t]) put(t, model_key(by_tensor_[t]->key));
+    for (const LoraSavedModule& s : lora_.saved)
+      if (s.adapter == adapter_)
         for (int t : s.tensors)
-          if (by_tensor[static_cast<size_t>(t)]) {
-            std::string k = model_key(by_tensor[static_cast<size_t>(t)]->key);
-            size_t q = k.find(".modules_to_save." + adapter + ".");
-            if (q != std::string::npos) k.erase(q, std::string(".modules_to_save.").size() + adapter.size());
-            keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = k;
+          if (selected(t)) {
+            std::string k = model_key(selected(t)->key);
+            size_t q = k.find(".modules_to_save." + adapter_ + ".");
+            if (q != std::string::npos) k.erase(q, std::string(".modules_to_save.").size() + adapter_.size());
+            put(static_cast<size_t>(t), k);
           }
     // A module no chosen copy replaces keeps its original.
-    for (int t : lora.originals) {
-      if (!by_tensor[static_cast<size_t>(t)]) continue;
-      std::string k = model_key(by_tensor[static_cast<size_t>(t)]->key);
+    for (int t : lora_.originals) {
+      if (!selected(t)) continue;
+      std::string k = model_key(selected(t)->key);
       size_t q = k.find(".original_module.");
-      std::string module = md.tensors[static_cast<size_t>(t)].fqn.substr(
-          0, md.tensors[static_cast<size_t>(t)].fqn.find(".original_module."));
+      std::string module = tensor(t).fqn.substr(0, tensor(t).fqn.find(".original_module."));
       if (q == std::string::npos || saved_here.count(module)) continue;
       k.erase(q, std::string(".original_module").size());
-      keep[static_cast<size_t>(t)] = true, out_name[static_cast<size_t>(t)] = k;
+      put(static_cast<size_t>(t), k);
     }
-    for (const LoraLayer& l : lora.layers) {
-      if (l.adapter != adapter) continue;
-      if (l.base < 0 || !by_tensor[static_cast<size_t>(l.base)])
-        throw UsageError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.a)].fqn),
-                         "--lora merge needs " +
-                             (l.wrapper ? "the parameter '" + l.target() + "' (under its base_layer. wrappers)"
-                                        : "the base layer '" + l.module + ".base_layer.weight'") +
-                             " in the selection; this checkpoint holds the adapter " +
-                             "only: export it with --lora adapter, or merge it with the base model in PEFT");
-      if (l.b_bias >= 0) {
-        if (l.base_bias < 0 || !by_tensor[static_cast<size_t>(l.base_bias)])
-          throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.b_bias)].fqn),
-                                 "a LoRA bias (lora_bias=True) whose base layer has no bias '" + l.module +
-                                     ".base_layer.bias' in the selection: PEFT cannot merge it either");
-        merged_bias_at[static_cast<size_t>(l.base_bias)] = &l;
-      }
-      if (l.magnitude >= 0 && (l.embedding || config.fan_in_fan_out()))
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, md.tensors[static_cast<size_t>(l.magnitude)].fqn),
-                               std::string("DoRA on ") + (l.embedding ? "an Embedding" : "a fan_in_fan_out layer") +
-                                   ": dcpctl merges DoRA on Linear layers; export it with --lora adapter and merge "
-                                   "it with PEFT");
-      const TensorMeta& w = md.tensors[static_cast<size_t>(l.base)];
-      if (!w.dtype || !(*w.dtype == DType::Float32 || *w.dtype == DType::BFloat16 || *w.dtype == DType::Float16 ||
-                        *w.dtype == DType::Float64))
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, w.fqn),
-                               "--lora merge of a " + w.dtype_name +
-                                   " base weight: dcpctl merges into float32, float64, bfloat16 and float16 weights");
-      merged_at[static_cast<size_t>(l.base)] = &l;
+    for (const LoraLayer& l : lora_.layers)
+      if (l.adapter == adapter_) plan_merged_layer(l);
+  }
+
+  void plan_merged_layer(const LoraLayer& l) {
+    if (l.base < 0 || !selected(l.base))
+      throw UsageError(Where(ck_.metadata_path, std::nullopt, tensor(l.a).fqn),
+                       "--lora merge needs " +
+                           (l.wrapper ? "the parameter '" + l.target() + "' (under its base_layer. wrappers)"
+                                      : "the base layer '" + l.module + ".base_layer.weight'") +
+                           " in the selection; this checkpoint holds the adapter " +
+                           "only: export it with --lora adapter, or merge it with the base model in PEFT");
+    if (l.b_bias >= 0) {
+      if (l.base_bias < 0 || !selected(l.base_bias))
+        throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, tensor(l.b_bias).fqn),
+                               "a LoRA bias (lora_bias=True) whose base layer has no bias '" + l.module +
+                                   ".base_layer.bias' in the selection: PEFT cannot merge it either");
+      merged_bias_at_[static_cast<size_t>(l.base_bias)] = &l;
     }
+    if (l.magnitude >= 0 && (l.embedding || config_.fan_in_fan_out()))
+      throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, tensor(l.magnitude).fqn),
+                             std::string("DoRA on ") + (l.embedding ? "an Embedding" : "a fan_in_fan_out layer") +
+                                 ": dcpctl merges DoRA on Linear layers; export it with --lora adapter and merge "
+                                 "it with PEFT");
+    const TensorMeta& w = tensor(l.base);
+    if (!w.dtype || !(*w.dtype == DType::Float32 || *w.dtype == DType::BFloat16 || *w.dtype == DType::Float16 ||
+                      *w.dtype == DType::Float64))
+      throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, w.fqn),
+                             "--lora merge of a " + w.dtype_name +
+                                 " base weight: dcpctl merges into float32, float64, bfloat16 and float16 weights");
+    merged_at_[static_cast<size_t>(l.base)] = &l;
   }
 
   // The view: the kept tensors in the selection's order, under their output names.
-  Checkpoint view = ck;
-  // No view below derives a tensor (a dequantized one is refused above), so the new table carries
-  // none; a merged weight reads its base, A and B as saved.
-  std::shared_ptr<DerivedTable> table = table_over(nullptr);
-  size_t merged = 0, merged_biases = 0;
-  std::vector<double> scales;
-  view.md.tensors.clear();
-  view.md.order.clear();
-  view.md.planner_data.clear();
-  view.md.has_planner_data = false;
-  std::set<std::string> names_out;
-  for (const SelectedItem& it : items) {
-    if (!it.tensor) {
-      if (!merge) continue;
-      view.md.bytes[it.index].fqn = it.key;
-      view.md.order.push_back({false, it.index});
-      continue;
-    }
-    if (auto pe = per_expert_at.find(it.index); pe != per_expert_at.end()) {
-      const LoraLayer& l = *pe->second;
-      const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
-      const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
-      std::vector<ExpertTensor> parts =
-          merge ? expert_merged(ck.metadata_path,
-                                experts_module(model_key(by_tensor[it.index]->key), "." + l.param), l.param,
-                                md.tensors[it.index], a, b, l.experts, static_cast<float>(scale_of(l)))
-                : expert_adapter(ck.metadata_path, experts_module(peft_key(it.index), ".lora_A.weight"), l.param, a, b,
-                                 l.experts);
-      if (merge) scales.push_back(scale_of(l)), ++merged;
-      for (ExpertTensor& x : parts) {
-        if (!names_out.insert(x.meta.fqn).second)
-          throw FormatError(Where(ck.metadata_path, std::nullopt, md.tensors[it.index].fqn),
-                            "two tensors would both be written as '" + x.meta.fqn + "'");
-        table->tensors[x.meta.fqn] = {std::move(x.tensor), nullptr};
-        view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
-        view.md.tensors.push_back(std::move(x.meta));
+  void fill_view(Checkpoint& view, DerivedTable& table) {
+    view.md.tensors.clear();
+    view.md.order.clear();
+    view.md.planner_data.clear();
+    view.md.has_planner_data = false;
+    for (const SelectedItem& it : items_) {
+      if (!it.tensor) {
+        if (!merge_) continue;
+        view.md.bytes[it.index].fqn = it.key;
+        view.md.order.push_back({false, it.index});
+      } else if (auto pe = per_expert_at_.find(it.index); pe != per_expert_at_.end()) {
+        add_experts(view, table, it, *pe->second);
+      } else if (keep_[it.index]) {
+        add_tensor(view, table, it.index);
       }
-      continue;
     }
-    if (!keep[it.index]) continue;
-    TensorMeta t = md.tensors[it.index];
-    t.fqn = out_name[it.index];
-    if (!names_out.insert(t.fqn).second)
-      throw FormatError(Where(ck.metadata_path, std::nullopt, md.tensors[it.index].fqn),
-                        "two tensors would both be written as '" + t.fqn + "'");
-    if (auto m = merged_at.find(it.index); m != merged_at.end()) {
+    if (view.md.tensors.empty()) throw UsageError(Where(ck_.metadata_path), "the selection leaves no tensor to write");
+  }
+
+  void claim_name(const std::string& name, size_t t) {
+    if (!names_out_.insert(name).second)
+      throw FormatError(Where(ck_.metadata_path, std::nullopt, md_.tensors[t].fqn),
+                        "two tensors would both be written as '" + name + "'");
+  }
+
+  // An expert stack written one expert at a time (its merge's, or its adapter's).
+  void add_experts(Checkpoint& view, DerivedTable& table, const SelectedItem& it, const LoraLayer& l) {
+    const TensorMeta& a = tensor(l.a);
+    const TensorMeta& b = tensor(l.b);
+    std::vector<ExpertTensor> parts =
+        merge_ ? expert_merged(ck_.metadata_path, experts_module(model_key(by_tensor_[it.index]->key), "." + l.param),
+                               l.param, md_.tensors[it.index], a, b, l.experts, static_cast<float>(scale_of(l)))
+               : expert_adapter(ck_.metadata_path, experts_module(peft_key(it.index), ".lora_A.weight"), l.param, a, b,
+                                l.experts);
+    if (merge_) scales_.push_back(scale_of(l)), ++merged_;
+    for (ExpertTensor& x : parts) {
+      claim_name(x.meta.fqn, it.index);
+      table.tensors[x.meta.fqn] = {std::move(x.tensor), nullptr};
+      view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
+      view.md.tensors.push_back(std::move(x.meta));
+    }
+  }
+
+  // A kept tensor under its output name: as saved, merged with its adapter, or its rows permuted.
+  void add_tensor(Checkpoint& view, DerivedTable& table, size_t index) {
+    TensorMeta t = md_.tensors[index];
+    t.fqn = out_name_[index];
+    claim_name(t.fqn, index);
+    if (auto m = merged_at_.find(index); m != merged_at_.end()) {
       const LoraLayer& l = *m->second;
-      const TensorMeta& base = md.tensors[it.index];
-      const TensorMeta& a = md.tensors[static_cast<size_t>(l.a)];
-      const TensorMeta& b = md.tensors[static_cast<size_t>(l.b)];
+      const TensorMeta& base = md_.tensors[index];
+      const TensorMeta& a = tensor(l.a);
+      const TensorMeta& b = tensor(l.b);
       const double scale = scale_of(l);
       // An Embedding's delta is (B·A)ᵀ; so is a Linear's kept [in, out] (fan_in_fan_out, GPT-2's
       // Conv1D), as check_lora found it. A square one is [out, in] unless the config says otherwise.
@@ -587,137 +635,186 @@ Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const Lor
       // A ParamWrapper's base is as find_lora fitted it ([E, out, in], or [E, in, out] transposed).
       const bool transposed =
           !l.param.empty() ? l.param_transposed
-                           : l.embedding || !out_in || (config.fan_in_fan_out() && base.shape[0] == base.shape[1]);
+                           : l.embedding || !out_in || (config_.fan_in_fan_out() && base.shape[0] == base.shape[1]);
       std::optional<TensorMeta> magnitude;
-      if (l.magnitude >= 0) magnitude = md.tensors[static_cast<size_t>(l.magnitude)];
-      table->tensors[t.fqn] = {std::make_shared<LoraMergedWeight>(ck.metadata_path, base, a, b, scale, transposed,
-                                                                  std::move(magnitude), l.experts, l.torchtune),
-                               nullptr};
-      scales.push_back(scale);
-      ++merged;
+      if (l.magnitude >= 0) magnitude = tensor(l.magnitude);
+      table.tensors[t.fqn] = {std::make_shared<LoraMergedWeight>(ck_.metadata_path, base, a, b, scale, transposed,
+                                                                 std::move(magnitude), l.experts, l.torchtune),
+                              nullptr};
+      scales_.push_back(scale);
+      ++merged_;
     }
-    if (auto m = merged_bias_at.find(it.index); m != merged_bias_at.end()) {
-      table->tensors[t.fqn] = {
-          std::make_shared<LoraMergedBias>(ck.metadata_path, md.tensors[it.index],
-                                           md.tensors[static_cast<size_t>(m->second->b_bias)], scale_of(*m->second)),
-          nullptr};
-      ++merged_biases;
+    if (auto m = merged_bias_at_.find(index); m != merged_bias_at_.end()) {
+      table.tensors[t.fqn] = {std::make_shared<LoraMergedBias>(ck_.metadata_path, md_.tensors[index],
+                                                               tensor(m->second->b_bias), scale_of(*m->second)),
+                              nullptr};
+      ++merged_biases_;
     }
-    if (auto p = tune_rows.find(it.index); p != tune_rows.end())
-      table->tensors[t.fqn] = {std::make_shared<LoraPermutedRows>(ck.metadata_path, md.tensors[it.index], p->second),
-                               nullptr};
+    if (auto p = tune_rows_.find(index); p != tune_rows_.end())
+      table.tensors[t.fqn] = {std::make_shared<LoraPermutedRows>(ck_.metadata_path, md_.tensors[index], p->second),
+                              nullptr};
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));
   }
-  if (view.md.tensors.empty()) throw UsageError(Where(ck.metadata_path), "the selection leaves no tensor to write");
+
+  // Each adapted module's rank (in the model's names), and the rank most of them have.
+  void count_ranks() {
+    std::map<int64_t, size_t> rank_count;
+    for (const LoraLayer& l : lora_.layers)
+      if (l.adapter == adapter_ && l.a >= 0 && selected(l.a)) {
+        int64_t r = lora_rank(md_, l);
+        ranks_.push_back({module_in_model(l.target()), r});
+        ++rank_count[r];
+        dora_ = dora_ || l.magnitude >= 0;
+      }
+    for (const auto& [rank, n] : rank_count)
+      if (r_ == 0 || n > rank_count[r_]) r_ = rank;
+    if (config_.json.contains("r") && config_.json["r"].is_number_integer() &&
+        rank_count.count(config_.json["r"].get<int64_t>()))
+      r_ = config_.json["r"].get<int64_t>();
+  }
 
   // The adapter's config as PEFT writes it: what was given or found, completed from the shapes.
-  json cfg = config.json;
-  std::map<int64_t, size_t> rank_count;
-  std::vector<std::pair<std::string, int64_t>> ranks;
-  bool dora = false;
-  for (const LoraLayer& l : lora.layers)
-    if (l.adapter == adapter && l.a >= 0 && by_tensor[static_cast<size_t>(l.a)]) {
-      int64_t r = lora_rank(md, l);
-      ranks.push_back({module_in_model(l.target()), r});
-      ++rank_count[r];
-      dora = dora || l.magnitude >= 0;
+  json peft_config() {
+    count_ranks();
+    json cfg = config_.json;
+    if (!cfg.contains("peft_type")) cfg["peft_type"] = "LORA";
+    cfg["r"] = r_;
+    json pattern =
+        cfg.contains("rank_pattern") && cfg["rank_pattern"].is_object() ? cfg["rank_pattern"] : json::object();
+    for (const auto& [module, rank] : ranks_) {
+      bool named = false;
+      for (const auto& [p, v] : pattern.items()) named = named || (pattern_matches(p, module) && v == rank);
+      if (rank != r_ && !named) pattern[module] = rank;
     }
-  int64_t r = 0;
-  for (const auto& [rank, n] : rank_count)
-    if (r == 0 || n > rank_count[r]) r = rank;
-  if (!cfg.contains("peft_type")) cfg["peft_type"] = "LORA";
-  if (cfg.contains("r") && cfg["r"].is_number_integer() && rank_count.count(cfg["r"].get<int64_t>()))
-    r = cfg["r"].get<int64_t>();
-  cfg["r"] = r;
-  json pattern = cfg.contains("rank_pattern") && cfg["rank_pattern"].is_object() ? cfg["rank_pattern"] : json::object();
-  for (const auto& [module, rank] : ranks) {
-    bool named = false;
-    for (const auto& [p, v] : pattern.items()) named = named || (pattern_matches(p, module) && v == rank);
-    if (rank != r && !named) pattern[module] = rank;
-  }
-  cfg["rank_pattern"] = pattern;
-  if (!cfg.contains("alpha_pattern") || !cfg["alpha_pattern"].is_object()) cfg["alpha_pattern"] = json::object();
-  // An entry that names no module of this adapter (a config written for another model, or by a tool
-  // that keyed it by a fused shape) says nothing true of it: the folder's config leaves it out.
-  for (const char* field : {"rank_pattern", "alpha_pattern"}) {
-    json kept = json::object();
-    for (const auto& [p, v] : cfg[field].items()) {
-      bool names = false;
-      for (const auto& [module, rank] : ranks) names = names || pattern_matches(p, module);
-      if (names) kept[p] = v;
-    }
-    cfg[field] = kept;
-  }
-  if (!cfg.contains("target_modules") || cfg["target_modules"].is_null()) cfg["target_modules"] = lora.targets(adapter);
-  if (const auto params = lora.target_parameters(adapter);
-      !params.empty() && (!cfg.contains("target_parameters") || cfg["target_parameters"].is_null()))
-    cfg["target_parameters"] = params;
-  if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
-    json saved = json::array();
-    for (const LoraSavedModule& sm : lora.saved)
-      if (sm.adapter == adapter) {
-        size_t dot = sm.module.rfind('.');
-        saved.push_back(dot == std::string::npos ? sm.module : sm.module.substr(dot + 1));
+    cfg["rank_pattern"] = pattern;
+    if (!cfg.contains("alpha_pattern") || !cfg["alpha_pattern"].is_object()) cfg["alpha_pattern"] = json::object();
+    // An entry that names no module of this adapter (a config written for another model, or by a tool
+    // that keyed it by a fused shape) says nothing true of it: the folder's config leaves it out.
+    for (const char* field : {"rank_pattern", "alpha_pattern"}) {
+      json kept = json::object();
+      for (const auto& [p, v] : cfg[field].items()) {
+        bool names = false;
+        for (const auto& [module, rank] : ranks_) names = names || pattern_matches(p, module);
+        if (names) kept[p] = v;
       }
-    cfg["modules_to_save"] = saved.empty() ? json(nullptr) : saved;
+      cfg[field] = kept;
+    }
+    complete_targets(cfg);
+    if (dora_) cfg["use_dora"] = true;
+    if (!per_expert_at_.empty() && !merge_) per_expert_targets(cfg);
+    if (!rq_.base_model.empty()) cfg["base_model_name_or_path"] = rq_.base_model;
+    const json defaults = {{"use_rslora", false},
+                           {"use_dora", false},
+                           {"fan_in_fan_out", false},
+                           {"bias", "none"},
+                           {"lora_dropout", 0.0},
+                           {"inference_mode", true},
+                           {"base_model_name_or_path", nullptr},
+                           {"task_type", nullptr}};
+    for (auto it = defaults.begin(); it != defaults.end(); ++it)
+      if (!cfg.contains(it.key())) cfg[it.key()] = it.value();
+    if (tune_) {
+      // torchtune's converter (tune_to_peft_adapter_config) writes its config as it is: r, lora_alpha,
+      // target_modules in HF's names, peft_type, base_model_name_or_path. DoRA's needs use_dora for PEFT
+      // to load its magnitude vectors (torchtune 0.6.1 leaves it out).
+      cfg = config_.json;
+      if (dora_) cfg["use_dora"] = true;
+      if (!rq_.base_model.empty()) cfg["base_model_name_or_path"] = rq_.base_model;
+    }
+    return cfg;
   }
-  if (dora) cfg["use_dora"] = true;
-  if (per_expert && !merge) {
-    // vLLM's per-expert layout: the experts are modules (gate_proj, up_proj, down_proj), not parameters.
-    cfg.erase("target_parameters");
-    if (cfg["target_modules"].is_array()) {
-      std::set<std::string> mods;
-      for (const json& m : cfg["target_modules"])
-        if (m.is_string()) mods.insert(m.get<std::string>());
-      for (const auto& [t, l] : per_expert_at)
-        for (const std::string& p : expert_projections(l->param)) mods.insert(p);
-      cfg["target_modules"] = std::vector<std::string>(mods.begin(), mods.end());
+
+  // target_modules, target_parameters and modules_to_save, where the config does not say them.
+  void complete_targets(json& cfg) const {
+    if (!cfg.contains("target_modules") || cfg["target_modules"].is_null())
+      cfg["target_modules"] = lora_.targets(adapter_);
+    if (const auto params = lora_.target_parameters(adapter_);
+        !params.empty() && (!cfg.contains("target_parameters") || cfg["target_parameters"].is_null()))
+      cfg["target_parameters"] = params;
+    if (!cfg.contains("modules_to_save") || cfg["modules_to_save"].is_null()) {
+      json saved = json::array();
+      for (const LoraSavedModule& sm : lora_.saved)
+        if (sm.adapter == adapter_) {
+          size_t dot = sm.module.rfind('.');
+          saved.push_back(dot == std::string::npos ? sm.module : sm.module.substr(dot + 1));
+        }
+      cfg["modules_to_save"] = saved.empty() ? json(nullptr) : saved;
     }
   }
-  if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
-  const json defaults = {{"use_rslora", false},
-                         {"use_dora", false},
-                         {"fan_in_fan_out", false},
-                         {"bias", "none"},
-                         {"lora_dropout", 0.0},
-                         {"inference_mode", true},
-                         {"base_model_name_or_path", nullptr},
-                         {"task_type", nullptr}};
-  for (auto it = defaults.begin(); it != defaults.end(); ++it)
-    if (!cfg.contains(it.key())) cfg[it.key()] = it.value();
-  if (tune) {
-    // torchtune's converter (tune_to_peft_adapter_config) writes its config as it is: r, lora_alpha,
-    // target_modules in HF's names, peft_type, base_model_name_or_path. DoRA's needs use_dora for PEFT
-    // to load its magnitude vectors (torchtune 0.6.1 leaves it out).
-    cfg = config.json;
-    if (dora) cfg["use_dora"] = true;
-    if (!rq.base_model.empty()) cfg["base_model_name_or_path"] = rq.base_model;
+
+  // vLLM's per-expert layout: the experts are modules (gate_proj, up_proj, down_proj), not parameters.
+  void per_expert_targets(json& cfg) const {
+    cfg.erase("target_parameters");
+    if (!cfg["target_modules"].is_array()) return;
+    std::set<std::string> mods;
+    for (const json& m : cfg["target_modules"])
+      if (m.is_string()) mods.insert(m.get<std::string>());
+    for (const auto& [t, l] : per_expert_at_)
+      for (const std::string& p : expert_projections(l->param)) mods.insert(p);
+    cfg["target_modules"] = std::vector<std::string>(mods.begin(), mods.end());
   }
-  if (!merge) table->output.adapter_config = cfg;
-  json& summary = table->views["lora"];
-  summary = {{"mode", merge ? "merge" : "adapter"},
-             {"adapter", adapter.empty() ? json(nullptr) : json(adapter)},
-             {"config", config.path.empty() ? json(nullptr) : json(config.path)},
-             {"select", sel.prefix},
-             {"r", r},
-             {"lora_alpha", cfg["lora_alpha"]},
-             {"use_rslora", config.rslora()},
-             {"modules", ranks.size()},
-             {"merged", merged}};
-  if (has_experts) {
-    // The rank every expert's adapter has (r, never r·E), and how the experts are written.
-    summary["expert_rank"] = expert_rank;
-    summary["layout"] = per_expert ? "per-expert" : "fused";
+
+  json summary(const json& cfg) const {
+    json s = {{"mode", merge_ ? "merge" : "adapter"},
+              {"adapter", adapter_.empty() ? json(nullptr) : json(adapter_)},
+              {"config", config_.path.empty() ? json(nullptr) : json(config_.path)},
+              {"select", sel_.prefix},
+              {"r", r_},
+              {"lora_alpha", cfg.is_object() ? cfg.value("lora_alpha", json()) : json()},
+              {"use_rslora", config_.rslora()},
+              {"modules", ranks_.size()},
+              {"merged", merged_}};
+    if (has_experts_) {
+      // The rank every expert's adapter has (r, never r·E), and how the experts are written.
+      s["expert_rank"] = expert_rank_;
+      s["layout"] = per_expert_at_.empty() ? "fused" : "per-expert";
+    }
+    if (merge_ && merged_biases_) s["merged_biases"] = merged_biases_;
+    if (merge_ && has_magnitude_) s["dora"] = true;
+    if (merge_ && merged_) {
+      auto [lo, hi] = std::minmax_element(scales_.begin(), scales_.end());
+      s["scale"] = *lo == *hi ? json(*lo) : json{{"min", *lo}, {"max", *hi}};
+    }
+    return s;
   }
-  if (merge && merged_biases) summary["merged_biases"] = merged_biases;
-  if (merge && has_magnitude) summary["dora"] = true;
-  if (merge && merged) {
-    auto [lo, hi] = std::minmax_element(scales.begin(), scales.end());
-    summary["scale"] = *lo == *hi ? json(*lo) : json{{"min", *lo}, {"max", *hi}};
-  }
-  view.derived = std::move(table);
-  return view;
+
+  const Checkpoint& ck_;
+  const Metadata& md_;
+  const LoraRequest& rq_;
+  const ModelConfig& model_;
+  LoraModel lora_;
+  const bool merge_;
+  Selection sel_;
+  std::vector<SelectedItem> items_;
+  std::vector<const SelectedItem*> by_tensor_;
+  std::string adapter_;
+  bool tune_ = false, has_magnitude_ = false, has_bias_ = false;
+  LoraConfig config_;
+  std::unordered_map<size_t, const LoraLayer*> per_expert_at_;  // its A (adapter) or stack (merge) -> the layer
+  int64_t expert_rank_ = 0;
+  bool has_experts_ = false;
+  // What each tensor becomes: dropped, renamed, or (merge) the base weight with its adapter folded in.
+  std::vector<std::string> out_name_;
+  std::vector<bool> keep_;
+  std::unordered_map<size_t, const LoraLayer*> merged_at_;       // base tensor -> its adapter
+  std::unordered_map<size_t, const LoraLayer*> merged_bias_at_;  // base bias -> its adapter (lora_bias)
+  std::unordered_map<size_t, std::string> tune_names_;
+  std::unordered_map<size_t, std::vector<int64_t>> tune_rows_;
+  // What the view holds and the summary counts.
+  std::set<std::string> names_out_;
+  size_t merged_ = 0, merged_biases_ = 0;
+  std::vector<double> scales_;
+  std::vector<std::pair<std::string, int64_t>> ranks_;
+  int64_t r_ = 0;
+  bool dora_ = false;
+};
+
+}  // namespace
+
+Checkpoint lora_view(const Checkpoint& ck, const Selection& selection, const LoraRequest& rq,
+                     const ModelConfig& model) {
+  return LoraViewBuilder(ck, selection, rq, model).build();
 }
 
 }  // namespace dcpctl
