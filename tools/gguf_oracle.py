@@ -33,7 +33,7 @@ checked by transformers' ids for those test texts and by the converter's digest.
 build isolation: the backend is .venv's pinned scikit-build-core and ninja, the system's cmake and
 C/C++ compiler), CPU only and portable: BUILD_FLAGS turn off -march=native and every x86 extension
 flag (ggml-cpu is then plain x86-64; ggml-base, whose ggml-quants.c holds the reference quantizers,
-never gets them), no OpenMP, no llava/mtmd. The wheel and its install (with diskcache, its one
+never gets them), no OpenMP, no llava/mtmd, -O1. The wheel and its install (with diskcache, its one
 dependency .venv lacks) are kept under ~/.cache/dcpctl/llama-cpp-python-0.3.36/build-KEY/, KEY the
 SHA-256 of the sdist's digest and the flags: a second run finds them and costs nothing.
 DCPCTL_LLAMA_JOBS sets the compile's parallelism (default 1: the cores are shared).
@@ -45,6 +45,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -61,10 +62,14 @@ MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "ggml/src/ggml-qu
            *(f"models/ggml-vocab-{n}.gguf{x}" for n in ("llama-bpe", "qwen2", "llama-spm", "deepseek-llm", "deepseek-coder",
                                                           "gpt-2", "starcoder", "command-r", "mpt") for x in ("", ".inp", ".out")))
 
-# llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine.
+# llama.cpp's CMake options for the oracle build: CPU only, nothing tuned to the building machine,
+# and -O1 for Release (llama-cpp-python's build type) instead of -O3: the oracle runs tiny models,
+# and the compile is what a fresh machine waits for (ggml-cpu's ops.cpp 6.9 -> 3.6 s of CPU,
+# llama-model.cpp 10.4 -> 6.8 s, GCC 12, 2026-11-29). The results are the same bits: no
+# -ffast-math and no FMA at any level, so GCC neither reassociates nor contracts a float operation.
 BUILD_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_SSE42=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_BMI2=OFF",
                "-DGGML_FMA=OFF", "-DGGML_F16C=OFF", "-DGGML_AVX512=OFF", "-DGGML_OPENMP=OFF", "-DGGML_CCACHE=OFF",
-               "-DLLAVA_BUILD=OFF")
+               "-DLLAVA_BUILD=OFF", "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG")
 DISKCACHE = "diskcache==5.6.3"
 
 # The split patterns of the published tokenizer.json files (Llama 3: numbers in threes; Qwen2: one
@@ -114,7 +119,7 @@ def build():
     import shutil
     shutil.rmtree(out, ignore_errors=True)
     (out / "wheel").mkdir(parents=True)
-    env = dict(os.environ, CMAKE_ARGS=" ".join(BUILD_FLAGS), FORCE_CMAKE="1",
+    env = dict(os.environ, CMAKE_ARGS=shlex.join(BUILD_FLAGS), FORCE_CMAKE="1",
                CMAKE_BUILD_PARALLEL_LEVEL=os.environ.get("DCPCTL_LLAMA_JOBS", "1"))
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
@@ -125,7 +130,7 @@ def build():
     wheels = list((out / "wheel").glob("llama_cpp_python-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheels[0]),
                     DISKCACHE], check=True)
-    done.write_text(f"built in {seconds:.0f} s with {env['CMAKE_BUILD_PARALLEL_LEVEL']} job(s): {' '.join(BUILD_FLAGS)}\n")
+    done.write_text(f"built in {seconds:.0f} s with {env['CMAKE_BUILD_PARALLEL_LEVEL']} job(s): {shlex.join(BUILD_FLAGS)}\n")
     return site
 
 
@@ -134,6 +139,68 @@ def llama_cpp():
     sys.path.insert(0, str(build()))
     import llama_cpp as lc
     return lc
+
+
+# GGUF's value types (gguf-py's GGUFValueType): the fixed-size ones as struct formats.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def read_gguf(path):
+    """A GGUF file's metadata and tensor infos, as gguf-py's GGUFReader gives them (each field's
+    contents(), each tensor's name, shape in ggml's order, type number and the absolute offset of
+    its data), read with struct instead: GGUFReader makes a numpy view of every part of every
+    field, 10 to 30 s of CPU over a vocabulary's 150,000 strings, where this takes a fraction of a
+    second. For what the tests only look up (a key to print, a tensor's offset or shape); a
+    comparison of two files keeps GGUFReader. gguf_read_test.py checks the two agree."""
+    import struct
+    data = Path(path).read_bytes()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0] if len(v) == 1 else v
+
+    def string():
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return data[pos - n:pos].decode("utf-8")
+
+    def value(ty):
+        nonlocal pos
+        if ty == _GGUF_STRING:
+            return string()
+        if ty == _GGUF_ARRAY:
+            et, n = take("I"), take("Q")
+            if et in _GGUF_SCALARS:
+                fmt = f"<{n}{_GGUF_SCALARS[et]}"
+                v = list(struct.unpack_from(fmt, data, pos))
+                pos += struct.calcsize(fmt)
+                return v
+            return [value(et) for _ in range(n)]
+        return take(_GGUF_SCALARS[ty])
+
+    magic, version, n_tensors, n_kv = take("4sIQQ")
+    if magic != b"GGUF" or version < 2:
+        raise ValueError(f"{path}: not a GGUF file of version 2 or later")
+    kv = {}
+    for _ in range(n_kv):
+        key = string()
+        kv[key] = value(take("I"))
+    tensors = []
+    for _ in range(n_tensors):
+        name = string()
+        shape = [take("Q") for _ in range(take("I"))]
+        ty, offset = take("I"), take("Q")
+        tensors.append({"name": name, "shape": shape, "type": ty, "offset": offset})
+    align = kv.get("general.alignment", 32)
+    start = (pos + align - 1) // align * align
+    for t in tensors:
+        t["offset"] += start
+    return kv, tensors
 
 
 def gguf_py():
@@ -226,8 +293,7 @@ def built_tokenizer(name, out):
     if name in FAMILIES:
         return family_tokenizer(name, out)
     gguf = gguf_py()
-    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
-    get = lambda k: r.fields[k].contents()  # noqa: E731
+    get = read_gguf(fetch() / "models" / f"ggml-vocab-{name}.gguf")[0].__getitem__
     tokens, types, merges = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type"), get("tokenizer.ggml.merges")
     bos, eos = get("tokenizer.ggml.bos_token_id"), get("tokenizer.ggml.eos_token_id")
     normal = int(gguf.TokenType.NORMAL)
@@ -317,8 +383,7 @@ def built_spm_tokenizer(name, out):
     file's pieces, scores and types, and SPM[name]'s trainer and normalizer settings."""
     gguf = gguf_py()
     from sentencepiece import SentencePieceProcessor, sentencepiece_model_pb2 as pb
-    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{name}.gguf"))
-    get = lambda k: r.fields[k].contents()  # noqa: E731
+    get = read_gguf(fetch() / "models" / f"ggml-vocab-{name}.gguf")[0].__getitem__
     if get("tokenizer.ggml.model") != "llama":
         sys.exit(f"gguf_oracle: ggml-vocab-{name}.gguf is not a SentencePiece vocabulary")
     m = pb.ModelProto()
@@ -416,8 +481,7 @@ def family_tokenizer(name, out):
     """tokenizer(), for FAMILIES[name]: the release's files rebuilt, checked as FAMILIES says."""
     f = FAMILIES[name]
     gguf = gguf_py()
-    r = gguf.GGUFReader(str(fetch() / "models" / f"ggml-vocab-{f['vocab']}.gguf"))
-    get = lambda k: r.fields[k].contents()  # noqa: E731
+    get = read_gguf(fetch() / "models" / f"ggml-vocab-{f['vocab']}.gguf")[0].__getitem__
     tokens, types, merges = get("tokenizer.ggml.tokens"), get("tokenizer.ggml.token_type"), get("tokenizer.ggml.merges")
     normal, control, user = int(gguf.TokenType.NORMAL), int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,

@@ -243,6 +243,11 @@ def quantize_oracle(lc, f32: Path, out: Path, outtype: str) -> None:
 
 
 def compare_files(label: str, want: Path, got: Path) -> None:
+    # Equal bytes are equal keys and tensors; gguf-py's reader (seconds of CPU over a vocabulary)
+    # only says which differ.
+    if want.read_bytes() == got.read_bytes():
+        check(True, f"{label}: llama-quantize's file equals dcpctl's")
+        return
     wkv, wts = fields(want)
     gkv, gts = fields(got)
     for k in sorted(set(wkv) | set(gkv)):

@@ -39,6 +39,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent.parent / "tools"))
+import gguf_oracle  # noqa: E402
 from skip import skip_or_fail  # noqa: E402
 from testlib import check, expect_rc, run, summary  # noqa: E402
 
@@ -86,14 +88,35 @@ def write_model(path: Path, split_max_tensors: int = 0) -> dict:
     return tensors
 
 
+def check_read_gguf(path: Path) -> None:
+    """tools/gguf_oracle.py's read_gguf (which the GGUF tests use where gguf-py's reader would
+    spend seconds on a vocabulary) reads what GGUFReader reads: every key in order with its
+    contents(), every tensor's name, shape, type and data offset."""
+    kv, tensors = gguf_oracle.read_gguf(path)
+    r = gguf.GGUFReader(str(path))
+    fields = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    check(list(kv) == list(fields), f"read_gguf({path.name}): keys {list(kv)[:6]}..., GGUFReader's {list(fields)[:6]}...")
+    differ = [k for k in kv if k in fields and kv[k] != fields[k]]
+    check(not differ, f"read_gguf({path.name}): values differ from GGUFReader's: {differ[:6]}")
+    want = [(t.name, [int(x) for x in t.shape], int(t.tensor_type), int(t.data_offset)) for t in r.tensors]
+    got = [(t["name"], t["shape"], t["type"], t["offset"]) for t in tensors]
+    check(got == want, f"read_gguf({path.name}): tensors {got[:3]}..., GGUFReader's {want[:3]}...")
+
+
 def main() -> int:
     dcpctl = sys.argv[1]
+    try:
+        vocab = gguf_oracle.fetch() / "models" / "ggml-vocab-llama-spm.gguf"
+    except Exception as e:  # noqa: BLE001
+        skip_or_fail(f"llama-cpp-python's sdist not fetched ({e}); tools/dev.sh setup fetches it")
+    check_read_gguf(vocab)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "in").mkdir()
         model = tmp / "in" / "tiny.gguf"
         write_model(model)
         reader = gguf.GGUFReader(str(model))
+        check_read_gguf(model)
         r = run(dcpctl, "inspect", model, "--json")
         check(r.returncode == 0, f"inspect exit {r.returncode}: {r.stderr[-600:]}")
         doc = json.loads(r.stdout) if r.returncode == 0 else {}

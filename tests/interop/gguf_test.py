@@ -496,8 +496,7 @@ def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) 
     naming exactly that tensor; and the source's config.json with another rms_norm_eps: exit 1 naming
     exactly that key."""
     import json
-    reader = gguf.GGUFReader(file)
-    at = {t.name: (int(t.data_offset), t.tensor_type.name) for t in reader.tensors}
+    at = {t["name"]: (t["offset"], gguf.GGMLQuantizationType(t["type"]).name) for t in gguf_oracle.read_gguf(file)[1]}
     for name, want_type in (("blk.0.attn_q.weight", "Q8_0"), ("blk.1.attn_norm.weight", "F32")):
         offset, ty = at[name]
         if not check(ty == want_type, f"{case}: {name} is {ty}, not {want_type}"):
@@ -531,17 +530,18 @@ def check_diff_damage(dcpctl: str, case: str, src: Path, file: Path, tmp: Path) 
 
 def check_split_read(dcpctl: str, case: str, folder: Path, names: list[str]) -> None:
     """The converter's shards read as one model: inspect of the first (and of the last) lists every
-    tensor gguf-py's GGUFReader finds in all of them; a copy without its second shard is refused."""
+    tensor gguf_oracle.read_gguf finds in all of them (gguf-py's reader, without its numpy views: see
+    there); a copy without its second shard is refused."""
     import json
     want = {}
     for name in names:
-        for t in gguf.GGUFReader(folder / name).tensors:
-            want[t.name] = [int(x) for x in reversed(t.shape.tolist())]
+        for t in gguf_oracle.read_gguf(folder / name)[1]:
+            want[t["name"]] = t["shape"][::-1]
     for name in (names[0], names[-1]):
         r = subprocess.run([dcpctl, "inspect", str(folder / name), "--json"], capture_output=True, text=True)
         got = {t["key"]: t["shape"] for t in json.loads(r.stdout).get("items", []) if t.get("kind") == "tensor"} if r.returncode == 0 else {}
         check(got == want,
-              f"{case}: inspect of {name}: exit {r.returncode}, {len(got)} tensors, gguf-py reads {len(want)} in the shards "
+              f"{case}: inspect of {name}: exit {r.returncode}, {len(got)} tensors, read_gguf reads {len(want)} in the shards "
                  f"({sorted(set(want) ^ set(got))[:6]}) {r.stderr[-400:]}")
     cut = folder.parent / "cut"
     shutil.copytree(folder, cut)
@@ -574,8 +574,7 @@ def check_small_memory(dcpctl: str, case: str, src: Path, outtype: str, want: Pa
     with --max-memory 1MiB, far below the embedding's float32 bytes (151,936 x 64 x 4 = 39 MB for
     Qwen's vocabulary, 128,256 x 64 x 4 for Llama 3's; every case's largest tensor more than 1 MiB), the
     file is still the converter's, byte for byte."""
-    reader = gguf.GGUFReader(str(want))
-    largest = max(int(np.prod([int(d) for d in t.shape])) * 4 for t in reader.tensors)
+    largest = max(int(np.prod(t["shape"])) * 4 for t in gguf_oracle.read_gguf(want)[1])
     # the smallest, Kimi's case: 1,114,112 bytes (4,352 x 64 floats)
     check(largest > 1 << 20,
           f"{case}: the largest tensor is {largest} bytes in float32, not more than 1 MiB: windows below it are not exercised")
