@@ -227,14 +227,22 @@ use_ccache() {
 }
 
 # configure <build dir> [cmake args...]: once, and again when the tree was configured with
-# LibTorch and is wanted without, or the reverse (WITH_TORCH, ON unless the demo says OFF).
+# LibTorch and is wanted without, or the reverse (WITH_TORCH, ON unless the demo says OFF), or
+# when a -DNAME=VALUE argument differs from the tree's cache.
 configure() {
   local dir=$1
   shift
   local with_torch=${WITH_TORCH:-ON}
   local torch_args=(-DDCPCTL_PYTHON="$PY")
   if [ "${DCPCTL_LIBTORCH:-wheel}" = system ] || [ "$with_torch" = OFF ]; then torch_args=(); fi
-  if [ ! -f "$dir/CMakeCache.txt" ] || ! grep -q "^DCPCTL_WITH_TORCH:BOOL=$with_torch\$" "$dir/CMakeCache.txt"; then
+  local again=0 arg
+  [ -f "$dir/CMakeCache.txt" ] && grep -q "^DCPCTL_WITH_TORCH:BOOL=$with_torch\$" "$dir/CMakeCache.txt" || again=1
+  for arg in "$@"; do
+    [[ $arg =~ ^-D([A-Za-z0-9_]+)=(.*)$ ]] || continue
+    grep -qxF "${BASH_REMATCH[1]}:BOOL=${BASH_REMATCH[2]}" "$dir/CMakeCache.txt" 2>/dev/null ||
+      grep -qxF "${BASH_REMATCH[1]}:STRING=${BASH_REMATCH[2]}" "$dir/CMakeCache.txt" 2>/dev/null || again=1
+  done
+  if [ $again = 1 ]; then
     log "configuring $dir"
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCPCTL_WITH_TORCH="$with_torch" "${torch_args[@]}" "$@" >/dev/null
   fi
@@ -314,7 +322,7 @@ case "$cmd" in
   setup) setup ;;
   build)
     setup
-    build build
+    build build -DDCPCTL_UNIT_TESTS_IN_ALL=ON
     ;;
   demo)
     # Only what the binary needs: the Debian packages that build it, and the dcpctl target. No
@@ -359,12 +367,26 @@ case "$cmd" in
     require_venv
     setup "${FUZZ_PACKAGES[@]}"
     lap setup
-    setup_old_torch
-    lap "setup: older torch"
+    # The older-torch virtualenvs are mostly download and unpacking: made in the background while
+    # llama.cpp and build/ compile, and waited for before the first test (their lap is the wait).
+    old_torch_log=$(mktemp)
+    setup_old_torch >"$old_torch_log" 2>&1 &
+    old_torch_pid=$!
     setup_llama_cpp
     lap "setup: llama.cpp"
-    build build
+    # The unit tests run in the sanitizer pass only: build/ leaves their executable out then.
+    unit_in_all=OFF
+    [ "${DCPCTL_SKIP_ASAN:-0}" = 1 ] && unit_in_all=ON
+    build build -DDCPCTL_UNIT_TESTS_IN_ALL=$unit_in_all
     lap "build build/"
+    if ! wait "$old_torch_pid"; then
+      cat "$old_torch_log" >&2
+      echo "dev.sh: the older-torch virtualenvs were not made (above)" >&2
+      exit 1
+    fi
+    cat "$old_torch_log" >&2
+    rm -f "$old_torch_log"
+    lap "setup: older torch (the wait)"
     if [ "${DCPCTL_SKIP_ASAN:-0}" = 1 ]; then
       run_tests build
       lap "tests: build/"
@@ -375,12 +397,27 @@ case "$cmd" in
       # .metadata sweeps and the CRC flips (label sweep) run here, five times faster than
       # instrumented, and so does the whole of each test the sanitizer pass samples (--sanitized);
       # the sanitizer pass runs the strided sample of the same cuts and the fuzzers.
-      run_tests build -LE 'instrumented|sanitize|asan'
+      # The sanitizer tree compiles meanwhile at the lowest priority (nice 19, in a process group
+      # of its own so that a failed pass stops it): it takes the CPU the tests leave idle (their
+      # waits on servers, subprocesses and each other), and the pass below waits for the rest.
+      asan_log=$(mktemp)
+      setsid nice -n 19 "$ROOT/tools/dev.sh" _build-asan >"$asan_log" 2>&1 &
+      asan_pid=$!
+      if ! run_tests build -LE 'instrumented|sanitize|asan'; then
+        kill -- "-$asan_pid" 2>/dev/null || true
+        exit 1
+      fi
       lap "tests: build/ (first pass)"
+      log "waiting for build-asan, compiled beside the first pass"
+      if ! wait "$asan_pid"; then
+        tail -n 100 "$asan_log" >&2
+        echo "dev.sh: building build-asan failed (above)" >&2
+        exit 1
+      fi
+      rm -f "$asan_log"
+      lap "build build-asan/ (beyond the first pass)"
     fi
     if [ "${DCPCTL_SKIP_ASAN:-0}" != 1 ]; then
-      build_asan
-      lap "build build-asan/"
       # The sanitizer pass covers dcpctl's own code paths (unit, end-to-end, corruption, docs),
       # the fuzz smoke runs (the tree's libFuzzer targets, label fuzz), and the write paths of
       # the tests labelled "torch" (label "sanitize": consolidate, reshard, the torchrun
@@ -398,6 +435,9 @@ case "$cmd" in
       run_tests build-asan -L '^asan$'
       lap "tests: build-asan/ (sanitizer pass)"
     fi
+    ;;
+  _build-asan)  # test's background build of the sanitizer tree (the environment is test's)
+    build_asan
     ;;
   tsan)
     require_venv
@@ -417,7 +457,7 @@ case "$cmd" in
   test-fast)
     require_venv
     setup
-    build build
+    build build -DDCPCTL_UNIT_TESTS_IN_ALL=ON
     run_tests build -L fast
     ;;
   *)
