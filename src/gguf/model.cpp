@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "util/error.h"
+#include "gguf/lowbit.h"
 #include "gguf/vocab.h"
 
 namespace dcpctl::gguf {
@@ -289,6 +290,28 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     std::smatch m;
+    if (in.nvfp4) {
+      // _generate_nvfp4_tensors: written before every other tensor, in key order, each followed by
+      // its non-trivial per-tensor factors (_write_scale_tensor: |x - 1| < 1e-6 is trivial).
+      TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
+      if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0 || in.shape.size() != 2)
+        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is NVFP4 but not a 2-D weight: not written into a GGUF");
+      p.inputs = {i};
+      p.nvfp4 = true;
+      p.type = TensorType::NVFP4;
+      const std::string stem = p.name.substr(0, p.name.size() - 7);
+      extras.push_back(std::move(p));
+      for (const auto& [v, suffix] : std::initializer_list<std::pair<float, const char*>>{{in.scale2, ".scale"}, {in.input_scale, ".input_scale"}})
+        if (!(std::abs(static_cast<double>(v) - 1.0) < 1e-6)) {
+          TensorPlan s;
+          s.name = stem + suffix;
+          s.values = {v};
+          s.shape = {1};
+          s.type = TensorType::F32;
+          extras.push_back(std::move(s));
+        }
+      continue;
+    }
     if (deepseek) {
       // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
       // num_hidden_layers) are left out.
@@ -467,10 +490,10 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
     throw UnsupportedError(Where(where, std::nullopt, k), "'" + k + "' has no _scales after it: the MXFP4 experts cannot be repacked");
   }
   if (!extras.empty()) {
-    // MXFP4 ggml types are llama-quantize's to requantize: the --pure files are not reproduced here.
+    // MXFP4 and NVFP4 ggml types are llama-quantize's to requantize: the --pure files are not reproduced here.
     if (out.type != TensorType::F32 && out.type != TensorType::F16 && out.type != TensorType::BF16 && out.type != TensorType::Q8_0)
-      throw UnsupportedError(Where(where), std::string("--outtype ") + type_name(out.type) + " of MXFP4 experts (llama-quantize over the converter's MXFP4 file) "
-                                                                                          "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them MXFP4");
+      throw UnsupportedError(Where(where), std::string("--outtype ") + type_name(out.type) + " of MXFP4 or NVFP4 weights (llama-quantize over the converter's file) "
+                                                                                          "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them as they are");
     plans.insert(plans.begin(), std::make_move_iterator(extras.begin()), std::make_move_iterator(extras.end()));
   }
   return plans;
@@ -697,7 +720,9 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   // prepare_metadata: an MXFP4 model (quant_method mxfp4) written as f32, f16 or bf16 is MOSTLY_MXFP4_MOE.
   const bool mxfp4_moe = gpt_oss && mxfp4_config(config) &&
                          (out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16);
-  h.add_u32("general.file_type", mxfp4_moe ? 38 : out.file_type);
+  // ... and an NVFP4 one (gguf/lowbit.h's nvfp4_config) MOSTLY_NVFP4.
+  const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
+  h.add_u32("general.file_type", mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type);
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));
     if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
