@@ -91,7 +91,7 @@ def fp8_block(base: Path, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
-SCHEMES = {"ct-fp8-channel": "fp8-channel", "ct-fp8-block": "fp8-block", "ct-fp8-tensor": "fp8-tensor", "ct-w4a16": "w4a16",
+SCHEMES = {"ct-fp8-channel": "fp8-channel", "ct-fp8-block": "fp8-block", "ct-fp8-tensor": "fp8-tensor", "ct-w4a16": "w4a16-g32",
            "ct-nvfp4": "nvfp4a16"}
 
 
@@ -99,6 +99,7 @@ def source(name: str, base: Path, out: Path, dcpctl: str) -> None:
     if name == "fp8-block":
         fp8_block(base, out)
     elif name == "dcpctl-nvfp4":
+        out.parent.mkdir(parents=True)
         r = subprocess.run([dcpctl, "consolidate", str(base), "-o", f"{out}/", "--quantize", "nvfp4", "-q"], capture_output=True, text=True)
         if r.returncode != 0:
             raise AssertionError(f"dcpctl --quantize nvfp4: exit {r.returncode}: {r.stderr[-1000:]}")
