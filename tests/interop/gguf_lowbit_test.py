@@ -20,7 +20,7 @@ real producer:
 llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's) writes tiny.gguf from the folder
 (its dequant_model: float32(weight) * float32(scale); its _generate_nvfp4_tensors); dcpctl writes it from the folder and from a
 DCP checkpoint of the same tensors (torch.distributed.checkpoint.save, the config and tokenizer
-beside it): each equal to the converter's byte for byte (gguf_test.py's compare names the key or
+beside it), the latter also at --max-memory 1MiB (windows of rows, far below a tensor): each equal to the converter's byte for byte (gguf_test.py's compare names the key or
 tensor that differs). Refusals, each exit 5 naming what and writing nothing: compressed-tensors
 FP8 of strategy tensor (the converter asserts channel or block) and W4A16 (pack-quantized, not
 read by dcpctl yet).
@@ -58,8 +58,9 @@ check = TALLY.check
 CASES = ["fp8-block:q8_0", "fp8-block:bf16", "ct-fp8-channel:f16", "ct-fp8-block:q8_0", "ct-nvfp4:f16", "ct-nvfp4:q8_0",
          "dcpctl-nvfp4:bf16"]
 REFUSED = {"ct-fp8-tensor": "strategy 'tensor'", "ct-w4a16": "pack-quantized"}
-# Per case: the converter's exit, dcpctl's exit and comparison from the folder and from DCP.
-CHECKS_PER_CASE = 5
+# Per case: the converter's exit, dcpctl's exit and comparison from the folder, from DCP and from DCP
+# at --max-memory 1MiB.
+CHECKS_PER_CASE = 7
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -133,10 +134,12 @@ def main(argv: list[str]) -> int:
             r = gguf_oracle.convert(hf, want, ["--outtype", outtype])
             if not check(r.returncode == 0, f"{case}: the converter failed: {r.stderr[-2000:]}"):
                 continue
-            for src in (hf, dcp_dir):
-                got = tmp / case.replace(":", "-") / f"from-{src.name}" / "tiny.gguf"
+            # From the DCP checkpoint also at --max-memory 1MiB (the embedding alone is 32 MB in float32):
+            # the windows of rows (heads for q/k) are the whole tensor's bytes.
+            for src, memory in ((hf, []), (dcp_dir, []), (dcp_dir, ["--max-memory", "1MiB"])):
+                got = tmp / case.replace(":", "-") / f"from-{src.name}{'-1MiB' if memory else ''}" / "tiny.gguf"
                 got.parent.mkdir(parents=True)
-                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q"],
+                r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", outtype, "-q", *memory],
                                    capture_output=True, text=True)
                 if check(r.returncode == 0, f"{case} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
                     before = len(TALLY.failures)
