@@ -226,7 +226,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     // The converter's dequant_model (gguf/lowbit.h): FP8 weights dequantized with their scales,
     // which leave the inputs with the activation scales it drops.
     fp8_.clear();
-    nvfp4_.clear();
+    packed_.clear();
     std::vector<gguf::SourceTensor> sources;
     for (size_t i : order_) sources.push_back({plan.tensors[i].key, plan.tensors[i].src, plan.tensors[i].t->shape});
     const gguf::LowBitSources low = gguf::converter_dequant(config_, sources, where_);
@@ -238,12 +238,12 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       s.scale = order_[f.scale];
       fp8_[order_[w]] = s;
     }
-    // NVFP4 weights passed through: their factors read now (whether the converter writes them
-    // depends on their values), the key their weight's (compressed-tensors' weight_packed renamed).
-    std::map<size_t, gguf::Input> nvfp4_inputs;
-    for (const auto& [w, n] : low.nvfp4) {
+    // Packed FP4 weights passed through: NVFP4's factors read now (whether the converter writes
+    // them depends on their values), the key their weight's (compressed-tensors' weight_packed renamed).
+    std::map<size_t, gguf::Input> packed_inputs;
+    for (const auto& [w, n] : low.fp4) {
       const PlannedTensor& pt = plan.tensors[order_[w]];
-      gguf::Input in{pt.key, {pt.t->shape.at(0), pt.t->shape.at(1) * 2}, true};
+      gguf::Input in{pt.key, {pt.t->shape.at(0), pt.t->shape.at(1) * 2}, n.mxfp4 ? gguf::TensorType::MXFP4 : gguf::TensorType::NVFP4};
       const std::string tail = ".weight_packed";
       if (in.key.size() > tail.size() && in.key.compare(in.key.size() - tail.size(), tail.size(), tail) == 0)
         in.key = in.key.substr(0, in.key.size() - tail.size()) + ".weight";
@@ -253,16 +253,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         return n.reciprocal ? 1.0f / v : v;  // compressed-tensors' global scale: torch's 1.0 / scale (float32)
       };
       in.scale2 = factor(n.scale2), in.input_scale = factor(n.input_scale);
-      nvfp4_inputs[order_[w]] = std::move(in);
-      nvfp4_[order_[w]] = order_[n.scale];
+      packed_inputs[order_[w]] = std::move(in);
+      packed_[order_[w]] = order_[n.scale];
     }
     order_ = std::move(kept);
     std::vector<gguf::Input> inputs;
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
-      if (auto n = nvfp4_inputs.find(i); n != nvfp4_inputs.end()) {
-        if (assembled(pt) || assembled(plan.tensors[nvfp4_.at(i)]))
-          throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is NVFP4 made by a key map: its packed bytes are not passed into a GGUF");
+      if (auto n = packed_inputs.find(i); n != packed_inputs.end()) {
+        if (assembled(pt) || assembled(plan.tensors[packed_.at(i)]))
+          throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is packed FP4 made by a key map: its bytes are not passed into a GGUF");
         inputs.push_back(n->second);
         continue;
       }
@@ -379,8 +379,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       }
       const uint64_t units = window_units(plan, tp, derived);
       GateReservation hold(ex.gate, window_need(plan, tp, derived, units));
-      if (tp.nvfp4) {  // NVFP4 weights: their bytes repacked (and Q/K rows moved), a window of rows at a time
-        const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[nvfp4_.at(order_[tp.inputs.at(0)])];
+      if (tp.packed) {  // NVFP4 and MXFP4 weights: their bytes repacked (and Q/K rows moved), a window of rows at a time
+        const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
         const int64_t rows = w.t->shape.at(0), bytes = w.t->shape.at(1), blocks = sc.t->shape.at(1);
         const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, w.t->shape);
         std::vector<uint8_t> b(static_cast<size_t>(step * bytes)), s(static_cast<size_t>(step * blocks)), scratch(std::max(b.size(), s.size()));
@@ -393,7 +393,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
             b = gguf::permute_rows(b.data(), m, bytes, 1, heads), s = gguf::permute_rows(s.data(), m, blocks, 1, heads);
             b.resize(static_cast<size_t>(step * bytes)), s.resize(static_cast<size_t>(step * blocks));
           }
-          put(gguf::nvfp4_pack(b.data(), s.data(), m, bytes * 2));
+          put(tp.type == gguf::TensorType::NVFP4 ? gguf::nvfp4_pack(b.data(), s.data(), m, bytes * 2)
+                                                 : gguf::mxfp4_pack(b.data(), s.data(), m, bytes * 2));
         }
         continue;
       }
@@ -459,8 +460,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   // their scratch, and the repacked bytes (no more than the two).
   uint64_t window_need(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived, uint64_t units) const {
     if (tp.inputs.empty()) return 8 * static_cast<uint64_t>(tp.values.size());
-    if (tp.nvfp4) {  // the packed rows and their block scales, their scratch, permuted copies and the repacked bytes
-      const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[nvfp4_.at(order_[tp.inputs.at(0)])];
+    if (tp.packed) {  // the packed rows and their block scales, their scratch, permuted copies and the repacked bytes
+      const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
       const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, w.t->shape)), static_cast<uint64_t>(w.t->shape.at(0)));
       const uint64_t per_row = static_cast<uint64_t>(w.t->shape.at(1) + sc.t->shape.at(1));
       return 4 * rows * per_row + std::max(rows_read_extra(plan, w, derived), rows_read_extra(plan, sc, derived));
@@ -553,7 +554,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   std::vector<size_t> order_;  // the inputs (plan.tensors' indices), in the converter's order
   // FP8 weights the converter dequantizes (gguf/lowbit.h), by plan.tensors' index; their scales too.
   std::map<size_t, gguf::Fp8Source> fp8_;
-  std::map<size_t, size_t> nvfp4_;  // NVFP4 weights passed through: each one's block scale (plan.tensors' indices)
+  std::map<size_t, size_t> packed_;  // NVFP4 / MXFP4 weights passed through: each one's block scale (plan.tensors' indices)
   std::vector<gguf::TensorPlan> plans_;
   std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section
   std::vector<size_t> shard_;      // each tensor's shard

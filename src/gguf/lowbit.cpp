@@ -4,6 +4,7 @@
 #include <regex>
 #include <unordered_map>
 
+#include "gguf/model.h"
 #include "util/error.h"
 #include "util/numeric.h"
 #include "view/kernels.h"
@@ -80,18 +81,22 @@ std::string quant_method(const json& config) {
   return m.is_string() ? m.get<std::string>() : "";
 }
 
-bool ct_nvfp4(const json& qc) {
-  const json format = qc.value("format", json()), groups = qc.value("config_groups", json::object());
-  if (format == "nvfp4-pack-quantized") return true;
-  if (format != "mixed-precision" || !groups.is_object() || groups.empty()) return false;
+// compressed-tensors' `format` at the top, or mixed-precision of groups all of it.
+bool ct_format(const json& qc, const char* format) {
+  const json top = qc.value("format", json()), groups = qc.value("config_groups", json::object());
+  if (top == format) return true;
+  if (top != "mixed-precision" || !groups.is_object() || groups.empty()) return false;
   for (const auto& [name, g] : groups.items())
-    if (g.is_object() && g.value("format", json()) != "nvfp4-pack-quantized") return false;
+    if (g.is_object() && g.value("format", json()) != format) return false;
   return true;
 }
 
+bool ct_nvfp4(const json& qc) { return ct_format(qc, "nvfp4-pack-quantized"); }
+
 // The NVFP4 weights: each `X<packed_tail>` beside `X.weight_scale` (2-D), with its factors.
 void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_map<std::string, size_t>& by_key, bool ct,
-                 LowBitSources& out, const std::string& where) {
+                 LowBitSources& out, const std::string& where, bool mx = false) {
+  const int64_t group = mx ? 32 : 16;
   const char* packed_tail = ct ? ".weight_packed" : ".weight";
   for (size_t i = 0; i < tensors.size(); ++i) {
     const SourceTensor& w = tensors[i];
@@ -105,17 +110,21 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
                                                                    " beside its scale '" + st.key + "' " + dims(st.shape) + " " +
                                                                    torch_name(st.dtype) + ": " + why);
     };
-    if (w.dtype != DType::UInt8 || w.shape.size() != 2 || st.dtype != DType::Float8_E4M3FN)
-      refuse("an NVFP4 weight is uint8 [rows, cols / 2] beside a float8_e4m3fn scale");
+    if (mx ? (w.dtype != DType::UInt8 || w.shape.size() != 2 || (st.dtype != DType::UInt8 && st.dtype != DType::Float8_E8M0FNU))
+           : (w.dtype != DType::UInt8 || w.shape.size() != 2 || st.dtype != DType::Float8_E4M3FN))
+      refuse(mx ? "an MXFP4 weight is uint8 [rows, cols / 2] beside a uint8 (E8M0) scale"
+                : "an NVFP4 weight is uint8 [rows, cols / 2] beside a float8_e4m3fn scale");
     const int64_t rows = w.shape[0], cols = w.shape[1] * 2;
-    if (st.shape != std::vector<int64_t>{rows, cols / 16} || cols % 64 != 0)
-      refuse("the scale is not the weight's 16-value blocks, or the columns are not whole 64-value NVFP4 super-blocks "
-             "(the converter's _nvfp4_pack groups four blocks)");
+    if (st.shape != std::vector<int64_t>{rows, cols / group} || cols % (mx ? 32 : 64) != 0)
+      refuse(mx ? "the scale is not the weight's 32-value groups"
+                : "the scale is not the weight's 16-value blocks, or the columns are not whole 64-value NVFP4 super-blocks "
+                  "(the converter's _nvfp4_pack groups four blocks)");
     static const std::regex expert(R"(\.experts\.\d+\.)");
-    if (std::regex_search(w.key, expert)) refuse("NVFP4 experts are not written into a GGUF by dcpctl yet");
-    Nvfp4Source n;
+    if (std::regex_search(w.key, expert)) refuse("FP4 experts of one tensor each are not written into a GGUF by dcpctl yet");
+    Fp4Source n;
     n.scale = s->second;
     n.reciprocal = ct;
+    n.mxfp4 = mx;
     auto factor = [&](const std::string& key) -> std::optional<size_t> {
       auto f = by_key.find(key);
       if (f == by_key.end()) return std::nullopt;
@@ -130,12 +139,24 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
     };
     n.scale2 = factor(module + (ct ? ".weight_global_scale" : ".weight_scale_2"));
     n.input_scale = factor(module + (ct ? ".input_global_scale" : ".input_scale"));
-    out.nvfp4[i] = n;
+    out.fp4[i] = n;
     out.dropped[s->second] = true;
   }
 }
 
 }  // namespace
+
+bool ct_mxfp4_config(const json& config) {
+  return quant_method(config) == "compressed-tensors" && ct_format(config["quantization_config"], "mxfp4-pack-quantized");
+}
+
+std::vector<uint8_t> mxfp4_pack(const uint8_t* packed, const uint8_t* scale, int64_t rows, int64_t cols) {
+  // compressed-tensors' row of cols / 2 bytes is OpenAI's blocks [groups, 16] (byte i: values 2i
+  // low, 2i + 1 high), its scales OpenAI's: the repack GPT-OSS's experts get.
+  TensorPlan p;
+  p.mxfp4 = true;
+  return mxfp4_repack(p, packed, scale, {1, rows, cols / 32, 16});
+}
 
 bool nvfp4_config(const json& config) {
   const std::string m = quant_method(config);
@@ -212,6 +233,11 @@ LowBitSources converter_dequant(const json& config, const std::vector<SourceTens
                                "'" + tensors[i].key + "': Mistral's own fp8 format (qscale_weight) is not read into a GGUF by dcpctl");
     pairs("_scale_inv", "", block_of(bs));
     drop({".activation_scale", "_activation_scale"});
+    return out;
+  }
+  if (m == "compressed-tensors" && ct_format(qc, "mxfp4-pack-quantized")) {
+    nvfp4_pairs(tensors, by_key, true, out, where, true);
+    drop({".k_scale", ".v_scale"});
     return out;
   }
   if (m == "compressed-tensors" && ct_nvfp4(qc)) {

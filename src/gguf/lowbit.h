@@ -15,12 +15,13 @@
 //   - compressed-tensors float-quantized (and int-quantized, naive-quantized: the converter's one
 //     branch) of one config group, strategy channel (`X.weight_scale` [rows, 1]) or block
 //     (`block_structure`); the converter asserts those two strategies and no group_size;
-//   - NVFP4 (nvfp4_config below): passed through, not dequantized (Nvfp4Source);
+//   - NVFP4 (nvfp4_config below) and compressed-tensors' MXFP4: passed through, not dequantized
+//     (Fp4Source);
 //   - modelopt (quant_method modelopt) FP8: `X.weight_scale` of one value; `.input_scale`,
 //     `.k_scale`, `.v_scale` dropped, as a `.weight_scale` whose weight is absent.
 // Refused (UnsupportedError, exit 5, naming the tensor and why), as the converter refuses or
 // fails on them: another quant_method or format (compressed-tensors' pack-quantized, NVFP4 and MX
-// formats but NVFP4, several config groups, NVFP4 experts, ModelOpt's W4A16_NVFP4, strategy tensor or group), a weight that is not float8 or not
+// formats but NVFP4 and MXFP4, several config groups, FP4 experts, ModelOpt's W4A16_NVFP4, strategy tensor or group), a weight that is not float8 or not
 // 2-D beside its scale, a scale whose shape is not the weight's blocks or rows.
 #pragma once
 
@@ -50,23 +51,28 @@ struct Fp8Source {
   int64_t block[2] = {1, 1};
 };
 
-// An NVFP4 weight the converter passes through (_generate_nvfp4_tensors, before every other
-// tensor): its packed E2M1 bytes (the weight, uint8 [rows, cols / 2], low nibble first) beside its
-// e4m3 block scale (an index into the tensors, [rows, cols / 16]) and its per-tensor factors:
-// ModelOpt's weight_scale_2 and input_scale, or compressed-tensors' weight_global_scale and
-// input_global_scale, whose reciprocals (float32 1 / g) the converter writes.
-struct Nvfp4Source {
+// A packed FP4 weight passed through, before every other tensor. NVFP4, as the converter passes
+// it (_generate_nvfp4_tensors): its packed E2M1 bytes (the weight, uint8 [rows, cols / 2], low
+// nibble first) beside its e4m3 block scale (an index into the tensors, [rows, cols / 16]) and its
+// per-tensor factors: ModelOpt's weight_scale_2 and input_scale, or compressed-tensors'
+// weight_global_scale and input_global_scale, whose reciprocals (float32 1 / g) the converter
+// writes. `mxfp4`: compressed-tensors' mxfp4-pack-quantized (the same bytes beside an E8M0 scale
+// [rows, cols / 32], uint8), which the converter refuses ("Quant format 'mxfp4-pack-quantized'
+// ... is not yet supported"): written losslessly as ggml's MXFP4, as GptOssModel.repack_mxfp4
+// writes OpenAI's experts (gguf/model.h's mxfp4_repack), Q/K rows permuted as NVFP4's.
+struct Fp4Source {
   size_t scale = 0;
   std::optional<size_t> scale2, input_scale;
   bool reciprocal = false;
+  bool mxfp4 = false;
 };
 
 // What the converter makes of `tensors` (prepare_tensors' NVFP4 pass, then dequant_model): the
-// weights it dequantizes and those it passes through as NVFP4 (by index), and the tensors that
+// weights it dequantizes and those passed through as NVFP4 or MXFP4 (by index), and the tensors that
 // leave the model as GGUF inputs (scales, unused activation scales).
 struct LowBitSources {
   std::map<size_t, Fp8Source> fp8;
-  std::map<size_t, Nvfp4Source> nvfp4;
+  std::map<size_t, Fp4Source> fp4;
   std::vector<bool> dropped;
 };
 LowBitSources converter_dequant(const nlohmann::json& config, const std::vector<SourceTensor>& tensors,
@@ -77,6 +83,14 @@ LowBitSources converter_dequant(const nlohmann::json& config, const std::vector<
 // quant_algo NVFP4 in config.json's quantization_config. general.file_type is then MOSTLY_NVFP4
 // (39) for f32, f16 and bf16.
 bool nvfp4_config(const nlohmann::json& config);
+
+// Whether config.json's quantization_config is compressed-tensors' mxfp4-pack-quantized (every
+// group's): general.file_type MOSTLY_MXFP4_MOE (38) for f32, f16 and bf16, as GPT-OSS's.
+bool ct_mxfp4_config(const nlohmann::json& config);
+
+// The bytes of `rows` rows of compressed-tensors' MXFP4 weight (`packed` rows x cols / 2 bytes, low
+// nibble first; `scale` rows x cols / 32 E8M0 bytes) in ggml's MXFP4 (mxfp4_repack's bytes).
+std::vector<uint8_t> mxfp4_pack(const uint8_t* packed, const uint8_t* scale, int64_t rows, int64_t cols);
 
 // The bytes of `rows` rows of an NVFP4 weight in ggml's NVFP4 (type 40, 36 bytes a 64 values: four
 // block scales, their sign bit cleared (UE4M3), then each 16-value block's 8 bytes, byte j holding

@@ -290,15 +290,16 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     std::smatch m;
-    if (in.nvfp4) {
+    if (in.packed != TensorType::F32) {
       // _generate_nvfp4_tensors: written before every other tensor, in key order, each followed by
-      // its non-trivial per-tensor factors (_write_scale_tensor: |x - 1| < 1e-6 is trivial).
+      // its non-trivial per-tensor factors (_write_scale_tensor: |x - 1| < 1e-6 is trivial);
+      // compressed-tensors' MXFP4 (which the converter refuses) alike, as it writes GPT-OSS's.
       TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
       if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0 || in.shape.size() != 2)
-        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is NVFP4 but not a 2-D weight: not written into a GGUF");
+        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is packed FP4 but not a 2-D weight: not written into a GGUF");
       p.inputs = {i};
-      p.nvfp4 = true;
-      p.type = TensorType::NVFP4;
+      p.packed = true;
+      p.type = in.packed;
       const std::string stem = p.name.substr(0, p.name.size() - 7);
       extras.push_back(std::move(p));
       for (const auto& [v, suffix] : std::initializer_list<std::pair<float, const char*>>{{in.scale2, ".scale"}, {in.input_scale, ".input_scale"}})
@@ -718,10 +719,10 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     lengths = true;
   }
   // prepare_metadata: an MXFP4 model (quant_method mxfp4) written as f32, f16 or bf16 is MOSTLY_MXFP4_MOE.
-  const bool mxfp4_moe = gpt_oss && mxfp4_config(config) &&
-                         (out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16);
-  // ... and an NVFP4 one (gguf/lowbit.h's nvfp4_config) MOSTLY_NVFP4.
+  // So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's ct_mxfp4_config); an
+  // NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
   const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
+  const bool mxfp4_moe = ((gpt_oss && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
   h.add_u32("general.file_type", mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type);
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));

@@ -80,10 +80,11 @@ struct TensorPlan {
   // ggml's MXFP4 (type MXFP4, shape [experts, rows, groups x 32]); gate_up 'g' / 'u' their even /
   // odd rows (gate_up_proj's), 0 all of them (down_proj).
   bool mxfp4 = false;
-  // An NVFP4 weight passed through (gguf/lowbit.h's nvfp4_pack; inputs: the packed weight), its
+  // A Linear's packed FP4 weight passed through (gguf/lowbit.h: NVFP4 by nvfp4_pack, or
+  // compressed-tensors' MXFP4 by mxfp4_pack; inputs: the packed weight; `type` says which), its
   // rows moved as the plan's Q/K permutation moves them (LlamaModel._repack_nvfp4 permutes the
   // packed rows and the block scale's alike).
-  bool nvfp4 = false;
+  bool packed = false;
 };
 // Whether config.json's quantization_config says quant_method mxfp4 (the converter's _is_mxfp4).
 bool mxfp4_config(const nlohmann::json& config);
@@ -105,10 +106,10 @@ TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std
 struct Input {
   std::string key;
   std::vector<int64_t> shape;
-  // An NVFP4 weight the converter passes through (gguf/lowbit.h; `key` its X.weight, `shape` the
-  // weight's [rows, cols]), with its per-tensor factors as written (`.scale`, `.input_scale`: F32
-  // [1], each only when it is not 1, as _write_scale_tensor decides).
-  bool nvfp4 = false;
+  // A packed FP4 weight passed through (gguf/lowbit.h; `key` its X.weight, `shape` the weight's
+  // [rows, cols]) as NVFP4 or MXFP4 (F32: none), NVFP4's with its per-tensor factors as written
+  // (`.scale`, `.input_scale`: F32 [1], each only when it is not 1, as _write_scale_tensor decides).
+  TensorType packed = TensorType::F32;
   float scale2 = 1, input_scale = 1;
 };
 // The key `inputs` are sorted by: the key itself, or for Mixtral's in-memory form

@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE.parent.parent / "tools"))
 from skip import skip_or_fail  # noqa: E402
 
 try:
+    import numpy as np
     import torch
     import compressed_tensors  # noqa: F401
     import gguf_test as gt  # imports gguf, transformers, sentencepiece, gguf_oracle or skips
@@ -93,21 +94,124 @@ def fp8_block(base: Path, out: Path) -> None:
 
 
 SCHEMES = {"ct-fp8-channel": "fp8-channel", "ct-fp8-block": "fp8-block", "ct-fp8-tensor": "fp8-tensor", "ct-w4a16": "w4a16-g32",
-           "ct-nvfp4": "nvfp4a16"}
+           "ct-nvfp4": "nvfp4a16", "ct-mxfp4": "mxfp4a16"}
 
 
 def source(name: str, base: Path, out: Path, dcpctl: str) -> None:
     if name == "fp8-block":
         fp8_block(base, out)
-    elif name == "dcpctl-nvfp4":
+    elif name in ("dcpctl-nvfp4", "dcpctl-mxfp4"):
         out.parent.mkdir(parents=True)
-        r = subprocess.run([dcpctl, "consolidate", str(base), "-o", f"{out}/", "--quantize", "nvfp4", "-q"], capture_output=True, text=True)
+        how = ["nvfp4"] if name == "dcpctl-nvfp4" else ["mxfp4", "--quantize-format", "compressed-tensors"]
+        r = subprocess.run([dcpctl, "consolidate", str(base), "-o", f"{out}/", "--quantize", *how, "-q"], capture_output=True, text=True)
         if r.returncode != 0:
             raise AssertionError(f"dcpctl --quantize nvfp4: exit {r.returncode}: {r.stderr[-1000:]}")
     else:
         qp.ct_quantize(base, out, SCHEMES[name])
     for f in TOKENIZER_FILES:
         shutil.copy(base / f, out / f)
+
+
+# gguf-py's names of the tiny Llama's Linear weights (LlamaModel's table) -> the Hugging Face module.
+LINEAR = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+          "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
+# Per MXFP4 source: dcpctl's exit from the folder and from DCP, the two files equal, the 14 MXFP4
+# tensors (their dequantization checked with them), the rest against the converter, llama.cpp's logits.
+CHECKS_PER_MXFP4 = 6
+MXFP4_SOURCES = ("ct-mxfp4", "dcpctl-mxfp4")
+MXFP4_BOUND = 0.2  # measured 0.052 (2026-11-29)
+
+
+def llama_scores(lc, path: Path) -> np.ndarray:
+    """llama.cpp's float32 logits at every position of PROMPT (its own tokens, BOS first)."""
+    llm = lc.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_threads=2,
+                   n_threads_batch=2, type_k=0, type_v=0)
+    try:
+        ids = llm.tokenize(PROMPT.encode(), add_bos=True, special=False)
+        llm.eval(ids)
+        return np.array(llm.scores[: len(ids)], dtype=np.float32)
+    finally:
+        llm.close()
+
+
+def mxfp4_checks(dcpctl: str, name: str, base: Path, tmp: Path) -> None:
+    """compressed-tensors' MXFP4 on a Llama, which the converter refuses: dcpctl writes each Linear
+    weight as ggml's MXFP4 (type 39), nothing dequantized. Checked: the converter does refuse it;
+    dcpctl's files from the folder and from DCP are equal; gguf-py's dequantization of every MXFP4
+    tensor equals compressed-tensors' own dequantization of the source (its
+    CompressedTensorsDequantizer, float32; q/k rows permuted as LlamaModel.permute) bit for bit;
+    every other tensor and key equals the converter's file of that dequantized model (but
+    general.file_type, 38 here); llama.cpp runs the file, its logits within a bound of its logits on
+    the dequantized model's F32 file (ggml's MXFP4 dot product rounds the activations to Q8_0)."""
+    import gguf
+    from safetensors.torch import save_file
+    hf, dcp_dir = tmp / name / "hf" / "tiny", tmp / name / "dcp"
+    source(name, base, hf, dcpctl)
+    gt.dcp_of(hf, dcp_dir)
+    r = gguf_oracle.convert(hf, tmp / name / "converter" / "tiny.gguf", ["--outtype", "f16"])
+    print(f"{name}: the converter exits {r.returncode}: {r.stderr.strip().splitlines()[-1:] if r.stderr else ''}")
+    files = []
+    for src in (hf, dcp_dir):
+        got = tmp / name / f"from-{src.name}" / "tiny.gguf"
+        got.parent.mkdir(parents=True)
+        r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(got), "--outtype", "f16", "-q"], capture_output=True, text=True)
+        if check(r.returncode == 0, f"{name} from {src.name}: dcpctl exit {r.returncode}: {r.stderr[-2000:]}"):
+            files.append(got)
+    if len(files) != 2:
+        return
+    check(files[0].read_bytes() == files[1].read_bytes(), f"{name}: the files from the folder and from DCP differ")
+    # compressed-tensors' own dequantization of the source.
+    ref = qp.ct_reference(hf, torch.float32)
+    cfg = json.loads((hf / "config.json").read_text())
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    reader = gguf.GGUFReader(files[0])
+    mx = [t for t in reader.tensors if t.tensor_type.name == "MXFP4"]
+    bad = []
+    for t in mx:
+        blk, short = t.name.split(".")[1], t.name.split(".")[2]
+        want = ref[f"model.layers.{blk}.{LINEAR[short]}.weight"].float()
+        if short in ("attn_q", "attn_k"):
+            n = heads if short == "attn_q" else kv
+            want = want.reshape(n, 2, want.shape[0] // n // 2, *want.shape[1:]).swapaxes(1, 2).reshape(want.shape)
+        got = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.MXFP4).reshape(want.shape)
+        # Equal values (ggml's E2M1 table has one zero: compressed-tensors' -0.0 reads back as +0.0).
+        if got.dtype != np.float32 or not np.array_equal(got, want.numpy()):
+            bad.append((t.name, float(np.abs(got - want.numpy()).max())))
+    check(len(mx) == 14 and not bad, f"{name}: {len(mx)} MXFP4 tensors (want 14), dequantized unlike compressed-tensors: {bad}")
+    # The rest: the converter's file of the dequantized model.
+    plain = tmp / name / "dequantized" / "tiny"
+    plain.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in ref.items()}, plain / "model.safetensors", metadata={"format": "pt"})
+    cfg.pop("quantization_config")
+    (plain / "config.json").write_text(json.dumps(cfg, indent=2))
+    for f in TOKENIZER_FILES:
+        shutil.copy(base / f, plain / f)
+    want = tmp / name / "dequantized.gguf"
+    r = gguf_oracle.convert(plain, want, ["--outtype", "f32"])
+    if not check(r.returncode == 0, f"{name}: the converter on the dequantized model failed: {r.stderr[-1500:]}"):
+        return
+    wkv, wts = gt.fields(want)
+    gkv, gts = gt.fields(files[0])
+    # F32 there, F16 here: compare the file at f16 too for the tensors that are not MXFP4.
+    want16 = tmp / name / "dequantized16.gguf"
+    gguf_oracle.convert(plain, want16, ["--outtype", "f16"])
+    _, wts16 = gt.fields(want16)
+    diffs = [k for k in wkv if k != "general.file_type" and wkv[k] != gkv.get(k)] + [k for k in gkv if k not in wkv]
+    diffs += [n for n, v in gts.items() if v[0] != "MXFP4" and wts16.get(n) != v]
+    diffs += [n for n in wts if n not in gts] + ([] if list(gts)[14:] == [n for n in wts16 if n not in {t.name for t in mx}] else ["order"])
+    check(not diffs and gkv["general.file_type"][1] == 38, f"{name}: against the converter's file of the dequantized model: {diffs[:10]}, "
+                                                            f"file_type {gkv['general.file_type'][1]}")
+    # llama.cpp runs it.
+    if not (gguf_oracle.build_dir() / "built").exists():
+        check(False, "llama-cpp-python is not built (tools/dev.sh setup runs tools/gguf_oracle.py build)")
+        return
+    lc = gguf_oracle.llama_cpp()
+    a, b = llama_scores(lc, files[0]), llama_scores(lc, want)
+    err = float(np.abs(a - b).max()) / float(b.std())
+    print(f"{name}: llama.cpp's logits on the MXFP4 file vs the dequantized F32 file: max |diff| {err:.4f} of their std, "
+          f"argmax equal at {int((a.argmax(-1) == b.argmax(-1)).sum())}/{len(b)} positions")
+    check(np.isfinite(a).all() and err < MXFP4_BOUND, f"{name}: llama.cpp's logits off by {err:.4f} of their std (bound {MXFP4_BOUND})")
 
 
 def main(argv: list[str]) -> int:
@@ -146,6 +250,8 @@ def main(argv: list[str]) -> int:
                     gt.compare(f"{case} from {src.name}", want, got)
                     check(len(TALLY.failures) == before, f"{case} from {src.name}: compared")
             print(f"{case}: {'ok' if not TALLY.failures else 'FAILED'}", flush=True)
+        for name in MXFP4_SOURCES:
+            mxfp4_checks(dcpctl, name, base, tmp)
         for name, says in REFUSED.items():
             hf = tmp / name / "hf" / "tiny"
             source(name, base, hf, dcpctl)
@@ -153,7 +259,7 @@ def main(argv: list[str]) -> int:
             r = subprocess.run([dcpctl, "consolidate", str(hf), "-o", str(out)], capture_output=True, text=True)
             check(r.returncode == 5 and says in r.stderr and not out.exists(),
                   f"{name}: exit {r.returncode}, want 5 naming {says!r}, nothing written: {r.stderr[-600:]}")
-    return TALLY.summary("gguf-lowbit", min_checks=CHECKS_PER_CASE * len(cases) + len(REFUSED))
+    return TALLY.summary("gguf-lowbit", min_checks=CHECKS_PER_CASE * len(cases) + CHECKS_PER_MXFP4 * len(MXFP4_SOURCES) + len(REFUSED))
 
 
 if __name__ == "__main__":

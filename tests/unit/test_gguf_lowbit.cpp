@@ -57,10 +57,10 @@ TEST_CASE("gguf lowbit: compressed-tensors NVFP4 is passed through with its glob
   json qc{{"quant_method", "compressed-tensors"}, {"format", "nvfp4-pack-quantized"}, {"config_groups", json::object()}};
   CHECK(nvfp4_config(config(qc)));
   LowBitSources s = converter_dequant(config(qc), t, "cfg");
-  REQUIRE(s.nvfp4.size() == 1);
-  CHECK(s.nvfp4.at(1).scale == 2);
-  CHECK(s.nvfp4.at(1).scale2 == std::optional<size_t>(0));
-  CHECK(s.nvfp4.at(1).reciprocal);
+  REQUIRE(s.fp4.size() == 1);
+  CHECK(s.fp4.at(1).scale == 2);
+  CHECK(s.fp4.at(1).scale2 == std::optional<size_t>(0));
+  CHECK(s.fp4.at(1).reciprocal);
   CHECK(s.dropped == std::vector<bool>{true, false, true});
   t[1].shape = {4, 24};  // 48 columns: not whole 64-value super-blocks
   t[2].shape = {4, 3};
