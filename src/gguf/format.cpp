@@ -12,8 +12,11 @@
 // tensor's; each window read in its saved dtype, float32, the Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
-// safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
-// tensor, config setting or tokenizer gguf/model.h does not write, a non-floating tensor,
+// safetensors file's sorted keys). Low-bit sources (gguf/lowbit.h) as the converter reads them: FP8
+// weights dequantized with their scales in the window's read, NVFP4 (and compressed-tensors'
+// MXFP4) weights' bytes repacked, first in the file. Refused (exit 5, before anything is written):
+// an architecture, tensor, config setting or tokenizer gguf/model.h does not write, a
+// non-floating tensor no low-bit source explains,
 // and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
 // writer does not follow yet).
 #include <unistd.h>
@@ -320,6 +323,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
     gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
+    if (gguf::w4a16_nvfp4_config(config_)) {  // _tag_prec_a4: every NVFP4 tensor, by name
+      std::vector<std::string> names;
+      for (const gguf::TensorPlan& tp : plans_)
+        if (tp.packed && tp.type == gguf::TensorType::NVFP4) names.push_back(tp.name);
+      std::sort(names.begin(), names.end());
+      if (!names.empty()) {
+        h[0].add_strings("general.tensor_extra.name", names);
+        h[0].add_bools("general.tensor_extra.prec_a4", std::vector<bool>(names.size(), false));
+      }
+    }
     if (arch_.name == "llama") gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
     if (spm_)
       gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_);

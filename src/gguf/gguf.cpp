@@ -155,6 +155,12 @@ void Header::add_i32s(std::string_view k, const std::vector<int32_t>& v) {
   put_le64(kv_, v.size());
   for (int32_t x : v) put_le32(kv_, static_cast<uint32_t>(x));
 }
+void Header::add_bools(std::string_view k, const std::vector<bool>& v) {
+  key(k, ValueType::Array);
+  put_le32(kv_, static_cast<uint32_t>(ValueType::Bool));
+  put_le64(kv_, v.size());
+  for (bool x : v) kv_.push_back(x ? 1 : 0);
+}
 void Header::add_f32s(std::string_view k, const std::vector<float>& v) {
   key(k, ValueType::Array);
   put_le32(kv_, static_cast<uint32_t>(ValueType::F32));

@@ -79,6 +79,7 @@ class Header {
   void add_strings(std::string_view key, const std::vector<std::string>& v);
   void add_i32s(std::string_view key, const std::vector<int32_t>& v);
   void add_f32s(std::string_view key, const std::vector<float>& v);
+  void add_bools(std::string_view key, const std::vector<bool>& v);
   // A tensor of torch shape `shape` (written reversed, as ggml's ne); its data offset is the next
   // free, aligned one. Returns that offset (from the start of the data section).
   uint64_t add_tensor(std::string_view name, const std::vector<int64_t>& shape, TensorType type);

@@ -146,6 +146,10 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
 
 }  // namespace
 
+bool w4a16_nvfp4_config(const json& config) {
+  return quant_method(config) == "modelopt" && config["quantization_config"].value("quant_algo", json()) == "W4A16_NVFP4";
+}
+
 bool ct_mxfp4_config(const json& config) {
   return quant_method(config) == "compressed-tensors" && ct_format(config["quantization_config"], "mxfp4-pack-quantized");
 }
@@ -265,9 +269,7 @@ LowBitSources converter_dequant(const json& config, const std::vector<SourceTens
   }
   if (m == "modelopt") {
     const json algo = qc.value("quant_algo", json());
-    if (algo == "W4A16_NVFP4")
-      fail("quant_algo W4A16_NVFP4: the converter's tensor_extra prec_a4 keys are not written by dcpctl yet");
-    if (algo == "NVFP4") nvfp4_pairs(tensors, by_key, false, out, where);
+    if (algo == "NVFP4" || algo == "W4A16_NVFP4") nvfp4_pairs(tensors, by_key, false, out, where);
     // ModelOpt's FP8 scales are one value; a 2-D weight_scale is NVFP4's, not dequantized.
     for (size_t i = 0; i < tensors.size(); ++i)
       if (ends_with(tensors[i].key, ".weight_scale") && tensors[i].shape.size() >= 2 && !out.dropped[i])

@@ -21,7 +21,7 @@
 //     `.k_scale`, `.v_scale` dropped, as a `.weight_scale` whose weight is absent.
 // Refused (UnsupportedError, exit 5, naming the tensor and why), as the converter refuses or
 // fails on them: another quant_method or format (compressed-tensors' pack-quantized, NVFP4 and MX
-// formats but NVFP4 and MXFP4, several config groups, FP4 experts, ModelOpt's W4A16_NVFP4, strategy tensor or group), a weight that is not float8 or not
+// formats but NVFP4 and MXFP4, several config groups, FP4 experts, strategy tensor or group), a weight that is not float8 or not
 // 2-D beside its scale, a scale whose shape is not the weight's blocks or rows.
 #pragma once
 
@@ -83,6 +83,12 @@ LowBitSources converter_dequant(const nlohmann::json& config, const std::vector<
 // quant_algo NVFP4 in config.json's quantization_config. general.file_type is then MOSTLY_NVFP4
 // (39) for f32, f16 and bf16.
 bool nvfp4_config(const nlohmann::json& config);
+
+// Whether config.json's quantization_config is ModelOpt's quant_algo W4A16_NVFP4: the converter
+// then tags every NVFP4 tensor as not taking 4-bit activations (_tag_prec_a4), keys
+// general.tensor_extra.name (the tensors' names, sorted) and general.tensor_extra.prec_a4 (false
+// each) after general.quantization_version.
+bool w4a16_nvfp4_config(const nlohmann::json& config);
 
 // Whether config.json's quantization_config is compressed-tensors' mxfp4-pack-quantized (every
 // group's): general.file_type MOSTLY_MXFP4_MOE (38) for f32, f16 and bf16, as GPT-OSS's.

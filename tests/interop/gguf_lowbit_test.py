@@ -17,6 +17,8 @@ real producer:
                   and gate/up as llm-compressor fuses them): passed through as GGUF NVFP4 (type 40), each
                   weight's `.scale` (1 / weight_global_scale), Q/K rows permuted, first in the file
   dcpctl-nvfp4    dcpctl's own `consolidate --quantize nvfp4` of the same model (compressed-tensors' form)
+  dcpctl-nvfp4-modelopt  ... `--quantize nvfp4 --quantize-format modelopt` (ModelOpt's W4A16_NVFP4, with
+                  hf_quant_config.json: `.scale` from weight_scale_2, the prec_a4 keys)
 llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's) writes tiny.gguf from the folder
 (its dequant_model: float32(weight) * float32(scale); its _generate_nvfp4_tensors); dcpctl writes it from the folder and from a
 DCP checkpoint of the same tensors (torch.distributed.checkpoint.save, the config and tokenizer
@@ -57,7 +59,7 @@ TALLY = gt.TALLY
 check = TALLY.check
 
 CASES = ["fp8-block:q8_0", "fp8-block:bf16", "ct-fp8-channel:f16", "ct-fp8-block:q8_0", "ct-nvfp4:f16", "ct-nvfp4:q8_0",
-         "dcpctl-nvfp4:bf16"]
+         "dcpctl-nvfp4:bf16", "dcpctl-nvfp4-modelopt:f16"]
 REFUSED = {"ct-fp8-tensor": "strategy 'tensor'", "ct-w4a16": "pack-quantized"}
 # Per case: the converter's exit, dcpctl's exit and comparison from the folder, from DCP and from DCP
 # at --max-memory 1MiB.
@@ -97,12 +99,18 @@ SCHEMES = {"ct-fp8-channel": "fp8-channel", "ct-fp8-block": "fp8-block", "ct-fp8
            "ct-nvfp4": "nvfp4a16", "ct-mxfp4": "mxfp4a16"}
 
 
+# dcpctl's own quantized outputs (consolidate --quantize ...), each byte for byte its producer's
+# (compressed-tensors 0.20.0, ModelOpt 0.47.0: codecs-read).
+DCPCTL_SOURCES = {"dcpctl-nvfp4": ["nvfp4"], "dcpctl-nvfp4-modelopt": ["nvfp4", "--quantize-format", "modelopt"],
+                  "dcpctl-mxfp4": ["mxfp4", "--quantize-format", "compressed-tensors"]}
+
+
 def source(name: str, base: Path, out: Path, dcpctl: str) -> None:
     if name == "fp8-block":
         fp8_block(base, out)
-    elif name in ("dcpctl-nvfp4", "dcpctl-mxfp4"):
+    elif name in DCPCTL_SOURCES:
         out.parent.mkdir(parents=True)
-        how = ["nvfp4"] if name == "dcpctl-nvfp4" else ["mxfp4", "--quantize-format", "compressed-tensors"]
+        how = DCPCTL_SOURCES[name]
         r = subprocess.run([dcpctl, "consolidate", str(base), "-o", f"{out}/", "--quantize", *how, "-q"], capture_output=True, text=True)
         if r.returncode != 0:
             raise AssertionError(f"dcpctl --quantize nvfp4: exit {r.returncode}: {r.stderr[-1000:]}")
@@ -227,7 +235,7 @@ def main(argv: list[str]) -> int:
         gt.tiny_model("llama-bf16", base)
         for case in cases:
             name, outtype = case.split(":")
-            if name not in SCHEMES and name not in ("fp8-block", "dcpctl-nvfp4"):
+            if name not in SCHEMES and name not in DCPCTL_SOURCES and name != "fp8-block":
                 check(False, f"{case}: no such source")
                 continue
             hf, dcp_dir = tmp / name / "hf" / "tiny", tmp / name / "dcp"
