@@ -26,7 +26,9 @@ std::string dims(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-bool float8(DType d) { return d == DType::Float8_E4M3FN || d == DType::Float8_E5M2; }
+bool float8(DType d) {
+  return d == DType::Float8_E4M3FN || d == DType::Float8_E5M2;
+}
 
 bool scale_dtype(DType d) {
   return d == DType::Float32 || d == DType::BFloat16 || d == DType::Float16 || d == DType::Float8_E8M0FNU;
@@ -34,8 +36,8 @@ bool scale_dtype(DType d) {
 
 // `block` {b0, b1} of quantization_config, or none (json null or absent).
 std::optional<std::pair<int64_t, int64_t>> block_of(const json& b) {
-  if (b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() && b[0].get<int64_t>() > 0 &&
-      b[1].get<int64_t>() > 0)
+  if (b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() &&
+      b[0].get<int64_t>() > 0 && b[1].get<int64_t>() > 0)
     return std::make_pair(b[0].get<int64_t>(), b[1].get<int64_t>());
   return std::nullopt;
 }
@@ -43,16 +45,17 @@ std::optional<std::pair<int64_t, int64_t>> block_of(const json& b) {
 // The pairing of a weight and its scale as dequant_simple reads it: with a block size, the scale is
 // the weight's blocks (repeat_interleave cut to the weight); without, it broadcasts after
 // unsqueezing at the end: one value (the tensor's), or one a row ([rows] or [rows, 1]).
-Fp8Source pair(const SourceTensor& w, const SourceTensor& s, size_t scale, std::optional<std::pair<int64_t, int64_t>> block,
-               const std::string& where) {
+Fp8Source pair(const SourceTensor& w, const SourceTensor& s, size_t scale,
+               std::optional<std::pair<int64_t, int64_t>> block, const std::string& where) {
   auto refuse = [&](const std::string& why) -> Fp8Source {
-    throw UnsupportedError(Where(where, std::nullopt, w.key), "'" + w.key + "' " + dims(w.shape) + " " + torch_name(w.dtype) +
-                                                                 " beside its scale '" + s.key + "' " + dims(s.shape) + " " +
-                                                                 torch_name(s.dtype) + ": " + why);
+    throw UnsupportedError(Where(where, std::nullopt, w.key),
+                           "'" + w.key + "' " + dims(w.shape) + " " + torch_name(w.dtype) + " beside its scale '" +
+                               s.key + "' " + dims(s.shape) + " " + torch_name(s.dtype) + ": " + why);
   };
   if (!float8(w.dtype)) return refuse("dcpctl dequantizes float8 weights into a GGUF, not this dtype");
   if (w.shape.size() != 2) return refuse("dcpctl dequantizes 2-D weights into a GGUF, not this one");
-  if (!scale_dtype(s.dtype)) return refuse("a scale of float32, bfloat16, float16 or float8_e8m0fnu is read, not this dtype");
+  if (!scale_dtype(s.dtype))
+    return refuse("a scale of float32, bfloat16, float16 or float8_e8m0fnu is read, not this dtype");
   const int64_t rows = w.shape[0], cols = w.shape[1];
   int64_t n = 1;
   for (int64_t d : s.shape) n *= d;
@@ -68,7 +71,8 @@ Fp8Source pair(const SourceTensor& w, const SourceTensor& s, size_t scale, std::
   } else if (s.shape == std::vector<int64_t>{rows} || s.shape == std::vector<int64_t>{rows, 1}) {
     p.block[0] = 1, p.block[1] = cols;
   } else {
-    return refuse("the scale is neither one value, nor one a row, nor given blocks (weight_block_size / block_structure)");
+    return refuse(
+        "the scale is neither one value, nor one a row, nor given blocks (weight_block_size / block_structure)");
   }
   if (p.block[0] <= 0 || p.block[1] <= 0) return refuse("an empty weight");
   return p;
@@ -91,11 +95,13 @@ bool ct_format(const json& qc, const char* format) {
   return true;
 }
 
-bool ct_nvfp4(const json& qc) { return ct_format(qc, "nvfp4-pack-quantized"); }
+bool ct_nvfp4(const json& qc) {
+  return ct_format(qc, "nvfp4-pack-quantized");
+}
 
 // The NVFP4 weights: each `X<packed_tail>` beside `X.weight_scale` (2-D), with its factors.
-void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_map<std::string, size_t>& by_key, bool ct,
-                 LowBitSources& out, const std::string& where, bool mx = false) {
+void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_map<std::string, size_t>& by_key,
+                 bool ct, LowBitSources& out, const std::string& where, bool mx = false) {
   const int64_t group = mx ? 32 : 16;
   const char* packed_tail = ct ? ".weight_packed" : ".weight";
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -106,21 +112,24 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
     if (s == by_key.end() || tensors[s->second].shape.size() != 2) continue;
     const SourceTensor& st = tensors[s->second];
     auto refuse = [&](const std::string& why) {
-      throw UnsupportedError(Where(where, std::nullopt, w.key), "'" + w.key + "' " + dims(w.shape) + " " + torch_name(w.dtype) +
-                                                                   " beside its scale '" + st.key + "' " + dims(st.shape) + " " +
-                                                                   torch_name(st.dtype) + ": " + why);
+      throw UnsupportedError(Where(where, std::nullopt, w.key),
+                             "'" + w.key + "' " + dims(w.shape) + " " + torch_name(w.dtype) + " beside its scale '" +
+                                 st.key + "' " + dims(st.shape) + " " + torch_name(st.dtype) + ": " + why);
     };
-    if (mx ? (w.dtype != DType::UInt8 || w.shape.size() != 2 || (st.dtype != DType::UInt8 && st.dtype != DType::Float8_E8M0FNU))
+    if (mx ? (w.dtype != DType::UInt8 || w.shape.size() != 2 ||
+              (st.dtype != DType::UInt8 && st.dtype != DType::Float8_E8M0FNU))
            : (w.dtype != DType::UInt8 || w.shape.size() != 2 || st.dtype != DType::Float8_E4M3FN))
       refuse(mx ? "an MXFP4 weight is uint8 [rows, cols / 2] beside a uint8 (E8M0) scale"
                 : "an NVFP4 weight is uint8 [rows, cols / 2] beside a float8_e4m3fn scale");
     const int64_t rows = w.shape[0], cols = w.shape[1] * 2;
     if (st.shape != std::vector<int64_t>{rows, cols / group} || cols % (mx ? 32 : 64) != 0)
       refuse(mx ? "the scale is not the weight's 32-value groups"
-                : "the scale is not the weight's 16-value blocks, or the columns are not whole 64-value NVFP4 super-blocks "
+                : "the scale is not the weight's 16-value blocks, or the columns are not whole 64-value NVFP4 "
+                  "super-blocks "
                   "(the converter's _nvfp4_pack groups four blocks)");
     static const std::regex expert(R"(\.experts\.\d+\.)");
-    if (std::regex_search(w.key, expert)) refuse("FP4 experts of one tensor each are not written into a GGUF by dcpctl yet");
+    if (std::regex_search(w.key, expert))
+      refuse("FP4 experts of one tensor each are not written into a GGUF by dcpctl yet");
     Fp4Source n;
     n.scale = s->second;
     n.reciprocal = ct;
@@ -132,8 +141,9 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
       int64_t count = 1;
       for (int64_t d : t.shape) count *= d;
       if (t.dtype != DType::Float32 || count != 1)
-        throw UnsupportedError(Where(where, std::nullopt, t.key), "'" + t.key + "' " + dims(t.shape) + " " + torch_name(t.dtype) +
-                                                                     ": an NVFP4 per-tensor scale is one float32");
+        throw UnsupportedError(Where(where, std::nullopt, t.key), "'" + t.key + "' " + dims(t.shape) + " " +
+                                                                      torch_name(t.dtype) +
+                                                                      ": an NVFP4 per-tensor scale is one float32");
       out.dropped[f->second] = true;
       return f->second;
     };
@@ -147,11 +157,13 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
 }  // namespace
 
 bool w4a16_nvfp4_config(const json& config) {
-  return quant_method(config) == "modelopt" && config["quantization_config"].value("quant_algo", json()) == "W4A16_NVFP4";
+  return quant_method(config) == "modelopt" &&
+         config["quantization_config"].value("quant_algo", json()) == "W4A16_NVFP4";
 }
 
 bool ct_mxfp4_config(const json& config) {
-  return quant_method(config) == "compressed-tensors" && ct_format(config["quantization_config"], "mxfp4-pack-quantized");
+  return quant_method(config) == "compressed-tensors" &&
+         ct_format(config["quantization_config"], "mxfp4-pack-quantized");
 }
 
 std::vector<uint8_t> mxfp4_pack(const uint8_t* packed, const uint8_t* scale, int64_t rows, int64_t cols) {
@@ -197,7 +209,8 @@ void scale_to_float(DType dtype, const uint8_t* bytes, size_t n, float* out) {
   cast_elements(dtype, DType::Float32, bytes, reinterpret_cast<uint8_t*>(out), n);
 }
 
-LowBitSources converter_dequant(const json& config, const std::vector<SourceTensor>& tensors, const std::string& where) {
+LowBitSources converter_dequant(const json& config, const std::vector<SourceTensor>& tensors,
+                                const std::string& where) {
   LowBitSources out;
   out.dropped.assign(tensors.size(), false);
   auto qc_it = config.find("quantization_config");
@@ -233,8 +246,9 @@ LowBitSources converter_dequant(const json& config, const std::vector<SourceTens
     if (!bs.is_null() && !block_of(bs)) fail("weight_block_size " + bs.dump() + " is not two positive integers");
     for (size_t i = 0; i < tensors.size(); ++i)
       if (ends_with(tensors[i].key, ".qscale_weight") || ends_with(tensors[i].key, ".qscale_act"))
-        throw UnsupportedError(Where(where, std::nullopt, tensors[i].key),
-                               "'" + tensors[i].key + "': Mistral's own fp8 format (qscale_weight) is not read into a GGUF by dcpctl");
+        throw UnsupportedError(
+            Where(where, std::nullopt, tensors[i].key),
+            "'" + tensors[i].key + "': Mistral's own fp8 format (qscale_weight) is not read into a GGUF by dcpctl");
     pairs("_scale_inv", "", block_of(bs));
     drop({".activation_scale", "_activation_scale"});
     return out;
@@ -253,7 +267,8 @@ LowBitSources converter_dequant(const json& config, const std::vector<SourceTens
     const std::string format = qc.value("format", json()).is_string() ? qc["format"].get<std::string>() : "";
     const json groups = qc.value("config_groups", json::object());
     if (format != "float-quantized" && format != "int-quantized" && format != "naive-quantized")
-      fail("format '" + format + "' is not written into a GGUF by dcpctl (it dequantizes float-quantized FP8 as llama.cpp's converter does)");
+      fail("format '" + format +
+           "' is not written into a GGUF by dcpctl (it dequantizes float-quantized FP8 as llama.cpp's converter does)");
     if (!groups.is_object() || groups.size() != 1)
       fail("config_groups has " + std::to_string(groups.is_object() ? groups.size() : 0) +
            " groups: llama.cpp's converter reads one (\"Can't handle multiple config groups\")");
@@ -273,8 +288,9 @@ LowBitSources converter_dequant(const json& config, const std::vector<SourceTens
     // ModelOpt's FP8 scales are one value; a 2-D weight_scale is NVFP4's, not dequantized.
     for (size_t i = 0; i < tensors.size(); ++i)
       if (ends_with(tensors[i].key, ".weight_scale") && tensors[i].shape.size() >= 2 && !out.dropped[i])
-        throw UnsupportedError(Where(where, std::nullopt, tensors[i].key),
-                               "'" + tensors[i].key + "' is ModelOpt's NVFP4 block scale: not written into a GGUF by dcpctl yet");
+        throw UnsupportedError(
+            Where(where, std::nullopt, tensors[i].key),
+            "'" + tensors[i].key + "' is ModelOpt's NVFP4 block scale: not written into a GGUF by dcpctl yet");
     for (size_t i = 0; i < tensors.size(); ++i)  // the FP8 ones: the NVFP4 scales were taken above
       if (ends_with(tensors[i].key, ".weight_scale") && !out.dropped[i])
         if (auto w = by_key.find(tensors[i].key.substr(0, tensors[i].key.size() - 6)); w != by_key.end()) {
@@ -282,12 +298,15 @@ LowBitSources converter_dequant(const json& config, const std::vector<SourceTens
           out.dropped[i] = true;
         }
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (ends_with(tensors[i].key, ".weight_scale") && !by_key.count(tensors[i].key.substr(0, tensors[i].key.size() - 6)))
+      if (ends_with(tensors[i].key, ".weight_scale") &&
+          !by_key.count(tensors[i].key.substr(0, tensors[i].key.size() - 6)))
         out.dropped[i] = true;
     drop({".input_scale", ".k_scale", ".v_scale"});
     return out;
   }
-  fail("not written into a GGUF by dcpctl (it reads fp8, compressed-tensors float-quantized, modelopt FP8 and GPT-OSS's mxfp4)");
+  fail(
+      "not written into a GGUF by dcpctl (it reads fp8, compressed-tensors float-quantized, modelopt FP8 and GPT-OSS's "
+      "mxfp4)");
   return out;
 }
 

@@ -21,8 +21,8 @@
 //     `.k_scale`, `.v_scale` dropped, as a `.weight_scale` whose weight is absent.
 // Refused (UnsupportedError, exit 5, naming the tensor and why), as the converter refuses or
 // fails on them: another quant_method or format (compressed-tensors' pack-quantized, NVFP4 and MX
-// formats but NVFP4 and MXFP4, several config groups, FP4 experts, strategy tensor or group), a weight that is not float8 or not
-// 2-D beside its scale, a scale whose shape is not the weight's blocks or rows.
+// formats but NVFP4 and MXFP4, several config groups, FP4 experts, strategy tensor or group), a weight that is not
+// float8 or not 2-D beside its scale, a scale whose shape is not the weight's blocks or rows.
 #pragma once
 
 #include <cstdint>

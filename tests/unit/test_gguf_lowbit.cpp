@@ -15,7 +15,9 @@ using nlohmann::json;
 
 namespace {
 
-json config(json qc) { return json{{"quantization_config", std::move(qc)}}; }
+json config(json qc) {
+  return json{{"quantization_config", std::move(qc)}};
+}
 
 }  // namespace
 
@@ -32,12 +34,14 @@ TEST_CASE("gguf lowbit: fp8 blocks pair X with X_scale_inv and drop the scales")
   CHECK(s.dropped == std::vector<bool>{false, true, true, false});
   // A scale that is not the weight's blocks: refused, naming the weight.
   t[1].shape = {4, 2};
-  CHECK_THROWS_AS(converter_dequant(config({{"quant_method", "fp8"}, {"weight_block_size", {32, 32}}}), t, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(converter_dequant(config({{"quant_method", "fp8"}, {"weight_block_size", {32, 32}}}), t, "cfg"),
+                  UnsupportedError);
 }
 
 TEST_CASE("gguf lowbit: compressed-tensors FP8 per channel; strategy tensor and other formats refused") {
   std::vector<SourceTensor> t{{"a.weight", DType::Float8_E4M3FN, {8, 64}}, {"a.weight_scale", DType::BFloat16, {8, 1}}};
-  json qc{{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
+  json qc{{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
           {"config_groups", {{"group_0", {{"weights", {{"strategy", "channel"}, {"group_size", nullptr}}}}}}}};
   LowBitSources s = converter_dequant(config(qc), t, "cfg");
   REQUIRE(s.fp8.size() == 1);
@@ -54,7 +58,8 @@ TEST_CASE("gguf lowbit: compressed-tensors NVFP4 is passed through with its glob
   std::vector<SourceTensor> t{{"a.weight_global_scale", DType::Float32, {1}},
                               {"a.weight_packed", DType::UInt8, {4, 32}},
                               {"a.weight_scale", DType::Float8_E4M3FN, {4, 4}}};
-  json qc{{"quant_method", "compressed-tensors"}, {"format", "nvfp4-pack-quantized"}, {"config_groups", json::object()}};
+  json qc{
+      {"quant_method", "compressed-tensors"}, {"format", "nvfp4-pack-quantized"}, {"config_groups", json::object()}};
   CHECK(nvfp4_config(config(qc)));
   LowBitSources s = converter_dequant(config(qc), t, "cfg");
   REQUIRE(s.fp4.size() == 1);
