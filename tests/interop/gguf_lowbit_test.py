@@ -19,13 +19,20 @@ real producer:
   dcpctl-nvfp4    dcpctl's own `consolidate --quantize nvfp4` of the same model (compressed-tensors' form)
   dcpctl-nvfp4-modelopt  ... `--quantize nvfp4 --quantize-format modelopt` (ModelOpt's W4A16_NVFP4, with
                   hf_quant_config.json: `.scale` from weight_scale_2, the prec_a4 keys)
-llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's) writes tiny.gguf from the folder
-(its dequant_model: float32(weight) * float32(scale); its _generate_nvfp4_tensors); dcpctl writes it from the folder and from a
-DCP checkpoint of the same tensors (torch.distributed.checkpoint.save, the config and tokenizer
-beside it), the latter also at --max-memory 1MiB (windows of rows, far below a tensor): each equal to the converter's byte for byte (gguf_test.py's compare names the key or
-tensor that differs). Refusals, each exit 5 naming what and writing nothing: compressed-tensors
-FP8 of strategy tensor (the converter asserts channel or block) and W4A16 (pack-quantized, not
-read by dcpctl yet).
+llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's) writes tiny.gguf from the folder (its
+dequant_model: float32(weight) * float32(scale); its _generate_nvfp4_tensors); dcpctl writes it from
+the folder and from a DCP checkpoint of the same tensors (torch.distributed.checkpoint.save, the
+config and tokenizer beside it), the latter also at --max-memory 1MiB (windows of rows, far below a
+tensor): each equal to the converter's byte for byte (gguf_test.py's compare names the key or tensor
+that differs).
+
+MXFP4 (mxfp4_checks), which the converter refuses: compressed-tensors 0.20.0's MXFP4A16
+(`ct-mxfp4`) and dcpctl's own `--quantize mxfp4 --quantize-format compressed-tensors`
+(`dcpctl-mxfp4`), written by dcpctl as ggml's MXFP4 and checked against compressed-tensors' own
+dequantization, the converter's file of the dequantized model, and llama.cpp running it.
+
+Refusals, each exit 5 naming what and writing nothing: compressed-tensors FP8 of strategy tensor
+(the converter asserts channel or block) and W4A16 (pack-quantized, not read by dcpctl yet).
 
 Exit status: 0 pass, 1 failure, 77 skip (the virtualenv lacks gguf, torch, transformers or
 compressed-tensors, or the sdist was never fetched; a failure instead under CI, tests/skip.py).
