@@ -392,8 +392,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       }
       const uint64_t units = window_units(plan, tp, derived);
       GateReservation hold(ex.gate, window_need(plan, tp, derived, units));
-      if (tp.packed) {  // NVFP4 and MXFP4 weights: their bytes repacked (and Q/K rows moved), a window of rows at a time
-        const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
+      // NVFP4 and MXFP4 weights (a layer's NVFP4 experts one after another): their bytes repacked
+      // (and Q/K rows moved), a window of rows at a time.
+      for (size_t input : tp.packed ? tp.inputs : std::vector<size_t>()) {
+        const PlannedTensor &w = plan.tensors[order_[input]], &sc = plan.tensors[packed_.at(order_[input])];
         const int64_t rows = w.t->shape.at(0), bytes = w.t->shape.at(1), blocks = sc.t->shape.at(1);
         const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, w.t->shape);
         std::vector<uint8_t> b(static_cast<size_t>(step * bytes)), s(static_cast<size_t>(step * blocks)), scratch(std::max(b.size(), s.size()));
@@ -409,8 +411,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           put(tp.type == gguf::TensorType::NVFP4 ? gguf::nvfp4_pack(b.data(), s.data(), m, bytes * 2)
                                                  : gguf::mxfp4_pack(b.data(), s.data(), m, bytes * 2));
         }
-        continue;
       }
+      if (tp.packed) continue;
       if (tp.mxfp4) {  // GPT-OSS's MXFP4 experts: their bytes repacked, nothing computed, an expert window at a time
         const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]], &scales = plan.tensors[order_[tp.inputs.at(1)]];
         const int64_t experts = blocks.t->shape.at(0);
@@ -474,6 +476,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   uint64_t window_need(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived, uint64_t units) const {
     if (tp.inputs.empty()) return 8 * static_cast<uint64_t>(tp.values.size());
     if (tp.packed) {  // the packed rows and their block scales, their scratch, permuted copies and the repacked bytes
+      // (a layer's experts: each input alike, one after another)
       const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
       const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, w.t->shape)), static_cast<uint64_t>(w.t->shape.at(0)));
       const uint64_t per_row = static_cast<uint64_t>(w.t->shape.at(1) + sc.t->shape.at(1));

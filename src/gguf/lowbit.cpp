@@ -127,9 +127,13 @@ void nvfp4_pairs(const std::vector<SourceTensor>& tensors, const std::unordered_
                 : "the scale is not the weight's 16-value blocks, or the columns are not whole 64-value NVFP4 "
                   "super-blocks "
                   "(the converter's _nvfp4_pack groups four blocks)");
-    static const std::regex expert(R"(\.experts\.\d+\.)");
-    if (std::regex_search(w.key, expert))
-      refuse("FP4 experts of one tensor each are not written into a GGUF by dcpctl yet");
+    // _generate_nvfp4_tensors stacks Qwen's form of experts (gate_proj, up_proj, down_proj); any
+    // other (Mixtral's w1/w2/w3) it passes to map_tensor_name one by one, which has no name for them.
+    static const std::regex expert(R"(\.experts\.\d+\.)"),
+        qwen_expert(R"(\.experts\.\d+\.(gate|up|down)_proj\.weight(_packed)?$)");
+    if (std::regex_search(w.key, expert) && (mx || !std::regex_search(w.key, qwen_expert)))
+      refuse(mx ? "MXFP4 experts of one tensor each are not written into a GGUF by dcpctl"
+                : "NVFP4 experts not named experts.N.{gate,up,down}_proj: the converter has no tensor for them");
     Fp4Source n;
     n.scale = s->second;
     n.reciprocal = ct;

@@ -283,7 +283,8 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
   std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input
   std::map<std::pair<int64_t, std::string>, size_t> mx_blocks;  // (layer, gate_up_proj / down_proj) -> its _blocks input
-  std::vector<TensorPlan> extras;  // written before the others (GPT-OSS's MXFP4 experts)
+  std::vector<TensorPlan> extras;  // written before the others (GPT-OSS's MXFP4 experts, packed FP4 weights)
+  std::map<std::pair<int64_t, std::string>, std::map<int64_t, size_t>> packed_experts;  // (layer, proj) -> expert -> input
   static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
   const bool deepseek = arch.name == "deepseek2";
   const int64_t layers = int_of(config, "num_hidden_layers");
@@ -294,6 +295,45 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       // _generate_nvfp4_tensors: written before every other tensor, in key order, each followed by
       // its non-trivial per-tensor factors (_write_scale_tensor: |x - 1| < 1e-6 is trivial);
       // compressed-tensors' MXFP4 (which the converter refuses) alike, as it writes GPT-OSS's.
+      // Experts (mlp.experts.X.{gate,up,down}_proj): stacked per layer and projection where the
+      // last of them comes (_flush_nvfp4_experts), their factors one per expert (F32 [experts],
+      // written unless all within np.allclose of 1).
+      static const std::regex packed_expert(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight)");
+      if (std::regex_match(in.key, m, packed_expert)) {
+        const json n = find_hparam(config, {"num_local_experts", "num_experts"});
+        if (in.packed != TensorType::NVFP4 || !n.is_number_integer() || n.get<int64_t>() <= 0 || std::stoll(m[2]) >= n.get<int64_t>())
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is a packed FP4 expert: dcpctl stacks NVFP4 experts "
+                                                                  "(expert ids below config.json's num_local_experts / num_experts) only");
+        auto& group = packed_experts[{std::stoll(m[1]), m[3].str()}];
+        group[std::stoll(m[2])] = i;
+        if (static_cast<int64_t>(group.size()) < n.get<int64_t>()) continue;
+        static const std::map<std::string, std::string> names{{"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+        TensorPlan p;
+        const std::string stem = "blk." + m[1].str() + "." + names.at(m[3]);
+        p.name = stem + ".weight";
+        std::vector<float> scale2, input_scale;
+        for (const auto& [x, k] : group) {
+          if (inputs[k].shape != inputs[group.begin()->second].shape)
+            throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
+          p.inputs.push_back(k);
+          scale2.push_back(inputs[k].scale2), input_scale.push_back(inputs[k].input_scale);
+        }
+        p.shape = {n.get<int64_t>(), in.shape[0], in.shape[1]};
+        p.packed = true;
+        p.type = TensorType::NVFP4;
+        extras.push_back(std::move(p));
+        for (const auto& [v, suffix] : std::initializer_list<std::pair<const std::vector<float>*, const char*>>{{&scale2, ".scale"}, {&input_scale, ".input_scale"}})
+          if (std::any_of(v->begin(), v->end(), [](float f) { return !(std::abs(static_cast<double>(f) - 1.0) <= 1e-6 + 1e-5); })) {
+            TensorPlan s;
+            s.name = stem + suffix;
+            s.values = *v;
+            s.shape = {static_cast<int64_t>(v->size())};
+            s.type = TensorType::F32;
+            extras.push_back(std::move(s));
+          }
+        packed_experts.erase({std::stoll(m[1]), m[3].str()});
+        continue;
+      }
       TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
       if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0 || in.shape.size() != 2)
         throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is packed FP4 but not a 2-D weight: not written into a GGUF");
@@ -486,6 +526,12 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   if (!pending.empty())
     throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
                                              " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
+  if (!packed_experts.empty()) {
+    const auto& [at, group] = *packed_experts.begin();
+    throw UnsupportedError(Where(where, std::nullopt, inputs[group.begin()->second].key),
+                           "layer " + std::to_string(at.first) + "'s NVFP4 " + at.second + " has " + std::to_string(group.size()) +
+                               " experts, not config.json's: they cannot be stacked");
+  }
   if (!mx_blocks.empty()) {
     const std::string& k = inputs[mx_blocks.begin()->second].key;
     throw UnsupportedError(Where(where, std::nullopt, k), "'" + k + "' has no _scales after it: the MXFP4 experts cannot be repacked");

@@ -19,6 +19,8 @@ real producer:
   dcpctl-nvfp4    dcpctl's own `consolidate --quantize nvfp4` of the same model (compressed-tensors' form)
   dcpctl-nvfp4-modelopt  ... `--quantize nvfp4 --quantize-format modelopt` (ModelOpt's W4A16_NVFP4, with
                   hf_quant_config.json: `.scale` from weight_scale_2, the prec_a4 keys)
+  moe-ct-nvfp4    NVFP4A16 of a tiny Qwen3-MoE (4 experts, 64-wide rows): each layer's experts stacked per
+                  projection (_flush_nvfp4_experts) with their `.scale` [4]
 llama.cpp's convert_hf_to_gguf.py (llama-cpp-python 0.3.36's) writes tiny.gguf from the folder (its
 dequant_model: float32(weight) * float32(scale); its _generate_nvfp4_tensors); dcpctl writes it from
 the folder and from a DCP checkpoint of the same tensors (torch.distributed.checkpoint.save, the
@@ -66,7 +68,7 @@ TALLY = gt.TALLY
 check = TALLY.check
 
 CASES = ["fp8-block:q8_0", "fp8-block:bf16", "ct-fp8-channel:f16", "ct-fp8-block:q8_0", "ct-nvfp4:f16", "ct-nvfp4:q8_0",
-         "dcpctl-nvfp4:bf16", "dcpctl-nvfp4-modelopt:f16"]
+         "dcpctl-nvfp4:bf16", "dcpctl-nvfp4-modelopt:f16", "moe-ct-nvfp4:f16"]
 REFUSED = {"ct-fp8-tensor": "strategy 'tensor'", "ct-w4a16": "pack-quantized"}
 # Per case: the converter's exit, dcpctl's exit and comparison from the folder, from DCP and from DCP
 # at --max-memory 1MiB.
@@ -102,14 +104,30 @@ def fp8_block(base: Path, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
+# The MoE sources (moe-*): gguf_test.py's tiny Qwen3-MoE with 64-wide expert rows (NVFP4's 64-value
+# super-blocks), 4 experts saved one tensor each; their DCP checkpoint holds the folder's tensors as
+# they are (transformers would load the quantized model otherwise).
+gt.ARCHS["qwen3moe64"] = (gt.transformers.Qwen3MoeConfig, "qwen2", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64))
+
 SCHEMES = {"ct-fp8-channel": "fp8-channel", "ct-fp8-block": "fp8-block", "ct-fp8-tensor": "fp8-tensor", "ct-w4a16": "w4a16-g32",
-           "ct-nvfp4": "nvfp4a16", "ct-mxfp4": "mxfp4a16"}
+           "ct-nvfp4": "nvfp4a16", "ct-mxfp4": "mxfp4a16",
+           "moe-ct-nvfp4": "nvfp4a16"}
 
 
 # dcpctl's own quantized outputs (consolidate --quantize ...), each byte for byte its producer's
 # (compressed-tensors 0.20.0, ModelOpt 0.47.0: codecs-read).
 DCPCTL_SOURCES = {"dcpctl-nvfp4": ["nvfp4"], "dcpctl-nvfp4-modelopt": ["nvfp4", "--quantize-format", "modelopt"],
                   "dcpctl-mxfp4": ["mxfp4", "--quantize-format", "compressed-tensors"]}
+
+
+def plain_dcp(hf: Path, out: Path) -> None:
+    """A DCP checkpoint of the folder's tensors as saved, its config and tokenizer beside."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+    out.mkdir(parents=True)
+    dcp.save(load_file(hf / "model.safetensors"), checkpoint_id=str(out), no_dist=True)
+    for f in ("config.json", *TOKENIZER_FILES):
+        shutil.copy(hf / f, out / f)
 
 
 def source(name: str, base: Path, out: Path, dcpctl: str) -> None:
@@ -125,6 +143,10 @@ def source(name: str, base: Path, out: Path, dcpctl: str) -> None:
         qp.ct_quantize(base, out, SCHEMES[name])
     for f in TOKENIZER_FILES:
         shutil.copy(base / f, out / f)
+    if name.startswith("moe-"):  # the experts are there, quantized one tensor each
+        experts = [k for k in qp.folder_tensors(out) if ".experts." in k and k.endswith("weight_packed")]
+        if len(experts) != 4 * 3 * 2:
+            raise AssertionError(f"{name}: {len(experts)} packed experts, not 4 x 3 x 2 layers")
 
 
 # gguf-py's names of the tiny Llama's Linear weights (LlamaModel's table) -> the Hugging Face module.
@@ -250,8 +272,14 @@ def main(argv: list[str]) -> int:
                 continue
             hf, dcp_dir = tmp / name / "hf" / "tiny", tmp / name / "dcp"
             if not hf.exists():
-                source(name, base, hf, dcpctl)
-                gt.dcp_of(hf, dcp_dir)
+                moe = name.startswith("moe-")
+                if moe and not (tmp / "base-moe").exists():
+                    gt.tiny_model("qwen3moe64-bf16", tmp / "base-moe" / "tiny")
+                source(name, tmp / "base-moe" / "tiny" if moe else base, hf, dcpctl)
+                if moe:
+                    plain_dcp(hf, dcp_dir)
+                else:
+                    gt.dcp_of(hf, dcp_dir)
             want = tmp / case.replace(":", "-") / "converter" / "tiny.gguf"
             r = gguf_oracle.convert(hf, want, ["--outtype", outtype])
             if not check(r.returncode == 0, f"{case}: the converter failed: {r.stderr[-2000:]}"):
