@@ -1066,8 +1066,10 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
 
 // ---- The loader's tensors for an architecture written here (expected_tensors, gguf_model.h) ----
 
-std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
-                                                            const std::function<std::optional<int64_t>(const std::string&)>& key) {
+namespace {
+
+std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
+                                                        const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
              moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2", glm = arch == "glm4moe", oss = arch == "gpt-oss";
   if (!llama && !qwen2 && !qwen3 && !deepseek && !glm && !oss) return std::nullopt;
@@ -1224,6 +1226,31 @@ std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& a
       add(b + "ffn_up_shexp.weight", {shared, embd}, any);
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
+                                                            const std::function<std::optional<int64_t>(const std::string&)>& key) {
+  std::optional<std::vector<ExpectedTensor>> out = arch_tensors(arch, key);
+  if (!out) return out;
+  // llama-model.cpp's generic pass after every architecture's tensors: each Linear weight's
+  // optional per-tensor ".scale" and ".input_scale" (NVFP4's scale2 and input scale: [1], or one per
+  // expert [n_expert] for the stacked experts), loaded where the weight is.
+  static const std::regex linear(R"((blk\.\d+\.)(attn_q|attn_k|attn_v|attn_output|attn_qkv|attn_gate|ffn_gate|ffn_down|ffn_up|)"
+                                 R"(ffn_gate_shexp|ffn_down_shexp|ffn_up_shexp|ffn_gate_exps|ffn_down_exps|ffn_up_exps|)"
+                                 R"(nextn\.eh_proj|nextn\.shared_head_head)\.weight)");
+  const int64_t n_expert = key(arch + ".expert_count").value_or(-1);
+  std::vector<ExpectedTensor> scales;
+  for (const ExpectedTensor& t : *out) {
+    std::smatch m;
+    if (!std::regex_match(t.name, m, linear)) continue;
+    const bool exps = m[2].str().size() > 5 && m[2].str().compare(m[2].str().size() - 5, 5, "_exps") == 0;
+    for (const char* suffix : {".scale", ".input_scale"})
+      scales.push_back({m[1].str() + m[2].str() + suffix, {exps ? n_expert : 1}, false, {}});
+  }
+  out->insert(out->end(), scales.begin(), scales.end());
   return out;
 }
 

@@ -70,9 +70,9 @@ check = TALLY.check
 CASES = ["fp8-block:q8_0", "fp8-block:bf16", "ct-fp8-channel:f16", "ct-fp8-block:q8_0", "ct-nvfp4:f16", "ct-nvfp4:q8_0",
          "dcpctl-nvfp4:bf16", "dcpctl-nvfp4-modelopt:f16", "moe-ct-nvfp4:f16"]
 REFUSED = {"ct-fp8-tensor": "strategy 'tensor'", "ct-w4a16": "pack-quantized"}
-# Per case: the converter's exit, dcpctl's exit and comparison from the folder, from DCP and from DCP
-# at --max-memory 1MiB.
-CHECKS_PER_CASE = 7
+# Per case: the converter's exit, verify of its file, dcpctl's exit and comparison from the folder,
+# from DCP and from DCP at --max-memory 1MiB.
+CHECKS_PER_CASE = 8
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -284,6 +284,11 @@ def main(argv: list[str]) -> int:
             r = gguf_oracle.convert(hf, want, ["--outtype", outtype])
             if not check(r.returncode == 0, f"{case}: the converter failed: {r.stderr[-2000:]}"):
                 continue
+            # The file passes verify: its tensors (NVFP4's .scale / .input_scale among them) against
+            # the architecture's table (gguf/arch_check.h, llama-model.cpp's generic scale pass).
+            r = subprocess.run([dcpctl, "verify", str(want)], capture_output=True, text=True)
+            check(r.returncode == 0 and "gguf-arch-not-checked" not in r.stdout,
+                  f"{case}: verify of the converter's file: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-500:]}")
             # From the DCP checkpoint also at --max-memory 1MiB (the embedding alone is 32 MB in float32):
             # the windows of rows (heads for q/k) are the whole tensor's bytes.
             for src, memory in ((hf, []), (dcp_dir, []), (dcp_dir, ["--max-memory", "1MiB"])):
