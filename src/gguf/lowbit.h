@@ -16,13 +16,16 @@
 //     branch) of one config group, strategy channel (`X.weight_scale` [rows, 1]) or block
 //     (`block_structure`); the converter asserts those two strategies and no group_size;
 //   - NVFP4 (nvfp4_config below) and compressed-tensors' MXFP4: passed through, not dequantized
-//     (Fp4Source);
+//     (Fp4Source); NVFP4 experts of Qwen's form (experts.X.{gate,up,down}_proj) stacked by
+//     gguf/model.h's plan_tensors as _flush_nvfp4_experts stacks them;
 //   - modelopt (quant_method modelopt) FP8: `X.weight_scale` of one value; `.input_scale`,
 //     `.k_scale`, `.v_scale` dropped, as a `.weight_scale` whose weight is absent.
 // Refused (UnsupportedError, exit 5, naming the tensor and why), as the converter refuses or
-// fails on them: another quant_method or format (compressed-tensors' pack-quantized, NVFP4 and MX
-// formats but NVFP4 and MXFP4, several config groups, FP4 experts, strategy tensor or group), a weight that is not
-// float8 or not 2-D beside its scale, a scale whose shape is not the weight's blocks or rows.
+// fails on them: another quant_method or format (compressed-tensors' pack-quantized, mxfp8, ...),
+// several config groups, strategy tensor or group, a weight that is not float8 or not 2-D beside
+// its scale, a scale whose shape is not the weight's blocks or rows; and, where dcpctl stops short
+// of the converter or of a lossless copy: NVFP4 experts not in Qwen's form, MXFP4 experts saved
+// one tensor each.
 #pragma once
 
 #include <cstdint>

@@ -169,7 +169,8 @@ bool does_token_look_special(const std::string& text);
 // qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's keys: each tensor's name and shape (torch's order:
 // ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
 // needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
-// ffn_gate_up_exps for the gate and up experts). `key`: the file's value of a key as an integer
+// ffn_gate_up_exps for the gate and up experts), and llama-model.cpp's generic pass after them: each
+// Linear weight's optional `.scale` / `.input_scale` (NVFP4's factors). `key`: the file's value of a key as an integer
 // (tokenizer.ggml.tokens: its length), nullopt when absent. nullopt: an architecture not here.
 struct ExpectedTensor {
   std::string name;
