@@ -10,6 +10,9 @@ real producer:
   fp8-block       transformers 5.23's own FineGrainedFP8 quantizer (Fp8Quantize._quantize_one, 32 x 32
                   blocks: several along both dimensions of every weight) on every 2-D Linear weight,
                   the config transformers writes (quant_method fp8, weight_block_size)
+  fp8-ue8m0       the same with scale_fmt ue8m0 (power-of-two scales saved as F8_E8M0, DeepSeek-V3.1's)
+  ds-fp8-block    fp8-block of gguf_test.py's tiny DeepSeek-V3 (MLA's kv_b split of the dequantized weight,
+                  shared and routed experts one tensor each; the router, no nn.Linear, left alone)
   ct-fp8-channel  compressed-tensors 0.20.0's FP8_DYNAMIC (float-quantized, strategy channel), model-free
                   as llm-compressor writes it (tests/interop/quant_producers.py's ct_quantize)
   ct-fp8-block    compressed-tensors 0.20.0's FP8_BLOCK (float-quantized, strategy block 128 x 128)
@@ -67,7 +70,7 @@ except ImportError as e:
 TALLY = gt.TALLY
 check = TALLY.check
 
-CASES = ["fp8-block:q8_0", "fp8-block:bf16", "ct-fp8-channel:f16", "ct-fp8-block:q8_0", "ct-nvfp4:f16", "ct-nvfp4:q8_0",
+CASES = ["fp8-block:q8_0", "fp8-block:bf16", "fp8-ue8m0:f16", "ds-fp8-block:q8_0", "ct-fp8-channel:f16", "ct-fp8-block:q8_0", "ct-nvfp4:f16", "ct-nvfp4:q8_0",
          "dcpctl-nvfp4:bf16", "dcpctl-nvfp4-modelopt:f16", "moe-ct-nvfp4:f16"]
 REFUSED = {"ct-fp8-tensor": "strategy 'tensor'", "ct-w4a16": "pack-quantized"}
 # Per case: the converter's exit, verify of its file, dcpctl's exit and comparison from the folder,
@@ -76,27 +79,34 @@ CHECKS_PER_CASE = 8
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-def fp8_block(base: Path, out: Path) -> None:
+def fp8_block(base: Path, out: Path, scale_fmt: str | None = None) -> None:
     """transformers' FineGrainedFP8 of every 2-D Linear weight of `base` (not the embeddings, not the
-    head: modules_to_not_convert's lm_head), as from_pretrained(quantization_config=...) quantizes."""
+    head: modules_to_not_convert's lm_head, not a MoE router: DeepSeek's is no nn.Linear), as
+    from_pretrained(quantization_config=...) quantizes; `scale_fmt` "ue8m0": power-of-two scales
+    saved as F8_E8M0 (DeepSeek-V3.1's)."""
     from safetensors.torch import load_file, save_file
     from transformers.integrations.finegrained_fp8 import Fp8Quantize
     from transformers.utils.quantization_config import FineGrainedFP8Config
-    qc = FineGrainedFP8Config(weight_block_size=(32, 32))
+    qc = FineGrainedFP8Config(weight_block_size=(32, 32), **({"scale_fmt": scale_fmt} if scale_fmt else {}))
 
     class Q:
         quantization_config = qc
 
     op = Fp8Quantize(Q())
     sd = {}
+    linear = 0
     for k, v in load_file(base / "model.safetensors").items():
-        if k.endswith(".weight") and v.dim() == 2 and "embed" not in k and "lm_head" not in k:
+        if k.endswith(".weight") and v.dim() == 2 and "embed" not in k and "lm_head" not in k and not k.endswith("mlp.gate.weight"):
             sd.update(op._quantize_one(k, v))
+            linear += 1
         else:
             sd[k] = v
     scales = [k for k in sd if k.endswith("_scale_inv")]
-    if len(scales) != 14 or any(sd[k[:-len("_scale_inv")]].dtype != torch.float8_e4m3fn for k in scales):
-        raise AssertionError(f"transformers quantized {len(scales)} weights, not the 14 Linear weights, to float8_e4m3fn")
+    want = torch.float8_e8m0fnu if scale_fmt == "ue8m0" else torch.float32
+    # (_quantize_one leaves a weight whose rows are not whole blocks as it is: DeepSeek's kv_a_proj_with_mqa here)
+    if len(scales) < 14 or any(sd[k[:-len("_scale_inv")]].dtype != torch.float8_e4m3fn or sd[k].dtype != want
+                                                    for k in scales):
+        raise AssertionError(f"transformers quantized {len(scales)} of {linear} Linear weights (not 14 or more) to float8_e4m3fn with {want} scales")
     out.mkdir(parents=True)
     save_file(sd, out / "model.safetensors", metadata={"format": "pt"})
     cfg = json.loads((base / "config.json").read_text())
@@ -107,6 +117,9 @@ def fp8_block(base: Path, out: Path) -> None:
 # The MoE sources (moe-*): gguf_test.py's tiny Qwen3-MoE with 64-wide expert rows (NVFP4's 64-value
 # super-blocks), 4 experts saved one tensor each; their DCP checkpoint holds the folder's tensors as
 # they are (transformers would load the quantized model otherwise).
+# ds-*: gguf_test.py's tiny DeepSeek-V3 (MLA: the kv_b split of a dequantized weight; shared and
+# routed experts), likewise.
+BASES = {"moe": "qwen3moe64", "ds": "deepseek2"}
 gt.ARCHS["qwen3moe64"] = (gt.transformers.Qwen3MoeConfig, "qwen2", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64))
 
 SCHEMES = {"ct-fp8-channel": "fp8-channel", "ct-fp8-block": "fp8-block", "ct-fp8-tensor": "fp8-tensor", "ct-w4a16": "w4a16-g32",
@@ -131,8 +144,10 @@ def plain_dcp(hf: Path, out: Path) -> None:
 
 
 def source(name: str, base: Path, out: Path, dcpctl: str) -> None:
-    if name == "fp8-block":
+    if name in ("fp8-block", "ds-fp8-block"):
         fp8_block(base, out)
+    elif name == "fp8-ue8m0":
+        fp8_block(base, out, "ue8m0")
     elif name in DCPCTL_SOURCES:
         out.parent.mkdir(parents=True)
         how = DCPCTL_SOURCES[name]
@@ -267,15 +282,16 @@ def main(argv: list[str]) -> int:
         gt.tiny_model("llama-bf16", base)
         for case in cases:
             name, outtype = case.split(":")
-            if name not in SCHEMES and name not in DCPCTL_SOURCES and name != "fp8-block":
+            if name not in SCHEMES and name not in DCPCTL_SOURCES and name not in ("fp8-block", "fp8-ue8m0", "ds-fp8-block"):
                 check(False, f"{case}: no such source")
                 continue
             hf, dcp_dir = tmp / name / "hf" / "tiny", tmp / name / "dcp"
             if not hf.exists():
-                moe = name.startswith("moe-")
-                if moe and not (tmp / "base-moe").exists():
-                    gt.tiny_model("qwen3moe64-bf16", tmp / "base-moe" / "tiny")
-                source(name, tmp / "base-moe" / "tiny" if moe else base, hf, dcpctl)
+                moe = name.split("-")[0] in BASES
+                arch = BASES.get(name.split("-")[0])
+                if moe and not (tmp / f"base-{arch}").exists():
+                    gt.tiny_model(f"{arch}-bf16", tmp / f"base-{arch}" / "tiny")
+                source(name, tmp / f"base-{arch}" / "tiny" if moe else base, hf, dcpctl)
                 if moe:
                     plain_dcp(hf, dcp_dir)
                 else:
