@@ -12,8 +12,11 @@
 // tensor's; each window read in its saved dtype, float32, the Llama Q/K row permutation, a layer's experts stacked, DeepSeek's kv_b split, GPT-OSS's fused experts split, or the values the
 // converter computes (rope_freqs); the output type: F32, F16, BF16, Q8_0 or ggml's quantizers) into its place, inside
 // --max-memory, and renames it. Tensors go in the order of their Hugging Face keys (the converter reads a
-// safetensors file's sorted keys). Refused (exit 5, before anything is written): an architecture,
-// tensor, config setting or tokenizer gguf/model.h does not write, a non-floating tensor,
+// safetensors file's sorted keys). Low-bit sources (gguf/lowbit.h) as the converter reads them: FP8
+// weights dequantized with their scales in the window's read, NVFP4 (and compressed-tensors'
+// MXFP4) weights' bytes repacked, first in the file. Refused (exit 5, before anything is written):
+// an architecture, tensor, config setting or tokenizer gguf/model.h does not write, a
+// non-floating tensor no low-bit source explains,
 // and a run under torchrun (the exchange serves chunks in the deal's order, which this one-pass
 // writer does not follow yet).
 #include <unistd.h>
@@ -21,20 +24,24 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
 
 #include "gguf/rows.h"
 #include "item/chunk_source.h"
+#include "item/item_reader.h"
 #include "meta/derived.h"
 #include "meta/pieces.h"
 #include "plan/memory.h"
 #include "util/numeric.h"
+#include "view/kernels.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
 #include "gguf/format.h"
 #include "gguf/gguf.h"
+#include "gguf/lowbit.h"
 #include "gguf/model.h"
 #include "gguf/tiktoken.h"
 #include "gguf/spm.h"
@@ -219,9 +226,49 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     std::vector<std::string> keys;
     for (const PlannedTensor& pt : plan.tensors) keys.push_back(gguf::sort_key(arch_, pt.key));
     std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+    // The converter's dequant_model (gguf/lowbit.h): FP8 weights dequantized with their scales,
+    // which leave the inputs with the activation scales it drops.
+    fp8_.clear();
+    packed_.clear();
+    std::vector<gguf::SourceTensor> sources;
+    for (size_t i : order_) sources.push_back({plan.tensors[i].key, plan.tensors[i].src, plan.tensors[i].t->shape});
+    const gguf::LowBitSources low = gguf::converter_dequant(config_, sources, where_);
+    std::vector<size_t> kept;
+    for (size_t k = 0; k < order_.size(); ++k)
+      if (!low.dropped[k]) kept.push_back(order_[k]);
+    for (const auto& [w, f] : low.fp8) {
+      gguf::Fp8Source s = f;
+      s.scale = order_[f.scale];
+      fp8_[order_[w]] = s;
+    }
+    // Packed FP4 weights passed through: NVFP4's factors read now (whether the converter writes
+    // them depends on their values), the key their weight's (compressed-tensors' weight_packed renamed).
+    std::map<size_t, gguf::Input> packed_inputs;
+    for (const auto& [w, n] : low.fp4) {
+      const PlannedTensor& pt = plan.tensors[order_[w]];
+      gguf::Input in{pt.key, {pt.t->shape.at(0), pt.t->shape.at(1) * 2}, n.mxfp4 ? gguf::TensorType::MXFP4 : gguf::TensorType::NVFP4};
+      const std::string tail = ".weight_packed";
+      if (in.key.size() > tail.size() && in.key.compare(in.key.size() - tail.size(), tail.size(), tail) == 0)
+        in.key = in.key.substr(0, in.key.size() - tail.size()) + ".weight";
+      auto factor = [&](std::optional<size_t> at) {
+        if (!at) return 1.0f;
+        const float v = read_one(job.request.ck, plan.tensors[order_[*at]]);
+        return n.reciprocal ? 1.0f / v : v;  // compressed-tensors' global scale: torch's 1.0 / scale (float32)
+      };
+      in.scale2 = factor(n.scale2), in.input_scale = factor(n.input_scale);
+      packed_inputs[order_[w]] = std::move(in);
+      packed_[order_[w]] = order_[n.scale];
+    }
+    order_ = std::move(kept);
     std::vector<gguf::Input> inputs;
     for (size_t i : order_) {
       const PlannedTensor& pt = plan.tensors[i];
+      if (auto n = packed_inputs.find(i); n != packed_inputs.end()) {
+        if (assembled(pt) || assembled(plan.tensors[packed_.at(i)]))
+          throw UnsupportedError(Where(where_, std::nullopt, pt.key), "'" + pt.key + "' is packed FP4 made by a key map: its bytes are not passed into a GGUF");
+        inputs.push_back(n->second);
+        continue;
+      }
       const bool mxfp4 = pt.key.size() > 7 && (pt.key.compare(pt.key.size() - 7, 7, "_blocks") == 0 || pt.key.compare(pt.key.size() - 7, 7, "_scales") == 0);
       // GPT-OSS's MXFP4 experts are copied as bytes (gguf::mxfp4_repack): uint8 blocks and scales
       // only, as the converter's repack_mxfp4 asserts.
@@ -276,6 +323,16 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const size_t shards = shard_.empty() ? 1 : shard_.back() + 1;
     std::vector<gguf::Header> h(shards);
     gguf::add_model_keys(h[0], arch_, config_, gguf::id_to_title(stem(o_.output)), gguf::size_label(plans_), out_, where_);
+    if (gguf::w4a16_nvfp4_config(config_)) {  // _tag_prec_a4: every NVFP4 tensor, by name
+      std::vector<std::string> names;
+      for (const gguf::TensorPlan& tp : plans_)
+        if (tp.packed && tp.type == gguf::TensorType::NVFP4) names.push_back(tp.name);
+      std::sort(names.begin(), names.end());
+      if (!names.empty()) {
+        h[0].add_strings("general.tensor_extra.name", names);
+        h[0].add_bools("general.tensor_extra.prec_a4", std::vector<bool>(names.size(), false));
+      }
+    }
     if (arch_.name == "llama") gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
     if (spm_)
       gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_);
@@ -335,6 +392,27 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       }
       const uint64_t units = window_units(plan, tp, derived);
       GateReservation hold(ex.gate, window_need(plan, tp, derived, units));
+      // NVFP4 and MXFP4 weights (a layer's NVFP4 experts one after another): their bytes repacked
+      // (and Q/K rows moved), a window of rows at a time.
+      for (size_t input : tp.packed ? tp.inputs : std::vector<size_t>()) {
+        const PlannedTensor &w = plan.tensors[order_[input]], &sc = plan.tensors[packed_.at(order_[input])];
+        const int64_t rows = w.t->shape.at(0), bytes = w.t->shape.at(1), blocks = sc.t->shape.at(1);
+        const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, w.t->shape);
+        std::vector<uint8_t> b(static_cast<size_t>(step * bytes)), s(static_cast<size_t>(step * blocks)), scratch(std::max(b.size(), s.size()));
+        for (int64_t first = 0; first < rows; first += step) {
+          const int64_t m = std::min(step, rows - first);
+          read_rows(ex.src, md, w, first, m, b.data(), scratch.data());
+          read_rows(ex.src, md, sc, first, m, s.data(), scratch.data());
+          if (tp.permute_heads > 0) {
+            const int64_t heads = m / gguf::rows_unit(tp, w.t->shape);
+            b = gguf::permute_rows(b.data(), m, bytes, 1, heads), s = gguf::permute_rows(s.data(), m, blocks, 1, heads);
+            b.resize(static_cast<size_t>(step * bytes)), s.resize(static_cast<size_t>(step * blocks));
+          }
+          put(tp.type == gguf::TensorType::NVFP4 ? gguf::nvfp4_pack(b.data(), s.data(), m, bytes * 2)
+                                                 : gguf::mxfp4_pack(b.data(), s.data(), m, bytes * 2));
+        }
+      }
+      if (tp.packed) continue;
       if (tp.mxfp4) {  // GPT-OSS's MXFP4 experts: their bytes repacked, nothing computed, an expert window at a time
         const PlannedTensor &blocks = plan.tensors[order_[tp.inputs.at(0)]], &scales = plan.tensors[order_[tp.inputs.at(1)]];
         const int64_t experts = blocks.t->shape.at(0);
@@ -360,6 +438,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         const uint64_t per_index = dim0 ? static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) : 0;
         const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
         const size_t item = itemsize(pt.src);
+        auto fp8 = fp8_.find(order_[input]);
+        const std::vector<float> scale = fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
         for (int64_t first = 0; first < dim0; first += step) {
           const int64_t rows = std::min(step, dim0 - first);
           const uint64_t n = static_cast<uint64_t>(rows) * per_index;
@@ -367,8 +447,15 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           scratch.resize(n * item);
           read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
           std::vector<float> f32(n);
-          if (pt.src != DType::Float32) cast_elements(pt.src, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f32.data()), n);
-          else std::memcpy(f32.data(), raw.data(), n * 4);
+          if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
+            const PlannedTensor& st = plan.tensors[fp8->second.scale];
+            const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
+            dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
+          } else if (pt.src != DType::Float32) {
+            cast_elements(pt.src, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f32.data()), n);
+          } else {
+            std::memcpy(f32.data(), raw.data(), n * 4);
+          }
           std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
           enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
           gguf::encode(tp.type, out.data(), out.size(), enc.data());
@@ -388,6 +475,13 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   // their scratch, and the repacked bytes (no more than the two).
   uint64_t window_need(const WritePlan& plan, const gguf::TensorPlan& tp, const DerivedTable* derived, uint64_t units) const {
     if (tp.inputs.empty()) return 8 * static_cast<uint64_t>(tp.values.size());
+    if (tp.packed) {  // the packed rows and their block scales, their scratch, permuted copies and the repacked bytes
+      // (a layer's experts: each input alike, one after another)
+      const PlannedTensor &w = plan.tensors[order_[tp.inputs.at(0)]], &sc = plan.tensors[packed_.at(order_[tp.inputs.at(0)])];
+      const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, w.t->shape)), static_cast<uint64_t>(w.t->shape.at(0)));
+      const uint64_t per_row = static_cast<uint64_t>(w.t->shape.at(1) + sc.t->shape.at(1));
+      return 4 * rows * per_row + std::max(rows_read_extra(plan, w, derived), rows_read_extra(plan, sc, derived));
+    }
     if (tp.mxfp4) {
       uint64_t in = 0, extra = 0;
       for (size_t input : tp.inputs) {
@@ -406,9 +500,34 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const uint64_t per_index = static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0);
       const uint64_t rows = std::min<uint64_t>(units * static_cast<uint64_t>(gguf::rows_unit(tp, shape)), static_cast<uint64_t>(dim0));
       const uint64_t per_elem = 2 * itemsize(pt.src) + 4 + (gguf::moves_rows(tp) ? 4 : 0) + 4;
-      most = std::max(most, rows * per_index * per_elem + rows_read_extra(plan, pt, derived));
+      // An FP8 weight's whole scale beside it: its saved bytes, their scratch and float32.
+      uint64_t scale = 0;
+      if (auto f = fp8_.find(order_[input]); f != fp8_.end()) {
+        const TensorMeta& st = *plan.tensors[f->second.scale].t;
+        scale = 2 * st.nbytes() + 4 * static_cast<uint64_t>(st.numel()) + rows_read_extra(plan, plan.tensors[f->second.scale], derived);
+      }
+      most = std::max(most, rows * per_index * per_elem + scale + rows_read_extra(plan, pt, derived));
     }
     return most;
+  }
+
+  // A saved tensor of one float32 value (an NVFP4 weight's per-tensor factor).
+  static float read_one(const Checkpoint& ck, const PlannedTensor& pt) {
+    if (assembled(pt) || pt.t->numel() != 1 || pt.src != DType::Float32 || pt.t->num_chunks() != 1)
+      throw UnsupportedError(Where(ck.dir, std::nullopt, pt.key), "'" + pt.key + "' is not one saved float32: not read as an NVFP4 per-tensor scale");
+    float v = 0;
+    ItemReader(ck).read_chunk(*pt.t, 0, &v);
+    return v;
+  }
+
+  // An FP8 weight's scale (gguf/lowbit.h), whole, as float32.
+  static std::vector<float> read_scale(ChunkSource& src, const Metadata& md, const PlannedTensor& st) {
+    const uint64_t n = static_cast<uint64_t>(st.t->numel());
+    std::vector<uint8_t> raw(n * itemsize(st.src)), scratch(raw.size());
+    read_rows(src, md, st, 0, st.t->shape.empty() ? 1 : st.t->shape[0], raw.data(), scratch.data());
+    std::vector<float> out(n);
+    gguf::scale_to_float(st.src, raw.data(), n, out.data());
+    return out;
   }
 
   // Units per window of `tp`: as many as make a window of about kWindowElems input elements (one
@@ -448,7 +567,10 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   std::string spm_path_;
   json added_tokens_;  // added_tokens.json
   bool spm_ = false;   // the tokenizer written is spm_model_'s
-  std::vector<size_t> order_;
+  std::vector<size_t> order_;  // the inputs (plan.tensors' indices), in the converter's order
+  // FP8 weights the converter dequantizes (gguf/lowbit.h), by plan.tensors' index; their scales too.
+  std::map<size_t, gguf::Fp8Source> fp8_;
+  std::map<size_t, size_t> packed_;  // NVFP4 / MXFP4 weights passed through: each one's block scale (plan.tensors' indices)
   std::vector<gguf::TensorPlan> plans_;
   std::vector<uint64_t> offsets_;  // each tensor's, in its shard's data section
   std::vector<size_t> shard_;      // each tensor's shard

@@ -54,6 +54,7 @@ const char* type_name(TensorType t) {
     case TensorType::Q5_K: return "Q5_K";
     case TensorType::Q6_K: return "Q6_K";
     case TensorType::MXFP4: return "MXFP4";
+    case TensorType::NVFP4: return "NVFP4";
   }
   return "?";
 }
@@ -71,6 +72,7 @@ uint64_t block_size(TensorType t) {
     case TensorType::Q4_K:
     case TensorType::Q5_K:
     case TensorType::Q6_K: return 256;
+    case TensorType::NVFP4: return 64;
   }
   return 1;
 }
@@ -98,6 +100,7 @@ uint64_t tensor_bytes(TensorType t, uint64_t elements, uint64_t row) {
     case TensorType::Q5_K: return elements / 256 * 176;
     case TensorType::Q6_K: return elements / 256 * 210;
     case TensorType::MXFP4: return elements / 32 * 17;
+    case TensorType::NVFP4: return elements / 64 * 36;
   }
   return 0;
 }
@@ -151,6 +154,12 @@ void Header::add_i32s(std::string_view k, const std::vector<int32_t>& v) {
   put_le32(kv_, static_cast<uint32_t>(ValueType::I32));
   put_le64(kv_, v.size());
   for (int32_t x : v) put_le32(kv_, static_cast<uint32_t>(x));
+}
+void Header::add_bools(std::string_view k, const std::vector<bool>& v) {
+  key(k, ValueType::Array);
+  put_le32(kv_, static_cast<uint32_t>(ValueType::Bool));
+  put_le64(kv_, v.size());
+  for (bool x : v) kv_.push_back(x ? 1 : 0);
 }
 void Header::add_f32s(std::string_view k, const std::vector<float>& v) {
   key(k, ValueType::Array);
@@ -240,6 +249,7 @@ void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
     case TensorType::Q5_K: quants::q5_k(x, n, out); return;
     case TensorType::Q6_K: quants::q6_k(x, n, out); return;
     case TensorType::MXFP4: throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
+    case TensorType::NVFP4: throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
     case TensorType::F32: std::memcpy(out, x, n * 4); return;
     case TensorType::F16:
       for (size_t i = 0; i < n; ++i) {

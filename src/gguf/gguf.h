@@ -49,6 +49,7 @@ enum class ValueType : uint32_t {
 enum class TensorType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
   MXFP4 = 39,  // ggml's block_mxfp4: an E8M0 byte, then 16 bytes of E2M1 pairs (value j low, j + 16 high); copied, never computed
+  NVFP4 = 40,  // ggml's block_nvfp4: 64 values, 4 UE4M3 scales then 4 x 8 bytes of E2M1 pairs (j low, j + 8 high); copied, never computed
 };
 
 // "F32", "F16", "BF16", "Q8_0", "Q4_K", ...: gguf-py's GGMLQuantizationType names.
@@ -78,6 +79,7 @@ class Header {
   void add_strings(std::string_view key, const std::vector<std::string>& v);
   void add_i32s(std::string_view key, const std::vector<int32_t>& v);
   void add_f32s(std::string_view key, const std::vector<float>& v);
+  void add_bools(std::string_view key, const std::vector<bool>& v);
   // A tensor of torch shape `shape` (written reversed, as ggml's ne); its data offset is the next
   // free, aligned one. Returns that offset (from the start of the data section).
   uint64_t add_tensor(std::string_view name, const std::vector<int64_t>& shape, TensorType type);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "util/error.h"
+#include "gguf/lowbit.h"
 #include "gguf/vocab.h"
 
 namespace dcpctl::gguf {
@@ -282,13 +283,76 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   std::map<int64_t, std::map<std::pair<std::string, int64_t>, size_t>> pending;  // layer -> (proj, expert) -> input
   std::map<int64_t, std::map<std::string, size_t>> fused;  // layer -> gate_up_proj / down_proj -> input
   std::map<std::pair<int64_t, std::string>, size_t> mx_blocks;  // (layer, gate_up_proj / down_proj) -> its _blocks input
-  std::vector<TensorPlan> extras;  // written before the others (GPT-OSS's MXFP4 experts)
+  std::vector<TensorPlan> extras;  // written before the others (GPT-OSS's MXFP4 experts, packed FP4 weights)
+  std::map<std::pair<int64_t, std::string>, std::map<int64_t, size_t>> packed_experts;  // (layer, proj) -> expert -> input
   static const std::regex layer_re(R"(model\.layers\.(\d+)\..*)");
   const bool deepseek = arch.name == "deepseek2";
   const int64_t layers = int_of(config, "num_hidden_layers");
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Input& in = inputs[i];
     std::smatch m;
+    if (in.packed != TensorType::F32) {
+      // _generate_nvfp4_tensors: written before every other tensor, in key order, each followed by
+      // its non-trivial per-tensor factors (_write_scale_tensor: |x - 1| < 1e-6 is trivial);
+      // compressed-tensors' MXFP4 (which the converter refuses) alike, as it writes GPT-OSS's.
+      // Experts (mlp.experts.X.{gate,up,down}_proj): stacked per layer and projection where the
+      // last of them comes (_flush_nvfp4_experts), their factors one per expert (F32 [experts],
+      // written unless all within np.allclose of 1).
+      static const std::regex packed_expert(R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight)");
+      if (std::regex_match(in.key, m, packed_expert)) {
+        const json n = find_hparam(config, {"num_local_experts", "num_experts"});
+        if (in.packed != TensorType::NVFP4 || !n.is_number_integer() || n.get<int64_t>() <= 0 || std::stoll(m[2]) >= n.get<int64_t>())
+          throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is a packed FP4 expert: dcpctl stacks NVFP4 experts "
+                                                                  "(expert ids below config.json's num_local_experts / num_experts) only");
+        auto& group = packed_experts[{std::stoll(m[1]), m[3].str()}];
+        group[std::stoll(m[2])] = i;
+        if (static_cast<int64_t>(group.size()) < n.get<int64_t>()) continue;
+        static const std::map<std::string, std::string> names{{"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+        TensorPlan p;
+        const std::string stem = "blk." + m[1].str() + "." + names.at(m[3]);
+        p.name = stem + ".weight";
+        std::vector<float> scale2, input_scale;
+        for (const auto& [x, k] : group) {
+          if (inputs[k].shape != inputs[group.begin()->second].shape)
+            throw UnsupportedError(Where(where, std::nullopt, inputs[k].key), "'" + inputs[k].key + "' is not of the shape of expert 0's: the experts cannot be stacked");
+          p.inputs.push_back(k);
+          scale2.push_back(inputs[k].scale2), input_scale.push_back(inputs[k].input_scale);
+        }
+        p.shape = {n.get<int64_t>(), in.shape[0], in.shape[1]};
+        p.packed = true;
+        p.type = TensorType::NVFP4;
+        extras.push_back(std::move(p));
+        for (const auto& [v, suffix] : std::initializer_list<std::pair<const std::vector<float>*, const char*>>{{&scale2, ".scale"}, {&input_scale, ".input_scale"}})
+          if (std::any_of(v->begin(), v->end(), [](float f) { return !(std::abs(static_cast<double>(f) - 1.0) <= 1e-6 + 1e-5); })) {
+            TensorPlan s;
+            s.name = stem + suffix;
+            s.values = *v;
+            s.shape = {static_cast<int64_t>(v->size())};
+            s.type = TensorType::F32;
+            extras.push_back(std::move(s));
+          }
+        packed_experts.erase({std::stoll(m[1]), m[3].str()});
+        continue;
+      }
+      TensorPlan p = tensor_plan(arch, config, in.key, in.shape, out, where);
+      if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0 || in.shape.size() != 2)
+        throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' is packed FP4 but not a 2-D weight: not written into a GGUF");
+      p.inputs = {i};
+      p.packed = true;
+      p.type = in.packed;
+      const std::string stem = p.name.substr(0, p.name.size() - 7);
+      extras.push_back(std::move(p));
+      for (const auto& [v, suffix] : std::initializer_list<std::pair<float, const char*>>{{in.scale2, ".scale"}, {in.input_scale, ".input_scale"}})
+        if (!(std::abs(static_cast<double>(v) - 1.0) < 1e-6)) {
+          TensorPlan s;
+          s.name = stem + suffix;
+          s.values = {v};
+          s.shape = {1};
+          s.type = TensorType::F32;
+          extras.push_back(std::move(s));
+        }
+      continue;
+    }
     if (deepseek) {
       // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
       // num_hidden_layers) are left out.
@@ -462,15 +526,21 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
   if (!pending.empty())
     throw UnsupportedError(Where(where), "layer " + std::to_string(pending.begin()->first) + " has " + std::to_string(pending.begin()->second.size()) +
                                              " expert tensors, not config.json's " + std::to_string(n_experts) + " experts x 3");
+  if (!packed_experts.empty()) {
+    const auto& [at, group] = *packed_experts.begin();
+    throw UnsupportedError(Where(where, std::nullopt, inputs[group.begin()->second].key),
+                           "layer " + std::to_string(at.first) + "'s NVFP4 " + at.second + " has " + std::to_string(group.size()) +
+                               " experts, not config.json's: they cannot be stacked");
+  }
   if (!mx_blocks.empty()) {
     const std::string& k = inputs[mx_blocks.begin()->second].key;
     throw UnsupportedError(Where(where, std::nullopt, k), "'" + k + "' has no _scales after it: the MXFP4 experts cannot be repacked");
   }
   if (!extras.empty()) {
-    // MXFP4 ggml types are llama-quantize's to requantize: the --pure files are not reproduced here.
+    // MXFP4 and NVFP4 ggml types are llama-quantize's to requantize: the --pure files are not reproduced here.
     if (out.type != TensorType::F32 && out.type != TensorType::F16 && out.type != TensorType::BF16 && out.type != TensorType::Q8_0)
-      throw UnsupportedError(Where(where), std::string("--outtype ") + type_name(out.type) + " of MXFP4 experts (llama-quantize over the converter's MXFP4 file) "
-                                                                                          "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them MXFP4");
+      throw UnsupportedError(Where(where), std::string("--outtype ") + type_name(out.type) + " of MXFP4 or NVFP4 weights (llama-quantize over the converter's file) "
+                                                                                          "is not written by dcpctl: f32, f16, bf16 or q8_0 keep them as they are");
     plans.insert(plans.begin(), std::make_move_iterator(extras.begin()), std::make_move_iterator(extras.end()));
   }
   return plans;
@@ -695,9 +765,11 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     lengths = true;
   }
   // prepare_metadata: an MXFP4 model (quant_method mxfp4) written as f32, f16 or bf16 is MOSTLY_MXFP4_MOE.
-  const bool mxfp4_moe = gpt_oss && mxfp4_config(config) &&
-                         (out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16);
-  h.add_u32("general.file_type", mxfp4_moe ? 38 : out.file_type);
+  // So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's ct_mxfp4_config); an
+  // NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
+  const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
+  const bool mxfp4_moe = ((gpt_oss && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
+  h.add_u32("general.file_type", mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type);
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));
     if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
@@ -994,8 +1066,10 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
 
 // ---- The loader's tensors for an architecture written here (expected_tensors, gguf_model.h) ----
 
-std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
-                                                            const std::function<std::optional<int64_t>(const std::string&)>& key) {
+namespace {
+
+std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
+                                                        const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
              moe3 = arch == "qwen3moe", deepseek = arch == "deepseek2", glm = arch == "glm4moe", oss = arch == "gpt-oss";
   if (!llama && !qwen2 && !qwen3 && !deepseek && !glm && !oss) return std::nullopt;
@@ -1152,6 +1226,31 @@ std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& a
       add(b + "ffn_up_shexp.weight", {shared, embd}, any);
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
+                                                            const std::function<std::optional<int64_t>(const std::string&)>& key) {
+  std::optional<std::vector<ExpectedTensor>> out = arch_tensors(arch, key);
+  if (!out) return out;
+  // llama-model.cpp's generic pass after every architecture's tensors: each Linear weight's
+  // optional per-tensor ".scale" and ".input_scale" (NVFP4's scale2 and input scale: [1], or one per
+  // expert [n_expert] for the stacked experts), loaded where the weight is.
+  static const std::regex linear(R"((blk\.\d+\.)(attn_q|attn_k|attn_v|attn_output|attn_qkv|attn_gate|ffn_gate|ffn_down|ffn_up|)"
+                                 R"(ffn_gate_shexp|ffn_down_shexp|ffn_up_shexp|ffn_gate_exps|ffn_down_exps|ffn_up_exps|)"
+                                 R"(nextn\.eh_proj|nextn\.shared_head_head)\.weight)");
+  const int64_t n_expert = key(arch + ".expert_count").value_or(-1);
+  std::vector<ExpectedTensor> scales;
+  for (const ExpectedTensor& t : *out) {
+    std::smatch m;
+    if (!std::regex_match(t.name, m, linear)) continue;
+    const bool exps = m[2].str().size() > 5 && m[2].str().compare(m[2].str().size() - 5, 5, "_exps") == 0;
+    for (const char* suffix : {".scale", ".input_scale"})
+      scales.push_back({m[1].str() + m[2].str() + suffix, {exps ? n_expert : 1}, false, {}});
+  }
+  out->insert(out->end(), scales.begin(), scales.end());
   return out;
 }
 

@@ -80,6 +80,11 @@ struct TensorPlan {
   // ggml's MXFP4 (type MXFP4, shape [experts, rows, groups x 32]); gate_up 'g' / 'u' their even /
   // odd rows (gate_up_proj's), 0 all of them (down_proj).
   bool mxfp4 = false;
+  // A Linear's packed FP4 weight passed through (gguf/lowbit.h: NVFP4 by nvfp4_pack, or
+  // compressed-tensors' MXFP4 by mxfp4_pack; inputs: the packed weight; `type` says which), its
+  // rows moved as the plan's Q/K permutation moves them (LlamaModel._repack_nvfp4 permutes the
+  // packed rows and the block scale's alike).
+  bool packed = false;
 };
 // Whether config.json's quantization_config says quant_method mxfp4 (the converter's _is_mxfp4).
 bool mxfp4_config(const nlohmann::json& config);
@@ -101,6 +106,11 @@ TensorPlan tensor_plan(const Arch& arch, const nlohmann::json& config, const std
 struct Input {
   std::string key;
   std::vector<int64_t> shape;
+  // A packed FP4 weight passed through (gguf/lowbit.h; `key` its X.weight, `shape` the weight's
+  // [rows, cols]) as NVFP4 or MXFP4 (F32: none), NVFP4's with its per-tensor factors as written
+  // (`.scale`, `.input_scale`: F32 [1], each only when it is not 1, as _write_scale_tensor decides).
+  TensorType packed = TensorType::F32;
+  float scale2 = 1, input_scale = 1;
 };
 // The key `inputs` are sorted by: the key itself, or for Mixtral's in-memory form
 // (model.layers.N.mlp.{experts,gate}) the key its safetensors file has (block_sparse_moe.), so that
@@ -159,7 +169,8 @@ bool does_token_look_special(const std::string& text);
 // qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's keys: each tensor's name and shape (torch's order:
 // ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
 // needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
-// ffn_gate_up_exps for the gate and up experts). `key`: the file's value of a key as an integer
+// ffn_gate_up_exps for the gate and up experts), and llama-model.cpp's generic pass after them: each
+// Linear weight's optional `.scale` / `.input_scale` (NVFP4's factors). `key`: the file's value of a key as an integer
 // (tokenizer.ggml.tokens: its length), nullopt when absent. nullopt: an architecture not here.
 struct ExpectedTensor {
   std::string name;
