@@ -144,15 +144,17 @@ def llama_cpp():
 # GGUF's value types (gguf-py's GGUFValueType): the fixed-size ones as struct formats.
 _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_TYPE_NAMES = {0: "UINT8", 1: "INT8", 2: "UINT16", 3: "INT16", 4: "UINT32", 5: "INT32", 6: "FLOAT32", 7: "BOOL",
+                    8: "STRING", 9: "ARRAY", 10: "UINT64", 11: "INT64", 12: "FLOAT64"}
 
 
-def read_gguf(path):
+def read_gguf(path, types=False):
     """A GGUF file's metadata and tensor infos, as gguf-py's GGUFReader gives them (each field's
     contents(), each tensor's name, shape in ggml's order, type number and the absolute offset of
     its data), read with struct instead: GGUFReader makes a numpy view of every part of every
     field, 10 to 30 s of CPU over a vocabulary's 150,000 strings, where this takes a fraction of a
-    second. For what the tests only look up (a key to print, a tensor's offset or shape); a
-    comparison of two files keeps GGUFReader. gguf_read_test.py checks the two agree."""
+    second. With types, each value is (its types as GGUFReader names them: ["ARRAY", "STRING"],
+    the value). gguf_read_test.py checks the two agree."""
     import struct
     data = Path(path).read_bytes()
     pos = 0
@@ -169,19 +171,22 @@ def read_gguf(path):
         pos += n
         return data[pos - n:pos].decode("utf-8")
 
-    def value(ty):
+    def value(ty, names):  # names: the types, GGUFReader's way (an array's, then its first element's)
         nonlocal pos
+        names.append(_GGUF_TYPE_NAMES[ty])
         if ty == _GGUF_STRING:
             return string()
-        if ty == _GGUF_ARRAY:
-            et, n = take("I"), take("Q")
-            if et in _GGUF_SCALARS:
-                fmt = f"<{n}{_GGUF_SCALARS[et]}"
-                v = list(struct.unpack_from(fmt, data, pos))
-                pos += struct.calcsize(fmt)
-                return v
-            return [value(et) for _ in range(n)]
-        return take(_GGUF_SCALARS[ty])
+        if ty != _GGUF_ARRAY:
+            return take(_GGUF_SCALARS[ty])
+        et, n = take("I"), take("Q")
+        if et in _GGUF_SCALARS:
+            if n:
+                names.append(_GGUF_TYPE_NAMES[et])
+            fmt = f"<{n}{_GGUF_SCALARS[et]}"
+            v = list(struct.unpack_from(fmt, data, pos))
+            pos += struct.calcsize(fmt)
+            return v
+        return [value(et, names if i == 0 else []) for i in range(n)]
 
     magic, version, n_tensors, n_kv = take("4sIQQ")
     if magic != b"GGUF" or version < 2:
@@ -189,7 +194,9 @@ def read_gguf(path):
     kv = {}
     for _ in range(n_kv):
         key = string()
-        kv[key] = value(take("I"))
+        names = []
+        v = value(take("I"), names)
+        kv[key] = (names, v) if types else v
     tensors = []
     for _ in range(n_tensors):
         name = string()
@@ -201,6 +208,21 @@ def read_gguf(path):
     for t in tensors:
         t["offset"] += start
     return kv, tensors
+
+
+def gguf_fields(path):
+    """A GGUF file as two dicts, {key: (its types, its value)} and {tensor: (type name, shape in
+    ggml's order, its bytes)}, what a comparison of two files needs, read by read_gguf."""
+    import math
+    gguf = gguf_py()
+    kv, tensors = read_gguf(path, types=True)
+    data = Path(path).read_bytes()
+    ts = {}
+    for t in tensors:
+        qt = gguf.GGMLQuantizationType(t["type"])
+        block, size = gguf.GGML_QUANT_SIZES[qt]
+        ts[t["name"]] = (qt.name, t["shape"], data[t["offset"]:t["offset"] + math.prod(t["shape"]) // block * size])
+    return kv, ts
 
 
 def gguf_py():

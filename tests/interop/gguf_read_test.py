@@ -101,6 +101,14 @@ def check_read_gguf(path: Path) -> None:
     want = [(t.name, [int(x) for x in t.shape], int(t.tensor_type), int(t.data_offset)) for t in r.tensors]
     got = [(t["name"], t["shape"], t["type"], t["offset"]) for t in tensors]
     check(got == want, f"read_gguf({path.name}): tensors {got[:3]}..., GGUFReader's {want[:3]}...")
+    # gguf_fields, what gguf_test.py's comparisons read: each key's types too, each tensor's bytes.
+    kv, ts = gguf_oracle.gguf_fields(path)
+    want_kv = {k: ([t.name for t in f.types], f.contents()) for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    check(kv == want_kv, f"gguf_fields({path.name}): keys or types differ from GGUFReader's: "
+                         f"{[k for k in want_kv if kv.get(k) != want_kv[k]][:6]}")
+    want_ts = {t.name: (t.tensor_type.name, [int(x) for x in t.shape], np.asarray(t.data).tobytes()) for t in r.tensors}
+    check(ts == want_ts, f"gguf_fields({path.name}): tensors differ from GGUFReader's: "
+                         f"{[n for n in want_ts if ts.get(n) != want_ts[n]][:6]}")
 
 
 def main() -> int:
