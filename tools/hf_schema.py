@@ -83,6 +83,9 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            only), the layer patterns ("first_k_dense_replace=1", with their own doubled and
            distinct builds where they bring keys); "patterns" the layer-pattern fields varied;
            "unchecked" [pattern, dim, why]: the dimensions no formula explains in every build.
+  "saved_config" how the config.json save_pretrained writes counts layers where the model counts
+           them otherwise (saved_config(): Dory's two blocks a layer, `layer_types` with "mlp" entries
+           and its layer counts doubled): checked as the config class reads it back.
   "completed" the fields real_config filled in the class's defaults (they build no model otherwise:
            Ministral's head_dim, Nemotron's num_key_value_heads): the schema's config, as a release's.
 "failed": model type -> why it could not be built, its defaults and their completion;
@@ -94,7 +97,7 @@ convert_and_load_state_dict_in_model): float32 where the class's dtype plan (_ge
 _keep_in_fp32_modules_strict, _keep_in_fp32_modules for float16) matches the in-memory name, else
 the dtype the parameter was created in when it is not the target (a float32 buffer), else the target.
 
-Regenerate (one command; the project's virtualenv pins transformers==5.23.0, torch==2.15.0):
+Regenerate (one command; the project's virtualenv pins transformers==5.24.0, torch==2.15.0):
 
     .venv/bin/python tools/hf_schema.py > src/check/hf_schema.json
 
@@ -679,6 +682,29 @@ def rebuilt_or_raise(cfg, tiny=False):
         tiny_layer_keyed(d)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return type(cfg).from_dict(d)
+
+
+def saved_config(cfg):
+    """How the config.json save_pretrained writes counts layers where it is not as the model does
+    (Dory's to_dict writes each layer as two blocks, an attention and an mlp, `layer_types` with an
+    "mlp" entry after each layer's kind and the layer counts doubled; its __post_init__ halves them
+    back when `layer_types` holds "mlp"): {"per_layer": blocks a layer, "list": the per-block list
+    field, "kind": the entry kind only the saved list holds, "fields": the count fields multiplied},
+    found by comparing the config's dict with the config; None where they agree."""
+    d = cfg.to_dict()
+    fields = sorted(f for f, v in vars(cfg).items()
+                    if isinstance(v, int) and not isinstance(v, bool) and v > 0 and isinstance(d.get(f), int)
+                    and d[f] != v and d[f] % v == 0)
+    ratios = {d[f] // getattr(cfg, f) for f in fields}
+    if not fields or len(ratios) != 1 or not any(f in LAYER_FIELDS for f in fields):
+        return None
+    k = ratios.pop()
+    for f, v in vars(cfg).items():
+        if isinstance(v, list) and isinstance(d.get(f), list) and len(d[f]) == k * len(v) and v:
+            kinds = sorted(set(d[f]) - set(v))
+            if len(kinds) == 1 and d[f][::k] == v:
+                return {"per_layer": k, "list": f, "kind": kinds[0], "fields": fields}
+    return None
 
 
 def cut_layer_keyed(d):
@@ -1577,6 +1603,9 @@ def schema_of(model_type):
         out["class_type"] = own
     if filled:
         out["completed"] = filled  # what real_config filled in the class's defaults (they build no model)
+    saved = saved_config(cfg)
+    if saved:
+        out["saved_config"] = saved
     if part and part != cls_name:
         # The class passed over for this type's own (Llama4ForCausalLM, built from the text_config):
         # its folders are its own config class's type, built too when the schema has no entry for it.

@@ -273,14 +273,25 @@ def pattern_cases(schema: dict) -> list:
 
 def case_of(t: str) -> tuple:
     """(type, None) of a type; (type, (field path, value)) of a case TYPE[FIELD=VALUE]; (type,
-    ("@FIELD", None)) of a layer-pattern case TYPE[@FIELD]."""
+    ("@FIELD", None)) of a layer-pattern case TYPE[@FIELD]; (type, (SAVED_BF16, None)) of TYPE[saved=bf16]."""
     if not t.endswith("]"):
         return t, None
     base, cond = t[:-1].split("[", 1)
     if cond.startswith("@"):
         return base, (cond, None)
+    if cond == SAVED_BF16:
+        return base, (cond, None)
     field, val = cond.rsplit("=", 1)
     return base, (field, {"true": True, "false": False, "null": None}[val])
+
+
+# A case TYPE[saved=bf16]: the tiny model built in bfloat16 (`_from_config(config, dtype=bfloat16)`,
+# as a bf16 training run or `model.to(bfloat16)` holds it) and saved so: config.json says bfloat16, and
+# what the class creates in float32 whatever the default dtype (a vision tower's float32 buffers,
+# parameters made with an explicit dtype) stays float32 in the folder. The sweep's other sources are
+# float32 saves; their bf16 references are from_pretrained(dtype=bfloat16) + save_pretrained, whose
+# float32 tensors are the dtype plan's. Checked as a type is, in bf16 on the first configuration.
+SAVED_BF16 = "saved=bf16"
 
 
 def with_field(cfg, field: str, value):
@@ -652,6 +663,8 @@ def build_source(t: str, base: str, setting, cls, spec: str, src: Path) -> None:
     def make(cfg):  # seed 0 for each build tiny_config tries
         if setting and setting[0].startswith("@"):
             cfg, _ = hf_schema.sweep_config(cfg, cls, "p:" + setting[0][1:], lambda c: True)
+        elif setting and setting[0] == SAVED_BF16:
+            pass
         elif setting:
             cfg = with_field(cfg, *setting)
         if CAP[0] and parameter_bytes(cls, cfg) > CAP[0]:
@@ -660,7 +673,8 @@ def build_source(t: str, base: str, setting, cls, spec: str, src: Path) -> None:
             # CPU, 1 s so)
             raise OutOfMemory(f"its parameters alone are past the {CAP[0] >> 30} GiB cap")
         torch.manual_seed(0)
-        return cls._from_config(cfg, dtype=torch.float32)
+        saved = torch.bfloat16 if setting and setting[0] == SAVED_BF16 else torch.float32
+        return cls._from_config(cfg, dtype=saved)
 
     def sized(cfg):
         try:
@@ -708,7 +722,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
                 continue
             not_built[t] = f"{type(e).__name__}: {str(e)[:120]}"
             return
-        if setting and not setting[0].startswith("@"):  # the case builds what it is for: a key the field brings
+        if setting and not setting[0].startswith("@") and setting[0] != SAVED_BF16:  # the case builds what it is for: a key the field brings
             cond = t[len(base) + 1:-1]
             brought = [re.compile(re.escape(k[0]).replace("\\#", r"\d+") + "$") for k in schema["types"][base]["keys"]
                        if k[3] == cond]
