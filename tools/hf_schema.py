@@ -633,6 +633,24 @@ def cut_layers(cfg):
                     elif (k in LAST_LAYERS_FIELDS and isinstance(v, int) and not isinstance(v, bool)
                           and LAYER_CAP <= v < n):
                         setattr(c, k, max(1, v * LAYER_CAP // n))
+                cut_sections(c, n, LAYER_CAP)
+
+
+def cut_sections(c, n, m):
+    """The counts of consecutive sections of a stack of n layers, fields named *_layers that sum to n
+    (Dory's n_input_layers, n_recurrent_layers, n_output_layers: 8 + 20 + 8 of 36, which its
+    validator requires to sum to num_hidden_layers), cut in proportion to sum to m; each keeps at
+    least one layer where m allows."""
+    secs = {k: v for k, v in vars(c).items() if k.endswith("_layers") and k not in LAYER_FIELDS
+            and k not in LAST_LAYERS_FIELDS and isinstance(v, int) and not isinstance(v, bool) and 0 < v < n}
+    if len(secs) < 2 or sum(secs.values()) != n or m < len(secs):
+        return
+    cut = {k: max(1, v * m // n) for k, v in secs.items()}
+    big = max(sorted(cut), key=lambda k: secs[k])
+    cut[big] += m - sum(cut.values())
+    if cut[big] >= 1:
+        for k, v in cut.items():
+            setattr(c, k, v)
 
 
 def sub_configs(cfg, prefix="", depth=0):
@@ -1913,7 +1931,8 @@ def tiny_mrope(c):
     [24, 20, 20] for head_dim 128 becomes [4, 2, 2] for 16; ERNIE-4.5-VL's [22, 22, 20] sizes its
     inverse frequencies at build, unchecked by its validators)."""
     fields = vars(c)
-    rp, hd = fields.get("rope_parameters"), fields.get("head_dim")
+    # MLA's rotary part is qk_rope_head_dim wide (HY-V4-VL's text model: its sections sum to half it)
+    rp, hd = fields.get("rope_parameters"), fields.get("qk_rope_head_dim") or fields.get("head_dim")
     if not isinstance(hd, int) and isinstance(fields.get("hidden_size"), int) and \
             isinstance(fields.get("num_attention_heads"), int) and fields["num_attention_heads"]:
         hd = fields["hidden_size"] // fields["num_attention_heads"]

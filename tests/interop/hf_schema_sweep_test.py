@@ -168,6 +168,16 @@ def load_with_info(cls, path: Path, dt, t: str):
     output_loading_info (Qwen2.5-Omni's calls load_speakers on the (model, info) pair it gets back):
     its own from_pretrained first (it raises where the folder lacks spk_dict.pt), then its parent's
     for the missing and unexpected keys."""
+    own = getattr(getattr(cls, "config_class", None), "model_type", None)
+    if own and own != t:
+        # A class whose config class is another type's (transformers 5.24's exaone and sarvam_moe
+        # load as LlamaForCausalLM and Glm4MoeForCausalLM): read with the folder's own config class,
+        # as AutoModelForCausalLM reads it. The class's own config would say model_type llama over
+        # the tensors of exaone's load-time renames, reverted on save: a folder transformers itself
+        # then loads with every key missing.
+        from transformers import AutoConfig
+        config = AutoConfig.from_pretrained(path)
+        return cls.from_pretrained(path, config=config, dtype=dt, output_loading_info=True)
     if t not in SIDECARS:
         return cls.from_pretrained(path, dtype=dt, output_loading_info=True)
     own = cls.from_pretrained(path, dtype=dt)

@@ -220,7 +220,7 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
 
 TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cast-all casts it and says so") {
   Checkpoint ck =
-      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.gate.weight", {4, 2}, {{0, 0, 4, 2}}),
+      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.shared_experts.up_proj.weight", {4, 2}, {{0, 0, 4, 2}}),
                   tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
   PrecisionPolicy p = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}});
   Target t;
@@ -273,7 +273,8 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   };
   PrecisionPolicy p = hf(kimi);
   CHECK(p.reason(kBias).find("DeepseekV3ForCausalLM (model_type deepseek_v3) keeps") != std::string::npos);
-  CHECK(p.reason("model.layers.1.mlp.gate.weight").empty());
+  CHECK(p.reason("model.layers.1.mlp.gate.weight").find("transformers 5.24.0 DeepseekV3ForCausalLM") == 0);
+  CHECK(p.reason("model.layers.1.mlp.shared_experts.up_proj.weight").empty());
   json d = p.describe();
   CHECK(d["schema"]["model_type"] == "deepseek_v3");
   CHECK(d["schema"]["found_by"] == "architectures");
