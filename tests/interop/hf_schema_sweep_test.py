@@ -45,7 +45,9 @@ Each type's CPU time (the child and its dcpctl runs, from wait4) and where it we
 prints it per type: import of its modeling file, build and save, verify, transformers' reference
 round trips, the consolidates, the comparison, the loads of the exports) are summed at the end.
 
-The sample covers the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1, flint
+The sample covers transformers 5.24's Dory (its config.json counts two blocks a layer: the
+schema's saved_config) and Sarvam-MoE (Glm4MoeForCausalLM with its own config class: a fused
+query_key_value saved, expert_bias renamed on load), bfloat16 saves (TYPE[saved=bf16]), the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1, flint
 `self_attn.softmax_offset`), T5's `wo` kept in float16 loads, MoE router biases (deepseek_v3,
 ernie4_5_moe's `moe_statics`), zero experts (longcat_flash), fused experts (gpt_oss), a plain
 decoder (llama) and a gate-less shared expert (glm4_moe); a class's ignore-unexpected regex that
@@ -99,7 +101,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: nothing asks
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
-          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe", "mixtral"]
+          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe", "mixtral", "dory", "sarvam_moe"]
 # Cases (flag_cases): a type built with a config field set that brings keys, checked as a type is.
 # `flags` sweeps every case of the schema (253 with transformers 5.23: 247 pass, 6 transformers does not
 # build or reload with the field alone; ~140 s of CPU: ctest's hf-schema-sweep-flags-1 and -2, label
@@ -107,7 +109,10 @@ SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "fl
 FLAG_SAMPLE = ["qwen3[attention_bias=true]", "llama[mlp_bias=true]", "deepseek_v2[q_lora_rank=null]",
                # layer patterns (pattern_cases): DeepSeek-V2's dense first layer, Qwen3-MoE's MoE
                # every other layer
-               "deepseek_v2[@first_k_dense_replace]", "qwen3_moe[@decoder_sparse_step]"]
+               "deepseek_v2[@first_k_dense_replace]", "qwen3_moe[@decoder_sparse_step]",
+               # bfloat16 saves (SAVED_BF16): an MoE router transformers 5.24 keeps float32
+               # (gate.weight), a vision-language model's float32 buffers and router
+               "deepseek_v3[saved=bf16]", "glm4v_moe[saved=bf16]"]
 
 # The types the sweep of every type (`all`) fails on, each with why (swept with transformers
 # 5.23.0). Their failures are printed, not counted; one that passes fails the sweep until it is
