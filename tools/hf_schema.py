@@ -77,6 +77,10 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            checked to load, as from_pretrained renames it, onto the parameter its save name loads
            onto); absent where the release names are the save names. "load_renames_not_derived":
            why a type with renames has none (a release name no save key pairs with).
+  "load_conversions" [[source pattern, conversion class], ...]: the load-time conversions that read
+           keys neither save_pretrained writes nor load_renames maps (Dory's LayerPairCollapse of
+           `layers.{2i}.mixer`/`layers.{2i+1}.mixer`): a folder key in such a layout is refused
+           (exit 5), not called unexpected.
   "checked_in" the builds every dims formula was checked against (settled_form): "default", each
            size field doubled ("hidden_size*2"), the distinct-size configurations
            ("head_dim=160,num_key_value_heads=16"), the sweep's tiny ones ("tiny:d0", refuting
@@ -1682,12 +1686,48 @@ def schema_of(model_type):
         out["load_renames"] = renames
     elif why:
         out["load_renames_not_derived"] = why
+    unmapped = load_conversions(model, disk, renames)
+    if unmapped:
+        out["load_conversions"] = unmapped
     for attr, name in (("_keys_to_ignore_on_load_unexpected", "ignore_unexpected"),
                        ("_keys_to_ignore_on_load_missing", "ignore_missing")):
         v = sorted(getattr(model, attr, None) or [])
         if v:
             out[name] = v
     return model_type, out, None
+
+
+def load_conversions(model, disk, renames):
+    """The load-time conversions (conversion_mapping.py) that read keys neither save_pretrained writes
+    nor "load_renames" maps: [[source pattern, the conversion's class], ...], each pattern a regex of
+    the subset std::regex reads alike (no lookbehind, no named groups). A folder key the schema does
+    not define that matches one is in a layout transformers converts on load and dcpctl does not:
+    refused, exit 5 (Dory's release layout, each layer two blocks `layers.{2i}.mixer` and
+    `layers.{2i+1}.mixer`, which LayerPairCollapse folds on load and does not write back)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import PrefixChange
+    try:
+        convs = get_model_conversion_mapping(model, add_legacy=False)
+    except Exception:
+        return []
+    release = [r[0].replace("#", "0") for r in renames or []]  # a release key of each load_renames pattern
+    out = set()
+    for conv in convs:
+        if isinstance(conv, PrefixChange):
+            continue
+        for p in getattr(conv, "source_patterns", None) or []:
+            own = getattr(conv, "pattern", None)  # LayerPairCollapse matches its own, narrower pattern
+            p = own.pattern if isinstance(own, re.Pattern) else p
+            if not isinstance(p, str) or "(?<" in p or "(?P" in p:
+                continue
+            try:
+                rx = re.compile(p)
+            except re.error:
+                continue
+            if any(rx.search(k) for k in disk) or any(rx.search(k) for k in release):
+                continue
+            out.add((p, type(conv).__name__))
+    return sorted([p, c] for p, c in out)
 
 
 def load_renames(model, sd):

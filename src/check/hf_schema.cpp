@@ -604,6 +604,9 @@ ModelSchema parse_type(const std::string& type, const json& o) {
   if (o.contains("named"))
     for (const auto& n : o["named"])
       m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
+  if (o.contains("load_conversions"))
+    for (const auto& c : o["load_conversions"])
+      m.load_conversions.emplace_back(c.at(0).get<std::string>(), c.at(1).get<std::string>());
   if (o.contains("saved_config")) {
     const json& sc = o["saved_config"];
     m.saved_config.per_layer = sc.at("per_layer").get<int64_t>();
@@ -966,6 +969,22 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
                 who + " numbers " + pattern + counted + "; index " + index_list(past) + " here is past it");
     }
   }
+  // Keys in a layout transformers converts on load that the schema does not map (its
+  // load_conversions: Dory's two blocks a layer): valid input dcpctl does not read, refused (exit 5).
+  for (const auto& [p, keys] : unexpected)
+    for (const auto& [rx, conversion] : s->load_conversions) {
+      std::regex re;
+      try {
+        re = std::regex(rx);
+      } catch (const std::regex_error&) {
+        continue;  // a pattern std::regex reads otherwise than Python: not this key's refusal
+      }
+      if (std::regex_search(keys.front(), re))
+        throw UnsupportedError(Where(config_path, std::nullopt, keys.front()),
+                               "a " + who + " folder in a layout transformers converts on load (" + conversion +
+                                   " of '" + rx + "'), which dcpctl does not map: load it with transformers and "
+                                   "save_pretrained it, then use that folder");
+    }
   for (const auto& [p, keys] : unexpected) {
     const SchemaKey* near = nullptr;
     size_t best = 0;

@@ -98,6 +98,10 @@ struct ModelSchema {
   // `embed.weight` -> `model.embed_tokens.weight`). Empty for a type whose save names are the ones
   // its renames read.
   std::vector<std::pair<std::string, std::string>> load_renames;
+  // The load-time conversions that read keys neither save_pretrained writes nor load_renames maps
+  // (the generator's "load_conversions"): [source regex, conversion class]. A key the schema does not
+  // define that matches one is refused (UnsupportedError, exit 5), not called unexpected.
+  std::vector<std::pair<std::string, std::string>> load_conversions;
   // How the config.json save_pretrained writes counts layers where the model counts them otherwise
   // (the generator's "saved_config": Dory's two blocks a layer, `layer_types` with an "mlp" entry
   // after each layer's kind and its layer counts doubled): per_layer 0 where they agree.
