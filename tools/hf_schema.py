@@ -1699,9 +1699,10 @@ def schema_of(model_type):
 
 def load_conversions(model, disk, renames):
     """The load-time conversions (conversion_mapping.py) that read keys neither save_pretrained writes
-    nor "load_renames" maps: [[source pattern, the conversion's class], ...], each pattern a regex of
-    the subset std::regex reads alike (no lookbehind, no named groups). A folder key the schema does
-    not define that matches one is in a layout transformers converts on load and dcpctl does not:
+    nor "load_renames" maps: [[source pattern, the conversion's class], ...], each pattern as the
+    conversion declares it (dcpctl matches it as transformers does: `*.` any run then a dot, a name
+    boundary after a final letter or digit; none with lookbehind or named groups, which std::regex
+    does not read). A folder key the schema does not define under any condition that matches one is in a layout transformers converts on load and dcpctl does not:
     refused, exit 5 (Dory's release layout, each layer two blocks `layers.{2i}.mixer` and
     `layers.{2i+1}.mixer`, which LayerPairCollapse folds on load and does not write back)."""
     from transformers.conversion_mapping import get_model_conversion_mapping
