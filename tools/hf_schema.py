@@ -77,12 +77,19 @@ Per model type the table holds (llama.cpp's per-architecture tensor tables are t
            checked to load, as from_pretrained renames it, onto the parameter its save name loads
            onto); absent where the release names are the save names. "load_renames_not_derived":
            why a type with renames has none (a release name no save key pairs with).
+  "load_conversions" [[source pattern, conversion class], ...]: the load-time conversions that read
+           keys neither save_pretrained writes nor load_renames maps (Dory's LayerPairCollapse of
+           `layers.{2i}.mixer`/`layers.{2i+1}.mixer`): a folder key in such a layout is refused
+           (exit 5), not called unexpected.
   "checked_in" the builds every dims formula was checked against (settled_form): "default", each
            size field doubled ("hidden_size*2"), the distinct-size configurations
            ("head_dim=160,num_key_value_heads=16"), the sweep's tiny ones ("tiny:d0", refuting
            only), the layer patterns ("first_k_dense_replace=1", with their own doubled and
            distinct builds where they bring keys); "patterns" the layer-pattern fields varied;
            "unchecked" [pattern, dim, why]: the dimensions no formula explains in every build.
+  "saved_config" how the config.json save_pretrained writes counts layers where the model counts
+           them otherwise (saved_config(): Dory's two blocks a layer, `layer_types` with "mlp" entries
+           and its layer counts doubled): checked as the config class reads it back.
   "completed" the fields real_config filled in the class's defaults (they build no model otherwise:
            Ministral's head_dim, Nemotron's num_key_value_heads): the schema's config, as a release's.
 "failed": model type -> why it could not be built, its defaults and their completion;
@@ -94,7 +101,7 @@ convert_and_load_state_dict_in_model): float32 where the class's dtype plan (_ge
 _keep_in_fp32_modules_strict, _keep_in_fp32_modules for float16) matches the in-memory name, else
 the dtype the parameter was created in when it is not the target (a float32 buffer), else the target.
 
-Regenerate (one command; the project's virtualenv pins transformers==5.23.0, torch==2.15.0):
+Regenerate (one command; the project's virtualenv pins transformers==5.24.0, torch==2.15.0):
 
     .venv/bin/python tools/hf_schema.py > src/check/hf_schema.json
 
@@ -630,6 +637,24 @@ def cut_layers(cfg):
                     elif (k in LAST_LAYERS_FIELDS and isinstance(v, int) and not isinstance(v, bool)
                           and LAYER_CAP <= v < n):
                         setattr(c, k, max(1, v * LAYER_CAP // n))
+                cut_sections(c, n, LAYER_CAP)
+
+
+def cut_sections(c, n, m):
+    """The counts of consecutive sections of a stack of n layers, fields named *_layers that sum to n
+    (Dory's n_input_layers, n_recurrent_layers, n_output_layers: 8 + 20 + 8 of 36, which its
+    validator requires to sum to num_hidden_layers), cut in proportion to sum to m; each keeps at
+    least one layer where m allows."""
+    secs = {k: v for k, v in vars(c).items() if k.endswith("_layers") and k not in LAYER_FIELDS
+            and k not in LAST_LAYERS_FIELDS and isinstance(v, int) and not isinstance(v, bool) and 0 < v < n}
+    if len(secs) < 2 or sum(secs.values()) != n or m < len(secs):
+        return
+    cut = {k: max(1, v * m // n) for k, v in secs.items()}
+    big = max(sorted(cut), key=lambda k: secs[k])
+    cut[big] += m - sum(cut.values())
+    if cut[big] >= 1:
+        for k, v in cut.items():
+            setattr(c, k, v)
 
 
 def sub_configs(cfg, prefix="", depth=0):
@@ -679,6 +704,29 @@ def rebuilt_or_raise(cfg, tiny=False):
         tiny_layer_keyed(d)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return type(cfg).from_dict(d)
+
+
+def saved_config(cfg):
+    """How the config.json save_pretrained writes counts layers where it is not as the model does
+    (Dory's to_dict writes each layer as two blocks, an attention and an mlp, `layer_types` with an
+    "mlp" entry after each layer's kind and the layer counts doubled; its __post_init__ halves them
+    back when `layer_types` holds "mlp"): {"per_layer": blocks a layer, "list": the per-block list
+    field, "kind": the entry kind only the saved list holds, "fields": the count fields multiplied},
+    found by comparing the config's dict with the config; None where they agree."""
+    d = cfg.to_dict()
+    fields = sorted(f for f, v in vars(cfg).items()
+                    if isinstance(v, int) and not isinstance(v, bool) and v > 0 and isinstance(d.get(f), int)
+                    and d[f] != v and d[f] % v == 0)
+    ratios = {d[f] // getattr(cfg, f) for f in fields}
+    if not fields or len(ratios) != 1 or not any(f in LAYER_FIELDS for f in fields):
+        return None
+    k = ratios.pop()
+    for f, v in vars(cfg).items():
+        if isinstance(v, list) and isinstance(d.get(f), list) and len(d[f]) == k * len(v) and v:
+            kinds = sorted(set(d[f]) - set(v))
+            if len(kinds) == 1 and d[f][::k] == v:
+                return {"per_layer": k, "list": f, "kind": kinds[0], "fields": fields}
+    return None
 
 
 def cut_layer_keyed(d):
@@ -1577,6 +1625,9 @@ def schema_of(model_type):
         out["class_type"] = own
     if filled:
         out["completed"] = filled  # what real_config filled in the class's defaults (they build no model)
+    saved = saved_config(cfg)
+    if saved:
+        out["saved_config"] = saved
     if part and part != cls_name:
         # The class passed over for this type's own (Llama4ForCausalLM, built from the text_config):
         # its folders are its own config class's type, built too when the schema has no entry for it.
@@ -1635,12 +1686,49 @@ def schema_of(model_type):
         out["load_renames"] = renames
     elif why:
         out["load_renames_not_derived"] = why
+    unmapped = load_conversions(model, disk, renames)
+    if unmapped:
+        out["load_conversions"] = unmapped
     for attr, name in (("_keys_to_ignore_on_load_unexpected", "ignore_unexpected"),
                        ("_keys_to_ignore_on_load_missing", "ignore_missing")):
         v = sorted(getattr(model, attr, None) or [])
         if v:
             out[name] = v
     return model_type, out, None
+
+
+def load_conversions(model, disk, renames):
+    """The load-time conversions (conversion_mapping.py) that read keys neither save_pretrained writes
+    nor "load_renames" maps: [[source pattern, the conversion's class], ...], each pattern as the
+    conversion declares it (dcpctl matches it as transformers does: `*.` any run then a dot, a name
+    boundary after a final letter or digit; none with lookbehind or named groups, which std::regex
+    does not read). A folder key the schema does not define under any condition that matches one is in a layout transformers converts on load and dcpctl does not:
+    refused, exit 5 (Dory's release layout, each layer two blocks `layers.{2i}.mixer` and
+    `layers.{2i+1}.mixer`, which LayerPairCollapse folds on load and does not write back)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import PrefixChange
+    try:
+        convs = get_model_conversion_mapping(model, add_legacy=False)
+    except Exception:
+        return []
+    release = [r[0].replace("#", "0") for r in renames or []]  # a release key of each load_renames pattern
+    out = set()
+    for conv in convs:
+        if isinstance(conv, PrefixChange):
+            continue
+        for p in getattr(conv, "source_patterns", None) or []:
+            own = getattr(conv, "pattern", None)  # LayerPairCollapse matches its own, narrower pattern
+            p = own.pattern if isinstance(own, re.Pattern) else p
+            if not isinstance(p, str) or "(?<" in p or "(?P" in p:
+                continue
+            try:
+                rx = re.compile(p)
+            except re.error:
+                continue
+            if any(rx.search(k) for k in disk) or any(rx.search(k) for k in release):
+                continue
+            out.add((p, type(conv).__name__))
+    return sorted([p, c] for p, c in out)
 
 
 def load_renames(model, sd):
@@ -1884,7 +1972,8 @@ def tiny_mrope(c):
     [24, 20, 20] for head_dim 128 becomes [4, 2, 2] for 16; ERNIE-4.5-VL's [22, 22, 20] sizes its
     inverse frequencies at build, unchecked by its validators)."""
     fields = vars(c)
-    rp, hd = fields.get("rope_parameters"), fields.get("head_dim")
+    # MLA's rotary part is qk_rope_head_dim wide (HY-V4-VL's text model: its sections sum to half it)
+    rp, hd = fields.get("rope_parameters"), fields.get("qk_rope_head_dim") or fields.get("head_dim")
     if not isinstance(hd, int) and isinstance(fields.get("hidden_size"), int) and \
             isinstance(fields.get("num_attention_heads"), int) and fields["num_attention_heads"]:
         hd = fields["hidden_size"] // fields["num_attention_heads"]

@@ -200,6 +200,8 @@ HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, co
   json schema;
   if (has_config && ck) {
     json c = read_json(config);
+    // Checked as its config class reads it (Dory's saved config counts two blocks a layer).
+    if (!c.is_discarded()) c = config_as_loaded(c);
     // A release layout transformers renames on load (check/hf_schema.h: load_renames) is checked
     // under the save_pretrained names its keys load as; the findings name the folder's keys.
     KeyLayout layout;

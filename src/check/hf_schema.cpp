@@ -1,6 +1,7 @@
 #include "check/hf_schema.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <regex>
 #include <mutex>
@@ -603,6 +604,16 @@ ModelSchema parse_type(const std::string& type, const json& o) {
   if (o.contains("named"))
     for (const auto& n : o["named"])
       m.named.emplace_back(n.at(0).get<std::string>(), n.at(1).is_string() ? n.at(1).get<std::string>() : std::string());
+  if (o.contains("load_conversions"))
+    for (const auto& c : o["load_conversions"])
+      m.load_conversions.emplace_back(c.at(0).get<std::string>(), c.at(1).get<std::string>());
+  if (o.contains("saved_config")) {
+    const json& sc = o["saved_config"];
+    m.saved_config.per_layer = sc.at("per_layer").get<int64_t>();
+    m.saved_config.list = sc.at("list").get<std::string>();
+    m.saved_config.kind = sc.at("kind").get<std::string>();
+    m.saved_config.fields = strings(sc, "fields");
+  }
   return m;
 }
 
@@ -647,6 +658,32 @@ const HfSchema& hf_schema() {
   return schema;
 }
 
+// The numeric components of a version ("5.24.0.dev0": 5, 24, 0), up to the first that is not one.
+static std::vector<int64_t> version_numbers(const std::string& v) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at < v.size() && std::isdigit(static_cast<unsigned char>(v[at])) && out.size() < 8) {
+    int64_t n = 0;
+    for (; at < v.size() && std::isdigit(static_cast<unsigned char>(v[at])) && n < (int64_t{1} << 40); ++at)
+      n = n * 10 + (v[at] - '0');
+    out.push_back(n);
+    if (at >= v.size() || v[at] != '.') break;
+    ++at;
+  }
+  return out;
+}
+
+// The transformers that wrote config.json (its `transformers_version`), where it is newer than the
+// schema's: the version that has a model_type the schema lacks, and the one to regenerate with.
+// (An older one says nothing: a remote-code type, Kimi-K2's, is no type of any version.)
+static std::string saved_by(const json& config, const std::string& schema_version) {
+  if (!config.contains("transformers_version") || !config["transformers_version"].is_string()) return "";
+  const std::string v = config["transformers_version"].get<std::string>();
+  if (!(version_numbers(schema_version) < version_numbers(v))) return "";
+  return "; config.json was saved by transformers " + v + ", newer than the schema's " + schema_version +
+         ": regenerate the schema with it (tools/hf_schema.py, docs/architecture.md)";
+}
+
 SchemaMatch match_schema(const json& config) {
   SchemaMatch m;
   const HfSchema& schema = hf_schema();
@@ -679,12 +716,32 @@ SchemaMatch match_schema(const json& config) {
   m.why = (type.empty() ? "config.json names no model_type" : schema.why_not(type)) +
           (arch.empty() ? std::string(", and no architectures")
                         : ", and its architectures' " + arch + " is no class of the model schema (transformers " +
-                              schema.transformers + ")");
+                              schema.transformers + ")") +
+          saved_by(config, schema.transformers);
   return m;
 }
 
 const ModelSchema* schema_for_config(const json& config) {
   return match_schema(config).schema;
+}
+
+json config_as_loaded(const json& config) {
+  const ModelSchema* s = schema_for_config(config);
+  if (!s || s->saved_config.per_layer < 2) return config;
+  const ModelSchema::SavedConfig& sc = s->saved_config;
+  // The fields where they are: the top level, or a nested text_config (as config fields are read).
+  json out = config;
+  for (json* c : {&out, out.contains("text_config") && out["text_config"].is_object() ? &out["text_config"] : nullptr}) {
+    if (!c || !c->contains(sc.list) || !(*c)[sc.list].is_array()) continue;
+    const json& list = (*c)[sc.list];
+    if (std::none_of(list.begin(), list.end(), [&](const json& e) { return e.is_string() && e == sc.kind; })) continue;
+    json kept = json::array();
+    for (size_t i = 0; i < list.size(); i += static_cast<size_t>(sc.per_layer)) kept.push_back(list[i]);
+    (*c)[sc.list] = std::move(kept);
+    for (const auto& f : sc.fields)
+      if (c->contains(f) && (*c)[f].is_number_integer()) (*c)[f] = (*c)[f].get<int64_t>() / sc.per_layer;
+  }
+  return out;
 }
 
 bool schema_defines(const ModelSchema& s, const json& config, const std::string& key) {
@@ -737,6 +794,15 @@ bool schema_keeps_dtype(const json& config, const std::string& key, const std::s
   if (!s) return false;
   const std::optional<char> keep = schema_keep(*s, key, config_dtype == "float16");
   return keep && *keep == 'f' && tensor_dtype == "float32";
+}
+
+// A load-time conversion's source pattern as transformers matches it (core_model_loading.py,
+// WeightTransform: `*.` is any run then a dot, and a pattern ending in a letter or digit ends on a
+// name boundary).
+static std::string conversion_regex(std::string p) {
+  for (size_t at = 0; (at = p.find("*.", at)) != std::string::npos; at += 4) p.replace(at, 2, ".*\\.");
+  if (!p.empty() && std::isalnum(static_cast<unsigned char>(p.back()))) p += "(?!\\w)";
+  return p;
 }
 
 SchemaCheckResult check_hf_schema(const json& config, const std::string& config_path, const std::vector<HfTensor>& tensors) {
@@ -912,6 +978,24 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
                 who + " numbers " + pattern + counted + "; index " + index_list(past) + " here is past it");
     }
   }
+  // Keys in a layout transformers converts on load that the schema does not map (its
+  // load_conversions: Dory's two blocks a layer): valid input dcpctl does not read, refused (exit 5).
+  // Only a key the schema has under no condition (one it has under a flag is that flag's finding).
+  for (const auto& [p, keys] : unexpected)
+    for (const auto& [rx, conversion] : s->load_conversions) {
+      if (s->find(p)) break;
+      std::regex re;
+      try {
+        re = std::regex(conversion_regex(rx));
+      } catch (const std::regex_error&) {
+        continue;  // a pattern std::regex reads otherwise than Python: not this key's refusal
+      }
+      if (std::regex_search(keys.front(), re))
+        throw UnsupportedError(Where(config_path, std::nullopt, keys.front()),
+                               "a " + who + " folder in a layout transformers converts on load (" + conversion +
+                                   " of '" + rx + "'), which dcpctl does not map: load it with transformers and "
+                                   "save_pretrained it, then use that folder");
+    }
   for (const auto& [p, keys] : unexpected) {
     const SchemaKey* near = nullptr;
     size_t best = 0;

@@ -98,6 +98,18 @@ struct ModelSchema {
   // `embed.weight` -> `model.embed_tokens.weight`). Empty for a type whose save names are the ones
   // its renames read.
   std::vector<std::pair<std::string, std::string>> load_renames;
+  // The load-time conversions that read keys neither save_pretrained writes nor load_renames maps
+  // (the generator's "load_conversions"): [source regex, conversion class]. A key the schema does not
+  // define that matches one is refused (UnsupportedError, exit 5), not called unexpected.
+  std::vector<std::pair<std::string, std::string>> load_conversions;
+  // How the config.json save_pretrained writes counts layers where the model counts them otherwise
+  // (the generator's "saved_config": Dory's two blocks a layer, `layer_types` with an "mlp" entry
+  // after each layer's kind and its layer counts doubled): per_layer 0 where they agree.
+  struct SavedConfig {
+    int64_t per_layer = 0;
+    std::string list, kind;
+    std::vector<std::string> fields;
+  } saved_config;
   const SchemaKey* find(const std::string& pattern) const;
   // `pattern` (schema_pattern's) with each index numbered in a name that `named` holds written `#`.
   std::string named_pattern(const std::string& pattern) const;
@@ -159,6 +171,11 @@ SchemaMatch match_schema(const nlohmann::json& config);
 // `key` with every integer path component replaced by `#` (as the schema writes its patterns; an
 // index numbered in a name is the schema's to know: ModelSchema::lookup, pattern_of).
 std::string schema_pattern(const std::string& key);
+
+// config.json as its config class reads it back, where the model schema says the saved file
+// counts layers otherwise (ModelSchema::saved_config: Dory's `layer_types` of attention and mlp
+// blocks, its counts doubled, are halved as DoryConfig.__post_init__ halves them); else `config`.
+nlohmann::json config_as_loaded(const nlohmann::json& config);
 
 // match_schema(config).schema: the schema of config.json's own model, or null.
 const ModelSchema* schema_for_config(const nlohmann::json& config);

@@ -45,7 +45,9 @@ Each type's CPU time (the child and its dcpctl runs, from wait4) and where it we
 prints it per type: import of its modeling file, build and save, verify, transformers' reference
 round trips, the consolidates, the comparison, the loads of the exports) are summed at the end.
 
-The sample covers the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1, flint
+The sample covers transformers 5.24's Dory (its config.json counts two blocks a layer: the
+schema's saved_config) and Sarvam-MoE (Glm4MoeForCausalLM with its own config class: a fused
+query_key_value saved, expert_bias renamed on load), bfloat16 saves (TYPE[saved=bf16]), the load-time renames (hy_v3 `mlp.expert_bias`, kolibri1, flint
 `self_attn.softmax_offset`), T5's `wo` kept in float16 loads, MoE router biases (deepseek_v3,
 ernie4_5_moe's `moe_statics`), zero experts (longcat_flash), fused experts (gpt_oss), a plain
 decoder (llama) and a gate-less shared expert (glm4_moe); a class's ignore-unexpected regex that
@@ -99,7 +101,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only: nothing asks
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "flint", "longcat_flash", "gpt_oss",
-          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe", "mixtral"]
+          "glm4_moe", "gpt2", "m2m_100", "nllb-moe", "lfm2_moe", "mixtral", "dory", "sarvam_moe"]
 # Cases (flag_cases): a type built with a config field set that brings keys, checked as a type is.
 # `flags` sweeps every case of the schema (253 with transformers 5.23: 247 pass, 6 transformers does not
 # build or reload with the field alone; ~140 s of CPU: ctest's hf-schema-sweep-flags-1 and -2, label
@@ -107,7 +109,10 @@ SAMPLE = ["llama", "t5", "deepseek_v3", "ernie4_5_moe", "hy_v3", "kolibri1", "fl
 FLAG_SAMPLE = ["qwen3[attention_bias=true]", "llama[mlp_bias=true]", "deepseek_v2[q_lora_rank=null]",
                # layer patterns (pattern_cases): DeepSeek-V2's dense first layer, Qwen3-MoE's MoE
                # every other layer
-               "deepseek_v2[@first_k_dense_replace]", "qwen3_moe[@decoder_sparse_step]"]
+               "deepseek_v2[@first_k_dense_replace]", "qwen3_moe[@decoder_sparse_step]",
+               # bfloat16 saves (SAVED_BF16): an MoE router transformers 5.24 keeps float32
+               # (gate.weight), a vision-language model's float32 buffers and router
+               "deepseek_v3[saved=bf16]", "glm4v_moe[saved=bf16]"]
 
 # The types the sweep of every type (`all`) fails on, each with why (swept with transformers
 # 5.23.0). Their failures are printed, not counted; one that passes fails the sweep until it is
@@ -168,6 +173,16 @@ def load_with_info(cls, path: Path, dt, t: str):
     output_loading_info (Qwen2.5-Omni's calls load_speakers on the (model, info) pair it gets back):
     its own from_pretrained first (it raises where the folder lacks spk_dict.pt), then its parent's
     for the missing and unexpected keys."""
+    own = getattr(getattr(cls, "config_class", None), "model_type", None)
+    if own and own != t:
+        # A class whose config class is another type's (transformers 5.24's exaone and sarvam_moe
+        # load as LlamaForCausalLM and Glm4MoeForCausalLM): read with the folder's own config class,
+        # as AutoModelForCausalLM reads it. The class's own config would say model_type llama over
+        # the tensors of exaone's load-time renames, reverted on save: a folder transformers itself
+        # then loads with every key missing.
+        from transformers import AutoConfig
+        config = AutoConfig.from_pretrained(path)
+        return cls.from_pretrained(path, config=config, dtype=dt, output_loading_info=True)
     if t not in SIDECARS:
         return cls.from_pretrained(path, dtype=dt, output_loading_info=True)
     own = cls.from_pretrained(path, dtype=dt)
@@ -273,14 +288,25 @@ def pattern_cases(schema: dict) -> list:
 
 def case_of(t: str) -> tuple:
     """(type, None) of a type; (type, (field path, value)) of a case TYPE[FIELD=VALUE]; (type,
-    ("@FIELD", None)) of a layer-pattern case TYPE[@FIELD]."""
+    ("@FIELD", None)) of a layer-pattern case TYPE[@FIELD]; (type, (SAVED_BF16, None)) of TYPE[saved=bf16]."""
     if not t.endswith("]"):
         return t, None
     base, cond = t[:-1].split("[", 1)
     if cond.startswith("@"):
         return base, (cond, None)
+    if cond == SAVED_BF16:
+        return base, (cond, None)
     field, val = cond.rsplit("=", 1)
     return base, (field, {"true": True, "false": False, "null": None}[val])
+
+
+# A case TYPE[saved=bf16]: the tiny model built in bfloat16 (`_from_config(config, dtype=bfloat16)`,
+# as a bf16 training run or `model.to(bfloat16)` holds it) and saved so: config.json says bfloat16, and
+# what the class creates in float32 whatever the default dtype (a vision tower's float32 buffers,
+# parameters made with an explicit dtype) stays float32 in the folder. The sweep's other sources are
+# float32 saves; their bf16 references are from_pretrained(dtype=bfloat16) + save_pretrained, whose
+# float32 tensors are the dtype plan's. Checked as a type is, in bf16 on the first configuration.
+SAVED_BF16 = "saved=bf16"
 
 
 def with_field(cfg, field: str, value):
@@ -652,6 +678,8 @@ def build_source(t: str, base: str, setting, cls, spec: str, src: Path) -> None:
     def make(cfg):  # seed 0 for each build tiny_config tries
         if setting and setting[0].startswith("@"):
             cfg, _ = hf_schema.sweep_config(cfg, cls, "p:" + setting[0][1:], lambda c: True)
+        elif setting and setting[0] == SAVED_BF16:
+            pass
         elif setting:
             cfg = with_field(cfg, *setting)
         if CAP[0] and parameter_bytes(cls, cfg) > CAP[0]:
@@ -660,7 +688,8 @@ def build_source(t: str, base: str, setting, cls, spec: str, src: Path) -> None:
             # CPU, 1 s so)
             raise OutOfMemory(f"its parameters alone are past the {CAP[0] >> 30} GiB cap")
         torch.manual_seed(0)
-        return cls._from_config(cfg, dtype=torch.float32)
+        saved = torch.bfloat16 if setting and setting[0] == SAVED_BF16 else torch.float32
+        return cls._from_config(cfg, dtype=saved)
 
     def sized(cfg):
         try:
@@ -708,7 +737,7 @@ def sweep_type(t: str, schema: dict, work: str, dcpctl: str, not_built: dict, ph
                 continue
             not_built[t] = f"{type(e).__name__}: {str(e)[:120]}"
             return
-        if setting and not setting[0].startswith("@"):  # the case builds what it is for: a key the field brings
+        if setting and not setting[0].startswith("@") and setting[0] != SAVED_BF16:  # the case builds what it is for: a key the field brings
             cond = t[len(base) + 1:-1]
             brought = [re.compile(re.escape(k[0]).replace("\\#", r"\d+") + "$") for k in schema["types"][base]["keys"]
                        if k[3] == cond]

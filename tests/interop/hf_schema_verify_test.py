@@ -16,7 +16,11 @@ from_pretrained reports (its loading info names each damaged key: checked here t
 and one way it does not (its loader reports a size mismatch): a norm of the wrong length,
 schema-shape-mismatch naming the config field. The undamaged folder verifies clean with the schema
 checked (`hf.schema.checked`); a config whose model_type the schema does not hold gives the note
-schema-not-checked and exit 0; longcat_flash as transformers saves it (zero experts numbered past
+schema-not-checked and exit 0 (saved by a newer transformers: the note names that version, and a
+`--dtype bf16` export is refused, exit 5, naming the type and the version); Dory as transformers
+5.24 saves it (its config.json counts two blocks a layer) verifies clean, and its release layout
+(LayerPairCollapse's two blocks a layer, which transformers loads to the same tensors) is refused,
+exit 5, by verify and consolidate, nothing left; longcat_flash as transformers saves it (zero experts numbered past
 n_routed_experts) verifies clean. `consolidate` of a damaged folder to an HF folder exits 3 with the
 schema's code and leaves nothing; `--map` with a map that renames a tensor to a name the model does
 not define exits 5 and leaves nothing; a trainer's checkpoint (the bundled sample) exported under a
@@ -205,6 +209,19 @@ def main() -> int:
         doc = verify_json(dcpctl, odd, EXIT_OK, "verify of a model type the schema does not hold")
         check(("schema-not-checked", "") in [(n["code"], n["key"] or "") for n in doc.get("notes", [])],
               f"the note schema-not-checked: {doc.get('notes')}")
+        # Saved by a transformers newer than the schema's: the note and a --dtype export's refusal
+        # (exit 5, nothing written) name the type and that version, which defines it.
+        c["transformers_version"] = "99.0.0"
+        (odd / "config.json").write_text(json.dumps(c))
+        doc = verify_json(dcpctl, odd, EXIT_OK, "verify of a model type a newer transformers saved")
+        why = (doc.get("hf", {}).get("schema") or {}).get("why") or ""
+        check("not_a_model_type" in why and "saved by transformers 99.0.0" in why,
+              f"hf.schema.why names the type and the version that saved it: {why}")
+        out = tmp / "odd_out"
+        r = run(dcpctl, "consolidate", str(odd), "-o", str(out) + "/", "--dtype", "bf16")
+        expect_rc(r, EXIT_UNSUPPORTED, "consolidate --dtype bf16 of a model type a newer transformers saved",
+                  "model_type not_a_model_type", "saved by transformers 99.0.0")
+        check(not out.exists(), f"nothing left at {out}")
 
         # A map that renames a tensor to a name the model does not define (the Megatron GLM-4.5 case:
         # glm4_moe's shared_experts written under Qwen2-MoE's shared_expert): exit 5, nothing left.
@@ -417,6 +434,41 @@ def main() -> int:
         doc = verify_json(dcpctl, sw, EXIT_INVALID, "switch: verify with one layer's expert 15 dropped")
         check(("schema-key-missing", "encoder.block.1.layer.1.mlp.experts.expert_15.wi.weight") in codes(doc),
               f"switch: expert 15 of block 1 missing: {codes(doc)}")
+
+        # transformers 5.24's Dory: its save_pretrained folder (a config.json counting two blocks a
+        # layer, the schema's saved_config) verifies clean; the release layout its LayerPairCollapse
+        # folds on load (layer i as blocks layers.{2i}.mixer / layers.{2i+1}.mixer, attn_alpha and
+        # mlp_alpha for lambda_1/2, g_proj for gate_proj), which transformers loads to the same
+        # tensors and dcpctl does not map, is refused (exit 5 naming the conversion), not exit 3.
+        dy = tmp / "dory"
+        dcls = save_tiny("dory", dy)
+        verify_json(dcpctl, dy, EXIT_OK, "dory as transformers saves it: verify")
+        rel = tmp / "dory-release"
+        shutil.copytree(dy, rel)
+
+        def two_blocks(sd):
+            for k in list(sd):
+                m = re.match(r"backbone\.layers\.(\d+)\.(self_attn|mlp|lambda_1|lambda_2)(.*)", k)
+                if m:
+                    i, part, rest = int(m[1]), m[2], m[3]
+                    block, name = {"self_attn": (2 * i, "mixer"), "mlp": (2 * i + 1, "mixer"),
+                                   "lambda_1": (2 * i, "attn_alpha"), "lambda_2": (2 * i + 1, "mlp_alpha")}[part]
+                    rest = rest.replace(".gate_proj.", ".g_proj.") if part == "self_attn" else rest
+                    sd[f"backbone.layers.{block}.{name}{rest}"] = sd.pop(k)
+        rewrite(rel, two_blocks)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            a, info = dcls.from_pretrained(rel, output_loading_info=True)
+            b = dcls.from_pretrained(dy)
+        check(not info["missing_keys"] and not info["unexpected_keys"] and
+              all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values())),
+              f"dory: transformers loads the two-block release layout to the same tensors: {info}")
+        r = run(dcpctl, "verify", str(rel))
+        expect_rc(r, EXIT_UNSUPPORTED, "dory: verify of the two-block release layout", "LayerPairCollapse",
+                  "model_type dory")
+        out = tmp / "dory-out"
+        r = run(dcpctl, "consolidate", str(rel), "-o", str(out) + "/", "--dtype", "bf16")
+        expect_rc(r, EXIT_UNSUPPORTED, "dory: consolidate of the two-block release layout", "LayerPairCollapse")
+        check(not out.exists() and not list(tmp.glob(".dory-out*")), f"dory: nothing left at {out}")
     return summary("hf-schema-verify")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The precision policy of --dtype (plan/precision.h), checked by transformers 5.23 itself.
+"""The precision policy of --dtype (plan/precision.h), checked by transformers 5.24 itself.
 
     precision_test.py DCPCTL FIXTURES
 
@@ -141,8 +141,13 @@ def main() -> int:
         model.save_pretrained(peer)
         want = folder_tensors(peer)
         kept_by_transformers = transformers_kept(model, src.keys())
-        check(kept_by_transformers == set(biases), f"transformers keeps {sorted(kept_by_transformers)} (want the router biases {biases})")
-        check(all(want[k].dtype == torch.float32 for k in biases), "transformers' bf16 save keeps the bias float32")
+        # transformers 5.24 keeps the router's bias and, new in 5.24, its weight (mlp.gate.weight:
+        # _keep_in_fp32_modules_strict gained gate.weight; 5.23 cast it).
+        gates = sorted(k for k in src if k.endswith(".mlp.gate.weight"))
+        kept_all = sorted(set(biases) | set(gates))
+        check(gates and kept_by_transformers == set(kept_all),
+              f"transformers keeps {sorted(kept_by_transformers)} (want the router biases and weights {kept_all})")
+        check(all(want[k].dtype == torch.float32 for k in kept_all), "transformers' bf16 save keeps the router float32")
         del model
 
         # ---- consolidate --dtype bf16 to an HF folder ----
@@ -158,13 +163,13 @@ def main() -> int:
             cast = jdoc(r, "consolidate --json").get("cast", {})
             kept = {k["key"]: k for k in cast.get("kept", [])}
             check(set(kept) == kept_by_transformers, f"--json kept {sorted(kept)}; transformers keeps {sorted(kept_by_transformers)}")
-            check(all(k["dtype"] == "float32" and "DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
-                      "model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in bfloat16 (model schema)"
-                      in k["reason"] for k in kept.values()), f"--json kept: dtype and reason: {list(kept.values())[:2]}")
-            check(cast.get("tensors") == len(src) - len(biases) and cast.get("cast_anyway") == [],
-                  f"--json cast: {cast.get('tensors')} cast (want {len(src) - len(biases)}), cast_anyway {cast.get('cast_anyway')}")
+            check(all(k["dtype"] == "float32" and "transformers 5.24.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
+                      + re.sub(r"\.\d+\.", ".#.", key) + " in float32 when it loads in bfloat16 (model schema)"
+                      in k["reason"] for key, k in kept.items()), f"--json kept: dtype and reason: {list(kept.values())[:2]}")
+            check(cast.get("tensors") == len(src) - len(kept_all) and cast.get("cast_anyway") == [],
+                  f"--json cast: {cast.get('tensors')} cast (want {len(src) - len(kept_all)}), cast_anyway {cast.get('cast_anyway')}")
             pol = cast.get("policy") or {}
-            check(pol.get("model_types") == ["deepseek_v3"] and pol.get("transformers") == "5.23.0"
+            check(pol.get("model_types") == ["deepseek_v3"] and pol.get("transformers") == "5.24.0"
                   and (pol.get("schema") or {}).get("class") == "DeepseekV3ForCausalLM"
                   and str(pol.get("config", "")).endswith("config.json"), f"--json policy: {pol}")
             cfg = json.loads((out / "config.json").read_text())
@@ -183,7 +188,7 @@ def main() -> int:
         # The human summary names the kept key and why.
         r = run(dcpctl, "consolidate", hf, "-o", f"{tmp / 'bf16-text'}/", "--dtype", "bf16")
         if expect_rc(r, 0, "consolidate --dtype bf16 (summary)"):
-            check("kept 1 tensor(s) in their saved dtype" in r.stderr and f"{biases[0]}  float32" in r.stderr
+            check(f"kept {len(kept_all)} tensor(s) in their saved dtype" in r.stderr and f"{biases[0]}  float32" in r.stderr
                   and "keeps model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in bfloat16 (model schema)"
                   in r.stderr, f"stderr: {r.stderr!r}")
 
@@ -193,7 +198,7 @@ def main() -> int:
             got = folder_tensors(tmp / "all")
             check(all(same_tensor(got[k], src[k].to(torch.bfloat16)) is None for k in biases), "--cast-all: the bias is cast to bfloat16")
             cast = jdoc(r, "--cast-all --json").get("cast", {})
-            check(sorted(k["key"] for k in cast.get("cast_anyway", [])) == biases and cast.get("kept") == [],
+            check(sorted(k["key"] for k in cast.get("cast_anyway", [])) == kept_all and cast.get("kept") == [],
                   f"--cast-all --json: cast_anyway {cast.get('cast_anyway')}, kept {cast.get('kept')}")
         r = run(dcpctl, "consolidate", hf, "-o", tmp / "all.safetensors", "--dtype", "bf16", "--cast-all")
         if expect_rc(r, 0, "--cast-all (summary)"):
@@ -341,15 +346,15 @@ def main() -> int:
             check(sorted(got) == sorted(want) and not bad,
                   f"kimi_k2 --dtype bf16 differs from transformers' DeepseekV3 bf16 round trip: {dict(list(bad.items())[:3])}")
             cast = jdoc(r, "kimi_k2 --json").get("cast", {})
-            check(sorted(k["key"] for k in cast.get("kept", [])) == biases, f"kimi_k2 kept: {cast.get('kept')}")
+            check(sorted(k["key"] for k in cast.get("kept", [])) == kept_all, f"kimi_k2 kept: {cast.get('kept')}")
             pol = cast.get("policy") or {}
             check(pol.get("schema") == {"model_type": "deepseek_v3", "class": "DeepseekV3ForCausalLM",
-                                        "transformers": "5.23.0", "found_by": "architectures"}
+                                        "transformers": "5.24.0", "found_by": "architectures"}
                   and pol.get("schema_why") is None and pol.get("model_types") == ["kimi_k2"], f"kimi_k2 policy: {pol}")
         r = run(dcpctl, "consolidate", kimi, "-o", f"{tmp / 'kimi-text'}/", "--dtype", "bf16")
         if expect_rc(r, 0, "consolidate the kimi_k2 folder (summary)"):
             check("precision policy: the model schema of DeepseekV3ForCausalLM (model_type deepseek_v3, transformers "
-                  "5.23.0), found by config.json's architectures (its model_type kimi_k2 is not in the schema)" in r.stderr,
+                  "5.24.0), found by config.json's architectures (its model_type kimi_k2 is not in the schema)" in r.stderr,
                   f"kimi_k2 summary: {r.stderr!r}")
         r = run(dcpctl, "verify", kimi, "--json")
         if expect_rc(r, 0, "verify the kimi_k2 folder"):

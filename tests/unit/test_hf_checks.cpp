@@ -245,6 +245,28 @@ TEST_CASE("hf config: quantized weights against their scales and global scales",
   CHECK(run(ct, c) == std::vector<std::string>{"quant-scale-shape", "quant-scale-missing"});
 }
 
+TEST_CASE("hf schema: a config.json that counts layers otherwise is read as its class reads it", "[hf]") {
+  // transformers 5.24's Dory saves each layer as an attention block and an mlp block: layer_types
+  // with an "mlp" entry after each kind, the layer counts doubled (DoryConfig.to_dict); its
+  // __post_init__ halves them back. The schema's saved_config says so.
+  json dory = {{"model_type", "dory"},
+               {"num_hidden_layers", 4},
+               {"n_input_layers", 2},
+               {"n_output_layers", 2},
+               {"n_recurrent_layers", 0},
+               {"layer_types", {"sliding_attention", "mlp", "full_attention", "mlp"}}};
+  const json read = config_as_loaded(dory);
+  CHECK(read["num_hidden_layers"] == 2);
+  CHECK(read["n_input_layers"] == 1);
+  CHECK(read["n_recurrent_layers"] == 0);
+  CHECK(read["layer_types"] == json::array({"sliding_attention", "full_attention"}));
+  // Without "mlp" entries (a config.json written by hand, or an older writer): as it is.
+  json plain = dory;
+  plain["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  CHECK(config_as_loaded(plain) == plain);
+  CHECK(config_as_loaded(kLlama) == kLlama);
+}
+
 TEST_CASE("hf schema: keys and shapes against the model's schema", "[hf]") {
   CHECK(schema_problems(kLlama, llama_model(2)).empty());
   CHECK(schema_pattern("model.layers.12.mlp.experts.3.w1.weight") == "model.layers.#.mlp.experts.#.w1.weight");
@@ -330,6 +352,15 @@ TEST_CASE("hf schema: what it does not hold is a note, dtypes and expert counts 
   CHECK(match_schema(remote).why.find("model_type remote_llama is not one transformers") != std::string::npos);
   CHECK(codes(check_hf_schema(remote, "config.json", llama_model(2)).notes) ==
         std::vector<std::string>{"schema-not-checked"});
+  // Saved by a newer transformers than the schema's: the reason names that version (it defines the
+  // type); an older one (remote code saved by any version) is not named.
+  remote["transformers_version"] = "99.1.0";
+  CHECK(match_schema(remote).why.find("config.json was saved by transformers 99.1.0, newer than the schema's " +
+                                      hf_schema().transformers) != std::string::npos);
+  remote["transformers_version"] = "4.57.1";
+  CHECK(match_schema(remote).why.find("was saved by") == std::string::npos);
+  remote["transformers_version"] = hf_schema().transformers;
+  CHECK(match_schema(remote).why.find("was saved by") == std::string::npos);
   CHECK(match_schema(json{{"model_type", "llama"}}).found_by == "model_type");
   CHECK(hf_schema().of_class("MllamaForCausalLM")->type == "mllama_text_model");
   // T5's wo stays float32 loading in float16, not in bfloat16; the dtype check accepts it.

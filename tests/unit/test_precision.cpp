@@ -40,17 +40,21 @@ const char* kBias = "model.layers.1.mlp.gate.e_score_correction_bias";
 
 }  // namespace
 
-TEST_CASE("precision: the table is transformers 5.23.0's, per model_type") {
+TEST_CASE("precision: the table is transformers 5.24.0's, per model_type") {
   const KeepInFp32& t = keep_in_fp32();
-  CHECK(t.transformers == "5.23.0");
-  // The models issue 48 names, each keeping its router's correction bias.
+  CHECK(t.transformers == "5.24.0");
+  // The models issue 48 names, each keeping its router's correction bias, and since transformers
+  // 5.24 its weight (issue 79: `gate.weight` joined their _keep_in_fp32_modules_strict).
   for (const char* type : {"deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa", "dots1", "exaone_moe", "hy_v3",
                            "mimo_v2_flash", "solar_open"}) {
     INFO(type);
     REQUIRE(t.strict_of(type) != nullptr);
-    CHECK(*t.strict_of(type) == std::vector<std::string>{"e_score_correction_bias"});
+    CHECK(*t.strict_of(type) == std::vector<std::string>{"e_score_correction_bias",
+                                                          type == std::string("mimo_v2_flash") ? "mlp.gate.weight"
+                                                                                                : "gate.weight"});
   }
-  CHECK(*t.strict_of("ernie4_5_moe") == std::vector<std::string>{"gate.weight", "moe_statics"});
+  CHECK(*t.strict_of("deepseek_v2") == std::vector<std::string>{"gate.weight"});
+  CHECK(*t.strict_of("ernie4_5_moe") == std::vector<std::string>{"e_score_correction_bias", "gate.weight"});
   CHECK(t.strict_of("llama") == nullptr);
   CHECK(t.strict_of("no_such_model") == nullptr);
   REQUIRE(t.fp16_of("t5") != nullptr);
@@ -114,13 +118,18 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
     PrecisionPolicy p = policy(d, ds);
     INFO(torch_name(d));
     // A key the model schema holds: the schema's dtype, in on-disk names.
-    CHECK(p.reason(kBias) == std::string("transformers 5.23.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
+    CHECK(p.reason(kBias) == std::string("transformers 5.24.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
                                          "model.layers.#.mlp.gate.e_score_correction_bias in float32 when it loads in ") +
                                  (d == DType::BFloat16 ? "bfloat16" : "float16") + " (model schema)");
-    CHECK(p.reason("model.layers.1.mlp.gate.weight").empty());
+    // The router's weight: float32 since transformers 5.24 (5.23 cast it).
+    CHECK(p.reason("model.layers.1.mlp.gate.weight") ==
+          std::string("transformers 5.24.0 DeepseekV3ForCausalLM (model_type deepseek_v3) keeps "
+                      "model.layers.#.mlp.gate.weight in float32 when it loads in ") +
+              (d == DType::BFloat16 ? "bfloat16" : "float16") + " (model schema)");
+    CHECK(p.reason("model.layers.1.mlp.up_proj.weight").empty());
     // Another writer's name: transformers' list, searched in the key.
     CHECK(p.reason("layers.1.moe.e_score_correction_bias") ==
-          "transformers 5.23.0 deepseek_v3 _keep_in_fp32_modules_strict 'e_score_correction_bias'");
+          "transformers 5.24.0 deepseek_v3 _keep_in_fp32_modules_strict 'e_score_correction_bias'");
   }
   // What transformers renames on load is kept under its on-disk name (hy_v3's mlp.expert_bias is
   // its in-memory e_score_correction_bias), which the lists alone do not match.
@@ -141,7 +150,7 @@ TEST_CASE("precision: the model's list keeps its tensors when --dtype narrows") 
   const char* wo = "encoder.block.0.layer.1.DenseReluDense.wo.weight";
   json t5 = {{"model_type", "t5"}};
   CHECK(policy(DType::Float16, t5).reason(wo) ==
-        "transformers 5.23.0 T5ForConditionalGeneration (model_type t5) keeps "
+        "transformers 5.24.0 T5ForConditionalGeneration (model_type t5) keeps "
         "encoder.block.#.layer.#.DenseReluDense.wo.weight in float32 when it loads in float16 (model schema)");
   CHECK(!policy(DType::Float8_E5M2, t5).reason(wo).empty());
   CHECK(policy(DType::BFloat16, t5).reason(wo).empty());
@@ -157,7 +166,7 @@ TEST_CASE("precision: --keep-dtype globs, for any --dtype, asked first") {
   json d = both.describe();
   CHECK(d["model_types"] == json::array({"deepseek_v3"}));
   CHECK(d["keep_dtype"] == json::array({"*correction*"}));
-  CHECK(d["transformers"] == "5.23.0");
+  CHECK(d["transformers"] == "5.24.0");
   CHECK(d["cast_all"] == false);
   CHECK(d["config"].is_null());
 }
@@ -211,7 +220,7 @@ TEST_CASE("precision: key maps declare kept tensors on either side (keep_dtype)"
 
 TEST_CASE("precision: the planner writes a kept tensor in its saved dtype, --cast-all casts it and says so") {
   Checkpoint ck =
-      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.gate.weight", {4, 2}, {{0, 0, 4, 2}}),
+      checkpoint({tensor(kBias, {4}, {{0, 4}}), tensor("model.layers.1.mlp.shared_experts.up_proj.weight", {4, 2}, {{0, 0, 4, 2}}),
                   tensor("model.norm.weight", {2}, {{0, 2}}, DType::BFloat16)});
   PrecisionPolicy p = policy(DType::BFloat16, json{{"model_type", "deepseek_v3"}});
   Target t;
@@ -264,7 +273,8 @@ TEST_CASE("precision: a model_type the schema lacks is found by its architecture
   };
   PrecisionPolicy p = hf(kimi);
   CHECK(p.reason(kBias).find("DeepseekV3ForCausalLM (model_type deepseek_v3) keeps") != std::string::npos);
-  CHECK(p.reason("model.layers.1.mlp.gate.weight").empty());
+  CHECK(p.reason("model.layers.1.mlp.gate.weight").find("transformers 5.24.0 DeepseekV3ForCausalLM") == 0);
+  CHECK(p.reason("model.layers.1.mlp.shared_experts.up_proj.weight").empty());
   json d = p.describe();
   CHECK(d["schema"]["model_type"] == "deepseek_v3");
   CHECK(d["schema"]["found_by"] == "architectures");
