@@ -250,10 +250,12 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       const std::string tail = ".weight_packed";
       if (in.key.size() > tail.size() && in.key.compare(in.key.size() - tail.size(), tail.size(), tail) == 0)
         in.key = in.key.substr(0, in.key.size() - tail.size()) + ".weight";
+      // (the flag copied: a lambda may not capture a structured binding before C++20, which clang enforces)
+      const bool reciprocal = n.reciprocal;
       auto factor = [&](std::optional<size_t> at) {
         if (!at) return 1.0f;
         const float v = read_one(job.request.ck, plan.tensors[order_[*at]]);
-        return n.reciprocal ? 1.0f / v : v;  // compressed-tensors' global scale: torch's 1.0 / scale (float32)
+        return reciprocal ? 1.0f / v : v;  // compressed-tensors' global scale: torch's 1.0 / scale (float32)
       };
       in.scale2 = factor(n.scale2), in.input_scale = factor(n.input_scale);
       packed_inputs[order_[w]] = std::move(in);
