@@ -401,7 +401,7 @@ case "$cmd" in
       # of its own so that a failed pass stops it): it takes the CPU the tests leave idle (their
       # waits on servers, subprocesses and each other), and the pass below waits for the rest.
       asan_log=$(mktemp)
-      setsid nice -n 19 "$ROOT/tools/dev.sh" _build-asan >"$asan_log" 2>&1 &
+      setsid -w nice -n 19 "$ROOT/tools/dev.sh" _build-asan >"$asan_log" 2>&1 &
       asan_pid=$!
       if ! run_tests build -LE 'instrumented|sanitize|asan'; then
         kill -- "-$asan_pid" 2>/dev/null || true
