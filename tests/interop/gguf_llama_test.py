@@ -225,13 +225,6 @@ def check_logits(label: str, outtype: str, ref: tuple, got: tuple, report: dict)
     return not problems
 
 
-def fields(path: Path) -> tuple[dict, dict]:
-    r = gguf.GGUFReader(path)
-    kv = {k: ([t.name for t in f.types], f.contents()) for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    ts = {t.name: (t.tensor_type.name, [int(x) for x in t.shape], np.asarray(t.data).tobytes()) for t in r.tensors}
-    return kv, ts
-
-
 def quantize_oracle(lc, f32: Path, out: Path, outtype: str) -> None:
     p = lc.llama_model_quantize_default_params()
     p.ftype = FTYPE[outtype]
@@ -243,13 +236,12 @@ def quantize_oracle(lc, f32: Path, out: Path, outtype: str) -> None:
 
 
 def compare_files(label: str, want: Path, got: Path) -> None:
-    # Equal bytes are equal keys and tensors; gguf-py's reader (seconds of CPU over a vocabulary)
-    # only says which differ.
+    # Equal bytes are equal keys and tensors; the fields only say which differ.
     if want.read_bytes() == got.read_bytes():
         check(True, f"{label}: llama-quantize's file equals dcpctl's")
         return
-    wkv, wts = fields(want)
-    gkv, gts = fields(got)
+    wkv, wts = gguf_oracle.gguf_fields(want)
+    gkv, gts = gguf_oracle.gguf_fields(got)
     for k in sorted(set(wkv) | set(gkv)):
         check(wkv.get(k) == gkv.get(k),
               f"{label}: {k}: llama-quantize {str(wkv.get(k))[:120]}, dcpctl {str(gkv.get(k))[:120]}")

@@ -459,10 +459,14 @@ def kept_in_fp32(case: mo.Case):
     """What transformers keeps in float32 when it loads the case's model in bfloat16 (its
     _keep_in_fp32_modules_strict, searched in each key as its loader's dtype plan does), which
     --dtype bf16 keeps in the saved dtype too (plan/precision.h): DeepSeek-V3's router bias."""
-    import re
     from transformers import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(CONFIG_MAPPING[case.config["model_type"]], None)
+    return kept_in_fp32_by(MODEL_FOR_CAUSAL_LM_MAPPING.get(CONFIG_MAPPING[case.config["model_type"]], None))
+
+
+def kept_in_fp32_by(cls):
+    """A model class's _keep_in_fp32_modules_strict as a pattern searched in each key (none: matches nothing)."""
+    import re
     pats = sorted(getattr(cls, "_keep_in_fp32_modules_strict", None) or [])
     return re.compile("|".join(p.replace("*", ".*") for p in pats) if pats else r"(?!)")
 
@@ -708,18 +712,17 @@ def test_megatron_glm(fixtures: Path, work: Path) -> None:
     bf = work / "glm-bf16"
     r = dcpctl("consolidate", d / "ckpt", "-o", f"{bf}/", "--map", "megatron-gpt", "--assets", d / "hf", "--dtype", "bf16")
     if ok(r, "megatron_glm4_moe: --dtype bf16"):
-        import re
         from transformers import Glm4MoeForCausalLM
-        # what transformers keeps float32 when it loads the model in bfloat16, as kept_in_fp32 reads it
-        # (5.24: the router's e_score_correction_bias and gate.weight); everything else bfloat16
-        pats = sorted(Glm4MoeForCausalLM._keep_in_fp32_modules_strict or [])
-        keep = re.compile("|".join(p.replace("*", ".*") for p in pats) if pats else r"(?!)")
+        # what transformers keeps float32 when it loads the model in bfloat16 (5.24: the router's
+        # e_score_correction_bias and gate.weight); everything else bfloat16
+        keep = kept_in_fp32_by(Glm4MoeForCausalLM)
         t = hf_tensors(bf)
         bias = [k for k in t if k.endswith("e_score_correction_bias")]
         wrong = [(k, t[k].dtype) for k in t
                  if t[k].is_floating_point() and t[k].dtype != (torch.float32 if keep.search(k) else torch.bfloat16)]
         check(bias and all(keep.search(k) for k in bias) and not wrong,
-              f"megatron_glm4_moe: --dtype bf16: {len(bias)} router biases, kept float32 by {pats}; wrong dtypes {wrong[:6]}")
+              f"megatron_glm4_moe: --dtype bf16: {len(bias)} router biases, kept float32 by {keep.pattern}; "
+              f"wrong dtypes {wrong[:6]}")
     # the family without its glm4_moe variant: GLM's config names no variant it has, so its MoE keys are
     # uncovered (exit 5), never exported under Qwen2-MoE's names with exit 0
     fam = json.loads((MAPS_DIR / "megatron.json").read_text())
