@@ -308,6 +308,7 @@ class LoraViewBuilder {
     // none; a merged weight reads its base, A and B as saved.
     std::shared_ptr<DerivedTable> table = table_over(nullptr);
     fill_view(view, *table);
+    count_ranks();
     const json cfg = peft_config();
     if (!merge_) table->output.adapter_config = cfg;
     table->views["lora"] = summary(cfg);
@@ -675,8 +676,7 @@ class LoraViewBuilder {
   }
 
   // The adapter's config as PEFT writes it: what was given or found, completed from the shapes.
-  json peft_config() {
-    count_ranks();
+  json peft_config() const {
     json cfg = config_.json;
     if (!cfg.contains("peft_type")) cfg["peft_type"] = "LORA";
     cfg["r"] = r_;
