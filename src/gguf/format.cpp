@@ -36,6 +36,7 @@
 #include "meta/pieces.h"
 #include "plan/memory.h"
 #include "util/numeric.h"
+#include "util/parallel.h"
 #include "view/kernels.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
@@ -43,6 +44,7 @@
 #include "gguf/gguf.h"
 #include "gguf/lowbit.h"
 #include "gguf/model.h"
+#include "gguf/simd.h"
 #include "gguf/tiktoken.h"
 #include "gguf/spm.h"
 #include "write/output.h"
@@ -111,6 +113,16 @@ uint64_t rows_read_extra(const WritePlan& plan, const PlannedTensor& pt, const D
     view = std::max(view, view_read_need(derived, pieces));
   }
   return copy + decode + view;
+}
+
+// cast_elements of `n` elements to float32 on `threads` workers, in parts of whole kCastPart elements.
+void cast_parallel(DType from, const uint8_t* src, float* dst, size_t n, unsigned threads) {
+  constexpr size_t kCastPart = 256 << 10;
+  const size_t item = itemsize(from);
+  parallel_for((n + kCastPart - 1) / kCastPart, threads, [&](size_t p) {
+    const size_t first = p * kCastPart, m = std::min(kCastPart, n - first);
+    cast_elements(from, DType::Float32, src + first * item, reinterpret_cast<uint8_t*>(dst + first), m);
+  });
 }
 
 // The value of the format's option `flag` (FormatOption), "" when not given.
@@ -432,7 +444,11 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       // Each input in turn (a layer's stacked experts: one after another), a window of whole units
       // of its first dimension at a time: read, made float32, moved as the converter moves its
       // rows, encoded, written after the window before.
+      // The buffers kept from window to window (a fresh one would fault in its pages each time);
+      // the casts and the encoding on every core (gguf/simd.h's encode_parallel).
       std::vector<uint8_t> raw, scratch, enc;
+      std::vector<float> f32;
+      const unsigned threads = default_threads();
       for (size_t input : tp.inputs) {
         const PlannedTensor& pt = plan.tensors[order_[input]];
         const std::vector<int64_t>& shape = pt.t->shape;
@@ -448,20 +464,21 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           raw.resize(n * item);
           scratch.resize(n * item);
           read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
-          std::vector<float> f32(n);
+          f32.resize(n);
           if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
             const PlannedTensor& st = plan.tensors[fp8->second.scale];
             const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
             dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
           } else if (pt.src != DType::Float32) {
-            cast_elements(pt.src, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f32.data()), n);
+            cast_parallel(pt.src, raw.data(), f32.data(), n, threads);
           } else {
             std::memcpy(f32.data(), raw.data(), n * 4);
           }
           std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
           enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
-          gguf::encode(tp.type, out.data(), out.size(), enc.data());
+          gguf::encode_parallel(tp.type, out.data(), out.size(), row, enc.data(), threads);
           put(enc);
+          f32 = std::move(out);
         }
       }
     }

@@ -1,6 +1,7 @@
 // GGUF v3 headers and tensor encodings (gguf/gguf.h).
 #include "gguf/gguf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,8 @@
 #include "util/le.h"
 #include "util/numeric.h"
 #include "gguf/quants.h"
+#include "gguf/simd.h"
+#include "util/parallel.h"
 
 namespace dcpctl::gguf {
 
@@ -239,8 +242,12 @@ uint64_t split_size(const std::string& text) {
   return n * unit;
 }
 
-void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
+void encode(TensorType t, const float* x, size_t n, uint8_t* out) { encode_via(best_encode_isa(), t, x, n, out); }
+
+void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* out) {
   if (n % block_size(t) != 0) throw std::logic_error(std::string("gguf: ") + type_name(t) + " takes whole blocks");
+  if (isa != EncodeIsa::Scalar && !encode_isa_available(isa)) throw std::logic_error("gguf: an encoding this CPU cannot run");
+  if (isa == EncodeIsa::Avx2 && encode_avx2(t, x, n, out)) return;
   switch (t) {
     case TensorType::Q4_0: quants::q4_0(x, n, out); return;
     case TensorType::Q5_0: quants::q5_0(x, n, out); return;
@@ -278,6 +285,20 @@ void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
       }
       return;
   }
+}
+
+void encode_parallel(TensorType t, const float* x, size_t n, uint64_t row, uint8_t* out, unsigned threads) {
+  // Whole rows a part (a block never crosses one), about kPartElems elements or more.
+  constexpr uint64_t kPartElems = 256 << 10;
+  row = std::max<uint64_t>(row, 1);
+  const uint64_t rows = n / row, per = std::max<uint64_t>(1, kPartElems / row), parts = (rows + per - 1) / per;
+  const EncodeIsa isa = best_encode_isa();
+  if (parts <= 1 || threads <= 1 || rows * row != n) return encode_via(isa, t, x, n, out);
+  const uint64_t part_bytes = tensor_bytes(t, per * row, row);
+  parallel_for(parts, threads, [&](size_t p) {
+    const uint64_t first = p * per, m = std::min(per, rows - first);
+    encode_via(isa, t, x + first * row, m * row, out + p * part_bytes);
+  });
 }
 
 }  // namespace dcpctl::gguf

@@ -265,6 +265,24 @@ void cast_elements(DType from, DType to, const uint8_t* src, uint8_t* dst, size_
     std::memcpy(dst, src, n * itemsize(from));
     return;
   }
+  if (from == DType::BFloat16 && to == DType::Float32) {
+    // The top half of the float (bf16_to_f32), in blocks of 16 that -O2 vectorises.
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      for (size_t k = i; k < i + 16; ++k) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * k, 2);
+        const uint32_t w = static_cast<uint32_t>(h) << 16;
+        std::memcpy(dst + 4 * k, &w, 4);
+      }
+    for (; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      const float f = bf16_to_f32(h);
+      std::memcpy(dst + 4 * i, &f, 4);
+    }
+    return;
+  }
   if (to == DType::Float32 && from != DType::Float64) {
     // Widening to float32 is exact; going through double would quiet signalling NaNs.
     for (size_t i = 0; i < n; ++i) {
