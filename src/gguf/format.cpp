@@ -48,6 +48,7 @@
 #include "gguf/tiktoken.h"
 #include "gguf/spm.h"
 #include "write/output.h"
+#include "write/run.h"
 
 namespace dcpctl {
 
@@ -201,7 +202,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (size_t f = 0; f < headers_.size(); ++f) {
       outs_.push_back(std::make_unique<OutputFile>(paths_[f], job.uploads));
       outs_[f]->reserve(headers_[f].size() + data_bytes_[f]);
-      outs_[f]->pwrite_all(headers_[f].data(), headers_[f].size(), 0);
+      outs_[f]->append(headers_[f].data(), headers_[f].size());
       list += outs_[f]->temp_path() + "\n";
     }
     return list;
@@ -387,13 +388,17 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const WritePlan& plan = job.plan;
     const Metadata& md = job.request.ck.md;
     const DerivedTable* derived = job.request.ck.derived.get();
+    // Each file is written front to back (its tensors in offset order, the padding as zeros), so
+    // it is appended: with --io direct past the page cache, each full block of the append window
+    // written in the background while the next window is encoded (write/output.h's stage_appends).
+    if (ex.direct_io)
+      for (auto& out : outs_) out->stage_appends(kAppendWindow);
     for (size_t k = 0; k < plans_.size(); ++k) {
       const gguf::TensorPlan& tp = plans_[k];
       const size_t f = shard_[k];
-      uint64_t at = headers_[f].size() + offsets_[k];
+      pad_to(*outs_[f], headers_[f].size() + offsets_[k]);
       auto put = [&](const std::vector<uint8_t>& enc) {
-        outs_[f]->pwrite_all(enc.data(), enc.size(), at);
-        at += enc.size();
+        outs_[f]->append(enc.data(), enc.size());
         ex.prog.add(enc.size());
       };
       const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
@@ -482,11 +487,19 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         }
       }
     }
+    for (size_t f = 0; f < outs_.size(); ++f) pad_to(*outs_[f], headers_[f].size() + data_bytes_[f]);
   }
 
   OutputFile& file(size_t f) override { return *outs_[f < outs_.size() ? f : 0]; }
 
  private:
+  // Zeros appended up to `at` (gguf-py's padding between tensors and at the end).
+  static void pad_to(OutputFile& out, uint64_t at) {
+    if (out.appended() > at) throw std::logic_error("gguf: a tensor's bytes run past the next one's offset");
+    static const std::vector<uint8_t> zeros(gguf::kDefaultAlignment);
+    while (out.appended() < at) out.append(zeros.data(), std::min<uint64_t>(zeros.size(), at - out.appended()));
+  }
+
   // What the windows of `units` units of each input of `tp` hold at once, the most over its
   // inputs (one is converted after the other): per input element its bytes as saved and their
   // scratch (read_rows), float32, a moved copy (gguf/rows.h's moves_rows), the encoded bytes (at
