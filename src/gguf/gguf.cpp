@@ -254,7 +254,7 @@ void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* 
     case TensorType::Q5_1: quants::q5_1(x, n, out); return;
     case TensorType::Q4_K: quants::q4_k(x, n, out, isa == EncodeIsa::Avx2); return;
     case TensorType::Q5_K: quants::q5_k(x, n, out, isa == EncodeIsa::Avx2); return;
-    case TensorType::Q6_K: quants::q6_k(x, n, out); return;
+    case TensorType::Q6_K: quants::q6_k(x, n, out, isa == EncodeIsa::Avx2); return;
     case TensorType::MXFP4: throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
     case TensorType::NVFP4: throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
     case TensorType::F32: std::memcpy(out, x, n * 4); return;

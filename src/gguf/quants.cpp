@@ -348,7 +348,11 @@ void q5_k(const float* x, size_t n, uint8_t* out, bool avx2) {
   }
 }
 
-void q6_k(const float* x, size_t n, uint8_t* out) {
+void q6_fits(const float* x, float* scales, int8_t* L) {
+  for (int ib = 0; ib < kQKK / 16; ++ib) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
+}
+
+void q6_k(const float* x, size_t n, uint8_t* out, bool avx2) {
   int8_t L[kQKK];
   float scales[kQKK / 16];
   for (size_t b = 0; b < n / kQKK; ++b, x += kQKK, out += 210) {
@@ -357,9 +361,10 @@ void q6_k(const float* x, size_t n, uint8_t* out) {
     int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
     uint8_t* dp = out + 208;
     float max_scale = 0, max_abs_scale = 0;
+    if (avx2) q6_fits_avx2(x, scales, L);
+    else q6_fits(x, scales, L);
     for (int ib = 0; ib < kQKK / 16; ++ib) {
-      const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
-      scales[ib] = scale;
+      const float scale = scales[ib];
       const float abs_scale = std::fabs(scale);
       if (abs_scale > max_abs_scale) {
         max_abs_scale = abs_scale;

@@ -16,6 +16,7 @@ namespace {
 #define DCPCTL_AVX2 __attribute__((target("avx2")))
 
 constexpr int kSub = 8, kN = 32;  // 8 sub-blocks (lanes) of 32 elements
+constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS
 
 // ggml's nearest_int, lane by lane: the bits of fval + 1.5 * 2^23.
 DCPCTL_AVX2 inline __m256i nearest_int(__m256 fval) {
@@ -96,7 +97,71 @@ DCPCTL_AVX2 __m256 qkx2(const __m256* x, const __m256* w, int nmax, float rmin, 
   return _mm256_blendv_ps(scale, zero, flat);
 }
 
+// One pass of make_qx_quants (nmax 32, weights x^2) over 16 elements: the levels l (clamped to
+// [-32, 31]) at `iscale`, sum w x l and sum w l^2 in element order.
+DCPCTL_AVX2 inline void qx_levels(const __m256* x, __m256 iscale, __m256i* l, __m256& sumlx, __m256& suml2) {
+  const __m256i lo = _mm256_set1_epi32(-32), hi = _mm256_set1_epi32(31);
+  sumlx = suml2 = _mm256_setzero_ps();
+  for (int i = 0; i < 16; ++i) {
+    l[i] = _mm256_max_epi32(lo, _mm256_min_epi32(hi, nearest_int(_mm256_mul_ps(iscale, x[i]))));
+    const __m256 w = _mm256_mul_ps(x[i], x[i]), fl = _mm256_cvtepi32_ps(l[i]);
+    sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, x[i]), fl));
+    suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, fl), fl));
+  }
+}
+
+// make_qx_quants(16, nmax 32, x, L, rmse_type 1) over 8 sub-blocks of 16 (x[i]: element i of
+// each): the scale returned, the levels (0 to 63) into L.
+DCPCTL_AVX2 __m256 qx(const __m256* x, __m256i* L) {
+  constexpr int n = 16, nmax = 32;
+  const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+  __m256 max = zero, amax = zero;
+  for (int i = 0; i < n; ++i) {
+    const __m256 ax = _mm256_andnot_ps(sign, x[i]), more = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+    amax = _mm256_blendv_ps(amax, ax, more);
+    max = _mm256_blendv_ps(max, x[i], more);
+  }
+  const __m256 small = _mm256_cmp_ps(amax, _mm256_set1_ps(kGroupMaxEps), _CMP_LT_OQ);  // levels 0, scale 0
+  const __m256i off = _mm256_set1_epi32(nmax);
+  __m256i l[n];
+  __m256 sumlx, suml2;
+  qx_levels(x, _mm256_div_ps(_mm256_set1_ps(static_cast<float>(-nmax)), max), l, sumlx, suml2);
+  for (int i = 0; i < n; ++i) L[i] = _mm256_add_epi32(l[i], off);
+  __m256 scale = _mm256_blendv_ps(_mm256_div_ps(sumlx, suml2), zero, _mm256_cmp_ps(suml2, zero, _CMP_EQ_OQ));
+  __m256 best = _mm256_mul_ps(scale, sumlx);
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    const float num = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is));
+    qx_levels(x, _mm256_div_ps(_mm256_set1_ps(num), max), l, sumlx, suml2);
+    const __m256 better = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
+                                        _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
+    if (_mm256_movemask_ps(better) == 0) continue;
+    const __m256i take = _mm256_castps_si256(better);
+    for (int i = 0; i < n; ++i) L[i] = _mm256_blendv_epi8(L[i], _mm256_add_epi32(l[i], off), take);
+    scale = _mm256_blendv_ps(scale, _mm256_div_ps(sumlx, suml2), better);
+    best = _mm256_blendv_ps(best, _mm256_mul_ps(scale, sumlx), better);
+  }
+  for (int i = 0; i < n; ++i) L[i] = _mm256_andnot_si256(_mm256_castps_si256(small), L[i]);
+  return _mm256_blendv_ps(scale, zero, small);
+}
+
 }  // namespace
+
+DCPCTL_AVX2 void q6_fits_avx2(const float* xs, float* scales, int8_t* L) {
+  constexpr int n = 16;
+  const __m256i stride = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+  alignas(32) int32_t lanes[kSub];
+  for (int half = 0; half < 2; ++half, xs += 8 * n, L += 8 * n, scales += 8) {  // sub-blocks 0-7, then 8-15
+    __m256 x[n];
+    __m256i lv[n];
+    for (int i = 0; i < n; ++i) x[i] = _mm256_i32gather_ps(xs + i, stride, 4);
+    _mm256_storeu_ps(scales, qx(x, lv));
+    for (int i = 0; i < n; ++i) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), lv[i]);
+      for (int j = 0; j < kSub; ++j) L[n * j + i] = static_cast<int8_t>(lanes[j]);
+    }
+  }
+}
 
 DCPCTL_AVX2 void k_fits_avx2(const float* xs, int nmax, float rmin, int nstep, float* scales, float* mins, uint8_t* L) {
   // Element i of every sub-block in one vector (a gather of stride 32).
@@ -126,6 +191,7 @@ DCPCTL_AVX2 void k_fits_avx2(const float* xs, int nmax, float rmin, int nstep, f
 void k_fits_avx2(const float*, int, float, int, float*, float*, uint8_t*) {
   throw std::logic_error("gguf: no AVX2 K-quant fits on this architecture");
 }
+void q6_fits_avx2(const float*, float*, int8_t*) { throw std::logic_error("gguf: no AVX2 K-quant fits on this architecture"); }
 
 #endif
 

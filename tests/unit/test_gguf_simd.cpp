@@ -100,7 +100,7 @@ TEST_CASE("gguf_simd: Q8_0 of blocks of every magnitude and of specials is the s
   CHECK(first_difference(TensorType::Q8_0, x) == -1);
 }
 
-TEST_CASE("gguf_simd: Q4_K and Q5_K with the AVX2 fits are the scalar path's") {
+TEST_CASE("gguf_simd: Q4_K, Q5_K and Q6_K with the AVX2 fits are the scalar path's") {
   if (!encode_isa_available(EncodeIsa::Avx2)) {
     WARN("no AVX2 on this CPU: the vector path cannot run here");
     return;
@@ -122,7 +122,7 @@ TEST_CASE("gguf_simd: Q4_K and Q5_K with the AVX2 fits are the scalar path's") {
   // A super-block of each special in a sub-block of ones.
   for (float sp : specials())
     for (int i = 0; i < 256; ++i) x.push_back(i == 40 ? sp : (i < 64 ? 1.0f : 0.5f * static_cast<float>(i % 7)));
-  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K}) {
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     CAPTURE(type_name(t));
     CHECK(first_difference(t, x) == -1);
   }
