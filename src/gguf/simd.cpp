@@ -8,6 +8,7 @@
 #include "util/numeric.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -106,8 +107,10 @@ DCPCTL_AVX2_F16C void q8_0_avx2(const float* x, size_t n, uint8_t* out) {
 
 bool cpu_has_avx2_f16c() {
   __builtin_cpu_init();
-  // GCC's and clang's avx2 test includes the OS saving the 256-bit registers (XCR0).
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // GCC's and clang's avx2 test includes the OS saving the 256-bit registers (XCR0). Clang 14's
+  // __builtin_cpu_supports knows no "f16c": CPUID leaf 1, ECX bit 29.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 #else
 bool cpu_has_avx2_f16c() { return false; }
