@@ -52,14 +52,15 @@ run() {
   sync
   [ "$keep" = keep ] || rm -rf "$OUT/$name.out"
 }
-dc() { "$DCPCTL" consolidate "$MODEL" -q "$@"; }
-conv() { PYTHONPATH="$llama/gguf-py" "$PY" "$llama/convert_hf_to_gguf.py" "$MODEL" "$@"; }
+dc=("$DCPCTL" consolidate "$MODEL" -q)
+conv=(env PYTHONPATH="$llama/gguf-py" "$PY" "$llama/convert_hf_to_gguf.py" "$MODEL")
 
-run plain drop dc -o "$OUT/plain.out/x.safetensors"
-for t in f16 bf16 q8_0 $KQ; do mkdir -p "$OUT/$t.out"; run "$t" keep dc -o "$OUT/$t.out/qwen3-1.7b.gguf" --outtype "$t"; done
-for w in w4a16 nvfp4; do run "$w" drop dc -o "$OUT/$w.out/" --quantize "$w"; done
+mkdir -p "$OUT/plain.out"
+run plain drop "${dc[@]}" -o "$OUT/plain.out/x.safetensors"
+for t in f16 bf16 q8_0 $KQ; do mkdir -p "$OUT/$t.out"; run "$t" keep "${dc[@]}" -o "$OUT/$t.out/qwen3-1.7b.gguf" --outtype "$t"; done
+for w in w4a16 nvfp4; do run "$w" drop "${dc[@]}" -o "$OUT/$w.out/" --quantize "$w"; done
 if [ "${CONV:-1}" != 0 ]; then
-  for t in q8_0 f16 bf16; do mkdir -p "$OUT/conv_$t.out"; run "conv_$t" keep conv --outtype "$t" --outfile "$OUT/conv_$t.out/qwen3-1.7b.gguf"; done
+  for t in q8_0 f16 bf16; do mkdir -p "$OUT/conv_$t.out"; run "conv_$t" keep "${conv[@]}" --outtype "$t" --outfile "$OUT/conv_$t.out/qwen3-1.7b.gguf"; done
   for t in $KQ; do
     mkdir -p "$OUT/lq_$t.out"
     run "lq_$t" keep "$PY" "$ROOT/bench/llama_quantize.py" "$site" "$OUT/conv_bf16.out/qwen3-1.7b.gguf" "$OUT/lq_$t.out/qwen3-1.7b.gguf" "${t^^}" --pure
@@ -86,14 +87,11 @@ print(f"\n{'run':12} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13} {'exit':>5}
 for n, v in r.items():
     if v:
         print(f"{n:12} {v['wall']:8.1f} {v['cpu']:8.1f} {v['rss']:13.0f} {v['rc']:5d}")
-def ratio(what, a, b, limit, sense="<="):
-    if not (r.get(a) and r.get(b)):
+def ratio(what, a, b, limit):
+    if not (r.get(a) and r.get(b)) or r[a]["rc"] or r[b]["rc"] or not r[b]["wall"]:
         return
-    x = a_w = r[a]["wall"] if isinstance(a, str) else a
-    y = r[b]["wall"]
-    q = x / y
-    ok = q <= limit if sense == "<=" else q >= limit
-    print(f"  {what:44} {q:6.2f}x  (target {sense} {limit}x: {'met' if ok else 'NOT met'})")
+    q = r[a]["wall"] / r[b]["wall"]
+    print(f"  {what:44} {q:6.2f}x  (target <= {limit}x: {'met' if q <= limit else 'NOT met'})")
 print("\nratios of wall time:")
 ratio("GGUF F16 / plain", "f16", "plain", 1.5)
 ratio("GGUF BF16 / plain", "bf16", "plain", 1.5)
@@ -103,7 +101,7 @@ ratio("w4a16 / plain", "w4a16", "plain", 2.0)
 ratio("nvfp4 / plain", "nvfp4", "plain", 2.0)
 for k in kq:
     for anchor in ("conv_bf16", "conv_f16"):
-        if r.get(anchor) and r.get("lq_" + k) and r.get(k):
+        if r.get(anchor) and r.get("lq_" + k) and r.get(k) and r[k]["wall"] and not r[k]["rc"]:
             both = r[anchor]["wall"] + r["lq_" + k]["wall"]
             q = both / r[k]["wall"]
             print(f"  {'(' + anchor + ' + lq_' + k + ') / ' + k + ' (speed-up)':44} {q:6.2f}x  (target >= 3x: {'met' if q >= 3 else 'NOT met'})")
