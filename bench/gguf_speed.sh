@@ -22,7 +22,7 @@
 #
 # Environment: DCPCTL_BENCH_DIR (default /tmp/dcpctl-gguf-speed; about 3.5 GB for the model, 5 GB
 # for the outputs at once), KQ="q4_k q5_k q6_k" (the K-quants run; default q4_k), CONV=0 (leave out
-# the converter and llama-quantize), DCPCTL_GGUF_SCALAR=1 (dcpctl's scalar encodings). One run of
+# the converter and llama-quantize), DCPCTL_SCALAR=1 (dcpctl's scalar encoders, util/scalar.h). One run of
 # each, warm page cache (the model read once before): the machine is shared. Check `uptime` first.
 set -euo pipefail
 

@@ -446,46 +446,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         }
         continue;
       }
-      // Each input in turn (a layer's stacked experts: one after another), a window of whole units
-      // of its first dimension at a time: read, made float32, moved as the converter moves its
-      // rows, encoded, written after the window before.
-      // The buffers kept from window to window (a fresh one would fault in its pages each time);
-      // the casts and the encoding on every core (gguf/simd.h's encode_parallel).
-      std::vector<uint8_t> raw, scratch, enc;
-      std::vector<float> f32;
-      const unsigned threads = default_threads();
-      for (size_t input : tp.inputs) {
-        const PlannedTensor& pt = plan.tensors[order_[input]];
-        const std::vector<int64_t>& shape = pt.t->shape;
-        const int64_t dim0 = shape.empty() ? 1 : shape[0];
-        const uint64_t per_index = dim0 ? static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) : 0;
-        const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
-        const size_t item = itemsize(pt.src);
-        auto fp8 = fp8_.find(order_[input]);
-        const std::vector<float> scale = fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
-        for (int64_t first = 0; first < dim0; first += step) {
-          const int64_t rows = std::min(step, dim0 - first);
-          const uint64_t n = static_cast<uint64_t>(rows) * per_index;
-          raw.resize(n * item);
-          scratch.resize(n * item);
-          read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
-          f32.resize(n);
-          if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
-            const PlannedTensor& st = plan.tensors[fp8->second.scale];
-            const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
-            dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
-          } else if (pt.src != DType::Float32) {
-            cast_parallel(pt.src, raw.data(), f32.data(), n, threads);
-          } else {
-            std::memcpy(f32.data(), raw.data(), n * 4);
-          }
-          std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
-          enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
-          gguf::encode_parallel(tp.type, out.data(), out.size(), row, enc.data(), threads);
-          put(enc);
-          f32 = std::move(out);
-        }
-      }
+      float_windows(ex, plan, md, tp, units, put);
     }
     for (size_t f = 0; f < outs_.size(); ++f) pad_to(*outs_[f], headers_[f].size() + data_bytes_[f]);
   }
@@ -493,6 +454,51 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
   OutputFile& file(size_t f) override { return *outs_[f < outs_.size() ? f : 0]; }
 
  private:
+  // A tensor of float inputs: each input in turn (a layer's stacked experts: one after another), a
+  // window of whole `units` of its first dimension at a time: read, made float32, moved as the
+  // converter moves its rows, encoded, handed to `put` after the window before. The buffers are
+  // kept from window to window (a fresh one would fault in its pages each time); the casts and
+  // the encoding run on every core (gguf/simd.h's encode_parallel).
+  template <class Put>
+  void float_windows(Executor& ex, const WritePlan& plan, const Metadata& md, const gguf::TensorPlan& tp, uint64_t units, Put&& put) const {
+    const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
+    std::vector<uint8_t> raw, scratch, enc;
+    std::vector<float> f32;
+    const unsigned threads = default_threads();
+    for (size_t input : tp.inputs) {
+      const PlannedTensor& pt = plan.tensors[order_[input]];
+      const std::vector<int64_t>& shape = pt.t->shape;
+      const int64_t dim0 = shape.empty() ? 1 : shape[0];
+      const uint64_t per_index = dim0 ? static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) : 0;
+      const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
+      const size_t item = itemsize(pt.src);
+      auto fp8 = fp8_.find(order_[input]);
+      const std::vector<float> scale = fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
+      for (int64_t first = 0; first < dim0; first += step) {
+        const int64_t rows = std::min(step, dim0 - first);
+        const uint64_t n = static_cast<uint64_t>(rows) * per_index;
+        raw.resize(n * item);
+        scratch.resize(n * item);
+        read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
+        f32.resize(n);
+        if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
+          const PlannedTensor& st = plan.tensors[fp8->second.scale];
+          const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
+          dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
+        } else if (pt.src != DType::Float32) {
+          cast_parallel(pt.src, raw.data(), f32.data(), n, threads);
+        } else {
+          std::memcpy(f32.data(), raw.data(), n * 4);
+        }
+        std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
+        enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
+        gguf::encode_parallel(tp.type, out.data(), out.size(), row, enc.data(), threads);
+        put(enc);
+        f32 = std::move(out);
+      }
+    }
+  }
+
   // Zeros appended up to `at` (gguf-py's padding between tensors and at the end).
   static void pad_to(OutputFile& out, uint64_t at) {
     if (out.appended() > at) throw std::logic_error("gguf: a tensor's bytes run past the next one's offset");

@@ -1,11 +1,11 @@
 // The AVX2 + F16C encodings of gguf/simd.h, each equal to its scalar twin in gguf.cpp byte for byte.
 #include "gguf/simd.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 #include "util/numeric.h"
+#include "util/scalar.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -116,11 +116,6 @@ bool cpu_has_avx2_f16c() {
 bool cpu_has_avx2_f16c() { return false; }
 #endif
 
-bool forced_scalar() {
-  const char* v = std::getenv("DCPCTL_GGUF_SCALAR");
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-
 }  // namespace
 
 bool encode_isa_available(EncodeIsa isa) {
@@ -129,7 +124,7 @@ bool encode_isa_available(EncodeIsa isa) {
 }
 
 EncodeIsa best_encode_isa() {
-  static const EncodeIsa best = !forced_scalar() && encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar;
+  static const EncodeIsa best = !scalar_forced() && encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar;
   return best;
 }
 

@@ -1,4 +1,5 @@
-// Vectorised GGUF encodings (issue 82 item 5): F16, BF16 and Q8_0 with AVX2 and F16C, chosen once
+// Vectorised GGUF encodings (issue 82 item 5): F16, BF16 and Q8_0 with AVX2 and F16C (and the
+// K-quants' fits, gguf/quants_avx2.h, with AVX2), chosen once
 // at runtime, each the bytes of its scalar encoding (gguf/gguf.h's encode) for every input,
 // NaN, infinity and subnormal included:
 //   F16   _mm256_cvtps_ph rounds to nearest even, as the scalar f32_to_f16 (the FP16 library's
@@ -13,7 +14,7 @@
 //         static_cast does on x86-64 (a NaN or infinity gives 0x80000000 there too).
 // No multiply-add anywhere (this file has no FMA target and is compiled -ffp-contract=off).
 //
-// DCPCTL_GGUF_SCALAR=1 in the environment (read once) forces the scalar encodings: the tests run
+// DCPCTL_SCALAR=1 in the environment (util/scalar.h) forces the scalar encodings: the tests run
 // both paths and compare their bytes.
 #pragma once
 
@@ -26,7 +27,7 @@ namespace dcpctl::gguf {
 
 enum class EncodeIsa { Scalar, Avx2 };
 
-// Avx2 when the CPU has AVX2 and F16C (and the OS saves the registers) and DCPCTL_GGUF_SCALAR is not set.
+// Avx2 when the CPU has AVX2 and F16C (and the OS saves the registers) and DCPCTL_SCALAR is not set.
 EncodeIsa best_encode_isa();
 // Whether `isa` can run here (Scalar always).
 bool encode_isa_available(EncodeIsa isa);

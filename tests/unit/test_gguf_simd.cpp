@@ -3,8 +3,8 @@
 // overflow and rounding boundaries, infinities, quiet and signalling NaNs with payloads), Q8_0 over
 // blocks of random magnitudes and the same specials; and the parallel encoding equal to the serial
 // one. Where the CPU has no AVX2 + F16C the vector cases cannot run and say so. CTest also runs this
-// file, test_gguf_quants' and test_gguf's with DCPCTL_GGUF_SCALAR=1 (unit:gguf_simd-scalar), where
-// encode() takes the scalar path.
+// file, test_gguf_quants', test_gguf's and test_ct_kernels' with DCPCTL_SCALAR=1
+// (unit:scalar-paths), where encode() and the --quantize kernels take the scalar paths.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -146,8 +146,8 @@ TEST_CASE("gguf_simd: the parallel encoding is the serial one, part for part") {
   }
 }
 
-TEST_CASE("gguf_simd: DCPCTL_GGUF_SCALAR=1 makes encode take the scalar path") {
-  const char* v = std::getenv("DCPCTL_GGUF_SCALAR");
+TEST_CASE("gguf_simd: DCPCTL_SCALAR=1 makes encode take the scalar path") {
+  const char* v = std::getenv("DCPCTL_SCALAR");
   const bool forced = v && *v && std::string(v) != "0";
   if (forced) CHECK(best_encode_isa() == EncodeIsa::Scalar);
   else CHECK(best_encode_isa() == (encode_isa_available(EncodeIsa::Avx2) ? EncodeIsa::Avx2 : EncodeIsa::Scalar));
