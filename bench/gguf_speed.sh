@@ -111,7 +111,13 @@ echo "== agreement"
 same() { if cmp -s "$1" "$2"; then echo "   $3: byte-identical (cmp)"; else echo "   $3: DIFFERS ($(cmp "$1" "$2" 2>&1 | head -n 1))"; fi; }
 g() { echo "$OUT/$1.out/qwen3-1.7b.gguf"; }
 if [ "${CONV:-1}" != 0 ]; then
-  for t in f16 bf16 q8_0; do same "$(g "$t")" "$(g "conv_$t")" "dcpctl ${t^^} vs the converter's"; done
+  # cmp, and where the files differ (the converter's metadata can hold a key dcpctl's lacks),
+  # tensor by tensor and key by key.
+  for t in f16 bf16 q8_0; do
+    same "$(g "$t")" "$(g "conv_$t")" "dcpctl ${t^^} vs the converter's"
+    cmp -s "$(g "$t")" "$(g "conv_$t")" ||
+      { PYTHONPATH="$llama/gguf-py" "$PY" "$ROOT/bench/gguf_check.py" "$(g "$t")" "$(g "conv_$t")" || true; } | sed 's/^/     /'
+  done
   for t in $KQ; do
     echo "   dcpctl ${t^^} vs llama-quantize --pure ${t^^} of the converter's BF16, tensor by tensor (bench/gguf_check.py):"
     { PYTHONPATH="$llama/gguf-py" "$PY" "$ROOT/bench/gguf_check.py" "$(g "$t")" "$(g "lq_$t")" || true; } | sed 's/^/     /'
