@@ -172,133 +172,151 @@ using Problem = std::function<void(const char*, const std::string&, const std::s
 // The scales of each quantized weight against it, by the codec the quantization_config names
 // (check_hf_config's comment in the header lists the codes); the global scales read through
 // `read_scalar`, four bytes each.
-void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const ReadScalar& read_scalar,
-                  const Problem& problem, const Problem& warning) {
-  const std::string method = qc.value("quant_method", "");
-  const std::set<std::string> formats = quant_formats(qc);
-  auto has = [&](const char* f) { return formats.count(f) > 0; };
-  auto at = [&](const std::string& k) -> const HfTensor* {
-    auto it = by_key.find(k);
-    return it == by_key.end() ? nullptr : it->second;
-  };
-  auto scalar = [](const HfTensor& t) {
+class ScaleChecker {
+ public:
+  ScaleChecker(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const Problem& problem,
+               const Problem& warning)
+      : qc_(qc), by_key_(by_key), problem_(problem), warning_(warning), method_(qc.value("quant_method", "")),
+        formats_(quant_formats(qc)) {}
+
+  void check_shapes() {
+    for (const auto& [k, tp] : by_key_) {
+      const HfTensor& w = *tp;
+      const std::string module = k.substr(0, k.rfind('.'));
+      if (method_ == "modelopt" && key_ends(k, ".weight") && at(module + ".weight_scale") && w.shape.size() == 2)
+        check_modelopt(k, w, module);
+      else if (method_ == "compressed-tensors" && w.shape.size() == 2)
+        check_compressed_tensors(k, w, module);
+      else if (method_ == "fp8" && key_ends(k, ".weight") && w.dtype.rfind("float8_", 0) == 0 && w.shape.size() == 2)
+        check_fp8_blocks(k, w);
+    }
+  }
+
+  // The direction: compressed-tensors stores 2688 / amax (above 1 for weights whose largest |w| is
+  // below 2688, as Linear weights' are), ModelOpt amax / 2688 (below 1); the reciprocal decodes
+  // every weight amax² / 2688² times too large or small. Then one value a fused group.
+  void check_global_values(const ReadScalar& read_scalar) {
+    if (!read_scalar || globals_.empty()) return;
+    const bool ct = method_ == "compressed-tensors";
+    std::map<std::string, std::vector<std::pair<std::string, double>>> groups;
+    for (const auto& [weight, key] : globals_) {
+      const std::optional<double> v = read_scalar(key);
+      if (!v) continue;
+      if (ct ? *v < 1 : *v > 1)
+        problem_("quant-global-scale-inverted", key,
+                 std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax" : "ModelOpt's weight_scale_2 is amax / 2688") +
+                     ", but " + num(*v) + " decodes " + weight + " to magnitudes up to about " +
+                     num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
+      groups[fused_group(weight)].push_back({key, *v});
+    }
+    for (const auto& [group, members] : groups) check_fused_group(group, members);
+  }
+
+ private:
+  bool has(const char* f) const { return formats_.count(f) > 0; }
+  const HfTensor* at(const std::string& k) const {
+    auto it = by_key_.find(k);
+    return it == by_key_.end() ? nullptr : it->second;
+  }
+  static bool scalar(const HfTensor& t) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     return t.dtype == "float32" && n == 1 && t.shape.size() <= 1;
-  };
+  }
+
   // `scale` of `weight`, which must be there in `dtype` with `shape`.
-  auto expect = [&](const std::string& weight, const std::string& scale, const std::string& dtype,
-                    const std::vector<int64_t>& shape, const std::string& what) {
+  void expect(const std::string& weight, const std::string& scale, const std::string& dtype, const std::vector<int64_t>& shape,
+              const std::string& what) {
     const HfTensor* s = at(scale);
     const HfTensor& w = *at(weight);
     if (!s) {
-      problem("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
-                                                 scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
+      problem_("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                                                  scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
       return;
     }
     if (s->dtype != dtype || s->shape != shape)
-      problem("quant-scale-shape", scale,
-              s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype + " " +
-                  dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
-  };
-  // The global scales whose fused groups and direction are checked: (the module's X.weight, the scale).
-  std::vector<std::pair<std::string, std::string>> globals;
-  auto global = [&](const std::string& weight, const std::string& name, const std::string& what) {
+      problem_("quant-scale-shape", scale,
+               s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype + " " +
+                   dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
+  }
+
+  // A global scale `name` beside `weight`: one float32, its value checked by check_global_values.
+  void global(const std::string& weight, const std::string& name, const std::string& what) {
     const HfTensor& w = *at(weight);
     const std::string module = weight.substr(0, weight.rfind('.'));
     const HfTensor* g = at(module + "." + name);
     if (!g) {
-      problem("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
-                                                 name + " (" + module + "." + name + ")");
+      problem_("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                                                  name + " (" + module + "." + name + ")");
       return;
     }
     if (!scalar(*g))
-      problem("quant-scale-shape", g->key,
-              g->dtype + " " + dims(g->shape) + " is not the global scale of " + what + " weight " + weight +
-                  ": one float32 expected");
+      problem_("quant-scale-shape", g->key,
+               g->dtype + " " + dims(g->shape) + " is not the global scale of " + what + " weight " + weight +
+                   ": one float32 expected");
     else
-      globals.push_back({module + ".weight", g->key});
-  };
-  for (const auto& [k, tp] : by_key) {
-    const HfTensor& w = *tp;
-    const std::string module = k.substr(0, k.rfind('.'));
-    if (method == "modelopt" && key_ends(k, ".weight") && at(module + ".weight_scale") && w.shape.size() == 2) {
-      const int64_t N = w.shape[0];
-      if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
-        const int64_t K = w.shape[1] * 2;
-        expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
-        global(k, "weight_scale_2", "ModelOpt NVFP4");
-        if (has("NVFP4") && !at(module + ".input_scale"))
-          problem("quant-scale-missing", k,
-                  "a ModelOpt NVFP4 weight without its input_scale (" + module +
-                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
-      } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
-        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
-      } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
-        const HfTensor& s = *at(module + ".weight_scale");
-        if (!scalar(s))
-          problem("quant-scale-shape", s.key,
-                  s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
-        if (!at(module + ".input_scale"))
-          problem("quant-scale-missing", k,
-                  "a ModelOpt FP8 weight without its input_scale (" + module +
-                      ".input_scale): quant_algo FP8 quantizes the activations with it");
-      }
-    } else if (method == "compressed-tensors" && w.shape.size() == 2) {
-      const int64_t N = w.shape[0];
-      const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
-      if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
-        const int64_t K = w.shape[1] * 2;
-        if (nv) {
-          expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");
-          global(k, "weight_global_scale", "compressed-tensors NVFP4");
-        } else {
-          expect(k, module + ".weight_scale", "uint8", {N, K / 32}, "compressed-tensors MXFP4");
-        }
-      } else if (key_ends(k, ".weight") && w.dtype == "float8_e4m3fn" && has("mxfp8-quantized") && formats.size() == 1) {
-        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "compressed-tensors MXFP8");
-      }
-    } else if (method == "fp8" && key_ends(k, ".weight") && w.dtype.rfind("float8_", 0) == 0 && w.shape.size() == 2 &&
-               qc.contains("weight_block_size") && qc["weight_block_size"].is_array() &&
-               qc["weight_block_size"].size() == 2 && qc["weight_block_size"][0].is_number_integer() &&
-               qc["weight_block_size"][1].is_number_integer()) {
-      const HfTensor* s = at(k + "_scale_inv");
-      const int64_t b0 = qc["weight_block_size"][0].get<int64_t>(), b1 = qc["weight_block_size"][1].get<int64_t>();
-      if (s && b0 > 0 && b1 > 0) {
-        const std::vector<int64_t> want{(w.shape[0] + b0 - 1) / b0, (w.shape[1] + b1 - 1) / b1};
-        if (s->shape != want)
-          problem("quant-scale-shape", s->key,
-                  s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " +
-                      dims(w.shape) + ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " +
-                      dims(want) + " expected");
-      }
+      globals_.push_back({module + ".weight", g->key});
+  }
+
+  void check_modelopt(const std::string& k, const HfTensor& w, const std::string& module) {
+    const int64_t N = w.shape[0];
+    if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
+      const int64_t K = w.shape[1] * 2;
+      expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
+      global(k, "weight_scale_2", "ModelOpt NVFP4");
+      if (has("NVFP4") && !at(module + ".input_scale"))
+        problem_("quant-scale-missing", k,
+                 "a ModelOpt NVFP4 weight without its input_scale (" + module +
+                     ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
+    } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
+      expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
+    } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
+      const HfTensor& s = *at(module + ".weight_scale");
+      if (!scalar(s))
+        problem_("quant-scale-shape", s.key,
+                 s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
+      if (!at(module + ".input_scale"))
+        problem_("quant-scale-missing", k,
+                 "a ModelOpt FP8 weight without its input_scale (" + module +
+                     ".input_scale): quant_algo FP8 quantizes the activations with it");
     }
   }
-  if (!read_scalar || globals.empty()) return;
-  // The direction: compressed-tensors stores 2688 / amax (above 1 for weights whose largest |w| is
-  // below 2688, as Linear weights' are), ModelOpt amax / 2688 (below 1); the reciprocal decodes
-  // every weight amax² / 2688² times too large or small. Then one value a fused group.
-  const bool ct = method == "compressed-tensors";
-  std::map<std::string, std::vector<std::pair<std::string, double>>> groups;
-  for (const auto& [weight, key] : globals) {
-    const std::optional<double> v = read_scalar(key);
-    if (!v) continue;
-    if (ct ? *v < 1 : *v > 1)
-      problem("quant-global-scale-inverted", key,
-              std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax" : "ModelOpt's weight_scale_2 is amax / 2688") +
-                  ", but " + num(*v) + " decodes " + weight + " to magnitudes up to about " +
-                  num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
-    groups[fused_group(weight)].push_back({key, *v});
+
+  void check_compressed_tensors(const std::string& k, const HfTensor& w, const std::string& module) {
+    const int64_t N = w.shape[0];
+    const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
+    if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
+      const int64_t K = w.shape[1] * 2;
+      if (nv) {
+        expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");
+        global(k, "weight_global_scale", "compressed-tensors NVFP4");
+      } else {
+        expect(k, module + ".weight_scale", "uint8", {N, K / 32}, "compressed-tensors MXFP4");
+      }
+    } else if (key_ends(k, ".weight") && w.dtype == "float8_e4m3fn" && has("mxfp8-quantized") && formats_.size() == 1) {
+      expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "compressed-tensors MXFP8");
+    }
   }
-  for (const auto& entry : groups) {
-    const std::string& group = entry.first;
-    const auto& members = entry.second;  // (a structured binding: C++17 lambdas cannot capture it)
+
+  void check_fp8_blocks(const std::string& k, const HfTensor& w) {
+    const json* bs = qc_.contains("weight_block_size") ? &qc_["weight_block_size"] : nullptr;
+    if (!bs || !bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer()) return;
+    const HfTensor* s = at(k + "_scale_inv");
+    const int64_t b0 = (*bs)[0].get<int64_t>(), b1 = (*bs)[1].get<int64_t>();
+    if (!s || b0 <= 0 || b1 <= 0) return;
+    const std::vector<int64_t> want{(w.shape[0] + b0 - 1) / b0, (w.shape[1] + b1 - 1) / b1};
+    if (s->shape != want)
+      problem_("quant-scale-shape", s->key,
+               s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " + dims(w.shape) +
+                   ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " + dims(want) + " expected");
+  }
+
+  void check_fused_group(const std::string& group, const std::vector<std::pair<std::string, double>>& members) {
     // The value most members hold (the first of a tie) is the group's; each other one is named.
     size_t ref = 0, most = 0;
     for (size_t i = 0; i < members.size(); ++i) {
-      const size_t n = static_cast<size_t>(std::count_if(members.begin(), members.end(), [&](const auto& m) {
-        return m.second == members[i].second;
-      }));
+      const size_t n = static_cast<size_t>(
+          std::count_if(members.begin(), members.end(), [&](const auto& m) { return m.second == members[i].second; }));
       if (n > most) most = n, ref = i;
     }
     // An expert's gate/up: vLLM's MoE methods check the two and load the fused w13 with gate_proj's
@@ -307,7 +325,7 @@ void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& 
     const bool expert = group.find(".experts.") != std::string::npos;
     for (const auto& [key, v] : members)
       if (v != members[ref].second)
-        (expert ? warning : problem)(
+        (expert ? warning_ : problem_)(
             "quant-global-scale-unfused", key,
             num(v) + ", but " + members[ref].first + " of the same fused group holds " + num(members[ref].second) +
                 (expert ? ": vLLM fuses an expert's gate/up into one matrix and decodes it with gate_proj's global "
@@ -315,6 +333,22 @@ void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& 
                         : ": vLLM fuses the group into one matrix and decodes it with one global scale (the largest), "
                           "so the others' weights are misread"));
   }
+
+  const json& qc_;
+  const std::map<std::string, const HfTensor*>& by_key_;
+  const Problem& problem_;
+  const Problem& warning_;
+  const std::string method_;
+  const std::set<std::string> formats_;
+  // The global scales whose fused groups and direction are checked: (the module's X.weight, the scale).
+  std::vector<std::pair<std::string, std::string>> globals_;
+};
+
+void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const ReadScalar& read_scalar,
+                  const Problem& problem, const Problem& warning) {
+  ScaleChecker c(qc, by_key, problem, warning);
+  c.check_shapes();
+  c.check_global_values(read_scalar);
 }
 
 // check_hf_config's steps over one folder: each a group of fields compared with the tensors.
