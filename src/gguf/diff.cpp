@@ -18,6 +18,7 @@
 #include "util/parallel.h"
 #include "write/assets.h"
 #include "gguf/model.h"
+#include "gguf/rows.h"
 
 namespace dcpctl {
 
@@ -281,6 +282,12 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       x.resize(at + m);
       if (*t.dtype != DType::Float32) cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(x.data() + at), m);
       else std::memcpy(x.data() + at, raw.data(), m * 4);
+      if (tp.shift != 0) {  // Gemma's norms, as the writer shifts them (gguf/rows.h)
+        std::vector<float> part(x.begin() + static_cast<std::ptrdiff_t>(at), x.end());
+        for (float& v : part) v += tp.shift;
+        if (*t.dtype == DType::Float16) gguf::round_to_half(part);
+        std::copy(part.begin(), part.end(), x.begin() + static_cast<std::ptrdiff_t>(at));
+      }
       if (tp.permute_heads > 0) {
         const int64_t rows = t.shape[0], cols = rows ? static_cast<int64_t>(m) / rows : 0;
         std::vector<uint8_t> permuted = gguf::permute_rows(reinterpret_cast<const uint8_t*>(x.data() + at), rows, cols, 4, tp.permute_heads);

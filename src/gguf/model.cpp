@@ -110,24 +110,80 @@ std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, co
   return out;
 }
 
+namespace {
+
+// Gemma2Model.set_gguf_parameters: its own keys in its own order (not TextModel's; no rope key),
+// each hparams[...] it reads a KeyError in the converter when config.json lacks it.
+void gemma2_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  auto need_float = [&](const char* key) {
+    json v = c.value(key, json());
+    if (!v.is_number()) throw UnsupportedError(Where(where), std::string("a GGUF of ") + a + " needs config.json's " + key + " (a number)");
+    return v.get<float>();
+  };
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_position_embeddings", where)));
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(need_int(c, "hidden_size", where)));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need_int(c, "intermediate_size", where)));
+  const int64_t heads = need_int(c, "num_attention_heads", where);
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
+  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.contains("num_key_value_heads") ? need_int(c, "num_key_value_heads", where) : heads));
+  h.add_f32(a + ".attention.layer_norm_rms_epsilon", need_float("rms_norm_eps"));
+  const int64_t head_dim = need_int(c, "head_dim", where);
+  h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+  h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  h.add_u32("general.file_type", file_type);
+  h.add_f32(a + ".attn_logit_softcapping", need_float("attn_logit_softcapping"));
+  h.add_f32(a + ".final_logit_softcapping", need_float("final_logit_softcapping"));
+  h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.GEMMA2: a layer's four norms.
+const std::map<std::string, std::string> kGemma2Layer{{"post_attention_layernorm", "post_attention_norm"},
+                                                      {"pre_feedforward_layernorm", "ffn_norm"},
+                                                      {"post_feedforward_layernorm", "post_ffw_norm"}};
+
+Arch gemma2_arch() {
+  Arch a{"gemma2"};
+  a.vocab = Arch::Vocab::Spm, a.no_space_prefix = true, a.norm_shift = 1, a.drop_head = true;
+  a.layer_names = &kGemma2Layer, a.keys = gemma2_keys;
+  return a;
+}
+
+// The architecture table: config.json's architectures[0] -> what the converter's model class
+// (ModelBase.register) writes.
+const std::vector<std::pair<std::string, Arch>>& arch_table() {
+  using E = Arch::Experts;
+  static const std::vector<std::pair<std::string, Arch>> table{
+      // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
+      {"LlamaForCausalLM", {"llama", true, E::None, Arch::Vocab::SpmFirst}},
+      {"MistralForCausalLM", {"llama", true, E::None, Arch::Vocab::SpmFirst}},
+      {"MixtralForCausalLM", {"llama", true, E::Mixtral, Arch::Vocab::SpmFirst}},
+      {"Qwen2ForCausalLM", {"qwen2", false, E::None, Arch::Vocab::SpmFirst}},
+      {"Qwen3ForCausalLM", {"qwen3", false, E::None, Arch::Vocab::SpmFirst}},
+      {"Qwen3MoeForCausalLM", {"qwen3moe", false, E::Qwen}},
+      // DeepseekV2Model serves DeepSeek-V2 (V2-Lite: no q_lora, softmax gating) and V3 (Kimi K2's too).
+      {"DeepseekV2ForCausalLM", {"deepseek2", false, E::Deepseek}},
+      {"DeepseekV3ForCausalLM", {"deepseek2", false, E::Deepseek}},
+      {"Glm4MoeForCausalLM", {"glm4moe", false, E::Deepseek}},
+      {"GptOssForCausalLM", {"gpt-oss", false, E::GptOss}},
+      {"Gemma2ForCausalLM", gemma2_arch()},
+  };
+  return table;
+}
+
+}  // namespace
+
 Arch arch_of(const json& config, const std::string& where) {
   std::string hf;
   if (auto it = config.find("architectures"); it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     hf = (*it)[0].get<std::string>();
-  // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
-  if (hf == "LlamaForCausalLM" || hf == "MistralForCausalLM") return {"llama", true};
-  if (hf == "MixtralForCausalLM") return {"llama", true, Arch::Experts::Mixtral};
-  if (hf == "Qwen2ForCausalLM") return {"qwen2", false};
-  if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
-  if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
-  // DeepseekV2Model serves DeepSeek-V2 (V2-Lite: no q_lora, softmax gating) and V3 (Kimi K2's too).
-  if (hf == "DeepseekV2ForCausalLM" || hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
-  if (hf == "Glm4MoeForCausalLM") return {"glm4moe", false, Arch::Experts::Deepseek};
-  if (hf == "GptOssForCausalLM") return {"gpt-oss", false, Arch::Experts::GptOss};
+  std::string names;
+  for (const auto& [name, arch] : arch_table()) {
+    if (name == hf) return arch;
+    names += (names.empty() ? "" : ", ") + name;
+  }
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
-                                           "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM and "
-                                           "GptOssForCausalLM)");
+                                           "' is not written (dcpctl writes " + names + ")");
 }
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
@@ -156,7 +212,10 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     // try_suffixes do).
     const bool underscore = key[key.size() - m[3].length() - 1] == '_';
     const std::string* gname = nullptr;
-    if (auto it = layer.find(m[2]); it != layer.end() && !underscore) gname = &it->second;
+    if (arch.layer_names && !underscore) {
+      if (auto it = arch.layer_names->find(m[2]); it != arch.layer_names->end()) gname = &it->second;
+    }
+    if (auto it = layer.find(m[2]); !gname && it != layer.end() && !underscore) gname = &it->second;
     // Glm4MoeModel: DeepSeek's shared experts and e_score_correction_bias, not its MLA.
     const bool glm = arch.name == "glm4moe";
     if (auto it = mla.find(m[2]); !gname && (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
@@ -190,6 +249,9 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
                                                   " table (gguf-py's tensor_mapping) as dcpctl writes it");
   p.shape = shape;
   p.type = type_of(p.name, shape, out);
+  if (static const std::string norm = "norm.weight";
+      arch.norm_shift != 0 && key.size() >= norm.size() && key.compare(key.size() - norm.size(), norm.size(), norm) == 0)
+    p.shift = arch.norm_shift;
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
@@ -353,6 +415,7 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         }
       continue;
     }
+    if (arch.drop_head && in.key == "lm_head.weight") continue;  // the family's filter_tensors
     if (deepseek) {
       // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
       // num_hidden_layers) are left out.
@@ -664,6 +727,19 @@ std::string id_to_title(const std::string& id) {
   return out;
 }
 
+namespace {
+
+// general.file_type (prepare_metadata): an MXFP4 model (quant_method mxfp4) written as f32, f16
+// or bf16 is MOSTLY_MXFP4_MOE. So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's
+// ct_mxfp4_config); an NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
+uint32_t file_type_of(const Arch& arch, const json& config, OutType out) {
+  const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
+  const bool mxfp4_moe = ((arch.name == "gpt-oss" && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
+  return mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type;
+}
+
+}  // namespace
+
 void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, const std::string& label, OutType out,
                     const std::string& where) {
   const std::string& a = arch.name;
@@ -671,6 +747,15 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (!moe && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
+  if (arch.keys) {  // the family's own set_gguf_parameters
+    h.add_string("general.architecture", a);
+    h.add_string("general.type", "model");
+    h.add_string("general.name", name);
+    if (!label.empty()) h.add_string("general.size_label", label);
+    arch.keys(h, a, config, file_type_of(arch, config, out), where);
+    h.add_u32("general.quantization_version", 2);
+    return;
+  }
   const bool deepseek = a == "deepseek2", glm = a == "glm4moe", gpt_oss = a == "gpt-oss";
   // Glm4MoeModel counts the MTP (nextn) layers as blocks, whether or not the checkpoint holds them
   // (transformers' GLM does not; their tensors are refused by plan_tensors).
@@ -764,12 +849,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(deepseek ? kv_lora : head_dim));
     lengths = true;
   }
-  // prepare_metadata: an MXFP4 model (quant_method mxfp4) written as f32, f16 or bf16 is MOSTLY_MXFP4_MOE.
-  // So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's ct_mxfp4_config); an
-  // NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
-  const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
-  const bool mxfp4_moe = ((gpt_oss && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
-  h.add_u32("general.file_type", mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type);
+  h.add_u32("general.file_type", file_type_of(arch, config, out));
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));
     if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
@@ -1068,6 +1148,83 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
 
 namespace {
 
+// A dense family's tensors as its load_arch_tensors creates them (src/models/ARCH.cpp of the
+// sdist's llama.cpp), each dimension named by a letter of the file's keys: E embedding_length,
+// F feed_forward_length, G 2 x F, Q head_count x key_length, K head_count_kv x key_length,
+// V head_count_kv x value_length, N the vocabulary; 0: no dimension. `qkv` where the family's
+// create_tensor_qkv stands (attn_q/k/v and their optional biases, or a fused attn_qkv).
+struct FamilyTensor {
+  const char* name;
+  char d0, d1;
+  bool required;
+};
+struct FamilyTable {
+  const char* arch;
+  std::vector<FamilyTensor> top, layer;
+  bool qkv;
+};
+const std::vector<FamilyTable>& family_tables() {
+  static const std::vector<FamilyTable> tables{
+      // gemma2.cpp: no output.weight (the embeddings, TENSOR_DUPLICATED).
+      {"gemma2",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+  };
+  return tables;
+}
+
+std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arch,
+                                                          const std::function<std::optional<int64_t>(const std::string&)>& key) {
+  const FamilyTable* t = nullptr;
+  for (const FamilyTable& f : family_tables())
+    if (arch == f.arch) t = &f;
+  if (!t) return std::nullopt;
+  auto k = [&](const std::string& name) { return key(arch + "." + name); };
+  auto mul = [](int64_t a, int64_t b) { return a < 0 || b < 0 ? int64_t{-1} : a * b; };
+  const int64_t embd = k("embedding_length").value_or(-1), ff = k("feed_forward_length").value_or(-1);
+  const int64_t heads = k("attention.head_count").value_or(-1), heads_kv = k("attention.head_count_kv").value_or(heads);
+  const int64_t head_k = k("attention.key_length").value_or(heads > 0 && embd >= 0 ? embd / heads : -1);
+  const int64_t head_v = k("attention.value_length").value_or(head_k);
+  std::optional<int64_t> vocab = k("vocab_size");
+  if (!vocab) vocab = key("tokenizer.ggml.tokens");
+  const int64_t q = mul(heads, head_k), kv = mul(heads_kv, head_k), v = mul(heads_kv, head_v);
+  auto dim = [&](char d) {
+    switch (d) {
+      case 'E': return embd;
+      case 'F': return ff;
+      case 'G': return mul(2, ff);
+      case 'Q': return q;
+      case 'K': return kv;
+      case 'V': return v;
+      default: return vocab.value_or(-1);  // 'N'
+    }
+  };
+  std::vector<ExpectedTensor> out;
+  auto add = [&](const std::string& b, const FamilyTensor& f) {
+    std::vector<int64_t> shape{dim(f.d0)};
+    if (f.d1) shape.push_back(dim(f.d1));
+    out.push_back({b + f.name, shape, f.required, {}});
+  };
+  for (const FamilyTensor& f : t->top) add("", f);
+  for (int64_t i = 0; i < k("block_count").value_or(0); ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    if (t->qkv) {  // create_tensor_qkv
+      const int64_t qkv = q < 0 || kv < 0 || v < 0 ? -1 : q + kv + v;
+      out.push_back({b + "attn_qkv.weight", {qkv, embd}, false, {}});
+      out.push_back({b + "attn_qkv.bias", {qkv}, false, {}});
+      for (const auto& [n, rows] : {std::pair<const char*, int64_t>{"attn_q", q}, {"attn_k", kv}, {"attn_v", v}}) {
+        out.push_back({b + n + ".weight", {rows, embd}, true, b + "attn_qkv.weight"});
+        out.push_back({b + n + ".bias", {rows}, false, {}});
+      }
+    }
+    for (const FamilyTensor& f : t->layer) add(b, f);
+  }
+  return out;
+}
+
 std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
                                                         const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
@@ -1233,7 +1390,8 @@ std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
 
 std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
                                                             const std::function<std::optional<int64_t>(const std::string&)>& key) {
-  std::optional<std::vector<ExpectedTensor>> out = arch_tensors(arch, key);
+  std::optional<std::vector<ExpectedTensor>> out = family_tensors(arch, key);
+  if (!out) out = arch_tensors(arch, key);
   if (!out) return out;
   // llama-model.cpp's generic pass after every architecture's tensors: each Linear weight's
   // optional per-tensor ".scale" and ".input_scale" (NVFP4's scale2 and input scale: [1], or one per

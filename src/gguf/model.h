@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,27 @@ struct Arch {
   // GptOssModel's are fused per layer: mlp.experts.gate_up_proj [experts, hidden, 2 x ffn] (gate and
   // up interleaved), down_proj [experts, ffn, hidden], and their biases.
   enum class Experts { None, Qwen, Mixtral, Deepseek, GptOss } experts = Experts::None;
+  // Where set_vocab finds the tokenizer: Gpt2 tokenizer.json (_set_vocab_gpt2, or Kimi's tiktoken);
+  // SpmFirst tokenizer.model when the folder has one, else tokenizer.json (LlamaModel's and
+  // Qwen2Model's set_vocab); Spm tokenizer.model only (Gemma2Model's: refused without it).
+  enum class Vocab { Gpt2, SpmFirst, Spm } vocab = Vocab::Gpt2;
+  // What set_vocab writes after the tokenizer's keys: tokenizer.ggml.add_space_prefix false
+  // (Gemma's add_add_space_prefix(False)).
+  bool no_space_prefix = false;
+  // Added to every tensor whose HF key ends in norm.weight (GemmaModel.modify_tensors: Gemma's
+  // RMSNorm scales by 1 + weight, llama.cpp's by the weight), in float32 as the converter adds it
+  // (a float16 source in float16: TensorPlan::shift).
+  float norm_shift = 0;
+  // The converter's filter_tensors leaves lm_head.weight out (Gemma: the head is the embeddings).
+  bool drop_head = false;
+  // The family's own layer tensors (gguf-py's tensor_mapping for its MODEL_ARCH), looked up before
+  // the common ones: HF module -> GGUF name; null: none.
+  const std::map<std::string, std::string>* layer_names = nullptr;
+  // The family's set_gguf_parameters where it is not TextModel's (Gemma2Model writes its own keys
+  // in its own order): the keys after general.*, up to and without general.quantization_version;
+  // null: TextModel's, as add_model_keys writes it.
+  void (*keys)(Header& h, const std::string& arch, const nlohmann::json& config, uint32_t file_type,
+               const std::string& where) = nullptr;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
@@ -85,6 +107,9 @@ struct TensorPlan {
   // rows moved as the plan's Q/K permutation moves them (LlamaModel._repack_nvfp4 permutes the
   // packed rows and the block scale's alike).
   bool packed = false;
+  // Added to each value (Arch::norm_shift of a norm's weight); its source saved in float16 is
+  // added in float16 (the converter's data_torch + 1 on a float16 tensor), rounded there.
+  float shift = 0;
 };
 // Whether config.json's quantization_config says quant_method mxfp4 (the converter's _is_mxfp4).
 bool mxfp4_config(const nlohmann::json& config);

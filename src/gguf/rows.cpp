@@ -3,6 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "util/numeric.h"
+
 namespace dcpctl::gguf {
 
 int64_t rows_unit(const TensorPlan& p, const std::vector<int64_t>& in) {
@@ -15,6 +17,8 @@ int64_t rows_unit(const TensorPlan& p, const std::vector<int64_t>& in) {
 bool moves_rows(const TensorPlan& p) { return p.permute_heads > 0 || p.kv_b || p.gate_up || p.transpose; }
 
 std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in, int64_t rows) {
+  if (p.shift != 0)
+    for (float& v : x) v += p.shift;
   if (!moves_rows(p)) return x;
   std::vector<int64_t> window = in;
   if (!window.empty()) window[0] = rows;
@@ -34,6 +38,12 @@ std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const
     return kv_b_part(heads, x.data(), in[1]);
   }
   return fused_part(p, x.data(), window);  // whole experts
+}
+
+void round_to_half(std::vector<float>& x) {
+  std::vector<uint8_t> half(x.size() * 2);
+  cast_elements(DType::Float32, DType::Float16, reinterpret_cast<const uint8_t*>(x.data()), half.data(), x.size());
+  cast_elements(DType::Float16, DType::Float32, half.data(), reinterpret_cast<uint8_t*>(x.data()), x.size());
 }
 
 std::vector<uint8_t> mxfp4_rows(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales,

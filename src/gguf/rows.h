@@ -36,8 +36,12 @@ bool moves_rows(const TensorPlan& p);
 // The float32 values written for a window of `rows` consecutive indices of the first dimension of
 // an input of shape `in` (whole units), from `x`, the window's float32 values: x itself (moved
 // out) when the plan moves nothing, else the window's part of the output, permuted, split or
-// transposed.
+// transposed; a plan's shift added to each value first, in float32 (a float16 source's sum is
+// rounded to float16 by the caller, which knows the source's type).
 std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in, int64_t rows);
+
+// Each value rounded to float16 and back (a float16 source's shifted norm: TensorPlan::shift).
+void round_to_half(std::vector<float>& x);
 
 // The MXFP4 bytes (mxfp4_repack) of a window of `experts` consecutive experts of a plan `p.mxfp4`,
 // from those experts' blocks and scales (blocks_shape: the whole input's).

@@ -46,10 +46,6 @@ size_t token_id_of(const json& v, const std::string& what, const std::string& wh
 
 }  // namespace
 
-bool tries_sentencepiece(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3";
-}
-
 bool is_llama_hf_tokenizer(const json& tok) {
   if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object()) return false;
   const json& m = tok["model"];

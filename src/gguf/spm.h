@@ -7,8 +7,10 @@
 // qwen3) call _set_vocab_sentencepiece first, which takes tokenizer.model whenever the folder holds
 // one; only its absence (FileNotFoundError) lets them go on, LlamaModel to _set_vocab_llama_hf (a
 // tokenizer.json whose model is a byte-fallback BPE: not written by dcpctl yet, refused) and then
-// to _set_vocab_gpt2, Qwen2Model to _set_vocab_gpt2 (gguf/vocab.h). The other architectures written
-// here never read tokenizer.model.
+// to _set_vocab_gpt2, Qwen2Model to _set_vocab_gpt2 (gguf/vocab.h). Gemma2Model.set_vocab calls it
+// alone (no tokenizer.model: the converter fails, dcpctl refuses) and adds add_space_prefix false
+// after its keys. Which an architecture does is its row's Arch::vocab (gguf/model.h); the other
+// architectures written here never read tokenizer.model.
 //
 // _set_vocab_sentencepiece, as written here:
 //   - the model read by sentencepiece's own SentencePieceProcessor (Debian's libsentencepiece, the
@@ -40,9 +42,6 @@
 #include "gguf/gguf.h"
 
 namespace dcpctl::gguf {
-
-// Whether the converter's set_vocab for general.architecture `arch` tries tokenizer.model first.
-bool tries_sentencepiece(const std::string& arch);
 
 // Whether tokenizer.json is what LlamaHfVocab takes (_set_vocab_llama_hf: a BPE with byte fallback
 // and a Sequence decoder, not Llama 3's ignore_merges BPE).

@@ -127,6 +127,12 @@ ARCHS = {
     # their biases), the router with its bias.
     "gpt-oss": (transformers.GptOssConfig, "llama-bpe", dict(
         head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=16)),
+    # Gemma 2 (Gemma2Model): head_dim 32 (not hidden / heads), the attention and final logit
+    # softcapping, a sliding window, the four norms of a layer (each written + 1); Llama 2's
+    # SentencePiece tokenizer (Gemma's own has no vocabulary file in llama.cpp's models/), which
+    # Gemma2Model.set_vocab reads as it reads Gemma's (_set_vocab_sentencepiece).
+    "gemma2": (transformers.Gemma2Config, "llama-spm", dict(
+        head_dim=32, attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=16)),
 }
 
 # GPT-OSS's MXFP4 experts as OpenAI's checkpoints hold them (`gpt-oss-mxfp4`): config.json's
@@ -276,7 +282,7 @@ def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -596,7 +602,7 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16"]
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
