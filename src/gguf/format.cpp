@@ -169,8 +169,11 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     // The converter's set_vocab: a SentencePiece tokenizer.model first where the architecture's
     // tries one (gguf/spm.h), else tokenizer.json, else (DeepseekV2Model.set_vocab's kimi-k2
     // branch) Kimi K2's tiktoken.model.
-    spm_ = spm_model_ && arch_.vocab != gguf::Arch::Vocab::Gpt2;
-    if (!config_.is_null() && arch_.vocab == gguf::Arch::Vocab::Spm && !spm_model_)
+    // Phi3MiniModel.set_vocab: a GPT2Tokenizer (Phi-4's) is _set_vocab_gpt2's, anything else tokenizer.model's.
+    const bool phi3_gpt2 = arch_.vocab == gguf::Arch::Vocab::Phi3 && tokenizer_config_.is_object() &&
+                           tokenizer_config_.value("tokenizer_class", json()) == "GPT2Tokenizer";
+    spm_ = spm_model_ && arch_.vocab != gguf::Arch::Vocab::Gpt2 && !phi3_gpt2;
+    if (!config_.is_null() && !spm_model_ && !phi3_gpt2 && (arch_.vocab == gguf::Arch::Vocab::Spm || arch_.vocab == gguf::Arch::Vocab::Phi3))
       throw UnsupportedError(Where(o_.output), "a GGUF of " + arch_.name + " needs the model's tokenizer.model (beside the checkpoint, or --assets DIR): "
                                                "the converter's set_vocab reads SentencePiece's model only (_set_vocab_sentencepiece)");
     const bool kimi = !spm_ && tokenizer_.is_null() && tiktoken_ && gguf::is_kimi_tokenizer(tokenizer_config_);
@@ -178,7 +181,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
                                                (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
                                                (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : "") +
-                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3, gemma2)" : ""));
+                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3, gemma2, phi3)" : ""));
     where_ = where;
     if (!spm_ && arch_.name == "llama" && gguf::is_llama_hf_tokenizer(tokenizer_))
       throw UnsupportedError(Where(where_), "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "
@@ -340,7 +343,8 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     }
     if (arch_.name == "llama") gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
     if (spm_)
-      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_);
+      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_,
+                                   arch_.vocab == gguf::Arch::Vocab::Phi3);
     else if (tokenizer_.is_null())
       gguf::add_kimi_tokenizer_keys(h[0], config_, *tiktoken_, tokenizer_config_, jinja_, where_);
     else

@@ -142,6 +142,55 @@ const std::map<std::string, std::string> kGemma2Layer{{"post_attention_layernorm
                                                       {"pre_feedforward_layernorm", "ffn_norm"},
                                                       {"post_feedforward_layernorm", "post_ffw_norm"}};
 
+// Phi3MiniModel.set_gguf_parameters (its own keys in its own order). LongRoPE (rope_parameters'
+// long_factor), for which it adds rope_scaling.attn_factor and the rope_factors_long/short tensors,
+// is refused.
+void phi3_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  auto need = [&](std::initializer_list<const char*> keys, const char* what) {
+    json v = find_hparam(c, keys);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw UnsupportedError(Where(where), std::string("a GGUF of ") + a + " needs config.json's " + what + " (a non-negative integer)");
+    return v.get<int64_t>();
+  };
+  const int64_t embd = need({"hidden_size", "n_embd"}, "hidden_size"), heads = need({"num_attention_heads", "n_head"}, "num_attention_heads");
+  const int64_t heads_kv = need({"num_key_value_heads", "n_head_kv"}, "num_key_value_heads");
+  const json eps = c.value("rms_norm_eps", json());
+  const json rope = rope_params(c);
+  const json orig = rope.value("original_max_position_embeddings", json()), theta = rope.value("rope_theta", json());
+  const json pct = rope.value("partial_rotary_factor", json(1.0));
+  if (!eps.is_number() || !orig.is_number_integer() || !theta.is_number() || !pct.is_number() || heads == 0)
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's rms_norm_eps, original_max_position_embeddings, rope_theta "
+                                         "and num_attention_heads (partial_rotary_factor a number)");
+  if (json f = rope.value("long_factor", json()); !f.is_null() && !(f.is_array() && f.empty()))
+    throw UnsupportedError(Where(where), "a " + a + " rope with long_factor (LongRoPE: the converter's rope_factors_long/short tensors) "
+                                         "is not written into a GGUF by dcpctl yet");
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need({"n_positions", "max_position_embeddings"}, "max_position_embeddings")));
+  h.add_u32(a + ".rope.scaling.original_context_length", orig.get<uint32_t>());
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(embd));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need({"intermediate_size"}, "intermediate_size")));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
+  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(heads_kv));
+  h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  // int(rot_pct * n_embd) // n_head: a Python float's product, toward zero, then floor division.
+  h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(static_cast<int64_t>(pct.get<double>() * static_cast<double>(embd)) / heads));
+  h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  h.add_u32("general.file_type", file_type);
+  const json window = c.value("sliding_window", json());  // None: 0 (Phi-4's)
+  if (!window.is_null() && !window.is_number_integer())
+    throw UnsupportedError(Where(where), "config.json's sliding_window " + window.dump() + " is not an integer");
+  h.add_u32(a + ".attention.sliding_window", window.is_null() ? 0 : window.get<uint32_t>());
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.PHI3: the fused projections, written as they are.
+const std::map<std::string, std::string> kPhi3Layer{{"self_attn.qkv_proj", "attn_qkv"}, {"mlp.gate_up_proj", "ffn_up"}};
+
+Arch phi3_arch() {
+  Arch a{"phi3"};
+  a.vocab = Arch::Vocab::Phi3, a.layer_names = &kPhi3Layer, a.keys = phi3_keys;
+  return a;
+}
+
 Arch gemma2_arch() {
   Arch a{"gemma2"};
   a.vocab = Arch::Vocab::Spm, a.no_space_prefix = true, a.norm_shift = 1, a.drop_head = true;
@@ -167,6 +216,7 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       {"Glm4MoeForCausalLM", {"glm4moe", false, E::Deepseek}},
       {"GptOssForCausalLM", {"gpt-oss", false, E::GptOss}},
       {"Gemma2ForCausalLM", gemma2_arch()},
+      {"Phi3ForCausalLM", phi3_arch()},
   };
   return table;
 }
@@ -1151,7 +1201,7 @@ namespace {
 // A dense family's tensors as its load_arch_tensors creates them (src/models/ARCH.cpp of the
 // sdist's llama.cpp), each dimension named by a letter of the file's keys: E embedding_length,
 // F feed_forward_length, G 2 x F, Q head_count x key_length, K head_count_kv x key_length,
-// V head_count_kv x value_length, N the vocabulary; 0: no dimension. `qkv` where the family's
+// V head_count_kv x value_length, R rope.dimension_count / 2, N the vocabulary; 0: no dimension. `qkv` where the family's
 // create_tensor_qkv stands (attn_q/k/v and their optional biases, or a fused attn_qkv).
 struct FamilyTensor {
   const char* name;
@@ -1162,6 +1212,7 @@ struct FamilyTable {
   const char* arch;
   std::vector<FamilyTensor> top, layer;
   bool qkv;
+  bool qkv_required = true;  // false: create_tensor_qkv with TENSOR_NOT_REQUIRED
 };
 const std::vector<FamilyTable>& family_tables() {
   static const std::vector<FamilyTable> tables{
@@ -1172,6 +1223,14 @@ const std::vector<FamilyTable>& family_tables() {
         {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
         {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
        true},
+      // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
+      // LongRoPE's factors (not written by dcpctl) optional.
+      {"phi3",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+        {"rope_factors_long.weight", 'R', 0, false}, {"rope_factors_short.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'E', true}, {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'G', 'E', true}},
+       true, false},
   };
   return tables;
 }
@@ -1199,6 +1258,7 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
       case 'Q': return q;
       case 'K': return kv;
       case 'V': return v;
+      case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
       default: return vocab.value_or(-1);  // 'N'
     }
   };
@@ -1216,7 +1276,7 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
       out.push_back({b + "attn_qkv.weight", {qkv, embd}, false, {}});
       out.push_back({b + "attn_qkv.bias", {qkv}, false, {}});
       for (const auto& [n, rows] : {std::pair<const char*, int64_t>{"attn_q", q}, {"attn_k", kv}, {"attn_v", v}}) {
-        out.push_back({b + n + ".weight", {rows, embd}, true, b + "attn_qkv.weight"});
+        out.push_back({b + n + ".weight", {rows, embd}, t->qkv_required, b + "attn_qkv.weight"});
         out.push_back({b + n + ".bias", {rows}, false, {}});
       }
     }

@@ -52,8 +52,10 @@ struct Arch {
   enum class Experts { None, Qwen, Mixtral, Deepseek, GptOss } experts = Experts::None;
   // Where set_vocab finds the tokenizer: Gpt2 tokenizer.json (_set_vocab_gpt2, or Kimi's tiktoken);
   // SpmFirst tokenizer.model when the folder has one, else tokenizer.json (LlamaModel's and
-  // Qwen2Model's set_vocab); Spm tokenizer.model only (Gemma2Model's: refused without it).
-  enum class Vocab { Gpt2, SpmFirst, Spm } vocab = Vocab::Gpt2;
+  // Qwen2Model's set_vocab); Spm tokenizer.model only (Gemma2Model's: refused without it); Phi3
+  // Phi3MiniModel's own reading of tokenizer.model (gguf/spm.h), or tokenizer.json where
+  // tokenizer_config.json's tokenizer_class is GPT2Tokenizer.
+  enum class Vocab { Gpt2, SpmFirst, Spm, Phi3 } vocab = Vocab::Gpt2;
   // What set_vocab writes after the tokenizer's keys: tokenizer.ggml.add_space_prefix false
   // (Gemma's add_add_space_prefix(False)).
   bool no_space_prefix = false;

@@ -133,7 +133,20 @@ ARCHS = {
     # Gemma2Model.set_vocab reads as it reads Gemma's (_set_vocab_sentencepiece).
     "gemma2": (transformers.Gemma2Config, "llama-spm", dict(
         head_dim=32, attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=16)),
+    # Phi-3 (Phi3MiniModel): the fused qkv_proj and gate_up_proj as llama.cpp takes them, a partial
+    # rotary factor, a sliding window; Llama 2's SentencePiece tokenizer, which is Phi-3's own (its
+    # 32,000 pieces) with Phi-3's added tokens and vocab_size (PHI3_EXTRAS), read by Phi3MiniModel's
+    # own set_vocab.
+    "phi3": (transformers.Phi3Config, "llama-spm", dict(partial_rotary_factor=0.5, sliding_window=16,
+                                                        original_max_position_embeddings=128)),
 }
+
+# Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
+# each special but <|endoftext|>'s siblings as the release marks them), its vocab_size 32064 (ids past
+# them the converter's [PAD{id}]) and its eos / pad ids.
+PHI3_TOKENS = {32000: ("<|endoftext|>", True), 32001: ("<|assistant|>", True), 32002: ("<|placeholder1|>", True),
+               32006: ("<|system|>", True), 32007: ("<|end|>", True), 32010: ("<|user|>", True)}
+PHI3_EXTRAS = dict(vocab=32064, eos_token_id=32000, pad_token_id=32000)
 
 # GPT-OSS's MXFP4 experts as OpenAI's checkpoints hold them (`gpt-oss-mxfp4`): config.json's
 # quantization_config, modules_to_not_convert as the releases' (tests/fixtures/release_configs/gpt-oss-20b).
@@ -280,9 +293,23 @@ def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
     return vocab
 
 
+def phi3_tokens(out: Path) -> None:
+    """Phi-3's added tokens (PHI3_TOKENS) in tokenizer_config.json's added_tokens_decoder and
+    tokenizer.json's added_tokens, as its release lists them in both."""
+    import json
+    tc, tj = json.loads((out / "tokenizer_config.json").read_text()), json.loads((out / "tokenizer.json").read_text())
+    for i, (t, special) in PHI3_TOKENS.items():
+        entry = {"content": t, "lstrip": False, "normalized": False, "rstrip": True, "single_word": False, "special": special}
+        tc["added_tokens_decoder"][str(i)] = entry
+        tj["added_tokens"].append({"id": i, **entry})
+    tc["eos_token"] = "<|endoftext|>"
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+
+
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "phi3"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -312,6 +339,9 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
         extras = SPM_EXTRAS if arch == "mixtral-spm" else None
         vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
         special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
+        if arch == "phi3":
+            phi3_tokens(out)
+            vocab, special = PHI3_EXTRAS["vocab"], {k: PHI3_EXTRAS[k] for k in ("eos_token_id", "pad_token_id")}
     else:
         gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
@@ -602,7 +632,7 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0"]
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "phi3:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
