@@ -181,7 +181,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
                                                (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
                                                (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : "") +
-                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3, gemma2, phi3)" : ""));
+                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3, gemma2, gemma3, phi3)" : ""));
     where_ = where;
     if (!spm_ && arch_.name == "llama" && gguf::is_llama_hf_tokenizer(tokenizer_))
       throw UnsupportedError(Where(where_), "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "

@@ -137,6 +137,67 @@ void gemma2_keys(Header& h, const std::string& a, const json& c, uint32_t file_t
   h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
 }
 
+// Gemma3Model.set_gguf_parameters: TextModel's keys (their order), then its own written over them
+// where they stand (context_length, head counts, rms epsilon, key / value length, rope.freq_base,
+// each required here, as they are written whether config.json has them or not), then
+// final_logit_softcapping when set and attention.sliding_window (sliding_window_pattern != 1).
+// TextModel's rope keys are the full_attention parameters' (default, or linear with a factor), the
+// sliding_attention theta as rope.freq_base_swa.
+void gemma3_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  const json rope = rope_params(c);
+  const json full = rope.contains("full_attention") ? rope["full_attention"] : rope;
+  const json swa = rope.contains("sliding_attention") ? rope["sliding_attention"] : json::object();
+  const json type = full.value("rope_type", json()), theta = full.value("rope_theta", json());
+  const json eps = c.value("rms_norm_eps", json());
+  if (!eps.is_number() || !theta.is_number() || !full.is_object() || !swa.is_object())
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's rms_norm_eps and the full attention's rope_theta");
+  if (!type.is_null() && type != "default" && type != "linear")
+    throw UnsupportedError(Where(where), "config.json's rope type " + type.dump() + " is not written into a GGUF of " + a + " by dcpctl (default, linear)");
+  const int64_t head_dim = need_int(c, "head_dim", where);
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_position_embeddings", where)));
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(need_int(c, "hidden_size", where)));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need_int(c, "intermediate_size", where)));
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(need_int(c, "num_attention_heads", where)));
+  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(need_int(c, "num_key_value_heads", where)));
+  if (json f = full.value("factor", json()); type == "linear" && !f.is_null()) {
+    if (!f.is_number()) throw UnsupportedError(Where(where), "config.json's rope factor " + f.dump() + " is not a number");
+    h.add_string(a + ".rope.scaling.type", "linear");
+    h.add_f32(a + ".rope.scaling.factor", f.get<float>());
+  }
+  h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  if (json t = swa.value("rope_theta", json()); !t.is_null()) {
+    if (!t.is_number()) throw UnsupportedError(Where(where), "config.json's sliding attention rope_theta " + t.dump() + " is not a number");
+    h.add_f32(a + ".rope.freq_base_swa", t.get<float>());
+  }
+  h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+  h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  h.add_u32("general.file_type", file_type);
+  if (json cap = c.value("final_logit_softcapping", json()); !cap.is_null() && !(cap.is_number() && cap.get<double>() == 0)) {
+    if (!cap.is_number()) throw UnsupportedError(Where(where), "config.json's final_logit_softcapping " + cap.dump() + " is not a number");
+    h.add_f32(a + ".final_logit_softcapping", cap.get<float>());
+  }
+  if (json cap = c.value("attn_logit_softcapping", json()); !cap.is_null())  // the converter asserts it is None
+    throw UnsupportedError(Where(where), "config.json's attn_logit_softcapping is not None: llama.cpp's converter refuses a " + a + " with it");
+  if (c.value("sliding_window_pattern", json()) != json(1))
+    h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.GEMMA3: Gemma 2's norms and the q/k norms.
+const std::map<std::string, std::string> kGemma3Layer{{"post_attention_layernorm", "post_attention_norm"},
+                                                      {"pre_feedforward_layernorm", "ffn_norm"},
+                                                      {"post_feedforward_layernorm", "post_ffw_norm"},
+                                                      {"self_attn.q_norm", "attn_q_norm"},
+                                                      {"self_attn.k_norm", "attn_k_norm"}};
+
+Arch gemma3_arch() {
+  Arch a{"gemma3"};
+  a.vocab = Arch::Vocab::Spm, a.no_space_prefix = true, a.norm_shift = 1, a.full_vocab = true;
+  a.layer_names = &kGemma3Layer, a.keys = gemma3_keys;
+  return a;
+}
+
 // gguf-py's tensor_mapping for MODEL_ARCH.GEMMA2: a layer's four norms.
 const std::map<std::string, std::string> kGemma2Layer{{"post_attention_layernorm", "post_attention_norm"},
                                                       {"pre_feedforward_layernorm", "ffn_norm"},
@@ -217,6 +278,7 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       {"GptOssForCausalLM", {"gpt-oss", false, E::GptOss}},
       {"Gemma2ForCausalLM", gemma2_arch()},
       {"Phi3ForCausalLM", phi3_arch()},
+      {"Gemma3ForCausalLM", gemma3_arch()},
   };
   return table;
 }
@@ -265,6 +327,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     if (arch.layer_names && !underscore) {
       if (auto it = arch.layer_names->find(m[2]); it != arch.layer_names->end()) gname = &it->second;
     }
+    const bool own = gname != nullptr;  // the family's own name: taken as it is
     if (auto it = layer.find(m[2]); !gname && it != layer.end() && !underscore) gname = &it->second;
     // Glm4MoeModel: DeepSeek's shared experts and e_score_correction_bias, not its MLA.
     const bool glm = arch.name == "glm4moe";
@@ -281,7 +344,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       gname = &it->second;
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
-    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
+    if (gname && (!qk_norm || own || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
         (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
                      : arch.experts == Arch::Experts::GptOss ? m[2] == "mlp.router"
                                                              : arch.experts == Arch::Experts::Mixtral &&
@@ -466,6 +529,10 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
       continue;
     }
     if (arch.drop_head && in.key == "lm_head.weight") continue;  // the family's filter_tensors
+    if (arch.full_vocab && in.key == "model.embed_tokens.weight" &&
+        (in.shape.empty() || in.shape[0] != int_of(config, "vocab_size")))
+      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' has other rows than config.json's vocab_size: the converter cuts "
+                                                              "it to the tokenizer's tokens (" + arch.name + "), which dcpctl does not yet");
     if (deepseek) {
       // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
       // num_hidden_layers) are left out.
@@ -1201,7 +1268,8 @@ namespace {
 // A dense family's tensors as its load_arch_tensors creates them (src/models/ARCH.cpp of the
 // sdist's llama.cpp), each dimension named by a letter of the file's keys: E embedding_length,
 // F feed_forward_length, G 2 x F, Q head_count x key_length, K head_count_kv x key_length,
-// V head_count_kv x value_length, R rope.dimension_count / 2, N the vocabulary; 0: no dimension. `qkv` where the family's
+// V head_count_kv x value_length, H key_length, R rope.dimension_count / 2, N the vocabulary; 0: no
+// dimension. `qkv` where the family's
 // create_tensor_qkv stands (attn_q/k/v and their optional biases, or a fused attn_qkv).
 struct FamilyTensor {
   const char* name;
@@ -1222,6 +1290,14 @@ const std::vector<FamilyTable>& family_tables() {
        {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
         {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
         {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+      // gemma3.cpp: gemma2's and the q/k norms, output.weight optional.
+      {"gemma3",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
+        {"attn_k_norm.weight", 'H', 0, true}, {"attn_q_norm.weight", 'H', 0, true}, {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"post_ffw_norm.weight", 'E', 0, true}},
        true},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.
@@ -1258,6 +1334,7 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
       case 'Q': return q;
       case 'K': return kv;
       case 'V': return v;
+      case 'H': return head_k;
       case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
       default: return vocab.value_or(-1);  // 'N'
     }

@@ -67,7 +67,7 @@ except ImportError as e:
 #   gpt-oss-mxfp4:f16 (its experts MXFP4, as OpenAI's releases; 22 s of CPU): llama.cpp
 #   loads dcpctl's file, logits 0.023 of the std from transformers' dequantized ones, within BOUND["mxfp4"]
 #   (a wrong repack: 2.46)
-DEFAULT = ["llama-tied@256:f32,q4_k", "gemma2-tied:f32", "phi3:f32"]
+DEFAULT = ["llama-tied@256:f32,q4_k", "gemma2-tied:f32", "gemma3-tied:f32", "phi3:f32"]
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
 NEW_TOKENS = 8
 # Max |llama.cpp - transformers| over all positions and the vocabulary, as a fraction of the standard
@@ -166,6 +166,7 @@ def tiny_model(model: str, out: Path) -> None:
 SPM_FAMILIES = {
     "gemma2": dict(head_dim=32, query_pre_attn_scalar=32, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                    sliding_window=64),
+    "gemma3": dict(head_dim=32, query_pre_attn_scalar=32, sliding_window=64),
     "phi3": dict(partial_rotary_factor=0.5, sliding_window=64, original_max_position_embeddings=128),
 }
 
@@ -179,7 +180,7 @@ def save_model(arch: str, out: Path, hidden: int, vocab: int, tied: bool, bf16: 
     cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
            "gpt-oss": transformers.GptOssConfig, "glm4moe": transformers.Glm4MoeConfig,
            "deepseekv2": transformers.DeepseekV2Config, "gemma2": transformers.Gemma2Config,
-           "phi3": transformers.Phi3Config}[arch]
+           "gemma3": transformers.Gemma3TextConfig, "phi3": transformers.Phi3Config}[arch]
     kw.update(MOE.get(arch, {}))
     kw.update(SPM_FAMILIES.get(arch, {}))
     m = transformers.AutoModelForCausalLM.from_config(cls(**kw))
@@ -226,10 +227,11 @@ def llama_logits(lc, path: Path, prompt: list[int], new: list[int]) -> tuple[lis
         llm.close()
 
 
-# Gemma 2's F32 logits are transformers' within 2.0e-3 of their std (measured; greedy tokens equal),
-# over F32's summation bound: its attention and final logit softcapping (tanh) and the embeddings'
-# sqrt(hidden) scale are computed by ggml and torch apart; not understood further yet (as gpt-oss's).
-FAMILY_BOUND = {("gemma2", "f32"): 3e-3}
+# Gemma 2's and Gemma 3's F32 logits are transformers' within 2.0e-3 and 2.6e-3 of their std
+# (measured; greedy tokens equal), over F32's summation bound. Both use GELU (gelu_pytorch_tanh), which
+# ggml's CPU backend computes otherwise than torch (a float16 table, where the Llama-style families'
+# SiLU is exact enough); Gemma 3 has no softcapping, so that is the likelier cause. Not verified further.
+FAMILY_BOUND = {("gemma2", "f32"): 3e-3, ("gemma3", "f32"): 3e-3}
 
 
 def check_logits(label: str, outtype: str, ref: tuple, got: tuple, report: dict) -> bool:

@@ -139,6 +139,10 @@ ARCHS = {
     # own set_vocab.
     "phi3": (transformers.Phi3Config, "llama-spm", dict(partial_rotary_factor=0.5, sliding_window=16,
                                                         original_max_position_embeddings=128)),
+    # Gemma 3 text (Gemma3Model, Gemma3ForCausalLM): head_dim 32, q/k norms, sliding and full
+    # attention layers with their own rope thetas (transformers 5's per-attention rope_parameters),
+    # norms + 1; Llama 2's tokenizer.model as for gemma2.
+    "gemma3": (transformers.Gemma3TextConfig, "llama-spm", dict(head_dim=32, sliding_window=16)),
 }
 
 # Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
@@ -309,7 +313,7 @@ def phi3_tokens(out: Path) -> None:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "phi3"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -632,7 +636,7 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "phi3:f16"]
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
