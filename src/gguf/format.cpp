@@ -181,9 +181,9 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
       throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
                                                (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
                                                (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : "") +
-                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3, gemma2, gemma3, phi3)" : ""));
+                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, granite, qwen2, qwen3, gemma2, gemma3, phi3)" : ""));
     where_ = where;
-    if (!spm_ && arch_.name == "llama" && gguf::is_llama_hf_tokenizer(tokenizer_))
+    if (!spm_ && arch_.llama_model && gguf::is_llama_hf_tokenizer(tokenizer_))
       throw UnsupportedError(Where(where_), "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "
                                             "transformers (_set_vocab_llama_hf), which dcpctl does not yet; put the model's tokenizer.model beside it");
     if (kimi && arch_.name != "deepseek2")
@@ -341,7 +341,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         h[0].add_bools("general.tensor_extra.prec_a4", std::vector<bool>(names.size(), false));
       }
     }
-    if (arch_.name == "llama") gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
+    if (arch_.llama_model) gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
     if (spm_)
       gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_,
                                    arch_.vocab == gguf::Arch::Vocab::Phi3);

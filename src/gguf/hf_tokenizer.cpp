@@ -24,7 +24,8 @@ const std::string kBackendClass = "TokenizersBackend";
           " (tokenizer.ggml.pre)");
 }
 
-// TOKENIZER_MAPPING_NAMES of transformers 5.23 for the model types dcpctl writes ("": none).
+// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2: 5.24's) for the model types
+// dcpctl writes with a tokenizer.json ("": none).
 const std::map<std::string, std::string>& registered_classes() {
   static const std::map<std::string, std::string> m{{"llama", ""},
                                                     {"mistral", kBackendClass},
@@ -36,7 +37,10 @@ const std::map<std::string, std::string>& registered_classes() {
                                                     {"deepseek_v3", ""},
                                                     {"kimi_k2", ""},
                                                     {"glm4_moe", kBackendClass},
-                                                    {"gpt_oss", ""}};
+                                                    {"gpt_oss", ""},
+                                                    {"granite", kBackendClass},
+                                                    {"olmo2", kBackendClass},
+                                                    {"starcoder2", "GPT2Tokenizer"}};
   return m;
 }
 

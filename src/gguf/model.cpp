@@ -259,15 +259,78 @@ Arch gemma2_arch() {
   return a;
 }
 
+// LlamaModel's: Q/K rows permuted, tokenizer.model tried first, its own keys and rope_freqs.
+Arch llama_arch(const std::string& name, Arch::Experts experts) {
+  Arch a{name, true, experts, Arch::Vocab::SpmFirst};
+  a.llama_model = true;
+  return a;
+}
+
+// GraniteModel.set_gguf_parameters after LlamaModel's: each multiplier that is set (truthy).
+void granite_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  for (const auto& [hf, key] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"attention_multiplier", ".attention.scale"}, {"embedding_multiplier", ".embedding_scale"},
+           {"residual_multiplier", ".residual_scale"}, {"logits_scaling", ".logit_scale"}}) {
+    const json v = c.value(hf, json());
+    if (v.is_null() || v == json(0) || v == json(0.0) || v == json(false)) continue;
+    if (!v.is_number()) throw UnsupportedError(Where(where), std::string("config.json's ") + hf + " " + v.dump() + " is not a number");
+    h.add_f32(a + key, v.get<float>());
+  }
+}
+
+Arch granite_arch() {
+  Arch a = llama_arch("granite", Arch::Experts::None);
+  a.no_head_dim = true, a.extra_keys = granite_keys;
+  return a;
+}
+
+// Olmo2Model.set_gguf_parameters after TextModel's: where config.json has sliding_window (OLMo 3),
+// it and the per-layer pattern (layer_types' sliding_attention, else every layer but each 4th).
+void olmo2_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  if (!c.contains("sliding_window")) return;
+  h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
+  std::vector<bool> pattern;
+  if (const json t = c.value("layer_types", json()); c.contains("layer_types")) {
+    if (!t.is_array()) throw UnsupportedError(Where(where), "config.json's layer_types is not a list");
+    for (const json& x : t) pattern.push_back(x == "sliding_attention");
+  } else {
+    for (int64_t i = 0; i < need_int(c, "num_hidden_layers", where); ++i) pattern.push_back((i + 1) % 4 != 0);
+  }
+  h.add_bools(a + ".attention.sliding_window_pattern", pattern);
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.OLMO2: no pre-norms; post-attention and post-feedforward
+// norms; q/k norms over the whole projections.
+const std::map<std::string, std::string> kOlmo2Layer{{"post_attention_layernorm", "post_attention_norm"},
+                                                     {"post_feedforward_layernorm", "post_ffw_norm"},
+                                                     {"self_attn.q_norm", "attn_q_norm"},
+                                                     {"self_attn.k_norm", "attn_k_norm"}};
+
+Arch olmo2_arch() {
+  Arch a{"olmo2"};
+  a.layer_names = &kOlmo2Layer, a.extra_keys = olmo2_keys;
+  return a;
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.STARCODER2: the plain MLP (its LayerNorms' and
+// projections' biases are named as their weights).
+const std::map<std::string, std::string> kStarcoder2Layer{{"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}};
+
+Arch starcoder2_arch() {
+  Arch a{"starcoder2"};
+  a.layer_names = &kStarcoder2Layer, a.layer_norm = true;
+  return a;
+}
+
 // The architecture table: config.json's architectures[0] -> what the converter's model class
 // (ModelBase.register) writes.
 const std::vector<std::pair<std::string, Arch>>& arch_table() {
   using E = Arch::Experts;
   static const std::vector<std::pair<std::string, Arch>> table{
       // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
-      {"LlamaForCausalLM", {"llama", true, E::None, Arch::Vocab::SpmFirst}},
-      {"MistralForCausalLM", {"llama", true, E::None, Arch::Vocab::SpmFirst}},
-      {"MixtralForCausalLM", {"llama", true, E::Mixtral, Arch::Vocab::SpmFirst}},
+      {"LlamaForCausalLM", llama_arch("llama", E::None)},
+      {"MistralForCausalLM", llama_arch("llama", E::None)},
+      {"MixtralForCausalLM", llama_arch("llama", E::Mixtral)},
       {"Qwen2ForCausalLM", {"qwen2", false, E::None, Arch::Vocab::SpmFirst}},
       {"Qwen3ForCausalLM", {"qwen3", false, E::None, Arch::Vocab::SpmFirst}},
       {"Qwen3MoeForCausalLM", {"qwen3moe", false, E::Qwen}},
@@ -279,6 +342,9 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       {"Gemma2ForCausalLM", gemma2_arch()},
       {"Phi3ForCausalLM", phi3_arch()},
       {"Gemma3ForCausalLM", gemma3_arch()},
+      {"GraniteForCausalLM", granite_arch()},
+      {"Olmo2ForCausalLM", olmo2_arch()},
+      {"Starcoder2ForCausalLM", starcoder2_arch()},
   };
   return table;
 }
@@ -355,7 +421,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       module = m[2];
     }
   } else if (std::regex_match(key, m, top_re)) {
-    if (auto it = top.find(m[1]); it != top.end() && m[2] == "weight") p.name = it->second + ".weight";
+    // a bias: the final LayerNorm's (StarCoder 2's output_norm.bias)
+    if (auto it = top.find(m[1]); it != top.end() && (m[2] == "weight" || it->second == "output_norm")) p.name = it->second + "." + m[2].str();
   }
   if (p.name.empty())
     throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has no tensor in llama.cpp's " + arch.name +
@@ -422,7 +489,7 @@ std::vector<float> llama3_rope_factors(const json& config) {
 std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs, OutType out,
                                      const std::string& where) {
   std::vector<TensorPlan> plans;
-  if (arch.name == "llama") {
+  if (arch.llama_model) {  // LlamaModel.generate_extra_tensors
     json rope = rope_params(config);
     if (json t = rope.value("rope_type", json()); t.is_string()) {
       std::string low = t.get<std::string>();
@@ -880,7 +947,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   if (!nextn.is_null() && !(nextn.is_number_integer() && nextn.get<int64_t>() >= 0))
     throw UnsupportedError(Where(where), "config.json's num_nextn_predict_layers " + nextn.dump() + " is not a count");
   for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
-    if (config.contains(k) && !config[k].is_null())
+    if (config.contains(k) && !config[k].is_null() && !(arch.layer_norm && std::string(k).find("eps") != std::string::npos))
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   // Expert groups and the router's score function: DeepSeek's and GLM's only, here.
   for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func", "moe_router_activation",
@@ -895,9 +962,9 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     rope_type = t->is_string() ? t->get<std::string>() : t->dump();
     bool llama3 = t->is_string() && rope_type.size() == 6 && std::equal(rope_type.begin(), rope_type.end(), "llama3",
                                                                         [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; });
-    if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && a == "llama")))
+    if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && arch.llama_model)))
       throw UnsupportedError(Where(where), "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
-                                               " by dcpctl (default, linear, yarn" + (a == "llama" ? ", llama3)" : ")"));
+                                               " by dcpctl (default, linear, yarn" + (arch.llama_model ? ", llama3)" : ")"));
   }
   h.add_string("general.architecture", a);
   h.add_string("general.type", "model");
@@ -938,6 +1005,8 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   json eps = find_hparam(config, {"rms_norm_eps", "norm_eps"});
   if (deepseek && config.value("rms_norm_eps", json()).is_null()) eps = 1e-6;  // hparams.get('rms_norm_eps', 1e-6)
   if (eps.is_number()) h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  if (json e = find_hparam(config, {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"}); arch.layer_norm && e.is_number())
+    h.add_f32(a + ".attention.layer_norm_epsilon", e.get<float>());
   bool expert_count = false;
   if (json n = find_hparam(config, {"num_local_experts", "num_experts", "n_routed_experts"}); n.is_number_integer())
     h.add_u32(a + ".expert_count", n.get<uint32_t>()), expert_count = true;
@@ -959,7 +1028,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   // place of head_dim's when config.json has one (gguf-py overwrites a key where it stands).
   const int64_t kv_lora = deepseek ? (config.value("kv_lora_rank", json()).is_null() ? 512 : need_int(config, "kv_lora_rank", where)) : 0;
   const int64_t rope_dim = deepseek ? need_int(config, "qk_rope_head_dim", where) : 0;
-  int64_t head_dim = int_of(config, "head_dim");
+  int64_t head_dim = arch.no_head_dim ? -1 : int_of(config, "head_dim");  // GraniteModel pops head_dim
   bool lengths = false;
   if (head_dim >= 0) {
     h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(deepseek ? kv_lora + rope_dim : head_dim));
@@ -1010,10 +1079,11 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(rope_dim));
     if (json m = rope.value("mscale_all_dim", json()); m.is_number()) h.add_f32(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * m.get<double>()));
   }
-  if (a == "llama") {
+  if (arch.llama_model) {  // LlamaModel.set_gguf_parameters
     h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim >= 0 ? head_dim : hidden / heads));
   }
+  if (arch.extra_keys) arch.extra_keys(h, a, config, where);
   if (arch.experts == Arch::Experts::Qwen) {  // Qwen2MoeModel.set_gguf_parameters
     if (int64_t v = int_of(config, "moe_intermediate_size"); v >= 0) h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(v));
   }
@@ -1298,6 +1368,31 @@ const std::vector<FamilyTable>& family_tables() {
         {"attn_k_norm.weight", 'H', 0, true}, {"attn_q_norm.weight", 'H', 0, true}, {"ffn_norm.weight", 'E', 0, true},
         {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
         {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+      // granite.cpp (dense): llama's with optional biases.
+      {"granite",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+        {"rope_freqs.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
+        {"ffn_up.bias", 'F', 0, false}},
+       true},
+      // olmo2.cpp: q/k norms over the projections; output.weight required.
+      {"olmo2",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', true}},
+       {{"attn_output.weight", 'E', 'E', true}, {"attn_q_norm.weight", 'E', 0, true}, {"attn_k_norm.weight", 'K', 0, true},
+        {"post_attention_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+      // starcoder2.cpp: LayerNorms with biases, every projection's bias.
+      {"starcoder2",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, true},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, true}, {"attn_output.weight", 'E', 'E', true},
+        {"attn_output.bias", 'E', 0, true}, {"ffn_norm.weight", 'E', 0, true}, {"ffn_norm.bias", 'E', 0, true},
+        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.bias", 'E', 0, true},
+        {"ffn_up.bias", 'F', 0, true}},
        true},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.

@@ -68,6 +68,18 @@ struct Arch {
   float norm_shift = 0;
   // The converter's filter_tensors leaves lm_head.weight out (Gemma: the head is the embeddings).
   bool drop_head = false;
+  // A LlamaModel (its subclass Granite's too): set_vocab's add_space_prefix (gguf/spm.h's
+  // add_llama_vocab_keys), vocab_size and rope.dimension_count after TextModel's keys, Llama 3's
+  // rope_freqs.
+  bool llama_model = false;
+  // GraniteModel pops head_dim from the hyperparameters: no key_length / value_length, the rope
+  // dimension hidden / heads.
+  bool no_head_dim = false;
+  // LayerNorm (StarCoder 2): config.json's layer_norm_eps / layer_norm_epsilon / norm_epsilon
+  // written as attention.layer_norm_epsilon (TextModel's, after the RMS epsilon), not refused.
+  bool layer_norm = false;
+  // Keys the family's set_gguf_parameters adds after TextModel's (and LlamaModel's); null: none.
+  void (*extra_keys)(Header& h, const std::string& arch, const nlohmann::json& config, const std::string& where) = nullptr;
   // Gemma3Model.modify_tensors cuts the embedding to the tokenizer's tokens (config.json's
   // vocab_size with tokenizer.model): an embedding of other rows is refused.
   bool full_vocab = false;

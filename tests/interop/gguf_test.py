@@ -143,6 +143,18 @@ ARCHS = {
     # attention layers with their own rope thetas (transformers 5's per-attention rope_parameters),
     # norms + 1; Llama 2's tokenizer.model as for gemma2.
     "gemma3": (transformers.Gemma3TextConfig, "llama-spm", dict(head_dim=32, sliding_window=16)),
+    # Granite (GraniteModel, LlamaModel's with its multipliers): GPT-2's tokenizer (GPT2Tokenizer, the
+    # class Granite's releases name; their own vocabulary is not among llama.cpp's files).
+    "granite": (transformers.GraniteConfig, "gpt-2", dict(
+        attention_multiplier=0.0078125, embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0)),
+    # OLMo 2 (Olmo2Model): q/k norms over the whole projection, post-attention and post-feedforward
+    # norms only; GPT-2's tokenizer (OLMo 2's own is not among llama.cpp's files).
+    "olmo2": (transformers.Olmo2Config, "gpt-2", {}),
+    # StarCoder 2 (StarCoder2Model): LayerNorm with biases, biases on every projection, a plain MLP
+    # (c_fc, c_proj); GPT-2's tokenizer (GPT2Tokenizer, StarCoder 2's class). StarCoder's own rebuilt
+    # files are not: transformers 5.24's GPT2Tokenizer gives their 38 special tokens other ids, where
+    # the converter writes [PAD0..37] (docs/gguf.md, the families' table), which dcpctl does not.
+    "starcoder2": (transformers.Starcoder2Config, "gpt-2", dict(sliding_window=16, bos_token_id=50256, eos_token_id=50256)),
 }
 
 # Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
@@ -313,7 +325,7 @@ def phi3_tokens(out: Path) -> None:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -636,7 +648,8 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16"]
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
+                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
