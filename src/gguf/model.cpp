@@ -322,6 +322,27 @@ Arch starcoder2_arch() {
   return a;
 }
 
+// CommandR2Model.set_gguf_parameters after TextModel's: logit_scale (a KeyError without it) and
+// rope.scaling.type none (over a linear or yarn scaling TextModel wrote: refused here).
+void command_r_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  const json scale = c.value("logit_scale", json());
+  if (!scale.is_number()) throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's logit_scale (a number)");
+  if (json t = rope_params(c).value("rope_type", json()); !t.is_null() && t != "default")
+    throw UnsupportedError(Where(where), "config.json's rope type " + t.dump() + " is not written into a GGUF of " + a + " by dcpctl (default)");
+  h.add_f32(a + ".logit_scale", scale.get<float>());
+  h.add_string(a + ".rope.scaling.type", "none");
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.COMMAND_R: the q/k norms (Command R+'s).
+const std::map<std::string, std::string> kCommandRLayer{{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+
+Arch command_r_arch() {
+  Arch a{"command-r"};
+  a.layer_names = &kCommandRLayer, a.layer_norm = true, a.no_head = true, a.context_model_max_length = true;
+  a.extra_keys = command_r_keys;
+  return a;
+}
+
 // The architecture table: config.json's architectures[0] -> what the converter's model class
 // (ModelBase.register) writes.
 const std::vector<std::pair<std::string, Arch>>& arch_table() {
@@ -345,6 +366,7 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       {"GraniteForCausalLM", granite_arch()},
       {"Olmo2ForCausalLM", olmo2_arch()},
       {"Starcoder2ForCausalLM", starcoder2_arch()},
+      {"CohereForCausalLM", command_r_arch()},
   };
   return table;
 }
@@ -422,7 +444,8 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     }
   } else if (std::regex_match(key, m, top_re)) {
     // a bias: the final LayerNorm's (StarCoder 2's output_norm.bias)
-    if (auto it = top.find(m[1]); it != top.end() && (m[2] == "weight" || it->second == "output_norm")) p.name = it->second + "." + m[2].str();
+    if (auto it = top.find(m[1]); it != top.end() && (m[2] == "weight" || it->second == "output_norm") && !(arch.no_head && it->second == "output"))
+      p.name = it->second + "." + m[2].str();
   }
   if (p.name.empty())
     throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has no tensor in llama.cpp's " + arch.name +
@@ -595,7 +618,8 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         }
       continue;
     }
-    if (arch.drop_head && in.key == "lm_head.weight") continue;  // the family's filter_tensors
+    // the family's filter_tensors; a tied head where the family has none (a trainer's copy)
+    if (in.key == "lm_head.weight" && (arch.drop_head || (arch.no_head && config.value("tie_word_embeddings", false)))) continue;
     if (arch.full_vocab && in.key == "model.embed_tokens.weight" &&
         (in.shape.empty() || in.shape[0] != int_of(config, "vocab_size")))
       throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' has other rows than config.json's vocab_size: the converter cuts "
@@ -971,7 +995,11 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   h.add_string("general.name", name);
   if (!label.empty()) h.add_string("general.size_label", label);
   h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) + (nextn.is_null() ? 0 : nextn.get<int64_t>())));
-  if (int64_t v = int_of(config, "max_position_embeddings"); v >= 0) h.add_u32(a + ".context_length", static_cast<uint32_t>(v));
+  // CommandR2Model takes model_max_length first (max_position_embeddings is not what it was trained on).
+  if (json v = arch.context_model_max_length ? find_hparam(config, {"model_max_length", "max_position_embeddings"})
+                                             : config.value("max_position_embeddings", json());
+      v.is_number_integer() && v.get<int64_t>() >= 0)
+    h.add_u32(a + ".context_length", v.get<uint32_t>());
   int64_t hidden = need_int(config, "hidden_size", where);
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
   if (int64_t v = int_of(config, "intermediate_size"); v >= 0) h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(v));
@@ -1338,13 +1366,14 @@ namespace {
 // A dense family's tensors as its load_arch_tensors creates them (src/models/ARCH.cpp of the
 // sdist's llama.cpp), each dimension named by a letter of the file's keys: E embedding_length,
 // F feed_forward_length, G 2 x F, Q head_count x key_length, K head_count_kv x key_length,
-// V head_count_kv x value_length, H key_length, R rope.dimension_count / 2, N the vocabulary; 0: no
-// dimension. `qkv` where the family's
+// V head_count_kv x value_length, H key_length, A head_count, B head_count_kv, R
+// rope.dimension_count / 2, N the vocabulary; 0: no dimension. `qkv` where the family's
 // create_tensor_qkv stands (attn_q/k/v and their optional biases, or a fused attn_qkv).
 struct FamilyTensor {
   const char* name;
   char d0, d1;
   bool required;
+  int64_t min_blocks = 0;  // created only when block_count is at least this (command-r's q/k norms)
 };
 struct FamilyTable {
   const char* arch;
@@ -1394,6 +1423,13 @@ const std::vector<FamilyTable>& family_tables() {
         {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.bias", 'E', 0, true},
         {"ffn_up.bias", 'F', 0, true}},
        true},
+      // command-r.cpp: the head is the embeddings; q/k norms ([heads, key_length]) from 64 layers.
+      {"command-r",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_q_norm.weight", 'A', 'H', true, 64}, {"attn_k_norm.weight", 'B', 'H', true, 64},
+        {"attn_output.weight", 'E', 'E', true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}},
+       true},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.
       {"phi3",
@@ -1430,6 +1466,8 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
       case 'K': return kv;
       case 'V': return v;
       case 'H': return head_k;
+      case 'A': return heads;
+      case 'B': return heads_kv;
       case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
       default: return vocab.value_or(-1);  // 'N'
     }
@@ -1441,7 +1479,8 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
     out.push_back({b + f.name, shape, f.required, {}});
   };
   for (const FamilyTensor& f : t->top) add("", f);
-  for (int64_t i = 0; i < k("block_count").value_or(0); ++i) {
+  const int64_t blocks = k("block_count").value_or(0);
+  for (int64_t i = 0; i < blocks; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     if (t->qkv) {  // create_tensor_qkv
       const int64_t qkv = q < 0 || kv < 0 || v < 0 ? -1 : q + kv + v;
@@ -1452,7 +1491,8 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
         out.push_back({b + n + ".bias", {rows}, false, {}});
       }
     }
-    for (const FamilyTensor& f : t->layer) add(b, f);
+    for (const FamilyTensor& f : t->layer)
+      if (blocks >= f.min_blocks) add(b, f);
   }
   return out;
 }

@@ -80,6 +80,11 @@ struct Arch {
   bool layer_norm = false;
   // Keys the family's set_gguf_parameters adds after TextModel's (and LlamaModel's); null: none.
   void (*extra_keys)(Header& h, const std::string& arch, const nlohmann::json& config, const std::string& where) = nullptr;
+  // The family's table has no output tensor (Command-R: an untied lm_head.weight is the converter's
+  // "Can not map tensor"): refused; a tied one is left out as for every family.
+  bool no_head = false;
+  // context_length from model_max_length first (CommandR2Model), then max_position_embeddings.
+  bool context_model_max_length = false;
   // Gemma3Model.modify_tensors cuts the embedding to the tokenizer's tokens (config.json's
   // vocab_size with tokenizer.model): an embedding of other rows is refused.
   bool full_vocab = false;

@@ -155,6 +155,13 @@ ARCHS = {
     # files are not: transformers 5.24's GPT2Tokenizer gives their 38 special tokens other ids, where
     # the converter writes [PAD0..37] (docs/gguf.md, the families' table), which dcpctl does not.
     "starcoder2": (transformers.Starcoder2Config, "gpt-2", dict(sliding_window=16, bos_token_id=50256, eos_token_id=50256)),
+    # Command-R (CommandR2Model, CohereForCausalLM; tied, as its releases: the converter has no
+    # output tensor for it): parallel attention and MLP after one LayerNorm (no bias), the logit
+    # scale, model_max_length as the context; no q/k norms (llama.cpp loads them only at 64 layers and
+    # more, Command R+); GPT-2's tokenizer: its own (llama.cpp's command-r vocabulary) is refused by
+    # dcpctl (docs/gguf.md, Tokenizers).
+    "command-r": (transformers.CohereConfig, "gpt-2", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512,
+                                                            bos_token_id=50256, eos_token_id=50256, pad_token_id=None)),
 }
 
 # Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
@@ -325,7 +332,7 @@ def phi3_tokens(out: Path) -> None:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -649,7 +656,7 @@ def main(argv: list[str]) -> int:
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
                          "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
-                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0"]
+                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
