@@ -296,6 +296,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     }
     if (tp.gate_up || tp.transpose) x = gguf::fused_part(tp, x.data(), metas[tp.inputs[0]]->shape);
     if (tp.kv_b) x = gguf::kv_b_part(tp, x.data(), metas[tp.inputs[0]]->shape[1]);
+    if (tp.qkv_groups) x = gguf::falcon_qkv_part(tp, x.data(), metas[tp.inputs[0]]->shape[0], metas[tp.inputs[0]]->shape[1]);
     if (x.size() != n) throw std::logic_error("gguf diff: '" + tp.name + "' planned as " + std::to_string(n) + " elements, made " + std::to_string(x.size()));
     std::vector<uint8_t> stored = read_stored(file, ft);
     compare_parallel(job.type, stored.data(), x.data(), n, std::max(1u, o.threads), k.acc);

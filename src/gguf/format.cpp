@@ -564,6 +564,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 
   // "rows", "heads" or "experts": what a window of `tp` holds whole, for messages.
   static std::string unit_name(const gguf::TensorPlan& tp) {
+    if (tp.qkv_groups) return "tensors (Falcon's query_key_value is regrouped whole)";
     if (tp.permute_heads > 0 || tp.kv_b) return "heads";
     if (tp.mxfp4 || tp.gate_up || tp.transpose) return "experts";
     return tp.inputs.empty() ? "values" : "rows";

@@ -24,7 +24,7 @@ const std::string kBackendClass = "TokenizersBackend";
           " (tokenizer.ggml.pre)");
 }
 
-// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere: 5.24's) for the model types
+// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere, falcon: 5.24's) for the model types
 // dcpctl writes with a tokenizer.json ("": none).
 const std::map<std::string, std::string>& registered_classes() {
   static const std::map<std::string, std::string> m{{"llama", ""},
@@ -41,7 +41,8 @@ const std::map<std::string, std::string>& registered_classes() {
                                                     {"granite", kBackendClass},
                                                     {"olmo2", kBackendClass},
                                                     {"starcoder2", "GPT2Tokenizer"},
-                                                    {"cohere", "CohereTokenizer"}};
+                                                    {"cohere", "CohereTokenizer"},
+                                                    {"falcon", ""}};
   return m;
 }
 

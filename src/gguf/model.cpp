@@ -343,6 +343,43 @@ Arch command_r_arch() {
   return a;
 }
 
+// FalconModel.set_gguf_parameters: its own keys (the context 2048, "not in config.json"; the feed
+// forward 4 x hidden; head_count_kv num_kv_heads, else n_head_kv, else 1).
+void falcon_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  const json heads = find_hparam(c, {"num_attention_heads", "n_head"});
+  json kv = c.value("num_kv_heads", json());
+  if (kv.is_null()) kv = c.value("n_head_kv", json(1));
+  const json eps = c.value("layer_norm_epsilon", json());
+  if (!heads.is_number_integer() || !kv.is_number_integer() || !eps.is_number())
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's num_attention_heads, num_kv_heads and layer_norm_epsilon");
+  const int64_t hidden = need_int(c, "hidden_size", where);
+  h.add_u32(a + ".context_length", 2048);
+  h.add_string(a + ".tensor_data_layout", "jploski");
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(4 * hidden));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".attention.head_count", heads.get<uint32_t>());
+  h.add_u32(a + ".attention.head_count_kv", kv.get<uint32_t>());
+  h.add_f32(a + ".attention.layer_norm_epsilon", eps.get<float>());
+  h.add_u32("general.file_type", file_type);
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.FALCON: Falcon-7B's input_layernorm, Falcon-40B's ln_mlp
+// (attn_norm) and ln_attn (attn_norm_2), the fused query_key_value and the MLP.
+const std::map<std::string, std::string> kFalconLayer{{"input_layernorm", "attn_norm"}, {"ln_mlp", "attn_norm"},
+                                                      {"ln_attn", "attn_norm_2"}, {"self_attention.query_key_value", "attn_qkv"},
+                                                      {"self_attention.dense", "attn_output"}, {"mlp.dense_h_to_4h", "ffn_up"},
+                                                      {"mlp.dense_4h_to_h", "ffn_down"}};
+const std::map<std::string, std::string> kFalconTop{{"transformer.word_embeddings", "token_embd"}, {"transformer.ln_f", "output_norm"},
+                                                    {"lm_head", "output"}};
+
+Arch falcon_arch() {
+  Arch a{"falcon"};
+  a.layer_prefix = "transformer.h.", a.layer_names = &kFalconLayer, a.top_names = &kFalconTop, a.falcon_qkv = true;
+  a.keys = falcon_keys, a.layer_norm = true;
+  return a;
+}
+
 // The architecture table: config.json's architectures[0] -> what the converter's model class
 // (ModelBase.register) writes.
 const std::vector<std::pair<std::string, Arch>>& arch_table() {
@@ -367,6 +404,8 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       {"Olmo2ForCausalLM", olmo2_arch()},
       {"Starcoder2ForCausalLM", starcoder2_arch()},
       {"CohereForCausalLM", command_r_arch()},
+      {"FalconForCausalLM", falcon_arch()},
+      {"RWForCausalLM", falcon_arch()},
   };
   return table;
 }
@@ -407,7 +446,10 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   TensorPlan p;
   std::smatch m;
   std::string module;
-  if (std::regex_match(key, m, layer_re)) {
+  // A family whose layers are not model.layers.N (Falcon's transformer.h.N): its own prefix.
+  const bool own_prefix = arch.layer_prefix != nullptr;
+  const std::regex own_layer_re(own_prefix ? std::regex_replace(arch.layer_prefix, std::regex(R"(\.)"), "\\.") + R"((\d+)\.(.+)[._](weight|bias))" : "^$");
+  if (std::regex_match(key, m, own_prefix ? own_layer_re : layer_re)) {
     // A "_bias" ending only for e_score_correction_bias (mapped to .bias, as the converter's
     // try_suffixes do).
     const bool underscore = key[key.size() - m[3].length() - 1] == '_';
@@ -444,7 +486,11 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
     }
   } else if (std::regex_match(key, m, top_re)) {
     // a bias: the final LayerNorm's (StarCoder 2's output_norm.bias)
-    if (auto it = top.find(m[1]); it != top.end() && (m[2] == "weight" || it->second == "output_norm") && !(arch.no_head && it->second == "output"))
+    if (arch.top_names) {
+      if (auto it = arch.top_names->find(m[1]); it != arch.top_names->end()) p.name = it->second + "." + m[2].str();
+    }
+    if (auto it = top.find(m[1]); p.name.empty() && it != top.end() && (m[2] == "weight" || it->second == "output_norm") &&
+                                  !(arch.no_head && it->second == "output") && !arch.top_names)
       p.name = it->second + "." + m[2].str();
   }
   if (p.name.empty())
@@ -455,6 +501,18 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   if (static const std::string norm = "norm.weight";
       arch.norm_shift != 0 && key.size() >= norm.size() && key.compare(key.size() - norm.size(), norm.size(), norm) == 0)
     p.shift = arch.norm_shift;
+  if (arch.falcon_qkv && module == "self_attention.query_key_value") {
+    // FalconModel.modify_tensors: view(kv, heads / kv + 2, head_dim, hidden), its q heads, then k, then v.
+    const json h = find_hparam(config, {"num_attention_heads", "n_head"}), kv = find_hparam(config, {"num_kv_heads", "n_head_kv"});
+    const int64_t heads = h.is_number_integer() ? h.get<int64_t>() : 0, groups = kv.is_number_integer() && kv.get<int64_t>() > 0 ? kv.get<int64_t>() : 1;
+    const int64_t hidden = int_of(config, "hidden_size"), head_dim = heads > 0 ? hidden / heads : 0;
+    if (m[3] != "weight" || heads <= 0 || heads % groups != 0 || shape.size() != 2 || shape[1] != head_dim * heads ||
+        shape[0] != (heads + 2 * groups) * head_dim)
+      throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' is not (" + std::to_string(heads) + " + 2 x " + std::to_string(groups) +
+                                                                " kv heads) x head_dim rows of hidden_size: llama.cpp's converter cannot regroup it "
+                                                                "(a Falcon-7B config saved by transformers 5 says num_kv_heads = heads)");
+    p.qkv_groups = groups, p.qkv_heads = heads;
+  }
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
@@ -847,6 +905,22 @@ std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::ve
   for (int64_t a = 0; a < e; ++a)
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t k = 0; k < r; ++k) out.push_back(x[(a * r + k) * c + i * step + off]);
+  return out;
+}
+
+std::vector<float> falcon_qkv_part(const TensorPlan& p, const float* x, int64_t rows, int64_t cols) {
+  // view(groups, per + 2, head_dim, cols): each group's `per` q heads, then its k head, then its v head.
+  const int64_t groups = p.qkv_groups, per = p.qkv_heads / groups, head_dim = rows / (groups * (per + 2));
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(rows * cols));
+  auto put = [&](int64_t g, int64_t j) {
+    const float* at = x + ((g * (per + 2) + j) * head_dim) * cols;
+    out.insert(out.end(), at, at + head_dim * cols);
+  };
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < per; ++j) put(g, j);
+  for (int64_t g = 0; g < groups; ++g) put(g, per);
+  for (int64_t g = 0; g < groups; ++g) put(g, per + 1);
   return out;
 }
 
@@ -1366,8 +1440,8 @@ namespace {
 // A dense family's tensors as its load_arch_tensors creates them (src/models/ARCH.cpp of the
 // sdist's llama.cpp), each dimension named by a letter of the file's keys: E embedding_length,
 // F feed_forward_length, G 2 x F, Q head_count x key_length, K head_count_kv x key_length,
-// V head_count_kv x value_length, H key_length, A head_count, B head_count_kv, R
-// rope.dimension_count / 2, N the vocabulary; 0: no dimension. `qkv` where the family's
+// V head_count_kv x value_length, H key_length, A head_count, B head_count_kv, S E + 2 x V (Falcon's
+// fused qkv), R rope.dimension_count / 2, N the vocabulary; 0: no dimension. `qkv` where the family's
 // create_tensor_qkv stands (attn_q/k/v and their optional biases, or a fused attn_qkv).
 struct FamilyTensor {
   const char* name;
@@ -1430,6 +1504,14 @@ const std::vector<FamilyTable>& family_tables() {
         {"attn_output.weight", 'E', 'E', true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
         {"ffn_up.weight", 'F', 'E', true}},
        true},
+      // falcon.cpp: LayerNorms with biases; Falcon-40B's second norm optional; the fused qkv.
+      {"falcon",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, true},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, true}, {"attn_norm_2.weight", 'E', 0, false},
+        {"attn_norm_2.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true}, {"attn_output.weight", 'E', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}},
+       false},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.
       {"phi3",
@@ -1468,6 +1550,7 @@ std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arc
       case 'H': return head_k;
       case 'A': return heads;
       case 'B': return heads_kv;
+      case 'S': return embd < 0 || v < 0 ? int64_t{-1} : embd + 2 * v;
       case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
       default: return vocab.value_or(-1);  // 'N'
     }

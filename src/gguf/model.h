@@ -85,6 +85,12 @@ struct Arch {
   bool no_head = false;
   // context_length from model_max_length first (CommandR2Model), then max_position_embeddings.
   bool context_model_max_length = false;
+  // The layers' key prefix where it is not model.layers. (Falcon's transformer.h.), and the
+  // family's top-level names (replacing embed_tokens / norm / lm_head's); null: the common ones.
+  const char* layer_prefix = nullptr;
+  const std::map<std::string, std::string>* top_names = nullptr;
+  // FalconModel.modify_tensors regroups query_key_value (TensorPlan::qkv_groups).
+  bool falcon_qkv = false;
   // Gemma3Model.modify_tensors cuts the embedding to the tokenizer's tokens (config.json's
   // vocab_size with tokenizer.model): an embedding of other rows is refused.
   bool full_vocab = false;
@@ -132,6 +138,10 @@ struct TensorPlan {
   // rows moved as the plan's Q/K permutation moves them (LlamaModel._repack_nvfp4 permutes the
   // packed rows and the block scale's alike).
   bool packed = false;
+  // Falcon's query_key_value [(heads + 2 x groups) x head_dim, hidden] regrouped as
+  // FalconModel.modify_tensors does (the "jploski" layout): every group's q heads, then each
+  // group's k head, then each group's v head; 0: none. Made whole (a window is the tensor).
+  int64_t qkv_groups = 0, qkv_heads = 0;
   // Added to each value (Arch::norm_shift of a norm's weight); its source saved in float16 is
   // added in float16 (the converter's data_torch + 1 on a float16 tensor), rounded there.
   float shift = 0;
@@ -144,6 +154,8 @@ bool mxfp4_config(const nlohmann::json& config);
 // and j + 16).
 std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales,
                                   const std::vector<int64_t>& blocks_shape);
+// Falcon's regrouped query_key_value (`p.qkv_groups`) of a float32 [rows, cols] at `x`.
+std::vector<float> falcon_qkv_part(const TensorPlan& p, const float* x, int64_t rows, int64_t cols);
 // The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
 // The gate_up / transpose part (`p.gate_up`, `p.transpose`) of a float32 input of shape `in` at `x`.

@@ -14,7 +14,8 @@
 //   - DeepseekV2Model's kv_b split: a head's nope + v rows (k_b transposes within the head);
 //   - GPT-OSS's fused experts (a transpose, the even / odd rows of gate_up) and transformers'
 //     in-memory gate_up_proj (its first / second half of rows): an expert;
-//   - GPT-OSS's MXFP4 repack: an expert of its blocks and scales.
+//   - GPT-OSS's MXFP4 repack: an expert of its blocks and scales;
+//   - Falcon's query_key_value regrouping: the whole tensor (its rows move across all of it).
 // Only the values the converter computes (rope_freqs: head_dim / 2 floats) are made whole.
 #pragma once
 

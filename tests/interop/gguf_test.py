@@ -162,6 +162,11 @@ ARCHS = {
     # dcpctl (docs/gguf.md, Tokenizers).
     "command-r": (transformers.CohereConfig, "gpt-2", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512,
                                                             bos_token_id=50256, eos_token_id=50256, pad_token_id=None)),
+    # Falcon (FalconModel): Falcon-40B's layout (new_decoder_architecture: grouped KV heads, ln_attn and
+    # ln_mlp), the fused query_key_value regrouped as the converter's jploski layout, LayerNorms with
+    # biases; GPT-2's tokenizer (Falcon's own is not among llama.cpp's files).
+    "falcon": (transformers.FalconConfig, "gpt-2", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False,
+                                                         bos_token_id=50256, eos_token_id=50256)),
 }
 
 # Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
@@ -332,7 +337,7 @@ def phi3_tokens(out: Path) -> None:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -656,7 +661,7 @@ def main(argv: list[str]) -> int:
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
                          "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
-                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0"]
+                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -730,10 +735,10 @@ def main(argv: list[str]) -> int:
         if src is not None:
             odd = tmp / "odd"
             shutil.copytree(src, odd)
-            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "FalconForCausalLM")
+            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "MptForCausalLM")
             (odd / "config.json").write_text(cfg)
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd.gguf")], capture_output=True, text=True)
-            check(not (r.returncode != 5 or "FalconForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists()),
+            check(not (r.returncode != 5 or "MptForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists()),
                   f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_k_m"], capture_output=True, text=True)
             check(r.returncode == 2, f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")

@@ -47,7 +47,7 @@ TEST_CASE("gguf_model: names and types as the converter picks them") {
   CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 48}, q8, "cfg").type == TensorType::F16);
   CHECK(tensor_plan(a, config, "lm_head.weight", {100, 64}, out_type("bf16"), "cfg").name == "output.weight");
   CHECK_THROWS_AS(tensor_plan(a, config, "model.layers.0.self_attn.q_norm.weight", {16}, q8, "cfg"), UnsupportedError);
-  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"FalconForCausalLM"}}}, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"MptForCausalLM"}}}, "cfg"), UnsupportedError);
   CHECK(arch_of(nlohmann::json{{"architectures", {"MixtralForCausalLM"}}}, "cfg").name == "llama");
   CHECK_THROWS_AS(out_type("q4_k_m"), UsageError);
   CHECK_THROWS_AS(out_type("Q4_0"), UsageError);
