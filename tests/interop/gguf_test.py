@@ -767,6 +767,28 @@ def main(argv: list[str]) -> int:
                 r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / f"{name}.gguf")], capture_output=True, text=True)
                 if r.returncode != code or says not in r.stderr or (tmp / f"{name}.gguf").exists():
                     fail(f"a SentencePiece folder, {name}: exit {r.returncode}, want {code} naming {says}: {r.stderr!r}")
+        # The families' refusals, each where the converter fails or dcpctl does not follow it: Gemma 2
+        # without tokenizer.model (Gemma2Model.set_vocab reads nothing else), Phi-3 with LongRoPE factors
+        # (rope_factors_long/short not written yet). Nothing is written.
+        import json
+        for fam, name, change, says in (("gemma2", "no-spm", lambda d: (d / "tokenizer.model").unlink(), "tokenizer.model"),
+                                         ("phi3", "longrope", "long_factor", "long_factor")):
+            src = tmp / fam / "hf" / "tiny"
+            if not src.exists():
+                continue
+            odd = tmp / f"odd-{fam}-{name}"
+            shutil.copytree(src, odd)
+            if callable(change):
+                change(odd)
+            else:
+                cfg = json.loads((odd / "config.json").read_text())
+                n = cfg["hidden_size"] // cfg["num_attention_heads"] // 4  # rope dims / 2 at partial 0.5
+                cfg["rope_parameters"] = {**cfg["rope_parameters"], "rope_type": "longrope", "long_factor": [1.0] * n,
+                                          "short_factor": [1.0] * n}
+                (odd / "config.json").write_text(json.dumps(cfg))
+            r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / f"odd-{fam}.gguf")], capture_output=True, text=True)
+            check(not (r.returncode != 5 or says not in r.stderr or (tmp / f"odd-{fam}.gguf").exists()),
+                  f"{fam} {name}: exit {r.returncode}, want 5 naming {says}: {r.stderr!r}")
         # A tiktoken.model whose class is not Kimi's: refused (the converter's kimi-k2 branch is Kimi's).
         kimi = tmp / "kimi-k2" / "hf" / "tiny"
         if kimi.exists():
