@@ -24,7 +24,9 @@ const std::string kBackendClass = "TokenizersBackend";
           " (tokenizer.ggml.pre)");
 }
 
-// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere, falcon: 5.24's) for the model types
+// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere, falcon, ministral3:
+// 5.24's; ministral3 and mistral are MistralCommonBackend where mistral_common is installed, which
+// the project's virtualenv does not) for the model types
 // dcpctl writes with a tokenizer.json ("": none).
 const std::map<std::string, std::string>& registered_classes() {
   static const std::map<std::string, std::string> m{{"llama", ""},
@@ -42,7 +44,8 @@ const std::map<std::string, std::string>& registered_classes() {
                                                     {"olmo2", kBackendClass},
                                                     {"starcoder2", "GPT2Tokenizer"},
                                                     {"cohere", "CohereTokenizer"},
-                                                    {"falcon", ""}};
+                                                    {"falcon", ""},
+                                                    {"ministral3", kBackendClass}};
   return m;
 }
 

@@ -380,6 +380,26 @@ Arch falcon_arch() {
   return a;
 }
 
+// Mistral3Model's Ministral3Model.set_gguf_parameters after LlamaModel's, for model_type ministral3:
+// its yarn rope (asserted) with mscale_all_dim as rope.scaling.yarn_log_multiplier (as it is, not
+// DeepSeek's 0.1 x) and llama_4_scaling_beta as attention.temperature_scale (KeyErrors without them).
+void ministral3_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  if (c.value("model_type", json()) != "ministral3") return;
+  const json rope = rope_params(c);
+  const json mscale = rope.value("mscale_all_dim", json()), beta = rope.value("llama_4_scaling_beta", json());
+  if (rope.value("rope_type", json()) != "yarn" || !mscale.is_number() || !beta.is_number())
+    throw UnsupportedError(Where(where), "a GGUF of ministral3 needs its yarn rope_parameters with mscale_all_dim and llama_4_scaling_beta "
+                                         "(the converter asserts them)");
+  h.add_f32(a + ".rope.scaling.yarn_log_multiplier", mscale.get<float>());
+  h.add_f32(a + ".attention.temperature_scale", beta.get<float>());
+}
+
+Arch ministral3_arch() {
+  Arch a = llama_arch("mistral3", Arch::Experts::None);
+  a.extra_keys = ministral3_keys;
+  return a;
+}
+
 // The architecture table: config.json's architectures[0] -> what the converter's model class
 // (ModelBase.register) writes.
 const std::vector<std::pair<std::string, Arch>>& arch_table() {
@@ -405,6 +425,9 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       {"Starcoder2ForCausalLM", starcoder2_arch()},
       {"CohereForCausalLM", command_r_arch()},
       {"FalconForCausalLM", falcon_arch()},
+      // Mistral3Model (its Mistral3ForConditionalGeneration, the text model inside a vision one, is
+      // not here: its keys are language_model's).
+      {"Ministral3ForCausalLM", ministral3_arch()},
       {"RWForCausalLM", falcon_arch()},
   };
   return table;
@@ -1512,6 +1535,15 @@ const std::vector<FamilyTable>& family_tables() {
         {"attn_norm_2.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true}, {"attn_output.weight", 'E', 'E', true},
         {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}},
        false},
+      // mistral3.cpp (llama.cpp's llama loader under its own name): Llama's dense tensors.
+      {"mistral3",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+        {"rope_freqs.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
+        {"ffn_up.bias", 'F', 0, false}},
+       true},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.
       {"phi3",

@@ -167,6 +167,12 @@ ARCHS = {
     # biases; GPT-2's tokenizer (Falcon's own is not among llama.cpp's files).
     "falcon": (transformers.FalconConfig, "gpt-2", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False,
                                                          bos_token_id=50256, eos_token_id=50256)),
+    # Ministral 3 (Mistral3Model's Ministral3Model, a LlamaModel under mistral3): its yarn rope with
+    # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Llama 3's tokenizer (Mistral's Tekken is
+    # a byte-level BPE too, not among llama.cpp's files).
+    "ministral3": (transformers.Ministral3Config, "llama-bpe", dict(head_dim=32, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})),
 }
 
 # Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
@@ -337,7 +343,7 @@ def phi3_tokens(out: Path) -> None:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -661,7 +667,7 @@ def main(argv: list[str]) -> int:
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
                          "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
-                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0"]
+                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
