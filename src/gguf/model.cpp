@@ -469,10 +469,12 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   TensorPlan p;
   std::smatch m;
   std::string module;
-  // A family whose layers are not model.layers.N (Falcon's transformer.h.N): its own prefix.
-  const bool own_prefix = arch.layer_prefix != nullptr;
-  const std::regex own_layer_re(own_prefix ? std::regex_replace(arch.layer_prefix, std::regex(R"(\.)"), "\\.") + R"((\d+)\.(.+)[._](weight|bias))" : "^$");
-  if (std::regex_match(key, m, own_prefix ? own_layer_re : layer_re)) {
+  // A family whose layers are not model.layers.N (Falcon's transformer.h.N): its prefix read as
+  // model.layers.'s (and only its: model.layers.N is no layer of such a family).
+  std::string as_model_layers;
+  if (arch.layer_prefix && key.rfind(arch.layer_prefix, 0) == 0) as_model_layers = "model.layers." + key.substr(std::strlen(arch.layer_prefix));
+  const std::string& layer_key = arch.layer_prefix ? as_model_layers : key;
+  if (std::regex_match(layer_key, m, layer_re)) {
     // A "_bias" ending only for e_score_correction_bias (mapped to .bias, as the converter's
     // try_suffixes do).
     const bool underscore = key[key.size() - m[3].length() - 1] == '_';
