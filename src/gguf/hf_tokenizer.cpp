@@ -24,7 +24,7 @@ const std::string kBackendClass = "TokenizersBackend";
           " (tokenizer.ggml.pre)");
 }
 
-// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere, falcon, ministral3:
+// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere, falcon, ministral3, mpt:
 // 5.24's; ministral3 and mistral are MistralCommonBackend where mistral_common is installed, which
 // the project's virtualenv does not) for the model types
 // dcpctl writes with a tokenizer.json ("": none).
@@ -45,7 +45,8 @@ const std::map<std::string, std::string>& registered_classes() {
                                                     {"starcoder2", "GPT2Tokenizer"},
                                                     {"cohere", "CohereTokenizer"},
                                                     {"falcon", ""},
-                                                    {"ministral3", kBackendClass}};
+                                                    {"ministral3", kBackendClass},
+                                                    {"mpt", "GPTNeoXTokenizer"}};
   return m;
 }
 

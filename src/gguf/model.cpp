@@ -400,6 +400,44 @@ Arch ministral3_arch() {
   return a;
 }
 
+// MPTModel.set_gguf_parameters: its own keys, and no general.file_type (it does not add one);
+// head_count_kv only where attn_config's kv_n_heads is set, clamp_kqv where clip_qkv is.
+void mpt_keys(Header& h, const std::string& a, const json& c, uint32_t, const std::string& where) {
+  const json attn = c.value("attn_config", json());
+  if (!attn.is_object() || !attn.contains("clip_qkv") || !attn.contains("alibi"))
+    throw UnsupportedError(Where(where), "a GGUF of mpt needs config.json's attn_config with clip_qkv and alibi (the converter reads them)");
+  const int64_t d_model = need_int(c, "d_model", where);
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_seq_len", where)));
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(d_model));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "n_layers", where)));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(4 * d_model));
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(need_int(c, "n_heads", where)));
+  if (const json kv = attn.value("kv_n_heads", json()); kv.is_number_integer() && kv.get<int64_t>() > 0)
+    h.add_u32(a + ".attention.head_count_kv", kv.get<uint32_t>());
+  else if (!kv.is_null() && !(kv.is_number_integer() && kv.get<int64_t>() == 0))
+    throw UnsupportedError(Where(where), "config.json's attn_config kv_n_heads " + kv.dump() + " is not a count");
+  h.add_f32(a + ".attention.layer_norm_epsilon", 1e-5f);
+  if (const json clip = attn["clip_qkv"]; !clip.is_null()) {
+    if (!clip.is_number()) throw UnsupportedError(Where(where), "config.json's attn_config clip_qkv " + clip.dump() + " is not a number");
+    h.add_f32(a + ".attention.clamp_kqv", clip.get<float>());
+  }
+  const json bias_max = attn.value("alibi_bias_max", json());
+  if (attn["alibi"] == json(true) && !bias_max.is_number())
+    throw UnsupportedError(Where(where), "config.json's attn_config alibi_bias_max is not a number");
+  h.add_f32(a + ".attention.max_alibi_bias", attn["alibi"] == json(true) ? bias_max.get<float>() : 0.0f);
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.MPT (transformer.blocks.N's).
+const std::map<std::string, std::string> kMptLayer{{"norm_1", "attn_norm"}, {"attn.Wqkv", "attn_qkv"}, {"attn.out_proj", "attn_output"},
+                                                   {"norm_2", "ffn_norm"}, {"ffn.up_proj", "ffn_up"}, {"ffn.down_proj", "ffn_down"}};
+const std::map<std::string, std::string> kMptTop{{"transformer.wte", "token_embd"}, {"transformer.norm_f", "output_norm"}, {"lm_head", "output"}};
+
+Arch mpt_arch() {
+  Arch a{"mpt"};
+  a.layer_prefix = "transformer.blocks.", a.layer_names = &kMptLayer, a.top_names = &kMptTop, a.keys = mpt_keys;
+  return a;
+}
+
 // The architecture table: config.json's architectures[0] -> what the converter's model class
 // (ModelBase.register) writes.
 const std::vector<std::pair<std::string, Arch>>& arch_table() {
@@ -428,6 +466,8 @@ const std::vector<std::pair<std::string, Arch>>& arch_table() {
       // Mistral3Model (its Mistral3ForConditionalGeneration, the text model inside a vision one, is
       // not here: its keys are language_model's).
       {"Ministral3ForCausalLM", ministral3_arch()},
+      // MosaicML's remote-code name, which MPTModel registers (transformers' MptForCausalLM is not).
+      {"MPTForCausalLM", mpt_arch()},
       {"RWForCausalLM", falcon_arch()},
   };
   return table;
@@ -1546,6 +1586,15 @@ const std::vector<FamilyTable>& family_tables() {
         {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
         {"ffn_up.bias", 'F', 0, false}},
        true},
+      // mpt.cpp: biases and positions optional (not in a no_bias ALiBi model).
+      {"mpt",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, false},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true},
+        {"attn_qkv.bias", 'S', 0, false}, {"attn_output.weight", 'E', 'E', true}, {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_norm.bias", 'E', 0, false}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_down.bias", 'E', 0, false}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_up.bias", 'F', 0, false}},
+       false},
       // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
       // LongRoPE's factors (not written by dcpctl) optional.
       {"phi3",

@@ -11,7 +11,7 @@
 // GptOssForCausalLM (gpt-oss), Gemma2ForCausalLM (gemma2), Gemma3ForCausalLM (gemma3),
 // Phi3ForCausalLM (phi3), GraniteForCausalLM (granite), Olmo2ForCausalLM (olmo2),
 // Starcoder2ForCausalLM (starcoder2), CohereForCausalLM (command-r), FalconForCausalLM (falcon),
-// Ministral3ForCausalLM (mistral3), each a row of
+// Ministral3ForCausalLM (mistral3), MPTForCausalLM (mpt), each a row of
 // model.cpp's architecture table (Arch: what the family's model class does beyond TextModel);
 // experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
 // else, a tensor the table does not name, another rope type, or a tokenizer the converter would
@@ -230,7 +230,7 @@ bool does_token_look_special(const std::string& text);
 
 // What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
 // docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,
-// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, granite, olmo2, starcoder2, command-r, falcon, mistral3), from the file's keys: each tensor's name and shape (torch's order:
+// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, granite, olmo2, starcoder2, command-r, falcon, mistral3, mpt), from the file's keys: each tensor's name and shape (torch's order:
 // ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
 // needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
 // ffn_gate_up_exps for the gate and up experts), and llama-model.cpp's generic pass after them: each

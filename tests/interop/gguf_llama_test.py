@@ -64,7 +64,7 @@ except ImportError as e:
 #   glm4moe:f32 (15 s: logits 2.1e-6 of the std) and gpt-oss:f32,f16 run by name too (gpt-oss: llama.cpp's
 #   F32 logits are transformers' within 1.3e-3 of their std, over F32's summation bound, F16 0.0027;
 #   not understood yet); deepseekv2:f32 (DeepSeek-V2-Lite's layout at 26 layers, MOE below) by name too;
-#   granite:f32 olmo2:f32 starcoder2:f32 command-r-tied:f32 falcon:f32 ministral3:f32 (issue 82's
+#   granite:f32 olmo2:f32 starcoder2:f32 command-r-tied:f32 falcon:f32 ministral3:f32 mpt:f32 (issue 82's
 #   families with Qwen2's tokenizer, about 6 s each) run by name;
 #   gpt-oss-mxfp4:f16 (its experts MXFP4, as OpenAI's releases; 22 s of CPU): llama.cpp
 #   loads dcpctl's file, logits 0.023 of the std from transformers' dequantized ones, within BOUND["mxfp4"]
@@ -101,6 +101,8 @@ BPE_FAMILIES = {
     "ministral3": dict(head_dim=32, rope_parameters={
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}),
+    # config.json's architectures renamed MPTForCausalLM after saving (gguf_test.py's mpt)
+    "mpt": dict(expansion_ratio=4, max_seq_len=256, no_bias=True, attn_config={"alibi": True, "alibi_bias_max": 8, "clip_qkv": None}),
 }
 
 MOE = {
@@ -197,7 +199,7 @@ def save_model(arch: str, out: Path, hidden: int, vocab: int, tied: bool, bf16: 
            "deepseekv2": transformers.DeepseekV2Config, "gemma2": transformers.Gemma2Config,
            "gemma3": transformers.Gemma3TextConfig, "phi3": transformers.Phi3Config, "granite": transformers.GraniteConfig,
            "olmo2": transformers.Olmo2Config, "starcoder2": transformers.Starcoder2Config, "command-r": transformers.CohereConfig,
-           "falcon": transformers.FalconConfig, "ministral3": transformers.Ministral3Config}[arch]
+           "falcon": transformers.FalconConfig, "ministral3": transformers.Ministral3Config, "mpt": transformers.MptConfig}[arch]
     kw.update(MOE.get(arch, {}))
     kw.update(SPM_FAMILIES.get(arch, {}))
     kw.update(BPE_FAMILIES.get(arch, {}))
@@ -209,6 +211,10 @@ def save_model(arch: str, out: Path, hidden: int, vocab: int, tied: bool, bf16: 
     if bf16:
         m = m.to(torch.bfloat16)
     m.save_pretrained(out)
+    if arch == "mpt":
+        import json
+        cfg = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps({**cfg, "architectures": ["MPTForCausalLM"]}, indent=2))
 
 
 def reference(hf: Path) -> tuple[list[int], list[int], np.ndarray]:
@@ -246,11 +252,12 @@ def llama_logits(lc, path: Path, prompt: list[int], new: list[int]) -> tuple[lis
 
 
 # The GELU families' F32 logits are transformers' within 1e-3 to 3e-3 of their std (measured: Gemma 2
-# 2.0e-3, Gemma 3 2.6e-3, StarCoder 2 1.1e-3, Falcon 1.4e-3; greedy tokens equal), over F32's
+# 2.0e-3, Gemma 3 2.6e-3, StarCoder 2 1.1e-3, Falcon 1.4e-3, MPT 2.4e-3; greedy tokens equal), over F32's
 # summation bound, where every SiLU family here (llama, Phi-3, Granite, OLMo 2, Command-R, Ministral 3)
 # is within 5e-6: ggml's CPU backend computes GELU otherwise than torch (a float16 table). Gemma 3 has
 # no softcapping, so GELU is the likelier cause than Gemma 2's tanh caps; not verified further.
-FAMILY_BOUND = {("gemma2", "f32"): 3e-3, ("gemma3", "f32"): 3e-3, ("starcoder2", "f32"): 3e-3, ("falcon", "f32"): 3e-3}
+FAMILY_BOUND = {("gemma2", "f32"): 3e-3, ("gemma3", "f32"): 3e-3, ("starcoder2", "f32"): 3e-3, ("falcon", "f32"): 3e-3,
+                ("mpt", "f32"): 3e-3}
 
 
 def check_logits(label: str, outtype: str, ref: tuple, got: tuple, report: dict) -> bool:

@@ -173,6 +173,12 @@ ARCHS = {
     "ministral3": (transformers.Ministral3Config, "llama-bpe", dict(head_dim=32, rope_parameters={
         "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})),
+    # MPT (MPTModel): registered as MosaicML's remote code names it, MPTForCausalLM (transformers saves
+    # MptForCausalLM, which the converter does not know: renamed in config.json after saving, as
+    # MosaicML's releases have it); no LayerNorm biases, ALiBi, the fused Wqkv; GPT-2's tokenizer (MPT's
+    # own is refused by dcpctl: its added tokens are in the converter's check text).
+    "mpt": (transformers.MptConfig, "gpt-2", dict(expansion_ratio=4, max_seq_len=256, no_bias=True,
+                                                   attn_config={"alibi": True, "alibi_bias_max": 8, "clip_qkv": None})),
 }
 
 # Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
@@ -343,7 +349,7 @@ def phi3_tokens(out: Path) -> None:
 
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3", "mpt"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -408,6 +414,9 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
     if bf16:
         model = model.to(torch.bfloat16)
     model.save_pretrained(out)
+    if arch == "mpt":
+        cfg = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps({**cfg, "architectures": ["MPTForCausalLM"]}, indent=2))
     if mxfp4 or mtp:
         import json as _json
         from safetensors.torch import load_file, save_file
@@ -667,7 +676,7 @@ def main(argv: list[str]) -> int:
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
                          "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
-                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0"]
+                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0", "mpt:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
