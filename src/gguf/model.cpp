@@ -488,6 +488,25 @@ Arch arch_of(const json& config, const std::string& where) {
                                            "' is not written (dcpctl writes " + names + ")");
 }
 
+namespace {
+
+// FalconModel.modify_tensors' regrouping of query_key_value (TensorPlan::qkv_groups): view(kv,
+// heads / kv + 2, head_dim, hidden), its q heads, then k, then v; refused where that view fails.
+void falcon_qkv_plan(TensorPlan& p, const json& config, const std::string& key, const std::string& suffix, const std::string& where) {
+  const json h = find_hparam(config, {"num_attention_heads", "n_head"}), kv = find_hparam(config, {"num_kv_heads", "n_head_kv"});
+  const int64_t heads = h.is_number_integer() ? h.get<int64_t>() : 0, groups = kv.is_number_integer() && kv.get<int64_t>() > 0 ? kv.get<int64_t>() : 1;
+  const int64_t hidden = int_of(config, "hidden_size"), head_dim = heads > 0 ? hidden / heads : 0;
+  const std::vector<int64_t>& shape = p.shape;
+  if (suffix != "weight" || heads <= 0 || heads % groups != 0 || shape.size() != 2 || shape[1] != head_dim * heads ||
+      shape[0] != (heads + 2 * groups) * head_dim)
+    throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' is not (" + std::to_string(heads) + " + 2 x " + std::to_string(groups) +
+                                                              " kv heads) x head_dim rows of hidden_size: llama.cpp's converter cannot regroup it "
+                                                              "(a Falcon-7B config saved by transformers 5 says num_kv_heads = heads)");
+  p.qkv_groups = groups, p.qkv_heads = heads;
+}
+
+}  // namespace
+
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
                        OutType out, const std::string& where) {
   static const std::map<std::string, std::string> top{
@@ -566,18 +585,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   if (static const std::string norm = "norm.weight";
       arch.norm_shift != 0 && key.size() >= norm.size() && key.compare(key.size() - norm.size(), norm.size(), norm) == 0)
     p.shift = arch.norm_shift;
-  if (arch.falcon_qkv && module == "self_attention.query_key_value") {
-    // FalconModel.modify_tensors: view(kv, heads / kv + 2, head_dim, hidden), its q heads, then k, then v.
-    const json h = find_hparam(config, {"num_attention_heads", "n_head"}), kv = find_hparam(config, {"num_kv_heads", "n_head_kv"});
-    const int64_t heads = h.is_number_integer() ? h.get<int64_t>() : 0, groups = kv.is_number_integer() && kv.get<int64_t>() > 0 ? kv.get<int64_t>() : 1;
-    const int64_t hidden = int_of(config, "hidden_size"), head_dim = heads > 0 ? hidden / heads : 0;
-    if (m[3] != "weight" || heads <= 0 || heads % groups != 0 || shape.size() != 2 || shape[1] != head_dim * heads ||
-        shape[0] != (heads + 2 * groups) * head_dim)
-      throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' is not (" + std::to_string(heads) + " + 2 x " + std::to_string(groups) +
-                                                                " kv heads) x head_dim rows of hidden_size: llama.cpp's converter cannot regroup it "
-                                                                "(a Falcon-7B config saved by transformers 5 says num_kv_heads = heads)");
-    p.qkv_groups = groups, p.qkv_heads = heads;
-  }
+  if (arch.falcon_qkv && module == "self_attention.query_key_value") falcon_qkv_plan(p, config, key, m[3], where);
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
@@ -1079,6 +1087,14 @@ namespace {
 // general.file_type (prepare_metadata): an MXFP4 model (quant_method mxfp4) written as f32, f16
 // or bf16 is MOSTLY_MXFP4_MOE. So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's
 // ct_mxfp4_config); an NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
+// The keys before the architecture's (prepare_metadata: the architecture, type, name, size label).
+void add_general_keys(Header& h, const std::string& a, const std::string& name, const std::string& label) {
+  h.add_string("general.architecture", a);
+  h.add_string("general.type", "model");
+  h.add_string("general.name", name);
+  if (!label.empty()) h.add_string("general.size_label", label);
+}
+
 uint32_t file_type_of(const Arch& arch, const json& config, OutType out) {
   const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
   const bool mxfp4_moe = ((arch.name == "gpt-oss" && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
@@ -1095,10 +1111,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     if (!moe && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
   if (arch.keys) {  // the family's own set_gguf_parameters
-    h.add_string("general.architecture", a);
-    h.add_string("general.type", "model");
-    h.add_string("general.name", name);
-    if (!label.empty()) h.add_string("general.size_label", label);
+    add_general_keys(h, a, name, label);
     arch.keys(h, a, config, file_type_of(arch, config, out), where);
     h.add_u32("general.quantization_version", 2);
     return;
@@ -1129,10 +1142,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
       throw UnsupportedError(Where(where), "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
                                                " by dcpctl (default, linear, yarn" + (arch.llama_model ? ", llama3)" : ")"));
   }
-  h.add_string("general.architecture", a);
-  h.add_string("general.type", "model");
-  h.add_string("general.name", name);
-  if (!label.empty()) h.add_string("general.size_label", label);
+  add_general_keys(h, a, name, label);
   h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) + (nextn.is_null() ? 0 : nextn.get<int64_t>())));
   // CommandR2Model takes model_max_length first (max_position_embeddings is not what it was trained on).
   if (json v = arch.context_model_max_length ? find_hparam(config, {"model_max_length", "max_position_embeddings"})
