@@ -74,22 +74,10 @@ void take_format_options(const ConsolidateCliOptions& o, ConsolidateOptions& co)
 
 }  // namespace
 
-int run_consolidate(const ConsolidateCliOptions& o) {
-  if (o.format == "megatron") {
-    // megatron-core's checkpoint is a DCP checkpoint: the reshard that writes one rank file.
-    if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat || o.keep_unsafe ||
-        o.parallel_write)
-      throw UsageError(Where(o.output), "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
-                                        "--max-shard-size, --assets (give the map's config with --config), --flat, "
-                                        "--keep-unsafe-values and --parallel-write do not apply");
-    return run_megatron_output(o, o.iteration);
-  }
-  if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
-  check_megatron_target_options(o, false);
-  install_cleanup_handlers();
-  ConsolidateOptions co;
-  ProgressLine progress(wants_progress(o));
-  to_write_options(o, co, progress, o.lora != "keep");
+namespace {
+
+// --lora and its options.
+void take_lora_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
   co.lora.mode = o.lora == "adapter" ? LoraMode::Adapter : o.lora == "merge" ? LoraMode::Merge : LoraMode::Keep;
   const bool lora_options = !o.lora_name.empty() || !o.lora_config.empty() || !o.lora_alpha.empty() || !o.lora_base.empty() ||
                             !o.lora_layout.empty();
@@ -109,6 +97,10 @@ int run_consolidate(const ConsolidateCliOptions& o) {
     if (end == o.lora_alpha.c_str() || *end != 0 || !(a > 0) || !std::isfinite(a)) throw UsageError(Where(), "--lora-alpha must be a positive number");
     co.lora.alpha = a;
   }
+}
+
+// The output's format and what goes with it: shards, assets, flat keys, unsafe values.
+void take_output_options(const ConsolidateCliOptions& o, ConsolidateOptions& co) {
   if (co.lora.mode == LoraMode::Adapter) {
     // The adapter folder PEFT loads: it has one format.
     if (!o.format.empty() || !o.max_shard_size.empty() || !o.assets.empty() || !o.map.empty())
@@ -130,7 +122,69 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   co.lightning_meta = !o.no_lightning_meta;
   if (!o.quantize.empty() && co.lora.mode == LoraMode::Adapter)
     throw UsageError(Where(o.output), "--quantize writes a model's weights; --lora adapter writes an adapter");
+}
 
+// `-n`: the plan, file by file and key by key.
+void print_plan(const json& r) {
+  std::cout << "Plan (nothing written): " << r["tensors"].get<uint64_t>() << " tensors, "
+            << human_bytes(r["tensor_bytes"].get<uint64_t>()) << "\n";
+  for (const auto& f : r["files"])
+    std::cout << "  " << f["path"].get<std::string>()
+              << (f.contains("bytes") ? "  " + human_bytes(f["bytes"].get<uint64_t>()) + ", " +
+                                            std::to_string(f["tensors"].get<uint64_t>()) + " tensors"
+                                      : "")
+              << "\n";
+  for (const auto& a : r["assets"]) std::cout << "  " << a.get<std::string>() << "  (copied beside the weights)\n";
+  for (const auto& k : r["plan"])
+    std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
+              << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>()
+              << (k["streams"].get<bool>() ? "  (streamed)" : "  (buffer " + human_bytes(k["need"].get<uint64_t>()) + ")") << "\n";
+  print_cast_summary(r, std::cout);
+}
+
+// What was written, on stderr.
+void print_written(const json& r, const std::string& output) {
+  std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors (" << human_bytes(r["tensor_bytes"].get<uint64_t>())
+            << ") to " << output;
+  if (r["files"].size() > 1) std::cerr << " (" << r["files"].size() << " files)";
+  char rate[64];
+  std::snprintf(rate, sizeof rate, " in %.2f s (%.2f GB/s)", r["seconds"].get<double>(), r["gb_per_s"].get<double>());
+  std::cerr << rate;
+  if (!r["cast"]["dtype"].is_null())
+    std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
+  std::cerr << "\n";
+  print_cast_summary(r, std::cerr);
+  print_map_summary(r);
+  if (!r["assets"].empty()) {
+    std::cerr << "copied " << r["assets"].size() << " file(s) beside the weights:";
+    for (const auto& a : r["assets"]) {
+      const std::string p = a.get<std::string>();
+      std::cerr << " " << p.substr(p.find_last_of('/') + 1);
+    }
+    std::cerr << "\n";
+  }
+}
+
+}  // namespace
+
+int run_consolidate(const ConsolidateCliOptions& o) {
+  if (o.format == "megatron") {
+    // megatron-core's checkpoint is a DCP checkpoint: the reshard that writes one rank file.
+    if (o.lora != "keep" || !o.quantize.empty() || !o.max_shard_size.empty() || !o.assets.empty() || o.flat || o.keep_unsafe ||
+        o.parallel_write)
+      throw UsageError(Where(o.output), "--format megatron writes megatron-core's torch_dist checkpoint: --lora, --quantize, "
+                                        "--max-shard-size, --assets (give the map's config with --config), --flat, "
+                                        "--keep-unsafe-values and --parallel-write do not apply");
+    return run_megatron_output(o, o.iteration);
+  }
+  if (o.iteration >= 0) throw UsageError(Where(), "--iteration goes with --format megatron");
+  check_megatron_target_options(o, false);
+  install_cleanup_handlers();
+  ConsolidateOptions co;
+  ProgressLine progress(wants_progress(o));
+  to_write_options(o, co, progress, o.lora != "keep");
+  take_lora_options(o, co);
+  take_output_options(o, co);
   std::unique_ptr<Group> group = join_group(o.dist);
   co.group = group.get();
   co.local_files = o.dist.local_files;
@@ -146,45 +200,10 @@ int run_consolidate(const ConsolidateCliOptions& o) {
   if (o.json) {
     add_s3_transfer(r);
     dump_summary(r, std::cout);
-    return 0;
-  }
-  if (o.dry_run) {
-    std::cout << "Plan (nothing written): " << r["tensors"].get<uint64_t>() << " tensors, "
-              << human_bytes(r["tensor_bytes"].get<uint64_t>()) << "\n";
-    for (const auto& f : r["files"])
-      std::cout << "  " << f["path"].get<std::string>()
-                << (f.contains("bytes") ? "  " + human_bytes(f["bytes"].get<uint64_t>()) + ", " +
-                                              std::to_string(f["tensors"].get<uint64_t>()) + " tensors"
-                                        : "")
-                << "\n";
-    for (const auto& a : r["assets"]) std::cout << "  " << a.get<std::string>() << "  (copied beside the weights)\n";
-    for (const auto& k : r["plan"])
-      std::cout << "    " << k["key"].get<std::string>() << "  " << k["dtype"].get<std::string>() << " "
-                << dims_str(k["shape"].get<std::vector<int64_t>>()) << "  -> " << k["file"].get<std::string>()
-                << (k["streams"].get<bool>() ? "  (streamed)" : "  (buffer " + human_bytes(k["need"].get<uint64_t>()) + ")") << "\n";
-    print_cast_summary(r, std::cout);
-    return 0;
-  }
-  if (!quiet) {
-    std::cerr << "wrote " << r["tensors"].get<uint64_t>() << " tensors (" << human_bytes(r["tensor_bytes"].get<uint64_t>())
-              << ") to " << o.output;
-    if (r["files"].size() > 1) std::cerr << " (" << r["files"].size() << " files)";
-    char rate[64];
-    std::snprintf(rate, sizeof rate, " in %.2f s (%.2f GB/s)", r["seconds"].get<double>(), r["gb_per_s"].get<double>());
-    std::cerr << rate;
-    if (!r["cast"]["dtype"].is_null())
-      std::cerr << "; cast " << r["cast"]["tensors"].get<uint64_t>() << " floating tensors to " << r["cast"]["dtype"].get<std::string>();
-    std::cerr << "\n";
-    print_cast_summary(r, std::cerr);
-    print_map_summary(r);
-    if (!r["assets"].empty()) {
-      std::cerr << "copied " << r["assets"].size() << " file(s) beside the weights:";
-      for (const auto& a : r["assets"]) {
-        const std::string p = a.get<std::string>();
-        std::cerr << " " << p.substr(p.find_last_of('/') + 1);
-      }
-      std::cerr << "\n";
-    }
+  } else if (o.dry_run) {
+    print_plan(r);
+  } else if (!quiet) {
+    print_written(r, o.output);
   }
   return 0;
 }

@@ -201,8 +201,10 @@ constexpr const char* kManDate = DCPCTL_RELEASE_DATE;
 
 }  // namespace
 
-std::string emit_man(const CommandDoc& root) {
-  std::ostringstream o;
+namespace {
+
+// .TH and NAME.
+void man_header(std::ostringstream& o, const CommandDoc& root) {
   std::string title;
   for (char c : root.name()) title += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   o << ".\\\" " << generated_notice("man") << "\n"
@@ -219,22 +221,10 @@ std::string emit_man(const CommandDoc& root) {
   while (!summary.empty() && (summary.back() == '.' || summary.back() == ' ')) summary.pop_back();
   o << ".SH NAME\n";
   text_lines(o, root.name() + " - " + summary);
+}
 
-  o << ".SH SYNOPSIS\n";
-  bool first = true;
-  for_each_command(root, [&](const CommandDoc& c) {
-    if (!first) o << ".br\n";
-    first = false;
-    o << synopsis(c) << "\n";
-  });
-
-  o << ".SH DESCRIPTION\n";
-  text_lines(o, root.description);
-  if (!root.subcommands.empty()) {
-    o << ".PP\nEach command has its own options, listed under\n.B COMMANDS\nbelow and shown by\n"
-      << bold(root.name()) << " " << italic("COMMAND") << " " << bold("--help") << ".\n";
-  }
-
+// COMMANDS: each command's synopsis, description, arguments and new footer, depth first.
+void man_commands(std::ostringstream& o, const CommandDoc& root) {
   if (!root.subcommands.empty()) {
     o << ".SH COMMANDS\n";
     std::vector<const CommandDoc*> parents = {&root};
@@ -254,13 +244,10 @@ std::string emit_man(const CommandDoc& root) {
     };
     for (const CommandDoc& c : root.subcommands) section(c);
   }
+}
 
-  if (!root.options.empty() || !root.positionals.empty()) {
-    o << ".SH GLOBAL OPTIONS\nThese come before the command.\n";
-    for (const ArgDoc& a : root.positionals) arg_item(o, a);
-    for (const ArgDoc& a : root.options) arg_item(o, a);
-  }
-
+// ENVIRONMENT: the options an environment variable sets.
+void man_environment(std::ostringstream& o, const CommandDoc& root) {
   std::vector<const ArgDoc*> env;
   for_each_command(root, [&](const CommandDoc& c) {
     for (const ArgDoc& a : c.options)
@@ -272,7 +259,9 @@ std::string emit_man(const CommandDoc& root) {
       o << ".TP\n" << bold(a->envname) << "\nSets " << bold(a->names().back()) << ".\n";
     }
   }
+}
 
+void man_inputs(std::ostringstream& o) {
   o << ".SH INPUTS\n";
   text_lines(o, "Every command that reads a checkpoint takes a DCP directory (.metadata and __R_N.distcp files, "
                 "torch.save or safetensors items, zstd too), a DCP directory saved with use_collectives=False "
@@ -292,12 +281,10 @@ std::string emit_man(const CommandDoc& root) {
     o << ".TP\n" << bold(m.name) << "\n";
     text_lines(o, m.sides[0] + " <-> " + m.sides[1] + ": " + m.description);
   }
-  o << ".SH EXIT STATUS\n";
-  for (const ExitCodeDoc& e : kExitCodes) {
-    o << ".TP\n" << bold(std::to_string(static_cast<int>(e.code))) << "\n";
-    text_lines(o, e.meaning);
-  }
+}
 
+// EXAMPLES: those whose command and options this build has.
+void man_examples(std::ostringstream& o, const CommandDoc& root) {
   bool examples = false;
   for (const Example& ex : kExamples) {
     const CommandDoc* c = find(root, ex.path);
@@ -309,7 +296,44 @@ std::string emit_man(const CommandDoc& root) {
     o << ".TP\n.B " << roff_arg(ex.command_line) << "\n";
     text_lines(o, ex.explanation);
   }
+}
 
+}  // namespace
+
+std::string emit_man(const CommandDoc& root) {
+  std::ostringstream o;
+  man_header(o, root);
+  o << ".SH SYNOPSIS\n";
+  bool first = true;
+  for_each_command(root, [&](const CommandDoc& c) {
+    if (!first) o << ".br\n";
+    first = false;
+    o << synopsis(c) << "\n";
+  });
+
+  o << ".SH DESCRIPTION\n";
+  text_lines(o, root.description);
+  if (!root.subcommands.empty()) {
+    o << ".PP\nEach command has its own options, listed under\n.B COMMANDS\nbelow and shown by\n"
+      << bold(root.name()) << " " << italic("COMMAND") << " " << bold("--help") << ".\n";
+  }
+
+  man_commands(o, root);
+  if (!root.options.empty() || !root.positionals.empty()) {
+    o << ".SH GLOBAL OPTIONS\nThese come before the command.\n";
+    for (const ArgDoc& a : root.positionals) arg_item(o, a);
+    for (const ArgDoc& a : root.options) arg_item(o, a);
+  }
+
+  man_environment(o, root);
+  man_inputs(o);
+  o << ".SH EXIT STATUS\n";
+  for (const ExitCodeDoc& e : kExitCodes) {
+    o << ".TP\n" << bold(std::to_string(static_cast<int>(e.code))) << "\n";
+    text_lines(o, e.meaning);
+  }
+
+  man_examples(o, root);
   o << ".SH SEE ALSO\n.BR torchrun (1),\n.BR python3 (1)\n";
   return o.str();
 }

@@ -86,11 +86,9 @@ void print_chunks(const json& it, const std::string& indent) {
   }
 }
 
-void render_summary(const json& r) {
+void render_metadata(const json& r) {
   const json& m = r["metadata"];
-  const json& s = r["summary"];
   std::string ver = m["version"].is_null() ? "no format version" : "format version " + m["version"].get<std::string>();
-  std::cout << "Checkpoint  " << r["checkpoint"].get<std::string>() << "\n";
   std::string layout = r["layout"].get<std::string>();
   if (layout != "dcp") std::cout << "Layout      " << layout << "\n";
   if (layout == "gguf") {
@@ -117,64 +115,72 @@ void render_summary(const json& r) {
     std::cout << "Loads in    torch " << lb["oldest"].get<std::string>() << " or newer: " << lb["reason"].get<std::string>()
               << "; `dcpctl compat` writes a copy older torch loads\n";
   }
-  if (const json& f = r["framework"]; !f.is_null()) {
-    std::cout << "Framework   " << f["name"].get<std::string>();
-    if (f.contains("backend")) {
-      std::cout << ", metadata.json: backend " << f["backend"].get<std::string>();
-      if (!f["backend_version"].is_null()) std::cout << " version " << f["backend_version"].get<int64_t>();
-      if (f["files"].size() > 1) std::cout << "; integrity.json (verify checks it)";
-    } else {
-      std::cout << ", meta.pt: the non-tensor state (consolidate -o FILE.pt merges it)";
-    }
+}
+
+void render_framework(const json& f) {
+  std::cout << "Framework   " << f["name"].get<std::string>();
+  if (f.contains("backend")) {
+    std::cout << ", metadata.json: backend " << f["backend"].get<std::string>();
+    if (!f["backend_version"].is_null()) std::cout << " version " << f["backend_version"].get<int64_t>();
+    if (f["files"].size() > 1) std::cout << "; integrity.json (verify checks it)";
+  } else {
+    std::cout << ", meta.pt: the non-tensor state (consolidate -o FILE.pt merges it)";
+  }
+  std::cout << "\n";
+}
+
+void render_quantization(const json& q) {
+  std::cout << "Quantized   ";
+  if (q["scaled_weights"].get<uint64_t>() > 0) {
+    std::cout << q["scaled_weights"].get<uint64_t>() << " block-scaled float8 weights (each with a _scale_inv";
+    if (!q["block"].is_null()) std::cout << ", " << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks";
+    std::cout << ")" << (q.value("mxfp4", uint64_t{0}) > 0 ? ", " : "");
+  }
+  if (q.value("mxfp4", uint64_t{0}) > 0) std::cout << q["mxfp4"].get<uint64_t>() << " MXFP4 weights (_blocks with their _scales)";
+  if (q["scaled_weights"].get<uint64_t>() > 0 || q.value("mxfp4", uint64_t{0}) > 0)
+    std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
+  else {
+    std::string counts;
+    const json per_codec = q.value("codecs", json::object());  // held: items() of a temporary would dangle
+    for (const auto& [name, n] : per_codec.items())
+      counts += (counts.empty() ? "" : ", ") + std::to_string(n.get<uint64_t>()) + " " + name;
+    std::cout << counts << " weights beside their scales: --dtype bf16 (or fp32) dequantizes them as their producer does\n";
+  }
+  if (!q.value("scheme", json()).is_null()) std::cout << "            config.json: quant_method " << q["scheme"].get<std::string>() << "\n";
+}
+
+void render_lora(const json& l) {
+  for (const json& a : l["adapters"]) {
+    std::cout << "LoRA        adapter " << (a["name"].is_null() ? std::string("(unnamed)") : a["name"].get<std::string>()) << ": "
+              << a["modules"].get<uint64_t>() << " modules (";
+    std::string targets;
+    for (const json& t : a["targets"]) targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
+    for (const json& t : a.value("target_parameters", json::array()))
+      targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
+    std::string ranks;
+    for (const json& k : a["ranks"]) ranks += (ranks.empty() ? "" : "/") + std::to_string(k.get<int64_t>());
+    std::cout << targets << "), rank " << ranks << (a["dora"].get<bool>() ? ", DoRA" : "");
+    if (a.contains("experts") && !a["experts"].empty())
+      std::cout << " per expert (" << a["experts"][0].get<int64_t>() << " experts, lora_A [r*E, in])";
+    if (!a["modules_to_save"].empty()) std::cout << ", " << a["modules_to_save"].size() << " module(s) trained whole";
     std::cout << "\n";
   }
-  if (const json& q = r["quantization"]; !q.is_null()) {
-    std::cout << "Quantized   ";
-    if (q["scaled_weights"].get<uint64_t>() > 0) {
-      std::cout << q["scaled_weights"].get<uint64_t>() << " block-scaled float8 weights (each with a _scale_inv";
-      if (!q["block"].is_null()) std::cout << ", " << q["block"][0].get<int64_t>() << "x" << q["block"][1].get<int64_t>() << " blocks";
-      std::cout << ")" << (q.value("mxfp4", uint64_t{0}) > 0 ? ", " : "");
-    }
-    if (q.value("mxfp4", uint64_t{0}) > 0) std::cout << q["mxfp4"].get<uint64_t>() << " MXFP4 weights (_blocks with their _scales)";
-    if (q["scaled_weights"].get<uint64_t>() > 0 || q.value("mxfp4", uint64_t{0}) > 0)
-      std::cout << ": --dtype bf16 (or fp32) dequantizes them as torch's QuantizedHuggingFaceStorageReader does\n";
-    else {
-      std::string counts;
-      const json per_codec = q.value("codecs", json::object());  // held: items() of a temporary would dangle
-      for (const auto& [name, n] : per_codec.items())
-        counts += (counts.empty() ? "" : ", ") + std::to_string(n.get<uint64_t>()) + " " + name;
-      std::cout << counts << " weights beside their scales: --dtype bf16 (or fp32) dequantizes them as their producer does\n";
-    }
-    if (!q.value("scheme", json()).is_null()) std::cout << "            config.json: quant_method " << q["scheme"].get<std::string>() << "\n";
-  }
-  if (const json& l = r["lora"]; !l.is_null()) {
-    for (const json& a : l["adapters"]) {
-      std::cout << "LoRA        adapter " << (a["name"].is_null() ? std::string("(unnamed)") : a["name"].get<std::string>()) << ": "
-                << a["modules"].get<uint64_t>() << " modules (";
-      std::string targets;
-      for (const json& t : a["targets"]) targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
-      for (const json& t : a.value("target_parameters", json::array()))
-        targets += (targets.empty() ? "" : ", ") + t.get<std::string>();
-      std::string ranks;
-      for (const json& k : a["ranks"]) ranks += (ranks.empty() ? "" : "/") + std::to_string(k.get<int64_t>());
-      std::cout << targets << "), rank " << ranks << (a["dora"].get<bool>() ? ", DoRA" : "");
-      if (a.contains("experts") && !a["experts"].empty())
-        std::cout << " per expert (" << a["experts"][0].get<int64_t>() << " experts, lora_A [r*E, in])";
-      if (!a["modules_to_save"].empty()) std::cout << ", " << a["modules_to_save"].size() << " module(s) trained whole";
-      std::cout << "\n";
-    }
-    std::cout << "            " << (l["base_model"].get<bool>() ? "with its base model; " : "adapter only; ") << l["hint"].get<std::string>() << "\n";
-  }
-  std::string ranks;
-  auto rv = s["ranks"].get<std::vector<int>>();
-  if (!rv.empty()) {
-    bool dense = rv.back() - rv.front() + 1 == static_cast<int>(rv.size());
-    if (dense) ranks = rv.size() == 1 ? "rank " + std::to_string(rv[0]) : "ranks " + std::to_string(rv.front()) + "-" + std::to_string(rv.back());
-    else {
-      ranks = "ranks ";
-      for (size_t i = 0; i < rv.size(); ++i) ranks += (i ? "," : "") + std::to_string(rv[i]);
-    }
-  }
+  std::cout << "            " << (l["base_model"].get<bool>() ? "with its base model; " : "adapter only; ") << l["hint"].get<std::string>() << "\n";
+}
+
+// "rank 0", "ranks 0-7" or "ranks 0,2,5".
+std::string ranks_text(const std::vector<int>& rv) {
+  if (rv.empty()) return "";
+  const bool dense = rv.back() - rv.front() + 1 == static_cast<int>(rv.size());
+  if (dense) return rv.size() == 1 ? "rank " + std::to_string(rv[0]) : "ranks " + std::to_string(rv.front()) + "-" + std::to_string(rv.back());
+  std::string ranks = "ranks ";
+  for (size_t i = 0; i < rv.size(); ++i) ranks += (i ? "," : "") + std::to_string(rv[i]);
+  return ranks;
+}
+
+void render_contents(const json& r) {
+  const json& s = r["summary"];
+  const std::string ranks = ranks_text(s["ranks"].get<std::vector<int>>());
   std::cout << "Files       " << s["files"].get<uint64_t>() << " data file" << (s["files"].get<uint64_t>() == 1 ? "" : "s") << ", "
             << human_bytes(s["data_bytes"].get<uint64_t>()) << (ranks.empty() ? "" : ", " + ranks);
   if (s["files_missing"].get<uint64_t>()) std::cout << ", " << s["files_missing"].get<uint64_t>() << " MISSING";
@@ -192,6 +198,16 @@ void render_summary(const json& r) {
   if (!dl.empty()) std::cout << "Dtypes      " << dl << "\n";
   size_t np = r["problems"].size();
   std::cout << "Complete    " << (s["complete"].get<bool>() && np == 0 ? "yes" : "NO (" + std::to_string(np) + " problem" + (np == 1 ? "" : "s") + ", see below)") << "\n";
+}
+
+void render_summary(const json& r) {
+  const json& m = r["metadata"];
+  std::cout << "Checkpoint  " << r["checkpoint"].get<std::string>() << "\n";
+  render_metadata(r);
+  if (const json& f = r["framework"]; !f.is_null()) render_framework(f);
+  if (const json& q = r["quantization"]; !q.is_null()) render_quantization(q);
+  if (const json& l = r["lora"]; !l.is_null()) render_lora(l);
+  render_contents(r);
   for (const auto& sh : r["shared"]) std::cout << "Shared      " << sh["message"].get<std::string>() << "\n";
   if (!m["unknown_globals"].empty()) {
     std::cout << "Note        .metadata names classes dcpctl does not know (shown, never run):";

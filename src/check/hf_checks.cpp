@@ -107,212 +107,254 @@ bool is_hf_checkpoint(const Checkpoint& ck) {
   return ck.layout == CheckpointLayout::HfSafetensors || ck.layout == CheckpointLayout::HfDcpShards;
 }
 
-HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, const Checkpoint* opened) {
-  HfReport r;
-  const PathInfo st = stat_path(path);
-  if (st.kind == PathInfo::missing)
-    throw IoError(Where(path), "cannot open: " + (st.err ? errno_text(st.err) : std::string("no such file")));
-  const bool folder = st.kind == PathInfo::directory;
-  const std::string dir = folder                                ? path
-                          : path.find('/') == std::string::npos ? "."
-                                                                : path.substr(0, path.find_last_of('/'));
+namespace {
 
-  Findings structure;
-  std::optional<Checkpoint> own;
-  const Checkpoint* ck = opened;
-  if (!ck) {
-    try {
-      own.emplace(open_checkpoint(path));
-      ck = &*own;
-    } catch (const FormatError& e) {
-      structure.push_back({"metadata-invalid", e.where(), e.detail()});
-    }
+// check_hf_folder's steps: the checkpoint's structure, every safetensors file audited, the index,
+// config.json against the tensors and the model schema, the sidecars.
+class HfFolderChecker {
+ public:
+  HfFolderChecker(const std::string& path, const HfCheckOptions& opts, const Checkpoint* opened)
+      : path_(path), opts_(opts), ck_(opened) {
+    const PathInfo st = stat_path(path);
+    if (st.kind == PathInfo::missing)
+      throw IoError(Where(path), "cannot open: " + (st.err ? errno_text(st.err) : std::string("no such file")));
+    folder_ = st.kind == PathInfo::directory;
+    dir_ = folder_                                ? path
+           : path.find('/') == std::string::npos ? "."
+                                                  : path.substr(0, path.find_last_of('/'));
+    index_ = join_path(dir_, "model.safetensors.index.json");
+    config_ = join_path(dir_, "config.json");
+    has_index_ = folder_ && path_exists(index_);
+    has_config_ = folder_ && path_exists(config_);
   }
-  if (ck) {
-    StructureReport s = check_structure(*ck);
-    structure = std::move(s.problems);
-    r.warnings = std::move(s.warnings);
+
+  HfReport run() && {
+    check_structure_of();
+    audit_files();
+    check_index();
+    if (has_config_ && ck_) check_config();
+    check_sidecars();
+    r_.problems = merge_findings(std::move(structure_), precise_);
+    r_.summary = {{"config", has_config_ ? json(config_) : json(nullptr)},
+                  {"index", has_index_ ? json(index_) : json(nullptr)},
+                  {"files_audited", files_.size()},
+                  {"sidecars", sidecars_},
+                  {"config_checks", config_checks_},
+                  {"schema", schema_}};
+    return std::move(r_);
+  }
+
+ private:
+  void check_structure_of() {
+    if (!ck_) {
+      try {
+        own_.emplace(open_checkpoint(path_));
+        ck_ = &*own_;
+      } catch (const FormatError& e) {
+        structure_.push_back({"metadata-invalid", e.where(), e.detail()});
+      }
+    }
+    if (ck_) {
+      StructureReport s = check_structure(*ck_);
+      structure_ = std::move(s.problems);
+      r_.warnings = std::move(s.warnings);
+    }
   }
 
   // Every .safetensors file the checkpoint reads; when it could not be opened, every one here.
-  std::vector<std::string> files;
-  if (ck) {
-    for (uint32_t f = 0; f < ck->md.files.size(); ++f)
-      if (ck->files[f].size) files.push_back(ck->path_of(f));
-  } else if (folder) {
-    for (const auto& n : list_dir(dir))
-      if (name_ends(n, ".safetensors")) files.push_back(join_path(dir, n));
-  } else {
-    files.push_back(path);
+  void audit_files() {
+    if (ck_) {
+      for (uint32_t f = 0; f < ck_->md.files.size(); ++f)
+        if (ck_->files[f].size) files_.push_back(ck_->path_of(f));
+    } else if (folder_) {
+      for (const auto& n : list_dir(dir_))
+        if (name_ends(n, ".safetensors")) files_.push_back(join_path(dir_, n));
+    } else {
+      files_.push_back(path_);
+    }
+    for (const auto& f : files_) audit_file(f);
   }
-  Findings precise;
-  std::map<std::string, std::vector<std::string>> files_of;  // key -> files holding it
-  uint64_t tensor_bytes = 0, file_bytes = 0;
-  std::map<std::string, std::string> user_kept;  // key -> the --keep-dtype glob its file's header records
-  for (const auto& f : files) {
+
+  void audit_file(const std::string& f) {
     SafetensorsAudit a = audit_safetensors_file(f);
-    precise.insert(precise.end(), a.problems.begin(), a.problems.end());
+    precise_.insert(precise_.end(), a.problems.begin(), a.problems.end());
     const KeepDtypeEntry keep = read_keep_dtype_entry(a.metadata);
     if (!keep.error.empty())
-      r.warnings.push_back({"keep-dtype-entry-invalid",
-                            Where(f, std::nullopt, std::string("__metadata__.") + kKeepDtypeEntry),
-                            keep.error + ": ignored, so no tensor of this file counts as kept by --keep-dtype"});
+      r_.warnings.push_back({"keep-dtype-entry-invalid", Where(f, std::nullopt, std::string("__metadata__.") + kKeepDtypeEntry),
+                             keep.error + ": ignored, so no tensor of this file counts as kept by --keep-dtype"});
     if (!keep.globs.empty())
       for (const auto& t : a.tensors)
-        if (const std::string* g = keep_dtype_glob_of(keep.globs, t.key)) user_kept.emplace(t.key, *g);
-    file_bytes += 8 + a.header_bytes + a.data_bytes;
+        if (const std::string* g = keep_dtype_glob_of(keep.globs, t.key)) user_kept_.emplace(t.key, *g);
+    file_bytes_ += 8 + a.header_bytes + a.data_bytes;
     std::set<std::string> here;
     for (const auto& t : a.tensors)
       if (here.insert(t.key).second) {
-        files_of[t.key].push_back(f);
-        tensor_bytes += t.end >= t.begin ? t.end - t.begin : 0;
+        files_of_[t.key].push_back(f);
+        tensor_bytes_ += t.end >= t.begin ? t.end - t.begin : 0;
       }
   }
 
   // The index: one file per key, and its total_size.
-  const std::string index = join_path(dir, "model.safetensors.index.json");
-  const bool has_index = folder && path_exists(index);
-  if (ck && ck->layout == CheckpointLayout::HfSafetensors)
-    for (const auto& [key, in] : files_of)
-      for (size_t i = 1; i < in.size(); ++i)
-        precise.push_back({"key-in-several-files", Where(in[i], std::nullopt, key),
-                           "also held by " + in[0] + ": a loader keeps one of the two"});
-  if (has_index) {
-    json j = read_json(index);
-    const json* total =
-        j.is_object() && j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("total_size")
-            ? &j["metadata"]["total_size"]
-            : nullptr;
-    if (total && total->is_number_unsigned() && ck) {
-      const uint64_t want = total->get<uint64_t>();
-      if (want != tensor_bytes && want != file_bytes)
-        precise.push_back({"index-total-size", Where(index, std::nullopt, "metadata.total_size"),
-                           "total_size is " + std::to_string(want) + " but the indexed files hold " +
-                               std::to_string(tensor_bytes) + " bytes of tensors (" + std::to_string(file_bytes) +
-                               " bytes of files)"});
-    }
+  void check_index() {
+    if (ck_ && ck_->layout == CheckpointLayout::HfSafetensors)
+      for (const auto& [key, in] : files_of_)
+        for (size_t i = 1; i < in.size(); ++i)
+          precise_.push_back({"key-in-several-files", Where(in[i], std::nullopt, key),
+                              "also held by " + in[0] + ": a loader keeps one of the two"});
+    if (!has_index_) return;
+    json j = read_json(index_);
+    const json* total = j.is_object() && j.contains("metadata") && j["metadata"].is_object() &&
+                                j["metadata"].contains("total_size")
+                            ? &j["metadata"]["total_size"]
+                            : nullptr;
+    if (!total || !total->is_number_unsigned() || !ck_) return;
+    const uint64_t want = total->get<uint64_t>();
+    if (want != tensor_bytes_ && want != file_bytes_)
+      precise_.push_back({"index-total-size", Where(index_, std::nullopt, "metadata.total_size"),
+                          "total_size is " + std::to_string(want) + " but the indexed files hold " +
+                              std::to_string(tensor_bytes_) + " bytes of tensors (" + std::to_string(file_bytes_) +
+                              " bytes of files)"});
   }
 
-  // config.json against the tensors (a folder's).
-  const std::string config = join_path(dir, "config.json");
-  const bool has_config = folder && path_exists(config);
-  json config_checks = json::array();
-  json schema;
-  if (has_config && ck) {
-    json c = read_json(config);
+  // config.json against the tensors (a folder's). A release layout transformers renames on load
+  // (check/hf_schema.h: load_renames) is checked under the save_pretrained names its keys load as;
+  // the findings name the folder's keys.
+  void check_config() {
+    json c = read_json(config_);
     // Checked as its config class reads it (Dory's saved config counts two blocks a layer).
     if (!c.is_discarded()) c = config_as_loaded(c);
-    // A release layout transformers renames on load (check/hf_schema.h: load_renames) is checked
-    // under the save_pretrained names its keys load as; the findings name the folder's keys.
-    KeyLayout layout;
-    const ModelSchema* model = c.is_discarded() ? nullptr : schema_for_config(c);
-    if (model) {
+    model_ = c.is_discarded() ? nullptr : schema_for_config(c);
+    if (model_) {
       std::vector<std::string> keys;
-      for (const auto& t : ck->md.tensors) keys.push_back(t.fqn);
-      layout = key_layout(*model, keys);
+      for (const auto& t : ck_->md.tensors) keys.push_back(t.fqn);
+      layout_ = key_layout(*model_, keys);
     }
-    std::map<std::string, std::string> folder_key;  // save_pretrained name -> the folder's key
-    for (const auto& [key, save] : layout.save_names) folder_key.emplace(save, key);
-    for (const auto& [key, other] : layout.collisions)
-      precise.push_back({"key-loads-twice", Where(config, std::nullopt, key),
-                         "and " + other + " both load as " + model->cls + "'s " +
-                             (layout.save_names.count(key) ? layout.save_names.at(key) : key) +
-                             " (transformers' load-time renames): from_pretrained keeps one of the two"});
-    std::vector<HfTensor> tensors;
-    std::map<std::string, const TensorMeta*> by_key;
-    for (const auto& t : ck->md.tensors) {
-      auto n = layout.save_names.find(t.fqn);
-      const std::string& key = n == layout.save_names.end() ? t.fqn : n->second;
-      if (by_key.count(key)) continue;  // key-loads-twice
-      tensors.push_back({key, t.dtype ? torch_name(*t.dtype) : t.dtype_name, t.shape});
-      by_key[key] = &t;
+    for (const auto& [key, save] : layout_.save_names) folder_key_.emplace(save, key);
+    for (const auto& [key, other] : layout_.collisions)
+      precise_.push_back({"key-loads-twice", Where(config_, std::nullopt, key),
+                          "and " + other + " both load as " + model_->cls + "'s " +
+                              (layout_.save_names.count(key) ? layout_.save_names.at(key) : key) +
+                              " (transformers' load-time renames): from_pretrained keeps one of the two"});
+    for (const auto& t : ck_->md.tensors) {
+      const std::string& key = save_name(t.fqn);
+      if (by_key_.count(key)) continue;  // key-loads-twice
+      tensors_.push_back({key, t.dtype ? torch_name(*t.dtype) : t.dtype_name, t.shape});
+      by_key_[key] = &t;
     }
-    // What the export kept (its keys are the folder's) under the names checked.
-    auto save_name = [&](const std::string& k) -> const std::string& {
-      auto n = layout.save_names.find(k);
-      return n == layout.save_names.end() ? k : n->second;
-    };
-    std::set<std::string> kept_dtype;
-    for (const auto& k : opts.kept_dtype) kept_dtype.insert(save_name(k));
-    std::map<std::string, std::string> user_kept_saved;
-    for (const auto& [k, g] : user_kept) user_kept_saved.emplace(save_name(k), g);
-    // A finding's key as the folder names it: its own key, or a missing one in its layout's name.
-    auto own_names = [&](Findings& fs) {
-      if (layout.save_names.empty()) return;
-      for (auto& f : fs) {
-        if (auto k = folder_key.find(f.where.key); k != folder_key.end()) {
-          f.where.key = k->second;
-        } else if (std::string r = release_name(*model, f.where.key); !r.empty()) {
-          f.where.key = r;
-        }
-      }
-    };
-    SameBytes same = [&](const std::string& a, const std::string& b) -> std::optional<bool> {
-      return tensors_equal(*ck, *by_key.at(a), *by_key.at(b));
-    };
-    // Global scales: four bytes each, read where they lie (one open file a shard at a time).
-    std::map<std::string, std::unique_ptr<ReadFile>> opened;
-    ReadScalar scalar = [&](const std::string& key) -> std::optional<double> {
-      auto it = by_key.find(key);
-      if (it == by_key.end()) return std::nullopt;
-      const TensorMeta& t = *it->second;
-      if (!t.dtype || *t.dtype != DType::Float32 || t.numel() != 1 || t.num_chunks() != 1) return std::nullopt;
-      const StorageRef& s = t.storage[0];
-      if (!s.present() || s.format != ItemFormat::Raw || s.length != 4) return std::nullopt;
-      const std::string path = ck->path_of(s.file);
-      auto& f = opened[path];
-      if (!f) f = std::make_unique<ReadFile>(path);
-      if (s.offset > f->size() || 4 > f->size() - s.offset) return std::nullopt;  // the audit reports the window
-      uint8_t b[4];
-      f->read_at(s.offset, b, 4, t.fqn);
-      return static_cast<double>(bits_f32(static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
-                                          static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24));
-    };
-    ConfigCheckResult cr =
-        c.is_discarded()
-            ? ConfigCheckResult{{{"config-invalid", Where(config), "not JSON (or over 64 MiB)"}}, {}, {}}
-            : check_hf_config(c, config, tensors, same, opts.require_mtp, scalar, kept_dtype, user_kept_saved);
-    own_names(cr.problems);
-    own_names(cr.warnings);
-    precise.insert(precise.end(), cr.problems.begin(), cr.problems.end());
-    r.warnings.insert(r.warnings.end(), cr.warnings.begin(), cr.warnings.end());
-    config_checks = cr.checked;
+    check_config_fields(c);
     // The keys against the model schema of the config's model_type (check/hf_schema.h).
-    if (!c.is_discarded()) {
-      SchemaCheckResult sr = check_hf_schema(c, config, tensors);
-      own_names(sr.problems);
-      own_names(sr.notes);
-      sr.summary["layout"] =
-          sr.summary.value("checked", false) ? nlohmann::json(layout.layout) : nlohmann::json(nullptr);
-      std::map<std::string, std::string> only_with;
-      for (auto& [key, setting] : sr.only_with) only_with[folder_key.count(key) ? folder_key.at(key) : key] = setting;
-      sr.only_with = std::move(only_with);
-      precise.insert(precise.end(), sr.problems.begin(), sr.problems.end());
-      r.notes.insert(r.notes.end(), sr.notes.begin(), sr.notes.end());
-      schema = sr.summary;
-      r.only_with = std::move(sr.only_with);
+    if (!c.is_discarded()) check_schema(c);
+  }
+
+  const std::string& save_name(const std::string& k) const {
+    auto n = layout_.save_names.find(k);
+    return n == layout_.save_names.end() ? k : n->second;
+  }
+
+  // A finding's key as the folder names it: its own key, or a missing one in its layout's name.
+  void own_names(Findings& fs) const {
+    if (layout_.save_names.empty()) return;
+    for (auto& f : fs) {
+      if (auto k = folder_key_.find(f.where.key); k != folder_key_.end()) {
+        f.where.key = k->second;
+      } else if (std::string r = release_name(*model_, f.where.key); !r.empty()) {
+        f.where.key = r;
+      }
     }
   }
 
-  // Sidecars.
-  json sidecars = json::array();
-  std::set<std::string> present;
-  if (folder)
-    for (const auto& n : list_dir(dir))
-      if (sidecar_name(n)) present.insert(n), sidecars.push_back(n);
-  for (const auto& n : opts.expect_files)
-    if (!present.count(n) && !path_exists(join_path(dir, n)))
-      precise.push_back({"sidecar-missing", Where(join_path(dir, n)),
-                         "expected beside the weights (the source had it), but not here"});
+  // Global scales: four bytes each, read where they lie (one open file a shard at a time).
+  std::optional<double> read_scalar(const std::string& key) {
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) return std::nullopt;
+    const TensorMeta& t = *it->second;
+    if (!t.dtype || *t.dtype != DType::Float32 || t.numel() != 1 || t.num_chunks() != 1) return std::nullopt;
+    const StorageRef& s = t.storage[0];
+    if (!s.present() || s.format != ItemFormat::Raw || s.length != 4) return std::nullopt;
+    const std::string path = ck_->path_of(s.file);
+    auto& f = scalar_files_[path];
+    if (!f) f = std::make_unique<ReadFile>(path);
+    if (s.offset > f->size() || 4 > f->size() - s.offset) return std::nullopt;  // the audit reports the window
+    uint8_t b[4];
+    f->read_at(s.offset, b, 4, t.fqn);
+    return static_cast<double>(bits_f32(static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
+                                        static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24));
+  }
 
-  r.problems = merge_findings(std::move(structure), precise);
-  r.summary = {{"config", has_config ? json(config) : json(nullptr)},
-               {"index", has_index ? json(index) : json(nullptr)},
-               {"files_audited", files.size()},
-               {"sidecars", sidecars},
-               {"config_checks", config_checks},
-               {"schema", schema}};
-  return r;
+  void check_config_fields(const json& c) {
+    // What the export kept (its keys are the folder's) under the names checked.
+    std::set<std::string> kept_dtype;
+    for (const auto& k : opts_.kept_dtype) kept_dtype.insert(save_name(k));
+    std::map<std::string, std::string> user_kept_saved;
+    for (const auto& [k, g] : user_kept_) user_kept_saved.emplace(save_name(k), g);
+    SameBytes same = [&](const std::string& a, const std::string& b) -> std::optional<bool> {
+      return tensors_equal(*ck_, *by_key_.at(a), *by_key_.at(b));
+    };
+    ReadScalar scalar = [&](const std::string& key) { return read_scalar(key); };
+    ConfigCheckResult cr =
+        c.is_discarded()
+            ? ConfigCheckResult{{{"config-invalid", Where(config_), "not JSON (or over 64 MiB)"}}, {}, {}}
+            : check_hf_config(c, config_, tensors_, same, opts_.require_mtp, scalar, kept_dtype, user_kept_saved);
+    own_names(cr.problems);
+    own_names(cr.warnings);
+    precise_.insert(precise_.end(), cr.problems.begin(), cr.problems.end());
+    r_.warnings.insert(r_.warnings.end(), cr.warnings.begin(), cr.warnings.end());
+    config_checks_ = cr.checked;
+  }
+
+  void check_schema(const json& c) {
+    SchemaCheckResult sr = check_hf_schema(c, config_, tensors_);
+    own_names(sr.problems);
+    own_names(sr.notes);
+    sr.summary["layout"] = sr.summary.value("checked", false) ? json(layout_.layout) : json(nullptr);
+    std::map<std::string, std::string> only_with;
+    for (auto& [key, setting] : sr.only_with) only_with[folder_key_.count(key) ? folder_key_.at(key) : key] = setting;
+    precise_.insert(precise_.end(), sr.problems.begin(), sr.problems.end());
+    r_.notes.insert(r_.notes.end(), sr.notes.begin(), sr.notes.end());
+    schema_ = sr.summary;
+    r_.only_with = std::move(only_with);
+  }
+
+  void check_sidecars() {
+    std::set<std::string> present;
+    if (folder_)
+      for (const auto& n : list_dir(dir_))
+        if (sidecar_name(n)) present.insert(n), sidecars_.push_back(n);
+    for (const auto& n : opts_.expect_files)
+      if (!present.count(n) && !path_exists(join_path(dir_, n)))
+        precise_.push_back({"sidecar-missing", Where(join_path(dir_, n)),
+                            "expected beside the weights (the source had it), but not here"});
+  }
+
+  const std::string& path_;
+  const HfCheckOptions& opts_;
+  const Checkpoint* ck_;
+  std::optional<Checkpoint> own_;  // opened here when the caller did not
+  bool folder_ = false;
+  std::string dir_;
+  std::string index_, config_;  // model.safetensors.index.json, config.json
+  bool has_index_ = false, has_config_ = false;
+  HfReport r_;
+  Findings structure_, precise_;
+  std::vector<std::string> files_;
+  std::map<std::string, std::vector<std::string>> files_of_;  // key -> files holding it
+  uint64_t tensor_bytes_ = 0, file_bytes_ = 0;
+  std::map<std::string, std::string> user_kept_;  // key -> the --keep-dtype glob its file's header records
+  const ModelSchema* model_ = nullptr;
+  KeyLayout layout_;
+  std::map<std::string, std::string> folder_key_;  // save_pretrained name -> the folder's key
+  std::vector<HfTensor> tensors_;                  // under the names checked
+  std::map<std::string, const TensorMeta*> by_key_;
+  std::map<std::string, std::unique_ptr<ReadFile>> scalar_files_;
+  json config_checks_ = json::array();
+  json schema_;
+  json sidecars_ = json::array();
+};
+
+}  // namespace
+
+HfReport check_hf_folder(const std::string& path, const HfCheckOptions& opts, const Checkpoint* opened) {
+  return HfFolderChecker(path, opts, opened).run();
 }
 
 }  // namespace dcpctl

@@ -172,133 +172,151 @@ using Problem = std::function<void(const char*, const std::string&, const std::s
 // The scales of each quantized weight against it, by the codec the quantization_config names
 // (check_hf_config's comment in the header lists the codes); the global scales read through
 // `read_scalar`, four bytes each.
-void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const ReadScalar& read_scalar,
-                  const Problem& problem, const Problem& warning) {
-  const std::string method = qc.value("quant_method", "");
-  const std::set<std::string> formats = quant_formats(qc);
-  auto has = [&](const char* f) { return formats.count(f) > 0; };
-  auto at = [&](const std::string& k) -> const HfTensor* {
-    auto it = by_key.find(k);
-    return it == by_key.end() ? nullptr : it->second;
-  };
-  auto scalar = [](const HfTensor& t) {
+class ScaleChecker {
+ public:
+  ScaleChecker(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const Problem& problem,
+               const Problem& warning)
+      : qc_(qc), by_key_(by_key), problem_(problem), warning_(warning), method_(qc.value("quant_method", "")),
+        formats_(quant_formats(qc)) {}
+
+  void check_shapes() {
+    for (const auto& [k, tp] : by_key_) {
+      const HfTensor& w = *tp;
+      const std::string module = k.substr(0, k.rfind('.'));
+      if (method_ == "modelopt" && key_ends(k, ".weight") && at(module + ".weight_scale") && w.shape.size() == 2)
+        check_modelopt(k, w, module);
+      else if (method_ == "compressed-tensors" && w.shape.size() == 2)
+        check_compressed_tensors(k, w, module);
+      else if (method_ == "fp8" && key_ends(k, ".weight") && w.dtype.rfind("float8_", 0) == 0 && w.shape.size() == 2)
+        check_fp8_blocks(k, w);
+    }
+  }
+
+  // The direction: compressed-tensors stores 2688 / amax (above 1 for weights whose largest |w| is
+  // below 2688, as Linear weights' are), ModelOpt amax / 2688 (below 1); the reciprocal decodes
+  // every weight amax² / 2688² times too large or small. Then one value a fused group.
+  void check_global_values(const ReadScalar& read_scalar) {
+    if (!read_scalar || globals_.empty()) return;
+    const bool ct = method_ == "compressed-tensors";
+    std::map<std::string, std::vector<std::pair<std::string, double>>> groups;
+    for (const auto& [weight, key] : globals_) {
+      const std::optional<double> v = read_scalar(key);
+      if (!v) continue;
+      if (ct ? *v < 1 : *v > 1)
+        problem_("quant-global-scale-inverted", key,
+                 std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax" : "ModelOpt's weight_scale_2 is amax / 2688") +
+                     ", but " + num(*v) + " decodes " + weight + " to magnitudes up to about " +
+                     num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
+      groups[fused_group(weight)].push_back({key, *v});
+    }
+    for (const auto& [group, members] : groups) check_fused_group(group, members);
+  }
+
+ private:
+  bool has(const char* f) const { return formats_.count(f) > 0; }
+  const HfTensor* at(const std::string& k) const {
+    auto it = by_key_.find(k);
+    return it == by_key_.end() ? nullptr : it->second;
+  }
+  static bool scalar(const HfTensor& t) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     return t.dtype == "float32" && n == 1 && t.shape.size() <= 1;
-  };
+  }
+
   // `scale` of `weight`, which must be there in `dtype` with `shape`.
-  auto expect = [&](const std::string& weight, const std::string& scale, const std::string& dtype,
-                    const std::vector<int64_t>& shape, const std::string& what) {
+  void expect(const std::string& weight, const std::string& scale, const std::string& dtype, const std::vector<int64_t>& shape,
+              const std::string& what) {
     const HfTensor* s = at(scale);
     const HfTensor& w = *at(weight);
     if (!s) {
-      problem("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
-                                                 scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
+      problem_("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                                                  scale.substr(scale.rfind('.') + 1) + " (" + scale + ")");
       return;
     }
     if (s->dtype != dtype || s->shape != shape)
-      problem("quant-scale-shape", scale,
-              s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype + " " +
-                  dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
-  };
-  // The global scales whose fused groups and direction are checked: (the module's X.weight, the scale).
-  std::vector<std::pair<std::string, std::string>> globals;
-  auto global = [&](const std::string& weight, const std::string& name, const std::string& what) {
+      problem_("quant-scale-shape", scale,
+               s->dtype + " " + dims(s->shape) + " is not the scale of " + what + " weight " + weight + " (" + w.dtype + " " +
+                   dims(w.shape) + "): " + dtype + " " + dims(shape) + " expected");
+  }
+
+  // A global scale `name` beside `weight`: one float32, its value checked by check_global_values.
+  void global(const std::string& weight, const std::string& name, const std::string& what) {
     const HfTensor& w = *at(weight);
     const std::string module = weight.substr(0, weight.rfind('.'));
     const HfTensor* g = at(module + "." + name);
     if (!g) {
-      problem("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
-                                                 name + " (" + module + "." + name + ")");
+      problem_("quant-scale-missing", weight, "a " + what + " weight (" + w.dtype + " " + dims(w.shape) + ") without its " +
+                                                  name + " (" + module + "." + name + ")");
       return;
     }
     if (!scalar(*g))
-      problem("quant-scale-shape", g->key,
-              g->dtype + " " + dims(g->shape) + " is not the global scale of " + what + " weight " + weight +
-                  ": one float32 expected");
+      problem_("quant-scale-shape", g->key,
+               g->dtype + " " + dims(g->shape) + " is not the global scale of " + what + " weight " + weight +
+                   ": one float32 expected");
     else
-      globals.push_back({module + ".weight", g->key});
-  };
-  for (const auto& [k, tp] : by_key) {
-    const HfTensor& w = *tp;
-    const std::string module = k.substr(0, k.rfind('.'));
-    if (method == "modelopt" && key_ends(k, ".weight") && at(module + ".weight_scale") && w.shape.size() == 2) {
-      const int64_t N = w.shape[0];
-      if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
-        const int64_t K = w.shape[1] * 2;
-        expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
-        global(k, "weight_scale_2", "ModelOpt NVFP4");
-        if (has("NVFP4") && !at(module + ".input_scale"))
-          problem("quant-scale-missing", k,
-                  "a ModelOpt NVFP4 weight without its input_scale (" + module +
-                      ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
-      } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
-        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
-      } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
-        const HfTensor& s = *at(module + ".weight_scale");
-        if (!scalar(s))
-          problem("quant-scale-shape", s.key,
-                  s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
-        if (!at(module + ".input_scale"))
-          problem("quant-scale-missing", k,
-                  "a ModelOpt FP8 weight without its input_scale (" + module +
-                      ".input_scale): quant_algo FP8 quantizes the activations with it");
-      }
-    } else if (method == "compressed-tensors" && w.shape.size() == 2) {
-      const int64_t N = w.shape[0];
-      const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
-      if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
-        const int64_t K = w.shape[1] * 2;
-        if (nv) {
-          expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");
-          global(k, "weight_global_scale", "compressed-tensors NVFP4");
-        } else {
-          expect(k, module + ".weight_scale", "uint8", {N, K / 32}, "compressed-tensors MXFP4");
-        }
-      } else if (key_ends(k, ".weight") && w.dtype == "float8_e4m3fn" && has("mxfp8-quantized") && formats.size() == 1) {
-        expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "compressed-tensors MXFP8");
-      }
-    } else if (method == "fp8" && key_ends(k, ".weight") && w.dtype.rfind("float8_", 0) == 0 && w.shape.size() == 2 &&
-               qc.contains("weight_block_size") && qc["weight_block_size"].is_array() &&
-               qc["weight_block_size"].size() == 2 && qc["weight_block_size"][0].is_number_integer() &&
-               qc["weight_block_size"][1].is_number_integer()) {
-      const HfTensor* s = at(k + "_scale_inv");
-      const int64_t b0 = qc["weight_block_size"][0].get<int64_t>(), b1 = qc["weight_block_size"][1].get<int64_t>();
-      if (s && b0 > 0 && b1 > 0) {
-        const std::vector<int64_t> want{(w.shape[0] + b0 - 1) / b0, (w.shape[1] + b1 - 1) / b1};
-        if (s->shape != want)
-          problem("quant-scale-shape", s->key,
-                  s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " +
-                      dims(w.shape) + ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " +
-                      dims(want) + " expected");
-      }
+      globals_.push_back({module + ".weight", g->key});
+  }
+
+  void check_modelopt(const std::string& k, const HfTensor& w, const std::string& module) {
+    const int64_t N = w.shape[0];
+    if ((has("NVFP4") || has("W4A16_NVFP4")) && w.dtype == "uint8") {
+      const int64_t K = w.shape[1] * 2;
+      expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "ModelOpt NVFP4");
+      global(k, "weight_scale_2", "ModelOpt NVFP4");
+      if (has("NVFP4") && !at(module + ".input_scale"))
+        problem_("quant-scale-missing", k,
+                 "a ModelOpt NVFP4 weight without its input_scale (" + module +
+                     ".input_scale): quant_algo NVFP4 quantizes the activations with it (W4A16_NVFP4 needs none)");
+    } else if (has("MXFP8") && w.dtype == "float8_e4m3fn") {
+      expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "ModelOpt MXFP8");
+    } else if (has("FP8") && w.dtype == "float8_e4m3fn") {
+      const HfTensor& s = *at(module + ".weight_scale");
+      if (!scalar(s))
+        problem_("quant-scale-shape", s.key,
+                 s.dtype + " " + dims(s.shape) + " is not the scale of ModelOpt FP8 weight " + k + ": one float32 expected");
+      if (!at(module + ".input_scale"))
+        problem_("quant-scale-missing", k,
+                 "a ModelOpt FP8 weight without its input_scale (" + module +
+                     ".input_scale): quant_algo FP8 quantizes the activations with it");
     }
   }
-  if (!read_scalar || globals.empty()) return;
-  // The direction: compressed-tensors stores 2688 / amax (above 1 for weights whose largest |w| is
-  // below 2688, as Linear weights' are), ModelOpt amax / 2688 (below 1); the reciprocal decodes
-  // every weight amax² / 2688² times too large or small. Then one value a fused group.
-  const bool ct = method == "compressed-tensors";
-  std::map<std::string, std::vector<std::pair<std::string, double>>> groups;
-  for (const auto& [weight, key] : globals) {
-    const std::optional<double> v = read_scalar(key);
-    if (!v) continue;
-    if (ct ? *v < 1 : *v > 1)
-      problem("quant-global-scale-inverted", key,
-              std::string(ct ? "compressed-tensors' weight_global_scale is 2688 / amax" : "ModelOpt's weight_scale_2 is amax / 2688") +
-                  ", but " + num(*v) + " decodes " + weight + " to magnitudes up to about " +
-                  num(ct ? 2688 / *v : 2688 * *v) + ": the reciprocal of what the format stores?");
-    groups[fused_group(weight)].push_back({key, *v});
+
+  void check_compressed_tensors(const std::string& k, const HfTensor& w, const std::string& module) {
+    const int64_t N = w.shape[0];
+    const bool nv = has("nvfp4-pack-quantized"), mx4 = has("mxfp4-pack-quantized");
+    if (key_ends(k, ".weight_packed") && w.dtype == "uint8" && nv != mx4) {
+      const int64_t K = w.shape[1] * 2;
+      if (nv) {
+        expect(k, module + ".weight_scale", "float8_e4m3fn", {N, K / 16}, "compressed-tensors NVFP4");
+        global(k, "weight_global_scale", "compressed-tensors NVFP4");
+      } else {
+        expect(k, module + ".weight_scale", "uint8", {N, K / 32}, "compressed-tensors MXFP4");
+      }
+    } else if (key_ends(k, ".weight") && w.dtype == "float8_e4m3fn" && has("mxfp8-quantized") && formats_.size() == 1) {
+      expect(k, module + ".weight_scale", "uint8", {N, w.shape[1] / 32}, "compressed-tensors MXFP8");
+    }
   }
-  for (const auto& entry : groups) {
-    const std::string& group = entry.first;
-    const auto& members = entry.second;  // (a structured binding: C++17 lambdas cannot capture it)
+
+  void check_fp8_blocks(const std::string& k, const HfTensor& w) {
+    const json* bs = qc_.contains("weight_block_size") ? &qc_["weight_block_size"] : nullptr;
+    if (!bs || !bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer()) return;
+    const HfTensor* s = at(k + "_scale_inv");
+    const int64_t b0 = (*bs)[0].get<int64_t>(), b1 = (*bs)[1].get<int64_t>();
+    if (!s || b0 <= 0 || b1 <= 0) return;
+    const std::vector<int64_t> want{(w.shape[0] + b0 - 1) / b0, (w.shape[1] + b1 - 1) / b1};
+    if (s->shape != want)
+      problem_("quant-scale-shape", s->key,
+               s->dtype + " " + dims(s->shape) + " is not the scale of FP8 weight " + k + " (" + w.dtype + " " + dims(w.shape) +
+                   ") in blocks of " + std::to_string(b0) + "x" + std::to_string(b1) + ": " + dims(want) + " expected");
+  }
+
+  void check_fused_group(const std::string& group, const std::vector<std::pair<std::string, double>>& members) {
     // The value most members hold (the first of a tie) is the group's; each other one is named.
     size_t ref = 0, most = 0;
     for (size_t i = 0; i < members.size(); ++i) {
-      const size_t n = static_cast<size_t>(std::count_if(members.begin(), members.end(), [&](const auto& m) {
-        return m.second == members[i].second;
-      }));
+      const size_t n = static_cast<size_t>(
+          std::count_if(members.begin(), members.end(), [&](const auto& m) { return m.second == members[i].second; }));
       if (n > most) most = n, ref = i;
     }
     // An expert's gate/up: vLLM's MoE methods check the two and load the fused w13 with gate_proj's
@@ -307,13 +325,400 @@ void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& 
     const bool expert = group.find(".experts.") != std::string::npos;
     for (const auto& [key, v] : members)
       if (v != members[ref].second)
-        (expert ? warning : problem)(
+        (expert ? warning_ : problem_)(
             "quant-global-scale-unfused", key,
             num(v) + ", but " + members[ref].first + " of the same fused group holds " + num(members[ref].second) +
                 (expert ? ": vLLM fuses an expert's gate/up into one matrix and decodes it with gate_proj's global "
                           "scale (it warns \"Accuracy may be affected\"), so up_proj's weights are misread there"
                         : ": vLLM fuses the group into one matrix and decodes it with one global scale (the largest), "
                           "so the others' weights are misread"));
+  }
+
+  const json& qc_;
+  const std::map<std::string, const HfTensor*>& by_key_;
+  const Problem& problem_;
+  const Problem& warning_;
+  const std::string method_;
+  const std::set<std::string> formats_;
+  // The global scales whose fused groups and direction are checked: (the module's X.weight, the scale).
+  std::vector<std::pair<std::string, std::string>> globals_;
+};
+
+void check_scales(const json& qc, const std::map<std::string, const HfTensor*>& by_key, const ReadScalar& read_scalar,
+                  const Problem& problem, const Problem& warning) {
+  ScaleChecker c(qc, by_key, problem, warning);
+  c.check_shapes();
+  c.check_global_values(read_scalar);
+}
+
+// check_hf_config's steps over one folder: each a group of fields compared with the tensors.
+class ConfigChecker {
+ public:
+  ConfigChecker(const json& config, const std::string& config_path, const std::vector<HfTensor>& tensors)
+      : config_(config), config_path_(config_path), tensors_(tensors), cfg_(config) {
+    for (const auto& t : tensors) by_key_[t.key] = &t;
+    find_stack();
+  }
+
+  void check_layers(bool require_mtp);
+  void check_experts();
+  void check_vocab();
+  void check_tie(const SameBytes& same_bytes);
+  void check_quantization(const ReadScalar& read_scalar);
+  void check_dtype(const std::set<std::string>& kept_dtype, const std::map<std::string, std::string>& user_kept);
+  ConfigCheckResult result() && { return std::move(out_); }
+
+ private:
+  void problem(const char* code, const std::string& key, const std::string& msg) {
+    out_.problems.push_back({code, Where(config_path_, std::nullopt, key), msg});
+  }
+  void warning(const char* code, const std::string& key, const std::string& msg) {
+    out_.warnings.push_back({code, Where(config_path_, std::nullopt, key), msg});
+  }
+  void find_stack();
+  void check_mtp(const std::set<int64_t>& present, int64_t layers, int64_t nextn, bool require_mtp);
+  void find_embedding();
+  void check_quantized_weights(const std::vector<std::string>& skip);
+  void check_orphan_scales();
+  std::string effective_dtype(const std::string& d, const std::function<bool(const HfTensor&, const std::string&)>& keeps) const;
+  // A model the schema holds: its own keys say whether it has these (M2M-100's embedding is
+  // model.shared.weight, FSMT's head model.decoder.output_projection.weight); the schema's
+  // schema-key-missing reports them missing where it has them.
+  bool schema_lacks(const std::string& key) const { return schema_ && !schema_defines(*schema_, config_, key); }
+
+  const json& config_;
+  const std::string& config_path_;
+  const std::vector<HfTensor>& tensors_;
+  const HfConfigView cfg_;
+  const ModelSchema* schema_ = schema_for_config(config_);
+  std::map<std::string, const HfTensor*> by_key_;
+  std::map<std::string, std::set<int64_t>> stacks_;  // <prefix>layers.N. by prefix
+  std::string base_;         // the main stack's prefix
+  bool have_stack_ = false;  // one main stack
+  std::string embed_;        // the main embedding's key
+  ConfigCheckResult out_;
+};
+
+// The layer stacks: <prefix>layers.N. by prefix, and the main one among them (not a vision,
+// audio, MTP or encoder stack; a language model's where a composite model has several).
+void ConfigChecker::find_stack() {
+  static const std::regex kLayer(R"(^(.*?)layers\.(\d+)\.)");
+  for (const auto& t : tensors_) {
+    std::smatch m;
+    if (std::regex_search(t.key, m, kLayer) && m[2].length() < 10) stacks_[m[1]].insert(std::stoll(m[2]));
+  }
+  auto side = [](const std::string& p) {
+    for (const char* w : {"vision", "visual", "audio", "image", "speech", "mtp", "encoder"})
+      if (p.find(w) != std::string::npos) return true;
+    return false;
+  };
+  std::vector<std::string> main;
+  for (const auto& [p, s] : stacks_)
+    if (!side(p)) main.push_back(p);
+  if (main.size() > 1) {
+    std::vector<std::string> lm;
+    for (const auto& p : main)
+      if (p.find("language_model") != std::string::npos) lm.push_back(p);
+    main = lm.size() == 1                                                ? lm
+           : std::find(main.begin(), main.end(), "model.") != main.end() ? std::vector<std::string>{"model."}
+                                                                         : std::vector<std::string>{};
+  }
+  base_ = main.size() == 1 ? main[0] : std::string();
+  have_stack_ = main.size() == 1;
+}
+
+// Layers and MTP layers.
+void ConfigChecker::check_layers(bool require_mtp) {
+  const std::optional<int64_t> layers = cfg_.integer(kLayers);
+  const int64_t nextn = cfg_.integer(kNextn).value_or(0);
+  if (!have_stack_ || !layers || *layers >= (1 << 20)) return;
+  out_.checked.push_back("num_hidden_layers");
+  const std::set<int64_t>& present = stacks_[base_];
+  std::vector<int64_t> missing, extra;
+  for (int64_t i = 0; i < *layers; ++i)
+    if (!present.count(i)) missing.push_back(i);
+  for (int64_t i : present)
+    if (i >= *layers + nextn) extra.push_back(i);
+  if (!missing.empty())
+    problem("layer-missing", base_ + "layers.",
+            "num_hidden_layers is " + std::to_string(*layers) + " but no tensor of layer " + list_indices(missing) +
+                " is here");
+  if (!extra.empty())
+    problem("layer-unexpected", base_ + "layers.",
+            "tensors of layer " + list_indices(extra) + " are here but the config counts " + std::to_string(*layers) +
+                " layers and " + std::to_string(nextn) + " MTP layers");
+  check_mtp(present, *layers, nextn, require_mtp);
+}
+
+// MTP layers: in the stack after the last layer, or in a namespace of their own.
+void ConfigChecker::check_mtp(const std::set<int64_t>& present, int64_t layers, int64_t nextn, bool require_mtp) {
+  std::set<int64_t> mtp;
+  for (int64_t i : present)
+    if (i >= layers && i < layers + nextn) mtp.insert(i - layers);
+  for (const auto& [p, s] : stacks_)
+    if (p == "mtp." || key_ends(p, ".mtp.") || key_ends(p, "mtp_"))
+      for (int64_t k : s) {
+        if (k < nextn)
+          mtp.insert(k);
+        else
+          problem("layer-unexpected", p + "layers.",
+                  "MTP layer " + std::to_string(k) + " is here but the config counts " + std::to_string(nextn) +
+                      " (num_nextn_predict_layers)");
+      }
+  if (nextn <= 0 || nextn >= (1 << 20)) return;
+  out_.checked.push_back("num_nextn_predict_layers");
+  std::vector<int64_t> lost;
+  for (int64_t k = 0; k < nextn; ++k)
+    if (!mtp.count(k)) lost.push_back(k);
+  if (mtp.empty()) {
+    Finding f{require_mtp ? "mtp-layer-missing" : "mtp-layers-absent", Where(config_path_, std::nullopt, base_ + "layers."),
+              "num_nextn_predict_layers is " + std::to_string(nextn) + " but no MTP layer is here" +
+                  (require_mtp ? std::string()
+                               : std::string(" (transformers' save_pretrained leaves them out; vLLM's MTP "
+                                             "speculative decoding needs them)"))};
+    (require_mtp ? out_.problems : out_.warnings).push_back(std::move(f));
+  } else if (!lost.empty()) {
+    problem("mtp-layer-missing", base_ + "layers.",
+            "num_nextn_predict_layers is " + std::to_string(nextn) + " but MTP layer " + list_indices(lost) +
+                " is not here (the others are)");
+  }
+}
+
+// Routed experts: per-expert keys (<layer>.experts.J.) and fused ones (<layer>.experts.NAME, the
+// experts along dimension 0).
+void ConfigChecker::check_experts() {
+  const std::optional<int64_t> experts = cfg_.integer(kExperts);
+  if (!experts || *experts <= 0) return;
+  static const std::regex kExpert(R"(^(.*(?:^|\.)experts)\.(\d+)\.)");
+  static const std::regex kFused(R"(^(.*(?:^|\.)experts)\.([A-Za-z_][A-Za-z0-9_]*)$)");
+  std::map<std::string, std::set<int64_t>> per_layer;
+  bool any = false;
+  for (const auto& t : tensors_) {
+    std::smatch m;
+    if (std::regex_search(t.key, m, kExpert) && m[2].length() < 10) {
+      per_layer[m[1]].insert(std::stoll(m[2]));
+      any = true;
+    } else if (std::regex_match(t.key, m, kFused) && t.shape.size() >= 2) {
+      any = true;
+      if (t.shape[0] != *experts)
+        problem("expert-count-mismatch", t.key,
+                "a fused experts tensor of " + std::to_string(t.shape[0]) + " experts (dimension 0) but the config counts " +
+                    std::to_string(*experts));
+    }
+  }
+  if (any) out_.checked.push_back("experts");
+  // Per-expert keys number what the model schema says save_pretrained numbers (LongCat's zero
+  // experts: n_routed_experts + zero_expert_num), else the routed experts.
+  // Where the schema holds per-expert keys that no config field counts (ERNIE-4.5-VL's text and
+  // vision experts in one list), the config's count is not compared with them.
+  const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config_);
+  const int64_t numbered = saved ? saved->first : *experts;
+  const std::string counted = saved ? " (" + saved->second + ", as transformers saves them)" : std::string();
+  if (!saved && schema_expert_count_unexplained(config_)) per_layer.clear();
+  for (const auto& [layer, ids] : per_layer) {
+    std::vector<int64_t> missing, extra;
+    for (int64_t j = 0; j < numbered && j < (1 << 20); ++j)
+      if (!ids.count(j)) missing.push_back(j);
+    for (int64_t j : ids)
+      if (j >= numbered) extra.push_back(j);
+    if (!missing.empty())
+      problem("expert-missing", layer + ".",
+              "the config counts " + std::to_string(numbered) + " experts" + counted + " but expert " +
+                  list_indices(missing) + " has no tensor here");
+    if (!extra.empty())
+      problem("expert-count-mismatch", layer + ".",
+              "expert " + list_indices(extra) + " is here but the config counts " + std::to_string(numbered) + counted);
+  }
+}
+
+void ConfigChecker::find_embedding() {
+  std::vector<std::string> embeds;
+  for (const auto& t : tensors_)
+    if (key_ends(t.key, "embed_tokens.weight")) embeds.push_back(t.key);
+  if (have_stack_ && by_key_.count(base_ + "embed_tokens.weight"))
+    embed_ = base_ + "embed_tokens.weight";
+  else if (embeds.size() == 1)
+    embed_ = embeds[0];
+}
+
+// The embedding, its rows, the head's.
+void ConfigChecker::check_vocab() {
+  find_embedding();
+  const std::optional<int64_t> vocab = cfg_.integer(kVocab);
+  bool any_embed = false;
+  for (const auto& t : tensors_) any_embed = any_embed || t.key.find("embed") != std::string::npos;
+  if (have_stack_ && vocab && !any_embed && base_.rfind("model.", 0) == 0 && !schema_lacks(base_ + "embed_tokens.weight"))
+    problem("embedding-missing", base_ + "embed_tokens.weight",
+            "the config has vocab_size " + std::to_string(*vocab) + " but no embedding is here");
+  if (!vocab) return;
+  for (const std::string& k : {embed_, std::string("lm_head.weight")}) {
+    auto it = by_key_.find(k);
+    if (k.empty() || it == by_key_.end()) continue;
+    const HfTensor& t = *it->second;
+    if (t.shape.size() != 2 || !float_dtype_name(t.dtype)) continue;
+    // The rows the model schema derives from the config where it derives them (Marian's decoder
+    // embedding has decoder_vocab_size rows, mllama's text_config.vocab_size+8, Moshi's
+    // vocab_size+1), else vocab_size; none where the schema derives the key's other dimension
+    // but not its rows (Kyutai's: vocab_size + num_codebooks * codebook_vocab_size + 1).
+    const auto rows = schema_dim(config_, k, 0);
+    if (!rows && schema_dim_unexplained(config_, k, 0)) continue;
+    out_.checked.push_back(k == embed_ ? "vocab_size" : "vocab_size (lm_head)");
+    const int64_t want = rows ? rows->first : *vocab;
+    if (t.shape[0] != want)
+      problem("vocab-size-mismatch", k,
+              std::to_string(t.shape[0]) + " rows but " +
+                  (rows ? "the config makes it " + rows->second + " = " + std::to_string(want) + " (the model schema's)"
+                        : "the config's vocab_size is " + std::to_string(want)));
+  }
+}
+
+// tie_word_embeddings against the head that is here (after check_vocab, which finds the embedding).
+void ConfigChecker::check_tie(const SameBytes& same_bytes) {
+  const std::optional<bool> tie = cfg_.tie();
+  bool head = false;
+  for (const auto& t : tensors_) head = head || t.key.rfind("lm_head.", 0) == 0;
+  if (tie && !*tie && !embed_.empty() && !head && base_.rfind("model.", 0) == 0 && !schema_lacks("lm_head.weight")) {
+    out_.checked.push_back("tie_word_embeddings");
+    problem("lm-head-missing", "lm_head.weight",
+            "tie_word_embeddings is false but the folder holds no lm_head.weight: loaders initialise it at random");
+  }
+  // A class that never ties its head (the schema's head_untied: BigBirdPegasusForCausalLM) loads
+  // the folder's lm_head.weight whatever the flag says: nothing to compare.
+  if (!tie || !*tie || embed_.empty() || !by_key_.count("lm_head.weight") || (schema_ && schema_->head_untied)) return;
+  out_.checked.push_back("tie_word_embeddings");
+  const HfTensor &h = *by_key_["lm_head.weight"], &e = *by_key_[embed_];
+  std::optional<bool> same =
+      h.dtype == e.dtype && h.shape == e.shape ? same_bytes("lm_head.weight", embed_) : std::optional<bool>(false);
+  if (!same)
+    warning("tie-not-compared", "lm_head.weight",
+            "tie_word_embeddings is true and lm_head.weight is here, sharded unlike " + embed_ + ": not compared");
+  else if (!*same)
+    problem("tied-head-differs", "lm_head.weight",
+            "tie_word_embeddings is true but lm_head.weight differs from " + embed_ +
+                " (loaders tie the head to the embedding and drop this one)");
+}
+
+// Quantization: every quantized weight has its scales; nothing the config excludes is quantized.
+void ConfigChecker::check_quantization(const ReadScalar& read_scalar) {
+  const json* qc = cfg_.object("quantization_config");
+  if (!qc) return;
+  out_.checked.push_back("quantization_config");
+  std::vector<std::string> skip;
+  for (const char* f : {"modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers"})
+    if (qc->contains(f) && (*qc)[f].is_array())
+      for (const auto& p : (*qc)[f])
+        if (p.is_string()) skip.push_back(p.get<std::string>());
+  check_quantized_weights(skip);
+  check_orphan_scales();
+  check_scales(
+      *qc, by_key_, read_scalar, [&](const char* c, const std::string& k, const std::string& m) { problem(c, k, m); },
+      [&](const char* c, const std::string& k, const std::string& m) { warning(c, k, m); });
+}
+
+void ConfigChecker::check_quantized_weights(const std::vector<std::string>& skip) {
+  for (const auto& t : tensors_) {
+    const std::string& k = t.key;
+    // A codec's weight under a name of its own (mxfp4's X_blocks), scaled by X + its scale suffix.
+    const Codec* named = nullptr;
+    for (const Codec* c : codecs())
+      if (!named && *c->weight_suffix && key_ends(k, c->weight_suffix)) named = c;
+    const bool packed = key_ends(k, kPacked);
+    if (!named && !packed && !(key_ends(k, ".weight") && quantized_dtype(t.dtype))) continue;
+    const std::string module = k.substr(0, k.rfind('.'));
+    std::vector<std::string> scales;
+    if (named) {
+      scales = {k.substr(0, k.size() - std::string(named->weight_suffix).size()) + named->scale_suffix};
+    } else {
+      // compressed-tensors' scale of X.weight_packed first (the one a message names); the codecs'
+      // scales of a weight that keeps its name (fp8-block's X_scale_inv, F4's X_scale), then
+      // compressed-tensors' and ModelOpt's X.weight_scale and DeepSeek-V4's X.scale.
+      if (packed) scales.push_back(module + ".weight_scale");
+      for (const Codec* c : codecs())
+        if (!*c->weight_suffix) scales.push_back(k + c->scale_suffix);
+      scales.push_back(module + ".weight_scale");
+      scales.push_back(module + ".weight_scale_inv");
+      scales.push_back(module + ".scale");
+    }
+    if (std::none_of(scales.begin(), scales.end(), [&](const std::string& s) { return by_key_.count(s) > 0; }))
+      problem("quant-scale-missing", k, "a quantized weight (" + t.dtype + ") with no scale tensor (" + scales[0] + ")");
+    if (excluded(module, skip))
+      problem("quant-excluded-quantized", k,
+              "the quantization_config leaves module " + module + " unquantized, but this weight is " + t.dtype);
+  }
+}
+
+void ConfigChecker::check_orphan_scales() {
+  for (const auto& t : tensors_) {
+    const std::string& k = t.key;
+    // A codec's scale (meta/codecs/codecs.h: orphan_tail) names its weight; X.weight_scale may
+    // also be compressed-tensors' of X.weight_packed.
+    std::vector<std::string> bases;
+    for (const Codec* c : codecs())
+      if (bases.empty() && *c->orphan_tail && key_ends(k, c->orphan_tail) &&
+          (!*c->orphan_within || k.find(c->orphan_within) != std::string::npos)) {
+        const std::string base = k.substr(0, k.size() - std::string(c->scale_suffix).size());
+        bases.push_back(base + c->weight_suffix);
+        if (key_ends(k, ".weight_scale")) bases.push_back(base + "_packed");
+      }
+    if (bases.empty()) continue;
+    if (std::none_of(bases.begin(), bases.end(), [&](const std::string& b) { return by_key_.count(b) > 0; }))
+      problem("quant-scale-orphan", k, "a scale tensor whose weight (" + bases[0] + ") is not here");
+  }
+}
+
+// transformers' save_pretrained writes model.dtype, its first floating parameter's: a bfloat16
+// model whose first parameter it keeps float32 (XLNet's mask_emb, made by torch.FloatTensor) is
+// saved with dtype float32 over bfloat16 tensors. Such a folder, every float32 tensor one kept
+// under the one other floating dtype its tensors hold, is checked as of that dtype (transformers'
+// own, loaded as it loads its folder). Not a folder all bfloat16: its first parameter is not float32.
+std::string ConfigChecker::effective_dtype(const std::string& d,
+                                           const std::function<bool(const HfTensor&, const std::string&)>& keeps) const {
+  if (d != "float32") return d;
+  std::set<std::string> other;
+  bool any32 = false;
+  for (const auto& t : tensors_)
+    if (float_dtype_name(t.dtype) && t.dtype != "float32") other.insert(t.dtype);
+    else any32 = any32 || t.dtype == "float32";
+  if (any32 && other.size() == 1 && (*other.begin() == "bfloat16" || *other.begin() == "float16") &&
+      std::all_of(tensors_.begin(), tensors_.end(),
+                  [&](const HfTensor& t) { return t.dtype != "float32" || keeps(t, *other.begin()); }))
+    return *other.begin();
+  return d;
+}
+
+// dtype: the weights' floating dtype is the config's, but for what keeps its own.
+void ConfigChecker::check_dtype(const std::set<std::string>& kept_dtype, const std::map<std::string, std::string>& user_kept) {
+  const std::optional<std::string> d = cfg_.string({"dtype", "torch_dtype"});
+  if (!d || !float_dtype_name(*d)) return;
+  out_.checked.push_back("dtype");
+  auto keeps = [&](const HfTensor& t, const std::string& dtype) {
+    return own_dtype(t.key) || kept_dtype.count(t.key) || schema_keeps_dtype(config_, t.key, t.dtype, dtype);
+  };
+  const std::string dtype = effective_dtype(*d, keeps);
+  std::map<std::string, std::vector<std::string>> off;                               // dtype -> keys
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> by_user;  // (glob, dtype) -> keys
+  for (const auto& t : tensors_)
+    if (float_dtype_name(t.dtype) && t.dtype != dtype && !keeps(t, dtype)) {
+      if (auto u = user_kept.find(t.key); u != user_kept.end())
+        by_user[{u->second, t.dtype}].push_back(t.key);
+      else
+        off[t.dtype].push_back(t.key);
+    }
+  for (const auto& [dt, keys] : off)
+    problem("dtype-mismatch", keys[0],
+            std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +
+                (keys.size() > 1 ? " (the first named)" : ""));
+  for (const auto& [what, keys] : by_user) {
+    const auto& [glob, dt] = what;
+    std::string named;
+    for (size_t i = 0; i < keys.size() && i < 5; ++i) named += (i ? ", " : "") + keys[i];
+    if (keys.size() > 5) named += " and " + std::to_string(keys.size() - 5) + " more";
+    warning("dtype-kept-by-user", keys[0],
+            std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +
+                ": kept in their saved dtype by --keep-dtype '" + glob +
+                "' (the export's choice, recorded in the safetensors header's __metadata__ \"" + kKeepDtypeEntry +
+                "\"): " + named + "; transformers' from_pretrained loads them in " + dtype +
+                " all the same (it casts them; only its own keep-in-float32 lists stay float32)");
   }
 }
 
@@ -325,320 +730,19 @@ ConfigCheckResult check_hf_config(const json& config, const std::string& config_
                                   const std::vector<HfTensor>& tensors, const SameBytes& same_bytes, bool require_mtp,
                                   const ReadScalar& read_scalar, const std::set<std::string>& kept_dtype,
                                   const std::map<std::string, std::string>& user_kept) {
-  ConfigCheckResult out;
-  auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
-    out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
-  };
   if (!config.is_object()) {
+    ConfigCheckResult out;
     out.problems.push_back({"config-invalid", Where(config_path), "not a JSON object"});
     return out;
   }
-  const HfConfigView cfg(config);
-  std::map<std::string, const HfTensor*> by_key;
-  for (const auto& t : tensors) by_key[t.key] = &t;
-
-  // The layer stacks: <prefix>layers.N. by prefix.
-  static const std::regex kLayer(R"(^(.*?)layers\.(\d+)\.)");
-  std::map<std::string, std::set<int64_t>> stacks;
-  for (const auto& t : tensors) {
-    std::smatch m;
-    if (std::regex_search(t.key, m, kLayer) && m[2].length() < 10) stacks[m[1]].insert(std::stoll(m[2]));
-  }
-  auto side = [](const std::string& p) {
-    for (const char* w : {"vision", "visual", "audio", "image", "speech", "mtp", "encoder"})
-      if (p.find(w) != std::string::npos) return true;
-    return false;
-  };
-  std::vector<std::string> main;
-  for (const auto& [p, s] : stacks)
-    if (!side(p)) main.push_back(p);
-  if (main.size() > 1) {
-    std::vector<std::string> lm;
-    for (const auto& p : main)
-      if (p.find("language_model") != std::string::npos) lm.push_back(p);
-    main = lm.size() == 1                                                ? lm
-           : std::find(main.begin(), main.end(), "model.") != main.end() ? std::vector<std::string>{"model."}
-                                                                         : std::vector<std::string>{};
-  }
-  const std::string base = main.size() == 1 ? main[0] : std::string();
-  const bool have_stack = main.size() == 1;
-
-  // Layers and MTP layers.
-  const std::optional<int64_t> layers = cfg.integer(kLayers);
-  const int64_t nextn = cfg.integer(kNextn).value_or(0);
-  if (have_stack && layers && *layers < (1 << 20)) {
-    out.checked.push_back("num_hidden_layers");
-    const std::set<int64_t>& present = stacks[base];
-    std::vector<int64_t> missing, extra;
-    for (int64_t i = 0; i < *layers; ++i)
-      if (!present.count(i)) missing.push_back(i);
-    for (int64_t i : present)
-      if (i >= *layers + nextn) extra.push_back(i);
-    if (!missing.empty())
-      problem("layer-missing", base + "layers.",
-              "num_hidden_layers is " + std::to_string(*layers) + " but no tensor of layer " + list_indices(missing) +
-                  " is here");
-    if (!extra.empty())
-      problem("layer-unexpected", base + "layers.",
-              "tensors of layer " + list_indices(extra) + " are here but the config counts " + std::to_string(*layers) +
-                  " layers and " + std::to_string(nextn) + " MTP layers");
-    // MTP layers: in the stack after the last layer, or in a namespace of their own.
-    std::set<int64_t> mtp;
-    for (int64_t i : present)
-      if (i >= *layers && i < *layers + nextn) mtp.insert(i - *layers);
-    for (const auto& [p, s] : stacks)
-      if (p == "mtp." || key_ends(p, ".mtp.") || key_ends(p, "mtp_"))
-        for (int64_t k : s) {
-          if (k < nextn)
-            mtp.insert(k);
-          else
-            problem("layer-unexpected", p + "layers.",
-                    "MTP layer " + std::to_string(k) + " is here but the config counts " + std::to_string(nextn) +
-                        " (num_nextn_predict_layers)");
-        }
-    if (nextn > 0 && nextn < (1 << 20)) {
-      out.checked.push_back("num_nextn_predict_layers");
-      std::vector<int64_t> lost;
-      for (int64_t k = 0; k < nextn; ++k)
-        if (!mtp.count(k)) lost.push_back(k);
-      if (mtp.empty()) {
-        Finding f{require_mtp ? "mtp-layer-missing" : "mtp-layers-absent",
-                  Where(config_path, std::nullopt, base + "layers."),
-                  "num_nextn_predict_layers is " + std::to_string(nextn) + " but no MTP layer is here" +
-                      (require_mtp ? std::string()
-                                   : std::string(" (transformers' save_pretrained leaves them out; vLLM's MTP "
-                                                 "speculative decoding needs them)"))};
-        (require_mtp ? out.problems : out.warnings).push_back(std::move(f));
-      } else if (!lost.empty()) {
-        problem("mtp-layer-missing", base + "layers.",
-                "num_nextn_predict_layers is " + std::to_string(nextn) + " but MTP layer " + list_indices(lost) +
-                    " is not here (the others are)");
-      }
-    }
-  }
-
-  // Routed experts: per-expert keys (<layer>.experts.J.) and fused ones (<layer>.experts.NAME, the
-  // experts along dimension 0).
-  if (std::optional<int64_t> experts = cfg.integer(kExperts); experts && *experts > 0) {
-    static const std::regex kExpert(R"(^(.*(?:^|\.)experts)\.(\d+)\.)");
-    static const std::regex kFused(R"(^(.*(?:^|\.)experts)\.([A-Za-z_][A-Za-z0-9_]*)$)");
-    std::map<std::string, std::set<int64_t>> per_layer;
-    bool any = false;
-    for (const auto& t : tensors) {
-      std::smatch m;
-      if (std::regex_search(t.key, m, kExpert) && m[2].length() < 10) {
-        per_layer[m[1]].insert(std::stoll(m[2]));
-        any = true;
-      } else if (std::regex_match(t.key, m, kFused) && t.shape.size() >= 2) {
-        any = true;
-        if (t.shape[0] != *experts)
-          problem("expert-count-mismatch", t.key,
-                  "a fused experts tensor of " + std::to_string(t.shape[0]) +
-                      " experts (dimension 0) but the config counts " + std::to_string(*experts));
-      }
-    }
-    if (any) out.checked.push_back("experts");
-    // Per-expert keys number what the model schema says save_pretrained numbers (LongCat's zero
-    // experts: n_routed_experts + zero_expert_num), else the routed experts.
-    // Where the schema holds per-expert keys that no config field counts (ERNIE-4.5-VL's text and
-    // vision experts in one list), the config's count is not compared with them.
-    const std::optional<std::pair<int64_t, std::string>> saved = schema_expert_count(config);
-    const int64_t numbered = saved ? saved->first : *experts;
-    const std::string counted = saved ? " (" + saved->second + ", as transformers saves them)" : std::string();
-    if (!saved && schema_expert_count_unexplained(config)) per_layer.clear();
-    for (const auto& [layer, ids] : per_layer) {
-      std::vector<int64_t> missing, extra;
-      for (int64_t j = 0; j < numbered && j < (1 << 20); ++j)
-        if (!ids.count(j)) missing.push_back(j);
-      for (int64_t j : ids)
-        if (j >= numbered) extra.push_back(j);
-      if (!missing.empty())
-        problem("expert-missing", layer + ".",
-                "the config counts " + std::to_string(numbered) + " experts" + counted + " but expert " +
-                    list_indices(missing) + " has no tensor here");
-      if (!extra.empty())
-        problem("expert-count-mismatch", layer + ".",
-                "expert " + list_indices(extra) + " is here but the config counts " + std::to_string(numbered) + counted);
-    }
-  }
-
-  // The embedding, its rows, the head.
-  std::string embed;
-  std::vector<std::string> embeds;
-  for (const auto& t : tensors)
-    if (key_ends(t.key, "embed_tokens.weight")) embeds.push_back(t.key);
-  if (have_stack && by_key.count(base + "embed_tokens.weight"))
-    embed = base + "embed_tokens.weight";
-  else if (embeds.size() == 1)
-    embed = embeds[0];
-  const std::optional<int64_t> vocab = cfg.integer(kVocab);
-  bool any_embed = false;
-  for (const auto& t : tensors) any_embed = any_embed || t.key.find("embed") != std::string::npos;
-  // A model the schema holds: its own keys say whether it has these (M2M-100's embedding is
-  // model.shared.weight, FSMT's head model.decoder.output_projection.weight); the schema's
-  // schema-key-missing reports them missing where it has them.
-  const ModelSchema* schema = schema_for_config(config);
-  auto schema_lacks = [&](const std::string& key) { return schema && !schema_defines(*schema, config, key); };
-  if (have_stack && vocab && !any_embed && base.rfind("model.", 0) == 0 && !schema_lacks(base + "embed_tokens.weight"))
-    problem("embedding-missing", base + "embed_tokens.weight",
-            "the config has vocab_size " + std::to_string(*vocab) + " but no embedding is here");
-  if (vocab) {
-    for (const std::string& k : {embed, std::string("lm_head.weight")}) {
-      auto it = by_key.find(k);
-      if (k.empty() || it == by_key.end()) continue;
-      const HfTensor& t = *it->second;
-      if (t.shape.size() != 2 || !float_dtype_name(t.dtype)) continue;
-      // The rows the model schema derives from the config where it derives them (Marian's decoder
-      // embedding has decoder_vocab_size rows, mllama's text_config.vocab_size+8, Moshi's
-      // vocab_size+1), else vocab_size; none where the schema derives the key's other dimension
-      // but not its rows (Kyutai's: vocab_size + num_codebooks * codebook_vocab_size + 1).
-      const auto rows = schema_dim(config, k, 0);
-      if (!rows && schema_dim_unexplained(config, k, 0)) continue;
-      out.checked.push_back(k == embed ? "vocab_size" : "vocab_size (lm_head)");
-      const int64_t want = rows ? rows->first : *vocab;
-      if (t.shape[0] != want)
-        problem("vocab-size-mismatch", k,
-                std::to_string(t.shape[0]) + " rows but " +
-                    (rows ? "the config makes it " + rows->second + " = " + std::to_string(want) + " (the model schema's)"
-                          : "the config's vocab_size is " + std::to_string(want)));
-    }
-  }
-  const std::optional<bool> tie = cfg.tie();
-  bool head = false;
-  for (const auto& t : tensors) head = head || t.key.rfind("lm_head.", 0) == 0;
-  if (tie && !*tie && !embed.empty() && !head && base.rfind("model.", 0) == 0 && !schema_lacks("lm_head.weight")) {
-    out.checked.push_back("tie_word_embeddings");
-    problem("lm-head-missing", "lm_head.weight",
-            "tie_word_embeddings is false but the folder holds no lm_head.weight: loaders initialise it at random");
-  }
-  // A class that never ties its head (the schema's head_untied: BigBirdPegasusForCausalLM) loads
-  // the folder's lm_head.weight whatever the flag says: nothing to compare.
-  if (tie && *tie && !embed.empty() && by_key.count("lm_head.weight") && !(schema && schema->head_untied)) {
-    out.checked.push_back("tie_word_embeddings");
-    const HfTensor &h = *by_key["lm_head.weight"], &e = *by_key[embed];
-    std::optional<bool> same =
-        h.dtype == e.dtype && h.shape == e.shape ? same_bytes("lm_head.weight", embed) : std::optional<bool>(false);
-    if (!same)
-      out.warnings.push_back(
-          {"tie-not-compared", Where(config_path, std::nullopt, "lm_head.weight"),
-           "tie_word_embeddings is true and lm_head.weight is here, sharded unlike " + embed + ": not compared"});
-    else if (!*same)
-      problem("tied-head-differs", "lm_head.weight",
-              "tie_word_embeddings is true but lm_head.weight differs from " + embed +
-                  " (loaders tie the head to the embedding and drop this one)");
-  }
-
-  // Quantization: every quantized weight has its scales; nothing the config excludes is quantized.
-  if (const json* qc = cfg.object("quantization_config")) {
-    out.checked.push_back("quantization_config");
-    std::vector<std::string> skip;
-    for (const char* f : {"modules_to_not_convert", "ignore", "exclude_modules", "ignored_layers"})
-      if (qc->contains(f) && (*qc)[f].is_array())
-        for (const auto& p : (*qc)[f])
-          if (p.is_string()) skip.push_back(p.get<std::string>());
-    for (const auto& t : tensors) {
-      const std::string& k = t.key;
-      // A codec's weight under a name of its own (mxfp4's X_blocks), scaled by X + its scale suffix.
-      const Codec* named = nullptr;
-      for (const Codec* c : codecs())
-        if (!named && *c->weight_suffix && key_ends(k, c->weight_suffix)) named = c;
-      const bool packed = key_ends(k, kPacked);
-      if (!named && !packed && !(key_ends(k, ".weight") && quantized_dtype(t.dtype))) continue;
-      const std::string module = k.substr(0, k.rfind('.'));
-      std::vector<std::string> scales;
-      if (named) {
-        scales = {k.substr(0, k.size() - std::string(named->weight_suffix).size()) + named->scale_suffix};
-      } else {
-        // compressed-tensors' scale of X.weight_packed first (the one a message names); the codecs'
-        // scales of a weight that keeps its name (fp8-block's X_scale_inv, F4's X_scale), then
-        // compressed-tensors' and ModelOpt's X.weight_scale and DeepSeek-V4's X.scale.
-        if (packed) scales.push_back(module + ".weight_scale");
-        for (const Codec* c : codecs())
-          if (!*c->weight_suffix) scales.push_back(k + c->scale_suffix);
-        scales.push_back(module + ".weight_scale");
-        scales.push_back(module + ".weight_scale_inv");
-        scales.push_back(module + ".scale");
-      }
-      if (std::none_of(scales.begin(), scales.end(), [&](const std::string& s) { return by_key.count(s) > 0; }))
-        problem("quant-scale-missing", k,
-                "a quantized weight (" + t.dtype + ") with no scale tensor (" + scales[0] + ")");
-      if (excluded(module, skip))
-        problem("quant-excluded-quantized", k,
-                "the quantization_config leaves module " + module + " unquantized, but this weight is " + t.dtype);
-    }
-    for (const auto& t : tensors) {
-      const std::string& k = t.key;
-      // A codec's scale (meta/codecs/codecs.h: orphan_tail) names its weight; X.weight_scale may
-      // also be compressed-tensors' of X.weight_packed.
-      std::vector<std::string> bases;
-      for (const Codec* c : codecs())
-        if (bases.empty() && *c->orphan_tail && key_ends(k, c->orphan_tail) &&
-            (!*c->orphan_within || k.find(c->orphan_within) != std::string::npos)) {
-          const std::string base = k.substr(0, k.size() - std::string(c->scale_suffix).size());
-          bases.push_back(base + c->weight_suffix);
-          if (key_ends(k, ".weight_scale")) bases.push_back(base + "_packed");
-        }
-      if (bases.empty()) continue;
-      if (std::none_of(bases.begin(), bases.end(), [&](const std::string& b) { return by_key.count(b) > 0; }))
-        problem("quant-scale-orphan", k, "a scale tensor whose weight (" + bases[0] + ") is not here");
-    }
-    auto warning = [&](const char* code, const std::string& key, const std::string& msg) {
-      out.warnings.push_back({code, Where(config_path, std::nullopt, key), msg});
-    };
-    check_scales(*qc, by_key, read_scalar, problem, warning);
-  }
-
-  // dtype: the weights' floating dtype is the config's, but for what keeps its own.
-  if (std::optional<std::string> d = cfg.string({"dtype", "torch_dtype"}); d && float_dtype_name(*d)) {
-    out.checked.push_back("dtype");
-    auto keeps = [&](const HfTensor& t, const std::string& dtype) {
-      return own_dtype(t.key) || kept_dtype.count(t.key) || schema_keeps_dtype(config, t.key, t.dtype, dtype);
-    };
-    // transformers' save_pretrained writes model.dtype, its first floating parameter's: a bfloat16
-    // model whose first parameter it keeps float32 (XLNet's mask_emb, made by torch.FloatTensor) is
-    // saved with dtype float32 over bfloat16 tensors. Such a folder, every float32 tensor one kept
-    // under the one other floating dtype its tensors hold, is checked as of that dtype (transformers'
-    // own, loaded as it loads its folder). Not a folder all bfloat16: its first parameter is not float32.
-    std::string dtype = *d;
-    if (dtype == "float32") {
-      std::set<std::string> other;
-      bool any32 = false;
-      for (const auto& t : tensors)
-        if (float_dtype_name(t.dtype) && t.dtype != "float32") other.insert(t.dtype);
-        else any32 = any32 || t.dtype == "float32";
-      if (any32 && other.size() == 1 && (*other.begin() == "bfloat16" || *other.begin() == "float16") &&
-          std::all_of(tensors.begin(), tensors.end(),
-                      [&](const HfTensor& t) { return t.dtype != "float32" || keeps(t, *other.begin()); }))
-        dtype = *other.begin();
-    }
-    std::map<std::string, std::vector<std::string>> off;  // dtype -> keys
-    std::map<std::pair<std::string, std::string>, std::vector<std::string>> by_user;  // (glob, dtype) -> keys
-    for (const auto& t : tensors)
-      if (float_dtype_name(t.dtype) && t.dtype != dtype && !keeps(t, dtype)) {
-        if (auto u = user_kept.find(t.key); u != user_kept.end())
-          by_user[{u->second, t.dtype}].push_back(t.key);
-        else
-          off[t.dtype].push_back(t.key);
-      }
-    for (const auto& [dt, keys] : off)
-      problem("dtype-mismatch", keys[0],
-              std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " + *d +
-                  (keys.size() > 1 ? " (the first named)" : ""));
-    for (const auto& [what, keys] : by_user) {
-      const auto& [glob, dt] = what;
-      std::string named;
-      for (size_t i = 0; i < keys.size() && i < 5; ++i) named += (i ? ", " : "") + keys[i];
-      if (keys.size() > 5) named += " and " + std::to_string(keys.size() - 5) + " more";
-      out.warnings.push_back({"dtype-kept-by-user", Where(config_path, std::nullopt, keys[0]),
-                              std::to_string(keys.size()) + " tensor(s) are " + dt + " but the config's dtype is " +
-                                  *d + ": kept in their saved dtype by --keep-dtype '" + glob +
-                                  "' (the export's choice, recorded in the safetensors header's __metadata__ \"" +
-                                  kKeepDtypeEntry + "\"): " + named + "; transformers' from_pretrained loads them in " +
-                                  dtype +
-                                  " all the same (it casts them; only its own keep-in-float32 lists stay float32)"});
-    }
-  }
-  return out;
+  ConfigChecker c(config, config_path, tensors);
+  c.check_layers(require_mtp);
+  c.check_experts();
+  c.check_vocab();
+  c.check_tie(same_bytes);
+  c.check_quantization(read_scalar);
+  c.check_dtype(kept_dtype, user_kept);
+  return std::move(c).result();
 }
 
 }  // namespace dcpctl

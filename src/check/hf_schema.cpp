@@ -805,63 +805,65 @@ static std::string conversion_regex(std::string p) {
   return p;
 }
 
-SchemaCheckResult check_hf_schema(const json& config, const std::string& config_path, const std::vector<HfTensor>& tensors) {
-  SchemaCheckResult out;
-  const HfSchema& schema = hf_schema();
-  const std::string type = config.is_object() ? config.value("model_type", std::string()) : std::string();
-  out.summary = {{"model_type", type.empty() ? json() : json(type)},
-                 {"class", nullptr},
-                 {"schema_model_type", nullptr},
-                 {"found_by", nullptr},
-                 {"transformers", schema.transformers},
-                 {"checked", false},
-                 {"why", nullptr}};
-  auto note = [&](const std::string& why) {
-    out.summary["why"] = why;
-    out.notes.push_back({"schema-not-checked", Where(config_path), why});
-  };
-  const SchemaMatch match = match_schema(config);
-  const ModelSchema* s = match.schema;
-  if (!s) {
-    if (const ModelSchema* own = type.empty() ? nullptr : schema.of(type)) out.summary["class"] = own->cls;
-    note(match.why + "; its keys are not compared with a model schema");
-    return out;
+namespace {
+
+// check_hf_schema's steps over one folder whose model schema was found: each key classified
+// against it (present, unexpected, in-memory, numbered), then what is missing.
+class SchemaChecker {
+ public:
+  SchemaChecker(const json& config, const std::string& config_path, const ModelSchema& s, std::string who,
+                SchemaCheckResult& out)
+      : config_(config), config_path_(config_path), s_(s), who_(std::move(who)), out_(out) {}
+
+  void classify(const std::vector<HfTensor>& tensors);
+  void check_named_indices();
+  void refuse_load_conversions() const;
+  void report_unexpected();
+  void check_missing();
+  void check_together();
+
+ private:
+  void problem(const char* code, const std::string& key, const std::string& msg) {
+    out_.problems.push_back({code, Where(config_path_, std::nullopt, key), msg});
   }
-  out.summary["class"] = s->cls;
-  out.summary["schema_model_type"] = s->type;
-  out.summary["found_by"] = match.found_by;
-  out.summary["checked"] = true;
-  // Found by architectures: the schema's type, and the config's own.
-  const std::string who =
-      s->cls + " (model_type " + s->type +
-      (s->type != type ? ", found by architectures for " +
-                             (type.empty() ? std::string("a config with no model_type") : "model_type " + type)
-                       : std::string()) +
-      ", transformers " + schema.transformers + ")";
-  auto problem = [&](const char* code, const std::string& key, const std::string& msg) {
-    out.problems.push_back({code, Where(config_path, std::nullopt, key), msg});
-  };
-  const json* text = config.contains("text_config") && config["text_config"].is_object() ? &config["text_config"] : nullptr;
-  const bool quantized = config.contains("quantization_config") || (text && text->contains("quantization_config"));
-  std::optional<int64_t> layers;
-  for (const char* f : {"num_hidden_layers", "num_layers", "n_layer", "n_layers"})
-    if (!layers)
-      for (const json* j : {&config, text})
-        if (j && j->contains(f) && (*j)[f].is_number_integer()) {
-          layers = (*j)[f].get<int64_t>();
-          break;
-        }
-  static const std::regex kLayer(R"(^(.*?layers)\.(\d+)\.)");
-  std::set<std::string> present, memory_present;
-  std::map<std::string, std::set<std::string>> layers_of;  // pattern -> layer ids that hold it
-  std::map<std::string, std::set<std::string>> stack_ids;  // stack pattern ("model.layers") -> layer ids
-  std::map<std::string, std::vector<std::string>> unexpected;  // pattern -> keys
-  // (stack pattern up to its first `#`, that block's number) -> the patterns the block holds
-  std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> block_holds;  // ... -> its key
+  void hold(const HfTensor& t, const std::string& key, const std::string& p);
+  void check_shape(const HfTensor& t, const SchemaKey& sk);
+  void check_named_index(const std::string& prefix, const std::map<std::string, std::map<int64_t, std::string>>& patterns);
+  void check_missing_key(const SchemaKey& k);
+  bool excused(const std::string& pattern, const std::string& concrete) const;
+  std::optional<int64_t> layer_count() const;
+
+  const json& config_;
+  const std::string& config_path_;
+  const ModelSchema& s_;
+  const std::string who_;  // the class, its type and transformers' version, as messages name it
+  SchemaCheckResult& out_;
+  std::set<std::string> present_, memory_present_;
+  std::map<std::string, std::set<std::string>> layers_of_;  // pattern -> layer ids that hold it
+  std::map<std::string, std::set<std::string>> stack_ids_;  // stack pattern ("model.layers") -> layer ids
+  std::map<std::string, std::vector<std::string>> unexpected_;  // pattern -> keys
+  // (stack pattern up to its first `#`, that block's number) -> the patterns the block holds -> its key
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> block_holds_;
   // Indices numbered in names: (the `named` prefix, the key's path numbers before that name) ->
   // pattern -> index -> the key.
-  std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<int64_t, std::string>>> named_held;
-  const std::set<std::string> memory(s->memory.begin(), s->memory.end());
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<int64_t, std::string>>> named_held_;
+  std::set<std::string> reported_;  // patterns reported missing by check_missing
+};
+
+std::optional<int64_t> SchemaChecker::layer_count() const {
+  const json* text = config_.contains("text_config") && config_["text_config"].is_object() ? &config_["text_config"] : nullptr;
+  for (const char* f : {"num_hidden_layers", "num_layers", "n_layer", "n_layers"})
+    for (const json* j : {&config_, text})
+      if (j && j->contains(f) && (*j)[f].is_number_integer()) return (*j)[f].get<int64_t>();
+  return std::nullopt;
+}
+
+void SchemaChecker::classify(const std::vector<HfTensor>& tensors) {
+  const json* text = config_.contains("text_config") && config_["text_config"].is_object() ? &config_["text_config"] : nullptr;
+  const bool quantized = config_.contains("quantization_config") || (text && text->contains("quantization_config"));
+  const std::optional<int64_t> layers = layer_count();
+  static const std::regex kLayer(R"(^(.*?layers)\.(\d+)\.)");
+  const std::set<std::string> memory(s_.memory.begin(), s_.memory.end());
   std::set<std::string> all_keys;
   for (const auto& t : tensors) all_keys.insert(t.key);
   for (const auto& t : tensors) {
@@ -882,108 +884,125 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
       if (std::string u = unpacked_name(key); !u.empty()) key = u, packed = true;
     }
     std::string p = schema_pattern(key);
-    const SchemaKey* sk = s->lookup(p);
+    const SchemaKey* sk = s_.lookup(p);
     if (sk) p = sk->pattern;
-    if (!sk || !condition_holds(config, sk->when, s->type)) {
+    if (!sk || !condition_holds(config_, sk->when, s_.type)) {
       if (memory.count(p)) {
-        memory_present.insert(p);
+        memory_present_.insert(p);
         continue;
       }
       // What the class ignores unexpected, searched as transformers searches it: only a key the
       // model does not define (GPT-2's `attn.bias` also matches its own c_attn.bias, which it loads).
-      if (regex_search_any(s->ignore_unexpected, t.key)) continue;
-      unexpected[p].push_back(key);
+      if (regex_search_any(s_.ignore_unexpected, t.key)) continue;
+      unexpected_[p].push_back(key);
       continue;
     }
-    present.insert(p);
-    if (const auto* n = s->named_of(p)) {
-      // The numbered name's component, counted from the end (a prefix the loader changes may make
-      // the key's start another length than the pattern's).
-      const size_t after = std::count(p.begin(), p.end(), '.') - std::count(n->first.begin(), n->first.end(), '.');
-      const size_t comps = std::count(key.begin(), key.end(), '.') + 1;
-      if (comps > after) {
-        const size_t at = comps - 1 - after;
-        const size_t b = at ? components_end(key, at - 1) + 1 : 0;
-        const int64_t index = name_index(key.substr(b, components_end(key, at) - b));
-        if (index >= 0) named_held[{n->first, path_numbers(key, b)}][p].emplace(index, t.key);
-      }
+    hold(t, key, p);
+    // Shapes: the dims the schema derives from the config; a quantized weight's shape is its packing's.
+    if (!packed && (t.dtype == "bfloat16" || t.dtype == "float16" || t.dtype == "float32" || t.dtype == "float64"))
+      check_shape(t, *sk);
+  }
+}
+
+// A key the schema defines, at pattern `p`: where it is held (its block, its numbered name).
+void SchemaChecker::hold(const HfTensor& t, const std::string& key, const std::string& p) {
+  present_.insert(p);
+  if (const auto* n = s_.named_of(p)) {
+    // The numbered name's component, counted from the end (a prefix the loader changes may make
+    // the key's start another length than the pattern's).
+    const size_t after = std::count(p.begin(), p.end(), '.') - std::count(n->first.begin(), n->first.end(), '.');
+    const size_t comps = std::count(key.begin(), key.end(), '.') + 1;
+    if (comps > after) {
+      const size_t at = comps - 1 - after;
+      const size_t b = at ? components_end(key, at - 1) + 1 : 0;
+      const int64_t index = name_index(key.substr(b, components_end(key, at) - b));
+      if (index >= 0) named_held_[{n->first, path_numbers(key, b)}][p].emplace(index, t.key);
     }
-    if (const size_t h = p.find(".#."); h != std::string::npos)
-      if (std::string id = first_block(key); !id.empty()) block_holds[{p.substr(0, h), id}].emplace(p, t.key);
-    // The block this key is in: its stack (the pattern up to its last `#`) and its numbers there.
-    if (const std::string id = block_id(key, p); !id.empty()) {
-      layers_of[p].insert(id);
-      stack_ids[p.substr(0, p.rfind(".#."))].insert(id);
-    }
-    // Shapes: the dims the schema derives from the config.
-    if (packed || (t.dtype != "bfloat16" && t.dtype != "float16" && t.dtype != "float32" && t.dtype != "float64"))
-      continue;  // a quantized weight's shape is its packing's
-    if (sk->dims.size() != t.shape.size() && !sk->dims.empty() &&
-        std::any_of(sk->dims.begin(), sk->dims.end(), [](const std::string& d) { return !d.empty(); })) {
+  }
+  if (const size_t h = p.find(".#."); h != std::string::npos)
+    if (std::string id = first_block(key); !id.empty()) block_holds_[{p.substr(0, h), id}].emplace(p, t.key);
+  // The block this key is in: its stack (the pattern up to its last `#`) and its numbers there.
+  if (const std::string id = block_id(key, p); !id.empty()) {
+    layers_of_[p].insert(id);
+    stack_ids_[p.substr(0, p.rfind(".#."))].insert(id);
+  }
+}
+
+void SchemaChecker::check_shape(const HfTensor& t, const SchemaKey& sk) {
+  if (sk.dims.size() != t.shape.size() && !sk.dims.empty() &&
+      std::any_of(sk.dims.begin(), sk.dims.end(), [](const std::string& d) { return !d.empty(); })) {
+    problem("schema-shape-mismatch", t.key,
+            "has " + std::to_string(t.shape.size()) + " dimensions " + shape_text(t.shape) + " but " + who_ + " gives it " +
+                std::to_string(sk.dims.size()));
+    return;
+  }
+  for (size_t d = 0; d < sk.dims.size() && d < t.shape.size(); ++d) {
+    if (sk.dims[d].empty()) continue;
+    std::optional<int64_t> want = evaluate_dims(config_, sk.dims[d], s_.type);
+    if (want && *want != t.shape[d])
       problem("schema-shape-mismatch", t.key,
-              "has " + std::to_string(t.shape.size()) + " dimensions " + shape_text(t.shape) + " but " + who + " gives it " +
-                  std::to_string(sk->dims.size()));
-      continue;
-    }
-    for (size_t d = 0; d < sk->dims.size() && d < t.shape.size(); ++d) {
-      if (sk->dims[d].empty()) continue;
-      std::optional<int64_t> want = evaluate_dims(config, sk->dims[d], s->type);
-      if (want && *want != t.shape[d])
-        problem("schema-shape-mismatch", t.key,
-                "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " + shape_text(t.shape) +
-                    ") but " + who + " makes it " + sk->dims[d] + " = " + std::to_string(*want) + " from config.json");
-    }
+              "dimension " + std::to_string(d) + " is " + std::to_string(t.shape[d]) + " (shape " + shape_text(t.shape) +
+                  ") but " + who_ + " makes it " + sk.dims[d] + " = " + std::to_string(*want) + " from config.json");
   }
-  // An index numbered in a name: 0 to the count the config gives it (Inkling's vision
-  // layers.norm_N: vision_config.n_layers-1), each of its patterns at every index; where the count
-  // is not known, at every index another of its patterns holds.
-  for (const auto& [where, patterns] : named_held) {
-    const std::pair<std::string, std::string>* named = nullptr;
-    for (const auto& n : s->named)
-      if (n.first == where.first) named = &n;
-    int64_t count = -1;  // unknown
-    if (named && !named->second.empty())
-      if (const std::optional<int64_t> c = evaluate_dims(config, named->second, s->type); c && *c >= 0 && *c <= (1 << 20))
-        count = *c;
-    std::set<int64_t> any;
-    for (const auto& pk : patterns)
-      for (const auto& ik : pk.second) any.insert(ik.first);
-    const std::string counted = count >= 0 ? " 0 to " + std::to_string(count - 1) + " (" + named->second + " = " +
-                                                 std::to_string(count) + " from config.json)"
-                                           : std::string(" at the indices its other tensors here have");
-    for (const auto& [pattern, held] : patterns) {
-      std::vector<int64_t> lost, past;
-      if (count >= 0) {
-        for (int64_t i = 0; i < count; ++i)
-          if (!held.count(i)) lost.push_back(i);
-        for (const auto& ik : held)
-          if (ik.first >= count) past.push_back(ik.first);
-      } else {
-        for (int64_t i : any)
-          if (!held.count(i)) lost.push_back(i);
-      }
-      // The key named: a held one with its number changed (its digits are the name's last).
-      const std::string& some = held.begin()->second;
-      const size_t end = components_end(some, std::count(some.begin(), some.end(), '.') -
-                                                  (std::count(pattern.begin(), pattern.end(), '.') -
-                                                   std::count(where.first.begin(), where.first.end(), '.')));
-      size_t digits = end;
-      while (digits > 0 && some[digits - 1] >= '0' && some[digits - 1] <= '9') --digits;
-      auto named_key = [&](int64_t i) { return some.substr(0, digits) + std::to_string(i) + some.substr(end); };
-      if (!lost.empty())
-        problem("schema-key-missing", named_key(lost.front()),
-                who + " numbers " + pattern + counted + "; index " + index_list(lost) + " here has none");
-      if (!past.empty())
-        problem("schema-key-unexpected", held.at(past.front()),
-                who + " numbers " + pattern + counted + "; index " + index_list(past) + " here is past it");
+}
+
+// An index numbered in a name: 0 to the count the config gives it (Inkling's vision
+// layers.norm_N: vision_config.n_layers-1), each of its patterns at every index; where the count
+// is not known, at every index another of its patterns holds.
+void SchemaChecker::check_named_indices() {
+  for (const auto& [where, patterns] : named_held_) check_named_index(where.first, patterns);
+}
+
+void SchemaChecker::check_named_index(const std::string& prefix,
+                                      const std::map<std::string, std::map<int64_t, std::string>>& patterns) {
+  const std::pair<std::string, std::string>* named = nullptr;
+  for (const auto& n : s_.named)
+    if (n.first == prefix) named = &n;
+  int64_t count = -1;  // unknown
+  if (named && !named->second.empty())
+    if (const std::optional<int64_t> c = evaluate_dims(config_, named->second, s_.type); c && *c >= 0 && *c <= (1 << 20))
+      count = *c;
+  std::set<int64_t> any;
+  for (const auto& pk : patterns)
+    for (const auto& ik : pk.second) any.insert(ik.first);
+  const std::string counted = count >= 0 ? " 0 to " + std::to_string(count - 1) + " (" + named->second + " = " +
+                                               std::to_string(count) + " from config.json)"
+                                         : std::string(" at the indices its other tensors here have");
+  for (const auto& [pattern, held] : patterns) {
+    std::vector<int64_t> lost, past;
+    if (count >= 0) {
+      for (int64_t i = 0; i < count; ++i)
+        if (!held.count(i)) lost.push_back(i);
+      for (const auto& ik : held)
+        if (ik.first >= count) past.push_back(ik.first);
+    } else {
+      for (int64_t i : any)
+        if (!held.count(i)) lost.push_back(i);
     }
+    // The key named: a held one with its number changed (its digits are the name's last).
+    const std::string& some = held.begin()->second;
+    const size_t end = components_end(some, std::count(some.begin(), some.end(), '.') -
+                                                (std::count(pattern.begin(), pattern.end(), '.') -
+                                                 std::count(prefix.begin(), prefix.end(), '.')));
+    size_t digits = end;
+    while (digits > 0 && some[digits - 1] >= '0' && some[digits - 1] <= '9') --digits;
+    auto named_key = [&](int64_t i) { return some.substr(0, digits) + std::to_string(i) + some.substr(end); };
+    if (!lost.empty())
+      problem("schema-key-missing", named_key(lost.front()),
+              who_ + " numbers " + pattern + counted + "; index " + index_list(lost) + " here has none");
+    if (!past.empty())
+      problem("schema-key-unexpected", held.at(past.front()),
+              who_ + " numbers " + pattern + counted + "; index " + index_list(past) + " here is past it");
   }
-  // Keys in a layout transformers converts on load that the schema does not map (its
-  // load_conversions: Dory's two blocks a layer): valid input dcpctl does not read, refused (exit 5).
-  // Only a key the schema has under no condition (one it has under a flag is that flag's finding).
-  for (const auto& [p, keys] : unexpected)
-    for (const auto& [rx, conversion] : s->load_conversions) {
-      if (s->find(p)) break;
+}
+
+// Keys in a layout transformers converts on load that the schema does not map (its
+// load_conversions: Dory's two blocks a layer): valid input dcpctl does not read, refused (exit 5).
+// Only a key the schema has under no condition (one it has under a flag is that flag's finding).
+void SchemaChecker::refuse_load_conversions() const {
+  for (const auto& [p, keys] : unexpected_)
+    for (const auto& [rx, conversion] : s_.load_conversions) {
+      if (s_.find(p)) break;
       std::regex re;
       try {
         re = std::regex(conversion_regex(rx));
@@ -991,100 +1010,106 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
         continue;  // a pattern std::regex reads otherwise than Python: not this key's refusal
       }
       if (std::regex_search(keys.front(), re))
-        throw UnsupportedError(Where(config_path, std::nullopt, keys.front()),
-                               "a " + who + " folder in a layout transformers converts on load (" + conversion +
+        throw UnsupportedError(Where(config_path_, std::nullopt, keys.front()),
+                               "a " + who_ + " folder in a layout transformers converts on load (" + conversion +
                                    " of '" + rx + "'), which dcpctl does not map: load it with transformers and "
                                    "save_pretrained it, then use that folder");
     }
-  for (const auto& [p, keys] : unexpected) {
+}
+
+void SchemaChecker::report_unexpected() {
+  for (const auto& [p, keys] : unexpected_) {
     const SchemaKey* near = nullptr;
     size_t best = 0;
-    for (const auto& k : s->keys) {
+    for (const auto& k : s_.keys) {
       const size_t d = key_edit_distance(p, k.pattern);
       if (!near || d < best) near = &k, best = d;
     }
-    const SchemaKey* sk = s->find(p);
+    const SchemaKey* sk = s_.find(p);
     std::string msg = (keys.size() > 1 ? "and " + std::to_string(keys.size() - 1) + " more like it (" + p + "): " : std::string()) +
-                      "not a tensor of " + who;
+                      "not a tensor of " + who_;
     if (sk && !sk->when.empty()) {
       msg += ": it has one only with " + sk->when + " in config.json";
-      out.only_with[keys.front()] = sk->when;
+      out_.only_with[keys.front()] = sk->when;
     } else if (near && best <= std::max<size_t>(3, p.size() / 5))
       msg += " (the nearest it defines: " + near->pattern + ")";
     problem("schema-key-unexpected", keys.front(), msg);
   }
-  // Missing: what every folder of the type has, but for what the config's flags take away.
-  const bool memory_format = !memory_present.empty();
-  const std::set<std::string> renamed(s->renamed.begin(), s->renamed.end());
-  // Whether a missing `pattern` is accounted for: a flag of the config takes it away, the folder
-  // is in in-memory names, or the class ignores it missing.
-  std::set<std::string> reported;  // patterns reported missing below
-  auto excused = [&](const std::string& pattern, const std::string& concrete) {
-    if (memory_format && renamed.count(pattern)) return true;
-    for (const auto& [p, cond] : s->absent)
-      if (p == pattern && condition_holds(config, cond, s->type)) return true;
-    return regex_search_any(s->ignore_missing, concrete);
-  };
-  for (const auto& k : s->keys) {
+}
+
+// Whether a missing `pattern` is accounted for: a flag of the config takes it away, the folder
+// is in in-memory names, or the class ignores it missing.
+bool SchemaChecker::excused(const std::string& pattern, const std::string& concrete) const {
+  if (!memory_present_.empty() && std::count(s_.renamed.begin(), s_.renamed.end(), pattern)) return true;
+  for (const auto& [p, cond] : s_.absent)
+    if (p == pattern && condition_holds(config_, cond, s_.type)) return true;
+  return regex_search_any(s_.ignore_missing, concrete);
+}
+
+// Missing: what every folder of the type has, but for what the config's flags take away.
+void SchemaChecker::check_missing() {
+  for (const auto& k : s_.keys) {
     // A key a flag brings (attention_bias=true: every layer's q/k/v/o_proj.bias) is required where
     // config.json sets the flag, as transformers reports it missing there.
-    if (!k.required || !condition_holds(config, k.when, s->type)) continue;
-    const std::string whose = k.when.empty() ? who : who + " with " + k.when + " in config.json";
-    if (memory_format && renamed.count(k.pattern)) continue;
-    bool taken = false;
-    for (const auto& [p, cond] : s->absent)
-      if (p == k.pattern && condition_holds(config, cond, s->type)) taken = true;
-    if (taken) continue;
+    if (!k.required || !condition_holds(config_, k.when, s_.type)) continue;
     std::string concrete = k.pattern;
     for (size_t at = concrete.find('#'); at != std::string::npos; at = concrete.find('#', at)) concrete.replace(at, 1, "0");
-    if (regex_search_any(s->ignore_missing, concrete)) continue;
-    const size_t h = k.pattern.find(".#.");
-    if (h == std::string::npos) {
-      if (!present.count(k.pattern))
-        problem("schema-key-missing", k.pattern, "every " + whose + " folder holds this tensor, this one does not");
-      continue;
-    }
-    const size_t last = k.pattern.rfind(".#.");
-    const std::string stack = k.pattern.substr(0, last);
-    const bool nested = h != last;  // T5's block.#.layer.#, experts.# of layer.#
-    auto ids = stack_ids.find(stack);
-    if (ids == stack_ids.end()) continue;  // a stack with no layer here: the layer checks report layers
-    auto have = layers_of.find(k.pattern);
-    const bool family = layer_kind_family(k.pattern.substr(h + 3));
-    if (have == layers_of.end()) {
-      if (!family && !nested) {
-        problem("schema-key-missing", k.pattern, "every layer of " + whose + " holds this tensor, no layer here does");
-        reported.insert(k.pattern);
-      }
-      continue;
-    }
-    // A block lacks it where the blocks it is compared with hold it: every block of a plain stack;
-    // in a nested one, the blocks of the same last number (T5's layer.0 holds attention, layer.1
-    // the MLP; both a layer_norm).
-    auto group = [&](const std::string& id) { return nested ? id.substr(id.rfind('.') + 1) : std::string(); };
-    std::set<std::string> held;
-    for (const auto& id : have->second) held.insert(group(id));
-    std::vector<std::string> lost;
-    for (const auto& id : ids->second)
-      if (!have->second.count(id) && held.count(group(id))) lost.push_back(id);
-    if (!lost.empty() && !family) {
-      std::string list;
-      for (size_t i = 0; i < lost.size() && i < 16; ++i) list += (i ? ", " : "") + lost[i];
-      problem("schema-key-missing", k.pattern,
-              "every layer of " + whose + " holds this tensor, layer " + list + " here does not (the others do)");
-      reported.insert(k.pattern);
-    }
+    if (excused(k.pattern, concrete)) continue;
+    check_missing_key(k);
   }
-  // A block that holds a key of a group holds the group's others (GLM's MoE layer: the router's
-  // expert bias with its weight and experts); a pattern reported above is not again. The key named
-  // is the pattern in the first such block, its inner numbers left `#` (no expert's down_proj).
-  for (const auto& group : s->together) {
+}
+
+void SchemaChecker::check_missing_key(const SchemaKey& k) {
+  const std::string whose = k.when.empty() ? who_ : who_ + " with " + k.when + " in config.json";
+  const size_t h = k.pattern.find(".#.");
+  if (h == std::string::npos) {
+    if (!present_.count(k.pattern))
+      problem("schema-key-missing", k.pattern, "every " + whose + " folder holds this tensor, this one does not");
+    return;
+  }
+  const size_t last = k.pattern.rfind(".#.");
+  const std::string stack = k.pattern.substr(0, last);
+  const bool nested = h != last;  // T5's block.#.layer.#, experts.# of layer.#
+  auto ids = stack_ids_.find(stack);
+  if (ids == stack_ids_.end()) return;  // a stack with no layer here: the layer checks report layers
+  auto have = layers_of_.find(k.pattern);
+  const bool family = layer_kind_family(k.pattern.substr(h + 3));
+  if (have == layers_of_.end()) {
+    if (!family && !nested) {
+      problem("schema-key-missing", k.pattern, "every layer of " + whose + " holds this tensor, no layer here does");
+      reported_.insert(k.pattern);
+    }
+    return;
+  }
+  // A block lacks it where the blocks it is compared with hold it: every block of a plain stack;
+  // in a nested one, the blocks of the same last number (T5's layer.0 holds attention, layer.1
+  // the MLP; both a layer_norm).
+  auto group = [&](const std::string& id) { return nested ? id.substr(id.rfind('.') + 1) : std::string(); };
+  std::set<std::string> held;
+  for (const auto& id : have->second) held.insert(group(id));
+  std::vector<std::string> lost;
+  for (const auto& id : ids->second)
+    if (!have->second.count(id) && held.count(group(id))) lost.push_back(id);
+  if (!lost.empty() && !family) {
+    std::string list;
+    for (size_t i = 0; i < lost.size() && i < 16; ++i) list += (i ? ", " : "") + lost[i];
+    problem("schema-key-missing", k.pattern,
+            "every layer of " + whose + " holds this tensor, layer " + list + " here does not (the others do)");
+    reported_.insert(k.pattern);
+  }
+}
+
+// A block that holds a key of a group holds the group's others (GLM's MoE layer: the router's
+// expert bias with its weight and experts); a pattern reported above is not again. The key named
+// is the pattern in the first such block, its inner numbers left `#` (no expert's down_proj).
+void SchemaChecker::check_together() {
+  for (const auto& group : s_.together) {
     const size_t h = group.front().find(".#.");
     if (h == std::string::npos) continue;
     const std::string stack = group.front().substr(0, h);
     // pattern -> the blocks that lack it, each with a key of the group it holds
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> lost;
-    for (const auto& [where, held] : block_holds) {
+    for (const auto& [where, held] : block_holds_) {
       if (where.first != stack) continue;
       // The key named as the witness: one the block holds, outside nested numbers where one is (the
       // router's weight rather than an expert's).
@@ -1094,7 +1119,7 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
           any = g;
       if (any == group.end()) continue;
       for (const auto& g : group) {
-        if (held.count(g) || reported.count(g) || excused(g, key_in_block(g, where.second))) continue;
+        if (held.count(g) || reported_.count(g) || excused(g, key_in_block(g, where.second))) continue;
         lost[g].emplace_back(where.second, held.at(*any));
       }
     }
@@ -1108,10 +1133,52 @@ SchemaCheckResult check_hf_schema(const json& config, const std::string& config_
       std::string named = g;
       named.replace(named.find('#'), 1, ids.front().first);
       problem("schema-key-missing", named,
-              "a layer of " + who + " that holds " + ids.front().second + " holds " + g + " too; layer " + list +
+              "a layer of " + who_ + " that holds " + ids.front().second + " holds " + g + " too; layer " + list +
                   " here does not");
     }
   }
+}
+
+}  // namespace
+
+SchemaCheckResult check_hf_schema(const json& config, const std::string& config_path, const std::vector<HfTensor>& tensors) {
+  SchemaCheckResult out;
+  const HfSchema& schema = hf_schema();
+  const std::string type = config.is_object() ? config.value("model_type", std::string()) : std::string();
+  out.summary = {{"model_type", type.empty() ? json() : json(type)},
+                 {"class", nullptr},
+                 {"schema_model_type", nullptr},
+                 {"found_by", nullptr},
+                 {"transformers", schema.transformers},
+                 {"checked", false},
+                 {"why", nullptr}};
+  const SchemaMatch match = match_schema(config);
+  const ModelSchema* s = match.schema;
+  if (!s) {
+    if (const ModelSchema* own = type.empty() ? nullptr : schema.of(type)) out.summary["class"] = own->cls;
+    const std::string why = match.why + "; its keys are not compared with a model schema";
+    out.summary["why"] = why;
+    out.notes.push_back({"schema-not-checked", Where(config_path), why});
+    return out;
+  }
+  out.summary["class"] = s->cls;
+  out.summary["schema_model_type"] = s->type;
+  out.summary["found_by"] = match.found_by;
+  out.summary["checked"] = true;
+  // Found by architectures: the schema's type, and the config's own.
+  const std::string who =
+      s->cls + " (model_type " + s->type +
+      (s->type != type ? ", found by architectures for " +
+                             (type.empty() ? std::string("a config with no model_type") : "model_type " + type)
+                       : std::string()) +
+      ", transformers " + schema.transformers + ")";
+  SchemaChecker c(config, config_path, *s, who, out);
+  c.classify(tensors);
+  c.check_named_indices();
+  c.refuse_load_conversions();
+  c.report_unexpected();
+  c.check_missing();
+  c.check_together();
   return out;
 }
 

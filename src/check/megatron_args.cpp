@@ -586,15 +586,10 @@ std::optional<MegatronArgs> read_megatron_args(const Checkpoint& ck, std::string
   return MegatronArgs{from + " (Megatron-LM's argparse.Namespace)", std::move(fields)};
 }
 
-json check_megatron_args(const MegatronArgs& args, const json& config, const std::string& config_path,
-                         const json& variant_args) {
-  const std::string model_type = config.is_object() ? config.value("model_type", std::string()) : std::string();
-  static const json kNone = json::object();
-  ArgsChecker c(args, config.is_object() ? config : kNone, model_type);
-  const VariantArgs v = variant_args_of(variant_args, model_type);
-  const bool moe = !c.arg("num_experts").is_null();
+namespace {
 
-  // ---- sizes (stated ones) ----
+// ---- sizes (stated ones) ----
+void check_sizes(ArgsChecker& c, const VariantArgs& v, bool moe) {
   c.size("num_hidden_layers", "num_layers", c.arg("num_layers"));
   c.size("hidden_size", "hidden_size", c.arg("hidden_size"));
   c.size("num_attention_heads", "num_attention_heads", c.arg("num_attention_heads"));
@@ -616,145 +611,146 @@ json check_megatron_args(const MegatronArgs& args, const json& config, const std
   }
   if (!moe) {
     c.size("intermediate_size", "ffn_hidden_size", c.arg("ffn_hidden_size"));
-  } else {
-    const bool own = !c.arg("moe_ffn_hidden_size").is_null();
-    const std::string moe_ffn = own ? "moe_ffn_hidden_size" : "ffn_hidden_size";
-    c.size(v.moe_ffn, moe_ffn, c.arg(moe_ffn));
-    for (const char* f : {"num_experts", "n_routed_experts", "num_local_experts"})
-      c.size(f, "num_experts", c.arg("num_experts"));
-    c.setting("num_experts_per_tok", c.stated("num_experts_per_tok"),
-              v.dflt("num_experts_per_tok"),
-              "moe_router_topk", c.arg("moe_router_topk"));
+    return;
   }
+  const bool own = !c.arg("moe_ffn_hidden_size").is_null();
+  const std::string moe_ffn = own ? "moe_ffn_hidden_size" : "ffn_hidden_size";
+  c.size(v.moe_ffn, moe_ffn, c.arg(moe_ffn));
+  for (const char* f : {"num_experts", "n_routed_experts", "num_local_experts"}) c.size(f, "num_experts", c.arg("num_experts"));
+  c.setting("num_experts_per_tok", c.stated("num_experts_per_tok"), v.dflt("num_experts_per_tok"), "moe_router_topk",
+            c.arg("moe_router_topk"));
+}
 
+// transformers' ACT2FN: "silu" and "swish" are both SiLU; Megatron-LM's --swiglu is SiLU-gated.
+void check_activation(ArgsChecker& c, const VariantArgs& v, const std::string& model_type) {
+  if (v.quick_geglu) {
+    check_quick_geglu(c, v);
+    return;
+  }
+  std::optional<json> act = c.stated("hidden_act");
+  if (!act) act = v.dflt("hidden_act");
+  if (!act || !c.has_arg("swiglu")) return;
+  const bool silu = *act == json("silu") || *act == json("swish");
+  const json sw = c.arg("swiglu");
+  if (silu && sw == json(true))
+    c.checked_.push_back({{"config", "hidden_act"},
+                          {"args", "swiglu"},
+                          {"value", *act},
+                          {"config_from", c.stated("hidden_act") ? "config.json" : model_type + "'s default"}});
+  else
+    c.problems_.push_back("hidden_act = " + args_shown(*act) + (c.stated("hidden_act") ? "" : " (" + model_type + "'s default)") +
+                          ", but args.swiglu = " + args_shown(sw) +
+                          (sw == json(true) ? " (a SiLU-gated MLP: hidden_act \"silu\")"
+                                            : " (the variant's MLP is SiLU-gated: swiglu True)"));
+}
+
+// Llama 3's RoPE scaling, linear scaling, or none: rope_type and its parameters.
+void check_rope_scaling(ArgsChecker& c) {
+  auto type = c.rope("rope_type");
+  if (!type) type = c.rope("type");
+  const std::string rope_type = type && type->first.is_string() ? type->first.get<std::string>() : "default";
+  const std::string type_field = type ? type->second : "rope_type";
+  const bool llama3 = c.arg("use_rope_scaling") == json(true);
+  const json linear = c.arg("rotary_seq_len_interpolation_factor");
+  if (llama3) {
+    c.compare(type_field, rope_type, type ? "config.json" : "default", "use_rope_scaling", "llama3",
+              "args.use_rope_scaling = True (Llama 3 RoPE scaling: rope_type \"llama3\")");
+    if (rope_type != "llama3") return;
+    auto f = [&](const char* key, const std::string& arg_field, const json& av) {
+      if (auto v = c.rope(key))
+        c.compare(v->second, v->first, "config.json", arg_field, av);
+      else
+        c.problems_.push_back(std::string("rope_parameters.") + key + " is missing, but args." + arg_field + " = " + args_shown(av));
+    };
+    f("factor", "rope_scaling_factor", c.arg("rope_scaling_factor"));
+    f("low_freq_factor", "use_rope_scaling (megatron-core's fixed low_freq_factor)", 1.0);
+    f("high_freq_factor", "use_rope_scaling (megatron-core's fixed high_freq_factor)", 4.0);
+    f("original_max_position_embeddings", "use_rope_scaling (megatron-core's fixed original_max_position_embeddings)", 8192);
+  } else if (!linear.is_null()) {
+    c.compare(type_field, rope_type, type ? "config.json" : "default", "rotary_seq_len_interpolation_factor", "linear",
+              "args.rotary_seq_len_interpolation_factor = " + args_shown(linear) + " (linear RoPE scaling: rope_type \"linear\")");
+    if (rope_type == "linear")
+      if (auto v = c.rope("factor")) c.compare(v->second, v->first, "config.json", "rotary_seq_len_interpolation_factor", linear);
+  } else {
+    c.compare(type_field, rope_type, type ? "config.json" : "default", "use_rope_scaling", "default",
+              "args.use_rope_scaling = " + args_shown(c.arg("use_rope_scaling")) +
+                  " and no rotary_seq_len_interpolation_factor (unscaled RoPE: rope_type \"default\")");
+  }
+}
+
+// The norm, its epsilon, RoPE's base, and (where the variant's RoPE is Hugging Face's) its kind.
+void check_norm_and_rope(ArgsChecker& c, const VariantArgs& v) {
+  c.require("every variant's norm is RMSNorm", "normalization", "RMSNorm");
+  const std::string eps = c.has_arg("norm_epsilon") ? "norm_epsilon" : "layernorm_epsilon";
+  c.setting("rms_norm_eps", c.stated("rms_norm_eps"), v.dflt("rms_norm_eps"), eps, c.arg(eps));
+  auto theta = c.rope("rope_theta");
+  c.setting(theta ? theta->second : "rope_theta", theta ? std::optional<json>(theta->first) : std::nullopt, v.dflt("rope_theta"),
+            "rotary_base", c.arg("rotary_base"));
+  if (!v.rope_checked) return;
+  c.require("Hugging Face's RoPE (no learned or absolute positions)", "position_embedding_type", "rope");
+  c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
+  auto prf = c.rope("partial_rotary_factor");
+  c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
+            v.dflt("partial_rotary_factor"), "rotary_percent", c.arg("rotary_percent"));
+  check_rope_scaling(c);
+}
+
+// ---- the router (the variant's "router") and which layers are MoE ----
+void check_router(ArgsChecker& c, const VariantArgs& v) {
+  check_router_groups(c, v);
+  check_dense_layers(c, v);
+  const json topk = c.arg("moe_router_topk");
+  const json scale = c.arg("moe_router_topk_scaling_factor");
+  const std::string score = v.sigmoid ? "sigmoid" : "softmax";
+  c.require(v.router_name + "'s " + score + " router", "moe_router_score_function", score);
+  if (v.norm_topk == "topk_above_1") {
+    const bool renorm = topk.is_number_integer() && topk.get<int64_t>() > 1;
+    c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_topk", renorm,
+              "args.moe_router_topk = " + args_shown(topk) + " (megatron-core renormalizes a sigmoid router's top k when k > 1)");
+  } else if (v.norm_topk == "renormalized") {
+    c.require(v.router_name + " renormalizes its top-k probabilities", "moe_router_pre_softmax", false);
+  } else {
+    const bool pre = c.arg("moe_router_pre_softmax") == json(true);
+    c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_pre_softmax", json(!pre),
+              "args.moe_router_pre_softmax = " + args_shown(c.arg("moe_router_pre_softmax")) +
+                  " (without it megatron-core renormalizes the top k: norm_topk_prob True)");
+  }
+  if (v.routed_scaling) {
+    const json s = scale.is_number() && scale.get<double>() != 0 ? scale : json(1.0);
+    c.setting("routed_scaling_factor", c.stated("routed_scaling_factor"), v.dflt("routed_scaling_factor"),
+              "moe_router_topk_scaling_factor", s);
+    return;
+  }
+  const bool unscaled = scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
+  if (c.has_arg("moe_router_topk_scaling_factor") && !unscaled)
+    c.problems_.push_back(v.router_name + "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " +
+                          args_shown(scale));
+  else if (c.has_arg("moe_router_topk_scaling_factor"))
+    c.checked_.push_back(
+        {{"config", "(no routed scaling)"}, {"args", "moe_router_topk_scaling_factor"}, {"value", scale}, {"config_from", "model"}});
+}
+
+}  // namespace
+
+json check_megatron_args(const MegatronArgs& args, const json& config, const std::string& config_path,
+                         const json& variant_args) {
+  const std::string model_type = config.is_object() ? config.value("model_type", std::string()) : std::string();
+  static const json kNone = json::object();
+  ArgsChecker c(args, config.is_object() ? config : kNone, model_type);
+  const VariantArgs v = variant_args_of(variant_args, model_type);
+  const bool moe = !c.arg("num_experts").is_null();
+  check_sizes(c, v, moe);
   // ---- the settings no shape shows ----
   c.setting("tie_word_embeddings", c.stated("tie_word_embeddings"), v.dflt("tie_word_embeddings"),
             "untie_embeddings_and_output_weights", json(!(c.arg("untie_embeddings_and_output_weights") == json(true))),
             "args.untie_embeddings_and_output_weights = " + args_shown(c.arg("untie_embeddings_and_output_weights")));
-  if (v.quick_geglu) {
-    check_quick_geglu(c, v);
-  } else {
-    // transformers' ACT2FN: "silu" and "swish" are both SiLU; Megatron-LM's --swiglu is SiLU-gated.
-    std::optional<json> act = c.stated("hidden_act");
-    if (!act) act = v.dflt("hidden_act");
-    if (act && c.has_arg("swiglu")) {
-      const bool silu = *act == json("silu") || *act == json("swish");
-      const json sw = c.arg("swiglu");
-      if (silu && sw == json(true))
-        c.checked_.push_back({{"config", "hidden_act"},
-                              {"args", "swiglu"},
-                              {"value", *act},
-                              {"config_from", c.stated("hidden_act") ? "config.json" : model_type + "'s default"}});
-      else
-        c.problems_.push_back("hidden_act = " + args_shown(*act) +
-                              (c.stated("hidden_act") ? "" : " (" + model_type + "'s default)") +
-                              ", but args.swiglu = " + args_shown(sw) +
-                              (sw == json(true) ? " (a SiLU-gated MLP: hidden_act \"silu\")"
-                                                : " (the variant's MLP is SiLU-gated: swiglu True)"));
-    }
-  }
-  c.require("every variant's norm is RMSNorm", "normalization", "RMSNorm");
-  {
-    const std::string eps = c.has_arg("norm_epsilon") ? "norm_epsilon" : "layernorm_epsilon";
-    c.setting("rms_norm_eps", c.stated("rms_norm_eps"), v.dflt("rms_norm_eps"), eps,
-              c.arg(eps));
-  }
-  {
-    auto theta = c.rope("rope_theta");
-    c.setting(theta ? theta->second : "rope_theta", theta ? std::optional<json>(theta->first) : std::nullopt,
-              v.dflt("rope_theta"), "rotary_base", c.arg("rotary_base"));
-  }
-  if (v.rope_checked) {
-    c.require("Hugging Face's RoPE (no learned or absolute positions)", "position_embedding_type", "rope");
-    c.require("Hugging Face's rotate_half RoPE (it cannot represent interleaved RoPE)", "rotary_interleaved", false);
-    auto prf = c.rope("partial_rotary_factor");
-    c.setting(prf ? prf->second : "partial_rotary_factor", prf ? std::optional<json>(prf->first) : std::nullopt,
-              v.dflt("partial_rotary_factor"), "rotary_percent",
-              c.arg("rotary_percent"));
-    auto type = c.rope("rope_type");
-    if (!type) type = c.rope("type");
-    const std::string rope_type = type && type->first.is_string() ? type->first.get<std::string>() : "default";
-    const std::string type_field = type ? type->second : "rope_type";
-    const bool llama3 = c.arg("use_rope_scaling") == json(true);
-    const json linear = c.arg("rotary_seq_len_interpolation_factor");
-    if (llama3) {
-      c.compare(type_field, rope_type, type ? "config.json" : "default", "use_rope_scaling", "llama3",
-                "args.use_rope_scaling = True (Llama 3 RoPE scaling: rope_type \"llama3\")");
-      if (rope_type == "llama3") {
-        auto f = [&](const char* key, const std::string& arg_field, const json& av) {
-          if (auto v = c.rope(key))
-            c.compare(v->second, v->first, "config.json", arg_field, av);
-          else
-            c.problems_.push_back(std::string("rope_parameters.") + key + " is missing, but args." + arg_field + " = " +
-                                  args_shown(av));
-        };
-        f("factor", "rope_scaling_factor", c.arg("rope_scaling_factor"));
-        f("low_freq_factor", "use_rope_scaling (megatron-core's fixed low_freq_factor)", 1.0);
-        f("high_freq_factor", "use_rope_scaling (megatron-core's fixed high_freq_factor)", 4.0);
-        f("original_max_position_embeddings",
-          "use_rope_scaling (megatron-core's fixed original_max_position_embeddings)", 8192);
-      }
-    } else if (!linear.is_null()) {
-      c.compare(type_field, rope_type, type ? "config.json" : "default", "rotary_seq_len_interpolation_factor",
-                "linear",
-                "args.rotary_seq_len_interpolation_factor = " + args_shown(linear) +
-                    " (linear RoPE scaling: rope_type \"linear\")");
-      if (rope_type == "linear") {
-        if (auto v = c.rope("factor"))
-          c.compare(v->second, v->first, "config.json", "rotary_seq_len_interpolation_factor", linear);
-      }
-    } else {
-      c.compare(type_field, rope_type, type ? "config.json" : "default", "use_rope_scaling", "default",
-                "args.use_rope_scaling = " + args_shown(c.arg("use_rope_scaling")) +
-                    " and no rotary_seq_len_interpolation_factor (unscaled RoPE: rope_type \"default\")");
-    }
-  }
-
+  check_activation(c, v, model_type);
+  check_norm_and_rope(c, v);
   if (v.yarn) check_yarn(c, v);
   if (v.sinks) c.require("the model's learnable attention sinks (self_attn.sinks)", "softmax_type", "learnable");
   if (v.sliding_window) check_sliding_window(c, v);
   if (v.mla_rope) check_mla_rope(c, v);
-
-  // ---- the router (the variant's "router") and which layers are MoE ----
-  if (moe) {
-    check_router_groups(c, v);
-    check_dense_layers(c, v);
-    const json topk = c.arg("moe_router_topk");
-    const json scale = c.arg("moe_router_topk_scaling_factor");
-    const std::string score = v.sigmoid ? "sigmoid" : "softmax";
-    c.require(v.router_name + "'s " + score + " router", "moe_router_score_function", score);
-    if (v.norm_topk == "topk_above_1") {
-      const bool renorm = topk.is_number_integer() && topk.get<int64_t>() > 1;
-      c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_topk", renorm,
-                "args.moe_router_topk = " + args_shown(topk) +
-                    " (megatron-core renormalizes a sigmoid router's top k when k > 1)");
-    } else if (v.norm_topk == "renormalized") {
-      c.require(v.router_name + " renormalizes its top-k probabilities", "moe_router_pre_softmax", false);
-    } else {
-      const bool pre = c.arg("moe_router_pre_softmax") == json(true);
-      c.setting("norm_topk_prob", c.stated("norm_topk_prob"), v.dflt("norm_topk_prob"), "moe_router_pre_softmax",
-                json(!pre),
-                "args.moe_router_pre_softmax = " + args_shown(c.arg("moe_router_pre_softmax")) +
-                    " (without it megatron-core renormalizes the top k: norm_topk_prob True)");
-    }
-    if (v.routed_scaling) {
-      const json s = scale.is_number() && scale.get<double>() != 0 ? scale : json(1.0);
-      c.setting("routed_scaling_factor", c.stated("routed_scaling_factor"), v.dflt("routed_scaling_factor"),
-                "moe_router_topk_scaling_factor", s);
-    } else {
-      const bool unscaled =
-          scale.is_null() || (scale.is_number() && (scale.get<double>() == 0 || scale.get<double>() == 1));
-      if (c.has_arg("moe_router_topk_scaling_factor") && !unscaled)
-        c.problems_.push_back(v.router_name + "'s router applies no routed scaling, but args.moe_router_topk_scaling_factor = " +
-                              args_shown(scale));
-      else if (c.has_arg("moe_router_topk_scaling_factor"))
-        c.checked_.push_back({{"config", "(no routed scaling)"},
-                              {"args", "moe_router_topk_scaling_factor"},
-                              {"value", scale},
-                              {"config_from", "model"}});
-    }
-  }
-
+  if (moe) check_router(c, v);
   if (!c.problems_.empty())
     throw_config_contradiction(config_path, "config.json disagrees with the training arguments the checkpoint carries (" + args.from + "):",
                                c.problems_);

@@ -171,40 +171,24 @@ int64_t file_int(const json& file, const char* name, const std::string& path) {
 
 }  // namespace
 
-void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const MapConfig& config) {
-  if (!target.given()) return;
-  if (map.from != "hf" || map.to != "megatron")
-    throw UsageError(Where(), "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say "
-                              "the Megatron-LM run a Hugging Face model is written for: they go with --map megatron "
-                              "from a Hugging Face checkpoint (this map goes " + map.from + " -> " + map.to + ")");
-  json file = json::object();
-  if (!target.args_file.empty()) {
-    try {
-      file = json::parse(read_text(target.args_file));
-    } catch (const json::exception& e) {
-      throw UsageError(Where(target.args_file), std::string("--megatron-args: not JSON: ") + e.what());
-    }
-    if (!file.is_object())
-      throw UsageError(Where(target.args_file),
-                       "--megatron-args: want a JSON object of Megatron-LM's argument names (json.dump(vars(args)))");
-  }
-  const std::string& path = target.args_file;
-  // Each setting from its flag, else the file, else Megatron-LM's default; a flag and the file
-  // disagreeing is a usage error naming both.
-  auto pick = [&](const char* name, const char* flag, int64_t given, int64_t dflt, std::string* from) {
-    const int64_t in_file = file_int(file, name, path);
-    if (given > 0 && in_file > 0 && given != in_file)
-      throw UsageError(Where(path), std::string(flag) + " " + std::to_string(given) + ", but --megatron-args says " + name +
-                                        " = " + std::to_string(in_file));
-    *from = given > 0 ? std::string(flag) : in_file > 0 ? path : "Megatron-LM's default";
-    return given > 0 ? given : in_file > 0 ? in_file : dflt;
-  };
-  std::string by_from, tp_from;
-  const int64_t padded_file = file_int(file, "padded_vocab_size", path);
-  const bool by_stated = target.divisible_by > 0 || file_int(file, "make_vocab_size_divisible_by", path) > 0;
-  const int64_t by = pick("make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", target.divisible_by, 128, &by_from);
-  const int64_t tp = pick("tensor_model_parallel_size", "--tensor-model-parallel-size", target.tp, 1, &tp_from);
+namespace {
 
+json read_megatron_args_file(const std::string& path) {
+  json file = json::object();
+  if (path.empty()) return file;
+  try {
+    file = json::parse(read_text(path));
+  } catch (const json::exception& e) {
+    throw UsageError(Where(path), std::string("--megatron-args: not JSON: ") + e.what());
+  }
+  if (!file.is_object())
+    throw UsageError(Where(path), "--megatron-args: want a JSON object of Megatron-LM's argument names (json.dump(vars(args)))");
+  return file;
+}
+
+// The tensors padded (the word embeddings and an untied output layer) and the vocabulary's rows,
+// which must agree with each other, config.json and the args file.
+std::vector<MappedTensor*> vocab_tensors(MappedModel& map, const MapConfig& config, const json& file, const std::string& path) {
   std::vector<MappedTensor*> pad;
   for (MappedTensor& mt : map.tensors)
     if (is_megatron_vocab(mt.meta.fqn) && !mt.zeros && mt.meta.ndim() == 2) pad.push_back(&mt);
@@ -221,12 +205,75 @@ void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const Ma
   if (cv.is_number_integer() && cv.get<int64_t>() != rows)
     throw FormatError(Where(config.path), "config.json's vocab_size is " + cv.dump() + " but " + pad[0]->inputs.at(0) +
                                               " has " + std::to_string(rows) + " rows");
-  const int64_t vocab = rows;
   const int64_t tokens = file_int(file, "vocab_size", path);
-  if (tokens > 0 && tokens != vocab)
+  if (tokens > 0 && tokens != rows)
     throw UsageError(Where(path), "--megatron-args says vocab_size (the tokenizer's) = " + std::to_string(tokens) +
-                                      ", but the model's vocabulary has " + std::to_string(vocab) + " rows (" +
+                                      ", but the model's vocabulary has " + std::to_string(rows) + " rows (" +
                                       pad[0]->inputs.at(0) + "; " + config.path + ")");
+  return pad;
+}
+
+// The Namespace: the file's fields, else what load_checkpoint compares from config.json; then
+// what this checkpoint is, whatever the file said (`set` lists each field written over it).
+void megatron_namespace(const MegatronTarget& target, MappedModel& map, const MapConfig& config, const json& file,
+                        int64_t vocab, int64_t padded, int64_t by, int64_t tp) {
+  json fields = file;
+  json set = json::object();
+  auto put = [&](const std::string& name, const json& v) {
+    if (fields.contains(name) && fields[name] != v) set[name] = {{"was", fields[name]}, {"now", v}};
+    fields[name] = v;
+  };
+  if (target.args_file.empty()) {
+    const json& c = config.json;
+    for (const auto& [arg, key] : {std::pair<const char*, const char*>{"num_layers", "num_hidden_layers"},
+                                   {"hidden_size", "hidden_size"},
+                                   {"num_attention_heads", "num_attention_heads"},
+                                   {"max_position_embeddings", "max_position_embeddings"}})
+      if (c.is_object() && c.contains(key) && c[key].is_number_integer()) fields[arg] = c[key];
+  }
+  put("vocab_size", vocab);
+  put("padded_vocab_size", padded);
+  put("make_vocab_size_divisible_by", by);
+  put("tensor_model_parallel_size", tp);
+  bool untied = false;
+  for (const MappedTensor& mt : map.tensors) untied = untied || mt.meta.fqn == "output_layer.weight";
+  put("untie_embeddings_and_output_weights", untied);
+  put("ckpt_format", "torch_dist");
+  put("no_save_optim", true);
+  put("no_save_rng", true);
+  const std::string& path = target.args_file;
+  map.megatron_args = {{"from", path.empty() ? json("config.json and the command line") : json(path)},
+                       {"fields", fields},
+                       {"set", set}};
+}
+
+}  // namespace
+
+void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const MapConfig& config) {
+  if (!target.given()) return;
+  if (map.from != "hf" || map.to != "megatron")
+    throw UsageError(Where(), "--megatron-args, --make-vocab-size-divisible-by and --tensor-model-parallel-size say "
+                              "the Megatron-LM run a Hugging Face model is written for: they go with --map megatron "
+                              "from a Hugging Face checkpoint (this map goes " + map.from + " -> " + map.to + ")");
+  const json file = read_megatron_args_file(target.args_file);
+  const std::string& path = target.args_file;
+  // Each setting from its flag, else the file, else Megatron-LM's default; a flag and the file
+  // disagreeing is a usage error naming both.
+  auto pick = [&](const char* name, const char* flag, int64_t given, int64_t dflt, std::string* from) {
+    const int64_t in_file = file_int(file, name, path);
+    if (given > 0 && in_file > 0 && given != in_file)
+      throw UsageError(Where(path), std::string(flag) + " " + std::to_string(given) + ", but --megatron-args says " + name +
+                                        " = " + std::to_string(in_file));
+    *from = given > 0 ? std::string(flag) : in_file > 0 ? path : "Megatron-LM's default";
+    return given > 0 ? given : in_file > 0 ? in_file : dflt;
+  };
+  std::string by_from, tp_from;
+  const int64_t padded_file = file_int(file, "padded_vocab_size", path);
+  const bool by_stated = target.divisible_by > 0 || file_int(file, "make_vocab_size_divisible_by", path) > 0;
+  const int64_t by = pick("make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", target.divisible_by, 128, &by_from);
+  const int64_t tp = pick("tensor_model_parallel_size", "--tensor-model-parallel-size", target.tp, 1, &tp_from);
+  const std::vector<MappedTensor*> pad = vocab_tensors(map, config, file, path);
+  const int64_t vocab = pad[0]->meta.shape[0];
   // Megatron-LM's _set_padded_vocab_size: a padded_vocab_size already set is kept; else the rule.
   Rule rule;
   rule.multiple = by * tp;
@@ -260,36 +307,7 @@ void pad_megatron_vocab(const MegatronTarget& target, MappedModel& map, const Ma
                {"rule", rule.text},
                {"rule_from", rule.from},
                {"padding", "zero rows at the end (Megatron-Bridge's _pad_right_dim0)"}};
-
-  // The Namespace: the file's fields, else what load_checkpoint compares from config.json; then
-  // what this checkpoint is, whatever the file said (`set` lists each field written over it).
-  json fields = file;
-  json set = json::object();
-  auto put = [&](const std::string& name, const json& v) {
-    if (fields.contains(name) && fields[name] != v) set[name] = {{"was", fields[name]}, {"now", v}};
-    fields[name] = v;
-  };
-  if (target.args_file.empty()) {
-    const json& c = config.json;
-    for (const auto& [arg, key] : {std::pair<const char*, const char*>{"num_layers", "num_hidden_layers"},
-                                   {"hidden_size", "hidden_size"},
-                                   {"num_attention_heads", "num_attention_heads"},
-                                   {"max_position_embeddings", "max_position_embeddings"}})
-      if (c.is_object() && c.contains(key) && c[key].is_number_integer()) fields[arg] = c[key];
-  }
-  put("vocab_size", vocab);
-  put("padded_vocab_size", rule.padded);
-  put("make_vocab_size_divisible_by", by);
-  put("tensor_model_parallel_size", tp);
-  bool untied = false;
-  for (const MappedTensor& mt : map.tensors) untied = untied || mt.meta.fqn == "output_layer.weight";
-  put("untie_embeddings_and_output_weights", untied);
-  put("ckpt_format", "torch_dist");
-  put("no_save_optim", true);
-  put("no_save_rng", true);
-  map.megatron_args = {{"from", path.empty() ? json("config.json and the command line") : json(path)},
-                       {"fields", fields},
-                       {"set", set}};
+  megatron_namespace(target, map, config, file, vocab, rule.padded, by, tp);
 }
 
 }  // namespace dcpctl

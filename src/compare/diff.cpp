@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "compare/stats.h"
 #include "item/window.h"
@@ -85,185 +86,218 @@ void register_diff_kind(const DiffKind& kind) {
   diff_kinds().push_back(kind);
 }
 
-DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
-  // A module's file against the model it was written from (a GGUF: through the writer's plan).
-  for (const DiffKind& kind : diff_kinds())
-    if (kind.claims(a) != kind.claims(b)) return kind.claims(b) ? kind.diff(a, b, o, false) : kind.diff(b, a, o, true);
-  if (!o.assets.empty())
-    throw UsageError(Where(o.assets), diff_kinds().empty() ? "--assets names the config.json of a module's file's source (a .gguf's), "
-                                                             "and this build of dcpctl has no such module"
-                                                           : diff_kinds().front().assets_use);
-  auto t0 = std::chrono::steady_clock::now();
-  const std::string& prefix = o.selection.prefix;
-  bool pa = !prefix.empty() && has_prefix(a.ck.md, prefix), pb = !prefix.empty() && has_prefix(b.ck.md, prefix);
-  if (!prefix.empty() && !pa && !pb)
-    throw UsageError(Where(), "--select " + prefix + ": neither " + a.path + " nor " + b.path + " has keys under it");
-  auto side_selection = [&](bool use_prefix) {
-    Selection s = o.selection;
-    if (!use_prefix) s.prefix.clear();
-    return s;
-  };
-  const bool audit = !o.map.empty();
-  // B quantized and A not (an export of A): B's quantized weights decoded, each with the bound its
-  // values are held to.
-  std::map<std::string, ExportBound> bounds = dequantize_export(b, a);
-  const std::optional<KeyMap> keymap = audit ? std::optional<KeyMap>(load_key_map(o.map)) : std::nullopt;
-  if (audit) {
-    // A through the map; B too when its keys are on A's side (else B is already named as the map
-    // names A's tensors).
-    map_input(a, o.map, side_selection(pa), o.map_config);
-    try {
-      // Only on A's side: B on the other is not mapped, and its keys are not the map's to refuse.
-      map_input(b, o.map, side_selection(pb), o.map_config, a.map->from);
-    } catch (const UsageError&) {
-      // left as it was
-    }
-  }
-  auto select_side = [&](const Input& in, bool use_prefix) {
-    try {
-      return input_items(in, side_selection(use_prefix));
-    } catch (const UsageError&) {
-      return std::vector<SelectedItem>{};
-    }
-  };
-  std::vector<SelectedItem> sa = select_side(a, pa), sb = select_side(b, pb);
-  if (sa.empty() && sb.empty())
-    throw UsageError(Where(), "nothing selected on either side; see the keys with `dcpctl inspect --flat`");
+namespace {
 
-  DiffResult r;
-  std::map<std::string, size_t> in_b;
-  for (size_t i = 0; i < sb.size(); ++i) in_b.emplace(sb[i].key, i);
-  std::vector<bool> b_matched(sb.size(), false);
+// diff_inputs's steps over two inputs of the same kind: the keys selected on each side, paired
+// (pair_keys); each pair judged by its metadata or planned as windows (plan_pair); the windows
+// compared on the workers (compare_window); the verdict (finish).
+class Differ {
+ public:
+  Differ(Input& a, Input& b, const DiffOptions& o)
+      : a_(a), b_(b), o_(o), audit_(!o.map.empty()), gate_(o.max_memory), threads_(std::max(1u, o.threads)) {}
+
+  DiffResult run() && {
+    const auto t0 = std::chrono::steady_clock::now();
+    select();
+    pair_keys();
+    plan();
+    compare();
+    finish();
+    r_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::move(r_);
+  }
+
+ private:
   struct Pair {
     size_t key;
     const SelectedItem* ia;
     const SelectedItem* ib;
   };
-  std::vector<Pair> pairs;
-  for (const auto& ia : sa) {
-    KeyDiff k;
-    k.key = ia.key;
-    auto it = in_b.find(ia.key);
-    if (it == in_b.end() && audit && ia.tensor) {
-      // A head the export leaves out because its config ties it: compared with what it is tied to.
-      const MappedTensor* mt = mapped_tensor(a, a.ck.md.tensors[ia.index].fqn);
-      std::string tied = mt ? tied_key(*a.map, *mt, *keymap) : "";
-      if (!tied.empty() && in_b.count(tied) && export_ties_embeddings(b)) {
-        it = in_b.find(tied);
-        k.b_key = tied;
-      }
-    }
-    if (it == in_b.end()) {
-      k.status = DiffStatus::OnlyInA;
-      if (ia.tensor) k.a = &input_tensor(a, ia);
-    } else {
-      b_matched[it->second] = true;
-      pairs.push_back({r.keys.size(), &ia, &sb[it->second]});
-    }
-    r.keys.push_back(std::move(k));
-  }
-  for (size_t i = 0; i < sb.size(); ++i) {
-    if (b_matched[i]) continue;
-    KeyDiff k;
-    k.key = sb[i].key;
-    k.status = DiffStatus::OnlyInB;
-    if (sb[i].tensor) k.b = &input_tensor(b, sb[i]);
-    r.keys.push_back(std::move(k));
-  }
-
-  std::vector<const SelectedItem*> read_a, read_b;  // what is compared is read
-  for (const Pair& p : pairs) read_a.push_back(p.ia), read_b.push_back(p.ib);
-  expect_reads(a, read_a);
-  expect_reads(b, read_b);
-
   struct Task {
     size_t key;
     Window w;
   };
-  std::vector<Task> tasks;
-  // Window buffers and decoded chunks kept for several windows (item/window.h) share it;
-  // declared before the readers, which give back what they hold when destroyed.
-  MemoryGate gate(o.max_memory);
-  WindowReader ra(*a.reader, &gate), rb(*b.reader, &gate);
-  const uint64_t buffer_budget = std::min(window_budget(a.ck.md, o.max_memory), window_budget(b.ck.md, o.max_memory));
-  std::vector<DiffRule> rules(r.keys.size());
-  std::vector<ExportBound> kbounds(r.keys.size());
-  uint64_t total = 0;
-  unsigned threads = std::max(1u, o.threads);
-  for (const Pair& p : pairs) {
-    KeyDiff& k = r.keys[p.key];
+
+  Selection side_selection(bool use_prefix) const {
+    Selection s = o_.selection;
+    if (!use_prefix) s.prefix.clear();
+    return s;
+  }
+  std::vector<SelectedItem> select_side(const Input& in, bool use_prefix) const {
+    try {
+      return input_items(in, side_selection(use_prefix));
+    } catch (const UsageError&) {
+      return {};
+    }
+  }
+
+  // The keys each side compares: under --select's prefix where that side has it, through --map.
+  void select() {
+    const std::string& prefix = o_.selection.prefix;
+    const bool pa = !prefix.empty() && has_prefix(a_.ck.md, prefix), pb = !prefix.empty() && has_prefix(b_.ck.md, prefix);
+    if (!prefix.empty() && !pa && !pb)
+      throw UsageError(Where(), "--select " + prefix + ": neither " + a_.path + " nor " + b_.path + " has keys under it");
+    // B quantized and A not (an export of A): B's quantized weights decoded, each with the bound
+    // its values are held to.
+    bounds_ = dequantize_export(b_, a_);
+    if (audit_) {
+      keymap_ = load_key_map(o_.map);
+      // A through the map; B too when its keys are on A's side (else B is already named as the map
+      // names A's tensors).
+      map_input(a_, o_.map, side_selection(pa), o_.map_config);
+      try {
+        // Only on A's side: B on the other is not mapped, and its keys are not the map's to refuse.
+        map_input(b_, o_.map, side_selection(pb), o_.map_config, a_.map->from);
+      } catch (const UsageError&) {
+        // left as it was
+      }
+    }
+    sa_ = select_side(a_, pa);
+    sb_ = select_side(b_, pb);
+    if (sa_.empty() && sb_.empty())
+      throw UsageError(Where(), "nothing selected on either side; see the keys with `dcpctl inspect --flat`");
+  }
+
+  // Every key of A with its B (or the one its head is tied to), then B's left unmatched.
+  void pair_keys() {
+    std::map<std::string, size_t> in_b;
+    for (size_t i = 0; i < sb_.size(); ++i) in_b.emplace(sb_[i].key, i);
+    std::vector<bool> b_matched(sb_.size(), false);
+    for (const auto& ia : sa_) {
+      KeyDiff k;
+      k.key = ia.key;
+      auto it = in_b.find(ia.key);
+      if (it == in_b.end() && audit_ && ia.tensor) {
+        // A head the export leaves out because its config ties it: compared with what it is tied to.
+        const MappedTensor* mt = mapped_tensor(a_, a_.ck.md.tensors[ia.index].fqn);
+        std::string tied = mt ? tied_key(*a_.map, *mt, *keymap_) : "";
+        if (!tied.empty() && in_b.count(tied) && export_ties_embeddings(b_)) {
+          it = in_b.find(tied);
+          k.b_key = tied;
+        }
+      }
+      if (it == in_b.end()) {
+        k.status = DiffStatus::OnlyInA;
+        if (ia.tensor) k.a = &input_tensor(a_, ia);
+      } else {
+        b_matched[it->second] = true;
+        pairs_.push_back({r_.keys.size(), &ia, &sb_[it->second]});
+      }
+      r_.keys.push_back(std::move(k));
+    }
+    for (size_t i = 0; i < sb_.size(); ++i) {
+      if (b_matched[i]) continue;
+      KeyDiff k;
+      k.key = sb_[i].key;
+      k.status = DiffStatus::OnlyInB;
+      if (sb_[i].tensor) k.b = &input_tensor(b_, sb_[i]);
+      r_.keys.push_back(std::move(k));
+    }
+  }
+
+  void plan() {
+    std::vector<const SelectedItem*> read_a, read_b;  // what is compared is read
+    for (const Pair& p : pairs_) read_a.push_back(p.ia), read_b.push_back(p.ib);
+    expect_reads(a_, read_a);
+    expect_reads(b_, read_b);
+    // Window buffers and decoded chunks kept for several windows (item/window.h) share the gate;
+    // it is declared before the readers, which give back what they hold when destroyed.
+    ra_.emplace(*a_.reader, &gate_);
+    rb_.emplace(*b_.reader, &gate_);
+    buffer_budget_ = std::min(window_budget(a_.ck.md, o_.max_memory), window_budget(b_.ck.md, o_.max_memory));
+    rules_.resize(r_.keys.size());
+    kbounds_.resize(r_.keys.size());
+    for (const Pair& p : pairs_) plan_pair(p);
+  }
+
+  // A pair judged by what its metadata says (kind, value, shape, dtype), else its windows planned.
+  void plan_pair(const Pair& p) {
+    KeyDiff& k = r_.keys[p.key];
     if (p.ia->tensor != p.ib->tensor) {
       k.status = DiffStatus::KindChanged;
-      if (p.ia->tensor) k.a = &input_tensor(a, *p.ia);
-      if (p.ib->tensor) k.b = &input_tensor(b, *p.ib);
-      continue;
+      if (p.ia->tensor) k.a = &input_tensor(a_, *p.ia);
+      if (p.ib->tensor) k.b = &input_tensor(b_, *p.ib);
+      return;
     }
     if (!p.ia->tensor) {
-      k.value_a = value_repr(a, a.ck.md.bytes[p.ia->index]);
-      k.value_b = value_repr(b, b.ck.md.bytes[p.ib->index]);
+      k.value_a = value_repr(a_, a_.ck.md.bytes[p.ia->index]);
+      k.value_b = value_repr(b_, b_.ck.md.bytes[p.ib->index]);
       k.status = *k.value_a == *k.value_b ? DiffStatus::Identical : DiffStatus::ValuesChanged;
-      continue;
+      return;
     }
-    const TensorMeta& ta = input_tensor(a, *p.ia);
-    const TensorMeta& tb = input_tensor(b, *p.ib);
+    const TensorMeta& ta = input_tensor(a_, *p.ia);
+    const TensorMeta& tb = input_tensor(b_, *p.ib);
     k.a = &ta;
     k.b = &tb;
     if (ta.shape != tb.shape) {
       k.status = DiffStatus::ShapeChanged;
-      continue;
+      return;
     }
-    if (auto bd = bounds.find(p.ib->key); bd != bounds.end())
+    if (auto bd = bounds_.find(p.ib->key); bd != bounds_.end())
       k.bound = ExportBound::Kind::Codec, k.codec = bd->second.codec;
-    else if (audit && ta.dtype != tb.dtype && ta.dtype && tb.dtype && castable(*ta.dtype) && castable(*tb.dtype))
+    else if (audit_ && ta.dtype != tb.dtype && ta.dtype && tb.dtype && castable(*ta.dtype) && castable(*tb.dtype))
       k.bound = ExportBound::Kind::Cast;
-    if (ta.dtype_name != tb.dtype_name && !o.ignore_dtype && k.bound == ExportBound::Kind::Exact) {
+    if (ta.dtype_name != tb.dtype_name && !o_.ignore_dtype && k.bound == ExportBound::Kind::Exact) {
       k.status = DiffStatus::DtypeChanged;
-      continue;
+      return;
     }
     for (const auto* t : {&ta, &tb})
-      if (!t->dtype) throw UnsupportedError(Where(t == &ta ? a.path : b.path, std::nullopt, k.key), "tensor of unknown dtype " + t->dtype_name);
-    DiffRule rule;
-    rule.exact = !o.atol && !o.rtol && *ta.dtype == *tb.dtype;
-    if (k.bound != ExportBound::Kind::Exact) {
-      if (k.bound == ExportBound::Kind::Codec)
-        kbounds[p.key] = bounds.at(p.ib->key);
-      else
-        kbounds[p.key].kind = ExportBound::Kind::Cast;
-      rule.exact = false;
-    }
-    rule.atol = o.atol.value_or(0);
-    rule.rtol = o.rtol.value_or(0);
-    rule.equal_nan = o.equal_nan;
-    if (!rule.exact && (!decodable(*ta.dtype) || !decodable(*tb.dtype)))
-      throw UnsupportedError(Where(a.path, std::nullopt, k.key), "values of dtype " + ta.dtype_name + " / " + tb.dtype_name +
-                                                                     " are not decoded; compare them exactly (no --atol/--rtol)");
-    require_tiled(a, ta);
-    require_tiled(b, tb);
+      if (!t->dtype)
+        throw UnsupportedError(Where(t == &ta ? a_.path : b_.path, std::nullopt, k.key), "tensor of unknown dtype " + t->dtype_name);
+    rules_[p.key] = rule_for(k, p);
+    require_tiled(a_, ta);
+    require_tiled(b_, tb);
     k.compared = true;
-    rules[p.key] = rule;
     size_t ia = itemsize(*ta.dtype), ib = itemsize(*tb.dtype);
     uint64_t per_elem = ia + ib + std::max(ia, ib) + (k.codec ? 1 : 0);  // a codec's scales: a float a group
-    std::vector<Window> windows = plan_windows(ta.shape, window_elems(o.window_bytes, std::max(ia, ib), buffer_budget, threads, per_elem));
-    ra.expect(ta, windows);
-    rb.expect(tb, windows);
-    for (const Window& w : windows) tasks.push_back({p.key, w});
-    total += ta.nbytes() + tb.nbytes();
+    std::vector<Window> windows =
+        plan_windows(ta.shape, window_elems(o_.window_bytes, std::max(ia, ib), buffer_budget_, threads_, per_elem));
+    ra_->expect(ta, windows);
+    rb_->expect(tb, windows);
+    for (const Window& w : windows) tasks_.push_back({p.key, w});
+    total_ += ta.nbytes() + tb.nbytes();
   }
 
-  std::vector<DiffAccumulator> partial(tasks.size());
-  std::atomic<uint64_t> done{0};
-  std::atomic<bool> found{false};
-  if (o.stop_early)
-    for (const auto& k : r.keys)
-      if (!k.compared && k.status != DiffStatus::Identical) found = true;
-  run_tasks(tasks.size(), threads, gate, [&](size_t i, WorkerBuffers& buf) {
-    if (o.stop_early && found.load(std::memory_order_relaxed)) return;
-    const Task& task = tasks[i];
-    const KeyDiff& k = r.keys[task.key];
+  // How a compared pair's values are held: exactly, within --atol/--rtol, or within the bound of
+  // the cast or codec that made B.
+  DiffRule rule_for(const KeyDiff& k, const Pair& p) {
+    const TensorMeta &ta = *k.a, &tb = *k.b;
+    DiffRule rule;
+    rule.exact = !o_.atol && !o_.rtol && *ta.dtype == *tb.dtype;
+    if (k.bound != ExportBound::Kind::Exact) {
+      if (k.bound == ExportBound::Kind::Codec)
+        kbounds_[p.key] = bounds_.at(p.ib->key);
+      else
+        kbounds_[p.key].kind = ExportBound::Kind::Cast;
+      rule.exact = false;
+    }
+    rule.atol = o_.atol.value_or(0);
+    rule.rtol = o_.rtol.value_or(0);
+    rule.equal_nan = o_.equal_nan;
+    if (!rule.exact && (!decodable(*ta.dtype) || !decodable(*tb.dtype)))
+      throw UnsupportedError(Where(a_.path, std::nullopt, k.key), "values of dtype " + ta.dtype_name + " / " + tb.dtype_name +
+                                                                      " are not decoded; compare them exactly (no --atol/--rtol)");
+    return rule;
+  }
+
+  void compare() {
+    partial_.resize(tasks_.size());
+    if (o_.stop_early)
+      for (const auto& k : r_.keys)
+        if (!k.compared && k.status != DiffStatus::Identical) found_ = true;
+    run_tasks(tasks_.size(), threads_, gate_, [&](size_t i, WorkerBuffers& buf) {
+      if (o_.stop_early && found_.load(std::memory_order_relaxed)) return;
+      compare_window(i, buf);
+    });
+  }
+
+  void compare_window(size_t i, WorkerBuffers& buf) {
+    const Task& task = tasks_[i];
+    const KeyDiff& k = r_.keys[task.key];
     DType da = *k.a->dtype, db = *k.b->dtype;
     size_t ia = itemsize(da), ib = itemsize(db);
     uint64_t n = task.w.numel;
-    const ExportBound& bound = kbounds[task.key];
+    const ExportBound& bound = kbounds_[task.key];
     // A codec's bound: the scales of the rows the window spans, read for it.
     int64_t r0 = 0, rows = 0;
     if (bound.kind == ExportBound::Kind::Codec) {
@@ -278,8 +312,8 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
     uint8_t* bb = ba + n * ia;
     thread_local std::vector<double> wa(2 * kWiden), wb(2 * kWiden);
     thread_local std::vector<uint8_t> cast(kWiden * 16);
-    ra.fill(*k.a, task.w, ba, buf.b());
-    rb.fill(*k.b, task.w, bb, buf.b());
+    ra_->fill(*k.a, task.w, ba, buf.b());
+    rb_->fill(*k.b, task.w, bb, buf.b());
     std::vector<float> scales;
     if (rows) bound.codec->scales(*bound.saved, r0, rows, scales);
     const ScaleWindow sw{scales.data(), r0};
@@ -287,36 +321,73 @@ DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
       size_t m = static_cast<size_t>(std::min<uint64_t>(kWiden, n - e));
       if (bound.kind != ExportBound::Kind::Exact)
         compare_bounded(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, bound, sw, cast.data(), wa.data(),
-                        wb.data(), partial[i]);
+                        wb.data(), partial_[i]);
       else
-        compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules[task.key], wa.data(), wb.data(), partial[i]);
+        compare_elements(da, ba + e * ia, db, bb + e * ib, m, task.w.start + e, rules_[task.key], wa.data(), wb.data(),
+                         partial_[i]);
     }
-    if (partial[i].differ) found = true;
-    uint64_t now = done.fetch_add(n * (ia + ib)) + n * (ia + ib);
-    if (o.progress) o.progress(now, total);
-  });
-  for (size_t i = 0; i < tasks.size(); ++i) r.keys[tasks[i].key].acc.merge(partial[i]);
-  for (auto& k : r.keys) {
-    if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : !k.b_key.empty() ? DiffStatus::Tied : DiffStatus::Identical;
-    if (k.status == DiffStatus::Tied) continue;
-    if (k.status != DiffStatus::Identical) r.same = false;
+    if (partial_[i].differ) found_ = true;
+    uint64_t now = done_.fetch_add(n * (ia + ib)) + n * (ia + ib);
+    if (o_.progress) o_.progress(now, total_);
   }
-  if (found) r.same = false;
-  std::stable_sort(r.keys.begin(), r.keys.end(), [](const KeyDiff& x, const KeyDiff& y) {
-    int rx = rank(x), ry = rank(y);
-    if (rx != ry) return rx < ry;
-    if (rx != 0) return false;
-    bool nx = x.acc.nan_mismatch > 0, ny = y.acc.nan_mismatch > 0;
-    if (nx != ny) return nx;
-    return x.acc.max_abs > y.acc.max_abs;
-  });
-  if (audit) {
-    r.audit = audit_export(a, b, r, *keymap);
-    r.same = r.audit->clean() && !found;  // --quiet stops at the first difference: what is left unread is not clean
+
+  // Each key's status from its windows; the keys by how much they differ; the audit through --map.
+  void finish() {
+    for (size_t i = 0; i < tasks_.size(); ++i) r_.keys[tasks_[i].key].acc.merge(partial_[i]);
+    for (auto& k : r_.keys) {
+      if (k.compared) k.status = k.acc.differ ? DiffStatus::ValuesChanged : !k.b_key.empty() ? DiffStatus::Tied : DiffStatus::Identical;
+      if (k.status == DiffStatus::Tied) continue;
+      if (k.status != DiffStatus::Identical) r_.same = false;
+    }
+    if (found_) r_.same = false;
+    std::stable_sort(r_.keys.begin(), r_.keys.end(), [](const KeyDiff& x, const KeyDiff& y) {
+      int rx = rank(x), ry = rank(y);
+      if (rx != ry) return rx < ry;
+      if (rx != 0) return false;
+      bool nx = x.acc.nan_mismatch > 0, ny = y.acc.nan_mismatch > 0;
+      if (nx != ny) return nx;
+      return x.acc.max_abs > y.acc.max_abs;
+    });
+    if (audit_) {
+      r_.audit = audit_export(a_, b_, r_, *keymap_);
+      r_.same = r_.audit->clean() && !found_;  // --quiet stops at the first difference: what is left unread is not clean
+    }
+    r_.bytes_read = done_.load();
   }
-  r.bytes_read = done.load();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+
+  Input& a_;
+  Input& b_;
+  const DiffOptions& o_;
+  const bool audit_;
+  std::map<std::string, ExportBound> bounds_;
+  std::optional<KeyMap> keymap_;
+  std::vector<SelectedItem> sa_, sb_;
+  DiffResult r_;
+  std::vector<Pair> pairs_;
+  std::vector<Task> tasks_;
+  MemoryGate gate_;  // before the readers, which give back to it what they hold when destroyed
+  std::optional<WindowReader> ra_, rb_;
+  uint64_t buffer_budget_ = 0;
+  std::vector<DiffRule> rules_;
+  std::vector<ExportBound> kbounds_;
+  uint64_t total_ = 0;
+  const unsigned threads_;
+  std::vector<DiffAccumulator> partial_;
+  std::atomic<uint64_t> done_{0};
+  std::atomic<bool> found_{false};
+};
+
+}  // namespace
+
+DiffResult diff_inputs(Input& a, Input& b, const DiffOptions& o) {
+  // A module's file against the model it was written from (a GGUF: through the writer's plan).
+  for (const DiffKind& kind : diff_kinds())
+    if (kind.claims(a) != kind.claims(b)) return kind.claims(b) ? kind.diff(a, b, o, false) : kind.diff(b, a, o, true);
+  if (!o.assets.empty())
+    throw UsageError(Where(o.assets), diff_kinds().empty() ? "--assets names the config.json of a module's file's source (a .gguf's), "
+                                                             "and this build of dcpctl has no such module"
+                                                           : diff_kinds().front().assets_use);
+  return Differ(a, b, o).run();
 }
 
 json diff_json(const Input& a, const Input& b, const DiffResult& r, const DiffOptions& o) {

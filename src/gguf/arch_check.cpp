@@ -56,7 +56,7 @@ GgufArchReport check_gguf_arch(const Checkpoint& ck) {
   if (!table) {
     r.notes.push_back({"gguf-arch-not-checked", Where(first, std::nullopt, "general.architecture"),
                        "architecture '" + arch + "': its tensors are not checked against a table (dcpctl has llama's, qwen2's, qwen3's, "
-                       "qwen3moe's and deepseek2's; llama.cpp has many more)"});
+                       "qwen3moe's, deepseek2's, glm4moe's, gpt-oss's, gemma2's, gemma3's, phi3's, granite's, olmo2's, starcoder2's, command-r's, falcon's, mistral3's and mpt's; llama.cpp has many more)"});
     return r;
   }
   std::map<std::string, const gguf::ExpectedTensor*> by_name;

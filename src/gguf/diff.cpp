@@ -18,6 +18,7 @@
 #include "util/parallel.h"
 #include "write/assets.h"
 #include "gguf/model.h"
+#include "gguf/rows.h"
 
 namespace dcpctl {
 
@@ -281,6 +282,12 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
       x.resize(at + m);
       if (*t.dtype != DType::Float32) cast_elements(*t.dtype, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(x.data() + at), m);
       else std::memcpy(x.data() + at, raw.data(), m * 4);
+      if (tp.shift != 0) {  // Gemma's norms, as the writer shifts them (gguf/rows.h)
+        std::vector<float> part(x.begin() + static_cast<std::ptrdiff_t>(at), x.end());
+        for (float& v : part) v += tp.shift;
+        if (*t.dtype == DType::Float16) gguf::round_to_half(part);
+        std::copy(part.begin(), part.end(), x.begin() + static_cast<std::ptrdiff_t>(at));
+      }
       if (tp.permute_heads > 0) {
         const int64_t rows = t.shape[0], cols = rows ? static_cast<int64_t>(m) / rows : 0;
         std::vector<uint8_t> permuted = gguf::permute_rows(reinterpret_cast<const uint8_t*>(x.data() + at), rows, cols, 4, tp.permute_heads);
@@ -289,6 +296,7 @@ DiffResult diff_gguf(Input& source, Input& file, const DiffOptions& o, bool file
     }
     if (tp.gate_up || tp.transpose) x = gguf::fused_part(tp, x.data(), metas[tp.inputs[0]]->shape);
     if (tp.kv_b) x = gguf::kv_b_part(tp, x.data(), metas[tp.inputs[0]]->shape[1]);
+    if (tp.qkv_groups) x = gguf::falcon_qkv_part(tp, x.data(), metas[tp.inputs[0]]->shape[0], metas[tp.inputs[0]]->shape[1]);
     if (x.size() != n) throw std::logic_error("gguf diff: '" + tp.name + "' planned as " + std::to_string(n) + " elements, made " + std::to_string(x.size()));
     std::vector<uint8_t> stored = read_stored(file, ft);
     compare_parallel(job.type, stored.data(), x.data(), n, std::max(1u, o.threads), k.acc);

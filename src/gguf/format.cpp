@@ -182,15 +182,21 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     // The converter's set_vocab: a SentencePiece tokenizer.model first where the architecture's
     // tries one (gguf/spm.h), else tokenizer.json, else (DeepseekV2Model.set_vocab's kimi-k2
     // branch) Kimi K2's tiktoken.model.
-    spm_ = spm_model_ && gguf::tries_sentencepiece(arch_.name);
+    // Phi3MiniModel.set_vocab: a GPT2Tokenizer (Phi-4's) is _set_vocab_gpt2's, anything else tokenizer.model's.
+    const bool phi3_gpt2 = arch_.vocab == gguf::Arch::Vocab::Phi3 && tokenizer_config_.is_object() &&
+                           tokenizer_config_.value("tokenizer_class", json()) == "GPT2Tokenizer";
+    spm_ = spm_model_ && arch_.vocab != gguf::Arch::Vocab::Gpt2 && !phi3_gpt2;
+    if (!config_.is_null() && !spm_model_ && !phi3_gpt2 && (arch_.vocab == gguf::Arch::Vocab::Spm || arch_.vocab == gguf::Arch::Vocab::Phi3))
+      throw UnsupportedError(Where(o_.output), "a GGUF of " + arch_.name + " needs the model's tokenizer.model (beside the checkpoint, or --assets DIR): "
+                                               "the converter's set_vocab reads SentencePiece's model only (_set_vocab_sentencepiece)");
     const bool kimi = !spm_ && tokenizer_.is_null() && tiktoken_ && gguf::is_kimi_tokenizer(tokenizer_config_);
     if (config_.is_null() || (tokenizer_.is_null() && !kimi && !spm_))
       throw UnsupportedError(Where(o_.output), std::string("a GGUF output needs the model's config.json and tokenizer.json (beside the checkpoint, or --assets DIR); ") +
                                                (config_.is_null() ? "config.json" : "tokenizer.json") + " was not found" +
                                                (!config_.is_null() && tiktoken_ ? " (a tiktoken.model is written only as Kimi K2's, tokenizer_config.json's auto_map naming tokenization_kimi.TikTokenTokenizer)" : "") +
-                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, qwen2, qwen3)" : ""));
+                                               (!config_.is_null() && spm_model_ ? " (a tokenizer.model is read only for the architectures whose converter reads it: llama, granite, qwen2, qwen3, gemma2, gemma3, phi3)" : ""));
     where_ = where;
-    if (!spm_ && arch_.name == "llama" && gguf::is_llama_hf_tokenizer(tokenizer_))
+    if (!spm_ && arch_.llama_model && gguf::is_llama_hf_tokenizer(tokenizer_))
       throw UnsupportedError(Where(where_), "a tokenizer.json of a byte-fallback BPE without tokenizer.model: llama.cpp's converter writes it through "
                                             "transformers (_set_vocab_llama_hf), which dcpctl does not yet; put the model's tokenizer.model beside it");
     if (kimi && arch_.name != "deepseek2")
@@ -348,13 +354,15 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         h[0].add_bools("general.tensor_extra.prec_a4", std::vector<bool>(names.size(), false));
       }
     }
-    if (arch_.name == "llama") gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
+    if (arch_.llama_model) gguf::add_llama_vocab_keys(h[0], config_, tokenizer_config_, where_);
     if (spm_)
-      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_);
+      gguf::add_spm_tokenizer_keys(h[0], config_, *spm_model_, spm_path_, added_tokens_, tokenizer_, tokenizer_config_, jinja_, where_,
+                                   arch_.vocab == gguf::Arch::Vocab::Phi3);
     else if (tokenizer_.is_null())
       gguf::add_kimi_tokenizer_keys(h[0], config_, *tiktoken_, tokenizer_config_, jinja_, where_);
     else
       gguf::add_tokenizer_keys(h[0], config_, tokenizer_, tokenizer_config_, jinja_, where_, arch_.name);
+    if (arch_.no_space_prefix) h[0].add_bool("tokenizer.ggml.add_space_prefix", false);
     if (shards > 65535) throw UnsupportedError(Where(o_.output), std::to_string(shards) + " shards: split.count is a u16 (at most 65535)");
     paths_.assign(1, o_.output);
     if (shards > 1) {
@@ -491,6 +499,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
           std::memcpy(f32.data(), raw.data(), n * 4);
         }
         std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
+        if (tp.shift != 0 && pt.src == DType::Float16) gguf::round_to_half(out);
         enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
         gguf::encode_parallel(tp.type, out.data(), out.size(), row, enc.data(), threads);
         put(enc);
@@ -591,6 +600,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
 
   // "rows", "heads" or "experts": what a window of `tp` holds whole, for messages.
   static std::string unit_name(const gguf::TensorPlan& tp) {
+    if (tp.qkv_groups) return "tensors (Falcon's query_key_value is regrouped whole)";
     if (tp.permute_heads > 0 || tp.kv_b) return "heads";
     if (tp.mxfp4 || tp.gate_up || tp.transpose) return "experts";
     return tp.inputs.empty() ? "values" : "rows";

@@ -24,7 +24,10 @@ const std::string kBackendClass = "TokenizersBackend";
           " (tokenizer.ggml.pre)");
 }
 
-// TOKENIZER_MAPPING_NAMES of transformers 5.23 for the model types dcpctl writes ("": none).
+// TOKENIZER_MAPPING_NAMES of transformers 5.23 (granite, olmo2, starcoder2, cohere, falcon, ministral3, mpt:
+// 5.24's; ministral3 and mistral are MistralCommonBackend where mistral_common is installed, which
+// the project's virtualenv does not) for the model types
+// dcpctl writes with a tokenizer.json ("": none).
 const std::map<std::string, std::string>& registered_classes() {
   static const std::map<std::string, std::string> m{{"llama", ""},
                                                     {"mistral", kBackendClass},
@@ -36,7 +39,14 @@ const std::map<std::string, std::string>& registered_classes() {
                                                     {"deepseek_v3", ""},
                                                     {"kimi_k2", ""},
                                                     {"glm4_moe", kBackendClass},
-                                                    {"gpt_oss", ""}};
+                                                    {"gpt_oss", ""},
+                                                    {"granite", kBackendClass},
+                                                    {"olmo2", kBackendClass},
+                                                    {"starcoder2", "GPT2Tokenizer"},
+                                                    {"cohere", "CohereTokenizer"},
+                                                    {"falcon", ""},
+                                                    {"ministral3", kBackendClass},
+                                                    {"mpt", "GPTNeoXTokenizer"}};
   return m;
 }
 

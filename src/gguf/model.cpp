@@ -110,25 +110,402 @@ std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, co
   return out;
 }
 
+namespace {
+
+// Gemma2Model.set_gguf_parameters: its own keys in its own order (not TextModel's; no rope key),
+// each hparams[...] it reads a KeyError in the converter when config.json lacks it.
+void gemma2_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  auto need_float = [&](const char* key) {
+    json v = c.value(key, json());
+    if (!v.is_number()) throw UnsupportedError(Where(where), std::string("a GGUF of ") + a + " needs config.json's " + key + " (a number)");
+    return v.get<float>();
+  };
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_position_embeddings", where)));
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(need_int(c, "hidden_size", where)));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need_int(c, "intermediate_size", where)));
+  const int64_t heads = need_int(c, "num_attention_heads", where);
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
+  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.contains("num_key_value_heads") ? need_int(c, "num_key_value_heads", where) : heads));
+  h.add_f32(a + ".attention.layer_norm_rms_epsilon", need_float("rms_norm_eps"));
+  const int64_t head_dim = need_int(c, "head_dim", where);
+  h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+  h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  h.add_u32("general.file_type", file_type);
+  h.add_f32(a + ".attn_logit_softcapping", need_float("attn_logit_softcapping"));
+  h.add_f32(a + ".final_logit_softcapping", need_float("final_logit_softcapping"));
+  h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
+}
+
+// Gemma3Model.set_gguf_parameters: TextModel's keys (their order), then its own written over them
+// where they stand (context_length, head counts, rms epsilon, key / value length, rope.freq_base,
+// each required here, as they are written whether config.json has them or not), then
+// final_logit_softcapping when set and attention.sliding_window (sliding_window_pattern != 1).
+// TextModel's rope keys are the full_attention parameters' (default, or linear with a factor), the
+// sliding_attention theta as rope.freq_base_swa.
+void gemma3_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  const json rope = rope_params(c);
+  const json full = rope.contains("full_attention") ? rope["full_attention"] : rope;
+  const json swa = rope.contains("sliding_attention") ? rope["sliding_attention"] : json::object();
+  const json type = full.value("rope_type", json()), theta = full.value("rope_theta", json());
+  const json eps = c.value("rms_norm_eps", json());
+  if (!eps.is_number() || !theta.is_number() || !full.is_object() || !swa.is_object())
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's rms_norm_eps and the full attention's rope_theta");
+  if (!type.is_null() && type != "default" && type != "linear")
+    throw UnsupportedError(Where(where), "config.json's rope type " + type.dump() + " is not written into a GGUF of " + a + " by dcpctl (default, linear)");
+  const int64_t head_dim = need_int(c, "head_dim", where);
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_position_embeddings", where)));
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(need_int(c, "hidden_size", where)));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need_int(c, "intermediate_size", where)));
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(need_int(c, "num_attention_heads", where)));
+  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(need_int(c, "num_key_value_heads", where)));
+  if (json f = full.value("factor", json()); type == "linear" && !f.is_null()) {
+    if (!f.is_number()) throw UnsupportedError(Where(where), "config.json's rope factor " + f.dump() + " is not a number");
+    h.add_string(a + ".rope.scaling.type", "linear");
+    h.add_f32(a + ".rope.scaling.factor", f.get<float>());
+  }
+  h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  if (json t = swa.value("rope_theta", json()); !t.is_null()) {
+    if (!t.is_number()) throw UnsupportedError(Where(where), "config.json's sliding attention rope_theta " + t.dump() + " is not a number");
+    h.add_f32(a + ".rope.freq_base_swa", t.get<float>());
+  }
+  h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+  h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  h.add_u32("general.file_type", file_type);
+  if (json cap = c.value("final_logit_softcapping", json()); !cap.is_null() && !(cap.is_number() && cap.get<double>() == 0)) {
+    if (!cap.is_number()) throw UnsupportedError(Where(where), "config.json's final_logit_softcapping " + cap.dump() + " is not a number");
+    h.add_f32(a + ".final_logit_softcapping", cap.get<float>());
+  }
+  if (json cap = c.value("attn_logit_softcapping", json()); !cap.is_null())  // the converter asserts it is None
+    throw UnsupportedError(Where(where), "config.json's attn_logit_softcapping is not None: llama.cpp's converter refuses a " + a + " with it");
+  if (c.value("sliding_window_pattern", json()) != json(1))
+    h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.GEMMA3: Gemma 2's norms and the q/k norms.
+const std::map<std::string, std::string> kGemma3Layer{{"post_attention_layernorm", "post_attention_norm"},
+                                                      {"pre_feedforward_layernorm", "ffn_norm"},
+                                                      {"post_feedforward_layernorm", "post_ffw_norm"},
+                                                      {"self_attn.q_norm", "attn_q_norm"},
+                                                      {"self_attn.k_norm", "attn_k_norm"}};
+
+Arch gemma3_arch() {
+  Arch a{"gemma3"};
+  a.vocab = Arch::Vocab::Spm, a.no_space_prefix = true, a.norm_shift = 1, a.full_vocab = true;
+  a.layer_names = &kGemma3Layer, a.keys = gemma3_keys;
+  return a;
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.GEMMA2: a layer's four norms.
+const std::map<std::string, std::string> kGemma2Layer{{"post_attention_layernorm", "post_attention_norm"},
+                                                      {"pre_feedforward_layernorm", "ffn_norm"},
+                                                      {"post_feedforward_layernorm", "post_ffw_norm"}};
+
+// Phi3MiniModel.set_gguf_parameters (its own keys in its own order). LongRoPE (rope_parameters'
+// long_factor), for which it adds rope_scaling.attn_factor and the rope_factors_long/short tensors,
+// is refused.
+void phi3_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  auto need = [&](std::initializer_list<const char*> keys, const char* what) {
+    json v = find_hparam(c, keys);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw UnsupportedError(Where(where), std::string("a GGUF of ") + a + " needs config.json's " + what + " (a non-negative integer)");
+    return v.get<int64_t>();
+  };
+  const int64_t embd = need({"hidden_size", "n_embd"}, "hidden_size"), heads = need({"num_attention_heads", "n_head"}, "num_attention_heads");
+  const int64_t heads_kv = need({"num_key_value_heads", "n_head_kv"}, "num_key_value_heads");
+  const json eps = c.value("rms_norm_eps", json());
+  const json rope = rope_params(c);
+  const json orig = rope.value("original_max_position_embeddings", json()), theta = rope.value("rope_theta", json());
+  const json pct = rope.value("partial_rotary_factor", json(1.0));
+  if (!eps.is_number() || !orig.is_number_integer() || !theta.is_number() || !pct.is_number() || heads == 0)
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's rms_norm_eps, original_max_position_embeddings, rope_theta "
+                                         "and num_attention_heads (partial_rotary_factor a number)");
+  if (json f = rope.value("long_factor", json()); !f.is_null() && !(f.is_array() && f.empty()))
+    throw UnsupportedError(Where(where), "a " + a + " rope with long_factor (LongRoPE: the converter's rope_factors_long/short tensors) "
+                                         "is not written into a GGUF by dcpctl yet");
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need({"n_positions", "max_position_embeddings"}, "max_position_embeddings")));
+  h.add_u32(a + ".rope.scaling.original_context_length", orig.get<uint32_t>());
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(embd));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(need({"intermediate_size"}, "intermediate_size")));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(heads));
+  h.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(heads_kv));
+  h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  // int(rot_pct * n_embd) // n_head: a Python float's product, toward zero, then floor division.
+  h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(static_cast<int64_t>(pct.get<double>() * static_cast<double>(embd)) / heads));
+  h.add_f32(a + ".rope.freq_base", theta.get<float>());
+  h.add_u32("general.file_type", file_type);
+  const json window = c.value("sliding_window", json());  // None: 0 (Phi-4's)
+  if (!window.is_null() && !window.is_number_integer())
+    throw UnsupportedError(Where(where), "config.json's sliding_window " + window.dump() + " is not an integer");
+  h.add_u32(a + ".attention.sliding_window", window.is_null() ? 0 : window.get<uint32_t>());
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.PHI3: the fused projections, written as they are.
+const std::map<std::string, std::string> kPhi3Layer{{"self_attn.qkv_proj", "attn_qkv"}, {"mlp.gate_up_proj", "ffn_up"}};
+
+Arch phi3_arch() {
+  Arch a{"phi3"};
+  a.vocab = Arch::Vocab::Phi3, a.layer_names = &kPhi3Layer, a.keys = phi3_keys;
+  return a;
+}
+
+Arch gemma2_arch() {
+  Arch a{"gemma2"};
+  a.vocab = Arch::Vocab::Spm, a.no_space_prefix = true, a.norm_shift = 1, a.drop_head = true;
+  a.layer_names = &kGemma2Layer, a.keys = gemma2_keys;
+  return a;
+}
+
+// LlamaModel's: Q/K rows permuted, tokenizer.model tried first, its own keys and rope_freqs.
+Arch llama_arch(const std::string& name, Arch::Experts experts) {
+  Arch a{name, true, experts, Arch::Vocab::SpmFirst};
+  a.llama_model = true;
+  return a;
+}
+
+// GraniteModel.set_gguf_parameters after LlamaModel's: each multiplier that is set (truthy).
+void granite_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  for (const auto& [hf, key] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"attention_multiplier", ".attention.scale"}, {"embedding_multiplier", ".embedding_scale"},
+           {"residual_multiplier", ".residual_scale"}, {"logits_scaling", ".logit_scale"}}) {
+    const json v = c.value(hf, json());
+    if (v.is_null() || v == json(0) || v == json(0.0) || v == json(false)) continue;
+    if (!v.is_number()) throw UnsupportedError(Where(where), std::string("config.json's ") + hf + " " + v.dump() + " is not a number");
+    h.add_f32(a + key, v.get<float>());
+  }
+}
+
+Arch granite_arch() {
+  Arch a = llama_arch("granite", Arch::Experts::None);
+  a.no_head_dim = true, a.extra_keys = granite_keys;
+  return a;
+}
+
+// Olmo2Model.set_gguf_parameters after TextModel's: where config.json has sliding_window (OLMo 3),
+// it and the per-layer pattern (layer_types' sliding_attention, else every layer but each 4th).
+void olmo2_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  if (!c.contains("sliding_window")) return;
+  h.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(need_int(c, "sliding_window", where)));
+  std::vector<bool> pattern;
+  if (const json t = c.value("layer_types", json()); c.contains("layer_types")) {
+    if (!t.is_array()) throw UnsupportedError(Where(where), "config.json's layer_types is not a list");
+    for (const json& x : t) pattern.push_back(x == "sliding_attention");
+  } else {
+    for (int64_t i = 0; i < need_int(c, "num_hidden_layers", where); ++i) pattern.push_back((i + 1) % 4 != 0);
+  }
+  h.add_bools(a + ".attention.sliding_window_pattern", pattern);
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.OLMO2: no pre-norms; post-attention and post-feedforward
+// norms; q/k norms over the whole projections.
+const std::map<std::string, std::string> kOlmo2Layer{{"post_attention_layernorm", "post_attention_norm"},
+                                                     {"post_feedforward_layernorm", "post_ffw_norm"},
+                                                     {"self_attn.q_norm", "attn_q_norm"},
+                                                     {"self_attn.k_norm", "attn_k_norm"}};
+
+Arch olmo2_arch() {
+  Arch a{"olmo2"};
+  a.layer_names = &kOlmo2Layer, a.extra_keys = olmo2_keys;
+  return a;
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.STARCODER2: the plain MLP (its LayerNorms' and
+// projections' biases are named as their weights).
+const std::map<std::string, std::string> kStarcoder2Layer{{"mlp.c_fc", "ffn_up"}, {"mlp.c_proj", "ffn_down"}};
+
+Arch starcoder2_arch() {
+  Arch a{"starcoder2"};
+  a.layer_names = &kStarcoder2Layer, a.layer_norm = true;
+  return a;
+}
+
+// CommandR2Model.set_gguf_parameters after TextModel's: logit_scale (a KeyError without it) and
+// rope.scaling.type none (over a linear or yarn scaling TextModel wrote: refused here).
+void command_r_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  const json scale = c.value("logit_scale", json());
+  if (!scale.is_number()) throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's logit_scale (a number)");
+  if (json t = rope_params(c).value("rope_type", json()); !t.is_null() && t != "default")
+    throw UnsupportedError(Where(where), "config.json's rope type " + t.dump() + " is not written into a GGUF of " + a + " by dcpctl (default)");
+  h.add_f32(a + ".logit_scale", scale.get<float>());
+  h.add_string(a + ".rope.scaling.type", "none");
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.COMMAND_R: the q/k norms (Command R+'s).
+const std::map<std::string, std::string> kCommandRLayer{{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+
+Arch command_r_arch() {
+  Arch a{"command-r"};
+  a.layer_names = &kCommandRLayer, a.layer_norm = true, a.no_head = true, a.context_model_max_length = true;
+  a.extra_keys = command_r_keys;
+  return a;
+}
+
+// FalconModel.set_gguf_parameters: its own keys (the context 2048, "not in config.json"; the feed
+// forward 4 x hidden; head_count_kv num_kv_heads, else n_head_kv, else 1).
+void falcon_keys(Header& h, const std::string& a, const json& c, uint32_t file_type, const std::string& where) {
+  const json heads = find_hparam(c, {"num_attention_heads", "n_head"});
+  json kv = c.value("num_kv_heads", json());
+  if (kv.is_null()) kv = c.value("n_head_kv", json(1));
+  const json eps = c.value("layer_norm_epsilon", json());
+  if (!heads.is_number_integer() || !kv.is_number_integer() || !eps.is_number())
+    throw UnsupportedError(Where(where), "a GGUF of " + a + " needs config.json's num_attention_heads, num_kv_heads and layer_norm_epsilon");
+  const int64_t hidden = need_int(c, "hidden_size", where);
+  h.add_u32(a + ".context_length", 2048);
+  h.add_string(a + ".tensor_data_layout", "jploski");
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(4 * hidden));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "num_hidden_layers", where)));
+  h.add_u32(a + ".attention.head_count", heads.get<uint32_t>());
+  h.add_u32(a + ".attention.head_count_kv", kv.get<uint32_t>());
+  h.add_f32(a + ".attention.layer_norm_epsilon", eps.get<float>());
+  h.add_u32("general.file_type", file_type);
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.FALCON: Falcon-7B's input_layernorm, Falcon-40B's ln_mlp
+// (attn_norm) and ln_attn (attn_norm_2), the fused query_key_value and the MLP.
+const std::map<std::string, std::string> kFalconLayer{{"input_layernorm", "attn_norm"}, {"ln_mlp", "attn_norm"},
+                                                      {"ln_attn", "attn_norm_2"}, {"self_attention.query_key_value", "attn_qkv"},
+                                                      {"self_attention.dense", "attn_output"}, {"mlp.dense_h_to_4h", "ffn_up"},
+                                                      {"mlp.dense_4h_to_h", "ffn_down"}};
+const std::map<std::string, std::string> kFalconTop{{"transformer.word_embeddings", "token_embd"}, {"transformer.ln_f", "output_norm"},
+                                                    {"lm_head", "output"}};
+
+Arch falcon_arch() {
+  Arch a{"falcon"};
+  a.layer_prefix = "transformer.h.", a.layer_names = &kFalconLayer, a.top_names = &kFalconTop, a.falcon_qkv = true;
+  a.keys = falcon_keys, a.layer_norm = true;
+  return a;
+}
+
+// Mistral3Model's Ministral3Model.set_gguf_parameters after LlamaModel's, for model_type ministral3:
+// its yarn rope (asserted) with mscale_all_dim as rope.scaling.yarn_log_multiplier (as it is, not
+// DeepSeek's 0.1 x) and llama_4_scaling_beta as attention.temperature_scale (KeyErrors without them).
+void ministral3_keys(Header& h, const std::string& a, const json& c, const std::string& where) {
+  if (c.value("model_type", json()) != "ministral3") return;
+  const json rope = rope_params(c);
+  const json mscale = rope.value("mscale_all_dim", json()), beta = rope.value("llama_4_scaling_beta", json());
+  if (rope.value("rope_type", json()) != "yarn" || !mscale.is_number() || !beta.is_number())
+    throw UnsupportedError(Where(where), "a GGUF of ministral3 needs its yarn rope_parameters with mscale_all_dim and llama_4_scaling_beta "
+                                         "(the converter asserts them)");
+  h.add_f32(a + ".rope.scaling.yarn_log_multiplier", mscale.get<float>());
+  h.add_f32(a + ".attention.temperature_scale", beta.get<float>());
+}
+
+Arch ministral3_arch() {
+  Arch a = llama_arch("mistral3", Arch::Experts::None);
+  a.extra_keys = ministral3_keys;
+  return a;
+}
+
+// MPTModel.set_gguf_parameters: its own keys, and no general.file_type (it does not add one);
+// head_count_kv only where attn_config's kv_n_heads is set, clamp_kqv where clip_qkv is.
+void mpt_keys(Header& h, const std::string& a, const json& c, uint32_t, const std::string& where) {
+  const json attn = c.value("attn_config", json());
+  if (!attn.is_object() || !attn.contains("clip_qkv") || !attn.contains("alibi"))
+    throw UnsupportedError(Where(where), "a GGUF of mpt needs config.json's attn_config with clip_qkv and alibi (the converter reads them)");
+  const int64_t d_model = need_int(c, "d_model", where);
+  h.add_u32(a + ".context_length", static_cast<uint32_t>(need_int(c, "max_seq_len", where)));
+  h.add_u32(a + ".embedding_length", static_cast<uint32_t>(d_model));
+  h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(c, "n_layers", where)));
+  h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(4 * d_model));
+  h.add_u32(a + ".attention.head_count", static_cast<uint32_t>(need_int(c, "n_heads", where)));
+  if (const json kv = attn.value("kv_n_heads", json()); kv.is_number_integer() && kv.get<int64_t>() > 0)
+    h.add_u32(a + ".attention.head_count_kv", kv.get<uint32_t>());
+  else if (!kv.is_null() && !(kv.is_number_integer() && kv.get<int64_t>() == 0))
+    throw UnsupportedError(Where(where), "config.json's attn_config kv_n_heads " + kv.dump() + " is not a count");
+  h.add_f32(a + ".attention.layer_norm_epsilon", 1e-5f);
+  if (const json clip = attn["clip_qkv"]; !clip.is_null()) {
+    if (!clip.is_number()) throw UnsupportedError(Where(where), "config.json's attn_config clip_qkv " + clip.dump() + " is not a number");
+    h.add_f32(a + ".attention.clamp_kqv", clip.get<float>());
+  }
+  const json bias_max = attn.value("alibi_bias_max", json());
+  if (attn["alibi"] == json(true) && !bias_max.is_number())
+    throw UnsupportedError(Where(where), "config.json's attn_config alibi_bias_max is not a number");
+  h.add_f32(a + ".attention.max_alibi_bias", attn["alibi"] == json(true) ? bias_max.get<float>() : 0.0f);
+}
+
+// gguf-py's tensor_mapping for MODEL_ARCH.MPT (transformer.blocks.N's).
+const std::map<std::string, std::string> kMptLayer{{"norm_1", "attn_norm"}, {"attn.Wqkv", "attn_qkv"}, {"attn.out_proj", "attn_output"},
+                                                   {"norm_2", "ffn_norm"}, {"ffn.up_proj", "ffn_up"}, {"ffn.down_proj", "ffn_down"}};
+const std::map<std::string, std::string> kMptTop{{"transformer.wte", "token_embd"}, {"transformer.norm_f", "output_norm"}, {"lm_head", "output"}};
+
+Arch mpt_arch() {
+  Arch a{"mpt"};
+  a.layer_prefix = "transformer.blocks.", a.layer_names = &kMptLayer, a.top_names = &kMptTop, a.keys = mpt_keys;
+  return a;
+}
+
+// The architecture table: config.json's architectures[0] -> what the converter's model class
+// (ModelBase.register) writes.
+const std::vector<std::pair<std::string, Arch>>& arch_table() {
+  using E = Arch::Experts;
+  static const std::vector<std::pair<std::string, Arch>> table{
+      // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
+      {"LlamaForCausalLM", llama_arch("llama", E::None)},
+      {"MistralForCausalLM", llama_arch("llama", E::None)},
+      {"MixtralForCausalLM", llama_arch("llama", E::Mixtral)},
+      {"Qwen2ForCausalLM", {"qwen2", false, E::None, Arch::Vocab::SpmFirst}},
+      {"Qwen3ForCausalLM", {"qwen3", false, E::None, Arch::Vocab::SpmFirst}},
+      {"Qwen3MoeForCausalLM", {"qwen3moe", false, E::Qwen}},
+      // DeepseekV2Model serves DeepSeek-V2 (V2-Lite: no q_lora, softmax gating) and V3 (Kimi K2's too).
+      {"DeepseekV2ForCausalLM", {"deepseek2", false, E::Deepseek}},
+      {"DeepseekV3ForCausalLM", {"deepseek2", false, E::Deepseek}},
+      {"Glm4MoeForCausalLM", {"glm4moe", false, E::Deepseek}},
+      {"GptOssForCausalLM", {"gpt-oss", false, E::GptOss}},
+      {"Gemma2ForCausalLM", gemma2_arch()},
+      {"Phi3ForCausalLM", phi3_arch()},
+      {"Gemma3ForCausalLM", gemma3_arch()},
+      {"GraniteForCausalLM", granite_arch()},
+      {"Olmo2ForCausalLM", olmo2_arch()},
+      {"Starcoder2ForCausalLM", starcoder2_arch()},
+      {"CohereForCausalLM", command_r_arch()},
+      {"FalconForCausalLM", falcon_arch()},
+      // Mistral3Model (its Mistral3ForConditionalGeneration, the text model inside a vision one, is
+      // not here: its keys are language_model's).
+      {"Ministral3ForCausalLM", ministral3_arch()},
+      // MosaicML's remote-code name, which MPTModel registers (transformers' MptForCausalLM is not).
+      {"MPTForCausalLM", mpt_arch()},
+      {"RWForCausalLM", falcon_arch()},
+  };
+  return table;
+}
+
+}  // namespace
+
 Arch arch_of(const json& config, const std::string& where) {
   std::string hf;
   if (auto it = config.find("architectures"); it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     hf = (*it)[0].get<std::string>();
-  // LlamaModel serves Llama, Mistral and Mixtral alike (general.architecture llama).
-  if (hf == "LlamaForCausalLM" || hf == "MistralForCausalLM") return {"llama", true};
-  if (hf == "MixtralForCausalLM") return {"llama", true, Arch::Experts::Mixtral};
-  if (hf == "Qwen2ForCausalLM") return {"qwen2", false};
-  if (hf == "Qwen3ForCausalLM") return {"qwen3", false};
-  if (hf == "Qwen3MoeForCausalLM") return {"qwen3moe", false, Arch::Experts::Qwen};
-  // DeepseekV2Model serves DeepSeek-V2 (V2-Lite: no q_lora, softmax gating) and V3 (Kimi K2's too).
-  if (hf == "DeepseekV2ForCausalLM" || hf == "DeepseekV3ForCausalLM") return {"deepseek2", false, Arch::Experts::Deepseek};
-  if (hf == "Glm4MoeForCausalLM") return {"glm4moe", false, Arch::Experts::Deepseek};
-  if (hf == "GptOssForCausalLM") return {"gpt-oss", false, Arch::Experts::GptOss};
+  std::string names;
+  for (const auto& [name, arch] : arch_table()) {
+    if (name == hf) return arch;
+    names += (names.empty() ? "" : ", ") + name;
+  }
   throw UnsupportedError(Where(where), "a GGUF output of architecture '" + (hf.empty() ? std::string("(none in config.json)") : hf) +
-                                           "' is not written (dcpctl writes LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                                           "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM and "
-                                           "GptOssForCausalLM)");
+                                           "' is not written (dcpctl writes " + names + ")");
 }
+
+namespace {
+
+// FalconModel.modify_tensors' regrouping of query_key_value (TensorPlan::qkv_groups): view(kv,
+// heads / kv + 2, head_dim, hidden), its q heads, then k, then v; refused where that view fails.
+void falcon_qkv_plan(TensorPlan& p, const json& config, const std::string& key, const std::string& suffix, const std::string& where) {
+  const json h = find_hparam(config, {"num_attention_heads", "n_head"}), kv = find_hparam(config, {"num_kv_heads", "n_head_kv"});
+  const int64_t heads = h.is_number_integer() ? h.get<int64_t>() : 0, groups = kv.is_number_integer() && kv.get<int64_t>() > 0 ? kv.get<int64_t>() : 1;
+  const int64_t hidden = int_of(config, "hidden_size"), head_dim = heads > 0 ? hidden / heads : 0;
+  const std::vector<int64_t>& shape = p.shape;
+  if (suffix != "weight" || heads <= 0 || heads % groups != 0 || shape.size() != 2 || shape[1] != head_dim * heads ||
+      shape[0] != (heads + 2 * groups) * head_dim)
+    throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' is not (" + std::to_string(heads) + " + 2 x " + std::to_string(groups) +
+                                                              " kv heads) x head_dim rows of hidden_size: llama.cpp's converter cannot regroup it "
+                                                              "(a Falcon-7B config saved by transformers 5 says num_kv_heads = heads)");
+  p.qkv_groups = groups, p.qkv_heads = heads;
+}
+
+}  // namespace
 
 TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& key, const std::vector<int64_t>& shape,
                        OutType out, const std::string& where) {
@@ -151,12 +528,21 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
   TensorPlan p;
   std::smatch m;
   std::string module;
-  if (std::regex_match(key, m, layer_re)) {
+  // A family whose layers are not model.layers.N (Falcon's transformer.h.N): its prefix read as
+  // model.layers.'s (and only its: model.layers.N is no layer of such a family).
+  std::string as_model_layers;
+  if (arch.layer_prefix && key.rfind(arch.layer_prefix, 0) == 0) as_model_layers = "model.layers." + key.substr(std::strlen(arch.layer_prefix));
+  const std::string& layer_key = arch.layer_prefix ? as_model_layers : key;
+  if (std::regex_match(layer_key, m, layer_re)) {
     // A "_bias" ending only for e_score_correction_bias (mapped to .bias, as the converter's
     // try_suffixes do).
     const bool underscore = key[key.size() - m[3].length() - 1] == '_';
     const std::string* gname = nullptr;
-    if (auto it = layer.find(m[2]); it != layer.end() && !underscore) gname = &it->second;
+    if (arch.layer_names && !underscore) {
+      if (auto it = arch.layer_names->find(m[2]); it != arch.layer_names->end()) gname = &it->second;
+    }
+    const bool own = gname != nullptr;  // the family's own name: taken as it is
+    if (auto it = layer.find(m[2]); !gname && it != layer.end() && !underscore) gname = &it->second;
     // Glm4MoeModel: DeepSeek's shared experts and e_score_correction_bias, not its MLA.
     const bool glm = arch.name == "glm4moe";
     if (auto it = mla.find(m[2]); !gname && (arch.name == "deepseek2" || (glm && m[2].str().rfind("self_attn.", 0) != 0)) &&
@@ -172,7 +558,7 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       gname = &it->second;
     bool qk_norm = gname && (*gname == "attn_q_norm" || *gname == "attn_k_norm");
     bool router = gname && *gname == "ffn_gate_inp";
-    if (gname && (!qk_norm || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
+    if (gname && (!qk_norm || own || arch.name == "qwen3" || arch.name == "qwen3moe" || glm) &&
         (!router || ((arch.experts == Arch::Experts::Qwen || arch.experts == Arch::Experts::Deepseek) ? m[2] == "mlp.gate"
                      : arch.experts == Arch::Experts::GptOss ? m[2] == "mlp.router"
                                                              : arch.experts == Arch::Experts::Mixtral &&
@@ -183,13 +569,23 @@ TensorPlan tensor_plan(const Arch& arch, const json& config, const std::string& 
       module = m[2];
     }
   } else if (std::regex_match(key, m, top_re)) {
-    if (auto it = top.find(m[1]); it != top.end() && m[2] == "weight") p.name = it->second + ".weight";
+    // a bias: the final LayerNorm's (StarCoder 2's output_norm.bias)
+    if (arch.top_names) {
+      if (auto it = arch.top_names->find(m[1]); it != arch.top_names->end()) p.name = it->second + "." + m[2].str();
+    }
+    if (auto it = top.find(m[1]); p.name.empty() && it != top.end() && (m[2] == "weight" || it->second == "output_norm") &&
+                                  !(arch.no_head && it->second == "output") && !arch.top_names)
+      p.name = it->second + "." + m[2].str();
   }
   if (p.name.empty())
     throw UnsupportedError(Where(where, std::nullopt, key), "'" + key + "' has no tensor in llama.cpp's " + arch.name +
                                                   " table (gguf-py's tensor_mapping) as dcpctl writes it");
   p.shape = shape;
   p.type = type_of(p.name, shape, out);
+  if (static const std::string norm = "norm.weight";
+      arch.norm_shift != 0 && key.size() >= norm.size() && key.compare(key.size() - norm.size(), norm.size(), norm) == 0)
+    p.shift = arch.norm_shift;
+  if (arch.falcon_qkv && module == "self_attention.query_key_value") falcon_qkv_plan(p, config, key, m[3], where);
   if (arch.permute_qk && (module == "self_attn.q_proj" || module == "self_attn.k_proj")) {
     int64_t heads = need_int(config, "num_attention_heads", where);
     int64_t kv = int_of(config, "num_key_value_heads");
@@ -247,7 +643,7 @@ std::vector<float> llama3_rope_factors(const json& config) {
 std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const std::vector<Input>& inputs, OutType out,
                                      const std::string& where) {
   std::vector<TensorPlan> plans;
-  if (arch.name == "llama") {
+  if (arch.llama_model) {  // LlamaModel.generate_extra_tensors
     json rope = rope_params(config);
     if (json t = rope.value("rope_type", json()); t.is_string()) {
       std::string low = t.get<std::string>();
@@ -353,6 +749,12 @@ std::vector<TensorPlan> plan_tensors(const Arch& arch, const json& config, const
         }
       continue;
     }
+    // the family's filter_tensors; a tied head where the family has none (a trainer's copy)
+    if (in.key == "lm_head.weight" && (arch.drop_head || (arch.no_head && config.value("tie_word_embeddings", false)))) continue;
+    if (arch.full_vocab && in.key == "model.embed_tokens.weight" &&
+        (in.shape.empty() || in.shape[0] != int_of(config, "vocab_size")))
+      throw UnsupportedError(Where(where, std::nullopt, in.key), "'" + in.key + "' has other rows than config.json's vocab_size: the converter cuts "
+                                                              "it to the tokenizer's tokens (" + arch.name + "), which dcpctl does not yet");
     if (deepseek) {
       // DeepseekV2Model.modify_tensors: a tied lm_head and the MTP layers (past
       // num_hidden_layers) are left out.
@@ -579,6 +981,22 @@ std::vector<float> fused_part(const TensorPlan& p, const float* x, const std::ve
   return out;
 }
 
+std::vector<float> falcon_qkv_part(const TensorPlan& p, const float* x, int64_t rows, int64_t cols) {
+  // view(groups, per + 2, head_dim, cols): each group's `per` q heads, then its k head, then its v head.
+  const int64_t groups = p.qkv_groups, per = p.qkv_heads / groups, head_dim = rows / (groups * (per + 2));
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(rows * cols));
+  auto put = [&](int64_t g, int64_t j) {
+    const float* at = x + ((g * (per + 2) + j) * head_dim) * cols;
+    out.insert(out.end(), at, at + head_dim * cols);
+  };
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < per; ++j) put(g, j);
+  for (int64_t g = 0; g < groups; ++g) put(g, per);
+  for (int64_t g = 0; g < groups; ++g) put(g, per + 1);
+  return out;
+}
+
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols) {
   // view(heads, nope + v, cols); k_b = [:, :nope].transpose(1, 2), v_b = [:, nope:].
   const int64_t heads = p.kv_b_heads, nope = p.kv_b_nope, v = p.kv_b_v, per = nope + v;
@@ -664,6 +1082,27 @@ std::string id_to_title(const std::string& id) {
   return out;
 }
 
+namespace {
+
+// general.file_type (prepare_metadata): an MXFP4 model (quant_method mxfp4) written as f32, f16
+// or bf16 is MOSTLY_MXFP4_MOE. So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's
+// ct_mxfp4_config); an NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
+// The keys before the architecture's (prepare_metadata: the architecture, type, name, size label).
+void add_general_keys(Header& h, const std::string& a, const std::string& name, const std::string& label) {
+  h.add_string("general.architecture", a);
+  h.add_string("general.type", "model");
+  h.add_string("general.name", name);
+  if (!label.empty()) h.add_string("general.size_label", label);
+}
+
+uint32_t file_type_of(const Arch& arch, const json& config, OutType out) {
+  const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
+  const bool mxfp4_moe = ((arch.name == "gpt-oss" && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
+  return mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type;
+}
+
+}  // namespace
+
 void add_model_keys(Header& h, const Arch& arch, const json& config, const std::string& name, const std::string& label, OutType out,
                     const std::string& where) {
   const std::string& a = arch.name;
@@ -671,6 +1110,12 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   for (const char* k : {"num_local_experts", "num_experts", "n_routed_experts"})
     if (!moe && config.contains(k) && !config[k].is_null())
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF of " + a + " by dcpctl");
+  if (arch.keys) {  // the family's own set_gguf_parameters
+    add_general_keys(h, a, name, label);
+    arch.keys(h, a, config, file_type_of(arch, config, out), where);
+    h.add_u32("general.quantization_version", 2);
+    return;
+  }
   const bool deepseek = a == "deepseek2", glm = a == "glm4moe", gpt_oss = a == "gpt-oss";
   // Glm4MoeModel counts the MTP (nextn) layers as blocks, whether or not the checkpoint holds them
   // (transformers' GLM does not; their tensors are refused by plan_tensors).
@@ -678,7 +1123,7 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   if (!nextn.is_null() && !(nextn.is_number_integer() && nextn.get<int64_t>() >= 0))
     throw UnsupportedError(Where(where), "config.json's num_nextn_predict_layers " + nextn.dump() + " is not a count");
   for (const char* k : {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon", "mrope_section", "shared_expert_intermediate_size"})
-    if (config.contains(k) && !config[k].is_null())
+    if (config.contains(k) && !config[k].is_null() && !(arch.layer_norm && std::string(k).find("eps") != std::string::npos))
       throw UnsupportedError(Where(where), std::string("config.json's ") + k + " is not written into a GGUF by dcpctl yet");
   // Expert groups and the router's score function: DeepSeek's and GLM's only, here.
   for (const char* k : {"n_group", "topk_group", "score_function", "scoring_func", "score_func", "moe_router_activation",
@@ -693,16 +1138,17 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     rope_type = t->is_string() ? t->get<std::string>() : t->dump();
     bool llama3 = t->is_string() && rope_type.size() == 6 && std::equal(rope_type.begin(), rope_type.end(), "llama3",
                                                                         [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; });
-    if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && a == "llama")))
+    if (!(rope_type == "default" || rope_type == "linear" || rope_type == "yarn" || (llama3 && arch.llama_model)))
       throw UnsupportedError(Where(where), "config.json's rope type '" + rope_type + "' is not written into a GGUF of " + a +
-                                               " by dcpctl (default, linear, yarn" + (a == "llama" ? ", llama3)" : ")"));
+                                               " by dcpctl (default, linear, yarn" + (arch.llama_model ? ", llama3)" : ")"));
   }
-  h.add_string("general.architecture", a);
-  h.add_string("general.type", "model");
-  h.add_string("general.name", name);
-  if (!label.empty()) h.add_string("general.size_label", label);
+  add_general_keys(h, a, name, label);
   h.add_u32(a + ".block_count", static_cast<uint32_t>(need_int(config, "num_hidden_layers", where) + (nextn.is_null() ? 0 : nextn.get<int64_t>())));
-  if (int64_t v = int_of(config, "max_position_embeddings"); v >= 0) h.add_u32(a + ".context_length", static_cast<uint32_t>(v));
+  // CommandR2Model takes model_max_length first (max_position_embeddings is not what it was trained on).
+  if (json v = arch.context_model_max_length ? find_hparam(config, {"model_max_length", "max_position_embeddings"})
+                                             : config.value("max_position_embeddings", json());
+      v.is_number_integer() && v.get<int64_t>() >= 0)
+    h.add_u32(a + ".context_length", v.get<uint32_t>());
   int64_t hidden = need_int(config, "hidden_size", where);
   h.add_u32(a + ".embedding_length", static_cast<uint32_t>(hidden));
   if (int64_t v = int_of(config, "intermediate_size"); v >= 0) h.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(v));
@@ -736,6 +1182,8 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   json eps = find_hparam(config, {"rms_norm_eps", "norm_eps"});
   if (deepseek && config.value("rms_norm_eps", json()).is_null()) eps = 1e-6;  // hparams.get('rms_norm_eps', 1e-6)
   if (eps.is_number()) h.add_f32(a + ".attention.layer_norm_rms_epsilon", eps.get<float>());
+  if (json e = find_hparam(config, {"layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"}); arch.layer_norm && e.is_number())
+    h.add_f32(a + ".attention.layer_norm_epsilon", e.get<float>());
   bool expert_count = false;
   if (json n = find_hparam(config, {"num_local_experts", "num_experts", "n_routed_experts"}); n.is_number_integer())
     h.add_u32(a + ".expert_count", n.get<uint32_t>()), expert_count = true;
@@ -757,19 +1205,14 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
   // place of head_dim's when config.json has one (gguf-py overwrites a key where it stands).
   const int64_t kv_lora = deepseek ? (config.value("kv_lora_rank", json()).is_null() ? 512 : need_int(config, "kv_lora_rank", where)) : 0;
   const int64_t rope_dim = deepseek ? need_int(config, "qk_rope_head_dim", where) : 0;
-  int64_t head_dim = int_of(config, "head_dim");
+  int64_t head_dim = arch.no_head_dim ? -1 : int_of(config, "head_dim");  // GraniteModel pops head_dim
   bool lengths = false;
   if (head_dim >= 0) {
     h.add_u32(a + ".attention.key_length", static_cast<uint32_t>(deepseek ? kv_lora + rope_dim : head_dim));
     h.add_u32(a + ".attention.value_length", static_cast<uint32_t>(deepseek ? kv_lora : head_dim));
     lengths = true;
   }
-  // prepare_metadata: an MXFP4 model (quant_method mxfp4) written as f32, f16 or bf16 is MOSTLY_MXFP4_MOE.
-  // So is, as dcpctl writes it, compressed-tensors' MXFP4 (gguf/lowbit.h's ct_mxfp4_config); an
-  // NVFP4 one (nvfp4_config) MOSTLY_NVFP4.
-  const bool wide = out.type == TensorType::F32 || out.type == TensorType::F16 || out.type == TensorType::BF16;
-  const bool mxfp4_moe = ((gpt_oss && mxfp4_config(config)) || ct_mxfp4_config(config)) && wide;
-  h.add_u32("general.file_type", mxfp4_moe ? 38 : wide && nvfp4_config(config) ? 39 : out.file_type);
+  h.add_u32("general.file_type", file_type_of(arch, config, out));
   if (glm) {  // Glm4MoeModel.set_gguf_parameters
     json pr = rope.value("partial_rotary_factor", json(0.5));
     if (!pr.is_number()) throw UnsupportedError(Where(where), "config.json's partial_rotary_factor " + pr.dump() + " is not a number");
@@ -813,10 +1256,11 @@ void add_model_keys(Header& h, const Arch& arch, const json& config, const std::
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(rope_dim));
     if (json m = rope.value("mscale_all_dim", json()); m.is_number()) h.add_f32(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * m.get<double>()));
   }
-  if (a == "llama") {
+  if (arch.llama_model) {  // LlamaModel.set_gguf_parameters
     h.add_u32(a + ".vocab_size", static_cast<uint32_t>(need_int(config, "vocab_size", where)));
     h.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim >= 0 ? head_dim : hidden / heads));
   }
+  if (arch.extra_keys) arch.extra_keys(h, a, config, where);
   if (arch.experts == Arch::Experts::Qwen) {  // Qwen2MoeModel.set_gguf_parameters
     if (int64_t v = int_of(config, "moe_intermediate_size"); v >= 0) h.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(v));
   }
@@ -1068,6 +1512,167 @@ void add_special_vocab(Header& h, const json& config, const json& tok, const jso
 
 namespace {
 
+// A dense family's tensors as its load_arch_tensors creates them (src/models/ARCH.cpp of the
+// sdist's llama.cpp), each dimension named by a letter of the file's keys: E embedding_length,
+// F feed_forward_length, G 2 x F, Q head_count x key_length, K head_count_kv x key_length,
+// V head_count_kv x value_length, H key_length, A head_count, B head_count_kv, S E + 2 x V (Falcon's
+// fused qkv), R rope.dimension_count / 2, N the vocabulary; 0: no dimension. `qkv` where the family's
+// create_tensor_qkv stands (attn_q/k/v and their optional biases, or a fused attn_qkv).
+struct FamilyTensor {
+  const char* name;
+  char d0, d1;
+  bool required;
+  int64_t min_blocks = 0;  // created only when block_count is at least this (command-r's q/k norms)
+};
+struct FamilyTable {
+  const char* arch;
+  std::vector<FamilyTensor> top, layer;
+  bool qkv;
+  bool qkv_required = true;  // false: create_tensor_qkv with TENSOR_NOT_REQUIRED
+};
+const std::vector<FamilyTable>& family_tables() {
+  static const std::vector<FamilyTable> tables{
+      // gemma2.cpp: no output.weight (the embeddings, TENSOR_DUPLICATED).
+      {"gemma2",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+      // gemma3.cpp: gemma2's and the q/k norms, output.weight optional.
+      {"gemma3",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"post_attention_norm.weight", 'E', 0, true},
+        {"attn_k_norm.weight", 'H', 0, true}, {"attn_q_norm.weight", 'H', 0, true}, {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+      // granite.cpp (dense): llama's with optional biases.
+      {"granite",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+        {"rope_freqs.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
+        {"ffn_up.bias", 'F', 0, false}},
+       true},
+      // olmo2.cpp: q/k norms over the projections; output.weight required.
+      {"olmo2",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', true}},
+       {{"attn_output.weight", 'E', 'E', true}, {"attn_q_norm.weight", 'E', 0, true}, {"attn_k_norm.weight", 'K', 0, true},
+        {"post_attention_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_up.weight", 'F', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true}, {"post_ffw_norm.weight", 'E', 0, true}},
+       true},
+      // starcoder2.cpp: LayerNorms with biases, every projection's bias.
+      {"starcoder2",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, true},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, true}, {"attn_output.weight", 'E', 'E', true},
+        {"attn_output.bias", 'E', 0, true}, {"ffn_norm.weight", 'E', 0, true}, {"ffn_norm.bias", 'E', 0, true},
+        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_down.bias", 'E', 0, true},
+        {"ffn_up.bias", 'F', 0, true}},
+       true},
+      // command-r.cpp: the head is the embeddings; q/k norms ([heads, key_length]) from 64 layers.
+      {"command-r",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_q_norm.weight", 'A', 'H', true, 64}, {"attn_k_norm.weight", 'B', 'H', true, 64},
+        {"attn_output.weight", 'E', 'E', true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}},
+       true},
+      // falcon.cpp: LayerNorms with biases; Falcon-40B's second norm optional; the fused qkv.
+      {"falcon",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, true},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, true}, {"attn_norm_2.weight", 'E', 0, false},
+        {"attn_norm_2.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true}, {"attn_output.weight", 'E', 'E', true},
+        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'F', 'E', true}},
+       false},
+      // mistral3.cpp (llama.cpp's llama loader under its own name): Llama's dense tensors.
+      {"mistral3",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+        {"rope_freqs.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'Q', true}, {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_gate.weight", 'F', 'E', true}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_up.weight", 'F', 'E', true}, {"ffn_gate.bias", 'F', 0, false}, {"ffn_down.bias", 'E', 0, false},
+        {"ffn_up.bias", 'F', 0, false}},
+       true},
+      // mpt.cpp: biases and positions optional (not in a no_bias ALiBi model).
+      {"mpt",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output_norm.bias", 'E', 0, false},
+        {"output.weight", 'N', 'E', false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_norm.bias", 'E', 0, false}, {"attn_qkv.weight", 'S', 'E', true},
+        {"attn_qkv.bias", 'S', 0, false}, {"attn_output.weight", 'E', 'E', true}, {"attn_output.bias", 'E', 0, false},
+        {"ffn_norm.weight", 'E', 0, true}, {"ffn_norm.bias", 'E', 0, false}, {"ffn_down.weight", 'E', 'F', true},
+        {"ffn_down.bias", 'E', 0, false}, {"ffn_up.weight", 'F', 'E', true}, {"ffn_up.bias", 'F', 0, false}},
+       false},
+      // phi3.cpp: q/k/v (or a fused attn_qkv) each not required; ffn_up is gate and up fused;
+      // LongRoPE's factors (not written by dcpctl) optional.
+      {"phi3",
+       {{"token_embd.weight", 'N', 'E', true}, {"output_norm.weight", 'E', 0, true}, {"output.weight", 'N', 'E', false},
+        {"rope_factors_long.weight", 'R', 0, false}, {"rope_factors_short.weight", 'R', 0, false}},
+       {{"attn_norm.weight", 'E', 0, true}, {"attn_output.weight", 'E', 'E', true}, {"ffn_norm.weight", 'E', 0, true},
+        {"ffn_down.weight", 'E', 'F', true}, {"ffn_up.weight", 'G', 'E', true}},
+       true, false},
+  };
+  return tables;
+}
+
+std::optional<std::vector<ExpectedTensor>> family_tensors(const std::string& arch,
+                                                          const std::function<std::optional<int64_t>(const std::string&)>& key) {
+  const FamilyTable* t = nullptr;
+  for (const FamilyTable& f : family_tables())
+    if (arch == f.arch) t = &f;
+  if (!t) return std::nullopt;
+  auto k = [&](const std::string& name) { return key(arch + "." + name); };
+  auto mul = [](int64_t a, int64_t b) { return a < 0 || b < 0 ? int64_t{-1} : a * b; };
+  const int64_t embd = k("embedding_length").value_or(-1), ff = k("feed_forward_length").value_or(-1);
+  const int64_t heads = k("attention.head_count").value_or(-1), heads_kv = k("attention.head_count_kv").value_or(heads);
+  const int64_t head_k = k("attention.key_length").value_or(heads > 0 && embd >= 0 ? embd / heads : -1);
+  const int64_t head_v = k("attention.value_length").value_or(head_k);
+  std::optional<int64_t> vocab = k("vocab_size");
+  if (!vocab) vocab = key("tokenizer.ggml.tokens");
+  const int64_t q = mul(heads, head_k), kv = mul(heads_kv, head_k), v = mul(heads_kv, head_v);
+  auto dim = [&](char d) {
+    switch (d) {
+      case 'E': return embd;
+      case 'F': return ff;
+      case 'G': return mul(2, ff);
+      case 'Q': return q;
+      case 'K': return kv;
+      case 'V': return v;
+      case 'H': return head_k;
+      case 'A': return heads;
+      case 'B': return heads_kv;
+      case 'S': return embd < 0 || v < 0 ? int64_t{-1} : embd + 2 * v;
+      case 'R': return k("rope.dimension_count") ? *k("rope.dimension_count") / 2 : int64_t{-1};
+      default: return vocab.value_or(-1);  // 'N'
+    }
+  };
+  std::vector<ExpectedTensor> out;
+  auto add = [&](const std::string& b, const FamilyTensor& f) {
+    std::vector<int64_t> shape{dim(f.d0)};
+    if (f.d1) shape.push_back(dim(f.d1));
+    out.push_back({b + f.name, shape, f.required, {}});
+  };
+  for (const FamilyTensor& f : t->top) add("", f);
+  const int64_t blocks = k("block_count").value_or(0);
+  for (int64_t i = 0; i < blocks; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    if (t->qkv) {  // create_tensor_qkv
+      const int64_t qkv = q < 0 || kv < 0 || v < 0 ? -1 : q + kv + v;
+      out.push_back({b + "attn_qkv.weight", {qkv, embd}, false, {}});
+      out.push_back({b + "attn_qkv.bias", {qkv}, false, {}});
+      for (const auto& [n, rows] : {std::pair<const char*, int64_t>{"attn_q", q}, {"attn_k", kv}, {"attn_v", v}}) {
+        out.push_back({b + n + ".weight", {rows, embd}, t->qkv_required, b + "attn_qkv.weight"});
+        out.push_back({b + n + ".bias", {rows}, false, {}});
+      }
+    }
+    for (const FamilyTensor& f : t->layer)
+      if (blocks >= f.min_blocks) add(b, f);
+  }
+  return out;
+}
+
 std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
                                                         const std::function<std::optional<int64_t>(const std::string&)>& key) {
   const bool llama = arch == "llama", qwen2 = arch == "qwen2", qwen3 = arch == "qwen3" || arch == "qwen3moe",
@@ -1233,7 +1838,8 @@ std::optional<std::vector<ExpectedTensor>> arch_tensors(const std::string& arch,
 
 std::optional<std::vector<ExpectedTensor>> expected_tensors(const std::string& arch,
                                                             const std::function<std::optional<int64_t>(const std::string&)>& key) {
-  std::optional<std::vector<ExpectedTensor>> out = arch_tensors(arch, key);
+  std::optional<std::vector<ExpectedTensor>> out = family_tensors(arch, key);
+  if (!out) out = arch_tensors(arch, key);
   if (!out) return out;
   // llama-model.cpp's generic pass after every architecture's tensors: each Linear weight's
   // optional per-tensor ".scale" and ".input_scale" (NVFP4's scale2 and input scale: [1], or one per

@@ -8,7 +8,12 @@
 // MixtralForCausalLM (llama), Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
 // Qwen3MoeForCausalLM (qwen3moe), DeepseekV2ForCausalLM and DeepseekV3ForCausalLM (deepseek2; Kimi K2 with
 // its tiktoken tokenizer: gguf/tiktoken.h), Glm4MoeForCausalLM (glm4moe),
-// GptOssForCausalLM (gpt-oss); experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
+// GptOssForCausalLM (gpt-oss), Gemma2ForCausalLM (gemma2), Gemma3ForCausalLM (gemma3),
+// Phi3ForCausalLM (phi3), GraniteForCausalLM (granite), Olmo2ForCausalLM (olmo2),
+// Starcoder2ForCausalLM (starcoder2), CohereForCausalLM (command-r), FalconForCausalLM (falcon),
+// Ministral3ForCausalLM (mistral3), MPTForCausalLM (mpt), each a row of
+// model.cpp's architecture table (Arch: what the family's model class does beyond TextModel);
+// experts stacked per layer, GPT-OSS's fused experts split, DeepSeek's kv_b split, Llama 3's rope_freqs generated, the linear and yarn rope keys. Anything
 // else, a tensor the table does not name, another rope type, or a tokenizer the converter would
 // treat otherwise (not byte-level BPE, a pre-tokenizer it does not name: gguf/vocab.h) is
 // refused, UnsupportedError (exit 5) naming it.
@@ -16,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +55,55 @@ struct Arch {
   // GptOssModel's are fused per layer: mlp.experts.gate_up_proj [experts, hidden, 2 x ffn] (gate and
   // up interleaved), down_proj [experts, ffn, hidden], and their biases.
   enum class Experts { None, Qwen, Mixtral, Deepseek, GptOss } experts = Experts::None;
+  // Where set_vocab finds the tokenizer: Gpt2 tokenizer.json (_set_vocab_gpt2, or Kimi's tiktoken);
+  // SpmFirst tokenizer.model when the folder has one, else tokenizer.json (LlamaModel's and
+  // Qwen2Model's set_vocab); Spm tokenizer.model only (Gemma2Model's: refused without it); Phi3
+  // Phi3MiniModel's own reading of tokenizer.model (gguf/spm.h), or tokenizer.json where
+  // tokenizer_config.json's tokenizer_class is GPT2Tokenizer.
+  enum class Vocab { Gpt2, SpmFirst, Spm, Phi3 } vocab = Vocab::Gpt2;
+  // What set_vocab writes after the tokenizer's keys: tokenizer.ggml.add_space_prefix false
+  // (Gemma's add_add_space_prefix(False)).
+  bool no_space_prefix = false;
+  // Added to every tensor whose HF key ends in norm.weight (GemmaModel.modify_tensors: Gemma's
+  // RMSNorm scales by 1 + weight, llama.cpp's by the weight), in float32 as the converter adds it
+  // (a float16 source in float16: TensorPlan::shift).
+  float norm_shift = 0;
+  // The converter's filter_tensors leaves lm_head.weight out (Gemma: the head is the embeddings).
+  bool drop_head = false;
+  // A LlamaModel (its subclass Granite's too): set_vocab's add_space_prefix (gguf/spm.h's
+  // add_llama_vocab_keys), vocab_size and rope.dimension_count after TextModel's keys, Llama 3's
+  // rope_freqs.
+  bool llama_model = false;
+  // GraniteModel pops head_dim from the hyperparameters: no key_length / value_length, the rope
+  // dimension hidden / heads.
+  bool no_head_dim = false;
+  // LayerNorm (StarCoder 2): config.json's layer_norm_eps / layer_norm_epsilon / norm_epsilon
+  // written as attention.layer_norm_epsilon (TextModel's, after the RMS epsilon), not refused.
+  bool layer_norm = false;
+  // Keys the family's set_gguf_parameters adds after TextModel's (and LlamaModel's); null: none.
+  void (*extra_keys)(Header& h, const std::string& arch, const nlohmann::json& config, const std::string& where) = nullptr;
+  // The family's table has no output tensor (Command-R: an untied lm_head.weight is the converter's
+  // "Can not map tensor"): refused; a tied one is left out as for every family.
+  bool no_head = false;
+  // context_length from model_max_length first (CommandR2Model), then max_position_embeddings.
+  bool context_model_max_length = false;
+  // The layers' key prefix where it is not model.layers. (Falcon's transformer.h.), and the
+  // family's top-level names (replacing embed_tokens / norm / lm_head's); null: the common ones.
+  const char* layer_prefix = nullptr;
+  const std::map<std::string, std::string>* top_names = nullptr;
+  // FalconModel.modify_tensors regroups query_key_value (TensorPlan::qkv_groups).
+  bool falcon_qkv = false;
+  // Gemma3Model.modify_tensors cuts the embedding to the tokenizer's tokens (config.json's
+  // vocab_size with tokenizer.model): an embedding of other rows is refused.
+  bool full_vocab = false;
+  // The family's own layer tensors (gguf-py's tensor_mapping for its MODEL_ARCH), looked up before
+  // the common ones: HF module -> GGUF name; null: none.
+  const std::map<std::string, std::string>* layer_names = nullptr;
+  // The family's set_gguf_parameters where it is not TextModel's (Gemma2Model writes its own keys
+  // in its own order): the keys after general.*, up to and without general.quantization_version;
+  // null: TextModel's, as add_model_keys writes it.
+  void (*keys)(Header& h, const std::string& arch, const nlohmann::json& config, uint32_t file_type,
+               const std::string& where) = nullptr;
 };
 // config.json's architecture; UnsupportedError naming it when the converter's model is not one here.
 Arch arch_of(const nlohmann::json& config, const std::string& where);
@@ -85,6 +140,13 @@ struct TensorPlan {
   // rows moved as the plan's Q/K permutation moves them (LlamaModel._repack_nvfp4 permutes the
   // packed rows and the block scale's alike).
   bool packed = false;
+  // Falcon's query_key_value [(heads + 2 x groups) x head_dim, hidden] regrouped as
+  // FalconModel.modify_tensors does (the "jploski" layout): every group's q heads, then each
+  // group's k head, then each group's v head; 0: none. Made whole (a window is the tensor).
+  int64_t qkv_groups = 0, qkv_heads = 0;
+  // Added to each value (Arch::norm_shift of a norm's weight); its source saved in float16 is
+  // added in float16 (the converter's data_torch + 1 on a float16 tensor), rounded there.
+  float shift = 0;
 };
 // Whether config.json's quantization_config says quant_method mxfp4 (the converter's _is_mxfp4).
 bool mxfp4_config(const nlohmann::json& config);
@@ -94,6 +156,8 @@ bool mxfp4_config(const nlohmann::json& config);
 // and j + 16).
 std::vector<uint8_t> mxfp4_repack(const TensorPlan& p, const uint8_t* blocks, const uint8_t* scales,
                                   const std::vector<int64_t>& blocks_shape);
+// Falcon's regrouped query_key_value (`p.qkv_groups`) of a float32 [rows, cols] at `x`.
+std::vector<float> falcon_qkv_part(const TensorPlan& p, const float* x, int64_t rows, int64_t cols);
 // The k_b or v_b part (`p.kv_b`) of kv_b_proj's float32 [heads * (nope + v), cols] at `x`.
 std::vector<float> kv_b_part(const TensorPlan& p, const float* x, int64_t cols);
 // The gate_up / transpose part (`p.gate_up`, `p.transpose`) of a float32 input of shape `in` at `x`.
@@ -166,7 +230,7 @@ bool does_token_look_special(const std::string& text);
 
 // What llama.cpp's loader (llama-model.cpp's load_arch_tensors, llama.cpp as in the sdist of
 // docs/gguf.md) asks of a file of an architecture written here (general.architecture llama, qwen2,
-// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss), from the file's keys: each tensor's name and shape (torch's order:
+// qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, granite, olmo2, starcoder2, command-r, falcon, mistral3, mpt), from the file's keys: each tensor's name and shape (torch's order:
 // ggml's ne reversed; -1 where a key it comes from is absent, any length then), whether the loader
 // needs it, and the tensor whose presence stands in for it (a fused attn_qkv for attn_q/k/v, a fused
 // ffn_gate_up_exps for the gate and up experts), and llama-model.cpp's generic pass after them: each

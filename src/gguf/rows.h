@@ -14,7 +14,8 @@
 //   - DeepseekV2Model's kv_b split: a head's nope + v rows (k_b transposes within the head);
 //   - GPT-OSS's fused experts (a transpose, the even / odd rows of gate_up) and transformers'
 //     in-memory gate_up_proj (its first / second half of rows): an expert;
-//   - GPT-OSS's MXFP4 repack: an expert of its blocks and scales.
+//   - GPT-OSS's MXFP4 repack: an expert of its blocks and scales;
+//   - Falcon's query_key_value regrouping: the whole tensor (its rows move across all of it).
 // Only the values the converter computes (rope_freqs: head_dim / 2 floats) are made whole.
 #pragma once
 
@@ -36,8 +37,12 @@ bool moves_rows(const TensorPlan& p);
 // The float32 values written for a window of `rows` consecutive indices of the first dimension of
 // an input of shape `in` (whole units), from `x`, the window's float32 values: x itself (moved
 // out) when the plan moves nothing, else the window's part of the output, permuted, split or
-// transposed.
+// transposed; a plan's shift added to each value first, in float32 (a float16 source's sum is
+// rounded to float16 by the caller, which knows the source's type).
 std::vector<float> convert_rows(const TensorPlan& p, std::vector<float> x, const std::vector<int64_t>& in, int64_t rows);
+
+// Each value rounded to float16 and back (a float16 source's shifted norm: TensorPlan::shift).
+void round_to_half(std::vector<float>& x);
 
 // The MXFP4 bytes (mxfp4_repack) of a window of `experts` consecutive experts of a plan `p.mxfp4`,
 // from those experts' blocks and scales (blocks_shape: the whole input's).

@@ -44,11 +44,21 @@ size_t token_id_of(const json& v, const std::string& what, const std::string& wh
   return static_cast<size_t>(id);
 }
 
-}  // namespace
-
-bool tries_sentencepiece(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3";
+// Phi3MiniModel.set_vocab's added token (tokenizer_config.json's added_tokens_decoder, then
+// tokenizer.json's added_tokens): its content as it is, score -1000.0, CONTROL when special,
+// else USER_DEFINED; an id past the vocabulary is the converter's IndexError.
+void phi3_added(SpmVocab& v, size_t k, const json& data, const std::string& what, const std::string& where) {
+  if (k >= v.tokens.size())
+    throw UnsupportedError(Where(where), what + " is past config.json's vocab_size " + std::to_string(v.tokens.size()) +
+                                             ": llama.cpp's converter fails on it (Phi3MiniModel.set_vocab)");
+  const json special = data.value("special", json());
+  if (!special.is_null() && !special.is_boolean()) throw UnsupportedError(Where(where), what + ": special is " + special.dump());
+  v.tokens[k] = data["content"].get<std::string>();
+  v.scores[k] = -1000.0f;
+  v.types[k] = special.is_boolean() && special.get<bool>() ? kPieceControl : kPieceUserDefined;
 }
+
+}  // namespace
 
 bool is_llama_hf_tokenizer(const json& tok) {
   if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object()) return false;
@@ -61,16 +71,18 @@ bool is_llama_hf_tokenizer(const json& tok) {
 }
 
 SpmVocab spm_vocab(const std::string& model, const std::string& model_path, const json& config,
-                   const json& added_tokens, const json& tconf, const std::string& where) {
+                   const json& added_tokens, const json& tconf, const std::string& where, const json* phi3_tokenizer) {
+  const bool phi3 = phi3_tokenizer != nullptr;
   sentencepiece::SentencePieceProcessor sp;
   if (const auto st = sp.LoadFromSerializedProto(model); !st.ok())
     throw FormatError(Where(model_path), "SentencePiece does not load this tokenizer.model (" + st.ToString() +
                                              "), nor does llama.cpp's converter");
   const int64_t pieces = sp.GetPieceSize();
   // find_hparam(["vocab_size_per_layer_input", "vocab_size"], optional=True) or tokenizer.vocab_size()
+  // Phi3MiniModel: hparams.get('vocab_size', tokenizer.vocab_size()).
   int64_t n = pieces;
   for (const char* key : {"vocab_size_per_layer_input", "vocab_size"})
-    if (const json v = config.value(key, json()); !v.is_null()) {
+    if (const json v = config.value(key, json()); (!phi3 || key == std::string("vocab_size")) && !v.is_null()) {
       if (!v.is_number_integer())
         throw UnsupportedError(Where(where),
                                std::string("config.json's ") + key + " " + v.dump() + " is not an integer");
@@ -85,6 +97,9 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
   for (int64_t i = 0; i < n; ++i) v.tokens.push_back("[PAD" + std::to_string(i) + "]");
   v.scores.assign(static_cast<size_t>(n), -10000.0f);
   v.types.assign(static_cast<size_t>(n), kPieceUnused);
+  if (phi3 && pieces > n)  // tokens[token_id] = ...: an IndexError in Phi3MiniModel.set_vocab
+    throw UnsupportedError(Where(model_path), "tokenizer.model has " + std::to_string(pieces) + " pieces, more than config.json's vocab_size " +
+                                                  std::to_string(n) + ": llama.cpp's converter fails on it (Phi3MiniModel.set_vocab)");
   for (int id = 0; id < pieces && id < n; ++id) {
     int32_t type = kPieceNormal;
     if (sp.IsUnknown(id))
@@ -111,6 +126,10 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
       if (!data.is_object() || !data.contains("content") || !data["content"].is_string())
         throw UnsupportedError(Where(where),
                                "tokenizer_config.json's added_tokens_decoder '" + key + "' has no content string");
+      if (phi3) {
+        phi3_added(v, k, data, "tokenizer_config.json's added_tokens_decoder '" + key + "'", where);
+        continue;
+      }
       if (k >= static_cast<size_t>(n)) continue;
       std::string text = data["content"].get<std::string>();
       const json special = data.value("special", json());
@@ -124,6 +143,12 @@ SpmVocab spm_vocab(const std::string& model, const std::string& model_path, cons
         v.types[k] = kPieceUserDefined;
       }
       v.scores[k] = -1000.0f, v.tokens[k] = text;
+    }
+  if (phi3 && phi3_tokenizer->is_object() && phi3_tokenizer->contains("added_tokens") && (*phi3_tokenizer)["added_tokens"].is_array())
+    for (const json& a : (*phi3_tokenizer)["added_tokens"]) {
+      if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string())
+        throw UnsupportedError(Where(where), "tokenizer.json's added token " + a.dump() + " has no id and content string");
+      phi3_added(v, token_id_of(a["id"], "tokenizer.json's added token id", where), a, "tokenizer.json's added token " + a["id"].dump(), where);
     }
   return v;
 }
@@ -141,8 +166,8 @@ void add_llama_vocab_keys(Header& h, const json& config, const json& tconf, cons
 
 void add_spm_tokenizer_keys(Header& h, const json& config, const std::string& model, const std::string& model_path,
                             const json& added_tokens, const json& tokenizer, const json& tconf,
-                            const std::string& jinja, const std::string& where) {
-  const SpmVocab v = spm_vocab(model, model_path, config, added_tokens, tconf, where);
+                            const std::string& jinja, const std::string& where, bool phi3) {
+  const SpmVocab v = spm_vocab(model, model_path, config, added_tokens, tconf, where, phi3 ? &tokenizer : nullptr);
   h.add_string("tokenizer.ggml.model", "llama");
   h.add_string("tokenizer.ggml.pre", "default");
   h.add_strings("tokenizer.ggml.tokens", v.tokens);

@@ -338,6 +338,333 @@ bool traversed_list(const Value& v, int depth = 0) {
   return false;
 }
 
+// open_rank_file_set's steps: every file read into per-tensor pieces (read_file), the pieces
+// placed on their global tensors (place), then one view with the copies compared and taken once
+// (add_tensor).
+class RankFileSetReader {
+ public:
+  explicit RankFileSetReader(RankFileSet set) : set_(std::move(set)) {
+    std::stable_sort(set_.files.begin(), set_.files.end(), [](const RankFileSet::File& a, const RankFileSet::File& b) {
+      return a.prefix != b.prefix ? a.prefix < b.prefix : a.rank < b.rank;
+    });
+    ck_.dir = set_.dir;
+    ck_.layout = set_.layout;
+    ck_.asset_dirs = set_.asset_dirs;
+    Metadata& md = ck_.md;
+    md.metadata_class = set_.metadata_class;
+    md.pickle_protocol = 2;  // torch.save's
+    for (const auto& f : set_.files) md.files.push_back(f.name);
+    ck_.metadata_path = set_.metadata_path.empty() ? join_path(set_.dir, md.files.front()) : set_.metadata_path;
+    md.source = ck_.metadata_path;
+    meta_detail::stat_data_files(ck_);
+    open_.resize(md.files.size());
+  }
+
+  Checkpoint read() && {
+    note_missing_ranks();
+    for (uint32_t file = 0; file < set_.files.size(); ++file) read_file(file);
+    for (size_t t = 0; t < tensors_.size(); ++t)
+      if (tensors_[t].dtensor)
+        place_dtensor(tensors_[t], leaves_[t]);
+      else
+        place_plain(tensors_[t]);
+    for (const Gathered& g : tensors_) add_tensor(g);
+    for (auto& [key, v] : values_) ck_.values[key] = std::move(v.first);
+    return std::move(ck_);
+  }
+
+ private:
+  std::string path_of(uint32_t file) const { return join_path(set_.dir, ck_.md.files[file]); }
+  const ReadFile& file_of(uint32_t i) {
+    if (!open_[i]) open_[i] = std::make_unique<ReadFile>(path_of(i));
+    return *open_[i];
+  }
+
+  // Each missing rank named, up to a few; a name claiming millions of ranks costs one finding.
+  void note_missing_ranks() {
+    constexpr size_t kNamed = 16;
+    std::set<std::string> prefixes;
+    for (const auto& f : set_.files) prefixes.insert(f.prefix);
+    for (const std::string& prefix : prefixes) {
+      std::set<int> have;
+      for (const auto& f : set_.files)
+        if (f.prefix == prefix) have.insert(f.rank);
+      size_t missing = 0;
+      for (int r = 0; r < set_.world; ++r) {
+        if (have.count(r) || ++missing > kNamed) continue;
+        ck_.incomplete.push_back({"missing-rank", Where(join_path(set_.dir, set_.file_name(r, prefix))),
+                                  "rank " + std::to_string(r) + " of " + std::to_string(set_.world) +
+                                      " has no file: its save did not finish"});
+      }
+      if (missing > kNamed)
+        ck_.incomplete.push_back({"missing-rank", Where(set_.dir), std::to_string(missing - kNamed) + " more of the " +
+                                                                      std::to_string(set_.world) + " ranks have no " +
+                                                                      set_.pattern + " file"});
+    }
+  }
+
+  void read_file(uint32_t file) {
+    const std::string& prefix = set_.files[file].prefix;
+    const std::string path = join_path(set_.dir, set_.files[file].name);
+    TorchArchive arc = open_torch_archive(path);
+    ck_.metadata_sources.push_back(path);
+    ck_.metadata_bytes += arc.pickle_bytes;
+    const Value& root = arc.tree->root;
+    // Flatten nested dicts the way traverse_state_dict does ("." between keys).
+    std::vector<std::pair<std::string, const Value*>> stack;
+    if (root.kind == Kind::Dict) {
+      pickle::Items top = root.items();
+      for (uint64_t i = top.size(); i >= 2; i -= 2)
+        if (!is_module_metadata(root, top[i - 2], top[i - 1]))
+          stack.push_back({(prefix.empty() ? "" : prefix + ".") + key_text(top[i - 2]), &top[i - 1]});
+    } else if (!prefix.empty()) {
+      stack.push_back({prefix, &root});  // an item that is one value (a step count, a tensor)
+    } else {
+      throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a state_dict");
+    }
+    while (!stack.empty()) {
+      auto [key, v] = stack.back();
+      stack.pop_back();
+      Where w(path, std::nullopt, key);
+      if (v->kind == Kind::Dict) {
+        pickle::Items it = v->items();
+        for (uint64_t i = it.size(); i >= 2; i -= 2) stack.push_back({key + "." + key_text(it[i - 2]), &it[i - 1]});
+        continue;
+      }
+      // A list holding a dict or a tensor is traversed by index, as DCP's traverse_state_dict
+      // does (an optimizer's param_groups: `param_groups.0.lr`); any other list, and a tuple, is one value.
+      if (set_.values && v->kind == Kind::List && traversed_list(*v)) {
+        pickle::Items it = v->items();
+        for (uint64_t i = it.size(); i-- > 0;) stack.push_back({key + "." + std::to_string(i), &it[i]});
+        continue;
+      }
+      if (!is_tensor(*v) && !v->is_global("torch._tensor", "_rebuild_from_type_v2"))
+        add_value(key, *v, set_.files[file].name, w);
+      else
+        add_leaf(key, *v, file, arc, w);
+    }
+  }
+
+  // A value that is not a tensor (a step count, a learning rate): the same in every rank's file.
+  void add_value(const std::string& key, const Value& v, const std::string& name, const Where& w) {
+    if (!set_.values)
+      throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v.kind) + " (" + pickle::repr(v, 80) +
+                                    ") in the model's state dict; only tensors are read from per-rank files");
+    if (contains_tensor(v))
+      throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v.kind) + " holding tensors; only dicts of tensors are read");
+    std::string text = pickle::repr(v, 1u << 20);
+    auto [vit, fresh] = values_.emplace(key, std::make_pair(text, name));
+    if (!fresh && vit->second.first != text)
+      ck_.incomplete.push_back({"value-mismatch", w, "this rank's value " + pickle::repr(v, 80) + " differs from " + vit->second.second + "'s"});
+  }
+
+  // The tensor `key` of this rank's file: its global shape and dtype the other files', its local
+  // bytes a piece of it.
+  void add_leaf(const std::string& key, const Value& v, uint32_t file, const TorchArchive& arc, const Where& w) {
+    const int rank = set_.files[file].rank;
+    Leaf leaf = read_leaf(v, w);
+    auto [it, fresh] = index_.emplace(key, tensors_.size());
+    if (fresh) {
+      Gathered g;
+      g.fqn = key;
+      g.dtype = leaf.local.dtype;
+      g.dtype_name = torch_name(leaf.local.dtype);
+      g.shape = leaf.global_shape;
+      g.dtensor = leaf.dtensor;
+      g.placements_text = leaf.dtensor ? leaf.placements_text : "plain";
+      g.first_file = set_.files[file].name;
+      tensors_.push_back(std::move(g));
+      leaves_.emplace_back();
+    }
+    Gathered& g = tensors_[it->second];
+    if (g.ranks.count(rank)) throw FormatError(w, "two values flatten to this key");
+    if (leaf.local.dtype != g.dtype || (leaf.global_dtype && *leaf.global_dtype != leaf.local.dtype))
+      throw FormatError(w, "dtype " + std::string(torch_name(leaf.local.dtype)) + " here, " + g.dtype_name + " in " + g.first_file);
+    if (leaf.global_shape != g.shape || leaf.dtensor != g.dtensor || (leaf.dtensor && leaf.placements_text != g.placements_text))
+      throw FormatError(w, "global shape " + dims_text(leaf.global_shape) + " placed " + (leaf.dtensor ? leaf.placements_text : "plain") +
+                               " here, " + dims_text(g.shape) + " placed " + g.placements_text + " in " + g.first_file);
+    g.ranks.insert(rank);
+    // Where the local bytes are: the storage record, from the view's offset on.
+    RecordLocation rec = arc.zip->locate("data/" + leaf.local.storage_key);
+    size_t item = itemsize(leaf.local.dtype);
+    uint64_t extent = leaf.local.extent();
+    if (extent == UINT64_MAX || extent > rec.size / item)
+      throw FormatError(w, "the local tensor needs " + std::to_string(extent) + " elements but its storage record holds " +
+                               std::to_string(rec.size / item));
+    RankPiece p;
+    p.rank = rank;
+    p.file = file;
+    p.sizes = leaf.local.size;
+    p.stride = leaf.local.stride;
+    p.item = item;
+    p.ref.file = file;
+    p.ref.offset = rec.offset + static_cast<uint64_t>(leaf.local.storage_offset) * item;
+    p.ref.length = leaf.local.numel() * item;
+    p.ref.format = ItemFormat::Raw;
+    p.record_offset = rec.offset;
+    p.record_size = rec.size;
+    p.record_crc = rec.crc;
+    p.record = "data/" + leaf.local.storage_key;
+    g.pieces.push_back(std::move(p));
+    leaves_[it->second].push_back(std::move(leaf));
+  }
+
+  // The mesh's shape: as pickled, else what the coordinates seen say.
+  static std::vector<int64_t> mesh_of(const std::vector<Leaf>& ls) {
+    std::vector<int64_t> mesh;
+    for (const Leaf& l : ls)
+      if (l.mesh_shape) mesh = *l.mesh_shape;
+    if (!mesh.empty()) return mesh;
+    mesh.assign(ls.front().placements.size(), 1);
+    for (const Leaf& l : ls)
+      if (l.coordinate)
+        for (size_t d = 0; d < mesh.size(); ++d) mesh[d] = std::max(mesh[d], (*l.coordinate)[d] + 1);
+    return mesh;
+  }
+
+  // Every piece of a DTensor placed: offsets from the placements and the rank's mesh coordinate,
+  // a piece per box of the global tensor each local tensor holds.
+  void place_dtensor(Gathered& g, const std::vector<Leaf>& ls) {
+    const std::vector<int64_t> mesh = mesh_of(ls);
+    std::vector<RankPiece> boxes;
+    for (size_t i = 0; i < g.pieces.size(); ++i) {
+      RankPiece& p = g.pieces[i];
+      const Leaf& l = ls[i];
+      Where w(path_of(p.file), std::nullopt, g.fqn);
+      std::vector<int64_t> sizes(g.shape.size(), 0);
+      std::vector<IndexRuns> runs;
+      if (l.coordinate) {  // not on the mesh: holds nothing
+        runs = local_index_runs(g.shape, mesh, *l.coordinate, l.placements, w);
+        sizes = local_shape(runs);
+      }
+      if (sizes != p.sizes)
+        throw FormatError(w, "local shape " + dims_text(p.sizes) + ", but " + g.placements_text + " of " +
+                                 dims_text(g.shape) + " on a mesh of " + dims_text(mesh) + " gives " + dims_text(sizes) +
+                                 " at this rank's coordinate");
+      uint64_t numel = 1;
+      for (int64_t s : sizes) numel *= static_cast<uint64_t>(s);
+      if (!l.coordinate || numel == 0) {
+        p.offsets.assign(g.shape.size(), 0);
+        boxes.push_back(std::move(p));
+        continue;
+      }
+      add_boxes(p, runs, boxes);
+    }
+    g.pieces = std::move(boxes);
+  }
+
+  // Every combination of one run per dim is a box: global offsets at the runs' starts, local ones
+  // where the runs sit in the local tensor (one box unless a _StridedShard's runs lie apart).
+  static void add_boxes(const RankPiece& p, const std::vector<IndexRuns>& runs, std::vector<RankPiece>& boxes) {
+    const size_t nd = runs.size();
+    std::vector<size_t> at(nd, 0);
+    for (;;) {
+      RankPiece b = p;
+      b.offsets.resize(nd);
+      b.sizes.resize(nd);
+      int64_t elem = 0;
+      uint64_t n = 1;
+      for (size_t d = 0; d < nd; ++d) {
+        int64_t lo = 0;
+        for (size_t r = 0; r < at[d]; ++r) lo += runs[d][r].length;
+        b.offsets[d] = runs[d][at[d]].start;
+        b.sizes[d] = runs[d][at[d]].length;
+        elem += lo * p.stride[d];
+        n *= static_cast<uint64_t>(b.sizes[d]);
+      }
+      b.ref.offset = p.ref.offset + static_cast<uint64_t>(elem) * p.item;
+      b.ref.length = n * p.item;
+      boxes.push_back(std::move(b));
+      size_t d = nd;
+      while (d > 0 && ++at[d - 1] == runs[d - 1].size()) at[--d] = 0;
+      if (d == 0) break;
+    }
+  }
+
+  // A plain tensor: every rank's copy is the whole of it.
+  void place_plain(Gathered& g) const {
+    for (RankPiece& p : g.pieces) {
+      p.offsets.assign(g.shape.size(), 0);
+      if (p.sizes != g.shape)
+        throw FormatError(Where(path_of(p.file), std::nullopt, g.fqn),
+                          "shape " + dims_text(p.sizes) + " here, " + dims_text(g.shape) + " in " + g.first_file);
+    }
+  }
+
+  // Whether `p` holds the same bytes as `a`, the copy of its box already taken.
+  bool same_copy(const RankPiece& a, const RankPiece& p, const std::vector<Run>& runs, const Where& where) {
+    const bool whole = a.ref.offset == a.record_offset && a.ref.length == a.record_size && p.ref.offset == p.record_offset &&
+                       p.ref.length == p.record_size && runs.size() == 1 && a.stride == p.stride;
+    if (whole) return a.record_crc == p.record_crc;
+    std::vector<Run> other = runs_of(a, where);
+    bool same = other.size() == runs.size();
+    for (size_t i = 0; same && i < runs.size(); ++i)
+      same = runs[i].bytes == other[i].bytes &&
+             same_bytes(file_of(a.file), other[i].byte_offset, file_of(p.file), runs[i].byte_offset, runs[i].bytes);
+    return same;
+  }
+
+  // One tensor of the view: copies compared and taken once; empty pieces dropped (one kept for an
+  // empty tensor).
+  void add_tensor(const Gathered& g) {
+    for (const auto& f : set_.files)
+      if (!g.ranks.count(f.rank) && (f.prefix.empty() || g.fqn == f.prefix || g.fqn.rfind(f.prefix + ".", 0) == 0))
+        ck_.incomplete.push_back({"missing-key", Where(join_path(set_.dir, f.name), std::nullopt, g.fqn),
+                                  "this rank's file lacks the tensor (" + g.first_file + " holds it)"});
+    TensorMeta t;
+    t.fqn = g.fqn;
+    t.dtype = g.dtype;
+    t.dtype_name = g.dtype_name;
+    t.shape = g.shape;
+    auto numel = [](const RankPiece& p) {
+      uint64_t n = 1;
+      for (int64_t s : p.sizes) n *= static_cast<uint64_t>(s);
+      return n;
+    };
+    bool any_data = std::any_of(g.pieces.begin(), g.pieces.end(), [&](const RankPiece& p) { return numel(p) > 0; });
+    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, const RankPiece*> kept;
+    for (const RankPiece& p : g.pieces) {
+      if (numel(p) == 0 && (any_data || &p != &g.pieces.front())) continue;  // an empty shard holds nothing
+      Where where(path_of(p.file), p.ref.offset, g.fqn);
+      std::vector<Run> runs = runs_of(p, where);
+      auto [it, fresh] = kept.emplace(std::make_pair(p.offsets, p.sizes), &p);
+      if (!fresh) {
+        const RankPiece& a = *it->second;
+        if (!same_copy(a, p, runs, where))
+          ck_.incomplete.push_back({"replica-mismatch", where,
+                                    "rank " + std::to_string(p.rank) + "'s copy of box offsets " + dims_text(p.offsets) +
+                                        " sizes " + dims_text(p.sizes) + " (" + g.placements_text + ") differs from rank " +
+                                        std::to_string(a.rank) + "'s in " + ck_.md.files[a.file] +
+                                        ": the copies of a replicated tensor must be equal"});
+        continue;
+      }
+      for (const Run& run : runs) {
+        t.chunk_dims.insert(t.chunk_dims.end(), run.offsets.begin(), run.offsets.end());
+        t.chunk_dims.insert(t.chunk_dims.end(), run.sizes.begin(), run.sizes.end());
+        StorageRef ref = p.ref;
+        ref.offset = run.byte_offset;
+        ref.length = run.bytes;
+        t.storage.push_back(ref);
+      }
+      // A storage several keys view (a tie: lm_head.weight IS embed_tokens.weight, pickled once)
+      // is one record, watched once (meta/shared_records.h).
+      if (watched_.insert({p.file, p.record_offset}).second)
+        ck_.record_crcs.push_back({p.file, p.record_offset, p.record_size, p.record_crc, g.fqn, p.record});
+    }
+    ck_.md.order.push_back({true, static_cast<uint32_t>(ck_.md.tensors.size())});
+    ck_.md.tensors.push_back(std::move(t));
+  }
+
+  RankFileSet set_;
+  Checkpoint ck_;
+  std::vector<Gathered> tensors_;
+  std::map<std::string, size_t> index_;
+  std::vector<std::vector<Leaf>> leaves_;  // per tensor, per file read (parallel to its pieces)
+  std::map<std::string, std::pair<std::string, std::string>> values_;  // key -> repr, the file it came from
+  std::vector<std::unique_ptr<ReadFile>> open_;                        // the files compared, opened once
+  std::set<std::pair<uint32_t, uint64_t>> watched_;                    // (file, record offset) in record_crcs
+};
+
 }  // namespace
 
 Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::string>& names) {
@@ -369,287 +696,6 @@ Checkpoint open_rank_torch_files(const std::string& dir, const std::vector<std::
   return open_rank_file_set(set);
 }
 
-Checkpoint open_rank_file_set(RankFileSet set) {
-  const std::string& dir = set.dir;
-  const int world = set.world;
-  std::stable_sort(set.files.begin(), set.files.end(), [](const RankFileSet::File& a, const RankFileSet::File& b) {
-    return a.prefix != b.prefix ? a.prefix < b.prefix : a.rank < b.rank;
-  });
-  std::set<std::string> prefixes;
-  for (const auto& f : set.files) prefixes.insert(f.prefix);
-  Checkpoint ck;
-  ck.dir = dir;
-  ck.layout = set.layout;
-  ck.asset_dirs = set.asset_dirs;
-  Metadata& md = ck.md;
-  md.metadata_class = set.metadata_class;
-  md.pickle_protocol = 2;  // torch.save's
-  for (const auto& f : set.files) md.files.push_back(f.name);
-  ck.metadata_path = set.metadata_path.empty() ? join_path(dir, md.files.front()) : set.metadata_path;
-  md.source = ck.metadata_path;
-  meta_detail::stat_data_files(ck);
-  // Each missing rank named, up to a few; a name claiming millions of ranks costs one finding.
-  constexpr size_t kNamed = 16;
-  for (const std::string& prefix : prefixes) {
-    std::set<int> have;
-    for (const auto& f : set.files)
-      if (f.prefix == prefix) have.insert(f.rank);
-    size_t missing = 0;
-    for (int r = 0; r < world; ++r) {
-      if (have.count(r) || ++missing > kNamed) continue;
-      ck.incomplete.push_back({"missing-rank", Where(join_path(dir, set.file_name(r, prefix))),
-                               "rank " + std::to_string(r) + " of " + std::to_string(world) + " has no file: its save did not finish"});
-    }
-    if (missing > kNamed)
-      ck.incomplete.push_back({"missing-rank", Where(dir), std::to_string(missing - kNamed) + " more of the " + std::to_string(world) +
-                                                               " ranks have no " + set.pattern + " file"});
-  }
-
-  std::vector<Gathered> tensors;
-  std::map<std::string, size_t> index;
-  std::vector<std::vector<int64_t>> mesh_shapes;  // per tensor: from the pickle, else the coordinates
-  std::vector<std::vector<Leaf>> leaves;          // per tensor, per file read (parallel to pieces' ranks)
-  std::map<std::string, std::pair<std::string, std::string>> values;  // key -> repr, the file it came from
-  for (uint32_t file = 0; file < set.files.size(); ++file) {
-    const int rank = set.files[file].rank;
-    const std::string& name = set.files[file].name;
-    const std::string& prefix = set.files[file].prefix;
-    std::string path = join_path(dir, name);
-    TorchArchive arc = open_torch_archive(path);
-    ck.metadata_sources.push_back(path);
-    ck.metadata_bytes += arc.pickle_bytes;
-    const Value& root = arc.tree->root;
-    // Flatten nested dicts the way traverse_state_dict does ("." between keys).
-    std::vector<std::pair<std::string, const Value*>> stack;
-    if (root.kind == Kind::Dict) {
-      pickle::Items top = root.items();
-      for (uint64_t i = top.size(); i >= 2; i -= 2)
-        if (!is_module_metadata(root, top[i - 2], top[i - 1]))
-          stack.push_back({(prefix.empty() ? "" : prefix + ".") + key_text(top[i - 2]), &top[i - 1]});
-    } else if (!prefix.empty()) {
-      stack.push_back({prefix, &root});  // an item that is one value (a step count, a tensor)
-    } else {
-      throw UnsupportedError(Where(path), std::string("holds a ") + pickle::kind_name(root.kind) + ", not a state_dict");
-    }
-    while (!stack.empty()) {
-      auto [key, v] = stack.back();
-      stack.pop_back();
-      Where w(path, std::nullopt, key);
-      if (v->kind == Kind::Dict) {
-        pickle::Items it = v->items();
-        for (uint64_t i = it.size(); i >= 2; i -= 2) stack.push_back({key + "." + key_text(it[i - 2]), &it[i - 1]});
-        continue;
-      }
-      // A list holding a dict or a tensor is traversed by index, as DCP's traverse_state_dict
-      // does (an optimizer's param_groups: `param_groups.0.lr`); any other list, and a tuple, is one value.
-      if (set.values && v->kind == Kind::List && traversed_list(*v)) {
-        pickle::Items it = v->items();
-        for (uint64_t i = it.size(); i-- > 0;) stack.push_back({key + "." + std::to_string(i), &it[i]});
-        continue;
-      }
-      if (!is_tensor(*v) && !v->is_global("torch._tensor", "_rebuild_from_type_v2")) {
-        if (!set.values)
-          throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v->kind) + " (" + pickle::repr(*v, 80) +
-                                        ") in the model's state dict; only tensors are read from per-rank files");
-        if (contains_tensor(*v))
-          throw UnsupportedError(w, std::string("a ") + pickle::kind_name(v->kind) + " holding tensors; only dicts of tensors are read");
-        std::string text = pickle::repr(*v, 1u << 20);
-        auto [vit, fresh] = values.emplace(key, std::make_pair(text, name));
-        if (!fresh && vit->second.first != text)
-          ck.incomplete.push_back({"value-mismatch", w, "this rank's value " + pickle::repr(*v, 80) + " differs from " + vit->second.second + "'s"});
-        continue;
-      }
-      Leaf leaf = read_leaf(*v, w);
-      auto [it, fresh] = index.emplace(key, tensors.size());
-      if (fresh) {
-        Gathered g;
-        g.fqn = key;
-        g.dtype = leaf.local.dtype;
-        g.dtype_name = torch_name(leaf.local.dtype);
-        g.shape = leaf.global_shape;
-        g.dtensor = leaf.dtensor;
-        g.placements_text = leaf.dtensor ? leaf.placements_text : "plain";
-        g.first_file = name;
-        tensors.push_back(std::move(g));
-        leaves.emplace_back();
-      }
-      Gathered& g = tensors[it->second];
-      if (g.ranks.count(rank)) throw FormatError(w, "two values flatten to this key");
-      if (leaf.local.dtype != g.dtype || (leaf.global_dtype && *leaf.global_dtype != leaf.local.dtype))
-        throw FormatError(w, "dtype " + std::string(torch_name(leaf.local.dtype)) + " here, " + g.dtype_name + " in " + g.first_file);
-      if (leaf.global_shape != g.shape || leaf.dtensor != g.dtensor || (leaf.dtensor && leaf.placements_text != g.placements_text))
-        throw FormatError(w, "global shape " + dims_text(leaf.global_shape) + " placed " + (leaf.dtensor ? leaf.placements_text : "plain") +
-                                 " here, " + dims_text(g.shape) + " placed " + g.placements_text + " in " + g.first_file);
-      g.ranks.insert(rank);
-      // Where the local bytes are: the storage record, from the view's offset on.
-      RecordLocation rec = arc.zip->locate("data/" + leaf.local.storage_key);
-      size_t item = itemsize(leaf.local.dtype);
-      uint64_t extent = leaf.local.extent();
-      if (extent == UINT64_MAX || extent > rec.size / item)
-        throw FormatError(w, "the local tensor needs " + std::to_string(extent) + " elements but its storage record holds " +
-                                 std::to_string(rec.size / item));
-      RankPiece p;
-      p.rank = rank;
-      p.file = file;
-      p.sizes = leaf.local.size;
-      p.stride = leaf.local.stride;
-      p.item = item;
-      p.ref.file = file;
-      p.ref.offset = rec.offset + static_cast<uint64_t>(leaf.local.storage_offset) * item;
-      p.ref.length = leaf.local.numel() * item;
-      p.ref.format = ItemFormat::Raw;
-      p.record_offset = rec.offset;
-      p.record_size = rec.size;
-      p.record_crc = rec.crc;
-      p.record = "data/" + leaf.local.storage_key;
-      g.pieces.push_back(std::move(p));
-      leaves[it->second].push_back(std::move(leaf));
-    }
-  }
-
-  // Place every piece: offsets from the placements and the rank's mesh coordinate.
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    Gathered& g = tensors[t];
-    std::vector<Leaf>& ls = leaves[t];
-    if (g.dtensor) {
-      std::vector<int64_t> mesh;
-      for (const Leaf& l : ls)
-        if (l.mesh_shape) mesh = *l.mesh_shape;
-      if (mesh.empty()) {  // not pickled: the coordinates seen say it
-        mesh.assign(ls.front().placements.size(), 1);
-        for (const Leaf& l : ls)
-          if (l.coordinate)
-            for (size_t d = 0; d < mesh.size(); ++d) mesh[d] = std::max(mesh[d], (*l.coordinate)[d] + 1);
-      }
-      std::vector<RankPiece> boxes;  // a piece per box of the global tensor each local tensor holds
-      for (size_t i = 0; i < g.pieces.size(); ++i) {
-        RankPiece& p = g.pieces[i];
-        const Leaf& l = ls[i];
-        std::string path = join_path(dir, md.files[p.file]);
-        Where w(path, std::nullopt, g.fqn);
-        std::vector<int64_t> sizes(g.shape.size(), 0);
-        std::vector<IndexRuns> runs;
-        if (l.coordinate) {  // not on the mesh: holds nothing
-          runs = local_index_runs(g.shape, mesh, *l.coordinate, l.placements, w);
-          sizes = local_shape(runs);
-        }
-        if (sizes != p.sizes)
-          throw FormatError(w, "local shape " + dims_text(p.sizes) + ", but " + g.placements_text + " of " +
-                                   dims_text(g.shape) + " on a mesh of " + dims_text(mesh) + " gives " +
-                                   dims_text(sizes) + " at this rank's coordinate");
-        uint64_t numel = 1;
-        for (int64_t s : sizes) numel *= static_cast<uint64_t>(s);
-        if (!l.coordinate || numel == 0) {
-          p.offsets.assign(g.shape.size(), 0);
-          boxes.push_back(std::move(p));
-          continue;
-        }
-        // Every combination of one run per dim is a box: global offsets at the runs' starts,
-        // local ones where the runs sit in the local tensor (one box unless a _StridedShard's
-        // runs lie apart).
-        const size_t nd = g.shape.size();
-        std::vector<size_t> at(nd, 0);
-        for (;;) {
-          RankPiece b = p;
-          b.offsets.resize(nd);
-          b.sizes.resize(nd);
-          int64_t elem = 0;
-          uint64_t n = 1;
-          for (size_t d = 0; d < nd; ++d) {
-            int64_t lo = 0;
-            for (size_t r = 0; r < at[d]; ++r) lo += runs[d][r].length;
-            b.offsets[d] = runs[d][at[d]].start;
-            b.sizes[d] = runs[d][at[d]].length;
-            elem += lo * p.stride[d];
-            n *= static_cast<uint64_t>(b.sizes[d]);
-          }
-          b.ref.offset = p.ref.offset + static_cast<uint64_t>(elem) * p.item;
-          b.ref.length = n * p.item;
-          boxes.push_back(std::move(b));
-          size_t d = nd;
-          while (d > 0 && ++at[d - 1] == runs[d - 1].size()) at[--d] = 0;
-          if (d == 0) break;
-        }
-      }
-      g.pieces = std::move(boxes);
-    } else {
-      for (RankPiece& p : g.pieces) {
-        p.offsets.assign(g.shape.size(), 0);
-        if (p.sizes != g.shape)
-          throw FormatError(Where(join_path(dir, md.files[p.file]), std::nullopt, g.fqn), "shape " + dims_text(p.sizes) + " here, " +
-                                                                                         dims_text(g.shape) + " in " + g.first_file);
-      }
-    }
-  }
-
-  // One view: copies compared and taken once; empty pieces dropped (one kept for an empty tensor).
-  std::vector<std::unique_ptr<ReadFile>> open(md.files.size());
-  auto file_of = [&](uint32_t i) -> const ReadFile& {
-    if (!open[i]) open[i] = std::make_unique<ReadFile>(join_path(dir, md.files[i]));
-    return *open[i];
-  };
-  std::set<std::pair<uint32_t, uint64_t>> watched;  // (file, record offset) in record_crcs
-  for (Gathered& g : tensors) {
-    for (const auto& f : set.files)
-      if (!g.ranks.count(f.rank) && (f.prefix.empty() || g.fqn == f.prefix || g.fqn.rfind(f.prefix + ".", 0) == 0))
-        ck.incomplete.push_back({"missing-key", Where(join_path(dir, f.name), std::nullopt, g.fqn),
-                                 "this rank's file lacks the tensor (" + g.first_file + " holds it)"});
-    TensorMeta t;
-    t.fqn = g.fqn;
-    t.dtype = g.dtype;
-    t.dtype_name = g.dtype_name;
-    t.shape = g.shape;
-    auto numel = [](const RankPiece& p) {
-      uint64_t n = 1;
-      for (int64_t s : p.sizes) n *= static_cast<uint64_t>(s);
-      return n;
-    };
-    bool any_data = std::any_of(g.pieces.begin(), g.pieces.end(), [&](const RankPiece& p) { return numel(p) > 0; });
-    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, const RankPiece*> kept;
-    for (const RankPiece& p : g.pieces) {
-      if (numel(p) == 0 && (any_data || &p != &g.pieces.front())) continue;  // an empty shard holds nothing
-      Where where(join_path(dir, md.files[p.file]), p.ref.offset, g.fqn);
-      std::vector<Run> runs = runs_of(p, where);
-      auto [it, fresh] = kept.emplace(std::make_pair(p.offsets, p.sizes), &p);
-      if (!fresh) {
-        const RankPiece& a = *it->second;
-        bool whole = a.ref.offset == a.record_offset && a.ref.length == a.record_size && p.ref.offset == p.record_offset &&
-                     p.ref.length == p.record_size && runs.size() == 1 && a.stride == p.stride;
-        bool same = whole;
-        if (whole) {
-          same = a.record_crc == p.record_crc;
-        } else {
-          std::vector<Run> other = runs_of(a, where);
-          same = other.size() == runs.size();
-          for (size_t i = 0; same && i < runs.size(); ++i)
-            same = runs[i].bytes == other[i].bytes &&
-                   same_bytes(file_of(a.file), other[i].byte_offset, file_of(p.file), runs[i].byte_offset, runs[i].bytes);
-        }
-        if (!same)
-          ck.incomplete.push_back({"replica-mismatch", Where(join_path(dir, md.files[p.file]), p.ref.offset, g.fqn),
-                                   "rank " + std::to_string(p.rank) + "'s copy of box offsets " + dims_text(p.offsets) + " sizes " +
-                                       dims_text(p.sizes) + " (" + g.placements_text + ") differs from rank " + std::to_string(a.rank) +
-                                       "'s in " + md.files[a.file] + ": the copies of a replicated tensor must be equal"});
-        continue;
-      }
-      for (const Run& run : runs) {
-        t.chunk_dims.insert(t.chunk_dims.end(), run.offsets.begin(), run.offsets.end());
-        t.chunk_dims.insert(t.chunk_dims.end(), run.sizes.begin(), run.sizes.end());
-        StorageRef ref = p.ref;
-        ref.offset = run.byte_offset;
-        ref.length = run.bytes;
-        t.storage.push_back(ref);
-      }
-      // A storage several keys view (a tie: lm_head.weight IS embed_tokens.weight, pickled once)
-      // is one record, watched once (meta/shared_records.h).
-      if (watched.insert({p.file, p.record_offset}).second)
-        ck.record_crcs.push_back({p.file, p.record_offset, p.record_size, p.record_crc, g.fqn, p.record});
-    }
-    md.order.push_back({true, static_cast<uint32_t>(md.tensors.size())});
-    md.tensors.push_back(std::move(t));
-  }
-  for (auto& [key, v] : values) ck.values[key] = std::move(v.first);
-  return ck;
-}
+Checkpoint open_rank_file_set(RankFileSet set) { return RankFileSetReader(std::move(set)).read(); }
 
 }  // namespace dcpctl

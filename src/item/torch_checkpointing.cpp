@@ -404,166 +404,212 @@ void add_value_items(Checkpoint& ck, const std::map<std::string, ValueItem>& ite
   }
 }
 
-Checkpoint open_torch_checkpointing(const Probe& p) {
-  const std::string& dir = p.path;
-  std::string meta_path = join_path(dir, "metadata.pkl");
-  std::optional<tc::Metadata> meta;
-  if (p.exists("metadata.pkl")) meta = tc::read_metadata(meta_path);
+// A torch_checkpointing folder opened: metadata.pkl's layouts read, the item files listed into a
+// RankFileSet, the JSON and raw items found, then the checkpoint read and what it lacks noted.
+class TorchCheckpointingOpener {
+ public:
+  explicit TorchCheckpointingOpener(const Probe& p) : p_(p), dir_(p.path), meta_path_(join_path(dir_, "metadata.pkl")) {}
+
+  Checkpoint open() {
+    if (p_.exists("metadata.pkl")) meta_ = tc::read_metadata(meta_path_);
+    if (meta_)
+      for (const auto& item : meta_->items) read_layout(item);
+    start_set();
+    list_files();
+    set_world();
+    find_value_items();
+    keep_present();
+    Checkpoint ck = read_set();
+    if (meta_) {
+      for (const auto& item : st_items_) tc::add_safetensors_item(ck, *meta_, item);
+      if (!st_items_.empty()) meta_detail::stat_data_files(ck);
+      ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path_);
+      check_against_metadata(ck, meta_path_, *meta_, items_seen_);
+    }
+    if (!values_.empty()) add_value_items(ck, values_, set_.world, meta_path_);
+    for (const auto& item : absent_items_)
+      ck.incomplete.push_back({"missing-item", Where(join_path(dir_, item + "_0.pt")),
+                               "metadata.pkl names item '" + item + "', but no rank's file of it is here"});
+    return ck;
+  }
+
+ private:
   // Items metadata.pkl says are saved in another layout than the default: safetensors local
   // shards, or torch.save files at a custom path (`rank_{rank}/model.pt`, filled in per rank).
-  std::set<std::string> st_items;
-  std::map<std::string, ValueItem> values;                    // JSON and raw items, by key
-  std::map<std::pair<std::string, int>, std::string> custom;  // (item, rank) -> its .pt path
-  if (meta)
-    for (const auto& item : meta->items) {
-      std::string type = meta->item_layout(item);
-      if (type.empty()) continue;
-      if (type == "SafetensorsSerialization") {
-        st_items.insert(item);
-        continue;
-      }
-      if (type == "JsonSerialization" || type == "RawSerialization") {
-        ValueItem& vi = values[item];
-        vi.key = item;
-        vi.recorded = true;
-        for (const auto& [rank, l] : meta->layouts.at(item)) {
-          if (!l || l->type != type)
-            throw UnsupportedError(Where(meta_path, std::nullopt, item),
-                                   "torch_checkpointing: item '" + item + "' is saved in " + type +
-                                       " by some ranks and in " + (l ? l->type : std::string("the default layout")) +
-                                       " by rank " + std::to_string(rank) + "; dcpctl reads an item in one layout");
-          if (tc::json_item_file(l->file_path) != (type == "JsonSerialization"))
-            throw UnsupportedError(
-                Where(meta_path, std::nullopt, item),
-                "torch_checkpointing: item '" + item + "' is saved in " + type + " at " + l->file_path +
-                    "; dcpctl tells a JSON item by its .json name (0.1 records no layout of such items), so it "
-                    "reads neither a JSON item under another name nor a raw item under a .json one");
-          vi.files[rank] = l->file_path;
-          vi.pattern = l->file_path;
-        }
-        continue;
-      }
-      if (type == "TorchSerialization") {
-        for (const auto& [rank, l] : meta->layouts.at(item)) {
-          if (l && l->type != type)
-            throw UnsupportedError(Where(meta_path, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in " + type +
-                                                                              " by some ranks and in " + l->type + " by rank " +
-                                                                              std::to_string(rank) + "; dcpctl reads an item in one layout");
-          custom[{item, rank}] = l ? l->file_path : item + "_" + std::to_string(rank) + ".pt";
-        }
-        continue;
-      }
-      throw UnsupportedError(Where(meta_path, std::nullopt, item),
-                             "torch_checkpointing: item '" + item + "' is saved in a " + type +
-                                 " layout, which dcpctl does not read (TorchSerialization, at "
-                                 "<item>_<rank>.pt or a custom path, SafetensorsSerialization, "
-                                 "JsonSerialization and RawSerialization are read)");
+  void read_layout(const std::string& item) {
+    std::string type = meta_->item_layout(item);
+    if (type.empty()) return;
+    if (type == "SafetensorsSerialization") {
+      st_items_.insert(item);
+      return;
     }
-  RankFileSet set;
-  set.dir = dir;
-  set.layout = CheckpointLayout::TorchCheckpointing;
-  set.metadata_class = meta ? std::string("torch_checkpointing metadata.pkl (version 2.0) + <item>_<rank>.pt") +
-                                  (st_items.empty() ? "" : " + <item>_<rank>.safetensors")
-                            : "torch_checkpointing <item>_<rank>.pt (no metadata.pkl)";
-  set.values = true;
-  set.pattern = "<item>_R.pt";
-  set.file_name = [custom](int r, const std::string& item) {
-    auto it = custom.find({item, r});
-    return it != custom.end() ? it->second : item + "_" + std::to_string(r) + ".pt";
-  };
-  int max_rank = -1;
-  std::set<std::string> items_seen, claimed;
-  for (const auto& [key, path] : custom) {
-    claimed.insert(path);
-    if (!path_exists(join_path(dir, path))) continue;  // open_rank_file_set names the missing rank
-    items_seen.insert(key.first);
-    set.files.push_back({key.second, path, key.first});
-    max_rank = std::max(max_rank, key.second);
+    if (type == "JsonSerialization" || type == "RawSerialization") return read_value_layout(item, type);
+    if (type == "TorchSerialization") return read_torch_layout(item, type);
+    throw UnsupportedError(Where(meta_path_, std::nullopt, item),
+                           "torch_checkpointing: item '" + item + "' is saved in a " + type +
+                               " layout, which dcpctl does not read (TorchSerialization, at "
+                               "<item>_<rank>.pt or a custom path, SafetensorsSerialization, "
+                               "JsonSerialization and RawSerialization are read)");
   }
-  for (const auto& n : p.names()) {
-    if (claimed.count(n)) continue;  // a custom path that also looks like <item>_<rank>.pt
-    if (auto st = item_file(n, ".safetensors")) {
-      if (meta) continue;  // read where metadata.pkl's layouts say
-      throw UnsupportedError(Where(join_path(dir, n)),
-                             "torch_checkpointing: item '" + st->item +
-                                 "' is saved in the SafetensorsSerialization layout: not a Hugging Face model, but each rank's local "
-                                 "shard under the same flattened keys (" + st->item + "_<rank>.safetensors, no offsets); their global "
-                                 "shapes and each rank's slice are in metadata.pkl, which this folder lacks (torch-checkpointing 0.1 "
-                                 "writes it only when an item declares a resharder, in a manager's first save), so the local shards "
-                                 "cannot be placed");
+
+  void read_value_layout(const std::string& item, const std::string& type) {
+    ValueItem& vi = values_[item];
+    vi.key = item;
+    vi.recorded = true;
+    for (const auto& [rank, l] : meta_->layouts.at(item)) {
+      if (!l || l->type != type)
+        throw UnsupportedError(Where(meta_path_, std::nullopt, item),
+                               "torch_checkpointing: item '" + item + "' is saved in " + type +
+                                   " by some ranks and in " + (l ? l->type : std::string("the default layout")) +
+                                   " by rank " + std::to_string(rank) + "; dcpctl reads an item in one layout");
+      if (tc::json_item_file(l->file_path) != (type == "JsonSerialization"))
+        throw UnsupportedError(
+            Where(meta_path_, std::nullopt, item),
+            "torch_checkpointing: item '" + item + "' is saved in " + type + " at " + l->file_path +
+                "; dcpctl tells a JSON item by its .json name (0.1 records no layout of such items), so it "
+                "reads neither a JSON item under another name nor a raw item under a .json one");
+      vi.files[rank] = l->file_path;
+      vi.pattern = l->file_path;
     }
-    auto f = item_file(n, ".pt");
-    if (!f) continue;
-    set.files.push_back({f->rank, n, f->item});
-    items_seen.insert(f->item);
-    max_rank = std::max(max_rank, f->rank);
   }
-  if (meta) {
-    for (const auto& item : meta->items)
-      if (!items_seen.count(item) && !st_items.count(item) && !values.count(item)) {
-        set.files.push_back({0, "", item});  // placeholder: every rank of it missing
+
+  void read_torch_layout(const std::string& item, const std::string& type) {
+    for (const auto& [rank, l] : meta_->layouts.at(item)) {
+      if (l && l->type != type)
+        throw UnsupportedError(Where(meta_path_, std::nullopt, item), "torch_checkpointing: item '" + item + "' is saved in " + type +
+                                                                           " by some ranks and in " + l->type + " by rank " +
+                                                                           std::to_string(rank) + "; dcpctl reads an item in one layout");
+      custom_[{item, rank}] = l ? l->file_path : item + "_" + std::to_string(rank) + ".pt";
+    }
+  }
+
+  void start_set() {
+    set_.dir = dir_;
+    set_.layout = CheckpointLayout::TorchCheckpointing;
+    set_.metadata_class = meta_ ? std::string("torch_checkpointing metadata.pkl (version 2.0) + <item>_<rank>.pt") +
+                                      (st_items_.empty() ? "" : " + <item>_<rank>.safetensors")
+                                : "torch_checkpointing <item>_<rank>.pt (no metadata.pkl)";
+    set_.values = true;
+    set_.pattern = "<item>_R.pt";
+    set_.file_name = [custom = custom_](int r, const std::string& item) {
+      auto it = custom.find({item, r});
+      return it != custom.end() ? it->second : item + "_" + std::to_string(r) + ".pt";
+    };
+  }
+
+  // The .pt files: at their custom paths, then by name.
+  void list_files() {
+    for (const auto& [key, path] : custom_) {
+      claimed_.insert(path);
+      if (!path_exists(join_path(dir_, path))) continue;  // open_rank_file_set names the missing rank
+      items_seen_.insert(key.first);
+      set_.files.push_back({key.second, path, key.first});
+      max_rank_ = std::max(max_rank_, key.second);
+    }
+    for (const auto& n : p_.names()) {
+      if (claimed_.count(n)) continue;  // a custom path that also looks like <item>_<rank>.pt
+      if (auto st = item_file(n, ".safetensors")) {
+        if (meta_) continue;  // read where metadata.pkl's layouts say
+        refuse_local_shards(n, st->item);
       }
-    set.world = meta->world;
-    set.metadata_path = meta_path;
-  } else {
-    set.world = max_rank + 1;
+      auto f = item_file(n, ".pt");
+      if (!f) continue;
+      set_.files.push_back({f->rank, n, f->item});
+      items_seen_.insert(f->item);
+      max_rank_ = std::max(max_rank_, f->rank);
+    }
   }
+
+  [[noreturn]] void refuse_local_shards(const std::string& n, const std::string& item) const {
+    throw UnsupportedError(Where(join_path(dir_, n)),
+                           "torch_checkpointing: item '" + item +
+                               "' is saved in the SafetensorsSerialization layout: not a Hugging Face model, but each rank's local "
+                               "shard under the same flattened keys (" + item + "_<rank>.safetensors, no offsets); their global "
+                               "shapes and each rank's slice are in metadata.pkl, which this folder lacks (torch-checkpointing 0.1 "
+                               "writes it only when an item declares a resharder, in a manager's first save), so the local shards "
+                               "cannot be placed");
+  }
+
+  void set_world() {
+    if (meta_) {
+      for (const auto& item : meta_->items)
+        if (!items_seen_.count(item) && !st_items_.count(item) && !values_.count(item)) {
+          set_.files.push_back({0, "", item});  // placeholder: every rank of it missing
+        }
+      set_.world = meta_->world;
+      set_.metadata_path = meta_path_;
+    } else {
+      set_.world = max_rank_ + 1;
+    }
+  }
+
   // JSON and raw items: those metadata.pkl records, and files no other item claims named as an
   // item's (0.1.1 records none of them).
-  std::set<std::string> taken = claimed;
-  if (meta)
-    for (const auto& [item, ranks] : meta->layouts)
-      for (const auto& [rank, l] : ranks)
-        if (l) taken.insert(l->file_path);
-  std::map<std::string, ValueItem> found;
-  int listings = 0;
-  scan_value_files(dir, "", p.names(), 0, taken, set.world, found, listings);
-  for (auto& [pattern, vi] : found) {
-    auto [it, fresh] = values.emplace(vi.key, vi);
-    if (!fresh)
-      throw UnsupportedError(Where(join_path(dir, vi.files.begin()->second)),
-                             "torch_checkpointing: " + it->second.pattern + " and " + pattern +
-                                 " both look like the files of item '" + vi.key +
-                                 "' (a JSON or raw item's, named <item>_<rank>); dcpctl cannot tell which is the item");
-  }
-  // Files of items every rank lacks are named in the findings, not read.
-  std::vector<RankFileSet::File> present;
-  std::vector<std::string> absent_items;
-  for (auto& f : set.files) {
-    if (f.name.empty()) {
-      absent_items.push_back(f.prefix);
-      continue;
+  void find_value_items() {
+    std::set<std::string> taken = claimed_;
+    if (meta_)
+      for (const auto& [item, ranks] : meta_->layouts)
+        for (const auto& [rank, l] : ranks)
+          if (l) taken.insert(l->file_path);
+    std::map<std::string, ValueItem> found;
+    int listings = 0;
+    scan_value_files(dir_, "", p_.names(), 0, taken, set_.world, found, listings);
+    for (auto& [pattern, vi] : found) {
+      auto [it, fresh] = values_.emplace(vi.key, vi);
+      if (!fresh)
+        throw UnsupportedError(Where(join_path(dir_, vi.files.begin()->second)),
+                               "torch_checkpointing: " + it->second.pattern + " and " + pattern +
+                                   " both look like the files of item '" + vi.key +
+                                   "' (a JSON or raw item's, named <item>_<rank>); dcpctl cannot tell which is the item");
     }
-    if (f.rank >= set.world)
-      throw FormatError(Where(join_path(dir, f.name)), "rank " + std::to_string(f.rank) + " of a world of " + std::to_string(set.world) +
-                                                           " (metadata.pkl's world_size)");
-    present.push_back(f);
   }
-  set.files = std::move(present);
-  Checkpoint ck;
-  if (!set.files.empty()) {
-    ck = open_rank_file_set(set);
-  } else if (st_items.empty()) {
-    throw FormatError(Where(dir), "torch_checkpointing: no <item>_<rank>.pt file");
-  } else {  // every item in the safetensors layout
-    ck.dir = dir;
-    ck.layout = CheckpointLayout::TorchCheckpointing;
-    ck.metadata_path = meta_path;
-    ck.md.metadata_class = set.metadata_class;
-    ck.md.source = meta_path;
+
+  // Files of items every rank lacks are named in the findings, not read.
+  void keep_present() {
+    std::vector<RankFileSet::File> present;
+    for (auto& f : set_.files) {
+      if (f.name.empty()) {
+        absent_items_.push_back(f.prefix);
+        continue;
+      }
+      if (f.rank >= set_.world)
+        throw FormatError(Where(join_path(dir_, f.name)), "rank " + std::to_string(f.rank) + " of a world of " + std::to_string(set_.world) +
+                                                              " (metadata.pkl's world_size)");
+      present.push_back(f);
+    }
+    set_.files = std::move(present);
   }
-  if (meta) {
-    for (const auto& item : st_items) tc::add_safetensors_item(ck, *meta, item);
-    if (!st_items.empty()) meta_detail::stat_data_files(ck);
-    ck.metadata_sources.insert(ck.metadata_sources.begin(), meta_path);
-    check_against_metadata(ck, meta_path, *meta, items_seen);
+
+  Checkpoint read_set() {
+    Checkpoint ck;
+    if (!set_.files.empty()) {
+      ck = open_rank_file_set(set_);
+    } else if (st_items_.empty()) {
+      throw FormatError(Where(dir_), "torch_checkpointing: no <item>_<rank>.pt file");
+    } else {  // every item in the safetensors layout
+      ck.dir = dir_;
+      ck.layout = CheckpointLayout::TorchCheckpointing;
+      ck.metadata_path = meta_path_;
+      ck.md.metadata_class = set_.metadata_class;
+      ck.md.source = meta_path_;
+    }
+    return ck;
   }
-  if (!values.empty()) add_value_items(ck, values, set.world, meta_path);
-  for (const auto& item : absent_items)
-    ck.incomplete.push_back({"missing-item", Where(join_path(dir, item + "_0.pt")),
-                             "metadata.pkl names item '" + item + "', but no rank's file of it is here"});
-  return ck;
-}
+
+  const Probe& p_;
+  const std::string& dir_;
+  const std::string meta_path_;
+  std::optional<tc::Metadata> meta_;
+  std::set<std::string> st_items_;
+  std::map<std::string, ValueItem> values_;                    // JSON and raw items, by key
+  std::map<std::pair<std::string, int>, std::string> custom_;  // (item, rank) -> its .pt path
+  RankFileSet set_;
+  int max_rank_ = -1;
+  std::set<std::string> items_seen_, claimed_;
+  std::vector<std::string> absent_items_;
+};
+
+Checkpoint open_torch_checkpointing(const Probe& p) { return TorchCheckpointingOpener(p).open(); }
 
 }  // namespace
 

@@ -88,10 +88,18 @@ std::optional<uint64_t> parse_version(const uint8_t* p, size_t n) {
 
 std::string record_name(const std::string& name) { return "'" + name + "'"; }
 
-}  // namespace
+// What the end records say of the central directory: `count` records in [offset, offset + size),
+// the end of central directory record at `end`.
+struct DirectoryEnd {
+  uint64_t end = 0;
+  uint64_t disk = 0, dir_disk = 0, on_disk = 0, count = 0;
+  uint64_t size = 0, offset = 0;
+  uint64_t limit = 0;  // the directory ends where the end records begin
+};
 
-ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
-  Bytes b(src, where);
+// Where the end of central directory record is, from the tail: first a short one, then, for a
+// comment longer than that, as long as the longest comment allows.
+uint64_t locate_end(Bytes& b) {
   const uint64_t size = b.size();
   if (size < kEnd)
     throw b.error(0, "the archive is " + std::to_string(size) + " bytes, too short for a zip end record");
@@ -103,118 +111,135 @@ ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
   }
   if (!end)
     throw b.error(size - kEnd, "no end of central directory record at the archive's end (not a zip archive, or cut short)");
+  return *end;
+}
 
+// Zip64 (torch.save's writer always adds it): a locator just before the end record points at
+// the zip64 end record, whose fields then stand for the end record's (as miniz reads them).
+void read_zip64_end(Bytes& b, DirectoryEnd& d) {
+  const uint64_t end = d.end;
+  const uint8_t* l = b.at(end - kLocator64, kLocator64);
+  uint64_t end64 = le64(l + 8);
+  if (le32(l + 4) != 0 || le32(l + 16) != 1)
+    throw b.error(end - kLocator64, "the archive spans more than one disk");
+  if (end64 > end - kLocator64 || end - kLocator64 - end64 < kEnd64)
+    throw b.error(end - kLocator64, "the zip64 end record (at " + std::to_string(end64) + ") is not inside the archive");
+  const uint8_t* z = b.at(end64, kEnd64);
+  if (le32(z) != kEnd64Sig || le64(z + 4) < kEnd64 - 12)
+    throw b.error(end64, "damaged zip64 end of central directory record");
+  d.disk = le32(z + 16);
+  d.dir_disk = le32(z + 20);
+  d.on_disk = le64(z + 24);
+  d.count = le64(z + 32);
+  d.size = le64(z + 40);
+  d.offset = le64(z + 48);
+  d.limit = end64;
+}
+
+// The end records, checked: one disk, some records, a directory inside the archive before them.
+DirectoryEnd read_directory_end(Bytes& b) {
+  DirectoryEnd d;
+  d.end = locate_end(b);
+  const uint64_t end = d.end;
   // End of central directory: signature, disk, directory's disk, records on this disk, records,
   // directory size, directory offset, comment length.
-  const uint8_t* e = b.at(*end, kEnd);
-  uint64_t disk = le16(e + 4), dir_disk = le16(e + 6), on_disk = le16(e + 8), count = le16(e + 10);
-  uint64_t dir_size = le32(e + 12), dir_offset = le32(e + 16);
-  uint64_t dir_limit = *end;  // the directory ends where the end records begin
-  // Zip64 (torch.save's writer always adds it): a locator just before the end record points at
-  // the zip64 end record, whose fields then stand for the end record's (as miniz reads them).
-  if (*end >= kLocator64 && le32(b.at(*end - kLocator64, kLocator64)) == kLocator64Sig) {
-    const uint8_t* l = b.at(*end - kLocator64, kLocator64);
-    uint64_t end64 = le64(l + 8);
-    if (le32(l + 4) != 0 || le32(l + 16) != 1)
-      throw b.error(*end - kLocator64, "the archive spans more than one disk");
-    if (end64 > *end - kLocator64 || *end - kLocator64 - end64 < kEnd64)
-      throw b.error(*end - kLocator64, "the zip64 end record (at " + std::to_string(end64) + ") is not inside the archive");
-    const uint8_t* z = b.at(end64, kEnd64);
-    if (le32(z) != kEnd64Sig || le64(z + 4) < kEnd64 - 12)
-      throw b.error(end64, "damaged zip64 end of central directory record");
-    disk = le32(z + 16);
-    dir_disk = le32(z + 20);
-    on_disk = le64(z + 24);
-    count = le64(z + 32);
-    dir_size = le64(z + 40);
-    dir_offset = le64(z + 48);
-    dir_limit = end64;
-  }
-  if (disk != 0 || dir_disk != 0 || on_disk != count) throw b.error(*end, "the archive spans more than one disk");
-  if (count == 0) throw b.error(*end, "the archive holds no records");
-  if (dir_offset > dir_limit || dir_size > dir_limit - dir_offset)
-    throw b.error(*end, "the central directory (" + std::to_string(dir_size) + " bytes at " + std::to_string(dir_offset) +
-                            ") is not inside the archive, before its end records");
-  if (dir_size > kMaxCentralDirectory)
-    throw b.error(dir_offset, "the central directory is " + std::to_string(dir_size) + " bytes, more than the " +
-                                  std::to_string(kMaxCentralDirectory) + " dcpctl reads");
-  if (count > dir_size / kCentral)
-    throw b.error(*end, std::to_string(count) + " records cannot fit in a central directory of " + std::to_string(dir_size) + " bytes");
+  const uint8_t* e = b.at(end, kEnd);
+  d.disk = le16(e + 4), d.dir_disk = le16(e + 6), d.on_disk = le16(e + 8), d.count = le16(e + 10);
+  d.size = le32(e + 12), d.offset = le32(e + 16);
+  d.limit = end;
+  if (end >= kLocator64 && le32(b.at(end - kLocator64, kLocator64)) == kLocator64Sig) read_zip64_end(b, d);
+  if (d.disk != 0 || d.dir_disk != 0 || d.on_disk != d.count) throw b.error(end, "the archive spans more than one disk");
+  if (d.count == 0) throw b.error(end, "the archive holds no records");
+  if (d.offset > d.limit || d.size > d.limit - d.offset)
+    throw b.error(end, "the central directory (" + std::to_string(d.size) + " bytes at " + std::to_string(d.offset) +
+                           ") is not inside the archive, before its end records");
+  if (d.size > ZipDirectory::kMaxCentralDirectory)
+    throw b.error(d.offset, "the central directory is " + std::to_string(d.size) + " bytes, more than the " +
+                                std::to_string(ZipDirectory::kMaxCentralDirectory) + " dcpctl reads");
+  if (d.count > d.size / kCentral)
+    throw b.error(end, std::to_string(d.count) + " records cannot fit in a central directory of " + std::to_string(d.size) + " bytes");
+  return d;
+}
 
-  const uint8_t* d = b.at(dir_offset, dir_size);
-  std::vector<uint8_t> dir(d, d + dir_size);  // held: reading the version record may reuse the scratch
-  uint64_t pos = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    // Central directory header: signature, versions (2+2), flags, method, time, date, crc-32,
-    // compressed and uncompressed sizes, name/extra/comment lengths, disk, attributes (2+4),
-    // local header offset; then the name, the extra field and the comment.
-    const uint64_t at = dir_offset + pos;
-    if (dir_size - pos < kCentral || le32(dir.data() + pos) != kCentralSig)
-      throw b.error(at, "damaged central directory header for record " + std::to_string(i));
-    const uint8_t* c = dir.data() + pos;
-    uint64_t name_len = le16(c + 28), extra_len = le16(c + 30), comment_len = le16(c + 32);
-    if (dir_size - pos - kCentral < name_len + extra_len + comment_len)
-      throw b.error(at, "central directory header " + std::to_string(i) + " runs past the directory's end");
-    ZipEntry z;
-    z.flags = le16(c + 8);
-    z.method = le16(c + 10);
-    z.crc = le32(c + 16);
-    uint64_t packed = le32(c + 20), unpacked = le32(c + 24), start_disk = le16(c + 34);
-    z.header_offset = le32(c + 42);
-    z.name.assign(reinterpret_cast<const char*>(c + kCentral), name_len);
-    // Zip64 extended information (extra field 0x0001): the 64-bit values of the saturated fields,
-    // in this order.
-    const uint8_t* x = c + kCentral + name_len;
-    bool wide = unpacked == 0xFFFFFFFF || packed == 0xFFFFFFFF || z.header_offset == 0xFFFFFFFF || start_disk == 0xFFFF;
-    for (uint64_t k = 0; wide && k + 4 <= extra_len;) {
-      uint64_t id = le16(x + k), n = le16(x + k + 2);
-      if (n > extra_len - k - 4) break;
-      if (id == 1) {
-        const uint8_t* f = x + k + 4;
-        uint64_t left = n;
-        auto take = [&](uint64_t& v, uint64_t saturated, uint64_t width) {
-          if (v != saturated) return;
-          if (left < width) throw b.error(at, "record " + record_name(z.name) + " has a zip64 field too short for its sizes");
-          v = width == 8 ? le64(f) : le32(f);
-          f += width;
-          left -= width;
-        };
-        take(unpacked, 0xFFFFFFFF, 8);
-        take(packed, 0xFFFFFFFF, 8);
-        take(z.header_offset, 0xFFFFFFFF, 8);
-        take(start_disk, 0xFFFF, 4);
-        wide = false;
-      }
-      k += 4 + n;
+// A central directory header's saturated fields, as wide: the Zip64 extended information (extra
+// field 0x0001, extra_len bytes at x) holds their 64-bit values, in this order.
+struct RecordFields {
+  uint64_t packed, unpacked, start_disk;
+};
+void widen_zip64(const Bytes& b, uint64_t at, ZipEntry& z, RecordFields& r, const uint8_t* x, uint64_t extra_len) {
+  bool wide = r.unpacked == 0xFFFFFFFF || r.packed == 0xFFFFFFFF || z.header_offset == 0xFFFFFFFF || r.start_disk == 0xFFFF;
+  for (uint64_t k = 0; wide && k + 4 <= extra_len;) {
+    uint64_t id = le16(x + k), n = le16(x + k + 2);
+    if (n > extra_len - k - 4) break;
+    if (id == 1) {
+      const uint8_t* f = x + k + 4;
+      uint64_t left = n;
+      auto take = [&](uint64_t& v, uint64_t saturated, uint64_t width) {
+        if (v != saturated) return;
+        if (left < width) throw b.error(at, "record " + record_name(z.name) + " has a zip64 field too short for its sizes");
+        v = width == 8 ? le64(f) : le32(f);
+        f += width;
+        left -= width;
+      };
+      take(r.unpacked, 0xFFFFFFFF, 8);
+      take(r.packed, 0xFFFFFFFF, 8);
+      take(z.header_offset, 0xFFFFFFFF, 8);
+      take(r.start_disk, 0xFFFF, 4);
+      wide = false;
     }
-    if (wide) throw b.error(at, "record " + record_name(z.name) + " has saturated sizes and no zip64 field");
-    if (start_disk != 0) throw b.error(at, "record " + record_name(z.name) + " is on another disk");
-    if (z.method == 0 && packed != unpacked)
-      throw b.error(at, "stored record " + record_name(z.name) + " has two sizes (" + std::to_string(packed) + " and " +
-                            std::to_string(unpacked) + ")");
-    z.size = packed;
-    if (z.header_offset > dir_offset || dir_offset - z.header_offset < kLocal || z.size > dir_offset - z.header_offset - kLocal)
-      throw b.error(at, "record " + record_name(z.name) + " (" + std::to_string(z.size) + " bytes, header at " +
-                            std::to_string(z.header_offset) + ") is not inside the archive, before its directory");
-    if (!by_name_.emplace(ascii_lower(z.name), entries_.size()).second)
-      throw b.error(at, "two records are named " + record_name(z.name) + " (names compare without case)");
-    entries_.push_back(std::move(z));
-    pos += kCentral + name_len + extra_len + comment_len;
+    k += 4 + n;
   }
+  if (wide) throw b.error(at, "record " + record_name(z.name) + " has saturated sizes and no zip64 field");
+}
 
-  // Every record in one folder, named by the first (PyTorchStreamReader's archive name).
-  size_t slash = entries_[0].name.find('/');
+// Central directory header i, at `pos` of the directory's bytes, into z: its length.
+uint64_t read_central(const Bytes& b, const std::vector<uint8_t>& dir, const DirectoryEnd& d, uint64_t pos, uint64_t i,
+                      ZipEntry& z) {
+  // Central directory header: signature, versions (2+2), flags, method, time, date, crc-32,
+  // compressed and uncompressed sizes, name/extra/comment lengths, disk, attributes (2+4),
+  // local header offset; then the name, the extra field and the comment.
+  const uint64_t at = d.offset + pos, dir_size = d.size, dir_offset = d.offset;
+  if (dir_size - pos < kCentral || le32(dir.data() + pos) != kCentralSig)
+    throw b.error(at, "damaged central directory header for record " + std::to_string(i));
+  const uint8_t* c = dir.data() + pos;
+  uint64_t name_len = le16(c + 28), extra_len = le16(c + 30), comment_len = le16(c + 32);
+  if (dir_size - pos - kCentral < name_len + extra_len + comment_len)
+    throw b.error(at, "central directory header " + std::to_string(i) + " runs past the directory's end");
+  z.flags = le16(c + 8);
+  z.method = le16(c + 10);
+  z.crc = le32(c + 16);
+  RecordFields r{le32(c + 20), le32(c + 24), le16(c + 34)};
+  z.header_offset = le32(c + 42);
+  z.name.assign(reinterpret_cast<const char*>(c + kCentral), name_len);
+  widen_zip64(b, at, z, r, c + kCentral + name_len, extra_len);
+  if (r.start_disk != 0) throw b.error(at, "record " + record_name(z.name) + " is on another disk");
+  if (z.method == 0 && r.packed != r.unpacked)
+    throw b.error(at, "stored record " + record_name(z.name) + " has two sizes (" + std::to_string(r.packed) + " and " +
+                          std::to_string(r.unpacked) + ")");
+  z.size = r.packed;
+  if (z.header_offset > dir_offset || dir_offset - z.header_offset < kLocal || z.size > dir_offset - z.header_offset - kLocal)
+    throw b.error(at, "record " + record_name(z.name) + " (" + std::to_string(z.size) + " bytes, header at " +
+                          std::to_string(z.header_offset) + ") is not inside the archive, before its directory");
+  return kCentral + name_len + extra_len + comment_len;
+}
+
+// Every record in one folder, named by the first (PyTorchStreamReader's archive name): the folder.
+std::string archive_folder(const Bytes& b, const std::vector<ZipEntry>& entries, uint64_t dir_offset) {
+  size_t slash = entries[0].name.find('/');
   if (slash == std::string::npos)
-    throw b.error(dir_offset, "record " + record_name(entries_[0].name) + " is not in a folder (torch.save puts every record in one)");
-  folder_ = entries_[0].name.substr(0, slash + 1);
-  for (const ZipEntry& z : entries_)
-    if (z.name.compare(0, folder_.size(), folder_) != 0)
-      throw b.error(dir_offset, "record " + record_name(z.name) + " is not in the archive's folder " + record_name(folder_));
+    throw b.error(dir_offset, "record " + record_name(entries[0].name) + " is not in a folder (torch.save puts every record in one)");
+  std::string folder = entries[0].name.substr(0, slash + 1);
+  for (const ZipEntry& z : entries)
+    if (z.name.compare(0, folder.size(), folder) != 0)
+      throw b.error(dir_offset, "record " + record_name(z.name) + " is not in the archive's folder " + record_name(folder));
+  return folder;
+}
 
-  // The format version, checked as PyTorchStreamReader checks it before any other read.
-  const ZipEntry* v = find(".data/version");
-  if (!v) v = find("version");
-  if (!v) throw b.error(dir_offset, "the archive has no version record (" + folder_ + "version)");
+// The format version, checked as PyTorchStreamReader checks it before any other read (v: its
+// record, or null).
+void check_version(Bytes& b, const ZipEntry* v, const std::string& folder, uint64_t dir_offset) {
+  const uint64_t size = b.size();
+  if (!v) throw b.error(dir_offset, "the archive has no version record (" + folder + "version)");
   if (v->method != 0 || v->size > kMaxVersionRecord)
     throw b.error(dir_offset, "the version record " + record_name(v->name) + " is not a short stored record");
   std::optional<LocalHeader> local = parse_local_header(b.at(v->header_offset, kLocal), v->header_offset);
@@ -230,6 +255,28 @@ ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
   if (*version < kMinVersion || *version > kMaxVersion)
     throw b.error(data, "format version " + std::to_string(*version) + " is outside the " + std::to_string(kMinVersion) +
                             "-" + std::to_string(kMaxVersion) + " torch reads");
+}
+
+}  // namespace
+
+ZipDirectory::ZipDirectory(const ByteSource& src, const Where& where) {
+  Bytes b(src, where);
+  const DirectoryEnd d = read_directory_end(b);
+  const uint8_t* bytes = b.at(d.offset, d.size);
+  std::vector<uint8_t> dir(bytes, bytes + d.size);  // held: reading the version record may reuse the scratch
+  uint64_t pos = 0;
+  for (uint64_t i = 0; i < d.count; ++i) {
+    ZipEntry z;
+    const uint64_t at = d.offset + pos;
+    pos += read_central(b, dir, d, pos, i, z);
+    if (!by_name_.emplace(ascii_lower(z.name), entries_.size()).second)
+      throw b.error(at, "two records are named " + record_name(z.name) + " (names compare without case)");
+    entries_.push_back(std::move(z));
+  }
+  folder_ = archive_folder(b, entries_, d.offset);
+  const ZipEntry* v = find(".data/version");
+  if (!v) v = find("version");
+  check_version(b, v, folder_, d.offset);
 }
 
 std::optional<LocalHeader> parse_local_header(const uint8_t* h, uint64_t header_offset) {

@@ -43,12 +43,10 @@ uint64_t volume(const std::vector<int64_t>& sizes) {
 
 constexpr uint64_t kMaxCells = 1ull << 24;
 
-}  // namespace
-
-Coverage check_coverage(const TensorMeta& t, size_t max_report) {
-  Coverage c;
-  size_t nd = t.ndim();
-  std::vector<size_t> live;  // non-empty, in-bounds chunks
+// The chunks that cover something: non-empty and in bounds. The others are counted in c (empty)
+// or listed (out of bounds).
+std::vector<size_t> live_chunks(const TensorMeta& t, Coverage& c) {
+  std::vector<size_t> live;
   for (size_t i = 0; i < t.num_chunks(); ++i) {
     bool empty = chunk_empty(t, i);
     if (!in_bounds(t, i)) {
@@ -63,26 +61,31 @@ Coverage check_coverage(const TensorMeta& t, size_t max_report) {
     }
     live.push_back(i);
   }
-  if (t.numel() == 0) return c;  // nothing to cover
+  return live;
+}
 
-  // The common layout first: the live chunks, in order, stack along dim 0 and each spans every
-  // other dim (DCP's Shard(0)/FSDP chunks). They tile the tensor exactly, so the grid below would
-  // find no hole and no overlap: the answer is what the loop above found.
-  if (nd > 0) {
-    int64_t next = 0;
-    bool slabs = true;
-    for (size_t k = 0; k < live.size() && slabs; ++k) {
-      const int64_t* o = t.chunk_offsets(live[k]);
-      const int64_t* s = t.chunk_sizes(live[k]);
-      slabs = o[0] == next;
-      for (size_t d = 1; d < nd && slabs; ++d) slabs = o[d] == 0 && s[d] == t.shape[d];
-      next += s[0];  // in bounds (checked above), so no overflow
-    }
-    if (slabs && next == t.shape[0]) return c;
+// The common layout: the live chunks, in order, stack along dim 0 and each spans every other dim
+// (DCP's Shard(0)/FSDP chunks). They tile the tensor exactly.
+bool stacked_slabs(const TensorMeta& t, const std::vector<size_t>& live) {
+  const size_t nd = t.ndim();
+  int64_t next = 0;
+  bool slabs = true;
+  for (size_t k = 0; k < live.size() && slabs; ++k) {
+    const int64_t* o = t.chunk_offsets(live[k]);
+    const int64_t* s = t.chunk_sizes(live[k]);
+    slabs = o[0] == next;
+    for (size_t d = 1; d < nd && slabs; ++d) slabs = o[d] == 0 && s[d] == t.shape[d];
+    next += s[0];  // in bounds (checked above), so no overflow
   }
+  return slabs && next == t.shape[0];
+}
 
-  // Coordinate compression: breakpoints per dimension.
-  std::vector<std::vector<int64_t>> cuts(nd);
+using Cuts = std::vector<std::vector<int64_t>>;
+
+// Coordinate compression: breakpoints per dimension.
+Cuts cut_points(const TensorMeta& t, const std::vector<size_t>& live) {
+  const size_t nd = t.ndim();
+  Cuts cuts(nd);
   for (size_t d = 0; d < nd; ++d) {
     cuts[d] = {0, t.shape[d]};
     for (size_t i : live) {
@@ -92,98 +95,129 @@ Coverage check_coverage(const TensorMeta& t, size_t max_report) {
     std::sort(cuts[d].begin(), cuts[d].end());
     cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
   }
-  uint64_t cells = 1;
-  for (size_t d = 0; d < nd && cells <= kMaxCells; ++d) cells *= cuts[d].size() - 1;
+  return cuts;
+}
 
-  if (cells <= kMaxCells) {
-    std::vector<uint8_t> count(static_cast<size_t>(cells), 0);
-    std::vector<size_t> lo(nd), hi(nd), idx(nd);
-    for (size_t i : live) {
-      for (size_t d = 0; d < nd; ++d) {
-        lo[d] = static_cast<size_t>(std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d]) - cuts[d].begin());
-        hi[d] = static_cast<size_t>(
-            std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d] + t.chunk_sizes(i)[d]) - cuts[d].begin());
+// How many live chunks cover each cell of the grid the cuts make (up to 255).
+std::vector<uint8_t> count_cells(const TensorMeta& t, const std::vector<size_t>& live, const Cuts& cuts, uint64_t cells) {
+  const size_t nd = t.ndim();
+  std::vector<uint8_t> count(static_cast<size_t>(cells), 0);
+  std::vector<size_t> lo(nd), hi(nd), idx(nd);
+  for (size_t i : live) {
+    for (size_t d = 0; d < nd; ++d) {
+      lo[d] = static_cast<size_t>(std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d]) - cuts[d].begin());
+      hi[d] = static_cast<size_t>(
+          std::lower_bound(cuts[d].begin(), cuts[d].end(), t.chunk_offsets(i)[d] + t.chunk_sizes(i)[d]) - cuts[d].begin());
+      idx[d] = lo[d];
+    }
+    while (true) {
+      size_t flat = 0;
+      for (size_t d = 0; d < nd; ++d) flat = flat * (cuts[d].size() - 1) + idx[d];
+      if (count[flat] < 255) ++count[flat];
+      size_t d = nd;
+      while (d-- > 0) {
+        if (++idx[d] < hi[d]) break;
         idx[d] = lo[d];
       }
-      while (true) {
-        size_t flat = 0;
-        for (size_t d = 0; d < nd; ++d) flat = flat * (cuts[d].size() - 1) + idx[d];
-        if (count[flat] < 255) ++count[flat];
-        size_t d = nd;
-        while (d-- > 0) {
-          if (++idx[d] < hi[d]) break;
-          idx[d] = lo[d];
-        }
-        if (d == static_cast<size_t>(-1)) break;
-      }
+      if (d == static_cast<size_t>(-1)) break;
     }
-    // Walk the cells: report holes and overlaps.
-    std::fill(idx.begin(), idx.end(), 0);
-    for (uint64_t flat = 0; flat < cells; ++flat) {
-      if (count[flat] != 1) {
-        Box b;
-        uint64_t rem = flat;
-        b.offsets.assign(nd, 0);
-        b.sizes.assign(nd, 0);
-        for (size_t d = nd; d-- > 0;) {
-          size_t k = static_cast<size_t>(rem % (cuts[d].size() - 1));
-          rem /= cuts[d].size() - 1;
-          b.offsets[d] = cuts[d][k];
-          b.sizes[d] = cuts[d][k + 1] - cuts[d][k];
-        }
-        uint64_t v = volume(b.sizes);
-        c.exact = false;
-        if (count[flat] == 0) {
-          c.missing_elements += v;
-          if (c.holes.size() < max_report) c.holes.push_back(std::move(b));
-        } else {
-          c.overlap_elements += v;
-        }
+  }
+  return count;
+}
+
+// Walk the cells: report holes and overlaps.
+void report_cells(const Cuts& cuts, const std::vector<uint8_t>& count, size_t max_report, Coverage& c) {
+  const size_t nd = cuts.size();
+  for (uint64_t flat = 0; flat < count.size(); ++flat) {
+    if (count[flat] != 1) {
+      Box b;
+      uint64_t rem = flat;
+      b.offsets.assign(nd, 0);
+      b.sizes.assign(nd, 0);
+      for (size_t d = nd; d-- > 0;) {
+        size_t k = static_cast<size_t>(rem % (cuts[d].size() - 1));
+        rem /= cuts[d].size() - 1;
+        b.offsets[d] = cuts[d][k];
+        b.sizes[d] = cuts[d][k + 1] - cuts[d][k];
       }
-    }
-  } else {
-    // Rare fallback: volumes and a sweep over dim 0 for overlapping pairs.
-    uint64_t covered = 0;
-    for (size_t i : live) covered += t.chunk_numel(i);
-    std::vector<size_t> order = live;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return t.chunk_offsets(a)[0] < t.chunk_offsets(b)[0]; });
-    for (size_t x = 0; x < order.size(); ++x) {
-      size_t a = order[x];
-      for (size_t y = x + 1; y < order.size(); ++y) {
-        size_t b = order[y];
-        if (t.chunk_offsets(b)[0] >= t.chunk_offsets(a)[0] + t.chunk_sizes(a)[0]) break;
-        uint64_t ov = 1;
-        for (size_t d = 0; d < nd && ov; ++d) {
-          int64_t l = std::max(t.chunk_offsets(a)[d], t.chunk_offsets(b)[d]);
-          int64_t h = std::min(t.chunk_offsets(a)[d] + t.chunk_sizes(a)[d], t.chunk_offsets(b)[d] + t.chunk_sizes(b)[d]);
-          ov = h > l ? ov * static_cast<uint64_t>(h - l) : 0;
-        }
-        if (ov) {
-          c.exact = false;
-          c.overlap_elements += ov;
-          if (c.overlaps.size() < max_report) c.overlaps.emplace_back(a, b);
-        }
-      }
-    }
-    if (covered - c.overlap_elements < t.numel()) {
+      uint64_t v = volume(b.sizes);
       c.exact = false;
-      c.missing_elements = t.numel() - (covered - c.overlap_elements);
+      if (count[flat] == 0) {
+        c.missing_elements += v;
+        if (c.holes.size() < max_report) c.holes.push_back(std::move(b));
+      } else {
+        c.overlap_elements += v;
+      }
     }
   }
-  // Name overlapping chunk pairs for the grid path too (bounded).
-  if (c.overlap_elements && c.overlaps.empty()) {
-    for (size_t x = 0; x < live.size() && c.overlaps.size() < max_report; ++x)
-      for (size_t y = x + 1; y < live.size() && c.overlaps.size() < max_report; ++y) {
-        bool ov = true;
-        for (size_t d = 0; d < nd && ov; ++d) {
-          int64_t l = std::max(t.chunk_offsets(live[x])[d], t.chunk_offsets(live[y])[d]);
-          int64_t h = std::min(t.chunk_offsets(live[x])[d] + t.chunk_sizes(live[x])[d],
-                               t.chunk_offsets(live[y])[d] + t.chunk_sizes(live[y])[d]);
-          ov = h > l;
-        }
-        if (ov) c.overlaps.emplace_back(live[x], live[y]);
+}
+
+// Rare fallback, where the grid has too many cells: volumes and a sweep over dim 0 for
+// overlapping pairs.
+void sweep_dim0(const TensorMeta& t, const std::vector<size_t>& live, size_t max_report, Coverage& c) {
+  const size_t nd = t.ndim();
+  uint64_t covered = 0;
+  for (size_t i : live) covered += t.chunk_numel(i);
+  std::vector<size_t> order = live;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return t.chunk_offsets(a)[0] < t.chunk_offsets(b)[0]; });
+  for (size_t x = 0; x < order.size(); ++x) {
+    size_t a = order[x];
+    for (size_t y = x + 1; y < order.size(); ++y) {
+      size_t b = order[y];
+      if (t.chunk_offsets(b)[0] >= t.chunk_offsets(a)[0] + t.chunk_sizes(a)[0]) break;
+      uint64_t ov = 1;
+      for (size_t d = 0; d < nd && ov; ++d) {
+        int64_t l = std::max(t.chunk_offsets(a)[d], t.chunk_offsets(b)[d]);
+        int64_t h = std::min(t.chunk_offsets(a)[d] + t.chunk_sizes(a)[d], t.chunk_offsets(b)[d] + t.chunk_sizes(b)[d]);
+        ov = h > l ? ov * static_cast<uint64_t>(h - l) : 0;
       }
+      if (ov) {
+        c.exact = false;
+        c.overlap_elements += ov;
+        if (c.overlaps.size() < max_report) c.overlaps.emplace_back(a, b);
+      }
+    }
   }
+  if (covered - c.overlap_elements < t.numel()) {
+    c.exact = false;
+    c.missing_elements = t.numel() - (covered - c.overlap_elements);
+  }
+}
+
+// Overlapping chunk pairs named for the grid path too (bounded).
+void name_overlaps(const TensorMeta& t, const std::vector<size_t>& live, size_t max_report, Coverage& c) {
+  const size_t nd = t.ndim();
+  for (size_t x = 0; x < live.size() && c.overlaps.size() < max_report; ++x)
+    for (size_t y = x + 1; y < live.size() && c.overlaps.size() < max_report; ++y) {
+      bool ov = true;
+      for (size_t d = 0; d < nd && ov; ++d) {
+        int64_t l = std::max(t.chunk_offsets(live[x])[d], t.chunk_offsets(live[y])[d]);
+        int64_t h = std::min(t.chunk_offsets(live[x])[d] + t.chunk_sizes(live[x])[d],
+                             t.chunk_offsets(live[y])[d] + t.chunk_sizes(live[y])[d]);
+        ov = h > l;
+      }
+      if (ov) c.overlaps.emplace_back(live[x], live[y]);
+    }
+}
+
+}  // namespace
+
+Coverage check_coverage(const TensorMeta& t, size_t max_report) {
+  Coverage c;
+  const size_t nd = t.ndim();
+  std::vector<size_t> live = live_chunks(t, c);  // non-empty, in-bounds chunks
+  if (t.numel() == 0) return c;  // nothing to cover
+  // The common layout first: the grid below would find no hole and no overlap, so the answer is
+  // what live_chunks found.
+  if (nd > 0 && stacked_slabs(t, live)) return c;
+  Cuts cuts = cut_points(t, live);
+  uint64_t cells = 1;
+  for (size_t d = 0; d < nd && cells <= kMaxCells; ++d) cells *= cuts[d].size() - 1;
+  if (cells <= kMaxCells)
+    report_cells(cuts, count_cells(t, live, cuts, cells), max_report, c);
+  else
+    sweep_dim0(t, live, max_report, c);
+  if (c.overlap_elements && c.overlaps.empty()) name_overlaps(t, live, max_report, c);
   return c;
 }
 

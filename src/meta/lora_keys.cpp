@@ -169,124 +169,158 @@ static void find_param_bases(const Metadata& md, LoraModel& m) {
   }
 }
 
-LoraModel find_lora(const Metadata& md) {
-  LoraModel m;
-  std::unordered_map<std::string_view, int> by_name;
-  by_name.reserve(md.tensors.size());
-  for (size_t i = 0; i < md.tensors.size(); ++i) by_name.emplace(md.tensors[i].fqn, static_cast<int>(i));
-  std::map<std::pair<std::string, std::string>, size_t> layer_of;
-  std::map<std::pair<std::string, std::string>, size_t> saved_of;
-  auto adapter_seen = [&](const std::string& a) {
-    if (std::find(m.adapters.begin(), m.adapters.end(), a) == m.adapters.end()) m.adapters.push_back(a);
-  };
+namespace {
+
+// The adapters of a checkpoint found from its keys alone: each key's parts read from the left
+// until one names what the key is (a PEFT or torchtune adapter's tensor, a saved module, an
+// original module), then the wrappers' bases placed.
+class LoraFinder {
+ public:
+  explicit LoraFinder(const Metadata& md) : md_(md) {
+    by_name_.reserve(md.tensors.size());
+    for (size_t i = 0; i < md.tensors.size(); ++i) by_name_.emplace(md.tensors[i].fqn, static_cast<int>(i));
+  }
+
+  LoraModel find() {
+    find_bridge();
+    for (size_t i = 0; i < md_.tensors.size(); ++i) {
+      const std::vector<std::string_view> s = split_key(md_.tensors[i].fqn);
+      for (size_t k = 1; k < s.size(); ++k)
+        if (read_part(s, k, static_cast<int>(i))) break;
+    }
+    // A `magnitude` with no lora_a/lora_b beside it is no torchtune adapter.
+    m_.layers.erase(std::remove_if(m_.layers.begin(), m_.layers.end(),
+                                   [](const LoraLayer& l) { return l.torchtune && l.a < 0 && l.b < 0; }),
+                    m_.layers.end());
+    for (const LoraLayer& l : m_.layers)
+      if (l.torchtune) adapter_seen("");
+    find_param_bases(md_, m_);
+    return std::move(m_);
+  }
+
+ private:
+  void adapter_seen(const std::string& a) {
+    if (std::find(m_.adapters.begin(), m_.adapters.end(), a) == m_.adapters.end()) m_.adapters.push_back(a);
+  }
+
   // The layer of (module, adapter), made on first sight with its base: PEFT's M.base_layer.weight
   // (and .bias), torchtune's M.weight.
-  auto layer_at = [&](const std::string& module, const std::string& adapter, bool tune) -> LoraLayer& {
-    auto [it, fresh] = layer_of.emplace(std::make_pair(module, adapter), m.layers.size());
+  LoraLayer& layer_at(const std::string& module, const std::string& adapter, bool tune) {
+    auto [it, fresh] = layer_of_.emplace(std::make_pair(module, adapter), m_.layers.size());
     if (fresh) {
       LoraLayer l;
       l.module = module;
       l.adapter = adapter;
       l.torchtune = tune;
       const std::string base = module + (tune ? ".weight" : ".base_layer.weight"), bias = module + ".base_layer.bias";
-      if (auto b = by_name.find(base); b != by_name.end()) l.base = b->second;
-      if (auto b = by_name.find(bias); !tune && b != by_name.end()) l.base_bias = b->second;
-      m.layers.push_back(std::move(l));
+      if (auto b = by_name_.find(base); b != by_name_.end()) l.base = b->second;
+      if (auto b = by_name_.find(bias); !tune && b != by_name_.end()) l.base_bias = b->second;
+      m_.layers.push_back(std::move(l));
     }
-    return m.layers[it->second];
-  };
+    return m_.layers[it->second];
+  }
+
   // Megatron-Bridge's adapters (LoraForeign): recognised, named, never taken for PEFT's.
-  {
+  void find_bridge() {
     static const std::regex bridge(R"(^(.*)\.(adapter(?:_[a-z]+)?)\.linear_(in|out)\.weight$)");
     std::set<std::string> seen;
-    for (const TensorMeta& t : md.tensors) {
+    for (const TensorMeta& t : md_.tensors) {
       std::smatch mt;
       if (!std::regex_match(t.fqn, mt, bridge)) continue;
-      if (m.foreign.empty()) m.foreign.push_back({"megatron-bridge", t.fqn, {}, {}, 0});
-      LoraForeign& f = m.foreign.front();
+      if (m_.foreign.empty()) m_.foreign.push_back({"megatron-bridge", t.fqn, {}, {}, 0});
+      LoraForeign& f = m_.foreign.front();
       const std::string module = mt[1].str();
       if (seen.insert(module + "." + mt[2].str()).second) ++f.modules;
       f.targets.insert(module.substr(module.rfind('.') + 1));
       if (mt[3] == "in" && !t.shape.empty()) f.ranks.insert(t.shape[0]);
     }
   }
-  for (size_t i = 0; i < md.tensors.size(); ++i) {
-    const std::vector<std::string_view> s = split_key(md.tensors[i].fqn);
-    for (size_t k = 1; k < s.size(); ++k) {
-      const std::string_view part = s[k];
-      const size_t rest = s.size() - k - 1;
-      // A module's parameter ends in weight or bias (an optimizer's state of it goes on: .exp_avg).
-      const bool param = s.back() == "weight" || s.back() == "bias";
-      if (part == "modules_to_save" && rest >= 2 && param) {
-        auto key = std::make_pair(join_segments(s, 0, k), std::string(s[k + 1]));
-        auto [it, fresh] = saved_of.emplace(key, m.saved.size());
-        if (fresh) m.saved.push_back({key.first, key.second, {}});
-        m.saved[it->second].tensors.push_back(static_cast<int>(i));
-        adapter_seen(key.second);
-        break;
-      }
-      if (part == "original_module" && rest >= 1 && param) {
-        m.originals.push_back(static_cast<int>(i));
-        break;
-      }
-      // torchtune's LoRALinear / DoRALinear (view/lora/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight,
-      // M.magnitude, the base M.weight; no adapter name.
-      const bool tune_ab = (part == "lora_a" || part == "lora_b") && rest == 1 && s[k + 1] == "weight";
-      if (tune_ab || (part == "magnitude" && rest == 0)) {
-        LoraLayer& l = layer_at(join_segments(s, 0, k), "", true);
-        (tune_ab ? (part == "lora_a" ? l.a : l.b) : l.magnitude) = static_cast<int>(i);
-        break;
-      }
-      const bool linear = part == "lora_A" || part == "lora_B",
-                 emb = part == "lora_embedding_A" || part == "lora_embedding_B", mag = part == "lora_magnitude_vector";
-      if (!linear && !emb && !mag) continue;
-      // The adapter's name, and which tensor of the adapter this is.
-      std::string adapter;
-      bool bias = false;
-      if (linear) {
-        if (rest == 2 && (s[k + 2] == "weight" || s[k + 2] == "bias"))
-          adapter = s[k + 1], bias = s[k + 2] == "bias";
-        else if (rest == 1 && (s[k + 1] == "weight" || s[k + 1] == "bias"))
-          bias = s[k + 1] == "bias";
-        else
-          break;
-      } else if (emb) {
-        if (rest == 1)
-          adapter = s[k + 1];
-        else if (rest != 0)
-          break;
-      } else {
-        if (rest == 2 && s[k + 2] == "weight")
-          adapter = s[k + 1];
-        else if (rest == 1)
-          adapter = s[k + 1];
-        else if (rest != 0)
-          break;
-      }
-      LoraLayer& l = layer_at(join_segments(s, 0, k), adapter, false);
-      const int ti = static_cast<int>(i);
-      if (mag)
-        l.magnitude = ti;
-      else if (bias)
-        l.b_bias = part == "lora_B" ? ti : l.b_bias;
-      else if (part == "lora_A" || part == "lora_embedding_A")
-        l.a = ti;
-      else
-        l.b = ti;
-      if (emb) l.embedding = true;
-      adapter_seen(adapter);
-      break;
+
+  // Part k of tensor i's key s. True: the key is settled there (taken, or no adapter's after all);
+  // false: read on.
+  bool read_part(const std::vector<std::string_view>& s, size_t k, int i) {
+    const std::string_view part = s[k];
+    const size_t rest = s.size() - k - 1;
+    // A module's parameter ends in weight or bias (an optimizer's state of it goes on: .exp_avg).
+    const bool param = s.back() == "weight" || s.back() == "bias";
+    if (part == "modules_to_save" && rest >= 2 && param) {
+      auto key = std::make_pair(join_segments(s, 0, k), std::string(s[k + 1]));
+      auto [it, fresh] = saved_of_.emplace(key, m_.saved.size());
+      if (fresh) m_.saved.push_back({key.first, key.second, {}});
+      m_.saved[it->second].tensors.push_back(i);
+      adapter_seen(key.second);
+      return true;
     }
+    if (part == "original_module" && rest >= 1 && param) {
+      m_.originals.push_back(i);
+      return true;
+    }
+    // torchtune's LoRALinear / DoRALinear (view/lora/lora_torchtune.h): M.lora_a.weight, M.lora_b.weight,
+    // M.magnitude, the base M.weight; no adapter name.
+    const bool tune_ab = (part == "lora_a" || part == "lora_b") && rest == 1 && s[k + 1] == "weight";
+    if (tune_ab || (part == "magnitude" && rest == 0)) {
+      LoraLayer& l = layer_at(join_segments(s, 0, k), "", true);
+      (tune_ab ? (part == "lora_a" ? l.a : l.b) : l.magnitude) = i;
+      return true;
+    }
+    const bool linear = part == "lora_A" || part == "lora_B",
+               emb = part == "lora_embedding_A" || part == "lora_embedding_B", mag = part == "lora_magnitude_vector";
+    if (!linear && !emb && !mag) return false;
+    std::string adapter;
+    bool bias = false;
+    if (!peft_adapter(s, k, linear, emb, adapter, bias)) return true;
+    LoraLayer& l = layer_at(join_segments(s, 0, k), adapter, false);
+    if (mag)
+      l.magnitude = i;
+    else if (bias)
+      l.b_bias = part == "lora_B" ? i : l.b_bias;
+    else if (part == "lora_A" || part == "lora_embedding_A")
+      l.a = i;
+    else
+      l.b = i;
+    if (emb) l.embedding = true;
+    adapter_seen(adapter);
+    return true;
   }
-  // A `magnitude` with no lora_a/lora_b beside it is no torchtune adapter.
-  m.layers.erase(std::remove_if(m.layers.begin(), m.layers.end(),
-                                [](const LoraLayer& l) { return l.torchtune && l.a < 0 && l.b < 0; }),
-                 m.layers.end());
-  for (const LoraLayer& l : m.layers)
-    if (l.torchtune) adapter_seen("");
-  find_param_bases(md, m);
-  return m;
-}
+
+  // A PEFT adapter's part at k (lora_A/B, lora_embedding_A/B, else lora_magnitude_vector): the
+  // adapter's name, and whether this is a bias. False: the parts after it are no adapter's.
+  static bool peft_adapter(const std::vector<std::string_view>& s, size_t k, bool linear, bool emb, std::string& adapter,
+                           bool& bias) {
+    const size_t rest = s.size() - k - 1;
+    if (linear) {
+      if (rest == 2 && (s[k + 2] == "weight" || s[k + 2] == "bias"))
+        adapter = s[k + 1], bias = s[k + 2] == "bias";
+      else if (rest == 1 && (s[k + 1] == "weight" || s[k + 1] == "bias"))
+        bias = s[k + 1] == "bias";
+      else
+        return false;
+    } else if (emb) {
+      if (rest == 1)
+        adapter = s[k + 1];
+      else if (rest != 0)
+        return false;
+    } else {
+      if (rest == 2 && s[k + 2] == "weight")
+        adapter = s[k + 1];
+      else if (rest == 1)
+        adapter = s[k + 1];
+      else if (rest != 0)
+        return false;
+    }
+    return true;
+  }
+
+  const Metadata& md_;
+  LoraModel m_;
+  std::unordered_map<std::string_view, int> by_name_;
+  std::map<std::pair<std::string, std::string>, size_t> layer_of_;
+  std::map<std::pair<std::string, std::string>, size_t> saved_of_;
+};
+
+}  // namespace
+
+LoraModel find_lora(const Metadata& md) { return LoraFinder(md).find(); }
 
 int64_t lora_rank(const Metadata& md, const LoraLayer& l) {
   if (l.a < 0 || md.tensors[static_cast<size_t>(l.a)].ndim() != 2) return 0;

@@ -176,85 +176,84 @@ void judge_entry(RunEntry& e) {
   }
 }
 
-}  // namespace
+// The numbers in a checkpoint's name, in order (what entries sort by), and its step: the only
+// number, or the one after `step` where there are several.
+void number_entry(RunEntry& e) {
+  static const std::regex kStep(R"((?:^|[^a-z])step[_=-]?(\d{1,18})(?:\D|$))", std::regex::icase);
+  const std::string& n = e.name;
+  for (size_t i = 0; i < n.size();) {
+    if (!isdigit(static_cast<unsigned char>(n[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < n.size() && isdigit(static_cast<unsigned char>(n[j]))) ++j;
+    e.order.push_back(std::stoull(n.substr(i, std::min<size_t>(j - i, 18))));
+    i = j;
+  }
+  if (e.order.size() == 1) e.step = static_cast<int64_t>(e.order[0]);
+  if (std::smatch sm; e.order.size() > 1 && std::regex_search(n, sm, kStep))  // epoch_E_step_S, epoch=E-step=S
+    e.step = static_cast<int64_t>(std::stoull(sm[1].str()));
+}
 
-std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
-  auto t0 = std::chrono::steady_clock::now();
-  if (!is_directory(dir) || holds_checkpoint_files(dir)) return std::nullopt;
+// Entry n of run folder `dir`, where it is a checkpoint's folder named as one of a run.
+std::optional<RunEntry> run_entry(const std::string& dir, const std::string& n) {
   // NAME<digits>[.ckpt][marker]: the step number last (Lightning's epoch=E-step=S.ckpt/ keeps its
   // suffix), then any marker of a save in flight.
   static const std::regex kName(R"(^(.*?)(\d+)((?:\.ckpt)?)((?:[._-](?:tmp|temp|partial|incomplete|inprogress))*)$)",
                                 std::regex::icase);
-  static const std::regex kStep(R"((?:^|[^a-z])step[_=-]?(\d{1,18})(?:\D|$))", std::regex::icase);
-  RunFolder rf;
-  rf.dir = dir;
-  for (const auto& n : list_dir(dir)) {
-    std::smatch m;
-    // .dcpctl-prune-*: the remains of a prune that was interrupted; never a checkpoint to use.
-    if (n.rfind(".dcpctl-prune-", 0) == 0) {
-      rf.prune_leftovers.push_back(join_path(dir, n));
-      continue;
-    }
-    // .NAME.dcpctl-tmp-*: an output a dcpctl run is writing, or one a killed run left
-    // (write/leftovers.h; prune removes those). Never a checkpoint, though its name may end in digits.
-    if (n[0] == '.' && n.find(".dcpctl-tmp-") != std::string::npos) continue;
-    if (!std::regex_match(n, m, kName) || m[2].length() > 18) continue;
-    std::string p = join_path(dir, n);
-    PathInfo lst = stat_path(p, false);
-    if (lst.kind == PathInfo::missing) continue;
-    if (!is_directory(p)) continue;
-    std::optional<StepFolder> sf;
-    if (!holds_checkpoint_files(p) && !(sf = step_folder(p))) continue;
-    RunEntry e;
-    e.name = n;
-    e.path = p;
-    e.model_path = sf ? sf->model : p;
-    if (sf) {
-      e.trainer = sf->trainer;
-      e.step_unfinished = sf->unfinished;
-    } else if (path_exists(join_path(p, "meta.pt"))) {
-      e.trainer = "lightning";
-    } else if (n.rfind("iter_", 0) == 0 && path_exists(join_path(p, "metadata.json"))) {
-      e.trainer = "megatron";  // dist_checkpointing's metadata.json in Megatron's iter_NNNNNNN/
-    }
-    for (size_t i = 0; i < n.size();) {
-      if (!isdigit(static_cast<unsigned char>(n[i]))) {
-        ++i;
-        continue;
-      }
-      size_t j = i;
-      while (j < n.size() && isdigit(static_cast<unsigned char>(n[j]))) ++j;
-      e.order.push_back(std::stoull(n.substr(i, std::min<size_t>(j - i, 18))));
-      i = j;
-    }
-    if (e.order.size() == 1) e.step = static_cast<int64_t>(e.order[0]);
-    if (std::smatch sm; e.order.size() > 1 && std::regex_search(n, sm, kStep))  // epoch_E_step_S, epoch=E-step=S
-      e.step = static_cast<int64_t>(std::stoull(sm[1].str()));
-    // transformers stages a save as tmp-checkpoint-N before renaming it
-    e.in_flight_name = m[4].length() > 0 || n.rfind("tmp-", 0) == 0 || n.rfind("tmp_", 0) == 0;
-    e.symlink = lst.kind == PathInfo::other;  // a directory that is not one without following links
-    if (!e.symlink) walk(p, 0, e.bytes, e.mtime);
-    rf.entries.push_back(std::move(e));
+  std::smatch m;
+  // .NAME.dcpctl-tmp-*: an output a dcpctl run is writing, or one a killed run left
+  // (write/leftovers.h; prune removes those). Never a checkpoint, though its name may end in digits.
+  if (n[0] == '.' && n.find(".dcpctl-tmp-") != std::string::npos) return std::nullopt;
+  if (!std::regex_match(n, m, kName) || m[2].length() > 18) return std::nullopt;
+  std::string p = join_path(dir, n);
+  PathInfo lst = stat_path(p, false);
+  if (lst.kind == PathInfo::missing) return std::nullopt;
+  if (!is_directory(p)) return std::nullopt;
+  std::optional<StepFolder> sf;
+  if (!holds_checkpoint_files(p) && !(sf = step_folder(p))) return std::nullopt;
+  RunEntry e;
+  e.name = n;
+  e.path = p;
+  e.model_path = sf ? sf->model : p;
+  if (sf) {
+    e.trainer = sf->trainer;
+    e.step_unfinished = sf->unfinished;
+  } else if (path_exists(join_path(p, "meta.pt"))) {
+    e.trainer = "lightning";
+  } else if (n.rfind("iter_", 0) == 0 && path_exists(join_path(p, "metadata.json"))) {
+    e.trainer = "megatron";  // dist_checkpointing's metadata.json in Megatron's iter_NNNNNNN/
   }
-  if (rf.entries.empty() && rf.prune_leftovers.empty()) return std::nullopt;
-  // Megatron (iter_NNNNNNN/) and verl (global_step_N/): the tracker names the last step whose
-  // save finished; both write it after the save.
+  number_entry(e);
+  // transformers stages a save as tmp-checkpoint-N before renaming it
+  e.in_flight_name = m[4].length() > 0 || n.rfind("tmp-", 0) == 0 || n.rfind("tmp_", 0) == 0;
+  e.symlink = lst.kind == PathInfo::other;  // a directory that is not one without following links
+  if (!e.symlink) walk(p, 0, e.bytes, e.mtime);
+  return e;
+}
+
+// Megatron (iter_NNNNNNN/) and verl (global_step_N/): the tracker names the last step whose
+// save finished; both write it after the save.
+void read_tracker(RunFolder& rf, const std::string& dir) {
   rf.megatron_tracker = small_text(join_path(dir, "latest_checkpointed_iteration.txt"));
-  if (rf.megatron_tracker) {
-    std::optional<uint64_t> last;
-    const std::string& t = *rf.megatron_tracker;
-    if (!t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); }))
-      last = std::stoull(t);
-    for (auto& e : rf.entries) {
-      bool megatron = e.name.rfind("iter_", 0) == 0, verl = e.name.rfind("global_step_", 0) == 0;
-      if ((!megatron && !verl) || e.order.size() != 1) continue;
-      e.trainer = megatron ? "megatron" : "verl";
-      if (last && e.order[0] > *last && e.step_unfinished.empty())
-        e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t + "): " + (megatron ? "Megatron" : "verl") +
-                            " writes the tracker after a save finishes, so this one is in flight or died";
-    }
+  if (!rf.megatron_tracker) return;
+  std::optional<uint64_t> last;
+  const std::string& t = *rf.megatron_tracker;
+  if (!t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); }))
+    last = std::stoull(t);
+  for (auto& e : rf.entries) {
+    bool megatron = e.name.rfind("iter_", 0) == 0, verl = e.name.rfind("global_step_", 0) == 0;
+    if ((!megatron && !verl) || e.order.size() != 1) continue;
+    e.trainer = megatron ? "megatron" : "verl";
+    if (last && e.order[0] > *last && e.step_unfinished.empty())
+      e.step_unfinished = "newer than latest_checkpointed_iteration.txt (" + t + "): " + (megatron ? "Megatron" : "verl") +
+                          " writes the tracker after a save finishes, so this one is in flight or died";
   }
-  // NeMo AutoModel's pointers: a symlink NAME, or NAME.txt holding the path.
+}
+
+// NeMo AutoModel's pointers: a symlink NAME, or NAME.txt holding the path.
+void read_pointers(RunFolder& rf, const std::string& dir) {
   for (const char* name : {"LATEST", "LOWEST_VAL"}) {
     std::string link = join_path(dir, name);
     std::optional<std::string> target;
@@ -266,21 +265,23 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     if (!target) target = small_text(link + ".txt");
     if (target && !target->empty()) rf.pointers[name] = (*target)[0] == '/' || is_remote_path(*target) ? *target : join_path(dir, *target);
   }
-  std::sort(rf.entries.begin(), rf.entries.end(), [](const RunEntry& a, const RunEntry& b) {
-    return a.order != b.order ? a.order < b.order : a.name < b.name;
-  });
-  auto judge_one = [](RunEntry& e) {
-    judge_entry(e);
-    if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
-      e.complete = false;
-      e.problems = 1;
-      e.why_incomplete = e.name.rfind("tmp_", 0) == 0
-                             ? "its name marks a save in flight: torch_checkpointing writes " + e.name +
-                                   "/ and renames it to " + e.name.substr(4) + "/ once every rank has written, so this save "
-                                   "is in flight or was killed before its commit"
-                             : "its name marks a save in flight";
-    }
-  };
+}
+
+void judge_one(RunEntry& e) {
+  judge_entry(e);
+  if (e.in_flight_name && e.complete) {  // named as a save in flight: never the one to use
+    e.complete = false;
+    e.problems = 1;
+    e.why_incomplete = e.name.rfind("tmp_", 0) == 0
+                           ? "its name marks a save in flight: torch_checkpointing writes " + e.name +
+                                 "/ and renames it to " + e.name.substr(4) + "/ once every rank has written, so this save "
+                                 "is in flight or was killed before its commit"
+                           : "its name marks a save in flight";
+  }
+}
+
+// The entries `judge` asks for opened and checked (sorted oldest first).
+void judge_entries(RunFolder& rf, Judge judge) {
   if (judge == Judge::All)
     for (auto& e : rf.entries) judge_one(e);
   if (judge == Judge::NewestComplete)
@@ -290,6 +291,30 @@ std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
     }
   for (auto& e : rf.entries)
     if (!e.judged && judge != Judge::None) e.why_incomplete = "not checked: a newer checkpoint is complete";
+}
+
+}  // namespace
+
+std::optional<RunFolder> scan_run_folder(const std::string& dir, Judge judge) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (!is_directory(dir) || holds_checkpoint_files(dir)) return std::nullopt;
+  RunFolder rf;
+  rf.dir = dir;
+  for (const auto& n : list_dir(dir)) {
+    // .dcpctl-prune-*: the remains of a prune that was interrupted; never a checkpoint to use.
+    if (n.rfind(".dcpctl-prune-", 0) == 0) {
+      rf.prune_leftovers.push_back(join_path(dir, n));
+      continue;
+    }
+    if (std::optional<RunEntry> e = run_entry(dir, n)) rf.entries.push_back(std::move(*e));
+  }
+  if (rf.entries.empty() && rf.prune_leftovers.empty()) return std::nullopt;
+  read_tracker(rf, dir);
+  read_pointers(rf, dir);
+  std::sort(rf.entries.begin(), rf.entries.end(), [](const RunEntry& a, const RunEntry& b) {
+    return a.order != b.order ? a.order < b.order : a.name < b.name;
+  });
+  judge_entries(rf, judge);
   rf.seconds = seconds_since(t0);
   return rf;
 }

@@ -22,13 +22,12 @@ struct Unit {
   uint64_t end() const { return offset + length; }
 };
 
-}  // namespace
+using SharedByKeys = std::map<std::vector<std::string>, SharedRecord>;  // by key set
 
-WindowReport check_windows(const Checkpoint& ck) {
-  WindowReport out;
+// Every file's windows, of the files that exist: counted first (out.per_file), each file's vector
+// reserved once (5 million chunks of a metadata-only copy cost no memory here).
+std::vector<std::vector<Window>> file_windows(const Checkpoint& ck, WindowReport& out) {
   const Metadata& md = ck.md;
-  // Counted first: only the windows of files that exist are kept (and judged below), each file's
-  // vector reserved once (5 million chunks of a metadata-only copy cost no memory here).
   out.per_file.assign(md.files.size(), 0);
   auto count = [&](const StorageRef& r) {
     if (r.present() && r.file < out.per_file.size()) ++out.per_file[r.file];
@@ -53,77 +52,95 @@ WindowReport check_windows(const Checkpoint& ck) {
       for (const auto& r : t.storage) window(r, t.fqn);
     for (const auto& b : md.bytes) window(b.storage, b.fqn);
   }
+  return windows;
+}
 
+// A file's windows (sorted) as units: those inside one CRC-watched record (`recs`: offset ->
+// size) together, the others one per distinct window, sorted. A window past the file's end
+// (`size` bytes) is a problem.
+std::vector<Unit> units_of(const std::vector<Window>& ws, const std::map<uint64_t, uint64_t>& recs, const std::string& path,
+                           uint64_t size, WindowReport& out) {
+  std::map<uint64_t, Unit> in_records;  // by record offset
+  std::vector<Unit> units;
+  for (const Window& w : ws) {
+    if (w.offset > size || w.length > size - w.offset) {
+      out.problems.push_back({"window-out-of-file", Where(path, w.offset, *w.key),
+                              "item of " + std::to_string(w.length) + " bytes runs past the end of the file (" +
+                                  std::to_string(size) + " bytes)"});
+    }
+    if (w.length == 0) continue;
+    if (auto it = recs.upper_bound(w.offset); it != recs.begin()) {
+      --it;
+      if (w.offset - it->first <= it->second && w.length <= it->second - (w.offset - it->first)) {
+        Unit& u = in_records[it->first];
+        u.offset = it->first, u.length = it->second, u.record = true;
+        u.windows.push_back(&w);
+        continue;
+      }
+    }
+    if (!units.empty() && !units.back().record && units.back().offset == w.offset &&
+        units.back().length == w.length) {
+      units.back().windows.push_back(&w);  // (sorted: the same window as the one before)
+      continue;
+    }
+    units.push_back({w.offset, w.length, false, {&w}});
+  }
+  for (auto& [off, u] : in_records) units.push_back(std::move(u));
+  std::sort(units.begin(), units.end(),
+            [](const Unit& a, const Unit& b) { return std::tie(a.offset, a.length) < std::tie(b.offset, b.length); });
+  return units;
+}
+
+// File f's units in order: one that starts inside another is an overlap; one several keys name is
+// shared.
+void judge_units(const std::vector<Unit>& units, size_t f, const std::string& path, WindowReport& out, SharedByKeys& shared) {
+  const Unit* reach = nullptr;  // the unit reaching furthest so far
+  for (const Unit& u : units) {
+    if (reach && u.offset < reach->end()) {
+      const Window& w = *u.windows.front();
+      const Window& other = *reach->windows.front();
+      out.problems.push_back({"window-overlap", Where(path, w.offset, *w.key),
+                              "item overlaps the item of '" + *other.key + "' at offset " +
+                                  std::to_string(other.offset) +
+                                  " (not the same item, nor views of one torch.save record)"});
+    }
+    if (!reach || u.end() > reach->end()) reach = &u;
+    std::set<std::string> keys;
+    bool same = true;
+    for (const Window* w : u.windows) {
+      keys.insert(*w->key);
+      same = same && w->offset == u.windows.front()->offset && w->length == u.windows.front()->length;
+    }
+    if (keys.size() < 2) continue;
+    std::vector<std::string> k(keys.begin(), keys.end());
+    SharedRecord& s = shared[k];
+    if (s.keys.empty()) s.keys = k;
+    s.same_bytes = s.same_bytes && same;
+    s.places.push_back({static_cast<uint32_t>(f), u.offset, u.length});
+  }
+}
+
+}  // namespace
+
+WindowReport check_windows(const Checkpoint& ck) {
+  WindowReport out;
+  const Metadata& md = ck.md;
+  std::vector<std::vector<Window>> windows = file_windows(ck, out);
   // The CRC-watched records of each file, by offset (zip records never overlap; a record listed
   // once per key that names it is one record).
   std::vector<std::map<uint64_t, uint64_t>> records(md.files.size());
   for (const auto& r : ck.record_crcs)
     if (r.file < records.size() && r.size > 0) records[r.file].emplace(r.offset, r.size);
-
   // Shared units of every file, before merging by key set.
-  std::map<std::vector<std::string>, SharedRecord> shared;
+  SharedByKeys shared;
   for (size_t f = 0; f < windows.size(); ++f) {
     if (f >= ck.files.size() || !ck.files[f].size) continue;  // missing-file: judged by the caller
     const std::string path = ck.path_of(static_cast<uint32_t>(f));
-    const uint64_t size = *ck.files[f].size;
     auto& ws = windows[f];
     std::sort(ws.begin(), ws.end(), [](const Window& a, const Window& b) {
       return std::tie(a.offset, a.length, *a.key) < std::tie(b.offset, b.length, *b.key);
     });
-    std::map<uint64_t, Unit> in_records;  // by record offset
-    std::vector<Unit> units;
-    for (const Window& w : ws) {
-      if (w.offset > size || w.length > size - w.offset) {
-        out.problems.push_back({"window-out-of-file", Where(path, w.offset, *w.key),
-                                "item of " + std::to_string(w.length) + " bytes runs past the end of the file (" +
-                                    std::to_string(size) + " bytes)"});
-      }
-      if (w.length == 0) continue;
-      const auto& recs = records[f];
-      if (auto it = recs.upper_bound(w.offset); it != recs.begin()) {
-        --it;
-        if (w.offset - it->first <= it->second && w.length <= it->second - (w.offset - it->first)) {
-          Unit& u = in_records[it->first];
-          u.offset = it->first, u.length = it->second, u.record = true;
-          u.windows.push_back(&w);
-          continue;
-        }
-      }
-      if (!units.empty() && !units.back().record && units.back().offset == w.offset &&
-          units.back().length == w.length) {
-        units.back().windows.push_back(&w);  // (sorted: the same window as the one before)
-        continue;
-      }
-      units.push_back({w.offset, w.length, false, {&w}});
-    }
-    for (auto& [off, u] : in_records) units.push_back(std::move(u));
-    std::sort(units.begin(), units.end(),
-              [](const Unit& a, const Unit& b) { return std::tie(a.offset, a.length) < std::tie(b.offset, b.length); });
-
-    const Unit* reach = nullptr;  // the unit reaching furthest so far
-    for (const Unit& u : units) {
-      if (reach && u.offset < reach->end()) {
-        const Window& w = *u.windows.front();
-        const Window& other = *reach->windows.front();
-        out.problems.push_back({"window-overlap", Where(path, w.offset, *w.key),
-                                "item overlaps the item of '" + *other.key + "' at offset " +
-                                    std::to_string(other.offset) +
-                                    " (not the same item, nor views of one torch.save record)"});
-      }
-      if (!reach || u.end() > reach->end()) reach = &u;
-      std::set<std::string> keys;
-      bool same = true;
-      for (const Window* w : u.windows) {
-        keys.insert(*w->key);
-        same = same && w->offset == u.windows.front()->offset && w->length == u.windows.front()->length;
-      }
-      if (keys.size() < 2) continue;
-      std::vector<std::string> k(keys.begin(), keys.end());
-      SharedRecord& s = shared[k];
-      if (s.keys.empty()) s.keys = k;
-      s.same_bytes = s.same_bytes && same;
-      s.places.push_back({static_cast<uint32_t>(f), u.offset, u.length});
-    }
+    judge_units(units_of(ws, records[f], path, *ck.files[f].size, out), f, path, out, shared);
   }
   for (auto& [k, s] : shared) out.shared.push_back(std::move(s));
   return out;

@@ -191,6 +191,69 @@ bool decode_quoted(std::string_view s, std::string& out) {
   return true;
 }
 
+// LONG1/LONG4: n little-endian bytes of two's complement; in a.i where the value fits in int64,
+// else its bytes in a.s (a.is_big).
+inline void read_long(uint8_t op, SpanReader& r, Arg& a) {
+  uint64_t n = op == LONG1 ? r.u8() : r.u32le();
+  ByteSpan b = r.take(n, "LONG payload");
+  a.is_big = false;
+  if (n == 0) {
+    a.i = 0;
+  } else if (n <= 8) {
+    uint64_t v = 0;
+    for (size_t k = n; k-- > 0;) v = (v << 8) | b.data[k];
+    if (n < 8 && (b.data[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
+    a.i = static_cast<int64_t>(v);
+  } else {
+    // Fits in int64 if every byte above the 8th is pure sign extension.
+    bool neg = b.data[n - 1] & 0x80;
+    bool fits = ((b.data[7] & 0x80) != 0) == neg;
+    for (size_t k = 8; k < n && fits; ++k) fits = b.data[k] == (neg ? 0xFF : 0x00);
+    if (fits) {
+      uint64_t v = 0;
+      for (size_t k = 8; k-- > 0;) v = (v << 8) | b.data[k];
+      a.i = static_cast<int64_t>(v);
+    } else {
+      a.is_big = true;
+      a.s = b.view();
+    }
+  }
+}
+
+// INT: a decimal line; protocol 0 spells True and False as 01 and 00.
+inline void read_int_line(SpanReader& r, size_t op_pos, Arg& a) {
+  std::string_view s = r.line("INT");
+  if (s == "00" || s == "01") {
+    a.is_bool = true;
+    a.i = s == "01";
+  } else {
+    a.is_bool = false;
+    a.i = parse_text_int(r, op_pos, s, "INT");
+  }
+}
+
+inline void read_float_line(SpanReader& r, size_t op_pos, Arg& a) {
+  std::string tmp(r.line("FLOAT"));
+  char* end = nullptr;
+  a.f = std::strtod(tmp.c_str(), &end);
+  if (tmp.empty() || end != tmp.c_str() + tmp.size())
+    r.fail_at(op_pos, "FLOAT with a malformed number '" + tmp.substr(0, 40) + "'");
+}
+
+// GET/PUT: the memo index as a decimal line.
+inline void read_memo_line(SpanReader& r, size_t op_pos, Arg& a) {
+  std::string_view s = r.line("memo index");
+  int64_t v = parse_text_int(r, op_pos, s, "memo index");
+  if (v < 0) r.fail_at(op_pos, "negative memo index");
+  a.u = static_cast<uint64_t>(v);
+}
+
+[[noreturn, gnu::cold]] void unknown_opcode(SpanReader& r, size_t op_pos, uint8_t op) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", op);
+  r.fail_at(op_pos, std::string("unknown pickle opcode ") + hex);
+}
+
 // Reads the inline argument of `op`. Shared by the scan pass and the decode pass so the two
 // can never disagree about where an opcode ends.
 void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
@@ -207,53 +270,10 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
     case BININT1: a.i = r.u8(); break;
     case BININT2: a.i = r.u16le(); break;
     case LONG1:
-    case LONG4: {
-      uint64_t n = op == LONG1 ? r.u8() : r.u32le();
-      ByteSpan b = r.take(n, "LONG payload");
-      a.is_big = false;
-      if (n == 0) {
-        a.i = 0;
-      } else if (n <= 8) {
-        uint64_t v = 0;
-        for (size_t k = n; k-- > 0;) v = (v << 8) | b.data[k];
-        if (n < 8 && (b.data[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
-        a.i = static_cast<int64_t>(v);
-      } else {
-        // Fits in int64 if every byte above the 8th is pure sign extension.
-        bool neg = b.data[n - 1] & 0x80;
-        bool fits = ((b.data[7] & 0x80) != 0) == neg;
-        for (size_t k = 8; k < n && fits; ++k) fits = b.data[k] == (neg ? 0xFF : 0x00);
-        if (fits) {
-          uint64_t v = 0;
-          for (size_t k = 8; k-- > 0;) v = (v << 8) | b.data[k];
-          a.i = static_cast<int64_t>(v);
-        } else {
-          a.is_big = true;
-          a.s = b.view();
-        }
-      }
-      break;
-    }
-    case INT: {
-      std::string_view s = r.line("INT");
-      if (s == "00" || s == "01") {
-        a.is_bool = true;
-        a.i = s == "01";
-      } else {
-        a.is_bool = false;
-        a.i = parse_text_int(r, op_pos, s, "INT");
-      }
-      break;
-    }
+    case LONG4: read_long(op, r, a); break;
+    case INT: read_int_line(r, op_pos, a); break;
     case LONG: a.i = parse_text_int(r, op_pos, r.line("LONG"), "LONG"); break;
-    case FLOAT: {
-      std::string tmp(r.line("FLOAT"));
-      char* end = nullptr;
-      a.f = std::strtod(tmp.c_str(), &end);
-      if (tmp.empty() || end != tmp.c_str() + tmp.size())
-        r.fail_at(op_pos, "FLOAT with a malformed number '" + tmp.substr(0, 40) + "'");
-      break;
-    }
+    case FLOAT: read_float_line(r, op_pos, a); break;
     case BINFLOAT: a.f = r.f64be(); break;
     case SHORT_BINUNICODE:
     case SHORT_BINBYTES:
@@ -278,13 +298,7 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
       break;
     case PERSID: a.s = r.line("PERSID"); break;
     case GET:
-    case PUT: {
-      std::string_view s = r.line("memo index");
-      int64_t v = parse_text_int(r, op_pos, s, "memo index");
-      if (v < 0) r.fail_at(op_pos, "negative memo index");
-      a.u = static_cast<uint64_t>(v);
-      break;
-    }
+    case PUT: read_memo_line(r, op_pos, a); break;
     case BINGET:
     case BINPUT: a.u = r.u8(); break;
     case LONG_BINGET:
@@ -299,11 +313,7 @@ void read_arg(uint8_t op, SpanReader& r, size_t op_pos, Arg& a) {
     case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
     case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
       break;
-    default: {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", op);
-      r.fail_at(op_pos, std::string("unknown pickle opcode ") + hex);
-    }
+    default: unknown_opcode(r, op_pos, op);
   }
 }
 
@@ -384,7 +394,6 @@ class Machine {
     SpanReader r(data_, opts_.source, opts_.base_offset);
     Arg a;
     uint64_t next_report = kReportEvery;
-    const uint8_t* const base = data_.data;
     const size_t size = data_.size;
     size_t pos = 0;
     const size_t fast_end = size >= kScanSlack ? size - kScanSlack + 1 : 0;  // kScanSlack bytes left
@@ -395,92 +404,7 @@ class Machine {
         if (opts_.consumed) opts_.consumed(pos);
         next_report = pos + kReportEvery;
       }
-      const size_t limit = std::min<uint64_t>(fast_end, next_report);
-      while (pos < limit) {
-        // A switch with constant steps, not a table of lengths: the branch is predicted (the
-        // opcodes of a large pickle repeat a few patterns), so the next opcode's load does not
-        // wait for this one's; a table makes every step wait for two dependent loads.
-        switch (base[pos]) {
-          // One-byte opcodes, and runs of them that a protocol 4 pickle repeats for every object
-          // (each step is still a whole number of one-byte opcodes, within kScanSlack).
-          case EMPTY_TUPLE:
-            if (base[pos + 1] == NEWOBJ && base[pos + 2] == MEMOIZE && base[pos + 3] == EMPTY_DICT &&
-                base[pos + 4] == MEMOIZE && base[pos + 5] == MARK) {
-              pos += 6;
-              continue;
-            }
-            pos += 1;
-            continue;
-          case TUPLE1: case TUPLE2: case TUPLE3: {
-            // torch.Size(dims): `TUPLEn MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE`, often closing an
-            // object (`SETITEMS BUILD`): every ChunkStorageMetadata has two, every key one.
-            uint64_t w = load_u64le(base + pos);
-            if (((w >> 8) & 0xFF'FFFF'FFFFull) == kSizeCallTail) {
-              pos += (w >> 48) == kSetitemsBuild ? 8 : 6;
-              continue;
-            }
-            pos += base[pos + 1] == MEMOIZE ? 2 : 1;
-            continue;
-          }
-          case REDUCE: case NEWOBJ: case EMPTY_DICT: case EMPTY_LIST:
-            pos += base[pos + 1] == MEMOIZE ? 2 : 1;
-            continue;
-          case SETITEMS:
-            pos += base[pos + 1] == BUILD ? 2 : 1;
-            continue;
-          case MARK: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID: case APPEND: case BUILD:
-          case DICT: case APPENDS: case LIST: case OBJ: case SETITEM: case TUPLE: case NEWTRUE:
-          case NEWFALSE: case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
-          case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
-            pos += 1;
-            continue;
-          case PROTO: case BININT1: case BINPUT: case EXT1: pos += 2; continue;
-          case BININT2: case EXT2: pos += 3; continue;
-          case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
-          case BINFLOAT: pos += 9; continue;
-          case BINGET: {
-            if (base[pos + 2] == BINGET) {  // an attribute name and a class: two GETs in a row
-              note_get(base[pos + 1]);
-              note_get(base[pos + 3]);
-              pos += 4;
-              continue;
-            }
-            // A class, and the head of the object made of it (8 bytes: within kScanSlack).
-            uint64_t w = load_u64le(base + pos);
-            if ((w >> 16) == kObjectHead) {
-              if (templates_ && scan_object(pos, base[pos + 1], limit)) continue;
-              note_get(base[pos + 1]);
-              pos += 8;
-              continue;
-            }
-            note_get(base[pos + 1]);
-            pos += 2;
-            continue;
-          }
-          case LONG_BINGET: {
-            const uint32_t idx = load_u32le(base + pos + 1);
-            // A class and its object's head: 11 bytes, past kScanSlack, so bounded here.
-            if (size - pos >= 13 && (load_u64le(base + pos + 5) & kLow48) == kObjectHead) {
-              if (templates_ && scan_object(pos, idx, limit)) continue;
-              note_get(idx);
-              pos += 11;
-              continue;
-            }
-            note_get(idx);
-            pos += 5;
-            continue;
-          }
-          case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
-            size_t n = 2 + size_t{base[pos + 1]};
-            if (size - pos < n) break;
-            pos += n;
-            if (pos < limit && base[pos] == MEMOIZE) ++pos;  // a string is memoized as it is made
-            continue;
-          }
-          default: break;
-        }
-        break;
-      }
+      pos = step_over(pos, std::min<uint64_t>(fast_end, next_report));
       if (pos >= size) break;
       // Any opcode the table does not step over (or one near the end): read it the checked way.
       r.seek(pos);
@@ -490,6 +414,106 @@ class Machine {
       if (op == GET || op == BINGET || op == LONG_BINGET) note_get(a.u);
       if (op == STOP) break;
     }
+    rank_memo();
+  }
+
+  // The opcodes from pos on that the scan steps over itself, while pos is below `limit` (at
+  // least kScanSlack bytes before the end): where the first other one starts.
+  size_t step_over(size_t pos, const size_t limit) {
+    const uint8_t* const base = data_.data;
+    while (pos < limit) {
+      // A switch with constant steps, not a table of lengths: the branch is predicted (the
+      // opcodes of a large pickle repeat a few patterns), so the next opcode's load does not
+      // wait for this one's; a table makes every step wait for two dependent loads.
+      switch (base[pos]) {
+        // One-byte opcodes, and runs of them that a protocol 4 pickle repeats for every object
+        // (each step is still a whole number of one-byte opcodes, within kScanSlack).
+        case EMPTY_TUPLE:
+          if (base[pos + 1] == NEWOBJ && base[pos + 2] == MEMOIZE && base[pos + 3] == EMPTY_DICT &&
+              base[pos + 4] == MEMOIZE && base[pos + 5] == MARK) {
+            pos += 6;
+            continue;
+          }
+          pos += 1;
+          continue;
+        case TUPLE1: case TUPLE2: case TUPLE3: {
+          // torch.Size(dims): `TUPLEn MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE`, often closing an
+          // object (`SETITEMS BUILD`): every ChunkStorageMetadata has two, every key one.
+          uint64_t w = load_u64le(base + pos);
+          if (((w >> 8) & 0xFF'FFFF'FFFFull) == kSizeCallTail) {
+            pos += (w >> 48) == kSetitemsBuild ? 8 : 6;
+            continue;
+          }
+          pos += base[pos + 1] == MEMOIZE ? 2 : 1;
+          continue;
+        }
+        case REDUCE: case NEWOBJ: case EMPTY_DICT: case EMPTY_LIST:
+          pos += base[pos + 1] == MEMOIZE ? 2 : 1;
+          continue;
+        case SETITEMS:
+          pos += base[pos + 1] == BUILD ? 2 : 1;
+          continue;
+        case MARK: case POP: case POP_MARK: case DUP: case NONE: case BINPERSID: case APPEND: case BUILD:
+        case DICT: case APPENDS: case LIST: case OBJ: case SETITEM: case TUPLE: case NEWTRUE:
+        case NEWFALSE: case EMPTY_SET: case ADDITEMS: case FROZENSET: case NEWOBJ_EX: case STACK_GLOBAL:
+        case MEMOIZE: case NEXT_BUFFER: case READONLY_BUFFER:
+          pos += 1;
+          continue;
+        case PROTO: case BININT1: case BINPUT: case EXT1: pos += 2; continue;
+        case BININT2: case EXT2: pos += 3; continue;
+        case BININT: case LONG_BINPUT: case EXT4: pos += 5; continue;
+        case BINFLOAT: pos += 9; continue;
+        case BINGET: pos = step_binget(pos, limit); continue;
+        case LONG_BINGET: pos = step_long_binget(pos, limit); continue;
+        case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING: case LONG1: {
+          size_t n = 2 + size_t{base[pos + 1]};
+          if (data_.size - pos < n) break;
+          pos += n;
+          if (pos < limit && base[pos] == MEMOIZE) ++pos;  // a string is memoized as it is made
+          continue;
+        }
+        default: break;
+      }
+      break;
+    }
+    return pos;
+  }
+
+  // A BINGET at pos (below limit: kScanSlack bytes left): noted and stepped over, with the GET
+  // or the object's head that follows it.
+  [[gnu::always_inline]] size_t step_binget(size_t pos, size_t limit) {
+    const uint8_t* const base = data_.data;
+    if (base[pos + 2] == BINGET) {  // an attribute name and a class: two GETs in a row
+      note_get(base[pos + 1]);
+      note_get(base[pos + 3]);
+      return pos + 4;
+    }
+    // A class, and the head of the object made of it (8 bytes: within kScanSlack).
+    uint64_t w = load_u64le(base + pos);
+    if ((w >> 16) == kObjectHead) {
+      if (templates_ && scan_object(pos, base[pos + 1], limit)) return pos;
+      note_get(base[pos + 1]);
+      return pos + 8;
+    }
+    note_get(base[pos + 1]);
+    return pos + 2;
+  }
+
+  [[gnu::always_inline]] size_t step_long_binget(size_t pos, size_t limit) {
+    const uint8_t* const base = data_.data;
+    const uint32_t idx = load_u32le(base + pos + 1);
+    // A class and its object's head: 11 bytes, past kScanSlack, so bounded here.
+    if (data_.size - pos >= 13 && (load_u64le(base + pos + 5) & kLow48) == kObjectHead) {
+      if (templates_ && scan_object(pos, idx, limit)) return pos;
+      note_get(idx);
+      return pos + 11;
+    }
+    note_get(idx);
+    return pos + 5;
+  }
+
+  // After the scan: each word's rank among the memo entries read back, and a slot for each.
+  void rank_memo() {
     std::sort(far_.begin(), far_.end());
     far_.erase(std::unique(far_.begin(), far_.end()), far_.end());
     near_rank_.resize(near_bits_.size());
@@ -1004,73 +1028,8 @@ class Machine {
         return false;
       }
     }
-    f.p += 2;
-    if (!flat_memoize(f)) return false;
-    if (f.end - f.p < 2 || f.p[0] != EMPTY_DICT) return false;
-    ++f.p;
-    if (!flat_memoize(f)) return false;
-    if (f.end - f.p < 1 || *f.p != MARK) return false;
-    ++f.p;
-    size_t n = 0, ndims = 0;
-    while (true) {
-      if (f.p == f.end) return false;
-      uint8_t op = *f.p;
-      if (op == SETITEMS) break;
-      if (n == kFlatItems) return false;
-      Value v;
-      learn_[n].at = static_cast<uint32_t>(f.p - obj);
-      learn_[n].src = kVarGet;
-      switch (op) {
-        case BINGET:
-        case LONG_BINGET:
-          if (!flat_get(f, v)) return false;
-          if (v.kind == Kind::Global && f.p < f.end && *f.p != BINGET && *f.p != LONG_BINGET &&
-              *f.p != SHORT_BINUNICODE && *f.p != SETITEMS) {
-            // A call: only torch.Size(dims) is read here.
-            const GlobalRef& g = v.as_global();
-            if (&g != size_global_) {
-              if (size_global_ || g.module != "torch" || g.name != "Size") return false;
-              size_global_ = &g;  // the Tree interns globals: one GlobalRef per (module, name)
-            }
-            learn_[n].src = kSize;
-            if (!flat_size(f, v, ndims)) return false;
-          } else if (v.depth + 1u > opts_.limits.max_depth) {
-            return false;
-          }
-          break;
-        case BININT1: case BININT2: case BININT: case LONG1: {
-          int64_t i;
-          if (!flat_int(f, i)) return false;
-          v.kind = Kind::Int;
-          v.bits = static_cast<uint64_t>(i);
-          learn_[n].src = kInt;
-          break;
-        }
-        case NONE: ++f.p; learn_[n].src = kConst; break;
-        case NEWTRUE: case NEWFALSE:
-          v.kind = Kind::Bool;
-          v.bits = op == NEWTRUE;
-          ++f.p;
-          learn_[n].src = kConst;
-          break;
-        case SHORT_BINUNICODE: {
-          learn_[n].src = kStr;
-          if (f.end - f.p < 2) return false;
-          size_t len = f.p[1];
-          if (static_cast<size_t>(f.end - f.p) < 2 + len) return false;
-          std::string_view s(reinterpret_cast<const char*>(f.p + 2), len);
-          if (check_utf8(s) != Utf8::ok) return false;
-          v.kind = Kind::Str;
-          v.len = static_cast<uint32_t>(len);
-          v.bits = reinterpret_cast<uint64_t>(s.data());
-          f.p += 2 + len;
-          break;
-        }
-        default: return false;
-      }
-      if (!flat_memoize(f)) return false;
-      flat_items_[n++] = v;
-    }
+    size_t n = 0;
+    if (!flat_head(f) || !flat_state(f, obj, n)) return false;
     if (n % 2 != 0 || f.end - f.p < 2 || f.p[1] != BUILD) return false;
     f.p += 2;  // SETITEMS BUILD
     Value out;
@@ -1080,6 +1039,94 @@ class Machine {
     }
     ++flat_generic_;
     if (templates_) learn_template(idx, slot->bits, obj, f.p, n, f.memo - memo_len_before_);
+    return true;
+  }
+
+  // `() NEWOBJ [MEMOIZE] {} [MEMOIZE] (`: an object's head, up to its state's MARK.
+  [[gnu::always_inline]] static bool flat_head(Flat& f) {
+    f.p += 2;
+    if (!flat_memoize(f)) return false;
+    if (f.end - f.p < 2 || f.p[0] != EMPTY_DICT) return false;
+    ++f.p;
+    if (!flat_memoize(f)) return false;
+    if (f.end - f.p < 1 || *f.p != MARK) return false;
+    ++f.p;
+    return true;
+  }
+
+  // The state's keys and values (obj: the object's bytes), into flat_items_[0, n) and learn_,
+  // up to its SETITEMS.
+  [[gnu::always_inline]] bool flat_state(Flat& f, const uint8_t* obj, size_t& n) {
+    size_t ndims = 0;
+    while (true) {
+      if (f.p == f.end) return false;
+      if (*f.p == SETITEMS) return true;
+      if (n == kFlatItems) return false;
+      Value v;
+      learn_[n].at = static_cast<uint32_t>(f.p - obj);
+      learn_[n].src = kVarGet;
+      if (!flat_item(f, v, learn_[n].src, ndims)) return false;
+      if (!flat_memoize(f)) return false;
+      flat_items_[n++] = v;
+    }
+  }
+
+  // One key or value of the state at f.p, and how a template is to read it (src).
+  [[gnu::always_inline]] bool flat_item(Flat& f, Value& v, uint8_t& src, size_t& ndims) {
+    const uint8_t op = *f.p;
+    switch (op) {
+      case BINGET:
+      case LONG_BINGET:
+        if (!flat_get(f, v)) return false;
+        if (v.kind == Kind::Global && f.p < f.end && *f.p != BINGET && *f.p != LONG_BINGET &&
+            *f.p != SHORT_BINUNICODE && *f.p != SETITEMS) {
+          src = kSize;
+          return flat_call(f, v, ndims);
+        }
+        return v.depth + 1u <= opts_.limits.max_depth;
+      case BININT1: case BININT2: case BININT: case LONG1: {
+        int64_t i;
+        if (!flat_int(f, i)) return false;
+        v.kind = Kind::Int;
+        v.bits = static_cast<uint64_t>(i);
+        src = kInt;
+        return true;
+      }
+      case NONE: ++f.p; src = kConst; return true;
+      case NEWTRUE: case NEWFALSE:
+        v.kind = Kind::Bool;
+        v.bits = op == NEWTRUE;
+        ++f.p;
+        src = kConst;
+        return true;
+      case SHORT_BINUNICODE:
+        src = kStr;
+        return flat_str(f, v);
+      default: return false;
+    }
+  }
+
+  // A call of the global v just read: only torch.Size(dims) is read here.
+  bool flat_call(Flat& f, Value& v, size_t& ndims) {
+    const GlobalRef& g = v.as_global();
+    if (&g != size_global_) {
+      if (size_global_ || g.module != "torch" || g.name != "Size") return false;
+      size_global_ = &g;  // the Tree interns globals: one GlobalRef per (module, name)
+    }
+    return flat_size(f, v, ndims);
+  }
+
+  // A SHORT_BINUNICODE at f.p, valid UTF-8.
+  static bool flat_str(Flat& f, Value& v) {
+    if (f.end - f.p < 2) return false;
+    size_t len = f.p[1];
+    if (static_cast<size_t>(f.end - f.p) < 2 + len) return false;
+    std::string_view s(reinterpret_cast<const char*>(f.p + 2), len);
+    if (check_utf8(s) != Utf8::ok) return false;
+    v.kind = Kind::Str;
+    v.len = static_cast<uint32_t>(len);
+    v.bits = reinterpret_cast<uint64_t>(s.data());
+    f.p += 2 + len;
     return true;
   }
 
@@ -1459,233 +1506,239 @@ class Machine {
         opts_.consumed(op_pos_);
         next_report = op_pos_ + kReportEvery;
       }
-      if (opts_.folder) {
-        // Most of a large `.metadata` is objects that start with a GET of their class: straight to
-        // the fast path, as the BINGET/LONG_BINGET cases below would go (when enough bytes are
-        // left; otherwise read_arg gives the error), without the generic argument reader.
-        const uint8_t* p = data_.data + op_pos_;
-        const size_t left = data_.size - op_pos_;
-        if (*p == BINGET && left >= 2) {
-          op_ = BINGET;
-          r.seek(op_pos_ + 2);
-          if (!fold_flat_object(p[1], r)) memo_get(p[1]);
-          continue;
-        }
-        if (*p == LONG_BINGET && left >= 5) {
-          op_ = LONG_BINGET;
-          r.seek(op_pos_ + 5);
-          const uint64_t idx = load_u32le(p + 1);
-          if (!fold_flat_object(idx, r)) memo_get(idx);
-          continue;
-        }
-      }
+      if (opts_.folder && get_or_fold(r)) continue;
       op_ = r.u8();
       read_arg(op_, r, op_pos_, a);
-      switch (op_) {
-        case PROTO:
-          if (a.u > 5)
-            throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
-                                   "pickle protocol " + std::to_string(a.u) + " (5 is the newest known)");
-          break;
-        case FRAME: break;
-        case STOP:
-          if (stack_.empty()) fail("STOP on an empty stack");
-          tree_->root = stack_.back();
-          return;
-        case MARK:
-          if (marks_.size() >= opts_.limits.max_marks) fail("more than " + std::to_string(opts_.limits.max_marks) + " nested MARKs");
-          marks_.push_back(stack_.size());
-          break;
-        case POP:
-          if (stack_.size() > floor()) stack_.pop_back();
-          else marks_.empty() ? fail("POP on an empty stack") : (void)marks_.pop_back();  // pickle pops a mark too
-          break;
-        case POP_MARK: stack_.resize(pop_mark()); break;
-        case DUP: {
-          top().flags |= Value::kMemo;
-          Value v = top();
-          if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
-          push(v);
-          break;
-        }
-        case NONE: push(Value{}); break;
-        case NEWTRUE:
-        case NEWFALSE: {
-          Value v;
-          v.kind = Kind::Bool;
-          v.bits = op_ == NEWTRUE;
-          push(v);
-          break;
-        }
-        case INT:
-          if (a.is_bool) {
-            Value v;
-            v.kind = Kind::Bool;
-            v.bits = static_cast<uint64_t>(a.i);
-            push(v);
-          } else {
-            push(make_int(a.i));
-          }
-          break;
-        case BININT: case BININT1: case BININT2: case LONG: push(make_int(a.i)); break;
-        case LONG1:
-        case LONG4:
-          if (a.is_big) {
-            push(make_string(Kind::BigInt, a.s));
-          } else {
-            push(make_int(a.i));
-          }
-          break;
-        case FLOAT:
-        case BINFLOAT: {
-          Value v;
-          v.kind = Kind::Float;
-          std::memcpy(&v.bits, &a.f, sizeof a.f);
-          push(v);
-          break;
-        }
-        case SHORT_BINUNICODE: case BINUNICODE: case BINUNICODE8: push(make_string(Kind::Str, a.s)); break;
-        case SHORT_BINBYTES: case BINBYTES: case BINBYTES8: case BYTEARRAY8: push(make_string(Kind::Bytes, a.s)); break;
-        case SHORT_BINSTRING: case BINSTRING: push(make_string(Kind::Str, latin1_to_utf8(a.s))); break;
-        case STRING: {
-          std::string out;
-          if (!decode_quoted(a.s, out)) fail("STRING with a malformed literal");
-          push(make_string(Kind::Str, out));
-          break;
-        }
-        case UNICODE: {
-          std::string out;
-          if (!decode_raw_unicode_escape(a.s, out)) fail("UNICODE with a malformed escape");
-          push(make_string(Kind::Str, out));
-          break;
-        }
-        case EMPTY_TUPLE: {
-          Value v;
-          v.kind = Kind::Tuple;
-          push(v);
-          break;
-        }
-        case TUPLE1: case TUPLE2: case TUPLE3: {
-          size_t n = static_cast<size_t>(op_ - TUPLE1 + 1);
-          if (stack_.size() < floor() + n) fail(std::string(op_name(op_)) + " with fewer than " + std::to_string(n) + " items on the stack");
-          push(frozen(Kind::Tuple, stack_.size() - n));
-          break;
-        }
-        case TUPLE: push(frozen(Kind::Tuple, pop_mark())); break;
-        case FROZENSET: push(frozen(Kind::Set, pop_mark())); break;
-        case EMPTY_LIST: push(tree_->make_open(Kind::List)); break;
-        case EMPTY_DICT: push(tree_->make_open(Kind::Dict)); break;
-        case EMPTY_SET: push(tree_->make_open(Kind::Set)); break;
-        case LIST:
-        case DICT: {
-          size_t m = pop_mark();
-          Value c = tree_->make_open(op_ == LIST ? Kind::List : Kind::Dict);
-          extend(c, m, c.kind);
-          push(c);
-          break;
-        }
-        case APPEND: {
-          if (stack_.size() < floor() + 2) fail("APPEND needs a list and an item");
-          extend(stack_[stack_.size() - 2], stack_.size() - 1, Kind::List);
-          break;
-        }
-        case APPENDS:
-        case SETITEMS:
-        case ADDITEMS: {
-          size_t m = pop_mark();
-          if (m <= floor() || m == 0) fail(std::string(op_name(op_)) + " with nothing below its MARK");
-          Kind want = op_ == APPENDS ? Kind::List : op_ == SETITEMS ? Kind::Dict : Kind::Set;
-          extend(stack_[m - 1], m, want);
-          break;
-        }
-        case SETITEM: {
-          if (stack_.size() < floor() + 3) fail("SETITEM needs a dict, a key and a value");
-          extend(stack_[stack_.size() - 3], stack_.size() - 2, Kind::Dict);
-          break;
-        }
-        case GLOBAL:
-          check_text(a.s);
-          check_text(a.s2);
-          push(tree_->make_global(a.s, a.s2));
-          break;
-        case STACK_GLOBAL: {
-          Value name = pop(), module = pop();
-          if (module.kind != Kind::Str || name.kind != Kind::Str) fail("STACK_GLOBAL with non-string module or name");
-          push(tree_->make_global(module.as_str(), name.as_str()));
-          break;
-        }
-        case REDUCE: {
-          Value args = settle(pop());
-          Value callable = settle(pop());
-          push(reduce(callable, args));
-          break;
-        }
-        case NEWOBJ: {
-          Value args = settle(pop());
-          Value cls = settle(pop());
-          Value obj = tree_->make_object(cls, args);
-          check_depth(obj.depth);
-          push(obj);
-          break;
-        }
-        case NEWOBJ_EX: {
-          Value kwargs = settle(pop());
-          Value args = settle(pop());
-          Value cls = settle(pop());
-          if (kwargs.kind == Kind::Dict && !kwargs.items().empty()) {
-            Value pair[2] = {args, kwargs};
-            args = tree_->make_frozen(Kind::Tuple, pair, 2);
-          }
-          Value obj = tree_->make_object(cls, args);
-          check_depth(obj.depth);
-          push(obj);
-          break;
-        }
-        case INST: {
-          check_text(a.s);
-          check_text(a.s2);
-          Value args = frozen(Kind::Tuple, pop_mark());
-          push(tree_->make_object(tree_->make_global(a.s, a.s2), args));
-          break;
-        }
-        case OBJ: {
-          size_t m = pop_mark();
-          if (stack_.size() == m) fail("OBJ without a class");
-          Value cls = settle(stack_[m]);
-          Value args = frozen(Kind::Tuple, m + 1);
-          stack_.pop_back();  // the class
-          Value obj = tree_->make_object(cls, args);
-          check_depth(obj.depth);
-          push(obj);
-          break;
-        }
-        case BUILD: build(); break;
-        case PERSID: push(tree_->make_persid(make_string(Kind::Str, a.s))); break;
-        case BINPERSID: push(tree_->make_persid(settle(pop()))); break;
-        case BINGET:
-        case LONG_BINGET:
-          if (opts_.folder && fold_flat_object(a.u, r)) break;
-          memo_get(a.u);
-          break;
-        case GET: memo_get(a.u); break;
-        case PUT: case BINPUT: case LONG_BINPUT:
-          memo_put(a.u);
-          memo_len_ = std::max(memo_len_, a.u + 1);
-          break;
-        case MEMOIZE: memo_put(memo_len_++); break;
-        case EXT1: case EXT2: case EXT4:
-          if (opts_.opaque_extensions) {
-            push(tree_->make_global(kExtensionModule, std::to_string(a.u)));
-            break;
-          }
-          throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
-                                 "pickle uses the copyreg extension registry (EXT opcodes)");
-        case NEXT_BUFFER: case READONLY_BUFFER:
-          throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_),
-                                 "pickle uses out-of-band buffers (protocol 5 NEXT_BUFFER)");
-        default: fail("unhandled opcode");
-      }
+      if (execute(a, r)) return;
     }
+  }
+
+  // Most of a large `.metadata` is objects that start with a GET of their class: straight to the
+  // fast path, as execute's BINGET/LONG_BINGET cases would go (when enough bytes are left; otherwise
+  // read_arg gives the error), without the generic argument reader. False: not such a GET.
+  [[gnu::always_inline]] bool get_or_fold(SpanReader& r) {
+    const uint8_t* p = data_.data + op_pos_;
+    const size_t left = data_.size - op_pos_;
+    if (*p == BINGET && left >= 2) {
+      op_ = BINGET;
+      r.seek(op_pos_ + 2);
+      if (!fold_flat_object(p[1], r)) memo_get(p[1]);
+      return true;
+    }
+    if (*p == LONG_BINGET && left >= 5) {
+      op_ = LONG_BINGET;
+      r.seek(op_pos_ + 5);
+      const uint64_t idx = load_u32le(p + 1);
+      if (!fold_flat_object(idx, r)) memo_get(idx);
+      return true;
+    }
+    return false;
+  }
+
+  // Runs opcode op_ with its argument a. True at STOP (the tree's root is set).
+  [[gnu::always_inline]] bool execute(const Arg& a, SpanReader& r) {
+    switch (op_) {
+      case PROTO: check_protocol(a.u); break;
+      case FRAME: break;
+      case STOP:
+        if (stack_.empty()) fail("STOP on an empty stack");
+        tree_->root = stack_.back();
+        return true;
+      case MARK: mark(); break;
+      case POP: pop_one(); break;
+      case POP_MARK: stack_.resize(pop_mark()); break;
+      case DUP: dup(); break;
+      case NONE: push(Value{}); break;
+      case NEWTRUE: case NEWFALSE: push(make_bool(op_ == NEWTRUE)); break;
+      case INT: push(a.is_bool ? make_bool(a.i != 0) : make_int(a.i)); break;
+      case BININT: case BININT1: case BININT2: case LONG: push(make_int(a.i)); break;
+      case LONG1: case LONG4: push(a.is_big ? make_string(Kind::BigInt, a.s) : make_int(a.i)); break;
+      case FLOAT: case BINFLOAT: push(make_float(a.f)); break;
+      case SHORT_BINUNICODE: case BINUNICODE: case BINUNICODE8: push(make_string(Kind::Str, a.s)); break;
+      case SHORT_BINBYTES: case BINBYTES: case BINBYTES8: case BYTEARRAY8: push(make_string(Kind::Bytes, a.s)); break;
+      case SHORT_BINSTRING: case BINSTRING: push(make_string(Kind::Str, latin1_to_utf8(a.s))); break;
+      case STRING: push_quoted(a.s); break;
+      case UNICODE: push_raw_unicode(a.s); break;
+      case EMPTY_TUPLE: push(empty_tuple()); break;
+      case TUPLE1: case TUPLE2: case TUPLE3: push_small_tuple(); break;
+      case TUPLE: push(frozen(Kind::Tuple, pop_mark())); break;
+      case FROZENSET: push(frozen(Kind::Set, pop_mark())); break;
+      case EMPTY_LIST: push(tree_->make_open(Kind::List)); break;
+      case EMPTY_DICT: push(tree_->make_open(Kind::Dict)); break;
+      case EMPTY_SET: push(tree_->make_open(Kind::Set)); break;
+      case LIST: case DICT: push_marked_container(); break;
+      case APPEND:
+        if (stack_.size() < floor() + 2) fail("APPEND needs a list and an item");
+        extend(stack_[stack_.size() - 2], stack_.size() - 1, Kind::List);
+        break;
+      case APPENDS: case SETITEMS: case ADDITEMS: extend_marked(); break;
+      case SETITEM:
+        if (stack_.size() < floor() + 3) fail("SETITEM needs a dict, a key and a value");
+        extend(stack_[stack_.size() - 3], stack_.size() - 2, Kind::Dict);
+        break;
+      case GLOBAL:
+        check_text(a.s);
+        check_text(a.s2);
+        push(tree_->make_global(a.s, a.s2));
+        break;
+      case STACK_GLOBAL: stack_global(); break;
+      case REDUCE: {
+        Value args = settle(pop());
+        Value callable = settle(pop());
+        push(reduce(callable, args));
+        break;
+      }
+      case NEWOBJ: newobj(); break;
+      case NEWOBJ_EX: newobj_ex(); break;
+      case INST: inst(a); break;
+      case OBJ: obj(); break;
+      case BUILD: build(); break;
+      case PERSID: push(tree_->make_persid(make_string(Kind::Str, a.s))); break;
+      case BINPERSID: push(tree_->make_persid(settle(pop()))); break;
+      case BINGET:
+      case LONG_BINGET:
+        if (opts_.folder && fold_flat_object(a.u, r)) break;
+        memo_get(a.u);
+        break;
+      case GET: memo_get(a.u); break;
+      case PUT: case BINPUT: case LONG_BINPUT:
+        memo_put(a.u);
+        memo_len_ = std::max(memo_len_, a.u + 1);
+        break;
+      case MEMOIZE: memo_put(memo_len_++); break;
+      case EXT1: case EXT2: case EXT4: push_extension(a.u); break;
+      case NEXT_BUFFER: case READONLY_BUFFER:
+        unsupported("pickle uses out-of-band buffers (protocol 5 NEXT_BUFFER)");
+      default: fail("unhandled opcode");
+    }
+    return false;
+  }
+
+  [[noreturn, gnu::cold]] void unsupported(const std::string& msg) {
+    throw UnsupportedError(Where(opts_.source, opts_.base_offset + op_pos_), msg);
+  }
+
+  void check_protocol(uint64_t proto) {
+    if (proto > 5) unsupported("pickle protocol " + std::to_string(proto) + " (5 is the newest known)");
+  }
+
+  void mark() {
+    if (marks_.size() >= opts_.limits.max_marks) fail("more than " + std::to_string(opts_.limits.max_marks) + " nested MARKs");
+    marks_.push_back(stack_.size());
+  }
+
+  void pop_one() {
+    if (stack_.size() > floor()) stack_.pop_back();
+    else marks_.empty() ? fail("POP on an empty stack") : (void)marks_.pop_back();  // pickle pops a mark too
+  }
+
+  void dup() {
+    top().flags |= Value::kMemo;
+    Value v = top();
+    if (v.flags & Value::kBoxed) tree_->open(v).pinned = true;
+    push(v);
+  }
+
+  static Value empty_tuple() {
+    Value v;
+    v.kind = Kind::Tuple;
+    return v;
+  }
+
+  static Value make_bool(bool b) {
+    Value v;
+    v.kind = Kind::Bool;
+    v.bits = b;
+    return v;
+  }
+
+  static Value make_float(double f) {
+    Value v;
+    v.kind = Kind::Float;
+    std::memcpy(&v.bits, &f, sizeof f);
+    return v;
+  }
+
+  void push_quoted(std::string_view s) {  // STRING
+    std::string out;
+    if (!decode_quoted(s, out)) fail("STRING with a malformed literal");
+    push(make_string(Kind::Str, out));
+  }
+
+  void push_raw_unicode(std::string_view s) {  // UNICODE
+    std::string out;
+    if (!decode_raw_unicode_escape(s, out)) fail("UNICODE with a malformed escape");
+    push(make_string(Kind::Str, out));
+  }
+
+  void push_small_tuple() {  // TUPLE1, TUPLE2, TUPLE3
+    size_t n = static_cast<size_t>(op_ - TUPLE1 + 1);
+    if (stack_.size() < floor() + n) fail(std::string(op_name(op_)) + " with fewer than " + std::to_string(n) + " items on the stack");
+    push(frozen(Kind::Tuple, stack_.size() - n));
+  }
+
+  void push_marked_container() {  // LIST, DICT
+    size_t m = pop_mark();
+    Value c = tree_->make_open(op_ == LIST ? Kind::List : Kind::Dict);
+    extend(c, m, c.kind);
+    push(c);
+  }
+
+  void extend_marked() {  // APPENDS, SETITEMS, ADDITEMS
+    size_t m = pop_mark();
+    if (m <= floor() || m == 0) fail(std::string(op_name(op_)) + " with nothing below its MARK");
+    Kind want = op_ == APPENDS ? Kind::List : op_ == SETITEMS ? Kind::Dict : Kind::Set;
+    extend(stack_[m - 1], m, want);
+  }
+
+  void stack_global() {
+    Value name = pop(), module = pop();
+    if (module.kind != Kind::Str || name.kind != Kind::Str) fail("STACK_GLOBAL with non-string module or name");
+    push(tree_->make_global(module.as_str(), name.as_str()));
+  }
+
+  void push_object(const Value& cls, const Value& args) {
+    Value obj = tree_->make_object(cls, args);
+    check_depth(obj.depth);
+    push(obj);
+  }
+
+  void newobj() {
+    Value args = settle(pop());
+    Value cls = settle(pop());
+    push_object(cls, args);
+  }
+
+  void newobj_ex() {
+    Value kwargs = settle(pop());
+    Value args = settle(pop());
+    Value cls = settle(pop());
+    if (kwargs.kind == Kind::Dict && !kwargs.items().empty()) {
+      Value pair[2] = {args, kwargs};
+      args = tree_->make_frozen(Kind::Tuple, pair, 2);
+    }
+    push_object(cls, args);
+  }
+
+  void inst(const Arg& a) {
+    check_text(a.s);
+    check_text(a.s2);
+    Value args = frozen(Kind::Tuple, pop_mark());
+    push(tree_->make_object(tree_->make_global(a.s, a.s2), args));
+  }
+
+  void obj() {
+    size_t m = pop_mark();
+    if (stack_.size() == m) fail("OBJ without a class");
+    Value cls = settle(stack_[m]);
+    Value args = frozen(Kind::Tuple, m + 1);
+    stack_.pop_back();  // the class
+    push_object(cls, args);
+  }
+
+  void push_extension(uint64_t code) {  // EXT1, EXT2, EXT4
+    if (!opts_.opaque_extensions) unsupported("pickle uses the copyreg extension registry (EXT opcodes)");
+    push(tree_->make_global(kExtensionModule, std::to_string(code)));
   }
 
   static constexpr size_t kMaxStack = size_t{1} << 26;

@@ -173,27 +173,25 @@ void plan_parts(const Checkpoint& ck, const MappedTensor& mt, const Target& targ
 
 }  // namespace
 
-WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::optional<DType> cast, const Target& target,
-                     const std::function<bool(const TensorMeta&, size_t)>& in_place) {
-  const Metadata& md = ck.md;
-  WritePlan plan;
-  plan.target = target;
-  plan.items = select_items(md, selection);
-  plan.cast = CastChoice(cast, target.precision);
-  if (ck.derived) plan.cast.keep_for_view(ck.derived->output.keep_dtype, "quantized (--quantize)");
+namespace {
 
-  int world = 1;
-  if (target.rank_files()) {
-    world = target.world_size;
-    if (target.keep_layout) {
-      world = 1;
-      for (const auto& f : md.files)
-        if (auto r = rank_of_file(f)) world = std::max(world, *r + 1);
-    }
-    if (world < 1 || world > 1 << 20) throw UsageError(Where(), "--world-size must be between 1 and 1048576");
+// The number of rank files a rank-files output has: --world-size, or the source's own ranks.
+int target_world(const Metadata& md, const Target& target) {
+  if (!target.rank_files()) return 1;
+  int world = target.world_size;
+  if (target.keep_layout) {
+    world = 1;
+    for (const auto& f : md.files)
+      if (auto r = rank_of_file(f)) world = std::max(world, *r + 1);
   }
-  std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
+  if (world < 1 || world > 1 << 20) throw UsageError(Where(), "--world-size must be between 1 and 1048576");
+  return world;
+}
 
+// Each selected item planned: a value as it is, a mapped tensor from its parts, a saved one from
+// its chunks; refused where incomplete or of a type the target cannot hold.
+void plan_items(const Checkpoint& ck, const Target& target, int world, std::vector<uint64_t>& rank_bytes, WritePlan& plan) {
+  const Metadata& md = ck.md;
   CoverageCheck coverage;
   for (const auto& it : plan.items) {
     if (!it.tensor) {
@@ -214,16 +212,18 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   }
   coverage.refuse_if_incomplete(Where(ck.dir), target.rank_files() ? "reshard" : "write a partial model");
   refuse_scaled_casts(ck, plan);
-  if (target.format->tensors_only) {
-    for (const auto& pt : plan.tensors)
-      if (!*info(pt.dst).safetensors_name)
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, pt.t->fqn),
-                               std::string("safetensors has no type for torch.") + torch_name(pt.dst) +
-                                   "; exclude it (--exclude), cast it (--dtype) or write a .pt");
-    if (plan.tensors.empty()) throw UsageError(Where(ck.dir), "the selection holds no tensors; safetensors holds tensors only");
-  }
+  if (!target.format->tensors_only) return;
+  for (const auto& pt : plan.tensors)
+    if (!*info(pt.dst).safetensors_name)
+      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, pt.t->fqn),
+                             std::string("safetensors has no type for torch.") + torch_name(pt.dst) +
+                                 "; exclude it (--exclude), cast it (--dtype) or write a .pt");
+  if (plan.tensors.empty()) throw UsageError(Where(ck.dir), "the selection holds no tensors; safetensors holds tensors only");
+}
 
-  // What each record holds at once.
+// What each record holds at once, and the budget: refused where one record needs more than it.
+void plan_needs(const Checkpoint& ck, const Target& target, const std::function<bool(const TensorMeta&, size_t)>& in_place,
+                WritePlan& plan) {
   const Record* neediest = nullptr;
   for (auto& pt : plan.tensors) {
     uint64_t read_need = target.rank_files() ? source_read_need(plan.records, pt.records) : 0;
@@ -254,8 +254,10 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
                      "writing " + neediest->box.text() + " needs " + std::to_string(plan.largest_need) +
                          " bytes of buffers at once, more than --max-memory " + std::to_string(plan.budget) + "; raise --max-memory" +
                          (target.rank_files() ? " or use more target ranks" : ""));
+}
 
-  // The files and the records each holds, named by the format.
+// The files and the records each holds, named by the format.
+void lay_out_files(const Target& target, int world, const std::vector<uint64_t>& rank_bytes, WritePlan& plan) {
   switch (target.format->writing) {
     case Writing::RankFiles:
       for (int r = 0; r < world; ++r) plan.files.push_back({"", {}, rank_bytes[static_cast<size_t>(r)]});
@@ -282,6 +284,22 @@ WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::opti
   }
   if (target.format->file_name)
     for (size_t f = 0; f < plan.files.size(); ++f) plan.files[f].name = target.format->file_name(f, plan.files.size());
+}
+
+}  // namespace
+
+WritePlan plan_write(const Checkpoint& ck, const Selection& selection, std::optional<DType> cast, const Target& target,
+                     const std::function<bool(const TensorMeta&, size_t)>& in_place) {
+  WritePlan plan;
+  plan.target = target;
+  plan.items = select_items(ck.md, selection);
+  plan.cast = CastChoice(cast, target.precision);
+  if (ck.derived) plan.cast.keep_for_view(ck.derived->output.keep_dtype, "quantized (--quantize)");
+  const int world = target_world(ck.md, target);
+  std::vector<uint64_t> rank_bytes(static_cast<size_t>(world), 0);
+  plan_items(ck, target, world, rank_bytes, plan);
+  plan_needs(ck, target, in_place, plan);
+  lay_out_files(target, world, rank_bytes, plan);
   return plan;
 }
 

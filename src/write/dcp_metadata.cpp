@@ -109,12 +109,10 @@ std::string uuid4() {
   return s;
 }
 
-std::string metadata_pickle(const MetadataOut& md) {
-  Pickler p(4);
-  new_object(p, kMeta, "Metadata");
-  p.empty_dict();
-  p.mark();
+namespace {
 
+// Metadata.state_dict_metadata: each key's TensorStorageMetadata or BytesStorageMetadata.
+void state_dict_metadata(Pickler& p, const MetadataOut& md) {
   p.str("state_dict_metadata", true);
   p.empty_dict();
   for (size_t i = 0; i < md.order.size(); i += 1000) {
@@ -131,34 +129,58 @@ std::string metadata_pickle(const MetadataOut& md) {
     }
     p.setitems();
   }
+}
 
+// Metadata.planner_data: each key's path in the state dict, a tuple of keys and indices.
+void planner_data(Pickler& p, const MetadataOut& md) {
   p.str("planner_data", true);
   p.empty_dict();
-  if (!md.planner_data.empty()) {
-    p.mark();
-    size_t n = 0;
-    for (const auto& [key, path] : md.planner_data) {
-      p.str(key, true);
-      auto elem = [&](const PathElem& e) {
-        if (e.is_index) p.integer(e.index);
-        else p.str(e.key, true);
-      };
-      if (path.size() <= 3) {
-        for (const auto& e : path) elem(e);
-        p.tuple(path.size());
-      } else {
-        p.mark();
-        for (const auto& e : path) elem(e);
-        p.tuple_from_mark();
-      }
-      if (++n % 1000 == 0) {
-        p.setitems();
-        p.mark();
-      }
+  if (md.planner_data.empty()) return;
+  p.mark();
+  size_t n = 0;
+  for (const auto& [key, path] : md.planner_data) {
+    p.str(key, true);
+    auto elem = [&](const PathElem& e) {
+      if (e.is_index) p.integer(e.index);
+      else p.str(e.key, true);
+    };
+    if (path.size() <= 3) {
+      for (const auto& e : path) elem(e);
+      p.tuple(path.size());
+    } else {
+      p.mark();
+      for (const auto& e : path) elem(e);
+      p.tuple_from_mark();
     }
-    p.setitems();
+    if (++n % 1000 == 0) {
+      p.setitems();
+      p.mark();
+    }
   }
+  p.setitems();
+}
 
+// A MetadataIndex(fqn, offset, index): a tensor's chunk (`chunk` set) or a bytes item.
+void metadata_index(Pickler& p, const std::string& fqn, const std::vector<int64_t>* offsets, std::optional<size_t> chunk) {
+  new_object(p, kMeta, "MetadataIndex");
+  p.empty_dict();
+  p.mark();
+  p.str("fqn", true);
+  p.str(fqn, true);
+  p.str("index", true);
+  if (chunk) {
+    p.integer(static_cast<int64_t>(*chunk));
+    p.str("offset", true);
+    size_obj(p, *offsets);
+  } else {
+    p.none();
+  }
+  p.setitems();
+  p.build();
+}
+
+// Metadata.storage_data: each chunk's and bytes item's MetadataIndex -> _StorageInfo.
+void storage_data(Pickler& p, const MetadataOut& md) {
   p.str("storage_data", true);
   p.empty_dict();
   size_t entries = 0;
@@ -173,37 +195,22 @@ std::string metadata_pickle(const MetadataOut& md) {
     if (is_tensor) {
       const MetaTensorOut& t = md.tensors[idx];
       for (size_t c = 0; c < t.chunks.size(); ++c) {
-        new_object(p, kMeta, "MetadataIndex");
-        p.empty_dict();
-        p.mark();
-        p.str("fqn", true);
-        p.str(t.fqn, true);
-        p.str("index", true);
-        p.integer(static_cast<int64_t>(c));
-        p.str("offset", true);
-        size_obj(p, t.chunks[c].offsets);
-        p.setitems();
-        p.build();
+        metadata_index(p, t.fqn, &t.chunks[c].offsets, c);
         storage_info(p, md.files[t.chunks[c].file], t.chunks[c].offset, t.chunks[c].length, &t.chunks[c].transforms);
         flush();
       }
     } else {
       const MetaBytesOut& b = md.bytes[idx];
-      new_object(p, kMeta, "MetadataIndex");
-      p.empty_dict();
-      p.mark();
-      p.str("fqn", true);
-      p.str(b.fqn, true);
-      p.str("index", true);
-      p.none();
-      p.setitems();
-      p.build();
+      metadata_index(p, b.fqn, nullptr, std::nullopt);
       storage_info(p, md.files[b.file], b.offset, b.length, &b.transforms);
       flush();
     }
   }
   p.setitems();
+}
 
+// Metadata.storage_meta: a StorageMeta(checkpoint_id, save_id, load_id, modules).
+void storage_meta(Pickler& p, const MetadataOut& md) {
   p.str("storage_meta", true);
   new_object(p, kMeta, "StorageMeta");
   p.empty_dict();
@@ -224,10 +231,21 @@ std::string metadata_pickle(const MetadataOut& md) {
   }
   p.setitems();
   p.build();
+}
 
+}  // namespace
+
+std::string metadata_pickle(const MetadataOut& md) {
+  Pickler p(4);
+  new_object(p, kMeta, "Metadata");
+  p.empty_dict();
+  p.mark();
+  state_dict_metadata(p, md);
+  planner_data(p, md);
+  storage_data(p, md);
+  storage_meta(p, md);
   p.str("version", true);
   p.str("1.0.0");
-
   p.setitems();
   p.build();
   p.stop();

@@ -138,6 +138,124 @@ ModelRequest model_request(const WriteOptions& o, const std::string& assets, con
   return rq;
 }
 
+namespace {
+
+// Who writes what: the work dealt to the processes and their lanes, within the budget.
+DealRequest deal_request(const WriteJob& job, const OutputWriter& writer, bool exchange, int world) {
+  const WriteOptions& o = job.request.o;
+  DealRequest rq;
+  rq.world = world;
+  rq.lanes = writer.lanes(job.request, job.group);
+  rq.parallel_write = job.request.parallel_write;
+  rq.exchange = exchange;
+  rq.budget_given = o.max_memory != 0;
+  rq.visibility = &job.visibility;
+  const bool remote = is_remote(o.output);
+  // SHA-256 is hashed as written (below) near the file's prefix, so the lanes are dealt consecutive
+  // windows; a CRC-32 takes the writes in any order.
+  rq.hash_window = !job.group && !remote && o.manifest == ManifestAlgorithm::Sha256 ? kHashDealWindow : 0;
+  if (remote) {
+    rq.upload = true;
+    rq.part_rules = store::of_url(o.output).part_rules();
+    rq.threads = o.threads;
+    rq.output = o.output;
+  }
+  return rq;
+}
+
+// The summary's planned part: what is written, from where, within what memory.
+json plan_summary(const WriteJob& job) {
+  const Checkpoint& ck = job.request.ck;
+  const WriteOptions& o = job.request.o;
+  json summary;
+  summary["schema_version"] = 1;
+  summary["checkpoint"] = ck.dir;
+  summary["output"] = o.output;
+  summary["tensors"] = job.plan.tensors.size();
+  summary["tensor_bytes"] = job.plan.total_bytes;
+  summary["cast"] = job.plan.cast.summary();
+  summary["max_memory"] = job.deal.budget;
+  summary["dry_run"] = o.dry_run;
+  if (ck.derived)  // what the views said of themselves ("dequantized", "lora", "map", "quantized")
+    for (const auto& [view, said] : ck.derived->views.items()) summary[view] = said;
+  if (is_remote(o.output))  // the store's object: its part size and buffers here, what it moved added by the command
+    summary[store::of_url(o.output).report_name()] = {{"part_size", job.deal.part_size[static_cast<size_t>(job.me)]},
+                                                      {"part_buffers", job.deal.part_buffers[static_cast<size_t>(job.me)]}};
+  return summary;
+}
+
+// `-n`: the plan and the deal, as text (--plan) or as JSON.
+void add_dry_run_plan(const WriteJob& job, json& summary) {
+  const WriteOptions& o = job.request.o;
+  if (o.plan_report == WriteOptions::PlanReport::Rendered) {
+    summary["plan"] = job.plan.render(2);
+    std::string deal;
+    nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(deal), ' ', json::error_handler_t::strict);
+    s.dump(job.deal.describe(), true, false, 2, 2);
+    summary["deal"] = std::move(deal);
+    summary[kRenderedPlan] = true;
+  } else {
+    summary["plan"] = job.plan.describe(o.plan_report == WriteOptions::PlanReport::Tree);
+    summary["deal"] = job.deal.describe();
+  }
+}
+
+// The manifest, the last file before the output is renamed into place (meta/manifest.h).
+void seal_with_manifest(OutputWriter& writer, const WriteJob& job, json& summary) {
+  writer.seal = [&writer, &job, &summary](const std::string& staged, const std::string& final_path) {
+    const WriteOptions& o = job.request.o;
+    if (is_remote(o.output)) forget_listings();  // the prefix was listed before its objects were written
+    const bool folder = is_directory(staged);
+    uint64_t read_back = 0;
+    Manifest m = make_manifest(staged, final_path, writer.name(), job.request.ck.dir, std::max(1u, o.threads), false, &read_back,
+                               o.manifest);
+    m.tensors = written_tensor_digests(job.plan, &read_back);  // hashed as written (write/tensor_hash.h)
+    write_manifest_file(staged, m, folder ? "" : final_path, job.uploads);
+    uint64_t hashed = 0;
+    for (const auto& [name, d] : m.files) hashed += d.size;
+    summary["manifest_bytes"] = {{"hashed", hashed}, {"read_back", read_back}};
+    summary["manifest"] = folder ? join_path(final_path, kManifestFile) : final_path + "." + kManifestFile;
+  };
+}
+
+// What the lanes share while they write.
+struct WriteShared {
+  MemoryGate& gate;
+  WriteProgress& prog;
+  DecodedChunks* decoded;
+  const std::vector<HashPart>& hash_parts;
+  bool exchange;
+};
+
+// This process's part of the output: its chunks read here, or pushed between the ranks under
+// torchrun (write/exchange.h), through the executor's lanes.
+void write_part(OutputWriter& writer, WriteJob& job, const WriteShared& w, const std::string& set_up) {
+  const WriteOptions& o = job.request.o;
+  LocalChunks local(job.reader, kTransferWindow, w.decoded);
+  std::unique_ptr<ChunkExchange> ex;
+  if (w.exchange) {
+    ex = std::make_unique<ChunkExchange>(*job.group, job.reader, job.deal.transfers, job.deal.lanes, kTransferWindow, w.gate);
+    ex->start_pushing();
+  }
+  Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, w.gate, w.prog, std::max(1u, o.threads)};
+  executor.direct_io = o.direct_io;
+  executor.hash_parts = &w.hash_parts;
+  // No descriptor to copy_file_range into; and bytes the kernel copies are not hashed as written
+  // (they would be read back from the output: passing them through a lane's buffer costs a
+  // copy in memory, reading them back a read of the disk).
+  if (job.uploads || hashing_writes()) executor.cfr_ok = false;
+  try {
+    writer.write(job, executor, set_up);
+  } catch (...) {
+    if (!ex) throw;
+    ex->fail(std::current_exception());
+    std::rethrow_exception(ex->first_error());
+  }
+  if (ex) ex->finish_pushing();
+}
+
+}  // namespace
+
 json execute(const WriteRequest& request, OutputWriter& writer) {
   const Checkpoint& ck = request.ck;
   const WriteOptions& o = request.o;
@@ -170,73 +288,20 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   job.visibility = group && request.local_files ? gather_visibility(*group, ck) : Visibility::everything(world, ck.md.files.size());
   const bool exchange = group && writer.exchange();
   if (exchange && !o.dry_run) group->connect_transport();
-  DealRequest rq;
-  rq.world = world;
-  rq.lanes = writer.lanes(request, group);
-  rq.parallel_write = request.parallel_write;
-  rq.exchange = exchange;
-  rq.budget_given = o.max_memory != 0;
-  rq.visibility = &job.visibility;
-  const bool remote = is_remote(o.output);
-  // SHA-256 is hashed as written (below) near the file's prefix, so the lanes are dealt consecutive
-  // windows; a CRC-32 takes the writes in any order.
-  rq.hash_window = !group && !remote && o.manifest == ManifestAlgorithm::Sha256 ? kHashDealWindow : 0;
-  if (remote) {
-    rq.upload = true;
-    rq.part_rules = store::of_url(o.output).part_rules();
-    rq.threads = o.threads;
-    rq.output = o.output;
-  }
-  job.deal = deal_work(ck, job.plan, rq);
+  job.deal = deal_work(ck, job.plan, deal_request(job, writer, exchange, world));
   reader.expect(items_read(job, exchange));
-
-  json summary;
-  summary["schema_version"] = 1;
-  summary["checkpoint"] = ck.dir;
-  summary["output"] = o.output;
-  summary["tensors"] = job.plan.tensors.size();
-  summary["tensor_bytes"] = job.plan.total_bytes;
-  summary["cast"] = job.plan.cast.summary();
-  summary["max_memory"] = job.deal.budget;
-  summary["dry_run"] = o.dry_run;
-  if (ck.derived)  // what the views said of themselves ("dequantized", "lora", "map", "quantized")
-    for (const auto& [view, said] : ck.derived->views.items()) summary[view] = said;
-  if (remote)  // the store's object: its part size and buffers here, what it moved added by the command
-    summary[store::of_url(o.output).report_name()] = {{"part_size", job.deal.part_size[static_cast<size_t>(me)]},
-                                                      {"part_buffers", job.deal.part_buffers[static_cast<size_t>(me)]}};
+  json summary = plan_summary(job);
   writer.planned(job, summary);
   // The same plan on every rank: the command was agreed on; this catches two .metadata of one
   // size and save id that differ.
   if (group) group->agree("plan", plan_digest(job.plan, job.deal));
   if (o.dry_run) {
-    if (o.plan_report == WriteOptions::PlanReport::Rendered) {
-      summary["plan"] = job.plan.render(2);
-      std::string deal;
-      nlohmann::detail::serializer<json> s(nlohmann::detail::output_adapter<char, std::string>(deal), ' ', json::error_handler_t::strict);
-      s.dump(job.deal.describe(), true, false, 2, 2);
-      summary["deal"] = std::move(deal);
-      summary[kRenderedPlan] = true;
-    } else {
-      summary["plan"] = job.plan.describe(o.plan_report == WriteOptions::PlanReport::Tree);
-      summary["deal"] = job.deal.describe();
-    }
+    add_dry_run_plan(job, summary);
     return summary;
   }
 
   // ---- set up, write, commit ----
-  // The manifest, the last file before the output is renamed into place (meta/manifest.h).
-  writer.seal = [&](const std::string& staged, const std::string& final_path) {
-    if (remote) forget_listings();  // the prefix was listed before its objects were written
-    const bool folder = is_directory(staged);
-    uint64_t read_back = 0;
-    Manifest m = make_manifest(staged, final_path, writer.name(), ck.dir, std::max(1u, o.threads), false, &read_back, o.manifest);
-    m.tensors = written_tensor_digests(job.plan, &read_back);  // hashed as written (write/tensor_hash.h)
-    write_manifest_file(staged, m, folder ? "" : final_path, job.uploads);
-    uint64_t hashed = 0;
-    for (const auto& [name, d] : m.files) hashed += d.size;
-    summary["manifest_bytes"] = {{"hashed", hashed}, {"read_back", read_back}};
-    summary["manifest"] = folder ? join_path(final_path, kManifestFile) : final_path + "." + kManifestFile;
-  };
+  seal_with_manifest(writer, job, summary);
   // A single process hashes its files (local or uploaded) as it writes them (write/write_hash.h);
   // under torchrun other processes write into the leader's files, so its manifest reads them.
   HashWrites hashing(!group, o.manifest);
@@ -246,7 +311,7 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // process started and deletes the objects it completed; they are its output only once the run
   // committed.
   std::unique_ptr<UploadSession> uploads;
-  if (remote) {
+  if (is_remote(o.output)) {
     uploads = std::make_unique<UploadSession>(job.deal.part_size[static_cast<size_t>(me)], job.deal.part_buffers[static_cast<size_t>(me)]);
     // What a SIGKILL would leave open, recorded for the next run (write/leftovers.h).
     if (std::string journal = upload_journal_name(o.output); !journal.empty()) uploads->journal_in(journal, o.output);
@@ -256,33 +321,14 @@ json execute(const WriteRequest& request, OutputWriter& writer) {
   // A zstd source chunk read for several records is decoded once (item/decoded_chunks.h).
   std::unique_ptr<DecodedChunks> decoded;
   if (writer.decode_once()) decoded = std::make_unique<DecodedChunks>(reader, &gate);
+  const WriteShared shared{gate, prog, decoded.get(), hash_parts, exchange};
   try {
     const std::string set_up = set_up_on_leader(group, [&] { return writer.set_up(job); });
     if (uploads) uploads->start_part_window();
     const std::string failpoint_name = std::string(writer.name()) + "-write";
     bool committed = write_then_commit(group, [&] {
       if (group) failpoint(failpoint_name.c_str(), me);
-      LocalChunks local(reader, kTransferWindow, decoded.get());
-      std::unique_ptr<ChunkExchange> ex;
-      if (exchange) {
-        ex = std::make_unique<ChunkExchange>(*group, reader, job.deal.transfers, job.deal.lanes, kTransferWindow, gate);
-        ex->start_pushing();
-      }
-      Executor executor{job.plan, ex ? static_cast<ChunkSource&>(*ex) : local, gate, prog, std::max(1u, o.threads)};
-      executor.direct_io = o.direct_io;
-      executor.hash_parts = &hash_parts;
-      // No descriptor to copy_file_range into; and bytes the kernel copies are not hashed as written
-      // (they would be read back from the output: passing them through a lane's buffer costs a
-      // copy in memory, reading them back a read of the disk).
-      if (uploads || hashing_writes()) executor.cfr_ok = false;
-      try {
-        writer.write(job, executor, set_up);
-      } catch (...) {
-        if (!ex) throw;
-        ex->fail(std::current_exception());
-        std::rethrow_exception(ex->first_error());
-      }
-      if (ex) ex->finish_pushing();
+      write_part(writer, job, shared, set_up);
     }, [&] { writer.commit(job); });
     if (uploads) uploads->keep();
     if (!committed) {

@@ -127,7 +127,66 @@ ARCHS = {
     # their biases), the router with its bias.
     "gpt-oss": (transformers.GptOssConfig, "llama-bpe", dict(
         head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=16)),
+    # Gemma 2 (Gemma2Model): head_dim 32 (not hidden / heads), the attention and final logit
+    # softcapping, a sliding window, the four norms of a layer (each written + 1); Llama 2's
+    # SentencePiece tokenizer (Gemma's own has no vocabulary file in llama.cpp's models/), which
+    # Gemma2Model.set_vocab reads as it reads Gemma's (_set_vocab_sentencepiece).
+    "gemma2": (transformers.Gemma2Config, "llama-spm", dict(
+        head_dim=32, attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=16)),
+    # Phi-3 (Phi3MiniModel): the fused qkv_proj and gate_up_proj as llama.cpp takes them, a partial
+    # rotary factor, a sliding window; Llama 2's SentencePiece tokenizer, which is Phi-3's own (its
+    # 32,000 pieces) with Phi-3's added tokens and vocab_size (PHI3_EXTRAS), read by Phi3MiniModel's
+    # own set_vocab.
+    "phi3": (transformers.Phi3Config, "llama-spm", dict(partial_rotary_factor=0.5, sliding_window=16,
+                                                        original_max_position_embeddings=128)),
+    # Gemma 3 text (Gemma3Model, Gemma3ForCausalLM): head_dim 32, q/k norms, sliding and full
+    # attention layers with their own rope thetas (transformers 5's per-attention rope_parameters),
+    # norms + 1; Llama 2's tokenizer.model as for gemma2.
+    "gemma3": (transformers.Gemma3TextConfig, "llama-spm", dict(head_dim=32, sliding_window=16)),
+    # Granite (GraniteModel, LlamaModel's with its multipliers): GPT-2's tokenizer (GPT2Tokenizer, the
+    # class Granite's releases name; their own vocabulary is not among llama.cpp's files).
+    "granite": (transformers.GraniteConfig, "gpt-2", dict(
+        attention_multiplier=0.0078125, embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0)),
+    # OLMo 2 (Olmo2Model): q/k norms over the whole projection, post-attention and post-feedforward
+    # norms only; GPT-2's tokenizer (OLMo 2's own is not among llama.cpp's files).
+    "olmo2": (transformers.Olmo2Config, "gpt-2", {}),
+    # StarCoder 2 (StarCoder2Model): LayerNorm with biases, biases on every projection, a plain MLP
+    # (c_fc, c_proj); GPT-2's tokenizer (GPT2Tokenizer, StarCoder 2's class). StarCoder's own rebuilt
+    # files are not: transformers 5.24's GPT2Tokenizer gives their 38 special tokens other ids, where
+    # the converter writes [PAD0..37] (docs/gguf.md, the families' table), which dcpctl does not.
+    "starcoder2": (transformers.Starcoder2Config, "gpt-2", dict(sliding_window=16, bos_token_id=50256, eos_token_id=50256)),
+    # Command-R (CommandR2Model, CohereForCausalLM; tied, as its releases: the converter has no
+    # output tensor for it): parallel attention and MLP after one LayerNorm (no bias), the logit
+    # scale, model_max_length as the context; no q/k norms (llama.cpp loads them only at 64 layers and
+    # more, Command R+); GPT-2's tokenizer: its own (llama.cpp's command-r vocabulary) is refused by
+    # dcpctl (docs/gguf.md, Tokenizers).
+    "command-r": (transformers.CohereConfig, "gpt-2", dict(use_qk_norm=False, logit_scale=0.125, model_max_length=512,
+                                                            bos_token_id=50256, eos_token_id=50256, pad_token_id=None)),
+    # Falcon (FalconModel): Falcon-40B's layout (new_decoder_architecture: grouped KV heads, ln_attn and
+    # ln_mlp), the fused query_key_value regrouped as the converter's jploski layout, LayerNorms with
+    # biases; GPT-2's tokenizer (Falcon's own is not among llama.cpp's files).
+    "falcon": (transformers.FalconConfig, "gpt-2", dict(new_decoder_architecture=True, num_kv_heads=2, bias=False,
+                                                         bos_token_id=50256, eos_token_id=50256)),
+    # Ministral 3 (Mistral3Model's Ministral3Model, a LlamaModel under mistral3): its yarn rope with
+    # mscale_all_dim and llama_4_scaling_beta, head_dim 32; Llama 3's tokenizer (Mistral's Tekken is
+    # a byte-level BPE too, not among llama.cpp's files).
+    "ministral3": (transformers.Ministral3Config, "llama-bpe", dict(head_dim=32, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1})),
+    # MPT (MPTModel): registered as MosaicML's remote code names it, MPTForCausalLM (transformers saves
+    # MptForCausalLM, which the converter does not know: renamed in config.json after saving, as
+    # MosaicML's releases have it); no LayerNorm biases, ALiBi, the fused Wqkv; GPT-2's tokenizer (MPT's
+    # own is refused by dcpctl: its added tokens are in the converter's check text).
+    "mpt": (transformers.MptConfig, "gpt-2", dict(expansion_ratio=4, max_seq_len=256, no_bias=True,
+                                                   attn_config={"alibi": True, "alibi_bias_max": 8, "clip_qkv": None})),
 }
+
+# Phi-3-mini's added tokens (microsoft/Phi-3-mini-4k-instruct's tokenizer_config.json: ids 32000..32010,
+# each special but <|endoftext|>'s siblings as the release marks them), its vocab_size 32064 (ids past
+# them the converter's [PAD{id}]) and its eos / pad ids.
+PHI3_TOKENS = {32000: ("<|endoftext|>", True), 32001: ("<|assistant|>", True), 32002: ("<|placeholder1|>", True),
+               32006: ("<|system|>", True), 32007: ("<|end|>", True), 32010: ("<|user|>", True)}
+PHI3_EXTRAS = dict(vocab=32064, eos_token_id=32000, pad_token_id=32000)
 
 # GPT-OSS's MXFP4 experts as OpenAI's checkpoints hold them (`gpt-oss-mxfp4`): config.json's
 # quantization_config, modules_to_not_convert as the releases' (tests/fixtures/release_configs/gpt-oss-20b).
@@ -274,9 +333,23 @@ def spm_tokenizer(name: str, out: Path, extras: dict | None) -> int:
     return vocab
 
 
+def phi3_tokens(out: Path) -> None:
+    """Phi-3's added tokens (PHI3_TOKENS) in tokenizer_config.json's added_tokens_decoder and
+    tokenizer.json's added_tokens, as its release lists them in both."""
+    import json
+    tc, tj = json.loads((out / "tokenizer_config.json").read_text()), json.loads((out / "tokenizer.json").read_text())
+    for i, (t, special) in PHI3_TOKENS.items():
+        entry = {"content": t, "lstrip": False, "normalized": False, "rstrip": True, "single_word": False, "special": special}
+        tc["added_tokens_decoder"][str(i)] = entry
+        tj["added_tokens"].append({"id": i, **entry})
+    tc["eos_token"] = "<|endoftext|>"
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
+    (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+
+
 # The architectures whose files verify checks against gguf/model.cpp's expected_tensors.
 TABLE_CHECKED = {"llama", "mistral", "mixtral", "llama-spm", "mixtral-spm", "qwen3-spm", "qwen2", "qwen3", "qwen3moe", "deepseek2", "kimi-k2", "deepseekv2", "glm4moe",
-                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4"}
+                 "glm4moe-mtp", "gpt-oss", "gpt-oss-mxfp4", "gemma2", "gemma3", "phi3", "granite", "olmo2", "starcoder2", "command-r", "falcon", "ministral3", "mpt"}
 
 # A size that puts the embeddings and the head (Q8_0 of 128256 x 64: 8.7 MB) in shards of their own
 # and a tensor count that splits the layers: both rules of gguf-py's GGUFWriter at work.
@@ -306,6 +379,9 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
         extras = SPM_EXTRAS if arch == "mixtral-spm" else None
         vocab = spm_tokenizer(ARCHS[arch][1], out, extras)
         special = dict(pad_token_id=extras["pad_token_id"]) if extras else {}
+        if arch == "phi3":
+            phi3_tokens(out)
+            vocab, special = PHI3_EXTRAS["vocab"], {k: PHI3_EXTRAS[k] for k in ("eos_token_id", "pad_token_id")}
     else:
         gguf_oracle.tokenizer(tokenizer or ARCHS[arch][1], str(out))
         tok = json.loads((out / "tokenizer.json").read_text())
@@ -338,6 +414,9 @@ def tiny_model(arch: str, out: Path, tokenizer: str | None = None, extra_vocab: 
     if bf16:
         model = model.to(torch.bfloat16)
     model.save_pretrained(out)
+    if arch == "mpt":
+        cfg = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps({**cfg, "architectures": ["MPTForCausalLM"]}, indent=2))
     if mxfp4 or mtp:
         import json as _json
         from safetensors.torch import load_file, save_file
@@ -596,7 +675,8 @@ def main(argv: list[str]) -> int:
     dcpctl = argv[0]
     cases = argv[1:] or ["llama:q8_0", "qwen2-tied:bf16", "qwen3-bf16:f16", "qwen3moe:q8_0", "mixtral:f16", "deepseek2:q8_0",
                          "kimi-k2:q8_0", "deepseekv2:q8_0", "glm4moe-mtp:q8_0", "gpt-oss:f16", "gpt-oss-mxfp4:f16",
-                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16"]
+                         "llama:q8_0:split", "llama-spm:q8_0", "mixtral-spm:f16", "gemma2:q8_0", "gemma3-bf16:bf16", "phi3:f16",
+                         "granite:q8_0", "olmo2:f16", "starcoder2:q8_0", "command-r-tied:q8_0", "falcon:q8_0", "ministral3:q8_0", "mpt:f16"]
     try:
         llama = gguf_oracle.fetch()
     except Exception as e:  # noqa: BLE001
@@ -670,10 +750,10 @@ def main(argv: list[str]) -> int:
         if src is not None:
             odd = tmp / "odd"
             shutil.copytree(src, odd)
-            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "FalconForCausalLM")
+            cfg = (odd / "config.json").read_text().replace("LlamaForCausalLM", "MptForCausalLM")
             (odd / "config.json").write_text(cfg)
             r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / "odd.gguf")], capture_output=True, text=True)
-            check(not (r.returncode != 5 or "FalconForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists()),
+            check(not (r.returncode != 5 or "MptForCausalLM" not in r.stderr or (tmp / "odd.gguf").exists()),
                   f"an unknown architecture: exit {r.returncode}, {r.stderr!r}")
             r = subprocess.run([dcpctl, "consolidate", str(src), "-o", str(tmp / "x.gguf"), "--outtype", "q4_k_m"], capture_output=True, text=True)
             check(r.returncode == 2, f"--outtype q4_k_m: exit {r.returncode}, {r.stderr!r}")
@@ -702,6 +782,28 @@ def main(argv: list[str]) -> int:
                 r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / f"{name}.gguf")], capture_output=True, text=True)
                 if r.returncode != code or says not in r.stderr or (tmp / f"{name}.gguf").exists():
                     fail(f"a SentencePiece folder, {name}: exit {r.returncode}, want {code} naming {says}: {r.stderr!r}")
+        # The families' refusals, each where the converter fails or dcpctl does not follow it: Gemma 2
+        # without tokenizer.model (Gemma2Model.set_vocab reads nothing else), Phi-3 with LongRoPE factors
+        # (rope_factors_long/short not written yet). Nothing is written.
+        import json
+        for fam, name, change, says in (("gemma2", "no-spm", lambda d: (d / "tokenizer.model").unlink(), "tokenizer.model"),
+                                         ("phi3", "longrope", "long_factor", "long_factor")):
+            src = tmp / fam / "hf" / "tiny"
+            if not src.exists():
+                continue
+            odd = tmp / f"odd-{fam}-{name}"
+            shutil.copytree(src, odd)
+            if callable(change):
+                change(odd)
+            else:
+                cfg = json.loads((odd / "config.json").read_text())
+                n = cfg["hidden_size"] // cfg["num_attention_heads"] // 4  # rope dims / 2 at partial 0.5
+                cfg["rope_parameters"] = {**cfg["rope_parameters"], "rope_type": "longrope", "long_factor": [1.0] * n,
+                                          "short_factor": [1.0] * n}
+                (odd / "config.json").write_text(json.dumps(cfg))
+            r = subprocess.run([dcpctl, "consolidate", str(odd), "-o", str(tmp / f"odd-{fam}.gguf")], capture_output=True, text=True)
+            check(not (r.returncode != 5 or says not in r.stderr or (tmp / f"odd-{fam}.gguf").exists()),
+                  f"{fam} {name}: exit {r.returncode}, want 5 naming {says}: {r.stderr!r}")
         # A tiktoken.model whose class is not Kimi's: refused (the converter's kimi-k2 branch is Kimi's).
         kimi = tmp / "kimi-k2" / "hf" / "tiny"
         if kimi.exists():

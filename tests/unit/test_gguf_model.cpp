@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include "util/error.h"
@@ -47,7 +49,7 @@ TEST_CASE("gguf_model: names and types as the converter picks them") {
   CHECK(tensor_plan(a, config, "model.layers.0.mlp.down_proj.weight", {64, 48}, q8, "cfg").type == TensorType::F16);
   CHECK(tensor_plan(a, config, "lm_head.weight", {100, 64}, out_type("bf16"), "cfg").name == "output.weight");
   CHECK_THROWS_AS(tensor_plan(a, config, "model.layers.0.self_attn.q_norm.weight", {16}, q8, "cfg"), UnsupportedError);
-  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"FalconForCausalLM"}}}, "cfg"), UnsupportedError);
+  CHECK_THROWS_AS(arch_of(nlohmann::json{{"architectures", {"MptForCausalLM"}}}, "cfg"), UnsupportedError);
   CHECK(arch_of(nlohmann::json{{"architectures", {"MixtralForCausalLM"}}}, "cfg").name == "llama");
   CHECK_THROWS_AS(out_type("q4_k_m"), UsageError);
   CHECK_THROWS_AS(out_type("Q4_0"), UsageError);
@@ -207,4 +209,69 @@ TEST_CASE("gguf_model: transformers' in-memory experts written as the same model
   CHECK(p[1].name == "blk.0.ffn_down_exps.weight");
   CHECK(p[2].name == "blk.0.ffn_up_exps.weight");
   CHECK(p[3].name == "blk.0.ffn_gate_inp.weight");
+}
+
+TEST_CASE("gguf_model: the families' rows (Gemma's shifted norms, Phi-3's fused names, Falcon's regrouped qkv)") {
+  OutType f16 = out_type("f16");
+  nlohmann::json gemma{{"architectures", {"Gemma2ForCausalLM"}}, {"num_attention_heads", 4}};
+  Arch g = arch_of(gemma, "cfg");
+  CHECK(g.name == "gemma2");
+  CHECK(tensor_plan(g, gemma, "model.layers.1.pre_feedforward_layernorm.weight", {64}, f16, "cfg").name == "blk.1.ffn_norm.weight");
+  CHECK(tensor_plan(g, gemma, "model.layers.1.pre_feedforward_layernorm.weight", {64}, f16, "cfg").shift == 1.0f);
+  CHECK(tensor_plan(g, gemma, "model.layers.1.post_attention_layernorm.weight", {64}, f16, "cfg").name == "blk.1.post_attention_norm.weight");
+  CHECK(tensor_plan(g, gemma, "model.layers.1.self_attn.q_proj.weight", {128, 64}, f16, "cfg").shift == 0.0f);
+  CHECK(tensor_plan(g, gemma, "model.layers.1.self_attn.q_proj.weight", {128, 64}, f16, "cfg").permute_heads == 0);
+  // Gemma2Model.filter_tensors: the head is left out, tied or not.
+  std::vector<TensorPlan> p = plan_tensors(g, gemma, {{"lm_head.weight", {100, 64}}, {"model.norm.weight", {64}}}, f16, "cfg");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].name == "output_norm.weight");
+
+  nlohmann::json phi{{"architectures", {"Phi3ForCausalLM"}}, {"num_attention_heads", 4}};
+  Arch ph = arch_of(phi, "cfg");
+  CHECK(tensor_plan(ph, phi, "model.layers.0.self_attn.qkv_proj.weight", {128, 64}, f16, "cfg").name == "blk.0.attn_qkv.weight");
+  CHECK(tensor_plan(ph, phi, "model.layers.0.mlp.gate_up_proj.weight", {256, 64}, f16, "cfg").name == "blk.0.ffn_up.weight");
+
+  // Falcon: 4 heads in 2 groups of head_dim 2 (hidden 8): rows q0 q1 k0 v0 | q2 q3 k1 v1 become
+  // q0 q1 q2 q3 k0 k1 v0 v1 (torch: view(2, 4, 2, 8)[:, :-2], [:, [-2]], [:, [-1]] concatenated).
+  nlohmann::json falcon{{"architectures", {"FalconForCausalLM"}}, {"num_attention_heads", 4}, {"num_kv_heads", 2}, {"hidden_size", 8}};
+  Arch f = arch_of(falcon, "cfg");
+  TensorPlan qkv = tensor_plan(f, falcon, "transformer.h.0.self_attention.query_key_value.weight", {16, 8}, f16, "cfg");
+  CHECK(qkv.name == "blk.0.attn_qkv.weight");
+  REQUIRE(qkv.qkv_groups == 2);
+  std::vector<float> x(16 * 8);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i / 8);  // each row its index
+  std::vector<float> y = falcon_qkv_part(qkv, x.data(), 16, 8);
+  std::vector<float> rows;
+  for (size_t r = 0; r < 16; ++r) rows.push_back(y[r * 8]);
+  CHECK(rows == std::vector<float>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15});
+  CHECK(tensor_plan(f, falcon, "transformer.ln_f.bias", {8}, f16, "cfg").name == "output_norm.bias");
+  CHECK(tensor_plan(f, falcon, "transformer.h.1.ln_attn.weight", {8}, f16, "cfg").name == "blk.1.attn_norm_2.weight");
+  // Falcon-7B's layout saved by transformers 5 (num_kv_heads = heads): the converter's view fails.
+  nlohmann::json seven = falcon;
+  seven["num_kv_heads"] = 4;
+  CHECK_THROWS_AS(tensor_plan(f, seven, "transformer.h.0.self_attention.query_key_value.weight", {12, 8}, f16, "cfg"), UnsupportedError);
+
+  // Command-R has no output tensor: an untied head is refused.
+  nlohmann::json cohere{{"architectures", {"CohereForCausalLM"}}, {"num_attention_heads", 4}};
+  CHECK_THROWS_AS(tensor_plan(arch_of(cohere, "cfg"), cohere, "lm_head.weight", {100, 64}, f16, "cfg"), UnsupportedError);
+}
+
+TEST_CASE("gguf_model: verify's table of a family (gemma2) from a file's keys") {
+  std::map<std::string, int64_t> keys{{"gemma2.block_count", 1},         {"gemma2.embedding_length", 64},
+                                      {"gemma2.feed_forward_length", 128}, {"gemma2.attention.head_count", 4},
+                                      {"gemma2.attention.head_count_kv", 2}, {"gemma2.attention.key_length", 32},
+                                      {"tokenizer.ggml.tokens", 1000}};
+  auto t = expected_tensors("gemma2", [&](const std::string& k) -> std::optional<int64_t> {
+    auto it = keys.find(k);
+    return it == keys.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  });
+  REQUIRE(t);
+  std::map<std::string, std::vector<int64_t>> shape;
+  for (const ExpectedTensor& e : *t) shape[e.name] = e.shape;
+  CHECK(shape.at("token_embd.weight") == std::vector<int64_t>{1000, 64});
+  CHECK(shape.at("blk.0.attn_q.weight") == std::vector<int64_t>{128, 64});
+  CHECK(shape.at("blk.0.attn_k.weight") == std::vector<int64_t>{64, 64});
+  CHECK(shape.at("blk.0.attn_output.weight") == std::vector<int64_t>{64, 128});
+  CHECK(shape.at("blk.0.post_ffw_norm.weight") == std::vector<int64_t>{64});
+  CHECK(shape.count("output.weight") == 0);  // gemma2.cpp: the embeddings, duplicated
 }

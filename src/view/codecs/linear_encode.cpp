@@ -233,140 +233,176 @@ TensorMeta written_meta(const TensorMeta& w, const std::string& name, DType dtyp
   return m;
 }
 
-}  // namespace
+// encode_linears's steps: the Linear weights chosen (the others kept, each with its reason), each
+// replaced by its codec's tensors in place, the order and planner paths following.
+class LinearEncoder {
+ public:
+  LinearEncoder(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc)
+      : ck_(ck), rq_(rq), enc_(enc), codec_(*enc.codec), md_(ck.md), by_name_(tensor_names(md_)), view_(ck),
+        table_(table_over(ck.derived)), written_(md_.tensors.size()) {}
 
-Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc) {
-  const Codec& codec = *enc.codec;
-  const Metadata& md = ck.md;
-  const NameIndex by_name = tensor_names(md);
-  Checkpoint view = ck;
-  std::shared_ptr<DerivedTable> table = table_over(ck.derived);
-  json kept = json::array(), ignore = json::array();
-  std::vector<std::string> keep_dtype;
-  std::vector<TensorMeta> out;
-  std::vector<std::pair<bool, uint32_t>> order;
-  std::vector<std::vector<uint32_t>> written(md.tensors.size());  // tensor -> its output indices
-  size_t quantized = 0;
-  auto keep = [&](const TensorMeta& t, const std::string& module, const std::string& why) {
-    kept.push_back({{"key", t.fqn}, {"reason", why}});
-    if (std::find(ignore.begin(), ignore.end(), module) == ignore.end()) ignore.push_back(module);
-  };
-  // The weights to encode, then the global scales of their fused groups.
-  std::vector<uint32_t> chosen;
-  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
-    const TensorMeta& t = md.tensors[i];
-    const bool weight = ends_with_longer(t.fqn, ".weight");
-    if (!t.dtype || !(weight || t.ndim() == 3)) continue;
-    const std::string module = t.fqn.substr(0, t.fqn.rfind('.'));
-    const bool scaled = by_name.count(t.fqn + "_scale") || by_name.count(t.fqn + "_scale_inv") ||
-                        by_name.count(module + ".weight_scale") || by_name.count(module + ".weight_scale_inv");
-    if (scaled || (info(*t.dtype).floating && itemsize(*t.dtype) == 1))
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                             "--quantize on a weight that is already quantized (" + t.dtype_name +
-                                 "): give --dtype to dequantize the checkpoint first, or export it as it is");
-    if (!info(*t.dtype).floating) continue;
-    if (t.ndim() == 3) {
-      keep(t, module,
-           std::string("a 3-D stack (") + codec.display + " is written for each expert's Linear weight: --map writes Hugging "
-           "Face's per-expert keys)");
-      continue;
+  Checkpoint run() && {
+    choose();
+    make_globals();
+    size_t next = 0;
+    for (uint32_t i = 0; i < md_.tensors.size(); ++i) {
+      if (next < chosen_.size() && chosen_[next] == i) {
+        ++next;
+        encode(i);
+      } else {
+        written_[i].push_back(static_cast<uint32_t>(out_.size()));
+        out_.push_back(md_.tensors[i]);
+      }
     }
-    if (!weight || t.ndim() != 2) continue;
-    if (std::string why = fp8_kept_reason(t.fqn, rq); !why.empty()) {
-      keep(t, module, why);
-      continue;
+    std::vector<std::pair<bool, uint32_t>> order;
+    for (const auto& [tensor, idx] : md_.order) {
+      if (!tensor) {
+        order.push_back({false, idx});
+        continue;
+      }
+      for (uint32_t j : written_[idx]) order.push_back({true, j});
     }
-    if (t.shape[1] % enc.group != 0) {
-      keep(t, module, "its " + std::to_string(t.shape[1]) + " input columns are not a multiple of " + codec.display +
-                          "'s group of " + std::to_string(enc.group));
-      continue;
-    }
-    chosen.push_back(i);
+    view_.md.tensors = std::move(out_);
+    view_.md.order = std::move(order);
+    // A tied head: compressed-tensors would target transformers' lm_head Linear, so it is ignored.
+    list_tied_head(rq_.config, by_name_.count("lm_head.weight") != 0, ignore_);
+    const int64_t block[2] = {enc_.band, enc_.block_cols};
+    json config = codec_.written_config(codec_.written_row(), block, ignore_);
+    if (codec_.written_files) table_->output.quantization_files = codec_.written_files(config);
+    return quantized_result(std::move(view_), std::move(table_), rq_.scheme, block, quantized_, std::move(kept_),
+                            std::move(config), std::move(keep_dtype_), codec_.quant_method);
   }
-  std::map<std::string, std::shared_ptr<GlobalScale>> globals;
-  if (enc.global_from_amax) {
+
+ private:
+  void keep(const TensorMeta& t, const std::string& module, const std::string& why) {
+    kept_.push_back({{"key", t.fqn}, {"reason", why}});
+    if (std::find(ignore_.begin(), ignore_.end(), module) == ignore_.end()) ignore_.push_back(module);
+  }
+
+  // The weights to encode: 2-D floating Linear weights whose rows hold whole groups.
+  void choose() {
+    for (uint32_t i = 0; i < md_.tensors.size(); ++i) {
+      const TensorMeta& t = md_.tensors[i];
+      const bool weight = ends_with_longer(t.fqn, ".weight");
+      if (!t.dtype || !(weight || t.ndim() == 3)) continue;
+      const std::string module = t.fqn.substr(0, t.fqn.rfind('.'));
+      const bool scaled = by_name_.count(t.fqn + "_scale") || by_name_.count(t.fqn + "_scale_inv") ||
+                          by_name_.count(module + ".weight_scale") || by_name_.count(module + ".weight_scale_inv");
+      if (scaled || (info(*t.dtype).floating && itemsize(*t.dtype) == 1))
+        throw UnsupportedError(Where(ck_.metadata_path, std::nullopt, t.fqn),
+                               "--quantize on a weight that is already quantized (" + t.dtype_name +
+                                   "): give --dtype to dequantize the checkpoint first, or export it as it is");
+      if (!info(*t.dtype).floating) continue;
+      if (t.ndim() == 3) {
+        keep(t, module,
+             std::string("a 3-D stack (") + codec_.display + " is written for each expert's Linear weight: --map writes Hugging "
+             "Face's per-expert keys)");
+        continue;
+      }
+      if (!weight || t.ndim() != 2) continue;
+      if (std::string why = fp8_kept_reason(t.fqn, rq_); !why.empty()) {
+        keep(t, module, why);
+        continue;
+      }
+      if (t.shape[1] % enc_.group != 0) {
+        keep(t, module, "its " + std::to_string(t.shape[1]) + " input columns are not a multiple of " + codec_.display +
+                            "'s group of " + std::to_string(enc_.group));
+        continue;
+      }
+      chosen_.push_back(i);
+    }
+  }
+
+  // The global scales of the chosen weights' fused groups.
+  void make_globals() {
+    if (!enc_.global_from_amax) return;
     std::map<std::string, std::vector<TensorMeta>> groups;
-    for (uint32_t i : chosen) groups[fused_group(md.tensors[i].fqn)].push_back(md.tensors[i]);
-    for (auto& [key, members] : groups) globals[key] = std::make_shared<GlobalScale>(std::move(members), enc.global_from_amax);
+    for (uint32_t i : chosen_) groups[fused_group(md_.tensors[i].fqn)].push_back(md_.tensors[i]);
+    for (auto& [key, members] : groups) globals_[key] = std::make_shared<GlobalScale>(std::move(members), enc_.global_from_amax);
   }
-  size_t next = 0;
-  for (uint32_t i = 0; i < md.tensors.size(); ++i) {
-    const TensorMeta& t = md.tensors[i];
-    if (next >= chosen.size() || chosen[next] != i) {
-      written[i].push_back(static_cast<uint32_t>(out.size()));
-      out.push_back(t);
-      continue;
-    }
-    ++next;
+
+  // One tensor the output holds in source tensor `i`'s place, read through `derived`.
+  void add(uint32_t i, TensorMeta meta, std::shared_ptr<DerivedTensor> derived, std::vector<std::string>& names) {
+    written_[i].push_back(static_cast<uint32_t>(out_.size()));
+    table_->tensors[meta.fqn] = {std::move(derived), ck_.derived};
+    keep_dtype_.push_back(meta.fqn);
+    names.push_back(meta.fqn);
+    out_.push_back(std::move(meta));
+  }
+
+  // Weight `i` as its codec's tensors: the codes, the scales, a global scale and a shape where the
+  // format has them.
+  void encode(uint32_t i) {
+    const TensorMeta& t = md_.tensors[i];
     const std::string module = t.fqn.substr(0, t.fqn.size() - 7);
     auto e = std::make_shared<Encoded>();
     e->w = t;
-    e->enc = enc;
+    e->enc = enc_;
     e->model = *t.dtype;
     const int64_t N = t.shape[0], K = t.shape[1];
     const int64_t bands = std::max<int64_t>(1, static_cast<int64_t>(kChunkInput / (4 * static_cast<uint64_t>(std::max<int64_t>(K, 1)) *
-                                                                                    static_cast<uint64_t>(enc.band))));
-    e->rows_per_chunk = bands * enc.band;
-    if (enc.global_from_amax) e->global = globals.at(fused_group(t.fqn));
-    const std::string wname = module + "." + enc.weight_name, sname = module + "." + enc.scale_name;
-    const DType sdt = enc.scale_dtype(*t.dtype);
-    written[i].push_back(static_cast<uint32_t>(out.size()));
-    out.push_back(written_meta(t, wname, enc.weight_dtype, N, K / enc.per_byte, e->rows_per_chunk, e->rows_per_chunk));
-    table->tensors[wname] = {std::make_shared<EncodedWeight>(e, wname), ck.derived};
-    written[i].push_back(static_cast<uint32_t>(out.size()));
-    out.push_back(written_meta(t, sname, sdt, (N + enc.band - 1) / enc.band, enc.scale_cols(K),
-                               e->rows_per_chunk / enc.band, e->rows_per_chunk));
-    table->tensors[sname] = {std::make_shared<EncodedScale>(e, sname), ck.derived};
-    keep_dtype.push_back(wname);
-    keep_dtype.push_back(sname);
-    std::vector<std::string> names{wname, sname};
-    if (*enc.global_name) {
-      const std::string gname = module + "." + enc.global_name;
-      written[i].push_back(static_cast<uint32_t>(out.size()));
-      out.push_back(written_meta(t, gname, DType::Float32, 1, 1, 1, 1));
-      out.back().shape = enc.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{1};
-      out.back().chunk_dims = enc.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{0, 1};
-      table->tensors[gname] = {std::make_shared<EncodedGlobal>(e, gname), ck.derived};
-      keep_dtype.push_back(gname);
-      names.push_back(gname);
+                                                                                    static_cast<uint64_t>(enc_.band))));
+    e->rows_per_chunk = bands * enc_.band;
+    if (enc_.global_from_amax) e->global = globals_.at(fused_group(t.fqn));
+    const std::string wname = module + "." + enc_.weight_name, sname = module + "." + enc_.scale_name;
+    std::vector<std::string> names;
+    add(i, written_meta(t, wname, enc_.weight_dtype, N, K / enc_.per_byte, e->rows_per_chunk, e->rows_per_chunk),
+        std::make_shared<EncodedWeight>(e, wname), names);
+    add(i, written_meta(t, sname, enc_.scale_dtype(*t.dtype), (N + enc_.band - 1) / enc_.band, enc_.scale_cols(K),
+                        e->rows_per_chunk / enc_.band, e->rows_per_chunk),
+        std::make_shared<EncodedScale>(e, sname), names);
+    if (*enc_.global_name) {
+      const std::string gname = module + "." + enc_.global_name;
+      TensorMeta g = written_meta(t, gname, DType::Float32, 1, 1, 1, 1);
+      g.shape = enc_.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+      g.chunk_dims = enc_.global_scalar ? std::vector<int64_t>{} : std::vector<int64_t>{0, 1};
+      add(i, std::move(g), std::make_shared<EncodedGlobal>(e, gname), names);
     }
-    if (*enc.shape_name) {
-      const std::string shname = module + "." + enc.shape_name;
-      written[i].push_back(static_cast<uint32_t>(out.size()));
-      out.push_back(written_meta(t, shname, DType::Int64, 1, 2, 1, 1));
-      out.back().shape = {2};
-      out.back().chunk_dims = {0, 2};
-      table->tensors[shname] = {std::make_shared<EncodedShape>(t, shname), ck.derived};
-      keep_dtype.push_back(shname);
-      names.push_back(shname);
+    if (*enc_.shape_name) {
+      const std::string shname = module + "." + enc_.shape_name;
+      TensorMeta sh = written_meta(t, shname, DType::Int64, 1, 2, 1, 1);
+      sh.shape = {2};
+      sh.chunk_dims = {0, 2};
+      add(i, std::move(sh), std::make_shared<EncodedShape>(t, shname), names);
     }
-    if (md.has_planner_data)
-      if (auto p = md.planner_data.find(t.fqn); p != md.planner_data.end()) {
-        view.md.planner_data.erase(t.fqn);
-        for (const std::string& n : names) {
-          std::vector<PathElem> path = p->second;
-          if (!path.empty() && !path.back().is_index) path.back().key = n.substr(n.rfind('.') + 1);
-          view.md.planner_data[n] = path;
-        }
-      }
-    ++quantized;
+    rename_planner_path(t, names);
+    ++quantized_;
   }
-  for (const auto& [tensor, idx] : md.order) {
-    if (!tensor) {
-      order.push_back({false, idx});
-      continue;
+
+  // The weight's planner path (its state_dict nesting) given to each tensor written for it.
+  void rename_planner_path(const TensorMeta& t, const std::vector<std::string>& names) {
+    if (!md_.has_planner_data) return;
+    auto p = md_.planner_data.find(t.fqn);
+    if (p == md_.planner_data.end()) return;
+    view_.md.planner_data.erase(t.fqn);
+    for (const std::string& n : names) {
+      std::vector<PathElem> path = p->second;
+      if (!path.empty() && !path.back().is_index) path.back().key = n.substr(n.rfind('.') + 1);
+      view_.md.planner_data[n] = path;
     }
-    for (uint32_t j : written[idx]) order.push_back({true, j});
   }
-  view.md.tensors = std::move(out);
-  view.md.order = std::move(order);
-  // A tied head: compressed-tensors would target transformers' lm_head Linear, so it is ignored.
-  list_tied_head(rq.config, by_name.count("lm_head.weight") != 0, ignore);
-  const int64_t block[2] = {enc.band, enc.block_cols};
-  json config = codec.written_config(codec.written_row(), block, ignore);
-  if (codec.written_files) table->output.quantization_files = codec.written_files(config);
-  return quantized_result(std::move(view), std::move(table), rq.scheme, block, quantized, std::move(kept),
-                          std::move(config), std::move(keep_dtype), codec.quant_method);
+
+  const Checkpoint& ck_;
+  const QuantizeRequest& rq_;
+  const LinearEncoding& enc_;
+  const Codec& codec_;
+  const Metadata& md_;
+  const NameIndex by_name_;
+  Checkpoint view_;
+  std::shared_ptr<DerivedTable> table_;
+  json kept_ = json::array(), ignore_ = json::array();
+  std::vector<std::string> keep_dtype_;
+  std::vector<TensorMeta> out_;
+  std::vector<std::vector<uint32_t>> written_;  // tensor -> its output indices
+  std::vector<uint32_t> chosen_;
+  std::map<std::string, std::shared_ptr<GlobalScale>> globals_;
+  size_t quantized_ = 0;
+};
+
+}  // namespace
+
+Checkpoint encode_linears(const Checkpoint& ck, const QuantizeRequest& rq, const LinearEncoding& enc) {
+  return LinearEncoder(ck, rq, enc).run();
 }
 
 }  // namespace dcpctl

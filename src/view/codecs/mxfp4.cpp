@@ -285,6 +285,38 @@ DecodedTensor decode_mxfp4(const Checkpoint& ck, const TensorMeta& b, const Tens
 }
 
 // --quantize mxfp4 (view/codecs/quantize.h).
+namespace {
+
+// A stack mxfp4 can write: GPT-OSS's experts [E, in, out], whose input dimension holds whole groups.
+void check_gpt_oss_stack(const Checkpoint& ck, const TensorMeta& t, const std::string& model_type) {
+  if (model_type != "gpt_oss")
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                           "--quantize mxfp4 writes GPT-OSS's layout (its experts [E, in, out] transposed to "
+                           "_blocks [E, out, in / 32, 16]), and config.json's model_type is " +
+                               (model_type.empty() ? std::string("absent") : "'" + model_type + "'") +
+                               ": dcpctl does not guess another model's expert orientation; give --assets DIR with "
+                               "a gpt_oss config.json, or --quantize fp8-block");
+  if (t.shape[1] % kGroup != 0)
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
+                           "--quantize mxfp4: the experts' input dimension " + std::to_string(t.shape[1]) +
+                               " is not a multiple of 32 (one E8M0 scale per 32 values)");
+}
+
+// The stack's planner path (its state_dict nesting) given to its _blocks and _scales.
+void rename_stack_path(const Metadata& md, const TensorMeta& t, const TensorMeta& b, const TensorMeta& s, Checkpoint& view) {
+  if (!md.has_planner_data) return;
+  auto p = md.planner_data.find(t.fqn);
+  if (p == md.planner_data.end()) return;
+  for (const TensorMeta* m : {&b, &s}) {
+    std::vector<PathElem> path = p->second;
+    if (!path.empty() && !path.back().is_index) path.back().key += m->fqn.substr(t.fqn.size());
+    view.md.planner_data[m->fqn] = path;
+  }
+  view.md.planner_data.erase(t.fqn);
+}
+
+}  // namespace
+
 Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq) {
   // The row written: uint8 _blocks beside uint8 _scales (Mxfp4Part computes those).
   const Codec& codec = mxfp4_codec();
@@ -335,17 +367,7 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
         break;
       }
     if (out.size() > index[i]) continue;
-    if (model_type != "gpt_oss")
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                             "--quantize mxfp4 writes GPT-OSS's layout (its experts [E, in, out] transposed to "
-                             "_blocks [E, out, in / 32, 16]), and config.json's model_type is " +
-                                 (model_type.empty() ? std::string("absent") : "'" + model_type + "'") +
-                                 ": dcpctl does not guess another model's expert orientation; give --assets DIR with "
-                                 "a gpt_oss config.json, or --quantize fp8-block");
-    if (t.shape[1] % kGroup != 0)
-      throw UnsupportedError(Where(ck.metadata_path, std::nullopt, t.fqn),
-                             "--quantize mxfp4: the experts' input dimension " + std::to_string(t.shape[1]) +
-                                 " is not a multiple of 32 (one E8M0 scale per 32 values)");
+    check_gpt_oss_stack(ck, t, model_type);
     const int64_t O = t.shape[2], G = t.shape[1] / kGroup;
     TensorMeta b = part_meta(t, t.fqn + codec.weight_suffix, row.weight, {O, G, kGroupBytes});
     TensorMeta s = part_meta(t, t.fqn + codec.scale_suffix, row.scale, {O, G});
@@ -354,15 +376,7 @@ Checkpoint mxfp4_quantized_view(const Checkpoint& ck, const QuantizeRequest& rq)
     table->tensors.erase(t.fqn);
     keep_dtype.push_back(b.fqn);
     keep_dtype.push_back(s.fqn);
-    if (md.has_planner_data)
-      if (auto p = md.planner_data.find(t.fqn); p != md.planner_data.end()) {
-        for (const TensorMeta* m : {&b, &s}) {
-          std::vector<PathElem> path = p->second;
-          if (!path.empty() && !path.back().is_index) path.back().key += m->fqn.substr(t.fqn.size());
-          view.md.planner_data[m->fqn] = path;
-        }
-        view.md.planner_data.erase(t.fqn);
-      }
+    rename_stack_path(md, t, b, s, view);
     quantized_modules.push_back(any_layer(t.fqn));
     out.push_back(std::move(b));
     scale_at[i] = static_cast<int64_t>(out.size());

@@ -129,24 +129,78 @@ void set_map(DerivedTable& table, std::shared_ptr<const MappedModel> map, bool p
   table.output.map = std::move(map);
 }
 
+namespace {
+
+// What the outputs' reads index: the table below's tensors that are some output's part, at their
+// indices there; the others (the optimizer's states, what the map leaves out) are not copied.
+std::shared_ptr<const Metadata> parts_metadata(const Checkpoint& ck, const MappedModel& map) {
+  auto m = std::make_shared<Metadata>();
+  m->source = ck.md.source;
+  m->tensors.resize(ck.md.tensors.size());
+  std::vector<bool> copied(ck.md.tensors.size(), false);
+  for (const MappedTensor& mt : map.tensors)
+    for (const MapPart& part : mt.parts)
+      if (!copied[part.tensor]) {
+        copied[part.tensor] = true;
+        m->tensors[part.tensor] = ck.md.tensors.at(part.tensor);
+      }
+  return m;
+}
+
+// An input that shares its name with an output it is not (renamed to itself) is kept under a
+// name of its own, so that reading either by name finds it.
+void rename_shadowed_inputs(const Checkpoint& ck, const MappedModel& map, Checkpoint& view, DerivedTable& table) {
+  std::unordered_map<std::string, size_t> outputs;
+  for (size_t i = 0; i < map.tensors.size(); ++i) outputs.emplace(map.tensors[i].meta.fqn, i);
+  for (size_t i = 0; i < ck.md.tensors.size(); ++i) {
+    auto o = outputs.find(ck.md.tensors[i].fqn);
+    if (o == outputs.end()) continue;
+    const MappedTensor& mt = map.tensors[o->second];
+    if (renames_whole(ck.md, mt) && mt.parts[0].tensor == i) continue;
+    TensorMeta& kept = view.md.tensors[i];
+    const std::string name = kept.fqn + " (input of --map)";
+    if (auto e = table.tensors.find(kept.fqn); e != table.tensors.end()) {
+      table.tensors.emplace(name, e->second);
+      table.tensors.erase(e);
+    }
+    kept.fqn = name;
+  }
+}
+
+// A view reads the outputs: their parts must be there (the planner checks the written table's).
+void require_covered(const Checkpoint& ck, const TensorMeta& s, const std::string& output) {
+  Coverage cov = check_coverage(s, 1);
+  bool missing = false;
+  for (size_t c = 0; c < s.num_chunks(); ++c) missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
+  if (!cov.exact || missing)
+    throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
+                      "not fully covered by its chunks; refusing to map it into '" + output + "'");
+}
+
+// An output made of its parts (or zeros), read through the table: one chunk, where its first
+// part's first chunk lies (a zeros output's: its place's), as the planner and the deal ask.
+TensorMeta derived_output(const Checkpoint& ck, const MappedTensor& mt, const std::shared_ptr<const Metadata>& md,
+                          uint64_t largest_part_chunk, bool inputs, DerivedTable& table) {
+  // The written table's planner refuses it, in the outputs' order (plan/plan.h).
+  if (!mt.meta.dtype && !inputs)
+    throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn), "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
+  TensorMeta t = mt.meta;
+  t.chunk_dims.assign(t.ndim(), 0);
+  t.chunk_dims.insert(t.chunk_dims.end(), t.shape.begin(), t.shape.end());
+  t.storage = {md->tensors[mt.zeros ? mt.place : mt.parts.at(0).tensor].storage.at(0)};
+  if (mt.zeros)
+    table.tensors[t.fqn] = {std::make_shared<ZerosRead>(md, mt), ck.derived};
+  else
+    table.tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, largest_part_chunk), ck.derived};
+  return t;
+}
+
+}  // namespace
+
 Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind) {
   const bool inputs = kind == MapTable::Written;
   auto map = std::make_shared<const MappedModel>(std::move(applied));
-  // What the outputs' reads index: the table below's tensors that are some output's part, at their
-  // indices there; the others (the optimizer's states, what the map leaves out) are not copied.
-  auto md = [&] {
-    auto m = std::make_shared<Metadata>();
-    m->source = ck.md.source;
-    m->tensors.resize(ck.md.tensors.size());
-    std::vector<bool> copied(ck.md.tensors.size(), false);
-    for (const MappedTensor& mt : map->tensors)
-      for (const MapPart& part : mt.parts)
-        if (!copied[part.tensor]) {
-          copied[part.tensor] = true;
-          m->tensors[part.tensor] = ck.md.tensors.at(part.tensor);
-        }
-    return std::shared_ptr<const Metadata>(std::move(m));
-  }();
+  const std::shared_ptr<const Metadata> md = parts_metadata(ck, *map);
   Checkpoint view = ck;
   view.md.order.clear();
   view.md.planner_data.clear();
@@ -157,25 +211,7 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
     view.md.has_planner_data = false;
   }
   std::shared_ptr<DerivedTable> table = table_over(ck.derived, [&](const std::string& n) { return inputs ? n : std::string(); });
-  if (inputs) {
-    // An input that shares its name with an output it is not (renamed to itself) is kept under a
-    // name of its own, so that reading either by name finds it.
-    std::unordered_map<std::string, size_t> outputs;
-    for (size_t i = 0; i < map->tensors.size(); ++i) outputs.emplace(map->tensors[i].meta.fqn, i);
-    for (size_t i = 0; i < ck.md.tensors.size(); ++i) {
-      auto o = outputs.find(ck.md.tensors[i].fqn);
-      if (o == outputs.end()) continue;
-      const MappedTensor& mt = map->tensors[o->second];
-      if (renames_whole(ck.md, mt) && mt.parts[0].tensor == i) continue;
-      TensorMeta& kept = view.md.tensors[i];
-      const std::string name = kept.fqn + " (input of --map)";
-      if (auto e = table->tensors.find(kept.fqn); e != table->tensors.end()) {
-        table->tensors.emplace(name, e->second);
-        table->tensors.erase(e);
-      }
-      kept.fqn = name;
-    }
-  }
+  if (inputs) rename_shadowed_inputs(ck, *map, view, *table);
   // Each input checked once, and its largest chunk found once: a stack of 384 experts is a part of
   // 384 outputs.
   std::vector<bool> checked(md->tensors.size(), false);
@@ -191,19 +227,12 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
     return *largest[i];
   };
   for (const MappedTensor& mt : map->tensors) {
-    if (!inputs)  // a view reads the outputs: their parts must be there (the planner checks the written table's)
-      for (const MapPart& part : mt.parts) {
-        if (checked[part.tensor]) continue;
-        checked[part.tensor] = true;
-        const TensorMeta& s = md->tensors[part.tensor];
-        Coverage cov = check_coverage(s, 1);
-        bool missing = false;
-        for (size_t c = 0; c < s.num_chunks(); ++c)
-          missing = missing || (!s.storage[c].present() && s.chunk_numel(c) > 0);
-        if (!cov.exact || missing)
-          throw FormatError(Where(ck.metadata_path, std::nullopt, s.fqn),
-                            "not fully covered by its chunks; refusing to map it into '" + mt.meta.fqn + "'");
-      }
+    if (!inputs)
+      for (const MapPart& part : mt.parts)
+        if (!checked[part.tensor]) {
+          checked[part.tensor] = true;
+          require_covered(ck, md->tensors[part.tensor], mt.meta.fqn);
+        }
     TensorMeta t;
     if (renames_whole(ck.md, mt)) {
       const TensorMeta& s = md->tensors[mt.parts[0].tensor];
@@ -216,23 +245,10 @@ Checkpoint mapped_view(const Checkpoint& ck, MappedModel applied, MapTable kind)
       if (ck.derived)
         if (const DerivedTable::Entry* e = ck.derived->find(s.fqn)) table->tensors[t.fqn] = *e;
     } else {
-      // The written table's planner refuses it, in the outputs' order (plan/plan.h).
-      if (!mt.meta.dtype && !inputs)
-        throw UnsupportedError(Where(ck.metadata_path, std::nullopt, mt.meta.fqn),
-                               "dtype " + mt.meta.dtype_name + " is unknown to dcpctl");
-      t = mt.meta;
-      t.chunk_dims.assign(t.ndim(), 0);
-      t.chunk_dims.insert(t.chunk_dims.end(), t.shape.begin(), t.shape.end());
-      // A derived tensor's reads never touch its storage; the planner and the deal ask where its
-      // chunk lies: where its first part's first chunk does (a zeros output's: its place's).
-      t.storage = {md->tensors[mt.zeros ? mt.place : mt.parts.at(0).tensor].storage.at(0)};
-      if (mt.zeros) {
-        table->tensors[t.fqn] = {std::make_shared<ZerosRead>(md, mt), ck.derived};
-      } else {
-        uint64_t most = 0;
+      uint64_t most = 0;
+      if (!mt.zeros)
         for (const MapPart& part : mt.parts) most = std::max(most, largest_chunk_bytes(part.tensor));
-        table->tensors[t.fqn] = {std::make_shared<MappedTensorRead>(md, mt, most), ck.derived};
-      }
+      t = derived_output(ck, mt, md, most, inputs, *table);
     }
     view.md.order.push_back({true, static_cast<uint32_t>(view.md.tensors.size())});
     view.md.tensors.push_back(std::move(t));
