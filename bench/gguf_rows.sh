@@ -18,67 +18,12 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DCPCTL=$(realpath "${1:-$ROOT/build/cmd/dcpctl}")
-PY=${DCPCTL_VENV:-$ROOT/.venv}/bin/python
 DIR=${DCPCTL_BENCH_DIR:-/tmp/dcpctl-gguf-rows}
 MODEL=$DIR/qwen3-1.7b
 OUT=$DIR/out
 [ -x /usr/bin/time ] || { echo "gguf_rows.sh: needs GNU time (/usr/bin/time; Debian's time package)" >&2; exit 1; }
 
-if [ ! -f "$MODEL/done" ]; then
-  rm -rf "$MODEL"
-  mkdir -p "$MODEL"
-  # Qwen/Qwen3-1.7B's config.json, verbatim.
-  cat >"$MODEL/config.json" <<'EOF'
-{
-  "architectures": [
-    "Qwen3ForCausalLM"
-  ],
-  "attention_bias": false,
-  "attention_dropout": 0.0,
-  "bos_token_id": 151643,
-  "eos_token_id": 151645,
-  "head_dim": 128,
-  "hidden_act": "silu",
-  "hidden_size": 2048,
-  "initializer_range": 0.02,
-  "intermediate_size": 6144,
-  "max_position_embeddings": 40960,
-  "max_window_layers": 28,
-  "model_type": "qwen3",
-  "num_attention_heads": 16,
-  "num_hidden_layers": 28,
-  "num_key_value_heads": 8,
-  "rms_norm_eps": 1e-06,
-  "rope_scaling": null,
-  "rope_theta": 1000000,
-  "sliding_window": null,
-  "tie_word_embeddings": true,
-  "torch_dtype": "bfloat16",
-  "transformers_version": "4.51.0",
-  "use_cache": true,
-  "use_sliding_window": false,
-  "vocab_size": 151936
-}
-EOF
-  "$PY" - "$MODEL" "$ROOT/tools" <<'EOF'
-import json, shutil, sys, tempfile
-from pathlib import Path
-import torch, transformers
-model_dir, tools = Path(sys.argv[1]), sys.argv[2]
-sys.path.insert(0, tools)
-import gguf_oracle
-config = transformers.AutoConfig.from_pretrained(model_dir)
-torch.manual_seed(0)
-model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-with tempfile.TemporaryDirectory() as tmp:  # save_pretrained rewrites config.json: keep the release's
-    model.save_pretrained(tmp, max_shard_size="100GB")
-    for f in Path(tmp).glob("*.safetensors"):
-        shutil.move(str(f), model_dir / f.name)
-gguf_oracle.tokenizer("qwen2", str(model_dir))
-print("params", sum(p.numel() for p in model.parameters()), file=sys.stderr)
-EOF
-  touch "$MODEL/done"
-fi
+"$ROOT/bench/make_qwen3_model.sh" "$MODEL"
 
 rm -rf "$OUT"
 mkdir -p "$OUT"

@@ -36,6 +36,7 @@
 #include "meta/pieces.h"
 #include "plan/memory.h"
 #include "util/numeric.h"
+#include "util/parallel.h"
 #include "view/kernels.h"
 #include "write/executor.h"
 #include "write/formats/consolidated.h"
@@ -43,9 +44,11 @@
 #include "gguf/gguf.h"
 #include "gguf/lowbit.h"
 #include "gguf/model.h"
+#include "gguf/simd.h"
 #include "gguf/tiktoken.h"
 #include "gguf/spm.h"
 #include "write/output.h"
+#include "write/run.h"
 
 namespace dcpctl {
 
@@ -111,6 +114,16 @@ uint64_t rows_read_extra(const WritePlan& plan, const PlannedTensor& pt, const D
     view = std::max(view, view_read_need(derived, pieces));
   }
   return copy + decode + view;
+}
+
+// cast_elements of `n` elements to float32 on `threads` workers, in parts of whole kCastPart elements.
+void cast_parallel(DType from, const uint8_t* src, float* dst, size_t n, unsigned threads) {
+  constexpr size_t kCastPart = 256 << 10;
+  const size_t item = itemsize(from);
+  parallel_for((n + kCastPart - 1) / kCastPart, threads, [&](size_t p) {
+    const size_t first = p * kCastPart, m = std::min(kCastPart, n - first);
+    cast_elements(from, DType::Float32, src + first * item, reinterpret_cast<uint8_t*>(dst + first), m);
+  });
 }
 
 // The value of the format's option `flag` (FormatOption), "" when not given.
@@ -195,7 +208,7 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     for (size_t f = 0; f < headers_.size(); ++f) {
       outs_.push_back(std::make_unique<OutputFile>(paths_[f], job.uploads));
       outs_[f]->reserve(headers_[f].size() + data_bytes_[f]);
-      outs_[f]->pwrite_all(headers_[f].data(), headers_[f].size(), 0);
+      outs_[f]->append(headers_[f].data(), headers_[f].size());
       list += outs_[f]->temp_path() + "\n";
     }
     return list;
@@ -383,13 +396,17 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
     const WritePlan& plan = job.plan;
     const Metadata& md = job.request.ck.md;
     const DerivedTable* derived = job.request.ck.derived.get();
+    // Each file is written front to back (its tensors in offset order, the padding as zeros), so
+    // it is appended: with --io direct past the page cache, each full block of the append window
+    // written in the background while the next window is encoded (write/output.h's stage_appends).
+    if (ex.direct_io)
+      for (auto& out : outs_) out->stage_appends(kAppendWindow);
     for (size_t k = 0; k < plans_.size(); ++k) {
       const gguf::TensorPlan& tp = plans_[k];
       const size_t f = shard_[k];
-      uint64_t at = headers_[f].size() + offsets_[k];
+      pad_to(*outs_[f], headers_[f].size() + offsets_[k]);
       auto put = [&](const std::vector<uint8_t>& enc) {
-        outs_[f]->pwrite_all(enc.data(), enc.size(), at);
-        at += enc.size();
+        outs_[f]->append(enc.data(), enc.size());
         ex.prog.add(enc.size());
       };
       const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
@@ -437,48 +454,67 @@ class GgufFile final : public ConsolidatedWriter, protected FileSink {
         }
         continue;
       }
-      // Each input in turn (a layer's stacked experts: one after another), a window of whole units
-      // of its first dimension at a time: read, made float32, moved as the converter moves its
-      // rows, encoded, written after the window before.
-      std::vector<uint8_t> raw, scratch, enc;
-      for (size_t input : tp.inputs) {
-        const PlannedTensor& pt = plan.tensors[order_[input]];
-        const std::vector<int64_t>& shape = pt.t->shape;
-        const int64_t dim0 = shape.empty() ? 1 : shape[0];
-        const uint64_t per_index = dim0 ? static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) : 0;
-        const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
-        const size_t item = itemsize(pt.src);
-        auto fp8 = fp8_.find(order_[input]);
-        const std::vector<float> scale = fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
-        for (int64_t first = 0; first < dim0; first += step) {
-          const int64_t rows = std::min(step, dim0 - first);
-          const uint64_t n = static_cast<uint64_t>(rows) * per_index;
-          raw.resize(n * item);
-          scratch.resize(n * item);
-          read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
-          std::vector<float> f32(n);
-          if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
-            const PlannedTensor& st = plan.tensors[fp8->second.scale];
-            const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
-            dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
-          } else if (pt.src != DType::Float32) {
-            cast_elements(pt.src, DType::Float32, raw.data(), reinterpret_cast<uint8_t*>(f32.data()), n);
-          } else {
-            std::memcpy(f32.data(), raw.data(), n * 4);
-          }
-          std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
-          if (tp.shift != 0 && pt.src == DType::Float16) gguf::round_to_half(out);
-          enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
-          gguf::encode(tp.type, out.data(), out.size(), enc.data());
-          put(enc);
-        }
-      }
+      float_windows(ex, plan, md, tp, units, put);
     }
+    for (size_t f = 0; f < outs_.size(); ++f) pad_to(*outs_[f], headers_[f].size() + data_bytes_[f]);
   }
 
   OutputFile& file(size_t f) override { return *outs_[f < outs_.size() ? f : 0]; }
 
  private:
+  // A tensor of float inputs: each input in turn (a layer's stacked experts: one after another), a
+  // window of whole `units` of its first dimension at a time: read, made float32, moved as the
+  // converter moves its rows, encoded, handed to `put` after the window before. The buffers are
+  // kept from window to window (a fresh one would fault in its pages each time); the casts and
+  // the encoding run on every core (gguf/simd.h's encode_parallel).
+  template <class Put>
+  void float_windows(Executor& ex, const WritePlan& plan, const Metadata& md, const gguf::TensorPlan& tp, uint64_t units, Put&& put) const {
+    const uint64_t row = tp.shape.empty() ? 1 : static_cast<uint64_t>(tp.shape.back());
+    std::vector<uint8_t> raw, scratch, enc;
+    std::vector<float> f32;
+    const unsigned threads = default_threads();
+    for (size_t input : tp.inputs) {
+      const PlannedTensor& pt = plan.tensors[order_[input]];
+      const std::vector<int64_t>& shape = pt.t->shape;
+      const int64_t dim0 = shape.empty() ? 1 : shape[0];
+      const uint64_t per_index = dim0 ? static_cast<uint64_t>(pt.t->numel()) / static_cast<uint64_t>(dim0) : 0;
+      const int64_t step = static_cast<int64_t>(units) * gguf::rows_unit(tp, shape);
+      const size_t item = itemsize(pt.src);
+      auto fp8 = fp8_.find(order_[input]);
+      const std::vector<float> scale = fp8 == fp8_.end() ? std::vector<float>() : read_scale(ex.src, md, plan.tensors[fp8->second.scale]);
+      for (int64_t first = 0; first < dim0; first += step) {
+        const int64_t rows = std::min(step, dim0 - first);
+        const uint64_t n = static_cast<uint64_t>(rows) * per_index;
+        raw.resize(n * item);
+        scratch.resize(n * item);
+        read_rows(ex.src, md, pt, first, shape.empty() ? 1 : rows, raw.data(), scratch.data());
+        f32.resize(n);
+        if (fp8 != fp8_.end()) {  // dequant_simple: float32(weight) * float32(scale), the fp8-block codec's product
+          const PlannedTensor& st = plan.tensors[fp8->second.scale];
+          const int64_t scale_cols = st.t->shape.size() == 2 ? st.t->shape[1] : 1;
+          dequantize_fp8_blocks(pt.src, raw.data(), rows_box(shape, first, rows), scale.data(), scale_cols, fp8->second.block, f32.data());
+        } else if (pt.src != DType::Float32) {
+          cast_parallel(pt.src, raw.data(), f32.data(), n, threads);
+        } else {
+          std::memcpy(f32.data(), raw.data(), n * 4);
+        }
+        std::vector<float> out = gguf::convert_rows(tp, std::move(f32), shape, rows);
+        if (tp.shift != 0 && pt.src == DType::Float16) gguf::round_to_half(out);
+        enc.resize(gguf::tensor_bytes(tp.type, out.size(), row));
+        gguf::encode_parallel(tp.type, out.data(), out.size(), row, enc.data(), threads);
+        put(enc);
+        f32 = std::move(out);
+      }
+    }
+  }
+
+  // Zeros appended up to `at` (gguf-py's padding between tensors and at the end).
+  static void pad_to(OutputFile& out, uint64_t at) {
+    if (out.appended() > at) throw std::logic_error("gguf: a tensor's bytes run past the next one's offset");
+    static const std::vector<uint8_t> zeros(gguf::kDefaultAlignment);
+    while (out.appended() < at) out.append(zeros.data(), std::min<uint64_t>(zeros.size(), at - out.appended()));
+  }
+
   // What the windows of `units` units of each input of `tp` hold at once, the most over its
   // inputs (one is converted after the other): per input element its bytes as saved and their
   // scratch (read_rows), float32, a moved copy (gguf/rows.h's moves_rows), the encoded bytes (at

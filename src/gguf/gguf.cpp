@@ -1,6 +1,7 @@
 // GGUF v3 headers and tensor encodings (gguf/gguf.h).
 #include "gguf/gguf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,8 @@
 #include "util/le.h"
 #include "util/numeric.h"
 #include "gguf/quants.h"
+#include "gguf/simd.h"
+#include "util/parallel.h"
 
 namespace dcpctl::gguf {
 
@@ -30,6 +33,16 @@ uint16_t bf16_of(float f) {
   uint32_t n = f32_bits(f);
   if ((n & 0x7fffffffu) > 0x7f800000u) n = (n & 0xffff0000u) | (64u << 16);
   return static_cast<uint16_t>((uint64_t{n} + (0x7fffu + ((n >> 16) & 1u))) >> 16);
+}
+
+// The byte of an integral float as x86-64's truncating conversion gives it (cvttss2si, then the
+// low byte): the value's own for a block's -127..127; a NaN or infinity (a block holding one, or
+// one whose d is so small that 1 / d is infinite) gives INT32_MIN, whose low byte is 0. Written
+// out because static_cast<int8_t> of those is undefined in C++ (UBSan stops there); the vector
+// path (gguf/simd.h) gives the same.
+uint8_t low_byte(float r) {
+  const int32_t i = r == r && std::fabs(r) < 2147483648.0f ? static_cast<int32_t>(r) : std::numeric_limits<int32_t>::min();
+  return static_cast<uint8_t>(static_cast<uint32_t>(i) & 0xFFu);
 }
 
 // np_roundf: half away from zero.
@@ -239,15 +252,19 @@ uint64_t split_size(const std::string& text) {
   return n * unit;
 }
 
-void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
+void encode(TensorType t, const float* x, size_t n, uint8_t* out) { encode_via(best_encode_isa(), t, x, n, out); }
+
+void encode_via(EncodeIsa isa, TensorType t, const float* x, size_t n, uint8_t* out) {
   if (n % block_size(t) != 0) throw std::logic_error(std::string("gguf: ") + type_name(t) + " takes whole blocks");
+  if (isa != EncodeIsa::Scalar && !encode_isa_available(isa)) throw std::logic_error("gguf: an encoding this CPU cannot run");
+  if (isa == EncodeIsa::Avx2 && encode_avx2(t, x, n, out)) return;
   switch (t) {
     case TensorType::Q4_0: quants::q4_0(x, n, out); return;
     case TensorType::Q5_0: quants::q5_0(x, n, out); return;
     case TensorType::Q5_1: quants::q5_1(x, n, out); return;
-    case TensorType::Q4_K: quants::q4_k(x, n, out); return;
-    case TensorType::Q5_K: quants::q5_k(x, n, out); return;
-    case TensorType::Q6_K: quants::q6_k(x, n, out); return;
+    case TensorType::Q4_K: quants::q4_k(x, n, out, isa == EncodeIsa::Avx2); return;
+    case TensorType::Q5_K: quants::q5_k(x, n, out, isa == EncodeIsa::Avx2); return;
+    case TensorType::Q6_K: quants::q6_k(x, n, out, isa == EncodeIsa::Avx2); return;
     case TensorType::MXFP4: throw std::logic_error("gguf: MXFP4 is copied from MXFP4 (mxfp4_repack), not encoded");
     case TensorType::NVFP4: throw std::logic_error("gguf: NVFP4 is copied from NVFP4 (nvfp4_pack), not encoded");
     case TensorType::F32: std::memcpy(out, x, n * 4); return;
@@ -274,10 +291,24 @@ void encode(TensorType t, const float* x, size_t n, uint8_t* out) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         const uint16_t h = f32_to_f16(d);
         std::memcpy(o, &h, 2);
-        for (size_t j = 0; j < kQ8Block; ++j) o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(round_away(v[j] * id)));
+        for (size_t j = 0; j < kQ8Block; ++j) o[2 + j] = low_byte(round_away(v[j] * id));
       }
       return;
   }
+}
+
+void encode_parallel(TensorType t, const float* x, size_t n, uint64_t row, uint8_t* out, unsigned threads) {
+  // Whole rows a part (a block never crosses one), about kPartElems elements or more.
+  constexpr uint64_t kPartElems = 256 << 10;
+  row = std::max<uint64_t>(row, 1);
+  const uint64_t rows = n / row, per = std::max<uint64_t>(1, kPartElems / row), parts = (rows + per - 1) / per;
+  const EncodeIsa isa = best_encode_isa();
+  if (parts <= 1 || threads <= 1 || rows * row != n) return encode_via(isa, t, x, n, out);
+  const uint64_t part_bytes = tensor_bytes(t, per * row, row);
+  parallel_for(parts, threads, [&](size_t p) {
+    const uint64_t first = p * per, m = std::min(per, rows - first);
+    encode_via(isa, t, x + first * row, m * row, out + p * part_bytes);
+  });
 }
 
 }  // namespace dcpctl::gguf

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gguf/quants_avx2.h"
 #include "util/numeric.h"
 
 namespace dcpctl::gguf::quants {
@@ -180,18 +181,31 @@ void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
   }
 }
 
-// The scales, mins and levels shared by Q4_K (nmax 15) and Q5_K (nmax 31): one super-block's
-// d and dmin at o, its 12 scale bytes at sc, its levels into L.
-void k_scales(const float* x, int nmax, float rmin, int nstep, uint8_t* o, uint8_t* sc, uint8_t* L) {
+}  // namespace
+
+void k_fits(const float* x, int nmax, float rmin, int nstep, float* scales, float* mins, uint8_t* L) {
   uint8_t Laux[32];
-  float weights[32], mins[kQKK / 32], scales[kQKK / 32];
-  float max_scale = 0, max_min = 0;
+  float weights[32];
   for (int j = 0; j < kQKK / 32; ++j) {
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
     scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
+  }
+}
+
+namespace {
+
+// The scales, mins and levels shared by Q4_K (nmax 15) and Q5_K (nmax 31): one super-block's
+// d and dmin at o, its 12 scale bytes at sc, its levels into L; the sub-blocks' fits by k_fits,
+// or by its AVX2 twin (quants_avx2.h), which gives the same floats.
+void k_scales(const float* x, int nmax, float rmin, int nstep, uint8_t* o, uint8_t* sc, uint8_t* L, bool avx2) {
+  float mins[kQKK / 32], scales[kQKK / 32];
+  float max_scale = 0, max_min = 0;
+  if (avx2) k_fits_avx2(x, nmax, rmin, nstep, scales, mins, L);
+  else k_fits(x, nmax, rmin, nstep, scales, mins, L);
+  for (int j = 0; j < kQKK / 32; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -296,20 +310,20 @@ void q5_1(const float* x, size_t n, uint8_t* out) {
   }
 }
 
-void q4_k(const float* x, size_t n, uint8_t* out) {
+void q4_k(const float* x, size_t n, uint8_t* out, bool avx2) {
   uint8_t L[kQKK];
   for (size_t b = 0; b < n / kQKK; ++b, x += kQKK, out += 144) {
-    k_scales(x, 15, -1.f, 20, out, out + 4, L);
+    k_scales(x, 15, -1.f, 20, out, out + 4, L, avx2);
     uint8_t* q = out + 16;
     for (int j = 0; j < kQKK; j += 64, q += 32)
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
   }
 }
 
-void q5_k(const float* x, size_t n, uint8_t* out) {
+void q5_k(const float* x, size_t n, uint8_t* out, bool avx2) {
   uint8_t L[kQKK];
   for (size_t b = 0; b < n / kQKK; ++b, x += kQKK, out += 176) {
-    k_scales(x, 31, -0.5f, 15, out, out + 4, L);
+    k_scales(x, 31, -0.5f, 15, out, out + 4, L, avx2);
     uint8_t* qh = out + 16;
     uint8_t* ql = out + 48;
     std::memset(qh, 0, kQKK / 8);
@@ -334,7 +348,11 @@ void q5_k(const float* x, size_t n, uint8_t* out) {
   }
 }
 
-void q6_k(const float* x, size_t n, uint8_t* out) {
+void q6_fits(const float* x, float* scales, int8_t* L) {
+  for (int ib = 0; ib < kQKK / 16; ++ib) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
+}
+
+void q6_k(const float* x, size_t n, uint8_t* out, bool avx2) {
   int8_t L[kQKK];
   float scales[kQKK / 16];
   for (size_t b = 0; b < n / kQKK; ++b, x += kQKK, out += 210) {
@@ -343,9 +361,10 @@ void q6_k(const float* x, size_t n, uint8_t* out) {
     int8_t* sc = reinterpret_cast<int8_t*>(out + 192);
     uint8_t* dp = out + 208;
     float max_scale = 0, max_abs_scale = 0;
+    if (avx2) q6_fits_avx2(x, scales, L);
+    else q6_fits(x, scales, L);
     for (int ib = 0; ib < kQKK / 16; ++ib) {
-      const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
-      scales[ib] = scale;
+      const float scale = scales[ib];
       const float abs_scale = std::fabs(scale);
       if (abs_scale > max_abs_scale) {
         max_abs_scale = abs_scale;

@@ -27,8 +27,17 @@ namespace dcpctl::gguf::quants {
 void q4_0(const float* x, size_t n, uint8_t* out);  // n a multiple of 32
 void q5_0(const float* x, size_t n, uint8_t* out);
 void q5_1(const float* x, size_t n, uint8_t* out);
-void q4_k(const float* x, size_t n, uint8_t* out);  // n a multiple of 256
-void q5_k(const float* x, size_t n, uint8_t* out);
-void q6_k(const float* x, size_t n, uint8_t* out);
+// avx2: the sub-blocks' fits by quants_avx2.h's k_fits_avx2 (the same bytes; the CPU must have AVX2).
+void q4_k(const float* x, size_t n, uint8_t* out, bool avx2 = false);  // n a multiple of 256
+void q5_k(const float* x, size_t n, uint8_t* out, bool avx2 = false);
+void q6_k(const float* x, size_t n, uint8_t* out, bool avx2 = false);
+
+// Q4_K's and Q5_K's fits of one super-block of 256 (k_scales' first half): each sub-block of 32's
+// make_qkx2_quants with its weights (av_x + |x|), nmax, rmin, rdelta 0.1, nstep: its scale, its
+// min (negated, as ggml keeps it) and its 32 levels into L.
+void k_fits(const float* x, int nmax, float rmin, int nstep, float* scales, float* mins, uint8_t* L);
+// Q6_K's fits of one super-block: each sub-block of 16's make_qx_quants (nmax 32, rmse_type 1):
+// its scale and its 16 levels (0 to 63) into L.
+void q6_fits(const float* x, float* scales, int8_t* L);
 
 }  // namespace dcpctl::gguf::quants

@@ -260,11 +260,61 @@ inline bool store_nan(DType from, DType to, uint8_t* p, size_t i, double v) {
   return false;
 }
 
+namespace {
+
+// The two casts every bfloat16 model's export makes, element for element what the general loop
+// below writes, in blocks of 16 with no aliasing between source and destination so that -O2's
+// vectoriser takes them (the general loop goes through double and a switch per element: a
+// w4a16 export of a bfloat16 model spent 44% of its CPU there).
+void bf16_to_f32_run(const uint8_t* __restrict src, uint8_t* __restrict dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint16_t h[16];
+    uint32_t w[16];
+    std::memcpy(h, src + 2 * i, sizeof h);
+    for (int k = 0; k < 16; ++k) w[k] = static_cast<uint32_t>(h[k]) << 16;  // bf16_to_f32
+    std::memcpy(dst + 4 * i, w, sizeof w);
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    const float f = bf16_to_f32(h);
+    std::memcpy(dst + 4 * i, &f, 4);
+  }
+}
+
+// f32_to_bf16 (round to nearest even), a NaN 0xFFFF (store_nan: torch's vectorised kernel's).
+inline uint16_t f32_bits_to_bf16(uint32_t u) {
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0xFFFFu : rounded);
+}
+
+void f32_to_bf16_run(const uint8_t* __restrict src, uint8_t* __restrict dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint32_t u[16];
+    uint16_t h[16];
+    std::memcpy(u, src + 4 * i, sizeof u);
+    for (int k = 0; k < 16; ++k) h[k] = f32_bits_to_bf16(u[k]);
+    std::memcpy(dst + 2 * i, h, sizeof h);
+  }
+  for (; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + 4 * i, 4);
+    const uint16_t h = f32_bits_to_bf16(u);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+
+}  // namespace
+
 void cast_elements(DType from, DType to, const uint8_t* src, uint8_t* dst, size_t n) {
   if (from == to) {
     std::memcpy(dst, src, n * itemsize(from));
     return;
   }
+  if (from == DType::BFloat16 && to == DType::Float32) return bf16_to_f32_run(src, dst, n);
+  if (from == DType::Float32 && to == DType::BFloat16) return f32_to_bf16_run(src, dst, n);
   if (to == DType::Float32 && from != DType::Float64) {
     // Widening to float32 is exact; going through double would quiet signalling NaNs.
     for (size_t i = 0; i < n; ++i) {

@@ -91,3 +91,25 @@ TEST_CASE("widening to float32 is exact and keeps signalling NaN payloads") {
                 bf.size());
   CHECK(out == std::vector<uint32_t>{0x7F810000, 0xFFC10000, 0x3F820000, 0x00010000});
 }
+
+TEST_CASE("bf16 <-> fp32 casts of long runs (the blocks of 16 and their tail) are the element-wise ones") {
+  // Every 65,537th float32 bit pattern (NaNs, infinities, subnormals and ties among them), then the
+  // torch-checked inputs above in every position of a block: 65,538 + 14 x 17 values, not a multiple of 16.
+  std::vector<uint32_t> in;
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 65537) in.push_back(static_cast<uint32_t>(u));
+  for (int shift = 0; shift < 17; ++shift)
+    for (size_t i = 0; i < kIn.size(); ++i) in.push_back(kIn[(i + static_cast<size_t>(shift)) % kIn.size()]);
+  REQUIRE(in.size() % 16 != 0);
+  const std::vector<uint16_t> bf = cast16(DType::BFloat16, in);
+  size_t wrong = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const float f = bits_f32(in[i]);
+    wrong += bf[i] != (std::isnan(f) ? 0xFFFF : f32_to_bf16(f));
+  }
+  CHECK(wrong == 0);
+  std::vector<uint32_t> back(bf.size());
+  cast_elements(DType::BFloat16, DType::Float32, reinterpret_cast<const uint8_t*>(bf.data()), reinterpret_cast<uint8_t*>(back.data()), bf.size());
+  wrong = 0;
+  for (size_t i = 0; i < bf.size(); ++i) wrong += back[i] != static_cast<uint32_t>(bf[i]) << 16;
+  CHECK(wrong == 0);
+}
